@@ -1,0 +1,56 @@
+"""fuseloop: numpy-style lazy device arrays, fused into one Loopy/OpenCL kernel per evaluation."""
+
+from __future__ import annotations
+
+from difflib import get_close_matches as _close
+
+import numpy as _np
+
+from . import errors
+from .api import show_code, synchronize
+from .array import Array, Constant, compute, constant
+from .cache import cache_dir, clear_memory_cache
+from .creation import (
+    arange,
+    asarray,
+    empty,
+    empty_like,
+    full,
+    full_like,
+    linspace,
+    ones,
+    ones_like,
+    zeros,
+    zeros_like,
+)
+from .functions import TracedFunction, UserFunction, function
+from .recipes import Recipe, recipe_for, register_recipe, registered_recipes
+from .runtime.devices import Device, device, devices, get_device, set_device
+from .stats import reset_stats, stats
+from .ufuncs import FUNCTIONS as _FUNCTIONS
+from .ufuncs import astype, clip, where
+
+globals().update(_FUNCTIONS)
+
+bool_ = _np.bool_
+int8, int16, int32, int64 = _np.int8, _np.int16, _np.int32, _np.int64
+uint8, uint16, uint32, uint64 = _np.uint8, _np.uint16, _np.uint32, _np.uint64
+float32, float64 = _np.float32, _np.float64
+pi, e, inf, nan = _np.pi, _np.e, _np.inf, _np.nan
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Array", "Constant", "Device", "Recipe", "TracedFunction", "UserFunction", "arange",
+    "asarray", "astype", "cache_dir", "clear_memory_cache", "clip", "compute", "constant",
+    "device", "devices", "empty", "empty_like", "errors", "full", "full_like", "function",
+    "get_device", "linspace", "ones", "ones_like", "recipe_for", "register_recipe",
+    "registered_recipes", "reset_stats", "set_device", "show_code", "stats", "synchronize",
+    "where", "zeros", "zeros_like", *_FUNCTIONS,
+]
+
+
+def __getattr__(name: str) -> object:
+    hint = _close(name, __all__, n=3)
+    more = f"; did you mean {', '.join(hint)}?" if hint else ""
+    raise errors.UnknownFunctionError(f"fuseloop has no function or attribute {name!r}{more}")

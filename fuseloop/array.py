@@ -1,0 +1,441 @@
+"""The user-facing lazy device array."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+
+from .dtypes import as_dtype, resolve_loop, scalar_kind, scalar_to
+from .errors import DeviceError, DTypeError, ShapeError
+from .evaluate import cast_node, run
+from .expr.nodes import Apply, Leaf, Literal, Node, Scalar, Storage, broadcast_shapes
+from .runtime.devices import Device
+
+
+class Constant:
+    """A scalar baked into kernel source (VexCL's ``VEX_CONSTANT``); see :func:`constant`."""
+
+    __slots__ = ("dtype", "value")
+
+    def __init__(self, value: Any, dtype: Any = None) -> None:
+        self.dtype = as_dtype(dtype) if dtype is not None else None
+        if self.dtype is None:
+            scalar_kind(value)  # validates the type
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"fl.constant({self.value!r}" + (f", {self.dtype})" if self.dtype else ")")
+
+
+def constant(value: Any, dtype: Any = None) -> Constant:
+    """A literal compiled into the kernel instead of passed as an argument.
+
+    Without ``dtype`` it promotes like the Python scalar it wraps (NEP 50).
+    """
+    return Constant(value, dtype)
+
+
+def _operand_kind(x: Any) -> Any:
+    if isinstance(x, Array):
+        return x.dtype
+    if isinstance(x, Constant):
+        return x.dtype if x.dtype is not None else scalar_kind(x.value)
+    return scalar_kind(x)
+
+
+def _operand_node(x: Any, dtype: np.dtype) -> Node:
+    if isinstance(x, Array):
+        return x._node
+    if isinstance(x, Constant):
+        return Literal(scalar_to(x.value, dtype))
+    return Scalar(scalar_to(x, dtype))
+
+
+def _common_device(arrays: list[Array]) -> Device:
+    dev = arrays[0].device
+    for a in arrays[1:]:
+        if a.device is not dev:
+            raise DeviceError(
+                f"arrays on different devices in one expression: {dev} and {a.device}; "
+                "copy one over with fl.asarray(x, device=...)")
+    return dev
+
+
+def _coerce(x: Any) -> Any:
+    """Host arrays and lists in an expression are copied to the device."""
+    if isinstance(x, np.ndarray | list | tuple):
+        from .creation import asarray
+
+        return asarray(x)
+    return x
+
+
+def build_node(op: str, operands: tuple[Any, ...],
+               loop: tuple[np.dtype, ...] | None = None) -> tuple[Node, Device | None]:
+    """The node applying ``op`` to ``operands`` (Arrays or scalars) with numpy's dtypes."""
+    operands = tuple(_coerce(o) for o in operands)
+    if loop is None:
+        loop = resolve_loop(op, tuple(_operand_kind(o) for o in operands))
+    arrays = [o for o in operands if isinstance(o, Array)]
+    if not arrays:
+        return None, None  # type: ignore[return-value]
+    device = arrays[0].device if len(arrays) == 1 else _common_device(arrays)
+    shape = broadcast_shapes(*(a.shape for a in arrays))
+    args = tuple(_operand_node(o, loop[k]) for k, o in enumerate(operands))
+    return Apply(op, args, loop, shape), device
+
+
+def apply_op(op: str, *operands: Any) -> Any:
+    """Apply a numpy ufunc by name lazily; with no array operand, numpy computes it."""
+    node, device = build_node(op, operands)
+    if node is None:
+        plain = [o.value if isinstance(o, Constant) else o for o in operands]
+        return getattr(np, op)(*plain)
+    return Array._lazy(node, device)
+
+
+def _inplace_probe_baseline() -> int:
+    class Probe:
+        def __setitem__(self, key: Any, value: Any) -> None:
+            self.count = sys.getrefcount(value)
+
+    p = Probe()
+    p[...] = object()
+    return p.count
+
+
+# sys.getrefcount of a temporary passed to __setitem__: above it, the caller
+# still holds the value, which then has to be materialised as well.
+_TEMP_REFCOUNT = _inplace_probe_baseline()
+
+
+class Array:
+    """A device array; lazy until a value is needed.
+
+    Operators and fuseloop functions build an expression; ``get()``,
+    ``np.asarray``, ``float()``, printing, ``eval()`` and ``fl.compute`` run it as
+    one fused kernel.
+    """
+
+    __slots__ = ("__weakref__", "_node", "_storage", "device", "dtype", "shape")
+    __array_priority__ = 1000  # numpy defers binary operators to us
+    __hash__ = None  # type: ignore[assignment]  # == is elementwise, as in numpy
+
+    _node: Node
+    _storage: Storage | None
+
+    # {{{ construction
+
+    @classmethod
+    def _concrete(cls, storage: Storage, dtype: np.dtype, shape: tuple[int, ...]) -> Array:
+        self = object.__new__(cls)
+        self._storage = storage
+        self._node = Leaf(storage, dtype, shape)
+        self.device = storage.device
+        self.dtype = dtype
+        self.shape = shape
+        return self
+
+    @classmethod
+    def _lazy(cls, node: Node, device: Device) -> Array:
+        self = object.__new__(cls)
+        self._storage = None
+        self._node = node
+        self.device = device
+        self.dtype = node.dtype
+        self.shape = node.shape
+        for s in node.storages:
+            s.add_reader(self)
+        return self
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("create arrays with fl.asarray, fl.empty, fl.zeros, ... ")
+
+    def _become(self, storage: Storage) -> None:
+        for s in self._node.storages:
+            s.discard_reader(self)
+        self._storage = storage
+        self._node = Leaf(storage, self.dtype, self.shape)
+
+    # }}}
+
+    # {{{ properties
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def is_lazy(self) -> bool:
+        """True while the array is an unevaluated expression."""
+        return self._storage is None
+
+    @property
+    def data(self) -> Any:
+        """The pyopencl buffer (evaluates the array first)."""
+        return self.eval()._storage.buffer  # type: ignore[union-attr]
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    # }}}
+
+    # {{{ evaluation and host transfer
+
+    def eval(self) -> Array:
+        """Evaluate (if lazy) into a device buffer and return ``self``."""
+        if self._storage is None:
+            storage = run([self._node], self.shape, self.device)[0]
+            self._become(storage)
+        return self
+
+    def get(self) -> np.ndarray:
+        """Evaluate and copy to a new numpy array (waits for the device)."""
+        self.eval()
+        host = np.empty(self.shape, self.dtype)
+        if host.size:
+            cl.enqueue_copy(self.device.queue, host, self._storage.buffer,  # type: ignore[union-attr]
+                            is_blocking=True)
+        return host
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        host = self.get()
+        return host if dtype is None else host.astype(dtype, copy=False)
+
+    def _scalar(self) -> Any:
+        if self.size != 1:
+            raise TypeError(f"only size-1 arrays convert to Python scalars (shape {self.shape})")
+        return self.get().reshape(()).item()
+
+    def __float__(self) -> float:
+        return float(self._scalar())
+
+    def __int__(self) -> int:
+        return int(self._scalar())
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iub":
+            raise TypeError(f"only integer arrays can be used as an index, not {self.dtype}")
+        return int(self._scalar())
+
+    def __bool__(self) -> bool:
+        if self.size != 1:
+            raise ValueError(
+                f"the truth value of an array with shape {self.shape} is ambiguous; "
+                "use fl.any/fl.all or compare elements explicitly")
+        return bool(self._scalar())
+
+    def item(self) -> Any:
+        return self._scalar()
+
+    def tolist(self) -> Any:
+        return self.get().tolist()
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.get(), separator=", ", prefix="fl.Array(")
+        return f"fl.Array({body}, dtype={self.dtype}, device={self.device.name!r})"
+
+    def __str__(self) -> str:
+        return str(self.get())
+
+    # }}}
+
+    # {{{ conversion
+
+    def astype(self, dtype: Any, copy: bool = True) -> Array:
+        """Elementwise conversion (C casts; bool means "nonzero")."""
+        dt = as_dtype(dtype)
+        if dt == self.dtype and not copy:
+            return self
+        return Array._lazy(Apply("cast", (self._node,), (self.dtype, dt), self.shape),
+                           self.device)
+
+    def copy(self) -> Array:
+        """A new array with the same values (lazy: fuses with what follows)."""
+        return Array._lazy(Apply("positive", (self._node,), (self.dtype, self.dtype),
+                                 self.shape), self.device)
+
+    # }}}
+
+    # {{{ assignment
+
+    def _check_key(self, key: Any) -> None:
+        full = key is Ellipsis or key == slice(None) or (
+            isinstance(key, tuple) and all(k is Ellipsis or k == slice(None) for k in key)
+            and sum(k is Ellipsis for k in key) <= 1)
+        if not full:
+            raise IndexError(
+                f"fuseloop arrays support whole-array indexing (a[...] or a[:]) only, got {key!r}")
+
+    def __getitem__(self, key: Any) -> Array:
+        self._check_key(key)
+        return self
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._check_key(key)
+        held = isinstance(value, Array) and sys.getrefcount(value) > _TEMP_REFCOUNT
+        assign(self, value, cast="unsafe", value_is_held=held)
+
+    def _inplace(self, op: str, other: Any) -> Array:
+        node, _ = build_node(op, (self, other))
+        if not np.can_cast(node.dtype, self.dtype, "same_kind"):
+            raise DTypeError(
+                f"cannot cast ufunc {op!r} output from {node.dtype} to {self.dtype} "
+                "with casting rule 'same_kind' (numpy's rule for in-place operators)")
+        assign(self, _NodeValue(node), cast="same_kind", value_is_held=False)
+        return self
+
+    def __iadd__(self, o: Any) -> Array: return self._inplace("add", o)
+    def __isub__(self, o: Any) -> Array: return self._inplace("subtract", o)
+    def __imul__(self, o: Any) -> Array: return self._inplace("multiply", o)
+    def __itruediv__(self, o: Any) -> Array: return self._inplace("true_divide", o)
+    def __ifloordiv__(self, o: Any) -> Array: return self._inplace("floor_divide", o)
+    def __imod__(self, o: Any) -> Array: return self._inplace("remainder", o)
+    def __ipow__(self, o: Any) -> Array: return self._inplace("power", o)
+    def __iand__(self, o: Any) -> Array: return self._inplace("bitwise_and", o)
+    def __ior__(self, o: Any) -> Array: return self._inplace("bitwise_or", o)
+    def __ixor__(self, o: Any) -> Array: return self._inplace("bitwise_xor", o)
+    def __ilshift__(self, o: Any) -> Array: return self._inplace("left_shift", o)
+    def __irshift__(self, o: Any) -> Array: return self._inplace("right_shift", o)
+
+    # }}}
+
+    # {{{ operators
+
+    def __add__(self, o: Any) -> Array: return apply_op("add", self, o)
+    def __radd__(self, o: Any) -> Array: return apply_op("add", o, self)
+    def __sub__(self, o: Any) -> Array: return apply_op("subtract", self, o)
+    def __rsub__(self, o: Any) -> Array: return apply_op("subtract", o, self)
+    def __mul__(self, o: Any) -> Array: return apply_op("multiply", self, o)
+    def __rmul__(self, o: Any) -> Array: return apply_op("multiply", o, self)
+    def __truediv__(self, o: Any) -> Array: return apply_op("true_divide", self, o)
+    def __rtruediv__(self, o: Any) -> Array: return apply_op("true_divide", o, self)
+    def __floordiv__(self, o: Any) -> Array: return apply_op("floor_divide", self, o)
+    def __rfloordiv__(self, o: Any) -> Array: return apply_op("floor_divide", o, self)
+    def __mod__(self, o: Any) -> Array: return apply_op("remainder", self, o)
+    def __rmod__(self, o: Any) -> Array: return apply_op("remainder", o, self)
+    def __pow__(self, o: Any) -> Array: return apply_op("power", self, o)
+    def __rpow__(self, o: Any) -> Array: return apply_op("power", o, self)
+    def __and__(self, o: Any) -> Array: return apply_op("bitwise_and", self, o)
+    def __rand__(self, o: Any) -> Array: return apply_op("bitwise_and", o, self)
+    def __or__(self, o: Any) -> Array: return apply_op("bitwise_or", self, o)
+    def __ror__(self, o: Any) -> Array: return apply_op("bitwise_or", o, self)
+    def __xor__(self, o: Any) -> Array: return apply_op("bitwise_xor", self, o)
+    def __rxor__(self, o: Any) -> Array: return apply_op("bitwise_xor", o, self)
+    def __lshift__(self, o: Any) -> Array: return apply_op("left_shift", self, o)
+    def __rlshift__(self, o: Any) -> Array: return apply_op("left_shift", o, self)
+    def __rshift__(self, o: Any) -> Array: return apply_op("right_shift", self, o)
+    def __rrshift__(self, o: Any) -> Array: return apply_op("right_shift", o, self)
+    def __eq__(self, o: Any) -> Array: return apply_op("equal", self, o)  # type: ignore[override]
+    def __ne__(self, o: Any) -> Array: return apply_op("not_equal", self, o)  # type: ignore[override]
+    def __lt__(self, o: Any) -> Array: return apply_op("less", self, o)
+    def __le__(self, o: Any) -> Array: return apply_op("less_equal", self, o)
+    def __gt__(self, o: Any) -> Array: return apply_op("greater", self, o)
+    def __ge__(self, o: Any) -> Array: return apply_op("greater_equal", self, o)
+    def __neg__(self) -> Array: return apply_op("negative", self)
+    def __pos__(self) -> Array: return apply_op("positive", self)
+    def __abs__(self) -> Array: return apply_op("absolute", self)
+    def __invert__(self) -> Array: return apply_op("invert", self)
+
+    # }}}
+
+
+def _constant_binary(op: str, reflected: bool) -> Any:
+    def method(self: Constant, other: Any) -> Any:
+        return apply_op(op, other, self) if reflected else apply_op(op, self, other)
+    return method
+
+
+for _name, _op in [("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
+                   ("truediv", "true_divide"), ("floordiv", "floor_divide"),
+                   ("mod", "remainder"), ("pow", "power")]:
+    setattr(Constant, f"__{_name}__", _constant_binary(_op, False))
+    setattr(Constant, f"__r{_name}__", _constant_binary(_op, True))
+
+
+class _NodeValue:
+    """An expression node being assigned, not wrapped in an Array (no reader entry)."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+
+def assign(target: Array, value: Any, *, cast: str, value_is_held: bool) -> None:
+    """Write ``value`` (Array, node or scalar) into all of ``target``, in one kernel."""
+    value = _coerce(value)
+    held_array: Array | None = None
+    if isinstance(value, _NodeValue):
+        node = value.node
+    elif isinstance(value, Array):
+        if value.device is not target.device:
+            raise DeviceError(
+                f"cannot assign an array on {value.device} into one on {target.device}")
+        if value_is_held and value._storage is None:
+            if value.shape == target.shape:
+                held_array = value
+            else:
+                value.eval()  # the caller keeps it: give it its own buffer first
+        node = value._node
+    else:
+        node = _operand_node(value, target.dtype) if not isinstance(value, Constant) else \
+            Literal(scalar_to(value.value, value.dtype or target.dtype))
+    if node.shape != target.shape and broadcast_shapes(node.shape, target.shape) != target.shape:
+        raise ShapeError(
+            f"could not broadcast input array from shape {node.shape} into shape {target.shape}")
+    node = cast_node(node, target.dtype)
+    if target._storage is None:
+        target.eval()
+    storage = target._storage
+    assert storage is not None
+    # lazy arrays still reading the old contents are evaluated before the write
+    pending = [r for r in storage.live_readers() if r._storage is None and r is not held_array
+               and r is not value]
+    if pending:
+        compute(*pending)
+    if held_array is not None:
+        # the caller keeps the value: materialise it too, in the same kernel
+        out = run([node, held_array._node], target.shape, target.device, [storage, None])
+        held_array._become(out[1])
+    else:
+        run([node], target.shape, target.device, [storage])
+
+
+def compute(*arrays: Array) -> tuple[Array, ...]:
+    """Evaluate several arrays, one kernel for each group of equal shape and device.
+
+    ``a, b = fl.compute(x + y, x - y)`` reads ``x`` and ``y`` once and writes both
+    results (VexCL's tuple assignment).  Returns the arrays, now concrete.
+    """
+    groups: dict[tuple, list[Array]] = {}
+    seen: set[int] = set()
+    for a in arrays:
+        if not isinstance(a, Array):
+            raise TypeError(f"fl.compute takes fuseloop arrays, got {type(a).__name__}")
+        if a._storage is None and id(a) not in seen:
+            seen.add(id(a))
+            groups.setdefault((a.device.index, a.shape), []).append(a)
+    for (_, shape), members in groups.items():
+        outs = run([m._node for m in members], shape, members[0].device)
+        for m, s in zip(members, outs):
+            m._become(s)
+    return arrays

@@ -1,0 +1,175 @@
+"""Array creation: host copies, filled buffers and lazy generators."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+
+from .array import Array, Constant
+from .dtypes import as_dtype, result_type, scalar_kind
+from .errors import DTypeError, ShapeError
+from .evaluate import allocate, cast_node
+from .expr.nodes import Apply, Iota, Scalar
+from .runtime.devices import Device, find_device, get_device
+
+ShapeLike = int | tuple[int, ...] | list[int]
+
+
+def _device(device: Any) -> Device:
+    return get_device() if device is None else find_device(device)
+
+
+def _shape(shape: ShapeLike) -> tuple[int, ...]:
+    if isinstance(shape, int | np.integer):
+        shape = (int(shape),)
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise ShapeError(f"a shape is an int or a tuple of ints, not {shape!r}") from None
+    if any(s < 0 for s in shape):
+        raise ShapeError(f"negative dimensions are not allowed: {shape}")
+    return shape
+
+
+def _check_device_dtype(dtype: np.dtype, device: Device) -> None:
+    if dtype == np.float64 and not device.has_fp64:
+        raise DTypeError(
+            f"device {device.name} does not support float64; use dtype=np.float32 "
+            "or choose a device with fp64 (fl.devices(fp64=True))")
+
+
+def empty(shape: ShapeLike, dtype: Any = float, device: Any = None) -> Array:
+    """A new uninitialised array (numpy's default dtype is float64)."""
+    dt, dev, shp = as_dtype(dtype), _device(device), _shape(shape)
+    _check_device_dtype(dt, dev)
+    return Array._concrete(allocate(math.prod(shp) * dt.itemsize, dev), dt, shp)
+
+
+def full(shape: ShapeLike, fill_value: Any, dtype: Any = None, device: Any = None) -> Array:
+    """A new array filled with ``fill_value`` (dtype as ``np.full`` picks it)."""
+    if dtype is None:
+        kind = scalar_kind(fill_value)
+        dtype = result_type(kind) if isinstance(kind, np.dtype) else \
+            np.dtype(np.int64 if kind is int else np.float64)
+    out = empty(shape, dtype, device)
+    if out.size:
+        pattern = np.array(fill_value).astype(out.dtype)
+        if out.dtype == np.bool_:
+            pattern = pattern.astype(np.uint8)
+        cl.enqueue_fill_buffer(out.device.queue, out._storage.buffer, pattern,  # type: ignore[union-attr]
+                               0, out.nbytes)
+    return out
+
+
+def zeros(shape: ShapeLike, dtype: Any = float, device: Any = None) -> Array:
+    return full(shape, 0, dtype, device)
+
+
+def ones(shape: ShapeLike, dtype: Any = float, device: Any = None) -> Array:
+    return full(shape, 1, dtype, device)
+
+
+def _like(proto: Any, dtype: Any, shape: Any, device: Any) -> tuple:
+    return (_shape(shape) if shape is not None else tuple(np.shape(proto)),
+            dtype if dtype is not None else np.asarray(proto).dtype
+            if not isinstance(proto, Array) else proto.dtype,
+            device if device is not None else proto.device if isinstance(proto, Array)
+            else None)
+
+
+def empty_like(a: Any, dtype: Any = None, shape: Any = None, device: Any = None) -> Array:
+    s, d, dev = _like(a, dtype, shape, device)
+    return empty(s, d, dev)
+
+
+def zeros_like(a: Any, dtype: Any = None, shape: Any = None, device: Any = None) -> Array:
+    s, d, dev = _like(a, dtype, shape, device)
+    return zeros(s, d, dev)
+
+
+def ones_like(a: Any, dtype: Any = None, shape: Any = None, device: Any = None) -> Array:
+    s, d, dev = _like(a, dtype, shape, device)
+    return ones(s, d, dev)
+
+
+def full_like(a: Any, fill_value: Any, dtype: Any = None, shape: Any = None,
+              device: Any = None) -> Array:
+    s, d, dev = _like(a, dtype, shape, device)
+    return full(s, fill_value, d, dev)
+
+
+def asarray(obj: Any, dtype: Any = None, device: Any = None) -> Array:
+    """Copy host data to a device (or convert/move an existing fuseloop array)."""
+    if isinstance(obj, Array):
+        dev = obj.device if device is None else find_device(device)
+        if dev is not obj.device:
+            return asarray(obj.get(), dtype, dev)
+        return obj if dtype is None or as_dtype(dtype) == obj.dtype else obj.astype(dtype)
+    dev = _device(device)
+    try:
+        host = np.asarray(obj, dtype=None if dtype is None else np.dtype(dtype))
+    except (TypeError, ValueError) as exc:
+        raise DTypeError(f"cannot convert {type(obj).__name__} to an array: {exc}") from None
+    dt = as_dtype(host.dtype)
+    _check_device_dtype(dt, dev)
+    host = np.ascontiguousarray(host)
+    out = Array._concrete(allocate(host.nbytes, dev), dt, host.shape)
+    if host.size:
+        # blocking: the caller may change its numpy array right after this returns
+        cl.enqueue_copy(dev.queue, out._storage.buffer, host, is_blocking=True)  # type: ignore[union-attr]
+    return out
+
+
+def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None,
+           device: Any = None) -> Array:
+    """Like ``np.arange``, but lazy: inside an expression it allocates nothing."""
+    if stop is None:
+        start, stop = 0, start
+    for v in (start, stop, step):
+        if isinstance(v, Array | Constant):
+            raise TypeError("fl.arange takes Python or numpy scalars")
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
+    length = max(0, math.ceil((stop - start) / step))
+    natural = np.arange(start, start + step, step).dtype if dtype is None else as_dtype(dtype)
+    natural = as_dtype(natural)
+    dev = _device(device)
+    work = np.dtype(np.int64) if natural.kind in "iub" else np.dtype(np.float64)
+    if natural == np.float32 and not dev.has_fp64:
+        work = np.dtype(np.float32)
+    _check_device_dtype(work, dev)
+    index = Iota((length,), np.dtype(np.int64))
+    node = cast_node(index, work)
+    if step != 1:
+        node = Apply("multiply", (Scalar(work.type(step)), node), (work, work, work), node.shape)
+    if start != 0:
+        node = Apply("add", (Scalar(work.type(start)), node), (work, work, work), node.shape)
+    return Array._lazy(cast_node(node, natural), dev)
+
+
+def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, dtype: Any = None,
+             device: Any = None) -> Array:
+    """Like ``np.linspace`` (lazy): ``num`` evenly spaced values, ending at ``stop``."""
+    if num < 0:
+        raise ValueError(f"number of samples, {num}, must be non-negative")
+    dev = _device(device)
+    out_dt = as_dtype(dtype) if dtype is not None else \
+        result_type(scalar_kind(start), scalar_kind(stop), float)
+    work = np.dtype(np.float64) if dev.has_fp64 else np.dtype(np.float32)
+    div = (num - 1) if endpoint else num
+    step = (stop - start) / div if div > 0 else 0.0
+    index = Iota((num,), np.dtype(np.int64))
+    x = Array._lazy(cast_node(index, work), dev)
+    values = x * work.type(step) + work.type(start)
+    if endpoint and num > 1:
+        from .ufuncs import where
+
+        values = where(Array._lazy(index, dev) == num - 1, work.type(stop), values)
+    return values.astype(out_dt) if values.dtype != out_dt else values
+
+
+__all__ = ["arange", "asarray", "empty", "empty_like", "full", "full_like", "linspace",
+           "ones", "ones_like", "zeros", "zeros_like"]

@@ -1,0 +1,60 @@
+"""Exception classes raised by fuseloop.
+
+Each class derives from the built-in exception a numpy user would expect
+(``ValueError`` for bad shapes, ``TypeError`` for bad dtypes, ...), so existing
+``except`` clauses keep working, and from :class:`FuseloopError` so that all of
+fuseloop's errors can be caught at once.
+"""
+
+from __future__ import annotations
+
+
+class FuseloopError(Exception):
+    """Base class of every error fuseloop raises on purpose."""
+
+
+class ShapeError(FuseloopError, ValueError):
+    """Shapes that do not broadcast, or an assignment of the wrong shape."""
+
+
+class DTypeError(FuseloopError, TypeError):
+    """A dtype fuseloop or the device cannot handle, or an invalid cast."""
+
+
+class DeviceError(FuseloopError, ValueError):
+    """Arrays on different devices, or a device that cannot run the request."""
+
+
+class DeviceNotFoundError(DeviceError, LookupError):
+    """A device specification (``FUSELOOP_DEVICE``, ``fl.set_device``) matched nothing."""
+
+
+class KernelBuildError(FuseloopError, RuntimeError):
+    """The OpenCL compiler rejected a generated kernel.
+
+    ``source`` holds the generated OpenCL and ``build_log`` the compiler's log.
+    """
+
+    def __init__(self, message: str, source: str = "", build_log: str = "") -> None:
+        super().__init__(message)
+        self.source = source
+        self.build_log = build_log
+
+    def __str__(self) -> str:
+        parts = [super().__str__()]
+        if self.build_log:
+            parts.append("--- compiler log ---\n" + self.build_log.strip())
+        if self.source:
+            numbered = "\n".join(
+                f"{n:4d} | {line}" for n, line in enumerate(self.source.splitlines(), 1)
+            )
+            parts.append("--- generated source ---\n" + numbered)
+        return "\n".join(parts)
+
+
+class UnknownFunctionError(FuseloopError, AttributeError):
+    """A function name fuseloop does not provide."""
+
+
+class DeviceMemoryError(FuseloopError, MemoryError):
+    """An allocation larger than the device can provide."""

@@ -1,0 +1,1 @@
+"""fuseloop's expression IR: frozen nodes and their linearised, hashable form."""

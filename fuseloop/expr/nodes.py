@@ -1,0 +1,174 @@
+"""Immutable expression nodes.
+
+Nodes describe *what* to compute for every element of their shape; they hold
+device storage only at the leaves.  Structure (what the cache key is built
+from) is read by :mod:`fuseloop.expr.program`, never by hashing nodes, so nodes
+can stay cheap plain objects.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import ShapeError
+
+if TYPE_CHECKING:
+    from ..runtime.devices import Device
+
+_EMPTY: frozenset = frozenset()
+
+
+class Storage:
+    """A device buffer with the bookkeeping that keeps lazy readers correct.
+
+    ``readers`` holds the lazy arrays whose expressions read this buffer; before
+    anything writes into the buffer they are evaluated, so laziness never lets a
+    later write change the value of an earlier expression.
+    """
+
+    __slots__ = ("__weakref__", "buffer", "device", "nbytes", "readers")
+
+    def __init__(self, buffer: Any, nbytes: int, device: Device) -> None:
+        self.buffer = buffer
+        self.nbytes = nbytes
+        self.device = device
+        # id(array) -> weak reference; arrays are unhashable (== is elementwise)
+        self.readers: dict[int, weakref.ref] = {}
+
+    def add_reader(self, array: Any) -> None:
+        readers = self.readers
+        if len(readers) >= 64:
+            for k in [k for k, r in readers.items() if r() is None]:
+                del readers[k]
+        readers[id(array)] = weakref.ref(array)
+
+    def discard_reader(self, array: Any) -> None:
+        ref = self.readers.get(id(array))
+        if ref is not None and ref() is array:
+            del self.readers[id(array)]
+
+    def live_readers(self) -> list[Any]:
+        alive = []
+        for k, r in list(self.readers.items()):
+            a = r()
+            if a is None:
+                del self.readers[k]
+            else:
+                alive.append(a)
+        return alive
+
+
+class Node:
+    __slots__ = ("dtype", "shape", "storages")
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    storages: frozenset
+
+
+class Leaf(Node):
+    """Elements of a concrete, C-contiguous device array."""
+
+    __slots__ = ("storage",)
+
+    def __init__(self, storage: Storage, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+        self.storage = storage
+        self.dtype = dtype
+        self.shape = shape
+        self.storages = frozenset((storage,))
+
+
+class Scalar(Node):
+    """A scalar passed to the kernel as an argument (its value is not in the key)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: np.generic) -> None:
+        self.value = value
+        self.dtype = value.dtype
+        self.shape = ()
+        self.storages = _EMPTY
+
+
+class Literal(Node):
+    """A scalar baked into the kernel source (``fl.constant``); its value is in the key."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: np.generic) -> None:
+        self.value = value
+        self.dtype = value.dtype
+        self.shape = ()
+        self.storages = _EMPTY
+
+
+class Iota(Node):
+    """The C-order flat index of each element within ``shape``; allocates nothing."""
+
+    __slots__ = ()
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.dtype = dtype
+        self.shape = shape
+        self.storages = _EMPTY
+
+
+class Apply(Node):
+    """An elementwise operation named ``op`` with numpy's loop dtypes ``loop``.
+
+    ``loop`` is ``(in_0, ..., in_k, out)``: operands are cast to ``in_j`` first,
+    exactly as the numpy ufunc would.
+    """
+
+    __slots__ = ("args", "loop", "op")
+
+    def __init__(self, op: str, args: tuple[Node, ...], loop: tuple[np.dtype, ...],
+                 shape: tuple[int, ...]) -> None:
+        self.op = op
+        self.args = args
+        self.loop = loop
+        self.dtype = loop[-1]
+        self.shape = shape
+        storages = _EMPTY
+        for a in args:
+            if a.storages:
+                storages = storages | a.storages if storages else a.storages
+        self.storages = storages
+
+
+class UserCall(Apply):
+    """A call of a user-defined OpenCL function (``fl.function`` with a body)."""
+
+    __slots__ = ("function",)
+
+    def __init__(self, function: Any, args: tuple[Node, ...], loop: tuple[np.dtype, ...],
+                 shape: tuple[int, ...]) -> None:
+        super().__init__("call", args, loop, shape)
+        self.function = function
+
+
+_broadcast_cache: dict[tuple[tuple[int, ...], ...], tuple[int, ...]] = {}
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy's broadcasting of ``shapes``; a ShapeError names them when they clash."""
+    first = shapes[0]
+    if all(s == first for s in shapes):
+        return first
+    try:
+        return _broadcast_cache[shapes]
+    except KeyError:
+        pass
+    try:
+        result = tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        shown = " and ".join(str(tuple(s)) for s in shapes)
+        raise ShapeError(
+            f"operands could not be broadcast together with shapes {shown}; "
+            "dimensions must be equal or 1 when aligned from the right"
+        ) from None
+    if len(_broadcast_cache) < 4096:
+        _broadcast_cache[shapes] = result
+    return result

@@ -1,0 +1,1 @@
+"""Lowering: SSA programs to Loopy kernels."""

@@ -1,0 +1,1 @@
+"""Devices, contexts, queues, buffers and kernel launches."""

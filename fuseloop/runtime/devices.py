@@ -1,0 +1,214 @@
+"""OpenCL device discovery and selection.
+
+The default device comes from ``FUSELOOP_DEVICE`` (``gpu``, ``cpu``, an index
+or a name substring), else the first GPU, else the first CPU.  ``set_device``
+changes it; ``with device(...)`` changes it for a block (per thread and task).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyopencl as cl
+import pyopencl.tools
+
+from ..errors import DeviceNotFoundError
+
+_TYPE_NAMES = {
+    cl.device_type.GPU: "gpu",
+    cl.device_type.CPU: "cpu",
+    cl.device_type.ACCELERATOR: "accelerator",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Device:
+    """An OpenCL device fuseloop can run on."""
+
+    index: int
+    name: str
+    type: str
+    platform: str
+    vendor: str
+    driver_version: str
+    global_mem_size: int
+    max_alloc_size: int
+    has_fp64: bool
+    cl_device: Any = field(repr=False)
+
+    @property
+    def identity(self) -> tuple[str, str, str, str]:
+        """What a compiled kernel depends on (part of the disk cache key)."""
+        return (self.platform, self.vendor, self.name, self.driver_version)
+
+    @property
+    def context(self) -> cl.Context:
+        return _runtime(self).context
+
+    @property
+    def queue(self) -> cl.CommandQueue:
+        return _runtime(self).queue
+
+    @property
+    def allocator(self) -> Any:
+        return _runtime(self).pool
+
+    def __str__(self) -> str:
+        return f"[{self.index}] {self.name} ({self.type}, {self.platform})"
+
+
+class _DeviceRuntime:
+    __slots__ = ("context", "pool", "queue")
+
+    def __init__(self, device: Device) -> None:
+        self.context = cl.Context([device.cl_device])
+        self.queue = cl.CommandQueue(self.context)
+        # pooled buffers make the per-evaluation output allocation nearly free
+        self.pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(self.queue))
+
+
+_lock = threading.Lock()
+_devices: list[Device] | None = None
+_runtimes: dict[int, _DeviceRuntime] = {}
+_default: Device | None = None
+_override: contextvars.ContextVar[Device | None] = contextvars.ContextVar(
+    "fuseloop_device", default=None)
+
+
+def _runtime(device: Device) -> _DeviceRuntime:
+    rt = _runtimes.get(device.index)
+    if rt is None:
+        with _lock:
+            rt = _runtimes.get(device.index)
+            if rt is None:
+                rt = _runtimes[device.index] = _DeviceRuntime(device)
+    return rt
+
+
+def _discover() -> list[Device]:
+    found: list[Device] = []
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:
+        platforms = []
+    for plat in platforms:
+        try:
+            cl_devices = plat.get_devices()
+        except cl.Error:
+            continue
+        for d in cl_devices:
+            dtype = next((n for t, n in _TYPE_NAMES.items() if d.type & t), "other")
+            found.append(Device(
+                index=len(found), name=d.name.strip(), type=dtype, platform=plat.name.strip(),
+                vendor=d.vendor.strip(), driver_version=d.driver_version.strip(),
+                global_mem_size=int(d.global_mem_size), max_alloc_size=int(d.max_mem_alloc_size),
+                has_fp64=bool(d.double_fp_config) or "cl_khr_fp64" in d.extensions,
+                cl_device=d,
+            ))
+    return found
+
+
+def _all_devices() -> list[Device]:
+    global _devices
+    if _devices is None:
+        with _lock:
+            if _devices is None:
+                _devices = _discover()
+    return _devices
+
+
+def devices(type: str | None = None, name: str | None = None,
+            fp64: bool | None = None) -> list[Device]:
+    """OpenCL devices present, optionally filtered (like VexCL's device filters).
+
+    ``type`` is ``"gpu"``, ``"cpu"`` or ``"accelerator"``; ``name`` a
+    case-insensitive substring of the device or platform name; ``fp64=True``
+    keeps devices with double precision.
+    """
+    result = _all_devices()
+    if type is not None:
+        result = [d for d in result if d.type == type.lower()]
+    if name is not None:
+        key = name.lower()
+        result = [d for d in result if key in d.name.lower() or key in d.platform.lower()]
+    if fp64 is not None:
+        result = [d for d in result if d.has_fp64 == fp64]
+    return result
+
+
+def _describe_all() -> str:
+    found = _all_devices()
+    if not found:
+        return "no OpenCL devices were found (is pocl-binary-distribution installed?)"
+    return "available devices:\n" + "\n".join(f"  {d}" for d in found)
+
+
+def find_device(spec: Device | int | str) -> Device:
+    """Resolve a device spec: Device, index, 'gpu'/'cpu'/'accelerator' or a name substring."""
+    if isinstance(spec, Device):
+        return spec
+    found = _all_devices()
+    if isinstance(spec, int) or (isinstance(spec, str) and spec.strip().isdigit()):
+        idx = int(spec)
+        if 0 <= idx < len(found):
+            return found[idx]
+        raise DeviceNotFoundError(f"no device with index {idx}; {_describe_all()}")
+    if not isinstance(spec, str):
+        raise DeviceNotFoundError(f"cannot select a device from {spec!r}; {_describe_all()}")
+    key = spec.strip().lower()
+    if key in ("gpu", "cpu", "accelerator"):
+        matches = devices(type=key)
+    else:
+        matches = devices(name=key)
+    if not matches:
+        raise DeviceNotFoundError(f"no OpenCL device matches {spec!r}; {_describe_all()}")
+    return matches[0]
+
+
+def _initial_default() -> Device:
+    spec = os.environ.get("FUSELOOP_DEVICE", "").strip()
+    if spec:
+        try:
+            return find_device(spec)
+        except DeviceNotFoundError as exc:
+            raise DeviceNotFoundError(f"FUSELOOP_DEVICE={spec!r}: {exc}") from None
+    found = _all_devices()
+    if not found:
+        raise DeviceNotFoundError(_describe_all())
+    gpus = [d for d in found if d.type == "gpu"]
+    cpus = [d for d in found if d.type == "cpu"]
+    return (gpus or cpus or found)[0]
+
+
+def get_device() -> Device:
+    """The device new arrays go to."""
+    dev = _override.get()
+    if dev is not None:
+        return dev
+    global _default
+    if _default is None:
+        _default = _initial_default()
+    return _default
+
+
+def set_device(spec: Device | int | str) -> Device:
+    """Make ``spec`` the default device for new arrays."""
+    global _default
+    _default = find_device(spec)
+    return _default
+
+
+@contextlib.contextmanager
+def device(spec: Device | int | str) -> Iterator[Device]:
+    """``with fl.device("cpu"):`` runs the block with another default device."""
+    token = _override.set(find_device(spec))
+    try:
+        yield _override.get()  # type: ignore[misc]
+    finally:
+        _override.reset(token)

@@ -1,0 +1,96 @@
+"""numpy-named elementwise functions that build lazy expressions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .array import Array, Constant, _coerce, _common_device, _operand_kind, _operand_node
+from .dtypes import BOOL, as_dtype, result_type
+from .expr.nodes import Apply, broadcast_shapes
+from .lower.scalar_ops import UFUNC_OPS
+
+UNARY = ("negative", "positive", "absolute", "sign", "square", "invert", "logical_not",
+         "isnan", "isinf", "isfinite", "sin", "cos", "tan", "arcsin", "arccos", "arctan",
+         "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "exp", "exp2", "expm1",
+         "log", "log2", "log10", "log1p", "sqrt", "cbrt", "floor", "ceil", "trunc", "rint")
+BINARY = tuple(sorted(UFUNC_OPS - set(UNARY)))
+
+ALIASES = {
+    "divide": "true_divide", "mod": "remainder", "abs": "absolute",
+    "bitwise_not": "invert", "pow": "power", "acos": "arccos", "asin": "arcsin",
+    "atan": "arctan", "acosh": "arccosh", "asinh": "arcsinh", "atanh": "arctanh",
+    "atan2": "arctan2", "bitwise_left_shift": "left_shift",
+    "bitwise_right_shift": "right_shift", "bitwise_invert": "invert",
+}
+
+
+def _make_unary(name: str) -> Any:
+    from .array import apply_op
+
+    def f(x: Any, /) -> Any:
+        return apply_op(name, x)
+
+    f.__name__ = name
+    f.__qualname__ = name
+    f.__doc__ = f"Elementwise ``numpy.{name}``, lazily fused into the kernel."
+    return f
+
+
+def _make_binary(name: str) -> Any:
+    from .array import apply_op
+
+    def f(x1: Any, x2: Any, /) -> Any:
+        return apply_op(name, x1, x2)
+
+    f.__name__ = name
+    f.__qualname__ = name
+    f.__doc__ = f"Elementwise ``numpy.{name}``, lazily fused into the kernel."
+    return f
+
+
+FUNCTIONS: dict[str, Any] = {}
+for _n in UNARY:
+    FUNCTIONS[_n] = _make_unary(_n)
+for _n in BINARY:
+    FUNCTIONS[_n] = _make_binary(_n)
+for _alias, _target in ALIASES.items():
+    FUNCTIONS[_alias] = FUNCTIONS[_target]
+globals().update(FUNCTIONS)
+
+
+def where(condition: Any, x: Any, y: Any, /) -> Any:
+    """``numpy.where(condition, x, y)``: elements of x where condition holds, else y."""
+    operands = (_coerce(condition), _coerce(x), _coerce(y))
+    arrays = [o for o in operands if isinstance(o, Array)]
+    if not arrays:
+        return np.where(*[o.value if isinstance(o, Constant) else o for o in operands])
+    value_dt = result_type(_operand_kind(operands[1]), _operand_kind(operands[2]))
+    loop = (BOOL, value_dt, value_dt, value_dt)
+    device = _common_device(arrays)
+    shape = broadcast_shapes(*(a.shape for a in arrays))
+    nodes = (_operand_node(operands[0], BOOL) if isinstance(operands[0], Array | Constant)
+             else _operand_node(bool(operands[0]), BOOL),
+             _operand_node(operands[1], value_dt), _operand_node(operands[2], value_dt))
+    return Array._lazy(Apply("where", nodes, loop, shape), device)
+
+
+def clip(a: Any, a_min: Any, a_max: Any, /) -> Any:
+    """``numpy.clip``: ``minimum(maximum(a, a_min), a_max)``, NaN propagating."""
+    out = a
+    if a_min is not None:
+        out = FUNCTIONS["maximum"](out, a_min)
+    if a_max is not None:
+        out = FUNCTIONS["minimum"](out, a_max)
+    return out
+
+
+def astype(x: Any, dtype: Any, /, *, copy: bool = True) -> Any:
+    """Convert ``x`` to ``dtype`` (array API spelling of ``x.astype``)."""
+    if not isinstance(x, Array):
+        return np.asarray(x).astype(as_dtype(dtype))
+    return x.astype(dtype, copy=copy)
+
+
+__all__ = ["FUNCTIONS", "astype", "clip", "where", *FUNCTIONS]
