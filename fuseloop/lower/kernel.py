@@ -24,6 +24,7 @@ from ..expr.program import Program
 from .scalar_ops import Helper, is_direct, make_helper
 
 FLAT_INAME = "i"
+_MAX_INLINE_DEPTH = 24
 _BOOL = np.dtype("bool")
 _UINT8 = np.dtype("uint8")
 
@@ -124,6 +125,7 @@ def lower_program(program: Program, groups: tuple[tuple[int, ...], ...],
     helpers: dict[str, Helper] = {}
     callables: dict[str, HelperCallable] = {}
     exprs: list[Any] = []
+    depth: list[int] = []
     dtypes: list[np.dtype] = []
     instructions: list[Any] = []
     temporaries: list[Any] = []
@@ -190,7 +192,11 @@ def lower_program(program: Program, groups: tuple[tuple[int, ...], ...],
             else:
                 value = helper_call(op_name, loop, args)
         dtypes.append(dt)
-        if uses[ref] > 1 and kind not in ("arg", "lit"):
+        # deep trees are split into temporaries: pymbolic recurses per level
+        depth.append(1 + max((depth[r] for r in e[3]), default=0)
+                     if kind in ("op", "call") else 0)
+        if (uses[ref] > 1 or depth[ref] > _MAX_INLINE_DEPTH) and kind not in ("arg", "lit"):
+            depth[ref] = 0
             tmp = f"t{ref}"
             temporaries.append(lp.TemporaryVariable(tmp, kernel_dtype(dt), shape=(),
                                                     address_space=lp.AddressSpace.PRIVATE))
@@ -226,8 +232,9 @@ def lower_program(program: Program, groups: tuple[tuple[int, ...], ...],
     arg_names.append("N")
 
     assumptions = " and ".join(f"{s} >= 1" for s in dict.fromkeys([*size_names, "N"]))
+    params = ", ".join(dict.fromkeys([*size_names, "N"]))
     knl = lp.make_kernel(
-        "{[i]: 0 <= i < N}",
+        f"[{params}] -> {{[i]: 0 <= i < N}}",
         instructions,
         [*kernel_args, *temporaries],
         target=lp.OpenCLTarget(),

@@ -1,0 +1,31 @@
+"""Shared fixtures: every device test runs once per OpenCL device present."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+# an isolated kernel cache for the test session (set before fuseloop reads it)
+os.environ.setdefault("FUSELOOP_CACHE_DIR", tempfile.mkdtemp(prefix="fuseloop-test-cache-"))
+
+import fuseloop as fl  # noqa: E402
+
+
+def _device_params() -> list:
+    found = fl.devices()
+    return [pytest.param(d, id=f"{d.type}{d.index}") for d in found]
+
+
+@pytest.fixture(params=_device_params())
+def device(request):
+    """Runs the test with each OpenCL device as the default device."""
+    with fl.device(request.param) as dev:
+        yield dev
+
+
+@pytest.fixture
+def fresh_stats():
+    fl.reset_stats()
+    return fl.stats
