@@ -89,8 +89,33 @@ def build_node(op: str, operands: tuple[Any, ...],
     return Apply(op, args, loop, shape), device
 
 
+def _binary_fast(op: str, a: Any, b: Any) -> Array | None:
+    """The common cases (array with array, array with Python scalar), kept lean."""
+    ta, tb = type(a), type(b)
+    if ta is Array:
+        if tb is Array:
+            if a.device is not b.device:
+                return None
+            loop = resolve_loop(op, (a.dtype, b.dtype))
+            shape = a.shape if a.shape == b.shape else broadcast_shapes(a.shape, b.shape)
+            return Array._lazy(Apply(op, (a._node, b._node), loop, shape), a.device)
+        if tb is float or tb is int:
+            loop = resolve_loop(op, (a.dtype, tb))
+            return Array._lazy(Apply(op, (a._node, Scalar(scalar_to(b, loop[1]))), loop,
+                                     a.shape), a.device)
+    elif tb is Array and (ta is float or ta is int):
+        loop = resolve_loop(op, (ta, b.dtype))
+        return Array._lazy(Apply(op, (Scalar(scalar_to(a, loop[0])), b._node), loop,
+                                 b.shape), b.device)
+    return None
+
+
 def apply_op(op: str, *operands: Any) -> Any:
     """Apply a numpy ufunc by name lazily; with no array operand, numpy computes it."""
+    if len(operands) == 2:
+        fast = _binary_fast(op, operands[0], operands[1])
+        if fast is not None:
+            return fast
     node, device = build_node(op, operands)
     if node is None:
         plain = [o.value if isinstance(o, Constant) else o for o in operands]

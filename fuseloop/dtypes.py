@@ -121,8 +121,12 @@ def scalar_kind(value: object) -> Operand:
 
 def scalar_to(value: object, dtype: np.dtype) -> np.generic:
     """Convert a scalar to ``dtype`` as numpy does for a ufunc operand."""
-    if dtype.kind in "iu" and isinstance(value, int) and not isinstance(value, bool):
-        info = np.iinfo(dtype)
-        if not info.min <= value <= info.max:
+    if dtype.kind in "iu" and type(value) is int:
+        lo, hi = _INT_BOUNDS[dtype.char]
+        if not lo <= value <= hi:
             raise OverflowError(f"Python integer {value} out of bounds for {dtype}")
     return dtype.type(value)
+
+
+_INT_BOUNDS = {d.char: (int(np.iinfo(d).min), int(np.iinfo(d).max))
+               for d in SUPPORTED_DTYPES if d.kind in "iu"}

@@ -45,7 +45,8 @@ def _check_fp64(program_entries: tuple, device: Device) -> None:
     if device.has_fp64:
         return
     for e in program_entries:
-        if "float64" in repr(e):
+        chars = e[2] if e[0] in ("op", "call") else (e[2],) if e[0] in ("load", "arg") else (e[1],)
+        if "d" in chars:
             raise DTypeError(
                 f"device {device.name} does not support float64, but this expression needs it "
                 "(numpy promotes e.g. int32 / int32 and float32 + float64 to float64); "

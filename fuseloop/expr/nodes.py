@@ -29,7 +29,7 @@ class Storage:
     later write change the value of an earlier expression.
     """
 
-    __slots__ = ("__weakref__", "buffer", "device", "nbytes", "readers")
+    __slots__ = ("__weakref__", "_purge_at", "buffer", "device", "nbytes", "readers")
 
     def __init__(self, buffer: Any, nbytes: int, device: Device) -> None:
         self.buffer = buffer
@@ -37,12 +37,15 @@ class Storage:
         self.device = device
         # id(array) -> weak reference; arrays are unhashable (== is elementwise)
         self.readers: dict[int, weakref.ref] = {}
+        self._purge_at = 64
+
 
     def add_reader(self, array: Any) -> None:
         readers = self.readers
-        if len(readers) >= 64:
+        if len(readers) >= self._purge_at:  # dead entries are dropped in amortised O(1)
             for k in [k for k, r in readers.items() if r() is None]:
                 del readers[k]
+            self._purge_at = 2 * len(readers) + 64
         readers[id(array)] = weakref.ref(array)
 
     def discard_reader(self, array: Any) -> None:
@@ -122,13 +125,14 @@ class Apply(Node):
     exactly as the numpy ufunc would.
     """
 
-    __slots__ = ("args", "loop", "op")
+    __slots__ = ("args", "loop", "loop_key", "op")
 
     def __init__(self, op: str, args: tuple[Node, ...], loop: tuple[np.dtype, ...],
                  shape: tuple[int, ...]) -> None:
         self.op = op
         self.args = args
         self.loop = loop
+        self.loop_key = _loop_key(loop)
         self.dtype = loop[-1]
         self.shape = shape
         storages = _EMPTY
@@ -147,6 +151,16 @@ class UserCall(Apply):
                  shape: tuple[int, ...]) -> None:
         super().__init__("call", args, loop, shape)
         self.function = function
+
+
+_loop_keys: dict[tuple, tuple[str, ...]] = {}
+
+
+def _loop_key(loop: tuple[np.dtype, ...]) -> tuple[str, ...]:
+    key = _loop_keys.get(loop)
+    if key is None:
+        key = _loop_keys[loop] = tuple(d.char for d in loop)
+    return key
 
 
 _broadcast_cache: dict[tuple[tuple[int, ...], ...], tuple[int, ...]] = {}

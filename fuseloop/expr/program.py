@@ -18,6 +18,7 @@ Entries:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import NamedTuple
@@ -48,69 +49,69 @@ def broadcast_signature(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> t
 
 
 def linearize(roots: Sequence[Node], out_shape: tuple[int, ...]) -> tuple[Program, Bindings]:
+    # The hot path of every evaluation.  Node ids stay unique during the walk
+    # because the roots keep every node alive.
     entries: list[tuple] = []
     interned: dict[tuple, int] = {}
     ref_of: dict[int, int] = {}
     slot_of_storage: dict[int, int] = {}
     storages: list[Storage] = []
     scalars: list[np.generic] = []
-    keep_alive: list[Node] = []  # ids stay unique only while the nodes live
 
-    def intern(entry: tuple) -> int:
+    def visit(node: Node) -> int:
+        ref = ref_of.get(id(node))
+        if ref is not None:
+            return ref
+        cls = type(node)
+        if cls is Apply:
+            entry: tuple = ("op", node.op, node.loop_key,  # type: ignore[attr-defined]
+                            tuple([visit(a) for a in node.args]))  # type: ignore[attr-defined]
+        elif cls is Leaf:
+            skey = id(node.storage)  # type: ignore[attr-defined]
+            slot = slot_of_storage.get(skey)
+            if slot is None:
+                slot = slot_of_storage[skey] = len(storages)
+                storages.append(node.storage)  # type: ignore[attr-defined]
+            entry = ("load", slot, node.dtype.char, broadcast_signature(node.shape, out_shape))
+        elif cls is Scalar:
+            # each scalar node is its own argument: values are data, not structure
+            entry = ("arg", len(scalars), node.dtype.char)
+            scalars.append(node.value)  # type: ignore[attr-defined]
+        elif cls is UserCall:
+            entry = ("call", node.function.key, node.loop_key,  # type: ignore[attr-defined]
+                     tuple([visit(a) for a in node.args]))  # type: ignore[attr-defined]
+        elif cls is Literal:
+            entry = ("lit", node.dtype.char, node.value.item())  # type: ignore[attr-defined]
+        elif cls is Iota:
+            entry = ("iota", node.dtype.char, broadcast_signature(node.shape, out_shape))
+        else:
+            raise AssertionError(f"unknown node {cls.__name__}")
         ref = interned.get(entry)
         if ref is None:
             ref = interned[entry] = len(entries)
             entries.append(entry)
+        ref_of[id(node)] = ref
         return ref
 
-    def visit_leaf(node: Node) -> int:
-        if isinstance(node, Leaf):
-            key = id(node.storage)
-            slot = slot_of_storage.get(key)
-            if slot is None:
-                slot = slot_of_storage[key] = len(storages)
-                storages.append(node.storage)
-            sig = broadcast_signature(node.shape, out_shape)
-            return intern(("load", slot, node.dtype.name, sig))
-        if isinstance(node, Scalar):
-            scalars.append(node.value)
-            # each scalar node is its own argument; values are data, not structure
-            return intern(("arg", len(scalars) - 1, node.dtype.name))
-        if isinstance(node, Literal):
-            return intern(("lit", node.dtype.name, node.value.item()))
-        if isinstance(node, Iota):
-            return intern(("iota", node.dtype.name, broadcast_signature(node.shape, out_shape)))
-        raise AssertionError(f"unknown leaf node {type(node).__name__}")
-
-    for root in roots:
-        stack: list[tuple[Node, bool]] = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            nid = id(node)
-            if nid in ref_of:
-                continue
-            if not isinstance(node, Apply):
-                ref_of[nid] = visit_leaf(node)
-                keep_alive.append(node)
-                continue
-            if not expanded:
-                stack.append((node, True))
-                for arg in reversed(node.args):
-                    if id(arg) not in ref_of:
-                        stack.append((arg, False))
-                continue
-            refs = tuple(ref_of[id(a)] for a in node.args)
-            loop = tuple(d.name for d in node.loop)
-            if isinstance(node, UserCall):
-                entry = ("call", node.function.key, loop, refs)
-            else:
-                entry = ("op", node.op, loop, refs)
-            ref_of[nid] = intern(entry)
-            keep_alive.append(node)
-
-    outputs = tuple(ref_of[id(r)] for r in roots)
-    program = Program(tuple(entries), outputs, tuple(s == 1 for s in out_shape))
+    limit = sys.getrecursionlimit()
+    try:
+        outputs = tuple([visit(r) for r in roots])
+    except RecursionError:
+        # very deep expression chains: retry with room for them
+        entries.clear(), interned.clear(), ref_of.clear()
+        slot_of_storage.clear(), storages.clear(), scalars.clear()
+        sys.setrecursionlimit(max(limit, 200_000))
+        try:
+            outputs = tuple([visit(r) for r in roots])
+        finally:
+            sys.setrecursionlimit(limit)
+    program = Program(tuple(entries), outputs, _ones_mask(out_shape))
     return program, Bindings(storages, scalars)
+
+
+@lru_cache(maxsize=256)
+def _ones_mask(shape: tuple[int, ...]) -> tuple[bool, ...]:
+    return tuple(s == 1 for s in shape)
 
 
 def collapse_groups(program: Program) -> tuple[tuple[int, ...], ...]:
