@@ -73,7 +73,7 @@ def _demo(args: argparse.Namespace) -> int:
           f"numpy {t_np * 1e3:.2f} ms ({gbs / t_np:.1f} GB/s): {t_np / t_fl:.1f}x numpy")
 
     fl.reset_stats()
-    a, b = fl.compute(x + y, x - y)
+    fl.compute(x + y, x - y)
     print(f"\na, b = fl.compute(x + y, x - y): {fl.stats()['kernels_launched']} kernel")
     fl.reset_stats()
     x += 1
