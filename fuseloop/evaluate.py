@@ -103,8 +103,7 @@ def launch(program, bindings, out_shape: tuple[int, ...], outs: list[Storage],
         _check_fp64(program.entries, device)
         kernel = get_kernel(program, index_dtype, device, recipe, user_functions)
     itype = index_dtype.type
-    groups = kernel.groups
-    n = tuple(itype(math.prod(out_shape[d] for d in g)) for g in groups)
+    n = tuple([itype(s) for s in bindings.sizes])
     total = itype(size)
     args = []
     storages = bindings.storages
@@ -120,7 +119,10 @@ def launch(program, bindings, out_shape: tuple[int, ...], outs: list[Storage],
             args.append(n[idx])
         else:
             args.append(total)
-    kernel.kernel(device.queue, kernel.gsize(size, n), kernel.lsize(size, n), *args)
+    local = kernel.lsize(size, n)
+    groups_per_axis = kernel.gsize(size, n)
+    global_size = tuple(g * l for g, l in zip(groups_per_axis, local))
+    kernel.kernel(device.queue, global_size, local, *args)
     _counters["kernels_launched"] += 1
 
 

@@ -14,7 +14,10 @@ import fuseloop as fl  # noqa: E402
 
 
 def _device_params() -> list:
+    # every device present; FUSELOOP_DEVICE narrows it unless FUSELOOP_TEST_ALL_DEVICES=1
     found = fl.devices()
+    if os.environ.get("FUSELOOP_DEVICE") and os.environ.get("FUSELOOP_TEST_ALL_DEVICES") != "1":
+        found = [fl.get_device()]
     return [pytest.param(d, id=f"{d.type}{d.index}") for d in found]
 
 

@@ -18,6 +18,7 @@ Entries:
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from functools import lru_cache
@@ -39,6 +40,7 @@ class Bindings(NamedTuple):
 
     storages: list[Storage]
     scalars: list[np.generic]
+    sizes: tuple[int, ...]  # length of each collapsed output dimension
 
 
 @lru_cache(maxsize=1024)
@@ -105,8 +107,23 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...]) -> tuple[Progra
             outputs = tuple([visit(r) for r in roots])
         finally:
             sys.setrecursionlimit(limit)
-    program = Program(tuple(entries), outputs, _ones_mask(out_shape))
-    return program, Bindings(storages, scalars)
+    if len(out_shape) == 1 and out_shape[0] != 1:
+        return (Program(tuple(entries), outputs, (False,)),
+                Bindings(storages, scalars, out_shape))
+    # Canonical form: broadcast signatures over collapsed dimensions, so that e.g.
+    # (7, 9) and (63,) arrays without broadcasting share one kernel.
+    raw = Program(tuple(entries), outputs, _ones_mask(out_shape))
+    groups = collapse_groups(raw)
+    canonical = []
+    for e in entries:
+        if e[0] == "load":
+            e = (e[0], e[1], e[2], tuple(e[3][g[0]] for g in groups))
+        elif e[0] == "iota":
+            e = (e[0], e[1], tuple(e[2][g[0]] for g in groups))
+        canonical.append(e)
+    sizes = tuple(math.prod(out_shape[d] for d in g) for g in groups)
+    program = Program(tuple(canonical), outputs, (False,) * len(groups))
+    return program, Bindings(storages, scalars, sizes)
 
 
 @lru_cache(maxsize=256)
