@@ -1,0 +1,449 @@
+"""Element-wise benchmark: fused fuseloop expressions against copy bandwidth and other libraries.
+
+Measured in one run, on one device (medians over ``--repeat`` runs, each followed by a
+synchronize):
+
+* copy bandwidth: a fuseloop copy kernel (``out[...] = x``) and a raw OpenCL buffer copy
+  (``pyopencl.enqueue_copy``); on a GPU also ``torch`` ``copy_`` when torch is importable;
+* CPU devices: ``2*x + x*y - 3*y`` with fuseloop (into a preallocated ``out`` and via
+  ``.eval()``), numpy, and numexpr when importable; the ratio fuseloop/numpy is reported;
+* GPU devices: ``2*x - sin(y) + x*y`` with fuseloop, and torch eager, torch.compile,
+  cupy.fuse and jax.jit when importable; reported as a fraction of the copy bandwidth
+  (the larger of the copy figures, named in the output);
+* host overhead: a cached 5-operation expression on 1000 elements, built and enqueued with
+  ``.eval()`` each call, synchronizing every 100 calls; ``fl.stats()`` around the timed loop
+  shows that nothing was lowered or compiled there.
+
+Bandwidth counts the bytes each expression must move: 3 float32 arrays (2 read, 1 written)
+for the expressions, 2 for a copy. Timings are reported, never asserted.
+
+Usage::
+
+    python benchmarks/bench_elementwise.py [--device SPEC] [--size LOG2] [--repeat N]
+                                           [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import fuseloop as fl
+
+F32 = 4  # bytes per element
+
+
+def median_time(fn: Callable[[], Any], sync: Callable[[], Any], repeat: int,
+                warmup: int = 2) -> float:
+    """Median wall time of ``fn(); sync()`` over ``repeat`` runs, after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+        sync()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+class Results:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, group: str, case: str, seconds: float | None, nbytes: int | None,
+            note: str = "", **extra: Any) -> dict[str, Any]:
+        row: dict[str, Any] = {"group": group, "case": case, "seconds": seconds, "note": note}
+        if seconds is not None and nbytes is not None:
+            row["gb_per_s"] = nbytes / seconds / 1e9
+        else:
+            row["gb_per_s"] = None
+        row.update(extra)
+        self.rows.append(row)
+        return row
+
+    def skip(self, group: str, case: str, reason: str) -> None:
+        self.add(group, case, None, None, note=f"skipped: {reason}")
+
+
+def short_reason(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {msg}"[:120]
+
+
+def check_close(name: str, got: np.ndarray, want: np.ndarray) -> bool:
+    ok = bool(np.allclose(got, want, rtol=1e-4, atol=1e-5))
+    if not ok:
+        bad = np.argmax(np.abs(got - want))
+        print(f"WARNING: {name} result differs from numpy (at {bad}: {got[bad]} vs {want[bad]})",
+              file=sys.stderr)
+    return ok
+
+
+# --------------------------------------------------------------------------------------------
+# copy bandwidth
+
+
+def bench_copy(res: Results, x: fl.Array, out: fl.Array, n: int, repeat: int) -> None:
+    nbytes = 2 * F32 * n
+
+    def fl_copy():
+        out[...] = x
+
+    t = median_time(fl_copy, fl.synchronize, repeat)
+    res.add("copy", "fuseloop copy kernel (out[...] = x)", t, nbytes)
+
+    try:
+        import pyopencl as cl
+
+        queue = fl.get_device().queue
+        src, dst = x.data, out.data
+
+        def raw_copy():
+            cl.enqueue_copy(queue, dst, src, byte_count=F32 * n)
+
+        t = median_time(raw_copy, queue.finish, repeat)
+        res.add("copy", "pyopencl enqueue_copy (buffer to buffer)", t, nbytes)
+    except Exception as e:  # the raw buffer API may be unavailable
+        res.skip("copy", "pyopencl enqueue_copy (buffer to buffer)", short_reason(e))
+
+
+def bench_torch_copy(res: Results, xh: np.ndarray, repeat: int) -> None:
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("torch.cuda is not available")
+        tx = torch.from_numpy(xh).cuda()
+        to = torch.empty_like(tx)
+        t = median_time(lambda: to.copy_(tx), torch.cuda.synchronize, repeat)
+        res.add("copy", "torch copy_ (CUDA)", t, 2 * F32 * xh.size)
+    except Exception as e:
+        res.skip("copy", "torch copy_ (CUDA)", short_reason(e))
+
+
+def best_copy(res: Results) -> tuple[float | None, str]:
+    copies = [r for r in res.rows if r["group"] == "copy" and r["gb_per_s"]]
+    if not copies:
+        return None, "none"
+    best = max(copies, key=lambda r: r["gb_per_s"])
+    return best["gb_per_s"], best["case"]
+
+
+# --------------------------------------------------------------------------------------------
+# CPU: 2*x + x*y - 3*y
+
+
+def bench_cpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
+    n = xh.size
+    nbytes = 3 * F32 * n
+    want = 2 * xh + xh * yh - 3 * yh
+    group = "expr"
+
+    def fl_out():
+        out[...] = 2 * x + x * y - 3 * y
+
+    t = median_time(fl_out, fl.synchronize, repeat)
+    ok = check_close("fuseloop out[...] =", out.get(), want)
+    res.add(group, "fuseloop: out[...] = 2*x + x*y - 3*y", t, nbytes, correct=ok)
+
+    holder: list[fl.Array] = []
+
+    def fl_eval():
+        holder[:] = [(2 * x + x * y - 3 * y).eval()]
+
+    t = median_time(fl_eval, fl.synchronize, repeat)
+    ok = check_close("fuseloop .eval()", holder[0].get(), want)
+    res.add(group, "fuseloop: (2*x + x*y - 3*y).eval()", t, nbytes, correct=ok)
+    holder.clear()
+
+    t = median_time(lambda: 2 * xh + xh * yh - 3 * yh, lambda: None, repeat)
+    res.add(group, "numpy: 2*x + x*y - 3*y", t, nbytes)
+
+    try:
+        import numexpr as ne
+
+        ne_out = np.empty_like(xh)
+        env = {"x": xh, "y": yh}
+        t = median_time(lambda: ne.evaluate("2*x + x*y - 3*y", local_dict=env, out=ne_out),
+                        lambda: None, repeat)
+        ok = check_close("numexpr", ne_out, want)
+        res.add(group, f"numexpr ({ne.detect_number_of_cores()} threads): out=", t, nbytes,
+                correct=ok)
+    except Exception as e:
+        res.skip(group, "numexpr", short_reason(e))
+
+    numpy_row = next(r for r in res.rows if r["case"].startswith("numpy:"))
+    for r in res.rows:
+        if r["group"] == group and r["seconds"]:
+            r["vs_numpy"] = numpy_row["seconds"] / r["seconds"]
+
+
+# --------------------------------------------------------------------------------------------
+# GPU: 2*x - sin(y) + x*y
+
+
+def bench_gpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
+    n = xh.size
+    nbytes = 3 * F32 * n
+    want = 2 * xh - np.sin(yh) + xh * yh
+    group = "expr"
+
+    def fl_out():
+        out[...] = 2 * x - fl.sin(y) + x * y
+
+    t = median_time(fl_out, fl.synchronize, repeat)
+    ok = check_close("fuseloop out[...] =", out.get(), want)
+    res.add(group, "fuseloop: out[...] = 2*x - sin(y) + x*y", t, nbytes, correct=ok)
+
+    holder: list[fl.Array] = []
+
+    def fl_eval():
+        holder[:] = [(2 * x - fl.sin(y) + x * y).eval()]
+
+    t = median_time(fl_eval, fl.synchronize, repeat)
+    ok = check_close("fuseloop .eval()", holder[0].get(), want)
+    res.add(group, "fuseloop: (2*x - sin(y) + x*y).eval()", t, nbytes, correct=ok)
+    holder.clear()
+
+    # torch eager and torch.compile
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("torch.cuda is not available")
+        tx, ty = torch.from_numpy(xh).cuda(), torch.from_numpy(yh).cuda()
+
+        def torch_expr(a, b):
+            return 2 * a - torch.sin(b) + a * b
+
+        t = median_time(lambda: torch_expr(tx, ty), torch.cuda.synchronize, repeat)
+        res.add(group, "torch eager (CUDA)", t, nbytes)
+        try:
+            compiled = torch.compile(torch_expr)
+            t = median_time(lambda: compiled(tx, ty), torch.cuda.synchronize, repeat, warmup=3)
+            ok = check_close("torch.compile", compiled(tx, ty).cpu().numpy(), want)
+            res.add(group, "torch.compile (CUDA)", t, nbytes, correct=ok)
+        except Exception as e:
+            res.skip(group, "torch.compile", short_reason(e))
+    except Exception as e:
+        res.skip(group, "torch", short_reason(e))
+
+    # cupy.fuse
+    try:
+        import cupy as cp
+
+        cx, cy = cp.asarray(xh), cp.asarray(yh)
+
+        @cp.fuse()
+        def cupy_expr(a, b):
+            return 2 * a - cp.sin(b) + a * b
+
+        sync = cp.cuda.Device().synchronize
+        t = median_time(lambda: cupy_expr(cx, cy), sync, repeat)
+        ok = check_close("cupy.fuse", cp.asnumpy(cupy_expr(cx, cy)), want)
+        res.add(group, "cupy.fuse", t, nbytes, correct=ok)
+    except Exception as e:
+        res.skip(group, "cupy.fuse", short_reason(e))
+
+    # jax.jit (wall clock including dispatch)
+    try:
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        import jax
+        import jax.numpy as jnp
+
+        jx, jy = jnp.asarray(xh), jnp.asarray(yh)
+        jitted = jax.jit(lambda a, b: 2 * a - jnp.sin(b) + a * b)
+        box: list[Any] = [None]
+
+        def run_jax():
+            box[0] = jitted(jx, jy)
+
+        t = median_time(run_jax, lambda: box[0].block_until_ready(), repeat)
+        ok = check_close("jax.jit", np.asarray(box[0]), want)
+        backend = jax.default_backend()
+        res.add(group, f"jax.jit ({backend})", t, nbytes, correct=ok)
+    except Exception as e:
+        res.skip(group, "jax.jit", short_reason(e))
+
+
+# --------------------------------------------------------------------------------------------
+# host overhead
+
+
+def bench_overhead(res: Results, calls: int, repeat: int) -> dict[str, Any]:
+    n = 1000
+    rng = np.random.default_rng(1)
+    xh = rng.random(n, dtype=np.float32)
+    yh = rng.random(n, dtype=np.float32) + 1
+    x, y = fl.asarray(xh), fl.asarray(yh)
+
+    def expr():
+        # 5 operations: *, +, *, -, /
+        return ((x * 2 + y) * x - y) / 3
+
+    ok = check_close("overhead expression", expr().eval().get(),
+                     ((xh * 2 + yh) * xh - yh) / 3)
+    fl.synchronize()
+
+    def loop():
+        for i in range(calls):
+            expr().eval()
+            if i % 100 == 99:
+                fl.synchronize()
+
+    loop()  # warm (compiles once, fills the cache)
+    fl.synchronize()
+    before = fl.stats()
+    t = median_time(loop, fl.synchronize, max(3, repeat // 2), warmup=0)
+    after = fl.stats()
+    delta = {k: after[k] - before[k] for k in after if isinstance(after[k], int | float)}
+    per_call_us = t / calls * 1e6
+    res.add("overhead", "fuseloop: ((x*2 + y)*x - y)/3 on 1000 elements, build + .eval()",
+            t / calls, None, note=f"{per_call_us:.1f} us/call", us_per_call=per_call_us,
+            correct=ok)
+
+    t_np = median_time(lambda: [((xh * 2 + yh) * xh - yh) / 3 for _ in range(calls)],
+                       lambda: None, max(3, repeat // 2), warmup=1)
+    res.add("overhead", "numpy (host, for reference): same expression", t_np / calls, None,
+            note=f"{t_np / calls * 1e6:.1f} us/call", us_per_call=t_np / calls * 1e6)
+    return {"calls_per_run": calls, "stats_delta_in_timed_loops": delta}
+
+
+# --------------------------------------------------------------------------------------------
+# report
+
+
+def fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def markdown(res: Results, info: dict[str, Any], copy_bw: float | None, copy_name: str) -> str:
+    lines = [
+        f"Device: {info['device']['name']} ({info['device']['type']}, "
+        f"{info['device']['platform']}); n = 2^{info['size_log2']} float32; "
+        f"median of {info['repeat']}",
+        "",
+        "| group | case | time (ms) | GB/s | vs numpy | % of copy | note |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in res.rows:
+        sec = r["seconds"]
+        if r["group"] == "overhead":
+            time_s = fmt(sec * 1e3 if sec else None, ".4f")
+        else:
+            time_s = fmt(sec * 1e3 if sec else None, ".3f")
+        gbs = r["gb_per_s"]
+        pct = f"{100 * gbs / copy_bw:.0f}%" if (gbs and copy_bw) else "-"
+        note = r["note"]
+        if r.get("correct") is False:
+            note = (note + "; " if note else "") + "RESULT MISMATCH"
+        lines.append(f"| {r['group']} | {r['case']} | {time_s} | {fmt(gbs, '.1f')} | "
+                     f"{fmt(r.get('vs_numpy'), '.2f')} | {pct} | {note} |")
+    lines.append("")
+    if copy_bw:
+        lines.append(f"% of copy is relative to the best copy figure: {copy_name} "
+                     f"({copy_bw:.1f} GB/s).")
+    return "\n".join(lines)
+
+
+def parse_device(spec: str | None):
+    if spec is None:
+        return None
+    return int(spec) if spec.strip().lstrip("-").isdigit() else spec
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="fuseloop element-wise benchmark")
+    ap.add_argument("--device", default=None,
+                    help="device spec for fl.set_device: 'cpu', 'gpu', an index or a name "
+                         "substring (default: fuseloop's default device)")
+    ap.add_argument("--size", type=int, default=None,
+                    help="log2 of the element count (default: 24 on a CPU, 27 otherwise)")
+    ap.add_argument("--repeat", type=int, default=10, help="timed runs per case (median)")
+    ap.add_argument("--calls", type=int, default=1000,
+                    help="calls per timed run in the host-overhead loop")
+    ap.add_argument("--out", default=None, help="write the results as JSON to this path")
+    ap.add_argument("--show-code", action="store_true",
+                    help="print the OpenCL source of the benchmarked expression")
+    args = ap.parse_args(argv)
+
+    spec = parse_device(args.device)
+    if spec is not None:
+        fl.set_device(spec)
+    dev = fl.get_device()
+    is_cpu = dev.type == "cpu"
+    size = args.size if args.size is not None else (24 if is_cpu else 27)
+    n = 2**size
+    repeat = max(1, args.repeat)
+
+    info: dict[str, Any] = {
+        "device": {"name": dev.name, "type": dev.type, "platform": dev.platform,
+                   "index": dev.index},
+        "size_log2": size,
+        "n": n,
+        "dtype": "float32",
+        "repeat": repeat,
+        "versions": {"python": platform.python_version(), "numpy": np.__version__,
+                     "fuseloop": getattr(fl, "__version__", "unknown")},
+    }
+    print(f"fuseloop element-wise benchmark on {dev.name} ({dev.type}), n = 2^{size}",
+          file=sys.stderr)
+
+    rng = np.random.default_rng(0)
+    xh = rng.random(n, dtype=np.float32)
+    yh = rng.random(n, dtype=np.float32)
+    x, y = fl.asarray(xh), fl.asarray(yh)
+    out = fl.empty_like(x)
+    fl.synchronize()
+
+    res = Results()
+    bench_copy(res, x, out, n, repeat)
+    if not is_cpu:
+        bench_torch_copy(res, xh, repeat)
+    copy_bw, copy_name = best_copy(res)
+
+    if is_cpu:
+        bench_cpu(res, x, y, out, xh, yh, repeat)
+        if args.show_code:
+            print(fl.show_code(2 * x + x * y - 3 * y))
+    else:
+        bench_gpu(res, x, y, out, xh, yh, repeat)
+        if args.show_code:
+            print(fl.show_code(2 * x - fl.sin(y) + x * y))
+
+    overhead = bench_overhead(res, args.calls, repeat)
+
+    for r in res.rows:
+        if r["gb_per_s"] and copy_bw:
+            r["fraction_of_copy"] = r["gb_per_s"] / copy_bw
+    print(markdown(res, info, copy_bw, copy_name))
+    delta = overhead["stats_delta_in_timed_loops"]
+    print()
+    print("fl.stats() change over the timed host-overhead loops: "
+          + ", ".join(f"{k}={v}" for k, v in delta.items()))
+    new_builds = delta.get("kernels_lowered", 0) + delta.get("kernels_compiled", 0)
+    print("new kernels lowered/compiled in the timed loops: "
+          f"{new_builds} ({'expected 0' if new_builds == 0 else 'UNEXPECTED, cache missed'})")
+
+    if args.out:
+        doc = {**info, "copy_reference": {"case": copy_name, "gb_per_s": copy_bw},
+               "rows": res.rows, "host_overhead": overhead, "stats": fl.stats()}
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2)
+        print(f"\nwrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
