@@ -62,16 +62,16 @@ try:
     print(f"torch copy: {8 * n / tt(lambda: to.copy_(tx)) / 1e9:.0f} GB/s")
     f = torch.compile(lambda a, b: 2 * a - torch.sin(b) + a * b)
     print(f"torch.compile expr: {12 * n / tt(lambda: f(tx, ty)) / 1e9:.0f} GB/s")
-except Exception as e:  # noqa: BLE001
+except Exception as e:
     print("torch unavailable:", e)
 
 
 def variant(lsize, per_item, opts=()):
     i = p.Variable("i")
-    X, Y, O, a = (p.Variable(s) for s in ("x", "y", "out", "a"))
+    X, Y, OUT, a = (p.Variable(s) for s in ("x", "y", "out", "a"))
     e = a * X[i] - p.Variable("sin")(Y[i]) + X[i] * Y[i]
     knl = lp.make_kernel(
-        "{[i]: 0<=i<n}", [lp.Assignment(O[i], e)],
+        "{[i]: 0<=i<n}", [lp.Assignment(OUT[i], e)],
         [lp.GlobalArg("x", np.float32, shape=("n",)),
          lp.GlobalArg("y", np.float32, shape=("n",)),
          lp.GlobalArg("out", np.float32, shape=("n",), is_output=True),
@@ -90,10 +90,12 @@ def variant(lsize, per_item, opts=()):
     cl.enqueue_copy(q, res, o)
     ok = np.allclose(res, 2 * xh - np.sin(yh) + xh * yh, rtol=1e-5, atol=1e-5)
     bw = 12 * n / t / 1e9
-    print(f"lsize={lsize} per_item={per_item} opts={opts}: {bw:.0f} GB/s = {bw / copy_bw:.1%} of copy, ok={ok}")
+    print(f"lsize={lsize} per_item={per_item} opts={opts}: {bw:.0f} GB/s = "
+          f"{bw / copy_bw:.1%} of copy, ok={ok}")
 
 
-for lsize, per in [(256, 1), (512, 1), (1024, 1), (128, 4), (256, 2), (256, 4), (256, 8), (512, 4), (128, 8)]:
+for lsize, per in [(256, 1), (512, 1), (1024, 1), (128, 4), (256, 2), (256, 4), (256, 8),
+                   (512, 4), (128, 8)]:
     variant(lsize, per)
 variant(256, 4, ("-cl-fast-relaxed-math",))
 variant(256, 4, ("-cl-mad-enable",))

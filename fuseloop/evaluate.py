@@ -121,7 +121,7 @@ def launch(program, bindings, out_shape: tuple[int, ...], outs: list[Storage],
             args.append(total)
     local = kernel.lsize(size, n)
     groups_per_axis = kernel.gsize(size, n)
-    global_size = tuple(g * l for g, l in zip(groups_per_axis, local))
+    global_size = tuple(g * w for g, w in zip(groups_per_axis, local))
     kernel.kernel(device.queue, global_size, local, *args)
     _counters["kernels_launched"] += 1
 
