@@ -70,8 +70,10 @@ def test_same_array_loaded_once_and_subexpressions_computed_once(device):
     xh = rand()
     x = fl.asarray(xh)
     code = fl.show_code(fl.log(x) * (fl.log(x) + x))
-    assert code.count("in0[") == 1  # one load of x
-    assert code.count("fl_log_f32(") == 2  # the helper's definition and a single call
+    stores = code.count("out0[")  # recipes may unroll several elements per work-item
+    assert stores >= 1
+    assert code.count("in0[") == stores  # one load of x per element
+    assert code.count("fl_log_f32(") == stores + 1  # one call per element + the definition
     assert code.count("in1") == 0
     np.testing.assert_allclose((fl.log(x) * (fl.log(x) + x)).get(),
                                np.log(xh) * (np.log(xh) + xh), rtol=1e-5)
