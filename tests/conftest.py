@@ -10,7 +10,7 @@ import pytest
 # an isolated kernel cache for the test session (set before fuseloop reads it)
 os.environ.setdefault("FUSELOOP_CACHE_DIR", tempfile.mkdtemp(prefix="fuseloop-test-cache-"))
 
-import fuseloop as fl  # noqa: E402
+import fuseloop as fl
 
 
 def _device_params() -> list:
