@@ -142,12 +142,19 @@ print("ok  b = astype(a, float32) / 2")
 Z[...] = fl.sqrt(X * X + Y * Y)
 check("Z = sqrt(X*X + Y*Y)   (X and Y loaded once each)", Z, np.sqrt(x_h * x_h + y_h * y_h))
 
+
+
+def kernel_body(source):
+    """The __kernel function of a generated source (helper functions precede it)."""
+    return source[source.index("__kernel"):]
+
+
 # Y = log(X) * (log(X) + Z);   log(X) is computed once.
 expr = fl.log(X) * (fl.log(X) + Z)
-src = fl.show_code(expr)
-n_log = src.count("log(")
-print(f"    log(X) * (log(X) + Z): 'log(' appears {n_log} time(s) in the kernel source")
-assert n_log == 1, src
+body = kernel_body(fl.show_code(expr))
+n_log = body.count("log")
+print(f"    log(X) * (log(X) + Z): the kernel body calls log {n_log} time(s)")
+assert n_log == 1, body
 z_now = np.sqrt(x_h * x_h + y_h * y_h)
 Y[...] = expr
 y_h = np.log(x_h) * (np.log(x_h) + z_now)
@@ -157,8 +164,8 @@ check("Y = log(X) * (log(X) + Z)", Y, y_h)
 # Y = (tmp1 - tmp2) * (tmp1 + tmp2);
 s, c = fl.sin(X), fl.cos(X)  # plain Python names for lazy subexpressions
 expr = (s - c) * (s + c)
-src = fl.show_code(expr)
-assert src.count("sin(") == 1 and src.count("cos(") == 1, src
+body = kernel_body(fl.show_code(expr))
+assert body.count("sin") == 1 and body.count("cos") == 1, body
 Y[...] = expr
 check("Y = (sin X - cos X) * (sin X + cos X)   (sin, cos once each)", Y,
       (np.sin(x_h) - np.cos(x_h)) * (np.sin(x_h) + np.cos(x_h)))
