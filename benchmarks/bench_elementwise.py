@@ -334,7 +334,7 @@ def markdown(res: Results, info: dict[str, Any], copy_bw: float | None, copy_nam
         f"{info['device']['platform']}); n = 2^{info['size_log2']} float32; "
         f"median of {info['repeat']}",
         "",
-        "| group | case | time (ms) | GB/s | vs numpy | % of copy | note |",
+        "| group | case | time (ms) | GB/s | speed-up vs numpy | % of copy | note |",
         "| --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in res.rows:
