@@ -119,7 +119,13 @@ def apply_op(op: str, *operands: Any) -> Any:
     node, device = build_node(op, operands)
     if node is None:
         plain = [o.value if isinstance(o, Constant) else o for o in operands]
-        return getattr(np, op)(*plain)
+        result = getattr(np, op)(*plain)
+        if not any(isinstance(o, Constant) for o in operands):
+            return result
+        # constant folding keeps the literal a (weak, if all parts were) constant
+        weak = all(o.dtype is None if isinstance(o, Constant) else type(o) in (int, float)
+                   for o in operands)
+        return Constant(result.item(), None if weak else result.dtype)
     return Array._lazy(node, device)
 
 
@@ -265,7 +271,7 @@ class Array:
         if self.size != 1:
             raise ValueError(
                 f"the truth value of an array with shape {self.shape} is ambiguous; "
-                "use fl.any/fl.all or compare elements explicitly")
+                "use .get().any() or .get().all(), or compare elements explicitly")
         return bool(self._scalar())
 
     def item(self) -> Any:

@@ -52,6 +52,9 @@ def test_scalars_are_arguments_and_constants_are_baked(device):
     assert "s0" not in code and "2.0f" in code
     assert "s0" in fl.show_code(2 * x)
     np.testing.assert_allclose((fl.constant(2.5) * x).get(), 2.5 * x.get())
+    folded = 2 * fl.constant(2.0) * x  # arithmetic on constants stays a weak constant
+    assert folded.dtype == np.float32 and "4.0f" in fl.show_code(folded)
+    np.testing.assert_allclose(folded.get(), 4 * x.get())
 
 
 def test_second_evaluation_compiles_nothing(device):
