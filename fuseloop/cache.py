@@ -34,7 +34,7 @@ from .expr.program import Program, collapse_groups
 from .recipes import Recipe
 from .runtime.devices import Device
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _counters = _stats.counters
 
 
@@ -81,7 +81,6 @@ class KernelPlan:
     arg_names: list[str]
     gsize: list[str]  # Python expressions in the size names
     lsize: list[str]
-    groups: list[list[int]]
     build_options: list[str]
 
     def to_json(self) -> dict[str, Any]:
@@ -96,12 +95,11 @@ def _compile_sizes(exprs: list[str]) -> Any:
 class CompiledKernel:
     """A built OpenCL kernel plus the recipe for its arguments and grid."""
 
-    __slots__ = ("arg_plan", "groups", "gsize", "kernel", "lsize", "plan")
+    __slots__ = ("arg_plan", "gsize", "kernel", "lsize", "plan")
 
     def __init__(self, plan: KernelPlan, program: cl.Program) -> None:
         self.plan = plan
         self.kernel = getattr(program, plan.name)
-        self.groups = tuple(tuple(g) for g in plan.groups)
         self.gsize = _compile_sizes(plan.gsize)
         self.lsize = _compile_sizes(plan.lsize)
         # (kind, index): 0 output, 1 input buffer, 2 scalar, 3 group size, 4 total size
@@ -185,7 +183,7 @@ def _lower(program: Program, index_dtype: np.dtype, device: Device, recipe: Reci
     return KernelPlan(
         name=entry.name, source=source, arg_names=arg_names,
         gsize=[to_py(e) for e in gsize] or ["1"], lsize=[to_py(e) for e in lsize] or ["1"],
-        groups=[list(g) for g in groups], build_options=[])
+        build_options=[])
 
 
 def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,

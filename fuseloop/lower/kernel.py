@@ -65,7 +65,6 @@ class HelperCallable(ScalarCallable):
 class LoweredKernel:
     t_unit: lp.TranslationUnit
     arg_names: list[str]  # kernel argument order
-    groups: tuple[tuple[int, ...], ...]
 
 
 def _size_names(n_groups: int) -> list[str]:
@@ -246,4 +245,4 @@ def lower_program(program: Program, groups: tuple[tuple[int, ...], ...],
     )
     for cname, clbl in callables.items():
         knl = lp.register_callable(knl, cname, clbl)
-    return LoweredKernel(knl, arg_names, groups)
+    return LoweredKernel(knl, arg_names)
