@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -34,7 +35,7 @@ from .expr.program import Program, collapse_groups
 from .recipes import Recipe
 from .runtime.devices import Device
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _counters = _stats.counters
 
 
@@ -91,7 +92,7 @@ class KernelPlan:
 
 
 def _compile_sizes(exprs: list[str]) -> Any:
-    code = "lambda N, n: (" + "".join(f"{e}, " for e in exprs) + ")"
+    code = "lambda N, NE, p: (" + "".join(f"{e}, " for e in exprs) + ")"
     return eval(code, {"__builtins__": {"max": max, "min": min}})
 
 
@@ -107,14 +108,15 @@ class CompiledKernel:
             [None if d is None else np.dtype(d) for d in plan.arg_dtypes])
         self.gsize = _compile_sizes(plan.gsize)
         self.lsize = _compile_sizes(plan.lsize)
-        # (kind, index): 0 output, 1 input buffer, 2 scalar, 3 group size, 4 total size
+        # (kind, index): 0 output, 1 input buffer, 2 scalar, 3 integer parameter,
+        # 4 total size N, 5 row length NE, 6 gather error flag
         arg_plan = []
         for a in plan.arg_names:
-            if a == "N":
-                arg_plan.append((4, 0))
+            if a in ("N", "NE", "err"):
+                arg_plan.append(({"N": 4, "NE": 5, "err": 6}[a], 0))
             else:
-                kind = {"out": 0, "in": 1, "s": 2, "n": 3}[a.rstrip("0123456789")]
-                arg_plan.append((kind, int(a.lstrip("outins"))))
+                kind = {"out": 0, "in": 1, "s": 2, "p": 3}[a.rstrip("0123456789")]
+                arg_plan.append((kind, int(a.lstrip("outinsp"))))
         self.arg_plan = tuple(arg_plan)
 
 
@@ -182,10 +184,7 @@ def _lower(program: Program, index_dtype: np.dtype, device: Device, recipe: Reci
     assert sorted(arg_names) == sorted(lowered.arg_names), (arg_names, lowered.arg_names)
 
     def to_py(e: Any) -> str:
-        text = str(e)
-        for g in range(len(groups)):
-            text = text.replace(f"n{g}", f"n[{g}]")
-        return text
+        return re.sub(r"\bp(\d+)\b", r"p[\1]", str(e))
 
     return KernelPlan(
         name=entry.name, source=source, arg_names=arg_names,

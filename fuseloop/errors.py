@@ -58,3 +58,11 @@ class UnknownFunctionError(FuseloopError, AttributeError):
 
 class DeviceMemoryError(FuseloopError, MemoryError):
     """An allocation larger than the device can provide."""
+
+
+class IndexOutOfBoundsError(FuseloopError, IndexError):
+    """An index (a slice position or a gathered index value) outside an axis."""
+
+
+class AxisError(FuseloopError, ValueError, IndexError):
+    """An axis argument out of range or repeated (numpy's AxisError is both too)."""

@@ -1,8 +1,16 @@
-"""Evaluation: turn lazy expressions into device buffers with one kernel per group.
+"""Evaluation: turn lazy expressions into device buffers, fusing what can be fused.
 
 This is the hot path: linearise the DAG (the structural key), look the kernel up
 in memory, allocate outputs from the pool, enqueue.  Nothing here waits for the
-device; reading results (``Array.get``) does.
+device, except to report an out-of-range gather index; reading results
+(``Array.get``) does.
+
+Fusion decisions (:func:`run`): a reduction is computed inside the kernel
+that consumes it when each of its results is needed by a whole row of that
+kernel's work (``x.sum(axis=1)``, softmax along the last axis); a reduction to
+a single value consumed by a larger expression (``x - x.mean()``) runs first,
+as its own kernels.  A large reduction to few values runs in two stages: many
+work-groups reduce pieces, a second small kernel combines the pieces.
 """
 
 from __future__ import annotations
@@ -16,14 +24,21 @@ import pyopencl as cl
 from . import stats as _stats
 from .cache import _memory, get_kernel
 from .errors import DeviceError, DeviceMemoryError, DTypeError
-from .expr.nodes import Apply, Leaf, Node, Storage
-from .expr.program import broadcast_signature, linearize
+from .expr.nodes import Apply, Gather, Iota, Leaf, Node, Reduce, Remap, Storage, UserCall, c_strides
+from .expr.program import Target, linearize
+from .expr.views import nocopy_reshape_strides, reshape_view
 from .recipes import recipe_for
 from .runtime.devices import Device
 
 _counters = _stats.counters
 _INT32_LIMIT = 2**31 - 1
 user_functions: dict[str, object] = {}  # key -> UserFunction, filled by fuseloop.functions
+
+# A reduction over at least this many elements per result, with fewer results
+# than TWO_STAGE_MAX_ROWS, is split over many work-groups (two stages).
+TWO_STAGE_MIN_LENGTH = 32768
+TWO_STAGE_MAX_ROWS = 64
+_SPLITTABLE = {"sum": "sum", "prod": "prod", "max": "max", "min": "min"}
 
 
 def allocate(nbytes: int, device: Device) -> Storage:
@@ -45,7 +60,15 @@ def _check_fp64(program_entries: tuple, device: Device) -> None:
     if device.has_fp64:
         return
     for e in program_entries:
-        chars = e[2] if e[0] in ("op", "call") else (e[2],) if e[0] in ("load", "arg") else (e[1],)
+        kind = e[0]
+        if kind in ("op", "call"):
+            chars = e[2]
+        elif kind in ("load", "arg", "reduce"):
+            chars = (e[2],)
+        elif kind in ("lit", "iota"):
+            chars = (e[1],)
+        else:
+            continue
         if "d" in chars:
             raise DTypeError(
                 f"device {device.name} does not support float64, but this expression needs it "
@@ -53,48 +76,336 @@ def _check_fp64(program_entries: tuple, device: Device) -> None:
                 "use float32 arrays or .astype(np.float32)")
 
 
-def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
-        targets: Sequence[Storage | None] | None = None) -> list[Storage]:
-    """Compute ``roots`` (all of ``out_shape``) in one kernel; return their storages.
+# {{{ node rewriting
 
-    ``targets`` optionally names existing storages to write into.  A target that
-    the expression also reads through another index (broadcasting) is written
-    through a temporary, so no element is read after it was overwritten.
+
+def _rebuild(node: Node, replace: dict[int, Node], memo: dict[int, Node]) -> Node:
+    """``node`` with the nodes named in ``replace`` (by id) substituted."""
+    hit = replace.get(id(node))
+    if hit is not None:
+        return hit
+    done = memo.get(id(node))
+    if done is not None:
+        return done
+    cls = type(node)
+    out: Node
+    if cls is Apply or cls is UserCall:
+        args = tuple(_rebuild(a, replace, memo) for a in node.args)  # type: ignore[attr-defined]
+        if all(a is b for a, b in zip(args, node.args)):  # type: ignore[attr-defined]
+            out = node
+        elif cls is Apply:
+            out = Apply(node.op, args, node.loop, node.shape)  # type: ignore[attr-defined]
+        else:
+            out = UserCall(node.function, args, node.loop, node.shape)  # type: ignore[attr-defined]
+    elif cls is Reduce:
+        child = _rebuild(node.child, replace, memo)  # type: ignore[attr-defined]
+        out = node if child is node.child else Reduce(  # type: ignore[attr-defined]
+            node.op, child, node.axes, node.dtype)  # type: ignore[attr-defined]
+    elif cls is Gather:
+        child = _rebuild(node.child, replace, memo)  # type: ignore[attr-defined]
+        index = _rebuild(node.index, replace, memo)  # type: ignore[attr-defined]
+        out = node if (child is node.child and index is node.index) else Gather(  # type: ignore[attr-defined]
+            child, index, node.axis)  # type: ignore[attr-defined]
+    elif cls is Remap:
+        child = _rebuild(node.child, replace, memo)  # type: ignore[attr-defined]
+        out = node if child is node.child else Remap(  # type: ignore[attr-defined]
+            child, node.shape, node.offsets, node.coeffs)  # type: ignore[attr-defined]
+    else:
+        out = node
+    memo[id(node)] = out
+    return out
+
+
+def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]) -> list[Reduce]:
+    """Reductions that must run as kernels of their own before this one.
+
+    A reduction stays inside the kernel when it is a root itself, or when every
+    one of its results is consumed along whole rows of the kernel's index
+    space.  A full reduction (one value) consumed by anything larger, or a
+    reduction hidden behind a gather, runs first.
     """
-    program, bindings = linearize(roots, out_shape)
-    if targets is None:
-        targets = [None] * len(roots)
-    elif any(t is not None and t in bindings.storages for t in targets):
-        full_sig = broadcast_signature(out_shape, out_shape)
-        unsafe_slots = {e[1] for e in program.entries if e[0] == "load" and e[3] != full_sig}
-        unsafe = [t is not None and t in bindings.storages
-                  and bindings.storages.index(t) in unsafe_slots for t in targets]
-        if any(unsafe):
-            direct = [None if u else t for t, u in zip(targets, unsafe)]
-            outs = run(roots, out_shape, device, direct)
-            for k, u in enumerate(unsafe):
-                if u:
-                    leaf = Leaf(outs[k], roots[k].dtype, out_shape)
-                    run([leaf], out_shape, device, [targets[k]])
-                    outs[k] = targets[k]  # type: ignore[call-overload]
-            return outs
+    out_size = math.prod(out_shape)
+    found: list[Reduce] = []
+    seen: set[int] = set()
+
+    def walk(node: Node, in_root_space: bool, inside_reduce: bool) -> None:
+        if id(node) in seen or (not node.storages and type(node) is not Reduce \
+                and not _has_reduce(node)):
+            return
+        seen.add(id(node))
+        cls = type(node)
+        if cls is Reduce:
+            size_one = math.prod(node.shape) == 1
+            if (size_one and (inside_reduce or out_size > 1)) or not in_root_space:
+                found.append(node)  # type: ignore[arg-type]
+                return
+            walk(node.child, True, True)  # type: ignore[attr-defined]
+        elif cls is Apply or cls is UserCall:
+            for a in node.args:  # type: ignore[attr-defined]
+                walk(a, in_root_space, inside_reduce)
+        elif cls is Gather:
+            walk(node.child, False, inside_reduce)  # type: ignore[attr-defined]
+            walk(node.index, False, inside_reduce)  # type: ignore[attr-defined]
+        elif cls is Remap:
+            walk(node.child, False, inside_reduce)  # type: ignore[attr-defined]
+
+    for r in roots:
+        walk(r, True, False)
+    return found
+
+
+def _has_reduce(node: Node) -> bool:
+    cls = type(node)
+    if cls is Reduce:
+        return True
+    if cls is Apply or cls is UserCall:
+        return any(_has_reduce(a) for a in node.args)  # type: ignore[attr-defined]
+    if cls is Gather:
+        return _has_reduce(node.child) or _has_reduce(node.index)  # type: ignore[attr-defined]
+    if cls is Remap:
+        return _has_reduce(node.child)  # type: ignore[attr-defined]
+    return False
+
+
+def _top_reduces(node: Node, out: list[Reduce]) -> bool:
+    """Collect reductions under elementwise ops; False if something else is in the way."""
+    cls = type(node)
+    if cls is Reduce:
+        if node not in out:
+            out.append(node)  # type: ignore[arg-type]
+        return True
+    if cls is Apply or cls is UserCall:
+        return all(_top_reduces(a, out) for a in node.args)  # type: ignore[attr-defined]
+    return not node.storages and cls is not Gather and cls is not Remap
+
+
+def materialise(node: Node, device: Device) -> Leaf:
+    """Evaluate ``node`` into a new contiguous buffer."""
+    storage = run([node], node.shape, device)[0]
+    return Leaf(storage, node.dtype, node.shape)
+
+
+# }}}
+
+
+def _coalesced(roots: Sequence[Node], out_shape: tuple[int, ...],
+               targets: Sequence[Target | None]) -> tuple[list[Node], tuple[int, ...],
+                                                           list[Target | None]] | None:
+    """Elementwise work over fewer, longer dimensions where every operand allows it.
+
+    Dimensions of length 1 drop out and neighbours that every leaf (and output)
+    strides through alike merge, so that e.g. (7, 9) and (63,) arrays share a
+    kernel and the common case is one flat loop.
+    """
+    kept = [n for n in out_shape if n != 1]
+    if len(kept) <= 1:
+        new_shape = tuple(kept) or ()
+    else:
+        strides_lists: list[tuple[int, ...]] = []
+        ok = _leaf_strides(roots, out_shape, strides_lists)
+        if not ok:
+            return None
+        for t in targets:
+            if t is not None:
+                strides_lists.append(t.strides if t.strides is not None else c_strides(out_shape))
+        dims = [d for d, n in enumerate(out_shape) if n != 1]
+        groups: list[list[int]] = [[dims[0]]]
+        for d in dims[1:]:
+            prev = groups[-1][-1]
+            if all(st[prev] == st[d] * out_shape[d] for st in strides_lists):
+                groups[-1].append(d)
+            else:
+                groups.append([d])
+        new_shape = tuple(math.prod(out_shape[d] for d in g) for g in groups)
+    if new_shape == out_shape:
+        return list(roots), out_shape, list(targets)
+    new_roots = []
+    for r in roots:
+        if r.shape != out_shape:
+            from .expr.views import affine_view, broadcast_map
+
+            off, coeffs = broadcast_map(r.shape, out_shape)
+            r = affine_view(r, out_shape, off, coeffs)
+        v = reshape_view(r, new_shape)
+        if v is None:
+            return None
+        new_roots.append(v)
+    new_targets: list[Target | None] = []
+    for t in targets:
+        if t is None:
+            new_targets.append(None)
+            continue
+        st = t.strides if t.strides is not None else c_strides(out_shape)
+        ns = nocopy_reshape_strides(out_shape, st, new_shape)
+        if ns is None:
+            return None
+        new_targets.append(Target(t.storage, ns, t.offset))
+    return new_roots, new_shape, new_targets
+
+
+def _leaf_strides(roots: Sequence[Node], out_shape: tuple[int, ...],
+                  acc: list[tuple[int, ...]]) -> bool:
+    """Strides of every leaf as seen from the output's index (False: not elementwise)."""
+    n = len(out_shape)
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+
+    def walk(node: Node, bshape: tuple[int, ...]) -> bool:
+        key = (id(node), bshape)
+        if key in seen:
+            return True
+        seen.add(key)
+        cls = type(node)
+        if cls is Leaf or cls is Iota:
+            st = node.view_strides()  # type: ignore[attr-defined]
+            r = len(node.shape)
+            full = [0] * n
+            for k in range(r):
+                if node.shape[k] != 1:
+                    full[n - r + k] = st[k]
+            acc.append(tuple(full))
+            return True
+        if cls is Apply or cls is UserCall:
+            return all(walk(a, a.shape) for a in node.args)  # type: ignore[attr-defined]
+        return not node.storages and cls.__name__ in ("Scalar", "Literal")
+
+    return all(walk(r, r.shape) for r in roots)
+
+
+def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
+        targets: Sequence[Target | Storage | None] | None = None) -> list[Storage]:
+    """Compute ``roots`` (each broadcast to ``out_shape``); return their storages.
+
+    ``targets`` optionally names existing buffers (or strided views of them) to
+    write into.  A target that the expression also reads through another index
+    is written through a temporary, so no element is read after it was
+    overwritten.
+    """
+    tgts: list[Target | None] = [
+        Target(t, None, 0) if isinstance(t, Storage) else t
+        for t in (targets if targets is not None else [None] * len(roots))]
+    roots = list(roots)
+
+    fancy = any(r.fancy for r in roots)
+    # reductions that cannot be fused here run first
+    pending = _reduces_to_materialise(roots, out_shape) if fancy else None
+    if pending:
+        replace = {id(r): materialise(r, device) for r in pending}
+        memo: dict[int, Node] = {}
+        roots = [_rebuild(r, replace, memo) for r in roots]
+
+    # reading a target through another index: compute into fresh buffers first
+    # (also when a gather may fail after writing: user buffers stay untouched)
+    has_gather = fancy and any(_has_other(r) for r in roots)
+    unsafe = [t is not None and (has_gather or (any(t.storage in r.storages for r in roots)
+                                 and not _reads_only_in_place(roots, t, out_shape)))
+              for t in tgts]
+    if any(unsafe):
+        direct = [None if u else t for t, u in zip(tgts, unsafe)]
+        outs = run(roots, out_shape, device, direct)
+        for k, u in enumerate(unsafe):
+            if u:
+                leaf = Leaf(outs[k], roots[k].dtype, out_shape)
+                run([leaf], out_shape, device, [tgts[k]])
+                outs[k] = tgts[k].storage  # type: ignore[union-attr]
+        return outs
+
     size = math.prod(out_shape)
-    outs = [t if t is not None else allocate(size * r.dtype.itemsize, device)
-            for r, t in zip(roots, targets)]
-    if size:
-        launch(program, bindings, out_shape, outs, device)
+    outs = [t.storage if t is not None else allocate(size * r.dtype.itemsize, device)
+            for r, t in zip(roots, tgts)]
+    if size == 0:
+        return outs
+
+    # two stages for large reductions to few values
+    if fancy and size < TWO_STAGE_MAX_ROWS:
+        tops: list[Reduce] = []
+        if all(_top_reduces(r, tops) for r in roots) and tops and all(
+                t.op in _SPLITTABLE and t.shape == out_shape for t in tops):
+            longest = max(math.prod(t.child.shape) // max(1, math.prod(t.shape)) for t in tops)
+            if longest >= TWO_STAGE_MIN_LENGTH:
+                roots = _first_stage(tops, roots, out_shape, longest, device)
+
+    work_roots, work_shape, work_targets = roots, out_shape, tgts
+    if not fancy:
+        co = _coalesced(roots, out_shape, tgts)
+        if co is not None:
+            work_roots, work_shape, work_targets = co
+    program, bindings = linearize(work_roots, work_shape, work_targets)
+    launch(program, bindings, [o for o in outs], device)
     return outs
 
 
-def launch(program, bindings, out_shape: tuple[int, ...], outs: list[Storage],
-           device: Device) -> None:
-    size = math.prod(out_shape)
+def _has_other(node: Node) -> bool:
+    cls = type(node)
+    if cls is Gather or cls is Remap:
+        return True
+    if cls is Apply or cls is UserCall:
+        return any(_has_other(a) for a in node.args)  # type: ignore[attr-defined]
+    return False
+
+
+def _first_stage(tops: list[Reduce], roots: list[Node], out_shape: tuple[int, ...],
+                 length: int, device: Device) -> list[Node]:
+    """Run the first stage of ``tops``; return ``roots`` combining the partial results."""
+    pieces = _piece_count(length, device)
+    chunk = -(-length // pieces)
+    part_shape = (*out_shape, pieces)
+    program, bindings = linearize(tops, part_shape, None, chunks=(pieces, chunk))
+    size = math.prod(part_shape)
+    partials = [allocate(size * t.dtype.itemsize, device) for t in tops]
+    launch(program, bindings, partials, device)
+    replace: dict[int, Node] = {}
+    for t, p in zip(tops, partials):
+        leaf = Leaf(p, t.dtype, part_shape)
+        replace[id(t)] = Reduce(_SPLITTABLE[t.op], leaf, (len(part_shape) - 1,), t.dtype)
+    memo: dict[int, Node] = {}
+    return [_rebuild(r, replace, memo) for r in roots]
+
+
+def _piece_count(length: int, device: Device) -> int:
+    if device.type == "cpu":
+        # a few contiguous pieces per core; each work-item streams its piece
+        return max(1, min(16 * max(1, device.compute_units), length // 16384))
+    return max(1, min(1024, length // 4096))
+
+
+def _reads_only_in_place(roots: Sequence[Node], target: Target,
+                         out_shape: tuple[int, ...]) -> bool:
+    """True when every read of the target's buffer is of the element being written."""
+    want = target.strides if target.strides is not None else c_strides(out_shape)
+    ok = [True]
+    seen: set[int] = set()
+
+    def walk(node: Node, top: bool) -> None:
+        if id(node) in seen or target.storage not in node.storages:
+            return
+        seen.add(id(node))
+        cls = type(node)
+        if cls is Leaf:
+            same = (top and node.shape == out_shape and node.view_strides() == want  # type: ignore[attr-defined]
+                    and node.offset == target.offset)  # type: ignore[attr-defined]
+            if not same:
+                ok[0] = False
+        elif cls is Apply or cls is UserCall:
+            for a in node.args:  # type: ignore[attr-defined]
+                walk(a, top and a.shape == out_shape)
+        else:
+            ok[0] = False
+
+    for r in roots:
+        walk(r, r.shape == out_shape)
+    return ok[0]
+
+
+def launch(program, bindings, outs: list[Storage], device: Device) -> None:
     for s in bindings.storages:
         if s.device is not device:
             raise DeviceError(
                 f"an input lives on {s.device.name} but the kernel runs on {device.name}; "
                 "move arrays with fl.asarray(x, device=...) first")
-    index_dtype = np.dtype(np.int32) if size <= _INT32_LIMIT else np.dtype(np.int64)
+    params = bindings.params
+    biggest = max(max(params, default=0), math.prod(bindings.out_shape),
+                  max((s.nbytes for s in bindings.storages), default=0))
+    index_dtype = np.dtype(np.int32) if biggest <= _INT32_LIMIT else np.dtype(np.int64)
     recipe = recipe_for(device)
     kernel = _memory.get((program, index_dtype.char, device.index, recipe.cache_id))
     if kernel is not None:
@@ -102,9 +413,14 @@ def launch(program, bindings, out_shape: tuple[int, ...], outs: list[Storage],
     else:
         _check_fp64(program.entries, device)
         kernel = get_kernel(program, index_dtype, device, recipe, user_functions)
-    itype = index_dtype.type
-    n = tuple([itype(s) for s in bindings.sizes])
-    total = itype(size)
+    shape = bindings.out_shape
+    if program.row_dims is None:
+        n_rows = math.prod(shape)
+        n_elem = 1
+    else:
+        n_rows = math.prod(shape[d] for d in program.row_dims)
+        n_elem = math.prod(shape) // max(1, n_rows)
+    err = None
     args = []
     storages = bindings.storages
     scalars = bindings.scalars
@@ -116,14 +432,29 @@ def launch(program, bindings, out_shape: tuple[int, ...], outs: list[Storage],
         elif kind == 2:
             args.append(scalars[idx])
         elif kind == 3:
-            args.append(n[idx])
+            args.append(params[idx])
+        elif kind == 4:
+            args.append(n_rows)
+        elif kind == 5:
+            args.append(n_elem)
         else:
-            args.append(total)
-    local = kernel.lsize(size, n)
-    groups_per_axis = kernel.gsize(size, n)
+            err = np.zeros(2, np.int64)
+            err_buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE
+                                | cl.mem_flags.COPY_HOST_PTR, hostbuf=err)
+            args.append(err_buf)
+    local = kernel.lsize(n_rows, n_elem, params)
+    groups_per_axis = kernel.gsize(n_rows, n_elem, params)
     global_size = tuple(g * w for g, w in zip(groups_per_axis, local))
     kernel.kernel(device.queue, global_size, local, *args)
     _counters["kernels_launched"] += 1
+    if err is not None:
+        cl.enqueue_copy(device.queue, err, err_buf, is_blocking=True)
+        if err[0]:
+            from .errors import IndexOutOfBoundsError
+
+            raise IndexOutOfBoundsError(
+                f"index {int(err[1])} is out of bounds in a gather (fl.take / x[idx]); "
+                "valid indices are -n..n-1 for an axis of length n")
 
 
 def cast_node(node: Node, dtype: np.dtype) -> Node:

@@ -69,18 +69,42 @@ class Node:
     dtype: np.dtype
     shape: tuple[int, ...]
     storages: frozenset
+    # True when the tree holds a reduction, gather or remap (not purely elementwise)
+    fancy = False
+
+
+def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """C-order strides of ``shape``, in elements."""
+    strides = []
+    acc = 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return tuple(reversed(strides))
 
 
 class Leaf(Node):
-    """Elements of a concrete, C-contiguous device array."""
+    """Elements of a device buffer, seen through a strided view.
 
-    __slots__ = ("storage",)
+    Element ``idx`` lives at ``offset + sum(strides[k] * idx[k])`` (in elements).
+    ``strides is None`` means the plain case: C-contiguous from offset 0.
+    """
 
-    def __init__(self, storage: Storage, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+    __slots__ = ("offset", "storage", "strides")
+
+    def __init__(self, storage: Storage, dtype: np.dtype, shape: tuple[int, ...],
+                 strides: tuple[int, ...] | None = None, offset: int = 0) -> None:
         self.storage = storage
         self.dtype = dtype
         self.shape = shape
+        if strides is not None and offset == 0 and strides == c_strides(shape):
+            strides = None
+        self.strides = strides
+        self.offset = offset
         self.storages = frozenset((storage,))
+
+    def view_strides(self) -> tuple[int, ...]:
+        return c_strides(self.shape) if self.strides is None else self.strides
 
 
 class Scalar(Node):
@@ -108,14 +132,73 @@ class Literal(Node):
 
 
 class Iota(Node):
-    """The C-order flat index of each element within ``shape``; allocates nothing."""
+    """``offset + sum(strides[k] * idx[k])`` for each element; allocates nothing.
 
-    __slots__ = ()
+    With the default strides this is the C-order flat index within ``shape``
+    (VexCL's ``element_index``); views of it (slices, transposes) change the
+    strides and offset, as they would for a buffer.
+    """
 
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    __slots__ = ("offset", "strides")
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype,
+                 strides: tuple[int, ...] | None = None, offset: int = 0) -> None:
         self.dtype = dtype
         self.shape = shape
+        if strides is not None and offset == 0 and strides == c_strides(shape):
+            strides = None
+        self.strides = strides
+        self.offset = offset
         self.storages = _EMPTY
+
+    def view_strides(self) -> tuple[int, ...]:
+        return c_strides(self.shape) if self.strides is None else self.strides
+
+
+class Reduce(Node):
+    """A reduction of ``child`` over ``axes`` (sorted, non-negative).
+
+    ``op`` is ``sum``, ``prod``, ``max``, ``min``, ``any``, ``all``, ``argmax``
+    or ``argmin`` (the arg reductions take exactly one axis).  ``dtype`` is the
+    accumulator and result dtype; the child is cast to it first (numpy's
+    ``dtype=`` argument).  The result has the child's shape without the reduced
+    axes (``keepdims`` is a reshape done by the caller).
+    """
+
+    __slots__ = ("axes", "child", "op")
+    fancy = True
+
+    def __init__(self, op: str, child: Node, axes: tuple[int, ...], dtype: np.dtype) -> None:
+        self.op = op
+        self.child = child
+        self.axes = axes
+        self.dtype = dtype
+        self.shape = tuple(n for d, n in enumerate(child.shape) if d not in axes)
+        self.storages = child.storages
+
+
+class Gather(Node):
+    """``child`` indexed along ``axis`` by the integer values of ``index``.
+
+    The result has shape ``child.shape[:axis] + index.shape + child.shape[axis+1:]``
+    (``numpy.take``).  Negative indices count from the end; indices out of range
+    are reported after the kernel ran (the load itself is clamped, so the device
+    never reads outside the buffer).
+    """
+
+    __slots__ = ("axis", "child", "index")
+    fancy = True
+
+    def __init__(self, child: Node, index: Node, axis: int) -> None:
+        self.child = child
+        self.index = index
+        self.axis = axis
+        self.dtype = child.dtype
+        self.shape = child.shape[:axis] + index.shape + child.shape[axis + 1:]
+        storages = child.storages
+        if index.storages:
+            storages = storages | index.storages if storages else index.storages
+        self.storages = storages
 
 
 class Apply(Node):
@@ -125,7 +208,7 @@ class Apply(Node):
     exactly as the numpy ufunc would.
     """
 
-    __slots__ = ("args", "loop", "loop_key", "op")
+    __slots__ = ("args", "fancy", "loop", "loop_key", "op")
 
     def __init__(self, op: str, args: tuple[Node, ...], loop: tuple[np.dtype, ...],
                  shape: tuple[int, ...]) -> None:
@@ -136,10 +219,14 @@ class Apply(Node):
         self.dtype = loop[-1]
         self.shape = shape
         storages = _EMPTY
+        fancy = False
         for a in args:
             if a.storages:
                 storages = storages | a.storages if storages else a.storages
+            if a.fancy:
+                fancy = True
         self.storages = storages
+        self.fancy = fancy
 
 
 class UserCall(Apply):
@@ -186,3 +273,23 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     if len(_broadcast_cache) < 4096:
         _broadcast_cache[shapes] = result
     return result
+
+
+class Remap(Node):
+    """``child`` read through an affine index map (see :mod:`fuseloop.expr.views`).
+
+    Only used where the map cannot be pushed into the child (a gather);
+    everywhere else views become strides of the leaves.
+    """
+
+    __slots__ = ("child", "coeffs", "offsets")
+    fancy = True
+
+    def __init__(self, child: Node, shape: tuple[int, ...], offsets: tuple[int, ...],
+                 coeffs: tuple[tuple[int, ...], ...]) -> None:
+        self.child = child
+        self.shape = shape
+        self.offsets = offsets
+        self.coeffs = coeffs
+        self.dtype = child.dtype
+        self.storages = child.storages

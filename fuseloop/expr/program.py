@@ -3,17 +3,37 @@
 The program is a tuple of entries in dependency order; entries refer to earlier
 ones by position.  It is both the structural part of the cache key and the input
 of lowering, so the key is computed without touching Loopy.  Entries are
-hash-consed: an array read twice is loaded once and a subexpression built twice
-(even as separate Python objects) is computed once.
+hash-consed: an array read twice at the same index is loaded once and a
+subexpression built twice (even as separate Python objects) is computed once.
+
+Every value is computed *at* a symbolic index: a tuple with one component per
+dimension of the node.  Components are
+
+* ``0``: the dimension has length 1 (or is broadcast);
+* ``("r", d)``: output (root) dimension ``d``;
+* ``("j", rid, k)``: the ``k``-th reduced dimension of reduction ``rid``;
+* ``("g", ref, p)``: the value of index entry ``ref``, wrapped and clamped to
+  the length in parameter ``p`` (a gather);
+* ``("a", const, ((coef, comp), ...))``: an affine combination (a remap).
+
+Run-time integers (strides, offsets, sizes) are parameters: entries name
+parameter slots, :class:`Bindings` carries their values.  A stride of 0 or 1
+is structural (it is baked into the source so loads vectorise); any other
+stride is a parameter, so one kernel serves every size.
 
 Entries:
 
-* ``("load", slot, dtype, sig)``: element of input buffer ``slot``; ``sig[d]``
-  tells whether the input varies along output dimension ``d`` (broadcasting).
-* ``("arg", slot, dtype)``: scalar kernel argument ``slot``.
-* ``("lit", dtype, value)``: literal baked into the source.
-* ``("iota", dtype, sig)``: flat index within the node's own shape.
-* ``("op", name, loop, refs)`` / ``("call", key, loop, refs)``: elementwise op.
+* ``("load", slot, dtype, at, strides, offset)``: ``strides[k]`` is 0, 1 or
+  ``("p", slot)``; ``offset`` is 0 or ``("p", slot)``.
+* ``("iota", dtype, at, strides, offset)``: the same address, as a value.
+* ``("arg", slot, dtype)`` / ``("lit", dtype, value)``: scalars.
+* ``("op", name, loop, refs)`` / ``("call", key, loop, refs)``: elementwise.
+* ``("reduce", op, dtype, rid, child, at, sizes, total, chunk)``: reduction
+  ``rid`` of entry ``child`` over the reduced dimensions whose lengths are the
+  parameters ``sizes`` (product ``total``); ``chunk`` is None or
+  ``(p_chunk, d)``: only the ``chunk``-long piece number ``("r", d)`` of the
+  reduced range is reduced (first stage of a two-stage reduction).
+* ``("gather", index_ref, child_ref, length_param)``: checked gather.
 """
 
 from __future__ import annotations
@@ -21,18 +41,33 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Sequence
-from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .nodes import Apply, Iota, Leaf, Literal, Node, Scalar, Storage, UserCall
+from .nodes import (
+    Apply,
+    Gather,
+    Iota,
+    Leaf,
+    Literal,
+    Node,
+    Reduce,
+    Remap,
+    Scalar,
+    Storage,
+    UserCall,
+    c_strides,
+)
 
 
 class Program(NamedTuple):
     entries: tuple[tuple, ...]
     outputs: tuple[int, ...]
-    out_ones: tuple[bool, ...]  # which output dimensions have length 1
+    out_specs: tuple[tuple, ...]  # per output: () contiguous, or (at, strides, offset)
+    root_sizes: tuple[Any, ...]  # per root dimension: ("p", slot), or 1
+    row_dims: tuple[int, ...] | None  # None: one flat loop; else dims of the row loop
+    chunked: bool = False  # first stage of a two-stage reduction (see Reduce entries)
 
 
 class Bindings(NamedTuple):
@@ -40,110 +75,254 @@ class Bindings(NamedTuple):
 
     storages: list[Storage]
     scalars: list[np.generic]
-    sizes: tuple[int, ...]  # length of each collapsed output dimension
+    params: list[int]
+    out_shape: tuple[int, ...]
 
 
-@lru_cache(maxsize=1024)
-def broadcast_signature(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> tuple[bool, ...]:
-    pad = len(out_shape) - len(shape)
-    full = (1,) * pad + shape
-    return tuple(s != 1 and o != 1 for s, o in zip(full, out_shape))
+class Target(NamedTuple):
+    """Where an output goes: a buffer seen through strides (elements) and an offset.
+
+    ``scatter=(axis, index_node, length)`` writes element ``idx`` of the result to
+    position ``index[idx[axis:axis+q]]`` along ``axis`` of the view (``a[idx] = v``).
+    """
+
+    storage: Storage
+    strides: tuple[int, ...] | None
+    offset: int
+    scatter: tuple | None = None
 
 
-def linearize(roots: Sequence[Node], out_shape: tuple[int, ...]) -> tuple[Program, Bindings]:
-    # The hot path of every evaluation.  Node ids stay unique during the walk
-    # because the roots keep every node alive.
+def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
+              targets: Sequence[Target | None] | None = None,
+              chunks: tuple[int, int] | None = None) -> tuple[Program, Bindings]:
+    """The program computing ``roots`` (each broadcast to ``out_shape``).
+
+    ``chunks=(count, length)`` makes every top-level reduction a first stage:
+    the last output dimension (of length ``count``) numbers pieces of
+    ``length`` reduced elements.
+    """
     entries: list[tuple] = []
     interned: dict[tuple, int] = {}
-    ref_of: dict[int, int] = {}
+    memo: dict[tuple, int] = {}
     slot_of_storage: dict[int, int] = {}
     storages: list[Storage] = []
     scalars: list[np.generic] = []
+    params: list[int] = []
+    param_of: dict[int, tuple] = {}  # small ints are interned as parameters too
+    rid_counter = [0]
 
-    def visit(node: Node) -> int:
-        ref = ref_of.get(id(node))
+    def param(value: int) -> tuple:
+        p = param_of.get(value)
+        if p is None:
+            p = param_of[value] = ("p", len(params))
+            params.append(int(value))
+        return p
+
+    def stride_kind(s: int) -> Any:
+        return s if s in (0, 1) else param(s)
+
+    def add(entry: tuple) -> int:
+        ref = interned.get(entry)
+        if ref is None:
+            ref = interned[entry] = len(entries)
+            entries.append(entry)
+        return ref
+
+    def address(node: Node, at: tuple) -> tuple[Any, Any]:
+        strides = node.view_strides()  # type: ignore[attr-defined]
+        off = node.offset  # type: ignore[attr-defined]
+        off_kind = 0 if off == 0 else param(off)
+        if at == root_at and all(c == 0 or s == cs for c, s, cs in zip(at, strides, out_c)):
+            return "c", off_kind  # walks the output's own C order: the flat index
+        kinds = tuple(0 if c == 0 else stride_kind(s) for c, s in zip(at, strides))
+        return kinds, off_kind
+
+    def visit(node: Node, at: tuple) -> int:
+        key = (id(node), at)
+        ref = memo.get(key)
         if ref is not None:
             return ref
         cls = type(node)
-        if cls is Apply:
-            entry: tuple = ("op", node.op, node.loop_key,  # type: ignore[attr-defined]
-                            tuple([visit(a) for a in node.args]))  # type: ignore[attr-defined]
+        if cls is Apply or cls is UserCall:
+            n = len(node.shape)
+            refs = []
+            for a in node.args:  # type: ignore[attr-defined]
+                r = len(a.shape)
+                if r == n and a.shape == node.shape:
+                    refs.append(visit(a, at))
+                else:
+                    refs.append(visit(a, tuple(at[n - r + k] if a.shape[k] != 1 else 0
+                                               for k in range(r))))
+            if cls is Apply:
+                ref = add(("op", node.op, node.loop_key, tuple(refs)))  # type: ignore[attr-defined]
+            else:
+                ref = add(("call", node.function.key, node.loop_key, tuple(refs)))  # type: ignore[attr-defined]
         elif cls is Leaf:
             skey = id(node.storage)  # type: ignore[attr-defined]
             slot = slot_of_storage.get(skey)
             if slot is None:
                 slot = slot_of_storage[skey] = len(storages)
                 storages.append(node.storage)  # type: ignore[attr-defined]
-            entry = ("load", slot, node.dtype.char, broadcast_signature(node.shape, out_shape))
+            kinds, off = address(node, at)
+            ref = add(("load", slot, node.dtype.char, at, kinds, off))
         elif cls is Scalar:
             # each scalar node is its own argument: values are data, not structure
-            entry = ("arg", len(scalars), node.dtype.char)
+            ref = len(entries)
+            entries.append(("arg", len(scalars), node.dtype.char))
             scalars.append(node.value)  # type: ignore[attr-defined]
-        elif cls is UserCall:
-            entry = ("call", node.function.key, node.loop_key,  # type: ignore[attr-defined]
-                     tuple([visit(a) for a in node.args]))  # type: ignore[attr-defined]
         elif cls is Literal:
-            entry = ("lit", node.dtype.char, node.value.item())  # type: ignore[attr-defined]
+            ref = add(("lit", node.dtype.char, node.value.item()))  # type: ignore[attr-defined]
         elif cls is Iota:
-            entry = ("iota", node.dtype.char, broadcast_signature(node.shape, out_shape))
+            kinds, off = address(node, at)
+            ref = add(("iota", node.dtype.char, at, kinds, off))
+        elif cls is Reduce:
+            ref = visit_reduce(node, at, None)  # type: ignore[arg-type]
+        elif cls is Gather:
+            ax = node.axis  # type: ignore[attr-defined]
+            index = node.index  # type: ignore[attr-defined]
+            q = len(index.shape)
+            iref = visit(index, at[ax:ax + q])
+            child = node.child  # type: ignore[attr-defined]
+            length = param(child.shape[ax])
+            c_at = (*at[:ax], ("g", iref, length), *at[ax + q:])
+            cref = visit(child, c_at)
+            ref = add(("gather", iref, cref, length))
+        elif cls is Remap:
+            child = node.child  # type: ignore[attr-defined]
+            c_at = []
+            for k in range(len(child.shape)):
+                if child.shape[k] == 1:
+                    c_at.append(0)
+                    continue
+                terms = tuple((c, at[d]) for d, c in enumerate(node.coeffs[k])  # type: ignore[attr-defined]
+                              if c and at[d] != 0)
+                const = node.offsets[k]  # type: ignore[attr-defined]
+                if const == 0 and len(terms) == 1 and terms[0][0] == 1:
+                    c_at.append(terms[0][1])
+                else:
+                    c_at.append(("a", const, terms))
+            ref = visit(child, tuple(c_at))
         else:
             raise AssertionError(f"unknown node {cls.__name__}")
-        ref = interned.get(entry)
-        if ref is None:
-            ref = interned[entry] = len(entries)
-            entries.append(entry)
-        ref_of[id(node)] = ref
+        memo[key] = ref
         return ref
 
+    def visit_reduce(node: Reduce, at: tuple, chunk: Any) -> int:
+        rid = rid_counter[0]
+        rid_counter[0] += 1
+        child = node.child
+        c_at = []
+        kept = 0
+        sizes = []
+        for k, n in enumerate(child.shape):
+            if k in node.axes:
+                if n == 1:
+                    c_at.append(0)
+                else:
+                    c_at.append(("j", rid, len(sizes)))
+                    sizes.append(param(n))
+            else:
+                c_at.append(at[kept])
+                kept += 1
+        cref = visit(child, tuple(c_at))
+        total = param(math.prod(child.shape[a] for a in node.axes))
+        return add(("reduce", node.op, node.dtype.char, rid, cref, at, tuple(sizes), total,
+                    chunk))
+
+    rank = len(out_shape)
+    root_at = tuple(0 if n == 1 else ("r", d) for d, n in enumerate(out_shape))
+    out_c = c_strides(out_shape)
+    if chunks is not None:
+        root_at = ("chunked",)  # never equal to a load's index: no flat shortcut
+
+    def visit_root(r: Node) -> int:
+        at = root_index[rank - len(r.shape):]
+        at = tuple(0 if r.shape[k] == 1 else at[k] for k in range(len(r.shape)))
+        if chunks is not None:
+            assert type(r) is Reduce and r.shape == out_shape[:-1]
+            chunk = (param(chunks[1]), rank - 1)
+            return visit_reduce(r, at[:rank - 1], chunk)
+        return visit(r, at)
+
+    root_index = tuple(0 if n == 1 else ("r", d) for d, n in enumerate(out_shape))
     limit = sys.getrecursionlimit()
     try:
-        outputs = tuple([visit(r) for r in roots])
+        outputs = tuple([visit_root(r) for r in roots])
     except RecursionError:
         # very deep expression chains: retry with room for them
-        entries.clear(), interned.clear(), ref_of.clear()
-        slot_of_storage.clear(), storages.clear(), scalars.clear()
+        entries.clear(), interned.clear(), memo.clear(), param_of.clear()
+        slot_of_storage.clear(), storages.clear(), scalars.clear(), params.clear()
+        rid_counter[0] = 0
         sys.setrecursionlimit(max(limit, 200_000))
         try:
-            outputs = tuple([visit(r) for r in roots])
+            outputs = tuple([visit_root(r) for r in roots])
         finally:
             sys.setrecursionlimit(limit)
-    if len(out_shape) == 1 and out_shape[0] != 1:
-        return (Program(tuple(entries), outputs, (False,)),
-                Bindings(storages, scalars, out_shape))
-    # Canonical form: broadcast signatures over collapsed dimensions, so that e.g.
-    # (7, 9) and (63,) arrays without broadcasting share one kernel.
-    raw = Program(tuple(entries), outputs, _ones_mask(out_shape))
-    groups = collapse_groups(raw)
-    canonical = []
-    for e in entries:
-        if e[0] == "load":
-            e = (e[0], e[1], e[2], tuple(e[3][g[0]] for g in groups))
-        elif e[0] == "iota":
-            e = (e[0], e[1], tuple(e[2][g[0]] for g in groups))
-        canonical.append(e)
-    sizes = tuple(math.prod(out_shape[d] for d in g) for g in groups)
-    program = Program(tuple(canonical), outputs, (False,) * len(groups))
-    return program, Bindings(storages, scalars, sizes)
+
+    out_specs = []
+    for t in (targets or [None] * len(roots)):
+        if t is None or (t.strides is None and t.offset == 0 and t.scatter is None):
+            out_specs.append(())
+            continue
+        at = root_index
+        if t.scatter is not None:
+            axis, index_node, length = t.scatter
+            q = len(index_node.shape)
+            iref = visit(index_node, root_index[axis:axis + q])
+            at = (*root_index[:axis], ("g", iref, param(length)), *root_index[axis + q:])
+        assert t.strides is not None
+        kinds = tuple(0 if c == 0 else stride_kind(s) for c, s in zip(at, t.strides))
+        out_specs.append((at, kinds, 0 if t.offset == 0 else param(t.offset)))
+    root_sizes = tuple(1 if n == 1 else param(n) for n in out_shape)
+
+    # Reductions computed once per output row: the root loop splits into rows
+    # (the dimensions reductions vary along) and elements within a row.
+    row_dims = None
+    if chunks is None:
+        varying: set[int] = set()
+        has_reduce = False
+        for e in entries:
+            if e[0] == "reduce":
+                has_reduce = True
+                _collect_root_dims(e[5], varying, entries)
+        if has_reduce:
+            elem = [d for d, n in enumerate(out_shape) if n != 1 and d not in varying]
+            if elem:
+                row_dims = tuple(sorted(varying))
+    program = Program(tuple(entries), outputs, tuple(out_specs), root_sizes, row_dims,
+                      chunks is not None)
+    return program, Bindings(storages, scalars, params, out_shape)
 
 
-@lru_cache(maxsize=256)
-def _ones_mask(shape: tuple[int, ...]) -> tuple[bool, ...]:
-    return tuple(s == 1 for s in shape)
+def _collect_root_dims(at: tuple, out: set[int], entries: list[tuple]) -> None:
+    for c in at:
+        if c == 0:
+            continue
+        kind = c[0]
+        if kind == "r":
+            out.add(c[1])
+        elif kind == "a":
+            for _, comp in c[2]:
+                _collect_root_dims((comp,), out, entries)
+        elif kind == "g":
+            _collect_entry_root_dims(c[1], out, entries)
+        # ("j", ...) components belong to an enclosing reduction's own loop
 
 
-def collapse_groups(program: Program) -> tuple[tuple[int, ...], ...]:
-    """Group output dimensions that every input treats alike.
+def _collect_entry_root_dims(ref: int, out: set[int], entries: list[tuple]) -> None:
+    e = entries[ref]
+    if e[0] in ("load", "iota"):
+        _collect_root_dims(e[3] if e[0] == "load" else e[2], out, entries)
+    elif e[0] in ("op", "call"):
+        for r in e[3]:
+            _collect_entry_root_dims(r, out, entries)
+    elif e[0] == "reduce":
+        _collect_root_dims(e[5], out, entries)
+    elif e[0] == "gather":
+        _collect_entry_root_dims(e[1], out, entries)
+        _collect_entry_root_dims(e[2], out, entries)
 
-    Adjacent dimensions that all inputs either both traverse or both broadcast
-    merge into one; length-1 dimensions drop out.  Arrays that all share the
-    output's shape collapse to a single flat dimension.
-    """
-    sigs = [e[3] if e[0] == "load" else e[2] for e in program.entries if e[0] in ("load", "iota")]
-    kept = [d for d, one in enumerate(program.out_ones) if not one]
-    groups: list[list[int]] = []
-    for d in kept:
-        if groups and all(sig[groups[-1][-1]] == sig[d] for sig in sigs):
-            groups[-1].append(d)
-        else:
-            groups.append([d])
-    return tuple(tuple(g) for g in groups)
+
+def collapse_groups(program: Program) -> None:
+    """Kept for the cache module's call; dimensions are coalesced before linearising."""
+    return None

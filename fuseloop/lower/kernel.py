@@ -1,10 +1,13 @@
-"""Lower a linearised program to a Loopy kernel over one flat index ``i``.
+"""Lower a linearised program to one Loopy kernel.
 
-Every output element is one point ``i`` of ``{[i]: 0 <= i < N}``; inputs that
-broadcast are indexed through the collapsed dimension sizes ``n0, n1, ...``
-(see :func:`fuseloop.expr.program.collapse_groups`).  Sizes are kernel
-arguments, so one compiled kernel serves every size of the same structure.
-Recipes later split and tag ``i`` for the device.
+The output is traversed by the flat iname ``i`` (or, when reductions are
+computed once per row, by ``i`` over rows and ``e`` over the elements of a
+row); reduction ``rid`` loops over ``j<rid>``.  Every entry of the program
+becomes a pymbolic expression at its symbolic index (see
+:mod:`fuseloop.expr.program`); entries used more than once, reductions, and
+very deep trees become private temporaries.  Sizes, strides and offsets are
+kernel arguments (``p<slot>``), so one compiled kernel serves every size of the
+same structure.  Recipes later split and tag the inames for the device.
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ from loopy.kernel.function_interface import ScalarCallable
 from loopy.types import NumpyType
 
 from ..expr.program import Program
+from .reductions import neutral_value, reduction_operation
 from .scalar_ops import Helper, is_direct, make_helper
 
 FLAT_INAME = "i"
+ELEMENT_INAME = "e"
 _MAX_INLINE_DEPTH = 24
 _BOOL = np.dtype("bool")
 _UINT8 = np.dtype("uint8")
+_INDEX_CHARS = "lq"  # gathered index values are computed in 64 bits
 
 
 def kernel_dtype(dtype: np.dtype) -> np.dtype:
@@ -67,182 +73,433 @@ class LoweredKernel:
     arg_names: list[str]  # kernel argument order
 
 
-def _size_names(n_groups: int) -> list[str]:
-    return ["N"] if n_groups <= 1 else [f"n{g}" for g in range(n_groups)]
+def _p(ref: Any) -> prim.Variable:
+    return prim.Variable(f"p{ref[1]}")
 
 
-def _group_indices(n_groups: int) -> list[prim.Expression]:
-    """Index along each collapsed group as a function of the flat index."""
-    i = prim.Variable(FLAT_INAME)
-    if n_groups <= 1:
-        return [i]
-    sizes = [prim.Variable(f"n{g}") for g in range(n_groups)]
+def _unflatten(flat: Any, sizes: list[Any]) -> list[Any]:
+    """Indices along dimensions of ``sizes`` (C order) of a non-negative flat index."""
     out = []
-    for g in range(n_groups):
+    n = len(sizes)
+    for d in range(n):
         stride = None
-        for h in range(g + 1, n_groups):
-            stride = sizes[h] if stride is None else stride * sizes[h]
-        idx = i if stride is None else prim.FloorDiv(i, stride)
-        if g > 0:
-            idx = prim.Remainder(idx, sizes[g])
+        for s in sizes[d + 1:]:
+            stride = s if stride is None else stride * s
+        # indices are never negative: C's / and % need no floor correction
+        idx = flat if stride is None else prim.Variable("fl_idx_div")(flat, stride)
+        if d > 0:
+            idx = prim.Variable("fl_idx_mod")(idx, sizes[d])
         out.append(idx)
     return out
 
 
-def _offset(sig_per_group: list[bool], group_idx: list[prim.Expression]) -> prim.Expression:
-    n = len(group_idx)
-    if n <= 1:
-        return group_idx[0] if (not sig_per_group or sig_per_group[0]) else 0
-    if all(sig_per_group):
-        return prim.Variable(FLAT_INAME)
-    expr: prim.Expression = 0
-    for g in range(n):
-        if not sig_per_group[g]:
-            continue
-        term = group_idx[g]
-        for h in range(g + 1, n):
-            if sig_per_group[h]:
-                term = term * prim.Variable(f"n{h}")
-        expr = term if expr == 0 else expr + term
-    return expr
+class _Lowering:
+    def __init__(self, program: Program, index_dtype: np.dtype,
+                 user_functions: dict[str, Any]) -> None:
+        self.program = program
+        self.index_dtype = index_dtype
+        self.user_functions = user_functions
+        self.helpers: dict[str, Helper] = {}
+        self.callables: dict[str, HelperCallable] = {}
+        self.instructions: list[Any] = []
+        self.temporaries: list[Any] = []
+        self.domains: list[str] = []
+        self.params: set[int] = set()
+        self.inputs: dict[int, np.dtype] = {}
+        self.scalar_args: dict[int, np.dtype] = {}
+        self.has_gather = False
+        self.root_idx: dict[int, tuple[Any, frozenset]] = {}
+        self.red_idx: dict[tuple[int, int], tuple[Any, frozenset]] = {}
+        self.red_inames: dict[int, frozenset] = {}  # rid -> inames of its position
+        self.exprs: list[Any] = []
+        self.inames: list[frozenset] = []
+        self.dtypes: list[np.dtype] = []
+        self.insn_of: dict[int, str] = {}  # entry -> instruction computing its temporary
+        self.deps: list[frozenset] = []  # instruction ids each entry's value needs
+        self.extra_deps: set[str] = set()
 
+    # {{{ index expressions
 
-def lower_program(program: Program, groups: tuple[tuple[int, ...], ...],
-                  index_dtype: np.dtype, user_functions: dict[str, Any],
-                  name: str = "fuseloop_kernel") -> LoweredKernel:
-    entries = program.entries
-    n_groups = len(groups)
-    group_idx = _group_indices(n_groups)
-    size_names = _size_names(n_groups)
+    def size(self, s: Any) -> Any:
+        if isinstance(s, tuple):
+            self.params.add(s[1])
+            return _p(s)
+        return s
 
-    uses: Counter[int] = Counter()
-    for e in entries:
-        if e[0] in ("op", "call"):
-            uses.update(e[3])
-    uses.update(program.outputs)
+    def setup_root(self) -> None:
+        prog = self.program
+        dims = [d for d, s in enumerate(prog.root_sizes) if s != 1]
+        if prog.row_dims is None:
+            groups = [(FLAT_INAME, dims)]
+        else:
+            groups = [(FLAT_INAME, [d for d in dims if d in prog.row_dims]),
+                      (ELEMENT_INAME, [d for d in dims if d not in prog.row_dims])]
+        for iname, ds in groups:
+            bound = "N" if iname == FLAT_INAME else "NE"
+            self.domains.append(f"[{bound}] -> {{[{iname}]: 0 <= {iname} < {bound}}}")
+            sizes = [self.size(prog.root_sizes[d]) if k else _p(prog.root_sizes[d])
+                     for k, d in enumerate(ds)]
+            idx = _unflatten(prim.Variable(iname), sizes) if len(ds) > 1 else \
+                [prim.Variable(iname)] * len(ds)
+            for d, e in zip(ds, idx):
+                self.root_idx[d] = (e, frozenset({iname}))
 
-    helpers: dict[str, Helper] = {}
-    callables: dict[str, HelperCallable] = {}
-    exprs: list[Any] = []
-    depth: list[int] = []
-    dtypes: list[np.dtype] = []
-    instructions: list[Any] = []
-    temporaries: list[Any] = []
-    inputs: dict[int, tuple[np.dtype, list[bool]]] = {}
-    scalar_args: dict[int, np.dtype] = {}
+    def comp(self, c: Any) -> tuple[Any, frozenset]:
+        """Expression and inames of one index component."""
+        if c == 0:
+            return 0, frozenset()
+        kind = c[0]
+        if kind == "r":
+            return self.root_idx[c[1]]
+        if kind == "j":
+            return self.red_idx[(c[1], c[2])]
+        if kind == "g":
+            ref, length = c[1], c[2]
+            return (self.gather_index(ref, length), self.inames[ref])
+        assert kind == "a"
+        expr: Any = c[1]
+        names: frozenset = frozenset()
+        for coef, sub in c[2]:
+            e, n = self.comp(sub)
+            expr = expr + coef * e if expr != 0 else coef * e
+            names |= n
+        return expr, names
 
-    def helper_call(op: str, loop: tuple[np.dtype, ...], args: list[Any]) -> Any:
-        h = helpers.get(op + repr(loop))
+    def address(self, at: tuple, kinds: Any, offset: Any) -> tuple[Any, frozenset]:
+        if kinds == "c":
+            # C-contiguous in the output's own order: the output position itself
+            addr, names = self.contiguous_address(at)
+            return (addr if offset == 0 else addr + self.size(offset)), names
+        terms = []
+        names: frozenset = frozenset()
+        for c, k in zip(at, kinds):
+            if c == 0 or k == 0:
+                continue
+            e, n = self.comp(c)
+            names |= n
+            terms.append(e if k == 1 else self.size(k) * e)
+        if offset != 0:
+            terms.append(self.size(offset))
+        if not terms:
+            return 0, names
+        return (terms[0] if len(terms) == 1 else prim.Sum(tuple(terms))), names
+
+    def contiguous_address(self, root_at: tuple) -> tuple[Any, frozenset]:
+        """C-order position of the root index in a contiguous output."""
+        dims = [d for d, c in enumerate(root_at) if c != 0]
+        if self.program.row_dims is None:
+            # the flat loop enumerates the output in C order
+            return prim.Variable(FLAT_INAME), frozenset({FLAT_INAME} if dims else ())
+        terms = []
+        names: frozenset = frozenset()
+        stride: Any = 1
+        for d in reversed(dims):
+            e, n = self.root_idx[d]
+            names |= n
+            terms.append(e if stride == 1 else stride * e)
+            stride = self.size(self.program.root_sizes[d]) if stride == 1 else \
+                stride * self.size(self.program.root_sizes[d])
+        if not terms:
+            return 0, names
+        return (terms[0] if len(terms) == 1 else prim.Sum(tuple(terms))), names
+
+    def gather_index(self, ref: int, length: Any) -> Any:
+        n = self.size(length)
+        name = f"gi{ref}"
+        if name not in {t.name for t in self.temporaries}:
+            self.has_gather = True
+            raw = self.cast_expr(ref, np.dtype(np.int64))
+            wrapped = prim.If(prim.Comparison(raw, "<", 0), raw + n, raw)
+            within = self.inames[ref] | {FLAT_INAME}
+            self.temporaries.append(lp.TemporaryVariable(
+                name, np.int64, shape=(), address_space=lp.AddressSpace.PRIVATE))
+            self.instructions.append(lp.Assignment(
+                prim.Variable(name), wrapped, id=f"calc_{name}", within_inames=within,
+                depends_on=self.deps[ref]))
+            bad = prim.LogicalOr((prim.Comparison(prim.Variable(name), "<", 0),
+                                  prim.Comparison(prim.Variable(name), ">=", n)))
+            # any offending index is reported; racing writers all write offenders
+            for k, value in enumerate((1, raw)):
+                self.instructions.append(lp.Assignment(
+                    prim.Variable("err")[k], value, id=f"check{k}_{name}",
+                    within_inames=within, predicates=frozenset({bad}),
+                    depends_on=frozenset({f"calc_{name}"})))
+            self.extra_deps.add(f"calc_{name}")
+        v = prim.Variable(name)
+        return prim.Variable("min")(prim.Variable("max")(v, 0), n - 1)
+
+    # }}}
+
+    def index_helpers(self) -> None:
+        t = "long" if self.index_dtype.itemsize == 8 else "int"
+        for name, op in (("fl_idx_div", "/"), ("fl_idx_mod", "%")):
+            src = f"static inline {t} {name}({t} a, {t} b) {{ return a {op} b; }}\n"
+            self.callables[name] = HelperCallable(name, (self.index_dtype, self.index_dtype),
+                                                  self.index_dtype, src)
+
+    def helper_call(self, op: str, loop: tuple[np.dtype, ...], args: list[Any]) -> Any:
+        h = self.helpers.get(op + repr(loop))
         if h is None:
-            h = helpers[op + repr(loop)] = make_helper(op, loop)
-            callables[h.name] = HelperCallable(h.name, loop[:-1], loop[-1], h.source)
+            h = self.helpers[op + repr(loop)] = make_helper(op, loop)
+            self.callables[h.name] = HelperCallable(h.name, loop[:-1], loop[-1], h.source)
         return prim.Variable(h.name)(*args)
 
-    def cast(ref: int, to: np.dtype) -> Any:
-        frm = dtypes[ref]
+    def cast_expr(self, ref: int, to: np.dtype) -> Any:
+        frm = self.dtypes[ref]
         if frm == to:
-            return exprs[ref]
-        return helper_call("cast", (frm, to), [exprs[ref]])
+            return self.exprs[ref]
+        return self.helper_call("cast", (frm, to), [self.exprs[ref]])
 
-    for ref, e in enumerate(entries):
-        kind = e[0]
-        if kind == "load":
-            _, slot, dt_name, sig = e
-            dt = np.dtype(dt_name)
-            sig_groups = [sig[g[0]] for g in groups]
-            inputs[slot] = (dt, sig_groups)
-            value = prim.Variable(f"in{slot}")[_offset(sig_groups, group_idx)]
-        elif kind == "arg":
-            _, slot, dt_name = e
-            dt = np.dtype(dt_name)
-            scalar_args[slot] = dt
-            value = prim.Variable(f"s{slot}")
-        elif kind == "lit":
-            _, dt_name, py_value = e
-            dt = np.dtype(dt_name)
-            value = kernel_dtype(dt).type(py_value)
-        elif kind == "iota":
-            _, dt_name, sig = e
-            dt = np.dtype(dt_name)
-            off = _offset([sig[g[0]] for g in groups], group_idx)
-            value = lp.TypeCast(kernel_dtype(dt), off) if dt != index_dtype else off
-        else:
-            _, op_name, loop_names, refs = e
-            loop = tuple(np.dtype(n) for n in loop_names)
-            dt = loop[-1]
-            args = [cast(r, loop[j]) for j, r in enumerate(refs)]
-            if kind == "call":
-                fn = user_functions[op_name]
-                if fn.c_name not in callables:
-                    callables[fn.c_name] = HelperCallable(fn.c_name, loop[:-1], dt, fn.source)
-                value = prim.Variable(fn.c_name)(*args)
-            elif is_direct(op_name, loop):
-                a = args[0]
-                if op_name == "add":
-                    value = prim.Sum((a, args[1]))
-                elif op_name == "multiply":
-                    value = prim.Product((a, args[1]))
-                elif op_name == "subtract":
-                    value = prim.Sum((a, prim.Product((-1, args[1]))))
-                elif op_name == "negative":
-                    value = prim.Product((-1, a))
-                else:
-                    value = prim.Quotient(a, args[1])
+    def run(self) -> None:
+        prog = self.program
+        entries = prog.entries
+        uses: Counter[int] = Counter()
+        for e in entries:
+            if e[0] in ("op", "call"):
+                uses.update(e[3])
+            elif e[0] == "reduce":
+                uses[e[4]] += 1
+            elif e[0] == "gather":
+                uses[e[1]] += 2
+                uses[e[2]] += 1
+        uses.update(prog.outputs)
+        depth: list[int] = []
+        for ref, e in enumerate(entries):
+            self.extra_deps: set[str] = set()
+            kind = e[0]
+            names: frozenset = frozenset()
+            deps: frozenset = frozenset()
+            force_temp = False
+            if kind == "load":
+                _, slot, dt_name, at, kinds, off = e
+                dt = np.dtype(dt_name)
+                self.inputs[slot] = dt
+                addr, names = self.address(at, kinds, off)
+                value = prim.Variable(f"in{slot}")[addr]
+            elif kind == "arg":
+                _, slot, dt_name = e
+                dt = np.dtype(dt_name)
+                self.scalar_args[slot] = dt
+                value = prim.Variable(f"s{slot}")
+            elif kind == "lit":
+                _, dt_name, py_value = e
+                dt = np.dtype(dt_name)
+                value = kernel_dtype(dt).type(py_value)
+            elif kind == "iota":
+                _, dt_name, at, kinds, off = e
+                dt = np.dtype(dt_name)
+                addr, names = self.address(at, kinds, off)
+                value = addr if dt == self.index_dtype else lp.TypeCast(kernel_dtype(dt), addr)
+            elif kind in ("op", "call"):
+                _, op_name, loop_names, refs = e
+                loop = tuple(np.dtype(n) for n in loop_names)
+                dt = loop[-1]
+                args = [self.cast_expr(r, loop[k]) for k, r in enumerate(refs)]
+                for r in refs:
+                    names |= self.inames[r]
+                    deps |= self.deps[r]
+                value = self.elementwise(kind, op_name, loop, args)
+            elif kind == "reduce":
+                value, dt, names, deps = self.reduce(ref, e)
+                force_temp = True
             else:
-                value = helper_call(op_name, loop, args)
-        dtypes.append(dt)
-        # deep trees are split into temporaries: pymbolic recurses per level
-        depth.append(1 + max((depth[r] for r in e[3]), default=0)
-                     if kind in ("op", "call") else 0)
-        if (uses[ref] > 1 or depth[ref] > _MAX_INLINE_DEPTH) and kind not in ("arg", "lit"):
-            depth[ref] = 0
-            tmp = f"t{ref}"
-            temporaries.append(lp.TemporaryVariable(tmp, kernel_dtype(dt), shape=(),
-                                                    address_space=lp.AddressSpace.PRIVATE))
-            instructions.append(lp.Assignment(prim.Variable(tmp), value, id=f"calc_{tmp}",
-                                              within_inames=frozenset({FLAT_INAME})))
-            value = prim.Variable(tmp)
-        exprs.append(value)
+                assert kind == "gather"
+                _, iref, cref, _length = e
+                dt = self.dtypes[cref]
+                value = self.exprs[cref]
+                names = self.inames[cref] | self.inames[iref]
+                deps = self.deps[cref] | self.deps[iref]
+            deps |= frozenset(self.extra_deps)
+            d = 1 + max((depth[r] for r in e[3]), default=0) if kind in ("op", "call") else 0
+            self.dtypes.append(dt)
+            self.inames.append(names)
+            if force_temp or ((uses[ref] > 1 or d > _MAX_INLINE_DEPTH)
+                              and kind not in ("arg", "lit")):
+                d = 0
+                tmp = f"t{ref}"
+                self.temporaries.append(lp.TemporaryVariable(
+                    tmp, kernel_dtype(dt), shape=(), address_space=lp.AddressSpace.PRIVATE))
+                # every instruction sits in the outer loop: recipes map it to groups
+                self.instructions.append(lp.Assignment(
+                    prim.Variable(tmp), value, id=f"calc_{tmp}",
+                    within_inames=names | {FLAT_INAME}, depends_on=deps))
+                value = prim.Variable(tmp)
+                deps = frozenset({f"calc_{tmp}"})
+            depth.append(d)
+            self.exprs.append(value)
+            self.deps.append(deps)
 
-    i = prim.Variable(FLAT_INAME)
+    def elementwise(self, kind: str, op_name: str, loop: tuple[np.dtype, ...],
+                    args: list[Any]) -> Any:
+        if kind == "call":
+            fn = self.user_functions[op_name]
+            if fn.c_name not in self.callables:
+                self.callables[fn.c_name] = HelperCallable(fn.c_name, loop[:-1], loop[-1],
+                                                           fn.source)
+            return prim.Variable(fn.c_name)(*args)
+        if is_direct(op_name, loop):
+            a = args[0]
+            if op_name == "add":
+                return prim.Sum((a, args[1]))
+            if op_name == "multiply":
+                return prim.Product((a, args[1]))
+            if op_name == "subtract":
+                return prim.Sum((a, prim.Product((-1, args[1]))))
+            if op_name == "negative":
+                return prim.Product((-1, a))
+            return prim.Quotient(a, args[1])
+        return self.helper_call(op_name, loop, args)
+
+    def reduce(self, ref: int, e: tuple) -> tuple[Any, np.dtype, frozenset, frozenset]:
+        _, op, dt_name, rid, cref, _at, _sizes, total, chunk = e
+        dt = np.dtype(dt_name)
+        # the reduction's own loop was set up before its child was lowered
+        names = self.red_inames[rid]
+        jname = f"j{rid}"
+        child = self.cast_expr(cref, dt)
+        if chunk is not None:
+            g, _ = self.root_idx[chunk[1]]
+            flat = g * self.size(chunk[0]) + prim.Variable(jname)
+            child = prim.If(prim.Comparison(flat, "<", self.size(total)), child,
+                            neutral_value(op, kernel_dtype(dt)))
+        value = lp.Reduction(reduction_operation(op, dt), (jname,), child)
+        return value, dt, names, self.deps[cref]
+
+    def prepare_reductions(self) -> None:
+        """Create each reduction's loop before any entry is lowered.
+
+        A reduction's child is linearised (and so lowered) before the reduction
+        entry itself, but its indices refer to the reduction's loop.
+        """
+        prog = self.program
+        for e in prog.entries:
+            if e[0] != "reduce":
+                continue
+            _, _op, _dt, rid, _cref, at, sizes, total, chunk = e
+            jname = f"j{rid}"
+            names: frozenset = frozenset()
+            for c in at:
+                if c != 0:
+                    names |= self._static_inames(c)
+            names |= {FLAT_INAME}
+            self.red_inames[rid] = names
+            size_exprs = [self.size(s) if k else _p(s) for k, s in enumerate(sizes)]
+            if chunk is not None:
+                # first stage of a two-stage reduction: piece g of the reduced range
+                p_chunk = chunk[0][1]
+                self.params.add(p_chunk)
+                self.domains.append(f"[p{p_chunk}] -> {{[{jname}]: 0 <= {jname} < p{p_chunk}}}")
+                g, _ = self.root_idx[chunk[1]]
+                flat: Any = g * _p(chunk[0]) + prim.Variable(jname)
+                # the padded tail of the last piece reads a valid address
+                flat = prim.Variable("min")(flat, self.size(total) - 1)
+            else:
+                self.size(total)
+                self.domains.append(f"[p{total[1]}] -> {{[{jname}]: 0 <= {jname} < "
+                                    f"p{total[1]}}}")
+                flat = prim.Variable(jname)
+            idx = _unflatten(flat, size_exprs) if len(sizes) > 1 else [flat] * len(sizes)
+            for k, x in enumerate(idx):
+                self.red_idx[(rid, k)] = (x, names | {jname})
+
+    def _static_inames(self, c: Any) -> frozenset:
+        kind = c[0]
+        if kind == "r":
+            return self.root_idx[c[1]][1]
+        if kind == "j":
+            return self.red_inames[c[1]] | {f"j{c[1]}"}
+        if kind == "a":
+            out: frozenset = frozenset()
+            for _, sub in c[2]:
+                out |= self._static_inames(sub)
+            return out
+        # a gathered index: the inames of the index value's own position
+        return self._entry_inames(c[1])
+
+    def _entry_inames(self, ref: int) -> frozenset:
+        e = self.program.entries[ref]
+        out: frozenset = frozenset()
+        if e[0] == "load":
+            for c, k in zip(e[3], e[4]):
+                if c != 0 and k != 0:
+                    out |= self._static_inames(c)
+        elif e[0] == "iota":
+            for c, k in zip(e[2], e[3]):
+                if c != 0 and k != 0:
+                    out |= self._static_inames(c)
+        elif e[0] in ("op", "call"):
+            for r in e[3]:
+                out |= self._entry_inames(r)
+        elif e[0] == "reduce":
+            out = self.red_inames[e[3]]
+        elif e[0] == "gather":
+            out = self._entry_inames(e[1]) | self._entry_inames(e[2])
+        return out
+
+
+def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
+                  user_functions: dict[str, Any],
+                  name: str = "fuseloop_kernel") -> LoweredKernel:
+    """The Loopy kernel computing ``program`` (``groups`` is unused, kept for callers)."""
+    low = _Lowering(program, index_dtype, user_functions)
+    low.setup_root()
+    low.index_helpers()
+    low.prepare_reductions()
+    low.run()
+    idx_t = index_dtype
+
     kernel_args: list[Any] = []
     arg_names: list[str] = []
-    total = prim.Variable("N")
+    root_at = tuple(0 if s == 1 else ("r", d) for d, s in enumerate(program.root_sizes))
     for k, ref in enumerate(program.outputs):
-        instructions.append(lp.Assignment(prim.Variable(f"out{k}")[i], exprs[ref],
-                                          id=f"store_out{k}",
-                                          within_inames=frozenset({FLAT_INAME})))
-        kernel_args.append(lp.GlobalArg(f"out{k}", kernel_dtype(dtypes[ref]), shape=(total,),
+        spec = program.out_specs[k]
+        low.extra_deps = set()
+        if spec == ():
+            addr, names = low.contiguous_address(root_at)
+        else:
+            addr, names = low.address(*spec)
+            names = names | {n for c in spec[0] if c != 0 for n in low._static_inames(c)}
+        names = names | low.inames[ref] | {FLAT_INAME}
+        low.instructions.append(lp.Assignment(
+            prim.Variable(f"out{k}")[addr], low.exprs[ref], id=f"store_out{k}",
+            within_inames=names, depends_on=low.deps[ref] | frozenset(low.extra_deps)))
+        kernel_args.append(lp.GlobalArg(f"out{k}", kernel_dtype(low.dtypes[ref]), shape=None,
                                         is_output=True, is_input=False))
         arg_names.append(f"out{k}")
-    for slot in sorted(inputs):
-        dt, _sig = inputs[slot]
-        kernel_args.append(lp.GlobalArg(f"in{slot}", kernel_dtype(dt), shape=(total,),
-                                        is_output=False, is_input=True))
+    for slot in sorted(low.inputs):
+        kernel_args.append(lp.GlobalArg(f"in{slot}", kernel_dtype(low.inputs[slot]),
+                                        shape=None, is_output=False, is_input=True))
         arg_names.append(f"in{slot}")
-    for slot in sorted(scalar_args):
-        kernel_args.append(lp.ValueArg(f"s{slot}", kernel_dtype(scalar_args[slot])))
+    if low.has_gather:
+        kernel_args.append(lp.GlobalArg("err", np.int64, shape=(2,), is_output=True,
+                                        is_input=True))
+        arg_names.append("err")
+    for slot in sorted(low.scalar_args):
+        kernel_args.append(lp.ValueArg(f"s{slot}", kernel_dtype(low.scalar_args[slot])))
         arg_names.append(f"s{slot}")
-    if n_groups > 1:
-        for s in size_names:
-            kernel_args.append(lp.ValueArg(s, index_dtype))
-            arg_names.append(s)
-    kernel_args.append(lp.ValueArg("N", index_dtype))
-    arg_names.append("N")
+    for slot in sorted(low.params):
+        kernel_args.append(lp.ValueArg(f"p{slot}", idx_t))
+        arg_names.append(f"p{slot}")
+    bounds = ["N"] + (["NE"] if program.row_dims is not None else [])
+    for b in bounds:
+        kernel_args.append(lp.ValueArg(b, idx_t))
+        arg_names.append(b)
 
-    assumptions = " and ".join(f"{s} >= 1" for s in dict.fromkeys([*size_names, "N"]))
-    params = ", ".join(dict.fromkeys([*size_names, "N"]))
+    assumptions = " and ".join(f"{b} >= 1" for b in bounds)
     knl = lp.make_kernel(
-        f"[{params}] -> {{[i]: 0 <= i < N}}",
-        instructions,
-        [*kernel_args, *temporaries],
+        low.domains,
+        low.instructions,
+        [*kernel_args, *low.temporaries],
         target=lp.OpenCLTarget(),
         assumptions=assumptions,
         index_dtype=index_dtype,
         lang_version=(2018, 2),
         name=name,
-        silenced_warnings=["inferred_iname", "no_device_in_pre_codegen_checks"],
+        silenced_warnings=["inferred_iname", "no_device_in_pre_codegen_checks",
+                           "write_race(store_out*)", "write_race(check_*)"],
     )
-    for cname, clbl in callables.items():
+    knl = lp.set_options(knl, enforce_array_accesses_within_bounds=False)
+    for cname, clbl in low.callables.items():
         knl = lp.register_callable(knl, cname, clbl)
     return LoweredKernel(knl, arg_names)
+

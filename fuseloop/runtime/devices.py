@@ -41,6 +41,7 @@ class Device:
     max_alloc_size: int
     has_fp64: bool
     cl_device: Any = field(repr=False)
+    compute_units: int = 1
 
     @property
     def identity(self) -> tuple[str, str, str, str]:
@@ -109,7 +110,7 @@ def _discover() -> list[Device]:
                 vendor=d.vendor.strip(), driver_version=d.driver_version.strip(),
                 global_mem_size=int(d.global_mem_size), max_alloc_size=int(d.max_mem_alloc_size),
                 has_fp64=bool(d.double_fp_config) or "cl_khr_fp64" in d.extensions,
-                cl_device=d,
+                cl_device=d, compute_units=int(d.max_compute_units),
             ))
     return found
 

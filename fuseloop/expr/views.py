@@ -1,0 +1,194 @@
+"""Index remapping without copies: affine views pushed down to the leaves.
+
+A view maps each index ``new`` of the result to an index of the viewed node:
+``old[k] = offsets[k] + sum(coeffs[k][d] * new[d])``.  Slices, transposes,
+broadcasts, flips, diagonals and inserted or removed unit axes are all of
+this form.  Elementwise operations commute with such maps, so a view of an
+expression becomes the same expression over views of its leaves, and a view of
+a buffer is just new strides and a new offset: the consuming kernel reads the
+right elements and nothing is copied.  Reductions take the map into their
+child; the few nodes it cannot enter are wrapped in a :class:`Remap`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from .nodes import Apply, Gather, Iota, Leaf, Literal, Node, Reduce, Remap, Scalar, UserCall
+
+AffineMap = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]  # (offsets, coeffs)
+
+
+def affine_view(node: Node, shape: tuple[int, ...], offsets: Sequence[int],
+                coeffs: Sequence[Sequence[int]]) -> Node:
+    """``node`` seen through the affine map, as a node of ``shape``."""
+    memo: dict[tuple, Node] = {}
+    return _push(node, tuple(shape), tuple(offsets), tuple(tuple(r) for r in coeffs), memo)
+
+
+def _push(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
+          coeffs: tuple[tuple[int, ...], ...], memo: dict[tuple, Node]) -> Node:
+    key = (id(node), off, coeffs)
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
+    m = len(shape)
+    cls = type(node)
+    result: Node
+    if cls is Leaf or cls is Iota:
+        strides = node.view_strides()  # type: ignore[attr-defined]
+        offset = node.offset + sum(s * o for s, o in zip(strides, off))  # type: ignore[attr-defined]
+        new_strides = tuple(sum(strides[k] * coeffs[k][d] for k in range(len(strides)))
+                            for d in range(m))
+        if cls is Leaf:
+            result = Leaf(node.storage, node.dtype, shape, new_strides, offset)  # type: ignore[attr-defined]
+        else:
+            result = Iota(shape, node.dtype, new_strides, offset)
+    elif cls is Scalar or cls is Literal:
+        result = node
+    elif cls is Apply or cls is UserCall:
+        n = len(node.shape)
+        args = []
+        for a in node.args:  # type: ignore[attr-defined]
+            r = len(a.shape)
+            a_off = tuple(off[n - r + k] if a.shape[k] != 1 else 0 for k in range(r))
+            a_coeffs = tuple(coeffs[n - r + k] if a.shape[k] != 1 else (0,) * m
+                             for k in range(r))
+            args.append(_push(a, shape, a_off, a_coeffs, memo))
+        if cls is Apply:
+            result = Apply(node.op, tuple(args), node.loop, shape)  # type: ignore[attr-defined]
+        else:
+            result = UserCall(node.function, tuple(args), node.loop, shape)  # type: ignore[attr-defined]
+    elif cls is Reduce:
+        # kept axes follow the map; reduced axes move to the end, unchanged
+        red = node.axes  # type: ignore[attr-defined]
+        child = node.child  # type: ignore[attr-defined]
+        r = len(red)
+        c_shape = shape + tuple(child.shape[a] for a in red)
+        c_off, c_coeffs = [], []
+        kept = 0
+        for k in range(len(child.shape)):
+            if k in red:
+                t = red.index(k)
+                c_off.append(0)
+                c_coeffs.append(tuple(1 if d == m + t else 0 for d in range(m + r)))
+            else:
+                c_off.append(off[kept])
+                c_coeffs.append(coeffs[kept] + (0,) * r)
+                kept += 1
+        new_child = _push(child, c_shape, tuple(c_off), tuple(c_coeffs), memo)
+        result = Reduce(node.op, new_child, tuple(range(m, m + r)), node.dtype)  # type: ignore[attr-defined]
+    elif cls is Remap:
+        # compose the two maps
+        o2, c2 = node.offsets, node.coeffs  # type: ignore[attr-defined]
+        n_inner = len(node.shape)
+        new_off = tuple(o2[k] + sum(c2[k][j] * off[j] for j in range(n_inner))
+                        for k in range(len(o2)))
+        new_coeffs = tuple(tuple(sum(c2[k][j] * coeffs[j][d] for j in range(n_inner))
+                                 for d in range(m)) for k in range(len(o2)))
+        result = Remap(node.child, shape, new_off, new_coeffs)  # type: ignore[attr-defined]
+    else:
+        assert cls is Gather, cls
+        result = Remap(node, shape, off, coeffs)
+    memo[key] = result
+    return result
+
+
+# {{{ maps for the common views
+
+
+def identity_map(n: int) -> AffineMap:
+    return (0,) * n, tuple(tuple(1 if d == k else 0 for d in range(n)) for k in range(n))
+
+
+def transpose_map(perm: Sequence[int]) -> AffineMap:
+    n = len(perm)
+    coeffs = [[0] * n for _ in range(n)]
+    for d, k in enumerate(perm):
+        coeffs[k][d] = 1
+    return (0,) * n, tuple(tuple(r) for r in coeffs)
+
+
+def broadcast_map(old: tuple[int, ...], new: tuple[int, ...]) -> AffineMap:
+    n, r = len(new), len(old)
+    coeffs = tuple(tuple(1 if (d == n - r + k and old[k] != 1) else 0 for d in range(n))
+                   for k in range(r))
+    return (0,) * r, coeffs
+
+
+def nocopy_reshape_strides(shape: tuple[int, ...], strides: tuple[int, ...],
+                           new_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Strides that view ``shape``/``strides`` as ``new_shape`` without a copy, or None.
+
+    Walks both shapes in chunks of equal element counts; within a chunk the old
+    axes must be contiguous with each other (as numpy requires).
+    """
+    if math.prod(shape) != math.prod(new_shape):
+        return None
+    if math.prod(shape) == 0:
+        return tuple(0 for _ in new_shape)
+    old = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    new_strides = [0] * len(new_shape)
+    oi = ni = 0
+    new_idx = [d for d, n in enumerate(new_shape) if n != 1]
+    while oi < len(old) and ni < len(new_idx):
+        o_start, n_start = oi, ni
+        o_prod, n_prod = old[oi][0], new_shape[new_idx[ni]]
+        while o_prod != n_prod:
+            if o_prod < n_prod:
+                oi += 1
+                o_prod *= old[oi][0]
+            else:
+                ni += 1
+                n_prod *= new_shape[new_idx[ni]]
+        for k in range(o_start, oi):
+            if old[k][1] != old[k + 1][1] * old[k + 1][0]:
+                return None
+        stride = old[oi][1]
+        for k in range(ni, n_start - 1, -1):
+            new_strides[new_idx[k]] = stride
+            stride *= new_shape[new_idx[k]]
+        oi += 1
+        ni += 1
+    return tuple(new_strides)
+
+
+def reshape_view(node: Node, new_shape: tuple[int, ...]) -> Node | None:
+    """``node`` reshaped without copying, or None when some leaf cannot be viewed so."""
+    if node.shape == new_shape:
+        return node
+    cls = type(node)
+    if cls is Leaf or cls is Iota:
+        strides = nocopy_reshape_strides(node.shape, node.view_strides(), new_shape)  # type: ignore[attr-defined]
+        if strides is None:
+            return None
+        if cls is Leaf:
+            return Leaf(node.storage, node.dtype, new_shape, strides, node.offset)  # type: ignore[attr-defined]
+        return Iota(new_shape, node.dtype, strides, node.offset)  # type: ignore[attr-defined]
+    if cls is Scalar or cls is Literal:
+        return node
+    if cls is Apply or cls is UserCall:
+        args = []
+        for a in node.args:  # type: ignore[attr-defined]
+            if a.shape != node.shape and a.shape != ():
+                off, coeffs = broadcast_map(a.shape, node.shape)
+                a = affine_view(a, node.shape, off, coeffs)
+            v = reshape_view(a, new_shape) if a.shape != () else a
+            if v is None:
+                return None
+            args.append(v)
+        if cls is Apply:
+            return Apply(node.op, tuple(args), node.loop, new_shape)  # type: ignore[attr-defined]
+        return UserCall(node.function, tuple(args), node.loop, new_shape)  # type: ignore[attr-defined]
+    # only unit axes can be added to or removed from other nodes without a copy
+    if tuple(n for n in node.shape if n != 1) == tuple(n for n in new_shape if n != 1):
+        src = [d for d, n in enumerate(node.shape) if n != 1]
+        dst = [d for d, n in enumerate(new_shape) if n != 1]
+        coeffs = [[0] * len(new_shape) for _ in node.shape]
+        for s, d in zip(src, dst):
+            coeffs[s][d] = 1
+        return affine_view(node, new_shape, (0,) * len(node.shape), coeffs)
+    return None
+
+# }}}

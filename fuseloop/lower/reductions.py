@@ -1,0 +1,81 @@
+"""Reduction operations with numpy's semantics, as Loopy reduction operations.
+
+Loopy realises reductions (sequential loops, and local-memory trees over
+work-items when a reduction iname is parallel); these classes supply numpy's
+meaning where Loopy's built-ins differ: ``max``/``min`` of floats propagate
+NaN (numpy's ``np.max``), where C's ``fmax`` would drop it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pymbolic.primitives as prim
+from loopy.library.reduction import (
+    MaxReductionOperation,
+    MinReductionOperation,
+    ProductReductionOperation,
+    ScalarReductionOperation,
+    SumReductionOperation,
+    get_ge_neutral,
+    get_le_neutral,
+)
+
+
+class NanMaxReductionOperation(ScalarReductionOperation):
+    """``max`` that returns NaN as soon as one operand is NaN."""
+
+    def neutral_element(self, *dtypes: Any, callables_table: Any, target: Any) -> Any:
+        return get_ge_neutral(dtypes[0]), callables_table
+
+    def __call__(self, dtypes: Any, operand1: Any, operand2: Any, callables_table: Any,
+                 target: Any) -> Any:
+        a, b = operand1, operand2
+        expr = prim.If(prim.Comparison(a, "!=", a), a,
+                       prim.If(prim.Comparison(a, ">=", b), a, b))
+        return expr, callables_table
+
+
+class NanMinReductionOperation(ScalarReductionOperation):
+    """``min`` that returns NaN as soon as one operand is NaN."""
+
+    def neutral_element(self, *dtypes: Any, callables_table: Any, target: Any) -> Any:
+        return get_le_neutral(dtypes[0]), callables_table
+
+    def __call__(self, dtypes: Any, operand1: Any, operand2: Any, callables_table: Any,
+                 target: Any) -> Any:
+        a, b = operand1, operand2
+        expr = prim.If(prim.Comparison(a, "!=", a), a,
+                       prim.If(prim.Comparison(a, "<=", b), a, b))
+        return expr, callables_table
+
+
+def reduction_operation(op: str, dtype: np.dtype) -> Any:
+    """The Loopy operation for fuseloop reduction ``op`` accumulating in ``dtype``."""
+    if op == "sum":
+        return SumReductionOperation()
+    if op == "prod":
+        return ProductReductionOperation()
+    if op in ("max", "any"):
+        return NanMaxReductionOperation() if dtype.kind == "f" else MaxReductionOperation()
+    if op in ("min", "all"):
+        return NanMinReductionOperation() if dtype.kind == "f" else MinReductionOperation()
+    raise AssertionError(f"unknown reduction {op}")
+
+
+def neutral_value(op: str, dtype: np.dtype) -> Any:
+    """The identity of ``op`` on ``dtype``, as a numpy scalar (for padded chunks)."""
+    if op == "sum":
+        return dtype.type(0)
+    if op == "prod":
+        return dtype.type(1)
+    if op in ("max", "any"):
+        if dtype.kind == "f":
+            return dtype.type(-np.inf)
+        return dtype.type(np.iinfo(dtype).min) if dtype.kind in "iu" else dtype.type(0)
+    if op in ("min", "all"):
+        if dtype.kind == "f":
+            return dtype.type(np.inf)
+        return dtype.type(np.iinfo(dtype).max) if dtype.kind in "iu" else dtype.type(1)
+    raise AssertionError(f"unknown reduction {op}")
