@@ -1,8 +1,9 @@
-"""Command line: ``fuseloop devices`` and ``fuseloop demo``."""
+"""Command line: ``fuseloop devices``, ``demo``, ``cache info``, ``cache clear``, ``bench``."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -87,18 +88,96 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _format_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
+    size = n / 1024
+    for unit in ("KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def _cache_info(args: argparse.Namespace) -> int:
+    import json
+
+    from .cache import disk_cache_info
+
+    info = disk_cache_info()
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    if info["disabled"]:
+        print("disk cache: disabled (FUSELOOP_CACHE_DIR="
+              f"{os.environ.get('FUSELOOP_CACHE_DIR', '')!r}); kernels are cached in memory only")
+        print(f"schema version: {info['schema_version']}")
+        return 0
+    where = "set by FUSELOOP_CACHE_DIR" if info["source"] == "FUSELOOP_CACHE_DIR" else "default"
+    print(f"directory:      {info['directory']} ({where}"
+          f"{'' if info['exists'] else ', does not exist yet'})")
+    print(f"schema version: {info['schema_version']}")
+    older = info["entries"] - info["current_schema_entries"]
+    print(f"entries:        {info['entries']}"
+          + (f" ({older} from older schema versions)" if older else ""))
+    print(f"total size:     {_format_bytes(info['total_bytes'])}")
+    return 0
+
+
+def _cache_clear(_args: argparse.Namespace) -> int:
+    from .cache import cache_dir, clear_disk_cache
+
+    directory = cache_dir()
+    if directory is None:
+        print("disk cache: disabled (FUSELOOP_CACHE_DIR); nothing to clear")
+        return 0
+    removed, freed = clear_disk_cache(directory)
+    print(f"removed {removed} kernel cache entries ({_format_bytes(freed)}) from {directory}")
+    return 0
+
+
+def _bench(argv: list[str]) -> int:
+    import importlib
+
+    try:
+        bench = importlib.import_module("fuseloop.bench")
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) == "fuseloop.bench"
+        reason = "is not part of this installation" if missing else f"could not be imported: {exc}"
+        print(f"fuseloop: error: the benchmark suite (fuseloop.bench) {reason}",
+              file=sys.stderr)
+        return 2
+    entry = getattr(bench, "main", None)
+    if entry is None:
+        print("fuseloop: error: fuseloop.bench has no main(argv) function", file=sys.stderr)
+        return 2
+    rc = entry(argv)
+    return rc if isinstance(rc, int) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # everything after "bench" belongs to the benchmark suite
+        return _bench(argv[1:])
     parser = argparse.ArgumentParser(prog="fuseloop", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("devices", help="list the OpenCL devices fuseloop sees")
     demo = sub.add_parser("demo", help="a short tour on the default device")
     demo.add_argument("--device", default=None, help="device spec (gpu, cpu, index, name)")
     demo.add_argument("--log2", type=int, default=22, help="array size as a power of two")
+    cache = sub.add_parser("cache", help="inspect or clear the on-disk kernel cache")
+    cache_sub = cache.add_subparsers(dest="cache_command", required=True)
+    info = cache_sub.add_parser("info", help="directory, entries, size, schema version")
+    info.add_argument("--json", action="store_true", help="print the figures as JSON")
+    cache_sub.add_parser("clear", help="delete fuseloop's cache entries (nothing else)")
+    sub.add_parser("bench", help="run the benchmark suite (fuseloop.bench); "
+                   "arguments after 'bench' go to it", add_help=False)
     args = parser.parse_args(argv)
     from .errors import FuseloopError
 
+    commands = {"devices": _devices, "demo": _demo, "info": _cache_info, "clear": _cache_clear}
     try:
-        return {"devices": _devices, "demo": _demo}[args.command](args)
+        return commands[getattr(args, "cache_command", None) or args.command](args)
     except FuseloopError as exc:
         print(f"fuseloop: error: {exc}", file=sys.stderr)
         return 2

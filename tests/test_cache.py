@@ -7,10 +7,13 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 import fuseloop as fl
+from fuseloop import cache
 from fuseloop.expr.program import linearize
 
 SCRIPT = textwrap.dedent("""
@@ -116,3 +119,141 @@ def test_recipe_registry_is_extensible(device):
         assert fl.recipe_for(device).cache_id == ("test-recipe", "7")
     finally:
         fl.register_recipe(kind, old.transform, name=old.name, version=old.version)
+
+
+# {{{ key parts, location, disabling, stored binaries (in-process)
+
+def _expr(x):
+    return fl.arcsinh(x) * 2 - fl.log1p(x)  # a structure no other test uses
+
+
+def _expect(xh):
+    return np.arcsinh(xh) * 2 - np.log1p(xh)
+
+
+@pytest.fixture
+def fresh_dir(tmp_path, monkeypatch):
+    directory = tmp_path / "kernels"
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", str(directory))
+    fl.clear_memory_cache()
+    return directory
+
+
+def _evaluate_fresh(x, xh):
+    """Evaluate in a fresh memory cache; return the counters of that evaluation."""
+    fl.clear_memory_cache()
+    fl.reset_stats()
+    np.testing.assert_allclose(_expr(x).get(), _expect(xh), rtol=1e-5, atol=1e-6)
+    return fl.stats()
+
+
+def test_entry_for_another_device_is_not_used(device, fresh_dir, monkeypatch):
+    xh = np.linspace(0, 2, 50, dtype=np.float32)
+    x = fl.asarray(xh)
+    other = ("Other Platform", "Other Vendor", device.name, "0.0")
+    with monkeypatch.context() as m:  # an entry written by another device
+        m.setattr(type(device), "identity", property(lambda self: other))
+        assert _evaluate_fresh(x, xh)["kernels_lowered"] == 1
+    [foreign] = cache.disk_entries(fresh_dir)
+    s = _evaluate_fresh(x, xh)
+    assert s["disk_cache_misses"] == 1 and s["kernels_lowered"] == 1
+    assert len(cache.disk_entries(fresh_dir)) == 2
+    # the foreign entry copied over this device's file name is refused, not launched
+    [own] = [p for p in cache.disk_entries(fresh_dir) if p != foreign]
+    own.write_bytes(foreign.read_bytes())
+    s = _evaluate_fresh(x, xh)
+    assert s["disk_cache_misses"] == 1 and s["kernels_lowered"] == 1
+    assert cache.read_entry(own).key != cache.read_entry(foreign).key
+
+
+def test_entry_for_another_library_version_is_not_used(device, fresh_dir, monkeypatch):
+    xh = np.linspace(0, 2, 50, dtype=np.float32)
+    x = fl.asarray(xh)
+    real = cache.library_versions()
+    older = tuple((d, "0.0.1" if d == "fuseloop" else v) for d, v in real)
+    with monkeypatch.context() as m:
+        m.setattr(cache, "library_versions", lambda: older)
+        assert _evaluate_fresh(x, xh)["kernels_lowered"] == 1
+    s = _evaluate_fresh(x, xh)
+    assert s["disk_cache_misses"] == 1 and s["kernels_lowered"] == 1
+    with monkeypatch.context() as m:  # an edited fuseloop checkout, same version number
+        m.setattr(cache, "code_fingerprint", lambda: "edited")
+        assert _evaluate_fresh(x, xh)["kernels_lowered"] == 1
+    s = _evaluate_fresh(x, xh)  # the entry of the current versions is found again
+    assert s["disk_cache_hits"] == 1 and s["kernels_lowered"] == 0
+    assert len(cache.disk_entries(fresh_dir)) == 3
+
+
+def test_cache_location_is_configurable(device, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", "~/kernels")
+    assert fl.cache_dir() == tmp_path / "home" / "kernels"
+    xh = np.linspace(0, 2, 50, dtype=np.float32)
+    _evaluate_fresh(fl.asarray(xh), xh)
+    [entry] = cache.disk_entries()
+    assert entry.parent == tmp_path / "home" / "kernels" / f"v{cache.SCHEMA_VERSION}"
+    monkeypatch.delenv("FUSELOOP_CACHE_DIR")
+    import platformdirs
+
+    assert fl.cache_dir() == Path(platformdirs.user_cache_dir("fuseloop"))
+
+
+@pytest.mark.parametrize("value", ["", "off", "OFF", "0", "none", "false", " off "])
+def test_every_disabling_value_disables_the_disk_cache(device, tmp_path, monkeypatch, value):
+    monkeypatch.chdir(tmp_path)  # a value taken for a relative path would write here
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", value)
+    assert fl.cache_dir() is None
+    xh = np.linspace(0, 2, 50, dtype=np.float32)
+    s = _evaluate_fresh(fl.asarray(xh), xh)
+    assert s["disk_cache_hits"] == 0 and s["disk_cache_misses"] == 0
+    assert list(tmp_path.rglob("*")) == []
+
+
+def test_stored_binary_is_used_and_a_refused_one_is_replaced(device, fresh_dir, monkeypatch):
+    def no_source_build(*args):
+        raise AssertionError("built from source although the entry has a binary")
+
+    xh = np.linspace(0, 2, 50, dtype=np.float32)
+    x = fl.asarray(xh)
+    _evaluate_fresh(x, xh)
+    [path] = cache.disk_entries(fresh_dir)
+    entry = cache.read_entry(path)
+    assert entry is not None
+    if not entry.binary:
+        pytest.skip(f"{device.name} provides no program binary")
+    with monkeypatch.context() as m:
+        m.setattr(cache, "_build_source", no_source_build)
+        s = _evaluate_fresh(x, xh)
+    assert s["disk_cache_hits"] == 1 and s["kernels_lowered"] == 0
+    # a binary the driver refuses (checksum intact) falls back to the stored source...
+    cache._write_disk(path, entry.key, entry.plan, b"not a device binary")
+    s = _evaluate_fresh(x, xh)
+    assert s["disk_cache_hits"] == 1 and s["kernels_lowered"] == 0
+    # ...and the entry gets the binary the driver produces now
+    repaired = cache.read_entry(path)
+    assert repaired.binary and repaired.binary != b"not a device binary"
+    with monkeypatch.context() as m:
+        m.setattr(cache, "_build_source", no_source_build)
+        s = _evaluate_fresh(x, xh)
+    assert s["disk_cache_hits"] == 1 and s["kernels_compiled"] == 1
+
+
+def test_read_entry_verifies_checksum_and_file_name(device, fresh_dir):
+    xh = np.linspace(0, 2, 50, dtype=np.float32)
+    _evaluate_fresh(fl.asarray(xh), xh)
+    [path] = cache.disk_entries(fresh_dir)
+    good = path.read_bytes()
+    assert cache.read_entry(path) is not None
+    renamed = path.with_name("0" * 40 + ".json")  # right content, wrong name
+    renamed.write_bytes(good)
+    assert cache.read_entry(renamed) is None
+    doc = json.loads(good)
+    doc["plan"]["gsize"] = ["1"]  # any edit breaks the checksum
+    path.write_text(json.dumps(doc))
+    assert cache.read_entry(path) is None
+    doc = json.loads(good)
+    doc["binary"] = doc["binary"][:-8]  # so does a shortened binary
+    path.write_text(json.dumps(doc))
+    assert cache.read_entry(path) is None
+
+# }}}
