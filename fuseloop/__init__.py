@@ -24,6 +24,44 @@ from .creation import (
     zeros_like,
 )
 from .functions import TracedFunction, UserFunction, function
+from .ops.indexing import take
+from .ops.linalg import _LinalgNamespace, dot, einsum, inner, matmul, outer, tensordot, trace, vdot
+from .ops.reductions import (
+    all,
+    amax,
+    amin,
+    any,
+    argmax,
+    argmin,
+    count_nonzero,
+    max,
+    mean,
+    min,
+    prod,
+    std,
+    sum,
+    var,
+)
+from .ops.shape import (
+    broadcast_to,
+    concatenate,
+    diagonal,
+    expand_dims,
+    flip,
+    moveaxis,
+    permute_dims,
+    ravel,
+    repeat,
+    reshape,
+    roll,
+    squeeze,
+    stack,
+    swapaxes,
+    tile,
+    transpose,
+    tril,
+    triu,
+)
 from .recipes import Recipe, recipe_for, register_recipe, registered_recipes
 from .runtime.devices import Device, device, devices, get_device, set_device
 from .stats import reset_stats, stats
@@ -31,6 +69,7 @@ from .ufuncs import FUNCTIONS as _FUNCTIONS
 from .ufuncs import astype, clip, where
 
 globals().update(_FUNCTIONS)
+linalg = _LinalgNamespace()
 
 bool_ = _np.bool_
 int8, int16, int32, int64 = _np.int8, _np.int16, _np.int32, _np.int64
@@ -47,6 +86,11 @@ __all__ = [
     "get_device", "linspace", "ones", "ones_like", "recipe_for", "register_recipe",
     "registered_recipes", "reset_stats", "set_device", "show_code", "stats", "synchronize",
     "where", "zeros", "zeros_like", *_FUNCTIONS,
+    "all", "amax", "amin", "any", "argmax", "argmin", "count_nonzero", "max", "mean", "min",
+    "prod", "std", "sum", "var", "take", "dot", "einsum", "inner", "linalg", "matmul",
+    "outer", "tensordot", "trace", "vdot", "broadcast_to", "concatenate", "diagonal",
+    "expand_dims", "flip", "moveaxis", "permute_dims", "ravel", "repeat", "reshape", "roll",
+    "squeeze", "stack", "swapaxes", "tile", "transpose", "tril", "triu",
 ]
 
 

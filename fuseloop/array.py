@@ -13,6 +13,7 @@ from .dtypes import as_dtype, resolve_loop, scalar_kind, scalar_to
 from .errors import DeviceError, DTypeError, ShapeError
 from .evaluate import cast_node, run
 from .expr.nodes import Apply, Leaf, Literal, Node, Scalar, Storage, broadcast_shapes
+from .expr.program import Target
 from .runtime.devices import Device
 
 
@@ -219,8 +220,14 @@ class Array:
 
     @property
     def data(self) -> Any:
-        """The pyopencl buffer (evaluates the array first)."""
-        return self.eval()._storage.buffer  # type: ignore[union-attr]
+        """The pyopencl buffer holding the array in C order (evaluates it first).
+
+        For a strided view this is a new contiguous copy, not the viewed buffer.
+        """
+        self.eval()
+        if not self.is_contiguous:
+            return run([self._node], self.shape, self.device)[0].buffer
+        return self._storage.buffer  # type: ignore[union-attr]
 
     def __len__(self) -> int:
         if not self.shape:
@@ -238,12 +245,22 @@ class Array:
             self._become(storage)
         return self
 
+    @property
+    def is_contiguous(self) -> bool:
+        """True for a concrete array that fills its own buffer in C order."""
+        node = self._node
+        return type(node) is Leaf and node.strides is None and node.offset == 0  # type: ignore[attr-defined]
+
     def get(self) -> np.ndarray:
         """Evaluate and copy to a new numpy array (waits for the device)."""
         self.eval()
         host = np.empty(self.shape, self.dtype)
         if host.size:
-            cl.enqueue_copy(self.device.queue, host, self._storage.buffer,  # type: ignore[union-attr]
+            storage = self._storage
+            if not self.is_contiguous:
+                # a strided view: gather it into a contiguous buffer first
+                storage = run([self._node], self.shape, self.device)[0]
+            cl.enqueue_copy(self.device.queue, host, storage.buffer,  # type: ignore[union-attr]
                             is_blocking=True)
         return host
 
@@ -308,22 +325,18 @@ class Array:
 
     # {{{ assignment
 
-    def _check_key(self, key: Any) -> None:
-        full = key is Ellipsis or key == slice(None) or (
-            isinstance(key, tuple) and all(k is Ellipsis or k == slice(None) for k in key)
-            and sum(k is Ellipsis for k in key) <= 1)
-        if not full:
-            raise IndexError(
-                f"fuseloop arrays support whole-array indexing (a[...] or a[:]) only, got {key!r}")
-
     def __getitem__(self, key: Any) -> Array:
-        self._check_key(key)
-        return self
+        """Basic slicing gives a view (no copy); an integer-array index gathers."""
+        from .ops.indexing import getitem
+
+        return getitem(self, key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._check_key(key)
+        """Write through a view (``a[1:-1] = e``) or scatter (``a[idx] = v``)."""
+        from .ops.indexing import setitem
+
         held = isinstance(value, Array) and sys.getrefcount(value) > _TEMP_REFCOUNT
-        assign(self, value, cast="unsafe", value_is_held=held)
+        setitem(self, key, value, held)
 
     def _inplace(self, op: str, other: Any) -> Array:
         node, _ = build_node(op, (self, other))
@@ -346,6 +359,135 @@ class Array:
     def __ixor__(self, o: Any) -> Array: return self._inplace("bitwise_xor", o)
     def __ilshift__(self, o: Any) -> Array: return self._inplace("left_shift", o)
     def __irshift__(self, o: Any) -> Array: return self._inplace("right_shift", o)
+
+    # }}}
+
+    # {{{ shape, reductions and contractions (see fuseloop.ops)
+
+    def reshape(self, *shape: Any, order: str = "C") -> Array:
+        from .ops.shape import reshape
+
+        return reshape(self, shape[0] if len(shape) == 1 else shape, order=order)
+
+    def ravel(self) -> Array:
+        from .ops.shape import ravel
+
+        return ravel(self)
+
+    def flatten(self) -> Array:
+        """A contiguous copy as a 1-D array (lazy: fuses with what follows)."""
+        from .ops.shape import ravel
+
+        return ravel(self.copy())
+
+    def transpose(self, *axes: Any) -> Array:
+        from .ops.shape import transpose
+
+        if len(axes) == 1 and not isinstance(axes[0], int | np.integer):
+            axes = axes[0]
+        return transpose(self, axes or None)
+
+    @property
+    def T(self) -> Array:
+        return self.transpose()
+
+    @property
+    def mT(self) -> Array:
+        from .ops.shape import swapaxes
+
+        return swapaxes(self, -1, -2)
+
+    def swapaxes(self, axis1: int, axis2: int) -> Array:
+        from .ops.shape import swapaxes
+
+        return swapaxes(self, axis1, axis2)
+
+    def squeeze(self, axis: Any = None) -> Array:
+        from .ops.shape import squeeze
+
+        return squeeze(self, axis)
+
+    def diagonal(self, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Array:
+        from .ops.shape import diagonal
+
+        return diagonal(self, offset, axis1, axis2)
+
+    def take(self, indices: Any, axis: int | None = None) -> Array:
+        from .ops.indexing import take
+
+        return take(self, indices, axis)
+
+    def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
+        from .ops.reductions import sum as f
+
+        return f(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def prod(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
+        from .ops.reductions import prod
+
+        return prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> Array:
+        from .ops.reductions import max as f
+
+        return f(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False) -> Array:
+        from .ops.reductions import min as f
+
+        return f(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
+        from .ops.reductions import mean
+
+        return mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def var(self, axis: Any = None, dtype: Any = None, ddof: int = 0,
+            keepdims: bool = False) -> Array:
+        from .ops.reductions import var
+
+        return var(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+
+    def std(self, axis: Any = None, dtype: Any = None, ddof: int = 0,
+            keepdims: bool = False) -> Array:
+        from .ops.reductions import std
+
+        return std(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+
+    def any(self, axis: Any = None, keepdims: bool = False) -> Array:
+        from .ops.reductions import any as f
+
+        return f(self, axis=axis, keepdims=keepdims)
+
+    def all(self, axis: Any = None, keepdims: bool = False) -> Array:
+        from .ops.reductions import all as f
+
+        return f(self, axis=axis, keepdims=keepdims)
+
+    def argmax(self, axis: Any = None, keepdims: bool = False) -> Array:
+        from .ops.reductions import argmax
+
+        return argmax(self, axis=axis, keepdims=keepdims)
+
+    def argmin(self, axis: Any = None, keepdims: bool = False) -> Array:
+        from .ops.reductions import argmin
+
+        return argmin(self, axis=axis, keepdims=keepdims)
+
+    def dot(self, other: Any) -> Array:
+        from .ops.linalg import dot
+
+        return dot(self, other)
+
+    def __matmul__(self, other: Any) -> Array:
+        from .ops.linalg import matmul
+
+        return matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Array:
+        from .ops.linalg import matmul
+
+        return matmul(other, self)
 
     # }}}
 
@@ -411,8 +553,13 @@ class _NodeValue:
         self.node = node
 
 
-def assign(target: Array, value: Any, *, cast: str, value_is_held: bool) -> None:
-    """Write ``value`` (Array, node or scalar) into all of ``target``, in one kernel."""
+def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
+           scatter: tuple[Any, tuple[int, ...]] | None = None) -> None:
+    """Write ``value`` (Array, node or scalar) into all of ``target``, in one kernel.
+
+    ``target`` may be a strided view; ``scatter=(dest, shape)`` writes a value of
+    ``shape`` to the positions a gathered index names (``a[idx] = v``).
+    """
     value = _coerce(value)
     held_array: Array | None = None
     if isinstance(value, _NodeValue):
@@ -430,14 +577,23 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool) -> None
     else:
         node = _operand_node(value, target.dtype) if not isinstance(value, Constant) else \
             Literal(scalar_to(value.value, value.dtype or target.dtype))
-    if node.shape != target.shape and broadcast_shapes(node.shape, target.shape) != target.shape:
+    dest_shape = target.shape if scatter is None else scatter[1]
+    if node.shape != dest_shape and broadcast_shapes(node.shape, dest_shape) != dest_shape:
         raise ShapeError(
-            f"could not broadcast input array from shape {node.shape} into shape {target.shape}")
+            f"could not broadcast input array from shape {node.shape} into shape {dest_shape}")
     node = cast_node(node, target.dtype)
     if target._storage is None:
         target.eval()
     storage = target._storage
     assert storage is not None
+    leaf = target._node
+    if scatter is not None:
+        dest: Any = scatter[0]
+        held_array = None
+    elif target.is_contiguous:
+        dest = storage
+    else:
+        dest = Target(storage, leaf.view_strides(), leaf.offset)  # type: ignore[attr-defined]
     # lazy arrays still reading the old contents are evaluated before the write
     pending = [r for r in storage.live_readers() if r._storage is None and r is not held_array
                and r is not value]
@@ -445,10 +601,10 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool) -> None
         compute(*pending)
     if held_array is not None:
         # the caller keeps the value: materialise it too, in the same kernel
-        out = run([node, held_array._node], target.shape, target.device, [storage, None])
+        out = run([node, held_array._node], target.shape, target.device, [dest, None])
         held_array._become(out[1])
     else:
-        run([node], target.shape, target.device, [storage])
+        run([node], dest_shape, target.device, [dest])
 
 
 def compute(*arrays: Array) -> tuple[Array, ...]:

@@ -119,38 +119,46 @@ def _rebuild(node: Node, replace: dict[int, Node], memo: dict[int, Node]) -> Nod
 def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]) -> list[Reduce]:
     """Reductions that must run as kernels of their own before this one.
 
-    A reduction stays inside the kernel when it is a root itself, or when every
-    one of its results is consumed along whole rows of the kernel's index
-    space.  A full reduction (one value) consumed by anything larger, or a
-    reduction hidden behind a gather, runs first.
+    A reduction stays inside the kernel when it is a root itself, or when each
+    of its results is consumed along whole rows of the kernel's index space
+    (softmax's row maximum inside the row sum).  A full reduction (one value)
+    consumed by anything larger, a reduction whose value changes along an
+    enclosing reduction's own loop (a chain of contractions: it would be
+    recomputed for every step of that loop), or one behind a gather runs first.
     """
     out_size = math.prod(out_shape)
     found: list[Reduce] = []
-    seen: set[int] = set()
+    seen: set[tuple[int, frozenset]] = set()
 
-    def walk(node: Node, in_root_space: bool, inside_reduce: bool) -> None:
-        if id(node) in seen or (not node.storages and type(node) is not Reduce \
-                and not _has_reduce(node)):
+    def walk(node: Node, in_root_space: bool, inside_reduce: bool,
+             forbidden: frozenset) -> None:
+        key = (id(node), forbidden)
+        if key in seen or not node.fancy:
             return
-        seen.add(id(node))
+        seen.add(key)
         cls = type(node)
         if cls is Reduce:
             size_one = math.prod(node.shape) == 1
-            if (size_one and (inside_reduce or out_size > 1)) or not in_root_space:
+            varies_badly = any(node.shape[d] != 1 for d in forbidden)
+            if (size_one and (inside_reduce or out_size > 1)) or not in_root_space \
+                    or varies_badly:
                 found.append(node)  # type: ignore[arg-type]
                 return
-            walk(node.child, True, True)  # type: ignore[attr-defined]
+            walk(node.child, True, True, frozenset(node.axes))  # type: ignore[attr-defined]
         elif cls is Apply or cls is UserCall:
+            n = len(node.shape)
             for a in node.args:  # type: ignore[attr-defined]
-                walk(a, in_root_space, inside_reduce)
+                r = len(a.shape)
+                sub = frozenset(k for k in range(r) if (n - r + k) in forbidden)
+                walk(a, in_root_space, inside_reduce, sub)
         elif cls is Gather:
-            walk(node.child, False, inside_reduce)  # type: ignore[attr-defined]
-            walk(node.index, False, inside_reduce)  # type: ignore[attr-defined]
+            walk(node.child, False, inside_reduce, frozenset())  # type: ignore[attr-defined]
+            walk(node.index, False, inside_reduce, frozenset())  # type: ignore[attr-defined]
         elif cls is Remap:
-            walk(node.child, False, inside_reduce)  # type: ignore[attr-defined]
+            walk(node.child, False, inside_reduce, frozenset())  # type: ignore[attr-defined]
 
     for r in roots:
-        walk(r, True, False)
+        walk(r, True, False, frozenset())
     return found
 
 

@@ -186,13 +186,15 @@ class Gather(Node):
     never reads outside the buffer).
     """
 
-    __slots__ = ("axis", "child", "index")
+    __slots__ = ("axis", "checked", "child", "index")
     fancy = True
 
-    def __init__(self, child: Node, index: Node, axis: int) -> None:
+    def __init__(self, child: Node, index: Node, axis: int, checked: bool = True) -> None:
         self.child = child
         self.index = index
         self.axis = axis
+        # False for indices fuseloop computed itself (roll): known to be in range
+        self.checked = checked
         self.dtype = child.dtype
         self.shape = child.shape[:axis] + index.shape + child.shape[axis + 1:]
         storages = child.storages

@@ -12,8 +12,9 @@ dimension of the node.  Components are
 * ``0``: the dimension has length 1 (or is broadcast);
 * ``("r", d)``: output (root) dimension ``d``;
 * ``("j", rid, k)``: the ``k``-th reduced dimension of reduction ``rid``;
-* ``("g", ref, p)``: the value of index entry ``ref``, wrapped and clamped to
-  the length in parameter ``p`` (a gather);
+* ``("g", ref, p, checked)``: the value of index entry ``ref``, wrapped and
+  clamped to the length in parameter ``p`` (a gather; ``checked`` reports
+  out-of-range values);
 * ``("a", const, ((coef, comp), ...))``: an affine combination (a remap).
 
 Run-time integers (strides, offsets, sizes) are parameters: entries name
@@ -184,7 +185,8 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
             iref = visit(index, at[ax:ax + q])
             child = node.child  # type: ignore[attr-defined]
             length = param(child.shape[ax])
-            c_at = (*at[:ax], ("g", iref, length), *at[ax + q:])
+            checked = node.checked  # type: ignore[attr-defined]
+            c_at = (*at[:ax], ("g", iref, length, checked), *at[ax + q:])
             cref = visit(child, c_at)
             ref = add(("gather", iref, cref, length))
         elif cls is Remap:
@@ -269,7 +271,7 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
             axis, index_node, length = t.scatter
             q = len(index_node.shape)
             iref = visit(index_node, root_index[axis:axis + q])
-            at = (*root_index[:axis], ("g", iref, param(length)), *root_index[axis + q:])
+            at = (*root_index[:axis], ("g", iref, param(length), True), *root_index[axis + q:])
         assert t.strides is not None
         kinds = tuple(0 if c == 0 else stride_kind(s) for c, s in zip(at, t.strides))
         out_specs.append((at, kinds, 0 if t.offset == 0 else param(t.offset)))

@@ -24,11 +24,17 @@ def affine_view(node: Node, shape: tuple[int, ...], offsets: Sequence[int],
                 coeffs: Sequence[Sequence[int]]) -> Node:
     """``node`` seen through the affine map, as a node of ``shape``."""
     memo: dict[tuple, Node] = {}
-    return _push(node, tuple(shape), tuple(offsets), tuple(tuple(r) for r in coeffs), memo)
+    shape = tuple(shape)
+    out = _push(node, shape, tuple(offsets), tuple(tuple(r) for r in coeffs), memo)
+    if out.shape != shape:
+        # a reduction broadcast along new axes: an explicit elementwise broadcast
+        out = Apply("positive", (out,), (out.dtype, out.dtype), shape)
+    return out
 
 
 def _push(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
           coeffs: tuple[tuple[int, ...], ...], memo: dict[tuple, Node]) -> Node:
+    """``node`` through the map; the result may keep length 1 where ``shape`` broadcasts."""
     key = (id(node), off, coeffs)
     hit = memo.get(key)
     if hit is not None:
@@ -61,10 +67,14 @@ def _push(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
         else:
             result = UserCall(node.function, tuple(args), node.loop, shape)  # type: ignore[attr-defined]
     elif cls is Reduce:
-        # kept axes follow the map; reduced axes move to the end, unchanged
+        # kept axes follow the map; reduced axes move to the end, unchanged.
+        # Axes along which the map does not move stay length 1: the reduction
+        # is computed once and broadcast by its consumer, not recomputed.
         red = node.axes  # type: ignore[attr-defined]
         child = node.child  # type: ignore[attr-defined]
         r = len(red)
+        shape = tuple(1 if all(row[d] == 0 for row in coeffs) else n
+                      for d, n in enumerate(shape))
         c_shape = shape + tuple(child.shape[a] for a in red)
         c_off, c_coeffs = [], []
         kept = 0
@@ -173,7 +183,9 @@ def reshape_view(node: Node, new_shape: tuple[int, ...]) -> Node | None:
         for a in node.args:  # type: ignore[attr-defined]
             if a.shape != node.shape and a.shape != ():
                 off, coeffs = broadcast_map(a.shape, node.shape)
-                a = affine_view(a, node.shape, off, coeffs)
+                a = _push(a, node.shape, off, tuple(coeffs), {})
+                if a.shape != node.shape:
+                    return None  # a broadcast reduction: its result must be computed first
             v = reshape_view(a, new_shape) if a.shape != () else a
             if v is None:
                 return None

@@ -154,8 +154,8 @@ class _Lowering:
         if kind == "j":
             return self.red_idx[(c[1], c[2])]
         if kind == "g":
-            ref, length = c[1], c[2]
-            return (self.gather_index(ref, length), self.inames[ref])
+            ref, length, checked = c[1], c[2], c[3]
+            return (self.gather_index(ref, length, checked), self.inames[ref])
         assert kind == "a"
         expr: Any = c[1]
         names: frozenset = frozenset()
@@ -203,8 +203,10 @@ class _Lowering:
             return 0, names
         return (terms[0] if len(terms) == 1 else prim.Sum(tuple(terms))), names
 
-    def gather_index(self, ref: int, length: Any) -> Any:
+    def gather_index(self, ref: int, length: Any, checked: bool) -> Any:
         n = self.size(length)
+        if not checked:
+            return self.cast_expr(ref, self.index_dtype)
         name = f"gi{ref}"
         if name not in {t.name for t in self.temporaries}:
             self.has_gather = True
@@ -460,6 +462,16 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
             addr, names = low.address(*spec)
             names = names | {n for c in spec[0] if c != 0 for n in low._static_inames(c)}
         names = names | low.inames[ref] | {FLAT_INAME}
+        if not isinstance(addr, prim.Variable | int):
+            # Loopy resolves function calls on right-hand sides only
+            tmp = f"oaddr{k}"
+            low.temporaries.append(lp.TemporaryVariable(
+                tmp, index_dtype, shape=(), address_space=lp.AddressSpace.PRIVATE))
+            low.instructions.append(lp.Assignment(
+                prim.Variable(tmp), addr, id=f"calc_{tmp}", within_inames=names,
+                depends_on=frozenset(low.extra_deps)))
+            low.extra_deps.add(f"calc_{tmp}")
+            addr = prim.Variable(tmp)
         low.instructions.append(lp.Assignment(
             prim.Variable(f"out{k}")[addr], low.exprs[ref], id=f"store_out{k}",
             within_inames=names, depends_on=low.deps[ref] | frozenset(low.extra_deps)))

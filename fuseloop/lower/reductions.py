@@ -13,41 +13,47 @@ from typing import Any
 import numpy as np
 import pymbolic.primitives as prim
 from loopy.library.reduction import (
-    MaxReductionOperation,
-    MinReductionOperation,
     ProductReductionOperation,
     ScalarReductionOperation,
     SumReductionOperation,
-    get_ge_neutral,
-    get_le_neutral,
 )
 
 
+def _is_float(dtypes: Any) -> bool:
+    return np.dtype(dtypes[0].numpy_dtype).kind == "f"
+
+
+def _neutral(op: str, dtypes: Any) -> Any:
+    return neutral_value(op, np.dtype(dtypes[0].numpy_dtype))
+
+
 class NanMaxReductionOperation(ScalarReductionOperation):
-    """``max`` that returns NaN as soon as one operand is NaN."""
+    """``max`` that returns NaN as soon as one operand is NaN (plain max for integers)."""
 
     def neutral_element(self, *dtypes: Any, callables_table: Any, target: Any) -> Any:
-        return get_ge_neutral(dtypes[0]), callables_table
+        return _neutral("max", dtypes), callables_table
 
     def __call__(self, dtypes: Any, operand1: Any, operand2: Any, callables_table: Any,
                  target: Any) -> Any:
         a, b = operand1, operand2
-        expr = prim.If(prim.Comparison(a, "!=", a), a,
-                       prim.If(prim.Comparison(a, ">=", b), a, b))
+        expr = prim.If(prim.Comparison(a, ">=", b), a, b)
+        if _is_float(dtypes):
+            expr = prim.If(prim.Comparison(a, "!=", a), a, expr)
         return expr, callables_table
 
 
 class NanMinReductionOperation(ScalarReductionOperation):
-    """``min`` that returns NaN as soon as one operand is NaN."""
+    """``min`` that returns NaN as soon as one operand is NaN (plain min for integers)."""
 
     def neutral_element(self, *dtypes: Any, callables_table: Any, target: Any) -> Any:
-        return get_le_neutral(dtypes[0]), callables_table
+        return _neutral("min", dtypes), callables_table
 
     def __call__(self, dtypes: Any, operand1: Any, operand2: Any, callables_table: Any,
                  target: Any) -> Any:
         a, b = operand1, operand2
-        expr = prim.If(prim.Comparison(a, "!=", a), a,
-                       prim.If(prim.Comparison(a, "<=", b), a, b))
+        expr = prim.If(prim.Comparison(a, "<=", b), a, b)
+        if _is_float(dtypes):
+            expr = prim.If(prim.Comparison(a, "!=", a), a, expr)
         return expr, callables_table
 
 
@@ -58,9 +64,9 @@ def reduction_operation(op: str, dtype: np.dtype) -> Any:
     if op == "prod":
         return ProductReductionOperation()
     if op in ("max", "any"):
-        return NanMaxReductionOperation() if dtype.kind == "f" else MaxReductionOperation()
+        return NanMaxReductionOperation()
     if op in ("min", "all"):
-        return NanMinReductionOperation() if dtype.kind == "f" else MinReductionOperation()
+        return NanMinReductionOperation()
     raise AssertionError(f"unknown reduction {op}")
 
 

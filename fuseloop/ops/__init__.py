@@ -1,0 +1,1 @@
+"""Operations beyond elementwise: shape, indexing, reductions, contractions."""

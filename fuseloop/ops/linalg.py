@@ -1,0 +1,247 @@
+"""Contractions (matmul, tensordot, einsum, dot) and vector norms.
+
+A contraction is a broadcast product summed over the contracted axes: the
+operands are viewed (no copies) into one index space and multiplied inside the
+reduction loop, so elementwise producers (``A * 2``) fuse into the loads and
+consumers (``fl.tanh(A @ B + c)``) into the store.  Chains of several operands
+are contracted pairwise, each intermediate materialised once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..array import Array, _coerce
+from ..errors import ShapeError
+from .reductions import _reduce, _sum_dtype
+from .reductions import max as _max
+from .reductions import min as _min
+from .reductions import sum as _sum
+from .shape import broadcast_to, normalize_axis, ravel, reshape, view
+
+
+def _align(x: Array, letters: str, space: str, sizes: dict[str, int]) -> Array:
+    """View ``x`` (axes named by ``letters``) in the index space ``space``.
+
+    Repeated letters take a diagonal; letters of ``space`` that ``x`` lacks are
+    broadcast (stride 0).
+    """
+    m = len(space)
+    shape = tuple(sizes[c] for c in space)
+    coeffs = [[1 if space[d] == c else 0 for d in range(m)] for c in letters]
+    off = [0] * len(letters)
+    for c in letters:
+        if c not in space:
+            raise AssertionError(c)
+    v = view(x, shape, off, coeffs)
+    return v
+
+
+def _contract(ops: list[tuple[Array, str]], out: str, sizes: dict[str, int]) -> Array:
+    """Sum over the letters not in ``out`` of the product of the operands."""
+    summed = "".join(dict.fromkeys(c for _, s in ops for c in s if c not in out))
+    space = out + summed
+    prod = None
+    for x, letters in ops:
+        v = _align(x, letters, space, sizes)
+        prod = v if prod is None else prod * v
+    assert prod is not None
+    if not summed:
+        return prod
+    axes = tuple(range(len(out), len(space)))
+    return _reduce("sum", prod, axes, False, _sum_dtype(prod.dtype, None))
+
+
+def einsum(subscripts: str, *operands: Any) -> Array:
+    """``numpy.einsum`` with explicit (``'ij,jk->ik'``) or implicit output."""
+    arrs = [_coerce(o) for o in operands]
+    spec = subscripts.replace(" ", "")
+    if "..." in spec:
+        raise NotImplementedError("einsum with '...' is not supported; name every axis")
+    if "->" in spec:
+        ins, out = spec.split("->")
+    else:
+        ins = spec
+        counts: dict[str, int] = {}
+        for c in ins.replace(",", ""):
+            counts[c] = counts.get(c, 0) + 1
+        out = "".join(sorted(c for c, k in counts.items() if k == 1))
+    terms = ins.split(",")
+    if len(terms) != len(arrs):
+        raise ValueError(f"einsum: {len(terms)} operand subscripts in {subscripts!r} but "
+                         f"{len(arrs)} operands")
+    sizes: dict[str, int] = {}
+    for t, a in zip(terms, arrs):
+        if not t.isalpha() and t:
+            raise ValueError(f"einsum: invalid subscript {t!r} (letters only)")
+        if len(t) != a.ndim:
+            raise ShapeError(f"einsum: subscript {t!r} has {len(t)} letters but its operand "
+                             f"has shape {a.shape} ({a.ndim} dimensions)")
+        for c, n in zip(t, a.shape):
+            if sizes.setdefault(c, n) != n:
+                if n == 1 or sizes[c] == 1:
+                    sizes[c] = max(n, sizes[c])
+                    continue
+                raise ShapeError(f"einsum: axis {c!r} has lengths {sizes[c]} and {n}")
+    for c in out:
+        if c not in sizes:
+            raise ValueError(f"einsum: output letter {c!r} does not appear in the inputs")
+    if len(set(out)) != len(out):
+        raise ValueError(f"einsum: output subscript {out!r} repeats a letter")
+    # broadcast length-1 operand axes up to the common length
+    ops = []
+    for t, a in zip(terms, arrs):
+        target = tuple(sizes[c] for c in t)
+        ops.append((broadcast_to(a, target) if target != a.shape else a, t))
+    # pairwise, left to right; an intermediate keeps the letters still needed
+    while len(ops) > 2:
+        (a, sa), (b, sb) = ops[0], ops[1]
+        later = out + "".join(s for _, s in ops[2:])
+        keep = "".join(dict.fromkeys(c for c in sa + sb if c in later))
+        ops = [(_contract([(a, sa), (b, sb)], keep, sizes).eval(), keep), *ops[2:]]
+    return _contract(ops, out, sizes)
+
+
+def tensordot(a: Any, b: Any, axes: Any = 2) -> Array:
+    a, b = _coerce(a), _coerce(b)
+    if isinstance(axes, int | np.integer):
+        n = int(axes)
+        if n < 0 or n > min(a.ndim, b.ndim):
+            raise ShapeError(f"tensordot: cannot contract {n} axes of shapes {a.shape} and "
+                             f"{b.shape}")
+        ax_a, ax_b = list(range(a.ndim - n, a.ndim)), list(range(n))
+    else:
+        ax_a, ax_b = axes
+        ax_a = [ax_a] if isinstance(ax_a, int | np.integer) else list(ax_a)
+        ax_b = [ax_b] if isinstance(ax_b, int | np.integer) else list(ax_b)
+        if len(ax_a) != len(ax_b):
+            raise ShapeError("tensordot: the two axes lists must have the same length")
+        ax_a = [normalize_axis(x, a.ndim) for x in ax_a]
+        ax_b = [normalize_axis(x, b.ndim) for x in ax_b]
+    for i, j in zip(ax_a, ax_b):
+        if a.shape[i] != b.shape[j]:
+            raise ShapeError(f"tensordot: shape-mismatch for sum: axis {i} of {a.shape} vs "
+                             f"axis {j} of {b.shape}")
+    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    la = [next(letters) for _ in range(a.ndim)]
+    lb = [next(letters) for _ in range(b.ndim)]
+    for i, j in zip(ax_a, ax_b):
+        lb[j] = la[i]
+    out = "".join(c for k, c in enumerate(la) if k not in ax_a) + \
+        "".join(c for k, c in enumerate(lb) if k not in ax_b)
+    return einsum(f"{''.join(la)},{''.join(lb)}->{out}", a, b)
+
+
+def matmul(a: Any, b: Any) -> Array:
+    """``a @ b`` with numpy's rules: 1-D promotion and broadcast batch axes."""
+    a, b = _coerce(a), _coerce(b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("matmul: input operand does not have enough dimensions "
+                         "(scalars are not allowed; use *)")
+    a2 = reshape(a, (1, *a.shape)) if a.ndim == 1 else a
+    b2 = reshape(b, (*b.shape, 1)) if b.ndim == 1 else b
+    n, k = a2.shape[-2:]
+    k2, m = b2.shape[-2:]
+    if k != k2:
+        raise ShapeError(f"matmul: mismatch in the core dimension: {a.shape} @ {b.shape} "
+                         f"({k} != {k2})")
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    a3 = broadcast_to(a2, (*batch, n, k))
+    b3 = broadcast_to(b2, (*batch, k, m))
+    nb = len(batch)
+    lb = "".join("ABCDEFGHIJKLMNOP"[i] for i in range(nb))
+    out = einsum(f"{lb}ik,{lb}kj->{lb}ij", a3, b3)
+    shape = out.shape
+    if a.ndim == 1:
+        shape = shape[:-2] + shape[-1:]
+    if b.ndim == 1:
+        shape = shape[:-1]
+    return reshape(out, shape) if shape != out.shape else out
+
+
+def dot(a: Any, b: Any) -> Array:
+    a, b = _coerce(a), _coerce(b)
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    if a.ndim == 1 and b.ndim == 1:
+        if a.shape != b.shape:
+            raise ShapeError(f"dot: shapes {a.shape} and {b.shape} not aligned")
+        return _sum(a * b)
+    if b.ndim == 1:
+        return tensordot(a, b, axes=([a.ndim - 1], [0]))
+    return tensordot(a, b, axes=([a.ndim - 1], [b.ndim - 2]))
+
+
+def vdot(a: Any, b: Any) -> Array:
+    a, b = ravel(_coerce(a)), ravel(_coerce(b))
+    if a.shape != b.shape:
+        raise ShapeError(f"vdot: vectors of {a.shape[0]} and {b.shape[0]} elements")
+    return _sum(a * b)
+
+
+def inner(a: Any, b: Any) -> Array:
+    a, b = _coerce(a), _coerce(b)
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    return tensordot(a, b, axes=([a.ndim - 1], [b.ndim - 1]))
+
+
+def outer(a: Any, b: Any) -> Array:
+    a, b = ravel(_coerce(a)), ravel(_coerce(b))
+    return reshape(a, (a.shape[0], 1)) * b
+
+
+def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Array:
+    """Vector norms (``numpy.linalg.norm``); with ``axis=None`` the flattened array's.
+
+    For 2-D input and ``axis=None`` this is the Frobenius norm, as in numpy.
+    """
+    from ..ufuncs import FUNCTIONS
+
+    x = _coerce(x)
+    if (isinstance(axis, tuple | list) and len(axis) == 2) or ord in ("fro", "nuc"):
+        if ord not in (None, "fro"):
+            raise NotImplementedError("only vector norms and the Frobenius norm are supported")
+        ord = None
+    if x.dtype.kind in "biu":
+        x = x.astype(np.float64)
+    absolute, sqrt = FUNCTIONS["absolute"], FUNCTIONS["sqrt"]
+    if axis is None and not keepdims:
+        x = ravel(x)
+        axis = 0
+    if ord is None or ord == 2:
+        return sqrt(_sum(x * x, axis=axis, keepdims=keepdims))
+    if ord == np.inf:
+        return _max(absolute(x), axis=axis, keepdims=keepdims)
+    if ord == -np.inf:
+        return _min(absolute(x), axis=axis, keepdims=keepdims)
+    if ord == 0:
+        return _sum((x != 0).astype(x.dtype), axis=axis, keepdims=keepdims)
+    if ord == 1:
+        return _sum(absolute(x), axis=axis, keepdims=keepdims)
+    if isinstance(ord, str):
+        raise ValueError(f"invalid norm order {ord!r} for vectors")
+    p = float(ord)
+    s = _sum(absolute(x) ** x.dtype.type(p), axis=axis, keepdims=keepdims)
+    return s ** s.dtype.type(1.0 / p)
+
+
+def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Array:
+    from .shape import diagonal
+
+    return _sum(diagonal(a, offset, axis1, axis2), axis=-1)
+
+
+__all__ = ["dot", "einsum", "inner", "matmul", "norm", "outer", "tensordot", "trace", "vdot"]
+
+
+class _LinalgNamespace:
+    """``fl.linalg``: the numpy.linalg functions fuseloop provides."""
+
+    norm = staticmethod(norm)
+    matmul = staticmethod(matmul)
+    vecdot = staticmethod(inner)
+    tensordot = staticmethod(tensordot)
+    trace = staticmethod(trace)

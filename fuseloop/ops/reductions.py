@@ -1,0 +1,207 @@
+"""Reductions with numpy's names, dtypes and NaN rules, fused with their producers.
+
+``fl.sum(x * y)`` computes ``x * y`` inside the reduction loop (no temporary);
+``x - x.mean(axis=-1, keepdims=True)`` computes the mean once per row inside the
+consuming kernel; several reductions of one input evaluated together with
+:func:`fuseloop.compute` share one pass.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from typing import Any
+
+import numpy as np
+
+from ..array import Array, _coerce
+from ..evaluate import cast_node
+from ..expr.nodes import Iota, Reduce
+from ..expr.views import reshape_view
+from .shape import normalize_axes, normalize_axis, ravel, reshape
+
+_BOOL = np.dtype(np.bool_)
+_UINT8 = np.dtype(np.uint8)
+_INT64 = np.dtype(np.int64)
+
+
+def _merged(node: Any, axes: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
+    """Merge runs of neighbouring reduced axes when the data allow.
+
+    A full reduction of a contiguous 2-D array becomes one flat loop, which
+    vectorises, instead of two nested index computations.
+    """
+    shape = node.shape
+    if len(shape) <= 1:
+        return node, axes
+    groups: list[list[int]] = []
+    for d in range(len(shape)):
+        if groups and d in axes and groups[-1][-1] in axes:
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    if len(groups) == len(shape):
+        return node, axes
+    new_shape = tuple(math.prod(shape[d] for d in g) for g in groups)
+    merged = reshape_view(node, new_shape)
+    if merged is None:
+        return node, axes
+    return merged, tuple(k for k, g in enumerate(groups) if g[0] in axes)
+
+
+def _reduce(op: str, x: Array, axis: Any, keepdims: bool, dtype: np.dtype) -> Array:
+    axes = normalize_axes(axis, x.ndim)
+    node = cast_node(x._node, dtype) if op in ("sum", "prod") else x._node
+    if node.dtype != dtype:
+        node = cast_node(node, dtype)
+    kept_shape = tuple(n for d, n in enumerate(x.shape) if d not in axes)
+    child, red = _merged(node, axes)
+    out = Reduce(op, child, red, dtype)
+    assert out.shape == kept_shape
+    if keepdims:
+        full = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+        out = reshape_view(out, full)  # type: ignore[assignment]
+        assert out is not None
+    return Array._lazy(out, x.device)
+
+
+def _sum_dtype(dtype: np.dtype, requested: Any) -> np.dtype:
+    if requested is not None:
+        return np.dtype(requested)
+    return np.sum(np.zeros(1, dtype)).dtype  # numpy's own rule (int32 -> int64, ...)
+
+
+def _check_identity(x: Array, axes: tuple[int, ...], name: str) -> None:
+    if builtins.any(x.shape[d] == 0 for d in axes):
+        raise ValueError(f"zero-size array to reduction operation {name} which has no "
+                         f"identity (shape {x.shape})")
+
+
+def sum(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
+    """Sum over ``axis`` (all by default), with numpy's result dtype."""
+    x = _coerce(x)
+    return _reduce("sum", x, axis, keepdims, _sum_dtype(x.dtype, dtype))
+
+
+def prod(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
+    x = _coerce(x)
+    dt = np.dtype(dtype) if dtype is not None else np.prod(np.ones(1, x.dtype)).dtype
+    return _reduce("prod", x, axis, keepdims, dt)
+
+
+def max(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
+    """Largest element; NaN if any element is NaN (as ``numpy.max``)."""
+    x = _coerce(x)
+    _check_identity(x, normalize_axes(axis, x.ndim), "maximum")
+    if x.dtype == _BOOL:
+        return _reduce("max", x.astype(_UINT8), axis, keepdims, _UINT8).astype(_BOOL)
+    return _reduce("max", x, axis, keepdims, x.dtype)
+
+
+def min(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
+    """Smallest element; NaN if any element is NaN (as ``numpy.min``)."""
+    x = _coerce(x)
+    _check_identity(x, normalize_axes(axis, x.ndim), "minimum")
+    if x.dtype == _BOOL:
+        return _reduce("min", x.astype(_UINT8), axis, keepdims, _UINT8).astype(_BOOL)
+    return _reduce("min", x, axis, keepdims, x.dtype)
+
+
+amax, amin = max, min
+
+
+def any(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
+    x = _coerce(x)
+    return _reduce("max", x.astype(_BOOL).astype(_UINT8), axis, keepdims, _UINT8).astype(_BOOL)
+
+
+def all(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
+    x = _coerce(x)
+    return _reduce("min", x.astype(_BOOL).astype(_UINT8), axis, keepdims, _UINT8).astype(_BOOL)
+
+
+def _mean_dtypes(dtype: np.dtype, requested: Any) -> tuple[np.dtype, np.dtype]:
+    """(accumulator, result) dtypes of ``numpy.mean``."""
+    if requested is not None:
+        dt = np.dtype(requested)
+        return dt, dt
+    if dtype.kind in "biu":
+        return np.dtype(np.float64), np.dtype(np.float64)
+    if dtype == np.float16:
+        return np.dtype(np.float32), dtype
+    return dtype, dtype
+
+
+def mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
+    """Arithmetic mean; integers average in float64 (numpy's rule)."""
+    x = _coerce(x)
+    axes = normalize_axes(axis, x.ndim)
+    acc, res = _mean_dtypes(x.dtype, dtype)
+    count = math.prod(x.shape[d] for d in axes)
+    total = _reduce("sum", x, axis, keepdims, acc)
+    out = total / acc.type(count) if count else total * acc.type(np.nan)
+    return out.astype(res) if out.dtype != res else out
+
+
+def var(x: Any, axis: Any = None, dtype: Any = None, ddof: int = 0,
+        keepdims: bool = False) -> Array:
+    """Variance about the mean, computed in two passes (as numpy does)."""
+    x = _coerce(x)
+    axes = normalize_axes(axis, x.ndim)
+    acc, res = _mean_dtypes(x.dtype, dtype)
+    xa = x.astype(acc) if x.dtype != acc else x
+    m = mean(xa, axis=axes, keepdims=True)
+    d = xa - m
+    n = math.prod(x.shape[k] for k in axes) - ddof
+    total = _reduce("sum", d * d, axes, keepdims, acc)
+    out = total / acc.type(n) if n > 0 else total * acc.type(np.nan)
+    return out.astype(res) if out.dtype != res else out
+
+
+def std(x: Any, axis: Any = None, dtype: Any = None, ddof: int = 0,
+        keepdims: bool = False) -> Array:
+    from ..ufuncs import FUNCTIONS
+
+    return FUNCTIONS["sqrt"](var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))
+
+
+def _arg_extreme(x: Any, axis: Any, keepdims: bool, largest: bool) -> Array:
+    from ..ufuncs import FUNCTIONS, where
+
+    x = _coerce(x)
+    name = "argmax" if largest else "argmin"
+    if axis is None:
+        flat = ravel(x)
+        out = _arg_extreme(flat, 0, False, largest)
+        return reshape(out, (1,) * x.ndim) if keepdims else out
+    ax = normalize_axis(axis, x.ndim)
+    if x.shape[ax] == 0:
+        raise ValueError(f"attempt to get {name} of an empty sequence")
+    best = (max if largest else min)(x, axis=ax, keepdims=True)
+    hit = x == best
+    if x.dtype.kind == "f":
+        # numpy returns the first NaN when there is one (and then best is NaN)
+        hit = hit | (FUNCTIONS["isnan"](x) & FUNCTIONS["isnan"](best))
+    strides = tuple(1 if d == ax else 0 for d in range(x.ndim))
+    position = Array._lazy(Iota(x.shape, _INT64, strides, 0), x.device)
+    candidate = where(hit, position, np.int64(x.shape[ax]))
+    return _reduce("min", candidate, ax, keepdims, _INT64)
+
+
+def argmax(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
+    """Index of the first largest element (the first NaN, if any)."""
+    return _arg_extreme(x, axis, keepdims, True)
+
+
+def argmin(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
+    """Index of the first smallest element (the first NaN, if any)."""
+    return _arg_extreme(x, axis, keepdims, False)
+
+
+def count_nonzero(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
+    x = _coerce(x)
+    return _reduce("sum", (x != 0).astype(_INT64), axis, keepdims, _INT64)
+
+
+__all__ = ["all", "amax", "amin", "any", "argmax", "argmin", "count_nonzero", "max", "mean",
+           "min", "prod", "std", "sum", "var"]

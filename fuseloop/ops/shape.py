@@ -1,0 +1,330 @@
+"""Shape operations as index remapping inside the consuming kernel.
+
+Views (reshape where strides allow, transpose, broadcast, flip, diagonal, unit
+axes) copy nothing: the consuming kernel reads through new strides.  ``roll``
+is a gather whose indices are computed in the kernel.  ``tile`` and
+``repeat`` broadcast and then copy once, as numpy does; ``concatenate`` and
+``stack`` write each piece into its slice of a new array (one kernel per piece).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..array import Array, _coerce
+from ..errors import AxisError, ShapeError
+from ..expr.nodes import Gather, Iota, Leaf, Node
+from ..expr.views import (
+    affine_view,
+    broadcast_map,
+    reshape_view,
+    transpose_map,
+)
+
+
+def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
+    if not isinstance(axis, int | np.integer):
+        raise TypeError(f"{what} must be an integer, got {type(axis).__name__}")
+    if not -ndim <= axis < ndim:
+        raise AxisError(f"{what} {axis} is out of bounds for an array of dimension {ndim}")
+    return int(axis) % ndim if ndim else 0
+
+
+def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
+    """Sorted non-negative axes; None means all.  Repeats and out-of-range raise."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
+    out = tuple(normalize_axis(a, ndim) for a in axes)
+    if len(set(out)) != len(out):
+        raise AxisError(f"repeated axis in {axis!r}")
+    return tuple(sorted(out))
+
+
+def _wrap(arr: Array, node: Node) -> Array:
+    """An array for ``node``: a concrete view when it only reads ``arr``'s buffer."""
+    if type(node) is Leaf and not arr.is_lazy:
+        view = object.__new__(Array)
+        view._storage = node.storage  # type: ignore[attr-defined]
+        view._node = node
+        view.device = arr.device
+        view.dtype = node.dtype
+        view.shape = node.shape
+        return view
+    return Array._lazy(node, arr.device)
+
+
+def view(arr: Array, shape: tuple[int, ...], offsets: Sequence[int],
+         coeffs: Sequence[Sequence[int]]) -> Array:
+    return _wrap(arr, affine_view(arr._node, shape, offsets, coeffs))
+
+
+# {{{ views
+
+
+def reshape(a: Any, shape: Any, order: str = "C") -> Array:
+    """Like ``numpy.reshape``; a view when the strides allow, else one copy."""
+    a = _coerce(a)
+    if order != "C":
+        raise NotImplementedError("fuseloop arrays are C-ordered: only order='C' is supported")
+    if isinstance(shape, int | np.integer):
+        shape = (int(shape),)
+    shape = tuple(int(s) for s in shape)
+    if shape.count(-1) > 1:
+        raise ShapeError(f"can only specify one unknown dimension, got {shape}")
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        if known == 0 or a.size % known:
+            raise ShapeError(f"cannot reshape array of size {a.size} (shape {a.shape}) "
+                             f"into shape {shape}")
+        shape = tuple(a.size // known if s == -1 else s for s in shape)
+    if any(s < 0 for s in shape) or math.prod(shape) != a.size:
+        raise ShapeError(f"cannot reshape array of size {a.size} (shape {a.shape}) "
+                         f"into shape {shape}")
+    node = reshape_view(a._node, shape)
+    if node is None:
+        # numpy copies here too: materialise contiguously, then view
+        copy = a.copy().eval()
+        node = reshape_view(copy._node, shape)
+        assert node is not None
+        return _wrap(copy, node)
+    return _wrap(a, node)
+
+
+def ravel(a: Any) -> Array:
+    return reshape(a, (-1,))
+
+
+def transpose(a: Any, axes: Sequence[int] | None = None) -> Array:
+    a = _coerce(a)
+    n = a.ndim
+    perm = tuple(range(n - 1, -1, -1)) if axes is None else \
+        tuple(normalize_axis(x, n) for x in axes)
+    if sorted(perm) != list(range(n)):
+        raise AxisError(f"axes {axes!r} are not a permutation of the {n} axes")
+    off, coeffs = transpose_map(perm)
+    return view(a, tuple(a.shape[k] for k in perm), off, coeffs)
+
+
+permute_dims = transpose
+
+
+def swapaxes(a: Any, axis1: int, axis2: int) -> Array:
+    a = _coerce(a)
+    perm = list(range(a.ndim))
+    i, j = normalize_axis(axis1, a.ndim), normalize_axis(axis2, a.ndim)
+    perm[i], perm[j] = perm[j], perm[i]
+    return transpose(a, perm)
+
+
+def moveaxis(a: Any, source: Any, destination: Any) -> Array:
+    a = _coerce(a)
+    src = [source] if isinstance(source, int | np.integer) else list(source)
+    dst = [destination] if isinstance(destination, int | np.integer) else list(destination)
+    if len(src) != len(dst):
+        raise ValueError("source and destination must have the same number of elements")
+    src = [normalize_axis(s, a.ndim, "source") for s in src]
+    dst = [normalize_axis(d, a.ndim, "destination") for d in dst]
+    order = [k for k in range(a.ndim) if k not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return transpose(a, order)
+
+
+def broadcast_to(a: Any, shape: Any) -> Array:
+    a = _coerce(a)
+    shape = (int(shape),) if isinstance(shape, int | np.integer) else tuple(shape)
+    if len(shape) < a.ndim or any(
+            s != n and s != 1 for s, n in zip(a.shape, shape[len(shape) - a.ndim:])):
+        raise ShapeError(f"cannot broadcast an array of shape {a.shape} to shape {shape}")
+    off, coeffs = broadcast_map(a.shape, shape)
+    return view(a, shape, off, coeffs)
+
+
+def expand_dims(a: Any, axis: Any) -> Array:
+    a = _coerce(a)
+    axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
+    n = a.ndim + len(axes)
+    where = normalize_axes(axes, n)
+    it = iter(a.shape)
+    shape = tuple(1 if d in where else next(it) for d in range(n))
+    return reshape(a, shape)
+
+
+def squeeze(a: Any, axis: Any = None) -> Array:
+    a = _coerce(a)
+    if axis is None:
+        drop = {d for d, s in enumerate(a.shape) if s == 1}
+    else:
+        drop = set(normalize_axes(axis, a.ndim))
+        for d in drop:
+            if a.shape[d] != 1:
+                raise ShapeError(f"cannot select an axis to squeeze out which has size not "
+                                 f"equal to one (axis {d} of shape {a.shape})")
+    return reshape(a, tuple(s for d, s in enumerate(a.shape) if d not in drop))
+
+
+def flip(a: Any, axis: Any = None) -> Array:
+    a = _coerce(a)
+    axes = set(normalize_axes(axis, a.ndim))
+    n = a.ndim
+    off = tuple(a.shape[k] - 1 if k in axes else 0 for k in range(n))
+    coeffs = tuple(tuple((-1 if k in axes else 1) if d == k else 0 for d in range(n))
+                   for k in range(n))
+    return view(a, a.shape, off, coeffs)
+
+
+def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Array:
+    a = _coerce(a)
+    if a.ndim < 2:
+        raise ShapeError(f"diag requires an array of at least two dimensions, got {a.shape}")
+    i, j = normalize_axis(axis1, a.ndim, "axis1"), normalize_axis(axis2, a.ndim, "axis2")
+    if i == j:
+        raise AxisError("axis1 and axis2 cannot be the same")
+    rest = [k for k in range(a.ndim) if k not in (i, j)]
+    r0, c0 = max(0, -offset), max(0, offset)
+    length = max(0, min(a.shape[i] - r0, a.shape[j] - c0))
+    shape = (*tuple(a.shape[k] for k in rest), length)
+    m = len(shape)
+    off, coeffs = [], []
+    for k in range(a.ndim):
+        if k == i or k == j:
+            off.append(r0 if k == i else c0)
+            coeffs.append(tuple(1 if d == m - 1 else 0 for d in range(m)))
+        else:
+            p = rest.index(k)
+            off.append(0)
+            coeffs.append(tuple(1 if d == p else 0 for d in range(m)))
+    return view(a, shape, off, coeffs)
+
+
+def _axis_index(shape: tuple[int, ...], axis: int) -> Node:
+    """The index along ``axis`` of each element of ``shape`` (no memory)."""
+    strides = tuple(1 if d == axis else 0 for d in range(len(shape)))
+    return Iota(shape, np.dtype(np.int64), strides, 0)
+
+
+def _tri(a: Any, k: int, upper: bool) -> Array:
+    from ..ufuncs import where
+
+    a = _coerce(a)
+    if a.ndim < 2:
+        raise ShapeError(f"triu/tril need at least two dimensions, got shape {a.shape}")
+    rows = Array._lazy(_axis_index(a.shape, a.ndim - 2), a.device)
+    cols = Array._lazy(_axis_index(a.shape, a.ndim - 1), a.device)
+    keep = (cols - rows >= k) if upper else (cols - rows <= k)
+    return where(keep, a, np.zeros((), a.dtype)[()])
+
+
+def triu(a: Any, k: int = 0) -> Array:
+    return _tri(a, k, True)
+
+
+def tril(a: Any, k: int = 0) -> Array:
+    return _tri(a, k, False)
+
+# }}}
+
+# {{{ remaps that copy or gather
+
+
+def roll(a: Any, shift: Any, axis: Any = None) -> Array:
+    a = _coerce(a)
+    if axis is None:
+        return reshape(roll(ravel(a), shift, 0), a.shape)
+    shifts = (shift,) if isinstance(shift, int | np.integer) else tuple(shift)
+    axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
+    if len(shifts) == 1 and len(axes) > 1:
+        shifts = shifts * len(axes)
+    if len(shifts) != len(axes):
+        raise ValueError("shift and axis must have the same length")
+    out = a
+    for s, ax in zip(shifts, axes):
+        ax = normalize_axis(ax, a.ndim)
+        n = a.shape[ax]
+        if n == 0 or s % n == 0:
+            continue
+        pos = Array._lazy(Iota((n,), np.dtype(np.int64)), a.device)
+        index = (pos + (n - s % n)) % n
+        out = Array._lazy(Gather(out._node, index._node, ax, checked=False), a.device)
+    return out
+
+
+def tile(a: Any, reps: Any) -> Array:
+    a = _coerce(a)
+    reps = (reps,) if isinstance(reps, int | np.integer) else tuple(reps)
+    n = max(a.ndim, len(reps))
+    shape = (1,) * (n - a.ndim) + a.shape
+    reps = (1,) * (n - len(reps)) + reps
+    # (r0, s0, r1, s1, ...) broadcast, then merged: numpy copies here as well
+    inter = tuple(x for r, s in zip(reps, shape) for x in (r, s))
+    b = broadcast_to(reshape(a, tuple(x for s in shape for x in (1, s))), inter)
+    return reshape(b, tuple(r * s for r, s in zip(reps, shape)))
+
+
+def repeat(a: Any, repeats: int, axis: int | None = None) -> Array:
+    a = _coerce(a)
+    if not isinstance(repeats, int | np.integer):
+        raise NotImplementedError("fl.repeat supports one repeat count for all elements")
+    if repeats < 0:
+        raise ValueError("negative dimensions are not allowed")
+    if axis is None:
+        a, axis = ravel(a), 0
+    ax = normalize_axis(axis, a.ndim)
+    shape = (*a.shape[:ax + 1], 1, *a.shape[ax + 1:])
+    b = broadcast_to(reshape(a, shape), (*a.shape[:ax + 1], int(repeats), *a.shape[ax + 1:]))
+    return reshape(b, (*a.shape[:ax], a.shape[ax] * int(repeats), *a.shape[ax + 1:]))
+
+
+def concatenate(arrays: Sequence[Any], axis: int | None = 0) -> Array:
+    from ..creation import empty
+    from ..dtypes import result_type
+
+    arrs = [_coerce(x) for x in arrays]
+    if not arrs:
+        raise ValueError("need at least one array to concatenate")
+    if axis is None:
+        arrs = [ravel(x) for x in arrs]
+        axis = 0
+    nd = arrs[0].ndim
+    if nd == 0:
+        raise ShapeError("zero-dimensional arrays cannot be concatenated")
+    ax = normalize_axis(axis, nd)
+    for x in arrs[1:]:
+        if x.ndim != nd or any(p != q for d, (p, q) in enumerate(zip(x.shape, arrs[0].shape))
+                               if d != ax):
+            raise ShapeError(
+                "all the input array dimensions except for the concatenation axis must match "
+                f"exactly: {arrs[0].shape} and {x.shape} along axis {ax}")
+    dt = result_type(*[x.dtype for x in arrs])
+    total = sum(x.shape[ax] for x in arrs)
+    out = empty((*arrs[0].shape[:ax], total, *arrs[0].shape[ax + 1:]), dtype=dt,
+                device=arrs[0].device)
+    start = 0
+    for x in arrs:
+        key = (slice(None),) * ax + (slice(start, start + x.shape[ax]),)
+        out[key] = x
+        start += x.shape[ax]
+    return out
+
+
+def stack(arrays: Sequence[Any], axis: int = 0) -> Array:
+    arrs = [_coerce(x) for x in arrays]
+    if not arrs:
+        raise ValueError("need at least one array to stack")
+    if any(x.shape != arrs[0].shape for x in arrs):
+        raise ShapeError(f"all input arrays must have the same shape, got "
+                         f"{[x.shape for x in arrs]}")
+    ax = normalize_axis(axis, arrs[0].ndim + 1)
+    return concatenate([expand_dims(x, ax) for x in arrs], axis=ax)
+
+# }}}
+
+
+__all__ = ["broadcast_to", "concatenate", "diagonal", "expand_dims", "flip", "moveaxis",
+           "permute_dims", "ravel", "repeat", "reshape", "roll", "squeeze", "stack",
+           "swapaxes", "tile", "transpose", "tril", "triu"]

@@ -1,0 +1,145 @@
+"""Reductions, their fusion and their numpy semantics (dtypes, NaN, accuracy)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+
+
+def rand(shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).random(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "mean", "var", "std", "any",
+                                "all", "argmax", "argmin"])
+@pytest.mark.parametrize("axis", [None, 0, 1, (0, 2), -1])
+def test_reductions_match_numpy(device, op, axis):
+    h = rand((3, 4, 5), seed=3) + 0.5
+    if op in ("argmax", "argmin") and isinstance(axis, tuple):
+        pytest.skip("numpy's arg reductions take one axis")
+    x = fl.asarray(h)
+    got = getattr(x, op)(axis=axis)
+    ref = getattr(h.astype(np.float64), op)(axis=axis)
+    assert got.shape == np.shape(ref)
+    np.testing.assert_allclose(got.get(), ref, rtol=2e-5)
+    kept = getattr(x, op)(axis=axis, keepdims=True)
+    assert kept.shape == getattr(h, op)(axis=axis, keepdims=True).shape
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.int32, np.uint16, np.uint64,
+                                   np.int64, np.float32, np.float64])
+def test_result_dtypes_follow_numpy(device, dtype):
+    h = (np.arange(24).reshape(4, 6) % 7).astype(dtype)
+    x = fl.asarray(h)
+    for op in ("sum", "prod", "max", "min", "mean", "any", "all", "argmax"):
+        got, ref = getattr(x, op)(axis=1), getattr(h, op)(axis=1)
+        assert got.dtype == ref.dtype, (op, dtype)
+        np.testing.assert_array_equal(got.get(), ref) if op != "mean" else \
+            np.testing.assert_allclose(got.get(), ref)
+
+
+def test_integer_sums_are_exact(device):
+    h = np.full(100_000, 2**20 + 1, np.int32)
+    assert int(fl.asarray(h).sum()) == int(h.astype(np.int64).sum())  # past int32 range
+
+
+def test_float_sum_accuracy_large(device):
+    """A tree/chunked sum meets the tolerance numpy's pairwise sum meets."""
+    h = rand(2**21, seed=5)
+    ref = h.astype(np.float64).sum()
+    np.testing.assert_allclose(float(fl.sum(fl.asarray(h))), ref, rtol=2e-6)
+
+
+def test_nan_propagates_and_arg_picks_first(device):
+    h = np.array([[1.0, np.nan, 3.0, np.nan], [4.0, 4.0, 2.0, 4.0]], np.float32)
+    x = fl.asarray(h)
+    np.testing.assert_array_equal(x.max(axis=1).get(), h.max(axis=1))
+    np.testing.assert_array_equal(x.min(axis=1).get(), h.min(axis=1))
+    np.testing.assert_array_equal(x.argmax(axis=1).get(), h.argmax(axis=1))
+    np.testing.assert_array_equal(x.argmin(axis=1).get(), h.argmin(axis=1))
+    assert int(x.argmax()) == h.argmax()
+
+
+def test_full_reduction_fuses_producer(device):
+    xh, yh = rand(50_000, seed=1), rand(50_000, seed=2)
+    x, y = fl.asarray(xh), fl.asarray(yh)
+    fl.reset_stats()
+    s = fl.sum(x * y)
+    np.testing.assert_allclose(float(s), (xh.astype(np.float64) * yh).sum(), rtol=1e-5)
+    # two stages (pieces, then their total); x * y is never written out
+    assert fl.stats()["kernels_launched"] == 2
+    assert "in0" in fl.show_code(fl.sum(x * y)) and "*" in fl.show_code(fl.sum(x * y))
+
+
+def test_combined_reductions_share_one_pass(device):
+    h = rand(100_000, seed=4)
+    x = fl.asarray(h)
+    fl.reset_stats()
+    mn, mx, sm = fl.compute(x.min(), x.max(), x.sum())
+    assert fl.stats()["kernels_launched"] == 2  # one first stage for all three + combine
+    assert float(mn) == h.min() and float(mx) == h.max()
+    np.testing.assert_allclose(float(sm), h.astype(np.float64).sum(), rtol=1e-5)
+
+
+def test_row_softmax_is_one_kernel(device):
+    h = rand((64, 300), seed=6) * 10
+    x = fl.asarray(h)
+    fl.reset_stats()
+    e = fl.exp(x - x.max(axis=-1, keepdims=True))
+    out = e / e.sum(axis=-1, keepdims=True)
+    got = out.get()
+    assert fl.stats()["kernels_launched"] == 1
+    h64 = h.astype(np.float64)
+    ref = np.exp(h64 - h64.max(axis=1, keepdims=True))
+    ref /= ref.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-7)
+
+
+def test_centering_by_full_mean(device):
+    h = rand(10_000, seed=7)
+    x = fl.asarray(h)
+    fl.reset_stats()
+    got = (x - x.mean()).get()
+    np.testing.assert_allclose(got, h - h.astype(np.float64).mean(), atol=1e-6)
+    assert fl.stats()["kernels_launched"] <= 3  # mean (two stages) + the subtraction
+
+
+def test_column_and_row_reductions_of_views(device):
+    h = rand((30, 40), seed=8)
+    x = fl.asarray(h)
+    np.testing.assert_allclose(x.T.sum(axis=1).get(), h.T.sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(x[::2, 5:].max(axis=0).get(), h[::2, 5:].max(axis=0))
+    np.testing.assert_allclose(fl.sum(x[1:-1] * x[:-2], axis=1).get(),
+                               (h[1:-1] * h[:-2]).sum(axis=1), rtol=1e-5)
+
+
+def test_empty_reductions(device):
+    x = fl.asarray(np.zeros((0, 3), np.float32))
+    np.testing.assert_array_equal(x.sum(axis=0).get(), np.zeros(3, np.float32))
+    assert float(x.sum()) == 0.0
+    with pytest.raises(ValueError, match="zero-size array to reduction operation maximum"):
+        x.max()
+
+
+def test_axis_errors(device):
+    x = fl.asarray(np.zeros((2, 3)))
+    with pytest.raises(fl.errors.AxisError, match="axis 2 is out of bounds"):
+        x.sum(axis=2)
+    with pytest.raises(fl.errors.AxisError, match="repeated axis"):
+        x.sum(axis=(0, -2))
+
+
+def test_norms_and_dots(device):
+    h, g = rand(100, seed=9) - 0.5, rand(100, seed=10)
+    x, y = fl.asarray(h), fl.asarray(g)
+    for ord in (None, 1, 2, np.inf, -np.inf, 0, 3):
+        np.testing.assert_allclose(float(fl.linalg.norm(x, ord)), np.linalg.norm(h, ord),
+                                   rtol=1e-5)
+    np.testing.assert_allclose(float(fl.dot(x, y)), h @ g, rtol=1e-5)
+    np.testing.assert_allclose(float(fl.vdot(x, y)), np.vdot(h, g), rtol=1e-5)
+    np.testing.assert_allclose(float(fl.inner(x, y)), np.inner(h, g), rtol=1e-5)
+    m = rand((4, 5), seed=11)
+    np.testing.assert_allclose(fl.linalg.norm(fl.asarray(m), axis=1).get(),
+                               np.linalg.norm(m, axis=1), rtol=1e-5)
