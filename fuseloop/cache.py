@@ -402,6 +402,18 @@ def clear_disk_cache(directory: Path | None = None) -> tuple[int, int]:
 # }}}
 
 
+def _signature_names(source: str, name: str) -> list[str]:
+    """Parameter names of kernel ``name`` in generated OpenCL ``source``."""
+    start = source.index("(", re.search(rf"\b{name}\s*\(", source).start())  # type: ignore[union-attr]
+    depth, end = 0, start
+    for end in range(start, len(source)):
+        depth += {"(": 1, ")": -1}.get(source[end], 0)
+        if depth == 0:
+            break
+    params = source[start + 1:end].split(",")
+    return [re.findall(r"[A-Za-z_]\w*", p)[-1] for p in params if p.strip()]
+
+
 def _lower(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
            user_functions: dict[str, Any]) -> KernelPlan:
     import loopy as lp
@@ -418,10 +430,13 @@ def _lower(program: Program, index_dtype: np.dtype, device: Device, recipe: Reci
     source = code.device_code()
     if os.environ.get("FUSELOOP_SHOW_KERNELS", "") not in ("", "0"):
         print(f"fuseloop: new kernel for {device.name}:\n{source}", file=sys.stderr)
-    arg_names = [a.name for a in entry.args]
-    arg_dtypes = [a.dtype.numpy_dtype.name if isinstance(a, lp.ValueArg) else None
-                  for a in entry.args]
-    assert sorted(arg_names) == sorted(lowered.arg_names), (arg_names, lowered.arg_names)
+    # Loopy leaves unused scalar arguments out of the generated signature
+    used = _signature_names(source, entry.name)
+    by_name = {a.name: a for a in entry.args}
+    arg_names = [n for n in used if n in by_name]
+    arg_dtypes = [by_name[n].dtype.numpy_dtype.name if isinstance(by_name[n], lp.ValueArg)
+                  else None for n in arg_names]
+    assert set(arg_names) <= set(lowered.arg_names), (arg_names, lowered.arg_names)
 
     def to_py(e: Any) -> str:
         return re.sub(r"\bp(\d+)\b", r"p[\1]", str(e))
