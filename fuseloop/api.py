@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import math
-
 from .array import Array
-from .cache import get_kernel
 from .errors import ShapeError
-from .evaluate import _check_fp64, user_functions
-from .expr.program import linearize
-from .recipes import recipe_for
 from .runtime import devices as _devices
 
 
 def show_code(*exprs: Array) -> str:
-    """The OpenCL source of the kernel that evaluating ``exprs`` together would run.
+    """The OpenCL source of the kernels that evaluating ``exprs`` together would run.
 
-    Builds (or finds in the cache) the kernel but runs nothing.
+    Builds (or finds in the cache) the kernels but runs nothing.  Expressions
+    with reductions may need more than one kernel (a full reduction runs in
+    two stages, for instance); their sources are shown in order.
     """
-    import numpy as np
+    from . import evaluate
 
     if not exprs:
         raise TypeError("show_code needs at least one array expression")
@@ -27,11 +23,17 @@ def show_code(*exprs: Array) -> str:
         raise ShapeError(f"show_code shows one kernel; these shapes differ: {sorted(shapes)}")
     shape = exprs[0].shape
     device = exprs[0].device
-    program, _ = linearize([e._node for e in exprs], shape)
-    index_dtype = np.dtype(np.int32) if math.prod(shape) < 2**31 else np.dtype(np.int64)
-    _check_fp64(program.entries, device)
-    kernel = get_kernel(program, index_dtype, device, recipe_for(device), user_functions)
-    return kernel.plan.source
+    saved = evaluate._capture
+    evaluate._capture = []
+    try:
+        evaluate.run([e._node for e in exprs], shape, device)
+        sources = evaluate._capture
+    finally:
+        evaluate._capture = saved
+    if len(sources) == 1:
+        return sources[0]
+    return "\n".join(f"/* kernel {k + 1} of {len(sources)} */\n{src}"
+                     for k, src in enumerate(sources))
 
 
 def synchronize() -> None:

@@ -31,6 +31,8 @@ from .recipes import recipe_for
 from .runtime.devices import Device
 
 _counters = _stats.counters
+# when a list, launch() records kernel sources there instead of running them
+_capture: list[str] | None = None
 _INT32_LIMIT = 2**31 - 1
 user_functions: dict[str, object] = {}  # key -> UserFunction, filled by fuseloop.functions
 
@@ -414,7 +416,7 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
     biggest = max(max(params, default=0), math.prod(bindings.out_shape),
                   max((s.nbytes for s in bindings.storages), default=0))
     index_dtype = np.dtype(np.int32) if biggest <= _INT32_LIMIT else np.dtype(np.int64)
-    recipe = recipe_for(device)
+    recipe = recipe_for(device, "reduction" if program.has_reduce else "elementwise")
     kernel = _memory.get((program, index_dtype.char, device.index, recipe.cache_id))
     if kernel is not None:
         _counters["memory_cache_hits"] += 1
@@ -445,11 +447,14 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
             args.append(n_rows)
         elif kind == 5:
             args.append(n_elem)
-        else:
+        elif _capture is None:
             err = np.zeros(2, np.int64)
             err_buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE
                                 | cl.mem_flags.COPY_HOST_PTR, hostbuf=err)
             args.append(err_buf)
+    if _capture is not None:
+        _capture.append(kernel.plan.source)
+        return
     local = kernel.lsize(n_rows, n_elem, params)
     groups_per_axis = kernel.gsize(n_rows, n_elem, params)
     global_size = tuple(g * w for g, w in zip(groups_per_axis, local))

@@ -69,6 +69,7 @@ class Program(NamedTuple):
     root_sizes: tuple[Any, ...]  # per root dimension: ("p", slot), or 1
     row_dims: tuple[int, ...] | None  # None: one flat loop; else dims of the row loop
     chunked: bool = False  # first stage of a two-stage reduction (see Reduce entries)
+    has_reduce: bool = False
 
 
 class Bindings(NamedTuple):
@@ -177,7 +178,12 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
             kinds, off = address(node, at)
             ref = add(("iota", node.dtype.char, at, kinds, off))
         elif cls is Reduce:
-            ref = visit_reduce(node, at, None)  # type: ignore[arg-type]
+            # equal reductions built as separate objects (a view of a reduction
+            # re-creates it) are computed once
+            skey = (structure(node), at)
+            ref = memo.get(skey)  # type: ignore[arg-type]
+            if ref is None:
+                ref = memo[skey] = visit_reduce(node, at, None)  # type: ignore[arg-type,index]
         elif cls is Gather:
             ax = node.axis  # type: ignore[attr-defined]
             index = node.index  # type: ignore[attr-defined]
@@ -208,6 +214,36 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
             raise AssertionError(f"unknown node {cls.__name__}")
         memo[key] = ref
         return ref
+
+    sig_memo: dict[int, tuple] = {}
+
+    def structure(node: Node) -> tuple:
+        hit = sig_memo.get(id(node))
+        if hit is not None:
+            return hit
+        cls = type(node)
+        if cls is Leaf:
+            out: tuple = ("L", id(node.storage), node.dtype.char, node.shape,  # type: ignore[attr-defined]
+                          node.strides, node.offset)  # type: ignore[attr-defined]
+        elif cls is Iota:
+            out = ("I", node.dtype.char, node.shape, node.strides, node.offset)  # type: ignore[attr-defined]
+        elif cls is Literal:
+            out = ("C", node.dtype.char, node.value.item())  # type: ignore[attr-defined]
+        elif cls is Apply or cls is UserCall:
+            fn = node.function.key if cls is UserCall else None  # type: ignore[attr-defined]
+            out = ("A", node.op, fn, node.loop_key, node.shape,  # type: ignore[attr-defined]
+                   tuple(structure(a) for a in node.args))  # type: ignore[attr-defined]
+        elif cls is Reduce:
+            out = ("R", node.op, node.dtype.char, node.axes, structure(node.child))  # type: ignore[attr-defined]
+        elif cls is Gather:
+            out = ("G", node.axis, node.checked, structure(node.child),  # type: ignore[attr-defined]
+                   structure(node.index))  # type: ignore[attr-defined]
+        elif cls is Remap:
+            out = ("M", node.shape, node.offsets, node.coeffs, structure(node.child))  # type: ignore[attr-defined]
+        else:
+            out = ("S", id(node))  # scalar arguments are data: never merged
+        sig_memo[id(node)] = out
+        return out
 
     def visit_reduce(node: Reduce, at: tuple, chunk: Any) -> int:
         rid = rid_counter[0]
@@ -292,7 +328,7 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
             if elem:
                 row_dims = tuple(sorted(varying))
     program = Program(tuple(entries), outputs, tuple(out_specs), root_sizes, row_dims,
-                      chunks is not None)
+                      chunks is not None, rid_counter[0] > 0)
     return program, Bindings(storages, scalars, params, out_shape)
 
 

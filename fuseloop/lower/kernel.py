@@ -439,10 +439,24 @@ class _Lowering:
         return out
 
 
+def _contiguous_rows(program: Program) -> bool:
+    """Whether some reduction walks contiguous memory (the recipes' row pattern)."""
+    if program.row_dims is not None or program.chunked:
+        return True
+    for e in program.entries:
+        if e[0] == "load" and e[4] != "c":
+            for c, k in zip(e[3], e[4]):
+                if c != 0 and c[0] == "j" and k == 1:
+                    return True
+    return False
+
+
 def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
                   user_functions: dict[str, Any],
                   name: str = "fuseloop_kernel") -> LoweredKernel:
     """The Loopy kernel computing ``program`` (``groups`` is unused, kept for callers)."""
+    if program.has_reduce:
+        name = "fuseloop_rows" if _contiguous_rows(program) else "fuseloop_cols"
     low = _Lowering(program, index_dtype, user_functions)
     low.setup_root()
     low.index_helpers()

@@ -1,0 +1,106 @@
+"""Built-in recipes for kernels with reductions (kind ``"reduction"``).
+
+A reduction kernel loops over output rows with ``i`` (and, when reductions
+are computed once per row and then used by every element of it, over the
+row's elements with ``e``); reduction ``rid`` loops over ``j<rid>``.  The
+lowering names the kernel after the access pattern it found:
+
+* ``fuseloop_rows``: each row's reduced elements are contiguous (row sums,
+  softmax, the pieces of a two-stage full reduction).  On GPUs one work-group
+  takes a row: its work-items stride through the row together (coalesced)
+  and combine their partial results in local memory.
+* ``fuseloop_cols``: the reduced elements are far apart but neighbouring rows
+  are neighbours in memory (column sums, contractions): one work-item per row,
+  neighbouring work-items reading neighbouring addresses.
+
+On CPUs a work-item takes whole rows and loops through them sequentially.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import islpy as isl
+import loopy as lp
+import pymbolic.primitives as prim
+from loopy.kernel.data import LocalInameTag
+
+from ..lower.kernel import ELEMENT_INAME, FLAT_INAME
+
+if TYPE_CHECKING:
+    from ..runtime.devices import Device
+
+GPU_ROW_GROUP = 256
+GPU_COL_GROUP = 128
+CPU_ROWS_PER_ITEM = 8
+
+
+def _reduction_inames(knl: lp.LoopKernel) -> list[str]:
+    return sorted(n for n in knl.all_inames() if n.startswith("j"))
+
+
+def _reduction_temporaries(knl: lp.LoopKernel) -> list[str]:
+    """Temporaries that hold a reduction's result."""
+    out = []
+    for insn in knl.instructions:
+        if isinstance(insn, lp.Assignment) and isinstance(insn.expression, lp.Reduction):
+            out.extend(insn.assignee_var_names())
+    return out
+
+
+def gpu_rows(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
+    """Group per row for contiguous rows, work-item per row otherwise."""
+    knl = t_unit.default_entrypoint
+    if knl.name != "fuseloop_rows":
+        return lp.split_iname(t_unit, FLAT_INAME, GPU_COL_GROUP, outer_tag="g.0",
+                              inner_tag="l.0")
+    t_unit = lp.tag_inames(t_unit, {FLAT_INAME: "g.0"})
+    for j in _reduction_inames(knl):
+        t_unit = lp.split_iname(t_unit, j, GPU_ROW_GROUP, inner_tag="l.0")
+        # each work-item first reduces its own strided elements, then the group
+        t_unit = lp.split_reduction_outward(t_unit, f"{j}_inner")
+    if ELEMENT_INAME in knl.all_inames():
+        t_unit = lp.split_iname(t_unit, ELEMENT_INAME, GPU_ROW_GROUP, inner_tag="l.0")
+    # a row's reduced value is produced by one work-item and read by all of them
+    for name in _reduction_temporaries(knl):
+        t_unit = lp.set_temporary_address_space(t_unit, name, "local")
+    return _spread_row_work(t_unit)
+
+
+def _spread_row_work(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
+    """Run per-row instructions on the row's work-group.
+
+    Work-items compute per-row private values redundantly; a per-row store to
+    global or local memory is done by the first work-item only.
+    """
+    knl = t_unit.default_entrypoint
+    local = {n for n in knl.all_inames()
+             if any(isinstance(t, LocalInameTag) for t in knl.iname_tags(n))}
+    lane = "w_row"
+    first = prim.Comparison(prim.Variable(lane), "==", 0)
+    insns = []
+    for insn in knl.instructions:
+        if insn.within_inames & local or (isinstance(insn, lp.Assignment)
+                                          and isinstance(insn.expression, lp.Reduction)):
+            insns.append(insn)
+            continue
+        targets = insn.assignee_var_names()
+        shared = any(t not in knl.temporary_variables
+                     or knl.temporary_variables[t].address_space == lp.AddressSpace.LOCAL
+                     for t in targets)
+        insns.append(insn.copy(within_inames=insn.within_inames | {lane},
+                               predicates=insn.predicates | {first} if shared
+                               else insn.predicates))
+    domain = isl.BasicSet(f"{{ [{lane}] : 0 <= {lane} < {GPU_ROW_GROUP} }}")
+    knl = knl.copy(instructions=insns, domains=[*knl.domains, domain])
+    t_unit = t_unit.with_kernel(knl)
+    return lp.tag_inames(t_unit, {lane: "l.0"})
+
+
+def cpu_rows(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
+    """A few whole rows per work-item; rows are looped through sequentially."""
+    knl = t_unit.default_entrypoint
+    if knl.name == "fuseloop_rows" and ELEMENT_INAME not in knl.all_inames():
+        # long contiguous rows (or pieces): one each, so every core gets some
+        return lp.tag_inames(t_unit, {FLAT_INAME: "g.0"})
+    return lp.split_iname(t_unit, FLAT_INAME, CPU_ROWS_PER_ITEM, outer_tag="g.0")
