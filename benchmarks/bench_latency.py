@@ -28,6 +28,8 @@ Usage::
     python benchmarks/bench_latency.py                 # default device, 5 samples
     python benchmarks/bench_latency.py --device cpu --repeat 7 --out latency.json
     python benchmarks/bench_latency.py --profile       # cProfile of one disk-warm run
+    # compare source trees (each prepended to PYTHONPATH), samples interleaved:
+    python benchmarks/bench_latency.py --variant before=/tmp/old --variant after=.
 """
 
 from __future__ import annotations
@@ -115,8 +117,12 @@ PHASES = ("import", "context", "upload", "first_launch", "driver_build", "overhe
           "first_result", "process_wall")
 
 
-def run_child(cache: str, literal: float, device: str | None, profile: bool = False) -> dict:
+def run_child(cache: str, literal: float, device: str | None, profile: bool = False,
+              pythonpath: str | None = None) -> dict:
     env = dict(os.environ, FUSELOOP_CACHE_DIR=cache)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(
+            [os.path.abspath(pythonpath), *filter(None, [os.environ.get("PYTHONPATH")])])
     if device is not None:
         env["FUSELOOP_DEVICE"] = device
     t = time.perf_counter()
@@ -139,36 +145,26 @@ def summarize(samples: list[dict]) -> dict:
                 "min": min(s[p] for s in samples)} for p in PHASES}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default=None, help="FUSELOOP_DEVICE for the children")
-    ap.add_argument("--repeat", type=int, default=5, help="samples of each kind")
-    ap.add_argument("--out", default=None, help="write the results as JSON here")
-    ap.add_argument("--profile", action="store_true",
-                    help="print a cProfile of one disk-warm first evaluation")
-    args = ap.parse_args(argv)
+def run_variant(samples: dict, name: str, path: str | None, tmp: str, literal: float,
+                device: str | None) -> None:
+    r = len(samples["cold"])
+    cache = os.path.join(tmp, f"{name}-cache{r}")
+    samples["cold"].append(run_child(cache, literal, device, pythonpath=path))
+    samples["disk"].append(run_child(cache, literal, device, pythonpath=path))
+    c, d = samples["cold"][-1], samples["disk"][-1]
+    print(f"{name} sample {r}: cold {c['first_result']:.1f} ms, disk-warm "
+          f"{d['first_result']:.1f} ms (overhead {d['overhead']:.1f} ms, "
+          f"driver {d['driver_build']:.1f} ms)", file=sys.stderr)
 
-    cold, disk = [], []
-    with tempfile.TemporaryDirectory(prefix="fuseloop-latency-") as tmp:
-        base = 1.0 + (time.time_ns() % 10**6) * 1e-7  # unique per run: nothing is cached
-        for r in range(args.repeat):
-            cache = os.path.join(tmp, f"cache{r}")
-            literal = base + r * 1e-3
-            cold.append(run_child(cache, literal, args.device))
-            disk.append(run_child(cache, literal, args.device))
-            print(f"sample {r}: cold {cold[-1]['first_result']:.1f} ms, disk-warm "
-                  f"{disk[-1]['first_result']:.1f} ms (overhead {disk[-1]['overhead']:.1f} ms, "
-                  f"driver {disk[-1]['driver_build']:.1f} ms)", file=sys.stderr)
-        profile = None
-        if args.profile:
-            profile = run_child(os.path.join(tmp, "cache0"), base, args.device, True)["profile"]
 
+def report(name: str, samples: dict, repeat: int) -> dict:
+    cold, disk = samples["cold"], samples["disk"]
     for s in disk:
         assert s["stats"]["kernels_lowered"] == 0 and s["stats"]["disk_cache_hits"] == 1, s
     for s in cold:
         assert s["stats"]["kernels_lowered"] == 1, s
     result = {
-        "device": cold[0]["device"], "python": sys.version.split()[0], "repeat": args.repeat,
+        "device": cold[0]["device"], "python": sys.version.split()[0], "repeat": repeat,
         "cold": summarize(cold), "disk_warm": summarize(disk),
         "memory_warm": {k: {"median": statistics.median(s[k] for s in cold + disk),
                             "min": min(s[k] for s in cold + disk)}
@@ -177,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         "loopy_imported_on_disk_hit": disk[0]["loopy_at_launch"],
         "samples": {"cold": cold, "disk_warm": disk},
     }
-
-    print(f"\ndevice: {result['device']}, {args.repeat} samples each, medians (min) in ms\n")
+    print(f"\n## {name}\n\ndevice: {result['device']}, {repeat} samples each, "
+          "medians (min) in ms\n")
     print("| phase | cold | disk-warm |")
     print("| --- | --- | --- |")
     for p in PHASES:
@@ -186,14 +182,48 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {p} | {c['median']:.1f} ({c['min']:.1f}) | {d['median']:.1f} ({d['min']:.1f}) |")
     mw = result["memory_warm"]
     print(f"\nmemory-warm (same process, second evaluation): launch "
-          f"{mw['warm_launch']['median']:.2f} ms, result {mw['warm_result']['median']:.2f} ms")
+          f"{mw['warm_launch']['median']:.2f} ms, result {mw['warm_result']['median']:.2f} ms "
+          "(medians of each process's best of 20)")
     print(f"loopy imported by `import fuseloop`: {result['loopy_imported_by_import']}; "
           f"after a disk-cache hit: {result['loopy_imported_on_disk_hit']}")
-    if profile:
-        print("\ncProfile of a disk-warm first evaluation:\n" + profile)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default=None, help="FUSELOOP_DEVICE for the children")
+    ap.add_argument("--repeat", type=int, default=5, help="samples of each kind")
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--profile", action="store_true",
+                    help="print a cProfile of one disk-warm first evaluation")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=PATH",
+                    help="a source tree to measure (prepended to PYTHONPATH); repeatable, "
+                    "samples of the variants are interleaved")
+    args = ap.parse_args(argv)
+    variants = [tuple(v.split("=", 1)) for v in args.variant] or [("current", None)]
+
+    samples = {name: {"cold": [], "disk": []} for name, _ in variants}
+    profiles = {}
+    with tempfile.TemporaryDirectory(prefix="fuseloop-latency-") as tmp:
+        base = 1.0 + (time.time_ns() % 10**6) * 1e-7  # unique per run: nothing is cached
+        literals = {}
+        for r in range(args.repeat):
+            for v, (name, path) in enumerate(variants):
+                # a new source for every sample, so the driver's own cache is cold too
+                literals[name, r] = base + r * 1e-3 + v * 1e-5
+                run_variant(samples[name], name, path, tmp, literals[name, r], args.device)
+        if args.profile:
+            for name, path in variants:
+                profiles[name] = run_child(os.path.join(tmp, f"{name}-cache0"),
+                                           literals[name, 0], args.device, True, path)["profile"]
+
+    results = {name: report(name, samples[name], args.repeat) for name, _ in variants}
+    for name, text in profiles.items():
+        print(f"\n## cProfile of a disk-warm first evaluation ({name})\n\n{text}")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+            json.dump({"variants": {name: {"path": path, **results[name]}
+                                    for name, path in variants}}, f, indent=1)
     return 0
 
 
