@@ -44,7 +44,6 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Element-wise benchmark on the default device (pass options after ``--``)."""
-    session.install(".")
-    session.install("numexpr")
-    session.run("python", "benchmarks/bench_elementwise.py", *session.posargs)
+    """Benchmark suite on the default device (``fuseloop bench``; options after ``--``)."""
+    session.install(".[bench]")
+    session.run("python", "benchmarks/run_suite.py", *session.posargs)

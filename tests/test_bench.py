@@ -1,0 +1,129 @@
+"""The benchmark suite (``fuseloop bench``): a ``--quick`` run writes well-formed reports.
+
+Only structure and correctness checks here; timings are never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import bench
+from fuseloop.bench import report
+from fuseloop.bench.runner import check
+from fuseloop.bench.workloads import ALL, shape_2d
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    if not fl.devices(type="cpu"):
+        pytest.skip("no OpenCL CPU device")
+    out = tmp_path_factory.mktemp("bench")
+    with fl.device("cpu"):
+        rc = bench.main(["--quick", "--out", str(out)])
+    return out, rc
+
+
+def _load(out: Path) -> dict[str, Any]:
+    [path] = out.glob("cpu-*-suite.json")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def test_quick_run_writes_json_and_markdown(quick_run: tuple[Path, int]) -> None:
+    out, rc = quick_run
+    assert rc == 0
+    assert len(list(out.glob("cpu-*-suite.md"))) == 1
+    doc = _load(out)
+    assert doc["device"]["type"] == "cpu" and doc["device"]["name"]
+    assert doc["date"] and doc["versions"]["numpy"] == np.__version__
+    assert {r["workload"] for r in doc["results"]} == {w.name for w in ALL}
+    sizes = {r["workload"]: set() for r in doc["results"]}
+    for r in doc["results"]:
+        sizes[r["workload"]].add(r["size"])
+    assert all(len(s) >= 2 for s in sizes.values())
+
+
+def test_every_record_has_a_number_or_a_reason(quick_run: tuple[Path, int]) -> None:
+    doc = _load(quick_run[0])
+    for r in doc["results"]:
+        if r["status"] == "ok":
+            assert r["times_s"] and all(t > 0 for t in r["times_s"]), r
+            assert r["median_s"] > 0 and r["throughput"] > 0, r
+            assert r["correct"] in (True, False), r
+        else:
+            assert r["status"] in ("skipped", "error") and r["reason"], r
+            assert r["median_s"] is None and r["throughput"] is None and not r["times_s"], r
+    libs = {(r["workload"], r["library"]): r["status"] for r in doc["results"]}
+    # the copy reference and plain element-wise fuseloop work on every device
+    assert libs[("copy", "opencl enqueue_copy")] == "ok"
+    assert libs[("chain-4", "fuseloop")] == "ok"
+    assert libs[("chain-4", "numpy")] == "ok"
+    copy = doc["copy_gb_per_s"]
+    assert copy and all(v > 0 for v in copy.values())
+    fl_rows = [r for r in doc["results"] if r["library"] == "fuseloop" and r["status"] == "ok"]
+    assert all(r["correct"] for r in fl_rows), doc["mismatches"]
+    for r in fl_rows:
+        if r["unit"] == "GB/s":
+            assert r["fraction_of_copy"] > 0
+        assert r["speedup_vs"]["numpy"] > 0
+
+
+def test_markdown_tables_are_well_formed(quick_run: tuple[Path, int]) -> None:
+    out = quick_run[0]
+    [md_path] = out.glob("cpu-*-suite.md")
+    md = md_path.read_text(encoding="utf-8")
+    doc = _load(out)
+    assert "## fuseloop" in md and "## All libraries" in md
+    table: list[list[str]] = []
+    tables = []
+    for line in [*md.splitlines(), ""]:
+        if line.startswith("|"):
+            table.append(_cells(line))
+        elif table:
+            tables.append(table)
+            table = []
+    assert len(tables) == 2
+    for t in tables:
+        assert all(len(row) == len(t[0]) for row in t), t[0]
+    summary = {(row[0], row[1]): row for row in tables[0][2:]}
+    for r in doc["results"]:
+        if r["library"] != "fuseloop":
+            continue
+        row = summary[(r["workload"], r["size_label"])]
+        if r["status"] == "ok":
+            assert float(row[3].split()[0]) > 0
+        else:
+            assert row[-1].startswith(r["status"] + ":")
+
+
+def test_mismatch_is_reported_loudly(quick_run: tuple[Path, int]) -> None:
+    doc = _load(quick_run[0])
+    rec = next(r for r in doc["results"] if r["library"] == "numpy" and r["status"] == "ok")
+    rec.update(correct=False, detail="1 of 4 elements off")
+    report.annotate(doc)
+    assert len(doc["mismatches"]) == 1
+    md = report.markdown(doc)
+    assert "RESULT MISMATCH" in md and "**MISMATCH**" in md
+
+
+def test_check_and_helpers() -> None:
+    want = np.linspace(0.0, 1.0, 11)
+    assert check(want.astype(np.float32), want, 1e-5, 1e-6)["correct"]
+    bad = want.copy()
+    bad[3] += 0.1
+    res = check(bad, want, 1e-5, 1e-6)
+    assert not res["correct"] and "1 of 11" in res["detail"]
+    assert not check(np.full(11, np.nan), want, 1e-5, 1e-6)["correct"]
+    assert not check(want[:5], want, 1e-5, 1e-6)["correct"]
+    assert bench.parse_sizes("2^4,100, 1e3") == [16, 100, 1000]
+    assert shape_2d(2**20) == (1024, 1024) and shape_2d(2**15) == (128, 256)
