@@ -357,9 +357,17 @@ def _first_stage(tops: list[Reduce], roots: list[Node], out_shape: tuple[int, ..
                  length: int, device: Device) -> list[Node]:
     """Run the first stage of ``tops``; return ``roots`` combining the partial results."""
     pieces = _piece_count(length, device)
+    # pieces that divide the length exactly need no bounds test per element
+    same = all(math.prod(t.child.shape) // max(1, math.prod(t.shape)) == length for t in tops)
+    if same:
+        for p in range(pieces, max(1, pieces // 2) - 1, -1):
+            if length % p == 0:
+                pieces = p
+                break
+    exact = same and length % pieces == 0
     chunk = -(-length // pieces)
     part_shape = (*out_shape, pieces)
-    program, bindings = linearize(tops, part_shape, None, chunks=(pieces, chunk))
+    program, bindings = linearize(tops, part_shape, None, chunks=(pieces, chunk, exact))
     size = math.prod(part_shape)
     partials = [allocate(size * t.dtype.itemsize, device) for t in tops]
     launch(program, bindings, partials, device)
@@ -373,8 +381,10 @@ def _first_stage(tops: list[Reduce], roots: list[Node], out_shape: tuple[int, ..
 
 def _piece_count(length: int, device: Device) -> int:
     if device.type == "cpu":
-        # a few contiguous pieces per core; each work-item streams its piece
-        return max(1, min(16 * max(1, device.compute_units), length // 16384))
+        # contiguous pieces of at most ~64k elements (each work-item sums one
+        # sequentially: short pieces keep float error small), several per core
+        return max(1, min(16 * max(1, device.compute_units), length // 4096),
+                   min(4096, length // 65536))
     return max(1, min(1024, length // 4096))
 
 

@@ -32,8 +32,9 @@ Entries:
 * ``("reduce", op, dtype, rid, child, at, sizes, total, chunk)``: reduction
   ``rid`` of entry ``child`` over the reduced dimensions whose lengths are the
   parameters ``sizes`` (product ``total``); ``chunk`` is None or
-  ``(p_chunk, d)``: only the ``chunk``-long piece number ``("r", d)`` of the
-  reduced range is reduced (first stage of a two-stage reduction).
+  ``(p_chunk, d, exact)``: only the ``chunk``-long piece number ``("r", d)`` of
+  the reduced range is reduced (first stage of a two-stage reduction);
+  ``exact`` when the pieces tile the range exactly (no bounds test).
 * ``("gather", index_ref, child_ref, length_param)``: checked gather.
 """
 
@@ -96,12 +97,12 @@ class Target(NamedTuple):
 
 def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
               targets: Sequence[Target | None] | None = None,
-              chunks: tuple[int, int] | None = None) -> tuple[Program, Bindings]:
+              chunks: tuple[int, int, bool] | None = None) -> tuple[Program, Bindings]:
     """The program computing ``roots`` (each broadcast to ``out_shape``).
 
-    ``chunks=(count, length)`` makes every top-level reduction a first stage:
-    the last output dimension (of length ``count``) numbers pieces of
-    ``length`` reduced elements.
+    ``chunks=(count, length, exact)`` makes every top-level reduction a first
+    stage: the last output dimension (of length ``count``) numbers pieces of
+    ``length`` reduced elements (``exact``: they tile every reduction exactly).
     """
     entries: list[tuple] = []
     interned: dict[tuple, int] = {}
@@ -278,7 +279,7 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
         at = tuple(0 if r.shape[k] == 1 else at[k] for k in range(len(r.shape)))
         if chunks is not None:
             assert type(r) is Reduce and r.shape == out_shape[:-1]
-            chunk = (param(chunks[1]), rank - 1)
+            chunk = (param(chunks[1]), rank - 1, chunks[2])
             return visit_reduce(r, at[:rank - 1], chunk)
         return visit(r, at)
 

@@ -359,7 +359,7 @@ class _Lowering:
         names = self.red_inames[rid]
         jname = f"j{rid}"
         child = self.cast_expr(cref, dt)
-        if chunk is not None:
+        if chunk is not None and not chunk[2]:
             g, _ = self.root_idx[chunk[1]]
             flat = g * self.size(chunk[0]) + prim.Variable(jname)
             child = prim.If(prim.Comparison(flat, "<", self.size(total)), child,
@@ -393,8 +393,9 @@ class _Lowering:
                 self.domains.append(f"[p{p_chunk}] -> {{[{jname}]: 0 <= {jname} < p{p_chunk}}}")
                 g, _ = self.root_idx[chunk[1]]
                 flat: Any = g * _p(chunk[0]) + prim.Variable(jname)
-                # the padded tail of the last piece reads a valid address
-                flat = prim.Variable("min")(flat, self.size(total) - 1)
+                if not chunk[2]:
+                    # the padded tail of the last piece reads a valid address
+                    flat = prim.Variable("min")(flat, self.size(total) - 1)
             else:
                 self.size(total)
                 self.domains.append(f"[p{total[1]}] -> {{[{jname}]: 0 <= {jname} < "
