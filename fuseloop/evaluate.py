@@ -34,6 +34,7 @@ _counters = _stats.counters
 # when a list, launch() records kernel sources there instead of running them
 _capture: list[str] | None = None
 _INT32_LIMIT = 2**31 - 1
+_INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
 user_functions: dict[str, object] = {}  # key -> UserFunction, filled by fuseloop.functions
 
 # A reduction over at least this many elements per result, with fewer results
@@ -290,6 +291,14 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     is written through a temporary, so no element is read after it was
     overwritten.
     """
+    if targets is None and len(roots) == 1 and len(out_shape) <= 1 and not roots[0].fancy:
+        # the hot path: one flat elementwise result into a new buffer
+        root = roots[0]
+        out = allocate(math.prod(out_shape) * root.dtype.itemsize, device)
+        if out.nbytes:
+            program, bindings = linearize(roots, out_shape)
+            launch(program, bindings, [out], device)
+        return [out]
     tgts: list[Target | None] = [
         Target(t, None, 0) if isinstance(t, Storage) else t
         for t in (targets if targets is not None else [None] * len(roots))]
@@ -424,8 +433,8 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
                 "move arrays with fl.asarray(x, device=...) first")
     params = bindings.params
     biggest = max(max(params, default=0), math.prod(bindings.out_shape),
-                  max((s.nbytes for s in bindings.storages), default=0))
-    index_dtype = np.dtype(np.int32) if biggest <= _INT32_LIMIT else np.dtype(np.int64)
+                  max([s.nbytes for s in bindings.storages], default=0))
+    index_dtype = _INT32 if biggest <= _INT32_LIMIT else _INT64
     recipe = recipe_for(device, "reduction" if program.has_reduce else "elementwise")
     kernel = _memory.get((program, index_dtype.char, device.index, recipe.cache_id))
     if kernel is not None:

@@ -9,6 +9,7 @@ can stay cheap plain objects.
 from __future__ import annotations
 
 import weakref
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -73,6 +74,7 @@ class Node:
     fancy = False
 
 
+@lru_cache(maxsize=1024)
 def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     """C-order strides of ``shape``, in elements."""
     strides = []

@@ -132,6 +132,8 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
         return ref
 
     def address(node: Node, at: tuple) -> tuple[Any, Any]:
+        if node.strides is None and at == root_at:  # type: ignore[attr-defined]
+            return "c", 0  # the common case: a whole array in the output's own order
         strides = node.view_strides()  # type: ignore[attr-defined]
         off = node.offset  # type: ignore[attr-defined]
         off_kind = 0 if off == 0 else param(off)
@@ -153,6 +155,8 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
                 r = len(a.shape)
                 if r == n and a.shape == node.shape:
                     refs.append(visit(a, at))
+                elif r == 0:
+                    refs.append(visit(a, ()))
                 else:
                     refs.append(visit(a, tuple(at[n - r + k] if a.shape[k] != 1 else 0
                                                for k in range(r))))

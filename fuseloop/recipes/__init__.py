@@ -38,6 +38,7 @@ class Recipe:
 
 
 _REGISTRY: dict[tuple[str, str], Recipe] = {}
+_CHOSEN: dict[tuple[int, str], tuple[Device, Recipe]] = {}  # recipe_for's answers
 KINDS = ("elementwise", "reduction")
 
 
@@ -55,11 +56,21 @@ def register_recipe(device_type: str, func: RecipeFunction, *, name: str,
         raise ValueError(f"recipe kind must be one of {KINDS}, got {kind!r}")
     recipe = Recipe(name, str(version), func)
     _REGISTRY[(device_type, kind)] = recipe
+    _CHOSEN.clear()
     return recipe
 
 
 def recipe_for(device: Device, kind: str = "elementwise") -> Recipe:
     """The recipe that applies to ``device`` (most specific registration first)."""
+    hit = _CHOSEN.get((device.index, kind))
+    if hit is not None and hit[0] is device:
+        return hit[1]
+    recipe = _choose(device, kind)
+    _CHOSEN[(device.index, kind)] = (device, recipe)
+    return recipe
+
+
+def _choose(device: Device, kind: str) -> Recipe:
     candidates = []
     if device.type == "gpu" and "nvidia" in device.vendor.lower():
         candidates.append("nvidia")
