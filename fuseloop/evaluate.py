@@ -438,7 +438,7 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
     recipe = recipe_for(device, "reduction" if program.has_reduce else "elementwise")
     kernel = _memory.get((program, index_dtype.char, device.index, recipe.cache_id))
     if kernel is not None:
-        _counters["memory_cache_hits"] += 1
+        _stats.increment("memory_cache_hits")
     else:
         _check_fp64(program.entries, device)
         kernel = get_kernel(program, index_dtype, device, recipe, user_functions)
@@ -478,7 +478,7 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
     groups_per_axis = kernel.gsize(n_rows, n_elem, params)
     global_size = tuple(g * w for g, w in zip(groups_per_axis, local))
     kernel.kernel(device.queue, global_size, local, *args)
-    _counters["kernels_launched"] += 1
+    _stats.increment("kernels_launched")
     if err is not None:
         cl.enqueue_copy(device.queue, err, err_buf, is_blocking=True)
         if err[0]:

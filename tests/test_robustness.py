@@ -119,6 +119,26 @@ def test_eight_threads_evaluate_identical_and_different_expressions(device, swit
     check_unlocked()
 
 
+def test_eight_threads_share_input_arrays(device, switch_often):
+    """Expressions over the same arrays, built and evaluated in eight threads at once."""
+    xh = np.random.default_rng(1).random(2000, dtype=np.float32)
+    yh = np.random.default_rng(2).random(2000, dtype=np.float32)
+    x, y = fl.asarray(xh), fl.asarray(yh)
+
+    def work(k: int) -> None:
+        for i in range(40):
+            c = np.float32(k + i)
+            pending = [x * c + y, y - x * c]  # lazy readers of the shared buffers
+            got = [p.get() for p in pending]
+            np.testing.assert_allclose(got[0], xh * c + yh, rtol=1e-5)
+            np.testing.assert_allclose(got[1], yh - xh * c, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(float(fl.sum(x[k:] * c)), (xh[k:] * c).sum(dtype=np.float64),
+                                       rtol=1e-4)
+
+    errors = run_threads(work, 8)
+    assert not errors, errors[0]
+
+
 def test_threads_compile_a_new_kernel_once(device, fresh_cache):
     xs = [np.random.default_rng(k).random(500 + k, dtype=np.float32) for k in range(8)]
     arrays = [fl.asarray(x) for x in xs]

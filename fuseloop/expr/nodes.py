@@ -8,6 +8,7 @@ can stay cheap plain objects.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
     from ..runtime.devices import Device
 
 _EMPTY: frozenset = frozenset()
+# Storage.readers is shared by every thread that builds expressions on the buffer:
+# iterating it while another thread adds or drops a reader would fail (reentrant:
+# a finalizer that runs inside may build expressions too)
+_readers_lock = threading.RLock()
 
 
 class Storage:
@@ -42,26 +47,30 @@ class Storage:
 
 
     def add_reader(self, array: Any) -> None:
-        readers = self.readers
-        if len(readers) >= self._purge_at:  # dead entries are dropped in amortised O(1)
-            for k in [k for k, r in readers.items() if r() is None]:
-                del readers[k]
-            self._purge_at = 2 * len(readers) + 64
-        readers[id(array)] = weakref.ref(array)
+        ref = weakref.ref(array)
+        with _readers_lock:
+            readers = self.readers
+            if len(readers) >= self._purge_at:  # dead entries are dropped in amortised O(1)
+                for k in [k for k, r in readers.items() if r() is None]:
+                    del readers[k]
+                self._purge_at = 2 * len(readers) + 64
+            readers[id(array)] = ref
 
     def discard_reader(self, array: Any) -> None:
-        ref = self.readers.get(id(array))
-        if ref is not None and ref() is array:
-            del self.readers[id(array)]
+        with _readers_lock:
+            ref = self.readers.get(id(array))
+            if ref is not None and ref() is array:
+                del self.readers[id(array)]
 
     def live_readers(self) -> list[Any]:
         alive = []
-        for k, r in list(self.readers.items()):
-            a = r()
-            if a is None:
-                del self.readers[k]
-            else:
-                alive.append(a)
+        with _readers_lock:
+            for k, r in list(self.readers.items()):
+                a = r()
+                if a is None:
+                    del self.readers[k]
+                else:
+                    alive.append(a)
         return alive
 
 
