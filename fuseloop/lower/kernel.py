@@ -523,7 +523,7 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
         lang_version=(2018, 2),
         name=name,
         silenced_warnings=["inferred_iname", "no_device_in_pre_codegen_checks",
-                           "write_race(store_out*)", "write_race(check_*)"],
+                           "write_race(store_out*)", "write_race(check*)"],
     )
     knl = lp.set_options(knl, enforce_array_accesses_within_bounds=False)
     for cname, clbl in low.callables.items():
