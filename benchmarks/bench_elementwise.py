@@ -1,7 +1,10 @@
 """Element-wise benchmark: fused fuseloop expressions against copy bandwidth and other libraries.
 
-Measured in one run, on one device (medians over ``--repeat`` runs, each followed by a
-synchronize):
+Measured in one run, on one device.  Every bandwidth case is timed two ways: ``time`` is the
+median over ``--repeat`` runs of one call followed by a synchronize (what one isolated
+evaluation costs, host work included); ``pipelined`` is the median over a few runs of
+``--batch`` calls back to back followed by one synchronize, divided by ``--batch`` (the
+throughput of a loop, where a call's host work overlaps the previous kernel).  The cases:
 
 * copy bandwidth: a fuseloop copy kernel (``out[...] = x``) and a raw OpenCL buffer copy
   (``pyopencl.enqueue_copy``); on a GPU also ``torch`` ``copy_`` when torch is importable;
@@ -20,7 +23,7 @@ for the expressions, 2 for a copy. Timings are reported, never asserted.
 Usage::
 
     python benchmarks/bench_elementwise.py [--device SPEC] [--size LOG2] [--repeat N]
-                                           [--out results.json]
+                                           [--batch K] [--out results.json]
 """
 
 from __future__ import annotations
@@ -57,17 +60,49 @@ def median_time(fn: Callable[[], Any], sync: Callable[[], Any], repeat: int,
     return statistics.median(times)
 
 
+BATCH = 20  # calls per pipelined run (--batch)
+
+
+def pipelined_time(fn: Callable[[], Any], sync: Callable[[], Any], repeat: int,
+                   batch: int | None = None) -> float:
+    """Median over runs of ``batch`` calls of ``fn`` and one ``sync``, per call."""
+    batch = batch or BATCH
+    fn()
+    sync()
+    times = []
+    for _ in range(max(3, repeat // 2)):
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t0) / batch)
+    return statistics.median(times)
+
+
+def timed(fn: Callable[[], Any], sync: Callable[[], Any], repeat: int,
+          warmup: int = 2) -> dict[str, float]:
+    """Both timings of a bandwidth case: ``seconds`` (per call) and ``pipelined_seconds``."""
+    t = median_time(fn, sync, repeat, warmup)
+    return {"seconds": t, "pipelined_seconds": pipelined_time(fn, sync, repeat)}
+
+
 class Results:
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
 
-    def add(self, group: str, case: str, seconds: float | None, nbytes: int | None,
-            note: str = "", **extra: Any) -> dict[str, Any]:
+    def add(self, group: str, case: str, seconds: float | dict[str, float] | None,
+            nbytes: int | None, note: str = "", **extra: Any) -> dict[str, Any]:
+        pipelined = None
+        if isinstance(seconds, dict):
+            seconds, pipelined = seconds["seconds"], seconds["pipelined_seconds"]
         row: dict[str, Any] = {"group": group, "case": case, "seconds": seconds, "note": note}
         if seconds is not None and nbytes is not None:
             row["gb_per_s"] = nbytes / seconds / 1e9
         else:
             row["gb_per_s"] = None
+        row["pipelined_seconds"] = pipelined
+        row["pipelined_gb_per_s"] = (nbytes / pipelined / 1e9
+                                     if pipelined is not None and nbytes is not None else None)
         row.update(extra)
         self.rows.append(row)
         return row
@@ -100,7 +135,7 @@ def bench_copy(res: Results, x: fl.Array, out: fl.Array, n: int, repeat: int) ->
     def fl_copy():
         out[...] = x
 
-    t = median_time(fl_copy, fl.synchronize, repeat)
+    t = timed(fl_copy, fl.synchronize, repeat)
     res.add("copy", "fuseloop copy kernel (out[...] = x)", t, nbytes)
 
     try:
@@ -112,7 +147,7 @@ def bench_copy(res: Results, x: fl.Array, out: fl.Array, n: int, repeat: int) ->
         def raw_copy():
             cl.enqueue_copy(queue, dst, src, byte_count=F32 * n)
 
-        t = median_time(raw_copy, queue.finish, repeat)
+        t = timed(raw_copy, queue.finish, repeat)
         res.add("copy", "pyopencl enqueue_copy (buffer to buffer)", t, nbytes)
     except Exception as e:  # the raw buffer API may be unavailable
         res.skip("copy", "pyopencl enqueue_copy (buffer to buffer)", short_reason(e))
@@ -126,18 +161,18 @@ def bench_torch_copy(res: Results, xh: np.ndarray, repeat: int) -> None:
             raise RuntimeError("torch.cuda is not available")
         tx = torch.from_numpy(xh).cuda()
         to = torch.empty_like(tx)
-        t = median_time(lambda: to.copy_(tx), torch.cuda.synchronize, repeat)
+        t = timed(lambda: to.copy_(tx), torch.cuda.synchronize, repeat)
         res.add("copy", "torch copy_ (CUDA)", t, 2 * F32 * xh.size)
     except Exception as e:
         res.skip("copy", "torch copy_ (CUDA)", short_reason(e))
 
 
-def best_copy(res: Results) -> tuple[float | None, str]:
-    copies = [r for r in res.rows if r["group"] == "copy" and r["gb_per_s"]]
+def best_copy(res: Results, key: str = "gb_per_s") -> tuple[float | None, str]:
+    copies = [r for r in res.rows if r["group"] == "copy" and r.get(key)]
     if not copies:
         return None, "none"
-    best = max(copies, key=lambda r: r["gb_per_s"])
-    return best["gb_per_s"], best["case"]
+    best = max(copies, key=lambda r: r[key])
+    return best[key], best["case"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -153,7 +188,7 @@ def bench_cpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
     def fl_out():
         out[...] = 2 * x + x * y - 3 * y
 
-    t = median_time(fl_out, fl.synchronize, repeat)
+    t = timed(fl_out, fl.synchronize, repeat)
     ok = check_close("fuseloop out[...] =", out.get(), want)
     res.add(group, "fuseloop: out[...] = 2*x + x*y - 3*y", t, nbytes, correct=ok)
 
@@ -162,12 +197,12 @@ def bench_cpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
     def fl_eval():
         holder[:] = [(2 * x + x * y - 3 * y).eval()]
 
-    t = median_time(fl_eval, fl.synchronize, repeat)
+    t = timed(fl_eval, fl.synchronize, repeat)
     ok = check_close("fuseloop .eval()", holder[0].get(), want)
     res.add(group, "fuseloop: (2*x + x*y - 3*y).eval()", t, nbytes, correct=ok)
     holder.clear()
 
-    t = median_time(lambda: 2 * xh + xh * yh - 3 * yh, lambda: None, repeat)
+    t = timed(lambda: 2 * xh + xh * yh - 3 * yh, lambda: None, repeat)
     res.add(group, "numpy: 2*x + x*y - 3*y", t, nbytes)
 
     try:
@@ -175,8 +210,8 @@ def bench_cpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
 
         ne_out = np.empty_like(xh)
         env = {"x": xh, "y": yh}
-        t = median_time(lambda: ne.evaluate("2*x + x*y - 3*y", local_dict=env, out=ne_out),
-                        lambda: None, repeat)
+        t = timed(lambda: ne.evaluate("2*x + x*y - 3*y", local_dict=env, out=ne_out),
+                  lambda: None, repeat)
         ok = check_close("numexpr", ne_out, want)
         res.add(group, f"numexpr ({ne.detect_number_of_cores()} threads): out=", t, nbytes,
                 correct=ok)
@@ -202,7 +237,7 @@ def bench_gpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
     def fl_out():
         out[...] = 2 * x - fl.sin(y) + x * y
 
-    t = median_time(fl_out, fl.synchronize, repeat)
+    t = timed(fl_out, fl.synchronize, repeat)
     ok = check_close("fuseloop out[...] =", out.get(), want)
     res.add(group, "fuseloop: out[...] = 2*x - sin(y) + x*y", t, nbytes, correct=ok)
 
@@ -211,7 +246,7 @@ def bench_gpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
     def fl_eval():
         holder[:] = [(2 * x - fl.sin(y) + x * y).eval()]
 
-    t = median_time(fl_eval, fl.synchronize, repeat)
+    t = timed(fl_eval, fl.synchronize, repeat)
     ok = check_close("fuseloop .eval()", holder[0].get(), want)
     res.add(group, "fuseloop: (2*x - sin(y) + x*y).eval()", t, nbytes, correct=ok)
     holder.clear()
@@ -227,11 +262,11 @@ def bench_gpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
         def torch_expr(a, b):
             return 2 * a - torch.sin(b) + a * b
 
-        t = median_time(lambda: torch_expr(tx, ty), torch.cuda.synchronize, repeat)
+        t = timed(lambda: torch_expr(tx, ty), torch.cuda.synchronize, repeat)
         res.add(group, "torch eager (CUDA)", t, nbytes)
         try:
             compiled = torch.compile(torch_expr)
-            t = median_time(lambda: compiled(tx, ty), torch.cuda.synchronize, repeat, warmup=3)
+            t = timed(lambda: compiled(tx, ty), torch.cuda.synchronize, repeat, warmup=3)
             ok = check_close("torch.compile", compiled(tx, ty).cpu().numpy(), want)
             res.add(group, "torch.compile (CUDA)", t, nbytes, correct=ok)
         except Exception as e:
@@ -250,7 +285,7 @@ def bench_gpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
             return 2 * a - cp.sin(b) + a * b
 
         sync = cp.cuda.Device().synchronize
-        t = median_time(lambda: cupy_expr(cx, cy), sync, repeat)
+        t = timed(lambda: cupy_expr(cx, cy), sync, repeat)
         ok = check_close("cupy.fuse", cp.asnumpy(cupy_expr(cx, cy)), want)
         res.add(group, "cupy.fuse", t, nbytes, correct=ok)
     except Exception as e:
@@ -269,7 +304,7 @@ def bench_gpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
         def run_jax():
             box[0] = jitted(jx, jy)
 
-        t = median_time(run_jax, lambda: box[0].block_until_ready(), repeat)
+        t = timed(run_jax, lambda: box[0].block_until_ready(), repeat)
         ok = check_close("jax.jit", np.asarray(box[0]), want)
         backend = jax.default_backend()
         res.add(group, f"jax.jit ({backend})", t, nbytes, correct=ok)
@@ -328,14 +363,17 @@ def fmt(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
-def markdown(res: Results, info: dict[str, Any], copy_bw: float | None, copy_name: str) -> str:
+def markdown(res: Results, info: dict[str, Any], copy_bw: float | None, copy_name: str,
+             pipe_bw: float | None = None, pipe_name: str = "none") -> str:
     lines = [
         f"Device: {info['device']['name']} ({info['device']['type']}, "
         f"{info['device']['platform']}); n = 2^{info['size_log2']} float32; "
-        f"median of {info['repeat']}",
+        f"median of {info['repeat']}; pipelined: {info.get('batch', BATCH)} calls per "
+        "synchronize",
         "",
-        "| group | case | time (ms) | GB/s | speed-up vs numpy | % of copy | note |",
-        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+        "| group | case | time (ms) | GB/s | speed-up vs numpy | % of copy | "
+        "pipelined GB/s | pipelined % of copy | note |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in res.rows:
         sec = r["seconds"]
@@ -348,12 +386,18 @@ def markdown(res: Results, info: dict[str, Any], copy_bw: float | None, copy_nam
         note = r["note"]
         if r.get("correct") is False:
             note = (note + "; " if note else "") + "RESULT MISMATCH"
+        pgbs = r.get("pipelined_gb_per_s")
+        ppct = f"{100 * pgbs / pipe_bw:.0f}%" if (pgbs and pipe_bw) else "-"
         lines.append(f"| {r['group']} | {r['case']} | {time_s} | {fmt(gbs, '.1f')} | "
-                     f"{fmt(r.get('vs_numpy'), '.2f')} | {pct} | {note} |")
+                     f"{fmt(r.get('vs_numpy'), '.2f')} | {pct} | {fmt(pgbs, '.1f')} | {ppct} | "
+                     f"{note} |")
     lines.append("")
     if copy_bw:
         lines.append(f"% of copy is relative to the best copy figure: {copy_name} "
                      f"({copy_bw:.1f} GB/s).")
+    if pipe_bw:
+        lines.append(f"Pipelined % of copy is relative to the best pipelined copy figure: "
+                     f"{pipe_name} ({pipe_bw:.1f} GB/s).")
     return "\n".join(lines)
 
 
@@ -364,6 +408,7 @@ def parse_device(spec: str | None):
 
 
 def main(argv: list[str] | None = None) -> int:
+    global BATCH
     ap = argparse.ArgumentParser(description="fuseloop element-wise benchmark")
     ap.add_argument("--device", default=None,
                     help="device spec for fl.set_device: 'cpu', 'gpu', an index or a name "
@@ -371,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=None,
                     help="log2 of the element count (default: 24 on a CPU, 27 otherwise)")
     ap.add_argument("--repeat", type=int, default=10, help="timed runs per case (median)")
+    ap.add_argument("--batch", type=int, default=BATCH,
+                    help="calls per synchronize in the pipelined timing")
     ap.add_argument("--calls", type=int, default=1000,
                     help="calls per timed run in the host-overhead loop")
     ap.add_argument("--out", default=None, help="write the results as JSON to this path")
@@ -386,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     size = args.size if args.size is not None else (24 if is_cpu else 27)
     n = 2**size
     repeat = max(1, args.repeat)
+    BATCH = max(1, args.batch)
 
     info: dict[str, Any] = {
         "device": {"name": dev.name, "type": dev.type, "platform": dev.platform,
@@ -394,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         "n": n,
         "dtype": "float32",
         "repeat": repeat,
+        "batch": BATCH,
         "versions": {"python": platform.python_version(), "numpy": np.__version__,
                      "fuseloop": getattr(fl, "__version__", "unknown")},
     }
@@ -412,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     if not is_cpu:
         bench_torch_copy(res, xh, repeat)
     copy_bw, copy_name = best_copy(res)
+    pipe_bw, pipe_name = best_copy(res, "pipelined_gb_per_s")
 
     if is_cpu:
         bench_cpu(res, x, y, out, xh, yh, repeat)
@@ -427,7 +477,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in res.rows:
         if r["gb_per_s"] and copy_bw:
             r["fraction_of_copy"] = r["gb_per_s"] / copy_bw
-    print(markdown(res, info, copy_bw, copy_name))
+        if r.get("pipelined_gb_per_s") and pipe_bw:
+            r["pipelined_fraction_of_copy"] = r["pipelined_gb_per_s"] / pipe_bw
+    print(markdown(res, info, copy_bw, copy_name, pipe_bw, pipe_name))
     delta = overhead["stats_delta_in_timed_loops"]
     print()
     print("fl.stats() change over the timed host-overhead loops: "
@@ -438,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.out:
         doc = {**info, "copy_reference": {"case": copy_name, "gb_per_s": copy_bw},
+               "pipelined_copy_reference": {"case": pipe_name, "gb_per_s": pipe_bw},
                "rows": res.rows, "host_overhead": overhead, "stats": fl.stats()}
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=2)
