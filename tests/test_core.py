@@ -78,8 +78,11 @@ def test_same_array_loaded_once_and_subexpressions_computed_once(device):
     assert code.count("in0[") == stores  # one load of x per element
     assert code.count("fl_log_f32(") == stores + 1  # one call per element + the definition
     assert code.count("in1") == 0
-    np.testing.assert_allclose((fl.log(x) * (fl.log(x) + x)).get(),
-                               np.log(xh) * (np.log(xh) + xh), rtol=1e-5)
+    # log(x) + x cancels near x = 0.567: the error bound scales with the terms, not the
+    # result (NVIDIA's log, 1 ulp from numpy's, broke a plain rtol there)
+    lx = np.log(xh)
+    got = (fl.log(x) * (fl.log(x) + x)).get()
+    assert np.all(np.abs(got - lx * (lx + xh)) <= 1e-5 * np.abs(lx) * (np.abs(lx) + xh))
 
 
 def test_element_index_allocates_nothing(device):
