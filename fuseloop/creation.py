@@ -115,7 +115,7 @@ def asarray(obj: Any, dtype: Any = None, device: Any = None) -> Array:
         raise DTypeError(f"cannot convert {type(obj).__name__} to an array: {exc}") from None
     dt = as_dtype(host.dtype)
     _check_device_dtype(dt, dev)
-    host = np.ascontiguousarray(host)
+    host = np.asarray(host, order="C")  # (np.ascontiguousarray makes 0-d arrays 1-d)
     out = Array._concrete(allocate(host.nbytes, dev), dt, host.shape)
     if host.size:
         # blocking: the caller may change its numpy array right after this returns

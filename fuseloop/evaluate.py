@@ -208,6 +208,8 @@ def _coalesced(roots: Sequence[Node], out_shape: tuple[int, ...],
     strides through alike merge, so that e.g. (7, 9) and (63,) arrays share a
     kernel and the common case is one flat loop.
     """
+    if any(t is not None and t.scatter is not None for t in targets):
+        return None  # a scatter's index addresses one axis of the output: keep the axes
     kept = [n for n in out_shape if n != 1]
     if len(kept) <= 1:
         new_shape = tuple(kept) or ()
@@ -459,7 +461,9 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
         elif kind == 1:
             args.append(storages[idx].buffer)
         elif kind == 2:
-            args.append(scalars[idx])
+            value = scalars[idx]
+            # bool is uchar in kernels; pyopencl cannot pack a numpy bool as uchar
+            args.append(np.uint8(value) if type(value) is np.bool_ else value)
         elif kind == 3:
             args.append(params[idx])
         elif kind == 4:
