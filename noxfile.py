@@ -2,7 +2,7 @@
 
 Every session runs in a fresh virtual environment made with the interpreter that runs nox
 (no fixed Python version). Extra arguments after ``--`` go to the underlying command, e.g.
-``nox -s tests -- -k cache -x`` or ``nox -s bench -- --size 20``.
+``nox -s tests -- -k cache -x`` or ``nox -s bench -- --quick``.
 """
 
 import nox
