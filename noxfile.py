@@ -47,3 +47,11 @@ def bench(session: nox.Session) -> None:
     """Benchmark suite on the default device (``fuseloop bench``; options after ``--``)."""
     session.install(".[bench]")
     session.run("python", "benchmarks/run_suite.py", *session.posargs)
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """Differential fuzzing against numpy: the long profile of tests/test_fuzz.py."""
+    session.install(".[test]")
+    session.run("python", "-m", "pytest", "-q", "tests/test_fuzz.py", *session.posargs,
+                env={"HYPOTHESIS_PROFILE": "long"})

@@ -119,7 +119,8 @@ def apply_op(op: str, *operands: Any) -> Any:
             return fast
     node, device = build_node(op, operands)
     if node is None:
-        plain = [o.value if isinstance(o, Constant) else o for o in operands]
+        plain = [(o.value if o.dtype is None else o.dtype.type(o.value))
+                 if isinstance(o, Constant) else o for o in operands]
         result = getattr(np, op)(*plain)
         if not any(isinstance(o, Constant) for o in operands):
             return result
@@ -569,7 +570,7 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
             raise DeviceError(
                 f"cannot assign an array on {value.device} into one on {target.device}")
         if value_is_held and value._storage is None:
-            if value.shape == target.shape:
+            if value.shape == target.shape and scatter is None:
                 held_array = value
             else:
                 value.eval()  # the caller keeps it: give it its own buffer first
@@ -578,6 +579,15 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         node = _operand_node(value, target.dtype) if not isinstance(value, Constant) else \
             Literal(scalar_to(value.value, value.dtype or target.dtype))
     dest_shape = target.shape if scatter is None else scatter[1]
+    extra = len(node.shape) - len(dest_shape)
+    if extra > 0 and not isinstance(value, _NodeValue) and all(
+            n == 1 for n in node.shape[:extra]):
+        # as numpy, an assigned value may have leading unit axes (not an in-place operand)
+        from .expr.views import affine_view
+
+        node = affine_view(node, node.shape[extra:], (0,) * len(node.shape),
+                           [[int(d == k - extra) for d in range(len(dest_shape))]
+                            for k in range(len(node.shape))])
     if node.shape != dest_shape and broadcast_shapes(node.shape, dest_shape) != dest_shape:
         raise ShapeError(
             f"could not broadcast input array from shape {node.shape} into shape {dest_shape}")

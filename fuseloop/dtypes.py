@@ -60,7 +60,7 @@ def as_dtype(dtype: object) -> np.dtype:
     if dt not in _SUPPORTED:
         names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
         raise DTypeError(f"dtype {dt} is not supported by fuseloop; use one of: {names}")
-    return dt
+    return _CANONICAL[dt]
 
 
 def c_type_name(dtype: np.dtype) -> str:
@@ -75,8 +75,13 @@ def dtype_from_c_name(name: str) -> np.dtype:
         raise DTypeError(f"unknown OpenCL scalar type {name!r}; known: {known}") from None
 
 
+# numpy has two equal int64 (and uint64) dtypes with different characters ('l' and 'q');
+# loops like equal(uint64, int8) use 'q'. fuseloop keys kernels and bounds by one of each.
+_CANONICAL = {d: d for d in SUPPORTED_DTYPES}
+
+
 def _fix_half(dt: np.dtype) -> np.dtype:
-    return np.dtype("float32") if dt == np.dtype("float16") else dt
+    return np.dtype("float32") if dt == np.dtype("float16") else _CANONICAL.get(dt, dt)
 
 
 # An operand descriptor is either a dtype (arrays, numpy scalars) or one of the

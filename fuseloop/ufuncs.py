@@ -77,13 +77,28 @@ def where(condition: Any, x: Any, y: Any, /) -> Any:
 
 
 def clip(a: Any, a_min: Any, a_max: Any, /) -> Any:
-    """``numpy.clip``: ``minimum(maximum(a, a_min), a_max)``, NaN propagating."""
-    out = a
-    if a_min is not None:
-        out = FUNCTIONS["maximum"](out, a_min)
-    if a_max is not None:
-        out = FUNCTIONS["minimum"](out, a_max)
-    return out
+    """``numpy.clip``: ``minimum(maximum(a, a_min), a_max)``, NaN propagating.
+
+    As numpy: with both bounds, all three operands meet in one dtype first (numpy's clip
+    loop); a Python integer bound beyond an integer array's range is dropped.
+    """
+    a, a_min, a_max = _coerce(a), _coerce(a_min), _coerce(a_max)
+    if isinstance(a, Array) and a.dtype.kind in "iu":
+        info = np.iinfo(a.dtype)
+        if type(a_min) is int and a_min <= info.min:
+            a_min = None
+        if type(a_max) is int and a_max >= info.max:
+            a_max = None
+    if a_min is None and a_max is None:
+        return FUNCTIONS["positive"](a)
+    if a_min is None:
+        return FUNCTIONS["minimum"](a, a_max)
+    if a_max is None:
+        return FUNCTIONS["maximum"](a, a_min)
+    dt = result_type(*(_operand_kind(o) for o in (a, a_min, a_max)))
+    a, a_min, a_max = (o.astype(dt) if isinstance(o, Array) and o.dtype != dt else o
+                       for o in (a, a_min, a_max))
+    return FUNCTIONS["minimum"](FUNCTIONS["maximum"](a, a_min), a_max)
 
 
 def astype(x: Any, dtype: Any, /, *, copy: bool = True) -> Any:

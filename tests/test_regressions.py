@@ -6,6 +6,7 @@ Each is a minimal hand-written example compared against numpy.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import fuseloop as fl
 
@@ -49,3 +50,98 @@ def test_scatter_whose_axes_could_be_merged(device):
     c[:, np.array([-1])] = fl.asarray(np.array(1, np.int8))
     ref[:, [-1]] = np.array(1, np.int8)
     np.testing.assert_array_equal(c.get(), ref)
+
+
+@pytest.mark.xfail(strict=True, reason="lower/kernel.py: the bounds checks of two gathers "
+                   "both write 'err' with no ordering between them; Loopy refuses the kernel "
+                   "(VariableAccessNotOrdered)")
+def test_two_gathers_in_one_kernel(device):
+    h = np.arange(10.0)
+    x = fl.asarray(h)
+    i, j = np.array([0, 2]), np.array([1, 3])
+    np.testing.assert_array_equal((fl.take(x, i) + fl.take(x, j)).get(),
+                                  np.take(h, i) + np.take(h, j))
+    np.testing.assert_array_equal(fl.take(fl.take(x, np.array([3, 4])), np.array([1])).get(),
+                                  np.take(np.take(h, [3, 4]), [1]))
+
+
+def test_assigned_value_may_have_leading_unit_axes(device):
+    # numpy drops leading length-1 axes of an assigned value; fuseloop raised ShapeError
+    a, ref = fl.zeros(()), np.zeros(())
+    a[...] = fl.asarray(np.ones(1))
+    ref[...] = np.ones(1)
+    np.testing.assert_array_equal(a.get(), ref)
+    v = np.arange(3.0).reshape(1, 1, 3)
+    b, ref = fl.zeros((2, 3)), np.zeros((2, 3))
+    b[:] = fl.asarray(v) * 2
+    ref[:] = v * 2
+    np.testing.assert_array_equal(b.get(), ref)
+    c, ref = fl.zeros(4), np.zeros(4)
+    c[np.array([0, 2])] = fl.asarray(np.ones((1, 2)))
+    ref[[0, 2]] = np.ones((1, 2))
+    np.testing.assert_array_equal(c.get(), ref)
+    with pytest.raises(ValueError):  # an in-place operand may not (numpy raises too)
+        c += fl.asarray(np.ones((1, 4)))
+
+
+def test_mixed_uint64_int_comparison_with_constant(device):
+    # numpy's loop for equal(uint64, int8) is (uint64, int64 spelt 'q'); the bounds of a
+    # Python int were looked up by dtype character and missed it (KeyError: 'q')
+    h = np.array([0, 5, 2**63 + 1], np.uint64)
+    x = fl.asarray(h)
+    np.testing.assert_array_equal((x == fl.constant(0, np.int8)).get(), h == np.int8(0))
+    np.testing.assert_array_equal(fl.less(x, fl.constant(7, np.int16)).get(), h < np.int16(7))
+    i = np.array([1, -3, 4], np.int8)
+    np.testing.assert_array_equal((x < fl.asarray(i)).get(), h < i)
+
+
+def test_scattered_value_kept_by_caller_keeps_its_value(device):
+    # a[idx] = v with a lazy v that reads a and is kept: v was neither evaluated before the
+    # write nor by the scatter kernel, so it later read the new contents of a
+    h = np.array([0, 0, 0, 1], np.int8)
+    x = fl.asarray(h)
+    s = fl.sum(x)
+    x[np.array([0, 1])] = s
+    ref = h.copy()
+    ref_s = ref.sum()
+    ref[[0, 1]] = ref_s
+    np.testing.assert_array_equal(x.get(), ref)
+    assert int(s) == ref_s
+    y = fl.asarray(h)
+    t = y[::-1] + 1
+    y[np.array([3, 2, 1, 0])] = t
+    ref_t = h[::-1] + 1
+    ref = h.copy()
+    ref[[3, 2, 1, 0]] = ref_t
+    np.testing.assert_array_equal(y.get(), ref)
+    np.testing.assert_array_equal(t.get(), ref_t)
+
+
+def test_clip_follows_numpy_dtypes_and_python_int_bounds(device):
+    # fl.clip was maximum() then minimum(): a Python int bound out of the array's range
+    # raised OverflowError, and mixed bound dtypes gave numpy's dtype only by accident
+    h = np.array([-100, 5, 100], np.int8)
+    x = fl.asarray(h)
+    for lo, hi in [(0, 200), (-1000, 1000), (200, np.int64(5)), (np.int8(-3), np.uint8(7)),
+                   (2.5, 3), (None, 300)]:
+        got, want = fl.clip(x, lo, hi), np.clip(h, lo, hi)
+        assert got.dtype == want.dtype, (lo, hi)
+        np.testing.assert_array_equal(got.get(), want)
+    y = fl.clip(x, -1000, None)  # no bound left: a copy, as numpy
+    x[...] = 0
+    np.testing.assert_array_equal(y.get(), h)
+
+
+def test_folded_typed_constants_keep_their_dtype(device):
+    # arithmetic on fl.constant(v, dtype) folded the plain values (int64/float64 results)
+    with np.errstate(over="ignore"):
+        want = np.int8(100) + np.int8(100)
+    c = fl.constant(100, np.int8) + fl.constant(100, np.int8)
+    assert c.dtype == want.dtype and c.value == want
+    a = fl.absolute(fl.constant(-3, np.int8))
+    h = np.array([1, 2], np.int8)
+    got = fl.asarray(h) + a
+    assert got.dtype == (h + np.absolute(np.int8(-3))).dtype
+    np.testing.assert_array_equal(got.get(), h + np.absolute(np.int8(-3)))
+    w = fl.constant(2, np.float32) * 1.5  # still folds, keeping float32
+    assert w.dtype == np.float32 and w.value == 3.0

@@ -159,7 +159,7 @@ def setitem(arr: Array, key: Any, value: Any, held: bool) -> None:
     result_shape = shape[:adv_dim] + node.shape + shape[adv_dim + 1:]
     dest = Target(leaf.storage, strides, leaf.offset,  # type: ignore[attr-defined]
                   scatter=(adv_dim, node, shape[adv_dim]))
-    assign(target, value, cast="unsafe", value_is_held=False, scatter=(dest, result_shape))
+    assign(target, value, cast="unsafe", value_is_held=held, scatter=(dest, result_shape))
 
 
 __all__ = ["take"]
