@@ -85,9 +85,15 @@ def clip(a: Any, a_min: Any, a_max: Any, /) -> Any:
     a, a_min, a_max = _coerce(a), _coerce(a_min), _coerce(a_max)
     if isinstance(a, Array) and a.dtype.kind in "iu":
         info = np.iinfo(a.dtype)
-        if type(a_min) is int and a_min <= info.min:
+
+        def weak_int(v: Any) -> Any:  # a Python int, or a weak fl.constant of one
+            v = v.value if isinstance(v, Constant) and v.dtype is None else v
+            return v if type(v) is int else None
+
+        lo, hi = weak_int(a_min), weak_int(a_max)
+        if lo is not None and lo <= info.min:
             a_min = None
-        if type(a_max) is int and a_max >= info.max:
+        if hi is not None and hi >= info.max:
             a_max = None
     if a_min is None and a_max is None:
         return FUNCTIONS["positive"](a)

@@ -123,8 +123,9 @@ def test_clip_follows_numpy_dtypes_and_python_int_bounds(device):
     h = np.array([-100, 5, 100], np.int8)
     x = fl.asarray(h)
     for lo, hi in [(0, 200), (-1000, 1000), (200, np.int64(5)), (np.int8(-3), np.uint8(7)),
-                   (2.5, 3), (None, 300)]:
-        got, want = fl.clip(x, lo, hi), np.clip(h, lo, hi)
+                   (2.5, 3), (None, 300), (fl.constant(-2**63), 0)]:
+        got = fl.clip(x, lo, hi)
+        want = np.clip(h, lo.value if isinstance(lo, fl.Constant) else lo, hi)
         assert got.dtype == want.dtype, (lo, hi)
         np.testing.assert_array_equal(got.get(), want)
     y = fl.clip(x, -1000, None)  # no bound left: a copy, as numpy
