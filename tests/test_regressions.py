@@ -52,9 +52,6 @@ def test_scatter_whose_axes_could_be_merged(device):
     np.testing.assert_array_equal(c.get(), ref)
 
 
-@pytest.mark.xfail(strict=True, reason="lower/kernel.py: the bounds checks of two gathers "
-                   "both write 'err' with no ordering between them; Loopy refuses the kernel "
-                   "(VariableAccessNotOrdered)")
 def test_two_gathers_in_one_kernel(device):
     h = np.arange(10.0)
     x = fl.asarray(h)
@@ -63,6 +60,8 @@ def test_two_gathers_in_one_kernel(device):
                                   np.take(h, i) + np.take(h, j))
     np.testing.assert_array_equal(fl.take(fl.take(x, np.array([3, 4])), np.array([1])).get(),
                                   np.take(np.take(h, [3, 4]), [1]))
+    with pytest.raises(fl.errors.IndexOutOfBoundsError, match="12"):
+        (fl.take(x, i) + fl.take(x, np.array([1, 12]))).get()
 
 
 def test_assigned_value_may_have_leading_unit_axes(device):

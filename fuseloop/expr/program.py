@@ -185,7 +185,7 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
         elif cls is Reduce:
             # equal reductions built as separate objects (a view of a reduction
             # re-creates it) are computed once
-            skey = (structure(node), at)
+            skey = (structure(node), tuple(a for a, n in zip(at, node.shape) if n != 1))
             ref = memo.get(skey)  # type: ignore[arg-type]
             if ref is None:
                 ref = memo[skey] = visit_reduce(node, at, None)  # type: ignore[arg-type,index]
@@ -222,29 +222,49 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
 
     sig_memo: dict[int, tuple] = {}
 
+    def squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(n for n in shape if n != 1)
+
     def structure(node: Node) -> tuple:
+        """What ``node`` computes, up to length-1 axes (always at index 0).
+
+        Views built around a reduction (``keepdims``, broadcasting against it)
+        re-create its subtree with extra unit axes; squeezing them out lets the
+        copies share one reduction.
+        """
         hit = sig_memo.get(id(node))
         if hit is not None:
             return hit
         cls = type(node)
-        if cls is Leaf:
-            out: tuple = ("L", id(node.storage), node.dtype.char, node.shape,  # type: ignore[attr-defined]
-                          node.strides, node.offset)  # type: ignore[attr-defined]
-        elif cls is Iota:
-            out = ("I", node.dtype.char, node.shape, node.strides, node.offset)  # type: ignore[attr-defined]
+        if cls is Leaf or cls is Iota:
+            strides = tuple(st for st, n in zip(node.view_strides(), node.shape)  # type: ignore[attr-defined]
+                            if n != 1)
+            head = ("L", id(node.storage)) if cls is Leaf else ("I",)  # type: ignore[attr-defined]
+            out: tuple = (*head, node.dtype.char, squeezed(node.shape), strides,
+                          node.offset)  # type: ignore[attr-defined]
         elif cls is Literal:
             out = ("C", node.dtype.char, node.value.item())  # type: ignore[attr-defined]
         elif cls is Apply or cls is UserCall:
             fn = node.function.key if cls is UserCall else None  # type: ignore[attr-defined]
-            out = ("A", node.op, fn, node.loop_key, node.shape,  # type: ignore[attr-defined]
-                   tuple(structure(a) for a in node.args))  # type: ignore[attr-defined]
+            n = len(node.shape)
+            # where each argument's non-unit axes land among the node's non-unit axes
+            kept = {d: k for k, d in enumerate(d for d in range(n) if node.shape[d] != 1)}
+            args = tuple((tuple(kept[n - len(a.shape) + d] for d in range(len(a.shape))
+                                if a.shape[d] != 1), structure(a))
+                         for a in node.args)  # type: ignore[attr-defined]
+            out = ("A", node.op, fn, node.loop_key, squeezed(node.shape), args)  # type: ignore[attr-defined]
         elif cls is Reduce:
-            out = ("R", node.op, node.dtype.char, node.axes, structure(node.child))  # type: ignore[attr-defined]
-        elif cls is Gather:
-            out = ("G", node.axis, node.checked, structure(node.child),  # type: ignore[attr-defined]
+            child = node.child  # type: ignore[attr-defined]
+            axes = tuple(sum(1 for d in range(a) if child.shape[d] != 1)
+                         for a in node.axes if child.shape[a] != 1)  # type: ignore[attr-defined]
+            out = ("R", node.op, node.dtype.char, axes, structure(child))  # type: ignore[attr-defined]
+        elif cls is Gather:  # with exact shapes: their axis numbers are not squeezed
+            out = ("G", node.axis, node.checked, node.child.shape,  # type: ignore[attr-defined]
+                   node.index.shape, structure(node.child),  # type: ignore[attr-defined]
                    structure(node.index))  # type: ignore[attr-defined]
         elif cls is Remap:
-            out = ("M", node.shape, node.offsets, node.coeffs, structure(node.child))  # type: ignore[attr-defined]
+            out = ("M", node.shape, node.offsets, node.coeffs,  # type: ignore[attr-defined]
+                   node.child.shape, structure(node.child))  # type: ignore[attr-defined]
         else:
             out = ("S", id(node))  # scalar arguments are data: never merged
         sig_memo[id(node)] = out

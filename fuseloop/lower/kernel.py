@@ -225,7 +225,9 @@ class _Lowering:
                 self.instructions.append(lp.Assignment(
                     prim.Variable("err")[k], value, id=f"check{k}_{name}",
                     within_inames=within, predicates=frozenset({bad}),
-                    depends_on=frozenset({f"calc_{name}"})))
+                    depends_on=frozenset({f"calc_{name}"}),
+                    # the flag writes of several gathers need no order among themselves
+                    no_sync_with=frozenset({("check*", "any")})))
             self.extra_deps.add(f"calc_{name}")
         v = prim.Variable(name)
         return prim.Variable("min")(prim.Variable("max")(v, 0), n - 1)

@@ -29,6 +29,7 @@ from ..lower.kernel import ELEMENT_INAME, FLAT_INAME
 
 if TYPE_CHECKING:
     from ..runtime.devices import Device
+    from . import RecipeFunction
 
 GPU_ROW_GROUP = 256
 GPU_COL_GROUP = 128
@@ -48,26 +49,58 @@ def _reduction_temporaries(knl: lp.LoopKernel) -> list[str]:
     return out
 
 
-def gpu_rows(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
-    """Group per row for contiguous rows, work-item per row otherwise."""
-    knl = t_unit.default_entrypoint
-    if knl.name != "fuseloop_rows":
-        return lp.split_iname(t_unit, FLAT_INAME, GPU_COL_GROUP, outer_tag="g.0",
-                              inner_tag="l.0")
-    t_unit = lp.tag_inames(t_unit, {FLAT_INAME: "g.0"})
-    for j in _reduction_inames(knl):
-        t_unit = lp.split_iname(t_unit, j, GPU_ROW_GROUP, inner_tag="l.0")
-        # each work-item first reduces its own strided elements, then the group
-        t_unit = lp.split_reduction_outward(t_unit, f"{j}_inner")
-    if ELEMENT_INAME in knl.all_inames():
-        t_unit = lp.split_iname(t_unit, ELEMENT_INAME, GPU_ROW_GROUP, inner_tag="l.0")
-    # a row's reduced value is produced by one work-item and read by all of them
-    for name in _reduction_temporaries(knl):
-        t_unit = lp.set_temporary_address_space(t_unit, name, "local")
-    return _spread_row_work(t_unit)
+def make_gpu_rows(group: int = GPU_ROW_GROUP) -> RecipeFunction:
+    """The ``gpu-rows`` recipe with ``group`` work-items per contiguous row."""
+
+    def gpu_rows(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
+        """Group per row for contiguous rows, work-item per row otherwise."""
+        knl = t_unit.default_entrypoint
+        if knl.name != "fuseloop_rows":
+            return lp.split_iname(t_unit, FLAT_INAME, GPU_COL_GROUP, outer_tag="g.0",
+                                  inner_tag="l.0")
+        t_unit = lp.tag_inames(t_unit, {FLAT_INAME: "g.0"})
+        for j in _reduction_inames(knl):
+            t_unit = lp.split_iname(t_unit, j, group, inner_tag="l.0")
+            # each work-item first reduces its own strided elements, then the group
+            t_unit = lp.split_reduction_outward(t_unit, f"{j}_inner")
+        if ELEMENT_INAME in knl.all_inames():
+            t_unit = lp.split_iname(t_unit, ELEMENT_INAME, group, inner_tag="l.0")
+        # a row's reduced value is produced by one work-item and read by all of them
+        results = _reduction_temporaries(knl)
+        for name in results:
+            t_unit = lp.set_temporary_address_space(t_unit, name, "local")
+        t_unit = _spread_row_work(t_unit, group)
+        t_unit = _publish_results(t_unit, results)
+        # Loopy's tree writes the result from its last stage (one work-item): not a race
+        knl = t_unit.default_entrypoint
+        return t_unit.with_kernel(knl.copy(silenced_warnings=[
+            *knl.silenced_warnings, *(f"write_race(calc_{name})" for name in results)]))
+
+    return gpu_rows
 
 
-def _spread_row_work(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
+def _publish_results(t_unit: lp.TranslationUnit, results: list[str]) -> lp.TranslationUnit:
+    """A barrier between the write of each row result and its readers.
+
+    Loopy writes a local-parallel reduction's result from one work-item and
+    does not order the other work-items' later reads after it (they raced).
+    """
+    for name in results:
+        knl = t_unit.default_entrypoint
+        readers = [insn.id for insn in knl.instructions
+                   if name in insn.read_dependency_names()
+                   and name not in insn.assignee_var_names()]
+        if readers:
+            t_unit = lp.add_barrier(t_unit, insn_before=f"writes:{name}",
+                                    insn_after=f"reads:{name} and not writes:{name}",
+                                    synchronization_kind="local", mem_kind="local")
+    return t_unit
+
+
+gpu_rows = make_gpu_rows()
+
+
+def _spread_row_work(t_unit: lp.TranslationUnit, group: int) -> lp.TranslationUnit:
     """Run per-row instructions on the row's work-group.
 
     Work-items compute per-row private values redundantly; a per-row store to
@@ -91,7 +124,9 @@ def _spread_row_work(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
         insns.append(insn.copy(within_inames=insn.within_inames | {lane},
                                predicates=insn.predicates | {first} if shared
                                else insn.predicates))
-    domain = isl.BasicSet(f"{{ [{lane}] : 0 <= {lane} < {GPU_ROW_GROUP} }}")
+    if all(lane not in insn.within_inames for insn in insns):
+        return t_unit
+    domain = isl.BasicSet(f"{{ [{lane}] : 0 <= {lane} < {group} }}")
     knl = knl.copy(instructions=insns, domains=[*knl.domains, domain])
     t_unit = t_unit.with_kernel(knl)
     return lp.tag_inames(t_unit, {lane: "l.0"})

@@ -1,0 +1,93 @@
+"""The GPU recipes applied to the CPU device: results against numpy, and their code.
+
+PoCL runs work-groups of 256 with local memory and barriers, so the GPU
+reduction recipe's kernels can be checked here.  PoCL runs the work-items of a
+group one after another between barriers, which hides a missing barrier; the
+codegen tests read the source for the barriers a GPU needs.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.recipes import _CHOSEN, _REGISTRY, gpu_coalesced
+from fuseloop.recipes.rows import make_gpu_rows
+
+
+@pytest.fixture(params=[256, 64])
+def gpu_recipes_on_cpu(request):
+    saved = dict(_REGISTRY)
+    group = request.param
+    fl.register_recipe("cpu", gpu_coalesced, name="test-gpu-coalesced")
+    fl.register_recipe("cpu", make_gpu_rows(group), name=f"test-gpu-rows-{group}",
+                       kind="reduction")
+    try:
+        with fl.device("cpu"):
+            yield group
+    finally:
+        _REGISTRY.clear()
+        _REGISTRY.update(saved)
+        _CHOSEN.clear()
+
+
+def _softmax(x):
+    e = fl.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _np_softmax(h):
+    e = np.exp(h - h.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("cols", [1, 7, 256, 1000, 4099])
+def test_row_reductions(gpu_recipes_on_cpu, cols):
+    rng = np.random.default_rng(cols)
+    h = rng.standard_normal((5, cols))
+    x = fl.asarray(h)
+    np.testing.assert_allclose(_softmax(x).get(), _np_softmax(h), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose((x - x.mean(axis=1, keepdims=True)).get(),
+                               h - h.mean(axis=1, keepdims=True), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(x.var(axis=1).get(), h.var(axis=1), rtol=1e-11)
+    np.testing.assert_array_equal(x.argmax(axis=1).get(), h.argmax(axis=1))
+    np.testing.assert_allclose(x.sum(axis=0).get(), h.sum(axis=0), rtol=1e-12, atol=1e-12)
+
+
+def test_full_reductions_two_stage(gpu_recipes_on_cpu):
+    rng = np.random.default_rng(3)
+    n = 3 * 65536 + 17  # long enough for two stages, not a multiple of the pieces
+    xh, yh = rng.random(n), rng.random(n)
+    x, y = fl.asarray(xh), fl.asarray(yh)
+    np.testing.assert_allclose(float(fl.sum(x * y)), float((xh * yh).sum()), rtol=1e-12)
+    lo, hi, total = fl.compute(x.min(), x.max(), x.sum())
+    assert (float(lo), float(hi)) == (xh.min(), xh.max())
+    np.testing.assert_allclose(float(total), xh.sum(), rtol=1e-12)
+    ih = rng.integers(-1000, 1000, n).astype(np.int32)
+    assert int(fl.sum(fl.asarray(ih))) == int(ih.sum())
+
+
+def test_row_results_are_published_with_a_barrier(gpu_recipes_on_cpu):
+    x = fl.asarray(np.ones((4, 300), np.float32))
+    src = fl.show_code(_softmax(x))
+    # every row result written by one work-item is followed by a barrier before any use
+    results = re.findall(r"\n\s*(t\d+) = acc_j\d+_inner\[0\];", src)
+    assert len(results) == 2, src  # the max is computed once, then the sum
+    for name in results:
+        tail = src[src.index(f"{name} = acc_j"):]
+        first_use = re.search(rf"[^\w]{name}[^\w\[]", tail[len(name):])
+        assert first_use is not None
+        assert "barrier(CLK_LOCAL_MEM_FENCE)" in tail[:first_use.start()], (name, src)
+
+
+def test_softmax_is_one_kernel_with_one_max(gpu_recipes_on_cpu, fresh_stats):
+    h = np.random.default_rng(0).random((8, 512)).astype(np.float32)
+    x = fl.asarray(h)
+    out = _softmax(x).get()
+    np.testing.assert_allclose(out, _np_softmax(h.astype(np.float64)), rtol=2e-6)
+    assert fl.stats()["kernels_launched"] == 1
+    src = fl.show_code(_softmax(x))
+    assert src.count("INFINITY;") <= 3  # one max reduction's neutral values, not two
