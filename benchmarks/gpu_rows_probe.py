@@ -2,9 +2,10 @@
 
 For ``fl.sum(x * y)`` (2^27 float32 by default): work-items per group and the
 number of first-stage pieces; for row softmax (2^14 x 2^13): work-items per
-row.  Each variant is timed per call (``.eval()`` then synchronize: what the
-issue's figure counts) and pipelined (``--batch`` calls, one synchronize: the
-device's own rate), as GB/s and as a fraction of the buffer-copy bandwidth
+row and row elements each work-item keeps in registers.  Each variant is
+timed per call (``.eval()`` then synchronize: what the issue's figure
+counts) and pipelined (``--batch`` calls, one synchronize: the device's own
+rate), as GB/s and as a fraction of the buffer-copy bandwidth
 measured in the same run.  Usage::
 
     python benchmarks/gpu_rows_probe.py [--sum-log2 27] [--rows-log2 14] [--cols-log2 13]
@@ -73,8 +74,11 @@ def main() -> None:
     ap.add_argument("--sum-log2", type=int, default=27)
     ap.add_argument("--rows-log2", type=int, default=14)
     ap.add_argument("--cols-log2", type=int, default=13)
-    ap.add_argument("--groups", default="128,256,512,1024")
-    ap.add_argument("--pieces", default="1024,2048,4096,8192")
+    ap.add_argument("--groups", default="256,512",
+                    help="work-items per group to try for the sum")
+    ap.add_argument("--softmax-variants", default="512:0,256:32,512:16,1024:8",
+                    help="GROUP:CACHE_ITEMS pairs to try for softmax (0: no row cache)")
+    ap.add_argument("--pieces", default="2048")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--batch", type=int, default=20)
     ap.add_argument("--out", default=None)
@@ -128,12 +132,14 @@ def main() -> None:
         e = fl.exp(a - a.max(axis=-1, keepdims=True))
         out[...] = e / e.sum(axis=-1, keepdims=True)
 
-    for g in groups:
-        fl.register_recipe("gpu", make_gpu_rows(g), name=f"probe-rows-{g}", kind="reduction")
+    for variant in args.softmax_variants.split(","):
+        g, items = (int(v) for v in variant.split(":"))
+        fl.register_recipe("gpu", make_gpu_rows(g, items), name=f"probe-rows-{g}-{items}",
+                           kind="reduction")
         softmax()
         ok = bool(np.allclose(out.get(), want, rtol=1e-5, atol=1e-9))
-        report("softmax", f"group {g}", 2 * 4 * r * c, per_call(softmax, args.repeat),
-               pipelined(softmax, args.batch), ok)
+        report("softmax", f"group {g}, cache {items}", 2 * 4 * r * c,
+               per_call(softmax, args.repeat), pipelined(softmax, args.batch), ok)
 
     if args.out:
         with open(args.out, "w") as f:

@@ -91,3 +91,26 @@ def test_softmax_is_one_kernel_with_one_max(gpu_recipes_on_cpu, fresh_stats):
     assert fl.stats()["kernels_launched"] == 1
     src = fl.show_code(_softmax(x))
     assert src.count("INFINITY;") <= 3  # one max reduction's neutral values, not two
+
+
+def test_row_cache_in_registers(gpu_recipes_on_cpu):
+    x = fl.asarray(np.ones((4, 300), np.float32))
+    src = fl.show_code(_softmax(x))
+    # the row is loaded once into a private array and every pass reads it there
+    assert re.search(r"float row0\[\d+\];", src), src
+    assert src.count("row0[0]") >= 4, src  # the fill, max, sum and output passes
+
+
+@pytest.mark.parametrize("cols", [50, 300, 2000])
+def test_row_cache_with_rows_of_other_lengths(gpu_recipes_on_cpu, cols):
+    # the element loop and the reduction read the same row start but cover different
+    # lengths: the cache may serve the element loop only when the lengths agree
+    h = np.random.default_rng(cols).standard_normal((3, cols))
+    x = fl.asarray(h)
+    k = cols // 3
+    np.testing.assert_allclose((x[:, :k] - x.sum(axis=1, keepdims=True)).get(),
+                               h[:, :k] - h.sum(axis=1, keepdims=True), rtol=1e-12)
+    np.testing.assert_allclose((x - x[:, :k].max(axis=1, keepdims=True)).get(),
+                               h - h[:, :k].max(axis=1, keepdims=True), rtol=1e-12)
+    np.testing.assert_allclose((x[:, ::2] * x[:, ::2].sum(axis=1, keepdims=True)).get(),
+                               h[:, ::2] * h[:, ::2].sum(axis=1, keepdims=True), rtol=1e-12)

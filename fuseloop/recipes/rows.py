@@ -26,12 +26,14 @@ import pymbolic.primitives as prim
 from loopy.kernel.data import LocalInameTag
 
 from ..lower.kernel import ELEMENT_INAME, FLAT_INAME
+from . import row_cache
 
 if TYPE_CHECKING:
     from ..runtime.devices import Device
     from . import RecipeFunction
 
-GPU_ROW_GROUP = 256
+GPU_ROW_GROUP = 512
+GPU_ROW_CACHE_ITEMS = 16
 GPU_COL_GROUP = 128
 CPU_ROWS_PER_ITEM = 8
 
@@ -49,8 +51,13 @@ def _reduction_temporaries(knl: lp.LoopKernel) -> list[str]:
     return out
 
 
-def make_gpu_rows(group: int = GPU_ROW_GROUP) -> RecipeFunction:
-    """The ``gpu-rows`` recipe with ``group`` work-items per contiguous row."""
+def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_ITEMS
+                  ) -> RecipeFunction:
+    """The ``gpu-rows`` recipe with ``group`` work-items per contiguous row.
+
+    A row read by several passes is kept in registers, ``cache_items``
+    elements per work-item (0: never; see :mod:`fuseloop.recipes.row_cache`).
+    """
 
     def gpu_rows(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
         """Group per row for contiguous rows, work-item per row otherwise."""
@@ -59,12 +66,28 @@ def make_gpu_rows(group: int = GPU_ROW_GROUP) -> RecipeFunction:
             return lp.split_iname(t_unit, FLAT_INAME, GPU_COL_GROUP, outer_tag="g.0",
                                   inner_tag="l.0")
         t_unit = lp.tag_inames(t_unit, {FLAT_INAME: "g.0"})
+        rows = row_cache.plan(knl) if cache_items else []
+        cached: set[str] = set().union(*(r.loops for r in rows))
+        if rows:
+            t_unit = row_cache.insert_placeholders(t_unit, rows)
+
+        def split(t_unit: lp.TranslationUnit, loop: str) -> lp.TranslationUnit:
+            t_unit = lp.split_iname(t_unit, loop, group, inner_tag="l.0")
+            if loop in cached:  # the cached part of the row: an unrolled loop
+                t_unit = lp.split_iname(t_unit, f"{loop}_outer", cache_items,
+                                        inner_tag="unr")
+                t_unit = lp.prioritize_loops(t_unit,
+                                             f"{loop}_outer_outer,{loop}_outer_inner")
+            return t_unit
+
         for j in _reduction_inames(knl):
-            t_unit = lp.split_iname(t_unit, j, group, inner_tag="l.0")
+            t_unit = split(t_unit, j)
             # each work-item first reduces its own strided elements, then the group
             t_unit = lp.split_reduction_outward(t_unit, f"{j}_inner")
         if ELEMENT_INAME in knl.all_inames():
-            t_unit = lp.split_iname(t_unit, ELEMENT_INAME, group, inner_tag="l.0")
+            t_unit = split(t_unit, ELEMENT_INAME)
+        if rows:
+            t_unit = row_cache.add_fills(t_unit, rows, group, cache_items)
         # a row's reduced value is produced by one work-item and read by all of them
         results = _reduction_temporaries(knl)
         for name in results:

@@ -1,0 +1,219 @@
+"""Keep a row in registers when a GPU rows kernel reads it in several passes.
+
+Softmax reads each row three times: for the max, for the sum of exponentials
+and for the output.  With a work-group per row, the later passes find the row
+in L1/L2 only when few rows are in flight; on an H200 they mostly went back to
+memory (softmax at 44-58% of copy bandwidth, pipelined).  This transformation
+loads each work-item's share of the row once into a private array of
+``items`` elements (registers, the loops over it are unrolled) and lets every
+pass read it there.  Rows longer than ``group * items`` elements read their
+remainder from global memory as before.
+
+It applies to loads ``arr[base + X]`` where ``X`` is a row loop (a reduction
+loop ``j<n>`` over ``0 <= j < p`` or the element loop ``e``) and ``base`` does
+not depend on any row loop, when the same ``(arr, base)`` is read by at least
+two row loops and at least one of them is a reduction loop.  The element loop
+reads the cache only when its length equals ``p`` (checked at run time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import islpy as isl
+import loopy as lp
+import pymbolic.primitives as prim
+from loopy.symbolic import IdentityMapper, get_dependencies
+
+from ..lower.kernel import ELEMENT_INAME, FLAT_INAME
+
+PLACEHOLDER = "fl_row_cache"
+
+
+@dataclass
+class CachedRow:
+    array: str
+    base: object  # pymbolic expression: the row's first element
+    bound: str  # the parameter bounding the reduction loops that read it
+    loops: set[str] = field(default_factory=set)
+
+
+def _row_bound(knl: lp.LoopKernel, j: str) -> str | None:
+    """``p`` when the domain of ``j`` is exactly ``0 <= j < p``."""
+    for dom in knl.domains:
+        if dom.get_var_names(isl.dim_type.set) != [j]:
+            continue
+        params = dom.get_var_names(isl.dim_type.param)
+        if len(params) != 1:
+            return None
+        p = params[0]
+        want = isl.BasicSet(f"[{p}] -> {{ [{j}] : 0 <= {j} < {p} }}")
+        return p if dom.is_equal(want) else None
+    return None
+
+
+def _offset_of(index: object, iname: str, row_inames: set[str]) -> object | None:
+    """``base`` when ``index`` is ``base + iname`` with no row loop in ``base``."""
+    terms = index.children if isinstance(index, prim.Sum) else (index,)
+    hits = [k for k, t in enumerate(terms) if t == prim.Variable(iname)]
+    if len(hits) != 1:
+        return None
+    rest = tuple(t for k, t in enumerate(terms) if k != hits[0])
+    if not rest:
+        return 0
+    base = rest[0] if len(rest) == 1 else prim.Sum(rest)
+    if get_dependencies(base) & (row_inames | {PLACEHOLDER}):
+        return None
+    return base
+
+
+class _Collector(IdentityMapper):
+    def __init__(self, inputs: set[str], row_inames: set[str]) -> None:
+        super().__init__()
+        self.inputs = inputs
+        self.row_inames = row_inames
+        self.found: list[tuple[str, object, str]] = []  # (array, base, loop)
+
+    def map_reduction(self, expr, scope=frozenset()):  # type: ignore[override]
+        return super().map_reduction(expr, scope | frozenset(expr.inames))
+
+    def map_subscript(self, expr, scope=frozenset()):  # type: ignore[override]
+        agg = expr.aggregate
+        if isinstance(agg, prim.Variable) and agg.name in self.inputs:
+            for loop in scope & self.row_inames:
+                base = _offset_of(expr.index, loop, self.row_inames)
+                if base is not None:
+                    self.found.append((agg.name, base, loop))
+                    break
+        return super().map_subscript(expr, scope)
+
+
+class _Placeholders(IdentityMapper):
+    """``arr[base + X]`` -> ``fl_row_cache(n, X)`` for the cached rows."""
+
+    def __init__(self, rows: list[CachedRow], row_inames: set[str]) -> None:
+        super().__init__()
+        self.rows = rows
+        self.row_inames = row_inames
+
+    def map_reduction(self, expr, scope=frozenset()):  # type: ignore[override]
+        return super().map_reduction(expr, scope | frozenset(expr.inames))
+
+    def map_subscript(self, expr, scope=frozenset()):  # type: ignore[override]
+        agg = expr.aggregate
+        for loop in scope & self.row_inames:
+            for n, row in enumerate(self.rows):
+                if (isinstance(agg, prim.Variable) and agg.name == row.array
+                        and loop in row.loops
+                        and _offset_of(expr.index, loop, self.row_inames) == row.base):
+                    return prim.Variable(PLACEHOLDER)(n, prim.Variable(loop))
+        return super().map_subscript(expr, scope)
+
+
+def plan(knl: lp.LoopKernel, max_rows: int = 2) -> list[CachedRow]:
+    """The rows worth caching in ``knl`` (a ``fuseloop_rows`` kernel before splitting)."""
+    js = sorted(n for n in knl.all_inames() if n.startswith("j"))
+    bounds = {j: _row_bound(knl, j) for j in js}
+    row_inames = {j for j, b in bounds.items() if b is not None}
+    if not row_inames:
+        return []
+    if ELEMENT_INAME in knl.all_inames():
+        row_inames.add(ELEMENT_INAME)
+    outputs = {a.name for a in knl.args if getattr(a, "is_output", False)}
+    inputs = {a.name for a in knl.args if isinstance(a, lp.ArrayArg)} - outputs
+    collect = _Collector(inputs, row_inames)
+    for insn in knl.instructions:
+        if isinstance(insn, lp.Assignment):
+            collect(insn.expression, frozenset(insn.within_inames))
+    rows: dict[tuple[str, object], CachedRow] = {}
+    for array, base, loop in collect.found:
+        key = (array, base)
+        row = rows.get(key)
+        bound = bounds.get(loop)
+        if row is None:
+            row = rows[key] = CachedRow(array, base, bound or "")
+        if bound is not None:
+            if row.bound and row.bound != bound:
+                row.bound = "?"  # read by reductions of different lengths
+            row.bound = row.bound or bound
+        row.loops.add(loop)
+    chosen = [r for r in rows.values()
+              if r.bound not in ("", "?") and len(r.loops) >= 2]
+    return chosen[:max_rows]
+
+
+def insert_placeholders(t_unit: lp.TranslationUnit, rows: list[CachedRow]
+                        ) -> lp.TranslationUnit:
+    knl = t_unit.default_entrypoint
+    row_inames = set().union(*(r.loops for r in rows))
+    mapper = _Placeholders(rows, row_inames)
+    insns = []
+    for insn in knl.instructions:
+        if isinstance(insn, lp.Assignment):
+            new = mapper(insn.expression, frozenset(insn.within_inames))
+            if new != insn.expression:
+                insn = insn.copy(expression=new,
+                                 depends_on=insn.depends_on | {f"fill_row{n}"
+                                                               for n in range(len(rows))})
+        insns.append(insn)
+    return t_unit.with_kernel(knl.copy(instructions=insns))
+
+
+class _Resolver(IdentityMapper):
+    """``fl_row_cache(n, index)`` -> the cached element, or the load past the cache."""
+
+    def __init__(self, rows: list[CachedRow], group: int, items: int) -> None:
+        super().__init__()
+        self.rows = rows
+        self.group = group
+        self.items = items
+
+    def map_call(self, expr, *args, **kwargs):  # type: ignore[override]
+        if not (isinstance(expr.function, prim.Variable)
+                and expr.function.name == PLACEHOLDER):
+            return super().map_call(expr, *args, **kwargs)
+        n, index = expr.parameters
+        row = self.rows[n]
+        deps = get_dependencies(index)
+        outer = next(d for d in deps if d.endswith("_outer_outer"))
+        loop = outer[:-len("_outer_outer")]
+        slot = prim.Variable(f"{loop}_outer_inner")
+        cond = prim.Comparison(prim.Variable(outer), "==", 0)
+        if loop == ELEMENT_INAME:
+            cond = prim.LogicalAnd((prim.Comparison(prim.Variable("NE"), "==",
+                                                    prim.Variable(row.bound)), cond))
+        load = prim.Variable(row.array)[index if row.base == 0 else row.base + index]
+        return prim.If(cond, prim.Variable(f"row{n}")[slot], load)
+
+
+def add_fills(t_unit: lp.TranslationUnit, rows: list[CachedRow], group: int,
+              items: int) -> lp.TranslationUnit:
+    """The fill instructions and private arrays, and the placeholders resolved."""
+    knl = t_unit.default_entrypoint
+    resolver = _Resolver(rows, group, items)
+    insns = [insn.copy(expression=resolver(insn.expression))
+             if isinstance(insn, lp.Assignment) else insn for insn in knl.instructions]
+    temps = dict(knl.temporary_variables)
+    domains = list(knl.domains)
+    silenced = list(knl.silenced_warnings)
+    for n, row in enumerate(rows):
+        k, lane = f"row{n}_k", f"row{n}_lane"
+        p = row.bound
+        domains.append(isl.BasicSet(
+            f"[{p}] -> {{ [{k}, {lane}] : 0 <= {k} < {items} and 0 <= {lane} < {group} "
+            f"and {lane} + {group} * {k} < {p} }}"))
+        dtype = knl.arg_dict[row.array].dtype
+        temps[f"row{n}"] = lp.TemporaryVariable(f"row{n}", dtype, shape=(items,),
+                                                address_space=lp.AddressSpace.PRIVATE)
+        offset = prim.Variable(lane) + group * prim.Variable(k)
+        insns.append(lp.Assignment(
+            prim.Variable(f"row{n}")[prim.Variable(k)],
+            prim.Variable(row.array)[offset if row.base == 0 else row.base + offset],
+            id=f"fill_row{n}", within_inames=frozenset({FLAT_INAME, k, lane})))
+        # each work-item fills and reads its own private copy
+        silenced.append(f"write_race(fill_row{n})")
+    knl = knl.copy(instructions=insns, temporary_variables=temps, domains=domains,
+                   silenced_warnings=silenced)
+    t_unit = t_unit.with_kernel(knl)
+    return lp.tag_inames(t_unit, {f"row{n}_k": "unr" for n in range(len(rows))}
+                         | {f"row{n}_lane": "l.0" for n in range(len(rows))})
