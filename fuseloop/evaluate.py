@@ -396,7 +396,7 @@ def _piece_count(length: int, device: Device) -> int:
         # sequentially: short pieces keep float error small), several per core
         return max(1, min(16 * max(1, device.compute_units), length // 4096),
                    min(4096, length // 65536))
-    return max(1, min(1024, length // 4096))
+    return max(1, min(2048, length // 4096))
 
 
 def _reads_only_in_place(roots: Sequence[Node], target: Target,

@@ -27,8 +27,9 @@ division and remainder by zero give 0.  ``test_special_values_*`` check NaN, inf
 integer wrap-around and division by zero explicitly.
 
 Profiles (``HYPOTHESIS_PROFILE``): ``quick`` (default, for CI: few short programs, derandomized)
-and ``long`` (thousands of larger programs; ``nox -s fuzz``).  The number of programs run is
-printed at the end of the module.
+and ``long`` (thousands of larger programs; ``nox -s fuzz``); ``FUZZ_EXAMPLES=N`` overrides
+the number of programs (with ``--hypothesis-seed`` to split a long run among processes).
+The number of programs run is printed at the end of the module.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ if PROFILE not in ("quick", "long"):
     raise RuntimeError(f"HYPOTHESIS_PROFILE={PROFILE!r}: tests/test_fuzz.py knows 'quick' "
                        "and 'long'")
 FUZZ_SETTINGS = settings.get_profile(PROFILE)
+if os.environ.get("FUZZ_EXAMPLES"):  # e.g. to share a long run among processes
+    FUZZ_SETTINGS = settings(FUZZ_SETTINGS, max_examples=int(os.environ["FUZZ_EXAMPLES"]))
 
 
 @dataclass(frozen=True)

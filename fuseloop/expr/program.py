@@ -299,12 +299,13 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
         root_at = ("chunked",)  # never equal to a load's index: no flat shortcut
 
     def visit_root(r: Node) -> int:
-        at = root_index[rank - len(r.shape):]
-        at = tuple(0 if r.shape[k] == 1 else at[k] for k in range(len(r.shape)))
         if chunks is not None:
+            # the output's last axis numbers the pieces; the reduction's own axes lead
             assert type(r) is Reduce and r.shape == out_shape[:-1]
             chunk = (param(chunks[1]), rank - 1, chunks[2])
-            return visit_reduce(r, at[:rank - 1], chunk)
+            return visit_reduce(r, root_index[:rank - 1], chunk)
+        at = root_index[rank - len(r.shape):]
+        at = tuple(0 if r.shape[k] == 1 else at[k] for k in range(len(r.shape)))
         return visit(r, at)
 
     root_index = tuple(0 if n == 1 else ("r", d) for d, n in enumerate(out_shape))

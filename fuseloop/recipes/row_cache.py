@@ -38,7 +38,7 @@ class CachedRow:
     loops: set[str] = field(default_factory=set)
 
 
-def _row_bound(knl: lp.LoopKernel, j: str) -> str | None:
+def row_bound(knl: lp.LoopKernel, j: str) -> str | None:
     """``p`` when the domain of ``j`` is exactly ``0 <= j < p``."""
     for dom in knl.domains:
         if dom.get_var_names(isl.dim_type.set) != [j]:
@@ -113,7 +113,7 @@ class _Placeholders(IdentityMapper):
 def plan(knl: lp.LoopKernel, max_rows: int = 2) -> list[CachedRow]:
     """The rows worth caching in ``knl`` (a ``fuseloop_rows`` kernel before splitting)."""
     js = sorted(n for n in knl.all_inames() if n.startswith("j"))
-    bounds = {j: _row_bound(knl, j) for j in js}
+    bounds = {j: row_bound(knl, j) for j in js}
     row_inames = {j for j, b in bounds.items() if b is not None}
     if not row_inames:
         return []
