@@ -145,3 +145,27 @@ def test_folded_typed_constants_keep_their_dtype(device):
     np.testing.assert_array_equal(got.get(), h + np.absolute(np.int8(-3)))
     w = fl.constant(2, np.float32) * 1.5  # still folds, keeping float32
     assert w.dtype == np.float32 and w.value == 3.0
+
+
+def test_negating_int_min_wraps_like_numpy(device):
+    # found by the long fuzz profile: C compilers fold -(-x) to x (signed overflow is
+    # undefined in OpenCL C), so sign(-...-INT_MIN) came out +1
+    for dt in (np.int32, np.int64):
+        h = np.array([np.iinfo(dt).min, -1, 0, 5], dt)
+        x = fl.asarray(h)
+        e, r = x, h
+        for _ in range(7):
+            e, r = -e, -r
+        np.testing.assert_array_equal(fl.sign(e).get(), np.sign(r))
+        np.testing.assert_array_equal((x - 1 + 1).get(), h - 1 + 1)
+        np.testing.assert_array_equal((x * 2 // 2).get(), h * 2 // 2)
+
+
+def test_flip_of_a_0d_array_is_a_copy(device):
+    # found by the long fuzz profile: numpy's flip of a 0-d array returns a copy
+    a = fl.asarray(np.array(0, np.int8))
+    b = fl.flip(a)
+    a += 1
+    assert int(b) == 0 and int(a) == 1
+    with pytest.raises(fl.errors.AxisError):
+        fl.flip(a, 0)

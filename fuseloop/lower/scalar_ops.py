@@ -68,10 +68,10 @@ def is_direct(op: str, loop: tuple[np.dtype, ...]) -> bool:
     out = loop[-1]
     if any(d != out for d in loop):
         return False
-    if op in ("add", "multiply"):
-        return out.kind == "f" or (out.kind in "iu" and out.itemsize >= 4)
-    if op in ("subtract", "negative"):
-        return out.kind == "f" or (out.kind == "i" and out.itemsize >= 4)
+    # signed overflow is undefined in OpenCL C: compilers fold -(-x) to x and then
+    # disagree with numpy's wrap-around for INT_MIN; signed ints go through unsigned
+    if op in ("add", "multiply", "subtract", "negative"):
+        return out.kind == "f" or (out.kind == "u" and out.itemsize >= 4)
     if op == "true_divide":
         return out.kind == "f"
     return False

@@ -170,6 +170,11 @@ def squeeze(a: Any, axis: Any = None) -> Array:
 
 def flip(a: Any, axis: Any = None) -> Array:
     a = _coerce(a)
+    if a.ndim == 0:  # numpy returns a copy (a scalar), not a view, of a 0-d array
+        from ..ufuncs import FUNCTIONS
+
+        normalize_axes(axis, 0)
+        return FUNCTIONS["positive"](a)
     axes = set(normalize_axes(axis, a.ndim))
     n = a.ndim
     off = tuple(a.shape[k] - 1 if k in axes else 0 for k in range(n))
