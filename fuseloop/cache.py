@@ -441,9 +441,13 @@ def _lower(program: Program, index_dtype: np.dtype, device: Device, recipe: Reci
     def to_py(e: Any) -> str:
         return re.sub(r"\bp(\d+)\b", r"p[\1]", str(e))
 
+    gs, ls = [to_py(e) for e in gsize] or ["1"], [to_py(e) for e in lsize] or ["1"]
+    # a grid with more group axes than local axes (a batch axis g.2 over 2-D
+    # work-groups) needs local size 1 along the extra axes
+    ls += ["1"] * (len(gs) - len(ls))
+    gs += ["1"] * (len(ls) - len(gs))
     return KernelPlan(
-        name=entry.name, source=source, arg_names=arg_names,
-        gsize=[to_py(e) for e in gsize] or ["1"], lsize=[to_py(e) for e in lsize] or ["1"],
+        name=entry.name, source=source, arg_names=arg_names, gsize=gs, lsize=ls,
         build_options=[], arg_dtypes=arg_dtypes)
 
 

@@ -437,7 +437,8 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
     biggest = max(max(params, default=0), math.prod(bindings.out_shape),
                   max([s.nbytes for s in bindings.storages], default=0))
     index_dtype = _INT32 if biggest <= _INT32_LIMIT else _INT64
-    recipe = recipe_for(device, "reduction" if program.has_reduce else "elementwise")
+    recipe = recipe_for(device, "contraction" if program.contraction is not None else
+                        "reduction" if program.has_reduce else "elementwise")
     kernel = _memory.get((program, index_dtype.char, device.index, recipe.cache_id))
     if kernel is not None:
         _stats.increment("memory_cache_hits")

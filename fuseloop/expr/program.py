@@ -71,6 +71,8 @@ class Program(NamedTuple):
     row_dims: tuple[int, ...] | None  # None: one flat loop; else dims of the row loop
     chunked: bool = False  # first stage of a two-stage reduction (see Reduce entries)
     has_reduce: bool = False
+    # a matmul-like sum of products (see fuseloop.expr.contraction), else None
+    contraction: Any = None
 
 
 class Bindings(NamedTuple):
@@ -353,8 +355,13 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
             elem = [d for d, n in enumerate(out_shape) if n != 1 and d not in varying]
             if elem:
                 row_dims = tuple(sorted(varying))
+    contraction = None
+    if chunks is None and row_dims is None and rid_counter[0] == 1:
+        from .contraction import find_contraction
+
+        contraction = find_contraction(entries, outputs, out_specs, root_sizes, params, param)
     program = Program(tuple(entries), outputs, tuple(out_specs), root_sizes, row_dims,
-                      chunks is not None, rid_counter[0] > 0)
+                      chunks is not None, rid_counter[0] > 0, contraction)
     return program, Bindings(storages, scalars, params, out_shape)
 
 

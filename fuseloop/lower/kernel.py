@@ -458,6 +458,10 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
                   user_functions: dict[str, Any],
                   name: str = "fuseloop_kernel") -> LoweredKernel:
     """The Loopy kernel computing ``program`` (``groups`` is unused, kept for callers)."""
+    if program.contraction is not None:
+        from .contraction import lower_contraction
+
+        return lower_contraction(program, index_dtype, user_functions)
     if program.has_reduce:
         name = "fuseloop_rows" if _contiguous_rows(program) else "fuseloop_cols"
     low = _Lowering(program, index_dtype, user_functions)

@@ -39,7 +39,7 @@ class Recipe:
 
 _REGISTRY: dict[tuple[str, str], Recipe] = {}
 _CHOSEN: dict[tuple[int, str], tuple[Device, Recipe]] = {}  # recipe_for's answers
-KINDS = ("elementwise", "reduction")
+KINDS = ("elementwise", "reduction", "contraction")
 
 
 def register_recipe(device_type: str, func: RecipeFunction, *, name: str,
@@ -48,8 +48,11 @@ def register_recipe(device_type: str, func: RecipeFunction, *, name: str,
 
     ``device_type`` is ``"nvidia"`` (NVIDIA GPUs), ``"gpu"``, ``"cpu"``,
     ``"accelerator"`` or ``"default"``; ``kind`` is ``"elementwise"`` (one
-    flat loop ``i``) or ``"reduction"`` (rows ``i``, reduction loops ``j<n>``
-    and maybe row elements ``e``; see :mod:`fuseloop.recipes.rows`).
+    flat loop ``i``), ``"reduction"`` (rows ``i``, reduction loops ``j<n>``
+    and maybe row elements ``e``; see :mod:`fuseloop.recipes.rows`) or
+    ``"contraction"`` (matmul-like sums of products: output loops ``b``,
+    ``m``, ``n``, reduced loop ``k``, operand rules ``fl_x`` and ``fl_y``;
+    see :mod:`fuseloop.recipes.contraction`).
     Registering again replaces the entry.
     """
     if kind not in KINDS:
@@ -238,5 +241,16 @@ def _register_reduction_recipes() -> None:
 
 
 _register_reduction_recipes()
+
+
+def _register_contraction_recipes() -> None:
+    from .contraction import cpu_blocked, gpu_tiled
+
+    register_recipe("default", gpu_tiled, name="gpu-tiled", version="1", kind="contraction")
+    register_recipe("gpu", gpu_tiled, name="gpu-tiled", version="1", kind="contraction")
+    register_recipe("cpu", cpu_blocked, name="cpu-blocked", version="1", kind="contraction")
+
+
+_register_contraction_recipes()
 
 # }}}

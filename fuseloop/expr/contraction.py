@@ -1,0 +1,174 @@
+"""Recognise a contraction (matmul, batched matmul, tensordot, einsum) in a program.
+
+A program is a *contraction* when its one reduction is a sum, evaluated at the
+output's own index, of the product of two operands ``X * Y`` such that
+
+* ``X`` varies along some output dimensions that ``Y`` does not (the *M*
+  dimensions, the rows of ``A @ B``), ``Y`` along some that ``X`` does not
+  (*N*, the columns), both along the reduced dimensions (*K*), and any
+  output dimension both vary along is a *batch* dimension;
+* each operand is an elementwise expression of loads, scalars and literals
+  (``A * 2``: elementwise producers are part of the operand), read through any
+  affine index (transposes, slices and broadcasts are strides);
+* everything else in the program is elementwise in the output index (the
+  epilogue: ``tanh(A @ B + c)``).
+
+Such a program is lowered with the operands as substitution rules
+``fl_x(b, m, k)`` and ``fl_y(b, k, n)`` over flat M, N, K and batch indices
+(:mod:`fuseloop.lower.contraction`), so that recipes of kind
+``"contraction"`` can tile it (local-memory tiles, register tiles).
+
+The decision is structural plus a few size thresholds (small or skinny
+products stay with the reduction kernels); the sizes that matter are
+recorded as parameters, so the cache key tells the cases apart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+#: both sides of the output must have at least this many elements
+MIN_SIDE = 32
+#: and the contracted length at least this many
+MIN_K = 4
+#: outputs with fewer than ``K / MAX_K_PER_OUTPUT`` elements stay with the
+#: reduction kernels (one tile row would loop over a huge K alone; no split-K)
+MAX_K_PER_OUTPUT = 16
+#: operands with more entries than this (long producer chains) are not inlined
+MAX_OPERAND_ENTRIES = 64
+
+
+class Contraction(NamedTuple):
+    """Where the parts of a contraction are in a program (all structural)."""
+
+    reduce: int  # the reduction entry
+    x: int  # operand varying along the M dimensions (rows)
+    y: int  # operand varying along the N dimensions (columns)
+    m_dims: tuple[int, ...]  # output dimensions of each group, in order
+    n_dims: tuple[int, ...]
+    b_dims: tuple[int, ...]
+    m_size: Any  # ("p", slot) of each group's total length; 1 for no batch
+    n_size: Any
+    b_size: Any
+    k_size: Any
+
+
+def _operand(entries: tuple[tuple, ...] | list[tuple], ref: int) -> set[int] | None:
+    """The entries an operand is computed from, or None if it is not elementwise."""
+    seen: set[int] = set()
+    stack = [ref]
+    while stack:
+        r = stack.pop()
+        if r in seen:
+            continue
+        seen.add(r)
+        e = entries[r]
+        kind = e[0]
+        if kind in ("op", "call"):
+            stack.extend(e[3])
+        elif kind not in ("load", "arg", "lit", "iota"):
+            return None
+        if len(seen) > MAX_OPERAND_ENTRIES:
+            return None
+    return seen
+
+
+def _comp_dims(c: Any, dims: set[int]) -> bool:
+    """Add the output dimensions of index component ``c``; True if it names a reduced one."""
+    if c == 0:
+        return False
+    kind = c[0]
+    if kind == "r":
+        dims.add(c[1])
+        return False
+    if kind == "j":
+        return True
+    if kind == "a":
+        red = False
+        for _, sub in c[2]:
+            red = _comp_dims(sub, dims) or red
+        return red
+    raise ValueError("gathered index")  # never in an operand (no gathers)
+
+
+def _operand_dims(entries: Any, refs: set[int]) -> tuple[set[int], bool]:
+    dims: set[int] = set()
+    reduced = False
+    for r in refs:
+        e = entries[r]
+        if e[0] == "load":
+            at, kinds = e[3], e[4]
+        elif e[0] == "iota":
+            at, kinds = e[2], e[3]
+        else:
+            continue
+        if kinds == "c":
+            kinds = (1,) * len(at)
+        for c, k in zip(at, kinds):
+            if k != 0:
+                reduced = _comp_dims(c, dims) or reduced
+    return dims, reduced
+
+
+def find_contraction(entries: list[tuple], outputs: tuple[int, ...], out_specs: list[tuple],
+                     root_sizes: tuple[Any, ...], params: list[int],
+                     param: Callable[[int], tuple]) -> Contraction | None:
+    """The contraction in a linearised program, or None.
+
+    ``params`` are the parameter values (for the size thresholds); ``param``
+    interns a new parameter (a group's total length).
+    """
+    reduces = [k for k, e in enumerate(entries) if e[0] == "reduce"]
+    if len(reduces) != 1 or any(e[0] == "gather" for e in entries):
+        return None
+    red = reduces[0]
+    _, op, _dt, _rid, child, at, sizes, total, chunk = entries[red]
+    if op != "sum" or chunk is not None or not sizes:
+        return None
+    root_at = tuple(0 if s == 1 else ("r", d) for d, s in enumerate(root_sizes))
+    if at != root_at:
+        return None
+    prod = entries[child]
+    if prod[0] != "op" or prod[1] != "multiply" or len(prod[3]) != 2:
+        return None
+    x, y = prod[3]
+    sx, sy = _operand(entries, x), _operand(entries, y)
+    if sx is None or sy is None:
+        return None
+    dx, kx = _operand_dims(entries, sx)
+    dy, ky = _operand_dims(entries, sy)
+    if not (kx and ky):
+        return None
+    dims = [d for d, s in enumerate(root_sizes) if s != 1]
+    if any(d not in dx and d not in dy for d in dims):
+        return None
+    m = tuple(d for d in dims if d in dx and d not in dy)
+    n = tuple(d for d in dims if d in dy and d not in dx)
+    b = tuple(d for d in dims if d in dx and d in dy)
+    if not m or not n:
+        return None
+    if dims[-1] in m:
+        # the output's last (contiguous) dimension goes along the columns
+        m, n, x, y = n, m, y, x
+    for spec in out_specs:
+        if spec and any(c != 0 and c[0] == "g" for c in spec[0]):
+            return None  # scatter targets stay with the reduction kernels
+    inside = sx | sy | {child}
+    if any(o in inside for o in outputs):
+        return None
+
+    def length(ds: tuple[int, ...]) -> int:
+        return math.prod(params[root_sizes[d][1]] for d in ds)
+
+    nm, nn, nk = length(m), length(n), params[total[1]]
+    if nm < MIN_SIDE or nn < MIN_SIDE or nk < MIN_K or nm * nn * MAX_K_PER_OUTPUT < nk:
+        return None
+
+    def group(ds: tuple[int, ...]) -> Any:
+        if not ds:
+            return 1
+        return root_sizes[ds[0]] if len(ds) == 1 else param(length(ds))
+
+    return Contraction(red, x, y, m, n, b, group(m), group(n), group(b), total)

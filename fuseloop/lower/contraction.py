@@ -1,0 +1,507 @@
+"""Lower a contraction program (see :mod:`fuseloop.expr.contraction`) to Loopy.
+
+The kernel is written the plain way, one loop nest over flat indices::
+
+    fl_x(xb, xm, xk) := <operand X at batch xb, row xm, reduced index xk>
+    fl_y(yb, yk, yn) := <operand Y at batch yb, reduced index yk, column yn>
+    acc = sum(k, fl_x(b, m, k) * fl_y(b, k, n))        {id=contract}
+    out0[<address of (b, m, n)>] = <epilogue of acc>
+
+over ``0 <= b < NB, 0 <= m < NM, 0 <= n < NN, 0 <= k < NK`` (the batch
+index ``b`` only when there are batch dimensions).  Each of ``b``, ``m``,
+``n`` and ``k`` numbers a *group* of dimensions in C order (usually one
+dimension each; several dimensions of a group are recovered with ``/`` and
+``%``).  The operands are substitution rules, so their bodies can address
+memory any way they like (flat addresses with strides as parameters: not
+affine, which is fine), while their *arguments* are affine in the loop
+indices: that is all Loopy's ``precompute`` needs to compute a tile's
+footprint.  Elementwise producers (``A * 2``) are part of the rule, so a
+recipe that precomputes the rule into local memory applies them while
+filling the tile.
+
+Recipes (kind ``"contraction"``, :mod:`fuseloop.recipes.contraction`) tile
+this kernel.  :func:`pad_to_tiles` rounds the index ranges up to whole tiles
+so tiled loops need no bounds checks: reads of the operands are clamped into
+range and zero beyond ``NK``, and the epilogue and stores are predicated.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import islpy as isl
+import loopy as lp
+import numpy as np
+import pymbolic.primitives as prim
+from loopy.symbolic import SubstitutionMapper
+from pymbolic.mapper.substitutor import make_subst_func
+from pytools.tag import UniqueTag
+
+from ..expr.program import Program
+from .kernel import (
+    _MAX_INLINE_DEPTH,
+    LoweredKernel,
+    _Lowering,
+    _unflatten,
+    kernel_dtype,
+)
+from .reductions import reduction_operation
+
+KERNEL_NAME = "fuseloop_contract"
+BATCH, ROW, COL, RED = "b", "m", "n", "k"
+X_RULE, Y_RULE = "fl_x", "fl_y"
+REDUCTION_ID = "contract"
+ACC = "acc"
+# rule arguments: (batch, row, reduced) for X, (batch, reduced, column) for Y
+X_ARGS = {BATCH: "xb", ROW: "xm", RED: "xk"}
+Y_ARGS = {BATCH: "yb", RED: "yk", COL: "yn"}
+
+
+@dataclass(frozen=True)
+class ContractionSizes(UniqueTag):
+    """Kernel tag: the names of the kernel arguments bounding ``b``, ``m``, ``n``, ``k``."""
+
+    batch: str | None
+    rows: str
+    cols: str
+    reduced: str
+
+    def of(self, iname: str) -> str:
+        size = {BATCH: self.batch, ROW: self.rows, COL: self.cols, RED: self.reduced}[iname]
+        assert size is not None
+        return size
+
+
+def contraction_sizes(knl: lp.LoopKernel) -> ContractionSizes:
+    for t in knl.tags:
+        if isinstance(t, ContractionSizes):
+            return t
+    raise ValueError(f"kernel {knl.name} is not a fuseloop contraction")
+
+
+class _ContractionLowering(_Lowering):
+    def contiguous_address(self, root_at: tuple) -> tuple[Any, frozenset]:
+        """C-order position of the root index (the output is walked by b, m, n)."""
+        dims = [d for d, c in enumerate(root_at) if c != 0]
+        terms = []
+        names: frozenset = frozenset()
+        stride: Any = 1
+        for d in reversed(dims):
+            e, n = self.root_idx[d]
+            names |= n
+            terms.append(e if stride == 1 else stride * e)
+            size = self.size(self.program.root_sizes[d])
+            stride = size if stride == 1 else stride * size
+        if not terms:
+            return 0, names
+        return (terms[0] if len(terms) == 1 else prim.Sum(tuple(terms))), names
+
+    def set_groups(self, groups: dict[str, tuple[Any, frozenset]]) -> None:
+        """Index the output dimensions (and the reduced ones) by group variables."""
+        c = self.program.contraction
+        self.root_idx = {}
+        self.red_idx = {}
+        for key, dims in ((BATCH, c.b_dims), (ROW, c.m_dims), (COL, c.n_dims)):
+            if key not in groups:
+                continue
+            var, names = groups[key]
+            sizes = [self.size(self.program.root_sizes[d]) for d in dims]
+            idx = _unflatten(var, sizes) if len(dims) > 1 else [var] * len(dims)
+            for d, e in zip(dims, idx):
+                self.root_idx[d] = (e, names)
+        if RED in groups:
+            var, names = groups[RED]
+            rid = self.program.entries[c.reduce][3]
+            sizes = [self.size(s) for s in self.program.entries[c.reduce][6]]
+            idx = _unflatten(var, sizes) if len(sizes) > 1 else [var]
+            for k, e in enumerate(idx):
+                self.red_idx[(rid, k)] = (e, names)
+
+    def cast(self, value: Any, frm: np.dtype, to: np.dtype) -> Any:
+        return value if frm == to else self.helper_call("cast", (frm, to), [value])
+
+    def inline(self, ref: int, memo: dict[int, tuple[Any, np.dtype]]) -> tuple[Any, np.dtype]:
+        """The value of an operand entry as one expression (a rule body)."""
+        hit = memo.get(ref)
+        if hit is not None:
+            return hit
+        e = self.program.entries[ref]
+        kind = e[0]
+        if kind == "load":
+            _, slot, dt_name, at, kinds, off = e
+            dt = np.dtype(dt_name)
+            self.inputs[slot] = dt
+            addr, _ = self.address(at, kinds, off)
+            value: Any = prim.Variable(f"in{slot}")[addr]
+        elif kind == "arg":
+            _, slot, dt_name = e
+            dt = np.dtype(dt_name)
+            self.scalar_args[slot] = dt
+            value = prim.Variable(f"s{slot}")
+        elif kind == "lit":
+            _, dt_name, py_value = e
+            dt = np.dtype(dt_name)
+            value = kernel_dtype(dt).type(py_value)
+        elif kind == "iota":
+            _, dt_name, at, kinds, off = e
+            dt = np.dtype(dt_name)
+            addr, _ = self.address(at, kinds, off)
+            value = addr if dt == self.index_dtype else lp.TypeCast(kernel_dtype(dt), addr)
+        else:
+            _, op_name, loop_names, refs = e
+            loop = tuple(np.dtype(n) for n in loop_names)
+            dt = loop[-1]
+            args = []
+            for k, r in enumerate(refs):
+                v, d = self.inline(r, memo)
+                args.append(self.cast(v, d, loop[k]))
+            value = self.elementwise(kind, op_name, loop, args)
+        memo[ref] = (value, dt)
+        return value, dt
+
+    def operand_rule(self, ref: int, name: str, args: dict[str, str],
+                     order: tuple[str, ...]) -> tuple[lp.SubstitutionRule, np.dtype]:
+        groups = {key: (prim.Variable(args[key]), frozenset()) for key in order}
+        self.set_groups(groups)
+        value, dt = self.inline(ref, {})
+        return lp.SubstitutionRule(name, tuple(args[key] for key in order), value), dt
+
+
+def lower_contraction(program: Program, index_dtype: np.dtype,
+                      user_functions: dict[str, Any]) -> LoweredKernel:
+    c = program.contraction
+    low = _ContractionLowering(program, index_dtype, user_functions)
+    low.index_helpers()
+    entries = program.entries
+    batch = bool(c.b_dims)
+    out_inames = ((BATCH,) if batch else ()) + (ROW, COL)
+    bounds = {ROW: low.size(c.m_size), COL: low.size(c.n_size), RED: low.size(c.k_size)}
+    if batch:
+        bounds[BATCH] = low.size(c.b_size)
+
+    # the operands, as substitution rules
+    x_order = ((BATCH,) if batch else ()) + (ROW, RED)
+    y_order = ((BATCH,) if batch else ()) + (RED, COL)
+    x_rule, x_dt = low.operand_rule(c.x, X_RULE, X_ARGS, x_order)
+    y_rule, y_dt = low.operand_rule(c.y, Y_RULE, Y_ARGS, y_order)
+
+    # the reduction of their product
+    red = entries[c.reduce]
+    _, op, dt_name, _rid, child, _at, _sizes, _total, _chunk = red
+    dt = np.dtype(dt_name)
+    _, _, loop_names, (a, b) = entries[child]
+    loop = tuple(np.dtype(n) for n in loop_names)
+    calls = {c.x: (prim.Variable(X_RULE)(*(prim.Variable(i) for i in x_order)), x_dt),
+             c.y: (prim.Variable(Y_RULE)(*(prim.Variable(i) for i in y_order)), y_dt)}
+    factors = [low.cast(calls[r][0], calls[r][1], loop[k]) for k, r in enumerate((a, b))]
+    product = low.cast(low.elementwise("op", "multiply", loop, factors), loop[-1], dt)
+    low.temporaries.append(lp.TemporaryVariable(ACC, kernel_dtype(dt), shape=(),
+                                                address_space=lp.AddressSpace.PRIVATE))
+    low.instructions.append(lp.Assignment(
+        prim.Variable(ACC), lp.Reduction(reduction_operation(op, dt), (RED,), product),
+        id=REDUCTION_ID, within_inames=frozenset(out_inames)))
+
+    # the epilogue: every other entry, elementwise in (b, m, n)
+    low.set_groups({key: (prim.Variable(key), frozenset({key})) for key in out_inames})
+    skip = _operand_entries(entries, c.x) | _operand_entries(entries, c.y) | {child}
+    uses: Counter[int] = Counter()
+    for k, e in enumerate(entries):
+        if k in skip:
+            continue
+        if e[0] in ("op", "call"):
+            uses.update(e[3])
+    uses.update(program.outputs)
+    within = frozenset(out_inames)
+    exprs: dict[int, Any] = {}
+    dtypes: dict[int, np.dtype] = {}
+    deps: dict[int, frozenset] = {}
+    depth: dict[int, int] = {}
+    for ref, e in enumerate(entries):
+        if ref in skip:
+            continue
+        kind = e[0]
+        dep: frozenset = frozenset()
+        d = 0
+        if ref == c.reduce:
+            value, edt, dep = prim.Variable(ACC), dt, frozenset({REDUCTION_ID})
+        elif kind in ("op", "call"):
+            _, op_name, loop_names, refs = e
+            eloop = tuple(np.dtype(n) for n in loop_names)
+            edt = eloop[-1]
+            for r in refs:
+                if r not in exprs:  # shared with an operand: a 0-d value, inlined
+                    exprs[r], dtypes[r] = low.inline(r, {})
+                    deps[r], depth[r] = frozenset(), 0
+            args = [low.cast(exprs[r], dtypes[r], eloop[k]) for k, r in enumerate(refs)]
+            for r in refs:
+                dep |= deps[r]
+            value = low.elementwise(kind, op_name, eloop, args)
+            d = 1 + max(depth[r] for r in refs)
+        else:
+            value, edt = low.inline(ref, {})
+        if (uses[ref] > 1 or d > _MAX_INLINE_DEPTH) and kind not in ("arg", "lit") \
+                and ref != c.reduce:
+            tmp = f"t{ref}"
+            low.temporaries.append(lp.TemporaryVariable(
+                tmp, kernel_dtype(edt), shape=(), address_space=lp.AddressSpace.PRIVATE))
+            low.instructions.append(lp.Assignment(prim.Variable(tmp), value, id=f"calc_{tmp}",
+                                                  within_inames=within, depends_on=dep))
+            value, dep, d = prim.Variable(tmp), frozenset({f"calc_{tmp}"}), 0
+        exprs[ref], dtypes[ref], deps[ref], depth[ref] = value, edt, dep, d
+
+    kernel_args: list[Any] = []
+    arg_names: list[str] = []
+    root_at = tuple(0 if s == 1 else ("r", d) for d, s in enumerate(program.root_sizes))
+    for k, ref in enumerate(program.outputs):
+        spec = program.out_specs[k]
+        addr, _ = low.contiguous_address(root_at) if spec == () else low.address(*spec)
+        dep = deps[ref]
+        if _has_call(addr):
+            # Loopy resolves function calls on right-hand sides only
+            tmp = f"oaddr{k}"
+            low.temporaries.append(lp.TemporaryVariable(
+                tmp, index_dtype, shape=(), address_space=lp.AddressSpace.PRIVATE))
+            low.instructions.append(lp.Assignment(prim.Variable(tmp), addr, id=f"calc_{tmp}",
+                                                  within_inames=within))
+            dep = dep | {f"calc_{tmp}"}
+            addr = prim.Variable(tmp)
+        low.instructions.append(lp.Assignment(
+            prim.Variable(f"out{k}")[addr], exprs[ref], id=f"store_out{k}",
+            within_inames=within, depends_on=dep))
+        kernel_args.append(lp.GlobalArg(f"out{k}", kernel_dtype(dtypes[ref]), shape=None,
+                                        is_output=True, is_input=False))
+        arg_names.append(f"out{k}")
+    for slot in sorted(low.inputs):
+        kernel_args.append(lp.GlobalArg(f"in{slot}", kernel_dtype(low.inputs[slot]),
+                                        shape=None, is_output=False, is_input=True))
+        arg_names.append(f"in{slot}")
+    for slot in sorted(low.scalar_args):
+        kernel_args.append(lp.ValueArg(f"s{slot}", kernel_dtype(low.scalar_args[slot])))
+        arg_names.append(f"s{slot}")
+    for slot in sorted(low.params):
+        kernel_args.append(lp.ValueArg(f"p{slot}", index_dtype))
+        arg_names.append(f"p{slot}")
+
+    names = {key: str(bounds[key]) for key in bounds}
+    params = sorted(set(names.values()))
+    order = ((BATCH,) if batch else ()) + (ROW, COL, RED)
+    domain = (f"[{', '.join(params)}] -> {{[{', '.join(order)}]: "
+              + " and ".join(f"0 <= {i} < {names[i]}" for i in order) + "}")
+    knl = lp.make_kernel(
+        [domain],
+        [x_rule, y_rule, *low.instructions],
+        [*kernel_args, *low.temporaries],
+        target=lp.OpenCLTarget(),
+        assumptions=" and ".join(f"{p} >= 1" for p in params),
+        index_dtype=index_dtype,
+        lang_version=(2018, 2),
+        name=KERNEL_NAME,
+        silenced_warnings=["inferred_iname", "no_device_in_pre_codegen_checks",
+                           "write_race(store_out*)", "v1_scheduler_fallback", "iname-order"],
+    )
+    knl = lp.set_options(knl, enforce_array_accesses_within_bounds=False)
+    knl = knl.with_kernel(knl.default_entrypoint.tagged(frozenset({
+        ContractionSizes(names.get(BATCH), names[ROW], names[COL], names[RED]),
+        OperandInfo(kernel_dtype(x_dt).char, kernel_dtype(y_dt).char,
+                    _fast_axis(entries, c.x, c.m_dims, ROW, RED),
+                    _fast_axis(entries, c.y, c.n_dims, COL, COL))})))
+    for cname, clbl in low.callables.items():
+        knl = lp.register_callable(knl, cname, clbl)
+    return LoweredKernel(knl, arg_names)
+
+
+def _has_call(expr: Any) -> bool:
+    """Whether an index expression calls a function (the ``/`` and ``%`` helpers)."""
+    if isinstance(expr, prim.Call):
+        return True
+    if isinstance(expr, prim.Sum | prim.Product):
+        return any(_has_call(c) for c in expr.children)
+    return False
+
+
+def _operand_entries(entries: tuple[tuple, ...], ref: int) -> set[int]:
+    out: set[int] = set()
+    stack = [ref]
+    while stack:
+        r = stack.pop()
+        if r in out:
+            continue
+        out.add(r)
+        if entries[r][0] in ("op", "call"):
+            stack.extend(entries[r][3])
+    return out
+
+
+def _domain(knl: lp.LoopKernel, bounds: dict[str, str]) -> isl.BasicSet:
+    """A new loop domain: ``bounds`` maps each iname to its constraints."""
+    sizes = contraction_sizes(knl)
+    params = sorted({v for v in (sizes.batch, sizes.rows, sizes.cols, sizes.reduced) if v})
+    return isl.BasicSet(f"[{', '.join(params)}] -> {{[{', '.join(bounds)}]: "
+                        + " and ".join(bounds.values()) + "}")
+
+
+def _current_bounds(knl: lp.LoopKernel) -> dict[str, str]:
+    """The constraints of every iname of the (single) domain, as isl text."""
+    dom = knl.domains[0]
+    out = {}
+    for name in dom.get_var_names(isl.dim_type.set):
+        proj = dom.project_out_except([name], [isl.dim_type.set])
+        text = str(proj)
+        out[name] = text[text.index(":") + 1:text.rindex("}")].strip()
+    return out
+
+
+def pad_to_tiles(t_unit: lp.TranslationUnit, tiles: dict[str, int]) -> lp.TranslationUnit:
+    """Round the ranges of ``m``, ``n`` and ``k`` up to multiples of ``tiles``.
+
+    After this, splitting an iname by its tile gives loops without remainders.
+    The operand rules read clamped indices (always inside the arrays) and give
+    zero for ``k >= NK`` (so padded terms add nothing, even next to inf or NaN);
+    every instruction but the reduction is predicated on ``m < NM`` and
+    ``n < NN``, so padded rows and columns are computed but never stored.
+    """
+    knl = t_unit.default_entrypoint
+    sizes = contraction_sizes(knl)
+    bounds = _current_bounds(knl)
+    padded = {i for i in (ROW, COL, RED) if tiles.get(i, 1) != 1 and i in bounds}
+    for i in padded:
+        t = tiles[i]
+        bounds[i] = f"0 <= {i} < {t} * floor(({sizes.of(i)} + {t - 1}) / {t})"
+
+    def limit(i: str) -> Any:
+        return prim.Variable(sizes.of(i))
+
+    subs = dict(knl.substitutions)
+    for rule_name, args in ((X_RULE, X_ARGS), (Y_RULE, Y_ARGS)):
+        rule = subs[rule_name]
+        clamp = {args[i]: prim.Variable("min")(prim.Variable(args[i]), limit(i) - 1)
+                 for i in (ROW, COL, RED) if i in args and i in padded}
+        body = SubstitutionMapper(make_subst_func(clamp))(rule.expression)
+        if RED in padded:
+            zero = kernel_dtype(np.dtype(_rule_dtype(knl, rule_name))).type(0)
+            body = prim.If(prim.Comparison(prim.Variable(args[RED]), "<", limit(RED)), body, zero)
+        subs[rule_name] = rule.copy(expression=body)
+    guard = frozenset(prim.Comparison(prim.Variable(i), "<", limit(i))
+                      for i in (ROW, COL) if i in padded)
+    insns = [insn if insn.id == REDUCTION_ID else insn.copy(predicates=insn.predicates | guard)
+             for insn in knl.instructions]
+    knl = knl.copy(domains=[_domain(knl, bounds)], substitutions=subs, instructions=insns)
+    return t_unit.with_kernel(knl)
+
+
+def shifted_split(t_unit: lp.TranslationUnit, iname: str, tile: int, outer: str,
+                  inner: str) -> lp.TranslationUnit:
+    """Split ``iname`` (``m`` or ``n``) into tiles, the last one shifted back into range.
+
+    ``iname = min(outer * tile, size - tile) + inner``: every tile is whole
+    and inside the operands, so nothing is clamped or predicated and the
+    reads of a tile are provably contiguous (vectorisable); the last tile
+    overlaps the one before it and both write the same values to the overlap.
+    Needs ``size >= tile`` (contractions have at least
+    :data:`fuseloop.expr.contraction.MIN_SIDE` rows and columns).
+    """
+    knl = t_unit.default_entrypoint
+    size = contraction_sizes(knl).of(iname)
+    bounds = _current_bounds(knl)
+    del bounds[iname]
+    bounds[outer] = f"0 <= {outer} and {tile} * {outer} < {size}"
+    bounds[inner] = f"0 <= {inner} < {tile}"
+    start, last = prim.Variable(outer) * tile, prim.Variable(size) - tile
+    # a conditional, not min(): calls added to instructions after the kernel
+    # was made would not be resolved by Loopy
+    value = prim.If(prim.Comparison(start, "<", last), start, last) + prim.Variable(inner)
+    mapper = SubstitutionMapper(make_subst_func({iname: value}))
+    insns = []
+    for insn in knl.instructions:
+        if iname in insn.within_inames:
+            insn = insn.with_transformed_expressions(mapper).copy(
+                within_inames=(insn.within_inames - {iname}) | {outer, inner})
+        insns.append(insn)
+    knl = knl.copy(domains=[_domain(knl, bounds)], instructions=insns)
+    return t_unit.with_kernel(knl)
+
+
+def explicit_accumulator(t_unit: lp.TranslationUnit, axes: list[tuple[str, int]],
+                         name: str = "acc_tile") -> lp.TranslationUnit:
+    """Accumulate the contraction in a private array indexed by ``axes``.
+
+    The reduction becomes three instructions: zero the array, add the product
+    for each ``k``, and copy the element to ``acc`` for the epilogue.  With
+    the array's layout fixed here (last axis contiguous), a CPU recipe can
+    loop over a register tile's columns inside the ``k`` loop and leave the
+    vectorising to the compiler (Loopy's ILP privatisation orders the axes
+    of the accumulator it creates arbitrarily).  ``axes`` are ``(iname,
+    length)`` pairs, each iname counting from 0.
+    """
+    knl = t_unit.default_entrypoint
+    insn = knl.id_to_insn[REDUCTION_ID]
+    red = insn.expression
+    assert isinstance(red, lp.Reduction) and red.operation.__class__.__name__ == \
+        "SumReductionOperation"
+    dtype = knl.temporary_variables[ACC].dtype
+    tile = prim.Variable(name)[tuple(prim.Variable(i) for i, _ in axes)]
+    init = lp.Assignment(tile, dtype.numpy_dtype.type(0), id=f"{REDUCTION_ID}_init",
+                         within_inames=insn.within_inames)
+    update = lp.Assignment(tile, tile + red.expr, id=f"{REDUCTION_ID}_update",
+                           within_inames=insn.within_inames | frozenset(red.inames),
+                           depends_on=insn.depends_on | {init.id})
+    final = insn.copy(expression=tile, depends_on=insn.depends_on | {update.id})
+    insns = [init, update] + [final if i.id == REDUCTION_ID else i for i in knl.instructions]
+    temps = dict(knl.temporary_variables)
+    temps[name] = lp.TemporaryVariable(name, dtype, shape=tuple(n for _, n in axes),
+                                       address_space=lp.AddressSpace.PRIVATE)
+    return t_unit.with_kernel(knl.copy(instructions=insns, temporary_variables=temps))
+
+
+def _rule_dtype(knl: lp.LoopKernel, rule_name: str) -> np.dtype:
+    """The dtype of an operand rule's value (recorded when lowering)."""
+    info = operand_info(knl)
+    return np.dtype(info.x_dtype if rule_name == X_RULE else info.y_dtype)
+
+
+@dataclass(frozen=True)
+class OperandInfo(UniqueTag):
+    """Kernel tag: per operand rule, its value's dtype (numpy char) and the axis
+    along which its main array is contiguous (``"k"``, ``"m"`` or ``"n"``)."""
+
+    x_dtype: str
+    y_dtype: str
+    x_fast: str
+    y_fast: str
+
+
+def operand_info(knl: lp.LoopKernel) -> OperandInfo:
+    for t in knl.tags:
+        if isinstance(t, OperandInfo):
+            return t
+    raise ValueError(f"kernel {knl.name} is not a fuseloop contraction")
+
+
+def contraction_layout(knl: lp.LoopKernel) -> tuple[str, str]:
+    """The contiguous axes of the operands: (``"k"`` or ``"m"``, ``"k"`` or ``"n"``)."""
+    info = operand_info(knl)
+    return info.x_fast, info.y_fast
+
+
+def operand_itemsize(knl: lp.LoopKernel) -> int:
+    info = operand_info(knl)
+    return max(np.dtype(info.x_dtype).itemsize, np.dtype(info.y_dtype).itemsize)
+
+
+def _fast_axis(entries: tuple[tuple, ...], ref: int, own_dims: tuple[int, ...],
+               own: str, default: str) -> str:
+    """The axis along which the operand's first unit-stride load is contiguous."""
+    for r in sorted(_operand_entries(entries, ref)):
+        e = entries[r]
+        if e[0] != "load" or e[4] == "c":
+            continue
+        for c, k in zip(e[3], e[4]):
+            if k != 1 or c == 0:
+                continue
+            if c[0] == "j":
+                return RED
+            if c[0] == "r" and c[1] in own_dims:
+                return own
+    return default

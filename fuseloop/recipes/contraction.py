@@ -1,0 +1,264 @@
+"""Built-in recipes for contraction kernels (kind ``"contraction"``).
+
+The lowered kernel (:mod:`fuseloop.lower.contraction`) computes
+``acc = sum(k, fl_x(b, m, k) * fl_y(b, k, n))`` for every output ``(b, m, n)``
+and then the epilogue; the operands are substitution rules.
+
+**GPU (``gpu-tiled``).**  A work-group of ``tm x tn`` work-items computes a
+``bm x bn`` block of the output (128 x 128 with 16 x 16 work-items for
+float32); each work-item holds ``bm/tm x bn/tn`` accumulators in private
+memory (a register tile: Loopy ``ilp`` inames, unrolled).  The reduced range
+is walked in steps of ``bk`` (8): the work-group first fills local-memory tiles
+``x_tile[bk][bm]`` and ``y_tile[bk][bn]`` (Loopy ``precompute`` of the operand
+rules, so an elementwise producer such as ``A * 2`` is applied while filling,
+once per element loaded), then every work-item accumulates the outer products
+of its rows and columns for each ``k`` of the step.  In the ``"blocked"``
+layout (the default) a work-item owns groups of four consecutive rows and
+columns (``4*l .. 4*l+3`` and the same ``4*tm`` further on), so it reads a tile
+row four values at a time (vector loads from local memory); in the
+``"strided"`` layout it owns rows ``l, l+tm, ...``.  The fill is spread over the
+work-group with neighbouring work-items on neighbouring addresses of the
+operand's contiguous axis; a tile stored across that order gets its rows
+padded.  The index ranges are padded to whole tiles
+(:func:`~fuseloop.lower.contraction.pad_to_tiles`): no bounds checks in the
+loops, only clamped reads in the fill and predicated stores.  8-byte types use
+64 x 64 blocks in the strided layout (the best of the shapes measured).
+
+Loopy's ``add_prefetch`` is ``precompute`` of a rule that reads one array; it
+is not used directly because an operand is an expression over flat addresses
+(``A * 2`` read through strides that are kernel parameters: not affine in
+isl), not one array with affine indices.  The operand rules carry affine
+arguments, which is all the footprint analysis needs, and precomputing them
+also fuses the producer into the fill.
+
+**CPU (``cpu-blocked``).**  A work-item computes a 6 x 16 block of outputs:
+for each ``k`` it loops over the block's 16 columns (a plain loop, which the
+compiler vectorises) with the 6 rows unrolled inside, accumulating in a
+private array whose layout the recipe fixes
+(:func:`~fuseloop.lower.contraction.explicit_accumulator`).  Column blocks are
+whole and the last one is shifted back into range
+(:func:`~fuseloop.lower.contraction.shifted_split`), so column loads are
+contiguous with no clamping; rows are clamped (loop-invariant in ``k``).  On
+PoCL, local-memory tiles (3.4 GFLOP/s at 1024^3) and fully unrolled register
+tiles (4 to 8.5 GFLOP/s: scalar code, spilled accumulators) were several times
+slower than this form (20 to 50 GFLOP/s on a busy 2-core machine): PoCL does not
+vectorise across work-items around a ``k`` loop, and straight-line code was not
+vectorised either.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, NamedTuple
+
+import loopy as lp
+from loopy.kernel.array import FixedStrideArrayDimTag
+
+from ..lower.contraction import (
+    BATCH,
+    COL,
+    RED,
+    REDUCTION_ID,
+    ROW,
+    X_RULE,
+    Y_RULE,
+    contraction_layout,
+    explicit_accumulator,
+    pad_to_tiles,
+    shifted_split,
+)
+
+if TYPE_CHECKING:
+    from ..runtime.devices import Device
+
+
+class TileConfig(NamedTuple):
+    """A work-group computes ``bm x bn`` outputs with ``tm x tn`` work-items."""
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 8
+    tm: int = 16
+    tn: int = 16
+    # "strided": work-item (i, j) takes rows i, i+tm, ...; "blocked": rows
+    # 4i..4i+3, then 4i+4*tm.. (four consecutive values: vector loads)
+    layout: str = "strided"
+    pad: bool = True  # pad local tiles stored across their read order
+
+
+#: float32 (and smaller) on GPUs: 128x128 blocks, 8x8 outputs per work-item
+GPU_TILES = TileConfig(layout="blocked")
+#: 8-byte types: half the registers per output
+GPU_TILES_WIDE = TileConfig(bm=64, bn=64, bk=8, tm=16, tn=16)
+
+
+def _split_output(t_unit: lp.TranslationUnit, axis: str, block: int, threads: int,
+                  layout: str, group_tag: str, local_tag: str,
+                  reg_tag: str = "ilp") -> tuple[lp.TranslationUnit, list[str]]:
+    """Split output axis ``axis``; returns the inames a fill sweeps (local and register)."""
+    t_unit = lp.split_iname(t_unit, axis, block, outer_tag=group_tag,
+                            inner_iname=f"{axis}_in", outer_iname=f"{axis}_blk")
+    if layout == "strided" or block // threads < 4 or (block // threads) % 4:
+        # axis = blk*block + r*threads + l
+        t_unit = lp.split_iname(t_unit, f"{axis}_in", threads, outer_tag=reg_tag,
+                                inner_tag=local_tag, outer_iname=f"{axis}_r",
+                                inner_iname=f"{axis}_l")
+        return t_unit, [f"{axis}_l", f"{axis}_r"]
+    # axis = blk*block + r1*(4*threads) + l*4 + r0
+    t_unit = lp.split_iname(t_unit, f"{axis}_in", 4 * threads, outer_tag=reg_tag,
+                            outer_iname=f"{axis}_r1", inner_iname=f"{axis}_c")
+    t_unit = lp.split_iname(t_unit, f"{axis}_c", 4, outer_tag=local_tag, inner_tag=reg_tag,
+                            outer_iname=f"{axis}_l", inner_iname=f"{axis}_r0")
+    return t_unit, [f"{axis}_l", f"{axis}_r1", f"{axis}_r0"]
+
+
+def _fill_tiles(t_unit: lp.TranslationUnit, cfg: TileConfig, sweep_x: list[str],
+                sweep_y: list[str], k_inner: str, outer: str) -> lp.TranslationUnit:
+    """Precompute both operand rules into ``bk x bm`` and ``bk x bn`` tiles."""
+    knl = t_unit.default_entrypoint
+    layout = contraction_layout(knl)
+    batch = BATCH in knl.all_inames()
+    threads = cfg.tm * cfg.tn
+    for rule, sweep, block, name in ((X_RULE, sweep_x, cfg.bm, "x"),
+                                     (Y_RULE, sweep_y, cfg.bn, "y")):
+        args = knl.substitutions[rule].arguments
+        # storage [k][row or column]: the compute loop reads along the second axis
+        k_arg = args[-1] if rule == X_RULE else args[-2]
+        o_arg = args[-2] if rule == X_RULE else args[-1]
+        storage = [*([args[0]] if batch else []), k_arg, o_arg]
+        t_unit = lp.precompute(
+            t_unit, rule, sweep_inames=[*sweep, k_inner], storage_axes=storage,
+            precompute_inames=[f"{name}_fb", f"{name}_fk", f"{name}_fo"] if batch else
+            [f"{name}_fk", f"{name}_fo"],
+            temporary_address_space=lp.AddressSpace.LOCAL, precompute_outer_inames=outer,
+            temporary_name=f"{name}_tile", compute_insn_id=f"fill_{name}",
+            default_tag=None)
+        # spread the fill over the work-group, the operand's contiguous axis fastest
+        k_fast = (layout[0] if rule == X_RULE else layout[1]) == RED
+        order = [f"{name}_fo", f"{name}_fk"] if k_fast else [f"{name}_fk", f"{name}_fo"]
+        t_unit = lp.join_inames(t_unit, order, new_iname=f"{name}_f")
+        size = block * cfg.bk
+        if size > threads:
+            t_unit = lp.split_iname(t_unit, f"{name}_f", threads, outer_tag="unr",
+                                    outer_iname=f"{name}_fu", inner_iname=f"{name}_ft")
+            fill = f"{name}_ft"
+        else:
+            fill = f"{name}_f"
+        t_unit = lp.split_iname(t_unit, fill, cfg.tn, outer_tag="l.1", inner_tag="l.0")
+        if cfg.pad and k_fast:
+            # stores go down the columns of the tile: pad its rows so that
+            # neighbouring work-items hit different banks (32 banks of 4 bytes)
+            knl2 = t_unit.default_entrypoint
+            tv = knl2.temporary_variables[f"{name}_tile"]
+            pad = max(1, 32 // cfg.bk) if cfg.bk < 32 else 1
+            pad = -(-pad // 4) * 4 if cfg.layout == "blocked" else pad
+            shape = tuple(tv.shape)
+            storage = (*shape[:-1], shape[-1] + pad)
+            strides = [math.prod(storage[d + 1:]) for d in range(len(storage))]
+            tv = tv.copy(storage_shape=storage,
+                         dim_tags=tuple(FixedStrideArrayDimTag(s) for s in strides))
+            temps = dict(knl2.temporary_variables)
+            temps[tv.name] = tv
+            t_unit = t_unit.with_kernel(knl2.copy(temporary_variables=temps))
+        knl = t_unit.default_entrypoint
+    return t_unit
+
+
+def tiled(cfg: TileConfig):
+    """The GPU recipe with tile configuration ``cfg`` (for ``fl.register_recipe``)."""
+
+    def recipe(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
+        return _tile(t_unit, cfg)
+
+    recipe.__name__ = f"gpu_tiled_{cfg.bm}x{cfg.bn}x{cfg.bk}_{cfg.tm}x{cfg.tn}_{cfg.layout}"
+    return recipe
+
+
+def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
+    knl = t_unit.default_entrypoint
+    t_unit = pad_to_tiles(t_unit, {ROW: cfg.bm, COL: cfg.bn, RED: cfg.bk})
+    batch = BATCH in knl.all_inames()
+    if batch:
+        t_unit = lp.tag_inames(t_unit, {BATCH: "g.2"})
+    t_unit, sweep_x = _split_output(t_unit, ROW, cfg.bm, cfg.tm, cfg.layout, "g.1", "l.1")
+    t_unit, sweep_y = _split_output(t_unit, COL, cfg.bn, cfg.tn, cfg.layout, "g.0", "l.0")
+    t_unit = lp.split_iname(t_unit, RED, cfg.bk, inner_tag="unr",
+                            inner_iname=f"{RED}_in", outer_iname=f"{RED}_blk")
+    outer = ",".join(([BATCH] if batch else []) + [f"{ROW}_blk", f"{COL}_blk", f"{RED}_blk"])
+    return _fill_tiles(t_unit, cfg, sweep_x, sweep_y, f"{RED}_in", outer)
+
+
+def gpu_tiled(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
+    """Local-memory tiles and register tiles; 64x64 blocks for 8-byte types."""
+    from ..lower.contraction import operand_itemsize
+
+    wide = operand_itemsize(t_unit.default_entrypoint) > 4
+    return _tile(t_unit, GPU_TILES_WIDE if wide else GPU_TILES)
+
+
+# {{{ CPU
+
+class CpuBlocks(NamedTuple):
+    """A work-item computes an ``rm x rn`` block of outputs; ``group`` of them share
+    a work-group (stacked along the rows, they share the column panel of ``Y``)."""
+
+    rm: int = 6  # rows of the register block (unrolled)
+    rn: int = 16  # columns: a loop inside the k loop that the compiler vectorises
+    group: int = 1
+
+
+CPU_BLOCKS = CpuBlocks()
+
+
+def blocked(cfg: CpuBlocks):
+    """The CPU recipe with block configuration ``cfg`` (for ``fl.register_recipe``)."""
+
+    def recipe(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
+        return _cpu_blocks(t_unit, cfg)
+
+    recipe.__name__ = f"cpu_blocked_{cfg.rm}x{cfg.rn}_g{cfg.group}"
+    return recipe
+
+
+def _cpu_blocks(t_unit: lp.TranslationUnit, cfg: CpuBlocks) -> lp.TranslationUnit:
+    knl = t_unit.default_entrypoint
+    t_unit = pad_to_tiles(t_unit, {ROW: cfg.rm * cfg.group})
+    # whole column blocks, the last one shifted back into range: the loads of
+    # a block's columns are contiguous with no clamping, so they vectorise
+    t_unit = shifted_split(t_unit, COL, cfg.rn, f"{COL}_blk", f"{COL}_in")
+    if BATCH in knl.all_inames():
+        t_unit = lp.tag_inames(t_unit, {BATCH: "g.2"})
+    t_unit = lp.split_iname(t_unit, ROW, cfg.rm, outer_tag="g.1" if cfg.group == 1 else None,
+                            inner_tag="unr", outer_iname=f"{ROW}_blk", inner_iname=f"{ROW}_in")
+    if cfg.group > 1:
+        t_unit = lp.split_iname(t_unit, f"{ROW}_blk", cfg.group, outer_tag="g.1",
+                                inner_tag="l.0")
+    t_unit = lp.tag_inames(t_unit, {f"{COL}_blk": "g.0"})
+    t_unit = explicit_accumulator(t_unit, [(f"{ROW}_in", cfg.rm), (f"{COL}_in", cfg.rn)])
+    # zeroing the block and the epilogue get loops of their own, so that the
+    # update can nest k outside the block's loops: for k, for column, rows unrolled
+    inner = [f"{ROW}_in", f"{COL}_in"]
+    t_unit = lp.duplicate_inames(t_unit, inner, within=f"id:{REDUCTION_ID}_init",
+                                 new_inames=[f"{ROW}_z", f"{COL}_z"], tags={f"{ROW}_in": "unr"})
+    t_unit = lp.duplicate_inames(t_unit, inner, within=f"not id:{REDUCTION_ID}_update",
+                                 new_inames=[f"{ROW}_e", f"{COL}_e"], tags={f"{ROW}_in": "unr"})
+    return lp.prioritize_loops(t_unit, f"{RED},{COL}_in,{ROW}_in")
+
+
+def cpu_blocked(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
+    return _cpu_blocks(t_unit, CPU_BLOCKS)
+
+# }}}
+
+
+def untiled(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
+    """One work-item per output, 16x16 work-groups, no tiles (a reference point)."""
+    knl = t_unit.default_entrypoint
+    if BATCH in knl.all_inames():
+        t_unit = lp.tag_inames(t_unit, {BATCH: "g.2"})
+    t_unit = lp.split_iname(t_unit, ROW, 16, outer_tag="g.1", inner_tag="l.1")
+    return lp.split_iname(t_unit, COL, 16, outer_tag="g.0", inner_tag="l.0")
+
+
+__all__ = ["CPU_BLOCKS", "GPU_TILES", "GPU_TILES_WIDE", "CpuBlocks", "TileConfig", "blocked",
+           "cpu_blocked", "gpu_tiled", "tiled", "untiled"]
