@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 from typing import Any
+from weakref import ref as _weakref
 
 import numpy as np
 import pyopencl as cl
@@ -12,7 +13,20 @@ import pyopencl as cl
 from .dtypes import as_dtype, resolve_loop, scalar_kind, scalar_to
 from .errors import DeviceError, DTypeError, ShapeError
 from .evaluate import cast_node, run
-from .expr.nodes import Apply, Leaf, Literal, Node, Scalar, Storage, broadcast_shapes
+from .expr.nodes import (
+    READERS_FLUSH_AT,
+    Apply,
+    Leaf,
+    Literal,
+    Node,
+    Scalar,
+    Storage,
+    _loop_key,
+    binary,
+    broadcast_shapes,
+    register_readers,
+    unregistered_readers,
+)
 from .expr.program import Target
 from .runtime.devices import Device
 
@@ -90,25 +104,103 @@ def build_node(op: str, operands: tuple[Any, ...],
     return Apply(op, args, loop, shape), device
 
 
+_new_array = object.__new__
+# (op, operand kind, operand kind) -> (loop dtypes, their key); finite: ops x kinds^2
+_loops: dict[tuple, tuple[tuple[np.dtype, ...], tuple[str, ...]]] = {}
+# (Python int or float, dtype char) -> the numpy scalar it converts to
+_weak_scalars: dict[tuple[Any, str], np.generic] = {}
+
+
+def _binary_loop(op: str, ka: Any, kb: Any) -> tuple[tuple[np.dtype, ...], tuple[str, ...]]:
+    hit = _loops.get((op, ka, kb))
+    if hit is None:
+        loop = resolve_loop(op, (ka, kb))
+        hit = _loops[(op, ka, kb)] = (loop, _loop_key(loop))
+    return hit
+
+
+def _weak_scalar(value: Any, dtype: np.dtype) -> np.generic:
+    """``scalar_to`` for a Python int or float, remembering recent conversions."""
+    if value == 0 or value != value:  # -0.0 == 0.0 and NaN != NaN: not dictionary keys
+        return scalar_to(value, dtype)
+    key = (value, dtype.char)
+    hit = _weak_scalars.get(key)
+    if hit is None:
+        hit = scalar_to(value, dtype)  # equal keys: equal numbers, so equal conversions
+        if len(_weak_scalars) >= 4096:
+            _weak_scalars.clear()
+        _weak_scalars[key] = hit
+    return hit
+
+
+def _lazy_array(node: Node, device: Device) -> Array:
+    self = _new_array(Array)
+    self._storage = None
+    self._node = node
+    self.device = device
+    self.dtype = node.dtype
+    self.shape = node.shape
+    if node.storages:  # expr.nodes.note_reader, inline
+        unregistered_readers.append(_weakref(self))
+        if len(unregistered_readers) >= READERS_FLUSH_AT:
+            register_readers()
+    return self
+
+
 def _binary_fast(op: str, a: Any, b: Any) -> Array | None:
-    """The common cases (array with array, array with Python scalar), kept lean."""
+    """The common cases (array with array, array with Python scalar), kept lean.
+
+    This runs for every operator: the node and the array are built in place
+    (:func:`_lazy_array` inline).
+    """
     ta, tb = type(a), type(b)
     if ta is Array:
+        device = a.device
         if tb is Array:
-            if a.device is not b.device:
+            if b.device is not device:
                 return None
-            loop = resolve_loop(op, (a.dtype, b.dtype))
-            shape = a.shape if a.shape == b.shape else broadcast_shapes(a.shape, b.shape)
-            return Array._lazy(Apply(op, (a._node, b._node), loop, shape), a.device)
-        if tb is float or tb is int:
-            loop = resolve_loop(op, (a.dtype, tb))
-            return Array._lazy(Apply(op, (a._node, Scalar(scalar_to(b, loop[1]))), loop,
-                                     a.shape), a.device)
+            hit = _loops.get((op, a.dtype, b.dtype))
+            loop, key = hit if hit is not None else _binary_loop(op, a.dtype, b.dtype)
+            shape = a.shape
+            if shape != b.shape:
+                shape = broadcast_shapes(shape, b.shape)
+            node = binary(op, a._node, b._node, loop, key, shape)
+        elif tb is float or tb is int:
+            hit = _loops.get((op, a.dtype, tb))
+            loop, key = hit if hit is not None else _binary_loop(op, a.dtype, tb)
+            node = binary(op, a._node, Scalar(_weak_scalar(b, loop[1])), loop, key, a.shape)
+        else:
+            return None
     elif tb is Array and (ta is float or ta is int):
-        loop = resolve_loop(op, (ta, b.dtype))
-        return Array._lazy(Apply(op, (Scalar(scalar_to(a, loop[0])), b._node), loop,
-                                 b.shape), b.device)
-    return None
+        device = b.device
+        loop, key = _binary_loop(op, ta, b.dtype)
+        node = binary(op, Scalar(_weak_scalar(a, loop[0])), b._node, loop, key, b.shape)
+    else:
+        return None
+    self = _new_array(Array)
+    self._storage = None
+    self._node = node
+    self.device = device
+    self.dtype = node.dtype
+    self.shape = node.shape
+    if node.storages:
+        unregistered_readers.append(_weakref(self))
+        if len(unregistered_readers) >= READERS_FLUSH_AT:
+            register_readers()
+    return self
+
+
+def _operator(op: str, reflected: bool = False) -> Any:
+    """An operator method: the lean binary path first, then :func:`apply_op`."""
+    if reflected:
+        def method(self: Array, o: Any) -> Any:
+            r = _binary_fast(op, o, self)
+            return r if r is not None else apply_op(op, o, self)
+    else:
+        def method(self: Array, o: Any) -> Any:
+            r = _binary_fast(op, self, o)
+            return r if r is not None else apply_op(op, self, o)
+    return method
 
 
 def apply_op(op: str, *operands: Any) -> Any:
@@ -175,24 +267,20 @@ class Array:
 
     @classmethod
     def _lazy(cls, node: Node, device: Device) -> Array:
-        self = object.__new__(cls)
-        self._storage = None
-        self._node = node
-        self.device = device
-        self.dtype = node.dtype
-        self.shape = node.shape
-        for s in node.storages:
-            s.add_reader(self)
-        return self
+        return _lazy_array(node, device)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("create arrays with fl.asarray, fl.empty, fl.zeros, ... ")
 
     def _become(self, storage: Storage) -> None:
-        for s in self._node.storages:
-            s.discard_reader(self)
+        old = self._node.storages
         self._storage = storage
         self._node = Leaf(storage, self.dtype, self.shape)
+        key = id(self)
+        for s in old:
+            readers = s.readers  # usually None or without this array (expr.nodes.note_reader)
+            if readers and key in readers:
+                s.discard_reader(self)
 
     # }}}
 
@@ -494,36 +582,36 @@ class Array:
 
     # {{{ operators
 
-    def __add__(self, o: Any) -> Array: return apply_op("add", self, o)
-    def __radd__(self, o: Any) -> Array: return apply_op("add", o, self)
-    def __sub__(self, o: Any) -> Array: return apply_op("subtract", self, o)
-    def __rsub__(self, o: Any) -> Array: return apply_op("subtract", o, self)
-    def __mul__(self, o: Any) -> Array: return apply_op("multiply", self, o)
-    def __rmul__(self, o: Any) -> Array: return apply_op("multiply", o, self)
-    def __truediv__(self, o: Any) -> Array: return apply_op("true_divide", self, o)
-    def __rtruediv__(self, o: Any) -> Array: return apply_op("true_divide", o, self)
-    def __floordiv__(self, o: Any) -> Array: return apply_op("floor_divide", self, o)
-    def __rfloordiv__(self, o: Any) -> Array: return apply_op("floor_divide", o, self)
-    def __mod__(self, o: Any) -> Array: return apply_op("remainder", self, o)
-    def __rmod__(self, o: Any) -> Array: return apply_op("remainder", o, self)
-    def __pow__(self, o: Any) -> Array: return apply_op("power", self, o)
-    def __rpow__(self, o: Any) -> Array: return apply_op("power", o, self)
-    def __and__(self, o: Any) -> Array: return apply_op("bitwise_and", self, o)
-    def __rand__(self, o: Any) -> Array: return apply_op("bitwise_and", o, self)
-    def __or__(self, o: Any) -> Array: return apply_op("bitwise_or", self, o)
-    def __ror__(self, o: Any) -> Array: return apply_op("bitwise_or", o, self)
-    def __xor__(self, o: Any) -> Array: return apply_op("bitwise_xor", self, o)
-    def __rxor__(self, o: Any) -> Array: return apply_op("bitwise_xor", o, self)
-    def __lshift__(self, o: Any) -> Array: return apply_op("left_shift", self, o)
-    def __rlshift__(self, o: Any) -> Array: return apply_op("left_shift", o, self)
-    def __rshift__(self, o: Any) -> Array: return apply_op("right_shift", self, o)
-    def __rrshift__(self, o: Any) -> Array: return apply_op("right_shift", o, self)
-    def __eq__(self, o: Any) -> Array: return apply_op("equal", self, o)  # type: ignore[override]
-    def __ne__(self, o: Any) -> Array: return apply_op("not_equal", self, o)  # type: ignore[override]
-    def __lt__(self, o: Any) -> Array: return apply_op("less", self, o)
-    def __le__(self, o: Any) -> Array: return apply_op("less_equal", self, o)
-    def __gt__(self, o: Any) -> Array: return apply_op("greater", self, o)
-    def __ge__(self, o: Any) -> Array: return apply_op("greater_equal", self, o)
+    __add__ = _operator("add")
+    __radd__ = _operator("add", reflected=True)
+    __sub__ = _operator("subtract")
+    __rsub__ = _operator("subtract", reflected=True)
+    __mul__ = _operator("multiply")
+    __rmul__ = _operator("multiply", reflected=True)
+    __truediv__ = _operator("true_divide")
+    __rtruediv__ = _operator("true_divide", reflected=True)
+    __floordiv__ = _operator("floor_divide")
+    __rfloordiv__ = _operator("floor_divide", reflected=True)
+    __mod__ = _operator("remainder")
+    __rmod__ = _operator("remainder", reflected=True)
+    __pow__ = _operator("power")
+    __rpow__ = _operator("power", reflected=True)
+    __and__ = _operator("bitwise_and")
+    __rand__ = _operator("bitwise_and", reflected=True)
+    __or__ = _operator("bitwise_or")
+    __ror__ = _operator("bitwise_or", reflected=True)
+    __xor__ = _operator("bitwise_xor")
+    __rxor__ = _operator("bitwise_xor", reflected=True)
+    __lshift__ = _operator("left_shift")
+    __rlshift__ = _operator("left_shift", reflected=True)
+    __rshift__ = _operator("right_shift")
+    __rrshift__ = _operator("right_shift", reflected=True)
+    __eq__ = _operator("equal")  # type: ignore[assignment]
+    __ne__ = _operator("not_equal")  # type: ignore[assignment]
+    __lt__ = _operator("less")
+    __le__ = _operator("less_equal")
+    __gt__ = _operator("greater")
+    __ge__ = _operator("greater_equal")
     def __neg__(self) -> Array: return apply_op("negative", self)
     def __pos__(self) -> Array: return apply_op("positive", self)
     def __abs__(self) -> Array: return apply_op("absolute", self)

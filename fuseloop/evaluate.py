@@ -25,12 +25,13 @@ from . import stats as _stats
 from .cache import _memory, get_kernel
 from .errors import DeviceError, DeviceMemoryError, DTypeError
 from .expr.nodes import Apply, Gather, Iota, Leaf, Node, Reduce, Remap, Storage, UserCall, c_strides
-from .expr.program import Target, linearize
+from .expr.program import Bindings, StructureEntry, Target, linearize, structure_entry
 from .expr.views import nocopy_reshape_strides, reshape_view
 from .recipes import recipe_for
 from .runtime.devices import Device
 
 _counters = _stats.counters
+_stats_lock = _stats._lock
 # when a list, launch() records kernel sources there instead of running them
 _capture: list[str] | None = None
 _INT32_LIMIT = 2**31 - 1
@@ -296,10 +297,16 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     if targets is None and len(roots) == 1 and len(out_shape) <= 1 and not roots[0].fancy:
         # the hot path: one flat elementwise result into a new buffer
         root = roots[0]
-        out = allocate(math.prod(out_shape) * root.dtype.itemsize, device)
+        out = allocate((out_shape[0] if out_shape else 1) * root.dtype.itemsize, device)
         if out.nbytes:
-            program, bindings = linearize(roots, out_shape)
-            launch(program, bindings, [out], device)
+            hit = structure_entry(roots, out_shape)
+            if hit is None:
+                program, bindings = linearize(roots, out_shape)
+                launch(program, bindings, [out], device)
+            elif _capture is not None or not _launch_cached(*hit, out, out_shape, device):
+                entry, storages, scalars = hit
+                launch(entry.program, Bindings(storages, scalars, list(entry.params), out_shape),
+                       [out], device)
         return [out]
     tgts: list[Target | None] = [
         Target(t, None, 0) if isinstance(t, Storage) else t
@@ -427,12 +434,126 @@ def _reads_only_in_place(roots: Sequence[Node], target: Target,
     return ok[0]
 
 
+# {{{ launching a cached structure
+
+
+class _Hashed(tuple):
+    """A memory-cache key whose hash is computed once (it holds a whole program)."""
+
+    def __new__(cls, items: tuple) -> _Hashed:
+        self = super().__new__(cls, items)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
+
+
+class _Launch:
+    """How one structure's compiled kernel is launched: all but the buffers and scalars."""
+
+    __slots__ = ("compiled", "global_size", "local_size", "mem_key", "pack", "recipe")
+
+
+def _other_device(s: Storage, device: Device) -> DeviceError:
+    return DeviceError(
+        f"an input lives on {s.device.name} but the kernel runs on {device.name}; "
+        "move arrays with fl.asarray(x, device=...) first")
+
+
+def _launch_cached(entry: StructureEntry, storages: list[Storage], scalars: list[np.generic],
+                   out: Storage, out_shape: tuple[int, ...], device: Device) -> bool:
+    """:func:`launch` for one flat elementwise output of a cached structure.
+
+    What does not depend on the data (kernel, argument packing, grid) is
+    remembered in ``entry.launches``; it is used while the memory cache still
+    holds the same kernel and the recipe is the same, so ``clear_memory_cache``
+    and ``register_recipe`` work as for :func:`launch`, and the counters of
+    ``fl.stats()`` are the same.  False when the kernel needs more than this
+    path packs (the caller then uses :func:`launch`).
+    """
+    biggest = entry.max_param
+    for s in storages:
+        if s.device is not device:
+            raise _other_device(s, device)
+        if s.nbytes > biggest:
+            biggest = s.nbytes
+    size = out_shape[0] if out_shape else 1
+    if size > biggest:
+        biggest = size
+    index_dtype = _INT32 if biggest <= _INT32_LIMIT else _INT64
+    recipe = recipe_for(device, "elementwise")
+    plans = entry.launches.get(device)  # per device, then per index dtype (no key tuples)
+    plan = None if plans is None else plans.get(index_dtype)
+    if plan is None or plan.recipe is not recipe or _memory.get(plan.mem_key) is not plan.compiled:
+        plan = _plan_launch(entry, index_dtype, recipe, size, device)  # counts the look-up
+        if plan is None:
+            return False
+        hit = 0
+    else:
+        hit = 1
+    try:
+        plan.compiled.kernel(device.queue, plan.global_size, plan.local_size,
+                             *plan.pack(out, storages, scalars))
+    except BaseException:
+        _stats.increment("memory_cache_hits", hit)
+        raise
+    with _stats_lock:  # both counters at once: one lock round trip
+        _counters["memory_cache_hits"] += hit
+        _counters["kernels_launched"] += 1
+    return True
+
+
+def _plan_launch(entry: StructureEntry, index_dtype: np.dtype, recipe: object, size: int,
+                 device: Device) -> _Launch | None:
+    program = entry.program
+    if program.row_dims is not None or program.has_reduce or len(program.outputs) != 1:
+        return None
+    mem_key = _Hashed((program, index_dtype.char, device.index, recipe.cache_id))  # type: ignore[attr-defined]
+    compiled = _memory.get(mem_key)
+    if compiled is not None:
+        _stats.increment("memory_cache_hits")
+    else:
+        _check_fp64(program.entries, device)
+        compiled = get_kernel(program, index_dtype, device, recipe, user_functions)  # type: ignore[arg-type]
+    params = list(entry.params)
+    bools = {e[1] for e in program.entries if e[0] == "arg" and e[2] == "?"}
+    parts = []
+    for kind, idx in compiled.arg_plan:
+        if kind == 0 and idx == 0:
+            parts.append("o.buffer")
+        elif kind == 1:
+            parts.append(f"s[{idx}].buffer")
+        elif kind == 2:  # bool is uchar in kernels; pyopencl cannot pack a numpy bool as uchar
+            parts.append(f"u8(c[{idx}])" if idx in bools else f"c[{idx}]")
+        elif kind == 3:
+            parts.append(str(int(params[idx])))
+        elif kind == 4:
+            parts.append(str(int(size)))
+        elif kind == 5:
+            parts.append("1")
+        else:  # an error flag (gathers) or a second output: never in this path's programs
+            return None
+    plan = _Launch()
+    plan.compiled = compiled
+    plan.mem_key = mem_key
+    plan.recipe = recipe
+    # the argument tuple from (output, input storages, scalar values)
+    plan.pack = eval(f"lambda o, s, c: ({''.join(p + ', ' for p in parts)})", {"u8": np.uint8})
+    plan.local_size = compiled.lsize(size, 1, params)
+    plan.global_size = tuple(g * w for g, w in zip(compiled.gsize(size, 1, params),
+                                                   plan.local_size))
+    entry.launches.setdefault(device, {})[index_dtype] = plan
+    return plan
+
+
+# }}}
+
+
 def launch(program, bindings, outs: list[Storage], device: Device) -> None:
     for s in bindings.storages:
         if s.device is not device:
-            raise DeviceError(
-                f"an input lives on {s.device.name} but the kernel runs on {device.name}; "
-                "move arrays with fl.asarray(x, device=...) first")
+            raise _other_device(s, device)
     params = bindings.params
     biggest = max(max(params, default=0), math.prod(bindings.out_shape),
                   max([s.nbytes for s in bindings.storages], default=0))

@@ -26,13 +26,49 @@ _EMPTY: frozenset = frozenset()
 # a finalizer that runs inside may build expressions too)
 _readers_lock = threading.RLock()
 
+# Lazy arrays not yet entered in their buffers' ``readers`` (weak references).
+# Entering them is deferred until something is about to write into a buffer
+# (:meth:`Storage.live_readers`), or until this many have accumulated: most lazy
+# arrays are the temporaries of a larger expression and are gone by then, so
+# each costs one weak reference instead of a locked update per buffer read.
+# Appends need no lock (``list.append`` is atomic); the flush takes a prefix
+# under ``_readers_lock``, so an append racing with it is kept for the next one.
+# (``fuseloop.array`` appends to the list itself, as ``note_reader`` does.)
+unregistered_readers: list[weakref.ref] = []
+READERS_FLUSH_AT = 1024
+_ref = weakref.ref
+
+
+def note_reader(array: Any) -> None:
+    """Record lazy ``array`` as a reader of the buffers its expression reads."""
+    unregistered_readers.append(_ref(array))
+    if len(unregistered_readers) >= READERS_FLUSH_AT:
+        register_readers()
+
+
+def register_readers() -> None:
+    """Enter the lazy arrays noted so far (and still lazy) in their buffers' readers."""
+    with _readers_lock:
+        n = len(unregistered_readers)
+        if not n:
+            return
+        refs = unregistered_readers[:n]
+        del unregistered_readers[:n]
+        for ref in refs:
+            a = ref()
+            if a is not None and a._storage is None:
+                for s in a._node.storages:
+                    s._enter(id(a), ref)
+
 
 class Storage:
     """A device buffer with the bookkeeping that keeps lazy readers correct.
 
     ``readers`` holds the lazy arrays whose expressions read this buffer; before
     anything writes into the buffer they are evaluated, so laziness never lets a
-    later write change the value of an earlier expression.
+    later write change the value of an earlier expression.  New lazy arrays are
+    entered in bulk (see :func:`note_reader`); :meth:`live_readers` enters the
+    pending ones first, so it sees every lazy reader created before the call.
     """
 
     __slots__ = ("__weakref__", "_purge_at", "buffer", "device", "nbytes", "readers")
@@ -41,34 +77,47 @@ class Storage:
         self.buffer = buffer
         self.nbytes = nbytes
         self.device = device
-        # id(array) -> weak reference; arrays are unhashable (== is elementwise)
-        self.readers: dict[int, weakref.ref] = {}
+        # id(array) -> weak reference; arrays are unhashable (== is elementwise);
+        # None until the first reader is entered (most buffers never get one)
+        self.readers: dict[int, weakref.ref] | None = None
         self._purge_at = 64
 
+    def _enter(self, key: int, ref: weakref.ref) -> None:
+        """Add a reader; the caller holds ``_readers_lock``."""
+        readers = self.readers
+        if readers is None:
+            readers = self.readers = {}
+        elif len(readers) >= self._purge_at:  # dead entries are dropped in amortised O(1)
+            for k in [k for k, r in readers.items() if r() is None]:
+                del readers[k]
+            self._purge_at = 2 * len(readers) + 64
+        readers[key] = ref
 
     def add_reader(self, array: Any) -> None:
-        ref = weakref.ref(array)
         with _readers_lock:
-            readers = self.readers
-            if len(readers) >= self._purge_at:  # dead entries are dropped in amortised O(1)
-                for k in [k for k, r in readers.items() if r() is None]:
-                    del readers[k]
-                self._purge_at = 2 * len(readers) + 64
-            readers[id(array)] = ref
+            self._enter(id(array), _ref(array))
 
     def discard_reader(self, array: Any) -> None:
+        key = id(array)
+        readers = self.readers
+        if readers is None or key not in readers:  # the common case (see note_reader)
+            return
         with _readers_lock:
-            ref = self.readers.get(id(array))
+            ref = readers.get(key)
             if ref is not None and ref() is array:
-                del self.readers[id(array)]
+                del readers[key]
 
     def live_readers(self) -> list[Any]:
         alive = []
         with _readers_lock:
-            for k, r in list(self.readers.items()):
+            register_readers()
+            readers = self.readers
+            if readers is None:
+                return alive
+            for k, r in list(readers.items()):
                 a = r()
                 if a is None:
-                    del self.readers[k]
+                    del readers[k]
                 else:
                     alive.append(a)
         return alive
@@ -101,7 +150,7 @@ class Leaf(Node):
     ``strides is None`` means the plain case: C-contiguous from offset 0.
     """
 
-    __slots__ = ("offset", "storage", "strides")
+    __slots__ = ("offset", "storage", "strides", "token")
 
     def __init__(self, storage: Storage, dtype: np.dtype, shape: tuple[int, ...],
                  strides: tuple[int, ...] | None = None, offset: int = 0) -> None:
@@ -113,6 +162,14 @@ class Leaf(Node):
         self.strides = strides
         self.offset = offset
         self.storages = frozenset((storage,))
+        self.token: tuple | None = None  # see leaf_token
+
+    def leaf_token(self) -> tuple:
+        """Everything but the buffer, for the structure cache (``expr.program``)."""
+        token = self.token
+        if token is None:  # made on first use: most results are never read again
+            token = self.token = ("L", self.dtype.char, self.shape, self.strides, self.offset)
+        return token
 
     def view_strides(self) -> tuple[int, ...]:
         return c_strides(self.shape) if self.strides is None else self.strides
@@ -224,22 +281,53 @@ class Apply(Node):
     __slots__ = ("args", "fancy", "loop", "loop_key", "op")
 
     def __init__(self, op: str, args: tuple[Node, ...], loop: tuple[np.dtype, ...],
-                 shape: tuple[int, ...]) -> None:
+                 shape: tuple[int, ...], loop_key: tuple[str, ...] | None = None) -> None:
         self.op = op
         self.args = args
         self.loop = loop
-        self.loop_key = _loop_key(loop)
+        self.loop_key = _loop_key(loop) if loop_key is None else loop_key
         self.dtype = loop[-1]
         self.shape = shape
         storages = _EMPTY
         fancy = False
         for a in args:
-            if a.storages:
-                storages = storages | a.storages if storages else a.storages
+            s = a.storages
+            if s and s is not storages:
+                if not storages:
+                    storages = s
+                elif not s <= storages:
+                    storages = storages | s
             if a.fancy:
                 fancy = True
         self.storages = storages
         self.fancy = fancy
+
+
+_new = object.__new__
+
+
+def binary(op: str, a: Node, b: Node, loop: tuple[np.dtype, ...], loop_key: tuple[str, ...],
+           shape: tuple[int, ...]) -> Apply:
+    """``Apply(op, (a, b), loop, shape)``, built without the general loop (operators)."""
+    node = _new(Apply)
+    node.op = op
+    node.args = (a, b)
+    node.loop = loop
+    node.loop_key = loop_key
+    node.dtype = loop[-1]
+    node.shape = shape
+    sa = a.storages
+    sb = b.storages
+    if sb is sa or not sb:
+        node.storages = sa
+    elif not sa or sa < sb:
+        node.storages = sb
+    elif sb <= sa:
+        node.storages = sa
+    else:
+        node.storages = sa | sb
+    node.fancy = a.fancy or b.fancy
+    return node
 
 
 class UserCall(Apply):

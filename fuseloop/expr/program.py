@@ -99,13 +99,24 @@ class Target(NamedTuple):
 
 def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
               targets: Sequence[Target | None] | None = None,
-              chunks: tuple[int, int, bool] | None = None) -> tuple[Program, Bindings]:
+              chunks: tuple[int, int, bool] | None = None,
+              cache: bool = True) -> tuple[Program, Bindings]:
     """The program computing ``roots`` (each broadcast to ``out_shape``).
 
     ``chunks=(count, length, exact)`` makes every top-level reduction a first
     stage: the last output dimension (of length ``count``) numbers pieces of
     ``length`` reduced elements (``exact``: they tile every reduction exactly).
+
+    Elementwise work into plain outputs is looked up in the structure cache
+    (:func:`structure_entry`) first; ``cache=False`` always linearises.
     """
+    if cache and chunks is None and (targets is None or all(
+            t is None or (t.strides is None and t.offset == 0 and t.scatter is None)
+            for t in targets)):
+        hit = structure_entry(roots, out_shape)
+        if hit is not None:
+            entry, storages, scalars = hit
+            return entry.program, Bindings(storages, scalars, list(entry.params), out_shape)
     entries: list[tuple] = []
     interned: dict[tuple, int] = {}
     memo: dict[tuple, int] = {}
@@ -392,6 +403,170 @@ def _collect_entry_root_dims(ref: int, out: set[int], entries: list[tuple]) -> N
     elif e[0] == "gather":
         _collect_entry_root_dims(e[1], out, entries)
         _collect_entry_root_dims(e[2], out, entries)
+
+
+# {{{ structure cache
+
+class StructureEntry:
+    """What linearising one expression structure gives, minus the data.
+
+    ``launches`` is for :mod:`fuseloop.evaluate` to remember, per index dtype
+    and device, how the compiled kernel is launched for this structure.
+    """
+
+    __slots__ = ("launches", "max_param", "params", "program")
+
+    def __init__(self, program: Program, params: list[int]) -> None:
+        self.program = program
+        self.params = tuple(params)
+        self.max_param = max(params, default=0)
+        self.launches: dict[Any, Any] = {}
+
+
+class _Uncacheable(Exception):
+    pass
+
+
+class _ScalarTokens(dict):
+    def __missing__(self, char: str) -> tuple[str, str]:
+        self[char] = ("S", char)
+        return self[char]
+
+
+_SCALAR_TOKENS = _ScalarTokens()
+
+
+_structures: dict[tuple, StructureEntry] = {}
+STRUCTURES_MAX = 2048  # entries kept (all are dropped when it is reached)
+MAX_TOKENS = 512  # larger expressions are linearised every time
+#: tests set this to compare every structure-cache hit with a fresh linearisation
+CHECK_STRUCTURE_CACHE = False
+
+
+def structure_key(roots: Sequence[Node], out_shape: tuple[int, ...]
+                  ) -> tuple[tuple, list[Storage], list[np.generic]]:
+    """A key for what :func:`linearize` makes of elementwise ``roots``, and their data.
+
+    The key is a prefix code of the DAG, depth first, arguments in order: for an
+    elementwise operation its name (a user call: ``("U", function key)``), loop
+    dtypes and shape, then its arguments; for a leaf its dtype, shape, strides
+    and offset and the *slot* of its buffer (buffers numbered by first
+    appearance, so ``x * x`` and ``x * y`` differ); for a scalar argument its
+    dtype and slot (one per scalar node, as in the program); literals and
+    element indices in full.  A shared subexpression is written out again
+    where it is met again: :func:`linearize` merges equal entries anyway, so
+    its program depends on which buffers and scalar nodes are the same, not on
+    which operation nodes are (``MAX_TOKENS`` bounds the walk of a DAG whose
+    expansion is large).  The program, its parameters (sizes, strides,
+    offsets) and the order of the bindings are a function of this key.  Raises
+    ``_Uncacheable`` for reductions, gathers and remaps, or beyond
+    ``MAX_TOKENS``.
+    """
+    toks: list[Any] = [out_shape, len(roots)]
+    storages: list[Storage] = []
+    scalars: list[np.generic] = []
+    slots: dict[Any, int] = {}  # buffer or scalar node -> its slot
+    try:
+        for r in roots:
+            _walk(r, toks, slots, storages, scalars)
+    except RecursionError:
+        raise _Uncacheable from None
+    return tuple(toks), storages, scalars
+
+
+def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Storage],
+          scalars: list[np.generic]) -> None:
+    """Append ``node``'s part of the structure key (see :func:`structure_key`)."""
+    cls = type(node)
+    if cls is Apply or cls is UserCall:
+        # a shared operation node is walked again: the program does not depend on
+        # which operations are shared, only on which buffers and scalars are
+        toks.append(node.op if cls is Apply else ("U", node.function.key))  # type: ignore[attr-defined]
+        toks.append(node.loop_key)  # type: ignore[attr-defined]
+        toks.append(node.shape)
+        if len(toks) > MAX_TOKENS:
+            raise _Uncacheable
+        for a in node.args:  # type: ignore[attr-defined]
+            cls = type(a)
+            if cls is Leaf:  # leaves and scalars in place: most arguments are one
+                s = a.storage  # type: ignore[attr-defined]
+                k = slots.get(s)
+                if k is None:
+                    k = slots[s] = len(storages)
+                    storages.append(s)
+                toks.append(a.token or a.leaf_token())  # type: ignore[attr-defined]
+                toks.append(k)
+            elif cls is Scalar:
+                k = slots.get(a)
+                if k is None:
+                    k = slots[a] = len(scalars)
+                    scalars.append(a.value)  # type: ignore[attr-defined]
+                toks.append(_SCALAR_TOKENS[a.dtype.char])
+                toks.append(k)
+            else:
+                _walk(a, toks, slots, storages, scalars)
+    elif cls is Leaf:
+        s = node.storage  # type: ignore[attr-defined]
+        k = slots.get(s)
+        if k is None:
+            k = slots[s] = len(storages)
+            storages.append(s)
+        toks.append(node.token or node.leaf_token())  # type: ignore[attr-defined]
+        toks.append(k)
+    elif cls is Scalar:
+        k = slots.get(node)
+        if k is None:
+            k = slots[node] = len(scalars)
+            scalars.append(node.value)  # type: ignore[attr-defined]
+        toks.append(_SCALAR_TOKENS[node.dtype.char])
+        toks.append(k)
+    elif cls is Literal:
+        toks.append(("C", node.dtype.char, node.value.tobytes()))  # type: ignore[attr-defined]
+    elif cls is Iota:
+        toks.append(("I", node.dtype.char, node.shape, node.strides, node.offset))  # type: ignore[attr-defined]
+    else:
+        raise _Uncacheable
+
+
+def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
+                    ) -> tuple[StructureEntry, list[Storage], list[np.generic]] | None:
+    """The cached linearisation of elementwise ``roots`` into plain outputs, and its data.
+
+    Returns ``(entry, storages, scalars)``: ``entry.program`` and
+    ``entry.params`` are what :func:`linearize` would return with these
+    bindings.  None when the expression is not cached (reductions, gathers,
+    very large expressions).  A miss linearises once and remembers the result.
+    """
+    for r in roots:
+        if r.fancy:
+            return None
+    try:
+        key, storages, scalars = structure_key(roots, out_shape)
+    except _Uncacheable:
+        return None
+    entry = _structures.get(key)
+    if entry is not None and not CHECK_STRUCTURE_CACHE:
+        return entry, storages, scalars
+    program, bindings = linearize(roots, out_shape, cache=False)
+    same = (len(bindings.storages) == len(storages) and len(bindings.scalars) == len(scalars)
+            and all(a is b for a, b in zip(bindings.storages, storages))
+            and all(a is b for a, b in zip(bindings.scalars, scalars)))
+    if entry is not None:  # checking
+        assert same and entry.program == program and list(entry.params) == bindings.params, (
+            "structure cache hit differs from a fresh linearisation", key)
+        return entry, storages, scalars
+    fresh = StructureEntry(program, bindings.params)
+    if not same:  # never expected: the walks visit in the same order; do not cache
+        return fresh, bindings.storages, bindings.scalars
+    if len(_structures) >= STRUCTURES_MAX:
+        _structures.clear()
+    return _structures.setdefault(key, fresh), storages, scalars
+
+
+def clear_structure_cache() -> None:
+    _structures.clear()
+
+# }}}
 
 
 def collapse_groups(program: Program) -> None:
