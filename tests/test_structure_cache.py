@@ -246,3 +246,16 @@ def test_the_kernel_cache_sees_one_program_object_per_structure(device):
     (x * 3 - 1).get()
     entry = _entry(x * 3 - 1)[0]
     assert any(k[0] is entry.program for k in list(cache._memory))
+
+
+def test_nan_literal_is_a_memory_cache_hit(device, fresh_stats):
+    # a fresh program holds a new NaN object, never == to the stored key's; the cached
+    # structure reuses one program object, so the memory cache finds the kernel again
+    x = fl.asarray(np.zeros(3, np.float32))
+    (x + fl.constant(float("nan"), np.float32)).get()
+    fl.reset_stats()
+    for _ in range(3):
+        assert np.isnan((x + fl.constant(float("nan"), np.float32)).get()).all()
+    s = fresh_stats()
+    assert s["kernels_compiled"] == 0 and s["memory_cache_misses"] == 0
+    assert s["memory_cache_hits"] == 3

@@ -552,8 +552,10 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
             and all(a is b for a, b in zip(bindings.storages, storages))
             and all(a is b for a, b in zip(bindings.scalars, scalars)))
     if entry is not None:  # checking
-        assert same and entry.program == program and list(entry.params) == bindings.params, (
-            "structure cache hit differs from a fresh linearisation", key)
+        # (repr: a NaN literal makes equal programs unequal under ==)
+        assert same and repr(entry.program) == repr(program) and \
+            list(entry.params) == bindings.params, (
+                "structure cache hit differs from a fresh linearisation", key)
         return entry, storages, scalars
     fresh = StructureEntry(program, bindings.params)
     if not same:  # never expected: the walks visit in the same order; do not cache
