@@ -171,10 +171,8 @@ def squeeze(a: Any, axis: Any = None) -> Array:
 def flip(a: Any, axis: Any = None) -> Array:
     a = _coerce(a)
     if a.ndim == 0:  # numpy returns a copy (a scalar), not a view, of a 0-d array
-        from ..ufuncs import FUNCTIONS
-
         normalize_axes(axis, 0)
-        return FUNCTIONS["positive"](a)
+        return a.copy()
     axes = set(normalize_axes(axis, a.ndim))
     n = a.ndim
     off = tuple(a.shape[k] - 1 if k in axes else 0 for k in range(n))
@@ -256,7 +254,7 @@ def roll(a: Any, shift: Any, axis: Any = None) -> Array:
         pos = Array._lazy(Iota((n,), np.dtype(np.int64)), a.device)
         index = (pos + (n - s % n)) % n
         out = Array._lazy(Gather(out._node, index._node, ax, checked=False), a.device)
-    return out
+    return a.copy() if out is a else out  # numpy's roll always copies
 
 
 def tile(a: Any, reps: Any) -> Array:
@@ -268,7 +266,8 @@ def tile(a: Any, reps: Any) -> Array:
     # (r0, s0, r1, s1, ...) broadcast, then merged: numpy copies here as well
     inter = tuple(x for r, s in zip(reps, shape) for x in (r, s))
     b = broadcast_to(reshape(a, tuple(x for s in shape for x in (1, s))), inter)
-    return reshape(b, tuple(r * s for r, s in zip(reps, shape)))
+    # a lazy copy, not a view: later writes to ``a`` must not show through
+    return reshape(b, tuple(r * s for r, s in zip(reps, shape))).copy()
 
 
 def repeat(a: Any, repeats: int, axis: int | None = None) -> Array:
