@@ -32,58 +32,30 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 import fuseloop as fl
+from fuseloop.bench.runner import median_time, short_reason
 
 F32 = 4  # bytes per element
-
-
-def median_time(fn: Callable[[], Any], sync: Callable[[], Any], repeat: int,
-                warmup: int = 2) -> float:
-    """Median wall time of ``fn(); sync()`` over ``repeat`` runs, after ``warmup`` runs."""
-    for _ in range(warmup):
-        fn()
-        sync()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 BATCH = 20  # calls per pipelined run (--batch)
 
 
-def pipelined_time(fn: Callable[[], Any], sync: Callable[[], Any], repeat: int,
-                   batch: int | None = None) -> float:
-    """Median over runs of ``batch`` calls of ``fn`` and one ``sync``, per call."""
-    batch = batch or BATCH
-    fn()
-    sync()
-    times = []
-    for _ in range(max(3, repeat // 2)):
-        t0 = time.perf_counter()
-        for _ in range(batch):
-            fn()
-        sync()
-        times.append((time.perf_counter() - t0) / batch)
-    return statistics.median(times)
-
-
 def timed(fn: Callable[[], Any], sync: Callable[[], Any], repeat: int,
           warmup: int = 2) -> dict[str, float]:
-    """Both timings of a bandwidth case: ``seconds`` (per call) and ``pipelined_seconds``."""
-    t = median_time(fn, sync, repeat, warmup)
-    return {"seconds": t, "pipelined_seconds": pipelined_time(fn, sync, repeat)}
+    """Both timings of a bandwidth case: ``seconds`` (per call) and ``pipelined_seconds``.
+
+    Pipelined: median over runs of ``BATCH`` calls of ``fn`` and one ``sync``, per call.
+    """
+    return {"seconds": median_time(fn, sync, repeat, warmup),
+            "pipelined_seconds": median_time(fn, sync, max(3, repeat // 2), warmup=1,
+                                             batch=BATCH)}
 
 
 class Results:
@@ -109,11 +81,6 @@ class Results:
 
     def skip(self, group: str, case: str, reason: str) -> None:
         self.add(group, case, None, None, note=f"skipped: {reason}")
-
-
-def short_reason(e: BaseException) -> str:
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{type(e).__name__}: {msg}"[:120]
 
 
 def check_close(name: str, got: np.ndarray, want: np.ndarray) -> bool:
@@ -150,7 +117,7 @@ def bench_copy(res: Results, x: fl.Array, out: fl.Array, n: int, repeat: int) ->
         t = timed(raw_copy, queue.finish, repeat)
         res.add("copy", "pyopencl enqueue_copy (buffer to buffer)", t, nbytes)
     except Exception as e:  # the raw buffer API may be unavailable
-        res.skip("copy", "pyopencl enqueue_copy (buffer to buffer)", short_reason(e))
+        res.skip("copy", "pyopencl enqueue_copy (buffer to buffer)", short_reason(e, 120))
 
 
 def bench_torch_copy(res: Results, xh: np.ndarray, repeat: int) -> None:
@@ -164,7 +131,7 @@ def bench_torch_copy(res: Results, xh: np.ndarray, repeat: int) -> None:
         t = timed(lambda: to.copy_(tx), torch.cuda.synchronize, repeat)
         res.add("copy", "torch copy_ (CUDA)", t, 2 * F32 * xh.size)
     except Exception as e:
-        res.skip("copy", "torch copy_ (CUDA)", short_reason(e))
+        res.skip("copy", "torch copy_ (CUDA)", short_reason(e, 120))
 
 
 def best_copy(res: Results, key: str = "gb_per_s") -> tuple[float | None, str]:
@@ -216,7 +183,7 @@ def bench_cpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
         res.add(group, f"numexpr ({ne.detect_number_of_cores()} threads): out=", t, nbytes,
                 correct=ok)
     except Exception as e:
-        res.skip(group, "numexpr", short_reason(e))
+        res.skip(group, "numexpr", short_reason(e, 120))
 
     numpy_row = next(r for r in res.rows if r["case"].startswith("numpy:"))
     for r in res.rows:
@@ -270,9 +237,9 @@ def bench_gpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
             ok = check_close("torch.compile", compiled(tx, ty).cpu().numpy(), want)
             res.add(group, "torch.compile (CUDA)", t, nbytes, correct=ok)
         except Exception as e:
-            res.skip(group, "torch.compile", short_reason(e))
+            res.skip(group, "torch.compile", short_reason(e, 120))
     except Exception as e:
-        res.skip(group, "torch", short_reason(e))
+        res.skip(group, "torch", short_reason(e, 120))
 
     # cupy.fuse
     try:
@@ -289,7 +256,7 @@ def bench_gpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
         ok = check_close("cupy.fuse", cp.asnumpy(cupy_expr(cx, cy)), want)
         res.add(group, "cupy.fuse", t, nbytes, correct=ok)
     except Exception as e:
-        res.skip(group, "cupy.fuse", short_reason(e))
+        res.skip(group, "cupy.fuse", short_reason(e, 120))
 
     # jax.jit (wall clock including dispatch)
     try:
@@ -309,7 +276,7 @@ def bench_gpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
         backend = jax.default_backend()
         res.add(group, f"jax.jit ({backend})", t, nbytes, correct=ok)
     except Exception as e:
-        res.skip(group, "jax.jit", short_reason(e))
+        res.skip(group, "jax.jit", short_reason(e, 120))
 
 
 # --------------------------------------------------------------------------------------------

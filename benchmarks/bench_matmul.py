@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -34,23 +33,10 @@ import numpy as np
 import fuseloop as fl
 import fuseloop.expr.contraction as fl_contraction
 import fuseloop.ops.linalg as linalg
+from fuseloop.bench.runner import median_time
 from fuseloop.recipes import contraction as rc
 
 SCALE: list = [1e12, "TFLOP/s"]  # GFLOP/s on CPUs
-
-
-def median_time(fn: Callable[[], Any], sync: Callable[[], Any], repeat: int,
-                warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-        sync()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 class Report:
@@ -125,7 +111,7 @@ def fl_case(report: Report, peers: Peers, workload: str, impl: str, expr: Callab
             expr().eval()
             fl.synchronize()
             note += f", {fl.stats()['kernels_launched']} kernel(s)"
-        t = median_time(lambda: expr().eval(), fl.synchronize, repeat)
+        t = median_time(lambda: expr().eval(), fl.synchronize, repeat, warmup=1)
         return flops / t / SCALE[0], note
 
     return attempt(report, workload, impl, run)
@@ -136,7 +122,7 @@ def peer_matmul(report: Report, peers: Peers, workload: str, ah: np.ndarray, bh:
     best = None
     if not peers.gpu:
         v = attempt(report, workload, "numpy (BLAS)", lambda: (flops / median_time(
-            lambda: ah @ bh, lambda: None, repeat) / SCALE[0], ""))
+            lambda: ah @ bh, lambda: None, repeat, warmup=1) / SCALE[0], ""))
         return v
     if peers.torch is not None:
         torch = peers.torch
@@ -145,7 +131,7 @@ def peer_matmul(report: Report, peers: Peers, workload: str, ah: np.ndarray, bh:
             at, bt = torch.from_numpy(ah).cuda(), torch.from_numpy(bh).cuda()
             f = torch.bmm if batched else torch.matmul
             return flops / median_time(lambda: f(at, bt), torch.cuda.synchronize,
-                                       repeat) / SCALE[0], ""
+                                       repeat, warmup=1) / SCALE[0], ""
 
         best = attempt(report, workload, "torch (TF32 off)", torch_run)
 
@@ -154,7 +140,8 @@ def peer_matmul(report: Report, peers: Peers, workload: str, ah: np.ndarray, bh:
 
         ac, bc = cp.asarray(ah), cp.asarray(bh)
         sync = cp.cuda.Device().synchronize
-        return flops / median_time(lambda: cp.matmul(ac, bc), sync, repeat) / SCALE[0], ""
+        return flops / median_time(lambda: cp.matmul(ac, bc), sync, repeat,
+                                   warmup=1) / SCALE[0], ""
 
     attempt(report, workload, "cupy (cuBLAS)", cupy_run)
     return best

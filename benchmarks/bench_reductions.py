@@ -20,29 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 import fuseloop as fl
-
-
-def median_time(fn: Callable[[], Any], sync: Callable[[], Any], repeat: int,
-                warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-        sync()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from fuseloop.bench.runner import copy_bandwidth, median_time
 
 
 class Report:
@@ -65,16 +50,6 @@ def attempt(report: Report, workload: str, impl: str, unit: str,
         return None
     report.add(workload, impl, v, unit)
     return v
-
-
-def copy_bandwidth(n: int, repeat: int) -> float:
-    import pyopencl as cl
-
-    dev = fl.get_device()
-    a = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, 4 * n)
-    b = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, 4 * n)
-    t = median_time(lambda: cl.enqueue_copy(dev.queue, b, a), dev.queue.finish, repeat)
-    return 2 * 4 * n / t / 1e9
 
 
 def bench_sum(report: Report, n: int, repeat: int, gpu: bool) -> None:
@@ -234,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     mm = args.matmul or (4096 if gpu else 512)
     print(f"device: {dev.name} ({dev.type}); fuseloop {fl.__version__}", flush=True)
     report = Report()
-    copy = copy_bandwidth(n, args.repeat)
+    copy = copy_bandwidth(4 * n, args.repeat)
     report.add("copy", "OpenCL enqueue_copy", copy, "GB/s", f"{n} float32")
     bench_sum(report, n, args.repeat, gpu)
     bench_softmax(report, rows, cols, args.repeat, gpu)

@@ -4,12 +4,13 @@ Times ``2*x - sin(y) + x*y`` on 2^27 float32 for several work splits, next to th
 device copy bandwidth measured in the same run (pyopencl buffer copy and torch).
 """
 import sys
-import time
 
 import loopy as lp
 import numpy as np
 import pymbolic.primitives as p
 import pyopencl as cl
+
+from fuseloop.bench.runner import median_time
 
 lp.set_caching_enabled(False)
 plat = [pl for pl in cl.get_platforms() if "NVIDIA" in pl.name]
@@ -27,15 +28,7 @@ o = cl.Buffer(ctx, mf.READ_WRITE, size=4 * n)
 
 
 def timeit(fn, reps=30):
-    fn()
-    q.finish()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        q.finish()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
+    return median_time(fn, q.finish, reps, warmup=1)
 
 
 copy_t = timeit(lambda: cl.enqueue_copy(q, o, x, byte_count=4 * n))
@@ -49,15 +42,7 @@ try:
     to = torch.empty_like(tx)
 
     def tt(fn, reps=30):
-        fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            ts.append(time.perf_counter() - t)
-        return float(np.median(ts))
+        return median_time(fn, torch.cuda.synchronize, reps, warmup=1)
 
     print(f"torch copy: {8 * n / tt(lambda: to.copy_(tx)) / 1e9:.0f} GB/s")
     f = torch.compile(lambda a, b: 2 * a - torch.sin(b) + a * b)

@@ -7,25 +7,13 @@ Prints GB/s and the fraction of the OpenCL buffer-copy bandwidth measured in the
 from __future__ import annotations
 
 import sys
-import time
 
 import loopy as lp
 import numpy as np
 import pyopencl as cl
 
 import fuseloop as fl
-
-
-def median_time(fn, repeat=20):
-    fn()
-    fl.synchronize()
-    ts = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        fl.synchronize()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
+from fuseloop.bench.runner import median_time
 
 
 def make_recipe(group, per_item):
@@ -44,7 +32,8 @@ def main() -> None:
     x = fl.asarray(rng.random(n, dtype=np.float32))
     y = fl.asarray(rng.random(n, dtype=np.float32))
     out = fl.empty_like(x)
-    copy = median_time(lambda: cl.enqueue_copy(dev.queue, out.data, x.data, byte_count=4 * n))
+    copy = median_time(lambda: cl.enqueue_copy(dev.queue, out.data, x.data, byte_count=4 * n),
+                       fl.synchronize, 20, warmup=1)
     copy_bw = 8 * n / copy / 1e9
     print(f"{dev.name}: n=2^{n.bit_length() - 1}, OpenCL buffer copy {copy_bw:.0f} GB/s")
     kind = "nvidia" if "nvidia" in dev.vendor.lower() else dev.type
@@ -54,7 +43,7 @@ def main() -> None:
         def run():
             out[...] = 2 * x - fl.sin(y) + x * y
 
-        bw = 12 * n / median_time(run) / 1e9
+        bw = 12 * n / median_time(run, fl.synchronize, 20, warmup=1) / 1e9
         print(f"group {group} x {per} per work-item: {bw:.0f} GB/s = {bw / copy_bw:.1%} of copy")
 
 

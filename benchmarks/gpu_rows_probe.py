@@ -15,57 +15,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import numpy as np
 
 import fuseloop as fl
 import fuseloop.evaluate as evaluate
+from fuseloop.bench.runner import copy_bandwidth, median_time, wall_times
 from fuseloop.recipes.rows import make_gpu_rows
 
 
 def per_call(fn, repeat: int) -> float:
-    for _ in range(3):
-        fn()
-        fl.synchronize()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        fl.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return median_time(fn, fl.synchronize, repeat, warmup=3)
 
 
 def pipelined(fn, batch: int, repeat: int = 5) -> float:
-    times = []
-    for _ in range(repeat):
-        fl.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(batch):
-            fn()
-        fl.synchronize()
-        times.append((time.perf_counter() - t0) / batch)
-    return min(times)
-
-
-def copy_bandwidth(nbytes: int, repeat: int) -> float:
-    import pyopencl as cl
-
-    dev = fl.get_device()
-    a = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, nbytes)
-    b = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, nbytes)
-    for _ in range(3):
-        cl.enqueue_copy(dev.queue, b, a)
-    dev.queue.finish()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        cl.enqueue_copy(dev.queue, b, a)
-        dev.queue.finish()
-        times.append(time.perf_counter() - t0)
-    return 2 * nbytes / statistics.median(times) / 1e9
+    fl.synchronize()
+    return min(wall_times(fn, fl.synchronize, repeat, warmup=0, batch=batch))
 
 
 def main() -> None:
@@ -90,7 +55,7 @@ def main() -> None:
     piece_counts = [int(p) for p in args.pieces.split(",")]
     rows = []
     n = 1 << args.sum_log2
-    copy = copy_bandwidth(4 * n, args.repeat)
+    copy = copy_bandwidth(4 * n, args.repeat, warmup=3)
     print(f"device: {dev.name}; copy bandwidth (read + write) {copy:.0f} GB/s", flush=True)
 
     rng = np.random.default_rng(0)

@@ -38,6 +38,7 @@ import fuseloop as fl
 import fuseloop.lower.kernel as fl_kernel
 import fuseloop.lower.scalar_ops as fl_ops
 import fuseloop.recipes as fl_recipes
+from fuseloop.bench.runner import median_time
 
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 QUICK = "--quick" in sys.argv
@@ -60,28 +61,11 @@ kind = "nvidia" if dev.type == "gpu" and "nvidia" in dev.vendor.lower() else dev
 
 
 def wall(fn, sync) -> float:
-    fn()
-    sync()
-    ts = []
-    for _ in range(REPEAT):
-        t = time.perf_counter()
-        fn()
-        sync()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+    return median_time(fn, sync, REPEAT, warmup=1)
 
 
 def batch(fn, sync) -> float:
-    fn()
-    sync()
-    ts = []
-    for _ in range(max(3, REPEAT // 4)):
-        t = time.perf_counter()
-        for _ in range(BATCH):
-            fn()
-        sync()
-        ts.append((time.perf_counter() - t) / BATCH)
-    return statistics.median(ts)
+    return median_time(fn, sync, max(3, REPEAT // 4), warmup=1, batch=BATCH)
 
 
 def event(launch) -> float:

@@ -37,11 +37,11 @@ class Settings:
     budget_s: float = 10.0  # rough time limit for the timed runs of one library in one case
 
 
-def short_reason(e: BaseException) -> str:
-    """``Type: first line of the message``, at most 200 characters."""
+def short_reason(e: BaseException, limit: int = 200) -> str:
+    """``Type: first line of the message``, at most ``limit`` characters."""
     text = str(e).strip()
     msg = text.splitlines()[0] if text else ""
-    return f"{type(e).__name__}: {msg}"[:200]
+    return f"{type(e).__name__}: {msg}"[:limit]
 
 
 def time_runs(run: Callable[[], Any], sync: Callable[[Any], Any], settings: Settings,
@@ -65,6 +65,47 @@ def time_runs(run: Callable[[], Any], sync: Callable[[Any], Any], settings: Sett
         if spent > settings.budget_s and (len(times) >= 3 or times[0] > settings.budget_s):
             break
     return times
+
+
+def wall_times(fn: Callable[[], Any], sync: Callable[[], Any], repeat: int,
+               warmup: int = 2, batch: int = 1) -> list[float]:
+    """Wall times in seconds of ``repeat`` runs of ``fn()`` (``batch`` calls) then ``sync()``.
+
+    ``warmup`` untimed ``fn(); sync()`` come first. With ``batch`` > 1 each time is divided
+    by ``batch``: the per-call cost when calls are pipelined, one ``sync`` per run.
+    """
+    for _ in range(warmup):
+        fn()
+        sync()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t0) / batch)
+    return times
+
+
+def median_time(fn: Callable[[], Any], sync: Callable[[], Any], repeat: int,
+                warmup: int = 2, batch: int = 1) -> float:
+    """Median of :func:`wall_times` (same arguments), in seconds per call."""
+    return statistics.median(wall_times(fn, sync, repeat, warmup, batch))
+
+
+def copy_bandwidth(nbytes: int, repeat: int, warmup: int = 2) -> float:
+    """GB/s of an OpenCL buffer-to-buffer copy of ``nbytes`` on the current device.
+
+    Counts the read and the write (``2 * nbytes``); the time is :func:`median_time` of
+    ``enqueue_copy`` then ``queue.finish()``, on two fresh buffers.
+    """
+    import pyopencl as cl
+
+    dev = fl.get_device()
+    a = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, nbytes)
+    b = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, nbytes)
+    t = median_time(lambda: cl.enqueue_copy(dev.queue, b, a), dev.queue.finish, repeat, warmup)
+    return 2 * nbytes / t / 1e9
 
 
 def check(got: Any, want: np.ndarray, rtol: float, atol: float) -> dict[str, Any]:
