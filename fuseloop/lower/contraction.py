@@ -42,6 +42,7 @@ from pytools.tag import UniqueTag
 from ..expr.program import Program
 from .kernel import (
     _MAX_INLINE_DEPTH,
+    LEAF_KINDS,
     LoweredKernel,
     _Lowering,
     _unflatten,
@@ -129,26 +130,8 @@ class _ContractionLowering(_Lowering):
             return hit
         e = self.program.entries[ref]
         kind = e[0]
-        if kind == "load":
-            _, slot, dt_name, at, kinds, off = e
-            dt = np.dtype(dt_name)
-            self.inputs[slot] = dt
-            addr, _ = self.address(at, kinds, off)
-            value: Any = prim.Variable(f"in{slot}")[addr]
-        elif kind == "arg":
-            _, slot, dt_name = e
-            dt = np.dtype(dt_name)
-            self.scalar_args[slot] = dt
-            value = prim.Variable(f"s{slot}")
-        elif kind == "lit":
-            _, dt_name, py_value = e
-            dt = np.dtype(dt_name)
-            value = kernel_dtype(dt).type(py_value)
-        elif kind == "iota":
-            _, dt_name, at, kinds, off = e
-            dt = np.dtype(dt_name)
-            addr, _ = self.address(at, kinds, off)
-            value = addr if dt == self.index_dtype else lp.TypeCast(kernel_dtype(dt), addr)
+        if kind in LEAF_KINDS:
+            value, dt, _ = self.lower_leaf(e)
         else:
             _, op_name, loop_names, refs = e
             loop = tuple(np.dtype(n) for n in loop_names)

@@ -33,6 +33,8 @@ _MAX_INLINE_DEPTH = 24
 _BOOL = np.dtype("bool")
 _UINT8 = np.dtype("uint8")
 _INDEX_CHARS = "lq"  # gathered index values are computed in 64 bits
+#: program entries with no operands, lowered by :meth:`_Lowering.lower_leaf`
+LEAF_KINDS = frozenset({"load", "arg", "lit", "iota"})
 
 
 def kernel_dtype(dtype: np.dtype) -> np.dtype:
@@ -254,6 +256,34 @@ class _Lowering:
             return self.exprs[ref]
         return self.helper_call("cast", (frm, to), [self.exprs[ref]])
 
+    def lower_leaf(self, e: tuple) -> tuple[Any, np.dtype, frozenset]:
+        """Value, dtype and address inames of a leaf entry (kind in ``LEAF_KINDS``).
+
+        Records the input array or scalar argument the leaf reads.
+        """
+        kind = e[0]
+        if kind == "load":
+            _, slot, dt_name, at, kinds, off = e
+            dt = np.dtype(dt_name)
+            self.inputs[slot] = dt
+            addr, names = self.address(at, kinds, off)
+            return prim.Variable(f"in{slot}")[addr], dt, names
+        if kind == "arg":
+            _, slot, dt_name = e
+            dt = np.dtype(dt_name)
+            self.scalar_args[slot] = dt
+            return prim.Variable(f"s{slot}"), dt, frozenset()
+        if kind == "lit":
+            _, dt_name, py_value = e
+            dt = np.dtype(dt_name)
+            return kernel_dtype(dt).type(py_value), dt, frozenset()
+        assert kind == "iota", kind
+        _, dt_name, at, kinds, off = e
+        dt = np.dtype(dt_name)
+        addr, names = self.address(at, kinds, off)
+        value = addr if dt == self.index_dtype else lp.TypeCast(kernel_dtype(dt), addr)
+        return value, dt, names
+
     def run(self) -> None:
         prog = self.program
         entries = prog.entries
@@ -274,26 +304,8 @@ class _Lowering:
             names: frozenset = frozenset()
             deps: frozenset = frozenset()
             force_temp = False
-            if kind == "load":
-                _, slot, dt_name, at, kinds, off = e
-                dt = np.dtype(dt_name)
-                self.inputs[slot] = dt
-                addr, names = self.address(at, kinds, off)
-                value = prim.Variable(f"in{slot}")[addr]
-            elif kind == "arg":
-                _, slot, dt_name = e
-                dt = np.dtype(dt_name)
-                self.scalar_args[slot] = dt
-                value = prim.Variable(f"s{slot}")
-            elif kind == "lit":
-                _, dt_name, py_value = e
-                dt = np.dtype(dt_name)
-                value = kernel_dtype(dt).type(py_value)
-            elif kind == "iota":
-                _, dt_name, at, kinds, off = e
-                dt = np.dtype(dt_name)
-                addr, names = self.address(at, kinds, off)
-                value = addr if dt == self.index_dtype else lp.TypeCast(kernel_dtype(dt), addr)
+            if kind in LEAF_KINDS:
+                value, dt, names = self.lower_leaf(e)
             elif kind in ("op", "call"):
                 _, op_name, loop_names, refs = e
                 loop = tuple(np.dtype(n) for n in loop_names)
