@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyopencl as cl
 
+from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
 from .cache import _memory, get_kernel
 from .errors import DeviceError, DeviceMemoryError, DTypeError
@@ -29,6 +30,8 @@ from .expr.program import Bindings, StructureEntry, Target, linearize, structure
 from .expr.views import nocopy_reshape_strides, reshape_view
 from .recipes import recipe_for
 from .runtime.devices import Device
+
+_plan_recorder = run_plans.recorder
 
 _counters = _stats.counters
 _stats_lock = _stats._lock
@@ -57,7 +60,11 @@ def allocate(nbytes: int, device: Device) -> Storage:
     except cl.MemoryError as exc:
         raise DeviceMemoryError(
             f"out of device memory allocating {nbytes} bytes on {device.name}: {exc}") from None
-    return Storage(buf, nbytes, device)
+    storage = Storage(buf, nbytes, device)
+    rec = _plan_recorder()
+    if rec is not None:
+        rec.allocated(storage)
+    return storage
 
 
 def _check_fp64(program_entries: tuple, device: Device) -> None:
@@ -104,7 +111,7 @@ def _rebuild(node: Node, replace: dict[int, Node], memo: dict[int, Node]) -> Nod
     elif cls is Reduce:
         child = _rebuild(node.child, replace, memo)  # type: ignore[attr-defined]
         out = node if child is node.child else Reduce(  # type: ignore[attr-defined]
-            node.op, child, node.axes, node.dtype)  # type: ignore[attr-defined]
+            node.op, child, node.axes, node.dtype, node.shape)  # type: ignore[attr-defined]
     elif cls is Gather:
         child = _rebuild(node.child, replace, memo)  # type: ignore[attr-defined]
         index = _rebuild(node.index, replace, memo)  # type: ignore[attr-defined]
@@ -303,11 +310,20 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             if hit is None:
                 program, bindings = linearize(roots, out_shape)
                 launch(program, bindings, [out], device)
-            elif _capture is not None or not _launch_cached(*hit, out, out_shape, device):
+            elif _capture is not None or _plan_recorder() is not None or \
+                    not _launch_cached(*hit, out, out_shape, device):
                 entry, storages, scalars = hit
                 launch(entry.program, Bindings(storages, scalars, list(entry.params), out_shape),
                        [out], device)
         return [out]
+    if _capture is None and _plan_recorder() is None:
+        return run_plans.run(roots, out_shape, device, targets)
+    return run_unplanned(roots, out_shape, device, targets)
+
+
+def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
+                  targets: Sequence[Target | Storage | None] | None = None) -> list[Storage]:
+    """:func:`run` deciding everything afresh (:mod:`fuseloop.run_plans` records it)."""
     tgts: list[Target | None] = [
         Target(t, None, 0) if isinstance(t, Storage) else t
         for t in (targets if targets is not None else [None] * len(roots))]
@@ -605,6 +621,9 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
     global_size = tuple(g * w for g, w in zip(groups_per_axis, local))
     kernel.kernel(device.queue, global_size, local, *args)
     _stats.increment("kernels_launched")
+    rec = _plan_recorder()
+    if rec is not None:
+        rec.launched(program, bindings, outs)
     if err is not None:
         cl.enqueue_copy(device.queue, err, err_buf, is_blocking=True)
         if err[0]:

@@ -48,6 +48,7 @@ from hypothesis import HealthCheck, given, note, reject, settings
 from hypothesis import strategies as st
 
 import fuseloop as fl
+from fuseloop.expr import program as prog_module
 
 # {{{ profiles
 
@@ -1533,19 +1534,32 @@ def check_program(prog: Program, device: Any) -> None:
     refs = run_program(RefLib(), prog)
     if not device.has_fp64 and any(r.dtype == F64 for r in refs):
         reject()
+    _evaluate_and_compare(prog, refs)
+    for k in prog.outputs:
+        err = refs[k].err
+        COUNTS["exact"] += int((err == 0).sum())
+        COUNTS["free"] += int((err == INF).sum())
+        COUNTS["bounded"] += int(((err > 0) & (err < INF)).sum())
+    # Again with new arrays: the cached structures and run plans of the first pass
+    # are replayed; then once more re-deriving each and comparing it with the cache.
+    _evaluate_and_compare(prog, refs)
+    prog_module.CHECK_STRUCTURE_CACHE = True
+    try:
+        _evaluate_and_compare(prog, refs)
+    finally:
+        prog_module.CHECK_STRUCTURE_CACHE = False
+    COUNTS["programs"] += 1
+    COUNTS["steps"] += len(prog.steps)
+    COUNTS["error_steps"] += sum(s[0] == "error" for s, _ in prog.steps)
+
+
+def _evaluate_and_compare(prog: Program, refs: list[Ref]) -> None:
     env = run_program(FlLib(), prog, check=refs)
     outs = [env[k] for k in prog.outputs]
     if prog.together:
         fl.compute(*outs)
     for k, o in zip(prog.outputs, outs):
         compare(f"v{k}", o.get(), refs[k])
-        err = refs[k].err
-        COUNTS["exact"] += int((err == 0).sum())
-        COUNTS["free"] += int((err == INF).sum())
-        COUNTS["bounded"] += int(((err > 0) & (err < INF)).sum())
-    COUNTS["programs"] += 1
-    COUNTS["steps"] += len(prog.steps)
-    COUNTS["error_steps"] += sum(s[0] == "error" for s, _ in prog.steps)
 
 
 @FUZZ_SETTINGS

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -230,19 +231,37 @@ class Reduce(Node):
     or ``argmin`` (the arg reductions take exactly one axis).  ``dtype`` is the
     accumulator and result dtype; the child is cast to it first (numpy's
     ``dtype=`` argument).  The result has the child's shape without the reduced
-    axes (``keepdims`` is a reshape done by the caller).
+    axes, or ``shape``: the same lengths with unit axes added or removed
+    (``keepdims``; a whole subtree rebuilt through a view would cost more).
     """
 
     __slots__ = ("axes", "child", "op")
     fancy = True
 
-    def __init__(self, op: str, child: Node, axes: tuple[int, ...], dtype: np.dtype) -> None:
+    def __init__(self, op: str, child: Node, axes: tuple[int, ...], dtype: np.dtype,
+                 shape: tuple[int, ...] | None = None) -> None:
         self.op = op
         self.child = child
         self.axes = axes
         self.dtype = dtype
-        self.shape = tuple(n for d, n in enumerate(child.shape) if d not in axes)
+        kept = tuple(n for d, n in enumerate(child.shape) if d not in axes)
+        if shape is not None and shape != kept:
+            assert [n for n in shape if n != 1] == [n for n in kept if n != 1], (shape, kept)
+            kept = shape
+        self.shape = kept
         self.storages = child.storages
+
+    def kept_index(self, at: Sequence[Any]) -> tuple[Any, ...]:
+        """An index of this node's result (``at``) as one of the child's kept axes.
+
+        Unit axes carry no index: the non-unit axes correspond in order.
+        """
+        child_shape, axes = self.child.shape, self.axes
+        kept = [n for d, n in enumerate(child_shape) if d not in axes]
+        if len(kept) == len(self.shape):
+            return tuple(at)
+        comps = iter([c for c, n in zip(at, self.shape) if n != 1])
+        return tuple(0 if n == 1 else next(comps) for n in kept)
 
 
 class Gather(Node):

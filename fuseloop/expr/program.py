@@ -287,6 +287,7 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
         rid = rid_counter[0]
         rid_counter[0] += 1
         child = node.child
+        at = node.kept_index(at)
         c_at = []
         kept = 0
         sizes = []
@@ -475,8 +476,11 @@ def structure_key(roots: Sequence[Node], out_shape: tuple[int, ...]
 
 
 def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Storage],
-          scalars: list[np.generic]) -> None:
-    """Append ``node``'s part of the structure key (see :func:`structure_key`)."""
+          scalars: list[np.generic], general: bool = False) -> None:
+    """Append ``node``'s part of the structure key (see :func:`structure_key`).
+
+    ``general`` also writes out reductions and remaps (for :mod:`fuseloop.run_plans`).
+    """
     cls = type(node)
     if cls is Apply or cls is UserCall:
         # a shared operation node is walked again: the program does not depend on
@@ -504,7 +508,7 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
                 toks.append(_SCALAR_TOKENS[a.dtype.char])
                 toks.append(k)
             else:
-                _walk(a, toks, slots, storages, scalars)
+                _walk(a, toks, slots, storages, scalars, general)
     elif cls is Leaf:
         s = node.storage  # type: ignore[attr-defined]
         k = slots.get(s)
@@ -524,8 +528,35 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
         toks.append(("C", node.dtype.char, node.value.tobytes()))  # type: ignore[attr-defined]
     elif cls is Iota:
         toks.append(("I", node.dtype.char, node.shape, node.strides, node.offset))  # type: ignore[attr-defined]
+    elif general and cls is Reduce:
+        toks.append(("R", node.op, node.dtype.char, node.axes, node.shape))  # type: ignore[attr-defined]
+        if len(toks) > MAX_TOKENS:
+            raise _Uncacheable
+        _walk(node.child, toks, slots, storages, scalars, True)  # type: ignore[attr-defined]
+    elif general and cls is Remap:
+        toks.append(("M", node.shape, node.offsets, node.coeffs))  # type: ignore[attr-defined]
+        _walk(node.child, toks, slots, storages, scalars, True)  # type: ignore[attr-defined]
     else:
         raise _Uncacheable
+
+
+def walk_structure(roots: Sequence[Node], head: list[Any]
+                   ) -> tuple[list[Any], dict[Any, int], list[Storage], list[np.generic]] | None:
+    """The prefix code of :func:`structure_key` for any roots but gathers, after ``head``.
+
+    Returns ``(tokens, slots, storages, scalars)`` (``slots`` maps each buffer
+    and scalar node to its slot), or None for gathers and very large DAGs.
+    """
+    toks = head
+    storages: list[Storage] = []
+    scalars: list[np.generic] = []
+    slots: dict[Any, int] = {}
+    try:
+        for r in roots:
+            _walk(r, toks, slots, storages, scalars, True)
+    except (_Uncacheable, RecursionError):
+        return None
+    return toks, slots, storages, scalars
 
 
 def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]

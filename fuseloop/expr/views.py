@@ -73,6 +73,10 @@ def _push(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
         red = node.axes  # type: ignore[attr-defined]
         child = node.child  # type: ignore[attr-defined]
         r = len(red)
+        # the map's rows as rows of the kept axes (a keepdims result has unit axes more)
+        kept_rows = node.kept_index(tuple(zip(off, coeffs)))  # type: ignore[attr-defined]
+        off = tuple(0 if k == 0 else k[0] for k in kept_rows)
+        coeffs = tuple((0,) * m if k == 0 else k[1] for k in kept_rows)
         shape = tuple(1 if all(row[d] == 0 for row in coeffs) else n
                       for d, n in enumerate(shape))
         c_shape = shape + tuple(child.shape[a] for a in red)

@@ -56,19 +56,24 @@ def _reduce(op: str, x: Array, axis: Any, keepdims: bool, dtype: np.dtype) -> Ar
         node = cast_node(node, dtype)
     kept_shape = tuple(n for d, n in enumerate(x.shape) if d not in axes)
     child, red = _merged(node, axes)
-    out = Reduce(op, child, red, dtype)
-    assert out.shape == kept_shape
     if keepdims:
         full = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
-        out = reshape_view(out, full)  # type: ignore[assignment]
-        assert out is not None
+        return Array._lazy(Reduce(op, child, red, dtype, full), x.device)
+    out = Reduce(op, child, red, dtype)
+    assert out.shape == kept_shape
     return Array._lazy(out, x.device)
+
+
+_SUM_DTYPES: dict[np.dtype, np.dtype] = {}
 
 
 def _sum_dtype(dtype: np.dtype, requested: Any) -> np.dtype:
     if requested is not None:
         return np.dtype(requested)
-    return np.sum(np.zeros(1, dtype)).dtype  # numpy's own rule (int32 -> int64, ...)
+    out = _SUM_DTYPES.get(dtype)
+    if out is None:  # numpy's own rule (int32 -> int64, ...)
+        out = _SUM_DTYPES[dtype] = np.sum(np.zeros(1, dtype)).dtype
+    return out
 
 
 def _check_identity(x: Array, axes: tuple[int, ...], name: str) -> None:

@@ -38,6 +38,8 @@ def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
     """Sorted non-negative axes; None means all.  Repeats and out-of-range raise."""
     if axis is None:
         return tuple(range(ndim))
+    if type(axis) is int and -ndim <= axis < ndim:  # the common case, quickly
+        return (axis % ndim,)
     axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
     out = tuple(normalize_axis(a, ndim) for a in axes)
     if len(set(out)) != len(out):

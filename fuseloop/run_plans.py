@@ -1,0 +1,270 @@
+"""Run plans: the kernels one evaluation enqueues, remembered per expression structure.
+
+Evaluating an expression with reductions, views or several outputs decides a
+lot before anything runs: which reductions run first, whether a target is
+read through another index, whether a long reduction runs in two stages,
+how dimensions coalesce, and then linearises each kernel's program.  All of
+that is a function of the expression's *structure* (the prefix code of
+:func:`fuseloop.expr.program.walk_structure`: operations, dtypes, shapes,
+strides and offsets, which buffers and scalar nodes are the same) and of the
+device, never of the data.
+
+So the first evaluation of a structure is *recorded*: every buffer
+:func:`fuseloop.evaluate.allocate` hands out and every kernel
+:func:`fuseloop.evaluate.launch` enqueues, with its buffers and scalars
+expressed as slots of the structure (an input, a target, or the n-th buffer
+allocated).  Later evaluations of the same structure *replay* the record:
+allocate the same sizes, enqueue the same programs with this call's buffers
+and scalars.  The counters of ``fl.stats()`` move as they would without the
+plan.  Gathers (their out-of-range check reads a flag back) and scatters are
+never planned; neither is anything while ``show_code`` captures sources.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import evaluate as _ev
+from .expr import program as _prog
+from .expr.nodes import Node, Storage
+from .expr.program import Bindings, Target, walk_structure
+from .runtime.devices import Device
+
+_local = threading.local()
+_plans: dict[tuple, _Plan | None] = {}
+PLANS_MAX = 1024  # plans kept (all are dropped when it is reached)
+
+
+class _Unplannable(Exception):
+    pass
+
+
+class _Step:
+    """One recorded launch; refs are ``("i", slot)`` inputs or ``("t", k)`` allocations."""
+
+    __slots__ = ("fast", "out_refs", "out_shape", "params", "program", "scalar_refs",
+                 "storage_refs")
+
+    def __init__(self, program: Any, params: list[int], out_shape: tuple[int, ...],
+                 storage_refs: tuple, out_refs: tuple, scalar_refs: tuple) -> None:
+        self.program = program
+        self.params = params
+        self.out_shape = out_shape
+        self.storage_refs = storage_refs
+        self.out_refs = out_refs
+        self.scalar_refs = scalar_refs
+        self.fast: Any = None  # (recipe, mem_key, compiled, pack, global, local, index dtype)
+
+
+class _Plan:
+    __slots__ = ("allocs", "results", "steps")
+
+    def __init__(self, allocs: list[int], steps: list[_Step], results: tuple) -> None:
+        self.allocs = allocs
+        self.steps = steps
+        self.results = results
+
+
+class Recorder:
+    """Collects what one evaluation allocates and launches (see the module docstring)."""
+
+    def __init__(self, storages: list[Storage], scalars: list[np.generic]) -> None:
+        self.refs: dict[int, tuple] = {id(s): ("i", k) for k, s in enumerate(storages)}
+        self.scalar_slots: dict[int, int] = {}
+        for k, v in enumerate(scalars):
+            if id(v) in self.scalar_slots:
+                # two scalar nodes hold one value object: launches could not say which
+                raise _Unplannable
+            self.scalar_slots[id(v)] = k
+        self.keep: list[Any] = [storages, scalars]  # ids stay unique while recording
+        self.allocs: list[int] = []
+        self.steps: list[_Step] = []
+        self.failed = False
+
+    def allocated(self, storage: Storage) -> None:
+        self.refs[id(storage)] = ("t", len(self.allocs))
+        self.allocs.append(storage.nbytes)
+        self.keep.append(storage)
+
+    def launched(self, program: Any, bindings: Bindings, outs: Sequence[Storage]) -> None:
+        try:
+            storage_refs = tuple(self.refs[id(s)] for s in bindings.storages)
+            out_refs = tuple(self.refs[id(s)] for s in outs)
+            scalar_refs = tuple(self.scalar_slots[id(v)] for v in bindings.scalars)
+        except KeyError:
+            self.failed = True
+            return
+        self.steps.append(_Step(program, list(bindings.params), bindings.out_shape,
+                                storage_refs, out_refs, scalar_refs))
+
+    def ref(self, storage: Storage) -> tuple | None:
+        return self.refs.get(id(storage))
+
+
+def recorder() -> Recorder | None:
+    """The recorder of this thread's evaluation in progress, if any."""
+    return getattr(_local, "recorder", None)
+
+
+def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
+         targets: Sequence[Target | Storage | None] | None, device: Device
+         ) -> tuple[tuple, list[Storage], list[np.generic]] | None:
+    head: list[Any] = ["run", device.index, out_shape, len(roots),
+                       _ev.TWO_STAGE_MIN_LENGTH, _ev.TWO_STAGE_MAX_ROWS]
+    walked = walk_structure(roots, head)
+    if walked is None:
+        return None
+    toks, slots, storages, scalars = walked
+    if targets is not None:
+        for t in targets:
+            if t is None:
+                toks.append(None)
+                continue
+            if isinstance(t, Storage):
+                t = Target(t, None, 0)
+            if t.scatter is not None:
+                return None
+            s = t.storage
+            k = slots.get(s)
+            if k is None:
+                k = slots[s] = len(storages)
+                storages.append(s)
+            toks.append(("T", k, t.strides, t.offset))
+    return tuple(toks), storages, scalars
+
+
+def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
+        targets: Sequence[Target | Storage | None] | None) -> list[Storage]:
+    """:func:`fuseloop.evaluate.run_unplanned`, replayed from a plan when one is known."""
+    keyed = _key(roots, out_shape, targets, device)
+    if keyed is None:
+        return _ev.run_unplanned(roots, out_shape, device, targets)
+    key, storages, scalars = keyed
+    plan = _plans.get(key, False)
+    if plan is None:  # known not to record
+        return _ev.run_unplanned(roots, out_shape, device, targets)
+    if plan is not False and not _prog.CHECK_STRUCTURE_CACHE:
+        return _replay(plan, storages, scalars, device)  # type: ignore[arg-type]
+    try:
+        rec = Recorder(storages, scalars)
+    except _Unplannable:
+        return _ev.run_unplanned(roots, out_shape, device, targets)
+    _local.recorder = rec
+    try:
+        outs = _ev.run_unplanned(roots, out_shape, device, targets)
+    finally:
+        _local.recorder = None
+    result_refs = tuple(rec.ref(o) for o in outs)
+    fresh = None if rec.failed or None in result_refs else _Plan(
+        rec.allocs, rec.steps, result_refs)
+    if plan is not False:  # checking a cached plan against a fresh record
+        assert fresh is not None and _same(plan, fresh), ("run plan differs", key)  # type: ignore[arg-type]
+        return outs
+    if len(_plans) >= PLANS_MAX:
+        _plans.clear()
+    _plans[key] = fresh
+    return outs
+
+
+def _same(a: _Plan, b: _Plan) -> bool:
+    if a.allocs != b.allocs or a.results != b.results or len(a.steps) != len(b.steps):
+        return False
+    return all(repr(x.program) == repr(y.program) and x.params == y.params
+               and x.out_shape == y.out_shape and x.storage_refs == y.storage_refs
+               and x.out_refs == y.out_refs and x.scalar_refs == y.scalar_refs
+               for x, y in zip(a.steps, b.steps))
+
+
+def _replay(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
+            device: Device) -> list[Storage]:
+    allocate = _ev.allocate
+    tmps = [allocate(n, device) for n in plan.allocs]
+    for s in storages:
+        if s.device is not device:
+            raise _ev._other_device(s, device)
+    for step in plan.steps:
+        st = [storages[k] if kind == "i" else tmps[k] for kind, k in step.storage_refs]
+        outs = [storages[k] if kind == "i" else tmps[k] for kind, k in step.out_refs]
+        sc = [scalars[k] for k in step.scalar_refs]
+        if not _launch_fast(step, st, outs, sc, device):
+            _ev.launch(step.program, Bindings(st, sc, step.params, step.out_shape), outs, device)
+    return [storages[k] if kind == "i" else tmps[k] for kind, k in plan.results]
+
+
+def _launch_fast(step: _Step, storages: list[Storage], outs: list[Storage],
+                 scalars: list[np.generic], device: Device) -> bool:
+    """Enqueue ``step`` with what its first replay worked out; False: use ``launch``."""
+    biggest = max(max(step.params, default=0), math.prod(step.out_shape),
+                  max([s.nbytes for s in storages], default=0))
+    index_dtype = _ev._INT32 if biggest <= _ev._INT32_LIMIT else _ev._INT64
+    program = step.program
+    recipe = _ev.recipe_for(device, "contraction" if program.contraction is not None else
+                            "reduction" if program.has_reduce else "elementwise")
+    fast = step.fast
+    if fast is None or fast[0] is not recipe or fast[6] is not index_dtype \
+            or _ev._memory.get(fast[1]) is not fast[2]:
+        fast = step.fast = _prepare(step, recipe, index_dtype, device)
+        if fast is None:
+            return False
+        hit = 0  # _prepare counted the look-up
+    else:
+        hit = 1
+    compiled = fast[2]
+    try:
+        compiled.kernel(device.queue, fast[4], fast[5], *fast[3](outs, storages, scalars))
+    except BaseException:
+        _ev._stats.increment("memory_cache_hits", hit)
+        raise
+    with _ev._stats_lock:
+        _ev._counters["memory_cache_hits"] += hit
+        _ev._counters["kernels_launched"] += 1
+    return True
+
+
+def _prepare(step: _Step, recipe: Any, index_dtype: np.dtype, device: Device) -> tuple | None:
+    program = step.program
+    mem_key = _ev._Hashed((program, index_dtype.char, device.index, recipe.cache_id))
+    compiled = _ev._memory.get(mem_key)
+    if compiled is not None:
+        _ev._stats.increment("memory_cache_hits")
+    else:
+        _ev._check_fp64(program.entries, device)
+        compiled = _ev.get_kernel(program, index_dtype, device, recipe, _ev.user_functions)
+    shape = step.out_shape
+    if program.row_dims is None:
+        n_rows, n_elem = math.prod(shape), 1
+    else:
+        n_rows = math.prod(shape[d] for d in program.row_dims)
+        n_elem = math.prod(shape) // max(1, n_rows)
+    bools = {e[1] for e in program.entries if e[0] == "arg" and e[2] == "?"}
+    parts = []
+    for kind, idx in compiled.arg_plan:
+        if kind == 0:
+            parts.append(f"o[{idx}].buffer")
+        elif kind == 1:
+            parts.append(f"s[{idx}].buffer")
+        elif kind == 2:  # bool is uchar in kernels; pyopencl cannot pack a numpy bool as uchar
+            parts.append(f"u8(c[{idx}])" if idx in bools else f"c[{idx}]")
+        elif kind == 3:
+            parts.append(str(int(step.params[idx])))
+        elif kind == 4:
+            parts.append(str(int(n_rows)))
+        elif kind == 5:
+            parts.append(str(int(n_elem)))
+        else:  # an error flag: never in planned programs (no gathers)
+            return None
+    pack = eval(f"lambda o, s, c: ({''.join(p + ', ' for p in parts)})", {"u8": np.uint8})
+    local = compiled.lsize(n_rows, n_elem, step.params)
+    global_size = tuple(g * w for g, w in zip(compiled.gsize(n_rows, n_elem, step.params),
+                                              local))
+    return (recipe, mem_key, compiled, pack, global_size, local, index_dtype)
+
+
+def clear() -> None:
+    """Forget every plan (tests; plans hold no buffers)."""
+    _plans.clear()

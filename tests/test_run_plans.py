@@ -1,0 +1,154 @@
+"""Run plans: evaluations with reductions, views and targets replayed per structure.
+
+The first evaluation of a structure records the buffers it allocates and the kernels it
+launches; later ones replay that record with their own buffers and scalars.  These tests
+check that replays compute what fresh evaluations compute (two-stage reductions, softmax,
+overlapping assignment, several outputs), that the counters of ``fl.stats()`` are the same,
+that the checking mode agrees, and what is never planned.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import evaluate, run_plans
+from fuseloop.expr import program as prog
+
+
+@pytest.fixture
+def plans():
+    run_plans.clear()
+    yield run_plans._plans
+    run_plans.clear()
+
+
+def _softmax(x, out):
+    e = fl.exp(x - x.max(axis=-1, keepdims=True))
+    out[...] = e / e.sum(axis=-1, keepdims=True)
+
+
+def _np_softmax(h):
+    h = h.astype(np.float64)
+    e = np.exp(h - h.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_softmax_replay_matches_and_counts(device, plans, fresh_stats):
+    rng = np.random.default_rng(0)
+    hosts = [rng.standard_normal((33, 70), dtype=np.float32) for _ in range(3)]
+    x = fl.asarray(hosts[0])
+    out = fl.empty_like(x)
+    _softmax(x, out)
+    np.testing.assert_allclose(out.get(), _np_softmax(hosts[0]), rtol=2e-5, atol=1e-7)
+    assert len(plans) == 1 and next(iter(plans.values())) is not None
+    fl.reset_stats()
+    _softmax(x, out)
+    fl.synchronize()
+    one_call = fresh_stats()["kernels_launched"]
+    for h in hosts[1:]:  # new buffers, same structure: replayed
+        x2, out2 = fl.asarray(h), fl.empty((33, 70), np.float32)
+        fl.reset_stats()
+        _softmax(x2, out2)
+        s = fresh_stats()
+        assert s["kernels_launched"] == one_call
+        assert s["kernels_lowered"] == 0 and s["memory_cache_misses"] == 0
+        np.testing.assert_allclose(out2.get(), _np_softmax(h), rtol=2e-5, atol=1e-7)
+    assert len(plans) == 1
+
+
+def test_two_stage_sum_replay(device, plans, fresh_stats):
+    n = evaluate.TWO_STAGE_MIN_LENGTH * 3 + 7
+    rng = np.random.default_rng(1)
+    for k in range(3):
+        a = rng.integers(-1000, 1000, n).astype(np.int32)
+        b = rng.integers(-1000, 1000, n).astype(np.int32)
+        fl.reset_stats()
+        got = fl.sum(fl.asarray(a) * fl.asarray(b) + k).get()
+        assert got == (a.astype(np.int64) * b + k).sum()
+        assert fresh_stats()["kernels_launched"] == 2  # both stages, replayed or not
+    assert len(plans) == 1
+
+
+def test_overlapping_assignment_replay(device, plans):
+    for k in range(3):
+        h = np.arange(20, dtype=np.float32) * (k + 1)
+        a = fl.asarray(h)
+        a[1:] = a[:-1] * 2  # reads what it writes: through a temporary
+        want = h.copy()
+        want[1:] = h[:-1] * 2
+        np.testing.assert_array_equal(a.get(), want)
+
+
+def test_several_outputs_and_scalar_values_replay(device, plans):
+    rng = np.random.default_rng(2)
+    for k in range(3):
+        h = rng.random((8, 50), dtype=np.float32)
+        x = fl.asarray(h)
+        lo, hi, total = fl.compute(x.min(axis=1), x.max(axis=1), (x * (k + 2)).sum(axis=1))
+        np.testing.assert_array_equal(lo.get(), h.min(axis=1))
+        np.testing.assert_array_equal(hi.get(), h.max(axis=1))
+        np.testing.assert_allclose(total.get(), (h.astype(np.float64) * (k + 2)).sum(axis=1),
+                                   rtol=1e-5)
+
+
+def test_one_scalar_object_in_two_nodes(device, plans):
+    """Scalars are bound per node: a value object shared by two nodes changes nothing."""
+    h = np.arange(1, 101, dtype=np.float32)
+    x = fl.asarray(h)
+    s, t = np.float32(2), np.float32(3)
+    assert float(fl.sum(x * s + x * t).get()) == float((h * 2 + h * 3).sum())
+    assert float(fl.sum(x * s + x * s).get()) == float((h * 4).sum())  # replay, one object
+    s = np.float32(5)
+    assert float(fl.sum(x * s + x * s).get()) == float((h * 10).sum())
+    assert float(fl.sum(x * s + x * t).get()) == float((h * 5 + h * 3).sum())
+
+
+def test_checking_mode_agrees(device, plans, monkeypatch):
+    monkeypatch.setattr(prog, "CHECK_STRUCTURE_CACHE", True)
+    rng = np.random.default_rng(3)
+    for _ in range(2):
+        h = rng.standard_normal((5, 40), dtype=np.float32)
+        x = fl.asarray(h)
+        out = fl.empty_like(x)
+        _softmax(x, out)
+        np.testing.assert_allclose(out.get(), _np_softmax(h), rtol=2e-5, atol=1e-7)
+        y = x - x.mean()
+        np.testing.assert_allclose(y.get(), h - h.astype(np.float64).mean(), rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_gathers_are_not_planned(device, plans):
+    x = fl.asarray(np.arange(10, dtype=np.float32))
+    idx = fl.asarray(np.array([3, 1, 12], np.int64))
+    with pytest.raises(IndexError):
+        fl.sum(x[idx]).get()  # the range check still runs: never replayed
+    with pytest.raises(IndexError):
+        fl.sum(x[idx]).get()
+    assert not plans
+
+
+def test_threads_record_and_replay_their_own(device, plans):
+    rng = np.random.default_rng(4)
+    hosts = [rng.standard_normal((16, 64), dtype=np.float32) for _ in range(8)]
+    errors: list[BaseException] = []
+
+    def work(h):
+        try:
+            for _ in range(5):
+                x = fl.asarray(h)
+                out = fl.empty_like(x)
+                _softmax(x, out)
+                np.testing.assert_allclose(out.get(), _np_softmax(h), rtol=2e-5, atol=1e-7)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(h,)) for h in hosts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
