@@ -283,7 +283,8 @@ def repeat(a: Any, repeats: int, axis: int | None = None) -> Array:
     ax = normalize_axis(axis, a.ndim)
     shape = (*a.shape[:ax + 1], 1, *a.shape[ax + 1:])
     b = broadcast_to(reshape(a, shape), (*a.shape[:ax + 1], int(repeats), *a.shape[ax + 1:]))
-    return reshape(b, (*a.shape[:ax], a.shape[ax] * int(repeats), *a.shape[ax + 1:]))
+    # a lazy copy, not a view (repeats=1 is one): later writes to ``a`` must not show through
+    return reshape(b, (*a.shape[:ax], a.shape[ax] * int(repeats), *a.shape[ax + 1:])).copy()
 
 
 def concatenate(arrays: Sequence[Any], axis: int | None = 0) -> Array:
