@@ -677,6 +677,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
                            [[int(d == k - extra) for d in range(len(dest_shape))]
                             for k in range(len(node.shape))])
     if node.shape != dest_shape and broadcast_shapes(node.shape, dest_shape) != dest_shape:
+        if scatter is not None and 0 in dest_shape and 0 in node.shape:
+            return  # numpy lets an empty value fill an empty fancy-indexed target
         raise ShapeError(
             f"could not broadcast input array from shape {node.shape} into shape {dest_shape}")
     node = cast_node(node, target.dtype)

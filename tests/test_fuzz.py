@@ -1,4 +1,4 @@
-"""Differential testing against numpy: random programs, run once with fuseloop, once with numpy.
+"""Differential testing against numpy: random programs run with fuseloop (thrice) and numpy.
 
 A *program* is a list of steps over an environment of values: ufuncs (operators, comparisons,
 bitwise, transcendental), ``where``, ``clip``, casts, reductions with axes and ``keepdims``,

@@ -191,3 +191,36 @@ def test_copying_shape_functions_do_not_alias(device, name, args):
         else:
             v += 1
         np.testing.assert_array_equal(got.get(), want)
+
+
+@pytest.mark.parametrize("dt", [np.uint32, np.uint64])
+def test_unsigned_subtract_and_negative_sum_exactly(device, dt):
+    # found by the long fuzz profile (sum of a negated 0-d uint64 was off by one on one
+    # PoCL): Loopy typed the -1 factor of a - b and -a by numpy's rules, int64 with
+    # uint64 being float64, so the sum accumulated in double and lost bits
+    top = np.iinfo(dt).max
+    a = np.array([top - 12345, 5, 2, top // 3], dt)
+    b = np.array([3, top // 4 + 1, 7, top], dt)
+    x, y = fl.asarray(a), fl.asarray(b)
+    np.testing.assert_array_equal((x - y).get(), a - b)
+    for got, want in ((fl.sum(x - y), np.sum(a - b)), (fl.sum(-x), np.sum(-a)),
+                      (fl.sum(-x, dtype=dt), np.sum(-a, dtype=dt)),
+                      (fl.sum(fl.negative(fl.asarray(np.array(2, dt)))),
+                       np.sum(-np.array(2, dt)))):
+        assert "double" not in fl.show_code(got)
+        assert got.get() == want and got.dtype == want.dtype
+
+
+def test_empty_value_into_empty_fancy_target(device):
+    # found by the long fuzz profile: numpy accepts an empty value of another shape for
+    # an empty fancy-indexed target (and still refuses it for a basic slice)
+    h = np.zeros((0, 1), bool)
+    a = fl.asarray(h)
+    v = np.zeros((2, 0, 1), bool)
+    h[:, np.array([0])] = v
+    a[:, np.array([0])] = fl.asarray(v)
+    assert a.shape == (0, 1) and a.get().shape == (0, 1)
+    with pytest.raises(ValueError):
+        a[:] = fl.asarray(v)
+    with pytest.raises(ValueError):
+        a[np.array([], np.int64)] = fl.asarray(np.zeros((5, 3)))

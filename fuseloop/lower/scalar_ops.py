@@ -69,9 +69,14 @@ def is_direct(op: str, loop: tuple[np.dtype, ...]) -> bool:
     if any(d != out for d in loop):
         return False
     # signed overflow is undefined in OpenCL C: compilers fold -(-x) to x and then
-    # disagree with numpy's wrap-around for INT_MIN; signed ints go through unsigned
-    if op in ("add", "multiply", "subtract", "negative"):
+    # disagree with numpy's wrap-around for INT_MIN; signed ints go through unsigned.
+    # Unsigned a - b and -a are helpers too: their expressions hold a -1 factor, which
+    # Loopy types by numpy's rules (int64 with uint64 is float64), so a sum of them
+    # accumulated in double and lost bits
+    if op in ("add", "multiply"):
         return out.kind == "f" or (out.kind == "u" and out.itemsize >= 4)
+    if op in ("subtract", "negative"):
+        return out.kind == "f"
     if op == "true_divide":
         return out.kind == "f"
     return False
