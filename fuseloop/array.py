@@ -70,6 +70,13 @@ def _operand_node(x: Any, dtype: np.dtype) -> Node:
     return Scalar(scalar_to(x, dtype))
 
 
+def _broadcasts_after(value_shape: tuple[int, ...], dest_shape: tuple[int, ...]) -> bool:
+    """Whether ``value_shape`` without its extra leading axes broadcasts to ``dest_shape``."""
+    tail = value_shape[len(value_shape) - len(dest_shape):] if dest_shape else ()
+    return len(value_shape) >= len(dest_shape) and all(
+        v in (1, d) for v, d in zip(tail, dest_shape))
+
+
 def _common_device(arrays: list[Array]) -> Device:
     dev = arrays[0].device
     for a in arrays[1:]:
@@ -677,8 +684,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
                            [[int(d == k - extra) for d in range(len(dest_shape))]
                             for k in range(len(node.shape))])
     if node.shape != dest_shape and broadcast_shapes(node.shape, dest_shape) != dest_shape:
-        if scatter is not None and 0 in dest_shape and 0 in node.shape:
-            return  # numpy lets an empty value fill an empty fancy-indexed target
+        if scatter is not None and 0 in dest_shape and _broadcasts_after(node.shape, dest_shape):
+            return  # numpy: an empty fancy-indexed target takes a value with leading axes more
         raise ShapeError(
             f"could not broadcast input array from shape {node.shape} into shape {dest_shape}")
     node = cast_node(node, target.dtype)

@@ -5,6 +5,8 @@ Each is a minimal hand-written example compared against numpy.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -211,16 +213,49 @@ def test_unsigned_subtract_and_negative_sum_exactly(device, dt):
         assert got.get() == want and got.dtype == want.dtype
 
 
-def test_empty_value_into_empty_fancy_target(device):
-    # found by the long fuzz profile: numpy accepts an empty value of another shape for
-    # an empty fancy-indexed target (and still refuses it for a basic slice)
-    h = np.zeros((0, 1), bool)
+@pytest.mark.parametrize("dest, index, value, ok", [
+    ((0, 1), (slice(None), [0]), (2, 0, 1), True),
+    ((0, 1), (slice(None), [0]), (2, 3, 0, 1), True),
+    ((0, 1), (slice(None), [0]), (1, 0, 1), True),
+    ((0, 1), (slice(None), [0]), (2, 0, 2), False),
+    ((0, 1), (slice(None), [0]), (2, 1), False),
+    ((0, 1), (slice(None), [0]), (5,), False),
+    ((0, 1, 2), (slice(None), slice(None), [0]), (0, 1, 2), False),
+    ((0, 1, 2), (slice(None), slice(None), [0]), (2, 0, 1, 1), True),
+    ((0, 1), ([],), (5, 3), False),
+    ((0, 1), (slice(None),), (2, 0, 1), False),  # a basic slice: numpy refuses
+])
+def test_value_shapes_for_empty_targets(device, dest, index, value, ok):
+    # found by the long fuzz profile: an empty fancy-indexed target takes a value with
+    # extra leading axes of any length (numpy), but not one that does not broadcast
+    index = tuple(np.array(i, np.int64) if isinstance(i, list) else i for i in index)
+    h = np.zeros(dest, bool)
     a = fl.asarray(h)
-    v = np.zeros((2, 0, 1), bool)
-    h[:, np.array([0])] = v
-    a[:, np.array([0])] = fl.asarray(v)
-    assert a.shape == (0, 1) and a.get().shape == (0, 1)
-    with pytest.raises(ValueError):
-        a[:] = fl.asarray(v)
-    with pytest.raises(ValueError):
-        a[np.array([], np.int64)] = fl.asarray(np.zeros((5, 3)))
+    v = np.zeros(value, bool)
+    if ok:
+        h[index] = v
+        a[index] = fl.asarray(v)
+        assert a.get().shape == dest
+    else:
+        with pytest.raises(ValueError):
+            h[index] = v
+        with pytest.raises(ValueError):
+            a[index] = fl.asarray(v)
+
+
+@pytest.mark.parametrize("ddof", [1, 2, 3])
+def test_var_with_no_degrees_of_freedom(device, ddof):
+    # found by the long fuzz profile: numpy divides by max(n - ddof, 0), so a nonzero sum
+    # of squares gives inf there (fuseloop gave NaN); an all-equal input still gives NaN
+    for h in (np.array([0, 1], np.int8), np.array([3.0, 3.0], np.float32),
+              np.array([[1.0, 2.0], [5.0, 5.0]])):
+        x = fl.asarray(h)
+        with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for axis in (None, -1):
+                want = np.var(h, axis=axis, ddof=ddof)
+                got = fl.var(x, axis=axis, ddof=ddof).get()
+                assert got.dtype == want.dtype
+                np.testing.assert_array_equal(got, want)
+                np.testing.assert_array_equal(fl.std(x, axis=axis, ddof=ddof).get(),
+                                              np.std(h, axis=axis, ddof=ddof))

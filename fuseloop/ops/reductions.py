@@ -159,7 +159,8 @@ def var(x: Any, axis: Any = None, dtype: Any = None, ddof: int = 0,
     d = xa - m
     n = math.prod(x.shape[k] for k in axes) - ddof
     total = _reduce("sum", d * d, axes, keepdims, acc)
-    out = total / acc.type(n) if n > 0 else total * acc.type(np.nan)
+    # numpy divides by max(n - ddof, 0): a positive sum over no degrees of freedom is inf
+    out = total / acc.type(builtins.max(n, 0))
     return out.astype(res) if out.dtype != res else out
 
 
