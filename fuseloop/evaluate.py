@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyopencl as cl
@@ -520,6 +521,36 @@ def _launch_cached(entry: StructureEntry, storages: list[Storage], scalars: list
     return True
 
 
+def arg_packer(compiled: Any, program: Any, params: Sequence[int], n_rows: int, n_elem: int,
+               one_output: bool) -> Any:
+    """A function ``(outs, storages, scalars)`` giving ``compiled``'s argument tuple.
+
+    Sizes and parameters are constants of the structure, baked in; ``outs`` is the one
+    output itself when ``one_output``.  None when the kernel takes an error flag (gathers)
+    or, with ``one_output``, a second output.
+    """
+    bools = {e[1] for e in program.entries if e[0] == "arg" and e[2] == "?"}
+    parts = []
+    for kind, idx in compiled.arg_plan:
+        if kind == 0:
+            if one_output and idx != 0:
+                return None
+            parts.append("o.buffer" if one_output else f"o[{idx}].buffer")
+        elif kind == 1:
+            parts.append(f"s[{idx}].buffer")
+        elif kind == 2:  # bool is uchar in kernels; pyopencl cannot pack a numpy bool as uchar
+            parts.append(f"u8(c[{idx}])" if idx in bools else f"c[{idx}]")
+        elif kind == 3:
+            parts.append(str(int(params[idx])))
+        elif kind == 4:
+            parts.append(str(int(n_rows)))
+        elif kind == 5:
+            parts.append(str(int(n_elem)))
+        else:
+            return None
+    return eval(f"lambda o, s, c: ({''.join(p + ', ' for p in parts)})", {"u8": np.uint8})
+
+
 def _plan_launch(entry: StructureEntry, index_dtype: np.dtype, recipe: object, size: int,
                  device: Device) -> _Launch | None:
     program = entry.program
@@ -533,29 +564,14 @@ def _plan_launch(entry: StructureEntry, index_dtype: np.dtype, recipe: object, s
         _check_fp64(program.entries, device)
         compiled = get_kernel(program, index_dtype, device, recipe, user_functions)  # type: ignore[arg-type]
     params = list(entry.params)
-    bools = {e[1] for e in program.entries if e[0] == "arg" and e[2] == "?"}
-    parts = []
-    for kind, idx in compiled.arg_plan:
-        if kind == 0 and idx == 0:
-            parts.append("o.buffer")
-        elif kind == 1:
-            parts.append(f"s[{idx}].buffer")
-        elif kind == 2:  # bool is uchar in kernels; pyopencl cannot pack a numpy bool as uchar
-            parts.append(f"u8(c[{idx}])" if idx in bools else f"c[{idx}]")
-        elif kind == 3:
-            parts.append(str(int(params[idx])))
-        elif kind == 4:
-            parts.append(str(int(size)))
-        elif kind == 5:
-            parts.append("1")
-        else:  # an error flag (gathers) or a second output: never in this path's programs
-            return None
+    pack = arg_packer(compiled, program, params, size, 1, one_output=True)
+    if pack is None:  # an error flag (gathers) or a second output: not this path's programs
+        return None
     plan = _Launch()
     plan.compiled = compiled
     plan.mem_key = mem_key
     plan.recipe = recipe
-    # the argument tuple from (output, input storages, scalar values)
-    plan.pack = eval(f"lambda o, s, c: ({''.join(p + ', ' for p in parts)})", {"u8": np.uint8})
+    plan.pack = pack
     plan.local_size = compiled.lsize(size, 1, params)
     plan.global_size = tuple(g * w for g, w in zip(compiled.gsize(size, 1, params),
                                                    plan.local_size))

@@ -249,24 +249,9 @@ def _prepare(step: _Step, recipe: Any, index_dtype: np.dtype, device: Device) ->
     else:
         n_rows = math.prod(shape[d] for d in program.row_dims)
         n_elem = math.prod(shape) // max(1, n_rows)
-    bools = {e[1] for e in program.entries if e[0] == "arg" and e[2] == "?"}
-    parts = []
-    for kind, idx in compiled.arg_plan:
-        if kind == 0:
-            parts.append(f"o[{idx}].buffer")
-        elif kind == 1:
-            parts.append(f"s[{idx}].buffer")
-        elif kind == 2:  # bool is uchar in kernels; pyopencl cannot pack a numpy bool as uchar
-            parts.append(f"u8(c[{idx}])" if idx in bools else f"c[{idx}]")
-        elif kind == 3:
-            parts.append(str(int(step.params[idx])))
-        elif kind == 4:
-            parts.append(str(int(n_rows)))
-        elif kind == 5:
-            parts.append(str(int(n_elem)))
-        else:  # an error flag: never in planned programs (no gathers)
-            return None
-    pack = eval(f"lambda o, s, c: ({''.join(p + ', ' for p in parts)})", {"u8": np.uint8})
+    pack = _ev.arg_packer(compiled, program, step.params, n_rows, n_elem, one_output=False)
+    if pack is None:  # an error flag: never in planned programs (no gathers)
+        return None
     local = compiled.lsize(n_rows, n_elem, step.params)
     global_size = tuple(g * w for g, w in zip(compiled.gsize(n_rows, n_elem, step.params),
                                               local))

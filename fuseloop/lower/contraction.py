@@ -85,19 +85,7 @@ def contraction_sizes(knl: lp.LoopKernel) -> ContractionSizes:
 class _ContractionLowering(_Lowering):
     def contiguous_address(self, root_at: tuple) -> tuple[Any, frozenset]:
         """C-order position of the root index (the output is walked by b, m, n)."""
-        dims = [d for d, c in enumerate(root_at) if c != 0]
-        terms = []
-        names: frozenset = frozenset()
-        stride: Any = 1
-        for d in reversed(dims):
-            e, n = self.root_idx[d]
-            names |= n
-            terms.append(e if stride == 1 else stride * e)
-            size = self.size(self.program.root_sizes[d])
-            stride = size if stride == 1 else stride * size
-        if not terms:
-            return 0, names
-        return (terms[0] if len(terms) == 1 else prim.Sum(tuple(terms))), names
+        return self.c_order_position([d for d, c in enumerate(root_at) if c != 0])
 
     def set_groups(self, groups: dict[str, tuple[Any, frozenset]]) -> None:
         """Index the output dimensions (and the reduced ones) by group variables."""

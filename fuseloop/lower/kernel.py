@@ -192,6 +192,10 @@ class _Lowering:
         if self.program.row_dims is None:
             # the flat loop enumerates the output in C order
             return prim.Variable(FLAT_INAME), frozenset({FLAT_INAME} if dims else ())
+        return self.c_order_position(dims)
+
+    def c_order_position(self, dims: list[int]) -> tuple[Any, frozenset]:
+        """C-order position of the root index over its non-unit dimensions ``dims``."""
         terms = []
         names: frozenset = frozenset()
         stride: Any = 1
