@@ -70,17 +70,23 @@ def test_full_reductions_two_stage(gpu_recipes_on_cpu):
     assert int(fl.sum(fl.asarray(ih))) == int(ih.sum())
 
 
-def test_row_results_are_published_with_a_barrier(gpu_recipes_on_cpu):
+def test_row_results_are_combined_behind_two_barriers(gpu_recipes_on_cpu):
     x = fl.asarray(np.ones((4, 300), np.float32))
     src = fl.show_code(_softmax(x))
-    # every row result written by one work-item is followed by a barrier before any use
-    results = re.findall(r"\n\s*(t\d+) = acc_j\d+_inner\[0\];", src)
+    # each work-item stores its partial; a barrier; 32 work-items combine the
+    # partials; a barrier; every work-item combines the 32 lane values itself
+    results = re.findall(r"\n\s*(t\d+) = acc_j\d+_m;", src)
     assert len(results) == 2, src  # the max is computed once, then the sum
     for name in results:
-        tail = src[src.index(f"{name} = acc_j"):]
-        first_use = re.search(rf"[^\w]{name}[^\w\[]", tail[len(name):])
-        assert first_use is not None
-        assert "barrier(CLK_LOCAL_MEM_FENCE)" in tail[:first_use.start()], (name, src)
+        partial = src.index(f"part_{name}[lid(0)] =")
+        lanes = src.index(f"lanes_{name}[lid(0)] =")
+        result = src.index(f"{name} = acc_j")
+        assert partial < lanes < result, src
+        assert "barrier(CLK_LOCAL_MEM_FENCE)" in src[partial:lanes], (name, src)
+        assert "barrier(CLK_LOCAL_MEM_FENCE)" in src[lanes:result], (name, src)
+        # the result is private to each work-item: no barrier publishes it
+        assert re.search(rf"\n\s*float {name};", src), src
+    assert src.count("barrier(") == 4, src
 
 
 def test_softmax_is_one_kernel_with_one_max(gpu_recipes_on_cpu, fresh_stats):

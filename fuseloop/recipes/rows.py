@@ -81,7 +81,8 @@ def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_I
                                              f"{loop}_outer_outer,{loop}_outer_inner")
             return t_unit
 
-        for j in _reduction_inames(knl):
+        bounds = {j: row_cache.row_bound(knl, j) for j in _reduction_inames(knl)}
+        for j in bounds:
             t_unit = split(t_unit, j)
             # each work-item first reduces its own strided elements, then the group
             t_unit = lp.split_reduction_outward(t_unit, f"{j}_inner")
@@ -89,8 +90,10 @@ def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_I
             t_unit = split(t_unit, ELEMENT_INAME)
         if rows:
             t_unit = row_cache.add_fills(t_unit, rows, group, cache_items)
-        # a row's reduced value is produced by one work-item and read by all of them
-        results = _reduction_temporaries(knl)
+        t_unit, shared = _group_reductions(t_unit, bounds, group)
+        # Loopy's tree: a row's reduced value is produced by one work-item and
+        # read by all of them
+        results = [name for name in _reduction_temporaries(knl) if name not in shared]
         for name in results:
             t_unit = lp.set_temporary_address_space(t_unit, name, "local")
         t_unit = _spread_row_work(t_unit, group)
@@ -101,6 +104,83 @@ def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_I
             *knl.silenced_warnings, *(f"write_race(calc_{name})" for name in results)]))
 
     return gpu_rows
+
+
+GPU_REDUCTION_LANES = 32
+
+
+def _group_reductions(t_unit: lp.TranslationUnit, bounds: dict[str, str | None],
+                      group: int) -> tuple[lp.TranslationUnit, set[str]]:
+    """Combine the work-items' partial results with two barriers instead of a tree.
+
+    Loopy combines a local-parallel reduction in a binary tree: log2(group)
+    stages, each behind a barrier (nine for 512 work-items), then one more
+    barrier to publish the result.  Here each work-item stores its partial
+    result; ``lanes`` work-items each combine ``group / lanes`` of them
+    (stride ``lanes``, so neighbouring work-items read neighbouring words);
+    then every work-item combines those ``lanes`` values itself, reading
+    the same words (a broadcast), and keeps the row's result in a private
+    variable.  Single-valued reductions over ``0 <= j < p`` only; argmax/argmin
+    keep Loopy's tree.  Returns the result temporaries handled here.
+    """
+    lanes = min(GPU_REDUCTION_LANES, group)
+    if group % lanes:
+        return t_unit, set()
+    per_lane = group // lanes
+    knl = t_unit.default_entrypoint
+    insns, temps, domains = [], dict(knl.temporary_variables), list(knl.domains)
+    new_tags: dict[str, str] = {}
+    done: set[str] = set()
+    for insn in knl.instructions:
+        red = insn.expression if isinstance(insn, lp.Assignment) else None
+        target = insn.assignee_var_names()[0] if red is not None else None
+        j = (red.inames[0][:-len("_inner")]
+             if isinstance(red, lp.Reduction) and len(red.inames) == 1
+             and red.inames[0].endswith("_inner") else None)
+        if (j is None or bounds.get(j) is None or red.operation.arg_count != 1
+                or target not in temps or temps[target].shape not in ((), None)):
+            insns.append(insn)
+            continue
+        p, dtype = bounds[j], temps[target].dtype
+        partials, combined = f"part_{target}", f"lanes_{target}"
+        lane, k, every = f"{j}_lane", f"{j}_k", f"{j}_all"
+        temps[partials] = lp.TemporaryVariable(partials, dtype, shape=(group,),
+                                               address_space=lp.AddressSpace.LOCAL)
+        temps[combined] = lp.TemporaryVariable(combined, dtype, shape=(lanes,),
+                                               address_space=lp.AddressSpace.LOCAL)
+        # the partial of work-item w exists when w < p; the stages read no others
+        domains.append(isl.BasicSet(
+            f"[{p}] -> {{ [{lane}, {k}] : 0 <= {lane} < {lanes} and 0 <= {k} < {per_lane} "
+            f"and {lane} + {lanes} * {k} < {p} }}"))
+        domains.append(isl.BasicSet(f"{{ [{every}] : 0 <= {every} < {group} }}"))
+        combine_lanes = f"{j}_m"
+        domains.append(isl.BasicSet(
+            f"[{p}] -> {{ [{combine_lanes}] : 0 <= {combine_lanes} < {lanes} "
+            f"and {combine_lanes} < {p} }}"))
+        outer = insn.within_inames
+        insns.append(lp.Assignment(
+            prim.Variable(partials)[prim.Variable(f"{j}_inner")], red.expr,
+            id=f"{insn.id}_partial", within_inames=outer | {f"{j}_inner"},
+            depends_on=insn.depends_on))
+        insns.append(lp.Assignment(
+            prim.Variable(combined)[prim.Variable(lane)],
+            lp.Reduction(red.operation, (k,),
+                         prim.Variable(partials)[prim.Variable(lane)
+                                                 + lanes * prim.Variable(k)]),
+            id=f"{insn.id}_lanes", within_inames=outer | {lane},
+            depends_on=frozenset({f"{insn.id}_partial"})))
+        # every work-item computes the row's result: no barrier to publish it
+        insns.append(insn.copy(
+            expression=lp.Reduction(red.operation, (combine_lanes,),
+                                    prim.Variable(combined)[prim.Variable(combine_lanes)]),
+            within_inames=outer | {every},
+            depends_on=insn.depends_on | {f"{insn.id}_lanes"}))
+        new_tags |= {lane: "l.0", every: "l.0"}
+        done.add(target)
+    if not done:
+        return t_unit, done
+    knl = knl.copy(instructions=insns, temporary_variables=temps, domains=domains)
+    return lp.tag_inames(t_unit.with_kernel(knl), new_tags), done
 
 
 def _publish_results(t_unit: lp.TranslationUnit, results: list[str]) -> lp.TranslationUnit:
