@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 GPU_ROW_GROUP = 512
 GPU_ROW_CACHE_ITEMS = 16
 GPU_COL_GROUP = 128
+GPU_REDUCTION_LANES = 32
 CPU_ROWS_PER_ITEM = 8
 CPU_ACCUMULATORS = 8
 
@@ -52,12 +53,14 @@ def _reduction_temporaries(knl: lp.LoopKernel) -> list[str]:
     return out
 
 
-def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_ITEMS
-                  ) -> RecipeFunction:
+def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_ITEMS,
+                  lanes: int = GPU_REDUCTION_LANES) -> RecipeFunction:
     """The ``gpu-rows`` recipe with ``group`` work-items per contiguous row.
 
     A row read by several passes is kept in registers, ``cache_items``
     elements per work-item (0: never; see :mod:`fuseloop.recipes.row_cache`).
+    The work-items' partial results are combined through ``lanes`` values
+    (see :func:`_group_reductions`; 0: Loopy's tree).
     """
 
     def gpu_rows(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
@@ -90,7 +93,7 @@ def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_I
             t_unit = split(t_unit, ELEMENT_INAME)
         if rows:
             t_unit = row_cache.add_fills(t_unit, rows, group, cache_items)
-        t_unit, shared = _group_reductions(t_unit, bounds, group)
+        t_unit, shared = _group_reductions(t_unit, bounds, group, lanes)
         # Loopy's tree: a row's reduced value is produced by one work-item and
         # read by all of them
         results = [name for name in _reduction_temporaries(knl) if name not in shared]
@@ -106,11 +109,8 @@ def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_I
     return gpu_rows
 
 
-GPU_REDUCTION_LANES = 32
-
-
 def _group_reductions(t_unit: lp.TranslationUnit, bounds: dict[str, str | None],
-                      group: int) -> tuple[lp.TranslationUnit, set[str]]:
+                      group: int, lanes: int) -> tuple[lp.TranslationUnit, set[str]]:
     """Combine the work-items' partial results with two barriers instead of a tree.
 
     Loopy combines a local-parallel reduction in a binary tree: log2(group)
@@ -120,11 +120,13 @@ def _group_reductions(t_unit: lp.TranslationUnit, bounds: dict[str, str | None],
     (stride ``lanes``, so neighbouring work-items read neighbouring words);
     then every work-item combines those ``lanes`` values itself, reading
     the same words (a broadcast), and keeps the row's result in a private
-    variable.  Single-valued reductions over ``0 <= j < p`` only; argmax/argmin
-    keep Loopy's tree.  Returns the result temporaries handled here.
+    variable.  Both combining loops have fixed trip counts and are unrolled
+    (partials past the row's end read as the operation's neutral value), so
+    their loads are independent.  Single-valued reductions over ``0 <= j < p``
+    only; others keep Loopy's tree.  Returns the result temporaries handled.
     """
-    lanes = min(GPU_REDUCTION_LANES, group)
-    if group % lanes:
+    lanes = min(lanes, group)
+    if lanes <= 0 or group % lanes:
         return t_unit, set()
     per_lane = group // lanes
     knl = t_unit.default_entrypoint
@@ -142,40 +144,39 @@ def _group_reductions(t_unit: lp.TranslationUnit, bounds: dict[str, str | None],
             insns.append(insn)
             continue
         p, dtype = bounds[j], temps[target].dtype
+        neutral, _ = red.operation.neutral_element(
+            dtype, callables_table=t_unit.callables_table, target=t_unit.target)
         partials, combined = f"part_{target}", f"lanes_{target}"
-        lane, k, every = f"{j}_lane", f"{j}_k", f"{j}_all"
+        lane, k, every, m = f"{j}_lane", f"{j}_k", f"{j}_all", f"{j}_m"
         temps[partials] = lp.TemporaryVariable(partials, dtype, shape=(group,),
                                                address_space=lp.AddressSpace.LOCAL)
         temps[combined] = lp.TemporaryVariable(combined, dtype, shape=(lanes,),
                                                address_space=lp.AddressSpace.LOCAL)
-        # the partial of work-item w exists when w < p; the stages read no others
         domains.append(isl.BasicSet(
-            f"[{p}] -> {{ [{lane}, {k}] : 0 <= {lane} < {lanes} and 0 <= {k} < {per_lane} "
-            f"and {lane} + {lanes} * {k} < {p} }}"))
-        domains.append(isl.BasicSet(f"{{ [{every}] : 0 <= {every} < {group} }}"))
-        combine_lanes = f"{j}_m"
+            f"{{ [{lane}, {k}] : 0 <= {lane} < {lanes} and 0 <= {k} < {per_lane} }}"))
         domains.append(isl.BasicSet(
-            f"[{p}] -> {{ [{combine_lanes}] : 0 <= {combine_lanes} < {lanes} "
-            f"and {combine_lanes} < {p} }}"))
+            f"{{ [{every}, {m}] : 0 <= {every} < {group} and 0 <= {m} < {lanes} }}"))
         outer = insn.within_inames
+        # work-item w has a partial when w < p (Loopy skips the others)
         insns.append(lp.Assignment(
             prim.Variable(partials)[prim.Variable(f"{j}_inner")], red.expr,
             id=f"{insn.id}_partial", within_inames=outer | {f"{j}_inner"},
             depends_on=insn.depends_on))
+        slot = prim.Variable(lane) + lanes * prim.Variable(k)
         insns.append(lp.Assignment(
             prim.Variable(combined)[prim.Variable(lane)],
             lp.Reduction(red.operation, (k,),
-                         prim.Variable(partials)[prim.Variable(lane)
-                                                 + lanes * prim.Variable(k)]),
+                         prim.If(prim.Comparison(slot, "<", prim.Variable(p)),
+                                 prim.Variable(partials)[slot], neutral)),
             id=f"{insn.id}_lanes", within_inames=outer | {lane},
             depends_on=frozenset({f"{insn.id}_partial"})))
         # every work-item computes the row's result: no barrier to publish it
         insns.append(insn.copy(
-            expression=lp.Reduction(red.operation, (combine_lanes,),
-                                    prim.Variable(combined)[prim.Variable(combine_lanes)]),
+            expression=lp.Reduction(red.operation, (m,),
+                                    prim.Variable(combined)[prim.Variable(m)]),
             within_inames=outer | {every},
             depends_on=insn.depends_on | {f"{insn.id}_lanes"}))
-        new_tags |= {lane: "l.0", every: "l.0"}
+        new_tags |= {lane: "l.0", every: "l.0", k: "unr", m: "unr"}
         done.add(target)
     if not done:
         return t_unit, done
