@@ -100,6 +100,10 @@ def main() -> None:
     ap.add_argument("--cols-log2", type=int, default=13)
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--batch", type=int, default=20)
+    ap.add_argument("--hand", action="store_true", help="also the hand-written variants")
+    ap.add_argument("--fuseloop-variants", default="512:16:0:0,512:16:32:0,512:16:0:32,"
+                    "512:16:32:32,256:32:32:0,1024:8:0:32",
+                    help="GROUP:CACHE_ITEMS:LANES:MAX_REGISTERS (0: Loopy's tree; no limit)")
     args = ap.parse_args()
     dev = fl.get_device()
     ctx, queue = dev.context, dev.queue
@@ -128,7 +132,7 @@ def main() -> None:
               flush=True)
 
     for group, items in ((512, 16), (256, 32), (1024, 8)):
-        if group * items != c:
+        if not args.hand or group * items != c:
             continue
         for combine in ("tree", "lanes"):
             for exp in ("exp", "native_exp"):
@@ -146,16 +150,23 @@ def main() -> None:
         e = fl.exp(a - a.max(axis=-1, keepdims=True))
         out[...] = e / e.sum(axis=-1, keepdims=True)
 
-    for lanes in (0, 32):
-        fl.register_recipe("gpu", make_gpu_rows(512, 16, lanes), kind="reduction",
-                           name=f"probe-softmax-lanes-{lanes}")
+    verbose = ["-cl-nv-verbose"] if "NVIDIA" in cldev.platform.name else []
+    for group, items, lanes, max_registers in args_variants(args.fuseloop_variants):
+        name = f"probe-softmax-{group}-{items}-{lanes}-{max_registers}"
+        fl.register_recipe("gpu", make_gpu_rows(group, items, lanes, max_registers),
+                           kind="reduction", name=name)
+        # the register count of the kernel just built, rebuilt from its source
         src = fl.show_code(fl.exp(a - a.max(axis=-1, keepdims=True))
                            / fl.exp(a - a.max(axis=-1, keepdims=True)).sum(axis=-1,
                                                                          keepdims=True))
-        prg = cl.Program(ctx, src).build(options=["-cl-nv-verbose"]
-                                         if "NVIDIA" in cldev.platform.name else [])
-        report(f"fuseloop 512x16 {'tree' if not lanes else f'{lanes} lanes'}", softmax,
-               registers(prg, cldev))
+        options = [f"-cl-nv-maxrregcount={max_registers}"] if verbose and max_registers else []
+        prg = cl.Program(ctx, src).build(options=verbose + options)
+        report(f"fuseloop {group}x{items} lanes {lanes} max-registers {max_registers}",
+               softmax, registers(prg, cldev))
+
+
+def args_variants(text: str) -> list[tuple[int, ...]]:
+    return [tuple(int(v) for v in part.split(":")) for part in text.split(",")]
 
 
 if __name__ == "__main__":

@@ -448,7 +448,7 @@ def _lower(program: Program, index_dtype: np.dtype, device: Device, recipe: Reci
     gs += ["1"] * (len(ls) - len(gs))
     return KernelPlan(
         name=entry.name, source=source, arg_names=arg_names, gsize=gs, lsize=ls,
-        build_options=[], arg_dtypes=arg_dtypes)
+        build_options=list(entry.options.build_options or []), arg_dtypes=arg_dtypes)
 
 
 def _from_disk(entry: DiskEntry, path: Path, device: Device) -> CompiledKernel | None:
