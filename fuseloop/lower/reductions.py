@@ -36,10 +36,11 @@ class NanMaxReductionOperation(ScalarReductionOperation):
     def __call__(self, dtypes: Any, operand1: Any, operand2: Any, callables_table: Any,
                  target: Any) -> Any:
         a, b = operand1, operand2
-        expr = prim.If(prim.Comparison(a, ">=", b), a, b)
+        keep = prim.Comparison(a, ">=", b)
         if _is_float(dtypes):
-            expr = prim.If(prim.Comparison(a, "!=", a), a, expr)
-        return expr, callables_table
+            # a NaN in ``a`` is kept; one in ``b`` fails the comparison and is taken
+            keep = prim.LogicalOr((keep, prim.Comparison(a, "!=", a)))
+        return prim.If(keep, a, b), callables_table
 
 
 class NanMinReductionOperation(ScalarReductionOperation):
@@ -51,10 +52,11 @@ class NanMinReductionOperation(ScalarReductionOperation):
     def __call__(self, dtypes: Any, operand1: Any, operand2: Any, callables_table: Any,
                  target: Any) -> Any:
         a, b = operand1, operand2
-        expr = prim.If(prim.Comparison(a, "<=", b), a, b)
+        keep = prim.Comparison(a, "<=", b)
         if _is_float(dtypes):
-            expr = prim.If(prim.Comparison(a, "!=", a), a, expr)
-        return expr, callables_table
+            # a NaN in ``a`` is kept; one in ``b`` fails the comparison and is taken
+            keep = prim.LogicalOr((keep, prim.Comparison(a, "!=", a)))
+        return prim.If(keep, a, b), callables_table
 
 
 def reduction_operation(op: str, dtype: np.dtype) -> Any:

@@ -18,7 +18,7 @@ On CPUs a work-item takes whole rows and loops through them sequentially.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import islpy as isl
 import loopy as lp
@@ -53,6 +53,27 @@ def _reduction_temporaries(knl: lp.LoopKernel) -> list[str]:
     for insn in knl.instructions:
         if isinstance(insn, lp.Assignment) and isinstance(insn.expression, lp.Reduction):
             out.extend(insn.assignee_var_names())
+    return out
+
+
+def _combiners(t_unit: lp.TranslationUnit) -> dict[str, Any]:
+    """For each reduction's result: a function combining two partial values."""
+    knl = t_unit.default_entrypoint
+    out: dict[str, Any] = {}
+    for insn in knl.instructions:
+        if not (isinstance(insn, lp.Assignment) and isinstance(insn.expression, lp.Reduction)
+                and insn.expression.operation.arg_count == 1):
+            continue
+        target = insn.assignee_var_names()[0]
+        temp = knl.temporary_variables.get(target)
+        if temp is None or temp.dtype is None:
+            continue
+
+        def combine(a: Any, b: Any, op: Any = insn.expression.operation,
+                    dtype: Any = temp.dtype) -> Any:
+            return op([dtype], a, b, t_unit.callables_table, t_unit.target)[0]
+
+        out[target] = combine
     return out
 
 
@@ -92,11 +113,17 @@ def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_I
             return t_unit
 
         bounds = {j: row_cache.row_bound(knl, j) for j in _reduction_inames(knl)}
+        peeled: set[str] = set()
+        if rows:
+            t_unit, peeled = row_cache.peel(t_unit, rows, group, cache_items,
+                                            _combiners(t_unit))
         for j in bounds:
+            if j in peeled:
+                continue
             t_unit = split(t_unit, j)
             # each work-item first reduces its own strided elements, then the group
             t_unit = lp.split_reduction_outward(t_unit, f"{j}_inner")
-        if ELEMENT_INAME in knl.all_inames():
+        if ELEMENT_INAME in knl.all_inames() and ELEMENT_INAME not in peeled:
             t_unit = split(t_unit, ELEMENT_INAME)
         if rows:
             t_unit = row_cache.add_fills(t_unit, rows, group, cache_items)
