@@ -125,3 +125,17 @@ def test_row_cache_with_rows_of_other_lengths(gpu_recipes_on_cpu, cols):
                                h - h[:, :k].max(axis=1, keepdims=True), rtol=1e-12)
     np.testing.assert_allclose((x[:, ::2] * x[:, ::2].sum(axis=1, keepdims=True)).get(),
                                h[:, ::2] * h[:, ::2].sum(axis=1, keepdims=True), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dt", [np.uint32, np.uint64, np.int64])
+def test_integer_sums_stay_integer_in_the_group_combination(gpu_recipes_on_cpu, dt):
+    # the combination stage padded missing partials with a bare 0: beside a uint64
+    # partial Loopy typed the select double, and large sums lost bits (GPU test suite)
+    top = np.iinfo(dt).max
+    h = np.array([[top - 12345, 5, 2, top // 3, 7]] * 3, dt)
+    x = fl.asarray(h)
+    for got, want in ((fl.sum(x), np.sum(h)), (x.sum(axis=1), h.sum(axis=1)),
+                      (fl.max(x - 1, axis=1), np.max(h - 1, axis=1))):
+        assert "double" not in fl.show_code(got)
+        np.testing.assert_array_equal(got.get(), want)
+        assert got.dtype == want.dtype

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import islpy as isl
 import loopy as lp
+import numpy as np
 import pymbolic.primitives as prim
 from loopy.kernel.data import LocalInameTag
 
@@ -36,9 +37,6 @@ GPU_ROW_GROUP = 512
 GPU_ROW_CACHE_ITEMS = 16
 GPU_COL_GROUP = 128
 GPU_REDUCTION_LANES = 32
-# 65536 registers and 2048 resident work-items per compute unit on NVIDIA's
-# recent GPUs: 32 registers a work-item lets a row kernel fill the SM
-GPU_ROW_MAX_REGISTERS = 32
 CPU_ROWS_PER_ITEM = 8
 CPU_ACCUMULATORS = 8
 
@@ -78,17 +76,13 @@ def _combiners(t_unit: lp.TranslationUnit) -> dict[str, Any]:
 
 
 def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_ITEMS,
-                  lanes: int = GPU_REDUCTION_LANES,
-                  max_registers: int = GPU_ROW_MAX_REGISTERS) -> RecipeFunction:
+                  lanes: int = GPU_REDUCTION_LANES) -> RecipeFunction:
     """The ``gpu-rows`` recipe with ``group`` work-items per contiguous row.
 
     A row read by several passes is kept in registers, ``cache_items``
     elements per work-item (0: never; see :mod:`fuseloop.recipes.row_cache`).
     The work-items' partial results are combined through ``lanes`` values
-    (see :func:`_group_reductions`; 0: Loopy's tree).  On NVIDIA's OpenCL
-    a row kernel is built with at most ``max_registers`` registers per
-    work-item (0: the compiler's choice).  Softmax on an H200 got 39 and ran
-    at 68% of copy bandwidth with three work-groups per SM; with 32, four.
+    (see :func:`_group_reductions`; 0: Loopy's tree).
     """
 
     def gpu_rows(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
@@ -139,10 +133,6 @@ def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_I
         knl = t_unit.default_entrypoint
         t_unit = t_unit.with_kernel(knl.copy(silenced_warnings=[
             *knl.silenced_warnings, *(f"write_race(calc_{name})" for name in results)]))
-        if max_registers and "NVIDIA" in device.platform:
-            t_unit = lp.set_options(t_unit, build_options=[
-                *(knl.options.build_options or []),
-                f"-cl-nv-maxrregcount={max_registers}"])
         return t_unit
 
     return gpu_rows
@@ -185,6 +175,9 @@ def _group_reductions(t_unit: lp.TranslationUnit, bounds: dict[str, str | None],
         p, dtype = bounds[j], temps[target].dtype
         neutral, _ = red.operation.neutral_element(
             dtype, callables_table=t_unit.callables_table, target=t_unit.target)
+        if isinstance(neutral, (int, float, np.generic)):
+            # a bare 0 beside a uint64 partial would make Loopy type the select double
+            neutral = dtype.numpy_dtype.type(neutral)
         partials, combined = f"part_{target}", f"lanes_{target}"
         lane, k, every, m = f"{j}_lane", f"{j}_k", f"{j}_all", f"{j}_m"
         temps[partials] = lp.TemporaryVariable(partials, dtype, shape=(group,),
