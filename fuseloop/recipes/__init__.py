@@ -235,8 +235,8 @@ register_recipe("cpu", cpu_chunked, name="cpu-chunked", version="1")
 def _register_reduction_recipes() -> None:
     from .rows import cpu_rows, gpu_rows
 
-    register_recipe("default", gpu_rows, name="gpu-rows", version="7", kind="reduction")
-    register_recipe("gpu", gpu_rows, name="gpu-rows", version="7", kind="reduction")
+    register_recipe("default", gpu_rows, name="gpu-rows", version="8", kind="reduction")
+    register_recipe("gpu", gpu_rows, name="gpu-rows", version="8", kind="reduction")
     register_recipe("cpu", cpu_rows, name="cpu-rows", version="2", kind="reduction")
 
 

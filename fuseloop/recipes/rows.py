@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import islpy as isl
 import loopy as lp
-import numpy as np
 import pymbolic.primitives as prim
 from loopy.kernel.data import LocalInameTag
 
@@ -173,11 +172,7 @@ def _group_reductions(t_unit: lp.TranslationUnit, bounds: dict[str, str | None],
             insns.append(insn)
             continue
         p, dtype = bounds[j], temps[target].dtype
-        neutral, _ = red.operation.neutral_element(
-            dtype, callables_table=t_unit.callables_table, target=t_unit.target)
-        if isinstance(neutral, (int, float, np.generic)):
-            # a bare 0 beside a uint64 partial would make Loopy type the select double
-            neutral = dtype.numpy_dtype.type(neutral)
+        neutral = row_cache.typed_neutral(red.operation, dtype, t_unit)
         partials, combined = f"part_{target}", f"lanes_{target}"
         lane, k, every, m = f"{j}_lane", f"{j}_k", f"{j}_all", f"{j}_m"
         temps[partials] = lp.TemporaryVariable(partials, dtype, shape=(group,),
