@@ -147,6 +147,10 @@ def main() -> None:
                     report(f"hand {group}x{items} {combine} {exp}"
                            f"{' keep-exp' if keep else ''}", launch, registers(prg, cldev))
 
+    def softmax_source() -> str:
+        e = fl.exp(a - a.max(axis=-1, keepdims=True))
+        return fl.show_code(e / e.sum(axis=-1, keepdims=True))
+
     def softmax() -> None:
         e = fl.exp(a - a.max(axis=-1, keepdims=True))
         out[...] = e / e.sum(axis=-1, keepdims=True)
@@ -154,9 +158,7 @@ def main() -> None:
     verbose = ["-cl-nv-verbose"] if "NVIDIA" in cldev.platform.name else []
     if args.specialise:
         fl.register_recipe("gpu", make_gpu_rows(), kind="reduction", name="probe-default")
-        src = fl.show_code(fl.exp(a - a.max(axis=-1, keepdims=True))
-                           / fl.exp(a - a.max(axis=-1, keepdims=True)).sum(axis=-1,
-                                                                         keepdims=True))
+        src = softmax_source()
         group = int(re.search(r"reqd_work_group_size\((\d+)", src).group(1))
         scalars = {"p0": np.int32(c), "N": np.int32(r), "NE": np.int32(c)}
         for label, edited in specialised_sources(src):
@@ -176,9 +178,7 @@ def main() -> None:
         fl.register_recipe("gpu", make_gpu_rows(group, items, lanes),
                            kind="reduction", name=name)
         # the register count of the kernel just built, rebuilt from its source
-        src = fl.show_code(fl.exp(a - a.max(axis=-1, keepdims=True))
-                           / fl.exp(a - a.max(axis=-1, keepdims=True)).sum(axis=-1,
-                                                                         keepdims=True))
+        src = softmax_source()
         prg = cl.Program(ctx, src).build(options=verbose)
         report(f"fuseloop {group}x{items} lanes {lanes}", softmax, registers(prg, cldev))
 
