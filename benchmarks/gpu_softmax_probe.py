@@ -98,6 +98,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rows-log2", type=int, default=14)
     ap.add_argument("--cols-log2", type=int, default=13)
+    ap.add_argument("--cols", type=int, default=0,
+                    help="columns, any number (overrides --cols-log2)")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--batch", type=int, default=20)
     ap.add_argument("--hand", action="store_true", help="also the hand-written variants")
@@ -111,7 +113,7 @@ def main() -> None:
     cldev = ctx.devices[0]
     print(f"device: {dev.name}; sub-group extensions: "
           f"{[e for e in cldev.extensions.split() if 'subgroup' in e or 'sub_group' in e]}")
-    r, c = 1 << args.rows_log2, 1 << args.cols_log2
+    r, c = 1 << args.rows_log2, args.cols or 1 << args.cols_log2
     copy = copy_bandwidth(4 * r * c, args.repeat, warmup=3)
     print(f"copy bandwidth (read + write) {copy:.0f} GB/s", flush=True)
     h = np.random.default_rng(0).random((r, c), dtype=np.float32)

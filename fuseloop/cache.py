@@ -9,7 +9,7 @@ rebuilt, and a binary the driver no longer accepts falls back to the source.
 
 Key parts (see :func:`disk_key`): schema version, library versions, a
 fingerprint of fuseloop's code-generating modules, device identity, recipe
-name and version, index dtype, and the program.
+name and version, the recipe's size class, index dtype, and the program.
 
 Concurrency: the memory cache is shared by all threads; a kernel missing from
 it is built once, by the first thread that asks, while the others wait for it
@@ -45,7 +45,7 @@ from .expr.program import Program, collapse_groups
 from .recipes import Recipe
 from .runtime.devices import Device
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _counters = _stats.counters
 _increment = _stats.increment
 
@@ -118,13 +118,15 @@ def cache_dir() -> Path | None:
     return Path(platformdirs.user_cache_dir("fuseloop"))
 
 
-def disk_key(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe) -> str:
+def disk_key(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
+             sizes: str = "") -> str:
     return repr((
         ("schema", SCHEMA_VERSION),
         ("libraries", library_versions()),
         ("fuseloop_code", code_fingerprint()),
         ("device", device.identity),
         ("recipe", recipe.cache_id),
+        ("sizes", sizes),
         ("index_dtype", index_dtype.name),
         ("program", program),
     ))
@@ -415,14 +417,17 @@ def _signature_names(source: str, name: str) -> list[str]:
 
 
 def _lower(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
-           user_functions: dict[str, Any]) -> KernelPlan:
+           user_functions: dict[str, Any], sizes: str = "") -> KernelPlan:
     import loopy as lp
 
     from .lower.kernel import lower_program
 
     groups = collapse_groups(program)
     lowered = lower_program(program, groups, index_dtype, user_functions)
-    t_unit = recipe.transform(lowered.t_unit, device)
+    t_unit = lowered.t_unit
+    if sizes:  # the launch's size class, for the recipe and Loopy's code generation
+        t_unit = lp.assume(t_unit, sizes)
+    t_unit = recipe.transform(t_unit, device)
     code = lp.generate_code_v2(t_unit)
     entry = t_unit.default_entrypoint
     gsize, lsize = entry.get_grid_size_upper_bounds_as_exprs(t_unit.callables_table)
@@ -468,14 +473,17 @@ def _from_disk(entry: DiskEntry, path: Path, device: Device) -> CompiledKernel |
 
 
 def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
-               user_functions: dict[str, Any]) -> CompiledKernel:
+               user_functions: dict[str, Any], sizes: str = "") -> CompiledKernel:
     """The compiled kernel for ``program``: memory cache, then disk, then Loopy.
+
+    ``sizes`` is the launch's size class (Loopy assumptions; see
+    :mod:`fuseloop.recipes`), part of both keys.
 
     Nothing is registered unless the kernel was built: a failed build or an
     interruption (``KeyboardInterrupt``) leaves neither a memory entry nor a
     disk entry behind, and releases the key's lock.
     """
-    mem_key = (program, index_dtype.char, device.index, recipe.cache_id)
+    mem_key = (program, index_dtype.char, device.index, recipe.cache_id, sizes)
     hit = _memory.get(mem_key)
     if hit is not None:
         _increment("memory_cache_hits")
@@ -491,7 +499,8 @@ def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: 
             if hit is not None:
                 _increment("memory_cache_hits")
                 return hit
-            compiled = _get_uncached(program, index_dtype, device, recipe, user_functions)
+            compiled = _get_uncached(program, index_dtype, device, recipe, user_functions,
+                                     sizes)
             _memory[mem_key] = compiled
             return compiled
     finally:
@@ -502,12 +511,12 @@ def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: 
 
 
 def _get_uncached(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
-                  user_functions: dict[str, Any]) -> CompiledKernel:
+                  user_functions: dict[str, Any], sizes: str) -> CompiledKernel:
     _increment("memory_cache_misses")
     directory = cache_dir()
     key = path = None
     if directory is not None:
-        key = disk_key(program, index_dtype, device, recipe)
+        key = disk_key(program, index_dtype, device, recipe, sizes)
         path = entry_path(directory, key)
         entry = _read_disk(path, key)
         _increment("disk_cache_misses" if entry is None else "disk_cache_hits")
@@ -516,7 +525,7 @@ def _get_uncached(program: Program, index_dtype: np.dtype, device: Device, recip
             if compiled is not None:
                 return compiled
     with _loopy_lock:
-        plan = _lower(program, index_dtype, device, recipe, user_functions)
+        plan = _lower(program, index_dtype, device, recipe, user_functions, sizes)
     cl_program = _build_source(plan, device)  # raises before anything is cached
     compiled = CompiledKernel(plan, cl_program)
     if path is not None and key is not None:

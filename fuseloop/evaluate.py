@@ -27,7 +27,7 @@ from . import stats as _stats
 from .cache import _memory, get_kernel
 from .errors import DeviceError, DeviceMemoryError, DTypeError
 from .expr.nodes import Apply, Gather, Iota, Leaf, Node, Reduce, Remap, Storage, UserCall, c_strides
-from .expr.program import Bindings, StructureEntry, Target, linearize, structure_entry
+from .expr.program import Bindings, Program, StructureEntry, Target, linearize, structure_entry
 from .expr.views import nocopy_reshape_strides, reshape_view
 from .recipes import recipe_for
 from .runtime.devices import Device
@@ -466,6 +466,25 @@ class _Hashed(tuple):
         return self._hash  # type: ignore[attr-defined,no-any-return]
 
 
+def kernel_for(program: Program, index_dtype: np.dtype, device: Device, recipe: Any,
+               params: Sequence[int], n_rows: int, n_elem: int) -> tuple[Any, _Hashed]:
+    """The compiled kernel for this launch of ``program``, and its memory-cache key.
+
+    The key holds the recipe's size class for these sizes (see
+    :mod:`fuseloop.recipes`); counts a memory-cache hit when there is one.
+    """
+    size_class = recipe.size_class
+    sizes = "" if size_class is None else size_class(program, params, n_rows, n_elem)
+    mem_key = _Hashed((program, index_dtype.char, device.index, recipe.cache_id, sizes))
+    compiled = _memory.get(mem_key)
+    if compiled is not None:
+        _stats.increment("memory_cache_hits")
+    else:
+        _check_fp64(program.entries, device)
+        compiled = get_kernel(program, index_dtype, device, recipe, user_functions, sizes)
+    return compiled, mem_key
+
+
 class _Launch:
     """How one structure's compiled kernel is launched: all but the buffers and scalars."""
 
@@ -556,14 +575,8 @@ def _plan_launch(entry: StructureEntry, index_dtype: np.dtype, recipe: object, s
     program = entry.program
     if program.row_dims is not None or program.has_reduce or len(program.outputs) != 1:
         return None
-    mem_key = _Hashed((program, index_dtype.char, device.index, recipe.cache_id))  # type: ignore[attr-defined]
-    compiled = _memory.get(mem_key)
-    if compiled is not None:
-        _stats.increment("memory_cache_hits")
-    else:
-        _check_fp64(program.entries, device)
-        compiled = get_kernel(program, index_dtype, device, recipe, user_functions)  # type: ignore[arg-type]
     params = list(entry.params)
+    compiled, mem_key = kernel_for(program, index_dtype, device, recipe, params, size, 1)
     pack = arg_packer(compiled, program, params, size, 1, one_output=True)
     if pack is None:  # an error flag (gathers) or a second output: not this path's programs
         return None
@@ -592,12 +605,6 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
     index_dtype = _INT32 if biggest <= _INT32_LIMIT else _INT64
     recipe = recipe_for(device, "contraction" if program.contraction is not None else
                         "reduction" if program.has_reduce else "elementwise")
-    kernel = _memory.get((program, index_dtype.char, device.index, recipe.cache_id))
-    if kernel is not None:
-        _stats.increment("memory_cache_hits")
-    else:
-        _check_fp64(program.entries, device)
-        kernel = get_kernel(program, index_dtype, device, recipe, user_functions)
     shape = bindings.out_shape
     if program.row_dims is None:
         n_rows = math.prod(shape)
@@ -605,6 +612,7 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
     else:
         n_rows = math.prod(shape[d] for d in program.row_dims)
         n_elem = math.prod(shape) // max(1, n_rows)
+    kernel, _ = kernel_for(program, index_dtype, device, recipe, params, n_rows, n_elem)
     err = None
     args = []
     storages = bindings.storages

@@ -236,19 +236,14 @@ def _launch_fast(step: _Step, storages: list[Storage], outs: list[Storage],
 
 def _prepare(step: _Step, recipe: Any, index_dtype: np.dtype, device: Device) -> tuple | None:
     program = step.program
-    mem_key = _ev._Hashed((program, index_dtype.char, device.index, recipe.cache_id))
-    compiled = _ev._memory.get(mem_key)
-    if compiled is not None:
-        _ev._stats.increment("memory_cache_hits")
-    else:
-        _ev._check_fp64(program.entries, device)
-        compiled = _ev.get_kernel(program, index_dtype, device, recipe, _ev.user_functions)
     shape = step.out_shape
     if program.row_dims is None:
         n_rows, n_elem = math.prod(shape), 1
     else:
         n_rows = math.prod(shape[d] for d in program.row_dims)
         n_elem = math.prod(shape) // max(1, n_rows)
+    compiled, mem_key = _ev.kernel_for(program, index_dtype, device, recipe, step.params,
+                                       n_rows, n_elem)
     pack = _ev.arg_packer(compiled, program, step.params, n_rows, n_elem, one_output=False)
     if pack is None:  # an error flag: never in planned programs (no gathers)
         return None

@@ -121,6 +121,37 @@ def test_recipe_registry_is_extensible(device):
         fl.register_recipe(kind, old.transform, name=old.name, version=old.version)
 
 
+def test_recipe_size_classes(device, fresh_dir, fresh_stats):
+    import loopy as lp
+
+    seen = []
+
+    def sized_recipe(t_unit, dev):
+        seen.append(t_unit.default_entrypoint.assumptions)
+        return lp.split_iname(t_unit, "i", 64, outer_tag="g.0", inner_tag="l.0")
+
+    def size_class(program, params, n_rows, n_elem):
+        return "N = 1000" if n_rows == 1000 else ""
+
+    sized_recipe.size_class = size_class  # picked up by register_recipe
+    old = fl.recipe_for(device)
+    kind = "nvidia" if device.type == "gpu" and "nvidia" in device.vendor.lower() else device.type
+    fl.register_recipe(kind, sized_recipe, name="test-sized-recipe", version="1")
+    try:
+        assert fl.recipe_for(device).size_class is size_class
+        before = fl.stats()["memory_cache_misses"]
+        for n in (1000, 2000, 1000, 3000):
+            x = fl.asarray(np.arange(n, dtype=np.float32))
+            np.testing.assert_allclose((x * 5 + 2).get(), np.arange(n) * 5 + 2)
+        # one kernel for the class N = 1000, one for every other size
+        assert fl.stats()["memory_cache_misses"] - before == 2
+        # the recipe saw the class among the kernel's assumptions
+        assert len(seen) == 2 and ["N = 1000" in str(a) for a in seen] == [True, False]
+        assert len(list(fresh_dir.rglob("*.json"))) == 2  # two disk entries
+    finally:
+        fl.register_recipe(kind, old.transform, name=old.name, version=old.version)
+
+
 # {{{ key parts, location, disabling, stored binaries (in-process)
 
 def _expr(x):

@@ -98,11 +98,14 @@ def test_softmax_is_one_kernel_with_one_max(gpu_recipes_on_cpu, fresh_stats):
     src = fl.show_code(_softmax(x))
     # one max reduction and one sum, each with its local array of partial results
     assert len(re.findall(r"__local \w+ part_t\d+\[", src)) == 2, src
-    assert len(re.findall(r"= -1 \* INFINITY;", src)) == 4, src  # head, tail, two stages
+    # the max starts at -inf in the head and in both combining stages (the row
+    # fits the cache: no tail)
+    assert len(re.findall(r"= -1 \* INFINITY;", src)) == 3, src
 
 
 def test_row_cache_in_registers(gpu_recipes_on_cpu):
-    x = fl.asarray(np.ones((4, 300), np.float32))
+    group = gpu_recipes_on_cpu
+    x = fl.asarray(np.ones((4, 16 * group + 44), np.float32))  # longer than the cache
     src = fl.show_code(_softmax(x))
     # the row is loaded once into a private array and every pass reads it there
     assert re.search(r"float row0\[\d+\];", src), src
@@ -139,3 +142,49 @@ def test_integer_sums_stay_integer_in_the_group_combination(gpu_recipes_on_cpu, 
         assert "double" not in fl.show_code(got)
         np.testing.assert_array_equal(got.get(), want)
         assert got.dtype == want.dtype
+
+
+def test_rows_that_fill_the_cache_exactly_have_no_tests(gpu_recipes_on_cpu):
+    # a row of exactly c pieces of the group is its own size class: no tail loop,
+    # no bounds test on loads, reductions or stores
+    group = gpu_recipes_on_cpu
+    h = np.random.default_rng(4).standard_normal((6, 4 * group)).astype(np.float32)
+    x = fl.asarray(h)
+    src = fl.show_code(_softmax(x))
+    assert re.search(r"float row0\[4\];", src), src
+    assert not re.search(r"for \(int j\d+_t", src), src
+    assert not re.search(r"if \([^)]*(p\d|NE)", src), src
+    assert not re.search(r"[<>]=? *(p\d+|NE)\b", src), src
+    np.testing.assert_allclose(_softmax(x).get(), _np_softmax(h.astype(np.float64)),
+                               rtol=2e-6)
+
+
+def test_rows_shorter_than_their_class_test_only_the_last_piece(gpu_recipes_on_cpu):
+    group = gpu_recipes_on_cpu
+    h = np.random.default_rng(5).standard_normal((6, 3 * group - 5))
+    x = fl.asarray(h)
+    src = fl.show_code(_softmax(x))
+    assert re.search(r"double row0\[3\];", src), src
+    assert not re.search(r"for \(int j\d+_t", src), src
+    stores = re.findall(r"(if \([^\n]*\)\s*\{\s*)?oaddr0 = [^;]*;\s*out0\[oaddr0\]", src)
+    assert len(stores) == 3 and [bool(s) for s in stores] == [False, False, True], src
+    np.testing.assert_allclose(_softmax(x).get(), _np_softmax(h), rtol=1e-12)
+
+
+def test_size_classes_bound_the_number_of_kernels(gpu_recipes_on_cpu, fresh_stats):
+    group = gpu_recipes_on_cpu
+    rng = np.random.default_rng(6)
+    fl.clear_memory_cache()  # kernels of other tests' shapes are not this test's
+
+    def kernels_for(rows, cols):
+        before = fl.stats()["memory_cache_misses"]
+        h = rng.standard_normal((rows, cols))
+        np.testing.assert_allclose(_softmax(fl.asarray(h)).get(), _np_softmax(h), rtol=1e-12)
+        return fl.stats()["memory_cache_misses"] - before
+
+    assert kernels_for(3, 2 * group - 7) == 1
+    assert kernels_for(9, 2 * group - 1) == 0  # same class: pieces 2, not exact
+    assert kernels_for(3, 2 * group) == 1  # exactly two pieces: another class
+    assert kernels_for(5, 2 * group) == 0  # the number of rows is not in the class
+    assert kernels_for(3, 16 * group + 1) == 1  # longer than the cache: no class
+    assert kernels_for(3, 40 * group + 3) == 0

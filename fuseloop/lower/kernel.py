@@ -458,7 +458,7 @@ class _Lowering:
         return out
 
 
-def _contiguous_rows(program: Program) -> bool:
+def contiguous_rows(program: Program) -> bool:
     """Whether some reduction walks contiguous memory (the recipes' row pattern)."""
     if program.row_dims is not None or program.chunked:
         return True
@@ -479,7 +479,7 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
 
         return lower_contraction(program, index_dtype, user_functions)
     if program.has_reduce:
-        name = "fuseloop_rows" if _contiguous_rows(program) else "fuseloop_cols"
+        name = "fuseloop_rows" if contiguous_rows(program) else "fuseloop_cols"
     low = _Lowering(program, index_dtype, user_functions)
     low.setup_root()
     low.index_helpers()

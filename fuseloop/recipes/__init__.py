@@ -6,13 +6,21 @@ will run on, and returns the transformed kernel.  Recipes are registered by
 device type (``"nvidia"``, ``"gpu"``, ``"cpu"``, ``"default"``); the most
 specific match wins.  Their name and version are part of the kernel cache key,
 so bumping the version invalidates cached kernels built by an older recipe.
+
+A recipe may also name a *size class* for each launch (``size_class``): Loopy
+assumptions about the kernel's size parameters, such as ``"p0 = 8192"``.
+Kernels are built and cached per class, with the assumptions added to the
+kernel before the recipe runs, so that the recipe (and Loopy's code
+generation) can drop loops and bounds tests that the class makes unnecessary.
+One class per size would compile a kernel per size; a recipe keeps the number
+of classes small.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import loopy as lp
 import pymbolic.primitives as prim
@@ -24,6 +32,10 @@ if TYPE_CHECKING:
     from ..runtime.devices import Device
 
 RecipeFunction = Callable[[lp.TranslationUnit, "Device"], lp.TranslationUnit]
+#: ``(program, params, n_rows, n_elem) -> assumptions`` ("" for none): ``params``
+#: are the values of the kernel's parameters ``p<k>``; ``n_rows`` and ``n_elem``
+#: those of ``N`` and ``NE``
+SizeClassFunction = Callable[[Any, Sequence[int], int, int], str]
 
 
 @dataclass(frozen=True)
@@ -31,6 +43,7 @@ class Recipe:
     name: str
     version: str
     transform: RecipeFunction
+    size_class: SizeClassFunction | None = None
 
     @property
     def cache_id(self) -> tuple[str, str]:
@@ -43,7 +56,8 @@ KINDS = ("elementwise", "reduction", "contraction")
 
 
 def register_recipe(device_type: str, func: RecipeFunction, *, name: str,
-                    version: str = "1", kind: str = "elementwise") -> Recipe:
+                    version: str = "1", kind: str = "elementwise",
+                    size_class: SizeClassFunction | None = None) -> Recipe:
     """Use ``func`` for kernels of ``kind`` on devices of ``device_type``.
 
     ``device_type`` is ``"nvidia"`` (NVIDIA GPUs), ``"gpu"``, ``"cpu"``,
@@ -53,11 +67,15 @@ def register_recipe(device_type: str, func: RecipeFunction, *, name: str,
     ``"contraction"`` (matmul-like sums of products: output loops ``b``,
     ``m``, ``n``, reduced loop ``k``, operand rules ``fl_x`` and ``fl_y``;
     see :mod:`fuseloop.recipes.contraction`).
+    ``size_class`` (default: ``func.size_class`` when ``func`` has one) picks
+    the size class of each launch (see the module's docstring).
     Registering again replaces the entry.
     """
     if kind not in KINDS:
         raise ValueError(f"recipe kind must be one of {KINDS}, got {kind!r}")
-    recipe = Recipe(name, str(version), func)
+    if size_class is None:
+        size_class = getattr(func, "size_class", None)
+    recipe = Recipe(name, str(version), func, size_class)
     _REGISTRY[(device_type, kind)] = recipe
     _CHOSEN.clear()
     return recipe
@@ -235,8 +253,8 @@ register_recipe("cpu", cpu_chunked, name="cpu-chunked", version="1")
 def _register_reduction_recipes() -> None:
     from .rows import cpu_rows, gpu_rows
 
-    register_recipe("default", gpu_rows, name="gpu-rows", version="8", kind="reduction")
-    register_recipe("gpu", gpu_rows, name="gpu-rows", version="8", kind="reduction")
+    register_recipe("default", gpu_rows, name="gpu-rows", version="9", kind="reduction")
+    register_recipe("gpu", gpu_rows, name="gpu-rows", version="9", kind="reduction")
     register_recipe("cpu", cpu_rows, name="cpu-rows", version="2", kind="reduction")
 
 

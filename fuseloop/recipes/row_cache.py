@@ -18,6 +18,7 @@ reads the cache only when its length equals ``p`` (checked at run time).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,31 @@ def row_bound(knl: lp.LoopKernel, j: str) -> str | None:
         want = isl.BasicSet(f"[{p}] -> {{ [{j}] : 0 <= {j} < {p} }}")
         return p if dom.is_equal(want) else None
     return None
+
+
+def implied(knl: lp.LoopKernel, condition: str) -> bool:
+    """Whether the kernel's assumptions imply ``condition`` (on its parameters)."""
+    assumptions = knl.assumptions
+    names = assumptions.get_var_names(isl.dim_type.param)
+    mentioned = set(re.findall(r"[A-Za-z_]\w*", condition)) - {"and", "or", "not"}
+    if not mentioned <= set(names):
+        return False
+    wanted = isl.BasicSet(f"[{', '.join(names)}] -> {{ : {condition} }}")
+    return assumptions.is_subset(wanted)
+
+
+def head_items(knl: lp.LoopKernel, bound: str, group: int, items: int) -> tuple[int, int]:
+    """(cached elements per work-item needed, of them the ones always inside the row).
+
+    ``items`` and 0 unless the assumptions (a size class) bound the row length
+    ``bound``: then rows known to be shorter need fewer elements per
+    work-item, and those known to lie inside every row need no bounds test.
+    """
+    used = next((c for c in range(1, items + 1) if implied(knl, f"{bound} <= {c * group}")),
+                items)
+    inside = next((c for c in range(used, 0, -1) if implied(knl, f"{bound} >= {c * group}")),
+                  0)
+    return used, inside
 
 
 def _offset_of(index: object, iname: str, row_inames: set[str]) -> object | None:
@@ -201,22 +227,29 @@ def add_fills(t_unit: lp.TranslationUnit, rows: list[CachedRow], group: int,
     for n, row in enumerate(rows):
         k, lane = f"row{n}_k", f"row{n}_lane"
         p = row.bound
+        used, inside = head_items(knl, p, group, items)
         # no bounds guard per element (on an H200 softmax went from 63% to 90% of copy
         # bandwidth without them): slots past the row's end repeat its last element,
         # and the readers mask them
         domains.append(isl.BasicSet(
-            f"{{ [{k}, {lane}] : 0 <= {k} < {items} and 0 <= {lane} < {group} }}"))
+            f"{{ [{k}, {lane}] : 0 <= {k} < {used} and 0 <= {lane} < {group} }}"))
         dtype = knl.arg_dict[row.array].dtype
-        temps[f"row{n}"] = lp.TemporaryVariable(f"row{n}", dtype, shape=(items,),
+        temps[f"row{n}"] = lp.TemporaryVariable(f"row{n}", dtype, shape=(used,),
                                                 address_space=lp.AddressSpace.PRIVATE)
         offset = prim.Variable(lane) + group * prim.Variable(k)
-        offset = prim.If(prim.Comparison(offset, "<", prim.Variable(p)), offset,
-                         prim.Variable(p) - 1)
+        predicates: frozenset = frozenset()
+        if inside < used:  # some slots may lie past the row's end
+            past: Any = prim.Comparison(offset, "<", prim.Variable(p))
+            if inside:  # the first ``inside`` slots never do
+                past = prim.LogicalOr((prim.Comparison(prim.Variable(k), "<", inside), past))
+            offset = prim.If(past, offset, prim.Variable(p) - 1)
+            if not implied(knl, f"{p} >= 1"):
+                predicates = frozenset({prim.Comparison(prim.Variable(p), ">", 0)})
         insns.append(lp.Assignment(
             prim.Variable(f"row{n}")[prim.Variable(k)],
             prim.Variable(row.array)[offset if row.base == 0 else row.base + offset],
             id=f"fill_row{n}", within_inames=frozenset({FLAT_INAME, k, lane}),
-            predicates=frozenset({prim.Comparison(prim.Variable(p), ">", 0)})))
+            predicates=predicates))
         # each work-item fills and reads its own private copy
         silenced.append(f"write_race(fill_row{n})")
     knl = knl.copy(instructions=insns, temporary_variables=temps, domains=domains,
@@ -302,6 +335,9 @@ def peel(t_unit: lp.TranslationUnit, rows: list[CachedRow], group: int, items: i
     which the caller combines across the group.  Instructions inside the
     element loop are duplicated into head and tail copies.  ``ops`` maps each
     reduction's result temporary to a callable combining two expressions.
+    With a size class bounding ``p`` (see :func:`head_items`) the head is
+    only as long as needed, elements known to lie inside the row are neither
+    masked nor guarded, and the tail is left out when no row reaches it.
     Returns the loops peeled; the others are left alone.
     """
     knl = t_unit.default_entrypoint
@@ -329,20 +365,26 @@ def peel(t_unit: lp.TranslationUnit, rows: list[CachedRow], group: int, items: i
         vl, vh, vt = prim.Variable(lane), prim.Variable(head), prim.Variable(tail)
         at_head = vl + group * vh
         at_tail = head_length + vl + group * vt
+        used, inside = head_items(knl, bound, group, items)
+        has_tail = not implied(knl, f"{bound} <= {head_length}")
         length = bound if is_element else None
+        if length is not None and rows and all(implied(knl, f"{bound} = {r.bound}")
+                                               for r in rows):
+            length = None  # the size class says the element loop is as long as the rows
         head_map = _Peeler(loop, at_head, rows, vh, length)
         tail_map = _Peeler(loop, at_tail, rows, None, length)
         domains = [d for d in domains if d is not dom]
         domains.append(isl.BasicSet(f"{{ [{lane}] : 0 <= {lane} < {group} }}"))
-        if is_element:  # stores past the row's end are skipped
+        if is_element and inside < used:  # stores past the row's end are skipped
             domains.append(isl.BasicSet(
-                f"[{bound}, {lane}] -> {{ [{head}] : 0 <= {head} < {items} "
+                f"[{bound}, {lane}] -> {{ [{head}] : 0 <= {head} < {used} "
                 f"and {lane} + {group} * {head} < {bound} }}"))
         else:  # reduced, masked: no branch per element
-            domains.append(isl.BasicSet(f"{{ [{head}] : 0 <= {head} < {items} }}"))
-        domains.append(isl.BasicSet(
-            f"[{bound}, {lane}] -> {{ [{tail}] : {tail} >= 0 "
-            f"and {head_length} + {lane} + {group} * {tail} < {bound} }}"))
+            domains.append(isl.BasicSet(f"{{ [{head}] : 0 <= {head} < {used} }}"))
+        if has_tail:
+            domains.append(isl.BasicSet(
+                f"[{bound}, {lane}] -> {{ [{tail}] : {tail} >= 0 "
+                f"and {head_length} + {lane} + {group} * {tail} < {bound} }}"))
         tags |= {lane: "l.0", head: "unr"}
         peeled.add(loop)
         user_ids = {insn.id for insn in users}
@@ -355,21 +397,29 @@ def peel(t_unit: lp.TranslationUnit, rows: list[CachedRow], group: int, items: i
                 new.append(insn.copy(expression=head_map(insn.expression),
                                      assignee=head_map(insn.assignee),
                                      within_inames=within | {head}))
-                new.append(insn.copy(
-                    id=f"{insn.id}_tail", expression=tail_map(insn.expression),
-                    assignee=tail_map(insn.assignee), within_inames=within | {tail},
-                    depends_on=frozenset(f"{d}_tail" if d in user_ids else d
-                                         for d in insn.depends_on)))
+                if has_tail:
+                    new.append(insn.copy(
+                        id=f"{insn.id}_tail", expression=tail_map(insn.expression),
+                        assignee=tail_map(insn.assignee), within_inames=within | {tail},
+                        depends_on=frozenset(f"{d}_tail" if d in user_ids else d
+                                             for d in insn.depends_on)))
             else:
                 red = insn.expression
                 target = insn.assignee_var_names()[0]
                 dtype = temps[target].dtype
                 parts = []
-                inside = prim.Comparison(at_head, "<", prim.Variable(bound))
-                head_expr = prim.If(inside, head_map(red.expr),
-                                    typed_neutral(red.operation, dtype, t_unit))
-                for suffix, expr, iname in (("head", head_expr, head),
-                                            ("tail", tail_map(red.expr), tail)):
+                head_expr = head_map(red.expr)
+                if inside < used:  # mask the elements that may lie past the row's end
+                    within_row: Any = prim.Comparison(at_head, "<", prim.Variable(bound))
+                    if inside:  # the head's first ``inside`` elements never do
+                        within_row = prim.LogicalOr((prim.Comparison(vh, "<", inside),
+                                                     within_row))
+                    head_expr = prim.If(within_row, head_expr,
+                                        typed_neutral(red.operation, dtype, t_unit))
+                pieces = [("head", head_expr, head)]
+                if has_tail:
+                    pieces.append(("tail", tail_map(red.expr), tail))
+                for suffix, expr, iname in pieces:
                     name = f"{target}_{suffix}"
                     temps[name] = lp.TemporaryVariable(name, dtype, shape=(),
                                                        address_space=lp.AddressSpace.PRIVATE)
@@ -379,10 +429,11 @@ def peel(t_unit: lp.TranslationUnit, rows: list[CachedRow], group: int, items: i
                         id=f"{insn.id}_{suffix}", within_inames=insn.within_inames | {lane},
                         depends_on=insn.depends_on))
                     parts.append(prim.Variable(name))
-                combine = ops[target]
+                combined = ops[target](*parts) if len(parts) == 2 else parts[0]
                 new.append(insn.copy(
-                    expression=lp.Reduction(red.operation, (lane,), combine(*parts)),
-                    depends_on=insn.depends_on | {f"{insn.id}_head", f"{insn.id}_tail"}))
+                    expression=lp.Reduction(red.operation, (lane,), combined),
+                    depends_on=insn.depends_on | {f"{insn.id}_{suffix}"
+                                                  for suffix, _, _ in pieces}))
         insns = new
     if not peeled:
         return t_unit, peeled

@@ -18,6 +18,8 @@ On CPUs a work-item takes whole rows and loops through them sequentially.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import islpy as isl
@@ -25,12 +27,13 @@ import loopy as lp
 import pymbolic.primitives as prim
 from loopy.kernel.data import LocalInameTag
 
-from ..lower.kernel import ELEMENT_INAME, FLAT_INAME
+from ..expr.program import Program
+from ..lower.kernel import ELEMENT_INAME, FLAT_INAME, contiguous_rows
 from . import row_cache
 
 if TYPE_CHECKING:
     from ..runtime.devices import Device
-    from . import RecipeFunction
+    from . import RecipeFunction, SizeClassFunction
 
 GPU_ROW_GROUP = 512
 GPU_ROW_CACHE_ITEMS = 16
@@ -74,6 +77,47 @@ def _combiners(t_unit: lp.TranslationUnit) -> dict[str, Any]:
     return out
 
 
+@lru_cache(maxsize=1024)
+def _row_length_params(program: Program) -> tuple[int, ...]:
+    """Parameter slots of the lengths of a rows kernel's per-row reductions."""
+    if (program.contraction is not None or not program.has_reduce
+            or not contiguous_rows(program)):
+        return ()
+    return tuple(sorted({e[7][1] for e in program.entries
+                         if e[0] == "reduce" and e[8] is None}))
+
+
+def make_row_size_class(group: int, cache_items: int) -> SizeClassFunction:
+    """Size classes for rows kernels: the number of ``group``-wide pieces per row.
+
+    A row of ``p <= group * cache_items`` elements is in class ``c = ceil(p /
+    group)``, split into ``p = c * group`` (every work-item has exactly ``c``
+    elements: no bounds test at all) and ``(c - 1) * group < p < c * group``
+    (only the last piece is tested).  Longer rows have no class: one kernel
+    serves them all.  So a structure has at most ``2 * cache_items`` kernels
+    besides the general one.  The element loop ``NE`` is noted as equal to
+    the row when it is, so the row cache serves it without a run-time test.
+    """
+    limit = group * cache_items
+
+    def row_size_class(program: Program, params: Sequence[int], n_rows: int,
+                       n_elem: int) -> str:
+        conds: list[str] = []
+        element_row = ""
+        for slot in _row_length_params(program):
+            p, name = params[slot], f"p{slot}"
+            if not 0 < p <= limit:
+                continue
+            pieces = -(-p // group)
+            conds.append(f"{name} = {p}" if p == pieces * group else
+                         f"{(pieces - 1) * group + 1} <= {name} <= {pieces * group - 1}")
+            if program.row_dims is not None and n_elem == p and not element_row:
+                element_row = f"NE = {name}"
+        return " and ".join([*conds, element_row] if element_row else conds)
+
+    return row_size_class
+
+
 def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_ITEMS,
                   lanes: int = GPU_REDUCTION_LANES) -> RecipeFunction:
     """The ``gpu-rows`` recipe with ``group`` work-items per contiguous row.
@@ -81,7 +125,9 @@ def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_I
     A row read by several passes is kept in registers, ``cache_items``
     elements per work-item (0: never; see :mod:`fuseloop.recipes.row_cache`).
     The work-items' partial results are combined through ``lanes`` values
-    (see :func:`_group_reductions`; 0: Loopy's tree).
+    (see :func:`_group_reductions`; 0: Loopy's tree).  The returned function
+    carries its size classes (:func:`make_row_size_class`) as ``size_class``,
+    which :func:`~fuseloop.register_recipe` picks up.
     """
 
     def gpu_rows(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
@@ -134,6 +180,7 @@ def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_I
             *knl.silenced_warnings, *(f"write_race(calc_{name})" for name in results)]))
         return t_unit
 
+    gpu_rows.size_class = make_row_size_class(group, max(cache_items, 1))  # type: ignore[attr-defined]
     return gpu_rows
 
 
@@ -190,11 +237,12 @@ def _group_reductions(t_unit: lp.TranslationUnit, bounds: dict[str, str | None],
             id=f"{insn.id}_partial", within_inames=outer | {f"{j}_inner"},
             depends_on=insn.depends_on))
         slot = prim.Variable(lane) + lanes * prim.Variable(k)
+        partial = prim.Variable(partials)[slot]
+        if not row_cache.implied(knl, f"{p} >= {group}"):  # some work-items had no element
+            partial = prim.If(prim.Comparison(slot, "<", prim.Variable(p)), partial, neutral)
         insns.append(lp.Assignment(
             prim.Variable(combined)[prim.Variable(lane)],
-            lp.Reduction(red.operation, (k,),
-                         prim.If(prim.Comparison(slot, "<", prim.Variable(p)),
-                                 prim.Variable(partials)[slot], neutral)),
+            lp.Reduction(red.operation, (k,), partial),
             id=f"{insn.id}_lanes", within_inames=outer | {lane},
             depends_on=frozenset({f"{insn.id}_partial"})))
         # every work-item computes the row's result: no barrier to publish it
