@@ -16,8 +16,10 @@ work-groups reduce pieces, a second small kernel combines the pieces.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from typing import Any
+from weakref import ref as _weakref
 
 import numpy as np
 import pyopencl as cl
@@ -33,6 +35,7 @@ from .recipes import recipe_for
 from .runtime.devices import Device
 
 _plan_recorder = run_plans.recorder
+_enqueue_nd_range = cl._cl.enqueue_nd_range_kernel  # what pyopencl's kernel invoker calls
 
 _counters = _stats.counters
 _stats_lock = _stats._lock
@@ -486,9 +489,15 @@ def kernel_for(program: Program, index_dtype: np.dtype, device: Device, recipe: 
 
 
 class _Launch:
-    """How one structure's compiled kernel is launched: all but the buffers and scalars."""
+    """How one structure's compiled kernel is launched: all but the buffers and scalars.
 
-    __slots__ = ("compiled", "global_size", "local_size", "mem_key", "pack", "recipe")
+    ``go(out, storages, scalars, kernel, last, queue)`` sets the arguments that
+    changed and enqueues (:func:`_launcher`); ``threads`` holds, per thread, a
+    ``cl.Kernel`` of its own for this structure and what its arguments were set to.
+    """
+
+    __slots__ = ("compiled", "consts", "global_size", "go", "local_size", "mem_key", "recipe",
+                 "threads")
 
 
 def _other_device(s: Storage, device: Device) -> DeviceError:
@@ -529,8 +538,11 @@ def _launch_cached(entry: StructureEntry, storages: list[Storage], scalars: list
     else:
         hit = 1
     try:
-        plan.compiled.kernel(device.queue, plan.global_size, plan.local_size,
-                             *plan.pack(out, storages, scalars))
+        try:
+            kernel, last = plan.threads.state
+        except AttributeError:
+            kernel, last = _thread_kernel(plan)
+        plan.go(out, storages, scalars, kernel, last, device.queue)
     except BaseException:
         _stats.increment("memory_cache_hits", hit)
         raise
@@ -577,19 +589,77 @@ def _plan_launch(entry: StructureEntry, index_dtype: np.dtype, recipe: object, s
         return None
     params = list(entry.params)
     compiled, mem_key = kernel_for(program, index_dtype, device, recipe, params, size, 1)
-    pack = arg_packer(compiled, program, params, size, 1, one_output=True)
-    if pack is None:  # an error flag (gathers) or a second output: not this path's programs
-        return None
     plan = _Launch()
-    plan.compiled = compiled
-    plan.mem_key = mem_key
-    plan.recipe = recipe
-    plan.pack = pack
     plan.local_size = compiled.lsize(size, 1, params)
     plan.global_size = tuple(g * w for g, w in zip(compiled.gsize(size, 1, params),
                                                    plan.local_size))
+    made = _launcher(compiled, params, size, plan.global_size, plan.local_size)
+    if made is None:  # an error flag (gathers) or a second output: not this path's programs
+        return None
+    plan.go, plan.consts = made
+    plan.compiled = compiled
+    plan.mem_key = mem_key
+    plan.recipe = recipe
+    plan.threads = threading.local()
     entry.launches.setdefault(device, {})[index_dtype] = plan
     return plan
+
+
+def _launcher(compiled: Any, params: Sequence[int], size: int, global_size: tuple[int, ...],
+              local_size: tuple[int, ...]) -> tuple[Any, list[tuple[int, Any]]] | None:
+    """The enqueue function of :class:`_Launch` and its constant arguments, or None.
+
+    The kernel object is this path's own (one per structure and thread), so what
+    its arguments were last set to is known: the sizes and parameters are set
+    once (``consts``), an input buffer again only when it is another
+    :class:`Storage` (remembered by weak reference, so no buffer is kept alive),
+    a scalar only when it is another object (numpy scalars are immutable; the
+    operators reuse one object per value), the output every time.  pyopencl's
+    invoker sets every argument on every call, which costs PoCL about 2 us more
+    per launch.  Scalars are converted to the kernel's declared type, as the
+    invoker packs them.  Before an argument is set its record is cleared, so an
+    interruption cannot leave a record that claims an argument it does not hold.
+    """
+    dtypes = compiled.plan.arg_dtypes
+    lines = ["def go(o, s, c, k, last, queue):"]
+    consts: list[tuple[int, Any]] = []
+    env: dict[str, Any] = {"wr": _weakref, "enqueue": _enqueue_nd_range,
+                           "g": global_size, "l": local_size}
+    for i, (kind, idx) in enumerate(compiled.arg_plan):
+        if kind >= 2 and dtypes[i] is None:
+            return None  # (never expected: every scalar argument has a declared type)
+        if kind == 0:
+            if idx != 0:
+                return None
+            lines.append(f"    k.set_arg({i}, o.buffer)")
+        elif kind == 1:
+            lines += [f"    x = s[{idx}]", f"    r = last[{i}]",
+                      "    if r is None or r() is not x:",
+                      f"        last[{i}] = None", f"        k.set_arg({i}, x.buffer)",
+                      f"        last[{i}] = wr(x)"]
+        elif kind == 2:
+            env[f"T{i}"] = np.dtype(dtypes[i]).type
+            lines += [f"    v = c[{idx}]", f"    if v is not last[{i}]:",
+                      f"        last[{i}] = None", f"        k.set_arg({i}, T{i}(v))",
+                      f"        last[{i}] = v"]
+        elif kind in (3, 4, 5):
+            value = params[idx] if kind == 3 else size if kind == 4 else 1
+            consts.append((i, np.dtype(dtypes[i]).type(value)))
+        else:
+            return None
+    lines.append("    enqueue(queue, k, g, l, None, None, False, False)")
+    exec("\n".join(lines), env)
+    return env["go"], consts
+
+
+def _thread_kernel(plan: _Launch) -> tuple[Any, list[Any]]:
+    """This thread's kernel object for ``plan``, with the constant arguments set."""
+    kernel = cl.Kernel(plan.compiled.program, plan.compiled.plan.name)
+    last: list[Any] = [None] * len(plan.compiled.arg_plan)
+    for i, value in plan.consts:
+        kernel.set_arg(i, value)
+    plan.threads.state = state = (kernel, last)
+    return state
 
 
 # }}}

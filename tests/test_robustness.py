@@ -352,14 +352,18 @@ def _interrupt_disk_write(monkeypatch):
 
 
 def _interrupt_launch(monkeypatch):
+    from fuseloop import evaluate
+
     prop = cache.CompiledKernel.kernel
 
     def kernel(self):
         k = prop.fget(self)
         return hook if not hook.fired else k
 
-    hook = InterruptOnce(None)
+    hook = InterruptOnce(evaluate._enqueue_nd_range)
     monkeypatch.setattr(cache.CompiledKernel, "kernel", property(kernel))
+    # a cached elementwise launch enqueues through a kernel object of its own
+    monkeypatch.setattr(evaluate, "_enqueue_nd_range", hook)
     return hook
 
 

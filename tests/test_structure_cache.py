@@ -259,3 +259,73 @@ def test_nan_literal_is_a_memory_cache_hit(device, fresh_stats):
     s = fresh_stats()
     assert s["kernels_compiled"] == 0 and s["memory_cache_misses"] == 0
     assert s["memory_cache_hits"] == 3
+
+
+def test_cached_launch_sets_changed_arguments_only_and_correctly(device):
+    """The cached launch keeps its kernel's unchanged arguments: every change must reach it."""
+    rng = np.random.default_rng(3)
+    hs = [rng.random(257).astype(np.float32) for _ in range(4)]
+    arrs = [fl.asarray(h) for h in hs]
+
+    def check(a, b, ha, hb, s):
+        np.testing.assert_allclose((a * s + b).get(), ha * np.float32(s) + hb, rtol=1e-6)
+
+    check(arrs[0], arrs[1], hs[0], hs[1], 2.0)
+    check(arrs[0], arrs[1], hs[0], hs[1], 2.0)  # nothing but the output changes
+    check(arrs[0], arrs[1], hs[0], hs[1], 3.5)  # another scalar
+    check(arrs[2], arrs[1], hs[2], hs[1], 3.5)  # another first input
+    check(arrs[2], arrs[3], hs[2], hs[3], np.float32(-0.0))  # -0.0: not the cached 0.0
+    check(arrs[2], arrs[3], hs[2], hs[3], 0.0)
+    # an input buffer that is gone and a new one (which may reuse its id and pool memory)
+    for k in range(5):
+        h = np.full(257, k, np.float32)
+        check(fl.asarray(h), arrs[3], h, hs[3], 2.0)
+    # bool scalars are passed as uchar
+    bh = hs[0] > 0.5
+    b = fl.asarray(bh)
+    for v in (True, False, True):
+        np.testing.assert_array_equal((b & v).get(), bh & v)
+        np.testing.assert_array_equal((b | v).get(), bh | v)
+    # the same program at another length (another structure, its own constant arguments)
+    for n in (100, 257, 100):
+        np.testing.assert_allclose((arrs[0][:n] * 2.0 + arrs[1][:n]).get(),
+                                   hs[0][:n] * 2 + hs[1][:n], rtol=1e-6)
+
+
+def test_cached_launch_keeps_no_input_alive(device):
+    import gc
+    import weakref
+
+    y = fl.asarray(np.ones(64, np.float32))
+    for _ in range(2):
+        x = fl.asarray(np.arange(64, dtype=np.float32))
+        (x * 2 + y).eval()
+    gone = weakref.ref(x._storage)
+    del x
+    gc.collect()
+    assert gone() is None
+
+
+def test_cached_launch_in_threads(device):
+    """Each thread launches through its own kernel object, with its own arguments."""
+    import threading
+
+    hs = [np.full(300, k, np.float32) for k in range(4)]
+    errors = []
+
+    def work(k):
+        try:
+            x = fl.asarray(hs[k])
+            for j in range(50):
+                got = (x * float(j) + 1.0).get()
+                if not np.array_equal(got, hs[k] * np.float32(j) + 1):
+                    errors.append((k, j))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
