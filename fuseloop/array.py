@@ -14,6 +14,7 @@ from .dtypes import as_dtype, resolve_loop, scalar_kind, scalar_to
 from .errors import DeviceError, DTypeError, ShapeError
 from .evaluate import cast_node, run
 from .expr.nodes import (
+    _EMPTY,
     READERS_FLUSH_AT,
     Apply,
     Leaf,
@@ -22,7 +23,6 @@ from .expr.nodes import (
     Scalar,
     Storage,
     _loop_key,
-    binary,
     broadcast_shapes,
     register_readers,
     unregistered_readers,
@@ -111,7 +111,7 @@ def build_node(op: str, operands: tuple[Any, ...],
     return Apply(op, args, loop, shape), device
 
 
-_new_array = object.__new__
+_new_array = _new_node = object.__new__
 # (op, operand kind, operand kind) -> (loop dtypes, their key); finite: ops x kinds^2
 _loops: dict[tuple, tuple[tuple[np.dtype, ...], tuple[str, ...]]] = {}
 # (Python int or float, dtype char) -> the numpy scalar it converts to
@@ -157,12 +157,14 @@ def _lazy_array(node: Node, device: Device) -> Array:
 def _binary_fast(op: str, a: Any, b: Any) -> Array | None:
     """The common cases (array with array, array with Python scalar), kept lean.
 
-    This runs for every operator: the node and the array are built in place
-    (:func:`_lazy_array` inline).
+    This runs for every operator: the scalar node, the operation node and the
+    array are built in place (``Scalar.__init__``, :func:`fuseloop.expr.nodes.binary`
+    and :func:`_lazy_array`, inline), with one function call per operator.
     """
     ta, tb = type(a), type(b)
     if ta is Array:
         device = a.device
+        an = a._node
         if tb is Array:
             if b.device is not device:
                 return None
@@ -171,26 +173,55 @@ def _binary_fast(op: str, a: Any, b: Any) -> Array | None:
             shape = a.shape
             if shape != b.shape:
                 shape = broadcast_shapes(shape, b.shape)
-            node = binary(op, a._node, b._node, loop, key, shape)
+            bn = b._node
         elif tb is float or tb is int:
             hit = _loops.get((op, a.dtype, tb))
             loop, key = hit if hit is not None else _binary_loop(op, a.dtype, tb)
-            node = binary(op, a._node, Scalar(_weak_scalar(b, loop[1])), loop, key, a.shape)
+            # _weak_scalar, its hit inline (0, -0.0 and NaN are never remembered)
+            v = _weak_scalars.get((b, key[1])) if b and b == b else None
+            if v is None:
+                v = _weak_scalar(b, loop[1])
+            bn = _new_node(Scalar)
+            bn.value = v
+            bn.dtype = v.dtype
+            bn.shape = ()
+            bn.storages = _EMPTY
+            shape = a.shape
         else:
             return None
     elif tb is Array and (ta is float or ta is int):
         device = b.device
         loop, key = _binary_loop(op, ta, b.dtype)
-        node = binary(op, Scalar(_weak_scalar(a, loop[0])), b._node, loop, key, b.shape)
+        an = Scalar(_weak_scalar(a, loop[0]))
+        bn = b._node
+        shape = b.shape
     else:
         return None
-    self = _new_array(Array)
+    node = _new_node(Apply)
+    node.op = op
+    node.args = (an, bn)
+    node.loop = loop
+    node.loop_key = key
+    node.dtype = dtype = loop[-1]
+    node.shape = shape
+    sa = an.storages
+    sb = bn.storages
+    if sb is sa or not sb:
+        node.storages = storages = sa
+    elif not sa or sa < sb:
+        node.storages = storages = sb
+    elif sb <= sa:
+        node.storages = storages = sa
+    else:
+        node.storages = storages = sa | sb
+    node.fancy = an.fancy or bn.fancy
+    self = _new_node(Array)
     self._storage = None
     self._node = node
     self.device = device
-    self.dtype = node.dtype
-    self.shape = node.shape
-    if node.storages:
+    self.dtype = dtype
+    self.shape = shape
+    if storages:
         unregistered_readers.append(_weakref(self))
         if len(unregistered_readers) >= READERS_FLUSH_AT:
             register_readers()
@@ -286,8 +317,11 @@ class Array:
         key = id(self)
         for s in old:
             readers = s.readers  # usually None or without this array (expr.nodes.note_reader)
-            if readers and key in readers:
-                s.discard_reader(self)
+            if readers:
+                # an entry under this id is often a dead array's (ids are reused): look first
+                ref = readers.get(key)
+                if ref is not None and ref() is self:
+                    s.discard_reader(self)
 
     # }}}
 
