@@ -325,30 +325,6 @@ class Apply(Node):
 _new = object.__new__
 
 
-def binary(op: str, a: Node, b: Node, loop: tuple[np.dtype, ...], loop_key: tuple[str, ...],
-           shape: tuple[int, ...]) -> Apply:
-    """``Apply(op, (a, b), loop, shape)``, built without the general loop (operators)."""
-    node = _new(Apply)
-    node.op = op
-    node.args = (a, b)
-    node.loop = loop
-    node.loop_key = loop_key
-    node.dtype = loop[-1]
-    node.shape = shape
-    sa = a.storages
-    sb = b.storages
-    if sb is sa or not sb:
-        node.storages = sa
-    elif not sa or sa < sb:
-        node.storages = sb
-    elif sb <= sa:
-        node.storages = sa
-    else:
-        node.storages = sa | sb
-    node.fancy = a.fancy or b.fancy
-    return node
-
-
 class UserCall(Apply):
     """A call of a user-defined OpenCL function (``fl.function`` with a body)."""
 
