@@ -492,7 +492,7 @@ class _Launch:
     """How one structure's compiled kernel is launched: all but the buffers and scalars.
 
     ``go(out, storages, scalars, kernel, last, queue)`` sets the arguments that
-    changed and enqueues (:func:`_launcher`); ``threads`` holds, per thread, a
+    changed and enqueues (:func:`launcher`); ``threads`` holds, per thread, a
     ``cl.Kernel`` of its own for this structure and what its arguments were set to.
     """
 
@@ -541,7 +541,7 @@ def _launch_cached(entry: StructureEntry, storages: list[Storage], scalars: list
         try:
             kernel, last = plan.threads.state
         except AttributeError:
-            kernel, last = _thread_kernel(plan)
+            kernel, last = thread_kernel(plan.compiled, plan.consts, plan.threads)
         plan.go(out, storages, scalars, kernel, last, device.queue)
     except BaseException:
         _stats.increment("memory_cache_hits", hit)
@@ -550,36 +550,6 @@ def _launch_cached(entry: StructureEntry, storages: list[Storage], scalars: list
         _counters["memory_cache_hits"] += hit
         _counters["kernels_launched"] += 1
     return True
-
-
-def arg_packer(compiled: Any, program: Any, params: Sequence[int], n_rows: int, n_elem: int,
-               one_output: bool) -> Any:
-    """A function ``(outs, storages, scalars)`` giving ``compiled``'s argument tuple.
-
-    Sizes and parameters are constants of the structure, baked in; ``outs`` is the one
-    output itself when ``one_output``.  None when the kernel takes an error flag (gathers)
-    or, with ``one_output``, a second output.
-    """
-    bools = {e[1] for e in program.entries if e[0] == "arg" and e[2] == "?"}
-    parts = []
-    for kind, idx in compiled.arg_plan:
-        if kind == 0:
-            if one_output and idx != 0:
-                return None
-            parts.append("o.buffer" if one_output else f"o[{idx}].buffer")
-        elif kind == 1:
-            parts.append(f"s[{idx}].buffer")
-        elif kind == 2:  # bool is uchar in kernels; pyopencl cannot pack a numpy bool as uchar
-            parts.append(f"u8(c[{idx}])" if idx in bools else f"c[{idx}]")
-        elif kind == 3:
-            parts.append(str(int(params[idx])))
-        elif kind == 4:
-            parts.append(str(int(n_rows)))
-        elif kind == 5:
-            parts.append(str(int(n_elem)))
-        else:
-            return None
-    return eval(f"lambda o, s, c: ({''.join(p + ', ' for p in parts)})", {"u8": np.uint8})
 
 
 def _plan_launch(entry: StructureEntry, index_dtype: np.dtype, recipe: object, size: int,
@@ -593,7 +563,7 @@ def _plan_launch(entry: StructureEntry, index_dtype: np.dtype, recipe: object, s
     plan.local_size = compiled.lsize(size, 1, params)
     plan.global_size = tuple(g * w for g, w in zip(compiled.gsize(size, 1, params),
                                                    plan.local_size))
-    made = _launcher(compiled, params, size, plan.global_size, plan.local_size)
+    made = launcher(compiled, params, size, 1, plan.global_size, plan.local_size)
     if made is None:  # an error flag (gathers) or a second output: not this path's programs
         return None
     plan.go, plan.consts = made
@@ -605,9 +575,12 @@ def _plan_launch(entry: StructureEntry, index_dtype: np.dtype, recipe: object, s
     return plan
 
 
-def _launcher(compiled: Any, params: Sequence[int], size: int, global_size: tuple[int, ...],
-              local_size: tuple[int, ...]) -> tuple[Any, list[tuple[int, Any]]] | None:
-    """The enqueue function of :class:`_Launch` and its constant arguments, or None.
+def launcher(compiled: Any, params: Sequence[int], n_rows: int, n_elem: int,
+              global_size: tuple[int, ...], local_size: tuple[int, ...],
+              one_output: bool = True) -> tuple[Any, list[tuple[int, Any]]] | None:
+    """An enqueue function ``go(outs, storages, scalars, kernel, last, queue)`` and the
+    constant arguments, or None when the kernel takes an error flag (gathers) or,
+    with ``one_output`` (``outs`` is then the output itself), a second output.
 
     The kernel object is this path's own (one per structure and thread), so what
     its arguments were last set to is known: the sizes and parameters are set
@@ -629,9 +602,10 @@ def _launcher(compiled: Any, params: Sequence[int], size: int, global_size: tupl
         if kind >= 2 and dtypes[i] is None:
             return None  # (never expected: every scalar argument has a declared type)
         if kind == 0:
-            if idx != 0:
+            if one_output and idx != 0:
                 return None
-            lines.append(f"    k.set_arg({i}, o.buffer)")
+            lines.append(f"    k.set_arg({i}, o.buffer)" if one_output else
+                         f"    k.set_arg({i}, o[{idx}].buffer)")
         elif kind == 1:
             lines += [f"    x = s[{idx}]", f"    r = last[{i}]",
                       "    if r is None or r() is not x:",
@@ -643,7 +617,7 @@ def _launcher(compiled: Any, params: Sequence[int], size: int, global_size: tupl
                       f"        last[{i}] = None", f"        k.set_arg({i}, T{i}(v))",
                       f"        last[{i}] = v"]
         elif kind in (3, 4, 5):
-            value = params[idx] if kind == 3 else size if kind == 4 else 1
+            value = params[idx] if kind == 3 else n_rows if kind == 4 else n_elem
             consts.append((i, np.dtype(dtypes[i]).type(value)))
         else:
             return None
@@ -652,13 +626,17 @@ def _launcher(compiled: Any, params: Sequence[int], size: int, global_size: tupl
     return env["go"], consts
 
 
-def _thread_kernel(plan: _Launch) -> tuple[Any, list[Any]]:
-    """This thread's kernel object for ``plan``, with the constant arguments set."""
-    kernel = cl.Kernel(plan.compiled.program, plan.compiled.plan.name)
-    last: list[Any] = [None] * len(plan.compiled.arg_plan)
-    for i, value in plan.consts:
+def thread_kernel(compiled: Any, consts: list[tuple[int, Any]],
+                  threads: threading.local) -> tuple[Any, list[Any]]:
+    """This thread's kernel object for a :func:`_launcher` function, constants set.
+
+    Kept in ``threads.state`` with the record of what its arguments were set to.
+    """
+    kernel = cl.Kernel(compiled.program, compiled.plan.name)
+    last: list[Any] = [None] * len(compiled.arg_plan)
+    for i, value in consts:
         kernel.set_arg(i, value)
-    plan.threads.state = state = (kernel, last)
+    threads.state = state = (kernel, last)
     return state
 
 

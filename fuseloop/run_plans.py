@@ -60,7 +60,9 @@ class _Step:
         self.storage_refs = storage_refs
         self.out_refs = out_refs
         self.scalar_refs = scalar_refs
-        self.fast: Any = None  # (recipe, mem_key, compiled, pack, global, local, index dtype)
+        # (recipe, mem_key, compiled, enqueue function, constant arguments, per-thread
+        # kernel objects, index dtype)
+        self.fast: Any = None
 
 
 class _Plan:
@@ -222,9 +224,12 @@ def _launch_fast(step: _Step, storages: list[Storage], outs: list[Storage],
         hit = 0  # _prepare counted the look-up
     else:
         hit = 1
-    compiled = fast[2]
     try:
-        compiled.kernel(device.queue, fast[4], fast[5], *fast[3](outs, storages, scalars))
+        try:
+            kernel, last = fast[5].state
+        except AttributeError:
+            kernel, last = _ev.thread_kernel(fast[2], fast[4], fast[5])
+        fast[3](outs, storages, scalars, kernel, last, device.queue)
     except BaseException:
         _ev._stats.increment("memory_cache_hits", hit)
         raise
@@ -244,13 +249,17 @@ def _prepare(step: _Step, recipe: Any, index_dtype: np.dtype, device: Device) ->
         n_elem = math.prod(shape) // max(1, n_rows)
     compiled, mem_key = _ev.kernel_for(program, index_dtype, device, recipe, step.params,
                                        n_rows, n_elem)
-    pack = _ev.arg_packer(compiled, program, step.params, n_rows, n_elem, one_output=False)
-    if pack is None:  # an error flag: never in planned programs (no gathers)
-        return None
     local = compiled.lsize(n_rows, n_elem, step.params)
     global_size = tuple(g * w for g, w in zip(compiled.gsize(n_rows, n_elem, step.params),
                                               local))
-    return (recipe, mem_key, compiled, pack, global_size, local, index_dtype)
+    made = _ev.launcher(compiled, step.params, n_rows, n_elem, global_size, local,
+                        one_output=False)
+    if made is None:  # an error flag: never in planned programs (no gathers)
+        return None
+    # the enqueue function sets only the arguments that changed on a kernel object
+    # of its own per thread (see evaluate.launcher)
+    go, consts = made
+    return (recipe, mem_key, compiled, go, consts, threading.local(), index_dtype)
 
 
 def clear() -> None:
