@@ -40,7 +40,7 @@ import numpy as np
 import pyopencl as cl
 
 from . import stats as _stats
-from .errors import KernelBuildError
+from .errors import KernelBuildError, RecipeError
 from .expr.program import Program, collapse_groups
 from .recipes import Recipe
 from .runtime.devices import Device
@@ -426,7 +426,13 @@ def _lower(program: Program, index_dtype: np.dtype, device: Device, recipe: Reci
     lowered = lower_program(program, groups, index_dtype, user_functions)
     t_unit = lowered.t_unit
     if sizes:  # the launch's size class, for the recipe and Loopy's code generation
-        t_unit = lp.assume(t_unit, sizes)
+        try:
+            t_unit = lp.assume(t_unit, sizes)
+        except Exception as exc:  # isl's parse errors have no common base worth naming
+            raise RecipeError(
+                f"recipe {recipe.name!r} named the size class {sizes!r}, which is not a set "
+                f"of Loopy assumptions about the kernel's sizes (N, NE, p0, p1, ...): {exc}; "
+                "fix its size_class function") from None
     t_unit = recipe.transform(t_unit, device)
     code = lp.generate_code_v2(t_unit)
     entry = t_unit.default_entrypoint

@@ -52,6 +52,10 @@ class KernelBuildError(FuseloopError, RuntimeError):
         return "\n".join(parts)
 
 
+class RecipeError(FuseloopError, ValueError):
+    """A registered recipe returned something fuseloop cannot use."""
+
+
 class UnknownFunctionError(FuseloopError, AttributeError):
     """A function name fuseloop does not provide."""
 

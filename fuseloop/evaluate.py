@@ -27,7 +27,7 @@ import pyopencl as cl
 from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
 from .cache import _memory, get_kernel
-from .errors import DeviceError, DeviceMemoryError, DTypeError
+from .errors import DeviceError, DeviceMemoryError, DTypeError, RecipeError
 from .expr.nodes import Apply, Gather, Iota, Leaf, Node, Reduce, Remap, Storage, UserCall, c_strides
 from .expr.program import Bindings, Program, StructureEntry, Target, linearize, structure_entry
 from .expr.views import nocopy_reshape_strides, reshape_view
@@ -478,6 +478,9 @@ def kernel_for(program: Program, index_dtype: np.dtype, device: Device, recipe: 
     """
     size_class = recipe.size_class
     sizes = "" if size_class is None else size_class(program, params, n_rows, n_elem)
+    if type(sizes) is not str:
+        raise RecipeError(f"recipe {recipe.name!r}: size_class returned {sizes!r}; it must "
+                          "return a string of Loopy assumptions ('' for none)")
     mem_key = _Hashed((program, index_dtype.char, device.index, recipe.cache_id, sizes))
     compiled = _memory.get(mem_key)
     if compiled is not None:

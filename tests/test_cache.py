@@ -153,6 +153,28 @@ def test_recipe_size_classes(device, fresh_dir, fresh_stats):
         fl.register_recipe(kind, old.transform, name=old.name, version=old.version)
 
 
+@pytest.mark.parametrize("bad", ["p0 = = 3", None])
+def test_a_bad_size_class_is_a_clear_error(device, fresh_dir, bad):
+    import loopy as lp
+
+    def recipe(t_unit, dev):
+        return lp.split_iname(t_unit, "i", 64, outer_tag="g.0", inner_tag="l.0")
+
+    old = fl.recipe_for(device)
+    kind = "nvidia" if device.type == "gpu" and "nvidia" in device.vendor.lower() else device.type
+    fl.register_recipe(kind, recipe, name="test-bad-sizes", version="1",
+                       size_class=lambda program, params, n_rows, n_elem: bad)
+    try:
+        x = fl.asarray(np.arange(100, dtype=np.float32))
+        with pytest.raises(fl.errors.RecipeError, match="test-bad-sizes") as info:
+            (x * 7 - 1).get()
+        assert repr(bad) in str(info.value)
+        assert not list(fresh_dir.rglob("*.json"))  # nothing cached
+    finally:
+        fl.register_recipe(kind, old.transform, name=old.name, version=old.version)
+    np.testing.assert_allclose((x * 7 - 1).get(), np.arange(100) * 7 - 1)
+
+
 # {{{ key parts, location, disabling, stored binaries (in-process)
 
 def _expr(x):
