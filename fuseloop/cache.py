@@ -23,6 +23,7 @@ reader sees a whole old entry, a whole new one, or none.
 from __future__ import annotations
 
 import base64
+import gc
 import hashlib
 import json
 import os
@@ -531,7 +532,15 @@ def _get_uncached(program: Program, index_dtype: np.dtype, device: Device, recip
             if compiled is not None:
                 return compiled
     with _loopy_lock:
-        plan = _lower(program, index_dtype, device, recipe, user_functions, sizes)
+        try:
+            plan = _lower(program, index_dtype, device, recipe, user_functions, sizes)
+        finally:
+            # Loopy leaves caught exceptions in reference cycles (a traceback holds
+            # its frame, whose local holds the exception); those frames reach back
+            # through the caller's frames to the user's lazy arrays, which then look
+            # alive and are materialised before their inputs are written. A lowering
+            # costs tenths of a second; a collection, milliseconds.
+            gc.collect()
     cl_program = _build_source(plan, device)  # raises before anything is cached
     compiled = CompiledKernel(plan, cl_program)
     if path is not None and key is not None:

@@ -311,3 +311,38 @@ def test_read_entry_verifies_checksum_and_file_name(device, fresh_dir):
     assert cache.read_entry(path) is None
 
 # }}}
+
+
+def test_lowering_keeps_no_lazy_array_alive(device, fresh_dir):
+    """Loopy keeps caught exceptions in reference cycles whose frames reach back into
+    fuseloop's (seen in ``loopy.symbolic.with_aff_conversion_guard`` with the GPU
+    recipe): until a garbage collection, a lazy array that the evaluation's frames held
+    looked alive, and writing into its input materialised it first (one launch more)."""
+    import gc
+
+    import loopy as lp
+
+    from fuseloop.recipes import _CHOSEN, _REGISTRY, gpu_coalesced
+
+    saved = dict(_REGISTRY)
+    if device.type == "cpu":  # the GPU recipe's code is the one that triggered it
+        fl.register_recipe("cpu", gpu_coalesced, name="test-gpu-coalesced-gc")
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # only fuseloop's own collection may break the cycles
+    try:
+        with lp.CacheMode(False):  # Loopy's own code cache would skip the lowering
+            xh = np.linspace(0, 1, 1000, dtype=np.float32)
+            x = fl.asarray(xh)
+            out = fl.empty_like(x)
+            out[...] = fl.exp(-x * x)  # lowered and compiled here (fresh caches)
+            fl.reset_stats()
+            x += 1
+            assert fl.stats()["kernels_launched"] == 1
+        np.testing.assert_allclose(x.get(), xh + 1)
+        np.testing.assert_allclose(out.get(), np.exp(-xh * xh), rtol=1e-6)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+        _REGISTRY.clear()
+        _REGISTRY.update(saved)
+        _CHOSEN.clear()
