@@ -39,4 +39,5 @@ def show_code(*exprs: Array) -> str:
 def synchronize() -> None:
     """Wait until all work enqueued on every device in use has finished."""
     for rt in list(_devices._runtimes.values()):
+        rt.flush()  # deferred small launches first (see fuseloop.runtime.devices)
         rt.queue.finish()

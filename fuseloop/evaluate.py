@@ -32,7 +32,7 @@ from .expr.nodes import Apply, Gather, Iota, Leaf, Node, Reduce, Remap, Storage,
 from .expr.program import Bindings, Program, StructureEntry, Target, linearize, structure_entry
 from .expr.views import nocopy_reshape_strides, reshape_view
 from .recipes import recipe_for
-from .runtime.devices import Device
+from .runtime.devices import Device, _runtime
 
 _plan_recorder = run_plans.recorder
 _enqueue_nd_range = cl._cl.enqueue_nd_range_kernel  # what pyopencl's kernel invoker calls
@@ -48,6 +48,10 @@ user_functions: dict[str, object] = {}  # key -> UserFunction, filled by fuseloo
 # A reduction over at least this many elements per result, with fewer results
 # than TWO_STAGE_MAX_ROWS, is split over many work-groups (two stages).
 TWO_STAGE_MIN_LENGTH = 32768
+# Cached elementwise launches of at most this many elements are deferred and
+# enqueued in batches of up to DEFER_MAX (see fuseloop.runtime.devices._DeviceRuntime).
+DEFER_MAX_ELEMENTS = 1 << 15
+DEFER_MAX = 64
 TWO_STAGE_MAX_ROWS = 64
 _SPLITTABLE = {"sum": "sum", "prod": "prod", "max": "max", "min": "min"}
 
@@ -545,7 +549,19 @@ def _launch_cached(entry: StructureEntry, storages: list[Storage], scalars: list
             kernel, last = plan.threads.state
         except AttributeError:
             kernel, last = thread_kernel(plan.compiled, plan.consts, plan.threads)
-        plan.go(out, storages, scalars, kernel, last, device.queue)
+        rt = _runtime(device)
+        if size <= DEFER_MAX_ELEMENTS:
+            # enqueued later, back to back with others (see _DeviceRuntime); the
+            # record keeps the buffers alive until then
+            deferred = rt.deferred
+            deferred.append((plan.go, (out, storages, scalars, kernel, last)))
+            if len(deferred) >= DEFER_MAX:
+                rt.flush()
+        else:
+            with rt.launch_lock:  # after the deferred ones, and not amid a flush
+                if rt.deferred:
+                    rt.flush()
+                plan.go(out, storages, scalars, kernel, last, rt.queue)
     except BaseException:
         _stats.increment("memory_cache_hits", hit)
         raise

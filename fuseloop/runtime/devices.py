@@ -7,6 +7,7 @@ changes it; ``with device(...)`` changes it for a block (per thread and task).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import os
@@ -54,7 +55,12 @@ class Device:
 
     @property
     def queue(self) -> cl.CommandQueue:
-        return _runtime(self).queue
+        """The device's in-order queue, with every deferred small launch enqueued."""
+        rt = _runtime(self)
+        # always through the lock: another thread may have taken launches out of
+        # ``deferred`` and not yet enqueued them
+        rt.flush()
+        return rt.queue
 
     @property
     def allocator(self) -> Any:
@@ -65,13 +71,43 @@ class Device:
 
 
 class _DeviceRuntime:
-    __slots__ = ("context", "pool", "queue")
+    """A device's context, queue and buffer pool, and its deferred small launches.
+
+    Small elementwise launches are not enqueued at once but kept in ``deferred``
+    (see :func:`fuseloop.evaluate.defer_launch`) and enqueued back to back by
+    :meth:`flush`: before anything else uses the queue (``Device.queue``), at
+    ``fl.synchronize()``, before a large launch and when ``DEFER_MAX`` are
+    waiting.  On PoCL's CPU device an enqueue between pieces of Python work
+    costs the host thread about twice what it costs back to back (the device's
+    worker threads are woken for every kernel and compete with it for the CPUs).
+    """
+
+    __slots__ = ("context", "deferred", "launch_lock", "pool", "queue")
 
     def __init__(self, device: Device) -> None:
         self.context = cl.Context([device.cl_device])
         self.queue = cl.CommandQueue(self.context)
         # pooled buffers make the per-evaluation output allocation nearly free
         self.pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(self.queue))
+        # (enqueue function, its arguments but the queue), oldest first
+        self.deferred: collections.deque[tuple[Any, tuple]] = collections.deque()
+        # held while enqueueing deferred launches or a launch that must follow them
+        self.launch_lock = threading.RLock()
+
+    def flush(self) -> None:
+        """Enqueue the deferred launches, oldest first."""
+        deferred = self.deferred
+        with self.launch_lock:
+            while deferred:
+                go, args = deferred.popleft()  # taken first: a re-entrant flush skips it
+                try:
+                    go(*args, self.queue)
+                except BaseException:
+                    # Interrupted or refused: put it back so no result is silently
+                    # missing (an elementwise launch into its own new buffer can run
+                    # twice); the next use of the queue tries again.
+                    deferred.appendleft((go, args))
+                    raise
 
 
 _lock = threading.Lock()

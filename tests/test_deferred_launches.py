@@ -1,0 +1,80 @@
+"""Small cached launches are deferred and enqueued in batches: results and order stay numpy's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+import fuseloop.evaluate as ev
+from fuseloop.runtime.devices import _runtime
+
+
+def rand(n, seed):
+    return np.random.default_rng(seed).random(n, dtype=np.float32)
+
+
+def test_small_launches_wait_for_a_batch_and_run_before_any_read(device):
+    xh = rand(1000, 1)
+    x = fl.asarray(xh)
+    (x * 2).eval()  # the structure's launch plan is made by a first evaluation
+    fl.synchronize()
+    rt = _runtime(device)
+    fl.reset_stats()
+    results = [(x * np.float32(k) + 1).eval() for k in range(5)]
+    assert len(rt.deferred) == 5  # launched (counted) but not yet enqueued
+    assert fl.stats()["kernels_launched"] == 5
+    for k, r in enumerate(results):  # the first read enqueues them all
+        np.testing.assert_allclose(r.get(), xh * np.float32(k) + 1)
+    assert not rt.deferred
+
+
+def test_a_full_batch_is_enqueued_without_a_read(device):
+    x = fl.asarray(rand(100, 2))
+    (x + 1).eval()
+    rt = _runtime(device)
+    fl.synchronize()
+    results = [(x + k).eval() for k in range(ev.DEFER_MAX + 3)]
+    assert len(rt.deferred) == 3  # DEFER_MAX went out together
+    fl.synchronize()
+    assert not rt.deferred
+    np.testing.assert_allclose(results[-1].get(), x.get() + ev.DEFER_MAX + 2)
+
+
+def test_writes_and_large_launches_come_after_deferred_ones(device):
+    xh, bh = rand(1000, 3), rand(ev.DEFER_MAX_ELEMENTS * 4, 4)
+    x, big = fl.asarray(xh), fl.asarray(bh)
+    (x * 3).eval()
+    (big * 2 + x[3]).eval()
+    fl.synchronize()
+    small = (x * 3).eval()  # deferred: reads x
+    x[...] = 7  # a write into its input is enqueued after it
+    np.testing.assert_allclose(small.get(), xh * 3)
+    s2 = (x * 3).eval()  # deferred: 21 everywhere
+    out = (big * 2 + s2[3]).eval()  # a large launch reading it: enqueued after it
+    np.testing.assert_allclose(out.get(), bh * 2 + 21)
+    # a reduction (a run plan) reading a deferred result
+    s3 = (x - 1).eval()
+    assert float(fl.sum(s3)) == 6 * 1000
+
+
+def test_an_interrupted_flush_loses_no_launch(device):
+    xh = rand(500, 5)
+    x = fl.asarray(xh)
+    (x - 2).eval()
+    fl.synchronize()
+    rt = _runtime(device)
+    r = (x - 2).eval()
+    calls = []
+
+    def interrupted_once(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+
+    rt.deferred.appendleft((interrupted_once, ()))
+    with pytest.raises(KeyboardInterrupt):
+        fl.synchronize()
+    assert len(rt.deferred) == 2  # both still waiting, in order
+    np.testing.assert_allclose(r.get(), xh - 2)
+    assert calls == [1, 1] and not rt.deferred
