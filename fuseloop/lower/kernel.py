@@ -219,7 +219,9 @@ class _Lowering:
         if name not in {t.name for t in self.temporaries}:
             self.has_gather = True
             raw = self.cast_expr(ref, np.dtype(np.int64))
-            wrapped = prim.If(prim.Comparison(raw, "<", 0), raw + n, raw)
+            # a function, not an if-expression: Loopy's bounds check reads the condition
+            # of an if as an affine set and fails on the cast of an affine index (arange)
+            wrapped = prim.Variable("fl_idx_wrap")(raw, n)
             within = self.inames[ref] | {FLAT_INAME}
             self.temporaries.append(lp.TemporaryVariable(
                 name, np.int64, shape=(), address_space=lp.AddressSpace.PRIVATE))
@@ -249,6 +251,10 @@ class _Lowering:
             src = f"static inline {t} {name}({t} a, {t} b) {{ return a {op} b; }}\n"
             self.callables[name] = HelperCallable(name, (self.index_dtype, self.index_dtype),
                                                   self.index_dtype, src)
+        # a gathered index counts from the end when negative (64 bits: see gather_index)
+        src = "static inline long fl_idx_wrap(long a, long n) { return a < 0 ? a + n : a; }\n"
+        i64 = np.dtype(np.int64)
+        self.callables["fl_idx_wrap"] = HelperCallable("fl_idx_wrap", (i64, i64), i64, src)
 
     def helper_call(self, op: str, loop: tuple[np.dtype, ...], args: list[Any]) -> Any:
         h = self.helpers.get(op + repr(loop))

@@ -21,7 +21,7 @@ import pyopencl as cl
 import pyopencl.array as cl_array
 
 from .. import stats as _stats
-from ..array import Array, _coerce, compute
+from ..array import Array, _coerce, assign, compute
 from ..evaluate import allocate
 from ..runtime.devices import Device
 
@@ -172,8 +172,13 @@ def masked_fill(arr: Array, key: Any, value: Any) -> bool:
         mask = asarray(mask, device=arr.device)
     if arr.is_lazy:
         arr.eval()
-    full = mask.reshape(mask.shape + (1,) * (arr.ndim - d))
-    arr[...] = where(full, v, arr)
+    # (no other lazy view of the mask may stay alive: it would be evaluated first)
+    full = mask if d == arr.ndim else mask.reshape(mask.shape + (1,) * (arr.ndim - d))
+    value = where(full, v, arr)
+    del full
+    # a lazy mask reading ``arr`` (``x[x > 0] = v``) keeps its value for the caller:
+    # it is computed by the same kernel rather than by one of its own first
+    assign(arr, value, cast="unsafe", value_is_held=False, also=mask)
     return True
 
 
