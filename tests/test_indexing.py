@@ -209,3 +209,14 @@ def test_mask_assignment_variants(device, dtype):
     np.testing.assert_array_equal(x.get(), ref)
     with pytest.raises(ValueError):
         x[np.ones((3, 4), bool)] = fl.asarray(np.ones(5, dtype))
+
+
+def test_arange_as_index(device):
+    # a pure fl.arange index (an int64 iota, cast to the kernel's index type) did not
+    # build: Loopy's bounds check could not read the negative-index wrap's condition
+    h = np.arange(5.0)
+    x = fl.asarray(h)
+    np.testing.assert_array_equal(x[fl.arange(3)].get(), h[:3])
+    x[fl.arange(2)] = 7.0
+    h[:2] = 7.0
+    np.testing.assert_array_equal(x.get(), h)
