@@ -26,6 +26,7 @@ from .creation import (
 from .functions import TracedFunction, UserFunction, function
 from .ops.indexing import take
 from .ops.linalg import _LinalgNamespace, dot, einsum, inner, matmul, outer, tensordot, trace, vdot
+from .ops.masks import argwhere, flatnonzero, nonzero
 from .ops.reductions import (
     all,
     amax,
@@ -87,7 +88,8 @@ __all__ = [
     "registered_recipes", "reset_stats", "set_device", "show_code", "stats", "synchronize",
     "where", "zeros", "zeros_like", *_FUNCTIONS,
     "all", "amax", "amin", "any", "argmax", "argmin", "count_nonzero", "max", "mean", "min",
-    "prod", "std", "sum", "var", "take", "dot", "einsum", "inner", "linalg", "matmul",
+    "prod", "std", "sum", "var", "take", "nonzero", "flatnonzero", "argwhere", "dot",
+    "einsum", "inner", "linalg", "matmul",
     "outer", "tensordot", "trace", "vdot", "broadcast_to", "concatenate", "diagonal",
     "expand_dims", "flip", "moveaxis", "permute_dims", "ravel", "repeat", "reshape", "roll",
     "squeeze", "stack", "swapaxes", "tile", "transpose", "tril", "triu",

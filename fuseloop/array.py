@@ -684,11 +684,12 @@ class _NodeValue:
 
 
 def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
-           scatter: tuple[Any, tuple[int, ...]] | None = None) -> None:
+           scatter: tuple[Any, tuple[int, ...]] | None = None, also: Array | None = None) -> None:
     """Write ``value`` (Array, node or scalar) into all of ``target``, in one kernel.
 
     ``target`` may be a strided view; ``scatter=(dest, shape)`` writes a value of
-    ``shape`` to the positions a gathered index names (``a[idx] = v``).
+    ``shape`` to the positions a gathered index names (``a[idx] = v``).  ``also``: a
+    lazy array the caller keeps (``x[x > 0] = v``'s mask), computed in the same kernel.
     """
     value = _coerce(value)
     held_array: Array | None = None
@@ -728,6 +729,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
     storage = target._storage
     assert storage is not None
     leaf = target._node
+    if also is not None and held_array is None and also.is_lazy and also.shape == target.shape:
+        held_array = also
     if scatter is not None:
         dest: Any = scatter[0]
         held_array = None

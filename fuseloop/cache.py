@@ -46,7 +46,8 @@ from .expr.program import Program, collapse_groups
 from .recipes import Recipe
 from .runtime.devices import Device
 
-SCHEMA_VERSION = 6
+# 7: the gather error flag has three entries (check code, value, axis length)
+SCHEMA_VERSION = 7
 _counters = _stats.counters
 _increment = _stats.increment
 

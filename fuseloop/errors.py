@@ -70,3 +70,8 @@ class IndexOutOfBoundsError(FuseloopError, IndexError):
 
 class AxisError(FuseloopError, ValueError, IndexError):
     """An axis argument out of range or repeated (numpy's AxisError is both too)."""
+
+
+class InvalidIndexError(FuseloopError, IndexError):
+    """An index that cannot apply to the array: too many indices, index arrays whose
+    shapes do not broadcast together, or a boolean mask of the wrong shape."""

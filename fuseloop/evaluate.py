@@ -348,8 +348,10 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     # reading a target through another index: compute into fresh buffers first
     # (also when a gather may fail after writing: user buffers stay untouched)
     has_gather = fancy and any(_has_other(r) for r in roots)
+    # (a scatter writes elsewhere than it reads even where the strides agree)
     unsafe = [t is not None and (has_gather or (any(t.storage in r.storages for r in roots)
-                                 and not _reads_only_in_place(roots, t, out_shape)))
+                                 and (t.scatter is not None
+                                      or not _reads_only_in_place(roots, t, out_shape))))
               for t in tgts]
     if any(unsafe):
         direct = [None if u else t for t, u in zip(tgts, unsafe)]
@@ -700,7 +702,7 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
         elif kind == 5:
             args.append(n_elem)
         elif _capture is None:
-            err = np.zeros(2, np.int64)
+            err = np.zeros(3, np.int64)
             err_buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE
                                 | cl.mem_flags.COPY_HOST_PTR, hostbuf=err)
             args.append(err_buf)
@@ -720,9 +722,13 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
         if err[0]:
             from .errors import IndexOutOfBoundsError
 
+            # (several offending work items may interleave their writes: the parts are
+            # each true of some offender, not necessarily of the same one)
+            axis = f"axis {int(err[0]) - 2} " if err[0] >= 2 else "an axis "
             raise IndexOutOfBoundsError(
-                f"index {int(err[1])} is out of bounds in a gather (fl.take / x[idx]); "
-                "valid indices are -n..n-1 for an axis of length n")
+                f"index {int(err[1])} is out of bounds for {axis}with size {int(err[2])} "
+                "(an integer-array index, fl.take or x[idx]); valid indices are -n..n-1 "
+                "for an axis of length n")
 
 
 def cast_node(node: Node, dtype: np.dtype) -> Node:

@@ -100,5 +100,11 @@ def test_bad_indices_are_clear_errors(device):
         x[1.5]
     with pytest.raises(fl.errors.DTypeError, match="integer type, got float64"):
         x[np.array([0.0, 1.0])]
-    with pytest.raises(IndexError, match="boolean mask"):
-        x[np.array([True, False, True, False, True])]
+    np.testing.assert_array_equal(x[np.array([True, False, True, False, True])].get(), [0, 2, 4])
+    with pytest.raises(fl.errors.InvalidIndexError, match="boolean index did not match indexed "
+                       "array along axis 0; size of axis is 5 but size of corresponding boolean "
+                       "axis is 4"):
+        x[np.array([True, False, True, False])]
+    with pytest.raises(fl.errors.InvalidIndexError, match=r"could not be broadcast together "
+                       r"with shapes \(2,\) \(3,\)"):
+        fl.asarray(np.ones((3, 3)))[[0, 1], [0, 1, 2]]

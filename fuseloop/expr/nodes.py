@@ -276,11 +276,13 @@ class Gather(Node):
     __slots__ = ("axis", "checked", "child", "index")
     fancy = True
 
-    def __init__(self, child: Node, index: Node, axis: int, checked: bool = True) -> None:
+    def __init__(self, child: Node, index: Node, axis: int, checked: bool | int = True) -> None:
         self.child = child
         self.index = index
         self.axis = axis
-        # False for indices fuseloop computed itself (roll): known to be in range
+        # False for indices fuseloop computed itself (roll): known to be in range.
+        # Else the code an out-of-range value is reported with: True (1) for an
+        # unnamed axis, ``axis + 2`` to name axis ``axis`` of the indexed array
         self.checked = checked
         self.dtype = child.dtype
         self.shape = child.shape[:axis] + index.shape + child.shape[axis + 1:]

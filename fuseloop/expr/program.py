@@ -87,8 +87,10 @@ class Bindings(NamedTuple):
 class Target(NamedTuple):
     """Where an output goes: a buffer seen through strides (elements) and an offset.
 
-    ``scatter=(axis, index_node, length)`` writes element ``idx`` of the result to
-    position ``index[idx[axis:axis+q]]`` along ``axis`` of the view (``a[idx] = v``).
+    ``scatter=(axis, indices, lengths, codes)`` writes element ``idx`` of the result
+    to position ``indices[k][idx[axis:axis+q]]`` along axis ``axis + k`` of the view,
+    for each ``k`` (``a[i, j] = v``; the index nodes broadcast together to ``q`` axes,
+    aligned from the right).  ``codes[k]`` is the bounds check's code (see ``Gather``).
     """
 
     storage: Storage
@@ -344,10 +346,15 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
             continue
         at = root_index
         if t.scatter is not None:
-            axis, index_node, length = t.scatter
-            q = len(index_node.shape)
-            iref = visit(index_node, root_index[axis:axis + q])
-            at = (*root_index[:axis], ("g", iref, param(length), True), *root_index[axis + q:])
+            axis, index_nodes, lengths, codes = t.scatter
+            q = max(len(i.shape) for i in index_nodes)
+            comps = []
+            for index_node, length, code in zip(index_nodes, lengths, codes):
+                ishape = index_node.shape
+                sub = root_index[axis + q - len(ishape):axis + q]
+                iref = visit(index_node, tuple(0 if n == 1 else c for c, n in zip(sub, ishape)))
+                comps.append(("g", iref, param(length), code))
+            at = (*root_index[:axis], *comps, *root_index[axis + q:])
         assert t.strides is not None
         kinds = tuple(0 if c == 0 else stride_kind(s) for c, s in zip(at, t.strides))
         out_specs.append((at, kinds, 0 if t.offset == 0 else param(t.offset)))

@@ -213,11 +213,15 @@ class _Lowering:
         n = self.size(length)
         if not checked:
             return self.cast_expr(ref, self.index_dtype)
-        name = f"gi{ref}"
+        # one temporary and check per index value *and* axis length: an index array
+        # used for two axes (``m[i, i]``) is checked against each of them
+        name = f"gi{ref}" + (f"p{length[1]}" if isinstance(length, tuple) else f"n{length}")
         if name not in {t.name for t in self.temporaries}:
             self.has_gather = True
             raw = self.cast_expr(ref, np.dtype(np.int64))
-            wrapped = prim.If(prim.Comparison(raw, "<", 0), raw + n, raw)
+            # a function, not an if-expression: Loopy's bounds check reads the condition
+            # of an if as an affine set and fails on the cast of an affine index (arange)
+            wrapped = prim.Variable("fl_idx_wrap")(raw, n)
             within = self.inames[ref] | {FLAT_INAME}
             self.temporaries.append(lp.TemporaryVariable(
                 name, np.int64, shape=(), address_space=lp.AddressSpace.PRIVATE))
@@ -226,8 +230,9 @@ class _Lowering:
                 depends_on=self.deps[ref]))
             bad = prim.LogicalOr((prim.Comparison(prim.Variable(name), "<", 0),
                                   prim.Comparison(prim.Variable(name), ">=", n)))
-            # any offending index is reported; racing writers all write offenders
-            for k, value in enumerate((1, raw)):
+            # any offending index is reported: the check's code (1, or the source axis
+            # plus 2), the value and the axis length; racing writers all write offenders
+            for k, value in enumerate((int(checked), raw, n)):
                 self.instructions.append(lp.Assignment(
                     prim.Variable("err")[k], value, id=f"check{k}_{name}",
                     within_inames=within, predicates=frozenset({bad}),
@@ -246,6 +251,10 @@ class _Lowering:
             src = f"static inline {t} {name}({t} a, {t} b) {{ return a {op} b; }}\n"
             self.callables[name] = HelperCallable(name, (self.index_dtype, self.index_dtype),
                                                   self.index_dtype, src)
+        # a gathered index counts from the end when negative (64 bits: see gather_index)
+        src = "static inline long fl_idx_wrap(long a, long n) { return a < 0 ? a + n : a; }\n"
+        i64 = np.dtype(np.int64)
+        self.callables["fl_idx_wrap"] = HelperCallable("fl_idx_wrap", (i64, i64), i64, src)
 
     def helper_call(self, op: str, loop: tuple[np.dtype, ...], args: list[Any]) -> Any:
         h = self.helpers.get(op + repr(loop))
@@ -520,7 +529,7 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
                                         shape=None, is_output=False, is_input=True))
         arg_names.append(f"in{slot}")
     if low.has_gather:
-        kernel_args.append(lp.GlobalArg("err", np.int64, shape=(2,), is_output=True,
+        kernel_args.append(lp.GlobalArg("err", np.int64, shape=(3,), is_output=True,
                                         is_input=True))
         arg_names.append("err")
     for slot in sorted(low.scalar_args):

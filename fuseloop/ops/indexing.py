@@ -1,33 +1,65 @@
-"""Indexing: basic slicing as views, integer-array indices as gathers and scatters."""
+"""Indexing: basic slicing as views; integer-array indices and boolean masks as
+gathers and scatters, with numpy's advanced-indexing rules.
+
+Several index arrays broadcast together to one index shape; each indexed axis is
+a :class:`Gather` of its own (so each component is normalised and bounds-checked
+against its own axis), chained one after the other, and a diagonal view of the
+chain reads them all at the same broadcast position.  A boolean mask becomes the
+integer positions of its true elements (:mod:`fuseloop.ops.masks`, computed
+eagerly: their number decides the result's shape).
+"""
 
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..array import Array, _coerce
-from ..errors import DTypeError, IndexOutOfBoundsError
+from ..errors import DTypeError, IndexOutOfBoundsError, InvalidIndexError
 from ..expr.nodes import Gather, Node
 from ..expr.program import Target
-from .shape import normalize_axis, ravel, view
+from ..expr.views import affine_view
+from .shape import normalize_axis, ravel, transpose, view
 
 
 def _is_index_array(k: Any) -> bool:
     return isinstance(k, Array | np.ndarray | list)
 
 
+def _is_mask(k: Any) -> bool:
+    return isinstance(k, Array | np.ndarray) and k.dtype.kind == "b"
+
+
+def _host_lists(key: Any) -> list[Any]:
+    """The key as a list, nested lists as numpy arrays (numpy: a list of bools is a mask)."""
+    items = list(key) if isinstance(key, tuple) else [key]
+    out = []
+    for k in items:
+        if isinstance(k, list):
+            k = np.asarray(k)
+            if k.size == 0 and k.dtype.kind == "f":
+                k = k.astype(np.int64)  # numpy's reading of ``x[[]]``
+        elif isinstance(k, bool | np.bool_):
+            raise InvalidIndexError(
+                f"a scalar boolean index (x[{bool(k)}]) is not supported; use a boolean "
+                "array or fl.where")
+        out.append(k)
+    return out
+
+
 def _expand(key: Any, ndim: int) -> list[Any]:
-    """The key as one item per dimension (Ellipsis expanded, None kept)."""
-    key = list(key) if isinstance(key, tuple) else [key]
+    """The key as one item per dimension (Ellipsis expanded, None kept, a mask spanning
+    as many dimensions as it has)."""
+    key = _host_lists(key)
     n_ellipsis = sum(k is Ellipsis for k in key)
     if n_ellipsis > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    used = sum(1 for k in key if not (k is None or k is Ellipsis))
+        raise InvalidIndexError("an index can only have a single ellipsis ('...')")
+    used = sum(k.ndim if _is_mask(k) else 1 for k in key if not (k is None or k is Ellipsis))
     if used > ndim:
-        raise IndexError(f"too many indices for array: array is {ndim}-dimensional, "
-                         f"but {used} were indexed")
+        raise InvalidIndexError(f"too many indices for array: array is {ndim}-dimensional, "
+                                f"but {used} were indexed")
     if n_ellipsis:
         i = next(p for p, k in enumerate(key) if k is Ellipsis)
         key[i:i + 1] = [slice(None)] * (ndim - used)
@@ -60,9 +92,9 @@ def basic_map(shape: tuple[int, ...], items: list[Any]) -> tuple[tuple[int, ...]
             try:
                 i = operator.index(k)
             except TypeError:
-                raise IndexError(
-                    "only integers, slices (`:`), ellipsis (`...`), None and integer "
-                    f"arrays are valid indices, got {type(k).__name__}") from None
+                raise InvalidIndexError(
+                    "only integers, slices (`:`), ellipsis (`...`), None, integer arrays "
+                    f"and boolean arrays are valid indices, got {type(k).__name__}") from None
             if not -n <= i < n:
                 raise IndexOutOfBoundsError(
                     f"index {i} is out of bounds for axis {dim} with size {n}")
@@ -84,39 +116,129 @@ def _index_node(idx: Any, device: Any) -> Node:
     if isinstance(idx, np.ndarray):
         idx = asarray(idx, device=device)
     if idx.dtype.kind == "b":
-        raise IndexError("boolean mask indexing has a data-dependent shape and is not "
-                         "supported; use fl.where(mask, x, other) or a reduction instead")
+        raise InvalidIndexError("a boolean array is a mask over the axes it indexes, not an "
+                                "index along one (fl.take); use fl.nonzero(mask) for positions")
     if idx.dtype.kind not in "iu":
         raise DTypeError(f"arrays used as indices must be of integer type, got {idx.dtype}")
     return idx._node
 
 
-def _split_advanced(arr: Array, key: Any) -> tuple[list[Any], int | None, Any]:
-    items = _expand(key, arr.ndim)
-    adv = [p for p, k in enumerate(items) if _is_index_array(k)]
-    if len(adv) > 1:
-        raise IndexError("only one integer-array index per indexing operation is supported; "
-                         "index one axis at a time or use fl.take")
-    if not adv:
-        return items, None, None
-    p = adv[0]
-    index = items[p]
-    items[p] = slice(None)
-    # the array's dimension number in the result of the basic part
-    result_dim = sum(1 for k in items[:p] if k is None or isinstance(k, slice))
-    return items, result_dim, index
+def _without_masks(arr: Array, items: list[Any]) -> list[Any]:
+    """``items`` with each boolean mask replaced by the integer positions of its true
+    elements, one index array per axis it spans (numpy's definition of a mask)."""
+    if not any(_is_mask(k) for k in items):
+        return items
+    from .masks import mask_positions
+
+    out: list[Any] = []
+    dim = 0
+    for k in items:
+        if not _is_mask(k):
+            out.append(k)
+            dim += k is not None
+            continue
+        if k.ndim == 0:
+            raise InvalidIndexError("a 0-d boolean index is not supported; use a boolean "
+                                    "array with the indexed axes' shape or fl.where")
+        want = arr.shape[dim:dim + k.ndim]
+        for t, (n, b) in enumerate(zip(want, k.shape)):
+            if n != b:
+                raise InvalidIndexError(
+                    f"boolean index did not match indexed array along axis {dim + t}; size "
+                    f"of axis is {n} but size of corresponding boolean axis is {b} (mask "
+                    f"shape {k.shape}, array shape {arr.shape})")
+        out.extend(mask_positions(k, arr.device))
+        dim += k.ndim
+    return out
+
+
+class _Split(NamedTuple):
+    basic: list[Any]  # the key with every index array replaced by ``:``
+    arrays: list[tuple[int, int, Any]]  # (axis in the basic view, source axis, index)
+    adjacent: bool  # numpy: adjacent advanced indices keep their place, else they go first
+
+
+def _split(arr: Array, key: Any) -> _Split:
+    items = _without_masks(arr, _expand(key, arr.ndim))
+    basic: list[Any] = []
+    arrays: list[tuple[int, int, Any]] = []
+    advanced: list[int] = []  # positions of index arrays and (numpy) integers among them
+    vdim = src = 0
+    for p, k in enumerate(items):
+        if k is None:
+            basic.append(None)
+            vdim += 1
+            continue
+        if _is_index_array(k):
+            arrays.append((vdim, src, k))
+            advanced.append(p)
+            basic.append(slice(None))
+            vdim += 1
+        elif isinstance(k, slice):
+            basic.append(k)
+            vdim += 1
+        else:
+            basic.append(k)
+            advanced.append(p)
+        src += 1
+    adjacent = not arrays or advanced[-1] - advanced[0] + 1 == len(advanced)
+    return _Split(basic, arrays, adjacent)
+
+
+def _index_shape(nodes: list[Node]) -> tuple[int, ...]:
+    shapes = [n.shape for n in nodes]
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        shown = " ".join(str(tuple(s)) for s in shapes)
+        raise InvalidIndexError("shape mismatch: indexing arrays could not be broadcast "
+                                f"together with shapes {shown}") from None
+
+
+def _basic_view(arr: Array, items: list[Any]) -> Array:
+    shape, offs, coeffs = basic_map(arr.shape, items)
+    if shape == arr.shape and not any(offs) and all(
+            c == [1 if d == k else 0 for d in range(len(shape))] for k, c in enumerate(coeffs)):
+        return arr
+    return view(arr, shape, offs, coeffs)
+
+
+def _advanced_axes(base: Array, split: _Split) -> tuple[Array, int]:
+    """``base`` (the basic view) with the indexed axes consecutive, and the first's place."""
+    vdims = [v for v, _, _ in split.arrays]
+    if split.adjacent:
+        return base, vdims[0]  # only integers (no axes) can lie between them
+    others = [d for d in range(base.ndim) if d not in vdims]
+    return transpose(base, vdims + others), 0
 
 
 def getitem(arr: Array, key: Any) -> Array:
-    items, adv_dim, index = _split_advanced(arr, key)
-    shape, offs, coeffs = basic_map(arr.shape, items)
-    out = arr if (shape == arr.shape and not any(offs) and all(
-        c == [1 if d == k else 0 for d in range(len(shape))] for k, c in enumerate(coeffs))) \
-        else view(arr, shape, offs, coeffs)
-    if adv_dim is None:
+    split = _split(arr, key)
+    out = _basic_view(arr, split.basic)
+    if not split.arrays:
         return out
-    node = _index_node(index, arr.device)
-    return Array._lazy(Gather(out._node, node, adv_dim), arr.device)
+    nodes = [_index_node(k, arr.device) for _, _, k in split.arrays]
+    bshape = _index_shape(nodes)
+    out, pos = _advanced_axes(out, split)
+    node = out._node
+    ax = pos
+    for n, (_, src, _) in zip(nodes, split.arrays):
+        node = Gather(node, n, ax, checked=src + 2)  # out-of-range values name ``src``
+        ax += len(n.shape)
+    rest = out.shape[pos + len(nodes):]
+    shape = out.shape[:pos] + bshape + rest
+    if node.shape != shape:
+        # the chain's result has one set of axes per index: read its diagonal, where
+        # every index is taken at the same broadcast position (unit axes broadcast)
+        q = len(bshape)
+        rows = [[int(d == k) for d in range(len(shape))] for k in range(pos)]
+        for n in nodes:
+            lead = pos + q - len(n.shape)
+            rows += [[int(d == lead + t and size != 1) for d in range(len(shape))]
+                     for t, size in enumerate(n.shape)]
+        rows += [[int(d == pos + q + k) for d in range(len(shape))] for k in range(len(rest))]
+        node = affine_view(node, shape, (0,) * len(rows), rows)
+    return Array._lazy(node, arr.device)
 
 
 def take(a: Any, indices: Any, axis: int | None = None) -> Array:
@@ -129,7 +251,7 @@ def take(a: Any, indices: Any, axis: int | None = None) -> Array:
         key = (slice(None),) * ax + (int(indices),)
         return getitem(a, key)
     node = _index_node(indices, a.device)
-    return Array._lazy(Gather(a._node, node, ax), a.device)
+    return Array._lazy(Gather(a._node, node, ax, checked=ax + 2), a.device)
 
 
 def _same_view(value: Any, target: Array) -> bool:
@@ -142,23 +264,29 @@ def _same_view(value: Any, target: Array) -> bool:
 
 def setitem(arr: Array, key: Any, value: Any, held: bool) -> None:
     from ..array import assign
+    from .masks import masked_fill
 
-    items, adv_dim, index = _split_advanced(arr, key)
-    shape, offs, coeffs = basic_map(arr.shape, items)
+    if masked_fill(arr, key, value):
+        return
+    split = _split(arr, key)
     if arr.is_lazy:
         arr.eval()
-    target = view(arr, shape, offs, coeffs) if shape != arr.shape or any(offs) else arr
-    if adv_dim is None:
+    target = _basic_view(arr, split.basic)
+    if not split.arrays:
         if _same_view(value, target):
             return  # a[k] += b: the in-place operator already wrote through the view
         assign(target, value, cast="unsafe", value_is_held=held)
         return
-    node = _index_node(index, arr.device)
+    nodes = [_index_node(k, arr.device) for _, _, k in split.arrays]
+    bshape = _index_shape(nodes)
+    target, pos = _advanced_axes(target, split)
+    m = len(nodes)
     leaf = target._node
-    strides = leaf.view_strides()  # type: ignore[attr-defined]
-    result_shape = shape[:adv_dim] + node.shape + shape[adv_dim + 1:]
-    dest = Target(leaf.storage, strides, leaf.offset,  # type: ignore[attr-defined]
-                  scatter=(adv_dim, node, shape[adv_dim]))
+    result_shape = target.shape[:pos] + bshape + target.shape[pos + m:]
+    scatter = (pos, tuple(nodes), target.shape[pos:pos + m],
+               tuple(src + 2 for _, src, _ in split.arrays))
+    dest = Target(leaf.storage, leaf.view_strides(), leaf.offset,  # type: ignore[attr-defined]
+                  scatter=scatter)
     assign(target, value, cast="unsafe", value_is_held=held, scatter=(dest, result_shape))
 
 

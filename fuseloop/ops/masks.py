@@ -1,0 +1,185 @@
+"""Boolean masks: the positions of true elements, and masked assignment.
+
+Reading through a mask has a data-dependent shape, so the positions are computed
+when the mask is applied: the mask is evaluated into a contiguous buffer, one
+device scan (pyopencl's :class:`~pyopencl.scan.GenericScanKernel`, the pattern of
+``pyopencl.algorithm.copy_if``) writes the C-order positions of its true elements
+and their count, and the count is read back.  Everything after that is an ordinary
+lazy gather or scatter.  ``x[mask] = v`` with a value that does not depend on the
+selection's length needs no positions at all: it is ``where(mask, v, x)``,
+written in place in one kernel.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cl_array
+
+from .. import stats as _stats
+from ..array import Array, _coerce, assign, compute
+from ..evaluate import allocate
+from ..runtime.devices import Device
+
+_scans: dict[int, Any] = {}  # context pointer -> compiled scan
+_scans_lock = threading.Lock()
+
+
+def _scan_kernel(device: Device) -> Any:
+    key = device.context.int_ptr
+    knl = _scans.get(key)
+    if knl is None:
+        from pyopencl.scan import GenericScanKernel
+
+        with _scans_lock:
+            knl = _scans.get(key)
+            if knl is None:
+                # i is 64-bit: masks may have more than 2**31 elements
+                knl = _scans[key] = GenericScanKernel(
+                    device.context, np.int64,
+                    arguments="__global const unsigned char *mask, __global long *out, "
+                              "__global long *count",
+                    input_expr="mask[i] ? 1 : 0", scan_expr="a+b", neutral="0",
+                    output_statement="if (prev_item != item) out[item - 1] = i; "
+                                     "if (i + 1 == N) count[0] = item;",
+                    index_dtype=np.int64, name_prefix="fuseloop_nonzero")
+    return knl
+
+
+def flat_positions(a: Any) -> Array:
+    """``numpy.flatnonzero``: the C-order positions of ``a``'s nonzero elements (int64)."""
+    a = _coerce(a)
+    if not isinstance(a, Array):
+        from ..creation import asarray
+
+        a = asarray(a)
+    m = a if a.dtype.kind == "b" else (a != 0)
+    n, device = m.size, m.device
+    if n == 0:
+        return Array._concrete(allocate(0, device), np.dtype(np.int64), (0,))
+    mask_buf = m.data  # evaluates the mask (a strided view: a contiguous copy)
+    queue = device.queue
+    out = allocate(n * 8, device)
+    count = cl_array.empty(queue, (1,), np.int64, allocator=device.allocator)
+    _scan_kernel(device)(cl_array.Array(queue, (n,), np.uint8, data=mask_buf),
+                         cl_array.Array(queue, (n,), np.int64, data=out.buffer), count,
+                         queue=queue, size=n, allocator=device.allocator)
+    _stats.increment("scans")
+    c = int(count.get()[0])  # the one read-back: the selection's length
+    if c < n:
+        # the positions' own buffer: a mask selecting few elements keeps little memory
+        fit = allocate(c * 8, device)
+        if c:
+            cl.enqueue_copy(queue, fit.buffer, out.buffer, byte_count=c * 8)
+        out = fit
+    return Array._concrete(out, np.dtype(np.int64), (c,))
+
+
+def _unravel(flat: Array, shape: tuple[int, ...]) -> list[Array]:
+    """Per-axis indices of C-order positions ``flat`` in ``shape`` (lazy)."""
+    comps = []
+    for k in range(len(shape)):
+        stride = math.prod(shape[k + 1:])
+        c = flat // stride if stride != 1 else flat
+        comps.append(c % shape[k] if k else c)
+    return comps
+
+
+def mask_positions(mask: Any, device: Device) -> list[Array]:
+    """The integer index arrays equivalent to ``mask`` (lazy per-axis parts of one
+    computed position array: they fuse into the gather or scatter using them)."""
+    if isinstance(mask, np.ndarray):
+        from ..creation import asarray
+
+        mask = asarray(mask, device=device)
+    return _unravel(flat_positions(mask), mask.shape)
+
+
+def nonzero(a: Any) -> tuple[Array, ...]:
+    """``numpy.nonzero``: one int64 array of indices per axis, for the nonzero elements."""
+    a = _coerce(a)
+    if not isinstance(a, Array) or a.ndim == 0:
+        raise ValueError("calling nonzero on 0d arrays is not allowed (as in numpy); "
+                         "reshape it to 1-d first")
+    return compute(*_unravel(flat_positions(a), a.shape))
+
+
+def flatnonzero(a: Any) -> Array:
+    """``numpy.flatnonzero``: indices of the nonzero elements of ``a`` flattened."""
+    return flat_positions(a)
+
+
+def argwhere(a: Any) -> Array:
+    """``numpy.argwhere``: the indices of nonzero elements, one row per element."""
+    from .shape import stack
+
+    a = _coerce(a)
+    flat = flat_positions(a)
+    if a.ndim == 0:
+        from ..creation import zeros
+
+        return zeros((flat.shape[0], 0), np.int64, device=a.device)
+    return stack(_unravel(flat, a.shape), axis=1).eval()
+
+
+def masked_fill(arr: Array, key: Any, value: Any) -> bool:
+    """``arr[mask] = value`` as ``arr[...] = where(mask, value, arr)`` in one kernel.
+
+    Applies when the key is one mask over the leading axes (trailing ``:`` or
+    ``...`` allowed) and the value, without leading unit axes, broadcasts against
+    the axes after the mask (a scalar, a row for a mask over rows): then every
+    selected position gets the same value whatever their number.  Returns False
+    where it does not apply (the caller scatters to the mask's positions).
+    """
+    from .indexing import _is_mask
+
+    items = list(key) if isinstance(key, tuple) else [key]
+    if not items or not _is_mask(items[0]) or items[0].ndim == 0:
+        return False
+    rest = items[1:]
+    if rest.count(Ellipsis) > 1 or any(k is not Ellipsis and k != slice(None) for k in rest):
+        return False
+    mask = items[0]
+    d = mask.ndim
+    if d + sum(k is not Ellipsis for k in rest) > arr.ndim or mask.shape != arr.shape[:d]:
+        return False  # the general path raises numpy's error
+    if isinstance(value, Array):
+        vshape = value.shape
+    elif isinstance(value, np.ndarray | list | tuple):
+        value = np.asarray(value)
+        vshape = value.shape
+    else:
+        vshape = ()
+    while vshape and vshape[0] == 1:
+        vshape = vshape[1:]
+    if len(vshape) > arr.ndim - d:
+        return False  # e.g. one value per selected element
+    from ..creation import asarray
+    from ..ufuncs import where
+
+    if isinstance(value, Array):
+        v = value.reshape(vshape).astype(arr.dtype, copy=False)
+    else:
+        # numpy converts the value to the array's dtype first (OverflowError included)
+        v = asarray(np.asarray(value).astype(arr.dtype, casting="unsafe")
+                    if isinstance(value, np.ndarray) else np.array(value, dtype=arr.dtype),
+                    device=arr.device).reshape(vshape)
+    if isinstance(mask, np.ndarray):
+        mask = asarray(mask, device=arr.device)
+    if arr.is_lazy:
+        arr.eval()
+    # (no other lazy view of the mask may stay alive: it would be evaluated first)
+    full = mask if d == arr.ndim else mask.reshape(mask.shape + (1,) * (arr.ndim - d))
+    value = where(full, v, arr)
+    del full
+    # a lazy mask reading ``arr`` (``x[x > 0] = v``) keeps its value for the caller:
+    # it is computed by the same kernel rather than by one of its own first
+    assign(arr, value, cast="unsafe", value_is_held=False, also=mask)
+    return True
+
+
+__all__ = ["argwhere", "flatnonzero", "nonzero"]
