@@ -301,6 +301,9 @@ def test_cached_launch_keeps_no_input_alive(device):
         x = fl.asarray(np.arange(64, dtype=np.float32))
         (x * 2 + y).eval()
     gone = weakref.ref(x._storage)
+    # a deferred small launch holds its buffers until it is enqueued; after that
+    # neither the launch plan nor the kernel object may keep an input alive
+    fl.synchronize()
     del x
     gc.collect()
     assert gone() is None
