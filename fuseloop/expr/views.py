@@ -176,6 +176,8 @@ def _push_concat(node: Concat, shape: tuple[int, ...], off: tuple[int, ...],
         sub_off = tuple(off[r] + coeffs[r][d] * lo - (s if r == ax else 0)
                         for r in range(len(off)))
         parts.append((lo, _push(piece, sub_shape, sub_off, coeffs, memo)))
+    if not parts:  # an empty view: no element reads any piece
+        return _push(node.pieces[0], shape, (*off[:ax], 0, *off[ax + 1:]), coeffs, memo)
     parts.sort(key=lambda x: x[0])  # a negative step visits the pieces backwards
     return concat_node([p for _, p in parts], d)
 
