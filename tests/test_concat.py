@@ -271,6 +271,31 @@ def test_generated_code_reads_one_piece_per_element(device):
         assert re.search(rf"[?:] in{k}\[", value)
 
 
+def _load_indices(src):
+    """The index expression of every global load ``inK[...]`` in ``src``."""
+    out = []
+    for m in re.finditer(r"\bin\d+\[", src):
+        depth, k = 1, m.end()
+        while depth:
+            depth += {"[": 1, "]": -1}.get(src[k], 0)
+            k += 1
+        out.append(src[m.end():k - 1])
+    return out
+
+
+def test_piece_loads_are_clamped(device):
+    # x * x + x reads x into a temporary computed for every element: its position
+    # is clamped into x, so the elements of other pieces never read outside it
+    x, y = fl.asarray(rand(5, seed=1)), fl.asarray(rand(3, seed=2))
+    src = fl.show_code(fl.concatenate([x * x + x, y, x]))
+    loads = _load_indices(src)
+    assert len(loads) == 3
+    assert all("min(" in i or "max(" in i for i in loads), loads
+    got = fl.concatenate([x * x + x, y, x]).get()
+    np.testing.assert_allclose(got, np.concatenate([x.get() ** 2 + x.get(), y.get(), x.get()]),
+                               rtol=1e-6)
+
+
 def test_kernel_reused_across_sizes(device):
     def run(n, m):
         a, b = fl.asarray(rand(n, seed=n)), fl.asarray(rand(m, seed=m))
