@@ -488,7 +488,8 @@ def structure_key(roots: Sequence[Node], out_shape: tuple[int, ...]
     elementwise operation its name (a user call: ``("U", function key)``), loop
     dtypes and shape, then its arguments; for a leaf its dtype, shape, strides
     and offset and the *slot* of its buffer (buffers numbered by first
-    appearance, so ``x * x`` and ``x * y`` differ); for a scalar argument its
+    appearance, so ``x * x`` and ``x * y`` differ); for a concatenation its
+    axis, shape and piece starts, then its pieces; for a scalar argument its
     dtype and slot (one per scalar node, as in the program); literals and
     element indices in full.  A shared subexpression is written out again
     where it is met again: :func:`linearize` merges equal entries anyway, so
