@@ -28,7 +28,19 @@ from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
 from .cache import _memory, get_kernel
 from .errors import DeviceError, DeviceMemoryError, DTypeError, RecipeError
-from .expr.nodes import Apply, Gather, Iota, Leaf, Node, Reduce, Remap, Storage, UserCall, c_strides
+from .expr.nodes import (
+    Apply,
+    Concat,
+    Gather,
+    Iota,
+    Leaf,
+    Node,
+    Reduce,
+    Remap,
+    Storage,
+    UserCall,
+    c_strides,
+)
 from .expr.program import Bindings, Program, StructureEntry, Target, linearize, structure_entry
 from .expr.views import nocopy_reshape_strides, reshape_view
 from .recipes import recipe_for
@@ -129,6 +141,10 @@ def _rebuild(node: Node, replace: dict[int, Node], memo: dict[int, Node]) -> Nod
         child = _rebuild(node.child, replace, memo)  # type: ignore[attr-defined]
         out = node if child is node.child else Remap(  # type: ignore[attr-defined]
             child, node.shape, node.offsets, node.coeffs)  # type: ignore[attr-defined]
+    elif cls is Concat:
+        pieces = tuple(_rebuild(p, replace, memo) for p in node.pieces)  # type: ignore[attr-defined]
+        same = all(a is b for a, b in zip(pieces, node.pieces))  # type: ignore[attr-defined]
+        out = node if same else Concat(pieces, node.axis)  # type: ignore[attr-defined]
     else:
         out = node
     memo[id(node)] = out
@@ -175,6 +191,9 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]) -
             walk(node.index, False, inside_reduce, frozenset())  # type: ignore[attr-defined]
         elif cls is Remap:
             walk(node.child, False, inside_reduce, frozenset())  # type: ignore[attr-defined]
+        elif cls is Concat:  # (pieces are read at shifted positions: kept simple)
+            for p in node.pieces:  # type: ignore[attr-defined]
+                walk(p, False, inside_reduce, frozenset())
 
     for r in roots:
         walk(r, True, False, frozenset())
@@ -191,6 +210,8 @@ def _has_reduce(node: Node) -> bool:
         return _has_reduce(node.child) or _has_reduce(node.index)  # type: ignore[attr-defined]
     if cls is Remap:
         return _has_reduce(node.child)  # type: ignore[attr-defined]
+    if cls is Concat:
+        return any(_has_reduce(p) for p in node.pieces)  # type: ignore[attr-defined]
     return False
 
 
@@ -203,7 +224,7 @@ def _top_reduces(node: Node, out: list[Reduce]) -> bool:
         return True
     if cls is Apply or cls is UserCall:
         return all(_top_reduces(a, out) for a in node.args)  # type: ignore[attr-defined]
-    return not node.storages and cls is not Gather and cls is not Remap
+    return not node.storages and cls is not Gather and cls is not Remap and cls is not Concat
 
 
 def materialise(node: Node, device: Device) -> Leaf:
@@ -394,6 +415,8 @@ def _has_other(node: Node) -> bool:
         return True
     if cls is Apply or cls is UserCall:
         return any(_has_other(a) for a in node.args)  # type: ignore[attr-defined]
+    if cls is Concat:
+        return any(_has_other(p) for p in node.pieces)  # type: ignore[attr-defined]
     return False
 
 

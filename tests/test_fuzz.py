@@ -1379,18 +1379,19 @@ class Gen:
         if fname == "concatenate":
             if nd == 0:
                 return None
-            axis = d(st.integers(-nd, nd - 1))
-            ax = axis % nd
+            axis = d(st.one_of(st.none(), st.integers(-nd, nd - 1)))
+            ax = None if axis is None else axis % nd
 
             def fits(r):
-                return r.val.ndim == nd and all(
-                    p == q for k, (p, q) in enumerate(zip(r.shape, shape)) if k != ax)
+                return ax is None or (r.val.ndim == nd and all(
+                    p == q for k, (p, q) in enumerate(zip(r.shape, shape)) if k != ax))
         else:
             axis = d(st.integers(-nd - 1, nd))
 
             def fits(r):
                 return r.shape == shape
-        others = [self.pick(fits) for _ in range(d(st.integers(1, 2)))]
+        # (one piece alone is a copy; several, a lazy concatenation read in place)
+        others = [self.pick(fits) for _ in range(d(st.integers(0, 3)))]
         return ("concat", fname, (x, *others), axis)
 
     def call(self):

@@ -188,3 +188,18 @@ def test_size_classes_bound_the_number_of_kernels(gpu_recipes_on_cpu, fresh_stat
     assert kernels_for(5, 2 * group) == 0  # the number of rows is not in the class
     assert kernels_for(3, 16 * group + 1) == 1  # longer than the cache: no class
     assert kernels_for(3, 40 * group + 3) == 0
+
+
+def test_concatenation(gpu_recipes_on_cpu):
+    # the selection nest inside the tiled element loop and inside the row reductions
+    rng = np.random.default_rng(7)
+    hs = [rng.standard_normal((6, n)) for n in (300, 1, 517)]
+    c = fl.concatenate([fl.asarray(h) for h in hs], axis=1)
+    r = np.concatenate(hs, axis=1)
+    np.testing.assert_array_equal((c * 2).get(), r * 2)
+    np.testing.assert_allclose(_softmax(c).get(), _np_softmax(r), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(c.sum(axis=0).get(), r.sum(axis=0), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(fl.stack([c, -c]).sum().get(), 0.0, atol=1e-9)
+    flat = [rng.standard_normal(n) for n in (70000, 3, 40001)]
+    np.testing.assert_allclose(fl.concatenate([fl.asarray(h) for h in flat]).sum().get(),
+                               np.concatenate(flat).sum(), rtol=1e-10)

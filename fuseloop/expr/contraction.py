@@ -121,7 +121,7 @@ def find_contraction(entries: list[tuple], outputs: tuple[int, ...], out_specs: 
     interns a new parameter (a group's total length).
     """
     reduces = [k for k, e in enumerate(entries) if e[0] == "reduce"]
-    if len(reduces) != 1 or any(e[0] == "gather" for e in entries):
+    if len(reduces) != 1 or any(e[0] in ("gather", "concat") for e in entries):
         return None
     red = reduces[0]
     _, op, _dt, _rid, child, at, sizes, total, chunk = entries[red]

@@ -391,3 +391,38 @@ class Remap(Node):
         self.coeffs = coeffs
         self.dtype = child.dtype
         self.storages = child.storages
+
+
+class Concat(Node):
+    """``pieces`` joined along ``axis`` (``numpy.concatenate``), without a copy.
+
+    Element ``i`` along ``axis`` reads piece ``p`` at ``i - starts[p]``, where
+    ``starts[p] <= i < starts[p + 1]``: each element loads from one piece only.
+    Pieces have this node's dtype and shape except along ``axis``; none is
+    empty unless it is the only one (build with :func:`fuseloop.expr.views.concat_node`).
+    """
+
+    __slots__ = ("axis", "fancy", "pieces", "starts")
+
+    def __init__(self, pieces: tuple[Node, ...], axis: int) -> None:
+        first = pieces[0]
+        starts = []
+        total = 0
+        storages = _EMPTY
+        fancy = False
+        for p in pieces:
+            assert p.dtype == first.dtype and len(p.shape) == len(first.shape), (p, first)
+            starts.append(total)
+            total += p.shape[axis]
+            s = p.storages
+            if s and not s <= storages:
+                storages = s if not storages else storages | s
+            fancy = fancy or p.fancy
+        self.pieces = pieces
+        self.axis = axis
+        self.starts = tuple(starts)
+        self.dtype = first.dtype
+        self.shape = (*first.shape[:axis], total, *first.shape[axis + 1:])
+        # every buffer a piece reads: later writes to any of them evaluate this first
+        self.storages = storages
+        self.fancy = fancy

@@ -15,7 +15,12 @@ dimension of the node.  Components are
 * ``("g", ref, p, checked)``: the value of index entry ``ref``, wrapped and
   clamped to the length in parameter ``p`` (a gather; ``checked`` reports
   out-of-range values);
-* ``("a", const, ((coef, comp), ...))``: an affine combination (a remap).
+* ``("a", const, ((coef, comp), ...))``: an affine combination (a remap);
+* ``("k", comp, start, length)``: a position within one piece of a
+  concatenation, ``comp - start`` clamped to ``[0, length)`` (``start`` 0 or a
+  parameter; ``length`` a parameter, or None for the last piece): the
+  selected piece reads exactly there, and a piece value computed for an
+  element of another piece (a temporary) still reads inside its own buffer.
 
 Run-time integers (strides, offsets, sizes) are parameters: entries name
 parameter slots, :class:`Bindings` carries their values.  A stride of 0 or 1
@@ -36,6 +41,10 @@ Entries:
   the reduced range is reduced (first stage of a two-stage reduction);
   ``exact`` when the pieces tile the range exactly (no bounds test).
 * ``("gather", index_ref, child_ref, length_param)``: checked gather.
+* ``("concat", comp, bounds, refs)``: the value of piece ``refs[p]`` where
+  ``bounds[p-1] <= comp < bounds[p]`` (``bounds`` are the parameters holding
+  where pieces 1.. start): a nest of conditionals, so each element loads from
+  one piece only.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ import numpy as np
 
 from .nodes import (
     Apply,
+    Concat,
     Gather,
     Iota,
     Leaf,
@@ -230,6 +240,23 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
                 else:
                     c_at.append(("a", const, terms))
             ref = visit(child, tuple(c_at))
+        elif cls is Concat:
+            ax = node.axis  # type: ignore[attr-defined]
+            pieces = node.pieces  # type: ignore[attr-defined]
+            c = at[ax]
+            if c == 0 or len(pieces) == 1:  # (a joined axis of length 1 has one piece)
+                ref = visit(pieces[0], at)
+            else:
+                refs, bounds = [], []
+                last = len(pieces) - 1
+                for p, (piece, s) in enumerate(zip(pieces, node.starts)):  # type: ignore[attr-defined]
+                    n = piece.shape[ax]
+                    kc = 0 if n == 1 else \
+                        ("k", c, 0 if s == 0 else param(s), None if p == last else param(n))
+                    refs.append(visit(piece, (*at[:ax], kc, *at[ax + 1:])))
+                    if p:
+                        bounds.append(param(s))
+                ref = add(("concat", c, tuple(bounds), tuple(refs)))
         else:
             raise AssertionError(f"unknown node {cls.__name__}")
         memo[key] = ref
@@ -280,6 +307,9 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
         elif cls is Remap:
             out = ("M", node.shape, node.offsets, node.coeffs,  # type: ignore[attr-defined]
                    node.child.shape, structure(node.child))  # type: ignore[attr-defined]
+        elif cls is Concat:  # exact shapes, as for gathers
+            out = ("K", node.axis, node.shape, node.starts,  # type: ignore[attr-defined]
+                   tuple(structure(p) for p in node.pieces))  # type: ignore[attr-defined]
         else:
             out = ("S", id(node))  # scalar arguments are data: never merged
         sig_memo[id(node)] = out
@@ -396,6 +426,8 @@ def _collect_root_dims(at: tuple, out: set[int], entries: list[tuple]) -> None:
                 _collect_root_dims((comp,), out, entries)
         elif kind == "g":
             _collect_entry_root_dims(c[1], out, entries)
+        elif kind == "k":
+            _collect_root_dims((c[1],), out, entries)
         # ("j", ...) components belong to an enclosing reduction's own loop
 
 
@@ -411,6 +443,10 @@ def _collect_entry_root_dims(ref: int, out: set[int], entries: list[tuple]) -> N
     elif e[0] == "gather":
         _collect_entry_root_dims(e[1], out, entries)
         _collect_entry_root_dims(e[2], out, entries)
+    elif e[0] == "concat":
+        _collect_root_dims((e[1],), out, entries)
+        for r in e[3]:
+            _collect_entry_root_dims(r, out, entries)
 
 
 # {{{ structure cache
@@ -459,7 +495,8 @@ def structure_key(roots: Sequence[Node], out_shape: tuple[int, ...]
     elementwise operation its name (a user call: ``("U", function key)``), loop
     dtypes and shape, then its arguments; for a leaf its dtype, shape, strides
     and offset and the *slot* of its buffer (buffers numbered by first
-    appearance, so ``x * x`` and ``x * y`` differ); for a scalar argument its
+    appearance, so ``x * x`` and ``x * y`` differ); for a concatenation its
+    axis, shape and piece starts, then its pieces; for a scalar argument its
     dtype and slot (one per scalar node, as in the program); literals and
     element indices in full.  A shared subexpression is written out again
     where it is met again: :func:`linearize` merges equal entries anyway, so
@@ -543,6 +580,13 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
     elif general and cls is Remap:
         toks.append(("M", node.shape, node.offsets, node.coeffs))  # type: ignore[attr-defined]
         _walk(node.child, toks, slots, storages, scalars, True)  # type: ignore[attr-defined]
+    elif cls is Concat:
+        # the piece boundaries are in the key (as leaves' sizes are), parameters in the program
+        toks.append(("K", node.axis, node.shape, node.starts))  # type: ignore[attr-defined]
+        if len(toks) > MAX_TOKENS:
+            raise _Uncacheable
+        for p in node.pieces:  # type: ignore[attr-defined]
+            _walk(p, toks, slots, storages, scalars, general)
     else:
         raise _Uncacheable
 

@@ -8,14 +8,32 @@ expression becomes the same expression over views of its leaves, and a view of
 a buffer is just new strides and a new offset: the consuming kernel reads the
 right elements and nothing is copied.  Reductions take the map into their
 child; the few nodes it cannot enter are wrapped in a :class:`Remap`.
+
+A view of a :class:`Concat` whose map moves along the joined axis with at most
+one result axis (a slice, a flip, a broadcast, a fixed index) becomes a
+concatenation of views of the pieces it touches, along that result axis; any
+other map (a map mixing result axes into the joined one) is a :class:`Remap`.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
 
-from .nodes import Apply, Gather, Iota, Leaf, Literal, Node, Reduce, Remap, Scalar, UserCall
+from .nodes import (
+    Apply,
+    Concat,
+    Gather,
+    Iota,
+    Leaf,
+    Literal,
+    Node,
+    Reduce,
+    Remap,
+    Scalar,
+    UserCall,
+)
 
 AffineMap = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]  # (offsets, coeffs)
 
@@ -35,7 +53,7 @@ def affine_view(node: Node, shape: tuple[int, ...], offsets: Sequence[int],
 def _push(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
           coeffs: tuple[tuple[int, ...], ...], memo: dict[tuple, Node]) -> Node:
     """``node`` through the map; the result may keep length 1 where ``shape`` broadcasts."""
-    key = (id(node), off, coeffs)
+    key = (id(node), shape, off, coeffs)  # (a concatenation pushes pieces at other shapes)
     hit = memo.get(key)
     if hit is not None:
         return hit
@@ -102,11 +120,66 @@ def _push(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
         new_coeffs = tuple(tuple(sum(c2[k][j] * coeffs[j][d] for j in range(n_inner))
                                  for d in range(m)) for k in range(len(o2)))
         result = Remap(node.child, shape, new_off, new_coeffs)  # type: ignore[attr-defined]
+    elif cls is Concat:
+        result = _push_concat(node, shape, off, coeffs, memo)  # type: ignore[arg-type]
     else:
         assert cls is Gather, cls
         result = Remap(node, shape, off, coeffs)
     memo[key] = result
     return result
+
+
+def concat_node(pieces: Sequence[Node], axis: int) -> Node:
+    """``pieces`` joined along ``axis``: a :class:`Concat`, or the piece when only one is left.
+
+    Empty pieces are dropped (no element reads them); pieces that keep length 1
+    where the others are longer (a pushed-down reduction) are broadcast first.
+    """
+    kept = [p for p in pieces if p.shape[axis]] or [pieces[0]]
+    full = [max(p.shape[d] for p in kept) for d in range(len(kept[0].shape))]
+    out = []
+    for p in kept:
+        want = (*full[:axis], p.shape[axis], *full[axis + 1:])
+        if p.shape != want:
+            p = Apply("positive", (p,), (p.dtype, p.dtype), want)
+        out.append(p)
+    return out[0] if len(out) == 1 else Concat(tuple(out), axis)
+
+
+def _push_concat(node: Concat, shape: tuple[int, ...], off: tuple[int, ...],
+                 coeffs: tuple[tuple[int, ...], ...], memo: dict[tuple, Node]) -> Node:
+    """A view of a concatenation: views of the pieces, concatenated along the moving axis."""
+    ax = node.axis
+    row = coeffs[ax]
+    moving = [d for d, c in enumerate(row) if c]
+    if len(moving) > 1:
+        return Remap(node, shape, off, coeffs)  # rare (never from the public views)
+    o = off[ax]
+    if not moving:  # one position along the joined axis: one piece
+        p = bisect_right(node.starts, o) - 1
+        sub = (*off[:ax], o - node.starts[p], *off[ax + 1:])
+        return _push(node.pieces[p], shape, sub, coeffs, memo)
+    d = moving[0]
+    k, n = row[d], shape[d]
+    ends = (*node.starts[1:], node.shape[ax])
+    parts = []
+    for piece, s, e in zip(node.pieces, node.starts, ends):
+        # the positions t along result axis d whose o + k*t falls in [s, e)
+        if k > 0:
+            lo, hi = -(-(s - o) // k), -(-(e - o) // k)
+        else:
+            lo, hi = (o - e) // -k + 1, (o - s) // -k + 1
+        lo, hi = max(lo, 0), min(hi, n)
+        if lo >= hi:
+            continue
+        sub_shape = (*shape[:d], hi - lo, *shape[d + 1:])
+        sub_off = tuple(off[r] + coeffs[r][d] * lo - (s if r == ax else 0)
+                        for r in range(len(off)))
+        parts.append((lo, _push(piece, sub_shape, sub_off, coeffs, memo)))
+    if not parts:  # an empty view: no element reads any piece
+        return _push(node.pieces[0], shape, (*off[:ax], 0, *off[ax + 1:]), coeffs, memo)
+    parts.sort(key=lambda x: x[0])  # a negative step visits the pieces backwards
+    return concat_node([p for _, p in parts], d)
 
 
 # {{{ maps for the common views
@@ -197,6 +270,10 @@ def reshape_view(node: Node, new_shape: tuple[int, ...]) -> Node | None:
         if cls is Apply:
             return Apply(node.op, tuple(args), node.loop, new_shape)  # type: ignore[attr-defined]
         return UserCall(node.function, tuple(args), node.loop, new_shape)  # type: ignore[attr-defined]
+    if cls is Concat:
+        v = _reshape_concat(node, new_shape)  # type: ignore[arg-type]
+        if v is not None:
+            return v
     # only unit axes can be added to or removed from other nodes without a copy
     if tuple(n for n in node.shape if n != 1) == tuple(n for n in new_shape if n != 1):
         src = [d for d, n in enumerate(node.shape) if n != 1]
@@ -205,6 +282,36 @@ def reshape_view(node: Node, new_shape: tuple[int, ...]) -> Node | None:
         for s, d in zip(src, dst):
             coeffs[s][d] = 1
         return affine_view(node, new_shape, (0,) * len(node.shape), coeffs)
+    return None
+
+
+def _reshape_concat(node: Concat, new_shape: tuple[int, ...]) -> Node | None:
+    """A reshape that keeps the joined axis whole: the pieces reshaped, concatenated again.
+
+    It needs a result axis ``d`` with the axes before it holding exactly the
+    axes before the joined one, and ``new_shape[d]`` the joined axis times a
+    factor ``q`` of what follows it (``(n, m)`` along 0 -> ``(n*m,)``).
+    """
+    ax, shape = node.axis, node.shape
+    if not math.prod(shape):
+        return None
+    outer, inner = math.prod(shape[:ax]), math.prod(shape[ax + 1:])
+    acc = 1
+    for d, n in enumerate(new_shape):
+        if acc == outer:
+            rest = math.prod(new_shape[d + 1:])
+            if inner % rest == 0 and n == shape[ax] * (inner // rest):
+                q = inner // rest
+                pieces = []
+                for p in node.pieces:
+                    v = reshape_view(p, (*new_shape[:d], p.shape[ax] * q, *new_shape[d + 1:]))
+                    if v is None:
+                        return None
+                    pieces.append(v)
+                return concat_node(pieces, d)
+        acc *= n
+        if acc > outer:
+            break
     return None
 
 # }}}

@@ -158,6 +158,13 @@ class _Lowering:
         if kind == "g":
             ref, length, checked = c[1], c[2], c[3]
             return (self.gather_index(ref, length, checked), self.inames[ref])
+        if kind == "k":  # a position within one piece of a concatenation, clamped
+            pos, names = self.comp(c[1])
+            if c[2] != 0:
+                pos = prim.Variable("max")(pos - self.size(c[2]), 0)
+            if c[3] is not None:
+                pos = prim.Variable("min")(pos, self.size(c[3]) - 1)
+            return pos, names
         assert kind == "a"
         expr: Any = c[1]
         names: frozenset = frozenset()
@@ -309,6 +316,8 @@ class _Lowering:
             elif e[0] == "gather":
                 uses[e[1]] += 2
                 uses[e[2]] += 1
+            elif e[0] == "concat":
+                uses.update(e[3])
         uses.update(prog.outputs)
         depth: list[int] = []
         for ref, e in enumerate(entries):
@@ -331,6 +340,15 @@ class _Lowering:
             elif kind == "reduce":
                 value, dt, names, deps = self.reduce(ref, e)
                 force_temp = True
+            elif kind == "concat":
+                _, c, bounds, refs = e
+                pos, names = self.comp(c)
+                for r in refs:
+                    names |= self.inames[r]
+                    deps |= self.deps[r]
+                dt = self.dtypes[refs[0]]
+                value = _select(pos, [self.size(b) for b in bounds],
+                                [self.exprs[r] for r in refs])
             else:
                 assert kind == "gather"
                 _, iref, cref, _length = e
@@ -443,6 +461,8 @@ class _Lowering:
             for _, sub in c[2]:
                 out |= self._static_inames(sub)
             return out
+        if kind == "k":
+            return self._static_inames(c[1])
         # a gathered index: the inames of the index value's own position
         return self._entry_inames(c[1])
 
@@ -464,7 +484,25 @@ class _Lowering:
             out = self.red_inames[e[3]]
         elif e[0] == "gather":
             out = self._entry_inames(e[1]) | self._entry_inames(e[2])
+        elif e[0] == "concat":
+            out = self._static_inames(e[1]) if e[1] != 0 else out
+            for r in e[3]:
+                out |= self._entry_inames(r)
         return out
+
+
+def _select(pos: Any, bounds: list[Any], values: list[Any]) -> Any:
+    """``values[p]`` where ``bounds[p-1] <= pos < bounds[p]``: a balanced nest of ternaries.
+
+    Only the chosen value is evaluated (C's ``?:``), so an element loads from one
+    piece; a balanced nest takes ``log2(pieces)`` comparisons, not one per piece.
+    """
+    if len(values) == 1:
+        return values[0]
+    mid = len(values) // 2
+    return prim.If(prim.Comparison(pos, "<", bounds[mid - 1]),
+                   _select(pos, bounds[:mid - 1], values[:mid]),
+                   _select(pos, bounds[mid:], values[mid:]))
 
 
 def contiguous_rows(program: Program) -> bool:

@@ -60,6 +60,8 @@ def _expensive(node: Any) -> bool:
             return True
         if cls is Apply:
             stack.extend(n.args)
+        elif getattr(n, "pieces", None) is not None:  # a concatenation
+            stack.extend(n.pieces)
         elif getattr(n, "child", None) is not None:
             stack.append(n.child)
     return False

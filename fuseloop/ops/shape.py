@@ -3,8 +3,9 @@
 Views (reshape where strides allow, transpose, broadcast, flip, diagonal, unit
 axes) copy nothing: the consuming kernel reads through new strides.  ``roll``
 is a gather whose indices are computed in the kernel.  ``tile`` and
-``repeat`` broadcast and then copy once, as numpy does; ``concatenate`` and
-``stack`` write each piece into its slice of a new array (one kernel per piece).
+``repeat`` broadcast and then copy once, as numpy does.  ``concatenate`` and
+``stack`` are lazy too: the consuming kernel reads each element from the one
+piece it belongs to (:class:`~fuseloop.expr.nodes.Concat`).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import numpy as np
 
 from ..array import Array, _coerce
 from ..errors import AxisError, ShapeError
-from ..expr.nodes import Gather, Iota, Leaf, Node
+from ..expr.nodes import Apply, Concat, Gather, Iota, Leaf, Node
 from ..expr.views import (
     affine_view,
     broadcast_map,
+    concat_node,
     reshape_view,
     transpose_map,
 )
@@ -288,7 +290,11 @@ def repeat(a: Any, repeats: int, axis: int | None = None) -> Array:
 
 
 def concatenate(arrays: Sequence[Any], axis: int | None = 0) -> Array:
-    from ..creation import empty
+    """Like ``numpy.concatenate``, lazily: no copy until a consumer reads the result.
+
+    The result is a new value (later writes to the inputs do not show through):
+    the inputs' pending readers mechanism evaluates it before such a write.
+    """
     from ..dtypes import result_type
 
     arrs = [_coerce(x) for x in arrays]
@@ -308,15 +314,12 @@ def concatenate(arrays: Sequence[Any], axis: int | None = 0) -> Array:
                 "all the input array dimensions except for the concatenation axis must match "
                 f"exactly: {arrs[0].shape} and {x.shape} along axis {ax}")
     dt = result_type(*[x.dtype for x in arrs])
-    total = sum(x.shape[ax] for x in arrs)
-    out = empty((*arrs[0].shape[:ax], total, *arrs[0].shape[ax + 1:]), dtype=dt,
-                device=arrs[0].device)
-    start = 0
-    for x in arrs:
-        key = (slice(None),) * ax + (slice(start, start + x.shape[ax]),)
-        out[key] = x
-        start += x.shape[ax]
-    return out
+    # pieces of the result dtype: a cast is elementwise, so views still reach the leaves
+    pieces = [x._node if x.dtype == dt else x.astype(dt)._node for x in arrs]
+    node = concat_node(pieces, ax)
+    if type(node) is not Concat:  # one non-empty piece: still a copy, as numpy's
+        node = Apply("positive", (node,), (dt, dt), node.shape)
+    return Array._lazy(node, arrs[0].device)
 
 
 def stack(arrays: Sequence[Any], axis: int = 0) -> Array:
