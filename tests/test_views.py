@@ -72,6 +72,27 @@ def test_shape_functions_match_numpy(device, name, args):
     np.testing.assert_array_equal(got.get(), ref)
 
 
+@pytest.mark.parametrize("name,args", [
+    ("tile", ((2, 2),)), ("tile", (3,)), ("tile", ((2, 1, 3),)), ("tile", ((1, 1),)),
+    ("tile", (0,)), ("repeat", (3, 1)), ("repeat", (2,)), ("repeat", (2, 0)),
+    ("repeat", (1, -1)), ("repeat", (0, 0)),
+])
+def test_tile_and_repeat_read_through_computed_indices(device, name, args):
+    h = rand((2, 3), seed=9)
+    x = fl.asarray(h)
+    for view in (lambda t: t.T, lambda t: t):  # of a strided view, too
+        fl.reset_stats()
+        got = (getattr(fl, name)(view(x), *args) * 2 + 1).get()
+        ref = getattr(np, name)(view(h), *args) * 2 + 1
+        assert got.shape == ref.shape
+        np.testing.assert_array_equal(got, ref)
+    # no copy first: one kernel (none for an empty result)
+    assert fl.stats()["kernels_launched"] == (0 if ref.size == 0 else 1)
+    kept = getattr(fl, name)(x, *args)  # a new array: later writes do not show through
+    x[...] = -1
+    np.testing.assert_array_equal(kept.get(), getattr(np, name)(h, *args))
+
+
 def test_transposed_reshape_copies_like_numpy(device):
     h = rand((3, 4), seed=5)
     x = fl.asarray(h)

@@ -261,20 +261,39 @@ def roll(a: Any, shift: Any, axis: Any = None) -> Array:
     return a.copy() if out is a else out  # numpy's roll always copies
 
 
+def _repeat_axis(a: Array, ax: int, length: int, divisor: int = 1,
+                 modulus: int | None = None) -> Array:
+    """``a`` read along ``ax`` at ``i // divisor`` (then ``% modulus``) for ``i < length``:
+    a gather whose index the consuming kernel computes (no copy, always in range)."""
+    index = Array._lazy(Iota((length,), np.dtype(np.int64)), a.device)
+    if divisor != 1:
+        index = index // divisor
+    if modulus is not None:
+        index = index % modulus
+    return Array._lazy(Gather(a._node, index._node, ax, checked=False), a.device)
+
+
 def tile(a: Any, reps: Any) -> Array:
+    """Like ``numpy.tile``: a new array, read by its consumer through computed indices."""
     a = _coerce(a)
     reps = (reps,) if isinstance(reps, int | np.integer) else tuple(reps)
+    if any(int(r) < 0 for r in reps):
+        raise ValueError(f"negative repetitions are not allowed: {reps}")
     n = max(a.ndim, len(reps))
     shape = (1,) * (n - a.ndim) + a.shape
-    reps = (1,) * (n - len(reps)) + reps
-    # (r0, s0, r1, s1, ...) broadcast, then merged: numpy copies here as well
-    inter = tuple(x for r, s in zip(reps, shape) for x in (r, s))
-    b = broadcast_to(reshape(a, tuple(x for s in shape for x in (1, s))), inter)
-    # a lazy copy, not a view: later writes to ``a`` must not show through
-    return reshape(b, tuple(r * s for r, s in zip(reps, shape))).copy()
+    reps = (1,) * (n - len(reps)) + tuple(int(r) for r in reps)
+    out = reshape(a, shape)
+    if 0 in shape or 0 in reps:
+        return _empty_result(out, tuple(r * s for r, s in zip(reps, shape)))
+    for ax, (r, s) in enumerate(zip(reps, shape)):
+        if r != 1:
+            out = _repeat_axis(out, ax, r * s, modulus=s)
+    # without a gather (all reps 1) still a new array, as numpy's
+    return _lazy_copy(out) if all(r == 1 for r in reps) else out
 
 
 def repeat(a: Any, repeats: int, axis: int | None = None) -> Array:
+    """Like ``numpy.repeat`` with one count for all elements, without a copy."""
     a = _coerce(a)
     if not isinstance(repeats, int | np.integer):
         raise NotImplementedError("fl.repeat supports one repeat count for all elements")
@@ -283,10 +302,27 @@ def repeat(a: Any, repeats: int, axis: int | None = None) -> Array:
     if axis is None:
         a, axis = ravel(a), 0
     ax = normalize_axis(axis, a.ndim)
-    shape = (*a.shape[:ax + 1], 1, *a.shape[ax + 1:])
-    b = broadcast_to(reshape(a, shape), (*a.shape[:ax + 1], int(repeats), *a.shape[ax + 1:]))
-    # a lazy copy, not a view (repeats=1 is one): later writes to ``a`` must not show through
-    return reshape(b, (*a.shape[:ax], a.shape[ax] * int(repeats), *a.shape[ax + 1:])).copy()
+    r = int(repeats)
+    shape = (*a.shape[:ax], a.shape[ax] * r, *a.shape[ax + 1:])
+    if a.shape[ax] * r == 0:
+        return _empty_result(a, shape)
+    if r == 1:
+        return _lazy_copy(a)  # numpy's repeat always copies
+    return _repeat_axis(a, ax, a.shape[ax] * r, divisor=r)
+
+
+def _lazy_copy(a: Array) -> Array:
+    """A new array with ``a``'s values, computed by its consumer (later writes to
+    ``a`` evaluate it first, as for any lazy reader)."""
+    node = a._node
+    return Array._lazy(Apply("positive", (node,), (a.dtype, a.dtype), node.shape), a.device)
+
+
+def _empty_result(a: Array, shape: tuple[int, ...]) -> Array:
+    """An empty result of ``a``'s dtype and device (nothing to read)."""
+    from ..creation import empty
+
+    return empty(shape, dtype=a.dtype, device=a.device)
 
 
 def concatenate(arrays: Sequence[Any], axis: int | None = 0) -> Array:
