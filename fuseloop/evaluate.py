@@ -136,7 +136,7 @@ def _rebuild(node: Node, replace: dict[int, Node], memo: dict[int, Node]) -> Nod
         child = _rebuild(node.child, replace, memo)  # type: ignore[attr-defined]
         index = _rebuild(node.index, replace, memo)  # type: ignore[attr-defined]
         out = node if (child is node.child and index is node.index) else Gather(  # type: ignore[attr-defined]
-            child, index, node.axis)  # type: ignore[attr-defined]
+            child, index, node.axis, node.checked)  # type: ignore[attr-defined]
     elif cls is Remap:
         child = _rebuild(node.child, replace, memo)  # type: ignore[attr-defined]
         out = node if child is node.child else Remap(  # type: ignore[attr-defined]
