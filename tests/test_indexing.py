@@ -45,8 +45,9 @@ def test_lazy_index_expressions(device):
                                   H2[(np.arange(3) - 1)[:, None], np.arange(3) * 2])
     # the same index for two axes of different lengths: each is checked on its own
     np.testing.assert_array_equal(m[i, i].get(), H2[np.arange(3) - 1, np.arange(3) - 1])
-    with pytest.raises(fl.errors.IndexOutOfBoundsError, match="4 is out of bounds for axis 0 "
-                       "with size 3"):
+    # 3 and 4 both offend: which one is reported depends on the device's work-items
+    with pytest.raises(fl.errors.IndexOutOfBoundsError, match=r"index [34] is out of bounds "
+                       r"for axis 0 with size 3"):
         m[i + 3, i + 3].get()
 
 
@@ -103,6 +104,16 @@ def test_scatter_with_several_indices(device, key, op):
         v = np.arange(np.size(ref[key]), dtype=float).reshape(ref[key].shape) + 100
         x[key] = fl.asarray(v)
         ref[key] = v
+        # II names row 2 twice (2 and -1): where a key repeats a position, which of
+        # the values written there wins is unspecified (numpy: the last); one of them
+        got = x.get()
+        candidates = [[] for _ in range(ref.size)]
+        pos = np.arange(ref.size).reshape(ref.shape)[key]
+        for p, val in zip(np.broadcast_to(pos, v.shape).ravel(), v.ravel()):
+            candidates[p].append(val)
+        for p, (g, r, c) in enumerate(zip(got.ravel(), ref.ravel(), candidates)):
+            assert g in c if len(c) > 1 else g == r, (np.unravel_index(p, ref.shape), g, c, r)
+        return
     np.testing.assert_array_equal(x.get(), ref)
 
 
