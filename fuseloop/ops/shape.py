@@ -255,17 +255,23 @@ def roll(a: Any, shift: Any, axis: Any = None) -> Array:
         n = a.shape[ax]
         if n == 0 or s % n == 0:
             continue
-        pos = Array._lazy(Iota((n,), np.dtype(np.int64)), a.device)
+        pos = Array._lazy(Iota((n,), _position_dtype(2 * n)), a.device)
         index = (pos + (n - s % n)) % n
         out = Array._lazy(Gather(out._node, index._node, ax, checked=False), a.device)
     return a.copy() if out is a else out  # numpy's roll always copies
+
+
+def _position_dtype(bound: int) -> np.dtype:
+    """int32 for computed positions below 2**31: 64-bit division is several times
+    slower on CPUs and emulated on GPUs."""
+    return np.dtype(np.int32 if bound < 2**31 else np.int64)
 
 
 def _repeat_axis(a: Array, ax: int, length: int, divisor: int = 1,
                  modulus: int | None = None) -> Array:
     """``a`` read along ``ax`` at ``i // divisor`` (then ``% modulus``) for ``i < length``:
     a gather whose index the consuming kernel computes (no copy, always in range)."""
-    index = Array._lazy(Iota((length,), np.dtype(np.int64)), a.device)
+    index = Array._lazy(Iota((length,), _position_dtype(length)), a.device)
     if divisor != 1:
         index = index // divisor
     if modulus is not None:
