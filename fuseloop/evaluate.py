@@ -368,7 +368,7 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
 
     # reading a target through another index: compute into fresh buffers first
     # (also when a gather may fail after writing: user buffers stay untouched)
-    has_gather = fancy and any(_has_other(r) for r in roots)
+    has_gather = fancy and any(_may_fail(r) for r in roots)
     # (a scatter writes elsewhere than it reads even where the strides agree)
     unsafe = [t is not None and (has_gather or (any(t.storage in r.storages for r in roots)
                                  and (t.scatter is not None
@@ -409,14 +409,17 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     return outs
 
 
-def _has_other(node: Node) -> bool:
+def _may_fail(node: Node) -> bool:
+    """Whether ``node`` has a gather whose indices are checked (and may be out of range)."""
     cls = type(node)
-    if cls is Gather or cls is Remap:
-        return True
+    if cls is Gather:
+        return bool(node.checked) or _may_fail(node.child) or _may_fail(node.index)  # type: ignore[attr-defined]
+    if cls is Remap or cls is Reduce:
+        return _may_fail(node.child)  # type: ignore[attr-defined]
     if cls is Apply or cls is UserCall:
-        return any(_has_other(a) for a in node.args)  # type: ignore[attr-defined]
+        return any(_may_fail(a) for a in node.args)  # type: ignore[attr-defined]
     if cls is Concat:
-        return any(_has_other(p) for p in node.pieces)  # type: ignore[attr-defined]
+        return any(_may_fail(p) for p in node.pieces)  # type: ignore[attr-defined]
     return False
 
 

@@ -580,6 +580,13 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
     elif general and cls is Remap:
         toks.append(("M", node.shape, node.offsets, node.coeffs))  # type: ignore[attr-defined]
         _walk(node.child, toks, slots, storages, scalars, True)  # type: ignore[attr-defined]
+    elif general and cls is Gather and not node.checked:  # type: ignore[attr-defined]
+        # computed in-range positions (roll, tile, repeat): no flag to read back
+        toks.append(("G", node.axis, node.shape))  # type: ignore[attr-defined]
+        if len(toks) > MAX_TOKENS:
+            raise _Uncacheable
+        _walk(node.child, toks, slots, storages, scalars, True)  # type: ignore[attr-defined]
+        _walk(node.index, toks, slots, storages, scalars, True)  # type: ignore[attr-defined]
     elif cls is Concat:
         # the piece boundaries are in the key (as leaves' sizes are), parameters in the program
         toks.append(("K", node.axis, node.shape, node.starts))  # type: ignore[attr-defined]
@@ -593,7 +600,8 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
 
 def walk_structure(roots: Sequence[Node], head: list[Any]
                    ) -> tuple[list[Any], dict[Any, int], list[Storage], list[np.generic]] | None:
-    """The prefix code of :func:`structure_key` for any roots but gathers, after ``head``.
+    """The prefix code of :func:`structure_key` for any roots but checked gathers, after
+    ``head``.
 
     Returns ``(tokens, slots, storages, scalars)`` (``slots`` maps each buffer
     and scalar node to its slot), or None for gathers and very large DAGs.
