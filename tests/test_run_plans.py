@@ -131,6 +131,23 @@ def test_gathers_are_not_planned(device, plans):
     assert not plans
 
 
+@pytest.mark.parametrize("checking", [False, True])
+def test_computed_positions_are_planned(device, plans, monkeypatch, checking):
+    """roll, tile and repeat gather at computed, always in-range positions: replayed,
+    and written straight into a target that they do not read."""
+    monkeypatch.setattr(prog, "CHECK_STRUCTURE_CACHE", checking)
+    h = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = fl.asarray(h)
+    out = fl.empty((6, 8), np.float32)
+    for k in (1, 2, 3):  # the shift is a scalar argument: one structure
+        fl.reset_stats()
+        out[...] = fl.roll(fl.tile(x, (2, 2)), k, axis=1) * 2 + fl.repeat(x, 2, axis=0)[:, :1]
+        assert fl.stats()["kernels_launched"] == 1  # no temporary, no copy
+        np.testing.assert_array_equal(
+            out.get(), np.roll(np.tile(h, (2, 2)), k, axis=1) * 2 + np.repeat(h, 2, axis=0)[:, :1])
+    assert len(plans) == 1
+
+
 def test_threads_record_and_replay_their_own(device, plans):
     rng = np.random.default_rng(4)
     hosts = [rng.standard_normal((16, 64), dtype=np.float32) for _ in range(8)]
