@@ -577,19 +577,8 @@ def _launch_cached(entry: StructureEntry, storages: list[Storage], scalars: list
             kernel, last = plan.threads.state
         except AttributeError:
             kernel, last = thread_kernel(plan.compiled, plan.consts, plan.threads)
-        rt = _runtime(device)
-        if size <= DEFER_MAX_ELEMENTS:
-            # enqueued later, back to back with others (see _DeviceRuntime); the
-            # record keeps the buffers alive until then
-            deferred = rt.deferred
-            deferred.append((plan.go, (out, storages, scalars, kernel, last)))
-            if len(deferred) >= DEFER_MAX:
-                rt.flush()
-        else:
-            with rt.launch_lock:  # after the deferred ones, and not amid a flush
-                if rt.deferred:
-                    rt.flush()
-                plan.go(out, storages, scalars, kernel, last, rt.queue)
+        enqueue_or_defer(plan.go, (out, storages, scalars, kernel, last),
+                         size <= DEFER_MAX_ELEMENTS, device)
     except BaseException:
         _stats.increment("memory_cache_hits", hit)
         raise
@@ -597,6 +586,27 @@ def _launch_cached(entry: StructureEntry, storages: list[Storage], scalars: list
         _counters["memory_cache_hits"] += hit
         _counters["kernels_launched"] += 1
     return True
+
+
+def enqueue_or_defer(go: Any, args: tuple, small: bool, device: Device) -> None:
+    """``go(*args, queue)`` now, or for a small launch later, back to back with others.
+
+    A deferred launch is enqueued before anything else uses the device's queue
+    (see ``_DeviceRuntime``); its record keeps the buffers alive until then.  A
+    launch made now first enqueues the deferred ones, under the runtime's lock
+    so that it is not placed amid another thread's flush.
+    """
+    rt = _runtime(device)
+    if small:
+        deferred = rt.deferred
+        deferred.append((go, args))
+        if len(deferred) >= DEFER_MAX:
+            rt.flush()
+    else:
+        with rt.launch_lock:
+            if rt.deferred:
+                rt.flush()
+            go(*args, rt.queue)
 
 
 def _plan_launch(entry: StructureEntry, index_dtype: np.dtype, recipe: object, size: int,

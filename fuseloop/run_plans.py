@@ -230,7 +230,12 @@ def _launch_fast(step: _Step, storages: list[Storage], outs: list[Storage],
             kernel, last = fast[5].state
         except AttributeError:
             kernel, last = _ev.thread_kernel(fast[2], fast[4], fast[5])
-        fast[3](outs, storages, scalars, kernel, last, device.queue)
+        # small elementwise steps are deferred like small cached launches (``biggest``
+        # counts bytes or elements); not reductions: their results are usually read at
+        # once (``float(x.sum())``), and a deferred kernel would start only then
+        _ev.enqueue_or_defer(fast[3], (outs, storages, scalars, kernel, last),
+                             biggest <= 4 * _ev.DEFER_MAX_ELEMENTS and not program.has_reduce,
+                             device)
     except BaseException:
         _ev._stats.increment("memory_cache_hits", hit)
         raise

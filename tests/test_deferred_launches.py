@@ -78,3 +78,19 @@ def test_an_interrupted_flush_loses_no_launch(device):
     assert len(rt.deferred) == 2  # both still waiting, in order
     np.testing.assert_allclose(r.get(), xh - 2)
     assert calls == [1, 1] and not rt.deferred
+
+
+def test_small_assignments_are_deferred_and_reductions_are_not(device):
+    xh = rand(1000, 6)
+    x = fl.asarray(xh)
+    out = fl.empty_like(x)
+    out[...] = x * 2 + 1  # recorded: a run plan
+    fl.sum(x * 2).eval()
+    fl.synchronize()
+    rt = _runtime(device)
+    out[...] = x * 3 + 1  # replayed: deferred
+    assert len(rt.deferred) == 1
+    s = fl.sum(x * 2).eval()  # a replayed reduction: enqueued at once, after the assignment
+    assert not rt.deferred
+    np.testing.assert_allclose(out.get(), xh * 3 + 1, rtol=1e-6)
+    np.testing.assert_allclose(float(s), 2 * xh.astype(np.float64).sum(), rtol=1e-5)

@@ -266,6 +266,13 @@ def setitem(arr: Array, key: Any, value: Any, held: bool) -> None:
     from ..array import assign
     from .masks import masked_fill
 
+    if key is Ellipsis or (type(key) is tuple and len(key) == 1 and key[0] is Ellipsis):
+        # ``out[...] = e``, the common form: all of ``arr`` itself, no view to build
+        if arr.is_lazy:
+            arr.eval()
+        if not _same_view(value, arr):
+            assign(arr, value, cast="unsafe", value_is_held=held)
+        return
     if masked_fill(arr, key, value):
         return
     split = _split(arr, key)
