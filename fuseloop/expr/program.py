@@ -45,11 +45,14 @@ Entries:
   ``bounds[p-1] <= comp < bounds[p]`` (``bounds`` are the parameters holding
   where pieces 1.. start): a nest of conditionals, so each element loads from
   one piece only.  ``flat`` is None, or, when ``comp`` is an output dimension
-  preceded by unit dimensions only, ``(starts, kcs)``: the parameters holding
-  where pieces 1.. start in the flat C-order loop over the output (each piece
-  is then one range of it: a recipe may give each piece its own loop, see
-  :func:`fuseloop.lower.kernel.lower_program`), and the position component
-  each piece is read at (a ``"k"`` component, or 0 for a piece of length 1).
+  preceded by unit dimensions only, ``(starts, kcs, cstrides)``: the
+  parameters holding where pieces 1.. start in the flat C-order loop over the
+  output (each piece is then one range of it: a recipe may give each piece its
+  own loop, see :func:`fuseloop.lower.kernel.lower_program`), the position
+  component each piece is read at (a ``"k"`` component, or 0 for a piece of
+  length 1), and the output's C strides as address kinds (a load with these
+  strides at the output's index, shifted into a piece, reads the piece's
+  elements in the flat loop's order).
 """
 
 from __future__ import annotations
@@ -183,7 +186,8 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
         if c[0] != "r" or any(n != 1 for n in out_shape[:c[1]]):
             return None
         inner = math.prod(out_shape[c[1] + 1:])
-        return tuple(param(s * inner) for s in node.starts[1:]), tuple(kcs)
+        return (tuple(param(s * inner) for s in node.starts[1:]), tuple(kcs),
+                tuple(stride_kind(s) for s in out_c))
 
     def visit(node: Node, at: tuple) -> int:
         key = (id(node), at)

@@ -225,6 +225,36 @@ class _Lowering:
             return 0, names
         return (terms[0] if len(terms) == 1 else prim.Sum(tuple(terms))), names
 
+    def piece_address(self, at: tuple, kinds: Any, offset: Any) -> tuple[Any, frozenset] | None:
+        """In the loop over a piece of a concatenation, the address of a load that walks
+        the piece in the flat loop's order (a C-contiguous piece at the output's own
+        index): the flat index minus where the piece starts, so the load is contiguous.
+        None for other loads."""
+        if self.resolved is None or kinds == "c":
+            return None
+        kc, lo, cstrides = self.resolved[2], self.resolved[3], self.resolved[4]
+        d0 = self.resolved[0][0][1]  # the joined output dimension
+        sizes = self.program.root_sizes
+        shift = len(sizes) - len(at)  # a value broadcast to more dimensions
+        for d in range(len(sizes)):
+            c, kind = (at[d - shift], kinds[d - shift]) if d >= shift else (0, 0)
+            if d == d0:
+                # the piece's position along the joined dimension (a piece of length 1
+                # is read at 0: in its loop, any value constant along d0 has that form)
+                if c != kc or (c != 0 and kind != cstrides[d]):
+                    return None
+            elif c == 0:
+                if sizes[d] != 1:  # broadcast along an output dimension
+                    return None
+            elif c != ("r", d) or kind != cstrides[d]:
+                return None
+        addr: Any = prim.Variable(self.flat)
+        if lo != 0:
+            addr = addr - self.size(lo)
+        if offset != 0:
+            addr = addr + self.size(offset)
+        return addr, frozenset({self.flat})
+
     def contiguous_address(self, root_at: tuple) -> tuple[Any, frozenset]:
         """C-order position of the root index in a contiguous output."""
         dims = [d for d, c in enumerate(root_at) if c != 0]
@@ -318,7 +348,7 @@ class _Lowering:
             _, slot, dt_name, at, kinds, off = e
             dt = np.dtype(dt_name)
             self.inputs[slot] = dt
-            addr, names = self.address(at, kinds, off)
+            addr, names = self.piece_address(at, kinds, off) or self.address(at, kinds, off)
             return prim.Variable(f"in{slot}")[addr], dt, names
         if kind == "arg":
             _, slot, dt_name = e
@@ -669,7 +699,7 @@ def _lower_pieces(low: _Lowering, program: Program, index_dtype: np.dtype, chunk
     piece ``p`` (its domain holds the piece's range: Loopy makes it the loop's
     bounds), with the concatenation replaced by the piece, read unclamped.
     """
-    comp, bounds, refs, (flat, kcs) = split
+    comp, bounds, refs, (flat, kcs, cstrides) = split
     low.domains.append(f"[N] -> {{[{FLAT_INAME}]: 0 <= {FLAT_INAME} and "
                        f"{chunk}*{FLAT_INAME} < N}}")
     first = chunk * prim.Variable(FLAT_INAME)
@@ -690,7 +720,8 @@ def _lower_pieces(low: _Lowering, program: Program, index_dtype: np.dtype, chunk
                 within_inames=frozenset({FLAT_INAME})))
         low.domains.append(f"[{lo_name}, {hi_name}] -> {{[{iname}]: "
                            f"{lo_name} <= {iname} < {hi_name}}}")
-        low.start_pass(p, ((comp, bounds), p, kcs[p]), iname,
+        low.start_pass(p, ((comp, bounds), p, kcs[p], 0 if p == 0 else flat[p - 1], cstrides),
+                       iname,
                        frozenset({FLAT_INAME, iname}))
         before = len(low.instructions)
         low.setup_root()
