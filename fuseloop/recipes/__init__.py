@@ -48,8 +48,11 @@ class Recipe:
     concat_chunk: int | None = None
 
     @property
-    def cache_id(self) -> tuple[str, str]:
-        return (self.name, self.version)
+    def cache_id(self) -> tuple:
+        # concat_chunk changes the lowered kernel, not only what the recipe does to it
+        if self.concat_chunk is None:
+            return (self.name, self.version)
+        return (self.name, self.version, self.concat_chunk)
 
 
 _REGISTRY: dict[tuple[str, str], Recipe] = {}
