@@ -425,7 +425,8 @@ def _lower(program: Program, index_dtype: np.dtype, device: Device, recipe: Reci
     from .lower.kernel import lower_program
 
     groups = collapse_groups(program)
-    lowered = lower_program(program, groups, index_dtype, user_functions)
+    lowered = lower_program(program, groups, index_dtype, user_functions,
+                            piece_chunk=recipe.concat_chunk)
     t_unit = lowered.t_unit
     if sizes:  # the launch's size class, for the recipe and Loopy's code generation
         try:

@@ -12,6 +12,7 @@ from fuseloop.errors import ShapeError
 from fuseloop.expr import program as prog
 from fuseloop.expr.nodes import Concat, Remap
 from fuseloop.ops.shape import view
+from fuseloop.recipes import _CHOSEN, _REGISTRY, gpu_coalesced, recipe_for
 
 
 @pytest.fixture(autouse=True)
@@ -258,43 +259,162 @@ def test_result_does_not_alias_its_inputs(device):
     np.testing.assert_array_equal(z.get(), a)
 
 
-def test_generated_code_reads_one_piece_per_element(device):
-    xs = [fl.asarray(rand(5 + k, seed=k)) for k in range(3)]
-    src = fl.show_code(fl.concatenate(xs) * 2)
+def _per_piece(device):
+    """Whether the device's recipe gives each piece of a concatenation a loop of its own."""
+    return recipe_for(device).concat_chunk is not None
+
+
+@pytest.fixture
+def ternary_on_cpu():
+    """The GPU recipe (which keeps the per-element selection) on the CPU device."""
+    saved = dict(_REGISTRY)
+    fl.register_recipe("cpu", gpu_coalesced, name="test-gpu-coalesced")
+    try:
+        with fl.device("cpu") as dev:
+            yield dev
+    finally:
+        _REGISTRY.clear()
+        _REGISTRY.update(saved)
+        _CHOSEN.clear()
+
+
+def _check_selection(src, pieces):
+    """Each element loads from one piece, inside a branch of a nest of conditionals."""
     assert src.count("__kernel") == 1
     # one store per element the recipe writes (a GPU recipe unrolls: several)
     stores = re.findall(r"out0\[[^\]]*\] = (.*);", src)
     assert stores
     for value in stores:
-        assert value.count("?") == 2  # one conditional per boundary
-        for k in range(3):  # each piece loaded once, inside a branch of the conditional
+        assert value.count("?") == pieces - 1  # one conditional per boundary
+        for k in range(pieces):  # each piece loaded once, inside a branch of the conditional
             assert len(re.findall(rf"\bin{k}\[", value)) == 1
             assert re.search(rf"[?:] in{k}\[", value)
-    for k in range(3):  # and nowhere else
+    for k in range(pieces):  # and nowhere else
         assert len(re.findall(rf"\bin{k}\[", src)) == len(stores)
 
 
-def _load_indices(src):
-    """The index expression of every global load ``inK[...]`` in ``src``."""
+_LOOP = re.compile(r"for \(int i_k(\d+) = lo_k\1; i_k\1 <= -1 \+ hi_k\1; \+\+i_k\1\)\s*")
+
+
+def _piece_loops(src):
+    """``{piece: body}`` of the per-piece loops in ``src``, and the source outside them."""
+    loops, outside, pos = {}, [], 0
+    for m in _LOOP.finditer(src):
+        outside.append(src[pos:m.start()])
+        k = m.end()
+        if src[k] == "{":
+            depth, end = 0, k
+            while True:
+                depth += {"{": 1, "}": -1}.get(src[end], 0)
+                end += 1
+                if depth == 0:
+                    break
+        else:
+            end = src.index(";", k) + 1
+        assert int(m.group(1)) not in loops
+        loops[int(m.group(1))] = src[k:end]
+        pos = end
+    outside.append(src[pos:])
+    return loops, "".join(outside)
+
+
+def _param_values(expr, shape):
+    """The kernel parameters ``p<k>`` of ``expr``'s program, by name."""
+    _, bindings = prog.linearize([expr._node], shape, cache=False)
+    return {f"p{k}": v for k, v in enumerate(bindings.params)}
+
+
+def _check_piece_loops(src, expr, lengths, buffers):
+    """One loop per piece, each reading only its own buffers (``buffers[p]``: the
+    ``in<k>`` numbers) at the loop's index shifted by the piece's start, over the
+    elements of the work-item's chunk inside the piece: never outside its bounds."""
+    assert src.count("__kernel") == 1
+    params = _param_values(expr, expr.shape)
+    total = sum(lengths)
+    params["N"] = total
+    loops, outside = _piece_loops(src)
+    assert sorted(loops) == list(range(len(lengths)))
+    assert not re.search(r"\bin\d+\[", outside)  # no load outside the loops
+    assert "?" not in "".join(loops.values())  # no selection
+    start = 0
+    for p, n in enumerate(lengths):
+        body = loops[p]
+        assert len(re.findall(r"\bout0\[", body)) == 1
+        # the loop's bounds: the chunk, cut to [start, start + n)
+        lo = re.search(rf"lo_k{p} = (.*);", src).group(1)
+        hi = re.search(rf"hi_k{p} = (.*);", src).group(1)
+        if p == 0:
+            assert lo == "4096 * gid(0)"
+        else:
+            m = re.fullmatch(r"max\(4096 \* gid\(0\), (p\d+)\)", lo)
+            assert m and params[m.group(1)] == start, lo
+        m = re.fullmatch(r"min\(4096 \* gid\(0\) \+ 4096, (p\d+|N)\)", hi)
+        assert m and params[m.group(1)] == start + n, hi
+        for k, index in _loads(body):
+            assert k in buffers[p], (p, k)
+            if p == 0:
+                assert index == "i_k0"
+            else:
+                m = re.fullmatch(rf"i_k{p} \+ -1 \* (p\d+)", index)
+                assert m and params[m.group(1)] == start, index
+        start += n
+
+
+def _loads(src):
+    """``(k, index)`` of every global load ``in<k>[index]`` in ``src``."""
     out = []
-    for m in re.finditer(r"\bin\d+\[", src):
+    for m in re.finditer(r"\bin(\d+)\[", src):
         depth, k = 1, m.end()
         while depth:
             depth += {"[": 1, "]": -1}.get(src[k], 0)
             k += 1
-        out.append(src[m.end():k - 1])
+        out.append((int(m.group(1)), src[m.end():k - 1]))
     return out
 
 
-def test_piece_loads_are_clamped(device):
+def _load_indices(src):
+    """The index expression of every global load ``inK[...]`` in ``src``."""
+    return [index for _, index in _loads(src)]
+
+
+def test_generated_code_reads_one_piece_per_element(device):
+    xs = [fl.asarray(rand(5 + k, seed=k)) for k in range(3)]
+    expr = fl.concatenate(xs) * 2
+    src = fl.show_code(expr)
+    if _per_piece(device):
+        _check_piece_loops(src, expr, [5, 6, 7], [{0}, {1}, {2}])
+    else:
+        _check_selection(src, 3)
+
+
+def test_gpu_recipe_keeps_the_selection(ternary_on_cpu):
+    xs = [fl.asarray(rand(5 + k, seed=k)) for k in range(3)]
+    _check_selection(fl.show_code(fl.concatenate(xs) * 2), 3)
+    x, y = fl.asarray(rand(5, seed=1)), fl.asarray(rand(3, seed=2))
+    _check_clamped(fl.show_code(fl.concatenate([x * x + x, y, x])))
+    got = (fl.concatenate(xs) * 2).get()
+    np.testing.assert_allclose(got, np.concatenate([x.get() for x in xs]) * 2, rtol=1e-6)
+
+
+def _check_clamped(src):
     # x * x + x reads x into a temporary computed for every element: its position
     # is clamped into x, so the elements of other pieces never read outside it
-    x, y = fl.asarray(rand(5, seed=1)), fl.asarray(rand(3, seed=2))
-    src = fl.show_code(fl.concatenate([x * x + x, y, x]))
     loads = _load_indices(src)
     stores = len(re.findall(r"\bout0\[", src))  # a GPU recipe unrolls: several
     assert stores and len(loads) == 3 * stores
     assert all("min(" in i or "max(" in i for i in loads), loads
+
+
+def test_piece_loads_are_clamped(device):
+    x, y = fl.asarray(rand(5, seed=1)), fl.asarray(rand(3, seed=2))
+    expr = fl.concatenate([x * x + x, y, x])
+    src = fl.show_code(expr)
+    if _per_piece(device):
+        # each piece's loop reads its own piece only, unclamped (x is in0 in two pieces)
+        _check_piece_loops(src, expr, [5, 3, 5], [{0}, {1}, {0}])
+        assert not any("min(" in i or "max(" in i for i in _load_indices(src))
+    else:
+        _check_clamped(src)
     got = fl.concatenate([x * x + x, y, x]).get()
     np.testing.assert_allclose(got, np.concatenate([x.get() ** 2 + x.get(), y.get(), x.get()]),
                                rtol=1e-6)
@@ -329,3 +449,131 @@ def test_errors(device):
         fl.stack([a, a[:1]])
     with pytest.raises(fl.errors.AxisError):
         fl.concatenate([a, a], axis=2)
+
+
+# {{{ per-piece loops (the CPU recipe): boundaries anywhere in a work-item's chunk
+
+PIECE_CASES = {  # lengths of 1-D pieces
+    "inside_one_chunk": [3, 5, 2],
+    "boundary_inside_a_chunk": [5000, 3000],
+    "boundary_on_a_chunk": [4096, 4096, 1],
+    "pieces_smaller_than_a_chunk": [1, 7, 100, 1, 1, 9],
+    "odd_sizes": [4097, 1, 8191, 13],
+    "many_chunks": [3 * 4096 + 17, 2 * 4096 - 5, 4096 * 2],
+    "one_element_pieces": [1] * 20,
+}
+
+
+@pytest.mark.parametrize("lengths", PIECE_CASES.values(), ids=PIECE_CASES.keys())
+def test_piece_loops_match_numpy(device, lengths):
+    hs = [rand(n, seed=k) for k, n in enumerate(lengths)]
+    xs = [fl.asarray(h) for h in hs]
+    ref = np.concatenate(hs)
+    expr = fl.concatenate(xs) * 2 + 1
+    if _per_piece(device):
+        _check_piece_loops(fl.show_code(expr), expr, lengths, [{k} for k in range(len(lengths))])
+    val, n = launches(lambda: expr.get())
+    assert n == 1
+    np.testing.assert_allclose(val, ref * 2 + 1, rtol=1e-6)
+    # into part of a larger buffer (an offset target), and into a strided one
+    out = fl.zeros(ref.size + 3, dtype=np.float32)
+    out[2:-1] = fl.concatenate(xs) - 1
+    np.testing.assert_allclose(out.get(), np.concatenate([[0, 0], ref - 1, [0]]), rtol=1e-6)
+    out2 = fl.zeros(2 * ref.size, dtype=np.float64)
+    out2[::2] = fl.concatenate(xs)
+    np.testing.assert_array_equal(out2.get()[::2], ref)
+    np.testing.assert_array_equal(out2.get()[1::2], 0)
+
+
+def test_piece_loops_with_empty_pieces(device):
+    lengths = [0, 5, 0, 0, 4100, 0, 3, 0]
+    hs = [rand(n, seed=k) for k, n in enumerate(lengths)]
+    xs = [fl.asarray(h) for h in hs]
+    expr = fl.concatenate(xs) * 3
+    if _per_piece(device):  # empty pieces are dropped: three loops
+        _check_piece_loops(fl.show_code(expr), expr, [5, 4100, 3], [{0}, {1}, {2}])
+    np.testing.assert_allclose(expr.get(), np.concatenate(hs) * 3, rtol=1e-6)
+
+
+def test_piece_loops_many_pieces(device):
+    lengths = [(k * 37) % 101 + 1 for k in range(64)]
+    hs = [rand(n, seed=k) for k, n in enumerate(lengths)]
+    xs = [fl.asarray(h) for h in hs]
+    expr = fl.exp(fl.concatenate(xs)) * 2
+    if _per_piece(device):
+        _check_piece_loops(fl.show_code(expr), expr, lengths,
+                           [{k} for k in range(len(lengths))])
+    np.testing.assert_allclose(expr.get(), np.exp(np.concatenate(hs)) * 2, rtol=1e-5)
+    # more pieces than MAX_PIECE_LOOPS keep the selection
+    more = fl.concatenate(xs + xs[:3]) * 2
+    np.testing.assert_allclose(more.get(), np.concatenate(hs + hs[:3]) * 2, rtol=1e-6)
+    assert "i_k0" not in fl.show_code(more)
+
+
+def test_piece_loops_2d_and_stack(device):
+    a, b, c = rand((3000, 3), seed=1), rand((1, 3), seed=2), rand((2001, 3), seed=3)
+    x, y, z = fl.asarray(a), fl.asarray(b), fl.asarray(c)
+    row = rand(3, seed=4)
+    expr = fl.concatenate([x, y, z]) * fl.asarray(row) + 1
+    ref = np.concatenate([a, b, c]) * row + 1
+    st = fl.stack([x, x * 2, x[::-1]])
+    if _per_piece(device):
+        src = fl.show_code(expr)
+        loops, _ = _piece_loops(src)
+        assert sorted(loops) == [0, 1, 2]
+        # the pieces are read contiguously: at the loop's index less where they start
+        assert re.search(r"\bin0\[i_k0\]", loops[0])
+        assert re.search(r"\bin1\[i_k1 \+ -1 \* p\d+\]", loops[1])
+        assert re.search(r"\bin2\[i_k2 \+ -1 \* p\d+\]", loops[2])
+        src = fl.show_code(st - 1)
+        loops, _ = _piece_loops(src)
+        assert sorted(loops) == [0, 1, 2]
+        assert re.search(r"\bin0\[i_k0\]", loops[0])
+        assert re.search(r"\bin0\[i_k1 \+ -1 \* p\d+\]", loops[1])
+    np.testing.assert_allclose(expr.get(), ref, rtol=1e-6)
+    np.testing.assert_allclose((st - 1).get(), np.stack([a, a * 2, a[::-1]]) - 1, rtol=1e-6)
+
+
+def test_piece_loops_other_concatenations_and_views(device):
+    a, b, c, d = (rand(n, seed=n) for n in (5000, 3000, 2000, 6000))
+    x, y, z, w = (fl.asarray(h) for h in (a, b, c, d))
+    # two concatenations with other boundaries: one gets the loops, the other selects
+    got = fl.concatenate([x, y]) + fl.concatenate([z, w])
+    np.testing.assert_allclose(got.get(), np.concatenate([a, b]) + np.concatenate([c, d]),
+                               rtol=1e-6)
+    # the same boundaries: both resolved in each loop
+    got = fl.concatenate([x, y]) * fl.concatenate([x * 2, y - 1])
+    if _per_piece(device):
+        loops, _ = _piece_loops(fl.show_code(got))
+        assert sorted(loops) == [0, 1] and "?" not in "".join(loops.values())
+    np.testing.assert_allclose(got.get(), np.concatenate([a, b]) * np.concatenate([a * 2, b - 1]),
+                               rtol=1e-6)
+    # views and nesting: selections inside the loops, or no loops at all
+    cat = fl.concatenate([x, y])
+    r = np.concatenate([a, b])
+    for view_fn in (lambda v: v[::-1], lambda v: v[1:-2:3], lambda v: v[4990:5010]):
+        np.testing.assert_allclose((view_fn(cat) * 2).get(), view_fn(r) * 2, rtol=1e-6)
+    got = fl.concatenate([fl.concatenate([z, x])[1:], y, fl.concatenate([y, z])[::-2]])
+    ref = np.concatenate([np.concatenate([c, a])[1:], b, np.concatenate([b, c])[::-2]])
+    np.testing.assert_array_equal(got.get(), ref)
+    # gathers (checked indices) inside the pieces' loops
+    idx = np.array([0, 4999, -1, 17], dtype=np.int64)
+    got = fl.concatenate([x[fl.asarray(idx)], y]) * 2
+    np.testing.assert_allclose(got.get(), np.concatenate([a[idx], b]) * 2, rtol=1e-6)
+    with pytest.raises(IndexError):
+        fl.concatenate([x[fl.asarray(np.array([1, 5000]))], y]).get()
+
+
+def test_piece_loops_reused_across_sizes(device):
+    def run(n, m, k):
+        hs = [rand(n, seed=n), rand(m, seed=m), rand(k, seed=k)]
+        got = (fl.concatenate([fl.asarray(h) for h in hs]) * 2).get()
+        np.testing.assert_allclose(got, np.concatenate(hs) * 2, rtol=1e-6)
+
+    run(5000, 3001, 7)
+    before = fl.stats()["kernels_lowered"]
+    run(13, 9000, 4096)  # other boundaries, other chunks: the same kernel
+    run(2, 5, 3)
+    assert fl.stats()["kernels_lowered"] == before
+
+# }}}

@@ -41,10 +41,18 @@ Entries:
   the reduced range is reduced (first stage of a two-stage reduction);
   ``exact`` when the pieces tile the range exactly (no bounds test).
 * ``("gather", index_ref, child_ref, length_param)``: checked gather.
-* ``("concat", comp, bounds, refs)``: the value of piece ``refs[p]`` where
+* ``("concat", comp, bounds, refs, flat)``: the value of piece ``refs[p]`` where
   ``bounds[p-1] <= comp < bounds[p]`` (``bounds`` are the parameters holding
   where pieces 1.. start): a nest of conditionals, so each element loads from
-  one piece only.
+  one piece only.  ``flat`` is None, or, when ``comp`` is an output dimension
+  preceded by unit dimensions only, ``(starts, kcs, cstrides)``: the
+  parameters holding where pieces 1.. start in the flat C-order loop over the
+  output (each piece is then one range of it: a recipe may give each piece its
+  own loop, see :func:`fuseloop.lower.kernel.lower_program`), the position
+  component each piece is read at (a ``"k"`` component, or 0 for a piece of
+  length 1), and the output's C strides as address kinds (a load with these
+  strides at the output's index, shifted into a piece, reads the piece's
+  elements in the flat loop's order).
 """
 
 from __future__ import annotations
@@ -167,6 +175,20 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
         kinds = tuple(0 if c == 0 else stride_kind(s) for c, s in zip(at, strides))
         return kinds, off_kind
 
+    def flat_bounds(c: Any, node: Concat, kcs: list) -> tuple | None:
+        """Where pieces 1.. start in the flat loop over the output, if they tile it in order.
+
+        That is when the joined axis is output dimension ``d`` and every output
+        dimension before ``d`` has length 1: piece ``p`` is then the range
+        ``[starts[p] * inner, starts[p + 1] * inner)`` of the flat C-order index
+        (``inner`` the product of the later output dimensions).
+        """
+        if c[0] != "r" or any(n != 1 for n in out_shape[:c[1]]):
+            return None
+        inner = math.prod(out_shape[c[1] + 1:])
+        return (tuple(param(s * inner) for s in node.starts[1:]), tuple(kcs),
+                tuple(stride_kind(s) for s in out_c))
+
     def visit(node: Node, at: tuple) -> int:
         key = (id(node), at)
         ref = memo.get(key)
@@ -247,16 +269,17 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
             if c == 0 or len(pieces) == 1:  # (a joined axis of length 1 has one piece)
                 ref = visit(pieces[0], at)
             else:
-                refs, bounds = [], []
+                refs, bounds, kcs = [], [], []
                 last = len(pieces) - 1
                 for p, (piece, s) in enumerate(zip(pieces, node.starts)):  # type: ignore[attr-defined]
                     n = piece.shape[ax]
                     kc = 0 if n == 1 else \
                         ("k", c, 0 if s == 0 else param(s), None if p == last else param(n))
                     refs.append(visit(piece, (*at[:ax], kc, *at[ax + 1:])))
+                    kcs.append(kc)
                     if p:
                         bounds.append(param(s))
-                ref = add(("concat", c, tuple(bounds), tuple(refs)))
+                ref = add(("concat", c, tuple(bounds), tuple(refs), flat_bounds(c, node, kcs)))
         else:
             raise AssertionError(f"unknown node {cls.__name__}")
         memo[key] = ref

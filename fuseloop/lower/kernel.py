@@ -7,7 +7,9 @@ becomes a pymbolic expression at its symbolic index (see
 :mod:`fuseloop.expr.program`); entries used more than once, reductions, and
 very deep trees become private temporaries.  Sizes, strides and offsets are
 kernel arguments (``p<slot>``), so one compiled kernel serves every size of the
-same structure.  Recipes later split and tag the inames for the device.
+same structure.  Recipes later split and tag the inames for the device.  A
+recipe with a ``concat_chunk`` gets a concatenation's pieces as loops of their own
+(``i`` then numbers chunks; see :func:`lower_program`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ from .scalar_ops import Helper, is_direct, make_helper
 
 FLAT_INAME = "i"
 ELEMENT_INAME = "e"
+#: per-piece loops of a concatenation (see :func:`lower_program`): ``i_k0``, ``i_k1``, ...
+PIECE_INAME_PREFIX = f"{FLAT_INAME}_k"
+#: at most this many pieces get loops of their own; more keep the selection
+MAX_PIECE_LOOPS = 64
 _MAX_INLINE_DEPTH = 24
 _BOOL = np.dtype("bool")
 _UINT8 = np.dtype("uint8")
@@ -105,6 +111,7 @@ class _Lowering:
         self.callables: dict[str, HelperCallable] = {}
         self.instructions: list[Any] = []
         self.temporaries: list[Any] = []
+        self.temp_names: set[str] = set()
         self.domains: list[str] = []
         self.params: set[int] = set()
         self.inputs: dict[int, np.dtype] = {}
@@ -119,6 +126,29 @@ class _Lowering:
         self.insn_of: dict[int, str] = {}  # entry -> instruction computing its temporary
         self.deps: list[frozenset] = []  # instruction ids each entry's value needs
         self.extra_deps: set[str] = set()
+        # the flat loop: its iname, the inames every instruction sits in, the suffix of
+        # instruction ids (per-piece passes, see lower_pieces), the concatenation resolved
+        # in this pass ((comp, bounds), piece number, (start, length) of the piece) and
+        # the entries the pass computes (None: all)
+        self.flat = FLAT_INAME
+        self.base: frozenset = frozenset({FLAT_INAME})
+        self.sfx = ""
+        self.resolved: Any = None
+        self.live: set[int] | None = None
+
+    def temporary(self, name: str, dtype: Any) -> None:
+        if name not in self.temp_names:
+            self.temp_names.add(name)
+            self.temporaries.append(lp.TemporaryVariable(
+                name, dtype, shape=(), address_space=lp.AddressSpace.PRIVATE))
+
+    def start_pass(self, piece: int, resolved: Any, iname: str, base: frozenset) -> None:
+        """Forget the values of a previous pass; lower the program again for one piece."""
+        self.flat, self.base, self.sfx = iname, base, f"_k{piece}"
+        self.resolved = resolved
+        self.root_idx, self.red_idx, self.red_inames = {}, {}, {}
+        self.exprs, self.inames, self.dtypes, self.deps = [], [], [], []
+        self.live = _live_entries(self.program, resolved)
 
     # {{{ index expressions
 
@@ -132,13 +162,14 @@ class _Lowering:
         prog = self.program
         dims = [d for d, s in enumerate(prog.root_sizes) if s != 1]
         if prog.row_dims is None:
-            groups = [(FLAT_INAME, dims)]
+            groups = [(self.flat, dims)]
         else:
             groups = [(FLAT_INAME, [d for d in dims if d in prog.row_dims]),
                       (ELEMENT_INAME, [d for d in dims if d not in prog.row_dims])]
         for iname, ds in groups:
-            bound = "N" if iname == FLAT_INAME else "NE"
-            self.domains.append(f"[{bound}] -> {{[{iname}]: 0 <= {iname} < {bound}}}")
+            if iname == FLAT_INAME or iname == ELEMENT_INAME:  # (a piece's loop: its own domain)
+                bound = "N" if iname == FLAT_INAME else "NE"
+                self.domains.append(f"[{bound}] -> {{[{iname}]: 0 <= {iname} < {bound}}}")
             sizes = [self.size(prog.root_sizes[d]) if k else _p(prog.root_sizes[d])
                      for k, d in enumerate(ds)]
             idx = _unflatten(prim.Variable(iname), sizes) if len(ds) > 1 else \
@@ -160,6 +191,9 @@ class _Lowering:
             return (self.gather_index(ref, length, checked), self.inames[ref])
         if kind == "k":  # a position within one piece of a concatenation, clamped
             pos, names = self.comp(c[1])
+            if self.resolved is not None and c == self.resolved[2]:
+                # in the loop over this very piece: the position is inside it
+                return (pos if c[2] == 0 else pos - self.size(c[2])), names
             if c[2] != 0:
                 pos = prim.Variable("max")(pos - self.size(c[2]), 0)
             if c[3] is not None:
@@ -193,12 +227,42 @@ class _Lowering:
             return 0, names
         return (terms[0] if len(terms) == 1 else prim.Sum(tuple(terms))), names
 
+    def piece_address(self, at: tuple, kinds: Any, offset: Any) -> tuple[Any, frozenset] | None:
+        """In the loop over a piece of a concatenation, the address of a load that walks
+        the piece in the flat loop's order (a C-contiguous piece at the output's own
+        index): the flat index minus where the piece starts, so the load is contiguous.
+        None for other loads."""
+        if self.resolved is None or kinds == "c":
+            return None
+        kc, lo, cstrides = self.resolved[2], self.resolved[3], self.resolved[4]
+        d0 = self.resolved[0][0][1]  # the joined output dimension
+        sizes = self.program.root_sizes
+        shift = len(sizes) - len(at)  # a value broadcast to more dimensions
+        for d in range(len(sizes)):
+            c, kind = (at[d - shift], kinds[d - shift]) if d >= shift else (0, 0)
+            if d == d0:
+                # the piece's position along the joined dimension (a piece of length 1
+                # is read at 0: in its loop, any value constant along d0 has that form)
+                if c != kc or (c != 0 and kind != cstrides[d]):
+                    return None
+            elif c == 0:
+                if sizes[d] != 1:  # broadcast along an output dimension
+                    return None
+            elif c != ("r", d) or kind != cstrides[d]:
+                return None
+        addr: Any = prim.Variable(self.flat)
+        if lo != 0:
+            addr = addr - self.size(lo)
+        if offset != 0:
+            addr = addr + self.size(offset)
+        return addr, frozenset({self.flat})
+
     def contiguous_address(self, root_at: tuple) -> tuple[Any, frozenset]:
         """C-order position of the root index in a contiguous output."""
         dims = [d for d, c in enumerate(root_at) if c != 0]
         if self.program.row_dims is None:
             # the flat loop enumerates the output in C order
-            return prim.Variable(FLAT_INAME), frozenset({FLAT_INAME} if dims else ())
+            return prim.Variable(self.flat), frozenset({self.flat} if dims else ())
         return self.c_order_position(dims)
 
     def c_order_position(self, dims: list[int]) -> tuple[Any, frozenset]:
@@ -222,16 +286,16 @@ class _Lowering:
             return self.cast_expr(ref, self.index_dtype)
         # one temporary and check per index value *and* axis length: an index array
         # used for two axes (``m[i, i]``) is checked against each of them
-        name = f"gi{ref}" + (f"p{length[1]}" if isinstance(length, tuple) else f"n{length}")
-        if name not in {t.name for t in self.temporaries}:
+        name = f"gi{ref}" + (f"p{length[1]}" if isinstance(length, tuple) else f"n{length}") \
+            + self.sfx
+        if name not in self.temp_names:
             self.has_gather = True
             raw = self.cast_expr(ref, np.dtype(np.int64))
             # a function, not an if-expression: Loopy's bounds check reads the condition
             # of an if as an affine set and fails on the cast of an affine index (arange)
             wrapped = prim.Variable("fl_idx_wrap")(raw, n)
-            within = self.inames[ref] | {FLAT_INAME}
-            self.temporaries.append(lp.TemporaryVariable(
-                name, np.int64, shape=(), address_space=lp.AddressSpace.PRIVATE))
+            within = self.inames[ref] | self.base
+            self.temporary(name, np.int64)
             self.instructions.append(lp.Assignment(
                 prim.Variable(name), wrapped, id=f"calc_{name}", within_inames=within,
                 depends_on=self.deps[ref]))
@@ -286,7 +350,7 @@ class _Lowering:
             _, slot, dt_name, at, kinds, off = e
             dt = np.dtype(dt_name)
             self.inputs[slot] = dt
-            addr, names = self.address(at, kinds, off)
+            addr, names = self.piece_address(at, kinds, off) or self.address(at, kinds, off)
             return prim.Variable(f"in{slot}")[addr], dt, names
         if kind == "arg":
             _, slot, dt_name = e
@@ -307,8 +371,11 @@ class _Lowering:
     def run(self) -> None:
         prog = self.program
         entries = prog.entries
+        live = self.live
         uses: Counter[int] = Counter()
-        for e in entries:
+        for ref, e in enumerate(entries):
+            if live is not None and ref not in live:
+                continue
             if e[0] in ("op", "call"):
                 uses.update(e[3])
             elif e[0] == "reduce":
@@ -317,10 +384,17 @@ class _Lowering:
                 uses[e[1]] += 2
                 uses[e[2]] += 1
             elif e[0] == "concat":
-                uses.update(e[3])
+                uses.update(self.pieces_read(e))
         uses.update(prog.outputs)
         depth: list[int] = []
         for ref, e in enumerate(entries):
+            if live is not None and ref not in live:  # not computed in this piece's loop
+                depth.append(0)
+                self.exprs.append(None)
+                self.dtypes.append(None)
+                self.inames.append(frozenset())
+                self.deps.append(frozenset())
+                continue
             self.extra_deps: set[str] = set()
             kind = e[0]
             names: frozenset = frozenset()
@@ -341,14 +415,19 @@ class _Lowering:
                 value, dt, names, deps = self.reduce(ref, e)
                 force_temp = True
             elif kind == "concat":
-                _, c, bounds, refs = e
-                pos, names = self.comp(c)
+                c, bounds = e[1], e[2]
+                refs = self.pieces_read(e)
                 for r in refs:
                     names |= self.inames[r]
                     deps |= self.deps[r]
                 dt = self.dtypes[refs[0]]
-                value = _select(pos, [self.size(b) for b in bounds],
-                                [self.exprs[r] for r in refs])
+                if len(refs) == 1:  # this pass's piece: no selection
+                    value = self.exprs[refs[0]]
+                else:
+                    pos, pnames = self.comp(c)
+                    names |= pnames
+                    value = _select(pos, [self.size(b) for b in bounds],
+                                    [self.exprs[r] for r in refs])
             else:
                 assert kind == "gather"
                 _, iref, cref, _length = e
@@ -363,18 +442,23 @@ class _Lowering:
             if force_temp or ((uses[ref] > 1 or d > _MAX_INLINE_DEPTH)
                               and kind not in ("arg", "lit")):
                 d = 0
-                tmp = f"t{ref}"
-                self.temporaries.append(lp.TemporaryVariable(
-                    tmp, kernel_dtype(dt), shape=(), address_space=lp.AddressSpace.PRIVATE))
+                tmp = f"t{ref}{self.sfx}"
+                self.temporary(tmp, kernel_dtype(dt))
                 # every instruction sits in the outer loop: recipes map it to groups
                 self.instructions.append(lp.Assignment(
                     prim.Variable(tmp), value, id=f"calc_{tmp}",
-                    within_inames=names | {FLAT_INAME}, depends_on=deps))
+                    within_inames=names | self.base, depends_on=deps))
                 value = prim.Variable(tmp)
                 deps = frozenset({f"calc_{tmp}"})
             depth.append(d)
             self.exprs.append(value)
             self.deps.append(deps)
+
+    def pieces_read(self, e: tuple) -> tuple[int, ...]:
+        """The pieces of concat entry ``e`` that this pass reads (one in a piece's loop)."""
+        if self.resolved is not None and (e[1], e[2]) == self.resolved[0]:
+            return (e[3][self.resolved[1]],)
+        return e[3]
 
     def elementwise(self, kind: str, op_name: str, loop: tuple[np.dtype, ...],
                     args: list[Any]) -> Any:
@@ -428,7 +512,7 @@ class _Lowering:
             for c in at:
                 if c != 0:
                     names |= self._static_inames(c)
-            names |= {FLAT_INAME}
+            names |= self.base
             self.red_inames[rid] = names
             size_exprs = [self.size(s) if k else _p(s) for k, s in enumerate(sizes)]
             if chunk is not None:
@@ -517,25 +601,71 @@ def contiguous_rows(program: Program) -> bool:
     return False
 
 
-def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
-                  user_functions: dict[str, Any],
-                  name: str = "fuseloop_kernel") -> LoweredKernel:
-    """The Loopy kernel computing ``program`` (``groups`` is unused, kept for callers)."""
-    if program.contraction is not None:
-        from .contraction import lower_contraction
+def _comp_refs(c: Any, out: list[int]) -> None:
+    """The entries (gathered index values) that index component ``c`` reads."""
+    if c == 0:
+        return
+    if c[0] == "g":
+        out.append(c[1])
+    elif c[0] == "k":
+        _comp_refs(c[1], out)
+    elif c[0] == "a":
+        for _, sub in c[2]:
+            _comp_refs(sub, out)
 
-        return lower_contraction(program, index_dtype, user_functions)
-    if program.has_reduce:
-        name = "fuseloop_rows" if contiguous_rows(program) else "fuseloop_cols"
-    low = _Lowering(program, index_dtype, user_functions)
-    low.setup_root()
-    low.index_helpers()
-    low.prepare_reductions()
-    low.run()
-    idx_t = index_dtype
 
-    kernel_args: list[Any] = []
-    arg_names: list[str] = []
+def _live_entries(program: Program, resolved: Any) -> set[int]:
+    """The entries computed in the loop over piece ``resolved[1]`` of the concatenation
+    ``resolved[0]``: its other pieces are not read there."""
+    entries = program.entries
+    stack = list(program.outputs)
+    for spec in program.out_specs:
+        if spec:
+            for c in spec[0]:
+                _comp_refs(c, stack)
+    live: set[int] = set()
+    while stack:
+        ref = stack.pop()
+        if ref in live:
+            continue
+        live.add(ref)
+        e = entries[ref]
+        kind = e[0]
+        if kind in ("load", "iota"):
+            for c in (e[3] if kind == "load" else e[2]):
+                _comp_refs(c, stack)
+        elif kind in ("op", "call"):
+            stack.extend(e[3])
+        elif kind == "reduce":
+            stack.append(e[4])
+            for c in e[5]:
+                _comp_refs(c, stack)
+        elif kind == "gather":
+            stack.extend(e[1:3])
+        elif kind == "concat":
+            _comp_refs(e[1], stack)
+            stack.extend((e[3][resolved[1]],) if (e[1], e[2]) == resolved[0] else e[3])
+    return live
+
+
+def piece_loops(program: Program) -> tuple | None:
+    """The concatenation whose pieces can each get a loop of their own, or None.
+
+    Returns ``(comp, bounds, refs, flat)`` of a ``concat`` entry whose pieces are
+    consecutive ranges of the flat loop (``flat`` is not None), in an elementwise
+    kernel (no reduction) with at most ``MAX_PIECE_LOOPS`` pieces.  Other
+    concatenations of the kernel keep their selection.
+    """
+    if program.has_reduce or program.row_dims is not None or program.contraction is not None:
+        return None
+    for e in program.entries:
+        if e[0] == "concat" and e[4] is not None and len(e[3]) <= MAX_PIECE_LOOPS:
+            return e[1:5]
+    return None
+
+
+def _emit_outputs(low: _Lowering, program: Program, index_dtype: np.dtype) -> None:
+    """The stores of the outputs (in the current pass's loop)."""
     root_at = tuple(0 if s == 1 else ("r", d) for d, s in enumerate(program.root_sizes))
     for k, ref in enumerate(program.outputs):
         spec = program.out_specs[k]
@@ -545,20 +675,100 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
         else:
             addr, names = low.address(*spec)
             names = names | {n for c in spec[0] if c != 0 for n in low._static_inames(c)}
-        names = names | low.inames[ref] | {FLAT_INAME}
+        names = names | low.inames[ref] | low.base
         if not isinstance(addr, prim.Variable | int):
             # Loopy resolves function calls on right-hand sides only
-            tmp = f"oaddr{k}"
-            low.temporaries.append(lp.TemporaryVariable(
-                tmp, index_dtype, shape=(), address_space=lp.AddressSpace.PRIVATE))
+            tmp = f"oaddr{k}{low.sfx}"
+            low.temporary(tmp, index_dtype)
             low.instructions.append(lp.Assignment(
                 prim.Variable(tmp), addr, id=f"calc_{tmp}", within_inames=names,
                 depends_on=frozenset(low.extra_deps)))
             low.extra_deps.add(f"calc_{tmp}")
             addr = prim.Variable(tmp)
         low.instructions.append(lp.Assignment(
-            prim.Variable(f"out{k}")[addr], low.exprs[ref], id=f"store_out{k}",
-            within_inames=names, depends_on=low.deps[ref] | frozenset(low.extra_deps)))
+            prim.Variable(f"out{k}")[addr], low.exprs[ref], id=f"store_out{k}{low.sfx}",
+            within_inames=names, depends_on=low.deps[ref] | frozenset(low.extra_deps),
+            # the pieces' loops write disjoint ranges
+            no_sync_with=frozenset({(f"store_out{k}_k*", "any")}) if low.sfx else frozenset()))
+
+
+def _lower_pieces(low: _Lowering, program: Program, index_dtype: np.dtype, chunk: int,
+                  split: tuple) -> None:
+    """The kernel as one pass per piece of the concatenation ``split``.
+
+    ``i`` numbers chunks of ``chunk`` elements of the flat loop; piece ``p``'s
+    pass runs the whole kernel over ``i_k<p>``, the elements of the chunk in
+    piece ``p`` (its domain holds the piece's range: Loopy makes it the loop's
+    bounds), with the concatenation replaced by the piece, read unclamped.
+    """
+    comp, bounds, refs, (flat, kcs, cstrides) = split
+    low.domains.append(f"[N] -> {{[{FLAT_INAME}]: 0 <= {FLAT_INAME} and "
+                       f"{chunk}*{FLAT_INAME} < N}}")
+    first = chunk * prim.Variable(FLAT_INAME)
+    last = len(refs) - 1
+    for p in range(len(refs)):
+        iname = f"{PIECE_INAME_PREFIX}{p}"
+        # the loop's bounds are temporaries computed per chunk: written in the domain
+        # as the intersection of the chunk and the piece, Loopy's bounds (maxima and
+        # minima) would come with a test per element
+        lo: Any = first if p == 0 else prim.Variable("max")(first, low.size(flat[p - 1]))
+        hi: Any = prim.Variable("min")(first + chunk, prim.Variable("N") if p == last
+                                       else low.size(flat[p]))
+        lo_name, hi_name = f"lo_k{p}", f"hi_k{p}"
+        for tmp, value in ((lo_name, lo), (hi_name, hi)):
+            low.temporary(tmp, index_dtype)
+            low.instructions.append(lp.Assignment(
+                prim.Variable(tmp), value, id=f"calc_{tmp}",
+                within_inames=frozenset({FLAT_INAME})))
+        low.domains.append(f"[{lo_name}, {hi_name}] -> {{[{iname}]: "
+                           f"{lo_name} <= {iname} < {hi_name}}}")
+        low.start_pass(p, ((comp, bounds), p, kcs[p], 0 if p == 0 else flat[p - 1], cstrides),
+                       iname,
+                       frozenset({FLAT_INAME, iname}))
+        before = len(low.instructions)
+        low.setup_root()
+        low.run()
+        _emit_outputs(low, program, index_dtype)
+        bound_ids = frozenset({f"calc_{lo_name}", f"calc_{hi_name}"})
+        low.instructions[before:] = [insn.copy(depends_on=insn.depends_on | bound_ids)
+                                     for insn in low.instructions[before:]]
+
+
+def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
+                  user_functions: dict[str, Any],
+                  name: str = "fuseloop_kernel", piece_chunk: int | None = None) -> LoweredKernel:
+    """The Loopy kernel computing ``program`` (``groups`` is unused, kept for callers).
+
+    With ``piece_chunk`` (a recipe's ``concat_chunk``, see
+    :func:`fuseloop.recipes.register_recipe`), an elementwise kernel reading a
+    concatenation whose pieces are consecutive ranges of the flat loop (see
+    :func:`piece_loops`) is lowered differently: ``i`` numbers chunks of
+    ``piece_chunk`` elements, and within a chunk piece ``p`` has a loop
+    ``i_k<p>`` of its own over the chunk's elements in the piece (Loopy turns
+    the piece's range into the loop's bounds), running the whole kernel with the
+    piece read directly: no per-element selection, so the loops vectorise.
+    """
+    if program.contraction is not None:
+        from .contraction import lower_contraction
+
+        return lower_contraction(program, index_dtype, user_functions)
+    if program.has_reduce:
+        name = "fuseloop_rows" if contiguous_rows(program) else "fuseloop_cols"
+    low = _Lowering(program, index_dtype, user_functions)
+    low.index_helpers()
+    split = piece_loops(program) if piece_chunk else None
+    if split is not None:
+        _lower_pieces(low, program, index_dtype, piece_chunk, split)  # type: ignore[arg-type]
+    else:
+        low.setup_root()
+        low.prepare_reductions()
+        low.run()
+        _emit_outputs(low, program, index_dtype)
+    idx_t = index_dtype
+
+    kernel_args: list[Any] = []
+    arg_names: list[str] = []
+    for k, ref in enumerate(program.outputs):
         kernel_args.append(lp.GlobalArg(f"out{k}", kernel_dtype(low.dtypes[ref]), shape=None,
                                         is_output=True, is_input=False))
         arg_names.append(f"out{k}")

@@ -26,7 +26,7 @@ import loopy as lp
 import pymbolic.primitives as prim
 from loopy.symbolic import IdentityMapper, get_dependencies
 
-from ..lower.kernel import FLAT_INAME
+from ..lower.kernel import FLAT_INAME, PIECE_INAME_PREFIX
 
 if TYPE_CHECKING:
     from ..runtime.devices import Device
@@ -44,10 +44,15 @@ class Recipe:
     version: str
     transform: RecipeFunction
     size_class: SizeClassFunction | None = None
+    #: see :func:`register_recipe`
+    concat_chunk: int | None = None
 
     @property
-    def cache_id(self) -> tuple[str, str]:
-        return (self.name, self.version)
+    def cache_id(self) -> tuple:
+        # concat_chunk changes the lowered kernel, not only what the recipe does to it
+        if self.concat_chunk is None:
+            return (self.name, self.version)
+        return (self.name, self.version, self.concat_chunk)
 
 
 _REGISTRY: dict[tuple[str, str], Recipe] = {}
@@ -57,7 +62,8 @@ KINDS = ("elementwise", "reduction", "contraction")
 
 def register_recipe(device_type: str, func: RecipeFunction, *, name: str,
                     version: str = "1", kind: str = "elementwise",
-                    size_class: SizeClassFunction | None = None) -> Recipe:
+                    size_class: SizeClassFunction | None = None,
+                    concat_chunk: int | None = None) -> Recipe:
     """Use ``func`` for kernels of ``kind`` on devices of ``device_type``.
 
     ``device_type`` is ``"nvidia"`` (NVIDIA GPUs), ``"gpu"``, ``"cpu"``,
@@ -69,13 +75,24 @@ def register_recipe(device_type: str, func: RecipeFunction, *, name: str,
     see :mod:`fuseloop.recipes.contraction`).
     ``size_class`` (default: ``func.size_class`` when ``func`` has one) picks
     the size class of each launch (see the module's docstring).
+    ``concat_chunk`` (default: ``func.concat_chunk`` when ``func`` has one;
+    elementwise kernels only) asks for concatenations lowered to one loop per
+    piece: when a kernel reads a concatenation whose pieces are consecutive
+    ranges of the flat loop, ``i`` numbers chunks of ``concat_chunk`` elements
+    instead, and each piece ``p`` has an inner loop ``i_k<p>`` over the chunk's
+    elements in that piece (see :func:`fuseloop.lower.kernel.lower_program`);
+    the recipe then maps ``i`` to groups and leaves the ``i_k<p>`` loops be.
+    Without it every concatenation is a per-element selection in the ``i`` loop.
     Registering again replaces the entry.
     """
     if kind not in KINDS:
         raise ValueError(f"recipe kind must be one of {KINDS}, got {kind!r}")
     if size_class is None:
         size_class = getattr(func, "size_class", None)
-    recipe = Recipe(name, str(version), func, size_class)
+    if concat_chunk is None:
+        concat_chunk = getattr(func, "concat_chunk", None)
+    recipe = Recipe(name, str(version), func, size_class,
+                    concat_chunk if kind == "elementwise" else None)
     _REGISTRY[(device_type, kind)] = recipe
     _CHOSEN.clear()
     return recipe
@@ -117,9 +134,15 @@ def cpu_chunked(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUni
     """One work-item per contiguous chunk; the sequential inner loop vectorises.
 
     On PoCL this is about twice as fast as one element per work-item (see
-    docs/design.md for the figures).
+    docs/design.md for the figures).  A concatenation's pieces get a loop each
+    within the chunk (``concat_chunk``): ``i`` already numbers chunks.
     """
+    if f"{PIECE_INAME_PREFIX}0" in t_unit.default_entrypoint.all_inames():
+        return lp.tag_inames(t_unit, {FLAT_INAME: "g.0"})
     return lp.split_iname(t_unit, FLAT_INAME, CPU_CHUNK, outer_tag="g.0")
+
+
+cpu_chunked.concat_chunk = CPU_CHUNK  # type: ignore[attr-defined]
 
 
 _LOAD_PREFIX = "_fl_ld"
@@ -247,7 +270,7 @@ def gpu_coalesced(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationU
 
 register_recipe("default", gpu_coalesced, name="gpu-coalesced", version="2")
 register_recipe("gpu", gpu_coalesced, name="gpu-coalesced", version="2")
-register_recipe("cpu", cpu_chunked, name="cpu-chunked", version="1")
+register_recipe("cpu", cpu_chunked, name="cpu-chunked", version="2")
 
 
 def _register_reduction_recipes() -> None:
