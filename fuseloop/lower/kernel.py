@@ -26,15 +26,11 @@ from loopy.kernel.function_interface import ScalarCallable
 from loopy.types import NumpyType
 
 from ..expr.program import Program
+from .pieces import FLAT_INAME, live_entries, lower_pieces, piece_loops
 from .reductions import neutral_value, reduction_operation
 from .scalar_ops import Helper, is_direct, make_helper
 
-FLAT_INAME = "i"
 ELEMENT_INAME = "e"
-#: per-piece loops of a concatenation (see :func:`lower_program`): ``i_k0``, ``i_k1``, ...
-PIECE_INAME_PREFIX = f"{FLAT_INAME}_k"
-#: at most this many pieces get loops of their own; more keep the selection
-MAX_PIECE_LOOPS = 64
 _MAX_INLINE_DEPTH = 24
 _BOOL = np.dtype("bool")
 _UINT8 = np.dtype("uint8")
@@ -148,7 +144,7 @@ class _Lowering:
         self.resolved = resolved
         self.root_idx, self.red_idx, self.red_inames = {}, {}, {}
         self.exprs, self.inames, self.dtypes, self.deps = [], [], [], []
-        self.live = _live_entries(self.program, resolved)
+        self.live = live_entries(self.program, resolved)
 
     # {{{ index expressions
 
@@ -601,69 +597,6 @@ def contiguous_rows(program: Program) -> bool:
     return False
 
 
-def _comp_refs(c: Any, out: list[int]) -> None:
-    """The entries (gathered index values) that index component ``c`` reads."""
-    if c == 0:
-        return
-    if c[0] == "g":
-        out.append(c[1])
-    elif c[0] == "k":
-        _comp_refs(c[1], out)
-    elif c[0] == "a":
-        for _, sub in c[2]:
-            _comp_refs(sub, out)
-
-
-def _live_entries(program: Program, resolved: Any) -> set[int]:
-    """The entries computed in the loop over piece ``resolved[1]`` of the concatenation
-    ``resolved[0]``: its other pieces are not read there."""
-    entries = program.entries
-    stack = list(program.outputs)
-    for spec in program.out_specs:
-        if spec:
-            for c in spec[0]:
-                _comp_refs(c, stack)
-    live: set[int] = set()
-    while stack:
-        ref = stack.pop()
-        if ref in live:
-            continue
-        live.add(ref)
-        e = entries[ref]
-        kind = e[0]
-        if kind in ("load", "iota"):
-            for c in (e[3] if kind == "load" else e[2]):
-                _comp_refs(c, stack)
-        elif kind in ("op", "call"):
-            stack.extend(e[3])
-        elif kind == "reduce":
-            stack.append(e[4])
-            for c in e[5]:
-                _comp_refs(c, stack)
-        elif kind == "gather":
-            stack.extend(e[1:3])
-        elif kind == "concat":
-            _comp_refs(e[1], stack)
-            stack.extend((e[3][resolved[1]],) if (e[1], e[2]) == resolved[0] else e[3])
-    return live
-
-
-def piece_loops(program: Program) -> tuple | None:
-    """The concatenation whose pieces can each get a loop of their own, or None.
-
-    Returns ``(comp, bounds, refs, flat)`` of a ``concat`` entry whose pieces are
-    consecutive ranges of the flat loop (``flat`` is not None), in an elementwise
-    kernel (no reduction) with at most ``MAX_PIECE_LOOPS`` pieces.  Other
-    concatenations of the kernel keep their selection.
-    """
-    if program.has_reduce or program.row_dims is not None or program.contraction is not None:
-        return None
-    for e in program.entries:
-        if e[0] == "concat" and e[4] is not None and len(e[3]) <= MAX_PIECE_LOOPS:
-            return e[1:5]
-    return None
-
-
 def _emit_outputs(low: _Lowering, program: Program, index_dtype: np.dtype) -> None:
     """The stores of the outputs (in the current pass's loop)."""
     root_at = tuple(0 if s == 1 else ("r", d) for d, s in enumerate(program.root_sizes))
@@ -692,48 +625,6 @@ def _emit_outputs(low: _Lowering, program: Program, index_dtype: np.dtype) -> No
             no_sync_with=frozenset({(f"store_out{k}_k*", "any")}) if low.sfx else frozenset()))
 
 
-def _lower_pieces(low: _Lowering, program: Program, index_dtype: np.dtype, chunk: int,
-                  split: tuple) -> None:
-    """The kernel as one pass per piece of the concatenation ``split``.
-
-    ``i`` numbers chunks of ``chunk`` elements of the flat loop; piece ``p``'s
-    pass runs the whole kernel over ``i_k<p>``, the elements of the chunk in
-    piece ``p`` (its domain holds the piece's range: Loopy makes it the loop's
-    bounds), with the concatenation replaced by the piece, read unclamped.
-    """
-    comp, bounds, refs, (flat, kcs, cstrides) = split
-    low.domains.append(f"[N] -> {{[{FLAT_INAME}]: 0 <= {FLAT_INAME} and "
-                       f"{chunk}*{FLAT_INAME} < N}}")
-    first = chunk * prim.Variable(FLAT_INAME)
-    last = len(refs) - 1
-    for p in range(len(refs)):
-        iname = f"{PIECE_INAME_PREFIX}{p}"
-        # the loop's bounds are temporaries computed per chunk: written in the domain
-        # as the intersection of the chunk and the piece, Loopy's bounds (maxima and
-        # minima) would come with a test per element
-        lo: Any = first if p == 0 else prim.Variable("max")(first, low.size(flat[p - 1]))
-        hi: Any = prim.Variable("min")(first + chunk, prim.Variable("N") if p == last
-                                       else low.size(flat[p]))
-        lo_name, hi_name = f"lo_k{p}", f"hi_k{p}"
-        for tmp, value in ((lo_name, lo), (hi_name, hi)):
-            low.temporary(tmp, index_dtype)
-            low.instructions.append(lp.Assignment(
-                prim.Variable(tmp), value, id=f"calc_{tmp}",
-                within_inames=frozenset({FLAT_INAME})))
-        low.domains.append(f"[{lo_name}, {hi_name}] -> {{[{iname}]: "
-                           f"{lo_name} <= {iname} < {hi_name}}}")
-        low.start_pass(p, ((comp, bounds), p, kcs[p], 0 if p == 0 else flat[p - 1], cstrides),
-                       iname,
-                       frozenset({FLAT_INAME, iname}))
-        before = len(low.instructions)
-        low.setup_root()
-        low.run()
-        _emit_outputs(low, program, index_dtype)
-        bound_ids = frozenset({f"calc_{lo_name}", f"calc_{hi_name}"})
-        low.instructions[before:] = [insn.copy(depends_on=insn.depends_on | bound_ids)
-                                     for insn in low.instructions[before:]]
-
-
 def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
                   user_functions: dict[str, Any],
                   name: str = "fuseloop_kernel", piece_chunk: int | None = None) -> LoweredKernel:
@@ -758,7 +649,7 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
     low.index_helpers()
     split = piece_loops(program) if piece_chunk else None
     if split is not None:
-        _lower_pieces(low, program, index_dtype, piece_chunk, split)  # type: ignore[arg-type]
+        lower_pieces(low, program, index_dtype, piece_chunk, split, _emit_outputs)  # type: ignore[arg-type]
     else:
         low.setup_root()
         low.prepare_reductions()

@@ -26,7 +26,7 @@ import loopy as lp
 import pymbolic.primitives as prim
 from loopy.symbolic import IdentityMapper, get_dependencies
 
-from ..lower.kernel import FLAT_INAME, PIECE_INAME_PREFIX
+from ..lower.pieces import FLAT_INAME, PIECE_INAME_PREFIX
 
 if TYPE_CHECKING:
     from ..runtime.devices import Device
@@ -80,7 +80,7 @@ def register_recipe(device_type: str, func: RecipeFunction, *, name: str,
     piece: when a kernel reads a concatenation whose pieces are consecutive
     ranges of the flat loop, ``i`` numbers chunks of ``concat_chunk`` elements
     instead, and each piece ``p`` has an inner loop ``i_k<p>`` over the chunk's
-    elements in that piece (see :func:`fuseloop.lower.kernel.lower_program`);
+    elements in that piece (see :mod:`fuseloop.lower.pieces`);
     the recipe then maps ``i`` to groups and leaves the ``i_k<p>`` loops be.
     Without it every concatenation is a per-element selection in the ``i`` loop.
     Registering again replaces the entry.
