@@ -259,3 +259,23 @@ def test_var_with_no_degrees_of_freedom(device, ddof):
                 np.testing.assert_array_equal(got, want)
                 np.testing.assert_array_equal(fl.std(x, axis=axis, ddof=ddof).get(),
                                               np.std(h, axis=axis, ddof=ddof))
+
+
+def test_masked_fill_with_a_constant(device):
+    # found by the fuzzer's index writes: x[mask] = fl.constant(...) raised TypeError in
+    # the masked fill (np.array of a Constant); converted as assign converts it now
+    h = np.array([[0, 5], [-3, 7]], np.int8)
+    for c, value in [(fl.constant(0), 0), (fl.constant(300, np.int32), np.int32(300)),
+                     (fl.constant(2.9), 2.9), (fl.constant(-1.5, np.float32), np.float32(-1.5))]:
+        x, ref = fl.asarray(h), h.copy()
+        x[x > 0] = c
+        with np.errstate(over="ignore"):
+            ref[ref > 0] = value
+        np.testing.assert_array_equal(x.get(), ref)
+        x[np.zeros((2, 2), bool)] = c  # selects nothing
+        np.testing.assert_array_equal(x.get(), ref)
+    x = fl.asarray(h)
+    with pytest.raises(OverflowError):
+        h[h > 0] = 300
+    with pytest.raises(OverflowError):
+        x[x > 0] = fl.constant(300)
