@@ -279,3 +279,21 @@ def test_masked_fill_with_a_constant(device):
         h[h > 0] = 300
     with pytest.raises(OverflowError):
         x[x > 0] = fl.constant(300)
+
+
+def test_gather_along_a_unit_axis_is_checked(device):
+    # found by the fuzzer's out-of-range test: an index along a length-1 axis of a strided
+    # view (stride 0 in the address) was clamped but never checked: (x * 2)[[1], 0] on a
+    # 1x3 array read element 0 instead of raising
+    h = np.arange(3, dtype=np.int32).reshape(1, 3)
+    x = fl.asarray(h)
+    for key in [(np.array([1]), 0), (np.array([0, -2]), slice(None, None, -1)),
+                (np.array([0, 1]), np.array([2, 0]))]:
+        with pytest.raises(IndexError):
+            h[key]
+        with pytest.raises(fl.errors.IndexOutOfBoundsError, match="for axis 0 with size 1"):
+            (x * 2)[key].get()
+    y = fl.asarray(np.arange(1, dtype=np.int32).reshape(1, 1, 1))
+    with pytest.raises(fl.errors.IndexOutOfBoundsError, match="index 1 is out of bounds"):
+        (y + 1)[np.array([1]), :, ::-1].get()
+    np.testing.assert_array_equal((x * 2)[np.array([0, -1]), 1].get(), h[[0, -1], 1] * 2)
