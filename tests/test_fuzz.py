@@ -1918,6 +1918,46 @@ def test_index_writes_match_numpy(device, prog):
     generated comparisons, index arrays from generated values) and reads around them."""
     check_program(prog, device)
 
+
+@settings(FUZZ_SETTINGS, max_examples=max(FUZZ_SETTINGS.max_examples // 12, 1))
+@given(data=st.data())
+def test_out_of_range_indices_raise(device, data):
+    """One index value out of range among several index arrays: numpy raises IndexError,
+    fuseloop IndexOutOfBoundsError naming that value, its axis and the axis' length (reads
+    of concrete and lazy arrays, and writes)."""
+    d = data.draw
+    shape = tuple(d(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    nd = len(shape)
+    axes = sorted(d(st.lists(st.integers(0, nd - 1), unique=True, min_size=1, max_size=nd)))
+    bad_axis = d(st.sampled_from(axes))
+    m = d(st.integers(1, 3))
+    key: list[Any] = []
+    for ax, n in enumerate(shape):
+        if ax not in axes:
+            key.append(d(st.sampled_from([slice(None), slice(None, None, -1), 0])))
+            continue
+        size = d(st.sampled_from([1, m]))
+        vals = d(st.lists(st.integers(-n, n - 1), min_size=size, max_size=size))
+        if ax == bad_axis:
+            bad = d(st.one_of(st.integers(n, n + 5), st.integers(-n - 5, -n - 1)))
+            vals[d(st.integers(0, size - 1))] = bad
+        key.append(np.array(vals, np.int64))
+    src = sum(1 for k in key[:bad_axis] if k is not None)  # (no None in the key)
+    h = np.arange(math.prod(shape), dtype=np.int32).reshape(shape)
+    note(f"shape {shape}, key {key}")
+    with pytest.raises(IndexError):
+        h[tuple(key)]
+    form = d(st.sampled_from(["np", "fl", "lazy"]))
+    fkey = tuple(k if not isinstance(k, np.ndarray) or form == "np" else fl.asarray(k)
+                 if form == "fl" else fl.asarray(k + 1) - 1 for k in key)
+    x = fl.asarray(h)
+    msg = f"index {bad} is out of bounds for axis {src} with size {shape[bad_axis]}"
+    with pytest.raises(fl.errors.IndexOutOfBoundsError, match=msg):
+        (x if d(st.booleans()) else x * 2)[fkey].get()
+    with pytest.raises(fl.errors.IndexOutOfBoundsError, match=msg):
+        x[fkey] = 7  # (documented: the other positions may be written by then)
+        x.get()
+
 # }}}
 
 # {{{ special values and documented behaviour, explicitly
