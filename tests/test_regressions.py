@@ -297,3 +297,29 @@ def test_gather_along_a_unit_axis_is_checked(device):
     with pytest.raises(fl.errors.IndexOutOfBoundsError, match="index 1 is out of bounds"):
         (y + 1)[np.array([1]), :, ::-1].get()
     np.testing.assert_array_equal((x * 2)[np.array([0, -1]), 1].get(), h[[0, -1], 1] * 2)
+
+
+def test_scatter_index_that_reads_the_target(device):
+    # found by the fuzzer's index writes: x[x % n] = v computed the index inside the
+    # scatter kernel, reading x while writing it (numpy computes the index first)
+    h = np.array([1, 0], np.int8)
+    x, ref = fl.asarray(h), h.copy()
+    x[x % 2] = 5
+    ref[ref % 2] = 5
+    np.testing.assert_array_equal(x.get(), ref)
+    x, ref = fl.asarray(h), h.copy()
+    k = x % 2
+    x[k] += 5  # Python: x.__setitem__(k, x[k] + 5), both with the same lazy k
+    ref[ref % 2] += 5
+    np.testing.assert_array_equal(x.get(), ref)
+    np.testing.assert_array_equal(k.get(), h % 2)
+    h = np.array([2, 0, 1])
+    x, ref = fl.asarray(h), h.copy()
+    x[x[::-1]] = fl.asarray(np.array([7, 8, 9]))  # a concrete view of the target
+    ref[ref[::-1].copy()] = [7, 8, 9]
+    np.testing.assert_array_equal(x.get(), ref)
+    h = np.array([[1, 0], [0, 1]], np.int8)
+    x, ref = fl.asarray(h), h.copy()
+    x[x[0], x[1]] = 3
+    ref[ref[0].copy(), ref[1].copy()] = 3
+    np.testing.assert_array_equal(x.get(), ref)
