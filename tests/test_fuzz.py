@@ -1258,6 +1258,7 @@ STEP_KINDS = (["unary"] * 3 + ["binary"] * 6 + ["where", "clip", "astype"] + ["r
               + ["index"] * 2 + ["shape"] * 3 + ["take", "concat", "call", "call", "rebuild",
                                                  "eval", "setitem", "inplace"]
               + ["adv"] * 2 + ["nonzero"])
+MAX_ELEMENTS = 3 * 70001  # no broadcast beyond (gathers and masks make new lengths)
 FLOAT_SPECIALS = (0.0, -0.0, 1.0, -1.0, 0.5, 2.0, -3.0, 1.5, math.nan, math.inf, -math.inf)
 BIG_INTS = (100, 127, 200, 255, 300, 40000, 2**31, 2**40, -(2**63), 2**64 - 1)
 
@@ -1334,10 +1335,11 @@ class Gen:
     def compatible(self, shape) -> Any:
         def ok(r):
             try:
-                np.broadcast_shapes(shape, r.shape)
+                out = np.broadcast_shapes(shape, r.shape)
             except ValueError:
                 return False
-            return True
+            # (a selection's length against a big array's would make an outer product)
+            return math.prod(out) <= MAX_ELEMENTS
         return ok
 
     def axis(self, ndim: int, allow_none=True, allow_tuple=True) -> Any:
