@@ -1911,9 +1911,14 @@ INDEX_WRITE_KINDS = ("setitem", "setitem", "inplace", "inplace", "adv", "adv", "
                      "binary", "binary", "where", "reduce", "nonzero", "eval", "index")
 
 
-# (a few in the quick profile: each compiles its own scatter kernels)
-@settings(FUZZ_SETTINGS, max_examples=max(FUZZ_SETTINGS.max_examples // (12 if PROFILE == "quick"
-                                                                      else 4), 1))
+def _few(divisor: int) -> settings:
+    """A share of the programs; three in the quick profile (each compiles kernels)."""
+    n = 3 if PROFILE == "quick" and not os.environ.get("FUZZ_EXAMPLES") else \
+        max(FUZZ_SETTINGS.max_examples // divisor, 1)
+    return settings(FUZZ_SETTINGS, max_examples=n)
+
+
+@_few(4)
 @given(prog=programs(kinds=INDEX_WRITE_KINDS, index_writes=True))
 def test_index_writes_match_numpy(device, prog):
     """Programs dense in ``x[i, j] = v``, ``x[mask] = v``, ``x[mask] += v`` (masks from
@@ -1921,7 +1926,7 @@ def test_index_writes_match_numpy(device, prog):
     check_program(prog, device)
 
 
-@settings(FUZZ_SETTINGS, max_examples=max(FUZZ_SETTINGS.max_examples // 12, 1))
+@_few(12)
 @given(data=st.data())
 def test_out_of_range_indices_raise(device, data):
     """One index value out of range among several index arrays: numpy raises IndexError,
