@@ -3,8 +3,12 @@
 A *program* is a list of steps over an environment of values: ufuncs (operators, comparisons,
 bitwise, transcendental), ``where``, ``clip``, casts, reductions with axes and ``keepdims``,
 basic slicing, shape functions, gathers, concatenation, user functions (traced Python and
-OpenCL bodies), forced evaluations, rebuilt subexpressions, and writes into arrays (views,
-scatters, in-place operators).  Values are referred to by position, so one value can be used
+OpenCL bodies), forced evaluations, rebuilt subexpressions, numpy's advanced indexing (several
+integer index arrays per key, broadcasting, negative, from numpy, lists, fuseloop arrays or
+lazy expressions of generated values; boolean masks, host or lazy comparisons of generated
+values, over all or some axes), ``nonzero``/``flatnonzero``/``argwhere``, and writes into
+arrays (views, scatters through index arrays and masks, in-place operators); inputs written
+to are compared at the end.  Values are referred to by position, so one value can be used
 by several later steps (shared subexpressions).  Inputs come in every dtype and broadcast
 against each other; scalar operands are Python ``bool``/``int``/``float``, numpy scalars and
 ``fl.constant``.
@@ -25,6 +29,10 @@ Documented deviations are asserted rather than avoided: float16 results are comp
 float32, integer powers with negative exponents give the truncated result, integer
 division and remainder by zero give 0.  ``test_special_values_*`` check NaN, inf, -0.0,
 integer wrap-around and division by zero explicitly.
+
+``test_index_writes_match_numpy`` draws programs dense in writes through index arrays and
+masks (``x[i, j] = v``, ``x[mask] += v``).  Out-of-range indices are checked by
+``test_out_of_range_indices_raise``.
 
 Profiles (``HYPOTHESIS_PROFILE``): ``quick`` (default, for CI: few short programs, derandomized)
 and ``long`` (thousands of larger programs; ``nox -s fuzz``); ``FUZZ_EXAMPLES=N`` overrides
@@ -793,6 +801,103 @@ INPLACE = {"add": operator.iadd, "subtract": operator.isub, "multiply": operator
            "left_shift": operator.ilshift, "right_shift": operator.irshift}
 
 
+INDEX_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+@dataclass(frozen=True, eq=False)
+class IntIndex:
+    """An integer index array in a key (numpy's advanced indexing).
+
+    ``form``: ``np`` (a numpy array), ``list`` (nested Python lists), ``fl`` (a concrete
+    fuseloop array), ``lazy`` (a lazy fuseloop expression computing the values) or ``env``
+    (computed from generated value ``v{src}``: ``v % n``, minus ``n`` with ``neg``).
+    ``values`` are the index values (for ``env``, as generated: the reference recomputes them).
+    """
+
+    form: str
+    values: np.ndarray
+    src: int | None = None
+    n: int = 0
+    neg: bool = False
+
+    def for_numpy(self, env: list) -> Any:
+        if self.form == "env":
+            with quiet():
+                v = np.remainder(env[self.src].val, self.n)
+                return v - self.n if self.neg else v
+        return self.values.tolist() if self.form == "list" else self.values
+
+    def for_fl(self, env: list) -> Any:
+        if self.form == "env":
+            v = env[self.src] % self.n
+            return v - self.n if self.neg else v
+        if self.form == "list":
+            return self.values.tolist()
+        if self.form == "fl":
+            return fl.asarray(self.values)
+        if self.form == "lazy":
+            return fl.asarray(self.values.astype(np.int64) - 1) + 1
+        return self.values
+
+    def __repr__(self) -> str:
+        if self.form == "env":
+            return f"v{self.src} % {self.n}" + (f" - {self.n}" if self.neg else "")
+        if self.form == "list":
+            return repr(self.values.tolist())
+        text = f"np.array({self.values.tolist()!r}, np.{self.values.dtype})"
+        if self.form == "fl":
+            return f"fl.asarray({text})"
+        if self.form == "lazy":
+            return f"(fl.asarray({text} - 1) + 1)"
+        return text
+
+
+@dataclass(frozen=True, eq=False)
+class MaskIndex:
+    """A boolean mask in a key: ``np``/``list``/``fl`` (host values), ``env`` (generated bool
+    value ``v{src}``) or ``cmp`` (a lazy comparison ``fl.<op>(v{src}, other)``)."""
+
+    form: str
+    values: np.ndarray | None = None
+    src: int | None = None
+    op: str | None = None
+    other: Any = None  # a Scalar or an env position
+
+    def for_numpy(self, env: list) -> Any:
+        if self.form == "env":
+            return env[self.src].val
+        if self.form == "cmp":
+            other = env[self.other] if isinstance(self.other, int) else self.other
+            return ref_ufunc(self.op, env[self.src], other).val
+        return self.values.tolist() if self.form == "list" else self.values
+
+    def for_fl(self, env: list) -> Any:
+        if self.form == "env":
+            return env[self.src]
+        if self.form == "cmp":
+            other = env[self.other] if isinstance(self.other, int) else self.other.for_fl()
+            return getattr(fl, self.op)(env[self.src], other)
+        if self.form == "fl":
+            return fl.asarray(self.values)
+        return self.values.tolist() if self.form == "list" else self.values
+
+    def __repr__(self) -> str:
+        if self.form == "env":
+            return f"v{self.src}"
+        if self.form == "cmp":
+            return f"fl.{self.op}(v{self.src}, {_op(self.other)})"
+        if self.form == "list":
+            return repr(self.values.tolist())
+        text = f"np.array({self.values.tolist()!r})"
+        return f"fl.asarray({text})" if self.form == "fl" else text
+
+
+def resolve_key(key: tuple, env: list, numpy: bool) -> tuple:
+    """A generated key with its index arrays and masks made for numpy or for fuseloop."""
+    return tuple((k.for_numpy(env) if numpy else k.for_fl(env))
+                 if isinstance(k, IntIndex | MaskIndex) else k for k in key)
+
+
 @dataclass
 class Program:
     inputs: list[np.ndarray]
@@ -850,6 +955,11 @@ def describe(step: tuple) -> str:
         return f"fl.{step[1]}(v{step[2]}{''.join(', ' + repr(a) for a in step[3])})"
     if kind == "take":
         return f"fl.take(v{step[1]}, np.array({step[2]!r}), axis={step[3]!r})"
+    if kind == "adv":
+        return f"v{step[1]}[{_key(step[2])}]"
+    if kind == "nonzero":
+        _, fname, x, k = step
+        return f"fl.{fname}(v{x})" + (f"[{k}]" if fname == "nonzero" else "")
     if kind == "concat":
         return f"fl.{step[1]}([{', '.join(f'v{x}' for x in step[2])}], axis={step[3]!r})"
     if kind == "call":
@@ -913,6 +1023,17 @@ class RefLib:
 
     def take(self, x, idx, axis):
         return x.view(lambda a: np.take(a, np.asarray(idx, np.int64), axis=axis))
+
+    def key(self, key, env):
+        return resolve_key(key, env, numpy=True)
+
+    def adv(self, x, key):
+        # a copy (numpy reads 0-d index arrays as integers: a view where one is left)
+        return Ref(np.array(x.val[key]), np.array(x.err[key], F64))
+
+    def nonzero(self, fname, x, k):
+        val = getattr(np, fname)(x.val)
+        return Ref(val[k] if fname == "nonzero" else val)
 
     def concat(self, fname, xs, axis):
         val = getattr(np, fname)([x.val for x in xs], axis=axis)
@@ -989,6 +1110,16 @@ class FlLib:
     def take(self, x, idx, axis):
         return fl.take(x, np.asarray(idx, np.int64), axis=axis)
 
+    def key(self, key, env):
+        return resolve_key(key, env, numpy=False)
+
+    def adv(self, x, key):
+        return x[key]
+
+    def nonzero(self, fname, x, k):
+        val = getattr(fl, fname)(x)
+        return val[k] if fname == "nonzero" else val
+
     def concat(self, fname, xs, axis):
         return getattr(fl, fname)(xs, axis=axis)
 
@@ -1037,6 +1168,10 @@ def apply_step(lib: Any, step: tuple, env: list, steps: list) -> Any:
         return lib.take(env[step[1]], step[2], step[3])
     if kind == "concat":
         return lib.concat(step[1], [env[x] for x in step[2]], step[3])
+    if kind == "adv":
+        return lib.adv(env[step[1]], lib.key(step[2], env))
+    if kind == "nonzero":
+        return lib.nonzero(step[1], env[step[2]], step[3])
     if kind == "call":
         return lib.call(step[1], *(opd(o) for o in step[2]))
     if kind == "rebuild":
@@ -1045,9 +1180,10 @@ def apply_step(lib: Any, step: tuple, env: list, steps: list) -> Any:
     if kind == "eval":
         return lib.eval(env[step[1]])
     if kind == "setitem":
-        return lib.setitem(env[step[1]], step[2], opd(step[3]))
+        return lib.setitem(env[step[1]], lib.key(step[2], env), opd(step[3]))
     if kind == "inplace":
-        return lib.inplace(env[step[1]], step[2], step[3], opd(step[4]))
+        key = step[2] if step[2] is None else lib.key(step[2], env)
+        return lib.inplace(env[step[1]], key, step[3], opd(step[4]))
     raise AssertionError(kind)
 
 
@@ -1120,7 +1256,9 @@ REDUCTIONS = ("sum", "prod", "max", "min", "mean", "var", "std", "any", "all", "
               "argmin")
 STEP_KINDS = (["unary"] * 3 + ["binary"] * 6 + ["where", "clip", "astype"] + ["reduce"] * 3
               + ["index"] * 2 + ["shape"] * 3 + ["take", "concat", "call", "call", "rebuild",
-                                                 "eval", "setitem", "inplace"])
+                                                 "eval", "setitem", "inplace"]
+              + ["adv"] * 2 + ["nonzero"])
+MAX_ELEMENTS = 3 * 70001  # no broadcast beyond (gathers and masks make new lengths)
 FLOAT_SPECIALS = (0.0, -0.0, 1.0, -1.0, 0.5, 2.0, -3.0, 1.5, math.nan, math.inf, -math.inf)
 BIG_INTS = (100, 127, 200, 255, 300, 40000, 2**31, 2**40, -(2**63), 2**64 - 1)
 
@@ -1183,8 +1321,8 @@ class Gen:
 
     def __init__(self, draw, env: list[Ref], writable: set[int], values: list[int]) -> None:
         self.draw, self.env, self.writable, self.values = draw, env, writable, values
-        self.gathers = 0
         self.kind_of: dict[int, str] = {}
+        self.index_writes = False  # writes only through index arrays and masks
 
     def pick(self, pred=lambda r: True) -> int | None:
         cands = [i for i, r in enumerate(self.env) if pred(r)]
@@ -1197,10 +1335,11 @@ class Gen:
     def compatible(self, shape) -> Any:
         def ok(r):
             try:
-                np.broadcast_shapes(shape, r.shape)
+                out = np.broadcast_shapes(shape, r.shape)
             except ValueError:
                 return False
-            return True
+            # (a selection's length against a big array's would make an outer product)
+            return math.prod(out) <= MAX_ELEMENTS
         return ok
 
     def axis(self, ndim: int, allow_none=True, allow_tuple=True) -> Any:
@@ -1354,11 +1493,6 @@ class Gen:
 
     def take(self):
         d = self.draw
-        if self.gathers:
-            # two bounds-checked gathers in one kernel do not compile yet (see
-            # test_regressions.py::test_two_gathers_in_one_kernel): one per program
-            return None
-        self.gathers += 1
         x = self.pick()
         shape = self.env[x].shape
         axis = self.axis(len(shape), allow_tuple=False)
@@ -1404,10 +1538,9 @@ class Gen:
         return ("call", fname, (x, y))
 
     def rebuild(self):
-        cands = [v for v in self.values if self.kind_of[v] != "take"]  # one gather only
-        if not cands:
+        if not self.values:
             return None
-        return ("rebuild", self.draw(st.sampled_from(cands)))
+        return ("rebuild", self.draw(st.sampled_from(self.values)))
 
     def eval(self):
         return ("eval", self.pick())
@@ -1418,6 +1551,14 @@ class Gen:
             return None
         t = d(st.sampled_from(sorted(self.writable)))
         shape = self.env[t].shape
+        if shape and (self.index_writes or d(st.booleans())):  # index arrays, masks
+            found = self.adv_target(t)
+            if found is None:
+                return None
+            key, sub, distinct = found
+            # a position written twice gets one of its values (numpy: the last): one value
+            value = self.operand_or_scalar(sub) if distinct else d(scalars())
+            return ("setitem", t, key, value)
         if shape and d(st.booleans()):  # a scatter: distinct positions along one axis
             ax = d(st.integers(0, len(shape) - 1))
             n = shape[ax]
@@ -1439,11 +1580,200 @@ class Gen:
             return None
         t = d(st.sampled_from(sorted(self.writable)))
         shape = self.env[t].shape
+        op = d(st.sampled_from(sorted(INPLACE)))
+        if shape and (self.index_writes or d(st.booleans())):  # x[i, j] += v, x[mask] *= v
+            found = self.adv_target(t)
+            if found is None:
+                return None
+            key, sub, distinct = found
+            value = self.operand_or_scalar(sub) if distinct else d(scalars())
+            return ("inplace", t, key, op, value)
         key = self.basic_key(shape) if d(st.booleans()) else None
         with quiet():
             sub = self.env[t].val[key].shape if key is not None else shape
-        op = d(st.sampled_from(sorted(INPLACE)))
         return ("inplace", t, key, op, self.operand_or_scalar(sub))
+
+    def adv(self):
+        x = self.pick(lambda r: r.val.ndim > 0)
+        if x is None:
+            return None
+        key = self.adv_key(self.env[x].shape)
+        return None if key is None else ("adv", x, key)
+
+    def nonzero(self):
+        d = self.draw
+
+        def certain(r):  # whether each element is certainly zero or certainly not
+            t, f = truth(r)
+            return bool((t | f).all())
+
+        x = self.pick(certain)
+        if x is None:
+            return None
+        fname = d(st.sampled_from(["nonzero", "flatnonzero", "argwhere"]))
+        nd = self.env[x].val.ndim
+        if fname == "nonzero":
+            return ("nonzero", fname, x, d(st.integers(0, nd - 1))) if nd else None
+        return ("nonzero", fname, x, None)
+
+    # }}}
+
+    # {{{ advanced keys: integer index arrays and boolean masks
+
+    def exact(self, i: int) -> bool:
+        return not self.env[i].err.any()
+
+    def slice_or_int(self, n: int, ints: bool = True) -> Any:
+        d = self.draw
+        if ints and n > 0 and d(st.integers(0, 3)) == 0:
+            return d(st.integers(-n, n - 1))
+        if d(st.booleans()):
+            return slice(None)
+        bound = st.one_of(st.none(), st.integers(-n - 1, n + 1))
+        return slice(d(bound), d(bound), d(st.sampled_from([None, 1, 2, -1, -2])))
+
+    def host_index(self, vals: np.ndarray) -> IntIndex:
+        d = self.draw
+        form = d(st.sampled_from(["np", "np", "list", "fl", "lazy"]))
+        if form == "list" and (vals.ndim == 0 or vals.size == 0):
+            form = "np"  # (numpy reads [] as float and a bare int as an integer)
+        dts = [t for t in INDEX_DTYPES if vals.size == 0 or (
+            np.iinfo(t).min <= vals.min() and vals.max() <= np.iinfo(t).max)]
+        dt = d(st.sampled_from(dts)) if form in ("np", "fl") else "int64"
+        return IntIndex(form, vals.astype(dt))
+
+    def int_array(self, n: int, shape: tuple[int, ...]) -> IntIndex | None:
+        size = math.prod(shape)
+        if size and n == 0:
+            return None
+        if not size:
+            return self.host_index(np.zeros(shape, np.int64))
+        vals = self.values_of(st.integers(-n, n - 1), size,
+                              lambda rng: rng.integers(-n, n, size))
+        return self.host_index(np.array(vals, np.int64).reshape(shape))
+
+    def values_of(self, elements: st.SearchStrategy, size: int, big: Any) -> Any:
+        if size > 256:  # (big arrays) random values from a drawn seed
+            return big(np.random.default_rng(self.draw(st.integers(0, 2**32 - 1))))
+        return self.draw(st.lists(elements, min_size=size, max_size=size))
+
+    def env_index(self, src: int, n: int) -> IntIndex | None:
+        """``v{src} % n`` (minus ``n``): a lazy index from a generated integer value."""
+        dt = self.env[src].dtype
+        if n == 0 or (dt.kind != "b" and n > np.iinfo(dt).max):
+            return None
+        neg = dt.kind == "i" and -n >= np.iinfo(dt).min and self.draw(st.booleans())
+        idx = IntIndex("env", np.zeros(0, np.int64), src, n, neg)
+        return IntIndex("env", np.asarray(idx.for_numpy(self.env)), src, n, neg)
+
+    def arrange(self, items: list) -> tuple:
+        """Trailing slices dropped, an Ellipsis for a run of slices, a None inserted."""
+        d = self.draw
+        while items and isinstance(items[-1], slice) and d(st.booleans()):
+            items.pop()
+        if d(st.integers(0, 3)) == 0:
+            p = q = d(st.integers(0, len(items)))
+            while q < len(items) and isinstance(items[q], slice) and d(st.booleans()):
+                q += 1
+            items[p:q] = [Ellipsis]
+        if d(st.integers(0, 3)) == 0:
+            items.insert(d(st.integers(0, len(items))), None)
+        return tuple(items)
+
+    def adv_key(self, shape: tuple[int, ...]) -> tuple | None:
+        d = self.draw
+        nd = len(shape)
+        if nd == 0:
+            return None
+        if d(st.booleans()):
+            return self.mask_key(shape)
+        k = d(st.integers(1, min(nd, 3)))
+        axes = sorted(d(st.lists(st.integers(0, nd - 1), unique=True, min_size=k, max_size=k)))
+        env_cands = [i for i, r in enumerate(self.env) if r.dtype.kind in "biu"
+                     and r.val.ndim <= 3 and r.val.size <= 64 and self.exact(i)]
+        src = d(st.sampled_from(env_cands)) if env_cands and d(st.integers(0, 2)) == 0 \
+            else None
+        if src is not None:  # the broadcast index shape is the generated value's
+            bshape = self.env[src].shape
+        else:
+            bshape = tuple(d(st.lists(st.sampled_from([1, 2, 3, 3, 0]), max_size=2)))
+        env_slot = d(st.integers(0, k - 1)) if src is not None else None
+        items: list[Any] = []
+        for ax, n in enumerate(shape):
+            if ax not in axes:
+                items.append(self.slice_or_int(n))
+                continue
+            idx = self.env_index(src, n) if axes.index(ax) == env_slot else None
+            if idx is None:
+                if n == 0:
+                    sub = (0,)
+                else:  # a suffix of the broadcast shape, some axes of length 1
+                    sub = bshape[d(st.integers(0, len(bshape))):]
+                    sub = tuple(1 if d(st.integers(0, 3)) == 0 else m for m in sub)
+                idx = self.int_array(n, sub)
+                if idx is None:
+                    return None
+            items.append(idx)
+        return self.arrange(items)
+
+    def mask_key(self, shape: tuple[int, ...]) -> tuple | None:
+        d = self.draw
+        nd = len(shape)
+        p = d(st.integers(0, nd - 1))
+        mshape = shape[p:p + d(st.integers(1, nd - p))]
+        form = d(st.sampled_from(["np", "list", "fl", "env", "cmp", "cmp", "cmp"]))
+        mask = None
+        if form == "env":
+            cands = [i for i, r in enumerate(self.env) if r.dtype.kind == "b"
+                     and r.shape == mshape and self.exact(i)]
+            if cands:
+                mask = MaskIndex("env", src=d(st.sampled_from(cands)))
+        elif form == "cmp":  # a lazy comparison; usable where its outcome is certain
+            src = self.pick(lambda r: r.shape == mshape)
+            if src is not None:
+                other = self.operand_or_scalar(mshape)
+                op = d(st.sampled_from(COMPARISONS))
+                try:
+                    r = ref_ufunc(op, self.env[src],
+                                  self.env[other] if isinstance(other, int) else other)
+                except (TypeError, ValueError, OverflowError):
+                    r = None
+                if r is not None and r.shape == mshape and not r.err.any():
+                    mask = MaskIndex("cmp", src=src, op=op, other=other)
+        if mask is None:
+            size = math.prod(mshape)
+            vals = np.array(self.values_of(st.booleans(), size,
+                                           lambda rng: rng.integers(0, 2, size)),
+                            bool).reshape(mshape)
+            form = form if form in ("np", "fl") or (form == "list" and size) else "np"
+            mask = MaskIndex(form, vals)
+        count = int(np.count_nonzero(mask.for_numpy(self.env)))
+        items: list[Any] = [self.slice_or_int(n) for n in shape[:p]] + [mask]
+        extra = d(st.integers(0, 4)) == 0  # an index array too, broadcasting with the mask's
+        for n in shape[p + len(mshape):]:
+            if extra and n:
+                idx = self.int_array(n, d(st.sampled_from([(1,), (count,)])))
+                if idx is not None:
+                    items.append(idx)
+                    extra = False
+                    continue
+            items.append(self.slice_or_int(n))
+        return self.arrange(items)
+
+    def adv_target(self, t: int) -> tuple | None:
+        """(key, shape of the selection, whether it selects no position twice) for a write."""
+        shape = self.env[t].shape
+        key = self.adv_key(shape)
+        if key is None:
+            return None
+        nkey = resolve_key(key, self.env, numpy=True)
+        try:
+            with quiet():
+                pos = np.arange(math.prod(shape)).reshape(shape)[nkey]
+        except IndexError:
+            return None
+        pos = np.asarray(pos)
+        return key, pos.shape, np.unique(pos).size == pos.size
 
     # }}}
 
@@ -1459,17 +1789,21 @@ def _shares_input(r: Ref, inputs: list[Ref]) -> bool:
 
 
 @st.composite
-def programs(draw, cfg: Config = CONFIG) -> Program:
+def programs(draw, cfg: Config = CONFIG, kinds: tuple = STEP_KINDS,
+             index_writes: bool = False) -> Program:
+    """Programs of steps drawn from ``kinds``; ``index_writes``: every write goes through
+    index arrays or a mask, and the inputs have at least one axis."""
     big = cfg.big_arrays and draw(st.integers(0, 9)) == 0
     if big:
         base = (draw(st.sampled_from([40000, 70001])),)
     else:
-        ndim = draw(st.integers(0, cfg.max_ndim))
+        ndim = draw(st.integers(int(index_writes), max(cfg.max_ndim, int(index_writes))))
         base = tuple(draw(st.sampled_from(cfg.dims)) for _ in range(ndim))
     inputs = []
     for _ in range(draw(st.integers(1, cfg.max_inputs))):
         dt = np.dtype(draw(st.sampled_from(DTYPES)))
         drop = draw(st.integers(0, len(base)))
+        drop = min(drop, len(base) - int(index_writes))
         shape = tuple(1 if draw(st.integers(0, 3)) == 0 else n for n in base[drop:])
         inputs.append(draw(_array(dt, shape)))
     prog = Program(inputs)
@@ -1478,9 +1812,11 @@ def programs(draw, cfg: Config = CONFIG) -> Program:
     values: list[int] = []
     lib = RefLib()
     gen = Gen(draw, env, writable, values)
+    gen.index_writes = index_writes
+    written: set[int] = set()  # inputs written to (compared at the end)
     done: list[tuple] = []
     for _ in range(draw(st.integers(cfg.min_steps, cfg.max_steps))):
-        kind = draw(st.sampled_from(STEP_KINDS))
+        kind = draw(st.sampled_from(kinds))
         step = getattr(gen, kind)()
         if step is None:
             continue
@@ -1506,13 +1842,15 @@ def programs(draw, cfg: Config = CONFIG) -> Program:
             gen.kind_of[out] = gen.kind_of[step[1]] if step[0] == "rebuild" else step[0]
             if step[0] in ("index", "shape") and _shares_input(value, env[:len(inputs)]):
                 writable.add(out)
+        if step[0] in ("setitem", "inplace"):
+            written |= {k for k in range(len(inputs)) if np.shares_memory(env[k].val,
+                                                                          env[step[1]].val)}
         prog.steps.append((step, out))
         done.append((step, out))
-    if not values:
+    if not values and not written:
         reject()
-    last = values[-1]
-    extra = draw(st.lists(st.sampled_from(values), max_size=2, unique=True))
-    prog.outputs = [last, *[v for v in extra if v != last]]
+    extra = draw(st.lists(st.sampled_from(values), max_size=2, unique=True)) if values else []
+    prog.outputs = list(dict.fromkeys([*values[-1:], *extra, *sorted(written)]))
     prog.together = draw(st.booleans())
     return prog
 
@@ -1567,6 +1905,65 @@ def _evaluate_and_compare(prog: Program, refs: list[Ref]) -> None:
 @given(prog=programs())
 def test_programs_match_numpy(device, prog):
     check_program(prog, device)
+
+
+INDEX_WRITE_KINDS = ("setitem", "setitem", "inplace", "inplace", "adv", "adv", "unary",
+                     "binary", "binary", "where", "reduce", "nonzero", "eval", "index")
+
+
+def _few(divisor: int) -> settings:
+    """A share of the programs; three in the quick profile (each compiles kernels)."""
+    n = 3 if PROFILE == "quick" and not os.environ.get("FUZZ_EXAMPLES") else \
+        max(FUZZ_SETTINGS.max_examples // divisor, 1)
+    return settings(FUZZ_SETTINGS, max_examples=n)
+
+
+@_few(4)
+@given(prog=programs(kinds=INDEX_WRITE_KINDS, index_writes=True))
+def test_index_writes_match_numpy(device, prog):
+    """Programs dense in ``x[i, j] = v``, ``x[mask] = v``, ``x[mask] += v`` (masks from
+    generated comparisons, index arrays from generated values) and reads around them."""
+    check_program(prog, device)
+
+
+@_few(12)
+@given(data=st.data())
+def test_out_of_range_indices_raise(device, data):
+    """One index value out of range among several index arrays: numpy raises IndexError,
+    fuseloop IndexOutOfBoundsError naming that value, its axis and the axis' length (reads
+    of concrete and lazy arrays, and writes)."""
+    d = data.draw
+    shape = tuple(d(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    nd = len(shape)
+    axes = sorted(d(st.lists(st.integers(0, nd - 1), unique=True, min_size=1, max_size=nd)))
+    bad_axis = d(st.sampled_from(axes))
+    m = d(st.integers(1, 3))
+    key: list[Any] = []
+    for ax, n in enumerate(shape):
+        if ax not in axes:
+            key.append(d(st.sampled_from([slice(None), slice(None, None, -1), 0])))
+            continue
+        size = d(st.sampled_from([1, m]))
+        vals = d(st.lists(st.integers(-n, n - 1), min_size=size, max_size=size))
+        if ax == bad_axis:
+            bad = d(st.one_of(st.integers(n, n + 5), st.integers(-n - 5, -n - 1)))
+            vals[d(st.integers(0, size - 1))] = bad
+        key.append(np.array(vals, np.int64))
+    src = sum(1 for k in key[:bad_axis] if k is not None)  # (no None in the key)
+    h = np.arange(math.prod(shape), dtype=np.int32).reshape(shape)
+    note(f"shape {shape}, key {key}")
+    with pytest.raises(IndexError):
+        h[tuple(key)]
+    form = d(st.sampled_from(["np", "fl", "lazy"]))
+    fkey = tuple(k if not isinstance(k, np.ndarray) or form == "np" else fl.asarray(k)
+                 if form == "fl" else fl.asarray(k + 1) - 1 for k in key)
+    x = fl.asarray(h)
+    msg = f"index {bad} is out of bounds for axis {src} with size {shape[bad_axis]}"
+    with pytest.raises(fl.errors.IndexOutOfBoundsError, match=msg):
+        (x if d(st.booleans()) else x * 2)[fkey].get()
+    with pytest.raises(fl.errors.IndexOutOfBoundsError, match=msg):
+        x[fkey] = 7  # (documented: the other positions may be written by then)
+        x.get()
 
 # }}}
 

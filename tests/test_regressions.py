@@ -259,3 +259,67 @@ def test_var_with_no_degrees_of_freedom(device, ddof):
                 np.testing.assert_array_equal(got, want)
                 np.testing.assert_array_equal(fl.std(x, axis=axis, ddof=ddof).get(),
                                               np.std(h, axis=axis, ddof=ddof))
+
+
+def test_masked_fill_with_a_constant(device):
+    # found by the fuzzer's index writes: x[mask] = fl.constant(...) raised TypeError in
+    # the masked fill (np.array of a Constant); converted as assign converts it now
+    h = np.array([[0, 5], [-3, 7]], np.int8)
+    for c, value in [(fl.constant(0), 0), (fl.constant(300, np.int32), np.int32(300)),
+                     (fl.constant(2.9), 2.9), (fl.constant(-1.5, np.float32), np.float32(-1.5))]:
+        x, ref = fl.asarray(h), h.copy()
+        x[x > 0] = c
+        with np.errstate(over="ignore"):
+            ref[ref > 0] = value
+        np.testing.assert_array_equal(x.get(), ref)
+        x[np.zeros((2, 2), bool)] = c  # selects nothing
+        np.testing.assert_array_equal(x.get(), ref)
+    x = fl.asarray(h)
+    with pytest.raises(OverflowError):
+        h[h > 0] = 300
+    with pytest.raises(OverflowError):
+        x[x > 0] = fl.constant(300)
+
+
+def test_gather_along_a_unit_axis_is_checked(device):
+    # found by the fuzzer's out-of-range test: an index along a length-1 axis of a strided
+    # view (stride 0 in the address) was clamped but never checked: (x * 2)[[1], 0] on a
+    # 1x3 array read element 0 instead of raising
+    h = np.arange(3, dtype=np.int32).reshape(1, 3)
+    x = fl.asarray(h)
+    for key in [(np.array([1]), 0), (np.array([0, -2]), slice(None, None, -1)),
+                (np.array([0, 1]), np.array([2, 0]))]:
+        with pytest.raises(IndexError):
+            h[key]
+        with pytest.raises(fl.errors.IndexOutOfBoundsError, match="for axis 0 with size 1"):
+            (x * 2)[key].get()
+    y = fl.asarray(np.arange(1, dtype=np.int32).reshape(1, 1, 1))
+    with pytest.raises(fl.errors.IndexOutOfBoundsError, match="index 1 is out of bounds"):
+        (y + 1)[np.array([1]), :, ::-1].get()
+    np.testing.assert_array_equal((x * 2)[np.array([0, -1]), 1].get(), h[[0, -1], 1] * 2)
+
+
+def test_scatter_index_that_reads_the_target(device):
+    # found by the fuzzer's index writes: x[x % n] = v computed the index inside the
+    # scatter kernel, reading x while writing it (numpy computes the index first)
+    h = np.array([1, 0], np.int8)
+    x, ref = fl.asarray(h), h.copy()
+    x[x % 2] = 5
+    ref[ref % 2] = 5
+    np.testing.assert_array_equal(x.get(), ref)
+    x, ref = fl.asarray(h), h.copy()
+    k = x % 2
+    x[k] += 5  # Python: x.__setitem__(k, x[k] + 5), both with the same lazy k
+    ref[ref % 2] += 5
+    np.testing.assert_array_equal(x.get(), ref)
+    np.testing.assert_array_equal(k.get(), h % 2)
+    h = np.array([2, 0, 1])
+    x, ref = fl.asarray(h), h.copy()
+    x[x[::-1]] = fl.asarray(np.array([7, 8, 9]))  # a concrete view of the target
+    ref[ref[::-1].copy()] = [7, 8, 9]
+    np.testing.assert_array_equal(x.get(), ref)
+    h = np.array([[1, 0], [0, 1]], np.int8)
+    x, ref = fl.asarray(h), h.copy()
+    x[x[0], x[1]] = 3
+    ref[ref[0].copy(), ref[1].copy()] = 3
+    np.testing.assert_array_equal(x.get(), ref)

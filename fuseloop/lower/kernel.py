@@ -39,6 +39,19 @@ _INDEX_CHARS = "lq"  # gathered index values are computed in 64 bits
 LEAF_KINDS = frozenset({"load", "arg", "lit", "iota"})
 
 
+def _checks_a_gather(c: Any) -> bool:
+    """Whether index component ``c`` has a bounds-checked gathered index in it."""
+    if not isinstance(c, tuple):
+        return False
+    if c[0] == "g":
+        return bool(c[3])
+    if c[0] == "k":
+        return _checks_a_gather(c[1])
+    if c[0] == "a":
+        return any(_checks_a_gather(sub) for _, sub in c[2])
+    return False
+
+
 def kernel_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype a value has inside a kernel (bool travels as uchar)."""
     return _UINT8 if dtype == _BOOL else dtype
@@ -212,7 +225,13 @@ class _Lowering:
         terms = []
         names: frozenset = frozenset()
         for c, k in zip(at, kinds):
-            if c == 0 or k == 0:
+            if c == 0:
+                continue
+            if k == 0:
+                # a stride-0 axis (unit or broadcast) reads no position, but a gathered
+                # index along it is still checked against the axis length (numpy)
+                if _checks_a_gather(c):
+                    self.comp(c)
                 continue
             e, n = self.comp(c)
             names |= n

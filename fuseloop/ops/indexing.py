@@ -285,6 +285,11 @@ def setitem(arr: Array, key: Any, value: Any, held: bool) -> None:
         assign(target, value, cast="unsafe", value_is_held=held)
         return
     nodes = [_index_node(k, arr.device) for _, _, k in split.arrays]
+    # an index that reads the buffer written (x[x % n] = v) is computed into a buffer of
+    # its own first: the scatter kernel would read positions it has already written
+    storage = target._node.storage  # type: ignore[attr-defined]
+    nodes = [n if storage not in n.storages else
+             Array._lazy(n, arr.device).copy().eval()._node for n in nodes]
     bshape = _index_shape(nodes)
     target, pos = _advanced_axes(target, split)
     m = len(nodes)

@@ -21,7 +21,8 @@ import pyopencl as cl
 import pyopencl.array as cl_array
 
 from .. import stats as _stats
-from ..array import Array, _coerce, assign, compute
+from ..array import Array, Constant, _coerce, assign, compute
+from ..dtypes import scalar_to
 from ..evaluate import allocate
 from ..runtime.devices import Device
 
@@ -147,6 +148,9 @@ def masked_fill(arr: Array, key: Any, value: Any) -> bool:
     d = mask.ndim
     if d + sum(k is not Ellipsis for k in rest) > arr.ndim or mask.shape != arr.shape[:d]:
         return False  # the general path raises numpy's error
+    if isinstance(value, Constant):
+        # as assign converts one: a typed constant is cast, a weak one checked as numpy does
+        value = scalar_to(value.value, value.dtype or arr.dtype)
     if isinstance(value, Array):
         vshape = value.shape
     elif isinstance(value, np.ndarray | list | tuple):
