@@ -231,7 +231,10 @@ class _Lowering:
                 # a stride-0 axis (unit or broadcast) reads no position, but a gathered
                 # index along it is still checked against the axis length (numpy)
                 if _checks_a_gather(c):
+                    # the check only: the load does not wait for it (it reads no position)
+                    waits = set(self.extra_deps)
                     self.comp(c)
+                    self.extra_deps = waits
                 continue
             e, n = self.comp(c)
             names |= n
