@@ -4,8 +4,9 @@ Each fuseloop case writes into a preallocated output (``out[...] = expr``), so t
 one kernel (two for the mask: the scan, then the gather) and the bytes counted are what the
 expression must move: every input element read once, every output element written once
 (a gather counts the indices it reads and the elements it loads).  The reference is the
-fuseloop copy kernel of the same number of bytes, measured in the same run; torch (eager
-and ``torch.compile``) runs the same expressions when importable with CUDA.  For
+fuseloop copy kernel of the same number of bytes, measured in the same run; on a CPU device
+numpy runs the same expressions, and torch (eager and ``torch.compile``) does when importable
+with CUDA.  For
 concatenate, the eager form that fuseloop used before (each piece copied into a new array,
 then the expression) is measured too.  Results are checked against numpy in float64.
 
@@ -129,6 +130,24 @@ def main() -> int:
     ok = bool(np.isclose(float(masked_sum()), ah[ah > 0.5].sum(dtype=np.float64), rtol=1e-4))
     rows[-1]["correct"] = ok
     print(f"{'':14s} matches numpy: {ok}")
+
+    if dev.type == "cpu":  # the host peer: numpy, into preallocated outputs where it can
+        hout2 = np.empty(2 * n, np.float32)
+        hout = np.empty(n, np.float32)
+        host = {
+            "concatenate([a, b]) * 2": (
+                lambda: np.multiply(np.concatenate([ah, bh]), 2, out=hout2), 16 * n),
+            "tile(a, 2) * 2": (lambda: np.multiply(np.tile(ah, 2), 2, out=hout2), 12 * n),
+            "m[i, j] * 2 (int32 indices)": (lambda: np.multiply(mh[ih, jh], 2, out=hout),
+                                            16 * n),
+        }
+        for name, (fn, nbytes) in host.items():
+            t = timed(name, fn, lambda: None, nbytes, "numpy")
+            rows[-1]["pct_copy"] = 100 * nbytes / t / 1e9 / copy_gbs
+            print(f"{'':14s} {'':44s} {rows[-1]['pct_copy']:6.1f}% of copy")
+        t_np = timed("sum(a[a > 0.5]) (scan + read-back + gather)",
+                     lambda: ah[ah > 0.5].sum(), lambda: None, None, "numpy")
+        print(f"fuseloop/numpy time for the masked sum: {t_mask / t_np:.2f}")
 
     torch = _torch()
     if torch is not None:
