@@ -32,3 +32,17 @@ def device(request):
 def fresh_stats():
     fl.reset_stats()
     return fl.stats
+
+
+@pytest.fixture
+def restore_recipes():
+    """Tests may register recipes; the registry is as it was afterwards."""
+    from fuseloop.recipes import _CHOSEN, _REGISTRY
+
+    saved = dict(_REGISTRY)
+    try:
+        yield
+    finally:
+        _REGISTRY.clear()
+        _REGISTRY.update(saved)
+        _CHOSEN.clear()

@@ -313,7 +313,7 @@ def test_read_entry_verifies_checksum_and_file_name(device, fresh_dir):
 # }}}
 
 
-def test_lowering_keeps_no_lazy_array_alive(device, fresh_dir):
+def test_lowering_keeps_no_lazy_array_alive(device, fresh_dir, restore_recipes):
     """Loopy keeps caught exceptions in reference cycles whose frames reach back into
     fuseloop's (seen in ``loopy.symbolic.with_aff_conversion_guard`` with the GPU
     recipe): until a garbage collection, a lazy array that the evaluation's frames held
@@ -322,9 +322,8 @@ def test_lowering_keeps_no_lazy_array_alive(device, fresh_dir):
 
     import loopy as lp
 
-    from fuseloop.recipes import _CHOSEN, _REGISTRY, gpu_coalesced
+    from fuseloop.recipes import gpu_coalesced
 
-    saved = dict(_REGISTRY)
     if device.type == "cpu":  # the GPU recipe's code is the one that triggered it
         fl.register_recipe("cpu", gpu_coalesced, name="test-gpu-coalesced-gc")
     gc_was_enabled = gc.isenabled()
@@ -343,6 +342,3 @@ def test_lowering_keeps_no_lazy_array_alive(device, fresh_dir):
     finally:
         if gc_was_enabled:
             gc.enable()
-        _REGISTRY.clear()
-        _REGISTRY.update(saved)
-        _CHOSEN.clear()

@@ -12,7 +12,7 @@ from fuseloop.errors import ShapeError
 from fuseloop.expr import program as prog
 from fuseloop.expr.nodes import Concat, Remap
 from fuseloop.ops.shape import view
-from fuseloop.recipes import _CHOSEN, _REGISTRY, gpu_coalesced, recipe_for
+from fuseloop.recipes import gpu_coalesced, recipe_for
 
 
 @pytest.fixture(autouse=True)
@@ -265,17 +265,11 @@ def _per_piece(device):
 
 
 @pytest.fixture
-def ternary_on_cpu():
+def ternary_on_cpu(restore_recipes):
     """The GPU recipe (which keeps the per-element selection) on the CPU device."""
-    saved = dict(_REGISTRY)
     fl.register_recipe("cpu", gpu_coalesced, name="test-gpu-coalesced")
-    try:
-        with fl.device("cpu") as dev:
-            yield dev
-    finally:
-        _REGISTRY.clear()
-        _REGISTRY.update(saved)
-        _CHOSEN.clear()
+    with fl.device("cpu") as dev:
+        yield dev
 
 
 def _check_selection(src, pieces):

@@ -14,24 +14,18 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
-from fuseloop.recipes import _CHOSEN, _REGISTRY, gpu_coalesced
+from fuseloop.recipes import gpu_coalesced
 from fuseloop.recipes.rows import make_gpu_rows
 
 
 @pytest.fixture(params=[256, 64])
-def gpu_recipes_on_cpu(request):
-    saved = dict(_REGISTRY)
+def gpu_recipes_on_cpu(request, restore_recipes):
     group = request.param
     fl.register_recipe("cpu", gpu_coalesced, name="test-gpu-coalesced")
     fl.register_recipe("cpu", make_gpu_rows(group), name=f"test-gpu-rows-{group}",
                        kind="reduction")
-    try:
-        with fl.device("cpu"):
-            yield group
-    finally:
-        _REGISTRY.clear()
-        _REGISTRY.update(saved)
-        _CHOSEN.clear()
+    with fl.device("cpu"):
+        yield group
 
 
 def _softmax(x):

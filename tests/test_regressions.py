@@ -300,26 +300,20 @@ def test_gather_along_a_unit_axis_is_checked(device):
 
 
 @pytest.mark.parametrize("recipe", ["device's own", "gpu-coalesced"])
-def test_checked_unit_axis_gather_schedules_under_every_recipe(device, recipe):
+def test_checked_unit_axis_gather_schedules_under_every_recipe(device, recipe, restore_recipes):
     # found by the GPU long fuzz: the check of an index along a unit axis (added for
     # the test above) made the load wait for it, and Loopy could not schedule the GPU
     # recipe's kernel (CycleError); the load reads no position, so it need not wait
-    from fuseloop.recipes import _CHOSEN, _REGISTRY, gpu_coalesced
+    from fuseloop.recipes import gpu_coalesced
 
-    saved = dict(_REGISTRY)
     if recipe == "gpu-coalesced":
         fl.register_recipe(device.type, gpu_coalesced, name="test-gpu-coalesced-unit")
-    try:
-        h = np.array([False])
-        v0 = fl.asarray(h)
-        v5 = v0 + fl.absolute(v0)
-        np.testing.assert_array_equal(v5[None, v0 % 1].get(), (h + np.abs(h))[None, h % 1])
-        with pytest.raises(fl.errors.IndexOutOfBoundsError, match="index 1 is out of bounds"):
-            v5[None, v0 % 1 + 1].get()
-    finally:
-        _REGISTRY.clear()
-        _REGISTRY.update(saved)
-        _CHOSEN.clear()
+    h = np.array([False])
+    v0 = fl.asarray(h)
+    v5 = v0 + fl.absolute(v0)
+    np.testing.assert_array_equal(v5[None, v0 % 1].get(), (h + np.abs(h))[None, h % 1])
+    with pytest.raises(fl.errors.IndexOutOfBoundsError, match="index 1 is out of bounds"):
+        v5[None, v0 % 1 + 1].get()
 
 
 def test_scatter_index_that_reads_the_target(device):
