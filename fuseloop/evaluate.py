@@ -60,8 +60,9 @@ user_functions: dict[str, object] = {}  # key -> UserFunction, filled by fuseloo
 # A reduction over at least this many elements per result, with fewer results
 # than TWO_STAGE_MAX_ROWS, is split over many work-groups (two stages).
 TWO_STAGE_MIN_LENGTH = 32768
-# Cached elementwise launches of at most this many elements are deferred and
-# enqueued in batches of up to DEFER_MAX (see fuseloop.runtime.devices._DeviceRuntime).
+# Cached elementwise launches (and replayed elementwise run-plan steps) of at most
+# this many elements are deferred and enqueued in batches of up to DEFER_MAX (see
+# enqueue_or_defer and fuseloop.runtime.devices._DeviceRuntime).
 DEFER_MAX_ELEMENTS = 1 << 15
 DEFER_MAX = 64
 TWO_STAGE_MAX_ROWS = 64
