@@ -93,6 +93,14 @@ def test_tile_and_repeat_read_through_computed_indices(device, name, args):
     np.testing.assert_array_equal(kept.get(), getattr(np, name)(h, *args))
 
 
+def test_tile_and_repeat_reject_negative_counts(device):
+    x = fl.asarray(rand((2, 3), seed=10))
+    with pytest.raises(ValueError, match=r"negative repetitions are not allowed: \(2, -1\)"):
+        fl.tile(x, (2, -1))
+    with pytest.raises(ValueError, match="negative dimensions are not allowed"):
+        fl.repeat(x, -2, axis=0)
+
+
 def test_transposed_reshape_copies_like_numpy(device):
     h = rand((3, 4), seed=5)
     x = fl.asarray(h)
