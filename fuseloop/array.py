@@ -15,6 +15,7 @@ from .errors import DeviceError, DTypeError, ShapeError
 from .evaluate import cast_node, run
 from .expr.nodes import (
     _EMPTY,
+    MAX_OPERANDS,
     READERS_FLUSH_AT,
     Apply,
     Leaf,
@@ -24,7 +25,10 @@ from .expr.nodes import (
     Storage,
     _loop_key,
     broadcast_shapes,
+    intern_sig,
     register_readers,
+    scalar_sig,
+    signature_of,
     unregistered_readers,
 )
 from .expr.program import Target
@@ -154,29 +158,68 @@ def _lazy_array(node: Node, device: Device) -> Array:
     return self
 
 
+# (op, signature, signature or Python scalar type, reflected) -> (loop dtypes, their key,
+# shape, the operation's signature, the scalar argument's signature): one look-up
+# gives all an operator needs (signatures fix dtypes and shapes)
+_sig_loops: dict[tuple, tuple] = {}
+SIG_LOOPS_MAX = 8192
+
+
+def _signed_loop(op: str, an: Node, bn: Node | None, sa: int, sb: Any,
+                 kind_a: Any, kind_b: Any) -> tuple:
+    """``_sig_loops``'s entry for these operands (``bn`` None: a Python scalar)."""
+    loop, key = _binary_loop(op, kind_a, kind_b)
+    if bn is None:  # array with a scalar of type sb
+        shape, scalar = an.shape, scalar_sig(loop[1].char)
+        fields = ("A", op, key, shape, sa, scalar)
+    elif an is None:  # a scalar of type sa with array bn
+        shape, scalar = bn.shape, scalar_sig(loop[0].char)
+        fields = ("A", op, key, shape, scalar, sb)
+    else:
+        shape = an.shape
+        if shape != bn.shape:
+            shape = broadcast_shapes(shape, bn.shape)
+        scalar = 0
+        fields = ("A", op, key, shape, sa, sb)
+    hit = (loop, key, shape, intern_sig(fields) if sa and sb else 0, scalar)
+    if sa and sb:
+        if len(_sig_loops) >= SIG_LOOPS_MAX:
+            _sig_loops.clear()
+        _sig_loops[(op, sa, sb)] = hit
+    return hit
+
+
 def _binary_fast(op: str, a: Any, b: Any) -> Array | None:
     """The common cases (array with array, array with Python scalar), kept lean.
 
     This runs for every operator: the scalar node, the operation node and the
-    array are built in place (``Scalar.__init__``, :func:`fuseloop.expr.nodes.binary`
-    and :func:`_lazy_array`, inline), with one function call per operator.
+    array are built in place (``Scalar.__init__``, :class:`Apply` with its
+    signature and :func:`_lazy_array`, inline), with one function call per
+    operator.  One look-up by the operands' signatures (see
+    :mod:`fuseloop.expr.nodes`) gives the loop dtypes, the shape and the
+    result's signature.
     """
     ta, tb = type(a), type(b)
     if ta is Array:
         device = a.device
         an = a._node
+        sa = an.sig or signature_of(an)
         if tb is Array:
             if b.device is not device:
                 return None
-            hit = _loops.get((op, a.dtype, b.dtype))
-            loop, key = hit if hit is not None else _binary_loop(op, a.dtype, b.dtype)
-            shape = a.shape
-            if shape != b.shape:
-                shape = broadcast_shapes(shape, b.shape)
             bn = b._node
+            sb = bn.sig or signature_of(bn)
+            hit = _sig_loops.get((op, sa, sb))
+            if hit is None:
+                hit = _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
+            loop, key, shape, sig, _ = hit
+            if sig:
+                operands = an.operands + bn.operands
         elif tb is float or tb is int:
-            hit = _loops.get((op, a.dtype, tb))
-            loop, key = hit if hit is not None else _binary_loop(op, a.dtype, tb)
+            hit = _sig_loops.get((op, sa, tb))
+            if hit is None:
+                hit = _signed_loop(op, an, None, sa, tb, a.dtype, tb)
+            loop, key, shape, sig, _ = hit
             # _weak_scalar, its hit inline (0, -0.0 and NaN are never remembered)
             v = _weak_scalars.get((b, key[1])) if b and b == b else None
             if v is None:
@@ -186,15 +229,21 @@ def _binary_fast(op: str, a: Any, b: Any) -> Array | None:
             bn.dtype = v.dtype
             bn.shape = ()
             bn.storages = _EMPTY
-            shape = a.shape
+            if sig:
+                operands = an.operands + (bn,)
         else:
             return None
     elif tb is Array and (ta is float or ta is int):
         device = b.device
-        loop, key = _binary_loop(op, ta, b.dtype)
-        an = Scalar(_weak_scalar(a, loop[0]))
         bn = b._node
-        shape = b.shape
+        sb = bn.sig or signature_of(bn)
+        hit = _sig_loops.get((op, ta, sb))
+        if hit is None:
+            hit = _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
+        loop, key, shape, sig, _ = hit
+        an = Scalar(_weak_scalar(a, loop[0]))
+        if sig:
+            operands = (an,) + bn.operands
     else:
         return None
     node = _new_node(Apply)
@@ -204,6 +253,13 @@ def _binary_fast(op: str, a: Any, b: Any) -> Array | None:
     node.loop_key = key
     node.dtype = dtype = loop[-1]
     node.shape = shape
+    if not sig:
+        operands = None
+    elif len(operands) > MAX_OPERANDS:
+        sig = 0
+        operands = None
+    node.sig = sig
+    node.operands = operands
     sa = an.storages
     sb = bn.storages
     if sb is sa or not sb:

@@ -332,3 +332,69 @@ def test_cached_launch_in_threads(device):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_signature_lookup_walks_nothing(device, fresh_stats, monkeypatch):
+    """A cached single-root expression is found by its signature: no structure walk."""
+    rng = np.random.default_rng(5)
+    xh, yh = (rng.random(1000, dtype=np.float32) + 1 for _ in range(2))
+    x, y = fl.asarray(xh), fl.asarray(yh)
+    (((x * 2 + y) * x - y) / 3).get()  # the first evaluation linearises
+
+    def no_walk(*args, **kwargs):
+        raise AssertionError("the structure was walked")
+
+    monkeypatch.setattr(prog, "_walk", no_walk)
+    fl.reset_stats()
+    for k in range(3):
+        e = ((x * (k + 2) + y) * x - y) / (k + 3)
+        assert e._node.sig and len(e._node.operands) == 6  # x, 2, y, x, y, 3 in walk order
+        np.testing.assert_allclose(e.get(), ((xh * (k + 2) + yh) * xh - yh) / (k + 3),
+                                   rtol=1e-6)
+    s = fresh_stats()
+    assert s["kernels_lowered"] == 0 and s["memory_cache_misses"] == 0
+    assert s["kernels_launched"] == 3
+
+
+def test_signatures_tell_structures_apart(device):
+    xf = fl.asarray(np.arange(6, dtype=np.float32))
+    xd = fl.asarray(np.arange(6, dtype=np.float64))
+    xi = fl.asarray(np.arange(6, dtype=np.int32))
+    sig = lambda a: a._node.sig  # noqa: E731
+    assert sig(xf * 2) == sig(xf * 3)  # scalar values are data
+    assert len({sig(xf * 2), sig(xd * 2), sig(xi * 2), sig(xf * 2.5 + 0 * xf)}) == 4
+    assert sig(xf[1:] * 2) != sig(xf[:-1] * 2)  # offsets
+    assert sig(xf[::2] * 2) != sig(xf[:3] * 2)  # strides
+    assert sig(xf * xf) == sig(xf * xf[::1])  # the same view; which buffers repeat is not in it
+    assert sig(xf * fl.constant(0.0)) != sig(xf * fl.constant(-0.0))
+    assert sig(fl.sin(xf)) != sig(fl.cos(xf))
+    # reductions and gathers have none: their expressions are walked as before
+    assert sig(xf.sum() * 2) == 0 and sig(xf[fl.asarray(np.array([0, 2]))] * 2) == 0
+
+
+def test_signatures_survive_clearing_the_table(device, checked, monkeypatch):
+    monkeypatch.setattr(nodes, "SIG_TABLE_MAX", 3)
+    xh = np.arange(1, 9, dtype=np.float32)
+    x, y = fl.asarray(xh), fl.asarray(xh[::-1].copy())
+    early = (x * 2 + y) * y  # signed before the table is cleared several times
+    seen = {early._node.sig}
+    for k in range(12):  # a new literal value: a new structure (and signature) each time
+        other = x * fl.constant(float(k)) + y
+        assert other._node.sig not in seen  # signatures are never reused
+        seen.add(other._node.sig)
+        np.testing.assert_array_equal(other.get(), xh * k + xh[::-1])
+    late = (x * 2 + y) * y
+    np.testing.assert_array_equal(early.get(), (xh * 2 + xh[::-1]) * xh[::-1])
+    np.testing.assert_array_equal(late.get(), (xh * 2 + xh[::-1]) * xh[::-1])
+
+
+def test_many_operands_fall_back_to_the_walk(device):
+    xh = np.arange(8, dtype=np.float32)
+    x, y = fl.asarray(xh), fl.asarray(xh + 1)
+    e, expect = x, xh.copy()
+    for k in range(nodes.MAX_OPERANDS // 2 + 1):
+        e = e + y * k
+        expect = expect + (xh + 1) * np.float32(k)
+    assert e._node.sig == 0 and e._node.operands is None
+    assert structure_entry([e._node], e.shape) is not None  # cached through the walk
+    np.testing.assert_allclose(e.get(), expect, rtol=1e-6)

@@ -8,6 +8,7 @@ can stay cheap plain objects.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from collections.abc import Sequence
@@ -131,6 +132,67 @@ class Node:
     storages: frozenset
     # True when the tree holds a reduction, gather or remap (not purely elementwise)
     fancy = False
+    # the structure signature (see signature_of); 0: none (reductions, gathers, ...)
+    sig = 0
+    # the buffers and scalar nodes in the order the structure key's walk meets them
+    operands: tuple | None = None
+
+
+# {{{ structure signatures
+
+# A purely elementwise node carries ``sig``, a small integer standing for its whole
+# structure (the part of the structure key in fuseloop.expr.program that it
+# contributes, without which buffers are which), and ``operands``, its buffers
+# and scalar nodes in walk order.  Equal signatures mean equal structures:
+# signatures are interned by (kind, the node's own fields, its arguments'
+# signatures) and never reused, even after the table is cleared, so a
+# node built before a clear keeps a valid signature.  Evaluation then looks the
+# structure up with (sig, which operands repeat) instead of walking the tree.
+_sig_table: dict[tuple, int] = {}
+_next_sig = itertools.count(1)
+SIG_TABLE_MAX = 1 << 16
+MAX_OPERANDS = 64  # beyond this an expression goes without a signature (walked instead)
+
+
+def intern_sig(fields: tuple) -> int:
+    """The signature for a node with these fields (see above)."""
+    sig = _sig_table.get(fields)
+    if sig is None:
+        if len(_sig_table) >= SIG_TABLE_MAX:
+            _sig_table.clear()
+        sig = _sig_table.setdefault(fields, next(_next_sig))
+    return sig
+
+
+def signature_of(node: Node) -> int:
+    """``node.sig``, computed on first use for leaves, literals and element indices."""
+    sig = node.sig
+    if sig:
+        return sig
+    cls = type(node)
+    if cls is Leaf:
+        sig = intern_sig(node.leaf_token())  # type: ignore[attr-defined]
+    elif cls is Literal:
+        sig = intern_sig(("C", node.dtype.char, node.value.tobytes()))  # type: ignore[attr-defined]
+    elif cls is Iota:
+        sig = intern_sig(("I", node.dtype.char, node.shape, node.strides, node.offset))  # type: ignore[attr-defined]
+    else:
+        return 0
+    node.sig = sig
+    return sig
+
+
+_scalar_sigs: dict[str, int] = {}
+
+
+def scalar_sig(char: str) -> int:
+    """The signature of a scalar argument of dtype ``char``."""
+    sig = _scalar_sigs.get(char)
+    if sig is None:
+        sig = _scalar_sigs[char] = intern_sig(("S", char))
+    return sig
+
+# }}}
 
 
 @lru_cache(maxsize=1024)
@@ -151,10 +213,12 @@ class Leaf(Node):
     ``strides is None`` means the plain case: C-contiguous from offset 0.
     """
 
-    __slots__ = ("offset", "storage", "strides", "token")
+    __slots__ = ("offset", "operands", "sig", "storage", "strides", "token")
 
     def __init__(self, storage: Storage, dtype: np.dtype, shape: tuple[int, ...],
                  strides: tuple[int, ...] | None = None, offset: int = 0) -> None:
+        self.sig = 0  # see signature_of
+        self.operands = (storage,)
         self.storage = storage
         self.dtype = dtype
         self.shape = shape
@@ -187,13 +251,24 @@ class Scalar(Node):
         self.shape = ()
         self.storages = _EMPTY
 
+    # (properties: the operators make scalar nodes in place, without setting them)
+    @property  # type: ignore[override]
+    def sig(self) -> int:
+        return scalar_sig(self.dtype.char)
+
+    @property  # type: ignore[override]
+    def operands(self) -> tuple:
+        return (self,)
+
 
 class Literal(Node):
     """A scalar baked into the kernel source (``fl.constant``); its value is in the key."""
 
-    __slots__ = ("value",)
+    __slots__ = ("operands", "sig", "value")
 
     def __init__(self, value: np.generic) -> None:
+        self.sig = 0  # see signature_of
+        self.operands = ()
         self.value = value
         self.dtype = value.dtype
         self.shape = ()
@@ -208,10 +283,12 @@ class Iota(Node):
     strides and offset, as they would for a buffer.
     """
 
-    __slots__ = ("offset", "strides")
+    __slots__ = ("offset", "operands", "sig", "strides")
 
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype,
                  strides: tuple[int, ...] | None = None, offset: int = 0) -> None:
+        self.sig = 0  # see signature_of
+        self.operands = ()
         self.dtype = dtype
         self.shape = shape
         if strides is not None and offset == 0 and strides == c_strides(shape):
@@ -299,14 +376,14 @@ class Apply(Node):
     exactly as the numpy ufunc would.
     """
 
-    __slots__ = ("args", "fancy", "loop", "loop_key", "op")
+    __slots__ = ("args", "fancy", "loop", "loop_key", "op", "operands", "sig")
 
     def __init__(self, op: str, args: tuple[Node, ...], loop: tuple[np.dtype, ...],
                  shape: tuple[int, ...], loop_key: tuple[str, ...] | None = None) -> None:
         self.op = op
         self.args = args
         self.loop = loop
-        self.loop_key = _loop_key(loop) if loop_key is None else loop_key
+        self.loop_key = key = _loop_key(loop) if loop_key is None else loop_key
         self.dtype = loop[-1]
         self.shape = shape
         storages = _EMPTY
@@ -322,6 +399,23 @@ class Apply(Node):
                 fancy = True
         self.storages = storages
         self.fancy = fancy
+        # the signature: an operation's name (a user function's key), loop, shape, arguments
+        fields: list[Any] = ["A", op if type(self) is Apply else ("U", self.function.key),  # type: ignore[attr-defined]
+                             key, shape]
+        operands: tuple = ()
+        for a in args:
+            sig = signature_of(a)
+            if not sig:
+                break
+            fields.append(sig)
+            operands += a.operands  # type: ignore[operator]
+        else:
+            if len(operands) <= MAX_OPERANDS:
+                self.sig = intern_sig(tuple(fields))
+                self.operands = operands
+                return
+        self.sig = 0
+        self.operands = None
 
 
 _new = object.__new__
@@ -334,8 +428,8 @@ class UserCall(Apply):
 
     def __init__(self, function: Any, args: tuple[Node, ...], loop: tuple[np.dtype, ...],
                  shape: tuple[int, ...]) -> None:
+        self.function = function  # (first: the signature names it)
         super().__init__("call", args, loop, shape)
-        self.function = function
 
 
 _loop_keys: dict[tuple, tuple[str, ...]] = {}

@@ -78,6 +78,7 @@ from .nodes import (
     Storage,
     UserCall,
     c_strides,
+    signature_of,
 )
 
 
@@ -481,13 +482,15 @@ class StructureEntry:
     and device, how the compiled kernel is launched for this structure.
     """
 
-    __slots__ = ("launches", "max_param", "params", "program")
+    __slots__ = ("launches", "max_param", "params", "program", "take")
 
     def __init__(self, program: Program, params: list[int]) -> None:
         self.program = program
         self.params = tuple(params)
         self.max_param = max(params, default=0)
         self.launches: dict[Any, Any] = {}
+        # for an entry found by signature: operands -> (buffers, scalar values)
+        self.take: Any = None
 
 
 class _Uncacheable(Exception):
@@ -649,7 +652,23 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
     ``entry.params`` are what :func:`linearize` would return with these
     bindings.  None when the expression is not cached (reductions, gathers,
     very large expressions).  A miss linearises once and remembers the result.
+
+    One root with a structure signature (see :mod:`fuseloop.expr.nodes`) is
+    looked up by the signature and the pattern of repeated operands, without a
+    walk: the buffers and scalars are its operands, each at its first place.
     """
+    if len(roots) == 1:
+        root = roots[0]
+        sig = root.sig or signature_of(root)
+        if sig:
+            operands = root.operands
+            # each operand's first place: which buffers and scalar nodes are the same
+            key: tuple = (sig, out_shape, tuple(map(operands.index, operands)))
+            entry = _structures.get(key)
+            if entry is not None and not CHECK_STRUCTURE_CACHE:
+                storages, scalars = entry.take(operands)
+                return entry, storages, scalars
+            return _signed_miss(key, entry, root, out_shape)
     for r in roots:
         if r.fancy:
             return None
@@ -660,6 +679,32 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
     entry = _structures.get(key)
     if entry is not None and not CHECK_STRUCTURE_CACHE:
         return entry, storages, scalars
+    return _linearised(key, entry, roots, out_shape, storages, scalars)
+
+
+def _signed_miss(key: tuple, entry: StructureEntry | None, root: Node,
+                 out_shape: tuple[int, ...]
+                 ) -> tuple[StructureEntry, list[Storage], list[np.generic]]:
+    """:func:`structure_entry` by signature on a miss (or, checking, on a hit)."""
+    operands = root.operands
+    assert operands is not None
+    firsts = key[2]
+    at = [k for k, f in enumerate(firsts) if f == k]  # (identity: nodes and buffers lack ==)
+    storages = [operands[k] for k in at if type(operands[k]) is Storage]
+    scalars = [operands[k].value for k in at if type(operands[k]) is not Storage]
+    buffers = ", ".join(f"o[{k}]" for k in at if type(operands[k]) is Storage)
+    values = ", ".join(f"o[{k}].value" for k in at if type(operands[k]) is not Storage)
+    take = eval(f"lambda o: ([{buffers}], [{values}])")  # noqa: S307
+    return _linearised(key, entry, [root], out_shape, storages, scalars, take)
+
+
+def _linearised(key: tuple, entry: StructureEntry | None, roots: Sequence[Node],
+                out_shape: tuple[int, ...], storages: list[Storage], scalars: list[np.generic],
+                take: Any = None) -> tuple[StructureEntry, list[Storage], list[np.generic]]:
+    """:func:`structure_entry` on a miss (``entry`` None) or, checking, on a hit.
+
+    ``take`` is set on a new entry before other threads can see it.
+    """
     program, bindings = linearize(roots, out_shape, cache=False)
     same = (len(bindings.storages) == len(storages) and len(bindings.scalars) == len(scalars)
             and all(a is b for a, b in zip(bindings.storages, storages))
@@ -671,6 +716,7 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
                 "structure cache hit differs from a fresh linearisation", key)
         return entry, storages, scalars
     fresh = StructureEntry(program, bindings.params)
+    fresh.take = take
     if not same:  # never expected: the walks visit in the same order; do not cache
         return fresh, bindings.storages, bindings.scalars
     if len(_structures) >= STRUCTURES_MAX:
