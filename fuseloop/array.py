@@ -230,7 +230,7 @@ def _binary_fast(op: str, a: Any, b: Any) -> Array | None:
             bn.shape = ()
             bn.storages = _EMPTY
             if sig:
-                operands = an.operands + (bn,)
+                operands = (*an.operands, bn)
         else:
             return None
     elif tb is Array and (ta is float or ta is int):
@@ -243,7 +243,7 @@ def _binary_fast(op: str, a: Any, b: Any) -> Array | None:
         loop, key, shape, sig, _ = hit
         an = Scalar(_weak_scalar(a, loop[0]))
         if sig:
-            operands = (an,) + bn.operands
+            operands = (an, *bn.operands)
     else:
         return None
     node = _new_node(Apply)

@@ -694,7 +694,7 @@ def _signed_miss(key: tuple, entry: StructureEntry | None, root: Node,
     scalars = [operands[k].value for k in at if type(operands[k]) is not Storage]
     buffers = ", ".join(f"o[{k}]" for k in at if type(operands[k]) is Storage)
     values = ", ".join(f"o[{k}].value" for k in at if type(operands[k]) is not Storage)
-    take = eval(f"lambda o: ([{buffers}], [{values}])")  # noqa: S307
+    take = eval(f"lambda o: ([{buffers}], [{values}])")
     return _linearised(key, entry, [root], out_shape, storages, scalars, take)
 
 
