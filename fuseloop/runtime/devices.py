@@ -74,15 +74,17 @@ class _DeviceRuntime:
     """A device's context, queue and buffer pool, and its deferred small launches.
 
     Small elementwise launches are not enqueued at once but kept in ``deferred``
-    (see :func:`fuseloop.evaluate.defer_launch`) and enqueued back to back by
+    (see :func:`fuseloop.evaluate.enqueue_or_defer`) and enqueued back to back by
     :meth:`flush`: before anything else uses the queue (``Device.queue``), at
     ``fl.synchronize()``, before a large launch and when ``DEFER_MAX`` are
     waiting.  On PoCL's CPU device an enqueue between pieces of Python work
     costs the host thread about twice what it costs back to back (the device's
     worker threads are woken for every kernel and compete with it for the CPUs).
+    On a CPU device a batch of at least ``gate_at`` launches is also held behind
+    a user event until all of it is enqueued, so the workers wake once for it.
     """
 
-    __slots__ = ("context", "deferred", "launch_lock", "pool", "queue")
+    __slots__ = ("context", "deferred", "gate_at", "launch_lock", "pool", "queue")
 
     def __init__(self, device: Device) -> None:
         self.context = cl.Context([device.cl_device])
@@ -93,22 +95,37 @@ class _DeviceRuntime:
         self.deferred: collections.deque[tuple[Any, tuple]] = collections.deque()
         # held while enqueueing deferred launches or a launch that must follow them
         self.launch_lock = threading.RLock()
+        self.gate_at = GATE_AT if device.type == "cpu" else 0
 
     def flush(self) -> None:
         """Enqueue the deferred launches, oldest first."""
-        deferred = self.deferred
         with self.launch_lock:
-            while deferred:
-                go, args = deferred.popleft()  # taken first: a re-entrant flush skips it
-                try:
-                    go(*args, self.queue)
-                except BaseException:
-                    # Interrupted or refused: put it back so no result is silently
-                    # missing (an elementwise launch into its own new buffer can run
-                    # twice); the next use of the queue tries again.
-                    deferred.appendleft((go, args))
-                    raise
+            if not self.gate_at or len(self.deferred) < self.gate_at:
+                self._enqueue_deferred()
+                return
+            # PoCL wakes its workers at every enqueue; held behind a user event, a
+            # batch is enqueued without them competing with this thread for the CPUs
+            gate = cl.UserEvent(self.context)
+            try:
+                cl.enqueue_marker(self.queue, wait_for=[gate])
+                self._enqueue_deferred()
+            finally:  # (always: a closed gate would block the queue for good)
+                gate.set_status(cl.command_execution_status.COMPLETE)
 
+    def _enqueue_deferred(self) -> None:
+        deferred = self.deferred
+        while deferred:
+            go, args = deferred.popleft()  # taken first: a re-entrant flush skips it
+            try:
+                go(*args, self.queue)
+            except BaseException:
+                # Interrupted or refused: put it back so no result is silently
+                # missing (an elementwise launch into its own new buffer can run
+                # twice); the next use of the queue tries again.
+                deferred.appendleft((go, args))
+                raise
+
+GATE_AT = 8
 
 _lock = threading.Lock()
 _devices: list[Device] | None = None
