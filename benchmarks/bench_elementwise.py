@@ -14,8 +14,10 @@ throughput of a loop, where a call's host work overlaps the previous kernel).  T
   cupy.fuse and jax.jit when importable; reported as a fraction of the copy bandwidth
   (the larger of the copy figures, named in the output);
 * host overhead: a cached 5-operation expression on 1000 elements, built and enqueued with
-  ``.eval()`` each call, synchronizing every 100 calls; ``fl.stats()`` around the timed loop
-  shows that nothing was lowered or compiled there.
+  ``.eval()`` each call, synchronizing every 100 calls; the median over ``--overhead-loops``
+  timed loops is the figure, with the fastest loop and the calling thread's CPU time per
+  call beside it; ``fl.stats()`` around the timed loops shows that nothing was lowered or
+  compiled there.
 
 Bandwidth counts the bytes each expression must move: 3 float32 arrays (2 read, 1 written)
 for the expressions, 2 for a copy. Timings are reported, never asserted.
@@ -23,7 +25,8 @@ for the expressions, 2 for a copy. Timings are reported, never asserted.
 Usage::
 
     python benchmarks/bench_elementwise.py [--device SPEC] [--size LOG2] [--repeat N]
-                                           [--batch K] [--out results.json]
+                                           [--batch K] [--calls N] [--overhead-loops L]
+                                           [--out results.json]
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -283,7 +288,7 @@ def bench_gpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
 # host overhead
 
 
-def bench_overhead(res: Results, calls: int, repeat: int) -> dict[str, Any]:
+def bench_overhead(res: Results, calls: int, repeat: int, loops: int) -> dict[str, Any]:
     n = 1000
     rng = np.random.default_rng(1)
     xh = rng.random(n, dtype=np.float32)
@@ -307,12 +312,25 @@ def bench_overhead(res: Results, calls: int, repeat: int) -> dict[str, Any]:
     loop()  # warm (compiles once, fills the cache)
     fl.synchronize()
     before = fl.stats()
-    t = median_time(loop, fl.synchronize, max(3, repeat // 2), warmup=0)
+    walls, cpus = [], []
+    for _ in range(loops):
+        # (the calling thread's CPU time too: on a shared virtual machine the same
+        # work sometimes takes twice the CPU time, which no waiting explains)
+        c0, t0 = time.thread_time(), time.perf_counter()
+        loop()
+        fl.synchronize()
+        walls.append((time.perf_counter() - t0) / calls * 1e6)
+        cpus.append((time.thread_time() - c0) / calls * 1e6)
     after = fl.stats()
     delta = {k: after[k] - before[k] for k in after if isinstance(after[k], int | float)}
-    per_call_us = t / calls * 1e6
+    per_call_us = statistics.median(walls)
     res.add("overhead", "fuseloop: ((x*2 + y)*x - y)/3 on 1000 elements, build + .eval()",
-            t / calls, None, note=f"{per_call_us:.1f} us/call", us_per_call=per_call_us,
+            per_call_us / 1e6, None,
+            note=(f"{per_call_us:.1f} us/call (median of {loops} loops of {calls}; "
+                  f"fastest {min(walls):.1f}; calling thread's CPU time "
+                  f"{statistics.median(cpus):.1f})"),
+            us_per_call=per_call_us, us_per_call_min=min(walls),
+            us_per_call_loops=walls, thread_cpu_us_per_call=statistics.median(cpus),
             correct=ok)
 
     t_np = median_time(lambda: [((xh * 2 + yh) * xh - yh) / 3 for _ in range(calls)],
@@ -387,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="calls per synchronize in the pipelined timing")
     ap.add_argument("--calls", type=int, default=1000,
                     help="calls per timed run in the host-overhead loop")
+    ap.add_argument("--overhead-loops", type=int, default=15,
+                    help="timed loops in the host-overhead figure (median, fastest reported)")
     ap.add_argument("--out", default=None, help="write the results as JSON to this path")
     ap.add_argument("--show-code", action="store_true",
                     help="print the OpenCL source of the benchmarked expression")
@@ -439,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.show_code:
             print(fl.show_code(2 * x - fl.sin(y) + x * y))
 
-    overhead = bench_overhead(res, args.calls, repeat)
+    overhead = bench_overhead(res, args.calls, repeat, max(1, args.overhead_loops))
 
     for r in res.rows:
         if r["gb_per_s"] and copy_bw:
