@@ -196,8 +196,9 @@ class CompiledKernel:
         self.arg_plan = tuple(arg_plan)
 
     def _new_kernel(self) -> cl.Kernel:
-        kernel = cl.Kernel(self.program, self.plan.name)
-        kernel.set_scalar_arg_dtypes(self._scalar_dtypes)
+        with kernel_objects_lock:
+            kernel = cl.Kernel(self.program, self.plan.name)
+            kernel.set_scalar_arg_dtypes(self._scalar_dtypes)
         self._local.kernel = kernel
         return kernel
 
@@ -211,6 +212,11 @@ class CompiledKernel:
 
 
 _memory: dict[tuple, CompiledKernel] = {}
+# Held while a thread makes its own kernel object and sets its first arguments
+# (rare: once per kernel and thread).  Eight threads doing it at once crashed the
+# process on the H200 (a segfault; the threads' stacks were in pyopencl's invoker
+# cache, a pytools sqlite file, and in clSetKernelArg); one at a time they do not.
+kernel_objects_lock = threading.Lock()
 
 
 class _KeyLock:

@@ -26,7 +26,7 @@ import pyopencl as cl
 
 from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
-from .cache import _memory, get_kernel
+from .cache import _memory, get_kernel, kernel_objects_lock
 from .errors import DeviceError, DeviceMemoryError, DTypeError, RecipeError
 from .expr.nodes import (
     Apply,
@@ -690,10 +690,11 @@ def thread_kernel(compiled: Any, consts: list[tuple[int, Any]],
 
     Kept in ``threads.state`` with the record of what its arguments were set to.
     """
-    kernel = cl.Kernel(compiled.program, compiled.plan.name)
+    with kernel_objects_lock:
+        kernel = cl.Kernel(compiled.program, compiled.plan.name)
+        for i, value in consts:
+            kernel.set_arg(i, value)
     last: list[Any] = [None] * len(compiled.arg_plan)
-    for i, value in consts:
-        kernel.set_arg(i, value)
     threads.state = state = (kernel, last)
     return state
 
