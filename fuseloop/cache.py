@@ -216,7 +216,7 @@ _memory: dict[tuple, CompiledKernel] = {}
 # (rare: once per kernel and thread).  Eight threads doing it at once crashed the
 # process on the H200 (a segfault; the threads' stacks were in pyopencl's invoker
 # cache, a pytools sqlite file, and in clSetKernelArg); one at a time they do not.
-kernel_objects_lock = threading.Lock()
+kernel_objects_lock = threading.RLock()
 
 
 class _KeyLock:
