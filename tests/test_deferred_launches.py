@@ -61,6 +61,18 @@ def test_writes_and_large_launches_come_after_deferred_ones(device):
     assert float(fl.sum(s3)) == 6 * 1000
 
 
+def launch_interrupted_once():
+    """A deferred launch whose first enqueue is interrupted, and the list of its calls."""
+    calls = []
+
+    def go(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+
+    return go, calls
+
+
 def test_an_interrupted_flush_loses_no_launch(device):
     xh = rand(500, 5)
     x = fl.asarray(xh)
@@ -68,13 +80,7 @@ def test_an_interrupted_flush_loses_no_launch(device):
     fl.synchronize()
     rt = _runtime(device)
     r = (x - 2).eval()
-    calls = []
-
-    def interrupted_once(*args):
-        calls.append(1)
-        if len(calls) == 1:
-            raise KeyboardInterrupt
-
+    interrupted_once, calls = launch_interrupted_once()
     rt.deferred.appendleft((interrupted_once, ()))
     with pytest.raises(KeyboardInterrupt):
         fl.synchronize()
@@ -143,13 +149,7 @@ def test_an_interrupted_gated_flush_opens_the_gate(device, gated):
     (x + 1).eval()
     fl.synchronize()
     before = [(x + k).eval() for k in range(3)]
-    calls = []
-
-    def interrupted_once(*args):
-        calls.append(1)
-        if len(calls) == 1:
-            raise KeyboardInterrupt
-
+    interrupted_once, calls = launch_interrupted_once()
     rt.deferred.append((interrupted_once, ()))
     after = (x + 10).eval()
     with pytest.raises(KeyboardInterrupt):
