@@ -158,9 +158,9 @@ def _lazy_array(node: Node, device: Device) -> Array:
     return self
 
 
-# (op, signature, signature or Python scalar type, reflected) -> (loop dtypes, their key,
-# shape, the operation's signature, the scalar argument's signature): one look-up
-# gives all an operator needs (signatures fix dtypes and shapes)
+# (op, left operand, right operand) -> (loop dtypes, their key, shape, the result's
+# signature), an operand being a signature or a Python scalar type: one look-up gives
+# all an operator needs (a signature fixes its node's dtype and shape)
 _sig_loops: dict[tuple, tuple] = {}
 SIG_LOOPS_MAX = 8192
 
@@ -170,18 +170,17 @@ def _signed_loop(op: str, an: Node, bn: Node | None, sa: int, sb: Any,
     """``_sig_loops``'s entry for these operands (``bn`` None: a Python scalar)."""
     loop, key = _binary_loop(op, kind_a, kind_b)
     if bn is None:  # array with a scalar of type sb
-        shape, scalar = an.shape, scalar_sig(loop[1].char)
-        fields = ("A", op, key, shape, sa, scalar)
+        shape = an.shape
+        fields = ("A", op, key, shape, sa, scalar_sig(loop[1].char))
     elif an is None:  # a scalar of type sa with array bn
-        shape, scalar = bn.shape, scalar_sig(loop[0].char)
-        fields = ("A", op, key, shape, scalar, sb)
+        shape = bn.shape
+        fields = ("A", op, key, shape, scalar_sig(loop[0].char), sb)
     else:
         shape = an.shape
         if shape != bn.shape:
             shape = broadcast_shapes(shape, bn.shape)
-        scalar = 0
         fields = ("A", op, key, shape, sa, sb)
-    hit = (loop, key, shape, intern_sig(fields) if sa and sb else 0, scalar)
+    hit = (loop, key, shape, intern_sig(fields) if sa and sb else 0)
     if sa and sb:
         if len(_sig_loops) >= SIG_LOOPS_MAX:
             _sig_loops.clear()
@@ -212,14 +211,14 @@ def _binary_fast(op: str, a: Any, b: Any) -> Array | None:
             hit = _sig_loops.get((op, sa, sb))
             if hit is None:
                 hit = _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
-            loop, key, shape, sig, _ = hit
+            loop, key, shape, sig = hit
             if sig:
                 operands = an.operands + bn.operands
         elif tb is float or tb is int:
             hit = _sig_loops.get((op, sa, tb))
             if hit is None:
                 hit = _signed_loop(op, an, None, sa, tb, a.dtype, tb)
-            loop, key, shape, sig, _ = hit
+            loop, key, shape, sig = hit
             # _weak_scalar, its hit inline (0, -0.0 and NaN are never remembered)
             v = _weak_scalars.get((b, key[1])) if b and b == b else None
             if v is None:
@@ -240,7 +239,7 @@ def _binary_fast(op: str, a: Any, b: Any) -> Array | None:
         hit = _sig_loops.get((op, ta, sb))
         if hit is None:
             hit = _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
-        loop, key, shape, sig, _ = hit
+        loop, key, shape, sig = hit
         an = Scalar(_weak_scalar(a, loop[0]))
         if sig:
             operands = (an, *bn.operands)

@@ -663,6 +663,7 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
         if sig:
             operands = root.operands
             # each operand's first place: which buffers and scalar nodes are the same
+            # (by identity: neither defines ==)
             key: tuple = (sig, out_shape, tuple(map(operands.index, operands)))
             entry = _structures.get(key)
             if entry is not None and not CHECK_STRUCTURE_CACHE:
@@ -689,7 +690,9 @@ def _signed_miss(key: tuple, entry: StructureEntry | None, root: Node,
     operands = root.operands
     assert operands is not None
     firsts = key[2]
-    at = [k for k, f in enumerate(firsts) if f == k]  # (identity: nodes and buffers lack ==)
+    at = [k for k, f in enumerate(firsts) if f == k]  # first appearances, in walk order
+    # (operands are buffers and scalar nodes; the entry's picker is generated once,
+    # so a hit costs one call)
     storages = [operands[k] for k in at if type(operands[k]) is Storage]
     scalars = [operands[k].value for k in at if type(operands[k]) is not Storage]
     buffers = ", ".join(f"o[{k}]" for k in at if type(operands[k]) is Storage)
