@@ -8,7 +8,8 @@ import numpy as _np
 
 from . import errors
 from .api import show_code, synchronize
-from .array import Array, Constant, compute, constant
+from .array import Array, Constant, constant
+from .assignment import compute
 from .cache import cache_dir, clear_memory_cache
 from .creation import (
     arange,

@@ -263,7 +263,7 @@ def _same_view(value: Any, target: Array) -> bool:
 
 
 def setitem(arr: Array, key: Any, value: Any, held: bool) -> None:
-    from ..array import assign
+    from ..assignment import assign
     from .masks import masked_fill
 
     if key is Ellipsis or (type(key) is tuple and len(key) == 1 and key[0] is Ellipsis):

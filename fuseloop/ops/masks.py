@@ -21,7 +21,8 @@ import pyopencl as cl
 import pyopencl.array as cl_array
 
 from .. import stats as _stats
-from ..array import Array, Constant, _coerce, assign, compute
+from ..array import Array, Constant, _coerce
+from ..assignment import assign, compute
 from ..dtypes import scalar_to
 from ..evaluate import allocate
 from ..runtime.devices import Device
