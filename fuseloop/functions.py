@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from . import evaluate
+from . import launching
 from .array import Array, build_node
 from .dtypes import dtype_from_c_name
 from .errors import FuseloopError
@@ -59,7 +59,7 @@ class UserFunction:
         self.source = (f"static {c_type_name(self.result_dtype)} {self.name}({decl})\n"
                        f"{{\n{body.strip()}\n}}\n")
         self.key = f"{self.name}-{hashlib.sha256(self.source.encode()).hexdigest()[:16]}"
-        evaluate.user_functions[self.key] = self
+        launching.user_functions[self.key] = self
         self.__name__ = self.name
         self.__doc__ = f"User OpenCL function {signature}"
 

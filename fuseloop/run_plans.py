@@ -31,9 +31,23 @@ from typing import Any
 import numpy as np
 
 from . import evaluate as _ev
+from . import stats as _stats
+from .cache import _memory
 from .expr import program as _prog
 from .expr.nodes import Node, Storage
 from .expr.program import Bindings, Target, walk_structure
+from .launching import (
+    DEFER_MAX_ELEMENTS,
+    INDEX_INT32,
+    INDEX_INT64,
+    INT32_LIMIT,
+    enqueue_or_defer,
+    kernel_for,
+    launcher,
+    other_device,
+    thread_kernel,
+)
+from .recipes import recipe_for
 from .runtime.devices import Device
 
 _local = threading.local()
@@ -197,7 +211,7 @@ def _replay(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
     tmps = [allocate(n, device) for n in plan.allocs]
     for s in storages:
         if s.device is not device:
-            raise _ev._other_device(s, device)
+            raise other_device(s, device)
     for step in plan.steps:
         st = [storages[k] if kind == "i" else tmps[k] for kind, k in step.storage_refs]
         outs = [storages[k] if kind == "i" else tmps[k] for kind, k in step.out_refs]
@@ -212,13 +226,13 @@ def _launch_fast(step: _Step, storages: list[Storage], outs: list[Storage],
     """Enqueue ``step`` with what its first replay worked out; False: use ``launch``."""
     biggest = max(max(step.params, default=0), math.prod(step.out_shape),
                   max([s.nbytes for s in storages], default=0))
-    index_dtype = _ev._INT32 if biggest <= _ev._INT32_LIMIT else _ev._INT64
+    index_dtype = INDEX_INT32 if biggest <= INT32_LIMIT else INDEX_INT64
     program = step.program
-    recipe = _ev.recipe_for(device, "contraction" if program.contraction is not None else
-                            "reduction" if program.has_reduce else "elementwise")
+    recipe = recipe_for(device, "contraction" if program.contraction is not None else
+                        "reduction" if program.has_reduce else "elementwise")
     fast = step.fast
     if fast is None or fast[0] is not recipe or fast[6] is not index_dtype \
-            or _ev._memory.get(fast[1]) is not fast[2]:
+            or _memory.get(fast[1]) is not fast[2]:
         fast = step.fast = _prepare(step, recipe, index_dtype, device)
         if fast is None:
             return False
@@ -229,19 +243,18 @@ def _launch_fast(step: _Step, storages: list[Storage], outs: list[Storage],
         try:
             kernel, last = fast[5].state
         except AttributeError:
-            kernel, last = _ev.thread_kernel(fast[2], fast[4], fast[5])
+            kernel, last = thread_kernel(fast[2], fast[4], fast[5])
         # small elementwise steps are deferred like small cached launches (``biggest``
         # counts bytes or elements); not reductions: their results are usually read at
         # once (``float(x.sum())``), and a deferred kernel would start only then
-        _ev.enqueue_or_defer(fast[3], (outs, storages, scalars, kernel, last),
-                             biggest <= 4 * _ev.DEFER_MAX_ELEMENTS and not program.has_reduce,
-                             device)
+        enqueue_or_defer(fast[3], (outs, storages, scalars, kernel, last),
+                         biggest <= 4 * DEFER_MAX_ELEMENTS and not program.has_reduce, device)
     except BaseException:
-        _ev._stats.increment("memory_cache_hits", hit)
+        _stats.increment("memory_cache_hits", hit)
         raise
-    with _ev._stats_lock:
-        _ev._counters["memory_cache_hits"] += hit
-        _ev._counters["kernels_launched"] += 1
+    with _stats._lock:
+        _stats.counters["memory_cache_hits"] += hit
+        _stats.counters["kernels_launched"] += 1
     return True
 
 
@@ -253,17 +266,17 @@ def _prepare(step: _Step, recipe: Any, index_dtype: np.dtype, device: Device) ->
     else:
         n_rows = math.prod(shape[d] for d in program.row_dims)
         n_elem = math.prod(shape) // max(1, n_rows)
-    compiled, mem_key = _ev.kernel_for(program, index_dtype, device, recipe, step.params,
-                                       n_rows, n_elem)
+    compiled, mem_key = kernel_for(program, index_dtype, device, recipe, step.params,
+                                   n_rows, n_elem)
     local = compiled.lsize(n_rows, n_elem, step.params)
     global_size = tuple(g * w for g, w in zip(compiled.gsize(n_rows, n_elem, step.params),
                                               local))
-    made = _ev.launcher(compiled, step.params, n_rows, n_elem, global_size, local,
-                        one_output=False)
+    made = launcher(compiled, step.params, n_rows, n_elem, global_size, local,
+                    one_output=False)
     if made is None:  # an error flag: never in planned programs (no gathers)
         return None
     # the enqueue function sets only the arguments that changed on a kernel object
-    # of its own per thread (see evaluate.launcher)
+    # of its own per thread (see launching.launcher)
     go, consts = made
     return (recipe, mem_key, compiled, go, consts, threading.local(), index_dtype)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
-import fuseloop.evaluate as ev
+import fuseloop.launching as launching
 from fuseloop.runtime import devices
 from fuseloop.runtime.devices import _runtime
 
@@ -37,15 +37,15 @@ def test_a_full_batch_is_enqueued_without_a_read(device):
     (x + 1).eval()
     rt = _runtime(device)
     fl.synchronize()
-    results = [(x + k).eval() for k in range(ev.DEFER_MAX + 3)]
+    results = [(x + k).eval() for k in range(launching.DEFER_MAX + 3)]
     assert len(rt.deferred) == 3  # DEFER_MAX went out together
     fl.synchronize()
     assert not rt.deferred
-    np.testing.assert_allclose(results[-1].get(), x.get() + ev.DEFER_MAX + 2)
+    np.testing.assert_allclose(results[-1].get(), x.get() + launching.DEFER_MAX + 2)
 
 
 def test_writes_and_large_launches_come_after_deferred_ones(device):
-    xh, bh = rand(1000, 3), rand(ev.DEFER_MAX_ELEMENTS * 4, 4)
+    xh, bh = rand(1000, 3), rand(launching.DEFER_MAX_ELEMENTS * 4, 4)
     x, big = fl.asarray(xh), fl.asarray(bh)
     (x * 3).eval()
     (big * 2 + x[3]).eval()

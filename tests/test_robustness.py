@@ -352,7 +352,7 @@ def _interrupt_disk_write(monkeypatch):
 
 
 def _interrupt_launch(monkeypatch):
-    from fuseloop import evaluate
+    from fuseloop import launching
 
     prop = cache.CompiledKernel.kernel
 
@@ -360,17 +360,17 @@ def _interrupt_launch(monkeypatch):
         k = prop.fget(self)
         return hook if not hook.fired else k
 
-    hook = InterruptOnce(evaluate._enqueue_nd_range)
+    hook = InterruptOnce(launching._enqueue_nd_range)
     monkeypatch.setattr(cache.CompiledKernel, "kernel", property(kernel))
     # a cached elementwise launch enqueues through a kernel object of its own
-    monkeypatch.setattr(evaluate, "_enqueue_nd_range", hook)
+    monkeypatch.setattr(launching, "_enqueue_nd_range", hook)
     return hook
 
 
 @pytest.mark.parametrize("where", ["lowering", "build", "disk_write", "launch",
                                    "large_launch"])
 def test_keyboard_interrupt_leaves_library_usable(device, fresh_cache, monkeypatch, where):
-    from fuseloop.evaluate import DEFER_MAX_ELEMENTS
+    from fuseloop.launching import DEFER_MAX_ELEMENTS
     from fuseloop.runtime.devices import _runtime
 
     # a small launch is deferred (enqueued at the next use of the queue), a large one not

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
-from fuseloop import cache, evaluate
+from fuseloop import cache, evaluate, launching
 from fuseloop.array import Array
 from fuseloop.expr import nodes
 from fuseloop.expr import program as prog
@@ -183,6 +183,7 @@ def test_memory_cache_clear_and_new_recipe_are_seen(device, fresh_stats, monkeyp
         return recipe
 
     monkeypatch.setattr(evaluate, "recipe_for", other_recipe)
+    monkeypatch.setattr(launching, "recipe_for", other_recipe)
     fl.reset_stats()
     np.testing.assert_allclose(f(), expect, rtol=1e-6, atol=1e-6)
     assert seen and fresh_stats()["memory_cache_misses"] == 1
@@ -197,7 +198,7 @@ def test_cached_launch_checks_the_device(device):
                           SimpleNamespace(name="another device"))
     out = evaluate.allocate(16, device)
     with pytest.raises(fl.errors.DeviceError, match="move arrays"):
-        evaluate._launch_cached(entry, [other], scalars, out, (4,), device)
+        launching.launch_cached(entry, [other], scalars, out, (4,), device)
 
 
 def test_deferred_reader_registration_keeps_writes_safe(device):

@@ -74,7 +74,7 @@ class _DeviceRuntime:
     """A device's context, queue and buffer pool, and its deferred small launches.
 
     Small elementwise launches are not enqueued at once but kept in ``deferred``
-    (see :func:`fuseloop.evaluate.enqueue_or_defer`) and enqueued back to back by
+    (see :func:`fuseloop.launching.enqueue_or_defer`) and enqueued back to back by
     :meth:`flush`: before anything else uses the queue (``Device.queue``), at
     ``fl.synchronize()``, before a large launch and when ``DEFER_MAX`` are
     waiting.  On PoCL's CPU device an enqueue between pieces of Python work
