@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 from weakref import ref as _weakref
 
@@ -12,7 +13,7 @@ import pyopencl as cl
 
 from .dtypes import as_dtype, resolve_loop, scalar_kind, scalar_to
 from .errors import DeviceError, DTypeError
-from .evaluate import run
+from .evaluate import run, run_flat
 from .expr.nodes import (
     _EMPTY,
     MAX_OPERANDS,
@@ -180,120 +181,124 @@ def _signed_loop(op: str, an: Node, bn: Node | None, sa: int, sb: Any,
     return hit
 
 
-def _binary_fast(op: str, a: Any, b: Any) -> Array | None:
-    """The common cases (array with array, array with Python scalar), kept lean.
+def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
+    """The operator method of the numpy ufunc ``op`` (``x + y``, ``2 * x``, ...).
 
-    This runs for every operator: the scalar node, the operation node and the
+    The common cases (array with array, array with Python scalar) are kept lean,
+    as this runs for every operator: the scalar node, the operation node and the
     array are built in place (``Scalar.__init__``, :class:`Apply` with its
-    signature and :func:`_lazy_array`, inline), with one function call per
-    operator.  One look-up by the operands' signatures (see
-    :mod:`fuseloop.expr.nodes`) gives the loop dtypes, the shape and the
-    result's signature.
+    signature and :func:`_lazy_array`, inline), in the method's own frame.  One
+    look-up by the operands' signatures (see :mod:`fuseloop.expr.nodes`) gives
+    the loop dtypes, the shape and the result's signature.  Everything else goes
+    to :func:`_apply_general`.
     """
-    ta, tb = type(a), type(b)
-    if ta is Array:
-        device = a.device
-        an = a._node
-        sa = an.sig or signature_of(an)
-        if tb is Array:
-            if b.device is not device:
-                return None
+    def binary(a: Any, b: Any) -> Any:
+        if reflected:
+            a, b = b, a
+        ta, tb = type(a), type(b)
+        if ta is Array:
+            device = a.device
+            an = a._node
+            sa = an.sig or signature_of(an)
+            if tb is Array:
+                if b.device is not device:
+                    return _apply_general(op, (a, b))
+                bn = b._node
+                sb = bn.sig or signature_of(bn)
+                hit = _sig_loops.get((op, sa, sb))
+                if hit is None:
+                    hit = _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
+                loop, key, shape, sig = hit
+                if sig:
+                    operands = an.operands + bn.operands
+            elif tb is float or tb is int:
+                hit = _sig_loops.get((op, sa, tb))
+                if hit is None:
+                    hit = _signed_loop(op, an, None, sa, tb, a.dtype, tb)
+                loop, key, shape, sig = hit
+                # _weak_scalar, its hit inline (0, -0.0 and NaN are never remembered)
+                v = _weak_scalars.get((b, key[1])) if b and b == b else None
+                if v is None:
+                    v = _weak_scalar(b, loop[1])
+                bn = _new_node(Scalar)
+                bn.value = v
+                bn.dtype = v.dtype
+                bn.shape = ()
+                bn.storages = _EMPTY
+                if sig:
+                    operands = (*an.operands, bn)
+            else:
+                return _apply_general(op, (a, b))
+        elif tb is Array and (ta is float or ta is int):
+            device = b.device
             bn = b._node
             sb = bn.sig or signature_of(bn)
-            hit = _sig_loops.get((op, sa, sb))
+            hit = _sig_loops.get((op, ta, sb))
             if hit is None:
-                hit = _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
+                hit = _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
             loop, key, shape, sig = hit
+            an = Scalar(_weak_scalar(a, loop[0]))
             if sig:
-                operands = an.operands + bn.operands
-        elif tb is float or tb is int:
-            hit = _sig_loops.get((op, sa, tb))
-            if hit is None:
-                hit = _signed_loop(op, an, None, sa, tb, a.dtype, tb)
-            loop, key, shape, sig = hit
-            # _weak_scalar, its hit inline (0, -0.0 and NaN are never remembered)
-            v = _weak_scalars.get((b, key[1])) if b and b == b else None
-            if v is None:
-                v = _weak_scalar(b, loop[1])
-            bn = _new_node(Scalar)
-            bn.value = v
-            bn.dtype = v.dtype
-            bn.shape = ()
-            bn.storages = _EMPTY
-            if sig:
-                operands = (*an.operands, bn)
+                operands = (an, *bn.operands)
         else:
-            return None
-    elif tb is Array and (ta is float or ta is int):
-        device = b.device
-        bn = b._node
-        sb = bn.sig or signature_of(bn)
-        hit = _sig_loops.get((op, ta, sb))
-        if hit is None:
-            hit = _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
-        loop, key, shape, sig = hit
-        an = Scalar(_weak_scalar(a, loop[0]))
-        if sig:
-            operands = (an, *bn.operands)
-    else:
-        return None
-    node = _new_node(Apply)
-    node.op = op
-    node.args = (an, bn)
-    node.loop = loop
-    node.loop_key = key
-    node.dtype = dtype = loop[-1]
-    node.shape = shape
-    if not sig:
-        operands = None
-    elif len(operands) > MAX_OPERANDS:
-        sig = 0
-        operands = None
-    node.sig = sig
-    node.operands = operands
-    sa = an.storages
-    sb = bn.storages
-    if sb is sa or not sb:
-        node.storages = storages = sa
-    elif not sa or sa < sb:
-        node.storages = storages = sb
-    elif sb <= sa:
-        node.storages = storages = sa
-    else:
-        node.storages = storages = sa | sb
-    node.fancy = an.fancy or bn.fancy
-    self = _new_node(Array)
-    self._storage = None
-    self._node = node
-    self.device = device
-    self.dtype = dtype
-    self.shape = shape
-    if storages:
-        unregistered_readers.append(_weakref(self))
-        if len(unregistered_readers) >= READERS_FLUSH_AT:
-            register_readers()
-    return self
+            return _apply_general(op, (a, b))
+        node = _new_node(Apply)
+        node.op = op
+        node.args = (an, bn)
+        node.loop = loop
+        node.loop_key = key
+        node.dtype = dtype = loop[-1]
+        node.shape = shape
+        if not sig:
+            operands = None
+        elif len(operands) > MAX_OPERANDS:
+            sig = 0
+            operands = None
+        node.sig = sig
+        node.operands = operands
+        sa = an.storages
+        sb = bn.storages
+        if sb is sa or not sb:
+            node.storages = storages = sa
+        elif not sa or sa < sb:
+            node.storages = storages = sb
+        elif sb <= sa:
+            node.storages = storages = sa
+        else:
+            node.storages = storages = sa | sb
+        node.fancy = an.fancy or bn.fancy
+        self = _new_node(Array)
+        self._storage = None
+        self._node = node
+        self.device = device
+        self.dtype = dtype
+        self.shape = shape
+        if storages:
+            unregistered_readers.append(_weakref(self))
+            if len(unregistered_readers) >= READERS_FLUSH_AT:
+                register_readers()
+        return self
+
+    binary.__name__ = binary.__qualname__ = f"{'r' if reflected else ''}{op}"
+    return binary
 
 
-def _operator(op: str, reflected: bool = False) -> Any:
-    """An operator method: the lean binary path first, then :func:`apply_op`."""
-    if reflected:
-        def method(self: Array, o: Any) -> Any:
-            r = _binary_fast(op, o, self)
-            return r if r is not None else apply_op(op, o, self)
-    else:
-        def method(self: Array, o: Any) -> Any:
-            r = _binary_fast(op, self, o)
-            return r if r is not None else apply_op(op, self, o)
-    return method
+# op -> its lean binary function, for apply_op (ufuncs called by name)
+_lean_binaries: dict[str, Callable[[Any, Any], Any]] = {}
 
 
 def apply_op(op: str, *operands: Any) -> Any:
     """Apply a numpy ufunc by name lazily; with no array operand, numpy computes it."""
     if len(operands) == 2:
-        fast = _binary_fast(op, operands[0], operands[1])
-        if fast is not None:
-            return fast
+        lean = _lean_binaries.get(op)
+        if lean is None:
+            lean = _lean_binaries[op] = _lean_binary(op)
+        return lean(operands[0], operands[1])
+    return _apply_general(op, operands)
+
+
+def _apply_general(op: str, operands: tuple) -> Any:
+    """:func:`apply_op` by :func:`build_node`: every case the lean path does not take."""
     node, device = build_node(op, operands)
     if node is None:
         plain = [(o.value if o.dtype is None else o.dtype.type(o.value))
@@ -344,7 +349,7 @@ class Array:
     def _concrete(cls, storage: Storage, dtype: np.dtype, shape: tuple[int, ...]) -> Array:
         self = object.__new__(cls)
         self._storage = storage
-        self._node = Leaf(storage, dtype, shape)
+        self._node = Leaf.plain(storage, dtype, shape)
         self.device = storage.device
         self.dtype = dtype
         self.shape = shape
@@ -360,7 +365,7 @@ class Array:
     def _become(self, storage: Storage) -> None:
         old = self._node.storages
         self._storage = storage
-        self._node = Leaf(storage, self.dtype, self.shape)
+        self._node = Leaf.plain(storage, self.dtype, self.shape)
         key = id(self)
         for s in old:
             readers = s.readers  # usually None or without this array (expr.nodes.note_reader)
@@ -418,7 +423,9 @@ class Array:
     def eval(self) -> Array:
         """Evaluate (if lazy) into a device buffer and return ``self``."""
         if self._storage is None:
-            storage = run([self._node], self.shape, self.device)[0]
+            storage = run_flat(self._node, self.shape, self.device)
+            if storage is None:
+                storage = run([self._node], self.shape, self.device)[0]
             self._become(storage)
         return self
 
@@ -670,36 +677,36 @@ class Array:
 
     # {{{ operators
 
-    __add__ = _operator("add")
-    __radd__ = _operator("add", reflected=True)
-    __sub__ = _operator("subtract")
-    __rsub__ = _operator("subtract", reflected=True)
-    __mul__ = _operator("multiply")
-    __rmul__ = _operator("multiply", reflected=True)
-    __truediv__ = _operator("true_divide")
-    __rtruediv__ = _operator("true_divide", reflected=True)
-    __floordiv__ = _operator("floor_divide")
-    __rfloordiv__ = _operator("floor_divide", reflected=True)
-    __mod__ = _operator("remainder")
-    __rmod__ = _operator("remainder", reflected=True)
-    __pow__ = _operator("power")
-    __rpow__ = _operator("power", reflected=True)
-    __and__ = _operator("bitwise_and")
-    __rand__ = _operator("bitwise_and", reflected=True)
-    __or__ = _operator("bitwise_or")
-    __ror__ = _operator("bitwise_or", reflected=True)
-    __xor__ = _operator("bitwise_xor")
-    __rxor__ = _operator("bitwise_xor", reflected=True)
-    __lshift__ = _operator("left_shift")
-    __rlshift__ = _operator("left_shift", reflected=True)
-    __rshift__ = _operator("right_shift")
-    __rrshift__ = _operator("right_shift", reflected=True)
-    __eq__ = _operator("equal")  # type: ignore[assignment]
-    __ne__ = _operator("not_equal")  # type: ignore[assignment]
-    __lt__ = _operator("less")
-    __le__ = _operator("less_equal")
-    __gt__ = _operator("greater")
-    __ge__ = _operator("greater_equal")
+    __add__ = _lean_binary("add")
+    __radd__ = _lean_binary("add", reflected=True)
+    __sub__ = _lean_binary("subtract")
+    __rsub__ = _lean_binary("subtract", reflected=True)
+    __mul__ = _lean_binary("multiply")
+    __rmul__ = _lean_binary("multiply", reflected=True)
+    __truediv__ = _lean_binary("true_divide")
+    __rtruediv__ = _lean_binary("true_divide", reflected=True)
+    __floordiv__ = _lean_binary("floor_divide")
+    __rfloordiv__ = _lean_binary("floor_divide", reflected=True)
+    __mod__ = _lean_binary("remainder")
+    __rmod__ = _lean_binary("remainder", reflected=True)
+    __pow__ = _lean_binary("power")
+    __rpow__ = _lean_binary("power", reflected=True)
+    __and__ = _lean_binary("bitwise_and")
+    __rand__ = _lean_binary("bitwise_and", reflected=True)
+    __or__ = _lean_binary("bitwise_or")
+    __ror__ = _lean_binary("bitwise_or", reflected=True)
+    __xor__ = _lean_binary("bitwise_xor")
+    __rxor__ = _lean_binary("bitwise_xor", reflected=True)
+    __lshift__ = _lean_binary("left_shift")
+    __rlshift__ = _lean_binary("left_shift", reflected=True)
+    __rshift__ = _lean_binary("right_shift")
+    __rrshift__ = _lean_binary("right_shift", reflected=True)
+    __eq__ = _lean_binary("equal")  # type: ignore[assignment]
+    __ne__ = _lean_binary("not_equal")  # type: ignore[assignment]
+    __lt__ = _lean_binary("less")
+    __le__ = _lean_binary("less_equal")
+    __gt__ = _lean_binary("greater")
+    __ge__ = _lean_binary("greater_equal")
     def __neg__(self) -> Array: return apply_op("negative", self)
     def __pos__(self) -> Array: return apply_op("positive", self)
     def __abs__(self) -> Array: return apply_op("absolute", self)

@@ -23,7 +23,9 @@ import pyopencl as cl
 
 from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
+from .cache import _memory
 from .errors import DeviceMemoryError
+from .expr import program as _prog
 from .expr.nodes import (
     Apply,
     Concat,
@@ -37,9 +39,11 @@ from .expr.nodes import (
     UserCall,
     c_strides,
 )
-from .expr.program import Bindings, Target, linearize, structure_entry
+from .expr.program import Bindings, Target, linearize, structure_entry, structures
 from .expr.views import nocopy_reshape_strides, reshape_view
 from .launching import (
+    DEFER_MAX,
+    DEFER_MAX_ELEMENTS,
     INDEX_INT32,
     INDEX_INT64,
     INT32_LIMIT,
@@ -48,9 +52,12 @@ from .launching import (
     other_device,
 )
 from .recipes import recipe_for
-from .runtime.devices import Device
+from .runtime.devices import Device, _runtime
 
 _plan_recorder = run_plans.recorder
+recording_threads = run_plans.recording_threads
+_counters = _stats.counters
+_stats_lock = _stats._lock
 # when a list, launch() records kernel sources there instead of running them
 _capture: list[str] | None = None
 
@@ -292,6 +299,62 @@ def _leaf_strides(roots: Sequence[Node], out_shape: tuple[int, ...],
         return not node.storages and cls.__name__ in ("Scalar", "Literal")
 
     return all(walk(r, r.shape) for r in roots)
+
+
+def run_flat(node: Node, shape: tuple[int, ...], device: Device) -> Storage | None:
+    """:func:`run` of one flat elementwise ``node`` whose structure, kernel and launch
+    are all cached, in one frame; None when anything else applies.
+
+    This is the commonest evaluation (``(x*2 + y).eval()`` in a loop), and most of
+    its cost is the host's: so it does in place what :func:`run`, :func:`allocate`,
+    ``structure_entry`` and ``launch_cached`` do in turn.  On None the caller
+    uses :func:`run`, which handles every other case and reports every error but
+    the one raised here (an input on another device).  ``fl.stats()`` counts
+    as for :func:`run`.
+    """
+    operands = node.operands
+    if operands is None or len(shape) > 1 or _capture is not None \
+            or recording_threads[0] or _prog.CHECK_STRUCTURE_CACHE:
+        return None
+    # the key of structure_entry's signature path (the first place of each operand
+    # tells which buffers and scalar nodes are the same)
+    entry = structures.get((node.sig, shape, tuple(map(operands.index, operands))))
+    if entry is None:
+        return None
+    plans = entry.launches.get(device)
+    size = shape[0] if shape else 1
+    nbytes = size * node.dtype.itemsize
+    if plans is None or size > DEFER_MAX_ELEMENTS or not 0 < nbytes <= device.max_alloc_size:
+        return None
+    storages, scalars = entry.take(operands)
+    biggest = entry.max_param if entry.max_param > size else size
+    for s in storages:
+        if s.device is not device:
+            raise other_device(s, device)
+        if s.nbytes > biggest:
+            biggest = s.nbytes
+    plan = plans.get(INDEX_INT32 if biggest <= INT32_LIMIT else INDEX_INT64)
+    if plan is None or plan.recipe is not recipe_for(device, "elementwise") \
+            or _memory.get(plan.mem_key) is not plan.compiled:
+        return None
+    try:
+        kernel, last = plan.threads.state
+    except AttributeError:  # this thread's first launch of the structure
+        return None
+    rt = _runtime(device)
+    try:
+        buffer = rt.pool.allocate(nbytes)
+    except cl.MemoryError:
+        return None  # (run allocates again, and reports)
+    out = Storage(buffer, nbytes, device)
+    deferred = rt.deferred
+    deferred.append((plan.go, (out, storages, scalars, kernel, last)))
+    with _stats_lock:
+        _counters["memory_cache_hits"] += 1
+        _counters["kernels_launched"] += 1
+    if len(deferred) >= DEFER_MAX:
+        rt.flush()
+    return out
 
 
 def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,

@@ -51,7 +51,7 @@ from .recipes import recipe_for
 from .runtime.devices import Device
 
 _local = threading.local()
-_recording = [0]  # threads recording now: the common answer, "none", without the local
+recording_threads = [0]  # threads recording now: the common answer, "none", without the local
 _lock = threading.Lock()
 _plans: dict[tuple, _Plan | None] = {}
 PLANS_MAX = 1024  # plans kept (all are dropped when it is reached)
@@ -127,7 +127,7 @@ class Recorder:
 
 def recorder() -> Recorder | None:
     """The recorder of this thread's evaluation in progress, if any."""
-    if not _recording[0]:
+    if not recording_threads[0]:
         return None
     return getattr(_local, "recorder", None)
 
@@ -176,14 +176,14 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     except _Unplannable:
         return _ev.run_unplanned(roots, out_shape, device, targets)
     with _lock:
-        _recording[0] += 1
+        recording_threads[0] += 1
     _local.recorder = rec
     try:
         outs = _ev.run_unplanned(roots, out_shape, device, targets)
     finally:
         _local.recorder = None
         with _lock:
-            _recording[0] -= 1
+            recording_threads[0] -= 1
     result_refs = tuple(rec.ref(o) for o in outs)
     fresh = None if rec.failed or None in result_refs else _Plan(
         rec.allocs, rec.steps, result_refs)

@@ -229,7 +229,7 @@ def test_structure_cache_is_bounded(device, monkeypatch):
     x = fl.asarray(np.ones(3, np.float32))
     for k in range(10):
         (x + fl.constant(float(k))).get()  # a new literal value: a new structure each time
-    assert len(prog._structures) <= 4
+    assert len(prog.structures) <= 4
 
 
 def test_large_and_reducing_expressions_bypass_the_cache(device):

@@ -229,6 +229,22 @@ class Leaf(Node):
         self.storages = frozenset((storage,))
         self.token: tuple | None = None  # see leaf_token
 
+    @classmethod
+    def plain(cls, storage: Storage, dtype: np.dtype, shape: tuple[int, ...]) -> Leaf:
+        """``Leaf(storage, dtype, shape)``: a whole C-contiguous buffer, made with
+        fewer steps (every evaluation's result becomes one)."""
+        self = _new(cls)
+        self.sig = 0
+        self.operands = (storage,)
+        self.storage = storage
+        self.dtype = dtype
+        self.shape = shape
+        self.strides = None
+        self.offset = 0
+        self.storages = frozenset((storage,))
+        self.token = None
+        return self
+
     def leaf_token(self) -> tuple:
         """Everything but the buffer, for the structure cache (``expr.program``)."""
         token = self.token

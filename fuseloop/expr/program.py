@@ -506,7 +506,8 @@ class _ScalarTokens(dict):
 _SCALAR_TOKENS = _ScalarTokens()
 
 
-_structures: dict[tuple, StructureEntry] = {}
+# the structure cache: key (see structure_entry) -> entry
+structures: dict[tuple, StructureEntry] = {}
 STRUCTURES_MAX = 2048  # entries kept (all are dropped when it is reached)
 MAX_TOKENS = 512  # larger expressions are linearised every time
 #: tests set this to compare every structure-cache hit with a fresh linearisation
@@ -665,7 +666,7 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
             # each operand's first place: which buffers and scalar nodes are the same
             # (by identity: neither defines ==)
             key: tuple = (sig, out_shape, tuple(map(operands.index, operands)))
-            entry = _structures.get(key)
+            entry = structures.get(key)
             if entry is not None and not CHECK_STRUCTURE_CACHE:
                 storages, scalars = entry.take(operands)
                 return entry, storages, scalars
@@ -677,7 +678,7 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
         key, storages, scalars = structure_key(roots, out_shape)
     except _Uncacheable:
         return None
-    entry = _structures.get(key)
+    entry = structures.get(key)
     if entry is not None and not CHECK_STRUCTURE_CACHE:
         return entry, storages, scalars
     return _linearised(key, entry, roots, out_shape, storages, scalars)
@@ -722,13 +723,13 @@ def _linearised(key: tuple, entry: StructureEntry | None, roots: Sequence[Node],
     fresh.take = take
     if not same:  # never expected: the walks visit in the same order; do not cache
         return fresh, bindings.storages, bindings.scalars
-    if len(_structures) >= STRUCTURES_MAX:
-        _structures.clear()
-    return _structures.setdefault(key, fresh), storages, scalars
+    if len(structures) >= STRUCTURES_MAX:
+        structures.clear()
+    return structures.setdefault(key, fresh), storages, scalars
 
 
 def clear_structure_cache() -> None:
-    _structures.clear()
+    structures.clear()
 
 # }}}
 

@@ -1,0 +1,115 @@
+"""The one-frame evaluation of cached flat expressions (``evaluate.run_flat``, issue 2).
+
+``Array.eval`` first tries :func:`fuseloop.evaluate.run_flat`, which does what ``run``,
+``allocate``, ``structure_entry`` and ``launch_cached`` do for a cached one-dimensional
+elementwise expression, in one frame.  These tests check that it is taken where it applies,
+gives numpy's results and the same counters, and leaves everything else to ``run``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+import fuseloop.array as array_module
+from fuseloop import evaluate, launching
+from fuseloop.expr import nodes
+from fuseloop.expr import program as prog
+
+
+@pytest.fixture
+def flat_calls(monkeypatch):
+    """Records what each ``run_flat`` call returned: True for a storage, False for None."""
+    taken: list[bool] = []
+    real = evaluate.run_flat
+
+    def spy(node, shape, device):
+        out = real(node, shape, device)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(array_module, "run_flat", spy)
+    return taken
+
+
+def test_cached_expressions_take_the_flat_path(device, flat_calls, fresh_stats):
+    rng = np.random.default_rng(11)
+    xh, yh = (rng.random(257, dtype=np.float32) + 1 for _ in range(2))
+    ih = rng.integers(-50, 50, 257).astype(np.int32)
+    x, y, i = fl.asarray(xh), fl.asarray(yh), fl.asarray(ih)
+    t = x * 2
+    cases = [
+        (lambda: x * x, xh * xh),  # one buffer loaded once
+        (lambda: x * y, xh * yh),  # x*x's signature, another sharing pattern
+        (lambda: y * y, yh * yh),  # x*x's entry with another buffer
+        (lambda: t * t + 1, (xh * 2) ** 2 + 1),  # a shared subexpression
+        (lambda: (x * 2) * (x * 3), (xh * 2) * (xh * 3)),  # equal structure, two scalars
+        (lambda: 2 * x - y / 3, 2 * xh - yh / 3),  # scalars on either side
+        (lambda: (i * 3) // 7 - i % 5, (ih * 3) // 7 - ih % 5),
+        (lambda: (x > 1.5) & (y < 1.5), (xh > 1.5) & (yh < 1.5)),
+        (lambda: fl.asarray(np.float32(3)) * 2 + 1, np.float32(7)),  # zero dimensions
+    ]
+    for build, expect in cases:
+        first = build().eval()  # linearises, compiles, plans the launch
+        # (float results may differ by an ulp: the kernel may contract a*b + c)
+        np.testing.assert_allclose(first.get(), expect, rtol=1e-6)
+        del flat_calls[:]
+        fl.reset_stats()
+        for _ in range(3):
+            np.testing.assert_allclose(build().eval().get(), expect, rtol=1e-6)
+        assert flat_calls == [True] * 3
+        s = fresh_stats()
+        assert s["kernels_launched"] == 3 and s["memory_cache_hits"] == 3
+        assert s["memory_cache_misses"] == 0 and s["kernels_lowered"] == 0
+
+
+def test_other_evaluations_go_to_run(device, flat_calls, monkeypatch):
+    rng = np.random.default_rng(12)
+    mh = rng.random((5, 7), dtype=np.float32)
+    bh = rng.random(2 * launching.DEFER_MAX_ELEMENTS, dtype=np.float32)
+    m, b = fl.asarray(mh), fl.asarray(bh)
+    for _ in range(2):
+        np.testing.assert_allclose((m * 2 + 1).get(), mh * 2 + 1, rtol=1e-6)  # 2-D
+        np.testing.assert_allclose((b * 2 + 1).get(), bh * 2 + 1, rtol=1e-6)  # not deferred
+        np.testing.assert_allclose((m.sum(axis=1) + 1).get(), mh.sum(axis=1) + 1, rtol=1e-5)
+    assert not any(flat_calls)
+
+    x = fl.asarray(np.arange(8, dtype=np.float32))
+    (x * 4 - 1).get()
+    (x * 4 - 1).get()
+    assert flat_calls[-1]
+    # while kernel sources are captured (fl.show_code), nothing may run
+    e = x * 4 - 1
+    monkeypatch.setattr(evaluate, "_capture", [])
+    assert evaluate.run_flat(e._node, e.shape, e.device) is None
+    monkeypatch.setattr(evaluate, "_capture", None)
+    assert e.is_lazy and evaluate.run_flat(e._node, e.shape, e.device) is not None
+    # checking mode compares every hit with a fresh linearisation, in run
+    monkeypatch.setattr(prog, "CHECK_STRUCTURE_CACHE", True)
+    np.testing.assert_array_equal((x * 4 - 1).get(), np.arange(8, dtype=np.float32) * 4 - 1)
+    assert flat_calls[-1] is False
+
+
+def test_a_cleared_memory_cache_is_seen(device, flat_calls, fresh_stats):
+    x = fl.asarray(np.linspace(0, 1, 100, dtype=np.float32))
+    (fl.cos(x) * 3).get()
+    fl.clear_memory_cache()
+    fl.reset_stats()
+    np.testing.assert_allclose((fl.cos(x) * 3).get(), np.cos(np.linspace(0, 1, 100)) * 3,
+                               rtol=1e-5)
+    assert flat_calls[-1] is False and fresh_stats()["memory_cache_misses"] == 1
+    (fl.cos(x) * 3).get()
+    assert flat_calls[-1] is True
+
+
+def test_flat_path_checks_the_device(device):
+    x = fl.asarray(np.ones(4, np.float32))
+    (x + 1).get()
+    e = x + 1
+    other = nodes.Storage(x._storage.buffer, x._storage.nbytes,
+                          type("OtherDevice", (), {"name": "another device"})())
+    e._node.operands = (other, *e._node.operands[1:])  # same structure, a foreign buffer
+    with pytest.raises(fl.errors.DeviceError, match="move arrays"):
+        e.eval()
+    assert e.is_lazy
