@@ -39,7 +39,7 @@ from .expr.nodes import (
     UserCall,
     c_strides,
 )
-from .expr.program import Bindings, Target, linearize, structure_entry, structures
+from .expr.program import Bindings, Target, flat_entries, linearize, structure_entry
 from .expr.views import nocopy_reshape_strides, reshape_view
 from .launching import (
     DEFER_MAX,
@@ -316,17 +316,20 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device) -> Storage | No
     if operands is None or len(shape) > 1 or _capture is not None \
             or recording_threads[0] or _prog.CHECK_STRUCTURE_CACHE:
         return None
-    # the key of structure_entry's signature path (the first place of each operand
-    # tells which buffers and scalar nodes are the same)
-    entry = structures.get((node.sig, shape, tuple(map(operands.index, operands))))
+    # found by signature and shape alone: the entry's picker checks that the operands
+    # repeat as its program needs (see expr.program.flat_entries)
+    entry = flat_entries.get((node.sig, shape))
     if entry is None:
+        return None
+    picked = entry.take(operands)
+    if picked is None:
         return None
     plans = entry.launches.get(device)
     size = shape[0] if shape else 1
     nbytes = size * node.dtype.itemsize
     if plans is None or size > DEFER_MAX_ELEMENTS or not 0 < nbytes <= device.max_alloc_size:
         return None
-    storages, scalars = entry.take(operands)
+    storages, scalars = picked
     biggest = entry.max_param if entry.max_param > size else size
     for s in storages:
         if s.device is not device:

@@ -113,3 +113,20 @@ def test_flat_path_checks_the_device(device):
     with pytest.raises(fl.errors.DeviceError, match="move arrays"):
         e.eval()
     assert e.is_lazy
+
+
+def test_flat_entries_follow_the_operands_repeats(device, flat_calls):
+    rng = np.random.default_rng(13)
+    xh, yh = (rng.random(13, dtype=np.float32) for _ in range(2))
+    x, y = fl.asarray(xh), fl.asarray(yh)
+    prog.clear_structure_cache()
+    np.testing.assert_allclose(fl.hypot(x, x).get(), np.hypot(xh, xh), rtol=1e-6)
+    del flat_calls[:]
+    # x*x's program reads one buffer: x*y, with the same signature, needs its own
+    np.testing.assert_allclose(fl.hypot(x, y).get(), np.hypot(xh, yh), rtol=1e-6)
+    assert flat_calls == [False]
+    # a program for two buffers serves one buffer given twice
+    np.testing.assert_allclose(fl.hypot(y, y).get(), np.hypot(yh, yh), rtol=1e-6)
+    assert flat_calls == [False, True]
+    np.testing.assert_allclose(fl.hypot(x, y).get(), np.hypot(xh, yh), rtol=1e-6)
+    assert flat_calls == [False, True, True]

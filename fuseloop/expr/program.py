@@ -508,6 +508,10 @@ _SCALAR_TOKENS = _ScalarTokens()
 
 # the structure cache: key (see structure_entry) -> entry
 structures: dict[tuple, StructureEntry] = {}
+# (signature, out_shape) -> the entry last found under a key that starts with them;
+# its program is right for any operands that repeat at least as its key says (an
+# elementwise kernel into a new buffer may read one buffer through two arguments)
+flat_entries: dict[tuple, StructureEntry] = {}
 STRUCTURES_MAX = 2048  # entries kept (all are dropped when it is reached)
 MAX_TOKENS = 512  # larger expressions are linearised every time
 #: tests set this to compare every structure-cache hit with a fresh linearisation
@@ -668,9 +672,13 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
             key: tuple = (sig, out_shape, tuple(map(operands.index, operands)))
             entry = structures.get(key)
             if entry is not None and not CHECK_STRUCTURE_CACHE:
+                flat_entries[key[:2]] = entry
                 storages, scalars = entry.take(operands)
                 return entry, storages, scalars
-            return _signed_miss(key, entry, root, out_shape)
+            found = _signed_miss(key, entry, root, out_shape)
+            if structures.get(key) is found[0]:  # (not when it could not be cached)
+                flat_entries[key[:2]] = found[0]
+            return found
     for r in roots:
         if r.fancy:
             return None
@@ -698,7 +706,11 @@ def _signed_miss(key: tuple, entry: StructureEntry | None, root: Node,
     scalars = [operands[k].value for k in at if type(operands[k]) is not Storage]
     buffers = ", ".join(f"o[{k}]" for k in at if type(operands[k]) is Storage)
     values = ", ".join(f"o[{k}].value" for k in at if type(operands[k]) is not Storage)
-    take = eval(f"lambda o: ([{buffers}], [{values}])")
+    # the picker also checks that the operands repeat as in this structure (None if
+    # not): evaluate.run_flat finds entries by signature and shape alone
+    repeats = " and ".join(f"o[{k}] is o[{f}]" for k, f in enumerate(firsts) if f != k)
+    take = eval(f"lambda o: ([{buffers}], [{values}])"
+                + (f" if {repeats} else None" if repeats else ""))
     return _linearised(key, entry, [root], out_shape, storages, scalars, take)
 
 
@@ -725,11 +737,13 @@ def _linearised(key: tuple, entry: StructureEntry | None, roots: Sequence[Node],
         return fresh, bindings.storages, bindings.scalars
     if len(structures) >= STRUCTURES_MAX:
         structures.clear()
+        flat_entries.clear()
     return structures.setdefault(key, fresh), storages, scalars
 
 
 def clear_structure_cache() -> None:
     structures.clear()
+    flat_entries.clear()
 
 # }}}
 
