@@ -1,0 +1,114 @@
+"""Compare the host overhead of fuseloop revisions in one process, loops interleaved.
+
+On a shared machine the speed of the same work drifts by up to 2x over seconds, so two
+processes run one after the other can disagree more than two versions do.  This script
+copies the ``fuseloop`` package of each git revision (``WT`` for the working tree) under
+its own name, imports them all into one process and times the host-overhead loop of
+``bench_elementwise.py`` (a 5-operation expression on 1000 elements, built and
+``.eval()``-ed each call, synchronizing every 100 calls) in turn: A, B, A, B, ...
+Each version therefore sees the same phases of the machine.  Timings are reported, never
+asserted.
+
+Usage::
+
+    python benchmarks/compare_host_overhead.py REV [REV ...] [--rounds N] [--calls N]
+                                               [--device SPEC] [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def copy_package(rev: str, name: str, into: Path) -> None:
+    """``fuseloop/`` at ``rev`` (or the working tree) as the package ``name``."""
+    target = into / name
+    if rev == "WT":
+        shutil.copytree(ROOT / "fuseloop", target)
+        return
+    archive = into / f"{name}.tar"
+    with open(archive, "wb") as f:
+        subprocess.run(["git", "archive", rev, "fuseloop"], cwd=ROOT, stdout=f, check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(into / f"{name}-src", filter="data")
+    (into / f"{name}-src" / "fuseloop").rename(target)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("revs", nargs="+", help="git revisions to compare (WT: working tree)")
+    ap.add_argument("--rounds", type=int, default=40, help="timed loops per version")
+    ap.add_argument("--calls", type=int, default=300, help="calls per timed loop")
+    ap.add_argument("--device", default="cpu", help="device spec (default: cpu)")
+    ap.add_argument("--out", help="write the results as JSON here")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="fuseloop-compare-"))
+    names = [f"fuseloop_v{k}" for k in range(len(args.revs))]
+    for rev, name in zip(args.revs, names):
+        copy_package(rev, name, tmp)
+    sys.path.insert(0, str(tmp))
+
+    rng = np.random.default_rng(1)
+    xh = rng.random(1000, dtype=np.float32)
+    yh = rng.random(1000, dtype=np.float32) + 1
+    expect = ((xh * 2 + yh) * xh - yh) / 3
+    loops = []
+    for name in names:
+        fl = importlib.import_module(name)
+        fl.set_device(args.device)
+        x, y = fl.asarray(xh), fl.asarray(yh)
+
+        def loop(calls: int, fl=fl, x=x, y=y) -> None:
+            for i in range(calls):
+                (((x * 2 + y) * x - y) / 3).eval()
+                if i % 100 == 99:
+                    fl.synchronize()
+            fl.synchronize()
+
+        np.testing.assert_allclose((((x * 2 + y) * x - y) / 3).get(), expect,
+                                   rtol=1e-5, atol=1e-5)
+        loop(args.calls)  # warm: compiles once, fills the caches
+        loops.append(loop)
+
+    times: list[list[float]] = [[] for _ in names]
+    for _ in range(args.rounds):
+        for k, loop in enumerate(loops):
+            t0 = time.perf_counter()
+            loop(args.calls)
+            times[k].append((time.perf_counter() - t0) / args.calls * 1e6)
+
+    rows = []
+    print(f"host overhead, us per call ({args.rounds} interleaved loops of {args.calls} calls)")
+    print("| revision | fastest | 10th percentile | median | median paired ratio to the first |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for rev, ts in zip(args.revs, times):
+        ratio = statistics.median(t / t0 for t, t0 in zip(ts, times[0]))
+        s = sorted(ts)
+        row = {"revision": rev, "fastest": s[0], "p10": s[len(s) // 10],
+               "median": statistics.median(s), "paired_ratio": ratio, "loops": ts}
+        rows.append(row)
+        print(f"| {rev} | {row['fastest']:.1f} | {row['p10']:.1f} | {row['median']:.1f} "
+              f"| {ratio:.3f} |")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"rounds": args.rounds, "calls": args.calls, "rows": rows}, f, indent=1)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
