@@ -29,6 +29,8 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from .program import reachable_entries
+
 #: both sides of the output must have at least this many elements
 MIN_SIDE = 32
 #: and the contracted length at least this many
@@ -57,22 +59,15 @@ class Contraction(NamedTuple):
 
 def _operand(entries: tuple[tuple, ...] | list[tuple], ref: int) -> set[int] | None:
     """The entries an operand is computed from, or None if it is not elementwise."""
-    seen: set[int] = set()
-    stack = [ref]
-    while stack:
-        r = stack.pop()
-        if r in seen:
-            continue
-        seen.add(r)
+    def inputs(r: int, stack: list[int]) -> bool:
         e = entries[r]
         kind = e[0]
         if kind in ("op", "call"):
             stack.extend(e[3])
-        elif kind not in ("load", "arg", "lit", "iota"):
-            return None
-        if len(seen) > MAX_OPERAND_ENTRIES:
-            return None
-    return seen
+            return True
+        return kind in ("load", "arg", "lit", "iota")
+
+    return reachable_entries((ref,), inputs, MAX_OPERAND_ENTRIES)
 
 
 def _comp_dims(c: Any, dims: set[int]) -> bool:

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -92,6 +92,26 @@ class Program(NamedTuple):
     has_reduce: bool = False
     # a matmul-like sum of products (see fuseloop.expr.contraction), else None
     contraction: Any = None
+
+
+def reachable_entries(roots: Iterable[int], inputs: Callable[[int, list[int]], bool],
+                      limit: int | None = None) -> set[int] | None:
+    """The entries of a program that ``roots`` are computed from, themselves included.
+
+    ``inputs(ref, stack)`` pushes the entries that entry ``ref`` reads onto ``stack``;
+    it returns False to give up (the result is then None), as does reaching more
+    than ``limit`` entries.
+    """
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        ref = stack.pop()
+        if ref in seen:
+            continue
+        seen.add(ref)
+        if inputs(ref, stack) is False or (limit is not None and len(seen) > limit):
+            return None
+    return seen
 
 
 class Bindings(NamedTuple):

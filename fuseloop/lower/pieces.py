@@ -15,7 +15,7 @@ import loopy as lp
 import numpy as np
 import pymbolic.primitives as prim
 
-from ..expr.program import Program
+from ..expr.program import Program, reachable_entries
 
 FLAT_INAME = "i"
 #: piece ``p`` of a concatenation split into loops runs over ``i_k<p>``
@@ -41,17 +41,13 @@ def live_entries(program: Program, resolved: Any) -> set[int]:
     """The entries computed in the loop over piece ``resolved[1]`` of the concatenation
     ``resolved[0]``: its other pieces are not read there."""
     entries = program.entries
-    stack = list(program.outputs)
+    roots = list(program.outputs)
     for spec in program.out_specs:
         if spec:
             for c in spec[0]:
-                _comp_refs(c, stack)
-    live: set[int] = set()
-    while stack:
-        ref = stack.pop()
-        if ref in live:
-            continue
-        live.add(ref)
+                _comp_refs(c, roots)
+
+    def inputs(ref: int, stack: list[int]) -> bool:
         e = entries[ref]
         kind = e[0]
         if kind in ("load", "iota"):
@@ -68,6 +64,10 @@ def live_entries(program: Program, resolved: Any) -> set[int]:
         elif kind == "concat":
             _comp_refs(e[1], stack)
             stack.extend((e[3][resolved[1]],) if (e[1], e[2]) == resolved[0] else e[3])
+        return True
+
+    live = reachable_entries(roots, inputs)
+    assert live is not None  # (inputs never gives up)
     return live
 
 
