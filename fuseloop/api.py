@@ -23,13 +23,8 @@ def show_code(*exprs: Array) -> str:
         raise ShapeError(f"show_code shows one kernel; these shapes differ: {sorted(shapes)}")
     shape = exprs[0].shape
     device = exprs[0].device
-    saved = evaluate._capture
-    evaluate._capture = []
-    try:
+    with evaluate.capturing_sources() as sources:
         evaluate.run([e._node for e in exprs], shape, device)
-        sources = evaluate._capture
-    finally:
-        evaluate._capture = saved
     if len(sources) == 1:
         return sources[0]
     return "\n".join(f"/* kernel {k + 1} of {len(sources)} */\n{src}"

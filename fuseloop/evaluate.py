@@ -16,7 +16,9 @@ work-groups reduce pieces, a second small kernel combines the pieces.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import pyopencl as cl
@@ -58,8 +60,35 @@ _plan_recorder = run_plans.recorder
 recording_threads = run_plans.recording_threads
 _counters = _stats.counters
 _stats_lock = _stats._lock
-# when a list, launch() records kernel sources there instead of running them
-_capture: list[str] | None = None
+# fl.show_code: while a thread captures, launch() records that thread's kernel sources
+# instead of running them; capturing_threads[0] counts the threads capturing now, so
+# the common answer ("none") needs no thread-local look-up
+capturing_threads = [0]
+_capture_local = threading.local()
+_capture_lock = threading.Lock()
+
+
+def captured_sources() -> list[str] | None:
+    """The list this thread's kernel sources go to instead of running (None: run)."""
+    if not capturing_threads[0]:
+        return None
+    return getattr(_capture_local, "sources", None)
+
+
+@contextmanager
+def capturing_sources() -> Iterator[list[str]]:
+    """Within it, this thread's evaluations record their kernels' sources, run nothing."""
+    saved = getattr(_capture_local, "sources", None)
+    sources: list[str] = []
+    _capture_local.sources = sources
+    with _capture_lock:
+        capturing_threads[0] += 1
+    try:
+        yield sources
+    finally:
+        _capture_local.sources = saved
+        with _capture_lock:
+            capturing_threads[0] -= 1
 
 # A reduction over at least this many elements per result, with fewer results
 # than TWO_STAGE_MAX_ROWS, is split over many work-groups (two stages).
@@ -313,7 +342,7 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device) -> Storage | No
     as for :func:`run`.
     """
     operands = node.operands
-    if operands is None or len(shape) > 1 or _capture is not None \
+    if operands is None or len(shape) > 1 or capturing_threads[0] \
             or recording_threads[0] or _prog.CHECK_STRUCTURE_CACHE:
         return None
     # found by signature and shape alone: the entry's picker checks that the operands
@@ -378,13 +407,13 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             if hit is None:
                 program, bindings = linearize(roots, out_shape)
                 launch(program, bindings, [out], device)
-            elif _capture is not None or _plan_recorder() is not None or \
+            elif captured_sources() is not None or _plan_recorder() is not None or \
                     not launch_cached(*hit, out, out_shape, device):
                 entry, storages, scalars = hit
                 launch(entry.program, Bindings(storages, scalars, list(entry.params), out_shape),
                        [out], device)
         return [out]
-    if _capture is None and _plan_recorder() is None:
+    if captured_sources() is None and _plan_recorder() is None:
         return run_plans.run(roots, out_shape, device, targets)
     return run_unplanned(roots, out_shape, device, targets)
 
@@ -536,6 +565,7 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
     recipe = recipe_for(device, "contraction" if program.contraction is not None else
                         "reduction" if program.has_reduce else "elementwise")
     shape = bindings.out_shape
+    capture = captured_sources()
     if program.row_dims is None:
         n_rows = math.prod(shape)
         n_elem = 1
@@ -562,13 +592,13 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
             args.append(n_rows)
         elif kind == 5:
             args.append(n_elem)
-        elif _capture is None:
+        elif capture is None:
             err = np.zeros(3, np.int64)
             err_buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE
                                 | cl.mem_flags.COPY_HOST_PTR, hostbuf=err)
             args.append(err_buf)
-    if _capture is not None:
-        _capture.append(kernel.plan.source)
+    if capture is not None:
+        capture.append(kernel.plan.source)
         return
     local = kernel.lsize(n_rows, n_elem, params)
     groups_per_axis = kernel.gsize(n_rows, n_elem, params)

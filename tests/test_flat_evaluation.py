@@ -81,9 +81,8 @@ def test_other_evaluations_go_to_run(device, flat_calls, monkeypatch):
     assert flat_calls[-1]
     # while kernel sources are captured (fl.show_code), nothing may run
     e = x * 4 - 1
-    monkeypatch.setattr(evaluate, "_capture", [])
-    assert evaluate.run_flat(e._node, e.shape, e.device) is None
-    monkeypatch.setattr(evaluate, "_capture", None)
+    with evaluate.capturing_sources():
+        assert evaluate.run_flat(e._node, e.shape, e.device) is None
     assert e.is_lazy and evaluate.run_flat(e._node, e.shape, e.device) is not None
     # checking mode compares every hit with a fresh linearisation, in run
     monkeypatch.setattr(prog, "CHECK_STRUCTURE_CACHE", True)

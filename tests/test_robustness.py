@@ -177,6 +177,32 @@ def test_each_thread_launches_its_own_kernel_object(device):
     assert len(ids) == 5
 
 
+def test_show_code_in_one_thread_leaves_other_threads_running(device):
+    """fl.show_code captures its own thread's kernels; other threads still compute."""
+    from fuseloop import evaluate
+
+    xh = np.linspace(-1, 1, 300, dtype=np.float32)
+    x = fl.asarray(xh)
+    (x * 4 - 1).get()  # cached: the other thread takes the flat path unless told not to
+    results: dict[str, object] = {}
+
+    def other(_: int) -> None:
+        results["flat"] = (x * 4 - 1).get()
+        results["general"] = (fl.exp(x) + x.sum()).get()
+
+    with evaluate.capturing_sources() as sources:
+        errors = run_threads(other, 1)
+        # this thread's own evaluations are captured, not run
+        assert evaluate.run_flat((x * 4 - 1)._node, (300,), x.device) is None
+        evaluate.run([(x * 7)._node], (300,), x.device)
+    assert not errors
+    np.testing.assert_allclose(results["flat"], xh * 4 - 1, rtol=1e-6)
+    np.testing.assert_allclose(results["general"], np.exp(xh) + xh.sum(), rtol=1e-5, atol=1e-5)
+    assert len(sources) == 1  # x * 7's kernel only: the other thread's ran, uncaptured
+    assert evaluate.captured_sources() is None and evaluate.capturing_threads[0] == 0
+    assert "exp" in fl.show_code(fl.exp(x) * 2)
+
+
 def test_stats_counters_under_threads(switch_often):
     stats_mod = importlib.import_module("fuseloop.stats")  # fl.stats is the function
     fl.reset_stats()
