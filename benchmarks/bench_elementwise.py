@@ -17,7 +17,8 @@ throughput of a loop, where a call's host work overlaps the previous kernel).  T
   ``.eval()`` each call, synchronizing every 100 calls; the median over ``--overhead-loops``
   timed loops is the figure, with the fastest loop and the calling thread's CPU time per
   call beside it; ``fl.stats()`` around the timed loops shows that nothing was lowered or
-  compiled there.
+  compiled there.  numpy's loop of the same expression runs after each of ours, so the
+  ratio of each pair shows the overhead apart from how fast the (shared) machine ran.
 
 Bandwidth counts the bytes each expression must move: 3 float32 arrays (2 read, 1 written)
 for the expressions, 2 for a copy. Timings are reported, never asserted.
@@ -288,7 +289,7 @@ def bench_gpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
 # host overhead
 
 
-def bench_overhead(res: Results, calls: int, repeat: int, loops: int) -> dict[str, Any]:
+def bench_overhead(res: Results, calls: int, loops: int) -> dict[str, Any]:
     n = 1000
     rng = np.random.default_rng(1)
     xh = rng.random(n, dtype=np.float32)
@@ -309,10 +310,15 @@ def bench_overhead(res: Results, calls: int, repeat: int, loops: int) -> dict[st
             if i % 100 == 99:
                 fl.synchronize()
 
+    def numpy_loop():
+        for _ in range(calls):
+            ((xh * 2 + yh) * xh - yh) / 3
+
     loop()  # warm (compiles once, fills the cache)
     fl.synchronize()
+    numpy_loop()
     before = fl.stats()
-    walls, cpus = [], []
+    walls, cpus, numpy_walls = [], [], []
     for _ in range(loops):
         # (the calling thread's CPU time too: on a shared virtual machine the same
         # work sometimes takes twice the CPU time, which no waiting explains)
@@ -321,6 +327,11 @@ def bench_overhead(res: Results, calls: int, repeat: int, loops: int) -> dict[st
         fl.synchronize()
         walls.append((time.perf_counter() - t0) / calls * 1e6)
         cpus.append((time.thread_time() - c0) / calls * 1e6)
+        # numpy's loop right after each of ours sees the same phase of the machine:
+        # the ratio of the pair does not move with the machine's speed
+        t0 = time.perf_counter()
+        numpy_loop()
+        numpy_walls.append((time.perf_counter() - t0) / calls * 1e6)
     after = fl.stats()
     delta = {k: after[k] - before[k] for k in after if isinstance(after[k], int | float)}
     per_call_us = statistics.median(walls)
@@ -333,11 +344,16 @@ def bench_overhead(res: Results, calls: int, repeat: int, loops: int) -> dict[st
             us_per_call_loops=walls, thread_cpu_us_per_call=statistics.median(cpus),
             correct=ok)
 
-    t_np = median_time(lambda: [((xh * 2 + yh) * xh - yh) / 3 for _ in range(calls)],
-                       lambda: None, max(3, repeat // 2), warmup=1)
-    res.add("overhead", "numpy (host, for reference): same expression", t_np / calls, None,
-            note=f"{t_np / calls * 1e6:.1f} us/call", us_per_call=t_np / calls * 1e6)
-    return {"calls_per_run": calls, "stats_delta_in_timed_loops": delta}
+    np_us = statistics.median(numpy_walls)
+    ratio = statistics.median(w / v for w, v in zip(walls, numpy_walls))
+    res.add("overhead", "numpy (host, for reference): same expression, loops interleaved",
+            np_us / 1e6, None,
+            note=(f"{np_us:.1f} us/call (fastest {min(numpy_walls):.1f}); fuseloop/numpy "
+                  f"per pair of loops: median {ratio:.2f}x"),
+            us_per_call=np_us, us_per_call_min=min(numpy_walls),
+            us_per_call_loops=numpy_walls, fuseloop_over_numpy=ratio)
+    return {"calls_per_run": calls, "stats_delta_in_timed_loops": delta,
+            "fuseloop_over_numpy_median": ratio}
 
 
 # --------------------------------------------------------------------------------------------
@@ -459,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.show_code:
             print(fl.show_code(2 * x - fl.sin(y) + x * y))
 
-    overhead = bench_overhead(res, args.calls, repeat, max(1, args.overhead_loops))
+    overhead = bench_overhead(res, args.calls, max(1, args.overhead_loops))
 
     for r in res.rows:
         if r["gb_per_s"] and copy_bw:

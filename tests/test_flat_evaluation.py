@@ -129,3 +129,41 @@ def test_flat_entries_follow_the_operands_repeats(device, flat_calls):
     assert flat_calls == [False, True]
     np.testing.assert_allclose(fl.hypot(x, y).get(), np.hypot(xh, yh), rtol=1e-6)
     assert flat_calls == [False, True, True]
+
+
+def test_flat_launches_are_counted_exactly_under_threads(device, flat_calls):
+    """run_flat tallies without the counters' lock (fuseloop.stats.cached_launches):
+    launches from several threads, resets and reads in between all add up."""
+    import sys
+    import threading
+
+    x = fl.asarray(np.linspace(0, 1, 100, dtype=np.float32))
+    barrier = threading.Barrier(4)
+
+    def work() -> None:
+        barrier.wait()
+        for _ in range(300):
+            (x * 3 + 1).eval()
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads interleave after few bytecodes
+    try:
+        for _ in range(2):  # every thread's first launch of the structure goes to run
+            threads = [threading.Thread(target=work) for _ in range(4)]
+            fl.reset_stats()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            s = fl.stats()
+            assert s == fl.stats()  # reading does not count
+            assert s["kernels_launched"] == 1200
+            assert s["memory_cache_hits"] + s["memory_cache_misses"] >= 1200
+    finally:
+        sys.setswitchinterval(old)
+    assert flat_calls.count(True) >= 2400 - 16
+    fl.reset_stats()
+    assert fl.stats()["kernels_launched"] == 0 and fl.stats()["memory_cache_hits"] == 0
+    (x * 3 + 1).eval()
+    assert fl.stats()["kernels_launched"] == 1 and fl.stats()["memory_cache_hits"] == 1
+    fl.synchronize()
