@@ -33,7 +33,9 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
     """Write ``value`` (Array, node or scalar) into all of ``target``, in one kernel.
 
     ``target`` may be a strided view; ``scatter=(dest, shape)`` writes a value of
-    ``shape`` to the positions a gathered index names (``a[idx] = v``).  ``also``: a
+    ``shape`` to the positions a gathered index names (``a[idx] = v``): ``dest`` is
+    the :class:`Target`, or a function giving it, called once the value is known to
+    fit and before anything is written (it may check the indices and raise).  ``also``: a
     lazy array the caller keeps (``x[x > 0] = v``'s mask), computed in the same kernel.
     """
     value = _coerce(value)
@@ -78,6 +80,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         held_array = also
     if scatter is not None:
         dest: Any = scatter[0]
+        if callable(dest):
+            dest = dest()
         held_array = None
     elif target.is_contiguous:
         dest = storage

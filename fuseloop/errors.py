@@ -68,6 +68,17 @@ class IndexOutOfBoundsError(FuseloopError, IndexError):
     """An index (a slice position or a gathered index value) outside an axis."""
 
 
+def index_value_out_of_bounds(value: int, axis: int | None, size: int) -> IndexOutOfBoundsError:
+    """The error for an index array's ``value`` outside axis ``axis`` (None: not known)
+    of length ``size``, found by the device's check (``fuseloop.evaluate.launch``) or
+    on the host: both read the same."""
+    where = "an axis" if axis is None else f"axis {axis}"
+    return IndexOutOfBoundsError(
+        f"index {value} is out of bounds for {where} with size {size} "
+        "(an integer-array index, fl.take or x[idx]); valid indices are -n..n-1 "
+        "for an axis of length n")
+
+
 class AxisError(FuseloopError, ValueError, IndexError):
     """An axis argument out of range or repeated (numpy's AxisError is both too)."""
 

@@ -26,7 +26,7 @@ import pyopencl as cl
 from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
 from .cache import _memory
-from .errors import DeviceMemoryError
+from .errors import DeviceMemoryError, index_value_out_of_bounds
 from .expr import program as _prog
 from .expr.nodes import (
     Apply,
@@ -608,15 +608,10 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
     if err is not None:
         cl.enqueue_copy(device.queue, err, err_buf, is_blocking=True)
         if err[0]:
-            from .errors import IndexOutOfBoundsError
-
             # (several offending work items may interleave their writes: the parts are
             # each true of some offender, not necessarily of the same one)
-            axis = f"axis {int(err[0]) - 2} " if err[0] >= 2 else "an axis "
-            raise IndexOutOfBoundsError(
-                f"index {int(err[1])} is out of bounds for {axis}with size {int(err[2])} "
-                "(an integer-array index, fl.take or x[idx]); valid indices are -n..n-1 "
-                "for an axis of length n")
+            raise index_value_out_of_bounds(
+                int(err[1]), int(err[0]) - 2 if err[0] >= 2 else None, int(err[2]))
 
 
 def cast_node(node: Node, dtype: np.dtype) -> Node:

@@ -73,6 +73,29 @@ def test_bounds_checked_per_axis(device, key, axis, value, size):
         H2[key]
 
 
+def test_index_into_an_empty_axis_raises_before_any_kernel(device, fresh_stats):
+    """Every value is out of range for an axis of length 0; no kernel may try to read
+    it (its clamp has no element to land on)."""
+    empty = fl.zeros((0, 3))
+    cases = [
+        (lambda: empty[[0]], "index 0 is out of bounds for axis 0 with size 0"),
+        (lambda: fl.take(empty, np.array([2, 0]), axis=0), "index 2 .* axis 0 with size 0"),
+        (lambda: fl.zeros((3, 0))[:, [1]], "index 1 .* axis 1 with size 0"),
+    ]
+    for build, message in cases:
+        fl.reset_stats()
+        with pytest.raises(fl.errors.IndexOutOfBoundsError, match=message):
+            build()
+        assert fresh_stats()["kernels_launched"] == 0
+    # a lazy index is computed to report its value; the empty axis is never read
+    with pytest.raises(fl.errors.IndexOutOfBoundsError, match="index 4 .* axis 1 with size 0"):
+        fl.zeros((3, 0))[:, fl.asarray(np.array([2, 5])) + 2]
+    # an empty index into an empty axis is fine (numpy)
+    assert empty[np.array([], dtype=np.int64)].get().shape == (0, 3)
+    with pytest.raises(IndexError):
+        np.zeros((0, 3))[[0]]
+
+
 def test_index_errors(device):
     m = fl.asarray(H2)
     with pytest.raises(fl.errors.InvalidIndexError, match=r"shapes \(2,\) \(3,\)"):

@@ -7,18 +7,24 @@ against its own axis), chained one after the other, and a diagonal view of the
 chain reads them all at the same broadcast position.  A boolean mask becomes the
 integer positions of its true elements (:mod:`fuseloop.ops.masks`, computed
 eagerly: their number decides the result's shape).
+
+A scatter (``a[idx] = v``) checks every index value before it writes anything, so
+an out-of-range index leaves the target as it was (numpy): index arrays on the
+host are checked there, the others by a small kernel of their own
+(:func:`_scatter_positions`).
 """
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..array import Array, _coerce
-from ..errors import DTypeError, IndexOutOfBoundsError, InvalidIndexError
-from ..expr.nodes import Gather, Node
+from ..errors import DTypeError, IndexOutOfBoundsError, InvalidIndexError, index_value_out_of_bounds
+from ..expr.nodes import Gather, Iota, Leaf, Node
 from ..expr.program import Target
 from ..expr.views import affine_view
 from .shape import normalize_axis, ravel, transpose, view
@@ -115,22 +121,28 @@ def _index_node(idx: Any, device: Any) -> Node:
             idx = idx.astype(np.int64)
     if isinstance(idx, np.ndarray):
         idx = asarray(idx, device=device)
-    if idx.dtype.kind == "b":
-        raise InvalidIndexError("a boolean array is a mask over the axes it indexes, not an "
-                                "index along one (fl.take); use fl.nonzero(mask) for positions")
-    if idx.dtype.kind not in "iu":
-        raise DTypeError(f"arrays used as indices must be of integer type, got {idx.dtype}")
+    _check_index_dtype(idx.dtype)
     return idx._node
 
 
-def _without_masks(arr: Array, items: list[Any]) -> list[Any]:
+def _check_index_dtype(dtype: np.dtype) -> None:
+    if dtype.kind == "b":
+        raise InvalidIndexError("a boolean array is a mask over the axes it indexes, not an "
+                                "index along one (fl.take); use fl.nonzero(mask) for positions")
+    if dtype.kind not in "iu":
+        raise DTypeError(f"arrays used as indices must be of integer type, got {dtype}")
+
+
+def _without_masks(arr: Array, items: list[Any]) -> tuple[list[Any], frozenset[int]]:
     """``items`` with each boolean mask replaced by the integer positions of its true
-    elements, one index array per axis it spans (numpy's definition of a mask)."""
+    elements, one index array per axis it spans (numpy's definition of a mask), and
+    the ids of those position arrays (in range by construction)."""
     if not any(_is_mask(k) for k in items):
-        return items
+        return items, frozenset()
     from .masks import mask_positions
 
     out: list[Any] = []
+    in_range: set[int] = set()
     dim = 0
     for k in items:
         if not _is_mask(k):
@@ -147,19 +159,22 @@ def _without_masks(arr: Array, items: list[Any]) -> list[Any]:
                     f"boolean index did not match indexed array along axis {dim + t}; size "
                     f"of axis is {n} but size of corresponding boolean axis is {b} (mask "
                     f"shape {k.shape}, array shape {arr.shape})")
-        out.extend(mask_positions(k, arr.device))
+        positions = mask_positions(k, arr.device)
+        in_range.update(id(p) for p in positions)
+        out.extend(positions)
         dim += k.ndim
-    return out
+    return out, frozenset(in_range)
 
 
 class _Split(NamedTuple):
     basic: list[Any]  # the key with every index array replaced by ``:``
     arrays: list[tuple[int, int, Any]]  # (axis in the basic view, source axis, index)
     adjacent: bool  # numpy: adjacent advanced indices keep their place, else they go first
+    in_range: frozenset[int]  # ids of index arrays known to be in range (a mask's positions)
 
 
 def _split(arr: Array, key: Any) -> _Split:
-    items = _without_masks(arr, _expand(key, arr.ndim))
+    items, in_range = _without_masks(arr, _expand(key, arr.ndim))
     basic: list[Any] = []
     arrays: list[tuple[int, int, Any]] = []
     advanced: list[int] = []  # positions of index arrays and (numpy) integers among them
@@ -182,10 +197,10 @@ def _split(arr: Array, key: Any) -> _Split:
             advanced.append(p)
         src += 1
     adjacent = not arrays or advanced[-1] - advanced[0] + 1 == len(advanced)
-    return _Split(basic, arrays, adjacent)
+    return _Split(basic, arrays, adjacent, in_range)
 
 
-def _index_shape(nodes: list[Node]) -> tuple[int, ...]:
+def _index_shape(nodes: list[Any]) -> tuple[int, ...]:
     shapes = [n.shape for n in nodes]
     try:
         return tuple(np.broadcast_shapes(*shapes))
@@ -220,6 +235,8 @@ def getitem(arr: Array, key: Any) -> Array:
     nodes = [_index_node(k, arr.device) for _, _, k in split.arrays]
     bshape = _index_shape(nodes)
     out, pos = _advanced_axes(out, split)
+    for length, (_, src, k) in zip(out.shape[pos:], split.arrays):
+        _refuse_empty_axis(k, length, src)
     node = out._node
     ax = pos
     for n, (_, src, _) in zip(nodes, split.arrays):
@@ -250,8 +267,19 @@ def take(a: Any, indices: Any, axis: int | None = None) -> Array:
     if isinstance(indices, int | np.integer):
         key = (slice(None),) * ax + (int(indices),)
         return getitem(a, key)
-    node = _index_node(indices, a.device)
+    node = _index_node(indices, a.device)  # (checks the dtype first)
+    _refuse_empty_axis(indices, a.shape[ax], ax)
     return Array._lazy(Gather(a._node, node, ax, checked=ax + 2), a.device)
+
+
+def _refuse_empty_axis(index: Any, length: int, src: int) -> None:
+    """Raise numpy's error for index values into an axis of length 0 before the gather
+    runs: every value is out of range, and the kernel's clamp into ``[0, n)`` has no
+    element to read there (it would read outside the buffer)."""
+    if length == 0 and math.prod(np.shape(index) if not isinstance(index, Array)
+                                 else index.shape):
+        values = index.get() if isinstance(index, Array) else np.asarray(index)
+        raise index_value_out_of_bounds(int(values.flat[0]), src, 0)
 
 
 def _same_view(value: Any, target: Array) -> bool:
@@ -284,22 +312,85 @@ def setitem(arr: Array, key: Any, value: Any, held: bool) -> None:
             return  # a[k] += b: the in-place operator already wrote through the view
         assign(target, value, cast="unsafe", value_is_held=held)
         return
-    nodes = [_index_node(k, arr.device) for _, _, k in split.arrays]
-    # an index that reads the buffer written (x[x % n] = v) is computed into a buffer of
-    # its own first: the scatter kernel would read positions it has already written
-    storage = target._node.storage  # type: ignore[attr-defined]
-    nodes = [n if storage not in n.storages else
-             Array._lazy(n, arr.device).copy().eval()._node for n in nodes]
-    bshape = _index_shape(nodes)
+    keys = [k for _, _, k in split.arrays]
+    for k in keys:
+        _check_index_dtype(k.dtype)
+    bshape = _index_shape(keys)
     target, pos = _advanced_axes(target, split)
-    m = len(nodes)
+    m = len(keys)
     leaf = target._node
+    storage = leaf.storage  # type: ignore[attr-defined]
+    lengths = target.shape[pos:pos + m]
     result_shape = target.shape[:pos] + bshape + target.shape[pos + m:]
-    scatter = (pos, tuple(nodes), target.shape[pos:pos + m],
-               tuple(src + 2 for _, src, _ in split.arrays))
-    dest = Target(leaf.storage, leaf.view_strides(), leaf.offset,  # type: ignore[attr-defined]
-                  scatter=scatter)
+    srcs = [src for _, src, _ in split.arrays]
+
+    def dest() -> Target:
+        # called by assign once the value fits, before anything is written
+        if math.prod(bshape) == 0:
+            # nothing is written, and numpy checks no index then: the nodes as given,
+            # checked by the scatter kernel (codes as for gathers) should one run
+            nodes = [_index_node(k, arr.device) for k in keys]
+            codes: tuple = tuple(src + 2 for src in srcs)
+        else:
+            nodes = _scatter_positions(keys, lengths, srcs, split.in_range, arr.device)
+            codes = (False,) * m  # every value is in [0, n): the kernel neither wraps nor checks
+        # (the positions are computed before the scatter kernel, so none reads the buffer
+        # written; should one ever be lazy over it, it gets a buffer of its own first)
+        nodes = [n if storage not in n.storages else
+                 Array._lazy(n, arr.device).copy().eval()._node for n in nodes]
+        return Target(storage, leaf.view_strides(), leaf.offset,  # type: ignore[attr-defined]
+                      scatter=(pos, tuple(nodes), lengths, codes))
+
     assign(target, value, cast="unsafe", value_is_held=held, scatter=(dest, result_shape))
+
+
+_INT64 = np.dtype(np.int64)
+
+
+def _host_wrapped(k: np.ndarray, n: int, src: int) -> np.ndarray:
+    """Host index array ``k`` checked against an axis of length ``n`` (source axis
+    ``src``, for the message) and wrapped into ``[0, n)``, as int64."""
+    # (uint64 values above int64's range wrap to negative ones, as in numpy and the kernel)
+    wide = k.astype(_INT64)
+    bad = (wide < -n) | (wide >= n)
+    if bad.any():
+        raise index_value_out_of_bounds(int(wide.flat[int(np.argmax(bad))]), src, n)
+    return np.remainder(wide, n)
+
+
+def _scatter_positions(keys: list[Any], lengths: tuple[int, ...], srcs: list[int],
+                       in_range: frozenset[int], device: Any) -> list[Node]:
+    """The scatter's index nodes, every value checked against its axis and in ``[0, n)``.
+
+    Raises :class:`IndexOutOfBoundsError` (the gathers' message) before anything is
+    written.  A mask's positions are in range already; a host array is checked and
+    wrapped on the host; any other index (a device array or an expression) is
+    gathered from ``arange(n)`` by a checked gather, which reports out-of-range
+    values as any gather does and gives the wrapped positions: one kernel and one
+    read-back of its error flag for each distinct index shape.
+    """
+    from ..creation import asarray
+    from ..evaluate import run
+
+    nodes: list[Node | None] = []
+    # (nodes, not lazy arrays: an array would stay registered as a reader of the
+    # buffers while a traceback keeps this frame, and a later write would compute it
+    # first and raise again)
+    on_device: dict[tuple[int, ...], list[tuple[int, Node]]] = {}
+    for p, (k, n, src) in enumerate(zip(keys, lengths, srcs)):
+        if id(k) in in_range:
+            nodes.append(k._node)
+        elif isinstance(k, np.ndarray):
+            nodes.append(asarray(_host_wrapped(k, n, src), device=device)._node)
+        else:
+            wrapped = Gather(Iota((n,), _INT64), k._node, 0, checked=src + 2)
+            on_device.setdefault(k.shape, []).append((p, wrapped))
+            nodes.append(None)
+    for shape, group in on_device.items():
+        outs = run([g for _, g in group], shape, device)
+        for (p, _), out in zip(group, outs):
+            nodes[p] = Leaf(out, _INT64, shape)
+    return nodes  # type: ignore[return-value]
 
 
 __all__ = ["take"]
