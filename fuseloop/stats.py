@@ -21,7 +21,7 @@ _lock = threading.Lock()
 
 # The commonest evaluation (evaluate.run_flat: a cached kernel launched again) is
 # one memory-cache hit and one launch.  It is tallied by ``next(cached_launches)``:
-# one C call that no other thread can interleave with, about a tenth of the cost
+# one C call that no other thread can interleave with (under the GIL), a tenth of the cost
 # of taking ``_lock`` for two counters on a path that costs ~20 us in all.
 # ``next`` returns how often it was called before; the calls made here (to read,
 # to reset) and the launches before the last reset are ``_not_launches``.
