@@ -30,7 +30,7 @@ def tests_all_devices(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff check over the package, tests, examples, benchmarks and this file."""
-    session.install("ruff")
+    session.install("ruff==0.17.6")
     session.run("ruff", "check", "fuseloop", "tests", "examples", "benchmarks", "docs",
                 "noxfile.py", *session.posargs)
 
