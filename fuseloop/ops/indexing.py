@@ -276,9 +276,11 @@ def _refuse_empty_axis(index: Any, length: int, src: int) -> None:
     """Raise numpy's error for index values into an axis of length 0 before the gather
     runs: every value is out of range, and the kernel's clamp into ``[0, n)`` has no
     element to read there (it would read outside the buffer)."""
-    if length == 0 and math.prod(np.shape(index) if not isinstance(index, Array)
-                                 else index.shape):
-        values = index.get() if isinstance(index, Array) else np.asarray(index)
+    if length:
+        return
+    on_device = isinstance(index, Array)  # (np.shape of an Array would evaluate it)
+    if math.prod(index.shape if on_device else np.shape(index)):
+        values = index.get() if on_device else np.asarray(index)
         raise index_value_out_of_bounds(int(values.flat[0]), src, 0)
 
 
