@@ -16,9 +16,10 @@ expressed as slots of the structure (an input, a target, or the n-th buffer
 allocated).  Later evaluations of the same structure *replay* the record:
 allocate the same sizes, enqueue the same programs with this call's buffers
 and scalars.  The counters of ``fl.stats()`` move as they would without the
-plan.  Gathers of user indices (their out-of-range check reads a flag back) and
+plan.  Gathers of device indices (their out-of-range check reads a flag back) and
 scatters are never planned; neither is anything while ``show_code`` captures
-sources.  Unchecked gathers (the computed positions of roll, tile, repeat) are.
+sources.  Unchecked gathers (the computed positions of roll, tile, repeat, host
+indices checked on the host, a mask's positions) are.
 """
 
 from __future__ import annotations

@@ -96,6 +96,72 @@ def test_index_into_an_empty_axis_raises_before_any_kernel(device, fresh_stats):
         np.zeros((0, 3))[[0]]
 
 
+def test_index_values_are_checked_even_when_the_result_is_empty(device, fresh_stats):
+    """numpy checks every index value it is given, also where another axis makes the
+    result empty; an index broadcast to no values at all is never checked."""
+    h = np.zeros((3, 4))
+    a = fl.asarray(h)
+    for form in (np.asarray, fl.asarray):
+        idx = form(np.array([9]))
+        with pytest.raises(IndexError):
+            h[0:0, [9]]
+        with pytest.raises(fl.errors.IndexOutOfBoundsError,
+                           match="index 9 is out of bounds for axis 1 with size 4"):
+            a[0:0, idx]
+        with pytest.raises(fl.errors.IndexOutOfBoundsError,
+                           match="index -5 is out of bounds for axis 1 with size 4"):
+            a[0:0, form(np.array([-5]))]
+        assert a[1:1, form(np.array([3]))].shape == h[1:1, [3]].shape == (0, 1)
+    none = np.zeros(0, np.int64)
+    assert a[none[:, None], [9]].shape == h[none[:, None], [9]].shape == (0, 1)
+    assert a[fl.asarray(none)[:, None], fl.asarray(np.array([9]))].get().shape == (0, 1)
+    # numpy's take checks nothing when it takes nothing; a non-empty take does
+    assert fl.take(fl.zeros((0, 4)), [9], axis=1).shape == \
+        np.take(np.zeros((0, 4)), [9], axis=1).shape == (0, 1)
+    with pytest.raises(fl.errors.IndexOutOfBoundsError, match=r"index 9 .* axis 1 with size 4"):
+        fl.take(a, [9], axis=1)
+    # one small checking kernel for each device index into an empty result (three);
+    # host indices are checked on the host
+    assert fresh_stats()["kernels_launched"] == 3
+
+
+def test_host_and_mask_indices_are_checked_before_the_gather(device, monkeypatch):
+    """A host index array is checked (and wrapped) when applied, where numpy raises;
+    its gather, like a mask's (whose positions are in range by construction), then
+    reads no error flag back, so evaluating it does not wait for the device.  A
+    device index array is checked by its gather: one flag read."""
+    import pyopencl as cl
+
+    x = fl.asarray(H2)
+    with pytest.raises(fl.errors.IndexOutOfBoundsError,
+                       match="index 3 is out of bounds for axis 0 with size 3"):
+        x[np.array([0, 3])]  # raised at once: nothing to evaluate
+    reads = []
+    real_copy = cl.enqueue_copy
+
+    def counting_copy(*args, **kwargs):
+        reads.append(kwargs.get("is_blocking"))
+        return real_copy(*args, **kwargs)
+
+    host_ix, dev_ix = np.array([2, -1, 0]), fl.asarray(np.array([2, -1, 0]))
+    cases = [(lambda: x[host_ix, 1:] * 2, H2[host_ix, 1:] * 2, 0),
+             (lambda: fl.take(x, [4, -3], axis=1) + 1, np.take(H2, [4, -3], axis=1) + 1, 0),
+             (lambda: x[H2 > 6.5] - 1, H2[H2 > 6.5] - 1, 0),
+             (lambda: x[dev_ix, 1:] * 2, H2[host_ix, 1:] * 2, 1)]
+    for build, want, flag_reads in cases:
+        y = build()
+        monkeypatch.setattr(cl, "enqueue_copy", counting_copy)
+        y.eval()
+        monkeypatch.setattr(cl, "enqueue_copy", real_copy)
+        assert len(reads) == flag_reads, reads
+        reads.clear()
+        np.testing.assert_array_equal(y.get(), want)
+    # the host check's wrapped positions are the kernel's only index: no wrap, no flag
+    src = fl.show_code(x[host_ix] * 2)
+    assert "err" not in src and "fl_idx_wrap" not in src
+    assert "err" in fl.show_code(x[dev_ix] * 2)
+
+
 def test_index_errors(device):
     m = fl.asarray(H2)
     with pytest.raises(fl.errors.InvalidIndexError, match=r"shapes \(2,\) \(3,\)"):

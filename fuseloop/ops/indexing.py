@@ -8,10 +8,12 @@ chain reads them all at the same broadcast position.  A boolean mask becomes the
 integer positions of its true elements (:mod:`fuseloop.ops.masks`, computed
 eagerly: their number decides the result's shape).
 
-A scatter (``a[idx] = v``) checks every index value before it writes anything, so
-an out-of-range index leaves the target as it was (numpy): index arrays on the
-host are checked there, the others by a small kernel of their own
-(:func:`_scatter_positions`).
+Index arrays on the host are checked (and wrapped) on the host when the key is
+applied, as numpy raises there; their gathers read no error flag back.  Device
+index arrays are checked by the gather kernel that reads them.  A scatter
+(``a[idx] = v``) checks every index value before it writes anything, so an
+out-of-range index leaves the target as it was (numpy): device indices are
+checked by a small kernel of their own first (:func:`_positions`).
 """
 
 from __future__ import annotations
@@ -232,18 +234,27 @@ def getitem(arr: Array, key: Any) -> Array:
     out = _basic_view(arr, split.basic)
     if not split.arrays:
         return out
-    nodes = [_index_node(k, arr.device) for _, _, k in split.arrays]
-    bshape = _index_shape(nodes)
+    keys = [k for _, _, k in split.arrays]
+    for k in keys:
+        _check_index_dtype(k.dtype)
+    bshape = _index_shape(keys)
     out, pos = _advanced_axes(out, split)
-    for length, (_, src, k) in zip(out.shape[pos:], split.arrays):
-        _refuse_empty_axis(k, length, src)
+    m = len(keys)
+    rest = out.shape[pos + m:]
+    shape = out.shape[:pos] + bshape + rest
+    srcs = [src for _, src, _ in split.arrays]
+    if math.prod(bshape):
+        # (numpy checks the index values whenever there are some, even for an empty
+        # result: then no gather kernel runs, so device indices are checked at once)
+        nodes, codes = _positions(keys, out.shape[pos:pos + m], srcs, split.in_range,
+                                  arr.device, now=not math.prod(shape))
+    else:  # no index value is ever read (a kernel that ran would still check them)
+        nodes, codes = [_index_node(k, arr.device) for k in keys], tuple(s + 2 for s in srcs)
     node = out._node
     ax = pos
-    for n, (_, src, _) in zip(nodes, split.arrays):
-        node = Gather(node, n, ax, checked=src + 2)  # out-of-range values name ``src``
+    for n, code in zip(nodes, codes):
+        node = Gather(node, n, ax, checked=code)
         ax += len(n.shape)
-    rest = out.shape[pos + len(nodes):]
-    shape = out.shape[:pos] + bshape + rest
     if node.shape != shape:
         # the chain's result has one set of axes per index: read its diagonal, where
         # every index is taken at the same broadcast position (unit axes broadcast)
@@ -267,9 +278,17 @@ def take(a: Any, indices: Any, axis: int | None = None) -> Array:
     if isinstance(indices, int | np.integer):
         key = (slice(None),) * ax + (int(indices),)
         return getitem(a, key)
-    node = _index_node(indices, a.device)  # (checks the dtype first)
-    _refuse_empty_axis(indices, a.shape[ax], ax)
-    return Array._lazy(Gather(a._node, node, ax, checked=ax + 2), a.device)
+    if not isinstance(indices, Array):
+        indices = np.asarray(indices)
+        if indices.size == 0 and indices.dtype.kind == "f":
+            indices = indices.astype(np.int64)  # numpy's reading of ``take(a, [])``
+    _check_index_dtype(indices.dtype)
+    if math.prod(a.shape[:ax] + indices.shape + a.shape[ax + 1:]):
+        nodes, codes = _positions([indices], (a.shape[ax],), [ax], frozenset(), a.device,
+                                  now=False)
+    else:  # numpy's take checks no value when it takes none
+        nodes, codes = [_index_node(indices, a.device)], (ax + 2,)
+    return Array._lazy(Gather(a._node, nodes[0], ax, checked=codes[0]), a.device)
 
 
 def _refuse_empty_axis(index: Any, length: int, src: int) -> None:
@@ -334,8 +353,8 @@ def setitem(arr: Array, key: Any, value: Any, held: bool) -> None:
             nodes = [_index_node(k, arr.device) for k in keys]
             codes: tuple = tuple(src + 2 for src in srcs)
         else:
-            nodes = _scatter_positions(keys, lengths, srcs, split.in_range, arr.device)
-            codes = (False,) * m  # every value is in [0, n): the kernel neither wraps nor checks
+            # every value checked and in [0, n): the kernel neither wraps nor checks
+            nodes, codes = _positions(keys, lengths, srcs, split.in_range, arr.device, now=True)
         # (the positions are computed before the scatter kernel, so none reads the buffer
         # written; should one ever be lazy over it, it gets a buffer of its own first)
         nodes = [n if storage not in n.storages else
@@ -347,34 +366,41 @@ def setitem(arr: Array, key: Any, value: Any, held: bool) -> None:
 
 
 _INT64 = np.dtype(np.int64)
+_INT32_MAX = 2**31 - 1
 
 
 def _host_wrapped(k: np.ndarray, n: int, src: int) -> np.ndarray:
     """Host index array ``k`` checked against an axis of length ``n`` (source axis
-    ``src``, for the message) and wrapped into ``[0, n)``, as int64."""
+    ``src``, for the message) and wrapped into ``[0, n)``: int32 where ``n`` allows
+    (the gather reads fewer bytes), else int64."""
     # (uint64 values above int64's range wrap to negative ones, as in numpy and the kernel)
-    wide = k.astype(_INT64)
+    wide = k.astype(_INT64)  # (a copy: wrapped in place below)
     bad = (wide < -n) | (wide >= n)
     if bad.any():
         raise index_value_out_of_bounds(int(wide.flat[int(np.argmax(bad))]), src, n)
-    return np.remainder(wide, n)
+    wrapped = np.remainder(wide, n, out=wide)
+    return wrapped.astype(np.int32) if n <= _INT32_MAX else wrapped
 
 
-def _scatter_positions(keys: list[Any], lengths: tuple[int, ...], srcs: list[int],
-                       in_range: frozenset[int], device: Any) -> list[Node]:
-    """The scatter's index nodes, every value checked against its axis and in ``[0, n)``.
+def _positions(keys: list[Any], lengths: tuple[int, ...], srcs: list[int],
+               in_range: frozenset[int], device: Any, *, now: bool) -> tuple[list[Node], tuple]:
+    """Index nodes for a gather or scatter along axes of ``lengths`` (source axes
+    ``srcs``, for messages) and each one's check code for :class:`Gather`.
 
-    Raises :class:`IndexOutOfBoundsError` (the gathers' message) before anything is
-    written.  A mask's positions are in range already; a host array is checked and
-    wrapped on the host; any other index (a device array or an expression) is
-    gathered from ``arange(n)`` by a checked gather, which reports out-of-range
-    values as any gather does and gives the wrapped positions: one kernel and one
-    read-back of its error flag for each distinct index shape.
+    Raises :class:`IndexOutOfBoundsError` (the gathers' message) for a value out of
+    range that can be seen here.  A mask's positions are in range already; a host
+    array is checked and wrapped into ``[0, n)`` on the host, so its gather neither
+    checks nor reads a flag back (and is not synchronous).  Any other index (a device
+    array or an expression) is checked by the gather that reads it (code ``src + 2``)
+    or, with ``now`` (a scatter, which must not write before it fails, or a read that
+    runs no kernel), gathered at once from ``arange(n)`` by a checked gather: one
+    kernel and one read-back of its error flag for each distinct index shape.
     """
     from ..creation import asarray
     from ..evaluate import run
 
     nodes: list[Node | None] = []
+    codes: list[bool | int] = []
     # (nodes, not lazy arrays: an array would stay registered as a reader of the
     # buffers while a traceback keeps this frame, and a later write would compute it
     # first and raise again)
@@ -382,17 +408,25 @@ def _scatter_positions(keys: list[Any], lengths: tuple[int, ...], srcs: list[int
     for p, (k, n, src) in enumerate(zip(keys, lengths, srcs)):
         if id(k) in in_range:
             nodes.append(k._node)
+            codes.append(False)
         elif isinstance(k, np.ndarray):
             nodes.append(asarray(_host_wrapped(k, n, src), device=device)._node)
+            codes.append(False)
         else:
-            wrapped = Gather(Iota((n,), _INT64), k._node, 0, checked=src + 2)
-            on_device.setdefault(k.shape, []).append((p, wrapped))
-            nodes.append(None)
+            _refuse_empty_axis(k, n, src)
+            if now:
+                wrapped = Gather(Iota((n,), _INT64), k._node, 0, checked=src + 2)
+                on_device.setdefault(k.shape, []).append((p, wrapped))
+                nodes.append(None)
+                codes.append(False)
+            else:
+                nodes.append(k._node)
+                codes.append(src + 2)
     for shape, group in on_device.items():
         outs = run([g for _, g in group], shape, device)
         for (p, _), out in zip(group, outs):
             nodes[p] = Leaf(out, _INT64, shape)
-    return nodes  # type: ignore[return-value]
+    return nodes, tuple(codes)  # type: ignore[return-value]
 
 
 __all__ = ["take"]
