@@ -6,7 +6,8 @@ expression must move: every input element read once, every output element writte
 (a gather counts the indices it reads and the elements it loads).  The reference is the
 fuseloop copy kernel of the same number of bytes, measured in the same run; on a CPU device
 numpy runs the same expressions, and torch (eager and ``torch.compile``) does when importable
-with CUDA.  For
+with CUDA.  A last section times small (1000-element) gathers pipelined, per call: a host
+index array, a device index array and a mask.  For
 concatenate, the eager form that fuseloop used before (each piece copied into a new array,
 then the expression) is measured too.  Results are checked against numpy in float64.
 
@@ -186,6 +187,41 @@ def main() -> int:
         timed("sum(a[a > 0.5]) (scan + read-back + gather)", tmask, sync, None, "torch")
         print(f"fuseloop/torch time for the masked sum: "
               f"{t_mask / rows[-1]['ms'] * 1e3:.2f}")
+
+    # small gathers, pipelined: what a gather costs the host when nothing waits for the
+    # device.  A host index array is checked on the host and its gather reads nothing back;
+    # a device index is checked by the gather, which reads its error flag back (waits).
+    small = 1000
+    xs_h = rng.random(small, dtype=np.float32)
+    idx_h = rng.permutation(small).astype(np.int32)
+    xs, idx_d = fl.asarray(xs_h), fl.asarray(idx_h)
+    calls = 200
+    small_cases = [
+        ("small: (x[idx host] * 2).eval()", lambda: (xs[idx_h] * 2).eval()),
+        ("small: (x[idx device] * 2).eval()", lambda: (xs[idx_d] * 2).eval()),
+        ("small: (x[x > 0.5] * 2).eval()", lambda: (xs[xs > 0.5] * 2).eval()),
+    ]
+    for name, fn in small_cases:
+        t = median_time(fn, fl.synchronize, max(5, args.repeat // 2), batch=calls)
+        rows.append({"case": name, "library": "fuseloop", "us_per_call": t * 1e6,
+                     "calls_per_sync": calls})
+        print(f"{'fuseloop':14s} {name:44s} {t * 1e6:9.1f} us/call ({calls} per sync)")
+    np.testing.assert_array_equal((xs[idx_h] * 2).get(), xs_h[idx_h] * 2)
+    np.testing.assert_array_equal((xs[xs > 0.5] * 2).get(), xs_h[xs_h > 0.5] * 2)
+    if dev.type == "cpu":
+        for name, fn in [("small: (x[idx host] * 2).eval()", lambda: xs_h[idx_h] * 2),
+                         ("small: (x[x > 0.5] * 2).eval()", lambda: xs_h[xs_h > 0.5] * 2)]:
+            t = median_time(fn, lambda: None, max(5, args.repeat // 2), batch=calls)
+            rows.append({"case": name, "library": "numpy", "us_per_call": t * 1e6})
+            print(f"{'numpy':14s} {name:44s} {t * 1e6:9.1f} us/call")
+    elif torch is not None:
+        txs = torch.from_numpy(xs_h).to(tdev)
+        tidx = torch.from_numpy(idx_h.astype(np.int64)).to(tdev)
+        for name, fn in [("small: (x[idx device] * 2).eval()", lambda: txs[tidx] * 2),
+                         ("small: (x[x > 0.5] * 2).eval()", lambda: txs[txs > 0.5] * 2)]:
+            t = median_time(fn, sync, max(5, args.repeat // 2), batch=calls)
+            rows.append({"case": name, "library": "torch", "us_per_call": t * 1e6})
+            print(f"{'torch':14s} {name:44s} {t * 1e6:9.1f} us/call")
 
     summary = {"device": dev.name, "type": dev.type, "elements_per_piece": n,
                "copy_gbs": copy_gbs, "rows": rows}

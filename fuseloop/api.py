@@ -5,6 +5,7 @@ from __future__ import annotations
 from .array import Array
 from .errors import ShapeError
 from .runtime import devices as _devices
+from .runtime.transfer import finish
 
 
 def show_code(*exprs: Array) -> str:
@@ -33,6 +34,6 @@ def show_code(*exprs: Array) -> str:
 
 def synchronize() -> None:
     """Wait until all work enqueued on every device in use has finished."""
-    for rt in list(_devices._runtimes.values()):
-        rt.flush()  # deferred small launches first (see fuseloop.runtime.devices)
-        rt.queue.finish()
+    every = _devices._all_devices()  # (a device's index is its place in this list)
+    for index in list(_devices._runtimes):
+        finish(every[index])  # (deferred small launches are enqueued first)

@@ -9,7 +9,6 @@ from typing import Any
 from weakref import ref as _weakref
 
 import numpy as np
-import pyopencl as cl
 
 from .dtypes import as_dtype, resolve_loop, scalar_kind, scalar_to
 from .errors import DeviceError, DTypeError
@@ -33,6 +32,7 @@ from .expr.nodes import (
     unregistered_readers,
 )
 from .runtime.devices import Device
+from .runtime.transfer import read
 
 
 class Constant:
@@ -444,8 +444,7 @@ class Array:
             if not self.is_contiguous:
                 # a strided view: gather it into a contiguous buffer first
                 storage = run([self._node], self.shape, self.device)[0]
-            cl.enqueue_copy(self.device.queue, host, storage.buffer,  # type: ignore[union-attr]
-                            is_blocking=True)
+            read(host, storage.buffer, self.device)  # type: ignore[union-attr]
         return host
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:

@@ -11,7 +11,7 @@ import pyopencl as cl
 from .array import Array, Constant
 from .dtypes import as_dtype, result_type, scalar_kind
 from .errors import DTypeError, ShapeError
-from .evaluate import allocate, cast_node
+from .evaluate import allocate, cast_node, upload
 from .expr.nodes import Apply, Iota, Scalar
 from .runtime.devices import Device, find_device, get_device
 
@@ -116,11 +116,7 @@ def asarray(obj: Any, dtype: Any = None, device: Any = None) -> Array:
     dt = as_dtype(host.dtype)
     _check_device_dtype(dt, dev)
     host = np.asarray(host, order="C")  # (np.ascontiguousarray makes 0-d arrays 1-d)
-    out = Array._concrete(allocate(host.nbytes, dev), dt, host.shape)
-    if host.size:
-        # blocking: the caller may change its numpy array right after this returns
-        cl.enqueue_copy(dev.queue, out._storage.buffer, host, is_blocking=True)  # type: ignore[union-attr]
-    return out
+    return Array._concrete(upload(host, dev), dt, host.shape)
 
 
 def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None,

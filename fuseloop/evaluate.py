@@ -55,6 +55,7 @@ from .launching import (
 )
 from .recipes import recipe_for
 from .runtime.devices import Device, _runtime
+from .runtime.transfer import host_buffer, read
 
 _plan_recorder = run_plans.recorder
 recording_threads = run_plans.recording_threads
@@ -96,13 +97,17 @@ TWO_STAGE_MAX_ROWS = 64
 _SPLITTABLE = {"sum": "sum", "prod": "prod", "max": "max", "min": "min"}
 
 
-def allocate(nbytes: int, device: Device) -> Storage:
-    """A device buffer of ``nbytes`` from the device's pool."""
+def _check_alloc_size(nbytes: int, device: Device) -> None:
     if nbytes > device.max_alloc_size:
         raise DeviceMemoryError(
             f"cannot allocate {nbytes} bytes on {device.name}: its largest single allocation "
             f"is {device.max_alloc_size} bytes (global memory {device.global_mem_size} bytes); "
             "use smaller arrays or a device with more memory")
+
+
+def allocate(nbytes: int, device: Device) -> Storage:
+    """A device buffer of ``nbytes`` from the device's pool."""
+    _check_alloc_size(nbytes, device)
     try:
         buf = device.allocator.allocate(max(nbytes, 1))
     except cl.MemoryError as exc:
@@ -113,6 +118,24 @@ def allocate(nbytes: int, device: Device) -> Storage:
     if rec is not None:
         rec.allocated(storage)
     return storage
+
+
+def upload(host: np.ndarray, device: Device) -> Storage:
+    """A new device buffer holding a copy of ``host`` (C-contiguous); the copy is
+    complete on return, so the caller may change ``host`` at once."""
+    nbytes = host.nbytes
+    _check_alloc_size(nbytes, device)
+    try:
+        made = host_buffer(host, device)  # (CPU devices: no queue command, no wait)
+    except cl.MemoryError as exc:
+        raise DeviceMemoryError(
+            f"out of device memory allocating {nbytes} bytes on {device.name}: {exc}") from None
+    if made is not None:
+        return Storage(made, nbytes, device)
+    out = allocate(nbytes, device)
+    if nbytes:
+        cl.enqueue_copy(device.queue, out.buffer, host, is_blocking=True)
+    return out
 
 
 # {{{ node rewriting
@@ -606,7 +629,7 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
     if rec is not None:
         rec.launched(program, bindings, outs)
     if err is not None:
-        cl.enqueue_copy(device.queue, err, err_buf, is_blocking=True)
+        read(err, err_buf, device)
         if err[0]:
             # (several offending work items may interleave their writes: the parts are
             # each true of some offender, not necessarily of the same one)

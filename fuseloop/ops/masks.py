@@ -26,6 +26,7 @@ from ..assignment import assign, compute
 from ..dtypes import scalar_to
 from ..evaluate import allocate
 from ..runtime.devices import Device
+from ..runtime.transfer import read
 
 _scans: dict[int, Any] = {}  # context pointer -> compiled scan
 _scans_lock = threading.Lock()
@@ -71,7 +72,9 @@ def flat_positions(a: Any) -> Array:
                          cl_array.Array(queue, (n,), np.int64, data=out.buffer), count,
                          queue=queue, size=n, allocator=device.allocator)
     _stats.increment("scans")
-    c = int(count.get()[0])  # the one read-back: the selection's length
+    host_count = np.empty(1, np.int64)
+    read(host_count, count.data, device)  # the one read-back: the selection's length
+    c = int(host_count[0])
     if c < n:
         # the positions' own buffer: a mask selecting few elements keeps little memory
         fit = allocate(c * 8, device)
