@@ -25,7 +25,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..array import Array, _coerce
+from ..creation import asarray
 from ..errors import DTypeError, IndexOutOfBoundsError, InvalidIndexError, index_value_out_of_bounds
+from ..evaluate import run
 from ..expr.nodes import Gather, Iota, Leaf, Node
 from ..expr.program import Target
 from ..expr.views import affine_view
@@ -115,8 +117,6 @@ def basic_map(shape: tuple[int, ...], items: list[Any]) -> tuple[tuple[int, ...]
 
 
 def _index_node(idx: Any, device: Any) -> Node:
-    from ..creation import asarray
-
     if isinstance(idx, list):
         idx = np.asarray(idx)
         if idx.size == 0:
@@ -396,9 +396,6 @@ def _positions(keys: list[Any], lengths: tuple[int, ...], srcs: list[int],
     runs no kernel), gathered at once from ``arange(n)`` by a checked gather: one
     kernel and one read-back of its error flag for each distinct index shape.
     """
-    from ..creation import asarray
-    from ..evaluate import run
-
     nodes: list[Node | None] = []
     codes: list[bool | int] = []
     # (nodes, not lazy arrays: an array would stay registered as a reader of the
