@@ -19,6 +19,7 @@ throughput of a loop, where a call's host work overlaps the previous kernel).  T
   call beside it; ``fl.stats()`` around the timed loops shows that nothing was lowered or
   compiled there.  numpy's loop of the same expression runs after each of ours, so the
   ratio of each pair shows the overhead apart from how fast the (shared) machine ran.
+  The same loop with a scalar that changes every call is timed after it.
 
 Bandwidth counts the bytes each expression must move: 3 float32 arrays (2 read, 1 written)
 for the expressions, 2 for a copy. Timings are reported, never asserted.
@@ -343,6 +344,35 @@ def bench_overhead(res: Results, calls: int, loops: int) -> dict[str, Any]:
             us_per_call=per_call_us, us_per_call_min=min(walls),
             us_per_call_loops=walls, thread_cpu_us_per_call=statistics.median(cpus),
             correct=ok)
+
+    # the same loop with a new scalar every call (x * s for s cycling through 7 values):
+    # a scalar argument is then set for every launch
+    scales = [float(k) for k in range(2, 9)]
+
+    def varying_eval_loop():
+        for i in range(calls):
+            (((x * scales[i % 7] + y) * x - y) / 3).eval()
+            if i % 100 == 99:
+                fl.synchronize()
+
+    ok_varying = check_close("overhead expression, other scalar",
+                             (((x * scales[3] + y) * x - y) / 3).get(),
+                             ((xh * scales[3] + yh) * xh - yh) / 3)
+    varying_eval_loop()
+    fl.synchronize()
+    varying = []
+    for _ in range(max(3, loops // 3)):
+        t0 = time.perf_counter()
+        varying_eval_loop()
+        fl.synchronize()
+        varying.append((time.perf_counter() - t0) / calls * 1e6)
+    varying_us = statistics.median(varying)
+    res.add("overhead", "fuseloop: ((x*s + y)*x - y)/3, s new every call, build + .eval()",
+            varying_us / 1e6, None,
+            note=f"{varying_us:.1f} us/call (median of {len(varying)} loops; fastest "
+                 f"{min(varying):.1f})",
+            us_per_call=varying_us, us_per_call_min=min(varying), us_per_call_loops=varying,
+            correct=ok_varying)
 
     np_us = statistics.median(numpy_walls)
     ratio = statistics.median(w / v for w, v in zip(walls, numpy_walls))

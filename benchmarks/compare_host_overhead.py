@@ -3,16 +3,19 @@
 On a shared machine the speed of the same work drifts by up to 2x over seconds, so two
 processes run one after the other can disagree more than two versions do.  This script
 copies the ``fuseloop`` package of each git revision (``WT`` for the working tree) under
-its own name, imports them all into one process and times the host-overhead loop of
-``bench_elementwise.py`` (a 5-operation expression on 1000 elements, built and
-``.eval()``-ed each call, synchronizing every 100 calls) in turn: A, B, A, B, ...
+its own name, imports them all into one process and times a loop in turn: A, B, A, B, ...
 Each version therefore sees the same phases of the machine.  Timings are reported, never
-asserted.
+asserted.  The loop (``--case``), on 1000 float32 elements, synchronizing every 100 calls:
+
+* ``overhead``: the host-overhead loop of ``bench_elementwise.py``, a 5-operation
+  expression built and ``.eval()``-ed each call;
+* ``scalar``: the same with a scalar that changes every call (``x * s``, 7 values);
+* ``mask``: ``(x[x > 0.5] * 2).eval()`` (a compaction and its count read every call).
 
 Usage::
 
-    python benchmarks/compare_host_overhead.py REV [REV ...] [--rounds N] [--calls N]
-                                               [--device SPEC] [--out results.json]
+    python benchmarks/compare_host_overhead.py REV [REV ...] [--case NAME] [--rounds N]
+                                               [--calls N] [--device SPEC] [--out F]
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,9 +52,21 @@ def copy_package(rev: str, name: str, into: Path) -> None:
     (into / f"{name}-src" / "fuseloop").rename(target)
 
 
+SCALES = [float(k) for k in range(2, 9)]
+# name -> (the loop's expression of x, y and the call's number; numpy's value of it)
+CASES: dict[str, tuple[Any, Any]] = {
+    "overhead": (lambda x, y, i: ((x * 2 + y) * x - y) / 3,
+                 lambda x, y, i: ((x * 2 + y) * x - y) / 3),
+    "scalar": (lambda x, y, i: ((x * SCALES[i % 7] + y) * x - y) / 3,
+               lambda x, y, i: ((x * SCALES[i % 7] + y) * x - y) / 3),
+    "mask": (lambda x, y, i: x[x > 0.5] * 2, lambda x, y, i: x[x > 0.5] * 2),
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("revs", nargs="+", help="git revisions to compare (WT: working tree)")
+    ap.add_argument("--case", choices=sorted(CASES), default="overhead")
     ap.add_argument("--rounds", type=int, default=40, help="timed loops per version")
     ap.add_argument("--calls", type=int, default=300, help="calls per timed loop")
     ap.add_argument("--device", default="cpu", help="device spec (default: cpu)")
@@ -66,7 +82,7 @@ def main() -> None:
     rng = np.random.default_rng(1)
     xh = rng.random(1000, dtype=np.float32)
     yh = rng.random(1000, dtype=np.float32) + 1
-    expect = ((xh * 2 + yh) * xh - yh) / 3
+    body, reference = CASES[args.case]
     loops = []
     for name in names:
         fl = importlib.import_module(name)
@@ -75,13 +91,14 @@ def main() -> None:
 
         def loop(calls: int, fl=fl, x=x, y=y) -> None:
             for i in range(calls):
-                (((x * 2 + y) * x - y) / 3).eval()
+                body(x, y, i).eval()
                 if i % 100 == 99:
                     fl.synchronize()
             fl.synchronize()
 
-        np.testing.assert_allclose((((x * 2 + y) * x - y) / 3).get(), expect,
-                                   rtol=1e-5, atol=1e-5)
+        for i in (0, 3):
+            np.testing.assert_allclose(body(x, y, i).get(), reference(xh, yh, i),
+                                       rtol=1e-5, atol=1e-5)
         loop(args.calls)  # warm: compiles once, fills the caches
         loops.append(loop)
 
@@ -93,7 +110,7 @@ def main() -> None:
             times[k].append((time.perf_counter() - t0) / args.calls * 1e6)
 
     rows = []
-    print(f"host overhead, us per call ({args.rounds} interleaved loops of {args.calls} calls)")
+    print(f"{args.case}: us per call ({args.rounds} interleaved loops of {args.calls} calls)")
     print("| revision | fastest | 10th percentile | median | median paired ratio to the first |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for rev, ts in zip(args.revs, times):
@@ -106,7 +123,8 @@ def main() -> None:
               f"| {ratio:.3f} |")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"rounds": args.rounds, "calls": args.calls, "rows": rows}, f, indent=1)
+            json.dump({"case": args.case, "rounds": args.rounds, "calls": args.calls,
+                       "rows": rows}, f, indent=1)
     shutil.rmtree(tmp, ignore_errors=True)
 
 

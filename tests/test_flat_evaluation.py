@@ -167,3 +167,35 @@ def test_flat_launches_are_counted_exactly_under_threads(device, flat_calls):
     (x * 3 + 1).eval()
     assert fl.stats()["kernels_launched"] == 1 and fl.stats()["memory_cache_hits"] == 1
     fl.synchronize()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "int32", "int64", "uint8",
+                                   "uint64", "bool"])
+def test_scalars_that_change_every_call_are_each_launched_with_their_value(device, dtype,
+                                                                          flat_calls):
+    # the flat launcher sets a scalar argument from its bytes (launching.SET_SCALAR_ARG)
+    # only when it changed; results read after all launches see each call's own value
+    if dtype == "float64" and not device.has_fp64:
+        pytest.skip("no float64 on this device")
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng(12)
+    xh = (rng.random(300) < 0.5) if dt.kind == "b" else (rng.random(300) * 50).astype(dt)
+    x = fl.asarray(xh)
+    if dt.kind == "b":
+        values = [True, False, True, True, False]
+        build, expect = (lambda v: x ^ v), (lambda v: xh ^ v)
+    else:
+        values = [1, 2, 3, 7, 7, 5, 1] if dt.kind in "iu" else [0.5, 1.25, -3.0, 1.25, 2.0]
+        # (no a*b + c, which the kernel may contract into one rounding)
+        build, expect = (lambda v: x * v / 4), (lambda v: xh * v / 4)
+    build(values[0]).eval()  # compiles and plans
+    del flat_calls[:]
+    results = [build(v).eval() for v in values]
+    assert flat_calls == [True] * len(values)
+    for v, got in zip(values, results):
+        np.testing.assert_array_equal(got.get(), expect(v), err_msg=f"scalar {v}")
+
+
+def test_the_pinned_pyopencl_sets_scalars_from_their_bytes():
+    # (its public set_arg took 10-15 us per numpy scalar on PoCL: see launching.py)
+    assert launching.SET_SCALAR_ARG == "_set_arg_buf"

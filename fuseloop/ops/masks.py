@@ -2,55 +2,26 @@
 
 Reading through a mask has a data-dependent shape, so the positions are computed
 when the mask is applied: the mask is evaluated into a contiguous buffer, one
-device scan (pyopencl's :class:`~pyopencl.scan.GenericScanKernel`, the pattern of
-``pyopencl.algorithm.copy_if``) writes the C-order positions of its true elements
-and their count, and the count is read back.  Everything after that is an ordinary
-lazy gather or scatter.  ``x[mask] = v`` with a value that does not depend on the
-selection's length needs no positions at all: it is ``where(mask, v, x)``,
-written in place in one kernel.
+device compaction (:mod:`fuseloop.ops.compaction`) writes the C-order positions
+of its true elements and their count, and the count is read back.  Everything
+after that is an ordinary lazy gather or scatter.  ``x[mask] = v`` with a value
+that does not depend on the selection's length needs no positions at all: it is
+``where(mask, v, x)``, written in place in one kernel.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from typing import Any
 
 import numpy as np
-import pyopencl as cl
-import pyopencl.array as cl_array
 
-from .. import stats as _stats
 from ..array import Array, Constant, _coerce
 from ..assignment import assign, compute
 from ..dtypes import scalar_to
 from ..evaluate import allocate
 from ..runtime.devices import Device
-from ..runtime.transfer import read
-
-_scans: dict[int, Any] = {}  # context pointer -> compiled scan
-_scans_lock = threading.Lock()
-
-
-def _scan_kernel(device: Device) -> Any:
-    key = device.context.int_ptr
-    knl = _scans.get(key)
-    if knl is None:
-        from pyopencl.scan import GenericScanKernel
-
-        with _scans_lock:
-            knl = _scans.get(key)
-            if knl is None:
-                # i is 64-bit: masks may have more than 2**31 elements
-                knl = _scans[key] = GenericScanKernel(
-                    device.context, np.int64,
-                    arguments="__global const unsigned char *mask, __global long *out, "
-                              "__global long *count",
-                    input_expr="mask[i] ? 1 : 0", scan_expr="a+b", neutral="0",
-                    output_statement="if (prev_item != item) out[item - 1] = i; "
-                                     "if (i + 1 == N) count[0] = item;",
-                    index_dtype=np.int64, name_prefix="fuseloop_nonzero")
-    return knl
+from .compaction import compact
 
 
 def flat_positions(a: Any) -> Array:
@@ -64,24 +35,8 @@ def flat_positions(a: Any) -> Array:
     n, device = m.size, m.device
     if n == 0:
         return Array._concrete(allocate(0, device), np.dtype(np.int64), (0,))
-    mask_buf = m.data  # evaluates the mask (a strided view: a contiguous copy)
-    queue = device.queue
-    out = allocate(n * 8, device)
-    count = cl_array.empty(queue, (1,), np.int64, allocator=device.allocator)
-    _scan_kernel(device)(cl_array.Array(queue, (n,), np.uint8, data=mask_buf),
-                         cl_array.Array(queue, (n,), np.int64, data=out.buffer), count,
-                         queue=queue, size=n, allocator=device.allocator)
-    _stats.increment("scans")
-    host_count = np.empty(1, np.int64)
-    read(host_count, count.data, device)  # the one read-back: the selection's length
-    c = int(host_count[0])
-    if c < n:
-        # the positions' own buffer: a mask selecting few elements keeps little memory
-        fit = allocate(c * 8, device)
-        if c:
-            cl.enqueue_copy(queue, fit.buffer, out.buffer, byte_count=c * 8)
-        out = fit
-    return Array._concrete(out, np.dtype(np.int64), (c,))
+    positions, count = compact(m.data, n, device)  # (m.data: a strided view is copied)
+    return Array._concrete(positions, np.dtype(np.int64), (count,))
 
 
 def _unravel(flat: Array, shape: tuple[int, ...]) -> list[Array]:
