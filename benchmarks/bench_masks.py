@@ -9,8 +9,9 @@ positions written and their count read back, is the median over ``--repeat`` cal
 * numpy: ``np.flatnonzero`` of the host mask (CPU devices), or torch ``nonzero`` of a CUDA
   mask (GPU devices, when torch is importable with CUDA).
 
-``--layouts`` also times fuseloop with other block sizes (``Layout.min_block``), the
-figures from which the thresholds in ``compaction.py`` are chosen.  Every result is checked
+``--layouts`` also times fuseloop with other block sizes (``Layout.min_block``) and, on a
+GPU, other numbers of mask bytes per work-item (``Layout.per_item``): the figures from
+which the choices in ``compaction.py`` are made.  Every result is checked
 against ``np.flatnonzero``.
 
 Usage::
@@ -75,7 +76,7 @@ def main() -> int:
     ap.add_argument("--device", default=None)
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--layouts", action="store_true",
-                    help="also time fuseloop with other block sizes")
+                    help="also time fuseloop with other block sizes and work per item")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.device is not None:
@@ -119,14 +120,18 @@ def main() -> int:
             t_t = timed("torch", name, lambda: torch.nonzero(tm), torch.cuda.synchronize, n)
             print(f"{'':22s} fuseloop / torch: {t_fl / t_t:.2f}")
         if args.layouts:
-            for min_block in (1 << 11, 1 << 13, 1 << 15, 1 << 17, 1 << 40):
-                other = dataclasses.replace(layout, min_block=min_block)
+            others = [(f"min_block 2^{b.bit_length() - 1}",
+                       dataclasses.replace(layout, min_block=b))
+                      for b in (1 << 11, 1 << 13, 1 << 15, 1 << 17, 1 << 40)]
+            if layout.group > 1:
+                others += [(f"per_item {k}", dataclasses.replace(layout, per_item=k))
+                           for k in (1, 8, 16) if k != layout.per_item]
+            for label, other in others:
                 compaction.layout_for = lambda d, other=other: other
                 try:
                     good &= bool(np.array_equal(fl.flatnonzero(m).get(), want))
-                    timed(f"fuseloop min_block 2^{min_block.bit_length() - 1}", name,
-                          lambda: fl.flatnonzero(m), fl.synchronize, n,
-                          blocks=compaction.blocks(n, other)[0])
+                    timed(f"fuseloop {label}", name, lambda: fl.flatnonzero(m),
+                          fl.synchronize, n, blocks=compaction.blocks(n, other)[0])
                 finally:
                     compaction.layout_for = layout_for
         return good

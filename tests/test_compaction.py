@@ -22,6 +22,7 @@ LAYOUTS = {
     "serial-many-blocks": Layout(1, 1, 5, 64),
     "groups-one-block": Layout(64, 4, 1 << 40, 1),
     "groups-many-blocks": Layout(32, 3, 7, 50),
+    "groups-words-many-blocks": Layout(128, 16, 1 << 11, 64),
     "groups-of-two": Layout(2, 1, 1, 9),
 }
 
@@ -105,7 +106,7 @@ def test_blocks_cover_the_mask_in_whole_chunks():
             assert 1 <= groups <= layout.max_groups
             assert (groups - 1) * block < n <= groups * block
             if layout.group > 1:
-                assert block % (layout.group * layout.per_item) == 0
+                assert block % (layout.group * layout.per_item) == 0 and block % 16 == 0
     cpu = Layout(1, 1, 1 << 15, 8)
     assert compaction.blocks(1000, cpu) == (1, 1000)
     assert compaction.blocks(1 << 20, cpu) == (8, 1 << 17)
@@ -126,7 +127,8 @@ def test_a_sparse_result_gets_a_buffer_of_its_own(device):
     np.testing.assert_array_equal(got.get(), np.flatnonzero(dense))
 
 
-@pytest.mark.parametrize("name", ["serial-many-blocks", "groups-many-blocks", "groups-of-two"])
+@pytest.mark.parametrize("name", ["serial-many-blocks", "groups-many-blocks",
+                                  "groups-words-many-blocks", "groups-of-two"])
 def test_with_many_blocks_nothing_is_written_past_the_positions(device, monkeypatch, name):
     # each block writes only between its first position and the next block's: a
     # write past that would race with the next block (seen here past the last)
@@ -152,3 +154,16 @@ def test_with_many_blocks_nothing_is_written_past_the_positions(device, monkeypa
         assert count == np.count_nonzero(h)
         np.testing.assert_array_equal(scratch[:count], np.flatnonzero(h))
         assert (scratch[count:] == -7).all(), f"n={h.size}"
+
+
+def test_every_nonzero_byte_counts_as_true_in_every_layout(device, layout):
+    # (bool buffers hold 0 and 1; the kernels read words and must not rely on that)
+    rng = np.random.default_rng(9)
+    for n in (1, 15, 16, 17, 100, 1029, 5000):
+        raw = rng.choice(np.array([0, 0, 0, 1, 2, 127, 128, 255], np.uint8), n)
+        buf = fl.asarray(raw).data
+        out, count = compaction.true_positions(buf, n, device)
+        got = np.empty(count, np.int64)
+        if count:
+            cl.enqueue_copy(device.queue, got, out.buffer)
+        np.testing.assert_array_equal(got, np.flatnonzero(raw), err_msg=f"n={n}")

@@ -5,17 +5,19 @@ mask is split into blocks, one per work-group: a first kernel counts each
 block's true bytes, a second gives each group its first output position (the
 sum of the counts before it) and writes the positions of its block.  A mask of
 one block needs only the second kernel.  On a GPU a work-group scans its block
-in chunks through local memory; on a CPU a work-group is one work-item that
-walks its block with a branch-free loop.
+in chunks through local memory (reading the mask by words, staging the chunk's
+positions so that they are written coalesced); on a CPU a work-group is one
+work-item that walks its block with a branch-free loop.
 
 These two kernels replace pyopencl's generic scan (``copy_if``'s pattern), which
-launches three kernels and does several times more host work per call: on
-PoCL's CPU device it took 10 ms for 2^20 elements against 1 ms here (see
+launches three kernels and does more host work per call: it took 3 to 8 times as
+long on PoCL's CPU device and 2 to 4 times as long on the H200 (see
 ``docs/design.md``).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,19 @@ from ..runtime.transfer import read
 _SOURCE = r"""
 /* WG: work-items per group; PER: consecutive mask bytes per work-item and chunk */
 
+/* read a work-item's bytes as 32-bit words where byte k of a word is the k-th byte */
+#if defined(__ENDIAN_LITTLE__) && PER % 4 == 0
+#define BY_WORDS 1
+#else
+#define BY_WORDS 0
+#endif
+
+/* the top bit of each byte of the result is set where that byte of w is nonzero */
+inline uint nonzero_bytes(const uint w)
+{
+    return (((w & 0x7F7F7F7Fu) + 0x7F7F7F7Fu) | w) & 0x80808080u;
+}
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fuseloop_mask_count(__global const uchar *restrict mask,
                          __global long *restrict counts, const long n, const long block)
@@ -41,9 +56,16 @@ void fuseloop_mask_count(__global const uchar *restrict mask,
     const long stop = min(start + block, n);
     const int lid = get_local_id(0);
     long c = 0;
-    for (long i = start + lid; i < stop; i += WG)
-        c += mask[i] != 0;
 #if WG > 1
+    /* 16 bytes per load (a block starts on a whole chunk, so on a 16-byte boundary) */
+    const long whole = start + ((stop - start) & ~15L);
+    for (long i = start + 16L * lid; i < whole; i += 16L * WG) {
+        const uint4 w = *(__global const uint4 *)(mask + i);
+        c += popcount(nonzero_bytes(w.x)) + popcount(nonzero_bytes(w.y))
+             + popcount(nonzero_bytes(w.z)) + popcount(nonzero_bytes(w.w));
+    }
+    for (long i = whole + lid; i < stop; i += WG)
+        c += mask[i] != 0;
     __local long part[WG];
     part[lid] = c;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -53,6 +75,9 @@ void fuseloop_mask_count(__global const uchar *restrict mask,
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     c = part[0];
+#else
+    for (long i = start; i < stop; ++i)
+        c += mask[i] != 0;
 #endif
     if (lid == 0)
         counts[get_group_id(0)] = c;
@@ -87,11 +112,29 @@ void fuseloop_mask_compact(__global const uchar *restrict mask,
     barrier(CLK_LOCAL_MEM_FENCE);
 
     __local int scan[WG];
+    __local int staged[WG * PER];  /* the chunk's positions, relative to its start */
     for (long first = start; first < stop; first += (long)WG * PER) {
         const long mine = first + (long)lid * PER;
         int c = 0;
+#if BY_WORDS
+        /* PER / 4 words, each with the top bit of every nonzero byte set */
+        uint flags[PER / 4];
+        for (int k = 0; k < PER / 4; ++k) {
+            const long at = mine + 4 * k;
+            uint w = 0;
+            if (at + 4 <= stop)
+                w = *(__global const uint *)(mask + at);
+            else
+                for (int b = 0; b < 4; ++b)
+                    if (at + b < stop && mask[at + b] != 0)
+                        w |= 1u << (8 * b);
+            flags[k] = nonzero_bytes(w);
+            c += popcount(flags[k]);
+        }
+#else
         for (int k = 0; k < PER; ++k)
             c += (mine + k < stop && mask[mine + k] != 0);
+#endif
         scan[lid] = c;
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int off = 1; off < WG; off <<= 1) {  /* inclusive, Hillis-Steele */
@@ -100,11 +143,25 @@ void fuseloop_mask_compact(__global const uchar *restrict mask,
             scan[lid] += v;
             barrier(CLK_LOCAL_MEM_FENCE);
         }
-        long pos = base + scan[lid] - c;
+        /* staged in local memory first, so that consecutive work-items write
+           consecutive positions to global memory */
+        int at = scan[lid] - c;
+        const int own = lid * PER;
+#if BY_WORDS
+        for (int k = 0; k < PER / 4; ++k)
+            for (int b = 0; b < 4; ++b)
+                if ((flags[k] >> (8 * b + 7)) & 1u)
+                    staged[at++] = own + 4 * k + b;
+#else
         for (int k = 0; k < PER; ++k)
             if (mine + k < stop && mask[mine + k] != 0)
-                out[pos++] = mine + k;
-        base += scan[WG - 1];
+                staged[at++] = own + k;
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int found = scan[WG - 1];
+        for (int j = lid; j < found; j += WG)
+            out[base + j] = first + staged[j];
+        base += found;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 #else
@@ -128,7 +185,7 @@ void fuseloop_mask_compact(__global const uchar *restrict mask,
 class Layout:
     """How a device's work-groups split a mask."""
 
-    group: int  # work-items per work-group
+    group: int  # work-items per work-group (a power of two)
     per_item: int  # consecutive mask bytes per work-item and chunk (when group > 1)
     min_block: int  # the fewest mask bytes per work-group before another is used
     max_groups: int
@@ -137,11 +194,12 @@ class Layout:
 # On a CPU one work-item per group walks its block: the branch-free loop
 # compacts about 1 ns per byte on this project's PoCL machine, and below 2^15
 # bytes a second launch costs more than a second core saves.  On a GPU 256
-# work-items scan chunks of 4 bytes each; see docs/design.md for the figures.
+# work-items scan chunks of 8 bytes each.  Both measured with
+# benchmarks/bench_masks.py --layouts (figures in docs/design.md).
 CPU_MIN_BLOCK = 1 << 15
 CPU_GROUPS_PER_UNIT = 4
 GPU_GROUP = 256
-GPU_PER_ITEM = 4
+GPU_PER_ITEM = 8
 GPU_MIN_BLOCK = 1 << 13
 GPU_MAX_GROUPS = 4096
 
@@ -178,9 +236,11 @@ def blocks(n: int, layout: Layout) -> tuple[int, int]:
     """(number of work-groups, mask bytes per group) for a mask of ``n`` bytes."""
     groups = max(1, min(layout.max_groups, n // layout.min_block))
     block = -(-n // groups)
-    if layout.group > 1:  # whole chunks: only the last group's last one is partial
-        chunk = layout.group * layout.per_item
-        block = -(-block // chunk) * chunk
+    if layout.group > 1:
+        # whole chunks (only the last group's last one is partial), starting on 16-byte
+        # boundaries (the count kernel reads 16 bytes at once)
+        unit = math.lcm(layout.group * layout.per_item, 16)
+        block = -(-block // unit) * unit
     return -(-n // block), block
 
 
