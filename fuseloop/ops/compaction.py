@@ -48,6 +48,25 @@ inline uint nonzero_bytes(const uint w)
     return (((w & 0x7F7F7F7Fu) + 0x7F7F7F7Fu) | w) & 0x80808080u;
 }
 
+#if WG > 1
+/* the sum of v over the work-group, returned to every work-item; part may be
+   reused as soon as this returns */
+long group_sum(const long v, __local long *part)
+{
+    const int lid = get_local_id(0);
+    part[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int width = WG / 2; width > 0; width >>= 1) {
+        if (lid < width)
+            part[lid] += part[lid + width];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const long sum = part[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return sum;
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fuseloop_mask_count(__global const uchar *restrict mask,
                          __global long *restrict counts, const long n, const long block)
@@ -67,14 +86,7 @@ void fuseloop_mask_count(__global const uchar *restrict mask,
     for (long i = whole + lid; i < stop; i += WG)
         c += mask[i] != 0;
     __local long part[WG];
-    part[lid] = c;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int width = WG / 2; width > 0; width >>= 1) {
-        if (lid < width)
-            part[lid] += part[lid + width];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    c = part[0];
+    c = group_sum(c, part);
 #else
     for (long i = start; i < stop; ++i)
         c += mask[i] != 0;
@@ -101,15 +113,7 @@ void fuseloop_mask_compact(__global const uchar *restrict mask,
         base += counts[h];
 #if WG > 1
     __local long part[WG];
-    part[lid] = base;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int width = WG / 2; width > 0; width >>= 1) {
-        if (lid < width)
-            part[lid] += part[lid + width];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    base = part[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
+    base = group_sum(base, part);
 
     __local int scan[WG];
     __local int staged[WG * PER];  /* the chunk's positions, relative to its start */
