@@ -11,7 +11,7 @@ work-item that walks its block with a branch-free loop.
 
 These two kernels replace pyopencl's generic scan (``copy_if``'s pattern), which
 launches three kernels and does more host work per call: it took 3 to 8 times as
-long on PoCL's CPU device and 2 to 4 times as long on the H200 (see
+long on PoCL's CPU device and 2 to 5.5 times as long on the H200 (see
 ``docs/design.md``).
 """
 
@@ -184,6 +184,7 @@ void fuseloop_mask_compact(__global const uchar *restrict mask,
         total[0] = base;
 }
 """
+
 
 @dataclass(frozen=True)
 class Layout:
