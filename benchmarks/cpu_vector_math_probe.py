@@ -1,0 +1,113 @@
+"""Probe: OpenCL math builtins on scalars against the same builtins on float8 vectors.
+
+fuseloop's CPU recipe gives each work-item a contiguous chunk and loops over it one
+element at a time; the compiler vectorises such a loop when its body is arithmetic,
+but not when it calls a math builtin (``exp``, ``sin``, ``log``).  This probe times
+hand-written kernels of the same shape (one work-item per 4096 elements) that call
+the builtin on one float at a time and on a ``float8`` at a time, beside fuseloop's
+own ``out[...] = fl.exp(x)`` (and ``sin``, ``log``) and numpy, and checks every
+result against numpy in float64 (largest error in float32 ulps).  It measures; it
+changes nothing.
+
+Usage::
+
+    python benchmarks/cpu_vector_math_probe.py [--device SPEC] [--size LOG2] [--out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+
+import fuseloop as fl
+from fuseloop.bench.runner import median_time
+
+CHUNK = 4096
+SOURCE = """
+#define CHUNK 4096
+__kernel void scalar_F(__global float *o, __global const float *x, int n)
+{
+    const int first = get_group_id(0) * CHUNK;
+    for (int i = 0; i < CHUNK; ++i)
+        if (first + i < n)
+            o[first + i] = F(ARG(x[first + i]));
+}
+__kernel void vector8_F(__global float *o, __global const float *x, int n)
+{
+    const int first = get_group_id(0) * CHUNK;  /* (n is a multiple of CHUNK here) */
+    for (int i = 0; i < CHUNK; i += 8)
+        vstore8(F(ARG(vload8(0, x + first + i))), 0, o + first + i);
+}
+"""
+FUNCTIONS = {"exp": ("x", np.exp), "sin": ("x", np.sin), "log": ("fabs(x)",
+                                                                   lambda v: np.log(np.abs(v)))}
+
+
+def ulps(got: np.ndarray, want: np.ndarray) -> float:
+    spacing = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    return float(np.max(np.abs(got.astype(np.float64) - want) / spacing))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--size", type=int, default=22)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    fl.set_device(args.device)
+    dev = fl.get_device()
+    n = 1 << args.size
+    assert n % CHUNK == 0
+    h = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    x = fl.asarray(h)
+    out = fl.empty_like(x)
+    host_out = np.empty_like(h)
+    rows: list[dict[str, Any]] = []
+    for name, (arg, ref_fn) in FUNCTIONS.items():
+        want = ref_fn(h.astype(np.float64))
+        # one program per function: the builtin and its argument as macros
+        program = cl.Program(dev.context, SOURCE).build(
+            options=[f"-DF={name}", "-DARG(v)=" + arg.replace("x", "(v)")])
+        for kind in ("scalar", "vector8"):
+            kernel = cl.Kernel(program, f"{kind}_F")
+            kernel.set_args(out.data, x.data, np.int32(n))
+
+            def go(kernel: Any = kernel) -> None:
+                cl.enqueue_nd_range_kernel(dev.queue, kernel, (n // CHUNK,), (1,))
+
+            t = median_time(go, fl.synchronize, args.repeat)
+            got = out.get()
+            rows.append({"function": name, "kind": f"OpenCL {kind}", "ms": t * 1e3,
+                         "max_ulps": ulps(got, want)})
+        fused_expr = {"exp": lambda: fl.exp(x), "sin": lambda: fl.sin(x),
+                      "log": lambda: fl.log(fl.abs(x))}[name]
+
+        def fused(fused_expr: Any = fused_expr) -> None:
+            out[...] = fused_expr()
+
+        fused()
+        t = median_time(fused, fl.synchronize, args.repeat)
+        rows.append({"function": name, "kind": "fuseloop out[...] = fl." + name,
+                     "ms": t * 1e3, "max_ulps": ulps(out.get(), want)})
+        np_fn = {"exp": lambda: np.exp(h, out=host_out), "sin": lambda: np.sin(h, out=host_out),
+                 "log": lambda: np.log(np.abs(h), out=host_out)}[name]
+        t = median_time(np_fn, lambda: None, args.repeat)
+        rows.append({"function": name, "kind": "numpy", "ms": t * 1e3,
+                     "max_ulps": ulps(host_out, want)})
+    print(f"{dev.name}: 2^{args.size} float32, median of {args.repeat}")
+    for r in rows:
+        print(f"{r['function']:4s} {r['kind']:32s} {r['ms']:8.2f} ms   max {r['max_ulps']:.2f} ulp")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"device": dev.name, "elements": n, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
