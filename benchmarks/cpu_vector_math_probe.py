@@ -9,9 +9,18 @@ own ``out[...] = fl.exp(x)`` (and ``sin``, ``log``) and numpy, and checks every
 result against numpy in float64 (largest error in float32 ulps).  It measures; it
 changes nothing.
 
+With ``--lanes`` it instead checks every builtin that the CPU recipe applies to
+vectors, in the form it uses (float32 sin, cos and tan through double8), and
+the float8 sin, cos and tan that it does not use, on vectors whose lanes
+hold unrelated values: random bit patterns of float32 and float64 (every
+magnitude, subnormals, infinities, NaN), and small arguments with one large lane
+per vector.  It reports, per builtin, the largest distance in representable values
+between the vector and the scalar builtin.
+
 Usage::
 
     python benchmarks/cpu_vector_math_probe.py [--device SPEC] [--size LOG2] [--out F]
+    python benchmarks/cpu_vector_math_probe.py --lanes [--device SPEC] [--out F]
 """
 
 from __future__ import annotations
@@ -53,15 +62,97 @@ def ulps(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.max(np.abs(got.astype(np.float64) - want) / spacing))
 
 
+LANES_SOURCE = """
+__kernel void scalar_F(__global T *o, __global const T *x, __global const T *y)
+{
+    const int i = get_global_id(0);
+    o[i] = SCALAR(x[i], y[i]);
+}
+__kernel void vector8_F(__global T *o, __global const T *x, __global const T *y)
+{
+    const int i = get_global_id(0);
+    vstore8(VECTOR(vload8(i, x), vload8(i, y)), i, o);
+}
+"""
+
+
+def values_apart(a: np.ndarray, b: np.ndarray) -> int:
+    """Largest distance in representable values (NaN against NaN: 0)."""
+    ints = {4: np.int32, 8: np.int64}[a.itemsize]
+    sign = 1 << (8 * a.itemsize - 1)
+    la = a.view(ints).astype(object)
+    lb = b.view(ints).astype(object)
+    la = np.where(la < 0, -(la + sign), la)
+    lb = np.where(lb < 0, -(lb + sign), lb)
+    far = np.abs(la - lb)
+    far[np.isnan(a) & np.isnan(b)] = 0
+    far[np.isnan(a) != np.isnan(b)] = 1 << 62
+    return int(far.max())
+
+
+def check_lanes(dev: Any, out_path: str | None) -> int:
+    from fuseloop.recipes.cpu_vector import vector_builtins
+
+    table = vector_builtins()
+    rng = np.random.default_rng(0)
+    n = 1 << 18
+    rows = []
+    for ctype, dt, ints, tag in (("float", np.float32, np.uint32, "f32"),
+                                 ("double", np.float64, np.uint64, "f64")):
+        x = rng.integers(0, np.iinfo(ints).max, n, dtype=ints, endpoint=True).view(dt)
+        y = rng.integers(0, np.iinfo(ints).max, n, dtype=ints, endpoint=True).view(dt)
+        # small arguments with one large lane in each vector
+        mixed = rng.uniform(1e-5, 1, n).astype(dt)
+        mixed[::8] = np.exp(rng.uniform(np.log(1e6), np.log(1e30), n // 8)).astype(dt)
+        cases = {}  # name -> (the scalar call, the vector call)
+        for name, call in table.items():
+            if name.endswith(tag):
+                scalar = f"{call.builtin}({'a' if call.arity == 1 else 'a,b'})"
+                cases[name] = (scalar, scalar if not call.through_double else
+                               f"convert_float8({call.builtin}(convert_double8(a)))")
+        if ctype == "float":  # the float8 forms that the recipe does not use
+            cases.update({f"{op} on float8 (not used)": (f"{op}(a)", f"{op}(a)")
+                          for op in ("sin", "cos", "tan")})
+        mf = cl.mem_flags
+        bufs = [cl.Buffer(dev.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+                for a in (x, y, mixed)]
+        out = cl.Buffer(dev.context, mf.READ_WRITE, x.nbytes)
+        for name, (scalar, vector) in cases.items():
+            program = cl.Program(dev.context, LANES_SOURCE).build(
+                options=[f"-DT={ctype}", f"-DSCALAR(a,b)={scalar}", f"-DVECTOR(a,b)={vector}"])
+            worst = {}
+            for label, (xb, yb) in (("random bits", (bufs[0], bufs[1])),
+                                    ("one large lane", (bufs[2], bufs[1]))):
+                got = []
+                for kind, items in (("scalar", n), ("vector8", n // 8)):
+                    cl.Kernel(program, f"{kind}_F")(dev.queue, (items,), None, out, xb, yb)
+                    host = np.empty_like(x)
+                    cl.enqueue_copy(dev.queue, host, out)
+                    got.append(host)
+                worst[label] = values_apart(got[0], got[1])
+            rows.append({"builtin": name, **worst})
+            print(f"{name:32s} vector against scalar, most values apart: "
+                  f"random bits {worst['random bits']}, one large lane "
+                  f"{worst['one large lane']}")
+    if out_path:
+        with open(out_path, "w") as f:
+            json.dump({"device": dev.name, "elements": n, "rows": rows}, f, indent=1)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--size", type=int, default=22)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--lanes", action="store_true",
+                    help="check vector builtins against scalar ones in mixed lanes")
     args = ap.parse_args()
     fl.set_device(args.device)
     dev = fl.get_device()
+    if args.lanes:
+        return check_lanes(dev, args.out)
     n = 1 << args.size
     assert n % CHUNK == 0
     h = np.random.default_rng(0).standard_normal(n).astype(np.float32)

@@ -85,7 +85,7 @@ def test_disk_cache_can_be_disabled(tmp_path):
 
 def test_show_kernels_prints_new_kernels(tmp_path):
     _res, err = run_child(tmp_path / "c", {"FUSELOOP_SHOW_KERNELS": "1"})
-    assert "__kernel" in err and "fl_cos_f32" in err
+    assert "__kernel" in err and "cos(" in err  # (a helper or a vector builtin call)
     _res, err = run_child(tmp_path / "c", {"FUSELOOP_SHOW_KERNELS": "1"})
     assert "__kernel" not in err  # nothing new was generated
 
