@@ -5,22 +5,24 @@ compiler vectorises that loop when its body is arithmetic, but a call of a math
 builtin (``exp``, ``sin``, ``log``, ...) stays one scalar call per element, and
 PoCL's scalar builtins are 2 to 17 times slower per element than the same
 builtins on a ``float8`` (``benchmarks/cpu_vector_math_probe.py``; the results
-agree to the last bit or within an ulp, as the OpenCL spec allows both).  Loopy
-does not vectorise function calls, so this transform does it in the kernel:
+are equal or a few representable values apart).  Loopy does not vectorise
+function calls, so this transform does it in the kernel:
 
-* the chunk loop is split into blocks of :data:`LANES` elements, the lane loop
-  unrolled, with a Loopy slab for the chunk's last partial block;
+* the chunk loop is split into blocks of :data:`LANES` elements, each with a
+  loop over its lanes; every work-item but the last has a full chunk (a Loopy slab),
+  so only the last chunk checks its lanes against the size;
 * each builtin call's arguments are stored, lane by lane, into private arrays;
-  one :class:`loopy.CInstruction` per block applies the builtin to them as a
-  vector (``vstore8(exp(vload8(0, a)), 0, r)``), and the expression reads the
-  lane's result back where the call was.
+  one :class:`loopy.CInstruction` per block applies the builtin to them as
+  vectors (``vstore8(exp(vload8(0, a)), 0, r)``), and the expression reads its
+  lane of the result where the call was.  A chain of calls gets one lane loop
+  per link, as Loopy enters each loop once per block.
 
 Only kernels of plain element loops are rewritten: every instruction an
 unconditional assignment within the chunk loop, writing temporaries or outputs.
-A call under a conditional (``where``'s branches, ``&&``, ``||``) stays where it
-is, as its arguments may be evaluated only when the condition holds.  In a
-chunk's last partial block the unused lanes of the private arrays are not
-written; the vector builtin computes them and nobody reads them.
+A call under a conditional (``if``, ``&&``, ``||``) stays where it is, as its
+arguments may be valid only where the condition holds.  In a chunk's last
+partial block the unused lanes of the private arrays are not written; the
+vector builtin computes them and nobody reads them.
 """
 
 from __future__ import annotations
@@ -263,7 +265,9 @@ def vectorise_math_calls(t_unit: lp.TranslationUnit, iname: str, chunk: int,
     t_unit = lp.split_iname(t_unit, iname, chunk, outer_tag="g.0", slabs=(0, 1))
     outer, inner = f"{iname}_outer", f"{iname}_inner"
     block, lane = f"{inner}_outer", f"{inner}_inner"
-    t_unit = lp.split_iname(t_unit, inner, LANES, inner_tag="unr")
+    # (the lane loops stay loops of 8: the compiler unrolls them; Loopy's unrolling
+    # gave the same speed and a longer compile)
+    t_unit = lp.split_iname(t_unit, inner, LANES)
     knl = t_unit.default_entrypoint
     vec, insns = _hoist_calls(knl, t_unit.callables_table, fp64, frozenset({outer, block}),
                               lane)
@@ -286,7 +290,6 @@ def vectorise_math_calls(t_unit: lp.TranslationUnit, iname: str, chunk: int,
             new = f"{lane}_s{s}"
             t_unit = lp.duplicate_inames(t_unit, lane, " or ".join(f"id:{i}" for i in ids),
                                          new_inames=[new])
-            t_unit = lp.tag_inames(t_unit, {new: "unr"})
             lane_inames.append(new)
     # the lanes of one block, not the blocks of one lane, are the innermost loop
     for name in lane_inames:
