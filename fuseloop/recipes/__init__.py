@@ -285,7 +285,7 @@ def _register_reduction_recipes() -> None:
 
     register_recipe("default", gpu_rows, name="gpu-rows", version="9", kind="reduction")
     register_recipe("gpu", gpu_rows, name="gpu-rows", version="9", kind="reduction")
-    register_recipe("cpu", cpu_rows, name="cpu-rows", version="2", kind="reduction")
+    register_recipe("cpu", cpu_rows, name="cpu-rows", version="3", kind="reduction")
 
 
 _register_reduction_recipes()

@@ -130,7 +130,10 @@ class _Vectoriser:
         self.varying = frozenset(knl.temporary_variables) | {lane}
         self.temps: dict[str, lp.TemporaryVariable] = {}
         self.insns: list[Any] = []
-        self.count = 0
+        self.count = 0  # calls hoisted
+        # names already taken by an earlier application to another loop
+        self.first = sum(1 for insn in knl.instructions
+                         if insn.id.startswith("_fl_vcall"))
 
     def vectorisable(self, name: str | None, params: tuple) -> VectorCall | None:
         call = self.table.get(name) if name is not None else None
@@ -157,7 +160,7 @@ class _Vectoriser:
 
     def hoist(self, name: str, call: VectorCall, params: tuple, mapper: _CallHoister) -> Any:
         dtype = np.dtype(self.callables[name].result_dtype)
-        k = self.count
+        k = self.first + self.count
         self.count += 1
         lane_var = prim.Variable(self.lane)
         call_id = f"_fl_vcall{k}"
@@ -199,25 +202,58 @@ class _Vectoriser:
         return prim.Subscript(prim.Variable(result), lane_var)
 
 
-def _plain_element_loop(knl: lp.LoopKernel, inames: frozenset[str]) -> bool:
+def _plain_element_loop(knl: lp.LoopKernel, insns: list[Any], inames: frozenset[str],
+                        readers: frozenset[str] = frozenset()) -> bool:
+    """Whether ``insns`` are unconditional assignments within exactly ``inames``,
+    writing outputs or temporaries that no other instruction (but ``readers``) reads."""
     outputs = {a.name for a in knl.args if isinstance(a, lp.ArrayArg) and a.is_output}
-    for insn in knl.instructions:
+    ids = {insn.id for insn in insns} | readers
+    written: set[str] = set()
+    for insn in insns:
         if (not isinstance(insn, lp.Assignment) or insn.predicates
-                or insn.within_inames != inames):
+                or insn.within_inames != inames or _has_reduction(insn.expression)):
             return False
         target = insn.assignee_var_names()[0]
         if target not in knl.temporary_variables and target not in outputs:
             return False
-    return True
+        if target in knl.temporary_variables:
+            written.add(target)
+    # a temporary set in the loop and used elsewhere would see only one lane's value
+    return not any(insn.id not in ids and insn.dependency_names() & written
+                   for insn in knl.instructions)
 
 
-def _hoist_calls(knl: lp.LoopKernel, callables: Any, fp64: bool,
+class _ReductionFinder(IdentityMapper):
+    found = False
+
+    def map_reduction(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
+        self.found = True
+        return expr
+
+
+def _has_reduction(expr: Any) -> bool:
+    finder = _ReductionFinder()
+    finder(expr)
+    return finder.found
+
+
+def _hoist_calls(knl: lp.LoopKernel, callables: Any, fp64: bool, ids: frozenset[str],
                  block_inames: frozenset[str], lane: str) -> tuple[_Vectoriser, list[Any]]:
+    """Hoist the calls of the instructions ``ids`` (of a reduction, its inner
+    expression); return the vectoriser and the kernel's new instruction list."""
     vec = _Vectoriser(knl, callables, _BUILTINS[fp64], block_inames, lane)
     insns = []
     for insn in knl.instructions:
+        if insn.id not in ids:
+            insns.append(insn)
+            continue
         mapper = _CallHoister(vec, insn.depends_on)
-        expr = mapper(insn.expression)
+        red = insn.expression
+        if isinstance(red, lp.Reduction):
+            expr = lp.Reduction(red.operation, red.inames, mapper(red.expr),
+                                allow_simultaneous=red.allow_simultaneous)
+        else:
+            expr = mapper(red)
         insns.append(insn.copy(expression=expr,
                                depends_on=insn.depends_on | frozenset(mapper.call_ids)))
     return vec, vec.insns + insns
@@ -247,6 +283,56 @@ def _stages(insns: list[Any]) -> dict[str, int]:
     return stage
 
 
+def _vectorise_block(t_unit: lp.TranslationUnit, ids: frozenset[str], block: str,
+                     lane: str, fp64: bool, keep: frozenset[str] = frozenset()
+                     ) -> lp.TranslationUnit:
+    """Apply the math builtins of instructions ``ids`` (within ``block`` and
+    ``lane``, the loop over a block's lanes) to vectors of a block's lanes.
+
+    Each stage of a chain of calls gets its own copy of the lane loop; the
+    instructions in ``keep`` stay in ``lane`` (a reduction whose lanes are
+    accumulators), and then the stores of the first stage get a copy too.
+    """
+    knl = t_unit.default_entrypoint
+    block_inames = knl.id_to_insn[next(iter(ids))].within_inames - {lane} | {block}
+    vec, insns = _hoist_calls(knl, t_unit.callables_table, fp64, ids,
+                              frozenset(block_inames), lane)
+    temps = dict(knl.temporary_variables)
+    # scalars written in one lane loop may be read in a later one
+    privatise = frozenset(name for insn in insns if insn.id in ids
+                          for name in insn.assignee_var_names()
+                          if name in temps and not temps[name].shape)
+    temps.update(vec.temps)
+    t_unit = t_unit.with_kernel(knl.copy(instructions=insns, temporary_variables=temps))
+    if privatise:
+        t_unit = lp.privatize_temporaries_with_inames(t_unit, lane,
+                                                      only_var_names=privatise)
+    # one lane loop per stage (Loopy enters each loop once per block)
+    hoisted = {insn.id for insn in vec.insns}
+    stages = _stages([insn for insn in insns if insn.id in ids or insn.id in hoisted])
+    lane_inames = [lane]
+    for s in range(0 if keep else 1, max(stages.values()) + 1):
+        moved = [i for i, st in stages.items()
+                 if st == s and i not in keep
+                 and not isinstance(t_unit.default_entrypoint.id_to_insn[i], lp.CInstruction)]
+        if moved:
+            new = f"{lane}_s{s}"
+            t_unit = lp.duplicate_inames(t_unit, lane, " or ".join(f"id:{i}" for i in moved),
+                                         new_inames=[new])
+            lane_inames.append(new)
+    # the lanes of one block, not the blocks of one lane, are the innermost loop
+    for name in lane_inames[1 if keep else 0:]:
+        t_unit = lp.prioritize_loops(t_unit, f"{block},{name}")
+    return t_unit
+
+
+def count_vector_calls(t_unit: lp.TranslationUnit, ids: frozenset[str], fp64: bool,
+                 lane: str) -> int:
+    """How many calls of instructions ``ids`` would be applied to vectors."""
+    knl = t_unit.default_entrypoint
+    return _hoist_calls(knl, t_unit.callables_table, fp64, ids, frozenset(), lane)[0].count
+
+
 def vectorise_math_calls(t_unit: lp.TranslationUnit, iname: str, chunk: int,
                          fp64: bool = True) -> lp.TranslationUnit:
     """Split the element loop ``iname`` into one chunk of ``chunk`` elements per
@@ -256,42 +342,116 @@ def vectorise_math_calls(t_unit: lp.TranslationUnit, iname: str, chunk: int,
     A kernel with no such call, or that is not a plain element loop, is only split.
     """
     knl = t_unit.default_entrypoint
-    callables = t_unit.callables_table
-    if (not _plain_element_loop(knl, frozenset({iname}))
-            or not _hoist_calls(knl, callables, fp64, frozenset(), iname)[0].count):
+    ids = frozenset(insn.id for insn in knl.instructions)
+    if (not _plain_element_loop(knl, knl.instructions, frozenset({iname}))
+            or not count_vector_calls(t_unit, ids, fp64, iname)):
         return lp.split_iname(t_unit, iname, chunk, outer_tag="g.0")
     # every work-item but the last one has a full chunk (a slab), whose blocks of
     # lanes then need no bounds checks; in the last chunk, the lanes are checked
     t_unit = lp.split_iname(t_unit, iname, chunk, outer_tag="g.0", slabs=(0, 1))
-    outer, inner = f"{iname}_outer", f"{iname}_inner"
-    block, lane = f"{inner}_outer", f"{inner}_inner"
+    inner = f"{iname}_inner"
     # (the lane loops stay loops of 8: the compiler unrolls them; Loopy's unrolling
     # gave the same speed and a longer compile)
     t_unit = lp.split_iname(t_unit, inner, LANES)
+    return _vectorise_block(t_unit, ids, f"{inner}_outer", f"{inner}_inner", fp64)
+
+
+def vectorise_loop_calls(t_unit: lp.TranslationUnit, iname: str,
+                         fp64: bool = True) -> lp.TranslationUnit:
+    """Apply the math builtins of the sequential loop ``iname`` (a row's elements,
+    say) to vectors of :data:`LANES` elements; the kernel is unchanged where the
+    loop's instructions are not plain element assignments or call no builtin that
+    pays as a vector."""
     knl = t_unit.default_entrypoint
-    vec, insns = _hoist_calls(knl, t_unit.callables_table, fp64, frozenset({outer, block}),
-                              lane)
-    temps = dict(knl.temporary_variables)
-    privatise = frozenset(name for name, t in temps.items() if not t.shape)
-    temps.update(vec.temps)
-    t_unit = t_unit.with_kernel(knl.copy(instructions=insns, temporary_variables=temps))
-    if privatise:
-        # scalars written in one lane loop may be read in a later one
-        t_unit = lp.privatize_temporaries_with_inames(t_unit, lane,
-                                                      only_var_names=privatise)
-    # one lane loop per stage (Loopy enters each loop once per block)
-    stages = _stages(insns)
-    lane_inames = [lane]
-    for s in range(1, max(stages.values()) + 1):
-        ids = [i for i, st in stages.items()
-               if st == s and not isinstance(t_unit.default_entrypoint.id_to_insn[i],
-                                             lp.CInstruction)]
-        if ids:
-            new = f"{lane}_s{s}"
-            t_unit = lp.duplicate_inames(t_unit, lane, " or ".join(f"id:{i}" for i in ids),
-                                         new_inames=[new])
-            lane_inames.append(new)
-    # the lanes of one block, not the blocks of one lane, are the innermost loop
-    for name in lane_inames:
-        t_unit = lp.prioritize_loops(t_unit, f"{block},{name}")
-    return t_unit
+    mine = [insn for insn in knl.instructions if iname in insn.within_inames]
+    ids = frozenset(insn.id for insn in mine)
+    if (not mine or knl.iname_tags(iname)
+            or not _plain_element_loop(knl, mine, mine[0].within_inames)
+            or not count_vector_calls(t_unit, ids, fp64, iname)):
+        return t_unit
+    # full blocks (all but the last, a slab) need no bounds checks
+    t_unit = lp.split_iname(t_unit, iname, LANES, slabs=(0, 1))
+    return _vectorise_block(t_unit, ids, f"{iname}_outer", f"{iname}_inner", fp64)
+
+
+def _reduction_parts(knl: lp.LoopKernel, insn_id: str) -> frozenset[str] | None:
+    """The reduction ``insn_id`` and the instructions inside its loop that compute
+    its terms (a load or subexpression used twice), when all are plain: None if not."""
+    insn = knl.id_to_insn.get(insn_id)
+    red = getattr(insn, "expression", None)
+    if (not isinstance(red, lp.Reduction) or insn.predicates or _has_reduction(red.expr)
+            or red.operation.arg_count != 1):
+        return None
+    loop = frozenset(red.inames)
+    terms = [other for other in knl.instructions
+             if other.id != insn_id and loop <= other.within_inames]
+    if terms and not _plain_element_loop(knl, terms, terms[0].within_inames,
+                                         frozenset({insn_id})):
+        return None
+    if any(knl.temporary_variables[name].shape for t in terms
+           for name in t.assignee_var_names()):
+        return None
+    return frozenset({insn_id, *(t.id for t in terms)})
+
+
+def reduction_vector_calls(t_unit: lp.TranslationUnit, insn_id: str, fp64: bool = True
+                           ) -> int:
+    """How many calls of reduction ``insn_id`` (over one loop, its lanes) and of the
+    instructions that compute its terms would be applied to vectors."""
+    knl = t_unit.default_entrypoint
+    ids = _reduction_parts(knl, insn_id)
+    if ids is None:
+        return 0
+    lane, = knl.id_to_insn[insn_id].expression.inames
+    return count_vector_calls(t_unit, ids, fp64, lane)
+
+
+def vectorise_reduction_calls(t_unit: lp.TranslationUnit, insn_id: str, block: str,
+                              lane: str, fp64: bool = True) -> lp.TranslationUnit:
+    """Apply the math builtins inside reduction ``insn_id`` to vectors.
+
+    The instruction must reduce over ``block`` within ``lane``, one accumulator
+    per lane, element ``LANES * block + lane`` (see ``rows._accumulators``): the
+    calls' arguments for a block are stored lane by lane before the update reads
+    its lane of the result.  Instructions inside the loop that compute the terms
+    (a load used twice) get one value per lane.
+    """
+    knl = t_unit.default_entrypoint
+    ids = _reduction_parts(knl, insn_id)
+    if (ids is None or knl.id_to_insn[insn_id].expression.inames != (block,)
+            or lane not in knl.id_to_insn[insn_id].within_inames
+            or any(lane not in knl.id_to_insn[i].within_inames for i in ids)
+            or not count_vector_calls(t_unit, ids, fp64, lane)):
+        return t_unit
+    insn = knl.id_to_insn[insn_id]
+    dtype = knl.temporary_variables[insn.assignee_var_names()[0]].dtype
+    callables = t_unit.callables_table
+    neutral, after_neutral = insn.expression.operation.neutral_element(
+        dtype, callables_table=callables, target=t_unit.target)
+    if after_neutral is not callables or insn.expression.operation(
+            [dtype], insn.assignee, insn.expression.expr, callables,
+            t_unit.target)[1] is not callables:
+        return t_unit  # an operation that needs functions of its own
+    t_unit = _vectorise_block(t_unit, ids, block, lane, fp64, keep=frozenset({insn_id}))
+    # The reduction is written out as an initial value and an update per block,
+    # everything in the block loop after the initial value: Loopy's own would let
+    # the scheduler close the block loop after the vector calls and open it again
+    # for the updates, once their initial values are set.
+    knl = t_unit.default_entrypoint
+    insn = knl.id_to_insn[insn_id]
+    red = insn.expression
+    combined, _ = red.operation([dtype], insn.assignee, red.expr, callables, t_unit.target)
+    init = lp.Assignment(insn.assignee, neutral, id=f"{insn_id}_init",
+                         within_inames=insn.within_inames)
+    insns = []
+    for other in knl.instructions:
+        if other.id == insn_id:
+            insns.append(init)
+            insns.append(insn.copy(expression=combined,
+                                   within_inames=insn.within_inames | {block},
+                                   depends_on=insn.depends_on | {init.id}))
+        elif block in other.within_inames:
+            insns.append(other.copy(depends_on=other.depends_on | {init.id}))
+        else:
+            insns.append(other)
+    return t_unit.with_kernel(knl.copy(instructions=insns))

@@ -30,6 +30,12 @@ from loopy.kernel.data import LocalInameTag
 from ..expr.program import Program
 from ..lower.kernel import ELEMENT_INAME, FLAT_INAME, contiguous_rows
 from . import row_cache
+from .cpu_vector import (
+    POCL_PLATFORM,
+    reduction_vector_calls,
+    vectorise_loop_calls,
+    vectorise_reduction_calls,
+)
 
 if TYPE_CHECKING:
     from ..runtime.devices import Device
@@ -313,15 +319,51 @@ def _spread_row_work(t_unit: lp.TranslationUnit, group: int) -> lp.TranslationUn
 
 
 def cpu_rows(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
-    """A few whole rows per work-item; rows are looped through sequentially."""
+    """A few whole rows per work-item; rows are looped through sequentially.
+
+    On PoCL, math builtins applied to a row's elements run on vectors of
+    :data:`~fuseloop.recipes.cpu_vector.LANES` elements (as in the elementwise
+    recipe): in a reduction over a contiguous row (``sum(exp(x - m))``), whose
+    lanes then get an accumulator each, and in the loop over a row's elements
+    (softmax's ``exp(x - m) / s``).
+    """
     knl = t_unit.default_entrypoint
+    vector = device.platform == POCL_PLATFORM
+    fp64 = device.has_fp64
     if knl.name == "fuseloop_rows" and ELEMENT_INAME not in knl.all_inames():
         # long contiguous rows (or pieces): one each, so every core gets some
         t_unit = lp.tag_inames(t_unit, {FLAT_INAME: "g.0"})
         for j in _reduction_inames(knl):
             t_unit = _accumulators(t_unit, j, CPU_ACCUMULATORS)
+            if vector:
+                t_unit = _vector_reduction(t_unit, j, fp64)
         return t_unit
-    return lp.split_iname(t_unit, FLAT_INAME, CPU_ROWS_PER_ITEM, outer_tag="g.0")
+    t_unit = lp.split_iname(t_unit, FLAT_INAME, CPU_ROWS_PER_ITEM, outer_tag="g.0")
+    if not vector:
+        return t_unit
+    if knl.name == "fuseloop_rows":
+        for j in _reduction_inames(knl):
+            if _reduction_calls(t_unit, j, fp64):
+                t_unit = _vector_reduction(_accumulators(t_unit, j, CPU_ACCUMULATORS),
+                                           j, fp64)
+    if ELEMENT_INAME in knl.all_inames():
+        t_unit = vectorise_loop_calls(t_unit, ELEMENT_INAME, fp64)
+    return t_unit
+
+
+def _reduction_calls(t_unit: lp.TranslationUnit, j: str, fp64: bool) -> bool:
+    """Whether the reduction over ``j`` calls a builtin that pays on vectors."""
+    knl = t_unit.default_entrypoint
+    return any(isinstance(insn, lp.Assignment) and isinstance(insn.expression, lp.Reduction)
+               and insn.expression.inames == (j,)
+               and reduction_vector_calls(t_unit, insn.id, fp64)
+               for insn in knl.instructions)
+
+
+def _vector_reduction(t_unit: lp.TranslationUnit, j: str, fp64: bool) -> lp.TranslationUnit:
+    # (``_accumulators`` names the reduction over the blocks ``calc_part_<j>``)
+    return vectorise_reduction_calls(t_unit, f"calc_part_{j}", f"{j}_outer", f"{j}_inner",
+                                     fp64)
 
 
 def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int) -> lp.TranslationUnit:
