@@ -343,9 +343,10 @@ def cpu_rows(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
         return t_unit
     if knl.name == "fuseloop_rows":
         for j in _reduction_inames(knl):
-            if _reduction_calls(t_unit, j, fp64):
-                t_unit = _vector_reduction(_accumulators(t_unit, j, CPU_ACCUMULATORS),
-                                           j, fp64)
+            calls = _reduction_calls(t_unit, j, fp64)
+            t_unit = _accumulators(t_unit, j, CPU_ACCUMULATORS)
+            if calls:
+                t_unit = _vector_reduction(t_unit, j, fp64)
     if ELEMENT_INAME in knl.all_inames():
         t_unit = vectorise_loop_calls(t_unit, ELEMENT_INAME, fp64)
     return t_unit
@@ -380,7 +381,7 @@ def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int) -> lp.Translat
             and insn.expression.inames == (j,) and insn.expression.operation.arg_count == 1]
     if bound is None or len(mine) != 1:
         return t_unit
-    t_unit = lp.split_iname(t_unit, j, count)
+    t_unit = lp.split_iname(t_unit, j, count, slabs=(0, 1))
     knl = t_unit.default_entrypoint
     outer, lane, combine = f"{j}_outer", f"{j}_inner", f"{j}_combine"
     insns, temps = [], dict(knl.temporary_variables)
