@@ -8,7 +8,8 @@ phase of the machine:
   math builtins to 8 lanes at a time in reductions over rows and in the loop over
   a row's elements (``fuseloop.recipes.cpu_vector``);
 * fuseloop with the same recipe told the device is not PoCL (the builtins called
-  per element, as before): registered here for this run;
+  per element, and one accumulator per reduction in kernels of several rows per
+  work-item: the recipe as it was before): registered here for this run;
 * numpy on the host.
 
 Workloads: row softmax ``e = exp(x - max); e / sum(e)`` (float32 and float64), row
