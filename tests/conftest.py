@@ -46,3 +46,20 @@ def restore_recipes():
         _REGISTRY.clear()
         _REGISTRY.update(saved)
         _CHOSEN.clear()
+
+
+@pytest.fixture
+def cpu():
+    """The CPU device as the default device for the test."""
+    with fl.device("cpu") as dev:
+        yield dev
+
+
+@pytest.fixture
+def pocl(cpu):
+    """The CPU device, where the recipes apply vector builtins (PoCL); skips elsewhere."""
+    from fuseloop.recipes.cpu_vector import POCL_PLATFORM
+
+    if cpu.platform != POCL_PLATFORM:
+        pytest.skip(f"vector math is applied on PoCL only, not on {cpu.platform!r}")
+    return cpu

@@ -19,7 +19,6 @@ from fuseloop.lower.scalar_ops import make_helper
 from fuseloop.recipes import CPU_CHUNK
 from fuseloop.recipes.cpu_vector import (
     LANES,
-    POCL_PLATFORM,
     vector_builtins,
     vectorise_math_calls,
 )
@@ -30,20 +29,6 @@ UNARY = ["sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "tan
 BINARY = ["arctan2", "hypot", "power", "fmod"]
 # sizes: less than a block, partial blocks, one full chunk, chunks and a partial one
 SIZES = [1, 7, 13, CPU_CHUNK, 3 * CPU_CHUNK + 21]
-
-
-@pytest.fixture
-def cpu():
-    with fl.device("cpu") as dev:
-        yield dev
-
-
-@pytest.fixture
-def pocl(cpu):
-    """The CPU device, where the recipe applies vector builtins (PoCL)."""
-    if cpu.platform != POCL_PLATFORM:
-        pytest.skip(f"vector math is applied on PoCL only, not on {cpu.platform!r}")
-    return cpu
 
 
 def _argument(op: str, n: int, dtype: type, seed: int = 0) -> np.ndarray:

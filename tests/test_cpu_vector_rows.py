@@ -14,24 +14,11 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
-from fuseloop.recipes.cpu_vector import LANES, POCL_PLATFORM
+from fuseloop.recipes.cpu_vector import LANES
 
 # (rows, row length): one element, less than a block, one block, a block and one,
 # long rows with a partial last block
 SHAPES = [(1, 1), (3, 7), (4, LANES), (5, LANES + 1), (37, 1003), (2, 4101)]
-
-
-@pytest.fixture
-def cpu():
-    with fl.device("cpu") as dev:
-        yield dev
-
-
-@pytest.fixture
-def pocl(cpu):
-    if cpu.platform != POCL_PLATFORM:
-        pytest.skip(f"vector math is applied on PoCL only, not on {cpu.platform!r}")
-    return cpu
 
 
 def _rand(shape: tuple[int, ...], dtype: type, seed: int, scale: float = 4.0) -> np.ndarray:
