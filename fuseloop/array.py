@@ -31,7 +31,7 @@ from .expr.nodes import (
     signature_of,
     unregistered_readers,
 )
-from .runtime.devices import Device
+from .runtime.devices import Device, flush_deferred
 from .runtime.transfer import read
 
 
@@ -438,6 +438,8 @@ class Array:
     def get(self) -> np.ndarray:
         """Evaluate and copy to a new numpy array (waits for the device)."""
         self.eval()
+        # the read would enqueue deferred launches anyway: now, they start a little sooner
+        flush_deferred(self.device)
         host = np.empty(self.shape, self.dtype)
         if host.size:
             storage = self._storage
@@ -516,10 +518,8 @@ class Array:
 
     def __setitem__(self, key: Any, value: Any) -> None:
         """Write through a view (``a[1:-1] = e``) or scatter (``a[idx] = v``)."""
-        from .ops.indexing import setitem
-
         held = isinstance(value, Array) and sys.getrefcount(value) > _TEMP_REFCOUNT
-        setitem(self, key, value, held)
+        _setitem(self, key, value, held)
 
     def _inplace(self, op: str, other: Any) -> Array:
         node, _ = build_node(op, (self, other))
@@ -729,3 +729,4 @@ for _name, _op in [("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
 
 # (at the end: the assignment module reads this one's names at import)
 from .assignment import NodeValue, assign  # noqa: E402
+from .ops.indexing import setitem as _setitem  # noqa: E402

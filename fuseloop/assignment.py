@@ -7,7 +7,7 @@ from typing import Any
 from .array import Array, Constant, _coerce, _operand_node
 from .dtypes import scalar_to
 from .errors import DeviceError, ShapeError
-from .evaluate import cast_node, run
+from .evaluate import cast_node, run, run_into
 from .expr.nodes import Literal, Node, broadcast_shapes
 from .expr.program import Target
 
@@ -96,6 +96,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         # the caller keeps the value: materialise it too, in the same kernel
         out = run([node, held_array._node], target.shape, target.device, [dest, None])
         held_array._become(out[1])
+    elif dest is storage:
+        run_into(node, dest_shape, target.device, storage)
     else:
         run([node], dest_shape, target.device, [dest])
 

@@ -94,6 +94,9 @@ def capturing_sources() -> Iterator[list[str]]:
 # than TWO_STAGE_MAX_ROWS, is split over many work-groups (two stages).
 TWO_STAGE_MIN_LENGTH = 32768
 TWO_STAGE_MAX_ROWS = 64
+# Full reductions consumed by a larger output stay in its kernel (one row) when the
+# output and every reduced range are shorter than this (see _fits_one_row)
+ONE_ROW_MAX_LENGTH = TWO_STAGE_MIN_LENGTH
 _SPLITTABLE = {"sum": "sum", "prod": "prod", "max": "max", "min": "min"}
 
 
@@ -191,8 +194,12 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]) -
     consumed by anything larger, a reduction whose value changes along an
     enclosing reduction's own loop (a chain of contractions: it would be
     recomputed for every step of that loop), or one behind a gather runs first.
+    Except: when every reduction is a full one and the output and every reduced
+    range are short (:func:`_fits_one_row`), the kernel is one row and they all
+    stay (a short vector's softmax or ``x - x.mean()`` is one kernel).
     """
     out_size = math.prod(out_shape)
+    one_row = _fits_one_row(roots, out_size)
     found: list[Reduce] = []
     seen: set[tuple[int, frozenset]] = set()
 
@@ -206,8 +213,8 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]) -
         if cls is Reduce:
             size_one = math.prod(node.shape) == 1
             varies_badly = any(node.shape[d] != 1 for d in forbidden)
-            if (size_one and (inside_reduce or out_size > 1)) or not in_root_space \
-                    or varies_badly:
+            if (size_one and (inside_reduce or out_size > 1) and not one_row) \
+                    or not in_root_space or varies_badly:
                 found.append(node)  # type: ignore[arg-type]
                 return
             walk(node.child, True, True, frozenset(node.axes))  # type: ignore[attr-defined]
@@ -229,6 +236,84 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]) -
     for r in roots:
         walk(r, True, False, frozenset())
     return found
+
+
+def _fits_one_row(roots: Sequence[Node], out_size: int) -> bool:
+    """Whether full reductions consumed by ``roots`` can run inside their kernel.
+
+    True when the output and every reduced range are shorter than
+    ``ONE_ROW_MAX_LENGTH`` and every reduction reached without a gather, a view
+    or a concatenation in between is a full one (one value): the kernel is then
+    one row, whose reductions are each computed once before its element loop.
+    Such reductions run in one work-group anyway (see ``TWO_STAGE_MIN_LENGTH``),
+    so fusing them costs no parallelism there and saves a launch, and a buffer,
+    per reduction (and per reduction nested in another, which ran twice).
+    """
+    if out_size >= ONE_ROW_MAX_LENGTH:
+        return False
+    found = [False]
+    seen: set[int] = set()
+
+    def ok(node: Node) -> bool:
+        if id(node) in seen or not node.fancy:
+            return True
+        seen.add(id(node))
+        cls = type(node)
+        if cls is Reduce:
+            found[0] = True
+            return math.prod(node.shape) == 1 and \
+                math.prod(node.child.shape) < ONE_ROW_MAX_LENGTH and ok(node.child)  # type: ignore[attr-defined]
+        if cls is Apply or cls is UserCall:
+            return all(ok(a) for a in node.args)  # type: ignore[attr-defined]
+        return True  # (behind a gather, view or concatenation: runs first in any case)
+
+    return all(ok(r) for r in roots) and found[0]
+
+
+def _materialise_pending(pending: Sequence[Reduce], device: Device) -> dict[int, Node]:
+    """Run each of ``pending`` into a buffer; return their leaves by the node's id.
+
+    A pending reduction nested in another (softmax's maximum inside its sum)
+    runs first, and the outer one reads its result instead of computing it again.
+    """
+    ids = {id(p) for p in pending}
+    replace: dict[int, Node] = {}
+
+    def nested(node: Node, acc: list[Node], seen: set[int]) -> None:
+        if id(node) in seen or not node.fancy:
+            return
+        seen.add(id(node))
+        if id(node) in ids:
+            acc.append(node)
+        for c in _children(node):
+            nested(c, acc, seen)
+
+    def run_one(p: Reduce) -> None:
+        if id(p) in replace:
+            return
+        inner: list[Node] = []
+        nested(p.child, inner, set())
+        for q in inner:
+            run_one(q)  # type: ignore[arg-type]
+        node = _rebuild(p, replace, {}) if inner else p
+        replace[id(p)] = materialise(node, device)
+
+    for p in pending:
+        run_one(p)
+    return replace
+
+
+def _children(node: Node) -> tuple[Node, ...]:
+    cls = type(node)
+    if cls is Apply or cls is UserCall:
+        return node.args  # type: ignore[attr-defined]
+    if cls is Reduce or cls is Remap:
+        return (node.child,)  # type: ignore[attr-defined]
+    if cls is Gather:
+        return (node.child, node.index)  # type: ignore[attr-defined]
+    if cls is Concat:
+        return node.pieces  # type: ignore[attr-defined]
+    return ()
 
 
 def _has_reduce(node: Node) -> bool:
@@ -352,9 +437,13 @@ def _leaf_strides(roots: Sequence[Node], out_shape: tuple[int, ...],
     return all(walk(r, r.shape) for r in roots)
 
 
-def run_flat(node: Node, shape: tuple[int, ...], device: Device) -> Storage | None:
+def run_flat(node: Node, shape: tuple[int, ...], device: Device,
+             into: Storage | None = None) -> Storage | None:
     """:func:`run` of one flat elementwise ``node`` whose structure, kernel and launch
     are all cached, in one frame; None when anything else applies.
+
+    ``into``: a buffer of exactly the result's bytes to write instead of a new one
+    (``out[...] = e``), which ``node`` must not read (see :func:`run_into`).
 
     This is the commonest evaluation (``(x*2 + y).eval()`` in a loop), and most of
     its cost is the host's: so it does in place what :func:`run`, :func:`allocate`,
@@ -396,17 +485,51 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device) -> Storage | No
     except AttributeError:  # this thread's first launch of the structure
         return None
     rt = _runtime(device)
-    try:
-        buffer = rt.pool.allocate(nbytes)
-    except cl.MemoryError:
-        return None  # (run allocates again, and reports)
-    out = Storage(buffer, nbytes, device)
+    if into is None:
+        try:
+            buffer = rt.pool.allocate(nbytes)
+        except cl.MemoryError:
+            return None  # (run allocates again, and reports)
+        out = Storage(buffer, nbytes, device)
+    else:
+        out = into
     deferred = rt.deferred
     deferred.append((plan.go, (out, storages, scalars, kernel, last)))
     _tally_cached_launch()  # a memory-cache hit and a launch (see fuseloop.stats)
     if len(deferred) >= DEFER_MAX:
         rt.flush()
     return out
+
+
+def run_into(node: Node, shape: tuple[int, ...], device: Device, into: Storage) -> None:
+    """:func:`run` of ``node`` into all of the contiguous buffer ``into``.
+
+    A flat elementwise ``node`` of the target's dtype and shape that does not read
+    ``into`` takes the path of ``.eval()`` (:func:`run_flat`, else the cached
+    structure and launch), writing ``into`` instead of a new buffer: there is no
+    aliasing to check and no run plan to look up.  Anything else goes to :func:`run`.
+    """
+    if node.fancy or len(shape) > 1 or node.shape != shape or into in node.storages \
+            or into.nbytes != (shape[0] if shape else 1) * node.dtype.itemsize:
+        run([node], shape, device, [into])
+        return
+    if into.nbytes and run_flat(node, shape, device, into) is None:
+        _run_cached([node], shape, device, into)
+
+
+def _run_cached(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
+                out: Storage) -> None:
+    """One flat elementwise root into ``out``: its cached structure and launch if it
+    has them (linearised and remembered otherwise)."""
+    hit = structure_entry(roots, out_shape)
+    if hit is None:
+        program, bindings = linearize(roots, out_shape)
+        launch(program, bindings, [out], device)
+    elif captured_sources() is not None or _plan_recorder() is not None or \
+            not launch_cached(*hit, out, out_shape, device):
+        entry, storages, scalars = hit
+        launch(entry.program, Bindings(storages, scalars, list(entry.params), out_shape),
+               [out], device)
 
 
 def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
@@ -423,15 +546,7 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         root = roots[0]
         out = allocate((out_shape[0] if out_shape else 1) * root.dtype.itemsize, device)
         if out.nbytes:
-            hit = structure_entry(roots, out_shape)
-            if hit is None:
-                program, bindings = linearize(roots, out_shape)
-                launch(program, bindings, [out], device)
-            elif captured_sources() is not None or _plan_recorder() is not None or \
-                    not launch_cached(*hit, out, out_shape, device):
-                entry, storages, scalars = hit
-                launch(entry.program, Bindings(storages, scalars, list(entry.params), out_shape),
-                       [out], device)
+            _run_cached(roots, out_shape, device, out)
         return [out]
     if captured_sources() is None and _plan_recorder() is None:
         return run_plans.run(roots, out_shape, device, targets)
@@ -450,7 +565,7 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     # reductions that cannot be fused here run first
     pending = _reduces_to_materialise(roots, out_shape) if fancy else None
     if pending:
-        replace = {id(r): materialise(r, device) for r in pending}
+        replace = _materialise_pending(pending, device)
         memo: dict[int, Node] = {}
         roots = [_rebuild(r, replace, memo) for r in roots]
 

@@ -137,7 +137,7 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
          targets: Sequence[Target | Storage | None] | None, device: Device
          ) -> tuple[tuple, list[Storage], list[np.generic]] | None:
     head: list[Any] = ["run", device.index, out_shape, len(roots),
-                       _ev.TWO_STAGE_MIN_LENGTH, _ev.TWO_STAGE_MAX_ROWS]
+                       _ev.TWO_STAGE_MIN_LENGTH, _ev.TWO_STAGE_MAX_ROWS, _ev.ONE_ROW_MAX_LENGTH]
     walked = walk_structure(roots, head)
     if walked is None:
         return None
@@ -245,11 +245,12 @@ def _launch_fast(step: _Step, storages: list[Storage], outs: list[Storage],
             kernel, last = fast[5].state
         except AttributeError:
             kernel, last = thread_kernel(fast[2], fast[4], fast[5])
-        # small elementwise steps are deferred like small cached launches (``biggest``
-        # counts bytes or elements); not reductions: their results are usually read at
-        # once (``float(x.sum())``), and a deferred kernel would start only then
+        # small steps are deferred like small cached launches (``biggest`` counts bytes
+        # or elements), reductions too: a result read at once (``float(x.sum())``)
+        # enqueues it first anyway, and on PoCL a launch enqueued alone wakes its
+        # workers, which cost ~20 us per call in a loop of ``(x - x.mean()).eval()``
         enqueue_or_defer(fast[3], (outs, storages, scalars, kernel, last),
-                         biggest <= 4 * DEFER_MAX_ELEMENTS and not program.has_reduce, device)
+                         biggest <= 4 * DEFER_MAX_ELEMENTS, device)
     except BaseException:
         _stats.increment("memory_cache_hits", hit)
         raise

@@ -89,20 +89,32 @@ def test_an_interrupted_flush_loses_no_launch(device):
     assert calls == [1, 1] and not rt.deferred
 
 
-def test_small_assignments_are_deferred_and_reductions_are_not(device):
+def test_small_assignments_and_reductions_are_deferred(device):
     xh = rand(1000, 6)
     x = fl.asarray(xh)
     out = fl.empty_like(x)
     out[...] = x * 2 + 1  # recorded: a run plan
-    fl.sum(x * 2).eval()
+    fl.sum(out).eval()
     fl.synchronize()
     rt = _runtime(device)
     out[...] = x * 3 + 1  # replayed: deferred
     assert len(rt.deferred) == 1
-    s = fl.sum(x * 2).eval()  # a replayed reduction: enqueued at once, after the assignment
+    s = fl.sum(out).eval()  # a replayed small reduction: deferred after the assignment
+    assert len(rt.deferred) == 2
+    # reading the sum enqueues both, in order: it sees the assignment's values
+    np.testing.assert_allclose(float(s), (xh.astype(np.float64) * 3 + 1).sum(), rtol=1e-5)
     assert not rt.deferred
     np.testing.assert_allclose(out.get(), xh * 3 + 1, rtol=1e-6)
-    np.testing.assert_allclose(float(s), 2 * xh.astype(np.float64).sum(), rtol=1e-5)
+    big = fl.asarray(rand(300_000, 7))
+    fl.sum(big).eval()
+    fl.synchronize()
+    # two stages: the first reads more than 4 * DEFER_MAX_ELEMENTS and is enqueued at
+    # once; the second, combining its partial sums, is small and deferred
+    t = fl.sum(big).eval()
+    assert len(rt.deferred) == 1
+    _go, (_outs, storages, *_rest) = rt.deferred[0]
+    assert big._storage not in storages
+    np.testing.assert_allclose(float(t), float(np.sum(big.get(), dtype=np.float64)), rtol=1e-5)
 
 
 @pytest.fixture

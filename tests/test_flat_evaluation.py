@@ -199,3 +199,74 @@ def test_scalars_that_change_every_call_are_each_launched_with_their_value(devic
 def test_the_pinned_pyopencl_sets_scalars_from_their_bytes():
     # (its public set_arg took 10-15 us per numpy scalar on PoCL: see launching.py)
     assert launching.SET_SCALAR_ARG == "_set_arg_buf"
+
+
+@pytest.fixture
+def into_calls(monkeypatch):
+    """Records what each ``run_flat`` call with a target buffer returned (True: a storage)."""
+    taken: list[bool] = []
+    real = evaluate.run_flat
+
+    def spy(node, shape, device, into=None):
+        out = real(node, shape, device, into)
+        if into is not None:
+            taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(evaluate, "run_flat", spy)
+    return taken
+
+
+@pytest.mark.parametrize("n", [1000, 100_000])  # deferred, and enqueued at once
+def test_assignment_shares_the_evaluation_path(device, into_calls, n):
+    rng = np.random.default_rng(12)
+    xh, yh = (rng.random(n, dtype=np.float32) for _ in range(2))
+    x, y = fl.asarray(xh), fl.asarray(yh)
+    out = fl.empty_like(x)
+    (x * y + 1).eval()  # compiles the structure
+    fl.synchronize()
+    before = fl.stats()
+    for k in range(3):
+        out[...] = x * y + k
+        np.testing.assert_allclose(out.get(), xh * yh + k, rtol=1e-6)
+    after = fl.stats()
+    assert after["kernels_launched"] - before["kernels_launched"] == 3
+    assert after["kernels_compiled"] == before["kernels_compiled"]  # eval's kernel
+    assert into_calls == ([True] * 3 if n <= launching.DEFER_MAX_ELEMENTS else [False] * 3)
+
+
+def test_assignment_keeps_readers_and_aliases_right(device, into_calls):
+    rng = np.random.default_rng(13)
+    xh, oh = rng.random(500, dtype=np.float32), rng.random(500, dtype=np.float32)
+    x, out = fl.asarray(xh), fl.asarray(oh)
+    (x + 1).eval()
+    r = out * 2  # lazy, reads out's old values
+    out[...] = x + 1
+    np.testing.assert_allclose(r.get(), oh * 2, rtol=1e-6)
+    np.testing.assert_allclose(out.get(), xh + 1, rtol=1e-6)
+    assert into_calls == [True]
+    out[...] = out * 3 + x  # reads the target: not this path
+    np.testing.assert_allclose(out.get(), (xh + 1) * 3 + xh, rtol=1e-6)
+    out[...] = out[::-1] + 0  # reads it at other positions: through a temporary
+    np.testing.assert_allclose(out.get(), ((xh + 1) * 3 + xh)[::-1], rtol=1e-6)
+    assert into_calls == [True]
+
+
+def test_assignment_casts_and_broadcasts_as_numpy(device, into_calls):
+    xh = np.linspace(-3, 3, 301, dtype=np.float32)
+    x = fl.asarray(xh)
+    ints = fl.zeros(301, np.int32)
+    ints[...] = x * 2.5  # numpy's setitem casts unsafely
+    want = np.zeros(301, np.int32)
+    want[...] = xh * np.float32(2.5)
+    np.testing.assert_array_equal(ints.get(), want)
+    ints[...] = x * 2.5  # now cached: written in one frame
+    np.testing.assert_array_equal(ints.get(), want)
+    assert into_calls == [False, True]
+    row = fl.asarray(np.arange(4, dtype=np.float32))
+    m = fl.zeros((3, 4), np.float32)
+    m[...] = row * 2  # broadcast into two dimensions: the general path
+    np.testing.assert_array_equal(m.get(), np.tile(np.arange(4, dtype=np.float32) * 2, (3, 1)))
+    empty = fl.zeros(0, np.float32)
+    empty[...] = fl.zeros(0, np.float32) + 1
+    assert empty.get().shape == (0,)

@@ -25,12 +25,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..array import Array, _coerce
+from ..assignment import assign
 from ..creation import asarray
 from ..errors import DTypeError, IndexOutOfBoundsError, InvalidIndexError, index_value_out_of_bounds
 from ..evaluate import run
 from ..expr.nodes import Gather, Iota, Leaf, Node
 from ..expr.program import Target
 from ..expr.views import affine_view
+from .masks import masked_fill
 from .shape import normalize_axis, ravel, transpose, view
 
 
@@ -312,9 +314,6 @@ def _same_view(value: Any, target: Array) -> bool:
 
 
 def setitem(arr: Array, key: Any, value: Any, held: bool) -> None:
-    from ..assignment import assign
-    from .masks import masked_fill
-
     if key is Ellipsis or (type(key) is tuple and len(key) == 1 and key[0] is Ellipsis):
         # ``out[...] = e``, the common form: all of ``arr`` itself, no view to build
         if arr.is_lazy:

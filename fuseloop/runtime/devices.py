@@ -145,6 +145,13 @@ def _runtime(device: Device) -> _DeviceRuntime:
     return rt
 
 
+def flush_deferred(device: Device) -> None:
+    """Enqueue ``device``'s deferred launches now, if it has any."""
+    rt = _runtimes.get(device.index)
+    if rt is not None and rt.deferred:
+        rt.flush()
+
+
 def _discover() -> list[Device]:
     found: list[Device] = []
     try:
