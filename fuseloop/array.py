@@ -283,8 +283,69 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
     return binary
 
 
-# op -> its lean binary function, for apply_op (ufuncs called by name)
+def _unary_hit(op: str, an: Node, sa: int, dtype: np.dtype) -> tuple:
+    """``_sig_loops``' entry for the unary ``op`` of ``an`` (``sa``: its signature or 0)."""
+    hit = _loops.get((op, dtype))
+    if hit is None:
+        loop = resolve_loop(op, (dtype,))  # (raises numpy's error for a dtype without a loop)
+        hit = _loops[(op, dtype)] = (loop, _loop_key(loop))
+    loop, key = hit
+    if not sa:
+        return loop, key, 0
+    entry = (loop, key, intern_sig(("A", op, key, an.shape, sa)))
+    if len(_sig_loops) >= SIG_LOOPS_MAX:
+        _sig_loops.clear()
+    _sig_loops[(op, sa)] = entry
+    return entry
+
+
+def _lean_unary(op: str) -> Callable[[Any], Any]:
+    """The function of the unary numpy ufunc ``op`` (``fl.sqrt(x)``, ``-x``).
+
+    An Array operand takes the lean path of :func:`_lean_binary`: the node and
+    the array built in place, the loop dtypes and the result's signature found by
+    one look-up of (``op``, operand signature).  Anything else goes to
+    :func:`_apply_general`.
+    """
+    def unary(a: Any) -> Any:
+        if type(a) is not Array:
+            return _apply_general(op, (a,))
+        an = a._node
+        sa = an.sig or signature_of(an)
+        hit = _sig_loops.get((op, sa)) if sa else None
+        if hit is None:
+            hit = _unary_hit(op, an, sa, a.dtype)
+        loop, key, sig = hit
+        node = _new_node(Apply)
+        node.op = op
+        node.args = (an,)
+        node.loop = loop
+        node.loop_key = key
+        node.dtype = dtype = loop[-1]
+        node.shape = shape = an.shape
+        node.sig = sig
+        node.operands = an.operands if sig else None
+        node.storages = storages = an.storages or _EMPTY
+        node.fancy = an.fancy
+        self = _new_node(Array)
+        self._storage = None
+        self._node = node
+        self.device = a.device
+        self.dtype = dtype
+        self.shape = shape
+        if storages:
+            unregistered_readers.append(_weakref(self))
+            if len(unregistered_readers) >= READERS_FLUSH_AT:
+                register_readers()
+        return self
+
+    unary.__name__ = unary.__qualname__ = op
+    return unary
+
+
+# op -> its lean binary (unary) function, for apply_op (ufuncs called by name)
 _lean_binaries: dict[str, Callable[[Any, Any], Any]] = {}
+_lean_unaries: dict[str, Callable[[Any], Any]] = {}
 
 
 def apply_op(op: str, *operands: Any) -> Any:
@@ -294,6 +355,11 @@ def apply_op(op: str, *operands: Any) -> Any:
         if lean is None:
             lean = _lean_binaries[op] = _lean_binary(op)
         return lean(operands[0], operands[1])
+    if len(operands) == 1:
+        lean1 = _lean_unaries.get(op)
+        if lean1 is None:
+            lean1 = _lean_unaries[op] = _lean_unary(op)
+        return lean1(operands[0])
     return _apply_general(op, operands)
 
 

@@ -399,3 +399,33 @@ def test_many_operands_fall_back_to_the_walk(device):
     assert e._node.sig == 0 and e._node.operands is None
     assert structure_entry([e._node], e.shape) is not None  # cached through the walk
     np.testing.assert_allclose(e.get(), expect, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.bool_])
+def test_unary_operators_build_the_nodes_apply_builds(device, dtype):
+    # the lean unary path builds its node in place: it must be the node Apply would build
+    if dtype == np.float64 and not device.has_fp64:
+        pytest.skip("no float64 on this device")
+    from fuseloop.array import _lean_unary
+    from fuseloop.dtypes import resolve_loop
+    from fuseloop.expr.nodes import Apply
+
+    h = np.arange(1, 7).astype(dtype)
+    x = fl.asarray(h)
+    for base in (x, x[::2], x * 2, x.sum()):  # a leaf, a view, an operation, a reduction
+        for op in ("negative", "absolute", "sqrt", "exp", "invert", "isnan", "logical_not"):
+            try:
+                loop = resolve_loop(op, (base.dtype,))
+            except fl.errors.DTypeError:  # numpy has no loop: neither path builds a node
+                with pytest.raises(fl.errors.DTypeError):
+                    _lean_unary(op)(base)
+                continue
+            lean = _lean_unary(op)(base)._node
+            ref = Apply(op, (base._node,), loop, base.shape)
+            for field in ("op", "args", "loop", "loop_key", "dtype", "shape", "sig",
+                          "operands", "storages", "fancy"):
+                assert getattr(lean, field) == getattr(ref, field), (op, field)
+    if dtype == np.bool_:
+        np.testing.assert_array_equal(fl.logical_not(~x).get(), np.logical_not(~h))
+    else:
+        np.testing.assert_allclose(fl.sqrt(fl.abs(-x)).get(), np.sqrt(np.abs(-h)), rtol=1e-6)

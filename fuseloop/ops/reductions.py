@@ -144,8 +144,15 @@ def mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) ->
     acc, res = _mean_dtypes(x.dtype, dtype)
     count = math.prod(x.shape[d] for d in axes)
     total = _reduce("sum", x, axis, keepdims, acc)
-    out = total / acc.type(count) if count else total * acc.type(np.nan)
+    out = total / _divisor(count, acc) if count else total * acc.type(np.nan)
     return out.astype(res) if out.dtype != res else out
+
+
+def _divisor(count: int, acc: np.dtype) -> Any:
+    """``count`` as the divisor of a sum accumulated in ``acc``: a Python float for a
+    float ``acc`` (a weak scalar: the quotient stays ``acc``, as with ``acc.type(count)``,
+    and takes the operators' lean path), else ``acc.type(count)``."""
+    return float(count) if acc.kind == "f" else acc.type(count)
 
 
 def var(x: Any, axis: Any = None, dtype: Any = None, ddof: int = 0,
@@ -160,7 +167,7 @@ def var(x: Any, axis: Any = None, dtype: Any = None, ddof: int = 0,
     n = math.prod(x.shape[k] for k in axes) - ddof
     total = _reduce("sum", d * d, axes, keepdims, acc)
     # numpy divides by max(n - ddof, 0): a positive sum over no degrees of freedom is inf
-    out = total / acc.type(builtins.max(n, 0))
+    out = total / _divisor(builtins.max(n, 0), acc)
     return out.astype(res) if out.dtype != res else out
 
 
