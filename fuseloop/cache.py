@@ -27,6 +27,7 @@ import gc
 import hashlib
 import json
 import os
+import pickle
 import re
 import sys
 import tempfile
@@ -424,6 +425,26 @@ def _signature_names(source: str, name: str) -> list[str]:
     return [re.findall(r"[A-Za-z_]\w*", p)[-1] for p in params if p.strip()]
 
 
+# What unpickling an entry of Loopy's own disk caches (under ~/.cache/pytools) raises
+# when other code wrote it: a module or class of that name is missing here (a renamed
+# copy of a package, an older version).  Loopy lets it through.
+_UNREADABLE_CACHE_ENTRY = (ImportError, AttributeError, pickle.UnpicklingError, EOFError)
+_loopy_cache_off_lock = threading.Lock()
+
+
+def _generate_code(t_unit: Any) -> Any:
+    """``loopy.generate_code_v2``, again without Loopy's disk caches if one of their
+    entries cannot be read (fuseloop keeps its own cache of what it generates)."""
+    import loopy as lp
+
+    try:
+        return lp.generate_code_v2(t_unit)
+    except _UNREADABLE_CACHE_ENTRY:
+        # (serialised: CacheMode sets a module global and restores what it found)
+        with _loopy_cache_off_lock, lp.CacheMode(False):
+            return lp.generate_code_v2(t_unit)
+
+
 def _lower(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
            user_functions: dict[str, Any], sizes: str = "") -> KernelPlan:
     import loopy as lp
@@ -443,7 +464,7 @@ def _lower(program: Program, index_dtype: np.dtype, device: Device, recipe: Reci
                 f"of Loopy assumptions about the kernel's sizes (N, NE, p0, p1, ...): {exc}; "
                 "fix its size_class function") from None
     t_unit = recipe.transform(t_unit, device)
-    code = lp.generate_code_v2(t_unit)
+    code = _generate_code(t_unit)
     entry = t_unit.default_entrypoint
     gsize, lsize = entry.get_grid_size_upper_bounds_as_exprs(t_unit.callables_table)
     _increment("kernels_lowered")

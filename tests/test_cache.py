@@ -342,3 +342,33 @@ def test_lowering_keeps_no_lazy_array_alive(device, fresh_dir, restore_recipes):
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+def test_an_unreadable_loopy_cache_entry_is_not_fatal(device, fresh_dir, monkeypatch):
+    # Loopy's own disk caches (~/.cache/pytools) may hold an entry pickled by other code
+    # (a renamed copy of a package): unpickling it raises, and Loopy lets that through
+    import loopy as lp
+
+    real = lp.generate_code_v2
+    tried: list[bool] = []
+
+    def with_foreign_entry(t_unit):
+        tried.append(lp.CACHING_ENABLED)
+        if lp.CACHING_ENABLED:
+            raise ModuleNotFoundError("No module named 'fuseloop_renamed'")
+        return real(t_unit)
+
+    monkeypatch.setattr(lp, "generate_code_v2", with_foreign_entry)
+    fl.clear_memory_cache()
+    h = np.arange(37, dtype=np.float32)
+    x = fl.asarray(h)
+    np.testing.assert_array_equal((x * 7 - 1).get(), h * 7 - 1)
+    assert tried == [True, False]  # read the caches, then generated without them
+    assert lp.CACHING_ENABLED  # and left them on
+
+    def broken(t_unit):  # a real code generation error is still reported
+        raise AttributeError("a bug in a recipe")
+
+    monkeypatch.setattr(lp, "generate_code_v2", broken)
+    with pytest.raises(AttributeError, match="a bug in a recipe"):
+        (fl.sqrt(x) * 9 + x).get()  # a new structure: generated afresh

@@ -167,3 +167,18 @@ def test_every_nonzero_byte_counts_as_true_in_every_layout(device, layout):
         if count:
             cl.enqueue_copy(device.queue, got, out.buffer)
         np.testing.assert_array_equal(got, np.flatnonzero(raw), err_msg=f"n={n}")
+
+
+def test_the_compaction_program_is_counted_as_compiled(device, monkeypatch):
+    from fuseloop.ops import compaction
+
+    monkeypatch.setattr(compaction, "_kernels", {})  # as in a new process
+    h = np.arange(50_000, dtype=np.float32)
+    x = fl.asarray(h)
+    x[x > 10].get()  # compiles the mask's and the gather's kernels as well
+    before = fl.stats()["kernels_compiled"]
+    monkeypatch.setattr(compaction, "_kernels", {})
+    np.testing.assert_array_equal(x[x > 20].get(), h[h > 20])
+    assert fl.stats()["kernels_compiled"] == before + 1  # the compaction program again
+    np.testing.assert_array_equal(x[x > 30].get(), h[h > 30])
+    assert fl.stats()["kernels_compiled"] == before + 1

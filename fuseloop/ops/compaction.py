@@ -232,6 +232,7 @@ def _kernels_for(device: Device, layout: Layout) -> tuple[cl.Kernel, cl.Kernel]:
             if found is None:
                 program = cl.Program(device.context, _SOURCE).build(
                     options=[f"-DWG={layout.group}", f"-DPER={layout.per_item}"])
+                _stats.increment("kernels_compiled")  # (built here, not by the cache)
                 found = _kernels[key] = (cl.Kernel(program, "fuseloop_mask_count"),
                                          cl.Kernel(program, "fuseloop_mask_compact"))
     return found
