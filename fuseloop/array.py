@@ -302,9 +302,9 @@ def _unary_hit(op: str, an: Node, sa: int, dtype: np.dtype) -> tuple:
 def _lean_unary(op: str) -> Callable[[Any], Any]:
     """The function of the unary numpy ufunc ``op`` (``fl.sqrt(x)``, ``-x``).
 
-    An Array operand takes the lean path of :func:`_lean_binary`: the node and
-    the array built in place, the loop dtypes and the result's signature found by
-    one look-up of (``op``, operand signature).  Anything else goes to
+    An Array operand takes the lean path of :func:`_lean_binary`: the node built
+    in place, the loop dtypes and the result's signature found by one look-up of
+    (``op``, operand signature).  Anything else goes to
     :func:`_apply_general`.
     """
     def unary(a: Any) -> Any:
@@ -321,23 +321,13 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         node.args = (an,)
         node.loop = loop
         node.loop_key = key
-        node.dtype = dtype = loop[-1]
-        node.shape = shape = an.shape
+        node.dtype = loop[-1]
+        node.shape = an.shape
         node.sig = sig
         node.operands = an.operands if sig else None
-        node.storages = storages = an.storages or _EMPTY
+        node.storages = an.storages or _EMPTY
         node.fancy = an.fancy
-        self = _new_node(Array)
-        self._storage = None
-        self._node = node
-        self.device = a.device
-        self.dtype = dtype
-        self.shape = shape
-        if storages:
-            unregistered_readers.append(_weakref(self))
-            if len(unregistered_readers) >= READERS_FLUSH_AT:
-                register_readers()
-        return self
+        return _lazy_array(node, a.device)
 
     unary.__name__ = unary.__qualname__ = op
     return unary
