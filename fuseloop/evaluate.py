@@ -607,7 +607,9 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
         co = _coalesced(roots, out_shape, tgts)
         if co is not None:
             work_roots, work_shape, work_targets = co
-    program, bindings = linearize(work_roots, work_shape, work_targets)
+    # (while a run plan records, linearised afresh: its bindings name their scalar nodes)
+    program, bindings = linearize(work_roots, work_shape, work_targets,
+                                  cache=_plan_recorder() is None)
     launch(program, bindings, [o for o in outs], device)
     return outs
 

@@ -35,7 +35,7 @@ from . import evaluate as _ev
 from . import stats as _stats
 from .cache import _memory
 from .expr import program as _prog
-from .expr.nodes import Node, Storage
+from .expr.nodes import Node, Scalar, Storage
 from .expr.program import Bindings, Target, walk_structure
 from .launching import (
     DEFER_MAX_ELEMENTS,
@@ -56,10 +56,6 @@ recording_threads = [0]  # threads recording now: the common answer, "none", wit
 _lock = threading.Lock()
 _plans: dict[tuple, _Plan | None] = {}
 PLANS_MAX = 1024  # plans kept (all are dropped when it is reached)
-
-
-class _Unplannable(Exception):
-    pass
 
 
 class _Step:
@@ -93,15 +89,17 @@ class _Plan:
 class Recorder:
     """Collects what one evaluation allocates and launches (see the module docstring)."""
 
-    def __init__(self, storages: list[Storage], scalars: list[np.generic]) -> None:
+    def __init__(self, storages: list[Storage], scalars: list[np.generic],
+                 slots: dict[Any, int]) -> None:
         self.refs: dict[int, tuple] = {id(s): ("i", k) for k, s in enumerate(storages)}
+        # a launch's scalars by the node they came from (Bindings.scalar_nodes), else
+        # by value object: -1 where two scalar nodes hold one object (``x*2 + y*2``:
+        # Python's 2 converts to one numpy scalar), which a launch could not tell apart
+        self.node_slots = {id(n): k for n, k in slots.items() if type(n) is Scalar}
         self.scalar_slots: dict[int, int] = {}
         for k, v in enumerate(scalars):
-            if id(v) in self.scalar_slots:
-                # two scalar nodes hold one value object: launches could not say which
-                raise _Unplannable
-            self.scalar_slots[id(v)] = k
-        self.keep: list[Any] = [storages, scalars]  # ids stay unique while recording
+            self.scalar_slots[id(v)] = -1 if id(v) in self.scalar_slots else k
+        self.keep: list[Any] = [storages, scalars, slots]  # ids stay unique while recording
         self.allocs: list[int] = []
         self.steps: list[_Step] = []
         self.failed = False
@@ -115,8 +113,14 @@ class Recorder:
         try:
             storage_refs = tuple(self.refs[id(s)] for s in bindings.storages)
             out_refs = tuple(self.refs[id(s)] for s in outs)
-            scalar_refs = tuple(self.scalar_slots[id(v)] for v in bindings.scalars)
+            if bindings.scalar_nodes is not None:
+                scalar_refs = tuple(self.node_slots[id(n)] for n in bindings.scalar_nodes)
+            else:
+                scalar_refs = tuple(self.scalar_slots[id(v)] for v in bindings.scalars)
         except KeyError:
+            self.failed = True
+            return
+        if -1 in scalar_refs:
             self.failed = True
             return
         self.steps.append(_Step(program, list(bindings.params), bindings.out_shape,
@@ -135,7 +139,7 @@ def recorder() -> Recorder | None:
 
 def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
          targets: Sequence[Target | Storage | None] | None, device: Device
-         ) -> tuple[tuple, list[Storage], list[np.generic]] | None:
+         ) -> tuple[tuple, list[Storage], list[np.generic], dict[Any, int]] | None:
     head: list[Any] = ["run", device.index, out_shape, len(roots),
                        _ev.TWO_STAGE_MIN_LENGTH, _ev.TWO_STAGE_MAX_ROWS, _ev.ONE_ROW_MAX_LENGTH]
     walked = walk_structure(roots, head)
@@ -157,7 +161,7 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
                 k = slots[s] = len(storages)
                 storages.append(s)
             toks.append(("T", k, t.strides, t.offset))
-    return tuple(toks), storages, scalars
+    return tuple(toks), storages, scalars, slots
 
 
 def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
@@ -166,16 +170,13 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     keyed = _key(roots, out_shape, targets, device)
     if keyed is None:
         return _ev.run_unplanned(roots, out_shape, device, targets)
-    key, storages, scalars = keyed
+    key, storages, scalars, slots = keyed
     plan = _plans.get(key, False)
     if plan is None:  # known not to record
         return _ev.run_unplanned(roots, out_shape, device, targets)
     if plan is not False and not _prog.CHECK_STRUCTURE_CACHE:
         return _replay(plan, storages, scalars, device)  # type: ignore[arg-type]
-    try:
-        rec = Recorder(storages, scalars)
-    except _Unplannable:
-        return _ev.run_unplanned(roots, out_shape, device, targets)
+    rec = Recorder(storages, scalars, slots)
     with _lock:
         recording_threads[0] += 1
     _local.recorder = rec

@@ -107,6 +107,34 @@ def test_one_scalar_object_in_two_nodes(device, plans):
     assert float(fl.sum(x * s + x * t).get()) == float((h * 5 + h * 3).sum())
 
 
+def test_a_structure_recorded_with_one_scalar_object_twice_is_planned(device, plans,
+                                                                       monkeypatch):
+    """``x*2 + y*2``: Python's 2 converts to one cached numpy scalar, held by two nodes.
+
+    The recording names each launch's scalars by node, so the structure gets a plan
+    (it was linearised afresh at every call before), and a replay with two different
+    values binds each where it belongs.
+    """
+    h = np.arange(1, 101, dtype=np.float32)
+    g = h[::-1].copy()
+    x, y = fl.asarray(h), fl.asarray(g)
+    e = fl.sum(x * 2 + y * 2)
+    assert e._node.child.args[0].args[1].value is e._node.child.args[1].args[1].value
+    assert float(e) == float((h * 2 + g * 2).sum())
+    assert len(plans) == 1 and None not in plans.values()
+    linearised = []
+    real = evaluate.linearize
+    monkeypatch.setattr(evaluate, "linearize",
+                        lambda *a, **k: linearised.append(1) or real(*a, **k))
+    for a, b in [(2, 3), (5, 5), (7, 1)]:
+        assert float(fl.sum(x * a + y * b)) == float((h * a + g * b).sum())
+    z = fl.asarray(h[:50])
+    got = ((z - z.mean()) / z.std()).get()  # mean and var divide by one 50.0 object
+    np.testing.assert_allclose(got, (h[:50] - h[:50].mean()) / h[:50].std(), rtol=1e-5)
+    ((z - z.mean()) / z.std()).get()
+    assert len(linearised) == 1  # the standardisation's first evaluation only
+
+
 def test_checking_mode_agrees(device, plans, monkeypatch):
     monkeypatch.setattr(prog, "CHECK_STRUCTURE_CACHE", True)
     rng = np.random.default_rng(3)

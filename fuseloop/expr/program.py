@@ -115,12 +115,18 @@ def reachable_entries(roots: Iterable[int], inputs: Callable[[int, list[int]], b
 
 
 class Bindings(NamedTuple):
-    """The run-time values a program is launched with."""
+    """The run-time values a program is launched with.
+
+    ``scalar_nodes``: the scalar node each value of ``scalars`` came from, where
+    known (a full linearisation), so a run plan can tell apart two scalar nodes
+    that hold one value object (``x*2 + y*2``: Python's 2 converts to one object).
+    """
 
     storages: list[Storage]
     scalars: list[np.generic]
     params: list[int]
     out_shape: tuple[int, ...]
+    scalar_nodes: list[Node] | None = None
 
 
 class Target(NamedTuple):
@@ -164,6 +170,7 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
     slot_of_storage: dict[int, int] = {}
     storages: list[Storage] = []
     scalars: list[np.generic] = []
+    scalar_nodes: list[Node] = []
     params: list[int] = []
     param_of: dict[int, tuple] = {}  # small ints are interned as parameters too
     rid_counter = [0]
@@ -245,6 +252,7 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
             ref = len(entries)
             entries.append(("arg", len(scalars), node.dtype.char))
             scalars.append(node.value)  # type: ignore[attr-defined]
+            scalar_nodes.append(node)
         elif cls is Literal:
             ref = add(("lit", node.dtype.char, node.value.item()))  # type: ignore[attr-defined]
         elif cls is Iota:
@@ -406,6 +414,7 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
         # very deep expression chains: retry with room for them
         entries.clear(), interned.clear(), memo.clear(), param_of.clear()
         slot_of_storage.clear(), storages.clear(), scalars.clear(), params.clear()
+        scalar_nodes.clear()
         rid_counter[0] = 0
         sys.setrecursionlimit(max(limit, 200_000))
         try:
@@ -455,7 +464,7 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
         contraction = find_contraction(entries, outputs, out_specs, root_sizes, params, param)
     program = Program(tuple(entries), outputs, tuple(out_specs), root_sizes, row_dims,
                       chunks is not None, rid_counter[0] > 0, contraction)
-    return program, Bindings(storages, scalars, params, out_shape)
+    return program, Bindings(storages, scalars, params, out_shape, scalar_nodes)
 
 
 def _collect_root_dims(at: tuple, out: set[int], entries: list[tuple]) -> None:
