@@ -109,17 +109,18 @@ def build_node(op: str, operands: tuple[Any, ...],
 
 
 _new_array = _new_node = object.__new__
-# (op, operand kind, operand kind) -> (loop dtypes, their key); finite: ops x kinds^2
+# (op, operand kinds...) -> (loop dtypes, their key); finite: ops x kinds^2
 _loops: dict[tuple, tuple[tuple[np.dtype, ...], tuple[str, ...]]] = {}
 # (Python int or float, dtype char) -> the numpy scalar it converts to
 _weak_scalars: dict[tuple[Any, str], np.generic] = {}
 
 
-def _binary_loop(op: str, ka: Any, kb: Any) -> tuple[tuple[np.dtype, ...], tuple[str, ...]]:
-    hit = _loops.get((op, ka, kb))
+def _ufunc_loop(op: str, *kinds: Any) -> tuple[tuple[np.dtype, ...], tuple[str, ...]]:
+    """numpy's loop dtypes of ``op`` for operands of ``kinds``, and their key (remembered)."""
+    hit = _loops.get((op, *kinds))
     if hit is None:
-        loop = resolve_loop(op, (ka, kb))
-        hit = _loops[(op, ka, kb)] = (loop, _loop_key(loop))
+        loop = resolve_loop(op, kinds)  # (raises numpy's error for kinds without a loop)
+        hit = _loops[(op, *kinds)] = (loop, _loop_key(loop))
     return hit
 
 
@@ -161,7 +162,7 @@ SIG_LOOPS_MAX = 8192
 def _signed_loop(op: str, an: Node, bn: Node | None, sa: int, sb: Any,
                  kind_a: Any, kind_b: Any) -> tuple:
     """``_sig_loops``'s entry for these operands (``bn`` None: a Python scalar)."""
-    loop, key = _binary_loop(op, kind_a, kind_b)
+    loop, key = _ufunc_loop(op, kind_a, kind_b)
     if bn is None:  # array with a scalar of type sb
         shape = an.shape
         fields = ("A", op, key, shape, sa, scalar_sig(loop[1].char))
@@ -285,11 +286,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
 
 def _unary_hit(op: str, an: Node, sa: int, dtype: np.dtype) -> tuple:
     """``_sig_loops``' entry for the unary ``op`` of ``an`` (``sa``: its signature or 0)."""
-    hit = _loops.get((op, dtype))
-    if hit is None:
-        loop = resolve_loop(op, (dtype,))  # (raises numpy's error for a dtype without a loop)
-        hit = _loops[(op, dtype)] = (loop, _loop_key(loop))
-    loop, key = hit
+    loop, key = _ufunc_loop(op, dtype)
     if not sa:
         return loop, key, 0
     entry = (loop, key, intern_sig(("A", op, key, an.shape, sa)))

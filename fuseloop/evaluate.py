@@ -317,18 +317,7 @@ def _children(node: Node) -> tuple[Node, ...]:
 
 
 def _has_reduce(node: Node) -> bool:
-    cls = type(node)
-    if cls is Reduce:
-        return True
-    if cls is Apply or cls is UserCall:
-        return any(_has_reduce(a) for a in node.args)  # type: ignore[attr-defined]
-    if cls is Gather:
-        return _has_reduce(node.child) or _has_reduce(node.index)  # type: ignore[attr-defined]
-    if cls is Remap:
-        return _has_reduce(node.child)  # type: ignore[attr-defined]
-    if cls is Concat:
-        return any(_has_reduce(p) for p in node.pieces)  # type: ignore[attr-defined]
-    return False
+    return type(node) is Reduce or any(_has_reduce(c) for c in _children(node))
 
 
 def _top_reduces(node: Node, out: list[Reduce]) -> bool:
