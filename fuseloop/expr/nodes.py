@@ -9,7 +9,6 @@ can stay cheap plain objects.
 from __future__ import annotations
 
 import itertools
-import sys
 import threading
 import weakref
 from collections.abc import Sequence
@@ -29,64 +28,39 @@ _EMPTY: frozenset = frozenset()
 # a finalizer that runs inside may build expressions too)
 _readers_lock = threading.RLock()
 
-# Lazy arrays not yet entered in their buffers' ``readers``, held strongly for a
-# short while.  Most lazy arrays are the temporaries of a larger expression: by
-# the time this list is sorted (when something is about to write into a buffer,
-# see :meth:`Storage.live_readers`, or when this many have accumulated) nothing
-# but the list holds them, and they are let go without ever costing a weak
-# reference; only those still held elsewhere are entered, by weak reference.
-# Holding them delays freeing an unheld array's buffers by up to
-# ``RECENT_LAZY_MAX`` new lazy arrays, so the list is also sorted before large
-# allocations, when an allocation fails and at ``fl.synchronize()``.
-# Appends need no lock (``list.append`` is atomic); the sort takes a prefix under
-# ``_readers_lock``, so an append racing with it is kept for the next one.
+# Lazy arrays not yet entered in their buffers' ``readers`` (weak references).
+# Entering them is deferred until something is about to write into a buffer
+# (:meth:`Storage.live_readers`), or until this many have accumulated: most lazy
+# arrays are the temporaries of a larger expression and are gone by then, so
+# each costs one weak reference instead of a locked update per buffer read.
+# Appends need no lock (``list.append`` is atomic); the flush takes a prefix
+# under ``_readers_lock``, so an append racing with it is kept for the next one.
 # (``fuseloop.array`` appends to the list itself, as ``note_reader`` does.)
-recent_lazy: list[Any] = []
-RECENT_LAZY_MAX = 64
+unregistered_readers: list[weakref.ref] = []
+READERS_FLUSH_AT = 1024
 _ref = weakref.ref
 
 
 def note_reader(array: Any) -> None:
     """Record lazy ``array`` as a reader of the buffers its expression reads."""
-    recent_lazy.append(array)
-    if len(recent_lazy) >= RECENT_LAZY_MAX:
+    unregistered_readers.append(_ref(array))
+    if len(unregistered_readers) >= READERS_FLUSH_AT:
         register_readers()
 
 
-def _refcounts(arrays: list[Any]) -> list[int]:
-    return [sys.getrefcount(a) for a in arrays]
-
-
-class _Probe:
-    __slots__ = ("__weakref__",)
-
-
-# What _refcounts reports for an object that only its list holds (measured, so
-# that it holds whatever the interpreter's own references are).  A build whose
-# reference counts are not exact (free-threaded CPython, other interpreters)
-# treats every recent array as held.
-_EXACT_REFCOUNTS = (sys.implementation.name == "cpython"
-                    and getattr(sys, "_is_gil_enabled", lambda: True)())
-_UNHELD = _refcounts([_Probe()])[0] if _EXACT_REFCOUNTS else -1
-
-
 def register_readers() -> None:
-    """Enter the recent lazy arrays that are still lazy and held elsewhere in their
-    buffers' readers; let go of the rest."""
+    """Enter the lazy arrays noted so far (and still lazy) in their buffers' readers."""
     with _readers_lock:
-        n = len(recent_lazy)
+        n = len(unregistered_readers)
         if not n:
             return
-        batch = recent_lazy[:n]
-        del recent_lazy[:n]
-        counts = _refcounts(batch)
-        for a, count in zip(batch, counts):
-            # (a weak reference could make an unheld array held again: kept too)
-            if a._storage is None and (count > _UNHELD or weakref.getweakrefcount(a)):
-                ref = _ref(a)
-                key = id(a)
+        refs = unregistered_readers[:n]
+        del unregistered_readers[:n]
+        for ref in refs:
+            a = ref()
+            if a is not None and a._storage is None:
                 for s in a._node.storages:
-                    s._enter(key, ref)
+                    s._enter(id(a), ref)
 
 
 class Storage:
