@@ -213,6 +213,10 @@ class CompiledKernel:
 
 
 _memory: dict[tuple, CompiledKernel] = {}
+# Counts clear_memory_cache() calls.  Entries are only ever added or all cleared, so
+# a launch plan made in generation g holds a kernel the memory cache still has
+# while the generation is g: one comparison instead of a look-up per launch.
+memory_generation = [0]
 # Held while a thread makes its own kernel object and sets its first arguments
 # (rare: once per kernel and thread).  Eight threads doing it at once crashed the
 # process on the H200 (a segfault; the threads' stacks were in pyopencl's invoker
@@ -580,3 +584,4 @@ def _get_uncached(program: Program, index_dtype: np.dtype, device: Device, recip
 def clear_memory_cache() -> None:
     """Forget compiled kernels held in memory (the disk cache stays)."""
     _memory.clear()
+    memory_generation[0] += 1

@@ -25,7 +25,7 @@ import pyopencl as cl
 
 from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
-from .cache import _memory
+from .cache import memory_generation
 from .errors import DeviceMemoryError, index_value_out_of_bounds
 from .expr import program as _prog
 from .expr.nodes import (
@@ -54,7 +54,7 @@ from .launching import (
     other_device,
 )
 from .recipes import recipe_for
-from .runtime.devices import Device, _runtime
+from .runtime.devices import Device
 from .runtime.transfer import host_buffer, read
 
 _plan_recorder = run_plans.recorder
@@ -467,13 +467,13 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device,
             biggest = s.nbytes
     plan = plans.get(INDEX_INT32 if biggest <= INT32_LIMIT else INDEX_INT64)
     if plan is None or plan.recipe is not recipe_for(device, "elementwise") \
-            or _memory.get(plan.mem_key) is not plan.compiled:
+            or plan.generation != memory_generation[0]:
         return None
     try:
         kernel, last = plan.threads.state
     except AttributeError:  # this thread's first launch of the structure
         return None
-    rt = _runtime(device)
+    rt = plan.runtime
     if into is None:
         try:
             buffer = rt.pool.allocate(nbytes)

@@ -19,7 +19,7 @@ import numpy as np
 import pyopencl as cl
 
 from . import stats as _stats
-from .cache import _memory, get_kernel, kernel_objects_lock
+from .cache import _memory, get_kernel, kernel_objects_lock, memory_generation
 from .errors import DeviceError, DTypeError, RecipeError
 from .expr.nodes import Storage
 from .expr.program import Program, StructureEntry
@@ -105,8 +105,8 @@ class _Launch:
     ``cl.Kernel`` of its own for this structure and what its arguments were set to.
     """
 
-    __slots__ = ("compiled", "consts", "global_size", "go", "local_size", "mem_key", "recipe",
-                 "threads")
+    __slots__ = ("compiled", "consts", "generation", "global_size", "go", "local_size",
+                 "recipe", "runtime", "threads")
 
 
 def other_device(s: Storage, device: Device) -> DeviceError:
@@ -139,7 +139,7 @@ def launch_cached(entry: StructureEntry, storages: list[Storage], scalars: list[
     recipe = recipe_for(device, "elementwise")
     plans = entry.launches.get(device)  # per device, then per index dtype (no key tuples)
     plan = None if plans is None else plans.get(index_dtype)
-    if plan is None or plan.recipe is not recipe or _memory.get(plan.mem_key) is not plan.compiled:
+    if plan is None or plan.recipe is not recipe or plan.generation != memory_generation[0]:
         plan = _plan_launch(entry, index_dtype, recipe, size, device)  # counts the look-up
         if plan is None:
             return False
@@ -189,8 +189,11 @@ def _plan_launch(entry: StructureEntry, index_dtype: np.dtype, recipe: object, s
     if program.row_dims is not None or program.has_reduce or len(program.outputs) != 1:
         return None
     params = list(entry.params)
-    compiled, mem_key = kernel_for(program, index_dtype, device, recipe, params, size, 1)
+    generation = memory_generation[0]  # (read first: a clear during the look-up ends the plan)
+    compiled, _ = kernel_for(program, index_dtype, device, recipe, params, size, 1)
     plan = _Launch()
+    plan.generation = generation
+    plan.runtime = _runtime(device)
     plan.local_size = compiled.lsize(size, 1, params)
     plan.global_size = tuple(g * w for g, w in zip(compiled.gsize(size, 1, params),
                                                    plan.local_size))
@@ -199,7 +202,6 @@ def _plan_launch(entry: StructureEntry, index_dtype: np.dtype, recipe: object, s
         return None
     plan.go, plan.consts = made
     plan.compiled = compiled
-    plan.mem_key = mem_key
     plan.recipe = recipe
     plan.threads = threading.local()
     entry.launches.setdefault(device, {})[index_dtype] = plan
