@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .array import Array
 from .errors import ShapeError
+from .expr.nodes import register_readers
 from .runtime import devices as _devices
 from .runtime.transfer import finish
 
@@ -33,7 +34,12 @@ def show_code(*exprs: Array) -> str:
 
 
 def synchronize() -> None:
-    """Wait until all work enqueued on every device in use has finished."""
+    """Wait until all work enqueued on every device in use has finished.
+
+    Also lets go of recent lazy arrays that nothing holds any more (see
+    ``fuseloop.expr.nodes.recent_lazy``), so their buffers are freed by the time it returns.
+    """
+    register_readers()
     every = _devices._all_devices()  # (a device's index is its place in this list)
     for index in list(_devices._runtimes):
         finish(every[index])  # (deferred small launches are enqueued first)

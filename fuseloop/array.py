@@ -6,7 +6,6 @@ import math
 import sys
 from collections.abc import Callable
 from typing import Any
-from weakref import ref as _weakref
 
 import numpy as np
 
@@ -16,7 +15,7 @@ from .evaluate import run, run_flat
 from .expr.nodes import (
     _EMPTY,
     MAX_OPERANDS,
-    READERS_FLUSH_AT,
+    RECENT_LAZY_MAX,
     Apply,
     Leaf,
     Literal,
@@ -26,10 +25,10 @@ from .expr.nodes import (
     _loop_key,
     broadcast_shapes,
     intern_sig,
+    recent_lazy,
     register_readers,
     scalar_sig,
     signature_of,
-    unregistered_readers,
 )
 from .runtime.devices import Device, flush_deferred
 from .runtime.transfer import read
@@ -146,8 +145,8 @@ def _lazy_array(node: Node, device: Device) -> Array:
     self.dtype = node.dtype
     self.shape = node.shape
     if node.storages:  # expr.nodes.note_reader, inline
-        unregistered_readers.append(_weakref(self))
-        if len(unregistered_readers) >= READERS_FLUSH_AT:
+        recent_lazy.append(self)
+        if len(recent_lazy) >= RECENT_LAZY_MAX:
             register_readers()
     return self
 
@@ -275,8 +274,8 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
         self.dtype = dtype
         self.shape = shape
         if storages:
-            unregistered_readers.append(_weakref(self))
-            if len(unregistered_readers) >= READERS_FLUSH_AT:
+            recent_lazy.append(self)
+            if len(recent_lazy) >= RECENT_LAZY_MAX:
                 register_readers()
         return self
 
@@ -571,7 +570,13 @@ class Array:
 
     def __setitem__(self, key: Any, value: Any) -> None:
         """Write through a view (``a[1:-1] = e``) or scatter (``a[idx] = v``)."""
-        held = isinstance(value, Array) and sys.getrefcount(value) > _TEMP_REFCOUNT
+        held = False
+        if isinstance(value, Array):
+            count = sys.getrefcount(value)
+            # the registry of recent lazy arrays holds a new value too (expr.nodes):
+            # most often the last one made; anywhere else it is taken as held
+            tail = recent_lazy[-1:]
+            held = count > _TEMP_REFCOUNT + (1 if tail and tail[0] is value else 0)
         _setitem(self, key, value, held)
 
     def _inplace(self, op: str, other: Any) -> Array:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import pyopencl as cl
@@ -40,6 +41,8 @@ from .expr.nodes import (
     Storage,
     UserCall,
     c_strides,
+    recent_lazy,
+    register_readers,
 )
 from .expr.program import Bindings, Target, flat_entries, linearize, structure_entry
 from .expr.views import nocopy_reshape_strides, reshape_view
@@ -108,14 +111,35 @@ def _check_alloc_size(nbytes: int, device: Device) -> None:
             "use smaller arrays or a device with more memory")
 
 
+# Lazy arrays that nothing holds any more can still be held for a short while
+# by the registry of recent lazy arrays (see expr.nodes.recent_lazy); they are
+# let go before an allocation of this many bytes or more, and before an
+# allocation is tried again after failing, so their buffers can serve it.
+RELEASE_RECENT_AT = 1 << 20
+
+
+def _with_recent_released(make: Callable[[], Any], nbytes: int, device: Device) -> Any:
+    """``make()`` (an allocation), after letting go of unheld recent lazy arrays
+    if it is large, and tried once more after doing so if it fails."""
+    if nbytes >= RELEASE_RECENT_AT and recent_lazy:
+        register_readers()
+    try:
+        return make()
+    except cl.MemoryError:
+        register_readers()
+        try:
+            return make()
+        except cl.MemoryError as exc:
+            raise DeviceMemoryError(
+                f"out of device memory allocating {nbytes} bytes on {device.name}: "
+                f"{exc}") from None
+
+
 def allocate(nbytes: int, device: Device) -> Storage:
     """A device buffer of ``nbytes`` from the device's pool."""
     _check_alloc_size(nbytes, device)
-    try:
-        buf = device.allocator.allocate(max(nbytes, 1))
-    except cl.MemoryError as exc:
-        raise DeviceMemoryError(
-            f"out of device memory allocating {nbytes} bytes on {device.name}: {exc}") from None
+    allocator = device.allocator
+    buf = _with_recent_released(lambda: allocator.allocate(max(nbytes, 1)), nbytes, device)
     storage = Storage(buf, nbytes, device)
     rec = _plan_recorder()
     if rec is not None:
@@ -128,11 +152,8 @@ def upload(host: np.ndarray, device: Device) -> Storage:
     complete on return, so the caller may change ``host`` at once."""
     nbytes = host.nbytes
     _check_alloc_size(nbytes, device)
-    try:
-        made = host_buffer(host, device)  # (CPU devices: no queue command, no wait)
-    except cl.MemoryError as exc:
-        raise DeviceMemoryError(
-            f"out of device memory allocating {nbytes} bytes on {device.name}: {exc}") from None
+    # (CPU devices: no queue command, no wait)
+    made = _with_recent_released(lambda: host_buffer(host, device), nbytes, device)
     if made is not None:
         return Storage(made, nbytes, device)
     out = allocate(nbytes, device)

@@ -205,7 +205,7 @@ def test_deferred_reader_registration_keeps_writes_safe(device):
     xh = np.arange(16, dtype=np.float32)
     x = fl.asarray(xh)
     early = x * 2 + 1  # lazy reader, not yet entered in x's readers
-    for _ in range(2 * nodes.READERS_FLUSH_AT // 3):  # temporaries: forces a bulk registration
+    for _ in range(2 * nodes.RECENT_LAZY_MAX):  # temporaries: forces registrations
         _ = x + 1
     late = x - 3  # created after the bulk registration
     assert early.is_lazy and late.is_lazy

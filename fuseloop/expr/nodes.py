@@ -9,10 +9,13 @@ can stay cheap plain objects.
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 import weakref
 from collections.abc import Sequence
 from functools import lru_cache
+from itertools import compress
+from operator import or_ as _or
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,39 +31,67 @@ _EMPTY: frozenset = frozenset()
 # a finalizer that runs inside may build expressions too)
 _readers_lock = threading.RLock()
 
-# Lazy arrays not yet entered in their buffers' ``readers`` (weak references).
-# Entering them is deferred until something is about to write into a buffer
-# (:meth:`Storage.live_readers`), or until this many have accumulated: most lazy
-# arrays are the temporaries of a larger expression and are gone by then, so
-# each costs one weak reference instead of a locked update per buffer read.
-# Appends need no lock (``list.append`` is atomic); the flush takes a prefix
-# under ``_readers_lock``, so an append racing with it is kept for the next one.
+# Lazy arrays not yet entered in their buffers' ``readers``, held strongly for a
+# short while.  Most lazy arrays are the temporaries of a larger expression: by
+# the time this list is sorted (when something is about to write into a buffer,
+# see :meth:`Storage.live_readers`, or when this many have accumulated) nothing
+# but the list holds them, and they are let go without ever costing a weak
+# reference; only those still held elsewhere are entered, by weak reference.
+# Holding them delays freeing an unheld array's buffers by up to
+# ``RECENT_LAZY_MAX`` new lazy arrays, so the list is also sorted before large
+# allocations, when an allocation fails and at ``fl.synchronize()``.
+# Appends need no lock (``list.append`` is atomic); the sort takes a prefix under
+# ``_readers_lock``, so an append racing with it is kept for the next one.
 # (``fuseloop.array`` appends to the list itself, as ``note_reader`` does.)
-unregistered_readers: list[weakref.ref] = []
-READERS_FLUSH_AT = 1024
+recent_lazy: list[Any] = []
+RECENT_LAZY_MAX = 64
 _ref = weakref.ref
+_weak_count = weakref.getweakrefcount
 
 
 def note_reader(array: Any) -> None:
     """Record lazy ``array`` as a reader of the buffers its expression reads."""
-    unregistered_readers.append(_ref(array))
-    if len(unregistered_readers) >= READERS_FLUSH_AT:
+    recent_lazy.append(array)
+    if len(recent_lazy) >= RECENT_LAZY_MAX:
         register_readers()
 
 
+def _refcounts(arrays: list[Any]) -> list[int]:
+    return list(map(sys.getrefcount, arrays))
+
+
+class _Probe:
+    __slots__ = ("__weakref__",)
+
+
+# What _refcounts reports for an object that only its list holds (measured, so
+# that it holds whatever the interpreter's own references are).  A build whose
+# reference counts are not exact (free-threaded CPython, other interpreters)
+# treats every recent array as held.
+_EXACT_REFCOUNTS = (sys.implementation.name == "cpython"
+                    and getattr(sys, "_is_gil_enabled", lambda: True)())
+_UNHELD = _refcounts([_Probe()])[0] if _EXACT_REFCOUNTS else -1
+
+
 def register_readers() -> None:
-    """Enter the lazy arrays noted so far (and still lazy) in their buffers' readers."""
+    """Enter the recent lazy arrays that are still lazy and held elsewhere in their
+    buffers' readers; let go of the rest."""
     with _readers_lock:
-        n = len(unregistered_readers)
+        n = len(recent_lazy)
         if not n:
             return
-        refs = unregistered_readers[:n]
-        del unregistered_readers[:n]
-        for ref in refs:
-            a = ref()
-            if a is not None and a._storage is None:
+        batch = recent_lazy[:n]
+        del recent_lazy[:n]
+        # held: counted more than the batch's own reference, or weakly referenced (a
+        # weak reference could hand an unheld array out again); looped over in C, as
+        # most of a batch is temporaries
+        held = map(_or, map(_UNHELD.__lt__, _refcounts(batch)), map(_weak_count, batch))
+        for a in compress(batch, held):
+            if a._storage is None:
+                ref = _ref(a)
+                key = id(a)
                 for s in a._node.storages:
-                    s._enter(id(a), ref)
+                    s._enter(key, ref)
 
 
 class Storage:

@@ -1,0 +1,105 @@
+"""The registry of recent lazy arrays (``fuseloop.expr.nodes.recent_lazy``).
+
+New lazy arrays are held there strongly until it is sorted: the ones something
+else still holds become readers of their buffers (so a later write evaluates them
+first); the rest are let go.
+"""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import evaluate
+from fuseloop.expr import nodes
+
+
+class _Thing:
+    __slots__ = ("__weakref__",)
+
+
+@pytest.mark.skipif(not nodes._EXACT_REFCOUNTS, reason="reference counts are not exact here")
+def test_reference_count_baseline_tells_held_from_unheld():
+    unheld = [_Thing()]
+    assert nodes._refcounts(unheld) == [nodes._UNHELD]
+    kept = _Thing()
+    assert nodes._refcounts([kept]) == [nodes._UNHELD + 1]
+
+
+def _readers_of(arr):
+    readers = arr._storage.readers
+    return [] if readers is None else [r() for r in readers.values() if r() is not None]
+
+
+def test_sorting_enters_held_arrays_and_lets_go_of_the_rest(device):
+    x = fl.asarray(np.arange(8, dtype=np.float32))
+    nodes.register_readers()
+    held = x * 2 + 1  # x * 2 is a temporary
+    assert nodes.recent_lazy[-2:][1] is held
+    nodes.register_readers()
+    assert not nodes.recent_lazy
+    assert [r is held for r in _readers_of(x)] == [True]  # the temporary was not entered
+    x[...] = 0
+    np.testing.assert_array_equal(held.get(), np.arange(8) * 2 + 1)
+
+
+def test_synchronize_frees_what_only_the_registry_held(device):
+    tmp = fl.asarray(np.ones(64, np.float32))
+    gone = weakref.ref(tmp._storage)
+    _ = tmp * 3  # a lazy array nothing holds after the next statement
+    del _, tmp
+    gc.collect()
+    assert gone() is not None  # the registry still holds the lazy array
+    fl.synchronize()
+    assert gone() is None
+
+
+def test_a_large_allocation_frees_what_only_the_registry_held(device):
+    tmp = fl.asarray(np.ones(64, np.float32))
+    gone = weakref.ref(tmp._storage)
+    _ = tmp + 1
+    del _, tmp
+    big = fl.empty(evaluate.RELEASE_RECENT_AT // 4, np.float32)  # RELEASE_RECENT_AT bytes
+    assert gone() is None
+    assert big.nbytes == evaluate.RELEASE_RECENT_AT
+
+
+def test_a_weakly_referenced_array_is_entered(device):
+    x = fl.asarray(np.arange(4, dtype=np.float32))
+    nodes.register_readers()
+    watched = weakref.ref(x * 5)  # held by nothing but the registry and this reference
+    nodes.register_readers()
+    # entered (a weak reference could hand it out again) unless it was freed already
+    assert watched() is None or any(r is watched() for r in _readers_of(x))
+
+
+def test_without_exact_reference_counts_every_array_is_entered(device, monkeypatch):
+    monkeypatch.setattr(nodes, "_UNHELD", -1)
+    xh = np.arange(16, dtype=np.float32)
+    x = fl.asarray(xh)
+    nodes.register_readers()
+    early = x * 2 - 1
+    for _ in range(2 * nodes.RECENT_LAZY_MAX):
+        (x + 1).eval()
+    x += 3
+    np.testing.assert_array_equal(early.get(), xh * 2 - 1)
+    np.testing.assert_array_equal(x.get(), xh + 3)
+
+
+def test_assigning_a_new_expression_does_not_keep_it(device):
+    """``out[...] = e`` with a just-built ``e``: the registry's reference is not the
+    caller's, so ``e`` gets no buffer of its own (one output)."""
+    x = fl.asarray(np.arange(32, dtype=np.float32))
+    out = fl.empty_like(x)
+    out[...] = x * 2 + 5  # compiles the structure
+    fl.synchronize()
+    fl.reset_stats()
+    out[...] = x * 2 + 7
+    np.testing.assert_array_equal(out.get(), np.arange(32) * 2 + 7)
+    assert fl.stats()["kernels_compiled"] == 0
+    kept = x * 2 + 9
+    out[...] = kept  # held by the caller: evaluated in the same kernel
+    assert not kept.is_lazy
+    np.testing.assert_array_equal(kept.get(), np.arange(32) * 2 + 9)
