@@ -18,7 +18,10 @@ throughput of a loop, where a call's host work overlaps the previous kernel).  T
   timed loops is the figure, with the fastest loop and the calling thread's CPU time per
   call beside it; ``fl.stats()`` around the timed loops shows that nothing was lowered or
   compiled there.  numpy's loop of the same expression runs after each of ours, so the
-  ratio of each pair shows the overhead apart from how fast the (shared) machine ran.
+  ratio of each pair shows the overhead apart from how fast the (shared) machine ran;
+  then a loop calling a prebuilt pyopencl ``ElementwiseKernel`` of the same expression
+  (a new pooled output each call, on the same queue): the least per call of a Python
+  library that launches through pyopencl.
   The same loop with a scalar that changes every call is timed after it.
 
 Bandwidth counts the bytes each expression must move: 3 float32 arrays (2 read, 1 written)
@@ -290,6 +293,38 @@ def bench_gpu(res: Results, x, y, out, xh, yh, repeat: int) -> None:
 # host overhead
 
 
+def _pyopencl_peer(x: fl.Array, y: fl.Array, xh: np.ndarray, yh: np.ndarray,
+                   calls: int) -> tuple[Callable[[], None] | None, Any]:
+    """The host-overhead loop with pyopencl's ElementwiseKernel (None and why if not)."""
+    import pyopencl as cl
+    import pyopencl.array as cl_array
+    from pyopencl.elementwise import ElementwiseKernel
+
+    try:
+        dev = fl.get_device()
+        queue = dev.queue  # (fuseloop's deferred launches are enqueued first)
+        pool = dev.allocator
+        kernel = ElementwiseKernel(dev.context, "float *z, const float *x, const float *y",
+                                   "z[i] = ((x[i] * 2 + y[i]) * x[i] - y[i]) / 3")
+        n = x.shape[0]
+        xa = cl_array.Array(queue, (n,), np.float32, data=x.data)
+        ya = cl_array.Array(queue, (n,), np.float32, data=y.data)
+        out = cl_array.empty(queue, (n,), np.float32, allocator=pool)
+        kernel(out, xa, ya)
+        ok = check_close("pyopencl peer", out.get(), ((xh * 2 + yh) * xh - yh) / 3)
+    except cl.Error as e:
+        return None, short_reason(e, 120)
+
+    def peer_loop() -> None:
+        for i in range(calls):
+            z = cl_array.empty(queue, (n,), np.float32, allocator=pool)
+            kernel(z, xa, ya)
+            if i % 100 == 99:
+                fl.synchronize()
+
+    return peer_loop, ok
+
+
 def bench_overhead(res: Results, calls: int, loops: int) -> dict[str, Any]:
     n = 1000
     rng = np.random.default_rng(1)
@@ -315,11 +350,19 @@ def bench_overhead(res: Results, calls: int, loops: int) -> dict[str, Any]:
         for _ in range(calls):
             ((xh * 2 + yh) * xh - yh) / 3
 
+    # the least a Python library can do per call on pyopencl: one prebuilt
+    # ElementwiseKernel called on the same device buffers, a new pooled output each
+    # call, on fuseloop's queue (so fl.synchronize() waits for it as for ours)
+    peer_loop, peer_ok = _pyopencl_peer(x, y, xh, yh, calls)
+
     loop()  # warm (compiles once, fills the cache)
     fl.synchronize()
     numpy_loop()
+    if peer_loop is not None:
+        peer_loop()
+        fl.synchronize()
     before = fl.stats()
-    walls, cpus, numpy_walls = [], [], []
+    walls, cpus, numpy_walls, peer_walls = [], [], [], []
     for _ in range(loops):
         # (the calling thread's CPU time too: on a shared virtual machine the same
         # work sometimes takes twice the CPU time, which no waiting explains)
@@ -333,6 +376,11 @@ def bench_overhead(res: Results, calls: int, loops: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         numpy_loop()
         numpy_walls.append((time.perf_counter() - t0) / calls * 1e6)
+        if peer_loop is not None:
+            t0 = time.perf_counter()
+            peer_loop()
+            fl.synchronize()
+            peer_walls.append((time.perf_counter() - t0) / calls * 1e6)
     after = fl.stats()
     delta = {k: after[k] - before[k] for k in after if isinstance(after[k], int | float)}
     per_call_us = statistics.median(walls)
@@ -382,6 +430,18 @@ def bench_overhead(res: Results, calls: int, loops: int) -> dict[str, Any]:
                   f"per pair of loops: median {ratio:.2f}x"),
             us_per_call=np_us, us_per_call_min=min(numpy_walls),
             us_per_call_loops=numpy_walls, fuseloop_over_numpy=ratio)
+    name = "pyopencl ElementwiseKernel, prebuilt, called each call (loops interleaved)"
+    if peer_loop is None:
+        res.skip("overhead", name, peer_ok)
+    else:
+        peer_us = statistics.median(peer_walls)
+        peer_ratio = statistics.median(w / v for w, v in zip(walls, peer_walls))
+        res.add("overhead", name, peer_us / 1e6, None,
+                note=(f"{peer_us:.1f} us/call (fastest {min(peer_walls):.1f}); "
+                      f"fuseloop/pyopencl per pair of loops: median {peer_ratio:.2f}x"),
+                us_per_call=peer_us, us_per_call_min=min(peer_walls),
+                us_per_call_loops=peer_walls, fuseloop_over_pyopencl=peer_ratio,
+                correct=peer_ok)
     return {"calls_per_run": calls, "stats_delta_in_timed_loops": delta,
             "fuseloop_over_numpy_median": ratio}
 
