@@ -10,7 +10,8 @@ asserted.  The loop (``--case``), on 1000 float32 elements, synchronizing every 
 * ``overhead``: the host-overhead loop of ``bench_elementwise.py``, a 5-operation
   expression built and ``.eval()``-ed each call;
 * ``scalar``: the same with a scalar that changes every call (``x * s``, 7 values);
-* ``mask``: ``(x[x > 0.5] * 2).eval()`` (a compaction and its count read every call).
+* ``mask``: ``(x[x > 0.5] * 2).eval()`` (a compaction and its count read every call);
+* ``center``: ``(x - x.mean()).eval()`` (a full reduction fused into its consumer).
 
 Usage::
 
@@ -60,6 +61,7 @@ CASES: dict[str, tuple[Any, Any]] = {
     "scalar": (lambda x, y, i: ((x * SCALES[i % 7] + y) * x - y) / 3,
                lambda x, y, i: ((x * SCALES[i % 7] + y) * x - y) / 3),
     "mask": (lambda x, y, i: x[x > 0.5] * 2, lambda x, y, i: x[x > 0.5] * 2),
+    "center": (lambda x, y, i: x - x.mean(), lambda x, y, i: x - x.mean()),
 }
 
 

@@ -152,7 +152,8 @@ def _lazy_array(node: Node, device: Device) -> Array:
 
 
 # (op, left operand, right operand) -> (loop dtypes, their key, shape, the result's
-# signature), an operand being a signature or a Python scalar type: one look-up gives
+# signature), an operand being a signature, a Python scalar type or, for a node
+# without a signature (a reduction, a gather), its (dtype, shape): one look-up gives
 # all an operator needs (a signature fixes its node's dtype and shape)
 _sig_loops: dict[tuple, tuple] = {}
 SIG_LOOPS_MAX = 8192
@@ -174,10 +175,10 @@ def _signed_loop(op: str, an: Node, bn: Node | None, sa: int, sb: Any,
             shape = broadcast_shapes(shape, bn.shape)
         fields = ("A", op, key, shape, sa, sb)
     hit = (loop, key, shape, intern_sig(fields) if sa and sb else 0)
-    if sa and sb:
-        if len(_sig_loops) >= SIG_LOOPS_MAX:
-            _sig_loops.clear()
-        _sig_loops[(op, sa, sb)] = hit
+    if len(_sig_loops) >= SIG_LOOPS_MAX:
+        _sig_loops.clear()
+    # (an is None only for a scalar's type, bn for a scalar's: both truthy)
+    _sig_loops[(op, sa or (an.dtype, an.shape), sb or (bn.dtype, bn.shape))] = hit
     return hit
 
 
@@ -205,14 +206,15 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                     return _apply_general(op, (a, b))
                 bn = b._node
                 sb = bn.sig or signature_of(bn)
-                hit = _sig_loops.get((op, sa, sb))
+                hit = _sig_loops.get((op, sa or (an.dtype, an.shape),
+                                      sb or (bn.dtype, bn.shape)))
                 if hit is None:
                     hit = _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
                 loop, key, shape, sig = hit
                 if sig:
                     operands = an.operands + bn.operands
             elif tb is float or tb is int:
-                hit = _sig_loops.get((op, sa, tb))
+                hit = _sig_loops.get((op, sa or (an.dtype, an.shape), tb))
                 if hit is None:
                     hit = _signed_loop(op, an, None, sa, tb, a.dtype, tb)
                 loop, key, shape, sig = hit
@@ -233,7 +235,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             device = b.device
             bn = b._node
             sb = bn.sig or signature_of(bn)
-            hit = _sig_loops.get((op, ta, sb))
+            hit = _sig_loops.get((op, ta, sb or (bn.dtype, bn.shape)))
             if hit is None:
                 hit = _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
             loop, key, shape, sig = hit

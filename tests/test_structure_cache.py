@@ -357,6 +357,34 @@ def test_signature_lookup_walks_nothing(device, fresh_stats, monkeypatch):
     assert s["kernels_launched"] == 3
 
 
+def test_operators_on_unsigned_operands_are_remembered(device, monkeypatch):
+    """An operand without a signature (a reduction, a gather) is remembered by dtype and
+    shape: the second ``x - x.mean()`` works out no loop or broadcast again."""
+    import fuseloop.array as array_module
+
+    xh = np.random.default_rng(6).random(500, dtype=np.float32)
+    x = fl.asarray(xh)
+    xd = fl.asarray(xh.astype(np.float64))
+    x - x.mean(), x.mean() - x, fl.sum(x) / 7.0  # (remembered here)
+    calls = []
+    real = array_module._signed_loop
+    monkeypatch.setattr(array_module, "_signed_loop",
+                        lambda *a: calls.append(a[0]) or real(*a))
+    c, r, q = x - x.mean(), x.mean() - x, fl.sum(x) / 7.0
+    assert calls == []
+    assert c.dtype == r.dtype == q.dtype == np.float32 and c.shape == (500,) and q.shape == ()
+    np.testing.assert_allclose(c.get(), xh - xh.mean(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(r.get(), xh.mean() - xh, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(q.get(), xh.sum() / 7, rtol=1e-5)
+    # another dtype or shape of unsigned operand is another entry, with its own loop
+    d = xd - xd.mean()
+    e = x[:100] - x[:100].mean()
+    assert calls and d.dtype == np.float64 and e.shape == (100,)
+    np.testing.assert_allclose(d.get(), xh.astype(np.float64) - xh.astype(np.float64).mean(),
+                               rtol=1e-12)
+    np.testing.assert_allclose(e.get(), xh[:100] - xh[:100].mean(), rtol=1e-5, atol=1e-6)
+
+
 def test_signatures_tell_structures_apart(device):
     xf = fl.asarray(np.arange(6, dtype=np.float32))
     xd = fl.asarray(np.arange(6, dtype=np.float64))
