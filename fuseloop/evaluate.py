@@ -719,7 +719,7 @@ def launch(program, bindings, outs: list[Storage], device: Device) -> None:
     else:
         n_rows = math.prod(shape[d] for d in program.row_dims)
         n_elem = math.prod(shape) // max(1, n_rows)
-    kernel, _ = kernel_for(program, index_dtype, device, recipe, params, n_rows, n_elem)
+    kernel = kernel_for(program, index_dtype, device, recipe, params, n_rows, n_elem)
     err = None
     args = []
     storages = bindings.storages

@@ -63,23 +63,11 @@ def _check_fp64(program_entries: tuple, device: Device) -> None:
 
 
 
-class _Hashed(tuple):
-    """A memory-cache key whose hash is computed once (it holds a whole program)."""
-
-    def __new__(cls, items: tuple) -> _Hashed:
-        self = super().__new__(cls, items)
-        self._hash = tuple.__hash__(self)
-        return self
-
-    def __hash__(self) -> int:
-        return self._hash  # type: ignore[attr-defined,no-any-return]
-
-
 def kernel_for(program: Program, index_dtype: np.dtype, device: Device, recipe: Any,
-               params: Sequence[int], n_rows: int, n_elem: int) -> tuple[Any, _Hashed]:
-    """The compiled kernel for this launch of ``program``, and its memory-cache key.
+               params: Sequence[int], n_rows: int, n_elem: int) -> Any:
+    """The compiled kernel for this launch of ``program``.
 
-    The key holds the recipe's size class for these sizes (see
+    Its memory-cache key holds the recipe's size class for these sizes (see
     :mod:`fuseloop.recipes`); counts a memory-cache hit when there is one.
     """
     size_class = recipe.size_class
@@ -87,14 +75,13 @@ def kernel_for(program: Program, index_dtype: np.dtype, device: Device, recipe: 
     if type(sizes) is not str:
         raise RecipeError(f"recipe {recipe.name!r}: size_class returned {sizes!r}; it must "
                           "return a string of Loopy assumptions ('' for none)")
-    mem_key = _Hashed((program, index_dtype.char, device.index, recipe.cache_id, sizes))
-    compiled = _memory.get(mem_key)
+    compiled = _memory.get((program, index_dtype.char, device.index, recipe.cache_id, sizes))
     if compiled is not None:
         _stats.increment("memory_cache_hits")
     else:
         _check_fp64(program.entries, device)
         compiled = get_kernel(program, index_dtype, device, recipe, user_functions, sizes)
-    return compiled, mem_key
+    return compiled
 
 
 class _Launch:
@@ -190,7 +177,7 @@ def _plan_launch(entry: StructureEntry, index_dtype: np.dtype, recipe: object, s
         return None
     params = list(entry.params)
     generation = memory_generation[0]  # (read first: a clear during the look-up ends the plan)
-    compiled, _ = kernel_for(program, index_dtype, device, recipe, params, size, 1)
+    compiled = kernel_for(program, index_dtype, device, recipe, params, size, 1)
     plan = _Launch()
     plan.generation = generation
     plan.runtime = _runtime(device)

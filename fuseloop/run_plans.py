@@ -33,7 +33,7 @@ import numpy as np
 
 from . import evaluate as _ev
 from . import stats as _stats
-from .cache import _memory
+from .cache import memory_generation
 from .expr import program as _prog
 from .expr.nodes import Node, Scalar, Storage
 from .expr.program import Bindings, Target, walk_structure
@@ -72,8 +72,8 @@ class _Step:
         self.storage_refs = storage_refs
         self.out_refs = out_refs
         self.scalar_refs = scalar_refs
-        # (recipe, mem_key, compiled, enqueue function, constant arguments, per-thread
-        # kernel objects, index dtype)
+        # (recipe, memory-cache generation, compiled, enqueue function, constant
+        # arguments, per-thread kernel objects, index dtype)
         self.fast: Any = None
 
 
@@ -234,7 +234,7 @@ def _launch_fast(step: _Step, storages: list[Storage], outs: list[Storage],
                         "reduction" if program.has_reduce else "elementwise")
     fast = step.fast
     if fast is None or fast[0] is not recipe or fast[6] is not index_dtype \
-            or _memory.get(fast[1]) is not fast[2]:
+            or fast[1] != memory_generation[0]:
         fast = step.fast = _prepare(step, recipe, index_dtype, device)
         if fast is None:
             return False
@@ -269,8 +269,8 @@ def _prepare(step: _Step, recipe: Any, index_dtype: np.dtype, device: Device) ->
     else:
         n_rows = math.prod(shape[d] for d in program.row_dims)
         n_elem = math.prod(shape) // max(1, n_rows)
-    compiled, mem_key = kernel_for(program, index_dtype, device, recipe, step.params,
-                                   n_rows, n_elem)
+    generation = memory_generation[0]  # (read first: a clear during the look-up ends it)
+    compiled = kernel_for(program, index_dtype, device, recipe, step.params, n_rows, n_elem)
     local = compiled.lsize(n_rows, n_elem, step.params)
     global_size = tuple(g * w for g, w in zip(compiled.gsize(n_rows, n_elem, step.params),
                                               local))
@@ -281,7 +281,7 @@ def _prepare(step: _Step, recipe: Any, index_dtype: np.dtype, device: Device) ->
     # the enqueue function sets only the arguments that changed on a kernel object
     # of its own per thread (see launching.launcher)
     go, consts = made
-    return (recipe, mem_key, compiled, go, consts, threading.local(), index_dtype)
+    return (recipe, generation, compiled, go, consts, threading.local(), index_dtype)
 
 
 def clear() -> None:
