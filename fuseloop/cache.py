@@ -247,8 +247,9 @@ def _build_source(plan: KernelPlan, device: Device) -> cl.Program:
     try:
         program = cl.Program(device.context, plan.source).build(options=plan.build_options)
     except cl.Error as exc:
+        known = f": {device.problem}" if device.problem else ""
         raise KernelBuildError(
-            f"the OpenCL compiler for {device.name} rejected kernel {plan.name}",
+            f"the OpenCL compiler for {device.name} rejected kernel {plan.name}{known}",
             source=plan.source, build_log=str(exc)) from None
     _increment("kernels_compiled")
     return program

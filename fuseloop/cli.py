@@ -23,7 +23,12 @@ def _devices(_args: argparse.Namespace) -> int:
         mark = "*" if d is default else " "
         print(f"{mark:2}{d.index:>2}  {d.type:<5} {'yes' if d.has_fp64 else 'no':<4} "
               f"{d.global_mem_size / 2**30:>7.1f} GiB  {d.name}  [{d.platform}]")
+        if not d.usable:
+            print(f"{'':6}cannot build kernels: {d.problem}")
     print("* = default device (FUSELOOP_DEVICE selects another)")
+    if not any(d.usable for d in found):
+        print("no device here can build kernels (see above)")
+        return 1
     return 0
 
 

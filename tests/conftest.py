@@ -18,7 +18,10 @@ def _device_params() -> list:
     found = fl.devices()
     if os.environ.get("FUSELOOP_DEVICE") and os.environ.get("FUSELOOP_TEST_ALL_DEVICES") != "1":
         found = [fl.get_device()]
-    return [pytest.param(d, id=f"{d.type}{d.index}") for d in found]
+    # a device whose compiler rejects every kernel (Device.problem) is reported, not run
+    return [pytest.param(d, id=f"{d.type}{d.index}",
+                         marks=() if d.usable else pytest.mark.skip(reason=d.problem))
+            for d in found]
 
 
 @pytest.fixture(params=_device_params())

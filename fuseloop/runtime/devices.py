@@ -3,6 +3,8 @@
 The default device comes from ``FUSELOOP_DEVICE`` (``gpu``, ``cpu``, an index
 or a name substring), else the first GPU, else the first CPU.  ``set_device``
 changes it; ``with device(...)`` changes it for a block (per thread and task).
+A device whose compiler is known to reject every kernel (``Device.problem``)
+comes after the others wherever a type or a name selects one.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import collections
 import contextlib
 import contextvars
 import os
+import platform
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,6 +46,13 @@ class Device:
     has_fp64: bool
     cl_device: Any = field(repr=False)
     compute_units: int = 1
+    #: why this device's OpenCL compiler cannot build kernels, when that is known
+    problem: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        """False when the device's compiler is known to reject every kernel."""
+        return self.problem is None
 
     @property
     def identity(self) -> tuple[str, str, str, str]:
@@ -152,6 +162,40 @@ def flush_deferred(device: Device) -> None:
         rt.flush()
 
 
+_PROBE_SOURCE = "__kernel void fuseloop_probe(__global int *a) { a[get_global_id(0)] = 1; }"
+INSTALL_POCL_HINT = (
+    "install a PoCL that can target this CPU and fuseloop picks it as the CPU device "
+    "(Debian 12: 'apt install pocl-opencl-icd', PoCL 3.1, which chooses its target from "
+    "the CPU's features), or select another device with FUSELOOP_DEVICE"
+)
+
+
+def _compiler_problem(cl_device: Any) -> str | None:
+    """Why ``cl_device``'s compiler rejects every kernel, or None when not known to.
+
+    PoCL names its LLVM target CPU at the end of the device version; 'generic' on
+    an x86-64 host means the LLVM it was built with does not know this CPU (pip's
+    PoCL 3.0 has LLVM 14, which does not know AMD Zen 5), and its clang then
+    rejects every kernel.  Only such a device is probed with a one-line build, so
+    other devices cost nothing here.
+    """
+    try:
+        version = cl_device.version.strip()
+    except cl.Error:
+        return None
+    if "PoCL" not in version or not version.endswith("-generic") or "x86_64" not in version:
+        return None
+    try:
+        cl.Program(cl.Context([cl_device]), _PROBE_SOURCE).build()
+    except cl.Error as exc:
+        log = str(exc)
+        reason = next((line.strip() for line in log.splitlines() if "error:" in line),
+                      log.strip().splitlines()[0] if log.strip() else "build failed")
+        return (f"its OpenCL compiler rejects every kernel ({reason}): {version} on "
+                f"this {platform.machine()} CPU; {INSTALL_POCL_HINT}")
+    return None
+
+
 def _discover() -> list[Device]:
     found: list[Device] = []
     try:
@@ -171,6 +215,7 @@ def _discover() -> list[Device]:
                 global_mem_size=int(d.global_mem_size), max_alloc_size=int(d.max_mem_alloc_size),
                 has_fp64=bool(d.double_fp_config) or "cl_khr_fp64" in d.extensions,
                 cl_device=d, compute_units=int(d.max_compute_units),
+                problem=_compiler_problem(d),
             ))
     return found
 
@@ -207,7 +252,12 @@ def _describe_all() -> str:
     found = _all_devices()
     if not found:
         return "no OpenCL devices were found (is pocl-binary-distribution installed?)"
-    return "available devices:\n" + "\n".join(f"  {d}" for d in found)
+    return "available devices:\n" + "\n".join(
+        f"  {d}" + ("" if d.usable else " -- cannot build kernels") for d in found)
+
+
+def _usable_first(found: list[Device]) -> list[Device]:
+    return sorted(found, key=lambda d: not d.usable)  # (stable: discovery order otherwise)
 
 
 def find_device(spec: Device | int | str) -> Device:
@@ -229,7 +279,7 @@ def find_device(spec: Device | int | str) -> Device:
         matches = devices(name=key)
     if not matches:
         raise DeviceNotFoundError(f"no OpenCL device matches {spec!r}; {_describe_all()}")
-    return matches[0]
+    return _usable_first(matches)[0]
 
 
 def _initial_default() -> Device:
@@ -244,7 +294,9 @@ def _initial_default() -> Device:
         raise DeviceNotFoundError(_describe_all())
     gpus = [d for d in found if d.type == "gpu"]
     cpus = [d for d in found if d.type == "cpu"]
-    return (gpus or cpus or found)[0]
+    # a usable CPU before a GPU whose compiler rejects everything; when nothing is
+    # usable the first device is chosen and its first build error says why
+    return _usable_first(gpus + cpus + [d for d in found if d not in gpus + cpus])[0]
 
 
 def get_device() -> Device:
