@@ -13,6 +13,8 @@ for d in devs:
     mem_gib = d.global_mem_size / 2**30
     print(f"  [{d.index}] {d.name!r}  type={d.type}  platform={d.platform!r}  "
           f"memory={mem_gib:.1f} GiB  fp64={d.has_fp64}")
+    if not d.usable:  # its compiler rejects every kernel; selection prefers other devices
+        print(f"      cannot build kernels: {d.problem}")
 assert devs, "no OpenCL device found"
 
 print(f"default device: {fl.get_device().name}")
