@@ -91,9 +91,10 @@ def values_apart(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def check_lanes(dev: Any, out_path: str | None) -> int:
-    from fuseloop.recipes.cpu_vector import vector_builtins
+    from fuseloop.recipes.cpu_vector import through_double_width, vector_builtins
 
     table = vector_builtins()
+    through = through_double_width(dev)
     rng = np.random.default_rng(0)
     n = 1 << 18
     rows = []
@@ -118,8 +119,10 @@ def check_lanes(dev: Any, out_path: str | None) -> int:
                 for a in (x, y, mixed)]
         out = cl.Buffer(dev.context, mf.READ_WRITE, x.nbytes)
         for name, (scalar, vector) in cases.items():
-            # the recipe's widths: 8 floats, 4 doubles (float32 through double4 too)
-            width = 8 if ctype == "float" and "double" not in vector else 4
+            # the recipe's widths: 8 floats, 4 doubles, float32 through doubles 4 or
+            # (AVX-512) 8 at a time
+            width = (through if "double" in vector and ctype == "float"
+                     else 8 if ctype == "float" else 4)
             vector = vector.replace("8", str(width))
             program = cl.Program(dev.context, LANES_SOURCE).build(
                 options=[f"-DT={ctype}", f"-DSCALAR(a,b)={scalar}", f"-DVECTOR(a,b)={vector}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import loopy as lp
 import numpy as np
+import pymbolic.primitives as prim
 import pytest
 
 import fuseloop as fl
@@ -19,6 +20,7 @@ from fuseloop.lower.scalar_ops import make_helper
 from fuseloop.recipes import CPU_CHUNK
 from fuseloop.recipes.cpu_vector import (
     LANES,
+    through_double_width,
     vector_builtins,
     vectorise_math_calls,
 )
@@ -181,8 +183,10 @@ def test_code_has_one_vector_call_per_block(pocl):
     # doubles go 4 lanes at a time (two calls per block)
     assert "atan2(vload4(0, " in code and "atan2(vload4(1, " in code
     assert "double _fl_vr0[8]" in code
-    code = fl.show_code(fl.sin(x))  # float32 sin: through double4 (see cpu_vector)
-    assert "convert_float4(sin(convert_double4(vload4(" in code
+    # float32 sin: through doubles, 4 at a time, or 8 on AVX-512 (see cpu_vector)
+    w = through_double_width(pocl)
+    code = fl.show_code(fl.sin(x))
+    assert code.count(f"convert_float{w}(sin(convert_double{w}(vload{w}(") == 2 * (LANES // w)
 
 
 def test_arithmetic_only_kernels_are_unchanged(cpu):
@@ -226,6 +230,40 @@ def test_only_calls_outside_conditions_are_vectorised():
 def test_calls_with_the_same_argument_for_every_lane_stay_scalar():
     code = _code(_kernel("out[i] = x[i] * fl_exp_f32(N)"))
     assert "vload" not in code
+
+
+class _FakeCLDevice:
+    def __init__(self, preferred: int) -> None:
+        self.preferred_vector_width_float = preferred
+
+
+class _FakeDevice:
+    def __init__(self, cl_device: object) -> None:
+        self.cl_device = cl_device
+
+
+def test_float32_through_doubles_take_a_block_at_a_time_on_avx512():
+    assert through_double_width(_FakeDevice(_FakeCLDevice(16))) == 8  # AVX-512
+    assert through_double_width(_FakeDevice(_FakeCLDevice(8))) == 4  # AVX2
+    assert through_double_width(_FakeDevice(None)) == 4
+    t_unit = _kernel("out[i] = fl_exp_f32(x[i]) + 1")
+    t_unit = lp.register_callable(t_unit, "fl_sin_f32", _sin_callable())
+    t_unit = t_unit.with_kernel(t_unit.default_entrypoint.copy(instructions=[
+        insn.copy(expression=insn.expression + prim.Call(prim.Variable("fl_sin_f32"),
+                                                         (prim.Variable("x")[prim.Variable("i")],)))
+        for insn in t_unit.default_entrypoint.instructions]))
+    for width in (4, 8):
+        code = lp.generate_code_v2(vectorise_math_calls(
+            t_unit, "i", CPU_CHUNK, through_width=width)).device_code()
+        assert code.count(f"sin(convert_double{width}(vload{width}(") == 2 * (LANES // width)
+        assert code.count("exp(vload8(0, ") == 2  # float32 builtins: 8 at a time anyway
+    with pytest.raises(ValueError, match="16 at a time"):
+        vectorise_math_calls(t_unit, "i", CPU_CHUNK, through_width=16)
+
+
+def _sin_callable() -> HelperCallable:
+    h = make_helper("sin", (F32, F32))
+    return HelperCallable(h.name, (F32,), F32, h.source)
 
 
 def test_lane_temporaries_are_private_arrays_and_bulk_blocks_unchecked():

@@ -27,7 +27,7 @@ import pymbolic.primitives as prim
 from loopy.symbolic import IdentityMapper, get_dependencies
 
 from ..lower.pieces import FLAT_INAME, PIECE_INAME_PREFIX
-from .cpu_vector import POCL_PLATFORM, vectorise_math_calls
+from .cpu_vector import POCL_PLATFORM, through_double_width, vectorise_math_calls
 
 if TYPE_CHECKING:
     from ..runtime.devices import Device
@@ -145,7 +145,8 @@ def cpu_chunked(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUni
     if f"{PIECE_INAME_PREFIX}0" in t_unit.default_entrypoint.all_inames():
         return lp.tag_inames(t_unit, {FLAT_INAME: "g.0"})
     if device.platform == POCL_PLATFORM:
-        return vectorise_math_calls(t_unit, FLAT_INAME, CPU_CHUNK, device.has_fp64)
+        return vectorise_math_calls(t_unit, FLAT_INAME, CPU_CHUNK, device.has_fp64,
+                                    through_double_width(device))
     return lp.split_iname(t_unit, FLAT_INAME, CPU_CHUNK, outer_tag="g.0")
 
 
@@ -277,7 +278,7 @@ def gpu_coalesced(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationU
 
 register_recipe("default", gpu_coalesced, name="gpu-coalesced", version="2")
 register_recipe("gpu", gpu_coalesced, name="gpu-coalesced", version="2")
-register_recipe("cpu", cpu_chunked, name="cpu-chunked", version="3")
+register_recipe("cpu", cpu_chunked, name="cpu-chunked", version="4")
 
 
 def _register_reduction_recipes() -> None:
@@ -285,7 +286,7 @@ def _register_reduction_recipes() -> None:
 
     register_recipe("default", gpu_rows, name="gpu-rows", version="9", kind="reduction")
     register_recipe("gpu", gpu_rows, name="gpu-rows", version="9", kind="reduction")
-    register_recipe("cpu", cpu_rows, name="cpu-rows", version="3", kind="reduction")
+    register_recipe("cpu", cpu_rows, name="cpu-rows", version="4", kind="reduction")
 
 
 _register_reduction_recipes()

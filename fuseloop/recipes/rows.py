@@ -33,6 +33,7 @@ from . import row_cache
 from .cpu_vector import (
     POCL_PLATFORM,
     reduction_vector_calls,
+    through_double_width,
     vectorise_loop_calls,
     vectorise_reduction_calls,
 )
@@ -348,7 +349,8 @@ def cpu_rows(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
             if calls:
                 t_unit = _vector_reduction(t_unit, j, fp64)
     if ELEMENT_INAME in knl.all_inames():
-        t_unit = vectorise_loop_calls(t_unit, ELEMENT_INAME, fp64)
+        t_unit = vectorise_loop_calls(t_unit, ELEMENT_INAME, fp64,
+                                      through_double_width(device))
     return t_unit
 
 
