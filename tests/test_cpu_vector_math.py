@@ -257,7 +257,7 @@ def test_float32_through_doubles_take_a_block_at_a_time_on_avx512():
             t_unit, "i", CPU_CHUNK, through_width=width)).device_code()
         assert code.count(f"sin(convert_double{width}(vload{width}(") == 2 * (LANES // width)
         assert code.count("exp(vload8(0, ") == 2  # float32 builtins: 8 at a time anyway
-    with pytest.raises(ValueError, match="16 at a time"):
+    with pytest.raises(fl.errors.RecipeError, match="16 at a time"):
         vectorise_math_calls(t_unit, "i", CPU_CHUNK, through_width=16)
 
 

@@ -34,6 +34,7 @@ import numpy as np
 import pymbolic.primitives as prim
 from loopy.symbolic import IdentityMapper, get_dependencies
 
+from ..errors import RecipeError
 from ..lower.scalar_ops import FLOAT_BINARY, FLOAT_UNARY, helper_name
 
 #: the OpenCL platform whose vector builtins were measured (see _SCALAR_ONLY)
@@ -383,8 +384,8 @@ def vectorise_math_calls(t_unit: lp.TranslationUnit, iname: str, chunk: int,
 
 def _checked(through_width: int) -> int:
     if through_width not in (LANES // 2, LANES):
-        raise ValueError(f"float32 through doubles {through_width} at a time: expected "
-                         f"{LANES // 2} or {LANES}")
+        raise RecipeError(f"float32 through doubles {through_width} at a time: expected "
+                          f"{LANES // 2} or {LANES} (see through_double_width)")
     return through_width
 
 
