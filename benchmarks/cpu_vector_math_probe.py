@@ -119,10 +119,8 @@ def check_lanes(dev: Any, out_path: str | None) -> int:
                 for a in (x, y, mixed)]
         out = cl.Buffer(dev.context, mf.READ_WRITE, x.nbytes)
         for name, (scalar, vector) in cases.items():
-            # the recipe's widths: 8 floats, 4 doubles, float32 through doubles 4 or
-            # (AVX-512) 8 at a time
-            width = (through if "double" in vector and ctype == "float"
-                     else 8 if ctype == "float" else 4)
+            # the recipe's widths on this device (the float forms it does not use: 8)
+            width = table[name].width(np.dtype(dt), through) if name in table else 8
             vector = vector.replace("8", str(width))
             program = cl.Program(dev.context, LANES_SOURCE).build(
                 options=[f"-DT={ctype}", f"-DSCALAR(a,b)={scalar}", f"-DVECTOR(a,b)={vector}",

@@ -85,6 +85,13 @@ class VectorCall(NamedTuple):
     arity: int
     through_double: bool  # computed on doubles and rounded to floats
 
+    def width(self, dtype: np.dtype, through_width: int = LANES // 2) -> int:
+        """Elements per builtin call: 8 floats, 4 doubles, or ``through_width``
+        for a float32 call computed on doubles (see :func:`through_double_width`)."""
+        if self.through_double:
+            return through_width
+        return VECTOR_WIDTH if dtype == np.float32 else LANES // 2
+
 
 def vector_builtins(fp64: bool = True) -> dict[str, VectorCall]:
     """Helper name -> how this transform applies it to vectors, for the float32
@@ -203,10 +210,8 @@ class _Vectoriser:
             vector_args.append(arg)
         result = f"{_RESULT_PREFIX}{k}"
         self._array(result, dtype)
-        # doubles 4 at a time: AVX2 registers, and no ABI warnings from the compiler;
-        # float32 through doubles as many as through_double_width says
-        width = (self.through_width if call.through_double
-                 else VECTOR_WIDTH if dtype == np.float32 else 4)
+        # doubles 4 at a time: AVX2 registers, and no ABI warnings from the compiler
+        width = call.width(dtype, self.through_width)
         stores = []
         for part in range(LANES // width):
             loads = [f"vload{width}({part}, {a})" for a in vector_args]
@@ -319,7 +324,8 @@ def _vectorise_block(t_unit: lp.TranslationUnit, ids: frozenset[str], block: str
     knl = t_unit.default_entrypoint
     block_inames = knl.id_to_insn[next(iter(ids))].within_inames - {lane} | {block}
     vec, insns = _hoist_calls(knl, t_unit.callables_table, fp64, ids,
-                              frozenset(block_inames), lane, _checked(through_width))
+                              frozenset(block_inames), lane,
+                              _checked_through_width(through_width))
     temps = dict(knl.temporary_variables)
     # scalars written in one lane loop may be read in a later one
     privatise = frozenset(name for insn in insns if insn.id in ids
@@ -382,7 +388,7 @@ def vectorise_math_calls(t_unit: lp.TranslationUnit, iname: str, chunk: int,
                             through_width=through_width)
 
 
-def _checked(through_width: int) -> int:
+def _checked_through_width(through_width: int) -> int:
     if through_width not in (LANES // 2, LANES):
         raise RecipeError(f"float32 through doubles {through_width} at a time: expected "
                           f"{LANES // 2} or {LANES} (see through_double_width)")

@@ -256,9 +256,6 @@ def _describe_all() -> str:
         f"  {d}" + ("" if d.usable else " -- cannot build kernels") for d in found)
 
 
-def _usable_first(found: list[Device]) -> list[Device]:
-    return sorted(found, key=lambda d: not d.usable)  # (stable: discovery order otherwise)
-
 
 def find_device(spec: Device | int | str) -> Device:
     """Resolve a device spec: Device, index, 'gpu'/'cpu'/'accelerator' or a name substring."""
@@ -279,7 +276,7 @@ def find_device(spec: Device | int | str) -> Device:
         matches = devices(name=key)
     if not matches:
         raise DeviceNotFoundError(f"no OpenCL device matches {spec!r}; {_describe_all()}")
-    return _usable_first(matches)[0]
+    return min(matches, key=lambda d: not d.usable)  # (the first of the usable ones)
 
 
 def _initial_default() -> Device:
@@ -292,11 +289,11 @@ def _initial_default() -> Device:
     found = _all_devices()
     if not found:
         raise DeviceNotFoundError(_describe_all())
-    gpus = [d for d in found if d.type == "gpu"]
-    cpus = [d for d in found if d.type == "cpu"]
-    # a usable CPU before a GPU whose compiler rejects everything; when nothing is
-    # usable the first device is chosen and its first build error says why
-    return _usable_first(gpus + cpus + [d for d in found if d not in gpus + cpus])[0]
+    # usable devices first (a usable CPU before a GPU whose compiler rejects
+    # everything), then GPUs before CPUs before the rest; when nothing is usable the
+    # first one is chosen and its first build error says why
+    rank = {"gpu": 0, "cpu": 1}
+    return min(found, key=lambda d: (not d.usable, rank.get(d.type, 2)))
 
 
 def get_device() -> Device:
