@@ -45,6 +45,7 @@ from . import stats as _stats
 from .errors import KernelBuildError, RecipeError
 from .expr.program import Program, collapse_groups
 from .recipes import Recipe
+from .runtime.compile_workers import build_program, prestart
 from .runtime.devices import Device
 
 # 7: the gather error flag has three entries (check code, value, axis length)
@@ -245,12 +246,11 @@ _loopy_lock = threading.RLock()
 
 def _build_source(plan: KernelPlan, device: Device) -> cl.Program:
     try:
-        program = cl.Program(device.context, plan.source).build(options=plan.build_options)
-    except cl.Error as exc:
-        known = f": {device.problem}" if device.problem else ""
-        raise KernelBuildError(
-            f"the OpenCL compiler for {device.name} rejected kernel {plan.name}{known}",
-            source=plan.source, build_log=str(exc)) from None
+        program = build_program(device, plan.source, plan.build_options, (plan.name,))
+    except KernelBuildError as exc:
+        if device.problem:
+            exc.args = (f"{exc.args[0]}: {device.problem}",)
+        raise
     _increment("kernels_compiled")
     return program
 
@@ -565,6 +565,7 @@ def _get_uncached(program: Program, index_dtype: np.dtype, device: Device, recip
             compiled = _from_disk(entry, path, device)
             if compiled is not None:
                 return compiled
+    prestart()  # a compile worker starts while Loopy lowers
     with _loopy_lock:
         try:
             plan = _lower(program, index_dtype, device, recipe, user_functions, sizes)

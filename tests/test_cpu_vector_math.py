@@ -20,6 +20,7 @@ from fuseloop.lower.scalar_ops import make_helper
 from fuseloop.recipes import CPU_CHUNK
 from fuseloop.recipes.cpu_vector import (
     LANES,
+    pocl_target_cpu,
     through_double_width,
     vector_builtins,
     vectorise_math_calls,
@@ -233,8 +234,9 @@ def test_calls_with_the_same_argument_for_every_lane_stay_scalar():
 
 
 class _FakeCLDevice:
-    def __init__(self, preferred: int) -> None:
+    def __init__(self, preferred: int, version: str = "OpenCL 3.0 ") -> None:
         self.preferred_vector_width_float = preferred
+        self.version = version
 
 
 class _FakeDevice:
@@ -246,6 +248,14 @@ def test_float32_through_doubles_take_a_block_at_a_time_on_avx512():
     assert through_double_width(_FakeDevice(_FakeCLDevice(16))) == 8  # AVX-512
     assert through_double_width(_FakeDevice(_FakeCLDevice(8))) == 4  # AVX2
     assert through_double_width(_FakeDevice(None)) == 4
+    # PoCL names its target CPU: that decides, whatever width it prefers (pip's PoCL
+    # 3.0 on AMD Zen 4 prefers 16 floats but targets znver3, where double8 aborts LLVM)
+    pocl = "OpenCL 3.0 PoCL HSTR: pthread-x86_64-unknown-linux-gnu-"
+    for cpu, width in (("znver3", 4), ("znver4", 8), ("skylake-avx512", 8),
+                       ("sapphirerapids", 8), ("haswell", 4), ("some-future-cpu", 4)):
+        assert through_double_width(_FakeDevice(_FakeCLDevice(16, pocl + cpu))) == width, cpu
+    assert pocl_target_cpu(_FakeDevice(_FakeCLDevice(16, pocl + "icelake-server"))) == (
+        "icelake-server")
     t_unit = _kernel("out[i] = fl_exp_f32(x[i]) + 1")
     t_unit = lp.register_callable(t_unit, "fl_sin_f32", _sin_callable())
     t_unit = t_unit.with_kernel(t_unit.default_entrypoint.copy(instructions=[

@@ -29,6 +29,7 @@ from .. import stats as _stats
 from ..evaluate import allocate
 from ..expr.nodes import Storage
 from ..launching import SET_SCALAR_ARG
+from ..runtime.compile_workers import build_program
 from ..runtime.devices import Device, _runtime
 from ..runtime.transfer import read
 
@@ -230,8 +231,9 @@ def _kernels_for(device: Device, layout: Layout) -> tuple[cl.Kernel, cl.Kernel]:
         with _kernels_lock:
             found = _kernels.get(key)
             if found is None:
-                program = cl.Program(device.context, _SOURCE).build(
-                    options=[f"-DWG={layout.group}", f"-DPER={layout.per_item}"])
+                program = build_program(
+                    device, _SOURCE, [f"-DWG={layout.group}", f"-DPER={layout.per_item}"],
+                    ("fuseloop_mask_count", "fuseloop_mask_compact"))
                 _stats.increment("kernels_compiled")  # (built here, not by the cache)
                 found = _kernels[key] = (cl.Kernel(program, "fuseloop_mask_count"),
                                          cl.Kernel(program, "fuseloop_mask_compact"))

@@ -63,16 +63,44 @@ _ARG_PREFIX = "_fl_va"
 _RESULT_PREFIX = "_fl_vr"
 
 
+# LLVM's names of x86-64 CPUs with AVX-512 (a register holds 8 doubles)
+_AVX512_CPUS = frozenset({
+    "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
+    "icelake-server", "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids",
+    "graniterapids", "graniterapids-d", "diamondrapids", "knl", "knm", "znver4", "znver5",
+    "x86-64-v4"})
+
+
+def pocl_target_cpu(device: Any) -> str | None:
+    """The CPU PoCL's LLVM generates code for, from the end of its device version
+    (``... HSTR: pthread-x86_64-unknown-linux-gnu-znver3``), or None if not named."""
+    try:
+        version = str(device.cl_device.version)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    _, found, host = version.partition("HSTR:")
+    parts = host.strip().split("-")  # driver, then the four parts of the triple
+    return "-".join(parts[5:]) if found and len(parts) > 5 else None
+
+
 def through_double_width(device: Any) -> int:
     """Doubles per call for the float32 builtins computed on doubles (sin, cos,
-    tan): a whole block of :data:`LANES` where the device's compiler prefers 16
-    floats per vector (AVX-512: a register holds 8 doubles), else half a block.
+    tan): a whole block of :data:`LANES` where the compiler targets AVX-512 (a
+    register holds 8 doubles), else half a block.
+
+    AVX-512 is read from the CPU PoCL names as its target, where it names one:
+    the preferred vector width alone misleads, as pip's PoCL 3.0 (LLVM 14) on AMD
+    Zen 4 prefers 16 floats while targeting ``znver3`` (AVX2), and its LLVM aborts
+    on ``double8`` calls there.  An unknown target name gets half a block.
 
     Measured on PoCL 3.1 on AMD Zen 5 (AVX-512), in one process, kernels
     interleaved: float32 sin and cos took 0.58 of the time with one double8 call per
     block that they took with two double4 calls.  Float64 builtins stay at 4 per
     call: double8 was no faster there (``exp`` took twice the time).
     """
+    target = pocl_target_cpu(device)
+    if target is not None:
+        return LANES if target in _AVX512_CPUS else LANES // 2
     try:
         preferred = int(device.cl_device.preferred_vector_width_float)
     except (AttributeError, TypeError, ValueError):

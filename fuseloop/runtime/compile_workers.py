@@ -1,0 +1,266 @@
+"""OpenCL programs built in compile workers, so a compiler crash cannot end the caller.
+
+OpenCL CPU runtimes (PoCL, Intel's) run LLVM inside the calling process; when it
+aborts (``LLVM ERROR: ...``) or segfaults, the user's interpreter dies with it.  So
+every program is built from source by a worker process (a small pool, started on
+the first build, kept for the next ones), which hands back the device binary; the
+calling process loads the binary.  A worker that dies mid-build becomes a
+:class:`~fuseloop.errors.KernelBuildError` naming the device, the kernel and the
+signal, and the next build gets a new worker.  Ctrl-C during a build kills that
+worker at once.
+
+``FUSELOOP_COMPILE=inline`` builds in the calling process instead (no workers;
+a compiler crash then ends the process).  ``FUSELOOP_COMPILE_WORKERS`` sets the
+pool's size (default 2).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import pyopencl as cl
+
+from ..errors import KernelBuildError
+from .compile_worker_main import read_message, write_message
+
+_WORKER_SCRIPT = str(Path(__file__).with_name("compile_worker_main.py"))
+#: how much of a crashed worker's standard error goes into the error message
+_STDERR_TAIL = 4000
+#: (action, marker) passed to workers, for tests only (see compile_worker_main)
+test_hook: tuple[str, str] | None = None
+
+
+def mode() -> str:
+    """``"process"`` (build in compile workers) or ``"inline"`` (``FUSELOOP_COMPILE``)."""
+    value = os.environ.get("FUSELOOP_COMPILE", "process").strip().lower()
+    return "inline" if value == "inline" else "process"
+
+
+def pool_size() -> int:
+    try:
+        return max(1, int(os.environ.get("FUSELOOP_COMPILE_WORKERS", "2")))
+    except ValueError:
+        return 2
+
+
+class WorkerDied(Exception):
+    """The worker process ended before it answered."""
+
+    def __init__(self, returncode: int | None, stderr_tail: str) -> None:
+        super().__init__(returncode, stderr_tail)
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+
+    def describe(self) -> str:
+        code = self.returncode
+        if code is not None and code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        else:
+            how = f"exit status {code}"
+        return how
+
+
+class _Worker:
+    """One compile worker process and the file its standard error goes to."""
+
+    def __init__(self) -> None:
+        self.stderr: IO[bytes] = tempfile.TemporaryFile()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, _WORKER_SCRIPT], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=self.stderr, close_fds=True,
+                # the terminal's Ctrl-C goes to the caller, which kills the worker
+                # it waits for; other workers finish their builds
+                start_new_session=True)
+        except OSError as exc:
+            self.stderr.close()
+            raise KernelBuildError(
+                f"could not start a compile worker ({sys.executable}): {exc}; "
+                "set FUSELOOP_COMPILE=inline to build kernels in this process "
+                "(a compiler crash then ends it)") from None
+        self.ready = False
+
+    def _stderr_since(self, offset: int) -> str:
+        try:
+            self.stderr.seek(offset)
+            text = self.stderr.read().decode(errors="replace")
+        except (OSError, ValueError):
+            return ""
+        return text[-_STDERR_TAIL:].strip()
+
+    def request(self, message: tuple) -> Any:
+        """Send ``message``, return the answer; WorkerDied if the process ended."""
+        offset = self.stderr.seek(0, os.SEEK_END)
+        stdin, stdout = self.process.stdin, self.process.stdout
+        assert stdin is not None and stdout is not None
+        try:
+            if not self.ready:
+                read_message(stdout)  # ("ready", version)
+                self.ready = True
+            write_message(stdin, message)
+            return read_message(stdout)
+        except (EOFError, BrokenPipeError, OSError, ValueError):
+            self.process.wait()
+            raise WorkerDied(self.process.returncode, self._stderr_since(offset)) from None
+
+    def kill(self) -> None:
+        try:
+            self.process.kill()
+            self.process.wait()
+        except OSError:
+            pass
+        self.close()
+
+    def close(self) -> None:
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        self.stderr.close()
+
+
+class _Pool:
+    """Up to :func:`pool_size` workers; a build takes an idle one or starts one."""
+
+    def __init__(self) -> None:
+        self.idle: list[_Worker] = []
+        self.started = 0
+        self.condition = threading.Condition()
+
+    def acquire(self) -> _Worker:
+        with self.condition:
+            while not self.idle and self.started >= pool_size():
+                self.condition.wait()
+            if self.idle:
+                return self.idle.pop()
+            self.started += 1
+        try:
+            return _Worker()
+        except BaseException:
+            self._forget()
+            raise
+
+    def release(self, worker: _Worker) -> None:
+        with self.condition:
+            self.idle.append(worker)
+            self.condition.notify()
+
+    def discard(self, worker: _Worker) -> None:
+        worker.kill()
+        self._forget()
+
+    def _forget(self) -> None:
+        with self.condition:
+            self.started -= 1
+            self.condition.notify()
+
+    def prestart(self) -> None:
+        """Start one worker ahead of the first build (its start overlaps lowering)."""
+        with self.condition:
+            if self.started:
+                return
+            self.started += 1
+        try:
+            worker = _Worker()
+        except KernelBuildError:
+            self._forget()
+            return
+        self.release(worker)
+
+    def shutdown(self) -> None:
+        with self.condition:
+            workers, self.idle = self.idle, []
+            self.started -= len(workers)
+        for worker in workers:
+            worker.kill()
+
+
+_pool = _Pool()
+atexit.register(_pool.shutdown)
+
+
+def _forget_parents_workers() -> None:
+    # a forked child must not talk to its parent's workers (or kill them)
+    global _pool
+    _pool = _Pool()
+
+
+os.register_at_fork(after_in_child=_forget_parents_workers)
+
+
+def prestart() -> None:
+    """Start a compile worker now if none runs (no-op when building inline)."""
+    if mode() == "process":
+        _pool.prestart()
+
+
+def _device_address(device: Any) -> tuple[str, str, int]:
+    from .devices import devices
+
+    ordinal = sum(1 for d in devices() if d.index < device.index
+                  and d.platform == device.platform and d.name == device.name)
+    return device.platform, device.name, ordinal
+
+
+def _compile_in_worker(device: Any, source: str, options: Sequence[str],
+                       kernel_names: Sequence[str]) -> bytes:
+    request = (*_device_address(device), source, tuple(options), tuple(kernel_names),
+               test_hook)
+    worker = _pool.acquire()
+    try:
+        answer = worker.request(request)
+    except WorkerDied as died:
+        _pool.discard(worker)
+        names = ", ".join(kernel_names) or "a kernel"
+        raise KernelBuildError(
+            f"the OpenCL compiler for {device.name} ({device.platform}) crashed building "
+            f"{names} (compile worker {died.describe()}); this process and its arrays are "
+            "unaffected and nothing was cached. Select another device or CPU runtime "
+            "(FUSELOOP_DEVICE, see `fuseloop devices`), and please report the kernel "
+            "source below", source=source, build_log=died.stderr_tail) from None
+    except BaseException:  # Ctrl-C: do not wait for the build
+        _pool.discard(worker)
+        raise
+    _pool.release(worker)
+    status, payload = answer
+    if status != "ok":
+        raise KernelBuildError(
+            f"the OpenCL compiler for {device.name} rejected kernel "
+            f"{', '.join(kernel_names)}", source=source, build_log=payload)
+    return payload
+
+
+def build_program(device: Any, source: str, options: Sequence[str] = (),
+                  kernel_names: Sequence[str] = ()) -> cl.Program:
+    """``source`` built for ``device``: in a compile worker (see the module's text),
+    or here with ``FUSELOOP_COMPILE=inline``.  Raises KernelBuildError when the
+    compiler rejects the source or crashes."""
+    if mode() == "inline":
+        try:
+            return cl.Program(device.context, source).build(options=list(options))
+        except cl.Error as exc:
+            raise KernelBuildError(
+                f"the OpenCL compiler for {device.name} rejected kernel "
+                f"{', '.join(kernel_names)}", source=source, build_log=str(exc)) from None
+    binary = _compile_in_worker(device, source, options, kernel_names)
+    try:
+        return cl.Program(device.context, [device.cl_device], [binary]).build(
+            options=list(options))
+    except cl.Error as exc:
+        raise KernelBuildError(
+            f"{device.name} did not load the binary its compiler made for kernel "
+            f"{', '.join(kernel_names)}", source=source, build_log=str(exc)) from None

@@ -1,0 +1,136 @@
+"""Kernels are built by compile workers: a compiler that aborts or hangs costs the
+caller a KernelBuildError or a Ctrl-C, never its process (fuseloop.runtime.compile_workers)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import cache
+from fuseloop.runtime import compile_workers
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def process_mode(monkeypatch):
+    monkeypatch.setenv("FUSELOOP_COMPILE", "process")
+
+
+def _entries(directory: Path) -> set[Path]:
+    return set(cache.disk_entries(directory))
+
+
+def test_a_compiler_abort_is_a_build_error_and_the_library_keeps_working(
+        device, process_mode, monkeypatch, tmp_path):
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", str(tmp_path))
+    x_host = np.linspace(-2, 2, 1001).astype(np.float32)
+    x = fl.asarray(x_host)
+    # the worker calls os.abort() for a source holding the marker (an atan2 call),
+    # as an LLVM abort would
+    monkeypatch.setattr(compile_workers, "test_hook", ("abort", "atan2("))
+    before = _entries(tmp_path)
+    with pytest.raises(fl.errors.KernelBuildError) as info:
+        fl.arctan2(x, x + 3).get()
+    message = str(info.value)
+    assert device.name in message and "SIGABRT" in message and "crashed" in message
+    assert "atan2(" in info.value.source
+    assert _entries(tmp_path) == before  # nothing half-written, nothing cached
+    # the library still works: other kernels build, the same one fails the same way
+    np.testing.assert_allclose((fl.exp(x) * 2).get(), np.exp(x_host) * 2, rtol=1e-6)
+    with pytest.raises(fl.errors.KernelBuildError, match="SIGABRT"):
+        fl.arctan2(x, x + 3).get()
+    # and once the compiler behaves, the kernel builds and is cached
+    monkeypatch.setattr(compile_workers, "test_hook", None)
+    np.testing.assert_allclose(fl.arctan2(x, x + 3).get(), np.arctan2(x_host, x_host + 3),
+                               rtol=1e-6, atol=1e-7)
+    assert len(_entries(tmp_path)) > len(before)
+
+
+def test_compiler_errors_come_back_with_their_log(device, process_mode):
+    broken = fl.function("float fl_worker_broken(float x)", "return x +* ;")
+    with pytest.raises(fl.errors.KernelBuildError) as info:
+        broken(fl.asarray(np.ones(4, np.float32))).get()
+    assert "rejected" in str(info.value) and info.value.build_log
+    assert "fl_worker_broken" in info.value.source
+
+
+def test_a_worker_that_cannot_start_says_what_to_do(device, process_mode, monkeypatch):
+    monkeypatch.setattr(compile_workers, "_pool", compile_workers._Pool())
+    monkeypatch.setattr(compile_workers.sys, "executable", "/nonexistent/python")
+    x = fl.asarray(np.arange(5, dtype=np.float32))
+    with pytest.raises(fl.errors.KernelBuildError, match="FUSELOOP_COMPILE=inline"):
+        (x * 3 + fl.sqrt(x) * 7.5 - 1).get()
+
+
+def test_inline_mode_builds_in_this_process(device, monkeypatch):
+    monkeypatch.setenv("FUSELOOP_COMPILE", "inline")
+    monkeypatch.setattr(compile_workers, "_pool", compile_workers._Pool())
+    x_host = np.arange(7, dtype=np.float32)
+    r = (fl.asarray(x_host) * 5 - fl.cbrt(fl.asarray(x_host))).get()
+    np.testing.assert_allclose(r, x_host * 5 - np.cbrt(x_host), rtol=1e-6)
+    assert compile_workers._pool.started == 0
+
+
+def test_the_pool_reuses_its_workers(device, process_mode, monkeypatch):
+    pool = compile_workers._Pool()
+    monkeypatch.setattr(compile_workers, "_pool", pool)
+    x = fl.asarray(np.arange(9, dtype=np.float32))
+    for k in range(4):  # four new kernels (a constant is part of the source)
+        (x * fl.constant(k + 0.5) + 1).get()
+    assert 1 <= pool.started <= compile_workers.pool_size()
+    pool.shutdown()
+
+
+_CTRL_C_SCRIPT = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    import fuseloop as fl
+    from fuseloop.runtime import compile_workers
+    x = fl.asarray(np.linspace(0, 1, 100, dtype=np.float32))
+    compile_workers.test_hook = ("hang", "tanh(")
+    original = compile_workers._compile_in_worker
+
+    def announced(*args):
+        print("compiling", flush=True)
+        return original(*args)
+
+    compile_workers._compile_in_worker = announced
+    start = time.monotonic()
+    try:
+        fl.tanh(x).get()
+    except KeyboardInterrupt:
+        print(f"interrupted after {time.monotonic() - start:.2f}", flush=True)
+    compile_workers.test_hook = None
+    assert np.allclose(fl.tanh(x).get(), np.tanh(np.linspace(0, 1, 100, dtype=np.float32)))
+    print("ok", flush=True)
+""")
+
+
+def test_ctrl_c_during_a_long_build_returns_at_once(tmp_path):
+    env = dict(os.environ, FUSELOOP_COMPILE="process", FUSELOOP_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-c", _CTRL_C_SCRIPT], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "compiling"
+        time.sleep(0.5)  # the request is with the worker, which 'compiles' for an hour
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    lines = out.split()
+    assert "interrupted" in lines and lines[-1] == "ok", out
+    # the interrupted build had hung for an hour in its worker: it was not waited for
+    assert float(lines[lines.index("after") + 1]) < 60
