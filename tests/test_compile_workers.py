@@ -56,6 +56,19 @@ def test_a_compiler_abort_is_a_build_error_and_the_library_keeps_working(
     assert len(_entries(tmp_path)) > len(before)
 
 
+def test_a_crashed_build_leaves_the_outputs_untouched(device, process_mode, monkeypatch):
+    x_host = np.linspace(0.5, 2, 257).astype(np.float32)
+    x = fl.asarray(x_host)
+    out = fl.asarray(np.full(257, 7, np.float32))
+    monkeypatch.setattr(compile_workers, "test_hook", ("abort", "asinh("))
+    with pytest.raises(fl.errors.KernelBuildError):
+        out[...] = fl.arcsinh(x) * 3
+    with pytest.raises(fl.errors.KernelBuildError):
+        x += fl.arcsinh(x)
+    np.testing.assert_array_equal(out.get(), np.full(257, 7, np.float32))
+    np.testing.assert_array_equal(x.get(), x_host)
+
+
 def test_compiler_errors_come_back_with_their_log(device, process_mode):
     broken = fl.function("float fl_worker_broken(float x)", "return x +* ;")
     with pytest.raises(fl.errors.KernelBuildError) as info:
