@@ -1,6 +1,6 @@
 """Compare GPU recipe shapes for ``2*x - sin(y) + x*y`` through fl.register_recipe.
 
-Usage: python benchmarks/gpu_recipe_variants.py [log2 size]
+Usage: python benchmarks/probes/gpu_recipe_variants.py [log2 size]
 Prints GB/s and the fraction of the OpenCL buffer-copy bandwidth measured in the same run.
 """
 

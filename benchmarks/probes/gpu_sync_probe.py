@@ -7,7 +7,7 @@ latency: the kernels are the same.
 
 Usage::
 
-    python benchmarks/gpu_sync_probe.py [--log2 27] [--repeat 30]
+    python benchmarks/probes/gpu_sync_probe.py [--log2 27] [--repeat 30]
 """
 
 from __future__ import annotations

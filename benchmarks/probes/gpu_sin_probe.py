@@ -1,6 +1,6 @@
 """Where the time of ``2*x - sin(y) + x*y`` goes on a GPU: kernel shape, ``sin``, host launch.
 
-Usage: python benchmarks/gpu_sin_probe.py [log2 size] [--quick | --final]
+Usage: python benchmarks/probes/gpu_sin_probe.py [log2 size] [--quick | --final]
 
 ``--final`` measures only the shipped recipe against its predecessors and a few shapes, adds
 a 2^20 section and skips the accuracy sweep.

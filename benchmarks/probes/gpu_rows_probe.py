@@ -8,7 +8,7 @@ counts) and pipelined (``--batch`` calls, one synchronize: the device's own
 rate), as GB/s and as a fraction of the buffer-copy bandwidth
 measured in the same run.  Usage::
 
-    python benchmarks/gpu_rows_probe.py [--sum-log2 27] [--rows-log2 14] [--cols-log2 13]
+    python benchmarks/probes/gpu_rows_probe.py [--sum-log2 27] [--rows-log2 14] [--cols-log2 13]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Diagnose tests/test_core.py::test_same_array_loaded_once... per GPU recipe.
 
-Usage: python benchmarks/gpu_load_once_diag.py
+Usage: python benchmarks/probes/gpu_load_once_diag.py
 
 For gpu-coalesced version 1 and the shipped recipe: the load, store and call counts of
 ``log(x) * (log(x) + x)`` and its worst relative error against numpy (the expression

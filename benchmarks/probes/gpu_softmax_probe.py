@@ -11,7 +11,7 @@ Each is timed pipelined (``--batch`` launches, one wait) and per call, as a
 fraction of the buffer-copy bandwidth measured in the same run.  On NVIDIA's
 OpenCL the build log (``-cl-nv-verbose``) gives each kernel's register count.
 
-    python benchmarks/gpu_softmax_probe.py [--rows-log2 14] [--cols-log2 13]
+    python benchmarks/probes/gpu_softmax_probe.py [--rows-log2 14] [--cols-log2 13]
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ between the vector and the scalar builtin.
 
 Usage::
 
-    python benchmarks/cpu_vector_math_probe.py [--device SPEC] [--size LOG2] [--out F]
-    python benchmarks/cpu_vector_math_probe.py --lanes [--device SPEC] [--out F]
+    python benchmarks/probes/cpu_vector_math_probe.py [--device SPEC] [--size LOG2] [--out F]
+    python benchmarks/probes/cpu_vector_math_probe.py --lanes [--device SPEC] [--out F]
 """
 
 from __future__ import annotations
