@@ -11,7 +11,7 @@ ways, their runs interleaved so that each sees the same phase of the machine:
 * numpy on the host, into a preallocated array.
 
 float32 ``sin`` goes through ``double4`` in the recipe (PoCL's float8 ``sin`` is
-wrong in mixed lanes; see ``cpu_vector_math_probe.py --lanes``).  Every result is
+wrong in mixed lanes; see ``probes/cpu_vector_math_probe.py --lanes``).  Every result is
 compared with numpy in float64 (largest error relative to ``max(|want|, 1)`` for
 float32, ``|want|`` for float64).
 

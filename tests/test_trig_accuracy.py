@@ -2,7 +2,7 @@
 
 float32 sin/cos are the device's builtins (fuseloop never compiles with relaxed math), so
 the bound is OpenCL's full-profile one, 4 ULPs.  Measured maxima: 1.48 on an H200 (a sample
-of all magnitudes, benchmarks/gpu_sin_probe.py); on PoCL 1.63 over every float32 in
+of all magnitudes, benchmarks/probes/gpu_sin_probe.py); on PoCL 1.63 over every float32 in
 [0, 2**17] and 2.1 on a sample beyond.  The arguments stress range reduction: every
 magnitude up to the largest float32, the float32 nearest to multiples of pi/2, subnormals,
 signed zeros, infinities and NaN.

@@ -201,7 +201,7 @@ class Layout:
 # compacts about 1 ns per byte on this project's PoCL machine, and below 2^15
 # bytes a second launch costs more than a second core saves.  On a GPU 256
 # work-items scan chunks of 8 bytes each.  Both measured with
-# benchmarks/bench_masks.py --layouts (figures in docs/design.md).
+# benchmarks/bench_masks.py --layouts (figures in benchmarks/NOTES.md).
 CPU_MIN_BLOCK = 1 << 15
 CPU_GROUPS_PER_UNIT = 4
 GPU_GROUP = 256

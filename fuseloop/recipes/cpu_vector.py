@@ -4,7 +4,7 @@ The CPU recipe gives each work-item a contiguous chunk and loops over it.  The
 compiler vectorises that loop when its body is arithmetic, but a call of a math
 builtin (``exp``, ``sin``, ``log``, ...) stays one scalar call per element, and
 PoCL's scalar builtins are 2 to 17 times slower per element than the same
-builtins on a ``float8`` (``benchmarks/cpu_vector_math_probe.py``; the results
+builtins on a ``float8`` (``benchmarks/probes/cpu_vector_math_probe.py``; the results
 are equal or a few representable values apart).  Loopy does not vectorise
 function calls, so this transform does it in the kernel:
 
@@ -55,7 +55,7 @@ _VECTOR_OPS = {
 }
 # PoCL's float8 sin, cos and tan are wrong in every lane of a vector in which one
 # lane is large (|x| >= about 1e6) or infinite: sin(0.5) came out 1e10 ulps off
-# (benchmarks/cpu_vector_math_probe.py --lanes).  Their double8 forms agree with the
+# (benchmarks/probes/cpu_vector_math_probe.py --lanes).  Their double8 forms agree with the
 # scalar builtins, as do all the other float8 forms, so float32 sin, cos and tan
 # go through double8 where the device has doubles (and stay scalar where not)
 _THROUGH_DOUBLE = {np.dtype(np.float32): frozenset({"sin", "cos", "tan"})}
