@@ -48,15 +48,37 @@ def empty(shape: ShapeLike, dtype: Any = float, device: Any = None) -> Array:
     return Array._concrete(allocate(math.prod(shp) * dt.itemsize, dev), dt, shp)
 
 
+def _fill_dtype(fill_value: Any) -> Any:
+    """The dtype ``np.full`` picks for ``fill_value``: ``np.array(fill_value).dtype``
+    (a Python int past int64 is uint64; one past uint64 would be an object array)."""
+    dt = np.asarray(fill_value).dtype
+    if dt.kind == "O" and isinstance(fill_value, int):
+        raise OverflowError(
+            f"Python integer {fill_value} fits neither int64 nor uint64 (numpy would make "
+            "an object array, which fuseloop does not support); pass a float or a dtype")
+    return dt
+
+
+def _fill_pattern(fill_value: Any, dtype: np.dtype) -> np.ndarray:
+    """``fill_value`` as one element of ``dtype``, converted as ``np.full`` converts it
+    (numpy 2, NEP 50): a Python int outside the dtype's range is an OverflowError,
+    anything else is cast (numpy scalars and floats wrap or truncate as C casts do)."""
+    pattern = np.empty((), dtype)
+    np.copyto(pattern, fill_value, casting="unsafe")
+    return pattern
+
+
 def full(shape: ShapeLike, fill_value: Any, dtype: Any = None, device: Any = None) -> Array:
-    """A new array filled with ``fill_value`` (dtype as ``np.full`` picks it)."""
+    """A new array filled with ``fill_value`` (dtype and conversion as ``np.full``)."""
     if dtype is None:
-        kind = scalar_kind(fill_value)
-        dtype = result_type(kind) if isinstance(kind, np.dtype) else \
-            np.dtype(np.int64 if kind is int else np.float64)
+        dtype = _fill_dtype(fill_value)
+    if np.ndim(fill_value) != 0:
+        # an array-like fill broadcasts (np.full(3, [1, 2, 3])): filled on the host
+        host = np.full(_shape(shape), np.asarray(fill_value), as_dtype(dtype))
+        return asarray(host, device=device)
     out = empty(shape, dtype, device)
+    pattern = _fill_pattern(fill_value, out.dtype)  # (raises before any fill is enqueued)
     if out.size:
-        pattern = np.array(fill_value).astype(out.dtype)
         if out.dtype == np.bool_:
             pattern = pattern.astype(np.uint8)
         cl.enqueue_fill_buffer(out.device.queue, out._storage.buffer, pattern,  # type: ignore[union-attr]

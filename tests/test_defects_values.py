@@ -51,3 +51,47 @@ def test_strided_target_counts_for_the_index_type(device):
     assert max(big.params) > INT32_LIMIT
 
 # }}}
+
+
+# {{{ 1. fill values follow np.full (numpy 2, NEP 50)
+
+FILLS = [
+    (2**63, None), (2**64 - 1, None), (-(2**63), None), (7, None), (True, None), (2.5, None),
+    (np.uint64(2**63), None), (np.int8(-3), None),
+    (300, np.int8), (-1, np.uint8), (-1, np.uint64), (2**63, np.int64), (2**64, np.uint64),
+    (255, np.uint8), (-128, np.int8), (2**63, np.uint64), (2**70, np.float64),
+    (np.int64(300), np.int8), (1.5, np.int32), (300, np.bool_), (1e300, np.float32),
+]
+
+
+@pytest.mark.parametrize("fill, dtype", FILLS)
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+def test_full_converts_fill_values_as_numpy(device, fill, dtype):
+    try:
+        want = np.full(3, fill, dtype=dtype)
+    except OverflowError as exc:
+        with pytest.raises(OverflowError, match=str(exc)[:20]):
+            fl.full(3, fill, dtype=dtype)
+        return
+    got = fl.full(3, fill, dtype=dtype)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.get(), want)
+
+
+def test_full_like_does_not_wrap(device):
+    proto = np.arange(3)
+    with pytest.raises(OverflowError):
+        np.full_like(proto, 2**63)
+    with pytest.raises(OverflowError):
+        fl.full_like(proto, 2**63)
+    with pytest.raises(OverflowError, match="out of bounds for uint8"):
+        fl.full_like(fl.zeros(3, np.uint8), -1)
+    np.testing.assert_array_equal(fl.full_like(fl.zeros(3, np.uint8), 255).get(), [255] * 3)
+
+
+def test_full_of_an_int_past_uint64_and_array_fills(device):
+    with pytest.raises(OverflowError, match="neither int64 nor uint64"):
+        fl.full(3, 2**64)
+    np.testing.assert_array_equal(fl.full((2, 3), [1, 2, 3]).get(), np.full((2, 3), [1, 2, 3]))
+
+# }}}
