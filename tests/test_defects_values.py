@@ -95,3 +95,58 @@ def test_full_of_an_int_past_uint64_and_array_fills(device):
     np.testing.assert_array_equal(fl.full((2, 3), [1, 2, 3]).get(), np.full((2, 3), [1, 2, 3]))
 
 # }}}
+
+
+# {{{ 5. byte-swapped input, 8. pyopencl arrays, 9. linspace's num
+
+def test_byte_swapped_input_is_converted(device):
+    for host in (np.arange(4, dtype=">f4"), np.arange(6, dtype=">i8").reshape(2, 3)[:, ::2],
+                 np.array([1, 2, 3], dtype=">u2")):
+        x = fl.asarray(host)
+        assert x.dtype == host.dtype.newbyteorder("=") and x.dtype.isnative
+        np.testing.assert_array_equal(x.get(), host)
+        np.testing.assert_array_equal((x + 1).get(), host + 1)
+    assert fl.asarray([1, 2], dtype=">f8").dtype == np.float64
+    assert fl.zeros(2, ">i4").dtype == np.int32
+
+
+def test_pyopencl_array_same_context_copies_on_the_device(device, monkeypatch):
+    import pyopencl as cl
+    import pyopencl.array as cla
+
+    import fuseloop.creation as creation
+
+    host = np.arange(6.0).reshape(2, 3)
+    src = cla.to_device(cl.CommandQueue(device.context), host)
+    src += 1  # (a kernel on another queue of the context: waited for)
+    with monkeypatch.context() as m:
+        m.setattr(creation, "_pyopencl_host", None)  # no trip through the host
+        x = fl.asarray(src)
+    assert x.shape == (2, 3) and x.dtype == np.float64
+    np.testing.assert_array_equal(x.get(), host + 1)
+    src.fill(0.0)  # a copy, not the same buffer
+    np.testing.assert_array_equal(x.get(), host + 1)
+    np.testing.assert_array_equal(fl.asarray(src[1]).get(), [0, 0, 0])
+    np.testing.assert_array_equal(fl.asarray(src, dtype=np.int32).get(), np.zeros((2, 3)))
+
+
+def test_pyopencl_array_strided_or_from_another_context(device):
+    import pyopencl as cl
+    import pyopencl.array as cla
+
+    host = np.arange(12, dtype=np.int32).reshape(3, 4)
+    src = cla.to_device(device.queue, host)
+    np.testing.assert_array_equal(fl.asarray(src[:, 1]).get(), host[:, 1])
+    np.testing.assert_array_equal(fl.asarray(src[1:, ::2]).get(), host[1:, ::2])
+    other = cl.CommandQueue(cl.Context([device.cl_device]))
+    np.testing.assert_array_equal(fl.asarray(cla.to_device(other, host)).get(), host)
+    np.testing.assert_array_equal(fl.asarray(cla.empty(other, (0, 2), np.float32)).get(),
+                                  np.empty((0, 2), np.float32))
+
+
+def test_linspace_num_must_be_an_integer(device):
+    with pytest.raises(TypeError, match="'float' object cannot be interpreted as an integer"):
+        fl.linspace(0, 1, num=2.5)
+    np.testing.assert_allclose(fl.linspace(0, 1, num=np.int64(3)).get(), [0, 0.5, 1])
+
+# }}}
