@@ -5,6 +5,9 @@ test campaign): fill values, 64-bit indices of lazy sources, copy and pickle,
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import numpy as np
 import pytest
 
@@ -148,5 +151,138 @@ def test_linspace_num_must_be_an_integer(device):
     with pytest.raises(TypeError, match="'float' object cannot be interpreted as an integer"):
         fl.linspace(0, 1, num=2.5)
     np.testing.assert_allclose(fl.linspace(0, 1, num=np.int64(3)).get(), [0, 0.5, 1])
+
+# }}}
+
+
+# {{{ 3. copy, deepcopy and pickle
+
+def _sources() -> list:
+    h = np.arange(12.0).reshape(3, 4)
+    return [(fl.asarray(h), h), (fl.asarray(h)[::2, 1:], h[::2, 1:]),
+            (fl.asarray(h) * 2 + 1, h * 2 + 1), (fl.arange(5), np.arange(5)),
+            (fl.asarray(np.float32(2.5)), np.asarray(np.float32(2.5)))]
+
+
+def test_copy_copy_is_independent(device):
+    h = np.arange(6.0)
+    x = fl.asarray(h)
+    c = copy.copy(x)
+    c += 100
+    np.testing.assert_array_equal(x.get(), h)
+    np.testing.assert_array_equal(c.get(), h + 100)
+    x[0] = -1  # and the other way round
+    np.testing.assert_array_equal(c.get(), h + 100)
+    v = x[1:]
+    cv = copy.copy(v)
+    x[...] = 0
+    np.testing.assert_array_equal(cv.get(), h[1:])
+
+
+def test_deepcopy_and_pickle(device):
+    for x, h in _sources():
+        d = copy.deepcopy(x)
+        assert d is not x and d.dtype == h.dtype and d.shape == h.shape
+        np.testing.assert_array_equal(d.get(), h)
+        assert copy.deepcopy([x, x])[1] is not x
+        p = pickle.loads(pickle.dumps(x))
+        assert isinstance(p, fl.Array) and p.device is fl.get_device()
+        assert p.dtype == h.dtype and p.shape == h.shape
+        np.testing.assert_array_equal(p.get(), h)
+    x = fl.asarray(np.arange(3.0))
+    d = copy.deepcopy(x)
+    x += 1
+    np.testing.assert_array_equal(d.get(), [0, 1, 2])
+
+# }}}
+
+
+# {{{ 4. assigning shape
+
+def test_shape_assignment_reshapes_in_place(device):
+    h = np.arange(6.0)
+    x = fl.asarray(h)
+    x.shape = (2, 3)
+    assert x.shape == (2, 3) and (x + 1).shape == (2, 3)
+    np.testing.assert_array_equal((x + 1).get(), h.reshape(2, 3) + 1)
+    x.shape = (-1,)
+    assert x.shape == (6,)
+    v = x[::2]  # a view: reshaped in place, still writing through to x
+    v.shape = (3, 1)
+    v[1, 0] = 100
+    np.testing.assert_array_equal(x.get(), [0, 1, 100, 3, 4, 5])
+    lazy = fl.asarray(h.reshape(2, 3)).T + 1  # a lazy array: computed if it must be
+    lazy.shape = (6,)
+    np.testing.assert_array_equal(lazy.get(), (h.reshape(2, 3).T + 1).reshape(6))
+
+
+def test_shape_assignment_that_needs_a_copy_raises(device):
+    h = np.arange(6.0).reshape(2, 3)
+    t = fl.asarray(h).T
+    with pytest.raises(AttributeError, match="Incompatible shape for in-place modification"):
+        t.shape = (6,)
+    assert t.shape == (3, 2)
+    np.testing.assert_array_equal(t.get(), h.T)
+    with pytest.raises(ValueError, match="cannot reshape array of size 6"):
+        fl.asarray(h).shape = (4,)
+
+# }}}
+
+
+# {{{ 6. numpy's reduction functions on fuseloop arrays, 7. __array__'s copy
+
+REDUCTIONS = ["sum", "prod", "max", "min", "mean", "var", "std", "any", "all", "argmax",
+              "argmin"]
+
+
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_numpy_reduction_functions(device, name):
+    h = np.arange(1.0, 13.0).reshape(3, 4)
+    x = fl.asarray(h)
+    f = getattr(np, name)
+    got = f(x)
+    assert isinstance(got, fl.Array | np.generic | float | int | bool)
+    np.testing.assert_allclose(np.asarray(got), f(h), rtol=1e-12)
+    got = f(x, axis=0)
+    assert isinstance(got, fl.Array)
+    np.testing.assert_allclose(got.get(), f(h, axis=0), rtol=1e-12)
+    kw = {} if name.startswith("arg") else {"keepdims": True}
+    np.testing.assert_allclose(f(x, axis=1, **kw).get(), f(h, axis=1, **kw), rtol=1e-12)
+
+
+def test_reduction_out_arguments(device):
+    h = np.arange(1.0, 13.0).reshape(3, 4)
+    x = fl.asarray(h)
+    out = fl.zeros(4)
+    assert np.sum(x, axis=0, out=out) is out
+    np.testing.assert_array_equal(out.get(), h.sum(axis=0))
+    assert x.max(axis=1, out=out[:3]) is not None
+    np.testing.assert_array_equal(out.get(), [*h.max(axis=1), h.sum(axis=0)[3]])
+    iout = fl.zeros((), np.int64)  # numpy casts into out unsafely
+    np.testing.assert_array_equal(np.mean(x, out=iout).get(), int(h.mean()))
+    host = np.zeros(4)
+    assert np.min(x, axis=0, out=host) is host
+    np.testing.assert_array_equal(host, h.min(axis=0))
+    np.testing.assert_array_equal(np.std(x, axis=0, ddof=1).get(), np.std(h, axis=0, ddof=1))
+    assert np.sum(x, where=True).get() == h.sum()
+    with pytest.raises(TypeError, match="out= must be a fuseloop or numpy array"):
+        np.sum(x, out=[0.0])
+    with pytest.raises(ValueError, match="out= has shape"):
+        np.sum(x, axis=0, out=fl.zeros(3))
+    with pytest.raises(NotImplementedError, match="where="):
+        np.sum(x, where=x > 2)
+
+
+def test_array_protocol_copy_keyword(device):
+    x = fl.asarray(np.arange(3.0))
+    with pytest.raises(ValueError, match="Unable to avoid copy"):
+        np.asarray(x, copy=False)
+    with pytest.raises(ValueError, match="Unable to avoid copy"):
+        np.array(x, copy=False)
+    for got in (np.asarray(x), np.array(x, copy=True), np.asarray(x, dtype=np.float32)):
+        np.testing.assert_array_equal(got, [0, 1, 2])
+    a, b = np.asarray(x), np.asarray(x)
+    a[0] = 9
+    assert b[0] == 0 and x.get()[0] == 0
 
 # }}}
