@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .array_protocol import ArrayProtocol
 from .dtypes import as_dtype, resolve_loop, scalar_kind, scalar_to
 from .errors import DeviceError, DTypeError
 from .evaluate import run, run_flat
@@ -143,7 +144,7 @@ def _lazy_array(node: Node, device: Device) -> Array:
     self._node = node
     self.device = device
     self.dtype = node.dtype
-    self.shape = node.shape
+    self._shape = node.shape
     if node.storages:  # expr.nodes.note_reader, inline
         recent_lazy.append(self)
         if len(recent_lazy) >= RECENT_LAZY_MAX:
@@ -274,7 +275,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
         self._node = node
         self.device = device
         self.dtype = dtype
-        self.shape = shape
+        self._shape = shape
         if storages:
             recent_lazy.append(self)
             if len(recent_lazy) >= RECENT_LAZY_MAX:
@@ -382,7 +383,7 @@ def _inplace_probe_baseline() -> int:
 _TEMP_REFCOUNT = _inplace_probe_baseline()
 
 
-class Array:
+class Array(ArrayProtocol):
     """A device array; lazy until a value is needed.
 
     Operators and fuseloop functions build an expression; ``get()``,
@@ -390,7 +391,8 @@ class Array:
     one fused kernel.
     """
 
-    __slots__ = ("__weakref__", "_node", "_storage", "device", "dtype", "shape")
+    # (``shape`` is ArrayProtocol's property over ``_shape``: assigning it reshapes)
+    __slots__ = ("__weakref__", "_node", "_shape", "_storage", "device", "dtype")
     __array_priority__ = 1000  # numpy defers binary operators to us
     __hash__ = None  # type: ignore[assignment]  # == is elementwise, as in numpy
 
@@ -406,7 +408,7 @@ class Array:
         self._node = Leaf.plain(storage, dtype, shape)
         self.device = storage.device
         self.dtype = dtype
-        self.shape = shape
+        self._shape = shape
         return self
 
     @classmethod
@@ -502,10 +504,6 @@ class Array:
                 storage = run([self._node], self.shape, self.device)[0]
             read(host, storage.buffer, self.device)  # type: ignore[union-attr]
         return host
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        host = self.get()
-        return host if dtype is None else host.astype(dtype, copy=False)
 
     def _scalar(self) -> Any:
         if self.size != 1:
@@ -605,7 +603,7 @@ class Array:
 
     # }}}
 
-    # {{{ shape, reductions and contractions (see fuseloop.ops)
+    # {{{ shape and contractions (see fuseloop.ops; reductions: ArrayProtocol)
 
     def reshape(self, *shape: Any, order: str = "C") -> Array:
         from .ops.shape import reshape
@@ -659,63 +657,6 @@ class Array:
         from .ops.indexing import take
 
         return take(self, indices, axis)
-
-    def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
-        from .ops.reductions import sum as f
-
-        return f(self, axis=axis, dtype=dtype, keepdims=keepdims)
-
-    def prod(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
-        from .ops.reductions import prod
-
-        return prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
-
-    def max(self, axis: Any = None, keepdims: bool = False) -> Array:
-        from .ops.reductions import max as f
-
-        return f(self, axis=axis, keepdims=keepdims)
-
-    def min(self, axis: Any = None, keepdims: bool = False) -> Array:
-        from .ops.reductions import min as f
-
-        return f(self, axis=axis, keepdims=keepdims)
-
-    def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
-        from .ops.reductions import mean
-
-        return mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
-
-    def var(self, axis: Any = None, dtype: Any = None, ddof: int = 0,
-            keepdims: bool = False) -> Array:
-        from .ops.reductions import var
-
-        return var(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-
-    def std(self, axis: Any = None, dtype: Any = None, ddof: int = 0,
-            keepdims: bool = False) -> Array:
-        from .ops.reductions import std
-
-        return std(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-
-    def any(self, axis: Any = None, keepdims: bool = False) -> Array:
-        from .ops.reductions import any as f
-
-        return f(self, axis=axis, keepdims=keepdims)
-
-    def all(self, axis: Any = None, keepdims: bool = False) -> Array:
-        from .ops.reductions import all as f
-
-        return f(self, axis=axis, keepdims=keepdims)
-
-    def argmax(self, axis: Any = None, keepdims: bool = False) -> Array:
-        from .ops.reductions import argmax
-
-        return argmax(self, axis=axis, keepdims=keepdims)
-
-    def argmin(self, axis: Any = None, keepdims: bool = False) -> Array:
-        from .ops.reductions import argmin
-
-        return argmin(self, axis=axis, keepdims=keepdims)
 
     def dot(self, other: Any) -> Array:
         from .ops.linalg import dot

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from .errors import DTypeError, ShapeError
 from .evaluate import allocate, cast_node, upload
 from .expr.nodes import Apply, Iota, Scalar
 from .runtime.devices import Device, find_device, get_device
+from .runtime.transfer import wait
 
 ShapeLike = int | tuple[int, ...] | list[int]
 
@@ -48,15 +50,37 @@ def empty(shape: ShapeLike, dtype: Any = float, device: Any = None) -> Array:
     return Array._concrete(allocate(math.prod(shp) * dt.itemsize, dev), dt, shp)
 
 
+def _fill_dtype(fill_value: Any) -> Any:
+    """The dtype ``np.full`` picks for ``fill_value``: ``np.array(fill_value).dtype``
+    (a Python int past int64 is uint64; one past uint64 would be an object array)."""
+    dt = np.asarray(fill_value).dtype
+    if dt.kind == "O" and isinstance(fill_value, int):
+        raise OverflowError(
+            f"Python integer {fill_value} fits neither int64 nor uint64 (numpy would make "
+            "an object array, which fuseloop does not support); pass a float or a dtype")
+    return dt
+
+
+def _fill_pattern(fill_value: Any, dtype: np.dtype) -> np.ndarray:
+    """``fill_value`` as one element of ``dtype``, converted as ``np.full`` converts it
+    (numpy 2, NEP 50): a Python int outside the dtype's range is an OverflowError,
+    anything else is cast (numpy scalars and floats wrap or truncate as C casts do)."""
+    pattern = np.empty((), dtype)
+    np.copyto(pattern, fill_value, casting="unsafe")
+    return pattern
+
+
 def full(shape: ShapeLike, fill_value: Any, dtype: Any = None, device: Any = None) -> Array:
-    """A new array filled with ``fill_value`` (dtype as ``np.full`` picks it)."""
+    """A new array filled with ``fill_value`` (dtype and conversion as ``np.full``)."""
     if dtype is None:
-        kind = scalar_kind(fill_value)
-        dtype = result_type(kind) if isinstance(kind, np.dtype) else \
-            np.dtype(np.int64 if kind is int else np.float64)
+        dtype = _fill_dtype(fill_value)
+    if np.ndim(fill_value) != 0:
+        # an array-like fill broadcasts (np.full(3, [1, 2, 3])): filled on the host
+        host = np.full(_shape(shape), np.asarray(fill_value), as_dtype(dtype))
+        return asarray(host, device=device)
     out = empty(shape, dtype, device)
+    pattern = _fill_pattern(fill_value, out.dtype)  # (raises before any fill is enqueued)
     if out.size:
-        pattern = np.array(fill_value).astype(out.dtype)
         if out.dtype == np.bool_:
             pattern = pattern.astype(np.uint8)
         cl.enqueue_fill_buffer(out.device.queue, out._storage.buffer, pattern,  # type: ignore[union-attr]
@@ -109,14 +133,69 @@ def asarray(obj: Any, dtype: Any = None, device: Any = None) -> Array:
             return asarray(obj.get(), dtype, dev)
         return obj if dtype is None or as_dtype(dtype) == obj.dtype else obj.astype(dtype)
     dev = _device(device)
+    if _is_pyopencl_array(obj):
+        return _from_pyopencl(obj, dtype, dev)
     try:
         host = np.asarray(obj, dtype=None if dtype is None else np.dtype(dtype))
     except (TypeError, ValueError) as exc:
         raise DTypeError(f"cannot convert {type(obj).__name__} to an array: {exc}") from None
+    if not host.dtype.isnative:
+        # byte-swapped data (np.dtype('>f4') on a little-endian host): converted to the
+        # native order, values unchanged, as numpy's own arithmetic would
+        host = host.astype(host.dtype.newbyteorder("="))
     dt = as_dtype(host.dtype)
     _check_device_dtype(dt, dev)
     host = np.asarray(host, order="C")  # (np.ascontiguousarray makes 0-d arrays 1-d)
     return Array._concrete(upload(host, dev), dt, host.shape)
+
+
+def _is_pyopencl_array(obj: Any) -> bool:
+    # (pyopencl.array is imported only when an object might be one of its arrays)
+    if type(obj).__module__ != "pyopencl.array":
+        return False
+    import pyopencl.array as cla
+
+    return isinstance(obj, cla.Array)
+
+
+def _pyopencl_host(src: Any) -> np.ndarray:
+    """A numpy copy of ``src``, strided too (pyopencl's ``get`` takes contiguous ones)."""
+    shape, dtype = tuple(int(n) for n in src.shape), np.dtype(src.dtype)
+    if not src.size:
+        return np.empty(shape, dtype)
+    if src.flags.forc:
+        return src.get()
+    # the bytes the view spans, read at once, then seen through its strides
+    lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, src.strides))
+    hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, src.strides)) + dtype.itemsize
+    raw = np.empty(hi - lo, np.uint8)
+    queue = src.queue if src.queue is not None else cl.CommandQueue(src.context)
+    cl.enqueue_copy(queue, raw, src.base_data, src_offset=src.offset + lo,
+                    wait_for=src.events or None, is_blocking=True)
+    return np.ndarray(shape, dtype, buffer=raw, offset=-lo, strides=src.strides).copy()
+
+
+def _from_pyopencl(src: Any, dtype: Any, dev: Device) -> Array:
+    """A copy of the ``pyopencl.array.Array`` ``src`` on ``dev``: buffer to buffer when it
+    lives in the device's context and is C-contiguous, else through the host."""
+    if not src.size or not src.flags.c_contiguous or src.context != dev.context:
+        return asarray(_pyopencl_host(src), dtype, dev)
+    dt = as_dtype(src.dtype)
+    _check_device_dtype(dt, dev)
+    shape = tuple(int(n) for n in src.shape)
+    storage = allocate(src.nbytes, dev)
+    if src.nbytes:
+        # after the writes src's queue has enqueued; waited for, so src may be freed
+        wait_for = list(src.events) if src.events else None
+        if src.queue is not None and src.queue != dev.queue:
+            src.queue.finish()
+            wait_for = None
+        event = cl.enqueue_copy(dev.queue, storage.buffer, src.base_data,
+                                byte_count=src.nbytes, src_offset=src.offset,
+                                wait_for=wait_for)
+        wait(event, dev)
+    out = Array._concrete(storage, dt, shape)
+    return out if dtype is None or as_dtype(dtype) == dt else out.astype(dtype)
 
 
 def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None,
@@ -149,6 +228,11 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None,
 def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, dtype: Any = None,
              device: Any = None) -> Array:
     """Like ``np.linspace`` (lazy): ``num`` evenly spaced values, ending at ``stop``."""
+    try:
+        num = operator.index(num)  # (as numpy: a float would reach the allocator)
+    except TypeError:
+        raise TypeError(f"'{type(num).__name__}' object cannot be interpreted as an integer: "
+                        f"linspace's num must be an integer, not {num!r}") from None
     if num < 0:
         raise ValueError(f"number of samples, {num}, must be non-negative")
     dev = _device(device)

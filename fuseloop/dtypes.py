@@ -57,6 +57,9 @@ def as_dtype(dtype: object) -> np.dtype:
         dt = np.dtype(dtype)  # type: ignore[call-overload]
     except TypeError as exc:
         raise DTypeError(f"{dtype!r} is not a dtype") from exc
+    if not dt.isnative:
+        # device buffers hold native byte order: '>f4' means float32 here
+        dt = dt.newbyteorder("=")
     if dt not in _SUPPORTED:
         names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
         raise DTypeError(f"dtype {dt} is not supported by fuseloop; use one of: {names}")

@@ -22,14 +22,13 @@ from . import stats as _stats
 from .cache import _memory, get_kernel, kernel_objects_lock, memory_generation
 from .errors import DeviceError, DTypeError, RecipeError
 from .expr.nodes import Storage
-from .expr.program import Program, StructureEntry
+from .expr.program import INT32_LIMIT, Program, StructureEntry
 from .recipes import recipe_for
 from .runtime.devices import Device, _runtime
 
 _enqueue_nd_range = cl._cl.enqueue_nd_range_kernel  # what pyopencl's kernel invoker calls
 _counters = _stats.counters
 _stats_lock = _stats._lock
-INT32_LIMIT = 2**31 - 1
 INDEX_INT32, INDEX_INT64 = np.dtype(np.int32), np.dtype(np.int64)
 user_functions: dict[str, object] = {}  # key -> UserFunction, filled by fuseloop.functions
 

@@ -81,6 +81,20 @@ from .nodes import (
     signature_of,
 )
 
+# The largest value a launch may meet in an index expression and still use 32-bit
+# indices (fuseloop.launching picks int64 above it, by the largest parameter, output
+# size or input buffer's byte size).  A lazy source (an iota: arange, linspace) has
+# no buffer to bound its addresses, so linearising records its reach as a parameter.
+INT32_LIMIT = 2**31 - 1
+
+
+def iota_reach(node: Node) -> int:
+    """An upper bound of every partial sum of an iota view's address (``offset`` plus
+    ``index * stride`` terms): its lazy source's logical extent."""
+    strides = node.view_strides()  # type: ignore[attr-defined]
+    return abs(node.offset) + sum((n - 1) * abs(s)  # type: ignore[attr-defined]
+                                  for n, s in zip(node.shape, strides) if n > 1)
+
 
 class Program(NamedTuple):
     entries: tuple[tuple, ...]
@@ -182,6 +196,12 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
             params.append(int(value))
         return p
 
+    def reach(value: int) -> None:
+        # an index expression may reach ``value``: above INT32_LIMIT, a parameter no
+        # entry reads makes the launch pick 64-bit indices (the rule reads parameters)
+        if value > INT32_LIMIT:
+            param(value)
+
     def stride_kind(s: int) -> Any:
         return s if s in (0, 1) else param(s)
 
@@ -256,6 +276,7 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
         elif cls is Literal:
             ref = add(("lit", node.dtype.char, node.value.item()))  # type: ignore[attr-defined]
         elif cls is Iota:
+            reach(iota_reach(node))
             kinds, off = address(node, at)
             ref = add(("iota", node.dtype.char, at, kinds, off))
         elif cls is Reduce:
@@ -278,6 +299,7 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
             ref = add(("gather", iref, cref, length))
         elif cls is Remap:
             child = node.child  # type: ignore[attr-defined]
+            reach(max(child.shape, default=0))  # (its affine positions index the child)
             c_at = []
             for k in range(len(child.shape)):
                 if child.shape[k] == 1:
@@ -294,6 +316,7 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
         elif cls is Concat:
             ax = node.axis  # type: ignore[attr-defined]
             pieces = node.pieces  # type: ignore[attr-defined]
+            reach(node.shape[ax])  # (piece positions count along the joined axis)
             c = at[ax]
             if c == 0 or len(pieces) == 1:  # (a joined axis of length 1 has one piece)
                 ref = visit(pieces[0], at)
@@ -439,6 +462,10 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
                 comps.append(("g", iref, param(length), code))
             at = (*root_index[:axis], *comps, *root_index[axis + q:])
         assert t.strides is not None
+        # a strided target's addresses: its buffer is not among the inputs the rule reads
+        reach(abs(t.offset) + sum(
+            abs(s) * (out_shape[c[1]] - 1 if c[0] == "r" else params[c[2][1]] - 1)
+            for c, s in zip(at, t.strides) if c != 0))
         kinds = tuple(0 if c == 0 else stride_kind(s) for c, s in zip(at, t.strides))
         out_specs.append((at, kinds, 0 if t.offset == 0 else param(t.offset)))
     root_sizes = tuple(1 if n == 1 else param(n) for n in out_shape)

@@ -57,7 +57,7 @@ def _wrap(arr: Array, node: Node) -> Array:
         view._node = node
         view.device = arr.device
         view.dtype = node.dtype
-        view.shape = node.shape
+        view._shape = node.shape
         return view
     return Array._lazy(node, arr.device)
 
@@ -75,6 +75,19 @@ def reshape(a: Any, shape: Any, order: str = "C") -> Array:
     a = _coerce(a)
     if order != "C":
         raise NotImplementedError("fuseloop arrays are C-ordered: only order='C' is supported")
+    shape = resolve_shape(a, shape)
+    node = reshape_view(a._node, shape)
+    if node is None:
+        # numpy copies here too: materialise contiguously, then view
+        copy = a.copy().eval()
+        node = reshape_view(copy._node, shape)
+        assert node is not None
+        return _wrap(copy, node)
+    return _wrap(a, node)
+
+
+def resolve_shape(a: Array, shape: Any) -> tuple[int, ...]:
+    """``shape`` for reshaping ``a``: a tuple of ints, its -1 resolved (checked)."""
     if isinstance(shape, int | np.integer):
         shape = (int(shape),)
     shape = tuple(int(s) for s in shape)
@@ -89,14 +102,7 @@ def reshape(a: Any, shape: Any, order: str = "C") -> Array:
     if any(s < 0 for s in shape) or math.prod(shape) != a.size:
         raise ShapeError(f"cannot reshape array of size {a.size} (shape {a.shape}) "
                          f"into shape {shape}")
-    node = reshape_view(a._node, shape)
-    if node is None:
-        # numpy copies here too: materialise contiguously, then view
-        copy = a.copy().eval()
-        node = reshape_view(copy._node, shape)
-        assert node is not None
-        return _wrap(copy, node)
-    return _wrap(a, node)
+    return shape
 
 
 def ravel(a: Any) -> Array:

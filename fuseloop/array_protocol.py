@@ -1,0 +1,193 @@
+"""The parts of :class:`fuseloop.Array` that numpy and Python call: ``__array__``,
+copying and pickling, ``shape`` assignment and the reduction methods numpy's
+functions call (``np.sum(x)`` calls ``x.sum(axis=..., dtype=..., out=...)``).
+
+A mixin, so that :mod:`fuseloop.array` keeps to the expression machinery.
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import ShapeError
+
+if TYPE_CHECKING:
+    from .array import Array
+
+_COPY_REFUSED = (
+    "Unable to avoid copy while creating an array as requested: a fuseloop array lives "
+    "in device memory, so numpy always gets a copy.\nUse np.asarray(x) (or x.get()) to "
+    "allow the copy.")
+
+
+def _restore(host: np.ndarray) -> Array:
+    """Unpickling: the host copy onto the current default device."""
+    from .creation import asarray
+
+    return asarray(host)
+
+
+def _set_shape(self: Array, shape: Any) -> None:
+    """``x.shape = s``: numpy's in-place reshape, allowed only where no copy is needed."""
+    from .expr.views import reshape_view
+    from .ops.shape import resolve_shape
+
+    new = resolve_shape(self, shape)
+    node = reshape_view(self._node, new)
+    if node is not None:  # (a concrete array's stays a view of its buffer: a Leaf)
+        self._node = node
+        self._shape = new
+        return
+    if self._storage is not None:
+        raise AttributeError(
+            f"Incompatible shape for in-place modification: the strides of this view "
+            f"(shape {self.shape}) cannot show it as shape {new} without a copy. "
+            "Use `.reshape()` to make a copy with the desired shape.")
+    # a lazy array owns no buffer anyone else sees: its values, computed in C order
+    storage = self.copy().eval()._storage
+    self._shape = new
+    self._become(storage)
+
+
+def _finish(result: Array, out: Any, name: str) -> Any:
+    """Write a reduction's ``result`` into ``out`` (numpy's ``out=``) and return it."""
+    if out is None:
+        return result
+    from .array import Array
+
+    if isinstance(out, tuple) and len(out) == 1:  # (numpy passes out=(arr,) at times)
+        out = out[0]
+    if not isinstance(out, Array | np.ndarray):
+        raise TypeError(f"{name}: out= must be a fuseloop or numpy array, not "
+                        f"{type(out).__name__}")
+    if out.shape != result.shape:
+        raise ShapeError(f"{name}: out= has shape {out.shape}, but the result has shape "
+                         f"{result.shape}")
+    # (numpy's reductions cast into out unsafely)
+    out[...] = result if isinstance(out, Array) else result.get()
+    return out
+
+
+def _plain_where(where: Any, name: str) -> None:
+    if not (where is True or (isinstance(where, np.bool_) and bool(where))):
+        raise NotImplementedError(
+            f"{name}: where= other than True is not supported; mask the input instead, "
+            f"e.g. fl.where(mask, x, identity).{name}()")
+
+
+class ArrayProtocol:
+    """numpy's and Python's protocols for :class:`fuseloop.Array` (a mixin)."""
+
+    __slots__ = ()
+
+    # {{{ numpy conversion
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """numpy 2's protocol: always a new host copy, so ``copy=False`` raises."""
+        if copy is False:
+            raise ValueError(_COPY_REFUSED)
+        host = self.get()  # type: ignore[attr-defined]
+        return host if dtype is None else host.astype(dtype, copy=False)
+
+    # }}}
+
+    # {{{ copying and pickling
+
+    def __copy__(self) -> Array:
+        # an independent array, as numpy's copy.copy gives (not one sharing the buffer)
+        return self.copy()  # type: ignore[attr-defined]
+
+    def __deepcopy__(self, memo: dict) -> Array:
+        return self.copy()  # type: ignore[attr-defined]
+
+    def __reduce__(self) -> tuple:
+        # the values through the host; unpickled onto the default device of that time
+        return _restore, (self.get(),)  # type: ignore[attr-defined]
+
+    # }}}
+
+    shape = property(attrgetter("_shape"), _set_shape,
+                     doc="The array's dimensions; assigning reshapes in place where no "
+                         "copy is needed (as numpy), else raises AttributeError.")
+
+    # {{{ reductions (numpy's method signatures: np.sum(x) calls x.sum(...))
+
+    def sum(self, axis: Any = None, dtype: Any = None, out: Any = None,
+            keepdims: bool = False, where: Any = True) -> Any:
+        from .ops.reductions import sum as f
+
+        _plain_where(where, "sum")
+        return _finish(f(self, axis=axis, dtype=dtype, keepdims=keepdims), out, "sum")
+
+    def prod(self, axis: Any = None, dtype: Any = None, out: Any = None,
+             keepdims: bool = False, where: Any = True) -> Any:
+        from .ops.reductions import prod
+
+        _plain_where(where, "prod")
+        return _finish(prod(self, axis=axis, dtype=dtype, keepdims=keepdims), out, "prod")
+
+    def max(self, axis: Any = None, out: Any = None, keepdims: bool = False,
+            where: Any = True) -> Any:
+        from .ops.reductions import max as f
+
+        _plain_where(where, "max")
+        return _finish(f(self, axis=axis, keepdims=keepdims), out, "max")
+
+    def min(self, axis: Any = None, out: Any = None, keepdims: bool = False,
+            where: Any = True) -> Any:
+        from .ops.reductions import min as f
+
+        _plain_where(where, "min")
+        return _finish(f(self, axis=axis, keepdims=keepdims), out, "min")
+
+    def mean(self, axis: Any = None, dtype: Any = None, out: Any = None,
+             keepdims: bool = False, where: Any = True) -> Any:
+        from .ops.reductions import mean
+
+        _plain_where(where, "mean")
+        return _finish(mean(self, axis=axis, dtype=dtype, keepdims=keepdims), out, "mean")
+
+    def var(self, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
+            keepdims: bool = False, where: Any = True) -> Any:
+        from .ops.reductions import var
+
+        _plain_where(where, "var")
+        return _finish(var(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims),
+                       out, "var")
+
+    def std(self, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
+            keepdims: bool = False, where: Any = True) -> Any:
+        from .ops.reductions import std
+
+        _plain_where(where, "std")
+        return _finish(std(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims),
+                       out, "std")
+
+    def any(self, axis: Any = None, out: Any = None, keepdims: bool = False,
+            where: Any = True) -> Any:
+        from .ops.reductions import any as f
+
+        _plain_where(where, "any")
+        return _finish(f(self, axis=axis, keepdims=keepdims), out, "any")
+
+    def all(self, axis: Any = None, out: Any = None, keepdims: bool = False,
+            where: Any = True) -> Any:
+        from .ops.reductions import all as f
+
+        _plain_where(where, "all")
+        return _finish(f(self, axis=axis, keepdims=keepdims), out, "all")
+
+    def argmax(self, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
+        from .ops.reductions import argmax
+
+        return _finish(argmax(self, axis=axis, keepdims=keepdims), out, "argmax")
+
+    def argmin(self, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
+        from .ops.reductions import argmin
+
+        return _finish(argmin(self, axis=axis, keepdims=keepdims), out, "argmin")
+
+    # }}}
