@@ -198,7 +198,7 @@ def _block(reason: str) -> None:
 
 def _after_fork_in_child() -> None:
     # Even a driver that only listed its devices (clGetPlatformIDs) hangs in a forked
-    # child (PoCL 3 and 5: a fresh context's first kernel never completes), so a fresh
+    # child (PoCL 3.0: a fresh context's first kernel never completes), so a fresh
     # runtime cannot be offered: the child gets a clear error instead of a hang.
     if _devices is None:
         return  # OpenCL not touched yet: the child may use it as any process
@@ -232,10 +232,11 @@ def _shutdown_at_exit() -> None:
     runtimes = list(_runtimes.values())
     for rt in runtimes:
         _quiesce(rt)
-    # a thread that passed the check just before the block may enqueue once more
-    time.sleep(0.01)
-    for rt in runtimes:
-        _quiesce(rt)
+    if threading.active_count() > 1:
+        # a thread that passed the check just before the block may enqueue once more
+        time.sleep(0.01)
+        for rt in runtimes:
+            _quiesce(rt)
 
 
 # (registered after pyopencl's own exit hook, so it runs before that one)
