@@ -86,3 +86,8 @@ class AxisError(FuseloopError, ValueError, IndexError):
 class InvalidIndexError(FuseloopError, IndexError):
     """An index that cannot apply to the array: too many indices, index arrays whose
     shapes do not broadcast together, or a boolean mask of the wrong shape."""
+
+
+class RuntimeUnavailableError(FuseloopError, RuntimeError):
+    """fuseloop's OpenCL runtime cannot be used in this process any more: in a child
+    made by ``os.fork`` after the parent used OpenCL, or after interpreter exit began."""

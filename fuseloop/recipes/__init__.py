@@ -26,6 +26,7 @@ import loopy as lp
 import pymbolic.primitives as prim
 from loopy.symbolic import IdentityMapper, get_dependencies
 
+from ..errors import RecipeError
 from ..lower.pieces import FLAT_INAME, PIECE_INAME_PREFIX
 from .cpu_vector import POCL_PLATFORM, through_double_width, vectorise_math_calls
 
@@ -39,6 +40,34 @@ RecipeFunction = Callable[[lp.TranslationUnit, "Device"], lp.TranslationUnit]
 SizeClassFunction = Callable[[Any, Sequence[int], int, int], str]
 
 
+class _CheckedTransform:
+    """A recipe's function, checked to return a TranslationUnit (a recipe that forgot its
+    ``return`` failed later with an AttributeError that named neither)."""
+
+    __slots__ = ("__wrapped__", "name")
+
+    def __init__(self, func: RecipeFunction, name: str) -> None:
+        self.__wrapped__ = getattr(func, "__wrapped__", func)  # (never wrapped twice)
+        self.name = name
+
+    def __call__(self, t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
+        out = self.__wrapped__(t_unit, device)
+        if not isinstance(out, lp.TranslationUnit):
+            raise RecipeError(
+                f"recipe {self.name!r} ({getattr(self.__wrapped__, '__qualname__', '?')}) "
+                f"returned {type(out).__name__} for {device.name}; a recipe must return the "
+                "transformed loopy TranslationUnit (did it forget 'return t_unit'?)")
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _CheckedTransform):
+            other = other.__wrapped__
+        return other == self.__wrapped__
+
+    def __hash__(self) -> int:
+        return hash(self.__wrapped__)
+
+
 @dataclass(frozen=True)
 class Recipe:
     name: str
@@ -47,6 +76,9 @@ class Recipe:
     size_class: SizeClassFunction | None = None
     #: see :func:`register_recipe`
     concat_chunk: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "transform", _CheckedTransform(self.transform, self.name))
 
     @property
     def cache_id(self) -> tuple:

@@ -9,20 +9,22 @@ comes after the others wherever a type or a name selects one.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import contextvars
 import os
 import platform
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyopencl as cl
-import pyopencl.tools
 
-from ..errors import DeviceNotFoundError
+from ..errors import DeviceNotFoundError, RuntimeUnavailableError
+from .memory import DeviceMemory
 
 _TYPE_NAMES = {
     cl.device_type.GPU: "gpu",
@@ -73,7 +75,8 @@ class Device:
         return rt.queue
 
     @property
-    def allocator(self) -> Any:
+    def allocator(self) -> DeviceMemory:
+        """The device's buffer allocator (a pool that refuses what cannot fit)."""
         return _runtime(self).pool
 
     def __str__(self) -> str:
@@ -81,7 +84,7 @@ class Device:
 
 
 class _DeviceRuntime:
-    """A device's context, queue and buffer pool, and its deferred small launches.
+    """A device's context, queue and buffers (``pool``), and its deferred small launches.
 
     Small elementwise launches are not enqueued at once but kept in ``deferred``
     (see :func:`fuseloop.launching.enqueue_or_defer`) and enqueued back to back by
@@ -99,8 +102,7 @@ class _DeviceRuntime:
     def __init__(self, device: Device) -> None:
         self.context = cl.Context([device.cl_device])
         self.queue = cl.CommandQueue(self.context)
-        # pooled buffers make the per-evaluation output allocation nearly free
-        self.pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(self.queue))
+        self.pool = DeviceMemory(device, self.context, self.queue)
         # (enqueue function, its arguments but the queue), oldest first
         self.deferred: collections.deque[tuple[Any, tuple]] = collections.deque()
         # held while enqueueing deferred launches or a launch that must follow them
@@ -109,6 +111,8 @@ class _DeviceRuntime:
 
     def flush(self) -> None:
         """Enqueue the deferred launches, oldest first."""
+        if _blocked is not None:
+            raise RuntimeUnavailableError(_blocked)
         with self.launch_lock:
             if not self.gate_at or len(self.deferred) < self.gate_at:
                 self._enqueue_deferred()
@@ -147,7 +151,9 @@ _override: contextvars.ContextVar[Device | None] = contextvars.ContextVar(
 
 def _runtime(device: Device) -> _DeviceRuntime:
     rt = _runtimes.get(device.index)
-    if rt is None:
+    if rt is None or _blocked is not None:
+        if _blocked is not None:
+            raise RuntimeUnavailableError(_blocked)
         with _lock:
             rt = _runtimes.get(device.index)
             if rt is None:
@@ -160,6 +166,85 @@ def flush_deferred(device: Device) -> None:
     rt = _runtimes.get(device.index)
     if rt is not None and rt.deferred:
         rt.flush()
+
+
+# {{{ process lifecycle: fork and interpreter exit
+
+#: why the OpenCL runtime may not be used in this process any more, or None
+_blocked: str | None = None
+# runtimes inherited through fork: kept alive, never used or released (either could
+# wait forever on driver threads that the child does not have)
+_orphans: list[_DeviceRuntime] = []
+FORK_MESSAGE = (
+    "fuseloop cannot use OpenCL in this process: it was forked (os.fork, or a "
+    "multiprocessing pool or process with the 'fork' start method) after its parent had "
+    "used OpenCL, and OpenCL drivers do not survive fork (their threads are not copied, "
+    "so any evaluation would wait forever). Use multiprocessing.get_context('spawn') or "
+    "'forkserver', or fork before the parent first uses fuseloop")
+EXIT_MESSAGE = (
+    "fuseloop's OpenCL runtime was shut down at interpreter exit; a thread (a daemon "
+    "thread?) used fuseloop after the main thread finished. Join such threads before "
+    "exiting, or stop them first")
+# how long the exit hook waits for a thread that holds a device's launch lock
+EXIT_LOCK_WAIT_S = 5.0
+
+
+def _block(reason: str) -> None:
+    global _blocked
+    _blocked = reason
+    for rt in (*_runtimes.values(), *_orphans):
+        rt.pool.blocked = reason
+
+
+def _after_fork_in_child() -> None:
+    # Even a driver that only listed its devices (clGetPlatformIDs) hangs in a forked
+    # child (PoCL 3.0: a fresh context's first kernel never completes), so a fresh
+    # runtime cannot be offered: the child gets a clear error instead of a hang.
+    if _devices is None:
+        return  # OpenCL not touched yet: the child may use it as any process
+    global _lock
+    _lock = threading.Lock()  # (another thread of the parent may have held it)
+    _orphans.extend(_runtimes.values())
+    _runtimes.clear()
+    _block(FORK_MESSAGE)
+
+
+def _quiesce(rt: _DeviceRuntime) -> None:
+    """Let everything enqueued on ``rt`` finish; drop launches never enqueued."""
+    locked = rt.launch_lock.acquire(timeout=EXIT_LOCK_WAIT_S)
+    try:
+        rt.deferred.clear()  # (their results can no longer be read)
+        rt.queue.finish()
+    except cl.Error:
+        pass  # a failed command: nothing is left running either way
+    finally:
+        if locked:
+            rt.launch_lock.release()
+
+
+def _shutdown_at_exit() -> None:
+    """Stop new launches and wait for the queues, before the interpreter and the driver
+    are torn down while a daemon thread may still be running kernels (which aborted
+    the process: 'terminate called without an active exception')."""
+    if _blocked is not None:
+        return  # (a forked child: its inherited runtimes must not be waited on)
+    _block(EXIT_MESSAGE)
+    runtimes = list(_runtimes.values())
+    for rt in runtimes:
+        _quiesce(rt)
+    if threading.active_count() > 1:
+        # a thread that passed the check just before the block may enqueue once more
+        time.sleep(0.01)
+        for rt in runtimes:
+            _quiesce(rt)
+
+
+# (registered after pyopencl's own exit hook, so it runs before that one)
+atexit.register(_shutdown_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+# }}}
 
 
 _PROBE_SOURCE = "__kernel void fuseloop_probe(__global int *a) { a[get_global_id(0)] = 1; }"
@@ -229,18 +314,26 @@ def _all_devices() -> list[Device]:
     return _devices
 
 
-def devices(type: str | None = None, name: str | None = None,
+def devices(type: str | Callable[[Device], bool] | None = None, name: str | None = None,
             fp64: bool | None = None) -> list[Device]:
     """OpenCL devices present, optionally filtered (like VexCL's device filters).
 
-    ``type`` is ``"gpu"``, ``"cpu"`` or ``"accelerator"``; ``name`` a
-    case-insensitive substring of the device or platform name; ``fp64=True``
-    keeps devices with double precision.
+    ``type`` is ``"gpu"``, ``"cpu"`` or ``"accelerator"``, or a predicate called with
+    each :class:`Device` (``fl.devices(lambda d: d.global_mem_size > 2**32)``);
+    ``name`` a case-insensitive substring of the device or platform name;
+    ``fp64=True`` keeps devices with double precision.
     """
     result = _all_devices()
-    if type is not None:
+    if callable(type):
+        result = [d for d in result if type(d)]
+    elif type is not None:
+        if not isinstance(type, str):
+            raise TypeError(f"fl.devices: type must be 'gpu', 'cpu', 'accelerator' or a "
+                            f"predicate taking a Device, not {type!r}")
         result = [d for d in result if d.type == type.lower()]
     if name is not None:
+        if not isinstance(name, str):
+            raise TypeError(f"fl.devices: name must be a string, not {name!r}")
         key = name.lower()
         result = [d for d in result if key in d.name.lower() or key in d.platform.lower()]
     if fp64 is not None:

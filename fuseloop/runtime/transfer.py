@@ -69,8 +69,8 @@ def finish(device: Device) -> None:
 
 def host_buffer(host: np.ndarray, device: Device) -> cl.Buffer | None:
     """A new device buffer holding ``host``'s bytes, made without a queue command:
-    on a CPU device only (None elsewhere: upload into a pooled buffer instead)."""
+    on a CPU device only (None elsewhere: upload into a pooled buffer instead).
+    Counted against the device's memory (raises DeviceMemoryError when it cannot fit)."""
     if device.type != "cpu" or not host.nbytes:
         return None
-    return cl.Buffer(_runtime(device).context,
-                     cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
+    return _runtime(device).pool.host_buffer(host)
