@@ -12,7 +12,7 @@ import pyopencl as cl
 from .array import Array, Constant
 from .dtypes import as_dtype, result_type, scalar_kind
 from .errors import DTypeError, ShapeError
-from .evaluate import allocate, cast_node, upload
+from .evaluate import _check_alloc_size, allocate, cast_node, upload
 from .expr.nodes import Apply, Iota, Scalar
 from .runtime.devices import Device, find_device, get_device
 from .runtime.transfer import wait
@@ -135,6 +135,9 @@ def asarray(obj: Any, dtype: Any = None, device: Any = None) -> Array:
     dev = _device(device)
     if _is_pyopencl_array(obj):
         return _from_pyopencl(obj, dtype, dev)
+    if isinstance(obj, np.ndarray):  # too large: refused before any conversion or copy
+        itemsize = obj.dtype.itemsize if dtype is None else np.dtype(dtype).itemsize
+        _check_alloc_size(obj.size * itemsize, dev)
     try:
         host = np.asarray(obj, dtype=None if dtype is None else np.dtype(dtype))
     except (TypeError, ValueError) as exc:

@@ -256,3 +256,13 @@ def test_a_recipe_returning_none_is_a_recipe_error(device, restore_recipes):
                        size_class=old.size_class, concat_chunk=old.concat_chunk)
     assert fl.recipe_for(device).transform == old.transform
     np.testing.assert_allclose((x * 5 - 2).get(), np.arange(100) * 5 - 2)
+
+
+def test_asarray_of_a_host_array_too_large_is_refused_before_converting(device):
+    # a 4 TiB read-only view of one float: converting it (C order, float64) would
+    # need the memory before the device's limit is seen
+    huge = np.broadcast_to(np.float32(1), (2**40,))
+    with pytest.raises(fl.errors.DeviceMemoryError, match=str(2**42)):
+        fl.asarray(huge)
+    with pytest.raises(fl.errors.DeviceMemoryError, match=str(2**43)):
+        fl.asarray(huge, dtype=np.float64)
