@@ -211,3 +211,40 @@ def test_fuseloop_device_naming_nothing_mentions_a_bad_vendors_variable(tmp_path
     assert proc.returncode == 1
     assert "no OpenCL devices found" in proc.stdout
     assert "names no file or directory" in proc.stdout
+
+
+def test_intel_cpu_devices_get_their_own_recipes(two_runtimes):
+    from fuseloop.recipes import recipe_for
+
+    intel, pocl = two_runtimes
+    assert recipe_for(intel).name == "intel-cpu-flat"
+    assert recipe_for(intel, "reduction").name == "intel-cpu-rows"
+    assert recipe_for(intel, "contraction").name == recipe_for(pocl, "contraction").name
+    assert recipe_for(pocl).name == "cpu-chunked"
+    assert recipe_for(pocl, "reduction").name == "cpu-rows"
+
+
+def test_the_intel_recipes_match_numpy_on_the_intel_runtime():
+    import numpy as np
+
+    import fuseloop as fl
+
+    found = [d for d in fl.devices() if d.platform == icd.INTEL_PLATFORM and d.usable]
+    if not found:
+        pytest.skip("Intel's CPU runtime is not present")
+    rng = np.random.default_rng(3)
+    xh = rng.uniform(-20, 20, (37, 1000)).astype(np.float32)
+    with fl.device(found[0]):
+        x = fl.asarray(xh)
+        assert "get_local_id" in fl.show_code(fl.sin(x) * 2)  # the work-item per element form
+        np.testing.assert_allclose((fl.sin(x) * 2 - x).get(), np.sin(xh) * 2 - xh,
+                                   rtol=1e-5, atol=1e-5)
+        e = fl.exp(x - x.max(axis=1, keepdims=True))
+        np.testing.assert_allclose((e / e.sum(axis=1, keepdims=True)).get(),
+                                   np.exp(xh - xh.max(1, keepdims=True))
+                                   / np.exp(xh - xh.max(1, keepdims=True)).sum(1, keepdims=True),
+                                   rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(x.sum(axis=0).get(), xh.astype(np.float64).sum(0),
+                                   rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(fl.sum(x * x).get(), np.sum(xh.astype(np.float64) ** 2),
+                                   rtol=1e-5)
