@@ -3,9 +3,9 @@
 A recipe receives the lowered kernel, whose work is one flat loop over the iname
 ``"i"`` (see :mod:`fuseloop.lower.kernel`), and the :class:`~fuseloop.Device` it
 will run on, and returns the transformed kernel.  Recipes are registered by
-device type (``"nvidia"``, ``"intel-cpu"``, ``"gpu"``, ``"cpu"``,
-``"default"``); the most specific match wins.  Their name and version are part
-of the kernel cache key, so bumping the version invalidates cached kernels built by an older recipe.
+device type (``"nvidia"``, ``"gpu"``, ``"cpu"``, ``"default"``); the most
+specific match wins.  Their name and version are part of the kernel cache key,
+so bumping the version invalidates cached kernels built by an older recipe.
 
 A recipe may also name a *size class* for each launch (``size_class``): Loopy
 assumptions about the kernel's size parameters, such as ``"p0 = 8192"``.
@@ -28,7 +28,6 @@ from loopy.symbolic import IdentityMapper, get_dependencies
 
 from ..lower.pieces import FLAT_INAME, PIECE_INAME_PREFIX
 from .cpu_vector import POCL_PLATFORM, through_double_width, vectorise_math_calls
-from .intel_cpu import intel_flat, intel_rows, is_intel_cpu
 
 if TYPE_CHECKING:
     from ..runtime.devices import Device
@@ -68,11 +67,10 @@ def register_recipe(device_type: str, func: RecipeFunction, *, name: str,
                     concat_chunk: int | None = None) -> Recipe:
     """Use ``func`` for kernels of ``kind`` on devices of ``device_type``.
 
-    ``device_type`` is ``"nvidia"`` (NVIDIA GPUs), ``"intel-cpu"`` (Intel's CPU
-    OpenCL runtime), ``"gpu"``, ``"cpu"``, ``"accelerator"`` or ``"default"``;
-    ``kind`` is ``"elementwise"`` (one flat loop ``i``), ``"reduction"`` (rows
-    ``i``, reduction loops ``j<n>`` and maybe row elements ``e``; see
-    :mod:`fuseloop.recipes.rows`) or
+    ``device_type`` is ``"nvidia"`` (NVIDIA GPUs), ``"gpu"``, ``"cpu"``,
+    ``"accelerator"`` or ``"default"``; ``kind`` is ``"elementwise"`` (one
+    flat loop ``i``), ``"reduction"`` (rows ``i``, reduction loops ``j<n>``
+    and maybe row elements ``e``; see :mod:`fuseloop.recipes.rows`) or
     ``"contraction"`` (matmul-like sums of products: output loops ``b``,
     ``m``, ``n``, reduced loop ``k``, operand rules ``fl_x`` and ``fl_y``;
     see :mod:`fuseloop.recipes.contraction`).
@@ -115,8 +113,6 @@ def _choose(device: Device, kind: str) -> Recipe:
     candidates = []
     if device.type == "gpu" and "nvidia" in device.vendor.lower():
         candidates.append("nvidia")
-    if is_intel_cpu(device):
-        candidates.append("intel-cpu")
     candidates += [device.type, "default"]
     for c in candidates:
         if (c, kind) in _REGISTRY:
@@ -283,9 +279,6 @@ def gpu_coalesced(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationU
 register_recipe("default", gpu_coalesced, name="gpu-coalesced", version="2")
 register_recipe("gpu", gpu_coalesced, name="gpu-coalesced", version="2")
 register_recipe("cpu", cpu_chunked, name="cpu-chunked", version="4")
-# Intel's CPU compiler vectorises across work-items: GPU-like forms (see intel_cpu.py)
-register_recipe("intel-cpu", intel_flat, name="intel-cpu-flat", version="1")
-register_recipe("intel-cpu", intel_rows, name="intel-cpu-rows", version="1", kind="reduction")
 
 
 def _register_reduction_recipes() -> None:
