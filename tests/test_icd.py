@@ -211,3 +211,33 @@ def test_fuseloop_device_naming_nothing_mentions_a_bad_vendors_variable(tmp_path
     assert proc.returncode == 1
     assert "no OpenCL devices found" in proc.stdout
     assert "names no file or directory" in proc.stdout
+
+
+def test_intel_runtime_results_match_numpy_with_partial_chunks():
+    # Intel's runtime keeps the chunked CPU recipes: its compiler (2026.2) writes the
+    # whole last work-group past Loopy's guard once work-items are local-parallel
+    import numpy as np
+
+    import fuseloop as fl
+    from fuseloop.recipes import recipe_for
+
+    found = [d for d in fl.devices() if d.platform == icd.INTEL_PLATFORM and d.usable]
+    if not found:
+        pytest.skip("Intel's CPU runtime is not present")
+    assert recipe_for(found[0]).name == "cpu-chunked"
+    rng = np.random.default_rng(3)
+    xh = rng.uniform(-20, 20, (37, 1001)).astype(np.float32)
+    with fl.device(found[0]):
+        x = fl.asarray(xh)
+        guard = fl.full(8, -1.0, np.float32)  # allocated next: a stray write may land here
+        np.testing.assert_allclose((fl.sin(x) * 2 - x).get(), np.sin(xh) * 2 - xh,
+                                   rtol=1e-5, atol=1e-5)
+        e = fl.exp(x - x.max(axis=1, keepdims=True))
+        want = np.exp(xh - xh.max(1, keepdims=True))
+        np.testing.assert_allclose((e / e.sum(axis=1, keepdims=True)).get(),
+                                   want / want.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(x.sum(axis=0).get(), xh.astype(np.float64).sum(0),
+                                   rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(fl.sum(x * x).get(), np.sum(xh.astype(np.float64) ** 2),
+                                   rtol=1e-5)
+        assert (guard.get() == -1).all()
