@@ -1,9 +1,17 @@
 """Development sessions: ``nox -s tests | tests_all_devices | lint | docs | bench``.
 
+One test session per CPU OpenCL runtime, each selecting it with ``FUSELOOP_DEVICE``:
+``tests_pocl_pip`` (pip's PoCL 3.0), ``tests_intel_cpu`` (Intel's CPU runtime from pip,
+``fuseloop[intel-cpu]``) and ``tests_pocl_system`` (the system's PoCL, on Debian
+``apt-get install pocl-opencl-icd``).
+
 Every session runs in a fresh virtual environment made with the interpreter that runs nox
 (no fixed Python version). Extra arguments after ``--`` go to the underlying command, e.g.
 ``nox -s tests -- -k cache -x`` or ``nox -s bench -- --quick``.
 """
+
+import os
+from pathlib import Path
 
 import nox
 
@@ -25,6 +33,42 @@ def tests_all_devices(session: nox.Session) -> None:
     session.install(".[test]")
     session.run("python", "-m", "pytest", "-q", "tests", *session.posargs,
                 env={"FUSELOOP_TEST_ALL_DEVICES": "1"})
+
+
+@nox.session
+def tests_pocl_pip(session: nox.Session) -> None:
+    """The test suite on pip's PoCL (pocl-binary-distribution) alone."""
+    session.install(".[test]")
+    # an empty vendor directory hides the system's ICDs; the loader still reads
+    # pyopencl/.libs, where pip's PoCL registers itself
+    vendors = Path(session.create_tmp()) / "no-system-icds"
+    vendors.mkdir(exist_ok=True)
+    session.run("python", "-m", "pytest", "-q", "tests", *session.posargs,
+                env={"FUSELOOP_DEVICE": "pocl", "OCL_ICD_VENDORS": str(vendors)})
+
+
+@nox.session
+def tests_intel_cpu(session: nox.Session) -> None:
+    """The test suite on Intel's CPU OpenCL runtime from pip (``fuseloop[intel-cpu]``)."""
+    session.install(".[test,intel-cpu]")
+    session.run("python", "-m", "fuseloop.cli", "devices", env={"FUSELOOP_DEVICE": "intel"})
+    session.run("python", "-m", "pytest", "-q", "tests", *session.posargs,
+                env={"FUSELOOP_DEVICE": "intel"})
+
+
+@nox.session
+def tests_pocl_system(session: nox.Session) -> None:
+    """The test suite on the system's PoCL (Debian: ``apt-get install pocl-opencl-icd``)."""
+    vendor_dir = Path(os.environ.get("OPENCL_VENDOR_PATH") or "/etc/OpenCL/vendors")
+    if not any(vendor_dir.glob("*pocl*.icd")):
+        session.error(f"no PoCL is registered in {vendor_dir}; on Debian or Ubuntu: "
+                      "apt-get install pocl-opencl-icd")
+    session.install(".[test]")
+    # without pip's PoCL (it registers itself in pyopencl/.libs) 'pocl' names the system's
+    session.run("python", "-m", "pip", "uninstall", "-y", "-q", "pocl-binary-distribution")
+    session.run("python", "-m", "fuseloop.cli", "devices", env={"FUSELOOP_DEVICE": "pocl"})
+    session.run("python", "-m", "pytest", "-q", "tests", *session.posargs,
+                env={"FUSELOOP_DEVICE": "pocl"})
 
 
 @nox.session

@@ -12,20 +12,25 @@ import numpy as np
 
 def _devices(_args: argparse.Namespace) -> int:
     import fuseloop as fl
+    from fuseloop.runtime.icd import registration
 
     found = fl.devices()
+    notes = [f"note: {n}" for n in registration().notes]
     if not found:
-        print("no OpenCL devices found")
+        print("\n".join(["no OpenCL devices found", *notes]))
         return 1
     default = fl.get_device()
-    print(f"{'':2}{'#':>2}  {'type':<5} {'fp64':<4} {'memory':>10}  name  [platform]")
+    print(f"{'':2}{'#':>2}  {'type':<5} {'fp64':<4} {'memory':>10}  name  [runtime]")
     for d in found:
         mark = "*" if d is default else " "
         print(f"{mark:2}{d.index:>2}  {d.type:<5} {'yes' if d.has_fp64 else 'no':<4} "
-              f"{d.global_mem_size / 2**30:>7.1f} GiB  {d.name}  [{d.platform}]")
+              f"{d.global_mem_size / 2**30:>7.1f} GiB  {d.name}  [{d.runtime or d.platform}]")
         if not d.usable:
             print(f"{'':6}cannot build kernels: {d.problem}")
-    print("* = default device (FUSELOOP_DEVICE selects another)")
+    print("* = default device (FUSELOOP_DEVICE selects another: an index, gpu, cpu, or a "
+          "substring of a name or runtime such as pocl or intel)")
+    for note in notes:
+        print(note)
     if not any(d.usable for d in found):
         print("no device here can build kernels (see above)")
         return 1

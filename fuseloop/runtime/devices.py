@@ -1,7 +1,9 @@
 """OpenCL device discovery and selection.
 
 The default device comes from ``FUSELOOP_DEVICE`` (``gpu``, ``cpu``, an index
-or a name substring), else the first GPU, else the first CPU.  ``set_device``
+or a substring of a device, platform or runtime name), else the first GPU, else
+the first CPU (by :data:`fuseloop.runtime.icd.CPU_RUNTIME_PREFERENCE` among
+CPU runtimes).  ``set_device``
 changes it; ``with device(...)`` changes it for a block (per thread and task).
 A device whose compiler is known to reject every kernel (``Device.problem``)
 comes after the others wherever a type or a name selects one.
@@ -24,7 +26,11 @@ from typing import Any
 import pyopencl as cl
 
 from ..errors import DeviceNotFoundError, RuntimeUnavailableError
+from . import icd
 from .memory import DeviceMemory
+
+# before the first OpenCL call: pyopencl's ICD loader reads its environment then
+icd.register_runtimes()
 
 _TYPE_NAMES = {
     cl.device_type.GPU: "gpu",
@@ -50,6 +56,8 @@ class Device:
     compute_units: int = 1
     #: why this device's OpenCL compiler cannot build kernels, when that is known
     problem: str | None = None
+    #: the OpenCL runtime and its version, e.g. 'PoCL 3.0-rc2 (LLVM 14.0.6)'
+    runtime: str = ""
 
     @property
     def usable(self) -> bool:
@@ -301,7 +309,10 @@ def _discover() -> list[Device]:
                 has_fp64=bool(d.double_fp_config) or "cl_khr_fp64" in d.extensions,
                 cl_device=d, compute_units=int(d.max_compute_units),
                 problem=_compiler_problem(d),
+                runtime=icd.runtime_label(plat.name.strip(), plat.version.strip(),
+                                          d.driver_version.strip()),
             ))
+    icd.check_discovered([p.name.strip() for p in platforms])
     return found
 
 
@@ -320,8 +331,9 @@ def devices(type: str | Callable[[Device], bool] | None = None, name: str | None
 
     ``type`` is ``"gpu"``, ``"cpu"`` or ``"accelerator"``, or a predicate called with
     each :class:`Device` (``fl.devices(lambda d: d.global_mem_size > 2**32)``);
-    ``name`` a case-insensitive substring of the device or platform name;
-    ``fp64=True`` keeps devices with double precision.
+    ``name`` a case-insensitive substring of the device name, the platform name or
+    the runtime (``Device.runtime``: ``"pocl"``, ``"intel opencl"``); ``fp64=True``
+    keeps devices with double precision.
     """
     result = _all_devices()
     if callable(type):
@@ -335,18 +347,34 @@ def devices(type: str | Callable[[Device], bool] | None = None, name: str | None
         if not isinstance(name, str):
             raise TypeError(f"fl.devices: name must be a string, not {name!r}")
         key = name.lower()
-        result = [d for d in result if key in d.name.lower() or key in d.platform.lower()]
+        result = [d for d in result if key in d.name.lower() or _names_runtime(d, key)]
     if fp64 is not None:
         result = [d for d in result if d.has_fp64 == fp64]
     return result
 
 
+def _names_runtime(d: Device, key: str) -> bool:
+    return key in d.platform.lower() or key in d.runtime.lower()
+
+
 def _describe_all() -> str:
     found = _all_devices()
+    notes = "".join(f"\n  note: {n}" for n in icd.registration().notes)
     if not found:
-        return "no OpenCL devices were found (is pocl-binary-distribution installed?)"
+        return "no OpenCL devices were found (is pocl-binary-distribution installed?)" + notes
     return "available devices:\n" + "\n".join(
-        f"  {d}" + ("" if d.usable else " -- cannot build kernels") for d in found)
+        f"  {d}" + ("" if d.usable else " -- cannot build kernels") for d in found) + notes
+
+
+def _named_by_env() -> Device | None:
+    """The device FUSELOOP_DEVICE names by index or name, if it names one that way."""
+    spec = os.environ.get("FUSELOOP_DEVICE", "").strip()
+    if not spec or spec.lower() in ("gpu", "cpu", "accelerator"):
+        return None
+    try:
+        return find_device(spec)
+    except DeviceNotFoundError:
+        return None
 
 
 
@@ -365,11 +393,21 @@ def find_device(spec: Device | int | str) -> Device:
     key = spec.strip().lower()
     if key in ("gpu", "cpu", "accelerator"):
         matches = devices(type=key)
+        # a type means the device FUSELOOP_DEVICE names, when it is of that type
+        # ('cpu' is the Intel runtime's CPU under FUSELOOP_DEVICE=intel)
+        env = _named_by_env()
+
+        def first(d: Device) -> tuple:
+            return (not d.usable, d is not env, icd.preference(d.runtime))
     else:
         matches = devices(name=key)
+
+        def first(d: Device) -> tuple:
+            # 'intel' means Intel's runtime before PoCL's 'pthread-Intel(R) Xeon(R) ...'
+            return (not d.usable, not _names_runtime(d, key), icd.preference(d.runtime))
     if not matches:
         raise DeviceNotFoundError(f"no OpenCL device matches {spec!r}; {_describe_all()}")
-    return min(matches, key=lambda d: not d.usable)  # (the first of the usable ones)
+    return min(matches, key=first)  # (stable: the loader's order breaks ties)
 
 
 def _initial_default() -> Device:
@@ -386,7 +424,8 @@ def _initial_default() -> Device:
     # everything), then GPUs before CPUs before the rest; when nothing is usable the
     # first one is chosen and its first build error says why
     rank = {"gpu": 0, "cpu": 1}
-    return min(found, key=lambda d: (not d.usable, rank.get(d.type, 2)))
+    return min(found, key=lambda d: (not d.usable, rank.get(d.type, 2),
+                                     icd.preference(d.runtime)))
 
 
 def get_device() -> Device:
