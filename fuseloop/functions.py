@@ -11,7 +11,7 @@ import numpy as np
 
 from . import launching
 from .array import Array, build_node
-from .dtypes import dtype_from_c_name
+from .dtypes import c_type_name, dtype_from_c_name
 from .errors import FuseloopError
 from .expr.nodes import UserCall
 
@@ -27,8 +27,10 @@ class UserFunction:
     """An elementwise function with an OpenCL body: ``fl.function(signature, body)``.
 
     Arguments are converted to the declared parameter types, as a C call would.
-    The function is emitted once into the kernel's preamble; its source is part
-    of the cache key, so editing the body builds a new kernel.
+    The function is emitted once into the kernel's preamble as ``c_name``, its
+    name after a hash of its definition (``fl3a..._exp``): it cannot collide with
+    an OpenCL builtin or with another function of the same name, and editing the
+    body builds a new kernel.
     """
 
     def __init__(self, signature: str, body: str) -> None:
@@ -51,14 +53,20 @@ class UserFunction:
         if not self.param_dtypes:
             raise SignatureError(f"{signature!r}: a function needs at least one parameter")
         self.body = body
-        self.c_name = self.name
-        from .dtypes import c_type_name
-
         decl = ", ".join(f"{c_type_name(d)} {n}"
                          for d, n in zip(self.param_dtypes, self.param_names))
-        self.source = (f"static {c_type_name(self.result_dtype)} {self.name}({decl})\n"
-                       f"{{\n{body.strip()}\n}}\n")
-        self.key = f"{self.name}-{hashlib.sha256(self.source.encode()).hexdigest()[:16]}"
+        ret = c_type_name(self.result_dtype)
+        # The emitted name carries a hash of the whole definition, so that a body is
+        # never shadowed by an OpenCL builtin of the same name (``exp``) or by another
+        # function of the same name in one kernel; the key (structure signatures, cache
+        # keys) is that name, so two definitions never share a kernel either.
+        definition = f"{ret} {self.name}({decl})\n{body.strip()}"
+        digest = hashlib.sha256(definition.encode()).hexdigest()[:16]
+        self.c_name = f"fl{digest}_{self.name}"
+        self.key = self.c_name
+        self.source = f"static {ret} {self.c_name}({decl})\n{{\n{body.strip()}\n}}\n"
+        # weakly held (see launching.user_functions): only lowering a live expression
+        # that calls this function looks it up
         launching.user_functions[self.key] = self
         self.__name__ = self.name
         self.__doc__ = f"User OpenCL function {signature}"

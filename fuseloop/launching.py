@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from typing import Any
+from weakref import WeakValueDictionary
 from weakref import ref as _weakref
 
 import numpy as np
@@ -30,7 +31,10 @@ _enqueue_nd_range = cl._cl.enqueue_nd_range_kernel  # what pyopencl's kernel inv
 _counters = _stats.counters
 _stats_lock = _stats._lock
 INDEX_INT32, INDEX_INT64 = np.dtype(np.int32), np.dtype(np.int64)
-user_functions: dict[str, object] = {}  # key -> UserFunction, filled by fuseloop.functions
+# key -> UserFunction, filled by fuseloop.functions.  Weak: a function no longer
+# referenced is forgotten (its compiled kernels stay cached; only lowering a new
+# kernel looks a function up, and then the expression calling it holds it).
+user_functions: WeakValueDictionary[str, object] = WeakValueDictionary()
 
 # Cached elementwise launches (and replayed elementwise run-plan steps) of at most
 # this many elements are deferred and enqueued in batches of up to DEFER_MAX (see

@@ -81,3 +81,59 @@ def test_unknown_top_level_name():
         fl.arcsinn  # noqa: B018
     with pytest.raises(AttributeError):
         fl.no_such_thing  # noqa: B018
+
+
+def test_function_named_like_a_builtin_runs_its_own_body(device):
+    # emitted under its bare name, ``exp`` resolved to OpenCL's builtin and the body was
+    # silently ignored (issue 23)
+    a = np.array([1.0, 2.0, -0.5], np.float32)
+    x = fl.asarray(a)
+    my_exp = fl.function("float exp(float x)", "return x + 1;")
+    my_sin = fl.function("float sin(float x)", "return 2 * x;")
+    np.testing.assert_array_equal(my_exp(x).get(), a + 1)
+    np.testing.assert_array_equal((my_sin(x) + fl.sin(x)).get(), 2 * a + np.sin(a))
+    np.testing.assert_allclose((my_exp(x) * fl.exp(x)).get(), (a + 1) * np.exp(a), rtol=1e-6)
+
+
+def test_same_name_different_bodies_in_one_expression(device):
+    # both calls ran the first body: [4, 6] for [12, 23] (issue 23)
+    a = np.array([1.0, 2.0], np.float32)
+    x = fl.asarray(a)
+    f1 = fl.function("float f(float x)", "return 10 * x + 1;")
+    f2 = fl.function("float f(float x)", "return x + 1;")
+    np.testing.assert_array_equal((f1(x) + f2(x)).get(), [13, 24])
+    np.testing.assert_array_equal((f1(x) + f2(x)).get(), 11 * a + 2)
+    # the other order, and each alone, are separate kernels with their own bodies
+    np.testing.assert_array_equal((f2(x) - f1(x)).get(), -9 * a)
+    np.testing.assert_array_equal(f2(x).get(), a + 1)
+    np.testing.assert_array_equal(f1(x).get(), 10 * a + 1)
+    assert f1.key != f2.key and f1.c_name != f2.c_name
+    # one definition written twice is one function (one kernel, one emitted name)
+    assert fl.function("float f(float x)", "return x + 1;").key == f2.key
+
+
+def test_unreferenced_functions_are_forgotten(device):
+    import gc
+
+    from fuseloop import launching
+
+    a = np.array([1.0, 2.0, 3.0], np.float32)
+    x = fl.asarray(a)
+    body = "return x * x - 7;"
+    f = fl.function("float forgotten_fn(float x)", body)
+    key = f.key
+    np.testing.assert_array_equal(f(x).get(), a * a - 7)
+    assert launching.user_functions[key] is f
+    del f
+    fl.synchronize()  # lets go of the registry of recent lazy arrays
+    gc.collect()
+    assert key not in launching.user_functions
+    # defined again, it is found under the same key and its cached kernel still runs
+    fl.reset_stats()
+    g = fl.function("float forgotten_fn(float x)", body)
+    assert g.key == key
+    np.testing.assert_array_equal(g(x).get(), a * a - 7)
+    assert fl.stats()["kernels_lowered"] == 0
+    # a new definition is lowered with the function that is alive
+    h = fl.function("float forgotten_fn(float x)", "return x * x - 8;")
+    np.testing.assert_array_equal((h(x) + g(x)).get(), 2 * a * a - 15)
