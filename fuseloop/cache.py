@@ -18,48 +18,65 @@ process).  Each thread launches through its own ``cl.Kernel`` object, because
 pyopencl sets a kernel's arguments and enqueues it in two steps.  Processes
 share the disk cache without locks: entries are replaced atomically, so a
 reader sees a whole old entry, a whole new one, or none.
+
+Bounds: the memory cache holds at most :func:`memory_cache_size` kernels
+(``FUSELOOP_MEMORY_CACHE_SIZE``), the least recently used going first (see
+:func:`_store`); the disk cache is trimmed to :func:`disk_cache_max_bytes`
+(``FUSELOOP_DISK_CACHE_MAX_BYTES``) by file modification time, which a read
+refreshes (see :func:`trim_disk_cache`).
 """
 
 from __future__ import annotations
 
-import base64
 import gc
 import hashlib
-import json
+import itertools
 import os
 import pickle
 import re
 import sys
-import tempfile
 import threading
-from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pyopencl as cl
 
 from . import stats as _stats
+from .cache_disk import (  # noqa: F401  (the disk layer's API, as it was here)
+    DEFAULT_DISK_CACHE_MAX_BYTES,
+    DISABLED_VALUES,
+    DISK_TRIM_TO,
+    MAX_BINARY_BYTES,
+    SCHEMA_VERSION,
+    DiskEntry,
+    KernelPlan,
+    _env_int,
+    _read_disk,
+    _write_disk,
+    cache_dir,
+    clear_disk_cache,
+    disk_cache_info,
+    disk_cache_max_bytes,
+    disk_entries,
+    entry_path,
+    read_entry,
+    trim_disk_cache,
+)
 from .errors import KernelBuildError, RecipeError
 from .expr.program import Program, collapse_groups
 from .recipes import Recipe
 from .runtime.compile_workers import build_program, prestart
 from .runtime.devices import Device
 
-# 7: the gather error flag has three entries (check code, value, axis length)
-SCHEMA_VERSION = 7
 _counters = _stats.counters
 _increment = _stats.increment
 
-#: values of ``FUSELOOP_CACHE_DIR`` that turn the disk cache off
-DISABLED_VALUES = ("", "off", "0", "none", "false")
-#: binaries larger than this are not stored (the source still is)
-MAX_BINARY_BYTES = 32 * 2**20
-_ENTRY_NAME = re.compile(r"^[0-9a-f]{40}\.json$")
-_SCHEMA_DIR = re.compile(r"^v\d+$")
-_TEMP_PREFIX = ".tmp-"
+#: kernels the memory cache holds unless ``FUSELOOP_MEMORY_CACHE_SIZE`` says otherwise
+#: (a built kernel costs about 1 MB of the process's memory on PoCL)
+DEFAULT_MEMORY_CACHE_SIZE = 512
 
 # the modules whose code decides what source a program becomes
 _CODEGEN_PATHS = ("lower", "recipes", "expr", "cache.py", "dtypes.py", "functions.py")
@@ -110,18 +127,6 @@ def code_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
-def cache_dir() -> Path | None:
-    """Where kernels are cached on disk, or None when the disk cache is off."""
-    env = os.environ.get("FUSELOOP_CACHE_DIR")
-    if env is not None:
-        if env.strip().lower() in DISABLED_VALUES:
-            return None
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("fuseloop"))
-
-
 def disk_key(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
              sizes: str = "") -> str:
     return repr((
@@ -136,30 +141,7 @@ def disk_key(program: Program, index_dtype: np.dtype, device: Device, recipe: Re
     ))
 
 
-def entry_path(directory: Path, key: str) -> Path:
-    """The file that holds the disk entry for ``key``."""
-    name = hashlib.sha256(key.encode()).hexdigest()[:40]
-    return directory / f"v{SCHEMA_VERSION}" / f"{name}.json"
-
 # }}}
-
-
-@dataclass
-class KernelPlan:
-    """Everything needed to launch a kernel, storable as JSON."""
-
-    name: str
-    source: str
-    arg_names: list[str]
-    gsize: list[str]  # Python expressions in the size names
-    lsize: list[str]
-    build_options: list[str]
-    # numpy dtype name of each scalar argument, None for buffers: pyopencl packs
-    # scalars several times faster when it knows their types up front
-    arg_dtypes: list[str | None]
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def _compile_sizes(exprs: list[str]) -> Any:
@@ -213,11 +195,23 @@ class CompiledKernel:
             return self._new_kernel()
 
 
+# The memory cache.  ``_memory`` is what a look-up reads (a plain dict: a hit is one
+# ``dict.get``, with no bookkeeping).  It is bounded without knowing which kernels
+# a hit used (see _store): when it fills up, its oldest kernels are moved to
+# ``_retired``; a kernel asked for again before the next round moves back (a miss
+# that costs a second dict look-up, not a rebuild) and the rest are dropped then.
 _memory: dict[tuple, CompiledKernel] = {}
-# Counts clear_memory_cache() calls.  Entries are only ever added or all cleared, so
-# a launch plan made in generation g holds a kernel the memory cache still has
-# while the generation is g: one comparison instead of a look-up per launch.
+_retired: dict[tuple, CompiledKernel] = {}
+# Counts the memory cache's rounds: clear_memory_cache() and every eviction round.
+# Within one generation kernels are only added to ``_memory`` and ``_retired``
+# together, so a launch plan made in generation g holds a kernel the memory cache
+# still has while the generation is g: one comparison instead of a look-up per
+# launch.  (A plan keeps its kernel alive in any case: a kernel is never freed
+# under a plan; the generation makes plans let go of dropped kernels.)
 memory_generation = [0]
+# Held to add, move or drop memory-cache entries (never by a cache hit)
+_memory_lock = threading.Lock()
+_memory_evictions = [0]
 # Held while a thread makes its own kernel object and sets its first arguments
 # (rare: once per kernel and thread).  Eight threads doing it at once crashed the
 # process on the H200 (a segfault; the threads' stacks were in pyopencl's invoker
@@ -275,145 +269,6 @@ def _binary_of(program: cl.Program) -> bytes | None:
         return None
     return bytes(binaries[0])
 
-
-# }}}
-
-
-# {{{ disk entries
-
-class DiskEntry(NamedTuple):
-    key: str
-    plan: KernelPlan
-    binary: bytes | None
-
-
-def _checksum(key: str, body: dict[str, Any], binary_text: str | None) -> str:
-    doc = {"key": key, "plan": body, "binary": binary_text}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
-
-
-def read_entry(path: Path) -> DiskEntry | None:
-    """The verified entry stored at ``path``, or None if it is unreadable or corrupt.
-
-    Verified: the file parses, its checksum covers key, plan and binary, and
-    its name is the one its key maps to.
-    """
-    try:
-        doc = json.loads(path.read_bytes())
-        key, body, binary_text = doc["key"], doc["plan"], doc.get("binary")
-        if not isinstance(key, str) or doc.get("checksum") != _checksum(key, body, binary_text):
-            return None
-        if entry_path(path.parent.parent, key).name != path.name:
-            return None
-        binary = None if binary_text is None else base64.b64decode(binary_text, validate=True)
-        return DiskEntry(key, KernelPlan(**body), binary)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None  # json and base64 errors are ValueErrors
-
-
-def _read_disk(path: Path, key: str) -> DiskEntry | None:
-    entry = read_entry(path)
-    return entry if entry is not None and entry.key == key else None
-
-
-_warned: set[Path] = set()
-
-
-def _write_disk(path: Path, key: str, plan: KernelPlan, binary: bytes | None = None) -> None:
-    body = plan.to_json()
-    binary_text = None if binary is None else base64.b64encode(binary).decode("ascii")
-    doc = {"key": key, "plan": body, "binary": binary_text,
-           "checksum": _checksum(key, body, binary_text)}
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_TEMP_PREFIX, suffix=".part")
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f)
-        os.replace(tmp, path)  # readers see the old file or the whole new one
-        tmp = None
-    except OSError as exc:
-        if path.parent not in _warned:  # once per directory, not once per kernel
-            _warned.add(path.parent)
-            print(f"fuseloop: could not write kernel cache entry {path}: {exc} "
-                  "(kernels still work; set FUSELOOP_CACHE_DIR to a writable directory "
-                  "or to 'off')", file=sys.stderr)
-    finally:
-        if tmp is not None:  # failed or interrupted (KeyboardInterrupt) before the rename
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-
-
-def disk_entries(directory: Path | None = None) -> list[Path]:
-    """fuseloop's entry files in the cache directory (every schema version)."""
-    directory = cache_dir() if directory is None else directory
-    if directory is None or not directory.is_dir():
-        return []
-    found = []
-    for sub in sorted(directory.iterdir()):
-        if _SCHEMA_DIR.match(sub.name) and sub.is_dir():
-            found.extend(f for f in sorted(sub.iterdir())
-                         if _ENTRY_NAME.match(f.name) and f.is_file())
-    return found
-
-
-def disk_cache_info(directory: Path | None = None) -> dict[str, Any]:
-    """Where the disk cache is and what it holds (``fuseloop cache info``)."""
-    env = os.environ.get("FUSELOOP_CACHE_DIR")
-    directory = cache_dir() if directory is None else directory
-    info: dict[str, Any] = {
-        "directory": None if directory is None else str(directory),
-        "disabled": directory is None, "exists": False, "schema_version": SCHEMA_VERSION,
-        "entries": 0, "current_schema_entries": 0, "total_bytes": 0,
-        "source": "FUSELOOP_CACHE_DIR" if env is not None else "default"}
-    if directory is None:
-        return info
-    info["exists"] = directory.is_dir()
-    for f in disk_entries(directory):
-        try:
-            size = f.stat().st_size
-        except OSError:
-            continue
-        info["entries"] += 1
-        info["total_bytes"] += size
-        if f.parent.name == f"v{SCHEMA_VERSION}":
-            info["current_schema_entries"] += 1
-    return info
-
-
-def clear_disk_cache(directory: Path | None = None) -> tuple[int, int]:
-    """Delete fuseloop's entries (and leftover temporary files) from the disk cache.
-
-    Only files fuseloop writes are removed: ``v<schema>/<hash>.json`` and
-    ``v<schema>/.tmp-*``; schema folders left empty are removed too.  Returns
-    (entries removed, bytes freed); (0, 0) when there is no cache directory.
-    """
-    directory = cache_dir() if directory is None else directory
-    if directory is None or not directory.is_dir():
-        return 0, 0
-    removed = freed = 0
-    for sub in directory.iterdir():
-        if not (_SCHEMA_DIR.match(sub.name) and sub.is_dir()):
-            continue
-        for f in sub.iterdir():
-            is_entry = _ENTRY_NAME.match(f.name) is not None
-            if not (is_entry or f.name.startswith(_TEMP_PREFIX)) or not f.is_file():
-                continue
-            try:
-                size = f.stat().st_size
-                f.unlink()
-            except FileNotFoundError:
-                continue  # another process removed or replaced it
-            if is_entry:
-                removed += 1
-                freed += size
-        try:
-            sub.rmdir()  # only if empty
-        except OSError:
-            pass
-    return removed, freed
 
 # }}}
 
@@ -537,12 +392,16 @@ def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: 
     try:
         with key_lock.lock:  # two threads asking for one kernel build it once
             hit = _memory.get(mem_key)
+            if hit is None:
+                hit = _retired.get(mem_key)
+                if hit is not None:  # asked for again before its round ended: keep it
+                    _store(mem_key, hit)
             if hit is not None:
                 _increment("memory_cache_hits")
                 return hit
             compiled = _get_uncached(program, index_dtype, device, recipe, user_functions,
                                      sizes)
-            _memory[mem_key] = compiled
+            _store(mem_key, compiled)
             return compiled
     finally:
         with _global_lock:
@@ -583,7 +442,54 @@ def _get_uncached(program: Program, index_dtype: np.dtype, device: Device, recip
     return compiled
 
 
+def memory_cache_size() -> int:
+    """How many compiled kernels the memory cache holds at most.
+
+    ``FUSELOOP_MEMORY_CACHE_SIZE`` (at least 1), else
+    :data:`DEFAULT_MEMORY_CACHE_SIZE`; read whenever a kernel is added.
+    """
+    return _env_int("FUSELOOP_MEMORY_CACHE_SIZE", DEFAULT_MEMORY_CACHE_SIZE, 1)
+
+
+def _store(mem_key: tuple, compiled: CompiledKernel) -> None:
+    """Add a kernel to the memory cache (as the most recently used one), keeping the bound.
+
+    Eviction goes in rounds of ``batch`` kernels (an eighth of the bound), so that
+    cache hits need no bookkeeping: a round drops the kernels retired in the
+    previous round (not asked for since) and retires the oldest ``batch`` of
+    ``_memory``, and starts a new generation so that launch plans look their
+    kernels up again, bringing back retired kernels still in use.  ``_memory`` is
+    in order of addition; a kernel brought back counts as added then, so what is
+    dropped is what went unused longest, to within a round (an LRU approximation).
+    Afterwards ``_memory`` holds at most ``size - batch`` kernels and ``_retired``
+    at most ``batch``.
+    """
+    with _memory_lock:
+        _retired.pop(mem_key, None)
+        _memory[mem_key] = compiled
+        size = memory_cache_size()
+        batch = max(1, size // 8)
+        if len(_memory) <= size - batch and len(_memory) + len(_retired) <= size:
+            return
+        _memory_evictions[0] += len(_retired)
+        _retired.clear()
+        for key in list(itertools.islice(_memory, max(0, len(_memory) - size))):
+            del _memory[key]  # the bound was lowered: over it, drop at once
+            _memory_evictions[0] += 1
+        for key in list(itertools.islice(_memory, batch)):
+            _retired[key] = _memory.pop(key)
+        memory_generation[0] += 1
+
+
+def memory_cache_info() -> dict[str, int]:
+    """This process's memory cache: its bound, kernels held, kernels dropped so far."""
+    return {"max_entries": memory_cache_size(), "entries": len(_memory) + len(_retired),
+            "evictions": _memory_evictions[0]}
+
+
 def clear_memory_cache() -> None:
     """Forget compiled kernels held in memory (the disk cache stays)."""
-    _memory.clear()
-    memory_generation[0] += 1
+    with _memory_lock:
+        _memory.clear()
+        _retired.clear()
+        memory_generation[0] += 1

@@ -1,4 +1,5 @@
-"""Command line: ``fuseloop devices``, ``demo``, ``cache info``, ``cache clear``, ``bench``."""
+"""Command line: ``fuseloop devices``, ``demo``, ``cache --info`` / ``info``, ``cache --clear`` /
+``clear``, ``bench``."""
 
 from __future__ import annotations
 
@@ -112,16 +113,20 @@ def _format_bytes(n: int) -> str:
 def _cache_info(args: argparse.Namespace) -> int:
     import json
 
-    from .cache import disk_cache_info
+    from .cache import disk_cache_info, memory_cache_size
 
     info = disk_cache_info()
+    info["memory_max_entries"] = memory_cache_size()
     if args.json:
         print(json.dumps(info, indent=1))
         return 0
+    memory = (f"memory cache:   at most {info['memory_max_entries']} kernels per process "
+              "(FUSELOOP_MEMORY_CACHE_SIZE)")
     if info["disabled"]:
         print("disk cache: disabled (FUSELOOP_CACHE_DIR="
               f"{os.environ.get('FUSELOOP_CACHE_DIR', '')!r}); kernels are cached in memory only")
         print(f"schema version: {info['schema_version']}")
+        print(memory)
         return 0
     where = "set by FUSELOOP_CACHE_DIR" if info["source"] == "FUSELOOP_CACHE_DIR" else "default"
     print(f"directory:      {info['directory']} ({where}"
@@ -131,6 +136,10 @@ def _cache_info(args: argparse.Namespace) -> int:
     print(f"entries:        {info['entries']}"
           + (f" ({older} from older schema versions)" if older else ""))
     print(f"total size:     {_format_bytes(info['total_bytes'])}")
+    bound = (f"{_format_bytes(info['max_bytes'])} ({info['max_bytes']} bytes), least recently "
+             "used entries go first" if info["max_bytes"] > 0 else "none")
+    print(f"size bound:     {bound} (FUSELOOP_DISK_CACHE_MAX_BYTES)")
+    print(memory)
     return 0
 
 
@@ -144,6 +153,20 @@ def _cache_clear(_args: argparse.Namespace) -> int:
     removed, freed = clear_disk_cache(directory)
     print(f"removed {removed} kernel cache entries ({_format_bytes(freed)}) from {directory}")
     return 0
+
+
+def _cache_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """'info' or 'clear', from the subcommand or the flag (exactly one of them)."""
+    sub, flag = args.cache_command, args.cache_flag
+    if sub is None and flag is None:
+        parser.error("name what to do: info or clear (or --info, --clear)")
+    if sub is not None and flag is not None and sub != flag:
+        parser.error(f"'{sub}' and '--{flag}' ask for different things; give one")
+    command = sub or flag
+    if args.cache_json and command != "info":
+        parser.error("--json goes with --info")
+    args.json = getattr(args, "json", False) or args.cache_json
+    return command
 
 
 def _bench(argv: list[str]) -> int:
@@ -175,19 +198,31 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="a short tour on the default device")
     demo.add_argument("--device", default=None, help="device spec (gpu, cpu, index, name)")
     demo.add_argument("--log2", type=int, default=22, help="array size as a power of two")
-    cache = sub.add_parser("cache", help="inspect or clear the on-disk kernel cache")
-    cache_sub = cache.add_subparsers(dest="cache_command", required=True)
-    info = cache_sub.add_parser("info", help="directory, entries, size, schema version")
+    cache = sub.add_parser("cache", help="inspect or clear the on-disk kernel cache",
+                           description="cache info / --info: directory, entries, size, "
+                           "bounds; cache clear / --clear: delete fuseloop's entries")
+    what = cache.add_mutually_exclusive_group()
+    what.add_argument("--info", action="store_const", const="info", dest="cache_flag",
+                      help="the same as 'cache info'")
+    what.add_argument("--clear", action="store_const", const="clear", dest="cache_flag",
+                      help="the same as 'cache clear'")
+    cache.add_argument("--json", action="store_true", dest="cache_json",
+                       help="with --info: print the figures as JSON")
+    cache_sub = cache.add_subparsers(dest="cache_command", metavar="{info,clear}")
+    info = cache_sub.add_parser("info", help="directory, entries, size, bounds, schema version")
     info.add_argument("--json", action="store_true", help="print the figures as JSON")
     cache_sub.add_parser("clear", help="delete fuseloop's cache entries (nothing else)")
     sub.add_parser("bench", help="run the benchmark suite (fuseloop.bench); "
                    "arguments after 'bench' go to it", add_help=False)
     args = parser.parse_args(argv)
+    command = args.command
+    if command == "cache":
+        command = _cache_command(cache, args)
     from .errors import FuseloopError
 
     commands = {"devices": _devices, "demo": _demo, "info": _cache_info, "clear": _cache_clear}
     try:
-        return commands[getattr(args, "cache_command", None) or args.command](args)
+        return commands[command](args)
     except FuseloopError as exc:
         print(f"fuseloop: error: {exc}", file=sys.stderr)
         return 2
