@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
-from fuseloop import cache
+from fuseloop import cache, cache_disk
 from fuseloop.expr.program import linearize
 
 SCRIPT = textwrap.dedent("""
@@ -372,3 +372,244 @@ def test_an_unreadable_loopy_cache_entry_is_not_fatal(device, fresh_dir, monkeyp
     monkeypatch.setattr(lp, "generate_code_v2", broken)
     with pytest.raises(AttributeError, match="a bug in a recipe"):
         (fl.sqrt(x) * 9 + x).get()  # a new structure: generated afresh
+
+
+# {{{ bounds (issue 23)
+
+_UNARY = [(fl.sin, np.sin), (fl.cos, np.cos), (fl.exp, np.exp), (fl.log1p, np.log1p),
+          (fl.sqrt, np.sqrt), (fl.arcsinh, np.arcsinh), (fl.expm1, np.expm1),
+          (fl.cbrt, np.cbrt), (fl.tanh, np.tanh), (fl.arctan, np.arctan)]
+
+
+def _distinct(k, x, xh):
+    """Evaluate the k-th of ten expressions of distinct structure and check it."""
+    f, g = _UNARY[k]
+    np.testing.assert_allclose((f(x) * 3 - x).get(), g(xh) * 3 - xh, rtol=2e-5, atol=1e-6)
+
+
+def test_memory_cache_is_bounded_and_evicted_kernels_rebuild(device, fresh_dir, monkeypatch):
+    monkeypatch.setenv("FUSELOOP_MEMORY_CACHE_SIZE", "4")
+    xh = np.linspace(0.1, 2, 40, dtype=np.float32)
+    x = fl.asarray(xh)
+    fl.clear_memory_cache()
+    evictions = cache.memory_cache_info()["evictions"]
+    for k in range(len(_UNARY)):
+        _distinct(k, x, xh)
+        info = cache.memory_cache_info()
+        assert info["max_entries"] == 4 and 1 <= info["entries"] <= 4
+        assert len(cache._memory) + len(cache._retired) <= 4
+    assert cache.memory_cache_info()["evictions"] >= len(_UNARY) - 4 + evictions
+    # the first kernel was dropped: it comes back from its disk entry, not from Loopy
+    fl.reset_stats()
+    _distinct(0, x, xh)
+    s = fl.stats()
+    assert s["memory_cache_misses"] == 1 and s["disk_cache_hits"] == 1
+    assert s["kernels_lowered"] == 0
+    # and without a disk cache it is generated again, correctly
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", "off")
+    for k in range(len(_UNARY)):
+        _distinct(k, x, xh)
+    fl.reset_stats()
+    _distinct(1, x, xh)
+    assert fl.stats()["kernels_lowered"] == 1
+
+
+def test_a_retired_kernel_asked_for_again_is_kept(device, fresh_dir, monkeypatch):
+    # size 4: rounds of one kernel; the fourth kernel added retires the first
+    monkeypatch.setenv("FUSELOOP_MEMORY_CACHE_SIZE", "4")
+    xh = np.linspace(0.1, 2, 40, dtype=np.float32)
+    x = fl.asarray(xh)
+    fl.clear_memory_cache()
+    for k in range(4):
+        _distinct(k, x, xh)
+    assert len(cache._retired) == 1 and len(cache._memory) == 3
+    generation = cache.memory_generation[0]
+    fl.reset_stats()
+    _distinct(0, x, xh)  # a plan made before the round looks its kernel up again...
+    s = fl.stats()
+    assert s["memory_cache_hits"] >= 1 and s["disk_cache_hits"] == 0
+    assert s["kernels_compiled"] == 0 and s["kernels_lowered"] == 0
+    assert cache.memory_generation[0] == generation + 1  # ...and it was the newest: kept
+    fl.reset_stats()
+    _distinct(4, x, xh)  # the next round drops kernel 1 (retired, not asked for)
+    _distinct(1, x, xh)
+    assert fl.stats()["disk_cache_hits"] == 1
+
+
+def test_launch_plans_survive_eviction_rounds(device, fresh_dir, monkeypatch):
+    # launch plans (structure cache, run plans) hold their kernel; every round makes
+    # them look it up again, so each launch runs the kernel of its own structure
+    monkeypatch.setenv("FUSELOOP_MEMORY_CACHE_SIZE", "3")
+    xh = np.linspace(0.1, 2, 40, dtype=np.float32)
+    x = fl.asarray(xh)
+    fl.clear_memory_cache()
+    out = fl.empty_like(x)
+    for rep in range(3):
+        for k in range(len(_UNARY)):
+            f, g = _UNARY[k]
+            out[...] = f(x) + rep
+            np.testing.assert_allclose(out.get(), g(xh) + rep, rtol=2e-5, atol=1e-6)
+            _distinct((k + 3) % len(_UNARY), x, xh)
+            assert len(cache._memory) + len(cache._retired) <= 3
+
+
+def test_bad_memory_cache_size_is_reported_once(monkeypatch, capsys):
+    monkeypatch.setattr(cache_disk, "_warned_env", set())
+    monkeypatch.setenv("FUSELOOP_MEMORY_CACHE_SIZE", "lots")
+    assert cache.memory_cache_size() == cache.DEFAULT_MEMORY_CACHE_SIZE
+    assert cache.memory_cache_size() == cache.DEFAULT_MEMORY_CACHE_SIZE
+    err = capsys.readouterr().err
+    assert err.count("FUSELOOP_MEMORY_CACHE_SIZE='lots'") == 1
+    monkeypatch.setenv("FUSELOOP_MEMORY_CACHE_SIZE", "0")
+    assert cache.memory_cache_size() == cache.DEFAULT_MEMORY_CACHE_SIZE
+    monkeypatch.setenv("FUSELOOP_MEMORY_CACHE_SIZE", " 64 ")
+    assert cache.memory_cache_size() == 64
+    monkeypatch.setenv("FUSELOOP_DISK_CACHE_MAX_BYTES", "20M")
+    assert cache.disk_cache_max_bytes() == 20 * 2**20
+    monkeypatch.setenv("FUSELOOP_DISK_CACHE_MAX_BYTES", "0")
+    assert cache.disk_cache_max_bytes() == 0  # no bound
+    monkeypatch.delenv("FUSELOOP_DISK_CACHE_MAX_BYTES")
+    assert cache.disk_cache_max_bytes() == cache.DEFAULT_DISK_CACHE_MAX_BYTES
+
+
+def _fake_entries(directory, n, size=1000):
+    """``n`` entry-named files of ``size`` bytes, oldest first (one second apart)."""
+    sub = directory / f"v{cache.SCHEMA_VERSION}"
+    sub.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(n):
+        p = sub / f"{i:040x}.json"
+        p.write_bytes(b"x" * size)
+        os.utime(p, (1_000_000 + i, 1_000_000 + i))
+        paths.append(p)
+    return paths
+
+
+def test_trim_removes_least_recently_used_entries(tmp_path, monkeypatch):
+    paths = _fake_entries(tmp_path, 10)
+    old = tmp_path / "v1"  # older schema versions count and go too
+    old.mkdir()
+    (old / ("ab" * 20 + ".json")).write_bytes(b"y" * 1000)
+    os.utime(old / ("ab" * 20 + ".json"), (10, 10))
+    other = tmp_path / "v1" / "notes.txt"  # not fuseloop's: never touched
+    other.write_bytes(b"z" * 5000)
+    temp = paths[0].parent / ".tmp-left.part"  # an interrupted write, long ago
+    temp.write_bytes(b"t")
+    os.utime(temp, (10, 10))
+    fresh_temp = paths[0].parent / ".tmp-now.part"  # a write in progress
+    fresh_temp.write_bytes(b"t")
+    os.utime(paths[2], None)  # read just now: the most recently used
+    assert cache.trim_disk_cache(tmp_path, 20_000) == (0, 0)  # under the bound
+    assert not temp.exists() and fresh_temp.exists()
+    removed, freed = cache.trim_disk_cache(tmp_path, 5000)
+    # down to 3/4 of the bound: the v1 entry and the oldest until 3 entries remain
+    assert (removed, freed) == (8, 8000)
+    assert sorted(cache.disk_entries(tmp_path)) == sorted([paths[2], paths[8], paths[9]])
+    assert other.exists() and fresh_temp.exists()
+
+
+def test_trim_tolerates_files_vanishing(tmp_path, monkeypatch):
+    paths = _fake_entries(tmp_path, 6)
+    real_scan = cache_disk._scan
+
+    def scan_then_another_process_deletes(directory):
+        found = real_scan(directory)
+        paths[0].unlink()  # another process trimmed it in the meantime
+        paths[3].unlink()
+        return found
+
+    monkeypatch.setattr(cache_disk, "_scan", scan_then_another_process_deletes)
+    removed, freed = cache.trim_disk_cache(tmp_path, 4000)
+    assert (removed, freed) == (2, 2000)  # paths 1, 2; 0 and 3 were gone already
+    assert sorted(cache.disk_entries(tmp_path)) == paths[4:]
+    # a reader whose entry vanished rebuilds it
+    monkeypatch.setattr(cache_disk, "_scan", real_scan)
+    assert cache.read_entry(paths[0]) is None
+
+
+def test_disk_cache_bound_is_kept_after_writes(device, fresh_dir, monkeypatch):
+    xh = np.linspace(0.1, 2, 40, dtype=np.float32)
+    x = fl.asarray(xh)
+    fl.clear_memory_cache()
+    _distinct(0, x, xh)
+    [first] = cache.disk_entries(fresh_dir)
+    size = first.stat().st_size
+    # room for about two entries: a trim keeps 3/4 of it, so one or two stay
+    monkeypatch.setattr(cache_disk, "_written_since_trim", {})
+    monkeypatch.setenv("FUSELOOP_DISK_CACHE_MAX_BYTES", str(int(2.2 * size)))
+    for k in range(1, 8):
+        _distinct(k, x, xh)
+        held = cache.disk_entries(fresh_dir)
+        assert 1 <= len(held) and sum(p.stat().st_size for p in held) <= 3.5 * size
+    assert first not in cache.disk_entries(fresh_dir)
+    fl.clear_memory_cache()  # the entry written last stayed
+    fl.reset_stats()
+    _distinct(7, x, xh)
+    assert fl.stats()["disk_cache_hits"] == 1
+
+
+def test_disk_cache_is_not_scanned_on_every_write(device, fresh_dir, monkeypatch):
+    scans = []
+    real_scan = cache_disk._scan
+    monkeypatch.setattr(cache_disk, "_scan", lambda d: scans.append(d) or real_scan(d))
+    monkeypatch.setattr(cache_disk, "_written_since_trim", {})
+    monkeypatch.setenv("FUSELOOP_DISK_CACHE_MAX_BYTES", "64M")
+    xh = np.linspace(0.1, 2, 40, dtype=np.float32)
+    x = fl.asarray(xh)
+    fl.clear_memory_cache()
+    for k in range(5):
+        _distinct(k, x, xh)
+    assert len(cache.disk_entries(fresh_dir)) == 5
+    assert scans == [fresh_dir]  # the process's first write only: 5 entries << 8 MiB
+
+
+def test_reading_an_entry_marks_it_recently_used(device, fresh_dir):
+    xh = np.linspace(0.1, 2, 40, dtype=np.float32)
+    x = fl.asarray(xh)
+    _evaluate_fresh(x, xh)
+    [path] = cache.disk_entries(fresh_dir)
+    os.utime(path, (1_000_000, 1_000_000))
+    assert cache.read_entry(path) is not None  # inspecting does not count as a use
+    assert path.stat().st_mtime == 1_000_000
+    s = _evaluate_fresh(x, xh)
+    assert s["disk_cache_hits"] == 1
+    assert path.stat().st_mtime > 1_000_000
+
+
+def test_a_fifo_at_an_entry_path_does_not_block(device, fresh_dir):
+    import threading
+
+    xh = np.linspace(0.1, 2, 40, dtype=np.float32)
+    x = fl.asarray(xh)
+    _evaluate_fresh(x, xh)
+    program, bindings = linearize([_expr(x)._node], x.shape)
+    recipe = fl.recipes.recipe_for(device, "elementwise")
+    sizes = recipe.size_class(program, list(bindings.params), x.size, 1) \
+        if recipe.size_class is not None else ""
+    path = cache.entry_path(fresh_dir, cache.disk_key(program, np.dtype(np.int32), device,
+                                                      recipe, sizes))
+    assert cache.disk_entries(fresh_dir) == [path]
+    path.unlink()
+    os.mkfifo(path)
+    assert cache.disk_entries(fresh_dir) == []  # not an entry
+    result = {}
+
+    def evaluate():  # (in a thread: a blocked read must fail the test, not hang it)
+        result["read"] = cache.read_entry(path)
+        result["stats"] = _evaluate_fresh(x, xh)
+
+    t = threading.Thread(target=evaluate, daemon=True)
+    t.start()
+    t.join(60)
+    if t.is_alive():  # blocked opening or reading the FIFO: give it a writer, then fail
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        t.join(60)
+        pytest.fail("reading a FIFO at a cache entry's path blocked the process")
+    assert result["read"] is None
+    s = result["stats"]
+    assert s["disk_cache_misses"] == 1 and s["kernels_lowered"] == 1
+    # the rebuilt kernel's entry replaced the FIFO with a regular file
+    assert path.is_file() and cache.read_entry(path) is not None
+
+# }}}

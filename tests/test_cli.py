@@ -154,3 +154,36 @@ def test_bench_suite_with_a_broken_import(monkeypatch, capsys):
     assert main(["bench"]) == 2
     err = capsys.readouterr().err
     assert "could not be imported" in err and "some_dependency" in err
+
+
+def test_cache_flags_info_and_clear(device, cache_env, capsys, monkeypatch):
+    monkeypatch.setenv("FUSELOOP_DISK_CACHE_MAX_BYTES", "300M")
+    monkeypatch.setenv("FUSELOOP_MEMORY_CACHE_SIZE", "77")
+    entries = fill(cache_env)
+    capsys.readouterr()
+    assert main(["cache", "--info"]) == 0
+    out = capsys.readouterr().out
+    assert "entries:        2" in out
+    assert f"total size:     {sum(p.stat().st_size for p in entries) / 1024:.1f} KiB" in out
+    assert "size bound:     300.0 MiB (314572800 bytes)" in out
+    assert "at most 77 kernels" in out
+    assert main(["cache", "--info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["max_bytes"] == 300 * 2**20 and info["memory_max_entries"] == 77
+    assert info["entries"] == 2 and info == info_json(capsys)  # the same as 'cache info'
+    assert main(["cache", "--clear"]) == 0
+    assert "removed 2 kernel cache entries" in capsys.readouterr().out
+    assert cache.disk_entries(cache_env) == []
+    monkeypatch.setenv("FUSELOOP_DISK_CACHE_MAX_BYTES", "0")
+    assert main(["cache", "--info"]) == 0
+    assert "size bound:     none" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["cache"], ["cache", "--info", "--clear"],
+                                  ["cache", "--clear", "--json"], ["cache", "--clear", "info"]])
+def test_cache_flags_that_do_not_fit(argv, cache_env, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert "info" in capsys.readouterr().err
+    assert not cache_env.exists()
