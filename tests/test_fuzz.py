@@ -31,8 +31,11 @@ division and remainder by zero give 0.  ``test_special_values_*`` check NaN, inf
 integer wrap-around and division by zero explicitly.
 
 ``test_index_writes_match_numpy`` draws programs dense in writes through index arrays and
-masks (``x[i, j] = v``, ``x[mask] += v``).  Out-of-range indices are checked by
-``test_out_of_range_indices_raise``.
+masks (``x[i, j] = v``, ``x[mask] += v``).  ``test_products_written_in_place_match_numpy``
+starts each program with a matrix product written in place, its value reading the target
+(``t += x @ y``, ``t[...] = 1.5 * (x @ y) + -0.5 * t``), at sizes that are multiples of no
+block of the contraction recipes; the ``contract`` step kind also appears in other programs.
+Out-of-range indices are checked by ``test_out_of_range_indices_raise``.
 
 Profiles (``HYPOTHESIS_PROFILE``): ``quick`` (default, for CI: few short programs, derandomized)
 and ``long`` (thousands of larger programs; ``nox -s fuzz``); ``FUZZ_EXAMPLES=N`` overrides
