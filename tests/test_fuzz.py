@@ -31,8 +31,11 @@ division and remainder by zero give 0.  ``test_special_values_*`` check NaN, inf
 integer wrap-around and division by zero explicitly.
 
 ``test_index_writes_match_numpy`` draws programs dense in writes through index arrays and
-masks (``x[i, j] = v``, ``x[mask] += v``).  Out-of-range indices are checked by
-``test_out_of_range_indices_raise``.
+masks (``x[i, j] = v``, ``x[mask] += v``).  ``test_products_written_in_place_match_numpy``
+starts each program with a matrix product written in place, its value reading the target
+(``t += x @ y``, ``t[...] = 1.5 * (x @ y) + -0.5 * t``), at sizes that are multiples of no
+block of the contraction recipes; the ``contract`` step kind also appears in other programs.
+Out-of-range indices are checked by ``test_out_of_range_indices_raise``.
 
 Profiles (``HYPOTHESIS_PROFILE``): ``quick`` (default, for CI: few short programs, derandomized)
 and ``long`` (thousands of larger programs; ``nox -s fuzz``); ``FUZZ_EXAMPLES=N`` overrides
@@ -776,6 +779,15 @@ def _ref_axpy(x: Ref, y: Ref) -> Ref:
     return ref_ufunc("add", m, Scalar("np", 0.5, "float32"))
 
 
+def ref_matmul(x: Ref, y: Ref) -> Ref:
+    """``x @ y`` as the sum over ``k`` of the products (bounds for any order of the sum)."""
+    prods = ref_ufunc("multiply", x.view(lambda a: a[..., None]),
+                      y.view(lambda a: a[..., None, :, :]))  # (..., m, k, n)
+    total = ref_reduce("sum", prods, -2, False)
+    # (sums of small integers are int64 in numpy: a modular cast to matmul's type)
+    return cast_ref(total, np.result_type(x.dtype, y.dtype))
+
+
 def _ref_mix(a: Ref, b: Ref) -> Ref:
     u32 = np.dtype(np.uint32)
     a = cast_ref(a, u32)
@@ -976,6 +988,15 @@ def describe(step: tuple) -> str:
                "bitwise_xor": "^", "left_shift": "<<", "right_shift": ">>"}[step[3]]
         target = f"v{step[1]}" + (f"[{_key(step[2])}]" if step[2] is not None else "")
         return f"{target} {sym}= {_op(step[4])}"
+    if kind == "contract":
+        _, t, key, x, y, form = step
+        target = f"v{t}[{_key(key) if key is not None else '...'}]"
+        read = f"v{t}" if key is None else target
+        if form in ("add", "subtract"):
+            return f"{target} {'+' if form == 'add' else '-'}= v{x} @ v{y}"
+        if form == "gemm":
+            return f"{target} = {GEMM_ALPHA!r} * (v{x} @ v{y}) + {GEMM_BETA!r} * {read}"
+        return f"{target} = fl.{form}(v{x} @ v{y}, {read})"
     if kind == "error":
         return f"{describe(step[1])}  # raises {step[2]} (as numpy does)"
     raise AssertionError(kind)
@@ -1075,6 +1096,12 @@ class RefLib:
                 t.val[key] = tmp
         t.err[key if key is not None else ...] = err
 
+    def matmul(self, x, y):
+        return ref_matmul(x, y)
+
+    def read(self, t, key):
+        return t if key is None else t.view(lambda a: a[_as_view_key(key)])
+
 
 class FlLib:
     """fuseloop."""
@@ -1141,6 +1168,27 @@ class FlLib:
             tmp = INPLACE[op](tmp, value)
             t[key] = tmp
 
+    def matmul(self, x, y):
+        return x @ y
+
+    def read(self, t, key):
+        return t if key is None else t[key]
+
+
+def contract(lib: Any, t: Any, key: tuple | None, x: Any, y: Any, form: str) -> None:
+    """Write ``x @ y`` into ``t[key]`` (all of ``t`` for None) in place, the value
+    reading the target: one contraction kernel whose epilogue reads what it writes."""
+    prod = lib.matmul(x, y)
+    if form in ("add", "subtract"):
+        lib.inplace(t, key, form, prod)
+        return
+    old = lib.read(t, key)
+    alpha, beta = (lib.operand(c, []) for c in (GEMM_ALPHA, GEMM_BETA))
+    value = lib.ufunc("add", lib.ufunc("multiply", alpha, prod),
+                      lib.ufunc("multiply", beta, old)) if form == "gemm" else \
+        lib.ufunc(form, prod, old)
+    lib.setitem(t, key if key is not None else (Ellipsis,), value)
+
 
 def apply_step(lib: Any, step: tuple, env: list, steps: list) -> Any:
     """Run one step; returns the new value, or None for steps that only act."""
@@ -1184,6 +1232,9 @@ def apply_step(lib: Any, step: tuple, env: list, steps: list) -> Any:
     if kind == "inplace":
         key = step[2] if step[2] is None else lib.key(step[2], env)
         return lib.inplace(env[step[1]], key, step[3], opd(step[4]))
+    if kind == "contract":
+        _, t, key, x, y, form = step
+        return contract(lib, env[t], key, env[x], env[y], form)
     raise AssertionError(kind)
 
 
@@ -1257,7 +1308,37 @@ REDUCTIONS = ("sum", "prod", "max", "min", "mean", "var", "std", "any", "all", "
 STEP_KINDS = (["unary"] * 3 + ["binary"] * 6 + ["where", "clip", "astype"] + ["reduce"] * 3
               + ["index"] * 2 + ["shape"] * 3 + ["take", "concat", "call", "call", "rebuild",
                                                  "eval", "setitem", "inplace"]
-              + ["adv"] * 2 + ["nonzero"])
+              + ["adv"] * 2 + ["nonzero", "contract"])
+# products written in place, the value reading the target (t += x @ y, t[...] =
+# 1.5 * (x @ y) + -0.5 * t): recipes tile the output, and an element written by two
+# tiles would take the epilogue twice.  bool operands are left out: fuseloop's
+# bool @ bool is int64 where numpy's is bool.
+CONTRACT_FORMS = ("add", "subtract", "gemm", "maximum")
+CONTRACT_DTYPES = tuple(t for t in DTYPES if t != "bool")
+GEMM_ALPHA, GEMM_BETA = Scalar("py", 1.5), Scalar("py", -0.5)
+MAX_PRODUCTS = 2_000_000  # elements of the reference's (..., m, k, n) products
+
+
+@dataclass(frozen=True)
+class ContractSizes:
+    """Sizes of the generated in-place products: multiples of no block of the recipes
+    (CPU 6 x 16, GPU 128 x 128 and 64 x 64), the rows and columns of the quick
+    profile all big enough for a contraction kernel (32)."""
+
+    rows: tuple[int, ...]
+    cols: tuple[int, ...]
+    reduced: tuple[int, ...]
+    batches: tuple[tuple[int, ...], ...]
+
+
+CONTRACT_SIZES = {
+    "quick": ContractSizes(rows=(33, 37, 40, 47), cols=(33, 36, 51), reduced=(5, 17, 40),
+                           batches=((), (), (2,))),
+    "long": ContractSizes(rows=(1, 2, 5, 17, 33, 35, 37, 40, 47, 65, 101, 133),
+                          cols=(1, 3, 7, 33, 36, 41, 51, 100, 131),
+                          reduced=(1, 3, 4, 5, 17, 40, 67),
+                          batches=((), (), (), (2,), (3,), (2, 1))),
+}[PROFILE]
 MAX_ELEMENTS = 3 * 70001  # no broadcast beyond (gathers and masks make new lengths)
 FLOAT_SPECIALS = (0.0, -0.0, 1.0, -1.0, 0.5, 2.0, -3.0, 1.5, math.nan, math.inf, -math.inf)
 BIG_INTS = (100, 127, 200, 255, 300, 40000, 2**31, 2**40, -(2**63), 2**64 - 1)
@@ -1593,6 +1674,40 @@ class Gen:
             sub = self.env[t].val[key].shape if key is not None else shape
         return ("inplace", t, key, op, self.operand_or_scalar(sub))
 
+    def contract(self):
+        """``t[key] += x @ y`` and the like, with operands of fitting shapes from the env."""
+        d = self.draw
+        if not self.writable:
+            return None
+        t = d(st.sampled_from(sorted(self.writable)))
+        shape = self.env[t].shape
+        if len(shape) < 2:
+            return None
+        key = self.basic_key(shape) if d(st.booleans()) else None
+        with quiet():
+            sub = self.env[t].val[key].shape if key is not None else shape
+        if len(sub) < 2:
+            return None
+        xs = [i for i, r in enumerate(self.env) if r.val.ndim >= 2 and r.shape[-2] == sub[-2]
+              and r.dtype.name in CONTRACT_DTYPES]
+        if not xs:
+            return None
+        x = d(st.sampled_from(xs))
+        k = self.env[x].shape[-1]
+        ys = [i for i, r in enumerate(self.env) if r.val.ndim >= 2
+              and r.shape[-2:] == (k, sub[-1]) and r.dtype.name in CONTRACT_DTYPES]
+        if not ys:
+            return None
+        y = d(st.sampled_from(ys))
+        try:
+            batch = np.broadcast_shapes(self.env[x].shape[:-2], self.env[y].shape[:-2])
+            np.broadcast_shapes(batch + sub[-2:], sub)
+        except ValueError:
+            return None
+        if math.prod(batch) * sub[-2] * k * sub[-1] > MAX_PRODUCTS:
+            return None
+        return ("contract", t, key, x, y, d(st.sampled_from(CONTRACT_FORMS)))
+
     def adv(self):
         x = self.pick(lambda r: r.val.ndim > 0)
         if x is None:
@@ -1789,10 +1904,8 @@ def _shares_input(r: Ref, inputs: list[Ref]) -> bool:
 
 
 @st.composite
-def programs(draw, cfg: Config = CONFIG, kinds: tuple = STEP_KINDS,
-             index_writes: bool = False) -> Program:
-    """Programs of steps drawn from ``kinds``; ``index_writes``: every write goes through
-    index arrays or a mask, and the inputs have at least one axis."""
+def _inputs(draw, cfg: Config, index_writes: bool) -> list[np.ndarray]:
+    """Inputs of a common (broadcast) shape, in every dtype."""
     big = cfg.big_arrays and draw(st.integers(0, 9)) == 0
     if big:
         base = (draw(st.sampled_from([40000, 70001])),)
@@ -1806,6 +1919,57 @@ def programs(draw, cfg: Config = CONFIG, kinds: tuple = STEP_KINDS,
         drop = min(drop, len(base) - int(index_writes))
         shape = tuple(1 if draw(st.integers(0, 3)) == 0 else n for n in base[drop:])
         inputs.append(draw(_array(dt, shape)))
+    return inputs
+
+
+@st.composite
+def _contraction_start(draw, sizes: ContractSizes = CONTRACT_SIZES) -> tuple[list, list]:
+    """Inputs ``t``, ``x``, ``y`` and the first steps: ``x`` or ``y`` maybe transposed
+    (``swapaxes`` of an input stored the other way), then one product written into
+    all of ``t`` or a strided window of it, the value reading the target."""
+    m, n, k = (draw(st.sampled_from(c)) for c in (sizes.rows, sizes.cols, sizes.reduced))
+    batch = draw(st.sampled_from(sizes.batches))
+    if math.prod(batch) * m * k * n > MAX_PRODUCTS:
+        batch = ()
+    xdt = np.dtype(draw(st.sampled_from(["float32", "float64", "float32", "float64",
+                                         *CONTRACT_DTYPES])))
+    ydt = xdt if draw(st.integers(0, 3)) else np.dtype(draw(st.sampled_from(CONTRACT_DTYPES)))
+    tdt = np.result_type(xdt, ydt)
+    if tdt.kind in "iu" and draw(st.integers(0, 3)) == 0:
+        tdt = np.dtype(np.float64)  # (same_kind: an integer product into a float target)
+    window = draw(st.booleans())  # t[..., 1:, ::2]: offset rows, every other column
+    tshape = (*batch, m + 1, 2 * n - 1) if window else (*batch, m, n)
+    key = (Ellipsis, slice(1, None), slice(None, None, 2)) if window else None
+    tx, ty = draw(st.booleans()), draw(st.booleans())
+    # x's batch axes may be broadcast: all of them or none of them
+    xbatch = batch if draw(st.integers(0, 2)) else tuple(1 for _ in batch)
+    inputs = [draw(_array(tdt, tshape)),
+              draw(_array(xdt, (*xbatch, k, m) if tx else (*xbatch, m, k))),
+              draw(_array(ydt, (*batch, n, k) if ty else (*batch, k, n)))]
+    steps: list[tuple] = []
+    xi, yi = 1, 2
+    for flag, src in ((tx, 1), (ty, 2)):
+        if flag:
+            steps.append(("shape", "swapaxes", src, (-1, -2)))
+            if src == 1:
+                xi = len(inputs) + len(steps) - 1
+            else:
+                yi = len(inputs) + len(steps) - 1
+    steps.append(("contract", 0, key, xi, yi, draw(st.sampled_from(CONTRACT_FORMS))))
+    return inputs, steps
+
+
+@st.composite
+def programs(draw, cfg: Config = CONFIG, kinds: tuple = STEP_KINDS,
+             index_writes: bool = False, contraction: bool = False) -> Program:
+    """Programs of steps drawn from ``kinds``; ``index_writes``: every write goes through
+    index arrays or a mask, and the inputs have at least one axis; ``contraction``:
+    the program starts with a product written in place (:func:`_contraction_start`)."""
+    planned: list[tuple] = []
+    if contraction:
+        inputs, planned = draw(_contraction_start())
+    else:
+        inputs = draw(_inputs(cfg, index_writes))
     prog = Program(inputs)
     env = [Ref(a.copy()) for a in inputs]
     writable = set(range(len(inputs)))
@@ -1815,9 +1979,9 @@ def programs(draw, cfg: Config = CONFIG, kinds: tuple = STEP_KINDS,
     gen.index_writes = index_writes
     written: set[int] = set()  # inputs written to (compared at the end)
     done: list[tuple] = []
-    for _ in range(draw(st.integers(cfg.min_steps, cfg.max_steps))):
-        kind = draw(st.sampled_from(kinds))
-        step = getattr(gen, kind)()
+    lo, hi = (0, 3) if contraction else (cfg.min_steps, cfg.max_steps)
+    for i in range(len(planned) + draw(st.integers(lo, hi))):
+        step = planned[i] if i < len(planned) else getattr(gen, draw(st.sampled_from(kinds)))()
         if step is None:
             continue
         try:
@@ -1827,7 +1991,7 @@ def programs(draw, cfg: Config = CONFIG, kinds: tuple = STEP_KINDS,
                 # numpy cannot convert a Python int beyond int64 for a bool loop
                 # (logical_and(bool_array, 2**64 - 1)); fuseloop converts it: not compared
                 continue
-            if _has_scalar_operand(step) or step[0] in ("setitem", "inplace"):
+            if _has_scalar_operand(step) or step[0] in ("setitem", "inplace", "contract"):
                 family = next(n for n, c in ERROR_FAMILIES.items() if isinstance(exc, c))
                 prog.steps.append((("error", step, family), None))
                 done.append(prog.steps[-1])
@@ -1842,7 +2006,7 @@ def programs(draw, cfg: Config = CONFIG, kinds: tuple = STEP_KINDS,
             gen.kind_of[out] = gen.kind_of[step[1]] if step[0] == "rebuild" else step[0]
             if step[0] in ("index", "shape") and _shares_input(value, env[:len(inputs)]):
                 writable.add(out)
-        if step[0] in ("setitem", "inplace"):
+        if step[0] in ("setitem", "inplace", "contract"):
             written |= {k for k in range(len(inputs)) if np.shares_memory(env[k].val,
                                                                           env[step[1]].val)}
         prog.steps.append((step, out))
@@ -1904,6 +2068,16 @@ def _evaluate_and_compare(prog: Program, refs: list[Ref]) -> None:
 @FUZZ_SETTINGS
 @given(prog=programs())
 def test_programs_match_numpy(device, prog):
+    check_program(prog, device)
+
+
+@settings(FUZZ_SETTINGS, max_examples=4 if PROFILE == "quick" and not os.environ.get(
+    "FUZZ_EXAMPLES") else max(FUZZ_SETTINGS.max_examples // 8, 1))
+@given(prog=programs(contraction=True))
+def test_products_written_in_place_match_numpy(device, prog):
+    """``t += x @ y``, ``t[...] = 1.5 * (x @ y) + -0.5 * t``, ``t[..., 1:, ::2] -= x @ y``
+    and ``fl.maximum(x @ y, t)`` at sizes that are multiples of no block, then a few steps
+    more: the contraction kernel's epilogue reads the array it writes."""
     check_program(prog, device)
 
 

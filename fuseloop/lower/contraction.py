@@ -367,9 +367,14 @@ def shifted_split(t_unit: lp.TranslationUnit, iname: str, tile: int, outer: str,
     """Split ``iname`` (``m`` or ``n``) into tiles, the last one shifted back into range.
 
     ``iname = min(outer * tile, size - tile) + inner``: every tile is whole
-    and inside the operands, so nothing is clamped or predicated and the
-    reads of a tile are provably contiguous (vectorisable); the last tile
-    overlaps the one before it and both write the same values to the overlap.
+    and inside the operands, so the operand reads need no clamping and the
+    reads of a tile are provably contiguous (vectorisable).  The last tile
+    overlaps the one before it; it accumulates the overlap again but skips
+    it in the epilogue and the stores (predicated on ``size - tile + inner
+    >= outer * tile``, always true in a tile that was not shifted), so every
+    output element is written once, by one work-item.  That is the rule an
+    in-place epilogue relies on: ``C += A @ B`` reads each element of ``C``
+    where it writes it, and a second pass over the overlap would add twice.
     Needs ``size >= tile`` (contractions have at least
     :data:`fuseloop.expr.contraction.MIN_SIDE` rows and columns).
     """
@@ -384,11 +389,15 @@ def shifted_split(t_unit: lp.TranslationUnit, iname: str, tile: int, outer: str,
     # was made would not be resolved by Loopy
     value = prim.If(prim.Comparison(start, "<", last), start, last) + prim.Variable(inner)
     mapper = SubstitutionMapper(make_subst_func({iname: value}))
+    # the elements a shifted tile shares with the tile before it are that tile's
+    first_time = prim.Comparison(last + prim.Variable(inner), ">=", start)
     insns = []
     for insn in knl.instructions:
         if iname in insn.within_inames:
             insn = insn.with_transformed_expressions(mapper).copy(
                 within_inames=(insn.within_inames - {iname}) | {outer, inner})
+            if insn.id != REDUCTION_ID:
+                insn = insn.copy(predicates=insn.predicates | {first_time})
         insns.append(insn)
     knl = knl.copy(domains=[_domain(knl, bounds)], instructions=insns)
     return t_unit.with_kernel(knl)

@@ -329,7 +329,7 @@ def _register_contraction_recipes() -> None:
 
     register_recipe("default", gpu_tiled, name="gpu-tiled", version="1", kind="contraction")
     register_recipe("gpu", gpu_tiled, name="gpu-tiled", version="1", kind="contraction")
-    register_recipe("cpu", cpu_blocked, name="cpu-blocked", version="1", kind="contraction")
+    register_recipe("cpu", cpu_blocked, name="cpu-blocked", version="2", kind="contraction")
 
 
 _register_contraction_recipes()

@@ -38,7 +38,10 @@ private array whose layout the recipe fixes
 (:func:`~fuseloop.lower.contraction.explicit_accumulator`).  Column blocks are
 whole and the last one is shifted back into range
 (:func:`~fuseloop.lower.contraction.shifted_split`), so column loads are
-contiguous with no clamping; rows are clamped (loop-invariant in ``k``).  On
+contiguous with no clamping; it skips the columns it shares with the block
+before it in the epilogue and stores (each output element is written once,
+which an epilogue reading the output, ``C += A @ B``, relies on); rows are
+clamped (loop-invariant in ``k``).  On
 PoCL, local-memory tiles (3.4 GFLOP/s at 1024^3) and fully unrolled register
 tiles (4 to 8.5 GFLOP/s: scalar code, spilled accumulators) were several times
 slower than this form (20 to 50 GFLOP/s on a busy 2-core machine): PoCL does not
