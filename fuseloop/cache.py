@@ -424,7 +424,7 @@ def _get_uncached(program: Program, index_dtype: np.dtype, device: Device, recip
             compiled = _from_disk(entry, path, device)
             if compiled is not None:
                 return compiled
-    prestart()  # a compile worker starts while Loopy lowers
+    prestart(device)  # a compile worker starts while Loopy lowers
     with _loopy_lock:
         try:
             plan = _lower(program, index_dtype, device, recipe, user_functions, sizes)

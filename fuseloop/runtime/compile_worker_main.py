@@ -10,7 +10,9 @@ Messages are pickled tuples, each preceded by its length (8 bytes, little endian
 * the worker first sends ``("ready", pyopencl_version)``;
 * a request is ``(platform, device, ordinal, source, options, kernel_names, hook)``
   where ``ordinal`` counts earlier devices of the same platform and name;
-* the answer is ``("ok", binary)`` or ``("error", log)``.
+* the answer is ``("ok", binary)`` or ``("error", log)``; a request whose source is
+  None only makes the device's context (ahead of the first build) and is answered
+  ``("ok", b"")``.
 
 ``hook`` is for tests: ``None``, or ``(action, marker)``; when ``marker`` is in
 the source the worker calls ``os.abort()`` (action ``"abort"``) or sleeps
@@ -63,7 +65,7 @@ def _find_device(cl: Any, platform: str, device: str, ordinal: int) -> Any:
 
 def _build(cl: Any, contexts: dict, request: tuple) -> tuple[str, Any]:
     platform, device, ordinal, source, options, kernel_names, hook = request
-    if hook is not None and hook[1] in source:
+    if hook is not None and source is not None and hook[1] in source:
         if hook[0] == "abort":
             os.abort()
         if hook[0] == "hang":
@@ -73,6 +75,8 @@ def _build(cl: Any, contexts: dict, request: tuple) -> tuple[str, Any]:
         cl_device = _find_device(cl, platform, device, ordinal)
         contexts[key] = (cl.Context([cl_device]), cl_device)
     context, cl_device = contexts[key]
+    if source is None:
+        return "ok", b""
     try:
         program = cl.Program(context, source).build(options=list(options))
         for name in kernel_names:  # a kernel the compiler dropped fails here, not later

@@ -91,6 +91,7 @@ class _Worker:
                 "set FUSELOOP_COMPILE=inline to build kernels in this process "
                 "(a compiler crash then ends it)") from None
         self.ready = False
+        self.unread = 0  # answers to requests sent without waiting (see send)
 
     def _stderr_since(self, offset: int) -> str:
         try:
@@ -99,6 +100,16 @@ class _Worker:
         except (OSError, ValueError):
             return ""
         return text[-_STDERR_TAIL:].strip()
+
+    def send(self, message: tuple) -> None:
+        """Send ``message`` without waiting: its answer is read, and dropped, by the
+        next :meth:`request` (the worker works on it meanwhile)."""
+        assert self.process.stdin is not None
+        try:
+            write_message(self.process.stdin, message)
+        except (BrokenPipeError, OSError, ValueError):
+            return  # the next request finds the worker gone
+        self.unread += 1
 
     def request(self, message: tuple) -> Any:
         """Send ``message``, return the answer; WorkerDied if the process ended."""
@@ -109,6 +120,9 @@ class _Worker:
             if not self.ready:
                 read_message(stdout)  # ("ready", version)
                 self.ready = True
+            for _ in range(self.unread):
+                read_message(stdout)
+            self.unread = 0
             write_message(stdin, message)
             return read_message(stdout)
         except (EOFError, BrokenPipeError, OSError, ValueError):
@@ -168,8 +182,9 @@ class _Pool:
             self.started -= 1
             self.condition.notify()
 
-    def prestart(self) -> None:
-        """Start one worker ahead of the first build (its start overlaps lowering)."""
+    def prestart(self, address: tuple[str, str, int]) -> None:
+        """Start one worker ahead of the first build, making the context of the
+        device at ``address`` (its start overlaps the caller's lowering)."""
         with self.condition:
             if self.started:
                 return
@@ -179,6 +194,7 @@ class _Pool:
         except KernelBuildError:
             self._forget()
             return
+        worker.send((*address, None, (), (), None))
         self.release(worker)
 
     def shutdown(self) -> None:
@@ -202,10 +218,11 @@ def _forget_parents_workers() -> None:
 os.register_at_fork(after_in_child=_forget_parents_workers)
 
 
-def prestart() -> None:
-    """Start a compile worker now if none runs (no-op when building inline)."""
+def prestart(device: Any) -> None:
+    """Start a compile worker for ``device`` now if none runs (no-op when building
+    inline)."""
     if mode() == "process":
-        _pool.prestart()
+        _pool.prestart(_device_address(device))
 
 
 def _device_address(device: Any) -> tuple[str, str, int]:
