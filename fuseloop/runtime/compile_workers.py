@@ -92,6 +92,7 @@ class _Worker:
                 "(a compiler crash then ends it)") from None
         self.ready = False
         self.unread = 0  # answers to requests sent without waiting (see send)
+        self.warmed: set[tuple[str, str, int]] = set()  # devices whose context it made
 
     def _stderr_since(self, offset: int) -> str:
         try:
@@ -182,19 +183,30 @@ class _Pool:
             self.started -= 1
             self.condition.notify()
 
-    def prestart(self, address: tuple[str, str, int]) -> None:
-        """Start one worker ahead of the first build, making the context of the
-        device at ``address`` (its start overlaps the caller's lowering)."""
+    def prestart(self, address: tuple[str, str, int] | None = None) -> None:
+        """Start a worker ahead of the first build if none runs, and with ``address``
+        have an idle worker make that device's context, so that both overlap the
+        caller's work (making arrays, lowering)."""
         with self.condition:
-            if self.started:
+            fresh = self.started == 0
+            if fresh:
+                self.started += 1
+            else:
+                if address is not None:
+                    for worker in self.idle:  # idle: no other thread writes to it
+                        if address not in worker.warmed:
+                            worker.warmed.add(address)
+                            worker.send((*address, None, (), (), None))
+                            break
                 return
-            self.started += 1
         try:
             worker = _Worker()
         except KernelBuildError:
             self._forget()
             return
-        worker.send((*address, None, (), (), None))
+        if address is not None:
+            worker.warmed.add(address)
+            worker.send((*address, None, (), (), None))
         self.release(worker)
 
     def shutdown(self) -> None:
@@ -218,11 +230,13 @@ def _forget_parents_workers() -> None:
 os.register_at_fork(after_in_child=_forget_parents_workers)
 
 
-def prestart(device: Any) -> None:
-    """Start a compile worker for ``device`` now if none runs (no-op when building
-    inline)."""
+def prestart(device: Any = None) -> None:
+    """Start a compile worker now if none runs, and have it make ``device``'s context
+    (no-op when building inline).  Called when a device is first used (the worker's
+    start overlaps the caller's work) and at a kernel cache miss (the context's
+    creation overlaps lowering)."""
     if mode() == "process":
-        _pool.prestart(_device_address(device))
+        _pool.prestart(None if device is None else _device_address(device))
 
 
 def _device_address(device: Any) -> tuple[str, str, int]:

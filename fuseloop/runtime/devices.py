@@ -26,7 +26,7 @@ from typing import Any
 import pyopencl as cl
 
 from ..errors import DeviceNotFoundError, RuntimeUnavailableError
-from . import icd
+from . import compile_workers, icd
 from .memory import DeviceMemory
 
 # before the first OpenCL call: pyopencl's ICD loader reads its environment then
@@ -116,6 +116,8 @@ class _DeviceRuntime:
         # held while enqueueing deferred launches or a launch that must follow them
         self.launch_lock = threading.RLock()
         self.gate_at = GATE_AT if device.type == "cpu" else 0
+        # a compile worker starts while the caller makes arrays, before the first build
+        compile_workers.prestart()
 
     def flush(self) -> None:
         """Enqueue the deferred launches, oldest first."""
