@@ -259,9 +259,10 @@ if hasattr(os, "register_at_fork"):
 
 _PROBE_SOURCE = "__kernel void fuseloop_probe(__global int *a) { a[get_global_id(0)] = 1; }"
 INSTALL_POCL_HINT = (
-    "install a PoCL that can target this CPU and fuseloop picks it as the CPU device "
-    "(Debian 12: 'apt install pocl-opencl-icd', PoCL 3.1, which chooses its target from "
-    "the CPU's features), or select another device with FUSELOOP_DEVICE"
+    "install a CPU runtime that can target this CPU and fuseloop picks it as the CPU "
+    "device: from pip, Intel's ('pip install \"fuseloop[intel-cpu]\"'), or the system's "
+    "PoCL (Debian 12: 'apt install pocl-opencl-icd', PoCL 3.1, which chooses its target "
+    "from the CPU's features); or select another device with FUSELOOP_DEVICE"
 )
 
 
