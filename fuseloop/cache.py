@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
+from . import caches as _caches
 from . import stats as _stats
 from .cache_disk import (  # noqa: F401  (the disk layer's API, as it was here)
     DEFAULT_DISK_CACHE_MAX_BYTES,
@@ -413,3 +414,9 @@ def clear_memory_cache() -> None:
         _memory.clear()
         _retired.clear()
         memory_generation[0] += 1
+
+
+_caches.register("cache.kernels", clear_memory_cache, lambda: len(_memory) + len(_retired),
+                 memory_cache_size, order=1)
+_caches.register_function("cache.library_versions", library_versions, "no arguments: one value")
+_caches.register_function("cache.code_fingerprint", code_fingerprint, "no arguments: one value")
