@@ -11,6 +11,8 @@ from .api import show_code, synchronize
 from .array import Array, Constant, constant
 from .assignment import compute
 from .cache import cache_dir, clear_memory_cache
+from .caches import clear as clear_caches
+from .caches import info as cache_info
 from .creation import (
     arange,
     asarray,
@@ -66,6 +68,7 @@ from .ops.shape import (
 )
 from .recipes import Recipe, recipe_for, register_recipe, registered_recipes
 from .runtime.devices import Device, device, devices, get_device, set_device
+from .stages import Compiled, Linearized, Lowered, program
 from .stats import reset_stats, stats
 from .ufuncs import FUNCTIONS as _FUNCTIONS
 from .ufuncs import astype, clip, where
@@ -83,7 +86,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Array", "Constant", "Device", "Recipe", "TracedFunction", "UserFunction", "arange",
-    "asarray", "astype", "cache_dir", "clear_memory_cache", "clip", "compute", "constant",
+    "asarray", "astype", "cache_dir", "cache_info", "clear_caches", "clear_memory_cache",
+    "clip", "compute", "constant",
     "device", "devices", "empty", "empty_like", "errors", "full", "full_like", "function",
     "get_device", "linspace", "ones", "ones_like", "recipe_for", "register_recipe",
     "registered_recipes", "reset_stats", "set_device", "show_code", "stats", "synchronize",
@@ -94,6 +98,7 @@ __all__ = [
     "outer", "tensordot", "trace", "vdot", "broadcast_to", "concatenate", "diagonal",
     "expand_dims", "flip", "moveaxis", "permute_dims", "ravel", "repeat", "reshape", "roll",
     "squeeze", "stack", "swapaxes", "tile", "transpose", "tril", "triu",
+    "program", "Linearized", "Lowered", "Compiled",
 ]
 
 

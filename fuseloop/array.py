@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from . import caches as _caches
 from .array_protocol import ArrayProtocol
 from .dtypes import as_dtype, resolve_loop, scalar_kind, scalar_to
 from .errors import DeviceError, DTypeError
@@ -113,6 +114,11 @@ _new_array = _new_node = object.__new__
 _loops: dict[tuple, tuple[tuple[np.dtype, ...], tuple[str, ...]]] = {}
 # (Python int or float, dtype char) -> the numpy scalar it converts to
 _weak_scalars: dict[tuple[Any, str], np.generic] = {}
+WEAK_SCALARS_MAX = 4096
+_caches.register("array.loops", _loops.clear, lambda: len(_loops),
+                 why="one per operation and kinds of operand (dtypes, Python scalar types)")
+_caches.register("array.weak_scalars", _weak_scalars.clear, lambda: len(_weak_scalars),
+                 WEAK_SCALARS_MAX)
 
 
 def _ufunc_loop(op: str, *kinds: Any) -> tuple[tuple[np.dtype, ...], tuple[str, ...]]:
@@ -132,7 +138,7 @@ def _weak_scalar(value: Any, dtype: np.dtype) -> np.generic:
     hit = _weak_scalars.get(key)
     if hit is None:
         hit = scalar_to(value, dtype)  # equal keys: equal numbers, so equal conversions
-        if len(_weak_scalars) >= 4096:
+        if len(_weak_scalars) >= WEAK_SCALARS_MAX:
             _weak_scalars.clear()
         _weak_scalars[key] = hit
     return hit
@@ -158,6 +164,7 @@ def _lazy_array(node: Node, device: Device) -> Array:
 # all an operator needs (a signature fixes its node's dtype and shape)
 _sig_loops: dict[tuple, tuple] = {}
 SIG_LOOPS_MAX = 8192
+_caches.register("array.sig_loops", _sig_loops.clear, lambda: len(_sig_loops), SIG_LOOPS_MAX)
 
 
 def _signed_loop(op: str, an: Node, bn: Node | None, sa: int, sb: Any,
@@ -335,6 +342,8 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
 # op -> its lean binary (unary) function, for apply_op (ufuncs called by name)
 _lean_binaries: dict[str, Callable[[Any, Any], Any]] = {}
 _lean_unaries: dict[str, Callable[[Any], Any]] = {}
+_caches.register("array.lean_ops", lambda: (_lean_binaries.clear(), _lean_unaries.clear()),
+                 lambda: len(_lean_binaries) + len(_lean_unaries), why="one per operation")
 
 
 def apply_op(op: str, *operands: Any) -> Any:

@@ -1,7 +1,11 @@
 """Compiled-kernel cache: structural key -> launchable kernel, in memory and on disk.
 
 The key is computed from fuseloop's own IR (a linearised program), never from
-Loopy objects, so a cache hit neither imports nor touches Loopy.  On disk each
+Loopy objects, so a cache hit neither imports nor touches Loopy.  The cache
+only looks kernels up, stores them, has the driver build them and keeps its
+bounds: what a kernel is (lowering, the recipe, code generation) is decided by
+:mod:`fuseloop.lower.codegen`, which a miss calls (see :mod:`fuseloop.stages`
+for the same steps one at a time).  On disk each
 entry is a JSON file holding the generated OpenCL source, its launch plan and
 the device binary the driver produced, written atomically and verified (key
 and checksum) when read: a truncated, corrupt or foreign entry is ignored and
@@ -13,11 +17,11 @@ name and version, the recipe's size class, index dtype, and the program.
 
 Concurrency: the memory cache is shared by all threads; a kernel missing from
 it is built once, by the first thread that asks, while the others wait for it
-(one lock per key).  Loopy code generation is serialised (one lock per
-process).  Each thread launches through its own ``cl.Kernel`` object, because
-pyopencl sets a kernel's arguments and enqueues it in two steps.  Processes
-share the disk cache without locks: entries are replaced atomically, so a
-reader sees a whole old entry, a whole new one, or none.
+(one lock per key).  Loopy's steps are serialised (one lock per process,
+:data:`fuseloop.lower.codegen.loopy_lock`).  Each thread launches through its
+own ``cl.Kernel`` object, because pyopencl sets a kernel's arguments and
+enqueues it in two steps.  Processes share the disk cache without locks:
+entries are replaced atomically, so a reader sees a whole old entry, a whole new one, or none.
 
 Bounds: the memory cache holds at most :func:`memory_cache_size` kernels
 (``FUSELOOP_MEMORY_CACHE_SIZE``), the least recently used going first (see
@@ -28,14 +32,10 @@ refreshes (see :func:`trim_disk_cache`).
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import itertools
-import os
-import pickle
-import re
-import sys
 import threading
+from collections.abc import Callable
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
+from . import caches as _caches
 from . import stats as _stats
 from .cache_disk import (  # noqa: F401  (the disk layer's API, as it was here)
     DEFAULT_DISK_CACHE_MAX_BYTES,
@@ -65,12 +66,15 @@ from .cache_disk import (  # noqa: F401  (the disk layer's API, as it was here)
     read_entry,
     trim_disk_cache,
 )
-from .errors import KernelBuildError, RecipeError
-from .expr.program import Program, collapse_groups
+from .errors import KernelBuildError
+from .expr.program import Program
+from .lower import codegen
 from .recipes import Recipe
 from .runtime.compile_workers import build_program, prestart
 from .runtime.devices import Device
 
+# (program, index dtype, device, recipe, user functions, size class) -> the kernel's plan
+MakePlan = Callable[[Program, np.dtype, Device, Recipe, Any, str], KernelPlan]
 _counters = _stats.counters
 _increment = _stats.increment
 
@@ -231,9 +235,8 @@ class _KeyLock:
 
 _build_locks: dict[tuple, _KeyLock] = {}
 _global_lock = threading.Lock()
-# Loopy, islpy and pymbolic keep process-wide caches and were not written for
-# concurrent use: one code generation at a time (reentrant: a recipe may evaluate)
-_loopy_lock = threading.RLock()
+# one Loopy step at a time (see fuseloop.lower.codegen)
+_loopy_lock = codegen.loopy_lock
 
 
 # {{{ building
@@ -273,85 +276,6 @@ def _binary_of(program: cl.Program) -> bytes | None:
 # }}}
 
 
-def _signature_names(source: str, name: str) -> list[str]:
-    """Parameter names of kernel ``name`` in generated OpenCL ``source``."""
-    start = source.index("(", re.search(rf"\b{name}\s*\(", source).start())  # type: ignore[union-attr]
-    depth, end = 0, start
-    for end in range(start, len(source)):
-        depth += {"(": 1, ")": -1}.get(source[end], 0)
-        if depth == 0:
-            break
-    params = source[start + 1:end].split(",")
-    return [re.findall(r"[A-Za-z_]\w*", p)[-1] for p in params if p.strip()]
-
-
-# What unpickling an entry of Loopy's own disk caches (under ~/.cache/pytools) raises
-# when other code wrote it: a module or class of that name is missing here (a renamed
-# copy of a package, an older version).  Loopy lets it through.
-_UNREADABLE_CACHE_ENTRY = (ImportError, AttributeError, pickle.UnpicklingError, EOFError)
-_loopy_cache_off_lock = threading.Lock()
-
-
-def _generate_code(t_unit: Any) -> Any:
-    """``loopy.generate_code_v2``, again without Loopy's disk caches if one of their
-    entries cannot be read (fuseloop keeps its own cache of what it generates)."""
-    import loopy as lp
-
-    try:
-        return lp.generate_code_v2(t_unit)
-    except _UNREADABLE_CACHE_ENTRY:
-        # (serialised: CacheMode sets a module global and restores what it found)
-        with _loopy_cache_off_lock, lp.CacheMode(False):
-            return lp.generate_code_v2(t_unit)
-
-
-def _lower(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
-           user_functions: dict[str, Any], sizes: str = "") -> KernelPlan:
-    import loopy as lp
-
-    from .lower.kernel import lower_program
-
-    groups = collapse_groups(program)
-    lowered = lower_program(program, groups, index_dtype, user_functions,
-                            piece_chunk=recipe.concat_chunk)
-    t_unit = lowered.t_unit
-    if sizes:  # the launch's size class, for the recipe and Loopy's code generation
-        try:
-            t_unit = lp.assume(t_unit, sizes)
-        except Exception as exc:  # isl's parse errors have no common base worth naming
-            raise RecipeError(
-                f"recipe {recipe.name!r} named the size class {sizes!r}, which is not a set "
-                f"of Loopy assumptions about the kernel's sizes (N, NE, p0, p1, ...): {exc}; "
-                "fix its size_class function") from None
-    t_unit = recipe.transform(t_unit, device)
-    code = _generate_code(t_unit)
-    entry = t_unit.default_entrypoint
-    gsize, lsize = entry.get_grid_size_upper_bounds_as_exprs(t_unit.callables_table)
-    _increment("kernels_lowered")
-    source = code.device_code()
-    if os.environ.get("FUSELOOP_SHOW_KERNELS", "") not in ("", "0"):
-        print(f"fuseloop: new kernel for {device.name}:\n{source}", file=sys.stderr)
-    # Loopy leaves unused scalar arguments out of the generated signature
-    used = _signature_names(source, entry.name)
-    by_name = {a.name: a for a in entry.args}
-    arg_names = [n for n in used if n in by_name]
-    arg_dtypes = [by_name[n].dtype.numpy_dtype.name if isinstance(by_name[n], lp.ValueArg)
-                  else None for n in arg_names]
-    assert set(arg_names) <= set(lowered.arg_names), (arg_names, lowered.arg_names)
-
-    def to_py(e: Any) -> str:
-        return re.sub(r"\bp(\d+)\b", r"p[\1]", str(e))
-
-    gs, ls = [to_py(e) for e in gsize] or ["1"], [to_py(e) for e in lsize] or ["1"]
-    # a grid with more group axes than local axes (a batch axis g.2 over 2-D
-    # work-groups) needs local size 1 along the extra axes
-    ls += ["1"] * (len(gs) - len(ls))
-    gs += ["1"] * (len(ls) - len(gs))
-    return KernelPlan(
-        name=entry.name, source=source, arg_names=arg_names, gsize=gs, lsize=ls,
-        build_options=list(entry.options.build_options or []), arg_dtypes=arg_dtypes)
-
-
 def _from_disk(entry: DiskEntry, path: Path, device: Device) -> CompiledKernel | None:
     """The kernel of a verified disk entry, or None if it no longer builds."""
     program = None
@@ -369,11 +293,15 @@ def _from_disk(entry: DiskEntry, path: Path, device: Device) -> CompiledKernel |
 
 
 def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
-               user_functions: dict[str, Any], sizes: str = "") -> CompiledKernel:
-    """The compiled kernel for ``program``: memory cache, then disk, then Loopy.
+               user_functions: dict[str, Any], sizes: str = "",
+               make_plan: MakePlan | None = None) -> CompiledKernel:
+    """The compiled kernel for ``program``: memory cache, then disk, then the stages.
 
     ``sizes`` is the launch's size class (Loopy assumptions; see
-    :mod:`fuseloop.recipes`), part of both keys.
+    :mod:`fuseloop.recipes`), part of both keys.  On a miss of both caches the
+    kernel's plan comes from ``make_plan`` (called as
+    :func:`fuseloop.lower.codegen.kernel_plan`, its default: lowering, the recipe
+    and code generation), and the driver builds its source.
 
     Nothing is registered unless the kernel was built: a failed build or an
     interruption (``KeyboardInterrupt``) leaves neither a memory entry nor a
@@ -400,7 +328,7 @@ def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: 
                 _increment("memory_cache_hits")
                 return hit
             compiled = _get_uncached(program, index_dtype, device, recipe, user_functions,
-                                     sizes)
+                                     sizes, make_plan)
             _store(mem_key, compiled)
             return compiled
     finally:
@@ -411,7 +339,8 @@ def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: 
 
 
 def _get_uncached(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
-                  user_functions: dict[str, Any], sizes: str) -> CompiledKernel:
+                  user_functions: dict[str, Any], sizes: str,
+                  make_plan: MakePlan | None) -> CompiledKernel:
     _increment("memory_cache_misses")
     directory = cache_dir()
     key = path = None
@@ -425,16 +354,8 @@ def _get_uncached(program: Program, index_dtype: np.dtype, device: Device, recip
             if compiled is not None:
                 return compiled
     prestart(device)  # a compile worker starts while Loopy lowers
-    with _loopy_lock:
-        try:
-            plan = _lower(program, index_dtype, device, recipe, user_functions, sizes)
-        finally:
-            # Loopy leaves caught exceptions in reference cycles (a traceback holds
-            # its frame, whose local holds the exception); those frames reach back
-            # through the caller's frames to the user's lazy arrays, which then look
-            # alive and are materialised before their inputs are written. A lowering
-            # costs tenths of a second; a collection, milliseconds.
-            gc.collect()
+    plan = (make_plan or codegen.kernel_plan)(program, index_dtype, device, recipe,
+                                              user_functions, sizes)
     cl_program = _build_source(plan, device)  # raises before anything is cached
     compiled = CompiledKernel(plan, cl_program)
     if path is not None and key is not None:
@@ -493,3 +414,9 @@ def clear_memory_cache() -> None:
         _memory.clear()
         _retired.clear()
         memory_generation[0] += 1
+
+
+_caches.register("cache.kernels", clear_memory_cache, lambda: len(_memory) + len(_retired),
+                 memory_cache_size, order=1)
+_caches.register_function("cache.library_versions", library_versions, "no arguments: one value")
+_caches.register_function("cache.code_fingerprint", code_fingerprint, "no arguments: one value")

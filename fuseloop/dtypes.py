@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from . import caches as _caches
 from .errors import DTypeError
 
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(
@@ -138,3 +139,7 @@ def scalar_to(value: object, dtype: np.dtype) -> np.generic:
 
 _INT_BOUNDS = {d.char: (int(np.iinfo(d).min), int(np.iinfo(d).max))
                for d in SUPPORTED_DTYPES if d.kind in "iu"}
+
+
+_caches.register_function("dtypes.resolve_loop", resolve_loop)
+_caches.register_function("dtypes.result_type", result_type)

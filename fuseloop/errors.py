@@ -56,6 +56,11 @@ class RecipeError(FuseloopError, ValueError):
     """A registered recipe returned something fuseloop cannot use."""
 
 
+class NotOneKernelError(FuseloopError, ValueError):
+    """Expressions that evaluation computes with more than one kernel, given to
+    ``fl.program`` (whose stages are one kernel each)."""
+
+
 class UnknownFunctionError(FuseloopError, AttributeError):
     """A function name fuseloop does not provide."""
 

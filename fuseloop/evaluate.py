@@ -44,7 +44,14 @@ from .expr.nodes import (
     recent_lazy,
     register_readers,
 )
-from .expr.program import Bindings, Target, flat_entries, linearize, structure_entry
+from .expr.program import (
+    Bindings,
+    Program,
+    Target,
+    flat_entries,
+    linearize,
+    structure_entry,
+)
 from .expr.views import nocopy_reshape_strides, reshape_view
 from .launching import (
     DEFER_MAX,
@@ -604,13 +611,9 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
         return outs
 
     # two stages for large reductions to few values
-    if fancy and size < TWO_STAGE_MAX_ROWS:
-        tops: list[Reduce] = []
-        if all(_top_reduces(r, tops) for r in roots) and tops and all(
-                t.op in _SPLITTABLE and t.shape == out_shape for t in tops):
-            longest = max(math.prod(t.child.shape) // max(1, math.prod(t.shape)) for t in tops)
-            if longest >= TWO_STAGE_MIN_LENGTH:
-                roots = _first_stage(tops, roots, out_shape, longest, device)
+    split = two_stage_split(roots, out_shape) if fancy else None
+    if split is not None:
+        roots = _first_stage(split[0], roots, out_shape, split[1], device)
 
     work_roots, work_shape, work_targets = roots, out_shape, tgts
     if not fancy:
@@ -622,6 +625,21 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
                                   cache=_plan_recorder() is None)
     launch(program, bindings, [o for o in outs], device)
     return outs
+
+
+def two_stage_split(roots: Sequence[Node], out_shape: tuple[int, ...]
+                    ) -> tuple[list[Reduce], int] | None:
+    """The top-level reductions of ``roots`` and their longest reduced length, when
+    they are large reductions to few values that run in two stages; else None."""
+    if math.prod(out_shape) >= TWO_STAGE_MAX_ROWS:
+        return None
+    tops: list[Reduce] = []
+    if all(_top_reduces(r, tops) for r in roots) and tops and all(
+            t.op in _SPLITTABLE and t.shape == out_shape for t in tops):
+        longest = max(math.prod(t.child.shape) // max(1, math.prod(t.shape)) for t in tops)
+        if longest >= TWO_STAGE_MIN_LENGTH:
+            return tops, longest
+    return None
 
 
 def _may_fail(node: Node) -> bool:
@@ -701,24 +719,29 @@ def _reads_only_in_place(roots: Sequence[Node], target: Target,
     return ok[0]
 
 
-def launch(program, bindings, outs: list[Storage], device: Device) -> None:
-    for s in bindings.storages:
-        if s.device is not device:
-            raise other_device(s, device)
-    params = bindings.params
-    biggest = max(max(params, default=0), math.prod(bindings.out_shape),
+def launch_choice(program: Program, bindings: Bindings, device: Device
+                  ) -> tuple[np.dtype, Any, int, int]:
+    """What a launch of ``program`` with ``bindings`` on ``device`` uses: the index
+    dtype, the recipe, the number of rows and the elements per row."""
+    biggest = max(max(bindings.params, default=0), math.prod(bindings.out_shape),
                   max([s.nbytes for s in bindings.storages], default=0))
     index_dtype = INDEX_INT32 if biggest <= INT32_LIMIT else INDEX_INT64
     recipe = recipe_for(device, "contraction" if program.contraction is not None else
                         "reduction" if program.has_reduce else "elementwise")
     shape = bindings.out_shape
-    capture = captured_sources()
     if program.row_dims is None:
-        n_rows = math.prod(shape)
-        n_elem = 1
-    else:
-        n_rows = math.prod(shape[d] for d in program.row_dims)
-        n_elem = math.prod(shape) // max(1, n_rows)
+        return index_dtype, recipe, math.prod(shape), 1
+    n_rows = math.prod(shape[d] for d in program.row_dims)
+    return index_dtype, recipe, n_rows, math.prod(shape) // max(1, n_rows)
+
+
+def launch(program, bindings, outs: list[Storage], device: Device) -> None:
+    for s in bindings.storages:
+        if s.device is not device:
+            raise other_device(s, device)
+    params = bindings.params
+    index_dtype, recipe, n_rows, n_elem = launch_choice(program, bindings, device)
+    capture = captured_sources()
     kernel = kernel_for(program, index_dtype, device, recipe, params, n_rows, n_elem)
     err = None
     args = []

@@ -66,6 +66,17 @@ def _check_fp64(program_entries: tuple, device: Device) -> None:
 
 
 
+def size_class_of(recipe: Any, program: Program, params: Sequence[int], n_rows: int,
+                  n_elem: int) -> str:
+    """The recipe's size class for this launch (see :mod:`fuseloop.recipes`)."""
+    size_class = recipe.size_class
+    sizes = "" if size_class is None else size_class(program, params, n_rows, n_elem)
+    if type(sizes) is not str:
+        raise RecipeError(f"recipe {recipe.name!r}: size_class returned {sizes!r}; it must "
+                          "return a string of Loopy assumptions ('' for none)")
+    return sizes
+
+
 def kernel_for(program: Program, index_dtype: np.dtype, device: Device, recipe: Any,
                params: Sequence[int], n_rows: int, n_elem: int) -> Any:
     """The compiled kernel for this launch of ``program``.
@@ -73,11 +84,7 @@ def kernel_for(program: Program, index_dtype: np.dtype, device: Device, recipe: 
     Its memory-cache key holds the recipe's size class for these sizes (see
     :mod:`fuseloop.recipes`); counts a memory-cache hit when there is one.
     """
-    size_class = recipe.size_class
-    sizes = "" if size_class is None else size_class(program, params, n_rows, n_elem)
-    if type(sizes) is not str:
-        raise RecipeError(f"recipe {recipe.name!r}: size_class returned {sizes!r}; it must "
-                          "return a string of Loopy assumptions ('' for none)")
+    sizes = size_class_of(recipe, program, params, n_rows, n_elem)
     compiled = _memory.get((program, index_dtype.char, device.index, recipe.cache_id, sizes))
     if compiled is not None:
         _stats.increment("memory_cache_hits")

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from . import caches as _caches
 from . import evaluate as _ev
 from . import stats as _stats
 from .cache import memory_generation
@@ -287,3 +288,6 @@ def _prepare(step: _Step, recipe: Any, index_dtype: np.dtype, device: Device) ->
 def clear() -> None:
     """Forget every plan (tests; plans hold no buffers)."""
     _plans.clear()
+
+
+_caches.register("run_plans.plans", clear, lambda: len(_plans), PLANS_MAX)

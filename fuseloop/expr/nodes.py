@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import caches as _caches
 from ..errors import ShapeError
 
 if TYPE_CHECKING:
@@ -214,6 +215,11 @@ def signature_of(node: Node) -> int:
 
 
 _scalar_sigs: dict[str, int] = {}
+
+
+_caches.register("expr.nodes.sig_table", _sig_table.clear, lambda: len(_sig_table), SIG_TABLE_MAX)
+_caches.register("expr.nodes.scalar_sigs", _scalar_sigs.clear, lambda: len(_scalar_sigs),
+                 why="one per dtype")
 
 
 def scalar_sig(char: str) -> int:
@@ -490,6 +496,7 @@ def _loop_key(loop: tuple[np.dtype, ...]) -> tuple[str, ...]:
 
 
 _broadcast_cache: dict[tuple[tuple[int, ...], ...], tuple[int, ...]] = {}
+BROADCAST_CACHE_MAX = 4096
 
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -509,7 +516,7 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
             f"operands could not be broadcast together with shapes {shown}; "
             "dimensions must be equal or 1 when aligned from the right"
         ) from None
-    if len(_broadcast_cache) < 4096:
+    if len(_broadcast_cache) < BROADCAST_CACHE_MAX:
         _broadcast_cache[shapes] = result
     return result
 
@@ -567,3 +574,10 @@ class Concat(Node):
         # every buffer a piece reads: later writes to any of them evaluate this first
         self.storages = storages
         self.fancy = fancy
+
+
+_caches.register("expr.nodes.loop_keys", _loop_keys.clear, lambda: len(_loop_keys),
+                 why="one per numpy loop of an operation (dtype tuples of the ufuncs' loops)")
+_caches.register("expr.nodes.broadcast", _broadcast_cache.clear,
+                 lambda: len(_broadcast_cache), BROADCAST_CACHE_MAX)
+_caches.register_function("expr.nodes.c_strides", c_strides)

@@ -801,6 +801,12 @@ def clear_structure_cache() -> None:
     structures.clear()
     flat_entries.clear()
 
+
+from ..caches import register as _register_cache  # noqa: E402  (cache registry: fuseloop/caches.py)
+
+_register_cache("expr.program.structures", clear_structure_cache, lambda: len(structures) + len(flat_entries), 2 * STRUCTURES_MAX)  # noqa: E501  (flat_entries: one per structure)
+_register_cache("expr.program.scalar_tokens", _SCALAR_TOKENS.clear, lambda: len(_SCALAR_TOKENS), why="one per dtype")  # noqa: E501
+
 # }}}
 
 

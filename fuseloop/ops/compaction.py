@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
+from .. import caches as _caches
 from .. import stats as _stats
 from ..evaluate import allocate
 from ..expr.nodes import Storage
@@ -222,6 +223,8 @@ def layout_for(device: Device) -> Layout:
 
 _kernels: dict[tuple[int, int, int], tuple[cl.Kernel, cl.Kernel]] = {}
 _kernels_lock = threading.Lock()
+_caches.register("ops.compaction.kernels", _kernels.clear, lambda: len(_kernels),
+                 why="one per device context and work-group layout (one layout per device)")
 
 
 def _kernels_for(device: Device, layout: Layout) -> tuple[cl.Kernel, cl.Kernel]:

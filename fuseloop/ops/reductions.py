@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import caches as _caches
 from ..array import Array, _coerce
 from ..evaluate import cast_node
 from ..expr.nodes import Iota, Reduce
@@ -65,6 +66,8 @@ def _reduce(op: str, x: Array, axis: Any, keepdims: bool, dtype: np.dtype) -> Ar
 
 
 _SUM_DTYPES: dict[np.dtype, np.dtype] = {}
+_caches.register("ops.reductions.sum_dtypes", _SUM_DTYPES.clear, lambda: len(_SUM_DTYPES),
+                 why="one per dtype")
 
 
 def _sum_dtype(dtype: np.dtype, requested: Any) -> np.dtype:

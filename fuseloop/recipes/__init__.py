@@ -335,3 +335,8 @@ def _register_contraction_recipes() -> None:
 _register_contraction_recipes()
 
 # }}}
+
+
+from ..caches import register as _register_cache  # noqa: E402  (registry: fuseloop/caches.py)
+
+_register_cache("recipes.chosen", _CHOSEN.clear, lambda: len(_CHOSEN), why="one per device and kind")  # noqa: E501

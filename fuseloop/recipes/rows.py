@@ -413,3 +413,8 @@ def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int) -> lp.Translat
     knl = knl.copy(instructions=insns, temporary_variables=temps,
                    domains=[*knl.domains, domain], silenced_warnings=silenced)
     return lp.tag_inames(t_unit.with_kernel(knl), {lane: "ilp", combine: "unr"})
+
+
+from ..caches import register_function as _register_cache  # noqa: E402  (fuseloop/caches.py)
+
+_register_cache("recipes.rows.row_length_params", _row_length_params)

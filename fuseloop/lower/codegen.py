@@ -1,0 +1,173 @@
+"""From a linearised program to a kernel plan: lowering, the recipe, code generation.
+
+The three steps a kernel goes through before the driver builds it, shared by
+the stages (:mod:`fuseloop.stages`, which show each step's result) and the
+kernel cache's miss path (:func:`fuseloop.cache.get_kernel`, which runs them
+all through :func:`kernel_plan`):
+
+* :func:`lower`: the program as a Loopy translation unit (with the launch's
+  size class as Loopy assumptions), before any recipe;
+* :func:`apply_recipe`: the recipe's transformation of it for a device;
+* :func:`generate`: Loopy's code generation, giving the OpenCL source, the
+  kernel's argument list (from the generated function declaration, so unused
+  arguments Loopy left out are left out here too) and its grid, as a
+  :class:`~fuseloop.cache_disk.KernelPlan`.
+
+Loopy, islpy and pymbolic keep process-wide caches and were not written for
+concurrent use, so every step runs under :data:`loopy_lock` (reentrant: a
+recipe may evaluate).  Nothing here imports Loopy until a step runs.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from .. import stats as _stats
+from ..cache_disk import KernelPlan
+from ..errors import RecipeError
+from ..expr.program import Program, collapse_groups
+
+# one Loopy step at a time, in the whole process
+loopy_lock = threading.RLock()
+
+# What unpickling an entry of Loopy's own disk caches (under ~/.cache/pytools) raises
+# when other code wrote it: a module or class of that name is missing here (a renamed
+# copy of a package, an older version).  Loopy lets it through.
+_UNREADABLE_CACHE_ENTRY = (ImportError, AttributeError, pickle.UnpicklingError, EOFError)
+_loopy_cache_off_lock = threading.Lock()
+
+
+@contextmanager
+def loopy_section() -> Iterator[None]:
+    """Holds :data:`loopy_lock`; collects garbage on the way out.
+
+    Loopy leaves caught exceptions in reference cycles (a traceback holds its
+    frame, whose local holds the exception); those frames reach back through the
+    caller's frames to the user's lazy arrays, which then look alive and are
+    materialised before their inputs are written.  A lowering costs tenths of a
+    second; a collection, milliseconds.
+    """
+    with loopy_lock:
+        try:
+            yield
+        finally:
+            gc.collect()
+
+
+def lower(program: Program, index_dtype: np.dtype, recipe: Any,
+          user_functions: Any, sizes: str = "") -> Any:
+    """The Loopy translation unit computing ``program``, before the recipe.
+
+    ``sizes`` (the launch's size class, see :mod:`fuseloop.recipes`) is added as
+    Loopy assumptions, for the recipe and for code generation.
+    """
+    import loopy as lp
+
+    from . import kernel  # (looked up at call time: tests replace lower_program)
+
+    lowered = kernel.lower_program(program, collapse_groups(program), index_dtype,
+                                   user_functions, piece_chunk=recipe.concat_chunk)
+    t_unit = lowered.t_unit
+    if sizes:
+        try:
+            t_unit = lp.assume(t_unit, sizes)
+        except Exception as exc:  # isl's parse errors have no common base worth naming
+            raise RecipeError(
+                f"recipe {recipe.name!r} named the size class {sizes!r}, which is not a set "
+                f"of Loopy assumptions about the kernel's sizes (N, NE, p0, p1, ...): {exc}; "
+                "fix its size_class function") from None
+    return t_unit
+
+
+def apply_recipe(t_unit: Any, recipe: Any, device: Any) -> Any:
+    """``t_unit`` as ``recipe`` transforms it for ``device``."""
+    return recipe.transform(t_unit, device)
+
+
+def _generate_code(t_unit: Any) -> Any:
+    """``loopy.generate_code_v2``, again without Loopy's disk caches if one of their
+    entries cannot be read (fuseloop keeps its own cache of what it generates)."""
+    import loopy as lp
+
+    try:
+        return lp.generate_code_v2(t_unit)
+    except _UNREADABLE_CACHE_ENTRY:
+        # (serialised: CacheMode sets a module global and restores what it found)
+        with _loopy_cache_off_lock, lp.CacheMode(False):
+            return lp.generate_code_v2(t_unit)
+
+
+def _declaration(node: Any, name: str) -> Any:
+    """The cgen function declaration of kernel ``name`` in generated device code ``node``."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        decl = getattr(n, "fdecl", None)
+        if decl is not None:
+            # (wrappers: kernel qualifier, work-group size attribute, ...)
+            while decl is not None and not hasattr(decl, "arg_decls"):
+                decl = getattr(decl, "subdecl", None)
+            if decl is not None and getattr(decl.subdecl, "name", None) == name:
+                return decl
+        stack.extend(getattr(n, "contents", ()))
+    raise RuntimeError(f"Loopy generated no declaration of kernel {name!r}")
+
+
+def passed_arguments(code: Any, name: str) -> list[str]:
+    """The arguments of kernel ``name`` as Loopy's generated code declares them, in order.
+
+    Loopy leaves arguments the kernel does not use (an unused scalar) out of
+    the signature, so this can be shorter than the entrypoint's argument list.
+    """
+    for prog in code.device_programs:
+        if prog.name == name:
+            return [d.name for d in _declaration(prog.ast, name).arg_decls]
+    raise RuntimeError(f"Loopy generated no device program named {name!r}")
+
+
+def _to_py(e: Any) -> str:
+    # sizes read the integer parameters as p[k] (see cache._compile_sizes)
+    return re.sub(r"\bp(\d+)\b", r"p[\1]", str(e))
+
+
+def generate(t_unit: Any, device: Any) -> KernelPlan:
+    """Loopy's code generation for ``t_unit``: its source, arguments and grid."""
+    import loopy as lp
+
+    code = _generate_code(t_unit)
+    entry = t_unit.default_entrypoint
+    gsize, lsize = entry.get_grid_size_upper_bounds_as_exprs(t_unit.callables_table)
+    _stats.increment("kernels_lowered")
+    source = code.device_code()
+    if os.environ.get("FUSELOOP_SHOW_KERNELS", "") not in ("", "0"):
+        print(f"fuseloop: new kernel for {device.name}:\n{source}", file=sys.stderr)
+    by_name = {a.name: a for a in entry.args}
+    arg_names = [n for n in passed_arguments(code, entry.name) if n in by_name]
+    arg_dtypes = [by_name[n].dtype.numpy_dtype.name if isinstance(by_name[n], lp.ValueArg)
+                  else None for n in arg_names]
+    gs, ls = [_to_py(e) for e in gsize] or ["1"], [_to_py(e) for e in lsize] or ["1"]
+    # a grid with more group axes than local axes (a batch axis g.2 over 2-D
+    # work-groups) needs local size 1 along the extra axes
+    ls += ["1"] * (len(gs) - len(ls))
+    gs += ["1"] * (len(ls) - len(gs))
+    return KernelPlan(
+        name=entry.name, source=source, arg_names=arg_names, gsize=gs, lsize=ls,
+        build_options=list(entry.options.build_options or []), arg_dtypes=arg_dtypes)
+
+
+def kernel_plan(program: Program, index_dtype: np.dtype, device: Any, recipe: Any,
+                user_functions: Any, sizes: str = "") -> KernelPlan:
+    """All three steps: what the kernel cache builds on a miss."""
+    with loopy_section():
+        t_unit = lower(program, index_dtype, recipe, user_functions, sizes)
+        return generate(apply_recipe(t_unit, recipe, device), device)
