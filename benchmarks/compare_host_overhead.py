@@ -40,10 +40,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def copy_package(rev: str, name: str, into: Path) -> None:
-    """``fuseloop/`` at ``rev`` (or the working tree) as the package ``name``."""
+    """``fuseloop/`` at ``rev`` (the working tree for ``WT``; a folder holding a
+    ``fuseloop`` package, for a machine without the git history) as the package ``name``."""
     target = into / name
     if rev == "WT":
         shutil.copytree(ROOT / "fuseloop", target)
+        return
+    if (Path(rev) / "fuseloop").is_dir():
+        shutil.copytree(Path(rev) / "fuseloop", target)
         return
     archive = into / f"{name}.tar"
     with open(archive, "wb") as f:
@@ -67,7 +71,8 @@ CASES: dict[str, tuple[Any, Any]] = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("revs", nargs="+", help="git revisions to compare (WT: working tree)")
+    ap.add_argument("revs", nargs="+",
+                    help="git revisions (WT: the working tree; or a folder holding fuseloop/)")
     ap.add_argument("--case", choices=sorted(CASES), default="overhead")
     ap.add_argument("--rounds", type=int, default=40, help="timed loops per version")
     ap.add_argument("--calls", type=int, default=300, help="calls per timed loop")
