@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .program import reachable_entries
+from .ir import reachable_entries
 
 #: both sides of the output must have at least this many elements
 MIN_SIDE = 32
