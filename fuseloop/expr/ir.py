@@ -87,17 +87,15 @@ class _ConcatFields(NamedTuple):
     flat: Any  # None, or (starts, kcs, cstrides) for pieces in loops of their own
 
 
+_new = tuple.__new__
+
+
 class _Tagged:
-    """Fills in ``kind``: a record is built from its other fields."""
+    """The tag is filled in: a record is built from its other fields (each record's
+    ``__new__`` names them; cheaper than a check of ``*fields``)."""
 
     __slots__ = ()
     KIND = ""
-    _fields: tuple[str, ...]
-
-    def __new__(cls, *fields: Any) -> Any:
-        if len(fields) != len(cls._fields) - 1:
-            raise TypeError(f"{cls.__name__} takes the fields {cls._fields[1:]}")
-        return tuple.__new__(cls, (cls.KIND, *fields))  # type: ignore[arg-type]
 
     def __getnewargs__(self) -> tuple:  # pickling passes the fields, not the tag
         return tuple(self)[1:]  # type: ignore[call-overload]
@@ -108,11 +106,17 @@ class Load(_Tagged, _LoadFields):
     __slots__ = ()
     KIND = "load"
 
+    def __new__(cls, slot: int, dtype: str, at: tuple, strides: Any, offset: Any) -> Load:
+        return _new(cls, ("load", slot, dtype, at, strides, offset))
+
 
 class Iota(_Tagged, _IotaFields):
     """The address a load with these fields would read, as a value (``arange``)."""
     __slots__ = ()
     KIND = "iota"
+
+    def __new__(cls, dtype: str, at: tuple, strides: Any, offset: Any) -> Iota:
+        return _new(cls, ("iota", dtype, at, strides, offset))
 
 
 class Arg(_Tagged, _ArgFields):
@@ -120,11 +124,17 @@ class Arg(_Tagged, _ArgFields):
     __slots__ = ()
     KIND = "arg"
 
+    def __new__(cls, slot: int, dtype: str) -> Arg:
+        return _new(cls, ("arg", slot, dtype))
+
 
 class Lit(_Tagged, _LitFields):
     """A literal, baked into the source."""
     __slots__ = ()
     KIND = "lit"
+
+    def __new__(cls, dtype: str, value: Any) -> Lit:
+        return _new(cls, ("lit", dtype, value))
 
 
 class Op(_Tagged, _OpFields):
@@ -132,11 +142,17 @@ class Op(_Tagged, _OpFields):
     __slots__ = ()
     KIND = "op"
 
+    def __new__(cls, name: str, loop: tuple[str, ...], refs: tuple[int, ...]) -> Op:
+        return _new(cls, ("op", name, loop, refs))
+
 
 class Call(_Tagged, _CallFields):
     """User function ``key`` applied to the entries ``refs``."""
     __slots__ = ()
     KIND = "call"
+
+    def __new__(cls, key: str, loop: tuple[str, ...], refs: tuple[int, ...]) -> Call:
+        return _new(cls, ("call", key, loop, refs))
 
 
 class Reduce(_Tagged, _ReduceFields):
@@ -144,17 +160,27 @@ class Reduce(_Tagged, _ReduceFields):
     __slots__ = ()
     KIND = "reduce"
 
+    def __new__(cls, op: str, dtype: str, rid: int, child: int, at: tuple,
+                sizes: tuple, total: Any, chunk: Any) -> Reduce:
+        return _new(cls, ("reduce", op, dtype, rid, child, at, sizes, total, chunk))
+
 
 class Gather(_Tagged, _GatherFields):
     """Entry ``child`` read at the (wrapped, clamped, maybe checked) values of ``index``."""
     __slots__ = ()
     KIND = "gather"
 
+    def __new__(cls, index: int, child: int, length: Any) -> Gather:
+        return _new(cls, ("gather", index, child, length))
+
 
 class Concat(_Tagged, _ConcatFields):
     """The piece of ``refs`` that component ``comp`` falls in (a nest of conditionals)."""
     __slots__ = ()
     KIND = "concat"
+
+    def __new__(cls, comp: Any, bounds: tuple, refs: tuple[int, ...], flat: Any) -> Concat:
+        return _new(cls, ("concat", comp, bounds, refs, flat))
 
 
 Entry = (_LoadFields | _IotaFields | _ArgFields | _LitFields | _OpFields | _CallFields
