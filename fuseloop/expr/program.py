@@ -27,7 +27,9 @@ parameter slots, :class:`Bindings` carries their values.  A stride of 0 or 1
 is structural (it is baked into the source so loads vectorise); any other
 stride is a parameter, so one kernel serves every size.
 
-Entries:
+Entries are the records of :mod:`fuseloop.expr.ir` (named tuples whose first
+field, ``kind``, is the tag below; the other fields are named as here), made by
+the passes of :data:`fuseloop.passes.PASSES`:
 
 * ``("load", slot, dtype, at, strides, offset)``: ``strides[k]`` is 0, 1 or
   ``("p", slot)``; ``offset`` is 0 or ``("p", slot)``.
@@ -40,7 +42,7 @@ Entries:
   ``(p_chunk, d, exact)``: only the ``chunk``-long piece number ``("r", d)`` of
   the reduced range is reduced (first stage of a two-stage reduction);
   ``exact`` when the pieces tile the range exactly (no bounds test).
-* ``("gather", index_ref, child_ref, length_param)``: checked gather.
+* ``("gather", index, child, length)``: checked gather.
 * ``("concat", comp, bounds, refs, flat)``: the value of piece ``refs[p]`` where
   ``bounds[p-1] <= comp < bounds[p]`` (``bounds`` are the parameters holding
   where pieces 1.. start): a nest of conditionals, so each element loads from
