@@ -111,6 +111,13 @@ def test_split_rows_alone():
                  ir.Op("add", ("d", "d", "d"), (1, 2))]
     split_rows(b)
     assert b.row_dims == (0,)
+    # a full reduction added to every element: one row, the whole output within it
+    b.entries = [ir.Load(0, "d", (("j", 0, 0),), (1,), 0),
+                 ir.Reduce("sum", "d", 0, 0, (), (("p", 1),), ("p", 1), None),
+                 ir.Load(1, "d", (("r", 0), ("r", 1)), "c", 0),
+                 ir.Op("add", ("d", "d", "d"), (1, 2))]
+    split_rows(b)
+    assert b.row_dims == ()
     # without a reduction: one flat loop
     b.entries = [ir.Load(1, "d", (("r", 0), ("r", 1)), "c", 0)]
     split_rows(b)
