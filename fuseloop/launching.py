@@ -47,13 +47,11 @@ def _check_fp64(program_entries: tuple, device: Device) -> None:
     if device.has_fp64:
         return
     for e in program_entries:
-        kind = e[0]
+        kind = e.kind
         if kind in ("op", "call"):
-            chars = e[2]
-        elif kind in ("load", "arg", "reduce"):
-            chars = (e[2],)
-        elif kind in ("lit", "iota"):
-            chars = (e[1],)
+            chars = e.loop
+        elif kind in ("load", "arg", "reduce", "lit", "iota"):
+            chars = (e.dtype,)
         else:
             continue
         if "d" in chars:

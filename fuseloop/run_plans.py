@@ -75,7 +75,7 @@ class _Step:
         self.scalar_refs = scalar_refs
         # (recipe, memory-cache generation, compiled, enqueue function, constant
         # arguments, per-thread kernel objects, index dtype)
-        self.fast: Any = None
+        self.fast: _FastLaunch | None = None
 
 
 class _Plan:
@@ -234,8 +234,8 @@ def _launch_fast(step: _Step, storages: list[Storage], outs: list[Storage],
     recipe = recipe_for(device, "contraction" if program.contraction is not None else
                         "reduction" if program.has_reduce else "elementwise")
     fast = step.fast
-    if fast is None or fast[0] is not recipe or fast[6] is not index_dtype \
-            or fast[1] != memory_generation[0]:
+    if fast is None or fast.recipe is not recipe or fast.index_dtype is not index_dtype \
+            or fast.generation != memory_generation[0]:
         fast = step.fast = _prepare(step, recipe, index_dtype, device)
         if fast is None:
             return False
@@ -244,14 +244,14 @@ def _launch_fast(step: _Step, storages: list[Storage], outs: list[Storage],
         hit = 1
     try:
         try:
-            kernel, last = fast[5].state
+            kernel, last = fast.threads.state
         except AttributeError:
-            kernel, last = thread_kernel(fast[2], fast[4], fast[5])
+            kernel, last = thread_kernel(fast.compiled, fast.consts, fast.threads)
         # small steps are deferred like small cached launches (``biggest`` counts bytes
         # or elements), reductions too: a result read at once (``float(x.sum())``)
         # enqueues it first anyway, and on PoCL a launch enqueued alone wakes its
         # workers, which cost ~20 us per call in a loop of ``(x - x.mean()).eval()``
-        enqueue_or_defer(fast[3], (outs, storages, scalars, kernel, last),
+        enqueue_or_defer(fast.go, (outs, storages, scalars, kernel, last),
                          biggest <= 4 * DEFER_MAX_ELEMENTS, device)
     except BaseException:
         _stats.increment("memory_cache_hits", hit)
@@ -262,7 +262,30 @@ def _launch_fast(step: _Step, storages: list[Storage], outs: list[Storage],
     return True
 
 
-def _prepare(step: _Step, recipe: Any, index_dtype: np.dtype, device: Device) -> tuple | None:
+class _FastLaunch:
+    """How a step is launched again, worked out at its first replay.
+
+    ``go`` enqueues the kernel with ``consts`` (see :func:`fuseloop.launching.launcher`);
+    ``threads`` holds each thread's kernel object.  Valid while ``recipe``, the
+    memory cache's ``generation`` and ``index_dtype`` are still those of the launch.
+    (A slotted class: its fields read as fast as a tuple's items.)
+    """
+
+    __slots__ = ("compiled", "consts", "generation", "go", "index_dtype", "recipe", "threads")
+
+    def __init__(self, recipe: Any, generation: int, compiled: Any, go: Any, consts: Any,
+                 threads: threading.local, index_dtype: np.dtype) -> None:
+        self.recipe = recipe
+        self.generation = generation
+        self.compiled = compiled
+        self.go = go
+        self.consts = consts
+        self.threads = threads
+        self.index_dtype = index_dtype
+
+
+def _prepare(step: _Step, recipe: Any, index_dtype: np.dtype, device: Device
+             ) -> _FastLaunch | None:
     program = step.program
     shape = step.out_shape
     if program.row_dims is None:
@@ -282,7 +305,7 @@ def _prepare(step: _Step, recipe: Any, index_dtype: np.dtype, device: Device) ->
     # the enqueue function sets only the arguments that changed on a kernel object
     # of its own per thread (see launching.launcher)
     go, consts = made
-    return (recipe, generation, compiled, go, consts, threading.local(), index_dtype)
+    return _FastLaunch(recipe, generation, compiled, go, consts, threading.local(), index_dtype)
 
 
 def clear() -> None:

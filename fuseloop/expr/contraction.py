@@ -26,10 +26,10 @@ recorded as parameters, so the cache key tells the cases apart.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from .program import reachable_entries
+from .ir import Entry, reachable_entries
 
 #: both sides of the output must have at least this many elements
 MIN_SIDE = 32
@@ -57,13 +57,13 @@ class Contraction(NamedTuple):
     k_size: Any
 
 
-def _operand(entries: tuple[tuple, ...] | list[tuple], ref: int) -> set[int] | None:
+def _operand(entries: Sequence[Entry], ref: int) -> set[int] | None:
     """The entries an operand is computed from, or None if it is not elementwise."""
     def inputs(r: int, stack: list[int]) -> bool:
-        e = entries[r]
-        kind = e[0]
+        e: Any = entries[r]
+        kind = e.kind
         if kind in ("op", "call"):
-            stack.extend(e[3])
+            stack.extend(e.refs)
             return True
         return kind in ("load", "arg", "lit", "iota")
 
@@ -92,13 +92,10 @@ def _operand_dims(entries: Any, refs: set[int]) -> tuple[set[int], bool]:
     dims: set[int] = set()
     reduced = False
     for r in refs:
-        e = entries[r]
-        if e[0] == "load":
-            at, kinds = e[3], e[4]
-        elif e[0] == "iota":
-            at, kinds = e[2], e[3]
-        else:
+        e: Any = entries[r]
+        if e.kind not in ("load", "iota"):
             continue
+        at, kinds = e.at, e.strides
         if kinds == "c":
             kinds = (1,) * len(at)
         for c, k in zip(at, kinds):
@@ -107,7 +104,7 @@ def _operand_dims(entries: Any, refs: set[int]) -> tuple[set[int], bool]:
     return dims, reduced
 
 
-def find_contraction(entries: list[tuple], outputs: tuple[int, ...], out_specs: list[tuple],
+def find_contraction(entries: Sequence[Entry], outputs: tuple[int, ...], out_specs: list[tuple],
                      root_sizes: tuple[Any, ...], params: list[int],
                      param: Callable[[int], tuple]) -> Contraction | None:
     """The contraction in a linearised program, or None.
@@ -115,20 +112,21 @@ def find_contraction(entries: list[tuple], outputs: tuple[int, ...], out_specs: 
     ``params`` are the parameter values (for the size thresholds); ``param``
     interns a new parameter (a group's total length).
     """
-    reduces = [k for k, e in enumerate(entries) if e[0] == "reduce"]
-    if len(reduces) != 1 or any(e[0] in ("gather", "concat") for e in entries):
+    reduces = [k for k, e in enumerate(entries) if e.kind == "reduce"]
+    if len(reduces) != 1 or any(e.kind in ("gather", "concat") for e in entries):
         return None
     red = reduces[0]
-    _, op, _dt, _rid, child, at, sizes, total, chunk = entries[red]
-    if op != "sum" or chunk is not None or not sizes:
+    r: Any = entries[red]
+    child, at, total = r.child, r.at, r.total
+    if r.op != "sum" or r.chunk is not None or not r.sizes:
         return None
     root_at = tuple(0 if s == 1 else ("r", d) for d, s in enumerate(root_sizes))
     if at != root_at:
         return None
-    prod = entries[child]
-    if prod[0] != "op" or prod[1] != "multiply" or len(prod[3]) != 2:
+    prod: Any = entries[child]
+    if prod.kind != "op" or prod.name != "multiply" or len(prod.refs) != 2:
         return None
-    x, y = prod[3]
+    x, y = prod.refs
     sx, sy = _operand(entries, x), _operand(entries, y)
     if sx is None or sy is None:
         return None

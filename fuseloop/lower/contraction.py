@@ -39,6 +39,7 @@ from loopy.symbolic import SubstitutionMapper
 from pymbolic.mapper.substitutor import make_subst_func
 from pytools.tag import UniqueTag
 
+from ..expr.ir import ELEMENTWISE_KINDS
 from ..expr.program import Program
 from .kernel import (
     _MAX_INLINE_DEPTH,
@@ -102,8 +103,9 @@ class _ContractionLowering(_Lowering):
                 self.root_idx[d] = (e, names)
         if RED in groups:
             var, names = groups[RED]
-            rid = self.program.entries[c.reduce][3]
-            sizes = [self.size(s) for s in self.program.entries[c.reduce][6]]
+            red: Any = self.program.entries[c.reduce]
+            rid = red.rid
+            sizes = [self.size(s) for s in red.sizes]
             idx = _unflatten(var, sizes) if len(sizes) > 1 else [var]
             for k, e in enumerate(idx):
                 self.red_idx[(rid, k)] = (e, names)
@@ -116,19 +118,18 @@ class _ContractionLowering(_Lowering):
         hit = memo.get(ref)
         if hit is not None:
             return hit
-        e = self.program.entries[ref]
-        kind = e[0]
+        e: Any = self.program.entries[ref]
+        kind = e.kind
         if kind in LEAF_KINDS:
             value, dt, _ = self.lower_leaf(e)
         else:
-            _, op_name, loop_names, refs = e
-            loop = tuple(np.dtype(n) for n in loop_names)
+            loop = tuple(np.dtype(n) for n in e.loop)
             dt = loop[-1]
             args = []
-            for k, r in enumerate(refs):
+            for k, r in enumerate(e.refs):
                 v, d = self.inline(r, memo)
                 args.append(self.cast(v, d, loop[k]))
-            value = self.elementwise(kind, op_name, loop, args)
+            value = self.elementwise(kind, e.name if kind == "op" else e.key, loop, args)
         memo[ref] = (value, dt)
         return value, dt
 
@@ -159,11 +160,12 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
     y_rule, y_dt = low.operand_rule(c.y, Y_RULE, Y_ARGS, y_order)
 
     # the reduction of their product
-    red = entries[c.reduce]
-    _, op, dt_name, _rid, child, _at, _sizes, _total, _chunk = red
-    dt = np.dtype(dt_name)
-    _, _, loop_names, (a, b) = entries[child]
-    loop = tuple(np.dtype(n) for n in loop_names)
+    red: Any = entries[c.reduce]
+    op = red.op
+    dt = np.dtype(red.dtype)
+    prod: Any = entries[red.child]
+    a, b = prod.refs
+    loop = tuple(np.dtype(n) for n in prod.loop)
     calls = {c.x: (prim.Variable(X_RULE)(*(prim.Variable(i) for i in x_order)), x_dt),
              c.y: (prim.Variable(Y_RULE)(*(prim.Variable(i) for i in y_order)), y_dt)}
     factors = [low.cast(calls[r][0], calls[r][1], loop[k]) for k, r in enumerate((a, b))]
@@ -176,13 +178,13 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
 
     # the epilogue: every other entry, elementwise in (b, m, n)
     low.set_groups({key: (prim.Variable(key), frozenset({key})) for key in out_inames})
-    skip = _operand_entries(entries, c.x) | _operand_entries(entries, c.y) | {child}
+    skip = _operand_entries(entries, c.x) | _operand_entries(entries, c.y) | {red.child}
     uses: Counter[int] = Counter()
     for k, e in enumerate(entries):
         if k in skip:
             continue
-        if e[0] in ("op", "call"):
-            uses.update(e[3])
+        if e.kind in ELEMENTWISE_KINDS:
+            uses.update(e.refs)  # type: ignore[union-attr]
     uses.update(program.outputs)
     within = frozenset(out_inames)
     exprs: dict[int, Any] = {}
@@ -192,14 +194,14 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
     for ref, e in enumerate(entries):
         if ref in skip:
             continue
-        kind = e[0]
+        kind = e.kind
         dep: frozenset = frozenset()
         d = 0
         if ref == c.reduce:
             value, edt, dep = prim.Variable(ACC), dt, frozenset({REDUCTION_ID})
-        elif kind in ("op", "call"):
-            _, op_name, loop_names, refs = e
-            eloop = tuple(np.dtype(n) for n in loop_names)
+        elif kind in ELEMENTWISE_KINDS:
+            refs = e.refs  # type: ignore[union-attr]
+            eloop = tuple(np.dtype(n) for n in e.loop)  # type: ignore[union-attr]
             edt = eloop[-1]
             for r in refs:
                 if r not in exprs:  # shared with an operand: a 0-d value, inlined
@@ -208,7 +210,8 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
             args = [low.cast(exprs[r], dtypes[r], eloop[k]) for k, r in enumerate(refs)]
             for r in refs:
                 dep |= deps[r]
-            value = low.elementwise(kind, op_name, eloop, args)
+            name = e.name if kind == "op" else e.key  # type: ignore[union-attr]
+            value = low.elementwise(kind, name, eloop, args)
             d = 1 + max(depth[r] for r in refs)
         else:
             value, edt = low.inline(ref, {})
@@ -300,8 +303,9 @@ def _operand_entries(entries: tuple[tuple, ...], ref: int) -> set[int]:
         if r in out:
             continue
         out.add(r)
-        if entries[r][0] in ("op", "call"):
-            stack.extend(entries[r][3])
+        e: Any = entries[r]
+        if e.kind in ELEMENTWISE_KINDS:
+            stack.extend(e.refs)
     return out
 
 
@@ -474,10 +478,10 @@ def _fast_axis(entries: tuple[tuple, ...], ref: int, own_dims: tuple[int, ...],
                own: str, default: str) -> str:
     """The axis along which the operand's first unit-stride load is contiguous."""
     for r in sorted(_operand_entries(entries, ref)):
-        e = entries[r]
-        if e[0] != "load" or e[4] == "c":
+        e: Any = entries[r]
+        if e.kind != "load" or e.strides == "c":
             continue
-        for c, k in zip(e[3], e[4]):
+        for c, k in zip(e.at, e.strides):
             if k != 1 or c == 0:
                 continue
             if c[0] == "j":

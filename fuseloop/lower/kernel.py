@@ -25,6 +25,7 @@ from constantdict import constantdict
 from loopy.kernel.function_interface import ScalarCallable
 from loopy.types import NumpyType
 
+from ..expr.ir import ELEMENTWISE_KINDS, LEAF_KINDS
 from ..expr.program import Program
 from .pieces import FLAT_INAME, live_entries, lower_pieces, piece_loops
 from .reductions import neutral_value, reduction_operation
@@ -35,8 +36,6 @@ _MAX_INLINE_DEPTH = 24
 _BOOL = np.dtype("bool")
 _UINT8 = np.dtype("uint8")
 _INDEX_CHARS = "lq"  # gathered index values are computed in 64 bits
-#: program entries with no operands, lowered by :meth:`_Lowering.lower_leaf`
-LEAF_KINDS = frozenset({"load", "arg", "lit", "iota"})
 
 
 def _checks_a_gather(c: Any) -> bool:
@@ -358,31 +357,25 @@ class _Lowering:
             return self.exprs[ref]
         return self.helper_call("cast", (frm, to), [self.exprs[ref]])
 
-    def lower_leaf(self, e: tuple) -> tuple[Any, np.dtype, frozenset]:
+    def lower_leaf(self, e: Any) -> tuple[Any, np.dtype, frozenset]:
         """Value, dtype and address inames of a leaf entry (kind in ``LEAF_KINDS``).
 
         Records the input array or scalar argument the leaf reads.
         """
-        kind = e[0]
+        kind = e.kind
+        dt = np.dtype(e.dtype)
         if kind == "load":
-            _, slot, dt_name, at, kinds, off = e
-            dt = np.dtype(dt_name)
-            self.inputs[slot] = dt
-            addr, names = self.piece_address(at, kinds, off) or self.address(at, kinds, off)
-            return prim.Variable(f"in{slot}")[addr], dt, names
+            self.inputs[e.slot] = dt
+            addr, names = (self.piece_address(e.at, e.strides, e.offset)
+                           or self.address(e.at, e.strides, e.offset))
+            return prim.Variable(f"in{e.slot}")[addr], dt, names
         if kind == "arg":
-            _, slot, dt_name = e
-            dt = np.dtype(dt_name)
-            self.scalar_args[slot] = dt
-            return prim.Variable(f"s{slot}"), dt, frozenset()
+            self.scalar_args[e.slot] = dt
+            return prim.Variable(f"s{e.slot}"), dt, frozenset()
         if kind == "lit":
-            _, dt_name, py_value = e
-            dt = np.dtype(dt_name)
-            return kernel_dtype(dt).type(py_value), dt, frozenset()
+            return kernel_dtype(dt).type(e.value), dt, frozenset()
         assert kind == "iota", kind
-        _, dt_name, at, kinds, off = e
-        dt = np.dtype(dt_name)
-        addr, names = self.address(at, kinds, off)
+        addr, names = self.address(e.at, e.strides, e.offset)
         value = addr if dt == self.index_dtype else lp.TypeCast(kernel_dtype(dt), addr)
         return value, dt, names
 
@@ -394,14 +387,15 @@ class _Lowering:
         for ref, e in enumerate(entries):
             if live is not None and ref not in live:
                 continue
-            if e[0] in ("op", "call"):
-                uses.update(e[3])
-            elif e[0] == "reduce":
-                uses[e[4]] += 1
-            elif e[0] == "gather":
-                uses[e[1]] += 2
-                uses[e[2]] += 1
-            elif e[0] == "concat":
+            kind = e.kind
+            if kind in ELEMENTWISE_KINDS:
+                uses.update(e.refs)
+            elif kind == "reduce":
+                uses[e.child] += 1
+            elif kind == "gather":
+                uses[e.index] += 2
+                uses[e.child] += 1
+            elif kind == "concat":
                 uses.update(self.pieces_read(e))
         uses.update(prog.outputs)
         depth: list[int] = []
@@ -414,26 +408,25 @@ class _Lowering:
                 self.deps.append(frozenset())
                 continue
             self.extra_deps: set[str] = set()
-            kind = e[0]
+            kind = e.kind
             names: frozenset = frozenset()
             deps: frozenset = frozenset()
             force_temp = False
             if kind in LEAF_KINDS:
                 value, dt, names = self.lower_leaf(e)
-            elif kind in ("op", "call"):
-                _, op_name, loop_names, refs = e
-                loop = tuple(np.dtype(n) for n in loop_names)
+            elif kind in ELEMENTWISE_KINDS:
+                refs = e.refs
+                loop = tuple(np.dtype(n) for n in e.loop)
                 dt = loop[-1]
                 args = [self.cast_expr(r, loop[k]) for k, r in enumerate(refs)]
                 for r in refs:
                     names |= self.inames[r]
                     deps |= self.deps[r]
-                value = self.elementwise(kind, op_name, loop, args)
+                value = self.elementwise(kind, e.name if kind == "op" else e.key, loop, args)
             elif kind == "reduce":
                 value, dt, names, deps = self.reduce(ref, e)
                 force_temp = True
             elif kind == "concat":
-                c, bounds = e[1], e[2]
                 refs = self.pieces_read(e)
                 for r in refs:
                     names |= self.inames[r]
@@ -442,19 +435,20 @@ class _Lowering:
                 if len(refs) == 1:  # this pass's piece: no selection
                     value = self.exprs[refs[0]]
                 else:
-                    pos, pnames = self.comp(c)
+                    pos, pnames = self.comp(e.comp)
                     names |= pnames
-                    value = _select(pos, [self.size(b) for b in bounds],
+                    value = _select(pos, [self.size(b) for b in e.bounds],
                                     [self.exprs[r] for r in refs])
             else:
                 assert kind == "gather"
-                _, iref, cref, _length = e
+                iref, cref = e.index, e.child
                 dt = self.dtypes[cref]
                 value = self.exprs[cref]
                 names = self.inames[cref] | self.inames[iref]
                 deps = self.deps[cref] | self.deps[iref]
             deps |= frozenset(self.extra_deps)
-            d = 1 + max((depth[r] for r in e[3]), default=0) if kind in ("op", "call") else 0
+            d = 1 + max((depth[r] for r in e.refs), default=0) if kind in ELEMENTWISE_KINDS \
+                else 0
             self.dtypes.append(dt)
             self.inames.append(names)
             if force_temp or ((uses[ref] > 1 or d > _MAX_INLINE_DEPTH)
@@ -472,11 +466,11 @@ class _Lowering:
             self.exprs.append(value)
             self.deps.append(deps)
 
-    def pieces_read(self, e: tuple) -> tuple[int, ...]:
+    def pieces_read(self, e: Any) -> tuple[int, ...]:
         """The pieces of concat entry ``e`` that this pass reads (one in a piece's loop)."""
-        if self.resolved is not None and (e[1], e[2]) == self.resolved[0]:
-            return (e[3][self.resolved[1]],)
-        return e[3]
+        if self.resolved is not None and (e.comp, e.bounds) == self.resolved[0]:
+            return (e.refs[self.resolved[1]],)
+        return e.refs
 
     def elementwise(self, kind: str, op_name: str, loop: tuple[np.dtype, ...],
                     args: list[Any]) -> Any:
@@ -499,9 +493,9 @@ class _Lowering:
             return prim.Quotient(a, args[1])
         return self.helper_call(op_name, loop, args)
 
-    def reduce(self, ref: int, e: tuple) -> tuple[Any, np.dtype, frozenset, frozenset]:
-        _, op, dt_name, rid, cref, _at, _sizes, total, chunk = e
-        dt = np.dtype(dt_name)
+    def reduce(self, ref: int, e: Any) -> tuple[Any, np.dtype, frozenset, frozenset]:
+        op, rid, cref, total, chunk = e.op, e.rid, e.child, e.total, e.chunk
+        dt = np.dtype(e.dtype)
         # the reduction's own loop was set up before its child was lowered
         names = self.red_inames[rid]
         jname = f"j{rid}"
@@ -522,9 +516,9 @@ class _Lowering:
         """
         prog = self.program
         for e in prog.entries:
-            if e[0] != "reduce":
+            if e.kind != "reduce":
                 continue
-            _, _op, _dt, rid, _cref, at, sizes, total, chunk = e
+            rid, at, sizes, total, chunk = e.rid, e.at, e.sizes, e.total, e.chunk
             jname = f"j{rid}"
             names: frozenset = frozenset()
             for c in at:
@@ -569,26 +563,23 @@ class _Lowering:
         return self._entry_inames(c[1])
 
     def _entry_inames(self, ref: int) -> frozenset:
-        e = self.program.entries[ref]
+        e: Any = self.program.entries[ref]
         out: frozenset = frozenset()
-        if e[0] == "load":
-            for c, k in zip(e[3], e[4]):
+        kind = e.kind
+        if kind in ("load", "iota"):
+            for c, k in zip(e.at, e.strides):
                 if c != 0 and k != 0:
                     out |= self._static_inames(c)
-        elif e[0] == "iota":
-            for c, k in zip(e[2], e[3]):
-                if c != 0 and k != 0:
-                    out |= self._static_inames(c)
-        elif e[0] in ("op", "call"):
-            for r in e[3]:
+        elif kind in ELEMENTWISE_KINDS:
+            for r in e.refs:
                 out |= self._entry_inames(r)
-        elif e[0] == "reduce":
-            out = self.red_inames[e[3]]
-        elif e[0] == "gather":
-            out = self._entry_inames(e[1]) | self._entry_inames(e[2])
-        elif e[0] == "concat":
-            out = self._static_inames(e[1]) if e[1] != 0 else out
-            for r in e[3]:
+        elif kind == "reduce":
+            out = self.red_inames[e.rid]
+        elif kind == "gather":
+            out = self._entry_inames(e.index) | self._entry_inames(e.child)
+        elif kind == "concat":
+            out = self._static_inames(e.comp) if e.comp != 0 else out
+            for r in e.refs:
                 out |= self._entry_inames(r)
         return out
 
@@ -612,8 +603,8 @@ def contiguous_rows(program: Program) -> bool:
     if program.row_dims is not None or program.chunked:
         return True
     for e in program.entries:
-        if e[0] == "load" and e[4] != "c":
-            for c, k in zip(e[3], e[4]):
+        if e.kind == "load" and e.strides != "c":
+            for c, k in zip(e.at, e.strides):  # type: ignore[union-attr]
                 if c != 0 and c[0] == "j" and k == 1:
                     return True
     return False

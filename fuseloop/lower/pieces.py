@@ -48,22 +48,22 @@ def live_entries(program: Program, resolved: Any) -> set[int]:
                 _comp_refs(c, roots)
 
     def inputs(ref: int, stack: list[int]) -> bool:
-        e = entries[ref]
-        kind = e[0]
+        e: Any = entries[ref]
+        kind = e.kind
         if kind in ("load", "iota"):
-            for c in (e[3] if kind == "load" else e[2]):
+            for c in e.at:
                 _comp_refs(c, stack)
         elif kind in ("op", "call"):
-            stack.extend(e[3])
+            stack.extend(e.refs)
         elif kind == "reduce":
-            stack.append(e[4])
-            for c in e[5]:
+            stack.append(e.child)
+            for c in e.at:
                 _comp_refs(c, stack)
         elif kind == "gather":
-            stack.extend(e[1:3])
+            stack.extend((e.index, e.child))
         elif kind == "concat":
-            _comp_refs(e[1], stack)
-            stack.extend((e[3][resolved[1]],) if (e[1], e[2]) == resolved[0] else e[3])
+            _comp_refs(e.comp, stack)
+            stack.extend((e.refs[resolved[1]],) if (e.comp, e.bounds) == resolved[0] else e.refs)
         return True
 
     live = reachable_entries(roots, inputs)
@@ -82,8 +82,8 @@ def piece_loops(program: Program) -> tuple | None:
     if program.has_reduce or program.row_dims is not None or program.contraction is not None:
         return None
     for e in program.entries:
-        if e[0] == "concat" and e[4] is not None and len(e[3]) <= MAX_PIECE_LOOPS:
-            return e[1:5]
+        if e.kind == "concat" and e.flat is not None and len(e.refs) <= MAX_PIECE_LOOPS:
+            return (e.comp, e.bounds, e.refs, e.flat)
     return None
 
 

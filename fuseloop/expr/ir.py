@@ -1,0 +1,231 @@
+"""The records a linearised program is made of (see :mod:`fuseloop.expr.program`).
+
+Each entry of ``Program.entries`` is one of the frozen records below.  They are
+named tuples whose first field, ``kind``, is the entry's tag (``"load"``,
+``"op"``, ...): entries stay tuples, so a program hashes and compares by
+structure (it is part of the cache keys) and code written against positions
+keeps working, while new code reads fields by name.  Build an entry with its
+class (``Load(slot, dtype, at, strides, offset)``); the tag is filled in.
+
+Index components (the ``at`` tuples) stay plain tuples, described in
+:mod:`fuseloop.expr.program`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+
+class _LoadFields(NamedTuple):
+    kind: str
+    slot: int  # input buffer
+    dtype: str  # dtype character
+    at: tuple  # the symbolic index the value is read at
+    strides: Any  # per component 0, 1 or ("p", slot); or "c" (the output's C order)
+    offset: Any  # 0 or ("p", slot)
+
+
+class _IotaFields(NamedTuple):
+    kind: str
+    dtype: str
+    at: tuple
+    strides: Any
+    offset: Any
+
+
+class _ArgFields(NamedTuple):
+    kind: str
+    slot: int  # scalar argument
+    dtype: str
+
+
+class _LitFields(NamedTuple):
+    kind: str
+    dtype: str
+    value: Any  # a Python number
+
+
+class _OpFields(NamedTuple):
+    kind: str
+    name: str  # the operation (fuseloop.lower.scalar_ops)
+    loop: tuple[str, ...]  # loop dtype characters: inputs..., output
+    refs: tuple[int, ...]  # argument entries
+
+
+class _CallFields(NamedTuple):
+    kind: str
+    key: str  # the user function's key
+    loop: tuple[str, ...]
+    refs: tuple[int, ...]
+
+
+class _ReduceFields(NamedTuple):
+    kind: str
+    op: str
+    dtype: str
+    rid: int  # the reduction's number (its loop)
+    child: int  # the entry reduced
+    at: tuple  # the kept index
+    sizes: tuple  # parameters: the reduced dimensions' lengths
+    total: Any  # parameter: their product
+    chunk: Any  # None, or (p_chunk, d, exact) for a two-stage reduction's first stage
+
+
+class _GatherFields(NamedTuple):
+    kind: str
+    index: int  # the index values' entry
+    child: int  # the gathered values' entry
+    length: Any  # parameter: the length indexed
+
+
+class _ConcatFields(NamedTuple):
+    kind: str
+    comp: Any  # the component along the joined axis
+    bounds: tuple  # parameters: where pieces 1.. start
+    refs: tuple[int, ...]  # the pieces' entries
+    flat: Any  # None, or (starts, kcs, cstrides) for pieces in loops of their own
+
+
+_new = tuple.__new__
+
+
+class _Tagged:
+    """The tag is filled in: a record is built from its other fields (each record's
+    ``__new__`` names them; cheaper than a check of ``*fields``)."""
+
+    __slots__ = ()
+    KIND = ""
+
+    def __getnewargs__(self) -> tuple:  # pickling passes the fields, not the tag
+        return tuple(self)[1:]  # type: ignore[call-overload]
+
+
+class Load(_Tagged, _LoadFields):
+    """An element of input buffer ``slot`` at index ``at``."""
+    __slots__ = ()
+    KIND = "load"
+
+    def __new__(cls, slot: int, dtype: str, at: tuple, strides: Any, offset: Any) -> Load:
+        return _new(cls, ("load", slot, dtype, at, strides, offset))
+
+
+class Iota(_Tagged, _IotaFields):
+    """The address a load with these fields would read, as a value (``arange``)."""
+    __slots__ = ()
+    KIND = "iota"
+
+    def __new__(cls, dtype: str, at: tuple, strides: Any, offset: Any) -> Iota:
+        return _new(cls, ("iota", dtype, at, strides, offset))
+
+
+class Arg(_Tagged, _ArgFields):
+    """Scalar argument ``slot`` (values are data: each scalar node is its own)."""
+    __slots__ = ()
+    KIND = "arg"
+
+    def __new__(cls, slot: int, dtype: str) -> Arg:
+        return _new(cls, ("arg", slot, dtype))
+
+
+class Lit(_Tagged, _LitFields):
+    """A literal, baked into the source."""
+    __slots__ = ()
+    KIND = "lit"
+
+    def __new__(cls, dtype: str, value: Any) -> Lit:
+        return _new(cls, ("lit", dtype, value))
+
+
+class Op(_Tagged, _OpFields):
+    """Elementwise operation ``name`` of the entries ``refs``."""
+    __slots__ = ()
+    KIND = "op"
+
+    def __new__(cls, name: str, loop: tuple[str, ...], refs: tuple[int, ...]) -> Op:
+        return _new(cls, ("op", name, loop, refs))
+
+
+class Call(_Tagged, _CallFields):
+    """User function ``key`` applied to the entries ``refs``."""
+    __slots__ = ()
+    KIND = "call"
+
+    def __new__(cls, key: str, loop: tuple[str, ...], refs: tuple[int, ...]) -> Call:
+        return _new(cls, ("call", key, loop, refs))
+
+
+class Reduce(_Tagged, _ReduceFields):
+    """Reduction ``rid`` of entry ``child`` over its own loop, at the kept index ``at``."""
+    __slots__ = ()
+    KIND = "reduce"
+
+    def __new__(cls, op: str, dtype: str, rid: int, child: int, at: tuple,
+                sizes: tuple, total: Any, chunk: Any) -> Reduce:
+        return _new(cls, ("reduce", op, dtype, rid, child, at, sizes, total, chunk))
+
+
+class Gather(_Tagged, _GatherFields):
+    """Entry ``child`` read at the (wrapped, clamped, maybe checked) values of ``index``."""
+    __slots__ = ()
+    KIND = "gather"
+
+    def __new__(cls, index: int, child: int, length: Any) -> Gather:
+        return _new(cls, ("gather", index, child, length))
+
+
+class Concat(_Tagged, _ConcatFields):
+    """The piece of ``refs`` that component ``comp`` falls in (a nest of conditionals)."""
+    __slots__ = ()
+    KIND = "concat"
+
+    def __new__(cls, comp: Any, bounds: tuple, refs: tuple[int, ...], flat: Any) -> Concat:
+        return _new(cls, ("concat", comp, bounds, refs, flat))
+
+
+Entry = (_LoadFields | _IotaFields | _ArgFields | _LitFields | _OpFields | _CallFields
+         | _ReduceFields | _GatherFields | _ConcatFields)
+
+#: entries with no operand entries
+LEAF_KINDS = frozenset({"load", "arg", "lit", "iota"})
+#: elementwise entries (``refs`` are their arguments)
+ELEMENTWISE_KINDS = frozenset({"op", "call"})
+
+
+def operand_refs(e: Entry) -> tuple[int, ...]:
+    """The entries ``e`` reads directly (not counting gathered index components)."""
+    kind = e.kind
+    if kind in ELEMENTWISE_KINDS or kind == "concat":
+        return e.refs  # type: ignore[union-attr]
+    if kind == "reduce":
+        return (e.child,)  # type: ignore[union-attr]
+    if kind == "gather":
+        return (e.index, e.child)  # type: ignore[union-attr]
+    return ()
+
+
+# The largest value a launch may meet in an index expression and still use 32-bit
+# indices (fuseloop.launching picks int64 above it, by the largest parameter, output
+# size or input buffer's byte size).  A lazy source (an iota: arange, linspace) has
+# no buffer to bound its addresses, so linearising records its reach as a parameter.
+INT32_LIMIT = 2**31 - 1
+
+
+def reachable_entries(roots: Iterable[int], inputs: Callable[[int, list[int]], bool],
+                      limit: int | None = None) -> set[int] | None:
+    """The entries of a program that ``roots`` are computed from, themselves included.
+
+    ``inputs(ref, stack)`` pushes the entries that entry ``ref`` reads onto ``stack``;
+    it returns False to give up (the result is then None), as does reaching more
+    than ``limit`` entries.
+    """
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        ref = stack.pop()
+        if ref in seen:
+            continue
+        seen.add(ref)
+        if inputs(ref, stack) is False or (limit is not None and len(seen) > limit):
+            return None
+    return seen

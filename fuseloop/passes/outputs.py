@@ -1,0 +1,117 @@
+"""Passes 2-5: where outputs go, the loop sizes, the row split, contractions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..expr.contraction import find_contraction
+from ..expr.ir import Entry
+from .build import Build
+from .emit import emitter
+
+
+def place_outputs(b: Build) -> None:
+    """Set ``b.out_specs``: per output ``()`` (a plain output), or ``(at, strides, offset)``.
+
+    A strided target (a view written in place) is stored at the output's index
+    through its strides; a scatter target (``a[i, j] = v``) at gathered index
+    components, whose index values become entries here.
+    """
+    specs = b.out_specs = []
+    for t in (b.targets or [None] * len(b.roots)):
+        if t is None or (t.strides is None and t.offset == 0 and t.scatter is None):
+            specs.append(())
+            continue
+        at = b.root_index
+        if t.scatter is not None:
+            axis, index_nodes, lengths, codes = t.scatter
+            q = max(len(i.shape) for i in index_nodes)
+            comps = []
+            visit = emitter(b).visit
+            for index_node, length, code in zip(index_nodes, lengths, codes):
+                ishape = index_node.shape
+                sub = b.root_index[axis + q - len(ishape):axis + q]
+                iref = visit(index_node, tuple(0 if n == 1 else c for c, n in zip(sub, ishape)))
+                comps.append(("g", iref, b.param(length), code))
+            at = (*b.root_index[:axis], *comps, *b.root_index[axis + q:])
+        assert t.strides is not None
+        # a strided target's addresses: its buffer is not among the inputs the rule reads
+        b.reach(abs(t.offset) + sum(
+            abs(s) * (b.out_shape[c[1]] - 1 if c[0] == "r" else b.params[c[2][1]] - 1)
+            for c, s in zip(at, t.strides) if c != 0))
+        kinds = tuple(0 if c == 0 else b.stride_kind(s) for c, s in zip(at, t.strides))
+        specs.append((at, kinds, 0 if t.offset == 0 else b.param(t.offset)))
+
+
+def size_roots(b: Build) -> None:
+    """Set ``b.root_sizes``: per output dimension its length's parameter, or 1."""
+    b.root_sizes = tuple(1 if n == 1 else b.param(n) for n in b.out_shape)
+
+
+def split_rows(b: Build) -> None:
+    """Set ``b.row_dims``: the output dimensions reductions vary along, or None.
+
+    Reductions are then computed once per output row: the root loop splits
+    into rows (these dimensions) and elements within a row.  None (one flat
+    loop) without reductions, for a chunked first stage, or when every output
+    dimension is a row dimension.
+    """
+    b.row_dims = None
+    if b.chunks is not None:
+        return
+    varying: set[int] = set()
+    has_reduce = False
+    for e in b.entries:
+        if e.kind == "reduce":
+            has_reduce = True
+            collect_root_dims(e.at, varying, b.entries)  # type: ignore[union-attr]
+    if has_reduce:
+        elem = [d for d, n in enumerate(b.out_shape) if n != 1 and d not in varying]
+        if elem:
+            b.row_dims = tuple(sorted(varying))
+
+
+def detect_contraction(b: Build) -> None:
+    """Set ``b.contraction``: a matmul-like sum of products (see
+    :mod:`fuseloop.expr.contraction`), or None."""
+    b.contraction = None
+    if b.chunks is None and b.row_dims is None and b.reductions == 1:
+        b.contraction = find_contraction(b.entries, b.outputs, b.out_specs, b.root_sizes,
+                                         b.params, b.param)
+
+
+def collect_root_dims(at: tuple, out: set[int], entries: list[Entry]) -> None:
+    """Add to ``out`` the output dimensions index ``at`` varies along."""
+    for c in at:
+        if c == 0:
+            continue
+        kind = c[0]
+        if kind == "r":
+            out.add(c[1])
+        elif kind == "a":
+            for _, comp in c[2]:
+                collect_root_dims((comp,), out, entries)
+        elif kind == "g":
+            _collect_entry_root_dims(c[1], out, entries)
+        elif kind == "k":
+            collect_root_dims((c[1],), out, entries)
+        # ("j", ...) components belong to an enclosing reduction's own loop
+
+
+def _collect_entry_root_dims(ref: int, out: set[int], entries: list[Entry]) -> None:
+    e: Any = entries[ref]
+    kind = e.kind
+    if kind in ("load", "iota"):
+        collect_root_dims(e.at, out, entries)
+    elif kind in ("op", "call"):
+        for r in e.refs:
+            _collect_entry_root_dims(r, out, entries)
+    elif kind == "reduce":
+        collect_root_dims(e.at, out, entries)
+    elif kind == "gather":
+        _collect_entry_root_dims(e.index, out, entries)
+        _collect_entry_root_dims(e.child, out, entries)
+    elif kind == "concat":
+        collect_root_dims((e.comp,), out, entries)
+        for r in e.refs:
+            _collect_entry_root_dims(r, out, entries)
