@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -111,8 +111,20 @@ class Recipe:
         self.variants = tuple((pred, dict(vals)) for pred, vals in variants)
         for _, vals in self.variants:
             self._check_names(vals)
+        values = self._absorb_derived(values)
         self.explicit = frozenset(values)
         self.values = self._resolve(values)
+
+    def _absorb_derived(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """``given`` less its :class:`Derived` values, which become the parameters'
+        defaults (recomputed by :meth:`with_params`, not fixed)."""
+        self._check_names(given)
+        derived = {n: v for n, v in given.items() if isinstance(v, Derived)}
+        if derived:
+            object.__setattr__(self, "params", {
+                n: replace(p, default=derived[n]) if n in derived else p
+                for n, p in self.params.items()})
+        return {n: v for n, v in given.items() if n not in derived}
 
     def _check_names(self, values: Mapping[str, Any]) -> None:
         unknown = sorted(set(values) - set(self.params))
@@ -143,10 +155,10 @@ class Recipe:
                     **params: Any) -> Recipe:
         """This recipe with other parameter values (and optionally another name or
         version); values it does not name keep theirs, derived ones are recomputed."""
-        given = {n: self.values[n] for n in self.explicit} | params
         new = self._copy(name=name or self.name,
-                         version=self.version if version is None else str(version),
-                         explicit=frozenset(given))
+                         version=self.version if version is None else str(version))
+        given = {n: self.values[n] for n in self.explicit} | new._absorb_derived(params)
+        object.__setattr__(new, "explicit", frozenset(given))
         object.__setattr__(new, "values", new._resolve(given))
         return new
 
