@@ -85,6 +85,8 @@ def test_use_scopes_and_restores(device, fresh_stats):
         x = fl.asarray(np.arange(300, dtype=np.float32))
         np.testing.assert_allclose((x * 3 + 1).get(), np.arange(300) * 3 + 1)
     assert fl.recipe_for(device) is before
+    with fl.recipes.use(cpu_chunked):  # the same variant each time (run plans compare by identity)
+        assert fl.recipe_for(device) is fl.recipe_for(device)
     # after an exception too
     with pytest.raises(KeyError), fl.recipes.use(mine):
         raise KeyError("x")

@@ -165,18 +165,26 @@ class Recipe:
     def for_device(self, device: Device) -> Recipe:
         """The variant for ``device``: the most specific matching variant's values,
         under those given explicitly to :meth:`with_params`."""
+        # (kept: run plans compare recipes by identity, and the ids are computed once)
+        memo = self.__dict__.setdefault("_for_device", {})
+        hit = memo.get(device.index)
+        if hit is not None and hit[0] is device:
+            return hit[1]
         matching = [(pred.specificity, k) for k, (pred, _) in enumerate(self.variants)
                     if pred.matches(device)]
-        if not matching:
-            return self
-        vals = self.variants[max(matching)[1]][1]
+        vals = self.variants[max(matching)[1]][1] if matching else {}
         vals = {n: v for n, v in vals.items() if n not in self.explicit}
-        if all(self.values[n] == v for n, v in vals.items()):
-            return self
-        new = self._copy()
-        object.__setattr__(new, "values", new._resolve(
-            {n: self.values[n] for n in self.explicit} | vals))
+        new = self
+        if any(self.values[n] != v for n, v in vals.items()):
+            new = self._copy()
+            object.__setattr__(new, "values", new._resolve(
+                {n: self.values[n] for n in self.explicit} | vals))
+        memo[device.index] = (device, new)
         return new
+
+    def __call__(self, t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
+        """Apply the recipe (its variant for ``device``) to ``t_unit``."""
+        return self.for_device(device).transform(t_unit, device)
 
     # {{{ what the pipeline reads
 
