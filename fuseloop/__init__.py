@@ -6,7 +6,7 @@ from difflib import get_close_matches as _close
 
 import numpy as _np
 
-from . import errors
+from . import errors, recipes
 from .api import show_code, synchronize
 from .array import Array, Constant, constant
 from .assignment import compute
@@ -89,7 +89,7 @@ __all__ = [
     "asarray", "astype", "cache_dir", "cache_info", "clear_caches", "clear_memory_cache",
     "clip", "compute", "constant",
     "device", "devices", "empty", "empty_like", "errors", "full", "full_like", "function",
-    "get_device", "linspace", "ones", "ones_like", "recipe_for", "register_recipe",
+    "get_device", "linspace", "ones", "ones_like", "recipe_for", "recipes", "register_recipe",
     "registered_recipes", "reset_stats", "set_device", "show_code", "stats", "synchronize",
     "where", "zeros", "zeros_like", *_FUNCTIONS,
     "all", "amax", "amin", "any", "argmax", "argmin", "count_nonzero", "max", "mean", "min",

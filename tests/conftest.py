@@ -39,7 +39,7 @@ def fresh_stats():
 
 @pytest.fixture
 def restore_recipes():
-    """Tests may register recipes; the registry is as it was afterwards."""
+    """Tests may register recipes; the registry (in its order) is as it was afterwards."""
     from fuseloop.recipes import _CHOSEN, _REGISTRY
 
     saved = dict(_REGISTRY)

@@ -9,7 +9,7 @@ import fuseloop as fl
 import fuseloop.ops.linalg as linalg
 from fuseloop.expr.contraction import find_contraction
 from fuseloop.expr.program import linearize
-from fuseloop.recipes import _CHOSEN, _REGISTRY
+from fuseloop.recipes import DevicePredicate
 from fuseloop.recipes import contraction as rc
 
 
@@ -33,24 +33,16 @@ def contraction_of(expr):
 
 
 @pytest.fixture
-def recipe_on(device):
+def recipe_on(device, restore_recipes):
     """``recipe_on(func)`` applies ``func`` to this device's contractions until the test ends."""
-    keys = [(device.type, "contraction")]
-    if device.type == "gpu" and "nvidia" in device.vendor.lower():
-        keys.append(("nvidia", "contraction"))
-    saved = {k: _REGISTRY.get(k) for k in keys}
+    # as specific as a predicate gets: no built-in registration outranks it
+    pred = DevicePredicate(type=device.type, vendor=device.vendor, name=device.name,
+                           platform=device.platform)
 
     def apply(func, name):
-        for k in keys:
-            fl.register_recipe(k[0], func, name=name, kind="contraction")
+        fl.register_recipe(pred, func, name=name, kind="contraction")
 
-    yield apply
-    for k, r in saved.items():
-        if r is None:
-            _REGISTRY.pop(k, None)
-        else:
-            _REGISTRY[k] = r
-    _CHOSEN.clear()
+    return apply
 
 
 # {{{ detection

@@ -336,14 +336,7 @@ def rec_gridstride(L: int, G: int):
 
 def rec_hoisted(L: int, U: int):
     """The shipped GPU recipe (slabs, loads first) with another tile shape."""
-    def recipe(t_unit, device):
-        old = fl_recipes.GPU_GROUP_SIZE, fl_recipes.GPU_ITEMS_PER_THREAD
-        fl_recipes.GPU_GROUP_SIZE, fl_recipes.GPU_ITEMS_PER_THREAD = L, U
-        try:
-            return fl_recipes.gpu_coalesced(t_unit, device)
-        finally:
-            fl_recipes.GPU_GROUP_SIZE, fl_recipes.GPU_ITEMS_PER_THREAD = old
-    return recipe
+    return fl_recipes.gpu_coalesced.with_params(group=L, items=U).transform
 
 
 RECIPES = {

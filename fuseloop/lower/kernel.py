@@ -29,6 +29,7 @@ from ..expr.ir import ELEMENTWISE_KINDS, LEAF_KINDS
 from ..expr.program import Program
 from .pieces import FLAT_INAME, live_entries, lower_pieces, piece_loops
 from .reductions import neutral_value, reduction_operation
+from .roles import kernel_roles, tag_roles
 from .scalar_ops import Helper, is_direct, make_helper
 
 ELEMENT_INAME = "e"
@@ -709,6 +710,10 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
                            "write_race(store_out*)", "write_race(check*)"],
     )
     knl = lp.set_options(knl, enforce_array_accesses_within_bounds=False)
+    # each loop's role, for recipes' within= matches (fuseloop.lower.roles)
+    knl = tag_roles(knl, kernel_roles(program.has_reduce, program.has_reduce
+                                      and contiguous_rows(program), low.red_inames,
+                                      len(split[2]) if split is not None else 0))
     for cname, clbl in low.callables.items():
         knl = lp.register_callable(knl, cname, clbl)
     return LoweredKernel(knl, arg_names)

@@ -70,6 +70,7 @@ from ..lower.contraction import (
     pad_to_tiles,
     shifted_split,
 )
+from .core import Param, Recipe
 
 if TYPE_CHECKING:
     from ..runtime.devices import Device
@@ -168,7 +169,8 @@ def _fill_tiles(t_unit: lp.TranslationUnit, cfg: TileConfig, sweep_x: list[str],
 
 
 def tiled(cfg: TileConfig):
-    """The GPU recipe with tile configuration ``cfg`` (for ``fl.register_recipe``)."""
+    """The GPU recipe with tile configuration ``cfg`` for every type, as a function
+    (``gpu_tiled.with_params(tiles=cfg)`` keeps 8-byte types apart)."""
 
     def recipe(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
         return _tile(t_unit, cfg)
@@ -191,12 +193,19 @@ def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
     return _fill_tiles(t_unit, cfg, sweep_x, sweep_y, f"{RED}_in", outer)
 
 
-def gpu_tiled(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
-    """Local-memory tiles and register tiles; 64x64 blocks for 8-byte types."""
+def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
+               wide_tiles: TileConfig) -> lp.TranslationUnit:
+    """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types."""
     from ..lower.contraction import operand_itemsize
 
     wide = operand_itemsize(t_unit.default_entrypoint) > 4
-    return _tile(t_unit, GPU_TILES_WIDE if wide else GPU_TILES)
+    return _tile(t_unit, wide_tiles if wide else tiles)
+
+
+gpu_tiled = Recipe(
+    "gpu-tiled", _gpu_tiled, kind="contraction", version="1",
+    params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types"),
+            Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types")))
 
 
 # {{{ CPU
@@ -214,7 +223,8 @@ CPU_BLOCKS = CpuBlocks()
 
 
 def blocked(cfg: CpuBlocks):
-    """The CPU recipe with block configuration ``cfg`` (for ``fl.register_recipe``)."""
+    """The CPU recipe with block configuration ``cfg``, as a function (the same as
+    ``cpu_blocked.with_params(blocks=cfg)``)."""
 
     def recipe(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
         return _cpu_blocks(t_unit, cfg)
@@ -248,8 +258,14 @@ def _cpu_blocks(t_unit: lp.TranslationUnit, cfg: CpuBlocks) -> lp.TranslationUni
     return lp.prioritize_loops(t_unit, f"{RED},{COL}_in,{ROW}_in")
 
 
-def cpu_blocked(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
-    return _cpu_blocks(t_unit, CPU_BLOCKS)
+def _cpu_blocked(t_unit: lp.TranslationUnit, device: Device, *,
+                 blocks: CpuBlocks) -> lp.TranslationUnit:
+    return _cpu_blocks(t_unit, blocks)
+
+
+cpu_blocked = Recipe(
+    "cpu-blocked", _cpu_blocked, kind="contraction", version="2",
+    params=(Param("blocks", CpuBlocks, CPU_BLOCKS, "the register block of a work-item"),))
 
 # }}}
 

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import loopy as lp
 import numpy as np
 import pymbolic.primitives as prim
+from loopy.kernel.data import InameImplementationTag
 from loopy.symbolic import IdentityMapper, get_dependencies
 
 from ..errors import RecipeError
@@ -433,7 +434,8 @@ def vectorise_loop_calls(t_unit: lp.TranslationUnit, iname: str,
     knl = t_unit.default_entrypoint
     mine = [insn for insn in knl.instructions if iname in insn.within_inames]
     ids = frozenset(insn.id for insn in mine)
-    if (not mine or knl.iname_tags(iname)
+    # (role tags, fuseloop.lower.roles, are no implementation: the loop is still sequential)
+    if (not mine or knl.iname_tags_of_type(iname, InameImplementationTag)
             or not _plain_element_loop(knl, mine, mine[0].within_inames)
             or not count_vector_calls(t_unit, ids, fp64, iname)):
         return t_unit

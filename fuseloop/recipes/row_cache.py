@@ -29,6 +29,7 @@ import pymbolic.primitives as prim
 from loopy.symbolic import IdentityMapper, get_dependencies
 
 from ..lower.kernel import ELEMENT_INAME, FLAT_INAME
+from . import select
 
 PLACEHOLDER = "fl_row_cache"
 
@@ -140,7 +141,7 @@ class _Placeholders(IdentityMapper):
 
 def plan(knl: lp.LoopKernel, max_rows: int = 2) -> list[CachedRow]:
     """The rows worth caching in ``knl`` (a ``fuseloop_rows`` kernel before splitting)."""
-    js = sorted(n for n in knl.all_inames() if n.startswith("j"))
+    js = select.inames(knl, f"tag:{select.REDUCTION}")
     bounds = {j: row_bound(knl, j) for j in js}
     row_inames = {j for j, b in bounds.items() if b is not None}
     if not row_inames:

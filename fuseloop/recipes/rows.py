@@ -1,15 +1,16 @@
 """Built-in recipes for kernels with reductions (kind ``"reduction"``).
 
-A reduction kernel loops over output rows with ``i`` (and, when reductions
-are computed once per row and then used by every element of it, over the
-row's elements with ``e``); reduction ``rid`` loops over ``j<rid>``.  The
-lowering names the kernel after the access pattern it found:
+A reduction kernel loops over output rows with ``i`` (role tag ``fl_row``;
+and, when reductions are computed once per row and then used by every element
+of it, over the row's elements with ``e``, tag ``fl_row_element``); reduction
+``rid`` loops over ``j<rid>`` (tag ``fl_reduction``).  The lowering tags the row
+loop with the access pattern it found (and names the kernel after it):
 
-* ``fuseloop_rows``: each row's reduced elements are contiguous (row sums,
+* ``fl_row_contiguous`` (``fuseloop_rows``): each row's reduced elements are contiguous (row sums,
   softmax, the pieces of a two-stage full reduction).  On GPUs one work-group
   takes a row: its work-items stride through the row together (coalesced)
   and combine their partial results in local memory.
-* ``fuseloop_cols``: the reduced elements are far apart but neighbouring rows
+* ``fl_row_strided`` (``fuseloop_cols``): the reduced elements are far apart but neighbouring rows
   are neighbours in memory (column sums, contractions): one work-item per row,
   neighbouring work-items reading neighbouring addresses.
 
@@ -29,18 +30,19 @@ from loopy.kernel.data import LocalInameTag
 
 from ..expr.program import Program
 from ..lower.kernel import ELEMENT_INAME, FLAT_INAME, contiguous_rows
-from . import row_cache
+from . import row_cache, select
+from .core import Derived, Param, Recipe
 from .cpu_vector import (
-    POCL_PLATFORM,
     reduction_vector_calls,
     through_double_width,
     vectorise_loop_calls,
     vectorise_reduction_calls,
 )
+from .elementwise import POCL
 
 if TYPE_CHECKING:
     from ..runtime.devices import Device
-    from . import RecipeFunction, SizeClassFunction
+    from .core import SizeClassFunction
 
 GPU_ROW_GROUP = 512
 GPU_ROW_CACHE_ITEMS = 16
@@ -51,7 +53,15 @@ CPU_ACCUMULATORS = 8
 
 
 def _reduction_inames(knl: lp.LoopKernel) -> list[str]:
-    return sorted(n for n in knl.all_inames() if n.startswith("j"))
+    return select.inames(knl, f"tag:{select.REDUCTION}")
+
+
+def _contiguous_rows(knl: lp.LoopKernel) -> bool:
+    return select.has_iname(knl, f"tag:{select.ROW_CONTIGUOUS}")
+
+
+def _has_row_elements(knl: lp.LoopKernel) -> bool:
+    return select.has_iname(knl, f"tag:{select.ROW_ELEMENT}")
 
 
 def _reduction_temporaries(knl: lp.LoopKernel) -> list[str]:
@@ -126,69 +136,75 @@ def make_row_size_class(group: int, cache_items: int) -> SizeClassFunction:
 
 
 def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_ITEMS,
-                  lanes: int = GPU_REDUCTION_LANES) -> RecipeFunction:
-    """The ``gpu-rows`` recipe with ``group`` work-items per contiguous row.
+                  lanes: int = GPU_REDUCTION_LANES) -> Recipe:
+    """The ``gpu-rows`` recipe with ``group`` work-items per contiguous row
+    (``gpu_rows.with_params(group=..., cache_items=..., lanes=...)``)."""
+    return gpu_rows.with_params(group=group, cache_items=cache_items, lanes=lanes)
+
+
+def _gpu_rows(t_unit: lp.TranslationUnit, device: Device, *, group: int, cache_items: int,
+              lanes: int) -> lp.TranslationUnit:
+    """Group per row for contiguous rows, work-item per row otherwise.
 
     A row read by several passes is kept in registers, ``cache_items``
     elements per work-item (0: never; see :mod:`fuseloop.recipes.row_cache`).
     The work-items' partial results are combined through ``lanes`` values
-    (see :func:`_group_reductions`; 0: Loopy's tree).  The returned function
-    carries its size classes (:func:`make_row_size_class`) as ``size_class``,
-    which :func:`~fuseloop.register_recipe` picks up.
+    (see :func:`_group_reductions`; 0: Loopy's tree).
     """
+    knl = t_unit.default_entrypoint
+    if not _contiguous_rows(knl):
+        return lp.split_iname(t_unit, FLAT_INAME, GPU_COL_GROUP, outer_tag="g.0",
+                              inner_tag="l.0")
+    return _gpu_contiguous_rows(t_unit, group, cache_items, lanes)
 
-    def gpu_rows(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
-        """Group per row for contiguous rows, work-item per row otherwise."""
-        knl = t_unit.default_entrypoint
-        if knl.name != "fuseloop_rows":
-            return lp.split_iname(t_unit, FLAT_INAME, GPU_COL_GROUP, outer_tag="g.0",
-                                  inner_tag="l.0")
-        t_unit = lp.tag_inames(t_unit, {FLAT_INAME: "g.0"})
-        rows = row_cache.plan(knl) if cache_items else []
-        cached: set[str] = set().union(*(r.loops for r in rows))
-        if rows:
-            t_unit = row_cache.insert_placeholders(t_unit, rows)
 
-        def split(t_unit: lp.TranslationUnit, loop: str) -> lp.TranslationUnit:
-            t_unit = lp.split_iname(t_unit, loop, group, inner_tag="l.0")
-            if loop in cached:  # the cached part of the row: an unrolled loop
-                t_unit = lp.split_iname(t_unit, f"{loop}_outer", cache_items,
-                                        inner_tag="unr")
-                t_unit = lp.prioritize_loops(t_unit,
-                                             f"{loop}_outer_outer,{loop}_outer_inner")
-            return t_unit
+def _gpu_contiguous_rows(t_unit: lp.TranslationUnit, group: int, cache_items: int,
+                         lanes: int) -> lp.TranslationUnit:
+    """The work-group-per-row form (the other half of :func:`_gpu_rows`)."""
+    knl = t_unit.default_entrypoint
+    t_unit = lp.tag_inames(t_unit, {FLAT_INAME: "g.0"})
+    rows = row_cache.plan(knl) if cache_items else []
+    cached: set[str] = set().union(*(r.loops for r in rows))
+    if rows:
+        t_unit = row_cache.insert_placeholders(t_unit, rows)
 
-        bounds = {j: row_cache.row_bound(knl, j) for j in _reduction_inames(knl)}
-        peeled: set[str] = set()
-        if rows:
-            t_unit, peeled = row_cache.peel(t_unit, rows, group, cache_items,
-                                            _combiners(t_unit))
-        for j in bounds:
-            if j in peeled:
-                continue
-            t_unit = split(t_unit, j)
-            # each work-item first reduces its own strided elements, then the group
-            t_unit = lp.split_reduction_outward(t_unit, f"{j}_inner")
-        if ELEMENT_INAME in knl.all_inames() and ELEMENT_INAME not in peeled:
-            t_unit = split(t_unit, ELEMENT_INAME)
-        if rows:
-            t_unit = row_cache.add_fills(t_unit, rows, group, cache_items)
-        t_unit, shared = _group_reductions(t_unit, bounds, group, lanes)
-        # Loopy's tree: a row's reduced value is produced by one work-item and
-        # read by all of them
-        results = [name for name in _reduction_temporaries(knl) if name not in shared]
-        for name in results:
-            t_unit = lp.set_temporary_address_space(t_unit, name, "local")
-        t_unit = _spread_row_work(t_unit, group)
-        t_unit = _publish_results(t_unit, results)
-        # Loopy's tree writes the result from its last stage (one work-item): not a race
-        knl = t_unit.default_entrypoint
-        t_unit = t_unit.with_kernel(knl.copy(silenced_warnings=[
-            *knl.silenced_warnings, *(f"write_race(calc_{name})" for name in results)]))
+    def split(t_unit: lp.TranslationUnit, loop: str) -> lp.TranslationUnit:
+        t_unit = lp.split_iname(t_unit, loop, group, inner_tag="l.0")
+        if loop in cached:  # the cached part of the row: an unrolled loop
+            t_unit = lp.split_iname(t_unit, f"{loop}_outer", cache_items,
+                                    inner_tag="unr")
+            t_unit = lp.prioritize_loops(t_unit,
+                                         f"{loop}_outer_outer,{loop}_outer_inner")
         return t_unit
 
-    gpu_rows.size_class = make_row_size_class(group, max(cache_items, 1))  # type: ignore[attr-defined]
-    return gpu_rows
+    bounds = {j: row_cache.row_bound(knl, j) for j in _reduction_inames(knl)}
+    peeled: set[str] = set()
+    if rows:
+        t_unit, peeled = row_cache.peel(t_unit, rows, group, cache_items,
+                                        _combiners(t_unit))
+    for j in bounds:
+        if j in peeled:
+            continue
+        t_unit = split(t_unit, j)
+        # each work-item first reduces its own strided elements, then the group
+        t_unit = lp.split_reduction_outward(t_unit, f"{j}_inner")
+    if _has_row_elements(knl) and ELEMENT_INAME not in peeled:
+        t_unit = split(t_unit, ELEMENT_INAME)
+    if rows:
+        t_unit = row_cache.add_fills(t_unit, rows, group, cache_items)
+    t_unit, shared = _group_reductions(t_unit, bounds, group, lanes)
+    # Loopy's tree: a row's reduced value is produced by one work-item and
+    # read by all of them
+    results = [name for name in _reduction_temporaries(knl) if name not in shared]
+    for name in results:
+        t_unit = lp.set_temporary_address_space(t_unit, name, "local")
+    t_unit = _spread_row_work(t_unit, group)
+    t_unit = _publish_results(t_unit, results)
+    # Loopy's tree writes the result from its last stage (one work-item): not a race
+    knl = t_unit.default_entrypoint
+    t_unit = t_unit.with_kernel(knl.copy(silenced_warnings=[
+        *knl.silenced_warnings, *(f"write_race(calc_{name})" for name in results)]))
+    return t_unit
 
 
 def _group_reductions(t_unit: lp.TranslationUnit, bounds: dict[str, str | None],
@@ -284,7 +300,14 @@ def _publish_results(t_unit: lp.TranslationUnit, results: list[str]) -> lp.Trans
     return t_unit
 
 
-gpu_rows = make_gpu_rows()
+gpu_rows = Recipe(
+    "gpu-rows", _gpu_rows, kind="reduction", version="9",
+    params=(Param("group", int, GPU_ROW_GROUP, "work-items per contiguous row"),
+            Param("cache_items", int, GPU_ROW_CACHE_ITEMS,
+                  "elements per work-item of a row kept in registers (0: none)"),
+            Param("lanes", int, GPU_REDUCTION_LANES,
+                  "values the partial results are combined through (0: Loopy's tree)")),
+    size_class=Derived(lambda v: make_row_size_class(v["group"], max(v["cache_items"], 1))))
 
 
 def _spread_row_work(t_unit: lp.TranslationUnit, group: int) -> lp.TranslationUnit:
@@ -319,39 +342,51 @@ def _spread_row_work(t_unit: lp.TranslationUnit, group: int) -> lp.TranslationUn
     return lp.tag_inames(t_unit, {lane: "l.0"})
 
 
-def cpu_rows(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
+def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
+              accumulators: int, vector_math: bool) -> lp.TranslationUnit:
     """A few whole rows per work-item; rows are looped through sequentially.
 
-    On PoCL, math builtins applied to a row's elements run on vectors of
-    :data:`~fuseloop.recipes.cpu_vector.LANES` elements (as in the elementwise
-    recipe): in a reduction over a contiguous row (``sum(exp(x - m))``), whose
-    lanes then get an accumulator each, and in the loop over a row's elements
-    (softmax's ``exp(x - m) / s``).
+    With ``vector_math`` (the PoCL variant), math builtins applied to a row's
+    elements run on vectors of :data:`~fuseloop.recipes.cpu_vector.LANES`
+    elements (as in the elementwise recipe): in a reduction over a contiguous
+    row (``sum(exp(x - m))``), whose lanes then get an accumulator each, and in
+    the loop over a row's elements (softmax's ``exp(x - m) / s``).
     """
     knl = t_unit.default_entrypoint
-    vector = device.platform == POCL_PLATFORM
     fp64 = device.has_fp64
-    if knl.name == "fuseloop_rows" and ELEMENT_INAME not in knl.all_inames():
+    row = select.iname(knl, f"tag:{select.ROW}")
+    contiguous = _contiguous_rows(knl)
+    element = select.iname(knl, f"tag:{select.ROW_ELEMENT}")
+    if contiguous and element is None:
         # long contiguous rows (or pieces): one each, so every core gets some
-        t_unit = lp.tag_inames(t_unit, {FLAT_INAME: "g.0"})
+        t_unit = lp.tag_inames(t_unit, {row: "g.0"})
         for j in _reduction_inames(knl):
-            t_unit = _accumulators(t_unit, j, CPU_ACCUMULATORS)
-            if vector:
+            t_unit = _accumulators(t_unit, j, accumulators)
+            if vector_math:
                 t_unit = _vector_reduction(t_unit, j, fp64)
         return t_unit
-    t_unit = lp.split_iname(t_unit, FLAT_INAME, CPU_ROWS_PER_ITEM, outer_tag="g.0")
-    if not vector:
+    t_unit = lp.split_iname(t_unit, row, rows_per_item, outer_tag="g.0")
+    if not vector_math:
         return t_unit
-    if knl.name == "fuseloop_rows":
+    if contiguous:
         for j in _reduction_inames(knl):
             calls = _reduction_calls(t_unit, j, fp64)
-            t_unit = _accumulators(t_unit, j, CPU_ACCUMULATORS)
+            t_unit = _accumulators(t_unit, j, accumulators)
             if calls:
                 t_unit = _vector_reduction(t_unit, j, fp64)
-    if ELEMENT_INAME in knl.all_inames():
-        t_unit = vectorise_loop_calls(t_unit, ELEMENT_INAME, fp64,
-                                      through_double_width(device))
+    if element is not None:
+        t_unit = vectorise_loop_calls(t_unit, element, fp64, through_double_width(device))
     return t_unit
+
+
+cpu_rows = Recipe(
+    "cpu-rows", _cpu_rows, kind="reduction", version="4",
+    params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
+                  "rows per work-item (short rows; long contiguous rows get one each)"),
+            Param("accumulators", int, CPU_ACCUMULATORS,
+                  "interleaved accumulators of a contiguous row's reduction"),
+            Param("vector_math", bool, False, "math builtins on vectors (PoCL)")),
+    variants=((POCL, {"vector_math": True}),))
 
 
 def _reduction_calls(t_unit: lp.TranslationUnit, j: str, fp64: bool) -> bool:
