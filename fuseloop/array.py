@@ -407,6 +407,9 @@ class Array(ArrayProtocol):
 
     _node: Node
     _storage: Storage | None
+    _shape: tuple[int, ...]
+    device: Device
+    dtype: np.dtype
 
     # {{{ construction
 
