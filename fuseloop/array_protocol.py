@@ -49,7 +49,7 @@ def _set_shape(self: Array, shape: Any) -> None:
     # a lazy array owns no buffer anyone else sees: its values, computed in C order
     storage = self.copy().eval()._storage
     self._shape = new
-    self._become(storage)
+    self._become(storage)  # type: ignore[arg-type]
 
 
 def _finish(result: Array, out: Any, name: str) -> Any:
