@@ -73,10 +73,14 @@ def tests_pocl_system(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check over the package, tests, examples, benchmarks and this file."""
-    session.install("ruff==0.17.6")
+    """ruff check over the package, tests, examples, benchmarks and this file; mypy over
+    the package (settings: ``[tool.mypy]`` in pyproject.toml); the line budget."""
+    # the package's own dependencies carry the types mypy reads (loopy, pyopencl, ...)
+    session.install(".", "ruff==0.17.6", "mypy==2.4.1")
     session.run("ruff", "check", "fuseloop", "tests", "examples", "benchmarks", "docs",
                 "noxfile.py", *session.posargs)
+    session.run("mypy")
+    session.run("python", ".ci/line_budget.py", "fuseloop")
 
 
 @nox.session

@@ -186,7 +186,7 @@ def _signed_loop(op: str, an: Node, bn: Node | None, sa: int, sb: Any,
     if len(_sig_loops) >= SIG_LOOPS_MAX:
         _sig_loops.clear()
     # (an is None only for a scalar's type, bn for a scalar's: both truthy)
-    _sig_loops[(op, sa or (an.dtype, an.shape), sb or (bn.dtype, bn.shape))] = hit
+    _sig_loops[(op, sa or (an.dtype, an.shape), sb or (bn.dtype, bn.shape))] = hit  # type: ignore[union-attr]
     return hit
 
 
@@ -342,7 +342,14 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
 # op -> its lean binary (unary) function, for apply_op (ufuncs called by name)
 _lean_binaries: dict[str, Callable[[Any, Any], Any]] = {}
 _lean_unaries: dict[str, Callable[[Any], Any]] = {}
-_caches.register("array.lean_ops", lambda: (_lean_binaries.clear(), _lean_unaries.clear()),
+
+
+def _clear_lean_ops() -> None:
+    _lean_binaries.clear()
+    _lean_unaries.clear()
+
+
+_caches.register("array.lean_ops", _clear_lean_ops,
                  lambda: len(_lean_binaries) + len(_lean_unaries), why="one per operation")
 
 
@@ -374,7 +381,7 @@ def _apply_general(op: str, operands: tuple) -> Any:
         weak = all(o.dtype is None if isinstance(o, Constant) else type(o) in (int, float)
                    for o in operands)
         return Constant(result.item(), None if weak else result.dtype)
-    return Array._lazy(node, device)
+    return Array._lazy(node, device)  # type: ignore[arg-type]
 
 
 def _inplace_probe_baseline() -> int:
@@ -407,6 +414,9 @@ class Array(ArrayProtocol):
 
     _node: Node
     _storage: Storage | None
+    _shape: tuple[int, ...]
+    device: Device
+    dtype: np.dtype
 
     # {{{ construction
 
@@ -498,7 +508,7 @@ class Array(ArrayProtocol):
     def is_contiguous(self) -> bool:
         """True for a concrete array that fills its own buffer in C order."""
         node = self._node
-        return type(node) is Leaf and node.strides is None and node.offset == 0  # type: ignore[attr-defined]
+        return type(node) is Leaf and node.strides is None and node.offset == 0
 
     def get(self) -> np.ndarray:
         """Evaluate and copy to a new numpy array (waits for the device)."""
@@ -710,8 +720,8 @@ class Array(ArrayProtocol):
     __rlshift__ = _lean_binary("left_shift", reflected=True)
     __rshift__ = _lean_binary("right_shift")
     __rrshift__ = _lean_binary("right_shift", reflected=True)
-    __eq__ = _lean_binary("equal")  # type: ignore[assignment]
-    __ne__ = _lean_binary("not_equal")  # type: ignore[assignment]
+    __eq__ = _lean_binary("equal")
+    __ne__ = _lean_binary("not_equal")
     __lt__ = _lean_binary("less")
     __le__ = _lean_binary("less_equal")
     __gt__ = _lean_binary("greater")

@@ -30,7 +30,7 @@ def _restore(host: np.ndarray) -> Array:
     return asarray(host)
 
 
-def _set_shape(self: Array, shape: Any) -> None:
+def _set_shape(self, shape: Any) -> None:
     """``x.shape = s``: numpy's in-place reshape, allowed only where no copy is needed."""
     from .expr.views import reshape_view
     from .ops.shape import resolve_shape
@@ -83,13 +83,17 @@ class ArrayProtocol:
 
     __slots__ = ()
 
+    if TYPE_CHECKING:  # what the mixin uses of Array (declared for the type checker only)
+        def get(self) -> np.ndarray: ...
+        def copy(self) -> Array: ...
+
     # {{{ numpy conversion
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         """numpy 2's protocol: always a new host copy, so ``copy=False`` raises."""
         if copy is False:
             raise ValueError(_COPY_REFUSED)
-        host = self.get()  # type: ignore[attr-defined]
+        host = self.get()
         return host if dtype is None else host.astype(dtype, copy=False)
 
     # }}}
@@ -98,14 +102,14 @@ class ArrayProtocol:
 
     def __copy__(self) -> Array:
         # an independent array, as numpy's copy.copy gives (not one sharing the buffer)
-        return self.copy()  # type: ignore[attr-defined]
+        return self.copy()
 
     def __deepcopy__(self, memo: dict) -> Array:
-        return self.copy()  # type: ignore[attr-defined]
+        return self.copy()
 
     def __reduce__(self) -> tuple:
         # the values through the host; unpickled onto the default device of that time
-        return _restore, (self.get(),)  # type: ignore[attr-defined]
+        return _restore, (self.get(),)
 
     # }}}
 

@@ -255,7 +255,8 @@ def _wrote(path: Path, nbytes: int) -> None:
 def _scan(directory: Path) -> tuple[list[tuple[float, int, Path]], list[tuple[float, Path]]]:
     """(mtime, size, path) of each entry file and (mtime, path) of each temporary file,
     in every schema folder; files that vanish while scanned are left out."""
-    entries, temps = [], []
+    entries: list[tuple[float, int, Path]] = []
+    temps: list[tuple[float, Path]] = []
     try:
         subs = [e for e in os.scandir(directory) if _SCHEMA_DIR.match(e.name) and e.is_dir()]
     except OSError:
@@ -334,7 +335,7 @@ def disk_entries(directory: Path | None = None) -> list[Path]:
     directory = cache_dir() if directory is None else directory
     if directory is None or not directory.is_dir():
         return []
-    found = []
+    found: list[Any] = []
     for sub in sorted(directory.iterdir()):
         if _SCHEMA_DIR.match(sub.name) and sub.is_dir():
             found.extend(f for f in sorted(sub.iterdir())

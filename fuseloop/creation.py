@@ -215,7 +215,7 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None,
     natural = np.arange(start, start + step, step).dtype if dtype is None else as_dtype(dtype)
     natural = as_dtype(natural)
     dev = _device(device)
-    work = np.dtype(np.int64) if natural.kind in "iub" else np.dtype(np.float64)
+    work: np.dtype = np.dtype(np.int64) if natural.kind in "iub" else np.dtype(np.float64)
     if natural == np.float32 and not dev.has_fp64:
         work = np.dtype(np.float32)
     _check_device_dtype(work, dev)

@@ -177,7 +177,8 @@ class Lowered:
                 return codegen.generate(self.t_unit, self.device)
 
         kernel = get_kernel(lin.program, self.index_dtype, self.device, self.recipe,
-                            user_functions, self.sizes, make_plan=from_this_stage)
+                            user_functions,  # type: ignore[arg-type]  # (only read)
+                            self.sizes, make_plan=from_this_stage)
         return Compiled(lin, self.device, self.index_dtype, self.recipe, self.sizes, kernel)
 
 
@@ -287,4 +288,9 @@ def _plain(t_unit: Any) -> str:
 
 def _input_dtypes(prog: Program) -> dict[int, str]:
     """Input slot -> the dtype (character) its loads read."""
-    return {e[1]: e[2] for e in prog.entries if e[0] == "load"}
+    out: dict[int, str] = {}
+    e: Any  # an Entry, read by its kind tag
+    for e in prog.entries:
+        if e[0] == "load":
+            out[e[1]] = e[2]
+    return out

@@ -156,7 +156,7 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
         for wl, size in cases:
             label = f"{wl.name} {size_label(wl, size)}"
             recs = run_case(wl, size, peers, settings,
-                            on_library=lambda lib, label=label: bar.describe(f"{label} {lib}"))
+                            on_library=lambda lib, label=label: bar.describe(f"{label} {lib}"))  # type: ignore[misc]
             for r in recs:
                 if r.get("correct") is False:
                     bar.write(f"WARNING: RESULT MISMATCH {label} {r['library']}: "

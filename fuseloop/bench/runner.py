@@ -205,7 +205,7 @@ def run_case(wl: Workload, size: int, peers: list[Peer], settings: Settings,
         jobs.append(("opencl enqueue_copy", lambda: _opencl_copy(inputs), None))
     jobs.append(("fuseloop", lambda: _fuseloop(wl, inputs), None))
     for p in peers:
-        jobs.append((p.name, lambda p=p: _peer(p, wl, inputs), p))
+        jobs.append((p.name, lambda p=p: _peer(p, wl, inputs), p))  # type: ignore[misc]
 
     records = []
     for library, prepare, peer in jobs:

@@ -93,7 +93,7 @@ def _eval(expr_fn: Callable[..., Any], *args: Any) -> Runner:
     return run, fetch
 
 
-def _f64(*arrays: np.ndarray) -> list[np.ndarray]:
+def _f64(*arrays: np.ndarray) -> list[Any]:
     return [a.astype(np.float64) for a in arrays]
 
 
@@ -142,7 +142,7 @@ def _chain_workload(length: int) -> Workload:
         label=f"{length} op(s) alternating * y and + x, from x: {chain_string(min(length, 4))}"
               + (" ..." if length > 4 else ""), kind="1d", unit="GB/s",
         inputs=("x", "y"), work=lambda a: 3 * F32 * a["x"].size,
-        reference=lambda x, y: chain(*_f64(x, y), length),
+        reference=lambda x, y: chain(*_f64(x, y), length),  # type: ignore[call-arg]
         fuseloop=lambda x, y: _eval(chain, x, y, length),
         peer=lambda ops, x, y: chain(x, y, length), numexpr=chain_string(length),
     )
@@ -202,7 +202,7 @@ REDUCTIONS = [
         Workload(
             name=f"sum-axis{ax}", group="reduction", label=f"x.sum(axis={ax}) on 2-D",
             kind="2d", unit="GB/s", inputs=("x",),
-            work=lambda a, ax=ax: F32 * (a["x"].size + a["x"].shape[1 - ax]),
+            work=lambda a, ax=ax: F32 * (a["x"].size + a["x"].shape[1 - ax]),  # type: ignore[misc]
             reference=lambda x, ax=ax: x.astype(np.float64).sum(axis=ax),
             fuseloop=_fl_axis_sum(ax), peer=lambda ops, x, ax=ax: ops.sum(x, axis=ax),
             numexpr=f"sum(x, axis={ax})", rtol=1e-4, atol=1e-4,
@@ -223,7 +223,7 @@ def softmax(m: Any, x: Any) -> Any:
 
 def _fl_softmax(x: fl.Array) -> Runner:
     def expr() -> fl.Array:
-        e = fl.exp(x - x.max(axis=-1, keepdims=True))
+        e = fl.exp(x - x.max(axis=-1, keepdims=True))  # type: ignore[operator]
         return e / e.sum(axis=-1, keepdims=True)
 
     return _eval(expr)

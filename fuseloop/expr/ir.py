@@ -74,7 +74,8 @@ class _ReduceFields(NamedTuple):
 
 class _GatherFields(NamedTuple):
     kind: str
-    index: int  # the index values' entry
+    # (shadows tuple.index, which entries never call)
+    index: int  # type: ignore[assignment]  # the index values' entry
     child: int  # the gathered values' entry
     length: Any  # parameter: the length indexed
 
@@ -98,7 +99,7 @@ class _Tagged:
     KIND = ""
 
     def __getnewargs__(self) -> tuple:  # pickling passes the fields, not the tag
-        return tuple(self)[1:]  # type: ignore[call-overload]
+        return tuple(self)[1:]  # type: ignore[arg-type]  # a mixin of NamedTuples
 
 
 class Load(_Tagged, _LoadFields):
@@ -194,13 +195,14 @@ ELEMENTWISE_KINDS = frozenset({"op", "call"})
 
 def operand_refs(e: Entry) -> tuple[int, ...]:
     """The entries ``e`` reads directly (not counting gathered index components)."""
-    kind = e.kind
+    f: Any = e  # read by its kind tag (mypy cannot narrow the union through it)
+    kind = f.kind
     if kind in ELEMENTWISE_KINDS or kind == "concat":
-        return e.refs  # type: ignore[union-attr]
+        return f.refs
     if kind == "reduce":
-        return (e.child,)  # type: ignore[union-attr]
+        return (f.child,)
     if kind == "gather":
-        return (e.index, e.child)  # type: ignore[union-attr]
+        return (f.index, f.child)
     return ()
 
 

@@ -142,7 +142,7 @@ class Storage:
                 del readers[key]
 
     def live_readers(self) -> list[Any]:
-        alive = []
+        alive: list[Any] = []
         with _readers_lock:
             register_readers()
             readers = self.readers
@@ -210,7 +210,7 @@ def signature_of(node: Node) -> int:
         sig = intern_sig(("I", node.dtype.char, node.shape, node.strides, node.offset))  # type: ignore[attr-defined]
     else:
         return 0
-    node.sig = sig
+    node.sig = sig  # type: ignore[misc]  # (Leaf, Literal and Iota have a sig slot)
     return sig
 
 
@@ -305,12 +305,12 @@ class Scalar(Node):
         self.storages = _EMPTY
 
     # (properties: the operators make scalar nodes in place, without setting them)
-    @property  # type: ignore[override]
-    def sig(self) -> int:
+    @property
+    def sig(self) -> int:  # type: ignore[override]
         return scalar_sig(self.dtype.char)
 
-    @property  # type: ignore[override]
-    def operands(self) -> tuple:
+    @property
+    def operands(self) -> tuple:  # type: ignore[override]
         return (self,)
 
 

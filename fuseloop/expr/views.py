@@ -278,10 +278,10 @@ def reshape_view(node: Node, new_shape: tuple[int, ...]) -> Node | None:
     if tuple(n for n in node.shape if n != 1) == tuple(n for n in new_shape if n != 1):
         src = [d for d, n in enumerate(node.shape) if n != 1]
         dst = [d for d, n in enumerate(new_shape) if n != 1]
-        coeffs = [[0] * len(new_shape) for _ in node.shape]
+        rows = [[0] * len(new_shape) for _ in node.shape]
         for s, d in zip(src, dst):
-            coeffs[s][d] = 1
-        return affine_view(node, new_shape, (0,) * len(node.shape), coeffs)
+            rows[s][d] = 1
+        return affine_view(node, new_shape, (0,) * len(node.shape), rows)
     return None
 
 

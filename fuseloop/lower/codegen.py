@@ -75,7 +75,9 @@ def lower(program: Program, index_dtype: np.dtype, recipe: Any,
 
     from . import kernel  # (looked up at call time: tests replace lower_program)
 
-    lowered = kernel.lower_program(program, collapse_groups(program), index_dtype,
+    # (collapse_groups returns None now; its result stays the second argument)
+    lowered = kernel.lower_program(program, collapse_groups(program),  # type: ignore[func-returns-value]
+                                   index_dtype,
                                    user_functions, piece_chunk=recipe.concat_chunk)
     t_unit = lowered.t_unit
     if sizes:

@@ -135,7 +135,8 @@ class _ContractionLowering(_Lowering):
 
     def operand_rule(self, ref: int, name: str, args: dict[str, str],
                      order: tuple[str, ...]) -> tuple[lp.SubstitutionRule, np.dtype]:
-        groups = {key: (prim.Variable(args[key]), frozenset()) for key in order}
+        groups: dict[str, tuple[Any, frozenset]] = {
+            key: (prim.Variable(args[key]), frozenset()) for key in order}
         self.set_groups(groups)
         value, dt = self.inline(ref, {})
         return lp.SubstitutionRule(name, tuple(args[key] for key in order), value), dt
@@ -320,11 +321,11 @@ def _domain(knl: lp.LoopKernel, bounds: dict[str, str]) -> isl.BasicSet:
 def _current_bounds(knl: lp.LoopKernel) -> dict[str, str]:
     """The constraints of every iname of the (single) domain, as isl text."""
     dom = knl.domains[0]
-    out = {}
+    out: dict[str, str] = {}
     for name in dom.get_var_names(isl.dim_type.set):
-        proj = dom.project_out_except([name], [isl.dim_type.set])
+        proj = dom.project_out_except([name], [isl.dim_type.set])  # type: ignore[list-item]
         text = str(proj)
-        out[name] = text[text.index(":") + 1:text.rindex("}")].strip()
+        out[name] = text[text.index(":") + 1:text.rindex("}")].strip()  # type: ignore[index]
     return out
 
 
@@ -425,8 +426,8 @@ def explicit_accumulator(t_unit: lp.TranslationUnit, axes: list[tuple[str, int]]
     assert isinstance(red, lp.Reduction) and red.operation.__class__.__name__ == \
         "SumReductionOperation"
     dtype = knl.temporary_variables[ACC].dtype
-    tile = prim.Variable(name)[tuple(prim.Variable(i) for i, _ in axes)]
-    init = lp.Assignment(tile, dtype.numpy_dtype.type(0), id=f"{REDUCTION_ID}_init",
+    tile: Any = prim.Variable(name)[tuple(prim.Variable(i) for i, _ in axes)]
+    init = lp.Assignment(tile, dtype.numpy_dtype.type(0), id=f"{REDUCTION_ID}_init",  # type: ignore[union-attr]
                          within_inames=insn.within_inames)
     update = lp.Assignment(tile, tile + red.expr, id=f"{REDUCTION_ID}_update",
                            within_inames=insn.within_inames | frozenset(red.inames),

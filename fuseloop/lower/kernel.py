@@ -74,13 +74,13 @@ class HelperCallable(ScalarCallable):
         object.__setattr__(self, "result_dtype", result_dtype)
         object.__setattr__(self, "source", source)
 
-    def with_types(self, arg_id_to_dtype, clbl_inf_ctx):  # type: ignore[override]
+    def with_types(self, arg_id_to_dtype, clbl_inf_ctx):
         types = {i: NumpyType(kernel_dtype(d)) for i, d in enumerate(self.param_dtypes)}
         types[-1] = NumpyType(kernel_dtype(self.result_dtype))
         return (self.copy(name_in_target=self.name, arg_id_to_dtype=constantdict(types)),
                 clbl_inf_ctx)
 
-    def generate_preambles(self, target):  # type: ignore[override]
+    def generate_preambles(self, target):
         yield (f"50_{self.name}", self.source)
 
 
@@ -131,7 +131,7 @@ class _Lowering:
         self.red_inames: dict[int, frozenset] = {}  # rid -> inames of its position
         self.exprs: list[Any] = []
         self.inames: list[frozenset] = []
-        self.dtypes: list[np.dtype] = []
+        self.dtypes: list[Any] = []  # np.dtype; None outside the current piece's loop
         self.insn_of: dict[int, str] = {}  # entry -> instruction computing its temporary
         self.deps: list[frozenset] = []  # instruction ids each entry's value needs
         self.extra_deps: set[str] = set()
@@ -210,7 +210,7 @@ class _Lowering:
             return pos, names
         assert kind == "a"
         expr: Any = c[1]
-        names: frozenset = frozenset()
+        names = frozenset()
         for coef, sub in c[2]:
             e, n = self.comp(sub)
             expr = expr + coef * e if expr != 0 else coef * e
@@ -223,7 +223,7 @@ class _Lowering:
             addr, names = self.contiguous_address(at)
             return (addr if offset == 0 else addr + self.size(offset)), names
         terms = []
-        names: frozenset = frozenset()
+        names = frozenset()
         for c, k in zip(at, kinds):
             if c == 0:
                 continue
@@ -317,8 +317,9 @@ class _Lowering:
             self.instructions.append(lp.Assignment(
                 prim.Variable(name), wrapped, id=f"calc_{name}", within_inames=within,
                 depends_on=self.deps[ref]))
-            bad = prim.LogicalOr((prim.Comparison(prim.Variable(name), "<", 0),
-                                  prim.Comparison(prim.Variable(name), ">=", n)))
+            # (loopy annotates predicates as strings; it takes expressions as well)
+            bad: Any = prim.LogicalOr((prim.Comparison(prim.Variable(name), "<", 0),
+                                       prim.Comparison(prim.Variable(name), ">=", n)))
             # any offending index is reported: the check's code (1, or the source axis
             # plus 2), the value and the axis length; racing writers all write offenders
             for k, value in enumerate((int(checked), raw, n)):
@@ -385,6 +386,7 @@ class _Lowering:
         entries = prog.entries
         live = self.live
         uses: Counter[int] = Counter()
+        e: Any  # an Entry, read by its kind tag (mypy cannot narrow the union through it)
         for ref, e in enumerate(entries):
             if live is not None and ref not in live:
                 continue
@@ -408,7 +410,7 @@ class _Lowering:
                 self.inames.append(frozenset())
                 self.deps.append(frozenset())
                 continue
-            self.extra_deps: set[str] = set()
+            self.extra_deps = set()
             kind = e.kind
             names: frozenset = frozenset()
             deps: frozenset = frozenset()
@@ -516,6 +518,7 @@ class _Lowering:
         entry itself, but its indices refer to the reduction's loop.
         """
         prog = self.program
+        e: Any  # an Entry, read by its kind tag
         for e in prog.entries:
             if e.kind != "reduce":
                 continue
@@ -603,9 +606,10 @@ def contiguous_rows(program: Program) -> bool:
     """Whether some reduction walks contiguous memory (the recipes' row pattern)."""
     if program.row_dims is not None or program.chunked:
         return True
+    e: Any  # an Entry, read by its kind tag
     for e in program.entries:
         if e.kind == "load" and e.strides != "c":
-            for c, k in zip(e.at, e.strides):  # type: ignore[union-attr]
+            for c, k in zip(e.at, e.strides):
                 if c != 0 and c[0] == "j" and k == 1:
                     return True
     return False

@@ -81,6 +81,7 @@ def piece_loops(program: Program) -> tuple | None:
     """
     if program.has_reduce or program.row_dims is not None or program.contraction is not None:
         return None
+    e: Any  # an Entry, read by its kind tag
     for e in program.entries:
         if e.kind == "concat" and e.flat is not None and len(e.refs) <= MAX_PIECE_LOOPS:
             return (e.comp, e.bounds, e.refs, e.flat)

@@ -36,7 +36,7 @@ class NanMaxReductionOperation(ScalarReductionOperation):
     def __call__(self, dtypes: Any, operand1: Any, operand2: Any, callables_table: Any,
                  target: Any) -> Any:
         a, b = operand1, operand2
-        keep = prim.Comparison(a, ">=", b)
+        keep: prim.Expression = prim.Comparison(a, ">=", b)
         if _is_float(dtypes):
             # a NaN in ``a`` is kept; one in ``b`` fails the comparison and is taken
             keep = prim.LogicalOr((keep, prim.Comparison(a, "!=", a)))
@@ -52,7 +52,7 @@ class NanMinReductionOperation(ScalarReductionOperation):
     def __call__(self, dtypes: Any, operand1: Any, operand2: Any, callables_table: Any,
                  target: Any) -> Any:
         a, b = operand1, operand2
-        keep = prim.Comparison(a, "<=", b)
+        keep: prim.Expression = prim.Comparison(a, "<=", b)
         if _is_float(dtypes):
             # a NaN in ``a`` is kept; one in ``b`` fails the comparison and is taken
             keep = prim.LogicalOr((keep, prim.Comparison(a, "!=", a)))

@@ -7,7 +7,7 @@ loops by role rather than by name (see :mod:`fuseloop.recipes.select`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import loopy as lp
 from loopy.kernel.instruction import LegacyStringInstructionTag
@@ -30,7 +30,7 @@ PIECE = "fl_piece"
 
 
 def tag_roles(t_unit: lp.TranslationUnit,
-              roles: dict[str, Iterable[str]]) -> lp.TranslationUnit:
+              roles: Mapping[str, Iterable[str]]) -> lp.TranslationUnit:
     """``t_unit`` with each iname tagged with its roles (``{iname: roles}``)."""
     present = t_unit.default_entrypoint.all_inames()
     tags = [(iname, LegacyStringInstructionTag(role))

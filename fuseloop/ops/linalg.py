@@ -172,8 +172,8 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Array:
         ax_a, ax_b = list(range(a.ndim - n, a.ndim)), list(range(n))
     else:
         ax_a, ax_b = axes
-        ax_a = [ax_a] if isinstance(ax_a, int | np.integer) else list(ax_a)
-        ax_b = [ax_b] if isinstance(ax_b, int | np.integer) else list(ax_b)
+        ax_a = [ax_a] if isinstance(ax_a, int | np.integer) else list(ax_a)  # type: ignore[list-item]
+        ax_b = [ax_b] if isinstance(ax_b, int | np.integer) else list(ax_b)  # type: ignore[list-item]
         if len(ax_a) != len(ax_b):
             raise ShapeError("tensordot: the two axes lists must have the same length")
         ax_a = [normalize_axis(x, a.ndim) for x in ax_a]

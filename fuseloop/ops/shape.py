@@ -53,7 +53,7 @@ def _wrap(arr: Array, node: Node) -> Array:
     """An array for ``node``: a concrete view when it only reads ``arr``'s buffer."""
     if type(node) is Leaf and not arr.is_lazy:
         view = object.__new__(Array)
-        view._storage = node.storage  # type: ignore[attr-defined]
+        view._storage = node.storage
         view._node = node
         view.device = arr.device
         view.dtype = node.dtype
@@ -133,8 +133,9 @@ def swapaxes(a: Any, axis1: int, axis2: int) -> Array:
 
 def moveaxis(a: Any, source: Any, destination: Any) -> Array:
     a = _coerce(a)
-    src = [source] if isinstance(source, int | np.integer) else list(source)
-    dst = [destination] if isinstance(destination, int | np.integer) else list(destination)
+    src: list[Any] = [source] if isinstance(source, int | np.integer) else list(source)
+    dst: list[Any] = ([destination] if isinstance(destination, int | np.integer)
+                      else list(destination))
     if len(src) != len(dst):
         raise ValueError("source and destination must have the same number of elements")
     src = [normalize_axis(s, a.ndim, "source") for s in src]

@@ -152,9 +152,9 @@ class _Emitter(Mapper):
         b.reductions += 1
         child = node.child
         at = node.kept_index(at)
-        c_at = []
+        c_at: list[Any] = []
         kept = 0
-        sizes = []
+        sizes: list[Any] = []
         for k, n in enumerate(child.shape):
             if k in node.axes:
                 if n == 1:

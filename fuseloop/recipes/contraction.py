@@ -156,8 +156,8 @@ def _fill_tiles(t_unit: lp.TranslationUnit, cfg: TileConfig, sweep_x: list[str],
             tv = knl2.temporary_variables[f"{name}_tile"]
             pad = max(1, 32 // cfg.bk) if cfg.bk < 32 else 1
             pad = -(-pad // 4) * 4 if cfg.layout == "blocked" else pad
-            shape = tuple(tv.shape)
-            storage = (*shape[:-1], shape[-1] + pad)
+            shape = tuple(tv.shape)  # type: ignore[arg-type]
+            storage = (*shape[:-1], shape[-1] + pad)  # type: ignore[assignment]
             strides = [math.prod(storage[d + 1:]) for d in range(len(storage))]
             tv = tv.copy(storage_shape=storage,
                          dim_tags=tuple(FixedStrideArrayDimTag(s) for s in strides))

@@ -27,6 +27,7 @@ vector builtin computes them and nobody reads them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import loopy as lp
@@ -43,7 +44,7 @@ POCL_PLATFORM = "Portable Computing Language"
 #: elements per block, and per vector call on floats (an AVX2 register holds 8
 #: floats or 4 doubles: double calls take 4 lanes at a time)
 LANES = VECTOR_WIDTH = 8
-_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+_TYPES: dict[np.dtype, str] = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 # the builtins whose PoCL vector forms pay (the probe's figures, float / double):
 # floor, ceil, trunc, rint, sqrt and copysign are compiler intrinsics that the
 # loop vectoriser already handles
@@ -59,7 +60,8 @@ _VECTOR_OPS = {
 # (benchmarks/probes/cpu_vector_math_probe.py --lanes).  Their double8 forms agree with the
 # scalar builtins, as do all the other float8 forms, so float32 sin, cos and tan
 # go through double8 where the device has doubles (and stay scalar where not)
-_THROUGH_DOUBLE = {np.dtype(np.float32): frozenset({"sin", "cos", "tan"})}
+_THROUGH_DOUBLE: dict[np.dtype, frozenset[str]] = {
+    np.dtype(np.float32): frozenset({"sin", "cos", "tan"})}
 _ARG_PREFIX = "_fl_va"
 _RESULT_PREFIX = "_fl_vr"
 
@@ -155,7 +157,7 @@ class _CallHoister(IdentityMapper):
         call = self.owner.vectorisable(name, params)
         if call is None:
             return type(expr)(expr.function, params)
-        return self.owner.hoist(name, call, params, self)
+        return self.owner.hoist(name, call, params, self)  # type: ignore[arg-type]
 
     # calls under a condition keep their place (their arguments may be invalid
     # where the condition is false); so do reductions
@@ -258,7 +260,7 @@ class _Vectoriser:
         return prim.Subscript(prim.Variable(result), lane_var)
 
 
-def _plain_element_loop(knl: lp.LoopKernel, insns: list[Any], inames: frozenset[str],
+def _plain_element_loop(knl: lp.LoopKernel, insns: Sequence[Any], inames: frozenset[str],
                         readers: frozenset[str] = frozenset()) -> bool:
     """Whether ``insns`` are unconditional assignments within exactly ``inames``,
     writing outputs or temporaries that no other instruction (but ``readers``) reads."""
@@ -307,10 +309,10 @@ def _hoist_calls(knl: lp.LoopKernel, callables: Any, fp64: bool, ids: frozenset[
         mapper = _CallHoister(vec, insn.depends_on)
         red = insn.expression
         if isinstance(red, lp.Reduction):
-            expr = lp.Reduction(red.operation, red.inames, mapper(red.expr),
+            expr = lp.Reduction(red.operation, red.inames, mapper(red.expr),  # type: ignore[arg-type]
                                 allow_simultaneous=red.allow_simultaneous)
         else:
-            expr = mapper(red)
+            expr = mapper(red)  # type: ignore[assignment]
         insns.append(insn.copy(expression=expr,
                                depends_on=insn.depends_on | frozenset(mapper.call_ids)))
     return vec, vec.insns + insns
@@ -522,7 +524,7 @@ def vectorise_reduction_calls(t_unit: lp.TranslationUnit, insn_id: str, block: s
                                    within_inames=insn.within_inames | {block},
                                    depends_on=insn.depends_on | {init.id}))
         elif block in other.within_inames:
-            insns.append(other.copy(depends_on=other.depends_on | {init.id}))
+            insns.append(other.copy(depends_on=other.depends_on | {init.id}))  # type: ignore[arg-type]
         else:
-            insns.append(other)
+            insns.append(other)  # type: ignore[arg-type]
     return t_unit.with_kernel(knl.copy(instructions=insns))

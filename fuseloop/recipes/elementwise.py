@@ -43,11 +43,11 @@ def _cpu_chunked(t_unit: lp.TranslationUnit, device: Device, *, chunk: int,
     """
     flat = select.iname(t_unit, f"tag:{select.FLAT}")
     if select.has_iname(t_unit, f"tag:{select.PIECE}"):
-        return lp.tag_inames(t_unit, {flat: "g.0"})
+        return lp.tag_inames(t_unit, {flat: "g.0"})  # type: ignore[dict-item]
     if vector_math:
-        return vectorise_math_calls(t_unit, flat, chunk, device.has_fp64,
+        return vectorise_math_calls(t_unit, flat, chunk, device.has_fp64,  # type: ignore[arg-type]
                                     through_double_width(device))
-    return lp.split_iname(t_unit, flat, chunk, outer_tag="g.0")
+    return lp.split_iname(t_unit, flat, chunk, outer_tag="g.0")  # type: ignore[arg-type]
 
 
 cpu_chunked = Recipe(

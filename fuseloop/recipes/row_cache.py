@@ -19,6 +19,7 @@ reads the cache only when its length equals ``p`` (checked at run time).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +38,7 @@ PLACEHOLDER = "fl_row_cache"
 @dataclass
 class CachedRow:
     array: str
-    base: object  # pymbolic expression: the row's first element
+    base: Any  # pymbolic expression: the row's first element
     bound: str  # the parameter bounding the reduction loops that read it
     loops: set[str] = field(default_factory=set)
 
@@ -63,7 +64,7 @@ def implied(knl: lp.LoopKernel, condition: str) -> bool:
     mentioned = set(re.findall(r"[A-Za-z_]\w*", condition)) - {"and", "or", "not"}
     if not mentioned <= set(names):
         return False
-    wanted = isl.BasicSet(f"[{', '.join(names)}] -> {{ : {condition} }}")
+    wanted = isl.BasicSet(f"[{', '.join(names)}] -> {{ : {condition} }}")  # type: ignore[arg-type]
     return assumptions.is_subset(wanted)
 
 
@@ -81,7 +82,7 @@ def head_items(knl: lp.LoopKernel, bound: str, group: int, items: int) -> tuple[
     return used, inside
 
 
-def _offset_of(index: object, iname: str, row_inames: set[str]) -> object | None:
+def _offset_of(index: Any, iname: str, row_inames: set[str]) -> Any:
     """``base`` when ``index`` is ``base + iname`` with no row loop in ``base``."""
     terms = index.children if isinstance(index, prim.Sum) else (index,)
     hits = [k for k, t in enumerate(terms) if t == prim.Variable(iname)]
@@ -101,12 +102,12 @@ class _Collector(IdentityMapper):
         super().__init__()
         self.inputs = inputs
         self.row_inames = row_inames
-        self.found: list[tuple[str, object, str]] = []  # (array, base, loop)
+        self.found: list[tuple[str, Any, str]] = []  # (array, base, loop)
 
-    def map_reduction(self, expr, scope=frozenset()):  # type: ignore[override]
+    def map_reduction(self, expr, scope=frozenset()):
         return super().map_reduction(expr, scope | frozenset(expr.inames))
 
-    def map_subscript(self, expr, scope=frozenset()):  # type: ignore[override]
+    def map_subscript(self, expr, scope=frozenset()):
         agg = expr.aggregate
         if isinstance(agg, prim.Variable) and agg.name in self.inputs:
             for loop in scope & self.row_inames:
@@ -125,10 +126,10 @@ class _Placeholders(IdentityMapper):
         self.rows = rows
         self.row_inames = row_inames
 
-    def map_reduction(self, expr, scope=frozenset()):  # type: ignore[override]
+    def map_reduction(self, expr, scope=frozenset()):
         return super().map_reduction(expr, scope | frozenset(expr.inames))
 
-    def map_subscript(self, expr, scope=frozenset()):  # type: ignore[override]
+    def map_subscript(self, expr, scope=frozenset()):
         agg = expr.aggregate
         for loop in scope & self.row_inames:
             for n, row in enumerate(self.rows):
@@ -154,7 +155,7 @@ def plan(knl: lp.LoopKernel, max_rows: int = 2) -> list[CachedRow]:
     for insn in knl.instructions:
         if isinstance(insn, lp.Assignment):
             collect(insn.expression, frozenset(insn.within_inames))
-    rows: dict[tuple[str, object], CachedRow] = {}
+    rows: dict[tuple[str, Any], CachedRow] = {}
     for array, base, loop in collect.found:
         key = (array, base)
         row = rows.get(key)
@@ -197,7 +198,7 @@ class _Resolver(IdentityMapper):
         self.group = group
         self.items = items
 
-    def map_call(self, expr, *args, **kwargs):  # type: ignore[override]
+    def map_call(self, expr, *args, **kwargs):
         if not (isinstance(expr.function, prim.Variable)
                 and expr.function.name == PLACEHOLDER):
             return super().map_call(expr, *args, **kwargs)
@@ -207,7 +208,7 @@ class _Resolver(IdentityMapper):
         outer = next(d for d in deps if d.endswith("_outer_outer"))
         loop = outer[:-len("_outer_outer")]
         slot = prim.Variable(f"{loop}_outer_inner")
-        cond = prim.Comparison(prim.Variable(outer), "==", 0)
+        cond: prim.Expression = prim.Comparison(prim.Variable(outer), "==", 0)
         if loop == ELEMENT_INAME:
             cond = prim.LogicalAnd((prim.Comparison(prim.Variable("NE"), "==",
                                                     prim.Variable(row.bound)), cond))
@@ -237,7 +238,7 @@ def add_fills(t_unit: lp.TranslationUnit, rows: list[CachedRow], group: int,
         dtype = knl.arg_dict[row.array].dtype
         temps[f"row{n}"] = lp.TemporaryVariable(f"row{n}", dtype, shape=(used,),
                                                 address_space=lp.AddressSpace.PRIVATE)
-        offset = prim.Variable(lane) + group * prim.Variable(k)
+        offset: prim.Expression = prim.Variable(lane) + group * prim.Variable(k)
         predicates: frozenset = frozenset()
         if inside < used:  # some slots may lie past the row's end
             past: Any = prim.Comparison(offset, "<", prim.Variable(p))
@@ -268,8 +269,8 @@ class _Peeler(IdentityMapper):
     the cached rows' (the element loop: the cache serves it only when equal).
     """
 
-    def __init__(self, loop: str, position: object, rows: list[CachedRow],
-                 slot: object | None, length: str | None) -> None:
+    def __init__(self, loop: str, position: Any, rows: list[CachedRow],
+                 slot: Any, length: str | None) -> None:
         super().__init__()
         self.loop = loop
         self.position = position
@@ -277,10 +278,10 @@ class _Peeler(IdentityMapper):
         self.slot = slot
         self.length = length
 
-    def map_variable(self, expr, *args, **kwargs):  # type: ignore[override]
+    def map_variable(self, expr, *args, **kwargs):
         return self.position if expr.name == self.loop else expr
 
-    def map_call(self, expr, *args, **kwargs):  # type: ignore[override]
+    def map_call(self, expr, *args, **kwargs):
         if not (isinstance(expr.function, prim.Variable)
                 and expr.function.name == PLACEHOLDER):
             return super().map_call(expr, *args, **kwargs)
@@ -319,7 +320,7 @@ def _domain_of(knl: lp.LoopKernel, loop: str) -> isl.BasicSet | None:
 
 
 def peel(t_unit: lp.TranslationUnit, rows: list[CachedRow], group: int, items: int,
-         ops: dict[str, object]) -> tuple[lp.TranslationUnit, set[str]]:
+         ops: dict[str, Callable[..., Any]]) -> tuple[lp.TranslationUnit, set[str]]:
     """Cached row loops as a straight-line head and a separate tail loop.
 
     A row loop ``0 <= X < p`` read through the cache becomes, per work-item

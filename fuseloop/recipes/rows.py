@@ -100,8 +100,8 @@ def _row_length_params(program: Program) -> tuple[int, ...]:
     if (program.contraction is not None or not program.has_reduce
             or not contiguous_rows(program)):
         return ()
-    return tuple(sorted({e[7][1] for e in program.entries
-                         if e[0] == "reduce" and e[8] is None}))
+    entries: tuple[Any, ...] = program.entries  # read by kind tag and position
+    return tuple(sorted({e[7][1] for e in entries if e[0] == "reduce" and e[8] is None}))
 
 
 def make_row_size_class(group: int, cache_items: int) -> SizeClassFunction:
@@ -232,7 +232,7 @@ def _group_reductions(t_unit: lp.TranslationUnit, bounds: dict[str, str | None],
     new_tags: dict[str, str] = {}
     done: set[str] = set()
     for insn in knl.instructions:
-        red = insn.expression if isinstance(insn, lp.Assignment) else None
+        red: Any = insn.expression if isinstance(insn, lp.Assignment) else None
         target = insn.assignee_var_names()[0] if red is not None else None
         j = (red.inames[0][:-len("_inner")]
              if isinstance(red, lp.Reduction) and len(red.inames) == 1
@@ -262,7 +262,7 @@ def _group_reductions(t_unit: lp.TranslationUnit, bounds: dict[str, str | None],
         slot = prim.Variable(lane) + lanes * prim.Variable(k)
         partial = prim.Variable(partials)[slot]
         if not row_cache.implied(knl, f"{p} >= {group}"):  # some work-items had no element
-            partial = prim.If(prim.Comparison(slot, "<", prim.Variable(p)), partial, neutral)
+            partial = prim.If(prim.Comparison(slot, "<", prim.Variable(p)), partial, neutral)  # type: ignore[arg-type, assignment]
         insns.append(lp.Assignment(
             prim.Variable(combined)[prim.Variable(lane)],
             lp.Reduction(red.operation, (k,), partial),
@@ -359,13 +359,13 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
     element = select.iname(knl, f"tag:{select.ROW_ELEMENT}")
     if contiguous and element is None:
         # long contiguous rows (or pieces): one each, so every core gets some
-        t_unit = lp.tag_inames(t_unit, {row: "g.0"})
+        t_unit = lp.tag_inames(t_unit, {row: "g.0"})  # type: ignore[dict-item]
         for j in _reduction_inames(knl):
             t_unit = _accumulators(t_unit, j, accumulators)
             if vector_math:
                 t_unit = _vector_reduction(t_unit, j, fp64)
         return t_unit
-    t_unit = lp.split_iname(t_unit, row, rows_per_item, outer_tag="g.0")
+    t_unit = lp.split_iname(t_unit, row, rows_per_item, outer_tag="g.0")  # type: ignore[arg-type]
     if not vector_math:
         return t_unit
     if contiguous:

@@ -26,12 +26,12 @@ import pickle
 import struct
 import sys
 import time
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 _HEADER = struct.Struct("<Q")
 
 
-def read_message(stream: BinaryIO) -> Any:
+def read_message(stream: IO[bytes]) -> Any:
     """The next message on ``stream``; EOFError when the other side has gone."""
     header = stream.read(_HEADER.size)
     if len(header) < _HEADER.size:
@@ -43,7 +43,7 @@ def read_message(stream: BinaryIO) -> Any:
     return pickle.loads(body)
 
 
-def write_message(stream: BinaryIO, message: Any) -> None:
+def write_message(stream: IO[bytes], message: Any) -> None:
     body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(_HEADER.pack(len(body)) + body)
     stream.flush()

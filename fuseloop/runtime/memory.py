@@ -73,6 +73,7 @@ class _Buffer(cl.Buffer):
     """A buffer made outside the pool; its bytes stop counting when it dies."""
 
     __slots__ = ("_memory",)
+    _memory: DeviceMemory
 
     def __del__(self) -> None:
         memory = getattr(self, "_memory", None)
