@@ -154,6 +154,15 @@ _set_scalar = getattr(cl.Kernel, SET_SCALAR_ARG)
 _set_arg = cl.Kernel.set_arg
 
 
+def set_args(kernel: cl.Kernel, buffers: Sequence[Any], scalars: Sequence[np.generic]) -> None:
+    """Set a kernel's arguments: ``buffers`` first, then the numpy ``scalars`` (of the
+    kernel's declared types) from their bytes (:data:`SET_SCALAR_ARG`)."""
+    for i, b in enumerate(buffers):
+        _set_arg(kernel, i, b)
+    for i, v in enumerate(scalars, len(buffers)):
+        _set_scalar(kernel, i, v)
+
+
 class LaunchPlan:
     """How a compiled kernel is launched for one set of sizes: all but the data.
 
