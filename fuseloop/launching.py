@@ -331,22 +331,26 @@ def enqueue(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[
     :func:`enqueue_or_defer`), else now; a kernel with an error flag runs now and
     its flag is read (raising on an out-of-range gather index).  Counts the launch,
     and ``hit`` memory-cache hits, in ``fl.stats()``."""
+    flag = None
     try:
         kernel, last = thread_kernel(plan)
-        if plan.error_arg is not None:
-            _enqueue_checked(plan, outs, storages, scalars, kernel, last, device)
-        else:
+        if plan.error_arg is None:
             enqueue_or_defer(plan.go, (outs, storages, scalars, kernel, last), small, device)
+        else:
+            flag = _enqueue_flagged(plan, outs, storages, scalars, kernel, last, device)
     except BaseException:
         _stats.increment("memory_cache_hits", hit)
         raise
     with _stats_lock:  # both counters at once: one lock round trip
         _counters["memory_cache_hits"] += hit
         _counters["kernels_launched"] += 1
+    if flag is not None:
+        _check_flag(*flag, device)
 
 
-def _enqueue_checked(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[Any],
-                     kernel: Any, last: list[Any], device: Device) -> None:
+def _enqueue_flagged(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[Any],
+                     kernel: Any, last: list[Any], device: Device) -> tuple[np.ndarray, Any]:
+    """Enqueue a kernel with an error flag now, with a new flag buffer; return both."""
     err = np.zeros(3, np.int64)
     err_buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
                         hostbuf=err)
@@ -354,8 +358,13 @@ def _enqueue_checked(plan: LaunchPlan, outs: Any, storages: list[Storage], scala
     with rt.launch_lock:
         if rt.deferred:
             rt.flush()
-        kernel.set_arg(plan.error_arg, err_buf)
+        _set_arg(kernel, plan.error_arg, err_buf)
         plan.go(outs, storages, scalars, kernel, last, rt.queue)
+    return err, err_buf
+
+
+def _check_flag(err: np.ndarray, err_buf: Any, device: Device) -> None:
+    """Read a gather's error flag back; raise when an index was out of range."""
     read(err, err_buf, device)
     if err[0]:
         # (several offending work items may interleave their writes: the parts are
