@@ -26,6 +26,7 @@ import pyopencl as cl
 
 from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
+from .cache import memory_generation
 from .errors import DeviceMemoryError
 from .expr import program as _prog
 from .expr.nodes import (
@@ -485,7 +486,10 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device,
     index_dtype = index_dtype_for(
         storages, entry.max_param if entry.max_param > size else size, device)
     plan = plans.get(index_dtype)
-    if plan is None or not plan.valid(recipe_for(device, "elementwise"), index_dtype):
+    # (LaunchPlan.valid written out: one call fewer on the commonest path; the
+    # index dtype is the plan's key)
+    if plan is None or plan.recipe is not recipe_for(device, "elementwise") \
+            or plan.generation != memory_generation[0]:
         return None
     try:
         kernel, last = plan.threads.state
