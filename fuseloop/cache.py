@@ -32,10 +32,12 @@ refreshes (see :func:`trim_disk_cache`).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import itertools
+import operator
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -148,9 +150,50 @@ def disk_key(program: Program, index_dtype: np.dtype, device: Device, recipe: Re
 # }}}
 
 
-def _compile_sizes(exprs: list[str]) -> Any:
-    code = "lambda N, NE, p: (" + "".join(f"{e}, " for e in exprs) + ")"
-    return eval(code, {"__builtins__": {"max": max, "min": min}})
+def _size_term(expr: str) -> Callable[[int, int, Sequence[int]], int]:
+    """One grid-size expression of a kernel plan as a function of ``(N, NE, p)``.
+
+    The expressions are Python over ``N``, ``NE``, ``p[k]``, integers, ``+ - * //``,
+    ``max`` and ``min`` (see :mod:`fuseloop.lower.codegen`); parsed once, here, into
+    nested closures rather than evaluated as generated code.
+    """
+    return _size_node(ast.parse(expr, mode="eval").body, expr)
+
+
+_BINOPS: dict[type, Callable[[int, int], int]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+
+
+def _size_node(node: ast.expr, expr: str) -> Callable[[int, int, Sequence[int]], int]:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        value = node.value
+        return lambda N, NE, p: value
+    if isinstance(node, ast.Name) and node.id in ("N", "NE"):
+        return (lambda N, NE, p: N) if node.id == "N" else (lambda N, NE, p: NE)
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) \
+            and node.value.id == "p" and isinstance(node.slice, ast.Constant):
+        k = node.slice.value
+        return lambda N, NE, p: p[k]
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        op = _BINOPS[type(node.op)]
+        a, b = _size_node(node.left, expr), _size_node(node.right, expr)
+        return lambda N, NE, p: op(a(N, NE, p), b(N, NE, p))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        a = _size_node(node.operand, expr)
+        return lambda N, NE, p: -a(N, NE, p)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id in ("max", "min") and not node.keywords:
+        f = max if node.func.id == "max" else min
+        terms = [_size_node(a, expr) for a in node.args]
+        return lambda N, NE, p: f(t(N, NE, p) for t in terms)
+    raise ValueError(f"unexpected grid-size expression {expr!r} in a kernel plan")
+
+
+def _compile_sizes(exprs: list[str]) -> Callable[[int, int, Sequence[int]], tuple[int, ...]]:
+    """The grid sizes of a kernel plan as one function ``(N, NE, p) -> tuple``."""
+    terms = tuple(_size_term(e) for e in exprs)
+    return lambda N, NE, p: tuple([t(N, NE, p) for t in terms])
 
 
 class CompiledKernel:
@@ -162,7 +205,8 @@ class CompiledKernel:
     gets its clone on first use, with the scalar argument types declared.
     """
 
-    __slots__ = ("_local", "_scalar_dtypes", "arg_plan", "gsize", "lsize", "plan", "program")
+    __slots__ = ("_local", "_scalar_dtypes", "arg_plan", "gsize", "launch_plans", "lsize", "plan",
+                 "program")
 
     def __init__(self, plan: KernelPlan, program: cl.Program) -> None:
         self.plan = plan
@@ -182,6 +226,8 @@ class CompiledKernel:
                 kind = {"out": 0, "in": 1, "s": 2, "p": 3}[a.rstrip("0123456789")]
                 arg_plan.append((kind, int(a.lstrip("outinsp"))))
         self.arg_plan = tuple(arg_plan)
+        # (params, rows, row length, one output) -> fuseloop.launching.LaunchPlan
+        self.launch_plans: dict[tuple, Any] = {}
 
     def _new_kernel(self) -> cl.Kernel:
         with kernel_objects_lock:

@@ -27,7 +27,7 @@ import pyopencl as cl
 from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
 from .cache import memory_generation
-from .errors import DeviceMemoryError, index_value_out_of_bounds
+from .errors import DeviceMemoryError
 from .expr import program as _prog
 from .expr.nodes import (
     Apply,
@@ -56,16 +56,16 @@ from .expr.views import nocopy_reshape_strides, reshape_view
 from .launching import (
     DEFER_MAX,
     DEFER_MAX_ELEMENTS,
-    INDEX_INT32,
-    INDEX_INT64,
-    INT32_LIMIT,
-    kernel_for,
+    enqueue,
+    index_dtype_for,
     launch_cached,
-    other_device,
+    plan_launch,
+    recipe_kind,
+    rows_of,
 )
 from .recipes import recipe_for
 from .runtime.devices import Device
-from .runtime.transfer import host_buffer, read
+from .runtime.transfer import host_buffer
 
 _plan_recorder = run_plans.recorder
 recording_threads = run_plans.recording_threads
@@ -147,11 +147,7 @@ def allocate(nbytes: int, device: Device) -> Storage:
     _check_alloc_size(nbytes, device)
     allocator = device.allocator
     buf = _with_recent_released(lambda: allocator.allocate(max(nbytes, 1)), nbytes, device)
-    storage = Storage(buf, nbytes, device)
-    rec = _plan_recorder()
-    if rec is not None:
-        rec.allocated(storage)
-    return storage
+    return Storage(buf, nbytes, device)
 
 
 def upload(host: np.ndarray, device: Device) -> Storage:
@@ -487,13 +483,11 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device,
     if plans is None or size > DEFER_MAX_ELEMENTS or not 0 < nbytes <= device.max_alloc_size:
         return None
     storages, scalars = picked
-    biggest = entry.max_param if entry.max_param > size else size
-    for s in storages:
-        if s.device is not device:
-            raise other_device(s, device)
-        if s.nbytes > biggest:
-            biggest = s.nbytes
-    plan = plans.get(INDEX_INT32 if biggest <= INT32_LIMIT else INDEX_INT64)
+    index_dtype = index_dtype_for(
+        storages, entry.max_param if entry.max_param > size else size, device)
+    plan = plans.get(index_dtype)
+    # (LaunchPlan.valid written out: one call fewer on the commonest path; the
+    # index dtype is the plan's key)
     if plan is None or plan.recipe is not recipe_for(device, "elementwise") \
             or plan.generation != memory_generation[0]:
         return None
@@ -719,72 +713,43 @@ def _reads_only_in_place(roots: Sequence[Node], target: Target,
     return ok[0]
 
 
-def launch_choice(program: Program, bindings: Bindings, device: Device
-                  ) -> tuple[np.dtype, Any, int, int]:
+def launch_choice(program: Program, bindings: Bindings, device: Device,
+                  check_device: bool = False) -> tuple[np.dtype, Any, int, int]:
     """What a launch of ``program`` with ``bindings`` on ``device`` uses: the index
-    dtype, the recipe, the number of rows and the elements per row."""
-    biggest = max(max(bindings.params, default=0), math.prod(bindings.out_shape),
-                  max([s.nbytes for s in bindings.storages], default=0))
-    index_dtype = INDEX_INT32 if biggest <= INT32_LIMIT else INDEX_INT64
-    recipe = recipe_for(device, "contraction" if program.contraction is not None else
-                        "reduction" if program.has_reduce else "elementwise")
+    dtype, the recipe, the number of rows and the elements per row.  ``check_device``:
+    raise unless every buffer is on ``device`` (:mod:`fuseloop.stages` compiles for
+    any device)."""
     shape = bindings.out_shape
-    if program.row_dims is None:
-        return index_dtype, recipe, math.prod(shape), 1
-    n_rows = math.prod(shape[d] for d in program.row_dims)
-    return index_dtype, recipe, n_rows, math.prod(shape) // max(1, n_rows)
+    index_dtype = index_dtype_for(bindings.storages,
+                                  max(max(bindings.params, default=0), math.prod(shape)),
+                                  device if check_device else None)
+    recipe = recipe_for(device, recipe_kind(program))
+    return (index_dtype, recipe, *rows_of(program, shape))
 
 
-def launch(program, bindings, outs: list[Storage], device: Device) -> None:
-    for s in bindings.storages:
-        if s.device is not device:
-            raise other_device(s, device)
-    params = bindings.params
-    index_dtype, recipe, n_rows, n_elem = launch_choice(program, bindings, device)
-    capture = captured_sources()
-    kernel = kernel_for(program, index_dtype, device, recipe, params, n_rows, n_elem)
-    err = None
-    args = []
-    storages = bindings.storages
-    scalars = bindings.scalars
-    for kind, idx in kernel.arg_plan:
-        if kind == 0:
-            args.append(outs[idx].buffer)
-        elif kind == 1:
-            args.append(storages[idx].buffer)
-        elif kind == 2:
-            value = scalars[idx]
-            # bool is uchar in kernels; pyopencl cannot pack a numpy bool as uchar
-            args.append(np.uint8(value) if type(value) is np.bool_ else value)
-        elif kind == 3:
-            args.append(params[idx])
-        elif kind == 4:
-            args.append(n_rows)
-        elif kind == 5:
-            args.append(n_elem)
-        elif capture is None:
-            err = np.zeros(3, np.int64)
-            err_buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE
-                                | cl.mem_flags.COPY_HOST_PTR, hostbuf=err)
-            args.append(err_buf)
-    if capture is not None:
-        capture.append(kernel.plan.source)
-        return
-    local = kernel.lsize(n_rows, n_elem, params)
-    groups_per_axis = kernel.gsize(n_rows, n_elem, params)
-    global_size = tuple(g * w for g, w in zip(groups_per_axis, local))
-    kernel.kernel(device.queue, global_size, local, *args)
-    _stats.increment("kernels_launched")
+def launch(program: Program, bindings: Bindings, outs: list[Storage], device: Device) -> None:
+    """Launch ``program`` with ``bindings`` into ``outs``: the general path (see
+    :mod:`fuseloop.launching` for its steps).  While ``fl.show_code`` captures,
+    records the kernel's source instead; while a run plan records, the recorder
+    sees the launch (see :meth:`fuseloop.run_plans.Recorder.launch`)."""
     rec = _plan_recorder()
     if rec is not None:
-        rec.launched(program, bindings, outs)
-    if err is not None:
-        read(err, err_buf, device)
-        if err[0]:
-            # (several offending work items may interleave their writes: the parts are
-            # each true of some offender, not necessarily of the same one)
-            raise index_value_out_of_bounds(
-                int(err[1]), int(err[0]) - 2 if err[0] >= 2 else None, int(err[2]))
+        rec.launch(program, bindings, outs, device)
+    else:
+        launch_now(program, bindings, outs, device)
+
+
+def launch_now(program: Program, bindings: Bindings, outs: list[Storage],
+               device: Device) -> None:
+    index_dtype, recipe, _, _ = launch_choice(program, bindings, device, check_device=True)
+    plan = plan_launch(program, bindings.params, bindings.out_shape, index_dtype, recipe,
+                       device)
+    assert plan is not None  # (only a one-output plan can be refused)
+    capture = captured_sources()
+    if capture is not None:
+        capture.append(plan.compiled.plan.source)
+        return
+    enqueue(plan, outs, bindings.storages, bindings.scalars, False, device)
 
 
 def cast_node(node: Node, dtype: np.dtype) -> Node:

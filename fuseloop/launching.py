@@ -1,15 +1,25 @@
-"""Launching cached structures: kernels, argument packing and deferred small launches.
+"""Launching compiled kernels: the one path every evaluation's kernels take.
 
-:func:`fuseloop.evaluate.run` finds an expression's cached structure
-(:func:`fuseloop.expr.program.structure_entry`); what launching it needs beyond
-the data (the compiled kernel, a generated function that sets the changed
-arguments and enqueues, the grid) is planned once per structure, device and
-index type (:func:`launch_cached`) and kept on the structure's entry.  Small
-launches are deferred and enqueued back to back (:func:`enqueue_or_defer`).
+The flow, for any program (elementwise, reduction, contraction, replayed step):
+
+1. :func:`index_dtype_for`: the index type (int32 unless a size or buffer is larger);
+2. :func:`kernel_for`: the compiled kernel (memory cache, else built);
+3. :func:`plan_launch`: a :class:`LaunchPlan` for that kernel and these sizes: the
+   grid, the constant arguments and a binder that sets the arguments that change
+   (:func:`make_binder`), kept on the compiled kernel per sizes;
+4. :func:`enqueue`: set the changed arguments on this thread's kernel object and
+   enqueue, now or deferred with other small launches (:func:`enqueue_or_defer`).
+
+:func:`fuseloop.evaluate.launch` runs the four steps for any program.  Callers that
+launch one structure again and again keep its plan and skip steps 2 and 3 while
+the plan is valid (:meth:`LaunchPlan.valid`): :func:`launch_cached` (flat
+elementwise structures, plans on the structure's entry), ``evaluate.run_flat``
+(the same, inlined) and :mod:`fuseloop.run_plans` (replayed steps).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -21,13 +31,17 @@ import pyopencl as cl
 
 from . import stats as _stats
 from .cache import _memory, get_kernel, kernel_objects_lock, memory_generation
-from .errors import DeviceError, DTypeError, RecipeError
+from .errors import DeviceError, DTypeError, RecipeError, index_value_out_of_bounds
 from .expr.nodes import Storage
 from .expr.program import INT32_LIMIT, Program, StructureEntry
 from .recipes import recipe_for
 from .runtime.devices import Device, _runtime
+from .runtime.transfer import read
 
-_enqueue_nd_range = cl._cl.enqueue_nd_range_kernel  # what pyopencl's kernel invoker calls
+# pyopencl's public enqueue (in pyopencl 2026.1 the same function object as the
+# private ``cl._cl.enqueue_nd_range_kernel`` its invoker calls: no reason to use that;
+# benchmarks/probes/enqueue_cost.py measures both)
+_enqueue_nd_range = cl.enqueue_nd_range_kernel
 _counters = _stats.counters
 _stats_lock = _stats._lock
 INDEX_INT32, INDEX_INT64 = np.dtype(np.int32), np.dtype(np.int64)
@@ -92,16 +106,6 @@ def kernel_for(program: Program, index_dtype: np.dtype, device: Device, recipe: 
     return compiled
 
 
-class _Launch:
-    """How one structure's compiled kernel is launched: all but the buffers and scalars.
-
-    ``go(out, storages, scalars, kernel, last, queue)`` sets the arguments that
-    changed and enqueues (:func:`launcher`); ``threads`` holds, per thread, a
-    ``cl.Kernel`` of its own for this structure and what its arguments were set to.
-    """
-
-    __slots__ = ("compiled", "consts", "generation", "global_size", "go", "local_size",
-                 "recipe", "runtime", "threads")
 
 
 def other_device(s: Storage, device: Device) -> DeviceError:
@@ -110,50 +114,290 @@ def other_device(s: Storage, device: Device) -> DeviceError:
         "move arrays with fl.asarray(x, device=...) first")
 
 
-def launch_cached(entry: StructureEntry, storages: list[Storage], scalars: list[np.generic],
-                   out: Storage, out_shape: tuple[int, ...], device: Device) -> bool:
-    """:func:`launch` for one flat elementwise output of a cached structure.
+def index_dtype_for(storages: Sequence[Storage], biggest: int,
+                    device: Device | None) -> np.dtype:
+    """The launch's index type: int64 when ``biggest`` (the caller's largest parameter
+    and output size) or any buffer's byte size exceeds int32, else int32.
 
-    What does not depend on the data (kernel, argument packing, grid) is
-    remembered in ``entry.launches``; it is used while the memory cache still
-    holds the same kernel and the recipe is the same, so ``clear_memory_cache``
-    and ``register_recipe`` work as for :func:`launch`, and the counters of
-    ``fl.stats()`` are the same.  False when the kernel needs more than this
-    path packs (the caller then uses :func:`launch`).
+    The one place this rule lives; it also checks that every buffer is on ``device``
+    (unless None: a stage compiled for another device than its arrays').
     """
-    biggest = entry.max_param
     for s in storages:
-        if s.device is not device:
+        if s.device is not device and device is not None:
             raise other_device(s, device)
         if s.nbytes > biggest:
             biggest = s.nbytes
-    size = out_shape[0] if out_shape else 1
-    if size > biggest:
-        biggest = size
-    index_dtype = INDEX_INT32 if biggest <= INT32_LIMIT else INDEX_INT64
-    recipe = recipe_for(device, "elementwise")
-    plans = entry.launches.get(device)  # per device, then per index dtype (no key tuples)
-    plan = None if plans is None else plans.get(index_dtype)
-    if plan is None or plan.recipe is not recipe or plan.generation != memory_generation[0]:
-        plan = _plan_launch(entry, index_dtype, recipe, size, device)  # counts the look-up
-        if plan is None:
-            return False
-        hit = 0
+    return INDEX_INT32 if biggest <= INT32_LIMIT else INDEX_INT64
+
+
+def recipe_kind(program: Program) -> str:
+    """Which recipe family launches ``program``."""
+    return ("contraction" if program.contraction is not None else
+            "reduction" if program.has_reduce else "elementwise")
+
+
+def rows_of(program: Program, out_shape: tuple[int, ...]) -> tuple[int, int]:
+    """(number of rows, elements per row) of a launch of ``program`` over ``out_shape``."""
+    if program.row_dims is None:
+        return math.prod(out_shape), 1
+    n_rows = math.prod(out_shape[d] for d in program.row_dims)
+    return n_rows, math.prod(out_shape) // max(1, n_rows)
+
+
+# How a scalar argument is set: from its bytes where pyopencl offers it.  Its
+# public ``Kernel.set_arg`` tries the other kinds of argument first and took
+# 10-15 us for a numpy scalar on PoCL (0.1 us for a buffer); ``_set_arg_buf``,
+# which pyopencl's own invokers use for declared scalar types, takes 0.1-0.2 us
+# (re-measured by benchmarks/probes/enqueue_cost.py).
+SET_SCALAR_ARG = "_set_arg_buf" if hasattr(cl.Kernel, "_set_arg_buf") else "set_arg"
+_set_scalar = getattr(cl.Kernel, SET_SCALAR_ARG)
+_set_arg = cl.Kernel.set_arg
+
+
+def set_args(kernel: cl.Kernel, buffers: Sequence[Any], scalars: Sequence[np.generic]) -> None:
+    """Set a kernel's arguments: ``buffers`` first, then the numpy ``scalars`` (of the
+    kernel's declared types) from their bytes (:data:`SET_SCALAR_ARG`)."""
+    for i, b in enumerate(buffers):
+        _set_arg(kernel, i, b)
+    for i, v in enumerate(scalars, len(buffers)):
+        _set_scalar(kernel, i, v)
+
+
+class LaunchPlan:
+    """How a compiled kernel is launched for one set of sizes: all but the data.
+
+    ``go(outs, storages, scalars, kernel, last, queue)`` (see :func:`make_binder`)
+    sets the arguments that changed and enqueues; ``consts`` are the arguments set
+    once per kernel object; ``threads.state`` is this thread's ``(kernel object,
+    record of its arguments)``.  ``error_arg``: the position of a gather's error
+    flag (a new buffer per launch, read back), else None.  ``recipe``,
+    ``generation`` and ``index_dtype`` say when a caller's kept plan is still valid.
+    """
+
+    __slots__ = ("compiled", "consts", "error_arg", "generation", "go", "index_dtype",
+                 "recipe", "runtime", "threads")
+
+    def valid(self, recipe: Any, index_dtype: np.dtype) -> bool:
+        return (self.recipe is recipe and self.index_dtype is index_dtype
+                and self.generation == memory_generation[0])
+
+
+# plans a compiled kernel keeps (per sizes and output form); all dropped when reached
+PLANS_PER_KERNEL = 16
+
+
+def plan_launch(program: Program, params: Sequence[int], out_shape: tuple[int, ...],
+                index_dtype: np.dtype, recipe: Any, device: Device,
+                one_output: bool = False) -> LaunchPlan | None:
+    """The :class:`LaunchPlan` of ``program`` over ``out_shape``; looks the kernel up
+    (counted as :func:`kernel_for` counts).  ``one_output``: ``go`` takes the output
+    storage itself, not a list (None when the kernel has a second output or an
+    error flag)."""
+    n_rows, n_elem = rows_of(program, out_shape)
+    generation = memory_generation[0]  # (read first: a clear during the look-up ends the plan)
+    compiled = kernel_for(program, index_dtype, device, recipe, params, n_rows, n_elem)
+    key = (tuple(params), n_rows, n_elem, one_output)
+    plans = compiled.launch_plans
+    plan = plans.get(key)
+    if plan is None:
+        local = compiled.lsize(n_rows, n_elem, params)
+        global_size = tuple(g * w for g, w in zip(compiled.gsize(n_rows, n_elem, params), local))
+        made = make_binder(compiled, params, n_rows, n_elem, global_size, local, one_output)
+        if made is None:
+            return None
+        plan = LaunchPlan()
+        plan.go, plan.consts, plan.error_arg = made
+        plan.compiled = compiled
+        plan.recipe = recipe
+        plan.index_dtype = index_dtype
+        plan.runtime = _runtime(device)
+        plan.threads = threading.local()
+        if len(plans) >= PLANS_PER_KERNEL:
+            plans.clear()
+        plans[key] = plan
+    plan.generation = generation
+    return plan
+
+
+def make_binder(compiled: Any, params: Sequence[int], n_rows: int, n_elem: int,
+                global_size: tuple[int, ...], local_size: tuple[int, ...],
+                one_output: bool = False) -> tuple[Any, list[tuple[int, Any]], int | None] | None:
+    """``(go, consts, error_arg)`` for a kernel launched with these sizes, or None
+    when ``one_output`` and the kernel has a second output or an error flag.
+
+    ``go(outs, storages, scalars, kernel, last, queue)`` is a closure specialised
+    to the kernel's arguments (tuples of positions consumed by tight loops).  The
+    kernel object is the plan's own per thread, so what its arguments were last
+    set to is known: sizes and parameters are set once (``consts``), an input
+    buffer again only when it is another :class:`Storage` (remembered by weak
+    reference, so no buffer is kept alive), a scalar only when it is another
+    object (numpy scalars are immutable; the operators reuse one object per
+    value), the outputs every time.  pyopencl's invoker sets every argument on
+    every call, which costs PoCL about 2 us more per launch.  Scalars are
+    converted to the kernel's declared type and set from their bytes
+    (:data:`SET_SCALAR_ARG`).  Before an argument is set its record is cleared, so
+    an interruption cannot leave a record that claims an argument it does not hold.
+    """
+    dtypes = compiled.plan.arg_dtypes
+    outs: list[tuple[int, int]] = []
+    bufs: list[tuple[int, int]] = []
+    scals: list[tuple[int, int, Any]] = []
+    consts: list[tuple[int, Any]] = []
+    error_arg = None
+    for i, (kind, idx) in enumerate(compiled.arg_plan):
+        if kind == 0:
+            outs.append((i, idx))
+        elif kind == 1:
+            bufs.append((i, idx))
+        elif kind == 2:
+            scals.append((i, idx, np.dtype(dtypes[i]).type))
+        elif kind in (3, 4, 5):
+            value = params[idx] if kind == 3 else n_rows if kind == 4 else n_elem
+            consts.append((i, np.dtype(dtypes[i]).type(value)))
+        else:
+            error_arg = i
+    if one_output and (error_arg is not None or len(outs) != 1 or outs[0][1] != 0):
+        return None
+    out_pos = tuple(outs)
+    buf_pos = tuple(bufs)
+    scalar_pos = tuple(scals)
+    set_arg, set_scalar, enqueue, wr = _set_arg, _set_scalar, _enqueue_nd_range, _weakref
+    g, l = global_size, local_size  # noqa: E741
+
+    # (the input loops are written out in both forms: a shared helper would cost
+    # every launch one more Python call)
+    if one_output:
+        out_i = out_pos[0][0]
+
+        def go(o: Storage, s: list[Storage], c: list[Any], k: Any, last: list[Any],
+               queue: Any) -> None:
+            set_arg(k, out_i, o.buffer)
+            for i, j in buf_pos:
+                x = s[j]
+                r = last[i]
+                if r is None or r() is not x:
+                    last[i] = None
+                    set_arg(k, i, x.buffer)
+                    last[i] = wr(x)
+            for i, j, T in scalar_pos:
+                v = c[j]
+                if v is not last[i]:
+                    last[i] = None
+                    set_scalar(k, i, T(v))
+                    last[i] = v
+            enqueue(queue, k, g, l, None, None, False, False)
     else:
-        hit = 1
+        def go(o: Sequence[Storage], s: list[Storage], c: list[Any], k: Any,  # type: ignore[misc]
+               last: list[Any], queue: Any) -> None:
+            for i, j in out_pos:
+                set_arg(k, i, o[j].buffer)
+            for i, j in buf_pos:
+                x = s[j]
+                r = last[i]
+                if r is None or r() is not x:
+                    last[i] = None
+                    set_arg(k, i, x.buffer)
+                    last[i] = wr(x)
+            for i, j, T in scalar_pos:
+                v = c[j]
+                if v is not last[i]:
+                    last[i] = None
+                    set_scalar(k, i, T(v))
+                    last[i] = v
+            enqueue(queue, k, g, l, None, None, False, False)
+
+    return go, consts, error_arg
+
+
+def thread_kernel(plan: LaunchPlan) -> tuple[Any, list[Any]]:
+    """This thread's kernel object for ``plan`` and the record of its arguments."""
     try:
-        try:
-            kernel, last = plan.threads.state
-        except AttributeError:
-            kernel, last = thread_kernel(plan.compiled, plan.consts, plan.threads)
-        enqueue_or_defer(plan.go, (out, storages, scalars, kernel, last),
-                         size <= DEFER_MAX_ELEMENTS, device)
+        return plan.threads.state
+    except AttributeError:
+        pass
+    compiled = plan.compiled
+    with kernel_objects_lock:
+        kernel = cl.Kernel(compiled.program, compiled.plan.name)
+        for i, value in plan.consts:
+            kernel.set_arg(i, value)
+    last: list[Any] = [None] * len(compiled.arg_plan)
+    plan.threads.state = state = (kernel, last)
+    return state
+
+
+def enqueue(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[Any],
+            small: bool, device: Device, hit: int = 0) -> None:
+    """Launch ``plan`` with this data: deferred when ``small`` (see
+    :func:`enqueue_or_defer`), else now; a kernel with an error flag runs now and
+    its flag is read (raising on an out-of-range gather index).  Counts the launch,
+    and ``hit`` memory-cache hits, in ``fl.stats()``."""
+    flag = None
+    try:
+        kernel, last = thread_kernel(plan)
+        if plan.error_arg is None:
+            enqueue_or_defer(plan.go, (outs, storages, scalars, kernel, last), small, device)
+        else:
+            flag = _enqueue_flagged(plan, outs, storages, scalars, kernel, last, device)
     except BaseException:
         _stats.increment("memory_cache_hits", hit)
         raise
     with _stats_lock:  # both counters at once: one lock round trip
         _counters["memory_cache_hits"] += hit
         _counters["kernels_launched"] += 1
+    if flag is not None:
+        _check_flag(*flag, device)
+
+
+def _enqueue_flagged(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[Any],
+                     kernel: Any, last: list[Any], device: Device) -> tuple[np.ndarray, Any]:
+    """Enqueue a kernel with an error flag now, with a new flag buffer; return both."""
+    err = np.zeros(3, np.int64)
+    err_buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                        hostbuf=err)
+    rt = _runtime(device)
+    with rt.launch_lock:
+        if rt.deferred:
+            rt.flush()
+        _set_arg(kernel, plan.error_arg, err_buf)
+        plan.go(outs, storages, scalars, kernel, last, rt.queue)
+    return err, err_buf
+
+
+def _check_flag(err: np.ndarray, err_buf: Any, device: Device) -> None:
+    """Read a gather's error flag back; raise when an index was out of range."""
+    read(err, err_buf, device)
+    if err[0]:
+        # (several offending work items may interleave their writes: the parts are
+        # each true of some offender, not necessarily of the same one)
+        raise index_value_out_of_bounds(
+            int(err[1]), int(err[0]) - 2 if err[0] >= 2 else None, int(err[2]))
+
+
+def launch_cached(entry: StructureEntry, storages: list[Storage], scalars: list[np.generic],
+                  out: Storage, out_shape: tuple[int, ...], device: Device) -> bool:
+    """Launch one flat elementwise output of a cached structure with the plan kept on
+    ``entry.launches`` (per device, then index dtype), made on first use or when no
+    longer valid.  ``fl.stats()`` counts as for ``evaluate.launch``.  False when the
+    kernel needs more than this path binds (the caller then uses ``evaluate.launch``).
+    """
+    size = out_shape[0] if out_shape else 1
+    index_dtype = index_dtype_for(storages, max(entry.max_param, size), device)
+    recipe = recipe_for(device, "elementwise")
+    plans = entry.launches.get(device)  # per device, then per index dtype (no key tuples)
+    plan = None if plans is None else plans.get(index_dtype)
+    if plan is None or not plan.valid(recipe, index_dtype):
+        program = entry.program
+        if program.row_dims is not None or program.has_reduce or len(program.outputs) != 1:
+            return False
+        plan = plan_launch(program, entry.params, out_shape, index_dtype, recipe, device,
+                           one_output=True)  # (counts the look-up)
+        if plan is None:
+            return False
+        entry.launches.setdefault(device, {})[index_dtype] = plan
+        hit = 0
+    else:
+        hit = 1
+    enqueue(plan, out, storages, scalars, size <= DEFER_MAX_ELEMENTS, device, hit)
     return True
 
 
@@ -176,104 +420,3 @@ def enqueue_or_defer(go: Any, args: tuple, small: bool, device: Device) -> None:
             if rt.deferred:
                 rt.flush()
             go(*args, rt.queue)
-
-
-def _plan_launch(entry: StructureEntry, index_dtype: np.dtype, recipe: object, size: int,
-                 device: Device) -> _Launch | None:
-    program = entry.program
-    if program.row_dims is not None or program.has_reduce or len(program.outputs) != 1:
-        return None
-    params = list(entry.params)
-    generation = memory_generation[0]  # (read first: a clear during the look-up ends the plan)
-    compiled = kernel_for(program, index_dtype, device, recipe, params, size, 1)
-    plan = _Launch()
-    plan.generation = generation
-    plan.runtime = _runtime(device)
-    plan.local_size = compiled.lsize(size, 1, params)
-    plan.global_size = tuple(g * w for g, w in zip(compiled.gsize(size, 1, params),
-                                                   plan.local_size))
-    made = launcher(compiled, params, size, 1, plan.global_size, plan.local_size)
-    if made is None:  # an error flag (gathers) or a second output: not this path's programs
-        return None
-    plan.go, plan.consts = made
-    plan.compiled = compiled
-    plan.recipe = recipe
-    plan.threads = threading.local()
-    entry.launches.setdefault(device, {})[index_dtype] = plan
-    return plan
-
-
-# How a scalar argument is set: from its bytes where pyopencl offers it.  Its
-# public ``Kernel.set_arg`` tries the other kinds of argument first and took
-# 10-15 us for a numpy scalar on PoCL (0.1 us for a buffer); ``_set_arg_buf``,
-# which pyopencl's own invokers use for declared scalar types, takes 0.1-0.2 us.
-SET_SCALAR_ARG = "_set_arg_buf" if hasattr(cl.Kernel, "_set_arg_buf") else "set_arg"
-
-
-def launcher(compiled: Any, params: Sequence[int], n_rows: int, n_elem: int,
-              global_size: tuple[int, ...], local_size: tuple[int, ...],
-              one_output: bool = True) -> tuple[Any, list[tuple[int, Any]]] | None:
-    """An enqueue function ``go(outs, storages, scalars, kernel, last, queue)`` and the
-    constant arguments, or None when the kernel takes an error flag (gathers) or,
-    with ``one_output`` (``outs`` is then the output itself), a second output.
-
-    The kernel object is this path's own (one per structure and thread), so what
-    its arguments were last set to is known: the sizes and parameters are set
-    once (``consts``), an input buffer again only when it is another
-    :class:`Storage` (remembered by weak reference, so no buffer is kept alive),
-    a scalar only when it is another object (numpy scalars are immutable; the
-    operators reuse one object per value), the output every time.  pyopencl's
-    invoker sets every argument on every call, which costs PoCL about 2 us more
-    per launch.  Scalars are converted to the kernel's declared type, as the
-    invoker packs them, and set from their bytes (:data:`SET_SCALAR_ARG`).  Before
-    an argument is set its record is cleared, so an interruption cannot leave a
-    record that claims an argument it does not hold.
-    """
-    dtypes = compiled.plan.arg_dtypes
-    lines = ["def go(o, s, c, k, last, queue):"]
-    consts: list[tuple[int, Any]] = []
-    env: dict[str, Any] = {"wr": _weakref, "enqueue": _enqueue_nd_range,
-                           "g": global_size, "l": local_size}
-    for i, (kind, idx) in enumerate(compiled.arg_plan):
-        if kind >= 2 and dtypes[i] is None:
-            return None  # (never expected: every scalar argument has a declared type)
-        if kind == 0:
-            if one_output and idx != 0:
-                return None
-            lines.append(f"    k.set_arg({i}, o.buffer)" if one_output else
-                         f"    k.set_arg({i}, o[{idx}].buffer)")
-        elif kind == 1:
-            lines += [f"    x = s[{idx}]", f"    r = last[{i}]",
-                      "    if r is None or r() is not x:",
-                      f"        last[{i}] = None", f"        k.set_arg({i}, x.buffer)",
-                      f"        last[{i}] = wr(x)"]
-        elif kind == 2:
-            env[f"T{i}"] = np.dtype(dtypes[i]).type
-            lines += [f"    v = c[{idx}]", f"    if v is not last[{i}]:",
-                      f"        last[{i}] = None", f"        k.{SET_SCALAR_ARG}({i}, T{i}(v))",
-                      f"        last[{i}] = v"]
-        elif kind in (3, 4, 5):
-            value = params[idx] if kind == 3 else n_rows if kind == 4 else n_elem
-            consts.append((i, np.dtype(dtypes[i]).type(value)))
-        else:
-            return None
-    lines.append("    enqueue(queue, k, g, l, None, None, False, False)")
-    exec("\n".join(lines), env)
-    return env["go"], consts
-
-
-def thread_kernel(compiled: Any, consts: list[tuple[int, Any]],
-                  threads: threading.local) -> tuple[Any, list[Any]]:
-    """This thread's kernel object for a :func:`_launcher` function, constants set.
-
-    Kept in ``threads.state`` with the record of what its arguments were set to.
-    """
-    with kernel_objects_lock:
-        kernel = cl.Kernel(compiled.program, compiled.plan.name)
-        for i, value in consts:
-            kernel.set_arg(i, value)
-    last: list[Any] = [None] * len(compiled.arg_plan)
-    threads.state = state = (kernel, last)
-    return state
-
-

@@ -9,14 +9,15 @@ that is a function of the expression's *structure* (the prefix code of
 strides and offsets, which buffers and scalar nodes are the same) and of the
 device, never of the data.
 
-So the first evaluation of a structure is *recorded*: every buffer
-:func:`fuseloop.evaluate.allocate` hands out and every kernel
-:func:`fuseloop.evaluate.launch` enqueues, with its buffers and scalars
-expressed as slots of the structure (an input, a target, or the n-th buffer
-allocated).  Later evaluations of the same structure *replay* the record:
-allocate the same sizes, enqueue the same programs with this call's buffers
-and scalars.  The counters of ``fl.stats()`` move as they would without the
-plan.  Gathers of device indices (their out-of-range check reads a flag back) and
+So the first evaluation of a structure is *recorded*: while it runs, every
+kernel :func:`fuseloop.evaluate.launch` is asked for goes through the thread's
+:class:`Recorder` (:meth:`Recorder.launch`), which notes it and launches it.
+Its buffers and scalars are noted as slots of the structure (an input, a
+target, or the n-th temporary: a buffer first seen as a launch's output).
+Later evaluations of the same structure *replay* the record: allocate the same
+sizes, enqueue the same programs with this call's buffers and scalars.  The
+counters of ``fl.stats()`` move as they would without the plan.  Gathers of
+device indices (their out-of-range check reads a flag back) and
 scatters are never planned; neither is anything while ``show_code`` captures
 sources.  Unchecked gathers (the computed positions of roll, tile, repeat, host
 indices checked on the host, a mask's positions) are.
@@ -33,21 +34,16 @@ import numpy as np
 
 from . import caches as _caches
 from . import evaluate as _ev
-from . import stats as _stats
-from .cache import memory_generation
 from .expr import program as _prog
 from .expr.nodes import Node, Scalar, Storage
 from .expr.program import Bindings, Target, walk_structure
 from .launching import (
     DEFER_MAX_ELEMENTS,
-    INDEX_INT32,
-    INDEX_INT64,
-    INT32_LIMIT,
-    enqueue_or_defer,
-    kernel_for,
-    launcher,
-    other_device,
-    thread_kernel,
+    LaunchPlan,
+    enqueue,
+    index_dtype_for,
+    plan_launch,
+    recipe_kind,
 )
 from .recipes import recipe_for
 from .runtime.devices import Device
@@ -62,7 +58,7 @@ PLANS_MAX = 1024  # plans kept (all are dropped when it is reached)
 class _Step:
     """One recorded launch; refs are ``("i", slot)`` inputs or ``("t", k)`` allocations."""
 
-    __slots__ = ("fast", "out_refs", "out_shape", "params", "program", "scalar_refs",
+    __slots__ = ("out_refs", "out_shape", "params", "plan", "program", "scalar_refs",
                  "storage_refs")
 
     def __init__(self, program: Any, params: list[int], out_shape: tuple[int, ...],
@@ -73,9 +69,8 @@ class _Step:
         self.storage_refs = storage_refs
         self.out_refs = out_refs
         self.scalar_refs = scalar_refs
-        # (recipe, memory-cache generation, compiled, enqueue function, constant
-        # arguments, per-thread kernel objects, index dtype)
-        self.fast: _FastLaunch | None = None
+        # the launch plan of its last replay (see fuseloop.launching.LaunchPlan)
+        self.plan: LaunchPlan | None = None
 
 
 class _Plan:
@@ -88,7 +83,9 @@ class _Plan:
 
 
 class Recorder:
-    """Collects what one evaluation allocates and launches (see the module docstring)."""
+    """Collects the launches of one evaluation, and the temporaries they write (see the
+    module docstring): :func:`fuseloop.evaluate.launch` hands this thread's recorder
+    each launch (:meth:`launch`)."""
 
     def __init__(self, storages: list[Storage], scalars: list[np.generic],
                  slots: dict[Any, int]) -> None:
@@ -105,20 +102,28 @@ class Recorder:
         self.steps: list[_Step] = []
         self.failed = False
 
-    def allocated(self, storage: Storage) -> None:
-        self.refs[id(storage)] = ("t", len(self.allocs))
-        self.allocs.append(storage.nbytes)
-        self.keep.append(storage)
+    def launch(self, program: Any, bindings: Bindings, outs: Sequence[Storage],
+               device: Device) -> None:
+        """Launch (``evaluate.launch_now``), then note the launch as a step."""
+        _ev.launch_now(program, bindings, outs, device)
+        if not self.failed:
+            self._note(program, bindings, outs)
 
-    def launched(self, program: Any, bindings: Bindings, outs: Sequence[Storage]) -> None:
+    def _note(self, program: Any, bindings: Bindings, outs: Sequence[Storage]) -> None:
+        refs = self.refs
+        for s in outs:  # a buffer first seen as an output is a temporary of the evaluation
+            if id(s) not in refs:
+                refs[id(s)] = ("t", len(self.allocs))
+                self.allocs.append(s.nbytes)
+                self.keep.append(s)
         try:
-            storage_refs = tuple(self.refs[id(s)] for s in bindings.storages)
-            out_refs = tuple(self.refs[id(s)] for s in outs)
+            storage_refs = tuple(refs[id(s)] for s in bindings.storages)
+            out_refs = tuple(refs[id(s)] for s in outs)
             if bindings.scalar_nodes is not None:
                 scalar_refs = tuple(self.node_slots[id(n)] for n in bindings.scalar_nodes)
             else:
                 scalar_refs = tuple(self.scalar_slots[id(v)] for v in bindings.scalars)
-        except KeyError:
+        except KeyError:  # a buffer neither an input nor written by a kernel here
             self.failed = True
             return
         if -1 in scalar_refs:
@@ -212,100 +217,36 @@ def _replay(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
             device: Device) -> list[Storage]:
     allocate = _ev.allocate
     tmps = [allocate(n, device) for n in plan.allocs]
-    for s in storages:
-        if s.device is not device:
-            raise other_device(s, device)
     for step in plan.steps:
         st = [storages[k] if kind == "i" else tmps[k] for kind, k in step.storage_refs]
         outs = [storages[k] if kind == "i" else tmps[k] for kind, k in step.out_refs]
         sc = [scalars[k] for k in step.scalar_refs]
-        if not _launch_fast(step, st, outs, sc, device):
-            _ev.launch(step.program, Bindings(st, sc, step.params, step.out_shape), outs, device)
+        _launch_step(step, st, outs, sc, device)
     return [storages[k] if kind == "i" else tmps[k] for kind, k in plan.results]
 
 
-def _launch_fast(step: _Step, storages: list[Storage], outs: list[Storage],
-                 scalars: list[np.generic], device: Device) -> bool:
-    """Enqueue ``step`` with what its first replay worked out; False: use ``launch``."""
-    biggest = max(max(step.params, default=0), math.prod(step.out_shape),
-                  max([s.nbytes for s in storages], default=0))
-    index_dtype = INDEX_INT32 if biggest <= INT32_LIMIT else INDEX_INT64
+def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
+                 scalars: list[np.generic], device: Device) -> None:
+    """Enqueue ``step`` with the launch plan of its last replay while still valid."""
+    biggest = max(max(step.params, default=0), math.prod(step.out_shape))
+    index_dtype = index_dtype_for(storages, biggest, device)
     program = step.program
-    recipe = recipe_for(device, "contraction" if program.contraction is not None else
-                        "reduction" if program.has_reduce else "elementwise")
-    fast = step.fast
-    if fast is None or fast.recipe is not recipe or fast.index_dtype is not index_dtype \
-            or fast.generation != memory_generation[0]:
-        fast = step.fast = _prepare(step, recipe, index_dtype, device)
-        if fast is None:
-            return False
-        hit = 0  # _prepare counted the look-up
+    recipe = recipe_for(device, recipe_kind(program))
+    plan = step.plan
+    if plan is None or not plan.valid(recipe, index_dtype):
+        plan = step.plan = plan_launch(program, step.params, step.out_shape, index_dtype,
+                                       recipe, device)  # (counts the look-up)
+        assert plan is not None  # (only a one-output plan can be refused)
+        hit = 0
     else:
         hit = 1
-    try:
-        try:
-            kernel, last = fast.threads.state
-        except AttributeError:
-            kernel, last = thread_kernel(fast.compiled, fast.consts, fast.threads)
-        # small steps are deferred like small cached launches (``biggest`` counts bytes
-        # or elements), reductions too: a result read at once (``float(x.sum())``)
-        # enqueues it first anyway, and on PoCL a launch enqueued alone wakes its
-        # workers, which cost ~20 us per call in a loop of ``(x - x.mean()).eval()``
-        enqueue_or_defer(fast.go, (outs, storages, scalars, kernel, last),
-                         biggest <= 4 * DEFER_MAX_ELEMENTS, device)
-    except BaseException:
-        _stats.increment("memory_cache_hits", hit)
-        raise
-    with _stats._lock:
-        _stats.counters["memory_cache_hits"] += hit
-        _stats.counters["kernels_launched"] += 1
-    return True
-
-
-class _FastLaunch:
-    """How a step is launched again, worked out at its first replay.
-
-    ``go`` enqueues the kernel with ``consts`` (see :func:`fuseloop.launching.launcher`);
-    ``threads`` holds each thread's kernel object.  Valid while ``recipe``, the
-    memory cache's ``generation`` and ``index_dtype`` are still those of the launch.
-    (A slotted class: its fields read as fast as a tuple's items.)
-    """
-
-    __slots__ = ("compiled", "consts", "generation", "go", "index_dtype", "recipe", "threads")
-
-    def __init__(self, recipe: Any, generation: int, compiled: Any, go: Any, consts: Any,
-                 threads: threading.local, index_dtype: np.dtype) -> None:
-        self.recipe = recipe
-        self.generation = generation
-        self.compiled = compiled
-        self.go = go
-        self.consts = consts
-        self.threads = threads
-        self.index_dtype = index_dtype
-
-
-def _prepare(step: _Step, recipe: Any, index_dtype: np.dtype, device: Device
-             ) -> _FastLaunch | None:
-    program = step.program
-    shape = step.out_shape
-    if program.row_dims is None:
-        n_rows, n_elem = math.prod(shape), 1
-    else:
-        n_rows = math.prod(shape[d] for d in program.row_dims)
-        n_elem = math.prod(shape) // max(1, n_rows)
-    generation = memory_generation[0]  # (read first: a clear during the look-up ends it)
-    compiled = kernel_for(program, index_dtype, device, recipe, step.params, n_rows, n_elem)
-    local = compiled.lsize(n_rows, n_elem, step.params)
-    global_size = tuple(g * w for g, w in zip(compiled.gsize(n_rows, n_elem, step.params),
-                                              local))
-    made = launcher(compiled, step.params, n_rows, n_elem, global_size, local,
-                    one_output=False)
-    if made is None:  # an error flag: never in planned programs (no gathers)
-        return None
-    # the enqueue function sets only the arguments that changed on a kernel object
-    # of its own per thread (see launching.launcher)
-    go, consts = made
-    return _FastLaunch(recipe, generation, compiled, go, consts, threading.local(), index_dtype)
+    # small steps are deferred like small cached launches (``biggest`` counts bytes
+    # or elements), reductions too: a result read at once (``float(x.sum())``)
+    # enqueues it first anyway, and on PoCL a launch enqueued alone wakes its
+    # workers, which cost ~20 us per call in a loop of ``(x - x.mean()).eval()``
+    limit = 4 * DEFER_MAX_ELEMENTS
+    small = biggest <= limit and max([s.nbytes for s in storages], default=0) <= limit
+    enqueue(plan, outs, storages, scalars, small, device, hit)
 
 
 def clear() -> None:

@@ -59,7 +59,8 @@ the passes of :data:`fuseloop.passes.PASSES`:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -388,14 +389,42 @@ def _signed_miss(key: tuple, entry: StructureEntry | None, root: Node,
     # so a hit costs one call)
     storages = [operands[k] for k in at if type(operands[k]) is Storage]
     scalars = [operands[k].value for k in at if type(operands[k]) is not Storage]
-    buffers = ", ".join(f"o[{k}]" for k in at if type(operands[k]) is Storage)
-    values = ", ".join(f"o[{k}].value" for k in at if type(operands[k]) is not Storage)
     # the picker also checks that the operands repeat as in this structure (None if
     # not): evaluate.run_flat finds entries by signature and shape alone
-    repeats = " and ".join(f"o[{k}] is o[{f}]" for k, f in enumerate(firsts) if f != k)
-    take = eval(f"lambda o: ([{buffers}], [{values}])"
-                + (f" if {repeats} else None" if repeats else ""))
+    take = _picker(tuple(k for k in at if type(operands[k]) is Storage),
+                   tuple(k for k in at if type(operands[k]) is not Storage),
+                   tuple((k, f) for k, f in enumerate(firsts) if f != k))
     return _linearised(key, entry, [root], out_shape, storages, scalars, take)
+
+
+_value_of = attrgetter("value")
+
+
+def _picker(buf_at: tuple[int, ...], val_at: tuple[int, ...],
+            repeats: tuple[tuple[int, int], ...]) -> Callable[[Sequence[Any]], Any]:
+    """``take(operands) -> (buffers, scalar values)`` of a structure found by signature,
+    or None when the operands do not repeat as ``repeats`` (pairs of positions that
+    must hold the same object) says.
+
+    A closure specialised to the counts: on the hot path of ``.eval()``, so it
+    picks with ``itemgetter`` and ``map`` rather than comprehensions (a Python
+    frame each before 3.12).
+    """
+    nb, nv = len(buf_at), len(val_at)
+    b_get = itemgetter(*buf_at) if nb > 1 else None
+    v_get = itemgetter(*val_at) if nv > 1 else None
+    b0 = buf_at[0] if nb else 0
+    v0 = val_at[0] if nv else 0
+
+    def take(o: Sequence[Any]) -> tuple[list[Any], list[Any]] | None:
+        for k, f in repeats:
+            if o[k] is not o[f]:
+                return None
+        buffers = list(b_get(o)) if nb > 1 else [o[b0]] if nb else []
+        values = list(map(_value_of, v_get(o))) if nv > 1 else [o[v0].value] if nv else []
+        return buffers, values
+
+    return take
 
 
 def _linearised(key: tuple, entry: StructureEntry | None, roots: Sequence[Node],

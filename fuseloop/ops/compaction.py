@@ -29,9 +29,9 @@ from .. import caches as _caches
 from .. import stats as _stats
 from ..evaluate import allocate
 from ..expr.nodes import Storage
-from ..launching import SET_SCALAR_ARG
+from ..launching import enqueue_or_defer, set_args
 from ..runtime.compile_workers import build_program
-from ..runtime.devices import Device, _runtime
+from ..runtime.devices import Device
 from ..runtime.transfer import read
 
 _SOURCE = r"""
@@ -255,14 +255,6 @@ def blocks(n: int, layout: Layout) -> tuple[int, int]:
     return -(-n // block), block
 
 
-def _set_args(kernel: cl.Kernel, buffers: tuple, scalars: tuple) -> None:
-    for i, b in enumerate(buffers):
-        kernel.set_arg(i, b)
-    set_scalar = getattr(kernel, SET_SCALAR_ARG)
-    for i, v in enumerate(scalars, len(buffers)):
-        set_scalar(i, v)
-
-
 def true_positions(mask: Any, n: int, device: Device) -> tuple[Storage, int]:
     """The positions (int64) of the nonzero bytes among the first ``n`` of the
     buffer ``mask``, ascending, in a new storage with room for ``n``, and how
@@ -274,16 +266,20 @@ def true_positions(mask: Any, n: int, device: Device) -> tuple[Storage, int]:
     out = allocate(n * 8, device)
     total = allocate(8, device)
     counts = allocate(groups * 8, device) if groups > 1 else out  # (unread when one)
-    rt = _runtime(device)
     n_arg, block_arg = np.int64(n), np.int64(block)
-    with rt.launch_lock:  # (pyopencl kernels' arguments are shared state)
-        queue = device.queue  # deferred launches first: one may compute the mask
+
+    def go(queue: cl.CommandQueue) -> None:
+        # (through launching's enqueue_or_defer: deferred launches first, one may
+        # compute the mask; under the device's launch lock, as these kernel
+        # objects' arguments are shared by all threads)
         if groups > 1:
-            _set_args(count_kernel, (mask, counts.buffer), (n_arg, block_arg))
+            set_args(count_kernel, (mask, counts.buffer), (n_arg, block_arg))
             cl.enqueue_nd_range_kernel(queue, count_kernel, (groups * group,), (group,))
-        _set_args(compact_kernel, (mask, counts.buffer, out.buffer, total.buffer),
-                  (n_arg, block_arg))
+        set_args(compact_kernel, (mask, counts.buffer, out.buffer, total.buffer),
+                 (n_arg, block_arg))
         cl.enqueue_nd_range_kernel(queue, compact_kernel, (groups * group,), (group,))
+
+    enqueue_or_defer(go, (), False, device)
     _stats.increment("scans")
     found = np.empty(1, np.int64)
     read(found, total.buffer, device)
