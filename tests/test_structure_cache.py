@@ -10,7 +10,6 @@ the aliasing rules intact.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -178,7 +177,7 @@ def test_memory_cache_clear_and_new_recipe_are_seen(device, fresh_stats, monkeyp
     seen = []
 
     def other_recipe(dev, kind="elementwise"):
-        recipe = replace(real(dev, kind), version="structure-cache-test")
+        recipe = real(dev, kind).with_params(version="structure-cache-test")
         seen.append(recipe)
         return recipe
 
