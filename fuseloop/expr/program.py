@@ -410,18 +410,32 @@ def _picker(buf_at: tuple[int, ...], val_at: tuple[int, ...],
     picks with ``itemgetter`` and ``map`` rather than comprehensions (a Python
     frame each before 3.12).
     """
-    nb, nv = len(buf_at), len(val_at)
-    b_get = itemgetter(*buf_at) if nb > 1 else None
-    v_get = itemgetter(*val_at) if nv > 1 else None
-    b0 = buf_at[0] if nb else 0
-    v0 = val_at[0] if nv else 0
+    nb, nv, nr = len(buf_at), len(val_at), len(repeats)
+    b_get = itemgetter(*buf_at) if nb > 2 else None
+    v_get = itemgetter(*val_at) if nv > 2 else None
+    b0, b1 = (*buf_at, 0, 0)[:2]
+    v0, v1 = (*val_at, 0, 0)[:2]
+    # repeated positions and their first ones; more than two are compared as two tuples
+    # in one C call (operands, Storage and Scalar, compare by identity, as ``is`` would)
+    (r0, f0), (r1, f1) = (*repeats, (0, 0), (0, 0))[:2]
+    r_get = itemgetter(*(k for k, _ in repeats)) if nr > 2 else None
+    f_get = itemgetter(*(f for _, f in repeats)) if nr > 2 else None
 
+    # (the common counts written out: a call of list() or map() costs as much again)
     def take(o: Sequence[Any]) -> tuple[list[Any], list[Any]] | None:
-        for k, f in repeats:
-            if o[k] is not o[f]:
+        if nr:
+            if nr == 1:
+                if o[r0] is not o[f0]:
+                    return None
+            elif nr == 2:
+                if o[r0] is not o[f0] or o[r1] is not o[f1]:
+                    return None
+            elif r_get(o) != f_get(o):
                 return None
-        buffers = list(b_get(o)) if nb > 1 else [o[b0]] if nb else []
-        values = list(map(_value_of, v_get(o))) if nv > 1 else [o[v0].value] if nv else []
+        buffers = ([o[b0], o[b1]] if nb == 2 else [o[b0]] if nb == 1 else
+                   [] if nb == 0 else [*b_get(o)])
+        values = ([o[v0].value, o[v1].value] if nv == 2 else [o[v0].value] if nv == 1 else
+                  [] if nv == 0 else [*map(_value_of, v_get(o))])
         return buffers, values
 
     return take
