@@ -205,10 +205,13 @@ class CompiledKernel:
     gets its clone on first use, with the scalar argument types declared.
     """
 
-    __slots__ = ("_local", "_scalar_dtypes", "arg_plan", "gsize", "launch_plans", "lsize", "plan",
-                 "program")
+    __slots__ = ("_local", "_scalar_dtypes", "arg_plan", "gsize", "in_cache", "launch_plans",
+                 "lsize", "plan", "program")
 
     def __init__(self, plan: KernelPlan, program: cl.Program) -> None:
+        #: True while the memory cache's ``_memory`` holds this kernel: a launch plan
+        #: keeping it is valid only then (see ``_store``)
+        self.in_cache = False
         self.plan = plan
         self.program = program
         self._scalar_dtypes = [None if d is None else np.dtype(d) for d in plan.arg_dtypes]
@@ -253,11 +256,10 @@ class CompiledKernel:
 _memory: dict[tuple, CompiledKernel] = {}
 _retired: dict[tuple, CompiledKernel] = {}
 # Counts the memory cache's rounds: clear_memory_cache() and every eviction round.
-# Within one generation kernels are only added to ``_memory`` and ``_retired``
-# together, so a launch plan made in generation g holds a kernel the memory cache
-# still has while the generation is g: one comparison instead of a look-up per
-# launch.  (A plan keeps its kernel alive in any case: a kernel is never freed
-# under a plan; the generation makes plans let go of dropped kernels.)
+# A launch plan checks its own kernel's ``in_cache`` instead (one attribute, no
+# look-up): a round retires only the oldest kernels, so the plans of the others
+# stay valid, and a retired kernel asked for again is valid again.  (A plan keeps
+# its kernel alive in any case: a kernel is never freed under a plan.)
 memory_generation = [0]
 # Held to add, move or drop memory-cache entries (never by a cache hit)
 _memory_lock = threading.Lock()
@@ -434,6 +436,7 @@ def _store(mem_key: tuple, compiled: CompiledKernel) -> None:
     with _memory_lock:
         _retired.pop(mem_key, None)
         _memory[mem_key] = compiled
+        compiled.in_cache = True
         size = memory_cache_size()
         batch = max(1, size // 8)
         if len(_memory) <= size - batch and len(_memory) + len(_retired) <= size:
@@ -441,10 +444,11 @@ def _store(mem_key: tuple, compiled: CompiledKernel) -> None:
         _memory_evictions[0] += len(_retired)
         _retired.clear()
         for key in list(itertools.islice(_memory, max(0, len(_memory) - size))):
-            del _memory[key]  # the bound was lowered: over it, drop at once
+            _memory.pop(key).in_cache = False  # the bound was lowered: over it, drop at once
             _memory_evictions[0] += 1
         for key in list(itertools.islice(_memory, batch)):
-            _retired[key] = _memory.pop(key)
+            retired = _retired[key] = _memory.pop(key)
+            retired.in_cache = False
         memory_generation[0] += 1
 
 
@@ -457,6 +461,8 @@ def memory_cache_info() -> dict[str, int]:
 def clear_memory_cache() -> None:
     """Forget compiled kernels held in memory (the disk cache stays)."""
     with _memory_lock:
+        for compiled in _memory.values():
+            compiled.in_cache = False
         _memory.clear()
         _retired.clear()
         memory_generation[0] += 1

@@ -26,7 +26,6 @@ import pyopencl as cl
 
 from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
-from .cache import memory_generation
 from .errors import DeviceMemoryError
 from .expr import program as _prog
 from .expr.nodes import (
@@ -489,7 +488,7 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device,
     # (LaunchPlan.valid written out: one call fewer on the commonest path; the
     # index dtype is the plan's key)
     if plan is None or plan.recipe is not recipe_for(device, "elementwise") \
-            or plan.generation != memory_generation[0]:
+            or not plan.compiled.in_cache:
         return None
     try:
         kernel, last = plan.threads.state

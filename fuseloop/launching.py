@@ -30,7 +30,7 @@ import numpy as np
 import pyopencl as cl
 
 from . import stats as _stats
-from .cache import _memory, get_kernel, kernel_objects_lock, memory_generation
+from .cache import _memory, get_kernel, kernel_objects_lock
 from .errors import DeviceError, DTypeError, RecipeError, index_value_out_of_bounds
 from .expr.nodes import Storage
 from .expr.program import INT32_LIMIT, Program, StructureEntry
@@ -171,15 +171,16 @@ class LaunchPlan:
     once per kernel object; ``threads.state`` is this thread's ``(kernel object,
     record of its arguments)``.  ``error_arg``: the position of a gather's error
     flag (a new buffer per launch, read back), else None.  ``recipe``,
-    ``generation`` and ``index_dtype`` say when a caller's kept plan is still valid.
+    ``index_dtype`` and the kernel's ``in_cache`` say when a caller's kept plan is
+    still valid.
     """
 
-    __slots__ = ("compiled", "consts", "error_arg", "generation", "go", "index_dtype",
+    __slots__ = ("compiled", "consts", "error_arg", "go", "index_dtype",
                  "recipe", "runtime", "threads")
 
     def valid(self, recipe: Any, index_dtype: np.dtype) -> bool:
         return (self.recipe is recipe and self.index_dtype is index_dtype
-                and self.generation == memory_generation[0])
+                and self.compiled.in_cache)
 
 
 # plans a compiled kernel keeps (per sizes and output form); all dropped when reached
@@ -194,7 +195,6 @@ def plan_launch(program: Program, params: Sequence[int], out_shape: tuple[int, .
     storage itself, not a list (None when the kernel has a second output or an
     error flag)."""
     n_rows, n_elem = rows_of(program, out_shape)
-    generation = memory_generation[0]  # (read first: a clear during the look-up ends the plan)
     compiled = kernel_for(program, index_dtype, device, recipe, params, n_rows, n_elem)
     key = (tuple(params), n_rows, n_elem, one_output)
     plans = compiled.launch_plans
@@ -215,7 +215,6 @@ def plan_launch(program: Program, params: Sequence[int], out_shape: tuple[int, .
         if len(plans) >= PLANS_PER_KERNEL:
             plans.clear()
         plans[key] = plan
-    plan.generation = generation
     return plan
 
 
