@@ -11,8 +11,9 @@ clearing them would change what fuseloop does, not only how fast.
 (``python -m fuseloop.cli cache --clear`` empties it), so evaluating again
 rebuilds kernels from their disk entries.  Caches that hold compiled kernels
 (run plans, cached launches) are cleared before the kernel cache itself, whose
-clearing marks every kernel it held as no longer cached (``CompiledKernel.in_cache``),
-so that no launch plan goes on using a kernel the kernel cache dropped.  Call it while no other thread evaluates.
+clearing marks every kernel it held as no longer cached
+(``CompiledKernel.in_cache``), so that no launch plan goes on using a kernel the
+kernel cache dropped.  Call it while no other thread evaluates.
 """
 
 from __future__ import annotations
