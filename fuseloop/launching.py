@@ -208,13 +208,15 @@ def plan_launch(program: Program, params: Sequence[int], out_shape: tuple[int, .
         plan = LaunchPlan()
         plan.go, plan.consts, plan.error_arg = made
         plan.compiled = compiled
-        plan.recipe = recipe
         plan.index_dtype = index_dtype
         plan.runtime = _runtime(device)
         plan.threads = threading.local()
         if len(plans) >= PLANS_PER_KERNEL:
             plans.clear()
         plans[key] = plan
+    # (also on a kept plan: the kernel is shared by every recipe object with its cache id,
+    # and a plan naming an older one would never again pass a caller's identity check)
+    plan.recipe = recipe
     return plan
 
 

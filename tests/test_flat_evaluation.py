@@ -8,6 +8,8 @@ gives numpy's results and the same counters, and leaves everything else to ``run
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -88,6 +90,24 @@ def test_other_evaluations_go_to_run(device, flat_calls, monkeypatch):
     monkeypatch.setattr(prog, "CHECK_STRUCTURE_CACHE", True)
     np.testing.assert_array_equal((x * 4 - 1).get(), np.arange(8, dtype=np.float32) * 4 - 1)
     assert flat_calls[-1] is False
+
+
+def test_a_new_recipe_object_for_the_same_kernel_keeps_the_flat_path(device, flat_calls):
+    """Another Device object of the same index (a test's marked copy) makes the recipe
+    registry hand out a new, equal recipe object; the kernel, and the launch plan kept
+    on it, are shared, so the plan must follow the new object or the flat path is lost."""
+    from fuseloop.recipes import recipe_for
+
+    x = fl.asarray(np.arange(8, dtype=np.float32))
+    for _ in range(2):
+        np.testing.assert_array_equal((x * 5 - 2).get(), np.arange(8) * 5 - 2)
+    assert flat_calls[-1]
+    before = recipe_for(device, "elementwise")
+    recipe_for(dataclasses.replace(device), "elementwise")
+    assert recipe_for(device, "elementwise") is not before
+    for _ in range(2):
+        np.testing.assert_array_equal((x * 5 - 2).get(), np.arange(8) * 5 - 2)
+    assert flat_calls[-1]
 
 
 def test_a_cleared_memory_cache_is_seen(device, flat_calls, fresh_stats):
