@@ -7,7 +7,7 @@ from typing import Any
 from .array import Array, Constant, _coerce, _operand_node
 from .dtypes import scalar_to
 from .errors import DeviceError, ShapeError
-from .evaluate import cast_node, run, run_into
+from .evaluate import cast_node, reads_outside, run, run_into
 from .expr.nodes import Literal, Node, broadcast_shapes
 from .expr.program import Target
 
@@ -88,8 +88,12 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
     else:
         dest = Target(storage, leaf.view_strides(), leaf.offset)  # type: ignore[attr-defined]
     # lazy arrays still reading the old contents are evaluated before the write
+    # (those reading only elements this write leaves alone need not wait)
+    written = None if scatter is not None else (
+        leaf.shape, leaf.view_strides(), leaf.offset)  # type: ignore[attr-defined]
     pending = [r for r in storage.live_readers() if r._storage is None and r is not held_array
-               and r is not value]
+               and r is not value and (written is None or not reads_outside(
+                   r._node, storage, written, target.dtype.itemsize))]
     if pending:
         compute(*pending)
     if held_array is not None:
