@@ -120,3 +120,26 @@ def test_lazy_readers_keep_the_values_they_read(device):
     np.testing.assert_array_equal(across.get(), host[4:7] * 2)
     host[5:] = 7.0
     np.testing.assert_array_equal(a.get(), host)
+
+
+def test_statements_differing_in_offsets_share_one_kernel_object(device, monkeypatch):
+    """Each offset is a launch plan of its own; they share the compiled kernel's
+    kernel object (making one costs pyopencl a disk-cache look-up), and each launch
+    sees its own offsets although the object was last set up for another plan."""
+    import pyopencl as cl
+
+    made = []
+    original = cl.Kernel
+
+    def counting(program, name):
+        if not name.startswith("_"):  # (pyopencl's own probes of attribute names)
+            made.append(name)
+        return original(program, name)
+    monkeypatch.setattr(cl, "Kernel", counting)
+    host = np.zeros(40)
+    a = fl.asarray(host, device=device)
+    for i in range(1, 40):
+        a[i] = a[i - 1] + i
+        host[i] = host[i - 1] + i
+    np.testing.assert_array_equal(a.get(), host)
+    assert len(made) <= 2  # (one kernel, or two where index widths differ)
