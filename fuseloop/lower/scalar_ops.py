@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..dtypes import c_type_name
+from .math_ops import MATH_OPS, math_helper_body
 
 # numpy name -> OpenCL builtin for float-only unary math
 FLOAT_UNARY = {
@@ -36,7 +37,7 @@ UFUNC_OPS = frozenset({
     "add", "subtract", "multiply", "true_divide", "floor_divide", "remainder", "fmod",
     "power", "negative", "positive", "absolute", "sign", "square", "invert",
     "left_shift", "right_shift", "logical_xor", "logical_not", "minimum", "maximum",
-    "fmin", "fmax", "isnan", "isinf", "isfinite",
+    "fmin", "fmax", "isnan", "isinf", "isfinite", *MATH_OPS,
 })
 
 _SHORT = {"bool": "b", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
@@ -102,6 +103,8 @@ def helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
         return f"return ({T})a;"
     if op == "where":
         return "return a ? b : c;"
+    if op in MATH_OPS:
+        return math_helper_body(op, loop)
     if op in FLOAT_UNARY:
         if k == "f":
             return f"return {FLOAT_UNARY[op]}(a);"
