@@ -16,6 +16,7 @@ import numpy as np
 
 from ..dtypes import c_type_name
 from .math_ops import MATH_OPS, math_helper_body
+from .random_ops import RANDOM_OPS, random_helper_body, random_preamble
 
 # numpy name -> OpenCL builtin for float-only unary math
 FLOAT_UNARY = {
@@ -105,6 +106,8 @@ def helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
         return "return a ? b : c;"
     if op in MATH_OPS:
         return math_helper_body(op, loop)
+    if op in RANDOM_OPS:
+        return random_helper_body(op, loop)
     if op in FLOAT_UNARY:
         if k == "f":
             return f"return {FLOAT_UNARY[op]}(a);"
@@ -247,7 +250,9 @@ def helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
 
 def make_helper(op: str, loop: tuple[np.dtype, ...]) -> Helper:
     name = helper_name(op, loop)
-    params = ", ".join(f"{c_type_name(d)} {p}" for d, p in zip(loop[:-1], "abc"))
+    params = ", ".join(f"{c_type_name(d)} {p}"
+                       for d, p in zip(loop[:-1], "abcde"[:len(loop) - 1], strict=True))
     body = helper_body(op, loop)
-    source = f"static inline {c_type_name(loop[-1])} {name}({params})\n{{\n  {body}\n}}\n"
+    source = random_preamble(op) if op in RANDOM_OPS else ""
+    source += f"static inline {c_type_name(loop[-1])} {name}({params})\n{{\n  {body}\n}}\n"
     return Helper(name, loop[-1], source)
