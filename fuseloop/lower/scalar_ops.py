@@ -104,10 +104,6 @@ def helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
         return f"return ({T})a;"
     if op == "where":
         return "return a ? b : c;"
-    if op in MATH_OPS:
-        return math_helper_body(op, loop)
-    if op in RANDOM_OPS:
-        return random_helper_body(op, loop)
     if op in FLOAT_UNARY:
         if k == "f":
             return f"return {FLOAT_UNARY[op]}(a);"
@@ -252,7 +248,13 @@ def make_helper(op: str, loop: tuple[np.dtype, ...]) -> Helper:
     name = helper_name(op, loop)
     params = ", ".join(f"{c_type_name(d)} {p}"
                        for d, p in zip(loop[:-1], "abcde"[:len(loop) - 1], strict=True))
-    body = helper_body(op, loop)
-    source = random_preamble(op) if op in RANDOM_OPS else ""
+    source = ""
+    if op in MATH_OPS:
+        body = math_helper_body(op, loop)
+    elif op in RANDOM_OPS:
+        body = random_helper_body(op, loop)
+        source = random_preamble(op)
+    else:
+        body = helper_body(op, loop)
     source += f"static inline {c_type_name(loop[-1])} {name}({params})\n{{\n  {body}\n}}\n"
     return Helper(name, loop[-1], source)
