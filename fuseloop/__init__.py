@@ -74,6 +74,13 @@ from .ufuncs import FUNCTIONS as _FUNCTIONS
 from .ufuncs import astype, clip, where
 
 globals().update(_FUNCTIONS)
+
+# {{{ math builtins beyond the basic ufuncs (issue 28)
+from . import random  # noqa: E402  (counter-based random numbers, fl.random)
+from .mathfuncs import MATH_FUNCTIONS as _MATH_FUNCTIONS  # noqa: E402
+
+globals().update(_MATH_FUNCTIONS)
+# }}}
 linalg = _LinalgNamespace()
 
 bool_ = _np.bool_
@@ -99,6 +106,7 @@ __all__ = [
     "expand_dims", "flip", "moveaxis", "permute_dims", "ravel", "repeat", "reshape", "roll",
     "squeeze", "stack", "swapaxes", "tile", "transpose", "tril", "triu",
     "program", "Linearized", "Lowered", "Compiled",
+    *_MATH_FUNCTIONS, "random",
 ]
 
 
