@@ -27,6 +27,7 @@ from .creation import (
     zeros_like,
 )
 from .functions import TracedFunction, UserFunction, function
+from .fuse import fuse
 from .ops.indexing import take
 from .ops.linalg import _LinalgNamespace, dot, einsum, inner, matmul, outer, tensordot, trace, vdot
 from .ops.masks import argwhere, flatnonzero, nonzero
@@ -98,7 +99,7 @@ __all__ = [
     "outer", "tensordot", "trace", "vdot", "broadcast_to", "concatenate", "diagonal",
     "expand_dims", "flip", "moveaxis", "permute_dims", "ravel", "repeat", "reshape", "roll",
     "squeeze", "stack", "swapaxes", "tile", "transpose", "tril", "triu",
-    "program", "Linearized", "Lowered", "Compiled",
+    "program", "Linearized", "Lowered", "Compiled", "fuse",
 ]
 
 

@@ -59,11 +59,36 @@ def constant(value: Any, dtype: Any = None) -> Constant:
     return Constant(value, dtype)
 
 
+class ScalarStandIn:
+    """Base of the stand-ins ``fl.fuse`` traces scalar arguments with
+    (:class:`fuseloop.fuse.TracedScalar`): an operand of kind ``kind`` (a Python
+    scalar type, weak as NEP 50 has it, or a dtype) whose node for a loop dtype is
+    ``node_for(dtype)``."""
+
+    __slots__ = ()
+    kind: Any
+
+    def node_for(self, dtype: np.dtype) -> Node:
+        raise NotImplementedError
+
+
+# checks of fl.fuse traces in progress: each is called as check(array, what) before
+# an array's value is read (see fuseloop.fuse), and raises for a traced one
+trace_checks: list[Callable[[Any, str], None]] = []
+
+
+def _check_traced(a: Any, what: str) -> None:
+    for check in trace_checks:
+        check(a, what)
+
+
 def _operand_kind(x: Any) -> Any:
     if isinstance(x, Array):
         return x.dtype
     if isinstance(x, Constant):
         return x.dtype if x.dtype is not None else scalar_kind(x.value)
+    if isinstance(x, ScalarStandIn):
+        return x.kind
     return scalar_kind(x)
 
 
@@ -72,6 +97,8 @@ def _operand_node(x: Any, dtype: np.dtype) -> Node:
         return x._node
     if isinstance(x, Constant):
         return Literal(scalar_to(x.value, dtype))
+    if isinstance(x, ScalarStandIn):
+        return x.node_for(dtype)
     return Scalar(scalar_to(x, dtype))
 
 
@@ -512,6 +539,8 @@ class Array(ArrayProtocol):
 
     def get(self) -> np.ndarray:
         """Evaluate and copy to a new numpy array (waits for the device)."""
+        if trace_checks:
+            _check_traced(self, ".get()")
         self.eval()
         # the read would enqueue deferred launches anyway: now, they start a little sooner
         flush_deferred(self.device)
@@ -525,6 +554,8 @@ class Array(ArrayProtocol):
         return host
 
     def _scalar(self) -> Any:
+        if trace_checks:
+            _check_traced(self, "a Python scalar")
         if self.size != 1:
             raise TypeError(f"only size-1 arrays convert to Python scalars (shape {self.shape})")
         return self.get().reshape(()).item()
@@ -541,6 +572,8 @@ class Array(ArrayProtocol):
         return int(self._scalar())
 
     def __bool__(self) -> bool:
+        if trace_checks:
+            _check_traced(self, "bool()")
         if self.size != 1:
             raise ValueError(
                 f"the truth value of an array with shape {self.shape} is ambiguous; "

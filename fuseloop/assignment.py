@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .array import Array, Constant, _coerce, _operand_node
+from .array import Array, Constant, _check_traced, _coerce, _operand_node, trace_checks
 from .dtypes import scalar_to
 from .errors import DeviceError, ShapeError
 from .evaluate import cast_node, run, run_into
@@ -38,6 +38,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
     fit and before anything is written (it may check the indices and raise).  ``also``: a
     lazy array the caller keeps (``x[x > 0] = v``'s mask), computed in the same kernel.
     """
+    if trace_checks:  # (fl.fuse refuses writes into a traced function's arguments)
+        _check_traced(target, "assignment")
     value = _coerce(value)
     held_array: Array | None = None
     if isinstance(value, NodeValue):

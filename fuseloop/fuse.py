@@ -1,0 +1,807 @@
+"""Traced functions: ``@fl.fuse`` (VexCL's symbolic kernel generator, JAX's ``jit``).
+
+A fused function is traced once per *signature*: per argument its shape,
+dtype, strides and device (arrays), its kind (Python scalars are weak, numpy
+scalars have a dtype) or its value (static arguments), and the keyword names
+of the call.  Tracing calls the Python function on stand-ins: arrays over
+placeholder buffers (new :class:`Storage` objects holding the arguments' own
+device buffers, so the first call computes real results) and
+:class:`TracedScalar` for scalars.  Its results are evaluated while a recorder
+(the interface of :class:`fuseloop.run_plans.Recorder`) sees every kernel
+:func:`fuseloop.evaluate.launch` is asked for, including those of arrays the
+function evaluates itself (reductions run first, ``x.eval()``, contractions'
+producers).  The record, kept per signature, is a list of
+:mod:`fuseloop.run_plans` steps over slots: the arguments' buffers, the
+temporaries the launches write first, the buffers the function reads from
+elsewhere (constants, e.g. an array it closes over), and scalar slots
+(arguments, host expressions of them, constants of the function's body).
+
+A later call with the same signature computes the key, collects the
+arguments' buffers and scalars, allocates outputs and replays the steps
+through ``launching.plan_launch``/``enqueue`` (``run_plans._launch_step``):
+no Python function call, no expression building, no structure look-up.
+
+Values are unknown while tracing: reading one (``bool(x > 0)``, ``float(x)``,
+``x.get()``, a boolean mask, ``if dt > 0:`` on a scalar argument) raises
+:class:`~fuseloop.errors.TracingError` naming the function, the operation and
+the arguments the value depends on.  A function the recorder cannot replay
+(it writes into a buffer it did not make, e.g. ``z = fl.zeros(n); z[1:] = x``)
+runs as plain Python on every call instead (``Fused.eager_signatures``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import operator
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+
+from . import caches as _caches
+from . import evaluate as _ev
+from . import run_plans as _rp
+from . import stats as _stats
+from .array import Array, ScalarStandIn, _weak_scalar, trace_checks
+from .dtypes import as_dtype, scalar_to
+from .errors import TracingError
+from .expr.nodes import Leaf, Node, Scalar, Storage
+from .launching import DEFER_MAX, DEFER_MAX_ELEMENTS, enqueue, recipe_kind
+from .recipes import recipe_for
+from .runtime.devices import Device, _runtime, get_device
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_tally_cached_launch = _stats.cached_launches.__next__  # (see fuseloop.stats)
+_SCALAR_TYPES = (bool, int, float)
+# signatures kept per fused function (all dropped when reached, as other caches do)
+ENTRIES_MAX = 256
+_fused: weakref.WeakSet[Fused] = weakref.WeakSet()
+
+
+# {{{ traced scalars
+
+
+def _kind_of(value: Any) -> Any:
+    """A scalar's kind for numpy's promotion: its Python type (weak) or its dtype."""
+    t = type(value)
+    if t in _SCALAR_TYPES:
+        return t
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return as_dtype(value.dtype)
+    raise TracingError(f"a traced scalar expression gave {value!r} of type {t.__name__}, "
+                       "which fuseloop kernels cannot take (bool, int, float and numpy "
+                       "scalars of those kinds can)")
+
+
+def _constant_fn(value: Any) -> Callable[[list], Any]:
+    return lambda values: value
+
+
+class TracedScalar(ScalarStandIn):
+    """The stand-in for a scalar argument (or a host expression of some) while
+    ``fl.fuse`` traces: in an array expression it becomes a kernel argument of the
+    loop's dtype, as the Python or numpy scalar would (NEP 50: Python scalars are
+    weak); arithmetic with other scalars stays symbolic (computed on the host on
+    each call, as Python would).  Its value is unknown to the traced code."""
+
+    __slots__ = ("arg", "fn", "kind", "name", "nodes", "trace", "value")
+
+    def __init__(self, trace: _Trace, value: Any, fn: Callable[[list], Any], name: str,
+                 arg: int | None = None) -> None:
+        self.arg = arg  # the position among the call's scalar arguments; None: derived
+        self.trace = trace
+        self.value = value  # (the first call's: the trace computes its results too)
+        self.fn = fn  # the value on a call, from the call's scalar arguments
+        self.name = name
+        self.kind = _kind_of(value)
+        self.nodes: dict[np.dtype, Scalar] = {}
+
+    def node_for(self, dtype: np.dtype) -> Node:
+        node = self.nodes.get(dtype)
+        if node is None:
+            node = self.nodes[dtype] = Scalar(scalar_to(self.value, dtype))
+            self.trace.scalar_node(node, self, dtype)
+        return node
+
+    def _derive(self, op: Callable[..., Any], operands: Iterable[Any]) -> Any:
+        fns, values, names = [], [], []
+        for o in operands:
+            if isinstance(o, TracedScalar):
+                fns.append(o.fn)
+                values.append(o.value)
+                names.append(o.name)
+            elif type(o) in _SCALAR_TYPES or isinstance(o, np.generic):
+                fns.append(_constant_fn(o))
+                values.append(o)
+            else:
+                return NotImplemented
+        value = op(*values)
+        if len(fns) == 1:
+            f0 = fns[0]
+
+            def fn(v: list) -> Any:
+                return op(f0(v))
+        elif len(fns) == 2:
+            f0, f1 = fns
+
+            def fn(v: list) -> Any:
+                return op(f0(v), f1(v))
+        else:
+            def fn(v: list) -> Any:
+                return op(*[f(v) for f in fns])
+        return TracedScalar(self.trace, value, fn, " and ".join(dict.fromkeys(names)))
+
+    def _value_needed(self, what: str) -> TracingError:
+        return self.trace.error(what, f"traced scalar {self.name}")
+
+    def __bool__(self) -> bool:
+        raise self._value_needed("bool()")
+
+    def __float__(self) -> float:
+        raise self._value_needed("float()")
+
+    def __int__(self) -> int:
+        raise self._value_needed("int()")
+
+    def __index__(self) -> int:
+        raise self._value_needed("an index")
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if method != "__call__" or kwargs or ufunc.nout != 1:
+            return NotImplemented
+        return self._derive(ufunc, inputs)
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise self._value_needed("np.asarray()")
+
+    def __repr__(self) -> str:
+        kind = self.kind.__name__ if isinstance(self.kind, type) else str(self.kind)
+        return f"<traced scalar {self.name} ({kind})>"
+
+
+def _binary(op: Callable[[Any, Any], Any], reflected: bool = False) -> Any:
+    def method(self: TracedScalar, other: Any) -> Any:
+        if isinstance(other, Array):
+            return NotImplemented  # (the array's operator takes the stand-in)
+        return self._derive(op, (other, self) if reflected else (self, other))
+    return method
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor",
+              "lshift", "rshift"):
+    _op = getattr(operator, f"{_name}_" if _name in ("and", "or") else _name)
+    setattr(TracedScalar, f"__{_name}__", _binary(_op))
+    setattr(TracedScalar, f"__r{_name}__", _binary(_op, reflected=True))
+for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
+    setattr(TracedScalar, f"__{_name}__", _binary(getattr(operator, _name)))
+for _name in ("neg", "pos", "abs", "invert"):
+    setattr(TracedScalar, f"__{_name}__",
+            (lambda op: lambda self: self._derive(op, (self,)))(getattr(operator, _name)))
+TracedScalar.__hash__ = None  # type: ignore[assignment]
+
+
+# }}}
+
+
+# {{{ tracing: the stand-ins, the value checks and the recorder
+
+
+class _Trace:
+    """One trace in progress: its stand-ins and the record of its launches.
+
+    The record maps buffers to pool slots: ``("i", k)`` the k-th array argument,
+    ``("t", k)`` the k-th temporary (a buffer first seen as a launch's output),
+    ``("c", k)`` the k-th constant (read, but neither an argument nor written);
+    launches' scalars to scalar slots (see :meth:`_slot`).
+    """
+
+    def __init__(self, fused: Fused) -> None:
+        self.fused = fused
+        self.placeholders: dict[int, str] = {}  # id(placeholder) -> argument name
+        self.placeholder_list: list[Storage] = []
+        self.traced: set[Storage] = set()  # placeholders and temporaries
+        self.refs: dict[int, tuple[str, int]] = {}
+        self.temps: list[Storage] = []
+        self.consts: list[Storage] = []
+        self.scalar_nodes: dict[int, tuple[TracedScalar, np.dtype]] = {}
+        self.scalar_values: dict[int, tuple[TracedScalar, np.dtype]] = {}
+        self.slots: list[tuple] = []  # (stand-in, dtype) or ("const", value)
+        self.slot_of: dict[int, int] = {}
+        self.steps: list[_rp._Step] = []
+        self.failed: str | None = None
+        self.keep: list[Any] = []  # (ids of these are keys above: kept alive)
+
+    # stand-ins
+
+    def placeholder(self, storage: Storage, name: str, k: int) -> Storage:
+        ph = Storage(storage.buffer, storage.nbytes, storage.device)
+        self.placeholders[id(ph)] = name
+        self.placeholder_list.append(ph)
+        self.refs[id(ph)] = ("i", k)
+        self.traced.add(ph)
+        self.keep.append(ph)
+        return ph
+
+    def scalar_node(self, node: Scalar, standin: TracedScalar, dtype: np.dtype) -> None:
+        self.scalar_nodes[id(node)] = self.scalar_values[id(node.value)] = (standin, dtype)
+        self.keep.append(node)
+
+    # the check before a value is read (fuseloop.array.trace_checks)
+
+    def check(self, a: Any, what: str) -> None:
+        node = a._node
+        if what == "assignment":
+            if type(node) is Leaf and id(node.storage) in self.placeholders:
+                raise self.error(
+                    "an assignment", f"argument {self.placeholders[id(node.storage)]}",
+                    "fl.fuse does not write into arguments; return the new value instead "
+                    "(x = x + 1, fl.where(mask, v, x))")
+            return
+        if self.traced.isdisjoint(node.storages):
+            return  # (not computed from the arguments: a constant, its value is known)
+        if what == "a Python scalar":  # (Array._scalar: which conversion asked)
+            caller = sys._getframe(3).f_code.co_name
+            what = {"__float__": "float()", "__int__": "int()", "__index__": "an index",
+                    "item": ".item()"}.get(caller, what)
+        args = sorted({self.placeholders[id(s)] for s in node.storages
+                       if id(s) in self.placeholders})
+        source = (f"computed from argument{'s' if len(args) > 1 else ''} {', '.join(args)}"
+                  if args else "computed from the arguments")
+        raise self.error(what, f"a traced array (shape {a.shape}, {a.dtype}, {source})")
+
+    def error(self, what: str, value: str, advice: str | None = None) -> TracingError:
+        name = self.fused.__name__
+        frame = sys._getframe(1)
+        while frame is not None and os.path.dirname(
+                os.path.abspath(frame.f_code.co_filename)) .startswith(_PACKAGE_DIR):
+            frame = frame.f_back  # type: ignore[assignment]
+        where = f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
+        if advice is None:
+            advice = ("values are unknown while fl.fuse traces: make the argument static "
+                      "(fl.fuse(..., static_argnums=..., static_argnames=...)), choose "
+                      "elementwise with fl.where(cond, a, b), or call the function "
+                      "without fl.fuse")
+        return TracingError(f"fl.fuse: {name}(){where} needs the value of {value} for "
+                            f"{what}; {advice}")
+
+    # the recorder (evaluate.launch hands it each launch while installed)
+
+    def launch(self, program: Any, bindings: Any, outs: list[Storage], device: Device) -> None:
+        _ev.launch_now(program, bindings, outs, device)
+        if self.failed is None:
+            self._note(program, bindings, outs)
+
+    def _note(self, program: Any, bindings: Any, outs: list[Storage]) -> None:
+        refs = self.refs
+        for s in outs:
+            ref = refs.get(id(s))
+            if ref is None:  # first seen as an output: a temporary of the call
+                refs[id(s)] = ("t", len(self.temps))
+                self.temps.append(s)
+                self.traced.add(s)
+            elif ref[0] != "t":
+                self.failed = "it writes into a buffer it did not compute"
+                return
+        storage_refs = []
+        for s in bindings.storages:
+            ref = refs.get(id(s))
+            if ref is None:
+                ref = refs[id(s)] = ("c", len(self.consts))
+                self.consts.append(s)
+            storage_refs.append(ref)
+        scalar_refs = []
+        nodes = bindings.scalar_nodes
+        for k, v in enumerate(bindings.scalars):
+            if nodes is not None:
+                key, hit = id(nodes[k]), self.scalar_nodes.get(id(nodes[k]))
+            else:  # by value object (see run_plans.Recorder)
+                key, hit = id(v), self.scalar_values.get(id(v))
+                if hit is not None and hit[1].kind == "b":
+                    # (numpy's booleans are two shared objects: a constant could be one)
+                    self.failed = "a boolean scalar argument cannot be told from a constant"
+                    return
+            scalar_refs.append(self._slot(key, hit, v))
+        self.steps.append(_rp._Step(program, list(bindings.params), bindings.out_shape,
+                                    tuple(storage_refs), tuple(refs[id(s)] for s in outs),
+                                    tuple(scalar_refs)))
+
+    def _slot(self, key: int, hit: tuple[TracedScalar, np.dtype] | None, value: Any) -> int:
+        if hit is None:  # a constant of the function's body (``2 * x``)
+            self.slots.append(("const", value))
+            return len(self.slots) - 1
+        slot = self.slot_of.get(key)
+        if slot is None:
+            slot = self.slot_of[key] = len(self.slots)
+            self.slots.append(hit)
+        return slot
+
+
+_local = threading.local()
+
+
+def _install(trace: _Trace) -> Any:
+    """Make ``trace`` this thread's run-plan recorder (what run_plans.run does for its
+    own :class:`~fuseloop.run_plans.Recorder`); returns the one it replaces."""
+    saved = getattr(_rp._local, "recorder", None)
+    with _rp._lock:
+        _rp.recording_threads[0] += 1
+    _rp._local.recorder = trace
+    trace_checks.append(trace.check)
+    return saved
+
+
+def _uninstall(trace: _Trace, saved: Any) -> None:
+    trace_checks.remove(trace.check)
+    _rp._local.recorder = saved
+    with _rp._lock:
+        _rp.recording_threads[0] -= 1
+
+
+# }}}
+
+
+# {{{ the record of one signature
+
+
+class _Entry:
+    """What a call of one signature does: ``run(storages, values, args)``.
+
+    ``steps``: per recorded launch ``(step, input positions, output positions,
+    scalar slots, recipe kind, small)``, positions into the call's pool of buffers
+    (the arguments', then new temporaries, then constants).  The index dtype, the
+    device and the sizes of a step are fixed by the signature, so a step's launch
+    plan (``step.plan``, made by ``run_plans._launch_step`` on its first replay) is
+    used while its recipe and kernel are still current, as ``run_plans`` checks.
+    """
+
+    __slots__ = ("consts", "device", "eager", "pool", "result1", "results", "single", "slots",
+                 "steps", "structure", "temps")
+
+    def run(self, storages: list[Storage], values: list[Any], args: tuple) -> Any:
+        sc = []
+        for kind, a, dtype in self.slots:
+            if kind == 1:  # a Python int or float argument (conversions remembered)
+                sc.append(_weak_scalar(values[a], dtype))
+            elif kind == 0:
+                sc.append(a)
+            else:
+                sc.append(scalar_to(a(values), dtype))
+        single = self.single
+        if single is not None:
+            # one small launch into new buffers, its plan current: deferred at once
+            # (what launching.enqueue does for it, written out as evaluate.run_flat has it)
+            step, kind, out_bytes = single
+            plan = step.plan
+            device = self.device
+            if plan is not None and plan.recipe is recipe_for(device, kind) \
+                    and plan.compiled.in_cache:
+                try:
+                    kernel, last = plan.threads.state
+                    rt = plan.runtime
+                    palloc = rt.pool.allocate
+                    outs = [Storage(palloc(n), n, device) for n in out_bytes]
+                except (AttributeError, cl.MemoryError):
+                    pass  # (this thread's first launch, or no memory: the general path)
+                else:
+                    deferred = rt.deferred
+                    deferred.append((plan.go, (outs, storages, sc, kernel, last)))
+                    _tally_cached_launch()
+                    if len(deferred) >= DEFER_MAX:
+                        rt.flush()
+                    result1 = self.result1
+                    if result1 is not None:
+                        return Array._concrete(outs[0], *result1)
+                    return self._results(storages + outs, values, args)
+        return self._replay(storages, values, args, sc)
+
+    def _replay(self, storages: list[Storage], values: list[Any], args: tuple,
+                sc: list[Any]) -> Any:
+        device = self.device
+        pool = storages
+        temps = self.temps
+        if temps:
+            palloc = self.pool.allocate
+            pool = storages + [_allocate(palloc, n, device) for n in temps]
+        if self.consts:
+            pool = pool + self.consts
+        for step, ins, outs, scal, kind, small in self.steps:
+            st = storages if ins is None else [pool[j] for j in ins]
+            os_ = [pool[j] for j in outs]
+            scalars = [sc[j] for j in scal]
+            plan = step.plan
+            if plan is None or plan.recipe is not recipe_for(device, kind) \
+                    or not plan.compiled.in_cache:
+                _rp._launch_step(step, st, os_, scalars, device)  # (plans; counts the look-up)
+            else:
+                enqueue(plan, os_, st, scalars, small, device, 1)
+        return self._results(pool, values, args)
+
+    def _results(self, pool: list[Storage], values: list[Any], args: tuple) -> Any:
+        device = self.device
+        results = []
+        for kind, a, dtype, shape in self.results:
+            if kind == 0:
+                results.append(Array._concrete(pool[a], dtype, shape))
+            elif kind == 1:
+                results.append(args[a])
+            elif kind == 2:
+                results.append(a)
+            elif kind == 3:
+                results.append(a(values))
+            else:
+                results.append(Array._concrete(_ev.allocate(0, device), dtype, shape))
+        return results[0] if self.structure is None else self.structure(results)
+
+
+def _allocate(palloc: Callable[[int], Any], nbytes: int, device: Device) -> Storage:
+    """A new buffer from the device's pool (``evaluate.allocate`` when that fails: it
+    lets go of unheld lazy arrays and tries again, or reports)."""
+    try:
+        return Storage(palloc(nbytes), nbytes, device)
+    except cl.MemoryError:
+        return _ev.allocate(nbytes, device)
+
+
+def _shaped(structure: Any, results: list) -> Any:
+    if structure is None:
+        return results[0]
+    return structure(results)
+
+
+# }}}
+
+
+class Fused:
+    """A function traced into fused kernels per signature: see :func:`fuse`."""
+
+    def __init__(self, fn: Callable[..., Any], static_argnums: Iterable[int] = (),
+                 static_argnames: Iterable[str] = ()) -> None:
+        if not callable(fn):
+            raise TypeError(f"fl.fuse takes a function, got {type(fn).__name__}")
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "fused")
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            params = []
+        positional = [p.name for p in params
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        self._positional = positional
+        self._varargs = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
+        nums = {int(n) for n in ([static_argnums] if isinstance(static_argnums, int)
+                                 else static_argnums)}
+        names = {static_argnames} if isinstance(static_argnames, str) else set(static_argnames)
+        # a static argument is static by position and by name alike
+        names |= {positional[n] for n in nums if 0 <= n < len(positional)}
+        nums |= {positional.index(n) for n in names if n in positional}
+        self.static_argnums = frozenset(nums)
+        self.static_argnames = frozenset(names)
+        self._has_static = bool(nums or names)
+        self._static_masks: dict[tuple, tuple[bool, ...]] = {}
+        self._entries: dict[tuple, _Entry] = {}
+        self.traces = 0  # how often the function was traced (tests, curiosity)
+        self.eager_signatures = 0  # signatures that run the Python function on each call
+        _fused.add(self)
+
+    def __repr__(self) -> str:
+        return f"<fuseloop fused function {self.__name__}>"
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        # (a fused method: bound like a function; self is then a static argument
+        # only if named so)
+        return self if obj is None else functools.partial(self, obj)
+
+    def _static_mask(self, n: int, names: tuple) -> tuple[bool, ...]:
+        mask = self._static_masks.get((n, names))
+        if mask is None:
+            npos = n - len(names)
+            mask = tuple(k in self.static_argnums if k < npos else names[k - npos] in
+                         self.static_argnames for k in range(n))
+            self._static_masks[(n, names)] = mask
+        return mask
+
+    def _arg_name(self, k: int, npos: int, names: tuple) -> str:
+        if k >= npos:
+            return repr(names[k - npos])
+        if k < len(self._positional):
+            return repr(self._positional[k])
+        return f"{self._varargs or 'args'}[{k - len(self._positional)}]"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _rp.recording_threads[0] or _ev.capturing_threads[0]:
+            if _rp.recorder() is not None or _ev.captured_sources() is not None:
+                # inside another trace (its recorder must see these launches: the
+                # function is inlined into it) or a show_code capture: plain Python
+                return self.fn(*args, **kwargs)
+        if kwargs:
+            names = tuple(kwargs)
+            args = (*args, *kwargs.values())
+        else:
+            names = ()
+        key: list[Any] = [names]
+        storages: list[Storage] = []
+        values: list[Any] = []
+        mask = self._static_mask(len(args), names) if self._has_static else None
+        append = key.append
+        k = 0
+        for a in args:
+            t = type(a)
+            if mask is not None and mask[k]:
+                append(t)
+                append(a)
+            elif t is Array:
+                n = a._node
+                if type(n) is not Leaf:
+                    n = a.eval()._node  # (a lazy argument: computed first, on its own)
+                s = n.storage
+                if n.strides is None and n.offset == 0:
+                    append(n.shape)
+                else:  # a strided view of a larger buffer: its index dtype may differ
+                    append(n.leaf_token())
+                    append(s.nbytes)
+                append(n.dtype)
+                append(s.device)
+                storages.append(s)
+            elif t is float or t is int or t is bool:
+                append(t)
+                values.append(a)
+            elif isinstance(a, np.generic):
+                append(a.dtype)
+                values.append(a)
+            else:
+                self._refuse(a, k, len(args) - len(names), names)
+            k += 1
+        if not storages:
+            append(get_device())
+        try:
+            entry = self._entries.get(tuple(key))
+        except TypeError:  # an unhashable static argument
+            bad = [a for a, m in zip(args, mask or ()) if m and not _hashable(a)]
+            raise TracingError(
+                f"fl.fuse: static arguments of {self.__name__}() must be hashable, got "
+                f"{type(bad[0]).__name__ if bad else 'an unhashable value'}") from None
+        if entry is None:
+            return self._trace(tuple(key), args, names)
+        if entry.eager:
+            return self._call_eager(args, names)
+        return entry.run(storages, values, args)
+
+    def _refuse(self, a: Any, k: int, npos: int, names: tuple) -> None:
+        what = type(a).__name__
+        hint = ("copy it to the device with fl.asarray first" if isinstance(a, np.ndarray)
+                else "mark it static (static_argnums=/static_argnames=) if it is a "
+                     "hashable setting")
+        raise TracingError(
+            f"fl.fuse: argument {self._arg_name(k, npos, names)} of {self.__name__}() is a "
+            f"{what}; a fused function takes fuseloop arrays and bool, int, float or "
+            f"numpy scalars; {hint}")
+
+    def _call_eager(self, args: tuple, names: tuple) -> Any:
+        npos = len(args) - len(names)
+        result = self.fn(*args[:npos], **dict(zip(names, args[npos:])))
+        outs = result if isinstance(result, tuple | list) else (result,)
+        from .assignment import compute
+
+        compute(*[o for o in outs if isinstance(o, Array)])
+        return result
+
+    # {{{ tracing a signature
+
+    def _trace(self, key: tuple, args: tuple, names: tuple) -> Any:
+        trace = _Trace(self)
+        npos = len(args) - len(names)
+        mask = self._static_mask(len(args), names)
+        call_args = list(args)
+        stand_ins: dict[int, int] = {}
+        device = None
+        n_arrays = n_values = 0
+        for k, a in enumerate(args):
+            if mask[k]:
+                continue
+            name = self._arg_name(k, npos, names)
+            if type(a) is Array:
+                n = a._node  # (a Leaf: __call__ evaluated lazy arguments)
+                ph = trace.placeholder(n.storage, name, n_arrays)
+                n_arrays += 1
+                if n.strides is None and n.offset == 0:
+                    stand = Array._concrete(ph, n.dtype, n.shape)
+                else:
+                    stand = Array._lazy(Leaf(ph, n.dtype, n.shape, n.strides, n.offset),
+                                        a.device)
+                stand_ins[id(stand)] = k
+                trace.keep.append(stand)
+                call_args[k] = stand
+                device = device or a.device
+            else:
+                call_args[k] = TracedScalar(trace, a, operator.itemgetter(n_values), name,
+                                            n_values)
+                n_values += 1
+        device = device or get_device()
+        saved = _install(trace)
+        try:
+            result = self.fn(*call_args[:npos], **dict(zip(names, call_args[npos:])))
+            structure, outs = _flatten(result)
+            computed = _evaluate_outputs(outs, device)
+        finally:
+            _uninstall(trace, saved)
+        self.traces += 1
+        entry = _make_entry(trace, device, structure, outs, computed, stand_ins, n_arrays)
+        if len(self._entries) >= ENTRIES_MAX:
+            self._entries.clear()
+        self._entries[key] = entry
+        if entry.eager:
+            self.eager_signatures += 1
+        # the first call's results (computed while tracing: the placeholders hold the
+        # arguments' buffers)
+        values = [a for k, a in enumerate(args)
+                  if not mask[k] and type(a) is not Array]
+        results = []
+        for o, c in zip(outs, computed):
+            if isinstance(o, Array):
+                if id(o) in stand_ins:
+                    o = args[stand_ins[id(o)]]
+                elif o._storage is None and c is not None:
+                    o._become(c)
+            elif isinstance(o, TracedScalar):
+                o = o.fn(values)
+            results.append(o)
+        return _shaped(structure, results)
+
+    # }}}
+
+    def clear(self) -> None:
+        """Forget every traced signature (the next call of each traces again)."""
+        self._entries.clear()
+
+
+def _hashable(a: Any) -> bool:
+    try:
+        hash(a)
+    except TypeError:
+        return False
+    return True
+
+
+def _flatten(result: Any) -> tuple[Any, list]:
+    """(how to rebuild, the flat results): a single result, a tuple or a list."""
+    if isinstance(result, tuple) and not hasattr(result, "_fields"):
+        return tuple, list(result)
+    if isinstance(result, list):
+        return list, list(result)
+    return None, [result]
+
+
+def _evaluate_outputs(outs: list, device: Device) -> list[Storage | None]:
+    """Compute the lazy array results (one kernel per shape, as ``fl.compute`` does);
+    the buffer of each array result (None for others)."""
+    groups: dict[tuple, list[int]] = {}
+    computed: list[Storage | None] = [None] * len(outs)
+    for k, o in enumerate(outs):
+        if isinstance(o, Array):
+            if o._storage is not None and o.is_contiguous:
+                computed[k] = o._storage
+            else:
+                groups.setdefault((o.device.index, o.shape), []).append(k)
+    for (_, shape), members in groups.items():
+        first = outs[members[0]]
+        # (also a result of size 0, which launches nothing: a new empty buffer per call)
+        got = _ev.run([outs[k]._node for k in members], shape, first.device)
+        for k, s in zip(members, got):
+            computed[k] = s
+    return computed
+
+
+def _make_entry(trace: _Trace, device: Device, structure: Any, outs: list,
+                computed: list[Storage | None], stand_ins: dict[int, int],
+                n_arrays: int) -> _Entry:
+    """The record of ``trace`` as an :class:`_Entry` (slots as pool positions)."""
+    entry = _Entry()
+    entry.device = device
+    entry.structure = structure
+    entry.eager = trace.failed is not None
+    n_in, n_t = n_arrays, len(trace.temps)
+    base = {"i": 0, "t": n_in, "c": n_in + n_t}
+
+    def pos(ref: tuple[str, int]) -> int:
+        return base[ref[0]] + ref[1]
+
+    entry.temps = [s.nbytes for s in trace.temps]
+    entry.consts = list(trace.consts)
+    entry.pool = _runtime(device).pool
+    nbytes = [s.nbytes for s in trace.placeholder_list] + entry.temps + \
+        [s.nbytes for s in trace.consts]
+    steps = []
+    for st in trace.steps:
+        ins = tuple(map(pos, st.storage_refs))
+        # (small as run_plans._launch_step has it: deferred like small cached launches)
+        limit = 4 * DEFER_MAX_ELEMENTS
+        biggest = max(max(st.params, default=0), math.prod(st.out_shape))
+        small = biggest <= limit and max([nbytes[j] for j in ins], default=0) <= limit
+        steps.append((st, None if ins == tuple(range(n_in)) else ins,
+                      tuple(map(pos, st.out_refs)), st.scalar_refs,
+                      recipe_kind(st.program), small))
+    entry.steps = steps
+    slots: list[tuple] = []
+    for slot in trace.slots:
+        if slot[0] == "const":
+            slots.append((0, slot[1], None))
+        else:
+            standin, dtype = slot
+            if standin.arg is not None and standin.kind in (int, float):
+                slots.append((1, standin.arg, dtype))
+            else:
+                slots.append((2, standin.fn, dtype))
+    entry.slots = slots
+    results: list[tuple] = []
+    for o, c in zip(outs, computed):
+        if isinstance(o, Array):
+            ref = trace.refs.get(id(c)) if c is not None else None
+            if id(o) in stand_ins:
+                results.append((1, stand_ins[id(o)], None, None))
+            elif ref is not None and ref[0] == "t":
+                results.append((0, pos(ref), o.dtype, o.shape))
+            elif c is not None and c.nbytes == 0:  # (no launch: a new buffer per call)
+                results.append((4, None, o.dtype, o.shape))
+            elif ref is None and c is o._storage and c not in trace.traced:
+                results.append((2, o, None, None))  # a constant array, returned as is
+            else:  # (not expected: a result no recorded launch wrote)
+                entry.eager = True
+                results.append((2, None, None, None))
+        elif isinstance(o, TracedScalar):
+            results.append((3, o.fn, None, None))
+        else:
+            results.append((2, o, None, None))
+    entry.results = results
+    # the single-launch path (see _Entry.run): one small launch, its inputs the
+    # arguments in order, its scalars the slots in order, its outputs new buffers
+    entry.single = entry.result1 = None
+    if len(steps) == 1 and not entry.eager:
+        st, ins, outs, scal, kind, small = steps[0]
+        if small and ins is None and scal == tuple(range(len(slots))) and \
+                outs == tuple(range(n_in, n_in + len(entry.temps))) and entry.temps and \
+                _error_free(st.program):
+            entry.single = (st, kind, entry.temps)
+            if structure is None and results[0][0] == 0:
+                entry.result1 = results[0][2:]
+    return entry
+
+
+def _error_free(program: Any) -> bool:
+    """Whether ``program`` has no gather with an error flag (read after its launch)."""
+    return not any(e.kind == "gather" for e in program.entries)
+
+
+def fuse(fn: Callable[..., Any] | None = None, *, static_argnums: Iterable[int] | int = (),
+         static_argnames: Iterable[str] | str = ()) -> Any:
+    """Trace a function of arrays and scalars into fused kernels, once per signature.
+
+    ``@fl.fuse`` or ``fl.fuse(f, static_argnums=..., static_argnames=...)``.  The first
+    call with a new signature (argument shapes, dtypes, strides and devices; Python
+    scalar types, numpy scalar dtypes; static argument values; keyword names) runs
+    ``fn`` on stand-ins and records the kernels its results need (one, for an
+    elementwise function, also with several results); later calls enqueue the
+    recorded kernels with the new arguments.  Python scalars are kernel arguments
+    (a new value does not trace again); static arguments are passed to ``fn`` as
+    they are and are part of the signature.  Reading a traced value (``if x > 0``,
+    ``float(x)``, ``x.get()``) raises :class:`~fuseloop.errors.TracingError`.
+    """
+    if fn is None:
+        return lambda f: Fused(f, static_argnums, static_argnames)  # type: ignore[arg-type]
+    return Fused(fn, static_argnums, static_argnames)  # type: ignore[arg-type]
+
+
+def _clear() -> None:
+    for f in list(_fused):
+        f.clear()
+
+
+_caches.register("fuse.signatures", _clear, lambda: sum(len(f._entries) for f in _fused),
+                 why=f"per fused function, up to {ENTRIES_MAX} signatures")
