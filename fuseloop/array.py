@@ -508,6 +508,8 @@ class Array(ArrayProtocol):
 
         For a strided view this is a new contiguous copy, not the viewed buffer.
         """
+        if trace_checks:
+            _check_traced(self, ".data (a boolean mask, nonzero)")
         self.eval()
         if not self.is_contiguous:
             return run([self._node], self.shape, self.device)[0].buffer

@@ -238,11 +238,19 @@ class _Trace:
     def check(self, a: Any, what: str) -> None:
         node = a._node
         if what == "assignment":
-            if type(node) is Leaf and id(node.storage) in self.placeholders:
+            if type(node) is not Leaf or _rp.recorder() is not self:
+                return  # (a lazy target is computed into a temporary first)
+            s = node.storage
+            if id(s) in self.placeholders:
                 raise self.error(
-                    "an assignment", f"argument {self.placeholders[id(node.storage)]}",
+                    "an assignment", f"argument {self.placeholders[id(s)]}",
                     "fl.fuse does not write into arguments; return the new value instead "
                     "(x = x + 1, fl.where(mask, v, x))")
+            ref = self.refs.get(id(s))
+            if ref is None or ref[0] != "t":
+                # a buffer no recorded launch made (fl.zeros, fl.empty, an array the
+                # function closes over): its contents before the write are not replayed
+                self.failed = "it writes into an array that no kernel of it computed"
             return
         if self.traced.isdisjoint(node.storages):
             return  # (not computed from the arguments: a constant, its value is known)
