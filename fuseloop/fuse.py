@@ -35,9 +35,6 @@ import functools
 import inspect
 import math
 import operator
-import os
-import sys
-import threading
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -48,311 +45,20 @@ import pyopencl as cl
 from . import caches as _caches
 from . import evaluate as _ev
 from . import run_plans as _rp
-from . import stats as _stats
-from .array import Array, ScalarStandIn, _weak_scalar, trace_checks
-from .dtypes import as_dtype, scalar_to
+from .array import Array, _weak_scalar
+from .dtypes import scalar_to
 from .errors import TracingError
-from .expr.nodes import Leaf, Node, Scalar, Storage
+from .expr.nodes import Leaf, Storage
 from .launching import DEFER_MAX, DEFER_MAX_ELEMENTS, enqueue, recipe_kind
 from .recipes import recipe_for
 from .runtime.devices import Device, _runtime, get_device
+from .stats import cached_launches
+from .tracing import Trace, TracedScalar, install, uninstall
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_tally_cached_launch = _stats.cached_launches.__next__  # (see fuseloop.stats)
-_SCALAR_TYPES = (bool, int, float)
+_tally_cached_launch = cached_launches.__next__  # (see fuseloop.stats)
 # signatures kept per fused function (all dropped when reached, as other caches do)
 ENTRIES_MAX = 256
 _fused: weakref.WeakSet[Fused] = weakref.WeakSet()
-
-
-# {{{ traced scalars
-
-
-def _kind_of(value: Any) -> Any:
-    """A scalar's kind for numpy's promotion: its Python type (weak) or its dtype."""
-    t = type(value)
-    if t in _SCALAR_TYPES:
-        return t
-    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
-        return as_dtype(value.dtype)
-    raise TracingError(f"a traced scalar expression gave {value!r} of type {t.__name__}, "
-                       "which fuseloop kernels cannot take (bool, int, float and numpy "
-                       "scalars of those kinds can)")
-
-
-def _constant_fn(value: Any) -> Callable[[list], Any]:
-    return lambda values: value
-
-
-class TracedScalar(ScalarStandIn):
-    """The stand-in for a scalar argument (or a host expression of some) while
-    ``fl.fuse`` traces: in an array expression it becomes a kernel argument of the
-    loop's dtype, as the Python or numpy scalar would (NEP 50: Python scalars are
-    weak); arithmetic with other scalars stays symbolic (computed on the host on
-    each call, as Python would).  Its value is unknown to the traced code."""
-
-    __slots__ = ("arg", "fn", "kind", "name", "nodes", "trace", "value")
-
-    def __init__(self, trace: _Trace, value: Any, fn: Callable[[list], Any], name: str,
-                 arg: int | None = None) -> None:
-        self.arg = arg  # the position among the call's scalar arguments; None: derived
-        self.trace = trace
-        self.value = value  # (the first call's: the trace computes its results too)
-        self.fn = fn  # the value on a call, from the call's scalar arguments
-        self.name = name
-        self.kind = _kind_of(value)
-        self.nodes: dict[np.dtype, Scalar] = {}
-
-    def node_for(self, dtype: np.dtype) -> Node:
-        node = self.nodes.get(dtype)
-        if node is None:
-            node = self.nodes[dtype] = Scalar(scalar_to(self.value, dtype))
-            self.trace.scalar_node(node, self, dtype)
-        return node
-
-    def _derive(self, op: Callable[..., Any], operands: Iterable[Any]) -> Any:
-        fns, values, names = [], [], []
-        for o in operands:
-            if isinstance(o, TracedScalar):
-                fns.append(o.fn)
-                values.append(o.value)
-                names.append(o.name)
-            elif type(o) in _SCALAR_TYPES or isinstance(o, np.generic):
-                fns.append(_constant_fn(o))
-                values.append(o)
-            else:
-                return NotImplemented
-        value = op(*values)
-        if len(fns) == 1:
-            f0 = fns[0]
-
-            def fn(v: list) -> Any:
-                return op(f0(v))
-        elif len(fns) == 2:
-            f0, f1 = fns
-
-            def fn(v: list) -> Any:
-                return op(f0(v), f1(v))
-        else:
-            def fn(v: list) -> Any:
-                return op(*[f(v) for f in fns])
-        return TracedScalar(self.trace, value, fn, " and ".join(dict.fromkeys(names)))
-
-    def _value_needed(self, what: str) -> TracingError:
-        return self.trace.error(what, f"traced scalar {self.name}")
-
-    def __bool__(self) -> bool:
-        raise self._value_needed("bool()")
-
-    def __float__(self) -> float:
-        raise self._value_needed("float()")
-
-    def __int__(self) -> int:
-        raise self._value_needed("int()")
-
-    def __index__(self) -> int:
-        raise self._value_needed("an index")
-
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        if method != "__call__" or kwargs or ufunc.nout != 1:
-            return NotImplemented
-        return self._derive(ufunc, inputs)
-
-    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
-        raise self._value_needed("np.asarray()")
-
-    def __repr__(self) -> str:
-        kind = self.kind.__name__ if isinstance(self.kind, type) else str(self.kind)
-        return f"<traced scalar {self.name} ({kind})>"
-
-
-def _binary(op: Callable[[Any, Any], Any], reflected: bool = False) -> Any:
-    def method(self: TracedScalar, other: Any) -> Any:
-        if isinstance(other, Array):
-            return NotImplemented  # (the array's operator takes the stand-in)
-        return self._derive(op, (other, self) if reflected else (self, other))
-    return method
-
-
-for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor",
-              "lshift", "rshift"):
-    _op = getattr(operator, f"{_name}_" if _name in ("and", "or") else _name)
-    setattr(TracedScalar, f"__{_name}__", _binary(_op))
-    setattr(TracedScalar, f"__r{_name}__", _binary(_op, reflected=True))
-for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
-    setattr(TracedScalar, f"__{_name}__", _binary(getattr(operator, _name)))
-for _name in ("neg", "pos", "abs", "invert"):
-    setattr(TracedScalar, f"__{_name}__",
-            (lambda op: lambda self: self._derive(op, (self,)))(getattr(operator, _name)))
-TracedScalar.__hash__ = None  # type: ignore[assignment]
-
-
-# }}}
-
-
-# {{{ tracing: the stand-ins, the value checks and the recorder
-
-
-class _Trace:
-    """One trace in progress: its stand-ins and the record of its launches.
-
-    The record maps buffers to pool slots: ``("i", k)`` the k-th array argument,
-    ``("t", k)`` the k-th temporary (a buffer first seen as a launch's output),
-    ``("c", k)`` the k-th constant (read, but neither an argument nor written);
-    launches' scalars to scalar slots (see :meth:`_slot`).
-    """
-
-    def __init__(self, fused: Fused) -> None:
-        self.fused = fused
-        self.placeholders: dict[int, str] = {}  # id(placeholder) -> argument name
-        self.placeholder_list: list[Storage] = []
-        self.traced: set[Storage] = set()  # placeholders and temporaries
-        self.refs: dict[int, tuple[str, int]] = {}
-        self.temps: list[Storage] = []
-        self.consts: list[Storage] = []
-        self.scalar_nodes: dict[int, tuple[TracedScalar, np.dtype]] = {}
-        self.scalar_values: dict[int, tuple[TracedScalar, np.dtype]] = {}
-        self.slots: list[tuple] = []  # (stand-in, dtype) or ("const", value)
-        self.slot_of: dict[int, int] = {}
-        self.steps: list[_rp._Step] = []
-        self.failed: str | None = None
-        self.keep: list[Any] = []  # (ids of these are keys above: kept alive)
-
-    # stand-ins
-
-    def placeholder(self, storage: Storage, name: str, k: int) -> Storage:
-        ph = Storage(storage.buffer, storage.nbytes, storage.device)
-        self.placeholders[id(ph)] = name
-        self.placeholder_list.append(ph)
-        self.refs[id(ph)] = ("i", k)
-        self.traced.add(ph)
-        self.keep.append(ph)
-        return ph
-
-    def scalar_node(self, node: Scalar, standin: TracedScalar, dtype: np.dtype) -> None:
-        self.scalar_nodes[id(node)] = self.scalar_values[id(node.value)] = (standin, dtype)
-        self.keep.append(node)
-
-    # the check before a value is read (fuseloop.array.trace_checks)
-
-    def check(self, a: Any, what: str) -> None:
-        node = a._node
-        if what == "assignment":
-            if type(node) is not Leaf or _rp.recorder() is not self:
-                return  # (a lazy target is computed into a temporary first)
-            s = node.storage
-            if id(s) in self.placeholders:
-                raise self.error(
-                    "an assignment", f"argument {self.placeholders[id(s)]}",
-                    "fl.fuse does not write into arguments; return the new value instead "
-                    "(x = x + 1, fl.where(mask, v, x))")
-            ref = self.refs.get(id(s))
-            if ref is None or ref[0] != "t":
-                # a buffer no recorded launch made (fl.zeros, fl.empty, an array the
-                # function closes over): its contents before the write are not replayed
-                self.failed = "it writes into an array that no kernel of it computed"
-            return
-        if self.traced.isdisjoint(node.storages):
-            return  # (not computed from the arguments: a constant, its value is known)
-        if what == "a Python scalar":  # (Array._scalar: which conversion asked)
-            caller = sys._getframe(3).f_code.co_name
-            what = {"__float__": "float()", "__int__": "int()", "__index__": "an index",
-                    "item": ".item()"}.get(caller, what)
-        args = sorted({self.placeholders[id(s)] for s in node.storages
-                       if id(s) in self.placeholders})
-        source = (f"computed from argument{'s' if len(args) > 1 else ''} {', '.join(args)}"
-                  if args else "computed from the arguments")
-        raise self.error(what, f"a traced array (shape {a.shape}, {a.dtype}, {source})")
-
-    def error(self, what: str, value: str, advice: str | None = None) -> TracingError:
-        name = self.fused.__name__
-        frame = sys._getframe(1)
-        while frame is not None and os.path.dirname(
-                os.path.abspath(frame.f_code.co_filename)) .startswith(_PACKAGE_DIR):
-            frame = frame.f_back  # type: ignore[assignment]
-        where = f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
-        if advice is None:
-            advice = ("values are unknown while fl.fuse traces: make the argument static "
-                      "(fl.fuse(..., static_argnums=..., static_argnames=...)), choose "
-                      "elementwise with fl.where(cond, a, b), or call the function "
-                      "without fl.fuse")
-        return TracingError(f"fl.fuse: {name}(){where} needs the value of {value} for "
-                            f"{what}; {advice}")
-
-    # the recorder (evaluate.launch hands it each launch while installed)
-
-    def launch(self, program: Any, bindings: Any, outs: list[Storage], device: Device) -> None:
-        _ev.launch_now(program, bindings, outs, device)
-        if self.failed is None:
-            self._note(program, bindings, outs)
-
-    def _note(self, program: Any, bindings: Any, outs: list[Storage]) -> None:
-        refs = self.refs
-        for s in outs:
-            ref = refs.get(id(s))
-            if ref is None:  # first seen as an output: a temporary of the call
-                refs[id(s)] = ("t", len(self.temps))
-                self.temps.append(s)
-                self.traced.add(s)
-            elif ref[0] != "t":
-                self.failed = "it writes into a buffer it did not compute"
-                return
-        storage_refs = []
-        for s in bindings.storages:
-            ref = refs.get(id(s))
-            if ref is None:
-                ref = refs[id(s)] = ("c", len(self.consts))
-                self.consts.append(s)
-            storage_refs.append(ref)
-        scalar_refs = []
-        nodes = bindings.scalar_nodes
-        for k, v in enumerate(bindings.scalars):
-            if nodes is not None:
-                key, hit = id(nodes[k]), self.scalar_nodes.get(id(nodes[k]))
-            else:  # by value object (see run_plans.Recorder)
-                key, hit = id(v), self.scalar_values.get(id(v))
-                if hit is not None and hit[1].kind == "b":
-                    # (numpy's booleans are two shared objects: a constant could be one)
-                    self.failed = "a boolean scalar argument cannot be told from a constant"
-                    return
-            scalar_refs.append(self._slot(key, hit, v))
-        self.steps.append(_rp._Step(program, list(bindings.params), bindings.out_shape,
-                                    tuple(storage_refs), tuple(refs[id(s)] for s in outs),
-                                    tuple(scalar_refs)))
-
-    def _slot(self, key: int, hit: tuple[TracedScalar, np.dtype] | None, value: Any) -> int:
-        if hit is None:  # a constant of the function's body (``2 * x``)
-            self.slots.append(("const", value))
-            return len(self.slots) - 1
-        slot = self.slot_of.get(key)
-        if slot is None:
-            slot = self.slot_of[key] = len(self.slots)
-            self.slots.append(hit)
-        return slot
-
-
-_local = threading.local()
-
-
-def _install(trace: _Trace) -> Any:
-    """Make ``trace`` this thread's run-plan recorder (what run_plans.run does for its
-    own :class:`~fuseloop.run_plans.Recorder`); returns the one it replaces."""
-    saved = getattr(_rp._local, "recorder", None)
-    with _rp._lock:
-        _rp.recording_threads[0] += 1
-    _rp._local.recorder = trace
-    trace_checks.append(trace.check)
-    return saved
-
-
-def _uninstall(trace: _Trace, saved: Any) -> None:
-    trace_checks.remove(trace.check)
-    _rp._local.recorder = saved
-    with _rp._lock:
-        _rp.recording_threads[0] -= 1
-
-
-# }}}
 
 
 # {{{ the record of one signature
@@ -371,6 +77,18 @@ class _Entry:
 
     __slots__ = ("consts", "device", "eager", "pool", "result1", "results", "single", "slots",
                  "steps", "structure", "temps")
+
+    consts: list[Storage]
+    device: Device
+    eager: bool  # run the function as Python on each call (see Fused._call_eager)
+    pool: Any  # the device's memory pool
+    result1: tuple | None  # (dtype, shape) when the result is one new array
+    results: list[tuple]  # per result (kind, position or value, dtype, shape)
+    single: tuple | None  # (step, recipe kind, output sizes): see run
+    slots: list[tuple]  # per scalar slot (kind, constant/argument/function, dtype)
+    steps: list[tuple]
+    structure: Any  # tuple, list or None (one result)
+    temps: list[int]
 
     def run(self, storages: list[Storage], values: list[Any], args: tuple) -> Any:
         sc = []
@@ -604,7 +322,7 @@ class Fused:
     # {{{ tracing a signature
 
     def _trace(self, key: tuple, args: tuple, names: tuple) -> Any:
-        trace = _Trace(self)
+        trace = Trace(self.__name__)
         npos = len(args) - len(names)
         mask = self._static_mask(len(args), names)
         call_args = list(args)
@@ -616,7 +334,8 @@ class Fused:
                 continue
             name = self._arg_name(k, npos, names)
             if type(a) is Array:
-                n = a._node  # (a Leaf: __call__ evaluated lazy arguments)
+                n = a._node
+                assert isinstance(n, Leaf)  # (__call__ evaluated lazy arguments)
                 ph = trace.placeholder(n.storage, name, n_arrays)
                 n_arrays += 1
                 if n.strides is None and n.offset == 0:
@@ -633,13 +352,13 @@ class Fused:
                                             n_values)
                 n_values += 1
         device = device or get_device()
-        saved = _install(trace)
+        saved = install(trace)
         try:
             result = self.fn(*call_args[:npos], **dict(zip(names, call_args[npos:])))
             structure, outs = _flatten(result)
             computed = _evaluate_outputs(outs, device)
         finally:
-            _uninstall(trace, saved)
+            uninstall(trace, saved)
         self.traces += 1
         entry = _make_entry(trace, device, structure, outs, computed, stand_ins, n_arrays)
         if len(self._entries) >= ENTRIES_MAX:
@@ -707,7 +426,7 @@ def _evaluate_outputs(outs: list, device: Device) -> list[Storage | None]:
     return computed
 
 
-def _make_entry(trace: _Trace, device: Device, structure: Any, outs: list,
+def _make_entry(trace: Trace, device: Device, structure: Any, outs: list,
                 computed: list[Storage | None], stand_ins: dict[int, int],
                 n_arrays: int) -> _Entry:
     """The record of ``trace`` as an :class:`_Entry` (slots as pool positions)."""
@@ -772,11 +491,11 @@ def _make_entry(trace: _Trace, device: Device, structure: Any, outs: list,
     # arguments in order, its scalars the slots in order, its outputs new buffers
     entry.single = entry.result1 = None
     if len(steps) == 1 and not entry.eager:
-        st, ins, outs, scal, kind, small = steps[0]
-        if small and ins is None and scal == tuple(range(len(slots))) and \
-                outs == tuple(range(n_in, n_in + len(entry.temps))) and entry.temps and \
+        st, ins1, outs1, scal, kind1, small1 = steps[0]
+        if small1 and ins1 is None and scal == tuple(range(len(slots))) and \
+                outs1 == tuple(range(n_in, n_in + len(entry.temps))) and entry.temps and \
                 _error_free(st.program):
-            entry.single = (st, kind, entry.temps)
+            entry.single = (st, kind1, entry.temps)
             if structure is None and results[0][0] == 0:
                 entry.result1 = results[0][2:]
     return entry
