@@ -45,7 +45,7 @@ import pyopencl as cl
 from . import caches as _caches
 from . import evaluate as _ev
 from . import run_plans as _rp
-from .array import Array, _weak_scalar
+from .array import Array, _weak_scalar, _weak_scalars
 from .dtypes import scalar_to
 from .errors import TracingError
 from .expr.nodes import Leaf, Storage
@@ -56,6 +56,8 @@ from .stats import cached_launches
 from .tracing import Trace, TracedScalar, install, uninstall
 
 _tally_cached_launch = cached_launches.__next__  # (see fuseloop.stats)
+# threads recording a run plan (or a trace) and capturing show_code sources now
+_recording, _capturing = _rp.recording_threads, _ev.capturing_threads
 # signatures kept per fused function (all dropped when reached, as other caches do)
 ENTRIES_MAX = 256
 _fused: weakref.WeakSet[Fused] = weakref.WeakSet()
@@ -75,12 +77,13 @@ class _Entry:
     used while its recipe and kernel are still current, as ``run_plans`` checks.
     """
 
-    __slots__ = ("consts", "device", "eager", "pool", "result1", "results", "single", "slots",
-                 "steps", "structure", "temps")
+    __slots__ = ("consts", "device", "eager", "fixed_scalars", "pool", "result1", "results",
+                 "single", "slots", "steps", "structure", "temps")
 
     consts: list[Storage]
     device: Device
     eager: bool  # run the function as Python on each call (see Fused._call_eager)
+    fixed_scalars: list[Any] | None  # the scalars when every slot is a constant
     pool: Any  # the device's memory pool
     result1: tuple | None  # (dtype, shape) when the result is one new array
     results: list[tuple]  # per result (kind, position or value, dtype, shape)
@@ -91,19 +94,24 @@ class _Entry:
     temps: list[int]
 
     def run(self, storages: list[Storage], values: list[Any], args: tuple) -> Any:
-        sc = []
-        for kind, a, dtype in self.slots:
-            if kind == 1:  # a Python int or float argument (conversions remembered)
-                sc.append(_weak_scalar(values[a], dtype))
-            elif kind == 0:
-                sc.append(a)
-            else:
-                sc.append(scalar_to(a(values), dtype))
+        sc = self.fixed_scalars  # (all constants: one list serves every call)
+        if sc is None:
+            sc = []
+            for kind, a, dtype in self.slots:
+                if kind == 1:  # a Python int or float argument (conversions remembered:
+                    # array._weak_scalar, its hit inline as the operators have it)
+                    v = values[a]
+                    hit = _weak_scalars.get((v, dtype.char)) if v and v == v else None
+                    sc.append(_weak_scalar(v, dtype) if hit is None else hit)
+                elif kind == 0:
+                    sc.append(a)
+                else:
+                    sc.append(scalar_to(a(values), dtype))
         single = self.single
         if single is not None:
             # one small launch into new buffers, its plan current: deferred at once
             # (what launching.enqueue does for it, written out as evaluate.run_flat has it)
-            step, kind, out_bytes = single
+            step, kind, out_bytes, n1 = single
             plan = step.plan
             device = self.device
             if plan is not None and plan.recipe is recipe_for(device, kind) \
@@ -111,8 +119,11 @@ class _Entry:
                 try:
                     kernel, last = plan.threads.state
                     rt = plan.runtime
-                    palloc = rt.pool.allocate
-                    outs = [Storage(palloc(n), n, device) for n in out_bytes]
+                    if n1:  # one result
+                        outs = [Storage(rt.pool.allocate(n1), n1, device)]
+                    else:
+                        palloc = rt.pool.allocate
+                        outs = [Storage(palloc(n), n, device) for n in out_bytes]
                 except (AttributeError, cl.MemoryError):
                     pass  # (this thread's first launch, or no memory: the general path)
                 else:
@@ -242,7 +253,7 @@ class Fused:
         return f"{self._varargs or 'args'}[{k - len(self._positional)}]"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if _rp.recording_threads[0] or _ev.capturing_threads[0]:
+        if _recording[0] or _capturing[0]:
             if _rp.recorder() is not None or _ev.captured_sources() is not None:
                 # inside another trace (its recorder must see these launches: the
                 # function is inlined into it) or a show_code capture: plain Python
@@ -255,42 +266,31 @@ class Fused:
         key: list[Any] = [names]
         storages: list[Storage] = []
         values: list[Any] = []
-        mask = self._static_mask(len(args), names) if self._has_static else None
-        append = key.append
-        k = 0
-        for a in args:
-            t = type(a)
-            if mask is not None and mask[k]:
-                append(t)
-                append(a)
-            elif t is Array:
-                n = a._node
-                if type(n) is not Leaf:
-                    n = a.eval()._node  # (a lazy argument: computed first, on its own)
-                s = n.storage
-                if n.strides is None and n.offset == 0:
-                    append(n.shape)
-                else:  # a strided view of a larger buffer: its index dtype may differ
-                    append(n.leaf_token())
-                    append(s.nbytes)
-                append(n.dtype)
-                append(s.device)
-                storages.append(s)
-            elif t is float or t is int or t is bool:
-                append(t)
-                values.append(a)
-            elif isinstance(a, np.generic):
-                append(a.dtype)
-                values.append(a)
-            else:
-                self._refuse(a, k, len(args) - len(names), names)
-            k += 1
+        if self._has_static:
+            self._static_key(args, names, key, storages, values)
+        else:
+            for a in args:
+                t = type(a)
+                if t is Array:
+                    n = a._node
+                    if type(n) is Leaf and n.strides is None and n.offset == 0:
+                        s = n.storage
+                        key += (n.shape, n.dtype, s.device)
+                    else:
+                        s = _other_array(a, key)
+                    storages.append(s)
+                elif t is float or t is int or t is bool:
+                    key.append(t)
+                    values.append(a)
+                else:
+                    self._other_scalar(a, args, names, key, values)
         if not storages:
-            append(get_device())
+            key.append(get_device())
         try:
             entry = self._entries.get(tuple(key))
         except TypeError:  # an unhashable static argument
-            bad = [a for a, m in zip(args, mask or ()) if m and not _hashable(a)]
+            mask = self._static_mask(len(args), names)
+            bad = [a for a, m in zip(args, mask) if m and not _hashable(a)]
             raise TracingError(
                 f"fl.fuse: static arguments of {self.__name__}() must be hashable, got "
                 f"{type(bad[0]).__name__ if bad else 'an unhashable value'}") from None
@@ -299,6 +299,33 @@ class Fused:
         if entry.eager:
             return self._call_eager(args, names)
         return entry.run(storages, values, args)
+
+    def _static_key(self, args: tuple, names: tuple, key: list[Any], storages: list[Storage],
+                    values: list[Any]) -> None:
+        """:meth:`__call__`'s key, storages and scalars for a function with static
+        arguments: their type and value are part of the key."""
+        mask = self._static_mask(len(args), names)
+        for a, static in zip(args, mask):
+            t = type(a)
+            if static:
+                key += (t, a)
+            elif t is Array:
+                storages.append(_other_array(a, key))
+            elif t is float or t is int or t is bool:
+                key.append(t)
+                values.append(a)
+            else:
+                self._other_scalar(a, args, names, key, values)
+
+    def _other_scalar(self, a: Any, args: tuple, names: tuple, key: list[Any],
+                      values: list[Any]) -> None:
+        """A numpy scalar argument (its dtype is in the key), else a TracingError."""
+        if isinstance(a, np.generic) and a.dtype.kind in "biuf":
+            key.append(a.dtype)
+            values.append(a)
+            return
+        k = next(i for i, b in enumerate(args) if b is a)
+        self._refuse(a, k, len(args) - len(names), names)
 
     def _refuse(self, a: Any, k: int, npos: int, names: tuple) -> None:
         what = type(a).__name__
@@ -389,6 +416,22 @@ class Fused:
         self._entries.clear()
 
 
+def _other_array(a: Array, key: list[Any]) -> Storage:
+    """An array argument that is not a whole buffer: a lazy one is computed first (on
+    its own); a strided view's key holds its strides, offset and buffer size (which
+    may change the index dtype)."""
+    n = a._node
+    if type(n) is not Leaf:
+        n = a.eval()._node
+    assert isinstance(n, Leaf)
+    s = n.storage
+    if n.strides is None and n.offset == 0:
+        key += (n.shape, n.dtype, s.device)
+    else:
+        key += (n.leaf_token(), s.nbytes, n.dtype, s.device)
+    return s
+
+
 def _hashable(a: Any) -> bool:
     try:
         hash(a)
@@ -467,6 +510,7 @@ def _make_entry(trace: Trace, device: Device, structure: Any, outs: list,
             else:
                 slots.append((2, standin.fn, dtype))
     entry.slots = slots
+    entry.fixed_scalars = [a for _, a, _ in slots] if all(k == 0 for k, _, _ in slots) else None
     results: list[tuple] = []
     for o, c in zip(outs, computed):
         if isinstance(o, Array):
@@ -495,7 +539,8 @@ def _make_entry(trace: Trace, device: Device, structure: Any, outs: list,
         if small1 and ins1 is None and scal == tuple(range(len(slots))) and \
                 outs1 == tuple(range(n_in, n_in + len(entry.temps))) and entry.temps and \
                 _error_free(st.program):
-            entry.single = (st, kind1, entry.temps)
+            entry.single = (st, kind1, entry.temps,
+                            entry.temps[0] if len(entry.temps) == 1 else 0)
             if structure is None and results[0][0] == 0:
                 entry.result1 = results[0][2:]
     return entry
