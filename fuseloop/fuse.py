@@ -382,7 +382,7 @@ class Fused:
         saved = install(trace)
         try:
             result = self.fn(*call_args[:npos], **dict(zip(names, call_args[npos:])))
-            structure, outs = _flatten(result)
+            structure, outs = _flatten(result, self.__name__)
             computed = _evaluate_outputs(outs, device)
         finally:
             uninstall(trace, saved)
@@ -440,13 +440,25 @@ def _hashable(a: Any) -> bool:
     return True
 
 
-def _flatten(result: Any) -> tuple[Any, list]:
-    """(how to rebuild, the flat results): a single result, a tuple or a list."""
-    if isinstance(result, tuple) and not hasattr(result, "_fields"):
-        return tuple, list(result)
-    if isinstance(result, list):
-        return list, list(result)
-    return None, [result]
+_PLAIN_RESULTS = (bool, int, float, complex, str, bytes, type(None), np.generic)
+
+
+def _flatten(result: Any, name: str) -> tuple[Any, list]:
+    """(how to rebuild, the flat results): a single result, a tuple or a list of arrays,
+    traced scalars or plain values (returned as they are on every call)."""
+    if type(result) is tuple:
+        structure, outs = tuple, list(result)
+    elif type(result) is list:
+        structure, outs = list, list(result)
+    else:
+        structure, outs = None, [result]
+    for o in outs:
+        if not isinstance(o, (Array, TracedScalar, *_PLAIN_RESULTS)):
+            raise TracingError(
+                f"fl.fuse: {name}() returned a {type(o).__name__}"
+                f"{' in its ' + type(result).__name__ if structure else ''}; a fused "
+                "function returns arrays, scalars, or a tuple or list of them")
+    return structure, outs
 
 
 def _evaluate_outputs(outs: list, device: Device) -> list[Storage | None]:

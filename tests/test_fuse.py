@@ -152,6 +152,28 @@ def test_results_of_other_kinds(device):
         _close(s.get(), xh + np.arange(4))
 
 
+def test_results_must_be_arrays_scalars_or_sequences(device):
+    @fl.fuse
+    def f(x):
+        return {"double": x * 2}
+
+    with pytest.raises(TracingError, match="returned a dict"):
+        f(fl.asarray(_host(3)))
+
+
+def test_contraction_inside(device):
+    @fl.fuse
+    def f(a, b, s):
+        return fl.tanh(a * s) @ b + 1
+
+    for s in (0.5, 1.5):
+        ah, bh = _host((12, 20)), _host((20, 7))
+        got = f(fl.asarray(ah), fl.asarray(bh), s)
+        np.testing.assert_allclose(got.get(), np.tanh(ah * np.float32(s)) @ bh + 1,
+                                   rtol=1e-4)
+    assert f.traces == 1
+
+
 def test_keyword_arguments(device):
     @fl.fuse
     def f(x, y, scale=1.0):
@@ -408,3 +430,30 @@ def test_integer_arguments(device):
     for k in (3, 5):
         np.testing.assert_array_equal(f(i, k).get(), (ih * k) % 7 + (ih >> 1))
     assert f.traces == 1
+
+
+def test_threads_replay_one_signature(device):
+    import threading
+
+    @fl.fuse
+    def f(x, a):
+        return x * a + 1
+
+    xh = _host(300)
+    x = fl.asarray(xh)
+    f(x, 1.0)
+    errors = []
+
+    def work(a):
+        try:
+            for _ in range(20):
+                np.testing.assert_allclose(f(x, a).get(), xh * np.float32(a) + 1, rtol=1e-6)
+        except Exception as exc:  # (reported by the main thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(float(k),)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and f.traces == 1
