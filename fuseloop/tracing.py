@@ -31,6 +31,11 @@ from .runtime.devices import Device
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 SCALAR_TYPES = (bool, int, float)
+# the Array methods that read a value through Array._scalar or Array.get, as the
+# operation a TracingError names
+_ASKED_BY = {"__float__": "float()", "__int__": "int()", "__index__": "an index",
+             "item": ".item()", "__repr__": "repr() or print()", "__str__": "str() or print()",
+             "__array__": "np.asarray()", "tolist": ".tolist()", "__reduce__": "pickling"}
 
 
 # {{{ traced scalars
@@ -222,10 +227,9 @@ class Trace:
             return
         if self.traced.isdisjoint(node.storages):
             return  # (not computed from the arguments: a constant, its value is known)
-        if what == "a Python scalar":  # (Array._scalar: which conversion asked)
+        if what in ("a Python scalar", ".get()"):  # (which conversion asked)
             caller = sys._getframe(3).f_code.co_name
-            what = {"__float__": "float()", "__int__": "int()", "__index__": "an index",
-                    "item": ".item()"}.get(caller, what)
+            what = _ASKED_BY.get(caller, what)
         args = sorted({self.placeholders[id(s)] for s in node.storages
                        if id(s) in self.placeholders})
         source = (f"computed from argument{'s' if len(args) > 1 else ''} {', '.join(args)}"

@@ -271,6 +271,14 @@ def test_data_dependent_control_flow_is_a_clear_error(device):
         gets(x)
 
     @fl.fuse
+    def prints(x):
+        print(x * 2)
+        return x
+
+    with pytest.raises(TracingError, match=r"print\(\)"):
+        prints(x)
+
+    @fl.fuse
     def masks(x):
         return x[x > 1]
 
