@@ -446,12 +446,11 @@ _PLAIN_RESULTS = (bool, int, float, complex, str, bytes, type(None), np.generic)
 def _flatten(result: Any, name: str) -> tuple[Any, list]:
     """(how to rebuild, the flat results): a single result, a tuple or a list of arrays,
     traced scalars or plain values (returned as they are on every call)."""
-    if type(result) is tuple:
-        structure, outs = tuple, list(result)
-    elif type(result) is list:
-        structure, outs = list, list(result)
+    structure: Any = None
+    if type(result) is tuple or type(result) is list:
+        structure, outs = type(result), list(result)
     else:
-        structure, outs = None, [result]
+        outs = [result]
     for o in outs:
         if not isinstance(o, (Array, TracedScalar, *_PLAIN_RESULTS)):
             raise TracingError(
