@@ -465,3 +465,18 @@ def test_threads_replay_one_signature(device):
     for t in threads:
         t.join()
     assert not errors and f.traces == 1
+
+
+def test_empty_and_zero_dimensional_arrays(device):
+    @fl.fuse
+    def f(x, y):
+        return x * 2 + y, x.sum()
+
+    for _ in range(2):
+        e, s = f(fl.asarray(np.zeros(0, np.float32)), fl.asarray(np.float32(3)))
+        assert e.shape == (0,) and e.get().shape == (0,)
+        assert float(s.get()) == 0.0
+        xh = np.float32(1.5)
+        a, b = f(fl.asarray(xh), fl.asarray(np.float32(2)))
+        assert a.shape == () and float(a.get()) == 5.0 and float(b.get()) == 1.5
+    assert f.traces == 2
