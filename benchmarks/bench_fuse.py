@@ -50,17 +50,19 @@ def _loop(call: Callable[[], object], calls: int) -> float:
 
 
 def _breakdown(f: fl.fuse, x: fl.Array, y: fl.Array, calls: int) -> dict[str, float]:
-    """Median us per call of each piece of a fused call, timed one by one (each piece
-    re-runs the path up to it, so the pieces are differences of medians)."""
-    from fuseloop.launching import enqueue
+    """Median us of single calls of the pieces of a fused call ``f(x, y)``: the whole
+    call, the replay of its record alone (``_Entry.run``: so the rest is the key and
+    its look-up), and within the replay the output's allocation and the result array;
+    then the enqueue of the deferred launches (a flush of 63, per launch), which the
+    call's median leaves out (one call in 64 pays it)."""
+    from fuseloop.expr.nodes import Storage
     from fuseloop.runtime.devices import _runtime
 
     entry = next(iter(f._entries.values()))
-    step, _, _, _, _, small = entry.steps[0]
-    plan = step.plan
     dev = x.device
     rt = _runtime(dev)
     nbytes = x.nbytes
+    storages = [x._storage, y._storage]
 
     def median_us(fn: Callable[[], object]) -> float:
         times = []
@@ -73,41 +75,27 @@ def _breakdown(f: fl.fuse, x: fl.Array, y: fl.Array, calls: int) -> dict[str, fl
         fl.synchronize()
         return statistics.median(times) * 1e6
 
-    from fuseloop.expr.nodes import Storage
-
-    def key_only() -> object:
-        return tuple([(), x._node.shape, x._node.dtype, x.device, y._node.shape, y._node.dtype,
-                      y.device])
-
-    def alloc() -> object:
-        return Storage(rt.pool.allocate(nbytes), nbytes, dev)
-
-    storages = [x._storage, y._storage]
-    scalars = [a for _, a, _ in entry.slots]  # (the body's constants)
-
-    def alloc_enqueue() -> object:
-        out = Storage(rt.pool.allocate(nbytes), nbytes, dev)
-        enqueue(plan, [out], storages, scalars, small, dev, 1)
-        return out
-
-    def flush_share() -> None:
-        # one flush of 63 deferred launches (the 64th flushes), per launch
+    def flush_share() -> float:
         fl.synchronize()
         for _ in range(63):
-            alloc_enqueue()
+            f(x, y)
         t = time.perf_counter()
         rt.flush()
-        return time.perf_counter() - t  # type: ignore[return-value]
+        return time.perf_counter() - t
 
     flushes = [flush_share() for _ in range(max(3, calls // 64))]
     fl.synchronize()
+    whole = median_us(lambda: f(x, y))
+    replay = median_us(lambda: entry.run(storages, [], (x, y)))
     return {
-        "whole call": median_us(lambda: f(x, y)),
-        "signature key (tuple of 7)": median_us(key_only),
-        "output allocation": median_us(alloc),
-        "allocation + enqueue (deferred)": median_us(alloc_enqueue),
-        "flush of the deferred launches, per launch": statistics.median(flushes) / 63 * 1e6,
-        "result Array": median_us(lambda: fl.Array._concrete(storages[0], x.dtype, x.shape)),
+        "whole call (median; flushes left out)": whole,
+        "replay of the record (_Entry.run)": replay,
+        "  of which: output allocation": median_us(
+            lambda: Storage(rt.pool.allocate(nbytes), nbytes, dev)),
+        "  of which: result Array": median_us(
+            lambda: fl.Array._concrete(storages[0], x.dtype, x.shape)),
+        "signature key and look-up (whole - replay)": whole - replay,
+        "enqueue at flush, per launch (63 deferred)": statistics.median(flushes) / 63 * 1e6,
     }
 
 
