@@ -53,7 +53,7 @@ from .launching import DEFER_MAX, DEFER_MAX_ELEMENTS, enqueue, recipe_kind
 from .recipes import recipe_for
 from .runtime.devices import Device, _runtime, get_device
 from .stats import cached_launches
-from .tracing import Trace, TracedScalar, install, uninstall
+from .tracing import KindChanged, Trace, TracedScalar, install, uninstall
 
 _tally_cached_launch = cached_launches.__next__  # (see fuseloop.stats)
 # threads recording a run plan (or a trace) and capturing show_code sources now
@@ -298,7 +298,10 @@ class Fused:
             return self._trace(tuple(key), args, names)
         if entry.eager:
             return self._call_eager(args, names)
-        return entry.run(storages, values, args)
+        try:
+            return entry.run(storages, values, args)
+        except KindChanged:  # (raised before anything is launched)
+            return self._call_eager(args, names)
 
     def _static_key(self, args: tuple, names: tuple, key: list[Any], storages: list[Storage],
                     values: list[Any]) -> None:
@@ -519,7 +522,8 @@ def _make_entry(trace: Trace, device: Device, structure: Any, outs: list,
             if standin.arg is not None and standin.kind in (int, float):
                 slots.append((1, standin.arg, dtype))
             else:
-                slots.append((2, standin.fn, dtype))
+                slots.append((2, standin.fn if standin.arg is not None else
+                              standin.checked_fn(), dtype))
     entry.slots = slots
     entry.fixed_scalars = [a for _, a, _ in slots] if all(k == 0 for k, _, _ in slots) else None
     results: list[tuple] = []

@@ -41,6 +41,11 @@ _ASKED_BY = {"__float__": "float()", "__int__": "int()", "__index__": "an index"
 # {{{ traced scalars
 
 
+class KindChanged(Exception):
+    """A host expression of scalar arguments has another type than when it was traced
+    (``fl.fuse`` then runs that call as plain Python)."""
+
+
 def _kind_of(value: Any) -> Any:
     """A scalar's kind for numpy's promotion: its Python type (weak) or its dtype."""
     t = type(value)
@@ -110,6 +115,19 @@ class TracedScalar(ScalarStandIn):
             def fn(v: list) -> Any:
                 return op(*[f(v) for f in fns])
         return TracedScalar(self.trace, value, fn, " and ".join(dict.fromkeys(names)))
+
+    def checked_fn(self) -> Callable[[list], Any]:
+        """``fn`` for a kernel argument: the kernel was made for the type the value had
+        when traced (``2 ** n`` is an int for n >= 0, a float below), so a call whose
+        value has another type raises :class:`KindChanged` instead of converting it."""
+        fn, expected = self.fn, type(self.value)
+
+        def checked(values: list) -> Any:
+            v = fn(values)
+            if type(v) is not expected:
+                raise KindChanged
+            return v
+        return checked
 
     def _value_needed(self, what: str) -> TracingError:
         return self.trace.error(what, f"traced scalar {self.name}")

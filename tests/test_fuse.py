@@ -72,6 +72,21 @@ def test_scalar_host_expressions_follow_the_argument(device):
     assert f.traces == 1
 
 
+def test_scalar_expression_of_another_type_runs_as_python(device):
+    @fl.fuse
+    def f(i, n):
+        return i * 2 ** n
+
+    ih = np.arange(-5, 5, dtype=np.int32)
+    i = fl.asarray(ih)
+    for n in (2, 3, -1, 1):  # (2 ** -1 is a float: the kernel was made for an int scalar)
+        got = f(i, n)
+        want = ih * 2 ** n
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got.get(), want)
+    assert f.traces == 1
+
+
 def test_broadcasting_and_new_shapes_retrace(device):
     @fl.fuse
     def f(x, y):
