@@ -27,7 +27,7 @@ from .creation import (
     zeros_like,
 )
 from .functions import TracedFunction, UserFunction, function
-from .fuse import fuse
+from .fuse import fuse as fuse  # (re-exported: in __all__ below the list)
 from .ops.indexing import take
 from .ops.linalg import _LinalgNamespace, dot, einsum, inner, matmul, outer, tensordot, trace, vdot
 from .ops.masks import argwhere, flatnonzero, nonzero
@@ -99,8 +99,9 @@ __all__ = [
     "outer", "tensordot", "trace", "vdot", "broadcast_to", "concatenate", "diagonal",
     "expand_dims", "flip", "moveaxis", "permute_dims", "ravel", "repeat", "reshape", "roll",
     "squeeze", "stack", "swapaxes", "tile", "transpose", "tril", "triu",
-    "program", "Linearized", "Lowered", "Compiled", "fuse",
+    "program", "Linearized", "Lowered", "Compiled",
 ]
+__all__.append("fuse")
 
 
 def __getattr__(name: str) -> object:
