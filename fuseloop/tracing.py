@@ -41,6 +41,11 @@ _ASKED_BY = {"__float__": "float()", "__int__": "int()", "__index__": "an index"
 # {{{ traced scalars
 
 
+def _in_package(filename: str) -> bool:
+    folder = os.path.dirname(os.path.abspath(filename))
+    return folder == _PACKAGE_DIR or folder.startswith(_PACKAGE_DIR + os.sep)
+
+
 class KindChanged(Exception):
     """A host expression of scalar arguments has another type than when it was traced
     (``fl.fuse`` then runs that call as plain Python)."""
@@ -257,8 +262,7 @@ class Trace:
     def error(self, what: str, value: str, advice: str | None = None) -> TracingError:
         name = self.name
         frame = sys._getframe(1)
-        while frame is not None and os.path.dirname(
-                os.path.abspath(frame.f_code.co_filename)) .startswith(_PACKAGE_DIR):
+        while frame is not None and _in_package(frame.f_code.co_filename):
             frame = frame.f_back  # type: ignore[assignment]
         where = f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
         if advice is None:
@@ -273,6 +277,7 @@ class Trace:
 
     def launch(self, program: Any, bindings: Any, outs: list[Storage], device: Device) -> None:
         _ev.launch_now(program, bindings, outs, device)
+        self.traced.update(outs)  # (computed from the arguments, or may be)
         if self.failed is None:
             self._note(program, bindings, outs)
 
@@ -283,7 +288,6 @@ class Trace:
             if ref is None:  # first seen as an output: a temporary of the call
                 refs[id(s)] = ("t", len(self.temps))
                 self.temps.append(s)
-                self.traced.add(s)
             elif ref[0] != "t":
                 self.failed = "it writes into a buffer it did not compute"
                 return
