@@ -167,7 +167,7 @@ class _Entry:
             if kind == 0:
                 results.append(Array._concrete(pool[a], dtype, shape))
             elif kind == 1:
-                results.append(args[a])
+                results.append(_at(args, a))
             elif kind == 2:
                 results.append(a)
             elif kind == 3:
@@ -283,7 +283,7 @@ class Fused:
                     key.append(t)
                     values.append(a)
                 else:
-                    self._other_scalar(a, args, names, key, values)
+                    self._other_arg(a, args, names, key, storages, values)
         if not storages:
             key.append(get_device())
         try:
@@ -318,27 +318,44 @@ class Fused:
                 key.append(t)
                 values.append(a)
             else:
-                self._other_scalar(a, args, names, key, values)
+                self._other_arg(a, args, names, key, storages, values)
 
-    def _other_scalar(self, a: Any, args: tuple, names: tuple, key: list[Any],
-                      values: list[Any]) -> None:
-        """A numpy scalar argument (its dtype is in the key), else a TracingError."""
+    def _other_arg(self, a: Any, args: tuple, names: tuple, key: list[Any],
+                   storages: list[Storage], values: list[Any]) -> None:
+        """A numpy scalar argument (its dtype is in the key), a tuple or list of
+        arguments (its type and length are; its items are taken in order), else a
+        TracingError."""
+        t = type(a)
+        if t is tuple or t is list:
+            key += (t, len(a))
+            for item in a:
+                it = type(item)
+                if it is Array:
+                    storages.append(_other_array(item, key))
+                elif it is float or it is int or it is bool:
+                    key.append(it)
+                    values.append(item)
+                else:
+                    self._other_arg(item, args, names, key, storages, values)
+            return
         if isinstance(a, np.generic) and a.dtype.kind in "biuf":
             key.append(a.dtype)
             values.append(a)
             return
-        k = next(i for i, b in enumerate(args) if b is a)
+        k = next((i for i, b in enumerate(args) if b is a), None)
         self._refuse(a, k, len(args) - len(names), names)
 
-    def _refuse(self, a: Any, k: int, npos: int, names: tuple) -> None:
+    def _refuse(self, a: Any, k: int | None, npos: int, names: tuple) -> None:
         what = type(a).__name__
         hint = ("copy it to the device with fl.asarray first" if isinstance(a, np.ndarray)
                 else "mark it static (static_argnums=/static_argnames=) if it is a "
                      "hashable setting")
+        which = ("an item of a tuple or list argument" if k is None else
+                 f"argument {self._arg_name(k, npos, names)}")
         raise TracingError(
-            f"fl.fuse: argument {self._arg_name(k, npos, names)} of {self.__name__}() is a "
-            f"{what}; a fused function takes fuseloop arrays and bool, int, float or "
-            f"numpy scalars; {hint}")
+            f"fl.fuse: {which} of {self.__name__}() is a {what}; a fused function takes "
+            f"fuseloop arrays, bool, int, float or numpy scalars, and tuples or lists of "
+            f"them; {hint}")
 
     def _call_eager(self, args: tuple, names: tuple) -> Any:
         npos = len(args) - len(names)
@@ -356,31 +373,39 @@ class Fused:
         npos = len(args) - len(names)
         mask = self._static_mask(len(args), names)
         call_args = list(args)
-        stand_ins: dict[int, int] = {}
-        device = None
-        n_arrays = n_values = 0
-        for k, a in enumerate(args):
-            if mask[k]:
-                continue
-            name = self._arg_name(k, npos, names)
-            if type(a) is Array:
-                n = a._node
-                assert isinstance(n, Leaf)  # (__call__ evaluated lazy arguments)
-                ph = trace.placeholder(n.storage, name, n_arrays)
-                n_arrays += 1
-                if n.strides is None and n.offset == 0:
-                    stand = Array._concrete(ph, n.dtype, n.shape)
-                else:
-                    stand = Array._lazy(Leaf(ph, n.dtype, n.shape, n.strides, n.offset),
-                                        a.device)
-                stand_ins[id(stand)] = k
-                trace.keep.append(stand)
-                call_args[k] = stand
-                device = device or a.device
+        # id(stand-in array) -> its place in the arguments (a path: position, then the
+        # item of each tuple or list it is in), for a result that is an argument
+        stand_ins: dict[int, tuple[int, ...]] = {}
+        values: list[Any] = []  # the scalars, in the order of the key's
+        devices: list[Device] = []
+
+        def stand_in(a: Any, name: str, path: tuple[int, ...]) -> Any:
+            t = type(a)
+            if t is tuple or t is list:
+                # ('state'[0] shown as 'state[0]')
+                return t(stand_in(v, f"{name[:-1]}[{i}]'" if name.endswith("'") else
+                                  f"{name}[{i}]", (*path, i)) for i, v in enumerate(a))
+            if t is not Array:
+                values.append(a)
+                return TracedScalar(trace, a, operator.itemgetter(len(values) - 1), name,
+                                    len(values) - 1)
+            n = a._node
+            assert isinstance(n, Leaf)  # (__call__ evaluated lazy arguments)
+            ph = trace.placeholder(n.storage, name, len(trace.placeholder_list))
+            if n.strides is None and n.offset == 0:
+                stand = Array._concrete(ph, n.dtype, n.shape)
             else:
-                call_args[k] = TracedScalar(trace, a, operator.itemgetter(n_values), name,
-                                            n_values)
-                n_values += 1
+                stand = Array._lazy(Leaf(ph, n.dtype, n.shape, n.strides, n.offset), a.device)
+            stand_ins[id(stand)] = path
+            trace.keep.append(stand)
+            devices.append(a.device)
+            return stand
+
+        for k, a in enumerate(args):
+            if not mask[k]:
+                call_args[k] = stand_in(a, self._arg_name(k, npos, names), (k,))
+        n_arrays = len(trace.placeholder_list)
+        device = devices[0] if devices else None
         device = device or get_device()
         saved = install(trace)
         try:
@@ -398,13 +423,11 @@ class Fused:
             self.eager_signatures += 1
         # the first call's results (computed while tracing: the placeholders hold the
         # arguments' buffers)
-        values = [a for k, a in enumerate(args)
-                  if not mask[k] and type(a) is not Array]
         results = []
         for o, c in zip(outs, computed):
             if isinstance(o, Array):
                 if id(o) in stand_ins:
-                    o = args[stand_ins[id(o)]]
+                    o = _at(args, stand_ins[id(o)])
                 elif o._storage is None and c is not None:
                     o._become(c)
             elif isinstance(o, TracedScalar):
@@ -433,6 +456,14 @@ def _other_array(a: Array, key: list[Any]) -> Storage:
     else:
         key += (n.leaf_token(), s.nbytes, n.dtype, s.device)
     return s
+
+
+def _at(args: tuple, path: tuple[int, ...]) -> Any:
+    """The argument at ``path`` (a position, then items of tuples or lists)."""
+    a = args[path[0]]
+    for i in path[1:]:
+        a = a[i]
+    return a
 
 
 def _hashable(a: Any) -> bool:
@@ -484,7 +515,7 @@ def _evaluate_outputs(outs: list, device: Device) -> list[Storage | None]:
 
 
 def _make_entry(trace: Trace, device: Device, structure: Any, outs: list,
-                computed: list[Storage | None], stand_ins: dict[int, int],
+                computed: list[Storage | None], stand_ins: dict[int, tuple[int, ...]],
                 n_arrays: int) -> _Entry:
     """The record of ``trace`` as an :class:`_Entry` (slots as pool positions)."""
     entry = _Entry()
