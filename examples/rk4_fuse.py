@@ -49,8 +49,8 @@ def rk4_step(x, dt):
 
 
 @fl.fuse
-def lorenz_step(x, y, z, dt):
-    return runge_kutta_4(lorenz, (x, y, z), dt)
+def lorenz_step(state, dt):  # (a tuple of arrays is an argument as well)
+    return runge_kutta_4(lorenz, state, dt)
 
 
 def main():
@@ -86,7 +86,7 @@ def main():
     fl.reset_stats()
     for k in range(steps):
         dt = 0.001 if k < steps // 2 else 0.002  # a new dt is a new argument, not a trace
-        state = lorenz_step(*state, dt)
+        state = lorenz_step(state, dt)
         host = runge_kutta_4(lorenz, host, dt)
     assert fl.stats()["kernels_launched"] == steps
     assert lorenz_step.traces == 1
