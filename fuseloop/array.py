@@ -34,6 +34,7 @@ from .expr.nodes import (
 )
 from .runtime.devices import Device, flush_deferred
 from .runtime.transfer import read
+from .trace_hooks import ScalarStandIn, check_traced, trace_checks
 
 
 class Constant:
@@ -57,29 +58,6 @@ def constant(value: Any, dtype: Any = None) -> Constant:
     Without ``dtype`` it promotes like the Python scalar it wraps (NEP 50).
     """
     return Constant(value, dtype)
-
-
-class ScalarStandIn:
-    """Base of the stand-ins ``fl.fuse`` traces scalar arguments with
-    (:class:`fuseloop.fuse.TracedScalar`): an operand of kind ``kind`` (a Python
-    scalar type, weak as NEP 50 has it, or a dtype) whose node for a loop dtype is
-    ``node_for(dtype)``."""
-
-    __slots__ = ()
-    kind: Any
-
-    def node_for(self, dtype: np.dtype) -> Node:
-        raise NotImplementedError
-
-
-# checks of fl.fuse traces in progress: each is called as check(array, what) before
-# an array's value is read (see fuseloop.fuse), and raises for a traced one
-trace_checks: list[Callable[[Any, str], None]] = []
-
-
-def _check_traced(a: Any, what: str) -> None:
-    for check in trace_checks:
-        check(a, what)
 
 
 def _operand_kind(x: Any) -> Any:
@@ -509,7 +487,7 @@ class Array(ArrayProtocol):
         For a strided view this is a new contiguous copy, not the viewed buffer.
         """
         if trace_checks:
-            _check_traced(self, ".data (a boolean mask, nonzero)")
+            check_traced(self, ".data (a boolean mask, nonzero)")
         self.eval()
         if not self.is_contiguous:
             return run([self._node], self.shape, self.device)[0].buffer
@@ -542,7 +520,7 @@ class Array(ArrayProtocol):
     def get(self) -> np.ndarray:
         """Evaluate and copy to a new numpy array (waits for the device)."""
         if trace_checks:
-            _check_traced(self, ".get()")
+            check_traced(self, ".get()")
         self.eval()
         # the read would enqueue deferred launches anyway: now, they start a little sooner
         flush_deferred(self.device)
@@ -557,7 +535,7 @@ class Array(ArrayProtocol):
 
     def _scalar(self) -> Any:
         if trace_checks:
-            _check_traced(self, "a Python scalar")
+            check_traced(self, "a Python scalar")
         if self.size != 1:
             raise TypeError(f"only size-1 arrays convert to Python scalars (shape {self.shape})")
         return self.get().reshape(()).item()
@@ -575,7 +553,7 @@ class Array(ArrayProtocol):
 
     def __bool__(self) -> bool:
         if trace_checks:
-            _check_traced(self, "bool()")
+            check_traced(self, "bool()")
         if self.size != 1:
             raise ValueError(
                 f"the truth value of an array with shape {self.shape} is ambiguous; "

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .array import Array, Constant, _check_traced, _coerce, _operand_node, trace_checks
+from .array import Array, Constant, _coerce, _operand_node
 from .dtypes import scalar_to
 from .errors import DeviceError, ShapeError
 from .evaluate import cast_node, run, run_into
 from .expr.nodes import Literal, Node, broadcast_shapes
 from .expr.program import Target
+from .trace_hooks import check_traced, trace_checks
 
 
 def _broadcasts_after(value_shape: tuple[int, ...], dest_shape: tuple[int, ...]) -> bool:
@@ -39,7 +40,7 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
     lazy array the caller keeps (``x[x > 0] = v``'s mask), computed in the same kernel.
     """
     if trace_checks:  # (fl.fuse refuses writes into a traced function's arguments)
-        _check_traced(target, "assignment")
+        check_traced(target, "assignment")
     value = _coerce(value)
     held_array: Array | None = None
     if isinstance(value, NodeValue):

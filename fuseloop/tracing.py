@@ -7,7 +7,7 @@ own buffers: the first call computes real results, and a placeholder tells the
 recorder which argument a buffer is); scalar arguments by :class:`TracedScalar`.
 While installed (:func:`install`), the trace is this thread's run-plan recorder
 (the interface of :class:`fuseloop.run_plans.Recorder`: ``launch``), and its
-``check`` is in :data:`fuseloop.array.trace_checks`.
+``check`` is in :data:`fuseloop.trace_hooks.trace_checks`.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ import numpy as np
 
 from . import evaluate as _ev
 from . import run_plans as _rp
-from .array import Array, ScalarStandIn, trace_checks
+from .array import Array
 from .dtypes import as_dtype, scalar_to
 from .errors import TracingError
 from .expr.nodes import Leaf, Node, Scalar, Storage
 from .runtime.devices import Device
+from .trace_hooks import ScalarStandIn, trace_checks
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 SCALAR_TYPES = (bool, int, float)
@@ -229,7 +230,7 @@ class Trace:
         self.scalar_nodes[id(node)] = self.scalar_values[id(node.value)] = (standin, dtype)
         self.keep.append(node)
 
-    # the check before a value is read (fuseloop.array.trace_checks)
+    # the check before a value is read (fuseloop.trace_hooks.trace_checks)
 
     def check(self, a: Any, what: str) -> None:
         node = a._node
