@@ -535,3 +535,27 @@ def test_empty_and_zero_dimensional_arrays(device):
         a, b = f(fl.asarray(xh), fl.asarray(np.float32(2)))
         assert a.shape == () and float(a.get()) == 5.0 and float(b.get()) == 1.5
     assert f.traces == 2
+
+
+def test_methods_with_a_static_self(device):
+    class Scaled:
+        def __init__(self, k):
+            self.k = k
+
+        @fl.fuse(static_argnums=0)
+        def apply(self, x):
+            return x * self.k
+
+        @fl.fuse
+        def unmarked(self, x):
+            return x
+
+    xh = _host(5)
+    x = fl.asarray(xh)
+    a, b = Scaled(2.0), Scaled(3.0)
+    _close(a.apply(x).get(), xh * 2)
+    _close(b.apply(x).get(), xh * 3)
+    _close(a.apply(x).get(), xh * 2)
+    assert Scaled.apply.traces == 2
+    with pytest.raises(TracingError, match="argument 'self' of unmarked\\(\\) is a Scaled"):
+        a.unmarked(x)
