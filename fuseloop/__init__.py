@@ -27,6 +27,7 @@ from .creation import (
     zeros_like,
 )
 from .functions import TracedFunction, UserFunction, function
+from .fuse import fuse as fuse  # (re-exported: in __all__ below the list)
 from .ops.indexing import take
 from .ops.linalg import _LinalgNamespace, dot, einsum, inner, matmul, outer, tensordot, trace, vdot
 from .ops.masks import argwhere, flatnonzero, nonzero
@@ -108,6 +109,7 @@ __all__ = [
     "program", "Linearized", "Lowered", "Compiled",
     *_MATH_FUNCTIONS, "random",
 ]
+__all__.append("fuse")
 
 
 def __getattr__(name: str) -> object:

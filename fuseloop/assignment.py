@@ -10,6 +10,7 @@ from .errors import DeviceError, ShapeError
 from .evaluate import cast_node, reads_outside, run, run_into
 from .expr.nodes import Literal, Node, broadcast_shapes
 from .expr.program import Target
+from .trace_hooks import check_traced, trace_checks
 
 
 def _broadcasts_after(value_shape: tuple[int, ...], dest_shape: tuple[int, ...]) -> bool:
@@ -38,6 +39,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
     fit and before anything is written (it may check the indices and raise).  ``also``: a
     lazy array the caller keeps (``x[x > 0] = v``'s mask), computed in the same kernel.
     """
+    if trace_checks:  # (fl.fuse refuses writes into a traced function's arguments)
+        check_traced(target, "assignment")
     value = _coerce(value)
     held_array: Array | None = None
     if isinstance(value, NodeValue):
