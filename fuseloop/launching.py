@@ -149,10 +149,10 @@ class LaunchPlan:
     ``go(outs, storages, scalars, kernel, last, queue)`` (the backend's launcher,
     see :func:`make_binder`) sets the arguments that changed and enqueues;
     ``consts`` are the arguments set once per kernel object; ``threads.state`` is
-    this thread's ``(kernel object, record of its arguments)``.  ``error_arg``: the position of a gather's error
-    flag (a new buffer per launch, read back), else None.  ``recipe``,
-    ``index_dtype`` and the kernel's ``in_cache`` say when a caller's kept plan is
-    still valid.
+    this thread's ``(kernel object, record of its arguments)``.  ``error_arg``: the
+    position of a gather's error flag (a new buffer per launch, read back), else
+    None.  ``recipe``, ``index_dtype`` and the kernel's ``in_cache`` say when a
+    caller's kept plan is still valid (None for hand-written kernels' plans).
     """
 
     __slots__ = ("compiled", "consts", "error_arg", "go", "index_dtype",
