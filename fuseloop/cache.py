@@ -40,7 +40,7 @@ import itertools
 import json
 import operator
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -175,7 +175,8 @@ def _size_node(node: ast.expr, expr: str) -> Callable[[int, int, Sequence[int]],
     if isinstance(node, ast.Name) and node.id in ("N", "NE"):
         return (lambda N, NE, p: N) if node.id == "N" else (lambda N, NE, p: NE)
     if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) \
-            and node.value.id == "p" and isinstance(node.slice, ast.Constant):
+            and node.value.id == "p" and isinstance(node.slice, ast.Constant) \
+            and type(node.slice.value) is int:
         k = node.slice.value
         return lambda N, NE, p: p[k]
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
@@ -340,7 +341,7 @@ def _from_disk(entry: DiskEntry, path: Path, device: Device) -> CompiledKernel |
 
 
 def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
-               user_functions: dict[str, Any], sizes: str = "",
+               user_functions: Mapping[str, Any], sizes: str = "",
                make_plan: MakePlan | None = None) -> CompiledKernel:
     """The compiled kernel for ``program``: memory cache, then disk, then the stages.
 

@@ -32,7 +32,7 @@ from weakref import WeakValueDictionary
 import numpy as np
 
 from . import stats as _stats
-from .backends import LaunchSpec
+from .backends import Launcher, LaunchSpec
 from .cache import CompiledKernel, _memory, get_kernel
 from .errors import DeviceError, DTypeError, RecipeError, index_value_out_of_bounds
 from .expr.nodes import Storage
@@ -157,6 +157,14 @@ class LaunchPlan:
 
     __slots__ = ("compiled", "consts", "error_arg", "go", "index_dtype",
                  "recipe", "runtime", "threads")
+    compiled: CompiledKernel
+    consts: list[tuple[int, Any]]
+    error_arg: int | None
+    go: Launcher
+    index_dtype: np.dtype | None
+    recipe: Any
+    runtime: Any
+    threads: threading.local
 
     def valid(self, recipe: Any, index_dtype: np.dtype) -> bool:
         return (self.recipe is recipe and self.index_dtype is index_dtype
@@ -289,6 +297,8 @@ def enqueue(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[
 def _enqueue_flagged(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[Any],
                      kernel: Any, last: list[Any], device: Device) -> tuple[np.ndarray, Any]:
     """Enqueue a kernel with an error flag now, with a new flag buffer; return both."""
+    position = plan.error_arg
+    assert position is not None  # (the caller's test)
     err = np.zeros(3, np.int64)
     backend = plan.compiled.backend
     err_buf = backend.buffer_from_host(device, err)
@@ -296,7 +306,7 @@ def _enqueue_flagged(plan: LaunchPlan, outs: Any, storages: list[Storage], scala
     with rt.launch_lock:
         if rt.deferred:
             rt.flush()
-        backend.set_buffer_arg(kernel, plan.error_arg, err_buf)
+        backend.set_buffer_arg(kernel, position, err_buf)
         plan.go(outs, storages, scalars, kernel, last, rt.queue)
     return err, err_buf
 

@@ -93,7 +93,10 @@ class LaunchSpec:
     @property
     def n_args(self) -> int:
         """How many arguments the kernel takes."""
-        positions = [p for p, *_ in (*self.outputs, *self.inputs, *self.scalars, *self.consts)]
+        positions: list[int] = [p for p, _ in self.outputs]
+        positions += [p for p, _ in self.inputs]
+        positions += [p for p, _, _ in self.scalars]
+        positions += [p for p, _ in self.consts]
         if self.error_arg is not None:
             positions.append(self.error_arg)
         return max(positions, default=-1) + 1

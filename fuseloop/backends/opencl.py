@@ -222,7 +222,10 @@ def make_launcher(spec: LaunchSpec) -> Launcher:
     out_pos = spec.outputs
     buf_pos = spec.inputs
     scalar_pos = spec.scalars
-    set_arg, set_scalar, enqueue, wr = _set_arg, _set_scalar, _enqueue_nd_range, _weakref
+    set_arg, set_scalar, wr = _set_arg, _set_scalar, _weakref
+    # (positional, as pyopencl's own invoker calls it: its stub names the last two
+    # keyword-only)
+    enqueue: Any = _enqueue_nd_range
     g, l = spec.global_size, spec.local_size  # noqa: E741
 
     # (the input loops are written out in both forms: a shared helper would cost
