@@ -240,26 +240,55 @@ def _plan(name: str, body: str, args: list[str], layout: Layout) -> KernelPlan:
         arg_dtypes=[*([None] * len(args)), "int64", "int64"])
 
 
-# layout -> (count kernel, compact kernel): their plans and digests, not compiled
-# kernels (those are in the kernel cache)
-_kernels: dict[Layout, tuple[SourceKernel, SourceKernel]] = {}
+# (group, items per work-item) -> (count kernel, compact kernel): their plans and
+# digests, not compiled kernels (those are in the kernel cache)
+_kernels: dict[tuple[int, int], tuple[SourceKernel, SourceKernel]] = {}
 _kernels_lock = threading.Lock()
 _caches.register("ops.compaction.kernels", _kernels.clear, lambda: len(_kernels),
                  why="one per work-group layout (one layout per device)")
 
 
 def _kernels_for(layout: Layout) -> tuple[SourceKernel, SourceKernel]:
-    found = _kernels.get(layout)
+    key = (layout.group, layout.per_item)
+    found = _kernels.get(key)
     if found is None:
         with _kernels_lock:
-            found = _kernels.get(layout)
+            found = _kernels.get(key)
             if found is None:
-                found = _kernels[layout] = (
+                found = _kernels[key] = (
                     SourceKernel(_plan("fuseloop_mask_count", _COUNT, ["in0", "out0"],
                                        layout)),
                     SourceKernel(_plan("fuseloop_mask_compact", _COMPACT,
                                        ["in0", "in1", "out0", "out1"], layout)))
     return found
+
+
+# (device index, work-groups, group, items per work-item) -> [count plan or None,
+# compact plan, the last call's (n, block) and its scalar arguments]: kept while
+# their kernels are in the kernel cache (as launching.launch_cached keeps a
+# structure's plan), so that a repeated compaction skips the look-ups, and one of
+# the same size passes the same scalar objects, which the launcher does not set again
+_plans: dict[tuple[int, int, int, int], list[Any]] = {}
+MAX_PLANS = 64
+_caches.register("ops.compaction.plans", _plans.clear, lambda: len(_plans), MAX_PLANS)
+
+
+def _plans_for(device: Device, layout: Layout, groups: int) -> tuple[list[Any], int]:
+    """The kept entry of :data:`_plans` and the memory-cache hits to count."""
+    key = (device.index, groups, layout.group, layout.per_item)
+    found = _plans.get(key)
+    if found is not None and found[1].compiled.in_cache \
+            and (found[0] is None or found[0].compiled.in_cache):
+        return found, 1
+    count_kernel, compact_kernel = _kernels_for(layout)
+    count = None
+    if groups > 1:
+        count = launching.plan_for(count_kernel.get(device), (groups,), 0, 0, device)
+    compact = launching.plan_for(compact_kernel.get(device), (groups,), 0, 0, device)
+    if len(_plans) >= MAX_PLANS:
+        _plans.clear()
+    found = _plans[key] = [count, compact, None, None]
+    return found, 0  # (the look-ups counted theirs)
 
 
 def blocks(n: int, layout: Layout) -> tuple[int, int]:
@@ -279,22 +308,22 @@ def true_positions(mask: Any, n: int, device: Device) -> tuple[Storage, int]:
     buffer ``mask``, ascending, in a new storage with room for ``n``, and how
     many there are (read back: the caller needs it for the result's shape)."""
     layout = layout_for(device)
-    count_kernel, compact_kernel = _kernels_for(layout)
     groups, block = blocks(n, layout)
+    kept, hit = _plans_for(device, layout, groups)
+    count_plan, compact_plan, sizes, scalars = kept
+    if sizes != (n, block):
+        scalars = [np.int64(n), np.int64(block)]
+        kept[2:] = (n, block), scalars  # (one store: other threads see both or neither)
     out = allocate(n * 8, device)
     total = allocate(8, device)
     counts = allocate(groups * 8, device) if groups > 1 else out  # (unread when one)
     source = Storage(mask, n, device)
-    scalars = [np.int64(n), np.int64(block)]
     # (launched now, not deferred: deferred launches go first, and one may compute
     # the mask; the in-order queue runs the count before the compaction)
-    if groups > 1:
-        plan = launching.plan_for(count_kernel.get(device), (groups,), 0, 0, device)
-        assert plan is not None
-        launching.enqueue(plan, [counts], [source], scalars, False, device)
-    plan = launching.plan_for(compact_kernel.get(device), (groups,), 0, 0, device)
-    assert plan is not None
-    launching.enqueue(plan, [out, total], [source, counts], scalars, False, device)
+    if count_plan is not None:
+        launching.enqueue(count_plan, [counts], [source], scalars, False, device, hit)
+    launching.enqueue(compact_plan, [out, total], [source, counts], scalars, False, device,
+                      hit)
     _stats.increment("scans")
     found = np.empty(1, np.int64)
     read(found, total.buffer, device)
