@@ -272,11 +272,12 @@ def thread_kernel(plan: LaunchPlan) -> tuple[Any, list[Any]]:
 
 
 def enqueue(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[Any],
-            small: bool, device: Device, hit: int = 0) -> None:
+            small: bool, device: Device, hit: int = 0, launched: int = 1) -> None:
     """Launch ``plan`` with this data: deferred when ``small`` (see
     :func:`enqueue_or_defer`), else now; a kernel with an error flag runs now and
-    its flag is read (raising on an out-of-range gather index).  Counts the launch,
-    and ``hit`` memory-cache hits, in ``fl.stats()``."""
+    its flag is read (raising on an out-of-range gather index).  Counts ``launched``
+    launches (0: the mask compaction's, counted as scans) and ``hit`` memory-cache
+    hits in ``fl.stats()``."""
     flag = None
     try:
         kernel, last = thread_kernel(plan)
@@ -289,7 +290,7 @@ def enqueue(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[
         raise
     with _stats_lock:  # both counters at once: one lock round trip
         _counters["memory_cache_hits"] += hit
-        _counters["kernels_launched"] += 1
+        _counters["kernels_launched"] += launched
     if flag is not None:
         _check_flag(*flag, device)
 

@@ -320,10 +320,11 @@ def true_positions(mask: Any, n: int, device: Device) -> tuple[Storage, int]:
     source = Storage(mask, n, device)
     # (launched now, not deferred: deferred launches go first, and one may compute
     # the mask; the in-order queue runs the count before the compaction)
+    # (counted as one scan, not as kernels launched: see docs/api.md)
     if count_plan is not None:
-        launching.enqueue(count_plan, [counts], [source], scalars, False, device, hit)
+        launching.enqueue(count_plan, [counts], [source], scalars, False, device, hit, 0)
     launching.enqueue(compact_plan, [out, total], [source, counts], scalars, False, device,
-                      hit)
+                      hit, 0)
     _stats.increment("scans")
     found = np.empty(1, np.int64)
     read(found, total.buffer, device)
