@@ -15,9 +15,10 @@ from typing import Any
 
 from .base import Backend, BuiltProgram, DeviceInfo, Launcher, LaunchSpec
 
-#: label -> "module:class" of every known backend, in discovery order
+#: label -> "module:class" of every known backend, in discovery order (a module
+#: name starting with a dot is relative to this package)
 BACKENDS: dict[str, str] = {
-    "opencl": "fuseloop.backends.opencl:OpenCLBackend",
+    "opencl": ".opencl:OpenCLBackend",
 }
 _loaded: dict[str, Backend] = {}
 _lock = threading.Lock()
@@ -33,7 +34,7 @@ def get_backend(name: str) -> Backend:
         found = _loaded.get(name)
         if found is None:
             module, _, cls = target.partition(":")
-            found = _loaded[name] = getattr(importlib.import_module(module), cls)()
+            found = _loaded[name] = getattr(importlib.import_module(module, __name__), cls)()
     return found
 
 
