@@ -15,7 +15,11 @@ enqueues on the queue it is given.
 
 The test of this interface: a CUDA backend (Loopy's CUDA target, built with
 NVRTC) is one new module implementing these methods, registered in
-:mod:`fuseloop.backends`, and nothing else changes (see docs/layout.md).
+:mod:`fuseloop.backends`, and nothing else changes.  Not yet passed by the
+per-device runtime: :mod:`fuseloop.runtime.devices` (context, queue, the gate of
+deferred batches), :mod:`fuseloop.runtime.memory` (the buffer pool) and
+:mod:`fuseloop.runtime.transfer` (polled waits, reads) still call pyopencl; and the
+code generator targets OpenCL (``language`` names the target a backend needs).
 """
 
 from __future__ import annotations
