@@ -34,7 +34,7 @@ icd.register_runtimes()
 
 @dataclass(frozen=True, eq=False)
 class Device:
-    """An OpenCL device fuseloop can run on."""
+    """A device fuseloop can run on (OpenCL, through the backend named by ``backend``)."""
 
     index: int
     name: str
