@@ -668,8 +668,8 @@ def _first_stage(tops: list[Reduce], roots: list[Node], out_shape: tuple[int, ..
     partials = [allocate(size * t.dtype.itemsize, device) for t in tops]
     launch(program, bindings, partials, device)
     replace: dict[int, Node] = {}
-    for t, p in zip(tops, partials):
-        leaf = Leaf(p, t.dtype, part_shape)
+    for t, part in zip(tops, partials):
+        leaf = Leaf(part, t.dtype, part_shape)
         replace[id(t)] = Reduce(_SPLITTABLE[t.op], leaf, (len(part_shape) - 1,), t.dtype)
     memo: dict[int, Node] = {}
     return [_rebuild(r, replace, memo) for r in roots]
@@ -738,7 +738,7 @@ def launch(program: Program, bindings: Bindings, outs: list[Storage], device: De
         launch_now(program, bindings, outs, device)
 
 
-def launch_now(program: Program, bindings: Bindings, outs: list[Storage],
+def launch_now(program: Program, bindings: Bindings, outs: Sequence[Storage],
                device: Device) -> None:
     index_dtype, recipe, _, _ = launch_choice(program, bindings, device, check_device=True)
     plan = plan_launch(program, bindings.params, bindings.out_shape, index_dtype, recipe,
@@ -746,7 +746,8 @@ def launch_now(program: Program, bindings: Bindings, outs: list[Storage],
     assert plan is not None  # (only a one-output plan can be refused)
     capture = captured_sources()
     if capture is not None:
-        capture.append(plan.compiled.plan.source)
+        # (LaunchPlan declares no attribute types: launching.py is unchecked for now)
+        capture.append(plan.compiled.plan.source)  # type: ignore[attr-defined]
         return
     enqueue(plan, outs, bindings.storages, bindings.scalars, False, device)
 

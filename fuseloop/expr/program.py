@@ -253,18 +253,18 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
         for a in node.args:  # type: ignore[attr-defined]
             cls = type(a)
             if cls is Leaf:  # leaves and scalars in place: most arguments are one
-                s = a.storage  # type: ignore[attr-defined]
+                s = a.storage
                 k = slots.get(s)
                 if k is None:
                     k = slots[s] = len(storages)
                     storages.append(s)
-                toks.append(a.token or a.leaf_token())  # type: ignore[attr-defined]
+                toks.append(a.token or a.leaf_token())
                 toks.append(k)
             elif cls is Scalar:
                 k = slots.get(a)
                 if k is None:
                     k = slots[a] = len(scalars)
-                    scalars.append(a.value)  # type: ignore[attr-defined]
+                    scalars.append(a.value)
                 toks.append(_SCALAR_TOKENS[a.dtype.char])
                 toks.append(k)
             else:
@@ -350,8 +350,8 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
     if len(roots) == 1:
         root = roots[0]
         sig = root.sig or signature_of(root)
-        if sig:
-            operands = root.operands
+        operands = root.operands
+        if sig and operands is not None:  # (a signature always comes with its operands)
             # each operand's first place: which buffers and scalar nodes are the same
             # (by identity: neither defines ==)
             key: tuple = (sig, out_shape, tuple(map(operands.index, operands)))
@@ -398,6 +398,7 @@ def _signed_miss(key: tuple, entry: StructureEntry | None, root: Node,
 
 
 _value_of = attrgetter("value")
+_NO_GET = itemgetter(0)
 
 
 def _picker(buf_at: tuple[int, ...], val_at: tuple[int, ...],
@@ -411,15 +412,16 @@ def _picker(buf_at: tuple[int, ...], val_at: tuple[int, ...],
     frame each before 3.12).
     """
     nb, nv, nr = len(buf_at), len(val_at), len(repeats)
-    b_get = itemgetter(*buf_at) if nb > 2 else None
-    v_get = itemgetter(*val_at) if nv > 2 else None
+    # (_NO_GET where the count is written out below: never called)
+    b_get = itemgetter(*buf_at) if nb > 2 else _NO_GET
+    v_get = itemgetter(*val_at) if nv > 2 else _NO_GET
     b0, b1 = (*buf_at, 0, 0)[:2]
     v0, v1 = (*val_at, 0, 0)[:2]
     # repeated positions and their first ones; more than two are compared as two tuples
     # in one C call (operands, Storage and Scalar, compare by identity, as ``is`` would)
     (r0, f0), (r1, f1) = (*repeats, (0, 0), (0, 0))[:2]
-    r_get = itemgetter(*(k for k, _ in repeats)) if nr > 2 else None
-    f_get = itemgetter(*(f for _, f in repeats)) if nr > 2 else None
+    r_get = itemgetter(*(k for k, _ in repeats)) if nr > 2 else _NO_GET
+    f_get = itemgetter(*(f for _, f in repeats)) if nr > 2 else _NO_GET
 
     # (the common counts written out: a call of list() or map() costs as much again)
     def take(o: Sequence[Any]) -> tuple[list[Any], list[Any]] | None:
