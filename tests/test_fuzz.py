@@ -50,18 +50,17 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, note, settings
+from hypothesis import given, note
 from hypothesis import strategies as st
 
 import fuseloop as fl
 from fuzz.generators import programs
 from fuzz.harness import COUNTS, check_program
-from fuzz.profiles import FUZZ_SETTINGS, PROFILE
+from fuzz.profiles import FUZZ_SETTINGS, PRODUCT_SETTINGS, PROFILE, few
 from fuzz.reference import quiet
 
 # {{{ tests
@@ -89,8 +88,7 @@ def test_programs_match_numpy(device, prog):
     check_program(prog, device)
 
 
-@settings(FUZZ_SETTINGS, max_examples=4 if PROFILE == "quick" and not os.environ.get(
-    "FUZZ_EXAMPLES") else max(FUZZ_SETTINGS.max_examples // 8, 1))
+@PRODUCT_SETTINGS
 @given(prog=programs(contraction=True))
 def test_products_written_in_place_match_numpy(device, prog):
     """``t += x @ y``, ``t[...] = 1.5 * (x @ y) + -0.5 * t``, ``t[..., 1:, ::2] -= x @ y``
@@ -103,14 +101,7 @@ INDEX_WRITE_KINDS = ("setitem", "setitem", "inplace", "inplace", "adv", "adv", "
                      "binary", "binary", "where", "reduce", "nonzero", "eval", "index")
 
 
-def _few(divisor: int) -> settings:
-    """A share of the programs; three in the quick profile (each compiles kernels)."""
-    n = 3 if PROFILE == "quick" and not os.environ.get("FUZZ_EXAMPLES") else \
-        max(FUZZ_SETTINGS.max_examples // divisor, 1)
-    return settings(FUZZ_SETTINGS, max_examples=n)
-
-
-@_few(4)
+@few(4)
 @given(prog=programs(kinds=INDEX_WRITE_KINDS, index_writes=True))
 def test_index_writes_match_numpy(device, prog):
     """Programs dense in ``x[i, j] = v``, ``x[mask] = v``, ``x[mask] += v`` (masks from
@@ -118,7 +109,7 @@ def test_index_writes_match_numpy(device, prog):
     check_program(prog, device)
 
 
-@_few(12)
+@few(12)
 @given(data=st.data())
 def test_out_of_range_indices_raise(device, data):
     """One index value out of range among several index arrays: numpy raises IndexError,

@@ -23,6 +23,19 @@ if os.environ.get("FUZZ_EXAMPLES"):  # e.g. to share a long run among processes
     FUZZ_SETTINGS = settings(FUZZ_SETTINGS, max_examples=int(os.environ["FUZZ_EXAMPLES"]))
 
 
+def few(divisor: int) -> settings:
+    """A share of the programs; three in the quick profile (each compiles kernels)."""
+    n = 3 if PROFILE == "quick" and not os.environ.get("FUZZ_EXAMPLES") else \
+        max(FUZZ_SETTINGS.max_examples // divisor, 1)
+    return settings(FUZZ_SETTINGS, max_examples=n)
+
+
+# the programs starting with a product written in place: four in the quick profile
+PRODUCT_SETTINGS = settings(FUZZ_SETTINGS, max_examples=4 if PROFILE == "quick" and not
+                            os.environ.get("FUZZ_EXAMPLES") else
+                            max(FUZZ_SETTINGS.max_examples // 8, 1))
+
+
 @dataclass(frozen=True)
 class Config:
     """Size of the structure space (every distinct structure compiles a kernel)."""
