@@ -241,18 +241,18 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
 
     ``general`` also writes out reductions and remaps (for :mod:`fuseloop.run_plans`).
     """
-    cls = type(node)
-    if cls is Apply or cls is UserCall:
+    # (``type(node) is C`` each time rather than a local: mypy narrows on it, and Python
+    # 3.11 specialises the call of type, so it costs no more than the local would)
+    if type(node) is Apply or type(node) is UserCall:
         # a shared operation node is walked again: the program does not depend on
         # which operations are shared, only on which buffers and scalars are
-        toks.append(node.op if cls is Apply else ("U", node.function.key))  # type: ignore[attr-defined]
-        toks.append(node.loop_key)  # type: ignore[attr-defined]
+        toks.append(("U", node.function.key) if type(node) is UserCall else node.op)
+        toks.append(node.loop_key)
         toks.append(node.shape)
         if len(toks) > MAX_TOKENS:
             raise _Uncacheable
-        for a in node.args:  # type: ignore[attr-defined]
-            cls = type(a)
-            if cls is Leaf:  # leaves and scalars in place: most arguments are one
+        for a in node.args:
+            if type(a) is Leaf:  # leaves and scalars in place: most arguments are one
                 s = a.storage
                 k = slots.get(s)
                 if k is None:
@@ -260,7 +260,7 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
                     storages.append(s)
                 toks.append(a.token or a.leaf_token())
                 toks.append(k)
-            elif cls is Scalar:
+            elif type(a) is Scalar:
                 k = slots.get(a)
                 if k is None:
                     k = slots[a] = len(scalars)
@@ -269,46 +269,46 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
                 toks.append(k)
             else:
                 _walk(a, toks, slots, storages, scalars, general)
-    elif cls is Leaf:
-        s = node.storage  # type: ignore[attr-defined]
+    elif type(node) is Leaf:
+        s = node.storage
         k = slots.get(s)
         if k is None:
             k = slots[s] = len(storages)
             storages.append(s)
-        toks.append(node.token or node.leaf_token())  # type: ignore[attr-defined]
+        toks.append(node.token or node.leaf_token())
         toks.append(k)
-    elif cls is Scalar:
+    elif type(node) is Scalar:
         k = slots.get(node)
         if k is None:
             k = slots[node] = len(scalars)
-            scalars.append(node.value)  # type: ignore[attr-defined]
+            scalars.append(node.value)
         toks.append(_SCALAR_TOKENS[node.dtype.char])
         toks.append(k)
-    elif cls is Literal:
-        toks.append(("C", node.dtype.char, node.value.tobytes()))  # type: ignore[attr-defined]
-    elif cls is Iota:
-        toks.append(("I", node.dtype.char, node.shape, node.strides, node.offset))  # type: ignore[attr-defined]
-    elif general and cls is Reduce:
-        toks.append(("R", node.op, node.dtype.char, node.axes, node.shape))  # type: ignore[attr-defined]
+    elif type(node) is Literal:
+        toks.append(("C", node.dtype.char, node.value.tobytes()))
+    elif type(node) is Iota:
+        toks.append(("I", node.dtype.char, node.shape, node.strides, node.offset))
+    elif general and type(node) is Reduce:
+        toks.append(("R", node.op, node.dtype.char, node.axes, node.shape))
         if len(toks) > MAX_TOKENS:
             raise _Uncacheable
-        _walk(node.child, toks, slots, storages, scalars, True)  # type: ignore[attr-defined]
-    elif general and cls is Remap:
-        toks.append(("M", node.shape, node.offsets, node.coeffs))  # type: ignore[attr-defined]
-        _walk(node.child, toks, slots, storages, scalars, True)  # type: ignore[attr-defined]
-    elif general and cls is Gather and not node.checked:  # type: ignore[attr-defined]
+        _walk(node.child, toks, slots, storages, scalars, True)
+    elif general and type(node) is Remap:
+        toks.append(("M", node.shape, node.offsets, node.coeffs))
+        _walk(node.child, toks, slots, storages, scalars, True)
+    elif general and type(node) is Gather and not node.checked:
         # computed in-range positions (roll, tile, repeat): no flag to read back
-        toks.append(("G", node.axis, node.shape))  # type: ignore[attr-defined]
+        toks.append(("G", node.axis, node.shape))
         if len(toks) > MAX_TOKENS:
             raise _Uncacheable
-        _walk(node.child, toks, slots, storages, scalars, True)  # type: ignore[attr-defined]
-        _walk(node.index, toks, slots, storages, scalars, True)  # type: ignore[attr-defined]
-    elif cls is Concat:
+        _walk(node.child, toks, slots, storages, scalars, True)
+        _walk(node.index, toks, slots, storages, scalars, True)
+    elif type(node) is Concat:
         # the piece boundaries are in the key (as leaves' sizes are), parameters in the program
-        toks.append(("K", node.axis, node.shape, node.starts))  # type: ignore[attr-defined]
+        toks.append(("K", node.axis, node.shape, node.starts))
         if len(toks) > MAX_TOKENS:
             raise _Uncacheable
-        for p in node.pieces:  # type: ignore[attr-defined]
+        for p in node.pieces:
             _walk(p, toks, slots, storages, scalars, general)
     else:
         raise _Uncacheable
