@@ -247,6 +247,17 @@ class CompiledKernel:
         except AttributeError:
             return self._new_kernel()
 
+    def thread_state(self) -> tuple[cl.Kernel, list[Any]]:
+        """This thread's kernel object and the record of the arguments set on it
+        (``fuseloop.launching.make_binder``): one slot per argument, and a last one
+        naming the launch plan whose sizes it holds."""
+        local = self._local
+        try:
+            return local.kernel, local.last
+        except AttributeError:
+            local.last = [None] * (len(self.arg_plan) + 1)
+            return self.kernel, local.last
+
 
 # The memory cache.  ``_memory`` is what a look-up reads (a plain dict: a hit is one
 # ``dict.get``, with no bookkeeping).  It is bounded without knowing which kernels

@@ -43,6 +43,7 @@ from .expr.nodes import (
     recent_lazy,
     register_readers,
 )
+from .expr.overlap import View, views_disjoint
 from .expr.program import (
     Bindings,
     Program,
@@ -338,6 +339,26 @@ def _children(node: Node) -> tuple[Node, ...]:
     return ()
 
 
+def reads_outside(node: Node, storage: Storage, written: View, itemsize: int) -> bool:
+    """True when ``node`` reads no element of ``storage`` that the view ``written``
+    (of elements of ``itemsize`` bytes) covers.  Every read of a buffer is through a
+    leaf whose view covers what its parents read, so checking the leaves suffices."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen or storage not in n.storages:
+            continue
+        seen.add(id(n))
+        if type(n) is Leaf:
+            if n.dtype.itemsize != itemsize or not views_disjoint(
+                    written, (n.shape, n.view_strides(), n.offset)):
+                return False
+        else:
+            stack.extend(_children(n))
+    return True
+
+
 def _has_reduce(node: Node) -> bool:
     return type(node) is Reduce or any(_has_reduce(c) for c in _children(node))
 
@@ -582,8 +603,9 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     # (a scatter writes elsewhere than it reads even where the strides agree)
     unsafe = [t is not None and (has_gather or (any(t.storage in r.storages for r in roots)
                                  and (t.scatter is not None
-                                      or not _reads_only_in_place(roots, t, out_shape))))
-              for t in tgts]
+                                      or not _reads_only_in_place(roots, t, out_shape,
+                                                                  root.dtype.itemsize))))
+              for t, root in zip(tgts, roots)]
     if any(unsafe):
         direct = [None if u else t for t, u in zip(tgts, unsafe)]
         outs = run(roots, out_shape, device, direct)
@@ -681,9 +703,11 @@ def _piece_count(length: int, device: Device) -> int:
 
 
 def _reads_only_in_place(roots: Sequence[Node], target: Target,
-                         out_shape: tuple[int, ...]) -> bool:
-    """True when every read of the target's buffer is of the element being written."""
+                         out_shape: tuple[int, ...], itemsize: int) -> bool:
+    """True when every read of the target's buffer is of the element being written,
+    or of elements that are not written at all (``A[i, j] += A[i, j - 1]``)."""
     want = target.strides if target.strides is not None else c_strides(out_shape)
+    written = (out_shape, want, target.offset)
     ok = [True]
     seen: set[int] = set()
 
@@ -694,7 +718,8 @@ def _reads_only_in_place(roots: Sequence[Node], target: Target,
         if isinstance(node, Leaf):
             same = (top and node.shape == out_shape and node.view_strides() == want
                     and node.offset == target.offset)
-            if not same:
+            if not same and (node.dtype.itemsize != itemsize or not views_disjoint(
+                    written, (node.shape, node.view_strides(), node.offset))):
                 ok[0] = False
         elif isinstance(node, Apply):
             for a in node.args:

@@ -30,7 +30,7 @@ import numpy as np
 import pyopencl as cl
 
 from . import stats as _stats
-from .cache import _memory, get_kernel, kernel_objects_lock
+from .cache import _memory, get_kernel
 from .errors import DeviceError, DTypeError, RecipeError, index_value_out_of_bounds
 from .expr.nodes import Storage
 from .expr.program import INT32_LIMIT, Program, StructureEntry
@@ -228,8 +228,10 @@ def make_binder(compiled: Any, params: Sequence[int], n_rows: int, n_elem: int,
 
     ``go(outs, storages, scalars, kernel, last, queue)`` is a closure specialised
     to the kernel's arguments (tuples of positions consumed by tight loops).  The
-    kernel object is the plan's own per thread, so what its arguments were last
-    set to is known: sizes and parameters are set once (``consts``), an input
+    kernel object is the compiled kernel's own per thread, shared by its plans, so
+    what its arguments were last set to is known: sizes and parameters
+    (``consts``) are set when the previous launch of that object was another
+    plan's (``last[-1]`` names the plan whose consts it holds), an input
     buffer again only when it is another :class:`Storage` (remembered by weak
     reference, so no buffer is kept alive), a scalar only when it is another
     object (numpy scalars are immutable; the operators reuse one object per
@@ -262,6 +264,7 @@ def make_binder(compiled: Any, params: Sequence[int], n_rows: int, n_elem: int,
     out_pos = tuple(outs)
     buf_pos = tuple(bufs)
     scalar_pos = tuple(scals)
+    const_args = tuple(consts)
     set_arg, set_scalar, enqueue, wr = _set_arg, _set_scalar, _enqueue_nd_range, _weakref
     g, l = global_size, local_size  # noqa: E741
 
@@ -272,6 +275,11 @@ def make_binder(compiled: Any, params: Sequence[int], n_rows: int, n_elem: int,
 
         def go(o: Storage, s: list[Storage], c: list[Any], k: Any, last: list[Any],
                queue: Any) -> None:
+            if last[-1] is not const_args:
+                last[-1] = None
+                for i, v in const_args:
+                    set_arg(k, i, v)
+                last[-1] = const_args
             set_arg(k, out_i, o.buffer)
             for i, j in buf_pos:
                 x = s[j]
@@ -290,6 +298,11 @@ def make_binder(compiled: Any, params: Sequence[int], n_rows: int, n_elem: int,
     else:
         def go(o: Sequence[Storage], s: list[Storage], c: list[Any], k: Any,  # type: ignore[misc]
                last: list[Any], queue: Any) -> None:
+            if last[-1] is not const_args:
+                last[-1] = None
+                for i, v in const_args:
+                    set_arg(k, i, v)
+                last[-1] = const_args
             for i, j in out_pos:
                 set_arg(k, i, o[j].buffer)
             for i, j in buf_pos:
@@ -311,18 +324,18 @@ def make_binder(compiled: Any, params: Sequence[int], n_rows: int, n_elem: int,
 
 
 def thread_kernel(plan: LaunchPlan) -> tuple[Any, list[Any]]:
-    """This thread's kernel object for ``plan`` and the record of its arguments."""
+    """This thread's kernel object for ``plan`` and the record of its arguments.
+
+    One object per compiled kernel and thread, shared by the kernel's plans (its
+    sizes and offsets): making a ``cl.Kernel`` costs pyopencl 0.1-0.8 ms (its
+    invoker comes from an on-disk cache), so a loop whose statements differ only in
+    offsets (``A[i, j] += ...``) made one per statement when each plan had its own.
+    """
     try:
         return plan.threads.state
     except AttributeError:
         pass
-    compiled = plan.compiled
-    with kernel_objects_lock:
-        kernel = cl.Kernel(compiled.program, compiled.plan.name)
-        for i, value in plan.consts:
-            kernel.set_arg(i, value)
-    last: list[Any] = [None] * len(compiled.arg_plan)
-    plan.threads.state = state = (kernel, last)
+    plan.threads.state = state = plan.compiled.thread_state()
     return state
 
 
