@@ -8,7 +8,7 @@ from .array import Array, Constant, _coerce, _operand_node
 from .dtypes import scalar_to
 from .errors import DeviceError, ShapeError
 from .evaluate import cast_node, reads_outside, run, run_into
-from .expr.nodes import Literal, Node, broadcast_shapes
+from .expr.nodes import Leaf, Literal, Node, broadcast_shapes
 from .expr.program import Target
 from .trace_hooks import check_traced, trace_checks
 
@@ -89,7 +89,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
     elif target.is_contiguous:
         dest = storage
     else:
-        dest = Target(storage, leaf.view_strides(), leaf.offset)  # type: ignore[attr-defined]
+        assert isinstance(leaf, Leaf)  # (concrete: it has a buffer)
+        dest = Target(storage, leaf.view_strides(), leaf.offset)
     # lazy arrays still reading the old contents are evaluated before the write
     # (those reading only elements this write leaves alone need not wait)
     written = None if scatter is not None else (
