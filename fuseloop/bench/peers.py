@@ -267,6 +267,9 @@ def _jax_peer() -> Peer:
         raise RuntimeError(f"jax has no GPU backend (default backend: {jax.default_backend()})")
 
     def to_dev(a: np.ndarray) -> Any:
+        if a.dtype.itemsize == 8 and not jax.config.jax_enable_x64:
+            # jax would silently compute in 32 bits: say so rather than report a mismatch
+            raise NotExpressible(f"jax without jax_enable_x64 has no {a.dtype} arrays")
         return jax.device_put(a, gpus[0])
 
     return Peer("jax.jit", JaxOps(jnp), to_dev, jax.block_until_ready, np.asarray,
