@@ -267,8 +267,9 @@ def _jax_peer() -> Peer:
         raise RuntimeError(f"jax has no GPU backend (default backend: {jax.default_backend()})")
 
     def to_dev(a: np.ndarray) -> Any:
-        if a.dtype.itemsize == 8 and not jax.config.jax_enable_x64:
-            # jax would silently compute in 32 bits: say so rather than report a mismatch
+        if a.dtype.kind == "f" and a.dtype.itemsize == 8 and not jax.config.jax_enable_x64:
+            # jax would compute in float32: say so rather than report a mismatch (int64
+            # indices may narrow to int32: their values fit)
             raise NotExpressible(f"jax without jax_enable_x64 has no {a.dtype} arrays")
         return jax.device_put(a, gpus[0])
 
