@@ -27,6 +27,7 @@ from . import evaluate as _ev
 from . import run_plans as _rp
 from .array import Array, _common_device
 from .errors import ShapeError
+from .expr.ir import operand_refs
 from .expr.program import Bindings, Program
 from .launching import kernel_for
 from .recipes.core import Derived
@@ -72,6 +73,7 @@ class KernelInfo:
     bytes_read: int
     bytes_written: int
     flops: int
+    notes: list[str] = field(default_factory=list)
     # after explain(..., run=True)
     time_s: float | None = None
     gb_per_s: float | None = None
@@ -128,6 +130,7 @@ def _kernel_text(k: KernelInfo) -> list[str]:
         out.append(f"    writes {b.name} ({b.role}, {b.nbytes} B){why}")
     out.append(f"    parameters {params or '-'}")
     out.append(f"    {k.bytes_read} B read, {k.bytes_written} B written, ~{k.flops} flops")
+    out += [f"    note: {n}" for n in k.notes]
     if k.time_s is not None:
         frac = ("" if k.fraction_of_copy is None
                 else f", {100 * k.fraction_of_copy:.0f}% of copy bandwidth")
@@ -212,24 +215,35 @@ def _texts(prog: Program, names: dict[int, str], scalars: Sequence[Any]) -> list
     return [f"out{j} = {memo[o]}" for j, o in enumerate(prog.outputs)]
 
 
-def _flops(prog: Program, params: Sequence[int], out_elems: int, n_rows: int) -> int:
+def _flops(prog: Program, params: Sequence[int], out_elems: int, n_rows: int
+           ) -> tuple[int, list[str]]:
     """Arithmetic operations, each counted as often as its loop nest runs it: a reduction
     once per kept index (per row, or per output element of a contraction) and reduced
-    element (per chunk element in a two-stage reduction's first stage)."""
+    element (per chunk element in a two-stage reduction's first stage).  Also a note per
+    reduction nested in another's body (counted once per kept index, as if hoisted)."""
     entries: Any = prog.entries
     kept = out_elems if prog.contraction is not None else max(1, n_rows)
     trips = [0] * len(entries)
     for o in prog.outputs:
         trips[o] = max(trips[o], out_elems)
     total = 0
+    notes = []
+    inside = [False] * len(entries)  # in some reduction's body
     for k in range(len(entries) - 1, -1, -1):
         e, t = entries[k], trips[k]
         if not t:
             continue
         kind = e[0]
+        kids = (e.child,) if kind == "reduce" else operand_refs(e)
+        for r in kids:
+            inside[r] = inside[r] or inside[k] or kind == "reduce"
         if kind == "reduce":
             n = _param(e.total if e.chunk is None else e.chunk[0], params)
             runs = min(t, kept) * n
+            if inside[k] and t > kept:
+                notes.append(f"{e.op} over {n} elements sits in another reduction's body: "
+                             f"counted once per kept index; where the kernel recomputes it "
+                             f"per outer element it does {t // kept}x that work")
             trips[e.child] = max(trips[e.child], runs)
             total += runs
         elif kind in ("op", "call"):
@@ -243,7 +257,7 @@ def _flops(prog: Program, params: Sequence[int], out_elems: int, n_rows: int) ->
         elif kind == "concat":
             for r in e.refs:
                 trips[r] = max(trips[r], t)
-    return total
+    return total, notes
 
 
 def _why(prog: Program, later_readers: int) -> str:
@@ -354,13 +368,14 @@ def _kernel_info(i: int, prog: Program, b: Bindings, reads: list[Buffer],
     groups = kernel.gsize(n_rows, n_elem, b.params)
     sizes = recipe.size_class(prog, b.params, n_rows, n_elem) if recipe.size_class else ""
     names = {k: r.name for k, r in enumerate(reads)}
+    flops, notes = _flops(prog, b.params, math.prod(b.out_shape), n_rows)
     return KernelInfo(
         index=i, name=kernel.plan.name, kind=recipe.kind, computes=_texts(prog, names, b.scalars),
         reads=reads, writes=writes, recipe=recipe.name,
         params=_recipe_params(recipe, device), size_class=sizes,
         grid=(tuple(g * w for g, w in zip(groups, local)), local),
         bytes_read=sum(r.nbytes for r in reads), bytes_written=sum(w.nbytes for w in writes),
-        flops=_flops(prog, b.params, math.prod(b.out_shape), n_rows))
+        flops=flops, notes=notes)
 
 
 # -------------------------------------------------------------------------------- timing

@@ -92,6 +92,15 @@ def test_fused_row_reduction_stays_one_kernel():
     [k] = fl.explain(fl.exp(x - x.max(axis=1, keepdims=True))).kernels
     assert k.kind == "reduction" and "max(x0)" in k.computes[0]
     assert k.flops == 64 * 256 * 3  # the max, the subtraction and the exp
+    assert k.notes == []
+
+
+def test_nested_reduction_is_noted():
+    x = fl.asarray(np.ones((128, 32), np.float32))
+    [k] = fl.explain(((x - x.mean(axis=0)) ** 2).mean(axis=0)).kernels
+    [note] = k.notes
+    assert "sum over 128 elements sits in another reduction's body" in note
+    assert "128x" in note and "note: " in str(fl.explain(((x - x.mean(axis=0)) ** 2).sum(0)))
 
 
 def test_run_times_each_kernel(device):
