@@ -79,6 +79,7 @@ class KernelInfo:
     gb_per_s: float | None = None
     gflop_per_s: float | None = None
     fraction_of_copy: float | None = None
+    fraction_of_peak: float | None = None
 
     @property
     def bytes_moved(self) -> int:
@@ -96,6 +97,7 @@ class Explanation:
     timed: bool = False
     timing: str = ""
     copy_gb_per_s: float | None = None
+    peak_gflop_per_s: float | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -108,7 +110,10 @@ class Explanation:
                  f"{self.shape}"]
         if self.timed:
             copy = "-" if self.copy_gb_per_s is None else f"{self.copy_gb_per_s:.3g} GB/s"
-            lines.append(f"timing: {self.timing}; device copy bandwidth {copy}")
+            peak = ("-" if self.peak_gflop_per_s is None
+                    else f"{self.peak_gflop_per_s:.3g} GFLOP/s")
+            lines.append(f"timing: {self.timing}; device copy bandwidth {copy}, float32 "
+                         f"multiply-add peak {peak} (both measured)")
         for k in self.kernels:
             lines += _kernel_text(k)
         lines += self.notes
@@ -134,6 +139,8 @@ def _kernel_text(k: KernelInfo) -> list[str]:
     if k.time_s is not None:
         frac = ("" if k.fraction_of_copy is None
                 else f", {100 * k.fraction_of_copy:.0f}% of copy bandwidth")
+        if k.fraction_of_peak is not None:
+            frac += f", {100 * k.fraction_of_peak:.1f}% of peak flops"
         out.append(f"    time {k.time_s * 1e6:.1f} us: {k.gb_per_s:.3g} GB/s, "
                    f"{k.gflop_per_s:.3g} GFLOP/s{frac}")
     return out
@@ -406,6 +413,51 @@ def copy_bandwidth(device: Device) -> float:
     return gbs
 
 
+_PEAK_SOURCE = """
+__kernel void fl_peak(__global float *out, float b, float c, int iters) {
+    float8 a0 = (float8)(get_global_id(0) * 1e-9f), a1 = a0 + 1.0f, a2 = a0 + 2.0f;
+    float8 a3 = a0 + 3.0f, a4 = a0 + 4.0f, a5 = a0 + 5.0f, a6 = a0 + 6.0f, a7 = a0 + 7.0f;
+    for (int i = 0; i < iters; ++i) {
+        a0 = a0 * b + c; a1 = a1 * b + c; a2 = a2 * b + c; a3 = a3 * b + c;
+        a4 = a4 * b + c; a5 = a5 * b + c; a6 = a6 * b + c; a7 = a7 * b + c;
+    }
+    float8 s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+    out[get_global_id(0)] = s.s0 + s.s1 + s.s2 + s.s3 + s.s4 + s.s5 + s.s6 + s.s7;
+}
+"""
+_peak: dict[int, tuple[Device, float]] = {}
+
+
+def peak_gflops(device: Device) -> float:
+    """GFLOP/s of float32 multiply-adds on ``device``: eight independent ``float8`` chains
+    per work-item over enough work-items to fill the device (median of 5 runs), measured on
+    first use and kept for the process.  A measured ceiling, not the data sheet's."""
+    hit = _peak.get(device.index)
+    if hit is not None and hit[0] is device:
+        return hit[1]
+    import pyopencl as cl
+
+    # (explicit vectors: PoCL does not vectorise this loop across work-items)
+    cpu = device.type == "cpu"
+    items = max(1, device.compute_units) * (4 if cpu else 2048)
+    local = None if cpu else (256,)
+    iters = 65536 if cpu else 1024
+    prg = cl.Program(device.context, _PEAK_SOURCE).build()
+    kernel = cl.Kernel(prg, "fl_peak")
+    out = cl.Buffer(device.context, cl.mem_flags.WRITE_ONLY, 4 * items)
+    kernel.set_args(out, np.float32(0.999999), np.float32(1e-6), np.int32(iters))
+    times = []
+    for k in range(7):
+        t0 = time.perf_counter()
+        cl.enqueue_nd_range_kernel(device.queue, kernel, (items,), local)
+        device.queue.finish()
+        if k >= 2:
+            times.append(time.perf_counter() - t0)
+    gflops = 2 * 64 * iters * items / statistics.median(times) / 1e9
+    _peak[device.index] = (device, gflops)
+    return gflops
+
+
 def _time(ex: Explanation, rec: _DryRecorder, repeat: int) -> None:
     """Replay the launches in order (compiles, fills the temporaries), then time each."""
     device = ex.device
@@ -413,6 +465,7 @@ def _time(ex: Explanation, rec: _DryRecorder, repeat: int) -> None:
         _ev.launch_now(prog, b, kouts, device)
     finish(device)
     copy = copy_bandwidth(device)
+    peak = peak_gflops(device)
     for k, (prog, b, kouts, _) in zip(ex.kernels, rec.launches):
         times = []
         for _ in range(repeat):
@@ -424,6 +477,7 @@ def _time(ex: Explanation, rec: _DryRecorder, repeat: int) -> None:
         k.gb_per_s = k.bytes_moved / k.time_s / 1e9
         k.gflop_per_s = k.flops / k.time_s / 1e9
         k.fraction_of_copy = k.gb_per_s / copy
-    ex.timed, ex.copy_gb_per_s = True, copy
+        k.fraction_of_peak = k.gflop_per_s / peak
+    ex.timed, ex.copy_gb_per_s, ex.peak_gflop_per_s = True, copy, peak
     ex.timing = (f"wall time of one launch and a wait, median of {repeat} (the queue has no "
                  "profiling; includes the host's launch overhead)")

@@ -106,11 +106,12 @@ def test_nested_reduction_is_noted():
 def test_run_times_each_kernel(device):
     _, x = _vec(1 << 16)
     ex = fl.explain(fl.sqrt(x) * 2 - x.sum(), run=True, repeat=3)
-    assert ex.timed and ex.copy_gb_per_s > 0
+    assert ex.timed and ex.copy_gb_per_s > 0 and ex.peak_gflop_per_s > 0
     for k in ex.kernels:
         assert k.time_s > 0 and k.gb_per_s > 0 and k.fraction_of_copy > 0
-        assert k.gflop_per_s >= 0
+        assert k.gflop_per_s > 0 and k.fraction_of_peak > 0
     assert "GB/s" in ex.as_text() and "of copy bandwidth" in ex.as_text()
+    assert "of peak flops" in ex.as_text()
 
 
 def test_concrete_arrays_and_bad_arguments():
