@@ -225,6 +225,8 @@ def run_case(wl: Workload, size: int, peers: list[Peer], settings: Settings,
 
         rec = measure(wl, size, library, prepare, want, work, settings)
         rec["shape"] = shape
+        if wl.make is not None and wl.kind != "matmul":  # the size alone hides the shape
+            rec["size_label"] += f" ({'x'.join(map(str, shape))})"
         records.append(rec)
         if peer is not None:
             peer.release()
