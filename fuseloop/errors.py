@@ -69,6 +69,13 @@ class DeviceMemoryError(FuseloopError, MemoryError):
     """An allocation larger than the device can provide."""
 
 
+class OutOfMemoryError(DeviceMemoryError):
+    """The driver refused an allocation that fuseloop's own accounting let through.
+
+    Each backend raises its own subclass (``Backend.OutOfMemory``) for its driver's
+    refusals; callers catch this class, let go of buffers and may try once more."""
+
+
 class IndexOutOfBoundsError(FuseloopError, IndexError):
     """An index (a slice position or a gathered index value) outside an axis."""
 

@@ -143,10 +143,11 @@ class _ContractionLowering(_Lowering):
 
 
 def lower_contraction(program: Program, index_dtype: np.dtype,
-                      user_functions: dict[str, Any]) -> LoweredKernel:
+                      user_functions: dict[str, Any], *, target: Any) -> LoweredKernel:
     """The contraction ``program`` as a Loopy kernel over ``b``, ``m``, ``n``, ``k``: its
     operands as substitution rules, the reduction of their product into ``acc``, the
-    epilogue elementwise in the output's inames, and the stores."""
+    epilogue elementwise in the output's inames, and the stores; for the Loopy
+    ``target`` (``Backend.loopy_target()``)."""
     c = program.contraction
     low = _ContractionLowering(program, index_dtype, user_functions)
     low.index_helpers()
@@ -174,7 +175,7 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
         [domain],
         [x_rule, y_rule, *low.instructions],
         [*kernel_args, *low.temporaries],
-        target=lp.OpenCLTarget(),
+        target=target,
         assumptions=" and ".join(f"{p} >= 1" for p in params),
         index_dtype=index_dtype,
         lang_version=(2018, 2),

@@ -645,8 +645,10 @@ def _emit_outputs(low: _Lowering, program: Program, index_dtype: np.dtype) -> No
 
 def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
                   user_functions: dict[str, Any],
-                  name: str = "fuseloop_kernel", piece_chunk: int | None = None) -> LoweredKernel:
-    """The Loopy kernel computing ``program`` (``groups`` is unused, kept for callers).
+                  name: str = "fuseloop_kernel", piece_chunk: int | None = None, *,
+                  target: Any) -> LoweredKernel:
+    """The Loopy kernel computing ``program`` (``groups`` is unused, kept for callers)
+    for the Loopy ``target`` (the device's backend's, ``Backend.loopy_target()``).
 
     With ``piece_chunk`` (a recipe's ``concat_chunk``, see
     :func:`fuseloop.recipes.register_recipe`), an elementwise kernel reading a
@@ -660,7 +662,7 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
     if program.contraction is not None:
         from .contraction import lower_contraction
 
-        return lower_contraction(program, index_dtype, user_functions)
+        return lower_contraction(program, index_dtype, user_functions, target=target)
     if program.has_reduce:
         name = "fuseloop_rows" if contiguous_rows(program) else "fuseloop_cols"
     low = _Lowering(program, index_dtype, user_functions)
@@ -705,7 +707,7 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
         low.domains,
         low.instructions,
         [*kernel_args, *low.temporaries],
-        target=lp.OpenCLTarget(),
+        target=target,
         assumptions=assumptions,
         index_dtype=index_dtype,
         lang_version=(2018, 2),
