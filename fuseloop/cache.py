@@ -257,8 +257,10 @@ class CompiledKernel:
         try:
             return local.kernel, local.last
         except AttributeError:
+            if not hasattr(local, "kernel"):
+                local.kernel = self.new_kernel()
             local.last = [None] * (len(self.arg_plan) + 1)
-            return self.kernel, local.last
+            return local.kernel, local.last
 
 
 # The memory cache.  ``_memory`` is what a look-up reads (a plain dict: a hit is one
