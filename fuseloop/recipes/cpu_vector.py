@@ -28,16 +28,16 @@ vector builtin computes them and nobody reads them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import loopy as lp
 import numpy as np
-import pymbolic.primitives as prim
-from loopy.kernel.data import InameImplementationTag
-from loopy.symbolic import IdentityMapper, get_dependencies
 
+from .._lazy import lp, prim
 from ..errors import RecipeError
 from ..lower.scalar_ops import FLOAT_BINARY, FLOAT_UNARY, helper_name
+
+if TYPE_CHECKING:
+    from .mappers import CallHoister
 
 #: the OpenCL platform whose vector builtins were measured (see _SCALAR_ONLY)
 POCL_PLATFORM = "Portable Computing Language"
@@ -141,39 +141,6 @@ def vector_builtins(fp64: bool = True) -> dict[str, VectorCall]:
 _BUILTINS = {True: vector_builtins(True), False: vector_builtins(False)}
 
 
-class _CallHoister(IdentityMapper):
-    """Replace vectorisable calls by reads of their lane in a result array,
-    recording for each the instructions that compute it for the whole block."""
-
-    def __init__(self, owner: _Vectoriser, depends_on: frozenset[str]) -> None:
-        super().__init__()
-        self.owner = owner
-        self.depends_on = depends_on
-        self.call_ids: set[str] = set()  # the block instructions the expression reads
-
-    def map_call(self, expr: prim.Call, *args: Any, **kwargs: Any) -> Any:
-        params = tuple(self.rec(p, *args, **kwargs) for p in expr.parameters)
-        name = getattr(expr.function, "name", None)
-        call = self.owner.vectorisable(name, params)
-        if call is None:
-            return type(expr)(expr.function, params)
-        return self.owner.hoist(name, call, params, self)  # type: ignore[arg-type]
-
-    # calls under a condition keep their place (their arguments may be invalid
-    # where the condition is false); so do reductions
-    def map_if(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
-
-    def map_logical_and(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
-
-    def map_logical_or(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
-
-    def map_reduction(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
-
-
 class _Vectoriser:
     def __init__(self, knl: lp.LoopKernel, callables: Any, table: dict[str, VectorCall],
                  block_inames: frozenset[str], lane: str,
@@ -200,6 +167,8 @@ class _Vectoriser:
         dtype = getattr(self.callables.get(name), "result_dtype", None)
         if dtype is None or np.dtype(dtype) not in _TYPES or len(params) != call.arity:
             return None
+        from loopy.symbolic import get_dependencies
+
         if not any(get_dependencies(p) & self.varying for p in params):
             return None  # the same for every lane: one scalar call is cheaper
         return call
@@ -216,7 +185,7 @@ class _Vectoriser:
         self.temps[name] = lp.TemporaryVariable(name, dtype, shape=(LANES,),
                                                 address_space=lp.AddressSpace.PRIVATE)
 
-    def hoist(self, name: str, call: VectorCall, params: tuple, mapper: _CallHoister) -> Any:
+    def hoist(self, name: str, call: VectorCall, params: tuple, mapper: CallHoister) -> Any:
         dtype = np.dtype(self.callables[name].result_dtype)
         k = self.first + self.count
         self.count += 1
@@ -281,16 +250,10 @@ def _plain_element_loop(knl: lp.LoopKernel, insns: Sequence[Any], inames: frozen
                    for insn in knl.instructions)
 
 
-class _ReductionFinder(IdentityMapper):
-    found = False
-
-    def map_reduction(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        self.found = True
-        return expr
-
-
 def _has_reduction(expr: Any) -> bool:
-    finder = _ReductionFinder()
+    from .mappers import ReductionFinder
+
+    finder = ReductionFinder()
     finder(expr)
     return finder.found
 
@@ -300,13 +263,15 @@ def _hoist_calls(knl: lp.LoopKernel, callables: Any, fp64: bool, ids: frozenset[
                  ) -> tuple[_Vectoriser, list[Any]]:
     """Hoist the calls of the instructions ``ids`` (of a reduction, its inner
     expression); return the vectoriser and the kernel's new instruction list."""
+    from .mappers import CallHoister
+
     vec = _Vectoriser(knl, callables, _BUILTINS[fp64], block_inames, lane, through_width)
     insns = []
     for insn in knl.instructions:
         if insn.id not in ids:
             insns.append(insn)
             continue
-        mapper = _CallHoister(vec, insn.depends_on)
+        mapper = CallHoister(vec, insn.depends_on)
         red = insn.expression
         if isinstance(red, lp.Reduction):
             expr = lp.Reduction(red.operation, red.inames, mapper(red.expr),  # type: ignore[arg-type]
@@ -433,6 +398,8 @@ def vectorise_loop_calls(t_unit: lp.TranslationUnit, iname: str,
     say) to vectors of :data:`LANES` elements; the kernel is unchanged where the
     loop's instructions are not plain element assignments or call no builtin that
     pays as a vector."""
+    from loopy.kernel.data import InameImplementationTag
+
     knl = t_unit.default_entrypoint
     mine = [insn for insn in knl.instructions if iname in insn.within_inames]
     ids = frozenset(insn.id for insn in mine)

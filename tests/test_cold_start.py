@@ -1,0 +1,48 @@
+"""Time to first result: what ``import fuseloop`` and a disk-cache hit load."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+# the code generator and what only it needs: loaded on a kernel cache miss only
+GENERATOR = ("loopy", "islpy", "pymbolic")
+
+EVALUATE = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import fuseloop as fl
+    x = fl.asarray(np.linspace(0, 1, 64, dtype=np.float32))
+    m = fl.asarray(np.ones((8, 8), np.float32))
+    values = [(fl.sin(x) * 2 + x).get(), fl.sum(x * x).get(), fl.exp(m).sum(axis=1).get()]
+    expected = [np.sin(x.get()) * 2 + x.get(), np.sum(x.get() ** 2),
+                np.exp(np.ones((8, 8), np.float32)).sum(axis=1)]
+    ok = all(np.allclose(v, e, rtol=1e-5) for v, e in zip(values, expected))
+    print(json.dumps({"ok": ok, "lowered": fl.stats()["kernels_lowered"],
+                      "loaded": [m for m in GENERATOR if m in sys.modules]}))
+""").replace("GENERATOR", repr(GENERATOR))
+
+
+def _child(script: str, cache_dir: str) -> dict:
+    env = dict(os.environ, FUSELOOP_CACHE_DIR=cache_dir, FUSELOOP_PROGRESS="0")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_loads_no_code_generator(tmp_path):
+    script = ("import json, sys, fuseloop\n"
+              f"print(json.dumps({{'loaded': [m for m in {GENERATOR!r} if m in sys.modules]}}))")
+    assert _child(script, str(tmp_path))["loaded"] == []
+
+
+def test_disk_cache_hit_loads_no_code_generator(tmp_path):
+    first = _child(EVALUATE, str(tmp_path))
+    assert first["ok"] and first["lowered"] >= 3
+    assert "loopy" in first["loaded"]  # a miss generates code
+    second = _child(EVALUATE, str(tmp_path))
+    assert second["ok"] and second["lowered"] == 0
+    assert second["loaded"] == []
