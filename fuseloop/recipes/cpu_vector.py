@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from .._lazy import lp, prim
+from .._lazy import isl, lp, prim
 from ..errors import RecipeError
 from ..lower.scalar_ops import FLOAT_BINARY, FLOAT_UNARY, helper_name
 
@@ -307,6 +307,75 @@ def _stages(insns: list[Any]) -> dict[str, int]:
     return stage
 
 
+def _lane_domain(knl: lp.LoopKernel, lane: str, enclosing: frozenset[str]
+                 ) -> tuple[int, isl.BasicSet] | None:
+    """The domain of ``lane`` and its index, when its other loops are all among
+    ``enclosing`` (else None: the copies of ``lane`` stay in that domain)."""
+    from islpy import dim_type
+
+    found = [(n, d) for n, d in enumerate(knl.domains)
+             if lane in d.get_var_names_not_none(dim_type.set)]
+    if len(found) != 1:
+        return None
+    index, dom = found[0]
+    if not set(dom.get_var_names_not_none(dim_type.set)) - {lane} <= enclosing:
+        return None
+    return index, dom
+
+
+def _plainly_copied(knl: lp.LoopKernel, copies: dict[str, list[str]]) -> bool:
+    """Whether :func:`_copy_lane_loops` can copy the lane loop for ``copies``: plain
+    assignments, no substitution rules, the copies' names free."""
+    names = knl.all_variable_names()
+    return (not knl.substitutions and not any(new in names for new in copies)
+            and all(isinstance(knl.id_to_insn[i], lp.Assignment)
+                    for moved in copies.values() for i in moved))
+
+
+def _copy_lane_loops(t_unit: lp.TranslationUnit, base: tuple[int, isl.BasicSet], lane: str,
+                     copies: dict[str, list[str]]) -> lp.TranslationUnit:
+    """The instructions of each of ``copies`` (new iname -> instruction ids) moved from
+    the lane loop ``lane`` to a copy of it, each copy in a domain of its own.
+
+    ``base`` is the lane loop's domain and its index.  ``loopy.duplicate_inames``
+    adds each copy to that one domain, whose dimensions then grow with the chain
+    of calls, and rewrites the whole kernel once per copy: Loopy's checks and code
+    generation on that domain grew much faster than linearly (a chain of 40 sines
+    and cosines did not finish generating in 11 minutes).  Here each copy gets a
+    domain nested in the lane loop's, with the loops around the lanes as
+    parameters (every instruction's domain keeps a handful of dimensions, however
+    long the chain), and the instructions are rewritten in one pass.
+    """
+    from islpy import dim_type
+    from loopy.kernel.data import Iname
+    from loopy.symbolic import SubstitutionMapper
+    from pymbolic.mapper.substitutor import make_subst_func
+
+    knl = t_unit.default_entrypoint
+    index, dom = base
+    leaf = dom
+    for name in dom.get_var_names_not_none(dim_type.set):
+        if name != lane:
+            pos = leaf.find_dim_by_name(dim_type.set, name)
+            leaf = leaf.move_dims(dim_type.param, leaf.dim(dim_type.param),
+                                  dim_type.set, pos, 1)
+    leaves = [leaf.set_dim_name(dim_type.set, 0, new) for new in copies]
+    copy_of = {i: new for new, moved in copies.items() for i in moved}
+    mappers = {new: SubstitutionMapper(make_subst_func({lane: prim.Variable(new)}))
+               for new in copies}
+    insns = []
+    for insn in knl.instructions:
+        new = copy_of.get(insn.id)
+        if new is not None:
+            insn = insn.with_transformed_expressions(mappers[new]).copy(
+                within_inames=insn.within_inames - {lane} | {new})
+        insns.append(insn)
+    knl = knl.copy(domains=[*knl.domains[:index + 1], *leaves, *knl.domains[index + 1:]],
+                   instructions=insns,
+                   inames={**knl.inames, **{new: Iname(new, frozenset()) for new in copies}})
+    return t_unit.with_kernel(knl)
+
+
 def _vectorise_block(t_unit: lp.TranslationUnit, ids: frozenset[str], block: str,
                      lane: str, fp64: bool, keep: frozenset[str] = frozenset(),
                      through_width: int = LANES // 2) -> lp.TranslationUnit:
@@ -335,16 +404,21 @@ def _vectorise_block(t_unit: lp.TranslationUnit, ids: frozenset[str], block: str
     # one lane loop per stage (Loopy enters each loop once per block)
     hoisted = {insn.id for insn in vec.insns}
     stages = _stages([insn for insn in insns if insn.id in ids or insn.id in hoisted])
-    lane_inames = [lane]
+    base = _lane_domain(t_unit.default_entrypoint, lane, block_inames)
+    copies: dict[str, list[str]] = {}  # lane loop copy -> the instructions it runs
     for s in range(0 if keep else 1, max(stages.values()) + 1):
         moved = [i for i, st in stages.items()
                  if st == s and i not in keep
                  and not isinstance(t_unit.default_entrypoint.id_to_insn[i], lp.CInstruction)]
         if moved:
-            new = f"{lane}_s{s}"
+            copies[f"{lane}_s{s}"] = moved
+    if base is not None and _plainly_copied(t_unit.default_entrypoint, copies):
+        t_unit = _copy_lane_loops(t_unit, base, lane, copies)
+    else:
+        for new, moved in copies.items():
             t_unit = lp.duplicate_inames(t_unit, lane, " or ".join(f"id:{i}" for i in moved),
                                          new_inames=[new])
-            lane_inames.append(new)
+    lane_inames = [lane, *copies]
     # the lanes of one block, not the blocks of one lane, are the innermost loop
     for name in lane_inames[1 if keep else 0:]:
         t_unit = lp.prioritize_loops(t_unit, f"{block},{name}")
