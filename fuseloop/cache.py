@@ -36,8 +36,11 @@ import ast
 import hashlib
 import itertools
 import operator
+import os
+import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -289,6 +292,39 @@ _loopy_lock = codegen.loopy_lock
 
 # {{{ building
 
+#: seconds a kernel build takes before it says so on standard error, once
+#: (``FUSELOOP_PROGRESS=0`` silences it)
+PROGRESS_AFTER_S = 1.0
+
+
+def _progress_wanted() -> bool:
+    return os.environ.get("FUSELOOP_PROGRESS", "1").strip().lower() not in DISABLED_VALUES
+
+
+@contextmanager
+def _progress(program: Program, device: Device) -> Iterator[None]:
+    """A line on standard error if the build inside takes more than :data:`PROGRESS_AFTER_S`:
+    the first evaluation of a large expression can take seconds, which should not
+    look like a hang."""
+    if not _progress_wanted():
+        yield
+        return
+
+    def say() -> None:
+        print(f"fuseloop: building a kernel of {len(program.entries)} operations for "
+              f"{device.name} (the first evaluation of this expression; later ones, and "
+              "later processes, use the cached kernel) ...", file=sys.stderr, flush=True)
+
+    timer = threading.Timer(PROGRESS_AFTER_S, say)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join()  # (a line being written is finished before the build returns)
+
+
 def _build_source(plan: KernelPlan, device: Device) -> cl.Program:
     try:
         program = build_program(device, plan.source, plan.build_options, (plan.name,))
@@ -402,9 +438,10 @@ def _get_uncached(program: Program, index_dtype: np.dtype, device: Device, recip
             if compiled is not None:
                 return compiled
     prestart(device)  # a compile worker starts while Loopy lowers
-    plan = (make_plan or codegen.kernel_plan)(program, index_dtype, device, recipe,
-                                              user_functions, sizes)
-    cl_program = _build_source(plan, device)  # raises before anything is cached
+    with _progress(program, device):
+        plan = (make_plan or codegen.kernel_plan)(program, index_dtype, device, recipe,
+                                                  user_functions, sizes)
+        cl_program = _build_source(plan, device)  # raises before anything is cached
     compiled = CompiledKernel(plan, cl_program)
     if path is not None and key is not None:
         _write_disk(path, key, plan, _binary_of(cl_program))

@@ -8,6 +8,11 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
+
+import fuseloop as fl
+from fuseloop import cache
+
 # the code generator and what only it needs: loaded on a kernel cache miss only
 GENERATOR = ("loopy", "islpy", "pymbolic")
 
@@ -46,3 +51,36 @@ def test_disk_cache_hit_loads_no_code_generator(tmp_path):
     second = _child(EVALUATE, str(tmp_path))
     assert second["ok"] and second["lowered"] == 0
     assert second["loaded"] == []
+
+
+def _unusual(x: fl.Array, k: int) -> fl.Array:
+    # a structure no other test builds, so that evaluating it builds a kernel
+    return ((x * 3 + 1) ** 2 - fl.floor(x * k)) / (fl.abs(fl.tanh(x)) + 9) - fl.arcsinh(x)
+
+
+def _expected(xh: np.ndarray, k: int) -> np.ndarray:
+    return ((xh * 3 + 1) ** 2 - np.floor(xh * k)) / (np.abs(np.tanh(xh)) + 9) - np.arcsinh(xh)
+
+
+def test_slow_build_says_so_once(monkeypatch, capsys, tmp_path, device):
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("FUSELOOP_PROGRESS", "1")
+    monkeypatch.setattr(cache, "PROGRESS_AFTER_S", 0.0)  # every build is slow
+    xh = np.linspace(-2, 2, 50, dtype=np.float32)
+    x = fl.asarray(xh)
+    np.testing.assert_allclose(_unusual(x, 2).get(), _expected(xh, 2), rtol=1e-5, atol=1e-6)
+    err = capsys.readouterr().err
+    assert err.count("fuseloop: building a kernel") == 1, err
+    assert device.name in err
+    np.testing.assert_allclose(_unusual(x, 5).get(), _expected(xh, 5), rtol=1e-5, atol=1e-6)
+    assert "building" not in capsys.readouterr().err  # (the same kernel: no build)
+
+
+def test_progress_line_can_be_turned_off(monkeypatch, capsys, tmp_path, device):
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("FUSELOOP_PROGRESS", "0")
+    monkeypatch.setattr(cache, "PROGRESS_AFTER_S", 0.0)
+    xh = np.linspace(-2, 2, 50, dtype=np.float32)
+    got = fl.sqrt(_unusual(fl.asarray(xh), 3) + 4).get()
+    np.testing.assert_allclose(got, np.sqrt(_expected(xh, 3) + 4), rtol=1e-5, atol=1e-6)
+    assert "building" not in capsys.readouterr().err
