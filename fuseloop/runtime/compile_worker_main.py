@@ -11,7 +11,8 @@ Messages are pickled tuples, each preceded by its length (8 bytes, little endian
 * a request is ``(platform, device, ordinal, source, options, kernel_names, hook)``
   where ``ordinal`` counts earlier devices of the same platform and name;
 * the answer is ``("ok", binary)`` or ``("error", log)``; a request whose source is
-  None only makes the device's context (ahead of the first build) and is answered
+  None warms the worker up for that device ahead of its first build (the device's
+  context, and one small program built, see :func:`_warm_up`) and is answered
   ``("ok", b"")``.
 
 ``hook`` is for tests: ``None``, or ``(action, marker)``; when ``marker`` is in
@@ -63,6 +64,25 @@ def _find_device(cl: Any, platform: str, device: str, ordinal: int) -> Any:
                       f"on platform {platform!r}")
 
 
+#: a program built once per device when the worker warms up (see _warm_up)
+_WARM_UP_SOURCE = "__kernel void fl_warm_up(__global float *a) { a[get_global_id(0)] *= 2.0f; }"
+#: the devices (platform, name, ordinal) this worker has warmed up for
+_warmed: set[tuple[str, str, int]] = set()
+
+
+def _warm_up(cl: Any, context: Any) -> bool:
+    """Build a small program (and its binary) on ``context``: a compiler's first build
+    in a process costs its own start (PoCL: LLVM and its kernel library, about 0.35 s
+    of CPU of the 0.5 s a first small kernel takes); done at the caller's cache miss,
+    that overlaps the caller's code generation instead of delaying its build.  A
+    failure is left for the real build to report."""
+    try:
+        cl.Program(context, _WARM_UP_SOURCE).build().get_info(cl.program_info.BINARIES)
+    except Exception:
+        return False
+    return True
+
+
 def _build(cl: Any, contexts: dict, request: tuple) -> tuple[str, Any]:
     platform, device, ordinal, source, options, kernel_names, hook = request
     if hook is not None and source is not None and hook[1] in source:
@@ -76,6 +96,9 @@ def _build(cl: Any, contexts: dict, request: tuple) -> tuple[str, Any]:
         contexts[key] = (cl.Context([cl_device]), cl_device)
     context, cl_device = contexts[key]
     if source is None:
+        if key not in _warmed:
+            _warmed.add(key)
+            _warm_up(cl, context)
         return "ok", b""
     try:
         program = cl.Program(context, source).build(options=list(options))

@@ -231,10 +231,11 @@ os.register_at_fork(after_in_child=_forget_parents_workers)
 
 
 def prestart(device: Any = None) -> None:
-    """Start a compile worker now if none runs, and have it make ``device``'s context
-    (no-op when building inline).  Called when a device is first used (the worker's
-    start overlaps the caller's work) and at a kernel cache miss (the context's
-    creation overlaps lowering)."""
+    """Start a compile worker now if none runs, and have it warm up for ``device``: make
+    its context and build a small program (no-op when building inline).  Called when a
+    device is first used (the worker's start overlaps the caller's work) and at a
+    kernel cache miss (the compiler's own start overlaps lowering: about 0.35 s of
+    CPU on PoCL, once per worker and device)."""
     if mode() == "process":
         _pool.prestart(None if device is None else _device_address(device))
 
