@@ -27,6 +27,7 @@ from .creation import (
     zeros_like,
 )
 from .functions import TracedFunction, UserFunction, function
+from .fuse import fuse as fuse  # (re-exported: in __all__ below the list)
 from .ops.indexing import take
 from .ops.linalg import _LinalgNamespace, dot, einsum, inner, matmul, outer, tensordot, trace, vdot
 from .ops.masks import argwhere, flatnonzero, nonzero
@@ -74,6 +75,13 @@ from .ufuncs import FUNCTIONS as _FUNCTIONS
 from .ufuncs import astype, clip, where
 
 globals().update(_FUNCTIONS)
+
+# {{{ math builtins beyond the basic ufuncs (issue 28)
+from . import random  # noqa: E402  (counter-based random numbers, fl.random)
+from .mathfuncs import MATH_FUNCTIONS as _MATH_FUNCTIONS  # noqa: E402
+
+globals().update(_MATH_FUNCTIONS)
+# }}}
 linalg = _LinalgNamespace()
 
 bool_ = _np.bool_
@@ -99,7 +107,9 @@ __all__ = [
     "expand_dims", "flip", "moveaxis", "permute_dims", "ravel", "repeat", "reshape", "roll",
     "squeeze", "stack", "swapaxes", "tile", "transpose", "tril", "triu",
     "program", "Linearized", "Lowered", "Compiled",
+    *_MATH_FUNCTIONS, "random",
 ]
+__all__.append("fuse")
 
 
 def __getattr__(name: str) -> object:

@@ -34,6 +34,7 @@ from .expr.nodes import (
 )
 from .runtime.devices import Device, flush_deferred
 from .runtime.transfer import read
+from .trace_hooks import ScalarStandIn, check_traced, trace_checks
 
 
 class Constant:
@@ -64,6 +65,8 @@ def _operand_kind(x: Any) -> Any:
         return x.dtype
     if isinstance(x, Constant):
         return x.dtype if x.dtype is not None else scalar_kind(x.value)
+    if isinstance(x, ScalarStandIn):
+        return x.kind
     return scalar_kind(x)
 
 
@@ -72,6 +75,8 @@ def _operand_node(x: Any, dtype: np.dtype) -> Node:
         return x._node
     if isinstance(x, Constant):
         return Literal(scalar_to(x.value, dtype))
+    if isinstance(x, ScalarStandIn):
+        return x.node_for(dtype)
     return Scalar(scalar_to(x, dtype))
 
 
@@ -481,6 +486,8 @@ class Array(ArrayProtocol):
 
         For a strided view this is a new contiguous copy, not the viewed buffer.
         """
+        if trace_checks:
+            check_traced(self, ".data (a boolean mask, nonzero)")
         self.eval()
         if not self.is_contiguous:
             return run([self._node], self.shape, self.device)[0].buffer
@@ -512,6 +519,8 @@ class Array(ArrayProtocol):
 
     def get(self) -> np.ndarray:
         """Evaluate and copy to a new numpy array (waits for the device)."""
+        if trace_checks:
+            check_traced(self, ".get()")
         self.eval()
         # the read would enqueue deferred launches anyway: now, they start a little sooner
         flush_deferred(self.device)
@@ -525,6 +534,8 @@ class Array(ArrayProtocol):
         return host
 
     def _scalar(self) -> Any:
+        if trace_checks:
+            check_traced(self, "a Python scalar")
         if self.size != 1:
             raise TypeError(f"only size-1 arrays convert to Python scalars (shape {self.shape})")
         return self.get().reshape(()).item()
@@ -541,6 +552,8 @@ class Array(ArrayProtocol):
         return int(self._scalar())
 
     def __bool__(self) -> bool:
+        if trace_checks:
+            check_traced(self, "bool()")
         if self.size != 1:
             raise ValueError(
                 f"the truth value of an array with shape {self.shape} is ambiguous; "

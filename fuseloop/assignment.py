@@ -7,9 +7,10 @@ from typing import Any
 from .array import Array, Constant, _coerce, _operand_node
 from .dtypes import scalar_to
 from .errors import DeviceError, ShapeError
-from .evaluate import cast_node, run, run_into
-from .expr.nodes import Literal, Node, broadcast_shapes
+from .evaluate import cast_node, reads_outside, run, run_into
+from .expr.nodes import Leaf, Literal, Node, broadcast_shapes
 from .expr.program import Target
+from .trace_hooks import check_traced, trace_checks
 
 
 def _broadcasts_after(value_shape: tuple[int, ...], dest_shape: tuple[int, ...]) -> bool:
@@ -38,6 +39,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
     fit and before anything is written (it may check the indices and raise).  ``also``: a
     lazy array the caller keeps (``x[x > 0] = v``'s mask), computed in the same kernel.
     """
+    if trace_checks:  # (fl.fuse refuses writes into a traced function's arguments)
+        check_traced(target, "assignment")
     value = _coerce(value)
     held_array: Array | None = None
     if isinstance(value, NodeValue):
@@ -86,10 +89,15 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
     elif target.is_contiguous:
         dest = storage
     else:
-        dest = Target(storage, leaf.view_strides(), leaf.offset)  # type: ignore[attr-defined]
+        assert isinstance(leaf, Leaf)  # (concrete: it has a buffer)
+        dest = Target(storage, leaf.view_strides(), leaf.offset)
     # lazy arrays still reading the old contents are evaluated before the write
+    # (those reading only elements this write leaves alone need not wait)
+    written = None if scatter is not None else (
+        leaf.shape, leaf.view_strides(), leaf.offset)  # type: ignore[attr-defined]
     pending = [r for r in storage.live_readers() if r._storage is None and r is not held_array
-               and r is not value]
+               and r is not value and (written is None or not reads_outside(
+                   r._node, storage, written, target.dtype.itemsize))]
     if pending:
         compute(*pending)
     if held_array is not None:

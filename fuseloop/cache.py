@@ -6,7 +6,7 @@ only looks kernels up, stores them, has the driver build them and keeps its
 bounds: what a kernel is (lowering, the recipe, code generation) is decided by
 :mod:`fuseloop.lower.codegen`, which a miss calls (see :mod:`fuseloop.stages`
 for the same steps one at a time).  On disk each
-entry is a JSON file holding the generated OpenCL source, its launch plan and
+entry is a JSON file holding the generated source, its launch plan and
 the device binary the driver produced, written atomically and verified (key
 and checksum) when read: a truncated, corrupt or foreign entry is ignored and
 rebuilt, and a binary the driver no longer accepts falls back to the source.
@@ -18,10 +18,12 @@ name and version, the recipe's size class, index dtype, and the program.
 Concurrency: the memory cache is shared by all threads; a kernel missing from
 it is built once, by the first thread that asks, while the others wait for it
 (one lock per key).  Loopy's steps are serialised (one lock per process,
-:data:`fuseloop.lower.codegen.loopy_lock`).  Each thread launches through its
-own ``cl.Kernel`` object, because pyopencl sets a kernel's arguments and
-enqueues it in two steps.  Processes share the disk cache without locks:
-entries are replaced atomically, so a reader sees a whole old entry, a whole new one, or none.
+:data:`fuseloop.lower.codegen.loopy_lock`).  Programs are built, loaded from
+binaries and asked for their binaries through the device's backend
+(:mod:`fuseloop.backends`).  Kernels written by hand (the mask compaction's) are
+cached here too, keyed by their plan (:class:`SourceKernel`).  Processes share the
+disk cache without locks: entries are replaced atomically, so a reader sees a whole
+old entry, a whole new one, or none.
 
 Bounds: the memory cache holds at most :func:`memory_cache_size` kernels
 (``FUSELOOP_MEMORY_CACHE_SIZE``), the least recently used going first (see
@@ -35,11 +37,12 @@ from __future__ import annotations
 import ast
 import hashlib
 import itertools
+import json
 import operator
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cache
 from importlib import metadata
@@ -47,10 +50,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyopencl as cl
 
 from . import caches as _caches
 from . import stats as _stats
+from .backends import Backend, BuiltProgram, backend_for
 from .cache_disk import (  # noqa: F401  (the disk layer's API, as it was here)
     DEFAULT_DISK_CACHE_MAX_BYTES,
     DISABLED_VALUES,
@@ -75,7 +78,7 @@ from .errors import KernelBuildError
 from .expr.program import Program
 from .lower import codegen
 from .recipes import Recipe
-from .runtime.compile_workers import build_program, prestart
+from .runtime.compile_workers import prestart
 from .runtime.devices import Device
 
 # (program, index dtype, device, recipe, user functions, size class) -> the kernel's plan
@@ -175,7 +178,8 @@ def _size_node(node: ast.expr, expr: str) -> Callable[[int, int, Sequence[int]],
     if isinstance(node, ast.Name) and node.id in ("N", "NE"):
         return (lambda N, NE, p: N) if node.id == "N" else (lambda N, NE, p: NE)
     if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) \
-            and node.value.id == "p" and isinstance(node.slice, ast.Constant):
+            and node.value.id == "p" and isinstance(node.slice, ast.Constant) \
+            and type(node.slice.value) is int:
         k = node.slice.value
         return lambda N, NE, p: p[k]
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
@@ -200,26 +204,25 @@ def _compile_sizes(exprs: list[str]) -> Callable[[int, int, Sequence[int]], tupl
 
 
 class CompiledKernel:
-    """A built OpenCL program plus the recipe for its arguments and grid.
+    """A built program plus the recipe for its arguments and grid.
 
-    ``kernel`` is the calling thread's own ``cl.Kernel`` for the program:
-    pyopencl sets a kernel's arguments and then enqueues it, so two threads
-    sharing one kernel object could launch each other's arguments.  Each thread
-    gets its clone on first use, with the scalar argument types declared.
+    ``kernel`` is a kernel object of the calling thread's own: a kernel object
+    holds its arguments between setting them and a launch, so two threads sharing
+    one could launch each other's arguments.  (Launches use their plans' own
+    kernel objects: see :func:`fuseloop.launching.thread_kernel`.)
     """
 
-    __slots__ = ("_local", "_scalar_dtypes", "arg_plan", "gsize", "in_cache", "launch_plans",
+    __slots__ = ("_local", "arg_plan", "backend", "gsize", "in_cache", "launch_plans",
                  "lsize", "plan", "program")
 
-    def __init__(self, plan: KernelPlan, program: cl.Program) -> None:
+    def __init__(self, plan: KernelPlan, program: BuiltProgram, backend: Backend) -> None:
         #: True while the memory cache's ``_memory`` holds this kernel: a launch plan
         #: keeping it is valid only then (see ``_store``)
         self.in_cache = False
         self.plan = plan
         self.program = program
-        self._scalar_dtypes = [None if d is None else np.dtype(d) for d in plan.arg_dtypes]
+        self.backend = backend
         self._local = threading.local()
-        self._new_kernel()  # this thread's, and a bad name fails here, before caching
         self.gsize = _compile_sizes(plan.gsize)
         self.lsize = _compile_sizes(plan.lsize)
         # (kind, index): 0 output, 1 input buffer, 2 scalar, 3 integer parameter,
@@ -235,20 +238,30 @@ class CompiledKernel:
         # (params, rows, row length, one output) -> fuseloop.launching.LaunchPlan
         self.launch_plans: dict[tuple, Any] = {}
 
-    def _new_kernel(self) -> cl.Kernel:
+    def new_kernel(self, consts: Sequence[tuple[int, Any]] = ()) -> Any:
+        """A new kernel object with ``consts`` set (under :data:`kernel_objects_lock`)."""
         with kernel_objects_lock:
-            kernel = cl.Kernel(self.program, self.plan.name)
-            kernel.set_scalar_arg_dtypes(self._scalar_dtypes)
-        self._local.kernel = kernel
-        return kernel
+            return self.backend.kernel(self.program, self.plan.name, consts)
 
     @property
-    def kernel(self) -> cl.Kernel:
-        """The ``cl.Kernel`` this thread launches."""
+    def kernel(self) -> Any:
+        """The kernel object of this thread."""
         try:
             return self._local.kernel
         except AttributeError:
-            return self._new_kernel()
+            kernel = self._local.kernel = self.new_kernel()
+            return kernel
+
+    def thread_state(self) -> tuple[Any, list[Any]]:
+        """This thread's kernel object and the record of the arguments set on it (see
+        the backend's launcher): one slot per argument, and a last one naming the
+        launch plan whose constants (sizes, offsets) it holds."""
+        local = self._local
+        try:
+            return local.kernel, local.last
+        except AttributeError:
+            local.last = [None] * (len(self.arg_plan) + 1)
+            return self.kernel, local.last
 
 
 # The memory cache.  ``_memory`` is what a look-up reads (a plain dict: a hit is one
@@ -302,7 +315,7 @@ def _progress_wanted() -> bool:
 
 
 @contextmanager
-def _progress(program: Program, device: Device) -> Iterator[None]:
+def _progress(what: str, device: Device) -> Iterator[None]:
     """A line on standard error if the build inside takes more than :data:`PROGRESS_AFTER_S`:
     the first evaluation of a large expression can take seconds, which should not
     look like a hang."""
@@ -311,7 +324,7 @@ def _progress(program: Program, device: Device) -> Iterator[None]:
         return
 
     def say() -> None:
-        print(f"fuseloop: building a kernel of {len(program.entries)} operations for "
+        print(f"fuseloop: building {what} for "
               f"{device.name} (the first evaluation of this expression; later ones, and "
               "later processes, use the cached kernel) ...", file=sys.stderr, flush=True)
 
@@ -325,9 +338,10 @@ def _progress(program: Program, device: Device) -> Iterator[None]:
         timer.join()  # (a line being written is finished before the build returns)
 
 
-def _build_source(plan: KernelPlan, device: Device) -> cl.Program:
+def _build_source(plan: KernelPlan, device: Device) -> BuiltProgram:
     try:
-        program = build_program(device, plan.source, plan.build_options, (plan.name,))
+        program = backend_for(device).build_source(device, plan.source, plan.build_options,
+                                                   (plan.name,))
     except KernelBuildError as exc:
         if device.problem:
             exc.args = (f"{exc.args[0]}: {device.problem}",)
@@ -336,25 +350,22 @@ def _build_source(plan: KernelPlan, device: Device) -> cl.Program:
     return program
 
 
-def _build_binary(plan: KernelPlan, binary: bytes, device: Device) -> cl.Program | None:
+def _build_binary(plan: KernelPlan, binary: bytes, device: Device) -> BuiltProgram | None:
     """The program built from a stored binary, or None when the driver refuses it."""
-    try:
-        program = cl.Program(device.context, [device.cl_device], [binary]).build(
-            options=plan.build_options)
-    except (cl.Error, ValueError, TypeError):
-        return None
-    _increment("kernels_compiled")
+    program = backend_for(device).build_binary(device, binary, plan.build_options,
+                                               (plan.name,))
+    if program is not None:
+        _increment("kernels_compiled")
     return program
 
 
-def _binary_of(program: cl.Program) -> bytes | None:
-    try:
-        binaries = program.binaries
-    except (cl.Error, ValueError):
+def _binary_of(program: BuiltProgram) -> bytes | None:
+    from .backends import get_backend
+
+    binary = get_backend(program.backend).binary_of(program)
+    if binary is None or len(binary) > MAX_BINARY_BYTES:
         return None
-    if len(binaries) != 1 or not binaries[0] or len(binaries[0]) > MAX_BINARY_BYTES:
-        return None
-    return bytes(binaries[0])
+    return binary
 
 
 # }}}
@@ -373,11 +384,11 @@ def _from_disk(entry: DiskEntry, path: Path, device: Device) -> CompiledKernel |
         binary = _binary_of(program)
         if binary is not None:  # store the binary the driver now produces
             _write_disk(path, entry.key, entry.plan, binary)
-    return CompiledKernel(entry.plan, program)
+    return CompiledKernel(entry.plan, program, backend_for(device))
 
 
 def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
-               user_functions: dict[str, Any], sizes: str = "",
+               user_functions: Mapping[str, Any], sizes: str = "",
                make_plan: MakePlan | None = None) -> CompiledKernel:
     """The compiled kernel for ``program``: memory cache, then disk, then the stages.
 
@@ -396,6 +407,58 @@ def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: 
     if hit is not None:
         _increment("memory_cache_hits")
         return hit
+
+    def make() -> KernelPlan:
+        return (make_plan or codegen.kernel_plan)(program, index_dtype, device, recipe,
+                                                  user_functions, sizes)
+
+    return _get_or_build(mem_key, lambda: disk_key(program, index_dtype, device, recipe, sizes),
+                         make, device, f"a kernel of {len(program.entries)} operations")
+
+
+def source_disk_key(plan: KernelPlan, device: Device) -> str:
+    """The disk key of a kernel written by hand: its whole plan (source, arguments,
+    grid, build options), the device and the libraries (no fuseloop code hash: the
+    plan is the code)."""
+    return repr((
+        ("schema", SCHEMA_VERSION),
+        ("libraries", library_versions()),
+        ("device", device.identity),
+        ("source_kernel", json.dumps(plan.to_json(), sort_keys=True)),
+    ))
+
+
+class SourceKernel:
+    """A kernel written by hand (not generated from a program), compiled through the
+    kernel cache: the memory and disk caches, the build path and ``fl.stats()``'s
+    counts, keyed by its whole plan.  Made once (a module's constant, or one per
+    layout); :meth:`get` is then one dictionary look-up on a hit."""
+
+    __slots__ = ("digest", "plan")
+
+    def __init__(self, plan: KernelPlan) -> None:
+        self.plan = plan
+        text = json.dumps(plan.to_json(), sort_keys=True)
+        self.digest = hashlib.sha256(text.encode()).hexdigest()
+
+    def get(self, device: Device) -> CompiledKernel:
+        """The compiled kernel for ``device`` (counted as a memory-cache hit or miss)."""
+        mem_key = ("source", self.digest, device.index)
+        hit = _memory.get(mem_key)
+        if hit is not None:
+            _increment("memory_cache_hits")
+            return hit
+        plan = self.plan
+        return _get_or_build(mem_key, lambda: source_disk_key(plan, device), lambda: plan,
+                             device)
+
+
+def _get_or_build(mem_key: tuple, make_disk_key: Callable[[], str],
+                  make_plan: Callable[[], KernelPlan], device: Device,
+                  what: str = "a kernel") -> CompiledKernel:
+    """The kernel of ``mem_key`` after a memory-cache miss: built once however many
+    threads ask (one lock per key), from the disk cache or ``make_plan()``; ``what``
+    names it in the line a slow build prints."""
     with _global_lock:
         key_lock = _build_locks.get(mem_key)
         if key_lock is None:
@@ -411,8 +474,7 @@ def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: 
             if hit is not None:
                 _increment("memory_cache_hits")
                 return hit
-            compiled = _get_uncached(program, index_dtype, device, recipe, user_functions,
-                                     sizes, make_plan)
+            compiled = _get_uncached(make_disk_key, make_plan, device, what)
             _store(mem_key, compiled)
             return compiled
     finally:
@@ -422,14 +484,13 @@ def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: 
                 del _build_locks[mem_key]
 
 
-def _get_uncached(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
-                  user_functions: dict[str, Any], sizes: str,
-                  make_plan: MakePlan | None) -> CompiledKernel:
+def _get_uncached(make_disk_key: Callable[[], str], make_plan: Callable[[], KernelPlan],
+                  device: Device, what: str) -> CompiledKernel:
     _increment("memory_cache_misses")
     directory = cache_dir()
     key = path = None
     if directory is not None:
-        key = disk_key(program, index_dtype, device, recipe, sizes)
+        key = make_disk_key()
         path = entry_path(directory, key)
         entry = _read_disk(path, key)
         _increment("disk_cache_misses" if entry is None else "disk_cache_hits")
@@ -438,13 +499,12 @@ def _get_uncached(program: Program, index_dtype: np.dtype, device: Device, recip
             if compiled is not None:
                 return compiled
     prestart(device)  # a compile worker starts while Loopy lowers
-    with _progress(program, device):
-        plan = (make_plan or codegen.kernel_plan)(program, index_dtype, device, recipe,
-                                                  user_functions, sizes)
-        cl_program = _build_source(plan, device)  # raises before anything is cached
-    compiled = CompiledKernel(plan, cl_program)
+    with _progress(what, device):
+        plan = make_plan()
+        built = _build_source(plan, device)  # raises before anything is cached
+    compiled = CompiledKernel(plan, built, backend_for(device))
     if path is not None and key is not None:
-        _write_disk(path, key, plan, _binary_of(cl_program))
+        _write_disk(path, key, plan, _binary_of(built))
     return compiled
 
 

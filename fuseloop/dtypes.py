@@ -96,9 +96,17 @@ Operand = np.dtype | type
 @lru_cache(maxsize=4096)
 def resolve_loop(ufunc_name: str, operands: tuple[Operand, ...]) -> tuple[np.dtype, ...]:
     """Return numpy's loop dtypes ``(in_0, ..., in_k, out)`` for ``ufunc_name``."""
-    ufunc = getattr(np, ufunc_name)
+    if ufunc_name.startswith(("frexp_", "modf_")):  # one output of a two-output ufunc
+        both = resolve_loop(ufunc_name.partition("_")[0], operands)
+        return (*both[:-2], both[-1] if ufunc_name == "frexp_exponent" else both[-2])
+    ufunc = getattr(np, ufunc_name, None)
+    if ufunc is None:
+        # an OpenCL builtin numpy lacks (erf, fma, ...): scipy.special's loops, where
+        # float32 stays float32 and every other input computes in float64
+        dt = result_type(*operands)
+        return (dt if dt.kind == "f" else FLOAT64,) * (len(operands) + 1)
     try:
-        loop = ufunc.resolve_dtypes((*operands, None))
+        loop = ufunc.resolve_dtypes((*operands, *(None,) * ufunc.nout))
     except (TypeError, np._core._exceptions._UFuncNoLoopError) as exc:  # type: ignore[attr-defined]
         shown = ", ".join(o.__name__ if isinstance(o, type) else str(o) for o in operands)
         raise DTypeError(f"numpy's {ufunc_name} has no loop for ({shown}): {exc}") from exc

@@ -96,3 +96,9 @@ class InvalidIndexError(FuseloopError, IndexError):
 class RuntimeUnavailableError(FuseloopError, RuntimeError):
     """fuseloop's OpenCL runtime cannot be used in this process any more: in a child
     made by ``os.fork`` after the parent used OpenCL, or after interpreter exit began."""
+
+
+class TracingError(FuseloopError, TypeError):
+    """A function given to ``fl.fuse`` that cannot be traced: it needs the value of a
+    traced array or scalar (Python control flow on data, ``float(x)``, ``x.get()``),
+    writes into an argument, or takes an argument of a type it cannot trace."""

@@ -43,6 +43,7 @@ from .expr.nodes import (
     recent_lazy,
     register_readers,
 )
+from .expr.overlap import View, views_disjoint
 from .expr.program import (
     Bindings,
     Program,
@@ -175,33 +176,34 @@ def _rebuild(node: Node, replace: dict[int, Node], memo: dict[int, Node]) -> Nod
     done = memo.get(id(node))
     if done is not None:
         return done
-    cls = type(node)
+    # (the walks of the general path narrow with isinstance: UserCall is Apply's only
+    # subclass, the other node classes have none)
     out: Node
-    if cls is Apply or cls is UserCall:
-        args = tuple(_rebuild(a, replace, memo) for a in node.args)  # type: ignore[attr-defined]
-        if all(a is b for a, b in zip(args, node.args)):  # type: ignore[attr-defined]
+    if isinstance(node, Apply):
+        args = tuple(_rebuild(a, replace, memo) for a in node.args)
+        if all(a is b for a, b in zip(args, node.args)):
             out = node
-        elif cls is Apply:
-            out = Apply(node.op, args, node.loop, node.shape)  # type: ignore[attr-defined]
+        elif isinstance(node, UserCall):
+            out = UserCall(node.function, args, node.loop, node.shape)
         else:
-            out = UserCall(node.function, args, node.loop, node.shape)  # type: ignore[attr-defined]
-    elif cls is Reduce:
-        child = _rebuild(node.child, replace, memo)  # type: ignore[attr-defined]
-        out = node if child is node.child else Reduce(  # type: ignore[attr-defined]
-            node.op, child, node.axes, node.dtype, node.shape)  # type: ignore[attr-defined]
-    elif cls is Gather:
-        child = _rebuild(node.child, replace, memo)  # type: ignore[attr-defined]
-        index = _rebuild(node.index, replace, memo)  # type: ignore[attr-defined]
-        out = node if (child is node.child and index is node.index) else Gather(  # type: ignore[attr-defined]
-            child, index, node.axis, node.checked)  # type: ignore[attr-defined]
-    elif cls is Remap:
-        child = _rebuild(node.child, replace, memo)  # type: ignore[attr-defined]
-        out = node if child is node.child else Remap(  # type: ignore[attr-defined]
-            child, node.shape, node.offsets, node.coeffs)  # type: ignore[attr-defined]
-    elif cls is Concat:
-        pieces = tuple(_rebuild(p, replace, memo) for p in node.pieces)  # type: ignore[attr-defined]
-        same = all(a is b for a, b in zip(pieces, node.pieces))  # type: ignore[attr-defined]
-        out = node if same else Concat(pieces, node.axis)  # type: ignore[attr-defined]
+            out = Apply(node.op, args, node.loop, node.shape)
+    elif isinstance(node, Reduce):
+        child = _rebuild(node.child, replace, memo)
+        out = node if child is node.child else Reduce(
+            node.op, child, node.axes, node.dtype, node.shape)
+    elif isinstance(node, Gather):
+        child = _rebuild(node.child, replace, memo)
+        index = _rebuild(node.index, replace, memo)
+        out = node if (child is node.child and index is node.index) else Gather(
+            child, index, node.axis, node.checked)
+    elif isinstance(node, Remap):
+        child = _rebuild(node.child, replace, memo)
+        out = node if child is node.child else Remap(
+            child, node.shape, node.offsets, node.coeffs)
+    elif isinstance(node, Concat):
+        pieces = tuple(_rebuild(p, replace, memo) for p in node.pieces)
+        same = all(a is b for a, b in zip(pieces, node.pieces))
+        out = node if same else Concat(pieces, node.axis)
     else:
         out = node
     memo[id(node)] = out
@@ -232,28 +234,27 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]) -
         if key in seen or not node.fancy:
             return
         seen.add(key)
-        cls = type(node)
-        if cls is Reduce:
+        if isinstance(node, Reduce):
             size_one = math.prod(node.shape) == 1
             varies_badly = any(node.shape[d] != 1 for d in forbidden)
             if (size_one and (inside_reduce or out_size > 1) and not one_row) \
                     or not in_root_space or varies_badly:
-                found.append(node)  # type: ignore[arg-type]
+                found.append(node)
                 return
-            walk(node.child, True, True, frozenset(node.axes))  # type: ignore[attr-defined]
-        elif cls is Apply or cls is UserCall:
+            walk(node.child, True, True, frozenset(node.axes))
+        elif isinstance(node, Apply):
             n = len(node.shape)
-            for a in node.args:  # type: ignore[attr-defined]
+            for a in node.args:
                 r = len(a.shape)
                 sub = frozenset(k for k in range(r) if (n - r + k) in forbidden)
                 walk(a, in_root_space, inside_reduce, sub)
-        elif cls is Gather:
-            walk(node.child, False, inside_reduce, frozenset())  # type: ignore[attr-defined]
-            walk(node.index, False, inside_reduce, frozenset())  # type: ignore[attr-defined]
-        elif cls is Remap:
-            walk(node.child, False, inside_reduce, frozenset())  # type: ignore[attr-defined]
-        elif cls is Concat:  # (pieces are read at shifted positions: kept simple)
-            for p in node.pieces:  # type: ignore[attr-defined]
+        elif isinstance(node, Gather):
+            walk(node.child, False, inside_reduce, frozenset())
+            walk(node.index, False, inside_reduce, frozenset())
+        elif isinstance(node, Remap):
+            walk(node.child, False, inside_reduce, frozenset())
+        elif isinstance(node, Concat):  # (pieces are read at shifted positions: kept simple)
+            for p in node.pieces:
                 walk(p, False, inside_reduce, frozenset())
 
     for r in roots:
@@ -281,13 +282,12 @@ def _fits_one_row(roots: Sequence[Node], out_size: int) -> bool:
         if id(node) in seen or not node.fancy:
             return True
         seen.add(id(node))
-        cls = type(node)
-        if cls is Reduce:
+        if isinstance(node, Reduce):
             found[0] = True
             return math.prod(node.shape) == 1 and \
-                math.prod(node.child.shape) < ONE_ROW_MAX_LENGTH and ok(node.child)  # type: ignore[attr-defined]
-        if cls is Apply or cls is UserCall:
-            return all(ok(a) for a in node.args)  # type: ignore[attr-defined]
+                math.prod(node.child.shape) < ONE_ROW_MAX_LENGTH and ok(node.child)
+        if isinstance(node, Apply):
+            return all(ok(a) for a in node.args)
         return True  # (behind a gather, view or concatenation: runs first in any case)
 
     return all(ok(r) for r in roots) and found[0]
@@ -299,25 +299,26 @@ def _materialise_pending(pending: Sequence[Reduce], device: Device) -> dict[int,
     A pending reduction nested in another (softmax's maximum inside its sum)
     runs first, and the outer one reads its result instead of computing it again.
     """
-    ids = {id(p) for p in pending}
+    by_id = {id(p): p for p in pending}
     replace: dict[int, Node] = {}
 
-    def nested(node: Node, acc: list[Node], seen: set[int]) -> None:
+    def nested(node: Node, acc: list[Reduce], seen: set[int]) -> None:
         if id(node) in seen or not node.fancy:
             return
         seen.add(id(node))
-        if id(node) in ids:
-            acc.append(node)
+        hit = by_id.get(id(node))  # (``node`` itself, as a pending reduction)
+        if hit is not None:
+            acc.append(hit)
         for c in _children(node):
             nested(c, acc, seen)
 
     def run_one(p: Reduce) -> None:
         if id(p) in replace:
             return
-        inner: list[Node] = []
+        inner: list[Reduce] = []
         nested(p.child, inner, set())
         for q in inner:
-            run_one(q)  # type: ignore[arg-type]
+            run_one(q)
         node = _rebuild(p, replace, {}) if inner else p
         replace[id(p)] = materialise(node, device)
 
@@ -327,16 +328,35 @@ def _materialise_pending(pending: Sequence[Reduce], device: Device) -> dict[int,
 
 
 def _children(node: Node) -> tuple[Node, ...]:
-    cls = type(node)
-    if cls is Apply or cls is UserCall:
-        return node.args  # type: ignore[attr-defined]
-    if cls is Reduce or cls is Remap:
-        return (node.child,)  # type: ignore[attr-defined]
-    if cls is Gather:
-        return (node.child, node.index)  # type: ignore[attr-defined]
-    if cls is Concat:
-        return node.pieces  # type: ignore[attr-defined]
+    if isinstance(node, Apply):
+        return node.args
+    if isinstance(node, Reduce | Remap):
+        return (node.child,)
+    if isinstance(node, Gather):
+        return (node.child, node.index)
+    if isinstance(node, Concat):
+        return node.pieces
     return ()
+
+
+def reads_outside(node: Node, storage: Storage, written: View, itemsize: int) -> bool:
+    """True when ``node`` reads no element of ``storage`` that the view ``written``
+    (of elements of ``itemsize`` bytes) covers.  Every read of a buffer is through a
+    leaf whose view covers what its parents read, so checking the leaves suffices."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen or storage not in n.storages:
+            continue
+        seen.add(id(n))
+        if type(n) is Leaf:
+            if n.dtype.itemsize != itemsize or not views_disjoint(
+                    written, (n.shape, n.view_strides(), n.offset)):
+                return False
+        else:
+            stack.extend(_children(n))
+    return True
 
 
 def _has_reduce(node: Node) -> bool:
@@ -345,14 +365,13 @@ def _has_reduce(node: Node) -> bool:
 
 def _top_reduces(node: Node, out: list[Reduce]) -> bool:
     """Collect reductions under elementwise ops; False if something else is in the way."""
-    cls = type(node)
-    if cls is Reduce:
+    if isinstance(node, Reduce):
         if node not in out:
-            out.append(node)  # type: ignore[arg-type]
+            out.append(node)
         return True
-    if cls is Apply or cls is UserCall:
-        return all(_top_reduces(a, out) for a in node.args)  # type: ignore[attr-defined]
-    return not node.storages and cls is not Gather and cls is not Remap and cls is not Concat
+    if isinstance(node, Apply):
+        return all(_top_reduces(a, out) for a in node.args)
+    return not node.storages and not isinstance(node, Gather | Remap | Concat)
 
 
 def materialise(node: Node, device: Device) -> Leaf:
@@ -432,9 +451,8 @@ def _leaf_strides(roots: Sequence[Node], out_shape: tuple[int, ...],
         if key in seen:
             return True
         seen.add(key)
-        cls = type(node)
-        if cls is Leaf or cls is Iota:
-            st = node.view_strides()  # type: ignore[attr-defined]
+        if isinstance(node, Leaf | Iota):
+            st = node.view_strides()
             r = len(node.shape)
             full = [0] * n
             for k in range(r):
@@ -442,9 +460,9 @@ def _leaf_strides(roots: Sequence[Node], out_shape: tuple[int, ...],
                     full[n - r + k] = st[k]
             acc.append(tuple(full))
             return True
-        if cls is Apply or cls is UserCall:
-            return all(walk(a, a.shape) for a in node.args)  # type: ignore[attr-defined]
-        return not node.storages and cls.__name__ in ("Scalar", "Literal")
+        if isinstance(node, Apply):
+            return all(walk(a, a.shape) for a in node.args)
+        return not node.storages and type(node).__name__ in ("Scalar", "Literal")
 
     return all(walk(r, r.shape) for r in roots)
 
@@ -585,16 +603,17 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     # (a scatter writes elsewhere than it reads even where the strides agree)
     unsafe = [t is not None and (has_gather or (any(t.storage in r.storages for r in roots)
                                  and (t.scatter is not None
-                                      or not _reads_only_in_place(roots, t, out_shape))))
-              for t in tgts]
+                                      or not _reads_only_in_place(roots, t, out_shape,
+                                                                  root.dtype.itemsize))))
+              for t, root in zip(tgts, roots)]
     if any(unsafe):
         direct = [None if u else t for t, u in zip(tgts, unsafe)]
         outs = run(roots, out_shape, device, direct)
-        for k, u in enumerate(unsafe):
-            if u:
+        for k, t in enumerate(tgts):
+            if unsafe[k] and t is not None:  # (unsafe only where there is a target)
                 leaf = Leaf(outs[k], roots[k].dtype, out_shape)
-                run([leaf], out_shape, device, [tgts[k]])
-                outs[k] = tgts[k].storage  # type: ignore[union-attr]
+                run([leaf], out_shape, device, [t])
+                outs[k] = t.storage
         return outs
 
     size = math.prod(out_shape)
@@ -637,15 +656,14 @@ def two_stage_split(roots: Sequence[Node], out_shape: tuple[int, ...]
 
 def _may_fail(node: Node) -> bool:
     """Whether ``node`` has a gather whose indices are checked (and may be out of range)."""
-    cls = type(node)
-    if cls is Gather:
-        return bool(node.checked) or _may_fail(node.child) or _may_fail(node.index)  # type: ignore[attr-defined]
-    if cls is Remap or cls is Reduce:
-        return _may_fail(node.child)  # type: ignore[attr-defined]
-    if cls is Apply or cls is UserCall:
-        return any(_may_fail(a) for a in node.args)  # type: ignore[attr-defined]
-    if cls is Concat:
-        return any(_may_fail(p) for p in node.pieces)  # type: ignore[attr-defined]
+    if isinstance(node, Gather):
+        return bool(node.checked) or _may_fail(node.child) or _may_fail(node.index)
+    if isinstance(node, Remap | Reduce):
+        return _may_fail(node.child)
+    if isinstance(node, Apply):
+        return any(_may_fail(a) for a in node.args)
+    if isinstance(node, Concat):
+        return any(_may_fail(p) for p in node.pieces)
     return False
 
 
@@ -668,8 +686,8 @@ def _first_stage(tops: list[Reduce], roots: list[Node], out_shape: tuple[int, ..
     partials = [allocate(size * t.dtype.itemsize, device) for t in tops]
     launch(program, bindings, partials, device)
     replace: dict[int, Node] = {}
-    for t, p in zip(tops, partials):
-        leaf = Leaf(p, t.dtype, part_shape)
+    for t, part in zip(tops, partials):
+        leaf = Leaf(part, t.dtype, part_shape)
         replace[id(t)] = Reduce(_SPLITTABLE[t.op], leaf, (len(part_shape) - 1,), t.dtype)
     memo: dict[int, Node] = {}
     return [_rebuild(r, replace, memo) for r in roots]
@@ -685,9 +703,11 @@ def _piece_count(length: int, device: Device) -> int:
 
 
 def _reads_only_in_place(roots: Sequence[Node], target: Target,
-                         out_shape: tuple[int, ...]) -> bool:
-    """True when every read of the target's buffer is of the element being written."""
+                         out_shape: tuple[int, ...], itemsize: int) -> bool:
+    """True when every read of the target's buffer is of the element being written,
+    or of elements that are not written at all (``A[i, j] += A[i, j - 1]``)."""
     want = target.strides if target.strides is not None else c_strides(out_shape)
+    written = (out_shape, want, target.offset)
     ok = [True]
     seen: set[int] = set()
 
@@ -695,14 +715,14 @@ def _reads_only_in_place(roots: Sequence[Node], target: Target,
         if id(node) in seen or target.storage not in node.storages:
             return
         seen.add(id(node))
-        cls = type(node)
-        if cls is Leaf:
-            same = (top and node.shape == out_shape and node.view_strides() == want  # type: ignore[attr-defined]
-                    and node.offset == target.offset)  # type: ignore[attr-defined]
-            if not same:
+        if isinstance(node, Leaf):
+            same = (top and node.shape == out_shape and node.view_strides() == want
+                    and node.offset == target.offset)
+            if not same and (node.dtype.itemsize != itemsize or not views_disjoint(
+                    written, (node.shape, node.view_strides(), node.offset))):
                 ok[0] = False
-        elif cls is Apply or cls is UserCall:
-            for a in node.args:  # type: ignore[attr-defined]
+        elif isinstance(node, Apply):
+            for a in node.args:
                 walk(a, top and a.shape == out_shape)
         else:
             ok[0] = False
@@ -738,7 +758,7 @@ def launch(program: Program, bindings: Bindings, outs: list[Storage], device: De
         launch_now(program, bindings, outs, device)
 
 
-def launch_now(program: Program, bindings: Bindings, outs: list[Storage],
+def launch_now(program: Program, bindings: Bindings, outs: Sequence[Storage],
                device: Device) -> None:
     index_dtype, recipe, _, _ = launch_choice(program, bindings, device, check_device=True)
     plan = plan_launch(program, bindings.params, bindings.out_shape, index_dtype, recipe,

@@ -5,16 +5,20 @@ The flow, for any program (elementwise, reduction, contraction, replayed step):
 1. :func:`index_dtype_for`: the index type (int32 unless a size or buffer is larger);
 2. :func:`kernel_for`: the compiled kernel (memory cache, else built);
 3. :func:`plan_launch`: a :class:`LaunchPlan` for that kernel and these sizes: the
-   grid, the constant arguments and a binder that sets the arguments that change
-   (:func:`make_binder`), kept on the compiled kernel per sizes;
-4. :func:`enqueue`: set the changed arguments on this thread's kernel object and
-   enqueue, now or deferred with other small launches (:func:`enqueue_or_defer`).
+   grid, the constant arguments and a launcher closure that sets the arguments that
+   change and enqueues, made once per plan by the kernel's backend
+   (:func:`make_binder`, ``Backend.make_launcher``), kept on the compiled kernel per
+   sizes;
+4. :func:`enqueue`: run the launcher on this thread's kernel object, now or
+   deferred with other small launches (:func:`enqueue_or_defer`).
 
 :func:`fuseloop.evaluate.launch` runs the four steps for any program.  Callers that
 launch one structure again and again keep its plan and skip steps 2 and 3 while
 the plan is valid (:meth:`LaunchPlan.valid`): :func:`launch_cached` (flat
 elementwise structures, plans on the structure's entry), ``evaluate.run_flat``
-(the same, inlined) and :mod:`fuseloop.run_plans` (replayed steps).
+(the same, inlined) and :mod:`fuseloop.run_plans` (replayed steps).  Kernels
+written by hand (``fuseloop.ops.compaction``) take steps 3 and 4 with
+:func:`plan_for` on a :class:`fuseloop.cache.SourceKernel`'s compiled kernel.
 """
 
 from __future__ import annotations
@@ -24,13 +28,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 from weakref import WeakValueDictionary
-from weakref import ref as _weakref
 
 import numpy as np
-import pyopencl as cl
 
 from . import stats as _stats
-from .cache import _memory, get_kernel, kernel_objects_lock
+from .backends import Launcher, LaunchSpec
+from .cache import CompiledKernel, _memory, get_kernel
 from .errors import DeviceError, DTypeError, RecipeError, index_value_out_of_bounds
 from .expr.nodes import Storage
 from .expr.program import INT32_LIMIT, Program, StructureEntry
@@ -38,10 +41,6 @@ from .recipes import recipe_for
 from .runtime.devices import Device, _runtime
 from .runtime.transfer import read
 
-# pyopencl's public enqueue (in pyopencl 2026.1 the same function object as the
-# private ``cl._cl.enqueue_nd_range_kernel`` its invoker calls: no reason to use that;
-# benchmarks/probes/enqueue_cost.py measures both)
-_enqueue_nd_range = cl.enqueue_nd_range_kernel
 _counters = _stats.counters
 _stats_lock = _stats._lock
 INDEX_INT32, INDEX_INT64 = np.dtype(np.int32), np.dtype(np.int64)
@@ -144,39 +143,29 @@ def rows_of(program: Program, out_shape: tuple[int, ...]) -> tuple[int, int]:
     return n_rows, math.prod(out_shape) // max(1, n_rows)
 
 
-# How a scalar argument is set: from its bytes where pyopencl offers it.  Its
-# public ``Kernel.set_arg`` tries the other kinds of argument first and took
-# 10-15 us for a numpy scalar on PoCL (0.1 us for a buffer); ``_set_arg_buf``,
-# which pyopencl's own invokers use for declared scalar types, takes 0.1-0.2 us
-# (re-measured by benchmarks/probes/enqueue_cost.py).
-SET_SCALAR_ARG = "_set_arg_buf" if hasattr(cl.Kernel, "_set_arg_buf") else "set_arg"
-_set_scalar = getattr(cl.Kernel, SET_SCALAR_ARG)
-_set_arg = cl.Kernel.set_arg
-
-
-def set_args(kernel: cl.Kernel, buffers: Sequence[Any], scalars: Sequence[np.generic]) -> None:
-    """Set a kernel's arguments: ``buffers`` first, then the numpy ``scalars`` (of the
-    kernel's declared types) from their bytes (:data:`SET_SCALAR_ARG`)."""
-    for i, b in enumerate(buffers):
-        _set_arg(kernel, i, b)
-    for i, v in enumerate(scalars, len(buffers)):
-        _set_scalar(kernel, i, v)
-
-
 class LaunchPlan:
     """How a compiled kernel is launched for one set of sizes: all but the data.
 
-    ``go(outs, storages, scalars, kernel, last, queue)`` (see :func:`make_binder`)
-    sets the arguments that changed and enqueues; ``consts`` are the arguments set
-    once per kernel object; ``threads.state`` is this thread's ``(kernel object,
-    record of its arguments)``.  ``error_arg``: the position of a gather's error
-    flag (a new buffer per launch, read back), else None.  ``recipe``,
-    ``index_dtype`` and the kernel's ``in_cache`` say when a caller's kept plan is
-    still valid.
+    ``go(outs, storages, scalars, kernel, last, queue)`` (the backend's launcher,
+    see :func:`make_binder`) sets the arguments that changed and enqueues;
+    ``consts`` are the arguments set when the kernel object last ran another
+    plan; ``threads.state`` is this thread's ``(kernel object, record of its
+    arguments)``.  ``error_arg``: the position of a gather's error flag (a new
+    buffer per launch, read back), else None.  ``recipe``, ``index_dtype`` and the
+    kernel's ``in_cache`` say when a
+    caller's kept plan is still valid (None for hand-written kernels' plans).
     """
 
     __slots__ = ("compiled", "consts", "error_arg", "go", "index_dtype",
                  "recipe", "runtime", "threads")
+    compiled: CompiledKernel
+    consts: list[tuple[int, Any]]
+    error_arg: int | None
+    go: Launcher
+    index_dtype: np.dtype | None
+    recipe: Any
+    runtime: Any
+    threads: threading.local
 
     def valid(self, recipe: Any, index_dtype: np.dtype) -> bool:
         return (self.recipe is recipe and self.index_dtype is index_dtype
@@ -196,6 +185,20 @@ def plan_launch(program: Program, params: Sequence[int], out_shape: tuple[int, .
     error flag)."""
     n_rows, n_elem = rows_of(program, out_shape)
     compiled = kernel_for(program, index_dtype, device, recipe, params, n_rows, n_elem)
+    plan = plan_for(compiled, params, n_rows, n_elem, device, one_output)
+    if plan is None:
+        return None
+    # (also on a kept plan: the kernel is shared by every recipe object with its cache id,
+    # and a plan naming an older one would never again pass a caller's identity check)
+    plan.recipe = recipe
+    plan.index_dtype = index_dtype
+    return plan
+
+
+def plan_for(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_elem: int,
+             device: Device, one_output: bool = False) -> LaunchPlan | None:
+    """The :class:`LaunchPlan` of ``compiled`` for these sizes, kept on it (made on
+    first use); None as for :func:`plan_launch`."""
     key = (tuple(params), n_rows, n_elem, one_output)
     plans = compiled.launch_plans
     plan = plans.get(key)
@@ -208,36 +211,28 @@ def plan_launch(program: Program, params: Sequence[int], out_shape: tuple[int, .
         plan = LaunchPlan()
         plan.go, plan.consts, plan.error_arg = made
         plan.compiled = compiled
-        plan.index_dtype = index_dtype
+        plan.index_dtype = None
+        plan.recipe = None
         plan.runtime = _runtime(device)
         plan.threads = threading.local()
         if len(plans) >= PLANS_PER_KERNEL:
             plans.clear()
         plans[key] = plan
-    # (also on a kept plan: the kernel is shared by every recipe object with its cache id,
-    # and a plan naming an older one would never again pass a caller's identity check)
-    plan.recipe = recipe
     return plan
 
 
-def make_binder(compiled: Any, params: Sequence[int], n_rows: int, n_elem: int,
+def make_binder(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_elem: int,
                 global_size: tuple[int, ...], local_size: tuple[int, ...],
                 one_output: bool = False) -> tuple[Any, list[tuple[int, Any]], int | None] | None:
     """``(go, consts, error_arg)`` for a kernel launched with these sizes, or None
     when ``one_output`` and the kernel has a second output or an error flag.
 
-    ``go(outs, storages, scalars, kernel, last, queue)`` is a closure specialised
-    to the kernel's arguments (tuples of positions consumed by tight loops).  The
-    kernel object is the plan's own per thread, so what its arguments were last
-    set to is known: sizes and parameters are set once (``consts``), an input
-    buffer again only when it is another :class:`Storage` (remembered by weak
-    reference, so no buffer is kept alive), a scalar only when it is another
-    object (numpy scalars are immutable; the operators reuse one object per
-    value), the outputs every time.  pyopencl's invoker sets every argument on
-    every call, which costs PoCL about 2 us more per launch.  Scalars are
-    converted to the kernel's declared type and set from their bytes
-    (:data:`SET_SCALAR_ARG`).  Before an argument is set its record is cleared, so
-    an interruption cannot leave a record that claims an argument it does not hold.
+    Sorts the kernel's arguments (``compiled.arg_plan``) into a
+    :class:`~fuseloop.backends.LaunchSpec`: outputs, input buffers, scalars (with the
+    kernel's declared types), constants (sizes and parameters, set once per kernel
+    object) and the error flag; the backend makes ``go`` from it once (see
+    ``fuseloop.backends.opencl.make_launcher``), and every launch of the plan calls
+    ``go`` directly.
     """
     dtypes = compiled.plan.arg_dtypes
     outs: list[tuple[int, int]] = []
@@ -259,79 +254,35 @@ def make_binder(compiled: Any, params: Sequence[int], n_rows: int, n_elem: int,
             error_arg = i
     if one_output and (error_arg is not None or len(outs) != 1 or outs[0][1] != 0):
         return None
-    out_pos = tuple(outs)
-    buf_pos = tuple(bufs)
-    scalar_pos = tuple(scals)
-    set_arg, set_scalar, enqueue, wr = _set_arg, _set_scalar, _enqueue_nd_range, _weakref
-    g, l = global_size, local_size  # noqa: E741
-
-    # (the input loops are written out in both forms: a shared helper would cost
-    # every launch one more Python call)
-    if one_output:
-        out_i = out_pos[0][0]
-
-        def go(o: Storage, s: list[Storage], c: list[Any], k: Any, last: list[Any],
-               queue: Any) -> None:
-            set_arg(k, out_i, o.buffer)
-            for i, j in buf_pos:
-                x = s[j]
-                r = last[i]
-                if r is None or r() is not x:
-                    last[i] = None
-                    set_arg(k, i, x.buffer)
-                    last[i] = wr(x)
-            for i, j, T in scalar_pos:
-                v = c[j]
-                if v is not last[i]:
-                    last[i] = None
-                    set_scalar(k, i, T(v))
-                    last[i] = v
-            enqueue(queue, k, g, l, None, None, False, False)
-    else:
-        def go(o: Sequence[Storage], s: list[Storage], c: list[Any], k: Any,  # type: ignore[misc]
-               last: list[Any], queue: Any) -> None:
-            for i, j in out_pos:
-                set_arg(k, i, o[j].buffer)
-            for i, j in buf_pos:
-                x = s[j]
-                r = last[i]
-                if r is None or r() is not x:
-                    last[i] = None
-                    set_arg(k, i, x.buffer)
-                    last[i] = wr(x)
-            for i, j, T in scalar_pos:
-                v = c[j]
-                if v is not last[i]:
-                    last[i] = None
-                    set_scalar(k, i, T(v))
-                    last[i] = v
-            enqueue(queue, k, g, l, None, None, False, False)
-
-    return go, consts, error_arg
+    spec = LaunchSpec(tuple(outs), tuple(bufs), tuple(scals), tuple(consts),
+                      tuple(global_size), tuple(local_size), one_output, error_arg)
+    return compiled.backend.make_launcher(spec), consts, error_arg
 
 
 def thread_kernel(plan: LaunchPlan) -> tuple[Any, list[Any]]:
-    """This thread's kernel object for ``plan`` and the record of its arguments."""
+    """This thread's kernel object for ``plan`` and the record of its arguments.
+
+    One object per compiled kernel and thread, shared by the kernel's plans (its
+    sizes and offsets): making a ``cl.Kernel`` costs pyopencl 0.1-0.8 ms (its
+    invoker comes from an on-disk cache), so a loop whose statements differ only in
+    offsets (``A[i, j] += ...``) made one per statement when each plan had its own.
+    The launcher sets a plan's constants when the object last ran another plan's.
+    """
     try:
         return plan.threads.state
     except AttributeError:
         pass
-    compiled = plan.compiled
-    with kernel_objects_lock:
-        kernel = cl.Kernel(compiled.program, compiled.plan.name)
-        for i, value in plan.consts:
-            kernel.set_arg(i, value)
-    last: list[Any] = [None] * len(compiled.arg_plan)
-    plan.threads.state = state = (kernel, last)
+    plan.threads.state = state = plan.compiled.thread_state()
     return state
 
 
 def enqueue(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[Any],
-            small: bool, device: Device, hit: int = 0) -> None:
+            small: bool, device: Device, hit: int = 0, launched: int = 1) -> None:
     """Launch ``plan`` with this data: deferred when ``small`` (see
     :func:`enqueue_or_defer`), else now; a kernel with an error flag runs now and
-    its flag is read (raising on an out-of-range gather index).  Counts the launch,
-    and ``hit`` memory-cache hits, in ``fl.stats()``."""
+    its flag is read (raising on an out-of-range gather index).  Counts ``launched``
+    launches (0: the mask compaction's, counted as scans) and ``hit`` memory-cache
+    hits in ``fl.stats()``."""
     flag = None
     try:
         kernel, last = thread_kernel(plan)
@@ -344,7 +295,7 @@ def enqueue(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[
         raise
     with _stats_lock:  # both counters at once: one lock round trip
         _counters["memory_cache_hits"] += hit
-        _counters["kernels_launched"] += 1
+        _counters["kernels_launched"] += launched
     if flag is not None:
         _check_flag(*flag, device)
 
@@ -352,14 +303,16 @@ def enqueue(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[
 def _enqueue_flagged(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[Any],
                      kernel: Any, last: list[Any], device: Device) -> tuple[np.ndarray, Any]:
     """Enqueue a kernel with an error flag now, with a new flag buffer; return both."""
+    position = plan.error_arg
+    assert position is not None  # (the caller's test)
     err = np.zeros(3, np.int64)
-    err_buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
-                        hostbuf=err)
+    backend = plan.compiled.backend
+    err_buf = backend.buffer_from_host(device, err)
     rt = _runtime(device)
     with rt.launch_lock:
         if rt.deferred:
             rt.flush()
-        _set_arg(kernel, plan.error_arg, err_buf)
+        backend.set_buffer_arg(kernel, position, err_buf)
         plan.go(outs, storages, scalars, kernel, last, rt.queue)
     return err, err_buf
 

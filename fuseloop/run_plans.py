@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -177,11 +177,11 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     if keyed is None:
         return _ev.run_unplanned(roots, out_shape, device, targets)
     key, storages, scalars, slots = keyed
-    plan = _plans.get(key, False)
+    plan: _Plan | Literal[False] | None = _plans.get(key, False)
     if plan is None:  # known not to record
         return _ev.run_unplanned(roots, out_shape, device, targets)
     if plan is not False and not _prog.CHECK_STRUCTURE_CACHE:
-        return _replay(plan, storages, scalars, device)  # type: ignore[arg-type]
+        return _replay(plan, storages, scalars, device)
     rec = Recorder(storages, scalars, slots)
     with _lock:
         recording_threads[0] += 1
@@ -196,7 +196,7 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     fresh = None if rec.failed or None in result_refs else _Plan(
         rec.allocs, rec.steps, result_refs)
     if plan is not False:  # checking a cached plan against a fresh record
-        assert fresh is not None and _same(plan, fresh), ("run plan differs", key)  # type: ignore[arg-type]
+        assert fresh is not None and _same(plan, fresh), ("run plan differs", key)
         return outs
     if len(_plans) >= PLANS_MAX:
         _plans.clear()

@@ -177,7 +177,7 @@ class Lowered:
                 return codegen.generate(self.t_unit, self.device)
 
         kernel = get_kernel(lin.program, self.index_dtype, self.device, self.recipe,
-                            user_functions,  # type: ignore[arg-type]  # (only read)
+                            user_functions,
                             self.sizes, make_plan=from_this_stage)
         return Compiled(lin, self.device, self.index_dtype, self.recipe, self.sizes, kernel)
 

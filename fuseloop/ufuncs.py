@@ -9,13 +9,16 @@ import numpy as np
 from .array import Array, Constant, _coerce, _common_device, _operand_kind, _operand_node
 from .dtypes import BOOL, as_dtype, result_type
 from .expr.nodes import Apply, broadcast_shapes
+from .lower.math_ops import NOT_NUMPY, NUMPY_UNARY
 from .lower.scalar_ops import UFUNC_OPS
 
 UNARY = ("negative", "positive", "absolute", "sign", "square", "invert", "logical_not",
          "isnan", "isinf", "isfinite", "sin", "cos", "tan", "arcsin", "arccos", "arctan",
          "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "exp", "exp2", "expm1",
-         "log", "log2", "log10", "log1p", "sqrt", "cbrt", "floor", "ceil", "trunc", "rint")
-BINARY = tuple(sorted(UFUNC_OPS - set(UNARY)))
+         "log", "log2", "log10", "log1p", "sqrt", "cbrt", "floor", "ceil", "trunc", "rint",
+         *NUMPY_UNARY)
+# (the math builtins numpy has no ufunc for are fuseloop.mathfuncs')
+BINARY = tuple(sorted(UFUNC_OPS - set(UNARY) - NOT_NUMPY))
 
 ALIASES = {
     "divide": "true_divide", "mod": "remainder", "abs": "absolute",
@@ -23,6 +26,7 @@ ALIASES = {
     "atan": "arctan", "acosh": "arccosh", "asinh": "arcsinh", "atanh": "arctanh",
     "atan2": "arctan2", "bitwise_left_shift": "left_shift",
     "bitwise_right_shift": "right_shift", "bitwise_invert": "invert",
+    "conj": "conjugate",
 }
 
 

@@ -84,21 +84,3 @@ def test_progress_line_can_be_turned_off(monkeypatch, capsys, tmp_path, device):
     got = fl.sqrt(_unusual(fl.asarray(xh), 3) + 4).get()
     np.testing.assert_allclose(got, np.sqrt(_expected(xh, 3) + 4), rtol=1e-5, atol=1e-6)
     assert "building" not in capsys.readouterr().err
-
-
-def test_a_compile_worker_warms_up_with_one_small_build(device, monkeypatch):
-    # (in this process: the worker's request handling, without the process around it)
-    import pyopencl as cl
-
-    from fuseloop.runtime import compile_worker_main as worker
-    from fuseloop.runtime import compile_workers
-
-    address = compile_workers._device_address(device)
-    monkeypatch.setattr(worker, "_warmed", set())
-    built: list = []
-    warm_up = worker._warm_up
-    monkeypatch.setattr(worker, "_warm_up", lambda cl, ctx: built.append(warm_up(cl, ctx)))
-    contexts: dict = {}
-    for _ in range(2):
-        assert worker._build(cl, contexts, (*address, None, (), (), None)) == ("ok", b"")
-    assert built == [True]  # once per device, and the program built

@@ -111,13 +111,13 @@ _CTRL_C_SCRIPT = textwrap.dedent("""
     from fuseloop.runtime import compile_workers
     x = fl.asarray(np.linspace(0, 1, 100, dtype=np.float32))
     compile_workers.test_hook = ("hang", "tanh(")
-    original = compile_workers._compile_in_worker
+    original = compile_workers.compile_binary
 
     def announced(*args):
         print("compiling", flush=True)
         return original(*args)
 
-    compile_workers._compile_in_worker = announced
+    compile_workers.compile_binary = announced
     start = time.monotonic()
     try:
         fl.tanh(x).get()

@@ -193,7 +193,7 @@ def test_flat_launches_are_counted_exactly_under_threads(device, flat_calls):
                                    "uint64", "bool"])
 def test_scalars_that_change_every_call_are_each_launched_with_their_value(device, dtype,
                                                                           flat_calls):
-    # the flat launcher sets a scalar argument from its bytes (launching.SET_SCALAR_ARG)
+    # the flat launcher sets a scalar argument from its bytes (opencl.SET_SCALAR_ARG)
     # only when it changed; results read after all launches see each call's own value
     if dtype == "float64" and not device.has_fp64:
         pytest.skip("no float64 on this device")
@@ -217,8 +217,10 @@ def test_scalars_that_change_every_call_are_each_launched_with_their_value(devic
 
 
 def test_the_pinned_pyopencl_sets_scalars_from_their_bytes():
-    # (its public set_arg took 10-15 us per numpy scalar on PoCL: see launching.py)
-    assert launching.SET_SCALAR_ARG == "_set_arg_buf"
+    # (its public set_arg took 10-15 us per numpy scalar on PoCL: see backends/opencl.py)
+    from fuseloop.backends import opencl
+
+    assert opencl.SET_SCALAR_ARG == "_set_arg_buf"
 
 
 @pytest.fixture

@@ -378,7 +378,7 @@ def _interrupt_disk_write(monkeypatch):
 
 
 def _interrupt_launch(monkeypatch):
-    from fuseloop import launching
+    from fuseloop.backends import opencl
 
     prop = cache.CompiledKernel.kernel
 
@@ -386,10 +386,11 @@ def _interrupt_launch(monkeypatch):
         k = prop.fget(self)
         return hook if not hook.fired else k
 
-    hook = InterruptOnce(launching._enqueue_nd_range)
+    hook = InterruptOnce(opencl._enqueue_nd_range)
     monkeypatch.setattr(cache.CompiledKernel, "kernel", property(kernel))
-    # a cached elementwise launch enqueues through a kernel object of its own
-    monkeypatch.setattr(launching, "_enqueue_nd_range", hook)
+    # a cached elementwise launch enqueues through a kernel object of its own, with
+    # the enqueue function its launcher took when it was made (after this patch)
+    monkeypatch.setattr(opencl, "_enqueue_nd_range", hook)
     return hook
 
 

@@ -38,7 +38,9 @@ def numpy_result(name: str, *args: np.ndarray):
         except TypeError:
             return None
         if out.dtype == np.float16:  # fuseloop computes numpy's float16 results in float32
-            out = getattr(np, name)(*[a.astype(np.float32) for a in args])
+            # (ldexp's exponent stays an integer: it has no float loop)
+            out = getattr(np, name)(*[a if name == "ldexp" and k == 1 else a.astype(np.float32)
+                                      for k, a in enumerate(args)])
     return out
 
 

@@ -13,12 +13,12 @@ Index components (the ``at`` tuples) stay plain tuples, described in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 
 class _LoadFields(NamedTuple):
-    kind: str
+    kind: Literal["load"]
     slot: int  # input buffer
     dtype: str  # dtype character
     at: tuple  # the symbolic index the value is read at
@@ -27,7 +27,7 @@ class _LoadFields(NamedTuple):
 
 
 class _IotaFields(NamedTuple):
-    kind: str
+    kind: Literal["iota"]
     dtype: str
     at: tuple
     strides: Any
@@ -35,33 +35,33 @@ class _IotaFields(NamedTuple):
 
 
 class _ArgFields(NamedTuple):
-    kind: str
+    kind: Literal["arg"]
     slot: int  # scalar argument
     dtype: str
 
 
 class _LitFields(NamedTuple):
-    kind: str
+    kind: Literal["lit"]
     dtype: str
     value: Any  # a Python number
 
 
 class _OpFields(NamedTuple):
-    kind: str
+    kind: Literal["op"]
     name: str  # the operation (fuseloop.lower.scalar_ops)
     loop: tuple[str, ...]  # loop dtype characters: inputs..., output
     refs: tuple[int, ...]  # argument entries
 
 
 class _CallFields(NamedTuple):
-    kind: str
+    kind: Literal["call"]
     key: str  # the user function's key
     loop: tuple[str, ...]
     refs: tuple[int, ...]
 
 
 class _ReduceFields(NamedTuple):
-    kind: str
+    kind: Literal["reduce"]
     op: str
     dtype: str
     rid: int  # the reduction's number (its loop)
@@ -73,7 +73,7 @@ class _ReduceFields(NamedTuple):
 
 
 class _GatherFields(NamedTuple):
-    kind: str
+    kind: Literal["gather"]
     # (shadows tuple.index, which entries never call)
     index: int  # type: ignore[assignment]  # the index values' entry
     child: int  # the gathered values' entry
@@ -81,7 +81,7 @@ class _GatherFields(NamedTuple):
 
 
 class _ConcatFields(NamedTuple):
-    kind: str
+    kind: Literal["concat"]
     comp: Any  # the component along the joined axis
     bounds: tuple  # parameters: where pieces 1.. start
     refs: tuple[int, ...]  # the pieces' entries
@@ -98,8 +98,11 @@ class _Tagged:
     __slots__ = ()
     KIND = ""
 
+    if TYPE_CHECKING:  # (a mixin of the NamedTuples above: iterates their fields)
+        def __iter__(self) -> Iterator[Any]: ...
+
     def __getnewargs__(self) -> tuple:  # pickling passes the fields, not the tag
-        return tuple(self)[1:]  # type: ignore[arg-type]  # a mixin of NamedTuples
+        return tuple(self)[1:]
 
 
 class Load(_Tagged, _LoadFields):

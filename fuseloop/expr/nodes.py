@@ -453,7 +453,7 @@ class Apply(Node):
         self.storages = storages
         self.fancy = fancy
         # the signature: an operation's name (a user function's key), loop, shape, arguments
-        fields: list[Any] = ["A", op if type(self) is Apply else ("U", self.function.key),  # type: ignore[attr-defined]
+        fields: list[Any] = ["A", ("U", self.function.key) if type(self) is UserCall else op,
                              key, shape]
         operands: tuple = ()
         for a in args:
@@ -461,7 +461,7 @@ class Apply(Node):
             if not sig:
                 break
             fields.append(sig)
-            operands += a.operands  # type: ignore[operator]
+            operands += a.operands or ()  # (never None with a signature)
         else:
             if len(operands) <= MAX_OPERANDS:
                 self.sig = intern_sig(tuple(fields))

@@ -241,74 +241,74 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
 
     ``general`` also writes out reductions and remaps (for :mod:`fuseloop.run_plans`).
     """
-    cls = type(node)
-    if cls is Apply or cls is UserCall:
+    # (``type(node) is C`` each time rather than a local: mypy narrows on it, and Python
+    # 3.11 specialises the call of type, so it costs no more than the local would)
+    if type(node) is Apply or type(node) is UserCall:
         # a shared operation node is walked again: the program does not depend on
         # which operations are shared, only on which buffers and scalars are
-        toks.append(node.op if cls is Apply else ("U", node.function.key))  # type: ignore[attr-defined]
-        toks.append(node.loop_key)  # type: ignore[attr-defined]
+        toks.append(("U", node.function.key) if type(node) is UserCall else node.op)
+        toks.append(node.loop_key)
         toks.append(node.shape)
         if len(toks) > MAX_TOKENS:
             raise _Uncacheable
-        for a in node.args:  # type: ignore[attr-defined]
-            cls = type(a)
-            if cls is Leaf:  # leaves and scalars in place: most arguments are one
-                s = a.storage  # type: ignore[attr-defined]
+        for a in node.args:
+            if type(a) is Leaf:  # leaves and scalars in place: most arguments are one
+                s = a.storage
                 k = slots.get(s)
                 if k is None:
                     k = slots[s] = len(storages)
                     storages.append(s)
-                toks.append(a.token or a.leaf_token())  # type: ignore[attr-defined]
+                toks.append(a.token or a.leaf_token())
                 toks.append(k)
-            elif cls is Scalar:
+            elif type(a) is Scalar:
                 k = slots.get(a)
                 if k is None:
                     k = slots[a] = len(scalars)
-                    scalars.append(a.value)  # type: ignore[attr-defined]
+                    scalars.append(a.value)
                 toks.append(_SCALAR_TOKENS[a.dtype.char])
                 toks.append(k)
             else:
                 _walk(a, toks, slots, storages, scalars, general)
-    elif cls is Leaf:
-        s = node.storage  # type: ignore[attr-defined]
+    elif type(node) is Leaf:
+        s = node.storage
         k = slots.get(s)
         if k is None:
             k = slots[s] = len(storages)
             storages.append(s)
-        toks.append(node.token or node.leaf_token())  # type: ignore[attr-defined]
+        toks.append(node.token or node.leaf_token())
         toks.append(k)
-    elif cls is Scalar:
+    elif type(node) is Scalar:
         k = slots.get(node)
         if k is None:
             k = slots[node] = len(scalars)
-            scalars.append(node.value)  # type: ignore[attr-defined]
+            scalars.append(node.value)
         toks.append(_SCALAR_TOKENS[node.dtype.char])
         toks.append(k)
-    elif cls is Literal:
-        toks.append(("C", node.dtype.char, node.value.tobytes()))  # type: ignore[attr-defined]
-    elif cls is Iota:
-        toks.append(("I", node.dtype.char, node.shape, node.strides, node.offset))  # type: ignore[attr-defined]
-    elif general and cls is Reduce:
-        toks.append(("R", node.op, node.dtype.char, node.axes, node.shape))  # type: ignore[attr-defined]
+    elif type(node) is Literal:
+        toks.append(("C", node.dtype.char, node.value.tobytes()))
+    elif type(node) is Iota:
+        toks.append(("I", node.dtype.char, node.shape, node.strides, node.offset))
+    elif general and type(node) is Reduce:
+        toks.append(("R", node.op, node.dtype.char, node.axes, node.shape))
         if len(toks) > MAX_TOKENS:
             raise _Uncacheable
-        _walk(node.child, toks, slots, storages, scalars, True)  # type: ignore[attr-defined]
-    elif general and cls is Remap:
-        toks.append(("M", node.shape, node.offsets, node.coeffs))  # type: ignore[attr-defined]
-        _walk(node.child, toks, slots, storages, scalars, True)  # type: ignore[attr-defined]
-    elif general and cls is Gather and not node.checked:  # type: ignore[attr-defined]
+        _walk(node.child, toks, slots, storages, scalars, True)
+    elif general and type(node) is Remap:
+        toks.append(("M", node.shape, node.offsets, node.coeffs))
+        _walk(node.child, toks, slots, storages, scalars, True)
+    elif general and type(node) is Gather and not node.checked:
         # computed in-range positions (roll, tile, repeat): no flag to read back
-        toks.append(("G", node.axis, node.shape))  # type: ignore[attr-defined]
+        toks.append(("G", node.axis, node.shape))
         if len(toks) > MAX_TOKENS:
             raise _Uncacheable
-        _walk(node.child, toks, slots, storages, scalars, True)  # type: ignore[attr-defined]
-        _walk(node.index, toks, slots, storages, scalars, True)  # type: ignore[attr-defined]
-    elif cls is Concat:
+        _walk(node.child, toks, slots, storages, scalars, True)
+        _walk(node.index, toks, slots, storages, scalars, True)
+    elif type(node) is Concat:
         # the piece boundaries are in the key (as leaves' sizes are), parameters in the program
-        toks.append(("K", node.axis, node.shape, node.starts))  # type: ignore[attr-defined]
+        toks.append(("K", node.axis, node.shape, node.starts))
         if len(toks) > MAX_TOKENS:
             raise _Uncacheable
-        for p in node.pieces:  # type: ignore[attr-defined]
+        for p in node.pieces:
             _walk(p, toks, slots, storages, scalars, general)
     else:
         raise _Uncacheable
@@ -350,8 +350,8 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
     if len(roots) == 1:
         root = roots[0]
         sig = root.sig or signature_of(root)
-        if sig:
-            operands = root.operands
+        operands = root.operands
+        if sig and operands is not None:  # (a signature always comes with its operands)
             # each operand's first place: which buffers and scalar nodes are the same
             # (by identity: neither defines ==)
             key: tuple = (sig, out_shape, tuple(map(operands.index, operands)))
@@ -398,6 +398,7 @@ def _signed_miss(key: tuple, entry: StructureEntry | None, root: Node,
 
 
 _value_of = attrgetter("value")
+_NO_GET = itemgetter(0)
 
 
 def _picker(buf_at: tuple[int, ...], val_at: tuple[int, ...],
@@ -411,15 +412,16 @@ def _picker(buf_at: tuple[int, ...], val_at: tuple[int, ...],
     frame each before 3.12).
     """
     nb, nv, nr = len(buf_at), len(val_at), len(repeats)
-    b_get = itemgetter(*buf_at) if nb > 2 else None
-    v_get = itemgetter(*val_at) if nv > 2 else None
+    # (_NO_GET where the count is written out below: never called)
+    b_get = itemgetter(*buf_at) if nb > 2 else _NO_GET
+    v_get = itemgetter(*val_at) if nv > 2 else _NO_GET
     b0, b1 = (*buf_at, 0, 0)[:2]
     v0, v1 = (*val_at, 0, 0)[:2]
     # repeated positions and their first ones; more than two are compared as two tuples
     # in one C call (operands, Storage and Scalar, compare by identity, as ``is`` would)
     (r0, f0), (r1, f1) = (*repeats, (0, 0), (0, 0))[:2]
-    r_get = itemgetter(*(k for k, _ in repeats)) if nr > 2 else None
-    f_get = itemgetter(*(f for _, f in repeats)) if nr > 2 else None
+    r_get = itemgetter(*(k for k, _ in repeats)) if nr > 2 else _NO_GET
+    f_get = itemgetter(*(f for _, f in repeats)) if nr > 2 else _NO_GET
 
     # (the common counts written out: a call of list() or map() costs as much again)
     def take(o: Sequence[Any]) -> tuple[list[Any], list[Any]] | None:

@@ -58,41 +58,42 @@ def _push(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
     if hit is not None:
         return hit
     m = len(shape)
-    cls = type(node)
     result: Node
-    if cls is Leaf or cls is Iota:
-        strides = node.view_strides()  # type: ignore[attr-defined]
-        offset = node.offset + sum(s * o for s, o in zip(strides, off))  # type: ignore[attr-defined]
+    # (isinstance narrows for mypy: UserCall is Apply's only subclass, the other node
+    # classes have none)
+    if isinstance(node, Leaf | Iota):
+        strides = node.view_strides()
+        offset = node.offset + sum(s * o for s, o in zip(strides, off))
         new_strides = tuple(sum(strides[k] * coeffs[k][d] for k in range(len(strides)))
                             for d in range(m))
-        if cls is Leaf:
-            result = Leaf(node.storage, node.dtype, shape, new_strides, offset)  # type: ignore[attr-defined]
+        if isinstance(node, Leaf):
+            result = Leaf(node.storage, node.dtype, shape, new_strides, offset)
         else:
             result = Iota(shape, node.dtype, new_strides, offset)
-    elif cls is Scalar or cls is Literal:
+    elif isinstance(node, Scalar | Literal):
         result = node
-    elif cls is Apply or cls is UserCall:
+    elif isinstance(node, Apply):
         n = len(node.shape)
         args = []
-        for a in node.args:  # type: ignore[attr-defined]
+        for a in node.args:
             r = len(a.shape)
             a_off = tuple(off[n - r + k] if a.shape[k] != 1 else 0 for k in range(r))
             a_coeffs = tuple(coeffs[n - r + k] if a.shape[k] != 1 else (0,) * m
                              for k in range(r))
             args.append(_push(a, shape, a_off, a_coeffs, memo))
-        if cls is Apply:
-            result = Apply(node.op, tuple(args), node.loop, shape)  # type: ignore[attr-defined]
+        if isinstance(node, UserCall):
+            result = UserCall(node.function, tuple(args), node.loop, shape)
         else:
-            result = UserCall(node.function, tuple(args), node.loop, shape)  # type: ignore[attr-defined]
-    elif cls is Reduce:
+            result = Apply(node.op, tuple(args), node.loop, shape)
+    elif isinstance(node, Reduce):
         # kept axes follow the map; reduced axes move to the end, unchanged.
         # Axes along which the map does not move stay length 1: the reduction
         # is computed once and broadcast by its consumer, not recomputed.
-        red = node.axes  # type: ignore[attr-defined]
-        child = node.child  # type: ignore[attr-defined]
+        red = node.axes
+        child = node.child
         r = len(red)
         # the map's rows as rows of the kept axes (a keepdims result has unit axes more)
-        kept_rows = node.kept_index(tuple(zip(off, coeffs)))  # type: ignore[attr-defined]
+        kept_rows = node.kept_index(tuple(zip(off, coeffs)))
         off = tuple(0 if k == 0 else k[0] for k in kept_rows)
         coeffs = tuple((0,) * m if k == 0 else k[1] for k in kept_rows)
         shape = tuple(1 if all(row[d] == 0 for row in coeffs) else n
@@ -110,20 +111,20 @@ def _push(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
                 c_coeffs.append(coeffs[kept] + (0,) * r)
                 kept += 1
         new_child = _push(child, c_shape, tuple(c_off), tuple(c_coeffs), memo)
-        result = Reduce(node.op, new_child, tuple(range(m, m + r)), node.dtype)  # type: ignore[attr-defined]
-    elif cls is Remap:
+        result = Reduce(node.op, new_child, tuple(range(m, m + r)), node.dtype)
+    elif isinstance(node, Remap):
         # compose the two maps
-        o2, c2 = node.offsets, node.coeffs  # type: ignore[attr-defined]
+        o2, c2 = node.offsets, node.coeffs
         n_inner = len(node.shape)
         new_off = tuple(o2[k] + sum(c2[k][j] * off[j] for j in range(n_inner))
                         for k in range(len(o2)))
         new_coeffs = tuple(tuple(sum(c2[k][j] * coeffs[j][d] for j in range(n_inner))
                                  for d in range(m)) for k in range(len(o2)))
-        result = Remap(node.child, shape, new_off, new_coeffs)  # type: ignore[attr-defined]
-    elif cls is Concat:
-        result = _push_concat(node, shape, off, coeffs, memo)  # type: ignore[arg-type]
+        result = Remap(node.child, shape, new_off, new_coeffs)
+    elif isinstance(node, Concat):
+        result = _push_concat(node, shape, off, coeffs, memo)
     else:
-        assert cls is Gather, cls
+        assert type(node) is Gather, type(node)
         result = Remap(node, shape, off, coeffs)
     memo[key] = result
     return result
@@ -245,19 +246,18 @@ def reshape_view(node: Node, new_shape: tuple[int, ...]) -> Node | None:
     """``node`` reshaped without copying, or None when some leaf cannot be viewed so."""
     if node.shape == new_shape:
         return node
-    cls = type(node)
-    if cls is Leaf or cls is Iota:
-        strides = nocopy_reshape_strides(node.shape, node.view_strides(), new_shape)  # type: ignore[attr-defined]
+    if isinstance(node, Leaf | Iota):
+        strides = nocopy_reshape_strides(node.shape, node.view_strides(), new_shape)
         if strides is None:
             return None
-        if cls is Leaf:
-            return Leaf(node.storage, node.dtype, new_shape, strides, node.offset)  # type: ignore[attr-defined]
-        return Iota(new_shape, node.dtype, strides, node.offset)  # type: ignore[attr-defined]
-    if cls is Scalar or cls is Literal:
+        if isinstance(node, Leaf):
+            return Leaf(node.storage, node.dtype, new_shape, strides, node.offset)
+        return Iota(new_shape, node.dtype, strides, node.offset)
+    if isinstance(node, Scalar | Literal):
         return node
-    if cls is Apply or cls is UserCall:
+    if isinstance(node, Apply):
         args = []
-        for a in node.args:  # type: ignore[attr-defined]
+        for a in node.args:
             if a.shape != node.shape and a.shape != ():
                 off, coeffs = broadcast_map(a.shape, node.shape)
                 a = _push(a, node.shape, off, tuple(coeffs), {})
@@ -267,11 +267,11 @@ def reshape_view(node: Node, new_shape: tuple[int, ...]) -> Node | None:
             if v is None:
                 return None
             args.append(v)
-        if cls is Apply:
-            return Apply(node.op, tuple(args), node.loop, new_shape)  # type: ignore[attr-defined]
-        return UserCall(node.function, tuple(args), node.loop, new_shape)  # type: ignore[attr-defined]
-    if cls is Concat:
-        v = _reshape_concat(node, new_shape)  # type: ignore[arg-type]
+        if isinstance(node, UserCall):
+            return UserCall(node.function, tuple(args), node.loop, new_shape)
+        return Apply(node.op, tuple(args), node.loop, new_shape)
+    if isinstance(node, Concat):
+        v = _reshape_concat(node, new_shape)
         if v is not None:
             return v
     # only unit axes can be added to or removed from other nodes without a copy

@@ -139,123 +139,27 @@ class _ContractionLowering(_Lowering):
 
 def lower_contraction(program: Program, index_dtype: np.dtype,
                       user_functions: dict[str, Any]) -> LoweredKernel:
-    from .reductions import reduction_operation  # (Loopy's classes)
-
+    """The contraction ``program`` as a Loopy kernel over ``b``, ``m``, ``n``, ``k``: its
+    operands as substitution rules, the reduction of their product into ``acc``, the
+    epilogue elementwise in the output's inames, and the stores."""
     c = program.contraction
     low = _ContractionLowering(program, index_dtype, user_functions)
     low.index_helpers()
-    entries = program.entries
     batch = bool(c.b_dims)
     out_inames = ((BATCH,) if batch else ()) + (ROW, COL)
     bounds = {ROW: low.size(c.m_size), COL: low.size(c.n_size), RED: low.size(c.k_size)}
     if batch:
         bounds[BATCH] = low.size(c.b_size)
-
-    # the operands, as substitution rules
     x_order = ((BATCH,) if batch else ()) + (ROW, RED)
     y_order = ((BATCH,) if batch else ()) + (RED, COL)
     x_rule, x_dt = low.operand_rule(c.x, X_RULE, X_ARGS, x_order)
     y_rule, y_dt = low.operand_rule(c.y, Y_RULE, Y_ARGS, y_order)
-
-    # the reduction of their product
-    red: Any = entries[c.reduce]
-    op = red.op
-    dt = np.dtype(red.dtype)
-    prod: Any = entries[red.child]
-    a, b = prod.refs
-    loop = tuple(np.dtype(n) for n in prod.loop)
     calls = {c.x: (prim.Variable(X_RULE)(*(prim.Variable(i) for i in x_order)), x_dt),
              c.y: (prim.Variable(Y_RULE)(*(prim.Variable(i) for i in y_order)), y_dt)}
-    factors = [low.cast(calls[r][0], calls[r][1], loop[k]) for k, r in enumerate((a, b))]
-    product = low.cast(low.elementwise("op", "multiply", loop, factors), loop[-1], dt)
-    low.temporaries.append(lp.TemporaryVariable(ACC, kernel_dtype(dt), shape=(),
-                                                address_space=lp.AddressSpace.PRIVATE))
-    low.instructions.append(lp.Assignment(
-        prim.Variable(ACC), lp.Reduction(reduction_operation(op, dt), (RED,), product),
-        id=REDUCTION_ID, within_inames=frozenset(out_inames)))
-
-    # the epilogue: every other entry, elementwise in (b, m, n)
-    low.set_groups({key: (prim.Variable(key), frozenset({key})) for key in out_inames})
-    skip = _operand_entries(entries, c.x) | _operand_entries(entries, c.y) | {red.child}
-    uses: Counter[int] = Counter()
-    for k, e in enumerate(entries):
-        if k in skip:
-            continue
-        if e.kind in ELEMENTWISE_KINDS:
-            uses.update(e.refs)  # type: ignore[union-attr]
-    uses.update(program.outputs)
-    within = frozenset(out_inames)
-    exprs: dict[int, Any] = {}
-    dtypes: dict[int, np.dtype] = {}
-    deps: dict[int, frozenset] = {}
-    depth: dict[int, int] = {}
-    for ref, e in enumerate(entries):
-        if ref in skip:
-            continue
-        kind = e.kind
-        dep: frozenset = frozenset()
-        d = 0
-        if ref == c.reduce:
-            value, edt, dep = prim.Variable(ACC), dt, frozenset({REDUCTION_ID})
-        elif kind in ELEMENTWISE_KINDS:
-            refs = e.refs  # type: ignore[union-attr]
-            eloop = tuple(np.dtype(n) for n in e.loop)  # type: ignore[union-attr]
-            edt = eloop[-1]
-            for r in refs:
-                if r not in exprs:  # shared with an operand: a 0-d value, inlined
-                    exprs[r], dtypes[r] = low.inline(r, {})
-                    deps[r], depth[r] = frozenset(), 0
-            args = [low.cast(exprs[r], dtypes[r], eloop[k]) for k, r in enumerate(refs)]
-            for r in refs:
-                dep |= deps[r]
-            name = e.name if kind == "op" else e.key  # type: ignore[union-attr]
-            value = low.elementwise(kind, name, eloop, args)
-            d = 1 + max(depth[r] for r in refs)
-        else:
-            value, edt = low.inline(ref, {})
-        if (uses[ref] > 1 or d > _MAX_INLINE_DEPTH) and kind not in ("arg", "lit") \
-                and ref != c.reduce:
-            tmp = f"t{ref}"
-            low.temporaries.append(lp.TemporaryVariable(
-                tmp, kernel_dtype(edt), shape=(), address_space=lp.AddressSpace.PRIVATE))
-            low.instructions.append(lp.Assignment(prim.Variable(tmp), value, id=f"calc_{tmp}",
-                                                  within_inames=within, depends_on=dep))
-            value, dep, d = prim.Variable(tmp), frozenset({f"calc_{tmp}"}), 0
-        exprs[ref], dtypes[ref], deps[ref], depth[ref] = value, edt, dep, d
-
-    kernel_args: list[Any] = []
-    arg_names: list[str] = []
-    root_at = tuple(0 if s == 1 else ("r", d) for d, s in enumerate(program.root_sizes))
-    for k, ref in enumerate(program.outputs):
-        spec = program.out_specs[k]
-        addr, _ = low.contiguous_address(root_at) if spec == () else low.address(*spec)
-        dep = deps[ref]
-        if _has_call(addr):
-            # Loopy resolves function calls on right-hand sides only
-            tmp = f"oaddr{k}"
-            low.temporaries.append(lp.TemporaryVariable(
-                tmp, index_dtype, shape=(), address_space=lp.AddressSpace.PRIVATE))
-            low.instructions.append(lp.Assignment(prim.Variable(tmp), addr, id=f"calc_{tmp}",
-                                                  within_inames=within))
-            dep = dep | {f"calc_{tmp}"}
-            addr = prim.Variable(tmp)
-        low.instructions.append(lp.Assignment(
-            prim.Variable(f"out{k}")[addr], exprs[ref], id=f"store_out{k}",
-            within_inames=within, depends_on=dep))
-        kernel_args.append(lp.GlobalArg(f"out{k}", kernel_dtype(dtypes[ref]), shape=None,
-                                        is_output=True, is_input=False))
-        arg_names.append(f"out{k}")
-    for slot in sorted(low.inputs):
-        kernel_args.append(lp.GlobalArg(f"in{slot}", kernel_dtype(low.inputs[slot]),
-                                        shape=None, is_output=False, is_input=True))
-        arg_names.append(f"in{slot}")
-    for slot in sorted(low.scalar_args):
-        kernel_args.append(lp.ValueArg(f"s{slot}", kernel_dtype(low.scalar_args[slot])))
-        arg_names.append(f"s{slot}")
-    for slot in sorted(low.params):
-        kernel_args.append(lp.ValueArg(f"p{slot}", index_dtype))
-        arg_names.append(f"p{slot}")
-
+    dt = _emit_reduction(low, program, calls, frozenset(out_inames))
+    values = _emit_epilogue(low, program, dt, out_inames)
+    arg_names, kernel_args = _emit_stores_and_args(low, program, index_dtype, values,
+                                                   frozenset(out_inames))
     names = {key: str(bounds[key]) for key in bounds}
     params = sorted(set(names.values()))
     order = ((BATCH,) if batch else ()) + (ROW, COL, RED)
@@ -274,6 +178,7 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
                            "write_race(store_out*)", "v1_scheduler_fallback", "iname-order"],
     )
     knl = lp.set_options(knl, enforce_array_accesses_within_bounds=False)
+    entries = program.entries
     knl = knl.with_kernel(knl.default_entrypoint.tagged(frozenset({
         ContractionSizes(names.get(BATCH), names[ROW], names[COL], names[RED]),
         OperandInfo(kernel_dtype(x_dt).char, kernel_dtype(y_dt).char,
@@ -290,6 +195,120 @@ def _substitution(values: dict[str, Any]) -> Any:
     from pymbolic.mapper.substitutor import make_subst_func
 
     return SubstitutionMapper(make_subst_func(values))
+
+
+def _emit_reduction(low: _ContractionLowering, program: Program,
+                    calls: dict[int, tuple[Any, np.dtype]], within: frozenset) -> np.dtype:
+    """``acc = reduce(k, x(.., k) * y(k, ..))``; returns the reduction's dtype."""
+    from .reductions import reduction_operation  # (Loopy's classes)
+
+    entries = program.entries
+    red: Any = entries[program.contraction.reduce]
+    dt = np.dtype(red.dtype)
+    prod: Any = entries[red.child]
+    loop = tuple(np.dtype(n) for n in prod.loop)
+    factors = [low.cast(calls[r][0], calls[r][1], loop[k]) for k, r in enumerate(prod.refs)]
+    product = low.cast(low.elementwise("op", "multiply", loop, factors), loop[-1], dt)
+    low.temporaries.append(lp.TemporaryVariable(ACC, kernel_dtype(dt), shape=(),
+                                                address_space=lp.AddressSpace.PRIVATE))
+    low.instructions.append(lp.Assignment(
+        prim.Variable(ACC), lp.Reduction(reduction_operation(red.op, dt), (RED,), product),
+        id=REDUCTION_ID, within_inames=within))
+    return dt
+
+
+def _emit_epilogue(low: _ContractionLowering, program: Program, dt: np.dtype,
+                   out_inames: tuple[str, ...]) -> dict[int, tuple[Any, np.dtype, frozenset]]:
+    """Every entry but the operands' and the product, elementwise in the output's
+    inames: ``ref -> (value, dtype, instruction ids it depends on)``.  Values used
+    twice, or nested deeper than ``_MAX_INLINE_DEPTH``, go through a temporary."""
+    c = program.contraction
+    entries = program.entries
+    low.set_groups({key: (prim.Variable(key), frozenset({key})) for key in out_inames})
+    red: Any = entries[c.reduce]
+    skip = _operand_entries(entries, c.x) | _operand_entries(entries, c.y) | {red.child}
+    uses: Counter[int] = Counter()
+    for k, e in enumerate(entries):
+        if k not in skip and e.kind in ELEMENTWISE_KINDS:
+            uses.update(e.refs)  # type: ignore[union-attr]
+    uses.update(program.outputs)
+    within = frozenset(out_inames)
+    values: dict[int, tuple[Any, np.dtype, frozenset]] = {}
+    depth: dict[int, int] = {}
+    for ref, e in enumerate(entries):
+        if ref in skip:
+            continue
+        kind = e.kind
+        dep: frozenset = frozenset()
+        d = 0
+        if ref == c.reduce:
+            value, edt, dep = prim.Variable(ACC), dt, frozenset({REDUCTION_ID})
+        elif kind in ELEMENTWISE_KINDS:
+            refs = e.refs  # type: ignore[union-attr]
+            eloop = tuple(np.dtype(n) for n in e.loop)  # type: ignore[union-attr]
+            edt = eloop[-1]
+            for r in refs:
+                if r not in values:  # shared with an operand: a 0-d value, inlined
+                    v, vdt = low.inline(r, {})
+                    values[r], depth[r] = (v, vdt, frozenset()), 0
+            args = [low.cast(values[r][0], values[r][1], eloop[k]) for k, r in enumerate(refs)]
+            for r in refs:
+                dep |= values[r][2]
+            name = e.name if kind == "op" else e.key  # type: ignore[union-attr]
+            value = low.elementwise(kind, name, eloop, args)
+            d = 1 + max(depth[r] for r in refs)
+        else:
+            value, edt = low.inline(ref, {})
+        if (uses[ref] > 1 or d > _MAX_INLINE_DEPTH) and kind not in ("arg", "lit") \
+                and ref != c.reduce:
+            tmp = f"t{ref}"
+            low.temporaries.append(lp.TemporaryVariable(
+                tmp, kernel_dtype(edt), shape=(), address_space=lp.AddressSpace.PRIVATE))
+            low.instructions.append(lp.Assignment(prim.Variable(tmp), value, id=f"calc_{tmp}",
+                                                  within_inames=within, depends_on=dep))
+            value, dep, d = prim.Variable(tmp), frozenset({f"calc_{tmp}"}), 0
+        values[ref], depth[ref] = (value, edt, dep), d
+    return values
+
+
+def _emit_stores_and_args(low: _ContractionLowering, program: Program, index_dtype: np.dtype,
+                          values: dict[int, tuple[Any, np.dtype, frozenset]],
+                          within: frozenset) -> tuple[list[str], list[Any]]:
+    """The stores of the outputs, and the kernel's arguments with their names in the
+    order ``out*``, ``in*``, ``s*``, ``p*``."""
+    kernel_args: list[Any] = []
+    arg_names: list[str] = []
+    root_at = tuple(0 if s == 1 else ("r", d) for d, s in enumerate(program.root_sizes))
+    for k, ref in enumerate(program.outputs):
+        spec = program.out_specs[k]
+        addr, _ = low.contiguous_address(root_at) if spec == () else low.address(*spec)
+        value, dt, dep = values[ref]
+        if _has_call(addr):
+            # Loopy resolves function calls on right-hand sides only
+            tmp = f"oaddr{k}"
+            low.temporaries.append(lp.TemporaryVariable(
+                tmp, index_dtype, shape=(), address_space=lp.AddressSpace.PRIVATE))
+            low.instructions.append(lp.Assignment(prim.Variable(tmp), addr, id=f"calc_{tmp}",
+                                                  within_inames=within))
+            dep = dep | {f"calc_{tmp}"}
+            addr = prim.Variable(tmp)
+        low.instructions.append(lp.Assignment(
+            prim.Variable(f"out{k}")[addr], value, id=f"store_out{k}",
+            within_inames=within, depends_on=dep))
+        kernel_args.append(lp.GlobalArg(f"out{k}", kernel_dtype(dt), shape=None,
+                                        is_output=True, is_input=False))
+        arg_names.append(f"out{k}")
+    for slot in sorted(low.inputs):
+        kernel_args.append(lp.GlobalArg(f"in{slot}", kernel_dtype(low.inputs[slot]),
+                                        shape=None, is_output=False, is_input=True))
+        arg_names.append(f"in{slot}")
+    for slot in sorted(low.scalar_args):
+        kernel_args.append(lp.ValueArg(f"s{slot}", kernel_dtype(low.scalar_args[slot])))
+        arg_names.append(f"s{slot}")
+    for slot in sorted(low.params):
+        kernel_args.append(lp.ValueArg(f"p{slot}", index_dtype))
+        arg_names.append(f"p{slot}")
+    return arg_names, kernel_args
 
 
 def _has_call(expr: Any) -> bool:

@@ -15,6 +15,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..dtypes import c_type_name
+from .math_ops import MATH_OPS, math_helper_body
+from .random_ops import RANDOM_OPS, random_helper_body, random_preamble
 
 # numpy name -> OpenCL builtin for float-only unary math
 FLOAT_UNARY = {
@@ -36,7 +38,7 @@ UFUNC_OPS = frozenset({
     "add", "subtract", "multiply", "true_divide", "floor_divide", "remainder", "fmod",
     "power", "negative", "positive", "absolute", "sign", "square", "invert",
     "left_shift", "right_shift", "logical_xor", "logical_not", "minimum", "maximum",
-    "fmin", "fmax", "isnan", "isinf", "isfinite",
+    "fmin", "fmax", "isnan", "isinf", "isfinite", *MATH_OPS,
 })
 
 _SHORT = {"bool": "b", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
@@ -244,7 +246,15 @@ def helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
 
 def make_helper(op: str, loop: tuple[np.dtype, ...]) -> Helper:
     name = helper_name(op, loop)
-    params = ", ".join(f"{c_type_name(d)} {p}" for d, p in zip(loop[:-1], "abc"))
-    body = helper_body(op, loop)
-    source = f"static inline {c_type_name(loop[-1])} {name}({params})\n{{\n  {body}\n}}\n"
+    params = ", ".join(f"{c_type_name(d)} {p}"
+                       for d, p in zip(loop[:-1], "abcde"[:len(loop) - 1], strict=True))
+    source = ""
+    if op in MATH_OPS:
+        body = math_helper_body(op, loop)
+    elif op in RANDOM_OPS:
+        body = random_helper_body(op, loop)
+        source = random_preamble(op)
+    else:
+        body = helper_body(op, loop)
+    source += f"static inline {c_type_name(loop[-1])} {name}({params})\n{{\n  {body}\n}}\n"
     return Helper(name, loop[-1], source)

@@ -9,6 +9,11 @@ in chunks through local memory (reading the mask by words, staging the chunk's
 positions so that they are written coalesced); on a CPU a work-group is one
 work-item that walks its block with a branch-free loop.
 
+The kernels are two programs of one source each (a shared prelude), compiled
+through the kernel cache (:class:`fuseloop.cache.SourceKernel`: memory and disk
+caches, compile workers, ``fl.stats()``) and launched through
+:func:`fuseloop.launching.enqueue`, like every generated kernel.
+
 These two kernels replace pyopencl's generic scan (``copy_if``'s pattern), which
 launches three kernels and does more host work per call: it took 3 to 8 times as
 long on PoCL's CPU device and 2 to 5.5 times as long on the H200 (see
@@ -23,18 +28,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyopencl as cl
 
 from .. import caches as _caches
+from .. import launching
 from .. import stats as _stats
+from ..backends import backend_for
+from ..cache import KernelPlan, SourceKernel
 from ..evaluate import allocate
 from ..expr.nodes import Storage
-from ..launching import enqueue_or_defer, set_args
-from ..runtime.compile_workers import build_program
 from ..runtime.devices import Device
 from ..runtime.transfer import read
 
-_SOURCE = r"""
+_PRELUDE = r"""
 /* WG: work-items per group; PER: consecutive mask bytes per work-item and chunk */
 
 /* read a work-item's bytes as 32-bit words where byte k of a word is the k-th byte */
@@ -68,7 +73,9 @@ long group_sum(const long v, __local long *part)
     return sum;
 }
 #endif
+"""
 
+_COUNT = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fuseloop_mask_count(__global const uchar *restrict mask,
                          __global long *restrict counts, const long n, const long block)
@@ -96,7 +103,9 @@ void fuseloop_mask_count(__global const uchar *restrict mask,
     if (lid == 0)
         counts[get_group_id(0)] = c;
 }
+"""
 
+_COMPACT = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fuseloop_mask_compact(__global const uchar *restrict mask,
                            __global const long *restrict counts,
@@ -216,31 +225,70 @@ def layout_for(device: Device) -> Layout:
     if device.type == "cpu":
         return Layout(1, 1, CPU_MIN_BLOCK, device.compute_units * CPU_GROUPS_PER_UNIT)
     group = GPU_GROUP
-    while group > device.cl_device.max_work_group_size:
+    while group > device.max_work_group_size:
         group //= 2
     return Layout(group, GPU_PER_ITEM, GPU_MIN_BLOCK, GPU_MAX_GROUPS)
 
 
-_kernels: dict[tuple[int, int, int], tuple[cl.Kernel, cl.Kernel]] = {}
+def _plan(name: str, body: str, args: list[str], layout: Layout) -> KernelPlan:
+    """A kernel's plan: buffers ``in<k>``/``out<k>``, then the int64 scalars ``n`` and
+    ``block`` (``s0``, ``s1``); ``p[0]`` work-groups of ``layout.group``."""
+    return KernelPlan(
+        name=name, source=_PRELUDE + body, arg_names=[*args, "s0", "s1"],
+        gsize=["p[0]"], lsize=[str(layout.group)],
+        build_options=[f"-DWG={layout.group}", f"-DPER={layout.per_item}"],
+        arg_dtypes=[*([None] * len(args)), "int64", "int64"])
+
+
+# (group, items per work-item) -> (count kernel, compact kernel): their plans and
+# digests, not compiled kernels (those are in the kernel cache)
+_kernels: dict[tuple[int, int], tuple[SourceKernel, SourceKernel]] = {}
 _kernels_lock = threading.Lock()
 _caches.register("ops.compaction.kernels", _kernels.clear, lambda: len(_kernels),
-                 why="one per device context and work-group layout (one layout per device)")
+                 why="one per work-group layout (one layout per device)")
 
 
-def _kernels_for(device: Device, layout: Layout) -> tuple[cl.Kernel, cl.Kernel]:
-    key = (device.context.int_ptr, layout.group, layout.per_item)
+def _kernels_for(layout: Layout) -> tuple[SourceKernel, SourceKernel]:
+    key = (layout.group, layout.per_item)
     found = _kernels.get(key)
     if found is None:
         with _kernels_lock:
             found = _kernels.get(key)
             if found is None:
-                program = build_program(
-                    device, _SOURCE, [f"-DWG={layout.group}", f"-DPER={layout.per_item}"],
-                    ("fuseloop_mask_count", "fuseloop_mask_compact"))
-                _stats.increment("kernels_compiled")  # (built here, not by the cache)
-                found = _kernels[key] = (cl.Kernel(program, "fuseloop_mask_count"),
-                                         cl.Kernel(program, "fuseloop_mask_compact"))
+                found = _kernels[key] = (
+                    SourceKernel(_plan("fuseloop_mask_count", _COUNT, ["in0", "out0"],
+                                       layout)),
+                    SourceKernel(_plan("fuseloop_mask_compact", _COMPACT,
+                                       ["in0", "in1", "out0", "out1"], layout)))
     return found
+
+
+# (device index, work-groups, group, items per work-item) -> [count plan or None,
+# compact plan, the last call's (n, block) and its scalar arguments]: kept while
+# their kernels are in the kernel cache (as launching.launch_cached keeps a
+# structure's plan), so that a repeated compaction skips the look-ups, and one of
+# the same size passes the same scalar objects, which the launcher does not set again
+_plans: dict[tuple[int, int, int, int], list[Any]] = {}
+MAX_PLANS = 64
+_caches.register("ops.compaction.plans", _plans.clear, lambda: len(_plans), MAX_PLANS)
+
+
+def _plans_for(device: Device, layout: Layout, groups: int) -> tuple[list[Any], int]:
+    """The kept entry of :data:`_plans` and the memory-cache hits to count."""
+    key = (device.index, groups, layout.group, layout.per_item)
+    found = _plans.get(key)
+    if found is not None and found[1].compiled.in_cache \
+            and (found[0] is None or found[0].compiled.in_cache):
+        return found, 1
+    count_kernel, compact_kernel = _kernels_for(layout)
+    count = None
+    if groups > 1:
+        count = launching.plan_for(count_kernel.get(device), (groups,), 0, 0, device)
+    compact = launching.plan_for(compact_kernel.get(device), (groups,), 0, 0, device)
+    if len(_plans) >= MAX_PLANS:
+        _plans.clear()
+    found = _plans[key] = [count, compact, None, None]
+    return found, 0  # (the look-ups counted theirs)
 
 
 def blocks(n: int, layout: Layout) -> tuple[int, int]:
@@ -260,26 +308,23 @@ def true_positions(mask: Any, n: int, device: Device) -> tuple[Storage, int]:
     buffer ``mask``, ascending, in a new storage with room for ``n``, and how
     many there are (read back: the caller needs it for the result's shape)."""
     layout = layout_for(device)
-    count_kernel, compact_kernel = _kernels_for(device, layout)
     groups, block = blocks(n, layout)
-    group = layout.group
+    kept, hit = _plans_for(device, layout, groups)
+    count_plan, compact_plan, sizes, scalars = kept
+    if sizes != (n, block):
+        scalars = [np.int64(n), np.int64(block)]
+        kept[2:] = (n, block), scalars  # (one store: other threads see both or neither)
     out = allocate(n * 8, device)
     total = allocate(8, device)
     counts = allocate(groups * 8, device) if groups > 1 else out  # (unread when one)
-    n_arg, block_arg = np.int64(n), np.int64(block)
-
-    def go(queue: cl.CommandQueue) -> None:
-        # (through launching's enqueue_or_defer: deferred launches first, one may
-        # compute the mask; under the device's launch lock, as these kernel
-        # objects' arguments are shared by all threads)
-        if groups > 1:
-            set_args(count_kernel, (mask, counts.buffer), (n_arg, block_arg))
-            cl.enqueue_nd_range_kernel(queue, count_kernel, (groups * group,), (group,))
-        set_args(compact_kernel, (mask, counts.buffer, out.buffer, total.buffer),
-                 (n_arg, block_arg))
-        cl.enqueue_nd_range_kernel(queue, compact_kernel, (groups * group,), (group,))
-
-    enqueue_or_defer(go, (), False, device)
+    source = Storage(mask, n, device)
+    # (launched now, not deferred: deferred launches go first, and one may compute
+    # the mask; the in-order queue runs the count before the compaction)
+    # (counted as one scan, not as kernels launched: see docs/api.md)
+    if count_plan is not None:
+        launching.enqueue(count_plan, [counts], [source], scalars, False, device, hit, 0)
+    launching.enqueue(compact_plan, [out, total], [source, counts], scalars, False, device,
+                      hit, 0)
     _stats.increment("scans")
     found = np.empty(1, np.int64)
     read(found, total.buffer, device)
@@ -296,7 +341,7 @@ def _positions_storage(out: Storage, count: int, n: int, device: Device) -> Stor
     if (n - count) * 8 > SPARE_BYTES_KEPT:
         # a mask selecting few of many elements keeps little memory
         fit = allocate(count * 8, device)
-        cl.enqueue_copy(device.queue, fit.buffer, out.buffer, byte_count=count * 8)
+        backend_for(device).copy(device, fit.buffer, out.buffer, count * 8)
         return fit
     return Storage(out.buffer, count * 8, device)
 

@@ -12,11 +12,11 @@ from ..expr.nodes import Apply, Concat, Gather, Iota, Leaf, Literal, Node, Reduc
 from .build import Build
 
 
-def iota_reach(node: Node) -> int:
+def iota_reach(node: Leaf | Iota) -> int:
     """An upper bound of every partial sum of an iota view's address (``offset`` plus
     ``index * stride`` terms): its lazy source's logical extent."""
-    strides = node.view_strides()  # type: ignore[attr-defined]
-    return abs(node.offset) + sum((n - 1) * abs(s)  # type: ignore[attr-defined]
+    strides = node.view_strides()
+    return abs(node.offset) + sum((n - 1) * abs(s)
                                   for n, s in zip(node.shape, strides) if n > 1)
 
 
@@ -78,13 +78,13 @@ class _Emitter(Mapper):
             ref = self.memo[key] = self.methods[type(node)](node, at)
         return ref
 
-    def address(self, node: Node, at: tuple) -> tuple[Any, Any]:
+    def address(self, node: Leaf | Iota, at: tuple) -> tuple[Any, Any]:
         """The strides and offset kinds a leaf or iota is read with at ``at``."""
         b = self.b
-        if node.strides is None and at == b.root_at:  # type: ignore[attr-defined]
+        if node.strides is None and at == b.root_at:
             return "c", 0  # the common case: a whole array in the output's own order
-        strides = node.view_strides()  # type: ignore[attr-defined]
-        off = node.offset  # type: ignore[attr-defined]
+        strides = node.view_strides()
+        off = node.offset
         off_kind = 0 if off == 0 else b.param(off)
         if at == b.root_at and all(c == 0 or s == cs for c, s, cs in zip(at, strides, b.out_c)):
             return "c", off_kind  # walks the output's own C order: the flat index

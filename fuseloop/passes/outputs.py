@@ -64,7 +64,7 @@ def split_rows(b: Build) -> None:
     for e in b.entries:
         if e.kind == "reduce":
             has_reduce = True
-            collect_root_dims(e.at, varying, b.entries)  # type: ignore[union-attr]
+            collect_root_dims(e.at, varying, b.entries)
     if has_reduce:
         elem = [d for d, n in enumerate(b.out_shape) if n != 1 and d not in varying]
         if elem:

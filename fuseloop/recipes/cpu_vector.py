@@ -45,7 +45,11 @@ POCL_PLATFORM = "Portable Computing Language"
 #: floats or 4 doubles: double calls take 4 lanes at a time)
 LANES = VECTOR_WIDTH = 8
 _TYPES: dict[np.dtype, str] = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
-# the builtins whose PoCL vector forms pay (the probe's figures, float / double):
+# the builtins whose PoCL vector forms pay (the probe's figures, float / double).
+# The builtins of lower/math_ops.py (erf, lgamma, fma, frexp, ...) stay scalar calls:
+# the probe never measured their vector forms (speed nor the lane errors that float8
+# sin showed), and frexp/modf/ldexp take pointer or int-vector arguments.
+#
 # floor, ceil, trunc, rint, sqrt and copysign are compiler intrinsics that the
 # loop vectoriser already handles
 _VECTOR_OPS = {

@@ -1,18 +1,22 @@
-"""The compile worker's process: builds OpenCL programs and returns device binaries.
+"""The compile worker's process: builds programs and returns device binaries.
 
-Started by :mod:`fuseloop.runtime.compile_workers` as ``python <this file>`` (not
-``-m``, so that the worker imports pyopencl and nothing of fuseloop).  It reads
-requests from standard input and answers on the standard output it was started
-with; anything the OpenCL compiler prints goes to standard error.
+Started by :mod:`fuseloop.runtime.compile_workers` as ``python <this file> BUILDER...``
+(not ``-m``, so that the worker imports nothing of fuseloop).  A builder is a
+backend's standalone file (e.g. ``fuseloop/backends/opencl_worker.py``) with a
+function ``build(state, address, source, options, kernel_names)``; the files named
+on the command line are loaded at start (their driver imports overlap the caller's
+work), others when a request names them.  It reads requests from standard input
+and answers on the standard output it was started with; anything the compiler
+prints goes to standard error.
 
 Messages are pickled tuples, each preceded by its length (8 bytes, little endian):
 
-* the worker first sends ``("ready", pyopencl_version)``;
-* a request is ``(platform, device, ordinal, source, options, kernel_names, hook)``
-  where ``ordinal`` counts earlier devices of the same platform and name;
+* the worker first sends ``("ready", python_version)``;
+* a request is ``(builder, platform, device, ordinal, source, options, kernel_names,
+  hook)`` where ``builder`` is the path of a builder file and ``ordinal`` counts
+  earlier devices of the same platform and name;
 * the answer is ``("ok", binary)`` or ``("error", log)``; a request whose source is
-  None warms the worker up for that device ahead of its first build (the device's
-  context, and one small program built, see :func:`_warm_up`) and is answered
+  None only makes the device's context (ahead of the first build) and is answered
   ``("ok", b"")``.
 
 ``hook`` is for tests: ``None``, or ``(action, marker)``; when ``marker`` is in
@@ -50,66 +54,32 @@ def write_message(stream: IO[bytes], message: Any) -> None:
     stream.flush()
 
 
-def _find_device(cl: Any, platform: str, device: str, ordinal: int) -> Any:
-    seen = 0
-    for plat in cl.get_platforms():
-        if plat.name.strip() != platform:
-            continue
-        for d in plat.get_devices():
-            if d.name.strip() == device:
-                if seen == ordinal:
-                    return d
-                seen += 1
-    raise LookupError(f"the compile worker sees no device {device!r} (number {ordinal}) "
-                      f"on platform {platform!r}")
+def _builder(path: str, builders: dict[str, Any]) -> Any:
+    """The ``build`` function of the backend's builder file at ``path``, loaded once."""
+    found = builders.get(path)
+    if found is None:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(
+            f"_fuseloop_builder_{len(builders)}", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"the compile worker cannot load the builder {path!r}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        found = builders[path] = module.build
+    return found
 
 
-#: a program built once per device when the worker warms up (see _warm_up)
-_WARM_UP_SOURCE = "__kernel void fl_warm_up(__global float *a) { a[get_global_id(0)] *= 2.0f; }"
-#: the devices (platform, name, ordinal) this worker has warmed up for
-_warmed: set[tuple[str, str, int]] = set()
-
-
-def _warm_up(cl: Any, context: Any) -> bool:
-    """Build a small program (and its binary) on ``context``: a compiler's first build
-    in a process costs its own start (PoCL: LLVM and its kernel library, about 0.35 s
-    of CPU of the 0.5 s a first small kernel takes); done at the caller's cache miss,
-    that overlaps the caller's code generation instead of delaying its build.  A
-    failure is left for the real build to report."""
-    try:
-        cl.Program(context, _WARM_UP_SOURCE).build().get_info(cl.program_info.BINARIES)
-    except Exception:
-        return False
-    return True
-
-
-def _build(cl: Any, contexts: dict, request: tuple) -> tuple[str, Any]:
-    platform, device, ordinal, source, options, kernel_names, hook = request
+def _build(builders: dict[str, Any], state: dict, request: tuple) -> tuple[str, Any]:
+    builder, platform, device, ordinal, source, options, kernel_names, hook = request
     if hook is not None and source is not None and hook[1] in source:
         if hook[0] == "abort":
             os.abort()
         if hook[0] == "hang":
             time.sleep(3600)
-    key = (platform, device, ordinal)
-    if key not in contexts:
-        cl_device = _find_device(cl, platform, device, ordinal)
-        contexts[key] = (cl.Context([cl_device]), cl_device)
-    context, cl_device = contexts[key]
-    if source is None:
-        if key not in _warmed:
-            _warmed.add(key)
-            _warm_up(cl, context)
-        return "ok", b""
-    try:
-        program = cl.Program(context, source).build(options=list(options))
-        for name in kernel_names:  # a kernel the compiler dropped fails here, not later
-            cl.Kernel(program, name)
-        binaries = program.get_info(cl.program_info.BINARIES)
-    except cl.Error as exc:
-        return "error", str(exc)
-    if len(binaries) != 1 or not binaries[0]:
-        return "error", "the OpenCL driver returned no program binary"
-    return "ok", bytes(binaries[0])
+    build = _builder(builder, builders)
+    return build(state.setdefault(builder, {}), (platform, device, ordinal), source,
+                 options, kernel_names)
 
 
 def main() -> None:
@@ -118,17 +88,21 @@ def main() -> None:
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     requests = sys.stdin.buffer
-    import pyopencl as cl
-
-    write_message(answers, ("ready", cl.VERSION_TEXT))
-    contexts: dict = {}
+    builders: dict[str, Any] = {}
+    for path in sys.argv[1:]:
+        try:
+            _builder(path, builders)
+        except Exception:
+            pass  # (reported when a request needs it)
+    write_message(answers, ("ready", sys.version))
+    state: dict[str, dict] = {}
     while True:
         try:
             request = read_message(requests)
         except EOFError:
             return
         try:
-            answer = _build(cl, contexts, request)
+            answer = _build(builders, state, request)
         except Exception as exc:  # anything but a crash goes back as a build error
             answer = ("error", f"{type(exc).__name__}: {exc}")
         write_message(answers, answer)

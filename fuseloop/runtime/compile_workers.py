@@ -1,4 +1,8 @@
-"""OpenCL programs built in compile workers, so a compiler crash cannot end the caller.
+"""Programs built in compile workers, so a compiler crash cannot end the caller.
+
+Backend-neutral: a backend (:mod:`fuseloop.backends`) names a standalone builder
+file (``Backend.worker_builder``) that the worker loads, and calls
+:func:`compile_binary` from its ``build_source``.
 
 OpenCL CPU runtimes (PoCL, Intel's) run LLVM inside the calling process; when it
 aborts (``LLVM ERROR: ...``) or segfaults, the user's interpreter dies with it.  So
@@ -26,8 +30,6 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
-
-import pyopencl as cl
 
 from ..errors import KernelBuildError
 from .compile_worker_main import read_message, write_message
@@ -76,10 +78,12 @@ class _Worker:
     """One compile worker process and the file its standard error goes to."""
 
     def __init__(self) -> None:
+        from ..backends import worker_builders
+
         self.stderr: IO[bytes] = tempfile.TemporaryFile()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, _WORKER_SCRIPT], stdin=subprocess.PIPE,
+                [sys.executable, _WORKER_SCRIPT, *worker_builders()], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=self.stderr, close_fds=True,
                 # the terminal's Ctrl-C goes to the caller, which kills the worker
                 # it waits for; other workers finish their builds
@@ -92,7 +96,8 @@ class _Worker:
                 "(a compiler crash then ends it)") from None
         self.ready = False
         self.unread = 0  # answers to requests sent without waiting (see send)
-        self.warmed: set[tuple[str, str, int]] = set()  # devices whose context it made
+        # (builder, platform, device, ordinal) of devices whose context it made
+        self.warmed: set[tuple[str, str, str, int]] = set()
 
     def _stderr_since(self, offset: int) -> str:
         try:
@@ -183,7 +188,7 @@ class _Pool:
             self.started -= 1
             self.condition.notify()
 
-    def prestart(self, address: tuple[str, str, int] | None = None) -> None:
+    def prestart(self, address: tuple[str, str, str, int] | None = None) -> None:
         """Start a worker ahead of the first build if none runs, and with ``address``
         have an idle worker make that device's context, so that both overlap the
         caller's work (making arrays, lowering)."""
@@ -231,13 +236,19 @@ os.register_at_fork(after_in_child=_forget_parents_workers)
 
 
 def prestart(device: Any = None) -> None:
-    """Start a compile worker now if none runs, and have it warm up for ``device``: make
-    its context and build a small program (no-op when building inline).  Called when a
-    device is first used (the worker's start overlaps the caller's work) and at a
-    kernel cache miss (the compiler's own start overlaps lowering: about 0.35 s of
-    CPU on PoCL, once per worker and device)."""
+    """Start a compile worker now if none runs, and have it make ``device``'s context
+    (no-op when building inline).  Called when a device is first used (the worker's
+    start overlaps the caller's work) and at a kernel cache miss (the context's
+    creation overlaps lowering)."""
     if mode() == "process":
-        _pool.prestart(None if device is None else _device_address(device))
+        if device is None:
+            _pool.prestart(None)
+            return
+        from ..backends import backend_for
+
+        builder = backend_for(device).worker_builder
+        if builder is not None:
+            _pool.prestart((builder, *_device_address(device)))
 
 
 def _device_address(device: Any) -> tuple[str, str, int]:
@@ -248,10 +259,13 @@ def _device_address(device: Any) -> tuple[str, str, int]:
     return device.platform, device.name, ordinal
 
 
-def _compile_in_worker(device: Any, source: str, options: Sequence[str],
-                       kernel_names: Sequence[str]) -> bytes:
-    request = (*_device_address(device), source, tuple(options), tuple(kernel_names),
-               test_hook)
+def compile_binary(device: Any, builder: str, source: str, options: Sequence[str] = (),
+                   kernel_names: Sequence[str] = (), language: str = "OpenCL") -> bytes:
+    """The device binary of ``source``, built for ``device`` by a compile worker with
+    the backend's ``builder`` file.  Raises KernelBuildError when the compiler rejects
+    the source or the worker dies (naming the device, the kernels and the signal)."""
+    request = (builder, *_device_address(device), source, tuple(options),
+               tuple(kernel_names), test_hook)
     worker = _pool.acquire()
     try:
         answer = worker.request(request)
@@ -259,7 +273,7 @@ def _compile_in_worker(device: Any, source: str, options: Sequence[str],
         _pool.discard(worker)
         names = ", ".join(kernel_names) or "a kernel"
         raise KernelBuildError(
-            f"the OpenCL compiler for {device.name} ({device.platform}) crashed building "
+            f"the {language} compiler for {device.name} ({device.platform}) crashed building "
             f"{names} (compile worker {died.describe()}); this process and its arrays are "
             "unaffected and nothing was cached. Select another device or CPU runtime "
             "(FUSELOOP_DEVICE, see `fuseloop devices`), and please report the kernel "
@@ -271,28 +285,6 @@ def _compile_in_worker(device: Any, source: str, options: Sequence[str],
     status, payload = answer
     if status != "ok":
         raise KernelBuildError(
-            f"the OpenCL compiler for {device.name} rejected kernel "
+            f"the {language} compiler for {device.name} rejected kernel "
             f"{', '.join(kernel_names)}", source=source, build_log=payload)
     return payload
-
-
-def build_program(device: Any, source: str, options: Sequence[str] = (),
-                  kernel_names: Sequence[str] = ()) -> cl.Program:
-    """``source`` built for ``device``: in a compile worker (see the module's text),
-    or here with ``FUSELOOP_COMPILE=inline``.  Raises KernelBuildError when the
-    compiler rejects the source or crashes."""
-    if mode() == "inline":
-        try:
-            return cl.Program(device.context, source).build(options=list(options))
-        except cl.Error as exc:
-            raise KernelBuildError(
-                f"the OpenCL compiler for {device.name} rejected kernel "
-                f"{', '.join(kernel_names)}", source=source, build_log=str(exc)) from None
-    binary = _compile_in_worker(device, source, options, kernel_names)
-    try:
-        return cl.Program(device.context, [device.cl_device], [binary]).build(
-            options=list(options))
-    except cl.Error as exc:
-        raise KernelBuildError(
-            f"{device.name} did not load the binary its compiler made for kernel "
-            f"{', '.join(kernel_names)}", source=source, build_log=str(exc)) from None

@@ -32,16 +32,9 @@ from .memory import DeviceMemory
 # before the first OpenCL call: pyopencl's ICD loader reads its environment then
 icd.register_runtimes()
 
-_TYPE_NAMES = {
-    cl.device_type.GPU: "gpu",
-    cl.device_type.CPU: "cpu",
-    cl.device_type.ACCELERATOR: "accelerator",
-}
-
-
 @dataclass(frozen=True, eq=False)
 class Device:
-    """An OpenCL device fuseloop can run on."""
+    """A device fuseloop can run on (OpenCL, through the backend named by ``backend``)."""
 
     index: int
     name: str
@@ -58,6 +51,9 @@ class Device:
     problem: str | None = None
     #: the OpenCL runtime and its version, e.g. 'PoCL 3.0-rc2 (LLVM 14.0.6)'
     runtime: str = ""
+    #: the label of the backend it runs on (see :mod:`fuseloop.backends`)
+    backend: str = "opencl"
+    max_work_group_size: int = 256
 
     @property
     def usable(self) -> bool:
@@ -293,29 +289,23 @@ def _compiler_problem(cl_device: Any) -> str | None:
 
 
 def _discover() -> list[Device]:
+    from ..backends import BACKENDS, get_backend
+
     found: list[Device] = []
-    try:
-        platforms = cl.get_platforms()
-    except cl.Error:
-        platforms = []
-    for plat in platforms:
+    for name in BACKENDS:
         try:
-            cl_devices = plat.get_devices()
-        except cl.Error:
+            infos = get_backend(name).discover()
+        except ImportError:  # (a backend whose driver is not installed)
             continue
-        for d in cl_devices:
-            dtype = next((n for t, n in _TYPE_NAMES.items() if d.type & t), "other")
+        for info in infos:
             found.append(Device(
-                index=len(found), name=d.name.strip(), type=dtype, platform=plat.name.strip(),
-                vendor=d.vendor.strip(), driver_version=d.driver_version.strip(),
-                global_mem_size=int(d.global_mem_size), max_alloc_size=int(d.max_mem_alloc_size),
-                has_fp64=bool(d.double_fp_config) or "cl_khr_fp64" in d.extensions,
-                cl_device=d, compute_units=int(d.max_compute_units),
-                problem=_compiler_problem(d),
-                runtime=icd.runtime_label(plat.name.strip(), plat.version.strip(),
-                                          d.driver_version.strip()),
-            ))
-    icd.check_discovered([p.name.strip() for p in platforms])
+                index=len(found), name=info.name, type=info.type, platform=info.platform,
+                vendor=info.vendor, driver_version=info.driver_version,
+                global_mem_size=info.global_mem_size, max_alloc_size=info.max_alloc_size,
+                has_fp64=info.has_fp64, cl_device=info.handle,
+                compute_units=info.compute_units, problem=info.problem,
+                runtime=info.runtime, backend=info.backend,
+                max_work_group_size=info.max_work_group_size))
     return found
 
 

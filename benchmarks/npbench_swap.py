@@ -1,0 +1,242 @@
+"""NPBench's CuPy kernels run unchanged with fuseloop in place of CuPy.
+
+What a porting user does: take code written for a drop-in GPU array library and
+import fuseloop under its name.  NPBench (https://github.com/spcl/npbench) is not part
+of this repository: pass a checkout with ``--npbench``.  For each benchmark, in a
+process of its own (a hang or a crash costs that benchmark only), this script runs
+NPBench's NumPy kernel and its CuPy kernel with ``cupy`` bound to fuseloop (or, with
+``--peer cupy``, also real CuPy), checks the outputs against NumPy's, and reports the
+median time of each and the ratio ``reference time / fuseloop time``.
+
+    python benchmarks/npbench_swap.py --npbench /tmp/npbench --preset S --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import multiprocessing as mp
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _load(path: Path, name: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _FuseloopAsCupy(types.ModuleType):
+    """``import cupy`` inside the loaded kernels: fuseloop's namespace."""
+
+    def __init__(self) -> None:
+        super().__init__("cupy")
+        import fuseloop
+
+        self._fl = fuseloop
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "cuda":  # `with cupy.cuda.Device(0):` in a few kernels: one device here
+            return types.SimpleNamespace(Device=lambda index=0: contextlib.nullcontext())
+        return getattr(self._fl, name)
+
+
+def _force(value: Any) -> None:
+    """Evaluate lazy fuseloop results (CuPy's are computed when returned)."""
+    if isinstance(value, tuple | list):
+        for v in value:
+            _force(v)
+    elif hasattr(value, "eval") and hasattr(value, "is_lazy"):
+        value.eval()
+
+
+def _synchronize(framework: str) -> None:
+    if framework == "fuseloop":
+        import fuseloop
+
+        fuseloop.synchronize()
+    elif framework == "cupy":
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+
+
+def _to_host(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_to_host(v) for v in value]
+    if hasattr(value, "get") and not isinstance(value, np.ndarray | dict):
+        return np.asarray(value.get())
+    return value
+
+
+def _compare(ref: Any, got: Any, rtol: float) -> str | None:
+    """None when ``got`` matches ``ref``; else what differs."""
+    if isinstance(ref, list):
+        if not isinstance(got, list) or len(got) != len(ref):
+            return "output count differs"
+        for r, g in zip(ref, got):
+            why = _compare(r, g, rtol)
+            if why:
+                return why
+        return None
+    r, g = np.asarray(ref), np.asarray(got)
+    if r.shape != g.shape:
+        return f"shape {g.shape} != {r.shape}"
+    if r.size == 0:
+        return None
+    if r.dtype.kind in "fc" or g.dtype.kind in "fc":
+        scale = max(1.0, float(np.nanmax(np.abs(r))))
+        if not np.allclose(g, r, rtol=rtol, atol=rtol * scale, equal_nan=True):
+            err = float(np.nanmax(np.abs(g - r)))
+            return f"max abs error {err:.3g} (scale {scale:.3g})"
+        return None
+    return None if np.array_equal(r, g) else "integer values differ"
+
+
+def _run_one(bench_dir: Path, info: dict, preset: str, framework: str,
+             repeats: int, budget_s: float, rtol: float) -> dict:
+    """Time one benchmark under one framework (in the current process)."""
+    b = info["benchmark"]
+    folder = bench_dir / b["relative_path"]
+    module = b["module_name"]
+    params = b["parameters"][preset]
+    values = dict(params)
+    if "init" in b:  # (a few benchmarks take their parameters only)
+        init = _load(folder / f"{module}.py", f"npb_{module}_init")
+        init_args = [params[a] for a in b["init"]["input_args"]]
+        made = getattr(init, b["init"]["func_name"])(*init_args)
+        made = made if isinstance(made, tuple) else (made,)
+        values.update(zip(b["init"]["output_args"], made))
+    if framework == "numpy":
+        kernel_module = _load(folder / f"{module}_numpy.py", f"npb_{module}_numpy")
+    else:
+        if framework == "fuseloop":
+            sys.modules["cupy"] = _FuseloopAsCupy()
+        kernel_module = _load(folder / f"{module}_cupy.py", f"npb_{module}_{framework}")
+    kernel = getattr(kernel_module, b["func_name"])
+    copy = np.copy
+    if framework == "fuseloop":
+        import fuseloop
+
+        copy = fuseloop.asarray
+    elif framework == "cupy":
+        import cupy
+
+        copy = cupy.asarray
+    times: list[float] = []
+    result: Any = None
+    args: dict[str, Any] = {}
+    started = time.perf_counter()
+    for k in range(repeats + 1):  # the first call compiles: not counted
+        args = dict(values)
+        for name in b["array_args"]:
+            args[name] = copy(np.copy(values[name]))
+        _synchronize(framework)
+        t0 = time.perf_counter()
+        result = kernel(*[args[a] for a in b["input_args"]])
+        _force(result)
+        _synchronize(framework)
+        if k:
+            times.append(time.perf_counter() - t0)
+        if time.perf_counter() - started > budget_s and len(times) >= 1:
+            break
+    outputs = [args[name] for name in b["output_args"]]
+    return {"time_s": float(np.median(times)) if times else math.nan,
+            "outputs": _to_host(outputs), "result": _to_host(result), "calls": len(times)}
+
+
+def _worker(queue: Any, *job: Any) -> None:
+    try:
+        queue.put(_run_one(*job))
+    except BaseException as exc:  # reported, not raised: the parent goes on
+        queue.put({"error": f"{type(exc).__name__}: {exc}"[:300]})
+
+
+def _in_process(job: tuple, timeout_s: float) -> dict:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_worker, args=(queue, *job))
+    proc.start()
+    try:
+        return queue.get(timeout=timeout_s)
+    except Exception:
+        return {"error": f"did not finish in {timeout_s:.0f} s"}
+    finally:
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--npbench", type=Path, required=True, help="an NPBench checkout")
+    parser.add_argument("--preset", default="S", choices=["S", "M", "L", "paper"])
+    parser.add_argument("--reference", default="numpy", choices=["numpy", "cupy"],
+                        help="the framework whose time is divided by fuseloop's")
+    parser.add_argument("--only", nargs="*", default=None, help="benchmark short names")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--budget", type=float, default=10.0,
+                        help="seconds of timed calls per benchmark and framework")
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--rtol", type=float, default=1e-5)
+    parser.add_argument("--json", type=Path, default=None)
+    ns = parser.parse_args()
+
+    bench_dir = ns.npbench / "npbench" / "benchmarks"
+    rows = []
+    for info_path in sorted((ns.npbench / "bench_info").glob("*.json")):
+        info = json.loads(info_path.read_text())
+        b = info["benchmark"]
+        name = b["short_name"]
+        folder = bench_dir / b["relative_path"]
+        if ns.only and name not in ns.only:
+            continue
+        if not (folder / f"{b['module_name']}_cupy.py").exists():
+            continue
+        numpy_ref = _in_process((bench_dir, info, ns.preset, "numpy", ns.repeats, ns.budget,
+                                 ns.rtol), ns.timeout)
+        ref = numpy_ref if ns.reference == "numpy" else _in_process(
+            (bench_dir, info, ns.preset, "cupy", ns.repeats, ns.budget, ns.rtol), ns.timeout)
+        fl_run = _in_process((bench_dir, info, ns.preset, "fuseloop", ns.repeats, ns.budget,
+                              ns.rtol), ns.timeout)
+        row: dict[str, Any] = {"benchmark": name}
+        if "error" in fl_run:
+            row["status"] = fl_run["error"]
+        elif "error" in numpy_ref:
+            row["status"] = "numpy: " + numpy_ref["error"]
+        else:
+            why = _compare(numpy_ref["outputs"], fl_run["outputs"], ns.rtol)
+            if why is None and numpy_ref["result"] is not None:  # (some kernels return None
+                # in one framework and their output array in another)
+                why = _compare(numpy_ref["result"], fl_run["result"], ns.rtol) \
+                    if fl_run["result"] is not None else None
+            row["status"] = "ok" if why is None else "wrong: " + why
+            row["fuseloop_s"] = fl_run["time_s"]
+            if "time_s" in ref:
+                row[f"{ns.reference}_s"] = ref["time_s"]
+                row["ratio"] = ref["time_s"] / fl_run["time_s"]
+        rows.append(row)
+        ratio = f"{row['ratio']:.3g}" if "ratio" in row else "-"
+        print(f"{name:28s} {ratio:>8s}  {row['status']}", flush=True)
+    ok = [r["ratio"] for r in rows if r.get("status") == "ok" and r.get("ratio")]
+    geomean = math.exp(sum(math.log(r) for r in ok) / len(ok)) if ok else math.nan
+    print(f"{len(ok)} of {len(rows)} ran and matched; geometric mean of "
+          f"{ns.reference} time / fuseloop time over them: {geomean:.3g}")
+    if ns.json:
+        ns.json.write_text(json.dumps({"preset": ns.preset, "reference": ns.reference,
+                                       "geomean": geomean, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

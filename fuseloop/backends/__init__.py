@@ -1,0 +1,61 @@
+"""Backends: the compute APIs fuseloop runs kernels through (see :mod:`.base`).
+
+Each backend is one module implementing :class:`~.base.Backend`, registered here
+under its short label (``"opencl"``).  A device names its backend
+(``Device.backend``); :func:`backend_for` maps it to the backend object.  A
+backend's module is imported when first asked for, so a process imports only the
+drivers it uses.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any
+
+from .base import Backend, BuiltProgram, DeviceInfo, Launcher, LaunchSpec
+
+#: label -> "module:class" of every known backend, in discovery order (a module
+#: name starting with a dot is relative to this package)
+BACKENDS: dict[str, str] = {
+    "opencl": ".opencl:OpenCLBackend",
+}
+_loaded: dict[str, Backend] = {}
+_lock = threading.Lock()
+
+
+def get_backend(name: str) -> Backend:
+    """The backend labelled ``name`` (imported on first use); KeyError if unknown."""
+    found = _loaded.get(name)
+    if found is not None:
+        return found
+    target = BACKENDS[name]
+    with _lock:
+        found = _loaded.get(name)
+        if found is None:
+            module, _, cls = target.partition(":")
+            found = _loaded[name] = getattr(importlib.import_module(module, __name__), cls)()
+    return found
+
+
+def backend_for(device: Any) -> Backend:
+    """The backend ``device`` runs on (its ``backend`` label)."""
+    return get_backend(getattr(device, "backend", "opencl"))
+
+
+def worker_builders() -> list[str]:
+    """The builder files compile workers load at start (their driver imports then
+    overlap the caller's work): those of the registered backends that import here."""
+    found = []
+    for name in BACKENDS:
+        try:
+            builder = get_backend(name).worker_builder
+        except ImportError:  # (a backend whose driver is not installed)
+            continue
+        if builder is not None:
+            found.append(builder)
+    return found
+
+
+__all__ = ["BACKENDS", "Backend", "BuiltProgram", "DeviceInfo", "LaunchSpec", "Launcher",
+           "backend_for", "get_backend", "worker_builders"]

@@ -1,0 +1,220 @@
+"""The backend interface: what fuseloop asks of a compute API (OpenCL, CUDA, ...).
+
+A :class:`Backend` discovers devices, allocates and copies buffers, builds
+programs from source or from a binary (and hands the binary back for the disk
+cache), makes kernel objects, launches and waits.  The records here are small and
+backend-neutral; what they wrap (``handle``) is the backend's own object.
+
+The launch hot path does not call the backend per launch: once per launch plan,
+:meth:`Backend.make_launcher` turns a :class:`LaunchSpec` (which argument
+positions are outputs, inputs, scalars and constants, and the grid) into a
+closure, and :mod:`fuseloop.launching` calls that closure for every launch.  The
+closure's signature (:data:`Launcher`) is the contract: it binds the arguments
+that changed since the last launch on the same per-thread kernel object and
+enqueues on the queue it is given.
+
+The test of this interface: a CUDA backend (Loopy's CUDA target, built with
+NVRTC) is one new module implementing these methods, registered in
+:mod:`fuseloop.backends`, and nothing else changes.  Not yet passed by the
+per-device runtime: :mod:`fuseloop.runtime.devices` (context, queue, the gate of
+deferred batches), :mod:`fuseloop.runtime.memory` (the buffer pool) and
+:mod:`fuseloop.runtime.transfer` (polled waits, reads) still call pyopencl; and the
+code generator targets OpenCL (``language`` names the target a backend needs).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+#: ``go(outs, storages, scalars, kernel, last, queue)``: bind the changed arguments of
+#: ``kernel`` (this thread's kernel object of the plan; ``last`` records what its
+#: arguments hold) from ``outs`` (one output storage, or a sequence of them),
+#: ``storages`` (input storages) and ``scalars``, and enqueue it on ``queue``.
+Launcher = Callable[[Any, list[Any], list[Any], Any, list[Any], Any], None]
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What discovery reports about one device, before fuseloop numbers it."""
+
+    backend: str
+    name: str
+    type: str  # "gpu", "cpu", "accelerator" or "other"
+    platform: str
+    vendor: str
+    driver_version: str
+    global_mem_size: int
+    max_alloc_size: int
+    has_fp64: bool
+    compute_units: int
+    max_work_group_size: int
+    #: the runtime and its version, e.g. 'PoCL 3.0-rc2 (LLVM 14.0.6)'
+    runtime: str = ""
+    #: why this device's compiler cannot build kernels, when that is known
+    problem: str | None = None
+    #: the backend's own device object
+    handle: Any = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True, eq=False)
+class BuiltProgram:
+    """A program built for one device: the backend's program object and the names
+    of the kernels it was checked to hold."""
+
+    backend: str
+    handle: Any = field(repr=False)
+    kernel_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How one kernel is launched with one set of sizes: all but the data.
+
+    Positions are the kernel's argument positions.  ``outputs`` and ``inputs`` are
+    ``(position, index)`` pairs into the launch's output and input storages;
+    ``scalars`` are ``(position, index, numpy scalar type)`` into its scalars (each
+    converted to the kernel's declared type); ``consts`` are ``(position, value)``
+    set when the kernel object last ran another plan's (one object per compiled
+    kernel and thread serves all its plans).  ``global_size`` and ``local_size`` are in
+    work-items.  ``one_output``: the launcher takes the output storage itself,
+    not a sequence.
+    """
+
+    outputs: tuple[tuple[int, int], ...]
+    inputs: tuple[tuple[int, int], ...]
+    scalars: tuple[tuple[int, int, type], ...]
+    consts: tuple[tuple[int, np.generic], ...]
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...]
+    one_output: bool = False
+    #: the position of a gather's error flag (set by the caller per launch), or None
+    error_arg: int | None = None
+
+    @property
+    def n_args(self) -> int:
+        """How many arguments the kernel takes."""
+        positions: list[int] = [p for p, _ in self.outputs]
+        positions += [p for p, _ in self.inputs]
+        positions += [p for p, _, _ in self.scalars]
+        positions += [p for p, _ in self.consts]
+        if self.error_arg is not None:
+            positions.append(self.error_arg)
+        return max(positions, default=-1) + 1
+
+
+class Backend(ABC):
+    """One compute API.  Stateless apart from caches of its own: a device's context,
+    queue and buffer pool live in :mod:`fuseloop.runtime.devices`; methods that need
+    them take the :class:`~fuseloop.runtime.devices.Device`."""
+
+    #: short label naming the backend (``FUSELOOP_DEVICE`` specs, cache keys, errors)
+    name: ClassVar[str]
+    #: the language the code generator must target for this backend
+    language: ClassVar[str]
+    #: the path of a standalone file whose ``build(state, address, source, options,
+    #: kernel_names)`` a compile worker loads (see
+    #: :mod:`fuseloop.runtime.compile_worker_main`); None: builds run in this process
+    worker_builder: ClassVar[str | None] = None
+
+    # {{{ devices
+
+    @abstractmethod
+    def discover(self) -> list[DeviceInfo]:
+        """Every device this backend's runtime offers, in its own order."""
+
+    # }}}
+
+    # {{{ buffers and copies
+
+    @abstractmethod
+    def allocate(self, device: Any, nbytes: int) -> Any:
+        """A device buffer of at least ``nbytes`` bytes (from the device's pool)."""
+
+    @abstractmethod
+    def buffer_from_host(self, device: Any, host: np.ndarray) -> Any:
+        """A new device buffer holding a copy of ``host``'s bytes."""
+
+    @abstractmethod
+    def free(self, buffer: Any) -> None:
+        """Give ``buffer`` back now rather than when it is collected."""
+
+    @abstractmethod
+    def upload(self, device: Any, buffer: Any, host: np.ndarray,
+               wait_for: Sequence[Any] | None = None) -> Any:
+        """Copy ``host`` into ``buffer``, without waiting; returns the event."""
+
+    @abstractmethod
+    def download(self, device: Any, host: np.ndarray, buffer: Any,
+                 wait_for: Sequence[Any] | None = None) -> Any:
+        """Copy ``buffer``'s first ``host.nbytes`` bytes into ``host``, without waiting;
+        returns the event (wait for it before reading ``host``)."""
+
+    @abstractmethod
+    def copy(self, device: Any, dst: Any, src: Any, nbytes: int) -> Any:
+        """Copy ``nbytes`` bytes from buffer ``src`` to buffer ``dst``; returns the event."""
+
+    # }}}
+
+    # {{{ programs
+
+    @abstractmethod
+    def build_source(self, device: Any, source: str, options: Sequence[str],
+                     kernel_names: Sequence[str]) -> BuiltProgram:
+        """``source`` built for ``device``, every one of ``kernel_names`` checked to
+        exist.  Raises :class:`~fuseloop.errors.KernelBuildError` when the compiler
+        rejects it or crashes (builds may run in another process)."""
+
+    @abstractmethod
+    def build_binary(self, device: Any, binary: bytes, options: Sequence[str],
+                     kernel_names: Sequence[str]) -> BuiltProgram | None:
+        """The program of a binary :meth:`binary_of` once returned, or None when the
+        driver refuses it (the caller then builds the source)."""
+
+    @abstractmethod
+    def binary_of(self, program: BuiltProgram) -> bytes | None:
+        """The device binary of ``program`` (for the disk cache), None when there is none."""
+
+    # }}}
+
+    # {{{ kernels, launches, events
+
+    @abstractmethod
+    def kernel(self, program: BuiltProgram, name: str,
+               consts: Sequence[tuple[int, Any]] = ()) -> Any:
+        """A new kernel object for ``name`` with the constant arguments set.  One per
+        compiled kernel and thread: a kernel object holds its arguments between
+        launches, and the launcher re-sets a plan's constants when they changed."""
+
+    @abstractmethod
+    def make_launcher(self, spec: LaunchSpec) -> Launcher:
+        """The closure launching kernels of this spec (see :data:`Launcher`)."""
+
+    @abstractmethod
+    def set_buffer_arg(self, kernel: Any, position: int, buffer: Any) -> None:
+        """Set one buffer argument of ``kernel`` (a launch's own buffers, e.g. an error flag)."""
+
+    @abstractmethod
+    def launch(self, device: Any, kernel: Any, global_size: Sequence[int],
+               local_size: Sequence[int] | None, args: Sequence[Any],
+               wait_for: Sequence[Any] | None = None) -> Any:
+        """Set every argument of ``kernel`` (buffers, and numpy scalars of the declared
+        types) and enqueue it on ``device``'s queue now; returns the event.  Unplanned:
+        for one-off launches; repeated launches go through :meth:`make_launcher`."""
+
+    @abstractmethod
+    def wait(self, device: Any, event: Any) -> None:
+        """Return once ``event`` has completed (raising if its command failed)."""
+
+    @abstractmethod
+    def finish(self, device: Any) -> None:
+        """Wait until everything enqueued on ``device`` has finished."""
+
+    # }}}
+
+
+__all__ = ["Backend", "BuiltProgram", "DeviceInfo", "LaunchSpec", "Launcher"]

@@ -1,0 +1,625 @@
+"""Traced functions: ``@fl.fuse`` (VexCL's symbolic kernel generator, JAX's ``jit``).
+
+A fused function is traced once per *signature*: per argument its shape,
+dtype, strides and device (arrays), its kind (Python scalars are weak, numpy
+scalars have a dtype) or its value (static arguments), and the keyword names
+of the call.  Tracing calls the Python function on stand-ins: arrays over
+placeholder buffers (new :class:`Storage` objects holding the arguments' own
+device buffers, so the first call computes real results) and
+:class:`TracedScalar` for scalars.  Its results are evaluated while a recorder
+(the interface of :class:`fuseloop.run_plans.Recorder`) sees every kernel
+:func:`fuseloop.evaluate.launch` is asked for, including those of arrays the
+function evaluates itself (reductions run first, ``x.eval()``, contractions'
+producers).  The record, kept per signature, is a list of
+:mod:`fuseloop.run_plans` steps over slots: the arguments' buffers, the
+temporaries the launches write first, the buffers the function reads from
+elsewhere (constants, e.g. an array it closes over), and scalar slots
+(arguments, host expressions of them, constants of the function's body).
+
+A later call with the same signature computes the key, collects the
+arguments' buffers and scalars, allocates outputs and replays the steps
+through ``launching.plan_launch``/``enqueue`` (``run_plans._launch_step``):
+no Python function call, no expression building, no structure look-up.
+
+Values are unknown while tracing: reading one (``bool(x > 0)``, ``float(x)``,
+``x.get()``, a boolean mask, ``if dt > 0:`` on a scalar argument) raises
+:class:`~fuseloop.errors.TracingError` naming the function, the operation and
+the arguments the value depends on.  A function the recorder cannot replay
+(it writes into a buffer it did not make, e.g. ``z = fl.zeros(n); z[1:] = x``)
+runs as plain Python on every call instead (``Fused.eager_signatures``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import operator
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+
+from . import caches as _caches
+from . import evaluate as _ev
+from . import run_plans as _rp
+from .array import Array, _weak_scalar, _weak_scalars
+from .dtypes import scalar_to
+from .errors import TracingError
+from .expr.nodes import Leaf, Storage
+from .launching import DEFER_MAX, DEFER_MAX_ELEMENTS, enqueue, recipe_kind
+from .recipes import recipe_for
+from .runtime.devices import Device, _runtime, get_device
+from .stats import cached_launches
+from .tracing import KindChanged, Trace, TracedScalar, install, uninstall
+
+_tally_cached_launch = cached_launches.__next__  # (see fuseloop.stats)
+# threads recording a run plan (or a trace) and capturing show_code sources now
+_recording, _capturing = _rp.recording_threads, _ev.capturing_threads
+# signatures kept per fused function (all dropped when reached, as other caches do)
+ENTRIES_MAX = 256
+_fused: weakref.WeakSet[Fused] = weakref.WeakSet()
+
+
+# {{{ the record of one signature
+
+
+class _Entry:
+    """What a call of one signature does: ``run(storages, values, args)``.
+
+    ``steps``: per recorded launch ``(step, input positions, output positions,
+    scalar slots, recipe kind, small)``, positions into the call's pool of buffers
+    (the arguments', then new temporaries, then constants).  The index dtype, the
+    device and the sizes of a step are fixed by the signature, so a step's launch
+    plan (``step.plan``, made by ``run_plans._launch_step`` on its first replay) is
+    used while its recipe and kernel are still current, as ``run_plans`` checks.
+    """
+
+    __slots__ = ("consts", "device", "eager", "fixed_scalars", "pool", "result1", "results",
+                 "single", "slots", "steps", "structure", "temps")
+
+    consts: list[Storage]
+    device: Device
+    eager: bool  # run the function as Python on each call (see Fused._call_eager)
+    fixed_scalars: list[Any] | None  # the scalars when every slot is a constant
+    pool: Any  # the device's memory pool
+    result1: tuple | None  # (dtype, shape) when the result is one new array
+    results: list[tuple]  # per result (kind, position or value, dtype, shape)
+    single: tuple | None  # (step, recipe kind, output sizes): see run
+    slots: list[tuple]  # per scalar slot (kind, constant/argument/function, dtype)
+    steps: list[tuple]
+    structure: Any  # tuple, list or None (one result)
+    temps: list[int]
+
+    def run(self, storages: list[Storage], values: list[Any], args: tuple) -> Any:
+        sc = self.fixed_scalars  # (all constants: one list serves every call)
+        if sc is None:
+            sc = []
+            for kind, a, dtype in self.slots:
+                if kind == 1:  # a Python int or float argument (conversions remembered:
+                    # array._weak_scalar, its hit inline as the operators have it)
+                    v = values[a]
+                    hit = _weak_scalars.get((v, dtype.char)) if v and v == v else None
+                    sc.append(_weak_scalar(v, dtype) if hit is None else hit)
+                elif kind == 0:
+                    sc.append(a)
+                else:
+                    sc.append(scalar_to(a(values), dtype))
+        single = self.single
+        if single is not None:
+            # one small launch into new buffers, its plan current: deferred at once
+            # (what launching.enqueue does for it, written out as evaluate.run_flat has it)
+            step, kind, out_bytes, n1 = single
+            plan = step.plan
+            device = self.device
+            if plan is not None and plan.recipe is recipe_for(device, kind) \
+                    and plan.compiled.in_cache:
+                try:
+                    kernel, last = plan.threads.state
+                    rt = plan.runtime
+                    if n1:  # one result
+                        outs = [Storage(rt.pool.allocate(n1), n1, device)]
+                    else:
+                        palloc = rt.pool.allocate
+                        outs = [Storage(palloc(n), n, device) for n in out_bytes]
+                except (AttributeError, cl.MemoryError):
+                    pass  # (this thread's first launch, or no memory: the general path)
+                else:
+                    deferred = rt.deferred
+                    deferred.append((plan.go, (outs, storages, sc, kernel, last)))
+                    _tally_cached_launch()
+                    if len(deferred) >= DEFER_MAX:
+                        rt.flush()
+                    result1 = self.result1
+                    if result1 is not None:
+                        return Array._concrete(outs[0], *result1)
+                    return self._results(storages + outs, values, args)
+        return self._replay(storages, values, args, sc)
+
+    def _replay(self, storages: list[Storage], values: list[Any], args: tuple,
+                sc: list[Any]) -> Any:
+        device = self.device
+        pool = storages
+        temps = self.temps
+        if temps:
+            palloc = self.pool.allocate
+            pool = storages + [_allocate(palloc, n, device) for n in temps]
+        if self.consts:
+            pool = pool + self.consts
+        for step, ins, outs, scal, kind, small in self.steps:
+            st = storages if ins is None else [pool[j] for j in ins]
+            os_ = [pool[j] for j in outs]
+            scalars = [sc[j] for j in scal]
+            plan = step.plan
+            if plan is None or plan.recipe is not recipe_for(device, kind) \
+                    or not plan.compiled.in_cache:
+                _rp._launch_step(step, st, os_, scalars, device)  # (plans; counts the look-up)
+            else:
+                enqueue(plan, os_, st, scalars, small, device, 1)
+        return self._results(pool, values, args)
+
+    def _results(self, pool: list[Storage], values: list[Any], args: tuple) -> Any:
+        device = self.device
+        results = []
+        for kind, a, dtype, shape in self.results:
+            if kind == 0:
+                results.append(Array._concrete(pool[a], dtype, shape))
+            elif kind == 1:
+                results.append(_at(args, a))
+            elif kind == 2:
+                results.append(a)
+            elif kind == 3:
+                results.append(a(values))
+            else:
+                results.append(Array._concrete(_ev.allocate(0, device), dtype, shape))
+        return results[0] if self.structure is None else self.structure(results)
+
+
+def _allocate(palloc: Callable[[int], Any], nbytes: int, device: Device) -> Storage:
+    """A new buffer from the device's pool (``evaluate.allocate`` when that fails: it
+    lets go of unheld lazy arrays and tries again, or reports)."""
+    try:
+        return Storage(palloc(nbytes), nbytes, device)
+    except cl.MemoryError:
+        return _ev.allocate(nbytes, device)
+
+
+def _shaped(structure: Any, results: list) -> Any:
+    if structure is None:
+        return results[0]
+    return structure(results)
+
+
+# }}}
+
+
+class Fused:
+    """A function traced into fused kernels per signature: see :func:`fuse`."""
+
+    def __init__(self, fn: Callable[..., Any], static_argnums: Iterable[int] = (),
+                 static_argnames: Iterable[str] = ()) -> None:
+        if not callable(fn):
+            raise TypeError(f"fl.fuse takes a function, got {type(fn).__name__}")
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "fused")
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            params = []
+        positional = [p.name for p in params
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        self._positional = positional
+        self._varargs = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
+        nums = {int(n) for n in ([static_argnums] if isinstance(static_argnums, int)
+                                 else static_argnums)}
+        names = {static_argnames} if isinstance(static_argnames, str) else set(static_argnames)
+        # a static argument is static by position and by name alike
+        names |= {positional[n] for n in nums if 0 <= n < len(positional)}
+        nums |= {positional.index(n) for n in names if n in positional}
+        self.static_argnums = frozenset(nums)
+        self.static_argnames = frozenset(names)
+        self._has_static = bool(nums or names)
+        self._static_masks: dict[tuple, tuple[bool, ...]] = {}
+        self._entries: dict[tuple, _Entry] = {}
+        self.traces = 0  # how often the function was traced (tests, curiosity)
+        self.eager_signatures = 0  # signatures that run the Python function on each call
+        _fused.add(self)
+
+    def __repr__(self) -> str:
+        return f"<fuseloop fused function {self.__name__}>"
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        # (a fused method: bound like a function; self is then a static argument
+        # only if named so)
+        return self if obj is None else functools.partial(self, obj)
+
+    def _static_mask(self, n: int, names: tuple) -> tuple[bool, ...]:
+        mask = self._static_masks.get((n, names))
+        if mask is None:
+            npos = n - len(names)
+            mask = tuple(k in self.static_argnums if k < npos else names[k - npos] in
+                         self.static_argnames for k in range(n))
+            self._static_masks[(n, names)] = mask
+        return mask
+
+    def _arg_name(self, k: int, npos: int, names: tuple) -> str:
+        if k >= npos:
+            return repr(names[k - npos])
+        if k < len(self._positional):
+            return repr(self._positional[k])
+        return f"{self._varargs or 'args'}[{k - len(self._positional)}]"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _recording[0] or _capturing[0]:
+            if _rp.recorder() is not None or _ev.captured_sources() is not None:
+                # inside another trace (its recorder must see these launches: the
+                # function is inlined into it) or a show_code capture: plain Python
+                return self.fn(*args, **kwargs)
+        if kwargs:
+            names = tuple(kwargs)
+            args = (*args, *kwargs.values())
+        else:
+            names = ()
+        key: list[Any] = [names]
+        storages: list[Storage] = []
+        values: list[Any] = []
+        if self._has_static:
+            self._static_key(args, names, key, storages, values)
+        else:
+            for a in args:
+                t = type(a)
+                if t is Array:
+                    n = a._node
+                    if type(n) is Leaf and n.strides is None and n.offset == 0:
+                        s = n.storage
+                        key += (n.shape, n.dtype, s.device)
+                    else:
+                        s = _other_array(a, key)
+                    storages.append(s)
+                elif t is float or t is int or t is bool:
+                    key.append(t)
+                    values.append(a)
+                else:
+                    self._other_arg(a, args, names, key, storages, values)
+        if not storages:
+            key.append(get_device())
+        try:
+            entry = self._entries.get(tuple(key))
+        except TypeError:  # an unhashable static argument
+            mask = self._static_mask(len(args), names)
+            bad = [a for a, m in zip(args, mask) if m and not _hashable(a)]
+            raise TracingError(
+                f"fl.fuse: static arguments of {self.__name__}() must be hashable, got "
+                f"{type(bad[0]).__name__ if bad else 'an unhashable value'}") from None
+        if entry is None:
+            return self._trace(tuple(key), args, names)
+        if entry.eager:
+            return self._call_eager(args, names)
+        try:
+            return entry.run(storages, values, args)
+        except KindChanged:  # (raised before anything is launched)
+            return self._call_eager(args, names)
+
+    def _static_key(self, args: tuple, names: tuple, key: list[Any], storages: list[Storage],
+                    values: list[Any]) -> None:
+        """:meth:`__call__`'s key, storages and scalars for a function with static
+        arguments: their type and value are part of the key."""
+        mask = self._static_mask(len(args), names)
+        for a, static in zip(args, mask):
+            t = type(a)
+            if static:
+                key += (t, a)
+            elif t is Array:
+                storages.append(_other_array(a, key))
+            elif t is float or t is int or t is bool:
+                key.append(t)
+                values.append(a)
+            else:
+                self._other_arg(a, args, names, key, storages, values)
+
+    def _other_arg(self, a: Any, args: tuple, names: tuple, key: list[Any],
+                   storages: list[Storage], values: list[Any]) -> None:
+        """A numpy scalar argument (its dtype is in the key), a tuple or list of
+        arguments (its type and length are; its items are taken in order), else a
+        TracingError."""
+        t = type(a)
+        if t is tuple or t is list:
+            key += (t, len(a))
+            for item in a:
+                it = type(item)
+                if it is Array:
+                    storages.append(_other_array(item, key))
+                elif it is float or it is int or it is bool:
+                    key.append(it)
+                    values.append(item)
+                else:
+                    self._other_arg(item, args, names, key, storages, values)
+            return
+        if isinstance(a, np.generic) and a.dtype.kind in "biuf":
+            key.append(a.dtype)
+            values.append(a)
+            return
+        k = next((i for i, b in enumerate(args) if b is a), None)
+        self._refuse(a, k, len(args) - len(names), names)
+
+    def _refuse(self, a: Any, k: int | None, npos: int, names: tuple) -> None:
+        what = type(a).__name__
+        hint = ("copy it to the device with fl.asarray first" if isinstance(a, np.ndarray)
+                else "mark it static (static_argnums=/static_argnames=) if it is a "
+                     "hashable setting")
+        which = ("an item of a tuple or list argument" if k is None else
+                 f"argument {self._arg_name(k, npos, names)}")
+        raise TracingError(
+            f"fl.fuse: {which} of {self.__name__}() is a {what}; a fused function takes "
+            f"fuseloop arrays, bool, int, float or numpy scalars, and tuples or lists of "
+            f"them; {hint}")
+
+    def _call_eager(self, args: tuple, names: tuple) -> Any:
+        npos = len(args) - len(names)
+        result = self.fn(*args[:npos], **dict(zip(names, args[npos:])))
+        outs = result if isinstance(result, tuple | list) else (result,)
+        from .assignment import compute
+
+        compute(*[o for o in outs if isinstance(o, Array)])
+        return result
+
+    # {{{ tracing a signature
+
+    def _trace(self, key: tuple, args: tuple, names: tuple) -> Any:
+        trace = Trace(self.__name__)
+        npos = len(args) - len(names)
+        mask = self._static_mask(len(args), names)
+        call_args = list(args)
+        # id(stand-in array) -> its place in the arguments (a path: position, then the
+        # item of each tuple or list it is in), for a result that is an argument
+        stand_ins: dict[int, tuple[int, ...]] = {}
+        values: list[Any] = []  # the scalars, in the order of the key's
+        devices: list[Device] = []
+
+        def stand_in(a: Any, name: str, path: tuple[int, ...]) -> Any:
+            t = type(a)
+            if t is tuple or t is list:
+                # ('state'[0] shown as 'state[0]')
+                return t(stand_in(v, f"{name[:-1]}[{i}]'" if name.endswith("'") else
+                                  f"{name}[{i}]", (*path, i)) for i, v in enumerate(a))
+            if t is not Array:
+                values.append(a)
+                return TracedScalar(trace, a, operator.itemgetter(len(values) - 1), name,
+                                    len(values) - 1)
+            n = a._node
+            assert isinstance(n, Leaf)  # (__call__ evaluated lazy arguments)
+            ph = trace.placeholder(n.storage, name, len(trace.placeholder_list))
+            if n.strides is None and n.offset == 0:
+                stand = Array._concrete(ph, n.dtype, n.shape)
+            else:
+                stand = Array._lazy(Leaf(ph, n.dtype, n.shape, n.strides, n.offset), a.device)
+            stand_ins[id(stand)] = path
+            trace.keep.append(stand)
+            devices.append(a.device)
+            return stand
+
+        for k, a in enumerate(args):
+            if not mask[k]:
+                call_args[k] = stand_in(a, self._arg_name(k, npos, names), (k,))
+        n_arrays = len(trace.placeholder_list)
+        device = devices[0] if devices else None
+        device = device or get_device()
+        saved = install(trace)
+        try:
+            result = self.fn(*call_args[:npos], **dict(zip(names, call_args[npos:])))
+            structure, outs = _flatten(result, self.__name__)
+            computed = _evaluate_outputs(outs, device)
+        finally:
+            uninstall(trace, saved)
+        self.traces += 1
+        entry = _make_entry(trace, device, structure, outs, computed, stand_ins, n_arrays)
+        if len(self._entries) >= ENTRIES_MAX:
+            self._entries.clear()
+        self._entries[key] = entry
+        if entry.eager:
+            self.eager_signatures += 1
+        # the first call's results (computed while tracing: the placeholders hold the
+        # arguments' buffers)
+        results = []
+        for o, c in zip(outs, computed):
+            if isinstance(o, Array):
+                if id(o) in stand_ins:
+                    o = _at(args, stand_ins[id(o)])
+                elif o._storage is None and c is not None:
+                    o._become(c)
+            elif isinstance(o, TracedScalar):
+                o = o.fn(values)
+            results.append(o)
+        return _shaped(structure, results)
+
+    # }}}
+
+    def clear(self) -> None:
+        """Forget every traced signature (the next call of each traces again)."""
+        self._entries.clear()
+
+
+def _other_array(a: Array, key: list[Any]) -> Storage:
+    """An array argument that is not a whole buffer: a lazy one is computed first (on
+    its own); a strided view's key holds its strides, offset and buffer size (which
+    may change the index dtype)."""
+    n = a._node
+    if type(n) is not Leaf:
+        n = a.eval()._node
+    assert isinstance(n, Leaf)
+    s = n.storage
+    if n.strides is None and n.offset == 0:
+        key += (n.shape, n.dtype, s.device)
+    else:
+        key += (n.leaf_token(), s.nbytes, n.dtype, s.device)
+    return s
+
+
+def _at(args: tuple, path: tuple[int, ...]) -> Any:
+    """The argument at ``path`` (a position, then items of tuples or lists)."""
+    a = args[path[0]]
+    for i in path[1:]:
+        a = a[i]
+    return a
+
+
+def _hashable(a: Any) -> bool:
+    try:
+        hash(a)
+    except TypeError:
+        return False
+    return True
+
+
+_PLAIN_RESULTS = (bool, int, float, complex, str, bytes, type(None), np.generic)
+
+
+def _flatten(result: Any, name: str) -> tuple[Any, list]:
+    """(how to rebuild, the flat results): a single result, a tuple or a list of arrays,
+    traced scalars or plain values (returned as they are on every call)."""
+    structure: Any = None
+    if type(result) is tuple or type(result) is list:
+        structure, outs = type(result), list(result)
+    else:
+        outs = [result]
+    for o in outs:
+        if not isinstance(o, (Array, TracedScalar, *_PLAIN_RESULTS)):
+            raise TracingError(
+                f"fl.fuse: {name}() returned a {type(o).__name__}"
+                f"{' in its ' + type(result).__name__ if structure else ''}; a fused "
+                "function returns arrays, scalars, or a tuple or list of them")
+    return structure, outs
+
+
+def _evaluate_outputs(outs: list, device: Device) -> list[Storage | None]:
+    """Compute the lazy array results (one kernel per shape, as ``fl.compute`` does);
+    the buffer of each array result (None for others)."""
+    groups: dict[tuple, list[int]] = {}
+    computed: list[Storage | None] = [None] * len(outs)
+    for k, o in enumerate(outs):
+        if isinstance(o, Array):
+            if o._storage is not None and o.is_contiguous:
+                computed[k] = o._storage
+            else:
+                groups.setdefault((o.device.index, o.shape), []).append(k)
+    for (_, shape), members in groups.items():
+        first = outs[members[0]]
+        # (also a result of size 0, which launches nothing: a new empty buffer per call)
+        got = _ev.run([outs[k]._node for k in members], shape, first.device)
+        for k, s in zip(members, got):
+            computed[k] = s
+    return computed
+
+
+def _make_entry(trace: Trace, device: Device, structure: Any, outs: list,
+                computed: list[Storage | None], stand_ins: dict[int, tuple[int, ...]],
+                n_arrays: int) -> _Entry:
+    """The record of ``trace`` as an :class:`_Entry` (slots as pool positions)."""
+    entry = _Entry()
+    entry.device = device
+    entry.structure = structure
+    entry.eager = trace.failed is not None
+    n_in, n_t = n_arrays, len(trace.temps)
+    base = {"i": 0, "t": n_in, "c": n_in + n_t}
+
+    def pos(ref: tuple[str, int]) -> int:
+        return base[ref[0]] + ref[1]
+
+    entry.temps = [s.nbytes for s in trace.temps]
+    entry.consts = list(trace.consts)
+    entry.pool = _runtime(device).pool
+    nbytes = [s.nbytes for s in trace.placeholder_list] + entry.temps + \
+        [s.nbytes for s in trace.consts]
+    steps = []
+    for st in trace.steps:
+        ins = tuple(map(pos, st.storage_refs))
+        # (small as run_plans._launch_step has it: deferred like small cached launches)
+        limit = 4 * DEFER_MAX_ELEMENTS
+        biggest = max(max(st.params, default=0), math.prod(st.out_shape))
+        small = biggest <= limit and max([nbytes[j] for j in ins], default=0) <= limit
+        steps.append((st, None if ins == tuple(range(n_in)) else ins,
+                      tuple(map(pos, st.out_refs)), st.scalar_refs,
+                      recipe_kind(st.program), small))
+    entry.steps = steps
+    slots: list[tuple] = []
+    for slot in trace.slots:
+        if slot[0] == "const":
+            slots.append((0, slot[1], None))
+        else:
+            standin, dtype = slot
+            if standin.arg is not None and standin.kind in (int, float):
+                slots.append((1, standin.arg, dtype))
+            else:
+                slots.append((2, standin.fn if standin.arg is not None else
+                              standin.checked_fn(), dtype))
+    entry.slots = slots
+    entry.fixed_scalars = [a for _, a, _ in slots] if all(k == 0 for k, _, _ in slots) else None
+    results: list[tuple] = []
+    for o, c in zip(outs, computed):
+        if isinstance(o, Array):
+            ref = trace.refs.get(id(c)) if c is not None else None
+            if id(o) in stand_ins:
+                results.append((1, stand_ins[id(o)], None, None))
+            elif ref is not None and ref[0] == "t":
+                results.append((0, pos(ref), o.dtype, o.shape))
+            elif c is not None and c.nbytes == 0:  # (no launch: a new buffer per call)
+                results.append((4, None, o.dtype, o.shape))
+            elif ref is None and c is o._storage and c not in trace.traced:
+                results.append((2, o, None, None))  # a constant array, returned as is
+            else:  # (not expected: a result no recorded launch wrote)
+                entry.eager = True
+                results.append((2, None, None, None))
+        elif isinstance(o, TracedScalar):
+            results.append((3, o.fn, None, None))
+        else:
+            results.append((2, o, None, None))
+    entry.results = results
+    # the single-launch path (see _Entry.run): one small launch, its inputs the
+    # arguments in order, its scalars the slots in order, its outputs new buffers
+    entry.single = entry.result1 = None
+    if len(steps) == 1 and not entry.eager:
+        st, ins1, outs1, scal, kind1, small1 = steps[0]
+        if small1 and ins1 is None and scal == tuple(range(len(slots))) and \
+                outs1 == tuple(range(n_in, n_in + len(entry.temps))) and entry.temps and \
+                _error_free(st.program):
+            entry.single = (st, kind1, entry.temps,
+                            entry.temps[0] if len(entry.temps) == 1 else 0)
+            if structure is None and results[0][0] == 0:
+                entry.result1 = results[0][2:]
+    return entry
+
+
+def _error_free(program: Any) -> bool:
+    """Whether ``program`` has no gather with an error flag (read after its launch)."""
+    return not any(e.kind == "gather" for e in program.entries)
+
+
+def fuse(fn: Callable[..., Any] | None = None, *, static_argnums: Iterable[int] | int = (),
+         static_argnames: Iterable[str] | str = ()) -> Any:
+    """Trace a function of arrays and scalars into fused kernels, once per signature.
+
+    ``@fl.fuse`` or ``fl.fuse(f, static_argnums=..., static_argnames=...)``.  The first
+    call with a new signature (argument shapes, dtypes, strides and devices; Python
+    scalar types, numpy scalar dtypes; static argument values; keyword names) runs
+    ``fn`` on stand-ins and records the kernels its results need (one, for an
+    elementwise function, also with several results); later calls enqueue the
+    recorded kernels with the new arguments.  Python scalars are kernel arguments
+    (a new value does not trace again); static arguments are passed to ``fn`` as
+    they are and are part of the signature.  Reading a traced value (``if x > 0``,
+    ``float(x)``, ``x.get()``) raises :class:`~fuseloop.errors.TracingError`.
+    """
+    if fn is None:
+        return lambda f: Fused(f, static_argnums, static_argnames)  # type: ignore[arg-type]
+    return Fused(fn, static_argnums, static_argnames)  # type: ignore[arg-type]
+
+
+def _clear() -> None:
+    for f in list(_fused):
+        f.clear()
+
+
+_caches.register("fuse.signatures", _clear, lambda: sum(len(f._entries) for f in _fused),
+                 why=f"per fused function, up to {ENTRIES_MAX} signatures")

@@ -1,0 +1,350 @@
+"""Tracing for ``fl.fuse``: the stand-ins a function is called on, the checks
+before a traced value is read, and the recorder of the kernels it needs.
+
+A :class:`Trace` is one trace in progress.  Array arguments are stood in for by
+arrays over *placeholders* (new :class:`Storage` objects holding the arguments'
+own buffers: the first call computes real results, and a placeholder tells the
+recorder which argument a buffer is); scalar arguments by :class:`TracedScalar`.
+While installed (:func:`install`), the trace is this thread's run-plan recorder
+(the interface of :class:`fuseloop.run_plans.Recorder`: ``launch``), and its
+``check`` is in :data:`fuseloop.trace_hooks.trace_checks`.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from . import evaluate as _ev
+from . import run_plans as _rp
+from .array import Array
+from .dtypes import as_dtype, scalar_to
+from .errors import TracingError
+from .expr.nodes import Leaf, Node, Scalar, Storage
+from .runtime.devices import Device
+from .trace_hooks import ScalarStandIn, trace_checks
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+SCALAR_TYPES = (bool, int, float)
+# the Array methods that read a value through Array._scalar or Array.get, as the
+# operation a TracingError names
+_ASKED_BY = {"__float__": "float()", "__int__": "int()", "__index__": "an index",
+             "item": ".item()", "__repr__": "repr() or print()", "__str__": "str() or print()",
+             "__array__": "np.asarray()", "tolist": ".tolist()", "__reduce__": "pickling"}
+
+
+# {{{ traced scalars
+
+
+def _in_package(filename: str) -> bool:
+    folder = os.path.dirname(os.path.abspath(filename))
+    return folder == _PACKAGE_DIR or folder.startswith(_PACKAGE_DIR + os.sep)
+
+
+class KindChanged(Exception):
+    """A host expression of scalar arguments has another type than when it was traced
+    (``fl.fuse`` then runs that call as plain Python)."""
+
+
+def _kind_of(value: Any) -> Any:
+    """A scalar's kind for numpy's promotion: its Python type (weak) or its dtype."""
+    t = type(value)
+    if t in SCALAR_TYPES:
+        return t
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return as_dtype(value.dtype)
+    raise TracingError(f"a traced scalar expression gave {value!r} of type {t.__name__}, "
+                       "which fuseloop kernels cannot take (bool, int, float and numpy "
+                       "scalars of those kinds can)")
+
+
+def _constant_fn(value: Any) -> Callable[[list], Any]:
+    return lambda values: value
+
+
+class TracedScalar(ScalarStandIn):
+    """The stand-in for a scalar argument (or a host expression of some) while
+    ``fl.fuse`` traces: in an array expression it becomes a kernel argument of the
+    loop's dtype, as the Python or numpy scalar would (NEP 50: Python scalars are
+    weak); arithmetic with other scalars stays symbolic (computed on the host on
+    each call, as Python would).  Its value is unknown to the traced code."""
+
+    __slots__ = ("arg", "fn", "kind", "name", "nodes", "trace", "value")
+
+    def __init__(self, trace: Trace, value: Any, fn: Callable[[list], Any], name: str,
+                 arg: int | None = None) -> None:
+        self.arg = arg  # the position among the call's scalar arguments; None: derived
+        self.trace = trace
+        self.value = value  # (the first call's: the trace computes its results too)
+        self.fn = fn  # the value on a call, from the call's scalar arguments
+        self.name = name
+        self.kind = _kind_of(value)
+        self.nodes: dict[np.dtype, Scalar] = {}
+
+    def node_for(self, dtype: np.dtype) -> Node:
+        node = self.nodes.get(dtype)
+        if node is None:
+            node = self.nodes[dtype] = Scalar(scalar_to(self.value, dtype))
+            self.trace.scalar_node(node, self, dtype)
+        return node
+
+    def _derive(self, op: Callable[..., Any], operands: Iterable[Any]) -> Any:
+        fns, values, names = [], [], []
+        for o in operands:
+            if isinstance(o, TracedScalar):
+                fns.append(o.fn)
+                values.append(o.value)
+                names.append(o.name)
+            elif type(o) in SCALAR_TYPES or isinstance(o, np.generic):
+                fns.append(_constant_fn(o))
+                values.append(o)
+            else:
+                return NotImplemented
+        value = op(*values)
+        if len(fns) == 1:
+            f0 = fns[0]
+
+            def fn(v: list) -> Any:
+                return op(f0(v))
+        elif len(fns) == 2:
+            f0, f1 = fns
+
+            def fn(v: list) -> Any:
+                return op(f0(v), f1(v))
+        else:
+            def fn(v: list) -> Any:
+                return op(*[f(v) for f in fns])
+        return TracedScalar(self.trace, value, fn, " and ".join(dict.fromkeys(names)))
+
+    def checked_fn(self) -> Callable[[list], Any]:
+        """``fn`` for a kernel argument: the kernel was made for the type the value had
+        when traced (``2 ** n`` is an int for n >= 0, a float below), so a call whose
+        value has another type raises :class:`KindChanged` instead of converting it."""
+        fn, expected = self.fn, type(self.value)
+
+        def checked(values: list) -> Any:
+            v = fn(values)
+            if type(v) is not expected:
+                raise KindChanged
+            return v
+        return checked
+
+    def _value_needed(self, what: str) -> TracingError:
+        return self.trace.error(what, f"traced scalar {self.name}")
+
+    def __bool__(self) -> bool:
+        raise self._value_needed("bool()")
+
+    def __float__(self) -> float:
+        raise self._value_needed("float()")
+
+    def __int__(self) -> int:
+        raise self._value_needed("int()")
+
+    def __index__(self) -> int:
+        raise self._value_needed("an index")
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if method != "__call__" or kwargs or ufunc.nout != 1:
+            return NotImplemented
+        return self._derive(ufunc, inputs)
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise self._value_needed("np.asarray()")
+
+    def __repr__(self) -> str:
+        kind = self.kind.__name__ if isinstance(self.kind, type) else str(self.kind)
+        return f"<traced scalar {self.name} ({kind})>"
+
+
+def _binary(op: Callable[[Any, Any], Any], reflected: bool = False) -> Any:
+    def method(self: TracedScalar, other: Any) -> Any:
+        if isinstance(other, Array):
+            return NotImplemented  # (the array's operator takes the stand-in)
+        return self._derive(op, (other, self) if reflected else (self, other))
+    return method
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor",
+              "lshift", "rshift"):
+    _op = getattr(operator, f"{_name}_" if _name in ("and", "or") else _name)
+    setattr(TracedScalar, f"__{_name}__", _binary(_op))
+    setattr(TracedScalar, f"__r{_name}__", _binary(_op, reflected=True))
+for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
+    setattr(TracedScalar, f"__{_name}__", _binary(getattr(operator, _name)))
+for _name in ("neg", "pos", "abs", "invert"):
+    setattr(TracedScalar, f"__{_name}__",
+            (lambda op: lambda self: self._derive(op, (self,)))(getattr(operator, _name)))
+TracedScalar.__hash__ = None  # type: ignore[assignment]
+
+
+# }}}
+
+
+# {{{ tracing: the stand-ins, the value checks and the recorder
+
+
+class Trace:
+    """One trace in progress: its stand-ins and the record of its launches.
+
+    The record maps buffers to pool slots: ``("i", k)`` the k-th array argument,
+    ``("t", k)`` the k-th temporary (a buffer first seen as a launch's output),
+    ``("c", k)`` the k-th constant (read, but neither an argument nor written);
+    launches' scalars to scalar slots (see :meth:`_slot`).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name  # the function's
+        self.placeholders: dict[int, str] = {}  # id(placeholder) -> argument name
+        self.placeholder_list: list[Storage] = []
+        self.traced: set[Storage] = set()  # placeholders and temporaries
+        self.refs: dict[int, tuple[str, int]] = {}
+        self.temps: list[Storage] = []
+        self.consts: list[Storage] = []
+        self.scalar_nodes: dict[int, tuple[TracedScalar, np.dtype]] = {}
+        self.scalar_values: dict[int, tuple[TracedScalar, np.dtype]] = {}
+        self.slots: list[tuple] = []  # (stand-in, dtype) or ("const", value)
+        self.slot_of: dict[int, int] = {}
+        self.steps: list[_rp._Step] = []
+        self.failed: str | None = None
+        self.keep: list[Any] = []  # (ids of these are keys above: kept alive)
+
+    # stand-ins
+
+    def placeholder(self, storage: Storage, name: str, k: int) -> Storage:
+        ph = Storage(storage.buffer, storage.nbytes, storage.device)
+        self.placeholders[id(ph)] = name
+        self.placeholder_list.append(ph)
+        self.refs[id(ph)] = ("i", k)
+        self.traced.add(ph)
+        self.keep.append(ph)
+        return ph
+
+    def scalar_node(self, node: Scalar, standin: TracedScalar, dtype: np.dtype) -> None:
+        self.scalar_nodes[id(node)] = self.scalar_values[id(node.value)] = (standin, dtype)
+        self.keep.append(node)
+
+    # the check before a value is read (fuseloop.trace_hooks.trace_checks)
+
+    def check(self, a: Any, what: str) -> None:
+        node = a._node
+        if what == "assignment":
+            if type(node) is not Leaf or _rp.recorder() is not self:
+                return  # (a lazy target is computed into a temporary first)
+            s = node.storage
+            if id(s) in self.placeholders:
+                raise self.error(
+                    "an assignment", f"argument {self.placeholders[id(s)]}",
+                    "fl.fuse does not write into arguments; return the new value instead "
+                    "(x = x + 1, fl.where(mask, v, x))")
+            ref = self.refs.get(id(s))
+            if ref is None or ref[0] != "t":
+                # a buffer no recorded launch made (fl.zeros, fl.empty, an array the
+                # function closes over): its contents before the write are not replayed
+                self.failed = "it writes into an array that no kernel of it computed"
+            return
+        if self.traced.isdisjoint(node.storages):
+            return  # (not computed from the arguments: a constant, its value is known)
+        if what in ("a Python scalar", ".get()"):  # (which conversion asked)
+            caller = sys._getframe(3).f_code.co_name
+            what = _ASKED_BY.get(caller, what)
+        args = sorted({self.placeholders[id(s)] for s in node.storages
+                       if id(s) in self.placeholders})
+        source = (f"computed from argument{'s' if len(args) > 1 else ''} {', '.join(args)}"
+                  if args else "computed from the arguments")
+        raise self.error(what, f"a traced array (shape {a.shape}, {a.dtype}, {source})")
+
+    def error(self, what: str, value: str, advice: str | None = None) -> TracingError:
+        name = self.name
+        frame = sys._getframe(1)
+        while frame is not None and _in_package(frame.f_code.co_filename):
+            frame = frame.f_back  # type: ignore[assignment]
+        where = f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
+        if advice is None:
+            advice = ("values are unknown while fl.fuse traces: make the argument static "
+                      "(fl.fuse(..., static_argnums=..., static_argnames=...)), choose "
+                      "elementwise with fl.where(cond, a, b), or call the function "
+                      "without fl.fuse")
+        return TracingError(f"fl.fuse: {name}(){where} needs the value of {value} for "
+                            f"{what}; {advice}")
+
+    # the recorder (evaluate.launch hands it each launch while installed)
+
+    def launch(self, program: Any, bindings: Any, outs: list[Storage], device: Device) -> None:
+        _ev.launch_now(program, bindings, outs, device)
+        self.traced.update(outs)  # (computed from the arguments, or may be)
+        if self.failed is None:
+            self._note(program, bindings, outs)
+
+    def _note(self, program: Any, bindings: Any, outs: list[Storage]) -> None:
+        refs = self.refs
+        for s in outs:
+            ref = refs.get(id(s))
+            if ref is None:  # first seen as an output: a temporary of the call
+                refs[id(s)] = ("t", len(self.temps))
+                self.temps.append(s)
+            elif ref[0] != "t":
+                self.failed = "it writes into a buffer it did not compute"
+                return
+        storage_refs = []
+        for s in bindings.storages:
+            ref = refs.get(id(s))
+            if ref is None:
+                ref = refs[id(s)] = ("c", len(self.consts))
+                self.consts.append(s)
+            storage_refs.append(ref)
+        scalar_refs = []
+        nodes = bindings.scalar_nodes
+        for k, v in enumerate(bindings.scalars):
+            if nodes is not None:
+                key, hit = id(nodes[k]), self.scalar_nodes.get(id(nodes[k]))
+            else:  # by value object (see run_plans.Recorder)
+                key, hit = id(v), self.scalar_values.get(id(v))
+                if hit is not None and hit[1].kind == "b":
+                    # (numpy's booleans are two shared objects: a constant could be one)
+                    self.failed = "a boolean scalar argument cannot be told from a constant"
+                    return
+            scalar_refs.append(self._slot(key, hit, v))
+        self.steps.append(_rp._Step(program, list(bindings.params), bindings.out_shape,
+                                    tuple(storage_refs), tuple(refs[id(s)] for s in outs),
+                                    tuple(scalar_refs)))
+
+    def _slot(self, key: int, hit: tuple[TracedScalar, np.dtype] | None, value: Any) -> int:
+        if hit is None:  # a constant of the function's body (``2 * x``)
+            self.slots.append(("const", value))
+            return len(self.slots) - 1
+        slot = self.slot_of.get(key)
+        if slot is None:
+            slot = self.slot_of[key] = len(self.slots)
+            self.slots.append(hit)
+        return slot
+
+
+_local = threading.local()
+
+
+def install(trace: Trace) -> Any:
+    """Make ``trace`` this thread's run-plan recorder (what run_plans.run does for its
+    own :class:`~fuseloop.run_plans.Recorder`); returns the one it replaces."""
+    saved = getattr(_rp._local, "recorder", None)
+    with _rp._lock:
+        _rp.recording_threads[0] += 1
+    _rp._local.recorder = trace
+    trace_checks.append(trace.check)
+    return saved
+
+
+def uninstall(trace: Trace, saved: Any) -> None:
+    trace_checks.remove(trace.check)
+    _rp._local.recorder = saved
+    with _rp._lock:
+        _rp.recording_threads[0] -= 1
+
+
+# }}}
