@@ -26,6 +26,7 @@ from .creation import (
     zeros,
     zeros_like,
 )
+from .explain import Explanation, explain
 from .functions import TracedFunction, UserFunction, function
 from .fuse import fuse as fuse  # (re-exported: in __all__ below the list)
 from .ops.indexing import take
@@ -106,7 +107,7 @@ __all__ = [
     "outer", "tensordot", "trace", "vdot", "broadcast_to", "concatenate", "diagonal",
     "expand_dims", "flip", "moveaxis", "permute_dims", "ravel", "repeat", "reshape", "roll",
     "squeeze", "stack", "swapaxes", "tile", "transpose", "tril", "triu",
-    "program", "Linearized", "Lowered", "Compiled",
+    "program", "Linearized", "Lowered", "Compiled", "explain", "Explanation",
     *_MATH_FUNCTIONS, "random",
 ]
 __all__.append("fuse")

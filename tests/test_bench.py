@@ -127,3 +127,75 @@ def test_check_and_helpers() -> None:
     assert not check(want[:5], want, 1e-5, 1e-6)["correct"]
     assert bench.parse_sizes("2^4,100, 1e3") == [16, 100, 1000]
     assert shape_2d(2**20) == (1024, 1024) and shape_2d(2**15) == (128, 256)
+
+
+# ------------------------------------------------------------------- the broad suite
+
+
+@pytest.fixture(scope="module")
+def broad_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], int]:
+    if not fl.devices(type="cpu"):
+        pytest.skip("no OpenCL CPU device")
+    out = tmp_path_factory.mktemp("broad")
+    with fl.device("cpu"):
+        rc = bench.main(["--suite", "broad", "--quick", "--no-plot", "--no-progress",
+                         "--out", str(out)])
+    [path] = out.glob("cpu-*-broad.json")
+    return json.loads(path.read_text(encoding="utf-8")), rc
+
+
+def test_broad_suite_runs_every_workload_and_checks_it(broad_run) -> None:
+    from fuseloop.bench.broad import BROAD
+
+    doc, rc = broad_run
+    assert rc == 0 and doc["settings"]["suite"] == "broad"
+    assert len(BROAD) >= 30 and len({w.name for w in BROAD}) == len(BROAD)
+    assert {r["workload"] for r in doc["results"]} == {"copy", *(w.name for w in BROAD)}
+    by = {(r["workload"], r["library"]): r for r in doc["results"]}
+    for w in BROAD:
+        fl_rec, np_rec = by[(w.name, "fuseloop")], by[(w.name, "numpy")]
+        assert np_rec["status"] == "ok" and np_rec["correct"], np_rec
+        if w.name == "scatter-add":  # no np.add.at in fuseloop: marked, not faked
+            assert fl_rec["status"] == "skipped" and "NotExpressible" in fl_rec["reason"]
+            continue
+        assert fl_rec["status"] == "ok" and fl_rec["correct"], fl_rec
+        assert fl_rec["speedup_vs"]["numpy"] > 0
+    assert not doc["mismatches"]
+    # several outputs, integer and float64 inputs, explicit shapes
+    assert by[("nbody", "fuseloop")]["shape"] == [64]
+    assert by[("int-sum-rows", "fuseloop")]["work"] == 4 * 2**12 + 8 * 64
+
+
+def test_broad_names_and_suites() -> None:
+    from fuseloop.bench.workloads import by_name
+
+    assert [w.name for w in by_name(["stencil"], "broad")] == [
+        "copy", "stencil-1d-5", "stencil-2d", "stencil-3d"]
+    with pytest.raises(ValueError, match="unknown workload"):
+        by_name(["stencil-2d"], "default")
+    assert len(by_name(None, "all")) == len(by_name(None, "default")) + len(
+        by_name(None, "broad")) - 1
+
+
+def test_peer_adapters_express_or_refuse() -> None:
+    from fuseloop.bench.peers import FuseloopOps, NotExpressible, Ops, make_peers
+
+    idx = np.array([0, 2, 2, 1, 2])
+    vals = np.arange(5, dtype=np.float32)
+    want = np.zeros(3, np.float32)
+    np.add.at(want, idx, vals)
+    np.testing.assert_array_equal(Ops(np).scatter_add(3, idx, vals), want)
+    np.testing.assert_array_equal(Ops(np).scatter(5, idx[[0, 3, 1]], vals[:3]),
+                                  [0, 1, 2, 0, 0])
+    with pytest.raises(NotExpressible):
+        FuseloopOps(fl).scatter_add(3, fl.asarray(idx), fl.asarray(vals))
+    x = np.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(Ops(np).mT(x), x.T)
+    np.testing.assert_array_equal(Ops(np).take(x, np.array([2, 0]), axis=0), x[[2, 0]])
+    # GPU peers that are not installed are skipped with the reason, not an error
+    peers, skipped = make_peers("gpu")
+    names = {p.name for p in peers}
+    for lib in ("torch", "cupy", "jax"):
+        assert lib in skipped or any(n.startswith(lib) for n in names)
+        if lib in skipped:
+            assert skipped[lib]

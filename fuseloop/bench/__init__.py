@@ -28,13 +28,14 @@ from . import report
 from .peers import make_peers, versions
 from .progress import Progress
 from .runner import Settings, run_case
-from .workloads import ALL, Workload, by_name, size_label
+from .workloads import ALL, SUITES, Workload, by_name, size_label
 
 __all__ = ["main"]
 
 DEFAULT_SIZES = {"cpu": [2**16, 2**20, 2**24], "other": [2**20, 2**24, 2**27]}
 DEFAULT_MATMUL = {"cpu": [128, 256, 512], "other": [1024, 2048, 4096]}
 QUICK_SIZES, QUICK_MATMUL = [2**10, 2**12], [16, 32]
+QUICK_BROAD_SIZES, QUICK_BROAD_MATMUL = [2**12], [32]  # ~40 workloads: one size each
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -70,6 +71,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--workloads", default=None,
                     help="comma-separated workload names or groups (default: all): "
                          + ", ".join(w.name for w in ALL))
+    ap.add_argument("--suite", default="default", choices=SUITES,
+                    help="default: the workloads above; broad: about 40 workloads from real "
+                         "array code (reductions of every layout, normalisations, stencils, "
+                         "pairwise, gathers, matmul shapes, einsum, long chains, small "
+                         "arrays); all: both")
     ap.add_argument("--peers", default=None,
                     help="comma-separated peers to try (numpy, numexpr, torch, cupy, jax; "
                          "default: those for the device type)")
@@ -117,22 +123,30 @@ def _load() -> list[float] | None:
         return None
 
 
-def _cases(workloads: list[Workload], sizes: list[int], msizes: list[int]
+def _cases(workloads: list[Workload], sizes: list[int], msizes: list[int], quick: bool = False
            ) -> list[tuple[Workload, int]]:
-    return [(w, s) for w in workloads for s in (msizes if w.kind == "matmul" else sizes)]
+    def of(w: Workload) -> list[int]:
+        if w.sizes is not None:  # small fixed arrays
+            return list(w.sizes[:1] if quick else w.sizes)
+        return msizes if w.kind == "matmul" else sizes
+
+    return [(w, s) for w in workloads for s in of(w)]
 
 
 def run_suite(args: argparse.Namespace) -> dict[str, Any]:
     """Run every case on the current device; return the annotated results document."""
     dev = fl.get_device()
     kind = "cpu" if dev.type == "cpu" else "other"
-    sizes = args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES[kind])
-    msizes = args.matmul_sizes or (QUICK_MATMUL if args.quick else DEFAULT_MATMUL[kind])
+    broad = args.suite != "default"
+    quick_sizes, quick_msizes = ((QUICK_BROAD_SIZES, QUICK_BROAD_MATMUL) if broad
+                                 else (QUICK_SIZES, QUICK_MATMUL))
+    sizes = args.sizes or (quick_sizes if args.quick else DEFAULT_SIZES[kind])
+    msizes = args.matmul_sizes or (quick_msizes if args.quick else DEFAULT_MATMUL[kind])
     settings = Settings(repeat=3 if args.quick else args.repeat,
                         warmup=1 if args.quick else args.warmup, budget_s=args.budget)
-    workloads = by_name(args.workloads.split(",") if args.workloads else None)
+    workloads = by_name(args.workloads.split(",") if args.workloads else None, args.suite)
     peers, peers_skipped = make_peers(dev.type, args.peers.split(",") if args.peers else None)
-    cases = _cases(workloads, sizes, msizes)
+    cases = _cases(workloads, sizes, msizes, args.quick)
     doc: dict[str, Any] = {
         "suite": "fuseloop-bench", "schema": 1,
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -144,7 +158,7 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
         "versions": versions(peers), "git": _git(),
         "settings": {"sizes": sizes, "matmul_sizes": msizes, "repeat": settings.repeat,
                      "warmup": settings.warmup, "budget_s": settings.budget_s,
-                     "quick": args.quick, "seed": 0},
+                     "quick": args.quick, "seed": 0, "suite": args.suite},
         "peers": [p.name for p in peers], "peers_skipped": peers_skipped,
         "workloads": [{"name": w.name, "group": w.group, "label": w.label, "unit": w.unit,
                        "kind": w.kind} for w in workloads],
@@ -184,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if spec is not None:
             selected.enter_context(fl.device(spec))
-        by_name(args.workloads.split(",") if args.workloads else None)
+        by_name(args.workloads.split(",") if args.workloads else None, args.suite)
     except (FuseloopError, ValueError) as e:
         selected.close()
         print(f"fuseloop bench: error: {e}", file=sys.stderr)
@@ -196,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out) if args.out else Path("benchmarks", "results")
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{device_slug(dev)}-{doc['date'][:10]}-suite"
+    tag = "suite" if args.suite == "default" else args.suite
+    stem = out / f"{device_slug(dev)}-{doc['date'][:10]}-{tag}"
     report.write_json(doc, stem.with_suffix(".json"))
     md = report.markdown(doc)
     stem.with_suffix(".md").write_text(md, encoding="utf-8")

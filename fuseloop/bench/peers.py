@@ -22,8 +22,15 @@ class NotExpressible(Exception):
     """The peer has no sensible spelling of this workload."""
 
 
+Axis = int | tuple[int, ...] | None
+
+
 class Ops:
-    """numpy-style operations of an array module (numpy, cupy, jax.numpy)."""
+    """numpy-style operations of an array module (numpy, cupy, jax.numpy, fuseloop).
+
+    Attributes not defined here (``sin``, ``exp``, ``log``, ``sqrt``, ``where``, ...) are
+    the module's own. A form the module lacks raises :class:`NotExpressible`.
+    """
 
     def __init__(self, xp: Any) -> None:
         self.xp = xp
@@ -31,11 +38,23 @@ class Ops:
     def __getattr__(self, name: str) -> Any:  # sin, exp, sqrt, log1p, ...
         return getattr(self.xp, name)
 
-    def sum(self, x: Any, axis: int | None = None, keepdims: bool = False) -> Any:
+    def sum(self, x: Any, axis: Axis = None, keepdims: bool = False) -> Any:
         return self.xp.sum(x, axis=axis, keepdims=keepdims)
 
-    def max(self, x: Any, axis: int | None = None, keepdims: bool = False) -> Any:
+    def mean(self, x: Any, axis: Axis = None, keepdims: bool = False) -> Any:
+        return self.xp.mean(x, axis=axis, keepdims=keepdims)
+
+    def max(self, x: Any, axis: Axis = None, keepdims: bool = False) -> Any:
         return self.xp.max(x, axis=axis, keepdims=keepdims)
+
+    def min(self, x: Any, axis: Axis = None, keepdims: bool = False) -> Any:
+        return self.xp.min(x, axis=axis, keepdims=keepdims)
+
+    def argmax(self, x: Any, axis: int | None = None) -> Any:
+        return self.xp.argmax(x, axis=axis)
+
+    def argmin(self, x: Any, axis: int | None = None) -> Any:
+        return self.xp.argmin(x, axis=axis)
 
     def copy(self, x: Any) -> Any:
         return self.xp.copy(x)
@@ -43,27 +62,97 @@ class Ops:
     def matmul(self, a: Any, b: Any) -> Any:
         return self.xp.matmul(a, b)
 
+    def mT(self, a: Any) -> Any:
+        """The last two axes swapped (a transposed view where the module has views)."""
+        return self.xp.swapaxes(a, -1, -2)
+
+    def einsum(self, spec: str, *operands: Any) -> Any:
+        return self.xp.einsum(spec, *operands)
+
+    def take(self, x: Any, idx: Any, axis: int | None = None) -> Any:
+        return self.xp.take(x, idx, axis=axis)
+
+    def scatter(self, n: int, idx: Any, vals: Any) -> Any:
+        """A new vector of ``n`` zeros with ``vals`` written at ``idx`` (distinct)."""
+        out = self.xp.zeros(n, dtype=vals.dtype)
+        out[idx] = vals
+        return out
+
+    def scatter_add(self, n: int, idx: Any, vals: Any) -> Any:
+        """A new vector of ``n`` zeros with ``vals`` added at ``idx`` (repeats add up)."""
+        at = getattr(getattr(self.xp, "add", None), "at", None)
+        if at is None:
+            raise NotExpressible(f"{getattr(self.xp, '__name__', self.xp)} has no add.at")
+        out = self.xp.zeros(n, dtype=vals.dtype)
+        at(out, idx, vals)
+        return out
+
+
+class FuseloopOps(Ops):
+    """fuseloop's numpy-style API; it has no scatter-add (``np.add.at``) yet."""
+
+    def scatter_add(self, n: int, idx: Any, vals: Any) -> Any:
+        raise NotExpressible("fuseloop has no scatter-add (np.add.at)")
+
 
 class TorchOps(Ops):
     """The same operations spelled for torch (``dim``/``keepdim``, ``amax``, ``clone``)."""
 
-    def sum(self, x: Any, axis: int | None = None, keepdims: bool = False) -> Any:
+    def sum(self, x: Any, axis: Axis = None, keepdims: bool = False) -> Any:
         return self.xp.sum(x) if axis is None else x.sum(dim=axis, keepdim=keepdims)
 
-    def max(self, x: Any, axis: int | None = None, keepdims: bool = False) -> Any:
+    def mean(self, x: Any, axis: Axis = None, keepdims: bool = False) -> Any:
+        return self.xp.mean(x) if axis is None else x.mean(dim=axis, keepdim=keepdims)
+
+    def max(self, x: Any, axis: Axis = None, keepdims: bool = False) -> Any:
         return self.xp.amax(x) if axis is None else x.amax(dim=axis, keepdim=keepdims)
+
+    def min(self, x: Any, axis: Axis = None, keepdims: bool = False) -> Any:
+        return self.xp.amin(x) if axis is None else x.amin(dim=axis, keepdim=keepdims)
+
+    def argmax(self, x: Any, axis: int | None = None) -> Any:
+        return self.xp.argmax(x) if axis is None else x.argmax(dim=axis)
+
+    def argmin(self, x: Any, axis: int | None = None) -> Any:
+        return self.xp.argmin(x) if axis is None else x.argmin(dim=axis)
 
     def copy(self, x: Any) -> Any:
         return x.clone()
 
+    def mT(self, a: Any) -> Any:
+        return a.transpose(-1, -2)
+
+    def take(self, x: Any, idx: Any, axis: int | None = None) -> Any:
+        if axis is None:
+            return x.reshape(-1)[idx]
+        return self.xp.index_select(x, axis, idx)
+
+    def scatter(self, n: int, idx: Any, vals: Any) -> Any:
+        return self.xp.zeros(n, dtype=vals.dtype, device=vals.device).index_copy_(0, idx, vals)
+
+    def scatter_add(self, n: int, idx: Any, vals: Any) -> Any:
+        return self.xp.zeros(n, dtype=vals.dtype, device=vals.device).index_add_(0, idx, vals)
+
 
 class JaxOps(Ops):
-    """jax.numpy with full float32 precision for matmul (no TF32 shortcut)."""
+    """jax.numpy with full float32 precision for matmul (no TF32 shortcut); functional
+    updates (``.at[]``) for scatters."""
 
     def matmul(self, a: Any, b: Any) -> Any:
         import jax
 
         return self.xp.matmul(a, b, precision=jax.lax.Precision.HIGHEST)
+
+    def einsum(self, spec: str, *operands: Any) -> Any:
+        import jax
+
+        return self.xp.einsum(spec, *operands, precision=jax.lax.Precision.HIGHEST)
+
+    def scatter(self, n: int, idx: Any, vals: Any) -> Any:
+        return self.xp.zeros(n, dtype=vals.dtype).at[idx].set(vals)
+
+    def scatter_add(self, n: int, idx: Any, vals: Any) -> Any:
+        return self.xp.zeros(n, dtype=vals.dtype).at[idx].add(vals)
 
 
 class Peer:
@@ -178,6 +267,10 @@ def _jax_peer() -> Peer:
         raise RuntimeError(f"jax has no GPU backend (default backend: {jax.default_backend()})")
 
     def to_dev(a: np.ndarray) -> Any:
+        if a.dtype.kind == "f" and a.dtype.itemsize == 8 and not jax.config.jax_enable_x64:
+            # jax would compute in float32: say so rather than report a mismatch (int64
+            # indices may narrow to int32: their values fit)
+            raise NotExpressible(f"jax without jax_enable_x64 has no {a.dtype} arrays")
         return jax.device_put(a, gpus[0])
 
     return Peer("jax.jit", JaxOps(jnp), to_dev, jax.block_until_ready, np.asarray,

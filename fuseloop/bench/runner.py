@@ -165,11 +165,19 @@ def measure(wl: Workload, size: int, library: str, prepare: Callable[[], Prepare
     return rec
 
 
+def joined(result: Any, to_numpy: Callable[[Any], Any] = np.asarray) -> np.ndarray:
+    """One array for checking: several results (a tuple) as their flattened concatenation."""
+    if isinstance(result, (tuple, list)):
+        return np.concatenate([np.ravel(np.asarray(to_numpy(r), dtype=np.float64))
+                               for r in result])
+    return np.asarray(to_numpy(result))
+
+
 def _fuseloop(wl: Workload, inputs: dict[str, np.ndarray]) -> Prepared:
     arrays = [fl.asarray(inputs[k]) for k in wl.inputs]
     fl.synchronize()
     run, fetch = wl.fuseloop(*arrays)
-    return run, lambda _r: fl.synchronize(), lambda _r: fetch()
+    return run, lambda _r: fl.synchronize(), lambda _r: joined(fetch())
 
 
 def _opencl_copy(inputs: dict[str, np.ndarray]) -> Prepared:
@@ -189,7 +197,7 @@ def _opencl_copy(inputs: dict[str, np.ndarray]) -> Prepared:
 
 def _peer(peer: Peer, wl: Workload, inputs: dict[str, np.ndarray]) -> Prepared:
     run = peer.prepare(wl, inputs)
-    return run, peer.sync, peer.to_numpy
+    return run, peer.sync, lambda r: joined(r, peer.to_numpy)
 
 
 def run_case(wl: Workload, size: int, peers: list[Peer], settings: Settings,
@@ -197,8 +205,11 @@ def run_case(wl: Workload, size: int, peers: list[Peer], settings: Settings,
              ) -> list[dict[str, Any]]:
     """All records of one workload at one size: OpenCL copy (copy only), fuseloop, peers."""
     inputs = wl.make_inputs(size, np.random.default_rng(seed))
-    want = wl.reference(*(inputs[k] for k in wl.inputs))
-    work = float(wl.work(inputs))
+    want = joined(wl.reference(*(inputs[k] for k in wl.inputs)))
+    if wl.work is not None:
+        work = float(wl.work(inputs))
+    else:  # every input read once, every result element written once
+        work = float(sum(a.nbytes for a in inputs.values()) + want.size * wl.out_itemsize)
     shape = list(inputs[wl.inputs[0]].shape)
     jobs: list[tuple[str, Callable[[], Prepared], Peer | None]] = []
     if wl.kind == "copy":
@@ -214,6 +225,8 @@ def run_case(wl: Workload, size: int, peers: list[Peer], settings: Settings,
 
         rec = measure(wl, size, library, prepare, want, work, settings)
         rec["shape"] = shape
+        if wl.make is not None and wl.kind != "matmul":  # the size alone hides the shape
+            rec["size_label"] += f" ({'x'.join(map(str, shape))})"
         records.append(rec)
         if peer is not None:
             peer.release()

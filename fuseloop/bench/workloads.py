@@ -29,6 +29,9 @@ class Workload:
 
     ``size`` is an element count for ``kind`` ``"1d"`` and ``"2d"`` (2-D inputs are as
     square as the count allows) and the matrix order for ``kind`` ``"matmul"``.
+    ``make(size, rng)``, where given, makes the inputs instead (any shapes and dtypes);
+    ``sizes`` replaces the run's size list (small fixed arrays); ``work`` None counts every
+    input's bytes plus the result's elements at ``out_itemsize`` bytes each.
     """
 
     name: str
@@ -37,7 +40,7 @@ class Workload:
     kind: str  # "1d", "2d", "matmul", "copy"
     unit: str  # "GB/s" or "GFLOP/s"
     inputs: tuple[str, ...]
-    work: Callable[[Inputs], float]
+    work: Callable[[Inputs], float] | None
     reference: Callable[..., np.ndarray]
     fuseloop: Callable[..., Runner]
     peer: Callable[..., Any] | None = None
@@ -45,9 +48,14 @@ class Workload:
     numexpr_env: Callable[[Inputs], dict[str, np.ndarray]] | None = None
     rtol: float = 1e-4
     atol: float = 1e-5
+    make: Callable[[int, np.random.Generator], Inputs] | None = None
+    sizes: tuple[int, ...] | None = None
+    out_itemsize: int = F32
 
     def make_inputs(self, size: int, rng: np.random.Generator) -> Inputs:
         """Random float32 inputs in [0, 1) of the shape that ``size`` stands for."""
+        if self.make is not None:
+            return self.make(size, rng)
         if self.kind == "matmul":
             shape: tuple[int, ...] = (size, size)
         elif self.kind == "2d":
@@ -277,16 +285,30 @@ MATMUL = Workload(
 ALL: list[Workload] = [COPY, *CHAINS, *TRANSCENDENTAL, *REDUCTIONS, SOFTMAX, STENCIL, MATMUL]
 
 
-def by_name(names: list[str] | None) -> list[Workload]:
-    """The workloads whose name or group is in ``names`` (all of them for ``None``).
+SUITES = ("default", "broad", "all")
+
+
+def suite(name: str = "default") -> list[Workload]:
+    """The workloads of a suite: ``default`` (this module's), ``broad``
+    (:mod:`fuseloop.bench.broad`, with the copy reference) or ``all`` (both)."""
+    from .broad import BROAD
+
+    if name not in SUITES:
+        raise ValueError(f"unknown suite {name!r}; known: {', '.join(SUITES)}")
+    return {"default": list(ALL), "broad": [COPY, *BROAD], "all": [*ALL, *BROAD]}[name]
+
+
+def by_name(names: list[str] | None, suite_name: str = "default") -> list[Workload]:
+    """The workloads of ``suite_name`` whose name or group is in ``names`` (all for None).
 
     The copy reference is always included: it is the denominator of "fraction of copy".
     """
+    pool = suite(suite_name)
     if not names:
-        return list(ALL)
+        return pool
     wanted = set(names)
-    unknown = wanted - {w.name for w in ALL} - {w.group for w in ALL}
+    unknown = wanted - {w.name for w in pool} - {w.group for w in pool}
     if unknown:
-        raise ValueError(f"unknown workload(s) {sorted(unknown)}; known: "
-                         + ", ".join(w.name for w in ALL))
-    return [w for w in ALL if w is COPY or w.name in wanted or w.group in wanted]
+        raise ValueError(f"unknown workload(s) {sorted(unknown)} in suite {suite_name!r}; "
+                         "known: " + ", ".join(w.name for w in pool))
+    return [w for w in pool if w is COPY or w.name in wanted or w.group in wanted]
