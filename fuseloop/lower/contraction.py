@@ -31,14 +31,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-import islpy as isl
-import loopy as lp
 import numpy as np
-import pymbolic.primitives as prim
-from loopy.symbolic import SubstitutionMapper
-from pymbolic.mapper.substitutor import make_subst_func
 from pytools.tag import UniqueTag
 
+from .._lazy import isl, lp, prim
 from ..expr.ir import ELEMENTWISE_KINDS
 from ..expr.program import Program
 from .kernel import (
@@ -49,7 +45,6 @@ from .kernel import (
     _unflatten,
     kernel_dtype,
 )
-from .reductions import reduction_operation
 
 KERNEL_NAME = "fuseloop_contract"
 BATCH, ROW, COL, RED = "b", "m", "n", "k"
@@ -195,9 +190,19 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
     return LoweredKernel(knl, arg_names)
 
 
+def _substitution(values: dict[str, Any]) -> Any:
+    """A mapper replacing the variables named in ``values`` (Loopy's, aware of reductions)."""
+    from loopy.symbolic import SubstitutionMapper
+    from pymbolic.mapper.substitutor import make_subst_func
+
+    return SubstitutionMapper(make_subst_func(values))
+
+
 def _emit_reduction(low: _ContractionLowering, program: Program,
                     calls: dict[int, tuple[Any, np.dtype]], within: frozenset) -> np.dtype:
     """``acc = reduce(k, x(.., k) * y(k, ..))``; returns the reduction's dtype."""
+    from .reductions import reduction_operation  # (Loopy's classes)
+
     entries = program.entries
     red: Any = entries[program.contraction.reduce]
     dt = np.dtype(red.dtype)
@@ -374,7 +379,7 @@ def pad_to_tiles(t_unit: lp.TranslationUnit, tiles: dict[str, int]) -> lp.Transl
         rule = subs[rule_name]
         clamp = {args[i]: prim.Variable("min")(prim.Variable(args[i]), limit(i) - 1)
                  for i in (ROW, COL, RED) if i in args and i in padded}
-        body = SubstitutionMapper(make_subst_func(clamp))(rule.expression)
+        body = _substitution(clamp)(rule.expression)
         if RED in padded:
             zero = kernel_dtype(np.dtype(_rule_dtype(knl, rule_name))).type(0)
             body = prim.If(prim.Comparison(prim.Variable(args[RED]), "<", limit(RED)), body, zero)
@@ -413,9 +418,9 @@ def shifted_split(t_unit: lp.TranslationUnit, iname: str, tile: int, outer: str,
     # a conditional, not min(): calls added to instructions after the kernel
     # was made would not be resolved by Loopy
     value = prim.If(prim.Comparison(start, "<", last), start, last) + prim.Variable(inner)
-    mapper = SubstitutionMapper(make_subst_func({iname: value}))
     # the elements a shifted tile shares with the tile before it are that tile's
     first_time = prim.Comparison(last + prim.Variable(inner), ">=", start)
+    mapper = _substitution({iname: value})
     insns = []
     for insn in knl.instructions:
         if iname in insn.within_inames:

@@ -16,21 +16,19 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import loopy as lp
 import numpy as np
-import pymbolic.primitives as prim
-from constantdict import constantdict
-from loopy.kernel.function_interface import ScalarCallable
-from loopy.types import NumpyType
 
+from .._lazy import lp, prim
 from ..expr.ir import ELEMENTWISE_KINDS, LEAF_KINDS
 from ..expr.program import Program
 from .pieces import FLAT_INAME, live_entries, lower_pieces, piece_loops
-from .reductions import neutral_value, reduction_operation
 from .roles import kernel_roles, tag_roles
 from .scalar_ops import Helper, is_direct, make_helper
+
+if TYPE_CHECKING:
+    from .callables import HelperCallable
 
 ELEMENT_INAME = "e"
 _MAX_INLINE_DEPTH = 24
@@ -57,31 +55,20 @@ def kernel_dtype(dtype: np.dtype) -> np.dtype:
     return _UINT8 if dtype == _BOOL else dtype
 
 
-@dataclass(frozen=True, init=False)
-class HelperCallable(ScalarCallable):
-    """A fuseloop helper or user function: fixed signature, source in the preamble."""
+def _helper_callable(name: str, param_dtypes: tuple, result_dtype: np.dtype,
+                     source: str) -> HelperCallable:
+    from .callables import HelperCallable  # (Loopy's class: loaded on a cache miss only)
 
-    param_dtypes: tuple
-    result_dtype: Any
-    source: str
+    return HelperCallable(name, param_dtypes, result_dtype, source)
 
-    def __init__(self, name: str, param_dtypes: tuple, result_dtype: Any, source: str,
-                 arg_id_to_dtype: Any = None, arg_id_to_descr: Any = None,
-                 name_in_target: str | None = None) -> None:
-        super().__init__(name, arg_id_to_dtype=arg_id_to_dtype,
-                         arg_id_to_descr=arg_id_to_descr, name_in_target=name_in_target)
-        object.__setattr__(self, "param_dtypes", param_dtypes)
-        object.__setattr__(self, "result_dtype", result_dtype)
-        object.__setattr__(self, "source", source)
 
-    def with_types(self, arg_id_to_dtype, clbl_inf_ctx):
-        types = {i: NumpyType(kernel_dtype(d)) for i, d in enumerate(self.param_dtypes)}
-        types[-1] = NumpyType(kernel_dtype(self.result_dtype))
-        return (self.copy(name_in_target=self.name, arg_id_to_dtype=constantdict(types)),
-                clbl_inf_ctx)
+def __getattr__(name: str) -> Any:
+    # HelperCallable lived here; it moved so that importing this module needs no Loopy
+    if name == "HelperCallable":
+        from .callables import HelperCallable
 
-    def generate_preambles(self, target):
-        yield (f"50_{self.name}", self.source)
+        return HelperCallable
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -339,18 +326,18 @@ class _Lowering:
         t = "long" if self.index_dtype.itemsize == 8 else "int"
         for name, op in (("fl_idx_div", "/"), ("fl_idx_mod", "%")):
             src = f"static inline {t} {name}({t} a, {t} b) {{ return a {op} b; }}\n"
-            self.callables[name] = HelperCallable(name, (self.index_dtype, self.index_dtype),
-                                                  self.index_dtype, src)
+            self.callables[name] = _helper_callable(name, (self.index_dtype, self.index_dtype),
+                                                    self.index_dtype, src)
         # a gathered index counts from the end when negative (64 bits: see gather_index)
         src = "static inline long fl_idx_wrap(long a, long n) { return a < 0 ? a + n : a; }\n"
         i64 = np.dtype(np.int64)
-        self.callables["fl_idx_wrap"] = HelperCallable("fl_idx_wrap", (i64, i64), i64, src)
+        self.callables["fl_idx_wrap"] = _helper_callable("fl_idx_wrap", (i64, i64), i64, src)
 
     def helper_call(self, op: str, loop: tuple[np.dtype, ...], args: list[Any]) -> Any:
         h = self.helpers.get(op + repr(loop))
         if h is None:
             h = self.helpers[op + repr(loop)] = make_helper(op, loop)
-            self.callables[h.name] = HelperCallable(h.name, loop[:-1], loop[-1], h.source)
+            self.callables[h.name] = _helper_callable(h.name, loop[:-1], loop[-1], h.source)
         return prim.Variable(h.name)(*args)
 
     def cast_expr(self, ref: int, to: np.dtype) -> Any:
@@ -480,8 +467,8 @@ class _Lowering:
         if kind == "call":
             fn = self.user_functions[op_name]
             if fn.c_name not in self.callables:
-                self.callables[fn.c_name] = HelperCallable(fn.c_name, loop[:-1], loop[-1],
-                                                           fn.source)
+                self.callables[fn.c_name] = _helper_callable(fn.c_name, loop[:-1], loop[-1],
+                                                             fn.source)
             return prim.Variable(fn.c_name)(*args)
         if is_direct(op_name, loop):
             a = args[0]
@@ -497,6 +484,8 @@ class _Lowering:
         return self.helper_call(op_name, loop, args)
 
     def reduce(self, ref: int, e: Any) -> tuple[Any, np.dtype, frozenset, frozenset]:
+        from .reductions import neutral_value, reduction_operation  # (Loopy's classes)
+
         op, rid, cref, total, chunk = e.op, e.rid, e.child, e.total, e.chunk
         dt = np.dtype(e.dtype)
         # the reduction's own loop was set up before its child was lowered
