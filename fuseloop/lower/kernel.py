@@ -615,9 +615,38 @@ def contiguous_rows(program: Program) -> bool:
     return False
 
 
+def _values_before_stores(low: _Lowering, program: Program) -> tuple[list[Any], list[frozenset]]:
+    """Each output's value and what its store waits for.
+
+    With several outputs every value is computed (into a temporary unless it is one
+    already) before any store: an output may be written into a buffer another output
+    reads at the same element (``fl.compute(b * 2, a + 1, out=(a, b))``), and Loopy
+    does not know that the two arguments alias.
+    """
+    outs = program.outputs
+    if len(outs) < 2:
+        return [low.exprs[r] for r in outs], [low.deps[r] for r in outs]
+    values: list[Any] = []
+    waits: frozenset = frozenset()
+    for k, ref in enumerate(outs):
+        value = low.exprs[ref]
+        waits |= low.deps[ref]
+        if not isinstance(value, prim.Variable | int | float | np.generic):
+            tmp = f"ov{k}{low.sfx}"
+            low.temporary(tmp, kernel_dtype(low.dtypes[ref]))
+            low.instructions.append(lp.Assignment(
+                prim.Variable(tmp), value, id=f"calc_{tmp}",
+                within_inames=low.inames[ref] | low.base, depends_on=low.deps[ref]))
+            value = prim.Variable(tmp)
+            waits |= {f"calc_{tmp}"}
+        values.append(value)
+    return values, [waits] * len(outs)
+
+
 def _emit_outputs(low: _Lowering, program: Program, index_dtype: np.dtype) -> None:
     """The stores of the outputs (in the current pass's loop)."""
     root_at = tuple(0 if s == 1 else ("r", d) for d, s in enumerate(program.root_sizes))
+    values, before = _values_before_stores(low, program)
     for k, ref in enumerate(program.outputs):
         spec = program.out_specs[k]
         low.extra_deps = set()
@@ -637,8 +666,8 @@ def _emit_outputs(low: _Lowering, program: Program, index_dtype: np.dtype) -> No
             low.extra_deps.add(f"calc_{tmp}")
             addr = prim.Variable(tmp)
         low.instructions.append(lp.Assignment(
-            prim.Variable(f"out{k}")[addr], low.exprs[ref], id=f"store_out{k}{low.sfx}",
-            within_inames=names, depends_on=low.deps[ref] | frozenset(low.extra_deps),
+            prim.Variable(f"out{k}")[addr], values[k], id=f"store_out{k}{low.sfx}",
+            within_inames=names, depends_on=before[k] | frozenset(low.extra_deps),
             # the pieces' loops write disjoint ranges
             no_sync_with=frozenset({(f"store_out{k}_k*", "any")}) if low.sfx else frozenset()))
 
