@@ -81,6 +81,16 @@ from .mathfuncs import MATH_FUNCTIONS as _MATH_FUNCTIONS  # noqa: E402
 
 globals().update(_MATH_FUNCTIONS)
 # }}}
+# {{{ VexCL and Stan features (issue 28): in-kernel checks
+from .checks import (  # noqa: E402
+    check,
+    check_bounded,
+    check_finite,
+    check_nonnegative,
+    check_positive,
+)
+
+# }}}
 linalg = _LinalgNamespace()
 
 bool_ = _np.bool_
@@ -107,6 +117,8 @@ __all__ = [
     "squeeze", "stack", "swapaxes", "tile", "transpose", "tril", "triu",
     "program", "Linearized", "Lowered", "Compiled",
     *_MATH_FUNCTIONS, "random",
+    # VexCL and Stan features (issue 28)
+    "check", "check_bounded", "check_finite", "check_nonnegative", "check_positive",
 ]
 
 

@@ -96,3 +96,13 @@ class InvalidIndexError(FuseloopError, IndexError):
 class RuntimeUnavailableError(FuseloopError, RuntimeError):
     """fuseloop's OpenCL runtime cannot be used in this process any more: in a child
     made by ``os.fork`` after the parent used OpenCL, or after interpreter exit began."""
+
+
+class CheckError(FuseloopError, ValueError):
+    """An in-kernel check (``fl.check``, ``fl.check_positive``, ...) failed.
+
+    ``index`` is an offending flat index, ``value`` the checked value there (``"?"``
+    when it could not be read back)."""
+
+    index: int = -1
+    value: object = None
