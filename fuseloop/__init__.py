@@ -81,7 +81,7 @@ from .mathfuncs import MATH_FUNCTIONS as _MATH_FUNCTIONS  # noqa: E402
 
 globals().update(_MATH_FUNCTIONS)
 # }}}
-# {{{ VexCL and Stan features (issue 28): in-kernel checks
+# {{{ VexCL and Stan features (issue 28): checks, ufunc.at, bincount, histogram
 from .checks import (  # noqa: E402
     check,
     check_bounded,
@@ -89,6 +89,10 @@ from .checks import (  # noqa: E402
     check_nonnegative,
     check_positive,
 )
+from .ops.scatter_add import attach as _attach_at  # noqa: E402
+from .ops.scatter_add import bincount, histogram  # noqa: E402
+
+_attach_at(_FUNCTIONS)  # fl.add.at, fl.subtract.at, fl.maximum.at, fl.minimum.at
 
 # }}}
 linalg = _LinalgNamespace()
@@ -119,6 +123,7 @@ __all__ = [
     *_MATH_FUNCTIONS, "random",
     # VexCL and Stan features (issue 28)
     "check", "check_bounded", "check_finite", "check_nonnegative", "check_positive",
+    "bincount", "histogram",
 ]
 
 
