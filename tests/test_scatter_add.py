@@ -64,6 +64,13 @@ def test_multi_axis_and_rows(device):
     fl.add.at(y, [0, 2, 0], np.arange(4.0))  # whole rows, row 0 twice
     np.add.at(r, [0, 2, 0], np.arange(4.0))
     np.testing.assert_array_equal(y.get(), r)
+    # through a strided view, an index array on its second axis
+    g = np.zeros((4, 6))
+    gd = fl.asarray(g)
+    k = np.array([0, 2, 2, 1])
+    fl.add.at(gd[1:, ::2], (slice(None), k), np.arange(4.0))
+    np.add.at(g[1:, ::2], (slice(None), k), np.arange(4.0))
+    np.testing.assert_array_equal(gd.get(), g)
     s = np.arange(6.0)
     z = fl.asarray(s)
     fl.add.at(z, slice(1, 4), 10.0)  # a basic index: no repeats possible
@@ -90,8 +97,9 @@ def test_add_at_errors(device):
     x = fl.asarray(np.arange(4, dtype=np.int32))
     with pytest.raises(DTypeError, match="same_kind"):
         fl.add.at(x, [0, 1], 1.5)
-    with pytest.raises(DTypeError, match="4- or 8-byte"):
-        fl.add.at(fl.zeros(4, np.int8), [0], 1)
+    for dtype in (np.int8, np.uint32, np.uint64, np.bool_):
+        with pytest.raises(DTypeError, match="int32, int64, float32 and float64"):
+            fl.add.at(fl.zeros(4, dtype), [0], 1)
     with pytest.raises(IndexOutOfBoundsError, match="index 4 is out of bounds"):
         fl.add.at(x, [0, 4], 1)
     with pytest.raises(IndexOutOfBoundsError):

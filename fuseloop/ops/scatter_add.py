@@ -22,9 +22,9 @@ from .indexing import setitem
 
 # the binary operations that have an ``.at`` (numpy's names)
 AT_OPS = ("add", "subtract", "maximum", "minimum")
-# what an atomic update can hold: a compare-and-swap on 4 or 8 bytes
-ATOMIC_DTYPES = frozenset(np.dtype(t) for t in (
-    np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64))
+# what an atomic update can hold: a compare-and-swap on 4 or 8 bytes (Loopy generates
+# it for these; not for unsigned integers)
+ATOMIC_DTYPES = frozenset(np.dtype(t) for t in (np.int32, np.int64, np.float32, np.float64))
 
 
 def ufunc_at(op: str, a: Array, indices: Any, values: Any) -> None:
@@ -34,8 +34,8 @@ def ufunc_at(op: str, a: Array, indices: Any, values: Any) -> None:
         raise TypeError(f"fl.{op}.at writes into a fuseloop array, got {type(a).__name__}")
     if a.dtype not in ATOMIC_DTYPES:
         raise DTypeError(
-            f"fl.{op}.at: atomic updates need a 4- or 8-byte element, not {a.dtype}; "
-            "use an int32, int64, uint32, uint64, float32 or float64 array")
+            f"fl.{op}.at: atomic updates are available for int32, int64, float32 and "
+            f"float64 arrays, not {a.dtype}; convert with .astype() first")
     vdtype = values.dtype if isinstance(values, Array) else np.result_type(
         a.dtype, values) if isinstance(values, bool | int | float) else np.asarray(values).dtype
     if not np.can_cast(vdtype, a.dtype, "same_kind"):
