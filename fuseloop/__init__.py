@@ -83,6 +83,21 @@ from .mathfuncs import MATH_FUNCTIONS as _MATH_FUNCTIONS  # noqa: E402
 
 globals().update(_MATH_FUNCTIONS)
 # }}}
+# {{{ VexCL and Stan features (issue 28): checks, ufunc.at, bincount, histogram, stencils
+from .checks import (  # noqa: E402
+    check,
+    check_bounded,
+    check_finite,
+    check_nonnegative,
+    check_positive,
+)
+from .ops.scatter_add import attach as _attach_at  # noqa: E402
+from .ops.scatter_add import bincount, histogram  # noqa: E402
+from .ops.stencil import stencil, stencil_function  # noqa: E402
+
+_attach_at(_FUNCTIONS)  # fl.add.at, fl.subtract.at, fl.maximum.at, fl.minimum.at
+
+# }}}
 linalg = _LinalgNamespace()
 
 bool_ = _np.bool_
@@ -109,6 +124,9 @@ __all__ = [
     "squeeze", "stack", "swapaxes", "tile", "transpose", "tril", "triu",
     "program", "Linearized", "Lowered", "Compiled", "explain", "Explanation",
     *_MATH_FUNCTIONS, "random",
+    # VexCL and Stan features (issue 28)
+    "check", "check_bounded", "check_finite", "check_nonnegative", "check_positive",
+    "bincount", "histogram", "stencil", "stencil_function",
 ]
 __all__.append("fuse")
 
