@@ -91,7 +91,8 @@ _increment = _stats.increment
 DEFAULT_MEMORY_CACHE_SIZE = 512
 
 # the modules whose code decides what source a program becomes
-_CODEGEN_PATHS = ("lower", "recipes", "expr", "cache.py", "dtypes.py", "functions.py")
+_CODEGEN_PATHS = ("lower", "recipes", "expr", "backends", "cache.py", "dtypes.py",
+                  "functions.py")
 
 
 # {{{ key

@@ -186,14 +186,19 @@ def _forget_compaction_kernels():
 
 
 def test_the_compaction_program_is_counted_as_compiled(device, monkeypatch):
+    from fuseloop import cache
+
     monkeypatch.setattr(compaction, "_kernels", {})
     _forget_compaction_kernels()
     h = np.arange(50_000, dtype=np.float32)
     x = fl.asarray(h)
     x[x > 10].get()  # compiles the mask's and the gather's kernels as well
     before = fl.stats()["kernels_compiled"]
+    # (one program on a CPU, where one work-group counts; the counting one too on a GPU)
+    programs = sum(isinstance(k[0], str) for k in cache._memory)
+    assert programs in (1, 2)
     _forget_compaction_kernels()
     np.testing.assert_array_equal(x[x > 20].get(), h[h > 20])
-    assert fl.stats()["kernels_compiled"] == before + 1  # the compaction program again
+    assert fl.stats()["kernels_compiled"] == before + programs  # compiled again
     np.testing.assert_array_equal(x[x > 30].get(), h[h > 30])
-    assert fl.stats()["kernels_compiled"] == before + 1
+    assert fl.stats()["kernels_compiled"] == before + programs

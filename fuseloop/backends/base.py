@@ -180,6 +180,11 @@ class Backend(ABC):
         """A new Loopy target of :attr:`language` for the code generator
         (``loopy.OpenCLTarget()``; CUDA: ``loopy.CudaTarget()``)."""
 
+    def build_options(self, device: Any) -> list[str]:
+        """Compiler options every generated kernel for ``device`` is built with (what
+        numpy's semantics need of the compiler; none by default)."""
+        return []
+
     # }}}
 
     # {{{ queues and events (bound once per device by the runtime)

@@ -150,6 +150,8 @@ def generate(t_unit: Any, device: Any) -> KernelPlan:
     """Loopy's code generation for ``t_unit``: its source, arguments and grid."""
     import loopy as lp
 
+    from ..backends import backend_for
+
     code = _generate_code(t_unit)
     entry = t_unit.default_entrypoint
     gsize, lsize = entry.get_grid_size_upper_bounds_as_exprs(t_unit.callables_table)
@@ -168,7 +170,9 @@ def generate(t_unit: Any, device: Any) -> KernelPlan:
     gs += ["1"] * (len(ls) - len(gs))
     return KernelPlan(
         name=entry.name, source=source, arg_names=arg_names, gsize=gs, lsize=ls,
-        build_options=list(entry.options.build_options or []), arg_dtypes=arg_dtypes)
+        build_options=[*(entry.options.build_options or []),
+                       *backend_for(device).build_options(device)],
+        arg_dtypes=arg_dtypes)
 
 
 def kernel_plan(program: Program, index_dtype: np.dtype, device: Any, recipe: Any,
