@@ -127,7 +127,10 @@ def diff(x: Any, /, *, axis: int = -1, n: int = 1, prepend: Any = None,
         if extra is None:
             pieces.append(None)
             continue
-        extra = _coerce(extra)
+        if not isinstance(extra, Array):
+            from ..creation import asarray
+
+            extra = asarray(np.asarray(extra), device=x.device)  # (numpy's dtype for it)
         if extra.ndim == 0:
             extra = broadcast_to(extra, (*x.shape[:ax], 1, *x.shape[ax + 1:]))
         pieces.append(extra)
