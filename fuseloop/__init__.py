@@ -84,6 +84,16 @@ from .ops.shape import (
     tril,
     triu,
 )
+from .ops.sorting import (
+    argsort,
+    isin,
+    searchsorted,
+    sort,
+    unique_all,
+    unique_counts,
+    unique_inverse,
+    unique_values,
+)
 from .recipes import Recipe, recipe_for, register_recipe, registered_recipes
 from .runtime.devices import Device, device, devices, get_device, set_device
 from .stages import Compiled, Linearized, Lowered, program
@@ -127,7 +137,8 @@ __all__ = [
     "__array_namespace_info__", "eye", "from_dlpack", "meshgrid", "can_cast",
     "finfo", "iinfo", "isdtype", "result_type", "broadcast_arrays", "broadcast_shapes",
     "concat", "diff", "matrix_transpose", "take_along_axis", "unstack", "vecdot",
-    "cumulative_prod", "cumulative_sum", "newaxis", "bool",
+    "cumulative_prod", "cumulative_sum", "newaxis", "bool", "argsort", "isin", "searchsorted",
+    "sort", "unique_all", "unique_counts", "unique_inverse", "unique_values",
 ]
 
 

@@ -270,3 +270,84 @@ def test_cumulative_sum_1d_lazy_input_and_errors(device):
 
 
 # }}}
+
+# {{{ sorting, searching, sets
+
+_FLOATS = np.array([3.0, np.nan, -0.0, 0.0, -1.0, 2.0, -np.inf, 2.0, np.inf, -1.0])
+
+
+@pytest.mark.parametrize("dt", [np.float64, np.float32, np.int8, np.int64, np.uint16,
+                                np.bool_])
+def test_sort_argsort_stable(device, dt):
+    a = _FLOATS if dt in (np.float64, np.float32) else np.array(
+        [3, 1, 7, 1, 0, 3, 200, 3, 0, 1]) % (2 if dt == np.bool_ else 256)
+    a = np.stack([a, a[::-1]]).astype(dt)
+    x = fl.asarray(a)
+    for axis in (0, 1, -1):
+        np.testing.assert_array_equal(fl.sort(x, axis=axis).get(), np.sort(a, axis=axis))
+        np.testing.assert_array_equal(fl.argsort(x, axis=axis).get(),
+                                      np.argsort(a, axis=axis, kind="stable"))
+    # descending and stable: ties keep their order, NaNs last (Python's sort is stable)
+    def key(v):
+        return (bool(np.isnan(v)), 0.0 if np.isnan(v) else -float(v))
+
+    ref = [sorted(range(row.size), key=lambda j, row=row: key(row[j])) for row in a]
+    np.testing.assert_array_equal(fl.argsort(x, descending=True).get(), ref)
+    np.testing.assert_array_equal(fl.sort(x, descending=True).get(),
+                                  np.take_along_axis(a, np.array(ref), 1))
+
+
+def test_sort_errors(device):
+    with pytest.raises(ShapeError, match="at least one dimension"):
+        fl.sort(fl.asarray(np.float64(1)))
+    with pytest.raises(AxisError):
+        fl.argsort(fl.asarray(np.zeros((2, 2))), axis=2)
+
+
+def test_searchsorted(device):
+    a = np.sort(_FLOATS)
+    v = np.array([[-np.inf, 0.0, 2.0], [np.nan, 10.0, -5.0]])
+    for side in ("left", "right"):
+        np.testing.assert_array_equal(
+            fl.searchsorted(fl.asarray(a), fl.asarray(v), side=side).get(),
+            np.searchsorted(a, v, side=side))
+    perm = np.argsort(_FLOATS, kind="stable")
+    np.testing.assert_array_equal(
+        fl.searchsorted(fl.asarray(_FLOATS), fl.asarray(v), sorter=fl.asarray(perm)).get(),
+        np.searchsorted(_FLOATS, v, sorter=perm))
+    with pytest.raises(ShapeError, match="1-D"):
+        fl.searchsorted(fl.asarray(np.zeros((2, 2))), fl.asarray(v))
+    with pytest.raises(ValueError, match="side"):
+        fl.searchsorted(fl.asarray(a), fl.asarray(v), side="middle")
+
+
+def test_unique_family(device):
+    a = np.array([[3, -2, 7], [-2, 0, 3], [3, 9, 0]], dtype=np.int16)
+    x = fl.asarray(a)
+    values, indices, inverse, counts = np.unique(a, return_index=True, return_inverse=True,
+                                                 return_counts=True)
+    got = fl.unique_all(x)
+    np.testing.assert_array_equal(got.values.get(), values)
+    np.testing.assert_array_equal(got.indices.get(), indices)
+    np.testing.assert_array_equal(got.inverse_indices.get(), inverse.reshape(a.shape))
+    np.testing.assert_array_equal(got.counts.get(), counts)
+    np.testing.assert_array_equal(fl.unique_values(x).get(), values)
+    np.testing.assert_array_equal(fl.unique_counts(x).counts.get(), counts)
+    np.testing.assert_array_equal(fl.unique_inverse(x).inverse_indices.get(),
+                                  inverse.reshape(a.shape))
+    # each NaN is distinct; -0.0 equals 0.0
+    f = fl.unique_values(fl.asarray(np.array([np.nan, 0.0, -0.0, np.nan, 1.0]))).get()
+    assert f.shape == (4,) and np.isnan(f[2:]).all() and list(f[:2]) == [0.0, 1.0]
+    assert fl.unique_values(fl.asarray(np.zeros(0))).shape == (0,)
+
+
+def test_isin(device):
+    a = np.array([[1, 5, 2], [7, 2, 0]])
+    b = np.array([2, 7, 9])
+    for invert in (False, True):
+        np.testing.assert_array_equal(
+            fl.isin(fl.asarray(a), fl.asarray(b), invert=invert).get(),
+            np.isin(a, b, invert=invert))
+
+
+# }}}
