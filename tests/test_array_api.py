@@ -351,3 +351,51 @@ def test_isin(device):
 
 
 # }}}
+
+# {{{ repeat with counts per element, reshape(copy=), linalg spellings
+
+
+def test_repeat_counts_per_element(device):
+    a = np.arange(6, dtype=np.int32).reshape(2, 3)
+    for counts, axis in (([1, 0, 2], 1), ([2, 1], 0), ([1, 2, 0, 0, 1, 1], None), ([3], 0)):
+        got = fl.repeat(fl.asarray(a), fl.asarray(np.array(counts)), axis=axis)
+        np.testing.assert_array_equal(got.get(), np.repeat(a, counts, axis=axis))
+    with pytest.raises(ShapeError, match="3 counts"):
+        fl.repeat(fl.asarray(a), [1, 2, 3], axis=0)
+    with pytest.raises(ValueError, match="negative"):
+        fl.repeat(fl.asarray(a), [1, -1], axis=0)
+
+
+def test_reshape_copy(device):
+    x = fl.asarray(np.arange(6).reshape(2, 3))
+    y = fl.reshape(x, (3, 2), copy=True)
+    x[0, 0] = 9
+    assert y.get()[0, 0] == 0
+    with pytest.raises(ValueError, match="copy=False"):
+        fl.reshape(x.T, (6,), copy=False)
+    np.testing.assert_array_equal(fl.reshape(x, (6,), copy=False).get(), x.get().ravel())
+
+
+def test_linalg_spellings(device):
+    m = np.arange(18.0).reshape(2, 3, 3)
+    x = fl.asarray(m)
+    np.testing.assert_array_equal(fl.linalg.trace(x, offset=1).get(),
+                                  np.linalg.trace(m, offset=1))
+    np.testing.assert_array_equal(fl.linalg.diagonal(x, offset=-1).get(),
+                                  np.linalg.diagonal(m, offset=-1))
+    np.testing.assert_array_equal(fl.linalg.matrix_transpose(x).get(),
+                                  np.linalg.matrix_transpose(m))
+    np.testing.assert_allclose(fl.linalg.vecdot(x, x[0]).get(), np.linalg.vecdot(m, m[0]))
+    v = np.array([1.0, -2.0, 0.5])
+    np.testing.assert_allclose(fl.linalg.outer(fl.asarray(v), fl.asarray(v)).get(),
+                               np.linalg.outer(v, v))
+    np.testing.assert_allclose(fl.linalg.cross(x, fl.asarray(v)).get(), np.cross(m, v))
+    for ord, axis in ((2, None), (1, (0, 2)), (np.inf, 1)):
+        np.testing.assert_allclose(
+            fl.linalg.vector_norm(x, ord=ord, axis=axis, keepdims=True).get(),
+            np.linalg.vector_norm(m, ord=ord, axis=axis, keepdims=True))
+    with pytest.raises(ShapeError, match="length 3"):
+        fl.linalg.cross(x[..., :2], x[..., :2])
+
+
+# }}}
