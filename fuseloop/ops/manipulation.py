@@ -122,7 +122,7 @@ def diff(x: Any, /, *, axis: int = -1, n: int = 1, prepend: Any = None,
     if n < 0:
         raise ValueError(f"diff: order n must be non-negative, not {n}")
     ax = normalize_axis(axis, x.ndim)
-    pieces = []
+    pieces: list[Array | None] = []
     for extra in (prepend, append):
         if extra is None:
             pieces.append(None)

@@ -87,10 +87,10 @@ def reshape(a: Any, shape: Any, order: str = "C", *, copy: bool | None = None) -
                          f"cannot show it as shape {shape} without a copy")
     if node is None:
         # numpy copies here too: materialise contiguously, then view
-        copy = a.copy().eval()
-        node = reshape_view(copy._node, shape)
+        fresh = a.copy().eval()
+        node = reshape_view(fresh._node, shape)
         assert node is not None
-        return _wrap(copy, node)
+        return _wrap(fresh, node)
     return _wrap(a, node)
 
 
