@@ -245,7 +245,9 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None,
     if step == 0:
         raise ValueError("arange: step must not be zero")
     length = max(0, math.ceil((stop - start) / step))
-    natural = np.arange(start, start + step, step).dtype if dtype is None else as_dtype(dtype)
+    # numpy's dtype: a float stop makes integer start and step float too
+    probe = type(stop)(start + step) if isinstance(stop, float | np.floating) else start + step
+    natural = np.arange(start, probe, step).dtype if dtype is None else as_dtype(dtype)
     natural = as_dtype(natural)
     dev = _device(device)
     work: np.dtype = np.dtype(np.int64) if natural.kind in "iub" else np.dtype(np.float64)

@@ -399,3 +399,30 @@ def test_linalg_spellings(device):
 
 
 # }}}
+
+# {{{ smaller fixes found by the Array API test suite
+
+
+def test_zero_d_boolean_array_index(device):
+    a = np.arange(6).reshape(2, 3)
+    x = fl.asarray(a)
+    for flag in (True, False):
+        m = fl.asarray(np.bool_(flag))
+        np.testing.assert_array_equal(x[m].get(), a[np.array(flag)])
+        np.testing.assert_array_equal(fl.asarray(np.float64(2.0))[m].get(),
+                                      np.array(2.0)[np.array(flag)])
+    x[fl.asarray(np.bool_(False))] = 9
+    np.testing.assert_array_equal(x.get(), a)
+    x[np.array(True)] = fl.asarray(np.arange(3))
+    np.testing.assert_array_equal(x.get(), np.broadcast_to(np.arange(3), (2, 3)))
+
+
+def test_arange_float_stop_gives_float(device):
+    got = fl.arange(1, 7.0, 2)
+    ref = np.arange(1, 7.0, 2)
+    assert got.dtype == ref.dtype
+    np.testing.assert_array_equal(got.get(), ref)
+    assert fl.arange(1, 7, 2).dtype == np.int64
+
+
+# }}}
