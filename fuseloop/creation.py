@@ -299,10 +299,13 @@ def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: Any = N
     dt = as_dtype(_default_float(dtype, dev))
     _check_device_dtype(dt, dev)
     shape = _shape((rows_n, cols_n))
+    k = operator.index(k)
+    if not -rows_n < k < cols_n:  # no diagonal element (and k may pass int64's range)
+        return zeros(shape, dt, dev)
     index = np.dtype(np.int64)
     rows = Array._lazy(Iota(shape, index, (1, 0), 0), dev)
     cols = Array._lazy(Iota(shape, index, (0, 1), 0), dev)
-    return (cols - rows == operator.index(k)).astype(dt)
+    return (cols - rows == k).astype(dt)
 
 
 def meshgrid(*arrays: Any, indexing: str = "xy") -> list[Array]:

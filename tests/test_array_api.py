@@ -121,6 +121,12 @@ def test_eye(device, args, k):
                                   np.eye(*args, k=k, dtype=np.int32))
 
 
+def test_eye_diagonal_outside(device):
+    for k in (2**63, -(2**63) - 1, 3, -2):
+        np.testing.assert_array_equal(fl.eye(2, 3, k=k).get(), np.zeros((2, 3)))
+    assert fl.eye(0, k=2**63).shape == (0, 0)
+
+
 @pytest.mark.parametrize("indexing", ["xy", "ij"])
 def test_meshgrid(device, indexing):
     a, b, c = np.arange(3), np.arange(4.0), np.arange(2, dtype=np.int8)
