@@ -97,6 +97,39 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/run_suite.py", *session.posargs)
 
 
+# data-apis/array-api-tests at a pinned commit: the last before the suite needed a complex
+# dtype at import (3ab78bd, dtype_helpers.widest_complex_dtype), which fuseloop lacks
+ARRAY_API_TESTS_COMMIT = "914124aa7358dd1dbcdfc2e4e1ca1757ff7f75d3"
+
+
+@nox.session
+def array_api_tests(session: nox.Session) -> None:
+    """The Array API test suite against ``fuseloop`` (complex dtypes and fft skipped).
+
+    Clones data-apis/array-api-tests at ``ARRAY_API_TESTS_COMMIT`` into a temporary
+    directory (with its spec submodule); arguments after ``--`` go to pytest, e.g.
+    ``nox -s array_api_tests -- array_api_tests/test_sorting_functions.py``.
+    """
+    session.install(".", "pytest", "pytest-json-report", "hypothesis>=6.151", "ndindex>=1.8")
+    suite = Path(session.create_tmp()) / "array-api-tests"
+    if not (suite / ".git").exists():
+        session.run("git", "clone", "-q", "https://github.com/data-apis/array-api-tests",
+                    str(suite), external=True)
+    session.run("git", "-C", str(suite), "checkout", "-q", ARRAY_API_TESTS_COMMIT,
+                external=True)
+    session.run("git", "-C", str(suite), "submodule", "update", "--init", "-q", external=True)
+    session.chdir(suite)
+    targets = session.posargs or ["array_api_tests"]
+    # --disable-deadline: the first call of each new kernel structure compiles it (about a
+    # second on PoCL), past hypothesis's 800 ms deadline; that is no API failure
+    session.run("python", "-m", "pytest", *targets, "--max-examples=10", "-q",
+                "--disable-extension", "fft", "--continue-on-collection-errors",
+                "--disable-deadline",
+                env={"ARRAY_API_TESTS_MODULE": "fuseloop",
+                     "ARRAY_API_TESTS_SKIP_DTYPES": "complex64,complex128",
+                     "FUSELOOP_DEVICE": os.environ.get("FUSELOOP_DEVICE", "cpu")})
+
+
 @nox.session
 def fuzz(session: nox.Session) -> None:
     """Differential fuzzing against numpy: the long profile of tests/test_fuzz.py."""

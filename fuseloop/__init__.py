@@ -9,6 +9,7 @@ import numpy as _np
 from . import errors, recipes
 from .api import show_code, synchronize
 from .array import Array, Constant, constant
+from .array_api_info import __array_namespace_info__
 from .assignment import compute
 from .cache import cache_dir, clear_memory_cache
 from .caches import clear as clear_caches
@@ -16,21 +17,37 @@ from .caches import info as cache_info
 from .creation import (
     arange,
     asarray,
+    astype,
     empty,
     empty_like,
+    eye,
+    from_dlpack,
     full,
     full_like,
     linspace,
+    meshgrid,
     ones,
     ones_like,
     zeros,
     zeros_like,
 )
+from .dtype_api import can_cast, finfo, iinfo, isdtype, result_type
 from .explain import Explanation, explain
 from .functions import TracedFunction, UserFunction, function
 from .fuse import fuse as fuse  # (re-exported: in __all__ below the list)
 from .ops.indexing import take
 from .ops.linalg import _LinalgNamespace, dot, einsum, inner, matmul, outer, tensordot, trace, vdot
+from .ops.manipulation import (
+    broadcast_arrays,
+    broadcast_shapes,
+    clip,
+    concat,
+    diff,
+    matrix_transpose,
+    take_along_axis,
+    unstack,
+    vecdot,
+)
 from .ops.masks import argwhere, flatnonzero, nonzero
 from .ops.reductions import (
     all,
@@ -48,6 +65,7 @@ from .ops.reductions import (
     sum,
     var,
 )
+from .ops.scan import cumulative_prod, cumulative_sum
 from .ops.shape import (
     broadcast_to,
     concatenate,
@@ -68,12 +86,22 @@ from .ops.shape import (
     tril,
     triu,
 )
+from .ops.sorting import (
+    argsort,
+    isin,
+    searchsorted,
+    sort,
+    unique_all,
+    unique_counts,
+    unique_inverse,
+    unique_values,
+)
 from .recipes import Recipe, recipe_for, register_recipe, registered_recipes
 from .runtime.devices import Device, device, devices, get_device, set_device
 from .stages import Compiled, Linearized, Lowered, program
 from .stats import reset_stats, stats
 from .ufuncs import FUNCTIONS as _FUNCTIONS
-from .ufuncs import astype, clip, where
+from .ufuncs import where
 
 globals().update(_FUNCTIONS)
 
@@ -99,6 +127,12 @@ _attach_at(_FUNCTIONS)  # fl.add.at, fl.subtract.at, fl.maximum.at, fl.minimum.a
 
 # }}}
 linalg = _LinalgNamespace()
+
+# {{{ Array API namespace (issue 27): names the standard adds to numpy's (imports above)
+__array_api_version__ = "2024.12"
+newaxis = None
+bool = _np.bool_  # (the standard's name for the boolean dtype)
+# }}}
 
 bool_ = _np.bool_
 int8, int16, int32, int64 = _np.int8, _np.int16, _np.int32, _np.int64
@@ -127,6 +161,12 @@ __all__ = [
     # VexCL and Stan features (issue 28)
     "check", "check_bounded", "check_finite", "check_nonnegative", "check_positive",
     "bincount", "histogram", "stencil", "stencil_function",
+    # the Array API's additions (issue 27)
+    "__array_namespace_info__", "eye", "from_dlpack", "meshgrid", "can_cast",
+    "finfo", "iinfo", "isdtype", "result_type", "broadcast_arrays", "broadcast_shapes",
+    "concat", "diff", "matrix_transpose", "take_along_axis", "unstack", "vecdot",
+    "cumulative_prod", "cumulative_sum", "newaxis", "bool", "argsort", "isin", "searchsorted",
+    "sort", "unique_all", "unique_counts", "unique_inverse", "unique_values",
 ]
 __all__.append("fuse")
 

@@ -17,6 +17,9 @@ from .errors import ShapeError
 if TYPE_CHECKING:
     from .array import Array
 
+_API_VERSIONS = ("2021.12", "2022.12", "2023.12", "2024.12")
+_KDL_CPU, _KDL_OPENCL = 1, 4  # DLPack's DLDeviceType codes
+
 _COPY_REFUSED = (
     "Unable to avoid copy while creating an array as requested: a fuseloop array lives "
     "in device memory, so numpy always gets a copy.\nUse np.asarray(x) (or x.get()) to "
@@ -86,6 +89,8 @@ class ArrayProtocol:
     if TYPE_CHECKING:  # what the mixin uses of Array (declared for the type checker only)
         def get(self) -> np.ndarray: ...
         def copy(self) -> Array: ...
+        def _scalar(self) -> Any: ...
+        device: Any
 
     # {{{ numpy conversion
 
@@ -110,6 +115,56 @@ class ArrayProtocol:
     def __reduce__(self) -> tuple:
         # the values through the host; unpickled onto the default device of that time
         return _restore, (self.get(),)
+
+    # }}}
+
+    # {{{ Array API: namespace, devices, DLPack
+
+    def __array_namespace__(self, /, *, api_version: str | None = None) -> Any:
+        """The fuseloop module, the Array API namespace of its arrays."""
+        if api_version is not None and api_version not in _API_VERSIONS:
+            raise ValueError(f"fuseloop implements the Array API versions "
+                             f"{', '.join(_API_VERSIONS)}, not {api_version!r}")
+        import fuseloop
+
+        return fuseloop
+
+    def to_device(self, device: Any, /, *, stream: Any = None) -> Array:
+        """This array on ``device`` (itself if it is there already; else a copy)."""
+        from .creation import asarray
+
+        if stream is not None:
+            raise ValueError("fuseloop arrays take no stream= (each device has one queue)")
+        return asarray(self, device=device)
+
+    def __complex__(self) -> complex:
+        # (a real value converts; fuseloop has no complex dtypes yet)
+        return complex(self._scalar())
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """DLPack's (device type, id): kDLOpenCL and the fuseloop device index."""
+        return (_KDL_OPENCL, self.device.index)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
+                   dl_device: Any = None, copy: bool | None = None) -> Any:
+        """A DLPack capsule of a host copy, for ``dl_device=(kDLCPU, 0)`` only.
+
+        OpenCL buffers (``cl_mem``) are no device pointers: no DLPack consumer can read
+        them in place, so the data leave the device only as a copy to the host, which
+        the consumer must ask for (``np.from_dlpack(x, device="cpu")``).
+        """
+        if dl_device is None or tuple(dl_device) != (_KDL_CPU, 0):
+            raise BufferError(
+                f"fuseloop arrays live in OpenCL buffers on {self.device}, which DLPack "
+                "consumers cannot read in place; ask for a host copy with "
+                "np.from_dlpack(x, device='cpu') (dl_device=(1, 0)), or use x.get()")
+        if copy is False:
+            raise BufferError("exporting a fuseloop array to the CPU always copies it from "
+                              "device memory; pass copy=None or copy=True")
+        host = self.get()
+        if max_version is None:
+            return host.__dlpack__()
+        return host.__dlpack__(max_version=max_version)
 
     # }}}
 
@@ -154,20 +209,22 @@ class ArrayProtocol:
         _plain_where(where, "mean")
         return _finish(mean(self, axis=axis, dtype=dtype, keepdims=keepdims), out, "mean")
 
-    def var(self, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
-            keepdims: bool = False, where: Any = True) -> Any:
+    def var(self, axis: Any = None, dtype: Any = None, out: Any = None, ddof: Any = 0,
+            keepdims: bool = False, where: Any = True, *, correction: Any = None) -> Any:
         from .ops.reductions import var
 
         _plain_where(where, "var")
-        return _finish(var(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims),
+        return _finish(var(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims,
+                           correction=correction),
                        out, "var")
 
-    def std(self, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
-            keepdims: bool = False, where: Any = True) -> Any:
+    def std(self, axis: Any = None, dtype: Any = None, out: Any = None, ddof: Any = 0,
+            keepdims: bool = False, where: Any = True, *, correction: Any = None) -> Any:
         from .ops.reductions import std
 
         _plain_where(where, "std")
-        return _finish(std(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims),
+        return _finish(std(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims,
+                           correction=correction),
                        out, "std")
 
     def any(self, axis: Any = None, out: Any = None, keepdims: bool = False,

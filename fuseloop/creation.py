@@ -43,9 +43,18 @@ def _check_device_dtype(dtype: np.dtype, device: Device) -> None:
             "or choose a device with fp64 (fl.devices(fp64=True))")
 
 
-def empty(shape: ShapeLike, dtype: Any = float, device: Any = None) -> Array:
-    """A new uninitialised array (numpy's default dtype is float64)."""
-    dt, dev, shp = as_dtype(dtype), _device(device), _shape(shape)
+def _default_float(dtype: Any, dev: Device) -> Any:
+    """``dtype``, or for None the default floating dtype: float64 where the device has
+    fp64 (numpy's), else float32 (the Array API's default for such a device)."""
+    if dtype is not None:
+        return dtype
+    return np.float64 if dev.has_fp64 else np.float32
+
+
+def empty(shape: ShapeLike, dtype: Any = None, device: Any = None) -> Array:
+    """A new uninitialised array (by default of float64, float32 without fp64)."""
+    dev, shp = _device(device), _shape(shape)
+    dt = as_dtype(_default_float(dtype, dev))
     _check_device_dtype(dt, dev)
     return Array._concrete(allocate(math.prod(shp) * dt.itemsize, dev), dt, shp)
 
@@ -74,6 +83,8 @@ def full(shape: ShapeLike, fill_value: Any, dtype: Any = None, device: Any = Non
     """A new array filled with ``fill_value`` (dtype and conversion as ``np.full``)."""
     if dtype is None:
         dtype = _fill_dtype(fill_value)
+        if isinstance(fill_value, float) and not _device(device).has_fp64:
+            dtype = np.float32  # a Python float fills the device's default float
     if np.ndim(fill_value) != 0:
         # an array-like fill broadcasts (np.full(3, [1, 2, 3])): filled on the host
         host = np.full(_shape(shape), np.asarray(fill_value), as_dtype(dtype))
@@ -88,12 +99,14 @@ def full(shape: ShapeLike, fill_value: Any, dtype: Any = None, device: Any = Non
     return out
 
 
-def zeros(shape: ShapeLike, dtype: Any = float, device: Any = None) -> Array:
-    return full(shape, 0, dtype, device)
+def zeros(shape: ShapeLike, dtype: Any = None, device: Any = None) -> Array:
+    """A new array of zeros (by default of float64, float32 without fp64)."""
+    return full(shape, 0, _default_float(dtype, _device(device)), device)
 
 
-def ones(shape: ShapeLike, dtype: Any = float, device: Any = None) -> Array:
-    return full(shape, 1, dtype, device)
+def ones(shape: ShapeLike, dtype: Any = None, device: Any = None) -> Array:
+    """A new array of ones (by default of float64, float32 without fp64)."""
+    return full(shape, 1, _default_float(dtype, _device(device)), device)
 
 
 def _like(proto: Any, dtype: Any, shape: Any, device: Any) -> tuple:
@@ -125,13 +138,33 @@ def full_like(a: Any, fill_value: Any, dtype: Any = None, shape: Any = None,
     return full(s, fill_value, d, dev)
 
 
-def asarray(obj: Any, dtype: Any = None, device: Any = None) -> Array:
-    """Copy host data to a device (or convert/move an existing fuseloop array)."""
+_COPY_NEEDED = ("asarray(copy=False): {why} needs a copy; pass copy=None to allow one "
+                "(or copy=True to always copy)")
+
+
+def asarray(obj: Any, dtype: Any = None, device: Any = None, *,
+            copy: bool | None = None) -> Array:
+    """Copy host data to a device (or convert/move an existing fuseloop array).
+
+    ``copy`` as in the Array API: True always copies, False raises ValueError where a
+    copy is needed (host data always needs one: device memory is separate), None copies
+    only where needed.
+    """
     if isinstance(obj, Array):
         dev = obj.device if device is None else find_device(device)
+        same_dtype = dtype is None or as_dtype(dtype) == obj.dtype
+        if copy is False and (dev is not obj.device or not same_dtype):
+            why = (f"moving to {dev}" if dev is not obj.device
+                   else f"converting {obj.dtype} to {as_dtype(dtype)}")
+            raise ValueError(_COPY_NEEDED.format(why=why))
         if dev is not obj.device:
             return asarray(obj.get(), dtype, dev)
-        return obj if dtype is None or as_dtype(dtype) == obj.dtype else obj.astype(dtype)
+        if not same_dtype:
+            return obj.astype(dtype)
+        return obj.copy() if copy else obj
+    if copy is False:
+        raise ValueError(_COPY_NEEDED.format(why=f"uploading {type(obj).__name__} to the "
+                                                 "device"))
     dev = _device(device)
     if _is_pyopencl_array(obj):
         return _from_pyopencl(obj, dtype, dev)
@@ -214,7 +247,9 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None,
     if step == 0:
         raise ValueError("arange: step must not be zero")
     length = max(0, math.ceil((stop - start) / step))
-    natural = np.arange(start, start + step, step).dtype if dtype is None else as_dtype(dtype)
+    # numpy's dtype: a float stop makes integer start and step float too
+    probe = type(stop)(start + step) if isinstance(stop, float | np.floating) else start + step
+    natural = np.arange(start, probe, step).dtype if dtype is None else as_dtype(dtype)
     natural = as_dtype(natural)
     dev = _device(device)
     work: np.dtype = np.dtype(np.int64) if natural.kind in "iub" else np.dtype(np.float64)
@@ -256,5 +291,89 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, dtype:
     return values.astype(out_dt) if values.dtype != out_dt else values
 
 
-__all__ = ["arange", "asarray", "empty", "empty_like", "full", "full_like", "linspace",
-           "ones", "ones_like", "zeros", "zeros_like"]
+def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: Any = None,
+        device: Any = None) -> Array:
+    """Ones on the ``k``-th diagonal, zeros elsewhere (lazy: nothing is allocated until a
+    consumer reads it); by default of float64 (float32 without fp64)."""
+    rows_n, cols_n = (operator.index(n_rows),
+                      operator.index(n_rows if n_cols is None else n_cols))
+    dev = _device(device)
+    dt = as_dtype(_default_float(dtype, dev))
+    _check_device_dtype(dt, dev)
+    shape = _shape((rows_n, cols_n))
+    k = operator.index(k)
+    if not -rows_n < k < cols_n:  # no diagonal element (and k may pass int64's range)
+        return zeros(shape, dt, dev)
+    index = np.dtype(np.int64)
+    rows = Array._lazy(Iota(shape, index, (1, 0), 0), dev)
+    cols = Array._lazy(Iota(shape, index, (0, 1), 0), dev)
+    return (cols - rows == k).astype(dt)
+
+
+def meshgrid(*arrays: Any, indexing: str = "xy") -> list[Array]:
+    """Coordinate matrices from 1-D arrays (``numpy.meshgrid``; new arrays, lazy)."""
+    from .ops.shape import _lazy_copy, broadcast_to, reshape
+
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij', not {indexing!r}")
+    arrs = [asarray(a) for a in arrays]
+    for a in arrs:
+        if a.ndim != 1:
+            raise ShapeError(f"meshgrid takes 1-D arrays, got shape {a.shape}")
+    shape = [a.shape[0] for a in arrs]
+    if indexing == "xy" and len(arrs) > 1:
+        shape[0], shape[1] = shape[1], shape[0]
+    out = []
+    for k, a in enumerate(arrs):
+        axis = (1 - k if k < 2 else k) if indexing == "xy" and len(arrs) > 1 else k
+        unit = tuple(a.shape[0] if d == axis else 1 for d in range(len(arrs)))
+        out.append(_lazy_copy(broadcast_to(reshape(a, unit), tuple(shape))))
+    return out
+
+
+def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
+    """``x`` converted to ``dtype`` (and moved to ``device``): the Array API's function."""
+    if not isinstance(x, Array):
+        if device is not None:
+            return asarray(x, dtype, device)
+        return np.asarray(x).astype(as_dtype(dtype))
+    if device is not None and find_device(device) is not x.device:
+        x = asarray(x, device=device)
+        copy = False  # (the move made a new array)
+    return x.astype(dtype, copy=copy)
+
+
+def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None) -> Array:
+    """An array from any DLPack producer whose data the host can read (numpy, torch on the
+    CPU, ...): always a copy to the device, so ``copy=False`` raises."""
+    if isinstance(x, Array):
+        return asarray(x, device=device, copy=copy)
+    if copy is False:
+        raise BufferError("from_dlpack(copy=False): fuseloop arrays live in device memory, "
+                          "so another library's data are always copied; pass copy=None")
+    try:
+        host = np.from_dlpack(x, device="cpu")
+    except (BufferError, RuntimeError, TypeError, ValueError) as exc:
+        raise BufferError(f"from_dlpack: {type(x).__name__} cannot give its data to the "
+                          f"host through DLPack ({exc}); fuseloop copies from host data "
+                          "only") from exc
+    return asarray(host, device=device)
+
+
+__all__ = [
+    "arange",
+    "asarray",
+    "astype",
+    "empty",
+    "empty_like",
+    "eye",
+    "from_dlpack",
+    "full",
+    "full_like",
+    "linspace",
+    "meshgrid",
+    "ones",
+    "ones_like",
+    "zeros",
+    "zeros_like",
+]

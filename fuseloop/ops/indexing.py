@@ -231,7 +231,23 @@ def _advanced_axes(base: Array, split: _Split) -> tuple[Array, int]:
     return transpose(base, vdims + others), 0
 
 
+def _zero_d_mask(key: Any) -> bool | None:
+    """The value of ``key`` when it is one 0-d boolean array (read to the host: it
+    decides the result's shape), else None."""
+    if isinstance(key, Array | np.ndarray) and key.ndim == 0 and key.dtype == np.bool_:
+        return bool(key)
+    return None
+
+
 def getitem(arr: Array, key: Any) -> Array:
+    flag = _zero_d_mask(key)
+    if flag is not None:
+        # numpy: a 0-d mask adds an axis of length 1 (True) or 0 (False); a copy
+        if flag:
+            return arr.copy()[None]
+        from ..creation import empty
+
+        return empty((0, *arr.shape), dtype=arr.dtype, device=arr.device)
     split = _split(arr, key)
     out = _basic_view(arr, split.basic)
     if not split.arrays:
@@ -332,6 +348,11 @@ def setitem(arr: Array, key: Any, value: Any, held: bool, atomic: str | None = N
             assign(arr, value, cast="unsafe", value_is_held=held)
         return
     if atomic is None:
+        flag = _zero_d_mask(key)
+        if flag is not None:
+            if flag:
+                setitem(arr, None, value, held)
+            return
         if masked_fill(arr, key, value):
             return
         split = _split(arr, key)

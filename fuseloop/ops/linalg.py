@@ -25,11 +25,12 @@ import numpy as np
 
 from ..array import Array, _coerce
 from ..errors import ShapeError
+from ..expr.nodes import broadcast_shapes
 from .reductions import _reduce, _sum_dtype
 from .reductions import max as _max
 from .reductions import min as _min
 from .reductions import sum as _sum
-from .shape import broadcast_to, normalize_axis, ravel, reshape, view
+from .shape import broadcast_to, moveaxis, normalize_axis, ravel, reshape, view
 
 #: an expensive operand read by at least this many outputs per element is
 #: evaluated first (4 blocks of 128 outputs in the tiled GPU recipe)
@@ -294,7 +295,77 @@ def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Array:
     return _sum(diagonal(a, offset, axis1, axis2), axis=-1)
 
 
-__all__ = ["dot", "einsum", "inner", "matmul", "norm", "outer", "tensordot", "trace", "vdot"]
+# {{{ numpy.linalg's (and the Array API's) spellings: the last two axes are the matrix
+
+
+def _linalg_trace(x: Any, /, *, offset: int = 0, dtype: Any = None) -> Array:
+    """Sums of the ``offset`` diagonal of each matrix of the stack ``x`` (last two axes)."""
+    from .shape import diagonal
+
+    x = _coerce(x)
+    if x.ndim < 2:
+        raise ShapeError(f"linalg.trace needs at least two dimensions, got shape {x.shape}")
+    return _sum(diagonal(x, offset, -2, -1), axis=-1, dtype=dtype)
+
+
+def _linalg_diagonal(x: Any, /, *, offset: int = 0) -> Array:
+    """The ``offset`` diagonal of each matrix of the stack ``x`` (a view)."""
+    from .shape import diagonal
+
+    x = _coerce(x)
+    if x.ndim < 2:
+        raise ShapeError(f"linalg.diagonal needs at least two dimensions, got shape {x.shape}")
+    return diagonal(x, offset, -2, -1)
+
+
+def _linalg_outer(x1: Any, x2: Any, /) -> Array:
+    """The outer product of two 1-D arrays."""
+    x1, x2 = _coerce(x1), _coerce(x2)
+    if x1.ndim != 1 or x2.ndim != 1:
+        raise ShapeError(f"linalg.outer takes 1-D arrays, got shapes {x1.shape} and {x2.shape}")
+    return outer(x1, x2)
+
+
+def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False,
+                ord: Any = 2) -> Array:
+    """The ``ord``-norm of the vectors along ``axis`` (all axes: the flattened array)."""
+    from .shape import normalize_axes
+
+    x = _coerce(x)
+    axes = normalize_axes(axis, x.ndim)
+    if len(axes) <= 1 and not (axis is None and keepdims):
+        return norm(x, ord=ord, axis=axes[0] if axes else None, keepdims=keepdims)
+    # several axes: one vector norm over them (not numpy.linalg.norm's matrix norm)
+    moved = moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
+    flat = reshape(moved, (*moved.shape[:x.ndim - len(axes)], -1))
+    out = norm(flat, ord=ord, axis=-1)
+    if keepdims:
+        out = reshape(out, tuple(1 if d in axes else n for d, n in enumerate(x.shape)))
+    return out
+
+
+def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> Array:
+    """Cross products of 3-vectors along ``axis`` (after broadcasting)."""
+    from .shape import stack
+
+    x1, x2 = _coerce(x1), _coerce(x2)
+    shape = broadcast_shapes(x1.shape, x2.shape)
+    ax = normalize_axis(axis, len(shape))
+    if shape[ax] != 3:
+        raise ShapeError(f"linalg.cross needs vectors of length 3 along axis {axis}, got "
+                         f"shapes {x1.shape} and {x2.shape}")
+    u = moveaxis(broadcast_to(x1, shape), ax, -1)
+    v = moveaxis(broadcast_to(x2, shape), ax, -1)
+    u0, u1, u2 = (u[..., k] for k in range(3))
+    v0, v1, v2 = (v[..., k] for k in range(3))
+    out = stack([u1 * v2 - u2 * v1, u2 * v0 - u0 * v2, u0 * v1 - u1 * v0], axis=-1)
+    return moveaxis(out, -1, ax)
+
+# }}}
+
+
+__all__ = ["cross", "dot", "einsum", "inner", "matmul", "norm", "outer", "tensordot", "trace",
+           "vdot", "vector_norm"]
 
 
 class _LinalgNamespace:
@@ -302,6 +373,22 @@ class _LinalgNamespace:
 
     norm = staticmethod(norm)
     matmul = staticmethod(matmul)
-    vecdot = staticmethod(inner)
     tensordot = staticmethod(tensordot)
-    trace = staticmethod(trace)
+    # numpy.linalg's (the Array API's): matrices are the last two axes
+    trace = staticmethod(_linalg_trace)
+    diagonal = staticmethod(_linalg_diagonal)
+    outer = staticmethod(_linalg_outer)
+    vector_norm = staticmethod(vector_norm)
+    cross = staticmethod(cross)
+
+    @staticmethod
+    def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Array:
+        from .manipulation import vecdot
+
+        return vecdot(x1, x2, axis=axis)
+
+    @staticmethod
+    def matrix_transpose(x: Any, /) -> Array:
+        from .manipulation import matrix_transpose
+
+        return matrix_transpose(x)

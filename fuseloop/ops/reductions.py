@@ -158,9 +158,20 @@ def _divisor(count: int, acc: np.dtype) -> Any:
     return float(count) if acc.kind == "f" else acc.type(count)
 
 
-def var(x: Any, axis: Any = None, dtype: Any = None, ddof: int = 0,
-        keepdims: bool = False) -> Array:
-    """Variance about the mean, computed in two passes (as numpy does)."""
+def _ddof(ddof: Any, correction: Any) -> Any:
+    """The degrees of freedom removed: numpy's ``ddof`` or the Array API's ``correction``."""
+    if correction is None:
+        return ddof
+    if ddof != 0 and ddof != correction:
+        raise ValueError(f"ddof={ddof} and correction={correction} disagree; pass one")
+    return correction
+
+
+def var(x: Any, axis: Any = None, dtype: Any = None, ddof: Any = 0,
+        keepdims: bool = False, *, correction: Any = None) -> Array:
+    """Variance about the mean, computed in two passes (as numpy does); ``correction``
+    is the Array API's name for ``ddof``."""
+    ddof = _ddof(ddof, correction)
     x = _coerce(x)
     axes = normalize_axes(axis, x.ndim)
     acc, res = _mean_dtypes(x.dtype, dtype)
@@ -174,11 +185,12 @@ def var(x: Any, axis: Any = None, dtype: Any = None, ddof: int = 0,
     return out.astype(res) if out.dtype != res else out
 
 
-def std(x: Any, axis: Any = None, dtype: Any = None, ddof: int = 0,
-        keepdims: bool = False) -> Array:
+def std(x: Any, axis: Any = None, dtype: Any = None, ddof: Any = 0,
+        keepdims: bool = False, *, correction: Any = None) -> Array:
     from ..ufuncs import FUNCTIONS
 
-    return FUNCTIONS["sqrt"](var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))
+    return FUNCTIONS["sqrt"](var(x, axis=axis, dtype=dtype, ddof=_ddof(ddof, correction),
+                                 keepdims=keepdims))
 
 
 def _arg_extreme(x: Any, axis: Any, keepdims: bool, largest: bool) -> Array:

@@ -70,19 +70,27 @@ def view(arr: Array, shape: tuple[int, ...], offsets: Sequence[int],
 # {{{ views
 
 
-def reshape(a: Any, shape: Any, order: str = "C") -> Array:
-    """Like ``numpy.reshape``; a view when the strides allow, else one copy."""
+def reshape(a: Any, shape: Any, order: str = "C", *, copy: bool | None = None) -> Array:
+    """Like ``numpy.reshape``; a view when the strides allow, else one copy.
+
+    ``copy`` (the Array API's): True always copies, False raises ValueError where a view
+    is impossible."""
     a = _coerce(a)
     if order != "C":
         raise NotImplementedError("fuseloop arrays are C-ordered: only order='C' is supported")
     shape = resolve_shape(a, shape)
     node = reshape_view(a._node, shape)
+    if copy:
+        return reshape(a.copy(), shape)
+    if node is None and copy is False:
+        raise ValueError(f"reshape(copy=False): the strides of this view (shape {a.shape}) "
+                         f"cannot show it as shape {shape} without a copy")
     if node is None:
         # numpy copies here too: materialise contiguously, then view
-        copy = a.copy().eval()
-        node = reshape_view(copy._node, shape)
+        fresh = a.copy().eval()
+        node = reshape_view(fresh._node, shape)
         assert node is not None
-        return _wrap(copy, node)
+        return _wrap(fresh, node)
     return _wrap(a, node)
 
 
@@ -305,11 +313,13 @@ def tile(a: Any, reps: Any) -> Array:
     return _lazy_copy(out) if all(r == 1 for r in reps) else out
 
 
-def repeat(a: Any, repeats: int, axis: int | None = None) -> Array:
-    """Like ``numpy.repeat`` with one count for all elements, without a copy."""
+def repeat(a: Any, repeats: Any, axis: int | None = None) -> Array:
+    """Like ``numpy.repeat``: one count for all elements reads ``a`` through computed
+    indices (no copy); a count per element is read to the host (it fixes the result's
+    length) and becomes a gather."""
     a = _coerce(a)
     if not isinstance(repeats, int | np.integer):
-        raise NotImplementedError("fl.repeat supports one repeat count for all elements")
+        return _repeat_each(a, repeats, axis)
     if repeats < 0:
         raise ValueError("negative dimensions are not allowed")
     if axis is None:
@@ -322,6 +332,32 @@ def repeat(a: Any, repeats: int, axis: int | None = None) -> Array:
     if r == 1:
         return _lazy_copy(a)  # numpy's repeat always copies
     return _repeat_axis(a, ax, a.shape[ax] * r, divisor=r)
+
+
+def _repeat_each(a: Array, repeats: Any, axis: int | None) -> Array:
+    counts = repeats.get() if isinstance(repeats, Array) else np.asarray(repeats)
+    if counts.dtype.kind not in "iu":
+        raise TypeError(f"repeat counts must be integers, not {counts.dtype}")
+    if counts.ndim > 1:
+        raise ShapeError(f"repeat counts must be 0-d or 1-D, got shape {counts.shape}")
+    if counts.size == 1:
+        return repeat(a, int(counts.reshape(())), axis)
+    if axis is None:
+        a, axis = ravel(a), 0
+    ax = normalize_axis(axis, a.ndim)
+    if counts.size != a.shape[ax]:
+        raise ShapeError(f"repeat: {counts.size} counts for an axis of length {a.shape[ax]} "
+                         f"(shape {a.shape}, axis {ax})")
+    if (counts < 0).any():
+        raise ValueError("repeat counts must not be negative")
+    index = np.repeat(np.arange(a.shape[ax], dtype=np.int64), counts)
+    if index.size == 0:
+        return _empty_result(a, (*a.shape[:ax], 0, *a.shape[ax + 1:]))
+    from ..creation import asarray
+
+    where = Array._lazy(Gather(a._node, asarray(index, device=a.device)._node, ax,
+                               checked=False), a.device)
+    return where
 
 
 def _lazy_copy(a: Array) -> Array:

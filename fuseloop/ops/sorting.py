@@ -1,0 +1,263 @@
+"""Sorting, searching and set functions: ``sort``, ``argsort``, ``searchsorted``,
+``unique_*`` and ``isin``.
+
+``sort`` and ``argsort`` run pyopencl's radix sort (``pyopencl.algorithm.RadixSort``) on the
+device: the values become unsigned keys whose order is the values' order (NaNs last,
+-0.0 equal to 0.0), the sorted axis is moved last and made contiguous, and all rows sort
+at once: one stable pass by value, then one stable pass by row.  The radix sort is
+stable, so ``stable=True`` and ``descending=True`` (keys inverted) keep equal elements in
+their original order.  ``searchsorted`` and ``isin`` compare every pair inside one fused
+reduction kernel (O(n m) work: meant for moderate sizes, no binary search); the
+``unique_*`` functions sort once and compact with the boolean-mask machinery.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .. import caches as _caches
+from ..array import Array, _coerce
+from ..dtypes import c_type_name
+from ..errors import DTypeError, ShapeError
+from ..expr.nodes import Iota
+from ..runtime.devices import Device
+from .shape import concatenate, moveaxis, normalize_axis, ravel, reshape
+
+_INT64 = np.dtype(np.int64)
+# (device, dtype, descending, pass) -> a RadixSort; a few per dtype and device
+_SORTERS: dict[tuple, Any] = {}
+_lock = threading.Lock()
+_caches.register("ops.sorting.sorters", _SORTERS.clear, lambda: len(_SORTERS),
+                 why="one per device, dtype and direction")
+
+
+def _key_expr(dt: np.dtype, descending: bool) -> tuple[str, str, int]:
+    """(key C expression of ``v[i]``, key C type, key bits): unsigned keys in the values'
+    order, NaN (any sign) the largest, -0.0 as 0.0; inverted (NaN kept last) descending."""
+    bits = dt.itemsize * 8
+    kt = "ulong" if bits == 64 else "uint"
+    wide = {8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"}[bits]
+    sign = f"(({wide})1 << {bits - 1})"
+    if dt.kind == "f":
+        bits_of = f"as_{wide}(v[i])"
+        key = (f"(v[i] == 0 ? {sign} : (({bits_of} & {sign}) ? ~{bits_of} "
+               f": ({bits_of} | {sign})))")
+        key = f"(~{key})" if descending else key
+        return f"(v[i] != v[i] ? ~(({kt})0) : ({kt}){key})", kt, bits
+    key = f"(({wide})v[i] ^ {sign})" if dt.kind == "i" else f"(({wide})v[i])"
+    key = f"({kt}){key}"
+    return (f"(~{key})" if descending else key), kt, bits
+
+
+def _sorter(device: Device, dt: np.dtype, descending: bool, by_row: bool) -> Any:
+    key = (device, dt, descending, by_row)
+    with _lock:
+        sorter = _SORTERS.get(key)
+        if sorter is None:
+            from pyopencl.algorithm import RadixSort
+
+            expr, kt, _ = _key_expr(dt, descending)
+            if by_row:
+                expr, kt = "(ulong)(idx[i] / row)", "ulong"
+            sorter = _SORTERS[key] = RadixSort(
+                device.context,
+                f"__global {c_type_name(dt)} *v, __global long *idx, long row",
+                key_expr=expr, sort_arg_names=["v", "idx"], bits_at_a_time=4,
+                key_dtype=np.dtype(np.uint64 if kt == "ulong" else np.uint32))
+    return sorter
+
+
+class _Sorted(NamedTuple):
+    values: Array  # the rows sorted, shape (rows, n)
+    order: Array  # int64 positions within each row
+
+
+def _sort_rows(x: Array, descending: bool) -> _Sorted:
+    """Sort each row (last axis) of ``x``, stably."""
+    import pyopencl.array as cla
+
+    from ..creation import asarray
+
+    if x.dtype.kind not in "biuf":
+        raise DTypeError(f"cannot sort an array of {x.dtype}")
+    n = x.shape[-1] if x.ndim else 1
+    src = x if x.dtype != np.bool_ else x.astype(np.uint8)
+    src = src.copy().eval() if src.is_lazy or not src.is_contiguous else src
+    idx = Array._lazy(Iota((x.size,), _INT64), x.device).eval()
+    if x.size <= 1:
+        return _Sorted(x.copy(), reshape(idx, x.shape))
+    dev, queue = x.device, x.device.queue
+    v = cla.Array(queue, (x.size,), src.dtype, data=src._storage.buffer)  # type: ignore[union-attr]
+    i = cla.Array(queue, (x.size,), _INT64, data=idx._storage.buffer)  # type: ignore[union-attr]
+    key_bits = _key_expr(src.dtype, descending)[2]
+    (v, i), _ = _sorter(dev, src.dtype, descending, False)(v, i, np.int64(n),
+                                                            key_bits=key_bits, queue=queue)
+    rows = x.size // n
+    if rows > 1:
+        (v, i), _ = _sorter(dev, src.dtype, descending, True)(
+            v, i, np.int64(n), key_bits=(rows - 1).bit_length(), queue=queue)
+    values, order = asarray(v, device=dev), asarray(i, device=dev)
+    if x.dtype == np.bool_:
+        values = values.astype(np.bool_)
+    return _Sorted(reshape(values, x.shape), reshape(order % n, x.shape))
+
+
+def _along(x: Any, axis: int, descending: bool) -> tuple[_Sorted, int]:
+    x = _coerce(x)
+    if x.ndim == 0:
+        raise ShapeError("sort and argsort need an array of at least one dimension")
+    ax = normalize_axis(axis, x.ndim)
+    return _sort_rows(moveaxis(x, ax, -1), descending), ax
+
+
+def sort(x: Any, /, *, axis: int = -1, descending: bool = False,
+         stable: bool = True) -> Array:
+    """``x`` sorted along ``axis`` (NaNs last; a stable radix sort on the device)."""
+    done, ax = _along(x, axis, descending)
+    return moveaxis(done.values, -1, ax)
+
+
+def argsort(x: Any, /, *, axis: int = -1, descending: bool = False,
+            stable: bool = True) -> Array:
+    """The positions that sort ``x`` along ``axis`` (int64; stable: ties keep their order)."""
+    done, ax = _along(x, axis, descending)
+    return moveaxis(done.order, -1, ax)
+
+
+def _nan_aware_less(a: Array, v: Array, or_equal: bool) -> Array:
+    """``a < v`` (``a <= v``) in sort order, where NaN is larger than every number."""
+    from ..ufuncs import FUNCTIONS
+
+    if a.dtype.kind != "f" and v.dtype.kind != "f":
+        return a <= v if or_equal else a < v
+    isnan = FUNCTIONS["isnan"]
+    if or_equal:
+        return (a <= v) | isnan(v)
+    return (a < v) | (isnan(v) & ~isnan(a))
+
+
+def searchsorted(x1: Any, x2: Any, /, *, side: str = "left", sorter: Any = None) -> Array:
+    """Insertion positions of ``x2`` in the sorted 1-D ``x1`` (``numpy.searchsorted``):
+    counted by comparing every pair in one fused reduction (O(len(x1) * x2.size))."""
+    from ..dtypes import result_type
+    from .reductions import sum as fl_sum
+
+    x1, x2 = _coerce(x1), _coerce(x2)
+    if not isinstance(x2, Array):
+        from ..creation import asarray
+
+        x2 = asarray(np.asarray(x2), device=x1.device)
+    if x1.ndim != 1:
+        raise ShapeError(f"searchsorted: x1 must be 1-D, got shape {x1.shape}")
+    if side not in ("left", "right"):
+        raise ValueError(f"searchsorted: side must be 'left' or 'right', not {side!r}")
+    if sorter is not None:
+        x1 = x1[_coerce(sorter)]
+    dt = result_type(x1.dtype, x2.dtype)
+    a = reshape(x1.astype(dt, copy=False), (1,) * x2.ndim + x1.shape)
+    v = reshape(x2.astype(dt, copy=False), (*x2.shape, 1))
+    return fl_sum(_nan_aware_less(a, v, side == "right"), axis=-1, dtype=_INT64)
+
+
+def isin(x1: Any, x2: Any, /, *, invert: bool = False) -> Array:
+    """Whether each element of ``x1`` is in ``x2`` (``numpy.isin``): every pair compared in
+    one fused reduction (O(x1.size * x2.size))."""
+    from .reductions import any as fl_any
+
+    x1, x2 = _coerce(x1), _coerce(x2)
+    if not isinstance(x1, Array):
+        raise TypeError("isin: x1 must be an array")
+    if not isinstance(x2, Array):
+        from ..creation import asarray
+
+        x2 = asarray(np.asarray(x2), device=x1.device)
+    flat = ravel(x2)
+    hit = fl_any(reshape(x1, (*x1.shape, 1)) == reshape(flat, (1,) * x1.ndim + flat.shape),
+                 axis=-1)
+    return ~hit if invert else hit
+
+
+class UniqueAll(NamedTuple):
+    values: Array
+    indices: Array
+    inverse_indices: Array
+    counts: Array
+
+
+class UniqueCounts(NamedTuple):
+    values: Array
+    counts: Array
+
+
+class UniqueInverse(NamedTuple):
+    values: Array
+    inverse_indices: Array
+
+
+def _unique(x: Any) -> tuple[Array, _Sorted, Array, Array]:
+    """(flattened x, its sort, the first-of-a-run mask, the runs' starts) of ``x``:
+    each NaN is a value of its own (NaN != NaN), as the Array API asks."""
+    from .masks import flatnonzero
+
+    x = _coerce(x)
+    flat = ravel(x)
+    done = _sort_rows(flat, False)
+    s = done.values
+    if s.size == 0:
+        return flat, done, s != s, Array._lazy(Iota((0,), _INT64), x.device)
+    first = concatenate([reshape(s[:1] == s[:1], (1,)), s[1:] != s[:-1]])
+    first = first.eval()
+    return flat, done, first, flatnonzero(first)
+
+
+def unique_values(x: Any, /) -> Array:
+    """The distinct values of ``x``, sorted (1-D)."""
+    _, done, first, _ = _unique(x)
+    return done.values[first]
+
+
+def unique_counts(x: Any, /) -> UniqueCounts:
+    """The distinct values of ``x`` and how often each occurs."""
+    flat, done, first, starts = _unique(x)
+    return UniqueCounts(done.values[first], _counts(starts, flat.size))
+
+
+def _counts(starts: Array, n: int) -> Array:
+    from .manipulation import diff
+
+    end = Array._lazy(Iota((1,), _INT64, None, n), starts.device)
+    return diff(starts, append=end).astype(_INT64)
+
+
+def _inverse(x: Any, done: _Sorted, first: Array) -> Array:
+    """Each element's position among the distinct values, in ``x``'s shape."""
+    from ..creation import empty
+    from .scan import cumulative_sum
+
+    x = _coerce(x)
+    rank = cumulative_sum(first, dtype=_INT64) - 1
+    inverse = empty(x.size, dtype=_INT64, device=x.device)
+    if x.size:
+        inverse[done.order] = rank
+    return reshape(inverse, x.shape)
+
+
+def unique_inverse(x: Any, /) -> UniqueInverse:
+    """The distinct values of ``x`` and, for each element, the position of its value."""
+    _, done, first, _ = _unique(x)
+    return UniqueInverse(done.values[first], _inverse(x, done, first))
+
+
+def unique_all(x: Any, /) -> UniqueAll:
+    """Distinct values, the index of each one's first occurrence, each element's position
+    among them, and the counts."""
+    flat, done, first, starts = _unique(x)
+    return UniqueAll(done.values[first], done.order[starts], _inverse(x, done, first),
+                     _counts(starts, flat.size))
+
+
+__all__ = ["argsort", "isin", "searchsorted", "sort", "unique_all", "unique_counts",
+           "unique_inverse", "unique_values"]
