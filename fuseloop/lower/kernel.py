@@ -603,10 +603,20 @@ def _select(pos: Any, bounds: list[Any], values: list[Any]) -> Any:
 
 
 def contiguous_rows(program: Program) -> bool:
-    """Whether some reduction walks contiguous memory (the recipes' row pattern)."""
-    if program.row_dims is not None or program.chunked:
-        return True
+    """Whether some reduction walks contiguous memory (the recipes' row pattern).
+
+    A first stage whose pieces are numbered by the last output axis splits
+    contiguous rows; one numbered by the first axis splits columns (see
+    ``splits.two_stage_split``), judged by its loads like any other kernel.
+    """
     e: Any  # an Entry, read by its kind tag
+    last = len(program.root_sizes) - 1
+    if program.chunked:
+        for e in program.entries:
+            if e.kind == "reduce" and e.chunk is not None and e.chunk[1] == last:
+                return True
+    elif program.row_dims is not None:
+        return True
     for e in program.entries:
         if e.kind == "load" and e.strides != "c":
             for c, k in zip(e.at, e.strides):

@@ -53,11 +53,18 @@ def split_rows(b: Build) -> None:
 
     Reductions are then computed once per output row: the root loop splits
     into rows (these dimensions) and elements within a row.  None (one flat
-    loop) without reductions, for a chunked first stage, or when every output
-    dimension is a row dimension.
+    loop) without reductions, for a chunked first stage of contiguous pieces, or
+    when every output dimension is a row dimension.  A first stage whose pieces
+    are numbered by the first axis (column-like reductions) has that axis as its
+    rows: the piece is then a row's constant, not a division of the flat index
+    by the number of columns in every element's address.
     """
     b.row_dims = None
     if b.chunks is not None:
+        axis = b.chunks[3]
+        if axis < len(b.out_shape) - 1 and any(
+                n != 1 for d, n in enumerate(b.out_shape) if d != axis):
+            b.row_dims = (axis,)
         return
     varying: set[int] = set()
     has_reduce = False
