@@ -159,12 +159,33 @@ def test_cpu_column_kernel_walks_rows_inside(cpu, restore_recipes):
     assert "acc_j0[64]" in src
 
 
+def test_middle_axis_kernel_has_no_division_per_element(cpu, restore_recipes):
+    """A middle axis: rows of the last axis (the grid's second axis numbers them), so
+    the loads of a row's block are contiguous without a division per element."""
+    fl.register_recipe("cpu", cpu_rows.with_params(column_width=64), name="test-cols-64",
+                       kind="reduction")
+    h = _data((9, 130, 300), np.float32)
+    x = fl.asarray(h)
+    src = _kernel_source(x.sum(axis=1))
+    loads = [line for line in src.splitlines() if "acc_j0[e_inner] + in0[" in line]
+    assert loads, src
+    for line in loads:
+        assert "fl_idx_div" not in line and "fl_idx_mod" not in line, line
+        assert re.search(r"in0\[p\d+ \* gid\(1\) \+ p\d+ \* j0 \+ e_inner \+ gid\(0\) \* 64\]",
+                         line), line
+    np.testing.assert_allclose(x.sum(axis=1).get(), h.sum(axis=1), rtol=1e-4, atol=1e-4)
+
+
 def test_gpu_column_kernel_is_coalesced(gpu_rows_on_cpu):
     """The GPU kernel of a column sum: neighbouring work-items, neighbouring outputs."""
     x = fl.asarray(_data((100, 3000), np.float32))
     src = _kernel_source(x.sum(axis=0))
     assert "fuseloop_cols" in src
     assert re.search(r"in0\[p\d+ \* j0 \+ lid\(0\) \+ gid\(0\) \* \d+\]", src), src
+    # a middle axis: a row per group of the second grid axis, work-items along the last
+    src = _kernel_source(fl.asarray(_data((5, 100, 300), np.float32)).sum(axis=1))
+    assert re.search(r"in0\[p\d+ \* gid\(1\) \+ p\d+ \* j0 \+ lid\(0\) \+ gid\(0\) \* \d+\]",
+                     src), src
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -27,6 +27,7 @@ from loopy.types import NumpyType
 
 from ..expr.ir import ELEMENTWISE_KINDS, LEAF_KINDS
 from ..expr.program import Program
+from ..passes.outputs import collect_root_dims
 from .pieces import FLAT_INAME, live_entries, lower_pieces, piece_loops
 from .reductions import neutral_value, reduction_operation
 from .roles import kernel_roles, tag_roles
@@ -616,7 +617,14 @@ def contiguous_rows(program: Program) -> bool:
             if e.kind == "reduce" and e.chunk is not None and e.chunk[1] == last:
                 return True
     elif program.row_dims is not None:
-        return True
+        # reductions once per row (softmax), unless they vary along a row's elements
+        # (column-like reductions to several axes: see passes.outputs.split_rows)
+        varying: set[int] = set()
+        for e in program.entries:
+            if e.kind == "reduce":
+                collect_root_dims(e.at, varying, list(program.entries))
+        if varying <= set(program.row_dims):
+            return True
     for e in program.entries:
         if e.kind == "load" and e.strides != "c":
             for c, k in zip(e.at, e.strides):
