@@ -130,6 +130,21 @@ def test_few_columns_split_in_two_stages(cpu):
     assert split is not None and not split.columns
 
 
+def test_transposed_matmul_stays_a_contraction():
+    """``a.T @ b`` reads both operands across rows along the reduced axis, like a column
+    reduction to two axes: it must still be found as a contraction (tiled recipes)."""
+    from fuseloop.expr.program import linearize
+
+    a = fl.asarray(_data((96, 80), np.float32))
+    b = fl.asarray(_data((96, 70), np.float32))
+    program, _ = linearize([(a.T @ b)._node], (80, 70), cache=False)
+    assert program.contraction is not None and program.row_dims is None
+    # and a column-like reduction to two axes that is no contraction gets rows
+    x = fl.asarray(_data((6, 50, 40), np.float32))
+    program, _ = linearize([x.sum(axis=1)._node], (6, 40), cache=False)
+    assert program.contraction is None and program.row_dims == (0,)
+
+
 def test_nested_reduction_runs_once_before_a_split(split_everywhere):
     """The column mean inside a split variance runs first (two stages of its own),
     not once per piece."""

@@ -78,9 +78,12 @@ def split_rows(b: Build) -> None:
             b.row_dims = tuple(sorted(varying))
             return
         dims = [d for d, n in enumerate(b.out_shape) if n != 1]
-        if len(dims) > 1 and walks_columns(b.entries):
+        if len(dims) > 1 and walks_columns(b.entries) and not (
+                b.reductions == 1 and find_contraction(
+                    b.entries, b.outputs, b.out_specs, b.root_sizes, b.params, b.param)):
             # a column-like reduction to several axes (a middle axis): rows of the last
-            # axis, so neighbouring outputs need no division in their addresses
+            # axis, so neighbouring outputs need no division in their addresses (a
+            # contraction, ``a.T @ b``, keeps its flat loop for the tiled recipes)
             b.row_dims = tuple(dims[:-1])
 
 
