@@ -106,6 +106,49 @@ def test_gpu_recipe_column_reductions(gpu_rows_on_cpu, shape, axis, keepdims, dt
     _check_all(shape, axis, keepdims, dtype)
 
 
+# reductions used by every element of their column: the rows of the kernel are columns
+CENTRED = [((37, 5), 0), ((300, 257), 0), ((9, 130, 33), 1), ((4, 5, 600), 0),
+           ((2, 700, 3), (0, 1))]
+
+
+def _check_centred(shape, axis, dtype):
+    h = _data(shape, dtype)
+    x = fl.asarray(h)
+    tol = _tol(dtype)
+    np.testing.assert_allclose((x - x.mean(axis=axis, keepdims=True)).get(),
+                               h - h.mean(axis=axis, keepdims=True), **tol)
+    e = fl.exp(x - x.max(axis=axis, keepdims=True))
+    got = (e / e.sum(axis=axis, keepdims=True)).get()
+    eh = np.exp(h - h.max(axis=axis, keepdims=True))
+    np.testing.assert_allclose(got, eh / eh.sum(axis=axis, keepdims=True), **tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape,axis", CENTRED)
+def test_columns_as_rows_match_numpy(device, shape, axis, dtype):
+    if dtype == np.float64 and not device.has_fp64:
+        pytest.skip("no float64 on this device")
+    _check_centred(shape, axis, dtype)
+
+
+@pytest.mark.parametrize("shape,axis", CENTRED)
+def test_gpu_recipe_columns_as_rows(gpu_rows_on_cpu, shape, axis):
+    _check_centred(shape, axis, np.float32)
+
+
+def test_columns_as_rows_kernel_is_contiguous_across_columns(cpu, restore_recipes):
+    """``x - x.mean(axis=0)`` on the CPU: a block of columns per work-item, the loop
+    down the columns outside, the block's contiguous loop inside (it walked each
+    column on its own before)."""
+    fl.register_recipe("cpu", cpu_rows.with_params(column_width=64), name="test-cols-64",
+                       kind="reduction")
+    x = fl.asarray(_data((500, 300), np.float32))
+    src = _kernel_source(x - x.mean(axis=0))
+    bulk = src[src.index("bulk slab"):src.index("final slab")]
+    assert bulk.index("for (int e") < bulk.index("for (int i_inner", bulk.index("for (int e"))
+    assert re.search(r"in0\[i_inner \+ gid\(0\) \* 64 \+ p\d+ \* e\]", bulk), bulk
+
+
 def _launches(make):
     make().get()  # built and cached first
     fl.reset_stats()

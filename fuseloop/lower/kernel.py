@@ -27,7 +27,7 @@ from loopy.types import NumpyType
 
 from ..expr.ir import ELEMENTWISE_KINDS, LEAF_KINDS
 from ..expr.program import Program
-from ..passes.outputs import collect_root_dims
+from ..passes.outputs import collect_root_dims, walks_columns
 from .pieces import FLAT_INAME, live_entries, lower_pieces, piece_loops
 from .reductions import neutral_value, reduction_operation
 from .roles import kernel_roles, tag_roles
@@ -618,12 +618,14 @@ def contiguous_rows(program: Program) -> bool:
                 return True
     elif program.row_dims is not None:
         # reductions once per row (softmax), unless they vary along a row's elements
-        # (column-like reductions to several axes: see passes.outputs.split_rows)
+        # (column-like reductions to several axes: see passes.outputs.split_rows), or
+        # the rows are columns (``x - x.mean(axis=0)``: every reduction walks across rows)
         varying: set[int] = set()
         for e in program.entries:
             if e.kind == "reduce":
                 collect_root_dims(e.at, varying, list(program.entries))
-        if varying <= set(program.row_dims):
+        if varying <= set(program.row_dims) and not (
+                program.row_dims and walks_columns(program.entries)):
             return True
     for e in program.entries:
         if e.kind == "load" and e.strides != "c":

@@ -86,6 +86,16 @@ def _has_row_elements(knl: lp.LoopKernel) -> bool:
     return select.has_iname(knl, f"tag:{select.ROW_ELEMENT}")
 
 
+def _reductions_per_element(knl: lp.LoopKernel) -> bool:
+    """Whether reductions sit in the loop over a row's elements: a column-like kernel
+    whose rows are outer axes (or a split's pieces) and whose elements are the
+    neighbouring outputs.  Otherwise its rows are the columns themselves
+    (``x - x.mean(axis=0)``), each reduced once and used by all its elements."""
+    return _has_row_elements(knl) and any(
+        isinstance(insn, lp.Assignment) and isinstance(insn.expression, lp.Reduction)
+        and ELEMENT_INAME in insn.within_inames for insn in knl.instructions)
+
+
 def _reduction_temporaries(knl: lp.LoopKernel) -> list[str]:
     """Temporaries that hold a reduction's result."""
     out = []
@@ -177,7 +187,7 @@ def _gpu_rows(t_unit: lp.TranslationUnit, device: Device, *, group: int, cache_i
     """
     knl = t_unit.default_entrypoint
     if not _contiguous_rows(knl):
-        if _has_row_elements(knl):  # a split column reduction's first stage: pieces x columns
+        if _reductions_per_element(knl):  # pieces (or outer axes) x columns
             t_unit = lp.tag_inames(t_unit, {FLAT_INAME: "g.1"})
             return lp.split_iname(t_unit, ELEMENT_INAME, column_group, outer_tag="g.0",
                                   inner_tag="l.0")
@@ -378,15 +388,17 @@ def _cpu_columns(t_unit: lp.TranslationUnit, width: int) -> lp.TranslationUnit:
     kept per output, like a column's mean) a private array over the block and
     puts the block loop innermost, inside each reduction's loop, so every row is
     read as a contiguous block (vectorised) instead of each output walking its
-    own strided column.  The last, partial block is a slab of its own.  In a
-    split reduction's first stage (rows: pieces of the reduced range, elements:
-    the outputs) the blocks are of a row's elements, and the row is the grid's
-    second axis.
+    own strided column.  The last, partial block is a slab of its own.  Where
+    the reductions sit in a row's element loop (a split reduction's first stage,
+    rows: pieces of the reduced range; a middle axis, rows: the outer axes) the
+    blocks are of a row's elements, and the row is the grid's second axis; where
+    the rows are columns (``x - x.mean(axis=0)``) the blocks are of rows, and the
+    element loop (down the columns) runs inside each block, contiguous across it.
     """
     knl = t_unit.default_entrypoint
     row = select.iname(knl, f"tag:{select.ROW}")
     assert row is not None
-    if _has_row_elements(knl):
+    if _reductions_per_element(knl):
         t_unit = lp.tag_inames(t_unit, {row: "g.1"})
         row = ELEMENT_INAME
     t_unit = lp.split_iname(t_unit, row, width, outer_tag="g.0", inner_tag="ilp.seq",
