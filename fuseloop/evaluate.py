@@ -65,6 +65,17 @@ from .launching import (
 from .recipes import recipe_for
 from .runtime.devices import Device
 from .runtime.transfer import host_buffer, write
+from .splits import SPLITTABLE as _SPLITTABLE
+from .splits import (
+    TWO_STAGE_MAX_ROWS,
+    TWO_STAGE_MIN_LENGTH,
+    TwoStage,
+    column_params,
+    two_stage_split,
+)
+from .splits import children as _children
+from .splits import has_reduce as _has_reduce
+from .splits import nested_reduces as _nested_reduces
 
 _plan_recorder = run_plans.recorder
 recording_threads = run_plans.recording_threads
@@ -99,14 +110,11 @@ def capturing_sources() -> Iterator[list[str]]:
         with _capture_lock:
             capturing_threads[0] -= 1
 
-# A reduction over at least this many elements per result, with fewer results
-# than TWO_STAGE_MAX_ROWS, is split over many work-groups (two stages).
-TWO_STAGE_MIN_LENGTH = 32768
-TWO_STAGE_MAX_ROWS = 64
 # Full reductions consumed by a larger output stay in its kernel (one row) when the
 # output and every reduced range are shorter than this (see _fits_one_row)
 ONE_ROW_MAX_LENGTH = TWO_STAGE_MIN_LENGTH
-_SPLITTABLE = {"sum": "sum", "prod": "prod", "max": "max", "min": "min"}
+__all__ = ["TWO_STAGE_MAX_ROWS", "TWO_STAGE_MIN_LENGTH", "TwoStage", "column_params",
+           "two_stage_split"]  # (their home is fuseloop.splits)
 
 
 def _check_alloc_size(nbytes: int, device: Device) -> None:
@@ -326,18 +334,6 @@ def _materialise_pending(pending: Sequence[Reduce], device: Device) -> dict[int,
     return replace
 
 
-def _children(node: Node) -> tuple[Node, ...]:
-    if isinstance(node, Apply):
-        return node.args
-    if isinstance(node, Reduce | Remap):
-        return (node.child,)
-    if isinstance(node, Gather):
-        return (node.child, node.index)
-    if isinstance(node, Concat):
-        return node.pieces
-    return ()
-
-
 def reads_outside(node: Node, storage: Storage, written: View, itemsize: int) -> bool:
     """True when ``node`` reads no element of ``storage`` that the view ``written``
     (of elements of ``itemsize`` bytes) covers.  Every read of a buffer is through a
@@ -356,21 +352,6 @@ def reads_outside(node: Node, storage: Storage, written: View, itemsize: int) ->
         else:
             stack.extend(_children(n))
     return True
-
-
-def _has_reduce(node: Node) -> bool:
-    return type(node) is Reduce or any(_has_reduce(c) for c in _children(node))
-
-
-def _top_reduces(node: Node, out: list[Reduce]) -> bool:
-    """Collect reductions under elementwise ops; False if something else is in the way."""
-    if isinstance(node, Reduce):
-        if node not in out:
-            out.append(node)
-        return True
-    if isinstance(node, Apply):
-        return all(_top_reduces(a, out) for a in node.args)
-    return not node.storages and not isinstance(node, Gather | Remap | Concat)
 
 
 def materialise(node: Node, device: Device) -> Leaf:
@@ -622,9 +603,18 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
         return outs
 
     # two stages for large reductions to few values
-    split = two_stage_split(roots, out_shape) if fancy else None
+    split = two_stage_split(roots, out_shape, device) if fancy else None
+    if split is not None and any(_has_reduce(top.child) for top in split.tops):
+        # a reduction nested in a split one runs first: each piece would compute it again
+        inner: list[Reduce] = []
+        for top in split.tops:
+            _nested_reduces(top.child, inner)
+        replace = _materialise_pending(inner, device)
+        memo = {}
+        roots = [_rebuild(r, replace, memo) for r in roots]
+        split = two_stage_split(roots, out_shape, device)
     if split is not None:
-        roots = _first_stage(split[0], roots, out_shape, split[1], device)
+        roots = _first_stage(split, roots, out_shape, device)
 
     work_roots, work_shape, work_targets = roots, out_shape, tgts
     if not fancy:
@@ -636,21 +626,6 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
                                   cache=_plan_recorder() is None)
     launch(program, bindings, [o for o in outs], device)
     return outs
-
-
-def two_stage_split(roots: Sequence[Node], out_shape: tuple[int, ...]
-                    ) -> tuple[list[Reduce], int] | None:
-    """The top-level reductions of ``roots`` and their longest reduced length, when
-    they are large reductions to few values that run in two stages; else None."""
-    if math.prod(out_shape) >= TWO_STAGE_MAX_ROWS:
-        return None
-    tops: list[Reduce] = []
-    if all(_top_reduces(r, tops) for r in roots) and tops and all(
-            t.op in _SPLITTABLE and t.shape == out_shape for t in tops):
-        longest = max(math.prod(t.child.shape) // max(1, math.prod(t.shape)) for t in tops)
-        if longest >= TWO_STAGE_MIN_LENGTH:
-            return tops, longest
-    return None
 
 
 def _may_fail(node: Node) -> bool:
@@ -666,28 +641,35 @@ def _may_fail(node: Node) -> bool:
     return False
 
 
-def _first_stage(tops: list[Reduce], roots: list[Node], out_shape: tuple[int, ...],
-                 length: int, device: Device) -> list[Node]:
-    """Run the first stage of ``tops``; return ``roots`` combining the partial results."""
-    pieces = _piece_count(length, device)
+def _first_stage(split: TwoStage, roots: list[Node], out_shape: tuple[int, ...],
+                 device: Device) -> list[Node]:
+    """Run the first stage of ``split``; return ``roots`` combining the partial results.
+
+    The partial results have a last axis of pieces, or, for column-like
+    reductions, a first one: the combining stage is then a column reduction too,
+    and its work-items read neighbouring partials.
+    """
+    tops, length = split.tops, split.length
+    pieces = split.pieces or _piece_count(length, device)
     # pieces that divide the length exactly need no bounds test per element
     same = all(math.prod(t.child.shape) // max(1, math.prod(t.shape)) == length for t in tops)
-    if same:
-        for p in range(pieces, max(1, pieces // 2) - 1, -1):
+    if same:  # (down to half as many pieces, never to one)
+        for p in range(pieces, (max(2, pieces // 2) if pieces > 1 else 1) - 1, -1):
             if length % p == 0:
                 pieces = p
                 break
     exact = same and length % pieces == 0
     chunk = -(-length // pieces)
-    part_shape = (*out_shape, pieces)
-    program, bindings = linearize(tops, part_shape, None, chunks=(pieces, chunk, exact))
+    axis = 0 if split.columns else len(out_shape)
+    part_shape = (*out_shape[:axis], pieces, *out_shape[axis:])
+    program, bindings = linearize(tops, part_shape, None, chunks=(pieces, chunk, exact, axis))
     size = math.prod(part_shape)
     partials = [allocate(size * t.dtype.itemsize, device) for t in tops]
     launch(program, bindings, partials, device)
     replace: dict[int, Node] = {}
     for t, part in zip(tops, partials):
         leaf = Leaf(part, t.dtype, part_shape)
-        replace[id(t)] = Reduce(_SPLITTABLE[t.op], leaf, (len(part_shape) - 1,), t.dtype)
+        replace[id(t)] = Reduce(_SPLITTABLE[t.op], leaf, (axis,), t.dtype)
     memo: dict[int, Node] = {}
     return [_rebuild(r, replace, memo) for r in roots]
 

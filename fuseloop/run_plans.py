@@ -147,7 +147,9 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
          targets: Sequence[Target | Storage | None] | None, device: Device
          ) -> tuple[tuple, list[Storage], list[np.generic], dict[Any, int]] | None:
     head: list[Any] = ["run", device.index, out_shape, len(roots),
-                       _ev.TWO_STAGE_MIN_LENGTH, _ev.TWO_STAGE_MAX_ROWS, _ev.ONE_ROW_MAX_LENGTH]
+                       _ev.TWO_STAGE_MIN_LENGTH, _ev.TWO_STAGE_MAX_ROWS, _ev.ONE_ROW_MAX_LENGTH,
+                       # (the reduction recipe decides column-like reductions' splits)
+                       _ev.column_params(device)]
     walked = walk_structure(roots, head)
     if walked is None:
         return None

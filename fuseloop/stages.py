@@ -65,7 +65,7 @@ def program(*exprs: Array) -> Linearized:
                                 "them runs no kernel")
     fancy = any(r.fancy for r in roots)
     if fancy and (_ev._reduces_to_materialise(roots, shape)
-                  or _ev.two_stage_split(roots, shape) is not None):
+                  or _ev.two_stage_split(roots, shape, device) is not None):
         raise NotOneKernelError(
             f"evaluating these expressions (shape {shape}) runs more than one kernel "
             "(a reduction runs first, or in two stages); fl.show_code shows them all, "

@@ -198,6 +198,26 @@ def _fl_axis_sum(axis: int) -> Callable[[fl.Array], Runner]:
     return lambda x: _eval(lambda: x.sum(axis=axis))
 
 
+def col_var(m: Any, x: Any) -> Any:
+    """Column variances through the ops adapter ``m`` (fuseloop and numpy: the module)."""
+    mean = m.sum(x, axis=0) / x.shape[0]
+    return m.sum((x - mean) ** 2, axis=0) / x.shape[0]
+
+
+def _mid_group(cols: int) -> int:
+    return math.gcd(cols, 64)
+
+
+def mid_sum(m: Any, x: Any) -> Any:
+    """``x`` as (rows, g, cols / g), summed over its middle axis."""
+    g = _mid_group(x.shape[1])
+    return m.sum(x.reshape(x.shape[0], g, x.shape[1] // g), axis=1)
+
+
+def norm_xy(m: Any, x: Any, y: Any) -> Any:
+    return m.sum((x - 2 * y) ** 2) ** 0.5
+
+
 REDUCTIONS = [
     Workload(
         name="sum", group="reduction", label="fl.sum(x * y)", kind="1d", unit="GB/s",
@@ -217,6 +237,32 @@ REDUCTIONS = [
         )
         for ax in (0, 1)
     ],
+    # column statistics (issue 25): a column mean inside a column reduction
+    Workload(
+        name="var-axis0", group="reduction", label="((x - x.mean(axis=0))**2).mean(axis=0)",
+        kind="2d", unit="GB/s", inputs=("x",),
+        work=lambda a: F32 * (a["x"].size + a["x"].shape[1]),
+        reference=lambda x: col_var(np, x.astype(np.float64)),
+        fuseloop=lambda x: _eval(col_var, fl, x), peer=col_var,
+        numexpr=None, rtol=1e-4, atol=1e-6,
+    ),
+    # a middle axis: (rows, g, cols / g) summed over g
+    Workload(
+        name="sum-mid-axis", group="reduction", label="x.reshape(r, g, c // g).sum(axis=1)",
+        kind="2d", unit="GB/s", inputs=("x",),
+        work=lambda a: F32 * (a["x"].size + a["x"].size // _mid_group(a["x"].shape[1])),
+        reference=lambda x: mid_sum(np, x.astype(np.float64)),
+        fuseloop=lambda x: _eval(mid_sum, fl, x), peer=mid_sum,
+        numexpr=None, rtol=1e-4, atol=1e-4,
+    ),
+    # a scalar epilogue on a full reduction: in the reduction's last stage
+    Workload(
+        name="norm-xy", group="reduction", label="((x - 2*y)**2).sum()**0.5", kind="1d",
+        unit="GB/s", inputs=("x", "y"), work=lambda a: 2 * F32 * a["x"].size,
+        reference=lambda x, y: norm_xy(np, *_f64(x, y)),
+        fuseloop=lambda x, y: _eval(norm_xy, fl, x, y), peer=norm_xy,
+        numexpr=None, rtol=1e-4, atol=0,
+    ),
 ]
 
 

@@ -137,12 +137,13 @@ class Target(NamedTuple):
 
 def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
               targets: Sequence[Target | None] | None = None,
-              chunks: tuple[int, int, bool] | None = None,
+              chunks: tuple[int, int, bool, int] | None = None,
               cache: bool = True) -> tuple[Program, Bindings]:
     """The program computing ``roots`` (each broadcast to ``out_shape``).
 
-    ``chunks=(count, length, exact)`` makes every top-level reduction a first
-    stage: the last output dimension (of length ``count``) numbers pieces of
+    ``chunks=(count, length, exact, axis)`` makes every top-level reduction a first
+    stage: output dimension ``axis`` (of length ``count``; the last one, or the
+    first one for reductions along non-contiguous axes) numbers pieces of
     ``length`` reduced elements (``exact``: they tile every reduction exactly).
 
     Elementwise work into plain outputs is looked up in the structure cache

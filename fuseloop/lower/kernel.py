@@ -23,6 +23,7 @@ import numpy as np
 from .._lazy import lp, prim
 from ..expr.ir import ELEMENTWISE_KINDS, LEAF_KINDS
 from ..expr.program import Program
+from ..passes.outputs import collect_root_dims, walks_columns
 from .pieces import FLAT_INAME, live_entries, lower_pieces, piece_loops
 from .roles import kernel_roles, tag_roles
 from .scalar_ops import Helper, is_direct, make_helper
@@ -592,10 +593,29 @@ def _select(pos: Any, bounds: list[Any], values: list[Any]) -> Any:
 
 
 def contiguous_rows(program: Program) -> bool:
-    """Whether some reduction walks contiguous memory (the recipes' row pattern)."""
-    if program.row_dims is not None or program.chunked:
-        return True
+    """Whether some reduction walks contiguous memory (the recipes' row pattern).
+
+    A first stage whose pieces are numbered by the last output axis splits
+    contiguous rows; one numbered by the first axis splits columns (see
+    ``splits.two_stage_split``), judged by its loads like any other kernel.
+    """
     e: Any  # an Entry, read by its kind tag
+    last = len(program.root_sizes) - 1
+    if program.chunked:
+        for e in program.entries:
+            if e.kind == "reduce" and e.chunk is not None and e.chunk[1] == last:
+                return True
+    elif program.row_dims is not None:
+        # reductions once per row (softmax), unless they vary along a row's elements
+        # (column-like reductions to several axes: see passes.outputs.split_rows), or
+        # the rows are columns (``x - x.mean(axis=0)``: every reduction walks across rows)
+        varying: set[int] = set()
+        for e in program.entries:
+            if e.kind == "reduce":
+                collect_root_dims(e.at, varying, list(program.entries))
+        if varying <= set(program.row_dims) and not (
+                program.row_dims and walks_columns(program.entries)):
+            return True
     for e in program.entries:
         if e.kind == "load" and e.strides != "c":
             for c, k in zip(e.at, e.strides):

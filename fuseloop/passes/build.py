@@ -22,7 +22,7 @@ class Build:
 
     def __init__(self, roots: Sequence[Node], out_shape: tuple[int, ...],
                  targets: Sequence[Any] | None = None,
-                 chunks: tuple[int, int, bool] | None = None) -> None:
+                 chunks: tuple[int, int, bool, int] | None = None) -> None:
         self.roots = roots
         self.out_shape = out_shape
         self.targets = targets

@@ -64,10 +64,11 @@ class _Emitter(Mapper):
         b = self.b
         rank = b.rank
         if b.chunks is not None:
-            # the output's last axis numbers the pieces; the reduction's own axes lead
-            assert type(r) is Reduce and r.shape == b.out_shape[:-1]
-            chunk = (b.param(b.chunks[1]), rank - 1, b.chunks[2])
-            return self.reduction(r, b.root_index[:rank - 1], chunk)
+            # output axis ``axis`` numbers the pieces; the reduction's own axes are the rest
+            _, length, exact, axis = b.chunks
+            assert type(r) is Reduce and r.shape == b.out_shape[:axis] + b.out_shape[axis + 1:]
+            chunk = (b.param(length), axis, exact)
+            return self.reduction(r, b.root_index[:axis] + b.root_index[axis + 1:], chunk)
         at = b.root_index[rank - len(r.shape):]
         return self.visit(r, tuple(0 if r.shape[k] == 1 else at[k] for k in range(len(r.shape))))
 

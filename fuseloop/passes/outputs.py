@@ -55,11 +55,18 @@ def split_rows(b: Build) -> None:
 
     Reductions are then computed once per output row: the root loop splits
     into rows (these dimensions) and elements within a row.  None (one flat
-    loop) without reductions, for a chunked first stage, or when every output
-    dimension is a row dimension.
+    loop) without reductions, for a chunked first stage of contiguous pieces, or
+    when every output dimension is a row dimension.  A first stage whose pieces
+    are numbered by the first axis (column-like reductions) has that axis as its
+    rows: the piece is then a row's constant, not a division of the flat index
+    by the number of columns in every element's address.
     """
     b.row_dims = None
     if b.chunks is not None:
+        axis = b.chunks[3]
+        if axis < len(b.out_shape) - 1 and any(
+                n != 1 for d, n in enumerate(b.out_shape) if d != axis):
+            b.row_dims = (axis,)
         return
     varying: set[int] = set()
     has_reduce = False
@@ -71,6 +78,15 @@ def split_rows(b: Build) -> None:
         elem = [d for d, n in enumerate(b.out_shape) if n != 1 and d not in varying]
         if elem:
             b.row_dims = tuple(sorted(varying))
+            return
+        dims = [d for d, n in enumerate(b.out_shape) if n != 1]
+        if len(dims) > 1 and walks_columns(b.entries) and not (
+                b.reductions == 1 and find_contraction(
+                    b.entries, b.outputs, b.out_specs, b.root_sizes, b.params, b.param)):
+            # a column-like reduction to several axes (a middle axis): rows of the last
+            # axis, so neighbouring outputs need no division in their addresses (a
+            # contraction, ``a.T @ b``, keeps its flat loop for the tiled recipes)
+            b.row_dims = tuple(dims[:-1])
 
 
 def detect_contraction(b: Build) -> None:
@@ -80,6 +96,22 @@ def detect_contraction(b: Build) -> None:
     if b.chunks is None and b.row_dims is None and b.reductions == 1:
         b.contraction = find_contraction(b.entries, b.outputs, b.out_specs, b.root_sizes,
                                          b.params, b.param)
+
+
+def walks_columns(entries: list[Entry] | tuple[Entry, ...]) -> bool:
+    """Whether the program's reductions read memory only across rows: some load
+    is at a reduction loop's position, none with stride 1 along it."""
+    found = False
+    e: Any  # an Entry, read by its kind tag
+    for e in entries:
+        if e.kind != "load" or e.strides == "c":
+            continue
+        for c, k in zip(e.at, e.strides):
+            if c != 0 and c[0] == "j" and k != 0:
+                if k == 1:
+                    return False
+                found = True
+    return found
 
 
 def collect_root_dims(at: tuple, out: set[int], entries: list[Entry]) -> None:

@@ -1,0 +1,169 @@
+"""Which reductions run in two stages, along which axis, in how many pieces.
+
+A large reduction to few values splits its reduced range into pieces that many
+work-groups reduce at once (the first stage), then a second kernel combines the
+pieces and applies the expression around the reductions (the epilogue).  The
+first stage is run by ``evaluate._first_stage``; this module decides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from .expr.nodes import Apply, Concat, Gather, Iota, Leaf, Node, Reduce, Remap, UserCall
+from .recipes import recipe_for
+from .runtime.devices import Device
+
+# A reduction over at least this many elements per result, with fewer results
+# than TWO_STAGE_MAX_ROWS, is split over many work-groups (two stages).
+TWO_STAGE_MIN_LENGTH = 32768
+TWO_STAGE_MAX_ROWS = 64
+# the reductions that split (and the reduction combining their pieces)
+SPLITTABLE = {"sum": "sum", "prod": "prod", "max": "max", "min": "min"}
+
+
+def children(node: Node) -> tuple[Node, ...]:
+    cls = type(node)
+    if cls is Apply or cls is UserCall:
+        return node.args  # type: ignore[attr-defined]
+    if cls is Reduce or cls is Remap:
+        return (node.child,)  # type: ignore[attr-defined]
+    if cls is Gather:
+        return (node.child, node.index)  # type: ignore[attr-defined]
+    if cls is Concat:
+        return node.pieces  # type: ignore[attr-defined]
+    return ()
+
+
+def has_reduce(node: Node) -> bool:
+    """Whether ``node`` is or holds a reduction."""
+    return type(node) is Reduce or any(has_reduce(c) for c in children(node))
+
+
+def top_reduces(node: Node, out: list[Reduce]) -> bool:
+    """Collect reductions under elementwise ops; False if something else is in the way."""
+    cls = type(node)
+    if cls is Reduce:
+        if node not in out:
+            out.append(node)  # type: ignore[arg-type]
+        return True
+    if cls is Apply or cls is UserCall:
+        return all(top_reduces(a, out) for a in node.args)  # type: ignore[attr-defined]
+    return not node.storages and cls is not Gather and cls is not Remap and cls is not Concat
+
+
+class TwoStage(NamedTuple):
+    """How a reduction runs in two stages (see :func:`two_stage_split`)."""
+
+    tops: list[Reduce]  # the reductions split
+    length: int  # the longest reduced length
+    columns: bool  # pieces split the reduced axes of column-like reductions
+    pieces: int  # number of pieces (0: chosen by _piece_count)
+
+
+def two_stage_split(roots: Sequence[Node], out_shape: tuple[int, ...],
+                    device: Device) -> TwoStage | None:
+    """How the top-level reductions of ``roots`` run in two stages, or None.
+
+    Two cases.  Large reductions to few values (fewer than ``TWO_STAGE_MAX_ROWS``,
+    each over at least ``TWO_STAGE_MIN_LENGTH`` elements) along contiguous axes:
+    pieces of each output's reduced range, numbered by a last axis.  Column-like
+    reductions (no input walks a reduced axis contiguously, the last axis is
+    kept: :func:`_column_like`) with too few outputs to give the device work
+    (:func:`_column_pieces`): the reduced range is split into pieces numbered by a
+    first axis, so the first stage is again a column reduction, over fewer rows.
+    """
+    tops: list[Reduce] = []
+    if not (all(top_reduces(r, tops) for r in roots) and tops and all(
+            t.op in SPLITTABLE and t.shape == out_shape for t in tops)):
+        return None
+    longest = max(math.prod(t.child.shape) // max(1, math.prod(t.shape)) for t in tops)
+    if all(_column_like(t) for t in tops):
+        pieces = _column_pieces(math.prod(out_shape), longest, device)
+        return TwoStage(tops, longest, True, pieces) if pieces > 1 else None
+    if math.prod(out_shape) < TWO_STAGE_MAX_ROWS and longest >= TWO_STAGE_MIN_LENGTH:
+        return TwoStage(tops, longest, False, 0)
+    return None
+
+
+# Pieces of a column-like reduction's first stage reduce at least this many rows each
+COLUMN_MIN_PIECE = 64
+# Defaults of the reduction recipe's parameters read here (a recipe without them)
+COLUMN_WIDTH = 1
+COLUMN_ITEMS_PER_UNIT = 1024
+
+
+def column_params(device: Device) -> tuple[int, int]:
+    """(outputs per work-item, work-items wanted per compute unit) of column-like
+    reductions on ``device``: its reduction recipe's ``column_width`` and
+    ``column_items`` (see :mod:`fuseloop.recipes.rows`)."""
+    values = recipe_for(device, "reduction").values
+    width = values.get("column_width") or COLUMN_WIDTH
+    items = values.get("column_items") or COLUMN_ITEMS_PER_UNIT
+    return int(width), int(items)
+
+
+def _column_pieces(outputs: int, length: int, device: Device) -> int:
+    """Pieces to split a column-like reduction's reduced range into (1: none).
+
+    ``outputs / column_width`` work-items run without a split; with fewer than
+    ``column_items`` per compute unit, the rows are split so that there are about
+    that many, each piece at least ``COLUMN_MIN_PIECE`` rows.  Small reductions
+    (below ``TWO_STAGE_MIN_LENGTH`` elements) are not worth a second launch.
+    """
+    if outputs * length < TWO_STAGE_MIN_LENGTH:
+        return 1
+    width, per_unit = column_params(device)
+    items = -(-outputs // width)
+    want = per_unit * max(1, device.compute_units)
+    if items >= want:
+        return 1
+    return max(1, min(-(-want // items), length // COLUMN_MIN_PIECE, 4096))
+
+
+def _column_like(t: Reduce) -> bool:
+    """Whether ``t`` walks its reduced axes across rows of memory: its child's last
+    axis is kept, and no input read through elementwise operations has stride
+    +-1 along a reduced axis (a transposed input's columns are rows).  Anything
+    else in the child (a gather, a view of a reduction, a concatenation): False."""
+    child = t.child
+    n = len(child.shape)
+    if n < 2 or (n - 1) in t.axes or child.shape[-1] == 1:
+        return False
+    reduced = [d for d in t.axes if child.shape[d] != 1]
+    ok = [True]
+    seen: set[int] = set()
+
+    def walk(node: Node) -> None:
+        if id(node) in seen or not ok[0]:
+            return
+        seen.add(id(node))
+        cls = type(node)
+        if cls is Leaf or cls is Iota:
+            st = node.view_strides()  # type: ignore[attr-defined]
+            r = len(node.shape)
+            for d in reduced:
+                k = d - (n - r)
+                if k >= 0 and node.shape[k] != 1 and abs(st[k]) == 1:
+                    ok[0] = False
+        elif cls is Apply or cls is UserCall:
+            for a in node.args:  # type: ignore[attr-defined]
+                walk(a)
+        elif cls is not Reduce and (node.storages or cls is Gather or cls is Remap
+                                    or cls is Concat):
+            ok[0] = False  # (a nested reduction runs first: its result is a kept-axes value)
+
+    walk(child)
+    return ok[0]
+
+
+def nested_reduces(node: Node, out: list[Reduce]) -> None:
+    """The outermost reductions inside ``node``."""
+    if type(node) is Reduce:
+        if node not in out:
+            out.append(node)
+        return
+    for c in children(node):
+        nested_reduces(c, out)

@@ -1,0 +1,266 @@
+"""Column-like reductions (reduced axes other than the contiguous one) and epilogues.
+
+Against numpy in float32, float64 and int32 over shapes that are not multiples
+of any block size; the CPU recipe's and the GPU recipe's kernels (the latter
+on the CPU device, see test_gpu_recipes_on_cpu.py), with and without the split
+of the reduced axis across work-groups; the generated code's loop order; the
+launch counts of split reductions and of scalar epilogues on full reductions.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import evaluate
+from fuseloop.recipes import cpu_rows, gpu_coalesced
+from fuseloop.recipes.rows import make_gpu_rows
+
+DTYPES = [np.float32, np.float64, np.int32]
+# (shape, axis, keepdims): axis 0 of 2-D, middle axes of 3-D and 4-D, several axes
+CASES = [
+    ((37, 5), 0, False),
+    ((300, 257), 0, False),
+    ((1001, 3), 0, True),
+    ((129, 513), 0, False),
+    ((2, 700, 3), 1, False),
+    ((9, 130, 33), 1, True),
+    ((5, 6, 7), (0, 1), False),
+    ((17, 4, 300), (0, 1), True),
+    ((3, 50, 4, 9), (1, 2), False),
+    ((40, 3, 70), (0, 2), False),
+    ((4097, 2), 0, False),
+]
+
+
+def _data(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "i":
+        return rng.integers(-50, 50, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _tol(dtype):
+    return dict(rtol=2e-4, atol=2e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+
+
+def _check_all(shape, axis, keepdims, dtype):
+    h = _data(shape, dtype)
+    x = fl.asarray(h)
+    kw = dict(axis=axis, keepdims=keepdims)
+    np.testing.assert_array_equal(x.max(**kw).get(), h.max(**kw))
+    np.testing.assert_array_equal(x.min(**kw).get(), h.min(**kw))
+    if np.dtype(dtype).kind == "i":
+        np.testing.assert_array_equal(x.sum(**kw).get(), h.sum(**kw))
+        return
+    np.testing.assert_allclose(x.sum(**kw).get(), h.sum(**kw), **_tol(dtype))
+    np.testing.assert_allclose(x.mean(**kw).get(), h.mean(**kw), **_tol(dtype))
+    # a reduction nested in a column reduction: the column variance
+    m = x.mean(axis=axis, keepdims=True)
+    got = ((x - m) ** 2).mean(**kw).get()
+    np.testing.assert_allclose(got, h.var(**kw), **_tol(dtype))
+    # several reductions of one input in one expression
+    got = (x.sum(**kw) - 2 * x.max(**kw) + x.min(**kw)).get()
+    want = h.sum(**kw) - 2 * h.max(**kw) + h.min(**kw)
+    np.testing.assert_allclose(got, want, **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape,axis,keepdims", CASES)
+def test_column_reductions_match_numpy(device, shape, axis, keepdims, dtype):
+    if dtype == np.float64 and not device.has_fp64:
+        pytest.skip("no float64 on this device")
+    _check_all(shape, axis, keepdims, dtype)
+
+
+@pytest.fixture
+def split_everywhere(restore_recipes):
+    """The CPU recipe asking for many work-items: every column reduction big enough splits."""
+    fl.register_recipe("cpu", cpu_rows.with_params(column_items=4096),
+                       name="test-cpu-rows-split", kind="reduction")
+    with fl.device("cpu"):
+        yield
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape,axis,keepdims", CASES)
+def test_split_column_reductions_match_numpy(split_everywhere, shape, axis, keepdims, dtype):
+    _check_all(shape, axis, keepdims, dtype)
+
+
+@pytest.fixture(params=[256, 64])
+def gpu_rows_on_cpu(request, restore_recipes):
+    fl.register_recipe("cpu", gpu_coalesced, name="test-gpu-coalesced")
+    fl.register_recipe("cpu", make_gpu_rows(request.param), name="test-gpu-rows",
+                       kind="reduction")
+    with fl.device("cpu"):
+        yield
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape,axis,keepdims", CASES)
+def test_gpu_recipe_column_reductions(gpu_rows_on_cpu, shape, axis, keepdims, dtype):
+    _check_all(shape, axis, keepdims, dtype)
+
+
+# reductions used by every element of their column: the rows of the kernel are columns
+CENTRED = [((37, 5), 0), ((300, 257), 0), ((9, 130, 33), 1), ((4, 5, 600), 0),
+           ((2, 700, 3), (0, 1))]
+
+
+def _check_centred(shape, axis, dtype):
+    h = _data(shape, dtype)
+    x = fl.asarray(h)
+    tol = _tol(dtype)
+    np.testing.assert_allclose((x - x.mean(axis=axis, keepdims=True)).get(),
+                               h - h.mean(axis=axis, keepdims=True), **tol)
+    e = fl.exp(x - x.max(axis=axis, keepdims=True))
+    got = (e / e.sum(axis=axis, keepdims=True)).get()
+    eh = np.exp(h - h.max(axis=axis, keepdims=True))
+    np.testing.assert_allclose(got, eh / eh.sum(axis=axis, keepdims=True), **tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape,axis", CENTRED)
+def test_columns_as_rows_match_numpy(device, shape, axis, dtype):
+    if dtype == np.float64 and not device.has_fp64:
+        pytest.skip("no float64 on this device")
+    _check_centred(shape, axis, dtype)
+
+
+@pytest.mark.parametrize("shape,axis", CENTRED)
+def test_gpu_recipe_columns_as_rows(gpu_rows_on_cpu, shape, axis):
+    _check_centred(shape, axis, np.float32)
+
+
+def test_columns_as_rows_kernel_is_contiguous_across_columns(cpu, restore_recipes):
+    """``x - x.mean(axis=0)`` on the CPU: a block of columns per work-item, the loop
+    down the columns outside, the block's contiguous loop inside (it walked each
+    column on its own before)."""
+    fl.register_recipe("cpu", cpu_rows.with_params(column_width=64), name="test-cols-64",
+                       kind="reduction")
+    x = fl.asarray(_data((500, 300), np.float32))
+    src = _kernel_source(x - x.mean(axis=0))
+    bulk = src[src.index("bulk slab"):src.index("final slab")]
+    assert bulk.index("for (int e") < bulk.index("for (int i_inner", bulk.index("for (int e"))
+    assert re.search(r"in0\[i_inner \+ gid\(0\) \* 64 \+ p\d+ \* e\]", bulk), bulk
+
+
+def _launches(make):
+    make().get()  # built and cached first
+    fl.reset_stats()
+    make().get()
+    return fl.stats()["kernels_launched"]
+
+
+def test_few_columns_split_in_two_stages(cpu):
+    """Few outputs: the reduced axis is split across work-items, then combined."""
+    h = _data((1 << 16, 8), np.float32)
+    x = fl.asarray(h)
+    assert evaluate.two_stage_split([x.sum(axis=0)._node], (8,), cpu).columns
+    assert _launches(lambda: x.sum(axis=0)) == 2
+    np.testing.assert_allclose(x.sum(axis=0).get(), h.sum(axis=0), rtol=1e-4)
+    # enough outputs: one kernel
+    y = fl.asarray(_data((512, 4096), np.float32))
+    assert evaluate.two_stage_split([y.sum(axis=0)._node], (4096,), cpu) is None
+    assert _launches(lambda: y.sum(axis=0)) == 1
+    # a transposed input's reduced axis is contiguous: not column-like
+    t = fl.asarray(_data((8, 1 << 16), np.float32)).T
+    split = evaluate.two_stage_split([t.sum(axis=0)._node], (8,), cpu)
+    assert split is not None and not split.columns
+
+
+def test_transposed_matmul_stays_a_contraction():
+    """``a.T @ b`` reads both operands across rows along the reduced axis, like a column
+    reduction to two axes: it must still be found as a contraction (tiled recipes)."""
+    from fuseloop.expr.program import linearize
+
+    a = fl.asarray(_data((96, 80), np.float32))
+    b = fl.asarray(_data((96, 70), np.float32))
+    program, _ = linearize([(a.T @ b)._node], (80, 70), cache=False)
+    assert program.contraction is not None and program.row_dims is None
+    # and a column-like reduction to two axes that is no contraction gets rows
+    x = fl.asarray(_data((6, 50, 40), np.float32))
+    program, _ = linearize([x.sum(axis=1)._node], (6, 40), cache=False)
+    assert program.contraction is None and program.row_dims == (0,)
+
+
+def test_nested_reduction_runs_once_before_a_split(split_everywhere):
+    """The column mean inside a split variance runs first (two stages of its own),
+    not once per piece."""
+    h = _data((3000, 40), np.float64)
+    x = fl.asarray(h)
+    assert _launches(lambda: ((x - x.mean(axis=0)) ** 2).mean(axis=0)) == 4
+    np.testing.assert_allclose(((x - x.mean(axis=0)) ** 2).mean(axis=0).get(), h.var(axis=0),
+                               rtol=1e-10)
+
+
+def _kernel_source(expr):
+    return fl.show_code(expr)
+
+
+def test_cpu_column_kernel_walks_rows_inside(cpu, restore_recipes):
+    """The CPU kernel of a column sum: the reduced axis outside, the block of
+    neighbouring outputs inside (unit stride), not one strided column per output."""
+    fl.register_recipe("cpu", cpu_rows.with_params(column_width=64), name="test-cols-64",
+                       kind="reduction")
+    x = fl.asarray(_data((1000, 700), np.float32))
+    src = _kernel_source(x.sum(axis=0))
+    bulk = src[src.index("bulk slab"):src.index("final slab")]
+    # the reduction loop encloses the loop over the block of outputs
+    assert bulk.index("for (int j0") < bulk.index("for (int i_inner", bulk.index("for (int j0"))
+    # unit stride along the block, the row stride along the reduced axis
+    assert re.search(r"in0\[p\d+ \* j0 \+ i_inner \+ gid\(0\) \* 64\]", bulk), bulk
+    assert "acc_j0[64]" in src
+
+
+def test_middle_axis_kernel_has_no_division_per_element(cpu, restore_recipes):
+    """A middle axis: rows of the last axis (the grid's second axis numbers them), so
+    the loads of a row's block are contiguous without a division per element."""
+    fl.register_recipe("cpu", cpu_rows.with_params(column_width=64), name="test-cols-64",
+                       kind="reduction")
+    h = _data((9, 130, 300), np.float32)
+    x = fl.asarray(h)
+    src = _kernel_source(x.sum(axis=1))
+    loads = [line for line in src.splitlines() if "acc_j0[e_inner] + in0[" in line]
+    assert loads, src
+    for line in loads:
+        assert "fl_idx_div" not in line and "fl_idx_mod" not in line, line
+        assert re.search(r"in0\[p\d+ \* gid\(1\) \+ p\d+ \* j0 \+ e_inner \+ gid\(0\) \* 64\]",
+                         line), line
+    np.testing.assert_allclose(x.sum(axis=1).get(), h.sum(axis=1), rtol=1e-4, atol=1e-4)
+
+
+def test_gpu_column_kernel_is_coalesced(gpu_rows_on_cpu):
+    """The GPU kernel of a column sum: neighbouring work-items, neighbouring outputs."""
+    x = fl.asarray(_data((100, 3000), np.float32))
+    src = _kernel_source(x.sum(axis=0))
+    assert "fuseloop_cols" in src
+    assert re.search(r"in0\[p\d+ \* j0 \+ lid\(0\) \+ gid\(0\) \* \d+\]", src), src
+    # a middle axis: a row per group of the second grid axis, work-items along the last
+    src = _kernel_source(fl.asarray(_data((5, 100, 300), np.float32)).sum(axis=1))
+    assert re.search(r"in0\[p\d+ \* gid\(1\) \+ p\d+ \* j0 \+ lid\(0\) \+ gid\(0\) \* \d+\]",
+                     src), src
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_scalar_epilogue_costs_no_launch(device, dtype):
+    """A scalar epilogue on a full reduction runs in its last stage: as many launches
+    as the plain sum."""
+    if dtype == np.float64 and not device.has_fp64:
+        pytest.skip("no float64 on this device")
+    n = (1 << 20) + 3
+    a, b = fl.asarray(_data(n, dtype, 1)), fl.asarray(_data(n, dtype, 2))
+    ah, bh = a.get(), b.get()
+    plain = _launches(lambda: fl.sum(a * b))
+    assert plain == 2  # two stages
+    for make in (lambda: fl.sum(a * b) ** 0.5, lambda: fl.sqrt(fl.sum((a - 2 * b) ** 2)),
+                 lambda: fl.mean(a), lambda: fl.linalg.norm(a), lambda: 2 * a.sum() + 1):
+        assert _launches(make) == plain
+    tol = _tol(dtype) | dict(rtol=1e-4 if dtype == np.float32 else 1e-10)
+    np.testing.assert_allclose((fl.sum((a - 2 * b) ** 2) ** 0.5).get(),
+                               np.sum((ah - 2 * bh) ** 2) ** 0.5, **tol)
+    np.testing.assert_allclose(fl.linalg.norm(a).get(), np.linalg.norm(ah), **tol)
