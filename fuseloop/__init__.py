@@ -72,6 +72,7 @@ from .recipes import Recipe, recipe_for, register_recipe, registered_recipes
 from .runtime.devices import Device, device, devices, get_device, set_device
 from .stages import Compiled, Linearized, Lowered, program
 from .stats import reset_stats, stats
+from .tune import TuneReport, tune
 from .ufuncs import FUNCTIONS as _FUNCTIONS
 from .ufuncs import astype, clip, where
 
@@ -107,7 +108,8 @@ __all__ = [
     "outer", "tensordot", "trace", "vdot", "broadcast_to", "concatenate", "diagonal",
     "expand_dims", "flip", "moveaxis", "permute_dims", "ravel", "repeat", "reshape", "roll",
     "squeeze", "stack", "swapaxes", "tile", "transpose", "tril", "triu",
-    "program", "Linearized", "Lowered", "Compiled", "explain", "Explanation",
+    "program", "Linearized", "Lowered", "Compiled", "explain", "Explanation", "tune",
+    "TuneReport",
     *_MATH_FUNCTIONS, "random",
 ]
 __all__.append("fuse")

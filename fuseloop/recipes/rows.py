@@ -31,7 +31,7 @@ from loopy.kernel.data import LocalInameTag
 from ..expr.program import Program
 from ..lower.kernel import ELEMENT_INAME, FLAT_INAME, contiguous_rows
 from . import row_cache, select
-from .core import Derived, Param, Recipe
+from .core import Derived, Param, Recipe, Space, int_range, powers_of_two
 from .cpu_vector import (
     reduction_vector_calls,
     through_double_width,
@@ -302,11 +302,17 @@ def _publish_results(t_unit: lp.TranslationUnit, results: list[str]) -> lp.Trans
 
 gpu_rows = Recipe(
     "gpu-rows", _gpu_rows, kind="reduction", version="9",
-    params=(Param("group", int, GPU_ROW_GROUP, "work-items per contiguous row"),
+    params=(Param("group", int, GPU_ROW_GROUP, "work-items per contiguous row",
+                  powers_of_two(1, 1024, (64, 128, 256, 512, 1024))),
             Param("cache_items", int, GPU_ROW_CACHE_ITEMS,
-                  "elements per work-item of a row kept in registers (0: none)"),
+                  "elements per work-item of a row kept in registers (0: none)",
+                  int_range(0, 256, (0, 8, 16, 32))),
             Param("lanes", int, GPU_REDUCTION_LANES,
-                  "values the partial results are combined through (0: Loopy's tree)")),
+                  "values the partial results are combined through (0: Loopy's tree)",
+                  Space((0, 16, 32, 64), lambda v: v == 0 or v in powers_of_two(1, 1024),
+                        "0 or a power of two up to 1024"))),
+    valid=lambda v, device: (v["group"] <= device.max_work_group_size
+                             and v["lanes"] <= v["group"]),
     size_class=Derived(lambda v: make_row_size_class(v["group"], max(v["cache_items"], 1))))
 
 
@@ -382,10 +388,13 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
 cpu_rows = Recipe(
     "cpu-rows", _cpu_rows, kind="reduction", version="4",
     params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
-                  "rows per work-item (short rows; long contiguous rows get one each)"),
+                  "rows per work-item (short rows; long contiguous rows get one each)",
+                  int_range(1, 1 << 16, (1, 2, 4, 8, 16, 32))),
             Param("accumulators", int, CPU_ACCUMULATORS,
-                  "interleaved accumulators of a contiguous row's reduction"),
-            Param("vector_math", bool, False, "math builtins on vectors (PoCL)")),
+                  "interleaved accumulators of a contiguous row's reduction",
+                  int_range(1, 64, (1, 2, 4, 8, 16))),
+            Param("vector_math", bool, False, "math builtins on vectors (PoCL)",
+                  (False, True))),
     variants=((POCL, {"vector_math": True}),))
 
 
