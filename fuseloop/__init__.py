@@ -72,7 +72,7 @@ from .recipes import Recipe, recipe_for, register_recipe, registered_recipes
 from .runtime.devices import Device, device, devices, get_device, set_device
 from .stages import Compiled, Linearized, Lowered, program
 from .stats import reset_stats, stats
-from .tune import TuneReport, tune
+from .tuner import TuneReport, tune
 from .ufuncs import FUNCTIONS as _FUNCTIONS
 from .ufuncs import astype, clip, where
 

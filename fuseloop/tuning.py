@@ -19,13 +19,14 @@ parameters with ``with_params`` or ``fl.recipes.use`` is used as given).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,8 @@ _STRUCTURES_MAX = 4096
 #: look-ups of the database (with entries) since the process started: tests check
 #: that a cached launch does not consult it
 lookups = [0]
+# > 0: look-ups answer "no entry" (``suspended()``: timing the defaults)
+_suspended = [0]
 
 
 def device_hash(device: Device) -> str:
@@ -112,7 +115,7 @@ def tuned(recipe: Recipe, program: Program, index_dtype: Any, device: Device,
           params: Sequence[int], n_rows: int, n_elem: int) -> Recipe:
     """``recipe`` with the database's winner for this kernel and size bucket, if any."""
     db = entries(device)
-    if not db or recipe.explicit:
+    if not db or recipe.explicit or _suspended[0]:
         return recipe
     lookups[0] += 1
     key = entry_key(recipe, structure_key(program, index_dtype), bucket(params, n_rows, n_elem))
@@ -163,6 +166,28 @@ def store(device: Device, key: str, record: dict[str, Any]) -> Path | None:
     return path
 
 
+def invalidate_plans() -> None:
+    """Make kept launch plans look their kernels up again (so a new winner, or its
+    removal, applies): drops the kernels held in memory (the disk cache stays)."""
+    from .cache import clear_memory_cache
+
+    clear_memory_cache()
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Within the block, the database is not used (the defaults apply)."""
+    with _lock:
+        _suspended[0] += 1
+    invalidate_plans()
+    try:
+        yield
+    finally:
+        with _lock:
+            _suspended[0] -= 1
+        invalidate_plans()
+
+
 def clear_database(device: Device) -> int:
     """Delete ``device``'s database; returns the number of entries it held."""
     path = db_path(device)
@@ -175,6 +200,7 @@ def clear_database(device: Device) -> int:
                 pass
         _dbs.pop(device.index, None)
         _tuned.clear()
+    invalidate_plans()
     return n
 
 

@@ -318,6 +318,8 @@ def tune(expr_or_fn: Array | Callable[..., Any], *args: Any, budget_s: float = 3
             bar.step()
     finally:
         bar.close()
+        if any(k.stored for k in kernels):
+            tuning.invalidate_plans()  # kept plans pick the winners up
     return TuneReport(device, kernels, time.perf_counter() - t0)
 
 
