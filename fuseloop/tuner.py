@@ -4,8 +4,8 @@ The kernels of an evaluation are found by a dry recording (as ``fl.explain``
 finds them); they are then run for real once, in order, with the registry's
 recipes (so temporaries hold their values).  For each kernel the candidates are
 combinations of the recipe's declared spaces (:attr:`Recipe.tunable`, filtered
-by its ``valid`` hook): all of them when few, else a random sample, always the
-default first, until the kernel's share of ``budget_s`` is spent.  Each
+by its ``valid`` hook): the default first, the rest in a random order, until the
+kernel's share of ``budget_s`` is spent.  Each
 candidate is built, its output checked against the default's (the kernel's
 outputs are restored before each check, since a kernel may read what it
 writes), then timed: the median of ``repeat`` synchronised launches after a
@@ -46,8 +46,8 @@ MIN_GAIN = 0.03
 #: (absolute: the same times the largest finite magnitude of the default's output)
 TOLERANCE = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4,
              np.dtype(np.float64): 1e-9}
-#: all combinations are tried when there are at most this many
-EXHAUSTIVE_MAX = 64
+#: candidates per kernel at most (the budget usually ends a search first)
+MAX_CANDIDATES = 256
 
 
 @dataclass
@@ -203,7 +203,8 @@ def _results(launch: Any, recipe: Any, saved: list[np.ndarray]) -> list[np.ndarr
 
 def _candidates(recipe: Any, device: Device, rng: random.Random) -> list[dict[str, Any]]:
     """Combinations of the tunable parameters' candidates, valid on ``device``, the
-    default's first; shuffled when there are more than :data:`EXHAUSTIVE_MAX`."""
+    default's first, the rest shuffled (a search cut short by its budget is a random
+    sample), at most :data:`MAX_CANDIDATES` of them."""
     space = recipe.tunable
     names = sorted(space)
     default = {n: recipe.values[n] for n in names}
@@ -212,9 +213,8 @@ def _candidates(recipe: Any, device: Device, rng: random.Random) -> list[dict[st
         combo = dict(zip(names, values))
         if combo != default and recipe.allows({**recipe.values, **combo}, device):
             combos.append(combo)
-    if len(combos) > EXHAUSTIVE_MAX:
-        rng.shuffle(combos)
-    return [default, *combos]
+    rng.shuffle(combos)
+    return [default, *combos[:MAX_CANDIDATES - 1]]
 
 
 def _tune_kernel(index: int, launch: Any, budget_s: float, repeat: int, rng: random.Random,
