@@ -94,6 +94,17 @@ def test_valid_hook_filters_candidates(cpu):
     assert gpu_coalesced.allows(big, cpu) == (1024 <= cpu.max_work_group_size)
 
 
+def test_cpu_rows_never_tries_more_accumulators_than_vector_lanes(cpu):
+    # accumulators=16 with vector_math indexed past the 8-lane arrays: wrong results
+    # for softmax rows, and a crash of the process
+    from fuseloop.recipes import cpu_rows
+    from fuseloop.recipes.cpu_vector import LANES
+
+    combos = _candidates(cpu_rows, cpu, random.Random(0))
+    assert any(c["accumulators"] > LANES for c in combos)
+    assert not any(c["vector_math"] and c["accumulators"] > LANES for c in combos)
+
+
 def test_space_from_a_tuple():
     p = Param("x", int, 1, "", (1, 2))
     assert isinstance(p.space, Space) and 2 in p.space and 3 not in p.space
@@ -147,6 +158,24 @@ def test_candidate_with_wrong_results_is_rejected(cpu, tuning_dir):
     k, = report.kernels
     assert k.candidates == 2 and k.wrong == 1 and not k.best and not k.stored
     assert not (tuning_dir / "tuning").exists()
+
+
+def test_tune_a_function_finds_its_kernels(cpu, tuning_dir):
+    x = fl.asarray(np.arange(4096, dtype=np.float32).reshape(64, 64))
+
+    def fn(a):
+        t = (a * 2).eval()  # evaluated inside: recorded, not run
+        return fl.sqrt(t) + 1  # lazy: evaluated by the recording too
+
+    with fl.recipes.use(_test_recipe()):
+        report = fl.tune(fn, x, budget_s=60, progress=False, store=False)
+        assert [k.candidates for k in report.kernels] == [2, 2]
+        assert not any(k.stored or k.wrong or k.failed for k in report.kernels)
+        got = fn(x).get()
+    np.testing.assert_allclose(got, np.sqrt(np.arange(4096).reshape(64, 64) * 2) + 1,
+                               rtol=1e-6)
+    with pytest.raises(TypeError, match="array expression or a function"):
+        fl.tune(3)
 
 
 def test_failing_candidate_is_counted_and_skipped(cpu, tuning_dir):

@@ -33,6 +33,7 @@ from ..lower.kernel import ELEMENT_INAME, FLAT_INAME, contiguous_rows
 from . import row_cache, select
 from .core import Derived, Param, Recipe, Space, int_range, powers_of_two
 from .cpu_vector import (
+    LANES,
     reduction_vector_calls,
     through_double_width,
     vectorise_loop_calls,
@@ -395,7 +396,10 @@ cpu_rows = Recipe(
                   int_range(1, 64, (1, 2, 4, 8, 16))),
             Param("vector_math", bool, False, "math builtins on vectors (PoCL)",
                   (False, True))),
-    variants=((POCL, {"vector_math": True}),))
+    variants=((POCL, {"vector_math": True}),),
+    # vector math blocks have LANES lanes: more accumulators index past them (fl.tune
+    # found 16 giving wrong results, and crashing the process)
+    valid=lambda v, device: not v["vector_math"] or v["accumulators"] <= LANES)
 
 
 def _reduction_calls(t_unit: lp.TranslationUnit, j: str, fp64: bool) -> bool:
