@@ -48,6 +48,10 @@ _tuned: dict[tuple[int, str], tuple[Any, Any]] = {}
 # (program, index dtype char) -> structure hash
 _structures: dict[tuple[Any, str], str] = {}
 _STRUCTURES_MAX = 4096
+# (id of the program, id of the recipe, device, index dtype, sizes...) ->
+# (program, recipe, answer): what tuned() answered for a launch's sizes
+_answers: dict[tuple, tuple[Any, Any, Any]] = {}
+_ANSWERS_MAX = 4096
 #: look-ups of the database (with entries) since the process started: tests check
 #: that a cached launch does not consult it
 lookups = [0]
@@ -117,6 +121,21 @@ def tuned(recipe: Recipe, program: Program, index_dtype: Any, device: Device,
     db = entries(device)
     if not db or recipe.explicit or _suspended[0]:
         return recipe
+    # the answer per launch sizes, by identity (hashing a program walks all of it)
+    answer_key = (id(program), id(recipe), device.index, index_dtype.char, n_rows, n_elem,
+                  *params)
+    hit = _answers.get(answer_key)
+    if hit is not None and hit[0] is program and hit[1] is recipe:
+        return hit[2]
+    found = _lookup(db, recipe, program, index_dtype, device, params, n_rows, n_elem)
+    if len(_answers) >= _ANSWERS_MAX:
+        _answers.clear()
+    _answers[answer_key] = (program, recipe, found)
+    return found
+
+
+def _lookup(db: dict[str, dict[str, Any]], recipe: Recipe, program: Program, index_dtype: Any,
+            device: Device, params: Sequence[int], n_rows: int, n_elem: int) -> Recipe:
     lookups[0] += 1
     key = entry_key(recipe, structure_key(program, index_dtype), bucket(params, n_rows, n_elem))
     entry = db.get(key)
@@ -163,6 +182,7 @@ def store(device: Device, key: str, record: dict[str, Any]) -> Path | None:
             _write(path, device, found)
         _dbs[device.index] = (device, found)
         _tuned.clear()
+        _answers.clear()
     return path
 
 
@@ -200,6 +220,7 @@ def clear_database(device: Device) -> int:
                 pass
         _dbs.pop(device.index, None)
         _tuned.clear()
+        _answers.clear()
     invalidate_plans()
     return n
 
@@ -209,6 +230,7 @@ def clear_memory() -> None:
     with _lock:
         _dbs.clear()
         _tuned.clear()
+        _answers.clear()
         _structures.clear()
 
 
