@@ -72,7 +72,6 @@ from .recipes import Recipe, recipe_for, register_recipe, registered_recipes
 from .runtime.devices import Device, device, devices, get_device, set_device
 from .stages import Compiled, Linearized, Lowered, program
 from .stats import reset_stats, stats
-from .tuner import TuneReport, tune
 from .ufuncs import FUNCTIONS as _FUNCTIONS
 from .ufuncs import astype, clip, where
 
@@ -83,6 +82,21 @@ from . import random  # noqa: E402  (counter-based random numbers, fl.random)
 from .mathfuncs import MATH_FUNCTIONS as _MATH_FUNCTIONS  # noqa: E402
 
 globals().update(_MATH_FUNCTIONS)
+# }}}
+# {{{ VexCL and Stan features (issue 28): checks, ufunc.at, bincount, histogram, stencils
+from .checks import (  # noqa: E402
+    check,
+    check_bounded,
+    check_finite,
+    check_nonnegative,
+    check_positive,
+)
+from .ops.scatter_add import attach as _attach_at  # noqa: E402
+from .ops.scatter_add import bincount, histogram  # noqa: E402
+from .ops.stencil import stencil, stencil_function  # noqa: E402
+
+_attach_at(_FUNCTIONS)  # fl.add.at, fl.subtract.at, fl.maximum.at, fl.minimum.at
+
 # }}}
 linalg = _LinalgNamespace()
 
@@ -111,11 +125,24 @@ __all__ = [
     "program", "Linearized", "Lowered", "Compiled", "explain", "Explanation", "tune",
     "TuneReport",
     *_MATH_FUNCTIONS, "random",
+    # VexCL and Stan features (issue 28)
+    "check", "check_bounded", "check_finite", "check_nonnegative", "check_positive",
+    "bincount", "histogram", "stencil", "stencil_function",
 ]
 __all__.append("fuse")
 
 
+# imported on first use (not needed to evaluate anything): name -> module
+_ON_FIRST_USE = {"tune": "tuner", "TuneReport": "tuner"}
+
+
 def __getattr__(name: str) -> object:
+    if name in _ON_FIRST_USE:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_ON_FIRST_USE[name]}", __name__), name)
+        globals()[name] = value
+        return value
     hint = _close(name, __all__, n=3)
     more = f"; did you mean {', '.join(hint)}?" if hint else ""
     raise errors.UnknownFunctionError(f"fuseloop has no function or attribute {name!r}{more}")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from .array import Array, Constant, _coerce, _operand_node
 from .dtypes import scalar_to
-from .errors import DeviceError, ShapeError
+from .errors import DeviceError, DTypeError, ShapeError
 from .evaluate import cast_node, reads_outside, run, run_into
-from .expr.nodes import Leaf, Literal, Node, broadcast_shapes
+from .expr.nodes import Leaf, Literal, Node, broadcast_shapes, note_reader
+from .expr.overlap import View, views_disjoint
 from .expr.program import Target
 from .trace_hooks import check_traced, trace_checks
 
@@ -110,12 +114,16 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         run([node], dest_shape, target.device, [dest])
 
 
-def compute(*arrays: Array) -> tuple[Array, ...]:
+def compute(*arrays: Array, out: Array | Sequence[Array] | None = None) -> tuple[Array, ...]:
     """Evaluate several arrays, one kernel for each group of equal shape and device.
 
     ``a, b = fl.compute(x + y, x - y)`` reads ``x`` and ``y`` once and writes both
     results (VexCL's tuple assignment).  Returns the arrays, now concrete.
+    ``out=(p, q)`` writes the results into those existing arrays (or views) instead,
+    one kernel per shape, and returns ``out`` (see :func:`compute_into`).
     """
+    if out is not None:
+        return compute_into(arrays, (out,) if isinstance(out, Array) else tuple(out))
     groups: dict[tuple, list[Array]] = {}
     seen: set[int] = set()
     for a in arrays:
@@ -129,3 +137,105 @@ def compute(*arrays: Array) -> tuple[Array, ...]:
         for m, s in zip(members, outs):
             m._become(s)
     return arrays
+
+
+def _leaf_view(target: Array) -> View:
+    leaf: Any = target._node
+    return (leaf.shape, leaf.view_strides(), leaf.offset)
+
+
+def _check_targets(values: Sequence[Any], targets: Sequence[Any]) -> None:
+    """numpy's checks of ``out=``, plus what one kernel needs (one device, no overlap)."""
+    if len(values) != len(targets):
+        raise ValueError(f"fl.compute got {len(values)} expressions but {len(targets)} "
+                         "arrays in out=; give one target per expression")
+    for k, (v, t) in enumerate(zip(values, targets)):
+        if not isinstance(v, Array) or not isinstance(t, Array):
+            bad = v if not isinstance(v, Array) else t
+            raise TypeError(f"fl.compute(..., out=) takes fuseloop arrays, got "
+                            f"{type(bad).__name__} at position {k}")
+        if v.device is not t.device:
+            raise DeviceError(f"out[{k}] lives on {t.device.name} but its expression on "
+                              f"{v.device.name}; move one with fl.asarray(x, device=...)")
+        if broadcast_shapes(v.shape, t.shape) != t.shape:
+            raise ShapeError(f"expression {k} of shape {v.shape} cannot be written into "
+                             f"out[{k}] of shape {t.shape} (it must broadcast to it)")
+        if not np.can_cast(v.dtype, t.dtype, "same_kind"):
+            raise DTypeError(f"cannot write expression {k} of dtype {v.dtype} into out[{k}] "
+                             f"of dtype {t.dtype} with casting rule 'same_kind' (numpy's "
+                             "rule for out=); convert it with .astype() first")
+    devices = {id(t.device): t.device.name for t in targets}
+    if len(devices) > 1:
+        raise DeviceError("the arrays in out= live on different devices "
+                          f"({', '.join(sorted(devices.values()))}); one kernel "
+                          "writes them all: move them to one device")
+    for t in targets:
+        t.eval()  # (a lazy target: as `t[...] = v`, it gets its buffer first)
+    for j, t in enumerate(targets):
+        for k in range(j):
+            u = targets[k]
+            if u._storage is t._storage and (t is u or not views_disjoint(
+                    _leaf_view(t), _leaf_view(u)) or t.dtype != u.dtype):
+                raise ValueError(f"out[{k}] and out[{j}] share memory: each element of a "
+                                 "buffer can be written by one expression only; give "
+                                 "distinct arrays (or disjoint views)")
+
+
+def compute_into(values: Sequence[Array], targets: Sequence[Array]) -> tuple[Array, ...]:
+    """Write ``values[k]`` into ``targets[k]`` (arrays or strided views), one kernel for
+    all targets of one shape (Stan's ``results(a, b) = expressions(...)``).
+
+    Every value is computed before anything is written, so a value may read the
+    targets (``fl.compute(a + b, a - b, out=(a, b))`` is numpy's result).  Casting
+    follows numpy's ``same_kind`` rule.  A value the caller keeps stays lazy and keeps
+    its values: it then reads its target, when of the target's dtype and shape (no
+    cost), else it is computed by the same kernel into a buffer of its own.
+    """
+    _check_targets(values, targets)
+    storages = {id(t._storage): t._storage for t in targets}
+    # lazy arrays still reading the old contents are evaluated before the write
+    pending: dict[int, Array] = {}
+    for t in targets:
+        written = _leaf_view(t)
+        target_storage = t._storage
+        assert target_storage is not None  # (_check_targets evaluated lazy targets)
+        for r in target_storage.live_readers():
+            if r._storage is None and not any(r is v and v.shape == u.shape for v, u in zip(
+                    values, targets)) and not reads_outside(
+                    r._node, target_storage, written, t.dtype.itemsize):
+                pending[id(r)] = r
+    if pending:
+        compute(*pending.values())
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for k, t in enumerate(targets):
+        groups.setdefault(t.shape, []).append(k)
+    for shape, ks in groups.items():
+        nodes: list[Node] = []
+        dests: list[Any] = []
+        for k in ks:
+            v, t = values[k], targets[k]
+            nodes.append(cast_node(v._node, t.dtype))
+            leaf: Any = t._node
+            storage = t._storage
+            assert storage is not None
+            dests.append(storage if t.is_contiguous else
+                         Target(storage, leaf.view_strides(), leaf.offset))
+        # kept values that read a target and cannot become a read of it: computed too
+        extra = [values[k] for k in ks if values[k].is_lazy and not _reads_as_target(
+            values[k], targets[k]) and any(s in values[k]._node.storages
+                                           for s in storages.values())]
+        outs = run(nodes + [e._node for e in extra], shape, targets[ks[0]].device,
+                   dests + [None] * len(extra))
+        for e, s in zip(extra, outs[len(ks):]):
+            e._become(s)
+    for v, t in zip(values, targets):
+        if v.is_lazy and _reads_as_target(v, t):
+            # its values are now the target's: read them there (a later write to the
+            # target evaluates it first, as for any lazy reader)
+            v._node = t._node
+            note_reader(v)
+    return tuple(targets)
+
+
+def _reads_as_target(value: Array, target: Array) -> bool:
+    return value.dtype == target.dtype and value.shape == target.shape

@@ -39,8 +39,11 @@ import hashlib
 import itertools
 import json
 import operator
+import os
+import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -257,8 +260,10 @@ class CompiledKernel:
         try:
             return local.kernel, local.last
         except AttributeError:
+            if not hasattr(local, "kernel"):
+                local.kernel = self.new_kernel()
             local.last = [None] * (len(self.arg_plan) + 1)
-            return self.kernel, local.last
+            return local.kernel, local.last
 
 
 # The memory cache.  ``_memory`` is what a look-up reads (a plain dict: a hit is one
@@ -301,6 +306,39 @@ _loopy_lock = codegen.loopy_lock
 
 
 # {{{ building
+
+#: seconds a kernel build takes before it says so on standard error, once
+#: (``FUSELOOP_PROGRESS=0`` silences it)
+PROGRESS_AFTER_S = 1.0
+
+
+def _progress_wanted() -> bool:
+    return os.environ.get("FUSELOOP_PROGRESS", "1").strip().lower() not in DISABLED_VALUES
+
+
+@contextmanager
+def _progress(what: str, device: Device) -> Iterator[None]:
+    """A line on standard error if the build inside takes more than :data:`PROGRESS_AFTER_S`:
+    the first evaluation of a large expression can take seconds, which should not
+    look like a hang."""
+    if not _progress_wanted():
+        yield
+        return
+
+    def say() -> None:
+        print(f"fuseloop: building {what} for "
+              f"{device.name} (the first evaluation of this expression; later ones, and "
+              "later processes, use the cached kernel) ...", file=sys.stderr, flush=True)
+
+    timer = threading.Timer(PROGRESS_AFTER_S, say)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join()  # (a line being written is finished before the build returns)
+
 
 def _build_source(plan: KernelPlan, device: Device) -> BuiltProgram:
     try:
@@ -377,7 +415,7 @@ def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: 
                                                   user_functions, sizes)
 
     return _get_or_build(mem_key, lambda: disk_key(program, index_dtype, device, recipe, sizes),
-                         make, device)
+                         make, device, f"a kernel of {len(program.entries)} operations")
 
 
 def source_disk_key(plan: KernelPlan, device: Device) -> str:
@@ -418,9 +456,11 @@ class SourceKernel:
 
 
 def _get_or_build(mem_key: tuple, make_disk_key: Callable[[], str],
-                  make_plan: Callable[[], KernelPlan], device: Device) -> CompiledKernel:
+                  make_plan: Callable[[], KernelPlan], device: Device,
+                  what: str = "a kernel") -> CompiledKernel:
     """The kernel of ``mem_key`` after a memory-cache miss: built once however many
-    threads ask (one lock per key), from the disk cache or ``make_plan()``."""
+    threads ask (one lock per key), from the disk cache or ``make_plan()``; ``what``
+    names it in the line a slow build prints."""
     with _global_lock:
         key_lock = _build_locks.get(mem_key)
         if key_lock is None:
@@ -436,7 +476,7 @@ def _get_or_build(mem_key: tuple, make_disk_key: Callable[[], str],
             if hit is not None:
                 _increment("memory_cache_hits")
                 return hit
-            compiled = _get_uncached(make_disk_key, make_plan, device)
+            compiled = _get_uncached(make_disk_key, make_plan, device, what)
             _store(mem_key, compiled)
             return compiled
     finally:
@@ -447,7 +487,7 @@ def _get_or_build(mem_key: tuple, make_disk_key: Callable[[], str],
 
 
 def _get_uncached(make_disk_key: Callable[[], str], make_plan: Callable[[], KernelPlan],
-                  device: Device) -> CompiledKernel:
+                  device: Device, what: str) -> CompiledKernel:
     _increment("memory_cache_misses")
     directory = cache_dir()
     key = path = None
@@ -461,8 +501,9 @@ def _get_uncached(make_disk_key: Callable[[], str], make_plan: Callable[[], Kern
             if compiled is not None:
                 return compiled
     prestart(device)  # a compile worker starts while Loopy lowers
-    plan = make_plan()
-    built = _build_source(plan, device)  # raises before anything is cached
+    with _progress(what, device):
+        plan = make_plan()
+        built = _build_source(plan, device)  # raises before anything is cached
     compiled = CompiledKernel(plan, built, backend_for(device))
     if path is not None and key is not None:
         _write_disk(path, key, plan, _binary_of(built))

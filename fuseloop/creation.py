@@ -7,9 +7,9 @@ import operator
 from typing import Any
 
 import numpy as np
-import pyopencl as cl
 
 from .array import Array, Constant
+from .backends import backend_for
 from .dtypes import as_dtype, result_type, scalar_kind
 from .errors import DTypeError, ShapeError
 from .evaluate import _check_alloc_size, allocate, cast_node, upload
@@ -83,8 +83,8 @@ def full(shape: ShapeLike, fill_value: Any, dtype: Any = None, device: Any = Non
     if out.size:
         if out.dtype == np.bool_:
             pattern = pattern.astype(np.uint8)
-        cl.enqueue_fill_buffer(out.device.queue, out._storage.buffer, pattern,  # type: ignore[union-attr]
-                               0, out.nbytes)
+        backend_for(out.device).fill(out.device, out._storage.buffer,  # type: ignore[union-attr]
+                                     pattern, out.nbytes)
     return out
 
 
@@ -163,6 +163,8 @@ def _is_pyopencl_array(obj: Any) -> bool:
 
 def _pyopencl_host(src: Any) -> np.ndarray:
     """A numpy copy of ``src``, strided too (pyopencl's ``get`` takes contiguous ones)."""
+    import pyopencl as cl  # (src is a pyopencl array: pyopencl is loaded already)
+
     shape, dtype = tuple(int(n) for n in src.shape), np.dtype(src.dtype)
     if not src.size:
         return np.empty(shape, dtype)
@@ -181,7 +183,8 @@ def _pyopencl_host(src: Any) -> np.ndarray:
 def _from_pyopencl(src: Any, dtype: Any, dev: Device) -> Array:
     """A copy of the ``pyopencl.array.Array`` ``src`` on ``dev``: buffer to buffer when it
     lives in the device's context and is C-contiguous, else through the host."""
-    if not src.size or not src.flags.c_contiguous or src.context != dev.context:
+    if not src.size or not src.flags.c_contiguous or dev.backend != "opencl" \
+            or src.context != dev.context:
         return asarray(_pyopencl_host(src), dtype, dev)
     dt = as_dtype(src.dtype)
     _check_device_dtype(dt, dev)
@@ -193,9 +196,8 @@ def _from_pyopencl(src: Any, dtype: Any, dev: Device) -> Array:
         if src.queue is not None and src.queue != dev.queue:
             src.queue.finish()
             wait_for = None
-        event = cl.enqueue_copy(dev.queue, storage.buffer, src.base_data,
-                                byte_count=src.nbytes, src_offset=src.offset,
-                                wait_for=wait_for)
+        event = backend_for(dev).copy(dev, storage.buffer, src.base_data, src.nbytes,
+                                      src.offset, wait_for)
         wait(event, dev)
     out = Array._concrete(storage, dt, shape)
     return out if dtype is None or as_dtype(dtype) == dt else out.astype(dtype)

@@ -69,6 +69,13 @@ class DeviceMemoryError(FuseloopError, MemoryError):
     """An allocation larger than the device can provide."""
 
 
+class OutOfMemoryError(DeviceMemoryError):
+    """The driver refused an allocation that fuseloop's own accounting let through.
+
+    Each backend raises its own subclass (``Backend.OutOfMemory``) for its driver's
+    refusals; callers catch this class, let go of buffers and may try once more."""
+
+
 class IndexOutOfBoundsError(FuseloopError, IndexError):
     """An index (a slice position or a gathered index value) outside an axis."""
 
@@ -102,3 +109,13 @@ class TracingError(FuseloopError, TypeError):
     """A function given to ``fl.fuse`` that cannot be traced: it needs the value of a
     traced array or scalar (Python control flow on data, ``float(x)``, ``x.get()``),
     writes into an argument, or takes an argument of a type it cannot trace."""
+
+
+class CheckError(FuseloopError, ValueError):
+    """An in-kernel check (``fl.check``, ``fl.check_positive``, ...) failed.
+
+    ``index`` is an offending flat index, ``value`` the checked value there (``"?"``
+    when it could not be read back)."""
+
+    index: int = -1
+    value: object = None

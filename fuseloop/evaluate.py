@@ -22,11 +22,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-import pyopencl as cl
 
 from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
-from .errors import DeviceMemoryError
+from .errors import DeviceMemoryError, OutOfMemoryError
 from .expr import program as _prog
 from .expr.nodes import (
     Apply,
@@ -65,7 +64,7 @@ from .launching import (
 )
 from .recipes import recipe_for
 from .runtime.devices import Device
-from .runtime.transfer import host_buffer
+from .runtime.transfer import host_buffer, write
 
 _plan_recorder = run_plans.recorder
 recording_threads = run_plans.recording_threads
@@ -132,11 +131,11 @@ def _with_recent_released(make: Callable[[], Any], nbytes: int, device: Device) 
         register_readers()
     try:
         return make()
-    except cl.MemoryError:
+    except OutOfMemoryError:
         register_readers()
         try:
             return make()
-        except cl.MemoryError as exc:
+        except OutOfMemoryError as exc:
             raise DeviceMemoryError(
                 f"out of device memory allocating {nbytes} bytes on {device.name}: "
                 f"{exc}") from None
@@ -161,7 +160,7 @@ def upload(host: np.ndarray, device: Device) -> Storage:
         return Storage(made, nbytes, device)
     out = allocate(nbytes, device)
     if nbytes:
-        cl.enqueue_copy(device.queue, out.buffer, host, is_blocking=True)
+        write(out.buffer, host, device)
     return out
 
 
@@ -516,7 +515,7 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device,
     if into is None:
         try:
             buffer = rt.pool.allocate(nbytes)
-        except cl.MemoryError:
+        except OutOfMemoryError:
             return None  # (run allocates again, and reports)
         out = Storage(buffer, nbytes, device)
     else:

@@ -40,14 +40,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
-import pyopencl as cl
 
 from . import caches as _caches
 from . import evaluate as _ev
 from . import run_plans as _rp
 from .array import Array, _weak_scalar, _weak_scalars
 from .dtypes import scalar_to
-from .errors import TracingError
+from .errors import OutOfMemoryError, TracingError
 from .expr.nodes import Leaf, Storage
 from .launching import DEFER_MAX, DEFER_MAX_ELEMENTS, enqueue, recipe_kind
 from .recipes import recipe_for
@@ -124,7 +123,7 @@ class _Entry:
                     else:
                         palloc = rt.pool.allocate
                         outs = [Storage(palloc(n), n, device) for n in out_bytes]
-                except (AttributeError, cl.MemoryError):
+                except (AttributeError, OutOfMemoryError):
                     pass  # (this thread's first launch, or no memory: the general path)
                 else:
                     deferred = rt.deferred
@@ -182,7 +181,7 @@ def _allocate(palloc: Callable[[int], Any], nbytes: int, device: Device) -> Stor
     lets go of unheld lazy arrays and tries again, or reports)."""
     try:
         return Storage(palloc(nbytes), nbytes, device)
-    except cl.MemoryError:
+    except OutOfMemoryError:
         return _ev.allocate(nbytes, device)
 
 

@@ -42,6 +42,8 @@ from .runtime.devices import Device, _runtime
 from .runtime.transfer import read
 from .tuning import tuned as _tuned
 
+# error-flag codes from this one up are fl.check's (fuseloop.checks.CHECK_CODE_BASE)
+CHECK_CODE_BASE = 1 << 40
 _counters = _stats.counters
 _stats_lock = _stats._lock
 INDEX_INT32, INDEX_INT64 = np.dtype(np.int32), np.dtype(np.int64)
@@ -324,6 +326,10 @@ def _enqueue_flagged(plan: LaunchPlan, outs: Any, storages: list[Storage], scala
 def _check_flag(err: np.ndarray, err_buf: Any, device: Device) -> None:
     """Read a gather's error flag back; raise when an index was out of range."""
     read(err, err_buf, device)
+    if err[0] >= CHECK_CODE_BASE:  # an fl.check failed (see fuseloop.checks)
+        from .checks import failure
+
+        raise failure(int(err[0]), int(err[1]), int(err[2]))
     if err[0]:
         # (several offending work items may interleave their writes: the parts are
         # each true of some offender, not necessarily of the same one)

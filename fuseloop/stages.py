@@ -138,7 +138,8 @@ class Linearized:
         _check_fp64(self.program.entries, dev)
         index_dtype, recipe, sizes, _, _ = self._choice(dev)
         with codegen.loopy_section():
-            before = codegen.lower(self.program, index_dtype, recipe, user_functions, sizes)
+            before = codegen.lower(self.program, index_dtype, recipe, user_functions, sizes,
+                                   device=dev)
             after = codegen.apply_recipe(before, recipe, dev)
         return Lowered(self, dev, index_dtype, recipe, sizes, before, after)
 

@@ -31,7 +31,6 @@ from . import evaluate as _ev
 from . import run_plans as _rp
 from . import tuning
 from .array import Array
-from .bench.progress import Progress
 from .explain import _record
 from .launching import recipe_kind
 from .recipes import recipe_for, use
@@ -218,7 +217,7 @@ def _candidates(recipe: Any, device: Device, rng: random.Random) -> list[dict[st
 
 
 def _tune_kernel(index: int, launch: Any, budget_s: float, repeat: int, rng: random.Random,
-                 progress: Progress, store: bool) -> KernelTuning:
+                 progress: Any, store: bool) -> KernelTuning:
     program, bindings, outs, device = launch
     t0 = time.perf_counter()
     base = recipe_for(device, recipe_kind(program))
@@ -306,6 +305,8 @@ def tune(expr_or_fn: Array | Callable[..., Any], *args: Any, budget_s: float = 3
         if key not in seen:
             seen.add(key)
             distinct.append((k, launches[k]))
+    from .bench.progress import Progress  # (the bench package is not imported with fuseloop)
+
     bar = Progress(len(distinct), enabled=progress)
     rng = random.Random(seed)
     kernels = []

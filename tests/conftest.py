@@ -9,6 +9,8 @@ import pytest
 
 # an isolated kernel cache for the test session (set before fuseloop reads it)
 os.environ.setdefault("FUSELOOP_CACHE_DIR", tempfile.mkdtemp(prefix="fuseloop-test-cache-"))
+# no "building a kernel ..." lines from slow builds (tests/test_cold_start.py turns them on)
+os.environ.setdefault("FUSELOOP_PROGRESS", "0")
 
 import fuseloop as fl
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 import fuseloop as fl
-from fuseloop import backends, cache, launching
+from fuseloop import backends, cache, evaluate, launching
 from fuseloop.backends import (
     Backend,
     BuiltProgram,
@@ -15,8 +16,12 @@ from fuseloop.backends import (
     backend_for,
     get_backend,
 )
+from fuseloop.backends.opencl import OpenCLBackend
 from fuseloop.cache_disk import KernelPlan
+from fuseloop.errors import DeviceMemoryError, OutOfMemoryError
 from fuseloop.ops import compaction
+from fuseloop.runtime import devices
+from fuseloop.runtime.memory import DeviceMemory
 
 _SOURCE = """
 __kernel void axpb(__global float *out, __global const float *x, const float a,
@@ -246,6 +251,190 @@ def test_compaction_goes_through_the_common_path(device, monkeypatch):
     s = fl.stats()
     assert s["memory_cache_hits"] == 1 and s["kernels_compiled"] == 0
     assert launched == ["fuseloop_mask_compact"]
+
+
+# }}}
+
+
+# {{{ the per-device runtime through the backend
+
+
+def test_open_gives_a_queue_with_its_own_pool_and_copies(device):
+    b = backend_for(device)
+    context, queue = b.open(device)
+    assert (context, queue) != (device.context, device.queue)  # (a new pair each call)
+    pool = b.buffer_pool(device, context, queue)
+    h = np.arange(1000, dtype=np.int32)
+    buf = pool.allocate(h.nbytes)
+    assert pool.managed_bytes >= h.nbytes
+    b.enqueue_write(queue, buf, h, None, True)
+    got = np.zeros_like(h)
+    b.enqueue_read(queue, got, buf, None, True)
+    np.testing.assert_array_equal(got, h)
+    released = []
+    direct = pool.buffer(h.nbytes, h[::-1].copy(), released.append)
+    b.enqueue_read(queue, got, direct, None, True)
+    np.testing.assert_array_equal(got, h[::-1])
+    del direct
+    assert released == [h.nbytes]
+    del buf
+    pool.free_held()
+    assert pool.managed_bytes == 0
+
+
+def test_copies_with_an_offset_and_fills_round_trip(device):
+    b = backend_for(device)
+    h = np.arange(64, dtype=np.int64)
+    src = b.allocate(device, h.nbytes)
+    b.upload(device, src, h, blocking=True)
+    dst = b.allocate(device, h.nbytes)
+    b.fill(device, dst, np.array([-1], np.int64), h.nbytes)
+    b.copy(device, dst, src, 16 * 8, src_offset=8 * 8)
+    got = np.empty_like(h)
+    b.wait(device, b.download(device, got, dst))
+    np.testing.assert_array_equal(got[:16], h[8:24])
+    np.testing.assert_array_equal(got[16:], -1)
+
+
+def test_events_are_polled_through_the_backend(device):
+    b = backend_for(device)
+    _, queue = b.open(device)
+    marker = b.marker(queue)
+    b.submit(queue)
+    b.finish_queue(queue)
+    assert b.event_status(marker) == 0
+    b.wait_event(marker)
+    # the runtime binds the same functions once per device
+    rt = devices._runtime(device)
+    assert rt.event_status == b.event_status and rt.submit == b.submit
+
+
+def test_the_gate_holds_a_queue_until_released(device):
+    b = backend_for(device)
+    context, queue = b.open(device)
+    release = b.hold(context, queue)
+    assert release is not None  # (OpenCL holds with a user event)
+    marker = b.marker(queue)
+    b.submit(queue)
+    assert b.event_status(marker) > 0  # held: not complete, not failed
+    release()
+    b.wait_event(marker)
+    assert b.event_status(marker) == 0
+
+
+def test_a_backend_without_a_gate_runs_batches_as_enqueued(device, monkeypatch):
+    rt = devices._runtime(device)
+    fl.synchronize()
+    monkeypatch.setattr(rt, "gate_at", 2)
+    monkeypatch.setattr(rt, "hold", lambda context, queue: None)
+    h = np.arange(100, dtype=np.float32)
+    x = fl.asarray(h)
+    outs = [(x * k).eval() for k in range(5)]
+    fl.synchronize()
+    np.testing.assert_array_equal(outs[3].get(), h * 3)
+
+
+class _Refusing:
+    """A buffer pool whose driver refuses the first ``n`` allocations."""
+
+    def __init__(self, pool, n):
+        self.real, self.left = pool, n
+        self.managed_bytes = pool.managed_bytes
+
+    def _refuse(self):
+        if self.left:
+            self.left -= 1
+            raise cl.MemoryError("MEM_OBJECT_ALLOCATION_FAILURE (simulated)")
+
+    def allocate(self, nbytes):
+        self._refuse()
+        return self.real.allocate(nbytes)
+
+    def buffer(self, nbytes, host, on_release):
+        self._refuse()
+        return self.real.buffer(nbytes, host, on_release)
+
+    def free_held(self):
+        self.real.free_held()
+
+
+def test_driver_refusals_become_the_backends_out_of_memory(device):
+    b = backend_for(device)
+    memory = DeviceMemory(device, device.context, device.queue)
+    assert memory.OutOfMemory is b.OutOfMemory
+    memory.pool = _Refusing(memory.pool, 2)
+    for make in (lambda: memory.allocate(4096), lambda: memory.host_buffer(np.zeros(8))):
+        with pytest.raises(OutOfMemoryError, match="refused to allocate") as info:
+            make()
+        assert isinstance(info.value, b.OutOfMemory | DeviceMemoryError)
+        assert isinstance(info.value, cl.MemoryError)  # (pyopencl's code still catches it)
+        assert device.name in str(info.value)
+    assert memory.allocate(4096) is not None
+
+
+def test_evaluation_retries_once_after_a_refusal(device, monkeypatch):
+    rt = devices._runtime(device)
+    monkeypatch.setattr(rt.pool, "pool", _Refusing(rt.pool.pool, 1))
+    storage = evaluate.allocate(4096, device)
+    assert storage.nbytes == 4096 and rt.pool.pool.left == 0
+    monkeypatch.setattr(rt.pool, "pool", _Refusing(rt.pool.pool.real, 2))
+    with pytest.raises(DeviceMemoryError, match="out of device memory allocating 4096"):
+        evaluate.allocate(4096, device)
+
+
+def test_the_code_generator_uses_the_backends_loopy_target(device, monkeypatch):
+    import loopy as lp
+
+    b = backend_for(device)
+    assert isinstance(b.loopy_target(), lp.OpenCLTarget)
+    assert b.loopy_target() is not b.loopy_target()
+    made = []
+
+    def counted(self):
+        made.append(lp.OpenCLTarget())
+        return made[-1]
+
+    monkeypatch.setattr(OpenCLBackend, "loopy_target", counted)
+    x = fl.asarray(np.arange(10, dtype=np.float32))
+    lowered = fl.program(x * 3 + 1).lower(device)
+    assert made and lowered.t_unit_before.target is made[-1]
+
+
+class _Relabelled(OpenCLBackend):
+    """OpenCL under another label: a second backend, as a new module would add one."""
+
+    name = "relabelled"
+    opened: list = []
+
+    def open(self, device):
+        self.opened.append(device.index)
+        return super().open(device)
+
+
+def test_a_registered_backend_runs_a_device_end_to_end(device, monkeypatch):
+    # a backend registered under its own label: the runtime opens the device, counts
+    # its buffers and generates code through it, and evaluation needs nothing else
+    monkeypatch.setitem(backends._loaded, "relabelled", _Relabelled())
+    present = devices._all_devices()
+    index = len(present)  # (a device's index is its place in the list)
+    other = devices.Device(**{**{f: getattr(device, f) for f in (
+        "name", "type", "platform", "vendor", "driver_version", "global_mem_size",
+        "max_alloc_size", "has_fp64", "cl_device", "compute_units", "runtime",
+        "max_work_group_size")}, "index": index, "backend": "relabelled"})
+    monkeypatch.setattr(devices, "_devices", [*present, other])
+    # (compile workers find a device by its number among OpenCL's: this one has none)
+    monkeypatch.setenv("FUSELOOP_COMPILE", "inline")
+    try:
+        h = np.linspace(0, 1, 50, dtype=np.float32)
+        x = fl.asarray(h, device=other)
+        y = fl.zeros(50, np.float32, device=other)
+        np.testing.assert_allclose(((2 * x + y) - 1).get(), 2 * h - 1, rtol=1e-6)
+        assert _Relabelled.opened == [index]
+        assert backend_for(other) is backends._loaded["relabelled"]
+    finally:
+        fl.synchronize()
+        devices._runtimes.pop(index, None)
+        _Relabelled.opened.clear()
 
 
 # }}}

@@ -147,10 +147,16 @@ def test_fma_correctly_rounded_and_mad_close(device, dt):
 
 
 def test_scipy_dtype_rules(device):
+    """float32 stays float32, everything else computes in float64: scipy.special's rule
+    where its float64 loop comes first (scipy 1.17; older releases listed float32 first
+    and gave float32 for bool and small integers)."""
     for dt in ("bool", "int8", "uint16", "int32", "int64", "float32", "float64"):
         x = np.array([1, 0, 1], dtype=dt)
+        want = np.dtype(np.float32 if dt == "float32" else np.float64)
         for name in ("erf", "gamma", "gammaln", "exp10"):
-            assert getattr(fl, name)(fl.asarray(x)).dtype == getattr(sp, name)(x).dtype
+            assert getattr(fl, name)(fl.asarray(x, device=device)).dtype == want
+            if getattr(sp, name).types[0] == "d->d":
+                assert getattr(sp, name)(x).dtype == want
     x32 = fl.asarray(np.ones(3, np.float32))
     assert fl.fma(x32, 2.0, 1).dtype == np.float32  # Python scalars stay weak
     assert fl.fma(x32, np.ones(3), 1).dtype == np.float64

@@ -9,6 +9,7 @@ their Loopy kernels here and need no device.
 
 from __future__ import annotations
 
+import islpy as isl
 import loopy as lp
 import numpy as np
 import pymbolic.primitives as prim
@@ -283,6 +284,34 @@ def test_lane_temporaries_are_private_arrays_and_bulk_blocks_unchecked():
     loops = bulk.split("for (", 1)[1]
     assert "if (" not in loops and "? " not in loops  # full chunks test no lane
     assert loops.count("<= 7;") == 2  # the lanes before and after the call
+
+
+def test_each_stage_of_a_chain_gets_a_lane_domain_of_its_own():
+    # 16 stages, each a vector call of the one before: the lane loop is copied per
+    # stage; in one domain its dimensions grew with the chain, and Loopy's checks
+    # and code generation with them, much faster than linearly
+    expr = "x[i]"
+    for k in range(16):
+        expr = f"fl_{'exp' if k % 2 else 'log'}_f32({expr} + 2)"
+    t_unit = vectorise_math_calls(_kernel(f"out[i] = {expr}"), "i", CPU_CHUNK)
+    knl = t_unit.default_entrypoint
+    lanes = sorted(n for n in knl.all_inames() if n.startswith("i_inner_inner"))
+    assert len(lanes) >= 16
+    assert max(d.dim(isl.dim_type.set) for d in knl.domains) <= 3
+    for lane in lanes:  # each in a domain with the lane alone, or with the block loops
+        assert knl.get_home_domain_index(lane) is not None
+    code = lp.generate_code_v2(t_unit).device_code()
+    assert code.count("exp(vload8(") + code.count("log(vload8(") == 2 * 16  # both slabs
+
+
+def test_deep_chains_match_numpy(cpu):
+    n = CPU_CHUNK + 13
+    xh = np.random.default_rng(7).uniform(-2, 2, n).astype(np.float32)
+    r, want = fl.asarray(xh), xh.astype(np.float64)
+    for k in range(12):
+        r = fl.sin(r) * np.float32(.5) + fl.cos(r * np.float32(k + 1.5)) * np.float32(.25) + 1
+        want = np.sin(want) * .5 + np.cos(want * (k + 1.5)) * .25 + 1
+    np.testing.assert_allclose(r.get(), want, rtol=2e-5, atol=2e-5)
 
 
 def test_table_names_only_float_helpers():

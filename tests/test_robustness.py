@@ -293,14 +293,19 @@ def test_evaluation_larger_than_the_device_allows(device):
 
 
 def test_device_out_of_memory_is_a_device_memory_error(device, monkeypatch):
-    class ExhaustedPool:
+    class ExhaustedPool:  # (the driver's pool, under fuseloop's accounting)
+        managed_bytes = 0
+
         def allocate(self, nbytes):
             raise cl.MemoryError("MEM_OBJECT_ALLOCATION_FAILURE (simulated)")
+
+        def free_held(self):
+            pass
 
     runtime = devmod._runtime(device)
     x = fl.asarray(np.arange(6, dtype=np.float32))
     with monkeypatch.context() as m:
-        m.setattr(runtime, "pool", ExhaustedPool())
+        m.setattr(runtime.pool, "pool", ExhaustedPool())
         with pytest.raises(fl.errors.DeviceMemoryError, match="out of device memory"):
             (x + 1).eval()
     np.testing.assert_array_equal((x + 1).get(), np.arange(6) + 1)  # usable again

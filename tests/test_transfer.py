@@ -10,7 +10,7 @@ import pytest
 
 import fuseloop as fl
 from fuseloop.evaluate import upload
-from fuseloop.runtime import devices, memory, transfer
+from fuseloop.runtime import devices, transfer
 
 DTYPES = [np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
           np.uint64, np.float32, np.float64]
@@ -55,15 +55,15 @@ def test_upload_errors_are_device_memory_errors(device, monkeypatch):
         raise cl.MemoryError("MEM_OBJECT_ALLOCATION_FAILURE (simulated)")
 
     class ExhaustedPool:
-        allocate = staticmethod(exhausted)
+        allocate = staticmethod(exhausted)  # (GPUs' uploads)
+        buffer = staticmethod(exhausted)  # (CPU devices' uploads)
         managed_bytes = 0
 
         def free_held(self):
             pass
 
     with monkeypatch.context() as m:
-        m.setattr(memory, "_Buffer", exhausted)  # (CPU devices' uploads)
-        m.setattr(devices._runtime(device).pool, "pool", ExhaustedPool())  # (the others')
+        m.setattr(devices._runtime(device).pool, "pool", ExhaustedPool())
         with pytest.raises(fl.errors.DeviceMemoryError, match="out of device memory"):
             fl.asarray(np.arange(6, dtype=np.float32))
     np.testing.assert_array_equal(fl.asarray(np.arange(6.0)).get(), np.arange(6.0))

@@ -13,13 +13,17 @@ closure's signature (:data:`Launcher`) is the contract: it binds the arguments
 that changed since the last launch on the same per-thread kernel object and
 enqueues on the queue it is given.
 
+The per-device runtime (:mod:`fuseloop.runtime.devices`, ``memory``, ``transfer``)
+calls a backend only where a device is opened: :meth:`Backend.open` (context and
+queue), :meth:`Backend.buffer_pool` (the raw buffers that
+:class:`~fuseloop.runtime.memory.DeviceMemory` counts) and the queue and event
+primitives (:meth:`~Backend.submit`, :meth:`~Backend.event_status`, ...), which the
+runtime binds once per device and calls without looking the backend up again.  The
+code generator asks :meth:`Backend.loopy_target` for its Loopy target.
+
 The test of this interface: a CUDA backend (Loopy's CUDA target, built with
 NVRTC) is one new module implementing these methods, registered in
-:mod:`fuseloop.backends`, and nothing else changes.  Not yet passed by the
-per-device runtime: :mod:`fuseloop.runtime.devices` (context, queue, the gate of
-deferred batches), :mod:`fuseloop.runtime.memory` (the buffer pool) and
-:mod:`fuseloop.runtime.transfer` (polled waits, reads) still call pyopencl; and the
-code generator targets OpenCL (``language`` names the target a backend needs).
+:mod:`fuseloop.backends`, and nothing else changes.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+
+from ..errors import OutOfMemoryError
 
 #: ``go(outs, storages, scalars, kernel, last, queue)``: bind the changed arguments of
 #: ``kernel`` (this thread's kernel object of the plan; ``last`` records what its
@@ -107,6 +113,35 @@ class LaunchSpec:
         return max(positions, default=-1) + 1
 
 
+class BufferPool(ABC):
+    """A device's buffers as the backend makes them (:meth:`Backend.buffer_pool`):
+    pooled ones, and ones outside the pool.  :class:`~fuseloop.runtime.memory.DeviceMemory`
+    counts them against the device's memory and turns :attr:`refused` into the
+    backend's :attr:`Backend.OutOfMemory`."""
+
+    #: ``allocate(nbytes)``: a pooled buffer of at least ``nbytes`` (> 0) bytes; an
+    #: attribute, so a driver's own pool method can be it (no Python frame per call)
+    allocate: Callable[[int], Any]
+    #: the driver's exceptions for a refused allocation
+    refused: tuple[type[BaseException], ...] = ()
+
+    @property
+    @abstractmethod
+    def managed_bytes(self) -> int:
+        """Bytes the pool holds from the driver: blocks in use and kept for reuse."""
+
+    @abstractmethod
+    def free_held(self) -> None:
+        """Give the blocks kept for reuse back to the driver."""
+
+    @abstractmethod
+    def buffer(self, nbytes: int, host: np.ndarray | None,
+               on_release: Callable[[int], None]) -> Any:
+        """A buffer outside the pool of ``nbytes`` bytes, holding a copy of ``host``'s
+        bytes when given (no queue command); ``on_release(nbytes)`` is called once
+        the buffer dies."""
+
+
 class Backend(ABC):
     """One compute API.  Stateless apart from caches of its own: a device's context,
     queue and buffer pool live in :mod:`fuseloop.runtime.devices`; methods that need
@@ -120,12 +155,62 @@ class Backend(ABC):
     #: kernel_names)`` a compile worker loads (see
     #: :mod:`fuseloop.runtime.compile_worker_main`); None: builds run in this process
     worker_builder: ClassVar[str | None] = None
+    #: what this backend's buffer pools raise when the driver refuses an allocation
+    #: (a subclass of :class:`~fuseloop.errors.OutOfMemoryError`, which callers catch)
+    OutOfMemory: ClassVar[type[OutOfMemoryError]] = OutOfMemoryError
 
     # {{{ devices
 
     @abstractmethod
     def discover(self) -> list[DeviceInfo]:
         """Every device this backend's runtime offers, in its own order."""
+
+    @abstractmethod
+    def open(self, device: Any) -> tuple[Any, Any]:
+        """A new ``(context, queue)`` for ``device`` (its ``handle`` from discovery is
+        ``device.cl_device``): the queue in order, launches and copies run in the order
+        they are enqueued.  Called once per device and process."""
+
+    @abstractmethod
+    def buffer_pool(self, device: Any, context: Any, queue: Any) -> BufferPool:
+        """The pool of buffers of an opened device (see :class:`BufferPool`)."""
+
+    @abstractmethod
+    def loopy_target(self) -> Any:
+        """A new Loopy target of :attr:`language` for the code generator
+        (``loopy.OpenCLTarget()``; CUDA: ``loopy.CudaTarget()``)."""
+
+    # }}}
+
+    # {{{ queues and events (bound once per device by the runtime)
+
+    @abstractmethod
+    def submit(self, queue: Any) -> None:
+        """Hand what is enqueued on ``queue`` to the device, without waiting."""
+
+    @abstractmethod
+    def marker(self, queue: Any) -> Any:
+        """An event that completes once everything enqueued before it has."""
+
+    @abstractmethod
+    def finish_queue(self, queue: Any) -> None:
+        """Wait until everything enqueued on ``queue`` has finished."""
+
+    @abstractmethod
+    def event_status(self, event: Any) -> int:
+        """0 once ``event`` completed, > 0 while it is queued or running, < 0 when its
+        command failed.  Cheap and non-blocking: waits poll it."""
+
+    @abstractmethod
+    def wait_event(self, event: Any) -> None:
+        """Sleep until ``event`` completed; raise the driver's error if it failed."""
+
+    def hold(self, context: Any, queue: Any) -> Callable[[], None] | None:
+        """Hold back every command enqueued on ``queue`` from now on until the
+        returned function is called (a batch is then released at once), or None when
+        the backend cannot (the batch then runs as it is enqueued).  OpenCL: a marker
+        waiting on a user event."""
+        return None
 
     # }}}
 
@@ -143,20 +228,40 @@ class Backend(ABC):
     def free(self, buffer: Any) -> None:
         """Give ``buffer`` back now rather than when it is collected."""
 
-    @abstractmethod
     def upload(self, device: Any, buffer: Any, host: np.ndarray,
-               wait_for: Sequence[Any] | None = None) -> Any:
-        """Copy ``host`` into ``buffer``, without waiting; returns the event."""
+               wait_for: Sequence[Any] | None = None, blocking: bool = False) -> Any:
+        """Copy ``host`` into ``buffer`` on ``device``'s queue; returns the event.
+        Without ``blocking`` it does not wait (``host`` must then stay unchanged until
+        the event completed)."""
+        return self.enqueue_write(device.queue, buffer, host, wait_for, blocking)
 
-    @abstractmethod
     def download(self, device: Any, host: np.ndarray, buffer: Any,
-                 wait_for: Sequence[Any] | None = None) -> Any:
-        """Copy ``buffer``'s first ``host.nbytes`` bytes into ``host``, without waiting;
-        returns the event (wait for it before reading ``host``)."""
+                 wait_for: Sequence[Any] | None = None, blocking: bool = False) -> Any:
+        """Copy ``buffer``'s first ``host.nbytes`` bytes into ``host`` on ``device``'s
+        queue; returns the event (without ``blocking``, wait for it before reading
+        ``host``)."""
+        return self.enqueue_read(device.queue, host, buffer, wait_for, blocking)
 
     @abstractmethod
-    def copy(self, device: Any, dst: Any, src: Any, nbytes: int) -> Any:
-        """Copy ``nbytes`` bytes from buffer ``src`` to buffer ``dst``; returns the event."""
+    def enqueue_write(self, queue: Any, buffer: Any, host: np.ndarray,
+                      wait_for: Sequence[Any] | None, blocking: bool) -> Any:
+        """:meth:`upload` on an opened device's ``queue`` (the runtime binds it once)."""
+
+    @abstractmethod
+    def enqueue_read(self, queue: Any, host: np.ndarray, buffer: Any,
+                     wait_for: Sequence[Any] | None, blocking: bool) -> Any:
+        """:meth:`download` on an opened device's ``queue`` (the runtime binds it once)."""
+
+    @abstractmethod
+    def copy(self, device: Any, dst: Any, src: Any, nbytes: int, src_offset: int = 0,
+             wait_for: Sequence[Any] | None = None) -> Any:
+        """Copy ``nbytes`` bytes from buffer ``src`` (from byte ``src_offset``) to the
+        start of buffer ``dst``; returns the event."""
+
+    @abstractmethod
+    def fill(self, device: Any, buffer: Any, pattern: np.ndarray, nbytes: int) -> Any:
+        """Fill ``buffer``'s first ``nbytes`` bytes with repeats of ``pattern``'s bytes
+        (``nbytes`` a multiple of its size); returns the event."""
 
     # }}}
 
@@ -206,15 +311,21 @@ class Backend(ABC):
         types) and enqueue it on ``device``'s queue now; returns the event.  Unplanned:
         for one-off launches; repeated launches go through :meth:`make_launcher`."""
 
-    @abstractmethod
     def wait(self, device: Any, event: Any) -> None:
-        """Return once ``event`` has completed (raising if its command failed)."""
+        """Return once ``event`` has completed (raising if its command failed): polled
+        on CPU devices, through the primitives above (:func:`fuseloop.runtime.transfer.wait`)."""
+        from ..runtime import transfer
 
-    @abstractmethod
+        transfer.wait(event, device)
+
     def finish(self, device: Any) -> None:
-        """Wait until everything enqueued on ``device`` has finished."""
+        """Wait until everything enqueued on ``device`` has finished (deferred launches
+        included)."""
+        from ..runtime import transfer
+
+        transfer.finish(device)
 
     # }}}
 
 
-__all__ = ["Backend", "BuiltProgram", "DeviceInfo", "LaunchSpec", "Launcher"]
+__all__ = ["Backend", "BufferPool", "BuiltProgram", "DeviceInfo", "LaunchSpec", "Launcher"]

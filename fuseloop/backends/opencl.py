@@ -1,26 +1,29 @@
 """The OpenCL backend, over pyopencl: the first implementation of :class:`Backend`.
 
-A device's context, queue and buffer pool are made by
-:mod:`fuseloop.runtime.devices` (``Device.context``, ``Device.queue``,
-``Device.allocator``); this module builds programs (in compile workers, see
-:mod:`fuseloop.runtime.compile_workers`, or inline), makes kernel objects and the
-launchers that bind and enqueue them, and copies and waits through
-:mod:`fuseloop.runtime.transfer`.
+Discovery (with the probe of PoCL devices whose compiler cannot target this CPU),
+a device's context and in-order queue, its buffer pool (pyopencl's
+``MemoryPool``), builds (in compile workers, see
+:mod:`fuseloop.runtime.compile_workers`, or inline), kernel objects and the
+launchers that bind and enqueue them, copies, fills, events and the user-event gate
+of deferred batches.  :mod:`fuseloop.runtime.devices` keeps the opened device
+(``Device.context``, ``Device.queue``, ``Device.allocator``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import platform
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from weakref import ref as _weakref
 
 import numpy as np
 import pyopencl as cl
+import pyopencl.tools
 
-from ..errors import KernelBuildError
-from ..runtime import compile_workers, transfer
-from .base import Backend, BuiltProgram, DeviceInfo, Launcher, LaunchSpec
+from ..errors import KernelBuildError, OutOfMemoryError
+from ..runtime import compile_workers
+from .base import Backend, BufferPool, BuiltProgram, DeviceInfo, Launcher, LaunchSpec
 
 # pyopencl's public enqueue (in pyopencl 2026.1 the same function object as the
 # private ``cl._cl.enqueue_nd_range_kernel`` its invoker calls: no reason to use that;
@@ -44,6 +47,56 @@ _TYPE_NAMES = {
 _BUILDER = str(Path(__file__).with_name("opencl_worker.py"))
 
 
+_COMPLETE = cl.command_execution_status.COMPLETE
+
+
+class OpenCLOutOfMemory(OutOfMemoryError, cl.MemoryError):
+    """The OpenCL driver refused an allocation (``CL_MEM_OBJECT_ALLOCATION_FAILURE``,
+    ``CL_OUT_OF_RESOURCES``).  Also a ``pyopencl.MemoryError``, so code written
+    against pyopencl's pool still catches it."""
+
+
+class _Buffer(cl.Buffer):
+    """A buffer made outside the pool; tells its pool when it dies."""
+
+    __slots__ = ("_on_release",)
+    _on_release: Callable[[int], None]
+
+    def __del__(self) -> None:
+        on_release = getattr(self, "_on_release", None)
+        if on_release is not None:
+            on_release(self.size)
+
+
+class OpenCLBufferPool(BufferPool):
+    """pyopencl's ``MemoryPool`` over an immediate allocator, and ``cl.Buffer``s outside it."""
+
+    refused = (cl.MemoryError,)
+
+    def __init__(self, context: Any, queue: Any) -> None:
+        self.context = context
+        # pooled buffers make the per-evaluation output allocation nearly free
+        self.pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(queue))
+        self.allocate = self.pool.allocate
+
+    @property
+    def managed_bytes(self) -> int:
+        return int(self.pool.managed_bytes)
+
+    def free_held(self) -> None:
+        self.pool.free_held()
+
+    def buffer(self, nbytes: int, host: np.ndarray | None,
+               on_release: Callable[[int], None]) -> Any:
+        if host is None:
+            made = _Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+        else:
+            made = _Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                           0, hostbuf=host)
+        made._on_release = on_release
+        return made
+
+
 def _rejected(device: Any, what: str, kernel_names: Sequence[str], source: str,
               exc: Exception) -> KernelBuildError:
     return KernelBuildError(f"{what} for {device.name} rejected kernel "
@@ -55,6 +108,7 @@ class OpenCLBackend(Backend):
 
     name = "opencl"
     language = "opencl"
+    OutOfMemory = OpenCLOutOfMemory
     #: the compile worker's builder file (see :mod:`fuseloop.runtime.compile_worker_main`)
     worker_builder = _BUILDER
 
@@ -62,7 +116,6 @@ class OpenCLBackend(Backend):
 
     def discover(self) -> list[DeviceInfo]:
         from ..runtime import icd
-        from ..runtime.devices import _compiler_problem
 
         found: list[DeviceInfo] = []
         try:
@@ -92,6 +145,51 @@ class OpenCLBackend(Backend):
         icd.check_discovered([p.name.strip() for p in platforms])
         return found
 
+    def open(self, device: Any) -> tuple[Any, Any]:
+        context = cl.Context([device.cl_device])
+        return context, cl.CommandQueue(context)
+
+    def buffer_pool(self, device: Any, context: Any, queue: Any) -> BufferPool:
+        return OpenCLBufferPool(context, queue)
+
+    def loopy_target(self) -> Any:
+        import loopy as lp
+
+        return lp.OpenCLTarget()
+
+    # }}}
+
+    # {{{ queues and events
+
+    def submit(self, queue: Any) -> None:
+        queue.flush()
+
+    def marker(self, queue: Any) -> Any:
+        return cl.enqueue_marker(queue)
+
+    def finish_queue(self, queue: Any) -> None:
+        queue.finish()
+
+    def event_status(self, event: Any) -> int:
+        # (OpenCL's own numbering: CL_COMPLETE is 0, queued/submitted/running > 0,
+        # a failed command's error code < 0)
+        return int(event.command_execution_status)
+
+    def wait_event(self, event: Any) -> None:
+        event.wait()
+
+    def hold(self, context: Any, queue: Any) -> Callable[[], None] | None:
+        gate = cl.UserEvent(context)
+        try:
+            cl.enqueue_marker(queue, wait_for=[gate])
+        except BaseException:
+            gate.set_status(_COMPLETE)
+            raise
+
+        def release() -> None:
+            gate.set_status(_COMPLETE)
+        return release
+
     # }}}
 
     # {{{ buffers and copies
@@ -105,18 +203,21 @@ class OpenCLBackend(Backend):
     def free(self, buffer: Any) -> None:
         buffer.release()
 
-    def upload(self, device: Any, buffer: Any, host: np.ndarray,
-               wait_for: Sequence[Any] | None = None) -> Any:
-        return cl.enqueue_copy(device.queue, buffer, host, is_blocking=False,
-                               wait_for=wait_for)
+    def enqueue_write(self, queue: Any, buffer: Any, host: np.ndarray,
+                      wait_for: Sequence[Any] | None, blocking: bool) -> Any:
+        return cl.enqueue_copy(queue, buffer, host, is_blocking=blocking, wait_for=wait_for)
 
-    def download(self, device: Any, host: np.ndarray, buffer: Any,
-                 wait_for: Sequence[Any] | None = None) -> Any:
-        return cl.enqueue_copy(device.queue, host, buffer, is_blocking=False,
-                               wait_for=wait_for)
+    def enqueue_read(self, queue: Any, host: np.ndarray, buffer: Any,
+                     wait_for: Sequence[Any] | None, blocking: bool) -> Any:
+        return cl.enqueue_copy(queue, host, buffer, is_blocking=blocking, wait_for=wait_for)
 
-    def copy(self, device: Any, dst: Any, src: Any, nbytes: int) -> Any:
-        return cl.enqueue_copy(device.queue, dst, src, byte_count=nbytes)
+    def copy(self, device: Any, dst: Any, src: Any, nbytes: int, src_offset: int = 0,
+             wait_for: Sequence[Any] | None = None) -> Any:
+        return cl.enqueue_copy(device.queue, dst, src, byte_count=nbytes,
+                               src_offset=src_offset, wait_for=wait_for)
+
+    def fill(self, device: Any, buffer: Any, pattern: np.ndarray, nbytes: int) -> Any:
+        return cl.enqueue_fill_buffer(device.queue, buffer, pattern, 0, nbytes)
 
     # }}}
 
@@ -195,13 +296,42 @@ class OpenCLBackend(Backend):
                                  None if local_size is None else tuple(local_size), None,
                                  wait_for)
 
-    def wait(self, device: Any, event: Any) -> None:
-        transfer.wait(event, device)
-
-    def finish(self, device: Any) -> None:
-        transfer.finish(device)
-
     # }}}
+
+
+_PROBE_SOURCE = "__kernel void fuseloop_probe(__global int *a) { a[get_global_id(0)] = 1; }"
+INSTALL_POCL_HINT = (
+    "install a CPU runtime that can target this CPU and fuseloop picks it as the CPU "
+    "device: from pip, Intel's ('pip install \"fuseloop[intel-cpu]\"'), or the system's "
+    "PoCL (Debian 12: 'apt install pocl-opencl-icd', PoCL 3.1, which chooses its target "
+    "from the CPU's features); or select another device with FUSELOOP_DEVICE"
+)
+
+
+def _compiler_problem(cl_device: Any) -> str | None:
+    """Why ``cl_device``'s compiler rejects every kernel, or None when not known to.
+
+    PoCL names its LLVM target CPU at the end of the device version; 'generic' on
+    an x86-64 host means the LLVM it was built with does not know this CPU (pip's
+    PoCL 3.0 has LLVM 14, which does not know AMD Zen 5), and its clang then
+    rejects every kernel.  Only such a device is probed with a one-line build, so
+    other devices cost nothing here.
+    """
+    try:
+        version = cl_device.version.strip()
+    except cl.Error:
+        return None
+    if "PoCL" not in version or not version.endswith("-generic") or "x86_64" not in version:
+        return None
+    try:
+        cl.Program(cl.Context([cl_device]), _PROBE_SOURCE).build()
+    except cl.Error as exc:
+        log = str(exc)
+        reason = next((line.strip() for line in log.splitlines() if "error:" in line),
+                      log.strip().splitlines()[0] if log.strip() else "build failed")
+        return (f"its OpenCL compiler rejects every kernel ({reason}): {version} on "
+                f"this {platform.machine()} CPU; {INSTALL_POCL_HINT}")
+    return None
 
 
 def make_launcher(spec: LaunchSpec) -> Launcher:
@@ -286,4 +416,5 @@ def make_launcher(spec: LaunchSpec) -> Launcher:
     return go_many
 
 
-__all__ = ["SET_SCALAR_ARG", "OpenCLBackend", "make_launcher"]
+__all__ = ["SET_SCALAR_ARG", "OpenCLBackend", "OpenCLBufferPool", "OpenCLOutOfMemory",
+           "make_launcher"]

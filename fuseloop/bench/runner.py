@@ -94,17 +94,20 @@ def median_time(fn: Callable[[], Any], sync: Callable[[], Any], repeat: int,
 
 
 def copy_bandwidth(nbytes: int, repeat: int, warmup: int = 2) -> float:
-    """GB/s of an OpenCL buffer-to-buffer copy of ``nbytes`` on the current device.
+    """GB/s of a buffer-to-buffer copy of ``nbytes`` on the current device.
 
     Counts the read and the write (``2 * nbytes``); the time is :func:`median_time` of
-    ``enqueue_copy`` then ``queue.finish()``, on two fresh buffers.
+    the backend's copy then the queue's finish, on two fresh buffers.
     """
-    import pyopencl as cl
+    from ..backends import backend_for
 
     dev = fl.get_device()
-    a = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, nbytes)
-    b = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, nbytes)
-    t = median_time(lambda: cl.enqueue_copy(dev.queue, b, a), dev.queue.finish, repeat, warmup)
+    backend = backend_for(dev)
+    a = backend.allocate(dev, nbytes)
+    b = backend.allocate(dev, nbytes)
+    queue = dev.queue
+    t = median_time(lambda: backend.copy(dev, b, a, nbytes),
+                    lambda: backend.finish_queue(queue), repeat, warmup)
     return 2 * nbytes / t / 1e9
 
 
@@ -181,18 +184,20 @@ def _fuseloop(wl: Workload, inputs: dict[str, np.ndarray]) -> Prepared:
 
 
 def _opencl_copy(inputs: dict[str, np.ndarray]) -> Prepared:
-    import pyopencl as cl
+    from ..backends import backend_for
 
     x = fl.asarray(inputs["x"])
     out = fl.empty_like(x)
-    queue = fl.get_device().queue
+    dev = fl.get_device()
+    backend = backend_for(dev)
+    queue = dev.queue
     src, dst, nbytes = x.data, out.data, inputs["x"].nbytes
     fl.synchronize()
 
     def run() -> None:
-        cl.enqueue_copy(queue, dst, src, byte_count=nbytes)
+        backend.copy(dev, dst, src, nbytes)
 
-    return run, lambda _r: queue.finish(), lambda _r: out.get()
+    return run, lambda _r: backend.finish_queue(queue), lambda _r: out.get()
 
 
 def _peer(peer: Peer, wl: Workload, inputs: dict[str, np.ndarray]) -> Prepared:

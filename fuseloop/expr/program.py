@@ -93,7 +93,7 @@ class Program(NamedTuple):
 
     entries: tuple[Entry, ...]
     outputs: tuple[int, ...]
-    out_specs: tuple[tuple, ...]  # per output: () contiguous, or (at, strides, offset)
+    out_specs: tuple[tuple, ...]  # per output: () contiguous, or (at, strides, offset[, atomic])
     root_sizes: tuple[Any, ...]  # per root dimension: ("p", slot), or 1
     row_dims: tuple[int, ...] | None  # None: one flat loop; else dims of the row loop
     chunked: bool = False  # first stage of a two-stage reduction (see Reduce entries)
@@ -124,12 +124,15 @@ class Target(NamedTuple):
     to position ``indices[k][idx[axis:axis+q]]`` along axis ``axis + k`` of the view,
     for each ``k`` (``a[i, j] = v``; the index nodes broadcast together to ``q`` axes,
     aligned from the right).  ``codes[k]`` is the bounds check's code (see ``Gather``).
+    ``atomic``: with ``scatter``, combine each value into its position with this
+    binary operation as an atomic update (``fl.add.at``: ``"add"``) instead of storing it.
     """
 
     storage: Storage
     strides: tuple[int, ...] | None
     offset: int
     scatter: tuple | None = None
+    atomic: str | None = None
 
 
 def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],

@@ -65,20 +65,24 @@ def loopy_section() -> Iterator[None]:
 
 
 def lower(program: Program, index_dtype: np.dtype, recipe: Any,
-          user_functions: Any, sizes: str = "") -> Any:
-    """The Loopy translation unit computing ``program``, before the recipe.
+          user_functions: Any, sizes: str = "", *, device: Any) -> Any:
+    """The Loopy translation unit computing ``program`` on ``device``, before the recipe.
 
+    Its Loopy target is the one ``device``'s backend names
+    (:meth:`~fuseloop.backends.base.Backend.loopy_target`, of its ``language``).
     ``sizes`` (the launch's size class, see :mod:`fuseloop.recipes`) is added as
     Loopy assumptions, for the recipe and for code generation.
     """
     import loopy as lp
 
+    from ..backends import backend_for
     from . import kernel  # (looked up at call time: tests replace lower_program)
 
     # (collapse_groups returns None now; its result stays the second argument)
     lowered = kernel.lower_program(program, collapse_groups(program),  # type: ignore[func-returns-value]
                                    index_dtype,
-                                   user_functions, piece_chunk=recipe.concat_chunk)
+                                   user_functions, piece_chunk=recipe.concat_chunk,
+                                   target=backend_for(device).loopy_target())
     t_unit = lowered.t_unit
     if sizes:
         try:
@@ -171,5 +175,11 @@ def kernel_plan(program: Program, index_dtype: np.dtype, device: Any, recipe: An
                 user_functions: Any, sizes: str = "") -> KernelPlan:
     """All three steps: what the kernel cache builds on a miss."""
     with loopy_section():
-        t_unit = lower(program, index_dtype, recipe, user_functions, sizes)
-        return generate(apply_recipe(t_unit, recipe, device), device)
+        t_unit = lower(program, index_dtype, recipe, user_functions, sizes, device=device)
+        plan = generate(apply_recipe(t_unit, recipe, device), device)
+    if len(program.outputs) > 1 and program.contraction is None:
+        # an output may be a buffer that another output's value reads (``fl.compute(
+        # ..., out=(a, b))`` in place): its loads come before the stores (see
+        # kernel._values_before_stores), which ``restrict`` would let the compiler undo
+        plan.source = re.sub(r"\*\s*__restrict__\s+", "*", plan.source)
+    return plan

@@ -31,14 +31,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-import islpy as isl
-import loopy as lp
 import numpy as np
-import pymbolic.primitives as prim
-from loopy.symbolic import SubstitutionMapper
-from pymbolic.mapper.substitutor import make_subst_func
 from pytools.tag import UniqueTag
 
+from .._lazy import isl, lp, prim
 from ..expr.ir import ELEMENTWISE_KINDS
 from ..expr.program import Program
 from .kernel import (
@@ -49,7 +45,6 @@ from .kernel import (
     _unflatten,
     kernel_dtype,
 )
-from .reductions import reduction_operation
 
 KERNEL_NAME = "fuseloop_contract"
 BATCH, ROW, COL, RED = "b", "m", "n", "k"
@@ -143,10 +138,11 @@ class _ContractionLowering(_Lowering):
 
 
 def lower_contraction(program: Program, index_dtype: np.dtype,
-                      user_functions: dict[str, Any]) -> LoweredKernel:
+                      user_functions: dict[str, Any], *, target: Any) -> LoweredKernel:
     """The contraction ``program`` as a Loopy kernel over ``b``, ``m``, ``n``, ``k``: its
     operands as substitution rules, the reduction of their product into ``acc``, the
-    epilogue elementwise in the output's inames, and the stores."""
+    epilogue elementwise in the output's inames, and the stores; for the Loopy
+    ``target`` (``Backend.loopy_target()``)."""
     c = program.contraction
     low = _ContractionLowering(program, index_dtype, user_functions)
     low.index_helpers()
@@ -174,7 +170,7 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
         [domain],
         [x_rule, y_rule, *low.instructions],
         [*kernel_args, *low.temporaries],
-        target=lp.OpenCLTarget(),
+        target=target,
         assumptions=" and ".join(f"{p} >= 1" for p in params),
         index_dtype=index_dtype,
         lang_version=(2018, 2),
@@ -194,9 +190,19 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
     return LoweredKernel(knl, arg_names)
 
 
+def _substitution(values: dict[str, Any]) -> Any:
+    """A mapper replacing the variables named in ``values`` (Loopy's, aware of reductions)."""
+    from loopy.symbolic import SubstitutionMapper
+    from pymbolic.mapper.substitutor import make_subst_func
+
+    return SubstitutionMapper(make_subst_func(values))
+
+
 def _emit_reduction(low: _ContractionLowering, program: Program,
                     calls: dict[int, tuple[Any, np.dtype]], within: frozenset) -> np.dtype:
     """``acc = reduce(k, x(.., k) * y(k, ..))``; returns the reduction's dtype."""
+    from .reductions import reduction_operation  # (Loopy's classes)
+
     entries = program.entries
     red: Any = entries[program.contraction.reduce]
     dt = np.dtype(red.dtype)
@@ -373,7 +379,7 @@ def pad_to_tiles(t_unit: lp.TranslationUnit, tiles: dict[str, int]) -> lp.Transl
         rule = subs[rule_name]
         clamp = {args[i]: prim.Variable("min")(prim.Variable(args[i]), limit(i) - 1)
                  for i in (ROW, COL, RED) if i in args and i in padded}
-        body = SubstitutionMapper(make_subst_func(clamp))(rule.expression)
+        body = _substitution(clamp)(rule.expression)
         if RED in padded:
             zero = kernel_dtype(np.dtype(_rule_dtype(knl, rule_name))).type(0)
             body = prim.If(prim.Comparison(prim.Variable(args[RED]), "<", limit(RED)), body, zero)
@@ -412,9 +418,9 @@ def shifted_split(t_unit: lp.TranslationUnit, iname: str, tile: int, outer: str,
     # a conditional, not min(): calls added to instructions after the kernel
     # was made would not be resolved by Loopy
     value = prim.If(prim.Comparison(start, "<", last), start, last) + prim.Variable(inner)
-    mapper = SubstitutionMapper(make_subst_func({iname: value}))
     # the elements a shifted tile shares with the tile before it are that tile's
     first_time = prim.Comparison(last + prim.Variable(inner), ">=", start)
+    mapper = _substitution({iname: value})
     insns = []
     for insn in knl.instructions:
         if iname in insn.within_inames:

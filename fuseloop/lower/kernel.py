@@ -16,21 +16,19 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import loopy as lp
 import numpy as np
-import pymbolic.primitives as prim
-from constantdict import constantdict
-from loopy.kernel.function_interface import ScalarCallable
-from loopy.types import NumpyType
 
+from .._lazy import lp, prim
 from ..expr.ir import ELEMENTWISE_KINDS, LEAF_KINDS
 from ..expr.program import Program
 from .pieces import FLAT_INAME, live_entries, lower_pieces, piece_loops
-from .reductions import neutral_value, reduction_operation
 from .roles import kernel_roles, tag_roles
 from .scalar_ops import Helper, is_direct, make_helper
+
+if TYPE_CHECKING:
+    from .callables import HelperCallable
 
 ELEMENT_INAME = "e"
 _MAX_INLINE_DEPTH = 24
@@ -57,31 +55,20 @@ def kernel_dtype(dtype: np.dtype) -> np.dtype:
     return _UINT8 if dtype == _BOOL else dtype
 
 
-@dataclass(frozen=True, init=False)
-class HelperCallable(ScalarCallable):
-    """A fuseloop helper or user function: fixed signature, source in the preamble."""
+def _helper_callable(name: str, param_dtypes: tuple, result_dtype: np.dtype,
+                     source: str) -> HelperCallable:
+    from .callables import HelperCallable  # (Loopy's class: loaded on a cache miss only)
 
-    param_dtypes: tuple
-    result_dtype: Any
-    source: str
+    return HelperCallable(name, param_dtypes, result_dtype, source)
 
-    def __init__(self, name: str, param_dtypes: tuple, result_dtype: Any, source: str,
-                 arg_id_to_dtype: Any = None, arg_id_to_descr: Any = None,
-                 name_in_target: str | None = None) -> None:
-        super().__init__(name, arg_id_to_dtype=arg_id_to_dtype,
-                         arg_id_to_descr=arg_id_to_descr, name_in_target=name_in_target)
-        object.__setattr__(self, "param_dtypes", param_dtypes)
-        object.__setattr__(self, "result_dtype", result_dtype)
-        object.__setattr__(self, "source", source)
 
-    def with_types(self, arg_id_to_dtype, clbl_inf_ctx):
-        types = {i: NumpyType(kernel_dtype(d)) for i, d in enumerate(self.param_dtypes)}
-        types[-1] = NumpyType(kernel_dtype(self.result_dtype))
-        return (self.copy(name_in_target=self.name, arg_id_to_dtype=constantdict(types)),
-                clbl_inf_ctx)
+def __getattr__(name: str) -> Any:
+    # HelperCallable lived here; it moved so that importing this module needs no Loopy
+    if name == "HelperCallable":
+        from .callables import HelperCallable
 
-    def generate_preambles(self, target):
-        yield (f"50_{self.name}", self.source)
+        return HelperCallable
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -339,18 +326,18 @@ class _Lowering:
         t = "long" if self.index_dtype.itemsize == 8 else "int"
         for name, op in (("fl_idx_div", "/"), ("fl_idx_mod", "%")):
             src = f"static inline {t} {name}({t} a, {t} b) {{ return a {op} b; }}\n"
-            self.callables[name] = HelperCallable(name, (self.index_dtype, self.index_dtype),
-                                                  self.index_dtype, src)
+            self.callables[name] = _helper_callable(name, (self.index_dtype, self.index_dtype),
+                                                    self.index_dtype, src)
         # a gathered index counts from the end when negative (64 bits: see gather_index)
         src = "static inline long fl_idx_wrap(long a, long n) { return a < 0 ? a + n : a; }\n"
         i64 = np.dtype(np.int64)
-        self.callables["fl_idx_wrap"] = HelperCallable("fl_idx_wrap", (i64, i64), i64, src)
+        self.callables["fl_idx_wrap"] = _helper_callable("fl_idx_wrap", (i64, i64), i64, src)
 
     def helper_call(self, op: str, loop: tuple[np.dtype, ...], args: list[Any]) -> Any:
         h = self.helpers.get(op + repr(loop))
         if h is None:
             h = self.helpers[op + repr(loop)] = make_helper(op, loop)
-            self.callables[h.name] = HelperCallable(h.name, loop[:-1], loop[-1], h.source)
+            self.callables[h.name] = _helper_callable(h.name, loop[:-1], loop[-1], h.source)
         return prim.Variable(h.name)(*args)
 
     def cast_expr(self, ref: int, to: np.dtype) -> Any:
@@ -480,8 +467,8 @@ class _Lowering:
         if kind == "call":
             fn = self.user_functions[op_name]
             if fn.c_name not in self.callables:
-                self.callables[fn.c_name] = HelperCallable(fn.c_name, loop[:-1], loop[-1],
-                                                           fn.source)
+                self.callables[fn.c_name] = _helper_callable(fn.c_name, loop[:-1], loop[-1],
+                                                             fn.source)
             return prim.Variable(fn.c_name)(*args)
         if is_direct(op_name, loop):
             a = args[0]
@@ -497,6 +484,8 @@ class _Lowering:
         return self.helper_call(op_name, loop, args)
 
     def reduce(self, ref: int, e: Any) -> tuple[Any, np.dtype, frozenset, frozenset]:
+        from .reductions import neutral_value, reduction_operation  # (Loopy's classes)
+
         op, rid, cref, total, chunk = e.op, e.rid, e.child, e.total, e.chunk
         dt = np.dtype(e.dtype)
         # the reduction's own loop was set up before its child was lowered
@@ -615,16 +604,62 @@ def contiguous_rows(program: Program) -> bool:
     return False
 
 
+def _values_before_stores(low: _Lowering, program: Program) -> tuple[list[Any], list[frozenset]]:
+    """Each output's value and what its store waits for.
+
+    With several outputs every value is computed (into a temporary unless it is one
+    already) before any store: an output may be written into a buffer another output
+    reads at the same element (``fl.compute(b * 2, a + 1, out=(a, b))``), and Loopy
+    does not know that the two arguments alias.
+    """
+    outs = program.outputs
+    if len(outs) < 2:
+        return [low.exprs[r] for r in outs], [low.deps[r] for r in outs]
+    values: list[Any] = []
+    waits: frozenset = frozenset()
+    for k, ref in enumerate(outs):
+        value = low.exprs[ref]
+        waits |= low.deps[ref]
+        if not isinstance(value, prim.Variable | int | float | np.generic):
+            tmp = f"ov{k}{low.sfx}"
+            low.temporary(tmp, kernel_dtype(low.dtypes[ref]))
+            low.instructions.append(lp.Assignment(
+                prim.Variable(tmp), value, id=f"calc_{tmp}",
+                within_inames=low.inames[ref] | low.base, depends_on=low.deps[ref]))
+            value = prim.Variable(tmp)
+            waits |= {f"calc_{tmp}"}
+        values.append(value)
+    return values, [waits] * len(outs)
+
+
+def _atomic_store(low: _Lowering, k: int, addr: Any, value: Any, ref: int, op: str,
+                  names: frozenset, deps: frozenset) -> Any:
+    """``out<k>[addr] = op(out<k>[addr], value)`` as one atomic update: Loopy emits a
+    compare-and-swap loop on the element's bits (any 4- or 8-byte type), so repeated
+    positions each count (numpy's ``ufunc.at``)."""
+    dt = low.dtypes[ref]
+    place = prim.Variable(f"out{k}")[addr]
+    if op == "add":
+        new: Any = prim.Sum((place, value))
+    elif op == "subtract":
+        new = prim.Sum((place, prim.Product((-1, value))))
+    else:
+        new = low.helper_call(op, (dt, dt, dt), [place, value])
+    return lp.Assignment(place, new, id=f"store_out{k}{low.sfx}", within_inames=names,
+                         depends_on=deps, atomicity=(lp.AtomicUpdate(f"out{k}"),))
+
+
 def _emit_outputs(low: _Lowering, program: Program, index_dtype: np.dtype) -> None:
     """The stores of the outputs (in the current pass's loop)."""
     root_at = tuple(0 if s == 1 else ("r", d) for d, s in enumerate(program.root_sizes))
+    values, before = _values_before_stores(low, program)
     for k, ref in enumerate(program.outputs):
         spec = program.out_specs[k]
         low.extra_deps = set()
         if spec == ():
             addr, names = low.contiguous_address(root_at)
         else:
-            addr, names = low.address(*spec)
+            addr, names = low.address(*spec[:3])
             names = names | {n for c in spec[0] if c != 0 for n in low._static_inames(c)}
         names = names | low.inames[ref] | low.base
         if not isinstance(addr, prim.Variable | int):
@@ -636,17 +671,23 @@ def _emit_outputs(low: _Lowering, program: Program, index_dtype: np.dtype) -> No
                 depends_on=frozenset(low.extra_deps)))
             low.extra_deps.add(f"calc_{tmp}")
             addr = prim.Variable(tmp)
+        if len(spec) == 4:  # an atomic update (fl.add.at, Target.atomic)
+            low.instructions.append(_atomic_store(low, k, addr, values[k], ref, spec[3], names,
+                                                  before[k] | frozenset(low.extra_deps)))
+            continue
         low.instructions.append(lp.Assignment(
-            prim.Variable(f"out{k}")[addr], low.exprs[ref], id=f"store_out{k}{low.sfx}",
-            within_inames=names, depends_on=low.deps[ref] | frozenset(low.extra_deps),
+            prim.Variable(f"out{k}")[addr], values[k], id=f"store_out{k}{low.sfx}",
+            within_inames=names, depends_on=before[k] | frozenset(low.extra_deps),
             # the pieces' loops write disjoint ranges
             no_sync_with=frozenset({(f"store_out{k}_k*", "any")}) if low.sfx else frozenset()))
 
 
 def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
                   user_functions: dict[str, Any],
-                  name: str = "fuseloop_kernel", piece_chunk: int | None = None) -> LoweredKernel:
-    """The Loopy kernel computing ``program`` (``groups`` is unused, kept for callers).
+                  name: str = "fuseloop_kernel", piece_chunk: int | None = None, *,
+                  target: Any) -> LoweredKernel:
+    """The Loopy kernel computing ``program`` (``groups`` is unused, kept for callers)
+    for the Loopy ``target`` (the device's backend's, ``Backend.loopy_target()``).
 
     With ``piece_chunk`` (a recipe's ``concat_chunk``, see
     :func:`fuseloop.recipes.register_recipe`), an elementwise kernel reading a
@@ -660,7 +701,7 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
     if program.contraction is not None:
         from .contraction import lower_contraction
 
-        return lower_contraction(program, index_dtype, user_functions)
+        return lower_contraction(program, index_dtype, user_functions, target=target)
     if program.has_reduce:
         name = "fuseloop_rows" if contiguous_rows(program) else "fuseloop_cols"
     low = _Lowering(program, index_dtype, user_functions)
@@ -678,8 +719,9 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
     kernel_args: list[Any] = []
     arg_names: list[str] = []
     for k, ref in enumerate(program.outputs):
+        atomic = len(program.out_specs[k]) == 4
         kernel_args.append(lp.GlobalArg(f"out{k}", kernel_dtype(low.dtypes[ref]), shape=None,
-                                        is_output=True, is_input=False))
+                                        is_output=True, is_input=atomic, for_atomic=atomic))
         arg_names.append(f"out{k}")
     for slot in sorted(low.inputs):
         kernel_args.append(lp.GlobalArg(f"in{slot}", kernel_dtype(low.inputs[slot]),
@@ -705,7 +747,7 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
         low.domains,
         low.instructions,
         [*kernel_args, *low.temporaries],
-        target=lp.OpenCLTarget(),
+        target=target,
         assumptions=assumptions,
         index_dtype=index_dtype,
         lang_version=(2018, 2),

@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import loopy as lp
 import numpy as np
-import pymbolic.primitives as prim
 
+from .._lazy import lp, prim
 from ..expr.program import Program, reachable_entries
 
 FLAT_INAME = "i"

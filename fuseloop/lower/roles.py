@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-import loopy as lp
-from loopy.kernel.instruction import LegacyStringInstructionTag
-
+from .._lazy import lp
 from .pieces import FLAT_INAME, PIECE_INAME_PREFIX
 
 #: the one flat loop over all elements of an elementwise kernel
@@ -32,6 +30,8 @@ PIECE = "fl_piece"
 def tag_roles(t_unit: lp.TranslationUnit,
               roles: Mapping[str, Iterable[str]]) -> lp.TranslationUnit:
     """``t_unit`` with each iname tagged with its roles (``{iname: roles}``)."""
+    from loopy.kernel.instruction import LegacyStringInstructionTag
+
     present = t_unit.default_entrypoint.all_inames()
     tags = [(iname, LegacyStringInstructionTag(role))
             for iname, names in roles.items() if iname in present for role in names]

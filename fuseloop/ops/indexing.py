@@ -313,17 +313,28 @@ def _same_view(value: Any, target: Array) -> bool:
             and a.view_strides() == b.view_strides())  # type: ignore[attr-defined]
 
 
-def setitem(arr: Array, key: Any, value: Any, held: bool) -> None:
-    if key is Ellipsis or (type(key) is tuple and len(key) == 1 and key[0] is Ellipsis):
+def setitem(arr: Array, key: Any, value: Any, held: bool, atomic: str | None = None) -> None:
+    """``arr[key] = value``; ``atomic``: ``arr[key] = atomic(arr[key], value)`` unbuffered,
+    an atomic update per element (``fl.add.at``, :mod:`fuseloop.ops.scatter_add`)."""
+    if atomic is not None:
+        from ..ufuncs import FUNCTIONS
+
+        split = _split(arr, key)
+        if not split.arrays:  # no index array: no position repeats
+            target = _basic_view(arr, split.basic)
+            assign(target, FUNCTIONS[atomic](target, value), cast="unsafe", value_is_held=False)
+            return
+    elif key is Ellipsis or (type(key) is tuple and len(key) == 1 and key[0] is Ellipsis):
         # ``out[...] = e``, the common form: all of ``arr`` itself, no view to build
         if arr.is_lazy:
             arr.eval()
         if not _same_view(value, arr):
             assign(arr, value, cast="unsafe", value_is_held=held)
         return
-    if masked_fill(arr, key, value):
-        return
-    split = _split(arr, key)
+    if atomic is None:
+        if masked_fill(arr, key, value):
+            return
+        split = _split(arr, key)
     if arr.is_lazy:
         arr.eval()
     target = _basic_view(arr, split.basic)
@@ -359,7 +370,7 @@ def setitem(arr: Array, key: Any, value: Any, held: bool) -> None:
         nodes = [n if storage not in n.storages else
                  Array._lazy(n, arr.device).copy().eval()._node for n in nodes]
         return Target(storage, leaf.view_strides(), leaf.offset,  # type: ignore[attr-defined]
-                      scatter=(pos, tuple(nodes), lengths, codes))
+                      scatter=(pos, tuple(nodes), lengths, codes), atomic=atomic)
 
     assign(target, value, cast="unsafe", value_is_held=held, scatter=(dest, result_shape))
 

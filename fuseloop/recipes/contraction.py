@@ -55,9 +55,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import loopy as lp
-from loopy.kernel.array import FixedStrideArrayDimTag
-
+from .._lazy import lp
 from ..lower.contraction import (
     BATCH,
     COL,
@@ -153,6 +151,8 @@ def _fill_tiles(t_unit: lp.TranslationUnit, cfg: TileConfig, sweep_x: list[str],
         if cfg.pad and k_fast:
             # stores go down the columns of the tile: pad its rows so that
             # neighbouring work-items hit different banks (32 banks of 4 bytes)
+            from loopy.kernel.array import FixedStrideArrayDimTag
+
             knl2 = t_unit.default_entrypoint
             tv = knl2.temporary_variables[f"{name}_tile"]
             pad = max(1, 32 // cfg.bk) if cfg.bk < 32 else 1

@@ -25,8 +25,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import loopy as lp
-
+from .._lazy import lp
 from ..errors import RecipeError
 
 if TYPE_CHECKING:
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
     from .registry import DevicePredicate
 
 #: a recipe's function: ``(t_unit, device, **params) -> t_unit``
-RecipeFunction = Callable[..., lp.TranslationUnit]
+RecipeFunction = Callable[..., "lp.TranslationUnit"]
 #: ``(program, params, n_rows, n_elem) -> assumptions`` ("" for none): ``params``
 #: are the values of the kernel's parameters ``p<k>``; ``n_rows`` and ``n_elem``
 #: those of ``N`` and ``NE``

@@ -28,16 +28,16 @@ vector builtin computes them and nobody reads them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import loopy as lp
 import numpy as np
-import pymbolic.primitives as prim
-from loopy.kernel.data import InameImplementationTag
-from loopy.symbolic import IdentityMapper, get_dependencies
 
+from .._lazy import isl, lp, prim
 from ..errors import RecipeError
 from ..lower.scalar_ops import FLOAT_BINARY, FLOAT_UNARY, helper_name
+
+if TYPE_CHECKING:
+    from .mappers import CallHoister
 
 #: the OpenCL platform whose vector builtins were measured (see _SCALAR_ONLY)
 POCL_PLATFORM = "Portable Computing Language"
@@ -145,39 +145,6 @@ def vector_builtins(fp64: bool = True) -> dict[str, VectorCall]:
 _BUILTINS = {True: vector_builtins(True), False: vector_builtins(False)}
 
 
-class _CallHoister(IdentityMapper):
-    """Replace vectorisable calls by reads of their lane in a result array,
-    recording for each the instructions that compute it for the whole block."""
-
-    def __init__(self, owner: _Vectoriser, depends_on: frozenset[str]) -> None:
-        super().__init__()
-        self.owner = owner
-        self.depends_on = depends_on
-        self.call_ids: set[str] = set()  # the block instructions the expression reads
-
-    def map_call(self, expr: prim.Call, *args: Any, **kwargs: Any) -> Any:
-        params = tuple(self.rec(p, *args, **kwargs) for p in expr.parameters)
-        name = getattr(expr.function, "name", None)
-        call = self.owner.vectorisable(name, params)
-        if call is None:
-            return type(expr)(expr.function, params)
-        return self.owner.hoist(name, call, params, self)  # type: ignore[arg-type]
-
-    # calls under a condition keep their place (their arguments may be invalid
-    # where the condition is false); so do reductions
-    def map_if(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
-
-    def map_logical_and(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
-
-    def map_logical_or(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
-
-    def map_reduction(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
-
-
 class _Vectoriser:
     def __init__(self, knl: lp.LoopKernel, callables: Any, table: dict[str, VectorCall],
                  block_inames: frozenset[str], lane: str,
@@ -204,6 +171,8 @@ class _Vectoriser:
         dtype = getattr(self.callables.get(name), "result_dtype", None)
         if dtype is None or np.dtype(dtype) not in _TYPES or len(params) != call.arity:
             return None
+        from loopy.symbolic import get_dependencies
+
         if not any(get_dependencies(p) & self.varying for p in params):
             return None  # the same for every lane: one scalar call is cheaper
         return call
@@ -220,7 +189,7 @@ class _Vectoriser:
         self.temps[name] = lp.TemporaryVariable(name, dtype, shape=(LANES,),
                                                 address_space=lp.AddressSpace.PRIVATE)
 
-    def hoist(self, name: str, call: VectorCall, params: tuple, mapper: _CallHoister) -> Any:
+    def hoist(self, name: str, call: VectorCall, params: tuple, mapper: CallHoister) -> Any:
         dtype = np.dtype(self.callables[name].result_dtype)
         k = self.first + self.count
         self.count += 1
@@ -285,16 +254,10 @@ def _plain_element_loop(knl: lp.LoopKernel, insns: Sequence[Any], inames: frozen
                    for insn in knl.instructions)
 
 
-class _ReductionFinder(IdentityMapper):
-    found = False
-
-    def map_reduction(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        self.found = True
-        return expr
-
-
 def _has_reduction(expr: Any) -> bool:
-    finder = _ReductionFinder()
+    from .mappers import ReductionFinder
+
+    finder = ReductionFinder()
     finder(expr)
     return finder.found
 
@@ -304,13 +267,15 @@ def _hoist_calls(knl: lp.LoopKernel, callables: Any, fp64: bool, ids: frozenset[
                  ) -> tuple[_Vectoriser, list[Any]]:
     """Hoist the calls of the instructions ``ids`` (of a reduction, its inner
     expression); return the vectoriser and the kernel's new instruction list."""
+    from .mappers import CallHoister
+
     vec = _Vectoriser(knl, callables, _BUILTINS[fp64], block_inames, lane, through_width)
     insns = []
     for insn in knl.instructions:
         if insn.id not in ids:
             insns.append(insn)
             continue
-        mapper = _CallHoister(vec, insn.depends_on)
+        mapper = CallHoister(vec, insn.depends_on)
         red = insn.expression
         if isinstance(red, lp.Reduction):
             expr = lp.Reduction(red.operation, red.inames, mapper(red.expr),  # type: ignore[arg-type]
@@ -346,6 +311,75 @@ def _stages(insns: list[Any]) -> dict[str, int]:
     return stage
 
 
+def _lane_domain(knl: lp.LoopKernel, lane: str, enclosing: frozenset[str]
+                 ) -> tuple[int, isl.BasicSet] | None:
+    """The domain of ``lane`` and its index, when its other loops are all among
+    ``enclosing`` (else None: the copies of ``lane`` stay in that domain)."""
+    from islpy import dim_type
+
+    found = [(n, d) for n, d in enumerate(knl.domains)
+             if lane in d.get_var_names_not_none(dim_type.set)]
+    if len(found) != 1:
+        return None
+    index, dom = found[0]
+    if not set(dom.get_var_names_not_none(dim_type.set)) - {lane} <= enclosing:
+        return None
+    return index, dom
+
+
+def _plainly_copied(knl: lp.LoopKernel, copies: dict[str, list[str]]) -> bool:
+    """Whether :func:`_copy_lane_loops` can copy the lane loop for ``copies``: plain
+    assignments, no substitution rules, the copies' names free."""
+    names = knl.all_variable_names()
+    return (not knl.substitutions and not any(new in names for new in copies)
+            and all(isinstance(knl.id_to_insn[i], lp.Assignment)
+                    for moved in copies.values() for i in moved))
+
+
+def _copy_lane_loops(t_unit: lp.TranslationUnit, base: tuple[int, isl.BasicSet], lane: str,
+                     copies: dict[str, list[str]]) -> lp.TranslationUnit:
+    """The instructions of each of ``copies`` (new iname -> instruction ids) moved from
+    the lane loop ``lane`` to a copy of it, each copy in a domain of its own.
+
+    ``base`` is the lane loop's domain and its index.  ``loopy.duplicate_inames``
+    adds each copy to that one domain, whose dimensions then grow with the chain
+    of calls, and rewrites the whole kernel once per copy: Loopy's checks and code
+    generation on that domain grew much faster than linearly (a chain of 40 sines
+    and cosines did not finish generating in 11 minutes).  Here each copy gets a
+    domain nested in the lane loop's, with the loops around the lanes as
+    parameters (every instruction's domain keeps a handful of dimensions, however
+    long the chain), and the instructions are rewritten in one pass.
+    """
+    from islpy import dim_type
+    from loopy.kernel.data import Iname
+    from loopy.symbolic import SubstitutionMapper
+    from pymbolic.mapper.substitutor import make_subst_func
+
+    knl = t_unit.default_entrypoint
+    index, dom = base
+    leaf = dom
+    for name in dom.get_var_names_not_none(dim_type.set):
+        if name != lane:
+            pos = leaf.find_dim_by_name(dim_type.set, name)
+            leaf = leaf.move_dims(dim_type.param, leaf.dim(dim_type.param),
+                                  dim_type.set, pos, 1)
+    leaves = [leaf.set_dim_name(dim_type.set, 0, new) for new in copies]
+    copy_of = {i: new for new, moved in copies.items() for i in moved}
+    mappers = {new: SubstitutionMapper(make_subst_func({lane: prim.Variable(new)}))
+               for new in copies}
+    insns = []
+    for insn in knl.instructions:
+        new = copy_of.get(insn.id)
+        if new is not None:
+            insn = insn.with_transformed_expressions(mappers[new]).copy(
+                within_inames=insn.within_inames - {lane} | {new})
+        insns.append(insn)
+    knl = knl.copy(domains=[*knl.domains[:index + 1], *leaves, *knl.domains[index + 1:]],
+                   instructions=insns,
+                   inames={**knl.inames, **{new: Iname(new, frozenset()) for new in copies}})
+    return t_unit.with_kernel(knl)
+
+
 def _vectorise_block(t_unit: lp.TranslationUnit, ids: frozenset[str], block: str,
                      lane: str, fp64: bool, keep: frozenset[str] = frozenset(),
                      through_width: int = LANES // 2) -> lp.TranslationUnit:
@@ -374,16 +408,21 @@ def _vectorise_block(t_unit: lp.TranslationUnit, ids: frozenset[str], block: str
     # one lane loop per stage (Loopy enters each loop once per block)
     hoisted = {insn.id for insn in vec.insns}
     stages = _stages([insn for insn in insns if insn.id in ids or insn.id in hoisted])
-    lane_inames = [lane]
+    base = _lane_domain(t_unit.default_entrypoint, lane, block_inames)
+    copies: dict[str, list[str]] = {}  # lane loop copy -> the instructions it runs
     for s in range(0 if keep else 1, max(stages.values()) + 1):
         moved = [i for i, st in stages.items()
                  if st == s and i not in keep
                  and not isinstance(t_unit.default_entrypoint.id_to_insn[i], lp.CInstruction)]
         if moved:
-            new = f"{lane}_s{s}"
+            copies[f"{lane}_s{s}"] = moved
+    if base is not None and _plainly_copied(t_unit.default_entrypoint, copies):
+        t_unit = _copy_lane_loops(t_unit, base, lane, copies)
+    else:
+        for new, moved in copies.items():
             t_unit = lp.duplicate_inames(t_unit, lane, " or ".join(f"id:{i}" for i in moved),
                                          new_inames=[new])
-            lane_inames.append(new)
+    lane_inames = [lane, *copies]
     # the lanes of one block, not the blocks of one lane, are the innermost loop
     for name in lane_inames[1 if keep else 0:]:
         t_unit = lp.prioritize_loops(t_unit, f"{block},{name}")
@@ -437,6 +476,8 @@ def vectorise_loop_calls(t_unit: lp.TranslationUnit, iname: str,
     say) to vectors of :data:`LANES` elements; the kernel is unchanged where the
     loop's instructions are not plain element assignments or call no builtin that
     pays as a vector."""
+    from loopy.kernel.data import InameImplementationTag
+
     knl = t_unit.default_entrypoint
     mine = [insn for insn in knl.instructions if iname in insn.within_inames]
     ids = frozenset(insn.id for insn in mine)

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import loopy as lp
-import pymbolic.primitives as prim
-from loopy.symbolic import IdentityMapper, get_dependencies
-
+from .._lazy import lp, prim
 from ..lower.pieces import FLAT_INAME
 from . import select
 from .core import Derived, Param, Recipe, int_range, powers_of_two
@@ -60,46 +57,8 @@ cpu_chunked = Recipe(
     concat_chunk=Derived(lambda values: values["chunk"]))
 
 
-_LOAD_PREFIX = "_fl_ld"
 GPU_UNROLL_INAME = f"{FLAT_INAME}_inner_outer"
 GPU_LOAD_INAME = f"{FLAT_INAME}_load"
-
-
-class _LoadExtractor(IdentityMapper):
-    """Replace reads of global inputs by scalar temporaries (one per array and index).
-
-    Only reads whose index depends on nothing but ``i`` and kernel parameters are
-    taken (so the read is valid wherever the instruction runs), and nothing under a
-    conditional or a reduction is touched.
-    """
-
-    def __init__(self, inputs: frozenset[str], allowed: frozenset[str], loads: dict) -> None:
-        super().__init__()
-        self.inputs = inputs
-        self.allowed = allowed  # variables an index may depend on
-        self.loads = loads  # (array, index) -> temporary name
-        self.used: set[str] = set()  # temporaries referred to since the last reset
-
-    def map_subscript(self, expr, *args, **kwargs):
-        if _hoistable(expr, self.inputs, self.allowed):
-            key = (expr.aggregate.name, expr.index)
-            if key not in self.loads:
-                self.loads[key] = f"{_LOAD_PREFIX}{len(self.loads)}"
-            self.used.add(self.loads[key])
-            return prim.Variable(self.loads[key])
-        return super().map_subscript(expr, *args, **kwargs)
-
-    def map_if(self, expr, *args, **kwargs):
-        return expr
-
-    def map_reduction(self, expr, *args, **kwargs):
-        return expr
-
-
-def _hoistable(expr, inputs: frozenset[str], allowed: frozenset[str]) -> bool:
-    return (isinstance(expr, prim.Subscript) and isinstance(expr.aggregate, prim.Variable)
-            and expr.aggregate.name in inputs
-            and get_dependencies(expr.index) <= allowed)
 
 
 def _separate_loads(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str], list[str]]:
@@ -110,6 +69,8 @@ def _separate_loads(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str], list[
     rewritten.  A temporary that the lowering already assigns straight from an
     input (``t1 = in0[i]``, an input used more than once) is kept as the load.
     """
+    from .mappers import LoadExtractor, hoistable
+
     inputs = frozenset(a.name for a in knl.args
                        if isinstance(a, lp.ArrayArg) and not a.is_output)
     allowed = frozenset({FLAT_INAME} | {a.name for a in knl.args
@@ -119,7 +80,7 @@ def _separate_loads(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str], list[
         for v in insn.assignee_var_names():
             writers[v] = writers.get(v, 0) + 1
     loads: dict = {}
-    mapper = _LoadExtractor(inputs, allowed, loads)
+    mapper = LoadExtractor(inputs, allowed, loads)
     load_ids, load_vars, insns = [], [], []
     for insn in knl.instructions:
         if (not isinstance(insn, lp.Assignment) or insn.predicates
@@ -127,7 +88,7 @@ def _separate_loads(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str], list[
             insns.append(insn)
             continue
         expr = insn.expression
-        if (_hoistable(expr, inputs, allowed) and isinstance(insn.assignee, prim.Variable)
+        if (hoistable(expr, inputs, allowed) and isinstance(insn.assignee, prim.Variable)
                 and insn.assignee.name in knl.temporary_variables
                 and writers[insn.assignee.name] == 1):
             load_ids.append(insn.id)

@@ -23,14 +23,10 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-import islpy as isl
-import loopy as lp
-import pymbolic.primitives as prim
-from loopy.kernel.data import LocalInameTag
-
+from .._lazy import LazyModule, isl, lp, prim
 from ..expr.program import Program
 from ..lower.kernel import ELEMENT_INAME, FLAT_INAME, contiguous_rows
-from . import row_cache, select
+from . import select
 from .core import Derived, Param, Recipe, Space, int_range, powers_of_two
 from .cpu_vector import (
     LANES,
@@ -43,7 +39,10 @@ from .elementwise import POCL
 
 if TYPE_CHECKING:
     from ..runtime.devices import Device
+    from . import row_cache
     from .core import SizeClassFunction
+else:  # (GPU row caching: Loopy's mappers, loaded on a cache miss only)
+    row_cache = LazyModule("fuseloop.recipes.row_cache")
 
 GPU_ROW_GROUP = 512
 GPU_ROW_CACHE_ITEMS = 16
@@ -325,7 +324,7 @@ def _spread_row_work(t_unit: lp.TranslationUnit, group: int) -> lp.TranslationUn
     """
     knl = t_unit.default_entrypoint
     local = {n for n in knl.all_inames()
-             if any(isinstance(t, LocalInameTag) for t in knl.iname_tags(n))}
+             if any(isinstance(t, lp.kernel.data.LocalInameTag) for t in knl.iname_tags(n))}
     lane = "w_row"
     first = prim.Comparison(prim.Variable(lane), "==", 0)
     insns = []

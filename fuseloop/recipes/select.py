@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import loopy as lp
-from loopy.match import ConcreteMatchable, parse_match
-
+from .._lazy import lp
 from ..lower.roles import (
     FLAT,
     PIECE,
@@ -37,6 +35,8 @@ def _kernel(knl: lp.LoopKernel | lp.TranslationUnit) -> lp.LoopKernel:
 def inames(knl: lp.LoopKernel | lp.TranslationUnit, within: Any) -> list[str]:
     """The kernel's inames that ``within`` matches, sorted by name."""
     knl = _kernel(knl)
+    from loopy.match import ConcreteMatchable, parse_match
+
     match = parse_match(within)
     return sorted(name for name, iname in knl.inames.items()
                   if match(knl, ConcreteMatchable(name, iname.tags)))
@@ -59,5 +59,7 @@ def iname(knl: lp.LoopKernel | lp.TranslationUnit, within: Any) -> str | None:
 def instructions(knl: lp.LoopKernel | lp.TranslationUnit, within: Any) -> list[Any]:
     """The kernel's instructions that ``within`` matches (Loopy's own matching)."""
     knl = _kernel(knl)
+    from loopy.match import parse_match
+
     match = parse_match(within)
     return [insn for insn in knl.instructions if match(knl, insn)]

@@ -1,4 +1,8 @@
-"""OpenCL device discovery and selection.
+"""Device discovery and selection, and each device's runtime.
+
+Devices come from every backend's discovery (:mod:`fuseloop.backends`); a device's
+runtime (context, queue, buffers, deferred launches) is opened through its backend
+on first use, and the queue and event functions it needs are bound then.
 
 The default device comes from ``FUSELOOP_DEVICE`` (``gpu``, ``cpu``, an index
 or a substring of a device, platform or runtime name), else the first GPU, else
@@ -16,20 +20,18 @@ import collections
 import contextlib
 import contextvars
 import os
-import platform
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyopencl as cl
-
 from ..errors import DeviceNotFoundError, RuntimeUnavailableError
 from . import compile_workers, icd
 from .memory import DeviceMemory
 
-# before the first OpenCL call: pyopencl's ICD loader reads its environment then
+# before the first OpenCL call (and before pyopencl is imported by the OpenCL
+# backend): pyopencl's ICD loader reads its environment then
 icd.register_runtimes()
 
 @dataclass(frozen=True, eq=False)
@@ -66,11 +68,12 @@ class Device:
         return (self.platform, self.vendor, self.name, self.driver_version)
 
     @property
-    def context(self) -> cl.Context:
+    def context(self) -> Any:
+        """The backend's context of the device (OpenCL: a ``pyopencl.Context``)."""
         return _runtime(self).context
 
     @property
-    def queue(self) -> cl.CommandQueue:
+    def queue(self) -> Any:
         """The device's in-order queue, with every deferred small launch enqueued."""
         rt = _runtime(self)
         # always through the lock: another thread may have taken launches out of
@@ -90,6 +93,11 @@ class Device:
 class _DeviceRuntime:
     """A device's context, queue and buffers (``pool``), and its deferred small launches.
 
+    Opened through the device's backend, whose queue and event functions are bound
+    here once (``submit``, ``marker``, ``finish_queue``, ``event_status``,
+    ``wait_event``, ``hold``, ``enqueue_read``, ``enqueue_write``) so the runtime's
+    callers do not look the backend up.
+
     Small elementwise launches are not enqueued at once but kept in ``deferred``
     (see :func:`fuseloop.launching.enqueue_or_defer`) and enqueued back to back by
     :meth:`flush`: before anything else uses the queue (``Device.queue``), at
@@ -101,12 +109,24 @@ class _DeviceRuntime:
     a user event until all of it is enqueued, so the workers wake once for it.
     """
 
-    __slots__ = ("context", "deferred", "gate_at", "launch_lock", "pool", "queue")
+    __slots__ = ("context", "deferred", "enqueue_read", "enqueue_write", "event_status",
+                 "finish_queue", "gate_at", "hold", "launch_lock", "marker", "pool", "queue",
+                 "submit", "wait_event")
 
     def __init__(self, device: Device) -> None:
-        self.context = cl.Context([device.cl_device])
-        self.queue = cl.CommandQueue(self.context)
+        from ..backends import backend_for
+
+        backend = backend_for(device)
+        self.context, self.queue = backend.open(device)
         self.pool = DeviceMemory(device, self.context, self.queue)
+        self.submit = backend.submit
+        self.marker = backend.marker
+        self.finish_queue = backend.finish_queue
+        self.event_status = backend.event_status
+        self.wait_event = backend.wait_event
+        self.hold = backend.hold
+        self.enqueue_read = backend.enqueue_read
+        self.enqueue_write = backend.enqueue_write
         # (enqueue function, its arguments but the queue), oldest first
         self.deferred: collections.deque[tuple[Any, tuple]] = collections.deque()
         # held while enqueueing deferred launches or a launch that must follow them
@@ -125,12 +145,12 @@ class _DeviceRuntime:
                 return
             # PoCL wakes its workers at every enqueue; held behind a user event, a
             # batch is enqueued without them competing with this thread for the CPUs
-            gate = cl.UserEvent(self.context)
+            release = self.hold(self.context, self.queue)
             try:
-                cl.enqueue_marker(self.queue, wait_for=[gate])
                 self._enqueue_deferred()
             finally:  # (always: a closed gate would block the queue for good)
-                gate.set_status(cl.command_execution_status.COMPLETE)
+                if release is not None:
+                    release()
 
     def _enqueue_deferred(self) -> None:
         deferred = self.deferred
@@ -220,9 +240,9 @@ def _quiesce(rt: _DeviceRuntime) -> None:
     locked = rt.launch_lock.acquire(timeout=EXIT_LOCK_WAIT_S)
     try:
         rt.deferred.clear()  # (their results can no longer be read)
-        rt.queue.finish()
-    except cl.Error:
-        pass  # a failed command: nothing is left running either way
+        rt.finish_queue(rt.queue)
+    except Exception:  # (the driver's error for a failed command)
+        pass  # nothing is left running either way
     finally:
         if locked:
             rt.launch_lock.release()
@@ -251,41 +271,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 # }}}
-
-
-_PROBE_SOURCE = "__kernel void fuseloop_probe(__global int *a) { a[get_global_id(0)] = 1; }"
-INSTALL_POCL_HINT = (
-    "install a CPU runtime that can target this CPU and fuseloop picks it as the CPU "
-    "device: from pip, Intel's ('pip install \"fuseloop[intel-cpu]\"'), or the system's "
-    "PoCL (Debian 12: 'apt install pocl-opencl-icd', PoCL 3.1, which chooses its target "
-    "from the CPU's features); or select another device with FUSELOOP_DEVICE"
-)
-
-
-def _compiler_problem(cl_device: Any) -> str | None:
-    """Why ``cl_device``'s compiler rejects every kernel, or None when not known to.
-
-    PoCL names its LLVM target CPU at the end of the device version; 'generic' on
-    an x86-64 host means the LLVM it was built with does not know this CPU (pip's
-    PoCL 3.0 has LLVM 14, which does not know AMD Zen 5), and its clang then
-    rejects every kernel.  Only such a device is probed with a one-line build, so
-    other devices cost nothing here.
-    """
-    try:
-        version = cl_device.version.strip()
-    except cl.Error:
-        return None
-    if "PoCL" not in version or not version.endswith("-generic") or "x86_64" not in version:
-        return None
-    try:
-        cl.Program(cl.Context([cl_device]), _PROBE_SOURCE).build()
-    except cl.Error as exc:
-        log = str(exc)
-        reason = next((line.strip() for line in log.splitlines() if "error:" in line),
-                      log.strip().splitlines()[0] if log.strip() else "build failed")
-        return (f"its OpenCL compiler rejects every kernel ({reason}): {version} on "
-                f"this {platform.machine()} CPU; {INSTALL_POCL_HINT}")
-    return None
 
 
 def _discover() -> list[Device]:

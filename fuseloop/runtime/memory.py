@@ -1,5 +1,10 @@
 """A device's buffers, counted against what the device and the process can hold.
 
+The buffers themselves come from the device's backend (:meth:`Backend.buffer_pool
+<fuseloop.backends.base.Backend.buffer_pool>`); this module counts them, and turns
+the driver's refusals into the backend's ``OutOfMemory`` (a
+:class:`~fuseloop.errors.OutOfMemoryError`).
+
 OpenCL drivers do not all fail cleanly when memory runs out: PoCL's CPU device
 hands out buffers it cannot back (a later kernel or fill then writes through a
 failed allocation and the process dies of SIGSEGV), and accepts requests larger
@@ -29,10 +34,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyopencl as cl
-import pyopencl.tools
 
-from ..errors import DeviceMemoryError, RuntimeUnavailableError
+from ..errors import DeviceMemoryError, OutOfMemoryError, RuntimeUnavailableError
 
 if TYPE_CHECKING:
     from .devices import Device
@@ -69,33 +72,29 @@ def _process_room() -> int | None:
     return min(lim - int(pages[field]) * _PAGE for lim, field in limits)
 
 
-class _Buffer(cl.Buffer):
-    """A buffer made outside the pool; its bytes stop counting when it dies."""
-
-    __slots__ = ("_memory",)
-    _memory: DeviceMemory
-
-    def __del__(self) -> None:
-        memory = getattr(self, "_memory", None)
-        if memory is not None:
-            memory._release_direct(self.size)
-
-
 class DeviceMemory:
     """A device's buffer pool and its other buffers, refusing what cannot fit.
 
     Callable with a byte count, like pyopencl's allocators (``fl.Device.allocator``).
+    ``pool`` is the backend's :class:`~fuseloop.backends.base.BufferPool` of the
+    opened device (``context``, ``queue``).
     """
 
-    __slots__ = ("_lock", "_max_alloc", "_slack", "_unchecked", "blocked", "context", "device",
-                 "direct", "pool")
+    __slots__ = ("OutOfMemory", "_lock", "_max_alloc", "_refused", "_release", "_slack",
+                 "_unchecked", "blocked", "context", "device", "direct", "pool")
 
-    def __init__(self, device: Device, context: cl.Context, queue: cl.CommandQueue) -> None:
+    def __init__(self, device: Device, context: Any, queue: Any) -> None:
+        from ..backends import backend_for
+
+        backend = backend_for(device)
         self.device = device
         self.context = context
         self._max_alloc = device.max_alloc_size
-        # pooled buffers make the per-evaluation output allocation nearly free
-        self.pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(queue))
+        self.pool = backend.buffer_pool(device, context, queue)
+        #: what :meth:`allocate` raises when the driver refuses (catch OutOfMemoryError)
+        self.OutOfMemory: type[OutOfMemoryError] = backend.OutOfMemory
+        self._refused = self.pool.refused
+        self._release = self._release_direct  # (bound once: every direct buffer holds it)
         self.direct = 0  # bytes of live buffers made outside the pool
         # bytes handed out since the last full check, and how many may be before the next
         self._unchecked = 0
@@ -121,35 +120,45 @@ class DeviceMemory:
         size = nbytes + (nbytes >> 4) + 1
         if size > self._max_alloc:
             # the pool's rounding could exceed the largest allocation: exact size instead
-            return self._direct(nbytes, cl.mem_flags.READ_WRITE)
+            return self._direct(nbytes)
         unchecked = self._unchecked + size
         if unchecked > self._slack:
             self._check(size, nbytes)
         else:
             self._unchecked = unchecked
-        return self.pool.allocate(nbytes)
+        try:  # (free while nothing is raised)
+            return self.pool.allocate(nbytes)
+        except self._refused as exc:
+            raise self._refusal(nbytes, exc) from None
 
     __call__ = allocate
 
-    def host_buffer(self, host: np.ndarray) -> cl.Buffer:
+    def host_buffer(self, host: np.ndarray) -> Any:
         """A new buffer holding a copy of ``host``'s bytes (no queue command)."""
         if self.blocked is not None:
             raise RuntimeUnavailableError(self.blocked)
-        return self._direct(host.nbytes, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
-                            host)
+        return self._direct(host.nbytes, host)
 
-    def _direct(self, nbytes: int, flags: Any, host: np.ndarray | None = None) -> cl.Buffer:
+    def _direct(self, nbytes: int, host: np.ndarray | None = None) -> Any:
         if nbytes > self._max_alloc:
             raise self._too_large(nbytes)
         self._unchecked += nbytes
         if self._unchecked > self._slack:
             self._check(nbytes, nbytes)
-        buffer = _Buffer(self.context, flags, nbytes if host is None else 0,
-                         hostbuf=host)
+        try:
+            buffer = self.pool.buffer(nbytes, host, self._release)
+        except self._refused as exc:
+            raise self._refusal(nbytes, exc) from None
         with self._lock:
             self.direct += nbytes
-        buffer._memory = self
         return buffer
+
+    def _refusal(self, nbytes: int, exc: BaseException) -> OutOfMemoryError:
+        return self.OutOfMemory(
+            f"the driver refused to allocate {nbytes} bytes on {self.device} "
+            f"({exc}); {self.in_use} bytes are in use by fuseloop's arrays and its buffer "
+            "pool. Delete arrays you no longer need (del x), work on smaller pieces, or "
+            "choose a device with more memory (fl.set_device)")
 
     def _release_direct(self, nbytes: int) -> None:
         with self._lock:

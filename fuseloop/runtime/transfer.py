@@ -14,6 +14,9 @@ against 5 us for a whole small kernel launch.  So on a CPU device:
 
 GPUs keep the plain blocking calls, which their drivers already make cheap, and
 uploads into pooled buffers (a fresh GPU allocation per upload costs more).
+
+Queues, events and copies go through the device's backend: its runtime's bound
+functions (``submit``, ``event_status``, ...: see :mod:`fuseloop.runtime.devices`).
 """
 
 from __future__ import annotations
@@ -23,51 +26,59 @@ import time
 from typing import Any
 
 import numpy as np
-import pyopencl as cl
 
 from .devices import Device, _runtime
 
 # how long a wait on a CPU device polls before it sleeps: small results arrive in
 # well under this; a long kernel loses at most this much of one CPU to the poll
 SPIN_S = 1e-3
-_COMPLETE = cl.command_execution_status.COMPLETE
 _yield = getattr(os, "sched_yield", lambda: None)
 
 
-def wait(event: cl.Event, device: Device) -> None:
-    """Return once ``event`` has completed (raises as ``event.wait()`` on failure)."""
+def wait(event: Any, device: Device) -> None:
+    """Return once ``event`` has completed (raises the driver's error on failure)."""
+    rt = _runtime(device)
     if device.type == "cpu":
-        _runtime(device).queue.flush()  # (submitted before it is polled)
+        rt.submit(rt.queue)  # (submitted before it is polled)
+        status_of = rt.event_status
         deadline = time.perf_counter() + SPIN_S
         while True:
-            status = event.command_execution_status
-            if status == _COMPLETE:
+            status = status_of(event)
+            if status == 0:  # complete
                 return
             if status < 0 or time.perf_counter() > deadline:
-                break  # failed (wait() raises) or long: sleep until it is done
+                break  # failed (the wait raises) or long: sleep until it is done
             _yield()
-    event.wait()
+    rt.wait_event(event)
 
 
 def read(host: np.ndarray, buffer: Any, device: Device) -> None:
     """Copy ``buffer`` (its first ``host.nbytes`` bytes) into ``host``; waits."""
     queue = device.queue  # (deferred launches enqueued first: they may write the buffer)
+    rt = _runtime(device)
     if device.type == "cpu":
-        wait(cl.enqueue_copy(queue, host, buffer, is_blocking=False), device)
+        wait(rt.enqueue_read(queue, host, buffer, None, False), device)
     else:
-        cl.enqueue_copy(queue, host, buffer, is_blocking=True)
+        rt.enqueue_read(queue, host, buffer, None, True)
+
+
+def write(buffer: Any, host: np.ndarray, device: Device) -> None:
+    """Copy ``host`` into ``buffer``; waits, so the caller may change ``host`` at once."""
+    queue = device.queue
+    _runtime(device).enqueue_write(queue, buffer, host, None, True)
 
 
 def finish(device: Device) -> None:
     """Wait until everything enqueued on ``device`` has finished."""
     queue = device.queue
+    rt = _runtime(device)
     if device.type == "cpu":
         # an in-order queue: its marker completes after every earlier command
-        wait(cl.enqueue_marker(queue), device)
-    queue.finish()  # (on a CPU device: nothing is left, so this returns at once)
+        wait(rt.marker(queue), device)
+    rt.finish_queue(queue)  # (on a CPU device: nothing is left, so this returns at once)
 
 
-def host_buffer(host: np.ndarray, device: Device) -> cl.Buffer | None:
+def host_buffer(host: np.ndarray, device: Device) -> Any | None:
     """A new device buffer holding ``host``'s bytes, made without a queue command:
     on a CPU device only (None elsewhere: upload into a pooled buffer instead).
     Counted against the device's memory (raises DeviceMemoryError when it cannot fit)."""

@@ -1,0 +1,91 @@
+"""Time to a first result with every cache empty, and where the time of a build goes.
+
+Each case runs in a new Python process with empty fuseloop, Loopy (``XDG_CACHE_HOME``)
+and PoCL (``POCL_CACHE_DIR``) caches, and builds inline (``FUSELOOP_COMPILE=inline``)
+so that the process's CPU time covers the OpenCL compiler too.  Printed per case: the
+wall and CPU seconds of ``import fuseloop`` and of the first result, and the CPU
+seconds of the build's steps (Loopy's import is part of ``lower``).  CPU seconds stay
+meaningful on a loaded machine, where wall time does not.  Timings are reported,
+never asserted.
+
+Cases: ``demo`` (``2*x + x*y - 3*y``), ``rep<R>`` (``r = sin(r)*0.5 + r*y``, R times:
+4 operations each), ``D<L>`` (L levels of ``sin(r)*.5 + cos(r*k)*.25 + .1``),
+``matmul`` (256 x 256 float32).
+
+Usage::
+
+    python benchmarks/probes/cold_compile.py [CASE ...]   # default: all below
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = ["demo", "matmul", "rep12", "rep50", "D10", "D14", "D40"]
+
+_CHILD = """
+import os, sys, time
+c0, t0 = os.times(), time.perf_counter()
+import numpy as np
+import fuseloop as fl
+from fuseloop import cache
+from fuseloop.lower import codegen
+c1, t1 = os.times(), time.perf_counter()
+steps = {}
+def timed(module, name, label):
+    inner = getattr(module, name)
+    def wrapper(*args, **kwargs):
+        start = time.process_time()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            steps[label] = steps.get(label, 0.0) + time.process_time() - start
+    setattr(module, name, wrapper)
+timed(codegen, "lower", "lower"); timed(codegen, "apply_recipe", "recipe")
+timed(codegen, "_generate_code", "Loopy codegen"); timed(cache, "_build_source", "OpenCL build")
+timed(cache, "_binary_of", "OpenCL binary")
+case = sys.argv[1]
+rng = np.random.default_rng(0)
+x = fl.asarray(rng.random(1 << 16, dtype=np.float32))
+y = fl.asarray(rng.random(1 << 16, dtype=np.float32))
+if case == "demo":
+    e = 2 * x + x * y - 3 * y
+elif case == "matmul":
+    e = (fl.asarray(rng.random((256, 256), dtype=np.float32))
+         @ fl.asarray(rng.random((256, 256), dtype=np.float32)))
+elif case.startswith("rep"):
+    e = x
+    for _ in range(int(case[3:])):
+        e = fl.sin(e) * 0.5 + e * y
+else:
+    e = x
+    for k in range(int(case[1:])):
+        e = fl.sin(e) * .5 + fl.cos(e * (k + 1.5)) * .25 + .1
+c2, t2 = os.times(), time.perf_counter()
+e.get()
+c3, t3 = os.times(), time.perf_counter()
+cpu = lambda a, b: b.user + b.system - a.user - a.system
+print(f"{case}: import {t1 - t0:.2f} s ({cpu(c0, c1):.2f} CPU), first result {t3 - t2:.2f} s "
+      f"({cpu(c2, c3):.2f} CPU); steps (CPU s): "
+      + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()))
+"""
+
+
+def main() -> None:
+    for case in sys.argv[1:] or CASES:
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(os.environ, FUSELOOP_CACHE_DIR=f"{tmp}/fl", XDG_CACHE_HOME=f"{tmp}/xdg",
+                       POCL_CACHE_DIR=f"{tmp}/pocl", FUSELOOP_COMPILE="inline",
+                       FUSELOOP_PROGRESS="0", PYTHONPATH=str(ROOT))
+            out = subprocess.run([sys.executable, "-c", _CHILD, case], env=env, text=True,
+                                 capture_output=True, cwd=ROOT)
+            print(out.stdout.strip() or f"{case}: failed\n{out.stderr[-2000:]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Modules loaded on first use: Loopy, islpy and pymbolic only on a kernel cache miss.
+
+Importing Loopy costs about a quarter of a second, more than the rest of
+``import fuseloop``; a program whose kernels are all in the disk cache never
+needs it.  Modules that lower programs or hold recipes therefore refer to these
+proxies instead of importing the packages: ``lp.Assignment`` imports Loopy the
+first time it is read.  Classes that derive from Loopy's own live in modules
+that only code running on a miss imports (``lower/callables.py``,
+``recipes/mappers.py``, ``lower/reductions.py``, ``recipes/row_cache.py``).
+
+Type checkers see the real modules.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["LazyModule", "isl", "lp", "prim"]
+
+
+class LazyModule:
+    """A module imported the first time one of its attributes is read."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._module: ModuleType | None = None
+
+    def __getattr__(self, attr: str) -> Any:
+        # only reached for names not set in __init__: everything of the module's
+        module = self._module
+        if module is None:
+            module = self._module = importlib.import_module(self._name)
+        return getattr(module, attr)
+
+    def __repr__(self) -> str:
+        state = "loaded" if self._module is not None else "not loaded yet"
+        return f"<lazy module {self._name!r}, {state}>"
+
+
+if TYPE_CHECKING:
+    import islpy as isl
+    import loopy as lp
+    import pymbolic.primitives as prim
+else:
+    lp = LazyModule("loopy")
+    isl = LazyModule("islpy")
+    prim = LazyModule("pymbolic.primitives")

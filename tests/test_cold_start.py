@@ -1,0 +1,86 @@
+"""Time to first result: what ``import fuseloop`` and a disk-cache hit load."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+import fuseloop as fl
+from fuseloop import cache
+
+# the code generator and what only it needs: loaded on a kernel cache miss only
+GENERATOR = ("loopy", "islpy", "pymbolic")
+
+EVALUATE = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import fuseloop as fl
+    x = fl.asarray(np.linspace(0, 1, 64, dtype=np.float32))
+    m = fl.asarray(np.ones((8, 8), np.float32))
+    values = [(fl.sin(x) * 2 + x).get(), fl.sum(x * x).get(), fl.exp(m).sum(axis=1).get()]
+    expected = [np.sin(x.get()) * 2 + x.get(), np.sum(x.get() ** 2),
+                np.exp(np.ones((8, 8), np.float32)).sum(axis=1)]
+    ok = all(np.allclose(v, e, rtol=1e-5) for v, e in zip(values, expected))
+    print(json.dumps({"ok": ok, "lowered": fl.stats()["kernels_lowered"],
+                      "loaded": [m for m in GENERATOR if m in sys.modules]}))
+""").replace("GENERATOR", repr(GENERATOR))
+
+
+def _child(script: str, cache_dir: str) -> dict:
+    env = dict(os.environ, FUSELOOP_CACHE_DIR=cache_dir, FUSELOOP_PROGRESS="0")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_loads_no_code_generator(tmp_path):
+    script = ("import json, sys, fuseloop\n"
+              f"print(json.dumps({{'loaded': [m for m in {GENERATOR!r} if m in sys.modules]}}))")
+    assert _child(script, str(tmp_path))["loaded"] == []
+
+
+def test_disk_cache_hit_loads_no_code_generator(tmp_path):
+    first = _child(EVALUATE, str(tmp_path))
+    assert first["ok"] and first["lowered"] >= 3
+    assert "loopy" in first["loaded"]  # a miss generates code
+    second = _child(EVALUATE, str(tmp_path))
+    assert second["ok"] and second["lowered"] == 0
+    assert second["loaded"] == []
+
+
+def _unusual(x: fl.Array, k: int) -> fl.Array:
+    # a structure no other test builds, so that evaluating it builds a kernel
+    return ((x * 3 + 1) ** 2 - fl.floor(x * k)) / (fl.abs(fl.tanh(x)) + 9) - fl.arcsinh(x)
+
+
+def _expected(xh: np.ndarray, k: int) -> np.ndarray:
+    return ((xh * 3 + 1) ** 2 - np.floor(xh * k)) / (np.abs(np.tanh(xh)) + 9) - np.arcsinh(xh)
+
+
+def test_slow_build_says_so_once(monkeypatch, capsys, tmp_path, device):
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("FUSELOOP_PROGRESS", "1")
+    monkeypatch.setattr(cache, "PROGRESS_AFTER_S", 0.0)  # every build is slow
+    xh = np.linspace(-2, 2, 50, dtype=np.float32)
+    x = fl.asarray(xh)
+    np.testing.assert_allclose(_unusual(x, 2).get(), _expected(xh, 2), rtol=1e-5, atol=1e-6)
+    err = capsys.readouterr().err
+    assert err.count("fuseloop: building a kernel") == 1, err
+    assert device.name in err
+    np.testing.assert_allclose(_unusual(x, 5).get(), _expected(xh, 5), rtol=1e-5, atol=1e-6)
+    assert "building" not in capsys.readouterr().err  # (the same kernel: no build)
+
+
+def test_progress_line_can_be_turned_off(monkeypatch, capsys, tmp_path, device):
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("FUSELOOP_PROGRESS", "0")
+    monkeypatch.setattr(cache, "PROGRESS_AFTER_S", 0.0)
+    xh = np.linspace(-2, 2, 50, dtype=np.float32)
+    got = fl.sqrt(_unusual(fl.asarray(xh), 3) + 4).get()
+    np.testing.assert_allclose(got, np.sqrt(_expected(xh, 3) + 4), rtol=1e-5, atol=1e-6)
+    assert "building" not in capsys.readouterr().err
