@@ -12,6 +12,7 @@ import numpy as np
 import fuseloop as fl
 
 from .. import tuning
+from ..tuner import tune
 from .workloads import Workload, by_name, size_label
 
 
@@ -38,7 +39,7 @@ def tune_workload(wl: Workload, size: int, budget_s: float, repeat: int = 7,
     with tuning.suspended():
         default_s = _time(run, repeat)
         want = np.asarray(fetch())
-    report = fl.tune(run, budget_s=budget_s, progress=progress)
+    report = tune(run, budget_s=budget_s, progress=progress)
     tuned_s = _time(run, repeat)
     got = np.asarray(fetch())
     # the machine's load drifts: default and tuned timed again, alternately
