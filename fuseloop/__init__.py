@@ -156,7 +156,8 @@ __all__ = [
     "outer", "tensordot", "trace", "vdot", "broadcast_to", "concatenate", "diagonal",
     "expand_dims", "flip", "moveaxis", "permute_dims", "ravel", "repeat", "reshape", "roll",
     "squeeze", "stack", "swapaxes", "tile", "transpose", "tril", "triu",
-    "program", "Linearized", "Lowered", "Compiled", "explain", "Explanation",
+    "program", "Linearized", "Lowered", "Compiled", "explain", "Explanation", "tune",
+    "TuneReport",
     *_MATH_FUNCTIONS, "random",
     # VexCL and Stan features (issue 28)
     "check", "check_bounded", "check_finite", "check_nonnegative", "check_positive",
@@ -171,7 +172,17 @@ __all__ = [
 __all__.append("fuse")
 
 
+# imported on first use (not needed to evaluate anything): name -> module
+_ON_FIRST_USE = {"tune": "tuner", "TuneReport": "tuner"}
+
+
 def __getattr__(name: str) -> object:
+    if name in _ON_FIRST_USE:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_ON_FIRST_USE[name]}", __name__), name)
+        globals()[name] = value
+        return value
     hint = _close(name, __all__, n=3)
     more = f"; did you mean {', '.join(hint)}?" if hint else ""
     raise errors.UnknownFunctionError(f"fuseloop has no function or attribute {name!r}{more}")

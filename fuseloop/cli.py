@@ -1,5 +1,5 @@
 """Command line: ``fuseloop devices``, ``demo``, ``cache --info`` / ``info``, ``cache --clear`` /
-``clear``, ``bench``."""
+``clear``, ``bench``, ``tune`` (``--show``, ``--clear``, ``--workloads``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -169,6 +170,55 @@ def _cache_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     return command
 
 
+def _tune(args: argparse.Namespace) -> int:
+    import fuseloop as fl
+
+    from . import tuning
+    from .tuner import show
+
+    device = fl.get_device()
+    path = tuning.db_path(device)
+    if args.clear:
+        n = tuning.clear_database(device)
+        print(f"removed {n} tuning entries for {device.name}" + (f" ({path})" if path else ""))
+        return 0
+    if args.show or not args.workloads:
+        lines = show(device)
+        where = path if path is not None else "nowhere: the disk cache is off"
+        print(f"tuning database for {device.name}: {len(lines)} entries ({where})")
+        print("\n".join(lines))
+        return 0
+    from .bench.tune_suite import main as tune_main
+
+    names = [n for part in args.workloads for n in part.split(",") if n]
+    try:
+        return tune_main(names, args.size, args.matmul_size, args.budget, args.repeat,
+                         progress=not args.no_progress)
+    except ValueError as exc:  # an unknown workload name
+        print(f"fuseloop: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _tune_parser(sub: Any) -> None:
+    tune = sub.add_parser("tune", help="the tuning database: show, clear, or tune "
+                          "benchmark workloads", description="tune --show: the default "
+                          "device's tuned kernels; --clear: delete them; --workloads NAMES "
+                          "--budget S: tune benchmark workloads (default and broad suites) "
+                          "and print default vs tuned times")
+    tune.add_argument("--show", action="store_true", help="list the database's entries")
+    tune.add_argument("--clear", action="store_true", help="delete the device's entries")
+    tune.add_argument("--workloads", nargs="+", default=None,
+                      help="workload names or groups (comma or space separated)")
+    tune.add_argument("--budget", type=float, default=30.0,
+                      help="seconds of search per workload (default 30)")
+    tune.add_argument("--size", type=int, default=1 << 20,
+                      help="element count of 1-D and 2-D workloads (default 2^20)")
+    tune.add_argument("--matmul-size", type=int, default=256,
+                      help="matrix order of matmul workloads (default 256)")
+    tune.add_argument("--repeat", type=int, default=7, help="timed runs per measurement")
+    tune.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
 def _bench(argv: list[str]) -> int:
     import importlib
 
@@ -212,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     info = cache_sub.add_parser("info", help="directory, entries, size, bounds, schema version")
     info.add_argument("--json", action="store_true", help="print the figures as JSON")
     cache_sub.add_parser("clear", help="delete fuseloop's cache entries (nothing else)")
+    _tune_parser(sub)
     sub.add_parser("bench", help="run the benchmark suite (fuseloop.bench); "
                    "arguments after 'bench' go to it", add_help=False)
     args = parser.parse_args(argv)
@@ -220,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         command = _cache_command(cache, args)
     from .errors import FuseloopError
 
-    commands = {"devices": _devices, "demo": _demo, "info": _cache_info, "clear": _cache_clear}
+    commands = {"devices": _devices, "demo": _demo, "info": _cache_info, "clear": _cache_clear,
+                "tune": _tune}
     try:
         return commands[command](args)
     except FuseloopError as exc:

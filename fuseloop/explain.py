@@ -33,6 +33,7 @@ from .launching import kernel_for
 from .recipes.core import Derived
 from .runtime.devices import Device
 from .runtime.transfer import finish
+from .tuning import tuned
 
 __all__ = ["Buffer", "Explanation", "KernelInfo", "explain"]
 
@@ -282,18 +283,21 @@ def _why(prog: Program, later_readers: int) -> str:
 
 
 def _recipe_params(recipe: Any, device: Device) -> dict[str, tuple[Any, str]]:
-    """Each parameter's value and where it comes from: explicit, device variant, derived
-    (computed from the others), default (there is no tuning database)."""
+    """Each parameter's value and where it comes from: database (``fl.tune``'s winner),
+    explicit, device variant, derived (computed from the others), default."""
     variant: dict[str, Any] = {}
     best = -1
     for pred, vals in recipe.variants:
         if pred.matches(device) and pred.specificity >= best:
             variant, best = vals, pred.specificity
     out: dict[str, tuple[Any, str]] = {}
+    tuned = recipe.__dict__.get("from_database", frozenset())
     for name, p in recipe.params.items():
         if name in ("size_class", "concat_chunk") and not recipe.values.get(name):
             continue
-        if name in recipe.explicit:
+        if name in tuned:
+            src = "database"
+        elif name in recipe.explicit:
             src = "explicit"
         elif name in variant:
             src = "device variant"
@@ -372,6 +376,8 @@ def _kernel_info(i: int, prog: Program, b: Bindings, reads: list[Buffer],
                  writes: list[Buffer], device: Device) -> KernelInfo:
     index_dtype, recipe, n_rows, n_elem = _ev.launch_choice(prog, b, device)
     kernel = kernel_for(prog, index_dtype, device, recipe, b.params, n_rows, n_elem)
+    # (kernel_for applies the tuning database's winner: show that recipe's parameters)
+    recipe = tuned(recipe, prog, index_dtype, device, b.params, n_rows, n_elem)
     local = tuple(kernel.lsize(n_rows, n_elem, b.params))
     groups = kernel.gsize(n_rows, n_elem, b.params)
     sizes = recipe.size_class(prog, b.params, n_rows, n_elem) if recipe.size_class else ""

@@ -40,6 +40,7 @@ from .expr.program import INT32_LIMIT, Program, StructureEntry
 from .recipes import recipe_for
 from .runtime.devices import Device, _runtime
 from .runtime.transfer import read
+from .tuning import tuned as _tuned
 
 # error-flag codes from this one up are fl.check's (fuseloop.checks.CHECK_CODE_BASE)
 CHECK_CODE_BASE = 1 << 40
@@ -95,8 +96,11 @@ def kernel_for(program: Program, index_dtype: np.dtype, device: Device, recipe: 
     """The compiled kernel for this launch of ``program``.
 
     Its memory-cache key holds the recipe's size class for these sizes (see
-    :mod:`fuseloop.recipes`); counts a memory-cache hit when there is one.
+    :mod:`fuseloop.recipes`); counts a memory-cache hit when there is one.  The
+    recipe's tuned parameters apply (:func:`fuseloop.tuning.tuned`; plans are kept,
+    so this runs when a plan is made, not per launch).
     """
+    recipe = _tuned(recipe, program, index_dtype, device, params, n_rows, n_elem)
     sizes = size_class_of(recipe, program, params, n_rows, n_elem)
     compiled = _memory.get((program, index_dtype.char, device.index, recipe.cache_id, sizes))
     if compiled is not None:

@@ -36,6 +36,7 @@ from .expr.program import Bindings, Program, linearize
 from .launching import _check_fp64, kernel_for, size_class_of, user_functions
 from .lower import codegen
 from .runtime.devices import Device, find_device
+from .tuning import tuned
 
 __all__ = ["Compiled", "Linearized", "Lowered", "program"]
 
@@ -125,6 +126,9 @@ class Linearized:
     def _choice(self, device: Device) -> tuple[np.dtype, Any, str, int, int]:
         index_dtype, recipe, n_rows, n_elem = _ev.launch_choice(
             self.program, self.bindings, device)
+        # (what kernel_for will use: the tuning database's winner, if any)
+        recipe = tuned(recipe, self.program, index_dtype, device, self.bindings.params,
+                       n_rows, n_elem)
         sizes = size_class_of(recipe, self.program, self.bindings.params, n_rows, n_elem)
         return index_dtype, recipe, sizes, n_rows, n_elem
 

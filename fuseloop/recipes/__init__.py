@@ -32,7 +32,17 @@ from __future__ import annotations
 
 from . import select
 from .contraction import cpu_blocked, gpu_tiled
-from .core import KINDS, Derived, Param, Recipe, RecipeFunction, SizeClassFunction
+from .core import (
+    KINDS,
+    Derived,
+    Param,
+    Recipe,
+    RecipeFunction,
+    SizeClassFunction,
+    Space,
+    int_range,
+    powers_of_two,
+)
 from .elementwise import (
     CPU_CHUNK,
     GPU_GROUP_SIZE,
@@ -58,9 +68,9 @@ from .rows import cpu_rows, gpu_rows
 __all__ = [
     "CPU_CHUNK", "GPU_GROUP_SIZE", "GPU_ITEMS_PER_THREAD", "KINDS", "POCL", "SHORTHANDS",
     "_CHOSEN", "_REGISTRY", "Derived", "DevicePredicate", "Param", "Recipe", "RecipeFunction",
-    "SizeClassFunction", "cpu_blocked", "cpu_chunked", "cpu_rows", "find", "gpu_coalesced",
-    "gpu_rows", "gpu_tiled", "predicate", "recipe_for", "register_recipe",
-    "registered_recipes", "select", "use",
+    "SizeClassFunction", "Space", "cpu_blocked", "cpu_chunked", "cpu_rows", "find",
+    "gpu_coalesced", "gpu_rows", "gpu_tiled", "int_range", "powers_of_two", "predicate",
+    "recipe_for", "register_recipe", "registered_recipes", "select", "use",
 ]
 
 

@@ -52,7 +52,8 @@ vectorised either.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._lazy import lp
 from ..lower.contraction import (
@@ -68,7 +69,7 @@ from ..lower.contraction import (
     pad_to_tiles,
     shifted_split,
 )
-from .core import Param, Recipe
+from .core import Param, Recipe, Space
 
 if TYPE_CHECKING:
     from ..runtime.devices import Device
@@ -202,10 +203,44 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
     return _tile(t_unit, wide_tiles if wide else tiles)
 
 
+def _tiles_ok(cfg: object) -> bool:
+    """A tile configuration the recipe can apply: positive sizes, work-items that divide
+    their block, a known layout."""
+    return (isinstance(cfg, TileConfig)
+            and all(isinstance(n, int) and n > 0 for n in cfg[:5])
+            and cfg.bm % cfg.tm == 0 and cfg.bn % cfg.tn == 0
+            and cfg.layout in ("blocked", "strided"))
+
+
+#: local memory every OpenCL device has (the standard's minimum for non-custom devices)
+MIN_LOCAL_MEMORY = 32 * 1024
+
+
+def _tiles_fit(values: Mapping[str, Any], device: Device) -> bool:
+    """Whether both tile configurations fit the device's work-group size and (at 8
+    bytes an element, padding included) the minimum local memory."""
+    for cfg in (values["tiles"], values["wide_tiles"]):
+        if cfg.tm * cfg.tn > device.max_work_group_size:
+            return False
+        if (cfg.bk + 8) * (cfg.bm + cfg.bn) * 8 > MIN_LOCAL_MEMORY:
+            return False
+    return True
+
+
+_TILE_SEARCH = (GPU_TILES, TileConfig(64, 64, 8, 16, 16, "blocked"),
+                TileConfig(128, 64, 8, 16, 16, "blocked"), TileConfig(128, 128, 8, 16, 16),
+                TileConfig(64, 64, 8, 8, 8, "blocked"))
+_WIDE_SEARCH = (GPU_TILES_WIDE, TileConfig(64, 64, 8, 16, 16, "blocked"),
+                TileConfig(32, 32, 8, 8, 8))
+_TILES_TEXT = "a TileConfig with positive sizes, tm dividing bm, tn dividing bn"
+
 gpu_tiled = Recipe(
     "gpu-tiled", _gpu_tiled, kind="contraction", version="1",
-    params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types"),
-            Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types")))
+    params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types",
+                  Space(_TILE_SEARCH, _tiles_ok, _TILES_TEXT)),
+            Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types",
+                  Space(_WIDE_SEARCH, _tiles_ok, _TILES_TEXT))),
+    valid=_tiles_fit)
 
 
 # {{{ CPU
@@ -263,9 +298,17 @@ def _cpu_blocked(t_unit: lp.TranslationUnit, device: Device, *,
     return _cpu_blocks(t_unit, blocks)
 
 
+def _blocks_ok(cfg: object) -> bool:
+    return isinstance(cfg, CpuBlocks) and all(isinstance(n, int) and n > 0 for n in cfg)
+
+
 cpu_blocked = Recipe(
     "cpu-blocked", _cpu_blocked, kind="contraction", version="2",
-    params=(Param("blocks", CpuBlocks, CPU_BLOCKS, "the register block of a work-item"),))
+    params=(Param("blocks", CpuBlocks, CPU_BLOCKS, "the register block of a work-item",
+                  Space((CPU_BLOCKS, CpuBlocks(4, 16), CpuBlocks(8, 8), CpuBlocks(4, 32),
+                         CpuBlocks(8, 16), CpuBlocks(6, 16, 8), CpuBlocks(4, 8)),
+                        _blocks_ok, "a CpuBlocks of positive sizes")),),
+    valid=lambda v, device: v["blocks"].group <= device.max_work_group_size)
 
 # }}}
 

@@ -38,6 +38,8 @@ RecipeFunction = Callable[..., "lp.TranslationUnit"]
 #: are the values of the kernel's parameters ``p<k>``; ``n_rows`` and ``n_elem``
 #: those of ``N`` and ``NE``
 SizeClassFunction = Callable[[Any, Sequence[int], int, int], str]
+#: ``(values, device) -> bool``: a recipe's test of a combination of parameter values
+ValidFunction = Callable[[Mapping[str, Any], Any], bool]
 KINDS = ("elementwise", "reduction", "contraction")
 
 
@@ -49,14 +51,66 @@ class Derived:
 
 
 @dataclass(frozen=True)
+class Space:
+    """The values a parameter may take: ``candidates``, what a search
+    (:func:`fuseloop.tune`) tries, and ``rule``, the test of a value (default:
+    being one of the candidates); ``text`` describes the rule in errors."""
+
+    candidates: tuple
+    rule: Callable[[Any], bool] | None = None
+    text: str = ""
+
+    def __contains__(self, value: Any) -> bool:
+        if self.rule is not None:
+            return bool(self.rule(value))
+        return any(value == c and type(value) is type(c) for c in self.candidates)
+
+    def __str__(self) -> str:
+        return self.text or "one of " + ", ".join(map(repr, self.candidates))
+
+
+def powers_of_two(lo: int, hi: int, search: Sequence[int] | None = None) -> Space:
+    """Powers of two from ``lo`` to ``hi``; a search tries ``search`` (default: all)."""
+    every = tuple(1 << k for k in range(lo.bit_length() - 1, hi.bit_length())
+                  if lo <= 1 << k <= hi)
+    return Space(tuple(search) if search is not None else every,
+                 lambda v: isinstance(v, int) and v in every,
+                 f"a power of two from {lo} to {hi}")
+
+
+def int_range(lo: int, hi: int, search: Sequence[int]) -> Space:
+    """Integers from ``lo`` to ``hi``; a search tries ``search``."""
+    return Space(tuple(search), lambda v: isinstance(v, int) and lo <= v <= hi,
+                 f"an integer from {lo} to {hi}")
+
+
+@dataclass(frozen=True)
 class Param:
     """A recipe parameter: ``type`` (a type or tuple of types; a default of None also
-    allows None), its ``default`` (a value or :class:`Derived`) and what it does."""
+    allows None), its ``default`` (a value or :class:`Derived`), what it does, and its
+    ``space`` (:class:`Space`, or a tuple of the allowed values; None: any value of the
+    type, and not searched by :func:`fuseloop.tune`)."""
 
     name: str
     type: Any
     default: Any
     doc: str = ""
+    space: Space | tuple | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.space, tuple):
+            object.__setattr__(self, "space", Space(self.space))
+
+    def to_json(self, value: Any) -> Any:
+        """``value`` as JSON (a named tuple as a list), for the tuning database."""
+        return list(value) if isinstance(value, tuple) else value
+
+    def from_json(self, value: Any) -> Any:
+        """The inverse of :meth:`to_json`."""
+        if isinstance(value, list) and isinstance(self.type, type) \
+                and hasattr(self.type, "_fields"):
+            return self.type(*value)
+        return value
 
     def check(self, value: Any, recipe: str) -> Any:
         if value is None and (self.default is None or isinstance(self.default, Derived)):
@@ -69,6 +123,9 @@ class Param:
             names = " or ".join(getattr(t, "__name__", str(t)) for t in types)
             raise RecipeError(f"recipe {recipe!r}: parameter {self.name!r} must be {names}, "
                               f"got {type(value).__name__} {value!r}")
+        if self.space is not None and value not in self.space:
+            raise RecipeError(f"recipe {recipe!r}: parameter {self.name!r} = {value!r} is "
+                              f"outside its space ({self.space})")
         return value
 
 
@@ -88,13 +145,13 @@ class Recipe:
     :func:`~fuseloop.recipes.use`.
     """
 
-    __slots__ = ("__dict__", "explicit", "func", "kind", "name", "params", "values", "variants",
-                 "version")
+    __slots__ = ("__dict__", "explicit", "func", "kind", "name", "params", "valid", "values",
+                 "variants", "version")
 
     def __init__(self, name: str, func: RecipeFunction, *, kind: str = "elementwise",
                  version: str = "1", params: Sequence[Param] = (),
                  variants: Sequence[tuple[DevicePredicate, Mapping[str, Any]]] = (),
-                 **values: Any) -> None:
+                 valid: ValidFunction | None = None, **values: Any) -> None:
         if kind not in KINDS:
             raise ValueError(f"recipe kind must be one of {KINDS}, got {kind!r}")
         if not callable(func):
@@ -106,6 +163,9 @@ class Recipe:
                     f"recipe {name!r}: {func.__qualname__}.{attr} is set; recipes no longer "
                     f"read function attributes: pass {attr}=... to register_recipe or Recipe")
         self.name, self.func, self.kind, self.version = name, func, kind, str(version)
+        #: ``(values, device) -> bool``: whether a combination of values can run on the
+        #: device (work-group size and local memory limits); None: every one can
+        self.valid = valid
         self.params: dict[str, Param] = {p.name: p for p in (*_PIPELINE_PARAMS, *params)}
         self.variants = tuple((pred, dict(vals)) for pred, vals in variants)
         for _, vals in self.variants:
@@ -146,7 +206,7 @@ class Recipe:
     def _copy(self, **changes: Any) -> Recipe:
         new = object.__new__(Recipe)
         for slot in ("name", "func", "kind", "version", "params", "variants", "explicit",
-                     "values"):
+                     "values", "valid"):
             object.__setattr__(new, slot, changes.get(slot, getattr(self, slot)))
         return new
 
@@ -184,6 +244,16 @@ class Recipe:
     def __call__(self, t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
         """Apply the recipe (its variant for ``device``) to ``t_unit``."""
         return self.for_device(device).transform(t_unit, device)
+
+    @property
+    def tunable(self) -> dict[str, Param]:
+        """The parameters with a declared space (what :func:`fuseloop.tune` searches)."""
+        return {n: p for n, p in self.params.items()
+                if p.space is not None and n not in _PIPELINE_NAMES}
+
+    def allows(self, values: Mapping[str, Any], device: Device) -> bool:
+        """Whether ``values`` (all of the recipe's) pass its ``valid`` hook on ``device``."""
+        return self.valid is None or bool(self.valid(values, device))
 
     # {{{ what the pipeline reads
 

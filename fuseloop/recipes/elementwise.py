@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lp, prim
 from ..lower.pieces import FLAT_INAME
 from . import select
-from .core import Derived, Param, Recipe
+from .core import Derived, Param, Recipe, int_range, powers_of_two
 from .cpu_vector import POCL_PLATFORM, through_double_width, vectorise_math_calls
 from .registry import DevicePredicate
 
@@ -49,8 +49,10 @@ def _cpu_chunked(t_unit: lp.TranslationUnit, device: Device, *, chunk: int,
 
 cpu_chunked = Recipe(
     "cpu-chunked", _cpu_chunked, version="4",
-    params=(Param("chunk", int, CPU_CHUNK, "elements per work-item"),
-            Param("vector_math", bool, False, "math builtins on vectors of 8 (PoCL)")),
+    params=(Param("chunk", int, CPU_CHUNK, "elements per work-item",
+                  int_range(8, 1 << 24, (1024, 2048, 4096, 8192, 16384, 32768))),
+            Param("vector_math", bool, False, "math builtins on vectors of 8 (PoCL)",
+                  (False, True))),
     variants=((POCL, {"vector_math": True}),),
     concat_chunk=Derived(lambda values: values["chunk"]))
 
@@ -145,5 +147,8 @@ def _gpu_coalesced(t_unit: lp.TranslationUnit, device: Device, *, group: int,
 
 gpu_coalesced = Recipe(
     "gpu-coalesced", _gpu_coalesced, version="2",
-    params=(Param("group", int, GPU_GROUP_SIZE, "work-items per work-group"),
-            Param("items", int, GPU_ITEMS_PER_THREAD, "elements per work-item, group apart")))
+    params=(Param("group", int, GPU_GROUP_SIZE, "work-items per work-group",
+                  powers_of_two(1, 1024, (32, 64, 128, 256, 512))),
+            Param("items", int, GPU_ITEMS_PER_THREAD, "elements per work-item, group apart",
+                  int_range(1, 64, (1, 2, 4, 8)))),
+    valid=lambda v, device: v["group"] <= device.max_work_group_size)

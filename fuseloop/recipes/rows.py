@@ -33,8 +33,9 @@ from .._lazy import LazyModule, isl, lp, prim
 from ..expr.program import Program
 from ..lower.kernel import ELEMENT_INAME, FLAT_INAME, contiguous_rows
 from . import select
-from .core import Derived, Param, Recipe
+from .core import Derived, Param, Recipe, Space, int_range, powers_of_two
 from .cpu_vector import (
+    LANES,
     reduction_vector_calls,
     through_double_width,
     vectorise_loop_calls,
@@ -66,11 +67,13 @@ GPU_COLUMN_ITEMS = 1024
 def _column_params(group: int, width: int, items: int) -> tuple[Param, ...]:
     """The parameters of column-like reductions (see the module docstring)."""
     return (Param("column_group", int, group, "work-items per group of a column-like "
-                  "reduction (GPU)"),
+                  "reduction (GPU)", powers_of_two(1, 1024, (64, 128, 256))),
             Param("column_width", int, width, "outputs per work-item of a column-like "
-                  "reduction, walked together along the reduced axis"),
+                  "reduction, walked together along the reduced axis",
+                  int_range(1, 4096, (1, 64, 128, 256, 512))),
             Param("column_items", int, items, "work-items per compute unit a column-like "
-                  "reduction should have; with fewer, its reduced axis is split (two stages)"))
+                  "reduction should have; with fewer, its reduced axis is split (two stages)",
+                  int_range(1, 1 << 16, (1, 2, 4, 256, 1024))))
 
 
 def _reduction_inames(knl: lp.LoopKernel) -> list[str]:
@@ -339,12 +342,18 @@ def _publish_results(t_unit: lp.TranslationUnit, results: list[str]) -> lp.Trans
 
 gpu_rows = Recipe(
     "gpu-rows", _gpu_rows, kind="reduction", version="10",
-    params=(Param("group", int, GPU_ROW_GROUP, "work-items per contiguous row"),
+    params=(Param("group", int, GPU_ROW_GROUP, "work-items per contiguous row",
+                  powers_of_two(1, 1024, (64, 128, 256, 512, 1024))),
             Param("cache_items", int, GPU_ROW_CACHE_ITEMS,
-                  "elements per work-item of a row kept in registers (0: none)"),
+                  "elements per work-item of a row kept in registers (0: none)",
+                  int_range(0, 256, (0, 8, 16, 32))),
             Param("lanes", int, GPU_REDUCTION_LANES,
-                  "values the partial results are combined through (0: Loopy's tree)"),
+                  "values the partial results are combined through (0: Loopy's tree)",
+                  Space((0, 16, 32, 64), lambda v: v == 0 or v in powers_of_two(1, 1024),
+                        "0 or a power of two up to 1024")),
             *_column_params(GPU_COL_GROUP, 1, GPU_COLUMN_ITEMS)),
+    valid=lambda v, device: (v["group"] <= device.max_work_group_size
+                             and v["lanes"] <= v["group"]),
     size_class=Derived(lambda v: make_row_size_class(v["group"], max(v["cache_items"], 1))))
 
 
@@ -451,12 +460,18 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
 cpu_rows = Recipe(
     "cpu-rows", _cpu_rows, kind="reduction", version="5",
     params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
-                  "rows per work-item (short rows; long contiguous rows get one each)"),
+                  "rows per work-item (short rows; long contiguous rows get one each)",
+                  int_range(1, 1 << 16, (1, 2, 4, 8, 16, 32))),
             Param("accumulators", int, CPU_ACCUMULATORS,
-                  "interleaved accumulators of a contiguous row's reduction"),
-            Param("vector_math", bool, False, "math builtins on vectors (PoCL)"),
+                  "interleaved accumulators of a contiguous row's reduction",
+                  int_range(1, 64, (1, 2, 4, 8, 16))),
+            Param("vector_math", bool, False, "math builtins on vectors (PoCL)",
+                  (False, True)),
             *_column_params(1, CPU_COLUMN_WIDTH, CPU_COLUMN_ITEMS)),
-    variants=((POCL, {"vector_math": True}),))
+    variants=((POCL, {"vector_math": True}),),
+    # vector math blocks have LANES lanes: more accumulators index past them (fl.tune
+    # found 16 giving wrong results, and crashing the process)
+    valid=lambda v, device: not v["vector_math"] or v["accumulators"] <= LANES)
 
 
 def _reduction_calls(t_unit: lp.TranslationUnit, j: str, fp64: bool) -> bool:
