@@ -109,3 +109,9 @@ class TracingError(FuseloopError, TypeError):
     """A function given to ``fl.fuse`` that cannot be traced: it needs the value of a
     traced array or scalar (Python control flow on data, ``float(x)``, ``x.get()``),
     writes into an argument, or takes an argument of a type it cannot trace."""
+
+
+class HostFallbackWarning(UserWarning):
+    """An operation fuseloop runs on the host (numpy) rather than on the device,
+    copying its operands there and its results back (``fl.linalg.qr``, ``eigh``,
+    ``svd``, ...: no device algorithm for them yet)."""
