@@ -84,7 +84,7 @@ from .mathfuncs import MATH_FUNCTIONS as _MATH_FUNCTIONS  # noqa: E402
 globals().update(_MATH_FUNCTIONS)
 # }}}
 linalg = _LinalgNamespace()
-from .errors import HostFallbackWarning as HostFallbackWarning  # noqa: E402  (fl.linalg.s host fallbacks warn)
+from .errors import HostFallbackWarning as HostFallbackWarning  # noqa: E402  (fl.linalg's host fallbacks warn)
 
 bool_ = _np.bool_
 int8, int16, int32, int64 = _np.int8, _np.int16, _np.int32, _np.int64

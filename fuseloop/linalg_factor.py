@@ -30,6 +30,7 @@ from .array import Array, _coerce
 from .creation import asarray, empty
 from .errors import DTypeError, HostFallbackWarning
 from .evaluate import upload
+from .expr.nodes import Storage
 from .ops import reductions as _r
 from .ops.shape import diagonal, reshape, stack, tril
 
@@ -75,6 +76,13 @@ def _copy(x: Array) -> Array:
     return out
 
 
+def _buf(x: Array) -> Storage:
+    """The buffer of a concrete, contiguous array (what the kernels write)."""
+    s = x._storage
+    assert s is not None and x.is_contiguous
+    return s
+
+
 def _flag(device: Any) -> Array:
     return Array._concrete(upload(np.zeros(1, np.int64), device), np.dtype(np.int64), (1,))
 
@@ -102,14 +110,13 @@ def _batched(fn: Callable[[Array], Any], a: Array) -> Any:
 def _cholesky2(a: Array) -> Array:
     n, dev = a.shape[0], a.device
     w = _copy(a)
-    s = w._storage
-    assert s is not None
+    s = _buf(w)
     flag = _flag(dev)
     nb = block_size(dev)
     for k in range(0, n, nb):
         b = min(nb, n - k)
         k2 = k + b
-        _k.launch("fuseloop_potrf", a.dtype, [s, flag._storage], [], [k * n + k, n, b, k],
+        _k.launch("fuseloop_potrf", a.dtype, [s, _buf(flag)], [], [k * n + k, n, b, k],
                   dev)
         if k2 < n:
             # L21 L11^T = A21, as L11 X = A21^T with X = L21^T (a column per row of A21)
@@ -139,16 +146,16 @@ def _lu(a: Array) -> tuple[Array, Array, int]:
     the 1-based column of the first zero pivot or 0)."""
     n, dev = a.shape[0], a.device
     w = _copy(a)
-    s = w._storage
+    s = _buf(w)
     piv = empty((n,), np.int64, dev)
     flag = _flag(dev)
     nb = block_size(dev)
     for k in range(0, n, nb):
         b = min(nb, n - k)
         k2 = k + b
-        _k.launch("fuseloop_getf2", a.dtype, [s, piv._storage, flag._storage], [],
+        _k.launch("fuseloop_getf2", a.dtype, [s, _buf(piv), _buf(flag)], [],
                   [k, n, n, b], dev)
-        _k.launch("fuseloop_laswp", a.dtype, [s], [piv._storage], [k, b, n, n, k, k2], dev, n)
+        _k.launch("fuseloop_laswp", a.dtype, [s], [_buf(piv)], [k, b, n, n, k, k2], dev, n)
         if k2 < n:
             _k.launch("fuseloop_trsm", a.dtype, [s], [s],
                       [b, n - k2, k * n + k, n, 1, k * n + k2, n, 1, 1, 1], dev, n - k2)
@@ -160,10 +167,10 @@ def _lu(a: Array) -> tuple[Array, Array, int]:
 def _lu_solve(lu: Array, piv: Array, rhs: Array) -> Array:
     """``x`` with ``A x = rhs`` (``rhs`` n x m) from ``A``'s LU factors."""
     n, m, dev = lu.shape[0], rhs.shape[1], lu.device
-    s = lu._storage
+    s = _buf(lu)
     x = _copy(rhs)
-    sx = x._storage
-    _k.launch("fuseloop_laswp", lu.dtype, [sx], [piv._storage], [0, n, m, m, 0, 0], dev, m)
+    sx = _buf(x)
+    _k.launch("fuseloop_laswp", lu.dtype, [sx], [_buf(piv)], [0, n, m, m, 0, 0], dev, m)
     nb = block_size(dev)
     starts = list(range(0, n, nb))
     for k in starts:  # L y = P rhs, unit lower
@@ -202,7 +209,7 @@ def solve(a: Any, b: Any) -> Array:
     vector = bb.ndim == 1
     if vector:
         bb = reshape(bb, (n, 1)) if bb.shape == (n,) else bb
-    if bb.ndim < 1 or bb.shape[-2] != n:
+    if bb.ndim < 2 or bb.shape[-2] != n:
         raise ValueError(f"fl.linalg.solve: b of shape {_coerce(b).shape} does not match a "
                          f"of shape {a.shape} (b needs {n} rows)")
     batch = np.broadcast_shapes(a.shape[:-2], bb.shape[:-2])
