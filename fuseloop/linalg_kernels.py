@@ -30,33 +30,48 @@ _PRELUDE = r"""
 #endif
 """
 
-# Unblocked Cholesky (lower) of the nb x nb block at a[off], row stride ld.  One
-# work-item.  flag[0] is set to the (1-based) global column of the first pivot
-# that is not positive (or NaN); the factorisation stops there.
+# Unblocked Cholesky (lower) of the nb x nb block at a[off], row stride ld, by one
+# work-group of WG work-items (a power of two; the rows below a pivot are shared
+# out).  flag[0] is set to the (1-based) global column of the first pivot that is
+# not positive (or NaN); the factorisation stops there.
 _POTRF = r"""
-__kernel void fuseloop_potrf(__global T *a, __global long *flag, const long off,
-                             const long ld, const long nb, const long col0)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fuseloop_potrf(__global T *a, __global long *flag, const long off,
+                    const long ld, const long nb, const long col0)
 {
-    if (flag[0] != 0)
+    const int lid = get_local_id(0);
+    __local T pivot[1];
+    /* read by all before work-item 0 may set it: the group returns as one */
+    const long failed = flag[0];
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    if (failed != 0)
         return;
     for (long j = 0; j < nb; ++j) {
         __global T *rj = a + off + j * ld;
-        T d = rj[j];
-        for (long p = 0; p < j; ++p)
-            d -= rj[p] * rj[p];
-        if (!(d > (T)0)) {
-            flag[0] = col0 + j + 1;
-            return;
+        if (lid == 0) {
+            T d = rj[j];
+            for (long p = 0; p < j; ++p)
+                d -= rj[p] * rj[p];
+            if (d > (T)0) {
+                d = sqrt(d);
+                rj[j] = d;
+            } else {
+                flag[0] = col0 + j + 1;
+            }
+            pivot[0] = d;
         }
-        d = sqrt(d);
-        rj[j] = d;
-        for (long i = j + 1; i < nb; ++i) {
+        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+        const T d = pivot[0];
+        if (!(d > (T)0))
+            return;  /* (every work-item: d is the group's) */
+        for (long i = j + 1 + lid; i < nb; i += WG) {
             __global T *ri = a + off + i * ld;
             T s = ri[j];
             for (long p = 0; p < j; ++p)
                 s -= ri[p] * rj[p];
             ri[j] = s / d;
         }
+        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
     }
 }
 """
@@ -88,46 +103,70 @@ void fuseloop_trsm(__global T *b, __global const T *t, const long n, const long 
 }
 """
 
-# LU with partial pivoting of the panel a[k:rows, k:k+nb] (row stride ld), one
-# work-item.  piv[k + j] = the row swapped with row k + j; rows are swapped within
-# the panel only (fuseloop_laswp does the other columns).  A zero pivot sets
-# flag[0] to its 1-based column (the first one) and the factorisation goes on,
-# as LAPACK's getrf does.
+# LU with partial pivoting of the panel a[k:rows, k:k+nb] (row stride ld), by one
+# work-group of WG work-items (a power of two): the pivot search is a reduction
+# over the group, the row updates are shared out.  piv[k + j] = the row swapped
+# with row k + j (the first largest |a|, as LAPACK); rows are swapped within the
+# panel only (fuseloop_laswp does the other columns).  A zero pivot sets flag[0]
+# to its 1-based column (the first one) and the factorisation goes on, as
+# LAPACK's getrf does.
 _GETF2 = r"""
-__kernel void fuseloop_getf2(__global T *a, __global long *piv, __global long *flag,
-                             const long k, const long ld, const long rows, const long nb)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fuseloop_getf2(__global T *a, __global long *piv, __global long *flag,
+                    const long k, const long ld, const long rows, const long nb)
 {
+    const int lid = get_local_id(0);
+    __local T best_v[WG];
+    __local long best_i[WG];
     for (long j = k; j < k + nb; ++j) {
+        T best = (T)-1;
         long p = j;
-        T best = fabs(a[j * ld + j]);
-        for (long i = j + 1; i < rows; ++i) {
+        for (long i = j + lid; i < rows; i += WG) {
             const T v = fabs(a[i * ld + j]);
             if (v > best) {
                 best = v;
                 p = i;
             }
         }
-        piv[j] = p;
+        best_v[lid] = best;
+        best_i[lid] = p;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int w = WG / 2; w > 0; w >>= 1) {
+            if (lid < w) {
+                const T o = best_v[lid + w];
+                const long oi = best_i[lid + w];
+                if (o > best_v[lid] || (o == best_v[lid] && oi < best_i[lid])) {
+                    best_v[lid] = o;
+                    best_i[lid] = oi;
+                }
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        p = best_i[0];
+        if (lid == 0)
+            piv[j] = p;
         if (p != j)
-            for (long c = k; c < k + nb; ++c) {
+            for (long c = k + lid; c < k + nb; c += WG) {
                 const T x = a[j * ld + c];
                 a[j * ld + c] = a[p * ld + c];
                 a[p * ld + c] = x;
             }
+        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
         const T d = a[j * ld + j];
         if (d == (T)0) {
-            if (flag[0] == 0)
+            if (lid == 0 && flag[0] == 0)
                 flag[0] = j + 1;
-            continue;
+            continue;  /* (every work-item: d is the same for all) */
         }
         const T r = (T)1 / d;
-        for (long i = j + 1; i < rows; ++i) {
+        for (long i = j + 1 + lid; i < rows; i += WG) {
             __global T *ri = a + i * ld;
             const T l = ri[j] * r;
             ri[j] = l;
             for (long c = j + 1; c < k + nb; ++c)
                 ri[c] -= l * a[j * ld + c];
         }
+        barrier(CLK_GLOBAL_MEM_FENCE);
     }
 }
 """
@@ -153,7 +192,8 @@ void fuseloop_laswp(__global T *a, __global const long *piv, const long k, const
 }
 """
 
-# name -> (source, buffer arguments, number of int64 scalars, column-parallel)
+# name -> (source, buffer arguments, number of int64 scalars, column-parallel: one
+# work-item per column, else one work-group)
 _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     "fuseloop_potrf": (_POTRF, ["out0", "out1"], 4, False),
     "fuseloop_trsm": (_TRSM, ["out0", "in0"], 10, True),
@@ -167,9 +207,17 @@ _caches.register("linalg_kernels.kernels", _kernels.clear, lambda: len(_kernels)
                  why="one per kernel, element type and work-group size")
 
 
-def group_size(device: Device) -> int:
-    """Work-items per group of the column-parallel kernels (one per column)."""
-    return 1 if device.type == "cpu" else min(64, device.max_work_group_size)
+def group_size(device: Device, parallel: bool) -> int:
+    """Work-items per group: of the column-parallel kernels (``parallel``), else of
+    the one work-group that factors a block.  On a CPU one work-item per group
+    (PoCL runs a group's work-items on one core: no gain from sharing a block out);
+    on a GPU a power of two within the device's limit."""
+    if device.type == "cpu":
+        return 1
+    want = 64 if parallel else 256
+    while want > device.max_work_group_size:
+        want //= 2
+    return want
 
 
 def _kernel(name: str, dtype: np.dtype, wg: int) -> SourceKernel:
@@ -195,7 +243,7 @@ def launch(name: str, dtype: np.dtype, outs: list[Storage], ins: list[Storage],
     """Run kernel ``name`` now (after any deferred launches) on ``device``;
     ``columns``: the work-items of a column-parallel kernel."""
     parallel = _KERNELS[name][3]
-    wg = group_size(device) if parallel else 1
+    wg = group_size(device, parallel)
     groups = max(1, -(-columns // wg)) if parallel else 1
     compiled = _kernel(name, dtype, wg).get(device)
     plan = launching.plan_for(compiled, (groups,), 0, 0, device)
