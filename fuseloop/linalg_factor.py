@@ -222,7 +222,7 @@ def solve(a: Any, b: Any) -> Array:
                       (*batch, *bb.shape[-2:]))
     else:
         out = _solve2(a, bb)
-    return reshape(out, (n,)) if vector else out
+    return reshape(out, out.shape[:-1]) if vector else out
 
 
 def _eye(n: int, dtype: np.dtype, device: Any) -> Array:

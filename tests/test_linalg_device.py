@@ -109,6 +109,9 @@ def test_batched_solve_inv_det(device, block):
     a = np.stack([_general(17, seed=s) for s in range(6)]).reshape(2, 3, 17, 17)
     b = rng.standard_normal((3, 17, 2))  # broadcast against a's batch
     np.testing.assert_allclose(fl.linalg.solve(a, b).get(), np.linalg.solve(a, b), rtol=1e-9)
+    vec = fl.linalg.solve(a, b[0, :, 0])  # a vector b against a stack of matrices
+    assert vec.shape == (2, 3, 17)
+    np.testing.assert_allclose(vec.get(), np.linalg.solve(a, b[0, :, 0]), rtol=1e-9)
     np.testing.assert_allclose(fl.linalg.inv(a).get(), np.linalg.inv(a), rtol=1e-9,
                                atol=1e-12)
     np.testing.assert_allclose(fl.linalg.det(a).get(), np.linalg.det(a), rtol=1e-9)
