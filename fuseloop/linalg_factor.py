@@ -39,6 +39,10 @@ from .ops.shape import diagonal, reshape, stack, tril
 LinAlgError = np.linalg.LinAlgError
 
 
+#: right-hand sides from which solve's diagonal blocks are products with their inverses
+MANY_COLUMNS = 32
+
+
 def block_size(device: Any) -> int:
     """The block width of the blocked factorisations on ``device``: the trailing
     update's product is faster with more columns, the sequential panel slower."""
@@ -185,16 +189,23 @@ def _lu_solve(lu: Array, piv: Array, rhs: Array) -> Array:
     _k.launch("fuseloop_laswp", lu.dtype, [sx], [_buf(piv)], [0, n, m, m, 0, 0], dev, m)
     nb = block_size(dev)
     starts = list(range(0, n, nb))
+
+    def diagonal_solve(k: int, k2: int, lower: bool) -> None:
+        if m >= MANY_COLUMNS:  # a product with the block's inverse (matmul-bound)
+            x[k:k2] = _block_inverse(lu, k, k2 - k, lower, lower) @ _copy(x[k:k2])
+        else:  # one work-item per column, substituting
+            _k.launch("fuseloop_trsm", lu.dtype, [sx], [s],
+                      [k2 - k, m, k * n + k, n, 1, k * m, m, 1, int(lower), int(lower)],
+                      dev, m)
+
     for k in starts:  # L y = P rhs, unit lower
         k2 = min(n, k + nb)
-        _k.launch("fuseloop_trsm", lu.dtype, [sx], [s],
-                  [k2 - k, m, k * n + k, n, 1, k * m, m, 1, 1, 1], dev, m)
+        diagonal_solve(k, k2, True)
         if k2 < n:
             x[k2:] -= _copy(lu[k2:, k:k2]) @ _copy(x[k:k2])
     for k in reversed(starts):  # U x = y
         k2 = min(n, k + nb)
-        _k.launch("fuseloop_trsm", lu.dtype, [sx], [s],
-                  [k2 - k, m, k * n + k, n, 1, k * m, m, 1, 0, 0], dev, m)
+        diagonal_solve(k, k2, False)
         if k > 0:
             x[:k] -= _copy(lu[:k, k:k2]) @ _copy(x[k:k2])
     return x
