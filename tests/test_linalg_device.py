@@ -194,6 +194,8 @@ def test_host_fallbacks_warn(device):
         np.testing.assert_allclose(fl.linalg.pinv(a).get(), np.linalg.pinv(a), atol=1e-12)
     with pytest.warns(fl.HostFallbackWarning):
         assert fl.linalg.matrix_rank(a).get() == 4
+    assert fl.linalg.matrix_rank(np.array([0.0, 2.0])).get() == 1  # 1-D: numpy's rule
+    assert fl.linalg.matrix_rank(np.zeros(3)).get() == 0
     for ord in (2, -2, "nuc"):
         with pytest.warns(fl.HostFallbackWarning):
             np.testing.assert_allclose(fl.linalg.matrix_norm(a, ord=ord).get(),
