@@ -127,6 +127,7 @@ _attach_at(_FUNCTIONS)  # fl.add.at, fl.subtract.at, fl.maximum.at, fl.minimum.a
 
 # }}}
 linalg = _LinalgNamespace()
+from .errors import HostFallbackWarning as HostFallbackWarning  # noqa: E402  (fl.linalg's host fallbacks warn)
 
 # {{{ Array API namespace (issue 27): names the standard adds to numpy's (imports above)
 __array_api_version__ = "2024.12"
@@ -170,6 +171,7 @@ __all__ = [
     "sort", "unique_all", "unique_counts", "unique_inverse", "unique_values",
 ]
 __all__.append("fuse")
+__all__.append("HostFallbackWarning")
 
 
 # imported on first use (not needed to evaluate anything): name -> module

@@ -119,3 +119,9 @@ class CheckError(FuseloopError, ValueError):
 
     index: int = -1
     value: object = None
+
+
+class HostFallbackWarning(UserWarning):
+    """An operation fuseloop runs on the host (numpy) rather than on the device,
+    copying its operands there and its results back (``fl.linalg.qr``, ``eigh``,
+    ``svd``, ...: no device algorithm for them yet)."""

@@ -392,3 +392,11 @@ class _LinalgNamespace:
         from .manipulation import matrix_transpose
 
         return matrix_transpose(x)
+
+    def __getattr__(self, name: str) -> Any:
+        # the factorisations and solvers (fuseloop/linalg_factor.py), imported on first use
+        from .. import linalg_factor
+
+        if name in linalg_factor.__all__:
+            return getattr(linalg_factor, name)
+        raise AttributeError(f"fl.linalg has no attribute {name!r}")

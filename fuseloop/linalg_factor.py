@@ -1,0 +1,426 @@
+"""Factorisations and solvers of ``fl.linalg``, on the device.
+
+Cholesky and LU (partial pivoting) are blocked, right-looking algorithms: per
+block column a small hand-written kernel factors the diagonal block or the
+panel (:mod:`fuseloop.linalg_kernels`), another inverts the diagonal block's
+triangle so that the panel's triangular system is a matrix product, and the
+trailing matrix is updated in place with fuseloop's own matrix product, where
+nearly all the flops are.  ``solve``, ``inv``, ``det`` and
+``slogdet`` are built on the LU factors (blocked triangular solves, the
+off-diagonal updates again by matrix products; determinants as device
+reductions over the diagonal and the pivots).  A failure (a pivot that is not
+positive, a zero pivot) is flagged on the device and read once per matrix.
+
+Leading (batch) axes are handled by a Python loop over the matrices.  QR, the
+eigenvalue problems and the SVD (with what needs it: ``pinv``, ``matrix_rank``,
+the 2- and nuclear norms) run on the host through numpy and warn with
+:class:`~fuseloop.errors.HostFallbackWarning`.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import linalg_kernels as _k
+from .array import Array, _coerce
+from .creation import asarray, empty
+from .errors import DTypeError, HostFallbackWarning
+from .evaluate import upload
+from .expr.nodes import Storage
+from .ops import reductions as _r
+from .ops.shape import diagonal, reshape, stack, tril
+
+#: numpy's class: ``except numpy.linalg.LinAlgError`` catches fuseloop's too
+LinAlgError = np.linalg.LinAlgError
+
+
+#: right-hand sides from which solve's diagonal blocks are products with their inverses
+MANY_COLUMNS = 32
+
+
+def block_size(device: Any) -> int:
+    """The block width of the blocked factorisations on ``device``: the trailing
+    update's product is faster with more columns, the sequential panel slower."""
+    return 128 if device.type == "cpu" else 64
+
+
+def _float_dtype(a: Array, name: str) -> np.dtype:
+    kind = a.dtype.kind
+    if kind == "c":
+        raise DTypeError(f"fl.linalg.{name}: complex input ({a.dtype}, shape {a.shape}) is "
+                         "not supported; only float32 and float64 matrices")
+    if kind not in "biuf":
+        raise DTypeError(f"fl.linalg.{name}: unsupported dtype {a.dtype}")
+    if a.dtype == np.float32 or a.dtype == np.float64:
+        return a.dtype
+    return np.dtype(np.float32 if a.dtype == np.float16 else np.float64)  # ints: as numpy
+
+
+def _matrices(x: Any, name: str, square: bool = True) -> Array:
+    """``x`` as a float array of (a stack of) matrices, checked as numpy checks."""
+    a = _coerce(x)
+    if a.ndim < 2:
+        raise LinAlgError(f"fl.linalg.{name}: {a.ndim}-dimensional array given (shape "
+                          f"{a.shape}). Array must be at least two-dimensional")
+    if square and a.shape[-1] != a.shape[-2]:
+        raise LinAlgError(f"fl.linalg.{name}: Last 2 dimensions of the array must be square "
+                          f"(shape {a.shape})")
+    dt = _float_dtype(a, name)
+    return a if a.dtype == dt else a.astype(dt)
+
+
+def _copy(x: Array) -> Array:
+    """A new contiguous array holding ``x``'s values (the kernels write in place)."""
+    out = empty(x.shape, x.dtype, x.device)
+    out[...] = x
+    return out
+
+
+def _buf(x: Array) -> Storage:
+    """The buffer of a concrete, contiguous array (what the kernels write)."""
+    s = x._storage
+    assert s is not None and x.is_contiguous
+    return s
+
+
+def _flag(device: Any) -> Array:
+    return Array._concrete(upload(np.zeros(1, np.int64), device), np.dtype(np.int64), (1,))
+
+
+def _read_flag(flag: Array) -> int:
+    return int(flag.get()[0])
+
+
+def _batched(fn: Callable[[Array], Any], a: Array) -> Any:
+    """``fn`` over the matrices of ``a`` (its last two axes), results stacked."""
+    if a.ndim == 2:
+        return fn(a)
+    batch = a.shape[:-2]
+    flat = reshape(a, (math.prod(batch), *a.shape[-2:]))
+    results = [fn(flat[i]) for i in range(flat.shape[0])]
+    if not results:
+        raise NotImplementedError(f"fl.linalg: an empty batch (shape {a.shape})")
+    if isinstance(results[0], tuple):
+        return tuple(reshape(stack(list(r)), (*batch, *r[0].shape)) for r in zip(*results))
+    return reshape(stack(results), (*batch, *results[0].shape))
+
+
+def _block_inverse(w: Array, k: int, b: int, lower: bool, unit: bool) -> Array:
+    """The inverse of the triangular b x b block of ``w`` at (k, k) (lower or upper,
+    with a unit diagonal or the stored one), a new contiguous array: the identity
+    solved against the block, one work-item per column."""
+    n = w.shape[0]
+    out = _copy(_eye(b, w.dtype, w.device))
+    _k.launch("fuseloop_trsm", w.dtype, [_buf(out)], [_buf(w)],
+              [b, b, k * n + k, n, 1, 0, b, 1, int(lower), int(unit)], w.device, b)
+    return out
+
+
+# {{{ Cholesky
+
+def _cholesky2(a: Array) -> Array:
+    n, dev = a.shape[0], a.device
+    w = _copy(a)
+    s = _buf(w)
+    flag = _flag(dev)
+    nb = block_size(dev)
+    for k in range(0, n, nb):
+        b = min(nb, n - k)
+        k2 = k + b
+        _k.launch("fuseloop_potrf", a.dtype, [s, _buf(flag)], [], [k * n + k, n, b, k],
+                  dev)
+        if k2 < n:
+            # L21 = A21 L11^-T: a product with the block's inverse (the substitution
+            # row by row ran at under 1 GFLOP/s on PoCL, the product at about 10)
+            panel = (_copy(w[k2:, k:k2]) @ _block_inverse(w, k, b, True, False).T).eval()
+            w[k2:, k:k2] = panel
+            w[k2:, k2:] -= panel @ panel.T
+    if _read_flag(flag):
+        raise LinAlgError("Matrix is not positive definite")
+    return tril(w)
+
+
+def cholesky(x: Any, upper: bool = False) -> Array:
+    """``numpy.linalg.cholesky``: the lower factor ``L`` (``L @ L.T == x``); with
+    ``upper=True`` the upper one.  Only the lower triangle of ``x`` is read."""
+    a = _matrices(x, "cholesky")
+    out = _batched(_cholesky2, a)
+    return out.swapaxes(-1, -2) if upper else out
+
+
+# }}}
+
+# {{{ LU
+
+def _lu(a: Array) -> tuple[Array, Array, int]:
+    """(packed LU factors, the pivots (int64, LAPACK's: row k swapped with piv[k]),
+    the 1-based column of the first zero pivot or 0)."""
+    n, dev = a.shape[0], a.device
+    w = _copy(a)
+    s = _buf(w)
+    piv = empty((n,), np.int64, dev)
+    flag = _flag(dev)
+    nb = block_size(dev)
+    for k in range(0, n, nb):
+        b = min(nb, n - k)
+        k2 = k + b
+        _k.launch("fuseloop_getf2", a.dtype, [s, _buf(piv), _buf(flag)], [],
+                  [k, n, n, b], dev)
+        _k.launch("fuseloop_laswp", a.dtype, [s], [_buf(piv)], [k, b, n, n, k, k2], dev, n)
+        if k2 < n:
+            # U12 = L11^-1 A12 (L11 unit lower), as for Cholesky's panel
+            top = (_block_inverse(w, k, b, True, True) @ _copy(w[k:k2, k2:])).eval()
+            w[k:k2, k2:] = top
+            w[k2:, k2:] -= _copy(w[k2:, k:k2]) @ top
+    return w, piv, _read_flag(flag)
+
+
+def _lu_solve(lu: Array, piv: Array, rhs: Array) -> Array:
+    """``x`` with ``A x = rhs`` (``rhs`` n x m) from ``A``'s LU factors."""
+    n, m, dev = lu.shape[0], rhs.shape[1], lu.device
+    s = _buf(lu)
+    x = _copy(rhs)
+    sx = _buf(x)
+    _k.launch("fuseloop_laswp", lu.dtype, [sx], [_buf(piv)], [0, n, m, m, 0, 0], dev, m)
+    nb = block_size(dev)
+    starts = list(range(0, n, nb))
+
+    def diagonal_solve(k: int, k2: int, lower: bool) -> None:
+        if m >= MANY_COLUMNS:  # a product with the block's inverse (matmul-bound)
+            x[k:k2] = _block_inverse(lu, k, k2 - k, lower, lower) @ _copy(x[k:k2])
+        else:  # one work-item per column, substituting
+            _k.launch("fuseloop_trsm", lu.dtype, [sx], [s],
+                      [k2 - k, m, k * n + k, n, 1, k * m, m, 1, int(lower), int(lower)],
+                      dev, m)
+
+    for k in starts:  # L y = P rhs, unit lower
+        k2 = min(n, k + nb)
+        diagonal_solve(k, k2, True)
+        if k2 < n:
+            x[k2:] -= _copy(lu[k2:, k:k2]) @ _copy(x[k:k2])
+    for k in reversed(starts):  # U x = y
+        k2 = min(n, k + nb)
+        diagonal_solve(k, k2, False)
+        if k > 0:
+            x[:k] -= _copy(lu[:k, k:k2]) @ _copy(x[k:k2])
+    return x
+
+
+def _solve2(a: Array, b: Array) -> Array:
+    lu, piv, bad = _lu(a)
+    if bad:
+        raise LinAlgError("Singular matrix")
+    return _lu_solve(lu, piv, b)
+
+
+def solve(a: Any, b: Any) -> Array:
+    """``numpy.linalg.solve``: ``x`` with ``a @ x == b``; ``b`` a vector (shape
+    ``(..., n)``, numpy 2's rule: only when 1-D) or matrices ``(..., n, k)``."""
+    a = _matrices(a, "solve")
+    bb = _coerce(b)
+    if bb.dtype.kind == "c":
+        raise DTypeError(f"fl.linalg.solve: complex b ({bb.dtype}) is not supported")
+    dt = np.result_type(a.dtype, _float_dtype(bb, "solve"))
+    a = a.astype(dt) if a.dtype != dt else a
+    bb = bb.astype(dt) if bb.dtype != dt else bb
+    n = a.shape[-1]
+    vector = bb.ndim == 1
+    if vector:
+        bb = reshape(bb, (n, 1)) if bb.shape == (n,) else bb
+    if bb.ndim < 2 or bb.shape[-2] != n:
+        raise ValueError(f"fl.linalg.solve: b of shape {_coerce(b).shape} does not match a "
+                         f"of shape {a.shape} (b needs {n} rows)")
+    batch = np.broadcast_shapes(a.shape[:-2], bb.shape[:-2])
+    if batch:
+        from .ops.shape import broadcast_to
+
+        a3 = reshape(broadcast_to(a, (*batch, n, n)), (-1, n, n))
+        b3 = reshape(broadcast_to(bb, (*batch, *bb.shape[-2:])), (-1, *bb.shape[-2:]))
+        out = reshape(stack([_solve2(a3[i], b3[i]) for i in range(a3.shape[0])]),
+                      (*batch, *bb.shape[-2:]))
+    else:
+        out = _solve2(a, bb)
+    return reshape(out, out.shape[:-1]) if vector else out
+
+
+def _eye(n: int, dtype: np.dtype, device: Any) -> Array:
+    from .creation import arange
+
+    i = arange(n, device=device)
+    return (reshape(i, (n, 1)) == i).astype(dtype)
+
+
+def _inv2(a: Array) -> Array:
+    return _solve2(a, _eye(a.shape[0], a.dtype, a.device))
+
+
+def inv(x: Any) -> Array:
+    """``numpy.linalg.inv`` (LU, then the solves against the identity)."""
+    return _batched(_inv2, _matrices(x, "inv"))
+
+
+def _slogdet2(a: Array) -> tuple[Array, Array]:
+    from .creation import arange
+    from .ufuncs import FUNCTIONS
+
+    n = a.shape[0]
+    lu, piv, bad = _lu(a)
+    d = diagonal(lu)
+    swaps = _r.count_nonzero(piv != arange(n, device=a.device))
+    negative = _r.count_nonzero(d < 0)
+    sign = (1 - 2 * ((swaps + negative) % 2)).astype(a.dtype)
+    if bad:
+        sign = sign * 0
+    logabs = _r.sum(FUNCTIONS["log"](FUNCTIONS["absolute"](d)))
+    return sign, logabs
+
+
+def slogdet(x: Any) -> tuple[Array, Array]:
+    """``numpy.linalg.slogdet``: (sign, log|det|) from the LU factors."""
+    a = _matrices(x, "slogdet")
+    if a.shape[-1] == 0:
+        raise NotImplementedError("fl.linalg.slogdet of 0 x 0 matrices")
+    return _batched(_slogdet2, a)
+
+
+def _det2(a: Array) -> Array:
+    from .creation import arange
+
+    n = a.shape[0]
+    lu, piv, _ = _lu(a)
+    swaps = _r.count_nonzero(piv != arange(n, device=a.device))
+    return _r.prod(diagonal(lu)) * (1 - 2 * (swaps % 2)).astype(a.dtype)
+
+
+def det(x: Any) -> Array:
+    """``numpy.linalg.det``: the product of the LU diagonal, signed by the pivots."""
+    a = _matrices(x, "det")
+    if a.shape[-1] == 0:
+        raise NotImplementedError("fl.linalg.det of 0 x 0 matrices")
+    return _batched(_det2, a)
+
+
+def matrix_power(x: Any, n: int) -> Array:
+    """``numpy.linalg.matrix_power``: by repeated squaring (``inv`` first for n < 0)."""
+    if not isinstance(n, int | np.integer):
+        raise TypeError(f"fl.linalg.matrix_power: exponent must be an integer, got {n!r}")
+    a = _coerce(x)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        _matrices(a, "matrix_power")  # raises numpy's error
+    n = int(n)
+    if n == 0:
+        eye = _eye(a.shape[-1], a.dtype, a.device)
+        return eye + a * 0  # broadcast over the batch axes
+    if n < 0:
+        a, n = inv(a), -n
+    result: Array | None = None
+    base = a
+    while True:
+        if n & 1:
+            result = base if result is None else (result @ base).eval()
+        n >>= 1
+        if not n:
+            break
+        base = (base @ base).eval()
+    assert result is not None
+    return result
+
+
+# }}}
+
+# {{{ norms and host fallbacks
+
+def _host(name: str, fn: Callable[..., Any], *arrays: Array, **kw: Any) -> Any:
+    """``fn`` (numpy's) on host copies of ``arrays``, results back on the device."""
+    warnings.warn(f"fl.linalg.{name} runs on the host through numpy (copies to and from "
+                  "the device): no device algorithm for it yet", HostFallbackWarning,
+                  stacklevel=3)
+    dev = arrays[0].device
+    out = fn(*(x.get() for x in arrays), **kw)
+    if isinstance(out, tuple):
+        return tuple(asarray(np.asarray(o), device=dev) for o in out)
+    return asarray(np.asarray(out), device=dev)
+
+
+def qr(x: Any, mode: str = "reduced") -> tuple[Array, Array] | Array:
+    """``numpy.linalg.qr`` (modes "reduced", "complete", "r"): host fallback."""
+    if mode not in ("reduced", "complete", "r"):
+        raise ValueError(f"fl.linalg.qr: unknown mode {mode!r}; 'reduced', 'complete' or 'r'")
+    a = _matrices(x, "qr", square=False)
+    return _host("qr", np.linalg.qr, a, mode=mode)
+
+
+def eigh(x: Any, UPLO: str = "L") -> tuple[Array, Array]:
+    """``numpy.linalg.eigh``: host fallback."""
+    return _host("eigh", np.linalg.eigh, _matrices(x, "eigh"), UPLO=UPLO)
+
+
+def eigvalsh(x: Any, UPLO: str = "L") -> Array:
+    """``numpy.linalg.eigvalsh``: host fallback."""
+    return _host("eigvalsh", np.linalg.eigvalsh, _matrices(x, "eigvalsh"), UPLO=UPLO)
+
+
+def svd(x: Any, full_matrices: bool = True, compute_uv: bool = True) -> Any:
+    """``numpy.linalg.svd``: host fallback."""
+    return _host("svd", np.linalg.svd, _matrices(x, "svd", square=False),
+                 full_matrices=full_matrices, compute_uv=compute_uv)
+
+
+def svdvals(x: Any) -> Array:
+    """The singular values (``numpy.linalg.svdvals``): host fallback."""
+    return _host("svdvals", lambda m: np.linalg.svd(m, compute_uv=False),
+                 _matrices(x, "svdvals", square=False))
+
+
+def pinv(x: Any, rcond: Any = None, hermitian: bool = False) -> Array:
+    """``numpy.linalg.pinv`` (through the SVD): host fallback."""
+    kw = {} if rcond is None else {"rcond": rcond}
+    return _host("pinv", np.linalg.pinv, _matrices(x, "pinv", square=False),
+                 hermitian=hermitian, **kw)
+
+
+def matrix_rank(x: Any, tol: Any = None, hermitian: bool = False) -> Array:
+    """``numpy.linalg.matrix_rank`` (through the SVD): host fallback."""
+    a = _coerce(x)
+    if a.ndim < 2:
+        return _r.count_nonzero(_r.any(a != 0)) if a.ndim else (a != 0).astype(np.int64)
+    return _host("matrix_rank", np.linalg.matrix_rank, _matrices(a, "matrix_rank", False),
+                 tol=tol, hermitian=hermitian)
+
+
+def matrix_norm(x: Any, ord: Any = "fro", keepdims: bool = False) -> Array:
+    """The norm of the matrices over the last two axes (array API's
+    ``matrix_norm``): "fro", 1, -1, inf, -inf on the device; 2, -2 and "nuc"
+    (singular values) through the host fallback."""
+    from .ufuncs import FUNCTIONS
+
+    a = _matrices(x, "matrix_norm", square=False)
+    absolute = FUNCTIONS["absolute"]
+    if ord == "fro":
+        out = FUNCTIONS["sqrt"](_r.sum(a * a, axis=(-2, -1)))
+    elif ord in (1, -1):
+        cols = _r.sum(absolute(a), axis=-2)
+        out = _r.max(cols, axis=-1) if ord == 1 else _r.min(cols, axis=-1)
+    elif ord in (np.inf, -np.inf):
+        rows = _r.sum(absolute(a), axis=-1)
+        out = _r.max(rows, axis=-1) if ord == np.inf else _r.min(rows, axis=-1)
+    elif ord in (2, -2, "nuc"):
+        s = svdvals(a)
+        out = _r.max(s, axis=-1) if ord == 2 else _r.min(s, axis=-1) if ord == -2 \
+            else _r.sum(s, axis=-1)
+    else:
+        raise ValueError(f"fl.linalg.matrix_norm: invalid norm order {ord!r}; one of 'fro', "
+                         "'nuc', 1, -1, 2, -2, inf, -inf")
+    return reshape(out, (*out.shape, 1, 1)) if keepdims else out
+
+
+# }}}
+
+__all__ = ["LinAlgError", "cholesky", "det", "eigh", "eigvalsh", "inv", "matrix_norm",
+           "matrix_power", "matrix_rank", "pinv", "qr", "slogdet", "solve", "svd",
+           "svdvals"]

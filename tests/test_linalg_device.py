@@ -1,0 +1,212 @@
+"""fl.linalg's factorisations and solvers (fuseloop/linalg_factor.py) against numpy.
+
+The blocked algorithms are run both with the device's block size and with a block
+of 16 (so that small matrices span several blocks, with partial last blocks).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import linalg_factor, linalg_kernels
+from fuseloop.errors import DTypeError
+
+SIZES = [1, 5, 63, 64, 65, 200]
+
+
+@pytest.fixture(params=[None, 16], ids=["block-default", "block-16"])
+def block(request, monkeypatch):
+    if request.param is not None:
+        monkeypatch.setattr(linalg_factor, "block_size", lambda device: request.param)
+        # work-groups of 4 (as on a GPU, where a group shares a block out) on any device
+        monkeypatch.setattr(linalg_kernels, "group_size", lambda device, parallel: 4)
+    return request.param
+
+
+def _spd(n, dtype=np.float64, seed=0):
+    m = np.random.default_rng(seed).standard_normal((n, n))
+    return (m @ m.T / n + np.eye(n)).astype(dtype)
+
+
+def _general(n, dtype=np.float64, seed=1):
+    m = np.random.default_rng(seed).standard_normal((n, n))
+    return (m / np.sqrt(n) + 2 * np.eye(n)).astype(dtype)
+
+
+def _tol(a, dtype):
+    # float32: scaled by the size and the condition number
+    eps = np.finfo(dtype).eps
+    return 4 * eps * a.shape[-1] * np.linalg.cond(a.astype(np.float64))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_cholesky_float64(device, block, n):
+    a = _spd(n)
+    got = fl.linalg.cholesky(fl.asarray(a)).get()
+    np.testing.assert_allclose(got, np.linalg.cholesky(a), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [5, 65, 200])
+def test_cholesky_float32_and_upper(device, block, n):
+    a = _spd(n, np.float32)
+    got = fl.linalg.cholesky(fl.asarray(a), upper=True)
+    assert got.dtype == np.float32
+    ref = np.linalg.cholesky(a.astype(np.float64)).T
+    assert np.abs(got.get() - ref).max() <= _tol(a, np.float32) * np.abs(ref).max()
+    assert np.all(np.tril(got.get(), -1) == 0)
+
+
+def test_cholesky_batched_and_int_promotes(device, block):
+    a = np.stack([_spd(20, seed=s) for s in range(6)]).reshape(2, 3, 20, 20)
+    np.testing.assert_allclose(fl.linalg.cholesky(a).get(), np.linalg.cholesky(a),
+                               rtol=1e-10, atol=1e-12)
+    ints = np.array([[4, 2], [2, 3]])
+    got = fl.linalg.cholesky(fl.asarray(ints))
+    assert got.dtype == np.float64  # numpy's promotion of integers
+    np.testing.assert_allclose(got.get(), np.linalg.cholesky(ints))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_solve_inv_det_slogdet_float64(device, block, n):
+    a, b = _general(n), np.random.default_rng(2).standard_normal((n, 3))
+    da = fl.asarray(a)
+    np.testing.assert_allclose(fl.linalg.solve(da, fl.asarray(b)).get(), np.linalg.solve(a, b),
+                               rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(fl.linalg.solve(da, b[:, 0]).get(),
+                               np.linalg.solve(a, b[:, 0]), rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(fl.linalg.inv(da).get(), np.linalg.inv(a), rtol=1e-9,
+                               atol=1e-11)
+    np.testing.assert_allclose(fl.linalg.det(da).get(), np.linalg.det(a), rtol=1e-9)
+    sign, logdet = fl.linalg.slogdet(da)
+    ref_sign, ref_log = np.linalg.slogdet(a)
+    assert sign.get() == ref_sign
+    np.testing.assert_allclose(logdet.get(), ref_log, rtol=1e-10, atol=1e-10)
+
+
+def test_pivoting_and_negative_determinant(device, block):
+    # a zero leading entry needs a row swap; odd swaps and negative pivots give the sign
+    a = np.array([[0.0, 2, 1], [1, 1, 1], [3, 0, -1]])
+    np.testing.assert_allclose(fl.linalg.det(a).get(), np.linalg.det(a))
+    assert fl.linalg.slogdet(a)[0].get() == np.linalg.slogdet(a)[0]
+    np.testing.assert_allclose(fl.linalg.solve(a, np.ones(3)).get(),
+                               np.linalg.solve(a, np.ones(3)))
+
+
+@pytest.mark.parametrize("n", [5, 65, 200])
+def test_solve_float32(device, block, n):
+    a, b = _general(n, np.float32), np.random.default_rng(3).standard_normal(n).astype(
+        np.float32)
+    x = fl.linalg.solve(fl.asarray(a), fl.asarray(b))
+    assert x.dtype == np.float32
+    ref = np.linalg.solve(a.astype(np.float64), b.astype(np.float64))
+    assert np.abs(x.get() - ref).max() <= _tol(a, np.float32) * np.abs(ref).max()
+
+
+def test_batched_solve_inv_det(device, block):
+    rng = np.random.default_rng(4)
+    a = np.stack([_general(17, seed=s) for s in range(6)]).reshape(2, 3, 17, 17)
+    b = rng.standard_normal((3, 17, 2))  # broadcast against a's batch
+    np.testing.assert_allclose(fl.linalg.solve(a, b).get(), np.linalg.solve(a, b), rtol=1e-9)
+    vec = fl.linalg.solve(a, b[0, :, 0])  # a vector b against a stack of matrices
+    assert vec.shape == (2, 3, 17)
+    np.testing.assert_allclose(vec.get(), np.linalg.solve(a, b[0, :, 0]), rtol=1e-9)
+    np.testing.assert_allclose(fl.linalg.inv(a).get(), np.linalg.inv(a), rtol=1e-9,
+                               atol=1e-12)
+    np.testing.assert_allclose(fl.linalg.det(a).get(), np.linalg.det(a), rtol=1e-9)
+    sign, logdet = fl.linalg.slogdet(a)
+    np.testing.assert_array_equal(sign.get(), np.linalg.slogdet(a)[0])
+    np.testing.assert_allclose(logdet.get(), np.linalg.slogdet(a)[1], rtol=1e-10)
+
+
+def test_singular(device, block):
+    a = np.array([[1.0, 2, 3], [2, 4, 6], [1, 0, 1]])
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        fl.linalg.solve(a, np.ones(3))
+    with pytest.raises(fl.linalg.LinAlgError, match="Singular matrix"):
+        fl.linalg.inv(fl.asarray(a))
+    assert fl.linalg.det(a).get() == 0
+    sign, logdet = fl.linalg.slogdet(a)
+    assert sign.get() == 0 and logdet.get() == -np.inf
+
+
+def test_not_positive_definite(device, block):
+    a = _spd(40)
+    a[30, 30] = -5.0
+    with pytest.raises(np.linalg.LinAlgError, match="Matrix is not positive definite"):
+        fl.linalg.cholesky(a)
+
+
+def test_bad_input(device):
+    with pytest.raises(np.linalg.LinAlgError, match=r"square.*\(shape \(3, 4\)\)"):
+        fl.linalg.cholesky(np.ones((3, 4)))
+    with pytest.raises(np.linalg.LinAlgError, match=r"1-dimensional.*at least two"):
+        fl.linalg.inv(np.ones(3))
+    with pytest.raises(np.linalg.LinAlgError, match="square"):
+        fl.linalg.det(np.ones((2, 2, 3)))
+    with pytest.raises(ValueError, match=r"b of shape \(4,\)"):
+        fl.linalg.solve(np.eye(3), np.ones(4))
+    with pytest.raises(DTypeError, match="complex"):
+        fl.linalg.solve(np.eye(2), np.ones(2, complex))
+    with pytest.raises(TypeError, match="integer"):
+        fl.linalg.matrix_power(np.eye(2), 1.5)
+    with pytest.raises(ValueError, match="invalid norm order"):
+        fl.linalg.matrix_norm(np.eye(2), ord=3)
+
+
+def test_matrix_power_and_norms(device):
+    a = _general(7)
+    for n in (0, 1, 2, 5, -3):
+        np.testing.assert_allclose(fl.linalg.matrix_power(a, n).get(),
+                                   np.linalg.matrix_power(a, n), rtol=1e-9, atol=1e-12)
+    for ord in ("fro", 1, -1, np.inf, -np.inf):
+        np.testing.assert_allclose(fl.linalg.matrix_norm(a, ord=ord).get(),
+                                   np.linalg.norm(a, ord=ord), rtol=1e-12)
+    stacked = np.stack([a, 2 * a])
+    got = fl.linalg.matrix_norm(stacked, ord=1, keepdims=True)
+    assert got.shape == (2, 1, 1)
+    np.testing.assert_allclose(got.get()[:, 0, 0], np.linalg.norm(stacked, 1, axis=(1, 2)))
+
+
+def test_host_fallbacks_warn(device):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((6, 4))
+    s = _spd(5)
+    with pytest.warns(fl.HostFallbackWarning, match="fl.linalg.qr runs on the host"):
+        q, r = fl.linalg.qr(a)
+    np.testing.assert_allclose((q.get() @ r.get()), a, atol=1e-12)
+    assert q.shape == (6, 4)
+    with pytest.warns(fl.HostFallbackWarning):
+        assert fl.linalg.qr(a, mode="complete")[0].shape == (6, 6)
+    with pytest.warns(fl.HostFallbackWarning, match="eigh"):
+        w, v = fl.linalg.eigh(s)
+    np.testing.assert_allclose(w.get(), np.linalg.eigvalsh(s))
+    np.testing.assert_allclose(s @ v.get(), v.get() * w.get(), atol=1e-12)
+    with pytest.warns(fl.HostFallbackWarning):
+        np.testing.assert_allclose(fl.linalg.eigvalsh(s).get(), np.linalg.eigvalsh(s))
+    with pytest.warns(fl.HostFallbackWarning):
+        np.testing.assert_allclose(fl.linalg.svdvals(a).get(), np.linalg.svd(a)[1])
+    with pytest.warns(fl.HostFallbackWarning):
+        u, sv, vt = fl.linalg.svd(a, full_matrices=False)
+    np.testing.assert_allclose(u.get() * sv.get() @ vt.get(), a, atol=1e-12)
+    with pytest.warns(fl.HostFallbackWarning):
+        np.testing.assert_allclose(fl.linalg.pinv(a).get(), np.linalg.pinv(a), atol=1e-12)
+    with pytest.warns(fl.HostFallbackWarning):
+        assert fl.linalg.matrix_rank(a).get() == 4
+    assert fl.linalg.matrix_rank(np.array([0.0, 2.0])).get() == 1  # 1-D: numpy's rule
+    assert fl.linalg.matrix_rank(np.zeros(3)).get() == 0
+    for ord in (2, -2, "nuc"):
+        with pytest.warns(fl.HostFallbackWarning):
+            np.testing.assert_allclose(fl.linalg.matrix_norm(a, ord=ord).get(),
+                                       np.linalg.norm(a, ord=ord), rtol=1e-12)
+    assert issubclass(fl.HostFallbackWarning, UserWarning)
+
+
+def test_kernels_come_from_the_kernel_cache(device):
+    a = _spd(30)
+    fl.linalg.cholesky(a).get()
+    fl.reset_stats()
+    fl.linalg.cholesky(a).get()
+    stats = fl.stats()
+    assert stats["kernels_compiled"] == 0 and stats["memory_cache_hits"] > 0
