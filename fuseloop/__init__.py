@@ -99,6 +99,10 @@ _attach_at(_FUNCTIONS)  # fl.add.at, fl.subtract.at, fl.maximum.at, fl.minimum.a
 
 # }}}
 linalg = _LinalgNamespace()
+# {{{ numpy's protocols, DLPack, pyopencl arrays without a copy (issue 27)
+from .interop import from_dlpack, from_pyopencl, to_pyopencl  # noqa: E402
+
+# }}}
 
 bool_ = _np.bool_
 int8, int16, int32, int64 = _np.int8, _np.int16, _np.int32, _np.int64
@@ -129,6 +133,7 @@ __all__ = [
     "bincount", "histogram", "stencil", "stencil_function",
 ]
 __all__.append("fuse")
+__all__ += ["from_dlpack", "from_pyopencl", "to_pyopencl"]
 
 
 def __getattr__(name: str) -> object:

@@ -96,6 +96,39 @@ class ArrayProtocol:
         host = self.get()
         return host if dtype is None else host.astype(dtype, copy=False)
 
+    # numpy's dispatch protocols and DLPack: fuseloop.interop holds them
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any,
+                        **kwargs: Any) -> Any:
+        """``np.sin(x)``, ``np.add.reduce(x)``, ...: fuseloop's equivalent (or an error)."""
+        from .interop import array_ufunc
+
+        return array_ufunc(self, ufunc, method, *inputs, **kwargs)  # type: ignore[arg-type]
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        """``np.concatenate([x, y])``, ...: fuseloop's function of that name (or an error)."""
+        from .interop import array_function
+
+        return array_function(self, func, types, args, kwargs)  # type: ignore[arg-type]
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
+                   dl_device: Any = None, copy: bool | None = None) -> Any:
+        """DLPack export: a host copy (``copy=False`` raises ``BufferError``)."""
+        from .interop import dlpack
+
+        return dlpack(self, stream, max_version, dl_device, copy)  # type: ignore[arg-type]
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from .interop import dlpack_device
+
+        return dlpack_device(self)  # type: ignore[arg-type]
+
+    def to_pyopencl(self) -> Any:
+        """A ``pyopencl.array.Array`` over this array's buffer (no copy; see
+        :func:`fuseloop.to_pyopencl`)."""
+        from .interop import to_pyopencl
+
+        return to_pyopencl(self)  # type: ignore[arg-type]
+
     # }}}
 
     # {{{ copying and pickling
