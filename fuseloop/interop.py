@@ -44,9 +44,10 @@ def _fl_name(name: str) -> Any:
 
 def _operand_ok(x: Any) -> bool:
     from .array import Array, Constant
+    from .trace_hooks import ScalarStandIn  # (fl.fuse's traced scalars)
 
-    return isinstance(x, Array | Constant | np.ndarray | np.generic | int | float | complex
-                      | bool | list | tuple) or x is None
+    return isinstance(x, Array | Constant | ScalarStandIn | np.ndarray | np.generic | int
+                      | float | complex | bool | list | tuple) or x is None
 
 
 def _plain_where(where: Any) -> bool:
