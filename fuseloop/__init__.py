@@ -21,7 +21,6 @@ from .creation import (
     empty,
     empty_like,
     eye,
-    from_dlpack,
     full,
     full_like,
     linspace,
@@ -129,6 +128,9 @@ _attach_at(_FUNCTIONS)  # fl.add.at, fl.subtract.at, fl.maximum.at, fl.minimum.a
 linalg = _LinalgNamespace()
 from .errors import HostFallbackWarning as HostFallbackWarning  # noqa: E402  (fl.linalg's host fallbacks warn)
 
+# {{{ numpy's protocols, DLPack, pyopencl arrays without a copy (issue 27)
+from .interop import from_dlpack, from_pyopencl, to_pyopencl  # noqa: E402
+
 # {{{ Array API namespace (issue 27): names the standard adds to numpy's (imports above)
 __array_api_version__ = "2024.12"
 newaxis = None
@@ -176,6 +178,7 @@ __all__.append("HostFallbackWarning")
 
 # imported on first use (not needed to evaluate anything): name -> module
 _ON_FIRST_USE = {"tune": "tuner", "TuneReport": "tuner"}
+__all__ += ["from_pyopencl", "to_pyopencl"]
 
 
 def __getattr__(name: str) -> object:

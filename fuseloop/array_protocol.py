@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from .array import Array
 
 _API_VERSIONS = ("2021.12", "2022.12", "2023.12", "2024.12")
-_KDL_CPU, _KDL_OPENCL = 1, 4  # DLPack's DLDeviceType codes
 
 _COPY_REFUSED = (
     "Unable to avoid copy while creating an array as requested: a fuseloop array lives "
@@ -101,6 +100,39 @@ class ArrayProtocol:
         host = self.get()
         return host if dtype is None else host.astype(dtype, copy=False)
 
+    # numpy's dispatch protocols and DLPack: fuseloop.interop holds them
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any,
+                        **kwargs: Any) -> Any:
+        """``np.sin(x)``, ``np.add.reduce(x)``, ...: fuseloop's equivalent (or an error)."""
+        from .interop import array_ufunc
+
+        return array_ufunc(self, ufunc, method, *inputs, **kwargs)  # type: ignore[arg-type]
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        """``np.concatenate([x, y])``, ...: fuseloop's function of that name (or an error)."""
+        from .interop import array_function
+
+        return array_function(self, func, types, args, kwargs)  # type: ignore[arg-type]
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
+                   dl_device: Any = None, copy: bool | None = None) -> Any:
+        """DLPack export: a host copy (``copy=False`` raises ``BufferError``)."""
+        from .interop import dlpack
+
+        return dlpack(self, stream, max_version, dl_device, copy)  # type: ignore[arg-type]
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from .interop import dlpack_device
+
+        return dlpack_device(self)  # type: ignore[arg-type]
+
+    def to_pyopencl(self) -> Any:
+        """A ``pyopencl.array.Array`` over this array's buffer (no copy; see
+        :func:`fuseloop.to_pyopencl`)."""
+        from .interop import to_pyopencl
+
+        return to_pyopencl(self)  # type: ignore[arg-type]
+
     # }}}
 
     # {{{ copying and pickling
@@ -140,31 +172,6 @@ class ArrayProtocol:
     def __complex__(self) -> complex:
         # (a real value converts; fuseloop has no complex dtypes yet)
         return complex(self._scalar())
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        """DLPack's (device type, id): kDLOpenCL and the fuseloop device index."""
-        return (_KDL_OPENCL, self.device.index)
-
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
-                   dl_device: Any = None, copy: bool | None = None) -> Any:
-        """A DLPack capsule of a host copy, for ``dl_device=(kDLCPU, 0)`` only.
-
-        OpenCL buffers (``cl_mem``) are no device pointers: no DLPack consumer can read
-        them in place, so the data leave the device only as a copy to the host, which
-        the consumer must ask for (``np.from_dlpack(x, device="cpu")``).
-        """
-        if dl_device is None or tuple(dl_device) != (_KDL_CPU, 0):
-            raise BufferError(
-                f"fuseloop arrays live in OpenCL buffers on {self.device}, which DLPack "
-                "consumers cannot read in place; ask for a host copy with "
-                "np.from_dlpack(x, device='cpu') (dl_device=(1, 0)), or use x.get()")
-        if copy is False:
-            raise BufferError("exporting a fuseloop array to the CPU always copies it from "
-                              "device memory; pass copy=None or copy=True")
-        host = self.get()
-        if max_version is None:
-            return host.__dlpack__()
-        return host.__dlpack__(max_version=max_version)
 
     # }}}
 

@@ -343,23 +343,6 @@ def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> A
     return x.astype(dtype, copy=copy)
 
 
-def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None) -> Array:
-    """An array from any DLPack producer whose data the host can read (numpy, torch on the
-    CPU, ...): always a copy to the device, so ``copy=False`` raises."""
-    if isinstance(x, Array):
-        return asarray(x, device=device, copy=copy)
-    if copy is False:
-        raise BufferError("from_dlpack(copy=False): fuseloop arrays live in device memory, "
-                          "so another library's data are always copied; pass copy=None")
-    try:
-        host = np.from_dlpack(x, device="cpu")
-    except (BufferError, RuntimeError, TypeError, ValueError) as exc:
-        raise BufferError(f"from_dlpack: {type(x).__name__} cannot give its data to the "
-                          f"host through DLPack ({exc}); fuseloop copies from host data "
-                          "only") from exc
-    return asarray(host, device=device)
-
-
 __all__ = [
     "arange",
     "asarray",
@@ -367,7 +350,6 @@ __all__ = [
     "empty",
     "empty_like",
     "eye",
-    "from_dlpack",
     "full",
     "full_like",
     "linspace",

@@ -65,6 +65,11 @@ class UnknownFunctionError(FuseloopError, AttributeError):
     """A function name fuseloop does not provide."""
 
 
+class NoEquivalentError(FuseloopError, TypeError):
+    """A numpy function or ufunc, called on fuseloop arrays, that fuseloop does not
+    provide (numpy's protocols dispatch to fuseloop; nothing is copied to the host)."""
+
+
 class DeviceMemoryError(FuseloopError, MemoryError):
     """An allocation larger than the device can provide."""
 
