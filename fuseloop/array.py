@@ -596,9 +596,7 @@ class Array(ArrayProtocol):
 
     def __getitem__(self, key: Any) -> Array:
         """Basic slicing gives a view (no copy); an integer-array index gathers."""
-        from .ops.indexing import getitem
-
-        return getitem(self, key)
+        return _getitem(self, key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         """Write through a view (``a[1:-1] = e``) or scatter (``a[idx] = v``)."""
@@ -762,4 +760,5 @@ for _name, _op in [("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
 
 # (at the end: the assignment module reads this one's names at import)
 from .assignment import NodeValue, assign  # noqa: E402
+from .ops.indexing import getitem as _getitem  # noqa: E402
 from .ops.indexing import setitem as _setitem  # noqa: E402

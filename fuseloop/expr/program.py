@@ -247,8 +247,16 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
     # (``type(node) is C`` each time rather than a local: mypy narrows on it, and Python
     # 3.11 specialises the call of type, so it costs no more than the local would)
     if type(node) is Apply or type(node) is UserCall:
-        # a shared operation node is walked again: the program does not depend on
-        # which operations are shared, only on which buffers and scalars are
+        # an operation node met again is written as a back-reference to where its
+        # part of the key began: the key stays a function of the DAG (a prefix code,
+        # the walk's order and the first appearances of buffers and scalars are
+        # unchanged), and a chain reusing its previous step (``r = f(r) + r * c``)
+        # costs one walk per node, not per path (the expansion doubles per step)
+        back = slots.get(node)
+        if back is not None:
+            toks.append(("B", back))
+            return
+        slots[node] = len(toks)
         toks.append(("U", node.function.key) if type(node) is UserCall else node.op)
         toks.append(node.loop_key)
         toks.append(node.shape)
