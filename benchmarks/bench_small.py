@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_host_overhead import copy_package  # noqa: E402
+from compare_host_overhead import copy_package
 
 N_RECUR = 200
 N_TRI = 60

@@ -393,10 +393,10 @@ def setitem(arr: Array, key: Any, value: Any, held: bool, atomic: str | None = N
             assign(arr, value, cast="unsafe", value_is_held=held)
         return
     if atomic is None:
-        target = _plain_view(arr, key)
-        if target is not None:
-            if not _same_view(value, target):
-                assign(target, value, cast="unsafe", value_is_held=held)
+        plain = _plain_view(arr, key)
+        if plain is not None:
+            if not _same_view(value, plain):
+                assign(plain, value, cast="unsafe", value_is_held=held)
             return
         if masked_fill(arr, key, value):
             return
