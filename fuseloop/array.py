@@ -213,12 +213,12 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
         if ta is Array:
             device = a.device
             an = a._node
-            sa = an.sig or signature_of(an)
+            sa = an.sig or (0 if type(an) is Apply else signature_of(an))
             if tb is Array:
                 if b.device is not device:
                     return _apply_general(op, (a, b))
                 bn = b._node
-                sb = bn.sig or signature_of(bn)
+                sb = bn.sig or (0 if type(bn) is Apply else signature_of(bn))
                 hit = _sig_loops.get((op, sa or (an.dtype, an.shape),
                                       sb or (bn.dtype, bn.shape)))
                 if hit is None:
@@ -247,7 +247,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
         elif tb is Array and (ta is float or ta is int):
             device = b.device
             bn = b._node
-            sb = bn.sig or signature_of(bn)
+            sb = bn.sig or (0 if type(bn) is Apply else signature_of(bn))
             hit = _sig_loops.get((op, ta, sb or (bn.dtype, bn.shape)))
             if hit is None:
                 hit = _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
@@ -281,7 +281,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             node.storages = storages = sa
         else:
             node.storages = storages = sa | sb
-        node.fancy = an.fancy or bn.fancy
+        node.fancy = False if sig else an.fancy or bn.fancy  # (signed: elementwise)
         self = _new_node(Array)
         self._storage = None
         self._node = node
@@ -299,14 +299,13 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
 
 
 def _unary_hit(op: str, an: Node, sa: int, dtype: np.dtype) -> tuple:
-    """``_sig_loops``' entry for the unary ``op`` of ``an`` (``sa``: its signature or 0)."""
+    """``_sig_loops``' entry for the unary ``op`` of ``an`` (``sa``: its signature, or 0
+    for a node without one: then the entry is kept under its dtype)."""
     loop, key = _ufunc_loop(op, dtype)
-    if not sa:
-        return loop, key, 0
-    entry = (loop, key, intern_sig(("A", op, key, an.shape, sa)))
+    entry = (loop, key, intern_sig(("A", op, key, an.shape, sa)) if sa else 0)
     if len(_sig_loops) >= SIG_LOOPS_MAX:
         _sig_loops.clear()
-    _sig_loops[(op, sa)] = entry
+    _sig_loops[(op, sa or dtype)] = entry
     return entry
 
 
@@ -322,8 +321,8 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         if type(a) is not Array:
             return _apply_general(op, (a,))
         an = a._node
-        sa = an.sig or signature_of(an)
-        hit = _sig_loops.get((op, sa)) if sa else None
+        sa = an.sig or (0 if type(an) is Apply else signature_of(an))
+        hit = _sig_loops.get((op, sa or a.dtype))
         if hit is None:
             hit = _unary_hit(op, an, sa, a.dtype)
         loop, key, sig = hit
@@ -332,13 +331,24 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         node.args = (an,)
         node.loop = loop
         node.loop_key = key
-        node.dtype = loop[-1]
-        node.shape = an.shape
+        node.dtype = dtype = loop[-1]
+        node.shape = shape = an.shape
         node.sig = sig
         node.operands = an.operands if sig else None
-        node.storages = an.storages or _EMPTY
-        node.fancy = an.fancy
-        return _lazy_array(node, a.device)
+        node.storages = storages = an.storages or _EMPTY
+        node.fancy = False if sig else an.fancy
+        # (_lazy_array, inline)
+        self = _new_node(Array)
+        self._storage = None
+        self._node = node
+        self.device = a.device
+        self.dtype = dtype
+        self._shape = shape
+        if storages:
+            recent_lazy.append(self)
+            if len(recent_lazy) >= RECENT_LAZY_MAX:
+                register_readers()
+        return self
 
     unary.__name__ = unary.__qualname__ = op
     return unary
@@ -596,9 +606,7 @@ class Array(ArrayProtocol):
 
     def __getitem__(self, key: Any) -> Array:
         """Basic slicing gives a view (no copy); an integer-array index gathers."""
-        from .ops.indexing import getitem
-
-        return getitem(self, key)
+        return _getitem(self, key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         """Write through a view (``a[1:-1] = e``) or scatter (``a[idx] = v``)."""
@@ -762,4 +770,5 @@ for _name, _op in [("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
 
 # (at the end: the assignment module reads this one's names at import)
 from .assignment import NodeValue, assign  # noqa: E402
+from .ops.indexing import getitem as _getitem  # noqa: E402
 from .ops.indexing import setitem as _setitem  # noqa: E402

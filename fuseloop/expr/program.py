@@ -218,14 +218,16 @@ def structure_key(roots: Sequence[Node], out_shape: tuple[int, ...]
     appearance, so ``x * x`` and ``x * y`` differ); for a concatenation its
     axis, shape and piece starts, then its pieces; for a scalar argument its
     dtype and slot (one per scalar node, as in the program); literals and
-    element indices in full.  A shared subexpression is written out again
-    where it is met again: :func:`linearize` merges equal entries anyway, so
-    its program depends on which buffers and scalar nodes are the same, not on
-    which operation nodes are (``MAX_TOKENS`` bounds the walk of a DAG whose
-    expansion is large).  The program, its parameters (sizes, strides,
-    offsets) and the order of the bindings are a function of this key.  Raises
-    ``_Uncacheable`` for reductions, gathers and remaps, or beyond
-    ``MAX_TOKENS``.
+    element indices in full.  An operation node met again is written as a
+    back-reference to the place its part of the key began: the key stays a
+    prefix code of the DAG (the walk's order and the first appearances of
+    buffers and scalars are those of the full expansion), and a chain reusing
+    its previous step (``r = f(r) + r * c``, whose expansion doubles per step)
+    costs one visit per node.  Sharing written out as copies gives another key
+    for the same program (:func:`linearize` merges equal entries anyway).  The
+    program, its parameters (sizes, strides, offsets) and the order of the
+    bindings are a function of this key.  Raises ``_Uncacheable`` for
+    reductions, gathers and remaps, or beyond ``MAX_TOKENS``.
     """
     toks: list[Any] = [out_shape, len(roots)]
     storages: list[Storage] = []
@@ -248,8 +250,11 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
     # (``type(node) is C`` each time rather than a local: mypy narrows on it, and Python
     # 3.11 specialises the call of type, so it costs no more than the local would)
     if type(node) is Apply or type(node) is UserCall:
-        # a shared operation node is walked again: the program does not depend on
-        # which operations are shared, only on which buffers and scalars are
+        back = slots.get(node)  # met again: a back-reference (see structure_key)
+        if back is not None:
+            toks.append(("B", back))
+            return
+        slots[node] = len(toks)
         toks.append(("U", node.function.key) if type(node) is UserCall else node.op)
         toks.append(node.loop_key)
         toks.append(node.shape)

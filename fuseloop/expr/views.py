@@ -41,8 +41,10 @@ AffineMap = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]  # (offsets, coe
 def affine_view(node: Node, shape: tuple[int, ...], offsets: Sequence[int],
                 coeffs: Sequence[Sequence[int]]) -> Node:
     """``node`` seen through the affine map, as a node of ``shape``."""
-    memo: dict[tuple, Node] = {}
     shape = tuple(shape)
+    if type(node) is Leaf:  # the commonest case (a view of a buffer): new strides at once
+        return _leaf_view(node, shape, offsets, coeffs)
+    memo: dict[tuple, Node] = {}
     out = _push(node, shape, tuple(offsets), tuple(tuple(r) for r in coeffs), memo)
     if out.shape != shape:
         # a reduction broadcast along new axes: an explicit elementwise broadcast
@@ -61,15 +63,14 @@ def _push(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
     result: Node
     # (isinstance narrows for mypy: UserCall is Apply's only subclass, the other node
     # classes have none)
-    if isinstance(node, Leaf | Iota):
+    if isinstance(node, Leaf):
+        result = _leaf_view(node, shape, off, coeffs)
+    elif isinstance(node, Iota):
         strides = node.view_strides()
         offset = node.offset + sum(s * o for s, o in zip(strides, off))
         new_strides = tuple(sum(strides[k] * coeffs[k][d] for k in range(len(strides)))
                             for d in range(m))
-        if isinstance(node, Leaf):
-            result = Leaf(node.storage, node.dtype, shape, new_strides, offset)
-        else:
-            result = Iota(shape, node.dtype, new_strides, offset)
+        result = Iota(shape, node.dtype, new_strides, offset)
     elif isinstance(node, Scalar | Literal):
         result = node
     elif isinstance(node, Apply):
@@ -128,6 +129,22 @@ def _push(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
         result = Remap(node, shape, off, coeffs)
     memo[key] = result
     return result
+
+
+def _leaf_view(node: Leaf, shape: tuple[int, ...], off: Sequence[int],
+               coeffs: Sequence[Sequence[int]]) -> Leaf:
+    """The leaf ``node`` through the map: its strides and offset composed with it."""
+    strides = node.view_strides()
+    offset = node.offset
+    for s, o in zip(strides, off):
+        offset += s * o
+    new_strides = [0] * len(shape)
+    for s, row in zip(strides, coeffs):
+        if s:
+            for d, c in enumerate(row):
+                if c:
+                    new_strides[d] += s * c
+    return Leaf(node.storage, node.dtype, shape, tuple(new_strides), offset)
 
 
 def concat_node(pieces: Sequence[Node], axis: int) -> Node:

@@ -24,12 +24,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..array import Array, _coerce
+from ..array import Array, _coerce, _new_array
 from ..assignment import assign
 from ..creation import asarray
 from ..errors import DTypeError, IndexOutOfBoundsError, InvalidIndexError, index_value_out_of_bounds
 from ..evaluate import run
-from ..expr.nodes import Gather, Iota, Leaf, Node
+from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides
 from ..expr.program import Target
 from ..expr.views import affine_view
 from .masks import masked_fill
@@ -239,7 +239,68 @@ def _zero_d_mask(key: Any) -> bool | None:
     return None
 
 
+def _plain_view(arr: Array, key: Any) -> Array | None:
+    """``arr[key]`` in one step for the commonest keys (an int, a slice, a tuple of
+    them) on a concrete array or a view of one, or None for any other key or array.
+
+    The result is what :func:`_basic_view` makes (the same strides and offset, so the
+    same structure key), without the general path's item lists and affine map.
+    """
+    node = arr._node
+    if arr._storage is None or type(node) is not Leaf:
+        return None
+    shape = node.shape
+    items = key if type(key) is tuple else (key,)
+    if len(items) > len(shape):
+        return None  # (the general path raises numpy's error)
+    strides = node.strides
+    if strides is None:
+        strides = c_strides(shape)
+    offset = node.offset
+    new_shape: list[int] = []
+    new_strides: list[int] = []
+    same = True
+    for d, k in enumerate(items):
+        tk = type(k)
+        n = shape[d]
+        if tk is int:
+            if not -n <= k < n:
+                return None  # (the general path raises numpy's error)
+            offset += strides[d] * (k % n)
+            same = False
+        elif tk is slice:
+            if k.step == 0:
+                return None
+            start, stop, step = k.indices(n)
+            length = len(range(start, stop, step))
+            if length:
+                offset += strides[d] * start
+                if start:
+                    same = False
+            if step != 1 or length != n:
+                same = False
+            new_shape.append(length)
+            new_strides.append(strides[d] * step)
+        else:
+            return None
+    if same:
+        return arr
+    rest = len(items)
+    shape_t = (*new_shape, *shape[rest:])
+    leaf = Leaf(node.storage, node.dtype, shape_t, (*new_strides, *strides[rest:]), offset)
+    view = _new_array(Array)
+    view._storage = node.storage
+    view._node = leaf
+    view.device = arr.device
+    view.dtype = leaf.dtype
+    view._shape = shape_t
+    return view
+
+
 def getitem(arr: Array, key: Any) -> Array:
+    out = _plain_view(arr, key)
+    if out is not None:
+        return out
     flag = _zero_d_mask(key)
     if flag is not None:
         # numpy: a 0-d mask adds an axis of length 1 (True) or 0 (False); a copy
@@ -348,6 +409,11 @@ def setitem(arr: Array, key: Any, value: Any, held: bool, atomic: str | None = N
             assign(arr, value, cast="unsafe", value_is_held=held)
         return
     if atomic is None:
+        plain = _plain_view(arr, key)
+        if plain is not None:
+            if not _same_view(value, plain):
+                assign(plain, value, cast="unsafe", value_is_held=held)
+            return
         flag = _zero_d_mask(key)
         if flag is not None:
             if flag:
