@@ -197,3 +197,11 @@ def test_unsupported_complex_reductions_are_clear_errors(device):
     for f in (fl.max, fl.min, fl.var, fl.std):
         with pytest.raises(DTypeError, match="complex64 array is not supported"):
             f(x)
+
+
+def test_vdot_conjugates_first_argument(device):
+    a, b = _data(np.complex64, 20, seed=12), _data(np.complex64, 20, seed=13)
+    got = np.asarray(fl.vdot(fl.asarray(a), fl.asarray(b)).get())
+    _close(got, np.asarray(np.vdot(a, b)), np.complex64)
+    _close(np.asarray(fl.dot(fl.asarray(a), fl.asarray(b)).get()), np.asarray(np.dot(a, b)),
+           np.complex64)
