@@ -205,3 +205,25 @@ def test_vdot_conjugates_first_argument(device):
     _close(got, np.asarray(np.vdot(a, b)), np.complex64)
     _close(np.asarray(fl.dot(fl.asarray(a), fl.asarray(b)).get()), np.asarray(np.dot(a, b)),
            np.complex64)
+
+
+def test_gpu_recipes_on_cpu(device, restore_recipes):
+    """The GPU recipes (tiled contraction, rows, coalesced elementwise) with complex values."""
+    from fuseloop.recipes import gpu_coalesced, gpu_tiled
+    from fuseloop.recipes.registry import DevicePredicate
+    from fuseloop.recipes.rows import make_gpu_rows
+
+    pred = DevicePredicate(type=device.type, vendor=device.vendor, name=device.name,
+                           platform=device.platform)
+    fl.register_recipe(pred, gpu_tiled, name="test-c-gpu-tiled", kind="contraction")
+    fl.register_recipe(pred, gpu_coalesced, name="test-c-gpu-coalesced")
+    fl.register_recipe(pred, make_gpu_rows(64), name="test-c-gpu-rows", kind="reduction")
+    a = _data(np.complex64, n=130 * 70, seed=14).reshape(130, 70)
+    b = _data(np.complex64, n=70 * 90, seed=15).reshape(70, 90)
+    x, y = fl.asarray(a), fl.asarray(b)
+    assert "__local cfloat_t x_tile" in fl.show_code(x @ y)  # the tiled recipe applied
+    _close((x @ y).get(), a @ b, np.complex64, 1e-4)
+    _close(fl.sum(x * 1j, axis=1).get(), (a * 1j).sum(axis=1), np.complex64)
+    big = _data(np.complex64, n=1 << 17, seed=16, scale=1.0)
+    _close(np.asarray(fl.sum(fl.asarray(big)).get()), np.asarray(big.sum()), np.complex64,
+           3e-4)
