@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -592,8 +593,29 @@ class Array(ArrayProtocol):
         dt = as_dtype(dtype)
         if dt == self.dtype and not copy:
             return self
+        if self.dtype.kind == "c" and dt.kind != "c":
+            warnings.warn("Casting complex values to real discards the imaginary part",
+                          np.exceptions.ComplexWarning, stacklevel=2)
         return Array._lazy(Apply("cast", (self._node,), (self.dtype, dt), self.shape),
                            self.device)
+
+    @property
+    def real(self) -> Array:
+        """The real part (the array itself for real dtypes), as ``numpy``'s ``.real``."""
+        from .mathfuncs import real
+
+        return real(self)
+
+    @property
+    def imag(self) -> Array:
+        """The imaginary part (zeros for real dtypes), as ``numpy``'s ``.imag``."""
+        from .mathfuncs import imag
+
+        return imag(self)
+
+    def conj(self) -> Array:
+        """The complex conjugate (the values themselves for real dtypes)."""
+        return apply_op("conjugate", self)
 
     def copy(self) -> Array:
         """A new array with the same values (lazy: fuses with what follows)."""

@@ -19,7 +19,7 @@ from .errors import DTypeError
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(
     np.dtype(c)
     for c in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-              "uint64", "float32", "float64")
+              "uint64", "float32", "float64", "complex64", "complex128")
 )
 _SUPPORTED = frozenset(SUPPORTED_DTYPES)
 
@@ -36,6 +36,9 @@ C_TYPE_NAMES: dict[np.dtype, str] = {
     np.dtype("uint64"): "ulong",
     np.dtype("float32"): "float",
     np.dtype("float64"): "double",
+    # pyopencl-complex.h's types (a struct of two reals), inlined by lower/complex_ops.py
+    np.dtype("complex64"): "cfloat_t",
+    np.dtype("complex128"): "cdouble_t",
 }
 
 _C_NAME_TO_DTYPE: dict[str, np.dtype] = {
@@ -45,7 +48,8 @@ _C_NAME_TO_DTYPE: dict[str, np.dtype] = {
     "uint": np.dtype("uint32"), "ulong": np.dtype("uint64"), "float": np.dtype("float32"),
     "double": np.dtype("float64"), "unsigned char": np.dtype("uint8"),
     "unsigned short": np.dtype("uint16"), "unsigned int": np.dtype("uint32"),
-    "unsigned long": np.dtype("uint64"),
+    "unsigned long": np.dtype("uint64"), "cfloat_t": np.dtype("complex64"),
+    "cdouble_t": np.dtype("complex128"),
 }
 
 FLOAT64 = np.dtype("float64")
@@ -89,7 +93,7 @@ def _fix_half(dt: np.dtype) -> np.dtype:
 
 
 # An operand descriptor is either a dtype (arrays, numpy scalars) or one of the
-# Python types int/float standing for a weak scalar of that kind.
+# Python types int/float/complex standing for a weak scalar of that kind.
 Operand = np.dtype | type
 
 
@@ -116,7 +120,8 @@ def resolve_loop(ufunc_name: str, operands: tuple[Operand, ...]) -> tuple[np.dty
 @lru_cache(maxsize=4096)
 def result_type(*operands: Operand) -> np.dtype:
     """numpy.result_type with NEP 50 weak Python scalars."""
-    args = [0 if o is int else 0.0 if o is float else o for o in operands]
+    args = [0 if o is int else 0.0 if o is float else 0j if o is complex else o
+            for o in operands]
     return _fix_half(np.result_type(*args))
 
 
@@ -130,9 +135,11 @@ def scalar_kind(value: object) -> Operand:
         return int
     if isinstance(value, float):
         return float
+    if isinstance(value, complex):
+        return complex
     raise DTypeError(
         f"scalar {value!r} of type {type(value).__name__} is not supported "
-        "(fuseloop handles bool, int and float scalars)"
+        "(fuseloop handles bool, int, float and complex scalars)"
     )
 
 

@@ -153,18 +153,41 @@ def nan_to_num(x: Any, /, copy: bool = True, nan: float = 0.0, posinf: float | N
     return x
 
 
+def _part(op: str, x: Array) -> Array:
+    """The real or imaginary part of a complex array (a real array of its precision)."""
+    from .expr.nodes import Apply
+
+    dt = np.dtype(np.float32 if x.dtype == np.complex64 else np.float64)
+    return Array._lazy(Apply(op, (x._node,), (x.dtype, dt), x.shape), x.device)
+
+
 def real(x: Any, /) -> Any:
-    """``numpy.real`` of a real array: the array itself (fuseloop has no complex dtypes)."""
+    """``numpy.real``: the real part of a complex array; a real array itself."""
     x = _coerce(x)
-    return x if isinstance(x, Array) else np.real(x)
+    if not isinstance(x, Array):
+        return np.real(x)
+    return _part("real_part", x) if x.dtype.kind == "c" else x
 
 
 def imag(x: Any, /) -> Any:
-    """``numpy.imag`` of a real array: zeros of its dtype and shape."""
+    """``numpy.imag``: the imaginary part of a complex array; zeros for a real array."""
     from .creation import zeros_like
 
     x = _coerce(x)
-    return zeros_like(x) if isinstance(x, Array) else np.imag(x)
+    if not isinstance(x, Array):
+        return np.imag(x)
+    return _part("imag_part", x) if x.dtype.kind == "c" else zeros_like(x)
+
+
+def angle(z: Any, /, deg: bool = False) -> Any:
+    """``numpy.angle``: the argument of complex ``z`` (radians, or degrees with ``deg``)."""
+    from .ufuncs import FUNCTIONS
+
+    z = _coerce(z)
+    if not isinstance(z, Array):
+        return np.angle(z, deg=deg)
+    a = FUNCTIONS["arctan2"](imag(z), real(z))
+    return FUNCTIONS["rad2deg"](a) if deg else a
 
 
 MATH_FUNCTIONS: dict[str, Any] = {
@@ -173,6 +196,7 @@ MATH_FUNCTIONS.update({
     "tgamma": MATH_FUNCTIONS["gamma"], "lgamma": MATH_FUNCTIONS["gammaln"],
     "fma": fma, "mad": mad, "frexp": frexp, "modf": modf, "round": round, "around": round,
     "isclose": isclose, "nan_to_num": nan_to_num, "real": real, "imag": imag,
+    "angle": angle,
 })
 globals().update(MATH_FUNCTIONS)
 

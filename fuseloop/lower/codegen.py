@@ -79,10 +79,13 @@ def lower(program: Program, index_dtype: np.dtype, recipe: Any,
     from . import kernel  # (looked up at call time: tests replace lower_program)
 
     # (collapse_groups returns None now; its result stays the second argument)
+    target = backend_for(device).loopy_target()
+    if _has_complex(program):
+        target = _complex_target(target, program, device)
     lowered = kernel.lower_program(program, collapse_groups(program),  # type: ignore[func-returns-value]
                                    index_dtype,
                                    user_functions, piece_chunk=recipe.concat_chunk,
-                                   target=backend_for(device).loopy_target())
+                                   target=target)
     t_unit = lowered.t_unit
     if sizes:
         try:
@@ -93,6 +96,36 @@ def lower(program: Program, index_dtype: np.dtype, recipe: Any,
                 f"of Loopy assumptions about the kernel's sizes (N, NE, p0, p1, ...): {exc}; "
                 "fix its size_class function") from None
     return t_unit
+
+
+def _entry_chars(program: Program) -> Iterator[str]:
+    for e in program.entries:
+        if e.kind in ("op", "call"):
+            yield from e.loop
+        elif e.kind in ("load", "arg", "reduce", "lit", "iota"):
+            yield e.dtype
+
+
+def _has_complex(program: Program) -> bool:
+    return any(c in "FD" for c in _entry_chars(program))
+
+
+def _complex_target(target: Any, program: Program, device: Any) -> Any:
+    """Loopy's PyOpenCL target for a kernel holding complex values (plain OpenCL C's
+    target knows no complex types; see :mod:`fuseloop.lower.complex_ops`)."""
+    import loopy as lp
+
+    from ..errors import DTypeError
+
+    if "D" in _entry_chars(program) and not device.has_fp64:
+        raise DTypeError(
+            f"device {device.name} does not support float64, but this expression needs "
+            "complex128 (numpy promotes e.g. complex64 with float64 to complex128); "
+            "use complex64 and float32 arrays or .astype(np.complex64)")
+    if type(target) is lp.OpenCLTarget:
+        return lp.PyOpenCLTarget()
+    raise DTypeError(f"complex dtypes are supported on OpenCL devices only, not on "
+                     f"{device.name} (its Loopy target is {type(target).__name__})")
 
 
 def apply_recipe(t_unit: Any, recipe: Any, device: Any) -> Any:
@@ -157,6 +190,10 @@ def generate(t_unit: Any, device: Any) -> KernelPlan:
     gsize, lsize = entry.get_grid_size_upper_bounds_as_exprs(t_unit.callables_table)
     _stats.increment("kernels_lowered")
     source = code.device_code()
+    if "pyopencl-complex.h" in source:
+        from .complex_ops import inline_complex_header
+
+        source = inline_complex_header(source)
     if os.environ.get("FUSELOOP_SHOW_KERNELS", "") not in ("", "0"):
         print(f"fuseloop: new kernel for {device.name}:\n{source}", file=sys.stderr)
     by_name = {a.name: a for a in entry.args}

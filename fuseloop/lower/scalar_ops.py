@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..dtypes import c_type_name
+from .complex_ops import complex_helper_body, is_complex_loop
 from .math_ops import MATH_OPS, math_helper_body
 from .random_ops import RANDOM_OPS, random_helper_body, random_preamble
 
@@ -43,7 +44,8 @@ UFUNC_OPS = frozenset({
 
 _SHORT = {"bool": "b", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
           "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
-          "float32": "f32", "float64": "f64"}
+          "float32": "f32", "float64": "f64", "complex64": "c64",
+          "complex128": "c128"}
 
 
 class Helper(NamedTuple):
@@ -249,7 +251,9 @@ def make_helper(op: str, loop: tuple[np.dtype, ...]) -> Helper:
     params = ", ".join(f"{c_type_name(d)} {p}"
                        for d, p in zip(loop[:-1], "abcde"[:len(loop) - 1], strict=True))
     source = ""
-    if op in MATH_OPS:
+    if is_complex_loop(loop):
+        body = complex_helper_body(op, loop)
+    elif op in MATH_OPS:
         body = math_helper_body(op, loop)
     elif op in RANDOM_OPS:
         body = random_helper_body(op, loop)

@@ -239,6 +239,8 @@ def vdot(a: Any, b: Any) -> Array:
     a, b = ravel(_coerce(a)), ravel(_coerce(b))
     if a.shape != b.shape:
         raise ShapeError(f"vdot: vectors of {a.shape[0]} and {b.shape[0]} elements")
+    if a.dtype.kind == "c":  # numpy's vdot conjugates its first argument
+        a = a.conj()
     return _sum(a * b)
 
 

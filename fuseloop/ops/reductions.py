@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import caches as _caches
 from ..array import Array, _coerce
+from ..errors import DTypeError
 from ..evaluate import cast_node
 from ..expr.nodes import Iota, Reduce
 from ..expr.views import reshape_view
@@ -50,8 +51,17 @@ def _merged(node: Any, axes: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
     return merged, tuple(k for k, g in enumerate(groups) if g[0] in axes)
 
 
+def _no_complex(x: Array, name: str) -> None:
+    if x.dtype.kind == "c":
+        raise DTypeError(f"fl.{name} of a {x.dtype} array is not supported (numpy orders "
+                         "complex numbers lexicographically); reduce x.real, x.imag or "
+                         "fl.abs(x) instead")
+
+
 def _reduce(op: str, x: Array, axis: Any, keepdims: bool, dtype: np.dtype) -> Array:
     axes = normalize_axes(axis, x.ndim)
+    if op in ("max", "min"):
+        _no_complex(x, op)
     node = cast_node(x._node, dtype) if op in ("sum", "prod") else x._node
     if node.dtype != dtype:
         node = cast_node(node, dtype)
@@ -173,6 +183,7 @@ def var(x: Any, axis: Any = None, dtype: Any = None, ddof: Any = 0,
     is the Array API's name for ``ddof``."""
     ddof = _ddof(ddof, correction)
     x = _coerce(x)
+    _no_complex(x, "var")
     axes = normalize_axes(axis, x.ndim)
     acc, res = _mean_dtypes(x.dtype, dtype)
     xa = x.astype(acc) if x.dtype != acc else x

@@ -1,0 +1,115 @@
+"""OpenCL C of elementwise operations on complex64/complex128 (issue 27).
+
+Complex values are pyopencl's ``cfloat_t``/``cdouble_t`` (``pyopencl/cl/pyopencl-complex.h``:
+a union of two reals, so C's operators do not apply).  Every operation touching a
+complex dtype is a helper calling that header's functions.  Kernels holding complex
+values are generated with Loopy's ``PyOpenCLTarget`` (whose dtype registry knows the
+complex types and which spells ``+``/``*`` of complex reductions as ``cfloat_add``/
+``cfloat_mul``); the ``#include <pyopencl-complex.h>`` it emits is replaced by the
+header's text (:func:`inline_complex_header`), so the source is complete for the disk
+cache and the compile workers, as Random123's headers are in ``random_ops``.
+
+Special values follow pyopencl's functions, which differ from numpy at the edges:
+division by a complex zero gives NaNs (numpy: infinities or NaNs by C99 Annex G),
+``abs`` is ``hypot(re, im)`` as numpy's, ``exp``/``log``/``sqrt`` of infinities and
+signed zeros are not always Annex G's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import cache
+
+import numpy as np
+
+from ..dtypes import c_type_name
+from ..errors import DTypeError
+
+#: complex operations with no numpy ufunc of that name (``fl.real``/``fl.imag``)
+PART_OPS = ("real_part", "imag_part")
+
+_FUNCS = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos",
+          "tan": "tan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh"}
+_ARITH = {"add": "add", "subtract": "sub", "multiply": "mul", "true_divide": "divide",
+          "power": "pow"}
+_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<pyopencl-complex\.h>[ \t]*$", re.M)
+
+
+def is_complex_loop(loop: tuple[np.dtype, ...]) -> bool:
+    return any(d.kind == "c" for d in loop)
+
+
+@cache
+def complex_header() -> str:
+    """pyopencl-complex.h's text, its ``#pragma once`` (which compilers warn about in
+    a main file) an include guard instead."""
+    import pyopencl
+
+    path = os.path.join(os.path.dirname(pyopencl.__file__), "cl", "pyopencl-complex.h")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    text = re.sub(r"^[ \t]*#[ \t]*pragma[ \t]+once[ \t]*$", "", text, count=1, flags=re.M)
+    return f"#ifndef FL_PYOPENCL_COMPLEX_H\n#define FL_PYOPENCL_COMPLEX_H\n{text}\n#endif\n"
+
+
+def inline_complex_header(source: str) -> str:
+    """``source`` with its ``#include <pyopencl-complex.h>`` replaced by the header."""
+    return _INCLUDE.sub(lambda _m: complex_header(), source, count=1)
+
+
+def _prefix(dt: np.dtype) -> str:
+    return "cfloat" if dt == np.complex64 else "cdouble"
+
+
+def _cast_body(a: np.dtype, out: np.dtype) -> str:
+    T = c_type_name(out)
+    if a.kind == "c" and out.kind == "c":
+        return f"return {_prefix(out)}_new(({T[1:-2]})a.real, ({T[1:-2]})a.imag);"
+    if out.kind == "c":
+        real = "float" if out == np.complex64 else "double"
+        return f"return {_prefix(out)}_fromreal(({real})a);"
+    if out.kind == "b":
+        return "return (uchar)(a.real != 0 || a.imag != 0);"
+    return f"return ({T})a.real;"  # numpy's ComplexWarning is given when the cast is built
+
+
+def complex_helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
+    """Body of the helper for ``op`` on ``loop`` (some dtype complex); parameters a, b, c."""
+    ins, out = loop[:-1], loop[-1]
+    if op == "cast":
+        return _cast_body(ins[0], out)
+    if op == "where":
+        return "return a ? b : c;"
+    a = ins[0]
+    P = _prefix(a if a.kind == "c" else out)
+    if op in _ARITH:
+        return f"return {P}_{_ARITH[op]}(a, b);"
+    if op in _FUNCS:
+        return f"return {P}_{_FUNCS[op]}(a);"
+    simple = {
+        "negative": f"return {P}_neg(a);", "positive": "return a;",
+        "conjugate": f"return {P}_conj(a);", "absolute": f"return {P}_abs(a);",
+        "square": f"return {P}_mul(a, a);",
+        "reciprocal": f"return {P}_rdivide(1, a);",
+        "real_part": "return a.real;", "imag_part": "return a.imag;",
+        "isnan": "return (uchar)(isnan(a.real) || isnan(a.imag));",
+        "isinf": "return (uchar)(isinf(a.real) || isinf(a.imag));",
+        "isfinite": "return (uchar)(isfinite(a.real) && isfinite(a.imag));",
+        "equal": "return (uchar)(a.real == b.real && a.imag == b.imag);",
+        "not_equal": "return (uchar)(a.real != b.real || a.imag != b.imag);",
+        "logical_not": "return (uchar)(a.real == 0 && a.imag == 0);",
+        # numpy 2: z / |z|, and 0 for 0
+        "sign": (f"{c_type_name(a)[1:-2]} m = {P}_abs(a);\n"
+                 f"  return m == 0 ? {P}_fromreal(0) : {P}_divider(a, m);"),
+    }
+    if op in simple:
+        return simple[op]
+    # numpy orders complex numbers lexicographically: real parts, then imaginary parts
+    order = {"less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">="}
+    if op in order:
+        strict = order[op][0]
+        return (f"return (uchar)(a.real {strict} b.real || "
+                f"(a.real == b.real && a.imag {order[op]} b.imag));")
+    raise DTypeError(f"fuseloop has no complex version of {op} (loop {loop}); "
+                     "take .real/.imag parts or compute it on the host")
