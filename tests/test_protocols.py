@@ -165,10 +165,15 @@ def test_unknown_function_is_a_clear_error(device):
 
 def test_dlpack_round_trips(device):
     x = fl.asarray(H)
-    h = np.from_dlpack(x)
+    # (a host copy: asked for explicitly where the device's memory is not the host's)
+    host = {} if device.type == "cpu" else {"device": "cpu"}
+    h = np.from_dlpack(x, **host)
     assert type(h) is np.ndarray
     np.testing.assert_array_equal(h, H)
-    np.testing.assert_array_equal(np.from_dlpack(x[:, 1:3] * 2), H[:, 1:3] * 2)
+    np.testing.assert_array_equal(np.from_dlpack(x[:, 1:3] * 2, **host), H[:, 1:3] * 2)
+    if device.type != "cpu":
+        with pytest.raises(BufferError, match="device='cpu'"):
+            np.from_dlpack(x)
     with pytest.raises(BufferError):
         x.__dlpack__(copy=False)
     with pytest.raises(BufferError):
