@@ -81,7 +81,11 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             env = dict(os.environ, FUSELOOP_CACHE_DIR=f"{tmp}/fl", XDG_CACHE_HOME=f"{tmp}/xdg",
                        POCL_CACHE_DIR=f"{tmp}/pocl", FUSELOOP_COMPILE="inline",
-                       FUSELOOP_PROGRESS="0", PYTHONPATH=str(ROOT))
+                       FUSELOOP_PROGRESS="0",
+                       # (the checkout first; then what the caller's path held, where a
+                       # machine without installed packages keeps them)
+                       PYTHONPATH=os.pathsep.join(
+                           p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
             out = subprocess.run([sys.executable, "-c", _CHILD, case], env=env, text=True,
                                  capture_output=True, cwd=ROOT)
             print(out.stdout.strip() or f"{case}: failed\n{out.stderr[-2000:]}", flush=True)
