@@ -89,10 +89,7 @@ class Ops:
 
 
 class FuseloopOps(Ops):
-    """fuseloop's numpy-style API; it has no scatter-add (``np.add.at``) yet."""
-
-    def scatter_add(self, n: int, idx: Any, vals: Any) -> Any:
-        raise NotExpressible("fuseloop has no scatter-add (np.add.at)")
+    """fuseloop's numpy-style API (``fl.add.at`` is numpy's ``np.add.at``)."""
 
 
 class TorchOps(Ops):
