@@ -29,7 +29,11 @@ def fresh(monkeypatch, tmp_path):
     vendors.mkdir()
     monkeypatch.setattr(icd, "find_intel_library", lambda: (lib.resolve(), "9.9"))
     monkeypatch.setattr(icd, "_vendors_base", lambda: [tmp_path / "made"])
-    monkeypatch.delenv("OCL_ICD_VENDORS", raising=False)
+    # (set, then deleted: monkeypatch then restores the value from before the test, or
+    # its absence, even after register_runtimes() set it; a leaked fake vendor
+    # directory made later tests' subprocesses load another OpenCL runtime)
+    monkeypatch.setenv("OCL_ICD_VENDORS", "")
+    monkeypatch.delenv("OCL_ICD_VENDORS")
     monkeypatch.delenv("FUSELOOP_REGISTER_ICD", raising=False)
     monkeypatch.setenv("OPENCL_VENDOR_PATH", str(vendors))
     with icd._reset_for_tests():
