@@ -28,6 +28,14 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def tests_cuda(session: nox.Session) -> None:
+    """Run the test suite on the first CUDA device (the CUDA backend, through CuPy)."""
+    session.install(".[test,cuda]")
+    session.run("python", "-m", "pytest", "-q", "tests", *session.posargs,
+                env={"FUSELOOP_DEVICE": "cuda:0"})
+
+
+@nox.session
 def tests_all_devices(session: nox.Session) -> None:
     """Run the test suite parametrised over every OpenCL device present."""
     session.install(".[test]")

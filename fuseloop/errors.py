@@ -110,6 +110,12 @@ class RuntimeUnavailableError(FuseloopError, RuntimeError):
     made by ``os.fork`` after the parent used OpenCL, or after interpreter exit began."""
 
 
+class BackendFeatureError(FuseloopError, RuntimeError):
+    """An operation the device's backend does not offer yet (on a CUDA device: the
+    operations whose kernels are OpenCL C or come from pyopencl); the message names
+    the operation, the device and the backends that have it."""
+
+
 class TracingError(FuseloopError, TypeError):
     """A function given to ``fl.fuse`` that cannot be traced: it needs the value of a
     traced array or scalar (Python control flow on data, ``float(x)``, ``x.get()``),

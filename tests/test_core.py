@@ -91,8 +91,8 @@ def test_same_array_loaded_once_and_subexpressions_computed_once(device):
 
 def test_element_index_allocates_nothing(device):
     x = fl.asarray(rand(100))
-    code = fl.show_code(x + fl.arange(100))
-    assert code.count("__global") == 2  # the output and x only
+    args = fl.program(x + fl.arange(100)).compile().arg_names
+    assert [a for a in args if a.startswith(("out", "in"))] == ["out0", "in0"]  # x only
     np.testing.assert_allclose((x + fl.arange(100)).get(), x.get() + np.arange(100))
     np.testing.assert_array_equal(fl.arange(3, 20, 4).get(), np.arange(3, 20, 4))
     np.testing.assert_allclose(fl.arange(0.5, 3.0, 0.25).get(), np.arange(0.5, 3.0, 0.25))

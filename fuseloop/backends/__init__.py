@@ -19,6 +19,7 @@ from .base import Backend, BuiltProgram, DeviceInfo, Launcher, LaunchSpec
 #: name starting with a dot is relative to this package)
 BACKENDS: dict[str, str] = {
     "opencl": ".opencl:OpenCLBackend",
+    "cuda": ".cuda:CudaBackend",
 }
 _loaded: dict[str, Backend] = {}
 _lock = threading.Lock()
@@ -43,6 +44,19 @@ def backend_for(device: Any) -> Backend:
     return get_backend(getattr(device, "backend", "opencl"))
 
 
+def require_backend(device: Any, what: str, backends: tuple[str, ...] = ("opencl",)) -> None:
+    """Raise :class:`~fuseloop.errors.BackendFeatureError` unless ``device`` runs on
+    one of ``backends`` (``what`` names the operation in the message)."""
+    have = getattr(device, "backend", "opencl")
+    if have not in backends:
+        from ..errors import BackendFeatureError
+
+        raise BackendFeatureError(
+            f"{what} is not available on {getattr(device, 'name', device)} (a {have} "
+            f"device) yet: it runs on {', '.join(backends)} devices only; evaluate it on "
+            f"one of those (fl.devices() lists them) and move the result with .to_device()")
+
+
 def worker_builders() -> list[str]:
     """The builder files compile workers load at start (their driver imports then
     overlap the caller's work): those of the registered backends that import here."""
@@ -58,4 +72,4 @@ def worker_builders() -> list[str]:
 
 
 __all__ = ["BACKENDS", "Backend", "BuiltProgram", "DeviceInfo", "LaunchSpec", "Launcher",
-           "backend_for", "get_backend", "worker_builders"]
+           "backend_for", "get_backend", "require_backend", "worker_builders"]

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import caches as _caches
 from ..array import Array, _coerce
+from ..backends import require_backend
 from ..dtypes import as_dtype, c_type_name
 from ..errors import ShapeError
 from ..evaluate import allocate
@@ -53,6 +54,7 @@ def _scan_kernel(device: Device, op: str, dtype: np.dtype, index: np.dtype) -> A
 
 def _scan_rows(src: Array, op: str) -> Array:
     """The inclusive scan of each row (last axis) of the contiguous concrete ``src``."""
+    require_backend(src.device, "a cumulative sum or product (pyopencl's scan)")
     import pyopencl.array as cla
 
     dev, dt = src.device, src.dtype

@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import caches as _caches
 from ..array import Array, _coerce
+from ..backends import require_backend
 from ..dtypes import c_type_name
 from ..errors import DTypeError, ShapeError
 from ..expr.nodes import Iota
@@ -77,6 +78,7 @@ class _Sorted(NamedTuple):
 
 def _sort_rows(x: Array, descending: bool) -> _Sorted:
     """Sort each row (last axis) of ``x``, stably."""
+    require_backend(x.device, "sorting (pyopencl's radix sort)")
     import pyopencl.array as cla
 
     from ..creation import asarray

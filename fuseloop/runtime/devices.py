@@ -356,6 +356,24 @@ def _named_by_env() -> Device | None:
 
 
 
+def _backend_device(key: str, found: list[Device]) -> Device | None:
+    """The device a ``backend:index`` spec names (``cuda:0``, ``opencl:1``: the index
+    counts that backend's devices), None when ``key`` is not of that form."""
+    from ..backends import BACKENDS
+
+    backend, sep, rest = key.partition(":")
+    if not sep or backend not in BACKENDS or not rest.strip().isdigit():
+        return None
+    of_backend = [d for d in found if d.backend == backend]
+    idx = int(rest)
+    if idx < len(of_backend):
+        return of_backend[idx]
+    raise DeviceNotFoundError(
+        f"no {backend} device with index {idx} ({len(of_backend)} found: "
+        f"{'is its driver installed?' if not of_backend else 'indexes from 0'}); "
+        f"{_describe_all()}")
+
+
 def find_device(spec: Device | int | str) -> Device:
     """Resolve a device spec: Device, index, 'gpu'/'cpu'/'accelerator' or a name substring."""
     if isinstance(spec, Device):
@@ -369,6 +387,9 @@ def find_device(spec: Device | int | str) -> Device:
     if not isinstance(spec, str):
         raise DeviceNotFoundError(f"cannot select a device from {spec!r}; {_describe_all()}")
     key = spec.strip().lower()
+    by_backend = _backend_device(key, found)
+    if by_backend is not None:
+        return by_backend
     if key in ("gpu", "cpu", "accelerator"):
         matches = devices(type=key)
         # a type means the device FUSELOOP_DEVICE names, when it is of that type

@@ -1,0 +1,456 @@
+"""The CUDA backend, over CuPy: Loopy's CUDA target built with NVRTC.
+
+CuPy is the driver layer (chosen over cuda-python because the GPU hosts fuseloop
+is used on have it already, as the peer library users compare with, and it
+bundles what this backend needs behind one import): device properties and the
+primary context (``cupy.cuda.runtime``), a memory pool, streams and events,
+NVRTC (``cupy.cuda.nvrtc``), ``cuModuleLoadData`` (``cupy.cuda.function.Module``)
+and ``cuLaunchKernel`` (``Function.__call__``, whose arguments are numpy scalars
+passed by value: a buffer argument is its device address as a ``uint64``).
+
+Programs are compiled to a cubin for the device's own architecture, which the
+disk cache keeps (where this NVRTC cannot emit cubins, PTX, which the driver
+compiles when it is loaded).  Each device gets one non-blocking stream, the
+in-order queue fuseloop's runtime expects.  NVRTC treats functions without an
+execution space as device functions, so the helpers' C needs no CUDA qualifier.
+Generated sources start with :data:`PRELUDE`: the spellings of OpenCL C that
+fuseloop's helper functions use (type names, ``mad``, ``popcount``, ...), so one
+set of helpers serves both backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+from weakref import ref as _weakref
+
+import cupy
+import numpy as np
+from cupy.cuda import function as _function
+from cupy.cuda import nvrtc as _nvrtc
+from cupy.cuda import runtime as _rt
+
+from ..errors import KernelBuildError, OutOfMemoryError
+from .base import Backend, BufferPool, BuiltProgram, DeviceInfo, Launcher, LaunchSpec
+
+#: what a generated kernel source starts with on CUDA (see the module docstring)
+PRELUDE = r"""// fuseloop's CUDA prelude: OpenCL C spellings its helper functions use
+typedef unsigned char uchar;
+typedef unsigned short ushort;
+typedef unsigned int uint;
+typedef unsigned long ulong;
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
+#ifndef INT_MIN
+#define INT_MIN (-2147483647 - 1)
+#endif
+__device__ inline float mad(float a, float b, float c) { return a * b + c; }
+__device__ inline double mad(double a, double b, double c) { return a * b + c; }
+__device__ inline int popcount(uint a) { return __popc(a); }
+__device__ inline int popcount(int a) { return __popc((uint) a); }
+__device__ inline long popcount(ulong a) { return __popcll(a); }
+__device__ inline long popcount(long a) { return __popcll((ulong) a); }
+__device__ inline int popcount(uchar a) { return __popc(a); }
+__device__ inline int popcount(char a) { return __popc((uchar) a); }
+__device__ inline int popcount(ushort a) { return __popc(a); }
+__device__ inline int popcount(short a) { return __popc((ushort) a); }
+__device__ inline long mul_hi(long a, long b) { return __mul64hi(a, b); }
+__device__ inline ulong mul_hi(ulong a, ulong b) { return __umul64hi(a, b); }
+__device__ inline int mul_hi(int a, int b) { return __mulhi(a, b); }
+__device__ inline uint mul_hi(uint a, uint b) { return __umulhi(a, b); }
+"""
+
+_H2D, _D2H, _D2D = 1, 2, 3
+
+
+class CudaOutOfMemory(OutOfMemoryError, cupy.cuda.memory.OutOfMemoryError):
+    """The CUDA driver refused an allocation."""
+
+    def __init__(self, *args: Any) -> None:  # (CuPy's own takes (size, total, limit))
+        Exception.__init__(self, *args)
+
+
+class _Buffer:
+    """Device memory outside the pool: ``ptr`` and ``size``, freed when collected."""
+
+    __slots__ = ("__weakref__", "_on_release", "memory", "ptr", "size")
+
+    def __init__(self, memory: Any, size: int, on_release: Callable[[int], None]) -> None:
+        self.memory = memory
+        self.ptr = memory.ptr
+        self.size = size
+        self._on_release = on_release
+
+    def __del__(self) -> None:
+        on_release = getattr(self, "_on_release", None)
+        if on_release is not None:
+            on_release(self.size)
+
+
+class CudaDevice:
+    """The context half of an opened CUDA device: its ordinal and compute capability."""
+
+    __slots__ = ("arch", "ordinal")
+
+    def __init__(self, ordinal: int, arch: str) -> None:
+        self.ordinal = ordinal
+        self.arch = arch
+
+
+class CudaBufferPool(BufferPool):
+    """CuPy's ``MemoryPool`` (device memory, stream-ordered reuse) and unpooled memory."""
+
+    refused = (cupy.cuda.memory.OutOfMemoryError,)
+
+    def __init__(self, ordinal: int) -> None:
+        self.ordinal = ordinal
+        self.pool = cupy.cuda.MemoryPool()
+        if ordinal == 0 and _rt.getDevice() == 0:
+            self.allocate = self.pool.malloc
+        else:
+            def allocate(nbytes: int) -> Any:
+                with cupy.cuda.Device(ordinal):
+                    return self.pool.malloc(nbytes)
+            self.allocate = allocate
+
+    @property
+    def managed_bytes(self) -> int:
+        return int(self.pool.total_bytes())
+
+    def free_held(self) -> None:
+        self.pool.free_all_blocks()
+
+    def buffer(self, nbytes: int, host: np.ndarray | None,
+               on_release: Callable[[int], None]) -> Any:
+        with cupy.cuda.Device(self.ordinal):
+            made = _Buffer(cupy.cuda.memory.Memory(max(nbytes, 1)), nbytes, on_release)
+            if host is not None and host.nbytes:
+                _rt.memcpy(made.ptr, host.ctypes.data, host.nbytes, _H2D)
+        return made
+
+
+class CudaKernel:
+    """A kernel object: the loaded function and the argument values of its next launch."""
+
+    __slots__ = ("args", "function", "ordinal")
+
+    def __init__(self, function: Any, ordinal: int) -> None:
+        self.function = function
+        self.ordinal = ordinal
+        self.args: list[Any] = []
+
+    def set(self, position: int, value: Any) -> None:
+        args = self.args
+        if len(args) <= position:
+            args.extend([None] * (position + 1 - len(args)))
+        args[position] = value
+
+
+def _address(buffer: Any) -> np.uint64:
+    return np.uint64(buffer.ptr)
+
+
+def _stream_of(queue: Any) -> Any:
+    return queue
+
+
+class CudaBackend(Backend):
+    """CUDA through CuPy; programs are Loopy's CUDA C built by NVRTC."""
+
+    name = "cuda"
+    language = "cuda"
+    OutOfMemory = CudaOutOfMemory
+
+    # {{{ devices
+
+    def discover(self) -> list[DeviceInfo]:
+        try:
+            count = _rt.getDeviceCount()
+            driver = _rt.driverGetVersion()
+        except Exception:  # (no driver or no device: CuPy's CUDARuntimeError)
+            return []
+        found = []
+        for ordinal in range(count):
+            props = _rt.getDeviceProperties(ordinal)
+            name = props["name"]
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            arch = f"{props['major']}{props['minor']}"
+            found.append(DeviceInfo(
+                backend=self.name, name=name.strip(), type="gpu", platform="CUDA",
+                vendor="NVIDIA Corporation",
+                driver_version=f"{driver // 1000}.{driver % 1000 // 10}",
+                global_mem_size=int(props["totalGlobalMem"]),
+                max_alloc_size=int(props["totalGlobalMem"]), has_fp64=True,
+                compute_units=int(props["multiProcessorCount"]),
+                max_work_group_size=int(props["maxThreadsPerBlock"]),
+                runtime=f"CUDA {driver // 1000}.{driver % 1000 // 10} (CuPy {cupy.__version__})",
+                handle=CudaDevice(ordinal, arch)))
+        return found
+
+    def open(self, device: Any) -> tuple[Any, Any]:
+        handle = device.cl_device
+        with cupy.cuda.Device(handle.ordinal):
+            stream = cupy.cuda.Stream(non_blocking=True)
+        return handle, stream
+
+    def buffer_pool(self, device: Any, context: Any, queue: Any) -> BufferPool:
+        return CudaBufferPool(context.ordinal)
+
+    def loopy_target(self) -> Any:
+        import loopy as lp
+
+        return lp.CudaTarget()
+
+    def source_prelude(self) -> str:
+        return PRELUDE
+
+    def build_options(self, device: Any) -> list[str]:
+        # fuseloop's helpers and Loopy's own (``lpy_min_int32``) are plain C functions
+        # with no execution space: NVRTC is told they are device functions
+        return ["--device-as-default-execution-space"]
+
+    # }}}
+
+    # {{{ queues and events
+
+    def submit(self, queue: Any) -> None:
+        pass  # (CUDA submits as it is enqueued)
+
+    def marker(self, queue: Any) -> Any:
+        event = cupy.cuda.Event(disable_timing=True)
+        event.record(queue)
+        return event
+
+    def finish_queue(self, queue: Any) -> None:
+        queue.synchronize()
+
+    def event_status(self, event: Any) -> int:
+        if event is None:
+            return 0
+        return 0 if event.done else 1
+
+    def wait_event(self, event: Any) -> None:
+        if event is not None:
+            event.synchronize()
+
+    # }}}
+
+    # {{{ buffers and copies
+
+    def allocate(self, device: Any, nbytes: int) -> Any:
+        return device.allocator.allocate(nbytes)
+
+    def buffer_from_host(self, device: Any, host: np.ndarray) -> Any:
+        return device.allocator.host_buffer(host)
+
+    def free(self, buffer: Any) -> None:
+        pass  # (memory goes back to the pool when the last reference dies)
+
+    @staticmethod
+    def _wait_for(queue: Any, wait_for: Sequence[Any] | None) -> None:
+        for event in wait_for or ():
+            if event is not None:
+                queue.wait_event(event)
+
+    def enqueue_write(self, queue: Any, buffer: Any, host: np.ndarray,
+                      wait_for: Sequence[Any] | None, blocking: bool) -> Any:
+        self._wait_for(queue, wait_for)
+        host = np.ascontiguousarray(host)
+        if host.nbytes:
+            _rt.memcpyAsync(buffer.ptr, host.ctypes.data, host.nbytes, _H2D, queue.ptr)
+        event = self.marker(queue)
+        if blocking:
+            event.synchronize()
+        return event
+
+    def enqueue_read(self, queue: Any, host: np.ndarray, buffer: Any,
+                     wait_for: Sequence[Any] | None, blocking: bool) -> Any:
+        self._wait_for(queue, wait_for)
+        if host.nbytes:
+            _rt.memcpyAsync(host.ctypes.data, buffer.ptr, host.nbytes, _D2H, queue.ptr)
+        event = self.marker(queue)
+        if blocking:
+            event.synchronize()
+        return event
+
+    def copy(self, device: Any, dst: Any, src: Any, nbytes: int, src_offset: int = 0,
+             wait_for: Sequence[Any] | None = None) -> Any:
+        queue = device.queue
+        self._wait_for(queue, wait_for)
+        if nbytes:
+            _rt.memcpyAsync(dst.ptr, src.ptr + src_offset, nbytes, _D2D, queue.ptr)
+        return self.marker(queue)
+
+    def fill(self, device: Any, buffer: Any, pattern: np.ndarray, nbytes: int) -> Any:
+        queue = device.queue
+        raw = pattern.tobytes()
+        if nbytes and raw == raw[:1] * len(raw):
+            _rt.memsetAsync(buffer.ptr, raw[0], nbytes, queue.ptr)
+        elif nbytes:
+            # (a repeated pattern of several bytes: CuPy's own fill kernel over a view)
+            unit = pattern.dtype if pattern.size == 1 else np.dtype(f"V{pattern.nbytes}")
+            with cupy.cuda.Device(device.cl_device.ordinal), queue:
+                memory = cupy.cuda.UnownedMemory(buffer.ptr, nbytes, buffer)
+                view = cupy.ndarray((nbytes // unit.itemsize,), unit,
+                                    cupy.cuda.MemoryPointer(memory, 0))
+                view.fill(pattern.reshape(()).item() if pattern.size == 1 else pattern)
+        return self.marker(queue)
+
+    # }}}
+
+    # {{{ programs
+
+    def _compile(self, device: Any, source: str, options: Sequence[str],
+                 kernel_names: Sequence[str]) -> tuple[bytes, bool]:
+        arch = device.cl_device.arch
+        has_cubin = hasattr(_nvrtc, "getCUBIN")
+        flags = [f"--gpu-architecture={'sm' if has_cubin else 'compute'}_{arch}",
+                 *options]
+        program = _nvrtc.createProgram(source, "fuseloop.cu", (), ())
+        try:
+            try:
+                _nvrtc.compileProgram(program, flags)
+            except _nvrtc.NVRTCError as exc:
+                raise KernelBuildError(
+                    f"NVRTC for {device.name} rejected kernel {', '.join(kernel_names)}",
+                    source=source, build_log=f"{exc}\n{_nvrtc.getProgramLog(program)}",
+                ) from None
+            if has_cubin:
+                return bytes(_nvrtc.getCUBIN(program)), True
+            return _nvrtc.getPTX(program).encode(), False
+        finally:
+            _nvrtc.destroyProgram(program)
+
+    def _load(self, device: Any, binary: bytes, kernel_names: Sequence[str]) -> BuiltProgram:
+        with cupy.cuda.Device(device.cl_device.ordinal):
+            module = _function.Module()
+            module.load(binary)
+            for name in kernel_names:
+                module.get_function(name)
+        return BuiltProgram(self.name, (module, device.cl_device.ordinal, binary),
+                            tuple(kernel_names))
+
+    def build_source(self, device: Any, source: str, options: Sequence[str],
+                     kernel_names: Sequence[str]) -> BuiltProgram:
+        binary, _ = self._compile(device, source, options, kernel_names)
+        try:
+            return self._load(device, binary, kernel_names)
+        except Exception as exc:
+            raise KernelBuildError(
+                f"{device.name} did not load the program NVRTC made for kernel "
+                f"{', '.join(kernel_names)}", source=source, build_log=str(exc)) from None
+
+    def build_binary(self, device: Any, binary: bytes, options: Sequence[str],
+                     kernel_names: Sequence[str]) -> BuiltProgram | None:
+        try:
+            return self._load(device, binary, kernel_names)
+        except Exception:
+            return None
+
+    def binary_of(self, program: BuiltProgram) -> bytes | None:
+        return bytes(program.handle[2])
+
+    # }}}
+
+    # {{{ kernels, launches
+
+    def kernel(self, program: BuiltProgram, name: str,
+               consts: Sequence[tuple[int, Any]] = ()) -> Any:
+        module, ordinal, _ = program.handle
+        kernel = CudaKernel(module.get_function(name), ordinal)
+        for i, value in consts:
+            kernel.set(i, value)
+        return kernel
+
+    def set_buffer_arg(self, kernel: Any, position: int, buffer: Any) -> None:
+        kernel.set(position, _address(buffer))
+
+    def make_launcher(self, spec: LaunchSpec) -> Launcher:
+        return make_launcher(spec)
+
+    def launch(self, device: Any, kernel: Any, global_size: Sequence[int],
+               local_size: Sequence[int] | None, args: Sequence[Any],
+               wait_for: Sequence[Any] | None = None) -> Any:
+        queue = device.queue
+        self._wait_for(queue, wait_for)
+        for i, a in enumerate(args):
+            kernel.set(i, a if isinstance(a, np.generic) else _address(a))
+        local = tuple(local_size) if local_size is not None else (1,) * len(global_size)
+        grid, block = _grid(tuple(global_size), local)
+        _run(kernel, grid, block, queue)
+        return self.marker(queue)
+
+    # }}}
+
+
+def _grid(global_size: tuple[int, ...], local_size: tuple[int, ...]
+          ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """CUDA's (grid in blocks, block) from OpenCL's (global, local) work-item counts."""
+    local = (*local_size, 1, 1, 1)[:3]
+    glob = (*global_size, 1, 1, 1)[:3]
+    if len(global_size) > 3:
+        raise KernelBuildError(f"a CUDA grid has at most 3 axes, not {len(global_size)}")
+    return tuple(-(-g // w) for g, w in zip(glob, local)), local
+
+
+def _run(kernel: CudaKernel, grid: tuple[int, ...], block: tuple[int, ...], queue: Any) -> None:
+    if kernel.ordinal == _rt.getDevice():
+        kernel.function(grid, block, kernel.args, 0, queue)
+    else:
+        with cupy.cuda.Device(kernel.ordinal):
+            kernel.function(grid, block, kernel.args, 0, queue)
+
+
+def make_launcher(spec: LaunchSpec) -> Launcher:
+    """The CUDA :data:`~fuseloop.backends.base.Launcher` of ``spec``: as OpenCL's
+    (``fuseloop.backends.opencl.make_launcher``), the kernel object remembers its
+    arguments, so an input buffer or scalar is converted again only when it changed;
+    buffers are passed as their device addresses."""
+    out_pos = spec.outputs
+    buf_pos = spec.inputs
+    scalar_pos = spec.scalars
+    consts = spec.consts
+    n_args = spec.n_args
+    grid, block = _grid(spec.global_size, spec.local_size)
+    wr, u64, get_device = _weakref, np.uint64, _rt.getDevice
+
+    def go(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any], queue: Any) -> None:
+        args = k.args
+        if len(args) < n_args:
+            args.extend([None] * (n_args - len(args)))
+        if last[-1] is not consts:
+            last[-1] = None
+            for i, v in consts:
+                args[i] = v
+            last[-1] = consts
+        if spec.one_output:
+            args[out_pos[0][0]] = u64(o.buffer.ptr)
+        else:
+            for i, j in out_pos:
+                args[i] = u64(o[j].buffer.ptr)
+        for i, j in buf_pos:
+            x = s[j]
+            r = last[i]
+            if r is None or r() is not x:
+                last[i] = None
+                args[i] = u64(x.buffer.ptr)
+                last[i] = wr(x)
+        for i, j, T in scalar_pos:
+            v = c[j]
+            if v is not last[i]:
+                last[i] = None
+                args[i] = T(v)
+                last[i] = v
+        if k.ordinal == get_device():
+            k.function(grid, block, args, 0, queue)
+        else:
+            with cupy.cuda.Device(k.ordinal):
+                k.function(grid, block, args, 0, queue)
+    return go
+
+
+__all__ = ["PRELUDE", "CudaBackend", "CudaBufferPool", "CudaOutOfMemory", "make_launcher"]

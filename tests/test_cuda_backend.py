@@ -1,0 +1,194 @@
+"""The CUDA backend (``fuseloop.backends.cuda``): device selection, the generated CUDA
+C, and on a machine with a CUDA device, evaluation against numpy.
+
+The whole suite runs on the CUDA device with ``FUSELOOP_DEVICE=cuda:0`` (the
+``tests_cuda`` nox session); the tests here are the ones that need two backends or
+read what only the CUDA backend makes.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.errors import (
+    BackendFeatureError,
+    DeviceError,
+    DeviceNotFoundError,
+    DTypeError,
+    KernelBuildError,
+)
+from fuseloop.runtime import devices as _devices
+
+
+def _cuda_devices() -> list:
+    return [d for d in fl.devices() if d.backend == "cuda"]
+
+
+needs_cuda = pytest.mark.skipif(not _cuda_devices(), reason="no CUDA device (CuPy and a driver)")
+
+
+# {{{ no device
+
+
+def test_a_backend_index_spec_counts_that_backends_devices():
+    opencl = [d for d in fl.devices() if d.backend == "opencl"]
+    assert fl.devices()  # (the suite needs a device)
+    if opencl:
+        assert _devices.find_device("opencl:0") is opencl[0]
+    with pytest.raises(DeviceNotFoundError, match=r"no cuda device with index 7"):
+        _devices.find_device("cuda:7")
+    # not a backend label: an ordinary name look-up
+    with pytest.raises(DeviceNotFoundError):
+        _devices.find_device("nosuchbackend:0")
+
+
+def test_grid_is_counted_in_blocks():
+    cuda = pytest.importorskip("fuseloop.backends.cuda")
+    assert cuda._grid((1024,), (128,)) == ((8, 1, 1), (128, 1, 1))
+    assert cuda._grid((64, 48), (16, 16)) == ((4, 3, 1), (16, 16, 1))
+    with pytest.raises(KernelBuildError, match="at most 3 axes"):
+        cuda._grid((1, 1, 1, 1), (1, 1, 1, 1))
+
+
+def _fake_cuda_device():
+    cuda = pytest.importorskip("fuseloop.backends.cuda")
+    return _devices.Device(
+        index=99, name="NVIDIA H100 80GB HBM3", type="gpu", platform="CUDA",
+        vendor="NVIDIA Corporation", driver_version="13.0", global_mem_size=80 << 30,
+        max_alloc_size=80 << 30, has_fp64=True, cl_device=cuda.CudaDevice(0, "90"),
+        compute_units=132, backend="cuda", max_work_group_size=1024)
+
+
+_EXPRESSIONS = {
+    "elementwise": lambda x, y, i, X: [2 * x - fl.sin(y) + x * y],
+    "integer helpers": lambda x, y, i, X: [(i // 3) % 5 + fl.minimum(i, 2) ** 2,
+                                           fl.maximum(x, y), fl.isnan(x)],
+    "full reduction": lambda x, y, i, X: [fl.sum(x * y)],
+    "softmax rows": lambda x, y, i, X: [fl.exp(X - X.max(axis=1, keepdims=True))
+                                        / fl.exp(X - X.max(axis=1, keepdims=True))
+                                        .sum(axis=1, keepdims=True)],
+    "matmul": lambda x, y, i, X: [X.T @ X],
+    "argmax": lambda x, y, i, X: [X.argmax(axis=1)],
+}
+
+
+@pytest.mark.parametrize("case", list(_EXPRESSIONS))
+def test_generated_cuda_source_compiles_with_nvcc(case, tmp_path):
+    """The CUDA C of each kind of kernel (prelude, helpers, Loopy's own helpers)
+    is accepted by NVIDIA's compiler; no GPU needed."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not installed")
+    from fuseloop.lower import codegen
+
+    fake = _fake_cuda_device()
+    rng = np.random.default_rng(0)
+    x = fl.asarray(rng.random(4096, dtype=np.float32))
+    y = fl.asarray(rng.random(4096, dtype=np.float32))
+    i = fl.asarray(np.arange(4096, dtype=np.int64) - 7)
+    X = fl.asarray(rng.random((256, 512), dtype=np.float32))
+    lowered = fl.program(*_EXPRESSIONS[case](x, y, i, X)).lower(fake)
+    plan = codegen.generate(lowered.t_unit, fake)
+    assert plan.source.startswith("// fuseloop's CUDA prelude")
+    assert re.search(r'extern "C" __global__', plan.source)
+    assert "--device-as-default-execution-space" in plan.build_options
+    # nvcc has no switch for NVRTC's default execution space: qualify what NVRTC would
+    source = re.sub(r"^static inline", "__device__ static inline", plan.source, flags=re.M)
+    path = tmp_path / "kernel.cu"
+    path.write_text(source)
+    done = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-o", str(tmp_path / "k.cubin"),
+                           str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+# }}}
+
+
+# {{{ on a CUDA device
+
+
+@pytest.fixture
+def cuda_device():
+    found = _cuda_devices()
+    if not found:
+        pytest.skip("no CUDA device (CuPy and a driver)")
+    with fl.device(found[0]) as dev:
+        yield dev
+
+
+@needs_cuda
+def test_expressions_match_numpy_on_cuda(cuda_device, fresh_stats):
+    rng = np.random.default_rng(1)
+    a = rng.random(100_003)
+    b = rng.random(100_003)
+    M = rng.random((300, 700))
+    x, y, X = fl.asarray(a), fl.asarray(b), fl.asarray(M)
+    assert x.device is cuda_device
+    # (CUDA's sin is within 1 ulp of the correctly rounded result, as numpy's)
+    np.testing.assert_allclose((2 * x - fl.sin(y) + x * y).get(), 2 * a - np.sin(b) + a * b,
+                               rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(fl.sum(x * y).get(), np.sum(a * b), rtol=1e-10)
+    np.testing.assert_allclose(X.max(axis=1).get(), M.max(axis=1))
+    np.testing.assert_allclose(X.sum(axis=0).get(), M.sum(axis=0), rtol=1e-10)
+    np.testing.assert_allclose((X @ X.T).get(), M @ M.T, rtol=1e-10)
+    np.testing.assert_array_equal(X.argmax(axis=1).get(), M.argmax(axis=1))
+    ints = np.arange(-50, 50, dtype=np.int32)
+    k = fl.asarray(ints)
+    np.testing.assert_array_equal((k // 7).get(), ints // 7)
+    np.testing.assert_array_equal((k % 7).get(), ints % 7)
+    # slices and views pass offsets as arguments
+    np.testing.assert_allclose((x[1::3] * 2 + y[:-1:3]).get(), a[1::3] * 2 + b[:-1:3])
+    # a cached expression compiles nothing the second time
+    (2 * x - fl.sin(y) + x * y).get()
+    before = fl.stats()["kernels_compiled"]
+    (2 * x - fl.sin(y) + x * y).get()
+    assert fl.stats()["kernels_compiled"] == before
+
+
+@needs_cuda
+def test_assignment_and_float32_on_cuda(cuda_device):
+    a = np.linspace(-3, 3, 4097, dtype=np.float32)
+    x = fl.asarray(a)
+    x[10:20] = 5
+    a[10:20] = 5
+    x += 1
+    a += 1
+    np.testing.assert_allclose(x.get(), a, rtol=1e-6)
+    np.testing.assert_allclose(fl.exp(x).get(), np.exp(a), rtol=1e-6)
+    assert fl.zeros(5, dtype=np.int16).get().tolist() == [0] * 5
+    assert fl.full(3, 2.5, dtype=np.float32).get().tolist() == [2.5] * 3
+
+
+@needs_cuda
+def test_mixing_backends_in_one_expression_names_both_devices(cuda_device):
+    others = [d for d in fl.devices() if d.backend != "cuda" and d.usable]
+    if not others:
+        pytest.skip("no device of another backend")
+    x = fl.asarray(np.ones(8))
+    with fl.device(others[0]):
+        y = fl.asarray(np.ones(8))
+    with pytest.raises(DeviceError) as info:
+        (x + y).get()
+    assert cuda_device.name in str(info.value) and others[0].name in str(info.value)
+
+
+@needs_cuda
+def test_operations_without_a_cuda_kernel_say_so(cuda_device):
+    x = fl.asarray(np.arange(10.0))
+    with pytest.raises(BackendFeatureError, match="cuda"):
+        fl.sort(x).get()
+    with pytest.raises(BackendFeatureError, match="cuda"):
+        fl.cumulative_sum(x).get()
+    with pytest.raises(BackendFeatureError, match="random"):
+        fl.random.uniform((4,), key=1).get()
+    with pytest.raises(DTypeError, match="OpenCL devices only"):
+        (x * 1j).get()
+
+
+# }}}
