@@ -183,6 +183,11 @@ __all__ += ["from_pyopencl", "to_pyopencl"]
 
 
 def __getattr__(name: str) -> object:
+    if name == "cuda":  # fl.cuda: CUDA interop (imports CuPy only when used)
+        from . import cuda_interop
+
+        globals()["cuda"] = cuda_interop
+        return cuda_interop
     if name in _ON_FIRST_USE:
         import importlib
 

@@ -116,15 +116,32 @@ class ArrayProtocol:
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
                    dl_device: Any = None, copy: bool | None = None) -> Any:
-        """DLPack export: a host copy (``copy=False`` raises ``BufferError``)."""
+        """DLPack export: on a CUDA device the array's own memory, else a host copy
+        (``copy=False`` then raises ``BufferError``)."""
+        if self.device.backend == "cuda" and (dl_device is None or dl_device[0] == 2):
+            from . import cuda_interop
+
+            return cuda_interop.dlpack(self, stream, max_version, dl_device, copy)  # type: ignore[arg-type]
         from .interop import dlpack
 
         return dlpack(self, stream, max_version, dl_device, copy)  # type: ignore[arg-type]
 
     def __dlpack_device__(self) -> tuple[int, int]:
+        if self.device.backend == "cuda":
+            from . import cuda_interop
+
+            return cuda_interop.dlpack_device(self)  # type: ignore[arg-type]
         from .interop import dlpack_device
 
         return dlpack_device(self)  # type: ignore[arg-type]
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """CUDA's array interface (version 3) of an array on a CUDA device: its own
+        memory, no copy (AttributeError on other devices)."""
+        from . import cuda_interop
+
+        return cuda_interop.cuda_array_interface(self)  # type: ignore[arg-type]
 
     def to_pyopencl(self) -> Any:
         """A ``pyopencl.array.Array`` over this array's buffer (no copy; see

@@ -162,6 +162,10 @@ def asarray(obj: Any, dtype: Any = None, device: Any = None, *,
         if not same_dtype:
             return obj.astype(dtype)
         return obj.copy() if copy else obj
+    if hasattr(obj, "__cuda_array_interface__"):  # (CUDA torch tensors, CuPy arrays)
+        from .cuda_interop import from_cuda
+
+        return from_cuda(obj, _device(device), dtype, copy)
     if copy is False:
         raise ValueError(_COPY_NEEDED.format(why=f"uploading {type(obj).__name__} to the "
                                                  "device"))

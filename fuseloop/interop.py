@@ -370,12 +370,18 @@ def from_dlpack(obj: Any, /, *, device: Any = None, copy: bool | None = None) ->
         if copy:
             return fl.asarray(obj, device=device).copy()
         return fl.asarray(obj, device=device)
-    if copy is False:
-        raise BufferError("fl.from_dlpack copies the producer's values to the device: "
-                          "copy=False cannot be honoured")
     if not hasattr(obj, "__dlpack__"):
         raise TypeError(f"fl.from_dlpack takes an object with __dlpack__, not "
                         f"{type(obj).__name__}")
+    where = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (1, 0)
+    if where[0] == 2:  # kDLCUDA: CUDA memory, shared on a CUDA device
+        from .creation import _device
+        from .cuda_interop import from_dlpack as from_cuda_dlpack
+
+        return from_cuda_dlpack(obj, _device(device), copy)
+    if copy is False:
+        raise BufferError("fl.from_dlpack copies the producer's values to the device: "
+                          "copy=False cannot be honoured")
     host = np.from_dlpack(obj)
     return fl.asarray(host, device=device)
 

@@ -192,3 +192,63 @@ def test_operations_without_a_cuda_kernel_say_so(cuda_device):
 
 
 # }}}
+
+
+# {{{ interop on a CUDA device
+
+
+@needs_cuda
+def test_cupy_and_fuseloop_share_memory_both_ways(cuda_device):
+    import cupy
+
+    x = fl.asarray(np.arange(12, dtype=np.float32)) * 2
+    c = cupy.asarray(x)  # (through __cuda_array_interface__)
+    assert c.data.ptr == x.__cuda_array_interface__["data"][0]
+    np.testing.assert_array_equal(cupy.asnumpy(c), np.arange(12) * 2)
+    src = cupy.arange(10, dtype=cupy.float64)
+    y = fl.asarray(src)
+    assert y.__cuda_array_interface__["data"][0] == src.data.ptr  # no copy
+    src += 1  # (a write through CuPy is seen by fuseloop)
+    cupy.cuda.runtime.deviceSynchronize()
+    np.testing.assert_array_equal((y * 3).get(), (np.arange(10) + 1) * 3)
+    # a strided producer cannot be shared
+    with pytest.raises(BufferError, match="not C-contiguous"):
+        fl.asarray(cupy.arange(10.0)[::2], copy=False)
+    np.testing.assert_array_equal(fl.asarray(cupy.arange(10.0)[::2]).get(), np.arange(0, 10, 2))
+
+
+@needs_cuda
+def test_torch_tensors_in_and_out_without_a_copy(cuda_device):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    t = torch.arange(16, dtype=torch.float32, device="cuda")
+    x = fl.from_dlpack(t)
+    assert x.__cuda_array_interface__["data"][0] == t.data_ptr()
+    out = (fl.sin(x) * 2).eval()
+    back = torch.from_dlpack(out)
+    assert back.data_ptr() == out.__cuda_array_interface__["data"][0]
+    np.testing.assert_allclose(back.cpu().numpy(), np.sin(np.arange(16, dtype=np.float32)) * 2,
+                               rtol=1e-6)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s), fl.cuda.stream(s):
+        y = (x + 1).eval()
+    s.synchronize()
+    np.testing.assert_array_equal(torch.as_tensor(y, device="cuda").cpu().numpy(),
+                                  np.arange(16, dtype=np.float32) + 1)
+
+
+@needs_cuda
+def test_cuda_interop_on_other_devices_is_absent_or_an_error(cuda_device):
+    with pytest.raises(DeviceError, match="CUDA device"):
+        with fl.device(next(d for d in fl.devices() if d.backend != "cuda")):
+            with fl.cuda.stream(0):
+                pass
+
+
+def test_arrays_off_cuda_have_no_cuda_array_interface():
+    x = fl.asarray(np.ones(3))
+    if x.device.backend != "cuda":
+        assert not hasattr(x, "__cuda_array_interface__")
+
+# }}}
