@@ -53,7 +53,7 @@ import numpy as np
 
 from . import caches as _caches
 from . import stats as _stats
-from .backends import Backend, BuiltProgram, backend_for, require_backend
+from .backends import Backend, BuiltProgram, backend_for
 from .cache_disk import (  # noqa: F401  (the disk layer's API, as it was here)
     DEFAULT_DISK_CACHE_MAX_BYTES,
     DISABLED_VALUES,
@@ -452,8 +452,6 @@ class SourceKernel:
             _increment("memory_cache_hits")
             return hit
         plan = self.plan
-        # (hand-written kernels are OpenCL C)
-        require_backend(device, f"the hand-written kernel {plan.name}")
         return _get_or_build(mem_key, lambda: source_disk_key(plan, device), lambda: plan,
                              device)
 

@@ -26,6 +26,7 @@ import numpy as np
 from . import evaluate as _ev
 from . import run_plans as _rp
 from .array import Array, _common_device
+from .backends import backend_for
 from .errors import ShapeError
 from .expr.ir import operand_refs
 from .expr.program import Bindings, Program
@@ -398,21 +399,20 @@ _copy_bandwidth: dict[int, tuple[Device, float]] = {}
 
 
 def copy_bandwidth(device: Device) -> float:
-    """GB/s of an OpenCL buffer-to-buffer copy on ``device`` (read plus write), measured
-    on first use (median of 5 copies of up to 64 MiB) and kept for the process."""
+    """GB/s of a buffer-to-buffer copy on ``device`` (read plus write), measured on first
+    use (median of 5 copies of up to 64 MiB) and kept for the process."""
     hit = _copy_bandwidth.get(device.index)
     if hit is not None and hit[0] is device:
         return hit[1]
-    import pyopencl as cl
-
+    backend = backend_for(device)
     nbytes = int(min(64 << 20, device.global_mem_size // 16))
-    a = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, nbytes)
-    c = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, nbytes)
+    a = backend.allocate(device, nbytes)
+    c = backend.allocate(device, nbytes)
     times = []
     for k in range(7):
         t0 = time.perf_counter()
-        cl.enqueue_copy(device.queue, c, a)
-        device.queue.finish()
+        backend.copy(device, c, a, nbytes)
+        backend.finish(device)
         if k >= 2:  # two warm-up copies (first touch of the pages)
             times.append(time.perf_counter() - t0)
     gbs = 2 * nbytes / statistics.median(times) / 1e9
@@ -420,7 +420,9 @@ def copy_bandwidth(device: Device) -> float:
     return gbs
 
 
-_PEAK_SOURCE = """
+# (explicit vectors: PoCL does not vectorise the loop across work-items; other backends'
+# C has no vector arithmetic, so there the chains are scalars)
+_PEAK_VECTOR = """
 __kernel void fl_peak(__global float *out, float b, float c, int iters) {
     float8 a0 = (float8)(get_global_id(0) * 1e-9f), a1 = a0 + 1.0f, a2 = a0 + 2.0f;
     float8 a3 = a0 + 3.0f, a4 = a0 + 4.0f, a5 = a0 + 5.0f, a6 = a0 + 6.0f, a7 = a0 + 7.0f;
@@ -432,35 +434,53 @@ __kernel void fl_peak(__global float *out, float b, float c, int iters) {
     out[get_global_id(0)] = s.s0 + s.s1 + s.s2 + s.s3 + s.s4 + s.s5 + s.s6 + s.s7;
 }
 """
+_PEAK_SCALAR = """
+__kernel void fl_peak(__global float *out, float b, float c, int iters) {
+    float a[16];
+    for (int j = 0; j < 16; ++j)
+        a[j] = get_global_id(0) * 1e-9f + j;
+    for (int i = 0; i < iters; ++i) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+            a[j] = a[j] * b + c;
+    }
+    float s = 0;
+    for (int j = 0; j < 16; ++j)
+        s += a[j];
+    out[get_global_id(0)] = s;
+}
+"""
 _peak: dict[int, tuple[Device, float]] = {}
 
 
 def peak_gflops(device: Device) -> float:
-    """GFLOP/s of float32 multiply-adds on ``device``: eight independent ``float8`` chains
-    per work-item over enough work-items to fill the device (median of 5 runs), measured on
-    first use and kept for the process.  A measured ceiling, not the data sheet's."""
+    """GFLOP/s of float32 multiply-adds on ``device``: 64 (OpenCL: eight ``float8``) or 16
+    independent chains per work-item over enough work-items to fill the device (median of
+    5 runs), measured on first use and kept for the process.  A measured ceiling, not the
+    data sheet's."""
     hit = _peak.get(device.index)
     if hit is not None and hit[0] is device:
         return hit[1]
-    import pyopencl as cl
-
-    # (explicit vectors: PoCL does not vectorise this loop across work-items)
+    backend = backend_for(device)
     cpu = device.type == "cpu"
     items = max(1, device.compute_units) * (4 if cpu else 2048)
     local = None if cpu else (256,)
     iters = 65536 if cpu else 1024
-    prg = cl.Program(device.context, _PEAK_SOURCE).build()
-    kernel = cl.Kernel(prg, "fl_peak")
-    out = cl.Buffer(device.context, cl.mem_flags.WRITE_ONLY, 4 * items)
-    kernel.set_args(out, np.float32(0.999999), np.float32(1e-6), np.int32(iters))
+    vector = backend.language == "opencl"
+    program = backend.build_source(device, _PEAK_VECTOR if vector else _PEAK_SCALAR, [],
+                                   ["fl_peak"])
+    kernel = backend.kernel(program, "fl_peak")
+    out = backend.allocate(device, 4 * items)
+    args = [out, np.float32(0.999999), np.float32(1e-6), np.int32(iters)]
     times = []
     for k in range(7):
         t0 = time.perf_counter()
-        cl.enqueue_nd_range_kernel(device.queue, kernel, (items,), local)
-        device.queue.finish()
+        backend.launch(device, kernel, (items,), local, args)
+        backend.finish(device)
         if k >= 2:
             times.append(time.perf_counter() - t0)
-    gflops = 2 * 64 * iters * items / statistics.median(times) / 1e9
+    chains = 64 if vector else 16
+    gflops = 2 * chains * iters * items / statistics.median(times) / 1e9
     _peak[device.index] = (device, gflops)
     return gflops
 

@@ -23,7 +23,7 @@ from .cache import KernelPlan, SourceKernel
 from .expr.nodes import Storage
 from .runtime.devices import Device
 
-# T: the element type; WG: work-items per group of the column-parallel kernels
+# FL_T: the element type; WG: work-items per group of the column-parallel kernels
 _PRELUDE = r"""
 #if IS_DOUBLE
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -36,23 +36,23 @@ _PRELUDE = r"""
 # not positive (or NaN); the factorisation stops there.
 _POTRF = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fuseloop_potrf(__global T *a, __global long *flag, const long off,
+void fuseloop_potrf(__global FL_T *a, __global long *flag, const long off,
                     const long ld, const long nb, const long col0)
 {
     const int lid = get_local_id(0);
-    __local T pivot[1];
+    __local FL_T pivot[1];
     /* read by all before work-item 0 may set it: the group returns as one */
     const long failed = flag[0];
     barrier(CLK_GLOBAL_MEM_FENCE);
     if (failed != 0)
         return;
     for (long j = 0; j < nb; ++j) {
-        __global T *rj = a + off + j * ld;
+        __global FL_T *rj = a + off + j * ld;
         if (lid == 0) {
-            T d = rj[j];
+            FL_T d = rj[j];
             for (long p = 0; p < j; ++p)
                 d -= rj[p] * rj[p];
-            if (d > (T)0) {
+            if (d > (FL_T)0) {
                 d = sqrt(d);
                 rj[j] = d;
             } else {
@@ -61,12 +61,12 @@ void fuseloop_potrf(__global T *a, __global long *flag, const long off,
             pivot[0] = d;
         }
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        const T d = pivot[0];
-        if (!(d > (T)0))
+        const FL_T d = pivot[0];
+        if (!(d > (FL_T)0))
             return;  /* (every work-item: d is the group's) */
         for (long i = j + 1 + lid; i < nb; i += WG) {
-            __global T *ri = a + off + i * ld;
-            T s = ri[j];
+            __global FL_T *ri = a + off + i * ld;
+            FL_T s = ri[j];
             for (long p = 0; p < j; ++p)
                 s -= ri[p] * rj[p];
             ri[j] = s / d;
@@ -76,12 +76,12 @@ void fuseloop_potrf(__global T *a, __global long *flag, const long off,
 }
 """
 
-# Solve T X = B in place of B for each of ncols columns (one work-item each): T is
-# n x n, lower or upper, with a unit diagonal or not; T[i,j] = t[toff + i*ts0 +
-# j*ts1], B[i,c] = b[boff + i*bs0 + c*bs1].  T and B may share a buffer.
+# Solve FL_T X = B in place of B for each of ncols columns (one work-item each): FL_T is
+# n x n, lower or upper, with a unit diagonal or not; FL_T[i,j] = t[toff + i*ts0 +
+# j*ts1], B[i,c] = b[boff + i*bs0 + c*bs1].  FL_T and B may share a buffer.
 _TRSM = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fuseloop_trsm(__global T *b, __global const T *t, const long n, const long ncols,
+void fuseloop_trsm(__global FL_T *b, __global const FL_T *t, const long n, const long ncols,
                    const long toff, const long ts0, const long ts1,
                    const long boff, const long bs0, const long bs1,
                    const long lower, const long unit)
@@ -89,10 +89,10 @@ void fuseloop_trsm(__global T *b, __global const T *t, const long n, const long 
     const long c = get_global_id(0);
     if (c >= ncols)
         return;
-    __global T *bc = b + boff + c * bs1;
+    __global FL_T *bc = b + boff + c * bs1;
     for (long s = 0; s < n; ++s) {
         const long i = lower ? s : n - 1 - s;
-        T v = bc[i * bs0];
+        FL_T v = bc[i * bs0];
         const long lo = lower ? 0 : i + 1, hi = lower ? i : n;
         for (long p = lo; p < hi; ++p)
             v -= t[toff + i * ts0 + p * ts1] * bc[p * bs0];
@@ -112,17 +112,17 @@ void fuseloop_trsm(__global T *b, __global const T *t, const long n, const long 
 # LAPACK's getrf does.
 _GETF2 = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fuseloop_getf2(__global T *a, __global long *piv, __global long *flag,
+void fuseloop_getf2(__global FL_T *a, __global long *piv, __global long *flag,
                     const long k, const long ld, const long rows, const long nb)
 {
     const int lid = get_local_id(0);
-    __local T best_v[WG];
+    __local FL_T best_v[WG];
     __local long best_i[WG];
     for (long j = k; j < k + nb; ++j) {
-        T best = (T)-1;
+        FL_T best = (FL_T)-1;
         long p = j;
         for (long i = j + lid; i < rows; i += WG) {
-            const T v = fabs(a[i * ld + j]);
+            const FL_T v = fabs(a[i * ld + j]);
             if (v > best) {
                 best = v;
                 p = i;
@@ -133,7 +133,7 @@ void fuseloop_getf2(__global T *a, __global long *piv, __global long *flag,
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int w = WG / 2; w > 0; w >>= 1) {
             if (lid < w) {
-                const T o = best_v[lid + w];
+                const FL_T o = best_v[lid + w];
                 const long oi = best_i[lid + w];
                 if (o > best_v[lid] || (o == best_v[lid] && oi < best_i[lid])) {
                     best_v[lid] = o;
@@ -147,21 +147,21 @@ void fuseloop_getf2(__global T *a, __global long *piv, __global long *flag,
             piv[j] = p;
         if (p != j)
             for (long c = k + lid; c < k + nb; c += WG) {
-                const T x = a[j * ld + c];
+                const FL_T x = a[j * ld + c];
                 a[j * ld + c] = a[p * ld + c];
                 a[p * ld + c] = x;
             }
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        const T d = a[j * ld + j];
-        if (d == (T)0) {
+        const FL_T d = a[j * ld + j];
+        if (d == (FL_T)0) {
             if (lid == 0 && flag[0] == 0)
                 flag[0] = j + 1;
             continue;  /* (every work-item: d is the same for all) */
         }
-        const T r = (T)1 / d;
+        const FL_T r = (FL_T)1 / d;
         for (long i = j + 1 + lid; i < rows; i += WG) {
-            __global T *ri = a + i * ld;
-            const T l = ri[j] * r;
+            __global FL_T *ri = a + i * ld;
+            const FL_T l = ri[j] * r;
             ri[j] = l;
             for (long c = j + 1; c < k + nb; ++c)
                 ri[c] -= l * a[j * ld + c];
@@ -175,7 +175,7 @@ void fuseloop_getf2(__global T *a, __global long *piv, __global long *flag,
 # the ncols columns of a (row stride ld): one work-item per column.
 _LASWP = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fuseloop_laswp(__global T *a, __global const long *piv, const long k, const long nb,
+void fuseloop_laswp(__global FL_T *a, __global const long *piv, const long k, const long nb,
                     const long ld, const long ncols, const long lo, const long hi)
 {
     const long c = get_global_id(0);
@@ -184,7 +184,7 @@ void fuseloop_laswp(__global T *a, __global const long *piv, const long k, const
     for (long j = k; j < k + nb; ++j) {
         const long p = piv[j];
         if (p != j) {
-            const T x = a[j * ld + c];
+            const FL_T x = a[j * ld + c];
             a[j * ld + c] = a[p * ld + c];
             a[p * ld + c] = x;
         }
@@ -230,7 +230,7 @@ def _kernel(name: str, dtype: np.dtype, wg: int) -> SourceKernel:
             name=name, source=_PRELUDE + source,
             arg_names=[*bufs, *(f"s{i}" for i in range(n_scalars))],
             gsize=["p[0]"], lsize=[str(wg)],
-            build_options=[f"-DT={ctype}", f"-DWG={wg}",
+            build_options=[f"-DFL_T={ctype}", f"-DWG={wg}",
                            f"-DIS_DOUBLE={int(dtype == np.float64)}"],
             arg_dtypes=[*([None] * len(bufs)), *(["int64"] * n_scalars)])
         with _lock:

@@ -155,10 +155,11 @@ def _snapshot(outs: Sequence[Any], device: Device) -> list[np.ndarray]:
 
 
 def _restore(outs: Sequence[Any], saved: Sequence[np.ndarray], device: Device) -> None:
-    import pyopencl as cl
+    from .backends import backend_for
 
+    backend = backend_for(device)
     for s, h in zip(outs, saved):
-        cl.enqueue_copy(device.queue, s.buffer, h, is_blocking=True)
+        backend.upload(device, s.buffer, h, blocking=True)
 
 
 def _run(launch: Any, recipe: Any) -> None:

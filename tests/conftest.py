@@ -26,6 +26,18 @@ def _device_params() -> list:
             for d in found]
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@pytest.mark.opencl_only`` tests skip where their device runs on another backend."""
+    if item.get_closest_marker("opencl_only") is None:
+        return
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    dev = params.get("device")
+    if dev is None:
+        dev = fl.get_device()
+    if getattr(dev, "backend", "opencl") != "opencl":
+        pytest.skip(f"tests OpenCL specifics; {dev.name} runs on the {dev.backend} backend")
+
+
 @pytest.fixture(params=_device_params())
 def device(request):
     """Runs the test with each OpenCL device as the default device."""

@@ -81,6 +81,7 @@ def test_array_namespace_and_devices(device):
     assert complex(fl.asarray(2.5)) == 2.5 + 0j
 
 
+@pytest.mark.opencl_only
 def test_dlpack_host_copies_only(device):
     x = fl.asarray(np.arange(5, dtype=np.int32), device=device)
     np.testing.assert_array_equal(np.from_dlpack(x, device="cpu"), np.arange(5))

@@ -23,6 +23,8 @@ from fuseloop.ops import compaction
 from fuseloop.runtime import devices
 from fuseloop.runtime.memory import DeviceMemory
 
+pytestmark = pytest.mark.opencl_only  # (the OpenCL backend's own objects)
+
 _SOURCE = """
 __kernel void axpb(__global float *out, __global const float *x, const float a,
                    const long n)

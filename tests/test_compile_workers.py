@@ -18,6 +18,8 @@ import fuseloop as fl
 from fuseloop import cache
 from fuseloop.runtime import compile_workers
 
+pytestmark = pytest.mark.opencl_only  # (the OpenCL backend's own objects)
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -322,7 +322,7 @@ def _check_piece_loops(src, expr, lengths, buffers):
     """One loop per piece, each reading only its own buffers (``buffers[p]``: the
     ``in<k>`` numbers) at the loop's index shifted by the piece's start, over the
     elements of the work-item's chunk inside the piece: never outside its bounds."""
-    assert src.count("__kernel") == 1
+    assert src.count("__kernel") + src.count("__global__ void") == 1
     params = _param_values(expr, expr.shape)
     total = sum(lengths)
     params["N"] = total

@@ -238,9 +238,13 @@ def test_gpu_recipe_has_local_tiles_and_barriers(device, recipe_on):
     A, B, C = fl.asarray(a), fl.asarray(b), fl.asarray(c)
     expr = fl.tanh(A @ B + C)
     src = fl.show_code(expr)
-    assert "__local float x_tile" in src and "__local float y_tile" in src
-    assert "barrier(CLK_LOCAL_MEM_FENCE)" in src
-    assert "reqd_work_group_size(16, 16, 1)" in src
+    if device.backend == "cuda":
+        local, barrier, group = "__shared__", "__syncthreads()", "__launch_bounds__(256)"
+    else:
+        local, barrier = "__local", "barrier(CLK_LOCAL_MEM_FENCE)"
+        group = "reqd_work_group_size(16, 16, 1)"
+    assert f"{local} float x_tile" in src and f"{local} float y_tile" in src
+    assert barrier in src and group in src
     fl.reset_stats()
     got = expr.get()
     assert fl.stats()["kernels_launched"] == 1

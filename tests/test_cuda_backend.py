@@ -17,7 +17,6 @@ import pytest
 
 import fuseloop as fl
 from fuseloop.errors import (
-    BackendFeatureError,
     DeviceError,
     DeviceNotFoundError,
     DTypeError,
@@ -78,13 +77,27 @@ _EXPRESSIONS = {
 }
 
 
-@pytest.mark.parametrize("case", list(_EXPRESSIONS))
-def test_generated_cuda_source_compiles_with_nvcc(case, tmp_path):
-    """The CUDA C of each kind of kernel (prelude, helpers, Loopy's own helpers)
-    is accepted by NVIDIA's compiler; no GPU needed."""
+def _nvcc_compiles(source: str, options: list[str], tmp_path) -> None:
+    """``source`` after the CUDA prelude compiles with nvcc (skips without nvcc)."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc is not installed")
+    from fuseloop.backends.cuda import PRELUDE
+
+    # nvcc has no switch for NVRTC's default execution space: qualify what NVRTC would
+    source = re.sub(r"^(static |inline |long group_sum)", r"__device__ \1", PRELUDE + source,
+                    flags=re.M)
+    path = tmp_path / "kernel.cu"
+    path.write_text(source)
+    done = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-o", str(tmp_path / "k.cubin"),
+                           *options, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("case", list(_EXPRESSIONS))
+def test_generated_cuda_source_compiles_with_nvcc(case, tmp_path):
+    """The CUDA C of each kind of kernel (helpers, Loopy's own helpers, local memory)
+    is accepted by NVIDIA's compiler after the prelude; no GPU needed."""
     from fuseloop.lower import codegen
 
     fake = _fake_cuda_device()
@@ -95,16 +108,58 @@ def test_generated_cuda_source_compiles_with_nvcc(case, tmp_path):
     X = fl.asarray(rng.random((256, 512), dtype=np.float32))
     lowered = fl.program(*_EXPRESSIONS[case](x, y, i, X)).lower(fake)
     plan = codegen.generate(lowered.t_unit, fake)
-    assert plan.source.startswith("// fuseloop's CUDA prelude")
     assert re.search(r'extern "C" __global__', plan.source)
-    assert "--device-as-default-execution-space" in plan.build_options
-    # nvcc has no switch for NVRTC's default execution space: qualify what NVRTC would
-    source = re.sub(r"^static inline", "__device__ static inline", plan.source, flags=re.M)
-    path = tmp_path / "kernel.cu"
-    path.write_text(source)
-    done = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-o", str(tmp_path / "k.cubin"),
-                           str(path)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert "get_local_id" not in plan.source and "__local" not in plan.source
+    _nvcc_compiles(plan.source, plan.build_options, tmp_path)
+
+
+def test_int64_max_has_no_unsigned_literal():
+    """INT64_MIN, the identity of max, is written as a sum: C's '-9223372036854775808'
+    negates an unsigned constant and made comparisons with it unsigned."""
+    from fuseloop.lower import codegen
+
+    fake = _fake_cuda_device()
+    x = fl.asarray(np.arange(24, dtype=np.int64).reshape(4, 6))
+    source = codegen.generate(fl.program(x.max(axis=1)).lower(fake).t_unit, fake).source
+    assert "-9223372036854775808" not in source
+    assert "9223372036854775807" in source
+
+
+def _hand_written_plans() -> list:
+    from fuseloop import linalg_kernels
+    from fuseloop.ops import compaction
+
+    plans = []
+    for layout in (compaction.Layout(256, 8, 1 << 13, 4096), compaction.Layout(1, 1, 1 << 15, 8)):
+        plans.append(compaction._plan("fuseloop_mask_count", compaction._COUNT,
+                                      ["in0", "out0"], layout))
+        plans.append(compaction._plan("fuseloop_mask_compact", compaction._COMPACT,
+                                      ["in0", "in1", "out0", "out1"], layout))
+    for name in linalg_kernels._KERNELS:
+        plans.append(linalg_kernels._kernel(name, np.dtype(np.float64), 256).plan)
+    return plans
+
+
+def test_hand_written_kernels_compile_as_cuda(tmp_path):
+    """The mask compaction's and the linalg kernels' OpenCL C builds for CUDA through
+    the prelude's spellings (``__kernel``, ``__local``, ``barrier``, work-item ids)."""
+    pytest.importorskip("fuseloop.backends.cuda")
+    for k, plan in enumerate(_hand_written_plans()):
+        folder = tmp_path / str(k)
+        folder.mkdir()
+        _nvcc_compiles(plan.source, plan.build_options, folder)
+
+
+def test_random_number_helpers_compile_as_cuda(tmp_path):
+    """Random123's headers (pyopencl's OpenCL copy) compile as CUDA C++."""
+    pytest.importorskip("fuseloop.backends.cuda")
+    from fuseloop.lower.scalar_ops import make_helper
+
+    i64, f32 = np.dtype(np.int64), np.dtype(np.float32)
+    helper = make_helper("r123_normal_philox", (i64, i64, i64, f32))
+    threefry = make_helper("r123_uniform_threefry", (i64, i64, i64, f32))
+    _nvcc_compiles(helper.source + threefry.source
+                   + "__global__ void k(float *o) { o[0] = 0; }\n", [], tmp_path)
 
 
 # }}}
@@ -179,14 +234,34 @@ def test_mixing_backends_in_one_expression_names_both_devices(cuda_device):
 
 
 @needs_cuda
-def test_operations_without_a_cuda_kernel_say_so(cuda_device):
+def test_hand_written_and_library_kernels_on_cuda(cuda_device):
+    """Boolean masks (the compaction kernels), sorting and scans (CuPy), random
+    numbers (Random123) and the linalg kernels run on the CUDA device."""
+    rng = np.random.default_rng(3)
+    h = rng.standard_normal(10_001)
+    x = fl.asarray(h)
+    np.testing.assert_array_equal(x[x > 0.5].get(), h[h > 0.5])
+    np.testing.assert_array_equal(fl.nonzero(x > 1)[0].get(), np.nonzero(h > 1)[0])
+    np.testing.assert_array_equal(fl.sort(x).get(), np.sort(h))
+    np.testing.assert_array_equal(fl.argsort(-x, stable=True).get(), np.argsort(-h, kind="stable"))
+    np.testing.assert_array_equal(fl.sort(x, descending=True).get(), np.sort(h)[::-1])
+    np.testing.assert_allclose(fl.cumulative_sum(x).get(), np.cumsum(h), rtol=1e-12, atol=1e-9)
+    k = fl.asarray(np.arange(1, 8, dtype=np.int64))
+    np.testing.assert_array_equal(fl.cumulative_prod(k).get(), np.cumprod(np.arange(1, 8)))
+    u = fl.random.uniform((1 << 16,), key=7).get()
+    assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.01
+    with fl.device(next(d for d in fl.devices() if d.backend == "opencl" and d.usable)):
+        same = fl.random.uniform((1 << 16,), key=7).get()
+    np.testing.assert_array_equal(u, same)  # (the same stream on both backends)
+    a = rng.random((96, 96))
+    spd = a @ a.T + 96 * np.eye(96)
+    np.testing.assert_allclose(fl.linalg.cholesky(fl.asarray(spd)).get(), np.linalg.cholesky(spd),
+                               rtol=1e-10, atol=1e-10)
+
+
+@needs_cuda
+def test_complex_numbers_are_refused_on_cuda(cuda_device):
     x = fl.asarray(np.arange(10.0))
-    with pytest.raises(BackendFeatureError, match="cuda"):
-        fl.sort(x).get()
-    with pytest.raises(BackendFeatureError, match="cuda"):
-        fl.cumulative_sum(x).get()
-    with pytest.raises(BackendFeatureError, match="random"):
-        fl.random.uniform((4,), key=1).get()
     with pytest.raises(DTypeError, match="OpenCL devices only"):
         (x * 1j).get()
 

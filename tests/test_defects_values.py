@@ -113,6 +113,7 @@ def test_byte_swapped_input_is_converted(device):
     assert fl.zeros(2, ">i4").dtype == np.int32
 
 
+@pytest.mark.opencl_only
 def test_pyopencl_array_same_context_copies_on_the_device(device, monkeypatch):
     import pyopencl as cl
     import pyopencl.array as cla
@@ -133,6 +134,7 @@ def test_pyopencl_array_same_context_copies_on_the_device(device, monkeypatch):
     np.testing.assert_array_equal(fl.asarray(src, dtype=np.int32).get(), np.zeros((2, 3)))
 
 
+@pytest.mark.opencl_only
 def test_pyopencl_array_strided_or_from_another_context(device):
     import pyopencl as cl
     import pyopencl.array as cla

@@ -156,6 +156,7 @@ def test_a_gated_batch_runs_every_launch_in_order(device, gated):
     np.testing.assert_allclose(acc.get(), expect, rtol=1e-5)
 
 
+@pytest.mark.opencl_only
 def test_an_interrupted_gated_flush_opens_the_gate(device, gated):
     rt, gates = gated
     xh = rand(500, 8)

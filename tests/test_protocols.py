@@ -163,6 +163,7 @@ def test_unknown_function_is_a_clear_error(device):
 
 # {{{ DLPack
 
+@pytest.mark.opencl_only
 def test_dlpack_round_trips(device):
     x = fl.asarray(H)
     # (a host copy: asked for explicitly where the device's memory is not the host's)
@@ -191,6 +192,7 @@ def test_dlpack_round_trips(device):
 
 # {{{ pyopencl
 
+@pytest.mark.opencl_only
 def test_pyopencl_without_a_copy_both_ways(device):
     import pyopencl.array as cla
 

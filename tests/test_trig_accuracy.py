@@ -63,6 +63,8 @@ def arguments() -> np.ndarray:
 
 
 def flushes_denormals(device: fl.Device) -> bool:
+    if device.backend != "opencl":
+        return False  # (CUDA keeps float32 subnormals unless built with -ftz=true)
     return not (device.cl_device.single_fp_config & cl.device_fp_config.DENORM)
 
 

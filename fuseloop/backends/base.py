@@ -180,11 +180,6 @@ class Backend(ABC):
         """A new Loopy target of :attr:`language` for the code generator
         (``loopy.OpenCLTarget()``; CUDA: ``loopy.CudaTarget()``)."""
 
-    def source_prelude(self) -> str:
-        """Text every generated kernel source starts with (definitions the helper
-        functions' C needs on this backend; none by default)."""
-        return ""
-
     def build_options(self, device: Any) -> list[str]:
         """Compiler options every generated kernel for ``device`` is built with (what
         numpy's semantics need of the compiler; none by default)."""

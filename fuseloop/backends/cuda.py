@@ -11,11 +11,12 @@ passed by value: a buffer argument is its device address as a ``uint64``).
 Programs are compiled to a cubin for the device's own architecture, which the
 disk cache keeps (where this NVRTC cannot emit cubins, PTX, which the driver
 compiles when it is loaded).  Each device gets one non-blocking stream, the
-in-order queue fuseloop's runtime expects.  NVRTC treats functions without an
-execution space as device functions, so the helpers' C needs no CUDA qualifier.
-Generated sources start with :data:`PRELUDE`: the spellings of OpenCL C that
-fuseloop's helper functions use (type names, ``mad``, ``popcount``, ...), so one
-set of helpers serves both backends.
+in-order queue fuseloop's runtime expects.  Every source is built after
+:data:`PRELUDE`, the OpenCL C that fuseloop's helper functions and hand-written
+kernels use spelled for CUDA (type names, ``mad``, ``popcount``, ``__kernel``,
+``__local``, ``barrier``, ``get_local_id`` ...), and NVRTC treats functions
+without an execution space as device functions: one source of each helper and
+hand-written kernel serves both backends.
 """
 
 from __future__ import annotations
@@ -34,7 +35,23 @@ from ..errors import KernelBuildError, OutOfMemoryError
 from .base import Backend, BufferPool, BuiltProgram, DeviceInfo, Launcher, LaunchSpec
 
 #: what a generated kernel source starts with on CUDA (see the module docstring)
-PRELUDE = r"""// fuseloop's CUDA prelude: OpenCL C spellings its helper functions use
+PRELUDE = r"""// fuseloop's CUDA prelude: the OpenCL C its helpers and hand-written kernels use
+#define __kernel extern "C" __global__
+#define __global
+#define __local __shared__
+#define FL_LOCAL_ARG
+#define restrict __restrict__
+#define reqd_work_group_size(x, y, z)
+#define CLK_LOCAL_MEM_FENCE 1
+#define CLK_GLOBAL_MEM_FENCE 2
+#define barrier(fence) __syncthreads()
+#define __ENDIAN_LITTLE__ 1
+#define FL_AXIS(v, d) ((long) ((d) == 0 ? v.x : (d) == 1 ? v.y : v.z))
+#define get_local_id(d) FL_AXIS(threadIdx, d)
+#define get_group_id(d) FL_AXIS(blockIdx, d)
+#define get_local_size(d) FL_AXIS(blockDim, d)
+#define get_num_groups(d) FL_AXIS(gridDim, d)
+#define get_global_id(d) (get_group_id(d) * get_local_size(d) + get_local_id(d))
 typedef unsigned char uchar;
 typedef unsigned short ushort;
 typedef unsigned int uint;
@@ -62,6 +79,25 @@ __device__ inline long mul_hi(long a, long b) { return __mul64hi(a, b); }
 __device__ inline ulong mul_hi(ulong a, ulong b) { return __umul64hi(a, b); }
 __device__ inline int mul_hi(int a, int b) { return __mulhi(a, b); }
 __device__ inline uint mul_hi(uint a, uint b) { return __umulhi(a, b); }
+__device__ inline float tanpi(float a) { return sinpif(a) / cospif(a); }
+__device__ inline double tanpi(double a) { return sinpi(a) / cospi(a); }
+// Random123's headers (pyopencl's copy, written for OpenCL C) read as C++
+#define R123_ULONG_LONG unsigned long long
+#define R123_THROW(exception) ((void) 0)
+// CUDA's atomics take 'long long', a type distinct from 'long' (int64 in the kernels)
+__device__ inline long atomicAdd(long *p, long v)
+{ return (long) atomicAdd((unsigned long long *) p, (unsigned long long) v); }
+__device__ inline ulong atomicAdd(ulong *p, ulong v)
+{ return (ulong) atomicAdd((unsigned long long *) p, (unsigned long long) v); }
+__device__ inline long atomicCAS(long *p, long expected, long v)
+{ return (long) atomicCAS((unsigned long long *) p, (unsigned long long) expected,
+                         (unsigned long long) v); }
+__device__ inline long atomicMax(long *p, long v) { return atomicMax((long long *) p, v); }
+__device__ inline long atomicMin(long *p, long v) { return atomicMin((long long *) p, v); }
+__device__ inline ulong atomicMax(ulong *p, ulong v)
+{ return atomicMax((unsigned long long *) p, (unsigned long long) v); }
+__device__ inline ulong atomicMin(ulong *p, ulong v)
+{ return atomicMin((unsigned long long *) p, (unsigned long long) v); }
 """
 
 _H2D, _D2H, _D2D = 1, 2, 3
@@ -205,13 +241,6 @@ class CudaBackend(Backend):
 
         return lp.CudaTarget()
 
-    def source_prelude(self) -> str:
-        return PRELUDE
-
-    def build_options(self, device: Any) -> list[str]:
-        # fuseloop's helpers and Loopy's own (``lpy_min_int32``) are plain C functions
-        # with no execution space: NVRTC is told they are device functions
-        return ["--device-as-default-execution-space"]
 
     # }}}
 
@@ -308,9 +337,11 @@ class CudaBackend(Backend):
                  kernel_names: Sequence[str]) -> tuple[bytes, bool]:
         arch = device.cl_device.arch
         has_cubin = hasattr(_nvrtc, "getCUBIN")
+        # fuseloop's helpers, Loopy's own (``lpy_min_int32``) and the hand-written
+        # kernels' functions are plain C functions: NVRTC is told they are device code
         flags = [f"--gpu-architecture={'sm' if has_cubin else 'compute'}_{arch}",
-                 *options]
-        program = _nvrtc.createProgram(source, "fuseloop.cu", (), ())
+                 "--device-as-default-execution-space", *options]
+        program = _nvrtc.createProgram(PRELUDE + source, "fuseloop.cu", (), ())
         try:
             try:
                 _nvrtc.compileProgram(program, flags)

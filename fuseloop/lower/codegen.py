@@ -75,15 +75,11 @@ def lower(program: Program, index_dtype: np.dtype, recipe: Any,
     """
     import loopy as lp
 
-    from ..backends import backend_for, require_backend
+    from ..backends import backend_for
     from . import kernel  # (looked up at call time: tests replace lower_program)
-    from .random_ops import RANDOM_OPS
 
     # (collapse_groups returns None now; its result stays the second argument)
     target = backend_for(device).loopy_target()
-    if any(e.kind == "op" and e.name in RANDOM_OPS for e in program.entries):
-        # (pyopencl's Random123 headers are spelled for OpenCL)
-        require_backend(device, "random numbers (Random123's OpenCL headers)")
     if _has_complex(program):
         target = _complex_target(target, program, device)
     lowered = kernel.lower_program(program, collapse_groups(program),  # type: ignore[func-returns-value]
@@ -198,7 +194,6 @@ def generate(t_unit: Any, device: Any) -> KernelPlan:
         from .complex_ops import inline_complex_header
 
         source = inline_complex_header(source)
-    source = backend_for(device).source_prelude() + source
     if os.environ.get("FUSELOOP_SHOW_KERNELS", "") not in ("", "0"):
         print(f"fuseloop: new kernel for {device.name}:\n{source}", file=sys.stderr)
     by_name = {a.name: a for a in entry.args}

@@ -73,7 +73,8 @@ def reduction_operation(op: str, dtype: np.dtype) -> Any:
 
 
 def neutral_value(op: str, dtype: np.dtype) -> Any:
-    """The identity of ``op`` on ``dtype``, as a numpy scalar (for padded chunks)."""
+    """The identity of ``op`` on ``dtype``, as a numpy scalar or a constant expression
+    of one (for padded chunks)."""
     if op == "sum":
         return dtype.type(0)
     if op == "prod":
@@ -81,6 +82,10 @@ def neutral_value(op: str, dtype: np.dtype) -> Any:
     if op in ("max", "any"):
         if dtype.kind == "f":
             return dtype.type(-np.inf)
+        if dtype.kind == "i" and dtype.itemsize == 8:
+            # C has no literal of INT64_MIN: '-9223372036854775808l' is the negation of an
+            # unsigned constant, which turned comparisons with it unsigned (NVRTC)
+            return prim.Sum((dtype.type(np.iinfo(dtype).min + 1), dtype.type(-1)))
         return dtype.type(np.iinfo(dtype).min) if dtype.kind in "iu" else dtype.type(0)
     if op in ("min", "all"):
         if dtype.kind == "f":

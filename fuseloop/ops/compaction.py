@@ -49,6 +49,11 @@ _PRELUDE = r"""
 #define BY_WORDS 0
 #endif
 
+/* how a pointer to local memory is declared as a parameter (a CUDA build: plainly) */
+#ifndef FL_LOCAL_ARG
+#define FL_LOCAL_ARG __local
+#endif
+
 /* the top bit of each byte of the result is set where that byte of w is nonzero */
 inline uint nonzero_bytes(const uint w)
 {
@@ -58,7 +63,7 @@ inline uint nonzero_bytes(const uint w)
 #if WG > 1
 /* the sum of v over the work-group, returned to every work-item; part may be
    reused as soon as this returns */
-long group_sum(const long v, __local long *part)
+long group_sum(const long v, FL_LOCAL_ARG long *part)
 {
     const int lid = get_local_id(0);
     part[lid] = v;

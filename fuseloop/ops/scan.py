@@ -54,6 +54,10 @@ def _scan_kernel(device: Device, op: str, dtype: np.dtype, index: np.dtype) -> A
 
 def _scan_rows(src: Array, op: str) -> Array:
     """The inclusive scan of each row (last axis) of the contiguous concrete ``src``."""
+    if src.device.backend == "cuda":
+        from .cupy_ops import scan_rows
+
+        return scan_rows(src, op)
     require_backend(src.device, "a cumulative sum or product (pyopencl's scan)")
     import pyopencl.array as cla
 

@@ -77,10 +77,8 @@ class _Sorted(NamedTuple):
 
 
 def _sort_rows(x: Array, descending: bool) -> _Sorted:
-    """Sort each row (last axis) of ``x``, stably."""
-    require_backend(x.device, "sorting (pyopencl's radix sort)")
-    import pyopencl.array as cla
-
+    """Sort each row (last axis) of ``x``, stably (through pyopencl's radix sort on
+    OpenCL devices, CuPy's sort on CUDA devices)."""
     from ..creation import asarray
 
     if x.dtype.kind not in "biuf":
@@ -91,6 +89,16 @@ def _sort_rows(x: Array, descending: bool) -> _Sorted:
     idx = Array._lazy(Iota((x.size,), _INT64), x.device).eval()
     if x.size <= 1:
         return _Sorted(x.copy(), reshape(idx, x.shape))
+    if x.device.backend == "cuda":
+        from .cupy_ops import sort_rows
+
+        values, order = sort_rows(src, x.size // n, n, descending)
+        if x.dtype == np.bool_:
+            values = values.astype(np.bool_)
+        return _Sorted(reshape(values, x.shape), reshape(order, x.shape))
+    require_backend(x.device, "sorting (pyopencl's radix sort)")
+    import pyopencl.array as cla
+
     dev, queue = x.device, x.device.queue
     v = cla.Array(queue, (x.size,), src.dtype, data=src._storage.buffer)  # type: ignore[union-attr]
     i = cla.Array(queue, (x.size,), _INT64, data=idx._storage.buffer)  # type: ignore[union-attr]
