@@ -100,6 +100,8 @@ class Program(NamedTuple):
     has_reduce: bool = False
     # a matmul-like sum of products (see fuseloop.expr.contraction), else None
     contraction: Any = None
+    # holds a sparse matrix product (fuseloop.expr.nodes.SparseProduct): its own recipes
+    has_sparse: bool = False
 
 
 class Bindings(NamedTuple):
@@ -158,7 +160,8 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
             return entry.program, Bindings(storages, scalars, list(entry.params), out_shape)
     b = run_passes(Build(roots, out_shape, targets, chunks))
     program = Program(tuple(b.entries), b.outputs, tuple(b.out_specs), b.root_sizes,
-                      b.row_dims, chunks is not None, b.reductions > 0, b.contraction)
+                      b.row_dims, chunks is not None, b.reductions > 0, b.contraction,
+                      any(e.kind == "sparse" for e in b.entries))
     return program, Bindings(b.storages, b.scalars, b.params, out_shape, b.scalar_nodes)
 
 

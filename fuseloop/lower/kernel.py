@@ -369,6 +369,57 @@ class _Lowering:
         value = addr if dt == self.index_dtype else lp.TypeCast(kernel_dtype(dt), addr)
         return value, dt, names
 
+    def lower_sparse(self, ref: int, e: Any) -> tuple[Any, np.dtype, frozenset, frozenset]:
+        """A sparse row times a vector as a sum over the row's own loop ``s<ref>``.
+
+        CSR: the loop runs over ``[indptr[row], indptr[row + 1])``, two temporaries
+        written in the row's loop (a Loopy domain whose bounds are values: the
+        loop nests inside the row).  ELL: over the fixed width, padding (column
+        -1) adding nothing, so a non-finite ``x[0]`` never leaks into other rows.
+        """
+        from .reductions import reduction_operation  # (Loopy's classes)
+
+        dt = np.dtype(e.dtype)
+        ins = [None if slot < 0 else prim.Variable(f"in{slot}") for slot in e.slots]
+        for slot, char in zip(e.slots, e.chars):
+            if slot >= 0:
+                self.inputs[slot] = np.dtype(char)
+        row, names = self.comp(e.at[0])
+        names = names | self.base
+        loop = f"s{ref}{self.sfx}"
+        jj = prim.Variable(loop)
+        deps: frozenset = frozenset(self.extra_deps)
+        if e.fmt == "csr":
+            bounds = []
+            for end, pos in (("lo", row), ("hi", row + 1)):
+                tmp = f"s{end}{ref}{self.sfx}"
+                self.temporary(tmp, self.index_dtype)
+                self.instructions.append(lp.Assignment(
+                    prim.Variable(tmp), ins[2][pos], id=f"calc_{tmp}",  # type: ignore[index]
+                    within_inames=names, depends_on=deps))
+                bounds.append(tmp)
+            self.domains.append(f"[{bounds[0]}, {bounds[1]}] -> "
+                                f"{{[{loop}]: {bounds[0]} <= {loop} < {bounds[1]}}}")
+            deps = frozenset(f"calc_{b}" for b in bounds)
+            pos = jj
+        else:
+            self.domains.append(f"[p{e.width[1]}] -> {{[{loop}]: 0 <= {loop} < p{e.width[1]}}}")
+            self.params.add(e.width[1])
+            pos = jj * self.size(e.rows) + row
+        col = ins[1][pos]  # type: ignore[index]
+        xpos = col if e.x_stride == 1 else self.size(e.x_stride) * col
+        if e.x_offset != 0:
+            xpos = xpos + self.size(e.x_offset)
+        terms = []
+        for value, char in ((ins[0][pos], e.chars[0]), (ins[3][xpos], e.chars[3])):  # type: ignore[index]
+            frm = np.dtype(char)
+            terms.append(value if frm == dt else self.helper_call("cast", (frm, dt), [value]))
+        body: Any = prim.Product(tuple(terms))
+        if e.fmt == "ell":
+            body = prim.If(prim.Comparison(col, ">=", 0), body, dt.type(0))
+        value = lp.Reduction(reduction_operation("sum", dt), (loop,), body)
+        return value, dt, names, deps
+
     def run(self) -> None:
         prog = self.program
         entries = prog.entries
@@ -403,7 +454,10 @@ class _Lowering:
             names: frozenset = frozenset()
             deps: frozenset = frozenset()
             force_temp = False
-            if kind in LEAF_KINDS:
+            if kind == "sparse":
+                value, dt, names, deps = self.lower_sparse(ref, e)
+                force_temp = True
+            elif kind in LEAF_KINDS:
                 value, dt, names = self.lower_leaf(e)
             elif kind in ELEMENTWISE_KINDS:
                 refs = e.refs
@@ -564,6 +618,8 @@ class _Lowering:
             for c, k in zip(e.at, e.strides):
                 if c != 0 and k != 0:
                     out |= self._static_inames(c)
+        elif kind == "sparse":
+            out = self._static_inames(e.at[0]) if e.at[0] != 0 else out
         elif kind in ELEMENTWISE_KINDS:
             for r in e.refs:
                 out |= self._entry_inames(r)

@@ -8,7 +8,18 @@ from typing import Any
 
 from ..expr import ir
 from ..expr.mapper import Mapper
-from ..expr.nodes import Apply, Concat, Gather, Iota, Leaf, Literal, Node, Reduce, Remap
+from ..expr.nodes import (
+    Apply,
+    Concat,
+    Gather,
+    Iota,
+    Leaf,
+    Literal,
+    Node,
+    Reduce,
+    Remap,
+    SparseProduct,
+)
 from .build import Build
 
 
@@ -111,13 +122,19 @@ class _Emitter(Mapper):
     def map_user_call(self, node: Any, at: tuple) -> int:
         return self.b.add(ir.Call(node.function.key, node.loop_key, self.args_at(node, at)))
 
-    def map_leaf(self, node: Leaf, at: tuple) -> int:
+    def slot(self, node: Leaf) -> int:
+        """The input slot of ``node``'s buffer."""
         b = self.b
         skey = id(node.storage)
         slot = b.slot_of_storage.get(skey)
         if slot is None:
             slot = b.slot_of_storage[skey] = len(b.storages)
             b.storages.append(node.storage)
+        return slot
+
+    def map_leaf(self, node: Leaf, at: tuple) -> int:
+        b = self.b
+        slot = self.slot(node)
         kinds, off = self.address(node, at)
         return b.add(ir.Load(slot, node.dtype.char, at, kinds, off))
 
@@ -170,6 +187,21 @@ class _Emitter(Mapper):
         total = b.param(math.prod(child.shape[a] for a in node.axes))
         return b.add(ir.Reduce(node.op, node.dtype.char, rid, cref, at, tuple(sizes), total,
                                chunk))
+
+    def map_sparse(self, node: SparseProduct, at: tuple) -> int:
+        # the matrix's buffers are read whole (their addresses come from the row and
+        # the indices), x through its view: only its stride and offset are kept
+        b = self.b
+        leaves = (node.data, node.indices, node.indptr, node.x)
+        slots = tuple(-1 if lf is None else self.slot(lf) for lf in leaves)
+        chars = tuple("" if lf is None else lf.dtype.char for lf in leaves)
+        x = node.x
+        stride = x.view_strides()[0] if x.shape[0] > 1 else 1
+        ell = node.fmt == "ell"
+        return b.add(ir.Sparse(node.fmt, node.dtype.char, at, slots, chars,
+                               b.stride_kind(stride), 0 if x.offset == 0 else b.param(x.offset),
+                               b.param(node.shape[0]) if ell else 0,
+                               b.param(node.width) if ell else 0))
 
     def map_gather(self, node: Gather, at: tuple) -> int:
         b = self.b
@@ -290,6 +322,11 @@ class _Structure(Mapper):
     def map_gather(self, node: Gather) -> tuple:  # with exact shapes: axes are not squeezed
         return ("G", node.axis, node.checked, node.child.shape, node.index.shape,
                 self(node.child), self(node.index))
+
+    def map_sparse(self, node: SparseProduct) -> tuple:
+        return ("P", node.fmt, node.dtype.char, node.width,
+                tuple(None if lf is None else self.map_leaf(lf)
+                      for lf in (node.data, node.indices, node.indptr, node.x)))
 
     def map_remap(self, node: Remap) -> tuple:
         return ("M", node.shape, node.offsets, node.coeffs, node.child.shape, self(node.child))
