@@ -233,8 +233,9 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
     stay (a short vector's softmax or ``x - x.mean()`` is one kernel).
 
     Sparse products (their own recipes: a row loop only) stay in a kernel without
-    reductions, wherever they are read; in one that keeps a reduction, or inside a
-    reduction, they run first.
+    reductions that has no more elements than they have rows, wherever they are
+    read; in one that keeps a reduction, inside a reduction or broadcast to a
+    larger output, they run first.
     """
     out_size = math.prod(out_shape)
     one_row = _fits_one_row(roots, out_size)
@@ -259,7 +260,9 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
             keeps_reduce[0] = True
             walk(node.child, True, True, frozenset(node.axes))
         elif isinstance(node, SparseProduct):
-            sparse.append((node, inside_reduce))
+            # (read by more elements than it has rows, e.g. broadcast: each would
+            # compute its row again)
+            sparse.append((node, inside_reduce or out_size > node.shape[0]))
         elif isinstance(node, Apply):
             n = len(node.shape)
             for a in node.args:

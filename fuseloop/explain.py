@@ -218,7 +218,8 @@ def _texts(prog: Program, names: dict[int, str], scalars: Sequence[Any]) -> list
         elif kind == "gather":
             memo[k] = f"{memo[e.child]}[{memo[e.index]}]"
         elif kind == "sparse":
-            memo[k] = f"{e.fmt}_row_dot(in{e.slots[0]}, in{e.slots[3]})"
+            mat = names.get(e.slots[0], f"in{e.slots[0]}")
+            memo[k] = f"({e.fmt} {mat} @ {names.get(e.slots[3], f'in{e.slots[3]}')})"
         else:
             memo[k] = "concat(" + ", ".join(memo[r] for r in e.refs) + ")"
         if len(memo[k]) > TEXT_LIMIT:

@@ -92,6 +92,18 @@ def test_product_fuses_into_one_launch(device, fmt):
     assert fl.stats()["kernels_launched"] == 1
     assert fl.stats()["kernels_compiled"] == 0
     np.testing.assert_allclose(y, 2 * (m @ h) - hb, rtol=1e-12, atol=1e-12)
+    # the recorded launch replayed with another matrix of the same sizes (other buffers,
+    # another pattern), and inside a traced function
+    m2 = sp.csr_matrix((-m.data, (m.indices * 7 + 3) % 200, m.indptr), shape=m.shape)
+    a2 = fl.sparse.csr_matrix(m2) if fmt == "csr" else fl.sparse.ell_matrix(m2)
+    np.testing.assert_allclose((2 * (a2 @ x) - b).get(), 2 * (m2 @ h) - hb, rtol=1e-12,
+                               atol=1e-12)
+    f = fl.fuse(lambda x, b: 2 * (a @ x) - b)
+    f(x, b).get()
+    fl.reset_stats()
+    np.testing.assert_allclose(f(x, b).get(), y, rtol=1e-12, atol=1e-12)
+    assert fl.stats()["kernels_launched"] == 1
+    assert f"({fmt} " in str(fl.explain(2 * (a @ x) - b))
     # a lazy x is evaluated first (numpy's order): two launches, nothing recomputed per entry
     fl.reset_stats()
     y = (a @ (x * 3 + 1)).get()
@@ -113,8 +125,12 @@ def test_views_broadcasts_and_reductions_of_products(device):
                                    rtol=1e-12, atol=1e-12)
         y = mat @ x[1::2]
         ref = m @ h[1::2]
+        fl.reset_stats()
         np.testing.assert_allclose(y[::3].get(), ref[::3], rtol=1e-12, atol=1e-12)
+        assert fl.stats()["kernels_launched"] == 1  # a view: only the rows it reads
+        fl.reset_stats()
         np.testing.assert_allclose((y[:, None] * z).get(), ref[:, None] * hz, rtol=1e-12)
+        assert fl.stats()["kernels_launched"] == 2  # broadcast: each row computed once
         # inside reductions the product runs first (the reduction recipes have no row loop)
         np.testing.assert_allclose(float(fl.sum(y * y)), float(ref @ ref), rtol=1e-12)
         np.testing.assert_allclose((y - fl.mean(y)).get(), ref - ref.mean(), rtol=1e-11,

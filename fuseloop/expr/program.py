@@ -79,6 +79,7 @@ from .nodes import (
     Reduce,
     Remap,
     Scalar,
+    SparseProduct,
     Storage,
     UserCall,
     signature_of,
@@ -323,7 +324,18 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
         for p in node.pieces:
             _walk(p, toks, slots, storages, scalars, general)
     else:
+        _walk_other(node, toks, slots, storages, scalars, general)
+
+
+def _walk_other(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Storage],
+                scalars: list[np.generic], general: bool) -> None:
+    """:func:`_walk` for the rarer nodes: sparse products (general walks only)."""
+    if not (general and type(node) is SparseProduct):
         raise _Uncacheable
+    # its parameters (rows, width, x's stride and offset) are in these tokens
+    toks.append(("P", node.fmt, node.dtype.char, node.width, node.shape))
+    for leaf in node.leaves():
+        _walk(leaf, toks, slots, storages, scalars, True)
 
 
 def walk_structure(roots: Sequence[Node], head: list[Any]

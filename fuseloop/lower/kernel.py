@@ -27,6 +27,7 @@ from ..passes.outputs import collect_root_dims, walks_columns
 from .pieces import FLAT_INAME, live_entries, lower_pieces, piece_loops
 from .roles import kernel_roles, tag_roles
 from .scalar_ops import Helper, is_direct, make_helper
+from .sparse import lower_sparse
 
 if TYPE_CHECKING:
     from .callables import HelperCallable
@@ -354,6 +355,8 @@ class _Lowering:
         """
         kind = e.kind
         dt = np.dtype(e.dtype)
+        if kind == "sparse":  # (a temporary written before, entry number len(exprs))
+            return lower_sparse(self, e, len(self.exprs))
         if kind == "load":
             self.inputs[e.slot] = dt
             addr, names = (self.piece_address(e.at, e.strides, e.offset)
@@ -368,57 +371,6 @@ class _Lowering:
         addr, names = self.address(e.at, e.strides, e.offset)
         value = addr if dt == self.index_dtype else lp.TypeCast(kernel_dtype(dt), addr)
         return value, dt, names
-
-    def lower_sparse(self, ref: int, e: Any) -> tuple[Any, np.dtype, frozenset, frozenset]:
-        """A sparse row times a vector as a sum over the row's own loop ``s<ref>``.
-
-        CSR: the loop runs over ``[indptr[row], indptr[row + 1])``, two temporaries
-        written in the row's loop (a Loopy domain whose bounds are values: the
-        loop nests inside the row).  ELL: over the fixed width, padding (column
-        -1) adding nothing, so a non-finite ``x[0]`` never leaks into other rows.
-        """
-        from .reductions import reduction_operation  # (Loopy's classes)
-
-        dt = np.dtype(e.dtype)
-        ins = [None if slot < 0 else prim.Variable(f"in{slot}") for slot in e.slots]
-        for slot, char in zip(e.slots, e.chars):
-            if slot >= 0:
-                self.inputs[slot] = np.dtype(char)
-        row, names = self.comp(e.at[0])
-        names = names | self.base
-        loop = f"s{ref}{self.sfx}"
-        jj = prim.Variable(loop)
-        deps: frozenset = frozenset(self.extra_deps)
-        if e.fmt == "csr":
-            bounds = []
-            for end, pos in (("lo", row), ("hi", row + 1)):
-                tmp = f"s{end}{ref}{self.sfx}"
-                self.temporary(tmp, self.index_dtype)
-                self.instructions.append(lp.Assignment(
-                    prim.Variable(tmp), ins[2][pos], id=f"calc_{tmp}",  # type: ignore[index]
-                    within_inames=names, depends_on=deps))
-                bounds.append(tmp)
-            self.domains.append(f"[{bounds[0]}, {bounds[1]}] -> "
-                                f"{{[{loop}]: {bounds[0]} <= {loop} < {bounds[1]}}}")
-            deps = frozenset(f"calc_{b}" for b in bounds)
-            pos = jj
-        else:
-            self.domains.append(f"[p{e.width[1]}] -> {{[{loop}]: 0 <= {loop} < p{e.width[1]}}}")
-            self.params.add(e.width[1])
-            pos = jj * self.size(e.rows) + row
-        col = ins[1][pos]  # type: ignore[index]
-        xpos = col if e.x_stride == 1 else self.size(e.x_stride) * col
-        if e.x_offset != 0:
-            xpos = xpos + self.size(e.x_offset)
-        terms = []
-        for value, char in ((ins[0][pos], e.chars[0]), (ins[3][xpos], e.chars[3])):  # type: ignore[index]
-            frm = np.dtype(char)
-            terms.append(value if frm == dt else self.helper_call("cast", (frm, dt), [value]))
-        body: Any = prim.Product(tuple(terms))
-        if e.fmt == "ell":
-            body = prim.If(prim.Comparison(col, ">=", 0), body, dt.type(0))
-        value = lp.Reduction(reduction_operation("sum", dt), (loop,), body)
-        return value, dt, names, deps
 
     def run(self) -> None:
         prog = self.program
@@ -454,10 +406,7 @@ class _Lowering:
             names: frozenset = frozenset()
             deps: frozenset = frozenset()
             force_temp = False
-            if kind == "sparse":
-                value, dt, names, deps = self.lower_sparse(ref, e)
-                force_temp = True
-            elif kind in LEAF_KINDS:
+            if kind in LEAF_KINDS:
                 value, dt, names = self.lower_leaf(e)
             elif kind in ELEMENTWISE_KINDS:
                 refs = e.refs
