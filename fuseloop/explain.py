@@ -63,7 +63,7 @@ class KernelInfo:
 
     index: int
     name: str
-    kind: str  # "elementwise", "reduction", "contraction"
+    kind: str  # "elementwise", "reduction", "contraction", "sparse"
     computes: list[str]  # one "name = expression" per output
     reads: list[Buffer]
     writes: list[Buffer]

@@ -189,6 +189,9 @@ def test_shape_errors_name_both_shapes(device):
         a @ fl.ones((9, 2))
     with pytest.raises(DTypeError, match="complex128"):
         a @ fl.ones(9, dtype=np.complex128)
+    with pytest.raises(ShapeError, match=r"\(9,\) times a sparse matrix of shape \(9, 9\)"):
+        fl.ones(9) @ a
+    np.testing.assert_array_equal(fl.matmul(a, np.ones(9)).get(), _poisson_2d(3) @ np.ones(9))
 
 
 def test_construction_errors():

@@ -2,7 +2,7 @@
 
 A recipe (:class:`Recipe`, :mod:`.core`) is a function ``(t_unit, device,
 **params) -> t_unit`` with its kernel kind (``"elementwise"``,
-``"reduction"``, ``"contraction"``), its named and typed parameters with
+``"reduction"``, ``"contraction"``, ``"sparse"``), its named and typed parameters with
 defaults, and per-device variants of them; ``recipe.with_params(...)`` makes a
 variant.  It receives the lowered kernel, whose loops carry role tags
 (:mod:`fuseloop.lower.roles`) that it finds with Loopy match expressions
