@@ -104,6 +104,12 @@ def test_product_fuses_into_one_launch(device, fmt):
     np.testing.assert_allclose(f(x, b).get(), y, rtol=1e-12, atol=1e-12)
     assert fl.stats()["kernels_launched"] == 1
     assert f"({fmt} " in str(fl.explain(2 * (a @ x) - b))
+    # two products and a scalar argument as one kernel with two results
+    fl.reset_stats()
+    u, v = fl.compute(a @ x, 2 * (a2 @ x))
+    assert fl.stats()["kernels_launched"] == 1
+    np.testing.assert_allclose(u.get(), m @ h, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(v.get(), 2 * (m2 @ h), rtol=1e-12, atol=1e-12)
     # a lazy x is evaluated first (numpy's order): two launches, nothing recomputed per entry
     fl.reset_stats()
     y = (a @ (x * 3 + 1)).get()

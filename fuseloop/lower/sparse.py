@@ -1,6 +1,6 @@
 """A sparse product's entry (:class:`fuseloop.expr.ir.Sparse`) in the Loopy kernel.
 
-Each product is a sum over a loop ``s<ref>`` of its own, nested in the loops of
+Each product is a sum over a loop ``sp<ref>`` of its own, nested in the loops of
 its row's position: for CSR over ``[indptr[row], indptr[row + 1])``, bounds held
 in two temporaries written in the row's loop (a Loopy domain whose parameters
 are values: Loopy nests the loop inside the instructions that write them); for
@@ -34,13 +34,13 @@ def lower_sparse(low: _Lowering, e: Any, ref: int) -> tuple[Any, np.dtype, froze
             low.inputs[slot] = np.dtype(char)
     row, names = low.comp(e.at[0])
     names = names | low.base
-    loop = f"s{ref}{low.sfx}"
+    loop = f"sp{ref}{low.sfx}"  # (``s<k>`` are scalar arguments)
     jj = prim.Variable(loop)
     deps = frozenset(low.extra_deps)
     if e.fmt == "csr":
         bounds = []
         for end, pos in (("lo", row), ("hi", row + 1)):
-            tmp = f"s{end}{ref}{low.sfx}"
+            tmp = f"sp_{end}{ref}{low.sfx}"
             low.temporary(tmp, low.index_dtype)
             low.instructions.append(lp.Assignment(
                 prim.Variable(tmp), ins[2][pos], id=f"calc_{tmp}", within_inames=names,
@@ -65,7 +65,7 @@ def lower_sparse(low: _Lowering, e: Any, ref: int) -> tuple[Any, np.dtype, froze
     body: Any = prim.Product(tuple(terms))
     if e.fmt == "ell":
         body = prim.If(prim.Comparison(col, ">=", 0), body, dt.type(0))
-    tmp = f"sv{ref}{low.sfx}"
+    tmp = f"sp_v{ref}{low.sfx}"
     low.temporary(tmp, dt)
     low.instructions.append(lp.Assignment(
         prim.Variable(tmp), lp.Reduction(reduction_operation("sum", dt), (loop,), body),
