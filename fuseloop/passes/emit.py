@@ -122,19 +122,13 @@ class _Emitter(Mapper):
     def map_user_call(self, node: Any, at: tuple) -> int:
         return self.b.add(ir.Call(node.function.key, node.loop_key, self.args_at(node, at)))
 
-    def slot(self, node: Leaf) -> int:
-        """The input slot of ``node``'s buffer."""
+    def map_leaf(self, node: Leaf, at: tuple) -> int:
         b = self.b
         skey = id(node.storage)
         slot = b.slot_of_storage.get(skey)
         if slot is None:
             slot = b.slot_of_storage[skey] = len(b.storages)
             b.storages.append(node.storage)
-        return slot
-
-    def map_leaf(self, node: Leaf, at: tuple) -> int:
-        b = self.b
-        slot = self.slot(node)
         kinds, off = self.address(node, at)
         return b.add(ir.Load(slot, node.dtype.char, at, kinds, off))
 
@@ -193,12 +187,21 @@ class _Emitter(Mapper):
         # the indices), x through its view: only its stride and offset are kept
         b = self.b
         leaves = (node.data, node.indices, node.indptr, node.x)
-        slots = tuple(-1 if lf is None else self.slot(lf) for lf in leaves)
+        slots = []
+        for lf in leaves:
+            if lf is None:
+                slots.append(-1)
+                continue
+            slot = b.slot_of_storage.get(id(lf.storage))
+            if slot is None:
+                slot = b.slot_of_storage[id(lf.storage)] = len(b.storages)
+                b.storages.append(lf.storage)
+            slots.append(slot)
         chars = tuple("" if lf is None else lf.dtype.char for lf in leaves)
         x = node.x
         stride = x.view_strides()[0] if x.shape[0] > 1 else 1
         ell = node.fmt == "ell"
-        return b.add(ir.Sparse(node.fmt, node.dtype.char, at, slots, chars,
+        return b.add(ir.Sparse(node.fmt, node.dtype.char, at, tuple(slots), chars,
                                b.stride_kind(stride), 0 if x.offset == 0 else b.param(x.offset),
                                b.param(node.shape[0]) if ell else 0,
                                b.param(node.width) if ell else 0))
