@@ -123,6 +123,7 @@ from .ops.scatter_add import bincount, histogram  # noqa: E402
 from .ops.stencil import stencil, stencil_function  # noqa: E402
 
 _attach_at(_FUNCTIONS)  # fl.add.at, fl.subtract.at, fl.maximum.at, fl.minimum.at
+from . import sparse as sparse  # noqa: E402  (fl.sparse.csr_matrix, ell_matrix)
 
 # }}}
 linalg = _LinalgNamespace()
@@ -175,6 +176,7 @@ __all__ = [
 ]
 __all__.append("fuse")
 __all__.append("HostFallbackWarning")
+__all__.append("sparse")
 
 
 # imported on first use (not needed to evaluate anything): name -> module

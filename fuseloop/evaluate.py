@@ -36,6 +36,7 @@ from .expr.nodes import (
     Node,
     Reduce,
     Remap,
+    SparseProduct,
     Storage,
     UserCall,
     c_strides,
@@ -217,7 +218,8 @@ def _rebuild(node: Node, replace: dict[int, Node], memo: dict[int, Node]) -> Nod
     return out
 
 
-def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]) -> list[Reduce]:
+def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
+                            ) -> list[Reduce | SparseProduct]:
     """Reductions that must run as kernels of their own before this one.
 
     A reduction stays inside the kernel when it is a root itself, or when each
@@ -229,11 +231,18 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]) -
     Except: when every reduction is a full one and the output and every reduced
     range are short (:func:`_fits_one_row`), the kernel is one row and they all
     stay (a short vector's softmax or ``x - x.mean()`` is one kernel).
+
+    Sparse products (their own recipes: a row loop only) stay in a kernel without
+    reductions that has no more elements than they have rows, wherever they are
+    read; in one that keeps a reduction, inside a reduction or broadcast to a
+    larger output, they run first.
     """
     out_size = math.prod(out_shape)
     one_row = _fits_one_row(roots, out_size)
-    found: list[Reduce] = []
+    found: list[Reduce | SparseProduct] = []
     seen: set[tuple[int, frozenset]] = set()
+    sparse: list[tuple[SparseProduct, bool]] = []
+    keeps_reduce = [False]
 
     def walk(node: Node, in_root_space: bool, inside_reduce: bool,
              forbidden: frozenset) -> None:
@@ -248,7 +257,12 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]) -
                     or not in_root_space or varies_badly:
                 found.append(node)
                 return
+            keeps_reduce[0] = True
             walk(node.child, True, True, frozenset(node.axes))
+        elif isinstance(node, SparseProduct):
+            # (read by more elements than it has rows, e.g. broadcast: each would
+            # compute its row again)
+            sparse.append((node, inside_reduce or out_size > node.shape[0]))
         elif isinstance(node, Apply):
             n = len(node.shape)
             for a in node.args:
@@ -266,6 +280,9 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]) -
 
     for r in roots:
         walk(r, True, False, frozenset())
+    for node, inside in sparse:
+        if (inside or keeps_reduce[0]) and node not in found:
+            found.append(node)
     return found
 
 
@@ -300,7 +317,8 @@ def _fits_one_row(roots: Sequence[Node], out_size: int) -> bool:
     return all(ok(r) for r in roots) and found[0]
 
 
-def _materialise_pending(pending: Sequence[Reduce], device: Device) -> dict[int, Node]:
+def _materialise_pending(pending: Sequence[Reduce | SparseProduct],
+                         device: Device) -> dict[int, Node]:
     """Run each of ``pending`` into a buffer; return their leaves by the node's id.
 
     A pending reduction nested in another (softmax's maximum inside its sum)
@@ -309,7 +327,7 @@ def _materialise_pending(pending: Sequence[Reduce], device: Device) -> dict[int,
     by_id = {id(p): p for p in pending}
     replace: dict[int, Node] = {}
 
-    def nested(node: Node, acc: list[Reduce], seen: set[int]) -> None:
+    def nested(node: Node, acc: list[Reduce | SparseProduct], seen: set[int]) -> None:
         if id(node) in seen or not node.fancy:
             return
         seen.add(id(node))
@@ -319,11 +337,12 @@ def _materialise_pending(pending: Sequence[Reduce], device: Device) -> dict[int,
         for c in _children(node):
             nested(c, acc, seen)
 
-    def run_one(p: Reduce) -> None:
+    def run_one(p: Reduce | SparseProduct) -> None:
         if id(p) in replace:
             return
-        inner: list[Reduce] = []
-        nested(p.child, inner, set())
+        inner: list[Reduce | SparseProduct] = []
+        if isinstance(p, Reduce):  # (a sparse product's operands are leaves)
+            nested(p.child, inner, set())
         for q in inner:
             run_one(q)
         node = _rebuild(p, replace, {}) if inner else p

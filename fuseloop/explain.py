@@ -64,7 +64,7 @@ class KernelInfo:
 
     index: int
     name: str
-    kind: str  # "elementwise", "reduction", "contraction"
+    kind: str  # "elementwise", "reduction", "contraction", "sparse"
     computes: list[str]  # one "name = expression" per output
     reads: list[Buffer]
     writes: list[Buffer]
@@ -218,6 +218,9 @@ def _texts(prog: Program, names: dict[int, str], scalars: Sequence[Any]) -> list
             memo[k] = f"{e.op}({memo[e.child]}){part}"
         elif kind == "gather":
             memo[k] = f"{memo[e.child]}[{memo[e.index]}]"
+        elif kind == "sparse":
+            mat = names.get(e.slots[0], f"in{e.slots[0]}")
+            memo[k] = f"({e.fmt} {mat} @ {names.get(e.slots[3], f'in{e.slots[3]}')})"
         else:
             memo[k] = "concat(" + ", ".join(memo[r] for r in e.refs) + ")"
         if len(memo[k]) > TEXT_LIMIT:

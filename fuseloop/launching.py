@@ -66,7 +66,7 @@ def _check_fp64(program_entries: tuple, device: Device) -> None:
         kind = e.kind
         if kind in ("op", "call"):
             chars = e.loop
-        elif kind in ("load", "arg", "reduce", "lit", "iota"):
+        elif kind in ("load", "arg", "reduce", "lit", "iota", "sparse"):
             chars = (e.dtype,)
         else:
             continue
@@ -138,7 +138,8 @@ def index_dtype_for(storages: Sequence[Storage], biggest: int,
 def recipe_kind(program: Program) -> str:
     """Which recipe family launches ``program``."""
     return ("contraction" if program.contraction is not None else
-            "reduction" if program.has_reduce else "elementwise")
+            "reduction" if program.has_reduce else
+            "sparse" if program.has_sparse else "elementwise")
 
 
 def rows_of(program: Program, out_shape: tuple[int, ...]) -> tuple[int, int]:

@@ -88,6 +88,19 @@ class _ConcatFields(NamedTuple):
     flat: Any  # None, or (starts, kcs, cstrides) for pieces in loops of their own
 
 
+class _SparseFields(NamedTuple):
+    kind: Literal["sparse"]
+    fmt: str  # "csr" or "ell" (see fuseloop.expr.nodes.SparseProduct)
+    dtype: str  # the accumulator and result dtype
+    at: tuple  # the row index (one component)
+    slots: tuple[int, ...]  # input buffers: data, indices, indptr (-1 for ELL), x
+    chars: tuple[str, ...]  # their dtype characters ("" for a missing indptr)
+    x_stride: Any  # 1 or ("p", slot): x's stride, in elements
+    x_offset: Any  # 0 or ("p", slot)
+    rows: Any  # ELL: parameter, the number of rows (the stride between a row's entries)
+    width: Any  # ELL: parameter, the entries per row; 0 for CSR
+
+
 _new = tuple.__new__
 
 
@@ -187,11 +200,24 @@ class Concat(_Tagged, _ConcatFields):
         return _new(cls, ("concat", comp, bounds, refs, flat))
 
 
+class Sparse(_Tagged, _SparseFields):
+    """A sparse matrix row times a vector (a loop over the row's entries, data-dependent
+    for CSR), computed at row ``at``: a leaf to the rest of the program."""
+    __slots__ = ()
+    KIND = "sparse"
+
+    def __new__(cls, fmt: str, dtype: str, at: tuple, slots: tuple[int, ...],
+                chars: tuple[str, ...], x_stride: Any, x_offset: Any, rows: Any,
+                width: Any) -> Sparse:
+        return _new(cls, ("sparse", fmt, dtype, at, slots, chars, x_stride, x_offset, rows,
+                          width))
+
+
 Entry = (_LoadFields | _IotaFields | _ArgFields | _LitFields | _OpFields | _CallFields
-         | _ReduceFields | _GatherFields | _ConcatFields)
+         | _ReduceFields | _GatherFields | _ConcatFields | _SparseFields)
 
 #: entries with no operand entries
-LEAF_KINDS = frozenset({"load", "arg", "lit", "iota"})
+LEAF_KINDS = frozenset({"load", "arg", "lit", "iota", "sparse"})
 #: elementwise entries (``refs`` are their arguments)
 ELEMENTWISE_KINDS = frozenset({"op", "call"})
 

@@ -576,6 +576,43 @@ class Concat(Node):
         self.fancy = fancy
 
 
+class SparseProduct(Node):
+    """A sparse matrix times a vector, one row per element: ``y[i] = sum_k A[i, k] * x[k]``.
+
+    ``fmt`` ``"csr"``: row ``i``'s entries are ``data[indptr[i]:indptr[i + 1]]`` at the
+    columns ``indices[...]`` (a loop over a data-dependent range).  ``fmt`` ``"ell"``:
+    ``width`` entries per row stored column-major (entry ``k`` of row ``i`` at
+    ``k * rows + i``), padding marked by the column index -1.  ``data``,
+    ``indices`` and ``indptr`` (None for ELL) are whole contiguous buffers; ``x`` is
+    a 1-D leaf (any view), read at the column indices, which were checked when the
+    matrix was built.  ``dtype`` is the accumulator and result dtype.  The node
+    has no children to rewrite: its operands are leaves.
+    """
+
+    __slots__ = ("data", "fmt", "indices", "indptr", "width", "x")
+    fancy = True
+
+    def __init__(self, fmt: str, data: Leaf, indices: Leaf, indptr: Leaf | None, x: Leaf,
+                 rows: int, width: int, dtype: np.dtype) -> None:
+        assert fmt in ("csr", "ell") and (indptr is None) == (fmt == "ell"), fmt
+        self.fmt = fmt
+        self.data = data
+        self.indices = indices
+        self.indptr = indptr
+        self.x = x
+        self.width = width
+        self.dtype = dtype
+        self.shape = (rows,)
+        storages = data.storages | indices.storages | x.storages
+        self.storages = storages if indptr is None else storages | indptr.storages
+
+    def leaves(self) -> tuple[Leaf, ...]:
+        """The buffers read, as leaves (matrix arrays first, ``x`` last)."""
+        mats = (self.data, self.indices) if self.indptr is None else \
+            (self.data, self.indices, self.indptr)
+        return (*mats, self.x)
+
+
 _caches.register("expr.nodes.loop_keys", _loop_keys.clear, lambda: len(_loop_keys),
                  why="one per numpy loop of an operation (dtype tuples of the ufuncs' loops)")
 _caches.register("expr.nodes.broadcast", _broadcast_cache.clear,

@@ -79,6 +79,7 @@ from .nodes import (
     Reduce,
     Remap,
     Scalar,
+    SparseProduct,
     Storage,
     UserCall,
     signature_of,
@@ -100,6 +101,8 @@ class Program(NamedTuple):
     has_reduce: bool = False
     # a matmul-like sum of products (see fuseloop.expr.contraction), else None
     contraction: Any = None
+    # holds a sparse matrix product (fuseloop.expr.nodes.SparseProduct): its own recipes
+    has_sparse: bool = False
 
 
 class Bindings(NamedTuple):
@@ -158,7 +161,8 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
             return entry.program, Bindings(storages, scalars, list(entry.params), out_shape)
     b = run_passes(Build(roots, out_shape, targets, chunks))
     program = Program(tuple(b.entries), b.outputs, tuple(b.out_specs), b.root_sizes,
-                      b.row_dims, chunks is not None, b.reductions > 0, b.contraction)
+                      b.row_dims, chunks is not None, b.reductions > 0, b.contraction,
+                      any(e.kind == "sparse" for e in b.entries))
     return program, Bindings(b.storages, b.scalars, b.params, out_shape, b.scalar_nodes)
 
 
@@ -320,7 +324,18 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
         for p in node.pieces:
             _walk(p, toks, slots, storages, scalars, general)
     else:
+        _walk_other(node, toks, slots, storages, scalars, general)
+
+
+def _walk_other(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Storage],
+                scalars: list[np.generic], general: bool) -> None:
+    """:func:`_walk` for the rarer nodes: sparse products (general walks only)."""
+    if not (general and type(node) is SparseProduct):
         raise _Uncacheable
+    # its parameters (rows, width, x's stride and offset) are in these tokens
+    toks.append(("P", node.fmt, node.dtype.char, node.width, node.shape))
+    for leaf in node.leaves():
+        _walk(leaf, toks, slots, storages, scalars, True)
 
 
 def walk_structure(roots: Sequence[Node], head: list[Any]

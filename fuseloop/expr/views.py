@@ -32,6 +32,7 @@ from .nodes import (
     Reduce,
     Remap,
     Scalar,
+    SparseProduct,
     UserCall,
 )
 
@@ -125,7 +126,7 @@ def _push(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
     elif isinstance(node, Concat):
         result = _push_concat(node, shape, off, coeffs, memo)
     else:
-        assert type(node) is Gather, type(node)
+        assert type(node) is Gather or type(node) is SparseProduct, type(node)
         result = Remap(node, shape, off, coeffs)
     memo[key] = result
     return result

@@ -102,7 +102,7 @@ def _entry_chars(program: Program) -> Iterator[str]:
     for e in program.entries:
         if e.kind in ("op", "call"):
             yield from e.loop
-        elif e.kind in ("load", "arg", "reduce", "lit", "iota"):
+        elif e.kind in ("load", "arg", "reduce", "lit", "iota", "sparse"):
             yield e.dtype
 
 

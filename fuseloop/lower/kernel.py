@@ -27,6 +27,7 @@ from ..passes.outputs import collect_root_dims, walks_columns
 from .pieces import FLAT_INAME, live_entries, lower_pieces, piece_loops
 from .roles import kernel_roles, tag_roles
 from .scalar_ops import Helper, is_direct, make_helper
+from .sparse import lower_sparse
 
 if TYPE_CHECKING:
     from .callables import HelperCallable
@@ -354,6 +355,8 @@ class _Lowering:
         """
         kind = e.kind
         dt = np.dtype(e.dtype)
+        if kind == "sparse":  # (a temporary written before, entry number len(exprs))
+            return lower_sparse(self, e, len(self.exprs))
         if kind == "load":
             self.inputs[e.slot] = dt
             addr, names = (self.piece_address(e.at, e.strides, e.offset)
@@ -564,6 +567,8 @@ class _Lowering:
             for c, k in zip(e.at, e.strides):
                 if c != 0 and k != 0:
                     out |= self._static_inames(c)
+        elif kind == "sparse":
+            out = self._static_inames(e.at[0]) if e.at[0] != 0 else out
         elif kind in ELEMENTWISE_KINDS:
             for r in e.refs:
                 out |= self._entry_inames(r)

@@ -195,6 +195,14 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Array:
 
 def matmul(a: Any, b: Any) -> Array:
     """``a @ b`` with numpy's rules: 1-D promotion and broadcast batch axes."""
+    from ..sparse import issparse
+
+    if issparse(a):  # (fl.matmul(A, x): the sparse product)
+        return a @ b
+    if issparse(b):
+        raise ShapeError(f"matmul: a dense operand of shape {getattr(a, 'shape', ())} times a "
+                         f"sparse matrix of shape {b.shape} is not supported (a transposed "
+                         "product); compute A @ x with the sparse matrix on the left")
     a, b = _coerce(a), _coerce(b)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul: input operand does not have enough dimensions "

@@ -8,7 +8,18 @@ from typing import Any
 
 from ..expr import ir
 from ..expr.mapper import Mapper
-from ..expr.nodes import Apply, Concat, Gather, Iota, Leaf, Literal, Node, Reduce, Remap
+from ..expr.nodes import (
+    Apply,
+    Concat,
+    Gather,
+    Iota,
+    Leaf,
+    Literal,
+    Node,
+    Reduce,
+    Remap,
+    SparseProduct,
+)
 from .build import Build
 
 
@@ -171,6 +182,30 @@ class _Emitter(Mapper):
         return b.add(ir.Reduce(node.op, node.dtype.char, rid, cref, at, tuple(sizes), total,
                                chunk))
 
+    def map_sparse(self, node: SparseProduct, at: tuple) -> int:
+        # the matrix's buffers are read whole (their addresses come from the row and
+        # the indices), x through its view: only its stride and offset are kept
+        b = self.b
+        leaves = (node.data, node.indices, node.indptr, node.x)
+        slots = []
+        for lf in leaves:
+            if lf is None:
+                slots.append(-1)
+                continue
+            slot = b.slot_of_storage.get(id(lf.storage))
+            if slot is None:
+                slot = b.slot_of_storage[id(lf.storage)] = len(b.storages)
+                b.storages.append(lf.storage)
+            slots.append(slot)
+        chars = tuple("" if lf is None else lf.dtype.char for lf in leaves)
+        x = node.x
+        stride = x.view_strides()[0] if x.shape[0] > 1 else 1
+        ell = node.fmt == "ell"
+        return b.add(ir.Sparse(node.fmt, node.dtype.char, at, tuple(slots), chars,
+                               b.stride_kind(stride), 0 if x.offset == 0 else b.param(x.offset),
+                               b.param(node.shape[0]) if ell else 0,
+                               b.param(node.width) if ell else 0))
+
     def map_gather(self, node: Gather, at: tuple) -> int:
         b = self.b
         ax = node.axis
@@ -290,6 +325,11 @@ class _Structure(Mapper):
     def map_gather(self, node: Gather) -> tuple:  # with exact shapes: axes are not squeezed
         return ("G", node.axis, node.checked, node.child.shape, node.index.shape,
                 self(node.child), self(node.index))
+
+    def map_sparse(self, node: SparseProduct) -> tuple:
+        return ("P", node.fmt, node.dtype.char, node.width,
+                tuple(None if lf is None else self.map_leaf(lf)
+                      for lf in (node.data, node.indices, node.indptr, node.x)))
 
     def map_remap(self, node: Remap) -> tuple:
         return ("M", node.shape, node.offsets, node.coeffs, node.child.shape, self(node.child))

@@ -135,7 +135,7 @@ def collect_root_dims(at: tuple, out: set[int], entries: list[Entry]) -> None:
 def _collect_entry_root_dims(ref: int, out: set[int], entries: list[Entry]) -> None:
     e: Any = entries[ref]
     kind = e.kind
-    if kind in ("load", "iota"):
+    if kind in ("load", "iota", "sparse"):
         collect_root_dims(e.at, out, entries)
     elif kind in ("op", "call"):
         for r in e.refs:

@@ -2,7 +2,7 @@
 
 A recipe (:class:`Recipe`, :mod:`.core`) is a function ``(t_unit, device,
 **params) -> t_unit`` with its kernel kind (``"elementwise"``,
-``"reduction"``, ``"contraction"``), its named and typed parameters with
+``"reduction"``, ``"contraction"``, ``"sparse"``), its named and typed parameters with
 defaults, and per-device variants of them; ``recipe.with_params(...)`` makes a
 variant.  It receives the lowered kernel, whose loops carry role tags
 (:mod:`fuseloop.lower.roles`) that it finds with Loopy match expressions
@@ -25,7 +25,7 @@ keeps the number of classes small.
 Built in: ``gpu-coalesced`` (``"gpu"``, ``"default"``) and ``cpu-chunked``
 (``"cpu"``; vector math builtins on PoCL) for elementwise kernels, ``gpu-rows``
 and ``cpu-rows`` for reductions, ``gpu-tiled`` and ``cpu-blocked`` for
-contractions.
+contractions, ``gpu-sparse-rows`` and ``cpu-sparse-rows`` for sparse products.
 """
 
 from __future__ import annotations
@@ -64,22 +64,24 @@ from .registry import (
     use,
 )
 from .rows import cpu_rows, gpu_rows
+from .sparse import cpu_sparse_rows, gpu_sparse_rows
 
 __all__ = [
     "CPU_CHUNK", "GPU_GROUP_SIZE", "GPU_ITEMS_PER_THREAD", "KINDS", "POCL", "SHORTHANDS",
     "_CHOSEN", "_REGISTRY", "Derived", "DevicePredicate", "Param", "Recipe", "RecipeFunction",
-    "SizeClassFunction", "Space", "cpu_blocked", "cpu_chunked", "cpu_rows", "find",
-    "gpu_coalesced", "gpu_rows", "gpu_tiled", "int_range", "powers_of_two", "predicate",
+    "SizeClassFunction", "Space", "cpu_blocked", "cpu_chunked", "cpu_rows",
+    "cpu_sparse_rows", "find", "gpu_coalesced", "gpu_rows", "gpu_sparse_rows", "gpu_tiled",
+    "int_range", "powers_of_two", "predicate",
     "recipe_for", "register_recipe", "registered_recipes", "select", "use",
 ]
 
 
 def _register_builtins() -> None:
-    for device_type, elementwise, reduction, contraction in (
-            ("default", gpu_coalesced, gpu_rows, gpu_tiled),
-            ("gpu", gpu_coalesced, gpu_rows, gpu_tiled),
-            ("cpu", cpu_chunked, cpu_rows, cpu_blocked)):
-        for recipe in (elementwise, reduction, contraction):
+    for device_type, elementwise, reduction, contraction, sparse in (
+            ("default", gpu_coalesced, gpu_rows, gpu_tiled, gpu_sparse_rows),
+            ("gpu", gpu_coalesced, gpu_rows, gpu_tiled, gpu_sparse_rows),
+            ("cpu", cpu_chunked, cpu_rows, cpu_blocked, cpu_sparse_rows)):
+        for recipe in (elementwise, reduction, contraction, sparse):
             register_recipe(device_type, recipe)
 
 
