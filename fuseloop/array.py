@@ -53,11 +53,20 @@ class Constant:
         return f"fl.constant({self.value!r}" + (f", {self.dtype})" if self.dtype else ")")
 
 
-def constant(value: Any, dtype: Any = None) -> Constant:
+def constant(value: Any, dtype: Any = None, device: Any = None) -> Any:
     """A literal compiled into the kernel instead of passed as an argument.
 
-    Without ``dtype`` it promotes like the Python scalar it wraps (NEP 50).
+    Without ``dtype`` it promotes like the Python scalar it wraps (NEP 50).  Given
+    an array (a fuseloop array, a numpy array or a list), a copy of it on the device
+    that kernels read from constant memory (see :mod:`fuseloop.constant_memory`).
     """
+    if isinstance(value, Array | list | tuple) or (isinstance(value, np.ndarray)
+                                                   and value.ndim):
+        from .constant_memory import constant_array
+
+        return constant_array(value, dtype, device)
+    if device is not None:
+        raise TypeError("fl.constant(scalar) is compiled into the kernel: it takes no device")
     return Constant(value, dtype)
 
 

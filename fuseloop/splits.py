@@ -12,7 +12,18 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from .expr.nodes import Apply, Concat, Gather, Iota, Leaf, Node, Reduce, Remap, UserCall
+from .expr.nodes import (
+    Apply,
+    Concat,
+    Gather,
+    Iota,
+    Leaf,
+    Node,
+    Pointer,
+    Reduce,
+    Remap,
+    UserCall,
+)
 from .recipes import recipe_for
 from .runtime.devices import Device
 
@@ -34,6 +45,8 @@ def children(node: Node) -> tuple[Node, ...]:
         return (node.child, node.index)  # type: ignore[attr-defined]
     if cls is Concat:
         return node.pieces  # type: ignore[attr-defined]
+    if cls is Pointer:  # (its leaf covers every element the function may read)
+        return (node.leaf,)  # type: ignore[attr-defined]
     return ()
 
 

@@ -24,6 +24,15 @@ class _LoadFields(NamedTuple):
     at: tuple  # the symbolic index the value is read at
     strides: Any  # per component 0, 1 or ("p", slot); or "c" (the output's C order)
     offset: Any  # 0 or ("p", slot)
+    space: str = ""  # "c": the buffer is read from constant memory (fl.constant)
+
+
+class _PtrFields(NamedTuple):
+    kind: Literal["ptr"]
+    slot: int  # input buffer
+    dtype: str
+    offset: Any  # 0 or ("p", slot): where the pointer points
+    space: str  # "" (global) or "c" (constant memory)
 
 
 class _IotaFields(NamedTuple):
@@ -110,8 +119,19 @@ class Load(_Tagged, _LoadFields):
     __slots__ = ()
     KIND = "load"
 
-    def __new__(cls, slot: int, dtype: str, at: tuple, strides: Any, offset: Any) -> Load:
-        return _new(cls, ("load", slot, dtype, at, strides, offset))
+    def __new__(cls, slot: int, dtype: str, at: tuple, strides: Any, offset: Any,
+                space: str = "") -> Load:
+        return _new(cls, ("load", slot, dtype, at, strides, offset, space))
+
+
+class Ptr(_Tagged, _PtrFields):
+    """Input buffer ``slot`` as a pointer to element ``offset``: a user function's
+    pointer argument (never a temporary, never loaded by the kernel itself)."""
+    __slots__ = ()
+    KIND = "ptr"
+
+    def __new__(cls, slot: int, dtype: str, offset: Any, space: str) -> Ptr:
+        return _new(cls, ("ptr", slot, dtype, offset, space))
 
 
 class Iota(_Tagged, _IotaFields):
@@ -187,11 +207,11 @@ class Concat(_Tagged, _ConcatFields):
         return _new(cls, ("concat", comp, bounds, refs, flat))
 
 
-Entry = (_LoadFields | _IotaFields | _ArgFields | _LitFields | _OpFields | _CallFields
+Entry = (_LoadFields | _PtrFields | _IotaFields | _ArgFields | _LitFields | _OpFields | _CallFields
          | _ReduceFields | _GatherFields | _ConcatFields)
 
 #: entries with no operand entries
-LEAF_KINDS = frozenset({"load", "arg", "lit", "iota"})
+LEAF_KINDS = frozenset({"load", "arg", "lit", "iota", "ptr"})
 #: elementwise entries (``refs`` are their arguments)
 ELEMENTWISE_KINDS = frozenset({"op", "call"})
 

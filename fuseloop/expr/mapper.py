@@ -12,7 +12,19 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from .nodes import Apply, Concat, Gather, Iota, Leaf, Literal, Reduce, Remap, Scalar, UserCall
+from .nodes import (
+    Apply,
+    Concat,
+    Gather,
+    Iota,
+    Leaf,
+    Literal,
+    Pointer,
+    Reduce,
+    Remap,
+    Scalar,
+    UserCall,
+)
 
 #: node type -> the name of the method that handles it
 METHOD_NAMES: dict[type, str] = {
@@ -26,6 +38,7 @@ METHOD_NAMES: dict[type, str] = {
     Gather: "map_gather",
     Remap: "map_remap",
     Concat: "map_concat",
+    Pointer: "map_pointer",
 }
 
 

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from .callables import HelperCallable
 
 ELEMENT_INAME = "e"
+#: in the name of a user function's callable with pointer arguments, before each array
+POINTER_MARK = "__ptr_"
 _MAX_INLINE_DEPTH = 24
 _BOOL = np.dtype("bool")
 _UINT8 = np.dtype("uint8")
@@ -113,6 +115,7 @@ class _Lowering:
         self.params: set[int] = set()
         self.inputs: dict[int, np.dtype] = {}
         self.scalar_args: dict[int, np.dtype] = {}
+        self.constant_slots: set[int] = set()  # inputs read from constant memory
         self.has_gather = False
         self.root_idx: dict[int, tuple[Any, frozenset]] = {}
         self.red_idx: dict[tuple[int, int], tuple[Any, frozenset]] = {}
@@ -356,9 +359,19 @@ class _Lowering:
         dt = np.dtype(e.dtype)
         if kind == "load":
             self.inputs[e.slot] = dt
+            if e.space:
+                self.constant_slots.add(e.slot)
             addr, names = (self.piece_address(e.at, e.strides, e.offset)
                            or self.address(e.at, e.strides, e.offset))
             return prim.Variable(f"in{e.slot}")[addr], dt, names
+        if kind == "ptr":
+            # the first element pointed at, as Loopy sees it: the user function's
+            # callable passes its address (see lower/callables.py)
+            self.inputs[e.slot] = dt
+            if e.space:
+                self.constant_slots.add(e.slot)
+            off = self.size(e.offset)
+            return prim.Variable(f"in{e.slot}")[off], dt, frozenset()
         if kind == "arg":
             self.scalar_args[e.slot] = dt
             return prim.Variable(f"s{e.slot}"), dt, frozenset()
@@ -409,11 +422,14 @@ class _Lowering:
                 refs = e.refs
                 loop = tuple(np.dtype(n) for n in e.loop)
                 dt = loop[-1]
-                args = [self.cast_expr(r, loop[k]) for k, r in enumerate(refs)]
+                # (a pointer argument is passed as it is: see elementwise)
+                args = [self.exprs[r] if entries[r].kind == "ptr" else self.cast_expr(r, loop[k])
+                        for k, r in enumerate(refs)]
                 for r in refs:
                     names |= self.inames[r]
                     deps |= self.deps[r]
-                value = self.elementwise(kind, e.name if kind == "op" else e.key, loop, args)
+                value = self.elementwise(kind, e.name if kind == "op" else e.key, loop, args,
+                                         refs)
             elif kind == "reduce":
                 value, dt, names, deps = self.reduce(ref, e)
                 force_temp = True
@@ -443,7 +459,7 @@ class _Lowering:
             self.dtypes.append(dt)
             self.inames.append(names)
             if force_temp or ((uses[ref] > 1 or d > _MAX_INLINE_DEPTH)
-                              and kind not in ("arg", "lit")):
+                              and kind not in ("arg", "lit", "ptr")):
                 d = 0
                 tmp = f"t{ref}{self.sfx}"
                 self.temporary(tmp, kernel_dtype(dt))
@@ -464,13 +480,21 @@ class _Lowering:
         return e.refs
 
     def elementwise(self, kind: str, op_name: str, loop: tuple[np.dtype, ...],
-                    args: list[Any]) -> Any:
+                    args: list[Any], refs: tuple[int, ...] = ()) -> Any:
         if kind == "call":
             fn = self.user_functions[op_name]
-            if fn.c_name not in self.callables:
-                self.callables[fn.c_name] = _helper_callable(fn.c_name, loop[:-1], loop[-1],
-                                                             fn.source)
-            return prim.Variable(fn.c_name)(*args)
+            # a call with pointer arguments is a callable of its own per set of arrays
+            # (its name says which; the recipes leave its arguments alone)
+            pointers = tuple((k, f"in{self.program.entries[refs[k]].slot}")
+                             for k in getattr(fn, "pointers", ()))
+            name = fn.c_name + "".join(f"{POINTER_MARK}{a}" for _, a in pointers)
+            if name not in self.callables:
+                from .callables import UserCallable
+
+                self.callables[name] = UserCallable(name, loop[:-1], loop[-1], fn.source,
+                                                    preambles=tuple(fn.preambles()),
+                                                    pointers=pointers, c_name=fn.c_name)
+            return prim.Variable(name)(*args)
         if is_direct(op_name, loop):
             a = args[0]
             if op_name == "add":
@@ -744,8 +768,12 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
                                         is_output=True, is_input=atomic, for_atomic=atomic))
         arg_names.append(f"out{k}")
     for slot in sorted(low.inputs):
-        kernel_args.append(lp.GlobalArg(f"in{slot}", kernel_dtype(low.inputs[slot]),
-                                        shape=None, is_output=False, is_input=True))
+        if slot in low.constant_slots:  # fl.constant arrays: OpenCL's __constant space
+            kernel_args.append(lp.ConstantArg(f"in{slot}", kernel_dtype(low.inputs[slot]),
+                                              shape=None))
+        else:
+            kernel_args.append(lp.GlobalArg(f"in{slot}", kernel_dtype(low.inputs[slot]),
+                                            shape=None, is_output=False, is_input=True))
         arg_names.append(f"in{slot}")
     if low.has_gather:
         kernel_args.append(lp.GlobalArg("err", np.int64, shape=(3,), is_output=True,
