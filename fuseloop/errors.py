@@ -132,6 +132,10 @@ class HostFallbackWarning(UserWarning):
     ``svd``, ...: no device algorithm for them yet)."""
 
 
+class SignatureError(FuseloopError, ValueError):
+    """An ``fl.function`` signature that is not ``type name(type a, type b, ...)``."""
+
+
 class DependencyCycleError(FuseloopError, ValueError):
     """User functions that call each other in a cycle (OpenCL C has no recursion):
     a body calling its own function, or a traced function calling itself."""

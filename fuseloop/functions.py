@@ -20,8 +20,8 @@ from .errors import (
     DependencyCycleError,
     DeviceError,
     DTypeError,
-    FuseloopError,
     PointerArgumentError,
+    SignatureError,
 )
 from .expr.nodes import Iota, Leaf, Pointer, UserCall, broadcast_shapes, c_strides
 
@@ -30,10 +30,6 @@ _SIGNATURE = re.compile(r"^\s*(?P<ret>[A-Za-z_][\w ]*?)\s+(?P<name>[A-Za-z_]\w*)
 _SPACES = {"global": "global", "__global": "global", "constant": "constant",
            "__constant": "constant"}
 _QUALIFIERS = {"const", "restrict", "__restrict", "volatile"}
-
-
-class SignatureError(FuseloopError, ValueError):
-    """An ``fl.function`` signature that is not ``type name(type a, type b, ...)``."""
 
 
 class ElementIndex:
