@@ -54,19 +54,13 @@ class Constant:
 
 
 def constant(value: Any, dtype: Any = None, device: Any = None) -> Any:
-    """A literal compiled into the kernel instead of passed as an argument.
-
-    Without ``dtype`` it promotes like the Python scalar it wraps (NEP 50).  Given
-    an array (a fuseloop array, a numpy array or a list), a copy of it on the device
-    that kernels read from constant memory (see :mod:`fuseloop.constant_memory`).
-    """
-    if isinstance(value, Array | list | tuple) or (isinstance(value, np.ndarray)
-                                                   and value.ndim):
+    """A literal compiled into the kernel instead of passed as an argument (promoted
+    like the Python scalar it wraps, NEP 50); given an array, a copy of it in constant
+    memory on ``device`` (:func:`fuseloop.constant_memory.constant_array`)."""
+    if isinstance(value, Array | list | tuple) or (isinstance(value, np.ndarray) and value.ndim):
         from .constant_memory import constant_array
 
         return constant_array(value, dtype, device)
-    if device is not None:
-        raise TypeError("fl.constant(scalar) is compiled into the kernel: it takes no device")
     return Constant(value, dtype)
 
 

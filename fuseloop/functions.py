@@ -104,6 +104,10 @@ class UserFunction:
     the element's index.
     """
 
+    c_name: str
+    key: str
+    level: int
+
     def __init__(self, signature: str, body: str, depends: Iterable[Any] = ()) -> None:
         m = _SIGNATURE.match(signature)
         if m is None:
@@ -199,7 +203,7 @@ class UserFunction:
         full = tuple(Pointer(pointers[k]._node) if k in pointers  # type: ignore[arg-type]
                      else next(value_args) for k in range(len(args)))
         call = UserCall(self, full, loop, shape)
-        return Array._lazy(call, device)  # type: ignore[arg-type]
+        return Array._lazy(call, device)
 
     def _pointer(self, k: int, a: Any) -> Array:
         """Argument ``a`` of pointer parameter ``k``, as a contiguous device array."""

@@ -24,7 +24,6 @@ class _LoadFields(NamedTuple):
     at: tuple  # the symbolic index the value is read at
     strides: Any  # per component 0, 1 or ("p", slot); or "c" (the output's C order)
     offset: Any  # 0 or ("p", slot)
-    space: str = ""  # "c": the buffer is read from constant memory (fl.constant)
 
 
 class _PtrFields(NamedTuple):
@@ -32,7 +31,12 @@ class _PtrFields(NamedTuple):
     slot: int  # input buffer
     dtype: str
     offset: Any  # 0 or ("p", slot): where the pointer points
-    space: str  # "" (global) or "c" (constant memory)
+
+
+class _CMemFields(NamedTuple):
+    kind: Literal["cmem"]
+    slot: int  # input buffer read from constant memory
+    dtype: str
 
 
 class _IotaFields(NamedTuple):
@@ -119,9 +123,8 @@ class Load(_Tagged, _LoadFields):
     __slots__ = ()
     KIND = "load"
 
-    def __new__(cls, slot: int, dtype: str, at: tuple, strides: Any, offset: Any,
-                space: str = "") -> Load:
-        return _new(cls, ("load", slot, dtype, at, strides, offset, space))
+    def __new__(cls, slot: int, dtype: str, at: tuple, strides: Any, offset: Any) -> Load:
+        return _new(cls, ("load", slot, dtype, at, strides, offset))
 
 
 class Ptr(_Tagged, _PtrFields):
@@ -130,8 +133,18 @@ class Ptr(_Tagged, _PtrFields):
     __slots__ = ()
     KIND = "ptr"
 
-    def __new__(cls, slot: int, dtype: str, offset: Any, space: str) -> Ptr:
-        return _new(cls, ("ptr", slot, dtype, offset, space))
+    def __new__(cls, slot: int, dtype: str, offset: Any) -> Ptr:
+        return _new(cls, ("ptr", slot, dtype, offset))
+
+
+class CMem(_Tagged, _CMemFields):
+    """Input buffer ``slot`` is read from constant memory (``fl.constant``): a marker,
+    never read by other entries; the kernel declares the buffer ``__constant``."""
+    __slots__ = ()
+    KIND = "cmem"
+
+    def __new__(cls, slot: int, dtype: str) -> CMem:
+        return _new(cls, ("cmem", slot, dtype))
 
 
 class Iota(_Tagged, _IotaFields):
@@ -207,11 +220,11 @@ class Concat(_Tagged, _ConcatFields):
         return _new(cls, ("concat", comp, bounds, refs, flat))
 
 
-Entry = (_LoadFields | _PtrFields | _IotaFields | _ArgFields | _LitFields | _OpFields | _CallFields
-         | _ReduceFields | _GatherFields | _ConcatFields)
+Entry = (_LoadFields | _PtrFields | _CMemFields | _IotaFields | _ArgFields | _LitFields
+         | _OpFields | _CallFields | _ReduceFields | _GatherFields | _ConcatFields)
 
 #: entries with no operand entries
-LEAF_KINDS = frozenset({"load", "arg", "lit", "iota", "ptr"})
+LEAF_KINDS = frozenset({"load", "arg", "lit", "iota", "ptr", "cmem"})
 #: elementwise entries (``refs`` are their arguments)
 ELEMENTWISE_KINDS = frozenset({"op", "call"})
 

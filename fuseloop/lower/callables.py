@@ -69,12 +69,14 @@ class UserCallable(HelperCallable):
         call = super().emit_call(expression_to_code_mapper, expression, target)
         if not self.pointers:
             return call
-        params = list(call.parameters)
+        params: list[Any] = list(call.parameters)
         for k, _ in self.pointers:
             p = params[k]
             # ``in3[off]`` -> ``in3 + off``: the address, not the value
             assert isinstance(p, prim.Subscript), p
-            params[k] = p.aggregate if p.index == 0 else prim.Sum((p.aggregate, p.index))
+            array: Any = p.aggregate
+            offset: Any = p.index
+            params[k] = array if offset == 0 else prim.Sum((array, offset))
         return call.function(*params)
 
     def generate_preambles(self, target):

@@ -27,13 +27,12 @@ from ..passes.outputs import collect_root_dims, walks_columns
 from .pieces import FLAT_INAME, live_entries, lower_pieces, piece_loops
 from .roles import kernel_roles, tag_roles
 from .scalar_ops import Helper, is_direct, make_helper
+from .user_calls import call_args, input_arg, user_call
 
 if TYPE_CHECKING:
     from .callables import HelperCallable
 
 ELEMENT_INAME = "e"
-#: in the name of a user function's callable with pointer arguments, before each array
-POINTER_MARK = "__ptr_"
 _MAX_INLINE_DEPTH = 24
 _BOOL = np.dtype("bool")
 _UINT8 = np.dtype("uint8")
@@ -115,7 +114,6 @@ class _Lowering:
         self.params: set[int] = set()
         self.inputs: dict[int, np.dtype] = {}
         self.scalar_args: dict[int, np.dtype] = {}
-        self.constant_slots: set[int] = set()  # inputs read from constant memory
         self.has_gather = False
         self.root_idx: dict[int, tuple[Any, frozenset]] = {}
         self.red_idx: dict[tuple[int, int], tuple[Any, frozenset]] = {}
@@ -359,8 +357,6 @@ class _Lowering:
         dt = np.dtype(e.dtype)
         if kind == "load":
             self.inputs[e.slot] = dt
-            if e.space:
-                self.constant_slots.add(e.slot)
             addr, names = (self.piece_address(e.at, e.strides, e.offset)
                            or self.address(e.at, e.strides, e.offset))
             return prim.Variable(f"in{e.slot}")[addr], dt, names
@@ -368,10 +364,10 @@ class _Lowering:
             # the first element pointed at, as Loopy sees it: the user function's
             # callable passes its address (see lower/callables.py)
             self.inputs[e.slot] = dt
-            if e.space:
-                self.constant_slots.add(e.slot)
             off = self.size(e.offset)
             return prim.Variable(f"in{e.slot}")[off], dt, frozenset()
+        if kind == "cmem":  # a marker (see lower_program): no value
+            return kernel_dtype(dt).type(0), dt, frozenset()
         if kind == "arg":
             self.scalar_args[e.slot] = dt
             return prim.Variable(f"s{e.slot}"), dt, frozenset()
@@ -422,14 +418,11 @@ class _Lowering:
                 refs = e.refs
                 loop = tuple(np.dtype(n) for n in e.loop)
                 dt = loop[-1]
-                # (a pointer argument is passed as it is: see elementwise)
-                args = [self.exprs[r] if entries[r].kind == "ptr" else self.cast_expr(r, loop[k])
-                        for k, r in enumerate(refs)]
+                args = call_args(self, refs, loop)
                 for r in refs:
                     names |= self.inames[r]
                     deps |= self.deps[r]
-                value = self.elementwise(kind, e.name if kind == "op" else e.key, loop, args,
-                                         refs)
+                value = self.elementwise(kind, e.name if kind == "op" else e.key, loop, args, refs)
             elif kind == "reduce":
                 value, dt, names, deps = self.reduce(ref, e)
                 force_temp = True
@@ -482,19 +475,7 @@ class _Lowering:
     def elementwise(self, kind: str, op_name: str, loop: tuple[np.dtype, ...],
                     args: list[Any], refs: tuple[int, ...] = ()) -> Any:
         if kind == "call":
-            fn = self.user_functions[op_name]
-            # a call with pointer arguments is a callable of its own per set of arrays
-            # (its name says which; the recipes leave its arguments alone)
-            pointers = tuple((k, f"in{self.program.entries[refs[k]].slot}")
-                             for k in getattr(fn, "pointers", ()))
-            name = fn.c_name + "".join(f"{POINTER_MARK}{a}" for _, a in pointers)
-            if name not in self.callables:
-                from .callables import UserCallable
-
-                self.callables[name] = UserCallable(name, loop[:-1], loop[-1], fn.source,
-                                                    preambles=tuple(fn.preambles()),
-                                                    pointers=pointers, c_name=fn.c_name)
-            return prim.Variable(name)(*args)
+            return user_call(self, self.user_functions[op_name], loop, args, refs)
         if is_direct(op_name, loop):
             a = args[0]
             if op_name == "add":
@@ -768,12 +749,7 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
                                         is_output=True, is_input=atomic, for_atomic=atomic))
         arg_names.append(f"out{k}")
     for slot in sorted(low.inputs):
-        if slot in low.constant_slots:  # fl.constant arrays: OpenCL's __constant space
-            kernel_args.append(lp.ConstantArg(f"in{slot}", kernel_dtype(low.inputs[slot]),
-                                              shape=None))
-        else:
-            kernel_args.append(lp.GlobalArg(f"in{slot}", kernel_dtype(low.inputs[slot]),
-                                            shape=None, is_output=False, is_input=True))
+        kernel_args.append(input_arg(program, slot, kernel_dtype(low.inputs[slot])))
         arg_names.append(f"in{slot}")
     if low.has_gather:
         kernel_args.append(lp.GlobalArg("err", np.int64, shape=(3,), is_output=True,

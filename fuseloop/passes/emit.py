@@ -129,18 +129,18 @@ class _Emitter(Mapper):
         if slot is None:
             slot = b.slot_of_storage[skey] = len(b.storages)
             b.storages.append(node.storage)
+            if node.storage.constant:  # (the program says so: it is part of the key)
+                b.add(ir.CMem(slot, node.dtype.char))
         return slot
 
     def map_leaf(self, node: Leaf, at: tuple) -> int:
         kinds, off = self.address(node, at)
-        space = "c" if node.storage.constant else ""
-        return self.b.add(ir.Load(self.slot(node), node.dtype.char, at, kinds, off, space))
+        return self.b.add(ir.Load(self.slot(node), node.dtype.char, at, kinds, off))
 
     def map_pointer(self, node: Pointer, at: tuple) -> int:
         leaf = node.leaf
         off = 0 if leaf.offset == 0 else self.b.param(leaf.offset)
-        space = "c" if leaf.storage.constant else ""
-        return self.b.add(ir.Ptr(self.slot(leaf), leaf.dtype.char, off, space))
+        return self.b.add(ir.Ptr(self.slot(leaf), leaf.dtype.char, off))
 
     def map_scalar(self, node: Any, at: tuple) -> int:
         # each scalar node is its own argument: values are data, not structure

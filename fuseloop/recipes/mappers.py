@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import pymbolic.primitives as prim
 from loopy.symbolic import IdentityMapper, get_dependencies
 
-from ..lower.kernel import POINTER_MARK
+from ..lower.user_calls import POINTER_MARK
 
 if TYPE_CHECKING:
     from .cpu_vector import _Vectoriser
