@@ -256,6 +256,11 @@ def test_pointer_argument_views_aliasing_and_gpu_recipe(device, restore_recipes)
     np.testing.assert_array_equal(rev(fl.index, 5, x[3:8]).get(), a[3:8][::-1])
     # a strided view is passed as a contiguous copy
     np.testing.assert_array_equal(rev(fl.index, 6, x[::2]).get(), a[::2][::-1])
+    # a lazy call sees the array as it was when the call was built
+    before = rev(fl.index, 12, x)
+    x[0] = 100
+    np.testing.assert_array_equal(before.get(), a[::-1])
+    x[0] = 0
     # writing the array a pointer reads: every element is read, so through a temporary
     x[...] = rev(fl.index, 12, x) + x
     np.testing.assert_array_equal(x.get(), a[::-1] + a)

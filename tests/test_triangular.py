@@ -27,8 +27,10 @@ def test_views_are_numpy_triangles_without_reading_the_other(device, lower):
     assert v.triangle == ("lower" if lower else "upper")
     np.testing.assert_array_equal(v.get(), ref)
     np.testing.assert_array_equal((2 * v + 1).get(), 2 * ref + 1)
-    b = rng.random((37, 5)).astype(np.float32)
-    np.testing.assert_allclose((v @ fl.asarray(b)).get(), ref @ b, rtol=1e-5)
+    # a skinny product (a reduction kernel) and a contraction kernel (M, N >= 32)
+    for cols in (5, 33):
+        b = rng.random((37, cols)).astype(np.float32)
+        np.testing.assert_allclose((v @ fl.asarray(b)).get(), ref @ b, rtol=1e-5)
     # numpy's names still copy-free give numpy's results
     np.testing.assert_array_equal((fl.tril if lower else fl.triu)(fl.asarray(h)).get(), ref)
 
