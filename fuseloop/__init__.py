@@ -32,7 +32,7 @@ from .creation import (
 )
 from .dtype_api import can_cast, finfo, iinfo, isdtype, result_type
 from .explain import Explanation, explain
-from .functions import TracedFunction, UserFunction, function
+from .functions import TracedFunction, UserFunction, function, index
 from .fuse import fuse as fuse  # (re-exported: in __all__ below the list)
 from .ops.indexing import take
 from .ops.linalg import _LinalgNamespace, dot, einsum, inner, matmul, outer, tensordot, trace, vdot
@@ -99,6 +99,7 @@ from .recipes import Recipe, recipe_for, register_recipe, registered_recipes
 from .runtime.devices import Device, device, devices, get_device, set_device
 from .stages import Compiled, Linearized, Lowered, program
 from .stats import reset_stats, stats
+from .triangular import TriangularView, tril_view, triu_view
 from .ufuncs import FUNCTIONS as _FUNCTIONS
 from .ufuncs import where
 
@@ -166,7 +167,8 @@ __all__ = [
     *_MATH_FUNCTIONS, "random",
     # VexCL and Stan features (issue 28)
     "check", "check_bounded", "check_finite", "check_nonnegative", "check_positive",
-    "bincount", "histogram", "stencil", "stencil_function",
+    "bincount", "histogram", "stencil", "stencil_function", "index", "tril_view", "triu_view",
+    "TriangularView",
     # the Array API's additions (issue 27)
     "__array_namespace_info__", "eye", "from_dlpack", "meshgrid", "can_cast",
     "finfo", "iinfo", "isdtype", "result_type", "broadcast_arrays", "broadcast_shapes",

@@ -53,11 +53,14 @@ class Constant:
         return f"fl.constant({self.value!r}" + (f", {self.dtype})" if self.dtype else ")")
 
 
-def constant(value: Any, dtype: Any = None) -> Constant:
-    """A literal compiled into the kernel instead of passed as an argument.
+def constant(value: Any, dtype: Any = None, device: Any = None) -> Any:
+    """A literal compiled into the kernel instead of passed as an argument (promoted
+    like the Python scalar it wraps, NEP 50); given an array, a copy of it in constant
+    memory on ``device`` (:func:`fuseloop.constant_memory.constant_array`)."""
+    if isinstance(value, Array | list | tuple) or (isinstance(value, np.ndarray) and value.ndim):
+        from .constant_memory import constant_array
 
-    Without ``dtype`` it promotes like the Python scalar it wraps (NEP 50).
-    """
+        return constant_array(value, dtype, device)
     return Constant(value, dtype)
 
 

@@ -136,3 +136,26 @@ class HostFallbackWarning(UserWarning):
     """An operation fuseloop runs on the host (numpy) rather than on the device,
     copying its operands there and its results back (``fl.linalg.qr``, ``eigh``,
     ``svd``, ...: no device algorithm for them yet)."""
+
+
+class SignatureError(FuseloopError, ValueError):
+    """An ``fl.function`` signature that is not ``type name(type a, type b, ...)``."""
+
+
+class DependencyCycleError(FuseloopError, ValueError):
+    """User functions that call each other in a cycle (OpenCL C has no recursion):
+    a body calling its own function, or a traced function calling itself."""
+
+
+class PointerArgumentError(FuseloopError, TypeError):
+    """A user function's pointer parameter (``global const float *x``) given something
+    other than a device array of the pointed-to dtype (a scalar, a numpy array, ...)."""
+
+
+class ConstantMemoryError(FuseloopError, ValueError):
+    """An array for constant memory (``fl.constant(array)``) larger than the device's
+    constant buffer, or a constant array passed where a ``global`` pointer is declared."""
+
+
+class NotSquareError(ShapeError):
+    """A triangular view or triangular solve of a matrix that is not square."""

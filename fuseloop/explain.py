@@ -204,6 +204,10 @@ def _texts(prog: Program, names: dict[int, str], scalars: Sequence[Any]) -> list
             memo[k] = repr(e.value)
         elif kind == "iota":
             memo[k] = "index"
+        elif kind == "ptr":  # a whole buffer passed to a user function's pointer parameter
+            memo[k] = "&" + names.get(e.slot, f"in{e.slot}")
+        elif kind == "cmem":  # (a marker: the buffer is read from constant memory)
+            memo[k] = ""
         elif kind in ("op", "call"):
             args = [memo[r] for r in e.refs]
             name = e.name if kind == "op" else e.key

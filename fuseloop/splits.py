@@ -19,6 +19,7 @@ from .expr.nodes import (
     Iota,
     Leaf,
     Node,
+    Pointer,
     Reduce,
     Remap,
     SparseProduct,
@@ -47,6 +48,8 @@ def children(node: Node) -> tuple[Node, ...]:
         return node.pieces  # type: ignore[attr-defined]
     if cls is SparseProduct:
         return node.leaves()  # type: ignore[attr-defined]
+    if cls is Pointer:  # (its leaf covers every element the function may read)
+        return (node.leaf,)  # type: ignore[attr-defined]
     return ()
 
 

@@ -218,7 +218,7 @@ class Trace:
     # stand-ins
 
     def placeholder(self, storage: Storage, name: str, k: int) -> Storage:
-        ph = Storage(storage.buffer, storage.nbytes, storage.device)
+        ph = Storage(storage.buffer, storage.nbytes, storage.device, storage.constant)
         self.placeholders[id(ph)] = name
         self.placeholder_list.append(ph)
         self.refs[id(ph)] = ("i", k)

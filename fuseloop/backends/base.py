@@ -65,6 +65,8 @@ class DeviceInfo:
     problem: str | None = None
     #: the backend's own device object
     handle: Any = field(default=None, repr=False, compare=False)
+    #: the largest buffer readable as constant memory (OpenCL's minimum: 64 KiB)
+    max_constant_buffer_size: int = 65536
 
 
 @dataclass(frozen=True, eq=False)

@@ -141,7 +141,8 @@ class OpenCLBackend(Backend):
                     max_work_group_size=int(d.max_work_group_size),
                     runtime=icd.runtime_label(pname, plat.version.strip(),
                                               d.driver_version.strip()),
-                    problem=_compiler_problem(d), handle=d))
+                    problem=_compiler_problem(d), handle=d,
+                    max_constant_buffer_size=int(d.max_constant_buffer_size)))
         icd.check_discovered([p.name.strip() for p in platforms])
         return found
 

@@ -113,7 +113,9 @@ def find_contraction(entries: Sequence[Entry], outputs: tuple[int, ...], out_spe
     interns a new parameter (a group's total length).
     """
     reduces = [k for k, e in enumerate(entries) if e.kind == "reduce"]
-    if len(reduces) != 1 or any(e.kind in ("gather", "concat") for e in entries):
+    # (user functions' pointer arguments and constant-memory buffers: reduction kernels)
+    if len(reduces) != 1 or any(e.kind in ("gather", "concat", "ptr", "cmem")
+                                for e in entries):
         return None
     red = reduces[0]
     r: Any = entries[red]

@@ -26,6 +26,19 @@ class _LoadFields(NamedTuple):
     offset: Any  # 0 or ("p", slot)
 
 
+class _PtrFields(NamedTuple):
+    kind: Literal["ptr"]
+    slot: int  # input buffer
+    dtype: str
+    offset: Any  # 0 or ("p", slot): where the pointer points
+
+
+class _CMemFields(NamedTuple):
+    kind: Literal["cmem"]
+    slot: int  # input buffer read from constant memory
+    dtype: str
+
+
 class _IotaFields(NamedTuple):
     kind: Literal["iota"]
     dtype: str
@@ -127,6 +140,26 @@ class Load(_Tagged, _LoadFields):
         return _new(cls, ("load", slot, dtype, at, strides, offset))
 
 
+class Ptr(_Tagged, _PtrFields):
+    """Input buffer ``slot`` as a pointer to element ``offset``: a user function's
+    pointer argument (never a temporary, never loaded by the kernel itself)."""
+    __slots__ = ()
+    KIND = "ptr"
+
+    def __new__(cls, slot: int, dtype: str, offset: Any) -> Ptr:
+        return _new(cls, ("ptr", slot, dtype, offset))
+
+
+class CMem(_Tagged, _CMemFields):
+    """Input buffer ``slot`` is read from constant memory (``fl.constant``): a marker,
+    never read by other entries; the kernel declares the buffer ``__constant``."""
+    __slots__ = ()
+    KIND = "cmem"
+
+    def __new__(cls, slot: int, dtype: str) -> CMem:
+        return _new(cls, ("cmem", slot, dtype))
+
+
 class Iota(_Tagged, _IotaFields):
     """The address a load with these fields would read, as a value (``arange``)."""
     __slots__ = ()
@@ -213,11 +246,12 @@ class Sparse(_Tagged, _SparseFields):
                           width))
 
 
-Entry = (_LoadFields | _IotaFields | _ArgFields | _LitFields | _OpFields | _CallFields
-         | _ReduceFields | _GatherFields | _ConcatFields | _SparseFields)
+Entry = (_LoadFields | _PtrFields | _CMemFields | _IotaFields | _ArgFields | _LitFields
+         | _OpFields | _CallFields | _ReduceFields | _GatherFields | _ConcatFields
+         | _SparseFields)
 
 #: entries with no operand entries
-LEAF_KINDS = frozenset({"load", "arg", "lit", "iota", "sparse"})
+LEAF_KINDS = frozenset({"load", "arg", "lit", "iota", "ptr", "cmem", "sparse"})
 #: elementwise entries (``refs`` are their arguments)
 ELEMENTWISE_KINDS = frozenset({"op", "call"})
 

@@ -19,6 +19,7 @@ from .nodes import (
     Iota,
     Leaf,
     Literal,
+    Pointer,
     Reduce,
     Remap,
     Scalar,
@@ -39,6 +40,7 @@ METHOD_NAMES: dict[type, str] = {
     Remap: "map_remap",
     Concat: "map_concat",
     SparseProduct: "map_sparse",
+    Pointer: "map_pointer",
 }
 
 

@@ -105,12 +105,17 @@ class Storage:
     pending ones first, so it sees every lazy reader created before the call.
     """
 
-    __slots__ = ("__weakref__", "_purge_at", "buffer", "device", "nbytes", "readers")
+    __slots__ = ("__weakref__", "_purge_at", "buffer", "constant", "device", "nbytes",
+                 "readers")
 
-    def __init__(self, buffer: Any, nbytes: int, device: Device) -> None:
+    def __init__(self, buffer: Any, nbytes: int, device: Device,
+                 constant: bool = False) -> None:
         self.buffer = buffer
         self.nbytes = nbytes
         self.device = device
+        # read through OpenCL's __constant address space (fl.constant(array)); part of
+        # every leaf's structure token, since the kernel's declaration differs
+        self.constant = constant
         # id(array) -> weak reference; arrays are unhashable (== is elementwise);
         # None until the first reader is entered (most buffers never get one)
         self.readers: dict[int, weakref.ref] | None = None
@@ -286,7 +291,8 @@ class Leaf(Node):
         """Everything but the buffer, for the structure cache (``expr.program``)."""
         token = self.token
         if token is None:  # made on first use: most results are never read again
-            token = self.token = ("L", self.dtype.char, self.shape, self.strides, self.offset)
+            token = self.token = ("LC" if self.storage.constant else "L", self.dtype.char,
+                                  self.shape, self.strides, self.offset)
         return token
 
     def view_strides(self) -> tuple[int, ...]:
@@ -519,6 +525,22 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     if len(_broadcast_cache) < BROADCAST_CACHE_MAX:
         _broadcast_cache[shapes] = result
     return result
+
+
+class Pointer(Node):
+    """A whole buffer passed to a user function's pointer parameter (``global const
+    float *x``): not read per element, so it has shape ``()`` and broadcasts like a
+    scalar.  ``leaf`` is the contiguous view whose first element the pointer points
+    at; it covers every element the function may read (aliasing checks walk it)."""
+
+    __slots__ = ("leaf",)
+    fancy = True  # (evaluated through the general path: no flat structure key)
+
+    def __init__(self, leaf: Leaf) -> None:
+        self.leaf = leaf
+        self.dtype = leaf.dtype
+        self.shape = ()
+        self.storages = leaf.storages
 
 
 class Remap(Node):

@@ -29,6 +29,7 @@ from .nodes import (
     Leaf,
     Literal,
     Node,
+    Pointer,
     Reduce,
     Remap,
     Scalar,
@@ -72,7 +73,7 @@ def _push(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
         new_strides = tuple(sum(strides[k] * coeffs[k][d] for k in range(len(strides)))
                             for d in range(m))
         result = Iota(shape, node.dtype, new_strides, offset)
-    elif isinstance(node, Scalar | Literal):
+    elif isinstance(node, Scalar | Literal | Pointer):
         result = node
     elif isinstance(node, Apply):
         n = len(node.shape)

@@ -28,6 +28,7 @@ from .pieces import FLAT_INAME, live_entries, lower_pieces, piece_loops
 from .roles import kernel_roles, tag_roles
 from .scalar_ops import Helper, is_direct, make_helper
 from .sparse import lower_sparse
+from .user_calls import call_args, input_arg, user_call
 
 if TYPE_CHECKING:
     from .callables import HelperCallable
@@ -362,6 +363,14 @@ class _Lowering:
             addr, names = (self.piece_address(e.at, e.strides, e.offset)
                            or self.address(e.at, e.strides, e.offset))
             return prim.Variable(f"in{e.slot}")[addr], dt, names
+        if kind == "ptr":
+            # the first element pointed at, as Loopy sees it: the user function's
+            # callable passes its address (see lower/callables.py)
+            self.inputs[e.slot] = dt
+            off = self.size(e.offset)
+            return prim.Variable(f"in{e.slot}")[off], dt, frozenset()
+        if kind == "cmem":  # a marker (see lower_program): no value
+            return kernel_dtype(dt).type(0), dt, frozenset()
         if kind == "arg":
             self.scalar_args[e.slot] = dt
             return prim.Variable(f"s{e.slot}"), dt, frozenset()
@@ -412,11 +421,11 @@ class _Lowering:
                 refs = e.refs
                 loop = tuple(np.dtype(n) for n in e.loop)
                 dt = loop[-1]
-                args = [self.cast_expr(r, loop[k]) for k, r in enumerate(refs)]
+                args = call_args(self, refs, loop)
                 for r in refs:
                     names |= self.inames[r]
                     deps |= self.deps[r]
-                value = self.elementwise(kind, e.name if kind == "op" else e.key, loop, args)
+                value = self.elementwise(kind, e.name if kind == "op" else e.key, loop, args, refs)
             elif kind == "reduce":
                 value, dt, names, deps = self.reduce(ref, e)
                 force_temp = True
@@ -446,7 +455,7 @@ class _Lowering:
             self.dtypes.append(dt)
             self.inames.append(names)
             if force_temp or ((uses[ref] > 1 or d > _MAX_INLINE_DEPTH)
-                              and kind not in ("arg", "lit")):
+                              and kind not in ("arg", "lit", "ptr")):
                 d = 0
                 tmp = f"t{ref}{self.sfx}"
                 self.temporary(tmp, kernel_dtype(dt))
@@ -467,13 +476,9 @@ class _Lowering:
         return e.refs
 
     def elementwise(self, kind: str, op_name: str, loop: tuple[np.dtype, ...],
-                    args: list[Any]) -> Any:
+                    args: list[Any], refs: tuple[int, ...] = ()) -> Any:
         if kind == "call":
-            fn = self.user_functions[op_name]
-            if fn.c_name not in self.callables:
-                self.callables[fn.c_name] = _helper_callable(fn.c_name, loop[:-1], loop[-1],
-                                                             fn.source)
-            return prim.Variable(fn.c_name)(*args)
+            return user_call(self, self.user_functions[op_name], loop, args, refs)
         if is_direct(op_name, loop):
             a = args[0]
             if op_name == "add":
@@ -749,8 +754,7 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
                                         is_output=True, is_input=atomic, for_atomic=atomic))
         arg_names.append(f"out{k}")
     for slot in sorted(low.inputs):
-        kernel_args.append(lp.GlobalArg(f"in{slot}", kernel_dtype(low.inputs[slot]),
-                                        shape=None, is_output=False, is_input=True))
+        kernel_args.append(input_arg(program, slot, kernel_dtype(low.inputs[slot])))
         arg_names.append(f"in{slot}")
     if low.has_gather:
         kernel_args.append(lp.GlobalArg("err", np.int64, shape=(3,), is_output=True,

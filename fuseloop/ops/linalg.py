@@ -409,4 +409,8 @@ class _LinalgNamespace:
 
         if name in linalg_factor.__all__:
             return getattr(linalg_factor, name)
+        if name == "solve_triangular":  # (scipy.linalg's; with the triangular views)
+            from ..triangular import solve_triangular
+
+            return solve_triangular
         raise AttributeError(f"fl.linalg has no attribute {name!r}")

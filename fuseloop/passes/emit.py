@@ -16,6 +16,7 @@ from ..expr.nodes import (
     Leaf,
     Literal,
     Node,
+    Pointer,
     Reduce,
     Remap,
     SparseProduct,
@@ -122,15 +123,25 @@ class _Emitter(Mapper):
     def map_user_call(self, node: Any, at: tuple) -> int:
         return self.b.add(ir.Call(node.function.key, node.loop_key, self.args_at(node, at)))
 
-    def map_leaf(self, node: Leaf, at: tuple) -> int:
+    def slot(self, node: Leaf) -> int:
         b = self.b
         skey = id(node.storage)
         slot = b.slot_of_storage.get(skey)
         if slot is None:
             slot = b.slot_of_storage[skey] = len(b.storages)
             b.storages.append(node.storage)
+            if node.storage.constant:  # (the program says so: it is part of the key)
+                b.add(ir.CMem(slot, node.dtype.char))
+        return slot
+
+    def map_leaf(self, node: Leaf, at: tuple) -> int:
         kinds, off = self.address(node, at)
-        return b.add(ir.Load(slot, node.dtype.char, at, kinds, off))
+        return self.b.add(ir.Load(self.slot(node), node.dtype.char, at, kinds, off))
+
+    def map_pointer(self, node: Pointer, at: tuple) -> int:
+        leaf = node.leaf
+        off = 0 if leaf.offset == 0 else self.b.param(leaf.offset)
+        return self.b.add(ir.Ptr(self.slot(leaf), leaf.dtype.char, off))
 
     def map_scalar(self, node: Any, at: tuple) -> int:
         # each scalar node is its own argument: values are data, not structure
@@ -300,6 +311,10 @@ class _Structure(Mapper):
         return (*head, node.dtype.char, _squeezed(node.shape), strides, node.offset)
 
     map_iota = map_leaf
+
+    def map_pointer(self, node: Pointer) -> tuple:
+        leaf = node.leaf
+        return ("P", id(leaf.storage), leaf.dtype.char, leaf.offset)
 
     def map_literal(self, node: Literal) -> tuple:
         return ("C", node.dtype.char, node.value.item())

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 import pymbolic.primitives as prim
 from loopy.symbolic import IdentityMapper, get_dependencies
 
+from ..lower.user_calls import POINTER_MARK
+
 if TYPE_CHECKING:
     from .cpu_vector import _Vectoriser
 
@@ -78,6 +80,13 @@ class LoadExtractor(IdentityMapper):
             self.used.add(self.loads[key])
             return prim.Variable(self.loads[key])
         return super().map_subscript(expr, *args, **kwargs)
+
+    def map_call(self, expr, *args, **kwargs):
+        # a user function with pointer arguments (lower.kernel.POINTER_MARK) is passed
+        # arrays as ``in<k>[offset]``: their addresses, never values to load early
+        if POINTER_MARK in getattr(expr.function, "name", ""):
+            return expr
+        return super().map_call(expr, *args, **kwargs)
 
     def map_if(self, expr, *args, **kwargs):
         return expr

@@ -56,6 +56,8 @@ class Device:
     #: the label of the backend it runs on (see :mod:`fuseloop.backends`)
     backend: str = "opencl"
     max_work_group_size: int = 256
+    #: the largest buffer readable as OpenCL ``__constant`` memory (fl.constant arrays)
+    max_constant_buffer_size: int = 65536
 
     @property
     def usable(self) -> bool:
@@ -290,7 +292,8 @@ def _discover() -> list[Device]:
                 has_fp64=info.has_fp64, cl_device=info.handle,
                 compute_units=info.compute_units, problem=info.problem,
                 runtime=info.runtime, backend=info.backend,
-                max_work_group_size=info.max_work_group_size))
+                max_work_group_size=info.max_work_group_size,
+                max_constant_buffer_size=info.max_constant_buffer_size))
     return found
 
 
