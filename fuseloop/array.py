@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import warnings
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from . import caches as _caches
+from . import multi_hooks as _multi_hooks
 from .array_protocol import ArrayProtocol
 from .dtypes import as_dtype, resolve_loop, scalar_kind, scalar_to
 from .errors import DeviceError, DTypeError
@@ -386,6 +388,11 @@ def apply_op(op: str, *operands: Any) -> Any:
 
 def _apply_general(op: str, operands: tuple) -> Any:
     """:func:`apply_op` by :func:`build_node`: every case the lean path does not take."""
+    if _multi_hooks.TYPES:  # (empty until fuseloop.multi is imported)
+        for o in operands:
+            if type(o) in _multi_hooks.TYPES:
+                return _multi_hooks.dispatch("map", functools.partial(apply_op, op), operands,
+                                             {})
     node, device = build_node(op, operands)
     if node is None:
         plain = [(o.value if o.dtype is None else o.dtype.type(o.value))
