@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
 import warnings
@@ -388,11 +387,8 @@ def apply_op(op: str, *operands: Any) -> Any:
 
 def _apply_general(op: str, operands: tuple) -> Any:
     """:func:`apply_op` by :func:`build_node`: every case the lean path does not take."""
-    if _multi_hooks.TYPES:  # (empty until fuseloop.multi is imported)
-        for o in operands:
-            if type(o) in _multi_hooks.TYPES:
-                return _multi_hooks.dispatch("map", functools.partial(apply_op, op), operands,
-                                             {})
+    if _multi_hooks.TYPES and _multi_hooks.any_split(operands):  # (split arrays: per part)
+        return _multi_hooks.dispatch("map", lambda *a: apply_op(op, *a), operands, {})
     node, device = build_node(op, operands)
     if node is None:
         plain = [(o.value if o.dtype is None else o.dtype.type(o.value))

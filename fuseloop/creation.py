@@ -7,7 +7,7 @@ import inspect
 import math
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -22,9 +22,10 @@ from .runtime.devices import Device, device_set, find_device, get_device
 from .runtime.transfer import wait
 
 ShapeLike = int | tuple[int, ...] | list[int]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _splits_in_device_set(func: Callable[..., Any]) -> Callable[..., Any]:
+def _splits_in_device_set(func: F) -> F:
     """Decorator: called without a device inside ``with fl.device([...])``, ``func``
     makes an array split over the device set (:mod:`fuseloop.multi`)."""
     at = list(inspect.signature(func).parameters).index("device")
@@ -39,7 +40,7 @@ def _splits_in_device_set(func: Callable[..., Any]) -> Callable[..., Any]:
                 return create(func, dset, args, kwargs)
         return func(*args, **kwargs)
 
-    return wrapper
+    return cast(F, wrapper)
 
 
 def _device(device: Any) -> Device:

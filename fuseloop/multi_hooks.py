@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: the split array types (``(fuseloop.multi.MultiArray,)`` once it is imported)
 TYPES: tuple[type, ...] = ()
@@ -28,6 +30,11 @@ def install(types: tuple[type, ...], handler: Callable[[str, Callable[..., Any],
     _handler = handler
 
 
+def any_split(values: tuple) -> bool:
+    """True when one of ``values`` is a split array."""
+    return any(type(v) in TYPES for v in values)
+
+
 def is_split(x: Any) -> bool:
     """True for a split (multi-device) array."""
     return type(x) in TYPES
@@ -39,10 +46,10 @@ def dispatch(kind: str, func: Callable[..., Any], args: tuple, kwargs: dict) -> 
     return _handler(kind, func, args, kwargs)
 
 
-def splits(kind: str = "map") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def splits(kind: str = "map") -> Callable[[F], F]:
     """Decorator: a call with a split array among its positional arguments runs over
     the parts (through :func:`dispatch`); any other call runs ``func`` itself."""
-    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+    def decorate(func: F) -> F:
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if TYPES:
@@ -51,6 +58,6 @@ def splits(kind: str = "map") -> Callable[[Callable[..., Any]], Callable[..., An
                         return dispatch(kind, func, args, kwargs)
             return func(*args, **kwargs)
 
-        return wrapper
+        return cast(F, wrapper)
 
     return decorate

@@ -58,13 +58,14 @@ class DeviceSet:
             w = tuple(copy_bandwidth(d) for d in devs)
         elif weights is None:
             measured = [_cached_bandwidth(d) for d in devs]
-            w = tuple(measured) if all(m is not None for m in measured) else (1.0,) * len(devs)
+            known = [m for m in measured if m is not None]
+            w = tuple(known) if len(known) == len(devs) else (1.0,) * len(devs)
         else:
             w = tuple(float(v) for v in weights)
             if len(w) != len(devs) or not all(v > 0 for v in w):
                 raise ValueError(f"fl.device: {len(devs)} devices need {len(devs)} positive "
                                  f"weights, got {list(weights)}")
-        return cls(devs, w)  # type: ignore[arg-type]
+        return cls(devs, w)
 
     @property
     def key(self) -> tuple[int, ...]:

@@ -80,7 +80,7 @@ def _mean(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any) -> Any:
 def _mean_host(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any,
                fl_sum: Callable[..., Any]) -> np.ndarray:
     acc, res = _mean_dtypes(x.dtype, dtype)
-    total = _combined(fl_sum.__wrapped__, "sum", x, axes, keepdims, {"dtype": acc})
+    total = _combined(fl_sum, "sum", x, axes, keepdims, {"dtype": acc})
     count = math.prod(x.shape[d] for d in axes)
     with np.errstate(divide="ignore", invalid="ignore"):  # (as the device: inf, nan)
         out = total / acc.type(count) if count else total * acc.type(np.nan)
@@ -97,7 +97,7 @@ def _var(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any, ddof: Any) -
     xa = x.astype(acc) if x.dtype != acc else x
     m = _mean_host(xa, axes, True, None, fl_sum)  # (acc; the split axis reduced)
     d = map_parts(lambda p, c: (p - c) * (p - c), (xa, m))
-    total = _combined(fl_sum.__wrapped__, "sum", d, axes, keepdims, {"dtype": acc})
+    total = _combined(fl_sum, "sum", d, axes, keepdims, {"dtype": acc})
     n = math.prod(x.shape[k] for k in axes) - ddof
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.asarray(total / acc.type(max(n, 0)), dtype=acc).astype(res)
