@@ -43,6 +43,8 @@ def test_weights_decide_rows(device):
         assert fl.ones((8, 2), np.float32).bounds == (0, 2, 8)
     with fl.device([device] * 3):  # each part gets at least one row
         assert fl.empty(3, np.float32).bounds == (0, 1, 2, 3)
+        scalar = fl.asarray(2.5)  # (0-d: nothing to split, on the first device)
+    assert type(scalar) is fl.Array and scalar.device is device
 
 
 def test_reductions(device):
@@ -145,6 +147,8 @@ def test_errors_name_both_sets(device):
         a + c  # (ranks differ: numpy would broadcast a along c's second axis)
     with pytest.raises(ShapeError, match=r"host data of shape \(2, 6\)"):
         a + np.zeros((2, 6), np.float32)
+    with pytest.raises(AttributeError, match="does not take split arrays"):
+        fl.reshape(a, (3, 2))
 
 
 def test_too_large_for_one_device_fits_the_set(device):

@@ -53,6 +53,12 @@ class MultiArray:
             assert p.device is d and p.shape[0] == hi - lo and p.dtype == self.dtype, \
                 (p.device, d, p.shape, lo, hi, p.dtype, self.dtype)
 
+    def __getattr__(self, name: str) -> Any:
+        # (only for names the class lacks: an operation reading an Array's internals)
+        raise AttributeError(f"a split array (MultiArray) has no {name!r}: the operation "
+                             "does not take split arrays; work on .parts or gather with "
+                             ".get() (docs/api.md, Several devices)")
+
     # {{{ properties
 
     @property

@@ -4,7 +4,7 @@ Filled and uninitialised arrays are allocated per part (an array too large for a
 one device fits when its parts do); host data is uploaded row block by row block;
 lazy generators (``arange``, ``linspace``, ``fl.random``) are made per part as the
 rows of the whole generator, so nothing is allocated and the values are those one
-device would give.
+device would give.  0-d arrays have nothing to split: they are made on the first device.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from ..array import Array
-from ..errors import ShapeError
 from .array import MultiArray, is_multi
 from .devset import DeviceSet
 
@@ -35,7 +34,9 @@ def create(func: Callable[..., Any], dset: DeviceSet, args: tuple, kwargs: dict)
         return _split_host(params, dset)
     if name in _LAZY:
         whole = func(**params, device=dset.devices[0])
-        bounds = dset.split(whole.shape[0] if whole.ndim else 0, f"fl.{name.strip('_')}")
+        if whole.ndim == 0:
+            return whole  # (0-d: nothing to split, made on the first device)
+        bounds = dset.split(whole.shape[0], f"fl.{name.strip('_')}")
         return MultiArray([func(**params, device=d)[lo:hi] for d, lo, hi
                            in zip(dset.devices, bounds, bounds[1:])], bounds, dset)
     if name in _FILLED:
@@ -43,6 +44,8 @@ def create(func: Callable[..., Any], dset: DeviceSet, args: tuple, kwargs: dict)
             host = np.full(params["shape"], params["fill_value"], params.get("dtype"))
             return _split_host({"obj": host}, dset)
         shape = _shape(params.pop("shape"))
+        if not shape:
+            return func(shape, **params, device=dset.devices[0])
         bounds = dset.split(shape[0], f"fl.{name} of shape {shape}")
         parts: list[Array] = []
         for d, lo, hi in zip(dset.devices, bounds, bounds[1:]):
@@ -55,10 +58,7 @@ def create(func: Callable[..., Any], dset: DeviceSet, args: tuple, kwargs: dict)
 def _shape(shape: Any) -> tuple[int, ...]:
     from ..creation import _shape as creation_shape
 
-    out = creation_shape(shape)
-    if not out:
-        raise ShapeError("a 0-d array cannot be split over devices; make it with device=...")
-    return out
+    return creation_shape(shape)
 
 
 def _split_host(params: dict, dset: DeviceSet) -> Any:
@@ -72,8 +72,8 @@ def _split_host(params: dict, dset: DeviceSet) -> Any:
     elif isinstance(obj, Array):
         obj = obj.get()
     host = np.asarray(obj, dtype=dtype)
-    if host.ndim == 0:
-        raise ShapeError("a 0-d array cannot be split over devices; make it with device=...")
+    if host.ndim == 0:  # (a scalar: nothing to split, made on the first device)
+        return asarray(host, device=dset.devices[0])
     bounds = dset.split(host.shape[0], f"an array of shape {host.shape}")
     parts = [asarray(host[lo:hi], device=d) for d, lo, hi in zip(dset.devices, bounds, bounds[1:])]
     return MultiArray(parts, bounds, dset)
