@@ -33,6 +33,9 @@ def test_uneven_split_elementwise(device):
     yn = np.arange(10, dtype=np.float32)
     got = 2 * x - fl.sin(y) + x * y + z
     assert isinstance(got, MultiArray) and got.bounds == x.bounds
+    fl.reset_stats()
+    got.eval()
+    assert fl.stats()["kernels_launched"] == 3  # one fused kernel per part
     np.testing.assert_allclose(got.get(), 2 * xn - np.sin(yn) + xn * yn, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(xn + x), 2 * xn)  # numpy defers to the split array
     np.testing.assert_allclose(fl.where(x > 0, x, 0.5).get(), np.where(xn > 0, xn, 0.5))

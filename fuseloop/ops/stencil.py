@@ -91,8 +91,11 @@ def stencil(x: Any, weights: Any, center: Any = None, boundary: str = "clamp",
     from ..creation import asarray, zeros
 
     if multi_hooks.is_split(x):  # split over devices: per part, with halo rows
+        # (a part extended by cval rows may have a wider dtype: the result's is x's)
+        dt = np.result_type(x.dtype, np.asarray(weights).dtype)
         return multi_hooks.dispatch(
-            "stencil", lambda part: stencil(part, weights, center, boundary, cval),
+            "stencil",
+            lambda part: stencil(part, weights, center, boundary, cval).astype(dt, copy=False),
             (x, np.shape(weights), center, boundary, cval, "fl.stencil"), {})
     x = x if isinstance(x, Array) else asarray(x)
     w = np.asarray(weights)
