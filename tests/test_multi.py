@@ -8,6 +8,7 @@ logic runs as it would over several GPUs.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
 import numpy as np
 import pytest
@@ -48,6 +49,16 @@ def test_weights_decide_rows(device):
         assert fl.empty(3, np.float32).bounds == (0, 1, 2, 3)
         scalar = fl.asarray(2.5)  # (0-d: nothing to split, on the first device)
     assert type(scalar) is fl.Array and scalar.device is device
+
+
+def test_weights_from_cached_copy_bandwidth(device, monkeypatch):
+    explain = importlib.import_module("fuseloop.explain")  # (fl.explain is the function)
+    monkeypatch.setattr(explain, "_copy_bandwidth", {})
+    with fl.device([device] * 2) as dset:  # nothing measured: equal weights
+        assert dset.weights == (1.0, 1.0)
+    monkeypatch.setattr(explain, "_copy_bandwidth", {device.index: (device, 42.0)})
+    with fl.device([device] * 2) as dset:  # what fl.explain measured, not measured again
+        assert dset.weights == (42.0, 42.0)
 
 
 def test_reductions(device):
