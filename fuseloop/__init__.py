@@ -182,8 +182,10 @@ __all__.append("sparse")
 
 
 # imported on first use (not needed to evaluate anything): name -> module
-_ON_FIRST_USE = {"tune": "tuner", "TuneReport": "tuner"}
-__all__ += ["from_pyopencl", "to_pyopencl"]
+_ON_FIRST_USE = {"tune": "tuner", "TuneReport": "tuner",
+                 # several devices, one array (issue 29)
+                 "MultiArray": "multi", "DeviceSet": "multi"}
+__all__ += ["DeviceSet", "MultiArray", "from_pyopencl", "to_pyopencl"]
 
 
 def __getattr__(name: str) -> object:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import caches as _caches
+from . import multi_hooks as _multi_hooks
 from .array_protocol import ArrayProtocol
 from .dtypes import as_dtype, resolve_loop, scalar_kind, scalar_to
 from .errors import DeviceError, DTypeError
@@ -389,6 +390,8 @@ def apply_op(op: str, *operands: Any) -> Any:
 
 def _apply_general(op: str, operands: tuple) -> Any:
     """:func:`apply_op` by :func:`build_node`: every case the lean path does not take."""
+    if _multi_hooks.TYPES and _multi_hooks.any_split(operands):  # (split arrays: per part)
+        return _multi_hooks.dispatch("map", lambda *a: apply_op(op, *a), operands, {})
     node, device = build_node(op, operands)
     if node is None:
         plain = [(o.value if o.dtype is None else o.dtype.type(o.value))

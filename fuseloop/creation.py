@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import operator
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -14,10 +17,30 @@ from .dtypes import as_dtype, result_type, scalar_kind
 from .errors import DTypeError, ShapeError
 from .evaluate import _check_alloc_size, allocate, cast_node, upload
 from .expr.nodes import Apply, Iota, Scalar
-from .runtime.devices import Device, find_device, get_device
+from .multi_hooks import splits
+from .runtime.devices import Device, device_set, find_device, get_device
 from .runtime.transfer import wait
 
 ShapeLike = int | tuple[int, ...] | list[int]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _splits_in_device_set(func: F) -> F:
+    """Decorator: called without a device inside ``with fl.device([...])``, ``func``
+    makes an array split over the device set (:mod:`fuseloop.multi`)."""
+    at = list(inspect.signature(func).parameters).index("device")
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if (args[at] if len(args) > at else kwargs.get("device")) is None:
+            dset = device_set()
+            if dset is not None:
+                from .multi import create
+
+                return create(func, dset, args, kwargs)
+        return func(*args, **kwargs)
+
+    return cast(F, wrapper)
 
 
 def _device(device: Any) -> Device:
@@ -51,6 +74,7 @@ def _default_float(dtype: Any, dev: Device) -> Any:
     return np.float64 if dev.has_fp64 else np.float32
 
 
+@_splits_in_device_set
 def empty(shape: ShapeLike, dtype: Any = None, device: Any = None) -> Array:
     """A new uninitialised array (by default of float64, float32 without fp64)."""
     dev, shp = _device(device), _shape(shape)
@@ -79,6 +103,7 @@ def _fill_pattern(fill_value: Any, dtype: np.dtype) -> np.ndarray:
     return pattern
 
 
+@_splits_in_device_set
 def full(shape: ShapeLike, fill_value: Any, dtype: Any = None, device: Any = None) -> Array:
     """A new array filled with ``fill_value`` (dtype and conversion as ``np.full``)."""
     if dtype is None:
@@ -99,11 +124,13 @@ def full(shape: ShapeLike, fill_value: Any, dtype: Any = None, device: Any = Non
     return out
 
 
+@_splits_in_device_set
 def zeros(shape: ShapeLike, dtype: Any = None, device: Any = None) -> Array:
     """A new array of zeros (by default of float64, float32 without fp64)."""
     return full(shape, 0, _default_float(dtype, _device(device)), device)
 
 
+@_splits_in_device_set
 def ones(shape: ShapeLike, dtype: Any = None, device: Any = None) -> Array:
     """A new array of ones (by default of float64, float32 without fp64)."""
     return full(shape, 1, _default_float(dtype, _device(device)), device)
@@ -117,21 +144,25 @@ def _like(proto: Any, dtype: Any, shape: Any, device: Any) -> tuple:
             else None)
 
 
+@splits()
 def empty_like(a: Any, dtype: Any = None, shape: Any = None, device: Any = None) -> Array:
     s, d, dev = _like(a, dtype, shape, device)
     return empty(s, d, dev)
 
 
+@splits()
 def zeros_like(a: Any, dtype: Any = None, shape: Any = None, device: Any = None) -> Array:
     s, d, dev = _like(a, dtype, shape, device)
     return zeros(s, d, dev)
 
 
+@splits()
 def ones_like(a: Any, dtype: Any = None, shape: Any = None, device: Any = None) -> Array:
     s, d, dev = _like(a, dtype, shape, device)
     return ones(s, d, dev)
 
 
+@splits()
 def full_like(a: Any, fill_value: Any, dtype: Any = None, shape: Any = None,
               device: Any = None) -> Array:
     s, d, dev = _like(a, dtype, shape, device)
@@ -142,6 +173,7 @@ _COPY_NEEDED = ("asarray(copy=False): {why} needs a copy; pass copy=None to allo
                 "(or copy=True to always copy)")
 
 
+@_splits_in_device_set
 def asarray(obj: Any, dtype: Any = None, device: Any = None, *,
             copy: bool | None = None) -> Array:
     """Copy host data to a device (or convert/move an existing fuseloop array).
@@ -240,6 +272,7 @@ def _from_pyopencl(src: Any, dtype: Any, dev: Device) -> Array:
     return out if dtype is None or as_dtype(dtype) == dt else out.astype(dtype)
 
 
+@_splits_in_device_set
 def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None,
            device: Any = None) -> Array:
     """Like ``np.arange``, but lazy: inside an expression it allocates nothing."""
@@ -269,6 +302,7 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None,
     return Array._lazy(cast_node(node, natural), dev)
 
 
+@_splits_in_device_set
 def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, dtype: Any = None,
              device: Any = None) -> Array:
     """Like ``np.linspace`` (lazy): ``num`` evenly spaced values, ending at ``stop``."""

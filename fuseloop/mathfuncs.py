@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from . import multi_hooks
 from .array import Array, Constant, _coerce, apply_op
 from .dtypes import FLOAT64, result_type
 from .lower.math_ops import SPECIAL_UNARY
@@ -21,8 +22,8 @@ def _as_arrays(operands: tuple[Any, ...]) -> tuple[Any, ...]:
     """The operands, as 0-d device arrays if none is an array (numpy has no function
     to compute these on the host); otherwise unchanged (Python scalars stay weak)."""
     operands = tuple(_coerce(o) for o in operands)
-    if any(isinstance(o, Array) for o in operands):
-        return operands
+    if any(isinstance(o, Array) or type(o) in multi_hooks.TYPES for o in operands):
+        return operands  # (a split array's parts are arrays: apply_op maps over them)
     from .creation import asarray
 
     return tuple(asarray(np.asarray(o.value if isinstance(o, Constant) else o, o.dtype

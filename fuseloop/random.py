@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .array import Array
-from .creation import _check_device_dtype, _device, _shape
+from .creation import _check_device_dtype, _device, _shape, _splits_in_device_set
 from .dtypes import as_dtype
 from .errors import DTypeError
 from .expr.nodes import Apply, Iota, Scalar
@@ -39,6 +39,7 @@ def _word(value: Any, what: str) -> np.uint64:
     return np.uint64(v)
 
 
+@_splits_in_device_set
 def _draw(kind: str, shape: Any, dtype: np.dtype, key: Any, counter: Any, method: str,
           device: Any, extra: tuple[Scalar, ...] = ()) -> Array:
     if method not in METHODS:

@@ -11,6 +11,7 @@ from .dtypes import BOOL, as_dtype, result_type
 from .expr.nodes import Apply, broadcast_shapes
 from .lower.math_ops import NOT_NUMPY, NUMPY_UNARY
 from .lower.scalar_ops import UFUNC_OPS
+from .multi_hooks import splits
 
 UNARY = ("negative", "positive", "absolute", "sign", "square", "invert", "logical_not",
          "isnan", "isinf", "isfinite", "sin", "cos", "tan", "arcsin", "arccos", "arctan",
@@ -68,6 +69,7 @@ for _alias, _target in ALIASES.items():
 globals().update(FUNCTIONS)
 
 
+@splits()
 def where(condition: Any, x: Any, y: Any, /) -> Any:
     """``numpy.where(condition, x, y)``: elements of x where condition holds, else y."""
     operands = (_coerce(condition), _coerce(x), _coerce(y))
@@ -84,6 +86,7 @@ def where(condition: Any, x: Any, y: Any, /) -> Any:
     return Array._lazy(Apply("where", nodes, loop, shape), device)
 
 
+@splits()
 def clip(a: Any, a_min: Any, a_max: Any, /) -> Any:
     """``numpy.clip``: ``minimum(maximum(a, a_min), a_max)``, NaN propagating.
 

@@ -20,6 +20,7 @@ from ..errors import DTypeError
 from ..evaluate import cast_node
 from ..expr.nodes import Iota, Reduce
 from ..expr.views import reshape_view
+from ..multi_hooks import splits
 from .shape import normalize_axes, normalize_axis, ravel, reshape
 
 _BOOL = np.dtype(np.bool_)
@@ -95,18 +96,21 @@ def _check_identity(x: Array, axes: tuple[int, ...], name: str) -> None:
                          f"identity (shape {x.shape})")
 
 
+@splits("reduce")
 def sum(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
     """Sum over ``axis`` (all by default), with numpy's result dtype."""
     x = _coerce(x)
     return _reduce("sum", x, axis, keepdims, _sum_dtype(x.dtype, dtype))
 
 
+@splits("reduce")
 def prod(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
     x = _coerce(x)
     dt = np.dtype(dtype) if dtype is not None else np.prod(np.ones(1, x.dtype)).dtype
     return _reduce("prod", x, axis, keepdims, dt)
 
 
+@splits("reduce")
 def max(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
     """Largest element; NaN if any element is NaN (as ``numpy.max``)."""
     x = _coerce(x)
@@ -116,6 +120,7 @@ def max(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
     return _reduce("max", x, axis, keepdims, x.dtype)
 
 
+@splits("reduce")
 def min(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
     """Smallest element; NaN if any element is NaN (as ``numpy.min``)."""
     x = _coerce(x)
@@ -128,11 +133,13 @@ def min(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
 amax, amin = max, min
 
 
+@splits("reduce")
 def any(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
     x = _coerce(x)
     return _reduce("max", x.astype(_BOOL).astype(_UINT8), axis, keepdims, _UINT8).astype(_BOOL)
 
 
+@splits("reduce")
 def all(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
     x = _coerce(x)
     return _reduce("min", x.astype(_BOOL).astype(_UINT8), axis, keepdims, _UINT8).astype(_BOOL)
@@ -150,6 +157,7 @@ def _mean_dtypes(dtype: np.dtype, requested: Any) -> tuple[np.dtype, np.dtype]:
     return dtype, dtype
 
 
+@splits("reduce")
 def mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
     """Arithmetic mean; integers average in float64 (numpy's rule)."""
     x = _coerce(x)
@@ -177,6 +185,7 @@ def _ddof(ddof: Any, correction: Any) -> Any:
     return correction
 
 
+@splits("reduce")
 def var(x: Any, axis: Any = None, dtype: Any = None, ddof: Any = 0,
         keepdims: bool = False, *, correction: Any = None) -> Array:
     """Variance about the mean, computed in two passes (as numpy does); ``correction``
@@ -196,6 +205,7 @@ def var(x: Any, axis: Any = None, dtype: Any = None, ddof: Any = 0,
     return out.astype(res) if out.dtype != res else out
 
 
+@splits("reduce")
 def std(x: Any, axis: Any = None, dtype: Any = None, ddof: Any = 0,
         keepdims: bool = False, *, correction: Any = None) -> Array:
     from ..ufuncs import FUNCTIONS
@@ -237,6 +247,7 @@ def argmin(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
     return _arg_extreme(x, axis, keepdims, False)
 
 
+@splits("reduce")
 def count_nonzero(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
     x = _coerce(x)
     return _reduce("sum", (x != 0).astype(_INT64), axis, keepdims, _INT64)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import multi_hooks
 from ..array import Array
 from ..errors import ShapeError
 from ..expr.nodes import Gather
@@ -89,6 +90,13 @@ def stencil(x: Any, weights: Any, center: Any = None, boundary: str = "clamp",
     """
     from ..creation import asarray, zeros
 
+    if multi_hooks.is_split(x):  # split over devices: per part, with halo rows
+        # (a part extended by cval rows may have a wider dtype: the result's is x's)
+        dt = np.result_type(x.dtype, np.asarray(weights).dtype)
+        return multi_hooks.dispatch(
+            "stencil",
+            lambda part: stencil(part, weights, center, boundary, cval).astype(dt, copy=False),
+            (x, np.shape(weights), center, boundary, cval, "fl.stencil"), {})
     x = x if isinstance(x, Array) else asarray(x)
     w = np.asarray(weights)
     if w.dtype.kind not in "biuf":
@@ -124,6 +132,9 @@ def stencil_function(body: Callable[..., Any], width: int | Sequence[int],
     def apply(x: Any, boundary: str = "clamp", cval: Any = 0) -> Array:
         from ..creation import asarray
 
+        if multi_hooks.is_split(x):  # split over devices: per part, with halo rows
+            return multi_hooks.dispatch("stencil", lambda part: apply(part, boundary, cval),
+                                        (x, wid, center, boundary, cval, "fl.stencil_function"), {})
         x = x if isinstance(x, Array) else asarray(x)
         cen = _check(x, wid, center, boundary, "fl.stencil_function")
         parts = [shifted(x, [a - c for a, c in zip(k, cen)], boundary, cval)

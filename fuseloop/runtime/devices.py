@@ -175,6 +175,9 @@ _runtimes: dict[int, _DeviceRuntime] = {}
 _default: Device | None = None
 _override: contextvars.ContextVar[Device | None] = contextvars.ContextVar(
     "fuseloop_device", default=None)
+# the device set of ``with fl.device([d0, d1, ...])`` (a fuseloop.multi.DeviceSet), or None
+_device_set: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "fuseloop_device_set", default=None)
 
 
 def _runtime(device: Device) -> _DeviceRuntime:
@@ -448,11 +451,39 @@ def set_device(spec: Device | int | str) -> Device:
     return _default
 
 
+def device_set() -> Any:
+    """The device set new arrays are split over (``with fl.device([...])``), or None."""
+    return _device_set.get()
+
+
 @contextlib.contextmanager
-def device(spec: Device | int | str) -> Iterator[Device]:
-    """``with fl.device("cpu"):`` runs the block with another default device."""
+def device(spec: Device | int | str | list | tuple, weights: Any = None) -> Iterator[Any]:
+    """``with fl.device("cpu"):`` runs the block with another default device.
+
+    A list of devices (``fl.device(fl.devices(type="gpu"))``; one may appear more than
+    once) makes new arrays in the block split along their first axis over the devices
+    (:class:`fuseloop.multi.MultiArray`), in proportion to ``weights`` (see
+    :class:`fuseloop.multi.DeviceSet`); the block gets the set, and functions that do
+    not split make arrays on its first device.
+    """
+    if isinstance(spec, list | tuple) or hasattr(spec, "weights"):
+        from ..multi import DeviceSet
+
+        dset = DeviceSet.of(spec, weights)
+        token_set = _device_set.set(dset)
+        token = _override.set(dset.devices[0])
+        try:
+            yield dset
+        finally:
+            _override.reset(token)
+            _device_set.reset(token_set)
+        return
+    if weights is not None:
+        raise TypeError("fl.device: weights= goes with a list of devices")
+    token_set = _device_set.set(None)
     token = _override.set(find_device(spec))
     try:
-        yield _override.get()  # type: ignore[misc]
+        yield _override.get()
     finally:
         _override.reset(token)
+        _device_set.reset(token_set)

@@ -1,0 +1,385 @@
+"""``MultiArray``: one array split along its first axis over a device set.
+
+Each part is an ordinary :class:`~fuseloop.array.Array` on its device, holding rows
+``bounds[k]:bounds[k + 1]``.  Elementwise functions and operators run once per part
+(each part's expression is one fused kernel, enqueued on its device's queue; nothing
+waits between parts); operands split differently are brought to the same bounds
+first by copying the rows a part lacks from the parts that hold them
+(:mod:`fuseloop.multi.exchange`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..array import Array
+from ..errors import DeviceError, ShapeError
+from .devset import DeviceSet, split_bounds
+
+
+class MultiArray:
+    """An array split along axis 0 over the devices of a :class:`DeviceSet`.
+
+    ``parts`` (one :class:`~fuseloop.array.Array` per entry of the set, rows
+    ``bounds[k]:bounds[k + 1]``; a slice may leave some parts empty), ``devices``,
+    ``bounds``; ``get()`` gathers the parts into one numpy array.
+    """
+
+    __slots__ = ("__weakref__", "bounds", "device_set", "dtype", "parts", "shape")
+    __array_ufunc__ = None  # numpy's operators defer to ours (np_array + x)
+    __hash__ = None  # type: ignore[assignment]
+
+    parts: tuple[Array, ...]
+    bounds: tuple[int, ...]
+    device_set: DeviceSet
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    def __init__(self, parts: Sequence[Array], bounds: Sequence[int], dset: DeviceSet) -> None:
+        self.parts = tuple(parts)
+        self.bounds = tuple(bounds)
+        self.device_set = dset
+        first = self.parts[0]
+        self.dtype = first.dtype
+        self.shape = (self.bounds[-1], *first.shape[1:])
+        for p, d, lo, hi in zip(self.parts, dset.devices, self.bounds, self.bounds[1:]):
+            # (an internal check: every function that makes parts keeps these)
+            assert p.device is d and p.shape[0] == hi - lo and p.dtype == self.dtype, \
+                (p.device, d, p.shape, lo, hi, p.dtype, self.dtype)
+
+    def __getattr__(self, name: str) -> Any:
+        # (only for names the class lacks: an operation reading an Array's internals)
+        raise AttributeError(f"a split array (MultiArray) has no {name!r}: the operation "
+                             "does not take split arrays; work on .parts or gather with "
+                             ".get() (docs/api.md, Several devices)")
+
+    # {{{ properties
+
+    @property
+    def devices(self) -> tuple[Any, ...]:
+        """The device of each part."""
+        return self.device_set.devices
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        rows = ", ".join(f"[{d.index}]: {hi - lo}" for d, lo, hi
+                         in zip(self.devices, self.bounds, self.bounds[1:]))
+        return f"MultiArray(shape={self.shape}, dtype={self.dtype}, rows per device {{{rows}}})"
+
+    # }}}
+
+    # {{{ evaluation and host transfer
+
+    def eval(self) -> MultiArray:
+        """Evaluate every part (each enqueued on its device; no waiting between them)."""
+        for p in self.parts:
+            p.eval()
+        return self
+
+    def get(self) -> np.ndarray:
+        """Evaluate and gather the parts into one new numpy array (waits)."""
+        self.eval()
+        out = np.empty(self.shape, self.dtype)
+        for p, lo, hi in zip(self.parts, self.bounds, self.bounds[1:]):
+            if hi > lo:
+                out[lo:hi] = p.get()
+        return out
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        host = self.get()
+        return host if dtype is None else host.astype(dtype)
+
+    def __bool__(self) -> bool:
+        if self.size != 1:
+            raise ValueError(f"the truth value of an array of shape {self.shape} is "
+                             "ambiguous; use fl.any or fl.all")
+        return bool(self.get().reshape(()).item())
+
+    def __float__(self) -> float:
+        return float(self.get().reshape(()).item())
+
+    # }}}
+
+    def astype(self, dtype: Any, copy: bool = True) -> MultiArray:
+        return map_parts(lambda p: p.astype(dtype, copy=copy), (self,))
+
+    def copy(self) -> MultiArray:
+        return map_parts(lambda p: p.copy(), (self,))
+
+    def __getitem__(self, key: Any) -> Any:
+        row, rest = _split_key(key, self.ndim)
+        if isinstance(row, int):
+            r = _row_index(row, self.shape[0])
+            k = _part_of(self.bounds, r)
+            return self.parts[k][(r - self.bounds[k], *rest)]
+        locals_, bounds = _row_slices(row, self.bounds)
+        parts = [p[(s, *rest)] for p, s in zip(self.parts, locals_)]
+        return MultiArray(parts, bounds, self.device_set)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        row, rest = _split_key(key, self.ndim)
+        if isinstance(row, int):
+            if is_multi(value):
+                raise ShapeError("cannot assign a split array to one row of a split array")
+            r = _row_index(row, self.shape[0])
+            k = _part_of(self.bounds, r)
+            self.parts[k][(r - self.bounds[k], *rest)] = _scalar_or_host(value, self.devices[k])
+            return
+        locals_, bounds = _row_slices(row, self.bounds)
+        view_ndim = self[key].ndim
+        values = prepare(value, self.device_set, bounds, view_ndim)
+        for k, (p, s) in enumerate(zip(self.parts, locals_)):
+            if bounds[k + 1] > bounds[k]:
+                p[(s, *rest)] = values[k]
+
+    # {{{ reductions (fuseloop.multi.reduce)
+
+    def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Any:
+        from .. import sum as fl_sum
+
+        return fl_sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def prod(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Any:
+        from .. import prod
+
+        return prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> Any:
+        from .. import max as fl_max
+
+        return fl_max(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False) -> Any:
+        from .. import min as fl_min
+
+        return fl_min(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Any:
+        from .. import mean
+
+        return mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def var(self, axis: Any = None, dtype: Any = None, ddof: Any = 0,
+            keepdims: bool = False) -> Any:
+        from .. import var
+
+        return var(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+
+    def std(self, axis: Any = None, dtype: Any = None, ddof: Any = 0,
+            keepdims: bool = False) -> Any:
+        from .. import std
+
+        return std(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+
+    def any(self, axis: Any = None, keepdims: bool = False) -> Any:
+        from .. import any as fl_any
+
+        return fl_any(self, axis=axis, keepdims=keepdims)
+
+    def all(self, axis: Any = None, keepdims: bool = False) -> Any:
+        from .. import all as fl_all
+
+        return fl_all(self, axis=axis, keepdims=keepdims)
+
+    # }}}
+
+
+def _operator(name: str, reflected: bool = False) -> Callable[..., Any]:
+    def method(self: MultiArray, other: Any) -> Any:
+        from ..ufuncs import FUNCTIONS
+
+        func = FUNCTIONS[name]
+        return map_parts(func, (other, self) if reflected else (self, other))
+
+    method.__name__ = name
+    return method
+
+
+def _unary(name: str) -> Callable[..., Any]:
+    def method(self: MultiArray) -> Any:
+        from ..ufuncs import FUNCTIONS
+
+        return map_parts(FUNCTIONS[name], (self,))
+
+    method.__name__ = name
+    return method
+
+
+_BINARY = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "true_divide",
+           "floordiv": "floor_divide", "mod": "remainder", "pow": "power",
+           "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor",
+           "lshift": "left_shift", "rshift": "right_shift"}
+for _dunder, _ufunc in _BINARY.items():
+    setattr(MultiArray, f"__{_dunder}__", _operator(_ufunc))
+    setattr(MultiArray, f"__r{_dunder}__", _operator(_ufunc, reflected=True))
+for _dunder, _ufunc in {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
+                        "gt": "greater", "ge": "greater_equal"}.items():
+    setattr(MultiArray, f"__{_dunder}__", _operator(_ufunc))
+for _dunder, _ufunc in {"neg": "negative", "pos": "positive", "abs": "absolute",
+                        "invert": "invert"}.items():
+    setattr(MultiArray, f"__{_dunder}__", _unary(_ufunc))
+
+
+def is_multi(x: Any) -> bool:
+    return type(x) is MultiArray
+
+
+# {{{ mapping functions over the parts
+
+
+def map_parts(func: Callable[..., Any], args: Sequence[Any],
+              kwargs: dict[str, Any] | None = None) -> Any:
+    """``func`` applied to each part: split arguments give their part (brought to the
+    first split argument's bounds), host data their rows or a copy on the part's
+    device, 0-d arrays their value; the results as split arrays."""
+    kwargs = kwargs or {}
+    ref = next(a for a in (*args, *kwargs.values()) if is_multi(a))
+    dset, bounds = ref.device_set, ref.bounds
+    ready = [prepare(a, dset, bounds, ref.ndim) for a in args]
+    ready_kw = {k: prepare(v, dset, bounds, ref.ndim) for k, v in kwargs.items()}
+    results = [func(*(r[k] for r in ready), **{n: r[k] for n, r in ready_kw.items()})
+               for k in range(len(dset))]
+    return _wrap(results, bounds, dset)
+
+
+def _wrap(results: list[Any], bounds: tuple[int, ...], dset: DeviceSet) -> Any:
+    first = results[0]
+    if isinstance(first, tuple):
+        return tuple(_wrap([r[i] for r in results], bounds, dset) for i in range(len(first)))
+    if not isinstance(first, Array):
+        raise TypeError(f"a function over a split array's parts returned "
+                        f"{type(first).__name__}, not an array")
+    return MultiArray(results, bounds, dset)
+
+
+def prepare(a: Any, dset: DeviceSet, bounds: tuple[int, ...], ndim: int) -> list[Any]:
+    """``a`` as one value per part of a split array with ``bounds`` and ``ndim`` axes."""
+    from ..creation import asarray
+    from .exchange import realign
+
+    p = len(dset)
+    n = bounds[-1]
+    if is_multi(a):
+        if not a.device_set.same(dset):
+            raise DeviceError(f"split arrays on different device sets in one expression: "
+                              f"{dset} and {a.device_set}; make both in one "
+                              "`with fl.device([...])` block")
+        if a.ndim != ndim or a.shape[0] != n:
+            raise ShapeError(f"split arrays of shapes {a.shape} and rows {n}, rank {ndim} "
+                             "in one expression: they must have the same rank and number "
+                             "of rows (broadcasting along the split axis is not supported)")
+        return list(a.parts) if a.bounds == bounds else realign(a, bounds)
+    if isinstance(a, Array):
+        if a.ndim == 0:  # a scalar (a reduction's result): its value, in every part
+            return [a.get()[()]] * p
+        raise DeviceError(f"a split array ({dset}) and an array on one device "
+                          f"({a.device}, shape {a.shape}) in one expression; make the "
+                          "second in the same `with fl.device([...])` block, or gather the "
+                          "first with .get()")
+    if isinstance(a, np.ndarray | list | tuple):
+        host = np.asarray(a)
+        if host.ndim == 0:
+            return [host[()]] * p
+        if host.ndim > ndim or (host.ndim == ndim and host.shape[0] not in (1, n)):
+            raise ShapeError(f"host data of shape {host.shape} does not broadcast over a "
+                             f"split array of {n} rows and rank {ndim} without growing or "
+                             "splitting it differently")
+        if host.ndim == ndim and host.shape[0] == n and n != 1:
+            return [asarray(host[lo:hi], device=d)
+                    for d, lo, hi in zip(dset.devices, bounds, bounds[1:])]
+        copies: dict[int, Array] = {}  # (one upload per device)
+        return [copies.setdefault(d.index, asarray(host, device=d)) for d in dset.devices]
+    return [a] * p  # (Python and numpy scalars, fl.constant, keywords)
+
+
+def _scalar_or_host(value: Any, device: Any) -> Any:
+    if isinstance(value, Array) and value.ndim == 0:
+        return value.get()[()]
+    if isinstance(value, np.ndarray | list | tuple):
+        from ..creation import asarray
+
+        return asarray(np.asarray(value), device=device)
+    return value
+
+
+# }}}
+
+# {{{ indexing along the split axis
+
+
+def _split_key(key: Any, ndim: int) -> tuple[Any, tuple[Any, ...]]:
+    """(the index of axis 0, the indices of the other axes)."""
+    key = key if isinstance(key, tuple) else (key,)
+    if any(k is Ellipsis for k in key):
+        at = next(i for i, k in enumerate(key) if k is Ellipsis)
+        fill = (slice(None),) * (ndim - (len(key) - 1))
+        key = key[:at] + fill + key[at + 1:]
+    if not key:
+        return slice(None), ()
+    row, rest = key[0], key[1:]
+    for k in rest:
+        if not isinstance(k, int | slice | np.integer):
+            raise TypeError(f"a split array takes ints and slices as indices, not "
+                            f"{type(k).__name__} (gather it with .get() first)")
+    if isinstance(row, int | np.integer) and not isinstance(row, bool | np.bool_):
+        return operator.index(row), rest
+    if not isinstance(row, slice):
+        raise TypeError(f"the split axis of a split array takes an int or a slice, not "
+                        f"{type(row).__name__}")
+    return row, rest
+
+
+def _row_index(r: int, n: int) -> int:
+    if not -n <= r < n:
+        raise IndexError(f"index {r} is out of bounds for axis 0 with size {n}")
+    return r + n if r < 0 else r
+
+
+def _part_of(bounds: tuple[int, ...], r: int) -> int:
+    return next(k for k in range(len(bounds) - 1) if bounds[k] <= r < bounds[k + 1])
+
+
+def _row_slices(row: slice, bounds: tuple[int, ...]) -> tuple[list[slice], tuple[int, ...]]:
+    """Each part's local slice of the global slice ``row``, and the result's bounds."""
+    start, stop, step = row.indices(bounds[-1])
+    if step < 0:
+        raise ValueError("a split array's first axis takes slices with a positive step "
+                         "only (the parts stay in device order); gather with .get() first")
+    count = max(0, -(-(stop - start) // step))
+    locals_: list[slice] = []
+    sizes = []
+    for lo, hi in itertools.pairwise(bounds):
+        # positions i (of the result) whose row start + i * step lies in [lo, hi)
+        i0 = min(count, max(0, -(-(lo - start) // step)))
+        i1 = min(count, max(0, -(-(hi - start) // step)))
+        i1 = max(i0, i1)
+        first = start + i0 * step - lo
+        locals_.append(slice(first, first + (i1 - i0) * step, step) if i1 > i0
+                       else slice(0, 0))
+        sizes.append(i1 - i0)
+    return locals_, split_bounds(sizes)
+
+
+# }}}
+
+__all__ = ["MultiArray", "is_multi", "map_parts", "prepare"]

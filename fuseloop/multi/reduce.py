@@ -1,0 +1,109 @@
+"""Reductions of split arrays.
+
+Along axes that keep the split axis, each part reduces its own rows (the result is
+split the same way).  Along the split axis, each part computes a partial result on
+its device (all enqueued before any is read), the partials are read and combined on
+the host with numpy (the same operation: sum of sums, max of maxima, ...), and the
+result is an array on the set's first device.  ``mean`` is the combined sum over the
+count; ``var``/``std`` take two passes (the mean, then the sum of squared
+deviations), as the single-device ones do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..ops.reductions import _ddof, _mean_dtypes
+from ..ops.shape import normalize_axes
+
+# how partial results combine; count_nonzero's partials are counts
+_COMBINE: dict[str, Callable[..., Any]] = {
+    "sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "any": np.any,
+    "all": np.all, "count_nonzero": np.sum}
+
+
+def reduce(func: Callable[..., Any], x: Any, args: tuple, kwargs: dict) -> Any:
+    """``func`` (a fuseloop reduction, by name) of the split array ``x``."""
+    from .array import MultiArray
+
+    name = func.__name__
+    params = dict(zip(_POSITIONAL.get(name, ("axis",)), args))
+    params.update(kwargs)
+    axes = normalize_axes(params.pop("axis", None), x.ndim)
+    keepdims = bool(params.pop("keepdims", False))
+    if 0 not in axes:  # each part reduces its own rows: still split
+        parts = [func(p, axis=axes, keepdims=keepdims, **params) for p in x.parts]
+        return MultiArray(parts, x.bounds, x.device_set)
+    if name == "mean":
+        return _mean(x, axes, keepdims, params.get("dtype"))
+    if name in ("var", "std"):
+        ddof = _ddof(params.get("ddof", 0), params.get("correction"))
+        v = _var(x, axes, keepdims, params.get("dtype"), ddof)
+        return _on_first(np.sqrt(v) if name == "std" else v, x)
+    if name not in _COMBINE:
+        raise NotImplementedError(f"fl.{name} of a split array along its split axis is not "
+                                  "supported; gather it with .get() first")
+    return _on_first(_combined(func, name, x, axes, keepdims, params), x)
+
+
+_POSITIONAL = {"sum": ("axis", "dtype", "keepdims"), "prod": ("axis", "dtype", "keepdims"),
+               "mean": ("axis", "dtype", "keepdims"),
+               "var": ("axis", "dtype", "ddof", "keepdims"),
+               "std": ("axis", "dtype", "ddof", "keepdims")}
+
+
+def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...],
+              keepdims: bool, params: dict) -> np.ndarray:
+    """The partial results of the parts, combined on the host."""
+    used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
+    partials = [func(p, axis=axes, keepdims=True, **params) for p in used]
+    for p in partials:  # every device gets its work before the host waits for any
+        p.eval()
+    host = np.concatenate([p.get() for p in partials], axis=0)
+    extra = {"dtype": host.dtype} if name in ("sum", "prod", "count_nonzero") else {}
+    out = _COMBINE[name](host, axis=0, keepdims=True, **extra)
+    if not keepdims:
+        out = out.reshape(tuple(n for d, n in enumerate(out.shape) if d not in axes))
+    return np.asarray(out, dtype=host.dtype)
+
+
+def _mean(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any) -> Any:
+    from .. import sum as fl_sum
+
+    return _on_first(_mean_host(x, axes, keepdims, dtype, fl_sum), x)
+
+
+def _mean_host(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any,
+               fl_sum: Callable[..., Any]) -> np.ndarray:
+    acc, res = _mean_dtypes(x.dtype, dtype)
+    total = _combined(fl_sum, "sum", x, axes, keepdims, {"dtype": acc})
+    count = math.prod(x.shape[d] for d in axes)
+    with np.errstate(divide="ignore", invalid="ignore"):  # (as the device: inf, nan)
+        out = total / acc.type(count) if count else total * acc.type(np.nan)
+    return np.asarray(out, dtype=acc).astype(res)
+
+
+def _var(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any, ddof: Any) -> np.ndarray:
+    from .. import sum as fl_sum
+    from .array import map_parts
+
+    if x.dtype.kind == "c":
+        raise NotImplementedError("fl.var of a complex split array is not supported")
+    acc, res = _mean_dtypes(x.dtype, dtype)
+    xa = x.astype(acc) if x.dtype != acc else x
+    m = _mean_host(xa, axes, True, None, fl_sum)  # (acc; the split axis reduced)
+    d = map_parts(lambda p, c: (p - c) * (p - c), (xa, m))
+    total = _combined(fl_sum, "sum", d, axes, keepdims, {"dtype": acc})
+    n = math.prod(x.shape[k] for k in axes) - ddof
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(total / acc.type(max(n, 0)), dtype=acc).astype(res)
+
+
+def _on_first(host: np.ndarray, x: Any) -> Any:
+    from ..creation import asarray
+
+    return asarray(np.asarray(host), device=x.devices[0])

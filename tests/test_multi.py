@@ -1,0 +1,174 @@
+"""Several devices, one array (issue 29): split arrays against numpy.
+
+The machine has one OpenCL device; listing it several times makes several parts,
+each with its own buffers, so the split, halo exchange, reduction and gathering
+logic runs as it would over several GPUs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.errors import DeviceError, DeviceMemoryError, ShapeError
+from fuseloop.multi import EXCHANGED, MultiArray
+
+RNG = np.random.default_rng(29)
+
+
+def test_uneven_split_elementwise(device):
+    xn = RNG.standard_normal(10).astype(np.float32)
+    with fl.device([device] * 3) as dset:
+        x = fl.asarray(xn)
+        y = fl.arange(10, dtype=np.float32)
+        z = fl.zeros(10, np.float32)
+    assert isinstance(x, MultiArray) and len(dset) == 3
+    assert x.bounds == (0, 3, 7, 10) and y.bounds == x.bounds
+    assert [p.shape for p in x.parts] == [(3,), (4,), (3,)]
+    assert all(p.device is device for p in x.parts)
+    assert len({id(p._storage.buffer) for p in x.parts}) == 3  # a buffer per part
+    yn = np.arange(10, dtype=np.float32)
+    got = 2 * x - fl.sin(y) + x * y + z
+    assert isinstance(got, MultiArray) and got.bounds == x.bounds
+    fl.reset_stats()
+    got.eval()
+    assert fl.stats()["kernels_launched"] == 3  # one fused kernel per part
+    np.testing.assert_allclose(got.get(), 2 * xn - np.sin(yn) + xn * yn, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(xn + x), 2 * xn)  # numpy defers to the split array
+    np.testing.assert_allclose(fl.where(x > 0, x, 0.5).get(), np.where(xn > 0, xn, 0.5))
+
+
+def test_weights_decide_rows(device):
+    with fl.device([device, device], weights=[1, 3]):
+        assert fl.ones((8, 2), np.float32).bounds == (0, 2, 8)
+    with fl.device([device] * 3):  # each part gets at least one row
+        assert fl.empty(3, np.float32).bounds == (0, 1, 2, 3)
+        scalar = fl.asarray(2.5)  # (0-d: nothing to split, on the first device)
+    assert type(scalar) is fl.Array and scalar.device is device
+
+
+def test_weights_from_cached_copy_bandwidth(device, monkeypatch):
+    explain = importlib.import_module("fuseloop.explain")  # (fl.explain is the function)
+    monkeypatch.setattr(explain, "_copy_bandwidth", {})
+    with fl.device([device] * 2) as dset:  # nothing measured: equal weights
+        assert dset.weights == (1.0, 1.0)
+    monkeypatch.setattr(explain, "_copy_bandwidth", {device.index: (device, 42.0)})
+    with fl.device([device] * 2) as dset:  # what fl.explain measured, not measured again
+        assert dset.weights == (42.0, 42.0)
+
+
+def test_reductions(device):
+    an = RNG.standard_normal((10, 4)).astype(np.float32)
+    bn = RNG.standard_normal((10, 4)).astype(np.float32)
+    with fl.device([device] * 3):
+        a, b = fl.asarray(an), fl.asarray(bn)
+    first = a.devices[0]
+    total = fl.sum(a * b)
+    assert isinstance(total, fl.Array) and total.device is first and total.shape == ()
+    np.testing.assert_allclose(total.get(), np.sum(an * bn), rtol=1e-5)
+    np.testing.assert_allclose(fl.sum(a, axis=0).get(), an.sum(0), rtol=1e-5)
+    rows = fl.sum(a, axis=1)  # along a kept axis: each part's own rows, still split
+    assert isinstance(rows, MultiArray) and rows.bounds == a.bounds
+    np.testing.assert_allclose(rows.get(), an.sum(1), rtol=1e-5)
+    np.testing.assert_allclose(a.max(axis=0, keepdims=True).get(), an.max(0, keepdims=True))
+    assert float(fl.min(a)) == an.min()
+    np.testing.assert_allclose(a.mean().get(), an.mean(), rtol=1e-5)
+    np.testing.assert_allclose(fl.var(a, axis=0, ddof=1).get(), an.var(0, ddof=1), rtol=1e-4)
+    np.testing.assert_allclose(a.std().get(), an.std(), rtol=1e-5)
+    assert bool(fl.any(a > 2)) == bool((an > 2).any()) and not bool(fl.all(a > 0))
+    assert int(fl.count_nonzero(a > 0)) == int(np.count_nonzero(an > 0))
+    # a 0-d result is a scalar in a split expression (its value goes to every part)
+    np.testing.assert_allclose((a - a.mean()).get(), an - an.mean(), rtol=1e-5, atol=1e-6)
+
+
+def test_slices_across_parts_exchange_rows(device):
+    xn = RNG.standard_normal(10).astype(np.float32)
+    with fl.device([device] * 3):
+        x = fl.asarray(xn)
+    before = EXCHANGED["rows"]
+    d = x[1:] - x[:-1]  # x[:-1] brought to x[1:]'s bounds: one row per inner boundary
+    assert EXCHANGED["rows"] - before == 2
+    np.testing.assert_allclose(d.get(), np.diff(xn), rtol=1e-6)
+    np.testing.assert_allclose(x[2:9:2].get(), xn[2:9:2])
+    row = x[5]  # one row: an array on the device holding it
+    assert isinstance(row, fl.Array) and float(row) == xn[5]
+    x[3:8] = x[2:7] * 2  # an assignment across parts, reading a misaligned slice
+    want = xn.copy()
+    want[3:8] = xn[2:7] * 2
+    np.testing.assert_allclose(x.get(), want)
+
+
+@pytest.mark.parametrize("boundary", ["clamp", "wrap", "constant"])
+def test_stencil_halo_exchange(device, boundary):
+    un = RNG.standard_normal((10, 6)).astype(np.float32)
+    w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+    want = fl.stencil(fl.asarray(un, device=device), w, boundary=boundary, cval=2).get()
+    with fl.device([device] * 4):  # parts of 3, 2, 3, 2 rows
+        u = fl.asarray(un)
+    before = EXCHANGED["copies"]
+    got = fl.stencil(u, w, boundary=boundary, cval=2)
+    assert isinstance(got, MultiArray) and got.bounds == u.bounds
+    np.testing.assert_allclose(got.get(), want, rtol=1e-6, atol=1e-6)
+    # a halo row above and below each inner boundary (wrap: the two ends too)
+    assert EXCHANGED["copies"] - before == (8 if boundary == "wrap" else 6)
+
+
+def test_stencil_steps_and_stencil_function(device):
+    un = RNG.standard_normal((9, 5))
+    w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]])
+    ref = fl.asarray(un, device=device)
+    with fl.device([device] * 3):
+        u = fl.asarray(un)
+    for _ in range(3):  # an explicit diffusion step, written back in place
+        ref[...] = ref + 0.1 * fl.stencil(ref, w)
+        u[...] = u + 0.1 * fl.stencil(u, w)
+    np.testing.assert_allclose(u.get(), ref.get(), rtol=1e-12)
+    op = fl.stencil_function(lambda a, c, b: fl.maximum(a, b) - c, (3, 1))
+    np.testing.assert_allclose(op(u).get(), op(ref).get())
+
+
+def test_lazy_generators_match_one_device(device):
+    with fl.device([device] * 3):
+        r = fl.random.uniform(11, key=7, dtype=np.float32)
+        s = fl.linspace(0, 1, 11)
+    assert isinstance(r, MultiArray)
+    np.testing.assert_array_equal(
+        r.get(), fl.random.uniform(11, key=7, dtype=np.float32, device=device).get())
+    np.testing.assert_allclose(s.get(), np.linspace(0, 1, 11))
+
+
+def test_errors_name_both_sets(device):
+    with fl.device([device] * 2):
+        a = fl.zeros(6, np.float32)
+    with fl.device([device] * 3):
+        b = fl.zeros(6, np.float32)
+    with pytest.raises(DeviceError, match=r"different device sets.*\[0\].*\[0\]"):
+        a + b
+    single = fl.zeros(6, np.float32, device=device)
+    with pytest.raises(DeviceError, match="one device"):
+        single + a
+    with pytest.raises(DeviceError, match="one device"):
+        fl.maximum(a, single)
+    with fl.device([device] * 4), pytest.raises(ShapeError, match="3 rows over 4 parts"):
+        fl.asarray(np.zeros(3))
+    with fl.device([device] * 2):
+        c = fl.zeros((6, 1), np.float32)
+    with pytest.raises(ShapeError, match="broadcasting along the split axis"):
+        a + c  # (ranks differ: numpy would broadcast a along c's second axis)
+    with pytest.raises(ShapeError, match=r"host data of shape \(2, 6\)"):
+        a + np.zeros((2, 6), np.float32)
+    with pytest.raises(AttributeError, match="does not take split arrays"):
+        fl.reshape(a, (3, 2))
+
+
+def test_too_large_for_one_device_fits_the_set(device):
+    small = dataclasses.replace(device, max_alloc_size=4096)  # the same runtime, a small cap
+    with pytest.raises(DeviceMemoryError):
+        fl.zeros(2048, np.float32, device=small)  # 8 KiB in one allocation
+    with fl.device([small] * 3):
+        x = fl.zeros(2048, np.float32) + 1
+    assert int(fl.sum(x)) == 2048
