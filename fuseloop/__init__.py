@@ -124,6 +124,14 @@ from .ops.stencil import stencil, stencil_function  # noqa: E402
 
 _attach_at(_FUNCTIONS)  # fl.add.at, fl.subtract.at, fl.maximum.at, fl.minimum.at
 
+# segmented primitives (VexCL's *_by_key, issue 28)
+from .ops.segmented import (  # noqa: E402
+    exclusive_scan_by_key,
+    inclusive_scan_by_key,
+    reduce_by_key,
+    sort_by_key,
+)
+
 # }}}
 linalg = _LinalgNamespace()
 from .errors import HostFallbackWarning as HostFallbackWarning  # noqa: E402  (fl.linalg's host fallbacks warn)
@@ -166,6 +174,7 @@ __all__ = [
     # VexCL and Stan features (issue 28)
     "check", "check_bounded", "check_finite", "check_nonnegative", "check_positive",
     "bincount", "histogram", "stencil", "stencil_function",
+    "exclusive_scan_by_key", "inclusive_scan_by_key", "reduce_by_key", "sort_by_key",
     # the Array API's additions (issue 27)
     "__array_namespace_info__", "eye", "from_dlpack", "meshgrid", "can_cast",
     "finfo", "iinfo", "isdtype", "result_type", "broadcast_arrays", "broadcast_shapes",

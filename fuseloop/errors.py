@@ -130,3 +130,8 @@ class HostFallbackWarning(UserWarning):
     """An operation fuseloop runs on the host (numpy) rather than on the device,
     copying its operands there and its results back (``fl.linalg.qr``, ``eigh``,
     ``svd``, ...: no device algorithm for them yet)."""
+
+
+class UnknownOpError(FuseloopError, ValueError):
+    """An operation name (``op=``) the function does not provide (``fl.reduce_by_key``
+    and the scans by key take ``"add"``, ``"mul"``, ``"max"`` and ``"min"``)."""
