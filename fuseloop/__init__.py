@@ -124,7 +124,9 @@ from .ops.stencil import stencil, stencil_function  # noqa: E402
 
 _attach_at(_FUNCTIONS)  # fl.add.at, fl.subtract.at, fl.maximum.at, fl.minimum.at
 
-# segmented primitives (VexCL's *_by_key, issue 28)
+# masks that skip work (fl.compute(expr, out=y, where=mask)); segmented primitives
+# (VexCL's *_by_key)
+from .ops.masked import BitMask, bitmask, packbits  # noqa: E402
 from .ops.segmented import (  # noqa: E402
     exclusive_scan_by_key,
     inclusive_scan_by_key,
@@ -175,6 +177,7 @@ __all__ = [
     "check", "check_bounded", "check_finite", "check_nonnegative", "check_positive",
     "bincount", "histogram", "stencil", "stencil_function",
     "exclusive_scan_by_key", "inclusive_scan_by_key", "reduce_by_key", "sort_by_key",
+    "BitMask", "bitmask", "packbits",
     # the Array API's additions (issue 27)
     "__array_namespace_info__", "eye", "from_dlpack", "meshgrid", "can_cast",
     "finfo", "iinfo", "isdtype", "result_type", "broadcast_arrays", "broadcast_shapes",
