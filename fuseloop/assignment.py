@@ -134,9 +134,10 @@ def compute(*arrays: Array, out: Array | Sequence[Array] | None = None,
         # values held only by this call need not keep their own values (see compute_into);
         # the list of recent lazy arrays is emptied first (it holds them too)
         register_readers()
-        held = [sys.getrefcount(arrays[k]) > _ARGS_REFCOUNT for k in range(len(arrays))]
+        held = [sys.getrefcount(arrays[k]) > _ARGS_REFCOUNT[0] for k in range(len(arrays))]
+        where_held = sys.getrefcount(where) > _ARGS_REFCOUNT[1]
         return compute_into(arrays, (out,) if isinstance(out, Array) else tuple(out),
-                            where, held)
+                            where, held, where_held)
     if out is not None:
         return compute_into(arrays, (out,) if isinstance(out, Array) else tuple(out))
     groups: dict[tuple, list[Array]] = {}
@@ -154,12 +155,14 @@ def compute(*arrays: Array, out: Array | Sequence[Array] | None = None,
     return arrays
 
 
-def _args_refcount_probe(*arrays: Any, out: Any = None, where: Any = None) -> int:
-    return sys.getrefcount(arrays[0])
+def _args_refcount_probe(*arrays: Any, out: Any = None, where: Any = None
+                         ) -> tuple[int, int]:
+    return sys.getrefcount(arrays[0]), sys.getrefcount(where)
 
 
-# sys.getrefcount of a temporary passed to compute: above it, the caller holds it
-_ARGS_REFCOUNT = _args_refcount_probe(object(), out=None, where=None)
+# sys.getrefcount of temporaries passed to compute (an expression, the mask): above
+# it, the caller holds the array
+_ARGS_REFCOUNT = _args_refcount_probe(object(), out=None, where=object())
 
 
 def _leaf_view(target: Array) -> View:
@@ -205,7 +208,8 @@ def _check_targets(values: Sequence[Any], targets: Sequence[Any]) -> None:
 
 
 def compute_into(values: Sequence[Array], targets: Sequence[Array], where: Any = None,
-                 held: Sequence[bool] | None = None) -> tuple[Array, ...]:
+                 held: Sequence[bool] | None = None, where_held: bool = True
+                 ) -> tuple[Array, ...]:
     """Write ``values[k]`` into ``targets[k]`` (arrays or strided views), one kernel for
     all targets of one shape (Stan's ``results(a, b) = expressions(...)``).
 
@@ -218,7 +222,9 @@ def compute_into(values: Sequence[Array], targets: Sequence[Array], where: Any =
     ``where``: a mask (see :func:`fuseloop.ops.masked.mask_node`); only its elements
     are computed and written.  A lazy value that reads a target and that the caller
     keeps (``held``) is then computed in full first, so that it keeps its values; one
-    held by this call only is computed where the mask holds, and nowhere else.
+    held by this call only is computed where the mask holds, and nowhere else.  A lazy
+    mask reading a target (``where=y > 0``, ``out=y``) is computed in the masked kernel
+    unless the caller keeps it (``where_held``): then it is computed first.
     """
     _check_targets(values, targets)
     storages = {id(t._storage): t._storage for t in targets}
@@ -234,7 +240,7 @@ def compute_into(values: Sequence[Array], targets: Sequence[Array], where: Any =
         for r in target_storage.live_readers():
             # (a masked write's values: computed first where the caller keeps them)
             exempt = any(r is v and (v.shape == u.shape or mask is not None)
-                         for v, u in zip(values, targets))
+                         for v, u in zip(values, targets)) or (r is where and not where_held)
             if r._storage is None and not exempt and not reads_outside(
                     r._node, target_storage, written, t.dtype.itemsize):
                 pending[id(r)] = r

@@ -49,10 +49,20 @@ def test_views_broadcast_and_reading_the_target(device):
     np.testing.assert_allclose(yy.get(), ref, rtol=1e-12)
     # a value and a mask reading the target itself, element by element
     v = fl.asarray(y0)
+    fl.synchronize()
+    fl.reset_stats()
     fl.compute(v * 2, out=v, where=v > 0.5)
+    fl.synchronize()
+    assert fl.stats()["kernels_launched"] == 1
     ref = y0.copy()
     np.multiply(y0, 2, out=ref, where=y0 > 0.5)
     np.testing.assert_array_equal(v.get(), ref)
+    # a mask kept by the caller keeps its values too (computed before the write)
+    v = fl.asarray(y0)
+    m = v > 0.5
+    fl.compute(v * 0, out=v, where=m)
+    np.testing.assert_array_equal(m.get(), y0 > 0.5)
+    np.testing.assert_array_equal(v.get(), np.where(y0 > 0.5, 0, y0))
 
 
 def test_bitmasks(device):
