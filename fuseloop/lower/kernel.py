@@ -24,7 +24,7 @@ from .._lazy import lp, prim
 from ..expr.ir import ELEMENTWISE_KINDS, LEAF_KINDS
 from ..expr.program import Program
 from ..passes.outputs import collect_root_dims, walks_columns
-from .masking import guard_with_mask, mask_cone
+from .masking import guard_with_mask
 from .pieces import FLAT_INAME, live_entries, lower_pieces, piece_loops
 from .roles import kernel_roles, tag_roles
 from .scalar_ops import Helper, is_direct, make_helper
@@ -133,10 +133,6 @@ class _Lowering:
         self.sfx = ""
         self.resolved: Any = None
         self.live: set[int] | None = None
-        # a masked program (Program.mask): the entries the mask needs, and the ids of
-        # the instructions computing them (computed for every element, unguarded)
-        self.cone: frozenset[int] = mask_cone(program)
-        self.unguarded: set[str] = set()
 
     def temporary(self, name: str, dtype: Any) -> None:
         if name not in self.temp_names:
@@ -404,7 +400,6 @@ class _Lowering:
                 self.deps.append(frozenset())
                 continue
             self.extra_deps = set()
-            first_insn = len(self.instructions)
             kind = e.kind
             names: frozenset = frozenset()
             deps: frozenset = frozenset()
@@ -462,8 +457,6 @@ class _Lowering:
             depth.append(d)
             self.exprs.append(value)
             self.deps.append(deps)
-            if ref in self.cone:
-                self.unguarded.update(i.id for i in self.instructions[first_insn:])
 
     def pieces_read(self, e: Any) -> tuple[int, ...]:
         """The pieces of concat entry ``e`` that this pass reads (one in a piece's loop)."""
@@ -708,6 +701,8 @@ def _emit_outputs(low: _Lowering, program: Program, index_dtype: np.dtype) -> No
             within_inames=names, depends_on=before[k] | frozenset(low.extra_deps),
             # the pieces' loops write disjoint ranges
             no_sync_with=frozenset({(f"store_out{k}_k*", "any")}) if low.sfx else frozenset()))
+    if program.mask is not None:  # (never in a piece's loop: see lower_program)
+        guard_with_mask(low, program)
 
 
 def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
@@ -734,7 +729,6 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
         name = "fuseloop_rows" if contiguous_rows(program) else "fuseloop_cols"
     low = _Lowering(program, index_dtype, user_functions)
     low.index_helpers()
-    # (a masked program keeps one element loop: its guard is per element)
     split = piece_loops(program) if piece_chunk and program.mask is None else None
     if split is not None:
         lower_pieces(low, program, index_dtype, piece_chunk, split, _emit_outputs)  # type: ignore[arg-type]
@@ -743,8 +737,6 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
         low.prepare_reductions()
         low.run()
         _emit_outputs(low, program, index_dtype)
-        if program.mask is not None:
-            guard_with_mask(low, program)
     idx_t = index_dtype
 
     kernel_args: list[Any] = []

@@ -9,6 +9,7 @@ predicated instructions as they are (no hoisted loads, no vector lanes): see
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,6 +72,7 @@ def guard_with_mask(low: _Lowering, program: Program) -> None:
     reductions, stay as they are)."""
     ref = program.mask
     assert ref is not None
+    cone = mask_cone(program)
     names = low.inames[ref] | low.base
     low.temporary("fl_mask", _UINT8)
     calc = lp.Assignment(prim.Variable("fl_mask"), low.exprs[ref], id="calc_fl_mask",
@@ -78,8 +80,20 @@ def guard_with_mask(low: _Lowering, program: Program) -> None:
     guard = prim.Comparison(prim.Variable("fl_mask"), "!=", 0)
     insns = []
     for insn in low.instructions:
-        if insn.id not in low.unguarded and names <= insn.within_inames:
+        if not _computes_one_of(insn.id, cone) and names <= insn.within_inames:
             insn = insn.copy(predicates=insn.predicates | {guard},
                              depends_on=insn.depends_on | {"calc_fl_mask"})
         insns.append(insn)
     low.instructions = [calc, *insns]
+
+
+# the instructions of an entry's value: its temporary ``t<ref>`` and, for a checked
+# gather by entry ``ref``, its index's temporary ``gi<ref>...`` and flag writes
+# (see ``_Lowering.run`` and ``_Lowering.gather_index``)
+_ENTRY_INSN = re.compile(r"(?:calc_|check\d_)(?:t|gi)(\d+)(?:$|[pn])")
+
+
+def _computes_one_of(insn_id: str, refs: frozenset[int]) -> bool:
+    """Whether instruction ``insn_id`` computes (part of) one of the entries ``refs``."""
+    m = _ENTRY_INSN.match(insn_id)
+    return m is not None and int(m.group(1)) in refs
