@@ -36,6 +36,13 @@ def test_masked_compute_skips_work(device):
         np.add(np.sin(a), b, out=ref, where=m)
         np.testing.assert_allclose(y.get(), ref, rtol=1e-6)
         assert (y.get()[~m] == -1).all()
+    # numpy's own spelling on fuseloop arrays runs the same masked kernel
+    y = fl.asarray(y0)
+    with evaluate.capturing_sources() as sources:
+        np.add(x, z, out=y, where=m)
+    assert "if (fl_mask" in sources[0] or "fl_mask[" in sources[0]
+    np.add(x, z, out=y, where=m)
+    np.testing.assert_allclose(y.get(), np.where(m, a + b, -1), rtol=1e-6)
 
 
 def test_views_broadcast_and_reading_the_target(device):
