@@ -81,6 +81,10 @@ def test_edge_cases(device):
     np.testing.assert_array_equal(r.get(), v)
     np.testing.assert_array_equal(fl.exclusive_scan_by_key(distinct, v, initial=5).get(),
                                   np.full(8, 5))
+    # values narrower than 4 bytes (pyopencl's scan takes 4 or 8): sums wrap as numpy's
+    small = np.full(300, 100, np.int8)
+    k, r = fl.reduce_by_key(np.zeros(300, np.int32), small)
+    assert r.dtype == np.int8 and r.get().tolist() == [np.add.reduce(small, dtype=np.int8)]
     e = np.zeros(0, np.float32)
     k, r = fl.reduce_by_key(e.astype(np.int32), e)
     assert k.shape == (0,) and r.shape == (0,)

@@ -38,14 +38,15 @@ _caches.register("ops.segmented.kernels", _KERNELS.clear, lambda: len(_KERNELS),
                  why="one per device, operation, dtypes and scan kind")
 
 
-def _combine(op: str, a: str, b: str) -> str:
+def _combine(op: str, a: str, b: str, floating: bool) -> str:
     """C expression of ``op(a, b)``; max and min propagate NaN as numpy's maximum does."""
     if op == "add":
         return f"({a} + {b})"
     if op == "mul":
         return f"({a} * {b})"
     cmp = ">" if op == "max" else "<"
-    return f"(({a} != {a} || {a} {cmp} {b}) ? {a} : {b})"
+    nan = f"{a} != {a} || " if floating else ""
+    return f"(({nan}{a} {cmp} {b}) ? {a} : {b})"
 
 
 def _neutral(op: str, dt: np.dtype) -> str:
@@ -70,14 +71,14 @@ def _scan_kernel(device: Device, op: str, vdt: np.dtype, rdt: np.dtype, kdt: np.
             from pyopencl.scan import GenericScanKernel
 
             rt, vt, kt = c_type_name(rdt), c_type_name(vdt), c_type_name(kdt)
-            out = (f"dst[i] = {_combine(op, 'init', 'prev_item')};" if exclusive
+            out = (f"dst[i] = {_combine(op, 'init', 'prev_item', rdt.kind == 'f')};" if exclusive
                    else "dst[i] = item;")
             knl = _KERNELS[key] = GenericScanKernel(
                 device.context, rdt,
                 arguments=(f"__global const {kt} *keys, __global const {vt} *src, "
                            f"__global {rt} *dst, {rt} init"),
                 input_expr=f"(({rt})src[i])",
-                scan_expr=f"across_seg_boundary ? b : {_combine(op, 'a', 'b')}",
+                scan_expr=f"across_seg_boundary ? b : {_combine(op, 'a', 'b', rdt.kind == 'f')}",
                 neutral=_neutral(op, rdt), output_statement=out,
                 is_segment_start_expr="i == 0 || keys[i] != keys[i - 1]",
                 index_dtype=_INT64)
@@ -126,22 +127,32 @@ def _concrete(a: Array) -> Array:
     return a.copy().eval() if a.is_lazy or not a.is_contiguous else a
 
 
+def _scan_dtype(rdt: np.dtype) -> np.dtype:
+    """The dtype the scan runs in: pyopencl's scan takes 4- or 8-byte values, so
+    narrower ones (and booleans) are scanned in 32 bits and converted back (sums and
+    products wrap alike, maxima and minima are the same)."""
+    if rdt.itemsize >= 4:
+        return rdt
+    return np.dtype(np.int32 if rdt.kind == "i" else np.uint32)
+
+
 def _scan(keys: Array, values: Array, op: str, exclusive: bool, initial: Any) -> Array:
     """The segmented scan of checked ``keys`` and ``values`` (see :func:`_prepare`)."""
     import pyopencl.array as cla
 
     rdt = _result_dtype(op, values.dtype)
+    sdt = _scan_dtype(rdt)
     kc, vc = _concrete(keys), _concrete(values)
     dev, n = keys.device, keys.shape[0]
-    out = Array._concrete(allocate(n * rdt.itemsize, dev), rdt, (n,))
+    out = Array._concrete(allocate(n * sdt.itemsize, dev), sdt, (n,))
     if n:
-        knl = _scan_kernel(dev, op, vc.dtype, rdt, kc.dtype, exclusive)
+        knl = _scan_kernel(dev, op, vc.dtype, sdt, kc.dtype, exclusive)
         q = dev.queue
         knl(cla.Array(q, (n,), kc.dtype, data=kc._storage.buffer),  # type: ignore[union-attr]
             cla.Array(q, (n,), vc.dtype, data=vc._storage.buffer),  # type: ignore[union-attr]
-            cla.Array(q, (n,), rdt, data=out._storage.buffer),  # type: ignore[union-attr]
-            rdt.type(initial), queue=q)
-    return out
+            cla.Array(q, (n,), sdt, data=out._storage.buffer),  # type: ignore[union-attr]
+            sdt.type(rdt.type(initial)), queue=q)
+    return out if sdt == rdt else out.astype(rdt)
 
 
 def inclusive_scan_by_key(keys: Any, values: Any, op: str = "add") -> Array:
