@@ -126,6 +126,16 @@ from .ops.stencil import stencil, stencil_function  # noqa: E402
 _attach_at(_FUNCTIONS)  # fl.add.at, fl.subtract.at, fl.maximum.at, fl.minimum.at
 from . import sparse as sparse  # noqa: E402  (fl.sparse.csr_matrix, ell_matrix)
 
+# masks that skip work (fl.compute(expr, out=y, where=mask)); segmented primitives
+# (VexCL's *_by_key)
+from .ops.masked import BitMask, bitmask, packbits  # noqa: E402
+from .ops.segmented import (  # noqa: E402
+    exclusive_scan_by_key,
+    inclusive_scan_by_key,
+    reduce_by_key,
+    sort_by_key,
+)
+
 # }}}
 linalg = _LinalgNamespace()
 from .errors import HostFallbackWarning as HostFallbackWarning  # noqa: E402  (fl.linalg's host fallbacks warn)
@@ -169,6 +179,8 @@ __all__ = [
     "check", "check_bounded", "check_finite", "check_nonnegative", "check_positive",
     "bincount", "histogram", "stencil", "stencil_function", "index", "tril_view", "triu_view",
     "TriangularView",
+    "exclusive_scan_by_key", "inclusive_scan_by_key", "reduce_by_key", "sort_by_key",
+    "BitMask", "bitmask", "packbits",
     # the Array API's additions (issue 27)
     "__array_namespace_info__", "eye", "from_dlpack", "meshgrid", "can_cast",
     "finfo", "iinfo", "isdtype", "result_type", "broadcast_arrays", "broadcast_shapes",

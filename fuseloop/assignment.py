@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +12,7 @@ from .array import Array, Constant, _coerce, _operand_node
 from .dtypes import scalar_to
 from .errors import DeviceError, DTypeError, ShapeError
 from .evaluate import cast_node, reads_outside, run, run_into
-from .expr.nodes import Leaf, Literal, Node, broadcast_shapes, note_reader
+from .expr.nodes import Leaf, Literal, Node, broadcast_shapes, note_reader, register_readers
 from .expr.overlap import View, views_disjoint
 from .expr.program import Target
 from .trace_hooks import check_traced, trace_checks
@@ -114,14 +115,29 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         run([node], dest_shape, target.device, [dest])
 
 
-def compute(*arrays: Array, out: Array | Sequence[Array] | None = None) -> tuple[Array, ...]:
+def compute(*arrays: Array, out: Array | Sequence[Array] | None = None,
+            where: Any = None) -> tuple[Array, ...]:
     """Evaluate several arrays, one kernel for each group of equal shape and device.
 
     ``a, b = fl.compute(x + y, x - y)`` reads ``x`` and ``y`` once and writes both
     results (VexCL's tuple assignment).  Returns the arrays, now concrete.
     ``out=(p, q)`` writes the results into those existing arrays (or views) instead,
     one kernel per shape, and returns ``out`` (see :func:`compute_into`).
+    ``where=mask`` (with ``out=``; a boolean array broadcasting to the targets, or
+    ``fl.bitmask(words)``) computes and writes only the elements where the mask holds,
+    as numpy's ``np.add(a, b, out=y, where=mask)``; the others keep their values.
     """
+    if where is not None and where is not True:
+        if out is None:
+            raise ValueError("fl.compute(..., where=mask) needs out=: the elements "
+                             "outside the mask keep the values of out (numpy's rule)")
+        # values held only by this call need not keep their own values (see compute_into);
+        # the list of recent lazy arrays is emptied first (it holds them too)
+        register_readers()
+        held = [sys.getrefcount(arrays[k]) > _ARGS_REFCOUNT[0] for k in range(len(arrays))]
+        where_held = sys.getrefcount(where) > _ARGS_REFCOUNT[1]
+        return compute_into(arrays, (out,) if isinstance(out, Array) else tuple(out),
+                            where, held, where_held)
     if out is not None:
         return compute_into(arrays, (out,) if isinstance(out, Array) else tuple(out))
     groups: dict[tuple, list[Array]] = {}
@@ -137,6 +153,16 @@ def compute(*arrays: Array, out: Array | Sequence[Array] | None = None) -> tuple
         for m, s in zip(members, outs):
             m._become(s)
     return arrays
+
+
+def _args_refcount_probe(*arrays: Any, out: Any = None, where: Any = None
+                         ) -> tuple[int, int]:
+    return sys.getrefcount(arrays[0]), sys.getrefcount(where)
+
+
+# sys.getrefcount of temporaries passed to compute (an expression, the mask): above
+# it, the caller holds the array
+_ARGS_REFCOUNT = _args_refcount_probe(object(), out=None, where=object())
 
 
 def _leaf_view(target: Array) -> View:
@@ -181,7 +207,9 @@ def _check_targets(values: Sequence[Any], targets: Sequence[Any]) -> None:
                                  "distinct arrays (or disjoint views)")
 
 
-def compute_into(values: Sequence[Array], targets: Sequence[Array]) -> tuple[Array, ...]:
+def compute_into(values: Sequence[Array], targets: Sequence[Array], where: Any = None,
+                 held: Sequence[bool] | None = None, where_held: bool = True
+                 ) -> tuple[Array, ...]:
     """Write ``values[k]`` into ``targets[k]`` (arrays or strided views), one kernel for
     all targets of one shape (Stan's ``results(a, b) = expressions(...)``).
 
@@ -190,9 +218,19 @@ def compute_into(values: Sequence[Array], targets: Sequence[Array]) -> tuple[Arr
     follows numpy's ``same_kind`` rule.  A value the caller keeps stays lazy and keeps
     its values: it then reads its target, when of the target's dtype and shape (no
     cost), else it is computed by the same kernel into a buffer of its own.
+
+    ``where``: a mask (see :func:`fuseloop.ops.masked.mask_node`); only its elements
+    are computed and written.  A lazy value that reads a target and that the caller
+    keeps (``held``) is then computed in full first, so that it keeps its values; one
+    held by this call only is computed where the mask holds, and nowhere else.  A lazy
+    mask reading a target (``where=y > 0``, ``out=y``) is computed in the masked kernel
+    unless the caller keeps it (``where_held``): then it is computed first.
     """
     _check_targets(values, targets)
     storages = {id(t._storage): t._storage for t in targets}
+    mask = None
+    if where is not None:
+        mask = _mask_for(where, values, targets, storages, held)
     # lazy arrays still reading the old contents are evaluated before the write
     pending: dict[int, Array] = {}
     for t in targets:
@@ -200,8 +238,10 @@ def compute_into(values: Sequence[Array], targets: Sequence[Array]) -> tuple[Arr
         target_storage = t._storage
         assert target_storage is not None  # (_check_targets evaluated lazy targets)
         for r in target_storage.live_readers():
-            if r._storage is None and not any(r is v and v.shape == u.shape for v, u in zip(
-                    values, targets)) and not reads_outside(
+            # (a masked write's values: computed first where the caller keeps them)
+            exempt = any(r is v and (v.shape == u.shape or mask is not None)
+                         for v, u in zip(values, targets)) or (r is where and not where_held)
+            if r._storage is None and not exempt and not reads_outside(
                     r._node, target_storage, written, t.dtype.itemsize):
                 pending[id(r)] = r
     if pending:
@@ -218,23 +258,46 @@ def compute_into(values: Sequence[Array], targets: Sequence[Array]) -> tuple[Arr
             leaf: Any = t._node
             storage = t._storage
             assert storage is not None
-            dests.append(storage if t.is_contiguous else
-                         Target(storage, leaf.view_strides(), leaf.offset))
+            if mask is not None:
+                dests.append(Target(storage, None, 0, mask=mask) if t.is_contiguous else
+                             Target(storage, leaf.view_strides(), leaf.offset, mask=mask))
+            else:
+                dests.append(storage if t.is_contiguous else
+                             Target(storage, leaf.view_strides(), leaf.offset))
         # kept values that read a target and cannot become a read of it: computed too
-        extra = [values[k] for k in ks if values[k].is_lazy and not _reads_as_target(
-            values[k], targets[k]) and any(s in values[k]._node.storages
-                                           for s in storages.values())]
+        # (a masked write computed the kept ones first: see _mask_for)
+        extra = [values[k] for k in ks if mask is None and values[k].is_lazy
+                 and not _reads_as_target(values[k], targets[k]) and any(
+                     s in values[k]._node.storages for s in storages.values())]
         outs = run(nodes + [e._node for e in extra], shape, targets[ks[0]].device,
                    dests + [None] * len(extra))
         for e, s in zip(extra, outs[len(ks):]):
             e._become(s)
     for v, t in zip(values, targets):
-        if v.is_lazy and _reads_as_target(v, t):
+        if mask is None and v.is_lazy and _reads_as_target(v, t):
             # its values are now the target's: read them there (a later write to the
             # target evaluates it first, as for any lazy reader)
             v._node = t._node
             note_reader(v)
     return tuple(targets)
+
+
+def _mask_for(where: Any, values: Sequence[Array], targets: Sequence[Array],
+              storages: dict[int, Any], held: Sequence[bool] | None) -> Node:
+    """The checked mask node of ``where`` for ``targets`` (one shape); lazy values the
+    caller keeps that read a target are computed first (they keep their values)."""
+    from .ops.masked import mask_node
+
+    shapes = {t.shape for t in targets}
+    if len(shapes) > 1:
+        raise ShapeError(f"fl.compute(..., where=) writes targets of one shape; out= has "
+                         f"shapes {', '.join(map(str, sorted(shapes)))}")
+    mask = mask_node(where, targets[0].shape, targets)
+    for k, v in enumerate(values):
+        if v.is_lazy and (held is None or held[k]) and any(
+                s in v._node.storages for s in storages.values()):
+            v.eval()
+    return mask
 
 
 def _reads_as_target(value: Array, target: Array) -> bool:

@@ -159,3 +159,13 @@ class ConstantMemoryError(FuseloopError, ValueError):
 
 class NotSquareError(ShapeError):
     """A triangular view or triangular solve of a matrix that is not square."""
+
+
+class UnknownOpError(FuseloopError, ValueError):
+    """An operation name (``op=``) the function does not provide (``fl.reduce_by_key``
+    and the scans by key take ``"add"``, ``"mul"``, ``"max"`` and ``"min"``)."""
+
+
+class MaskError(FuseloopError, TypeError):
+    """A ``where=`` mask that is neither boolean nor declared packed words
+    (``fl.bitmask``), or packed words of a type that cannot hold bits."""

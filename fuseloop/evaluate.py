@@ -393,12 +393,15 @@ def _coalesced(roots: Sequence[Node], out_shape: tuple[int, ...],
     """
     if any(t is not None and t.scatter is not None for t in targets):
         return None  # a scatter's index addresses one axis of the output: keep the axes
+    # a mask (Target.mask) is read at the output's index like a root
+    masks = list({id(t.mask): t.mask for t in targets
+                  if t is not None and t.mask is not None}.values())
     kept = [n for n in out_shape if n != 1]
     if len(kept) <= 1:
         new_shape = tuple(kept) or ()
     else:
         strides_lists: list[tuple[int, ...]] = []
-        ok = _leaf_strides(roots, out_shape, strides_lists)
+        ok = _leaf_strides([*roots, *masks], out_shape, strides_lists)
         if not ok:
             return None
         for t in targets:
@@ -416,7 +419,7 @@ def _coalesced(roots: Sequence[Node], out_shape: tuple[int, ...],
     if new_shape == out_shape:
         return list(roots), out_shape, list(targets)
     new_roots = []
-    for r in roots:
+    for r in [*roots, *masks]:
         if r.shape != out_shape:
             from .expr.views import affine_view, broadcast_map
 
@@ -426,6 +429,8 @@ def _coalesced(roots: Sequence[Node], out_shape: tuple[int, ...],
         if v is None:
             return None
         new_roots.append(v)
+    new_mask = new_roots[len(roots)] if masks else None
+    del new_roots[len(roots):]
     new_targets: list[Target | None] = []
     for t in targets:
         if t is None:
@@ -435,7 +440,7 @@ def _coalesced(roots: Sequence[Node], out_shape: tuple[int, ...],
         ns = nocopy_reshape_strides(out_shape, st, new_shape)
         if ns is None:
             return None
-        new_targets.append(Target(t.storage, ns, t.offset))
+        new_targets.append(Target(t.storage, ns, t.offset, mask=new_mask))
     return new_roots, new_shape, new_targets
 
 

@@ -59,7 +59,6 @@ def _write_out(result: Any, target: Any, casting: str, name: str, where: Any = T
     numpy's casting rule, only where ``where`` holds."""
     from .array import Array
     from .assignment import compute_into
-    from .ufuncs import where as fl_where
 
     if isinstance(result, Array):
         src = result.dtype
@@ -81,10 +80,12 @@ def _write_out(result: Any, target: Any, casting: str, name: str, where: Any = T
         result = _fl().asarray(result, device=target.device) if not isinstance(
             result, Array) else result
         result = result.astype(target.dtype)
-    if not _plain_where(where):
-        result = fl_where(where, result, target)
     if result.shape != target.shape:
         result = _fl().broadcast_to(result, target.shape)
+    if not _plain_where(where):
+        # only the masked elements are computed and written (fl.compute's where=)
+        compute_into((result,), (target,), where, held=(False,), where_held=True)
+        return target
     compute_into((result,), (target,))
     return target
 

@@ -150,7 +150,11 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
                        _ev.TWO_STAGE_MIN_LENGTH, _ev.TWO_STAGE_MAX_ROWS, _ev.ONE_ROW_MAX_LENGTH,
                        # (the reduction recipe decides column-like reductions' splits)
                        _ev.column_params(device)]
-    walked = walk_structure(roots, head)
+    # a mask (Target.mask) is walked like a root: its buffers are the plan's inputs
+    masks = list({id(t.mask): t.mask for t in targets or ()
+                  if isinstance(t, Target) and t.mask is not None}.values())
+    head.append(len(masks))
+    walked = walk_structure([*roots, *masks], head)
     if walked is None:
         return None
     toks, slots, storages, scalars = walked
@@ -168,7 +172,7 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
             if k is None:
                 k = slots[s] = len(storages)
                 storages.append(s)
-            toks.append(("T", k, t.strides, t.offset))
+            toks.append(("T", k, t.strides, t.offset, t.mask is not None))
     return tuple(toks), storages, scalars, slots
 
 

@@ -103,6 +103,9 @@ class Program(NamedTuple):
     contraction: Any = None
     # holds a sparse matrix product (fuseloop.expr.nodes.SparseProduct): its own recipes
     has_sparse: bool = False
+    # the entry of a boolean mask (Target.mask) guarding the whole computation and the
+    # stores of every output: elements where it is false are neither computed nor written
+    mask: int | None = None
 
 
 class Bindings(NamedTuple):
@@ -129,6 +132,9 @@ class Target(NamedTuple):
     aligned from the right).  ``codes[k]`` is the bounds check's code (see ``Gather``).
     ``atomic``: with ``scatter``, combine each value into its position with this
     binary operation as an atomic update (``fl.add.at``: ``"add"``) instead of storing it.
+    ``mask``: a boolean node of the output's shape; only elements where it holds are
+    computed and stored (``fl.compute(..., out=y, where=m)``; every target of one
+    program has the same mask, or none).
     """
 
     storage: Storage
@@ -136,6 +142,7 @@ class Target(NamedTuple):
     offset: int
     scatter: tuple | None = None
     atomic: str | None = None
+    mask: Node | None = None
 
 
 def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
@@ -153,8 +160,8 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
     (:func:`structure_entry`) first; ``cache=False`` always linearises.
     """
     if cache and chunks is None and (targets is None or all(
-            t is None or (t.strides is None and t.offset == 0 and t.scatter is None)
-            for t in targets)):
+            t is None or (t.strides is None and t.offset == 0 and t.scatter is None
+                          and t.mask is None) for t in targets)):
         hit = structure_entry(roots, out_shape)
         if hit is not None:
             entry, storages, scalars = hit
@@ -162,7 +169,7 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
     b = run_passes(Build(roots, out_shape, targets, chunks))
     program = Program(tuple(b.entries), b.outputs, tuple(b.out_specs), b.root_sizes,
                       b.row_dims, chunks is not None, b.reductions > 0, b.contraction,
-                      any(e.kind == "sparse" for e in b.entries))
+                      any(e.kind == "sparse" for e in b.entries), b.mask)
     return program, Bindings(b.storages, b.scalars, b.params, out_shape, b.scalar_nodes)
 
 

@@ -24,6 +24,7 @@ from .._lazy import lp, prim
 from ..expr.ir import ELEMENTWISE_KINDS, LEAF_KINDS
 from ..expr.program import Program
 from ..passes.outputs import collect_root_dims, walks_columns
+from .masking import guard_with_mask
 from .pieces import FLAT_INAME, live_entries, lower_pieces, piece_loops
 from .roles import kernel_roles, tag_roles
 from .scalar_ops import Helper, is_direct, make_helper
@@ -710,6 +711,8 @@ def _emit_outputs(low: _Lowering, program: Program, index_dtype: np.dtype) -> No
             within_inames=names, depends_on=before[k] | frozenset(low.extra_deps),
             # the pieces' loops write disjoint ranges
             no_sync_with=frozenset({(f"store_out{k}_k*", "any")}) if low.sfx else frozenset()))
+    if program.mask is not None:  # (never in a piece's loop: see lower_program)
+        guard_with_mask(low, program)
 
 
 def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
@@ -736,7 +739,7 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
         name = "fuseloop_rows" if contiguous_rows(program) else "fuseloop_cols"
     low = _Lowering(program, index_dtype, user_functions)
     low.index_helpers()
-    split = piece_loops(program) if piece_chunk else None
+    split = piece_loops(program) if piece_chunk and program.mask is None else None
     if split is not None:
         lower_pieces(low, program, index_dtype, piece_chunk, split, _emit_outputs)  # type: ignore[arg-type]
     else:

@@ -40,6 +40,7 @@ class Build:
         self.root_sizes: tuple[Any, ...] = ()
         self.row_dims: tuple[int, ...] | None = None
         self.contraction: Any = None
+        self.mask: int | None = None  # the entry of the targets' mask (Target.mask)
 
     def reset(self) -> None:
         """Forget every entry and binding (a retry with a deeper recursion limit)."""

@@ -15,7 +15,8 @@ def place_outputs(b: Build) -> None:
 
     A strided target (a view written in place) is stored at the output's index
     through its strides; a scatter target (``a[i, j] = v``) at gathered index
-    components, whose index values become entries here.
+    components, whose index values become entries here.  The targets' mask, if any,
+    becomes an entry too (``b.mask``).
     """
     specs = b.out_specs = []
     for t in (b.targets or [None] * len(b.roots)):
@@ -43,6 +44,12 @@ def place_outputs(b: Build) -> None:
         spec = (at, kinds, 0 if t.offset == 0 else b.param(t.offset))
         # (an atomic update names its operation: fl.add.at, see Target.atomic)
         specs.append(spec if t.atomic is None else (*spec, t.atomic))
+    masks = {id(t.mask): t.mask for t in (b.targets or ()) if t is not None
+             and t.mask is not None}
+    assert len(masks) <= 1, "the targets of one program share one mask"
+    for mask in masks.values():
+        # evaluated at the output's own index, before any guarded work (lower/kernel.py)
+        b.mask = emitter(b).visit(mask, b.root_index)
 
 
 def size_roots(b: Build) -> None:
@@ -93,7 +100,7 @@ def detect_contraction(b: Build) -> None:
     """Set ``b.contraction``: a matmul-like sum of products (see
     :mod:`fuseloop.expr.contraction`), or None."""
     b.contraction = None
-    if b.chunks is None and b.row_dims is None and b.reductions == 1:
+    if b.chunks is None and b.row_dims is None and b.reductions == 1 and b.mask is None:
         b.contraction = find_contraction(b.entries, b.outputs, b.out_specs, b.root_sizes,
                                          b.params, b.param)
 
