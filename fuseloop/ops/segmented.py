@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import caches as _caches
 from ..array import Array, _coerce
+from ..backends import require_backend
 from ..dtypes import c_type_name
 from ..errors import DeviceError, DTypeError, ShapeError, UnknownOpError
 from ..evaluate import allocate
@@ -138,6 +139,7 @@ def _scan_dtype(rdt: np.dtype) -> np.dtype:
 
 def _scan(keys: Array, values: Array, op: str, exclusive: bool, initial: Any) -> Array:
     """The segmented scan of checked ``keys`` and ``values`` (see :func:`_prepare`)."""
+    require_backend(keys.device, "a scan by key (pyopencl's segmented scan)")
     import pyopencl.array as cla
 
     rdt = _result_dtype(op, values.dtype)
