@@ -130,18 +130,19 @@ def test_host_and_mask_indices_are_checked_before_the_gather(device, monkeypatch
     its gather, like a mask's (whose positions are in range by construction), then
     reads no error flag back, so evaluating it does not wait for the device.  A
     device index array is checked by its gather: one flag read."""
-    import pyopencl as cl
+    from fuseloop.runtime.devices import _runtime
 
     x = fl.asarray(H2)
     with pytest.raises(fl.errors.IndexOutOfBoundsError,
                        match="index 3 is out of bounds for axis 0 with size 3"):
         x[np.array([0, 3])]  # raised at once: nothing to evaluate
     reads = []
-    real_copy = cl.enqueue_copy
+    rt = _runtime(device)
+    real_read = rt.enqueue_read
 
-    def counting_copy(*args, **kwargs):
-        reads.append(kwargs.get("is_blocking"))
-        return real_copy(*args, **kwargs)
+    def counting_read(queue, host, buffer, wait_for, blocking):
+        reads.append(blocking)
+        return real_read(queue, host, buffer, wait_for, blocking)
 
     host_ix, dev_ix = np.array([2, -1, 0]), fl.asarray(np.array([2, -1, 0]))
     cases = [(lambda: x[host_ix, 1:] * 2, H2[host_ix, 1:] * 2, 0),
@@ -150,9 +151,9 @@ def test_host_and_mask_indices_are_checked_before_the_gather(device, monkeypatch
              (lambda: x[dev_ix, 1:] * 2, H2[host_ix, 1:] * 2, 1)]
     for build, want, flag_reads in cases:
         y = build()
-        monkeypatch.setattr(cl, "enqueue_copy", counting_copy)
+        monkeypatch.setattr(rt, "enqueue_read", counting_read)
         y.eval()
-        monkeypatch.setattr(cl, "enqueue_copy", real_copy)
+        monkeypatch.setattr(rt, "enqueue_read", real_read)
         assert len(reads) == flag_reads, reads
         reads.clear()
         np.testing.assert_array_equal(y.get(), want)

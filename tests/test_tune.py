@@ -256,7 +256,9 @@ def test_cli_tune_show_and_clear(cpu, tuning_dir):
                                                   "default_s": 2.0, "best_s": 1.0})
     res = _child(tuning_dir, """
         import contextlib, io, json
+        import fuseloop as fl
         from fuseloop.cli import main
+        fl.set_device("cpu")  # (where the entry was stored, whatever FUSELOOP_DEVICE says)
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             main(["tune", "--show"])

@@ -39,6 +39,7 @@ PRELUDE = r"""// fuseloop's CUDA prelude: the OpenCL C its helpers and hand-writ
 #define __kernel extern "C" __global__
 #define __global
 #define __local __shared__
+#define __constant const
 #define FL_LOCAL_ARG
 #define restrict __restrict__
 #define reqd_work_group_size(x, y, z)
@@ -99,6 +100,14 @@ __device__ inline ulong atomicMax(ulong *p, ulong v)
 __device__ inline ulong atomicMin(ulong *p, ulong v)
 { return atomicMin((unsigned long long *) p, (unsigned long long) v); }
 """
+
+# Loopy's integer min/max helpers, for kernels whose recipe calls them after Loopy chose
+# the preamble (a template: Loopy's own definition, where it emits one, is preferred)
+PRELUDE += "".join(
+    f"template <typename T> __device__ inline T lpy_{op}_{t}(T a, T b) "
+    f"{{ return a {cmp} b ? a : b; }}\n"
+    for op, cmp in (("min", "<"), ("max", ">"))
+    for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"))
 
 _H2D, _D2H, _D2D = 1, 2, 3
 

@@ -757,7 +757,7 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
                                         is_output=True, is_input=atomic, for_atomic=atomic))
         arg_names.append(f"out{k}")
     for slot in sorted(low.inputs):
-        kernel_args.append(input_arg(program, slot, kernel_dtype(low.inputs[slot])))
+        kernel_args.append(input_arg(program, slot, kernel_dtype(low.inputs[slot]), target))
         arg_names.append(f"in{slot}")
     if low.has_gather:
         kernel_args.append(lp.GlobalArg("err", np.int64, shape=(3,), is_output=True,

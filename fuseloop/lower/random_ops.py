@@ -39,10 +39,13 @@ def r123_source(method: str) -> str:
     import pyopencl
 
     folder = os.path.join(os.path.dirname(pyopencl.__file__), "cl", "pyopencl-random123")
-    parts = []
+    # (read as C on CUDA too: their C++ branch needs the standard library, which NVRTC
+    # does not have)
+    parts = ['#ifdef __CUDACC__\n#pragma push_macro("__cplusplus")\n#undef __cplusplus\n#endif']
     for name in ("openclfeatures.h", "array.h", f"{method}.cl"):
         with open(os.path.join(folder, name), encoding="utf-8") as f:
             parts.append(_INCLUDE.sub("", f.read()))
+    parts.append('#ifdef __CUDACC__\n#pragma pop_macro("__cplusplus")\n#endif')
     return "\n".join(parts) + "\n"
 
 

@@ -41,9 +41,11 @@ def user_call(low: Any, fn: Any, loop: tuple[np.dtype, ...], args: list[Any],
     return prim.Variable(name)(*args)
 
 
-def input_arg(program: Program, slot: int, dtype: np.dtype) -> Any:
+def input_arg(program: Program, slot: int, dtype: np.dtype, target: Any = None) -> Any:
     """The kernel argument of input ``slot``: ``__constant`` for an ``fl.constant``
-    array (the program marks it with a ``cmem`` entry), else a global array."""
-    if any(e[0] == "cmem" and e[1] == slot for e in program.entries):
+    array (the program marks it with a ``cmem`` entry), else a global array.  (CUDA has
+    no constant-space pointers: there it is a global, read-only one.)"""
+    cuda = type(target).__name__ == "CudaTarget"
+    if not cuda and any(e[0] == "cmem" and e[1] == slot for e in program.entries):
         return lp.ConstantArg(f"in{slot}", dtype, shape=None)
     return lp.GlobalArg(f"in{slot}", dtype, shape=None, is_output=False, is_input=True)
