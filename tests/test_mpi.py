@@ -75,6 +75,9 @@ def test_mpi_ranks_sum_and_halo_exchange():
         [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
     # (1 compile worker per rank: the ranks already share the CPUs)
     env.setdefault("FUSELOOP_COMPILE_WORKERS", "1")
+    # (Open MPI refuses to start as root unless told; MPICH ignores these)
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     proc = subprocess.run([mpiexec, "-n", "3", sys.executable, os.path.abspath(__file__)],
                           env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
