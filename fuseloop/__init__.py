@@ -126,6 +126,7 @@ _attach_at(_FUNCTIONS)  # fl.add.at, fl.subtract.at, fl.maximum.at, fl.minimum.a
 
 # }}}
 linalg = _LinalgNamespace()
+from . import fft as fft  # noqa: E402  (the Array API's fft extension, issue 27)
 from .errors import HostFallbackWarning as HostFallbackWarning  # noqa: E402  (fl.linalg's host fallbacks warn)
 
 # {{{ numpy's protocols, DLPack, pyopencl arrays without a copy (issue 27)
@@ -175,6 +176,7 @@ __all__ = [
 ]
 __all__.append("fuse")
 __all__.append("HostFallbackWarning")
+__all__.append("fft")
 
 
 # imported on first use (not needed to evaluate anything): name -> module
