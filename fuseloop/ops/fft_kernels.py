@@ -8,9 +8,9 @@ work-item per ``R`` elements: it reads ``x[j + r n/R]``, multiplies by the twidd
 ``w^(r (j mod ns))`` of length ``ns R``, does a length-``R`` DFT in registers and writes
 ``y[(j / ns) ns R + j mod ns + r ns]``.  The direction is a scalar (``sign``: -1
 forward, +1 inverse) and the last pass multiplies by ``scale`` (the norm's factor), so
-the kernels are built once per radix, element type and index type.  Twiddles come from
-``cospi``/``sinpi`` of an exact integer ratio rather than from a table or repeated
-products, which keeps float64 results within a few ulps of numpy's.
+the kernels are built once per radix, element type and index type.  A work-item's
+twiddle comes from ``cospi``/``sinpi`` of an exact integer ratio (no table to read),
+its powers from at most six products, which keeps float64 results within a few ulps.
 
 Compiled through the kernel cache as :class:`fuseloop.cache.SourceKernel`s and
 launched with :func:`fuseloop.launching.enqueue`, like the mask compaction's kernels.
@@ -108,11 +108,14 @@ __kernel void fuseloop_fft_pass(__global T2 *restrict y, __global const T2 *rest
     for (int r = 0; r < R; ++r)
         v[r] = x[j + r * m];
     if (ns > 1) {
-        const IDX len = ns * R;
+        /* w = exp(sign 2 pi i k / (ns R)) from the exact ratio, its powers by products
+           (at most 6: a few ulps; a cospi/sinpi per power cost PoCL twice the time) */
+        const T f = (T)(2 * k) / (T)(ns * R);
+        const T2 w = (T2)(cospi(f), sign * sinpi(f));
+        T2 wr = w;
         for (int r = 1; r < R; ++r) {
-            /* exp(sign 2 pi i k r / len) from the exact ratio (k r mod len) / len */
-            const T f = (T)(2 * ((k * r) % len)) / (T)len;
-            v[r] = cmul(v[r], (T2)(cospi(f), sign * sinpi(f)));
+            v[r] = cmul(v[r], wr);
+            wr = cmul(wr, w);
         }
     }
     dft_r(v, sign);
