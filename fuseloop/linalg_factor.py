@@ -377,20 +377,25 @@ def svdvals(x: Any) -> Array:
                  _matrices(x, "svdvals", square=False))
 
 
-def pinv(x: Any, rcond: Any = None, hermitian: bool = False) -> Array:
-    """``numpy.linalg.pinv`` (through the SVD): host fallback."""
+def pinv(x: Any, rcond: Any = None, hermitian: bool = False, *, rtol: Any = None) -> Array:
+    """``numpy.linalg.pinv`` (through the SVD): host fallback; ``rtol`` is the Array
+    API's name for ``rcond``."""
     kw = {} if rcond is None else {"rcond": rcond}
+    if rtol is not None:
+        kw["rtol"] = rtol
     return _host("pinv", np.linalg.pinv, _matrices(x, "pinv", square=False),
                  hermitian=hermitian, **kw)
 
 
-def matrix_rank(x: Any, tol: Any = None, hermitian: bool = False) -> Array:
-    """``numpy.linalg.matrix_rank`` (through the SVD): host fallback."""
+def matrix_rank(x: Any, tol: Any = None, hermitian: bool = False, *,
+                rtol: Any = None) -> Array:
+    """``numpy.linalg.matrix_rank`` (through the SVD): host fallback; ``rtol`` (the
+    Array API's) is relative to the largest singular value."""
     a = _coerce(x)
     if a.ndim < 2:
         return _r.count_nonzero(_r.any(a != 0)) if a.ndim else (a != 0).astype(np.int64)
     return _host("matrix_rank", np.linalg.matrix_rank, _matrices(a, "matrix_rank", False),
-                 tol=tol, hermitian=hermitian)
+                 tol=tol, hermitian=hermitian, **({} if rtol is None else {"rtol": rtol}))
 
 
 def matrix_norm(x: Any, ord: Any = "fro", keepdims: bool = False) -> Array:

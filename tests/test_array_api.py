@@ -65,6 +65,24 @@ def test_namespace_constants():
     assert info.default_dtypes()["indexing"] == np.int64
 
 
+def test_info_complex_dtypes(device):
+    info = fl.__array_namespace_info__()
+    want = np.complex128 if device.has_fp64 else np.complex64
+    assert info.default_dtypes(device=device)["complex floating"] == want
+    assert set(info.dtypes(device=device, kind="complex floating")) == (
+        {"complex64", "complex128"} if device.has_fp64 else {"complex64"})
+
+
+def test_linalg_rtol_keyword(device):
+    # the Array API's spelling (keyword-only rtol) next to numpy's rcond/tol
+    a = np.diag([1.0, 1e-3, 0.0]).astype(np.float32)
+    with pytest.warns(fl.HostFallbackWarning):
+        assert int(fl.linalg.matrix_rank(a, rtol=1e-2).get()) == 1
+    with pytest.warns(fl.HostFallbackWarning):
+        got = fl.linalg.pinv(a, rtol=1e-2).get()
+    np.testing.assert_allclose(got, np.linalg.pinv(a, rtol=1e-2), atol=1e-6)
+
+
 # }}}
 
 # {{{ array methods and creation
