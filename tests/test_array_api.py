@@ -28,6 +28,13 @@ def test_iinfo_matches_numpy_as_python_ints(dt):
     assert type(info.max) is int and info.dtype == np.dtype(dt)
 
 
+def test_finfo_of_complex_dtypes_describes_the_parts():
+    for c, r in ((fl.complex64, np.float32), (fl.complex128, np.float64)):
+        info = fl.finfo(c)
+        assert info.dtype == r and info.eps == float(np.finfo(r).eps)
+        assert info.bits == np.finfo(c).bits
+
+
 def test_finfo_iinfo_refuse_the_other_kind():
     with pytest.raises(DTypeError, match="iinfo"):
         fl.finfo(fl.int32)
