@@ -5,7 +5,7 @@ Timed with the result on the device (synchronised, not read back), as the median
 result is checked against numpy first.  Peers in the same run: numpy.fft (pocketfft on
 the host's CPU) always, cupy.fft (cuFFT) when cupy imports with a GPU.  GFLOP/s counts
 the conventional ``5 n log2 n`` of a complex transform; fuseloop's passes (one launch
-per radix-8/4/2/3/5 factor) are listed.  ``--lengths`` adds other lengths (a 2-3-5
+per radix-16/8/4/2/3/5 factor) are listed.  ``--lengths`` adds other lengths (a 2-3-5
 smooth one runs its own passes, a prime one Bluestein's algorithm).
 
 Usage::

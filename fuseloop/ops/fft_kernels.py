@@ -1,4 +1,4 @@
-"""The device kernels of ``fl.fft``: one Stockham pass of radix 2, 3, 4, 5 or 8.
+"""The device kernels of ``fl.fft``: one Stockham pass of radix 2, 3, 4, 5, 8 or 16.
 
 A transform of length ``n = R1 * R2 * ...`` over the contiguous rows of a buffer is one
 launch per factor, alternating between two buffers (Stockham's autosort form: no
@@ -10,7 +10,7 @@ work-item per ``R`` elements: it reads ``x[j + r n/R]``, multiplies by the twidd
 forward, +1 inverse) and the last pass multiplies by ``scale`` (the norm's factor), so
 the kernels are built once per radix, element type and index type.  A work-item's
 twiddle comes from ``cospi``/``sinpi`` of an exact integer ratio (no table to read),
-its powers from at most six products, which keeps float64 results within a few ulps.
+its powers from at most 14 products, which keeps float64 results within a few ulps.
 
 Compiled through the kernel cache as :class:`fuseloop.cache.SourceKernel`s and
 launched with :func:`fuseloop.launching.enqueue`, like the mask compaction's kernels.
@@ -30,7 +30,7 @@ from ..expr.nodes import Storage
 from ..runtime.devices import Device
 
 #: the radices a pass can do, largest first (fewer passes: fewer trips through memory)
-RADICES = (8, 4, 2, 3, 5)
+RADICES = (16, 8, 4, 2, 3, 5)
 
 _SOURCE = r"""
 #if IS_DOUBLE
@@ -75,6 +75,24 @@ inline void dft_r(T2 *v, T s)
     v[1] = e1 + o1; v[5] = e1 - o1;
     v[2] = e2 + o2; v[6] = e2 - o2;
     v[3] = e3 + o3; v[7] = e3 - o3;
+#elif R == 16
+    /* 16 = 4 x 4: DFT4s over n2 (stride 4), twiddles W16^(n1 k2), DFT4s over n1; X[4 k1 +
+       k2] ends in v[4 k2 + k1] (the write below undoes the transposition) */
+    for (int a = 0; a < 4; ++a)
+        dft4(&v[a], &v[a + 4], &v[a + 8], &v[a + 12], s);
+    /* cos and sin of 2 pi e / 16 for the exponents e = a b <= 9 met below */
+    const T p = (T)0.92387953251128675613, q = (T)0.38268343236508977173;
+    const T h = (T)0.70710678118654752440;
+    const T cw[10] = {(T)1, p, h, q, (T)0, -q, -h, -p, (T)-1, -p};
+    const T sw[10] = {(T)0, q, h, p, (T)1, p, h, q, (T)0, -q};
+    for (int a = 1; a < 4; ++a)
+        for (int b = 1; b < 4; ++b) {
+            const int e = a * b;
+            const T re = cw[e], im = sw[e];
+            v[a + 4 * b] = cmul(v[a + 4 * b], (T2)(re, s * im));
+        }
+    for (int b = 0; b < 4; ++b)
+        dft4(&v[4 * b], &v[4 * b + 1], &v[4 * b + 2], &v[4 * b + 3], s);
 #elif R == 3
     const T c = (T)-0.5, d = (T)0.86602540378443864676;
     T2 t = v[1] + v[2], u = mul_si(v[1] - v[2], s * d), m = v[0] + c * t;
@@ -120,8 +138,13 @@ __kernel void fuseloop_fft_pass(__global T2 *restrict y, __global const T2 *rest
     }
     dft_r(v, sign);
     const IDX base = (j - k) * R + k;
+#if R == 16
+    for (int r = 0; r < R; ++r)
+        y[base + r * ns] = v[4 * (r % 4) + r / 4] * scale;
+#else
     for (int r = 0; r < R; ++r)
         y[base + r * ns] = v[r] * scale;
+#endif
 }
 """
 
@@ -132,12 +155,12 @@ _caches.register("ops.fft_kernels.kernels", _kernels.clear, lambda: len(_kernels
 
 
 def factor(n: int) -> list[int] | None:
-    """The radices of a Stockham transform of length ``n`` (8s first, a 4 or 2 for
-    what remains of the power of two, then 3s and 5s), or None when ``n`` has
+    """The radices of a Stockham transform of length ``n`` (16s first, an 8, 4 or 2
+    for what remains of the power of two, then 3s and 5s), or None when ``n`` has
     another prime factor (Bluestein's algorithm then)."""
     out: list[int] = []
     rest = n
-    for r in (8, 4, 2, 3, 5):
+    for r in RADICES:
         while rest % r == 0:
             out.append(r)
             rest //= r
