@@ -91,6 +91,8 @@ def _s_axes(x: Array, s: Any, axes: Any, name: str) -> tuple[list[int], list[int
     elif isinstance(axes, int | np.integer):
         axes = [axes]
     axes = [normalize_axis(a, x.ndim) for a in axes]
+    if not axes and name in ("rfftn", "irfftn"):
+        raise ValueError(f"fl.fft.{name} needs at least one axis (the real one is the last)")
     if s is None:
         return [x.shape[a] for a in axes], axes
     s = [s] if isinstance(s, int | np.integer) else list(s)

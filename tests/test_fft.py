@@ -146,6 +146,8 @@ def test_errors(device):
         fl.fft.fftn(x, axes=(0, -3))
     with pytest.raises(ValueError, match="norm"):
         fl.fft.fft(x, norm="sideways")
+    with pytest.raises(ValueError, match="at least one axis"):
+        fl.fft.rfftn(fl.asarray(np.ones((2, 2), np.float32)), axes=())
     with pytest.raises(ValueError, match="same length"):
         fl.fft.fftn(x, s=(2, 2), axes=(0,))
     with pytest.raises(DTypeError, match="real input"):
