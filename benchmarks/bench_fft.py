@@ -87,8 +87,8 @@ def main() -> None:
     cp = _cupy()
     print(f"device: {fl.get_device()}; {args.dtype}; median of {args.repeat}; "
           f"cupy: {'yes' if cp else 'no'}")
-    print(f"{'n':>10s} {'passes':>22s} {'peer':>9s} {'ms':>10s} {'GFLOP/s':>9s} "
-          f"{'vs fuseloop':>11s}")
+    print(f"{'n':>10s} {'passes':>26s} {'peer':>9s} {'ms':>10s} {'GFLOP/s':>9s} "
+          f"{'fuseloop/peer time':>19s}")
     rows = []
     for n in [2 ** args.log2, *args.lengths]:
         row = _row(n, dt, args.repeat, cp)
@@ -99,8 +99,8 @@ def main() -> None:
                 continue
             row[f"{peer}_gflops"] = flops / t / 1e9
             passes = str(row["passes"]) if peer == "fuseloop" else ""
-            print(f"{n:10d} {passes:>22s} {peer:>9s} {t * 1e3:10.2f} {flops / t / 1e9:9.1f} "
-                  f"{row['fuseloop_s'] / t:10.2f}x", flush=True)
+            print(f"{n:10d} {passes:>26s} {peer:>9s} {t * 1e3:10.2f} {flops / t / 1e9:9.1f} "
+                  f"{row['fuseloop_s'] / t:18.2f}x", flush=True)
         rows.append(row)
     if args.out:
         with open(args.out, "w") as f:
