@@ -38,6 +38,23 @@ def test_factor():
     assert factor(1) == []
 
 
+def test_radix_256_passes(device, monkeypatch):
+    # the GPU plan (local-memory passes of radix 16 x 16), forced on whatever device runs
+    from fuseloop.ops import fft_kernels
+
+    monkeypatch.setattr(fft_kernels, "wide_passes", lambda dev: True)
+    cases = [(4096 * 3, np.complex64, [256, 16, 3])]
+    if device.has_fp64:
+        cases.append((2048, np.complex128, [256, 8]))
+    for n, dt, radices in cases:
+        assert fft_kernels.plan(n, np.dtype(dt), device) == radices
+        a = _cdata((2, n), dt, seed=4)
+        _close(fl.fft.fft(fl.asarray(a), norm="ortho"), np.fft.fft(a, norm="ortho"))
+        _close(fl.fft.ifft(fl.asarray(a)), np.fft.ifft(a))
+    # n / 256 not a multiple of a group's 16 butterflies: radix 16 passes only
+    assert fft_kernels.plan(256 * 8, np.dtype(np.complex64), device) == [16, 16, 8]
+
+
 # 32: radix 16 and 2; 60: 4, 3, 5; 97: prime (Bluestein over a 2-3-5-smooth length)
 @pytest.mark.parametrize("n", [32, 60, 97])
 def test_fft_ifft_lengths(device, n):
