@@ -126,7 +126,6 @@ _attach_at(_FUNCTIONS)  # fl.add.at, fl.subtract.at, fl.maximum.at, fl.minimum.a
 
 # }}}
 linalg = _LinalgNamespace()
-from . import fft as fft  # noqa: E402  (the Array API's fft extension, issue 27)
 from .errors import HostFallbackWarning as HostFallbackWarning  # noqa: E402  (fl.linalg's host fallbacks warn)
 
 # {{{ numpy's protocols, DLPack, pyopencl arrays without a copy (issue 27)
@@ -136,6 +135,8 @@ from .interop import from_dlpack, from_pyopencl, to_pyopencl  # noqa: E402
 __array_api_version__ = "2024.12"
 newaxis = None
 bool = _np.bool_  # (the standard's name for the boolean dtype)
+from . import fft as fft  # noqa: E402  (the standard's fft extension: fl.fft.fft, ...)
+
 # }}}
 
 bool_ = _np.bool_
@@ -173,10 +174,10 @@ __all__ = [
     "concat", "diff", "matrix_transpose", "take_along_axis", "unstack", "vecdot",
     "cumulative_prod", "cumulative_sum", "newaxis", "bool", "argsort", "isin", "searchsorted",
     "sort", "unique_all", "unique_counts", "unique_inverse", "unique_values",
+    "fft",
 ]
 __all__.append("fuse")
 __all__.append("HostFallbackWarning")
-__all__.append("fft")
 
 
 # imported on first use (not needed to evaluate anything): name -> module
