@@ -9,9 +9,11 @@ by the last pass.  Lengths with a prime factor other than 2, 3, 5 use Bluestein'
 algorithm: a chirp product, a transform of a 2-3-5-smooth length ``m >= 2n - 1``, a
 product with the chirp filter's spectrum (computed once per length and device), the
 inverse transform, and a last chirp product, those products being fuseloop
-expressions.  n-D transforms are 1-D transforms axis by axis.  The result of a
-transform is a view of the last pass's buffer (moved back into place, the ``rfft``
-half spectrum and the ``irfft`` real part as lazy expressions).
+expressions.  ``rfft``/``irfft`` of even lengths pack the real signal into a complex one
+of half the length (:func:`_r2c_packed`, :func:`_c2r_packed`).  n-D transforms are 1-D
+transforms axis by axis.  The result of a transform is a view of the last pass's buffer
+(moved back into place; the ``rfft`` spectrum and the odd-length ``irfft`` real part as
+lazy expressions).
 """
 
 from __future__ import annotations
@@ -28,7 +30,15 @@ from .array import Array, _coerce
 from .creation import arange, asarray, empty
 from .errors import DTypeError
 from .ops import fft_kernels as _k
-from .ops.shape import broadcast_to, concatenate, flip, moveaxis, normalize_axis, roll
+from .ops.shape import (
+    broadcast_to,
+    concatenate,
+    flip,
+    moveaxis,
+    normalize_axis,
+    roll,
+    stack,
+)
 
 _NORMS = ("backward", "ortho", "forward")
 
@@ -260,8 +270,46 @@ def rfft(x: Any, /, *, n: int | None = None, axis: int = -1,
     dt = _complex_dtype(a, "rfft", real_only=True)
     ax = normalize_axis(axis, a.ndim)
     length = _points(a.shape[ax] if n is None else n, "rfft")
-    full = _c2c(a, length, ax, -1, _norm_scale(norm, length, False), dt)
-    return moveaxis(moveaxis(full, ax, -1)[..., :length // 2 + 1], -1, ax)
+    scale = _norm_scale(norm, length, False)
+    if length % 2 or length < 4:
+        full = _c2c(a, length, ax, -1, scale, dt)
+        return moveaxis(moveaxis(full, ax, -1)[..., :length // 2 + 1], -1, ax)
+    real = np.dtype(np.float32 if dt == np.complex64 else np.float64)
+    moved = moveaxis(a if a.dtype == real else a.astype(real), ax, -1)
+    return moveaxis(_r2c_packed(_resized(moved, length), scale, dt), -1, ax)
+
+
+def _twiddles(kind: str, n: int, dtype: np.dtype, x: Array) -> Array:
+    """The half-length tricks' factors on ``x``'s device, cached like the chirps:
+    ``r2c``: ``-i/2 W^k`` for k <= n/2; ``c2r``: ``i/2 conj(W^k)`` for k < n/2, with
+    ``W = exp(-2 pi i / n)``."""
+    key = (n, {"r2c": -2, "c2r": -3}[kind], 0, dtype.name, x.device.index)
+    found = _chirps.get(key)
+    if found is not None:
+        return found[0]
+    k = np.arange(n // 2 + (kind == "r2c"), dtype=np.int64)
+    w = np.exp(-2j * np.pi * k / n)
+    host = -0.5j * w if kind == "r2c" else 0.5j * np.conj(w)
+    arr = asarray(host.astype(dtype), device=x.device)
+    with _chirps_lock:
+        if len(_chirps) >= 64:
+            _chirps.clear()
+        _chirps[key] = (arr, arr)
+    return arr
+
+
+def _r2c_packed(x: Array, scale: float, dt: np.dtype) -> Array:
+    """rfft of real ``x`` (last axis, even length n >= 4) through a complex transform of
+    half the length: ``z = x[0::2] + i x[1::2]``, ``Z = fft(z)``, then
+    ``X[k] = (Z[k] + conj Z[h-k]) / 2 - i/2 W^k (Z[k] - conj Z[h-k])`` (indices mod h),
+    the last step a lazy expression that fuses into the consumer."""
+    n = x.shape[-1]
+    z = x[..., 0::2].astype(dt) + x[..., 1::2].astype(dt) * 1j
+    big = _transform_last(z, -1, 1.0)
+    first = big[..., :1]
+    zk = concatenate([big, first], axis=-1)
+    zc = concatenate([first, flip(big[..., 1:], axis=-1), first], axis=-1).conj()
+    return (zk + zc) * (0.5 * scale) + (zk - zc) * (_twiddles("r2c", n, dt, x) * scale)
 
 
 def irfft(x: Any, /, *, n: int | None = None, axis: int = -1,
@@ -279,11 +327,30 @@ def irfft(x: Any, /, *, n: int | None = None, axis: int = -1,
 def _c2r(a: Array, n: int, ax: int, scale: float, dt: np.dtype) -> Array:
     half = moveaxis(a if a.dtype == dt else a.astype(dt), ax, -1)
     half = _resized(half, n // 2 + 1)
+    if n % 2 == 0 and n >= 4:
+        return moveaxis(_c2r_packed(half, n, scale, dt), -1, ax)
     # the full spectrum of a real signal: X[n - k] = conj(X[k]) (the copy fuses this)
     tail = flip(half[..., 1:n - n // 2], axis=-1).conj()
     full = concatenate([half, tail], axis=-1) if tail.shape[-1] else half[..., :n]
     out = _transform_last(full, 1, scale)
     return moveaxis(out.real, -1, ax)
+
+
+def _c2r_packed(half: Array, n: int, scale: float, dt: np.dtype) -> Array:
+    """irfft of the half spectrum ``half`` (last axis, n/2 + 1 points; even n >= 4) by
+    a complex transform of half the length (the inverse of :func:`_r2c_packed`): the
+    imaginary parts of X[0] and X[h] dropped (numpy ignores them),
+    ``Z[k] = (X[k] + conj X[h-k]) / 2 + i/2 conj(W^k) (X[k] - conj X[h-k])``,
+    ``z = ifft(Z)``, and ``x[2m], x[2m+1]`` the real and imaginary parts of ``z[m]``."""
+    h = n // 2
+    ends = [half[..., :1].real.astype(dt), half[..., 1:h], half[..., h:].real.astype(dt)]
+    xfix = concatenate(ends, axis=-1)
+    xk = xfix[..., :h]
+    xc = flip(xfix[..., 1:], axis=-1).conj()
+    packed = (xk + xc) * 0.5 + (xk - xc) * _twiddles("c2r", n, dt, half)
+    z = _transform_last(packed, 1, 2 * scale)
+    pairs = stack([z.real, z.imag], axis=-1)
+    return pairs.reshape((*z.shape[:-1], n))
 
 
 def rfftn(x: Any, /, *, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,

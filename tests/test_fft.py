@@ -101,6 +101,9 @@ def test_real_transforms(device):
     _close(fl.fft.rfft(x, n=9, axis=0, norm="ortho"), np.fft.rfft(r, n=9, axis=0, norm="ortho"))
     for n in (None, 7, 1):  # default 2(m-1), odd, one point
         _close(fl.fft.irfft(hx, n=n, norm="forward"), np.fft.irfft(h, n=n, norm="forward"))
+    # imaginary parts at the zero and Nyquist frequencies: ignored, as numpy ignores them
+    hr = _cdata((4, 6), seed=6)
+    _close(fl.fft.irfft(fl.asarray(hr), n=10, norm="ortho"), np.fft.irfft(hr, n=10, norm="ortho"))
     _close(fl.fft.hfft(hx, norm="ortho"), np.fft.hfft(h, norm="ortho"))
     _close(fl.fft.ihfft(x, n=7), np.fft.ihfft(r, n=7))
 
