@@ -105,24 +105,30 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/run_suite.py", *session.posargs)
 
 
-# data-apis/array-api-tests at a pinned commit: the last before the suite needed a complex
-# dtype at import (3ab78bd, dtype_helpers.widest_complex_dtype), which fuseloop lacks
-ARRAY_API_TESTS_COMMIT = "914124aa7358dd1dbcdfc2e4e1ca1757ff7f75d3"
+# data-apis/array-api-tests at a pinned commit (2026-04-03) and the commit of its spec
+# submodule (data-apis/array-api) that it names; nothing of the suite is kept in this repository
+ARRAY_API_TESTS_URL = "https://github.com/data-apis/array-api-tests"
+ARRAY_API_TESTS_COMMIT = "55fcc60179efa2680ddd6cd926ddf17b83530e2b"
+ARRAY_API_VERSION = "2024.12"  # fuseloop's __array_api_version__
 
 
 @nox.session
-def array_api_tests(session: nox.Session) -> None:
-    """The Array API test suite against ``fuseloop`` (complex dtypes and fft skipped).
+def array_api(session: nox.Session) -> None:
+    """The Array API test suite against ``fuseloop``, complex dtypes and ``fft`` included.
 
-    Clones data-apis/array-api-tests at ``ARRAY_API_TESTS_COMMIT`` into a temporary
-    directory (with its spec submodule); arguments after ``--`` go to pytest, e.g.
-    ``nox -s array_api_tests -- array_api_tests/test_sorting_functions.py``.
+    Clones data-apis/array-api-tests at ``ARRAY_API_TESTS_COMMIT`` (with its spec
+    submodule) into the session's temporary directory and runs it with
+    ``--max-examples=10``.  Arguments after ``--`` go to pytest, e.g.
+    ``nox -s array_api -- array_api_tests/test_fft.py``.  The reference count:
+    ``ARRAY_API_TESTS_MODULE=array_api_strict nox -s array_api`` runs the same suite,
+    with the same options, against array-api-strict.
     """
-    session.install(".", "pytest", "pytest-json-report", "hypothesis>=6.151", "ndindex>=1.8")
+    module = os.environ.get("ARRAY_API_TESTS_MODULE", "fuseloop")
+    session.install(".", "pytest", "pytest-json-report", "hypothesis>=6.151", "ndindex>=1.8",
+                    *(["array-api-strict"] if module == "array_api_strict" else []))
     suite = Path(session.create_tmp()) / "array-api-tests"
     if not (suite / ".git").exists():
-        session.run("git", "clone", "-q", "https://github.com/data-apis/array-api-tests",
-                    str(suite), external=True)
+        session.run("git", "clone", "-q", ARRAY_API_TESTS_URL, str(suite), external=True)
     session.run("git", "-C", str(suite), "checkout", "-q", ARRAY_API_TESTS_COMMIT,
                 external=True)
     session.run("git", "-C", str(suite), "submodule", "update", "--init", "-q", external=True)
@@ -131,10 +137,9 @@ def array_api_tests(session: nox.Session) -> None:
     # --disable-deadline: the first call of each new kernel structure compiles it (about a
     # second on PoCL), past hypothesis's 800 ms deadline; that is no API failure
     session.run("python", "-m", "pytest", *targets, "--max-examples=10", "-q",
-                "--disable-extension", "fft", "--continue-on-collection-errors",
-                "--disable-deadline",
-                env={"ARRAY_API_TESTS_MODULE": "fuseloop",
-                     "ARRAY_API_TESTS_SKIP_DTYPES": "complex64,complex128",
+                "--disable-deadline", "--continue-on-collection-errors",
+                env={"ARRAY_API_TESTS_MODULE": module,
+                     "ARRAY_API_TESTS_VERSION": ARRAY_API_VERSION,
                      "FUSELOOP_DEVICE": os.environ.get("FUSELOOP_DEVICE", "cpu")})
 
 

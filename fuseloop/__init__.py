@@ -147,6 +147,8 @@ from .interop import from_dlpack, from_pyopencl, to_pyopencl  # noqa: E402
 __array_api_version__ = "2024.12"
 newaxis = None
 bool = _np.bool_  # (the standard's name for the boolean dtype)
+from . import fft as fft  # noqa: E402  (the standard's fft extension: fl.fft.fft, ...)
+
 # }}}
 
 bool_ = _np.bool_
@@ -187,6 +189,7 @@ __all__ = [
     "concat", "diff", "matrix_transpose", "take_along_axis", "unstack", "vecdot",
     "cumulative_prod", "cumulative_sum", "newaxis", "bool", "argsort", "isin", "searchsorted",
     "sort", "unique_all", "unique_counts", "unique_inverse", "unique_values",
+    "fft",
 ]
 __all__.append("fuse")
 __all__.append("HostFallbackWarning")

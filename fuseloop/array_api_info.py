@@ -43,15 +43,20 @@ class Info:
         return [d for d in devices() if d.usable]
 
     def default_dtypes(self, *, device: Any = None) -> dict[str, np.dtype]:
-        return {"real floating": default_float(device), "integral": np.dtype(np.int64),
-                "indexing": np.dtype(np.int64)}
+        real = default_float(device)
+        return {"real floating": real,
+                "complex floating": np.dtype(np.complex128 if real == np.float64
+                                             else np.complex64),
+                "integral": np.dtype(np.int64), "indexing": np.dtype(np.int64)}
 
     def dtypes(self, *, device: Any = None, kind: Any = None) -> dict[str, np.dtype]:
-        """The dtypes ``device`` supports (float64 only with fp64), of ``kind`` if given."""
+        """The dtypes ``device`` supports (float64 and complex128 only with fp64), of
+        ``kind`` if given."""
         from .dtype_api import isdtype
 
         fp64 = _device(device).has_fp64
-        found = {str(d): d for d in SUPPORTED_DTYPES if fp64 or d != np.float64}
+        found = {str(d): d for d in SUPPORTED_DTYPES
+                 if fp64 or d not in (np.float64, np.complex128)}
         if kind is None:
             return found
         return {name: d for name, d in found.items() if isdtype(d, kind)}

@@ -62,12 +62,15 @@ class iinfo_object:
 
 
 def finfo(type: Any, /) -> finfo_object:
-    """Limits of a floating-point dtype (or of an array's dtype), as Python numbers."""
+    """Limits of a floating-point dtype (or of an array's dtype), as Python numbers; of
+    a complex dtype, those of its real and imaginary parts (``dtype`` is the real one,
+    as numpy and the standard give)."""
     dt = _dtype_of(type, "finfo")
-    if dt.kind != "f":
+    if dt.kind not in "fc":
         raise DTypeError(f"finfo takes a floating-point dtype, not {dt}; use iinfo for "
                          "integers")
     info = np.finfo(dt)
+    dt = np.dtype(info.dtype)
     return finfo_object(bits=int(info.bits), eps=float(info.eps), max=float(info.max),
                         min=float(info.min), smallest_normal=float(info.smallest_normal),
                         dtype=dt)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -49,8 +49,10 @@ def block_size(device: Any) -> int:
     return 128 if device.type == "cpu" else 64
 
 
-def _float_dtype(a: Array, name: str) -> np.dtype:
+def _float_dtype(a: Array, name: str, complex_ok: bool = False) -> np.dtype:
     kind = a.dtype.kind
+    if kind == "c" and complex_ok:
+        return a.dtype
     if kind == "c":
         raise DTypeError(f"fl.linalg.{name}: complex input ({a.dtype}, shape {a.shape}) is "
                          "not supported; only float32 and float64 matrices")
@@ -61,8 +63,9 @@ def _float_dtype(a: Array, name: str) -> np.dtype:
     return np.dtype(np.float32 if a.dtype == np.float16 else np.float64)  # ints: as numpy
 
 
-def _matrices(x: Any, name: str, square: bool = True) -> Array:
-    """``x`` as a float array of (a stack of) matrices, checked as numpy checks."""
+def _matrices(x: Any, name: str, square: bool = True, complex_ok: bool = False) -> Array:
+    """``x`` as a float array of (a stack of) matrices, checked as numpy checks;
+    ``complex_ok``: complex ones stay complex (the host fallbacks take them)."""
     a = _coerce(x)
     if a.ndim < 2:
         raise LinAlgError(f"fl.linalg.{name}: {a.ndim}-dimensional array given (shape "
@@ -70,7 +73,7 @@ def _matrices(x: Any, name: str, square: bool = True) -> Array:
     if square and a.shape[-1] != a.shape[-2]:
         raise LinAlgError(f"fl.linalg.{name}: Last 2 dimensions of the array must be square "
                           f"(shape {a.shape})")
-    dt = _float_dtype(a, name)
+    dt = _float_dtype(a, name, complex_ok)
     return a if a.dtype == dt else a.astype(dt)
 
 
@@ -280,12 +283,20 @@ def _slogdet2(a: Array) -> tuple[Array, Array]:
     return sign, logabs
 
 
-def slogdet(x: Any) -> tuple[Array, Array]:
-    """``numpy.linalg.slogdet``: (sign, log|det|) from the LU factors."""
-    a = _matrices(x, "slogdet")
-    if a.shape[-1] == 0:
-        raise NotImplementedError("fl.linalg.slogdet of 0 x 0 matrices")
-    return _batched(_slogdet2, a)
+class SlogdetResult(NamedTuple):
+    """``slogdet``'s result (numpy's and the standard's field names)."""
+
+    sign: Array
+    logabsdet: Array
+
+
+def slogdet(x: Any) -> SlogdetResult:
+    """``numpy.linalg.slogdet``: (sign, log|det|) from the LU factors; complex,
+    empty and 0 x 0 input through the host fallback."""
+    a = _matrices(x, "slogdet", complex_ok=True)
+    if a.dtype.kind == "c" or a.size == 0:
+        return SlogdetResult(*_host("slogdet", np.linalg.slogdet, a))
+    return SlogdetResult(*_batched(_slogdet2, a))
 
 
 def _det2(a: Array) -> Array:
@@ -343,7 +354,10 @@ def _host(name: str, fn: Callable[..., Any], *arrays: Array, **kw: Any) -> Any:
     dev = arrays[0].device
     out = fn(*(x.get() for x in arrays), **kw)
     if isinstance(out, tuple):
-        return tuple(asarray(np.asarray(o), device=dev) for o in out)
+        parts = [asarray(np.asarray(o), device=dev) for o in out]
+        # numpy's named tuples (QRResult, EighResult, SVDResult, ...) keep their names
+        named: Any = type(out)
+        return named(*parts) if hasattr(out, "_fields") else tuple(parts)
     return asarray(np.asarray(out), device=dev)
 
 
@@ -351,46 +365,52 @@ def qr(x: Any, mode: str = "reduced") -> tuple[Array, Array] | Array:
     """``numpy.linalg.qr`` (modes "reduced", "complete", "r"): host fallback."""
     if mode not in ("reduced", "complete", "r"):
         raise ValueError(f"fl.linalg.qr: unknown mode {mode!r}; 'reduced', 'complete' or 'r'")
-    a = _matrices(x, "qr", square=False)
+    a = _matrices(x, "qr", square=False, complex_ok=True)
     return _host("qr", np.linalg.qr, a, mode=mode)
 
 
 def eigh(x: Any, UPLO: str = "L") -> tuple[Array, Array]:
     """``numpy.linalg.eigh``: host fallback."""
-    return _host("eigh", np.linalg.eigh, _matrices(x, "eigh"), UPLO=UPLO)
+    return _host("eigh", np.linalg.eigh, _matrices(x, "eigh", complex_ok=True), UPLO=UPLO)
 
 
 def eigvalsh(x: Any, UPLO: str = "L") -> Array:
     """``numpy.linalg.eigvalsh``: host fallback."""
-    return _host("eigvalsh", np.linalg.eigvalsh, _matrices(x, "eigvalsh"), UPLO=UPLO)
+    return _host("eigvalsh", np.linalg.eigvalsh, _matrices(x, "eigvalsh", complex_ok=True),
+                 UPLO=UPLO)
 
 
 def svd(x: Any, full_matrices: bool = True, compute_uv: bool = True) -> Any:
     """``numpy.linalg.svd``: host fallback."""
-    return _host("svd", np.linalg.svd, _matrices(x, "svd", square=False),
+    return _host("svd", np.linalg.svd, _matrices(x, "svd", square=False, complex_ok=True),
                  full_matrices=full_matrices, compute_uv=compute_uv)
 
 
 def svdvals(x: Any) -> Array:
     """The singular values (``numpy.linalg.svdvals``): host fallback."""
     return _host("svdvals", lambda m: np.linalg.svd(m, compute_uv=False),
-                 _matrices(x, "svdvals", square=False))
+                 _matrices(x, "svdvals", square=False, complex_ok=True))
 
 
-def pinv(x: Any, rcond: Any = None, hermitian: bool = False) -> Array:
-    """``numpy.linalg.pinv`` (through the SVD): host fallback."""
+def pinv(x: Any, rcond: Any = None, hermitian: bool = False, *, rtol: Any = None) -> Array:
+    """``numpy.linalg.pinv`` (through the SVD): host fallback; ``rtol`` is the Array
+    API's name for ``rcond``."""
     kw = {} if rcond is None else {"rcond": rcond}
-    return _host("pinv", np.linalg.pinv, _matrices(x, "pinv", square=False),
+    if rtol is not None:
+        kw["rtol"] = rtol
+    return _host("pinv", np.linalg.pinv, _matrices(x, "pinv", square=False, complex_ok=True),
                  hermitian=hermitian, **kw)
 
 
-def matrix_rank(x: Any, tol: Any = None, hermitian: bool = False) -> Array:
-    """``numpy.linalg.matrix_rank`` (through the SVD): host fallback."""
+def matrix_rank(x: Any, tol: Any = None, hermitian: bool = False, *,
+                rtol: Any = None) -> Array:
+    """``numpy.linalg.matrix_rank`` (through the SVD): host fallback; ``rtol`` (the
+    Array API's) is relative to the largest singular value."""
     a = _coerce(x)
     if a.ndim < 2:
         return _r.count_nonzero(_r.any(a != 0)) if a.ndim else (a != 0).astype(np.int64)
     return _host("matrix_rank", np.linalg.matrix_rank, _matrices(a, "matrix_rank", False),
-                 tol=tol, hermitian=hermitian)
+                 tol=tol, hermitian=hermitian, **({} if rtol is None else {"rtol": rtol}))
 
 
 def matrix_norm(x: Any, ord: Any = "fro", keepdims: bool = False) -> Array:

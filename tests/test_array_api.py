@@ -28,6 +28,13 @@ def test_iinfo_matches_numpy_as_python_ints(dt):
     assert type(info.max) is int and info.dtype == np.dtype(dt)
 
 
+def test_finfo_of_complex_dtypes_describes_the_parts():
+    for c, r in ((fl.complex64, np.float32), (fl.complex128, np.float64)):
+        info = fl.finfo(c)
+        assert info.dtype == r and info.eps == float(np.finfo(r).eps)
+        assert info.bits == np.finfo(c).bits
+
+
 def test_finfo_iinfo_refuse_the_other_kind():
     with pytest.raises(DTypeError, match="iinfo"):
         fl.finfo(fl.int32)
@@ -63,6 +70,52 @@ def test_namespace_constants():
     assert set(info.dtypes(kind="unsigned integer")) == {"uint8", "uint16", "uint32",
                                                          "uint64"}
     assert info.default_dtypes()["indexing"] == np.int64
+
+
+def test_info_complex_dtypes(device):
+    info = fl.__array_namespace_info__()
+    want = np.complex128 if device.has_fp64 else np.complex64
+    assert info.default_dtypes(device=device)["complex floating"] == want
+    assert set(info.dtypes(device=device, kind="complex floating")) == (
+        {"complex64", "complex128"} if device.has_fp64 else {"complex64"})
+
+
+def test_linalg_rtol_keyword(device):
+    # the Array API's spelling (keyword-only rtol) next to numpy's rcond/tol
+    a = np.diag([1.0, 1e-3, 0.0]).astype(np.float32)
+    with pytest.warns(fl.HostFallbackWarning):
+        assert int(fl.linalg.matrix_rank(a, rtol=1e-2).get()) == 1
+    with pytest.warns(fl.HostFallbackWarning):
+        got = fl.linalg.pinv(a, rtol=1e-2).get()
+    np.testing.assert_allclose(got, np.linalg.pinv(a, rtol=1e-2), atol=1e-6)
+
+
+def test_linalg_named_results_and_complex_host_fallbacks(device):
+    a = np.array([[2.0, 1.0j], [-1.0j, 3.0]], np.complex64)  # Hermitian
+    x = fl.asarray(a)
+    with pytest.warns(fl.HostFallbackWarning):
+        w, v = res = fl.linalg.eigh(x)
+    assert res.eigenvalues is w and res.eigenvectors is v
+    np.testing.assert_allclose(w.get(), np.linalg.eigvalsh(a), rtol=1e-5)
+    with pytest.warns(fl.HostFallbackWarning):
+        q = fl.linalg.qr(x)
+    np.testing.assert_allclose((q.Q.get() @ q.R.get()), a, atol=1e-5)
+    with pytest.warns(fl.HostFallbackWarning):
+        assert fl.linalg.svd(x).S.shape == (2,)
+    with pytest.warns(fl.HostFallbackWarning):
+        s = fl.linalg.slogdet(x)  # complex: on the host
+    np.testing.assert_allclose(s.logabsdet.get(), np.linalg.slogdet(a).logabsdet, rtol=1e-5)
+    r = fl.linalg.slogdet(fl.asarray(np.eye(3, dtype=np.float32) * 2))  # real: on the device
+    assert float(r.sign.get()) == 1 and abs(float(r.logabsdet.get()) - 3 * np.log(2)) < 1e-5
+    with pytest.warns(fl.HostFallbackWarning):
+        assert fl.linalg.slogdet(fl.asarray(np.ones((0, 2, 2), np.float32))).sign.shape == (0,)
+
+
+def test_vecdot_conjugates_complex_first_argument(device):
+    x1, x2 = np.array([1j, 2j, 3j]), np.array([1, 2j, 3])
+    got = fl.linalg.vecdot(fl.asarray(x1), fl.asarray(x2)).get()
+    assert abs(complex(got) - (4 - 10j)) < 1e-12
+    assert abs(complex(fl.vecdot(fl.asarray(x1), fl.asarray(x2)).get()) - np.vdot(x1, x2)) < 1e-12
 
 
 # }}}

@@ -187,9 +187,57 @@ def test_complex128_needs_fp64():
 
 
 def test_unsupported_complex_op_is_a_clear_error(device):
+    # (arctan was the example until it gained a complex version)
     x = fl.asarray(_data(np.complex64, 5))
-    with pytest.raises(DTypeError, match="no complex version of arctan"):
-        fl.arctan(x).get()
+    with pytest.raises(DTypeError, match="no complex version of maximum"):
+        fl.maximum(x, x).get()
+
+
+_INVERSE_OPS = ["arccos", "arcsin", "arctan", "arccosh", "arcsinh", "arctanh", "log1p",
+                "expm1", "log2", "log10"]
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_inverse_and_log_functions(device, dtype):
+    _skip_no_fp64(device, dtype)
+    # both sides of the branch cuts, near zero (the series), past overflow of z^2
+    a = np.concatenate([_data(dtype, seed=5, scale=3.0),
+                        np.array([2 + 0j, 2 - 0j, -3 + 0j, -3 - 0j, 0.5j, 1e-9 + 2e-9j,
+                                  1e20 - 3e20j, 0.25 + 0j], dtype)])
+    x = fl.asarray(a)
+    got = fl.compute(*(getattr(fl, op)(x) for op in _INVERSE_OPS))  # one kernel
+    for op, g in zip(_INVERSE_OPS, got):
+        _close(g.get(), getattr(np, op)(a), dtype)
+
+
+def test_special_values_follow_the_standard(device):
+    # a few of the Array API's (C99 Annex G's) rules, with the signs of zeros
+    inf, nan = np.inf, np.nan
+    z = np.array([complex(0.0, 0.0), complex(-inf, 1.0), complex(inf, inf), complex(nan, 0.0),
+                  complex(1.0, 0.0), complex(-1.0, -0.0), complex(0.0, nan),
+                  complex(inf, -2.0)], np.complex64)
+    x = fl.asarray(z)
+    ops = ["arccos", "arccosh", "arcsinh", "arctanh", "log1p", "expm1", "exp", "sinh",
+           "cosh", "tanh"]
+    got = dict(zip(ops, (g.get() for g in fl.compute(*(getattr(fl, op)(x) for op in ops)))))
+    pi = np.float32(np.pi)
+
+    def same(value, re, im):
+        for u, v in ((value.real, re), (value.imag, im)):
+            assert (np.isnan(u) and np.isnan(v)) or (u == v and np.signbit(u) == np.signbit(v)), (
+                value, re, im)
+
+    same(got["arccos"][0], pi / 2, -0.0)      # acos(+0 + 0j) = pi/2 - 0j
+    same(got["arccos"][1], pi, -inf)          # acos(-inf + 1j) = pi - inf j
+    same(got["arccosh"][2], inf, pi / 4)      # acosh(inf + inf j) = inf + pi/4 j
+    same(got["arcsinh"][3], nan, 0.0)         # asinh(nan + 0j) = nan + 0j
+    same(got["arctanh"][4], inf, 0.0)         # atanh(1 + 0j) = inf + 0j
+    same(got["log1p"][5], -inf, -0.0)         # log1p(-1 - 0j) = -inf - 0j (conjugate)
+    same(got["expm1"][0], 0.0, 0.0)
+    same(got["exp"][3], nan, 0.0)             # exp(nan + 0j) = nan + 0j
+    same(got["sinh"][6], 0.0, nan)            # sinh(+0 + nan j) = 0 + nan j
+    same(got["cosh"][3], nan, 0.0)
+    same(got["tanh"][7], 1.0, -0.0)           # tanh(inf - 2j) = 1 - 0j
 
 
 def test_unsupported_complex_reductions_are_clear_errors(device):

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..dtypes import c_type_name
 from ..errors import DTypeError
+from .complex_special import SPECIAL_OPS, special_body, special_preamble
 
 #: complex operations with no numpy ufunc of that name (``fl.real``/``fl.imag``)
 PART_OPS = ("real_part", "imag_part")
@@ -74,6 +75,13 @@ def _cast_body(a: np.dtype, out: np.dtype) -> str:
     return f"return ({T})a.real;"  # numpy's ComplexWarning is given when the cast is built
 
 
+def complex_preamble(op: str, loop: tuple[np.dtype, ...]) -> str:
+    """Functions the helper of ``op`` calls, defined before it (guarded: once per kernel)."""
+    if op in SPECIAL_OPS and len(loop) == 2 and loop[0] == loop[1]:
+        return special_preamble(op, loop[0])
+    return ""
+
+
 def complex_helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
     """Body of the helper for ``op`` on ``loop`` (some dtype complex); parameters a, b, c."""
     ins, out = loop[:-1], loop[-1]
@@ -83,6 +91,8 @@ def complex_helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
         return "return a ? b : c;"
     a = ins[0]
     P = _prefix(a if a.kind == "c" else out)
+    if op in SPECIAL_OPS and len(ins) == 1 and a == out:
+        return special_body(op, a)
     if op in _ARITH:
         return f"return {P}_{_ARITH[op]}(a, b);"
     if op in _FUNCS:

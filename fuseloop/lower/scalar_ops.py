@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..dtypes import c_type_name
-from .complex_ops import complex_helper_body, is_complex_loop
+from .complex_ops import complex_helper_body, complex_preamble, is_complex_loop
 from .math_ops import MATH_OPS, math_helper_body
 from .random_ops import RANDOM_OPS, random_helper_body, random_preamble
 
@@ -253,6 +253,7 @@ def make_helper(op: str, loop: tuple[np.dtype, ...]) -> Helper:
     source = ""
     if is_complex_loop(loop):
         body = complex_helper_body(op, loop)
+        source = complex_preamble(op, loop)
     elif op in MATH_OPS:
         body = math_helper_body(op, loop)
     elif op in RANDOM_OPS:

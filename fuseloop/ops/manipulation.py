@@ -89,7 +89,7 @@ def matrix_transpose(x: Any, /) -> Array:
 
 def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Array:
     """Dot products of vectors along ``axis`` (after broadcasting); the result has the
-    operands' promoted dtype (real dtypes: no conjugation)."""
+    operands' promoted dtype; a complex ``x1`` is conjugated (the standard's rule)."""
     from .reductions import sum as fl_sum
 
     x1, x2 = _coerce(x1), _coerce(x2)
@@ -107,7 +107,7 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Array:
     if n1 != n2:
         raise ShapeError(f"vecdot: the operands' lengths along axis {axis} differ: "
                          f"{x1.shape} and {x2.shape}")
-    product = x1 * x2
+    product = (x1.conj() if x1.dtype.kind == "c" else x1) * x2
     return fl_sum(product, axis=ax, dtype=product.dtype)
 
 
