@@ -132,15 +132,22 @@ def compute(*arrays: Array, out: Array | Sequence[Array] | None = None) -> tuple
         if a._storage is None and id(a) not in seen:
             seen.add(id(a))
             groups.setdefault((a.device.index, a.shape), []).append(a)
+    built: list[tuple] = []
     if len(groups) > 1:  # their new kernels are built concurrently (fuseloop.prebuild)
         from .prebuild import build_ahead
 
-        build_ahead([([m._node for m in members], shape, members[0].device, None)
-                     for (_, shape), members in groups.items()])
-    for (_, shape), members in groups.items():
-        outs = run([m._node for m in members], shape, members[0].device)
-        for m, s in zip(members, outs):
-            m._become(s)
+        built = build_ahead([([m._node for m in members], shape, members[0].device, None)
+                             for (_, shape), members in groups.items()])
+    try:
+        for (_, shape), members in groups.items():
+            outs = run([m._node for m in members], shape, members[0].device)
+            for m, s in zip(members, outs):
+                m._become(s)
+    finally:
+        if built:
+            from .prebuild import forget
+
+            forget(built)
     return arrays
 
 

@@ -74,11 +74,12 @@ def _dry_launches(jobs: Sequence[Job]) -> list[tuple[Any, Bindings, Device]]:
     return rec.launches
 
 
-def _build_all(missing: list[tuple[tuple, tuple]]) -> int:
+def _build_all(missing: list[tuple[tuple, tuple]]) -> list[tuple]:
     """Build each missing kernel (``(key, kernel_for's arguments)``) in a thread of
-    its own, when there are at least :data:`MIN_KERNELS`; returns how many were built."""
+    its own, when there are at least :data:`MIN_KERNELS`; returns the keys built (the
+    caller forgets those its evaluation did not look up: see :func:`forget`)."""
     if len(missing) < MIN_KERNELS or compile_workers.mode() != "process":
-        return 0
+        return []
     built: list[tuple] = []
 
     def build(key: tuple, args: tuple) -> None:
@@ -95,7 +96,13 @@ def _build_all(missing: list[tuple[tuple, tuple]]) -> int:
     for t in threads:
         t.join()
     launching.prebuilt.update(built)
-    return len(built)
+    return built
+
+
+def forget(built: list[tuple]) -> None:
+    """Count later look-ups of kernels ``built`` ahead as usual again."""
+    if built:
+        launching.prebuilt.difference_update(built)
 
 
 def _missing(launches: Sequence[tuple[Any, Sequence[int], tuple[int, ...], np.dtype]],
@@ -116,12 +123,13 @@ def _missing(launches: Sequence[tuple[Any, Sequence[int], tuple[int, ...], np.dt
 
 
 def build_steps_ahead(steps: Sequence[Any], storages: Sequence[Storage],
-                      allocs: Sequence[int], offsets: Sequence[int], device: Device) -> int:
+                      allocs: Sequence[int], offsets: Sequence[int], device: Device
+                      ) -> list[tuple]:
     """Build the kernels a new run plan's ``steps`` need (see the module docstring),
     for a replay with these input ``storages``, temporaries of ``allocs`` bytes and
-    view ``offsets``; returns how many were built."""
+    view ``offsets``; returns the keys built."""
     if compile_workers.mode() != "process" or len(steps) < MIN_KERNELS:
-        return 0
+        return []
     launches = []
     for step in steps:
         params = _rp._params(step, offsets)
@@ -133,15 +141,15 @@ def build_steps_ahead(steps: Sequence[Any], storages: Sequence[Storage],
     try:
         missing = _missing(launches, device)
     except Exception:  # (the replay reports what is wrong)
-        return 0
+        return []
     return _build_all(missing)
 
 
-def build_ahead(jobs: Sequence[Job]) -> int:
+def build_ahead(jobs: Sequence[Job]) -> list[tuple]:
     """Build the kernels that evaluating ``jobs`` would build, concurrently (a dry
-    recording of each finds them); returns how many were built."""
+    recording of each finds them); returns the keys built."""
     if compile_workers.mode() != "process":
-        return 0
+        return []
     try:
         launches = []
         for program, bindings, device in _dry_launches(jobs):
@@ -149,5 +157,5 @@ def build_ahead(jobs: Sequence[Job]) -> int:
             launches.append((program, bindings.params, bindings.out_shape, index_dtype))
         missing = _missing(launches, jobs[0][2])
     except Exception:  # (the evaluation itself reports what is wrong)
-        return 0
+        return []
     return _build_all(missing)

@@ -274,11 +274,14 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             step.offsets = ()
         key = (key, tuple(offs.values))
         offs.values.clear()
-    from .prebuild import build_steps_ahead
+    from .prebuild import build_steps_ahead, forget
 
-    build_steps_ahead(fresh.steps, storages, fresh.allocs, offs.values, device)
+    built = build_steps_ahead(fresh.steps, storages, fresh.allocs, offs.values, device)
     _plans[key] = fresh
-    return _replay(fresh, storages, scalars, device, offs.values)
+    try:
+        return _replay(fresh, storages, scalars, device, offs.values)
+    finally:
+        forget(built)
 
 
 def _same(a: _Plan, b: _Plan, offsets: Sequence[int] = ()) -> bool:
