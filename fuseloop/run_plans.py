@@ -69,7 +69,7 @@ class _Step:
     """
 
     __slots__ = ("offsets", "out_refs", "out_shape", "params", "plan", "plan_params",
-                 "program", "scalar_refs", "storage_refs")
+                 "plans", "program", "scalar_refs", "storage_refs")
 
     def __init__(self, program: Any, params: list[int], out_shape: tuple[int, ...],
                  storage_refs: tuple, out_refs: tuple, scalar_refs: tuple,
@@ -78,6 +78,9 @@ class _Step:
         self.params = params
         self.offsets = offsets
         self.plan_params = params  # the parameters ``plan`` was made for
+        # a step with offsets: its launch plans per parameters (a loop over rows
+        # replays it with each row's offsets), made on first use
+        self.plans: dict[tuple, LaunchPlan] | None = None
         self.out_shape = out_shape
         self.storage_refs = storage_refs
         self.out_refs = out_refs
@@ -214,13 +217,20 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
                 storages.append(s)
             written = (out_shape, t.strides if t.strides is not None else c_strides(out_shape),
                        t.offset)
-            toks.append(("T", k, t.strides, offs.cls(t.offset), tuple(
-                0 if view == written else 1 if views_disjoint(written, view) else 2
-                for slot, view in offs.views if slot == k)))
-    if offs.values and any(s.nbytes > INT32_LIMIT for s in storages):
-        # (an offset may then decide the index type: keep offsets in the key)
-        toks.append(("O", tuple(offs.values)))
-        offs.values.clear()
+            meets = []
+            for slot, leaf in offs.views:
+                if slot == k:
+                    view = (leaf.shape, leaf.view_strides(), leaf.offset)
+                    meets.append(0 if view == written else 1 if views_disjoint(written, view)
+                                 else 2)  # (the same view, disjoint, overlapping)
+            toks.append(("T", k, t.strides, offs.cls(t.offset), tuple(meets)))
+    if offs.values:
+        for s in storages:
+            if s.nbytes > INT32_LIMIT:
+                # (an offset may then decide the index type: keep offsets in the key)
+                toks.append(("O", tuple(offs.values)))
+                offs.values.clear()
+                break
     return tuple(toks), storages, scalars, slots, offs
 
 
@@ -328,15 +338,18 @@ def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
     program = step.program
     recipe = recipe_for(device, recipe_kind(program))
     plan = step.plan
-    if plan is None or not plan.valid(recipe, index_dtype) or (
-            params is not step.plan_params and params != step.plan_params):
-        plan = step.plan = plan_launch(program, params, step.out_shape, index_dtype,
-                                       recipe, device)  # (counts the look-up)
+    hit = 1
+    if params is not step.plan_params and params != step.plan_params:
+        plan = _plan_for_params(step, params)
         step.plan_params = params
+    if plan is None or not plan.valid(recipe, index_dtype):
+        plan = plan_launch(program, params, step.out_shape, index_dtype, recipe,
+                           device)  # (counts the look-up)
         assert plan is not None  # (only a one-output plan can be refused)
         hit = 0
-    else:
-        hit = 1
+        if step.offsets:
+            _keep_plan(step, params, plan)
+    step.plan = plan
     # small steps are deferred like small cached launches (``biggest`` counts bytes
     # or elements), reductions too: a result read at once (``float(x.sum())``)
     # enqueues it first anyway, and on PoCL a launch enqueued alone wakes its
@@ -344,6 +357,20 @@ def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
     limit = 4 * DEFER_MAX_ELEMENTS
     small = biggest <= limit and max([s.nbytes for s in storages], default=0) <= limit
     enqueue(plan, outs, storages, scalars, small, device, hit)
+
+
+#: launch plans a step with offsets keeps (all dropped when reached)
+STEP_PLANS_MAX = 256
+
+
+def _plan_for_params(step: _Step, params: list[int]) -> LaunchPlan | None:
+    return step.plans.get(tuple(params)) if step.plans is not None else None
+
+
+def _keep_plan(step: _Step, params: list[int], plan: LaunchPlan) -> None:
+    if step.plans is None or len(step.plans) >= STEP_PLANS_MAX:
+        step.plans = {}
+    step.plans[tuple(params)] = plan
 
 
 def clear() -> None:

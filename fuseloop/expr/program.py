@@ -334,14 +334,14 @@ class ViewOffsets:
     """The offsets of a walk's buffer views, kept out of its key (see
     :func:`walk_structure`): a leaf's token says only whether its offset is 0 and,
     if not, which of the walk's distinct offsets it is (first appearance first);
-    ``values`` holds those offsets, ``views`` every leaf's ``(slot, view)``."""
+    ``values`` holds those offsets, ``views`` every leaf with its buffer's slot."""
 
     __slots__ = ("index", "values", "views")
 
     def __init__(self) -> None:
         self.values: list[int] = []
         self.index: dict[int, int] = {}
-        self.views: list[tuple[int, tuple]] = []
+        self.views: list[tuple[int, Leaf]] = []
 
     def cls(self, off: int) -> int:
         """-1 for offset 0, else which of the distinct offsets ``off`` is."""
@@ -355,8 +355,15 @@ class ViewOffsets:
 
     def token(self, leaf: Leaf, slot: int) -> tuple:
         """``leaf``'s token without its offset's value (its buffer's slot: ``slot``)."""
-        self.views.append((slot, (leaf.shape, leaf.view_strides(), leaf.offset)))
-        return ("L", leaf.dtype.char, leaf.shape, leaf.strides, self.cls(leaf.offset))
+        self.views.append((slot, leaf))
+        off = leaf.offset
+        if off == 0:  # (cls, written out: once per leaf of every planned evaluation)
+            return ("L", leaf.dtype.char, leaf.shape, leaf.strides, -1)
+        k = self.index.get(off)
+        if k is None:
+            k = self.index[off] = len(self.values)
+            self.values.append(off)
+        return ("L", leaf.dtype.char, leaf.shape, leaf.strides, k)
 
 
 def walk_structure(roots: Sequence[Node], head: list[Any], offs: ViewOffsets | None = None
