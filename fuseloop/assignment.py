@@ -10,7 +10,7 @@ import numpy as np
 from .array import Array, Constant, _coerce, _operand_node
 from .dtypes import scalar_to
 from .errors import DeviceError, DTypeError, ShapeError
-from .evaluate import cast_node, reads_outside, run, run_into
+from .evaluate import _rebuild, cast_node, reads_outside, run, run_into
 from .expr.nodes import Leaf, Literal, Node, broadcast_shapes, note_reader
 from .expr.overlap import View, views_disjoint
 from .expr.program import Target
@@ -103,7 +103,13 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
                and r is not value and (written is None or not reads_outside(
                    r._node, storage, written, target.dtype.itemsize))]
     if pending:
+        before = {id(r._node): r for r in pending}
         compute(*pending)
+        if held_array is None:
+            # the value reads their results now (``A[i, 1:] += A[i, :-1] * c``: the
+            # product, computed before the write, is read from its buffer), so it may
+            # no longer read the elements it writes: no temporary and copy
+            node = _rebuild(node, {k: r._node for k, r in before.items()}, {})
     if held_array is not None:
         # the caller keeps the value: materialise it too, in the same kernel
         out = run([node, held_array._node], target.shape, target.device, [dest, None])
