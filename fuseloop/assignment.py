@@ -95,21 +95,9 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
     else:
         assert isinstance(leaf, Leaf)  # (concrete: it has a buffer)
         dest = Target(storage, leaf.view_strides(), leaf.offset)
-    # lazy arrays still reading the old contents are evaluated before the write
-    # (those reading only elements this write leaves alone need not wait)
     written = None if scatter is not None else (
         leaf.shape, leaf.view_strides(), leaf.offset)  # type: ignore[attr-defined]
-    pending = [r for r in storage.live_readers() if r._storage is None and r is not held_array
-               and r is not value and (written is None or not reads_outside(
-                   r._node, storage, written, target.dtype.itemsize))]
-    if pending:
-        before = {id(r._node): r for r in pending}
-        compute(*pending)
-        if held_array is None:
-            # the value reads their results now (``A[i, 1:] += A[i, :-1] * c``: the
-            # product, computed before the write, is read from its buffer), so it may
-            # no longer read the elements it writes: no temporary and copy
-            node = _rebuild(node, {k: r._node for k, r in before.items()}, {})
+    node = _readers_first(node, storage, written, target.dtype.itemsize, value, held_array)
     if held_array is not None:
         # the caller keeps the value: materialise it too, in the same kernel
         out = run([node, held_array._node], target.shape, target.device, [dest, None])
@@ -118,6 +106,26 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         run_into(node, dest_shape, target.device, storage)
     else:
         run([node], dest_shape, target.device, [dest])
+
+
+def _readers_first(node: Node, storage: Any, written: View | None, itemsize: int,
+                   value: Any, held_array: Array | None) -> Node:
+    """Evaluate the lazy arrays still reading the old contents of ``storage`` before
+    the write (not those reading only elements it leaves alone); returns the value's
+    ``node``, reading their results where it read them (unless ``held_array``, which
+    is computed with it): ``A[i, 1:] += A[i, :-1] * c``'s product, computed first, is
+    read from its buffer, so the value no longer reads the elements it writes (no
+    temporary and copy)."""
+    pending = [r for r in storage.live_readers() if r._storage is None and r is not held_array
+               and r is not value and (written is None or not reads_outside(
+                   r._node, storage, written, itemsize))]
+    if not pending:
+        return node
+    before = {id(r._node): r for r in pending}
+    compute(*pending)
+    if held_array is not None:
+        return node
+    return _rebuild(node, {k: r._node for k, r in before.items()}, {})
 
 
 def compute(*arrays: Array, out: Array | Sequence[Array] | None = None) -> tuple[Array, ...]:
