@@ -11,7 +11,7 @@ import numpy as np
 from .array import Array, Constant, _coerce, _operand_node
 from .dtypes import scalar_to
 from .errors import DeviceError, DTypeError, ShapeError
-from .evaluate import cast_node, reads_outside, run, run_into
+from .evaluate import _rebuild, cast_node, reads_outside, run, run_into
 from .expr.nodes import Leaf, Literal, Node, broadcast_shapes, note_reader, register_readers
 from .expr.overlap import View, views_disjoint
 from .expr.program import Target
@@ -96,15 +96,9 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
     else:
         assert isinstance(leaf, Leaf)  # (concrete: it has a buffer)
         dest = Target(storage, leaf.view_strides(), leaf.offset)
-    # lazy arrays still reading the old contents are evaluated before the write
-    # (those reading only elements this write leaves alone need not wait)
     written = None if scatter is not None else (
         leaf.shape, leaf.view_strides(), leaf.offset)  # type: ignore[attr-defined]
-    pending = [r for r in storage.live_readers() if r._storage is None and r is not held_array
-               and r is not value and (written is None or not reads_outside(
-                   r._node, storage, written, target.dtype.itemsize))]
-    if pending:
-        compute(*pending)
+    node = _readers_first(node, storage, written, target.dtype.itemsize, value, held_array)
     if held_array is not None:
         # the caller keeps the value: materialise it too, in the same kernel
         out = run([node, held_array._node], target.shape, target.device, [dest, None])
@@ -113,6 +107,26 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         run_into(node, dest_shape, target.device, storage)
     else:
         run([node], dest_shape, target.device, [dest])
+
+
+def _readers_first(node: Node, storage: Any, written: View | None, itemsize: int,
+                   value: Any, held_array: Array | None) -> Node:
+    """Evaluate the lazy arrays still reading the old contents of ``storage`` before
+    the write (not those reading only elements it leaves alone); returns the value's
+    ``node``, reading their results where it read them (unless ``held_array``, which
+    is computed with it): ``A[i, 1:] += A[i, :-1] * c``'s product, computed first, is
+    read from its buffer, so the value no longer reads the elements it writes (no
+    temporary and copy)."""
+    pending = [r for r in storage.live_readers() if r._storage is None and r is not held_array
+               and r is not value and (written is None or not reads_outside(
+                   r._node, storage, written, itemsize))]
+    if not pending:
+        return node
+    before = {id(r._node): r for r in pending}
+    compute(*pending)
+    if held_array is not None:
+        return node
+    return _rebuild(node, {k: r._node for k, r in before.items()}, {})
 
 
 def compute(*arrays: Array, out: Array | Sequence[Array] | None = None,
@@ -148,10 +162,22 @@ def compute(*arrays: Array, out: Array | Sequence[Array] | None = None,
         if a._storage is None and id(a) not in seen:
             seen.add(id(a))
             groups.setdefault((a.device.index, a.shape), []).append(a)
-    for (_, shape), members in groups.items():
-        outs = run([m._node for m in members], shape, members[0].device)
-        for m, s in zip(members, outs):
-            m._become(s)
+    built: list[tuple] = []
+    if len(groups) > 1:  # their new kernels are built concurrently (fuseloop.prebuild)
+        from .prebuild import build_ahead
+
+        built = build_ahead([([m._node for m in members], shape, members[0].device, None)
+                             for (_, shape), members in groups.items()])
+    try:
+        for (_, shape), members in groups.items():
+            outs = run([m._node for m in members], shape, members[0].device)
+            for m, s in zip(members, outs):
+                m._become(s)
+    finally:
+        if built:
+            from .prebuild import forget
+
+            forget(built)
     return arrays
 
 

@@ -341,7 +341,17 @@ def _progress(what: str, device: Device) -> Iterator[None]:
         timer.join()  # (a line being written is finished before the build returns)
 
 
+# builds from source running now in this process's threads (see fuseloop.prebuild)
+_builds_running = [0]
+_builds_lock = threading.Lock()
+
+
 def _build_source(plan: KernelPlan, device: Device) -> BuiltProgram:
+    with _builds_lock:
+        _builds_running[0] += 1
+        overlapped = _builds_running[0] > 1
+    if overlapped:
+        _increment("builds_overlapped")
     try:
         program = backend_for(device).build_source(device, plan.source, plan.build_options,
                                                    (plan.name,))
@@ -349,6 +359,9 @@ def _build_source(plan: KernelPlan, device: Device) -> BuiltProgram:
         if device.problem:
             exc.args = (f"{exc.args[0]}: {device.problem}",)
         raise
+    finally:
+        with _builds_lock:
+            _builds_running[0] -= 1
     _increment("kernels_compiled")
     return program
 

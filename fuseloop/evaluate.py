@@ -560,8 +560,8 @@ def _run_cached(roots: Sequence[Node], out_shape: tuple[int, ...], device: Devic
     elif captured_sources() is not None or _plan_recorder() is not None or \
             not launch_cached(*hit, out, out_shape, device):
         entry, storages, scalars = hit
-        launch(entry.program, Bindings(storages, scalars, list(entry.params), out_shape),
-               [out], device)
+        launch(entry.program, Bindings(storages, scalars, list(entry.params), out_shape,
+                                       None, entry.offset_slots), [out], device)
 
 
 def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,

@@ -91,6 +91,19 @@ def size_class_of(recipe: Any, program: Program, params: Sequence[int], n_rows: 
     return sizes
 
 
+# memory-cache keys of kernels built ahead of their evaluation's launches (see
+# fuseloop.prebuild): the first look-up that finds one is not counted again
+prebuilt: set[tuple] = set()
+
+
+def kernel_key(program: Program, index_dtype: np.dtype, device: Device, recipe: Any,
+               params: Sequence[int], n_rows: int, n_elem: int) -> tuple:
+    """The memory-cache key :func:`kernel_for` looks up for this launch."""
+    recipe = _tuned(recipe, program, index_dtype, device, params, n_rows, n_elem)
+    sizes = size_class_of(recipe, program, params, n_rows, n_elem)
+    return (program, index_dtype.char, device.index, recipe.cache_id, sizes)
+
+
 def kernel_for(program: Program, index_dtype: np.dtype, device: Device, recipe: Any,
                params: Sequence[int], n_rows: int, n_elem: int) -> Any:
     """The compiled kernel for this launch of ``program``.
@@ -102,9 +115,13 @@ def kernel_for(program: Program, index_dtype: np.dtype, device: Device, recipe: 
     """
     recipe = _tuned(recipe, program, index_dtype, device, params, n_rows, n_elem)
     sizes = size_class_of(recipe, program, params, n_rows, n_elem)
-    compiled = _memory.get((program, index_dtype.char, device.index, recipe.cache_id, sizes))
+    key = (program, index_dtype.char, device.index, recipe.cache_id, sizes)
+    compiled = _memory.get(key)
     if compiled is not None:
-        _stats.increment("memory_cache_hits")
+        if prebuilt and key in prebuilt:
+            prebuilt.discard(key)  # (its look-up was counted when it was built ahead)
+        else:
+            _stats.increment("memory_cache_hits")
     else:
         _check_fp64(program.entries, device)
         compiled = get_kernel(program, index_dtype, device, recipe, user_functions, sizes)

@@ -35,8 +35,10 @@ import numpy as np
 from . import caches as _caches
 from . import evaluate as _ev
 from .expr import program as _prog
-from .expr.nodes import Node, Scalar, Storage
-from .expr.program import Bindings, Target, walk_structure
+from .expr.ir import INT32_LIMIT
+from .expr.nodes import Node, Scalar, Storage, c_strides
+from .expr.overlap import views_disjoint
+from .expr.program import Bindings, Target, ViewOffsets, walk_structure
 from .launching import (
     DEFER_MAX_ELEMENTS,
     LaunchPlan,
@@ -51,20 +53,34 @@ from .runtime.devices import Device
 _local = threading.local()
 recording_threads = [0]  # threads recording now: the common answer, "none", without the local
 _lock = threading.Lock()
-_plans: dict[tuple, _Plan | None] = {}
+_plans: dict[tuple, _Plan | str | None] = {}
 PLANS_MAX = 1024  # plans kept (all are dropped when it is reached)
+# the value of a key whose plan depends on its offsets' values: looked up by the key
+# with the offsets appended (a launch read an offset the walk did not see)
+_EXACT = "exact"
 
 
 class _Step:
-    """One recorded launch; refs are ``("i", slot)`` inputs or ``("t", k)`` allocations."""
+    """One recorded launch; refs are ``("i", slot)`` inputs or ``("t", k)`` allocations.
 
-    __slots__ = ("out_refs", "out_shape", "params", "plan", "program", "scalar_refs",
-                 "storage_refs")
+    ``offsets``: ``(position in params, k)`` for each parameter holding the k-th of the
+    walk's distinct view offsets (:class:`~fuseloop.expr.program.ViewOffsets`), which a
+    replay takes from its own views.
+    """
+
+    __slots__ = ("offsets", "out_refs", "out_shape", "params", "plan", "plan_params",
+                 "plans", "program", "scalar_refs", "storage_refs")
 
     def __init__(self, program: Any, params: list[int], out_shape: tuple[int, ...],
-                 storage_refs: tuple, out_refs: tuple, scalar_refs: tuple) -> None:
+                 storage_refs: tuple, out_refs: tuple, scalar_refs: tuple,
+                 offsets: tuple[tuple[int, int], ...] = ()) -> None:
         self.program = program
         self.params = params
+        self.offsets = offsets
+        self.plan_params = params  # the parameters ``plan`` was made for
+        # a step with offsets: its launch plans per parameters (a loop over rows
+        # replays it with each row's offsets), made on first use
+        self.plans: dict[tuple, LaunchPlan] | None = None
         self.out_shape = out_shape
         self.storage_refs = storage_refs
         self.out_refs = out_refs
@@ -88,7 +104,8 @@ class Recorder:
     each launch (:meth:`launch`)."""
 
     def __init__(self, storages: list[Storage], scalars: list[np.generic],
-                 slots: dict[Any, int]) -> None:
+                 slots: dict[Any, int], offsets: ViewOffsets | None = None,
+                 dry: bool = False) -> None:
         self.refs: dict[int, tuple] = {id(s): ("i", k) for k, s in enumerate(storages)}
         # a launch's scalars by the node they came from (Bindings.scalar_nodes), else
         # by value object: -1 where two scalar nodes hold one object (``x*2 + y*2``:
@@ -101,11 +118,17 @@ class Recorder:
         self.allocs: list[int] = []
         self.steps: list[_Step] = []
         self.failed = False
+        self.offsets = offsets
+        self.dry = dry  # note launches without enqueuing them
+        # a launch read an offset that is not one of the walk's views' (or could not
+        # say which parameters are offsets): the plan holds for these offsets only
+        self.exact = False
 
     def launch(self, program: Any, bindings: Bindings, outs: Sequence[Storage],
                device: Device) -> None:
-        """Launch (``evaluate.launch_now``), then note the launch as a step."""
-        _ev.launch_now(program, bindings, outs, device)
+        """Launch (``evaluate.launch_now``, unless dry), then note the launch as a step."""
+        if not self.dry:
+            _ev.launch_now(program, bindings, outs, device)
         if not self.failed:
             self._note(program, bindings, outs)
 
@@ -130,7 +153,25 @@ class Recorder:
             self.failed = True
             return
         self.steps.append(_Step(program, list(bindings.params), bindings.out_shape,
-                                storage_refs, out_refs, scalar_refs))
+                                storage_refs, out_refs, scalar_refs,
+                                self._offset_refs(bindings)))
+
+    def _offset_refs(self, bindings: Bindings) -> tuple[tuple[int, int], ...]:
+        offs = self.offsets
+        if offs is None or not offs.values:
+            return ()
+        slots = bindings.offset_slots
+        if slots is None:
+            self.exact = True
+            return ()
+        refs = []
+        for j in slots:
+            k = offs.index.get(bindings.params[j])
+            if k is None:
+                self.exact = True
+                return ()
+            refs.append((j, k))
+        return tuple(refs)
 
     def ref(self, storage: Storage) -> tuple | None:
         return self.refs.get(id(storage))
@@ -145,7 +186,12 @@ def recorder() -> Recorder | None:
 
 def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
          targets: Sequence[Target | Storage | None] | None, device: Device
-         ) -> tuple[tuple, list[Storage], list[np.generic], dict[Any, int]] | None:
+         ) -> tuple[tuple, list[Storage], list[np.generic], dict[Any, int], ViewOffsets] | None:
+    """The structure key of an evaluation, with the views' offsets left out: each
+    leaf or target says only whether its offset is 0 and which of the distinct offsets
+    it has, and each target how it meets every view of its buffer (the same view,
+    disjoint, overlapping: what decides temporaries), so ``A[i, 1:] += A[i, :-1]``
+    has one key for every ``i``."""
     head: list[Any] = ["run", device.index, out_shape, len(roots),
                        _ev.TWO_STAGE_MIN_LENGTH, _ev.TWO_STAGE_MAX_ROWS, _ev.ONE_ROW_MAX_LENGTH,
                        # (the reduction recipe decides column-like reductions' splits)
@@ -154,7 +200,8 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
     masks = list({id(t.mask): t.mask for t in targets or ()
                   if isinstance(t, Target) and t.mask is not None}.values())
     head.append(len(masks))
-    walked = walk_structure([*roots, *masks], head)
+    offs = ViewOffsets()
+    walked = walk_structure([*roots, *masks], head, offs)
     if walked is None:
         return None
     toks, slots, storages, scalars = walked
@@ -172,8 +219,24 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
             if k is None:
                 k = slots[s] = len(storages)
                 storages.append(s)
-            toks.append(("T", k, t.strides, t.offset, t.mask is not None))
-    return tuple(toks), storages, scalars, slots
+            written = (out_shape, t.strides if t.strides is not None else c_strides(out_shape),
+                       t.offset)
+            meets = []
+            for slot, leaf in offs.views:
+                if slot == k:
+                    view = (leaf.shape, leaf.view_strides(), leaf.offset)
+                    meets.append(0 if view == written else 1 if views_disjoint(written, view)
+                                 else 2)  # (the same view, disjoint, overlapping)
+            toks.append(("T", k, t.strides, offs.cls(t.offset), tuple(meets),
+                         t.mask is not None))
+    if offs.values:
+        for s in storages:
+            if s.nbytes > INT32_LIMIT:
+                # (an offset may then decide the index type: keep offsets in the key)
+                toks.append(("O", tuple(offs.values)))
+                offs.values.clear()
+                break
+    return tuple(toks), storages, scalars, slots, offs
 
 
 def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
@@ -182,13 +245,20 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     keyed = _key(roots, out_shape, targets, device)
     if keyed is None:
         return _ev.run_unplanned(roots, out_shape, device, targets)
-    key, storages, scalars, slots = keyed
-    plan: _Plan | Literal[False] | None = _plans.get(key, False)
-    if plan is None:  # known not to record
+    key, storages, scalars, slots, offs = keyed
+    plan: _Plan | str | Literal[False] | None = _plans.get(key, False)
+    if plan == _EXACT:
+        key = (key, tuple(offs.values))
+        offs.values.clear()  # (the exact key holds them: nothing to substitute)
+        plan = _plans.get(key, False)
+    if plan is None or isinstance(plan, str):  # known not to record
         return _ev.run_unplanned(roots, out_shape, device, targets)
     if plan is not False and not _prog.CHECK_STRUCTURE_CACHE:
-        return _replay(plan, storages, scalars, device)
-    rec = Recorder(storages, scalars, slots)
+        return _replay(plan, storages, scalars, device, offs.values)
+    # a new structure is recorded dry (nothing enqueued), its new kernels are built
+    # together (fuseloop.prebuild), and the record is replayed; a check of a cached
+    # plan records for real
+    rec = Recorder(storages, scalars, slots, offs, dry=plan is False)
     with _lock:
         recording_threads[0] += 1
     _local.recorder = rec
@@ -202,50 +272,89 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     fresh = None if rec.failed or None in result_refs else _Plan(
         rec.allocs, rec.steps, result_refs)
     if plan is not False:  # checking a cached plan against a fresh record
-        assert fresh is not None and _same(plan, fresh), ("run plan differs", key)
+        if rec.exact and fresh is not None:  # (stored without offset references)
+            for step in fresh.steps:
+                step.offsets = ()
+        assert fresh is not None and _same(plan, fresh, offs.values), ("run plan differs", key)
         return outs
     if len(_plans) >= PLANS_MAX:
         _plans.clear()
+    if fresh is None:  # not replayable: evaluated for real, unplanned from now on
+        _plans[key] = None
+        return _ev.run_unplanned(roots, out_shape, device, targets)
+    if rec.exact:
+        # (this plan's parameters hold offsets that the walk did not see)
+        _plans[key] = _EXACT
+        for step in fresh.steps:
+            step.offsets = ()
+        key = (key, tuple(offs.values))
+        offs.values.clear()
+    from .prebuild import build_steps_ahead, forget
+
+    built = build_steps_ahead(fresh.steps, storages, fresh.allocs, offs.values, device)
     _plans[key] = fresh
-    return outs
+    try:
+        return _replay(fresh, storages, scalars, device, offs.values)
+    finally:
+        forget(built)
 
 
-def _same(a: _Plan, b: _Plan) -> bool:
+def _same(a: _Plan, b: _Plan, offsets: Sequence[int] = ()) -> bool:
     if a.allocs != b.allocs or a.results != b.results or len(a.steps) != len(b.steps):
         return False
-    return all(repr(x.program) == repr(y.program) and x.params == y.params
+    return all(repr(x.program) == repr(y.program) and _params(x, offsets) == y.params
+               and x.offsets == y.offsets
                and x.out_shape == y.out_shape and x.storage_refs == y.storage_refs
                and x.out_refs == y.out_refs and x.scalar_refs == y.scalar_refs
                for x, y in zip(a.steps, b.steps))
 
 
+def _params(step: _Step, offsets: Sequence[int]) -> list[int]:
+    """The step's parameters with this evaluation's view offsets."""
+    if not step.offsets:
+        return step.params
+    params = list(step.params)
+    for j, k in step.offsets:
+        params[j] = offsets[k]
+    return params
+
+
 def _replay(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
-            device: Device) -> list[Storage]:
+            device: Device, offsets: Sequence[int] = ()) -> list[Storage]:
     allocate = _ev.allocate
     tmps = [allocate(n, device) for n in plan.allocs]
     for step in plan.steps:
         st = [storages[k] if kind == "i" else tmps[k] for kind, k in step.storage_refs]
         outs = [storages[k] if kind == "i" else tmps[k] for kind, k in step.out_refs]
         sc = [scalars[k] for k in step.scalar_refs]
-        _launch_step(step, st, outs, sc, device)
+        _launch_step(step, st, outs, sc, device, _params(step, offsets))
     return [storages[k] if kind == "i" else tmps[k] for kind, k in plan.results]
 
 
 def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
-                 scalars: list[np.generic], device: Device) -> None:
-    """Enqueue ``step`` with the launch plan of its last replay while still valid."""
-    biggest = max(max(step.params, default=0), math.prod(step.out_shape))
+                 scalars: list[np.generic], device: Device,
+                 params: list[int] | None = None) -> None:
+    """Enqueue ``step`` with the launch plan of its last replay while still valid
+    (``params``: the step's own unless given, see :func:`_params`)."""
+    if params is None:
+        params = step.params
+    biggest = max(max(params, default=0), math.prod(step.out_shape))
     index_dtype = index_dtype_for(storages, biggest, device)
     program = step.program
     recipe = recipe_for(device, recipe_kind(program))
     plan = step.plan
+    hit = 1
+    if params is not step.plan_params and params != step.plan_params:
+        plan = _plan_for_params(step, params)
+        step.plan_params = params
     if plan is None or not plan.valid(recipe, index_dtype):
-        plan = step.plan = plan_launch(program, step.params, step.out_shape, index_dtype,
-                                       recipe, device)  # (counts the look-up)
+        plan = plan_launch(program, params, step.out_shape, index_dtype, recipe,
+                           device)  # (counts the look-up)
         assert plan is not None  # (only a one-output plan can be refused)
         hit = 0
-    else:
-        hit = 1
+        if step.offsets:
+            _keep_plan(step, params, plan)
+    step.plan = plan
     # small steps are deferred like small cached launches (``biggest`` counts bytes
     # or elements), reductions too: a result read at once (``float(x.sum())``)
     # enqueues it first anyway, and on PoCL a launch enqueued alone wakes its
@@ -253,6 +362,20 @@ def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
     limit = 4 * DEFER_MAX_ELEMENTS
     small = biggest <= limit and max([s.nbytes for s in storages], default=0) <= limit
     enqueue(plan, outs, storages, scalars, small, device, hit)
+
+
+#: launch plans a step with offsets keeps (all dropped when reached)
+STEP_PLANS_MAX = 256
+
+
+def _plan_for_params(step: _Step, params: list[int]) -> LaunchPlan | None:
+    return step.plans.get(tuple(params)) if step.plans is not None else None
+
+
+def _keep_plan(step: _Step, params: list[int], plan: LaunchPlan) -> None:
+    if step.plans is None or len(step.plans) >= STEP_PLANS_MAX:
+        step.plans = {}
+    step.plans[tuple(params)] = plan
 
 
 def clear() -> None:

@@ -281,7 +281,7 @@ class Compiled:
         size = math.prod(lin.shape)
         outs = [_ev.allocate(size * d.itemsize, self.device) for d in lin.dtypes]
         _ev.launch(lin.program, Bindings(storages, list(b.scalars), list(b.params),
-                                         b.out_shape), outs, self.device)
+                                         b.out_shape, None, b.offset_slots), outs, self.device)
         results = tuple(Array._concrete(o, d, lin.shape) for o, d in zip(outs, lin.dtypes))
         return results[0] if len(results) == 1 else results
 

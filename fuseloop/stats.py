@@ -14,6 +14,7 @@ COUNTER_NAMES = (
     "memory_cache_misses",
     "disk_cache_hits",
     "disk_cache_misses",
+    "builds_overlapped",    # kernel builds started while another build of this process ran
 )
 
 counters: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)

@@ -345,10 +345,14 @@ def test_lowering_keeps_no_lazy_array_alive(device, fresh_dir, restore_recipes):
             gc.enable()
 
 
-def test_an_unreadable_loopy_cache_entry_is_not_fatal(device, fresh_dir, monkeypatch):
+def test_an_unreadable_loopy_cache_entry_is_not_fatal(device, monkeypatch):
     # Loopy's own disk caches (~/.cache/pytools) may hold an entry pickled by other code
-    # (a renamed copy of a package): unpickling it raises, and Loopy lets that through
+    # (a renamed copy of a package): unpickling it raises, and Loopy lets that through.
+    # Loopy's caches are used only while fuseloop's disk cache is off (see
+    # test_loopy_caches_are_off_while_the_disk_cache_is_on)
     import loopy as lp
+
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", "off")
 
     real = lp.generate_code_v2
     tried: list[bool] = []
@@ -373,6 +377,25 @@ def test_an_unreadable_loopy_cache_entry_is_not_fatal(device, fresh_dir, monkeyp
     monkeypatch.setattr(lp, "generate_code_v2", broken)
     with pytest.raises(AttributeError, match="a bug in a recipe"):
         (fl.sqrt(x) * 9 + x).get()  # a new structure: generated afresh
+
+
+def test_loopy_caches_are_off_while_the_disk_cache_is_on(device, fresh_dir, monkeypatch):
+    # a kernel fuseloop builds missed its disk cache, so Loopy's caches (keyed by the
+    # translation unit made from the same program) would miss too: not looked up
+    import loopy as lp
+
+    real = lp.generate_code_v2
+    caching: list[bool] = []
+
+    def noting(t_unit):
+        caching.append(lp.CACHING_ENABLED)
+        return real(t_unit)
+
+    monkeypatch.setattr(lp, "generate_code_v2", noting)
+    h = np.arange(41, dtype=np.float32)
+    x = fl.asarray(h)
+    np.testing.assert_array_equal((x * 5 - 2).get(), h * 5 - 2)
+    assert caching == [False] and lp.CACHING_ENABLED  # (and on again afterwards)
 
 
 # {{{ bounds (issue 23)

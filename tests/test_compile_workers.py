@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -149,3 +150,75 @@ def test_ctrl_c_during_a_long_build_returns_at_once(tmp_path):
     assert "interrupted" in lines and lines[-1] == "ok", out
     # the interrupted build had hung for an hour in its worker: it was not waited for
     assert float(lines[lines.index("after") + 1]) < 60
+
+
+def _builds_wait_for_company(device, monkeypatch) -> threading.Event:
+    """Each build waits (at most 60 s) until another one is running too: builds made
+    one at a time each wait in vain, and count no overlap (no timing is asserted)."""
+    from fuseloop.backends import backend_for
+
+    backend = type(backend_for(device))
+    build = backend.build_source
+    running, lock, both = [0], threading.Lock(), threading.Event()
+
+    def waiting_build(self, *args):
+        with lock:
+            running[0] += 1
+            if running[0] >= 2:
+                both.set()
+        try:
+            both.wait(60)
+            return build(self, *args)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(backend, "build_source", waiting_build)
+    return both
+
+
+def test_an_evaluations_new_kernels_are_built_concurrently(device, process_mode, monkeypatch):
+    # x - mean(x) over a long vector needs several kernels (the reduction's stages, the
+    # elementwise one); they are built ahead, in threads whose builds overlap
+    from fuseloop import prebuild
+
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", "off")
+    host = np.random.default_rng(3).random(1 << 16).astype(np.float32)
+    x = fl.asarray(host)
+
+    def evaluate():
+        fl.clear_caches()
+        fl.reset_stats()
+        return (x * 3 - fl.mean(x)).get(), fl.stats()
+
+    monkeypatch.setattr(prebuild, "MIN_KERNELS", 10 ** 9)  # one build at a time
+    serial, stats = evaluate()
+    assert stats["kernels_compiled"] >= 2 and stats["builds_overlapped"] == 0
+
+    both = _builds_wait_for_company(device, monkeypatch)
+    monkeypatch.setattr(prebuild, "MIN_KERNELS", 2)
+    parallel, stats = evaluate()
+    assert stats["builds_overlapped"] >= 1 and both.is_set()
+    assert stats["kernels_compiled"] >= 2 and stats["memory_cache_misses"] == \
+        stats["kernels_compiled"]
+    np.testing.assert_array_equal(parallel, serial)
+    np.testing.assert_allclose(parallel, host * 3 - host.mean(dtype=np.float64), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_compute_builds_its_shape_groups_kernels_concurrently(device, process_mode,
+                                                             monkeypatch):
+    # fl.compute of results of two shapes: two kernels, built together
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", "off")
+    a_host = np.linspace(-1, 1, 300).astype(np.float32)
+    b_host = np.linspace(0, 2, 77).astype(np.float32)
+    a, b = fl.asarray(a_host), fl.asarray(b_host)
+    fl.clear_caches()
+    both = _builds_wait_for_company(device, monkeypatch)
+    fl.reset_stats()
+    p, q = fl.compute(fl.tanh(a) * 3 + a, fl.expm1(b) / 7 - b)
+    s = fl.stats()
+    assert s["kernels_compiled"] == 2 and s["builds_overlapped"] == 1 and both.is_set()
+    assert s["memory_cache_misses"] == 2 and s["memory_cache_hits"] == 0
+    np.testing.assert_allclose(p.get(), np.tanh(a_host) * 3 + a_host, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(q.get(), np.expm1(b_host) / 7 - b_host, rtol=1e-5, atol=1e-6)

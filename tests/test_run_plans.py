@@ -197,3 +197,56 @@ def test_threads_record_and_replay_their_own(device, plans):
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def test_a_loop_over_rows_reuses_one_plan_and_one_kernel(device, plans, fresh_stats):
+    # offsets of views are kernel parameters and not part of the plan's key: a loop
+    # over i records one plan and builds one kernel, and A[i, j] += A[i, j - 1]
+    # (disjoint single elements) is one launch without a temporary
+    rng = np.random.default_rng(7)
+    host = rng.random((24, 5)).astype(np.float32)
+    a = fl.asarray(host)
+    fl.clear_caches()
+    fl.reset_stats()
+    for i in range(1, 21):
+        a[i, 3] += a[i, 2]
+        host[i, 3] += host[i, 2]
+    fl.synchronize()
+    s = fl.stats()
+    assert len(plans) == 1
+    assert s["kernels_compiled"] == 1 and s["kernels_launched"] == 20
+    np.testing.assert_array_equal(a.get(), host)
+
+
+def test_overlapping_row_updates_replay_with_each_rows_offsets(device, plans):
+    # A[i, 1:] += A[i, :-1] * c reads elements it writes: the plan of the first row
+    # serves every later row, with that row's offsets
+    rng = np.random.default_rng(8)
+    host = rng.random((24, 16)).astype(np.float32)
+    a = fl.asarray(host)
+    a[1, 1:] += a[1, :-1] * 0.5
+    host[1, 1:] += host[1, :-1] * np.float32(0.5)
+    fl.synchronize()
+    recorded = len(plans)
+    fl.reset_stats()
+    for i in range(2, 22):
+        a[i, 1:] += a[i, :-1] * 0.5
+        host[i, 1:] += host[i, :-1] * np.float32(0.5)
+    fl.synchronize()
+    assert len(plans) == recorded and fl.stats()["kernels_compiled"] == 0
+    # two launches a row: the product (read before the write), then the update in place
+    # reading it (no temporary and copy)
+    assert fl.stats()["kernels_launched"] == 40
+    np.testing.assert_allclose(a.get(), host, rtol=1e-6)
+
+
+def test_a_plan_is_not_replayed_where_views_meet_differently(device, plans):
+    # the same structure with offsets that make the views overlap needs a temporary:
+    # how a target meets the views it reads is part of the key
+    host = np.arange(40, dtype=np.float32)
+    a = fl.asarray(host)
+    a[11:21] = a[1:11] + 1  # disjoint: written in place
+    host[11:21] = host[1:11] + 1
+    a[26:36] = a[21:31] + 1  # overlapping: through a temporary (numpy's result)
+    host[26:36] = host[21:31] + 1
+    np.testing.assert_array_equal(a.get(), host)

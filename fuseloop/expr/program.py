@@ -114,6 +114,8 @@ class Bindings(NamedTuple):
     ``scalar_nodes``: the scalar node each value of ``scalars`` came from, where
     known (a full linearisation), so a run plan can tell apart two scalar nodes
     that hold one value object (``x*2 + y*2``: Python's 2 converts to one object).
+    ``offset_slots``: the positions in ``params`` holding buffer views' and targets'
+    offsets (parameters of their own: a run plan replays them with other offsets).
     """
 
     storages: list[Storage]
@@ -121,6 +123,7 @@ class Bindings(NamedTuple):
     params: list[int]
     out_shape: tuple[int, ...]
     scalar_nodes: list[Node] | None = None
+    offset_slots: tuple[int, ...] | None = None  # (None: not known)
 
 
 class Target(NamedTuple):
@@ -165,12 +168,14 @@ def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
         hit = structure_entry(roots, out_shape)
         if hit is not None:
             entry, storages, scalars = hit
-            return entry.program, Bindings(storages, scalars, list(entry.params), out_shape)
+            return entry.program, Bindings(storages, scalars, list(entry.params), out_shape,
+                                           None, entry.offset_slots)
     b = run_passes(Build(roots, out_shape, targets, chunks))
     program = Program(tuple(b.entries), b.outputs, tuple(b.out_specs), b.root_sizes,
                       b.row_dims, chunks is not None, b.reductions > 0, b.contraction,
                       any(e.kind == "sparse" for e in b.entries), b.mask)
-    return program, Bindings(b.storages, b.scalars, b.params, out_shape, b.scalar_nodes)
+    return program, Bindings(b.storages, b.scalars, b.params, out_shape, b.scalar_nodes,
+                             b.offset_slots())
 
 
 # {{{ structure cache
@@ -182,11 +187,13 @@ class StructureEntry:
     and device, how the compiled kernel is launched for this structure.
     """
 
-    __slots__ = ("launches", "max_param", "params", "program", "take")
+    __slots__ = ("launches", "max_param", "offset_slots", "params", "program", "take")
 
-    def __init__(self, program: Program, params: list[int]) -> None:
+    def __init__(self, program: Program, params: list[int],
+                 offset_slots: tuple[int, ...] = ()) -> None:
         self.program = program
         self.params = tuple(params)
+        self.offset_slots = offset_slots
         self.max_param = max(params, default=0)
         self.launches: dict[Any, Any] = {}
         # for an entry found by signature: operands -> (buffers, scalar values)
@@ -253,11 +260,11 @@ def structure_key(roots: Sequence[Node], out_shape: tuple[int, ...]
 
 
 def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Storage],
-          scalars: list[np.generic], general: bool = False) -> None:
+          scalars: list[np.generic], general: bool = False,
+          offs: ViewOffsets | None = None) -> None:
     """Append ``node``'s part of the structure key (see :func:`structure_key`).
-
-    ``general`` also writes out reductions and remaps (for :mod:`fuseloop.run_plans`).
-    """
+    ``general`` also writes out reductions and remaps (for :mod:`fuseloop.run_plans`);
+    with ``offs``, leaves' offsets are collected there, not written into the key."""
     # (``type(node) is C`` each time rather than a local: mypy narrows on it, and Python
     # 3.11 specialises the call of type, so it costs no more than the local would)
     if type(node) is Apply or type(node) is UserCall:
@@ -278,7 +285,7 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
                 if k is None:
                     k = slots[s] = len(storages)
                     storages.append(s)
-                toks.append(a.token or a.leaf_token())
+                toks.append(a.token or a.leaf_token() if offs is None else offs.token(a, k))
                 toks.append(k)
             elif type(a) is Scalar:
                 k = slots.get(a)
@@ -288,14 +295,14 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
                 toks.append(_SCALAR_TOKENS[a.dtype.char])
                 toks.append(k)
             else:
-                _walk(a, toks, slots, storages, scalars, general)
+                _walk(a, toks, slots, storages, scalars, general, offs)
     elif type(node) is Leaf:
         s = node.storage
         k = slots.get(s)
         if k is None:
             k = slots[s] = len(storages)
             storages.append(s)
-        toks.append(node.token or node.leaf_token())
+        toks.append(node.token or node.leaf_token() if offs is None else offs.token(node, k))
         toks.append(k)
     elif type(node) is Scalar:
         k = slots.get(node)
@@ -312,24 +319,24 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
         toks.append(("R", node.op, node.dtype.char, node.axes, node.shape))
         if len(toks) > MAX_TOKENS:
             raise _Uncacheable
-        _walk(node.child, toks, slots, storages, scalars, True)
+        _walk(node.child, toks, slots, storages, scalars, True, offs)
     elif general and type(node) is Remap:
         toks.append(("M", node.shape, node.offsets, node.coeffs))
-        _walk(node.child, toks, slots, storages, scalars, True)
+        _walk(node.child, toks, slots, storages, scalars, True, offs)
     elif general and type(node) is Gather and not node.checked:
         # computed in-range positions (roll, tile, repeat): no flag to read back
         toks.append(("G", node.axis, node.shape))
         if len(toks) > MAX_TOKENS:
             raise _Uncacheable
-        _walk(node.child, toks, slots, storages, scalars, True)
-        _walk(node.index, toks, slots, storages, scalars, True)
+        _walk(node.child, toks, slots, storages, scalars, True, offs)
+        _walk(node.index, toks, slots, storages, scalars, True, offs)
     elif type(node) is Concat:
         # the piece boundaries are in the key (as leaves' sizes are), parameters in the program
         toks.append(("K", node.axis, node.shape, node.starts))
         if len(toks) > MAX_TOKENS:
             raise _Uncacheable
         for p in node.pieces:
-            _walk(p, toks, slots, storages, scalars, general)
+            _walk(p, toks, slots, storages, scalars, general, offs)
     else:
         _walk_other(node, toks, slots, storages, scalars, general)
 
@@ -345,13 +352,51 @@ def _walk_other(node: Node, toks: list[Any], slots: dict[Any, int], storages: li
         _walk(leaf, toks, slots, storages, scalars, True)
 
 
-def walk_structure(roots: Sequence[Node], head: list[Any]
+class ViewOffsets:
+    """The offsets of a walk's buffer views, kept out of its key (see
+    :func:`walk_structure`): a leaf's token says only whether its offset is 0 and,
+    if not, which of the walk's distinct offsets it is (first appearance first);
+    ``values`` holds those offsets, ``views`` every leaf with its buffer's slot."""
+
+    __slots__ = ("index", "values", "views")
+
+    def __init__(self) -> None:
+        self.values: list[int] = []
+        self.index: dict[int, int] = {}
+        self.views: list[tuple[int, Leaf]] = []
+
+    def cls(self, off: int) -> int:
+        """-1 for offset 0, else which of the distinct offsets ``off`` is."""
+        if off == 0:
+            return -1
+        k = self.index.get(off)
+        if k is None:
+            k = self.index[off] = len(self.values)
+            self.values.append(off)
+        return k
+
+    def token(self, leaf: Leaf, slot: int) -> tuple:
+        """``leaf``'s token without its offset's value (its buffer's slot: ``slot``)."""
+        self.views.append((slot, leaf))
+        off = leaf.offset
+        if off == 0:  # (cls, written out: once per leaf of every planned evaluation)
+            return ("L", leaf.dtype.char, leaf.shape, leaf.strides, -1)
+        k = self.index.get(off)
+        if k is None:
+            k = self.index[off] = len(self.values)
+            self.values.append(off)
+        return ("L", leaf.dtype.char, leaf.shape, leaf.strides, k)
+
+
+def walk_structure(roots: Sequence[Node], head: list[Any], offs: ViewOffsets | None = None
                    ) -> tuple[list[Any], dict[Any, int], list[Storage], list[np.generic]] | None:
     """The prefix code of :func:`structure_key` for any roots but checked gathers, after
     ``head``.
 
     Returns ``(tokens, slots, storages, scalars)`` (``slots`` maps each buffer
-    and scalar node to its slot), or None for gathers and very large DAGs.
+    and scalar node to its slot), or None for gathers and very large DAGs.  With
+    ``offs``, the leaves' offsets go there instead of into the tokens (see
+    :class:`ViewOffsets`).
     """
     toks = head
     storages: list[Storage] = []
@@ -359,7 +404,7 @@ def walk_structure(roots: Sequence[Node], head: list[Any]
     slots: dict[Any, int] = {}
     try:
         for r in roots:
-            _walk(r, toks, slots, storages, scalars, True)
+            _walk(r, toks, slots, storages, scalars, True, offs)
     except (_Uncacheable, RecursionError):
         return None
     return toks, slots, storages, scalars
@@ -491,7 +536,7 @@ def _linearised(key: tuple, entry: StructureEntry | None, roots: Sequence[Node],
             list(entry.params) == bindings.params, (
                 "structure cache hit differs from a fresh linearisation", key)
         return entry, storages, scalars
-    fresh = StructureEntry(program, bindings.params)
+    fresh = StructureEntry(program, bindings.params, bindings.offset_slots or ())
     fresh.take = take
     if not same:  # never expected: the walks visit in the same order; do not cache
         return fresh, bindings.storages, bindings.scalars

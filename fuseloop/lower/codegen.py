@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .. import stats as _stats
-from ..cache_disk import KernelPlan
+from ..cache_disk import KernelPlan, cache_dir
 from ..errors import RecipeError
 from ..expr.program import Program, collapse_groups
 
@@ -62,6 +62,23 @@ def loopy_section() -> Iterator[None]:
             yield
         finally:
             gc.collect()
+
+
+@contextmanager
+def _without_loopy_caches() -> Iterator[None]:
+    """Loopy's own caches (in memory and under ~/.cache/pytools) off while fuseloop's
+    disk cache is on: a kernel fuseloop builds missed that cache, so Loopy's (keyed by
+    the translation unit fuseloop makes from the same program) misses too, and
+    looking up and storing there hashed and pickled the whole kernel three times
+    (an eighth of Loopy's time for a 200-operation chain).  The caller holds
+    :data:`loopy_lock`: the switch is a module global of Loopy's."""
+    if cache_dir() is None:
+        yield
+        return
+    import loopy as lp
+
+    with lp.CacheMode(False):
+        yield
 
 
 def lower(program: Program, index_dtype: np.dtype, recipe: Any,
@@ -215,7 +232,7 @@ def generate(t_unit: Any, device: Any) -> KernelPlan:
 def kernel_plan(program: Program, index_dtype: np.dtype, device: Any, recipe: Any,
                 user_functions: Any, sizes: str = "") -> KernelPlan:
     """All three steps: what the kernel cache builds on a miss."""
-    with loopy_section():
+    with loopy_section(), _without_loopy_caches():
         t_unit = lower(program, index_dtype, recipe, user_functions, sizes, device=device)
         plan = generate(apply_recipe(t_unit, recipe, device), device)
     if len(program.outputs) > 1 and program.contraction is None:

@@ -178,7 +178,8 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
         silenced_warnings=["inferred_iname", "no_device_in_pre_codegen_checks",
                            "write_race(store_out*)", "v1_scheduler_fallback", "iname-order"],
     )
-    knl = lp.set_options(knl, enforce_array_accesses_within_bounds=False)
+    # (no bounds check: see kernel.NO_BOUNDS_CHECK)
+    knl = lp.set_options(knl, enforce_array_accesses_within_bounds="no_check")
     entries = program.entries
     knl = knl.with_kernel(knl.default_entrypoint.tagged(frozenset({
         ContractionSizes(names.get(BATCH), names[ROW], names[COL], names[RED]),

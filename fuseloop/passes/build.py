@@ -52,6 +52,10 @@ class Build:
         self.scalar_nodes: list[Node] = []
         self.params: list[int] = []
         self.param_of: dict[int, tuple] = {}  # small ints are interned as parameters too
+        # a buffer view's offset gets a parameter of its own (never shared with a size or
+        # stride of equal value), so the program does not depend on offsets' values and
+        # a run plan can replay it with other offsets (see fuseloop.run_plans)
+        self.offset_of: dict[int, tuple] = {}
         self.reductions = 0  # reductions numbered so far (their ``rid``)
         self.outputs: tuple[int, ...] = ()
         self.emitter: Any = None  # (see fuseloop.passes.emit.emitter)
@@ -63,6 +67,19 @@ class Build:
             p = self.param_of[value] = ("p", len(self.params))
             self.params.append(int(value))
         return p
+
+    def offset_param(self, value: int) -> tuple:
+        """The parameter holding a (non-zero) offset of a buffer view or target:
+        one per distinct offset, apart from the other parameters."""
+        p = self.offset_of.get(value)
+        if p is None:
+            p = self.offset_of[value] = ("p", len(self.params))
+            self.params.append(int(value))
+        return p
+
+    def offset_slots(self) -> tuple[int, ...]:
+        """The positions in ``params`` of the offset parameters."""
+        return tuple(p[1] for p in self.offset_of.values())
 
     def reach(self, value: int) -> None:
         """Note that an index expression may reach ``value``.

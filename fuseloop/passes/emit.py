@@ -98,7 +98,9 @@ class _Emitter(Mapper):
             return "c", 0  # the common case: a whole array in the output's own order
         strides = node.view_strides()
         off = node.offset
-        off_kind = 0 if off == 0 else b.param(off)
+        # (a buffer's offset has a parameter of its own; an iota's is part of its key)
+        off_kind = 0 if off == 0 else b.offset_param(off) if type(node) is Leaf else \
+            b.param(off)
         if at == b.root_at and all(c == 0 or s == cs for c, s, cs in zip(at, strides, b.out_c)):
             return "c", off_kind  # walks the output's own C order: the flat index
         return tuple(0 if c == 0 else b.stride_kind(s) for c, s in zip(at, strides)), off_kind

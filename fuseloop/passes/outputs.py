@@ -41,7 +41,7 @@ def place_outputs(b: Build) -> None:
             abs(s) * (b.out_shape[c[1]] - 1 if c[0] == "r" else b.params[c[2][1]] - 1)
             for c, s in zip(at, t.strides) if c != 0))
         kinds = tuple(0 if c == 0 else b.stride_kind(s) for c, s in zip(at, t.strides))
-        spec = (at, kinds, 0 if t.offset == 0 else b.param(t.offset))
+        spec = (at, kinds, 0 if t.offset == 0 else b.offset_param(t.offset))
         # (an atomic update names its operation: fl.add.at, see Target.atomic)
         specs.append(spec if t.atomic is None else (*spec, t.atomic))
     masks = {id(t.mask): t.mask for t in (b.targets or ()) if t is not None

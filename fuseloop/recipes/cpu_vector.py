@@ -148,8 +148,12 @@ _BUILTINS = {True: vector_builtins(True), False: vector_builtins(False)}
 class _Vectoriser:
     def __init__(self, knl: lp.LoopKernel, callables: Any, table: dict[str, VectorCall],
                  block_inames: frozenset[str], lane: str,
-                 through_width: int = LANES // 2) -> None:
+                 through_width: int = LANES // 2,
+                 lane_temps: frozenset[str] = frozenset()) -> None:
         self.knl = knl
+        # scalar temporaries set in the lane loop: privatised into arrays of the lanes
+        # (see _vectorise_block), so a call reading one reads that array as a vector
+        self.lane_temps = lane_temps
         self.through_width = through_width
         self.callables = callables
         self.table = table
@@ -185,6 +189,13 @@ class _Vectoriser:
             return expr.aggregate.name
         return None
 
+    def _lane_array(self, expr: Any, dtype: np.dtype) -> bool:
+        """Whether ``expr`` is a temporary of ``dtype`` that becomes an array of the lanes."""
+        if not isinstance(expr, prim.Variable) or expr.name not in self.lane_temps:
+            return False
+        found: Any = self.knl.temporary_variables[expr.name].dtype
+        return found is not None and np.dtype(found.numpy_dtype) == dtype
+
     def _array(self, name: str, dtype: np.dtype) -> None:
         self.temps[name] = lp.TemporaryVariable(name, dtype, shape=(LANES,),
                                                 address_space=lp.AddressSpace.PRIVATE)
@@ -202,6 +213,11 @@ class _Vectoriser:
             if source is not None:  # a result array already: read it as a vector
                 vector_args.append(source)
                 call_deps.add(f"_fl_vcall{source[len(_RESULT_PREFIX):]}")
+                continue
+            if self._lane_array(p, dtype):
+                # a temporary of the lanes already (its writer is among the instruction's
+                # dependencies): no copy into an argument array, one instruction less
+                vector_args.append(p.name)
                 continue
             arg = f"{_ARG_PREFIX}{k}_{j}"
             self._array(arg, dtype)
@@ -269,7 +285,12 @@ def _hoist_calls(knl: lp.LoopKernel, callables: Any, fp64: bool, ids: frozenset[
     expression); return the vectoriser and the kernel's new instruction list."""
     from .mappers import CallHoister
 
-    vec = _Vectoriser(knl, callables, _BUILTINS[fp64], block_inames, lane, through_width)
+    temps = knl.temporary_variables
+    lane_temps = frozenset(name for insn in knl.instructions if insn.id in ids
+                           for name in insn.assignee_var_names()
+                           if name in temps and not temps[name].shape)
+    vec = _Vectoriser(knl, callables, _BUILTINS[fp64], block_inames, lane, through_width,
+                      lane_temps)
     insns = []
     for insn in knl.instructions:
         if insn.id not in ids:

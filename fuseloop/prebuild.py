@@ -1,0 +1,161 @@
+"""The kernels of one evaluation built concurrently, ahead of its launches.
+
+An evaluation that needs several new kernels (a reduction run first, a two-stage
+reduction's stages, a temporary's copy, ``fl.compute`` over several shapes) would
+build them one after the other, each when its launch comes.  A new structure's run
+plan (:mod:`fuseloop.run_plans`) is recorded dry (nothing is enqueued: the recorder
+only notes each launch) and then replayed; in between, the kernels its steps need
+that the memory cache does not hold are built by one thread each
+(:func:`build_steps_ahead`).  ``fl.compute`` over several shapes records each group
+dry first (:func:`build_ahead`).  Loopy's steps stay one at a time
+(:data:`fuseloop.lower.codegen.loopy_lock`) while the OpenCL compiler runs in the
+compile workers, so one kernel's build overlaps the next one's lowering and the
+builds of two kernels overlap each other.
+
+Only with compile workers (the default): building inline, pyopencl would make kernel
+objects in several threads at once, which once crashed a driver (see
+:data:`fuseloop.cache.kernel_objects_lock`).  A build that fails here is not
+reported: nothing is cached for it, and the evaluation's own launch builds it again
+and raises.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import evaluate as _ev
+from . import launching
+from . import run_plans as _rp
+from .cache import _memory
+from .expr.ir import INT32_LIMIT
+from .expr.nodes import Node, Storage
+from .expr.program import Bindings, Target
+from .launching import INDEX_INT32, INDEX_INT64
+from .recipes import recipe_for
+from .runtime import compile_workers
+from .runtime.devices import Device
+
+#: fewest missing kernels worth building ahead (one is built by its launch anyway)
+MIN_KERNELS = 2
+
+Job = tuple[Sequence[Node], tuple[int, ...], Device, Sequence[Target | Storage | None] | None]
+
+
+class _DryRecorder(_rp.Recorder):
+    """Notes the launches of an evaluation and enqueues nothing."""
+
+    def __init__(self) -> None:
+        super().__init__([], [], {})
+        self.launches: list[tuple[Any, Bindings, Device]] = []
+
+    def launch(self, program: Any, bindings: Bindings, outs: Sequence[Storage],
+               device: Device) -> None:
+        self.launches.append((program, bindings, device))
+
+
+def _dry_launches(jobs: Sequence[Job]) -> list[tuple[Any, Bindings, Device]]:
+    rec = _DryRecorder()
+    saved = getattr(_rp._local, "recorder", None)
+    with _rp._lock:
+        _rp.recording_threads[0] += 1
+    _rp._local.recorder = rec
+    try:
+        for roots, out_shape, device, targets in jobs:
+            _ev.run_unplanned(roots, out_shape, device, targets)
+    finally:
+        _rp._local.recorder = saved
+        with _rp._lock:
+            _rp.recording_threads[0] -= 1
+    return rec.launches
+
+
+def _build_all(missing: list[tuple[tuple, tuple]]) -> list[tuple]:
+    """Build each missing kernel (``(key, kernel_for's arguments)``) in a thread of
+    its own, when there are at least :data:`MIN_KERNELS`; returns the keys built (the
+    caller forgets those its evaluation did not look up: see :func:`forget`)."""
+    if len(missing) < MIN_KERNELS or compile_workers.mode() != "process":
+        return []
+    built: list[tuple] = []
+
+    def build(key: tuple, args: tuple) -> None:
+        try:
+            launching.kernel_for(*args)
+        except Exception:
+            return  # nothing cached: the evaluation builds it again and raises
+        built.append(key)
+
+    threads = [threading.Thread(target=build, args=job, daemon=True,
+                                name="fuseloop-build") for job in missing]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    launching.prebuilt.update(built)
+    return built
+
+
+def forget(built: list[tuple]) -> None:
+    """Count later look-ups of kernels ``built`` ahead as usual again."""
+    if built:
+        launching.prebuilt.difference_update(built)
+
+
+def _missing(launches: Sequence[tuple[Any, Sequence[int], tuple[int, ...], np.dtype]],
+             device: Device) -> list[tuple[tuple, tuple]]:
+    """``(key, kernel_for's arguments)`` of each distinct kernel of ``launches``
+    (program, parameters, output shape, index dtype) the memory cache lacks."""
+    seen: set[tuple] = set()
+    out = []
+    for program, params, out_shape, index_dtype in launches:
+        recipe = recipe_for(device, launching.recipe_kind(program))
+        n_rows, n_elem = launching.rows_of(program, out_shape)
+        args = (program, index_dtype, device, recipe, params, n_rows, n_elem)
+        key = launching.kernel_key(*args)
+        if key not in seen and key not in _memory:
+            seen.add(key)
+            out.append((key, args))
+    return out
+
+
+def build_steps_ahead(steps: Sequence[Any], storages: Sequence[Storage],
+                      allocs: Sequence[int], offsets: Sequence[int], device: Device
+                      ) -> list[tuple]:
+    """Build the kernels a new run plan's ``steps`` need (see the module docstring),
+    for a replay with these input ``storages``, temporaries of ``allocs`` bytes and
+    view ``offsets``; returns the keys built."""
+    if compile_workers.mode() != "process" or len(steps) < MIN_KERNELS:
+        return []
+    launches = []
+    for step in steps:
+        params = _rp._params(step, offsets)
+        biggest = max(max(params, default=0), math.prod(step.out_shape),
+                      *(storages[k].nbytes if kind == "i" else allocs[k]
+                        for kind, k in step.storage_refs))
+        index_dtype = INDEX_INT32 if biggest <= INT32_LIMIT else INDEX_INT64
+        launches.append((step.program, params, step.out_shape, index_dtype))
+    try:
+        missing = _missing(launches, device)
+    except Exception:  # (the replay reports what is wrong)
+        return []
+    return _build_all(missing)
+
+
+def build_ahead(jobs: Sequence[Job]) -> list[tuple]:
+    """Build the kernels that evaluating ``jobs`` would build, concurrently (a dry
+    recording of each finds them); returns the keys built."""
+    if compile_workers.mode() != "process":
+        return []
+    try:
+        launches = []
+        for program, bindings, device in _dry_launches(jobs):
+            index_dtype, _, _, _ = _ev.launch_choice(program, bindings, device)
+            launches.append((program, bindings.params, bindings.out_shape, index_dtype))
+        missing = _missing(launches, jobs[0][2])
+    except Exception:  # (the evaluation itself reports what is wrong)
+        return []
+    return _build_all(missing)
