@@ -12,7 +12,15 @@ from .array import Array, Constant, _coerce, _operand_node
 from .dtypes import scalar_to
 from .errors import DeviceError, DTypeError, ShapeError
 from .evaluate import _rebuild, cast_node, reads_outside, run, run_into
-from .expr.nodes import Leaf, Literal, Node, broadcast_shapes, note_reader, register_readers
+from .expr.nodes import (
+    SHARED_WITH_PYOPENCL,
+    Leaf,
+    Literal,
+    Node,
+    broadcast_shapes,
+    note_reader,
+    register_readers,
+)
 from .expr.overlap import View, views_disjoint
 from .expr.program import Target
 from .trace_hooks import check_traced, trace_checks
@@ -107,6 +115,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         run_into(node, dest_shape, target.device, storage)
     else:
         run([node], dest_shape, target.device, [dest])
+    if SHARED_WITH_PYOPENCL and storage in SHARED_WITH_PYOPENCL:
+        target.device.queue  # noqa: B018  (the property enqueues the deferred launches)
 
 
 def _readers_first(node: Node, storage: Any, written: View | None, itemsize: int,

@@ -412,11 +412,14 @@ def to_pyopencl(x: Array) -> Any:
     if x.device.backend != "opencl":
         raise DeviceError(f"fl.to_pyopencl needs an OpenCL device, not {x.device} "
                           f"({x.device.backend})")
+    from .expr.nodes import SHARED_WITH_PYOPENCL
+
     x.eval()
     if not x.is_contiguous:
         x = x.copy().eval()
     storage = x._storage
     assert storage is not None
+    SHARED_WITH_PYOPENCL.add(storage)
     queue = x.device.queue  # (enqueues deferred launches: pyopencl's commands follow them)
     return cla.Array(queue, x.shape, x.dtype, data=storage.buffer)
 
@@ -432,7 +435,7 @@ def from_pyopencl(src: Any, device: Any = None, copy: bool | None = None) -> Arr
     from .array import Array
     from .creation import _device, _is_pyopencl_array, asarray
     from .dtypes import as_dtype
-    from .expr.nodes import Storage
+    from .expr.nodes import SHARED_WITH_PYOPENCL, Storage
 
     if not _is_pyopencl_array(src):
         raise TypeError(f"fl.from_pyopencl takes a pyopencl.array.Array, not "
@@ -464,6 +467,7 @@ def from_pyopencl(src: Any, device: Any = None, copy: bool | None = None) -> Arr
     dt = as_dtype(src.dtype)
     storage = Storage(buffer, src.nbytes, dev)
     _owners[storage] = src
+    SHARED_WITH_PYOPENCL.add(storage)
     return Array._concrete(storage, dt, tuple(int(n) for n in src.shape))
 
 # }}}

@@ -95,6 +95,12 @@ def register_readers() -> None:
                     s._enter(key, ref)
 
 
+#: storages whose buffers pyopencl arrays also use (``fl.to_pyopencl``/``from_pyopencl``):
+#: pyopencl's commands do not wait for fuseloop's deferred launches, so a write into one
+#: is enqueued at once
+SHARED_WITH_PYOPENCL: weakref.WeakSet = weakref.WeakSet()
+
+
 class Storage:
     """A device buffer with the bookkeeping that keeps lazy readers correct.
 
