@@ -46,6 +46,7 @@ from .launching import (
     recipe_kind,
 )
 from .recipes import recipe_for
+from .recipes.registry import stamp as _recipe_stamp
 from .runtime.devices import Device
 
 _local = threading.local()
@@ -233,6 +234,7 @@ def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
     biggest = max(max(step.params, default=0), math.prod(step.out_shape))
     index_dtype = index_dtype_for(storages, biggest, device)
     program = step.program
+    token = _recipe_stamp()
     recipe = recipe_for(device, recipe_kind(program))
     plan = step.plan
     if plan is None or not plan.valid(recipe, index_dtype):
@@ -242,6 +244,7 @@ def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
         hit = 0
     else:
         hit = 1
+    plan.stamp = token  # (fl.fuse's replay checks it: see LaunchPlan)
     # small steps are deferred like small cached launches (``biggest`` counts bytes
     # or elements), reductions too: a result read at once (``float(x.sum())``)
     # enqueues it first anyway, and on PoCL a launch enqueued alone wakes its
