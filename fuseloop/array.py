@@ -33,7 +33,7 @@ from .expr.nodes import (
     scalar_sig,
     signature_of,
 )
-from .runtime.devices import Device, flush_deferred
+from .runtime.devices import Device
 from .runtime.transfer import read
 from .trace_hooks import ScalarStandIn, check_traced, trace_checks
 
@@ -237,10 +237,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 if v is None:
                     v = _weak_scalar(b, loop[1])
                 bn = _new_node(Scalar)
-                bn.value = v
-                bn.dtype = v.dtype
-                bn.shape = ()
-                bn.storages = _EMPTY
+                bn.value, bn.dtype, bn.shape, bn.storages = v, v.dtype, (), _EMPTY
                 if sig:
                     operands = (*an.operands, bn)
             else:
@@ -253,7 +250,10 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             if hit is None:
                 hit = _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
             loop, key, shape, sig = hit
-            an = Scalar(_weak_scalar(a, loop[0]))
+            v = (_weak_scalars.get((a, key[0])) if a and a == a else None) or \
+                _weak_scalar(a, loop[0])  # (as above; a zero, false, is made again)
+            an = _new_node(Scalar)
+            an.value, an.dtype, an.shape, an.storages = v, v.dtype, (), _EMPTY
             if sig:
                 operands = (an, *bn.operands)
         else:
@@ -533,12 +533,11 @@ class Array(ArrayProtocol):
         if trace_checks:
             check_traced(self, ".get()")
         self.eval()
-        # the read would enqueue deferred launches anyway: now, they start a little sooner
-        flush_deferred(self.device)
         host = np.empty(self.shape, self.dtype)
-        if host.size:
+        if host.size:  # (read enqueues the deferred launches first)
             storage = self._storage
-            if not self.is_contiguous:
+            node = self._node  # (is_contiguous, inline)
+            if type(node) is not Leaf or node.strides is not None or node.offset:
                 # a strided view: gather it into a contiguous buffer first
                 storage = run([self._node], self.shape, self.device)[0]
             read(host, storage.buffer, self.device)  # type: ignore[union-attr]
