@@ -55,6 +55,7 @@ from .launching import (
     index_dtype_for,
     plan_launch,
     recipe_kind,
+    thread_kernel,
 )
 from .recipes import recipe_for
 from .recipes.registry import current as _recipes_current
@@ -152,6 +153,7 @@ class _Entry:
                                             index_dtype, recipe, device, one_output=True)
         if plan is not None:
             plan.stamp = token
+            thread_kernel(plan)  # (this thread's kernel object: run needs it made)
 
     def _deferred_single(self, single: tuple, storages: list[Storage], values: list[Any],
                          args: tuple, sc: list[Any]) -> tuple[Any] | None:
@@ -410,41 +412,33 @@ class Fused:
         arguments: their type and value are part of the key."""
         mask = self._static_mask(len(args), names)
         for a, static in zip(args, mask):
-            t = type(a)
             if static:
-                key += (t, a)
-            elif t is Array:
-                storages.append(_other_array(a, key))
-            elif t is float or t is int or t is bool:
-                key.append(t)
-                values.append(a)
+                key += (type(a), a)
             else:
                 self._other_arg(a, args, names, key, storages, values)
 
     def _other_arg(self, a: Any, args: tuple, names: tuple, key: list[Any],
                    storages: list[Storage], values: list[Any]) -> None:
-        """A numpy scalar argument (its dtype is in the key), a tuple or list of
-        arguments (its type and length are; its items are taken in order), else a
-        TracingError."""
+        """One argument's part of the key, its buffer or scalar: an array (see
+        :func:`_other_array`), a Python or numpy scalar (its type or dtype is in the
+        key), a tuple or list of arguments (its type and length are; its items are taken
+        in order), else a TracingError."""
         t = type(a)
-        if t is tuple or t is list:
+        if t is Array:
+            storages.append(_other_array(a, key))
+        elif t is float or t is int or t is bool:
+            key.append(t)
+            values.append(a)
+        elif t is tuple or t is list:
             key += (t, len(a))
             for item in a:
-                it = type(item)
-                if it is Array:
-                    storages.append(_other_array(item, key))
-                elif it is float or it is int or it is bool:
-                    key.append(it)
-                    values.append(item)
-                else:
-                    self._other_arg(item, args, names, key, storages, values)
-            return
-        if isinstance(a, np.generic) and a.dtype.kind in "biuf":
+                self._other_arg(item, args, names, key, storages, values)
+        elif isinstance(a, np.generic) and a.dtype.kind in "biuf":
             key.append(a.dtype)
             values.append(a)
-            return
-        k = next((i for i, b in enumerate(args) if b is a), None)
-        self._refuse(a, k, len(args) - len(names), names)
+        else:
+            k = next((i for i, b in enumerate(args) if b is a), None)
+            self._refuse(a, k, len(args) - len(names), names)
 
     def _refuse(self, a: Any, k: int | None, npos: int, names: tuple) -> None:
         what = type(a).__name__
@@ -632,7 +626,18 @@ def _make_entry(trace: Trace, device: Device, structure: Any, outs: list,
     entry.temps = [s.nbytes for s in trace.temps]
     entry.consts = list(trace.consts)
     entry.pool = _runtime(device).pool
-    nbytes = [s.nbytes for s in trace.placeholder_list] + entry.temps + \
+    entry.steps = _record_steps(trace, entry.temps, n_in, pos)
+    entry.slots = slots = _record_slots(trace)
+    entry.fixed_scalars = [a for _, a, _ in slots] if all(k == 0 for k, _, _ in slots) else None
+    entry.results = _record_results(entry, trace, outs, computed, stand_ins, pos)
+    _choose_replay(entry, n_in)
+    return entry
+
+
+def _record_steps(trace: Trace, temps: list[int], n_in: int,
+                  pos: Callable[[tuple[str, int]], int]) -> list[tuple]:
+    """:attr:`_Entry.steps` of ``trace``'s launches."""
+    nbytes = [s.nbytes for s in trace.placeholder_list] + temps + \
         [s.nbytes for s in trace.consts]
     steps = []
     for st in trace.steps:
@@ -643,7 +648,12 @@ def _make_entry(trace: Trace, device: Device, structure: Any, outs: list,
         small = biggest <= limit and max([nbytes[j] for j in ins], default=0) <= limit
         steps.append((st, None if ins == tuple(range(n_in)) else ins,
                       tuple(map(pos, st.out_refs)), st.scalar_refs, small))
-    entry.steps = steps
+    return steps
+
+
+def _record_slots(trace: Trace) -> list[tuple]:
+    """:attr:`_Entry.slots` of ``trace``'s scalar slots: (0, constant, None), (1, argument
+    position, dtype) for a Python int or float argument, else (2, function, dtype)."""
     slots: list[tuple] = []
     for slot in trace.slots:
         if slot[0] == "const":
@@ -655,8 +665,13 @@ def _make_entry(trace: Trace, device: Device, structure: Any, outs: list,
             else:
                 slots.append((2, standin.fn if standin.arg is not None else
                               standin.checked_fn(), dtype))
-    entry.slots = slots
-    entry.fixed_scalars = [a for _, a, _ in slots] if all(k == 0 for k, _, _ in slots) else None
+    return slots
+
+
+def _record_results(entry: _Entry, trace: Trace, outs: list, computed: list[Storage | None],
+                    stand_ins: dict[int, tuple[int, ...]],
+                    pos: Callable[[tuple[str, int]], int]) -> list[tuple]:
+    """:attr:`_Entry.results` (sets ``entry.eager`` for a result no launch wrote)."""
     results: list[tuple] = []
     for o, c in zip(outs, computed):
         if isinstance(o, Array):
@@ -676,24 +691,28 @@ def _make_entry(trace: Trace, device: Device, structure: Any, outs: list,
             results.append((3, o.fn, None, None))
         else:
             results.append((2, o, None, None))
-    entry.results = results
-    # the single-launch path (see _Entry.run): one small launch, its inputs the
-    # arguments in order, its scalars the slots in order, its outputs new buffers
+    return results
+
+
+def _choose_replay(entry: _Entry, n_in: int) -> None:
+    """``entry.single`` and ``result1`` (see :meth:`_Entry.replay`), and ``entry.run``."""
+    # the single-launch path: one small launch, its inputs the arguments in order, its
+    # scalars the slots in order, its outputs new buffers
     entry.single = entry.result1 = None
-    if len(steps) == 1 and not entry.eager:
-        st, ins1, outs1, scal, small1 = steps[0]
-        if small1 and ins1 is None and scal == tuple(range(len(slots))) and \
-                outs1 == tuple(range(n_in, n_in + len(entry.temps))) and entry.temps and \
-                _error_free(st.program):
-            entry.single = (st, recipe_kind(st.program), entry.temps,
-                            entry.temps[0] if len(entry.temps) == 1 else 0)
-            if structure is None and results[0][0] == 0:
-                entry.result1 = results[0][2:]
     entry.plan1 = None
+    if len(entry.steps) == 1 and not entry.eager:
+        st, ins1, outs1, scal, small1 = entry.steps[0]
+        temps = entry.temps
+        if small1 and ins1 is None and scal == tuple(range(len(entry.slots))) and \
+                outs1 == tuple(range(n_in, n_in + len(temps))) and temps and \
+                _error_free(st.program):
+            entry.single = (st, recipe_kind(st.program), temps,
+                            temps[0] if len(temps) == 1 else 0)
+            if entry.structure is None and entry.results[0][0] == 0:
+                entry.result1 = entry.results[0][2:]
     prepared = entry.result1 is not None and len(entry.temps) == 1 and \
-        all(kind != 2 for kind, _, _ in slots)
+        all(kind != 2 for kind, _, _ in entry.slots)
     entry.run = _prepared_single(entry) if prepared else entry.replay
-    return entry
 
 
 def _error_free(program: Any) -> bool:
