@@ -236,8 +236,9 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 v = _weak_scalars.get((b, key[1])) if b and b == b else None
                 if v is None:
                     v = _weak_scalar(b, loop[1])
-                bn = _new_node(Scalar)
-                bn.value, bn.dtype, bn.shape, bn.storages = v, v.dtype, (), _EMPTY
+                bn = _new_node(Scalar)  # (at most three targets a line: no tuple built)
+                bn.value, bn.dtype, bn.shape = v, v.dtype, ()
+                bn.storages = _EMPTY
                 if sig:
                     operands = (*an.operands, bn)
             else:
@@ -253,16 +254,15 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             v = (_weak_scalars.get((a, key[0])) if a and a == a else None) or \
                 _weak_scalar(a, loop[0])  # (as above; a zero, false, is made again)
             an = _new_node(Scalar)
-            an.value, an.dtype, an.shape, an.storages = v, v.dtype, (), _EMPTY
+            an.value, an.dtype, an.shape = v, v.dtype, ()
+            an.storages = _EMPTY
             if sig:
                 operands = (an, *bn.operands)
         else:
             return _apply_general(op, (a, b))
         node = _new_node(Apply)
-        node.op = op
-        node.args = (an, bn)
-        node.loop = loop
-        node.loop_key = key
+        node.op, node.args = op, (an, bn)
+        node.loop, node.loop_key = loop, key
         node.dtype = dtype = loop[-1]
         node.shape = shape
         if not sig:
@@ -272,8 +272,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             operands = None
         node.sig = sig
         node.operands = operands
-        sa = an.storages
-        sb = bn.storages
+        sa, sb = an.storages, bn.storages
         if sb is sa or not sb:
             node.storages = storages = sa
         elif not sa or sa < sb:
