@@ -116,6 +116,7 @@ def build_node(op: str, operands: tuple[Any, ...],
 
 
 _new_array = _new_node = object.__new__
+_plain_leaf = Leaf.plain  # (bound once: every result array makes one)
 # (op, operand kinds...) -> (loop dtypes, their key); finite: ops x kinds^2
 _loops: dict[tuple, tuple[tuple[np.dtype, ...], tuple[str, ...]]] = {}
 # (Python int or float, dtype char) -> the numpy scalar it converts to
@@ -232,10 +233,10 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 if hit is None:
                     hit = _signed_loop(op, an, None, sa, tb, a.dtype, tb)
                 loop, key, shape, sig = hit
-                # _weak_scalar, its hit inline (0, -0.0 and NaN are never remembered)
-                v = _weak_scalars.get((b, key[1])) if b and b == b else None
-                if v is None:
-                    v = _weak_scalar(b, loop[1])
+                # _weak_scalar, its hit inline (0, -0.0 and NaN are never remembered; a
+                # zero converts to a false scalar, which _weak_scalar makes again)
+                v = (_weak_scalars.get((b, key[1])) if b and b == b else None) or \
+                    _weak_scalar(b, loop[1])
                 bn = _new_node(Scalar)  # (at most three targets a line: no tuple built)
                 bn.value, bn.dtype, bn.shape = v, v.dtype, ()
                 bn.storages = _EMPTY
@@ -252,7 +253,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 hit = _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
             loop, key, shape, sig = hit
             v = (_weak_scalars.get((a, key[0])) if a and a == a else None) or \
-                _weak_scalar(a, loop[0])  # (as above; a zero, false, is made again)
+                _weak_scalar(a, loop[0])  # (as above)
             an = _new_node(Scalar)
             an.value, an.dtype, an.shape = v, v.dtype, ()
             an.storages = _EMPTY
@@ -261,8 +262,10 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
         else:
             return _apply_general(op, (a, b))
         node = _new_node(Apply)
-        node.op, node.args = op, (an, bn)
-        node.loop, node.loop_key = loop, key
+        node.op = op
+        node.args = (an, bn)
+        node.loop = loop
+        node.loop_key = key
         node.dtype = dtype = loop[-1]
         node.shape = shape
         if not sig:
@@ -272,7 +275,8 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             operands = None
         node.sig = sig
         node.operands = operands
-        sa, sb = an.storages, bn.storages
+        sa = an.storages
+        sb = bn.storages
         if sb is sa or not sb:
             node.storages = storages = sa
         elif not sa or sa < sb:
@@ -439,7 +443,7 @@ class Array(ArrayProtocol):
     def _concrete(cls, storage: Storage, dtype: np.dtype, shape: tuple[int, ...]) -> Array:
         self = object.__new__(cls)
         self._storage = storage
-        self._node = Leaf.plain(storage, dtype, shape)
+        self._node = _plain_leaf(storage, dtype, shape)
         self.device = storage.device
         self.dtype = dtype
         self._shape = shape
@@ -455,7 +459,7 @@ class Array(ArrayProtocol):
     def _become(self, storage: Storage) -> None:
         old = self._node.storages
         self._storage = storage
-        self._node = Leaf.plain(storage, self.dtype, self.shape)
+        self._node = _plain_leaf(storage, self.dtype, self._shape)
         key = id(self)
         for s in old:
             readers = s.readers  # usually None or without this array (expr.nodes.note_reader)
