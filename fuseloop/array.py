@@ -233,8 +233,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 if hit is None:
                     hit = _signed_loop(op, an, None, sa, tb, a.dtype, tb)
                 loop, key, shape, sig = hit
-                # _weak_scalar, its hit inline (0, -0.0 and NaN are never remembered; a
-                # zero converts to a false scalar, which _weak_scalar makes again)
+                # _weak_scalar, its hit inline (0, -0.0, NaN never remembered; 0 is false)
                 v = (_weak_scalars.get((b, key[1])) if b and b == b else None) or \
                     _weak_scalar(b, loop[1])
                 bn = _new_node(Scalar)  # (at most three targets a line: no tuple built)
@@ -539,8 +538,7 @@ class Array(ArrayProtocol):
         host = np.empty(self.shape, self.dtype)
         if host.size:  # (read enqueues the deferred launches first)
             storage = self._storage
-            node = self._node  # (is_contiguous, inline)
-            if type(node) is not Leaf or node.strides is not None or node.offset:
+            if not self.is_contiguous:
                 # a strided view: gather it into a contiguous buffer first
                 storage = run([self._node], self.shape, self.device)[0]
             read(host, storage.buffer, self.device)  # type: ignore[union-attr]
