@@ -34,7 +34,7 @@ from .expr.nodes import (
     scalar_sig,
     signature_of,
 )
-from .runtime.devices import Device, flush_deferred
+from .runtime.devices import Device
 from .runtime.transfer import read
 from .trace_hooks import ScalarStandIn, check_traced, trace_checks
 
@@ -120,6 +120,7 @@ def build_node(op: str, operands: tuple[Any, ...],
 
 
 _new_array = _new_node = object.__new__
+_plain_leaf = Leaf.plain  # (bound once: every result array makes one)
 # (op, operand kinds...) -> (loop dtypes, their key); finite: ops x kinds^2
 _loops: dict[tuple, tuple[tuple[np.dtype, ...], tuple[str, ...]]] = {}
 # (Python int or float, dtype char) -> the numpy scalar it converts to
@@ -236,14 +237,11 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 if hit is None:
                     hit = _signed_loop(op, an, None, sa, tb, a.dtype, tb)
                 loop, key, shape, sig = hit
-                # _weak_scalar, its hit inline (0, -0.0 and NaN are never remembered)
-                v = _weak_scalars.get((b, key[1])) if b and b == b else None
-                if v is None:
-                    v = _weak_scalar(b, loop[1])
-                bn = _new_node(Scalar)
-                bn.value = v
-                bn.dtype = v.dtype
-                bn.shape = ()
+                # _weak_scalar, its hit inline (0, -0.0, NaN never remembered; 0 is false)
+                v = (_weak_scalars.get((b, key[1])) if b and b == b else None) or \
+                    _weak_scalar(b, loop[1])
+                bn = _new_node(Scalar)  # (at most three targets a line: no tuple built)
+                bn.value, bn.dtype, bn.shape = v, v.dtype, ()
                 bn.storages = _EMPTY
                 if sig:
                     operands = (*an.operands, bn)
@@ -257,7 +255,11 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             if hit is None:
                 hit = _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
             loop, key, shape, sig = hit
-            an = Scalar(_weak_scalar(a, loop[0]))
+            v = (_weak_scalars.get((a, key[0])) if a and a == a else None) or \
+                _weak_scalar(a, loop[0])  # (as above)
+            an = _new_node(Scalar)
+            an.value, an.dtype, an.shape = v, v.dtype, ()
+            an.storages = _EMPTY
             if sig:
                 operands = (an, *bn.operands)
         else:
@@ -446,7 +448,7 @@ class Array(ArrayProtocol):
     def _concrete(cls, storage: Storage, dtype: np.dtype, shape: tuple[int, ...]) -> Array:
         self = object.__new__(cls)
         self._storage = storage
-        self._node = Leaf.plain(storage, dtype, shape)
+        self._node = _plain_leaf(storage, dtype, shape)
         self.device = storage.device
         self.dtype = dtype
         self._shape = shape
@@ -462,7 +464,7 @@ class Array(ArrayProtocol):
     def _become(self, storage: Storage) -> None:
         old = self._node.storages
         self._storage = storage
-        self._node = Leaf.plain(storage, self.dtype, self.shape)
+        self._node = _plain_leaf(storage, self.dtype, self._shape)
         key = id(self)
         for s in old:
             readers = s.readers  # usually None or without this array (expr.nodes.note_reader)
@@ -539,10 +541,8 @@ class Array(ArrayProtocol):
         if trace_checks:
             check_traced(self, ".get()")
         self.eval()
-        # the read would enqueue deferred launches anyway: now, they start a little sooner
-        flush_deferred(self.device)
         host = np.empty(self.shape, self.dtype)
-        if host.size:
+        if host.size:  # (read enqueues the deferred launches first)
             storage = self._storage
             if not self.is_contiguous:
                 # a strided view: gather it into a contiguous buffer first

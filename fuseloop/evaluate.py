@@ -45,6 +45,7 @@ from .expr.nodes import (
 )
 from .expr.overlap import View, views_disjoint
 from .expr.program import (
+    INT32_LIMIT,
     Bindings,
     Program,
     Target,
@@ -55,7 +56,7 @@ from .expr.program import (
 from .expr.views import nocopy_reshape_strides, reshape_view
 from .launching import (
     DEFER_MAX,
-    DEFER_MAX_ELEMENTS,
+    INDEX_INT32,
     enqueue,
     index_dtype_for,
     launch_cached,
@@ -64,6 +65,7 @@ from .launching import (
     rows_of,
 )
 from .recipes import recipe_for
+from .recipes.registry import current as _recipes_current
 from .runtime.devices import Device
 from .runtime.transfer import host_buffer, write
 from .splits import SPLITTABLE as _SPLITTABLE
@@ -481,10 +483,10 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device,
 
     This is the commonest evaluation (``(x*2 + y).eval()`` in a loop), and most of
     its cost is the host's: so it does in place what :func:`run`, :func:`allocate`,
-    ``structure_entry`` and ``launch_cached`` do in turn.  On None the caller
-    uses :func:`run`, which handles every other case and reports every error but
-    the one raised here (an input on another device).  ``fl.stats()`` counts
-    as for :func:`run`.
+    ``structure_entry`` and ``launch_cached`` do in turn, with what does not change
+    between calls decided per launch plan (``LaunchPlan.stamp``, ``small_bytes``,
+    ``reserve``).  On None the caller uses :func:`run`, which handles every other
+    case and reports every error.  ``fl.stats()`` counts as for :func:`run`.
     """
     operands = node.operands
     if operands is None or len(shape) > 1 or capturing_threads[0] \
@@ -496,32 +498,41 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device,
     if entry is None:
         return None
     picked = entry.take(operands)
-    if picked is None:
-        return None
     plans = entry.launches.get(device)
-    size = shape[0] if shape else 1
-    nbytes = size * node.dtype.itemsize
-    if plans is None or size > DEFER_MAX_ELEMENTS or not 0 < nbytes <= device.max_alloc_size:
+    if picked is None or plans is None:
         return None
+    # the int32 plan exists only where the entry's sizes and parameters allow it
+    # (launch_cached chose it with index_dtype_for, the rule): what is left to check
+    # is the buffers, written out here (one frame fewer); anything else goes to run,
+    # which reports a buffer on another device
+    plan = plans.get(INDEX_INT32)
     storages, scalars = picked
-    index_dtype = index_dtype_for(
-        storages, entry.max_param if entry.max_param > size else size, device)
-    plan = plans.get(index_dtype)
-    # (LaunchPlan.valid written out: one call fewer on the commonest path; the
-    # index dtype is the plan's key)
-    if plan is None or plan.recipe is not recipe_for(device, "elementwise") \
-            or not plan.compiled.in_cache:
+    for s in storages:
+        if s.device is not device or s.nbytes > INT32_LIMIT:
+            return None
+    # (LaunchPlan.valid through the plan's stamp: its recipe is still recipe_for's)
+    if plan is None or plan.stamp is not _recipes_current[0] or not plan.compiled.in_cache:
         return None
+    nbytes = plan.small_bytes  # (0: not deferred; evaluate.run launches it)
     try:
         kernel, last = plan.threads.state
     except AttributeError:  # this thread's first launch of the structure
         return None
+    if not nbytes:
+        return None
     rt = plan.runtime
     if into is None:
+        # DeviceMemory.allocate, its common case written out (see DeviceMemory.reserve);
+        # out of credit, run allocates (and checks the room), as on a refusal (and reports)
+        mem = rt.pool
+        credit = mem.credit - plan.reserve
+        if credit < 0:
+            return None
+        mem.credit = credit
         try:
-            buffer = rt.pool.allocate(nbytes)
-        except OutOfMemoryError:
-            return None  # (run allocates again, and reports)
+            buffer = mem.pooled(nbytes)
+        except mem.refused:
+            return None
         out = Storage(buffer, nbytes, device)
     else:
         out = into

@@ -48,8 +48,18 @@ from .array import Array, _weak_scalar, _weak_scalars
 from .dtypes import scalar_to
 from .errors import OutOfMemoryError, TracingError
 from .expr.nodes import Leaf, Storage
-from .launching import DEFER_MAX, DEFER_MAX_ELEMENTS, enqueue, recipe_kind
+from .launching import (
+    DEFER_MAX,
+    DEFER_MAX_ELEMENTS,
+    enqueue,
+    index_dtype_for,
+    plan_launch,
+    recipe_kind,
+    thread_kernel,
+)
 from .recipes import recipe_for
+from .recipes.registry import current as _recipes_current
+from .recipes.registry import stamp as _recipe_stamp
 from .runtime.devices import Device, _runtime, get_device
 from .stats import cached_launches
 from .tracing import KindChanged, Trace, TracedScalar, install, uninstall
@@ -69,73 +79,109 @@ class _Entry:
     """What a call of one signature does: ``run(storages, values, args)``.
 
     ``steps``: per recorded launch ``(step, input positions, output positions,
-    scalar slots, recipe kind, small)``, positions into the call's pool of buffers
+    scalar slots, small)``, positions into the call's pool of buffers
     (the arguments', then new temporaries, then constants).  The index dtype, the
     device and the sizes of a step are fixed by the signature, so a step's launch
     plan (``step.plan``, made by ``run_plans._launch_step`` on its first replay) is
     used while its recipe and kernel are still current, as ``run_plans`` checks.
+
+    ``run`` is the signature's prepared replay: for the commonest record (one small
+    launch into one new buffer, which is the result) a closure that does only what
+    changes per call (:func:`_prepared_single`, with the one-output launch plan
+    ``plan1``), falling back to :meth:`replay`, which ``run`` is otherwise.
     """
 
-    __slots__ = ("consts", "device", "eager", "fixed_scalars", "pool", "result1", "results",
-                 "single", "slots", "steps", "structure", "temps")
+    __slots__ = ("consts", "device", "eager", "fixed_scalars", "plan1", "pool", "result1",
+                 "results", "run", "single", "slots", "steps", "structure", "temps")
 
     consts: list[Storage]
     device: Device
     eager: bool  # run the function as Python on each call (see Fused._call_eager)
     fixed_scalars: list[Any] | None  # the scalars when every slot is a constant
-    pool: Any  # the device's memory pool
+    plan1: Any  # the one-output LaunchPlan of a single-launch record with one result
+    pool: Any  # the device's memory (DeviceMemory)
     result1: tuple | None  # (dtype, shape) when the result is one new array
     results: list[tuple]  # per result (kind, position or value, dtype, shape)
-    single: tuple | None  # (step, recipe kind, output sizes): see run
+    run: Callable[[list[Storage], list[Any], tuple], Any]
+    single: tuple | None  # (step, recipe kind, output sizes): see replay
     slots: list[tuple]  # per scalar slot (kind, constant/argument/function, dtype)
     steps: list[tuple]
     structure: Any  # tuple, list or None (one result)
     temps: list[int]
 
-    def run(self, storages: list[Storage], values: list[Any], args: tuple) -> Any:
+    def scalars(self, values: list[Any]) -> list[Any]:
+        """The call's kernel scalars, per slot, from its scalar arguments ``values``."""
         sc = self.fixed_scalars  # (all constants: one list serves every call)
-        if sc is None:
-            sc = []
-            for kind, a, dtype in self.slots:
-                if kind == 1:  # a Python int or float argument (conversions remembered:
-                    # array._weak_scalar, its hit inline as the operators have it)
-                    v = values[a]
-                    hit = _weak_scalars.get((v, dtype.char)) if v and v == v else None
-                    sc.append(_weak_scalar(v, dtype) if hit is None else hit)
-                elif kind == 0:
-                    sc.append(a)
-                else:
-                    sc.append(scalar_to(a(values), dtype))
+        if sc is not None:
+            return sc
+        sc = []
+        for kind, a, dtype in self.slots:
+            if kind == 1:  # a Python int or float argument (conversions remembered:
+                # array._weak_scalar, its hit inline as the operators have it)
+                v = values[a]
+                hit = _weak_scalars.get((v, dtype.char)) if v and v == v else None
+                sc.append(_weak_scalar(v, dtype) if hit is None else hit)
+            elif kind == 0:
+                sc.append(a)
+            else:
+                sc.append(scalar_to(a(values), dtype))
+        return sc
+
+    def replay(self, storages: list[Storage], values: list[Any], args: tuple) -> Any:
+        """A call of this signature, the general way (``run`` when not prepared)."""
+        sc = self.scalars(values)
         single = self.single
         if single is not None:
-            # one small launch into new buffers, its plan current: deferred at once
-            # (what launching.enqueue does for it, written out as evaluate.run_flat has it)
-            step, kind, out_bytes, n1 = single
-            plan = step.plan
-            device = self.device
-            if plan is not None and plan.recipe is recipe_for(device, kind) \
-                    and plan.compiled.in_cache:
-                try:
-                    kernel, last = plan.threads.state
-                    rt = plan.runtime
-                    if n1:  # one result
-                        outs = [Storage(rt.pool.allocate(n1), n1, device)]
-                    else:
-                        palloc = rt.pool.allocate
-                        outs = [Storage(palloc(n), n, device) for n in out_bytes]
-                except (AttributeError, OutOfMemoryError):
-                    pass  # (this thread's first launch, or no memory: the general path)
-                else:
-                    deferred = rt.deferred
-                    deferred.append((plan.go, (outs, storages, sc, kernel, last)))
-                    _tally_cached_launch()
-                    if len(deferred) >= DEFER_MAX:
-                        rt.flush()
-                    result1 = self.result1
-                    if result1 is not None:
-                        return Array._concrete(outs[0], *result1)
-                    return self._results(storages + outs, values, args)
+            if self.result1 is not None:
+                self._plan_single(storages)  # (for run's next call)
+            done = self._deferred_single(single, storages, values, args, sc)
+            if done is not None:
+                return done[0]
         return self._replay(storages, values, args, sc)
+
+    def _plan_single(self, storages: list[Storage]) -> None:
+        """Make (or confirm) ``plan1``, the one-output plan :func:`_prepared_single` uses."""
+        step, kind = self.single[:2]  # type: ignore[index]
+        device = self.device
+        biggest = max(max(step.params, default=0), math.prod(step.out_shape))
+        index_dtype = index_dtype_for(storages, biggest, device)
+        token = _recipe_stamp()
+        recipe = recipe_for(device, kind)
+        plan = self.plan1
+        if plan is None or not plan.valid(recipe, index_dtype):
+            plan = self.plan1 = plan_launch(step.program, step.params, step.out_shape,
+                                            index_dtype, recipe, device, one_output=True)
+        if plan is not None:
+            plan.stamp = token
+            thread_kernel(plan)  # (this thread's kernel object: run needs it made)
+
+    def _deferred_single(self, single: tuple, storages: list[Storage], values: list[Any],
+                         args: tuple, sc: list[Any]) -> tuple[Any] | None:
+        """One small launch into new buffers, its plan current: deferred at once (what
+        launching.enqueue does for it, written out as evaluate.run_flat has it); the
+        results in a 1-tuple, None when the general path must run it."""
+        step, _, out_bytes, _ = single
+        plan = step.plan
+        if plan is None or plan.stamp is not _recipes_current[0] \
+                or not plan.compiled.in_cache:
+            return None
+        device = self.device
+        try:
+            kernel, last = plan.threads.state
+            palloc = self.pool.allocate
+            outs = [Storage(palloc(n), n, device) for n in out_bytes]
+        except (AttributeError, OutOfMemoryError):
+            return None  # (this thread's first launch, or no memory: the general path)
+        rt = plan.runtime
+        deferred = rt.deferred
+        deferred.append((plan.go, (outs, storages, sc, kernel, last)))
+        _tally_cached_launch()
+        if len(deferred) >= DEFER_MAX:
+            rt.flush()
+        result1 = self.result1
+        if result1 is not None:
+            return (Array._concrete(outs[0], *result1),)
+        return (self._results(storages + outs, values, args),)
 
     def _replay(self, storages: list[Storage], values: list[Any], args: tuple,
                 sc: list[Any]) -> Any:
@@ -147,12 +193,12 @@ class _Entry:
             pool = storages + [_allocate(palloc, n, device) for n in temps]
         if self.consts:
             pool = pool + self.consts
-        for step, ins, outs, scal, kind, small in self.steps:
+        for step, ins, outs, scal, small in self.steps:
             st = storages if ins is None else [pool[j] for j in ins]
             os_ = [pool[j] for j in outs]
             scalars = [sc[j] for j in scal]
             plan = step.plan
-            if plan is None or plan.recipe is not recipe_for(device, kind) \
+            if plan is None or plan.stamp is not _recipes_current[0] \
                     or not plan.compiled.in_cache:
                 _rp._launch_step(step, st, os_, scalars, device)  # (plans; counts the look-up)
             else:
@@ -174,6 +220,64 @@ class _Entry:
             else:
                 results.append(Array._concrete(_ev.allocate(0, device), dtype, shape))
         return results[0] if self.structure is None else self.structure(results)
+
+
+def _prepared_single(entry: _Entry) -> Callable[[list[Storage], list[Any], tuple], Any]:
+    """``entry.run`` for a record of one small launch into one new buffer, the result,
+    with no scalar computed from the arguments: only what changes per call is done
+    (the scalars, the output buffer, the deferred launch, the result array); the
+    plan's validity is one comparison (``LaunchPlan.stamp``), the allocation
+    ``DeviceMemory.allocate``'s common case written out (``DeviceMemory.reserve``).
+    Anything else, and the first call, go to ``entry.replay``, which makes ``plan1``.
+    """
+    device = entry.device
+    nbytes = entry.single[3]  # type: ignore[index]
+    dtype, shape = entry.result1  # type: ignore[misc]
+    mem = entry.pool
+    reserve = mem.reserve(nbytes)
+    pooled, refused = mem.pooled, mem.refused
+    fixed = entry.fixed_scalars
+    slots = entry.slots
+    replay = entry.replay
+    current = _recipes_current
+    concrete = Array._concrete
+
+    def run(storages: list[Storage], values: list[Any], args: tuple) -> Any:
+        plan = entry.plan1
+        if plan is None or plan.stamp is not current[0] or not plan.compiled.in_cache:
+            return replay(storages, values, args)
+        try:
+            kernel, last = plan.threads.state
+        except AttributeError:  # this thread's first launch
+            return replay(storages, values, args)
+        credit = mem.credit - reserve
+        if credit < 0:  # (replay's allocation checks the room)
+            return replay(storages, values, args)
+        sc = fixed
+        if sc is None:  # Python int or float arguments, constants (see _Entry.scalars)
+            sc = []
+            for kind, a, t in slots:
+                if kind == 1:
+                    v = values[a]
+                    hit = _weak_scalars.get((v, t.char)) if v and v == v else None
+                    sc.append(_weak_scalar(v, t) if hit is None else hit)
+                else:
+                    sc.append(a)
+        mem.credit = credit
+        try:
+            buffer = pooled(nbytes)
+        except refused:
+            return replay(storages, values, args)
+        out = Storage(buffer, nbytes, device)
+        rt = plan.runtime
+        deferred = rt.deferred
+        deferred.append((plan.go, (out, storages, sc, kernel, last)))
+        _tally_cached_launch()
+        if len(deferred) >= DEFER_MAX:
+            rt.flush()
+        return concrete(out, dtype, shape)
+
+    return run
 
 
 def _allocate(palloc: Callable[[int], Any], nbytes: int, device: Device) -> Storage:
@@ -308,41 +412,33 @@ class Fused:
         arguments: their type and value are part of the key."""
         mask = self._static_mask(len(args), names)
         for a, static in zip(args, mask):
-            t = type(a)
             if static:
-                key += (t, a)
-            elif t is Array:
-                storages.append(_other_array(a, key))
-            elif t is float or t is int or t is bool:
-                key.append(t)
-                values.append(a)
+                key += (type(a), a)
             else:
                 self._other_arg(a, args, names, key, storages, values)
 
     def _other_arg(self, a: Any, args: tuple, names: tuple, key: list[Any],
                    storages: list[Storage], values: list[Any]) -> None:
-        """A numpy scalar argument (its dtype is in the key), a tuple or list of
-        arguments (its type and length are; its items are taken in order), else a
-        TracingError."""
+        """One argument's part of the key, its buffer or scalar: an array (see
+        :func:`_other_array`), a Python or numpy scalar (its type or dtype is in the
+        key), a tuple or list of arguments (its type and length are; its items are taken
+        in order), else a TracingError."""
         t = type(a)
-        if t is tuple or t is list:
+        if t is Array:
+            storages.append(_other_array(a, key))
+        elif t is float or t is int or t is bool:
+            key.append(t)
+            values.append(a)
+        elif t is tuple or t is list:
             key += (t, len(a))
             for item in a:
-                it = type(item)
-                if it is Array:
-                    storages.append(_other_array(item, key))
-                elif it is float or it is int or it is bool:
-                    key.append(it)
-                    values.append(item)
-                else:
-                    self._other_arg(item, args, names, key, storages, values)
-            return
-        if isinstance(a, np.generic) and a.dtype.kind in "biuf":
+                self._other_arg(item, args, names, key, storages, values)
+        elif isinstance(a, np.generic) and a.dtype.kind in "biuf":
             key.append(a.dtype)
             values.append(a)
-            return
-        k = next((i for i, b in enumerate(args) if b is a), None)
-        self._refuse(a, k, len(args) - len(names), names)
+        else:
+            k = next((i for i, b in enumerate(args) if b is a), None)
+            self._refuse(a, k, len(args) - len(names), names)
 
     def _refuse(self, a: Any, k: int | None, npos: int, names: tuple) -> None:
         what = type(a).__name__
@@ -530,7 +626,18 @@ def _make_entry(trace: Trace, device: Device, structure: Any, outs: list,
     entry.temps = [s.nbytes for s in trace.temps]
     entry.consts = list(trace.consts)
     entry.pool = _runtime(device).pool
-    nbytes = [s.nbytes for s in trace.placeholder_list] + entry.temps + \
+    entry.steps = _record_steps(trace, entry.temps, n_in, pos)
+    entry.slots = slots = _record_slots(trace)
+    entry.fixed_scalars = [a for _, a, _ in slots] if all(k == 0 for k, _, _ in slots) else None
+    entry.results = _record_results(entry, trace, outs, computed, stand_ins, pos)
+    _choose_replay(entry, n_in)
+    return entry
+
+
+def _record_steps(trace: Trace, temps: list[int], n_in: int,
+                  pos: Callable[[tuple[str, int]], int]) -> list[tuple]:
+    """:attr:`_Entry.steps` of ``trace``'s launches."""
+    nbytes = [s.nbytes for s in trace.placeholder_list] + temps + \
         [s.nbytes for s in trace.consts]
     steps = []
     for st in trace.steps:
@@ -540,9 +647,13 @@ def _make_entry(trace: Trace, device: Device, structure: Any, outs: list,
         biggest = max(max(st.params, default=0), math.prod(st.out_shape))
         small = biggest <= limit and max([nbytes[j] for j in ins], default=0) <= limit
         steps.append((st, None if ins == tuple(range(n_in)) else ins,
-                      tuple(map(pos, st.out_refs)), st.scalar_refs,
-                      recipe_kind(st.program), small))
-    entry.steps = steps
+                      tuple(map(pos, st.out_refs)), st.scalar_refs, small))
+    return steps
+
+
+def _record_slots(trace: Trace) -> list[tuple]:
+    """:attr:`_Entry.slots` of ``trace``'s scalar slots: (0, constant, None), (1, argument
+    position, dtype) for a Python int or float argument, else (2, function, dtype)."""
     slots: list[tuple] = []
     for slot in trace.slots:
         if slot[0] == "const":
@@ -554,8 +665,13 @@ def _make_entry(trace: Trace, device: Device, structure: Any, outs: list,
             else:
                 slots.append((2, standin.fn if standin.arg is not None else
                               standin.checked_fn(), dtype))
-    entry.slots = slots
-    entry.fixed_scalars = [a for _, a, _ in slots] if all(k == 0 for k, _, _ in slots) else None
+    return slots
+
+
+def _record_results(entry: _Entry, trace: Trace, outs: list, computed: list[Storage | None],
+                    stand_ins: dict[int, tuple[int, ...]],
+                    pos: Callable[[tuple[str, int]], int]) -> list[tuple]:
+    """:attr:`_Entry.results` (sets ``entry.eager`` for a result no launch wrote)."""
     results: list[tuple] = []
     for o, c in zip(outs, computed):
         if isinstance(o, Array):
@@ -575,20 +691,28 @@ def _make_entry(trace: Trace, device: Device, structure: Any, outs: list,
             results.append((3, o.fn, None, None))
         else:
             results.append((2, o, None, None))
-    entry.results = results
-    # the single-launch path (see _Entry.run): one small launch, its inputs the
-    # arguments in order, its scalars the slots in order, its outputs new buffers
+    return results
+
+
+def _choose_replay(entry: _Entry, n_in: int) -> None:
+    """``entry.single`` and ``result1`` (see :meth:`_Entry.replay`), and ``entry.run``."""
+    # the single-launch path: one small launch, its inputs the arguments in order, its
+    # scalars the slots in order, its outputs new buffers
     entry.single = entry.result1 = None
-    if len(steps) == 1 and not entry.eager:
-        st, ins1, outs1, scal, kind1, small1 = steps[0]
-        if small1 and ins1 is None and scal == tuple(range(len(slots))) and \
-                outs1 == tuple(range(n_in, n_in + len(entry.temps))) and entry.temps and \
+    entry.plan1 = None
+    if len(entry.steps) == 1 and not entry.eager:
+        st, ins1, outs1, scal, small1 = entry.steps[0]
+        temps = entry.temps
+        if small1 and ins1 is None and scal == tuple(range(len(entry.slots))) and \
+                outs1 == tuple(range(n_in, n_in + len(temps))) and temps and \
                 _error_free(st.program):
-            entry.single = (st, kind1, entry.temps,
-                            entry.temps[0] if len(entry.temps) == 1 else 0)
-            if structure is None and results[0][0] == 0:
-                entry.result1 = results[0][2:]
-    return entry
+            entry.single = (st, recipe_kind(st.program), temps,
+                            temps[0] if len(temps) == 1 else 0)
+            if entry.structure is None and entry.results[0][0] == 0:
+                entry.result1 = entry.results[0][2:]
+    prepared = entry.result1 is not None and len(entry.temps) == 1 and \
+        all(kind != 2 for kind, _, _ in entry.slots)
+    entry.run = _prepared_single(entry) if prepared else entry.replay
 
 
 def _error_free(program: Any) -> bool:

@@ -38,6 +38,7 @@ from .errors import DeviceError, DTypeError, RecipeError, index_value_out_of_bou
 from .expr.nodes import Storage
 from .expr.program import INT32_LIMIT, Program, StructureEntry
 from .recipes import recipe_for
+from .recipes.registry import stamp as _recipe_stamp
 from .runtime.devices import Device, _runtime
 from .runtime.transfer import read
 from .tuning import tuned as _tuned
@@ -75,9 +76,6 @@ def _check_fp64(program_entries: tuple, device: Device) -> None:
                 f"device {device.name} does not support float64, but this expression needs it "
                 "(numpy promotes e.g. int32 / int32 and float32 + float64 to float64); "
                 "use float32 arrays or .astype(np.float32)")
-
-
-
 
 
 def size_class_of(recipe: Any, program: Program, params: Sequence[int], n_rows: int,
@@ -128,8 +126,6 @@ def kernel_for(program: Program, index_dtype: np.dtype, device: Device, recipe: 
     return compiled
 
 
-
-
 def other_device(s: Storage, device: Device) -> DeviceError:
     return DeviceError(
         f"an input lives on {s.device.name} but the kernel runs on {device.name}; "
@@ -167,6 +163,12 @@ def rows_of(program: Program, out_shape: tuple[int, ...]) -> tuple[int, int]:
     return n_rows, math.prod(out_shape) // max(1, n_rows)
 
 
+# a LaunchPlan.stamp no recipes token is (see fuseloop.recipes.registry.current)
+UNCONFIRMED = object()
+# a LaunchPlan.reserve no DeviceMemory.credit covers
+NO_RESERVE = 1 << 62
+
+
 class LaunchPlan:
     """How a compiled kernel is launched for one set of sizes: all but the data.
 
@@ -178,17 +180,28 @@ class LaunchPlan:
     buffer per launch, read back), else None.  ``recipe``, ``index_dtype`` and the
     kernel's ``in_cache`` say when a
     caller's kept plan is still valid (None for hand-written kernels' plans).
+
+    ``stamp`` is the recipes token (``fuseloop.recipes.registry.current[0]``) under
+    which ``recipe`` was last confirmed to be recipe_for's answer: while it is still
+    the current token the hot paths (``evaluate.run_flat``, ``fl.fuse``'s replay)
+    need not ask recipe_for.  For a one-output plan made by :func:`launch_cached`,
+    ``small_bytes`` is its output's byte size when its launches are deferred (small),
+    else 0, and ``reserve`` what a new output counts against the device's memory
+    credit (``DeviceMemory.reserve``): the hot path's allocation, per plan.
     """
 
-    __slots__ = ("compiled", "consts", "error_arg", "go", "index_dtype",
-                 "recipe", "runtime", "threads")
+    __slots__ = ("compiled", "consts", "error_arg", "go", "index_dtype", "recipe",
+                 "reserve", "runtime", "small_bytes", "stamp", "threads")
     compiled: CompiledKernel
     consts: list[tuple[int, Any]]
     error_arg: int | None
     go: Launcher
     index_dtype: np.dtype | None
     recipe: Any
+    reserve: int
     runtime: Any
+    small_bytes: int
+    stamp: object
     threads: threading.local
 
     def valid(self, recipe: Any, index_dtype: np.dtype) -> bool:
@@ -237,6 +250,9 @@ def plan_for(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_ele
         plan.compiled = compiled
         plan.index_dtype = None
         plan.recipe = None
+        plan.stamp = UNCONFIRMED
+        plan.small_bytes = 0
+        plan.reserve = NO_RESERVE
         plan.runtime = _runtime(device)
         plan.threads = threading.local()
         if len(plans) >= PLANS_PER_KERNEL:
@@ -364,9 +380,11 @@ def launch_cached(entry: StructureEntry, storages: list[Storage], scalars: list[
     """
     size = out_shape[0] if out_shape else 1
     index_dtype = index_dtype_for(storages, max(entry.max_param, size), device)
+    token = _recipe_stamp()
     recipe = recipe_for(device, "elementwise")
     plans = entry.launches.get(device)  # per device, then per index dtype (no key tuples)
     plan = None if plans is None else plans.get(index_dtype)
+    small = size <= DEFER_MAX_ELEMENTS
     if plan is None or not plan.valid(recipe, index_dtype):
         program = entry.program
         if program.row_dims is not None or program.has_reduce or len(program.outputs) != 1:
@@ -375,11 +393,15 @@ def launch_cached(entry: StructureEntry, storages: list[Storage], scalars: list[
                            one_output=True)  # (counts the look-up)
         if plan is None:
             return False
+        # (what evaluate.run_flat allocates: the output of this plan is always this size)
+        plan.small_bytes = out.nbytes if small else 0
+        plan.reserve = plan.runtime.pool.reserve(out.nbytes)
         entry.launches.setdefault(device, {})[index_dtype] = plan
         hit = 0
     else:
         hit = 1
-    enqueue(plan, out, storages, scalars, size <= DEFER_MAX_ELEMENTS, device, hit)
+    plan.stamp = token
+    enqueue(plan, out, storages, scalars, small, device, hit)
     return True
 
 

@@ -48,6 +48,7 @@ from .launching import (
     recipe_kind,
 )
 from .recipes import recipe_for
+from .recipes.registry import stamp as _recipe_stamp
 from .runtime.devices import Device
 
 _local = threading.local()
@@ -341,6 +342,7 @@ def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
     biggest = max(max(params, default=0), math.prod(step.out_shape))
     index_dtype = index_dtype_for(storages, biggest, device)
     program = step.program
+    token = _recipe_stamp()
     recipe = recipe_for(device, recipe_kind(program))
     plan = step.plan
     hit = 1
@@ -355,6 +357,7 @@ def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
         if step.offsets:
             _keep_plan(step, params, plan)
     step.plan = plan
+    plan.stamp = token  # (fl.fuse's replay checks it: see LaunchPlan)
     # small steps are deferred like small cached launches (``biggest`` counts bytes
     # or elements), reductions too: a result read at once (``float(x.sum())``)
     # enqueues it first anyway, and on PoCL a launch enqueued alone wakes its

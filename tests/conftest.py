@@ -54,7 +54,8 @@ def fresh_stats():
 @pytest.fixture
 def restore_recipes():
     """Tests may register recipes; the registry (in its order) is as it was afterwards."""
-    from fuseloop.recipes import _CHOSEN, _REGISTRY
+    from fuseloop.recipes import _REGISTRY
+    from fuseloop.recipes.registry import forget_chosen
 
     saved = dict(_REGISTRY)
     try:
@@ -62,7 +63,7 @@ def restore_recipes():
     finally:
         _REGISTRY.clear()
         _REGISTRY.update(saved)
-        _CHOSEN.clear()
+        forget_chosen()
 
 
 @pytest.fixture

@@ -559,3 +559,27 @@ def test_methods_with_a_static_self(device):
     assert Scaled.apply.traces == 2
     with pytest.raises(TracingError, match="argument 'self' of unmarked\\(\\) is a Scaled"):
         a.unmarked(x)
+
+
+def test_a_recipe_in_use_reaches_kept_plans(device, fresh_stats):
+    # a fused signature's plan and .eval()'s flat plan are kept between calls and
+    # confirmed by the recipes token, not by asking recipe_for: a use() block (and
+    # leaving it) must still change the kernel they launch
+    xh, yh = _host(64), _host(64)
+    x, y = fl.asarray(xh), fl.asarray(yh)
+    f = fl.fuse(lambda a, b: a * 2 + b)
+    for _ in range(3):  # (traced, planned, then the kept plans)
+        _close(f(x, y).get(), xh * 2 + yh)
+        _close((x * 3 - y).get(), xh * 3 - yh)
+    other = fl.recipes.recipe_for(device, "elementwise").with_params(version="kept-plans")
+    fl.reset_stats()
+    with fl.recipes.use(other):
+        for _ in range(2):
+            _close(f(x, y).get(), xh * 2 + yh)
+            _close((x * 3 - y).get(), xh * 3 - yh)
+    assert fresh_stats()["memory_cache_misses"] == 2  # each kernel again, for `other`
+    fl.reset_stats()
+    _close(f(x, y).get(), xh * 2 + yh)
+    _close((x * 3 - y).get(), xh * 3 - yh)
+    s = fresh_stats()
+    assert s["memory_cache_misses"] == 0 and s["kernels_launched"] == 2

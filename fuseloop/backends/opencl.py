@@ -347,66 +347,152 @@ def _compiler_problem(cl_device: Any) -> str | None:
 def make_launcher(spec: LaunchSpec) -> Launcher:
     """The OpenCL :data:`~fuseloop.backends.base.Launcher` of ``spec``.
 
-    A closure specialised to the kernel's arguments (tuples of positions consumed
-    by tight loops).  The kernel object is the compiled kernel's own per thread,
-    shared by its plans, so what its arguments were last set to is known: the
-    constants (sizes, offsets) when the object last ran another plan's (``last[-1]``
-    names the plan's constants it holds), an input buffer again only when it is
-    another storage (remembered by weak
-    reference, so no buffer is kept alive), a scalar only when it is another object
-    (numpy scalars are immutable; the operators reuse one object per value), the
-    outputs every time.  pyopencl's invoker sets every argument on every call, which
-    costs PoCL about 2 us more per launch.  Scalars are converted to the kernel's
-    declared type and set from their bytes (:data:`SET_SCALAR_ARG`).  Before an
-    argument is set its record is cleared, so an interruption cannot leave a record
-    that claims an argument it does not hold.
+    A closure specialised to the kernel's arguments.  The kernel object is the
+    compiled kernel's own per thread, shared by its plans, so what its arguments were
+    last set to is known: the constants (sizes, offsets) when the object last ran
+    another plan's (``last[-1]`` names the plan's constants it holds), an input buffer
+    again only when it is another storage (remembered by weak reference, so no buffer
+    is kept alive), a scalar only when it is another object (numpy scalars are
+    immutable; the operators reuse one object per value), the outputs every time.
+    pyopencl's invoker sets every argument on every call, which costs PoCL about
+    2 us more per launch.  Scalars are converted to the kernel's declared type and
+    set from their bytes (:data:`SET_SCALAR_ARG`).  Before an argument is set its
+    record is cleared, so an interruption cannot leave a record that claims an
+    argument it does not hold.
+
+    The commonest launches (one output, one or two inputs, at most two scalars: the
+    flat path of ``.eval()`` and ``fl.fuse``) get a closure with those checks written
+    out (:func:`_one_output_short`): looping over the positions cost a launch 1.2k
+    more instructions (callgrind, ``benchmarks/probes/callgrind_hit_path.py``).
     """
-    out_pos = spec.outputs
+    if spec.one_output:
+        if 1 <= len(spec.inputs) <= 2 and len(spec.scalars) <= 2:
+            return _one_output_short(spec)
+        return _one_output(spec)
+    return _many_outputs(spec)
+
+
+def _one_output_short(spec: LaunchSpec) -> Launcher:
+    """:func:`make_launcher` for one output, one or two inputs and at most two scalars;
+    a second input or scalar that the kernel lacks repeats the first (its check then
+    finds it set)."""
+    ((out_i, _),) = spec.outputs
+    (i0, j0), (i1, j1) = (*spec.inputs, spec.inputs[0])[:2]
+    set_arg, set_scalar, wr = _set_arg, _set_scalar, _weakref
+    enqueue: Any = _enqueue_nd_range  # (positional, as pyopencl's own invoker calls it)
+    g, l = spec.global_size, spec.local_size  # noqa: E741
+    consts = spec.consts
+
+    if not spec.scalars:
+        def go(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
+               queue: Any) -> None:
+            if last[-1] is not consts:
+                _set_consts(k, last, consts)
+            set_arg(k, out_i, o.buffer)
+            x = s[j0]
+            r = last[i0]
+            if r is None or r() is not x:
+                last[i0] = None
+                set_arg(k, i0, x.buffer)
+                last[i0] = wr(x)
+            x = s[j1]
+            r = last[i1]
+            if r is None or r() is not x:
+                last[i1] = None
+                set_arg(k, i1, x.buffer)
+                last[i1] = wr(x)
+            enqueue(queue, k, g, l, None, None, False, False)
+        return go
+
+    (p0, k0, t0), (p1, k1, t1) = (*spec.scalars, spec.scalars[0])[:2]
+
+    def go_scalars(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
+                   queue: Any) -> None:
+        if last[-1] is not consts:
+            _set_consts(k, last, consts)
+        set_arg(k, out_i, o.buffer)
+        x = s[j0]
+        r = last[i0]
+        if r is None or r() is not x:
+            last[i0] = None
+            set_arg(k, i0, x.buffer)
+            last[i0] = wr(x)
+        x = s[j1]
+        r = last[i1]
+        if r is None or r() is not x:
+            last[i1] = None
+            set_arg(k, i1, x.buffer)
+            last[i1] = wr(x)
+        v = c[k0]
+        if v is not last[p0]:
+            last[p0] = None
+            set_scalar(k, p0, t0(v))
+            last[p0] = v
+        v = c[k1]
+        if v is not last[p1]:
+            last[p1] = None
+            set_scalar(k, p1, t1(v))
+            last[p1] = v
+        enqueue(queue, k, g, l, None, None, False, False)
+    return go_scalars
+
+
+def _set_consts(k: Any, last: list[Any], consts: tuple[tuple[int, Any], ...]) -> None:
+    """Set a plan's constants on a kernel object that last ran another plan's."""
+    last[-1] = None
+    for i, v in consts:
+        _set_arg(k, i, v)
+    last[-1] = consts
+
+
+def _one_output(spec: LaunchSpec) -> Launcher:
+    """:func:`make_launcher` for one output (the storage itself), any other arguments."""
+    ((out_i, _),) = spec.outputs
     buf_pos = spec.inputs
     scalar_pos = spec.scalars
     set_arg, set_scalar, wr = _set_arg, _set_scalar, _weakref
-    # (positional, as pyopencl's own invoker calls it: its stub names the last two
-    # keyword-only)
     enqueue: Any = _enqueue_nd_range
     g, l = spec.global_size, spec.local_size  # noqa: E741
     consts = spec.consts
 
-    # (the input loops are written out in both forms: a shared helper would cost
-    # every launch one more Python call)
-    if spec.one_output:
-        out_i = out_pos[0][0]
+    # (the input loops are written out here and in _many_outputs: a shared helper
+    # would cost every launch one more Python call)
+    def go(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
+           queue: Any) -> None:
+        if last[-1] is not consts:
+            _set_consts(k, last, consts)
+        set_arg(k, out_i, o.buffer)
+        for i, j in buf_pos:
+            x = s[j]
+            r = last[i]
+            if r is None or r() is not x:
+                last[i] = None
+                set_arg(k, i, x.buffer)
+                last[i] = wr(x)
+        for i, j, T in scalar_pos:
+            v = c[j]
+            if v is not last[i]:
+                last[i] = None
+                set_scalar(k, i, T(v))
+                last[i] = v
+        enqueue(queue, k, g, l, None, None, False, False)
+    return go
 
-        def go(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
-               queue: Any) -> None:
-            if last[-1] is not consts:
-                last[-1] = None
-                for i, v in consts:
-                    set_arg(k, i, v)
-                last[-1] = consts
-            set_arg(k, out_i, o.buffer)
-            for i, j in buf_pos:
-                x = s[j]
-                r = last[i]
-                if r is None or r() is not x:
-                    last[i] = None
-                    set_arg(k, i, x.buffer)
-                    last[i] = wr(x)
-            for i, j, T in scalar_pos:
-                v = c[j]
-                if v is not last[i]:
-                    last[i] = None
-                    set_scalar(k, i, T(v))
-                    last[i] = v
-            enqueue(queue, k, g, l, None, None, False, False)
-        return go
+
+def _many_outputs(spec: LaunchSpec) -> Launcher:
+    """:func:`make_launcher` for a sequence of outputs."""
+    out_pos = spec.outputs
+    buf_pos = spec.inputs
+    scalar_pos = spec.scalars
+    set_arg, set_scalar, wr = _set_arg, _set_scalar, _weakref
+    enqueue: Any = _enqueue_nd_range
+    g, l = spec.global_size, spec.local_size  # noqa: E741
+    consts = spec.consts
 
     def go_many(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
                 queue: Any) -> None:
         if last[-1] is not consts:
-            last[-1] = None
-            for i, v in consts:
-                set_arg(k, i, v)
-            last[-1] = consts
+            _set_consts(k, last, consts)
         for i, j in out_pos:
             set_arg(k, i, o[j].buffer)
         for i, j in buf_pos:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
@@ -70,6 +71,28 @@ _CHOSEN: dict[tuple[int, str], tuple[Device, Recipe]] = {}
 # use()'s recipes: kind -> recipe (None: the registry's)
 _USING: contextvars.ContextVar[dict[str, Recipe] | None] = contextvars.ContextVar(
     "fuseloop_recipes", default=None)
+#: ``current[0]``: a token that stays the same object while recipe_for's answers cannot
+#: change, replaced when they may (a registration, its answers forgotten) and None
+#: while a use() block is open in any thread (use() is context-local).  A launch plan
+#: keeps the token it was last confirmed under (``LaunchPlan.stamp``, see
+#: :func:`stamp`), so the hot paths compare one object instead of calling recipe_for.
+current: list[object | None] = [object()]
+_uses_open = [0]
+_uses_lock = threading.Lock()
+
+
+def stamp() -> object:
+    """The token to keep with a recipe found by :func:`recipe_for` (read it before
+    asking): ``current[0]``, or while a use() block is open a new object that never
+    matches it."""
+    return current[0] or object()
+
+
+def forget_chosen() -> None:
+    """Forget recipe_for's remembered answers (after the registry changed)."""
+    _CHOSEN.clear()
+    if current[0] is not None:
+        current[0] = object()
 
 
 def predicate(spec: DevicePredicate | str) -> DevicePredicate:
@@ -122,7 +145,7 @@ def register_recipe(device_type: DevicePredicate | str, func: RecipeFunction | R
         recipe = recipe.with_params(version=version, **given)
     _REGISTRY.pop((pred, recipe.kind), None)  # re-inserted last: it wins ties
     _REGISTRY[(pred, recipe.kind)] = recipe
-    _CHOSEN.clear()
+    forget_chosen()
     return recipe
 
 
@@ -194,13 +217,20 @@ def use(recipe: Recipe | RecipeFunction | str, kind: str | None = None,
     if params:
         chosen = chosen.with_params(**params)
     token = _USING.set({**(_USING.get() or {}), chosen.kind: chosen})
+    with _uses_lock:
+        _uses_open[0] += 1
+        current[0] = None
     try:
         yield chosen
     finally:
         _USING.reset(token)
+        with _uses_lock:
+            _uses_open[0] -= 1
+            if not _uses_open[0]:
+                current[0] = object()
 
 
 from ..caches import register as _register_cache  # noqa: E402  (registry: fuseloop/caches.py)
 
-_register_cache("recipes.chosen", _CHOSEN.clear, lambda: len(_CHOSEN),
+_register_cache("recipes.chosen", forget_chosen, lambda: len(_CHOSEN),
                 why="one entry per device and kernel kind")

@@ -38,6 +38,7 @@ import numpy as np
 from ..errors import DeviceMemoryError, OutOfMemoryError, RuntimeUnavailableError
 
 if TYPE_CHECKING:
+    from ..backends.base import BufferPool
     from .devices import Device
 
 try:
@@ -80,8 +81,8 @@ class DeviceMemory:
     opened device (``context``, ``queue``).
     """
 
-    __slots__ = ("OutOfMemory", "_lock", "_max_alloc", "_refused", "_release", "_slack",
-                 "_unchecked", "blocked", "context", "device", "direct", "pool")
+    __slots__ = ("OutOfMemory", "_blocked", "_lock", "_max_alloc", "_pool", "_release",
+                 "context", "credit", "device", "direct", "pooled", "refused")
 
     def __init__(self, device: Device, context: Any, queue: Any) -> None:
         from ..backends import backend_for
@@ -90,64 +91,100 @@ class DeviceMemory:
         self.device = device
         self.context = context
         self._max_alloc = device.max_alloc_size
-        self.pool = backend.buffer_pool(device, context, queue)
+        pool = backend.buffer_pool(device, context, queue)
+        self.refused = pool.refused
+        self.pool = pool
         #: what :meth:`allocate` raises when the driver refuses (catch OutOfMemoryError)
         self.OutOfMemory: type[OutOfMemoryError] = backend.OutOfMemory
-        self._refused = self.pool.refused
         self._release = self._release_direct  # (bound once: every direct buffer holds it)
         self.direct = 0  # bytes of live buffers made outside the pool
-        # bytes handed out since the last full check, and how many may be before the next
-        self._unchecked = 0
-        self._slack = -1
+        #: bytes that may be handed out before the next full check (negative: check at
+        #: the next allocation)
+        self.credit = -1
         # reentrant: a dying buffer's __del__ may run while this thread holds it
         self._lock = threading.RLock()
-        #: why this runtime may not be used any more (fork, interpreter exit), or None
-        self.blocked: str | None = None
+        self._blocked: str | None = None
+
+    @property
+    def pool(self) -> BufferPool:
+        """The backend's buffer pool.  ``pooled`` is its ``allocate`` and ``refused``
+        the driver's refusals (the backend pool's), kept for the hot paths' own
+        allocation (see :meth:`reserve`)."""
+        return self._pool
+
+    @pool.setter
+    def pool(self, pool: BufferPool) -> None:
+        self._pool = pool
+        self.pooled = pool.allocate
+
+    @property
+    def blocked(self) -> str | None:
+        """Why this runtime may not be used any more (fork, interpreter exit), or None."""
+        return self._blocked
+
+    @blocked.setter
+    def blocked(self, reason: str | None) -> None:
+        self._blocked = reason
+        if reason is not None:
+            self.credit = -1 << 62  # (so the hot paths' own allocation goes here)
 
     @property
     def in_use(self) -> int:
         """Bytes the driver holds for this device's buffers (pooled blocks included)."""
         return self.pool.managed_bytes + self.direct
 
-    def allocate(self, nbytes: int) -> Any:
-        """A buffer of at least ``nbytes`` (at least 1), pooled where the pool can."""
-        if self.blocked is not None:
-            raise RuntimeUnavailableError(self.blocked)
-        if nbytes < 1:
-            nbytes = 1
+    def reserve(self, nbytes: int) -> int:
+        """What a pooled buffer of ``nbytes`` counts against :attr:`credit`.
+
+        For callers on a hot path that allocate one size again and again (a launch
+        plan's output): with ``r = reserve(nbytes)`` computed once, ``credit -= r``
+        while it stays non-negative and then ``pooled(nbytes)`` (catching
+        ``refused``) is :meth:`allocate` without its frame; otherwise they call
+        :meth:`allocate`.  Larger than any credit when the buffer must not come from
+        the pool (empty, or too large for the pool's rounding).
+        """
         # at least what the pool allocates: it rounds up to its bin's size, which
         # keeps the leading 4 bits of the size
         size = nbytes + (nbytes >> 4) + 1
+        return size if nbytes >= 1 and size <= self._max_alloc else 1 << 62
+
+    def allocate(self, nbytes: int) -> Any:
+        """A buffer of at least ``nbytes`` (at least 1), pooled where the pool can."""
+        if self._blocked is not None:
+            raise RuntimeUnavailableError(self._blocked)
+        if nbytes < 1:
+            nbytes = 1
+        size = nbytes + (nbytes >> 4) + 1  # (see reserve)
         if size > self._max_alloc:
             # the pool's rounding could exceed the largest allocation: exact size instead
             return self._direct(nbytes)
-        unchecked = self._unchecked + size
-        if unchecked > self._slack:
+        credit = self.credit - size
+        if credit < 0:
             self._check(size, nbytes)
         else:
-            self._unchecked = unchecked
+            self.credit = credit
         try:  # (free while nothing is raised)
-            return self.pool.allocate(nbytes)
-        except self._refused as exc:
+            return self.pooled(nbytes)
+        except self.refused as exc:
             raise self._refusal(nbytes, exc) from None
 
     __call__ = allocate
 
     def host_buffer(self, host: np.ndarray) -> Any:
         """A new buffer holding a copy of ``host``'s bytes (no queue command)."""
-        if self.blocked is not None:
-            raise RuntimeUnavailableError(self.blocked)
+        if self._blocked is not None:
+            raise RuntimeUnavailableError(self._blocked)
         return self._direct(host.nbytes, host)
 
     def _direct(self, nbytes: int, host: np.ndarray | None = None) -> Any:
         if nbytes > self._max_alloc:
             raise self._too_large(nbytes)
-        self._unchecked += nbytes
-        if self._unchecked > self._slack:
+        self.credit -= nbytes
+        if self.credit < 0:
             self._check(nbytes, nbytes)
         try:
             buffer = self.pool.buffer(nbytes, host, self._release)
-        except self._refused as exc:
+        except self.refused as exc:
             raise self._refusal(nbytes, exc) from None
         with self._lock:
             self.direct += nbytes
@@ -191,8 +228,7 @@ class DeviceMemory:
             device_room, process_room = self._room()
         room = device_room if process_room is None else min(device_room, process_room)
         if size > room:
-            self._unchecked = 0
-            self._slack = -1
+            self.credit = -1
             limit = (f"the device reports {device.global_mem_size} bytes of global memory"
                      if process_room is None or device_room <= process_room else
                      f"this process's memory limit (ulimit -v, RLIMIT_AS/RLIMIT_DATA) leaves "
@@ -202,5 +238,4 @@ class DeviceMemory:
                 f"{self.in_use} bytes are in use by fuseloop's arrays and its buffer pool "
                 f"and {limit}. Delete arrays you no longer need (del x), work on smaller "
                 "pieces, or choose a device with more memory (fl.set_device)")
-        self._unchecked = 0
-        self._slack = min((room - size) // 4, CHECK_EVERY)
+        self.credit = min((room - size) // 4, CHECK_EVERY)

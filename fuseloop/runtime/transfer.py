@@ -37,8 +37,12 @@ _yield = getattr(os, "sched_yield", lambda: None)
 
 def wait(event: Any, device: Device) -> None:
     """Return once ``event`` has completed (raises the driver's error on failure)."""
-    rt = _runtime(device)
-    if device.type == "cpu":
+    _wait(event, _runtime(device), device.type == "cpu")
+
+
+def _wait(event: Any, rt: Any, poll: bool) -> None:
+    """:func:`wait` on the device runtime ``rt``, polling first when ``poll``."""
+    if poll:
         rt.submit(rt.queue)  # (submitted before it is polled)
         status_of = rt.event_status
         deadline = time.perf_counter() + SPIN_S
@@ -54,12 +58,12 @@ def wait(event: Any, device: Device) -> None:
 
 def read(host: np.ndarray, buffer: Any, device: Device) -> None:
     """Copy ``buffer`` (its first ``host.nbytes`` bytes) into ``host``; waits."""
-    queue = device.queue  # (deferred launches enqueued first: they may write the buffer)
     rt = _runtime(device)
+    rt.flush()  # (deferred launches first: they may write the buffer; Device.queue's)
     if device.type == "cpu":
-        wait(rt.enqueue_read(queue, host, buffer, None, False), device)
+        _wait(rt.enqueue_read(rt.queue, host, buffer, None, False), rt, True)
     else:
-        rt.enqueue_read(queue, host, buffer, None, True)
+        rt.enqueue_read(rt.queue, host, buffer, None, True)
 
 
 def write(buffer: Any, host: np.ndarray, device: Device) -> None:
@@ -70,11 +74,12 @@ def write(buffer: Any, host: np.ndarray, device: Device) -> None:
 
 def finish(device: Device) -> None:
     """Wait until everything enqueued on ``device`` has finished."""
-    queue = device.queue
     rt = _runtime(device)
+    rt.flush()  # (Device.queue's)
+    queue = rt.queue
     if device.type == "cpu":
         # an in-order queue: its marker completes after every earlier command
-        wait(rt.marker(queue), device)
+        _wait(rt.marker(queue), rt, True)
     rt.finish_queue(queue)  # (on a CPU device: nothing is left, so this returns at once)
 
 

@@ -1,0 +1,159 @@
+"""Instructions per cached call (valgrind's callgrind), fuseloop revisions side by side.
+
+Wall times of a host path a few microseconds long drift with the machine's load; an
+instruction count does not.  For each revision (git revisions, ``WT`` for the working
+tree: copied as ``compare_host_overhead.py`` copies them) this runs a child process
+under ``valgrind --tool=callgrind`` per case that warms it, then counts the
+instructions of the main thread over ``--calls`` calls of the case only: collection is
+switched on and off around the loop through callgrind's client requests (a small C
+helper built with ``cc`` against ``valgrind/callgrind.h``).  The kernels are built by a
+first run under ``valgrind --tool=none`` (PoCL sees other CPU features under valgrind,
+so the kernels' keys differ from an ordinary run's).  PoCL's worker threads, which
+run the kernels, are left out (``--separate-threads``), so the count is the host's: the
+Python path and the driver's enqueue, including the flushes of deferred launches
+(``--calls`` a multiple of 64 keeps the number of flushes the same per call).
+
+Cases, on 1000 float32 (``((x * 2 + y) * x - y) / 3``, the host-overhead expression
+of ``bench_elementwise.py``):
+
+* ``build``: the expression built and dropped (the operators' share of ``eval``);
+* ``eval``: the expression built and ``.eval()``-ed;
+* ``fuse``: ``f(x, y)`` with ``f = fl.fuse`` of it (revisions without ``fl.fuse``: -);
+* ``fuse-scalar``: ``g(x, y, s)``, the ``3`` a Python float argument (7 values in turn).
+
+Counts are reported, never asserted.  Slow: a minute or two per revision.
+
+    python benchmarks/probes/callgrind_hit_path.py REV [REV ...] [--calls N] [--cases A,B]
+                                                 [--device SPEC] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+HELPER = r"""
+#include <valgrind/callgrind.h>
+void fl_collect(void) { CALLGRIND_TOGGLE_COLLECT; }
+"""
+CASES = ("build", "eval", "fuse", "fuse-scalar")
+
+
+def child(calls: int, case: str | None) -> None:
+    """Run in the copied revision's folder: warm each case, then (under callgrind)
+    count ``case``'s loop; prints the cases this revision has."""
+    import ctypes
+
+    import numpy as np
+
+    import fuseloop as fl
+
+    rng = np.random.default_rng(1)
+    x = fl.asarray(rng.random(1000, dtype=np.float32))
+    y = fl.asarray(rng.random(1000, dtype=np.float32) + 1)
+    scales = [float(k) for k in range(2, 9)]
+
+    def expr(x: fl.Array, y: fl.Array) -> fl.Array:
+        return ((x * 2 + y) * x - y) / 3
+
+    loops = {"build": lambda i: expr(x, y), "eval": lambda i: expr(x, y).eval()}
+    if hasattr(fl, "fuse"):
+        f = fl.fuse(expr)
+        g = fl.fuse(lambda x, y, s: ((x * 2 + y) * x - y) / s)
+        loops["fuse"] = lambda i: f(x, y)
+        loops["fuse-scalar"] = lambda i: g(x, y, scales[i % 7])
+    for name, loop in loops.items():
+        if case is not None and name != case:
+            continue
+        for i in range(3 * 64):
+            loop(i)
+        fl.synchronize()
+        if case is not None:
+            toggle = ctypes.CDLL(os.environ["FL_CALLGRIND_HELPER"]).fl_collect
+            toggle()
+            for i in range(calls):
+                loop(i)
+            toggle()
+            fl.synchronize()
+        print(name, flush=True)
+
+
+def main_thread_total(prefix: Path) -> int:
+    """The main thread's instructions from callgrind's per-thread files (``-01``)."""
+    text = Path(f"{prefix}-01").read_text()
+    found = re.search(r"^(?:totals|summary): (\d+)", text, re.M)
+    return int(found.group(1)) if found else 0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("revs", nargs="*")
+    ap.add_argument("--calls", type=int, default=640)
+    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated cases to count")
+    ap.add_argument("--device", default="cpu",
+                    help="FUSELOOP_DEVICE for every revision (older ones know fewer forms)")
+    ap.add_argument("--keep", help="copy callgrind's output files here (callgrind_annotate)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child is not None:
+        child(args.calls, None if args.child == "-" else args.child)
+        return
+    from compare_host_overhead import copy_package
+
+    tmp = Path(tempfile.mkdtemp(prefix="fuseloop-callgrind-"))
+    helper = tmp / "fl_callgrind.so"
+    (tmp / "helper.c").write_text(HELPER)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(helper), str(tmp / "helper.c")],
+                   check=True)
+    cache_root = Path(os.environ.get("FUSELOOP_CACHE_DIR", tmp / "cache"))
+    print(f"instructions per call (main thread; {args.calls} calls after warm-up)")
+    cases = [c for c in CASES if c in args.cases.split(",")]
+    print("| revision | " + " | ".join(cases) + " |")
+    print("| --- |" + " ---: |" * len(cases), flush=True)
+    for k, rev in enumerate(args.revs):
+        home = tmp / f"v{k}"
+        home.mkdir()
+        copy_package(rev, "fuseloop", home)
+        env = dict(os.environ, PYTHONPATH=str(home), FL_CALLGRIND_HELPER=str(helper),
+                   PYTHONHASHSEED="0",
+                   FUSELOOP_DEVICE=args.device,
+                   FUSELOOP_CACHE_DIR=str(cache_root.with_name(cache_root.name + f"-cg{k}")))
+
+        def me(case: str) -> list[str]:
+            return [sys.executable, str(Path(__file__).resolve()), "--child", case,
+                    "--calls", str(args.calls)]
+
+        # first under valgrind without a tool, building in-process: fills this revision's
+        # disk cache for the device as PoCL sees it under valgrind (its CPU features
+        # differ there, and so do the kernels' keys and binaries)
+        present = subprocess.run(["valgrind", "--tool=none", *me("-")], cwd=home,
+                                 env=dict(env, FUSELOOP_COMPILE="inline"), check=True,
+                                 capture_output=True, text=True).stdout.split()
+        cells = []
+        for case in cases:
+            if case not in present:
+                cells.append("-")
+                continue
+            prefix = tmp / f"cg.v{k}.{case}"
+            subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no",
+                            "--separate-threads=yes", f"--callgrind-out-file={prefix}",
+                            *me(case)], cwd=home, env=env, check=True, capture_output=True)
+            cells.append(f"{main_thread_total(prefix) / args.calls:,.0f}")
+            if args.keep:
+                Path(args.keep).mkdir(parents=True, exist_ok=True)
+                shutil.copy(f"{prefix}-01", Path(args.keep) / f"{k}-{rev}.{case}")
+        print(f"| {rev} | " + " | ".join(cells) + " |", flush=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
