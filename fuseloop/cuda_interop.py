@@ -104,10 +104,10 @@ def _wait_on(queue: Any, consumer: Any) -> None:
 
     if consumer in (-1, None):
         return
+    from .backends.cuda import event_on
+
     ptr = {1: cupy.cuda.Stream.null.ptr, 2: cupy.cuda.Stream.ptds.ptr}.get(consumer, consumer)
-    event = cupy.cuda.Event(disable_timing=True)
-    event.record(queue)
-    cupy.cuda.ExternalStream(ptr).wait_event(event)
+    cupy.cuda.ExternalStream(ptr).wait_event(event_on(queue))
 
 
 def dlpack_device(x: Array) -> tuple[int, int]:
@@ -204,6 +204,9 @@ def stream(external: Any, device: Any = None) -> Iterator[Any]:
             rt.flush()
         own = rt.queue
         theirs = cupy.cuda.ExternalStream(ptr, dev.cl_device.ordinal)
+        from .backends.cuda import STREAM_DEVICES
+
+        STREAM_DEVICES[ptr] = dev.cl_device.ordinal
         _wait_on(own, ptr)
         rt.queue = theirs
     try:

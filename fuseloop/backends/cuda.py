@@ -21,6 +21,7 @@ hand-written kernel serves both backends.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 from weakref import ref as _weakref
@@ -195,6 +196,27 @@ class CudaKernel:
         args[position] = value
 
 
+#: a stream's address -> the ordinal of its device (CuPy's streams do not say)
+STREAM_DEVICES: dict[int, int] = {}
+
+
+def on_device_of(queue: Any) -> Any:
+    """A context making ``queue``'s device the current one (a stream, and events and
+    copies on it, belong to its device's context)."""
+    ordinal = STREAM_DEVICES.get(queue.ptr, -1)
+    if ordinal < 0 or ordinal == _rt.getDevice():
+        return contextlib.nullcontext()
+    return cupy.cuda.Device(ordinal)
+
+
+def event_on(queue: Any) -> Any:
+    """A new event recorded on ``queue``."""
+    with on_device_of(queue):
+        event = cupy.cuda.Event(disable_timing=True)
+        event.record(queue)
+    return event
+
+
 def _address(buffer: Any) -> np.uint64:
     return np.uint64(buffer.ptr)
 
@@ -240,6 +262,7 @@ class CudaBackend(Backend):
         handle = device.cl_device
         with cupy.cuda.Device(handle.ordinal):
             stream = cupy.cuda.Stream(non_blocking=True)
+        STREAM_DEVICES[stream.ptr] = handle.ordinal
         return handle, stream
 
     def buffer_pool(self, device: Any, context: Any, queue: Any) -> BufferPool:
@@ -259,9 +282,7 @@ class CudaBackend(Backend):
         pass  # (CUDA submits as it is enqueued)
 
     def marker(self, queue: Any) -> Any:
-        event = cupy.cuda.Event(disable_timing=True)
-        event.record(queue)
-        return event
+        return event_on(queue)
 
     def finish_queue(self, queue: Any) -> None:
         queue.synchronize()
@@ -299,7 +320,8 @@ class CudaBackend(Backend):
         self._wait_for(queue, wait_for)
         host = np.ascontiguousarray(host)
         if host.nbytes:
-            _rt.memcpyAsync(buffer.ptr, host.ctypes.data, host.nbytes, _H2D, queue.ptr)
+            with on_device_of(queue):
+                _rt.memcpyAsync(buffer.ptr, host.ctypes.data, host.nbytes, _H2D, queue.ptr)
         event = self.marker(queue)
         if blocking:
             event.synchronize()
@@ -309,7 +331,8 @@ class CudaBackend(Backend):
                      wait_for: Sequence[Any] | None, blocking: bool) -> Any:
         self._wait_for(queue, wait_for)
         if host.nbytes:
-            _rt.memcpyAsync(host.ctypes.data, buffer.ptr, host.nbytes, _D2H, queue.ptr)
+            with on_device_of(queue):
+                _rt.memcpyAsync(host.ctypes.data, buffer.ptr, host.nbytes, _D2H, queue.ptr)
         event = self.marker(queue)
         if blocking:
             event.synchronize()
@@ -320,14 +343,16 @@ class CudaBackend(Backend):
         queue = device.queue
         self._wait_for(queue, wait_for)
         if nbytes:
-            _rt.memcpyAsync(dst.ptr, src.ptr + src_offset, nbytes, _D2D, queue.ptr)
+            with on_device_of(queue):
+                _rt.memcpyAsync(dst.ptr, src.ptr + src_offset, nbytes, _D2D, queue.ptr)
         return self.marker(queue)
 
     def fill(self, device: Any, buffer: Any, pattern: np.ndarray, nbytes: int) -> Any:
         queue = device.queue
         raw = pattern.tobytes()
         if nbytes and raw == raw[:1] * len(raw):
-            _rt.memsetAsync(buffer.ptr, raw[0], nbytes, queue.ptr)
+            with on_device_of(queue):
+                _rt.memsetAsync(buffer.ptr, raw[0], nbytes, queue.ptr)
         elif nbytes:
             # (a repeated pattern of several bytes: CuPy's own fill kernel over a view)
             unit = pattern.dtype if pattern.size == 1 else np.dtype(f"V{pattern.nbytes}")
