@@ -591,7 +591,6 @@ class Array(ArrayProtocol):
         return str(self.get())
 
     # }}}
-
     # {{{ conversion
 
     def astype(self, dtype: Any, copy: bool = True) -> Array:
@@ -779,7 +778,6 @@ class Array(ArrayProtocol):
     def __pos__(self) -> Array: return apply_op("positive", self)
     def __abs__(self) -> Array: return apply_op("absolute", self)
     def __invert__(self) -> Array: return apply_op("invert", self)
-
     # }}}
 
 

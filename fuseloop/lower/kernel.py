@@ -6,10 +6,9 @@ row); reduction ``rid`` loops over ``j<rid>``.  Every entry of the program
 becomes a pymbolic expression at its symbolic index (see
 :mod:`fuseloop.expr.program`); entries used more than once, reductions, and
 very deep trees become private temporaries.  Sizes, strides and offsets are
-kernel arguments (``p<slot>``), so one compiled kernel serves every size of the
-same structure.  Recipes later split and tag the inames for the device.  A
-recipe with a ``concat_chunk`` gets a concatenation's pieces as loops of their own
-(``i`` then numbers chunks; see :func:`lower_program`).
+kernel arguments (``p<slot>``), so one kernel serves every size of a structure.
+Recipes later split and tag the inames; one with a ``concat_chunk`` gets a
+concatenation's pieces as loops of their own (see :func:`lower_program`).
 """
 
 from __future__ import annotations
