@@ -96,6 +96,15 @@ def _bits(dt: np.dtype) -> int:
 
 def helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
     """Body (statements) of the helper for ``op`` on ``loop``; parameters a, b, c."""
+    for part in (_selection_body, _arithmetic_body, _division_body, _integer_body):
+        found = part(op, loop)
+        if found is not None:
+            return found
+    raise AssertionError(f"no OpenCL code for {op} on {loop}")
+
+
+def _selection_body(op: str, loop: tuple[np.dtype, ...]) -> str | None:
+    """Casts, selection, float math builtins, comparisons, bitwise and logical operations."""
     ins, out = loop[:-1], loop[-1]
     a = ins[0]
     T = c_type_name(out)
@@ -132,6 +141,15 @@ def helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
         return "return (uchar)(!a);"
     if op == "invert":
         return "return (uchar)(!a);" if k == "b" else f"return ({T})(~a);"
+    return None
+
+
+def _arithmetic_body(op: str, loop: tuple[np.dtype, ...]) -> str | None:
+    """Addition to sign: numpy's wrapping integer arithmetic and bool rules."""
+    ins, out = loop[:-1], loop[-1]
+    a = ins[0]
+    T = c_type_name(out)
+    k = a.kind  # 'b' bool, 'i' signed, 'u' unsigned, 'f' float
     if op == "add":
         return "return a | b;" if k == "b" else f"return ({T})(a + b);"
     if op == "subtract":
@@ -166,6 +184,15 @@ def helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
         if k == "i":
             return f"return ({T})((a > 0) - (a < 0));"
         return f"return ({T})(a > 0);"
+    return None
+
+
+def _division_body(op: str, loop: tuple[np.dtype, ...]) -> str | None:
+    """floor_divide, remainder and fmod with numpy's signs and zero divisors."""
+    ins, out = loop[:-1], loop[-1]
+    a = ins[0]
+    T = c_type_name(out)
+    k = a.kind  # 'b' bool, 'i' signed, 'u' unsigned, 'f' float
     if op == "floor_divide":
         if k == "f":
             return (
@@ -212,6 +239,15 @@ def helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
         if k == "i":
             return "return (b == 0 || b == -1) ? 0 : a % b;"
         return "return b == 0 ? 0 : a % b;"
+    return None
+
+
+def _integer_body(op: str, loop: tuple[np.dtype, ...]) -> str | None:
+    """Integer powers and shifts, NaN-aware minimum/maximum, the isnan family."""
+    ins, out = loop[:-1], loop[-1]
+    a = ins[0]
+    T = c_type_name(out)
+    k = a.kind  # 'b' bool, 'i' signed, 'u' unsigned, 'f' float
     if op == "power":
         if k == "f":
             return "return pow(a, b);"
@@ -243,7 +279,7 @@ def helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
         if k == "f":
             return f"return (uchar)({op}(a));"
         return "return 1;" if op == "isfinite" else "return 0;"
-    raise AssertionError(f"no OpenCL code for {op} on {loop}")
+    return None
 
 
 def make_helper(op: str, loop: tuple[np.dtype, ...]) -> Helper:
