@@ -52,7 +52,12 @@ def test_most_specific_registration_wins(restore_recipes):
 
 
 def test_string_shorthands_still_register(device, restore_recipes):
-    recipe = fl.register_recipe(device.type, _split, name="test-shorthand")
+    # the most specific shorthand naming this device: a built-in recipe registered for
+    # "nvidia" is more specific than "gpu", and would win over it on an NVIDIA GPU
+    shorthand = max((name for name, pred in fl.recipes.SHORTHANDS.items()
+                     if fl.recipes.predicate(name).matches(device)),
+                    key=lambda name: fl.recipes.predicate(name).specificity)
+    recipe = fl.register_recipe(shorthand, _split, name="test-shorthand")
     assert fl.recipe_for(device).name == "test-shorthand" and recipe.kind == "elementwise"
     assert ("cpu" in fl.recipes.SHORTHANDS and
             fl.recipes.predicate("nvidia") == DevicePredicate(type="gpu", vendor="nvidia"))
