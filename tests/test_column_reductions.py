@@ -18,6 +18,7 @@ import fuseloop as fl
 from fuseloop import evaluate
 from fuseloop.recipes import cpu_rows, gpu_coalesced
 from fuseloop.recipes.rows import make_gpu_rows
+from fuseloop.splits import column_params
 
 DTYPES = [np.float32, np.float64, np.int32]
 # (shape, axis, keepdims): axis 0 of 2-D, middle axes of 3-D and 4-D, several axes
@@ -163,9 +164,11 @@ def test_few_columns_split_in_two_stages(cpu):
     assert evaluate.two_stage_split([x.sum(axis=0)._node], (8,), cpu).columns
     assert _launches(lambda: x.sum(axis=0)) == 2
     np.testing.assert_allclose(x.sum(axis=0).get(), h.sum(axis=0), rtol=1e-4)
-    # enough outputs: one kernel
-    y = fl.asarray(_data((512, 4096), np.float32))
-    assert evaluate.two_stage_split([y.sum(axis=0)._node], (4096,), cpu) is None
+    # enough outputs for the device's compute units: one kernel
+    width, per_unit = column_params(cpu)
+    n_out = max(4096, width * per_unit * cpu.compute_units)
+    y = fl.asarray(_data((512, n_out), np.float32))
+    assert evaluate.two_stage_split([y.sum(axis=0)._node], (n_out,), cpu) is None
     assert _launches(lambda: y.sum(axis=0)) == 1
     # a transposed input's reduced axis is contiguous: not column-like
     t = fl.asarray(_data((8, 1 << 16), np.float32)).T
@@ -207,7 +210,9 @@ def test_cpu_column_kernel_walks_rows_inside(cpu, restore_recipes):
     neighbouring outputs inside (unit stride), not one strided column per output."""
     fl.register_recipe("cpu", cpu_rows.with_params(column_width=64), name="test-cols-64",
                        kind="reduction")
-    x = fl.asarray(_data((1000, 700), np.float32))
+    # enough blocks of 64 outputs for every compute unit (no split), and a partial one
+    blocks = max(10, column_params(cpu)[1] * cpu.compute_units)
+    x = fl.asarray(_data((1000, 64 * blocks + 60), np.float32))
     src = _kernel_source(x.sum(axis=0))
     bulk = src[src.index("bulk slab"):src.index("final slab")]
     # the reduction loop encloses the loop over the block of outputs
