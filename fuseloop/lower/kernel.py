@@ -353,10 +353,8 @@ class _Lowering:
         return self.helper_call("cast", (frm, to), [self.exprs[ref]])
 
     def lower_leaf(self, e: Any) -> tuple[Any, np.dtype, frozenset]:
-        """Value, dtype and address inames of a leaf entry (kind in ``LEAF_KINDS``).
-
-        Records the input array or scalar argument the leaf reads.
-        """
+        """Value, dtype and address inames of a leaf entry (kind in ``LEAF_KINDS``);
+        records the input array or scalar argument the leaf reads."""
         kind = e.kind
         dt = np.dtype(e.dtype)
         if kind == "sparse":  # (a temporary written before, entry number len(exprs))
@@ -384,13 +382,12 @@ class _Lowering:
         value = addr if dt == self.index_dtype else lp.TypeCast(kernel_dtype(dt), addr)
         return value, dt, names
 
-    def run(self) -> None:
-        prog = self.program
-        entries = prog.entries
+    def count_uses(self) -> Counter[int]:
+        """How often each live entry is read (an output counts as a read)."""
         live = self.live
         uses: Counter[int] = Counter()
         e: Any  # an Entry, read by its kind tag (mypy cannot narrow the union through it)
-        for ref, e in enumerate(entries):
+        for ref, e in enumerate(self.program.entries):
             if live is not None and ref not in live:
                 continue
             kind = e.kind
@@ -403,7 +400,14 @@ class _Lowering:
                 uses[e.child] += 1
             elif kind == "concat":
                 uses.update(self.pieces_read(e))
-        uses.update(prog.outputs)
+        uses.update(self.program.outputs)
+        return uses
+
+    def run(self) -> None:
+        entries = self.program.entries
+        live = self.live
+        uses = self.count_uses()
+        e: Any  # an Entry, read by its kind tag (mypy cannot narrow the union through it)
         depth: list[int] = []
         for ref, e in enumerate(entries):
             if live is not None and ref not in live:  # not computed in this piece's loop
@@ -592,11 +596,9 @@ class _Lowering:
 
 
 def _select(pos: Any, bounds: list[Any], values: list[Any]) -> Any:
-    """``values[p]`` where ``bounds[p-1] <= pos < bounds[p]``: a balanced nest of ternaries.
-
-    Only the chosen value is evaluated (C's ``?:``), so an element loads from one
-    piece; a balanced nest takes ``log2(pieces)`` comparisons, not one per piece.
-    """
+    """``values[p]`` where ``bounds[p-1] <= pos < bounds[p]``: a balanced nest of ternaries
+    (only the chosen value is evaluated, so an element loads from one piece; a balanced
+    nest takes ``log2(pieces)`` comparisons, not one per piece)."""
     if len(values) == 1:
         return values[0]
     mid = len(values) // 2
@@ -638,13 +640,10 @@ def contiguous_rows(program: Program) -> bool:
 
 
 def _values_before_stores(low: _Lowering, program: Program) -> tuple[list[Any], list[frozenset]]:
-    """Each output's value and what its store waits for.
-
-    With several outputs every value is computed (into a temporary unless it is one
-    already) before any store: an output may be written into a buffer another output
-    reads at the same element (``fl.compute(b * 2, a + 1, out=(a, b))``), and Loopy
-    does not know that the two arguments alias.
-    """
+    """Each output's value and what its store waits for.  With several outputs every
+    value is computed (into a temporary) before any store: an output may be written into
+    a buffer another output reads at the same element (``fl.compute(b * 2, a + 1,
+    out=(a, b))``), and Loopy does not know that the two arguments alias."""
     outs = program.outputs
     if len(outs) < 2:
         return [low.exprs[r] for r in outs], [low.deps[r] for r in outs]
