@@ -17,24 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 import fuseloop as fl
+from fuseloop.bench.runner import median_time
 
 
 def _median(fn: Callable[[], Any], repeat: int) -> float:
-    fn()  # warm-up: builds, first allocations
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    """Median seconds of ``fn`` (which synchronises itself) after one warm-up call."""
+    return median_time(fn, lambda: None, repeat, warmup=1)
 
 
 def _cupy() -> Any:
