@@ -8,12 +8,13 @@ import numpy as _np
 
 from . import errors, recipes
 from .api import show_code, synchronize
-from .array import Array, Constant, constant
+from .array import Array, Constant
 from .array_api_info import __array_namespace_info__
 from .assignment import compute
 from .cache import cache_dir, clear_memory_cache
 from .caches import clear as clear_caches
 from .caches import info as cache_info
+from .constant_memory import constant
 from .creation import (
     arange,
     asarray,

@@ -54,17 +54,6 @@ class Constant:
         return f"fl.constant({self.value!r}" + (f", {self.dtype})" if self.dtype else ")")
 
 
-def constant(value: Any, dtype: Any = None, device: Any = None) -> Any:
-    """A literal compiled into the kernel instead of passed as an argument (promoted
-    like the Python scalar it wraps, NEP 50); given an array, a copy of it in constant
-    memory on ``device`` (:func:`fuseloop.constant_memory.constant_array`)."""
-    if isinstance(value, Array | list | tuple) or (isinstance(value, np.ndarray) and value.ndim):
-        from .constant_memory import constant_array
-
-        return constant_array(value, dtype, device)
-    return Constant(value, dtype)
-
-
 def _operand_kind(x: Any) -> Any:
     if isinstance(x, Array):
         return x.dtype
@@ -303,6 +292,20 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
 
     binary.__name__ = binary.__qualname__ = f"{'r' if reflected else ''}{op}"
     return binary
+
+
+_FAST_POWERS = {2: "square", 0.5: "sqrt", -1: "reciprocal"}
+
+
+def _with_numpy_fast_powers(lean: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``x ** e`` as numpy's operator computes it: for a float or complex ``x`` and a Python
+    scalar e of 2, 0.5 or -1, ``square``, ``sqrt`` or ``reciprocal`` (no ``pow`` call)."""
+    def power(a: Any, b: Any) -> Any:
+        if (type(b) is int or type(b) is float) and b in _FAST_POWERS and a.dtype.kind in "fc":
+            return apply_op(_FAST_POWERS[b], a)
+        return lean(a, b)
+    power.__name__ = power.__qualname__ = "power"
+    return power
 
 
 def _unary_hit(op: str, an: Node, sa: int, dtype: np.dtype) -> tuple:
@@ -756,7 +759,7 @@ class Array(ArrayProtocol):
     __rfloordiv__ = _lean_binary("floor_divide", reflected=True)
     __mod__ = _lean_binary("remainder")
     __rmod__ = _lean_binary("remainder", reflected=True)
-    __pow__ = _lean_binary("power")
+    __pow__ = _with_numpy_fast_powers(_lean_binary("power"))
     __rpow__ = _lean_binary("power", reflected=True)
     __and__ = _lean_binary("bitwise_and")
     __rand__ = _lean_binary("bitwise_and", reflected=True)
@@ -779,19 +782,6 @@ class Array(ArrayProtocol):
     def __abs__(self) -> Array: return apply_op("absolute", self)
     def __invert__(self) -> Array: return apply_op("invert", self)
     # }}}
-
-
-def _constant_binary(op: str, reflected: bool) -> Any:
-    def method(self: Constant, other: Any) -> Any:
-        return apply_op(op, other, self) if reflected else apply_op(op, self, other)
-    return method
-
-
-for _name, _op in [("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
-                   ("truediv", "true_divide"), ("floordiv", "floor_divide"),
-                   ("mod", "remainder"), ("pow", "power")]:
-    setattr(Constant, f"__{_name}__", _constant_binary(_op, False))
-    setattr(Constant, f"__r{_name}__", _constant_binary(_op, True))
 
 
 # (at the end: the assignment module reads this one's names at import)

@@ -1,4 +1,7 @@
-"""Arrays in constant memory: ``fl.constant(array)`` (OpenCL's ``__constant`` space).
+"""Constants: ``fl.constant(scalar)`` literals and arrays in constant memory.
+
+``fl.constant(2.5)`` is a :class:`~fuseloop.array.Constant`, a scalar compiled into the
+kernel source; ``fl.constant(array)`` a copy in OpenCL's ``__constant`` space.
 
 A constant array is a copy on the device whose storage is marked ``constant``:
 every kernel reading it declares that argument ``__constant`` (its loads, gathers
@@ -14,9 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from .array import Array
+from .array import Array, Constant, apply_op
 from .errors import ConstantMemoryError
 from .runtime.devices import Device
+
+
+def constant(value: Any, dtype: Any = None, device: Any = None) -> Any:
+    """A literal compiled into the kernel instead of passed as an argument (promoted
+    like the Python scalar it wraps, NEP 50); given an array, a copy of it in constant
+    memory on ``device`` (:func:`fuseloop.constant_memory.constant_array`)."""
+    if isinstance(value, Array | list | tuple) or (isinstance(value, np.ndarray) and value.ndim):
+        return constant_array(value, dtype, device)
+    return Constant(value, dtype)
 
 
 def constant_array(value: Any, dtype: Any = None, device: Any = None) -> Array:
@@ -50,3 +62,16 @@ def check_size(nbytes: int, shape: tuple[int, ...], dtype: np.dtype, device: Dev
             f"more than the constant buffer of {device.name} ({limit} bytes); keep it an "
             "ordinary array (fl.asarray) and, for a user function, declare its parameter "
             "'global const ... *' instead of 'constant ... *'")
+
+
+def _constant_binary(op: str, reflected: bool) -> Any:
+    def method(self: Constant, other: Any) -> Any:
+        return apply_op(op, other, self) if reflected else apply_op(op, self, other)
+    return method
+
+
+for _name, _op in [("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
+                   ("truediv", "true_divide"), ("floordiv", "floor_divide"),
+                   ("mod", "remainder"), ("pow", "power")]:
+    setattr(Constant, f"__{_name}__", _constant_binary(_op, False))
+    setattr(Constant, f"__r{_name}__", _constant_binary(_op, True))
