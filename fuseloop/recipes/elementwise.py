@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lp, prim
 from ..lower.pieces import FLAT_INAME
 from . import select
-from .core import Derived, Param, Recipe, int_range, powers_of_two
+from .core import Derived, Param, Recipe, Space, int_range, powers_of_two
 from .cpu_vector import POCL_PLATFORM, through_double_width, vectorise_math_calls
 from .registry import DevicePredicate
 
@@ -24,6 +24,8 @@ POCL = DevicePredicate(type="cpu", platform=POCL_PLATFORM)
 CPU_CHUNK = 4096
 GPU_GROUP_SIZE = 128
 GPU_ITEMS_PER_THREAD = 4
+#: the most operations (items x the loop body's operations) one work-item's unrolled body holds
+GPU_UNROLLED_OPERATIONS = 64
 
 
 def _cpu_chunked(t_unit: lp.TranslationUnit, device: Device, *, chunk: int,
@@ -114,10 +116,34 @@ def _separate_loads(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str], list[
     return knl, load_ids, load_vars
 
 
+def body_operations(knl: lp.LoopKernel) -> int:
+    """Arithmetic operations and function calls in the kernel's instructions."""
+    from pymbolic.mapper.flop_counter import FlopCounter
+
+    class _Counter(FlopCounter):  # (pymbolic's counts arithmetic; a call counts one too)
+        def map_call(self, expr: prim.Call) -> int:
+            return 1 + sum(self.rec(p) for p in expr.parameters)
+
+    counter = _Counter()
+    return sum(counter(insn.expression) for insn in knl.instructions
+               if isinstance(insn, lp.Assignment))
+
+
+def items_by_rule(operations: int) -> int:
+    """Elements per work-item: the most of 4, 2, 1 whose unrolled body stays within
+    :data:`GPU_UNROLLED_OPERATIONS`.  Short, memory-bound bodies gain from several loads in
+    flight; long ones are compute-bound, run as fast or faster with one element, and the
+    driver's build time grows with the unrolled body (a chain of 200 ``sin`` steps)."""
+    for items in (GPU_ITEMS_PER_THREAD, 2):
+        if items * operations <= GPU_UNROLLED_OPERATIONS:
+            return items
+    return 1
+
+
 def _gpu_coalesced(t_unit: lp.TranslationUnit, device: Device, *, group: int,
-                   items: int) -> lp.TranslationUnit:
-    """Work-groups of ``group`` (128) work-items, each handling ``items`` (4) elements
-    ``group`` apart.
+                   items: int | None) -> lp.TranslationUnit:
+    """Work-groups of ``group`` (128) work-items, each handling ``items`` elements
+    ``group`` apart (None: :func:`items_by_rule` of the kernel's operation count).
 
     Neighbouring work-items touch neighbouring elements (coalesced).  Every
     work-group but the last one covers a full tile and runs without bounds
@@ -130,9 +156,13 @@ def _gpu_coalesced(t_unit: lp.TranslationUnit, device: Device, *, group: int,
     checks, loads interleaved with the arithmetic); see docs/design.md.
     """
     knl = t_unit.default_entrypoint
+    if items is None:
+        items = items_by_rule(body_operations(knl))
     knl, load_ids, load_vars = _separate_loads(knl)
     t_unit = t_unit.with_kernel(knl)
-    t_unit = lp.split_iname(t_unit, FLAT_INAME, group * items, outer_tag="g.0", slabs=(0, 1))
+    # (one element per work-item: its bounds test is one comparison, not worth a second body)
+    t_unit = lp.split_iname(t_unit, FLAT_INAME, group * items, outer_tag="g.0",
+                            slabs=(0, 1) if items > 1 else (0, 0))
     t_unit = lp.split_iname(t_unit, f"{FLAT_INAME}_inner", group,
                             outer_tag="unr", inner_tag="l.0")
     if load_ids:
@@ -146,9 +176,11 @@ def _gpu_coalesced(t_unit: lp.TranslationUnit, device: Device, *, group: int,
 
 
 gpu_coalesced = Recipe(
-    "gpu-coalesced", _gpu_coalesced, version="2",
+    "gpu-coalesced", _gpu_coalesced, version="3",
     params=(Param("group", int, GPU_GROUP_SIZE, "work-items per work-group",
                   powers_of_two(1, 1024, (32, 64, 128, 256, 512))),
-            Param("items", int, GPU_ITEMS_PER_THREAD, "elements per work-item, group apart",
-                  int_range(1, 64, (1, 2, 4, 8)))),
+            Param("items", int, None, "elements per work-item, group apart (None: by "
+                  "rule from the kernel's operation count)",
+                  Space((1, 2, 4, 8), lambda v: v is None or (isinstance(v, int) and 1 <= v <= 64),
+                        "None (by rule) or an integer from 1 to 64"))),
     valid=lambda v, device: v["group"] <= device.max_work_group_size)
