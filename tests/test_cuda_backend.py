@@ -318,3 +318,77 @@ def test_arrays_off_cuda_have_no_cuda_array_interface():
         assert not hasattr(x, "__cuda_array_interface__")
 
 # }}}
+
+
+# {{{ the launcher's arguments (no device: a recording stand-in for CuPy's Function)
+
+
+class _Buf:
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+class _Stor:
+    def __init__(self, ptr):
+        self.buffer = _Buf(ptr)
+
+
+def _arg_bytes(arg, sizes: dict[int, int]) -> bytes:
+    """The bytes cuLaunchKernel would read for one argument CuPy passes unconverted
+    (``sizes``: a scalar's size by the id of its argument object; addresses: 8)."""
+    import ctypes
+
+    from cupy.cuda.function import CPointer
+
+    assert isinstance(arg, CPointer)  # (CuPy converts anything else on every launch)
+    return ctypes.string_at(arg.ptr, sizes.get(id(arg), 8))
+
+
+def test_launcher_passes_prepared_arguments_and_converts_only_changes(monkeypatch):
+    """The CUDA launcher hands CuPy argument objects it passes as they are (addresses,
+    and scalars of the declared types), converting an input or scalar only when it
+    changed; the bytes each launch sends are the numpy values'."""
+    cuda = pytest.importorskip("fuseloop.backends.cuda")
+    from fuseloop.backends import LaunchSpec
+
+    made = []
+    sizes: dict[int, int] = {}
+    real = cuda.by_value
+
+    def by_value(v):
+        arg = real(v)
+        sizes[id(arg)] = np.asarray(v).itemsize
+        made.append(arg)
+        return arg
+
+    monkeypatch.setattr(cuda, "by_value", by_value)
+    spec = LaunchSpec(outputs=((0, 0),), inputs=((1, 0), (2, 1)), scalars=((3, 0, np.float32),),
+                      consts=((4, np.int32(1000)),), global_size=(1024,), local_size=(256,),
+                      one_output=True)
+    sent = []
+
+    class Function:
+        def __call__(self, grid, block, args, shared, queue):
+            assert (grid, block, shared, queue) == ((4, 1, 1), (256, 1, 1), 0, "q")
+            sent.append([_arg_bytes(a, sizes) for a in args])
+
+    kernel = cuda.CudaKernel(Function(), 0)
+    monkeypatch.setattr(cuda, "_single_device", lambda: True)
+    go = cuda.make_launcher(spec)
+    last = [None] * (spec.n_args + 1)
+    x, y = _Stor(0x7000), _Stor(0x8000)
+    scale = np.float32(2.5)
+    go(_Stor(0x1000), [x, y], [scale], kernel, last, "q")
+    converted = len(made)
+    go(_Stor(0x2000), [x, y], [scale], kernel, last, "q")
+    assert len(made) == converted  # (same inputs and scalar: nothing converted again)
+    go(_Stor(0x3000), [x, _Stor(0x9000)], [np.float32(-1)], kernel, last, "q")
+
+    def row(out, a, b, s):
+        return [np.uint64(out).tobytes(), np.uint64(a).tobytes(), np.uint64(b).tobytes(),
+                np.float32(s).tobytes(), np.int32(1000).tobytes()]
+
+    assert sent == [row(0x1000, 0x7000, 0x8000, 2.5), row(0x2000, 0x7000, 0x8000, 2.5),
+                    row(0x3000, 0x7000, 0x9000, -1)]
+
+# }}}

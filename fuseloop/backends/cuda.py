@@ -217,8 +217,26 @@ def event_on(queue: Any) -> Any:
     return event
 
 
-def _address(buffer: Any) -> np.uint64:
-    return np.uint64(buffer.ptr)
+try:  # CuPy passes its own argument objects to cuLaunchKernel as they are
+    from cupy.cuda.function import CIntptr as _CIntptr
+    from cupy.cuda.function import CNumpyArray as _CNumpyArray
+except ImportError:  # (an older CuPy: numpy scalars, converted by CuPy per launch)
+    _CIntptr = np.uint64
+    _CNumpyArray = None
+
+
+def _address(buffer: Any) -> Any:
+    """A buffer argument: its device address, in the object CuPy passes unconverted."""
+    return _CIntptr(buffer.ptr)
+
+
+def by_value(value: np.generic) -> Any:
+    """A scalar argument of the kernel's declared type, converted once: CuPy converts
+    a numpy scalar on every launch (``_scalar.CScalar``, a dtype look-up and a view),
+    but passes a ``CNumpyArray`` (the bytes of a 0-d array) as it is."""
+    if _CNumpyArray is None:
+        return value
+    return _CNumpyArray(np.array(value))
 
 
 def _stream_of(queue: Any) -> Any:
@@ -428,7 +446,7 @@ class CudaBackend(Backend):
         module, ordinal, _ = program.handle
         kernel = CudaKernel(module.get_function(name), ordinal)
         for i, value in consts:
-            kernel.set(i, value)
+            kernel.set(i, by_value(value))
         return kernel
 
     def set_buffer_arg(self, kernel: Any, position: int, buffer: Any) -> None:
@@ -443,7 +461,7 @@ class CudaBackend(Backend):
         queue = device.queue
         self._wait_for(queue, wait_for)
         for i, a in enumerate(args):
-            kernel.set(i, a if isinstance(a, np.generic) else _address(a))
+            kernel.set(i, by_value(a) if isinstance(a, np.generic) else _address(a))
         local = tuple(local_size) if local_size is not None else (1,) * len(global_size)
         grid, block = _grid(tuple(global_size), local)
         _run(kernel, grid, block, queue)
@@ -473,15 +491,24 @@ def _run(kernel: CudaKernel, grid: tuple[int, ...], block: tuple[int, ...], queu
 def make_launcher(spec: LaunchSpec) -> Launcher:
     """The CUDA :data:`~fuseloop.backends.base.Launcher` of ``spec``: as OpenCL's
     (``fuseloop.backends.opencl.make_launcher``), the kernel object remembers its
-    arguments, so an input buffer or scalar is converted again only when it changed;
-    buffers are passed as their device addresses."""
+    arguments, so an input buffer or scalar is converted again only when it changed.
+
+    Per launch it does only what changes: every argument is held in the form CuPy
+    hands to ``cuLaunchKernel`` unconverted (:func:`_address`, :func:`by_value`:
+    converted when set, not per launch, as CuPy does numpy scalars), the output's
+    address is the one object made per launch, and the current device is not asked
+    for on a host with one CUDA device (the only one is always current).
+    """
     out_pos = spec.outputs
     buf_pos = spec.inputs
     scalar_pos = spec.scalars
-    consts = spec.consts
+    consts = [(i, by_value(v)) for i, v in spec.consts]
     n_args = spec.n_args
+    one_output = spec.one_output
+    out1 = out_pos[0][0] if one_output else -1
     grid, block = _grid(spec.global_size, spec.local_size)
-    wr, u64, get_device = _weakref, np.uint64, _rt.getDevice
+    wr, address, get_device = _weakref, _CIntptr, _rt.getDevice
+    single = _single_device()
 
     def go(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any], queue: Any) -> None:
         args = k.args
@@ -492,30 +519,43 @@ def make_launcher(spec: LaunchSpec) -> Launcher:
             for i, v in consts:
                 args[i] = v
             last[-1] = consts
-        if spec.one_output:
-            args[out_pos[0][0]] = u64(o.buffer.ptr)
+        if one_output:
+            args[out1] = address(o.buffer.ptr)
         else:
             for i, j in out_pos:
-                args[i] = u64(o[j].buffer.ptr)
+                args[i] = address(o[j].buffer.ptr)
         for i, j in buf_pos:
             x = s[j]
             r = last[i]
             if r is None or r() is not x:
                 last[i] = None
-                args[i] = u64(x.buffer.ptr)
+                args[i] = address(x.buffer.ptr)
                 last[i] = wr(x)
         for i, j, T in scalar_pos:
             v = c[j]
             if v is not last[i]:
                 last[i] = None
-                args[i] = T(v)
+                args[i] = by_value(T(v))
                 last[i] = v
-        if k.ordinal == get_device():
+        if single or k.ordinal == get_device():
             k.function(grid, block, args, 0, queue)
         else:
             with cupy.cuda.Device(k.ordinal):
                 k.function(grid, block, args, 0, queue)
     return go
+
+
+_DEVICE_COUNT: list[int] = []
+
+
+def _single_device() -> bool:
+    """Whether this host has one CUDA device (then it is always the current one)."""
+    if not _DEVICE_COUNT:
+        try:
+            _DEVICE_COUNT.append(_rt.getDeviceCount())
+        except Exception:  # (no driver: launchers are made only where one is)
+            return False
+    return _DEVICE_COUNT[0] == 1
 
 
 __all__ = ["PRELUDE", "CudaBackend", "CudaBufferPool", "CudaOutOfMemory", "make_launcher"]
