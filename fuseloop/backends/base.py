@@ -160,6 +160,10 @@ class Backend(ABC):
     #: what this backend's buffer pools raise when the driver refuses an allocation
     #: (a subclass of :class:`~fuseloop.errors.OutOfMemoryError`, which callers catch)
     OutOfMemory: ClassVar[type[OutOfMemoryError]] = OutOfMemoryError
+    #: whether :meth:`capture` records launches as a graph that :meth:`launch_graph`
+    #: replays for less host time than the launches (``fl.fuse`` uses it: see
+    #: :mod:`fuseloop.fuse_graphs`)
+    graphs: ClassVar[bool] = False
 
     # {{{ devices
 
@@ -317,6 +321,20 @@ class Backend(ABC):
         """Set every argument of ``kernel`` (buffers, and numpy scalars of the declared
         types) and enqueue it on ``device``'s queue now; returns the event.  Unplanned:
         for one-off launches; repeated launches go through :meth:`make_launcher`."""
+
+    def capture(self, device: Any, enqueue: Callable[[Any], None]) -> Any:
+        """A graph of the launches ``enqueue(queue)`` makes on the queue it is given,
+        recorded and not run (arguments fixed as they were enqueued).  Raises the
+        driver's error when it refuses; backends with :attr:`graphs` only."""
+        raise NotImplementedError(f"the {self.name} backend has no graphs")
+
+    def launch_graph(self, device: Any, graph: Any, queue: Any) -> None:
+        """Enqueue a graph :meth:`capture` made on ``queue`` (of ``device``)."""
+        raise NotImplementedError(f"the {self.name} backend has no graphs")
+
+    def buffer_address(self, buffer: Any) -> int:
+        """What identifies ``buffer``'s memory in a captured graph (its device address)."""
+        raise NotImplementedError(f"the {self.name} backend has no graphs")
 
     def wait(self, device: Any, event: Any) -> None:
         """Return once ``event`` has completed (raising if its command failed): polled

@@ -196,6 +196,8 @@ class CudaKernel:
         args[position] = value
 
 
+#: per device ordinal, the stream graphs are captured on (see CudaBackend.capture)
+_CAPTURE_STREAMS: dict[int, Any] = {}
 #: a stream's address -> the ordinal of its device (CuPy's streams do not say)
 STREAM_DEVICES: dict[int, int] = {}
 
@@ -249,6 +251,7 @@ class CudaBackend(Backend):
     name = "cuda"
     language = "cuda"
     OutOfMemory = CudaOutOfMemory
+    graphs = True
 
     # {{{ devices
 
@@ -454,6 +457,35 @@ class CudaBackend(Backend):
 
     def make_launcher(self, spec: LaunchSpec) -> Launcher:
         return make_launcher(spec)
+
+    def capture(self, device: Any, enqueue: Callable[[Any], None]) -> Any:
+        # (on a stream of its own, used for nothing else: another thread's work on the
+        # device's queue meanwhile is not recorded into the graph)
+        ordinal = device.cl_device.ordinal
+        with cupy.cuda.Device(ordinal):
+            stream = _CAPTURE_STREAMS.get(ordinal)
+            if stream is None:
+                stream = _CAPTURE_STREAMS[ordinal] = cupy.cuda.Stream(non_blocking=True)
+                STREAM_DEVICES[stream.ptr] = ordinal
+            stream.begin_capture()
+            try:
+                enqueue(stream)
+            except BaseException:
+                with contextlib.suppress(Exception):  # (the launch's error is the one)
+                    stream.end_capture()
+                raise
+            return stream.end_capture()
+
+    def launch_graph(self, device: Any, graph: Any, queue: Any) -> None:
+        ordinal = device.cl_device.ordinal
+        if _single_device() or ordinal == _rt.getDevice():
+            graph.launch(queue)
+        else:
+            with cupy.cuda.Device(ordinal):
+                graph.launch(queue)
+
+    def buffer_address(self, buffer: Any) -> int:
+        return int(buffer.ptr)
 
     def launch(self, device: Any, kernel: Any, global_size: Sequence[int],
                local_size: Sequence[int] | None, args: Sequence[Any],

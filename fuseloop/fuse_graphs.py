@@ -1,0 +1,230 @@
+"""``fl.fuse`` replayed as graphs (CUDA graphs) where the backend has them.
+
+A traced signature's record (:class:`fuseloop.fuse._Entry`) of several launches
+costs the host one launch each per call.  On a backend with graphs
+(``Backend.graphs``: CUDA) :class:`GraphReplay` captures the record's launches once
+and replays them as one graph launch (``cudaGraphLaunch``).
+
+A captured graph holds its kernels' arguments as values: the addresses of every
+buffer and the scalars.  So a graph serves one *buffer set* and one *key*:
+
+* the temporaries (the results among them) are a buffer set the replay owns: it
+  keeps :data:`SETS` sets per signature and writes a call's results into a set
+  none of whose previous results is still referenced (each call wraps the set's
+  buffers in new ``Storage`` objects and keeps weak references to them).  Two sets
+  serve both ``y = f(x)`` in a loop (the previous ``y`` is alive during the call)
+  and ``x = f(x)`` (the inputs alternate between the two sets);
+* the key is the arguments' buffer addresses and the scalars' bytes: a graph is
+  replayed only for the same key.  A key is captured the second time it is seen
+  (a one-off argument costs no capture), at most :data:`GRAPHS_MAX` per signature:
+  past that (e.g. a scalar argument that changes every call) the signature goes
+  back to its launches for good.
+
+Anything else falls back to the launches, one by one, correctly: no set free (every
+set's results still held), a key not yet captured, recipes changed since the capture
+(``fuseloop.recipes.registry.current``: the graphs are dropped), a launch plan not
+current, or the driver refusing the capture (graphs are then off for the signature).
+Records of one launch do not use graphs (one graph launch costs what one kernel
+launch does), nor records with a checked gather (its error flag is read per call),
+nor records whose temporaries exceed :data:`SET_MAX_BYTES`.
+``FUSELOOP_GRAPHS=0`` turns graphs off.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from . import stats as _stats
+from .backends import backend_for
+from .expr.nodes import Storage
+from .launching import thread_kernel
+from .recipes.registry import current as _recipes_current
+from .runtime.devices import _runtime
+
+#: whether fused functions use graphs on backends that have them
+ENABLED = os.environ.get("FUSELOOP_GRAPHS", "1").strip().lower() not in ("0", "no", "off")
+#: a record replays as a graph from this many launches
+MIN_LAUNCHES = 2
+#: buffer sets (temporaries and results) a signature keeps for its graphs
+SETS = 2
+#: graphs captured per signature before it stops trying
+GRAPHS_MAX = 8
+#: the largest buffer set (bytes of the temporaries): larger records keep no sets (their
+#: kernels' run time dwarfs a launch's host cost, and the sets would hold the memory)
+SET_MAX_BYTES = 1 << 26
+#: keys seen once (not yet captured) remembered per signature (all dropped when reached)
+SEEN_MAX = 64
+
+
+def suits(entry: Any, programs: Sequence[Any]) -> bool:
+    """Whether ``entry`` (a new record) is replayed by :class:`GraphReplay`."""
+    if not ENABLED or entry.eager or not entry.temps or len(entry.steps) < MIN_LAUNCHES \
+            or sum(entry.temps) > SET_MAX_BYTES:
+        return False
+    if not getattr(backend_for(entry.device), "graphs", False):
+        return False
+    return not any(e.kind == "gather" for p in programs for e in p.entries)
+
+
+class _Set:
+    """One set of the temporaries' buffers, and the graphs captured writing into it."""
+
+    __slots__ = ("buffers", "graphs", "held")
+
+    def __init__(self, buffers: list[Any]) -> None:
+        self.buffers = buffers
+        self.graphs: dict[tuple, Any] = {}
+        # weak references to the Storage objects of the set's last call
+        self.held: list[weakref.ref] = []
+
+    def free(self) -> bool:
+        for r in self.held:
+            if r() is not None:
+                return False
+        return True
+
+
+class _Bound:
+    """What a captured launch holds of a buffer: the buffer, not its ``Storage`` (whose
+    weak references say when a set is free)."""
+
+    __slots__ = ("__weakref__", "buffer")
+
+    def __init__(self, storage: Storage) -> None:
+        self.buffer = storage.buffer
+
+
+class GraphReplay:
+    """``entry.run`` of a record replayed as graphs (see the module docstring);
+    ``graph_calls`` counts the calls that launched a graph."""
+
+    def __init__(self, entry: Any) -> None:
+        self.entry = entry
+        self.backend = backend_for(entry.device)
+        self.sets: list[_Set] = []
+        self.seen: set[tuple] = set()
+        self.captured = 0
+        self.stamp = _recipes_current[0]
+        self.graph_calls = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, storages: list[Storage], values: list[Any], args: tuple) -> Any:
+        entry = self.entry
+        sc = entry.scalars(values)  # (first: it may raise KindChanged, nothing launched)
+        with self.lock:
+            if self.stamp is not _recipes_current[0]:  # (recipes changed: kernels may too)
+                self.stamp = _recipes_current[0]
+                for s in self.sets:
+                    s.graphs.clear()
+            chosen = self._free_set()
+            if chosen is None:
+                return entry._replay(storages, values, args, sc)
+            device = entry.device
+            temps = [Storage(b, n, device) for b, n in zip(chosen.buffers, entry.temps)]
+            chosen.held = [weakref.ref(t) for t in temps]
+            key = self._key(storages, sc)
+            graph = chosen.graphs.get(key) if key is not None else None
+            if graph is None:
+                done = entry._replay(storages, values, args, sc, temps)
+                if key is not None:
+                    self._remember(chosen, key, storages, temps, sc)
+                return done
+            self._launch(graph, len(entry.steps))
+            return entry._results(entry.pool_of(storages, temps), values, args)
+
+    def _free_set(self) -> _Set | None:
+        for s in self.sets:
+            if s.free():
+                return s
+        if len(self.sets) >= SETS:
+            rt = _runtime(self.entry.device)
+            if not rt.deferred:
+                return None
+            # deferred launches hold their buffers until enqueued (a graph launch
+            # enqueues them first anyway)
+            rt.flush()
+            return next((s for s in self.sets if s.free()), None)
+        from .fuse import _allocate
+
+        entry = self.entry
+        made = [_allocate(entry.pool.allocate, n, entry.device) for n in entry.temps]
+        self.sets.append(_Set([m.buffer for m in made]))
+        return self.sets[-1]
+
+    def _key(self, storages: list[Storage], sc: list[Any]) -> tuple | None:
+        """The arguments' addresses and the scalars' bytes (-0.0 is not 0.0), or None
+        when a scalar has no bytes to compare."""
+        address = self.backend.buffer_address
+        try:
+            return (tuple(address(s.buffer) for s in storages),
+                    tuple(v.tobytes() for v in sc))
+        except AttributeError:
+            return None
+
+    def _remember(self, chosen: _Set, key: tuple, storages: list[Storage],
+                  temps: list[Storage], sc: list[Any]) -> None:
+        """Note ``key``; capture its graph when it is seen the second time."""
+        if key not in self.seen:
+            if len(self.seen) >= SEEN_MAX:
+                self.seen.clear()
+            self.seen.add(key)
+            return
+        launches = self._launches(storages, temps, sc)
+        if launches is None:
+            return
+        entry = self.entry
+        self.captured += 1
+        if self.captured > GRAPHS_MAX:
+            self._give_up()
+            return
+
+        def enqueue(queue: Any) -> None:
+            for go, bound in launches:
+                go(*bound, queue)
+        try:
+            chosen.graphs[key] = self.backend.capture(entry.device, enqueue)
+        except Exception:  # (the driver refused: launches one by one from now on)
+            self._give_up()
+
+    def _launches(self, storages: list[Storage], temps: list[Storage], sc: list[Any]
+                  ) -> list[tuple[Any, tuple]] | None:
+        """Each step's ``(go, its arguments but the queue)``, or None unless every
+        step's launch plan is current (a replay then makes them first)."""
+        entry = self.entry
+        token = _recipes_current[0]
+        launches = []
+        for step, st, os_, scalars, _ in entry.bound(entry.pool_of(storages, temps),
+                                                     storages, sc):
+            plan = step.plan
+            if plan is None or plan.stamp is not token or not plan.compiled.in_cache \
+                    or plan.error_arg is not None:
+                return None
+            kernel, last = thread_kernel(plan)
+            launches.append((plan.go, ([_Bound(o) for o in os_], [_Bound(x) for x in st],
+                                       scalars, kernel, last)))
+        return launches
+
+    def _launch(self, graph: Any, n_launches: int) -> None:
+        rt = _runtime(self.entry.device)
+        with rt.launch_lock:  # (after the deferred launches, in order)
+            if rt.deferred:
+                rt.flush()
+            self.backend.launch_graph(self.entry.device, graph, rt.queue)
+        self.graph_calls += 1
+        counters = _stats.counters
+        with _stats._lock:  # (counted as the launches it replays)
+            counters["memory_cache_hits"] += n_launches
+            counters["kernels_launched"] += n_launches
+
+    def _give_up(self) -> None:
+        entry = self.entry
+        entry.run = entry.replay
+        self.sets.clear()
+        self.seen.clear()
+
+
+__all__ = ["ENABLED", "GraphReplay", "suits"]
