@@ -10,7 +10,7 @@ objects (``CIntptr``/``CNumpyArray``, made once: what it passes now), ``cudaGetD
 (no longer asked per launch on a one-GPU host), the memory pool's ``malloc`` of an
 output, and the ``np.uint64``/``CIntptr`` of an output address.  Reported, not asserted.
 
-    python benchmarks/probes/cuda_launch_cost.py [--calls N] [--rounds R]
+    PYTHONPATH=. python benchmarks/probes/cuda_launch_cost.py [--calls N] [--rounds R]
 
 To compare with the launcher before this change, on the same host:
 ``python benchmarks/compare_host_overhead.py main WT --device cuda:0``.
