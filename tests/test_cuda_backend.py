@@ -150,6 +150,15 @@ def test_complex_kernels_build_as_cuda():
         _nvrtc_compiles(plan.source, plan.build_options, [plan.name])
 
 
+def test_segmented_scan_kernels_build_as_cuda():
+    """The scans by key's kernels (fuseloop.ops.segmented_kernels) build with NVRTC."""
+    from fuseloop.ops import segmented_kernels
+
+    f32, i64 = np.dtype(np.float32), np.dtype(np.int64)
+    for kernel in segmented_kernels._kernels("max", i64, f32, f32, True, 256, 8):
+        _nvrtc_compiles(kernel.plan.source, kernel.plan.build_options, [kernel.plan.name])
+
+
 def test_hand_written_kernels_build_as_cuda():
     """The mask compaction's and the linalg kernels' OpenCL C builds for CUDA through
     the prelude's spellings (``__kernel``, ``__local``, ``barrier``, work-item ids)."""
@@ -264,6 +273,36 @@ def test_hand_written_and_library_kernels_on_cuda(cuda_device):
     spd = a @ a.T + 96 * np.eye(96)
     np.testing.assert_allclose(fl.linalg.cholesky(fl.asarray(spd)).get(), np.linalg.cholesky(spd),
                                rtol=1e-10, atol=1e-10)
+
+
+@needs_cuda
+def test_segmented_primitives_on_cuda(cuda_device):
+    """The scans by key (fuseloop's own kernels on CUDA), reduce_by_key and sort_by_key
+    (CuPy's sort) match numpy, over many tiles."""
+    rng = np.random.default_rng(6)
+    n = 300_001
+    keys = np.repeat(rng.integers(0, 9, n), rng.integers(1, 50, n))[:n]
+    vals = rng.standard_normal(n)
+    starts = np.r_[True, keys[1:] != keys[:-1]]
+    seg = np.cumsum(starts) - 1
+    first = np.flatnonzero(starts)
+    cums = np.cumsum(vals)
+    want = cums - np.r_[0.0, cums][first][seg]
+    np.testing.assert_allclose(fl.inclusive_scan_by_key(keys, vals).get(), want, atol=1e-8)
+    np.testing.assert_allclose(fl.exclusive_scan_by_key(keys, vals, initial=1.5).get(),
+                               want - vals + 1.5, atol=1e-8)
+    v32 = vals.astype(np.float32)
+    # (each segment lifted above the ones before it: numpy's running maximum restarts)
+    lifted = np.maximum.accumulate(v32.astype(np.float64) + seg * 100.0) - seg * 100.0
+    np.testing.assert_array_equal(fl.inclusive_scan_by_key(keys, v32, op="max").get(),
+                                  lifted.astype(np.float32))
+    uk, sums = fl.reduce_by_key(keys, vals)
+    np.testing.assert_array_equal(uk.get(), keys[first])
+    np.testing.assert_allclose(sums.get(), np.add.reduceat(vals, first), atol=1e-8)
+    sk, sv = fl.sort_by_key(keys[::-1].copy(), np.arange(n))
+    order = np.argsort(keys[::-1], kind="stable")
+    np.testing.assert_array_equal(sk.get(), keys[::-1][order])
+    np.testing.assert_array_equal(sv.get(), order)
 
 
 @needs_cuda
