@@ -269,6 +269,15 @@ class Backend(ABC):
         """Copy ``nbytes`` bytes from buffer ``src`` (from byte ``src_offset``) to the
         start of buffer ``dst``; returns the event."""
 
+    def copy_from(self, device: Any, dst: Any, src_device: Any, src: Any, nbytes: int,
+                  src_offset: int = 0) -> bool:
+        """Copy ``nbytes`` bytes of buffer ``src`` on ``src_device`` (another device of
+        this backend; from byte ``src_offset``) to the start of ``dst`` on ``device``
+        without the host, after what either device's queue holds, and before what is
+        enqueued on either after it; False where the backend has no direct way (the
+        caller then copies through the host)."""
+        return False
+
     @abstractmethod
     def fill(self, device: Any, buffer: Any, pattern: np.ndarray, nbytes: int) -> Any:
         """Fill ``buffer``'s first ``nbytes`` bytes with repeats of ``pattern``'s bytes

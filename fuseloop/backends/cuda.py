@@ -457,6 +457,23 @@ class CudaBackend(Backend):
                 _rt.memcpyAsync(dst.ptr, src.ptr + src_offset, nbytes, _D2D, queue.ptr)
         return self.marker(queue)
 
+    def copy_from(self, device: Any, dst: Any, src_device: Any, src: Any, nbytes: int,
+                  src_offset: int = 0) -> bool:
+        # a peer copy on the destination's stream, after the source's work (an event);
+        # the source's stream waits for it, so its memory is reused only afterwards
+        dst_queue, src_queue = device.queue, src_device.queue
+        ordinal, src_ordinal = device.cl_device.ordinal, src_device.cl_device.ordinal
+        if nbytes:
+            ready = event_on(src_queue)
+            with cupy.cuda.Device(ordinal):
+                dst_queue.wait_event(ready)
+                _rt.memcpyPeerAsync(dst.ptr, ordinal, src.ptr + src_offset, src_ordinal,
+                                    nbytes, dst_queue.ptr)
+            done = event_on(dst_queue)
+            with on_device_of(src_queue):
+                src_queue.wait_event(done)
+        return True
+
     def fill(self, device: Any, buffer: Any, pattern: np.ndarray, nbytes: int) -> Any:
         queue = device.queue
         raw = pattern.tobytes()
