@@ -241,16 +241,16 @@ class Backend(ABC):
 
     def upload(self, device: Any, buffer: Any, host: np.ndarray,
                wait_for: Sequence[Any] | None = None, blocking: bool = False) -> Any:
-        """Copy ``host`` into ``buffer`` on ``device``'s queue; returns the event.
-        Without ``blocking`` it does not wait (``host`` must then stay unchanged until
-        the event completed)."""
+        """Copy ``host`` into ``buffer`` on ``device``'s queue; returns the event (with
+        ``blocking``, possibly None: the copy is done).  Without ``blocking`` it does not
+        wait (``host`` must then stay unchanged until the event completed)."""
         return self.enqueue_write(device.queue, buffer, host, wait_for, blocking)
 
     def download(self, device: Any, host: np.ndarray, buffer: Any,
                  wait_for: Sequence[Any] | None = None, blocking: bool = False) -> Any:
         """Copy ``buffer``'s first ``host.nbytes`` bytes into ``host`` on ``device``'s
         queue; returns the event (without ``blocking``, wait for it before reading
-        ``host``)."""
+        ``host``; with it, possibly None)."""
         return self.enqueue_read(device.queue, host, buffer, wait_for, blocking)
 
     @abstractmethod

@@ -294,10 +294,15 @@ STREAM_DEVICES: dict[int, int] = {}
 def on_device_of(queue: Any) -> Any:
     """A context making ``queue``'s device the current one (a stream, and events and
     copies on it, belong to its device's context)."""
+    if _single_device():  # (the only device is always the current one)
+        return _NO_SWITCH
     ordinal = STREAM_DEVICES.get(queue.ptr, -1)
     if ordinal < 0 or ordinal == _rt.getDevice():
-        return contextlib.nullcontext()
+        return _NO_SWITCH
     return cupy.cuda.Device(ordinal)
+
+
+_NO_SWITCH = contextlib.nullcontext()
 
 
 def event_on(queue: Any) -> Any:
@@ -432,10 +437,11 @@ class CudaBackend(Backend):
         if host.nbytes:
             with on_device_of(queue):
                 _rt.memcpyAsync(buffer.ptr, host.ctypes.data, host.nbytes, _H2D, queue.ptr)
-        event = self.marker(queue)
-        if blocking:
-            event.synchronize()
-        return event
+        if blocking:  # (no event to make and record: the stream itself is waited for)
+            with on_device_of(queue):
+                queue.synchronize()
+            return None
+        return self.marker(queue)
 
     def enqueue_read(self, queue: Any, host: np.ndarray, buffer: Any,
                      wait_for: Sequence[Any] | None, blocking: bool) -> Any:
@@ -443,10 +449,11 @@ class CudaBackend(Backend):
         if host.nbytes:
             with on_device_of(queue):
                 _rt.memcpyAsync(host.ctypes.data, buffer.ptr, host.nbytes, _D2H, queue.ptr)
-        event = self.marker(queue)
-        if blocking:
-            event.synchronize()
-        return event
+        if blocking:  # (no event to make and record: the stream itself is waited for)
+            with on_device_of(queue):
+                queue.synchronize()
+            return None
+        return self.marker(queue)
 
     def copy(self, device: Any, dst: Any, src: Any, nbytes: int, src_offset: int = 0,
              wait_for: Sequence[Any] | None = None) -> Any:
