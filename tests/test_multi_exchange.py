@@ -47,3 +47,24 @@ def test_devices_without_a_direct_way_go_through_the_host(device):
     np.testing.assert_array_equal(piece.get(), np.arange(4.0, 8.0).reshape(2, 2))
     # (CUDA: a peer copy; OpenCL: no copy between contexts)
     assert EXCHANGED["through_host"] - before == (0 if device.backend == "cuda" else 1)
+
+
+def test_two_cuda_devices_exchange_peer_to_peer():
+    """On a host with two CUDA devices: a stencil over both copies its halos peer to
+    peer (none through the host) and equals one device's."""
+    cuda = [d for d in fl.devices() if d.backend == "cuda"]
+    if len(cuda) < 2:
+        import pytest
+
+        pytest.skip("needs two CUDA devices")
+    rng = np.random.default_rng(8)
+    un = rng.standard_normal((64, 33)).astype(np.float32)
+    w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+    want = fl.stencil(fl.asarray(un, device=cuda[0]), w, boundary="wrap").get()
+    with fl.device(cuda[:2]):
+        u = fl.asarray(un)
+    before = dict(EXCHANGED)
+    got = fl.stencil(u, w, boundary="wrap")
+    np.testing.assert_allclose(got.get(), want, rtol=1e-5, atol=1e-5)
+    assert EXCHANGED["copies"] > before["copies"]
+    assert EXCHANGED["through_host"] == before["through_host"]
