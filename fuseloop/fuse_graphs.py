@@ -77,7 +77,8 @@ class _Set:
 
     def __init__(self, buffers: list[Any]) -> None:
         self.buffers = buffers
-        self.graphs: dict[tuple, Any] = {}
+        # key -> (graph, what it must keep alive)
+        self.graphs: dict[tuple, tuple[Any, list[Any]]] = {}
         # weak references to the Storage objects of the set's last call
         self.held: list[weakref.ref] = []
 
@@ -133,7 +134,7 @@ class GraphReplay:
                 if key is not None:
                     self._remember(chosen, key, storages, temps, sc)
                 return done
-            self._launch(graph, len(entry.steps))
+            self._launch(graph[0], len(entry.steps))
             return entry._results(entry.pool_of(storages, temps), values, args)
 
     def _free_set(self) -> _Set | None:
@@ -186,9 +187,13 @@ class GraphReplay:
             for go, bound in launches:
                 go(*bound, queue)
         try:
-            chosen.graphs[key] = self.backend.capture(entry.device, enqueue)
+            graph = self.backend.capture(entry.device, enqueue)
         except Exception:  # (the driver refused: launches one by one from now on)
             self._give_up()
+            return
+        # (with the kernel objects: they keep the programs the graph runs loaded, also
+        # once the kernel cache lets them go)
+        chosen.graphs[key] = (graph, [bound[3] for _, bound in launches])
 
     def _launches(self, storages: list[Storage], temps: list[Storage], sc: list[Any]
                   ) -> list[tuple[Any, tuple]] | None:
