@@ -102,7 +102,10 @@ T items_total(__global const K *keys, __global const V *src, long first, long n,
     *f = starts;
     return acc;
 }
+"""
 
+# each kernel built with the common part only (smaller builds)
+_REDUCE = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_segscan_reduce(__global const K *restrict keys, __global const V *restrict src,
                        __global T *restrict agg, __global int *restrict aggf, const long n)
@@ -121,7 +124,9 @@ void fl_segscan_reduce(__global const K *restrict keys, __global const V *restri
         aggf[tile] = tf;
     }
 }
+"""
 
+_CARRY = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_segscan_carry(__global const T *restrict agg, __global const int *restrict aggf,
                       __global T *restrict carry, const long tiles)
@@ -145,7 +150,9 @@ void fl_segscan_carry(__global const T *restrict agg, __global const int *restri
         acc = SEG(acc, agg[t], aggf[t]);
     }
 }
+"""
 
+_APPLY = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_segscan_apply(__global const K *restrict keys, __global const V *restrict src,
                       __global const T *restrict carry, __global T *restrict dst,
@@ -207,20 +214,24 @@ def _kernels(op: str, kdt: np.dtype, vdt: np.dtype, sdt: np.dtype, exclusive: bo
                         ("SCAN_T", c_type_name(sdt)), ("NEUTRAL_VALUE", _neutral(op, sdt)),
                         ("OP_EXPR", _op_expr(op, sdt.kind == "f"))):
         source = source.replace(name, value)
-    options = [f"-DWG={group}", f"-DPER={per}", f"-DEXCLUSIVE={int(exclusive)}"]
+    options = [f"-DWG={group}", f"-DPER={per}"]
     s = sdt.name
 
-    def plan(name: str, args: list[str], dtypes: list[str | None], gsize: str) -> KernelPlan:
-        return KernelPlan(name=name, source=source, arg_names=args, gsize=[gsize],
-                          lsize=[str(group)], build_options=options, arg_dtypes=dtypes)
+    def plan(name: str, body: str, args: list[str], dtypes: list[str | None],
+             gsize: str, extra: tuple[str, ...] = ()) -> KernelPlan:
+        return KernelPlan(name=name, source=source + body, arg_names=args, gsize=[gsize],
+                          lsize=[str(group)], build_options=[*options, *extra],
+                          arg_dtypes=dtypes)
 
     made = (
-        SourceKernel(plan("fl_segscan_reduce", ["in0", "in1", "out0", "out1", "p0"],
+        SourceKernel(plan("fl_segscan_reduce", _REDUCE, ["in0", "in1", "out0", "out1", "p0"],
                           [None, None, None, None, "int64"], "p[1]")),
-        SourceKernel(plan("fl_segscan_carry", ["in0", "in1", "out0", "p1"],
+        SourceKernel(plan("fl_segscan_carry", _CARRY, ["in0", "in1", "out0", "p1"],
                           [None, None, None, "int64"], "1")),
-        SourceKernel(plan("fl_segscan_apply", ["in0", "in1", "in2", "out0", "s0", "p0"],
-                          [None, None, None, None, s, "int64"], "p[1]")))
+        SourceKernel(plan("fl_segscan_apply", _APPLY,
+                          ["in0", "in1", "in2", "out0", "s0", "p0"],
+                          [None, None, None, None, s, "int64"], "p[1]",
+                          (f"-DEXCLUSIVE={int(exclusive)}",))))
     with _lock:
         return _KERNELS.setdefault(key, made)
 
