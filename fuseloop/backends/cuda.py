@@ -90,85 +90,6 @@ __device__ inline double tanpi(double a) { return sinpi(a) / cospi(a); }
 #ifndef DBL_MAX
 #define DBL_MAX 1.7976931348623157e+308
 #endif
-// OpenCL's math constants (double; the _F ones float)
-#ifndef M_E
-#define M_E 2.718281828459045
-#endif
-#ifndef M_E_F
-#define M_E_F 2.718281828459045f
-#endif
-#ifndef M_LOG2E
-#define M_LOG2E 1.4426950408889634
-#endif
-#ifndef M_LOG2E_F
-#define M_LOG2E_F 1.4426950408889634f
-#endif
-#ifndef M_LOG10E
-#define M_LOG10E 0.4342944819032518
-#endif
-#ifndef M_LOG10E_F
-#define M_LOG10E_F 0.4342944819032518f
-#endif
-#ifndef M_LN2
-#define M_LN2 0.6931471805599453
-#endif
-#ifndef M_LN2_F
-#define M_LN2_F 0.6931471805599453f
-#endif
-#ifndef M_LN10
-#define M_LN10 2.302585092994046
-#endif
-#ifndef M_LN10_F
-#define M_LN10_F 2.302585092994046f
-#endif
-#ifndef M_PI
-#define M_PI 3.141592653589793
-#endif
-#ifndef M_PI_F
-#define M_PI_F 3.141592653589793f
-#endif
-#ifndef M_PI_2
-#define M_PI_2 1.5707963267948966
-#endif
-#ifndef M_PI_2_F
-#define M_PI_2_F 1.5707963267948966f
-#endif
-#ifndef M_PI_4
-#define M_PI_4 0.7853981633974483
-#endif
-#ifndef M_PI_4_F
-#define M_PI_4_F 0.7853981633974483f
-#endif
-#ifndef M_1_PI
-#define M_1_PI 0.3183098861837907
-#endif
-#ifndef M_1_PI_F
-#define M_1_PI_F 0.3183098861837907f
-#endif
-#ifndef M_2_PI
-#define M_2_PI 0.6366197723675814
-#endif
-#ifndef M_2_PI_F
-#define M_2_PI_F 0.6366197723675814f
-#endif
-#ifndef M_2_SQRTPI
-#define M_2_SQRTPI 1.1283791670955126
-#endif
-#ifndef M_2_SQRTPI_F
-#define M_2_SQRTPI_F 1.1283791670955126f
-#endif
-#ifndef M_SQRT2
-#define M_SQRT2 1.4142135623730951
-#endif
-#ifndef M_SQRT2_F
-#define M_SQRT2_F 1.4142135623730951f
-#endif
-#ifndef M_SQRT1_2
-#define M_SQRT1_2 0.7071067811865476
-#endif
-#ifndef M_SQRT1_2_F
-#define M_SQRT1_2_F 0.7071067811865476f
-#endif
 __device__ inline float sincos(float a, float *c) { float s; sincosf(a, &s, c); return s; }
 __device__ inline double sincos(double a, double *c)
 { double s; ::sincos(a, &s, c); return s; }
@@ -190,6 +111,18 @@ __device__ inline ulong atomicMax(ulong *p, ulong v)
 __device__ inline ulong atomicMin(ulong *p, ulong v)
 { return atomicMin((unsigned long long *) p, (unsigned long long) v); }
 """
+
+# OpenCL's math constants (double; the _F ones float), which pyopencl's complex header
+# and fuseloop's complex functions use
+_MATH_CONSTANTS = {
+    "M_E": "2.718281828459045", "M_LOG2E": "1.4426950408889634",
+    "M_LOG10E": "0.4342944819032518", "M_LN2": "0.6931471805599453",
+    "M_LN10": "2.302585092994046", "M_PI": "3.141592653589793", "M_PI_2": "1.5707963267948966",
+    "M_PI_4": "0.7853981633974483", "M_1_PI": "0.3183098861837907",
+    "M_2_PI": "0.6366197723675814", "M_2_SQRTPI": "1.1283791670955126",
+    "M_SQRT2": "1.4142135623730951", "M_SQRT1_2": "0.7071067811865476"}
+PRELUDE += "".join(f"#ifndef {name}{f}\n#define {name}{f} {value}{f[1:].lower()}\n#endif\n"
+                   for name, value in _MATH_CONSTANTS.items() for f in ("", "_F"))
 
 # Loopy's integer min/max helpers, for kernels whose recipe calls them after Loopy chose
 # the preamble (a template: Loopy's own definition, where it emits one, is preferred)
