@@ -20,6 +20,11 @@ echo "   row, which was 19.3 vs 18.7 us before; 'CuPy argument objects' well bel
 echo "   scalars'; MemoryPool.malloc + free is the next largest CUDA-only piece)"
 python benchmarks/probes/cuda_launch_cost.py
 
+echo "== 4. scans by key on CUDA (fuseloop's own kernels) against CuPy and torch, same run;"
+echo "   the OpenCL GPU (pyopencl's scan) for comparison"
+python benchmarks/bench_segmented.py --device cuda:0
+python benchmarks/bench_segmented.py --device opencl:0
+
 echo "== 5. halo exchange over all GPUs (with 2+ GPUs: the stencil row's scaling; before the"
 echo "   change its halos went through the host)"
 if [ "$(python -c 'import fuseloop as fl; print(sum(d.backend == "cuda" for d in fl.devices()))')" -ge 2 ]; then
