@@ -23,7 +23,7 @@ python benchmarks/probes/cuda_launch_cost.py
 echo "== 4. scans by key on CUDA (fuseloop's own kernels) against CuPy and torch, same run;"
 echo "   the OpenCL GPU (pyopencl's scan) for comparison"
 python benchmarks/bench_segmented.py --device cuda:0
-python benchmarks/bench_segmented.py --device opencl:0
+python benchmarks/bench_segmented.py --device gpu  # (the OpenCL GPU: listed before the CUDA devices)
 
 echo "== 5. halo exchange over all GPUs (with 2+ GPUs: the stencil row's scaling; before the"
 echo "   change its halos went through the host)"
