@@ -730,7 +730,7 @@ def _choose_replay(entry: _Entry, n_in: int) -> None:
     if prepared:
         entry.run = _prepared_single(entry)
     elif _graphs.suits(entry, [st.program for st, *_ in entry.steps]):
-        entry.run = _graphs.GraphReplay(entry)
+        entry.run = _graphs.GraphReplay(entry, n_in)
     else:
         entry.run = entry.replay
 

@@ -14,9 +14,10 @@ buffer and the scalars.  So a graph serves one *buffer set* and one *key*:
   buffers in new ``Storage`` objects and keeps weak references to them).  Two sets
   serve both ``y = f(x)`` in a loop (the previous ``y`` is alive during the call)
   and ``x = f(x)`` (the inputs alternate between the two sets);
-* the key is the arguments' buffer addresses and the scalars' bytes: a graph is
-  replayed only for the same key.  A key is captured the second time it is seen
-  (a one-off argument costs no capture), at most :data:`GRAPHS_MAX` per signature:
+* the key is the arguments' buffer addresses and scalar arguments (which decide the
+  kernels' scalars; zeros with their signs): a graph is replayed only for the same
+  key.  A key is captured the second time it is seen (a one-off argument costs no
+  capture), at most :data:`GRAPHS_MAX` per signature:
   past that (e.g. a scalar argument that changes every call) the signature goes
   back to its launches for good.
 
@@ -32,13 +33,17 @@ nor records whose temporaries exceed :data:`SET_MAX_BYTES`.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from . import stats as _stats
+from .array import Array
 from .backends import backend_for
 from .expr.nodes import Storage
 from .launching import thread_kernel
@@ -73,10 +78,13 @@ def suits(entry: Any, programs: Sequence[Any]) -> bool:
 class _Set:
     """One set of the temporaries' buffers, and the graphs captured writing into it."""
 
-    __slots__ = ("buffers", "graphs", "held")
+    __slots__ = ("buffers", "graphs", "held", "inner")
 
-    def __init__(self, buffers: list[Any]) -> None:
+    def __init__(self, buffers: list[Any], inner: list[Storage]) -> None:
         self.buffers = buffers
+        # the temporaries no result is, as Storage objects made once (a graph's
+        # calls hand out new ones only for the results)
+        self.inner = inner
         # key -> (graph, what it must keep alive)
         self.graphs: dict[tuple, tuple[Any, list[Any]]] = {}
         # weak references to the Storage objects of the set's last call
@@ -87,6 +95,16 @@ class _Set:
             if r() is not None:
                 return False
         return True
+
+
+def _scalar_key(values: list[Any]) -> tuple:
+    """What decides a call's kernel scalars (a function of its scalar arguments): the
+    arguments, with the signs of zeros (-0.0 == 0.0)."""
+    key = tuple(values)
+    if 0 in key:
+        key += tuple(math.copysign(1.0, v) if isinstance(v, float | np.floating) else 0
+                     for v in values)
+    return key
 
 
 class _Bound:
@@ -103,15 +121,25 @@ class GraphReplay:
     """``entry.run`` of a record replayed as graphs (see the module docstring);
     ``graph_calls`` counts the calls that launched a graph."""
 
-    def __init__(self, entry: Any) -> None:
+    def __init__(self, entry: Any, n_in: int) -> None:
         self.entry = entry
         self.backend = backend_for(entry.device)
+        self.address = self.backend.buffer_address
+        self.runtime = _runtime(entry.device)
         self.sets: list[_Set] = []
         self.seen: set[tuple] = set()
         self.captured = 0
         self.stamp = _recipes_current[0]
         self.graph_calls = 0
         self.lock = threading.Lock()
+        # the results when each is a temporary: (temporary index, dtype, shape) each
+        # (the hit path makes them itself), else None (entry._results makes them);
+        # a result's position in the call's pool is n_in + its temporary's index
+        self.fast: list[tuple[int, Any, tuple]] | None = None
+        if all(kind == 0 for kind, *_ in entry.results) and \
+                entry.structure in (None, tuple, list):
+            self.fast = [(a - n_in, dtype, shape) for _, a, dtype, shape in entry.results]
+        self.result_temps = {a - n_in for kind, a, _, _ in entry.results if kind == 0}
 
     def __call__(self, storages: list[Storage], values: list[Any], args: tuple) -> Any:
         entry = self.entry
@@ -121,28 +149,58 @@ class GraphReplay:
                 self.stamp = _recipes_current[0]
                 for s in self.sets:
                     s.graphs.clear()
-            chosen = self._free_set()
-            if chosen is None:
+            chosen = next((s for s in self.sets if s.free()), None) or self._another_set()
+            if chosen is None:  # (every set's results are still held)
                 return entry._replay(storages, values, args, sc)
-            device = entry.device
-            temps = [Storage(b, n, device) for b, n in zip(chosen.buffers, entry.temps)]
-            chosen.held = [weakref.ref(t) for t in temps]
-            key = self._key(storages, sc)
-            graph = chosen.graphs.get(key) if key is not None else None
+            address = self.address
+            key = (tuple([address(s.buffer) for s in storages]), _scalar_key(values))
+            graph = chosen.graphs.get(key)
             if graph is None:
-                done = entry._replay(storages, values, args, sc, temps)
-                if key is not None:
-                    self._remember(chosen, key, storages, temps, sc)
-                return done
-            self._launch(graph[0], len(entry.steps))
-            return entry._results(entry.pool_of(storages, temps), values, args)
+                return self._launches_into(chosen, key, storages, values, args, sc)
+            fast = self.fast
+            if fast is None:
+                return self._graph_call(chosen, graph[0], storages, values, args)
+            device = entry.device
+            buffers, sizes = chosen.buffers, entry.temps
+            results = []
+            held = []
+            for k, dtype, shape in fast:
+                out = Storage(buffers[k], sizes[k], device)
+                held.append(weakref.ref(out))
+                results.append(Array._concrete(out, dtype, shape))
+            chosen.held = held
+            self._launch(graph[0])
+        structure = entry.structure
+        return results[0] if structure is None else structure(results)
 
-    def _free_set(self) -> _Set | None:
-        for s in self.sets:
-            if s.free():
-                return s
+    def _launches_into(self, chosen: _Set, key: tuple, storages: list[Storage],
+                       values: list[Any], args: tuple, sc: list[Any]) -> Any:
+        """A call launched kernel by kernel into ``chosen``'s buffers (new Storage
+        objects for all, held weakly: deferred launches hold them until enqueued)."""
+        entry = self.entry
+        device = entry.device
+        temps = [Storage(b, n, device) for b, n in zip(chosen.buffers, entry.temps)]
+        chosen.held = [weakref.ref(t) for t in temps]
+        done = entry._replay(storages, values, args, sc, temps)
+        self._remember(chosen, key, storages, temps, sc)
+        return done
+
+    def _graph_call(self, chosen: _Set, graph: Any, storages: list[Storage],
+                    values: list[Any], args: tuple) -> Any:
+        """A graph call whose results are not all temporaries (``entry._results``)."""
+        entry = self.entry
+        device = entry.device
+        temps = [Storage(b, n, device) if k in self.result_temps else chosen.inner[k]
+                 for k, (b, n) in enumerate(zip(chosen.buffers, entry.temps))]
+        chosen.held = [weakref.ref(temps[k]) for k in self.result_temps]
+        self._launch(graph)
+        return entry._results(entry.pool_of(storages, temps), values, args)
+
+    def _another_set(self) -> _Set | None:
+        """A new set while there are fewer than :data:`SETS`, else one freed by
+        enqueueing the deferred launches, else None."""
         if len(self.sets) >= SETS:
-            rt = _runtime(self.entry.device)
+            rt = self.runtime
             if not rt.deferred:
                 return None
             # deferred launches hold their buffers until enqueued (a graph launch
@@ -153,18 +211,8 @@ class GraphReplay:
 
         entry = self.entry
         made = [_allocate(entry.pool.allocate, n, entry.device) for n in entry.temps]
-        self.sets.append(_Set([m.buffer for m in made]))
+        self.sets.append(_Set([m.buffer for m in made], made))
         return self.sets[-1]
-
-    def _key(self, storages: list[Storage], sc: list[Any]) -> tuple | None:
-        """The arguments' addresses and the scalars' bytes (-0.0 is not 0.0), or None
-        when a scalar has no bytes to compare."""
-        address = self.backend.buffer_address
-        try:
-            return (tuple(address(s.buffer) for s in storages),
-                    tuple(v.tobytes() for v in sc))
-        except AttributeError:
-            return None
 
     def _remember(self, chosen: _Set, key: tuple, storages: list[Storage],
                   temps: list[Storage], sc: list[Any]) -> None:
@@ -213,17 +261,18 @@ class GraphReplay:
                                        scalars, kernel, last)))
         return launches
 
-    def _launch(self, graph: Any, n_launches: int) -> None:
-        rt = _runtime(self.entry.device)
+    def _launch(self, graph: Any) -> None:
+        rt = self.runtime
         with rt.launch_lock:  # (after the deferred launches, in order)
             if rt.deferred:
                 rt.flush()
             self.backend.launch_graph(self.entry.device, graph, rt.queue)
         self.graph_calls += 1
+        n = len(self.entry.steps)
         counters = _stats.counters
         with _stats._lock:  # (counted as the launches it replays)
-            counters["memory_cache_hits"] += n_launches
-            counters["kernels_launched"] += n_launches
+            counters["memory_cache_hits"] += n
+            counters["kernels_launched"] += n
 
     def _give_up(self) -> None:
         entry = self.entry

@@ -136,3 +136,15 @@ def test_single_launches_do_not_use_graphs(device, graphs):
     for _ in range(4):
         np.testing.assert_array_equal(f(x).get(), np.arange(10.0) * 2 + 1)
     assert f.graph_calls == 0 and not graphs
+
+
+def test_graph_calls_with_results_of_other_kinds(device, graphs):
+    """A result that is an argument, or a plain value, beside the computed one."""
+    xh, wh = _host(3000, 4)
+    x, w = fl.asarray(xh), fl.asarray(wh)
+    f = fl.fuse(lambda x, w: (_center(x, w), x, 3))
+    for _ in range(6):
+        y, same, three = f(x, w)
+        np.testing.assert_allclose(y.get(), _ref(xh, wh), rtol=1e-5, atol=1e-6)
+        assert same is x and three == 3
+    assert f.graph_calls >= 2
