@@ -412,6 +412,24 @@ def _arg_bytes(arg, sizes: dict[int, int]) -> bytes:
     return ctypes.string_at(arg.ptr, sizes.get(id(arg), 8))
 
 
+def test_scalar_arguments_hold_the_values_bytes():
+    """Each kernel type's value, as the argument object CuPy passes, starts with the
+    value's bytes (what cuLaunchKernel reads for a parameter of that size); a scalar
+    object that comes again is not converted again."""
+    import ctypes
+
+    cuda = pytest.importorskip("fuseloop.backends.cuda")
+    values = [np.int8(-3), np.uint16(65000), np.int32(-7), np.float32(-0.0), np.float64(1e300),
+              np.uint64(2**64 - 3), np.bool_(True), np.complex64(1 - 2j),
+              np.complex128(3.5 + 1e-300j)]
+    for v in values:
+        arg = cuda.by_value(v)
+        assert ctypes.string_at(arg.ptr, v.itemsize) == v.tobytes(), v.dtype
+    half = 0.5
+    assert cuda.scalar_arg(half, np.float32) is cuda.scalar_arg(half, np.float32)
+    assert cuda.scalar_arg(half, np.float64) is not cuda.scalar_arg(half, np.float32)
+
+
 def test_launcher_passes_prepared_arguments_and_converts_only_changes(monkeypatch):
     """The CUDA launcher hands CuPy argument objects it passes as they are (addresses,
     and scalars of the declared types), converting an input or scalar only when it

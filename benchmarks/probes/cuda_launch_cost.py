@@ -6,7 +6,7 @@ CUDA device and on the OpenCL GPU, loops interleaved in one process, median us p
 (synchronising every 100 calls).  Part 2, the pieces of a CUDA launch, us per call:
 CuPy's ``Function.__call__`` of a trivial kernel with numpy-scalar arguments (converted
 by CuPy on every launch, what the launcher passed before) and with CuPy's own argument
-objects (``CIntptr``/``CNumpyArray``, made once: what it passes now), ``cudaGetDevice``
+objects (``CIntptr``, made once: what it passes now), ``cudaGetDevice``
 (no longer asked per launch on a one-GPU host), the memory pool's ``malloc`` of an
 output, and the ``np.uint64``/``CIntptr`` of an output address.  Reported, not asserted.
 
@@ -74,7 +74,7 @@ def eval_loops(calls: int, rounds: int) -> list[tuple[str, float]]:
 def launch_pieces(calls: int, rounds: int) -> list[tuple[str, float]]:
     import cupy
     from cupy.cuda import runtime
-    from cupy.cuda.function import CIntptr, CNumpyArray
+    from cupy.cuda.function import CIntptr
 
     src = ('extern "C" __global__ void k(float *o, const float *a, const float *b, '
            'float s, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; '
@@ -84,8 +84,11 @@ def launch_pieces(calls: int, rounds: int) -> list[tuple[str, float]]:
     stream = cupy.cuda.Stream(non_blocking=True)
     old = [np.uint64(o.data.ptr), np.uint64(a.data.ptr), np.uint64(b.data.ptr),
            np.float32(2), np.int32(1000)]
+    from fuseloop.backends.cuda import by_value
+
     new = [CIntptr(o.data.ptr), CIntptr(a.data.ptr), CIntptr(b.data.ptr),
-           CNumpyArray(np.array(np.float32(2))), CNumpyArray(np.array(np.int32(1000)))]
+           by_value(np.float32(2)), by_value(np.int32(1000))]
+    assert not isinstance(new[3], np.generic)  # (this CuPy has its argument classes)
     pool = cupy.cuda.MemoryPool()
     ptr = o.data.ptr
 

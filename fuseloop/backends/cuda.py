@@ -262,10 +262,35 @@ def _address(buffer: Any) -> Any:
 def by_value(value: np.generic) -> Any:
     """A scalar argument of the kernel's declared type, converted once: CuPy converts
     a numpy scalar on every launch (``_scalar.CScalar``, a dtype look-up and a view),
-    but passes a ``CNumpyArray`` (the bytes of a 0-d array) as it is."""
+    but passes its own argument objects as they are.  Up to 8 bytes: a ``CIntptr`` of
+    the value's bits (the kernel reads its parameter's size from the start of the 8
+    bytes: the low bytes on the little-endian hosts CUDA runs on); larger (complex128):
+    a ``CNumpyArray``, the bytes of a 0-d array."""
     if _CNumpyArray is None:
         return value
+    raw = value.tobytes()
+    if len(raw) <= 8:
+        return _CIntptr(int.from_bytes(raw, "little", signed=True))
     return _CNumpyArray(np.array(value))
+
+
+#: id(scalar) -> (the scalar, its kernel type, its argument object): a scalar that
+#: comes again (fuseloop keeps one numpy scalar per Python value it converted) is not
+#: converted again; the scalar is kept, so its id names it while it is here
+_SCALAR_ARGS: dict[int, tuple[Any, type, Any]] = {}
+SCALAR_ARGS_MAX = 4096
+
+
+def scalar_arg(value: Any, kind: type) -> Any:
+    """:func:`by_value` of ``kind(value)``, remembered per scalar object."""
+    hit = _SCALAR_ARGS.get(id(value))
+    if hit is not None and hit[0] is value and hit[1] is kind:
+        return hit[2]
+    arg = by_value(kind(value))
+    if len(_SCALAR_ARGS) >= SCALAR_ARGS_MAX:
+        _SCALAR_ARGS.clear()
+    _SCALAR_ARGS[id(value)] = (value, kind, arg)
+    return arg
 
 
 def _stream_of(queue: Any) -> Any:
@@ -585,7 +610,7 @@ def make_launcher(spec: LaunchSpec) -> Launcher:
     one_output = spec.one_output
     out1 = out_pos[0][0] if one_output else -1
     grid, block = _grid(spec.global_size, spec.local_size)
-    wr, address, get_device = _weakref, _CIntptr, _rt.getDevice
+    wr, address, get_device, scalar = _weakref, _CIntptr, _rt.getDevice, scalar_arg
     single = _single_device()
 
     def go(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any], queue: Any) -> None:
@@ -613,7 +638,7 @@ def make_launcher(spec: LaunchSpec) -> Launcher:
             v = c[j]
             if v is not last[i]:
                 last[i] = None
-                args[i] = by_value(T(v))
+                args[i] = scalar(v, T)
                 last[i] = v
         if single or k.ordinal == get_device():
             k.function(grid, block, args, 0, queue)
