@@ -129,6 +129,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args()
     rows = eval_loops(args.calls, args.rounds)
+    if not rows:
+        print("no GPU device: nothing to measure")
+        return
     if any(d.backend == "cuda" for d in fl.devices()):
         rows += launch_pieces(args.calls * 5, args.rounds)
     print("| what | us per call (median) |")
