@@ -8,7 +8,8 @@ Workloads (float32, inputs made on the devices by ``fl.random``, nothing uploade
   the host.
 * a 2-D 5-point stencil step ``u + 0.1 * laplacian(u)`` on a ``2**grid_log2`` square
   grid: GB/s counting one read and one write; with several devices each step copies
-  the halo rows (one above and one below each inner boundary) through the host.
+  the halo rows (one above and one below each inner boundary): peer to peer between
+  CUDA devices, through the host between OpenCL devices.
 
 Each is timed on the first listed device alone (an ordinary array) and on all listed
 devices (a ``fl.MultiArray``), and the ratio of throughputs is printed.  Devices:

@@ -43,6 +43,7 @@ import numpy as np
 
 from . import caches as _caches
 from . import evaluate as _ev
+from . import fuse_graphs as _graphs
 from . import run_plans as _rp
 from .array import Array, _weak_scalar, _weak_scalars
 from .dtypes import scalar_to
@@ -184,19 +185,15 @@ class _Entry:
         return (self._results(storages + outs, values, args),)
 
     def _replay(self, storages: list[Storage], values: list[Any], args: tuple,
-                sc: list[Any]) -> Any:
+                sc: list[Any], temps: list[Storage] | None = None) -> Any:
+        """The steps launched one by one (``temps``: the temporaries' buffers, new ones
+        from the pool unless given)."""
         device = self.device
-        pool = storages
-        temps = self.temps
-        if temps:
+        if temps is None and self.temps:
             palloc = self.pool.allocate
-            pool = storages + [_allocate(palloc, n, device) for n in temps]
-        if self.consts:
-            pool = pool + self.consts
-        for step, ins, outs, scal, small in self.steps:
-            st = storages if ins is None else [pool[j] for j in ins]
-            os_ = [pool[j] for j in outs]
-            scalars = [sc[j] for j in scal]
+            temps = [_allocate(palloc, n, device) for n in self.temps]
+        pool = self.pool_of(storages, temps)
+        for step, st, os_, scalars, small in self.bound(pool, storages, sc):
             plan = step.plan
             if plan is None or plan.stamp is not _recipes_current[0] \
                     or not plan.compiled.in_cache:
@@ -204,6 +201,18 @@ class _Entry:
             else:
                 enqueue(plan, os_, st, scalars, small, device, 1)
         return self._results(pool, values, args)
+
+    def pool_of(self, storages: list[Storage], temps: list[Storage] | None) -> list[Storage]:
+        """The call's buffers by position: the arguments', the temporaries', the constants'."""
+        pool = storages + temps if temps else storages
+        return pool + self.consts if self.consts else pool
+
+    def bound(self, pool: list[Storage], storages: list[Storage], sc: list[Any]
+              ) -> Iterable[tuple[Any, list[Storage], list[Storage], list[Any], bool]]:
+        """Per step: (step, its inputs, its outputs, its scalars, small)."""
+        for step, ins, outs, scal, small in self.steps:
+            yield (step, storages if ins is None else [pool[j] for j in ins],
+                   [pool[j] for j in outs], [sc[j] for j in scal], small)
 
     def _results(self, pool: list[Storage], values: list[Any], args: tuple) -> Any:
         device = self.device
@@ -532,6 +541,12 @@ class Fused:
 
     # }}}
 
+    @property
+    def graph_calls(self) -> int:
+        """Calls of the kept signatures replayed as one graph (CUDA: see
+        :mod:`fuseloop.fuse_graphs`)."""
+        return sum(getattr(e.run, "graph_calls", 0) for e in self._entries.values())
+
     def clear(self) -> None:
         """Forget every traced signature (the next call of each traces again)."""
         self._entries.clear()
@@ -712,7 +727,12 @@ def _choose_replay(entry: _Entry, n_in: int) -> None:
                 entry.result1 = entry.results[0][2:]
     prepared = entry.result1 is not None and len(entry.temps) == 1 and \
         all(kind != 2 for kind, _, _ in entry.slots)
-    entry.run = _prepared_single(entry) if prepared else entry.replay
+    if prepared:
+        entry.run = _prepared_single(entry)
+    elif _graphs.suits(entry, [st.program for st, *_ in entry.steps]):
+        entry.run = _graphs.GraphReplay(entry, n_in)
+    else:
+        entry.run = entry.replay
 
 
 def _error_free(program: Any) -> bool:

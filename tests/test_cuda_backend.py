@@ -17,7 +17,6 @@ import fuseloop as fl
 from fuseloop.errors import (
     DeviceError,
     DeviceNotFoundError,
-    DTypeError,
     KernelBuildError,
 )
 from fuseloop.runtime import devices as _devices
@@ -132,6 +131,33 @@ def _hand_written_plans() -> list:
     for name in linalg_kernels._KERNELS:
         plans.append(linalg_kernels._kernel(name, np.dtype(np.float64), 256).plan)
     return plans
+
+
+def test_complex_kernels_build_as_cuda():
+    """Kernels of complex64 and complex128 values (pyopencl's complex header, its
+    OpenCL spellings: two-argument sincos, FLT_MAX, M_PI) build with NVRTC."""
+    from fuseloop.lower import codegen
+
+    fake = _fake_cuda_device()
+    rng = np.random.default_rng(0)
+    z = fl.asarray(rng.random(512) + 1j * rng.random(512))
+    w = fl.asarray((rng.random(512) + 1j * rng.random(512)).astype(np.complex64))
+    x = fl.asarray(rng.random(512))
+    # (two kernels: each build reads the whole header; arcsin's helpers use M_PI, M_LN2)
+    outs = [[z * z + x / z - 2j + fl.arcsin(z), (z == w) | fl.isnan(z)],
+            [fl.sum(w * w.conj() + fl.cos(w) + fl.abs(w))]]
+    for out in outs:
+        plan = codegen.generate(fl.program(*out).lower(fake).t_unit, fake)
+        _nvrtc_compiles(plan.source, plan.build_options, [plan.name])
+
+
+def test_segmented_scan_kernels_build_as_cuda():
+    """The scans by key's kernels (fuseloop.ops.segmented_kernels) build with NVRTC."""
+    from fuseloop.ops import segmented_kernels
+
+    f32, i64 = np.dtype(np.float32), np.dtype(np.int64)
+    for kernel in segmented_kernels._kernels("max", i64, f32, f32, True, 256, 8):
+        _nvrtc_compiles(kernel.plan.source, kernel.plan.build_options, [kernel.plan.name])
 
 
 def test_hand_written_kernels_build_as_cuda():
@@ -251,10 +277,52 @@ def test_hand_written_and_library_kernels_on_cuda(cuda_device):
 
 
 @needs_cuda
-def test_complex_numbers_are_refused_on_cuda(cuda_device):
-    x = fl.asarray(np.arange(10.0))
-    with pytest.raises(DTypeError, match="OpenCL devices only"):
-        (x * 1j).get()
+def test_segmented_primitives_on_cuda(cuda_device):
+    """The scans by key (fuseloop's own kernels on CUDA), reduce_by_key and sort_by_key
+    (CuPy's sort) match numpy, over many tiles."""
+    rng = np.random.default_rng(6)
+    n = 300_001
+    keys = np.repeat(rng.integers(0, 9, n), rng.integers(1, 50, n))[:n]
+    vals = rng.standard_normal(n)
+    starts = np.r_[True, keys[1:] != keys[:-1]]
+    seg = np.cumsum(starts) - 1
+    first = np.flatnonzero(starts)
+    cums = np.cumsum(vals)
+    want = cums - np.r_[0.0, cums][first][seg]
+    np.testing.assert_allclose(fl.inclusive_scan_by_key(keys, vals).get(), want, atol=1e-8)
+    np.testing.assert_allclose(fl.exclusive_scan_by_key(keys, vals, initial=1.5).get(),
+                               want - vals + 1.5, atol=1e-8)
+    v32 = vals.astype(np.float32)
+    # (each segment lifted above the ones before it: numpy's running maximum restarts)
+    lifted = np.maximum.accumulate(v32.astype(np.float64) + seg * 100.0) - seg * 100.0
+    np.testing.assert_array_equal(fl.inclusive_scan_by_key(keys, v32, op="max").get(),
+                                  lifted.astype(np.float32))
+    uk, sums = fl.reduce_by_key(keys, vals)
+    np.testing.assert_array_equal(uk.get(), keys[first])
+    np.testing.assert_allclose(sums.get(), np.add.reduceat(vals, first), atol=1e-8)
+    sk, sv = fl.sort_by_key(keys[::-1].copy(), np.arange(n))
+    order = np.argsort(keys[::-1], kind="stable")
+    np.testing.assert_array_equal(sk.get(), keys[::-1][order])
+    np.testing.assert_array_equal(sv.get(), order)
+
+
+@needs_cuda
+def test_complex_numbers_on_cuda(cuda_device):
+    """complex64 and complex128 (pyopencl's complex header through the prelude) match
+    numpy: arithmetic with a complex scalar argument, functions, a reduction, parts."""
+    rng = np.random.default_rng(5)
+    zh = rng.standard_normal(5001) + 1j * rng.standard_normal(5001)
+    wh = zh.astype(np.complex64)
+    z, w = fl.asarray(zh), fl.asarray(wh)
+    np.testing.assert_allclose((z * z + 3 / z - 2j).get(), zh * zh + 3 / zh - 2j, rtol=1e-12)
+    np.testing.assert_allclose((fl.exp(z) + fl.sqrt(z) + fl.arcsin(z)).get(),
+                               np.exp(zh) + np.sqrt(zh) + np.arcsin(zh), rtol=1e-10)
+    np.testing.assert_allclose(fl.sum(z * z).get(), np.sum(zh * zh), rtol=1e-10)
+    np.testing.assert_allclose((w * w.conj() + fl.cos(w)).get(), wh * wh.conj() + np.cos(wh),
+                               rtol=1e-5)
+    np.testing.assert_allclose((fl.abs(w) + w.real - w.imag).get(),
+                               np.abs(wh) + wh.real - wh.imag, rtol=1e-5)
+    assert (z * 1j).dtype == np.complex128 and (w * 1j).get().dtype == np.complex64
 
 
 # }}}
@@ -316,5 +384,97 @@ def test_arrays_off_cuda_have_no_cuda_array_interface():
     x = fl.asarray(np.ones(3))
     if x.device.backend != "cuda":
         assert not hasattr(x, "__cuda_array_interface__")
+
+# }}}
+
+
+# {{{ the launcher's arguments (no device: a recording stand-in for CuPy's Function)
+
+
+class _Buf:
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+class _Stor:
+    def __init__(self, ptr):
+        self.buffer = _Buf(ptr)
+
+
+def _arg_bytes(arg, sizes: dict[int, int]) -> bytes:
+    """The bytes cuLaunchKernel would read for one argument CuPy passes unconverted
+    (``sizes``: a scalar's size by the id of its argument object; addresses: 8)."""
+    import ctypes
+
+    from cupy.cuda.function import CPointer
+
+    assert isinstance(arg, CPointer)  # (CuPy converts anything else on every launch)
+    return ctypes.string_at(arg.ptr, sizes.get(id(arg), 8))
+
+
+def test_scalar_arguments_hold_the_values_bytes():
+    """Each kernel type's value, as the argument object CuPy passes, starts with the
+    value's bytes (what cuLaunchKernel reads for a parameter of that size); a scalar
+    object that comes again is not converted again."""
+    import ctypes
+
+    cuda = pytest.importorskip("fuseloop.backends.cuda")
+    values = [np.int8(-3), np.uint16(65000), np.int32(-7), np.float32(-0.0), np.float64(1e300),
+              np.uint64(2**64 - 3), np.bool_(True), np.complex64(1 - 2j),
+              np.complex128(3.5 + 1e-300j)]
+    for v in values:
+        arg = cuda.by_value(v)
+        assert ctypes.string_at(arg.ptr, v.itemsize) == v.tobytes(), v.dtype
+    half = 0.5
+    assert cuda.scalar_arg(half, np.float32) is cuda.scalar_arg(half, np.float32)
+    assert cuda.scalar_arg(half, np.float64) is not cuda.scalar_arg(half, np.float32)
+
+
+def test_launcher_passes_prepared_arguments_and_converts_only_changes(monkeypatch):
+    """The CUDA launcher hands CuPy argument objects it passes as they are (addresses,
+    and scalars of the declared types), converting an input or scalar only when it
+    changed; the bytes each launch sends are the numpy values'."""
+    cuda = pytest.importorskip("fuseloop.backends.cuda")
+    from fuseloop.backends import LaunchSpec
+
+    made = []
+    sizes: dict[int, int] = {}
+    real = cuda.by_value
+
+    def by_value(v):
+        arg = real(v)
+        sizes[id(arg)] = np.asarray(v).itemsize
+        made.append(arg)
+        return arg
+
+    monkeypatch.setattr(cuda, "by_value", by_value)
+    spec = LaunchSpec(outputs=((0, 0),), inputs=((1, 0), (2, 1)), scalars=((3, 0, np.float32),),
+                      consts=((4, np.int32(1000)),), global_size=(1024,), local_size=(256,),
+                      one_output=True)
+    sent = []
+
+    class Function:
+        def __call__(self, grid, block, args, shared, queue):
+            assert (grid, block, shared, queue) == ((4, 1, 1), (256, 1, 1), 0, "q")
+            sent.append([_arg_bytes(a, sizes) for a in args])
+
+    kernel = cuda.CudaKernel(Function(), 0)
+    monkeypatch.setattr(cuda, "_single_device", lambda: True)
+    go = cuda.make_launcher(spec)
+    last = [None] * (spec.n_args + 1)
+    x, y = _Stor(0x7000), _Stor(0x8000)
+    scale = np.float32(2.5)
+    go(_Stor(0x1000), [x, y], [scale], kernel, last, "q")
+    converted = len(made)
+    go(_Stor(0x2000), [x, y], [scale], kernel, last, "q")
+    assert len(made) == converted  # (same inputs and scalar: nothing converted again)
+    go(_Stor(0x3000), [x, _Stor(0x9000)], [np.float32(-1)], kernel, last, "q")
+
+    def row(out, a, b, s):
+        return [np.uint64(out).tobytes(), np.uint64(a).tobytes(), np.uint64(b).tobytes(),
+                np.float32(s).tobytes(), np.int32(1000).tobytes()]
+
+    assert sent == [row(0x1000, 0x7000, 0x8000, 2.5), row(0x2000, 0x7000, 0x8000, 2.5),
+                    row(0x3000, 0x7000, 0x9000, -1)]
 
 # }}}

@@ -160,6 +160,10 @@ class Backend(ABC):
     #: what this backend's buffer pools raise when the driver refuses an allocation
     #: (a subclass of :class:`~fuseloop.errors.OutOfMemoryError`, which callers catch)
     OutOfMemory: ClassVar[type[OutOfMemoryError]] = OutOfMemoryError
+    #: whether :meth:`capture` records launches as a graph that :meth:`launch_graph`
+    #: replays for less host time than the launches (``fl.fuse`` uses it: see
+    #: :mod:`fuseloop.fuse_graphs`)
+    graphs: ClassVar[bool] = False
 
     # {{{ devices
 
@@ -237,16 +241,16 @@ class Backend(ABC):
 
     def upload(self, device: Any, buffer: Any, host: np.ndarray,
                wait_for: Sequence[Any] | None = None, blocking: bool = False) -> Any:
-        """Copy ``host`` into ``buffer`` on ``device``'s queue; returns the event.
-        Without ``blocking`` it does not wait (``host`` must then stay unchanged until
-        the event completed)."""
+        """Copy ``host`` into ``buffer`` on ``device``'s queue; returns the event (with
+        ``blocking``, possibly None: the copy is done).  Without ``blocking`` it does not
+        wait (``host`` must then stay unchanged until the event completed)."""
         return self.enqueue_write(device.queue, buffer, host, wait_for, blocking)
 
     def download(self, device: Any, host: np.ndarray, buffer: Any,
                  wait_for: Sequence[Any] | None = None, blocking: bool = False) -> Any:
         """Copy ``buffer``'s first ``host.nbytes`` bytes into ``host`` on ``device``'s
         queue; returns the event (without ``blocking``, wait for it before reading
-        ``host``)."""
+        ``host``; with it, possibly None)."""
         return self.enqueue_read(device.queue, host, buffer, wait_for, blocking)
 
     @abstractmethod
@@ -264,6 +268,15 @@ class Backend(ABC):
              wait_for: Sequence[Any] | None = None) -> Any:
         """Copy ``nbytes`` bytes from buffer ``src`` (from byte ``src_offset``) to the
         start of buffer ``dst``; returns the event."""
+
+    def copy_from(self, device: Any, dst: Any, src_device: Any, src: Any, nbytes: int,
+                  src_offset: int = 0) -> bool:
+        """Copy ``nbytes`` bytes of buffer ``src`` on ``src_device`` (another device of
+        this backend; from byte ``src_offset``) to the start of ``dst`` on ``device``
+        without the host, after what either device's queue holds, and before what is
+        enqueued on either after it; False where the backend has no direct way (the
+        caller then copies through the host)."""
+        return False
 
     @abstractmethod
     def fill(self, device: Any, buffer: Any, pattern: np.ndarray, nbytes: int) -> Any:
@@ -317,6 +330,20 @@ class Backend(ABC):
         """Set every argument of ``kernel`` (buffers, and numpy scalars of the declared
         types) and enqueue it on ``device``'s queue now; returns the event.  Unplanned:
         for one-off launches; repeated launches go through :meth:`make_launcher`."""
+
+    def capture(self, device: Any, enqueue: Callable[[Any], None]) -> Any:
+        """A graph of the launches ``enqueue(queue)`` makes on the queue it is given,
+        recorded and not run (arguments fixed as they were enqueued).  Raises the
+        driver's error when it refuses; backends with :attr:`graphs` only."""
+        raise NotImplementedError(f"the {self.name} backend has no graphs")
+
+    def launch_graph(self, device: Any, graph: Any, queue: Any) -> None:
+        """Enqueue a graph :meth:`capture` made on ``queue`` (of ``device``)."""
+        raise NotImplementedError(f"the {self.name} backend has no graphs")
+
+    def buffer_address(self, buffer: Any) -> int:
+        """What identifies ``buffer``'s memory in a captured graph (its device address)."""
+        raise NotImplementedError(f"the {self.name} backend has no graphs")
 
     def wait(self, device: Any, event: Any) -> None:
         """Return once ``event`` has completed (raising if its command failed): polled

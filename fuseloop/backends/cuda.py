@@ -83,6 +83,16 @@ __device__ inline int mul_hi(int a, int b) { return __mulhi(a, b); }
 __device__ inline uint mul_hi(uint a, uint b) { return __umulhi(a, b); }
 __device__ inline float tanpi(float a) { return sinpif(a) / cospif(a); }
 __device__ inline double tanpi(double a) { return sinpi(a) / cospi(a); }
+// pyopencl's complex header (OpenCL C) read as C++: OpenCL's sincos returns the sine
+#ifndef FLT_MAX
+#define FLT_MAX 3.402823466e+38F
+#endif
+#ifndef DBL_MAX
+#define DBL_MAX 1.7976931348623157e+308
+#endif
+__device__ inline float sincos(float a, float *c) { float s; sincosf(a, &s, c); return s; }
+__device__ inline double sincos(double a, double *c)
+{ double s; ::sincos(a, &s, c); return s; }
 // Random123's headers (pyopencl's copy, written for OpenCL C) read as C++
 #define R123_ULONG_LONG unsigned long long
 #define R123_THROW(exception) ((void) 0)
@@ -101,6 +111,18 @@ __device__ inline ulong atomicMax(ulong *p, ulong v)
 __device__ inline ulong atomicMin(ulong *p, ulong v)
 { return atomicMin((unsigned long long *) p, (unsigned long long) v); }
 """
+
+# OpenCL's math constants (double; the _F ones float), which pyopencl's complex header
+# and fuseloop's complex functions use
+_MATH_CONSTANTS = {
+    "M_E": "2.718281828459045", "M_LOG2E": "1.4426950408889634",
+    "M_LOG10E": "0.4342944819032518", "M_LN2": "0.6931471805599453",
+    "M_LN10": "2.302585092994046", "M_PI": "3.141592653589793", "M_PI_2": "1.5707963267948966",
+    "M_PI_4": "0.7853981633974483", "M_1_PI": "0.3183098861837907",
+    "M_2_PI": "0.6366197723675814", "M_2_SQRTPI": "1.1283791670955126",
+    "M_SQRT2": "1.4142135623730951", "M_SQRT1_2": "0.7071067811865476"}
+PRELUDE += "".join(f"#ifndef {name}{f}\n#define {name}{f} {value}{f[1:].lower()}\n#endif\n"
+                   for name, value in _MATH_CONSTANTS.items() for f in ("", "_F"))
 
 # Loopy's integer min/max helpers, for kernels whose recipe calls them after Loopy chose
 # the preamble (a template: Loopy's own definition, where it emits one, is preferred)
@@ -196,6 +218,8 @@ class CudaKernel:
         args[position] = value
 
 
+#: per device ordinal, the stream graphs are captured on (see CudaBackend.capture)
+_CAPTURE_STREAMS: dict[int, Any] = {}
 #: a stream's address -> the ordinal of its device (CuPy's streams do not say)
 STREAM_DEVICES: dict[int, int] = {}
 
@@ -203,10 +227,15 @@ STREAM_DEVICES: dict[int, int] = {}
 def on_device_of(queue: Any) -> Any:
     """A context making ``queue``'s device the current one (a stream, and events and
     copies on it, belong to its device's context)."""
+    if _single_device():  # (the only device is always the current one)
+        return _NO_SWITCH
     ordinal = STREAM_DEVICES.get(queue.ptr, -1)
     if ordinal < 0 or ordinal == _rt.getDevice():
-        return contextlib.nullcontext()
+        return _NO_SWITCH
     return cupy.cuda.Device(ordinal)
+
+
+_NO_SWITCH = contextlib.nullcontext()
 
 
 def event_on(queue: Any) -> Any:
@@ -217,8 +246,51 @@ def event_on(queue: Any) -> Any:
     return event
 
 
-def _address(buffer: Any) -> np.uint64:
-    return np.uint64(buffer.ptr)
+try:  # CuPy passes its own argument objects to cuLaunchKernel as they are
+    from cupy.cuda.function import CIntptr as _CIntptr
+    from cupy.cuda.function import CNumpyArray as _CNumpyArray
+except ImportError:  # (an older CuPy: numpy scalars, converted by CuPy per launch)
+    _CIntptr = np.uint64
+    _CNumpyArray = None
+
+
+def _address(buffer: Any) -> Any:
+    """A buffer argument: its device address, in the object CuPy passes unconverted."""
+    return _CIntptr(buffer.ptr)
+
+
+def by_value(value: np.generic) -> Any:
+    """A scalar argument of the kernel's declared type, converted once: CuPy converts
+    a numpy scalar on every launch (``_scalar.CScalar``, a dtype look-up and a view),
+    but passes its own argument objects as they are.  Up to 8 bytes: a ``CIntptr`` of
+    the value's bits (the kernel reads its parameter's size from the start of the 8
+    bytes: the low bytes on the little-endian hosts CUDA runs on); larger (complex128):
+    a ``CNumpyArray``, the bytes of a 0-d array."""
+    if _CNumpyArray is None:
+        return value
+    raw = value.tobytes()
+    if len(raw) <= 8:
+        return _CIntptr(int.from_bytes(raw, "little", signed=True))
+    return _CNumpyArray(np.array(value))
+
+
+#: id(scalar) -> (the scalar, its kernel type, its argument object): a scalar that
+#: comes again (fuseloop keeps one numpy scalar per Python value it converted) is not
+#: converted again; the scalar is kept, so its id names it while it is here
+_SCALAR_ARGS: dict[int, tuple[Any, type, Any]] = {}
+SCALAR_ARGS_MAX = 4096
+
+
+def scalar_arg(value: Any, kind: type) -> Any:
+    """:func:`by_value` of ``kind(value)``, remembered per scalar object."""
+    hit = _SCALAR_ARGS.get(id(value))
+    if hit is not None and hit[0] is value and hit[1] is kind:
+        return hit[2]
+    arg = by_value(kind(value))
+    if len(_SCALAR_ARGS) >= SCALAR_ARGS_MAX:
+        _SCALAR_ARGS.clear()
+    _SCALAR_ARGS[id(value)] = (value, kind, arg)
+    return arg
 
 
 def _stream_of(queue: Any) -> Any:
@@ -231,6 +303,7 @@ class CudaBackend(Backend):
     name = "cuda"
     language = "cuda"
     OutOfMemory = CudaOutOfMemory
+    graphs = True
 
     # {{{ devices
 
@@ -322,10 +395,11 @@ class CudaBackend(Backend):
         if host.nbytes:
             with on_device_of(queue):
                 _rt.memcpyAsync(buffer.ptr, host.ctypes.data, host.nbytes, _H2D, queue.ptr)
-        event = self.marker(queue)
-        if blocking:
-            event.synchronize()
-        return event
+        if blocking:  # (no event to make and record: the stream itself is waited for)
+            with on_device_of(queue):
+                queue.synchronize()
+            return None
+        return self.marker(queue)
 
     def enqueue_read(self, queue: Any, host: np.ndarray, buffer: Any,
                      wait_for: Sequence[Any] | None, blocking: bool) -> Any:
@@ -333,10 +407,11 @@ class CudaBackend(Backend):
         if host.nbytes:
             with on_device_of(queue):
                 _rt.memcpyAsync(host.ctypes.data, buffer.ptr, host.nbytes, _D2H, queue.ptr)
-        event = self.marker(queue)
-        if blocking:
-            event.synchronize()
-        return event
+        if blocking:  # (no event to make and record: the stream itself is waited for)
+            with on_device_of(queue):
+                queue.synchronize()
+            return None
+        return self.marker(queue)
 
     def copy(self, device: Any, dst: Any, src: Any, nbytes: int, src_offset: int = 0,
              wait_for: Sequence[Any] | None = None) -> Any:
@@ -346,6 +421,23 @@ class CudaBackend(Backend):
             with on_device_of(queue):
                 _rt.memcpyAsync(dst.ptr, src.ptr + src_offset, nbytes, _D2D, queue.ptr)
         return self.marker(queue)
+
+    def copy_from(self, device: Any, dst: Any, src_device: Any, src: Any, nbytes: int,
+                  src_offset: int = 0) -> bool:
+        # a peer copy on the destination's stream, after the source's work (an event);
+        # the source's stream waits for it, so its memory is reused only afterwards
+        dst_queue, src_queue = device.queue, src_device.queue
+        ordinal, src_ordinal = device.cl_device.ordinal, src_device.cl_device.ordinal
+        if nbytes:
+            ready = event_on(src_queue)
+            with cupy.cuda.Device(ordinal):
+                dst_queue.wait_event(ready)
+                _rt.memcpyPeerAsync(dst.ptr, ordinal, src.ptr + src_offset, src_ordinal,
+                                    nbytes, dst_queue.ptr)
+            done = event_on(dst_queue)
+            with on_device_of(src_queue):
+                src_queue.wait_event(done)
+        return True
 
     def fill(self, device: Any, buffer: Any, pattern: np.ndarray, nbytes: int) -> Any:
         queue = device.queue
@@ -428,7 +520,7 @@ class CudaBackend(Backend):
         module, ordinal, _ = program.handle
         kernel = CudaKernel(module.get_function(name), ordinal)
         for i, value in consts:
-            kernel.set(i, value)
+            kernel.set(i, by_value(value))
         return kernel
 
     def set_buffer_arg(self, kernel: Any, position: int, buffer: Any) -> None:
@@ -437,13 +529,42 @@ class CudaBackend(Backend):
     def make_launcher(self, spec: LaunchSpec) -> Launcher:
         return make_launcher(spec)
 
+    def capture(self, device: Any, enqueue: Callable[[Any], None]) -> Any:
+        # (on a stream of its own, used for nothing else: another thread's work on the
+        # device's queue meanwhile is not recorded into the graph)
+        ordinal = device.cl_device.ordinal
+        with cupy.cuda.Device(ordinal):
+            stream = _CAPTURE_STREAMS.get(ordinal)
+            if stream is None:
+                stream = _CAPTURE_STREAMS[ordinal] = cupy.cuda.Stream(non_blocking=True)
+                STREAM_DEVICES[stream.ptr] = ordinal
+            stream.begin_capture()
+            try:
+                enqueue(stream)
+            except BaseException:
+                with contextlib.suppress(Exception):  # (the launch's error is the one)
+                    stream.end_capture()
+                raise
+            return stream.end_capture()
+
+    def launch_graph(self, device: Any, graph: Any, queue: Any) -> None:
+        ordinal = device.cl_device.ordinal
+        if _single_device() or ordinal == _rt.getDevice():
+            graph.launch(queue)
+        else:
+            with cupy.cuda.Device(ordinal):
+                graph.launch(queue)
+
+    def buffer_address(self, buffer: Any) -> int:
+        return int(buffer.ptr)
+
     def launch(self, device: Any, kernel: Any, global_size: Sequence[int],
                local_size: Sequence[int] | None, args: Sequence[Any],
                wait_for: Sequence[Any] | None = None) -> Any:
         queue = device.queue
         self._wait_for(queue, wait_for)
         for i, a in enumerate(args):
-            kernel.set(i, a if isinstance(a, np.generic) else _address(a))
+            kernel.set(i, by_value(a) if isinstance(a, np.generic) else _address(a))
         local = tuple(local_size) if local_size is not None else (1,) * len(global_size)
         grid, block = _grid(tuple(global_size), local)
         _run(kernel, grid, block, queue)
@@ -473,15 +594,24 @@ def _run(kernel: CudaKernel, grid: tuple[int, ...], block: tuple[int, ...], queu
 def make_launcher(spec: LaunchSpec) -> Launcher:
     """The CUDA :data:`~fuseloop.backends.base.Launcher` of ``spec``: as OpenCL's
     (``fuseloop.backends.opencl.make_launcher``), the kernel object remembers its
-    arguments, so an input buffer or scalar is converted again only when it changed;
-    buffers are passed as their device addresses."""
+    arguments, so an input buffer or scalar is converted again only when it changed.
+
+    Per launch it does only what changes: every argument is held in the form CuPy
+    hands to ``cuLaunchKernel`` unconverted (:func:`_address`, :func:`by_value`:
+    converted when set, not per launch, as CuPy does numpy scalars), the output's
+    address is the one object made per launch, and the current device is not asked
+    for on a host with one CUDA device (the only one is always current).
+    """
     out_pos = spec.outputs
     buf_pos = spec.inputs
     scalar_pos = spec.scalars
-    consts = spec.consts
+    consts = [(i, by_value(v)) for i, v in spec.consts]
     n_args = spec.n_args
+    one_output = spec.one_output
+    out1 = out_pos[0][0] if one_output else -1
     grid, block = _grid(spec.global_size, spec.local_size)
-    wr, u64, get_device = _weakref, np.uint64, _rt.getDevice
+    wr, address, get_device, scalar = _weakref, _CIntptr, _rt.getDevice, scalar_arg
+    single = _single_device()
 
     def go(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any], queue: Any) -> None:
         args = k.args
@@ -492,30 +622,43 @@ def make_launcher(spec: LaunchSpec) -> Launcher:
             for i, v in consts:
                 args[i] = v
             last[-1] = consts
-        if spec.one_output:
-            args[out_pos[0][0]] = u64(o.buffer.ptr)
+        if one_output:
+            args[out1] = address(o.buffer.ptr)
         else:
             for i, j in out_pos:
-                args[i] = u64(o[j].buffer.ptr)
+                args[i] = address(o[j].buffer.ptr)
         for i, j in buf_pos:
             x = s[j]
             r = last[i]
             if r is None or r() is not x:
                 last[i] = None
-                args[i] = u64(x.buffer.ptr)
+                args[i] = address(x.buffer.ptr)
                 last[i] = wr(x)
         for i, j, T in scalar_pos:
             v = c[j]
             if v is not last[i]:
                 last[i] = None
-                args[i] = T(v)
+                args[i] = scalar(v, T)
                 last[i] = v
-        if k.ordinal == get_device():
+        if single or k.ordinal == get_device():
             k.function(grid, block, args, 0, queue)
         else:
             with cupy.cuda.Device(k.ordinal):
                 k.function(grid, block, args, 0, queue)
     return go
+
+
+_DEVICE_COUNT: list[int] = []
+
+
+def _single_device() -> bool:
+    """Whether this host has one CUDA device (then it is always the current one)."""
+    if not _DEVICE_COUNT:
+        try:
+            _DEVICE_COUNT.append(_rt.getDeviceCount())
+        except Exception:  # (no driver: launchers are made only where one is)
+            return False
+    return _DEVICE_COUNT[0] == 1
 
 
 __all__ = ["PRELUDE", "CudaBackend", "CudaBufferPool", "CudaOutOfMemory", "make_launcher"]

@@ -141,6 +141,10 @@ def _complex_target(target: Any, program: Program, device: Any) -> Any:
             "use complex64 and float32 arrays or .astype(np.complex64)")
     if type(target) is lp.OpenCLTarget:
         return lp.PyOpenCLTarget()
+    if type(target) is lp.CudaTarget:
+        # (OpenCL C with pyopencl's complex types, which the CUDA backend's prelude
+        # spells for NVRTC: see fuseloop.lower.complex_ops)
+        return lp.PyOpenCLTarget()
     raise DTypeError(f"complex dtypes are supported on OpenCL devices only, not on "
                      f"{device.name} (its Loopy target is {type(target).__name__})")
 

@@ -8,6 +8,8 @@ key with the one before it (no flag array is written), and a cast of the values 
 result dtype is part of its input expression.  A lazy ``values`` (or ``keys``) is
 evaluated by one fuseloop kernel first: the scan kernels are pyopencl's, not lowered
 by fuseloop, so the producer cannot be fused into them (as for ``cumulative_sum``).
+On CUDA devices the scans are fuseloop's own kernels (:mod:`.segmented_kernels`), and
+``sort_by_key`` sorts with CuPy, as ``fl.sort`` does.
 ``reduce_by_key`` is the inclusive scan plus the compaction of each run's last element
 (:mod:`fuseloop.ops.compaction`); ``sort_by_key`` is the stable radix sort of
 :mod:`fuseloop.ops.sorting` with the values gathered through its permutation.
@@ -138,13 +140,20 @@ def _scan_dtype(rdt: np.dtype) -> np.dtype:
 
 
 def _scan(keys: Array, values: Array, op: str, exclusive: bool, initial: Any) -> Array:
-    """The segmented scan of checked ``keys`` and ``values`` (see :func:`_prepare`)."""
-    require_backend(keys.device, "a scan by key (pyopencl's segmented scan)")
-    import pyopencl.array as cla
-
+    """The segmented scan of checked ``keys`` and ``values`` (see :func:`_prepare`):
+    pyopencl's on OpenCL devices, fuseloop's own kernels elsewhere (CUDA: see
+    :mod:`fuseloop.ops.segmented_kernels`)."""
     rdt = _result_dtype(op, values.dtype)
     sdt = _scan_dtype(rdt)
     kc, vc = _concrete(keys), _concrete(values)
+    if keys.device.backend == "cuda":
+        from .segmented_kernels import scan
+
+        out = scan(kc, vc, op, sdt, exclusive, sdt.type(rdt.type(initial)))
+        return out if sdt == rdt else out.astype(rdt)
+    require_backend(keys.device, "a scan by key (pyopencl's segmented scan)")
+    import pyopencl.array as cla
+
     dev, n = keys.device, keys.shape[0]
     out = Array._concrete(allocate(n * sdt.itemsize, dev), sdt, (n,))
     if n:
