@@ -9,7 +9,9 @@ result dtype is part of its input expression.  A lazy ``values`` (or ``keys``) i
 evaluated by one fuseloop kernel first: the scan kernels are pyopencl's, not lowered
 by fuseloop, so the producer cannot be fused into them (as for ``cumulative_sum``).
 ``reduce_by_key`` is the inclusive scan plus the compaction of each run's last element
-(:mod:`fuseloop.ops.compaction`); ``sort_by_key`` is the stable radix sort of
+(:mod:`fuseloop.ops.compaction`), except on a CPU device, where two kernels of
+:mod:`fuseloop.ops.segmented_cpu` reduce each run directly (the scan is slow on PoCL);
+``sort_by_key`` is the stable radix sort of
 :mod:`fuseloop.ops.sorting` with the values gathered through its permutation.
 """
 
@@ -28,6 +30,7 @@ from ..errors import DeviceError, DTypeError, ShapeError, UnknownOpError
 from ..evaluate import allocate
 from ..expr.nodes import Gather
 from ..runtime.devices import Device
+from . import segmented_cpu as _cpu
 
 OPS = ("add", "mul", "max", "min")
 _INT64 = np.dtype(np.int64)
@@ -185,6 +188,10 @@ def reduce_by_key(keys: Any, values: Any, op: str = "add") -> tuple[Array, Array
 
     k, v = _prepare("reduce_by_key", keys, values, op)
     kc = _concrete(k)  # (read by the scan and the gather: evaluated once)
+    if k.shape[0] and _cpu.supported(k.device, kc.dtype, v.dtype):
+        out_keys, out_vals = _cpu.reduce_by_key(kc, _concrete(v), op,
+                                                _result_dtype(op, v.dtype))
+        return (out_keys.astype(np.bool_) if k.dtype == np.bool_ else out_keys), out_vals
     scanned = _scan(kc, v, op, False, 0)
     if k.shape[0] == 0:
         return k.copy(), scanned
