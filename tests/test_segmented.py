@@ -142,3 +142,26 @@ def test_reduce_by_key_cpu_blocks(device, fresh_stats, monkeypatch):
     if device.type == "cpu":
         # no scan and no compaction: the kernels of ops/segmented_cpu.py
         assert fresh_stats()["scans"] == 0
+
+
+def test_scans_by_key_cpu_blocks(device, fresh_stats, monkeypatch):
+    # the CPU scans over tiny blocks: a run spanning several blocks carries their
+    # partial results in; NaN keys; booleans; an exclusive scan's initial value
+    from fuseloop.ops import segmented_cpu
+
+    monkeypatch.setattr(segmented_cpu, "MIN_BLOCK", 16)
+    rng = np.random.default_rng(10)
+    keys = np.repeat(rng.integers(0, 4, 30), rng.integers(1, 70, 30)).astype(np.float64)
+    keys[40:44] = np.nan
+    values = (rng.random(keys.size) * 3).astype(np.float32)
+    k, v = fl.asarray(keys), fl.asarray(values)
+    fresh_stats()
+    got = fl.inclusive_scan_by_key(k, v)
+    np.testing.assert_allclose(got.get(), scan_ref(keys, values, "add"), rtol=1e-5)
+    if device.type == "cpu":
+        assert fresh_stats()["kernels_launched"] == 2  # (pyopencl's scan counts none)
+    np.testing.assert_allclose(fl.exclusive_scan_by_key(k, v, op="max", initial=1.5).get(),
+                               scan_ref(keys, values, "max", True, 1.5), rtol=1e-6)
+    flags = values > 1
+    np.testing.assert_array_equal(fl.inclusive_scan_by_key(k, flags).get(),
+                                  scan_ref(keys, flags.astype(np.int64), "add"))

@@ -9,8 +9,9 @@ result dtype is part of its input expression.  A lazy ``values`` (or ``keys``) i
 evaluated by one fuseloop kernel first: the scan kernels are pyopencl's, not lowered
 by fuseloop, so the producer cannot be fused into them (as for ``cumulative_sum``).
 ``reduce_by_key`` is the inclusive scan plus the compaction of each run's last element
-(:mod:`fuseloop.ops.compaction`), except on a CPU device, where two kernels of
-:mod:`fuseloop.ops.segmented_cpu` reduce each run directly (the scan is slow on PoCL);
+(:mod:`fuseloop.ops.compaction`).  On a CPU device the scans and ``reduce_by_key``
+are two kernels of :mod:`fuseloop.ops.segmented_cpu` each instead (pyopencl's scan
+is slow on PoCL);
 ``sort_by_key`` is the stable radix sort of
 :mod:`fuseloop.ops.sorting` with the values gathered through its permutation.
 """
@@ -146,6 +147,9 @@ def _scan(keys: Array, values: Array, op: str, exclusive: bool, initial: Any) ->
     import pyopencl.array as cla
 
     rdt = _result_dtype(op, values.dtype)
+    if keys.shape[0] and _cpu.supported(keys.device, keys.dtype, values.dtype):
+        return _cpu.scan_by_key(_concrete(keys), _concrete(values), op, rdt, exclusive,
+                                initial)
     sdt = _scan_dtype(rdt)
     kc, vc = _concrete(keys), _concrete(values)
     dev, n = keys.device, keys.shape[0]

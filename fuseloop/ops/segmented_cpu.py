@@ -20,6 +20,7 @@ rounded.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from ..expr.nodes import Storage
 from ..runtime.devices import Device
 from ..runtime.transfer import read
 
+_UINT8 = np.dtype(np.uint8)
 _OPS = {"add": 0, "mul": 1, "max": 2, "min": 3}
 
 _PRELUDE = r"""
@@ -131,6 +133,78 @@ void fuseloop_rbk_pack(__global const KT *restrict part_keys,
 }
 """
 
+_TAIL = r"""
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void fuseloop_sbk_tail(__global const KT *restrict keys, __global const VT *restrict vals,
+                       __global RT *restrict tails, __global int *restrict open,
+                       const long n, const long block)
+{
+    const long g = get_group_id(0);
+    const long start = g * block;
+    const long stop = min(start + block, n);
+    long j = stop - 1;  /* back to the block's last segment start (or its first key) */
+    while (j > start && keys[j] == keys[j - 1])
+        --j;
+    /* whether the block's last segment began in an earlier block */
+    open[g] = j == start && start > 0 && keys[start] == keys[start - 1];
+    RT acc = (RT)vals[j];
+    for (long i = j + 1; i < stop; ++i)
+        acc = COMB(acc, (RT)vals[i]);
+    tails[g] = acc;
+}
+"""
+
+_SCAN = r"""
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void fuseloop_sbk_scan(__global const KT *restrict keys, __global const VT *restrict vals,
+                       __global const RT *restrict tails, __global const int *restrict open,
+                       __global RT *restrict dst, const long n, const long block,
+                       const RT init)
+{
+    const long g = get_group_id(0);
+    const long start = g * block;
+    const long stop = min(start + block, n);
+    RT acc = (RT)vals[start];
+    if (start > 0 && keys[start] == keys[start - 1]) {
+        /* the running value where the previous block ends: its tail, after those of
+           the blocks before it while their last segment began earlier still */
+        long h = g - 1;
+        RT carry = tails[h];
+        while (open[h] && h > 0) {
+            --h;
+            carry = COMB(tails[h], carry);
+        }
+#if EXCLUSIVE
+        dst[start] = COMB(init, carry);
+#endif
+        acc = COMB(carry, acc);
+    }
+#if EXCLUSIVE
+    else
+        dst[start] = init;
+#else
+    dst[start] = acc;
+#endif
+    for (long i = start + 1; i < stop; ++i) {
+        const RT v = (RT)vals[i];
+        if (keys[i] == keys[i - 1]) {
+#if EXCLUSIVE
+            dst[i] = COMB(init, acc);
+#endif
+            acc = COMB(acc, v);
+        } else {
+#if EXCLUSIVE
+            dst[i] = init;
+#endif
+            acc = v;
+        }
+#if !EXCLUSIVE
+        dst[i] = acc;
+#endif
+    }
+}
+"""
+
 # fewest keys per block, and blocks per compute unit (as the CPU compaction:
 # below 2^15 keys a second launch costs more than a second core saves)
 MIN_BLOCK = 1 << 15
@@ -150,30 +224,42 @@ def supported(device: Device, *dtypes: np.dtype) -> bool:
             and all(dt.kind in "biu" or dt in (np.float32, np.float64) for dt in dtypes))
 
 
-def _plan(name: str, body: str, args: list[str], options: list[str]) -> KernelPlan:
-    return KernelPlan(name=name, source=_PRELUDE + body, arg_names=[*args, "s0", "s1"],
+def _plan(name: str, body: str, args: list[str], options: list[str],
+          extra: tuple[str, ...] = ()) -> KernelPlan:
+    """A kernel's plan: buffers ``args``, then the int64 scalars ``n`` and ``block``
+    (``s0``, ``s1``) and scalars of the dtypes ``extra``; ``p[0]`` work-groups of one."""
+    scalars = [f"s{k}" for k in range(2 + len(extra))]
+    return KernelPlan(name=name, source=_PRELUDE + body, arg_names=[*args, *scalars],
                       gsize=["p[0]"], lsize=["1"], build_options=options,
-                      arg_dtypes=[*([None] * len(args)), "int64", "int64"])
+                      arg_dtypes=[*([None] * len(args)), "int64", "int64", *extra])
 
 
-def _kernels_for(op: str, kdt: np.dtype, vdt: np.dtype, rdt: np.dtype
-                 ) -> tuple[SourceKernel, SourceKernel]:
-    key = (op, kdt, vdt, rdt)
+def _kernels_for(op: str, kdt: np.dtype, vdt: np.dtype, rdt: np.dtype,
+                 scan: int | None = None) -> tuple[SourceKernel, SourceKernel]:
+    """The two kernels of a reduction (``scan`` None) or of a scan (1: exclusive)."""
+    key = (op, kdt, vdt, rdt, scan)
     found = _kernels.get(key)
     if found is None:
         options = [f"-DKT={c_type_name(kdt)}", f"-DVT={c_type_name(vdt)}",
                    f"-DRT={c_type_name(rdt)}", f"-DOP={_OPS[op]}",
-                   f"-DFLOATING={int(rdt.kind == 'f')}"]
+                   f"-DFLOATING={int(rdt.kind == 'f')}", f"-DEXCLUSIVE={int(bool(scan))}"]
         if np.dtype(np.float64) in (kdt, vdt, rdt):
             options.append("-DFL_FP64")
+        if scan is None:
+            pair = (_plan("fuseloop_rbk_reduce", _REDUCE,
+                          ["in0", "in1", "out0", "out1", "out2"], options),
+                    _plan("fuseloop_rbk_pack", _PACK,
+                          ["in0", "in1", "in2", "out0", "out1"], options))
+        else:
+            init = str(_UINT8 if rdt == np.bool_ else rdt)
+            pair = (_plan("fuseloop_sbk_tail", _TAIL, ["in0", "in1", "out0", "out1"],
+                          options),
+                    _plan("fuseloop_sbk_scan", _SCAN, ["in0", "in1", "in2", "in3", "out0"],
+                          options, (init,)))
         with _lock:
             found = _kernels.get(key)
             if found is None:
-                found = _kernels[key] = (
-                    SourceKernel(_plan("fuseloop_rbk_reduce", _REDUCE,
-                                       ["in0", "in1", "out0", "out1", "out2"], options)),
-                    SourceKernel(_plan("fuseloop_rbk_pack", _PACK,
-                                       ["in0", "in1", "in2", "out0", "out1"], options)))
+                found = _kernels[key] = (SourceKernel(pair[0]), SourceKernel(pair[1]))
     return found
 
 
@@ -217,8 +303,37 @@ def reduce_by_key(kc: Array, vc: Array, op: str, rdt: np.dtype) -> tuple[Array, 
     return (Array._concrete(out_k, kdt, (total,)), Array._concrete(out_v, rdt, (total,)))
 
 
+def scan_by_key(kc: Array, vc: Array, op: str, rdt: np.dtype, exclusive: bool,
+                initial: Any) -> Array:
+    """The segmented scan (``op`` within runs of equal consecutive keys) of the
+    concrete, contiguous, non-empty 1-D ``kc`` and ``vc`` (booleans as uint8) on a CPU
+    device, of dtype ``rdt``; an exclusive one starts each run with ``initial``.
+
+    A first kernel gives each block its last segment's partial result and whether
+    that segment began before the block (it reads only that segment's values); the
+    second scans each block, carrying in the partial results of the blocks before
+    it where its first segment began earlier."""
+    dev: Device = kc.device
+    n = kc.shape[0]
+    tail_kernel, scan_kernel = _kernels_for(op, kc.dtype, vc.dtype, rdt, int(exclusive))
+    groups, block = blocks(n, dev)
+    itype = _UINT8 if rdt == np.bool_ else rdt
+    scalars = [np.int64(n), np.int64(block), itype.type(rdt.type(initial))]
+    keys, vals = kc._storage, vc._storage  # (contiguous: offset 0)
+    assert keys is not None and vals is not None
+    tails, opened = allocate(groups * rdt.itemsize, dev), allocate(groups * 4, dev)
+    out = allocate(n * rdt.itemsize, dev)
+    plan = launching.plan_for(tail_kernel.get(dev), (groups,), 0, 0, dev)
+    assert plan is not None
+    launching.enqueue(plan, [tails, opened], [keys, vals], scalars[:2], False, dev)
+    plan = launching.plan_for(scan_kernel.get(dev), (groups,), 0, 0, dev)
+    assert plan is not None
+    launching.enqueue(plan, [out], [keys, vals, tails, opened], scalars, False, dev)
+    return Array._concrete(out, rdt, (n,))
+
+
 # unused bytes a result of one block may keep rather than be packed into its own buffers
 SPARE_BYTES_KEPT = 1 << 16
 
 
-__all__ = ["reduce_by_key", "supported"]
+__all__ = ["reduce_by_key", "scan_by_key", "supported"]
