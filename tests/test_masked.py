@@ -149,3 +149,12 @@ def test_masked_math_on_vectors(pocl):
         fl.compute(fl.exp(fl.sin(x)) * 2 + fl.log1p(x), out=y, where=fl.asarray(m))
         ref = np.where(m, np.exp(np.sin(a.astype(np.float64))) * 2 + np.log1p(a), -1)
         np.testing.assert_allclose(y.get(), ref, rtol=2e-6)
+    # a mask computed in the kernel, with a math call of its own, from a load the
+    # value shares
+    y = fl.asarray(y0)
+    with evaluate.capturing_sources() as sources:
+        fl.compute(fl.exp(x) * 2, out=y, where=fl.sin(x) > 0.5)
+    assert "fl_any" in sources[0], sources[0]
+    fl.compute(fl.exp(x) * 2, out=y, where=fl.sin(x) > 0.5)
+    np.testing.assert_allclose(y.get(), np.where(np.sin(a) > 0.5, np.exp(a) * 2, -1),
+                               rtol=2e-6)

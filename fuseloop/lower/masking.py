@@ -153,8 +153,9 @@ def vectorise_masked(t_unit: Any, flat: str, vectorise: Callable[[Any], Any]) ->
                            depends_on=frozenset({"calc_fl_mask", "fl_any_init"}))
     some = prim.Comparison(prim.Variable("fl_any"), "!=", 0)
     insns = [init, any_of]
+    mask_parts = _ancestors(done, "calc_fl_mask")
     for insn in done.instructions:
-        if insn.id != "calc_fl_mask" and block in insn.within_inames:
+        if insn.id not in mask_parts and block in insn.within_inames:
             # (the mask's own lane loop, where fl_any is not complete yet, runs for
             # every lane: loads and arithmetic before the first vector call)
             extra = set() if insn.within_inames == calc.within_inames else {some}
@@ -164,6 +165,18 @@ def vectorise_masked(t_unit: Any, flat: str, vectorise: Callable[[Any], Any]) ->
                              depends_on=insn.depends_on | {"fl_any_lanes"})
         insns.append(insn)
     return t_unit.with_kernel(done.copy(instructions=insns, temporary_variables=temps))
+
+
+def _ancestors(knl: Any, insn_id: str) -> frozenset[str]:
+    """``insn_id`` and the instructions it depends on, directly or not."""
+    seen = {insn_id}
+    stack = [insn_id]
+    while stack:
+        for dep in knl.id_to_insn[stack.pop()].depends_on:
+            if dep not in seen and dep in knl.id_to_insn:
+                seen.add(dep)
+                stack.append(dep)
+    return frozenset(seen)
 
 
 def _maskable_stores(knl: Any, flat: str, guard: Any) -> frozenset[str] | None:
@@ -177,10 +190,11 @@ def _maskable_stores(knl: Any, flat: str, guard: Any) -> frozenset[str] | None:
         if (not isinstance(insn, lp.Assignment) or insn.within_inames != frozenset({flat})
                 or insn.atomicity or insn.id.startswith("check")):
             return None
-        if insn.id == "calc_fl_mask":
-            continue
+        store = insn.assignee_var_names()[0] in outputs
+        if insn.id == "calc_fl_mask" or (not insn.predicates and not store):
+            continue  # (the mask and what it is computed from: run everywhere already)
         if insn.predicates != frozenset({guard}):
             return None
-        if insn.assignee_var_names()[0] in outputs:
+        if store:
             stores.add(insn.id)
     return frozenset(stores)
