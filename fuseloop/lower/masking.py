@@ -103,7 +103,8 @@ def _computes_one_of(insn_id: str, refs: frozenset[int]) -> bool:
     return m is not None and int(m.group(1)) in refs
 
 
-def vectorise_masked(t_unit: Any, flat: str, vectorise: Callable[[Any], Any]) -> Any:
+def vectorise_masked(t_unit: Any, flat: str, vectorise: Callable[[Any], Any],
+                     fp64: bool = True) -> Any:
     """``vectorise(t_unit)`` (the CPU recipe's math on vectors of 8 lanes,
     :func:`fuseloop.recipes.cpu_vector.vectorise_math_calls`), for a masked kernel too.
 
@@ -114,7 +115,8 @@ def vectorise_masked(t_unit: Any, flat: str, vectorise: Callable[[Any], Any]) ->
     the kernel has math worth vectors, the value is computed for all 8 lanes of a
     block, the stores stay predicated lane by lane, and a block none of whose lanes
     is selected is skipped whole after its mask is computed.  Other kernels get
-    ``vectorise`` as they are.
+    ``vectorise`` as they are (``fp64``: whether the device has doubles, as for
+    ``vectorise``).
     """
     from ..recipes.cpu_vector import count_vector_calls
 
@@ -126,7 +128,7 @@ def vectorise_masked(t_unit: Any, flat: str, vectorise: Callable[[Any], Any]) ->
     plain = t_unit.with_kernel(knl.copy(instructions=[
         insn.copy(predicates=frozenset()) for insn in knl.instructions]))
     ids = frozenset(insn.id for insn in knl.instructions)
-    if not count_vector_calls(plain, ids, True, flat):
+    if not count_vector_calls(plain, ids, fp64, flat):
         return vectorise(t_unit)  # (arithmetic alone vectorises under the mask as it is)
     done = vectorise(plain).default_entrypoint
     block, lanes = f"{flat}_inner_outer", f"{flat}_inner_inner"

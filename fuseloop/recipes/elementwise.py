@@ -47,7 +47,7 @@ def _cpu_chunked(t_unit: lp.TranslationUnit, device: Device, *, chunk: int,
         loop = str(flat)  # (an elementwise kernel has its flat loop)
         width = through_double_width(device)
         return vectorise_masked(t_unit, loop, lambda t: vectorise_math_calls(
-            t, loop, chunk, device.has_fp64, width))
+            t, loop, chunk, device.has_fp64, width), device.has_fp64)
     return lp.split_iname(t_unit, flat, chunk, outer_tag="g.0")  # type: ignore[arg-type]
 
 
