@@ -1,7 +1,8 @@
 """Issue 28's operations against their peers, in one run and one table: random normal
 numbers, ``bincount``, a 3-D 7-point stencil and ``reduce_by_key``.
 
-Workloads (default sizes are the issue's; ``--small`` divides them for a CPU):
+Workloads (sizes: the issue's on a GPU or with ``--full``; on a CPU, or with
+``--small``, 2^22 numbers and values, 96^3 and 2^20 keys):
 
 * ``rng normal``: 2^27 float32 standard normal numbers written to a buffer
   (``fl.random.normal(..., dtype=float32).eval()``); ``rng normal + sum``: their
@@ -22,8 +23,8 @@ Times are medians of ``--repeat`` calls after warm-up; ``peer/fuseloop`` is the
 peer's time over the first fuseloop row of the workload (above 1: fuseloop is
 faster).  Usage::
 
-    python benchmarks/bench_features.py [--device SPEC] [--small] [--repeat K]
-                                        [--only WORKLOAD ...]
+    python benchmarks/bench_features.py [--device SPEC] [--small | --full]
+                                        [--repeat K] [--only WORKLOAD ...]
 """
 
 from __future__ import annotations
@@ -293,8 +294,12 @@ def _print(rows: list[Row], sizes: dict[str, int]) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default=None)
-    p.add_argument("--small", action="store_true",
-                   help="sizes for a CPU: 2^22 numbers, 2^22 values, 96^3, 2^20 keys")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--small", action="store_true",
+                      help="sizes for a CPU (its default): 2^22 numbers, 2^22 values, 96^3, "
+                      "2^20 keys")
+    size.add_argument("--full", action="store_true",
+                      help="the issue's sizes (a GPU's default): 2^27, 2^24, 256^3, 2^24")
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--only", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     args = p.parse_args(argv)
@@ -302,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         fl.set_device(args.device)
     dev = fl.get_device()
     gpu = _gpu_peers() if dev.type == "gpu" else {}
-    n_rng, n_bins, side, n_keys = ((1 << 22, 1 << 22, 96, 1 << 20) if args.small
+    small = args.small or (dev.type != "gpu" and not args.full)
+    n_rng, n_bins, side, n_keys = ((1 << 22, 1 << 22, 96, 1 << 20) if small
                                    else (1 << 27, 1 << 24, 256, 1 << 24))
     sizes = {"rng normal": n_rng, "rng normal + sum": n_rng, "bincount": n_bins,
              "stencil 3-D": (side - 2) ** 3, "reduce_by_key": n_keys}
