@@ -158,3 +158,15 @@ def test_masked_math_on_vectors(pocl):
     fl.compute(fl.exp(x) * 2, out=y, where=fl.sin(x) > 0.5)
     np.testing.assert_allclose(y.get(), np.where(np.sin(a) > 0.5, np.exp(a) * 2, -1),
                                rtol=2e-6)
+    # a user function (here dividing integers by one that is 0 where the mask is false)
+    # runs only where selected: element by element
+    div = fl.function("int div(int a, int b)", "return a / b;")
+    q = (x * 4).astype(np.int32)
+    with evaluate.capturing_sources() as sources:
+        fl.compute(fl.exp(x) + div(7, q), out=y, where=q != 0)
+    assert "fl_any" not in sources[0], sources[0]
+    fl.compute(fl.exp(x) + div(7, q), out=y, where=q != 0)
+    qh = (a * 4).astype(np.int32)
+    np.testing.assert_allclose(
+        y.get(), np.where(qh != 0, np.exp(a) + 7 // np.where(qh != 0, qh, 1), y.get()),
+        rtol=2e-6)

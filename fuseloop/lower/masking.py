@@ -111,19 +111,23 @@ def vectorise_masked(t_unit: Any, flat: str, vectorise: Callable[[Any], Any],
     The vector transform leaves predicated instructions as they are, so a masked
     kernel's math ran one scalar builtin call per element (2-5x ``fl.where``'s time
     where most elements are selected).  Where computing an element's value has no
-    effect but the value (no checked gather, no ``fl.check``, no atomic store) and
-    the kernel has math worth vectors, the value is computed for all 8 lanes of a
-    block, the stores stay predicated lane by lane, and a block none of whose lanes
+    effect but the value (no checked gather, no ``fl.check``, no atomic store, no
+    user function) and the kernel has math worth vectors, the value is computed for
+    all 8 lanes of a block, the stores stay predicated lane by lane, and a block none of whose lanes
     is selected is skipped whole after its mask is computed.  Other kernels get
     ``vectorise`` as they are (``fp64``: whether the device has doubles, as for
     ``vectorise``).
     """
     from ..recipes.cpu_vector import count_vector_calls
+    from .callables import UserCallable
 
     knl = t_unit.default_entrypoint
     guard = prim.Comparison(prim.Variable("fl_mask"), "!=", 0)
     stores = _maskable_stores(knl, flat, guard)
-    if stores is None:
+    # (a user function's C may divide integers or read through a pointer argument by
+    # an index that is valid only where the mask holds)
+    if stores is None or any(isinstance(c, UserCallable)
+                             for c in t_unit.callables_table.values()):
         return vectorise(t_unit)
     plain = t_unit.with_kernel(knl.copy(instructions=[
         insn.copy(predicates=frozenset()) for insn in knl.instructions]))
