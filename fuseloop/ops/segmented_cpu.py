@@ -81,6 +81,9 @@ void fuseloop_rbk_reduce(__global const KT *restrict keys, __global const VT *re
     long i = start;
     if (i > 0) {  /* the rest of a segment begun in an earlier block is not ours */
         const KT before = keys[i - 1];
+        const KT8 before8 = (KT8)(before);
+        while (i + 8 <= stop && all(vload8(0, keys + i) == before8))
+            i += 8;
         while (i < stop && keys[i] == before)
             ++i;
     }
@@ -142,13 +145,26 @@ void fuseloop_sbk_tail(__global const KT *restrict keys, __global const VT *rest
     const long g = get_group_id(0);
     const long start = g * block;
     const long stop = min(start + block, n);
+    const KT last = keys[stop - 1];
+    const KT8 last8 = (KT8)(last);
     long j = stop - 1;  /* back to the block's last segment start (or its first key) */
-    while (j > start && keys[j] == keys[j - 1])
+    while (j - 8 >= start && all(vload8(0, keys + j - 8) == last8))
+        j -= 8;
+    while (j > start && keys[j - 1] == last)
         --j;
     /* whether the block's last segment began in an earlier block */
     open[g] = j == start && start > 0 && keys[start] == keys[start - 1];
     RT acc = (RT)vals[j];
-    for (long i = j + 1; i < stop; ++i)
+    long i = j + 1;
+    if (i + 8 <= stop) {  /* (8 partial results, as reduce_by_key's) */
+        RT8 acc8 = CONVERT_RT8(vload8(0, vals + i));
+        for (i += 8; i + 8 <= stop; i += 8)
+            acc8 = VCOMB(acc8, CONVERT_RT8(vload8(0, vals + i)));
+        const CAT(RT, 4) a4 = VCOMB(acc8.lo, acc8.hi);
+        const CAT(RT, 2) a2 = VCOMB(a4.lo, a4.hi);
+        acc = COMB(acc, COMB(a2.x, a2.y));
+    }
+    for (; i < stop; ++i)
         acc = COMB(acc, (RT)vals[i]);
     tails[g] = acc;
 }
