@@ -118,3 +118,50 @@ def test_errors(device):
     with pytest.raises(UnknownOpError, match=r"'xor'.*'add'"):
         fl.exclusive_scan_by_key(np.zeros(4, np.int32), np.zeros(4), op="xor")
     assert issubclass(UnknownOpError, ValueError)
+
+
+def test_reduce_by_key_cpu_blocks(device, fresh_stats, monkeypatch):
+    # the CPU path's blocks (tiny here: 24 keys each): segments crossing one or many
+    # block ends, NaN keys (each a segment of its own), NaN values under max, booleans
+    from fuseloop.ops import segmented_cpu
+
+    monkeypatch.setattr(segmented_cpu, "MIN_BLOCK", 24)
+    rng = np.random.default_rng(9)
+    keys = np.repeat(rng.integers(0, 5, 60), rng.integers(1, 40, 60)).astype(np.float32)
+    keys[100:110] = np.nan
+    n = keys.size
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    values = (rng.random(n) * 4).astype(np.float32)
+    values[starts[5] + 2] = np.nan
+    for op, vals in (("add", values), ("max", values), ("add", values > 2)):
+        k, r = fl.reduce_by_key(keys, vals, op=op)
+        np.testing.assert_array_equal(k.get(), keys[starts])
+        ref = _NP[op].reduceat(vals.astype(np.float64) if op == "add" else vals, starts)
+        assert r.dtype == (np.int64 if vals.dtype == np.bool_ else vals.dtype)
+        np.testing.assert_allclose(r.get(), ref, rtol=1e-5)
+    if device.type == "cpu":
+        # no scan and no compaction: the kernels of ops/segmented_cpu.py
+        assert fresh_stats()["scans"] == 0
+
+
+def test_scans_by_key_cpu_blocks(device, fresh_stats, monkeypatch):
+    # the CPU scans over tiny blocks: a run spanning several blocks carries their
+    # partial results in; NaN keys; booleans; an exclusive scan's initial value
+    from fuseloop.ops import segmented_cpu
+
+    monkeypatch.setattr(segmented_cpu, "MIN_BLOCK", 16)
+    rng = np.random.default_rng(10)
+    keys = np.repeat(rng.integers(0, 4, 30), rng.integers(1, 70, 30)).astype(np.float64)
+    keys[40:44] = np.nan
+    values = (rng.random(keys.size) * 3).astype(np.float32)
+    k, v = fl.asarray(keys), fl.asarray(values)
+    fresh_stats()
+    got = fl.inclusive_scan_by_key(k, v)
+    np.testing.assert_allclose(got.get(), scan_ref(keys, values, "add"), rtol=1e-5)
+    if device.type == "cpu":
+        assert fresh_stats()["kernels_launched"] == 2  # (pyopencl's scan counts none)
+    np.testing.assert_allclose(fl.exclusive_scan_by_key(k, v, op="max", initial=1.5).get(),
+                               scan_ref(keys, values, "max", True, 1.5), rtol=1e-6)
+    flags = values > 1
+    np.testing.assert_array_equal(fl.inclusive_scan_by_key(k, flags).get(),
+                                  scan_ref(keys, flags.astype(np.int64), "add"))

@@ -166,6 +166,24 @@ def test_ell_padding_ignores_x_values(device):
     np.testing.assert_array_equal(e.get(), [[0, 1, 0], [0, 2, 3], [0, 0, 0]])
 
 
+def test_ell_rows_side_by_side_on_a_cpu(cpu):
+    # cpu-sparse-rows computes 8 ELL rows at a time (one accumulator each): a full chunk
+    # of rows, then a last one ending in a partial block of 8; padded rows; fused
+    from fuseloop import evaluate
+    from fuseloop.recipes.sparse import CPU_ROWS
+
+    m = _random_csr(2 * CPU_ROWS + 13, 300, 0.01, 12, empty_rows=(3, 2 * CPU_ROWS + 12))
+    e = fl.sparse.ell_matrix(m)
+    rng = np.random.default_rng(13)
+    h, b = rng.standard_normal(300), rng.standard_normal(m.shape[0])
+    x, fb = fl.asarray(h), fl.asarray(b)
+    with evaluate.capturing_sources() as sources:  # (runs nothing)
+        (2 * (e @ x) - fb).eval()
+    assert "acc_sp" in sources[0] and "[8];" in sources[0], sources[0]
+    np.testing.assert_allclose((2 * (e @ x) - fb).get(), 2 * (m @ h) - b, rtol=1e-12,
+                               atol=1e-12)
+
+
 def test_writing_the_vector_it_reads(device):
     m = _poisson_2d(5)
     h = np.arange(25.0)

@@ -3,13 +3,17 @@ computed first, into the temporary ``fl_mask``, and every other instruction of t
 element's work, the stores included, is predicated on it, so Loopy emits one ``if``
 around the computation of the value and its store.  Elements where the mask is false
 are neither computed nor written; their memory keeps its values.  Recipes leave
-predicated instructions as they are (no hoisted loads, no vector lanes): see
-``recipes/elementwise.py`` and ``recipes/cpu_vector.py``.
+predicated instructions as they are (no hoisted loads, no vector lanes: see
+``recipes/elementwise.py`` and ``recipes/cpu_vector.py``), but for the CPU
+recipe's math on vectors, which takes a masked kernel through
+:func:`vectorise_masked`: blocks of 8 elements computed whole where a lane is
+selected, the stores still predicated.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -97,3 +101,106 @@ def _computes_one_of(insn_id: str, refs: frozenset[int]) -> bool:
     """Whether instruction ``insn_id`` computes (part of) one of the entries ``refs``."""
     m = _ENTRY_INSN.match(insn_id)
     return m is not None and int(m.group(1)) in refs
+
+
+def vectorise_masked(t_unit: Any, flat: str, vectorise: Callable[[Any], Any],
+                     fp64: bool = True) -> Any:
+    """``vectorise(t_unit)`` (the CPU recipe's math on vectors of 8 lanes,
+    :func:`fuseloop.recipes.cpu_vector.vectorise_math_calls`), for a masked kernel too.
+
+    The vector transform leaves predicated instructions as they are, so a masked
+    kernel's math ran one scalar builtin call per element (2-5x ``fl.where``'s time
+    where most elements are selected).  Where computing an element's value has no
+    effect but the value (no checked gather, no ``fl.check``, no atomic store, no
+    user function) and the kernel has math worth vectors, the value is computed for
+    all 8 lanes of a block, the stores stay predicated lane by lane, and a block none of whose lanes
+    is selected is skipped whole after its mask is computed.  Other kernels get
+    ``vectorise`` as they are (``fp64``: whether the device has doubles, as for
+    ``vectorise``).
+    """
+    from ..recipes.cpu_vector import count_vector_calls
+    from .callables import UserCallable
+
+    knl = t_unit.default_entrypoint
+    guard = prim.Comparison(prim.Variable("fl_mask"), "!=", 0)
+    stores = _maskable_stores(knl, flat, guard)
+    # (a user function's C may divide integers or read through a pointer argument by
+    # an index that is valid only where the mask holds)
+    if stores is None or any(isinstance(c, UserCallable)
+                             for c in t_unit.callables_table.values()):
+        return vectorise(t_unit)
+    plain = t_unit.with_kernel(knl.copy(instructions=[
+        insn.copy(predicates=frozenset()) for insn in knl.instructions]))
+    ids = frozenset(insn.id for insn in knl.instructions)
+    if not count_vector_calls(plain, ids, fp64, flat):
+        return vectorise(t_unit)  # (arithmetic alone vectorises under the mask as it is)
+    done = vectorise(plain).default_entrypoint
+    block, lanes = f"{flat}_inner_outer", f"{flat}_inner_inner"
+    calc = done.id_to_insn["calc_fl_mask"]
+    if block not in calc.within_inames:
+        return vectorise(t_unit)  # (not split as expected: the scalar form is right)
+    per_lane = bool(done.temporary_variables["fl_mask"].shape)
+
+    def selected(insn: Any) -> Any:
+        if not per_lane:
+            return guard
+        lane, = (n for n in insn.within_inames if n.startswith(lanes))
+        return prim.Comparison(prim.Variable("fl_mask")[prim.Variable(lane)], "!=", 0)
+
+    temps = dict(done.temporary_variables)
+    temps["fl_any"] = lp.TemporaryVariable("fl_any", _UINT8, shape=(),
+                                           address_space=lp.AddressSpace.PRIVATE)
+    outside = frozenset(n for n in calc.within_inames if not n.startswith(lanes))
+    init = lp.Assignment(prim.Variable("fl_any"), 0, id="fl_any_init", within_inames=outside)
+    found = selected(calc)
+    any_of = lp.Assignment(prim.Variable("fl_any"),
+                           prim.BitwiseOr((prim.Variable("fl_any"), found.left)),
+                           id="fl_any_lanes", within_inames=calc.within_inames,
+                           depends_on=frozenset({"calc_fl_mask", "fl_any_init"}))
+    some = prim.Comparison(prim.Variable("fl_any"), "!=", 0)
+    insns = [init, any_of]
+    mask_parts = _ancestors(done, "calc_fl_mask")
+    for insn in done.instructions:
+        if insn.id not in mask_parts and block in insn.within_inames:
+            # (the mask's own lane loop, where fl_any is not complete yet, runs for
+            # every lane: loads and arithmetic before the first vector call)
+            extra = set() if insn.within_inames == calc.within_inames else {some}
+            if insn.id in stores:
+                extra.add(selected(insn))
+            insn = insn.copy(predicates=insn.predicates | extra,
+                             depends_on=insn.depends_on | {"fl_any_lanes"})
+        insns.append(insn)
+    return t_unit.with_kernel(done.copy(instructions=insns, temporary_variables=temps))
+
+
+def _ancestors(knl: Any, insn_id: str) -> frozenset[str]:
+    """``insn_id`` and the instructions it depends on, directly or not."""
+    seen = {insn_id}
+    stack = [insn_id]
+    while stack:
+        for dep in knl.id_to_insn[stack.pop()].depends_on:
+            if dep not in seen and dep in knl.id_to_insn:
+                seen.add(dep)
+                stack.append(dep)
+    return frozenset(seen)
+
+
+def _maskable_stores(knl: Any, flat: str, guard: Any) -> frozenset[str] | None:
+    """The ids of the stores of a masked element loop whose other instructions may
+    run where the mask is false; None if it is no such kernel."""
+    if "calc_fl_mask" not in knl.id_to_insn or "err" in knl.arg_dict:
+        return None
+    outputs = {a.name for a in knl.args if isinstance(a, lp.ArrayArg) and a.is_output}
+    stores = set()
+    for insn in knl.instructions:
+        if (not isinstance(insn, lp.Assignment) or insn.within_inames != frozenset({flat})
+                or insn.atomicity or insn.id.startswith("check")):
+            return None
+        store = insn.assignee_var_names()[0] in outputs
+        if insn.id == "calc_fl_mask" or (not insn.predicates and not store):
+            continue  # (the mask and what it is computed from: run everywhere already)
+        if insn.predicates != frozenset({guard}):
+            return None
+        if store:
+            stores.add(insn.id)
+    return frozenset(stores)

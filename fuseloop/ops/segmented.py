@@ -11,7 +11,10 @@ by fuseloop, so the producer cannot be fused into them (as for ``cumulative_sum`
 On CUDA devices the scans are fuseloop's own kernels (:mod:`.segmented_kernels`), and
 ``sort_by_key`` sorts with CuPy, as ``fl.sort`` does.
 ``reduce_by_key`` is the inclusive scan plus the compaction of each run's last element
-(:mod:`fuseloop.ops.compaction`); ``sort_by_key`` is the stable radix sort of
+(:mod:`fuseloop.ops.compaction`).  On a CPU device the scans and ``reduce_by_key``
+are two kernels of :mod:`fuseloop.ops.segmented_cpu` each instead (pyopencl's scan
+is slow on PoCL);
+``sort_by_key`` is the stable radix sort of
 :mod:`fuseloop.ops.sorting` with the values gathered through its permutation.
 """
 
@@ -30,6 +33,7 @@ from ..errors import DeviceError, DTypeError, ShapeError, UnknownOpError
 from ..evaluate import allocate
 from ..expr.nodes import Gather
 from ..runtime.devices import Device
+from . import segmented_cpu as _cpu
 
 OPS = ("add", "mul", "max", "min")
 _INT64 = np.dtype(np.int64)
@@ -144,6 +148,9 @@ def _scan(keys: Array, values: Array, op: str, exclusive: bool, initial: Any) ->
     pyopencl's on OpenCL devices, fuseloop's own kernels elsewhere (CUDA: see
     :mod:`fuseloop.ops.segmented_kernels`)."""
     rdt = _result_dtype(op, values.dtype)
+    if keys.shape[0] and _cpu.supported(keys.device, keys.dtype, values.dtype):
+        return _cpu.scan_by_key(_concrete(keys), _concrete(values), op, rdt, exclusive,
+                                initial)
     sdt = _scan_dtype(rdt)
     kc, vc = _concrete(keys), _concrete(values)
     if keys.device.backend == "cuda":
@@ -194,6 +201,10 @@ def reduce_by_key(keys: Any, values: Any, op: str = "add") -> tuple[Array, Array
 
     k, v = _prepare("reduce_by_key", keys, values, op)
     kc = _concrete(k)  # (read by the scan and the gather: evaluated once)
+    if k.shape[0] and _cpu.supported(k.device, kc.dtype, v.dtype):
+        out_keys, out_vals = _cpu.reduce_by_key(kc, _concrete(v), op,
+                                                _result_dtype(op, v.dtype))
+        return (out_keys.astype(np.bool_) if k.dtype == np.bool_ else out_keys), out_vals
     scanned = _scan(kc, v, op, False, 0)
     if k.shape[0] == 0:
         return k.copy(), scanned

@@ -44,8 +44,12 @@ def _cpu_chunked(t_unit: lp.TranslationUnit, device: Device, *, chunk: int,
     if select.has_iname(t_unit, f"tag:{select.PIECE}"):
         return lp.tag_inames(t_unit, {flat: "g.0"})  # type: ignore[dict-item]
     if vector_math:
-        return vectorise_math_calls(t_unit, flat, chunk, device.has_fp64,  # type: ignore[arg-type]
-                                    through_double_width(device))
+        from ..lower.masking import vectorise_masked
+
+        loop = str(flat)  # (an elementwise kernel has its flat loop)
+        width = through_double_width(device)
+        return vectorise_masked(t_unit, loop, lambda t: vectorise_math_calls(
+            t, loop, chunk, device.has_fp64, width), device.has_fp64)
     return lp.split_iname(t_unit, flat, chunk, outer_tag="g.0")  # type: ignore[arg-type]
 
 
