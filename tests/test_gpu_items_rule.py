@@ -44,3 +44,15 @@ def test_chain_unrolled_by_rule(restore_recipes, steps, sines):
     for _ in range(steps):
         want = np.sin(want) * np.float32(0.5) + want * g
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+
+
+def test_rule_counts_every_expression_kind(restore_recipes):
+    # selections, comparisons, casts and Random123 calls: the count walks them all
+    fl.register_recipe("cpu", gpu_coalesced, name="test-gpu-items-kinds")
+    h = np.linspace(-2, 2, 300, dtype=np.float32)
+    with fl.device("cpu"):
+        x = fl.asarray(h)
+        got = fl.where(x > 0, x * 2, (x < -1).astype(np.float32)).get()
+        normal = fl.random.normal((300,), key=1).get()
+    np.testing.assert_array_equal(got, np.where(h > 0, h * 2, (h < -1).astype(np.float32)))
+    assert normal.shape == (300,) and np.isfinite(normal).all()

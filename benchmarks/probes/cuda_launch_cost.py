@@ -51,7 +51,7 @@ def eval_loops(calls: int, rounds: int) -> list[tuple[str, float]]:
         with fl.device(dev):
             x, y = fl.asarray(xh), fl.asarray(yh)
             np.testing.assert_allclose((((x * 2 + y) * x - y) / 3).get(),
-                                       ((xh * 2 + yh) * xh - yh) / 3, rtol=1e-5)
+                                       ((xh * 2 + yh) * xh - yh) / 3, rtol=1e-5, atol=1e-6)
 
         def loop(n: int, dev=dev, x=x, y=y) -> None:
             with fl.device(dev):

@@ -120,16 +120,20 @@ def _separate_loads(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str], list[
     return knl, load_ids, load_vars
 
 
+def _operations(expr: object) -> int:
+    """Operations in ``expr``: every node but variables, constants and subscripts (whose
+    index arithmetic counts)."""
+    if isinstance(expr, tuple):
+        return sum(_operations(e) for e in expr)
+    if not isinstance(expr, prim.Expression):
+        return 0
+    own = 0 if isinstance(expr, prim.Variable | prim.Subscript | prim.Lookup) else 1
+    return own + sum(_operations(getattr(expr, name)) for name in expr.init_arg_names)
+
+
 def body_operations(knl: lp.LoopKernel) -> int:
-    """Arithmetic operations and function calls in the kernel's instructions."""
-    from pymbolic.mapper.flop_counter import FlopCounter
-
-    class _Counter(FlopCounter):  # (pymbolic's counts arithmetic; a call counts one too)
-        def map_call(self, expr: prim.Call) -> int:
-            return 1 + sum(self.rec(p) for p in expr.parameters)
-
-    counter = _Counter()
-    return sum(counter(insn.expression) for insn in knl.instructions
+    """Operations (arithmetic, calls, comparisons, selections) in the kernel's instructions."""
+    return sum(_operations(insn.expression) for insn in knl.instructions
                if isinstance(insn, lp.Assignment))
 
 
