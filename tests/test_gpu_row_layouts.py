@@ -1,0 +1,109 @@
+"""The GPU reduction recipe's layouts of contiguous rows, chosen by rule from the extents.
+
+The rule (:mod:`fuseloop.recipes.row_layout`): short rows get a work-item each
+(no local memory, no barrier, unrolled when the length is known), many rows
+of medium length a slice of a work-group each (rows on the group's second
+axis), other rows a whole work-group.  The recipe runs on the CPU device here
+(``fl.recipes.use``), so each layout's results are checked against numpy and
+its generated code is read for what a GPU needs.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.recipes import gpu_rows
+from fuseloop.recipes.row_layout import RowRule
+
+
+def _group_size(src: str) -> tuple[int, ...]:
+    sizes = re.findall(r"reqd_work_group_size\((\d+), (\d+), (\d+)\)", src)
+    assert len(sizes) == 1, src
+    return tuple(int(v) for v in sizes[0])
+
+
+def _softmax(m, x):
+    e = m.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _check_rows(h: np.ndarray) -> None:
+    """Softmax, argmax, variance and centring over rows, against numpy."""
+    x = fl.asarray(h)
+    np.testing.assert_allclose(_softmax(fl, x).get(), _softmax(np, h), rtol=1e-12)
+    np.testing.assert_array_equal(x.argmax(axis=1).get(), h.argmax(axis=1))
+    np.testing.assert_allclose(x.var(axis=1).get(), h.var(axis=1), rtol=1e-10)
+    np.testing.assert_allclose((x - x.mean(axis=1, keepdims=True)).get(),
+                               h - h.mean(axis=1, keepdims=True), rtol=1e-10, atol=1e-12)
+
+
+def test_the_rule():
+    rule = RowRule(group=512, short_max=32, slice_max=1024, slice_rows=1024, row_items=4)
+    assert rule.kind([3], 1 << 24) == "short"
+    assert rule.kind([3, 32], 5) == "short"
+    assert rule.kind([128], 131072) == "slice"
+    assert rule.kind([128], 100) == "group"  # few rows: a group each
+    assert rule.kind([4096], 4096) == "group"
+    assert rule.kind([], 4096) == "group"
+    assert [rule.slice_width(p) for p in (33, 128, 129, 1024, 4096)] == [32, 32, 64, 256, 512]
+    assert RowRule(512, 32, 1024, 1024, 4, layout="slice").kind([3], 1) == "slice"
+    # the rule's choice is a declared parameter, searched by fl.tune
+    assert set(gpu_rows.tunable) >= {"layout", "short_max", "slice_max", "row_items", "block"}
+
+
+def test_distances_short_rows(restore_recipes):
+    """Reductions over 3 (pairwise distances of 3-D points): one work-item per output,
+    the 3 terms unrolled; no local memory, no barrier."""
+    rng = np.random.default_rng(0)
+    ph, qh = rng.random((70, 3), np.float32), rng.random((50, 3), np.float32)
+    with fl.device("cpu"), fl.recipes.use(gpu_rows):
+        p, q = fl.asarray(ph), fl.asarray(qh)
+        d = fl.sqrt(fl.sum((p[:, None, :] - q[None, :, :]) ** 2, axis=-1))
+        src = fl.show_code(d)
+        want = np.sqrt(((ph[:, None, :] - qh[None, :, :]) ** 2).sum(-1))
+        np.testing.assert_allclose(d.get(), want, rtol=1e-6)
+    assert "barrier" not in src and "__local" not in src, src
+    assert _group_size(src) == (256, 1, 1)
+    assert not re.search(r"for \(int j0", src), src  # unrolled
+
+
+@pytest.mark.parametrize("params, shape", [
+    ({}, (77, 5)),  # the rule: short
+    ({"layout": "short", "short_outputs": 2}, (301, 40)),  # forced, a loop, 2 rows each
+])
+def test_short_rows_values(restore_recipes, params, shape):
+    h = np.random.default_rng(1).standard_normal(shape)
+    with fl.device("cpu"), fl.recipes.use(gpu_rows.with_params(**params)):
+        _check_rows(h)
+        src = fl.show_code(fl.asarray(h).sum(axis=1))
+    assert "barrier" not in src and "__local" not in src, src
+
+
+def test_slice_rows(restore_recipes):
+    """Many rows of 100: 32 work-items per row, 8 rows to a work-group (1030 rows: the
+    last group has rows past the end), each row's partial results in its own slot."""
+    h = np.random.default_rng(2).standard_normal((1030, 100))
+    with fl.device("cpu"), fl.recipes.use(gpu_rows.with_params(slice_rows=512)):
+        _check_rows(h)
+        x = fl.asarray(h)
+        src = fl.show_code(_softmax(fl, x))
+        few = fl.show_code(fl.asarray(h[:100]).sum(axis=1))
+    assert _group_size(src) == (32, 8, 1)
+    # the max and the sum: each combined across the slice behind a barrier
+    assert src.count("barrier(CLK_LOCAL_MEM_FENCE)") == 2, src
+    assert re.search(r"__local double lanes_t\d+\[32 \* 8\]", src), src
+    assert _group_size(few) == (512, 1, 1)  # 100 rows: fewer than slice_rows
+
+
+def test_group_rows_unchanged(restore_recipes):
+    """Rows longer than ``slice_max`` keep a work-group of ``group`` each."""
+    h = np.random.default_rng(3).standard_normal((1100, 1500)).astype(np.float32)
+    with fl.device("cpu"), fl.recipes.use(gpu_rows.with_params(slice_max=1024)):
+        x = fl.asarray(h)
+        np.testing.assert_allclose(x.sum(axis=1).get(), h.sum(axis=1), rtol=1e-4)
+        src = fl.show_code(x.sum(axis=1))
+    assert _group_size(src) == (512, 1, 1)
