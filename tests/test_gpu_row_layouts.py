@@ -107,3 +107,23 @@ def test_group_rows_unchanged(restore_recipes):
         np.testing.assert_allclose(x.sum(axis=1).get(), h.sum(axis=1), rtol=1e-4)
         src = fl.show_code(x.sum(axis=1))
     assert _group_size(src) == (512, 1, 1)
+
+
+def test_few_columns_split(restore_recipes):
+    """Batch-norm statistics over 40 columns, split across work-groups: the first
+    stage's work-groups are 64 columns by 2 pieces (not 128 columns, 88 past the
+    end), and the mean's and the variance's partial sums walk a piece together."""
+    h = np.random.default_rng(4).standard_normal((3000, 40)).astype(np.float32)
+    with fl.device("cpu"), fl.recipes.use(gpu_rows.with_params(column_items=4096)):
+        x = fl.asarray(h)
+        mean, var = fl.mean(x, axis=0), fl.mean((x - fl.mean(x, axis=0)) ** 2, axis=0)
+        src = fl.show_code(mean, var)
+        got = fl.compute(mean, var)
+    np.testing.assert_allclose(got[0].get(), h.mean(axis=0), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got[1].get(), h.var(axis=0), rtol=1e-4)
+    kernels = src.split("/* kernel ")[1:]
+    first = [k for k in kernels if "out1" in k and "NE" in k]
+    assert len(first) == 1, src
+    assert "lid(1)" in first[0] and "* 64" in first[0], first[0]
+    # one loop over the piece's rows, both sums in it
+    assert len(re.findall(r"for \(int j\d+ = 0", first[0])) == 1, first[0]

@@ -48,6 +48,7 @@ class RowRule:
     slice_rows: int
     row_items: int
     layout: str = "auto"
+    column_group: int = 128
 
     def slice_width(self, longest: int) -> int:
         """Work-items per row in the ``slice`` layout for rows of at most ``longest``."""
@@ -111,6 +112,17 @@ def row_size_class(rule: RowRule, cache_items: int, slots: Sequence[int],
         if element_loop and n_elem == p and not element_row:
             element_row = f"NE = {name}"
     return " and ".join([*conds, element_row] if element_row else conds)
+
+
+def column_size_class(rule: RowRule, n_elem: int, element_loop: bool) -> str:
+    """The size class of a column-like kernel: ``NE <= w`` when its rows (pieces or
+    outer axes, the outputs along them) have fewer elements than ``column_group``
+    (``w``: the least power of two from 32 holding them; see
+    :func:`fuseloop.recipes.rows._gpu_columns`)."""
+    if not element_loop or not 0 < n_elem < rule.column_group:
+        return ""
+    width = next(w for w in (1 << k for k in range(5, 16)) if w >= n_elem)
+    return f"NE <= {width}" if width < rule.column_group else ""
 
 
 @dataclass(frozen=True)

@@ -145,6 +145,13 @@ def _row_length_params(program: Program) -> tuple[int, ...]:
     return tuple(sorted({e[7][1] for e in entries if e[0] == "reduce" and e[8] is None}))
 
 
+@lru_cache(maxsize=1024)
+def _column_kernel(program: Program) -> bool:
+    """Whether ``program`` is a column-like reductions kernel (``fuseloop_cols``)."""
+    return (program.contraction is None and program.has_reduce
+            and not contiguous_rows(program))
+
+
 def make_row_size_class(group: int, cache_items: int, rule: RowRule | None = None
                         ) -> SizeClassFunction:
     """Size classes for rows kernels: what the layout rule needs stated, and the
@@ -165,8 +172,11 @@ def make_row_size_class(group: int, cache_items: int, rule: RowRule | None = Non
 
     def row_size_class(program: Program, params: Sequence[int], n_rows: int,
                        n_elem: int) -> str:
+        element_loop = program.row_dims is not None
+        if _column_kernel(program):
+            return row_layout.column_size_class(rule, n_elem, element_loop)
         return row_layout.row_size_class(rule, cache_items, _row_length_params(program),
-                                         params, n_rows, n_elem, program.row_dims is not None)
+                                         params, n_rows, n_elem, element_loop)
 
     return row_size_class
 
@@ -195,18 +205,91 @@ def _gpu_rows(t_unit: lp.TranslationUnit, device: Device, *, group: int, cache_i
     """
     knl = t_unit.default_entrypoint
     if not _contiguous_rows(knl):
-        if _reductions_per_element(knl):  # pieces (or outer axes) x columns
-            t_unit = lp.tag_inames(t_unit, {FLAT_INAME: "g.1"})
-            return lp.split_iname(t_unit, ELEMENT_INAME, column_group, outer_tag="g.0",
-                                  inner_tag="l.0")
-        return lp.split_iname(t_unit, FLAT_INAME, column_group, outer_tag="g.0",
-                              inner_tag="l.0")
+        return _gpu_columns(t_unit, column_group)
     rule = RowRule(group, short_max, slice_max, slice_rows, row_items, layout)
     bounds = [row_cache.row_bound(knl, j) for j in _reduction_inames(knl)]
     chosen = row_layout.choose(knl, rule, block, bounds, row_cache.implied)
     if chosen.kind == "short":
         return _gpu_short_rows(t_unit, chosen, short_outputs)
     return _gpu_contiguous_rows(t_unit, chosen.width, cache_items, lanes, chosen.rows)
+
+
+def _gpu_columns(t_unit: lp.TranslationUnit, group: int) -> lp.TranslationUnit:
+    """A work-item per output of a column-like reduction, neighbouring work-items on
+    neighbouring outputs (coalesced reads), the reduced axis walked.
+
+    Where the reductions sit in a row's element loop (a split's first stage, a
+    middle axis: rows are pieces or outer axes, elements the outputs) and the
+    size class says a row has fewer than ``group`` elements (``NE <= w``), a
+    work-group is ``w`` elements by ``group / w`` rows, not ``group`` elements of
+    which most are past the row's end (batch-norm statistics: 64 outputs).
+    Reductions over the same range that do not read each other's results walk
+    it together (:func:`_walk_together`), reading each row once.
+    """
+    knl = t_unit.default_entrypoint
+    t_unit = _walk_together(t_unit)
+    if not _reductions_per_element(knl):
+        return lp.split_iname(t_unit, FLAT_INAME, group, outer_tag="g.0", inner_tag="l.0")
+    width = next((w for w in (1 << k for k in range(5, 11))
+                  if w < group and row_cache.implied(knl, f"NE <= {w}")), group)
+    t_unit = lp.split_iname(t_unit, ELEMENT_INAME, width, outer_tag="g.0", inner_tag="l.0")
+    if width == group:
+        return lp.tag_inames(t_unit, {FLAT_INAME: "g.1"})
+    return lp.split_iname(t_unit, FLAT_INAME, group // width, outer_tag="g.1",
+                          inner_tag="l.1")
+
+
+def _walk_together(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
+    """Reductions over equal ranges ``0 <= j < p`` share one loop when neither reads
+    the other's result (a column's sum and sum of squares): Loopy's rename of one
+    reduction iname onto the other (equal domains), so each row is read once."""
+    knl = t_unit.default_entrypoint
+    reductions = {insn.expression.inames[0]: insn for insn in knl.instructions
+                  if isinstance(insn, lp.Assignment)
+                  and isinstance(insn.expression, lp.Reduction)
+                  and len(insn.expression.inames) == 1}
+    kept: dict[str, list[str]] = {}  # bound -> the loops kept for it
+    for j in _reduction_inames(knl):
+        insn, bound = reductions.get(j), row_cache.row_bound(knl, j)
+        if insn is None or bound is None:
+            continue
+        for other in kept.setdefault(bound, []):
+            first = reductions[other]
+            if (first.within_inames == insn.within_inames
+                    and not _reads_result(knl, _walkers(knl, j), _walkers(knl, other))
+                    and not _reads_result(knl, _walkers(knl, other), _walkers(knl, j))):
+                t_unit = lp.rename_iname(t_unit, j, other, existing_ok=True)
+                knl = t_unit.default_entrypoint
+                break
+        else:
+            kept[bound].append(j)
+    return t_unit
+
+
+def _walkers(knl: lp.LoopKernel, j: str) -> list[Any]:
+    """The instructions that walk ``j``: its reduction and those in its loop."""
+    return [insn for insn in knl.instructions if j in insn.within_inames or (
+        isinstance(insn, lp.Assignment) and isinstance(insn.expression, lp.Reduction)
+        and j in insn.expression.inames)]
+
+
+def _reads_result(knl: lp.LoopKernel, readers: list[Any], writers: list[Any]) -> bool:
+    """Whether one of ``readers`` reads what one of ``writers`` writes, directly or
+    through other values."""
+    by_var = knl.writer_map()
+    wanted = {v for w in writers for v in w.assignee_var_names()}
+    seen: set[str] = set()
+    todo = [v for r in readers for v in r.read_dependency_names()]
+    while todo:
+        name = todo.pop()
+        if name in wanted:
+            return True
+        if name in seen:
+            continue
+        seen.add(name)
+        for w in by_var.get(name, ()):
+            todo.extend(knl.id_to_insn[w].read_dependency_names())
+    return False
 
 
 def _gpu_short_rows(t_unit: lp.TranslationUnit, layout: Layout,
@@ -294,8 +377,16 @@ def _rows_per_group(t_unit: lp.TranslationUnit, rows: int) -> lp.TranslationUnit
              if tv.address_space == lp.AddressSpace.LOCAL}
     if not local:
         return t_unit
-    return t_unit.with_kernel(lp.privatize_temporaries_with_inames(
+    t_unit = t_unit.with_kernel(lp.privatize_temporaries_with_inames(
         knl, {f"{FLAT_INAME}_inner"}, only_var_names=local))
+    # (the row's slot is the last index: Fortran order keeps a row's partials
+    # contiguous, so a warp's stores to them hit distinct banks)
+    temps = t_unit.default_entrypoint.temporary_variables
+    for name in sorted(local):
+        shape = temps[name].shape
+        if isinstance(shape, tuple) and len(shape) == 2:
+            t_unit = lp.tag_array_axes(t_unit, name, "f,f")
+    return t_unit
 
 
 def _group_reductions(t_unit: lp.TranslationUnit, bounds: dict[str, str | None],
@@ -412,7 +503,7 @@ def _layout_params() -> tuple[Param, ...]:
 
 def _gpu_size_class(v: Any) -> SizeClassFunction:
     rule = RowRule(v["group"], v["short_max"], v["slice_max"], v["slice_rows"],
-                   v["row_items"], v["layout"])
+                   v["row_items"], v["layout"], v["column_group"])
     return make_row_size_class(v["group"], max(v["cache_items"], 1), rule)
 
 
@@ -616,3 +707,4 @@ def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int) -> lp.Translat
 from ..caches import register_function as _register_cache  # noqa: E402  (fuseloop/caches.py)
 
 _register_cache("recipes.rows.row_length_params", _row_length_params)
+_register_cache("recipes.rows.column_kernel", _column_kernel)
