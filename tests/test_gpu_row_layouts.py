@@ -127,3 +127,17 @@ def test_few_columns_split(restore_recipes):
     assert "lid(1)" in first[0] and "* 64" in first[0], first[0]
     # one loop over the piece's rows, both sums in it
     assert len(re.findall(r"for \(int j\d+ = 0", first[0])) == 1, first[0]
+
+
+def test_few_outputs_split_in_group(restore_recipes):
+    """40 column sums over 3000 rows, not split across work-groups: a work-group is
+    64 outputs by 8 slices of the rows, combined in local memory; one slice stores."""
+    h = np.random.default_rng(5).standard_normal((3000, 40))
+    with fl.device("cpu"), fl.recipes.use(gpu_rows.with_params(column_items=1)):
+        x = fl.asarray(h)
+        src = fl.show_code(x.max(axis=0))
+        np.testing.assert_array_equal(x.max(axis=0).get(), h.max(axis=0))
+        np.testing.assert_allclose(x.var(axis=0).get(), h.var(axis=0), rtol=1e-10)
+        np.testing.assert_allclose(x[:3].sum(axis=0).get(), h[:3].sum(axis=0), rtol=1e-12)
+    assert _group_size(src) == (64, 8, 1)
+    assert "barrier(CLK_LOCAL_MEM_FENCE)" in src and "lid(1) == 0" in src, src

@@ -114,15 +114,16 @@ def row_size_class(rule: RowRule, cache_items: int, slots: Sequence[int],
     return " and ".join([*conds, element_row] if element_row else conds)
 
 
-def column_size_class(rule: RowRule, n_elem: int, element_loop: bool) -> str:
+def column_size_class(rule: RowRule, n_rows: int, n_elem: int, element_loop: bool) -> str:
     """The size class of a column-like kernel: ``NE <= w`` when its rows (pieces or
     outer axes, the outputs along them) have fewer elements than ``column_group``
     (``w``: the least power of two from 32 holding them; see
     :func:`fuseloop.recipes.rows._gpu_columns`)."""
-    if not element_loop or not 0 < n_elem < rule.column_group:
+    outputs, name = (n_elem, "NE") if element_loop else (n_rows, "N")
+    if not 0 < outputs < rule.column_group:
         return ""
-    width = next(w for w in (1 << k for k in range(5, 16)) if w >= n_elem)
-    return f"NE <= {width}" if width < rule.column_group else ""
+    width = next(w for w in (1 << k for k in range(5, 16)) if w >= outputs)
+    return f"{name} <= {width}" if width < rule.column_group else ""
 
 
 @dataclass(frozen=True)

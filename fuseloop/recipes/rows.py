@@ -174,7 +174,7 @@ def make_row_size_class(group: int, cache_items: int, rule: RowRule | None = Non
                        n_elem: int) -> str:
         element_loop = program.row_dims is not None
         if _column_kernel(program):
-            return row_layout.column_size_class(rule, n_elem, element_loop)
+            return row_layout.column_size_class(rule, n_rows, n_elem, element_loop)
         return row_layout.row_size_class(rule, cache_items, _row_length_params(program),
                                          params, n_rows, n_elem, element_loop)
 
@@ -205,7 +205,7 @@ def _gpu_rows(t_unit: lp.TranslationUnit, device: Device, *, group: int, cache_i
     """
     knl = t_unit.default_entrypoint
     if not _contiguous_rows(knl):
-        return _gpu_columns(t_unit, column_group)
+        return _gpu_columns(t_unit, column_group, group)
     rule = RowRule(group, short_max, slice_max, slice_rows, row_items, layout)
     bounds = [row_cache.row_bound(knl, j) for j in _reduction_inames(knl)]
     chosen = row_layout.choose(knl, rule, block, bounds, row_cache.implied)
@@ -214,7 +214,7 @@ def _gpu_rows(t_unit: lp.TranslationUnit, device: Device, *, group: int, cache_i
     return _gpu_contiguous_rows(t_unit, chosen.width, cache_items, lanes, chosen.rows)
 
 
-def _gpu_columns(t_unit: lp.TranslationUnit, group: int) -> lp.TranslationUnit:
+def _gpu_columns(t_unit: lp.TranslationUnit, group: int, wide: int) -> lp.TranslationUnit:
     """A work-item per output of a column-like reduction, neighbouring work-items on
     neighbouring outputs (coalesced reads), the reduced axis walked.
 
@@ -223,12 +223,20 @@ def _gpu_columns(t_unit: lp.TranslationUnit, group: int) -> lp.TranslationUnit:
     size class says a row has fewer than ``group`` elements (``NE <= w``), a
     work-group is ``w`` elements by ``group / w`` rows, not ``group`` elements of
     which most are past the row's end (batch-norm statistics: 64 outputs).
-    Reductions over the same range that do not read each other's results walk
+    Where there are no more than ``w`` outputs in all (``N <= w``: the second
+    stage of a split, a column statistic of a narrow matrix), a work-group of
+    ``max(group, wide)`` work-items is ``w`` outputs by slices of the reduced axis
+    (:func:`_columns_split_in_group`) instead of ``w`` work-items each walking
+    the whole axis.  Reductions over the same range that do not read each other's results walk
     it together (:func:`_walk_together`), reading each row once.
     """
     knl = t_unit.default_entrypoint
     t_unit = _walk_together(t_unit)
     if not _reductions_per_element(knl):
+        width = next((w for w in (1 << k for k in range(5, 11))
+                      if w < group and row_cache.implied(knl, f"N <= {w}")), group)
+        if width < group:
+            return _columns_split_in_group(t_unit, width, max(group, wide) // width)
         return lp.split_iname(t_unit, FLAT_INAME, group, outer_tag="g.0", inner_tag="l.0")
     width = next((w for w in (1 << k for k in range(5, 11))
                   if w < group and row_cache.implied(knl, f"NE <= {w}")), group)
@@ -237,6 +245,54 @@ def _gpu_columns(t_unit: lp.TranslationUnit, group: int) -> lp.TranslationUnit:
         return lp.tag_inames(t_unit, {FLAT_INAME: "g.1"})
     return lp.split_iname(t_unit, FLAT_INAME, group // width, outer_tag="g.1",
                           inner_tag="l.1")
+
+
+def _columns_split_in_group(t_unit: lp.TranslationUnit, width: int,
+                            slices: int) -> lp.TranslationUnit:
+    """Few outputs (``N <= width``): a work-group of ``width`` outputs by ``slices``
+    slices of the reduced axis (neighbouring rows on neighbouring slices), the
+    slices' partial results combined by Loopy's tree in local memory."""
+    knl = t_unit.default_entrypoint
+    # the bound on N did its job (it chose this layout); Loopy would size the local
+    # axis by N itself, which is not a constant, so the assumptions forget it
+    assumptions = knl.assumptions
+    n = assumptions.get_var_names(isl.dim_type.param).index("N")
+    knl = knl.copy(assumptions=assumptions.eliminate(isl.dim_type.param, n, 1))
+    t_unit = t_unit.with_kernel(knl)
+    t_unit = lp.split_iname(t_unit, FLAT_INAME, width, outer_tag="g.0", inner_tag="l.0")
+    js = _reduction_inames(knl)
+    for j in js:
+        t_unit = lp.split_iname(t_unit, j, slices, inner_tag="l.1")
+        t_unit = lp.split_reduction_outward(t_unit, f"{j}_inner")
+    # the rest runs on every slice (each computes the result from the tree's local
+    # copy), and only the first slice stores it
+    knl = t_unit.default_entrypoint
+    slice_ = "w_slice"  # (its own loop: a slice past a short axis's end still stores)
+    first = prim.Comparison(prim.Variable(slice_), "==", 0)
+    slicing = {f"{j}_inner" for j in js}
+    insns = []
+    for insn in knl.instructions:
+        if insn.within_inames & slicing or (isinstance(insn, lp.Assignment) and isinstance(
+                insn.expression, lp.Reduction)):
+            insns.append(insn)
+            continue
+        shared = any(t not in knl.temporary_variables for t in insn.assignee_var_names())
+        insns.append(insn.copy(within_inames=insn.within_inames | {slice_},
+                               predicates=insn.predicates | {first} if shared
+                               else insn.predicates))
+    domain = isl.BasicSet(f"{{ [{slice_}] : 0 <= {slice_} < {slices} }}")
+    # Loopy's tree leaves each result in one work-item: results go to local memory,
+    # a slot per output, behind a barrier for the slices that read them
+    results = _reduction_temporaries(knl)
+    knl = knl.copy(instructions=insns, domains=[*knl.domains, domain],
+                   silenced_warnings=[*knl.silenced_warnings,
+                                      *(f"write_race(calc_{name})" for name in results)])
+    t_unit = lp.tag_inames(t_unit.with_kernel(knl), {slice_: "l.1"})
+    for name in results:
+        t_unit = lp.set_temporary_address_space(t_unit, name, "local")
+    t_unit = t_unit.with_kernel(lp.privatize_temporaries_with_inames(
+        t_unit.default_entrypoint, {f"{FLAT_INAME}_inner"}, only_var_names=set(results)))
+    return _publish_results(t_unit, results)
 
 
 def _walk_together(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
