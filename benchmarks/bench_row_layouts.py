@@ -68,12 +68,14 @@ def main() -> None:
         arrays = [fl.asarray(inputs[k]) for k in w.inputs]
         want = w.reference(*[inputs[k] for k in w.inputs])
         cells = []
+
+        def run(w: Any = w, arrays: list[fl.Array] = arrays) -> Any:
+            out = w.peer(broad.FL_OPS, *arrays)
+            return fl.compute(*out) if isinstance(out, tuple) else out.eval()
+
         for layout in LAYOUTS:
             with fl.recipes.use(gpu_rows.with_params(layout=layout)):
                 try:
-                    def run() -> Any:
-                        out = w.peer(broad.FL_OPS, *arrays)
-                        return fl.compute(*out) if isinstance(out, tuple) else out.eval()
                     _check(w, run(), want)
                     t = median_time(run, fl.synchronize, a.repeat)
                     cells.append(f"{t * 1e3:.3f}")
