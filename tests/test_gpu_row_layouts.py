@@ -32,13 +32,11 @@ def _softmax(m, x):
 
 
 def _check_rows(h: np.ndarray) -> None:
-    """Softmax, argmax, variance and centring over rows, against numpy."""
+    """Softmax (two reductions, one used by the other, and a loop over the row's
+    elements) and argmax (a two-valued reduction) over rows, against numpy."""
     x = fl.asarray(h)
     np.testing.assert_allclose(_softmax(fl, x).get(), _softmax(np, h), rtol=1e-12)
     np.testing.assert_array_equal(x.argmax(axis=1).get(), h.argmax(axis=1))
-    np.testing.assert_allclose(x.var(axis=1).get(), h.var(axis=1), rtol=1e-10)
-    np.testing.assert_allclose((x - x.mean(axis=1, keepdims=True)).get(),
-                               h - h.mean(axis=1, keepdims=True), rtol=1e-10, atol=1e-12)
 
 
 def test_the_rule():
@@ -97,6 +95,11 @@ def test_slice_rows(restore_recipes):
     assert src.count("barrier(CLK_LOCAL_MEM_FENCE)") == 2, src
     assert re.search(r"__local double lanes_t\d+\[32 \* 8\]", src), src
     assert _group_size(few) == (512, 1, 1)  # 100 rows: fewer than slice_rows
+    # (the size class states the rows' length for the slice layout without the cache too)
+    with fl.device("cpu"), fl.recipes.use(gpu_rows.with_params(slice_rows=512, cache_items=0)):
+        x = fl.asarray(h)
+        np.testing.assert_allclose(x.sum(axis=1).get(), h.sum(axis=1), rtol=1e-12)
+        assert _group_size(fl.show_code(x.sum(axis=1))) == (32, 8, 1)
 
 
 def test_group_rows_unchanged(restore_recipes):
@@ -138,6 +141,5 @@ def test_few_outputs_split_in_group(restore_recipes):
         src = fl.show_code(x.max(axis=0))
         np.testing.assert_array_equal(x.max(axis=0).get(), h.max(axis=0))
         np.testing.assert_allclose(x.var(axis=0).get(), h.var(axis=0), rtol=1e-10)
-        np.testing.assert_allclose(x[:3].sum(axis=0).get(), h[:3].sum(axis=0), rtol=1e-12)
     assert _group_size(src) == (64, 8, 1)
     assert "barrier(CLK_LOCAL_MEM_FENCE)" in src and "lid(1) == 0" in src, src

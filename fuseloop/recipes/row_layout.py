@@ -93,8 +93,9 @@ def row_size_class(rule: RowRule, cache_items: int, slots: Sequence[int],
     lengths = [params[s] for s in slots]
     kind = rule.kind(lengths, n_rows) if rule.layout == "auto" else rule.layout
     conds: list[str] = []
-    width = rule.group
-    if kind == "slice":
+    width, per_item = rule.group, max(cache_items, 1)
+    if kind == "slice":  # (every row must be stated: the class is what selects it)
+        per_item = max(per_item, rule.row_items)
         width = rule.slice_width(max(lengths, default=1))
         if rule.layout == "auto":
             conds.append(f"N >= {rule.slice_rows}")
@@ -105,7 +106,7 @@ def row_size_class(rule: RowRule, cache_items: int, slots: Sequence[int],
             if not 0 < p <= rule.short_max:
                 continue
             conds.append(f"{name} = {p}")
-        elif 0 < p <= width * max(cache_items, 1):
+        elif 0 < p <= width * per_item:
             conds.append(pieces_conditions(name, p, width))
         else:
             continue
