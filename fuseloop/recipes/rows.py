@@ -227,8 +227,9 @@ def _gpu_columns(t_unit: lp.TranslationUnit, group: int, wide: int) -> lp.Transl
     stage of a split, a column statistic of a narrow matrix), a work-group of
     ``max(group, wide)`` work-items is ``w`` outputs by slices of the reduced axis
     (:func:`_columns_split_in_group`) instead of ``w`` work-items each walking
-    the whole axis.  Reductions over the same range that do not read each other's results walk
-    it together (:func:`_walk_together`), reading each row once.
+    the whole axis.  Reductions over the same range that do not read each
+    other's results walk it together (:func:`_walk_together`), reading each row
+    once.
     """
     knl = t_unit.default_entrypoint
     t_unit = _walk_together(t_unit)
