@@ -265,30 +265,16 @@ def _columns_split_in_group(t_unit: lp.TranslationUnit, width: int,
     for j in js:
         t_unit = lp.split_iname(t_unit, j, slices, inner_tag="l.1")
         t_unit = lp.split_reduction_outward(t_unit, f"{j}_inner")
-    # the rest runs on every slice (each computes the result from the tree's local
-    # copy), and only the first slice stores it
-    knl = t_unit.default_entrypoint
-    slice_ = "w_slice"  # (its own loop: a slice past a short axis's end still stores)
-    first = prim.Comparison(prim.Variable(slice_), "==", 0)
-    slicing = {f"{j}_inner" for j in js}
-    insns = []
-    for insn in knl.instructions:
-        if insn.within_inames & slicing or (isinstance(insn, lp.Assignment) and isinstance(
-                insn.expression, lp.Reduction)):
-            insns.append(insn)
-            continue
-        shared = any(t not in knl.temporary_variables for t in insn.assignee_var_names())
-        insns.append(insn.copy(within_inames=insn.within_inames | {slice_},
-                               predicates=insn.predicates | {first} if shared
-                               else insn.predicates))
-    domain = isl.BasicSet(f"{{ [{slice_}] : 0 <= {slice_} < {slices} }}")
     # Loopy's tree leaves each result in one work-item: results go to local memory,
     # a slot per output, behind a barrier for the slices that read them
     results = _reduction_temporaries(knl)
-    knl = knl.copy(instructions=insns, domains=[*knl.domains, domain],
-                   silenced_warnings=[*knl.silenced_warnings,
-                                      *(f"write_race(calc_{name})" for name in results)])
-    t_unit = lp.tag_inames(t_unit.with_kernel(knl), {slice_: "l.1"})
+    knl = t_unit.default_entrypoint
+    t_unit = t_unit.with_kernel(knl.copy(silenced_warnings=[
+        *knl.silenced_warnings, *(f"write_race(calc_{name})" for name in results)]))
+    # the rest runs on every slice (a loop of its own: a slice past a short axis's
+    # end still takes part), and only the first slice stores
+    t_unit = _on_every_work_item(t_unit, "w_slice", slices, "l.1",
+                                 {f"{j}_inner" for j in js})
     for name in results:
         t_unit = lp.set_temporary_address_space(t_unit, name, "local")
     t_unit = t_unit.with_kernel(lp.privatize_temporaries_with_inames(
@@ -592,12 +578,20 @@ def _spread_row_work(t_unit: lp.TranslationUnit, group: int) -> lp.TranslationUn
     knl = t_unit.default_entrypoint
     local = {n for n in knl.all_inames()
              if any(isinstance(t, lp.kernel.data.LocalInameTag) for t in knl.iname_tags(n))}
-    lane = "w_row"
+    return _on_every_work_item(t_unit, "w_row", group, "l.0", local)
+
+
+def _on_every_work_item(t_unit: lp.TranslationUnit, lane: str, size: int, tag: str,
+                        parallel: set[str]) -> lp.TranslationUnit:
+    """Instructions outside the ``parallel`` loops (and not reductions) put in a new
+    loop ``lane`` of ``size`` tagged ``tag``: each work-item along it computes private
+    values itself, and only the first stores to global or local memory."""
+    knl = t_unit.default_entrypoint
     first = prim.Comparison(prim.Variable(lane), "==", 0)
     insns = []
     for insn in knl.instructions:
-        if insn.within_inames & local or (isinstance(insn, lp.Assignment)
-                                          and isinstance(insn.expression, lp.Reduction)):
+        if insn.within_inames & parallel or (isinstance(insn, lp.Assignment)
+                                             and isinstance(insn.expression, lp.Reduction)):
             insns.append(insn)
             continue
         targets = insn.assignee_var_names()
@@ -609,10 +603,9 @@ def _spread_row_work(t_unit: lp.TranslationUnit, group: int) -> lp.TranslationUn
                                else insn.predicates))
     if all(lane not in insn.within_inames for insn in insns):
         return t_unit
-    domain = isl.BasicSet(f"{{ [{lane}] : 0 <= {lane} < {group} }}")
+    domain = isl.BasicSet(f"{{ [{lane}] : 0 <= {lane} < {size} }}")
     knl = knl.copy(instructions=insns, domains=[*knl.domains, domain])
-    t_unit = t_unit.with_kernel(knl)
-    return lp.tag_inames(t_unit, {lane: "l.0"})
+    return lp.tag_inames(t_unit.with_kernel(knl), {lane: tag})
 
 
 def _cpu_columns(t_unit: lp.TranslationUnit, width: int) -> lp.TranslationUnit:
