@@ -343,7 +343,6 @@ def peel(t_unit: lp.TranslationUnit, rows: list[CachedRow], group: int, items: i
     Returns the loops peeled; the others are left alone.
     """
     knl = t_unit.default_entrypoint
-    head_length = group * items
     cached = set().union(*(r.loops for r in rows))
     insns = list(knl.instructions)
     temps = dict(knl.temporary_variables)
@@ -357,87 +356,137 @@ def peel(t_unit: lp.TranslationUnit, rows: list[CachedRow], group: int, items: i
                  or (isinstance(insn, lp.Assignment)
                      and isinstance(insn.expression, lp.Reduction)
                      and insn.expression.inames == (loop,))]
-        is_element = loop == ELEMENT_INAME
         if dom is None or bound is None or not users:
             continue
-        if not is_element and (len(users) != 1 or loop in users[0].within_inames
-                               or users[0].assignee_var_names()[0] not in ops):
+        if loop != ELEMENT_INAME and (len(users) != 1 or loop in users[0].within_inames
+                                      or users[0].assignee_var_names()[0] not in ops):
             continue
-        lane, head, tail = f"{loop}_inner", f"{loop}_h", f"{loop}_t"
-        vl, vh, vt = prim.Variable(lane), prim.Variable(head), prim.Variable(tail)
-        at_head = vl + group * vh
-        at_tail = head_length + vl + group * vt
-        used, inside = head_items(knl, bound, group, items)
-        has_tail = not implied(knl, f"{bound} <= {head_length}")
-        length = bound if is_element else None
-        if length is not None and rows and all(implied(knl, f"{bound} = {r.bound}")
-                                               for r in rows):
-            length = None  # the size class says the element loop is as long as the rows
-        head_map = _Peeler(loop, at_head, rows, vh, length)
-        tail_map = _Peeler(loop, at_tail, rows, None, length)
-        domains = [d for d in domains if d is not dom]
-        domains.append(isl.BasicSet(f"{{ [{lane}] : 0 <= {lane} < {group} }}"))
-        if is_element and inside < used:  # stores past the row's end are skipped
-            domains.append(isl.BasicSet(
-                f"[{bound}, {lane}] -> {{ [{head}] : 0 <= {head} < {used} "
-                f"and {lane} + {group} * {head} < {bound} }}"))
-        else:  # reduced, masked: no branch per element
-            domains.append(isl.BasicSet(f"{{ [{head}] : 0 <= {head} < {used} }}"))
-        if has_tail:
-            domains.append(isl.BasicSet(
-                f"[{bound}, {lane}] -> {{ [{tail}] : {tail} >= 0 "
-                f"and {head_length} + {lane} + {group} * {tail} < {bound} }}"))
-        tags |= {lane: "l.0", head: "unr"}
+        part = _PeeledLoop.make(knl, loop, bound, rows, group, items)
+        domains = [d for d in domains if d is not dom] + part.domains()
+        tags |= {part.lane: "l.0", part.head: "unr"}
         peeled.add(loop)
         user_ids = {insn.id for insn in users}
         new: list[lp.InstructionBase] = []
         for insn in insns:
             if insn.id not in user_ids:
                 new.append(insn)
-            elif is_element:
-                within = (insn.within_inames - {loop}) | {lane}
-                new.append(insn.copy(expression=head_map(insn.expression),
-                                     assignee=head_map(insn.assignee),
-                                     within_inames=within | {head}))
-                if has_tail:
-                    new.append(insn.copy(
-                        id=f"{insn.id}_tail", expression=tail_map(insn.expression),
-                        assignee=tail_map(insn.assignee), within_inames=within | {tail},
-                        depends_on=frozenset(f"{d}_tail" if d in user_ids else d
-                                             for d in insn.depends_on)))
+            elif part.is_element:
+                new.extend(part.element_copies(insn, user_ids))
             else:
-                red = insn.expression
-                target = insn.assignee_var_names()[0]
-                dtype = temps[target].dtype
-                parts = []
-                head_expr = head_map(red.expr)
-                if inside < used:  # mask the elements that may lie past the row's end
-                    within_row: Any = prim.Comparison(at_head, "<", prim.Variable(bound))
-                    if inside:  # the head's first ``inside`` elements never do
-                        within_row = prim.LogicalOr((prim.Comparison(vh, "<", inside),
-                                                     within_row))
-                    head_expr = prim.If(within_row, head_expr,
-                                        typed_neutral(red.operation, dtype, t_unit))
-                pieces = [("head", head_expr, head)]
-                if has_tail:
-                    pieces.append(("tail", tail_map(red.expr), tail))
-                for suffix, expr, iname in pieces:
-                    name = f"{target}_{suffix}"
-                    temps[name] = lp.TemporaryVariable(name, dtype, shape=(),
-                                                       address_space=lp.AddressSpace.PRIVATE)
-                    new.append(lp.Assignment(
-                        prim.Variable(name),
-                        lp.Reduction(red.operation, (iname,), expr),
-                        id=f"{insn.id}_{suffix}", within_inames=insn.within_inames | {lane},
-                        depends_on=insn.depends_on))
-                    parts.append(prim.Variable(name))
-                combined = ops[target](*parts) if len(parts) == 2 else parts[0]
-                new.append(insn.copy(
-                    expression=lp.Reduction(red.operation, (lane,), combined),
-                    depends_on=insn.depends_on | {f"{insn.id}_{suffix}"
-                                                  for suffix, _, _ in pieces}))
+                new.extend(part.reduction_parts(insn, temps, ops, t_unit))
         insns = new
     if not peeled:
         return t_unit, peeled
     knl = knl.copy(instructions=insns, temporary_variables=temps, domains=domains)
     return lp.tag_inames(t_unit.with_kernel(knl), tags), peeled
+
+
+@dataclass
+class _PeeledLoop:
+    """One row loop ``loop`` (``0 <= loop < bound``) as a head and a tail (see :func:`peel`)."""
+
+    loop: str
+    bound: str
+    group: int
+    head_length: int  # group * items
+    used: int  # head slots per work-item (see head_items)
+    inside: int  # of them, those always inside the row
+    has_tail: bool
+    head_map: _Peeler
+    tail_map: _Peeler
+
+    @property
+    def lane(self) -> str:
+        return f"{self.loop}_inner"
+
+    @property
+    def head(self) -> str:
+        return f"{self.loop}_h"
+
+    @property
+    def tail(self) -> str:
+        return f"{self.loop}_t"
+
+    @property
+    def is_element(self) -> bool:
+        return self.loop == ELEMENT_INAME
+
+    @classmethod
+    def make(cls, knl: lp.LoopKernel, loop: str, bound: str, rows: list[CachedRow],
+             group: int, items: int) -> _PeeledLoop:
+        vl, vh, vt = (prim.Variable(f"{loop}_{s}") for s in ("inner", "h", "t"))
+        used, inside = head_items(knl, bound, group, items)
+        length: str | None = bound if loop == ELEMENT_INAME else None
+        if length is not None and rows and all(implied(knl, f"{bound} = {r.bound}")
+                                               for r in rows):
+            length = None  # the size class says the element loop is as long as the rows
+        return cls(loop, bound, group, group * items, used, inside,
+                   not implied(knl, f"{bound} <= {group * items}"),
+                   _Peeler(loop, vl + group * vh, rows, vh, length),
+                   _Peeler(loop, group * items + vl + group * vt, rows, None, length))
+
+    def domains(self) -> list[isl.BasicSet]:
+        lane, head, tail, bound = self.lane, self.head, self.tail, self.bound
+        out = [isl.BasicSet(f"{{ [{lane}] : 0 <= {lane} < {self.group} }}")]
+        if self.is_element and self.inside < self.used:  # stores past the row's end skipped
+            out.append(isl.BasicSet(
+                f"[{bound}, {lane}] -> {{ [{head}] : 0 <= {head} < {self.used} "
+                f"and {lane} + {self.group} * {head} < {bound} }}"))
+        else:  # reduced, masked: no branch per element
+            out.append(isl.BasicSet(f"{{ [{head}] : 0 <= {head} < {self.used} }}"))
+        if self.has_tail:
+            out.append(isl.BasicSet(
+                f"[{bound}, {lane}] -> {{ [{tail}] : {tail} >= 0 "
+                f"and {self.head_length} + {lane} + {self.group} * {tail} < {bound} }}"))
+        return out
+
+    def element_copies(self, insn: Any, user_ids: set[str]) -> list[Any]:
+        """An instruction of the element loop, as its head and tail copies."""
+        within = (insn.within_inames - {self.loop}) | {self.lane}
+        out = [insn.copy(expression=self.head_map(insn.expression),
+                         assignee=self.head_map(insn.assignee),
+                         within_inames=within | {self.head})]
+        if self.has_tail:
+            out.append(insn.copy(
+                id=f"{insn.id}_tail", expression=self.tail_map(insn.expression),
+                assignee=self.tail_map(insn.assignee), within_inames=within | {self.tail},
+                depends_on=frozenset(f"{d}_tail" if d in user_ids else d
+                                     for d in insn.depends_on)))
+        return out
+
+    def reduction_parts(self, insn: Any, temps: dict[str, Any],
+                        ops: dict[str, Callable[..., Any]],
+                        t_unit: lp.TranslationUnit) -> list[Any]:
+        """A reduction over the loop as head and tail reductions (into new private
+        temporaries, added to ``temps``) and their combination over the lanes."""
+        red = insn.expression
+        target = insn.assignee_var_names()[0]
+        dtype = temps[target].dtype
+        head_expr = self.head_map(red.expr)
+        if self.inside < self.used:  # mask the elements that may lie past the row's end
+            vh = prim.Variable(self.head)
+            at_head = prim.Variable(self.lane) + self.group * vh
+            within_row: Any = prim.Comparison(at_head, "<", prim.Variable(self.bound))
+            if self.inside:  # the head's first ``inside`` elements never do
+                within_row = prim.LogicalOr((prim.Comparison(vh, "<", self.inside),
+                                             within_row))
+            head_expr = prim.If(within_row, head_expr,
+                                typed_neutral(red.operation, dtype, t_unit))
+        pieces = [("head", head_expr, self.head)]
+        if self.has_tail:
+            pieces.append(("tail", self.tail_map(red.expr), self.tail))
+        out, parts = [], []
+        for suffix, expr, iname in pieces:
+            name = f"{target}_{suffix}"
+            temps[name] = lp.TemporaryVariable(name, dtype, shape=(),
+                                               address_space=lp.AddressSpace.PRIVATE)
+            out.append(lp.Assignment(
+                prim.Variable(name), lp.Reduction(red.operation, (iname,), expr),
+                id=f"{insn.id}_{suffix}", within_inames=insn.within_inames | {self.lane},
+                depends_on=insn.depends_on))
+            parts.append(prim.Variable(name))
+        combined = ops[target](*parts) if len(parts) == 2 else parts[0]
+        out.append(insn.copy(
+            expression=lp.Reduction(red.operation, (self.lane,), combined),
+            depends_on=insn.depends_on | {f"{insn.id}_{suffix}" for suffix, _, _ in pieces}))
+        return out

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import LazyModule, isl, lp, prim
 from ..expr.program import Program
 from ..lower.kernel import ELEMENT_INAME, FLAT_INAME, contiguous_rows
-from . import select
+from . import row_layout, select
 from .core import Derived, Param, Recipe, Space, int_range, powers_of_two
 from .cpu_vector import (
     LANES,
@@ -42,6 +42,7 @@ from .cpu_vector import (
     vectorise_reduction_calls,
 )
 from .elementwise import POCL
+from .row_layout import LAYOUTS, Layout, RowRule
 
 if TYPE_CHECKING:
     from ..runtime.devices import Device
@@ -62,6 +63,12 @@ CPU_ACCUMULATORS = 8
 CPU_COLUMN_WIDTH = 256
 CPU_COLUMN_ITEMS = 2
 GPU_COLUMN_ITEMS = 1024
+# The contiguous-rows layout rule (see fuseloop.recipes.row_layout)
+GPU_SHORT_MAX = 32
+GPU_SLICE_MAX = 1024
+GPU_SLICE_ROWS = 1024
+GPU_ROW_ITEMS = 4
+GPU_BLOCK = 256
 
 
 def _column_params(group: int, width: int, items: int) -> tuple[Param, ...]:
@@ -138,33 +145,38 @@ def _row_length_params(program: Program) -> tuple[int, ...]:
     return tuple(sorted({e[7][1] for e in entries if e[0] == "reduce" and e[8] is None}))
 
 
-def make_row_size_class(group: int, cache_items: int) -> SizeClassFunction:
-    """Size classes for rows kernels: the number of ``group``-wide pieces per row.
+@lru_cache(maxsize=1024)
+def _column_kernel(program: Program) -> bool:
+    """Whether ``program`` is a column-like reductions kernel (``fuseloop_cols``)."""
+    return (program.contraction is None and program.has_reduce
+            and not contiguous_rows(program))
 
-    A row of ``p <= group * cache_items`` elements is in class ``c = ceil(p /
-    group)``, split into ``p = c * group`` (every work-item has exactly ``c``
-    elements: no bounds test at all) and ``(c - 1) * group < p < c * group``
-    (only the last piece is tested).  Longer rows have no class: one kernel
-    serves them all.  So a structure has at most ``2 * cache_items`` kernels
-    besides the general one.  The element loop ``NE`` is noted as equal to
-    the row when it is, so the row cache serves it without a run-time test.
+
+def make_row_size_class(group: int, cache_items: int, rule: RowRule | None = None
+                        ) -> SizeClassFunction:
+    """Size classes for rows kernels: what the layout rule needs stated, and the
+    number of ``group``-wide pieces per row.
+
+    In the ``group`` layout (:mod:`fuseloop.recipes.row_layout`) a row of
+    ``p <= group * cache_items`` elements is in class ``c = ceil(p / group)``,
+    split into ``p = c * group`` (every work-item has exactly ``c`` elements: no
+    bounds test at all) and ``(c - 1) * group < p < c * group`` (only the last
+    piece is tested).  Longer rows have no class: one kernel serves them all.
+    So a structure has at most ``2 * cache_items`` kernels besides the general
+    one; the ``slice`` layout adds as many per slice width (and ``N >=
+    slice_rows``), the ``short`` layout one per length up to ``short_max``.
+    The element loop ``NE`` is noted as equal to the row when it is, so the
+    row cache serves it without a run-time test.
     """
-    limit = group * cache_items
+    rule = rule or RowRule(group, 0, 0, 1 << 62, 1)
 
     def row_size_class(program: Program, params: Sequence[int], n_rows: int,
                        n_elem: int) -> str:
-        conds: list[str] = []
-        element_row = ""
-        for slot in _row_length_params(program):
-            p, name = params[slot], f"p{slot}"
-            if not 0 < p <= limit:
-                continue
-            pieces = -(-p // group)
-            conds.append(f"{name} = {p}" if p == pieces * group else
-                         f"{(pieces - 1) * group + 1} <= {name} <= {pieces * group - 1}")
-            if program.row_dims is not None and n_elem == p and not element_row:
-                element_row = f"NE = {name}"
-        return " and ".join([*conds, element_row] if element_row else conds)
+        element_loop = program.row_dims is not None
+        if _column_kernel(program):
+            return row_layout.column_size_class(rule, n_rows, n_elem, element_loop)
+        return row_layout.row_size_class(rule, cache_items, _row_length_params(program),
+                                         params, n_rows, n_elem, element_loop)
 
     return row_size_class
 
@@ -177,10 +189,14 @@ def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_I
 
 
 def _gpu_rows(t_unit: lp.TranslationUnit, device: Device, *, group: int, cache_items: int,
-              lanes: int, column_group: int, column_width: int,
-              column_items: int) -> lp.TranslationUnit:
-    """Group per row for contiguous rows, work-item per row otherwise (``column_group``
-    to a group; ``column_width`` and ``column_items`` are read by evaluation).
+              lanes: int, layout: str, short_max: int, short_outputs: int, slice_max: int,
+              slice_rows: int, row_items: int, block: int, column_group: int,
+              column_width: int, column_items: int) -> lp.TranslationUnit:
+    """Contiguous rows laid out by the rule of :mod:`fuseloop.recipes.row_layout`
+    (``short``: a work-item per row; ``slice``: a slice of a group per row;
+    ``group``: a group of ``group`` per row); otherwise a work-item per output,
+    ``column_group`` to a group (``column_width`` and ``column_items`` are read by
+    evaluation).
 
     A row read by several passes is kept in registers, ``cache_items``
     elements per work-item (0: never; see :mod:`fuseloop.recipes.row_cache`).
@@ -189,20 +205,165 @@ def _gpu_rows(t_unit: lp.TranslationUnit, device: Device, *, group: int, cache_i
     """
     knl = t_unit.default_entrypoint
     if not _contiguous_rows(knl):
-        if _reductions_per_element(knl):  # pieces (or outer axes) x columns
-            t_unit = lp.tag_inames(t_unit, {FLAT_INAME: "g.1"})
-            return lp.split_iname(t_unit, ELEMENT_INAME, column_group, outer_tag="g.0",
-                                  inner_tag="l.0")
-        return lp.split_iname(t_unit, FLAT_INAME, column_group, outer_tag="g.0",
-                              inner_tag="l.0")
-    return _gpu_contiguous_rows(t_unit, group, cache_items, lanes)
+        return _gpu_columns(t_unit, column_group, group)
+    rule = RowRule(group, short_max, slice_max, slice_rows, row_items, layout)
+    bounds = [row_cache.row_bound(knl, j) for j in _reduction_inames(knl)]
+    chosen = row_layout.choose(knl, rule, block, bounds, row_cache.implied)
+    if chosen.kind == "short":
+        return _gpu_short_rows(t_unit, chosen, short_outputs)
+    return _gpu_contiguous_rows(t_unit, chosen.width, cache_items, lanes, chosen.rows)
+
+
+def _gpu_columns(t_unit: lp.TranslationUnit, group: int, wide: int) -> lp.TranslationUnit:
+    """A work-item per output of a column-like reduction, neighbouring work-items on
+    neighbouring outputs (coalesced reads), the reduced axis walked.
+
+    Where the reductions sit in a row's element loop (a split's first stage, a
+    middle axis: rows are pieces or outer axes, elements the outputs) and the
+    size class says a row has fewer than ``group`` elements (``NE <= w``), a
+    work-group is ``w`` elements by ``group / w`` rows, not ``group`` elements of
+    which most are past the row's end (batch-norm statistics: 64 outputs).
+    Where there are no more than ``w`` outputs in all (``N <= w``: the second
+    stage of a split, a column statistic of a narrow matrix), a work-group of
+    ``max(group, wide)`` work-items is ``w`` outputs by slices of the reduced axis
+    (:func:`_columns_split_in_group`) instead of ``w`` work-items each walking
+    the whole axis.  Reductions over the same range that do not read each
+    other's results walk it together (:func:`_walk_together`), reading each row
+    once.
+    """
+    knl = t_unit.default_entrypoint
+    t_unit = _walk_together(t_unit)
+    if not _reductions_per_element(knl):
+        width = next((w for w in (1 << k for k in range(5, 11))
+                      if w < group and row_cache.implied(knl, f"N <= {w}")), group)
+        if width < group:
+            return _columns_split_in_group(t_unit, width, max(group, wide) // width)
+        return lp.split_iname(t_unit, FLAT_INAME, group, outer_tag="g.0", inner_tag="l.0")
+    width = next((w for w in (1 << k for k in range(5, 11))
+                  if w < group and row_cache.implied(knl, f"NE <= {w}")), group)
+    t_unit = lp.split_iname(t_unit, ELEMENT_INAME, width, outer_tag="g.0", inner_tag="l.0")
+    if width == group:
+        return lp.tag_inames(t_unit, {FLAT_INAME: "g.1"})
+    return lp.split_iname(t_unit, FLAT_INAME, group // width, outer_tag="g.1",
+                          inner_tag="l.1")
+
+
+def _columns_split_in_group(t_unit: lp.TranslationUnit, width: int,
+                            slices: int) -> lp.TranslationUnit:
+    """Few outputs (``N <= width``): a work-group of ``width`` outputs by ``slices``
+    slices of the reduced axis (neighbouring rows on neighbouring slices), the
+    slices' partial results combined by Loopy's tree in local memory."""
+    knl = t_unit.default_entrypoint
+    # the bound on N did its job (it chose this layout); Loopy would size the local
+    # axis by N itself, which is not a constant, so the assumptions forget it
+    assumptions = knl.assumptions
+    n = assumptions.get_var_names(isl.dim_type.param).index("N")
+    knl = knl.copy(assumptions=assumptions.eliminate(isl.dim_type.param, n, 1))
+    t_unit = t_unit.with_kernel(knl)
+    t_unit = lp.split_iname(t_unit, FLAT_INAME, width, outer_tag="g.0", inner_tag="l.0")
+    js = _reduction_inames(knl)
+    for j in js:
+        t_unit = lp.split_iname(t_unit, j, slices, inner_tag="l.1")
+        t_unit = lp.split_reduction_outward(t_unit, f"{j}_inner")
+    # Loopy's tree leaves each result in one work-item: results go to local memory,
+    # a slot per output, behind a barrier for the slices that read them
+    results = _reduction_temporaries(knl)
+    knl = t_unit.default_entrypoint
+    t_unit = t_unit.with_kernel(knl.copy(silenced_warnings=[
+        *knl.silenced_warnings, *(f"write_race(calc_{name})" for name in results)]))
+    # the rest runs on every slice (a loop of its own: a slice past a short axis's
+    # end still takes part), and only the first slice stores
+    t_unit = _on_every_work_item(t_unit, "w_slice", slices, "l.1",
+                                 {f"{j}_inner" for j in js})
+    for name in results:
+        t_unit = lp.set_temporary_address_space(t_unit, name, "local")
+    t_unit = t_unit.with_kernel(lp.privatize_temporaries_with_inames(
+        t_unit.default_entrypoint, {f"{FLAT_INAME}_inner"}, only_var_names=set(results)))
+    return _publish_results(t_unit, results)
+
+
+def _walk_together(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
+    """Reductions over equal ranges ``0 <= j < p`` share one loop when neither reads
+    the other's result (a column's sum and sum of squares): Loopy's rename of one
+    reduction iname onto the other (equal domains), so each row is read once."""
+    knl = t_unit.default_entrypoint
+    reductions = {insn.expression.inames[0]: insn for insn in knl.instructions
+                  if isinstance(insn, lp.Assignment)
+                  and isinstance(insn.expression, lp.Reduction)
+                  and len(insn.expression.inames) == 1}
+    kept: dict[str, list[str]] = {}  # bound -> the loops kept for it
+    for j in _reduction_inames(knl):
+        insn, bound = reductions.get(j), row_cache.row_bound(knl, j)
+        if insn is None or bound is None:
+            continue
+        for other in kept.setdefault(bound, []):
+            first = reductions[other]
+            if (first.within_inames == insn.within_inames
+                    and not _reads_result(knl, _walkers(knl, j), _walkers(knl, other))
+                    and not _reads_result(knl, _walkers(knl, other), _walkers(knl, j))):
+                t_unit = lp.rename_iname(t_unit, j, other, existing_ok=True)
+                knl = t_unit.default_entrypoint
+                break
+        else:
+            kept[bound].append(j)
+    return t_unit
+
+
+def _walkers(knl: lp.LoopKernel, j: str) -> list[Any]:
+    """The instructions that walk ``j``: its reduction and those in its loop."""
+    return [insn for insn in knl.instructions if j in insn.within_inames or (
+        isinstance(insn, lp.Assignment) and isinstance(insn.expression, lp.Reduction)
+        and j in insn.expression.inames)]
+
+
+def _reads_result(knl: lp.LoopKernel, readers: list[Any], writers: list[Any]) -> bool:
+    """Whether one of ``readers`` reads what one of ``writers`` writes, directly or
+    through other values."""
+    by_var = knl.writer_map()
+    wanted = {v for w in writers for v in w.assignee_var_names()}
+    seen: set[str] = set()
+    todo = [v for r in readers for v in r.read_dependency_names()]
+    while todo:
+        name = todo.pop()
+        if name in wanted:
+            return True
+        if name in seen:
+            continue
+        seen.add(name)
+        for w in by_var.get(name, ()):
+            todo.extend(knl.id_to_insn[w].read_dependency_names())
+    return False
+
+
+def _gpu_short_rows(t_unit: lp.TranslationUnit, layout: Layout,
+                    outputs: int) -> lp.TranslationUnit:
+    """A work-item per row (``outputs`` rows each, neighbouring work-items taking
+    neighbouring rows), each row walked sequentially: no local memory, no barrier.
+    Rows of a constant length are walked by unrolled loops."""
+    knl = t_unit.default_entrypoint
+    if outputs > 1:
+        t_unit = lp.split_iname(t_unit, FLAT_INAME, layout.rows * outputs, outer_tag="g.0")
+        t_unit = lp.split_iname(t_unit, f"{FLAT_INAME}_inner", layout.rows, inner_tag="l.0",
+                                outer_tag="unr")
+    else:
+        t_unit = lp.split_iname(t_unit, FLAT_INAME, layout.rows, outer_tag="g.0",
+                                inner_tag="l.0")
+    if layout.fixed:
+        loops = _reduction_inames(knl)
+        if _has_row_elements(knl) and row_cache.implied(
+                knl, f"NE = {row_cache.row_bound(knl, loops[0])}"):
+            loops.append(ELEMENT_INAME)
+        t_unit = lp.tag_inames(t_unit, {j: "unr" for j in loops})
+    return t_unit
 
 
 def _gpu_contiguous_rows(t_unit: lp.TranslationUnit, group: int, cache_items: int,
-                         lanes: int) -> lp.TranslationUnit:
-    """The work-group-per-row form (the other half of :func:`_gpu_rows`)."""
+                         lanes: int, rows_per_group: int = 1) -> lp.TranslationUnit:
+    """``group`` work-items per row (the ``group`` and ``slice`` layouts of
+    :func:`_gpu_rows`), ``rows_per_group`` rows to a work-group (its second axis)."""
     knl = t_unit.default_entrypoint
-    t_unit = lp.tag_inames(t_unit, {FLAT_INAME: "g.0"})
+    if rows_per_group == 1:
+        t_unit = lp.tag_inames(t_unit, {FLAT_INAME: "g.0"})
     rows = row_cache.plan(knl) if cache_items else []
     cached: set[str] = set().union(*(r.loops for r in rows))
     if rows:
@@ -244,6 +405,30 @@ def _gpu_contiguous_rows(t_unit: lp.TranslationUnit, group: int, cache_items: in
     knl = t_unit.default_entrypoint
     t_unit = t_unit.with_kernel(knl.copy(silenced_warnings=[
         *knl.silenced_warnings, *(f"write_race(calc_{name})" for name in results)]))
+    if rows_per_group > 1:
+        t_unit = _rows_per_group(t_unit, rows_per_group)
+    return t_unit
+
+
+def _rows_per_group(t_unit: lp.TranslationUnit, rows: int) -> lp.TranslationUnit:
+    """``rows`` rows to a work-group: the row loop split over the groups and their
+    second axis, and every local temporary given a slot per row (its writers all
+    run in the row loop, so Loopy's privatisation gives each row its own)."""
+    t_unit = lp.split_iname(t_unit, FLAT_INAME, rows, outer_tag="g.0", inner_tag="l.1")
+    knl = t_unit.default_entrypoint
+    local = {name for name, tv in knl.temporary_variables.items()
+             if tv.address_space == lp.AddressSpace.LOCAL}
+    if not local:
+        return t_unit
+    t_unit = t_unit.with_kernel(lp.privatize_temporaries_with_inames(
+        knl, {f"{FLAT_INAME}_inner"}, only_var_names=local))
+    # (the row's slot is the last index: Fortran order keeps a row's partials
+    # contiguous, so a warp's stores to them hit distinct banks)
+    temps = t_unit.default_entrypoint.temporary_variables
+    for name in sorted(local):
+        shape = temps[name].shape
+        if isinstance(shape, tuple) and len(shape) == 2:
+            t_unit = lp.tag_array_axes(t_unit, name, "f,f")
     return t_unit
 
 
@@ -340,9 +525,35 @@ def _publish_results(t_unit: lp.TranslationUnit, results: list[str]) -> lp.Trans
     return t_unit
 
 
+def _layout_params() -> tuple[Param, ...]:
+    """The parameters of the contiguous-rows layout rule (:mod:`.row_layout`)."""
+    return (Param("layout", str, "auto", "contiguous rows: 'short' (a work-item per row), "
+                  "'slice' (a slice of a group per row), 'group' (a group per row), "
+                  "'auto' (the rule)", LAYOUTS),
+            Param("short_max", int, GPU_SHORT_MAX, "rows this short are walked by one "
+                  "work-item each", int_range(0, 256, (8, 16, 32, 64))),
+            Param("short_outputs", int, 1, "rows per work-item in the short layout",
+                  int_range(1, 64, (1, 2, 4))),
+            Param("slice_max", int, GPU_SLICE_MAX, "rows up to this long, when many, get a "
+                  "slice of a group each", int_range(0, 1 << 16, (256, 512, 1024, 2048))),
+            Param("slice_rows", int, GPU_SLICE_ROWS, "the rows the slice layout needs",
+                  int_range(1, 1 << 30, (256, 1024, 4096))),
+            Param("row_items", int, GPU_ROW_ITEMS, "elements per work-item the slice's "
+                  "width is chosen for", powers_of_two(1, 64, (2, 4, 8, 16))),
+            Param("block", int, GPU_BLOCK, "work-items per group in the short and slice "
+                  "layouts", powers_of_two(32, 1024, (128, 256, 512))))
+
+
+def _gpu_size_class(v: Any) -> SizeClassFunction:
+    rule = RowRule(v["group"], v["short_max"], v["slice_max"], v["slice_rows"],
+                   v["row_items"], v["layout"], v["column_group"])
+    return make_row_size_class(v["group"], max(v["cache_items"], 1), rule)
+
+
 gpu_rows = Recipe(
-    "gpu-rows", _gpu_rows, kind="reduction", version="10",
-    params=(Param("group", int, GPU_ROW_GROUP, "work-items per contiguous row",
+    "gpu-rows", _gpu_rows, kind="reduction", version="11",
+    params=(Param("group", int, GPU_ROW_GROUP, "work-items per contiguous row (the group "
+                  "layout; the most in the slice layout)",
                   powers_of_two(1, 1024, (64, 128, 256, 512, 1024))),
             Param("cache_items", int, GPU_ROW_CACHE_ITEMS,
                   "elements per work-item of a row kept in registers (0: none)",
@@ -351,10 +562,11 @@ gpu_rows = Recipe(
                   "values the partial results are combined through (0: Loopy's tree)",
                   Space((0, 16, 32, 64), lambda v: v == 0 or v in powers_of_two(1, 1024),
                         "0 or a power of two up to 1024")),
+            *_layout_params(),
             *_column_params(GPU_COL_GROUP, 1, GPU_COLUMN_ITEMS)),
-    valid=lambda v, device: (v["group"] <= device.max_work_group_size
+    valid=lambda v, device: (max(v["group"], v["block"]) <= device.max_work_group_size
                              and v["lanes"] <= v["group"]),
-    size_class=Derived(lambda v: make_row_size_class(v["group"], max(v["cache_items"], 1))))
+    size_class=Derived(_gpu_size_class))
 
 
 def _spread_row_work(t_unit: lp.TranslationUnit, group: int) -> lp.TranslationUnit:
@@ -366,12 +578,20 @@ def _spread_row_work(t_unit: lp.TranslationUnit, group: int) -> lp.TranslationUn
     knl = t_unit.default_entrypoint
     local = {n for n in knl.all_inames()
              if any(isinstance(t, lp.kernel.data.LocalInameTag) for t in knl.iname_tags(n))}
-    lane = "w_row"
+    return _on_every_work_item(t_unit, "w_row", group, "l.0", local)
+
+
+def _on_every_work_item(t_unit: lp.TranslationUnit, lane: str, size: int, tag: str,
+                        parallel: set[str]) -> lp.TranslationUnit:
+    """Instructions outside the ``parallel`` loops (and not reductions) put in a new
+    loop ``lane`` of ``size`` tagged ``tag``: each work-item along it computes private
+    values itself, and only the first stores to global or local memory."""
+    knl = t_unit.default_entrypoint
     first = prim.Comparison(prim.Variable(lane), "==", 0)
     insns = []
     for insn in knl.instructions:
-        if insn.within_inames & local or (isinstance(insn, lp.Assignment)
-                                          and isinstance(insn.expression, lp.Reduction)):
+        if insn.within_inames & parallel or (isinstance(insn, lp.Assignment)
+                                             and isinstance(insn.expression, lp.Reduction)):
             insns.append(insn)
             continue
         targets = insn.assignee_var_names()
@@ -383,10 +603,9 @@ def _spread_row_work(t_unit: lp.TranslationUnit, group: int) -> lp.TranslationUn
                                else insn.predicates))
     if all(lane not in insn.within_inames for insn in insns):
         return t_unit
-    domain = isl.BasicSet(f"{{ [{lane}] : 0 <= {lane} < {group} }}")
+    domain = isl.BasicSet(f"{{ [{lane}] : 0 <= {lane} < {size} }}")
     knl = knl.copy(instructions=insns, domains=[*knl.domains, domain])
-    t_unit = t_unit.with_kernel(knl)
-    return lp.tag_inames(t_unit, {lane: "l.0"})
+    return lp.tag_inames(t_unit.with_kernel(knl), {lane: tag})
 
 
 def _cpu_columns(t_unit: lp.TranslationUnit, width: int) -> lp.TranslationUnit:
@@ -538,3 +757,4 @@ def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int) -> lp.Translat
 from ..caches import register_function as _register_cache  # noqa: E402  (fuseloop/caches.py)
 
 _register_cache("recipes.rows.row_length_params", _row_length_params)
+_register_cache("recipes.rows.column_kernel", _column_kernel)
