@@ -293,10 +293,11 @@ def test_segmented_primitives_on_cuda(cuda_device):
     np.testing.assert_allclose(fl.exclusive_scan_by_key(keys, vals, initial=1.5).get(),
                                want - vals + 1.5, atol=1e-8)
     v32 = vals.astype(np.float32)
-    # (each segment lifted above the ones before it: numpy's running maximum restarts)
-    lifted = np.maximum.accumulate(v32.astype(np.float64) + seg * 100.0) - seg * 100.0
+    running_max = np.empty_like(v32)
+    for a, b in zip(first, np.r_[first[1:], n], strict=True):
+        running_max[a:b] = np.maximum.accumulate(v32[a:b])
     np.testing.assert_array_equal(fl.inclusive_scan_by_key(keys, v32, op="max").get(),
-                                  lifted.astype(np.float32))
+                                  running_max)
     uk, sums = fl.reduce_by_key(keys, vals)
     np.testing.assert_array_equal(uk.get(), keys[first])
     np.testing.assert_allclose(sums.get(), np.add.reduceat(vals, first), atol=1e-8)
