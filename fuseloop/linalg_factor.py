@@ -39,10 +39,6 @@ from .ops.shape import diagonal, reshape, stack, tril
 LinAlgError = np.linalg.LinAlgError
 
 
-#: right-hand sides from which solve's diagonal blocks are products with their inverses
-MANY_COLUMNS = 32
-
-
 def block_size(device: Any) -> int:
     """The block width of the blocked factorisations on ``device``: the trailing
     update's product is faster with more columns, the sequential panel slower."""
@@ -113,35 +109,31 @@ def _batched(fn: Callable[[Array], Any], a: Array) -> Any:
     return reshape(stack(results), (*batch, *results[0].shape))
 
 
-def _block_inverse(w: Array, k: int, b: int, lower: bool, unit: bool) -> Array:
-    """The inverse of the triangular b x b block of ``w`` at (k, k) (lower or upper,
-    with a unit diagonal or the stored one), a new contiguous array: the identity
-    solved against the block, one work-item per column."""
-    n = w.shape[0]
-    out = _copy(_eye(b, w.dtype, w.device))
-    _k.launch("fuseloop_trsm", w.dtype, [_buf(out)], [_buf(w)],
-              [b, b, k * n + k, n, 1, 0, b, 1, int(lower), int(unit)], w.device, b)
-    return out
-
-
 # {{{ Cholesky
 
 def _cholesky2(a: Array) -> Array:
+    """Right-looking blocked Cholesky: per block column three launches (the diagonal
+    block, the panel's triangular solve, the trailing update as a matrix product)."""
     n, dev = a.shape[0], a.device
     w = _copy(a)
     s = _buf(w)
     flag = _flag(dev)
     nb = block_size(dev)
+    # the solved panel, also written here: the trailing update reads it from a
+    # buffer other than the one it writes, so that it is one fused kernel
+    panel_buf = empty((max(n - nb, 0) * nb,), a.dtype, dev) if n > nb else None
     for k in range(0, n, nb):
         b = min(nb, n - k)
         k2 = k + b
-        _k.launch("fuseloop_potrf", a.dtype, [s, _buf(flag)], [], [k * n + k, n, b, k],
-                  dev)
+        _k.potrf(s, _buf(flag), k * n + k, n, b, k, nb, a.dtype, dev)
         if k2 < n:
-            # L21 = A21 L11^-T: a product with the block's inverse (the substitution
-            # row by row ran at under 1 GFLOP/s on PoCL, the product at about 10)
-            panel = (_copy(w[k2:, k:k2]) @ _block_inverse(w, k, b, True, False).T).eval()
-            w[k2:, k:k2] = panel
+            assert panel_buf is not None
+            m = n - k2
+            # L21 = A21 L11^-T: each row of the panel solved against L11
+            _k.trsm_blocks(s, s, b, m, (k * n + k, n, 1), (k2 * n + k, 1, n), True, False,
+                           nb, a.dtype, dev, copy=(_buf(panel_buf), 0, 1, b))
+            panel = reshape(panel_buf[:m * b], (m, b))
+            # the whole trailing square (only its lower triangle is read later)
             w[k2:, k2:] -= panel @ panel.T
     if _read_flag(flag):
         raise LinAlgError("Matrix is not positive definite")
@@ -169,6 +161,8 @@ def _lu(a: Array) -> tuple[Array, Array, int]:
     piv = empty((n,), np.int64, dev)
     flag = _flag(dev)
     nb = block_size(dev)
+    # the solved block row, also written here (the trailing update reads it)
+    row_buf = empty((nb * max(n - nb, 1),), a.dtype, dev)
     for k in range(0, n, nb):
         b = min(nb, n - k)
         k2 = k + b
@@ -176,42 +170,47 @@ def _lu(a: Array) -> tuple[Array, Array, int]:
                   [k, n, n, b], dev)
         _k.launch("fuseloop_laswp", a.dtype, [s], [_buf(piv)], [k, b, n, n, k, k2], dev, n)
         if k2 < n:
-            # U12 = L11^-1 A12 (L11 unit lower), as for Cholesky's panel
-            top = (_block_inverse(w, k, b, True, True) @ _copy(w[k:k2, k2:])).eval()
-            w[k:k2, k2:] = top
-            w[k2:, k2:] -= _copy(w[k2:, k:k2]) @ top
+            m = n - k2
+            # U12 = L11^-1 A12 (L11 unit lower): each column of the block row solved
+            _k.trsm_blocks(s, s, b, m, (k * n + k, n, 1), (k * n + k2, n, 1), True, True,
+                           nb, a.dtype, dev, copy=(_buf(row_buf), 0, m, 1))
+            w[k2:, k2:] -= w[k2:, k:k2] @ reshape(row_buf[:b * m], (b, m))
     return w, piv, _read_flag(flag)
 
 
 def _lu_solve(lu: Array, piv: Array, rhs: Array) -> Array:
-    """``x`` with ``A x = rhs`` (``rhs`` n x m) from ``A``'s LU factors."""
+    """``x`` with ``A x = rhs`` (``rhs`` n x m) from ``A``'s LU factors: blocked
+    substitutions, two launches per block and direction."""
     n, m, dev = lu.shape[0], rhs.shape[1], lu.device
-    s = _buf(lu)
     x = _copy(rhs)
-    sx = _buf(x)
-    _k.launch("fuseloop_laswp", lu.dtype, [sx], [_buf(piv)], [0, n, m, m, 0, 0], dev, m)
-    nb = block_size(dev)
-    starts = list(range(0, n, nb))
-
-    def diagonal_solve(k: int, k2: int, lower: bool) -> None:
-        if m >= MANY_COLUMNS:  # a product with the block's inverse (matmul-bound)
-            x[k:k2] = _block_inverse(lu, k, k2 - k, lower, lower) @ _copy(x[k:k2])
-        else:  # one work-item per column, substituting
-            _k.launch("fuseloop_trsm", lu.dtype, [sx], [s],
-                      [k2 - k, m, k * n + k, n, 1, k * m, m, 1, int(lower), int(lower)],
-                      dev, m)
-
-    for k in starts:  # L y = P rhs, unit lower
-        k2 = min(n, k + nb)
-        diagonal_solve(k, k2, True)
-        if k2 < n:
-            x[k2:] -= _copy(lu[k2:, k:k2]) @ _copy(x[k:k2])
-    for k in reversed(starts):  # U x = y
-        k2 = min(n, k + nb)
-        diagonal_solve(k, k2, False)
-        if k > 0:
-            x[:k] -= _copy(lu[:k, k:k2]) @ _copy(x[k:k2])
+    _k.launch("fuseloop_laswp", lu.dtype, [_buf(x)], [_buf(piv)], [0, n, m, m, 0, 0], dev, m)
+    blocked_solve(lu, x, True, True, False)  # L y = P rhs, L unit lower
+    blocked_solve(lu, x, False, False, False)  # U x = y
     return x
+
+
+def blocked_solve(t: Array, x: Array, lower: bool, unit: bool, transposed: bool) -> None:
+    """Solve ``T X = x`` in place of ``x`` (n x m, contiguous) for the triangle of the
+    contiguous n x n ``t`` (``transposed``: of ``t.T``): per block, the diagonal block
+    solved in local memory (its solution also copied aside), then the rows not yet
+    solved updated by a matrix product with that copy."""
+    n, m, dev = t.shape[0], x.shape[1], t.device
+    st, sx = _buf(t), _buf(x)
+    nb = block_size(dev)
+    solved = empty((min(nb, n) * m,), x.dtype, dev)
+    view = t.T if transposed else t
+    ts0, ts1 = (1, n) if transposed else (n, 1)
+    starts = list(range(0, n, nb))
+    for k in (starts if lower else reversed(starts)):
+        k2 = min(n, k + nb)
+        b = k2 - k
+        _k.trsm_blocks(sx, st, b, m, (k * ts0 + k * ts1, ts0, ts1), (k * m, m, 1), lower,
+                       unit, nb, x.dtype, dev, copy=(_buf(solved), 0, m, 1))
+        done = reshape(solved[:b * m], (b, m))
+        if lower and k2 < n:
+            x[k2:] -= view[k2:, k:k2] @ done
+        elif not lower and k > 0:
+            x[:k] -= view[:k, k:k2] @ done
 
 
 def _solve2(a: Array, b: Array) -> Array:
