@@ -118,7 +118,7 @@ def _cholesky2(a: Array) -> Array:
     w = _copy(a)
     s = _buf(w)
     flag = _flag(dev)
-    nb = block_size(dev)
+    nb = _k.fit_block(dev, block_size(dev), a.dtype)
     # the solved panel, also written here: the trailing update reads it from a
     # buffer other than the one it writes, so that it is one fused kernel
     panel_buf = empty((max(n - nb, 0) * nb,), a.dtype, dev) if n > nb else None
@@ -154,27 +154,45 @@ def cholesky(x: Any, upper: bool = False) -> Array:
 
 def _lu(a: Array) -> tuple[Array, Array, int]:
     """(packed LU factors, the pivots (int64, LAPACK's: row k swapped with piv[k]),
-    the 1-based column of the first zero pivot or 0)."""
+    the 1-based column of the first zero pivot or 0).
+
+    Right-looking and blocked; each panel's pivot rows are chosen by a tournament
+    (:func:`fuseloop.linalg_kernels.panel_pivots`: each of its launches factors slices
+    of the panel with partial pivoting, in parallel, and keeps the pivot rows for the
+    next), so that no launch needs the whole panel in one work-group.  The chosen
+    rows' swaps are then applied to the whole matrix with the factored diagonal block
+    (one launch), the panel below and the block row right of it are triangular solves
+    (one launch each), and the trailing matrix is updated by a matrix product.
+    """
     n, dev = a.shape[0], a.device
     w = _copy(a)
     s = _buf(w)
     piv = empty((n,), np.int64, dev)
     flag = _flag(dev)
-    nb = block_size(dev)
-    # the solved block row, also written here (the trailing update reads it)
-    row_buf = empty((nb * max(n - nb, 1),), a.dtype, dev)
+    nb = _k.fit_block(dev, block_size(dev), a.dtype)
+    sets = -(-n // (2 * nb)) * nb
+    cands = (_buf(empty((sets,), np.int64, dev)), _buf(empty((sets,), np.int64, dev)))
+    diag = _buf(empty((nb * nb,), a.dtype, dev))
+    # the solved panel and block row, also written here (the trailing update reads
+    # them from buffers other than the one it writes: one fused kernel)
+    rest = max(n - nb, 1) * nb
+    col_buf, row_buf = empty((rest,), a.dtype, dev), empty((rest,), a.dtype, dev)
     for k in range(0, n, nb):
         b = min(nb, n - k)
         k2 = k + b
-        _k.launch("fuseloop_getf2", a.dtype, [s, _buf(piv), _buf(flag)], [],
-                  [k, n, n, b], dev)
-        _k.launch("fuseloop_laswp", a.dtype, [s], [_buf(piv)], [k, b, n, n, k, k2], dev, n)
+        _k.panel_pivots(s, _buf(piv), _buf(flag), diag, cands, k, n, n - k, b, nb, a.dtype,
+                        dev)
+        _k.launch("fuseloop_laswp", a.dtype, [s], [_buf(piv), diag], [k, b, n, n, k, k2], dev,
+                  n)
         if k2 < n:
             m = n - k2
+            # L21 = A21 U11^-1: each row of the panel below solved against U11^T
+            _k.trsm_blocks(s, s, b, m, (k * n + k, 1, n), (k2 * n + k, 1, n), True, 2, nb,
+                           a.dtype, dev, copy=(_buf(col_buf), 0, 1, b))
             # U12 = L11^-1 A12 (L11 unit lower): each column of the block row solved
-            _k.trsm_blocks(s, s, b, m, (k * n + k, n, 1), (k * n + k2, n, 1), True, True,
-                           nb, a.dtype, dev, copy=(_buf(row_buf), 0, m, 1))
-            w[k2:, k2:] -= w[k2:, k:k2] @ reshape(row_buf[:b * m], (b, m))
+            _k.trsm_blocks(s, s, b, m, (k * n + k, n, 1), (k * n + k2, n, 1), True, 1, nb,
+                           a.dtype, dev, copy=(_buf(row_buf), 0, m, 1))
+            w[k2:, k2:] -= reshape(col_buf[:m * b], (m, b)) @ reshape(row_buf[:b * m], (b, m))
     return w, piv, _read_flag(flag)
 
 
@@ -183,7 +201,8 @@ def _lu_solve(lu: Array, piv: Array, rhs: Array) -> Array:
     substitutions, two launches per block and direction."""
     n, m, dev = lu.shape[0], rhs.shape[1], lu.device
     x = _copy(rhs)
-    _k.launch("fuseloop_laswp", lu.dtype, [_buf(x)], [_buf(piv)], [0, n, m, m, 0, 0], dev, m)
+    _k.launch("fuseloop_laswp", lu.dtype, [_buf(x)], [_buf(piv), _buf(x)], [0, n, m, m, 0, 0],
+              dev, m)
     blocked_solve(lu, x, True, True, False)  # L y = P rhs, L unit lower
     blocked_solve(lu, x, False, False, False)  # U x = y
     return x
@@ -196,7 +215,7 @@ def blocked_solve(t: Array, x: Array, lower: bool, unit: bool, transposed: bool)
     solved updated by a matrix product with that copy."""
     n, m, dev = t.shape[0], x.shape[1], t.device
     st, sx = _buf(t), _buf(x)
-    nb = block_size(dev)
+    nb = _k.fit_block(dev, block_size(dev), x.dtype)
     solved = empty((min(nb, n) * m,), x.dtype, dev)
     view = t.T if transposed else t
     ts0, ts1 = (1, n) if transposed else (n, 1)

@@ -87,7 +87,8 @@ void fuseloop_potrf(__global FL_T *a, __global long *flag, const long off,
 """
 
 # Triangular solves T x = b for nvec vectors at once, in place: T is n x n (n <= NB),
-# lower or upper, with a unit diagonal or the stored one, T[i,j] = t[toff + i*ts0 +
+# lower or upper, with a unit diagonal (unit 1) or the stored one (unit 0; unit 2: a
+# zero on it is skipped, as LAPACK leaves a singular LU column unscaled), T[i,j] = t[toff + i*ts0 +
 # j*ts1] (only its triangle is read); element i of vector v is b[boff + i*bs0 +
 # v*bs1].  Each work-group reads T and VPG vectors into local memory (along
 # whichever stride of b is 1), solves them there (each work-item its own vectors: no
@@ -131,9 +132,12 @@ void fuseloop_trsm_blocks(__global FL_T *b, __global FL_T *c, __global const FL_
         for (int s = 0; s < n; ++s) {
             const int i = lower ? s : n - 1 - s;
             FL_T xi = XX(i, v);
-            if (!unit) {
-                xi /= TT(i, i);
-                XX(i, v) = xi;
+            if (unit != 1) {
+                const FL_T d = TT(i, i);
+                if (unit == 0 || d != (FL_T)0) {
+                    xi /= d;
+                    XX(i, v) = xi;
+                }
             }
             const int lo = lower ? i + 1 : 0, hi = lower ? n : i;
             for (int r = lo; r < hi; ++r)
@@ -170,83 +174,176 @@ void fuseloop_trsm_blocks(__global FL_T *b, __global FL_T *c, __global const FL_
 #undef XX
 """
 
-# LU with partial pivoting of the panel a[k:rows, k:k+nb] (row stride ld), by one
-# work-group of WG work-items (a power of two): the pivot search is a reduction
-# over the group, the row updates are shared out.  piv[k + j] = the row swapped
-# with row k + j (the first largest |a|, as LAPACK); rows are swapped within the
-# panel only (fuseloop_laswp does the other columns).  A zero pivot sets flag[0]
-# to its 1-based column (the first one) and the factorisation goes on, as
-# LAPACK's getrf does.
-_GETF2 = r"""
+# One level of the LU panel's pivot tournament (tournament pivoting, as in
+# communication-avoiding LU): the panel is a[(k + r) * ld + k + c] for r < m, c < b
+# (b <= NB), left unchanged.  Each work-group takes up to TR = 2 NB of its rows (level
+# 0: rows g TR ...; later levels: the candidates of sets 2g and 2g + 1 of cand_in,
+# nsets of them, b entries each, -1 for none), copies them into local memory,
+# factors the copy with partial pivoting (the first largest |a| of a column, as
+# LAPACK) and writes the rows it chose, in pivot order, as set g of cand_out.  The
+# final level (one group) also writes the factored b x b block of its chosen rows to
+# diag (L below the diagonal, unit, and U) and the swaps that bring the chosen rows
+# to the panel's top as LAPACK's pivots: piv[k + j] = the row swapped with row k + j.
+# A zero pivot of the final level sets flag[0] to its 1-based column (the first one;
+# the factorisation goes on, as LAPACK's getrf does).  Each work-item owns rows of
+# the copy; per column three barriers (pivot search in two stages, swap, update).
+_TSLU = r"""
+#define TR (2 * NB)
+#define A(r, c) tile[(r) * (NB + 1) + (c)]
+#define LANES (WG < 16 ? WG : 16)
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fuseloop_getf2(__global FL_T *a, __global long *piv, __global long *flag,
-                    const long k, const long ld, const long rows, const long nb)
+void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *flag,
+                   __global FL_T *diag, __global const FL_T *a, __global const long *cand_in,
+                   const long k, const long ld, const long m, const long b_,
+                   const long nsets, const long final)
 {
-    const int lid = get_local_id(0);
-    __local FL_T best_v[WG];
-    __local long best_i[WG];
-    for (long j = k; j < k + nb; ++j) {
-        FL_T best = (FL_T)-1;
-        long p = j;
-        for (long i = j + lid; i < rows; i += WG) {
-            const FL_T v = fabs(a[i * ld + j]);
-            if (v > best) {
-                best = v;
-                p = i;
+    __local FL_T tile[TR * (NB + 1)];
+    __local int idx[TR];
+    __local FL_T part_v[16];
+    __local int part_r[16];
+    __local int rows_here;
+    __local int map_pos[TR], map_row[TR], found[2];
+    const int lid = get_local_id(0), g = get_group_id(0), b = (int)b_;
+    if (lid == 0) {
+        int R = 0;
+        if (nsets == 0) {  /* the first level: a slice of the panel's rows */
+            const long r0 = (long)g * TR;
+            R = m - r0 < TR ? (int)(m - r0) : TR;
+            for (int r = 0; r < R; ++r)
+                idx[r] = (int)(r0 + r);
+        } else {  /* the candidates of two sets (or the last one alone) */
+            const int sets = 2 * g + 1 < nsets ? 2 : 1;
+            for (int e = 0; e < sets * b; ++e) {
+                const long r = cand_in[2 * (long)g * b + e];
+                if (r >= 0)
+                    idx[R++] = (int)r;
             }
         }
-        best_v[lid] = best;
-        best_i[lid] = p;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int w = WG / 2; w > 0; w >>= 1) {
-            if (lid < w) {
-                const FL_T o = best_v[lid + w];
-                const long oi = best_i[lid + w];
-                if (o > best_v[lid] || (o == best_v[lid] && oi < best_i[lid])) {
-                    best_v[lid] = o;
-                    best_i[lid] = oi;
+        rows_here = R;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int R = rows_here, steps = R < b ? R : b;
+    for (int e = lid; e < R * b; e += WG) {
+        const int r = e / b, c = e % b;
+        A(r, c) = a[(k + idx[r]) * ld + k + c];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int j = 0; j < steps; ++j) {
+        /* the pivot: each lane the first largest of its rows, then of the lanes */
+        if (lid < LANES) {
+            FL_T best = (FL_T)-1;
+            int p = j;
+            for (int r = j + lid; r < R; r += LANES) {
+                const FL_T v = fabs(A(r, j));
+                if (v > best) {
+                    best = v;
+                    p = r;
                 }
             }
-            barrier(CLK_LOCAL_MEM_FENCE);
+            part_v[lid] = best;
+            part_r[lid] = p;
         }
-        p = best_i[0];
-        if (lid == 0)
-            piv[j] = p;
-        if (p != j)
-            for (long c = k + lid; c < k + nb; c += WG) {
-                const FL_T x = a[j * ld + c];
-                a[j * ld + c] = a[p * ld + c];
-                a[p * ld + c] = x;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        FL_T best = part_v[0];
+        int p = part_r[0];
+        for (int l = 1; l < LANES; ++l) {
+            const FL_T v = part_v[l];
+            if (v > best || (v == best && part_r[l] < p)) {
+                best = v;
+                p = part_r[l];
             }
-        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        const FL_T d = a[j * ld + j];
-        if (d == (FL_T)0) {
-            if (lid == 0 && flag[0] == 0)
-                flag[0] = j + 1;
-            continue;  /* (every work-item: d is the same for all) */
         }
-        const FL_T r = (FL_T)1 / d;
-        for (long i = j + 1 + lid; i < rows; i += WG) {
-            __global FL_T *ri = a + i * ld;
-            const FL_T l = ri[j] * r;
-            ri[j] = l;
-            for (long c = j + 1; c < k + nb; ++c)
-                ri[c] -= l * a[j * ld + c];
+        if (p != j) {
+            for (int c = lid; c < b; c += WG) {
+                const FL_T x = A(j, c);
+                A(j, c) = A(p, c);
+                A(p, c) = x;
+            }
+            if (lid == 0) {
+                const int x = idx[j];
+                idx[j] = idx[p];
+                idx[p] = x;
+            }
         }
-        barrier(CLK_GLOBAL_MEM_FENCE);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const FL_T d = A(j, j);
+        if (d != (FL_T)0) {
+            const FL_T rd = (FL_T)1 / d;
+            for (int r = j + 1 + lid; r < R; r += WG) {
+                const FL_T l = A(r, j) * rd;
+                A(r, j) = l;
+                for (int c = j + 1; c < b; ++c)
+                    A(r, c) -= l * A(j, c);
+            }
+        } else if (final != 0 && lid == 0 && flag[0] == 0) {
+            flag[0] = k + j + 1;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (final == 0) {
+        for (int j = lid; j < b; j += WG)
+            cand_out[(long)g * b + j] = j < steps ? idx[j] : -1;
+        return;
+    }
+    for (int e = lid; e < b * b; e += WG)
+        diag[e] = A(e / b, e % b);
+    /* the chosen rows idx[0..b) as swaps: a map of the positions whose row changed */
+    int entries = 0;
+    for (int j = 0; j < b; ++j) {
+        const int s = idx[j];
+        if (lid == 0) {
+            found[0] = -1;
+            found[1] = -1;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int t = lid; t < entries; t += WG) {
+            if (map_row[t] == s)
+                found[0] = t;  /* where row s is now */
+            if (map_pos[t] == j)
+                found[1] = t;  /* which row is at position j now */
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int es = found[0], ej = found[1];
+        const int pos = es >= 0 ? map_pos[es] : s;
+        const int rj = ej >= 0 ? map_row[ej] : j;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid == 0) {
+            piv[k + j] = k + pos;
+            if (ej >= 0)
+                map_row[ej] = s;
+            else {
+                map_pos[entries] = j;
+                map_row[entries] = s;
+            }
+            if (pos != j) {
+                if (es >= 0)
+                    map_row[es] = rj;
+                else {
+                    map_pos[entries + (ej < 0)] = pos;
+                    map_row[entries + (ej < 0)] = rj;
+                }
+            }
+        }
+        entries += (ej < 0) + (pos != j && es < 0);
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
 }
+#undef A
+#undef LANES
+#undef TR
 """
 
-# The row swaps piv[k:k+nb] applied, in order, to the columns c < lo or c >= hi of
-# the ncols columns of a (row stride ld): one work-item per column.
+# The row swaps piv[k:k+nb] applied, in order, to the ncols columns of a (row stride
+# ld): one work-item per column.  Columns lo <= c < hi then get rows k..k+nb from
+# diag (nb x (hi - lo), contiguous): the LU panel's factored diagonal block.
 _LASWP = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fuseloop_laswp(__global FL_T *a, __global const long *piv, const long k, const long nb,
-                    const long ld, const long ncols, const long lo, const long hi)
+void fuseloop_laswp(__global FL_T *a, __global const long *piv, __global const FL_T *diag,
+                    const long k, const long nb, const long ld, const long ncols,
+                    const long lo, const long hi)
 {
     const long c = get_global_id(0);
-    if (c >= ncols || (c >= lo && c < hi))
+    if (c >= ncols)
         return;
     for (long j = k; j < k + nb; ++j) {
         const long p = piv[j];
@@ -256,6 +353,9 @@ void fuseloop_laswp(__global FL_T *a, __global const long *piv, const long k, co
             a[p * ld + c] = x;
         }
     }
+    if (c >= lo && c < hi)
+        for (long j = 0; j < nb; ++j)
+            a[(k + j) * ld + c] = diag[j * (hi - lo) + c - lo];
 }
 """
 
@@ -264,8 +364,8 @@ void fuseloop_laswp(__global FL_T *a, __global const long *piv, const long k, co
 _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     "fuseloop_potrf": (_POTRF, ["out0", "out1"], 4, False),
     "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 14, True),
-    "fuseloop_getf2": (_GETF2, ["out0", "out1", "out2"], 4, False),
-    "fuseloop_laswp": (_LASWP, ["out0", "in0"], 6, True),
+    "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "in0", "in1"], 6, False),
+    "fuseloop_laswp": (_LASWP, ["out0", "in0", "in1"], 6, True),
 }
 
 #: local memory a work-group of the blocked kernels may use on a GPU (NVIDIA's and
@@ -293,16 +393,12 @@ def group_size(device: Device, parallel: bool) -> int:
 
 def vectors_per_group(device: Device, nb: int, dtype: np.dtype, wg: int) -> int:
     """How many vectors a work-group of ``fuseloop_trsm_blocks`` solves (with a block of
-    ``nb``): 64, or fewer where the triangle and the vectors would not fit the local
-    memory a GPU group may use, but never fewer than the group's work-items."""
+    ``nb``): 64, or as many as the triangle leaves room for in the local memory a GPU
+    group may use (see :func:`fit_block`)."""
     limit = GPU_LOCAL_BYTES if device.type != "cpu" else 1 << 20
     vpg = max(64, wg)
-    while vpg > wg and (nb * (nb + 1) + nb * (vpg + 1)) * dtype.itemsize > limit:
+    while vpg > 1 and (nb * (nb + 1) + nb * (vpg + 1)) * dtype.itemsize > limit:
         vpg //= 2
-    if (nb * (nb + 1) + nb * (vpg + 1)) * dtype.itemsize > limit:
-        raise ValueError(f"fl.linalg: a block of {nb} {dtype} elements does not fit the "
-                         f"{limit} bytes of local memory of a work-group on {device}; "
-                         "set a smaller block size")
     return vpg
 
 
@@ -326,12 +422,13 @@ def _kernel(name: str, dtype: np.dtype, wg: int, nb: int, vpg: int) -> SourceKer
 
 def launch(name: str, dtype: np.dtype, outs: list[Storage], ins: list[Storage],
            scalars: list[int], device: Device, columns: int = 1, *, groups: int = 0,
-           nb: int = 1, vpg: int = 1) -> None:
+           nb: int = 1, vpg: int = 1, wg: int = 0) -> None:
     """Run kernel ``name`` now (after any deferred launches) on ``device``;
     ``columns``: the work-items of a column-parallel kernel, or ``groups`` work-groups
-    of it; ``nb``, ``vpg``: the block size and vectors per group it is built for."""
+    of it; ``nb``, ``vpg``: the block size and vectors per group it is built for;
+    ``wg``: its work-items per group (else :func:`group_size`'s)."""
     parallel = _KERNELS[name][3]
-    wg = group_size(device, parallel)
+    wg = wg or group_size(device, parallel)
     if not groups:
         groups = max(1, -(-columns // wg)) if parallel else 1
     compiled = _kernel(name, dtype, wg, nb, vpg).get(device)
@@ -349,12 +446,13 @@ def potrf(a: Storage, flag: Storage, off: int, ld: int, n: int, col0: int, nb: i
 
 
 def trsm_blocks(b: Storage, t: Storage, n: int, nvec: int, t_at: tuple[int, int, int],
-                b_at: tuple[int, int, int], lower: bool, unit: bool, nb: int,
+                b_at: tuple[int, int, int], lower: bool, unit: int, nb: int,
                 dtype: np.dtype, device: Device,
                 copy: tuple[Storage, int, int, int] | None = None) -> None:
     """Solve ``T x = b`` in place for ``nvec`` vectors of ``n <= nb`` elements: ``T``'s
     (offset, row stride, column stride) in ``t`` is ``t_at``, vector ``v``'s element
-    ``i`` is ``b[off + i * s0 + v * s1]`` for ``b_at = (off, s0, s1)``; ``copy``: a
+    ``i`` is ``b[off + i * s0 + v * s1]`` for ``b_at = (off, s0, s1)``; ``unit``: 1 for a
+    unit diagonal, 2 to skip zeros on the stored one (0: divide by it); ``copy``: a
     buffer and its (offset, s0, s1) that also receives the solution."""
     wg = group_size(device, True)
     vpg = vectors_per_group(device, nb, dtype, wg)
@@ -364,4 +462,40 @@ def trsm_blocks(b: Storage, t: Storage, n: int, nvec: int, t_at: tuple[int, int,
            device, groups=max(1, -(-nvec // vpg)), nb=nb, vpg=vpg)
 
 
-__all__ = ["group_size", "launch", "potrf", "trsm_blocks", "vectors_per_group"]
+def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage,
+                 cands: tuple[Storage, Storage], k: int, ld: int, m: int, b: int, nb: int,
+                 dtype: np.dtype, device: Device) -> int:
+    """The pivots of the LU panel of ``b`` columns and ``m`` rows at ``a[k, k]`` by a
+    tournament (``fuseloop_tslu``, one launch per level: the first takes the rows in
+    slices of ``2 nb``, each later one halves the candidate sets), its factored
+    diagonal block into ``diag``; ``cands``: two buffers of candidate rows, each of at
+    least ``ceil(m / (2 nb)) * b`` int64.  Returns the number of launches."""
+    rows = 2 * nb
+    wg = min(group_size(device, False), rows)
+    sets, src, dst, launches = 0, cands[1], cands[0], 0
+    while True:
+        groups = -(-m // rows) if sets == 0 else -(-sets // 2)
+        launch("fuseloop_tslu", dtype, [dst, piv, flag, diag], [a, src],
+               [k, ld, m, b, sets, int(groups == 1)], device, groups=groups, nb=nb, wg=wg)
+        launches += 1
+        if groups == 1:
+            return launches
+        sets, src, dst = groups, dst, src
+
+
+def tslu_local_bytes(nb: int, dtype: np.dtype) -> int:
+    """The local memory of a ``fuseloop_tslu`` work-group with a block of ``nb``."""
+    return 2 * nb * ((nb + 1) * dtype.itemsize + 4 * 3) + 16 * (dtype.itemsize + 4) + 12
+
+
+def fit_block(device: Device, nb: int, dtype: np.dtype) -> int:
+    """``nb``, halved until the LU panel's tournament (the kernel with the most local
+    memory) fits a GPU work-group's local memory (float64 blocks of 64 do not)."""
+    if device.type != "cpu":
+        while nb > 8 and tslu_local_bytes(nb, dtype) > GPU_LOCAL_BYTES:
+            nb //= 2
+    return nb
+
+
+__all__ = ["fit_block", "group_size", "launch", "panel_pivots", "potrf", "trsm_blocks",
+           "vectors_per_group"]
