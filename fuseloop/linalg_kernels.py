@@ -112,7 +112,8 @@ void fuseloop_trsm_blocks(__global FL_T *b, __global FL_T *c, __global const FL_
     const long v0 = (long)get_group_id(0) * VPG;
     const int nv = nvec - v0 < VPG ? (int)(nvec - v0) : VPG;
     for (int e = lid; e < n * n; e += WG) {
-        const int i = e / n, j = e % n;
+        /* neighbouring work-items on neighbouring addresses (T may be a transpose) */
+        const int i = ts1 == 1 ? e / n : e % n, j = ts1 == 1 ? e % n : e / n;
         if (lower ? j <= i : j >= i)
             TT(i, j) = t[toff + i * ts0 + j * ts1];
     }
