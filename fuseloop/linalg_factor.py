@@ -1,15 +1,15 @@
 """Factorisations and solvers of ``fl.linalg``, on the device.
 
-Cholesky and LU (partial pivoting) are blocked, right-looking algorithms: per
-block column a small hand-written kernel factors the diagonal block or the
-panel (:mod:`fuseloop.linalg_kernels`), another inverts the diagonal block's
-triangle so that the panel's triangular system is a matrix product, and the
-trailing matrix is updated in place with fuseloop's own matrix product, where
-nearly all the flops are.  ``solve``, ``inv``, ``det`` and
-``slogdet`` are built on the LU factors (blocked triangular solves, the
-off-diagonal updates again by matrix products; determinants as device
-reductions over the diagonal and the pivots).  A failure (a pivot that is not
-positive, a zero pivot) is flagged on the device and read once per matrix.
+Cholesky and LU are blocked, right-looking algorithms with O(n / block) launches:
+per block column small hand-written kernels (:mod:`fuseloop.linalg_kernels`)
+factor the diagonal block in local memory (Cholesky) or choose the panel's pivot
+rows by a tournament (LU), solve the panel's and the block row's triangular
+systems in local memory, and the trailing matrix is updated in place by one
+fuseloop contraction kernel, where nearly all the flops are.  ``solve``, ``inv``,
+``det`` and ``slogdet`` are built on the LU factors (blocked triangular solves, the
+off-diagonal updates again by contractions; determinants as device reductions over
+the diagonal and the pivots).  A failure (a pivot that is not positive, a zero
+pivot) is flagged on the device and read once per matrix.
 
 Leading (batch) axes are handled by a Python loop over the matrices.  QR, the
 eigenvalue problems and the SVD (with what needs it: ``pinv``, ``matrix_rank``,

@@ -2,12 +2,16 @@
 
 Each kernel works in place on a row-major matrix buffer through element offsets
 and strides passed as scalars, so that one compiled kernel serves every block of
-every size.  They do the small, sequential parts of the blocked algorithms (the
-diagonal block of a Cholesky factorisation, an LU panel with its pivot search,
-row swaps, triangular solves of a block); the trailing updates, where the flops
-are, are fuseloop's own matrix products.  Compiled through the kernel cache as
-:class:`fuseloop.cache.SourceKernel`s and launched with
-:func:`fuseloop.launching.enqueue`, like the mask compaction's kernels.
+a factorisation.  They do the small, sequential parts of the blocked algorithms
+in local memory (the diagonal block of a Cholesky factorisation, the LU panel's
+pivot tournament, the triangular solves of a block against many vectors) and the
+row swaps; the trailing updates, where the flops are, are fuseloop's own
+contractions.  Built per element type, work-group size, block size (``NB``, the
+local arrays' size) and vectors per group (``VPG``), through the kernel cache as
+:class:`fuseloop.cache.SourceKernel`s, and launched with
+:func:`fuseloop.launching.enqueue`, like the mask compaction's kernels.  They also
+build with NVRTC through the CUDA backend's prelude (no helper functions: a
+``__local`` pointer parameter is not CUDA).
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from .cache import KernelPlan, SourceKernel
 from .expr.nodes import Storage
 from .runtime.devices import Device
 
-# FL_T: the element type; WG: work-items per group of the column-parallel kernels
+# FL_T: the element type; WG: work-items per group; NB: the largest block; VPG: see
+# fuseloop_trsm_blocks
 _PRELUDE = r"""
 #if IS_DOUBLE
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
