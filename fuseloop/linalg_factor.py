@@ -207,32 +207,42 @@ def _lu(a: Array) -> tuple[Array, Array, int]:
 
 
 def _lu_solve(lu: Array, piv: Array, rhs: Array) -> Array:
-    """``x`` with ``A x = rhs`` (``rhs`` n x m) from ``A``'s LU factors: blocked
-    substitutions, two launches per block and direction."""
+    """``x`` with ``A x = rhs`` (``rhs`` n x m) from ``A``'s LU factors: the swaps,
+    then blocked substitutions."""
     n, m, dev = lu.shape[0], rhs.shape[1], lu.device
     x = _copy(rhs)
     _k.launch("fuseloop_laswp", lu.dtype, [_buf(x)], [_buf(piv), _buf(x)], [0, n, m, m, 0, 0],
               dev, m)
-    blocked_solve(lu, x, True, True, False)  # L y = P rhs, L unit lower
-    blocked_solve(lu, x, False, False, False)  # U x = y
-    return x
+    y = blocked_solve(lu, x, True, True, False)  # L y = P rhs, L unit lower
+    return blocked_solve(lu, y, False, False, False)  # U x = y
 
 
-def blocked_solve(t: Array, x: Array, lower: bool, unit: bool, transposed: bool) -> None:
-    """Solve ``T X = x`` in place of ``x`` (n x m, contiguous) for the triangle of the
-    contiguous n x n ``t`` (``transposed``: of ``t.T``): per block, the diagonal block
-    solved in local memory (its solution also copied aside), then the rows not yet
-    solved updated by a matrix product with that copy."""
+def blocked_solve(t: Array, x: Array, lower: bool, unit: bool, transposed: bool) -> Array:
+    """The solution of ``T X = x`` (``x`` n x m, contiguous; overwritten) for the
+    triangle of the contiguous n x n ``t`` (``transposed``: of ``t.T``).
+
+    Per block, the diagonal block solved in local memory, then the rows not yet
+    solved updated: for up to ``FEW_RHS`` right-hand sides both in one hand-written
+    kernel (one launch per block, the solution in a new array), otherwise by a
+    contraction with the block's solution (two launches per block, in place).
+    """
     n, m, dev = t.shape[0], x.shape[1], t.device
     st, sx = _buf(t), _buf(x)
     nb = _k.fit_block(dev, block_size(dev), x.dtype)
-    solved = empty((min(nb, n) * m,), x.dtype, dev)
     view = t.T if transposed else t
     ts0, ts1 = (1, n) if transposed else (n, 1)
     starts = list(range(0, n, nb))
+    few = m <= _k.FEW_RHS
+    out = empty(x.shape, x.dtype, dev) if few else x
+    solved = None if few else empty((min(nb, n) * m,), x.dtype, dev)
     for k in (starts if lower else reversed(starts)):
         k2 = min(n, k + nb)
         b = k2 - k
+        if few:
+            _k.trsv_step(sx, _buf(out), st, b, m, k, (ts0, ts1), (k2, n) if lower else (0, k),
+                         lower, unit, nb, x.dtype, dev)
+            continue
+        assert solved is not None
         _k.trsm_blocks(sx, st, b, m, (k * ts0 + k * ts1, ts0, ts1), (k * m, m, 1), lower,
                        unit, nb, x.dtype, dev, copy=(_buf(solved), 0, m, 1))
         done = reshape(solved[:b * m], (b, m))
@@ -240,6 +250,7 @@ def blocked_solve(t: Array, x: Array, lower: bool, unit: bool, transposed: bool)
             x[k2:] -= _product(view[k2:, k:k2], done)
         elif not lower and k > 0:
             x[:k] -= _product(view[:k, k:k2], done)
+    return out
 
 
 def _solve2(a: Array, b: Array) -> Array:

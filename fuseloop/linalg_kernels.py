@@ -180,6 +180,65 @@ void fuseloop_trsm_blocks(__global FL_T *b, __global FL_T *c, __global const FL_
 #undef XX
 """
 
+# One block of a triangular solve T Y = X with few right-hand sides (m <= VPG) in one
+# launch: every work-group reads the b x b diagonal block at T[k, k] (T[i,j] =
+# t[i*ts0 + j*ts1], only its triangle) and rows k..k+b of x (n x m, contiguous: the
+# right-hand sides less the earlier blocks' terms) into local memory and solves them
+# (work-item v the right-hand side v); group 0 writes the solution to rows k..k+b of
+# y, and each group updates WG of the rows [r0, r1) of x not yet solved (a work-item
+# per row): x[r] -= T[r, k:k+b] y[k:k+b].  x rows k..k+b are only read here, so that
+# every group solves the same block; y is the solution when every block is done.
+_TRSV_BLOCKS = r"""
+#define TT(i, j) tt[(i) * (NB + 1) + (j)]
+#define SOL(i, v) sol[(i) * VPG + (v)]
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_T *t,
+                          const long b_, const long m_, const long k, const long ts0,
+                          const long ts1, const long r0, const long r1, const long lower,
+                          const long unit)
+{
+    __local FL_T tt[NB * (NB + 1)];
+    __local FL_T sol[NB * VPG];
+    const int lid = get_local_id(0), b = (int)b_, m = (int)m_;
+    const long toff = k * ts0 + k * ts1;
+    for (int e = lid; e < b * b; e += WG) {
+        const int i = ts1 == 1 ? e / b : e % b, j = ts1 == 1 ? e % b : e / b;
+        if (lower ? j <= i : j >= i)
+            TT(i, j) = t[toff + i * ts0 + j * ts1];
+    }
+    for (int e = lid; e < b * m; e += WG)
+        SOL(e / m, e % m) = x[(k + e / m) * m + e % m];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int v = lid; v < m; v += WG) {
+        for (int s = 0; s < b; ++s) {
+            const int i = lower ? s : b - 1 - s;
+            FL_T xi = SOL(i, v);
+            if (!unit) {
+                xi /= TT(i, i);
+                SOL(i, v) = xi;
+            }
+            const int lo = lower ? i + 1 : 0, hi = lower ? b : i;
+            for (int r = lo; r < hi; ++r)
+                SOL(r, v) -= TT(r, i) * xi;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (get_group_id(0) == 0)
+        for (int e = lid; e < b * m; e += WG)
+            y[(k + e / m) * m + e % m] = SOL(e / m, e % m);
+    const long r = r0 + (long)get_group_id(0) * WG + lid;
+    if (r < r1)
+        for (int v = 0; v < m; ++v) {
+            FL_T acc = x[r * m + v];
+            for (int j = 0; j < b; ++j)
+                acc -= t[r * ts0 + (k + j) * ts1] * SOL(j, v);
+            x[r * m + v] = acc;
+        }
+}
+#undef TT
+#undef SOL
+"""
+
 # One level of the LU panel's pivot tournament (tournament pivoting, as in
 # communication-avoiding LU): the panel is a[(k + r) * ld + k + c] for r < m, c < b
 # (b <= NB), left unchanged.  Each work-group takes up to TR = 2 NB of its rows (level
@@ -372,6 +431,7 @@ _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 14, True),
     "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "in0", "in1"], 6, False),
     "fuseloop_laswp": (_LASWP, ["out0", "in0", "in1"], 6, True),
+    "fuseloop_trsv_blocks": (_TRSV_BLOCKS, ["out0", "out1", "in0"], 9, True),
 }
 
 #: local memory a work-group of the blocked kernels may use on a GPU (NVIDIA's and
@@ -468,6 +528,23 @@ def trsm_blocks(b: Storage, t: Storage, n: int, nvec: int, t_at: tuple[int, int,
            device, groups=max(1, -(-nvec // vpg)), nb=nb, vpg=vpg)
 
 
+#: right-hand sides up to which a triangular solve's block is one fused launch
+FEW_RHS = 4
+
+
+def trsv_step(x: Storage, y: Storage, t: Storage, b: int, m: int, k: int,
+              t_strides: tuple[int, int], rows: tuple[int, int], lower: bool, unit: bool,
+              nb: int, dtype: np.dtype, device: Device) -> None:
+    """One block of a triangular solve with ``m <= FEW_RHS`` right-hand sides (see
+    ``fuseloop_trsv_blocks``): the block at ``T[k, k]`` solved into ``y``, the rows
+    ``rows[0]:rows[1]`` of ``x`` updated, in one launch."""
+    wg = group_size(device, True)
+    groups = max(1, -(-(rows[1] - rows[0]) // wg))
+    launch("fuseloop_trsv_blocks", dtype, [x, y], [t],
+           [b, m, k, *t_strides, *rows, int(lower), int(unit)], device, groups=groups, nb=nb,
+           vpg=FEW_RHS)
+
+
 def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage,
                  cands: tuple[Storage, Storage], k: int, ld: int, m: int, b: int, nb: int,
                  dtype: np.dtype, device: Device) -> int:
@@ -503,5 +580,5 @@ def fit_block(device: Device, nb: int, dtype: np.dtype) -> int:
     return nb
 
 
-__all__ = ["fit_block", "group_size", "launch", "panel_pivots", "potrf", "trsm_blocks",
-           "vectors_per_group"]
+__all__ = ["FEW_RHS", "fit_block", "group_size", "launch", "panel_pivots", "potrf",
+           "trsm_blocks", "trsv_step", "vectors_per_group"]

@@ -182,9 +182,9 @@ def solve_triangular(a: Any, b: Any, trans: int | str = 0, lower: bool | None = 
     ``overwrite_b`` and ``check_finite`` are accepted for scipy's signature (``b`` is
     never overwritten; values are not checked).
 
-    Blocked substitution: each diagonal block solved in local memory by the
-    factorisations' triangular-solve kernel (a work-group per 64 columns of ``b``),
-    the rest of the rows updated by a matrix product; two launches per block.
+    Blocked substitution: each diagonal block solved in local memory, the rows not
+    yet solved updated by a matrix product (two launches per block; one, a
+    hand-written kernel, for up to 4 columns of ``b``).
     """
     from . import linalg_factor as lf
 
@@ -214,7 +214,7 @@ def solve_triangular(a: Any, b: Any, trans: int | str = 0, lower: bool | None = 
     if n == 0 or k_cols == 0:
         return x.reshape(bb.shape)
     # a.T: the same buffer read with swapped strides (so its lower triangle is a's upper)
-    lf.blocked_solve(m, x, lower != transposed, unit_diagonal, transposed)
+    x = lf.blocked_solve(m, x, lower != transposed, unit_diagonal, transposed)
     return x.reshape(bb.shape)
 
 # }}}

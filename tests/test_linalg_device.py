@@ -229,14 +229,18 @@ def _launches(fn):
 
 def test_launches_per_block(device, block16):
     # O(n / block) launches: 3 per Cholesky block (diagonal block, panel, trailing
-    # product), 2 per triangular-solve block; the LU panel's tournament adds one
-    # launch per level of candidates
+    # product), 2 per triangular-solve block (1 for up to FEW_RHS right-hand sides);
+    # the LU panel's tournament adds one launch per level of candidates
     n = 100
     blocks = -(-n // block16)
     spd, gen = fl.asarray(_spd(n)), fl.asarray(_general(n))
-    rhs = fl.asarray(np.ones((n, 3)))
+    few = fl.asarray(np.ones((n, linalg_kernels.FEW_RHS)))
+    many = fl.asarray(np.ones((n, linalg_kernels.FEW_RHS + 1)))
     assert _launches(lambda: fl.linalg.cholesky(spd).eval()) == 3 * blocks
-    assert _launches(lambda: fl.linalg.solve_triangular(spd, rhs, lower=True).eval()) == \
+    # (the right-hand side's copy, then the blocks)
+    assert _launches(lambda: fl.linalg.solve_triangular(spd, few, lower=True).eval()) == \
+        1 + blocks
+    assert _launches(lambda: fl.linalg.solve_triangular(spd, many, lower=True).eval()) == \
         2 * blocks
     levels = 0
     for k in range(0, n, block16):
@@ -244,8 +248,8 @@ def test_launches_per_block(device, block16):
         levels += 1 + (slices - 1).bit_length()  # 1 + ceil(log2(slices))
     lu = 1 + levels + blocks + 3 * (blocks - 1)  # copy, tournament, swaps, 2 solves + product
     assert _launches(lambda: linalg_factor._lu(gen)) == lu
-    # solve: the LU, then the right-hand side's copy and swaps, 2 per block and direction
-    assert _launches(lambda: fl.linalg.solve(gen, rhs).eval()) == lu + 2 + 2 * (2 * blocks - 1)
+    # solve: the LU, then the right-hand side's copy and swaps, a block per direction
+    assert _launches(lambda: fl.linalg.solve(gen, few).eval()) == lu + 2 + 2 * blocks
 
 
 def test_pivots_chosen_across_row_slices(device, block16):
