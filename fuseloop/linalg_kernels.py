@@ -44,6 +44,7 @@ _PRELUDE = r"""
 # the flag set returns at once.
 _POTRF = r"""
 #define T(i, j) t[(i) * (NB + 1) + (j)]
+#define CL (WG < 16 ? WG : 16)
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fuseloop_potrf(__global FL_T *a, __global long *flag, const long off,
                     const long ld, const long nb_, const long col0)
@@ -72,11 +73,11 @@ void fuseloop_potrf(__global FL_T *a, __global long *flag, const long off,
         barrier(CLK_LOCAL_MEM_FENCE);
         if (lid == 0)
             T(j, j) = d;
-        const int w = nb - j - 1;
-        for (int e = lid; e < w * w; e += WG) {
-            const int i = j + 1 + e / w, c = j + 1 + e % w;
-            if (c <= i)
-                T(i, c) -= T(i, j) * T(c, j);
+        /* the trailing triangle: CL work-items per row, a column each (no division) */
+        for (int i = j + 1 + lid / CL; i < nb; i += WG / CL) {
+            const FL_T lij = T(i, j);
+            for (int c = j + 1 + lid % CL; c <= i; c += CL)
+                T(i, c) -= lij * T(c, j);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
@@ -89,6 +90,7 @@ void fuseloop_potrf(__global FL_T *a, __global long *flag, const long off,
         flag[0] = col0 + bad;
 }
 #undef T
+#undef CL
 """
 
 # Triangular solves T x = b for nvec vectors at once, in place: T is n x n (n <= NB),
@@ -250,10 +252,12 @@ void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_
 # diag (L below the diagonal, unit, and U) and the swaps that bring the chosen rows
 # to the panel's top as LAPACK's pivots: piv[k + j] = the row swapped with row k + j.
 # A zero pivot of the final level sets flag[0] to its 1-based column (the first one;
-# the factorisation goes on, as LAPACK's getrf does).  Each work-item owns rows of
-# the copy; per column three barriers (pivot search in two stages, swap, update).
+# the factorisation goes on, as LAPACK's getrf does).  CPR work-items share each row
+# of the copy (2 for groups of 4 NB); per column three barriers (pivot search in two
+# stages, swap, update).
 _TSLU = r"""
 #define TR (2 * NB)
+#define CPR (WG > TR ? WG / TR : 1)
 #define A(r, c) tile[(r) * (NB + 1) + (c)]
 #define LANES (WG < 16 ? WG : 16)
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -268,6 +272,7 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
     __local int part_r[16];
     __local int rows_here;
     __local int map_pos[TR], map_row[TR], found[2];
+    __local FL_T lcol[TR];
     const int lid = get_local_id(0), g = get_group_id(0), b = (int)b_;
     if (lid == 0) {
         int R = 0;
@@ -294,6 +299,11 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int j = 0; j < steps; ++j) {
+        /* column j - 1's multipliers wait in lcol unless its pivot was zero (the
+           test inside the loop: PoCL 3.0 crashed on a loop under an if here) */
+        for (int r = j + lid; r < R; r += WG)
+            if (j > 0 && A(j - 1, j - 1) != (FL_T)0)
+                A(r, j - 1) = lcol[r];
         /* the pivot: each lane the first largest of its rows, then of the lanes */
         if (lid < LANES) {
             FL_T best = (FL_T)-1;
@@ -333,18 +343,26 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
         barrier(CLK_LOCAL_MEM_FENCE);
         const FL_T d = A(j, j);
         if (d != (FL_T)0) {
+            /* CPR work-items per row share its columns; the multipliers are stored
+               into column j after the barrier (the row's other work-items read the
+               unscaled value here) */
             const FL_T rd = (FL_T)1 / d;
-            for (int r = j + 1 + lid; r < R; r += WG) {
+            for (int r = j + 1 + lid / CPR; r < R; r += WG / CPR) {
                 const FL_T l = A(r, j) * rd;
-                A(r, j) = l;
-                for (int c = j + 1; c < b; ++c)
+                for (int c = j + 1 + lid % CPR; c < b; c += CPR)
                     A(r, c) -= l * A(j, c);
+                if (lid % CPR == 0)
+                    lcol[r] = l;
             }
         } else if (final != 0 && lid == 0 && flag[0] == 0) {
             flag[0] = k + j + 1;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+    for (int r = steps + lid; r < R; r += WG)  /* (the last column's) */
+        if (A(steps - 1, steps - 1) != (FL_T)0)
+            A(r, steps - 1) = lcol[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
     if (final == 0) {
         for (int j = lid; j < b; j += WG)
             cand_out[(long)g * b + j] = j < steps ? idx[j] : -1;
@@ -396,6 +414,7 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
 #undef A
 #undef LANES
 #undef TR
+#undef CPR
 """
 
 # The row swaps piv[k:k+nb] applied, in order, to the ncols columns of a (row stride
@@ -554,7 +573,7 @@ def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage,
     diagonal block into ``diag``; ``cands``: two buffers of candidate rows, each of at
     least ``ceil(m / (2 nb)) * b`` int64.  Returns the number of launches."""
     rows = 2 * nb
-    wg = min(group_size(device, False), rows)
+    wg = min(group_size(device, False), 2 * rows)
     sets, src, dst, launches = 0, cands[1], cands[0], 0
     while True:
         groups = -(-m // rows) if sets == 0 else -(-sets // 2)
@@ -568,7 +587,7 @@ def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage,
 
 def tslu_local_bytes(nb: int, dtype: np.dtype) -> int:
     """The local memory of a ``fuseloop_tslu`` work-group with a block of ``nb``."""
-    return 2 * nb * ((nb + 1) * dtype.itemsize + 4 * 3) + 16 * (dtype.itemsize + 4) + 12
+    return 2 * nb * ((nb + 2) * dtype.itemsize + 4 * 3) + 16 * (dtype.itemsize + 4) + 12
 
 
 def fit_block(device: Device, nb: int, dtype: np.dtype) -> int:

@@ -252,9 +252,12 @@ def test_launches_per_block(device, block16):
     assert _launches(lambda: fl.linalg.solve(gen, few).eval()) == lu + 2 + 2 * blocks
 
 
-def test_pivots_chosen_across_row_slices(device, block16):
+@pytest.mark.parametrize("group", [4, 64])
+def test_pivots_chosen_across_row_slices(device, block16, group, monkeypatch):
     # rows shuffled: each panel's pivots lie in other slices of the tournament than
-    # their columns; the determinant's sign checks the swaps LAPACK would record
+    # their columns; the determinant's sign checks the swaps LAPACK would record.
+    # Groups of 64: two work-items share each of the tournament's 32 rows
+    monkeypatch.setattr(linalg_kernels, "group_size", lambda device, parallel: group)
     rng = np.random.default_rng(6)
     n = 100
     a = (rng.standard_normal((n, n)) + 8 * np.eye(n))[rng.permutation(n)]
