@@ -453,6 +453,9 @@ _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     "fuseloop_trsv_blocks": (_TRSV_BLOCKS, ["out0", "out1", "in0"], 9, True),
 }
 
+#: right-hand sides up to which a triangular solve's block is one fused launch
+FEW_RHS = 4
+
 #: local memory a work-group of the blocked kernels may use on a GPU (NVIDIA's and
 #: CUDA's static limit is 48 KiB per group; some left for the compiler)
 GPU_LOCAL_BYTES = 40 * 1024
@@ -487,7 +490,10 @@ def vectors_per_group(device: Device, nb: int, dtype: np.dtype, wg: int) -> int:
     return vpg
 
 
-def _kernel(name: str, dtype: np.dtype, wg: int, nb: int, vpg: int) -> SourceKernel:
+def _kernel(name: str, dtype: np.dtype, wg: int, nb: int = 32, vpg: int = FEW_RHS
+            ) -> SourceKernel:
+    """Kernel ``name`` built for this element type, work-group size, block size and
+    vectors per group (the defaults: sizes that fit any of them on a GPU)."""
     key = (name, dtype.name, wg, nb, vpg)
     found = _kernels.get(key)
     if found is None:
@@ -545,10 +551,6 @@ def trsm_blocks(b: Storage, t: Storage, n: int, nvec: int, t_at: tuple[int, int,
     launch("fuseloop_trsm_blocks", dtype, [b, c], [t],
            [n, nvec, *t_at, *b_at, *c_at, int(lower), int(unit), int(copy is not None)],
            device, groups=max(1, -(-nvec // vpg)), nb=nb, vpg=vpg)
-
-
-#: right-hand sides up to which a triangular solve's block is one fused launch
-FEW_RHS = 4
 
 
 def trsv_step(x: Storage, y: Storage, t: Storage, b: int, m: int, k: int,
