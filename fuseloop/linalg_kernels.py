@@ -136,6 +136,8 @@ void fuseloop_trsm_blocks(__global FL_T *b, __global FL_T *c, __global const FL_
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#if WG > 1
+    /* each work-item its own vectors, x_i kept in a register */
     for (int v = lid; v < nv; v += WG) {
         for (int s = 0; s < n; ++s) {
             const int i = lower ? s : n - 1 - s;
@@ -152,6 +154,22 @@ void fuseloop_trsm_blocks(__global FL_T *b, __global FL_T *c, __global const FL_
                 XX(r, v) -= TT(r, i) * xi;
         }
     }
+#else
+    /* one work-item (a CPU): the vectors innermost, contiguous, so that they vectorise */
+    for (int s = 0; s < n; ++s) {
+        const int i = lower ? s : n - 1 - s;
+        const FL_T d = TT(i, i);
+        if (unit == 0 || (unit == 2 && d != (FL_T)0))
+            for (int v = 0; v < nv; ++v)
+                XX(i, v) /= d;
+        const int lo = lower ? i + 1 : 0, hi = lower ? n : i;
+        for (int r = lo; r < hi; ++r) {
+            const FL_T f = TT(r, i);
+            for (int v = 0; v < nv; ++v)
+                XX(r, v) -= f * XX(i, v);
+        }
+    }
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     if (bs0 == 1) {
         for (int e = lid; e < nv * n; e += WG) {
@@ -187,7 +205,7 @@ void fuseloop_trsm_blocks(__global FL_T *b, __global FL_T *c, __global const FL_
 # t[i*ts0 + j*ts1], only its triangle) and rows k..k+b of x (n x m, contiguous: the
 # right-hand sides less the earlier blocks' terms) into local memory and solves them
 # (work-item v the right-hand side v); group 0 writes the solution to rows k..k+b of
-# y, and each group updates WG of the rows [r0, r1) of x not yet solved (a work-item
+# y, and each group updates rpg of the rows [r0, r1) of x not yet solved (a work-item
 # per row): x[r] -= T[r, k:k+b] y[k:k+b].  x rows k..k+b are only read here, so that
 # every group solves the same block; y is the solution when every block is done.
 _TRSV_BLOCKS = r"""
@@ -196,8 +214,8 @@ _TRSV_BLOCKS = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_T *t,
                           const long b_, const long m_, const long k, const long ts0,
-                          const long ts1, const long r0, const long r1, const long lower,
-                          const long unit)
+                          const long ts1, const long r0, const long r1, const long rpg,
+                          const long lower, const long unit)
 {
     __local FL_T tt[NB * (NB + 1)];
     __local FL_T sol[NB * VPG];
@@ -228,8 +246,9 @@ void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_
     if (get_group_id(0) == 0)
         for (int e = lid; e < b * m; e += WG)
             y[(k + e / m) * m + e % m] = SOL(e / m, e % m);
-    const long r = r0 + (long)get_group_id(0) * WG + lid;
-    if (r < r1)
+    const long g0 = r0 + (long)get_group_id(0) * rpg;
+    const long g1 = g0 + rpg < r1 ? g0 + rpg : r1;
+    for (long r = g0 + lid; r < g1; r += WG)
         for (int v = 0; v < m; ++v) {
             FL_T acc = x[r * m + v];
             for (int j = 0; j < b; ++j)
@@ -450,7 +469,7 @@ _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 14, True),
     "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "in0", "in1"], 6, False),
     "fuseloop_laswp": (_LASWP, ["out0", "in0", "in1"], 6, True),
-    "fuseloop_trsv_blocks": (_TRSV_BLOCKS, ["out0", "out1", "in0"], 9, True),
+    "fuseloop_trsv_blocks": (_TRSV_BLOCKS, ["out0", "out1", "in0"], 10, True),
 }
 
 #: right-hand sides up to which a triangular solve's block is one fused launch
@@ -560,10 +579,14 @@ def trsv_step(x: Storage, y: Storage, t: Storage, b: int, m: int, k: int,
     ``fuseloop_trsv_blocks``): the block at ``T[k, k]`` solved into ``y``, the rows
     ``rows[0]:rows[1]`` of ``x`` updated, in one launch."""
     wg = group_size(device, True)
-    groups = max(1, -(-(rows[1] - rows[0]) // wg))
+    count = rows[1] - rows[0]
+    # a row per work-item on a GPU; on a CPU (groups of one) a few groups per core, as
+    # each group solves the diagonal block again
+    rpg = wg if device.type != "cpu" else max(wg, -(-count // (4 * device.compute_units)))
+    groups = max(1, -(-count // rpg))
     launch("fuseloop_trsv_blocks", dtype, [x, y], [t],
-           [b, m, k, *t_strides, *rows, int(lower), int(unit)], device, groups=groups, nb=nb,
-           vpg=FEW_RHS)
+           [b, m, k, *t_strides, *rows, rpg, int(lower), int(unit)], device, groups=groups,
+           nb=nb, vpg=FEW_RHS)
 
 
 def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage,
