@@ -31,7 +31,7 @@ from .array import Array, _coerce
 from .creation import asarray, empty
 from .errors import DTypeError, HostFallbackWarning
 from .evaluate import upload
-from .expr.nodes import Storage
+from .expr.nodes import Gather, Storage
 from .ops import reductions as _r
 from .ops.linalg import _contract
 from .ops.shape import diagonal, reshape, stack, tril
@@ -161,27 +161,39 @@ def cholesky(x: Any, upper: bool = False) -> Array:
 
 # {{{ LU
 
-def _lu(a: Array) -> tuple[Array, Array, int]:
-    """(packed LU factors, the pivots (int64, LAPACK's: row k swapped with piv[k]),
-    the 1-based column of the first zero pivot or 0).
+class _LU(NamedTuple):
+    """An LU factorisation with partial (tournament) pivoting, LAPACK's layout."""
+
+    lu: Array  #: L (unit, below the diagonal) and U packed
+    piv: Array  #: int64, LAPACK's: row k was swapped with row piv[k]
+    rows: Array  #: int64, the swaps' net effect: row i of L U is row rows[i] of A
+    bad: int  #: the 1-based column of the first zero pivot, or 0
+
+
+def _lu(a: Array) -> _LU:
+    """The LU factors of the n x n matrix ``a``.
 
     Right-looking and blocked; each panel's pivot rows are chosen by a tournament
     (:func:`fuseloop.linalg_kernels.panel_pivots`: each of its launches factors slices
     of the panel with partial pivoting, in parallel, and keeps the pivot rows for the
     next), so that no launch needs the whole panel in one work-group.  The chosen
-    rows' swaps are then applied to the whole matrix with the factored diagonal block
-    (one launch), the panel below and the block row right of it are triangular solves
-    (one launch each), and the trailing matrix is updated by a matrix product.
+    rows are exchanged in the whole matrix, and its factored diagonal block written,
+    by one launch; the panel below and the block row right of it are triangular
+    solves (one launch each), and the trailing matrix is updated by a contraction.
     """
+    from .creation import arange
+
     n, dev = a.shape[0], a.device
     w = _copy(a)
     s = _buf(w)
     piv = empty((n,), np.int64, dev)
+    rows = _copy(arange(n, dtype=np.int64, device=dev))
     flag = _flag(dev)
     nb = _k.fit_block(dev, block_size(dev), a.dtype)
     sets = -(-n // (2 * nb)) * nb
     cands = (_buf(empty((sets,), np.int64, dev)), _buf(empty((sets,), np.int64, dev)))
     diag = _buf(empty((nb * nb,), a.dtype, dev))
+    perm = _buf(empty((1 + 4 * nb,), np.int64, dev))
     # the solved panel and block row, also written here (the trailing update reads
     # them from buffers other than the one it writes: one fused kernel)
     rest = max(n - nb, 1) * nb
@@ -189,10 +201,10 @@ def _lu(a: Array) -> tuple[Array, Array, int]:
     for k in range(0, n, nb):
         b = min(nb, n - k)
         k2 = k + b
-        _k.panel_pivots(s, _buf(piv), _buf(flag), diag, cands, k, n, n - k, b, nb, a.dtype,
-                        dev)
-        _k.launch("fuseloop_laswp", a.dtype, [s], [_buf(piv), diag], [k, b, n, n, k, k2], dev,
-                  n)
+        _k.panel_pivots(s, _buf(piv), _buf(flag), diag, perm, cands, k, n, n - k, b, nb,
+                        a.dtype, dev)
+        _k.launch("fuseloop_rowperm", a.dtype, [s, _buf(rows)], [perm, diag],
+                  [k, b, n, n, k, k2], dev, n, nb=nb)
         if k2 < n:
             m = n - k2
             # L21 = A21 U11^-1: each row of the panel below solved against U11^T
@@ -203,18 +215,16 @@ def _lu(a: Array) -> tuple[Array, Array, int]:
                            a.dtype, dev, copy=(_buf(row_buf), 0, m, 1))
             w[k2:, k2:] -= _product(reshape(col_buf[:m * b], (m, b)),
                                     reshape(row_buf[:b * m], (b, m)))
-    return w, piv, _read_flag(flag)
+    return _LU(w, piv, rows, _read_flag(flag))
 
 
-def _lu_solve(lu: Array, piv: Array, rhs: Array) -> Array:
-    """``x`` with ``A x = rhs`` (``rhs`` n x m) from ``A``'s LU factors: the swaps,
-    then blocked substitutions."""
-    n, m, dev = lu.shape[0], rhs.shape[1], lu.device
-    x = _copy(rhs)
-    _k.launch("fuseloop_laswp", lu.dtype, [_buf(x)], [_buf(piv), _buf(x)], [0, n, m, m, 0, 0],
-              dev, m)
-    y = blocked_solve(lu, x, True, True, False)  # L y = P rhs, L unit lower
-    return blocked_solve(lu, y, False, False, False)  # U x = y
+def _lu_solve(f: _LU, rhs: Array) -> Array:
+    """``x`` with ``A x = rhs`` (``rhs`` n x m) from ``A``'s LU factors: the rows of
+    ``rhs`` gathered in the pivots' order, then blocked substitutions."""
+    # (a permutation computed here: in range, no bounds check)
+    x = _copy(Array._lazy(Gather(rhs._node, f.rows._node, 0, checked=False), rhs.device))
+    y = blocked_solve(f.lu, x, True, True, False)  # L y = P rhs, L unit lower
+    return blocked_solve(f.lu, y, False, False, False)  # U x = y
 
 
 def blocked_solve(t: Array, x: Array, lower: bool, unit: bool, transposed: bool) -> Array:
@@ -254,10 +264,10 @@ def blocked_solve(t: Array, x: Array, lower: bool, unit: bool, transposed: bool)
 
 
 def _solve2(a: Array, b: Array) -> Array:
-    lu, piv, bad = _lu(a)
-    if bad:
+    f = _lu(a)
+    if f.bad:
         raise LinAlgError("Singular matrix")
-    return _lu_solve(lu, piv, b)
+    return _lu_solve(f, b)
 
 
 def solve(a: Any, b: Any) -> Array:
@@ -311,7 +321,7 @@ def _slogdet2(a: Array) -> tuple[Array, Array]:
     from .ufuncs import FUNCTIONS
 
     n = a.shape[0]
-    lu, piv, bad = _lu(a)
+    lu, piv, _, bad = _lu(a)
     d = diagonal(lu)
     swaps = _r.count_nonzero(piv != arange(n, device=a.device))
     negative = _r.count_nonzero(d < 0)
@@ -342,7 +352,7 @@ def _det2(a: Array) -> Array:
     from .creation import arange
 
     n = a.shape[0]
-    lu, piv, _ = _lu(a)
+    lu, piv, _, _ = _lu(a)
     swaps = _r.count_nonzero(piv != arange(n, device=a.device))
     return _r.prod(diagonal(lu)) * (1 - 2 * (swaps % 2)).astype(a.dtype)
 

@@ -269,7 +269,9 @@ void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_
 # LAPACK) and writes the rows it chose, in pivot order, as set g of cand_out.  The
 # final level (one group) also writes the factored b x b block of its chosen rows to
 # diag (L below the diagonal, unit, and U) and the swaps that bring the chosen rows
-# to the panel's top as LAPACK's pivots: piv[k + j] = the row swapped with row k + j.
+# to the panel's top as LAPACK's pivots: piv[k + j] = the row swapped with row k + j;
+# and their net effect as perm: perm[0] rows, row k + perm[1 + 2t] receiving row
+# k + perm[2 + 2t] (what fuseloop_rowperm applies).
 # A zero pivot of the final level sets flag[0] to its 1-based column (the first one;
 # the factorisation goes on, as LAPACK's getrf does).  CPR work-items share each row
 # of the copy (2 for groups of 4 NB); per column three barriers (pivot search in two
@@ -281,7 +283,8 @@ _TSLU = r"""
 #define LANES (WG < 16 ? WG : 16)
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *flag,
-                   __global FL_T *diag, __global const FL_T *a, __global const long *cand_in,
+                   __global FL_T *diag, __global long *perm, __global const FL_T *a,
+                   __global const long *cand_in,
                    const long k, const long ld, const long m, const long b_,
                    const long nsets, const long final)
 {
@@ -429,6 +432,13 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
         entries += (ej < 0) + (pos != j && es < 0);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+    /* the swaps' net effect: row k + map_pos[t] receives row k + map_row[t] */
+    if (lid == 0)
+        perm[0] = entries;
+    for (int t = lid; t < entries; t += WG) {
+        perm[1 + 2 * t] = map_pos[t];
+        perm[2 + 2 * t] = map_row[t];
+    }
 }
 #undef A
 #undef LANES
@@ -436,27 +446,37 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
 #undef CPR
 """
 
-# The row swaps piv[k:k+nb] applied, in order, to the ncols columns of a (row stride
-# ld): one work-item per column.  Columns lo <= c < hi then get rows k..k+nb from
-# diag (nb x (hi - lo), contiguous): the LU panel's factored diagonal block.
-_LASWP = r"""
+# The LU panel's row exchanges applied to the ncols columns of a (row stride ld) and
+# to the row permutation rowperm: row k + perm[1 + 2t] receives row k + perm[2 + 2t]
+# for t < perm[0] (at most 2 NB rows: see fuseloop_tslu).  A work-item per column
+# reads all its rows into private memory before it writes any, so that the loads are
+# all issued at once (LAPACK's swaps one after another would wait on each other).
+# Columns lo <= c < hi then get rows k..k+nb from diag (nb x (hi - lo), contiguous):
+# the panel's factored diagonal block.
+_ROWPERM = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fuseloop_laswp(__global FL_T *a, __global const long *piv, __global const FL_T *diag,
-                    const long k, const long nb, const long ld, const long ncols,
-                    const long lo, const long hi)
+void fuseloop_rowperm(__global FL_T *a, __global long *rowperm, __global const long *perm,
+                      __global const FL_T *diag, const long k, const long nb, const long ld,
+                      const long ncols, const long lo, const long hi)
 {
+    FL_T stage[2 * NB];
+    __local long stage_rows[2 * NB];
+    const int lid = get_local_id(0), count = (int)perm[0];
     const long c = get_global_id(0);
-    if (c >= ncols)
-        return;
-    for (long j = k; j < k + nb; ++j) {
-        const long p = piv[j];
-        if (p != j) {
-            const FL_T x = a[j * ld + c];
-            a[j * ld + c] = a[p * ld + c];
-            a[p * ld + c] = x;
-        }
-    }
-    if (c >= lo && c < hi)
+    if (c < ncols)
+        for (int t = 0; t < count; ++t)
+            stage[t] = a[(k + perm[2 + 2 * t]) * ld + c];
+    if (get_group_id(0) == 0)
+        for (int t = lid; t < count; t += WG)
+            stage_rows[t] = rowperm[k + perm[2 + 2 * t]];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (c < ncols)
+        for (int t = 0; t < count; ++t)
+            a[(k + perm[1 + 2 * t]) * ld + c] = stage[t];
+    if (get_group_id(0) == 0)
+        for (int t = lid; t < count; t += WG)
+            rowperm[k + perm[1 + 2 * t]] = stage_rows[t];
+    if (c < ncols && c >= lo && c < hi)
         for (long j = 0; j < nb; ++j)
             a[(k + j) * ld + c] = diag[j * (hi - lo) + c - lo];
 }
@@ -467,8 +487,8 @@ void fuseloop_laswp(__global FL_T *a, __global const long *piv, __global const F
 _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     "fuseloop_potrf": (_POTRF, ["out0", "out1"], 4, False),
     "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 14, True),
-    "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "in0", "in1"], 6, False),
-    "fuseloop_laswp": (_LASWP, ["out0", "in0", "in1"], 6, True),
+    "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"], 6, False),
+    "fuseloop_rowperm": (_ROWPERM, ["out0", "out1", "in0", "in1"], 6, True),
     "fuseloop_trsv_blocks": (_TRSV_BLOCKS, ["out0", "out1", "in0"], 10, True),
 }
 
@@ -589,20 +609,21 @@ def trsv_step(x: Storage, y: Storage, t: Storage, b: int, m: int, k: int,
            nb=nb, vpg=FEW_RHS)
 
 
-def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage,
+def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage, perm: Storage,
                  cands: tuple[Storage, Storage], k: int, ld: int, m: int, b: int, nb: int,
                  dtype: np.dtype, device: Device) -> int:
     """The pivots of the LU panel of ``b`` columns and ``m`` rows at ``a[k, k]`` by a
     tournament (``fuseloop_tslu``, one launch per level: the first takes the rows in
     slices of ``2 nb``, each later one halves the candidate sets), its factored
-    diagonal block into ``diag``; ``cands``: two buffers of candidate rows, each of at
-    least ``ceil(m / (2 nb)) * b`` int64.  Returns the number of launches."""
+    diagonal block into ``diag`` and its row exchanges into ``perm`` (``1 + 4 nb``
+    int64); ``cands``: two buffers of candidate rows, each of at least
+    ``ceil(m / (2 nb)) * b`` int64.  Returns the number of launches."""
     rows = 2 * nb
     wg = min(group_size(device, False), 2 * rows)
     sets, src, dst, launches = 0, cands[1], cands[0], 0
     while True:
         groups = -(-m // rows) if sets == 0 else -(-sets // 2)
-        launch("fuseloop_tslu", dtype, [dst, piv, flag, diag], [a, src],
+        launch("fuseloop_tslu", dtype, [dst, piv, flag, diag, perm], [a, src],
                [k, ld, m, b, sets, int(groups == 1)], device, groups=groups, nb=nb, wg=wg)
         launches += 1
         if groups == 1:
