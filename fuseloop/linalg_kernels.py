@@ -522,7 +522,7 @@ def vectors_per_group(device: Device, nb: int, dtype: np.dtype, wg: int) -> int:
     """How many vectors a work-group of ``fuseloop_trsm_blocks`` solves (with a block of
     ``nb``): 64, or as many as the triangle leaves room for in the local memory a GPU
     group may use (see :func:`fit_block`)."""
-    limit = GPU_LOCAL_BYTES if device.type != "cpu" else 1 << 20
+    limit = local_limit(device)
     vpg = max(64, wg)
     while vpg > 1 and (nb * (nb + 1) + nb * (vpg + 1)) * dtype.itemsize > limit:
         vpg //= 2
@@ -636,14 +636,24 @@ def tslu_local_bytes(nb: int, dtype: np.dtype) -> int:
     return 2 * nb * ((nb + 2) * dtype.itemsize + 4 * 3) + 16 * (dtype.itemsize + 4) + 12
 
 
+def local_limit(device: Device) -> int:
+    """The local memory a work-group of these kernels may use on ``device``: what its
+    OpenCL driver reports, less a margin, and on a GPU at most ``GPU_LOCAL_BYTES``
+    (PoCL's CPU device reports megabytes; some CPU runtimes 32 KiB)."""
+    size = getattr(getattr(device, "cl_device", None), "local_mem_size", None)
+    if device.type != "cpu":
+        return min(GPU_LOCAL_BYTES, int(size) - 8192) if size else GPU_LOCAL_BYTES
+    return int(size) * 3 // 4 if size else 1 << 20
+
+
 def fit_block(device: Device, nb: int, dtype: np.dtype) -> int:
     """``nb``, halved until the LU panel's tournament (the kernel with the most local
-    memory) fits a GPU work-group's local memory (float64 blocks of 64 do not)."""
-    if device.type != "cpu":
-        while nb > 8 and tslu_local_bytes(nb, dtype) > GPU_LOCAL_BYTES:
-            nb //= 2
+    memory) fits a work-group's local memory (float64 blocks of 64 do not on GPUs)."""
+    limit = local_limit(device)
+    while nb > 8 and tslu_local_bytes(nb, dtype) > limit:
+        nb //= 2
     return nb
 
 
-__all__ = ["FEW_RHS", "fit_block", "group_size", "launch", "panel_pivots", "potrf",
-           "trsm_blocks", "trsv_step", "vectors_per_group"]
+__all__ = ["FEW_RHS", "fit_block", "group_size", "launch", "local_limit", "panel_pivots",
+           "potrf", "trsm_blocks", "trsv_step", "vectors_per_group"]
