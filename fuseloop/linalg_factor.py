@@ -1,15 +1,15 @@
 """Factorisations and solvers of ``fl.linalg``, on the device.
 
-Cholesky and LU (partial pivoting) are blocked, right-looking algorithms: per
-block column a small hand-written kernel factors the diagonal block or the
-panel (:mod:`fuseloop.linalg_kernels`), another inverts the diagonal block's
-triangle so that the panel's triangular system is a matrix product, and the
-trailing matrix is updated in place with fuseloop's own matrix product, where
-nearly all the flops are.  ``solve``, ``inv``, ``det`` and
-``slogdet`` are built on the LU factors (blocked triangular solves, the
-off-diagonal updates again by matrix products; determinants as device
-reductions over the diagonal and the pivots).  A failure (a pivot that is not
-positive, a zero pivot) is flagged on the device and read once per matrix.
+Cholesky and LU are blocked, right-looking algorithms with O(n / block) launches:
+per block column small hand-written kernels (:mod:`fuseloop.linalg_kernels`)
+factor the diagonal block in local memory (Cholesky) or choose the panel's pivot
+rows by a tournament (LU), solve the panel's and the block row's triangular
+systems in local memory, and the trailing matrix is updated in place by one
+fuseloop contraction kernel, where nearly all the flops are.  ``solve``, ``inv``,
+``det`` and ``slogdet`` are built on the LU factors (blocked triangular solves, the
+off-diagonal updates again by contractions; determinants as device reductions over
+the diagonal and the pivots).  A failure (a pivot that is not positive, a zero
+pivot) is flagged on the device and read once per matrix.
 
 Leading (batch) axes are handled by a Python loop over the matrices.  QR, the
 eigenvalue problems and the SVD (with what needs it: ``pinv``, ``matrix_rank``,
@@ -31,16 +31,13 @@ from .array import Array, _coerce
 from .creation import asarray, empty
 from .errors import DTypeError, HostFallbackWarning
 from .evaluate import upload
-from .expr.nodes import Storage
+from .expr.nodes import Gather, Storage
 from .ops import reductions as _r
+from .ops.linalg import _contract
 from .ops.shape import diagonal, reshape, stack, tril
 
 #: numpy's class: ``except numpy.linalg.LinAlgError`` catches fuseloop's too
 LinAlgError = np.linalg.LinAlgError
-
-
-#: right-hand sides from which solve's diagonal blocks are products with their inverses
-MANY_COLUMNS = 32
 
 
 def block_size(device: Any) -> int:
@@ -99,6 +96,14 @@ def _read_flag(flag: Array) -> int:
     return int(flag.get()[0])
 
 
+def _product(a: Array, b: Array, b_transposed: bool = False) -> Array:
+    """``a @ b`` (``a @ b.T``) of two matrices, lazily: the contraction itself, without
+    matmul's broadcasting and operand checks (a third of its host time, once per block)."""
+    (n, k), m = a.shape, b.shape[0 if b_transposed else 1]
+    return _contract([(a, "ik"), (b, "jk" if b_transposed else "kj")], "ij",
+                     {"i": n, "j": m, "k": k})
+
+
 def _batched(fn: Callable[[Array], Any], a: Array) -> Any:
     """``fn`` over the matrices of ``a`` (its last two axes), results stacked."""
     if a.ndim == 2:
@@ -113,36 +118,32 @@ def _batched(fn: Callable[[Array], Any], a: Array) -> Any:
     return reshape(stack(results), (*batch, *results[0].shape))
 
 
-def _block_inverse(w: Array, k: int, b: int, lower: bool, unit: bool) -> Array:
-    """The inverse of the triangular b x b block of ``w`` at (k, k) (lower or upper,
-    with a unit diagonal or the stored one), a new contiguous array: the identity
-    solved against the block, one work-item per column."""
-    n = w.shape[0]
-    out = _copy(_eye(b, w.dtype, w.device))
-    _k.launch("fuseloop_trsm", w.dtype, [_buf(out)], [_buf(w)],
-              [b, b, k * n + k, n, 1, 0, b, 1, int(lower), int(unit)], w.device, b)
-    return out
-
-
 # {{{ Cholesky
 
 def _cholesky2(a: Array) -> Array:
+    """Right-looking blocked Cholesky: per block column three launches (the diagonal
+    block, the panel's triangular solve, the trailing update as a matrix product)."""
     n, dev = a.shape[0], a.device
     w = _copy(a)
     s = _buf(w)
     flag = _flag(dev)
-    nb = block_size(dev)
+    nb = _k.fit_block(dev, block_size(dev), a.dtype)
+    # the solved panel, also written here: the trailing update reads it from a
+    # buffer other than the one it writes, so that it is one fused kernel
+    panel_buf = empty((max(n - nb, 0) * nb,), a.dtype, dev) if n > nb else None
     for k in range(0, n, nb):
         b = min(nb, n - k)
         k2 = k + b
-        _k.launch("fuseloop_potrf", a.dtype, [s, _buf(flag)], [], [k * n + k, n, b, k],
-                  dev)
+        _k.potrf(s, _buf(flag), k * n + k, n, b, k, nb, a.dtype, dev)
         if k2 < n:
-            # L21 = A21 L11^-T: a product with the block's inverse (the substitution
-            # row by row ran at under 1 GFLOP/s on PoCL, the product at about 10)
-            panel = (_copy(w[k2:, k:k2]) @ _block_inverse(w, k, b, True, False).T).eval()
-            w[k2:, k:k2] = panel
-            w[k2:, k2:] -= panel @ panel.T
+            assert panel_buf is not None
+            m = n - k2
+            # L21 = A21 L11^-T: each row of the panel solved against L11
+            _k.trsm_blocks(s, s, b, m, (k * n + k, n, 1), (k2 * n + k, 1, n), True, False,
+                           nb, a.dtype, dev, copy=(_buf(panel_buf), 0, 1, b))
+            panel = reshape(panel_buf[:m * b], (m, b))
+            # the whole trailing square (only its lower triangle is read later)
+            w[k2:, k2:] -= _product(panel, panel, True)
     if _read_flag(flag):
         raise LinAlgError("Matrix is not positive definite")
     return tril(w)
@@ -160,65 +161,113 @@ def cholesky(x: Any, upper: bool = False) -> Array:
 
 # {{{ LU
 
-def _lu(a: Array) -> tuple[Array, Array, int]:
-    """(packed LU factors, the pivots (int64, LAPACK's: row k swapped with piv[k]),
-    the 1-based column of the first zero pivot or 0)."""
+class _LU(NamedTuple):
+    """An LU factorisation with partial (tournament) pivoting, LAPACK's layout."""
+
+    lu: Array  #: L (unit, below the diagonal) and U packed
+    piv: Array  #: int64, LAPACK's: row k was swapped with row piv[k]
+    rows: Array  #: int64, the swaps' net effect: row i of L U is row rows[i] of A
+    bad: int  #: the 1-based column of the first zero pivot, or 0
+
+
+def _lu(a: Array) -> _LU:
+    """The LU factors of the n x n matrix ``a``.
+
+    Right-looking and blocked; each panel's pivot rows are chosen by a tournament
+    (:func:`fuseloop.linalg_kernels.panel_pivots`: each of its launches factors slices
+    of the panel with partial pivoting, in parallel, and keeps the pivot rows for the
+    next), so that no launch needs the whole panel in one work-group.  The chosen
+    rows are exchanged in the whole matrix, and its factored diagonal block written,
+    by one launch; the panel below and the block row right of it are triangular
+    solves (one launch each), and the trailing matrix is updated by a contraction.
+    """
+    from .creation import arange
+
     n, dev = a.shape[0], a.device
     w = _copy(a)
     s = _buf(w)
     piv = empty((n,), np.int64, dev)
+    rows = _copy(arange(n, dtype=np.int64, device=dev))
     flag = _flag(dev)
-    nb = block_size(dev)
+    nb = _k.fit_block(dev, block_size(dev), a.dtype)
+    sets = -(-n // (2 * nb)) * nb
+    cands = (_buf(empty((sets,), np.int64, dev)), _buf(empty((sets,), np.int64, dev)))
+    diag = _buf(empty((nb * nb,), a.dtype, dev))
+    perm = _buf(empty((1 + 4 * nb,), np.int64, dev))
+    # the solved panel and block row, also written here (the trailing update reads
+    # them from buffers other than the one it writes: one fused kernel)
+    rest = max(n - nb, 1) * nb
+    col_buf, row_buf = empty((rest,), a.dtype, dev), empty((rest,), a.dtype, dev)
     for k in range(0, n, nb):
         b = min(nb, n - k)
         k2 = k + b
-        _k.launch("fuseloop_getf2", a.dtype, [s, _buf(piv), _buf(flag)], [],
-                  [k, n, n, b], dev)
-        _k.launch("fuseloop_laswp", a.dtype, [s], [_buf(piv)], [k, b, n, n, k, k2], dev, n)
+        _k.panel_pivots(s, _buf(piv), _buf(flag), diag, perm, cands, k, n, n - k, b, nb,
+                        a.dtype, dev)
+        _k.launch("fuseloop_rowperm", a.dtype, [s, _buf(rows)], [perm, diag],
+                  [k, b, n, n, k, k2], dev, n, nb=nb)
         if k2 < n:
-            # U12 = L11^-1 A12 (L11 unit lower), as for Cholesky's panel
-            top = (_block_inverse(w, k, b, True, True) @ _copy(w[k:k2, k2:])).eval()
-            w[k:k2, k2:] = top
-            w[k2:, k2:] -= _copy(w[k2:, k:k2]) @ top
-    return w, piv, _read_flag(flag)
+            m = n - k2
+            # L21 = A21 U11^-1: each row of the panel below solved against U11^T
+            _k.trsm_blocks(s, s, b, m, (k * n + k, 1, n), (k2 * n + k, 1, n), True, 2, nb,
+                           a.dtype, dev, copy=(_buf(col_buf), 0, 1, b))
+            # U12 = L11^-1 A12 (L11 unit lower): each column of the block row solved
+            _k.trsm_blocks(s, s, b, m, (k * n + k, n, 1), (k * n + k2, n, 1), True, 1, nb,
+                           a.dtype, dev, copy=(_buf(row_buf), 0, m, 1))
+            w[k2:, k2:] -= _product(reshape(col_buf[:m * b], (m, b)),
+                                    reshape(row_buf[:b * m], (b, m)))
+    return _LU(w, piv, rows, _read_flag(flag))
 
 
-def _lu_solve(lu: Array, piv: Array, rhs: Array) -> Array:
-    """``x`` with ``A x = rhs`` (``rhs`` n x m) from ``A``'s LU factors."""
-    n, m, dev = lu.shape[0], rhs.shape[1], lu.device
-    s = _buf(lu)
-    x = _copy(rhs)
-    sx = _buf(x)
-    _k.launch("fuseloop_laswp", lu.dtype, [sx], [_buf(piv)], [0, n, m, m, 0, 0], dev, m)
-    nb = block_size(dev)
+def _lu_solve(f: _LU, rhs: Array) -> Array:
+    """``x`` with ``A x = rhs`` (``rhs`` n x m) from ``A``'s LU factors: the rows of
+    ``rhs`` gathered in the pivots' order, then blocked substitutions."""
+    # (a permutation computed here: in range, no bounds check)
+    x = _copy(Array._lazy(Gather(rhs._node, f.rows._node, 0, checked=False), rhs.device))
+    y = blocked_solve(f.lu, x, True, True, False)  # L y = P rhs, L unit lower
+    return blocked_solve(f.lu, y, False, False, False)  # U x = y
+
+
+def blocked_solve(t: Array, x: Array, lower: bool, unit: bool, transposed: bool) -> Array:
+    """The solution of ``T X = x`` (``x`` n x m, contiguous; overwritten) for the
+    triangle of the contiguous n x n ``t`` (``transposed``: of ``t.T``).
+
+    Per block, the diagonal block solved in local memory, then the rows not yet
+    solved updated: for up to ``FEW_RHS`` right-hand sides both in one hand-written
+    kernel (one launch per block, the solution in a new array), otherwise by a
+    contraction with the block's solution (two launches per block, in place).
+    """
+    n, m, dev = t.shape[0], x.shape[1], t.device
+    st, sx = _buf(t), _buf(x)
+    nb = _k.fit_block(dev, block_size(dev), x.dtype)
+    view = t.T if transposed else t
+    ts0, ts1 = (1, n) if transposed else (n, 1)
     starts = list(range(0, n, nb))
-
-    def diagonal_solve(k: int, k2: int, lower: bool) -> None:
-        if m >= MANY_COLUMNS:  # a product with the block's inverse (matmul-bound)
-            x[k:k2] = _block_inverse(lu, k, k2 - k, lower, lower) @ _copy(x[k:k2])
-        else:  # one work-item per column, substituting
-            _k.launch("fuseloop_trsm", lu.dtype, [sx], [s],
-                      [k2 - k, m, k * n + k, n, 1, k * m, m, 1, int(lower), int(lower)],
-                      dev, m)
-
-    for k in starts:  # L y = P rhs, unit lower
+    few = m <= _k.FEW_RHS
+    out = empty(x.shape, x.dtype, dev) if few else x
+    solved = None if few else empty((min(nb, n) * m,), x.dtype, dev)
+    for k in (starts if lower else reversed(starts)):
         k2 = min(n, k + nb)
-        diagonal_solve(k, k2, True)
-        if k2 < n:
-            x[k2:] -= _copy(lu[k2:, k:k2]) @ _copy(x[k:k2])
-    for k in reversed(starts):  # U x = y
-        k2 = min(n, k + nb)
-        diagonal_solve(k, k2, False)
-        if k > 0:
-            x[:k] -= _copy(lu[:k, k:k2]) @ _copy(x[k:k2])
-    return x
+        b = k2 - k
+        if few:
+            _k.trsv_step(sx, _buf(out), st, b, m, k, (ts0, ts1), (k2, n) if lower else (0, k),
+                         lower, unit, nb, x.dtype, dev)
+            continue
+        assert solved is not None
+        _k.trsm_blocks(sx, st, b, m, (k * ts0 + k * ts1, ts0, ts1), (k * m, m, 1), lower,
+                       unit, nb, x.dtype, dev, copy=(_buf(solved), 0, m, 1))
+        done = reshape(solved[:b * m], (b, m))
+        if lower and k2 < n:
+            x[k2:] -= _product(view[k2:, k:k2], done)
+        elif not lower and k > 0:
+            x[:k] -= _product(view[:k, k:k2], done)
+    return out
 
 
 def _solve2(a: Array, b: Array) -> Array:
-    lu, piv, bad = _lu(a)
-    if bad:
+    f = _lu(a)
+    if f.bad:
         raise LinAlgError("Singular matrix")
-    return _lu_solve(lu, piv, b)
+    return _lu_solve(f, b)
 
 
 def solve(a: Any, b: Any) -> Array:
@@ -272,7 +321,7 @@ def _slogdet2(a: Array) -> tuple[Array, Array]:
     from .ufuncs import FUNCTIONS
 
     n = a.shape[0]
-    lu, piv, bad = _lu(a)
+    lu, piv, _, bad = _lu(a)
     d = diagonal(lu)
     swaps = _r.count_nonzero(piv != arange(n, device=a.device))
     negative = _r.count_nonzero(d < 0)
@@ -303,7 +352,7 @@ def _det2(a: Array) -> Array:
     from .creation import arange
 
     n = a.shape[0]
-    lu, piv, _ = _lu(a)
+    lu, piv, _, _ = _lu(a)
     swaps = _r.count_nonzero(piv != arange(n, device=a.device))
     return _r.prod(diagonal(lu)) * (1 - 2 * (swaps % 2)).astype(a.dtype)
 

@@ -2,12 +2,16 @@
 
 Each kernel works in place on a row-major matrix buffer through element offsets
 and strides passed as scalars, so that one compiled kernel serves every block of
-every size.  They do the small, sequential parts of the blocked algorithms (the
-diagonal block of a Cholesky factorisation, an LU panel with its pivot search,
-row swaps, triangular solves of a block); the trailing updates, where the flops
-are, are fuseloop's own matrix products.  Compiled through the kernel cache as
-:class:`fuseloop.cache.SourceKernel`s and launched with
-:func:`fuseloop.launching.enqueue`, like the mask compaction's kernels.
+a factorisation.  They do the small, sequential parts of the blocked algorithms
+in local memory (the diagonal block of a Cholesky factorisation, the LU panel's
+pivot tournament, the triangular solves of a block against many vectors) and the
+row swaps; the trailing updates, where the flops are, are fuseloop's own
+contractions.  Built per element type, work-group size, block size (``NB``, the
+local arrays' size) and vectors per group (``VPG``), through the kernel cache as
+:class:`fuseloop.cache.SourceKernel`s, and launched with
+:func:`fuseloop.launching.enqueue`, like the mask compaction's kernels.  They also
+build with NVRTC through the CUDA backend's prelude (no helper functions: a
+``__local`` pointer parameter is not CUDA).
 """
 
 from __future__ import annotations
@@ -23,195 +27,489 @@ from .cache import KernelPlan, SourceKernel
 from .expr.nodes import Storage
 from .runtime.devices import Device
 
-# FL_T: the element type; WG: work-items per group of the column-parallel kernels
+# FL_T: the element type; WG: work-items per group; NB: the largest block; VPG: see
+# fuseloop_trsm_blocks
 _PRELUDE = r"""
 #if IS_DOUBLE
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
 """
 
-# Unblocked Cholesky (lower) of the nb x nb block at a[off], row stride ld, by one
-# work-group of WG work-items (a power of two; the rows below a pivot are shared
-# out).  flag[0] is set to the (1-based) global column of the first pivot that is
-# not positive (or NaN); the factorisation stops there.
+# Cholesky (lower) of the nb x nb diagonal block at a[off] (row stride ld, nb <= NB),
+# by one work-group of WG work-items in local memory: the block's lower triangle is
+# read once, factored right-looking (per column: the column scaled, then the rank-1
+# update of the trailing triangle shared out over the group) and written back.
+# flag[0] is set to the (1-based) global column of the first pivot that is not
+# positive (or NaN); the factorisation stops there, and a later block's kernel with
+# the flag set returns at once.
 _POTRF = r"""
+#define T(i, j) t[(i) * (NB + 1) + (j)]
+#define CL (WG < 16 ? WG : 16)
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fuseloop_potrf(__global FL_T *a, __global long *flag, const long off,
-                    const long ld, const long nb, const long col0)
+                    const long ld, const long nb_, const long col0)
 {
-    const int lid = get_local_id(0);
-    __local FL_T pivot[1];
-    /* read by all before work-item 0 may set it: the group returns as one */
-    const long failed = flag[0];
-    barrier(CLK_GLOBAL_MEM_FENCE);
-    if (failed != 0)
+    __local FL_T t[NB * (NB + 1)];
+    const int lid = get_local_id(0), nb = (int)nb_;
+    /* no work-item of this group writes the flag before the end: all see one value */
+    if (flag[0] != 0)
         return;
-    for (long j = 0; j < nb; ++j) {
-        __global FL_T *rj = a + off + j * ld;
-        if (lid == 0) {
-            FL_T d = rj[j];
-            for (long p = 0; p < j; ++p)
-                d -= rj[p] * rj[p];
-            if (d > (FL_T)0) {
-                d = sqrt(d);
-                rj[j] = d;
-            } else {
-                flag[0] = col0 + j + 1;
-            }
-            pivot[0] = d;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        const FL_T d = pivot[0];
-        if (!(d > (FL_T)0))
-            return;  /* (every work-item: d is the group's) */
-        for (long i = j + 1 + lid; i < nb; i += WG) {
-            __global FL_T *ri = a + off + i * ld;
-            FL_T s = ri[j];
-            for (long p = 0; p < j; ++p)
-                s -= ri[p] * rj[p];
-            ri[j] = s / d;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+    for (int e = lid; e < nb * nb; e += WG) {
+        const int i = e / nb, j = e % nb;
+        if (j <= i)
+            T(i, j) = a[off + i * ld + j];
     }
-}
-"""
-
-# Solve FL_T X = B in place of B for each of ncols columns (one work-item each): FL_T is
-# n x n, lower or upper, with a unit diagonal or not; FL_T[i,j] = t[toff + i*ts0 +
-# j*ts1], B[i,c] = b[boff + i*bs0 + c*bs1].  FL_T and B may share a buffer.
-_TRSM = r"""
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fuseloop_trsm(__global FL_T *b, __global const FL_T *t, const long n, const long ncols,
-                   const long toff, const long ts0, const long ts1,
-                   const long boff, const long bs0, const long bs1,
-                   const long lower, const long unit)
-{
-    const long c = get_global_id(0);
-    if (c >= ncols)
-        return;
-    __global FL_T *bc = b + boff + c * bs1;
-    for (long s = 0; s < n; ++s) {
-        const long i = lower ? s : n - 1 - s;
-        FL_T v = bc[i * bs0];
-        const long lo = lower ? 0 : i + 1, hi = lower ? i : n;
-        for (long p = lo; p < hi; ++p)
-            v -= t[toff + i * ts0 + p * ts1] * bc[p * bs0];
-        if (!unit)
-            v /= t[toff + i * ts0 + i * ts1];
-        bc[i * bs0] = v;
-    }
-}
-"""
-
-# LU with partial pivoting of the panel a[k:rows, k:k+nb] (row stride ld), by one
-# work-group of WG work-items (a power of two): the pivot search is a reduction
-# over the group, the row updates are shared out.  piv[k + j] = the row swapped
-# with row k + j (the first largest |a|, as LAPACK); rows are swapped within the
-# panel only (fuseloop_laswp does the other columns).  A zero pivot sets flag[0]
-# to its 1-based column (the first one) and the factorisation goes on, as
-# LAPACK's getrf does.
-_GETF2 = r"""
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fuseloop_getf2(__global FL_T *a, __global long *piv, __global long *flag,
-                    const long k, const long ld, const long rows, const long nb)
-{
-    const int lid = get_local_id(0);
-    __local FL_T best_v[WG];
-    __local long best_i[WG];
-    for (long j = k; j < k + nb; ++j) {
-        FL_T best = (FL_T)-1;
-        long p = j;
-        for (long i = j + lid; i < rows; i += WG) {
-            const FL_T v = fabs(a[i * ld + j]);
-            if (v > best) {
-                best = v;
-                p = i;
-            }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int bad = 0;
+    for (int j = 0; j < nb; ++j) {
+        const FL_T d2 = T(j, j);  /* (the same value for the whole group) */
+        if (!(d2 > (FL_T)0)) {
+            bad = j + 1;
+            break;
         }
-        best_v[lid] = best;
-        best_i[lid] = p;
+        const FL_T d = sqrt(d2);
+        for (int i = j + 1 + lid; i < nb; i += WG)
+            T(i, j) /= d;
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int w = WG / 2; w > 0; w >>= 1) {
-            if (lid < w) {
-                const FL_T o = best_v[lid + w];
-                const long oi = best_i[lid + w];
-                if (o > best_v[lid] || (o == best_v[lid] && oi < best_i[lid])) {
-                    best_v[lid] = o;
-                    best_i[lid] = oi;
+        if (lid == 0)
+            T(j, j) = d;
+        /* the trailing triangle: CL work-items per row, a column each (no division) */
+        for (int i = j + 1 + lid / CL; i < nb; i += WG / CL) {
+            const FL_T lij = T(i, j);
+            for (int c = j + 1 + lid % CL; c <= i; c += CL)
+                T(i, c) -= lij * T(c, j);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int e = lid; e < nb * nb; e += WG) {
+        const int i = e / nb, j = e % nb;
+        if (j <= i)
+            a[off + i * ld + j] = T(i, j);
+    }
+    if (bad != 0 && lid == 0)
+        flag[0] = col0 + bad;
+}
+#undef T
+#undef CL
+"""
+
+# Triangular solves T x = b for nvec vectors at once, in place: T is n x n (n <= NB),
+# lower or upper, with a unit diagonal (unit 1) or the stored one (unit 0; unit 2: a
+# zero on it is skipped, as LAPACK leaves a singular LU column unscaled), T[i,j] = t[toff + i*ts0 +
+# j*ts1] (only its triangle is read); element i of vector v is b[boff + i*bs0 +
+# v*bs1].  Each work-group reads T and VPG vectors into local memory (along
+# whichever stride of b is 1), solves them there (each work-item its own vectors: no
+# barriers while solving) and writes them back; with ``copy`` also to c[coff + i*cs0
+# + v*cs1] (a contiguous copy that the next matrix product reads).  The Cholesky
+# panel's rows, a block row of right-hand sides and an LU block row's columns are
+# all such vectors.
+_TRSM_BLOCKS = r"""
+#define TT(i, j) tt[(i) * (NB + 1) + (j)]
+#define XX(i, v) xx[(i) * (VPG + 1) + (v)]
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fuseloop_trsm_blocks(__global FL_T *b, __global FL_T *c, __global const FL_T *t,
+                          const long n_, const long nvec, const long toff, const long ts0,
+                          const long ts1, const long boff, const long bs0, const long bs1,
+                          const long coff, const long cs0, const long cs1,
+                          const long lower, const long unit, const long copy)
+{
+    __local FL_T tt[NB * (NB + 1)];
+    __local FL_T xx[NB * (VPG + 1)];
+    const int lid = get_local_id(0), n = (int)n_;
+    const long v0 = (long)get_group_id(0) * VPG;
+    const int nv = nvec - v0 < VPG ? (int)(nvec - v0) : VPG;
+    for (int e = lid; e < n * n; e += WG) {
+        /* neighbouring work-items on neighbouring addresses (T may be a transpose) */
+        const int i = ts1 == 1 ? e / n : e % n, j = ts1 == 1 ? e % n : e / n;
+        if (lower ? j <= i : j >= i)
+            TT(i, j) = t[toff + i * ts0 + j * ts1];
+    }
+    if (bs0 == 1) {
+        for (int e = lid; e < nv * n; e += WG) {
+            const int v = e / n, i = e % n;
+            XX(i, v) = b[boff + i + (v0 + v) * bs1];
+        }
+    } else {
+        for (int e = lid; e < nv * n; e += WG) {
+            const int i = e / nv, v = e % nv;
+            XX(i, v) = b[boff + i * bs0 + (v0 + v) * bs1];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#if WG > 1
+    /* each work-item its own vectors, x_i kept in a register */
+    for (int v = lid; v < nv; v += WG) {
+        for (int s = 0; s < n; ++s) {
+            const int i = lower ? s : n - 1 - s;
+            FL_T xi = XX(i, v);
+            if (unit != 1) {
+                const FL_T d = TT(i, i);
+                if (unit == 0 || d != (FL_T)0) {
+                    xi /= d;
+                    XX(i, v) = xi;
                 }
             }
-            barrier(CLK_LOCAL_MEM_FENCE);
+            const int lo = lower ? i + 1 : 0, hi = lower ? n : i;
+            for (int r = lo; r < hi; ++r)
+                XX(r, v) -= TT(r, i) * xi;
         }
-        p = best_i[0];
-        if (lid == 0)
-            piv[j] = p;
-        if (p != j)
-            for (long c = k + lid; c < k + nb; c += WG) {
-                const FL_T x = a[j * ld + c];
-                a[j * ld + c] = a[p * ld + c];
-                a[p * ld + c] = x;
+    }
+#else
+    /* one work-item (a CPU): the vectors innermost, contiguous, so that they vectorise */
+    for (int s = 0; s < n; ++s) {
+        const int i = lower ? s : n - 1 - s;
+        const FL_T d = TT(i, i);
+        if (unit == 0 || (unit == 2 && d != (FL_T)0))
+            for (int v = 0; v < nv; ++v)
+                XX(i, v) /= d;
+        const int lo = lower ? i + 1 : 0, hi = lower ? n : i;
+        for (int r = lo; r < hi; ++r) {
+            const FL_T f = TT(r, i);
+            for (int v = 0; v < nv; ++v)
+                XX(r, v) -= f * XX(i, v);
+        }
+    }
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (bs0 == 1) {
+        for (int e = lid; e < nv * n; e += WG) {
+            const int v = e / n, i = e % n;
+            b[boff + i + (v0 + v) * bs1] = XX(i, v);
+        }
+    } else {
+        for (int e = lid; e < nv * n; e += WG) {
+            const int i = e / nv, v = e % nv;
+            b[boff + i * bs0 + (v0 + v) * bs1] = XX(i, v);
+        }
+    }
+    if (copy != 0) {
+        if (cs0 == 1) {
+            for (int e = lid; e < nv * n; e += WG) {
+                const int v = e / n, i = e % n;
+                c[coff + i + (v0 + v) * cs1] = XX(i, v);
             }
-        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        const FL_T d = a[j * ld + j];
-        if (d == (FL_T)0) {
-            if (lid == 0 && flag[0] == 0)
-                flag[0] = j + 1;
-            continue;  /* (every work-item: d is the same for all) */
+        } else {
+            for (int e = lid; e < nv * n; e += WG) {
+                const int i = e / nv, v = e % nv;
+                c[coff + i * cs0 + (v0 + v) * cs1] = XX(i, v);
+            }
         }
-        const FL_T r = (FL_T)1 / d;
-        for (long i = j + 1 + lid; i < rows; i += WG) {
-            __global FL_T *ri = a + i * ld;
-            const FL_T l = ri[j] * r;
-            ri[j] = l;
-            for (long c = j + 1; c < k + nb; ++c)
-                ri[c] -= l * a[j * ld + c];
-        }
-        barrier(CLK_GLOBAL_MEM_FENCE);
     }
 }
+#undef TT
+#undef XX
 """
 
-# The row swaps piv[k:k+nb] applied, in order, to the columns c < lo or c >= hi of
-# the ncols columns of a (row stride ld): one work-item per column.
-_LASWP = r"""
+# One block of a triangular solve T Y = X with few right-hand sides (m <= VPG) in one
+# launch: every work-group reads the b x b diagonal block at T[k, k] (T[i,j] =
+# t[i*ts0 + j*ts1], only its triangle) and rows k..k+b of x (n x m, contiguous: the
+# right-hand sides less the earlier blocks' terms) into local memory and solves them
+# (work-item v the right-hand side v); group 0 writes the solution to rows k..k+b of
+# y, and each group updates rpg of the rows [r0, r1) of x not yet solved (a work-item
+# per row): x[r] -= T[r, k:k+b] y[k:k+b].  x rows k..k+b are only read here, so that
+# every group solves the same block; y is the solution when every block is done.
+_TRSV_BLOCKS = r"""
+#define TT(i, j) tt[(i) * (NB + 1) + (j)]
+#define SOL(i, v) sol[(i) * VPG + (v)]
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fuseloop_laswp(__global FL_T *a, __global const long *piv, const long k, const long nb,
-                    const long ld, const long ncols, const long lo, const long hi)
+void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_T *t,
+                          const long b_, const long m_, const long k, const long ts0,
+                          const long ts1, const long r0, const long r1, const long rpg,
+                          const long lower, const long unit)
 {
-    const long c = get_global_id(0);
-    if (c >= ncols || (c >= lo && c < hi))
-        return;
-    for (long j = k; j < k + nb; ++j) {
-        const long p = piv[j];
-        if (p != j) {
-            const FL_T x = a[j * ld + c];
-            a[j * ld + c] = a[p * ld + c];
-            a[p * ld + c] = x;
+    __local FL_T tt[NB * (NB + 1)];
+    __local FL_T sol[NB * VPG];
+    const int lid = get_local_id(0), b = (int)b_, m = (int)m_;
+    const long toff = k * ts0 + k * ts1;
+    for (int e = lid; e < b * b; e += WG) {
+        const int i = ts1 == 1 ? e / b : e % b, j = ts1 == 1 ? e % b : e / b;
+        if (lower ? j <= i : j >= i)
+            TT(i, j) = t[toff + i * ts0 + j * ts1];
+    }
+    for (int e = lid; e < b * m; e += WG)
+        SOL(e / m, e % m) = x[(k + e / m) * m + e % m];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int v = lid; v < m; v += WG) {
+        for (int s = 0; s < b; ++s) {
+            const int i = lower ? s : b - 1 - s;
+            FL_T xi = SOL(i, v);
+            if (!unit) {
+                xi /= TT(i, i);
+                SOL(i, v) = xi;
+            }
+            const int lo = lower ? i + 1 : 0, hi = lower ? b : i;
+            for (int r = lo; r < hi; ++r)
+                SOL(r, v) -= TT(r, i) * xi;
         }
     }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (get_group_id(0) == 0)
+        for (int e = lid; e < b * m; e += WG)
+            y[(k + e / m) * m + e % m] = SOL(e / m, e % m);
+    const long g0 = r0 + (long)get_group_id(0) * rpg;
+    const long g1 = g0 + rpg < r1 ? g0 + rpg : r1;
+    for (long r = g0 + lid; r < g1; r += WG)
+        for (int v = 0; v < m; ++v) {
+            FL_T acc = x[r * m + v];
+            for (int j = 0; j < b; ++j)
+                acc -= t[r * ts0 + (k + j) * ts1] * SOL(j, v);
+            x[r * m + v] = acc;
+        }
+}
+#undef TT
+#undef SOL
+"""
+
+# One level of the LU panel's pivot tournament (tournament pivoting, as in
+# communication-avoiding LU): the panel is a[(k + r) * ld + k + c] for r < m, c < b
+# (b <= NB), left unchanged.  Each work-group takes up to TR = 2 NB of its rows (level
+# 0: rows g TR ...; later levels: the candidates of sets 2g and 2g + 1 of cand_in,
+# nsets of them, b entries each, -1 for none), copies them into local memory,
+# factors the copy with partial pivoting (the first largest |a| of a column, as
+# LAPACK) and writes the rows it chose, in pivot order, as set g of cand_out.  The
+# final level (one group) also writes the factored b x b block of its chosen rows to
+# diag (L below the diagonal, unit, and U) and the swaps that bring the chosen rows
+# to the panel's top as LAPACK's pivots: piv[k + j] = the row swapped with row k + j;
+# and their net effect as perm: perm[0] rows, row k + perm[1 + 2t] receiving row
+# k + perm[2 + 2t] (what fuseloop_rowperm applies).
+# A zero pivot of the final level sets flag[0] to its 1-based column (the first one;
+# the factorisation goes on, as LAPACK's getrf does).  CPR work-items share each row
+# of the copy (2 for groups of 4 NB); per column three barriers (pivot search in two
+# stages, swap, update).
+_TSLU = r"""
+#define TR (2 * NB)
+#define CPR (WG > TR ? WG / TR : 1)
+#define A(r, c) tile[(r) * (NB + 1) + (c)]
+#define LANES (WG < 16 ? WG : 16)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *flag,
+                   __global FL_T *diag, __global long *perm, __global const FL_T *a,
+                   __global const long *cand_in,
+                   const long k, const long ld, const long m, const long b_,
+                   const long nsets, const long final)
+{
+    __local FL_T tile[TR * (NB + 1)];
+    __local int idx[TR];
+    __local FL_T part_v[16];
+    __local int part_r[16];
+    __local int rows_here;
+    __local int map_pos[TR], map_row[TR], found[2];
+    __local FL_T lcol[TR];
+    const int lid = get_local_id(0), g = get_group_id(0), b = (int)b_;
+    if (lid == 0) {
+        int R = 0;
+        if (nsets == 0) {  /* the first level: a slice of the panel's rows */
+            const long r0 = (long)g * TR;
+            R = m - r0 < TR ? (int)(m - r0) : TR;
+            for (int r = 0; r < R; ++r)
+                idx[r] = (int)(r0 + r);
+        } else {  /* the candidates of two sets (or the last one alone) */
+            const int sets = 2 * g + 1 < nsets ? 2 : 1;
+            for (int e = 0; e < sets * b; ++e) {
+                const long r = cand_in[2 * (long)g * b + e];
+                if (r >= 0)
+                    idx[R++] = (int)r;
+            }
+        }
+        rows_here = R;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int R = rows_here, steps = R < b ? R : b;
+    for (int e = lid; e < R * b; e += WG) {
+        const int r = e / b, c = e % b;
+        A(r, c) = a[(k + idx[r]) * ld + k + c];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int j = 0; j < steps; ++j) {
+        /* column j - 1's multipliers wait in lcol unless its pivot was zero (the
+           test inside the loop: PoCL 3.0 crashed on a loop under an if here) */
+        for (int r = j + lid; r < R; r += WG)
+            if (j > 0 && A(j - 1, j - 1) != (FL_T)0)
+                A(r, j - 1) = lcol[r];
+        /* the pivot: each lane the first largest of its rows, then of the lanes */
+        if (lid < LANES) {
+            FL_T best = (FL_T)-1;
+            int p = j;
+            for (int r = j + lid; r < R; r += LANES) {
+                const FL_T v = fabs(A(r, j));
+                if (v > best) {
+                    best = v;
+                    p = r;
+                }
+            }
+            part_v[lid] = best;
+            part_r[lid] = p;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        FL_T best = part_v[0];
+        int p = part_r[0];
+        for (int l = 1; l < LANES; ++l) {
+            const FL_T v = part_v[l];
+            if (v > best || (v == best && part_r[l] < p)) {
+                best = v;
+                p = part_r[l];
+            }
+        }
+        if (p != j) {
+            for (int c = lid; c < b; c += WG) {
+                const FL_T x = A(j, c);
+                A(j, c) = A(p, c);
+                A(p, c) = x;
+            }
+            if (lid == 0) {
+                const int x = idx[j];
+                idx[j] = idx[p];
+                idx[p] = x;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const FL_T d = A(j, j);
+        if (d != (FL_T)0) {
+            /* CPR work-items per row share its columns; the multipliers are stored
+               into column j after the barrier (the row's other work-items read the
+               unscaled value here) */
+            const FL_T rd = (FL_T)1 / d;
+            for (int r = j + 1 + lid / CPR; r < R; r += WG / CPR) {
+                const FL_T l = A(r, j) * rd;
+                for (int c = j + 1 + lid % CPR; c < b; c += CPR)
+                    A(r, c) -= l * A(j, c);
+                if (lid % CPR == 0)
+                    lcol[r] = l;
+            }
+        } else if (final != 0 && lid == 0 && flag[0] == 0) {
+            flag[0] = k + j + 1;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int r = steps + lid; r < R; r += WG)  /* (the last column's) */
+        if (A(steps - 1, steps - 1) != (FL_T)0)
+            A(r, steps - 1) = lcol[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (final == 0) {
+        for (int j = lid; j < b; j += WG)
+            cand_out[(long)g * b + j] = j < steps ? idx[j] : -1;
+        return;
+    }
+    for (int e = lid; e < b * b; e += WG)
+        diag[e] = A(e / b, e % b);
+    /* the chosen rows idx[0..b) as swaps: a map of the positions whose row changed */
+    int entries = 0;
+    for (int j = 0; j < b; ++j) {
+        const int s = idx[j];
+        if (lid == 0) {
+            found[0] = -1;
+            found[1] = -1;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int t = lid; t < entries; t += WG) {
+            if (map_row[t] == s)
+                found[0] = t;  /* where row s is now */
+            if (map_pos[t] == j)
+                found[1] = t;  /* which row is at position j now */
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int es = found[0], ej = found[1];
+        const int pos = es >= 0 ? map_pos[es] : s;
+        const int rj = ej >= 0 ? map_row[ej] : j;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid == 0) {
+            piv[k + j] = k + pos;
+            if (ej >= 0)
+                map_row[ej] = s;
+            else {
+                map_pos[entries] = j;
+                map_row[entries] = s;
+            }
+            if (pos != j) {
+                if (es >= 0)
+                    map_row[es] = rj;
+                else {
+                    map_pos[entries + (ej < 0)] = pos;
+                    map_row[entries + (ej < 0)] = rj;
+                }
+            }
+        }
+        entries += (ej < 0) + (pos != j && es < 0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    /* the swaps' net effect: row k + map_pos[t] receives row k + map_row[t] */
+    if (lid == 0)
+        perm[0] = entries;
+    for (int t = lid; t < entries; t += WG) {
+        perm[1 + 2 * t] = map_pos[t];
+        perm[2 + 2 * t] = map_row[t];
+    }
+}
+#undef A
+#undef LANES
+#undef TR
+#undef CPR
+"""
+
+# The LU panel's row exchanges applied to the ncols columns of a (row stride ld) and
+# to the row permutation rowperm: row k + perm[1 + 2t] receives row k + perm[2 + 2t]
+# for t < perm[0] (at most 2 NB rows: see fuseloop_tslu).  A work-item per column
+# reads all its rows into private memory before it writes any, so that the loads are
+# all issued at once (LAPACK's swaps one after another would wait on each other).
+# Columns lo <= c < hi then get rows k..k+nb from diag (nb x (hi - lo), contiguous):
+# the panel's factored diagonal block.
+_ROWPERM = r"""
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fuseloop_rowperm(__global FL_T *a, __global long *rowperm, __global const long *perm,
+                      __global const FL_T *diag, const long k, const long nb, const long ld,
+                      const long ncols, const long lo, const long hi)
+{
+    FL_T stage[2 * NB];
+    __local long stage_rows[2 * NB];
+    const int lid = get_local_id(0), count = (int)perm[0];
+    const long c = get_global_id(0);
+    if (c < ncols)
+        for (int t = 0; t < count; ++t)
+            stage[t] = a[(k + perm[2 + 2 * t]) * ld + c];
+    if (get_group_id(0) == 0)
+        for (int t = lid; t < count; t += WG)
+            stage_rows[t] = rowperm[k + perm[2 + 2 * t]];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (c < ncols)
+        for (int t = 0; t < count; ++t)
+            a[(k + perm[1 + 2 * t]) * ld + c] = stage[t];
+    if (get_group_id(0) == 0)
+        for (int t = lid; t < count; t += WG)
+            rowperm[k + perm[1 + 2 * t]] = stage_rows[t];
+    if (c < ncols && c >= lo && c < hi)
+        for (long j = 0; j < nb; ++j)
+            a[(k + j) * ld + c] = diag[j * (hi - lo) + c - lo];
 }
 """
 
 # name -> (source, buffer arguments, number of int64 scalars, column-parallel: one
-# work-item per column, else one work-group)
+# work-item per column, else work-groups of group_size(device, False))
 _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     "fuseloop_potrf": (_POTRF, ["out0", "out1"], 4, False),
-    "fuseloop_trsm": (_TRSM, ["out0", "in0"], 10, True),
-    "fuseloop_getf2": (_GETF2, ["out0", "out1", "out2"], 4, False),
-    "fuseloop_laswp": (_LASWP, ["out0", "in0"], 6, True),
+    "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 14, True),
+    "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"], 6, False),
+    "fuseloop_rowperm": (_ROWPERM, ["out0", "out1", "in0", "in1"], 6, True),
+    "fuseloop_trsv_blocks": (_TRSV_BLOCKS, ["out0", "out1", "in0"], 10, True),
 }
 
-_kernels: dict[tuple[str, str, int], SourceKernel] = {}
+#: right-hand sides up to which a triangular solve's block is one fused launch
+FEW_RHS = 4
+
+#: local memory a work-group of the blocked kernels may use on a GPU (NVIDIA's and
+#: CUDA's static limit is 48 KiB per group; some left for the compiler)
+GPU_LOCAL_BYTES = 40 * 1024
+
+_kernels: dict[tuple[str, str, int, int, int], SourceKernel] = {}
 _lock = threading.Lock()
 _caches.register("linalg_kernels.kernels", _kernels.clear, lambda: len(_kernels),
-                 why="one per kernel, element type and work-group size")
+                 why="one per kernel, element type, work-group size and block size")
 
 
 def group_size(device: Device, parallel: bool) -> int:
-    """Work-items per group: of the column-parallel kernels (``parallel``), else of
-    the one work-group that factors a block.  On a CPU one work-item per group
-    (PoCL runs a group's work-items on one core: no gain from sharing a block out);
-    on a GPU a power of two within the device's limit."""
+    """Work-items per group: of the column-parallel kernels and the blocks' triangular
+    solves (``parallel``), else of the one work-group that factors a block.  On a CPU
+    one work-item per group (PoCL runs a group's work-items on one core: no gain from
+    sharing a block out); on a GPU a power of two within the device's limit."""
     if device.type == "cpu":
         return 1
     want = 64 if parallel else 256
@@ -220,8 +518,22 @@ def group_size(device: Device, parallel: bool) -> int:
     return want
 
 
-def _kernel(name: str, dtype: np.dtype, wg: int) -> SourceKernel:
-    key = (name, dtype.name, wg)
+def vectors_per_group(device: Device, nb: int, dtype: np.dtype, wg: int) -> int:
+    """How many vectors a work-group of ``fuseloop_trsm_blocks`` solves (with a block of
+    ``nb``): 64, or as many as the triangle leaves room for in the local memory a GPU
+    group may use (see :func:`fit_block`)."""
+    limit = local_limit(device)
+    vpg = max(64, wg)
+    while vpg > 1 and (nb * (nb + 1) + nb * (vpg + 1)) * dtype.itemsize > limit:
+        vpg //= 2
+    return vpg
+
+
+def _kernel(name: str, dtype: np.dtype, wg: int, nb: int = 32, vpg: int = FEW_RHS
+            ) -> SourceKernel:
+    """Kernel ``name`` built for this element type, work-group size, block size and
+    vectors per group (the defaults: sizes that fit any of them on a GPU)."""
+    key = (name, dtype.name, wg, nb, vpg)
     found = _kernels.get(key)
     if found is None:
         source, bufs, n_scalars, _ = _KERNELS[name]
@@ -230,7 +542,7 @@ def _kernel(name: str, dtype: np.dtype, wg: int) -> SourceKernel:
             name=name, source=_PRELUDE + source,
             arg_names=[*bufs, *(f"s{i}" for i in range(n_scalars))],
             gsize=["p[0]"], lsize=[str(wg)],
-            build_options=[f"-DFL_T={ctype}", f"-DWG={wg}",
+            build_options=[f"-DFL_T={ctype}", f"-DWG={wg}", f"-DNB={nb}", f"-DVPG={vpg}",
                            f"-DIS_DOUBLE={int(dtype == np.float64)}"],
             arg_dtypes=[*([None] * len(bufs)), *(["int64"] * n_scalars)])
         with _lock:
@@ -239,17 +551,109 @@ def _kernel(name: str, dtype: np.dtype, wg: int) -> SourceKernel:
 
 
 def launch(name: str, dtype: np.dtype, outs: list[Storage], ins: list[Storage],
-           scalars: list[int], device: Device, columns: int = 1) -> None:
+           scalars: list[int], device: Device, columns: int = 1, *, groups: int = 0,
+           nb: int = 1, vpg: int = 1, wg: int = 0) -> None:
     """Run kernel ``name`` now (after any deferred launches) on ``device``;
-    ``columns``: the work-items of a column-parallel kernel."""
+    ``columns``: the work-items of a column-parallel kernel, or ``groups`` work-groups
+    of it; ``nb``, ``vpg``: the block size and vectors per group it is built for;
+    ``wg``: its work-items per group (else :func:`group_size`'s)."""
     parallel = _KERNELS[name][3]
-    wg = group_size(device, parallel)
-    groups = max(1, -(-columns // wg)) if parallel else 1
-    compiled = _kernel(name, dtype, wg).get(device)
+    wg = wg or group_size(device, parallel)
+    if not groups:
+        groups = max(1, -(-columns // wg)) if parallel else 1
+    compiled = _kernel(name, dtype, wg, nb, vpg).get(device)
     plan = launching.plan_for(compiled, (groups,), 0, 0, device)
     assert plan is not None
     args: list[Any] = [np.int64(s) for s in scalars]
     launching.enqueue(plan, outs, ins, args, False, device)
 
 
-__all__ = ["group_size", "launch"]
+def potrf(a: Storage, flag: Storage, off: int, ld: int, n: int, col0: int, nb: int,
+          dtype: np.dtype, device: Device) -> None:
+    """Cholesky factor of the n x n block at ``a[off]`` (row stride ``ld``) in place,
+    by one work-group in local memory (``n <= nb``)."""
+    launch("fuseloop_potrf", dtype, [a, flag], [], [off, ld, n, col0], device, nb=nb)
+
+
+def trsm_blocks(b: Storage, t: Storage, n: int, nvec: int, t_at: tuple[int, int, int],
+                b_at: tuple[int, int, int], lower: bool, unit: int, nb: int,
+                dtype: np.dtype, device: Device,
+                copy: tuple[Storage, int, int, int] | None = None) -> None:
+    """Solve ``T x = b`` in place for ``nvec`` vectors of ``n <= nb`` elements: ``T``'s
+    (offset, row stride, column stride) in ``t`` is ``t_at``, vector ``v``'s element
+    ``i`` is ``b[off + i * s0 + v * s1]`` for ``b_at = (off, s0, s1)``; ``unit``: 1 for a
+    unit diagonal, 2 to skip zeros on the stored one (0: divide by it); ``copy``: a
+    buffer and its (offset, s0, s1) that also receives the solution."""
+    wg = group_size(device, True)
+    vpg = vectors_per_group(device, nb, dtype, wg)
+    c, *c_at = copy if copy is not None else (b, *b_at)
+    launch("fuseloop_trsm_blocks", dtype, [b, c], [t],
+           [n, nvec, *t_at, *b_at, *c_at, int(lower), int(unit), int(copy is not None)],
+           device, groups=max(1, -(-nvec // vpg)), nb=nb, vpg=vpg)
+
+
+def trsv_step(x: Storage, y: Storage, t: Storage, b: int, m: int, k: int,
+              t_strides: tuple[int, int], rows: tuple[int, int], lower: bool, unit: bool,
+              nb: int, dtype: np.dtype, device: Device) -> None:
+    """One block of a triangular solve with ``m <= FEW_RHS`` right-hand sides (see
+    ``fuseloop_trsv_blocks``): the block at ``T[k, k]`` solved into ``y``, the rows
+    ``rows[0]:rows[1]`` of ``x`` updated, in one launch."""
+    wg = group_size(device, True)
+    count = rows[1] - rows[0]
+    # a row per work-item on a GPU; on a CPU (groups of one) a few groups per core, as
+    # each group solves the diagonal block again
+    rpg = wg if device.type != "cpu" else max(wg, -(-count // (4 * device.compute_units)))
+    groups = max(1, -(-count // rpg))
+    launch("fuseloop_trsv_blocks", dtype, [x, y], [t],
+           [b, m, k, *t_strides, *rows, rpg, int(lower), int(unit)], device, groups=groups,
+           nb=nb, vpg=FEW_RHS)
+
+
+def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage, perm: Storage,
+                 cands: tuple[Storage, Storage], k: int, ld: int, m: int, b: int, nb: int,
+                 dtype: np.dtype, device: Device) -> int:
+    """The pivots of the LU panel of ``b`` columns and ``m`` rows at ``a[k, k]`` by a
+    tournament (``fuseloop_tslu``, one launch per level: the first takes the rows in
+    slices of ``2 nb``, each later one halves the candidate sets), its factored
+    diagonal block into ``diag`` and its row exchanges into ``perm`` (``1 + 4 nb``
+    int64); ``cands``: two buffers of candidate rows, each of at least
+    ``ceil(m / (2 nb)) * b`` int64.  Returns the number of launches."""
+    rows = 2 * nb
+    wg = min(group_size(device, False), 2 * rows)
+    sets, src, dst, launches = 0, cands[1], cands[0], 0
+    while True:
+        groups = -(-m // rows) if sets == 0 else -(-sets // 2)
+        launch("fuseloop_tslu", dtype, [dst, piv, flag, diag, perm], [a, src],
+               [k, ld, m, b, sets, int(groups == 1)], device, groups=groups, nb=nb, wg=wg)
+        launches += 1
+        if groups == 1:
+            return launches
+        sets, src, dst = groups, dst, src
+
+
+def tslu_local_bytes(nb: int, dtype: np.dtype) -> int:
+    """The local memory of a ``fuseloop_tslu`` work-group with a block of ``nb``."""
+    return 2 * nb * ((nb + 2) * dtype.itemsize + 4 * 3) + 16 * (dtype.itemsize + 4) + 12
+
+
+def local_limit(device: Device) -> int:
+    """The local memory a work-group of these kernels may use on ``device``: what its
+    OpenCL driver reports, less a margin, and on a GPU at most ``GPU_LOCAL_BYTES``
+    (PoCL's CPU device reports megabytes; some CPU runtimes 32 KiB)."""
+    size = getattr(getattr(device, "cl_device", None), "local_mem_size", None)
+    if device.type != "cpu":
+        return min(GPU_LOCAL_BYTES, int(size) - 8192) if size else GPU_LOCAL_BYTES
+    return int(size) * 3 // 4 if size else 1 << 20
+
+
+def fit_block(device: Device, nb: int, dtype: np.dtype) -> int:
+    """``nb``, halved until the LU panel's tournament (the kernel with the most local
+    memory) fits a work-group's local memory (float64 blocks of 64 do not on GPUs)."""
+    limit = local_limit(device)
+    while nb > 8 and tslu_local_bytes(nb, dtype) > limit:
+        nb //= 2
+    return nb
+
+
+__all__ = ["FEW_RHS", "fit_block", "group_size", "launch", "local_limit", "panel_pivots",
+           "potrf", "trsm_blocks", "trsv_step", "vectors_per_group"]

@@ -182,11 +182,11 @@ def solve_triangular(a: Any, b: Any, trans: int | str = 0, lower: bool | None = 
     ``overwrite_b`` and ``check_finite`` are accepted for scipy's signature (``b`` is
     never overwritten; values are not checked).
 
-    Blocked substitution: each diagonal block by the factorisations' triangular-solve
-    kernel (one work-item per column of ``b``), the rest by matrix products.
+    Blocked substitution: each diagonal block solved in local memory, the rows not
+    yet solved updated by a matrix product (two launches per block; one, a
+    hand-written kernel, for up to 4 columns of ``b``).
     """
     from . import linalg_factor as lf
-    from .linalg_kernels import launch
 
     if isinstance(a, TriangularView):
         if lower is None:
@@ -214,22 +214,7 @@ def solve_triangular(a: Any, b: Any, trans: int | str = 0, lower: bool | None = 
     if n == 0 or k_cols == 0:
         return x.reshape(bb.shape)
     # a.T: the same buffer read with swapped strides (so its lower triangle is a's upper)
-    t = m.T if transposed else m
-    ts0, ts1 = (1, n) if transposed else (n, 1)
-    eff_lower = lower != transposed
-    sx, st = lf._buf(x), lf._buf(m)
-    nb = lf.block_size(m.device)
-    starts = list(range(0, n, nb))
-    for k in (starts if eff_lower else reversed(starts)):
-        k2 = min(n, k + nb)
-        launch("fuseloop_trsm", m.dtype, [sx], [st],
-               [k2 - k, k_cols, k * n + k, ts0, ts1, k * k_cols, k_cols, 1, int(eff_lower),
-                int(unit_diagonal)], m.device, k_cols)
-        # the rest of the rows, by the block just solved: only the triangle is read
-        if eff_lower and k2 < n:
-            x[k2:] -= lf._copy(t[k2:, k:k2]) @ lf._copy(x[k:k2])
-        elif not eff_lower and k > 0:
-            x[:k] -= lf._copy(t[:k, k:k2]) @ lf._copy(x[k:k2])
+    x = lf.blocked_solve(m, x, lower != transposed, unit_diagonal, transposed)
     return x.reshape(bb.shape)
 
 # }}}

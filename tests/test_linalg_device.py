@@ -210,3 +210,90 @@ def test_kernels_come_from_the_kernel_cache(device):
     fl.linalg.cholesky(a).get()
     stats = fl.stats()
     assert stats["kernels_compiled"] == 0 and stats["memory_cache_hits"] > 0
+
+
+@pytest.fixture
+def block16(monkeypatch):
+    """Blocks of 16 (the LU tournament's slices: 32 rows) and work-groups of 4."""
+    monkeypatch.setattr(linalg_factor, "block_size", lambda device: 16)
+    monkeypatch.setattr(linalg_kernels, "group_size", lambda device, parallel: 4)
+    return 16
+
+
+def _launches(fn):
+    fn()  # (builds)
+    fl.reset_stats()
+    fn()
+    return fl.stats()["kernels_launched"]
+
+
+def test_launches_per_block(device, block16):
+    # O(n / block) launches: 3 per Cholesky block (diagonal block, panel, trailing
+    # product), 2 per triangular-solve block (1 for up to FEW_RHS right-hand sides);
+    # the LU panel's tournament adds one launch per level of candidates
+    n = 100
+    blocks = -(-n // block16)
+    spd, gen = fl.asarray(_spd(n)), fl.asarray(_general(n))
+    few = fl.asarray(np.ones((n, linalg_kernels.FEW_RHS)))
+    many = fl.asarray(np.ones((n, linalg_kernels.FEW_RHS + 1)))
+    assert _launches(lambda: fl.linalg.cholesky(spd).eval()) == 3 * blocks
+    # (the right-hand side's copy, then the blocks)
+    assert _launches(lambda: fl.linalg.solve_triangular(spd, few, lower=True).eval()) == \
+        1 + blocks
+    assert _launches(lambda: fl.linalg.solve_triangular(spd, many, lower=True).eval()) == \
+        2 * blocks
+    levels = 0
+    for k in range(0, n, block16):
+        slices = -(-(n - k) // (2 * block16))
+        levels += 1 + (slices - 1).bit_length()  # 1 + ceil(log2(slices))
+    # the copy and the row order's start, the tournament, the row exchanges, two
+    # triangular solves and the product
+    lu = 2 + levels + blocks + 3 * (blocks - 1)
+    assert _launches(lambda: linalg_factor._lu(gen)) == lu
+    # solve: the LU, the right-hand side's rows gathered, a launch per block and direction
+    assert _launches(lambda: fl.linalg.solve(gen, few).eval()) == lu + 1 + 2 * blocks
+
+
+@pytest.mark.parametrize("group", [4, 64])
+def test_pivots_chosen_across_row_slices(device, block16, group, monkeypatch):
+    # rows shuffled: each panel's pivots lie in other slices of the tournament than
+    # their columns; the determinant's sign checks the swaps LAPACK would record.
+    # Groups of 64: two work-items share each of the tournament's 32 rows
+    monkeypatch.setattr(linalg_kernels, "group_size", lambda device, parallel: group)
+    rng = np.random.default_rng(6)
+    n = 100
+    a = (rng.standard_normal((n, n)) + 8 * np.eye(n))[rng.permutation(n)]
+    b = rng.standard_normal((n, 2))
+    np.testing.assert_allclose(fl.linalg.solve(a, b).get(), np.linalg.solve(a, b), rtol=1e-9,
+                               atol=1e-12)
+    np.testing.assert_allclose(fl.linalg.det(a).get(), np.linalg.det(a), rtol=1e-9)
+    sign, logdet = fl.linalg.slogdet(a)
+    assert sign.get() == np.linalg.slogdet(a)[0]
+    np.testing.assert_allclose(logdet.get(), np.linalg.slogdet(a)[1], rtol=1e-10)
+
+
+def test_singular_in_a_later_block(device, block16):
+    a = _general(70)
+    a[:, 37] = 0  # an exactly zero pivot in the third block, after a tournament
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        fl.linalg.solve(a, np.ones(70))
+    assert fl.linalg.det(a).get() == 0 == np.linalg.det(a)
+    sign, logdet = fl.linalg.slogdet(a)
+    assert sign.get() == 0 and logdet.get() == -np.inf
+
+
+def test_gpu_blocks_fit_local_memory():
+    # a stand-in GPU: float64 blocks of 64 are halved so that the tournament's slice
+    # (128 rows) fits; the triangular solve's vectors per group shrink to fit
+    from types import SimpleNamespace
+
+    gpu = SimpleNamespace(type="gpu", max_work_group_size=1024)
+    f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
+    assert linalg_kernels.fit_block(gpu, 64, f32) == 64
+    assert linalg_kernels.fit_block(gpu, 64, f64) == 32
+    for dt in (f32, f64):
+        nb = linalg_kernels.fit_block(gpu, 64, dt)
+        assert linalg_kernels.tslu_local_bytes(nb, dt) <= linalg_kernels.GPU_LOCAL_BYTES
+    assert linalg_kernels.vectors_per_group(gpu, 64, f32, 64) == 64
+    vpg = linalg_kernels.vectors_per_group(gpu, 64, f64, 64)
+    assert vpg < 64 and 64 * (65 + vpg + 1) * 8 <= linalg_kernels.GPU_LOCAL_BYTES

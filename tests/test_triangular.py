@@ -108,3 +108,21 @@ def test_triangular_errors(device):
         fl.linalg.solve_triangular(fl.asarray(np.eye(3)), fl.asarray(np.ones(4)))
     with pytest.raises(ValueError, match="trans"):
         fl.linalg.solve_triangular(fl.asarray(np.eye(3)), fl.asarray(np.ones(3)), trans="X")
+
+
+def test_solve_triangular_blocks_and_groups_of_vectors(device, monkeypatch):
+    # blocks of 16, work-groups of 4 solving 64 right-hand sides each: 70 of them take
+    # two groups, and each work-item solves several
+    from fuseloop import linalg_factor, linalg_kernels
+
+    monkeypatch.setattr(linalg_factor, "block_size", lambda device: 16)
+    monkeypatch.setattr(linalg_kernels, "group_size", lambda device, parallel: 4)
+    rng = np.random.default_rng(3)
+    n = 40
+    h = rng.random((n, n)) + n * np.eye(n)
+    b = rng.random((n, 70))
+    for lower, trans in ((True, 0), (False, 1)):
+        ref = scipy_linalg.solve_triangular(h, b, trans=trans, lower=lower)
+        got = fl.linalg.solve_triangular(fl.asarray(_with_nan_elsewhere(h, lower)),
+                                         fl.asarray(b), trans=trans, lower=lower)
+        np.testing.assert_allclose(got.get(), ref, rtol=1e-10, atol=1e-12)
