@@ -321,8 +321,9 @@ def test_complex_numbers_on_cuda(cuda_device):
     np.testing.assert_allclose(fl.sum(z * z).get(), np.sum(zh * zh), rtol=1e-10)
     np.testing.assert_allclose((w * w.conj() + fl.cos(w)).get(), wh * wh.conj() + np.cos(wh),
                                rtol=1e-5)
+    # (|w| + re - im cancels near zero: an absolute tolerance too)
     np.testing.assert_allclose((fl.abs(w) + w.real - w.imag).get(),
-                               np.abs(wh) + wh.real - wh.imag, rtol=1e-5)
+                               np.abs(wh) + wh.real - wh.imag, rtol=1e-5, atol=1e-5)
     assert (z * 1j).dtype == np.complex128 and (w * 1j).get().dtype == np.complex64
 
 
