@@ -120,7 +120,7 @@ def test_int64_max_has_no_unsigned_literal():
 
 def _hand_written_plans() -> list:
     from fuseloop import linalg_kernels
-    from fuseloop.ops import compaction
+    from fuseloop.ops import bincount_kernel, compaction
 
     plans = []
     for layout in (compaction.Layout(256, 8, 1 << 13, 4096), compaction.Layout(1, 1, 1 << 15, 8)):
@@ -130,6 +130,7 @@ def _hand_written_plans() -> list:
                                       ["in0", "in1", "out0", "out1"], layout))
     for name in linalg_kernels._KERNELS:
         plans.append(linalg_kernels._kernel(name, np.dtype(np.float64), 256).plan)
+    plans += [bincount_kernel._kernel(np.dtype(t)).plan for t in (np.int32, np.uint64)]
     return plans
 
 

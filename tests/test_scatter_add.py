@@ -122,6 +122,24 @@ def test_bincount(device, dtype):
     assert fl.bincount(fl.asarray(np.zeros(0, np.int64)), minlength=3).get().tolist() == [0] * 3
 
 
+@pytest.mark.parametrize("bins", [3, 1000, 5000])
+def test_bincount_counts_in_local_memory(device, fresh_stats, bins):
+    """Few bins: one launch counting in each group's local counters (besides the two
+    reductions that find the range); more bins than fit: the atomic scatter."""
+    from fuseloop.ops.bincount_kernel import MAX_BINS
+
+    d = np.random.default_rng(9).integers(0, bins, 200_001).astype(np.int32)
+    x = fl.asarray(d).eval()
+    x[::2].eval()
+    fl.reset_stats()
+    np.testing.assert_array_equal(fl.bincount(x).get(), np.bincount(d))
+    if bins <= MAX_BINS:  # min and max (two stages each), then one counting launch
+        assert fl.stats()["kernels_launched"] == 5
+    np.testing.assert_array_equal(fl.bincount(x[::2]).get(), np.bincount(d[::2]))
+    np.testing.assert_array_equal(fl.bincount(x[::3] + 1, minlength=bins + 9).get(),
+                                  np.bincount(d[::3] + 1, minlength=bins + 9))
+
+
 def test_bincount_errors(device):
     with pytest.raises(ValueError, match="non-negative"):
         fl.bincount(fl.asarray(np.array([1, -2, 3])))

@@ -54,6 +54,7 @@ PRELUDE = r"""// fuseloop's CUDA prelude: the OpenCL C its helpers and hand-writ
 #define get_local_size(d) FL_AXIS(blockDim, d)
 #define get_num_groups(d) FL_AXIS(gridDim, d)
 #define get_global_id(d) (get_group_id(d) * get_local_size(d) + get_local_id(d))
+#define get_global_size(d) (get_num_groups(d) * get_local_size(d))
 typedef unsigned char uchar;
 typedef unsigned short ushort;
 typedef unsigned int uint;
@@ -110,6 +111,9 @@ __device__ inline ulong atomicMax(ulong *p, ulong v)
 { return atomicMax((unsigned long long *) p, (unsigned long long) v); }
 __device__ inline ulong atomicMin(ulong *p, ulong v)
 { return atomicMin((unsigned long long *) p, (unsigned long long) v); }
+// OpenCL's atomic_inc (32-bit, local or global) and atom_add (64-bit)
+__device__ inline int atomic_inc(int *p) { return atomicAdd(p, 1); }
+__device__ inline long atom_add(long *p, long v) { return atomicAdd(p, v); }
 """
 
 # OpenCL's math constants (double; the _F ones float), which pyopencl's complex header

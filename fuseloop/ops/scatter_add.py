@@ -99,8 +99,17 @@ def bincount(x: Any, weights: Any = None, minlength: int = 0) -> Array:
         n = minlength
     dtype = np.dtype(np.int64) if w is None else np.dtype(np.float64)  # (numpy's)
     out = zeros(n, dtype=dtype, device=x.device)
-    if x.size:
-        ufunc_at("add", out, x, 1 if w is None else w.astype(dtype))
+    if not x.size:
+        return out
+    if w is None:
+        from ..creation import asarray
+        from . import bincount_kernel
+
+        xc = x.eval() if x.is_contiguous or x.is_lazy else asarray(x, copy=True)
+        if bincount_kernel.supported(xc.eval(), n):
+            bincount_kernel.count(xc, out)
+            return out
+    ufunc_at("add", out, x, 1 if w is None else w.astype(dtype))
     return out
 
 
