@@ -23,6 +23,7 @@ from .expr.nodes import (
 )
 from .expr.overlap import View, views_disjoint
 from .expr.program import Target
+from .multi_hooks import any_split, is_split
 from .trace_hooks import check_traced, trace_checks
 
 
@@ -151,8 +152,11 @@ def compute(*arrays: Array, out: Array | Sequence[Array] | None = None,
     ``fl.bitmask(words)``) computes and writes only the elements where the mask holds,
     as numpy's ``np.add(a, b, out=y, where=mask)``; the others keep their values.
     """
+    targets = None if out is None else _targets(out)
+    if targets is not None and any_split(targets):
+        return _compute_split(arrays, targets, where)
     if where is not None and where is not True:
-        if out is None:
+        if targets is None:
             raise ValueError("fl.compute(..., where=mask) needs out=: the elements "
                              "outside the mask keep the values of out (numpy's rule)")
         # values held only by this call need not keep their own values (see compute_into);
@@ -160,10 +164,9 @@ def compute(*arrays: Array, out: Array | Sequence[Array] | None = None,
         register_readers()
         held = [sys.getrefcount(arrays[k]) > _ARGS_REFCOUNT[0] for k in range(len(arrays))]
         where_held = sys.getrefcount(where) > _ARGS_REFCOUNT[1]
-        return compute_into(arrays, (out,) if isinstance(out, Array) else tuple(out),
-                            where, held, where_held)
-    if out is not None:
-        return compute_into(arrays, (out,) if isinstance(out, Array) else tuple(out))
+        return compute_into(arrays, targets, where, held, where_held)
+    if targets is not None:
+        return compute_into(arrays, targets)
     groups: dict[tuple, list[Array]] = {}
     seen: set[int] = set()
     for a in arrays:
@@ -241,6 +244,34 @@ def _check_targets(values: Sequence[Any], targets: Sequence[Any]) -> None:
                 raise ValueError(f"out[{k}] and out[{j}] share memory: each element of a "
                                  "buffer can be written by one expression only; give "
                                  "distinct arrays (or disjoint views)")
+
+
+def _targets(out: Any) -> tuple:
+    """``out=`` of :func:`compute` as a tuple of targets."""
+    if isinstance(out, Array) or is_split(out):
+        return (out,)
+    if isinstance(out, list | tuple):
+        return tuple(out)
+    raise TypeError(f"fl.compute: out= takes an array or a tuple of arrays, "
+                    f"got {type(out).__name__}")
+
+
+def _compute_split(values: Sequence[Any], targets: tuple, where: Any) -> tuple:
+    """:func:`compute` into split (multi-device) arrays: part by part, each part's values
+    into its targets' part on its own device."""
+    if where is not None and where is not True:
+        raise NotImplementedError("fl.compute(..., where=) into split arrays is not "
+                                  "supported; write each part (x.parts[k]) instead")
+    every = (*values, *targets)
+    first = targets[0]
+    if not all(is_split(v) and v.bounds == first.bounds
+               and v.device_set is first.device_set for v in every):
+        shapes = ", ".join(f"{type(v).__name__} {getattr(v, 'shape', '')}" for v in every)
+        raise DeviceError(f"fl.compute into split arrays needs every value and target split "
+                          f"the same way (same devices and row bounds); got {shapes}")
+    for k in range(len(first.parts)):
+        compute(*(v.parts[k] for v in values), out=tuple(t.parts[k] for t in targets))
+    return targets
 
 
 def compute_into(values: Sequence[Array], targets: Sequence[Array], where: Any = None,

@@ -173,3 +173,18 @@ def test_too_large_for_one_device_fits_the_set(device):
     with fl.device([small] * 3):
         x = fl.zeros(2048, np.float32) + 1
     assert int(fl.sum(x)) == 2048
+
+
+def test_compute_into_split_arrays(device):
+    # out= a split array: each part written on its device (it was read as a sequence of
+    # its elements, one target per element)
+    h = np.linspace(-1, 1, 1001, dtype=np.float32)
+    with fl.device([device] * 3):
+        x = fl.asarray(h)
+        out = fl.zeros(1001, dtype=np.float32)
+        assert fl.compute(2 * x + 1, out=out)[0] is out
+    np.testing.assert_allclose(out.get(), 2 * h + 1, rtol=1e-6)
+    with pytest.raises(DeviceError, match="split the same way"):
+        fl.compute(fl.asarray(h, device=device), out=out)
+    with pytest.raises(TypeError, match="out= takes"):
+        fl.compute(x, out=5)
