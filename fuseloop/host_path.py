@@ -63,6 +63,10 @@ _env = os.environ.get("FUSELOOP_HOST_PATH", "").strip().lower()
 if _env:  # an integer (the limit; 0: off), or a word
     HOST_MAX_WORK = int(_env) if _env.isdigit() else \
         0 if _env in ("off", "no", "false") else HOST_MAX_WORK
+#: from this many output elements on, an evaluation lets go of each intermediate value
+#: once read (and computes into it where it can): kept all at once, a 16-operation
+#: stencil's temporaries outgrew the cache and ran 4x slower than numpy's own
+TRACK_USES_AT = 1024
 #: bytes of buffers kept mapped; all maps are dropped when reached
 MAPPED_MAX_BYTES = 256 << 20
 
@@ -94,8 +98,8 @@ _REDUCERS = {"sum": np.add.reduce, "prod": np.multiply.reduce, "max": np.maximum
              "min": np.minimum.reduce, "any": np.logical_or.reduce,
              "all": np.logical_and.reduce}
 _EMPTY_OK = frozenset(("sum", "prod", "any", "all"))  # (reductions with an identity)
-# (loops checked once per loop key: the answer depends on the operation and dtypes only)
-_loop_ok: dict[tuple, bool] = {}
+# (op, loop key) -> the function computing it here, or False (see _loop_fn)
+_loop_fns: dict[tuple, Any] = {}
 
 # numpy's error state (floating-point warnings off, as in a kernel) set directly:
 # ``np.errstate`` costs 3.5 us per use
@@ -215,7 +219,44 @@ def _view(storage: Storage, rt: Any, dtype: np.dtype, shape: tuple[int, ...],
 # {{{ evaluation
 
 
-def _value(node: Node, memo: dict[int, Any], rt: Any) -> Any:
+class _State:
+    """One evaluation's values (of the nodes read more than once) and the device's
+    runtime; ``uses``: how many parents read each node, or None (every value is kept:
+    small arrays, where counting would cost more than keeping them)."""
+
+    __slots__ = ("memo", "rt", "uses")
+
+    def __init__(self, rt: Any, uses: dict[int, int] | None) -> None:
+        self.memo: dict[int, Any] = {}
+        self.rt = rt
+        self.uses = uses
+
+
+def _uses(roots: Sequence[Node]) -> dict[int, int]:
+    """How many times each node is read by a parent (or is a root)."""
+    uses: dict[int, int] = {}
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        key = id(node)
+        seen = key in uses
+        uses[key] = uses.get(key, 0) + 1
+        if seen:
+            continue
+        cls = type(node)
+        if cls is Apply:
+            stack.extend(node.args)  # type: ignore[attr-defined]
+        elif cls is Reduce or cls is Remap:
+            stack.append(node.child)  # type: ignore[attr-defined]
+        elif cls is Gather:
+            stack.append(node.child)  # type: ignore[attr-defined]
+            stack.append(node.index)  # type: ignore[attr-defined]
+        elif cls is Concat:
+            stack.extend(node.pieces)  # type: ignore[attr-defined]
+    return uses
+
+
+def _value(node: Node, ev: _State) -> Any:
     """``node``'s value: an array broadcastable to its shape, or a numpy scalar.
     Raises _Unsupported for what is not computed here (checked as it goes: the
     common expression is small, and a second walk to check it first cost more)."""
@@ -227,34 +268,37 @@ def _value(node: Node, memo: dict[int, Any], rt: Any) -> Any:
             raise _Unsupported
         st = leaf.strides
         size = dtype.itemsize
-        return np.ndarray(leaf.shape, dtype, host_bytes(leaf.storage, rt), leaf.offset * size,
+        return np.ndarray(leaf.shape, dtype, host_bytes(leaf.storage, ev.rt), leaf.offset * size,
                           None if st is None else tuple([s * size for s in st]))
     if cls is Scalar or cls is Literal:
         if node.dtype.char not in _DTYPES:
             raise _Unsupported
         return node.value  # type: ignore[attr-defined]
     key = id(node)
+    memo = ev.memo
     got = memo.get(key)
     if got is not None:
         return got
     out: Any
     if cls is Apply:
-        out = _apply(node, memo, rt)
+        out = _apply(node, ev)
     elif cls is Reduce:
-        out = _reduce(node, memo, rt)
+        out = _reduce(node, ev)
     elif cls is Iota:
         out = _iota(node)
     elif cls is Remap:
-        out = _remap(node, memo, rt)
+        out = _remap(node, ev)
     elif cls is Gather:
-        out = _gather(node, memo, rt)
+        out = _gather(node, ev)
     elif cls is Concat:
-        pieces = [np.broadcast_to(_value(p, memo, rt), p.shape)
+        pieces = [np.broadcast_to(_value(p, ev), p.shape)
                   for p in node.pieces]  # type: ignore[attr-defined]
         out = np.concatenate(pieces, axis=node.axis)  # type: ignore[attr-defined]
     else:  # user functions, sparse products, pointers
         raise _Unsupported
-    memo[key] = out
+    uses = ev.uses
+    if uses is None or uses[key] > 1:  # (values read once are let go as soon as read)
+        memo[key] = out
     return out
 
 
@@ -264,38 +308,65 @@ def _small_child(child: Node) -> None:
         raise _Unsupported
 
 
-def _apply(node: Any, memo: dict[int, Any], rt: Any) -> Any:
+def _apply(node: Any, ev: _State) -> Any:
     op = node.op
-    ok = _loop_ok.get((op, node.loop_key))
-    if ok is None:
-        ok = _loop_ok[(op, node.loop_key)] = _check_loop(op, node.loop_key)
-    if not ok or type(node) is not Apply:
+    fn = _loop_fns.get((op, node.loop_key))
+    if fn is None:
+        fn = _loop_fns[(op, node.loop_key)] = _loop_fn(op, node.loop_key)
+    if fn is False or type(node) is not Apply:
         raise _Unsupported
     loop = node.loop
     args = []
+    a: Any
     for a, dt in zip(node.args, loop):
-        v = _value(a, memo, rt)
-        vt = v.dtype
-        # (numpy's loop: operands cast to its dtypes first; builtin dtypes are
-        # singletons, so the identity test is the common answer)
-        if vt is not dt and vt != dt:
-            v = v.astype(dt)
+        # (leaves and scalars, the commonest arguments, without a call of _value)
+        cls = type(a)
+        if cls is Leaf and a.dtype is dt:
+            st = a.strides
+            size = dt.itemsize
+            v = np.ndarray(a.shape, dt, host_bytes(a.storage, ev.rt), a.offset * size,
+                           None if st is None else tuple([s * size for s in st]))
+        elif cls is Scalar and a.dtype is dt:
+            v = a.value
+        else:
+            v = _value(a, ev)
+            vt = v.dtype
+            # (numpy's loop: operands cast to its dtypes first; builtin dtypes are
+            # singletons, so the identity test is the common answer)
+            if vt is not dt and vt != dt:
+                v = v.astype(dt)
         args.append(v)
     out_dt = loop[-1]
-    if op == "cast" or op == "positive":  # (positive: also the broadcast of a view)
-        return args[0].astype(out_dt)  # (a copy: never the buffer itself)
-    out = np.where(*args) if op == "where" else _UFUNCS[op][0](*args)
+    if ev.uses is not None and type(fn) is np.ufunc:
+        # an argument computed here, read by this node only, of the result's shape and
+        # dtype holds the result (numpy's own operators elide such temporaries)
+        for k, a in enumerate(node.args):
+            v = args[k]
+            if type(v) is np.ndarray and ev.uses.get(id(a)) == 1 and v.base is None \
+                    and v.dtype is out_dt and v.shape == node.shape and type(a) is not Leaf:
+                return fn(*args, out=v)
+    out = fn(*args)
     vt = out.dtype
     return out if vt is out_dt or vt == out_dt else out.astype(out_dt)
 
 
-def _reduce(node: Any, memo: dict[int, Any], rt: Any) -> Any:
+def _loop_fn(op: str, chars: tuple[str, ...]) -> Any:
+    """The function computing ``op`` on operands of its loop's dtypes, or False."""
+    if not _check_loop(op, chars):
+        return False
+    if op == "cast" or op == "positive":  # (positive: also the broadcast of a view)
+        out = np.dtype(chars[-1])
+        return lambda a: np.array(a, dtype=out)  # (a copy: never the buffer itself)
+    return np.where if op == "where" else _UFUNCS[op][0]
+
+
+def _reduce(node: Any, ev: _State) -> Any:
     child = node.child
     n = _size(child.shape)
     if node.dtype.char not in _DTYPES or n > HOST_MAX_WORK or (
             n == 0 and node.op not in _EMPTY_OK):
         raise _Unsupported  # (large, or an empty max or argmax: the kernels' answer)
-    v = _value(child, memo, rt)
+    v = _value(child, ev)
     if v.dtype != node.dtype and node.op not in ("argmax", "argmin"):
         v = v.astype(node.dtype)  # (the accumulator's dtype: numpy's ``dtype=``)
     if np.shape(v) != child.shape:
@@ -338,17 +409,17 @@ def _positions(shape: tuple[int, ...], offsets: Sequence[int],
     return tuple(out)
 
 
-def _remap(node: Any, memo: dict[int, Any], rt: Any) -> np.ndarray:
+def _remap(node: Any, ev: _State) -> np.ndarray:
     _small_child(node.child)
-    child = np.broadcast_to(_value(node.child, memo, rt), node.child.shape)
+    child = np.broadcast_to(_value(node.child, ev), node.child.shape)
     return child[_positions(node.shape, node.offsets, node.coeffs)]
 
 
-def _gather(node: Any, memo: dict[int, Any], rt: Any) -> np.ndarray:
+def _gather(node: Any, ev: _State) -> np.ndarray:
     _small_child(node.child)
     _small_child(node.index)
-    child = np.broadcast_to(_value(node.child, memo, rt), node.child.shape)
-    index = np.asarray(_value(node.index, memo, rt)).astype(np.int64)
+    child = np.broadcast_to(_value(node.child, ev), node.child.shape)
+    index = np.asarray(_value(node.index, ev)).astype(np.int64)
     index = np.broadcast_to(index, node.index.shape)
     n = child.shape[node.axis]
     index = np.where(index < 0, index + n, index)
@@ -385,8 +456,8 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         rt.finish_queue(rt.queue)
         token = _errors.set(_QUIET) if _QUIET is not None else None
         try:
-            memo: dict[int, Any] = {}
-            values = [_value(r, memo, rt) for r in roots]
+            ev = _State(rt, _uses(roots) if size >= TRACK_USES_AT else None)
+            values = [_value(r, ev) for r in roots]
         except (_Unsupported, RecursionError, TypeError, ValueError):
             return None  # (nothing written yet: the kernels compute it, or report it)
         finally:
@@ -415,7 +486,7 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
 
 from . import evaluate as _evaluate  # noqa: E402  (it imports this module first)
 
-_caches.register("host_path.loops", _loop_ok.clear, lambda: len(_loop_ok),
+_caches.register("host_path.loops", _loop_fns.clear, lambda: len(_loop_fns),
                  why="one per operation and loop dtypes")
 _caches.register("host_path.mapped", clear, lambda: len(_mapped),
                  why="one map per OpenCL buffer read here; bounded by MAPPED_MAX_BYTES")

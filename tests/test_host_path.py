@@ -154,3 +154,28 @@ def test_limit_zero_runs_kernels(host, monkeypatch):
     np.testing.assert_array_equal((fl.asarray(np.arange(4.0)) + 1).get(), np.arange(4.0) + 1)
     s = fl.stats()
     assert s["host_evaluations"] == 0 and s["kernels_launched"] == 1
+
+
+def test_larger_expressions_let_go_of_temporaries(host, monkeypatch):
+    """From TRACK_USES_AT elements on, a value read once is let go (or computed into)
+    and one read twice is kept: the results stay numpy's."""
+    a = np.random.default_rng(4).random((13, 13, 13))
+
+    def expr(m, x):
+        t = x[1:-1, 1:-1, 1:-1] * 2.0  # read three times
+        stencil = 0.125 * (x[2:, 1:-1, 1:-1] - 2.0 * x[1:-1, 1:-1, 1:-1] + x[:-2, 1:-1, 1:-1])
+        return (t + t * 3.0 - m.sin(t)) / (stencil + 4.0) + m.sum(x[0] * x[1], axis=0)[1:-1]
+
+    def make():
+        x = fl.asarray(a)
+        out = fl.zeros_like(x)
+        out[1:-1, 1:-1, 1:-1] = expr(fl, x)
+        return out.get()
+
+    assert 11 ** 3 >= host_path.TRACK_USES_AT
+    on, off, stats = _both(make, monkeypatch)
+    ref = np.zeros_like(a)
+    ref[1:-1, 1:-1, 1:-1] = expr(np, a)
+    assert stats["kernels_launched"] == 0
+    np.testing.assert_array_equal(on, ref)
+    np.testing.assert_allclose(on, off, rtol=1e-12)
