@@ -490,10 +490,9 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device,
     case and reports every error.  ``fl.stats()`` counts as for :func:`run`.
     """
     operands = node.operands
-    if operands is None or len(shape) > 1 or capturing_threads[0] or recording_threads[0] \
-            or _prog.CHECK_STRUCTURE_CACHE or ((shape[0] if shape else 1) <= _host.HOST_MAX_WORK
-                                              and _host.host_device(device)):
-        return None  # (small work on a CPU device: run tries the host path first)
+    if operands is None or len(shape) > 1 or capturing_threads[0] \
+            or recording_threads[0] or _prog.CHECK_STRUCTURE_CACHE:
+        return None
     # found by signature and shape alone (the entry's picker checks that the operands
     # repeat as its program needs: see expr.program.flat_entries)
     entry = flat_entries.get((node.sig, shape))

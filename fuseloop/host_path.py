@@ -58,7 +58,14 @@ from .runtime.devices import Device, _runtime
 #: included) an evaluation may have to run here; measured on this project's 2-core
 #: CI machine (benchmarks/host_path_threshold.py): below ~16k elements numpy's
 #: single-threaded loops beat a launch on PoCL for the common statements
-HOST_MAX_WORK = 1 << 14
+HOST_MAX_WORK = 4096
+#: a flat elementwise structure (``(x * 2 + y).eval()``) evaluated here this many times
+#: gets its kernel built instead: a cached kernel's launch costs ~2.5x less CPU than
+#: the host path (same benchmark), which pays back a disk-cached kernel's load
+#: (~20 ms) after about this many evaluations; loops whose statements differ in
+#: their offsets (different structures) stay here
+FLAT_REPEATS_FOR_KERNEL = 1024
+FLAT_COUNTS_MAX = 4096
 _env = os.environ.get("FUSELOOP_HOST_PATH", "").strip().lower()
 if _env:  # an integer (the limit; 0: off), or a word
     HOST_MAX_WORK = int(_env) if _env.isdigit() else \
@@ -98,6 +105,8 @@ _REDUCERS = {"sum": np.add.reduce, "prod": np.multiply.reduce, "max": np.maximum
              "min": np.minimum.reduce, "any": np.logical_or.reduce,
              "all": np.logical_and.reduce}
 _EMPTY_OK = frozenset(("sum", "prod", "any", "all"))  # (reductions with an identity)
+# (flat structure's signature, shape) -> evaluations here (see FLAT_REPEATS_FOR_KERNEL)
+_flat_counts: dict[tuple, int] = {}
 # (op, loop key) -> the function computing it here, or False (see _loop_fn)
 _loop_fns: dict[tuple, Any] = {}
 
@@ -449,6 +458,14 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     for r in roots:
         if r.dtype.char not in _DTYPES:
             return None
+    if targets is None and len(out_shape) <= 1 and len(roots) == 1 and roots[0].sig:
+        key = (roots[0].sig, out_shape)
+        n = _flat_counts.get(key, 0) + 1
+        if n > FLAT_REPEATS_FOR_KERNEL:
+            return None  # (from now on its cached kernel: evaluate.run_flat)
+        if len(_flat_counts) >= FLAT_COUNTS_MAX:
+            _flat_counts.clear()
+        _flat_counts[key] = n
     rt = _runtime(device)
     with rt.launch_lock:  # (no other thread's launch lands between the wait and the writes)
         if rt.deferred:
@@ -488,5 +505,7 @@ from . import evaluate as _evaluate  # noqa: E402  (it imports this module first
 
 _caches.register("host_path.loops", _loop_fns.clear, lambda: len(_loop_fns),
                  why="one per operation and loop dtypes")
+_caches.register("host_path.flat_counts", _flat_counts.clear, lambda: len(_flat_counts),
+                 FLAT_COUNTS_MAX)
 _caches.register("host_path.mapped", clear, lambda: len(_mapped),
                  why="one map per OpenCL buffer read here; bounded by MAPPED_MAX_BYTES")

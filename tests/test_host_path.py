@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
+from fuseloop import caches as fl_caches
 from fuseloop import host_path
 
 
@@ -20,6 +21,8 @@ def host(cpu, monkeypatch):
     if not host_path.host_device(cpu):
         pytest.skip(f"{cpu.name}: not a device whose buffers numpy may use")
     monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 14)
+    # (no kernel plan kept from another test: a cached flat kernel runs in its place)
+    fl_caches.clear()
     return cpu
 
 
@@ -179,3 +182,13 @@ def test_larger_expressions_let_go_of_temporaries(host, monkeypatch):
     assert stats["kernels_launched"] == 0
     np.testing.assert_array_equal(on, ref)
     np.testing.assert_allclose(on, off, rtol=1e-12)
+
+
+def test_a_repeated_flat_evaluation_moves_to_its_kernel(host, monkeypatch):
+    monkeypatch.setattr(host_path, "FLAT_REPEATS_FOR_KERNEL", 3)
+    x = fl.asarray(np.arange(8.0))
+    fl.reset_stats()
+    for _ in range(5):
+        np.testing.assert_array_equal((x * 3 + 1).get(), np.arange(8.0) * 3 + 1)
+    s = fl.stats()
+    assert s["host_evaluations"] == 3 and s["kernels_launched"] == 2
