@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
-from fuseloop import caches as fl_caches
 from fuseloop import host_path
 
 
@@ -22,7 +21,7 @@ def host(cpu, monkeypatch):
         pytest.skip(f"{cpu.name}: not a device whose buffers numpy may use")
     monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 14)
     # (no kernel plan kept from another test: a cached flat kernel runs in its place)
-    fl_caches.clear()
+    fl.clear_caches()
     return cpu
 
 
