@@ -501,6 +501,23 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     return outs
 
 
+def read(leaf: Node, device: Device) -> np.ndarray | None:
+    """A new host array holding the elements of the concrete array ``leaf`` (any view),
+    copied from host memory once the device's queue is finished; None unless small
+    and on a device whose buffers numpy may use (the caller then reads with a copy
+    command, which costs a wait on its event: 30-60 us on PoCL)."""
+    size = _size(leaf.shape)
+    if not size or size > HOST_MAX_WORK or type(leaf) is not Leaf \
+            or leaf.dtype.char not in _DTYPES or not host_device(device):
+        return None
+    rt = _runtime(device)
+    with rt.launch_lock:
+        if rt.deferred:
+            rt.flush()
+        rt.finish_queue(rt.queue)
+        return np.array(_value(leaf, _State(rt, None)))
+
+
 from . import evaluate as _evaluate  # noqa: E402  (it imports this module first)
 
 _caches.register("host_path.loops", _loop_fns.clear, lambda: len(_loop_fns),

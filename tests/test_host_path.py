@@ -191,3 +191,20 @@ def test_a_repeated_flat_evaluation_moves_to_its_kernel(host, monkeypatch):
         np.testing.assert_array_equal((x * 3 + 1).get(), np.arange(8.0) * 3 + 1)
     s = fl.stats()
     assert s["host_evaluations"] == 3 and s["kernels_launched"] == 2
+
+
+def test_small_reads_come_from_host_memory(host, monkeypatch):
+    """``get``, ``float`` and ``bool`` of a small array read its host memory after the
+    queue has finished (here after a kernel that wrote it), views included."""
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 64)
+    big = fl.asarray(np.arange(1000.0))
+    y = (big * 3).eval()           # a kernel (above the limit)
+    import pyopencl as cl
+
+    copies = []
+    real = cl.enqueue_copy
+    monkeypatch.setattr(cl, "enqueue_copy", lambda *a, **k: copies.append(1) or real(*a, **k))
+    np.testing.assert_array_equal(y[10:20:3].get(), np.arange(1000.0)[10:20:3] * 3)
+    assert float(y[999]) == 2997.0 and bool(y[1] > 2) and not copies
+    np.testing.assert_array_equal(y[:100].get(), np.arange(100.0) * 3)  # (a copy command)
+    assert copies
