@@ -634,7 +634,10 @@ class Array(ArrayProtocol):
         _setitem(self, key, value, held)
 
     def _inplace(self, op: str, other: Any) -> Array:
-        node, _ = build_node(op, (self, other))
+        # the operator's lean path (its temporary array is let go at once: a held one
+        # would count as a lazy reader of the buffer written here)
+        node = apply_op(op, self, other)._node if type(other) in _LEAN_OTHER and \
+            not _multi_hooks.TYPES else build_node(op, (self, other))[0]
         if not np.can_cast(node.dtype, self.dtype, "same_kind"):
             raise DTypeError(
                 f"cannot cast ufunc {op!r} output from {node.dtype} to {self.dtype} "
@@ -781,6 +784,8 @@ for _name, _op in [("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
     setattr(Constant, f"__r{_name}__", _constant_binary(_op, True))
 
 
+# in-place operands taken by the lean operator path (anything else: build_node)
+_LEAN_OTHER = frozenset((Array, int, float))
 # (at the end: the assignment module reads this one's names at import)
 from .assignment import NodeValue, assign  # noqa: E402
 from .ops.indexing import getitem as _getitem  # noqa: E402
