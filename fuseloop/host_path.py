@@ -467,6 +467,11 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             _flat_counts.clear()
         _flat_counts[key] = n
     rt = _runtime(device)
+    if rt.deferred:
+        # small launches wait to be enqueued together (a statement here would enqueue
+        # and wait for them one by one): this one joins them (a loop mixing complex or
+        # user-function statements with others stays on the kernels)
+        return None
     with rt.launch_lock:  # (no other thread's launch lands between the wait and the writes)
         if rt.deferred:
             rt.flush()
