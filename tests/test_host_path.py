@@ -197,15 +197,16 @@ def test_small_reads_come_from_host_memory(host, monkeypatch):
     """``get``, ``float`` and ``bool`` of a small array read its host memory after the
     queue has finished (here after a kernel that wrote it), views included."""
     monkeypatch.setattr(host_path, "HOST_MAX_WORK", 64)
-    big = fl.asarray(np.arange(1000.0))
-    y = (big * 3).eval()           # a kernel (above the limit)
+    n = 40000  # (a kernel enqueued at once: above the limit and too large to defer)
+    big = fl.asarray(np.arange(float(n)))
+    y = (big * 3).eval()
     import pyopencl as cl
 
     copies = []
     real = cl.enqueue_copy
     monkeypatch.setattr(cl, "enqueue_copy", lambda *a, **k: copies.append(1) or real(*a, **k))
-    np.testing.assert_array_equal(y[10:20:3].get(), np.arange(1000.0)[10:20:3] * 3)
-    assert float(y[999]) == 2997.0 and bool(y[1] > 2) and not copies
+    np.testing.assert_array_equal(y[10:20:3].get(), np.arange(n)[10:20:3] * 3.0)
+    assert float(y[n - 1]) == 3.0 * (n - 1) and bool(y[1] > 2) and not copies
     np.testing.assert_array_equal(y[:100].get(), np.arange(100.0) * 3)  # (a copy command)
     assert copies
 
