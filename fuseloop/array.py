@@ -34,6 +34,7 @@ from .expr.nodes import (
     scalar_sig,
     signature_of,
 )
+from .host_path import read as host_read
 from .runtime.devices import Device
 from .runtime.transfer import read
 from .trace_hooks import ScalarStandIn, check_traced, trace_checks
@@ -190,17 +191,16 @@ def _signed_loop(op: str, an: Node, bn: Node | None, sa: int, sb: Any,
     return hit
 
 
+# The common cases of an operator (array with array, array with Python scalar) are
+# kept lean, as this runs for every operator: the scalar node, the operation node and
+# the array are built in place (``Scalar.__init__``, :class:`Apply` with its signature
+# and :func:`_lazy_array`, inline), in the method's own frame: a helper would cost
+# every operator a call.  One look-up by the operands' signatures (see
+# :mod:`fuseloop.expr.nodes`) gives the loop dtypes, the shape and the result's
+# signature.  Attributes are set at most three a line (no tuple is built for those).
 def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
-    """The operator method of the numpy ufunc ``op`` (``x + y``, ``2 * x``, ...).
-
-    The common cases (array with array, array with Python scalar) are kept lean,
-    as this runs for every operator: the scalar node, the operation node and the
-    array are built in place (``Scalar.__init__``, :class:`Apply` with its
-    signature and :func:`_lazy_array`, inline), in the method's own frame.  One
-    look-up by the operands' signatures (see :mod:`fuseloop.expr.nodes`) gives
-    the loop dtypes, the shape and the result's signature.  Everything else goes
-    to :func:`_apply_general`.
-    """
+    """The operator method of the numpy ufunc ``op`` (``x + y``, ``2 * x``, ...); what
+    is not an array with an array or a Python scalar goes to :func:`_apply_general`."""
     def binary(a: Any, b: Any) -> Any:
         if reflected:
             a, b = b, a
@@ -254,36 +254,20 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
         else:
             return _apply_general(op, (a, b))
         node = _new_node(Apply)
-        node.op = op
-        node.args = (an, bn)
-        node.loop = loop
-        node.loop_key = key
-        node.dtype = dtype = loop[-1]
-        node.shape = shape
-        if not sig:
-            operands = None
-        elif len(operands) > MAX_OPERANDS:
+        node.op, node.args, node.loop = op, (an, bn), loop
+        node.loop_key, node.dtype, node.shape = key, loop[-1], shape
+        if sig and len(operands) > MAX_OPERANDS:
             sig = 0
-            operands = None
-        node.sig = sig
-        node.operands = operands
+        node.sig, node.operands = sig, operands if sig else None
         sa = an.storages
         sb = bn.storages
-        if sb is sa or not sb:
-            node.storages = storages = sa
-        elif not sa or sa < sb:
-            node.storages = storages = sb
-        elif sb <= sa:
-            node.storages = storages = sa
-        else:
-            node.storages = storages = sa | sb
+        # (the union only when neither holds the other: most operands share buffers)
+        node.storages = storages = sa if sb is sa or not sb else sb if not sa or sa < sb \
+            else sa if sb <= sa else sa | sb
         node.fancy = False if sig else an.fancy or bn.fancy  # (signed: elementwise)
         self = _new_node(Array)
-        self._storage = None
-        self._node = node
-        self.device = device
-        self.dtype = dtype
-        self._shape = shape
+        self._storage, self._node, self.device = None, node, device
+        self.dtype, self._shape = node.dtype, shape
         if storages:
             recent_lazy.append(self)
             if len(recent_lazy) >= RECENT_LAZY_MAX:
@@ -544,6 +528,9 @@ class Array(ArrayProtocol):
         if trace_checks:
             check_traced(self, ".get()")
         self.eval()
+        small = host_read(self._node, self.device)  # (a small array on the CPU: no copy
+        if small is not None:                       # command, no wait on an event)
+            return small
         host = np.empty(self.shape, self.dtype)
         if host.size:  # (read enqueues the deferred launches first)
             storage = self._storage
@@ -650,7 +637,10 @@ class Array(ArrayProtocol):
         _setitem(self, key, value, held)
 
     def _inplace(self, op: str, other: Any) -> Array:
-        node, _ = build_node(op, (self, other))
+        # the operator's lean path (its temporary array is let go at once: a held one
+        # would count as a lazy reader of the buffer written here)
+        node = apply_op(op, self, other)._node if type(other) in _LEAN_OTHER and \
+            not _multi_hooks.TYPES else build_node(op, (self, other))[0]
         if not np.can_cast(node.dtype, self.dtype, "same_kind"):
             raise DTypeError(
                 f"cannot cast ufunc {op!r} output from {node.dtype} to {self.dtype} "
@@ -782,6 +772,10 @@ class Array(ArrayProtocol):
     def __abs__(self) -> Array: return apply_op("absolute", self)
     def __invert__(self) -> Array: return apply_op("invert", self)
     # }}}
+
+
+# in-place operands taken by the lean operator path (anything else: build_node)
+_LEAN_OTHER = frozenset((Array, int, float))
 
 
 # (at the end: the assignment module reads this one's names at import)

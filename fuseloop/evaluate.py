@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from . import host_path as _host
 from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
 from .errors import DeviceMemoryError, OutOfMemoryError
@@ -492,8 +493,8 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device,
     if operands is None or len(shape) > 1 or capturing_threads[0] \
             or recording_threads[0] or _prog.CHECK_STRUCTURE_CACHE:
         return None
-    # found by signature and shape alone: the entry's picker checks that the operands
-    # repeat as its program needs (see expr.program.flat_entries)
+    # found by signature and shape alone (the entry's picker checks that the operands
+    # repeat as its program needs: see expr.program.flat_entries)
     entry = flat_entries.get((node.sig, shape))
     if entry is None:
         return None
@@ -553,7 +554,9 @@ def run_into(node: Node, shape: tuple[int, ...], device: Device, into: Storage) 
     aliasing to check and no run plan to look up.  Anything else goes to :func:`run`.
     """
     if node.fancy or len(shape) > 1 or node.shape != shape or into in node.storages \
-            or into.nbytes != (shape[0] if shape else 1) * node.dtype.itemsize:
+            or into.nbytes != (shape[0] if shape else 1) * node.dtype.itemsize \
+            or ((shape[0] if shape else 1) <= _host.HOST_MAX_WORK
+                and _host.host_device(device)):  # (run tries the host path first)
         run([node], shape, device, [into])
         return
     if into.nbytes and run_flat(node, shape, device, into) is None:
@@ -584,6 +587,9 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     is written through a temporary, so no element is read after it was
     overwritten.
     """
+    done = _host.try_run(roots, out_shape, device, targets)  # (small work on a CPU: numpy)
+    if done is not None:
+        return done
     if targets is None and len(roots) == 1 and len(out_shape) <= 1 and not roots[0].fancy:
         # the hot path: one flat elementwise result into a new buffer
         root = roots[0]

@@ -15,6 +15,7 @@ COUNTER_NAMES = (
     "disk_cache_hits",
     "disk_cache_misses",
     "builds_overlapped",    # kernel builds started while another build of this process ran
+    "host_evaluations",     # small evaluations numpy computed in host memory: host_path.py
 )
 
 counters: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)

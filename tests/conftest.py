@@ -11,6 +11,9 @@ import pytest
 os.environ.setdefault("FUSELOOP_CACHE_DIR", tempfile.mkdtemp(prefix="fuseloop-test-cache-"))
 # no "building a kernel ..." lines from slow builds (tests/test_cold_start.py turns them on)
 os.environ.setdefault("FUSELOOP_PROGRESS", "0")
+# the tests exercise kernels: small evaluations on the CPU would otherwise run through
+# numpy in host memory (fuseloop.host_path; tests/test_host_path.py turns it on)
+os.environ.setdefault("FUSELOOP_HOST_PATH", "0")
 
 import fuseloop as fl
 

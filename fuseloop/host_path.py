@@ -1,0 +1,533 @@
+"""Small evaluations on a CPU device, computed by numpy in the buffers' host memory.
+
+On PoCL's CPU device a kernel launch costs the host 25-60 us (binding, enqueueing,
+waking the driver's worker threads), where numpy does a statement on a few hundred
+elements in 1-5 us; a Python loop of small statements (``A[i, j] -= A[i, :j] @
+A[:j, j]``) was 50-200x slower than numpy.  The device's buffers are host memory, so
+an evaluation whose work is small (:data:`HOST_MAX_WORK` elements, measured by
+``benchmarks/host_path_threshold.py``) runs here instead: each buffer is mapped once
+(a persistent, zero-copy map kept per OpenCL buffer, see :func:`host_bytes`), leaves
+become numpy views of it, and the expression is computed with numpy ufuncs on the
+operation's own loop dtypes (numpy's promotion is what fuseloop's loops follow), then
+written to the target view or a new pooled buffer.  Nothing is built or enqueued.
+
+What runs here is exactly what the kernels compute, up to float rounding where
+numpy and OpenCL's math library legitimately differ (transcendental functions, the
+order of a sum).  Anything else goes to the kernels: complex and float16 dtypes,
+user functions, sparse products, masks and scatters, operations whose integer
+semantics numpy defines differently (integer ``power``), a checked gather with an
+index out of range (the kernel path reports it), and every evaluation while
+``fl.show_code`` captures or a run plan records.  Before touching host memory the
+device's deferred launches are enqueued and its queue finished (``clFinish`` on an
+idle queue costs 0.1 us); all values are computed before anything is written, so a
+target read through another view sees its old elements, as with the kernels.
+
+``fl.stats()["host_evaluations"]`` counts the evaluations done here.  The
+environment variable ``FUSELOOP_HOST_PATH`` sets :data:`HOST_MAX_WORK` (``0``:
+everything runs as kernels, as the test suite does for the kernels' own tests).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import caches as _caches
+from . import stats as _stats
+from .expr.nodes import (
+    Apply,
+    Concat,
+    Gather,
+    Iota,
+    Leaf,
+    Literal,
+    Node,
+    Reduce,
+    Remap,
+    Scalar,
+    Storage,
+    c_strides,
+)
+from .expr.program import Target
+from .runtime.devices import Device, _runtime
+
+#: the most elements of work (the sizes of every computed node, a reduction's input
+#: included) an evaluation may have to run here; measured on this project's 2-core
+#: CI machine (benchmarks/host_path_threshold.py): below ~16k elements numpy's
+#: single-threaded loops beat a launch on PoCL for the common statements
+HOST_MAX_WORK = 4096
+#: a flat elementwise structure (``(x * 2 + y).eval()``) evaluated here this many times
+#: gets its kernel built instead: a cached kernel's launch costs ~2.5x less CPU than
+#: the host path (same benchmark), which pays back a disk-cached kernel's load
+#: (~20 ms) after about this many evaluations; loops whose statements differ in
+#: their offsets (different structures) stay here
+FLAT_REPEATS_FOR_KERNEL = 1024
+FLAT_COUNTS_MAX = 4096
+_env = os.environ.get("FUSELOOP_HOST_PATH", "").strip().lower()
+if _env:  # an integer (the limit; 0: off), or a word
+    HOST_MAX_WORK = int(_env) if _env.isdigit() else \
+        0 if _env in ("off", "no", "false") else HOST_MAX_WORK
+#: from this many output elements on, an evaluation lets go of each intermediate value
+#: once read (and computes into it where it can): kept all at once, a 16-operation
+#: stencil's temporaries outgrew the cache and ran 4x slower than numpy's own
+TRACK_USES_AT = 1024
+#: bytes of buffers kept mapped; all maps are dropped when reached
+MAPPED_MAX_BYTES = 256 << 20
+
+# dtypes computed here: numpy's and the kernels' arithmetic agree on them
+_DTYPES = frozenset("?bBhHiIlLqQfd")
+_FLOAT = frozenset("fd")
+_INT = frozenset("bBhHiIlLqQ")
+
+# operation name -> (numpy ufunc, which loops it may take here: "any" (bool, integer
+# or float), "num" (integer or float), "int" (integer or bool), "float")
+_UFUNCS: dict[str, tuple[Any, str]] = {}
+for _name in ("add", "subtract", "multiply", "minimum", "maximum", "fmin", "fmax",
+              "logical_and", "logical_or", "logical_xor", "logical_not", "absolute"):
+    _UFUNCS[_name] = (getattr(np, _name), "any")
+for _name in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"):
+    _UFUNCS[_name] = (getattr(np, _name), "cmp")
+for _name in ("negative", "square", "sign", "floor_divide", "remainder", "fmod"):
+    _UFUNCS[_name] = (getattr(np, _name), "num")
+for _name in ("bitwise_and", "bitwise_or", "bitwise_xor", "invert"):
+    _UFUNCS[_name] = (getattr(np, _name), "int")
+for _name in ("left_shift", "right_shift"):
+    _UFUNCS[_name] = (getattr(np, _name), "intonly")
+for _name in ("true_divide", "power", "sin", "cos", "tan", "arcsin", "arccos", "arctan",
+              "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "exp", "exp2",
+              "expm1", "log", "log2", "log10", "log1p", "sqrt", "cbrt", "floor", "ceil",
+              "trunc", "rint", "copysign", "hypot", "arctan2", "isnan", "isinf", "isfinite"):
+    _UFUNCS[_name] = (getattr(np, _name), "float")
+_REDUCERS = {"sum": np.add.reduce, "prod": np.multiply.reduce, "max": np.maximum.reduce,
+             "min": np.minimum.reduce, "any": np.logical_or.reduce,
+             "all": np.logical_and.reduce}
+_EMPTY_OK = frozenset(("sum", "prod", "any", "all"))  # (reductions with an identity)
+# (flat structure's signature, shape) -> evaluations here (see FLAT_REPEATS_FOR_KERNEL)
+_flat_counts: dict[tuple, int] = {}
+# (op, loop key) -> the function computing it here, or False (see _loop_fn)
+_loop_fns: dict[tuple, Any] = {}
+
+# numpy's error state (floating-point warnings off, as in a kernel) set directly:
+# ``np.errstate`` costs 3.5 us per use
+_errors: Any = None
+_QUIET: Any = None
+try:
+    from numpy._core import umath as _umath
+
+    _errors = _umath._extobj_contextvar
+    _QUIET = _umath._make_extobj(all="ignore")
+except (ImportError, AttributeError):  # (another numpy: warnings as numpy gives them)
+    pass
+
+
+class _Unsupported(Exception):
+    """The evaluation cannot run here (the kernels do it)."""
+
+
+def _check_loop(op: str, chars: tuple[str, ...]) -> bool:
+    if not all(c in _DTYPES for c in chars):
+        return False
+    if op in ("cast", "where", "positive"):
+        return True
+    hit = _UFUNCS.get(op)
+    if hit is None:
+        return False
+    kind = hit[1]
+    ins = chars[:-1]
+    if kind == "any":
+        return True
+    if kind == "cmp":  # (mixed signed/unsigned comparisons: numpy's loops differ by version)
+        return len({np.dtype(c).kind for c in ins}) == 1
+    if kind == "num":
+        return all(c != "?" for c in ins)
+    if kind == "int":
+        return all(c in _INT or c == "?" for c in ins)
+    if kind == "intonly":
+        return all(c in _INT for c in ins)
+    return all(c in _FLOAT for c in ins)  # "float" (integer power: numpy raises on b < 0)
+
+
+# {{{ which devices, how much work
+
+
+_host_devices: dict[int, bool] = {}
+
+
+def host_device(device: Device) -> bool:
+    """Whether ``device``'s buffers are host memory that numpy may use directly: PoCL's
+    CPU device (its buffers, mapped once, stay coherent with its kernels)."""
+    ok = _host_devices.get(device.index)
+    if ok is None:
+        ok = _host_devices[device.index] = (
+            device.type == "cpu" and device.backend == "opencl"
+            and "pocl" in (device.runtime + device.platform).lower())
+    return ok
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    n = 1
+    for k in shape:
+        n *= k
+    return n
+
+
+# }}}
+
+
+# {{{ host views of buffers
+
+# cl_mem handle -> its bytes, mapped (a pooled block is mapped once and reused by
+# every buffer the pool hands out from it; the map holds the block, so its handle
+# cannot be reused by another buffer while it is here)
+_mapped: dict[int, np.ndarray] = {}
+_mapped_bytes = [0]
+
+
+def host_bytes(storage: Storage, rt: Any) -> np.ndarray:
+    """The bytes of ``storage``'s buffer as a writable uint8 array (the device's own
+    memory: PoCL maps a CPU buffer without a copy, and the map stays valid while
+    kernels use the buffer).  The caller has finished the device's queue."""
+    buf = storage.buffer
+    key = buf.int_ptr
+    got = _mapped.get(key)
+    if got is not None and got.nbytes >= storage.nbytes:
+        return got
+    import pyopencl as cl
+
+    size = buf.get_info(cl.mem_info.SIZE)
+    if _mapped_bytes[0] + size > MAPPED_MAX_BYTES:
+        clear()
+    flags: Any = cl.map_flags.READ | cl.map_flags.WRITE
+    mapped: Any = cl.enqueue_map_buffer(rt.queue, buf, flags, 0, (size,),
+                                        np.dtype(np.uint8), is_blocking=True)
+    got = mapped[0]
+    _mapped[key] = got
+    _mapped_bytes[0] += size
+    return got
+
+
+def clear() -> None:
+    """Drop every kept map (pyopencl unmaps each as it goes)."""
+    _mapped.clear()
+    _mapped_bytes[0] = 0
+
+
+def _view(storage: Storage, rt: Any, dtype: np.dtype, shape: tuple[int, ...],
+          strides: tuple[int, ...], offset: int) -> np.ndarray:
+    size = dtype.itemsize
+    return np.ndarray(shape, dtype, host_bytes(storage, rt), offset * size,
+                      tuple(s * size for s in strides))
+
+
+# }}}
+
+
+# {{{ evaluation
+
+
+class _State:
+    """One evaluation's values (of the nodes read more than once) and the device's
+    runtime; ``uses``: how many parents read each node, or None (every value is kept:
+    small arrays, where counting would cost more than keeping them)."""
+
+    __slots__ = ("memo", "rt", "uses")
+
+    def __init__(self, rt: Any, uses: dict[int, int] | None) -> None:
+        self.memo: dict[int, Any] = {}
+        self.rt = rt
+        self.uses = uses
+
+
+def _uses(roots: Sequence[Node]) -> dict[int, int]:
+    """How many times each node is read by a parent (or is a root)."""
+    uses: dict[int, int] = {}
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        key = id(node)
+        seen = key in uses
+        uses[key] = uses.get(key, 0) + 1
+        if seen:
+            continue
+        cls = type(node)
+        if cls is Apply:
+            stack.extend(node.args)  # type: ignore[attr-defined]
+        elif cls is Reduce or cls is Remap:
+            stack.append(node.child)  # type: ignore[attr-defined]
+        elif cls is Gather:
+            stack.append(node.child)  # type: ignore[attr-defined]
+            stack.append(node.index)  # type: ignore[attr-defined]
+        elif cls is Concat:
+            stack.extend(node.pieces)  # type: ignore[attr-defined]
+    return uses
+
+
+def _value(node: Node, ev: _State) -> Any:
+    """``node``'s value: an array broadcastable to its shape, or a numpy scalar.
+    Raises _Unsupported for what is not computed here (checked as it goes: the
+    common expression is small, and a second walk to check it first cost more)."""
+    cls = type(node)
+    if cls is Leaf:
+        leaf: Any = node
+        dtype = leaf.dtype
+        if dtype.char not in _DTYPES:
+            raise _Unsupported
+        st = leaf.strides
+        size = dtype.itemsize
+        return np.ndarray(leaf.shape, dtype, host_bytes(leaf.storage, ev.rt), leaf.offset * size,
+                          None if st is None else tuple([s * size for s in st]))
+    if cls is Scalar or cls is Literal:
+        if node.dtype.char not in _DTYPES:
+            raise _Unsupported
+        return node.value  # type: ignore[attr-defined]
+    key = id(node)
+    memo = ev.memo
+    got = memo.get(key)
+    if got is not None:
+        return got
+    out: Any
+    if cls is Apply:
+        out = _apply(node, ev)
+    elif cls is Reduce:
+        out = _reduce(node, ev)
+    elif cls is Iota:
+        out = _iota(node)
+    elif cls is Remap:
+        out = _remap(node, ev)
+    elif cls is Gather:
+        out = _gather(node, ev)
+    elif cls is Concat:
+        pieces = [np.broadcast_to(_value(p, ev), p.shape)
+                  for p in node.pieces]  # type: ignore[attr-defined]
+        out = np.concatenate(pieces, axis=node.axis)  # type: ignore[attr-defined]
+    else:  # user functions, sparse products, pointers
+        raise _Unsupported
+    uses = ev.uses
+    if uses is None or uses[key] > 1:  # (values read once are let go as soon as read)
+        memo[key] = out
+    return out
+
+
+def _small_child(child: Node) -> None:
+    """Raise _Unsupported unless computing ``child`` (read in full) is small work."""
+    if type(child) is not Leaf and _size(child.shape) > HOST_MAX_WORK:
+        raise _Unsupported
+
+
+def _apply(node: Any, ev: _State) -> Any:
+    op = node.op
+    fn = _loop_fns.get((op, node.loop_key))
+    if fn is None:
+        fn = _loop_fns[(op, node.loop_key)] = _loop_fn(op, node.loop_key)
+    if fn is False or type(node) is not Apply:
+        raise _Unsupported
+    loop = node.loop
+    args = []
+    a: Any
+    for a, dt in zip(node.args, loop):
+        # (leaves and scalars, the commonest arguments, without a call of _value)
+        cls = type(a)
+        if cls is Leaf and a.dtype is dt:
+            st = a.strides
+            size = dt.itemsize
+            v = np.ndarray(a.shape, dt, host_bytes(a.storage, ev.rt), a.offset * size,
+                           None if st is None else tuple([s * size for s in st]))
+        elif cls is Scalar and a.dtype is dt:
+            v = a.value
+        else:
+            v = _value(a, ev)
+            vt = v.dtype
+            # (numpy's loop: operands cast to its dtypes first; builtin dtypes are
+            # singletons, so the identity test is the common answer)
+            if vt is not dt and vt != dt:
+                v = v.astype(dt)
+        args.append(v)
+    out_dt = loop[-1]
+    if ev.uses is not None and type(fn) is np.ufunc:
+        # an argument computed here, read by this node only, of the result's shape and
+        # dtype holds the result (numpy's own operators elide such temporaries)
+        for k, a in enumerate(node.args):
+            v = args[k]
+            if type(v) is np.ndarray and ev.uses.get(id(a)) == 1 and v.base is None \
+                    and v.dtype is out_dt and v.shape == node.shape and type(a) is not Leaf:
+                return fn(*args, out=v)
+    out = fn(*args)
+    vt = out.dtype
+    return out if vt is out_dt or vt == out_dt else out.astype(out_dt)
+
+
+def _loop_fn(op: str, chars: tuple[str, ...]) -> Any:
+    """The function computing ``op`` on operands of its loop's dtypes, or False."""
+    if not _check_loop(op, chars):
+        return False
+    if op == "cast" or op == "positive":  # (positive: also the broadcast of a view)
+        out = np.dtype(chars[-1])
+        return lambda a: np.array(a, dtype=out)  # (a copy: never the buffer itself)
+    return np.where if op == "where" else _UFUNCS[op][0]
+
+
+def _reduce(node: Any, ev: _State) -> Any:
+    child = node.child
+    n = _size(child.shape)
+    if node.dtype.char not in _DTYPES or n > HOST_MAX_WORK or (
+            n == 0 and node.op not in _EMPTY_OK):
+        raise _Unsupported  # (large, or an empty max or argmax: the kernels' answer)
+    v = _value(child, ev)
+    if v.dtype != node.dtype and node.op not in ("argmax", "argmin"):
+        v = v.astype(node.dtype)  # (the accumulator's dtype: numpy's ``dtype=``)
+    if np.shape(v) != child.shape:
+        v = np.broadcast_to(v, child.shape)
+    op, axes = node.op, node.axes
+    if op in ("argmax", "argmin"):
+        out = (np.argmax if op == "argmax" else np.argmin)(v, axis=axes[0])
+        out = out.astype(node.dtype)
+    else:
+        out = _REDUCERS[op](v, axis=axes)
+        if out.dtype != node.dtype:
+            out = out.astype(node.dtype)
+    return np.reshape(out, node.shape)
+
+
+def _iota(node: Any) -> np.ndarray:
+    if node.dtype.char not in _DTYPES:
+        raise _Unsupported
+    shape = node.shape
+    out = np.full(shape, node.offset, dtype=node.dtype)
+    for d, (n, s) in enumerate(zip(shape, node.view_strides())):
+        if s and n > 1:
+            ix = [1] * len(shape)
+            ix[d] = n
+            out += (np.arange(n, dtype=node.dtype) * node.dtype.type(s)).reshape(ix)
+    return out
+
+
+def _positions(shape: tuple[int, ...], offsets: Sequence[int],
+               coeffs: Sequence[Sequence[int]]) -> tuple[np.ndarray, ...]:
+    """Index arrays of the child position each element of ``shape`` reads (a remap)."""
+    grids = np.ogrid[tuple(slice(0, n) for n in shape)] if shape else []
+    out = []
+    for off, row in zip(offsets, coeffs):
+        pos: Any = np.intp(off)
+        for g, c in zip(grids, row):
+            if c:
+                pos = pos + g * c
+        out.append(np.broadcast_to(pos, shape))
+    return tuple(out)
+
+
+def _remap(node: Any, ev: _State) -> np.ndarray:
+    _small_child(node.child)
+    child = np.broadcast_to(_value(node.child, ev), node.child.shape)
+    return child[_positions(node.shape, node.offsets, node.coeffs)]
+
+
+def _gather(node: Any, ev: _State) -> np.ndarray:
+    _small_child(node.child)
+    _small_child(node.index)
+    child = np.broadcast_to(_value(node.child, ev), node.child.shape)
+    index = np.asarray(_value(node.index, ev)).astype(np.int64)
+    index = np.broadcast_to(index, node.index.shape)
+    n = child.shape[node.axis]
+    index = np.where(index < 0, index + n, index)
+    if node.checked:
+        if index.size and (index.min() < 0 or index.max() >= n):
+            raise _Unsupported  # (the kernel path reports the index out of range)
+    else:
+        index = np.clip(index, 0, max(n - 1, 0))
+    return np.take(child, index, axis=node.axis)
+
+
+# }}}
+
+
+def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
+            targets: Sequence[Target | Storage | None] | None) -> list[Storage] | None:
+    """:func:`fuseloop.evaluate.run` done by numpy in host memory, or None (the caller
+    runs kernels) when the work is not small or not something computed here."""
+    size = _size(out_shape)
+    if not size or size > HOST_MAX_WORK or not host_device(device) \
+            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
+        return None  # (fl.show_code and run plans need the kernels)
+    if targets is not None:
+        for t in targets:
+            if type(t) is Target and (t.scatter is not None or t.mask is not None):
+                return None
+    for r in roots:
+        if r.dtype.char not in _DTYPES:
+            return None
+    if targets is None and len(out_shape) <= 1 and len(roots) == 1 and roots[0].sig:
+        key = (roots[0].sig, out_shape)
+        n = _flat_counts.get(key, 0) + 1
+        if n > FLAT_REPEATS_FOR_KERNEL:
+            return None  # (from now on its cached kernel: evaluate.run_flat)
+        if len(_flat_counts) >= FLAT_COUNTS_MAX:
+            _flat_counts.clear()
+        _flat_counts[key] = n
+    rt = _runtime(device)
+    if rt.deferred:
+        # small launches wait to be enqueued together (a statement here would enqueue
+        # and wait for them one by one): this one joins them (a loop mixing complex or
+        # user-function statements with others stays on the kernels)
+        return None
+    with rt.launch_lock:  # (no other thread's launch lands between the wait and the writes)
+        if rt.deferred:
+            rt.flush()
+        rt.finish_queue(rt.queue)
+        token = _errors.set(_QUIET) if _QUIET is not None else None
+        try:
+            ev = _State(rt, _uses(roots) if size >= TRACK_USES_AT else None)
+            values = [_value(r, ev) for r in roots]
+        except (_Unsupported, RecursionError, TypeError, ValueError):
+            return None  # (nothing written yet: the kernels compute it, or report it)
+        finally:
+            if token is not None:
+                _errors.reset(token)
+        if len(values) > 1 and targets is not None:
+            # a root read straight from a buffer that an earlier root's target writes
+            # must keep its old elements: take them before any write
+            values = [np.array(v) if type(r) is Leaf else v for v, r in zip(values, roots)]
+        outs: list[Storage] = []
+        for k, (r, v) in enumerate(zip(roots, values)):
+            t = targets[k] if targets is not None else None
+            if type(t) is Target and (t.strides is not None or t.offset):
+                s = t.storage
+                strides = t.strides if t.strides is not None else c_strides(out_shape)
+                dest = _view(s, rt, r.dtype, out_shape, strides, t.offset)
+            else:  # a new buffer, or all of one (C order)
+                s = _evaluate.allocate(size * r.dtype.itemsize, device) if t is None else \
+                    t.storage if type(t) is Target else t  # type: ignore[assignment]
+                dest = np.ndarray(out_shape, r.dtype, host_bytes(s, rt))
+            dest[...] = v  # (numpy copies through a temporary where the two overlap)
+            outs.append(s)
+    _stats.increment("host_evaluations")
+    return outs
+
+
+def read(leaf: Node, device: Device) -> np.ndarray | None:
+    """A new host array holding the elements of the concrete array ``leaf`` (any view),
+    copied from host memory once the device's queue is finished; None unless small
+    and on a device whose buffers numpy may use (the caller then reads with a copy
+    command, which costs a wait on its event: 30-60 us on PoCL)."""
+    size = _size(leaf.shape)
+    if not size or size > HOST_MAX_WORK or type(leaf) is not Leaf \
+            or leaf.dtype.char not in _DTYPES or not host_device(device):
+        return None
+    rt = _runtime(device)
+    if rt.deferred:  # (kernels to wait for: the copy command's polled wait is cheaper)
+        return None
+    with rt.launch_lock:
+        rt.finish_queue(rt.queue)
+        return np.array(_value(leaf, _State(rt, None)))
+
+
+from . import evaluate as _evaluate  # noqa: E402  (it imports this module first)
+
+_caches.register("host_path.loops", _loop_fns.clear, lambda: len(_loop_fns),
+                 why="one per operation and loop dtypes")
+_caches.register("host_path.flat_counts", _flat_counts.clear, lambda: len(_flat_counts),
+                 FLAT_COUNTS_MAX)
+_caches.register("host_path.mapped", clear, lambda: len(_mapped),
+                 why="one map per OpenCL buffer read here; bounded by MAPPED_MAX_BYTES")

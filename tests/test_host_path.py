@@ -1,0 +1,232 @@
+"""Small evaluations computed by numpy in a CPU device's host memory (fuseloop.host_path).
+
+The test session turns the host path off (tests/conftest.py) so that the other tests
+exercise kernels; here it is on, and every result is compared with numpy's and with
+the kernels' (the same expression evaluated with the host path off).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import host_path
+
+
+@pytest.fixture
+def host(cpu, monkeypatch):
+    """The CPU device with the host path on (skips where its buffers are not host memory)."""
+    if not host_path.host_device(cpu):
+        pytest.skip(f"{cpu.name}: not a device whose buffers numpy may use")
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 14)
+    # (no kernel plan kept from another test: a cached flat kernel runs in its place)
+    fl.clear_caches()
+    return cpu
+
+
+def _both(make, monkeypatch):
+    """``make()``'s result (host numpy arrays) with the host path on, then off."""
+    fl.reset_stats()
+    on = make()
+    on_stats = fl.stats()
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    off = make()
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 14)
+    return on, off, on_stats
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint8", "int64", "float32", "float64", "bool"])
+def test_elementwise_matches_kernels_and_numpy(host, monkeypatch, dtype):
+    rng = np.random.default_rng(1)
+    a = (rng.random(50) * 20 - (0 if dtype in ("uint8", "bool") else 10)).astype(dtype)
+    b = (rng.random(50) * 7 + 1).astype(dtype)
+
+    def exprs(m, x, y):
+        out = [x + y, x * y, m.maximum(x, y), x == y, x < y, m.where(x > y, x, y),
+               (x + 1.5) * 2, m.abs(x), x.astype(np.float32)]
+        if dtype != "bool":
+            out += [x - y, x // y, x % y, -x, x / y]
+        if dtype in ("int32", "int64", "uint8"):
+            out += [x & y, x ^ y, x << 3, x >> 2]
+        if dtype in ("float32", "float64"):
+            out += [m.sin(x), m.sqrt(m.abs(x)), x ** y, m.exp(x / 10)]
+        return out
+
+    def make():
+        x, y = fl.asarray(a), fl.asarray(b)
+        return [e.get() for e in exprs(fl, x, y)]
+
+    on, off, stats = _both(make, monkeypatch)
+    want = exprs(np, a, b)
+    assert stats["kernels_launched"] == 0 and stats["host_evaluations"] == len(want)
+    for got, kern, ref in zip(on, off, want):
+        assert got.dtype == ref.dtype == kern.dtype
+        assert got.shape == ref.shape
+        # identical to numpy; the kernels' transcendental functions may round differently
+        np.testing.assert_array_equal(got, ref)
+        np.testing.assert_allclose(got, kern, rtol=1e-6)
+
+
+def test_reductions_views_and_gathers(host, monkeypatch):
+    rng = np.random.default_rng(2)
+    a = rng.random((6, 7))
+    idx = np.array([0, -1, 3, 2])
+
+    def exprs(m, x, i):
+        return [x.sum(axis=0), x[::-1, 1:5].max(axis=1), x.T[2:, ::2] * 3, m.argmax(x, axis=1),
+                x.prod(axis=1, keepdims=True), m.take(x, i, axis=1) + 1, x[:, 2:].min(),
+                m.concatenate([x[:2], x[4:] * 2]), m.any(x > 0.9, axis=0),
+                m.sum(x[:, :0], axis=1)]
+
+    def make():
+        return [np.asarray(e.get()) for e in exprs(fl, fl.asarray(a), fl.asarray(idx))]
+
+    on, off, stats = _both(make, monkeypatch)
+    assert stats["kernels_launched"] == 0
+    for got, kern, ref in zip(on, off, exprs(np, a, idx)):
+        assert got.dtype == ref.dtype == kern.dtype and got.shape == ref.shape
+        np.testing.assert_allclose(got, ref, rtol=1e-12)
+        np.testing.assert_allclose(got, kern, rtol=1e-12)
+
+
+def test_in_place_updates_and_overlap(host, monkeypatch):
+    """The loops of NPBench's solvers: statements that read what they write."""
+    base = np.random.default_rng(3).random((8, 8)) + np.eye(8) * 8
+
+    def run(m, A):
+        for i in range(1, 8):
+            for j in range(i):
+                A[i, j] -= m.dot(A[i, :j], A[j, :j])
+                A[i, j] /= A[j, j]
+            A[i, 1:] += A[i, :-1] * 0.5   # reads elements the statement writes
+            A[i, :-1] = A[i, 1:]          # overlapping copy
+        A[2:5] = A[3:6, ::-1]             # overlapping rows, reversed
+        A[:, 1] = A[1]                    # a column from a row that crosses it
+        return A
+
+    def make():
+        return run(fl, fl.asarray(base.copy())).get()
+
+    on, off, stats = _both(make, monkeypatch)
+    ref = run(np, base.copy())
+    assert stats["kernels_launched"] == 0 and stats["host_evaluations"] > 0
+    np.testing.assert_allclose(on, ref, rtol=1e-12)
+    np.testing.assert_allclose(on, off, rtol=1e-12)
+
+
+def test_lazy_values_keep_their_inputs_old_elements(host):
+    x = fl.asarray(np.arange(10.0))
+    y = x * 2           # lazy: reads x's buffer
+    x[...] = -1.0       # computed on the host: y must still see the old x
+    np.testing.assert_array_equal(y.get(), np.arange(10.0) * 2)
+    a, b = fl.asarray(np.arange(5.0)), fl.asarray(np.ones(5))
+    fl.compute(a + b, a - b, out=(a, b))  # both read before either is written
+    np.testing.assert_array_equal(a.get(), np.arange(5.0) + 1)
+    np.testing.assert_array_equal(b.get(), np.arange(5.0) - 1)
+
+
+def test_kernels_and_host_work_interleave(host):
+    """A small host evaluation reads a large kernel's result after it has run, and a
+    kernel reads what the host wrote."""
+    n = 1 << 16  # above the host path's limit: a kernel
+    big = fl.asarray(np.arange(n, dtype=np.float64))
+    fl.reset_stats()
+    doubled = (big * 2).eval()
+    head = (doubled[:5] + 1).get()            # the host path, after the kernel
+    doubled[:3] = fl.asarray(np.full(3, 7.0))  # the host writes ...
+    total = float((doubled * 1).sum())          # ... and a kernel reads it
+    s = fl.stats()
+    assert s["kernels_launched"] >= 2 and s["host_evaluations"] >= 2
+    np.testing.assert_array_equal(head, np.arange(5) * 2.0 + 1)
+    ref = np.arange(n) * 2.0
+    ref[:3] = 7.0
+    assert total == pytest.approx(ref.sum(), rel=1e-12)
+
+
+def test_out_of_range_gather_still_raises(host):
+    x = fl.asarray(np.arange(6.0))
+    with pytest.raises(IndexError):
+        fl.take(x, fl.asarray(np.array([0, 9])), axis=0).get()
+
+
+def test_limit_zero_runs_kernels(host, monkeypatch):
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    fl.reset_stats()
+    np.testing.assert_array_equal((fl.asarray(np.arange(4.0)) + 1).get(), np.arange(4.0) + 1)
+    s = fl.stats()
+    assert s["host_evaluations"] == 0 and s["kernels_launched"] == 1
+
+
+def test_larger_expressions_let_go_of_temporaries(host, monkeypatch):
+    """From TRACK_USES_AT elements on, a value read once is let go (or computed into)
+    and one read twice is kept: the results stay numpy's."""
+    a = np.random.default_rng(4).random((13, 13, 13))
+
+    def expr(m, x):
+        t = x[1:-1, 1:-1, 1:-1] * 2.0  # read three times
+        stencil = 0.125 * (x[2:, 1:-1, 1:-1] - 2.0 * x[1:-1, 1:-1, 1:-1] + x[:-2, 1:-1, 1:-1])
+        return (t + t * 3.0 - m.sin(t)) / (stencil + 4.0) + m.sum(x[0] * x[1], axis=0)[1:-1]
+
+    def make():
+        x = fl.asarray(a)
+        out = fl.zeros_like(x)
+        out[1:-1, 1:-1, 1:-1] = expr(fl, x)
+        return out.get()
+
+    assert 11 ** 3 >= host_path.TRACK_USES_AT
+    on, off, stats = _both(make, monkeypatch)
+    ref = np.zeros_like(a)
+    ref[1:-1, 1:-1, 1:-1] = expr(np, a)
+    assert stats["kernels_launched"] == 0
+    np.testing.assert_array_equal(on, ref)
+    np.testing.assert_allclose(on, off, rtol=1e-12)
+
+
+def test_a_repeated_flat_evaluation_moves_to_its_kernel(host, monkeypatch):
+    monkeypatch.setattr(host_path, "FLAT_REPEATS_FOR_KERNEL", 3)
+    x = fl.asarray(np.arange(8.0))
+    fl.reset_stats()
+    for _ in range(5):
+        np.testing.assert_array_equal((x * 3 + 1).get(), np.arange(8.0) * 3 + 1)
+    s = fl.stats()
+    assert s["host_evaluations"] == 3 and s["kernels_launched"] == 2
+
+
+def test_small_reads_come_from_host_memory(host, monkeypatch):
+    """``get``, ``float`` and ``bool`` of a small array read its host memory after the
+    queue has finished (here after a kernel that wrote it), views included."""
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 64)
+    n = 40000  # (a kernel enqueued at once: above the limit and too large to defer)
+    big = fl.asarray(np.arange(float(n)))
+    y = (big * 3).eval()
+    import pyopencl as cl
+
+    copies = []
+    real = cl.enqueue_copy
+    monkeypatch.setattr(cl, "enqueue_copy", lambda *a, **k: copies.append(1) or real(*a, **k))
+    np.testing.assert_array_equal(y[10:20:3].get(), np.arange(n)[10:20:3] * 3.0)
+    assert float(y[n - 1]) == 3.0 * (n - 1) and bool(y[1] > 2) and not copies
+    np.testing.assert_array_equal(y[:100].get(), np.arange(100.0) * 3)  # (a copy command)
+    assert copies
+
+
+def test_statements_join_waiting_small_launches(host):
+    """While small kernel launches wait to be enqueued together (a complex statement's
+    here), a statement joins them as a kernel instead of flushing and waiting for them."""
+    z = fl.asarray(np.ones(8, np.complex128))
+    x = fl.asarray(np.arange(8.0))
+    for _ in range(2):  # (the second launch of a cached structure is deferred)
+        (z * 2).eval()
+        (x + 1).eval()
+    fl.synchronize()
+    fl.reset_stats()
+    w = (z * 2).eval()
+    y = (x + 1).eval()
+    s = fl.stats()
+    assert s["host_evaluations"] == 0 and s["kernels_launched"] == 2
+    np.testing.assert_array_equal(y.get(), np.arange(8.0) + 1)
+    np.testing.assert_array_equal(w.get(), np.full(8, 2 + 0j))
+    # nothing waits now (a structure with a kept kernel plan would take its kernel)
+    np.testing.assert_array_equal((x * 3).get(), np.arange(8.0) * 3)
+    assert fl.stats()["host_evaluations"] == 1
