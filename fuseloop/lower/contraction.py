@@ -58,17 +58,50 @@ Y_ARGS = {BATCH: "yb", RED: "yk", COL: "yn"}
 
 @dataclass(frozen=True)
 class ContractionSizes(UniqueTag):
-    """Kernel tag: the names of the kernel arguments bounding ``b``, ``m``, ``n``, ``k``."""
+    """Kernel tag: the names of the kernel arguments bounding ``b``, ``m``, ``n``, ``k``
+    (the literal 1 for an empty group: the rows of a vector-matrix product)."""
 
     batch: str | None
-    rows: str
-    cols: str
+    rows: str | int
+    cols: str | int
     reduced: str
 
-    def of(self, iname: str) -> str:
+    def of(self, iname: str) -> str | int:
         size = {BATCH: self.batch, ROW: self.rows, COL: self.cols, RED: self.reduced}[iname]
         assert size is not None
         return size
+
+    def limit(self, iname: str) -> Any:
+        """The extent of ``iname`` as an expression (a variable or a literal)."""
+        size = self.of(iname)
+        return size if isinstance(size, int) else prim.Variable(size)
+
+    def params(self) -> list[str]:
+        """The names of the size arguments, sorted."""
+        return sorted({v for v in (self.batch, self.rows, self.cols, self.reduced)
+                       if isinstance(v, str)})
+
+
+def extent_range(knl: lp.LoopKernel, iname: str) -> tuple[int, int | None]:
+    """The least and greatest extent of ``iname`` (``m``, ``n``, ``k``) that the kernel's
+    assumptions allow (a launch's size class, see :mod:`fuseloop.recipes`); None: no
+    upper bound."""
+    size = contraction_sizes(knl).of(iname)
+    if isinstance(size, int):
+        return size, size
+    space = knl.assumptions.to_set()
+    at = space.get_space().find_dim_by_name(isl.dim_type.param, size)
+    if at < 0:
+        return 1, None
+    one = space.move_dims(isl.dim_type.set, 0, isl.dim_type.param, at, 1)
+    one = one.project_out(isl.dim_type.param, 0, one.dim(isl.dim_type.param))
+
+    def const(pw: Any) -> int | None:
+        return pw.get_pieces()[0][1].get_constant_val().to_python() if pw.is_cst() else None
+
+    lo = const(one.dim_min(0))
+    hi = const(one.dim_max(0)) if one.is_bounded() else None
+    return max(1, lo or 1), hi
 
 
 def contraction_sizes(knl: lp.LoopKernel) -> ContractionSizes:
@@ -161,8 +194,9 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
     values = _emit_epilogue(low, program, dt, out_inames)
     arg_names, kernel_args = _emit_stores_and_args(low, program, index_dtype, values,
                                                    frozenset(out_inames))
-    names = {key: str(bounds[key]) for key in bounds}
-    params = sorted(set(names.values()))
+    # an empty group (the rows of ``x @ A``) has the literal extent 1
+    names = {key: v if isinstance(v, int) else str(v) for key, v in bounds.items()}
+    params = sorted({v for v in names.values() if isinstance(v, str)})
     order = ((BATCH,) if batch else ()) + (ROW, COL, RED)
     domain = (f"[{', '.join(params)}] -> {{[{', '.join(order)}]: "
               + " and ".join(f"0 <= {i} < {names[i]}" for i in order) + "}")
@@ -182,7 +216,7 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
     knl = lp.set_options(knl, enforce_array_accesses_within_bounds="no_check")
     entries = program.entries
     knl = knl.with_kernel(knl.default_entrypoint.tagged(frozenset({
-        ContractionSizes(names.get(BATCH), names[ROW], names[COL], names[RED]),
+        ContractionSizes(names.get(BATCH), names[ROW], names[COL], str(names[RED])),
         OperandInfo(kernel_dtype(x_dt).char, kernel_dtype(y_dt).char,
                     _fast_axis(entries, c.x, c.m_dims, ROW, RED),
                     _fast_axis(entries, c.y, c.n_dims, COL, COL))})))
@@ -338,8 +372,7 @@ def _operand_entries(entries: tuple[tuple, ...], ref: int) -> set[int]:
 
 def _domain(knl: lp.LoopKernel, bounds: dict[str, str]) -> isl.BasicSet:
     """A new loop domain: ``bounds`` maps each iname to its constraints."""
-    sizes = contraction_sizes(knl)
-    params = sorted({v for v in (sizes.batch, sizes.rows, sizes.cols, sizes.reduced) if v})
+    params = contraction_sizes(knl).params()
     return isl.BasicSet(f"[{', '.join(params)}] -> {{[{', '.join(bounds)}]: "
                         + " and ".join(bounds.values()) + "}")
 
@@ -372,9 +405,7 @@ def pad_to_tiles(t_unit: lp.TranslationUnit, tiles: dict[str, int]) -> lp.Transl
         t = tiles[i]
         bounds[i] = f"0 <= {i} < {t} * floor(({sizes.of(i)} + {t - 1}) / {t})"
 
-    def limit(i: str) -> Any:
-        return prim.Variable(sizes.of(i))
-
+    limit = sizes.limit
     subs = dict(knl.substitutions)
     for rule_name, args in ((X_RULE, X_ARGS), (Y_RULE, Y_ARGS)):
         rule = subs[rule_name]
@@ -410,12 +441,13 @@ def shifted_split(t_unit: lp.TranslationUnit, iname: str, tile: int, outer: str,
     :data:`fuseloop.expr.contraction.MIN_SIDE` rows and columns).
     """
     knl = t_unit.default_entrypoint
-    size = contraction_sizes(knl).of(iname)
+    sizes = contraction_sizes(knl)
+    size = sizes.of(iname)
     bounds = _current_bounds(knl)
     del bounds[iname]
     bounds[outer] = f"0 <= {outer} and {tile} * {outer} < {size}"
     bounds[inner] = f"0 <= {inner} < {tile}"
-    start, last = prim.Variable(outer) * tile, prim.Variable(size) - tile
+    start, last = prim.Variable(outer) * tile, sizes.limit(iname) - tile
     # a conditional, not min(): calls added to instructions after the kernel
     # was made would not be resolved by Loopy
     value = prim.If(prim.Comparison(start, "<", last), start, last) + prim.Variable(inner)

@@ -66,13 +66,48 @@ from ..lower.contraction import (
     Y_RULE,
     contraction_layout,
     explicit_accumulator,
+    extent_range,
     pad_to_tiles,
     shifted_split,
 )
-from .core import Param, Recipe, Space
+from .core import Derived, Param, Recipe, SizeClassFunction, Space, powers_of_two
 
 if TYPE_CHECKING:
+    from ..expr.program import Program
     from ..runtime.devices import Device
+
+
+# {{{ the shape rule: size classes
+
+def make_size_class(rows: int, cols: int) -> SizeClassFunction:
+    """Size classes for contraction kernels: a side of the output (``m``: rows, ``n``:
+    columns) of at most ``rows`` (``cols``) elements is a class of its own, its exact
+    extent; a longer side is the class "longer than that".
+
+    So a recipe reads from the kernel's assumptions
+    (:func:`~fuseloop.lower.contraction.extent_range`) whether a side is short and how
+    short, and sizes its blocks to it; a structure has at most ``rows + cols + 1``
+    classes besides one another's products, and square products one kernel.
+    """
+
+    def contraction_size_class(program: Program, params: Any, n_rows: int,
+                               n_elem: int) -> str:
+        c = program.contraction
+        if c is None:
+            return ""
+        conds: dict[int, str] = {}
+        for size, limit in ((c.m_size, rows), (c.n_size, cols)):
+            if not isinstance(size, tuple):
+                continue  # an empty side: the kernel has the literal extent 1
+            slot, value = size[1], params[size[1]]
+            text = f"p{slot} = {value}" if value <= limit else f"p{slot} >= {limit + 1}"
+            # (m and n may be one parameter: a square product; the first class holds)
+            conds.setdefault(slot, text)
+        return " and ".join(conds[k] for k in sorted(conds))
+
+    return contraction_size_class
+
+# }}}
 
 
 class TileConfig(NamedTuple):
@@ -194,13 +229,51 @@ def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
     return _fill_tiles(t_unit, cfg, sweep_x, sweep_y, f"{RED}_in", outer)
 
 
+def skinny_tiles(cfg: TileConfig, rows: int | None, cols: int | None, group: int,
+                 bk: int, itemsize: int) -> TileConfig:
+    """The rule's tiles for a short side: ``rows`` (``cols``) is the output's extent
+    along ``m`` (``n``) when it is short, else None (``cfg`` is then kept).
+
+    A short side is one block, rounded up to a power of two, of work-items that own
+    four consecutive outputs each (one work-item for up to four), so no work-item
+    computes padding beyond that rounding; the long side gets the rest of ``group``
+    work-items, again four outputs each.  ``bk`` is lowered until both local tiles
+    (at ``itemsize`` bytes an element, padding included) fit the minimum local memory.
+    """
+    if rows is None and cols is None:
+        return cfg
+
+    def short(n: int) -> tuple[int, int]:
+        block = 1 << (n - 1).bit_length()
+        return block, max(1, block // 4)
+
+    bm, tm = short(rows) if rows is not None else (0, 0)
+    bn, tn = short(cols) if cols is not None else (0, 0)
+    if rows is None:
+        tm = max(1, group // tn)
+        bm = 4 * tm
+    if cols is None:
+        tn = max(1, group // tm)
+        bn = 4 * tn
+    while bk > 1 and (bk + 8) * (bm + bn) * itemsize > MIN_LOCAL_MEMORY:
+        bk //= 2
+    return TileConfig(bm, bn, bk, tm, tn, "blocked")
+
+
 def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
-               wide_tiles: TileConfig) -> lp.TranslationUnit:
-    """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types."""
+               wide_tiles: TileConfig, few: int, skinny_group: int,
+               skinny_bk: int) -> lp.TranslationUnit:
+    """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types; a side
+    of at most ``few`` outputs gets :func:`skinny_tiles`."""
     from ..lower.contraction import operand_itemsize
 
-    wide = operand_itemsize(t_unit.default_entrypoint) > 4
-    return _tile(t_unit, wide_tiles if wide else tiles)
+    knl = t_unit.default_entrypoint
+    itemsize = operand_itemsize(knl)
+    cfg = wide_tiles if itemsize > 4 else tiles
+    short = [hi if hi is not None and hi <= few else None
+             for _, hi in (extent_range(knl, ROW), extent_range(knl, COL))]
+    cfg = skinny_tiles(cfg, short[0], short[1], skinny_group, skinny_bk, max(itemsize, 4))
+    return _tile(t_unit, cfg)
 
 
 def _tiles_ok(cfg: object) -> bool:
@@ -219,6 +292,8 @@ MIN_LOCAL_MEMORY = 32 * 1024
 def _tiles_fit(values: Mapping[str, Any], device: Device) -> bool:
     """Whether both tile configurations fit the device's work-group size and (at 8
     bytes an element, padding included) the minimum local memory."""
+    if values["skinny_group"] > device.max_work_group_size:
+        return False
     for cfg in (values["tiles"], values["wide_tiles"]):
         if cfg.tm * cfg.tn > device.max_work_group_size:
             return False
@@ -234,13 +309,24 @@ _WIDE_SEARCH = (GPU_TILES_WIDE, TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(32, 32, 8, 8, 8))
 _TILES_TEXT = "a TileConfig with positive sizes, tm dividing bm, tn dividing bn"
 
+#: a side of the output with at most this many elements is short (GPU)
+GPU_FEW = 32
+
 gpu_tiled = Recipe(
-    "gpu-tiled", _gpu_tiled, kind="contraction", version="1",
+    "gpu-tiled", _gpu_tiled, kind="contraction", version="2",
     params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types",
                   Space(_TILE_SEARCH, _tiles_ok, _TILES_TEXT)),
             Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types",
-                  Space(_WIDE_SEARCH, _tiles_ok, _TILES_TEXT))),
-    valid=_tiles_fit)
+                  Space(_WIDE_SEARCH, _tiles_ok, _TILES_TEXT)),
+            Param("few", int, GPU_FEW, "a side of at most this many outputs is short: "
+                  "one block of it, the long side tiled (skinny_tiles)",
+                  powers_of_two(1, 128, (16, 32, 64))),
+            Param("skinny_group", int, 64, "work-items of a group when a side is short",
+                  powers_of_two(16, 1024, (32, 64, 128, 256))),
+            Param("skinny_bk", int, 16, "reduced-range step when a side is short",
+                  powers_of_two(4, 64, (8, 16, 32)))),
+    valid=_tiles_fit,
+    size_class=Derived(lambda v: make_size_class(v["few"], v["few"])))
 
 
 # {{{ CPU
@@ -255,25 +341,35 @@ class CpuBlocks(NamedTuple):
 
 
 CPU_BLOCKS = CpuBlocks()
+#: at most this many rows are one block (CPU)
+CPU_FEW_ROWS = 8
 
 
 def blocked(cfg: CpuBlocks):
-    """The CPU recipe with block configuration ``cfg``, as a function (the same as
-    ``cpu_blocked.with_params(blocks=cfg)``)."""
+    """The CPU recipe with block configuration ``cfg``, as a function (as
+    ``cpu_blocked.with_params(blocks=cfg)``, but without its size classes: the
+    extents are unknown, so column blocks are padded rather than shifted)."""
 
     def recipe(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
-        return _cpu_blocks(t_unit, cfg)
+        return _cpu_blocked(t_unit, device, blocks=cfg, few_rows=CPU_FEW_ROWS)
 
     recipe.__name__ = f"cpu_blocked_{cfg.rm}x{cfg.rn}_g{cfg.group}"
     return recipe
 
 
-def _cpu_blocks(t_unit: lp.TranslationUnit, cfg: CpuBlocks) -> lp.TranslationUnit:
+def _cpu_blocks(t_unit: lp.TranslationUnit, cfg: CpuBlocks,
+                shift: bool = True) -> lp.TranslationUnit:
+    """``cfg``'s blocks; ``shift``: at least ``cfg.rn`` columns are known, so the last
+    column block is shifted back into range (else the columns are padded)."""
     knl = t_unit.default_entrypoint
-    t_unit = pad_to_tiles(t_unit, {ROW: cfg.rm * cfg.group})
-    # whole column blocks, the last one shifted back into range: the loads of
-    # a block's columns are contiguous with no clamping, so they vectorise
-    t_unit = shifted_split(t_unit, COL, cfg.rn, f"{COL}_blk", f"{COL}_in")
+    t_unit = pad_to_tiles(t_unit, {ROW: cfg.rm * cfg.group} | ({} if shift else {COL: cfg.rn}))
+    if shift:
+        # whole column blocks, the last one shifted back into range: the loads of
+        # a block's columns are contiguous with no clamping, so they vectorise
+        t_unit = shifted_split(t_unit, COL, cfg.rn, f"{COL}_blk", f"{COL}_in")
+    else:
+        t_unit = lp.split_iname(t_unit, COL, cfg.rn, outer_iname=f"{COL}_blk",
+                                inner_iname=f"{COL}_in")
     if BATCH in knl.all_inames():
         t_unit = lp.tag_inames(t_unit, {BATCH: "g.2"})
     t_unit = lp.split_iname(t_unit, ROW, cfg.rm, outer_tag="g.1" if cfg.group == 1 else None,
@@ -293,9 +389,29 @@ def _cpu_blocks(t_unit: lp.TranslationUnit, cfg: CpuBlocks) -> lp.TranslationUni
     return lp.prioritize_loops(t_unit, f"{RED},{COL}_in,{ROW}_in")
 
 
-def _cpu_blocked(t_unit: lp.TranslationUnit, device: Device, *,
-                 blocks: CpuBlocks) -> lp.TranslationUnit:
-    return _cpu_blocks(t_unit, blocks)
+def cpu_shape(cfg: CpuBlocks, rows: tuple[int, int | None], cols: tuple[int, int | None],
+              few_rows: int) -> CpuBlocks:
+    """The rule's blocks for the output's extents (``(least, greatest)`` along ``m`` and
+    ``n``, see :func:`~fuseloop.lower.contraction.extent_range`).
+
+    At most ``few_rows`` rows are one block (no padded rows: ``x @ A`` has one);
+    fewer columns than ``cfg.rn`` get the largest power of two that fits, since the
+    column blocks must be whole (:func:`~fuseloop.lower.contraction.shifted_split`).
+    """
+    rm, rn, group = cfg
+    if rows[1] is not None and rows[1] <= few_rows:
+        rm, group = rows[1], 1
+    if cols[0] < rn and cols[1] is not None:
+        rn = 1 << (cols[0].bit_length() - 1)
+    return CpuBlocks(rm, rn, group)
+
+
+def _cpu_blocked(t_unit: lp.TranslationUnit, device: Device, *, blocks: CpuBlocks,
+                 few_rows: int) -> lp.TranslationUnit:
+    knl = t_unit.default_entrypoint
+    cols = extent_range(knl, COL)
+    cfg = cpu_shape(blocks, extent_range(knl, ROW), cols, few_rows)
+    return _cpu_blocks(t_unit, cfg, shift=cols[0] >= cfg.rn)
 
 
 def _blocks_ok(cfg: object) -> bool:
@@ -303,12 +419,15 @@ def _blocks_ok(cfg: object) -> bool:
 
 
 cpu_blocked = Recipe(
-    "cpu-blocked", _cpu_blocked, kind="contraction", version="2",
+    "cpu-blocked", _cpu_blocked, kind="contraction", version="3",
     params=(Param("blocks", CpuBlocks, CPU_BLOCKS, "the register block of a work-item",
                   Space((CPU_BLOCKS, CpuBlocks(4, 16), CpuBlocks(8, 8), CpuBlocks(4, 32),
                          CpuBlocks(8, 16), CpuBlocks(6, 16, 8), CpuBlocks(4, 8)),
-                        _blocks_ok, "a CpuBlocks of positive sizes")),),
-    valid=lambda v, device: v["blocks"].group <= device.max_work_group_size)
+                        _blocks_ok, "a CpuBlocks of positive sizes")),
+            Param("few_rows", int, CPU_FEW_ROWS, "at most this many rows are one block (cpu_shape)",
+                  powers_of_two(1, 16, (4, 8, 16)))),
+    valid=lambda v, device: v["blocks"].group <= device.max_work_group_size,
+    size_class=Derived(lambda v: make_size_class(v["few_rows"], v["blocks"].rn - 1)))
 
 # }}}
 
