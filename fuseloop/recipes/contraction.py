@@ -174,7 +174,12 @@ def _fill_tiles(t_unit: lp.TranslationUnit, cfg: TileConfig, sweep_x: list[str],
         # spread the fill over the work-group, the operand's contiguous axis fastest
         k_fast = (layout[0] if rule == X_RULE else layout[1]) == RED
         order = [f"{name}_fo", f"{name}_fk"] if k_fast else [f"{name}_fk", f"{name}_fo"]
-        t_unit = lp.join_inames(t_unit, order, new_iname=f"{name}_f")
+        # (a footprint one element wide, a vector operand's, has no loop of its own)
+        order = [i for i in order if i in t_unit.default_entrypoint.all_inames()]
+        if len(order) > 1:
+            t_unit = lp.join_inames(t_unit, order, new_iname=f"{name}_f")
+        else:
+            t_unit = lp.rename_iname(t_unit, order[0], f"{name}_f")
         size = block * cfg.bk
         if size > threads:
             t_unit = lp.split_iname(t_unit, f"{name}_f", threads, outer_tag="unr",
@@ -237,8 +242,9 @@ def skinny_tiles(cfg: TileConfig, rows: int | None, cols: int | None, group: int
     A short side is one block, rounded up to a power of two, of work-items that own
     four consecutive outputs each (one work-item for up to four), so no work-item
     computes padding beyond that rounding; the long side gets the rest of ``group``
-    work-items, again four outputs each.  ``bk`` is lowered until both local tiles
-    (at ``itemsize`` bytes an element, padding included) fit the minimum local memory.
+    work-items, again four outputs each.  Until both local tiles (at ``itemsize``
+    bytes an element, padding included) fit the minimum local memory, ``bk`` is
+    lowered (to 4), then the long side's outputs per work-item (to 1).
     """
     if rows is None and cols is None:
         return cfg
@@ -249,14 +255,24 @@ def skinny_tiles(cfg: TileConfig, rows: int | None, cols: int | None, group: int
 
     bm, tm = short(rows) if rows is not None else (0, 0)
     bn, tn = short(cols) if cols is not None else (0, 0)
-    if rows is None:
-        tm = max(1, group // tn)
-        bm = 4 * tm
-    if cols is None:
-        tn = max(1, group // tm)
-        bn = 4 * tn
-    while bk > 1 and (bk + 8) * (bm + bn) * itemsize > MIN_LOCAL_MEMORY:
-        bk //= 2
+    per = 4  # outputs of the long side per work-item
+
+    def fits() -> bool:
+        return (bk + 8) * (bm + bn) * itemsize <= MIN_LOCAL_MEMORY
+
+    while True:
+        if rows is None:
+            tm = max(1, group // tn)
+            bm = per * tm
+        if cols is None:
+            tn = max(1, group // tm)
+            bn = per * tn
+        # shorter steps first, then fewer outputs per work-item, until the tiles fit
+        while bk > 4 and not fits():
+            bk //= 2
+        if fits() or per == 1:
+            break
+        per //= 2
     return TileConfig(bm, bn, bk, tm, tn, "blocked")
 
 
@@ -322,7 +338,7 @@ gpu_tiled = Recipe(
                   "one block of it, the long side tiled (skinny_tiles)",
                   powers_of_two(1, 128, (16, 32, 64))),
             Param("skinny_group", int, 64, "work-items of a group when a side is short",
-                  powers_of_two(16, 1024, (32, 64, 128, 256))),
+                  powers_of_two(16, 256, (32, 64, 128, 256))),
             Param("skinny_bk", int, 16, "reduced-range step when a side is short",
                   powers_of_two(4, 64, (8, 16, 32)))),
     valid=_tiles_fit,

@@ -1,0 +1,133 @@
+"""Contractions of every shape: few rows, few columns, vector operands, by rule.
+
+The recipes choose their blocks from the extents through size classes
+(:func:`fuseloop.recipes.contraction.make_size_class`); these tests check the
+detection, the rule, the kernels it makes and the results against numpy, for
+the CPU recipe and for the GPU recipe run on the CPU device.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.expr.program import linearize
+from fuseloop.recipes import DevicePredicate
+from fuseloop.recipes import contraction as rc
+
+
+def rand(shape, seed=0):
+    return (np.random.default_rng(seed).random(shape) - 0.5).astype(np.float32)
+
+
+def close(got, a, b):
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * max(np.abs(ref).max(), 1.0))
+
+
+def contraction_of(expr):
+    return linearize([expr._node], expr.shape)[0].contraction
+
+
+# (a, b, what): one of each shape class, the long side past GPU_FEW (32)
+SHAPES = [((70,), (70, 45), "vector times matrix"),
+          ((3, 70), (70, 45), "three rows"),
+          ((8, 37), (37, 100), "eight rows"),
+          ((45, 70), (70, 5), "five columns"),
+          ((2, 1, 70), (2, 70, 40), "batched vector times matrix")]
+
+
+def test_skinny_products_are_contractions(device):
+    A, x = fl.asarray(rand((40, 50))), fl.asarray(rand(50))
+    c = contraction_of(x @ fl.asarray(rand((50, 36))))
+    assert c is not None and c.m_dims == () and c.n_dims == (0,) and c.m_size == 1
+    assert contraction_of(A.T @ fl.asarray(rand(40))) is not None  # walks columns
+    c = contraction_of(fl.asarray(rand((3, 50))) @ fl.asarray(rand((50, 36))))
+    assert c is not None and c.m_dims == (0,) and c.n_dims == (1,)
+    assert contraction_of(A @ fl.asarray(rand((50, 2)))) is not None
+    # rows contiguous along the sum: one dot product per row (the reduction kernels)
+    assert contraction_of(A @ x) is None
+    assert contraction_of(fl.asarray(rand((8, 16))) @ fl.asarray(rand((16, 4)))) is None
+    # huge sums into few outputs stay with the two-stage reductions
+    assert contraction_of(fl.asarray(rand((2, 4096))) @ fl.asarray(rand((4096, 40)))) is None
+
+
+@pytest.mark.parametrize("sa,sb,what", SHAPES, ids=[s[2] for s in SHAPES])
+def test_skinny_products_match_numpy(device, sa, sb, what):
+    a, b = rand(sa, 1), rand(sb, 2)
+    close((fl.asarray(a) @ fl.asarray(b)).get(), a, b)
+
+
+def test_skinny_epilogue_and_in_place_update(device):
+    a, b, c = rand((5, 70), 3), rand((70, 21), 4), rand((5, 21), 5)
+    A, B = fl.asarray(a), fl.asarray(b)
+    got = fl.tanh(A @ B + 1).get()
+    np.testing.assert_allclose(got, np.tanh(a.astype(np.float64) @ b + 1), rtol=1e-5, atol=1e-6)
+    C = fl.asarray(c)
+    C += A @ B  # 21 columns: column blocks of 16, the last one shifted; written once
+    np.testing.assert_allclose(C.get(), c + a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_cpu_rule_sizes_blocks_to_short_sides():
+    big = rc.CpuBlocks(6, 16, 1)
+    assert rc.cpu_shape(big, (1, 1), (17, None), 8) == rc.CpuBlocks(1, 16, 1)  # x @ A
+    assert rc.cpu_shape(big, (8, 8), (9, None), 8) == rc.CpuBlocks(8, 16, 1)
+    assert rc.cpu_shape(big, (9, None), (5, 5), 8) == rc.CpuBlocks(6, 4, 1)
+    assert rc.cpu_shape(rc.CpuBlocks(6, 16, 8), (3, 3), (40, None), 8) == rc.CpuBlocks(3, 16, 1)
+    # no size class (a recipe given as a function): the blocks stay, columns are padded
+    assert rc.cpu_shape(big, (1, None), (1, None), 8) == big
+
+
+def test_gpu_rule_tiles_the_long_side():
+    big = rc.GPU_TILES
+    assert rc.skinny_tiles(big, None, None, 64, 16, 4) is big
+    t = rc.skinny_tiles(big, 8, None, 64, 16, 4)  # 8 rows: 2 x 32 work-items, 4 x 4 each
+    assert (t.bm, t.tm, t.tn, t.bn, t.bk) == (8, 2, 32, 128, 16)
+    t = rc.skinny_tiles(big, None, 5, 64, 16, 4)  # 5 columns: padded to 8
+    assert (t.bn, t.tn, t.tm, t.bm) == (8, 2, 32, 128)
+    for group in (64, 128, 256):  # a vector of 8-byte values: shorter steps, fewer outputs
+        t = rc.skinny_tiles(big, 1, None, group, 32, 8)
+        assert (t.bm, t.tm, t.tn) == (1, 1, group) and t.bn in (group, 2 * group, 4 * group)
+        assert (t.bk + 8) * (t.bm + t.bn) * 8 <= rc.MIN_LOCAL_MEMORY and t.bk >= 4
+
+
+def test_size_classes_bound_the_kernels(device, fresh_stats):
+    """Short sides are classes of their own (exact extents), long ones share one."""
+    fl.asarray(rand((8, 40)) @ rand((40, 50))).get()  # (numpy: warm the copy kernels)
+    for m in (8, 8, 3):
+        (fl.asarray(rand((m, 40))) @ fl.asarray(rand((40, 50)))).get()
+    for m in (40, 70):
+        (fl.asarray(rand((m, 40))) @ fl.asarray(rand((40, 50)))).get()
+    fl.reset_stats()
+    for m in (8, 3, 40, 70, 55):
+        (fl.asarray(rand((m, 40))) @ fl.asarray(rand((40, 50)))).get()
+    assert fresh_stats()["kernels_compiled"] == 0
+
+
+@pytest.fixture
+def gpu_tiled_on(device, restore_recipes):
+    if device.type != "cpu":
+        pytest.skip("the GPU recipe runs on GPUs anyway")
+    pred = DevicePredicate(type=device.type, vendor=device.vendor, name=device.name,
+                           platform=device.platform)
+    fl.register_recipe(pred, rc.gpu_tiled, name="test-gpu-tiled-shapes", kind="contraction")
+    return device
+
+
+def test_gpu_recipe_on_a_vector_operand(gpu_tiled_on):
+    # (each GPU kernel takes PoCL seconds to build: one shape here, one below)
+    a, b = rand(70, 6), rand((70, 45), 7)
+    close((fl.asarray(a) @ fl.asarray(b)).get(), a, b)
+
+
+def test_gpu_recipe_gives_a_short_side_one_block(gpu_tiled_on):
+    a, b = rand((8, 37), 8), rand((37, 300), 9)
+    expr = fl.asarray(a) @ fl.asarray(b)
+    src = fl.show_code(expr)
+    # 2 x 32 work-items: four rows and four columns each, no padded rows
+    assert "reqd_work_group_size(32, 2, 1)" in src
+    assert re.search(r"__local float x_tile\[16 \* \d+\]", src) is not None
+    close(expr.get(), a, b)
