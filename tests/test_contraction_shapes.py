@@ -131,3 +131,17 @@ def test_gpu_recipe_gives_a_short_side_one_block(gpu_tiled_on):
     assert "reqd_work_group_size(32, 2, 1)" in src
     assert re.search(r"__local float x_tile\[16 \* \d+\]", src) is not None
     close(expr.get(), a, b)
+
+
+def test_square_products_keep_whole_column_blocks(device):
+    """m and n of a square product are one parameter: its class holds both sides'
+    conditions, so the CPU rule knows the columns fill whole blocks (no clamping)."""
+    A = fl.asarray(rand((40, 40)))
+    prog, bindings = linearize([(A @ A)._node], (40, 40))
+    c = prog.contraction
+    assert c.m_size == c.n_size
+    rows = rc.CPU_FEW_ROWS
+    cls = rc.cpu_blocked.size_class(prog, bindings.params, 0, 0)
+    assert f">= {rc.CPU_BLOCKS.rn}" in cls and f">= {rows + 1}" in cls
+    cls = rc.make_size_class(8, 15)(prog, [5 if p == 40 else p for p in bindings.params], 0, 0)
+    assert cls == f"p{c.m_size[1]} = 5"

@@ -95,15 +95,14 @@ def make_size_class(rows: int, cols: int) -> SizeClassFunction:
         c = program.contraction
         if c is None:
             return ""
-        conds: dict[int, str] = {}
+        conds: set[str] = set()
         for size, limit in ((c.m_size, rows), (c.n_size, cols)):
             if not isinstance(size, tuple):
                 continue  # an empty side: the kernel has the literal extent 1
             slot, value = size[1], params[size[1]]
-            text = f"p{slot} = {value}" if value <= limit else f"p{slot} >= {limit + 1}"
-            # (m and n may be one parameter: a square product; the first class holds)
-            conds.setdefault(slot, text)
-        return " and ".join(conds[k] for k in sorted(conds))
+            # (m and n may be one parameter, a square product's: both conditions hold)
+            conds.add(f"p{slot} = {value}" if value <= limit else f"p{slot} >= {limit + 1}")
+        return " and ".join(sorted(conds))
 
     return contraction_size_class
 
