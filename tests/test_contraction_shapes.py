@@ -117,31 +117,39 @@ def gpu_tiled_on(device, restore_recipes):
     return device
 
 
-def test_gpu_recipe_on_a_vector_operand(gpu_tiled_on):
-    # (each GPU kernel takes PoCL seconds to build: one shape here, one below)
-    a, b = rand(70, 6), rand((70, 45), 7)
-    close((fl.asarray(a) @ fl.asarray(b)).get(), a, b)
+def test_gpu_recipe_in_place_vector_times_matrix(gpu_tiled_on):
+    """The lanes' sums are combined, then the first lane alone reads and writes c
+    (PoCL runs the lanes one after another: a second lane would add twice)."""
+    # (each GPU kernel takes PoCL seconds to build: one here; the code is read below)
+    x, a, c = rand(70, 6), rand((70, 45), 7), rand(45, 8)
+    C = fl.asarray(c)
+    C += fl.asarray(x) @ fl.asarray(a)
+    np.testing.assert_allclose(C.get(), c + x.astype(np.float64) @ a, rtol=1e-5, atol=1e-5)
 
 
-def test_gpu_recipe_gives_a_short_side_one_block(gpu_tiled_on):
-    a, b = rand((8, 37), 8), rand((37, 300), 9)
-    expr = fl.asarray(a) @ fl.asarray(b)
-    src = fl.show_code(expr)
-    # 2 x 32 work-items: four rows and four columns each, no padded rows
+def _gpu_code(expr, device, **params):
+    """The GPU recipe's generated source (no build) and its transformed kernel."""
+    import loopy as lp
+
+    with fl.recipes.use(rc.gpu_tiled.with_params(**params) if params else rc.gpu_tiled):
+        t_unit = fl.program(expr).lower(device).t_unit
+    return lp.generate_code_v2(t_unit).device_code(), t_unit.default_entrypoint
+
+
+def test_gpu_rule_splits_the_sum_for_a_short_side(device):
+    A, B = fl.asarray(rand((8, 37))), fl.asarray(rand((37, 300)))
+    src, knl = _gpu_code(A @ B, device)
+    # 32 columns x 8 lanes of the sum, eight rows in each work-item's registers
+    assert "reqd_work_group_size(32, 8, 1)" in src
+    assert [str(t) for t in knl.iname_tags("k_lane")] == ["l.1"]
+    lines = src.splitlines()
+    store = next(k for k, line in enumerate(lines) if "out0[" in line)
+    assert "lid(1) == 0" in lines[store - 1]  # the first lane stores
+    # few columns of a matrix contiguous along the sum: the lanes are the fast axis
+    src, knl = _gpu_code(fl.asarray(rand((300, 37))) @ fl.asarray(rand((37, 5))), device)
+    assert [str(t) for t in knl.iname_tags("k_lane")] == ["l.0"]
+    assert "reqd_work_group_size(32, 8, 1)" in src
+    # the other kernel for short sides: one block of them, the long side tiled
+    src, _ = _gpu_code(A @ B, device, skinny="tiles", skinny_group=64)
     assert "reqd_work_group_size(32, 2, 1)" in src
     assert re.search(r"__local float x_tile\[16 \* \d+\]", src) is not None
-    close(expr.get(), a, b)
-
-
-def test_square_products_keep_whole_column_blocks(device):
-    """m and n of a square product are one parameter: its class holds both sides'
-    conditions, so the CPU rule knows the columns fill whole blocks (no clamping)."""
-    A = fl.asarray(rand((40, 40)))
-    prog, bindings = linearize([(A @ A)._node], (40, 40))
-    c = prog.contraction
-    assert c.m_size == c.n_size
-    rows = rc.CPU_FEW_ROWS
-    cls = rc.cpu_blocked.size_class(prog, bindings.params, 0, 0)
-    assert f">= {rc.CPU_BLOCKS.rn}" in cls and f">= {rows + 1}" in cls
-    cls = rc.make_size_class(8, 15)(prog, [5 if p == 40 else p for p in bindings.params], 0, 0)
-    assert cls == f"p{c.m_size[1]} = 5"

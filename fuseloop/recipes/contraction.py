@@ -55,7 +55,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .._lazy import lp
+from .._lazy import lp, prim
 from ..lower.contraction import (
     BATCH,
     COL,
@@ -275,11 +275,54 @@ def skinny_tiles(cfg: TileConfig, rows: int | None, cols: int | None, group: int
     return TileConfig(bm, bn, bk, tm, tn, "blocked")
 
 
+def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
+                lanes: int) -> lp.TranslationUnit:
+    """A short side in registers, the reduced range split over lanes of a work-group.
+
+    Every work-item holds all ``extent`` outputs of the short side ``short`` (``m``
+    or ``n``: unrolled accumulators) for one output of the long side, and sums
+    every ``lanes``-th term of the reduced range; the lanes' partial sums are
+    combined in local memory (Loopy's tree) and the first lane runs the epilogue
+    and the stores (so an epilogue reading the output, ``C += x @ A``, runs once).
+    Work-groups tile the long side only, so a product with few outputs still has
+    ``group`` work-items per ``group / lanes`` of them.  The work-group's fast axis
+    follows the long operand's contiguous axis: along the long side, ``lanes``
+    lanes; along the reduced range (``A @ B`` with few columns), lanes as wide as
+    a warp (32), so neighbouring work-items read neighbouring addresses.
+    """
+    knl = t_unit.default_entrypoint
+    long = COL if short == ROW else ROW
+    x_fast, y_fast = contraction_layout(knl)
+    k_fast = (y_fast if long == COL else x_fast) == RED
+    if k_fast:
+        lanes = min(32, group)
+    width = max(1, group // lanes)
+    t_unit = pad_to_tiles(t_unit, {short: extent, long: width, RED: lanes})
+    if BATCH in knl.all_inames():
+        t_unit = lp.tag_inames(t_unit, {BATCH: "g.1"})
+    t_unit = lp.split_iname(t_unit, short, extent, inner_tag="ilp",
+                            outer_iname=f"{short}_blk", inner_iname=f"{short}_in")
+    t_unit = lp.split_iname(t_unit, long, width, outer_tag="g.0",
+                            inner_tag="l.1" if k_fast else "l.0")
+    lane = f"{RED}_lane"
+    t_unit = lp.split_iname(t_unit, RED, lanes, outer_iname=f"{RED}_step", inner_iname=lane,
+                            inner_tag="l.0" if k_fast else "l.1")
+    # sum(lane, sum(step, ...)): each lane's own sum, then the tree across lanes
+    t_unit = lp.split_reduction_outward(t_unit, lane)
+    t_unit = lp.add_inames_for_unused_hw_axes(t_unit, within=f"not id:{REDUCTION_ID}")
+    knl = t_unit.default_entrypoint
+    first = prim.Comparison(prim.Variable(lane), "==", 0)
+    insns = [i if i.id == REDUCTION_ID else i.copy(predicates=i.predicates | {first})
+             for i in knl.instructions]
+    return t_unit.with_kernel(knl.copy(instructions=insns))
+
+
 def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
-               wide_tiles: TileConfig, few: int, skinny_group: int,
-               skinny_bk: int) -> lp.TranslationUnit:
-    """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types; a side
-    of at most ``few`` outputs gets :func:`skinny_tiles`."""
+               wide_tiles: TileConfig, few: int, skinny: str, skinny_group: int,
+               skinny_lanes: int, skinny_bk: int) -> lp.TranslationUnit:
+    """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types.  A side
+    of at most ``few`` outputs: :func:`split_lanes` (``skinny="lanes"``) or
+    :func:`skinny_tiles` (``"tiles"``)."""
     from ..lower.contraction import operand_itemsize
 
     knl = t_unit.default_entrypoint
@@ -287,6 +330,11 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
     cfg = wide_tiles if itemsize > 4 else tiles
     short = [hi if hi is not None and hi <= few else None
              for _, hi in (extent_range(knl, ROW), extent_range(knl, COL))]
+    if skinny == "lanes" and (short[0] or short[1]):
+        axis = ROW if short[0] and (not short[1] or short[0] <= short[1]) else COL
+        extent = short[0] if axis == ROW else short[1]
+        assert extent is not None
+        return split_lanes(t_unit, axis, extent, skinny_group, skinny_lanes)
     cfg = skinny_tiles(cfg, short[0], short[1], skinny_group, skinny_bk, max(itemsize, 4))
     return _tile(t_unit, cfg)
 
@@ -307,7 +355,8 @@ MIN_LOCAL_MEMORY = 32 * 1024
 def _tiles_fit(values: Mapping[str, Any], device: Device) -> bool:
     """Whether both tile configurations fit the device's work-group size and (at 8
     bytes an element, padding included) the minimum local memory."""
-    if values["skinny_group"] > device.max_work_group_size:
+    if values["skinny_group"] > device.max_work_group_size \
+            or values["skinny_lanes"] > values["skinny_group"]:
         return False
     for cfg in (values["tiles"], values["wide_tiles"]):
         if cfg.tm * cfg.tn > device.max_work_group_size:
@@ -334,11 +383,16 @@ gpu_tiled = Recipe(
             Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types",
                   Space(_WIDE_SEARCH, _tiles_ok, _TILES_TEXT)),
             Param("few", int, GPU_FEW, "a side of at most this many outputs is short: "
-                  "one block of it, the long side tiled (skinny_tiles)",
-                  powers_of_two(1, 128, (16, 32, 64))),
-            Param("skinny_group", int, 64, "work-items of a group when a side is short",
-                  powers_of_two(16, 256, (32, 64, 128, 256))),
-            Param("skinny_bk", int, 16, "reduced-range step when a side is short",
+                  "in registers, the long side tiled", powers_of_two(1, 128, (8, 16, 32, 64))),
+            Param("skinny", str, "lanes", "a short side's kernel: 'lanes' (split_lanes: the "
+                  "reduced range split in a work-group) or 'tiles' (skinny_tiles)",
+                  ("lanes", "tiles")),
+            Param("skinny_group", int, 256, "work-items of a group when a side is short",
+                  powers_of_two(16, 256, (64, 128, 256))),
+            Param("skinny_lanes", int, 8, "split_lanes: lanes of the reduced range (when "
+                  "the long operand is contiguous along the long side)",
+                  powers_of_two(1, 64, (4, 8, 16, 32))),
+            Param("skinny_bk", int, 16, "skinny_tiles: reduced-range step",
                   powers_of_two(4, 64, (8, 16, 32)))),
     valid=_tiles_fit,
     size_class=Derived(lambda v: make_size_class(v["few"], v["few"])))
