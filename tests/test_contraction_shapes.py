@@ -153,3 +153,14 @@ def test_gpu_rule_splits_the_sum_for_a_short_side(device):
     src, _ = _gpu_code(A @ B, device, skinny="tiles", skinny_group=64)
     assert "reqd_work_group_size(32, 2, 1)" in src
     assert re.search(r"__local float x_tile\[16 \* \d+\]", src) is not None
+
+
+def test_gpu_tiles_that_divide_the_sizes_need_no_clamps(device):
+    """Sides and sums that are multiples of GPU_ALIGN are a size class: no padding."""
+    small = {"tiles": rc.TileConfig(32, 32, 4, 8, 8, "blocked")}  # (quick to generate)
+    A, B = fl.asarray(rand((128, 256))), fl.asarray(rand((256, 128)))
+    src, _ = _gpu_code(B.T @ A.T, device, **small)  # (both operands transposed)
+    body = src[src.index("{"):]
+    assert "min(" not in body and "?" not in body and "if (" not in body
+    src, _ = _gpu_code(fl.asarray(rand((200, 256))) @ B, device, **small)
+    assert "min(" in src  # 200 rows: padded to whole tiles, reads clamped

@@ -82,6 +82,21 @@ class ContractionSizes(UniqueTag):
                        if isinstance(v, str)})
 
 
+def divides(knl: lp.LoopKernel, iname: str, tile: int) -> bool:
+    """Whether the kernel's assumptions make the extent of ``iname`` a multiple of ``tile``."""
+    size = contraction_sizes(knl).of(iname)
+    if isinstance(size, int):
+        return size % tile == 0
+    have = knl.assumptions.to_set()
+    space = have.get_space()
+    names = [space.get_dim_name(isl.dim_type.param, k)
+             for k in range(space.dim(isl.dim_type.param))]
+    if size not in names:
+        return False
+    want = isl.Set(f"[{', '.join(names)}] -> {{ : {size} mod {tile} = 0 }}")
+    return bool(have.is_subset(want))
+
+
 def extent_range(knl: lp.LoopKernel, iname: str) -> tuple[int, int | None]:
     """The least and greatest extent of ``iname`` (``m``, ``n``, ``k``) that the kernel's
     assumptions allow (a launch's size class, see :mod:`fuseloop.recipes`); None: no
@@ -395,12 +410,15 @@ def pad_to_tiles(t_unit: lp.TranslationUnit, tiles: dict[str, int]) -> lp.Transl
     The operand rules read clamped indices (always inside the arrays) and give
     zero for ``k >= NK`` (so padded terms add nothing, even next to inf or NaN);
     every instruction but the reduction is predicated on ``m < NM`` and
-    ``n < NN``, so padded rows and columns are computed but never stored.
+    ``n < NN``, so padded rows and columns are computed but never stored.  A
+    range that the kernel's assumptions (its size class) make a multiple of its
+    tile is left as it is: no clamps, no tests.
     """
     knl = t_unit.default_entrypoint
     sizes = contraction_sizes(knl)
     bounds = _current_bounds(knl)
-    padded = {i for i in (ROW, COL, RED) if tiles.get(i, 1) != 1 and i in bounds}
+    padded = {i for i in (ROW, COL, RED) if tiles.get(i, 1) != 1 and i in bounds
+              and not divides(knl, i, tiles[i])}
     for i in padded:
         t = tiles[i]
         bounds[i] = f"0 <= {i} < {t} * floor(({sizes.of(i)} + {t - 1}) / {t})"

@@ -79,15 +79,17 @@ if TYPE_CHECKING:
 
 # {{{ the shape rule: size classes
 
-def make_size_class(rows: int, cols: int) -> SizeClassFunction:
+def make_size_class(rows: int, cols: int, align: int = 0) -> SizeClassFunction:
     """Size classes for contraction kernels: a side of the output (``m``: rows, ``n``:
     columns) of at most ``rows`` (``cols``) elements is a class of its own, its exact
-    extent; a longer side is the class "longer than that".
+    extent; a longer side is the class "longer than that", and with ``align``, a
+    long side or the reduced range that is a multiple of ``align`` says so.
 
     So a recipe reads from the kernel's assumptions
     (:func:`~fuseloop.lower.contraction.extent_range`) whether a side is short and how
-    short, and sizes its blocks to it; a structure has at most ``rows + cols + 1``
-    classes besides one another's products, and square products one kernel.
+    short, and sizes its blocks to it, and ranges that tiles divide are not padded
+    (:func:`~fuseloop.lower.contraction.divides`: no clamped reads, no tests).  A
+    structure has at most ``2 * (rows + cols + 2)`` classes.
     """
 
     def contraction_size_class(program: Program, params: Any, n_rows: int,
@@ -102,6 +104,11 @@ def make_size_class(rows: int, cols: int) -> SizeClassFunction:
             slot, value = size[1], params[size[1]]
             # (m and n may be one parameter, a square product's: both conditions hold)
             conds.add(f"p{slot} = {value}" if value <= limit else f"p{slot} >= {limit + 1}")
+            if align and value > limit and value % align == 0:
+                conds.add(f"p{slot} mod {align} = 0")
+        k = c.k_size
+        if align and isinstance(k, tuple) and params[k[1]] % align == 0:
+            conds.add(f"p{k[1]} mod {align} = 0")
         return " and ".join(sorted(conds))
 
     return contraction_size_class
@@ -375,6 +382,9 @@ _TILES_TEXT = "a TileConfig with positive sizes, tm dividing bm, tn dividing bn"
 
 #: a side of the output with at most this many elements is short (GPU)
 GPU_FEW = 32
+#: long sides and reduced ranges that are multiples of this are a size class (GPU):
+#: the tiles of every built-in configuration divide them, so nothing is padded
+GPU_ALIGN = 128
 
 gpu_tiled = Recipe(
     "gpu-tiled", _gpu_tiled, kind="contraction", version="2",
@@ -395,7 +405,7 @@ gpu_tiled = Recipe(
             Param("skinny_bk", int, 16, "skinny_tiles: reduced-range step",
                   powers_of_two(4, 64, (8, 16, 32)))),
     valid=_tiles_fit,
-    size_class=Derived(lambda v: make_size_class(v["few"], v["few"])))
+    size_class=Derived(lambda v: make_size_class(v["few"], v["few"], GPU_ALIGN)))
 
 
 # {{{ CPU
