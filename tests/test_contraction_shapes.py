@@ -164,3 +164,13 @@ def test_gpu_tiles_that_divide_the_sizes_need_no_clamps(device):
     assert "min(" not in body and "?" not in body and "if (" not in body
     src, _ = _gpu_code(fl.asarray(rand((200, 256))) @ B, device, **small)
     assert "min(" in src  # 200 rows: padded to whole tiles, reads clamped
+
+
+def test_gpu_lanes_partial_sums_fit_local_memory(device):
+    """32 rows of float64 in 256 work-items would need 64 KiB: the group shrinks."""
+    if not device.has_fp64:
+        pytest.skip("float64")
+    a, b = rand((32, 64)).astype(np.float64), rand((64, 40)).astype(np.float64)
+    src, _ = _gpu_code(fl.asarray(a) @ fl.asarray(b), device)
+    sizes = re.findall(r"__local double \w+\[([\d *]+)\]", src)
+    assert sizes and sum(eval(n) for n in sizes) * 8 <= rc.MIN_LOCAL_MEMORY

@@ -89,7 +89,7 @@ def divides(knl: lp.LoopKernel, iname: str, tile: int) -> bool:
         return size % tile == 0
     have = knl.assumptions.to_set()
     space = have.get_space()
-    names = [space.get_dim_name(isl.dim_type.param, k)
+    names = [str(space.get_dim_name(isl.dim_type.param, k))
              for k in range(space.dim(isl.dim_type.param))]
     if size not in names:
         return False
@@ -231,7 +231,8 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
     knl = lp.set_options(knl, enforce_array_accesses_within_bounds="no_check")
     entries = program.entries
     knl = knl.with_kernel(knl.default_entrypoint.tagged(frozenset({
-        ContractionSizes(names.get(BATCH), names[ROW], names[COL], str(names[RED])),
+        ContractionSizes(str(names[BATCH]) if batch else None, names[ROW], names[COL],
+                         str(names[RED])),
         OperandInfo(kernel_dtype(x_dt).char, kernel_dtype(y_dt).char,
                     _fast_axis(entries, c.x, c.m_dims, ROW, RED),
                     _fast_axis(entries, c.y, c.n_dims, COL, COL))})))

@@ -341,7 +341,11 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
         axis = ROW if short[0] and (not short[1] or short[0] <= short[1]) else COL
         extent = short[0] if axis == ROW else short[1]
         assert extent is not None
-        return split_lanes(t_unit, axis, extent, skinny_group, skinny_lanes)
+        # the lanes' partial sums (a local array of group x extent values) must fit
+        group = skinny_group
+        while group > skinny_lanes and group * extent * max(itemsize, 4) > MIN_LOCAL_MEMORY:
+            group //= 2
+        return split_lanes(t_unit, axis, extent, group, skinny_lanes)
     cfg = skinny_tiles(cfg, short[0], short[1], skinny_group, skinny_bk, max(itemsize, 4))
     return _tile(t_unit, cfg)
 
