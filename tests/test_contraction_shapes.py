@@ -174,3 +174,18 @@ def test_gpu_lanes_partial_sums_fit_local_memory(device):
     src, _ = _gpu_code(fl.asarray(a) @ fl.asarray(b), device)
     sizes = re.findall(r"__local double \w+\[([\d *]+)\]", src)
     assert sizes and sum(eval(n) for n in sizes) * 8 <= rc.MIN_LOCAL_MEMORY
+
+
+def test_least_extents_reach_recipes_without_size_classes(device, restore_recipes):
+    """A recipe given as a function has no size class; the program's least extents
+    (MIN_SIDE, or a short side's length) still let it shift whole column blocks."""
+    from fuseloop.expr.contraction import MIN_SIDE
+    from fuseloop.lower.contraction import extent_range
+
+    with fl.recipes.use(fl.recipes.Recipe("test-fn-blocked", rc.blocked(rc.CPU_BLOCKS),
+                                          kind="contraction")):
+        low = fl.program(fl.asarray(rand((40, 50))) @ fl.asarray(rand((50, 36)))).lower(device)
+        assert low.sizes == ""
+        assert extent_range(low.t_unit_before.default_entrypoint, "n")[0] == MIN_SIDE
+        low = fl.program(fl.asarray(rand((40, 50))) @ fl.asarray(rand((50, 5)))).lower(device)
+        assert extent_range(low.t_unit_before.default_entrypoint, "n") == (5, None)

@@ -60,6 +60,10 @@ class Contraction(NamedTuple):
     n_size: Any
     b_size: Any
     k_size: Any
+    # the least extents of the rows and columns that this program stands for: the
+    # side's length when short, else MIN_SIDE (recipes without size classes rely on it)
+    m_least: int = 1
+    n_least: int = 1
 
 
 def _operand(entries: Sequence[Entry], ref: int) -> set[int] | None:
@@ -188,4 +192,5 @@ def find_contraction(entries: Sequence[Entry], outputs: tuple[int, ...], out_spe
             return 1
         return root_sizes[ds[0]] if len(ds) == 1 else param(length(ds))
 
-    return Contraction(red, x, y, m, n, b, group(m), group(n), group(b), total)
+    return Contraction(red, x, y, m, n, b, group(m), group(n), group(b), total,
+                       min(nm, MIN_SIDE), min(nn, MIN_SIDE))

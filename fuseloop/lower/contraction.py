@@ -215,12 +215,17 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
     order = ((BATCH,) if batch else ()) + (ROW, COL, RED)
     domain = (f"[{', '.join(params)}] -> {{[{', '.join(order)}]: "
               + " and ".join(f"0 <= {i} < {names[i]}" for i in order) + "}")
+    # the least extents the program stands for (a recipe given no size class reads them)
+    least = {p: 1 for p in params}
+    for key, at_least in ((ROW, c.m_least), (COL, c.n_least)):
+        if isinstance(names[key], str):
+            least[str(names[key])] = max(least[str(names[key])], at_least)
     knl = lp.make_kernel(
         [domain],
         [x_rule, y_rule, *low.instructions],
         [*kernel_args, *low.temporaries],
         target=target,
-        assumptions=" and ".join(f"{p} >= 1" for p in params),
+        assumptions=" and ".join(f"{p} >= {least[p]}" for p in params),
         index_dtype=index_dtype,
         lang_version=(2018, 2),
         name=KERNEL_NAME,
