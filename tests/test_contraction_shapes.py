@@ -79,6 +79,9 @@ def test_cpu_rule_sizes_blocks_to_short_sides():
     assert rc.cpu_shape(rc.CpuBlocks(6, 16, 8), (3, 3), (40, None), 8) == rc.CpuBlocks(3, 16, 1)
     # no size class (a recipe given as a function): the blocks stay, columns are padded
     assert rc.cpu_shape(big, (1, None), (1, None), 8) == big
+    # up to panel_rows rows: one work-group of blocks shares each column panel
+    assert rc.cpu_shape(big, (64, 64), (17, None), 8, 64) == rc.CpuBlocks(6, 16, 11)
+    assert rc.cpu_shape(big, (65, None), (17, None), 8, 64) == big
 
 
 def test_gpu_rule_tiles_the_long_side():
@@ -99,10 +102,10 @@ def test_size_classes_bound_the_kernels(device, fresh_stats):
     fl.asarray(rand((8, 40)) @ rand((40, 50))).get()  # (numpy: warm the copy kernels)
     for m in (8, 8, 3):
         (fl.asarray(rand((m, 40))) @ fl.asarray(rand((40, 50)))).get()
-    for m in (40, 70):
+    for m in (70, 100):
         (fl.asarray(rand((m, 40))) @ fl.asarray(rand((40, 50)))).get()
     fl.reset_stats()
-    for m in (8, 3, 40, 70, 55):
+    for m in (8, 3, 70, 100, 85):
         (fl.asarray(rand((m, 40))) @ fl.asarray(rand((40, 50)))).get()
     assert fresh_stats()["kernels_compiled"] == 0
 
@@ -189,3 +192,17 @@ def test_least_extents_reach_recipes_without_size_classes(device, restore_recipe
         assert extent_range(low.t_unit_before.default_entrypoint, "n")[0] == MIN_SIDE
         low = fl.program(fl.asarray(rand((40, 50))) @ fl.asarray(rand((50, 5)))).lower(device)
         assert extent_range(low.t_unit_before.default_entrypoint, "n") == (5, None)
+
+
+def test_square_products_keep_whole_column_blocks(device):
+    """m and n of a square product are one parameter: its class holds both sides'
+    conditions, so the CPU rule knows the columns fill whole blocks (no clamping)."""
+    A = fl.asarray(rand((80, 80)))
+    prog, bindings = linearize([(A @ A)._node], (80, 80))
+    c = prog.contraction
+    assert c.m_size == c.n_size
+    rows = max(rc.CPU_FEW_ROWS, rc.CPU_PANEL_ROWS)
+    cls = rc.cpu_blocked.size_class(prog, bindings.params, 0, 0)
+    assert f">= {rc.CPU_BLOCKS.rn}" in cls and f">= {rows + 1}" in cls
+    cls = rc.make_size_class(8, 15)(prog, [5 if p == 80 else p for p in bindings.params], 0, 0)
+    assert cls == f"p{c.m_size[1]} = 5"
