@@ -426,9 +426,10 @@ class CpuBlocks(NamedTuple):
 CPU_BLOCKS = CpuBlocks()
 #: at most this many rows are one block (CPU)
 CPU_FEW_ROWS = 8
-#: at most this many rows are one work-group of blocks (CPU; 64 x 4096 @ 4096^2 float32
-#: on a 2-core PoCL machine: 240 ms with a work-group per block, 127 ms in one group)
-CPU_PANEL_ROWS = 64
+#: at most this many rows are one work-group of blocks (CPU; 0: never).  Off by default:
+#: it pays when Y outgrows the caches, which a size class cannot tell (64 x N @ N x N
+#: float32 on a 2-core PoCL machine: N = 4096 235 -> 122 ms, N = 2048 20 -> 37 ms)
+CPU_PANEL_ROWS = 0
 
 
 def blocked(cfg: CpuBlocks):
