@@ -18,9 +18,14 @@ Such a program is lowered with the operands as substitution rules
 (:mod:`fuseloop.lower.contraction`), so that recipes of kind
 ``"contraction"`` can tile it (local-memory tiles, register tiles).
 
-The decision is structural plus a few size thresholds (small or skinny
-products stay with the reduction kernels); the sizes that matter are
-recorded as parameters, so the cache key tells the cases apart.
+The decision is structural plus a few size thresholds; the sizes that matter
+are recorded as parameters, so the cache key tells the cases apart.  Skinny
+products (few rows or few columns, down to one: ``x @ A``) are contractions
+as long as one side of the output is long (:data:`MIN_SIDE`); the recipes
+choose their tiles from the extents.  A side may be empty (a vector operand)
+only when the matrix operand is *not* contiguous along the reduced axis:
+``A @ x`` over C-order rows is a dot product per row, which the reduction
+kernels read contiguously, while ``x @ A`` walks columns and is tiled.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any, NamedTuple
 
 from .ir import Entry, reachable_entries
 
-#: both sides of the output must have at least this many elements
+#: the longer side of the output must have at least this many elements
 MIN_SIDE = 32
 #: and the contracted length at least this many
 MIN_K = 4
@@ -55,6 +60,10 @@ class Contraction(NamedTuple):
     n_size: Any
     b_size: Any
     k_size: Any
+    # the least extents of the rows and columns that this program stands for: the
+    # side's length when short, else MIN_SIDE (recipes without size classes rely on it)
+    m_least: int = 1
+    n_least: int = 1
 
 
 def _operand(entries: Sequence[Entry], ref: int) -> set[int] | None:
@@ -104,6 +113,18 @@ def _operand_dims(entries: Any, refs: set[int]) -> tuple[set[int], bool]:
     return dims, reduced
 
 
+def _contiguous_along_k(entries: Any, refs: set[int]) -> bool:
+    """Whether a load of the operand is contiguous (stride 1) along a reduced index."""
+    for r in refs:
+        e: Any = entries[r]
+        if e.kind != "load" or e.strides == "c":
+            continue
+        for c, k in zip(e.at, e.strides):
+            if k == 1 and c != 0 and c[0] == "j":
+                return True
+    return False
+
+
 def find_contraction(entries: Sequence[Entry], outputs: tuple[int, ...], out_specs: list[tuple],
                      root_sizes: tuple[Any, ...], params: list[int],
                      param: Callable[[int], tuple]) -> Contraction | None:
@@ -142,9 +163,14 @@ def find_contraction(entries: Sequence[Entry], outputs: tuple[int, ...], out_spe
     m = tuple(d for d in dims if d in dx and d not in dy)
     n = tuple(d for d in dims if d in dy and d not in dx)
     b = tuple(d for d in dims if d in dx and d in dy)
-    if not m or not n:
+    if not m and not n:
         return None
-    if dims[-1] in m:
+    if not m or not n:
+        # a vector operand: tiled only when the matrix operand walks columns
+        matrix = sx if not n else sy
+        if _contiguous_along_k(entries, matrix):
+            return None
+    if (dims[-1] in m) or not n:
         # the output's last (contiguous) dimension goes along the columns
         m, n, x, y = n, m, y, x
     for spec in out_specs:
@@ -158,7 +184,7 @@ def find_contraction(entries: Sequence[Entry], outputs: tuple[int, ...], out_spe
         return math.prod(params[root_sizes[d][1]] for d in ds)
 
     nm, nn, nk = length(m), length(n), params[total[1]]
-    if nm < MIN_SIDE or nn < MIN_SIDE or nk < MIN_K or nm * nn * MAX_K_PER_OUTPUT < nk:
+    if max(nm, nn) < MIN_SIDE or nk < MIN_K or nm * nn * MAX_K_PER_OUTPUT < nk:
         return None
 
     def group(ds: tuple[int, ...]) -> Any:
@@ -166,4 +192,5 @@ def find_contraction(entries: Sequence[Entry], outputs: tuple[int, ...], out_spe
             return 1
         return root_sizes[ds[0]] if len(ds) == 1 else param(length(ds))
 
-    return Contraction(red, x, y, m, n, b, group(m), group(n), group(b), total)
+    return Contraction(red, x, y, m, n, b, group(m), group(n), group(b), total,
+                       min(nm, MIN_SIDE), min(nn, MIN_SIDE))

@@ -58,17 +58,65 @@ Y_ARGS = {BATCH: "yb", RED: "yk", COL: "yn"}
 
 @dataclass(frozen=True)
 class ContractionSizes(UniqueTag):
-    """Kernel tag: the names of the kernel arguments bounding ``b``, ``m``, ``n``, ``k``."""
+    """Kernel tag: the names of the kernel arguments bounding ``b``, ``m``, ``n``, ``k``
+    (the literal 1 for an empty group: the rows of a vector-matrix product)."""
 
     batch: str | None
-    rows: str
-    cols: str
+    rows: str | int
+    cols: str | int
     reduced: str
 
-    def of(self, iname: str) -> str:
+    def of(self, iname: str) -> str | int:
         size = {BATCH: self.batch, ROW: self.rows, COL: self.cols, RED: self.reduced}[iname]
         assert size is not None
         return size
+
+    def limit(self, iname: str) -> Any:
+        """The extent of ``iname`` as an expression (a variable or a literal)."""
+        size = self.of(iname)
+        return size if isinstance(size, int) else prim.Variable(size)
+
+    def params(self) -> list[str]:
+        """The names of the size arguments, sorted."""
+        return sorted({v for v in (self.batch, self.rows, self.cols, self.reduced)
+                       if isinstance(v, str)})
+
+
+def divides(knl: lp.LoopKernel, iname: str, tile: int) -> bool:
+    """Whether the kernel's assumptions make the extent of ``iname`` a multiple of ``tile``."""
+    size = contraction_sizes(knl).of(iname)
+    if isinstance(size, int):
+        return size % tile == 0
+    have = knl.assumptions.to_set()
+    space = have.get_space()
+    names = [str(space.get_dim_name(isl.dim_type.param, k))
+             for k in range(space.dim(isl.dim_type.param))]
+    if size not in names:
+        return False
+    want = isl.Set(f"[{', '.join(names)}] -> {{ : {size} mod {tile} = 0 }}")
+    return bool(have.is_subset(want))
+
+
+def extent_range(knl: lp.LoopKernel, iname: str) -> tuple[int, int | None]:
+    """The least and greatest extent of ``iname`` (``m``, ``n``, ``k``) that the kernel's
+    assumptions allow (a launch's size class, see :mod:`fuseloop.recipes`); None: no
+    upper bound."""
+    size = contraction_sizes(knl).of(iname)
+    if isinstance(size, int):
+        return size, size
+    space = knl.assumptions.to_set()
+    at = space.get_space().find_dim_by_name(isl.dim_type.param, size)
+    if at < 0:
+        return 1, None
+    one = space.move_dims(isl.dim_type.set, 0, isl.dim_type.param, at, 1)
+    one = one.project_out(isl.dim_type.param, 0, one.dim(isl.dim_type.param))
+
+    def const(pw: Any) -> int | None:
+        return pw.get_pieces()[0][1].get_constant_val().to_python() if pw.is_cst() else None
+
+    lo = const(one.dim_min(0))
+    hi = const(one.dim_max(0)) if one.is_bounded() else None
+    return max(1, lo or 1), hi
 
 
 def contraction_sizes(knl: lp.LoopKernel) -> ContractionSizes:
@@ -161,17 +209,23 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
     values = _emit_epilogue(low, program, dt, out_inames)
     arg_names, kernel_args = _emit_stores_and_args(low, program, index_dtype, values,
                                                    frozenset(out_inames))
-    names = {key: str(bounds[key]) for key in bounds}
-    params = sorted(set(names.values()))
+    # an empty group (the rows of ``x @ A``) has the literal extent 1
+    names = {key: v if isinstance(v, int) else str(v) for key, v in bounds.items()}
+    params = sorted({v for v in names.values() if isinstance(v, str)})
     order = ((BATCH,) if batch else ()) + (ROW, COL, RED)
     domain = (f"[{', '.join(params)}] -> {{[{', '.join(order)}]: "
               + " and ".join(f"0 <= {i} < {names[i]}" for i in order) + "}")
+    # the least extents the program stands for (a recipe given no size class reads them)
+    least = {p: 1 for p in params}
+    for key, at_least in ((ROW, c.m_least), (COL, c.n_least)):
+        if isinstance(names[key], str):
+            least[str(names[key])] = max(least[str(names[key])], at_least)
     knl = lp.make_kernel(
         [domain],
         [x_rule, y_rule, *low.instructions],
         [*kernel_args, *low.temporaries],
         target=target,
-        assumptions=" and ".join(f"{p} >= 1" for p in params),
+        assumptions=" and ".join(f"{p} >= {least[p]}" for p in params),
         index_dtype=index_dtype,
         lang_version=(2018, 2),
         name=KERNEL_NAME,
@@ -182,7 +236,8 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
     knl = lp.set_options(knl, enforce_array_accesses_within_bounds="no_check")
     entries = program.entries
     knl = knl.with_kernel(knl.default_entrypoint.tagged(frozenset({
-        ContractionSizes(names.get(BATCH), names[ROW], names[COL], names[RED]),
+        ContractionSizes(str(names[BATCH]) if batch else None, names[ROW], names[COL],
+                         str(names[RED])),
         OperandInfo(kernel_dtype(x_dt).char, kernel_dtype(y_dt).char,
                     _fast_axis(entries, c.x, c.m_dims, ROW, RED),
                     _fast_axis(entries, c.y, c.n_dims, COL, COL))})))
@@ -338,8 +393,7 @@ def _operand_entries(entries: tuple[tuple, ...], ref: int) -> set[int]:
 
 def _domain(knl: lp.LoopKernel, bounds: dict[str, str]) -> isl.BasicSet:
     """A new loop domain: ``bounds`` maps each iname to its constraints."""
-    sizes = contraction_sizes(knl)
-    params = sorted({v for v in (sizes.batch, sizes.rows, sizes.cols, sizes.reduced) if v})
+    params = contraction_sizes(knl).params()
     return isl.BasicSet(f"[{', '.join(params)}] -> {{[{', '.join(bounds)}]: "
                         + " and ".join(bounds.values()) + "}")
 
@@ -362,19 +416,20 @@ def pad_to_tiles(t_unit: lp.TranslationUnit, tiles: dict[str, int]) -> lp.Transl
     The operand rules read clamped indices (always inside the arrays) and give
     zero for ``k >= NK`` (so padded terms add nothing, even next to inf or NaN);
     every instruction but the reduction is predicated on ``m < NM`` and
-    ``n < NN``, so padded rows and columns are computed but never stored.
+    ``n < NN``, so padded rows and columns are computed but never stored.  A
+    range that the kernel's assumptions (its size class) make a multiple of its
+    tile is left as it is: no clamps, no tests.
     """
     knl = t_unit.default_entrypoint
     sizes = contraction_sizes(knl)
     bounds = _current_bounds(knl)
-    padded = {i for i in (ROW, COL, RED) if tiles.get(i, 1) != 1 and i in bounds}
+    padded = {i for i in (ROW, COL, RED) if tiles.get(i, 1) != 1 and i in bounds
+              and not divides(knl, i, tiles[i])}
     for i in padded:
         t = tiles[i]
         bounds[i] = f"0 <= {i} < {t} * floor(({sizes.of(i)} + {t - 1}) / {t})"
 
-    def limit(i: str) -> Any:
-        return prim.Variable(sizes.of(i))
-
+    limit = sizes.limit
     subs = dict(knl.substitutions)
     for rule_name, args in ((X_RULE, X_ARGS), (Y_RULE, Y_ARGS)):
         rule = subs[rule_name]
@@ -410,12 +465,13 @@ def shifted_split(t_unit: lp.TranslationUnit, iname: str, tile: int, outer: str,
     :data:`fuseloop.expr.contraction.MIN_SIDE` rows and columns).
     """
     knl = t_unit.default_entrypoint
-    size = contraction_sizes(knl).of(iname)
+    sizes = contraction_sizes(knl)
+    size = sizes.of(iname)
     bounds = _current_bounds(knl)
     del bounds[iname]
     bounds[outer] = f"0 <= {outer} and {tile} * {outer} < {size}"
     bounds[inner] = f"0 <= {inner} < {tile}"
-    start, last = prim.Variable(outer) * tile, prim.Variable(size) - tile
+    start, last = prim.Variable(outer) * tile, sizes.limit(iname) - tile
     # a conditional, not min(): calls added to instructions after the kernel
     # was made would not be resolved by Loopy
     value = prim.If(prim.Comparison(start, "<", last), start, last) + prim.Variable(inner)

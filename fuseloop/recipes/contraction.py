@@ -55,7 +55,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .._lazy import lp
+from .._lazy import lp, prim
 from ..lower.contraction import (
     BATCH,
     COL,
@@ -66,13 +66,54 @@ from ..lower.contraction import (
     Y_RULE,
     contraction_layout,
     explicit_accumulator,
+    extent_range,
     pad_to_tiles,
     shifted_split,
 )
-from .core import Param, Recipe, Space
+from .core import Derived, Param, Recipe, SizeClassFunction, Space, int_range, powers_of_two
 
 if TYPE_CHECKING:
+    from ..expr.program import Program
     from ..runtime.devices import Device
+
+
+# {{{ the shape rule: size classes
+
+def make_size_class(rows: int, cols: int, align: int = 0) -> SizeClassFunction:
+    """Size classes for contraction kernels: a side of the output (``m``: rows, ``n``:
+    columns) of at most ``rows`` (``cols``) elements is a class of its own, its exact
+    extent; a longer side is the class "longer than that", and with ``align``, a
+    long side or the reduced range that is a multiple of ``align`` says so.
+
+    So a recipe reads from the kernel's assumptions
+    (:func:`~fuseloop.lower.contraction.extent_range`) whether a side is short and how
+    short, and sizes its blocks to it, and ranges that tiles divide are not padded
+    (:func:`~fuseloop.lower.contraction.divides`: no clamped reads, no tests).  A
+    structure has at most ``2 * (rows + cols + 2)`` classes.
+    """
+
+    def contraction_size_class(program: Program, params: Any, n_rows: int,
+                               n_elem: int) -> str:
+        c = program.contraction
+        if c is None:
+            return ""
+        conds: set[str] = set()
+        for size, limit in ((c.m_size, rows), (c.n_size, cols)):
+            if not isinstance(size, tuple):
+                continue  # an empty side: the kernel has the literal extent 1
+            slot, value = size[1], params[size[1]]
+            # (m and n may be one parameter, a square product's: both conditions hold)
+            conds.add(f"p{slot} = {value}" if value <= limit else f"p{slot} >= {limit + 1}")
+            if align and value > limit and value % align == 0:
+                conds.add(f"p{slot} mod {align} = 0")
+        k = c.k_size
+        if align and isinstance(k, tuple) and params[k[1]] % align == 0:
+            conds.add(f"p{k[1]} mod {align} = 0")
+        return " and ".join(sorted(conds))
+
+    return contraction_size_class
+
+# }}}
 
 
 class TileConfig(NamedTuple):
@@ -139,7 +180,12 @@ def _fill_tiles(t_unit: lp.TranslationUnit, cfg: TileConfig, sweep_x: list[str],
         # spread the fill over the work-group, the operand's contiguous axis fastest
         k_fast = (layout[0] if rule == X_RULE else layout[1]) == RED
         order = [f"{name}_fo", f"{name}_fk"] if k_fast else [f"{name}_fk", f"{name}_fo"]
-        t_unit = lp.join_inames(t_unit, order, new_iname=f"{name}_f")
+        # (a footprint one element wide, a vector operand's, has no loop of its own)
+        order = [i for i in order if i in t_unit.default_entrypoint.all_inames()]
+        if len(order) > 1:
+            t_unit = lp.join_inames(t_unit, order, new_iname=f"{name}_f")
+        else:
+            t_unit = lp.rename_iname(t_unit, order[0], f"{name}_f")
         size = block * cfg.bk
         if size > threads:
             t_unit = lp.split_iname(t_unit, f"{name}_f", threads, outer_tag="unr",
@@ -194,13 +240,114 @@ def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
     return _fill_tiles(t_unit, cfg, sweep_x, sweep_y, f"{RED}_in", outer)
 
 
+def skinny_tiles(cfg: TileConfig, rows: int | None, cols: int | None, group: int,
+                 bk: int, itemsize: int) -> TileConfig:
+    """The rule's tiles for a short side: ``rows`` (``cols``) is the output's extent
+    along ``m`` (``n``) when it is short, else None (``cfg`` is then kept).
+
+    A short side is one block, rounded up to a power of two, of work-items that own
+    four consecutive outputs each (one work-item for up to four), so no work-item
+    computes padding beyond that rounding; the long side gets the rest of ``group``
+    work-items, again four outputs each.  Until both local tiles (at ``itemsize``
+    bytes an element, padding included) fit the minimum local memory, ``bk`` is
+    lowered (to 4), then the long side's outputs per work-item (to 1).
+    """
+    if rows is None and cols is None:
+        return cfg
+
+    def short(n: int) -> tuple[int, int]:
+        block = 1 << (n - 1).bit_length()
+        return block, max(1, block // 4)
+
+    bm, tm = short(rows) if rows is not None else (0, 0)
+    bn, tn = short(cols) if cols is not None else (0, 0)
+    per = 4  # outputs of the long side per work-item
+
+    def fits() -> bool:
+        return (bk + 8) * (bm + bn) * itemsize <= MIN_LOCAL_MEMORY
+
+    while True:
+        if rows is None:
+            tm = max(1, group // tn)
+            bm = per * tm
+        if cols is None:
+            tn = max(1, group // tm)
+            bn = per * tn
+        # shorter steps first, then fewer outputs per work-item, until the tiles fit
+        while bk > 4 and not fits():
+            bk //= 2
+        if fits() or per == 1:
+            break
+        per //= 2
+    return TileConfig(bm, bn, bk, tm, tn, "blocked")
+
+
+def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
+                lanes: int) -> lp.TranslationUnit:
+    """A short side in registers, the reduced range split over lanes of a work-group.
+
+    Every work-item holds all ``extent`` outputs of the short side ``short`` (``m``
+    or ``n``: unrolled accumulators) for one output of the long side, and sums
+    every ``lanes``-th term of the reduced range; the lanes' partial sums are
+    combined in local memory (Loopy's tree) and the first lane runs the epilogue
+    and the stores (so an epilogue reading the output, ``C += x @ A``, runs once).
+    Work-groups tile the long side only, so a product with few outputs still has
+    ``group`` work-items per ``group / lanes`` of them.  The work-group's fast axis
+    follows the long operand's contiguous axis: along the long side, ``lanes``
+    lanes; along the reduced range (``A @ B`` with few columns), lanes as wide as
+    a warp (32), so neighbouring work-items read neighbouring addresses.
+    """
+    knl = t_unit.default_entrypoint
+    long = COL if short == ROW else ROW
+    x_fast, y_fast = contraction_layout(knl)
+    k_fast = (y_fast if long == COL else x_fast) == RED
+    if k_fast:
+        lanes = min(32, group)
+    width = max(1, group // lanes)
+    t_unit = pad_to_tiles(t_unit, {short: extent, long: width, RED: lanes})
+    if BATCH in knl.all_inames():
+        t_unit = lp.tag_inames(t_unit, {BATCH: "g.1"})
+    t_unit = lp.split_iname(t_unit, short, extent, inner_tag="ilp",
+                            outer_iname=f"{short}_blk", inner_iname=f"{short}_in")
+    t_unit = lp.split_iname(t_unit, long, width, outer_tag="g.0",
+                            inner_tag="l.1" if k_fast else "l.0")
+    lane = f"{RED}_lane"
+    t_unit = lp.split_iname(t_unit, RED, lanes, outer_iname=f"{RED}_step", inner_iname=lane,
+                            inner_tag="l.0" if k_fast else "l.1")
+    # sum(lane, sum(step, ...)): each lane's own sum, then the tree across lanes
+    t_unit = lp.split_reduction_outward(t_unit, lane)
+    t_unit = lp.add_inames_for_unused_hw_axes(t_unit, within=f"not id:{REDUCTION_ID}")
+    knl = t_unit.default_entrypoint
+    first = prim.Comparison(prim.Variable(lane), "==", 0)
+    insns = [i if i.id == REDUCTION_ID else i.copy(predicates=i.predicates | {first})
+             for i in knl.instructions]
+    return t_unit.with_kernel(knl.copy(instructions=insns))
+
+
 def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
-               wide_tiles: TileConfig) -> lp.TranslationUnit:
-    """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types."""
+               wide_tiles: TileConfig, few: int, skinny: str, skinny_group: int,
+               skinny_lanes: int, skinny_bk: int) -> lp.TranslationUnit:
+    """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types.  A side
+    of at most ``few`` outputs: :func:`split_lanes` (``skinny="lanes"``) or
+    :func:`skinny_tiles` (``"tiles"``)."""
     from ..lower.contraction import operand_itemsize
 
-    wide = operand_itemsize(t_unit.default_entrypoint) > 4
-    return _tile(t_unit, wide_tiles if wide else tiles)
+    knl = t_unit.default_entrypoint
+    itemsize = operand_itemsize(knl)
+    cfg = wide_tiles if itemsize > 4 else tiles
+    short = [hi if hi is not None and hi <= few else None
+             for _, hi in (extent_range(knl, ROW), extent_range(knl, COL))]
+    if skinny == "lanes" and (short[0] or short[1]):
+        axis = ROW if short[0] and (not short[1] or short[0] <= short[1]) else COL
+        extent = short[0] if axis == ROW else short[1]
+        assert extent is not None
+        # the lanes' partial sums (a local array of group x extent values) must fit
+        group = skinny_group
+        while group > skinny_lanes and group * extent * max(itemsize, 4) > MIN_LOCAL_MEMORY:
+            group //= 2
+        return split_lanes(t_unit, axis, extent, group, skinny_lanes)
+    cfg = skinny_tiles(cfg, short[0], short[1], skinny_group, skinny_bk, max(itemsize, 4))
+    return _tile(t_unit, cfg)
 
 
 def _tiles_ok(cfg: object) -> bool:
@@ -219,6 +366,9 @@ MIN_LOCAL_MEMORY = 32 * 1024
 def _tiles_fit(values: Mapping[str, Any], device: Device) -> bool:
     """Whether both tile configurations fit the device's work-group size and (at 8
     bytes an element, padding included) the minimum local memory."""
+    if values["skinny_group"] > device.max_work_group_size \
+            or values["skinny_lanes"] > values["skinny_group"]:
+        return False
     for cfg in (values["tiles"], values["wide_tiles"]):
         if cfg.tm * cfg.tn > device.max_work_group_size:
             return False
@@ -234,13 +384,32 @@ _WIDE_SEARCH = (GPU_TILES_WIDE, TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(32, 32, 8, 8, 8))
 _TILES_TEXT = "a TileConfig with positive sizes, tm dividing bm, tn dividing bn"
 
+#: a side of the output with at most this many elements is short (GPU)
+GPU_FEW = 32
+#: long sides and reduced ranges that are multiples of this are a size class (GPU):
+#: the tiles of every built-in configuration divide them, so nothing is padded
+GPU_ALIGN = 128
+
 gpu_tiled = Recipe(
-    "gpu-tiled", _gpu_tiled, kind="contraction", version="1",
+    "gpu-tiled", _gpu_tiled, kind="contraction", version="2",
     params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types",
                   Space(_TILE_SEARCH, _tiles_ok, _TILES_TEXT)),
             Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types",
-                  Space(_WIDE_SEARCH, _tiles_ok, _TILES_TEXT))),
-    valid=_tiles_fit)
+                  Space(_WIDE_SEARCH, _tiles_ok, _TILES_TEXT)),
+            Param("few", int, GPU_FEW, "a side of at most this many outputs is short: "
+                  "in registers, the long side tiled", powers_of_two(1, 128, (8, 16, 32, 64))),
+            Param("skinny", str, "lanes", "a short side's kernel: 'lanes' (split_lanes: the "
+                  "reduced range split in a work-group) or 'tiles' (skinny_tiles)",
+                  ("lanes", "tiles")),
+            Param("skinny_group", int, 256, "work-items of a group when a side is short",
+                  powers_of_two(16, 256, (64, 128, 256))),
+            Param("skinny_lanes", int, 8, "split_lanes: lanes of the reduced range (when "
+                  "the long operand is contiguous along the long side)",
+                  powers_of_two(1, 64, (4, 8, 16, 32))),
+            Param("skinny_bk", int, 16, "skinny_tiles: reduced-range step",
+                  powers_of_two(4, 64, (8, 16, 32)))),
+    valid=_tiles_fit,
+    size_class=Derived(lambda v: make_size_class(v["few"], v["few"], GPU_ALIGN)))
 
 
 # {{{ CPU
@@ -255,25 +424,39 @@ class CpuBlocks(NamedTuple):
 
 
 CPU_BLOCKS = CpuBlocks()
+#: at most this many rows are one block (CPU)
+CPU_FEW_ROWS = 8
+#: at most this many rows are one work-group of blocks (CPU; 0: never).  Off by default:
+#: it pays when Y outgrows the caches, which a size class cannot tell (64 x N @ N x N
+#: float32 on a 2-core PoCL machine: N = 4096 235 -> 122 ms, N = 2048 20 -> 37 ms)
+CPU_PANEL_ROWS = 0
 
 
 def blocked(cfg: CpuBlocks):
-    """The CPU recipe with block configuration ``cfg``, as a function (the same as
-    ``cpu_blocked.with_params(blocks=cfg)``)."""
+    """The CPU recipe with block configuration ``cfg``, as a function (as
+    ``cpu_blocked.with_params(blocks=cfg)``, but without its size classes: the
+    extents are unknown, so column blocks are padded rather than shifted)."""
 
     def recipe(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
-        return _cpu_blocks(t_unit, cfg)
+        return _cpu_blocked(t_unit, device, blocks=cfg, few_rows=CPU_FEW_ROWS)
 
     recipe.__name__ = f"cpu_blocked_{cfg.rm}x{cfg.rn}_g{cfg.group}"
     return recipe
 
 
-def _cpu_blocks(t_unit: lp.TranslationUnit, cfg: CpuBlocks) -> lp.TranslationUnit:
+def _cpu_blocks(t_unit: lp.TranslationUnit, cfg: CpuBlocks,
+                shift: bool = True) -> lp.TranslationUnit:
+    """``cfg``'s blocks; ``shift``: at least ``cfg.rn`` columns are known, so the last
+    column block is shifted back into range (else the columns are padded)."""
     knl = t_unit.default_entrypoint
-    t_unit = pad_to_tiles(t_unit, {ROW: cfg.rm * cfg.group})
-    # whole column blocks, the last one shifted back into range: the loads of
-    # a block's columns are contiguous with no clamping, so they vectorise
-    t_unit = shifted_split(t_unit, COL, cfg.rn, f"{COL}_blk", f"{COL}_in")
+    t_unit = pad_to_tiles(t_unit, {ROW: cfg.rm * cfg.group} | ({} if shift else {COL: cfg.rn}))
+    if shift:
+        # whole column blocks, the last one shifted back into range: the loads of
+        # a block's columns are contiguous with no clamping, so they vectorise
+        t_unit = shifted_split(t_unit, COL, cfg.rn, f"{COL}_blk", f"{COL}_in")
+    else:
+        t_unit = lp.split_iname(t_unit, COL, cfg.rn, outer_iname=f"{COL}_blk",
+                                inner_iname=f"{COL}_in")
     if BATCH in knl.all_inames():
         t_unit = lp.tag_inames(t_unit, {BATCH: "g.2"})
     t_unit = lp.split_iname(t_unit, ROW, cfg.rm, outer_tag="g.1" if cfg.group == 1 else None,
@@ -293,9 +476,35 @@ def _cpu_blocks(t_unit: lp.TranslationUnit, cfg: CpuBlocks) -> lp.TranslationUni
     return lp.prioritize_loops(t_unit, f"{RED},{COL}_in,{ROW}_in")
 
 
-def _cpu_blocked(t_unit: lp.TranslationUnit, device: Device, *,
-                 blocks: CpuBlocks) -> lp.TranslationUnit:
-    return _cpu_blocks(t_unit, blocks)
+def cpu_shape(cfg: CpuBlocks, rows: tuple[int, int | None], cols: tuple[int, int | None],
+              few_rows: int, panel_rows: int = 0) -> CpuBlocks:
+    """The rule's blocks for the output's extents (``(least, greatest)`` along ``m`` and
+    ``n``, see :func:`~fuseloop.lower.contraction.extent_range`).
+
+    At most ``few_rows`` rows are one block (no padded rows: ``x @ A`` has one); at
+    most ``panel_rows`` rows are one work-group of blocks, which shares each column
+    panel of ``Y`` (read once from memory, not once per block of rows); fewer
+    columns than ``cfg.rn`` get the largest power of two that fits, since the
+    column blocks must be whole (:func:`~fuseloop.lower.contraction.shifted_split`).
+    """
+    rm, rn, group = cfg
+    if rows[1] is not None and rows[1] <= few_rows:
+        rm, group = rows[1], 1
+    elif rows[1] is not None and rows[1] <= panel_rows:
+        group = -(-rows[1] // rm)
+    if cols[0] < rn and cols[1] is not None:
+        rn = 1 << (cols[0].bit_length() - 1)
+    return CpuBlocks(rm, rn, group)
+
+
+def _cpu_blocked(t_unit: lp.TranslationUnit, device: Device, *, blocks: CpuBlocks,
+                 few_rows: int, panel_rows: int = 0) -> lp.TranslationUnit:
+    knl = t_unit.default_entrypoint
+    cols = extent_range(knl, COL)
+    cfg = cpu_shape(blocks, extent_range(knl, ROW), cols, few_rows, panel_rows)
+    if cfg.group > device.max_work_group_size:
+        cfg = cfg._replace(group=blocks.group)
+    return _cpu_blocks(t_unit, cfg, shift=cols[0] >= cfg.rn)
 
 
 def _blocks_ok(cfg: object) -> bool:
@@ -303,12 +512,19 @@ def _blocks_ok(cfg: object) -> bool:
 
 
 cpu_blocked = Recipe(
-    "cpu-blocked", _cpu_blocked, kind="contraction", version="2",
+    "cpu-blocked", _cpu_blocked, kind="contraction", version="3",
     params=(Param("blocks", CpuBlocks, CPU_BLOCKS, "the register block of a work-item",
                   Space((CPU_BLOCKS, CpuBlocks(4, 16), CpuBlocks(8, 8), CpuBlocks(4, 32),
                          CpuBlocks(8, 16), CpuBlocks(6, 16, 8), CpuBlocks(4, 8)),
-                        _blocks_ok, "a CpuBlocks of positive sizes")),),
-    valid=lambda v, device: v["blocks"].group <= device.max_work_group_size)
+                        _blocks_ok, "a CpuBlocks of positive sizes")),
+            Param("few_rows", int, CPU_FEW_ROWS, "at most this many rows are one block (cpu_shape)",
+                  powers_of_two(1, 16, (4, 8, 16))),
+            Param("panel_rows", int, CPU_PANEL_ROWS, "at most this many rows are one "
+                  "work-group of blocks sharing Y's column panels (cpu_shape; 0: never)",
+                  int_range(0, 256, (0, 32, 64, 128)))),
+    valid=lambda v, device: v["blocks"].group <= device.max_work_group_size,
+    size_class=Derived(lambda v: make_size_class(max(v["few_rows"], v["panel_rows"]),
+                                                 v["blocks"].rn - 1)))
 
 # }}}
 
