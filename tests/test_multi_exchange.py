@@ -38,15 +38,23 @@ def test_devices_without_a_direct_way_go_through_the_host(device):
     import dataclasses
 
     from fuseloop.multi import exchange
+    from fuseloop.runtime import devices
+    from fuseloop.runtime.transfer import finish
 
     twin = dataclasses.replace(device, index=device.index + 977)
     x = fl.asarray(np.arange(12.0, dtype=np.float32).reshape(6, 2), device=device)
     before = EXCHANGED["through_host"]
-    piece = exchange._transfer(x[2:4], twin)
-    assert piece.device is twin
-    np.testing.assert_array_equal(piece.get(), np.arange(4.0, 8.0).reshape(2, 2))
-    # (CUDA: a peer copy; OpenCL: no copy between contexts)
-    assert EXCHANGED["through_host"] - before == (0 if device.backend == "cuda" else 1)
+    try:
+        piece = exchange._transfer(x[2:4], twin)
+        assert piece.device is twin
+        np.testing.assert_array_equal(piece.get(), np.arange(4.0, 8.0).reshape(2, 2))
+        # (CUDA: a peer copy; OpenCL: no copy between contexts)
+        assert EXCHANGED["through_host"] - before == (0 if device.backend == "cuda" else 1)
+        del piece
+    finally:
+        # (the twin is not among fl.devices(): its runtime would break later synchronize())
+        finish(twin)
+        devices._runtimes.pop(twin.index, None)
 
 
 def test_two_cuda_devices_exchange_peer_to_peer():
