@@ -43,22 +43,13 @@ from fuseloop.bench.runner import median_time
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_segmented  # (reduce_by_key's runs, reused)
 
-Row = tuple[str, str, float | None, str]
+Row = bench_segmented.Row
+_attempt = bench_segmented._attempt  # (a missing or failing peer is reported, not fatal)
 WORKLOADS = ("rng", "bincount", "stencil", "reduce_by_key")
 BINS = 1024
 # the 7-point step: centre and neighbour weights (Python floats: every library keeps
 # its float32 arrays float32 with them, torch.compile included)
 CENTRE, SIDE = 0.4, 0.1
-
-
-def _attempt(rows: list[Row], workload: str, impl: str,
-             fn: Callable[[], tuple[float, str]]) -> None:
-    try:
-        t, note = fn()
-    except Exception as exc:  # a missing or failing peer is reported, not fatal
-        rows.append((workload, impl, None, f"skipped ({type(exc).__name__}: {str(exc)[:70]})"))
-        return
-    rows.append((workload, impl, t, note))
 
 
 def _gpu_peers() -> dict[str, Any]:
