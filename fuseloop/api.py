@@ -40,6 +40,6 @@ def synchronize() -> None:
     ``fuseloop.expr.nodes.recent_lazy``), so their buffers are freed by the time it returns.
     """
     register_readers()
-    every = _devices._all_devices()  # (a device's index is its place in this list)
-    for index in list(_devices._runtimes):
-        finish(every[index])  # (deferred small launches are enqueued first)
+    # (every device with a runtime, listed or not; deferred small launches go first)
+    for rt in list(_devices._runtimes.values()):
+        finish(rt.device)

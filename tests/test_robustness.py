@@ -446,3 +446,22 @@ def test_keyboard_interrupt_leaves_library_usable(device, fresh_cache, monkeypat
     assert disk_files(fresh_cache) == entries
 
 # }}}
+
+
+def test_synchronize_waits_for_a_device_missing_from_the_list(device):
+    """A device in use that ``fl.devices()`` does not list (one opened under another
+    index) is waited for too; it made ``fl.synchronize()`` raise IndexError."""
+    import dataclasses
+
+    from fuseloop.runtime import devices
+    from fuseloop.runtime.transfer import finish
+
+    twin = dataclasses.replace(device, index=device.index + 991)
+    try:
+        x = fl.asarray(np.arange(4, dtype=np.float32), device=twin)
+        fl.synchronize()
+        np.testing.assert_array_equal(x.get(), np.arange(4, dtype=np.float32))
+        del x
+    finally:
+        finish(twin)
+        devices._runtimes.pop(twin.index, None)

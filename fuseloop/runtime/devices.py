@@ -111,13 +111,14 @@ class _DeviceRuntime:
     a user event until all of it is enqueued, so the workers wake once for it.
     """
 
-    __slots__ = ("context", "deferred", "enqueue_read", "enqueue_write", "event_status",
-                 "finish_queue", "gate_at", "hold", "launch_lock", "marker", "pool", "queue",
-                 "submit", "wait_event")
+    __slots__ = ("context", "deferred", "device", "enqueue_read", "enqueue_write",
+                 "event_status", "finish_queue", "gate_at", "hold", "launch_lock", "marker",
+                 "pool", "queue", "submit", "wait_event")
 
     def __init__(self, device: Device) -> None:
         from ..backends import backend_for
 
+        self.device = device
         backend = backend_for(device)
         self.context, self.queue = backend.open(device)
         self.pool = DeviceMemory(device, self.context, self.queue)
