@@ -230,3 +230,19 @@ def test_statements_join_waiting_small_launches(host):
     # nothing waits now (a structure with a kept kernel plan would take its kernel)
     np.testing.assert_array_equal((x * 3).get(), np.arange(8.0) * 3)
     assert fl.stats()["host_evaluations"] == 1
+
+
+def test_memory_pressure_lets_go_of_kept_maps(host):
+    """An allocation that does not fit first drops the host path's kept maps (each holds
+    its buffer), as it gives the pool's unused blocks back."""
+    from fuseloop.errors import DeviceMemoryError
+    from fuseloop.runtime.devices import _runtime
+
+    x = fl.asarray(np.arange(100, dtype=np.float32), device=host)
+    np.testing.assert_array_equal((x * 2 + 1).get(), np.arange(100, dtype=np.float32) * 2 + 1)
+    assert host_path._mapped  # (the result was read from a kept map)
+    too_big = host.global_mem_size * 4
+    with pytest.raises(DeviceMemoryError):
+        _runtime(host).pool._check(too_big, too_big)
+    assert not host_path._mapped
+    np.testing.assert_array_equal((x * 3).get(), np.arange(100, dtype=np.float32) * 3)

@@ -219,10 +219,13 @@ class DeviceMemory:
         device = self.device
         device_room, process_room = self._room()
         if size > min(device_room, process_room if process_room is not None else device_room):
-            # give the pool's unused blocks and unheld arrays' buffers back, then look again
+            # give the pool's unused blocks, unheld arrays' buffers and the host path's kept
+            # maps (fuseloop.host_path) back, then look again
+            from .. import host_path
             from ..expr.nodes import register_readers
 
             register_readers()
+            host_path.clear()
             gc.collect()
             self.pool.free_held()
             device_room, process_room = self._room()
