@@ -266,22 +266,6 @@ def _reduce_by_key(rows: list[Row], n: int, repeat: int, gpu: dict[str, Any]) ->
     rows.extend(r for r in found if r[0] == "reduce_by_key")
 
 
-def _print(rows: list[Row], sizes: dict[str, int]) -> None:
-    first: dict[str, float] = {}
-    for w, impl, t, _ in rows:
-        if impl.startswith("fuseloop") and t and w not in first:
-            first[w] = t
-    print(f"\n{'workload':17s} {'implementation':28s} {'ms':>9s} {'Melem/s':>9s} "
-          f"{'peer/fuseloop':>13s}  note")
-    for w, impl, t, note in rows:
-        if t is None:
-            print(f"{w:17s} {impl:28s} {'-':>9s} {'-':>9s} {'-':>13s}  {note}")
-            continue
-        ratio = f"{t / first[w]:.2f}" if w in first else "-"
-        rate = sizes[w] / t / 1e6
-        print(f"{w:17s} {impl:28s} {1e3 * t:9.2f} {rate:9.0f} {ratio:>13s}  {note}")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default=None)
@@ -315,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
            "reduce_by_key": lambda: _reduce_by_key(rows, n_keys, args.repeat, gpu)}
     for name in args.only:
         run[name]()
-    _print(rows, sizes)
+    bench_segmented.print_rows(rows, sizes)
     return 0
 
 

@@ -181,16 +181,25 @@ def main(argv: list[str] | None = None) -> int:
         _torch(rows, keys, values, args.repeat, ref)
     else:
         _numpy(rows, keys, values, args.repeat, ref)
-    ours = {w: t for w, impl, t, _ in rows if impl == "fuseloop" and t}
-    print(f"\n{'workload':14s} {'implementation':28s} {'ms':>9s} {'Melem/s':>9s} "
+    print_rows(rows, {w: n for w, *_ in rows})
+    return 0
+
+
+def print_rows(rows: list[Row], sizes: dict[str, int]) -> None:
+    """One table: each row's time, elements per second (``sizes[workload]`` elements) and
+    time over the workload's first fuseloop row's."""
+    first: dict[str, float] = {}
+    for w, impl, t, _ in rows:
+        if impl.startswith("fuseloop") and t and w not in first:
+            first[w] = t
+    print(f"\n{'workload':17s} {'implementation':28s} {'ms':>9s} {'Melem/s':>9s} "
           f"{'peer/fuseloop':>13s}  note")
     for w, impl, t, note in rows:
         if t is None:
-            print(f"{w:14s} {impl:28s} {'-':>9s} {'-':>9s} {'-':>13s}  {note}")
+            print(f"{w:17s} {impl:28s} {'-':>9s} {'-':>9s} {'-':>13s}  {note}")
             continue
-        ratio = f"{t / ours[w]:.2f}" if w in ours else "-"
-        print(f"{w:14s} {impl:28s} {1e3 * t:9.2f} {n / t / 1e6:9.0f} {ratio:>13s}  {note}")
-    return 0
+        ratio = f"{t / first[w]:.2f}" if w in first else "-"
+        print(f"{w:17s} {impl:28s} {1e3 * t:9.2f} {sizes[w] / t / 1e6:9.0f} {ratio:>13s}  {note}")
 
 
 if __name__ == "__main__":

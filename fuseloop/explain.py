@@ -167,17 +167,8 @@ def _record(exprs: Sequence[Array]) -> tuple[_DryRecorder, list[Any], Device]:
     device = _common_device(list(exprs))
     shape = exprs[0].shape
     rec = _DryRecorder()
-    # (run_plans keeps its recorder per thread: installed here the way run_plans.run does)
-    saved = getattr(_rp._local, "recorder", None)
-    with _rp._lock:
-        _rp.recording_threads[0] += 1
-    _rp._local.recorder = rec
-    try:
+    with _rp.recording(rec):
         outs = _ev.run([e._node for e in exprs], shape, device)
-    finally:
-        _rp._local.recorder = saved
-        with _rp._lock:
-            _rp.recording_threads[0] -= 1
     return rec, outs, device
 
 

@@ -60,17 +60,9 @@ class _DryRecorder(_rp.Recorder):
 
 def _dry_launches(jobs: Sequence[Job]) -> list[tuple[Any, Bindings, Device]]:
     rec = _DryRecorder()
-    saved = getattr(_rp._local, "recorder", None)
-    with _rp._lock:
-        _rp.recording_threads[0] += 1
-    _rp._local.recorder = rec
-    try:
+    with _rp.recording(rec):
         for roots, out_shape, device, targets in jobs:
             _ev.run_unplanned(roots, out_shape, device, targets)
-    finally:
-        _rp._local.recorder = saved
-        with _rp._lock:
-            _rp.recording_threads[0] -= 1
     return rec.launches
 
 

@@ -25,9 +25,10 @@ indices checked on the host, a mask's positions) are.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -54,6 +55,33 @@ from .runtime.devices import Device
 _local = threading.local()
 recording_threads = [0]  # threads recording now: the common answer, "none", without the local
 _lock = threading.Lock()
+
+
+def install_recorder(rec: Any) -> Any:
+    """Make ``rec`` this thread's recorder (every launch and allocation is reported to it,
+    see :class:`Recorder`); returns the one it replaces, for :func:`restore_recorder`."""
+    saved = getattr(_local, "recorder", None)
+    with _lock:
+        recording_threads[0] += 1
+    _local.recorder = rec
+    return saved
+
+
+def restore_recorder(saved: Any) -> None:
+    """Undo :func:`install_recorder`."""
+    _local.recorder = saved
+    with _lock:
+        recording_threads[0] -= 1
+
+
+@contextlib.contextmanager
+def recording(rec: Any) -> Iterator[Any]:
+    """``with recording(rec):`` the block's launches are reported to ``rec``."""
+    saved = install_recorder(rec)
+    try:
+        yield rec
+    finally:
+        restore_recorder(saved)
 _plans: dict[tuple, _Plan | str | None] = {}
 PLANS_MAX = 1024  # plans kept (all are dropped when it is reached)
 # the value of a key whose plan depends on its offsets' values: looked up by the key
@@ -260,15 +288,8 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     # together (fuseloop.prebuild), and the record is replayed; a check of a cached
     # plan records for real
     rec = Recorder(storages, scalars, slots, offs, dry=plan is False)
-    with _lock:
-        recording_threads[0] += 1
-    _local.recorder = rec
-    try:
+    with recording(rec):
         outs = _ev.run_unplanned(roots, out_shape, device, targets)
-    finally:
-        _local.recorder = None
-        with _lock:
-            recording_threads[0] -= 1
     result_refs = tuple(rec.ref(o) for o in outs)
     fresh = None if rec.failed or None in result_refs else _Plan(
         rec.allocs, rec.steps, result_refs)

@@ -332,19 +332,14 @@ _local = threading.local()
 def install(trace: Trace) -> Any:
     """Make ``trace`` this thread's run-plan recorder (what run_plans.run does for its
     own :class:`~fuseloop.run_plans.Recorder`); returns the one it replaces."""
-    saved = getattr(_rp._local, "recorder", None)
-    with _rp._lock:
-        _rp.recording_threads[0] += 1
-    _rp._local.recorder = trace
+    saved = _rp.install_recorder(trace)
     trace_checks.append(trace.check)
     return saved
 
 
 def uninstall(trace: Trace, saved: Any) -> None:
     trace_checks.remove(trace.check)
-    _rp._local.recorder = saved
-    with _rp._lock:
-        _rp.recording_threads[0] -= 1
+    _rp.restore_recorder(saved)
 
 
 # }}}

@@ -117,20 +117,12 @@ def _launches(expr_or_fn: Any, args: Sequence[Any]) -> tuple[list[Any], Device]:
     from .explain import _DryRecorder
 
     rec = _DryRecorder()
-    saved = getattr(_rp._local, "recorder", None)
-    with _rp._lock:
-        _rp.recording_threads[0] += 1
-    _rp._local.recorder = rec
-    try:
+    with _rp.recording(rec):
         result = expr_or_fn(*args)
         results = result if isinstance(result, (tuple, list)) else [result]
         for r in results:  # a lazy result: its evaluation's kernels too
             if isinstance(r, Array) and r._storage is None:
                 r.eval()
-    finally:
-        _rp._local.recorder = saved
-        with _rp._lock:
-            _rp.recording_threads[0] -= 1
     if not rec.launches:
         raise ValueError("fl.tune: the function launched no kernel (return a lazy array, "
                          "or evaluate arrays inside it)")
