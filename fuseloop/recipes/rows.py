@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import LazyModule, isl, lp, prim
 from ..expr.program import Program
 from ..lower.kernel import ELEMENT_INAME, FLAT_INAME, contiguous_rows
-from . import row_layout, select
+from . import row_layout, select, transforms
 from .core import Derived, Param, Recipe, Space, int_range, powers_of_two
 from .cpu_vector import (
     LANES,
@@ -201,7 +201,7 @@ def _gpu_rows(t_unit: lp.TranslationUnit, device: Device, *, group: int, cache_i
     A row read by several passes is kept in registers, ``cache_items``
     elements per work-item (0: never; see :mod:`fuseloop.recipes.row_cache`).
     The work-items' partial results are combined through ``lanes`` values
-    (see :func:`_group_reductions`; 0: Loopy's tree).
+    (see :func:`transforms.combine_in_group`; 0: Loopy's tree).
     """
     knl = t_unit.default_entrypoint
     if not _contiguous_rows(knl):
@@ -268,18 +268,16 @@ def _columns_split_in_group(t_unit: lp.TranslationUnit, width: int,
     # Loopy's tree leaves each result in one work-item: results go to local memory,
     # a slot per output, behind a barrier for the slices that read them
     results = _reduction_temporaries(knl)
-    knl = t_unit.default_entrypoint
-    t_unit = t_unit.with_kernel(knl.copy(silenced_warnings=[
-        *knl.silenced_warnings, *(f"write_race(calc_{name})" for name in results)]))
+    t_unit = transforms.allow_single_writer(t_unit, [f"calc_{name}" for name in results])
     # the rest runs on every slice (a loop of its own: a slice past a short axis's
     # end still takes part), and only the first slice stores
-    t_unit = _on_every_work_item(t_unit, "w_slice", slices, "l.1",
-                                 {f"{j}_inner" for j in js})
+    t_unit = transforms.on_every_work_item(t_unit, "w_slice", slices, "l.1",
+                                           {f"{j}_inner" for j in js})
     for name in results:
         t_unit = lp.set_temporary_address_space(t_unit, name, "local")
     t_unit = t_unit.with_kernel(lp.privatize_temporaries_with_inames(
         t_unit.default_entrypoint, {f"{FLAT_INAME}_inner"}, only_var_names=set(results)))
-    return _publish_results(t_unit, results)
+    return transforms.publish(t_unit, results)
 
 
 def _walk_together(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
@@ -393,18 +391,17 @@ def _gpu_contiguous_rows(t_unit: lp.TranslationUnit, group: int, cache_items: in
         t_unit = split(t_unit, ELEMENT_INAME)
     if rows:
         t_unit = row_cache.add_fills(t_unit, rows, group, cache_items)
-    t_unit, shared = _group_reductions(t_unit, bounds, group, lanes)
+    t_unit, shared = transforms.combine_in_group(
+        t_unit, {f"{j}_inner": p for j, p in bounds.items() if p is not None}, group, lanes)
     # Loopy's tree: a row's reduced value is produced by one work-item and
     # read by all of them
     results = [name for name in _reduction_temporaries(knl) if name not in shared]
     for name in results:
         t_unit = lp.set_temporary_address_space(t_unit, name, "local")
     t_unit = _spread_row_work(t_unit, group)
-    t_unit = _publish_results(t_unit, results)
+    t_unit = transforms.publish(t_unit, results)
     # Loopy's tree writes the result from its last stage (one work-item): not a race
-    knl = t_unit.default_entrypoint
-    t_unit = t_unit.with_kernel(knl.copy(silenced_warnings=[
-        *knl.silenced_warnings, *(f"write_race(calc_{name})" for name in results)]))
+    t_unit = transforms.allow_single_writer(t_unit, [f"calc_{name}" for name in results])
     if rows_per_group > 1:
         t_unit = _rows_per_group(t_unit, rows_per_group)
     return t_unit
@@ -429,99 +426,6 @@ def _rows_per_group(t_unit: lp.TranslationUnit, rows: int) -> lp.TranslationUnit
         shape = temps[name].shape
         if isinstance(shape, tuple) and len(shape) == 2:
             t_unit = lp.tag_array_axes(t_unit, name, "f,f")
-    return t_unit
-
-
-def _group_reductions(t_unit: lp.TranslationUnit, bounds: dict[str, str | None],
-                      group: int, lanes: int) -> tuple[lp.TranslationUnit, set[str]]:
-    """Combine the work-items' partial results with two barriers instead of a tree.
-
-    Loopy combines a local-parallel reduction in a binary tree: log2(group)
-    stages, each behind a barrier (nine for 512 work-items), then one more
-    barrier to publish the result.  Here each work-item stores its partial
-    result; ``lanes`` work-items each combine ``group / lanes`` of them
-    (stride ``lanes``, so neighbouring work-items read neighbouring words);
-    then every work-item combines those ``lanes`` values itself, reading
-    the same words (a broadcast), and keeps the row's result in a private
-    variable.  Both combining loops have fixed trip counts and are unrolled
-    (partials past the row's end read as the operation's neutral value), so
-    their loads are independent.  Single-valued reductions over ``0 <= j < p``
-    only; others keep Loopy's tree.  Returns the result temporaries handled.
-    """
-    lanes = min(lanes, group)
-    if lanes <= 0 or group % lanes:
-        return t_unit, set()
-    per_lane = group // lanes
-    knl = t_unit.default_entrypoint
-    insns, temps, domains = [], dict(knl.temporary_variables), list(knl.domains)
-    new_tags: dict[str, str] = {}
-    done: set[str] = set()
-    for insn in knl.instructions:
-        red: Any = insn.expression if isinstance(insn, lp.Assignment) else None
-        target = insn.assignee_var_names()[0] if red is not None else None
-        j = (red.inames[0][:-len("_inner")]
-             if isinstance(red, lp.Reduction) and len(red.inames) == 1
-             and red.inames[0].endswith("_inner") else None)
-        if (j is None or bounds.get(j) is None or red.operation.arg_count != 1
-                or target not in temps or temps[target].shape not in ((), None)):
-            insns.append(insn)
-            continue
-        p, dtype = bounds[j], temps[target].dtype
-        neutral = row_cache.typed_neutral(red.operation, dtype, t_unit)
-        partials, combined = f"part_{target}", f"lanes_{target}"
-        lane, k, every, m = f"{j}_lane", f"{j}_k", f"{j}_all", f"{j}_m"
-        temps[partials] = lp.TemporaryVariable(partials, dtype, shape=(group,),
-                                               address_space=lp.AddressSpace.LOCAL)
-        temps[combined] = lp.TemporaryVariable(combined, dtype, shape=(lanes,),
-                                               address_space=lp.AddressSpace.LOCAL)
-        domains.append(isl.BasicSet(
-            f"{{ [{lane}, {k}] : 0 <= {lane} < {lanes} and 0 <= {k} < {per_lane} }}"))
-        domains.append(isl.BasicSet(
-            f"{{ [{every}, {m}] : 0 <= {every} < {group} and 0 <= {m} < {lanes} }}"))
-        outer = insn.within_inames
-        # work-item w has a partial when w < p (Loopy skips the others)
-        insns.append(lp.Assignment(
-            prim.Variable(partials)[prim.Variable(f"{j}_inner")], red.expr,
-            id=f"{insn.id}_partial", within_inames=outer | {f"{j}_inner"},
-            depends_on=insn.depends_on))
-        slot = prim.Variable(lane) + lanes * prim.Variable(k)
-        partial = prim.Variable(partials)[slot]
-        if not row_cache.implied(knl, f"{p} >= {group}"):  # some work-items had no element
-            partial = prim.If(prim.Comparison(slot, "<", prim.Variable(p)), partial, neutral)  # type: ignore[arg-type, assignment]
-        insns.append(lp.Assignment(
-            prim.Variable(combined)[prim.Variable(lane)],
-            lp.Reduction(red.operation, (k,), partial),
-            id=f"{insn.id}_lanes", within_inames=outer | {lane},
-            depends_on=frozenset({f"{insn.id}_partial"})))
-        # every work-item computes the row's result: no barrier to publish it
-        insns.append(insn.copy(
-            expression=lp.Reduction(red.operation, (m,),
-                                    prim.Variable(combined)[prim.Variable(m)]),
-            within_inames=outer | {every},
-            depends_on=insn.depends_on | {f"{insn.id}_lanes"}))
-        new_tags |= {lane: "l.0", every: "l.0", k: "unr", m: "unr"}
-        done.add(target)
-    if not done:
-        return t_unit, done
-    knl = knl.copy(instructions=insns, temporary_variables=temps, domains=domains)
-    return lp.tag_inames(t_unit.with_kernel(knl), new_tags), done
-
-
-def _publish_results(t_unit: lp.TranslationUnit, results: list[str]) -> lp.TranslationUnit:
-    """A barrier between the write of each row result and its readers.
-
-    Loopy writes a local-parallel reduction's result from one work-item and
-    does not order the other work-items' later reads after it (they raced).
-    """
-    for name in results:
-        knl = t_unit.default_entrypoint
-        readers = [insn.id for insn in knl.instructions
-                   if name in insn.read_dependency_names()
-                   and name not in insn.assignee_var_names()]
-        if readers:
-            t_unit = lp.add_barrier(t_unit, insn_before=f"writes:{name}",
-                                    insn_after=f"reads:{name} and not writes:{name}",
-                                    synchronization_kind="local", mem_kind="local")
     return t_unit
 
 
@@ -578,34 +482,7 @@ def _spread_row_work(t_unit: lp.TranslationUnit, group: int) -> lp.TranslationUn
     knl = t_unit.default_entrypoint
     local = {n for n in knl.all_inames()
              if any(isinstance(t, lp.kernel.data.LocalInameTag) for t in knl.iname_tags(n))}
-    return _on_every_work_item(t_unit, "w_row", group, "l.0", local)
-
-
-def _on_every_work_item(t_unit: lp.TranslationUnit, lane: str, size: int, tag: str,
-                        parallel: set[str]) -> lp.TranslationUnit:
-    """Instructions outside the ``parallel`` loops (and not reductions) put in a new
-    loop ``lane`` of ``size`` tagged ``tag``: each work-item along it computes private
-    values itself, and only the first stores to global or local memory."""
-    knl = t_unit.default_entrypoint
-    first = prim.Comparison(prim.Variable(lane), "==", 0)
-    insns = []
-    for insn in knl.instructions:
-        if insn.within_inames & parallel or (isinstance(insn, lp.Assignment)
-                                             and isinstance(insn.expression, lp.Reduction)):
-            insns.append(insn)
-            continue
-        targets = insn.assignee_var_names()
-        shared = any(t not in knl.temporary_variables
-                     or knl.temporary_variables[t].address_space == lp.AddressSpace.LOCAL
-                     for t in targets)
-        insns.append(insn.copy(within_inames=insn.within_inames | {lane},
-                               predicates=insn.predicates | {first} if shared
-                               else insn.predicates))
-    if all(lane not in insn.within_inames for insn in insns):
-        return t_unit
-    domain = isl.BasicSet(f"{{ [{lane}] : 0 <= {lane} < {size} }}")
-    knl = knl.copy(instructions=insns, domains=[*knl.domains, domain])
-    return lp.tag_inames(t_unit.with_kernel(knl), {lane: tag})
+    return transforms.on_every_work_item(t_unit, "w_row", group, "l.0", local)
 
 
 def _cpu_columns(t_unit: lp.TranslationUnit, width: int) -> lp.TranslationUnit:
