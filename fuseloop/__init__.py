@@ -35,18 +35,26 @@ from .dtype_api import can_cast, finfo, iinfo, isdtype, result_type
 from .explain import Explanation, explain
 from .functions import TracedFunction, UserFunction, function, index
 from .fuse import fuse as fuse  # (re-exported: in __all__ below the list)
+from .grids import mgrid, ndarray, ogrid
 from .ops.indexing import take
 from .ops.linalg import _LinalgNamespace, dot, einsum, inner, matmul, outer, tensordot, trace, vdot
 from .ops.manipulation import (
+    atleast_1d,
+    atleast_2d,
+    atleast_3d,
     broadcast_arrays,
     broadcast_shapes,
     clip,
+    column_stack,
     concat,
     diff,
+    dstack,
+    hstack,
     matrix_transpose,
     take_along_axis,
     unstack,
     vecdot,
+    vstack,
 )
 from .ops.masks import argwhere, flatnonzero, nonzero
 from .ops.reductions import (
@@ -191,6 +199,18 @@ __all__ = [
     "cumulative_prod", "cumulative_sum", "newaxis", "bool", "argsort", "isin", "searchsorted",
     "sort", "unique_all", "unique_counts", "unique_inverse", "unique_values",
     "fft",
+]
+__all__ += [
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "column_stack",
+    "dstack",
+    "hstack",
+    "mgrid",
+    "ndarray",
+    "ogrid",
+    "vstack",
 ]
 __all__.append("fuse")
 __all__.append("HostFallbackWarning")

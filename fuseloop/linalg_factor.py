@@ -273,10 +273,10 @@ def _solve2(a: Array, b: Array) -> Array:
 def solve(a: Any, b: Any) -> Array:
     """``numpy.linalg.solve``: ``x`` with ``a @ x == b``; ``b`` a vector (shape
     ``(..., n)``, numpy 2's rule: only when 1-D) or matrices ``(..., n, k)``."""
-    a = _matrices(a, "solve")
+    a = _matrices(a, "solve", complex_ok=True)
     bb = _coerce(b)
-    if bb.dtype.kind == "c":
-        raise DTypeError(f"fl.linalg.solve: complex b ({bb.dtype}) is not supported")
+    if a.dtype.kind == "c" or bb.dtype.kind == "c":  # the device LU is real only
+        return _host("solve", np.linalg.solve, a, bb)
     dt = np.result_type(a.dtype, _float_dtype(bb, "solve"))
     a = a.astype(dt) if a.dtype != dt else a
     bb = bb.astype(dt) if bb.dtype != dt else bb

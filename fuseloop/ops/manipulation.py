@@ -1,5 +1,6 @@
 """The Array API's manipulation functions that numpy spells otherwise or lacks:
-``concat``, ``unstack``, ``broadcast_arrays``, ``broadcast_shapes``, ``take_along_axis``,
+``concat``, ``unstack``, numpy's ``hstack``/``vstack``/``dstack``/``column_stack`` and
+``atleast_1d/2d/3d``, ``broadcast_arrays``, ``broadcast_shapes``, ``take_along_axis``,
 ``matrix_transpose``, ``vecdot`` and ``diff``, built from the views and gathers of
 :mod:`fuseloop.ops.shape` and :mod:`fuseloop.ops.indexing` (all lazy).
 """
@@ -23,6 +24,62 @@ def concat(arrays: Sequence[Any], /, *, axis: int | None = 0) -> Array:
     if not isinstance(arrays, list | tuple):
         raise TypeError(f"concat takes a tuple or list of arrays, not {type(arrays).__name__}")
     return concatenate(arrays, axis=axis)
+
+
+def atleast_1d(*arys: Any) -> Any:
+    """numpy's ``atleast_1d``: 0-d arrays as shape ``(1,)`` (one array, or a list)."""
+    out = [x.reshape((1,)) if x.ndim == 0 else x for x in map(_coerce, arys)]
+    return out[0] if len(out) == 1 else out
+
+
+def atleast_2d(*arys: Any) -> Any:
+    """numpy's ``atleast_2d``: 0-d as ``(1, 1)``, 1-D ``(n,)`` as ``(1, n)``."""
+    out = [x.reshape((1,) * (2 - x.ndim) + x.shape) if x.ndim < 2 else x
+           for x in map(_coerce, arys)]
+    return out[0] if len(out) == 1 else out
+
+
+def atleast_3d(*arys: Any) -> Any:
+    """numpy's ``atleast_3d``: 0-d as ``(1, 1, 1)``, ``(n,)`` as ``(1, n, 1)``,
+    ``(m, n)`` as ``(m, n, 1)``."""
+    def lift(x: Array) -> Array:
+        if x.ndim == 0:
+            return x.reshape((1, 1, 1))
+        if x.ndim == 1:
+            return x.reshape((1, x.shape[0], 1))
+        return x.reshape((*x.shape, 1)) if x.ndim == 2 else x
+    out = [lift(x) for x in map(_coerce, arys)]
+    return out[0] if len(out) == 1 else out
+
+
+def _sequence(arrays: Any, name: str) -> list[Array]:
+    if isinstance(arrays, Array) or not isinstance(arrays, Sequence) or not arrays:
+        raise TypeError(f"{name} takes a non-empty sequence of arrays, "
+                        f"not {type(arrays).__name__}")
+    return [_coerce(a) for a in arrays]
+
+
+def hstack(arrays: Sequence[Any]) -> Array:
+    """numpy's ``hstack``: joined along the second axis (the first for 1-D arrays)."""
+    parts = [atleast_1d(a) for a in _sequence(arrays, "hstack")]
+    return concatenate(parts, axis=0 if parts[0].ndim == 1 else 1)
+
+
+def vstack(arrays: Sequence[Any]) -> Array:
+    """numpy's ``vstack``: 1-D arrays as rows, joined along the first axis."""
+    return concatenate([atleast_2d(a) for a in _sequence(arrays, "vstack")], axis=0)
+
+
+def dstack(arrays: Sequence[Any]) -> Array:
+    """numpy's ``dstack``: joined along the third axis (after ``atleast_3d``)."""
+    return concatenate([atleast_3d(a) for a in _sequence(arrays, "dstack")], axis=2)
+
+
+def column_stack(arrays: Sequence[Any]) -> Array:
+    """numpy's ``column_stack``: 1-D arrays as columns, joined along the second axis."""
+    parts = [a.reshape((a.shape[0], 1)) if a.ndim == 1 else atleast_2d(a)
+             for a in _sequence(arrays, "column_stack")]
+    return concatenate(parts, axis=1)
 
 
 def unstack(x: Any, /, *, axis: int = 0) -> tuple[Array, ...]:
