@@ -17,7 +17,7 @@ import pytest
 
 import fuseloop as fl
 from fuseloop.recipes import gpu_rows
-from fuseloop.recipes.row_layout import RowRule
+from fuseloop.recipes.row_layout import RowRule, row_size_class
 
 
 def _group_size(src: str) -> tuple[int, ...]:
@@ -51,6 +51,25 @@ def test_the_rule():
     assert RowRule(512, 32, 1024, 1024, 4, layout="slice").kind([3], 1) == "slice"
     # the rule's choice is a declared parameter, searched by fl.tune
     assert set(gpu_rows.tunable) >= {"layout", "short_max", "slice_max", "row_items", "block"}
+
+
+def test_growing_rows_make_few_size_classes():
+    """A loop over rows that grow by one element (a triangular solve's dot products)
+    meets a bounded number of size classes: one per very short length, one for the
+    other short rows, and two per power of two of pieces."""
+    rule = RowRule(group=512, short_max=32, slice_max=1024, slice_rows=1024, row_items=4)
+    classes = {row_size_class(rule, 16, [0], [p], 1, 0, False) for p in range(1, 20000)}
+    assert len(classes) <= 4 + 1 + 2 * 5 + 1, sorted(classes)
+    assert row_size_class(rule, 16, [0], [3], 1, 0, False) == "p0 = 3"  # unrolled walk
+    assert row_size_class(rule, 16, [0], [20], 1, 0, False) == "5 <= p0 <= 32"
+    # rows of a whole power of two of pieces: no bounds test in the class
+    assert row_size_class(rule, 16, [0], [8192], 1, 0, False) == "p0 = 8192"
+    assert row_size_class(rule, 16, [0], [3000], 1, 0, False) == "2049 <= p0 <= 4095"
+    # every length is inside its class's range (the class may be chosen for it)
+    for p in (1, 5, 33, 511, 512, 513, 1023, 1024, 1025, 3000, 8191, 8192):
+        cls = row_size_class(rule, 16, [0], [p], 1, 0, False)
+        lo, _, hi = cls.partition(" <= p0 <= ")
+        assert (int(lo) <= p <= int(hi)) if hi else cls in ("", f"p0 = {p}"), (p, cls)
 
 
 def test_distances_short_rows(restore_recipes):

@@ -8,8 +8,9 @@ so each layout is its own cached kernel and the rule runs once per class.
 
 * ``short`` (every ``p <= short_max``): no work-group reduction at all.  One
   work-item per row (``short_outputs`` neighbouring rows per work-item), the
-  row walked sequentially; the class states ``p`` exactly, so the walk is
-  fully unrolled.  (Pairwise distances of 3-D points reduce over 3.)
+  row walked sequentially; the class states ``p`` exactly up to
+  ``short_exact``, so the walk is fully unrolled (pairwise distances of 3-D
+  points reduce over 3); longer short rows share one class.
 * ``slice`` (every ``p <= slice_max`` and ``N >= slice_rows``): a slice of
   ``width`` work-items per row, ``block / width`` rows per work-group; ``width``
   is the smallest power of two from 32 (a warp) up to ``group`` with
@@ -49,6 +50,10 @@ class RowRule:
     row_items: int
     layout: str = "auto"
     column_group: int = 128
+    #: short rows up to this length are a size class each (their walk unrolled);
+    #: longer short rows share one class (a loop), so loops over growing rows
+    #: do not build a kernel per length
+    short_exact: int = 4
 
     def slice_width(self, longest: int) -> int:
         """Work-items per row in the ``slice`` layout for rows of at most ``longest``."""
@@ -72,11 +77,18 @@ class RowRule:
 
 
 def pieces_conditions(name: str, p: int, group: int) -> str:
-    """``p`` in pieces of ``group``: exact when a multiple, else the piece's range."""
+    """``p`` in pieces of ``group``, the pieces rounded up to a power of two ``b``:
+    exact when ``p = b * group``, else the range ``(b/2) * group < p < b * group``.
+
+    Two classes per power of two, so a loop whose rows grow by one element each
+    step (a triangular solve's dot products) builds a handful of kernels, not one
+    per piece count.
+    """
     pieces = -(-p // group)
-    if p == pieces * group:
+    bucket = 1 << (pieces - 1).bit_length()
+    if p == bucket * group:
         return f"{name} = {p}"
-    return f"{(pieces - 1) * group + 1} <= {name} <= {pieces * group - 1}"
+    return f"{bucket // 2 * group + 1} <= {name} <= {bucket * group - 1}"
 
 
 def row_size_class(rule: RowRule, cache_items: int, slots: Sequence[int],
@@ -84,9 +96,10 @@ def row_size_class(rule: RowRule, cache_items: int, slots: Sequence[int],
                    element_loop: bool) -> str:
     """The size class (Loopy assumptions) of a rows kernel under ``rule``.
 
-    ``short``: every ``p`` exactly.  ``slice``: every ``p`` in pieces of the
-    slice's width, and ``N >= slice_rows``.  ``group``: every ``p`` up to
-    ``group * cache_items`` in pieces of ``group`` (see
+    ``short``: every ``p`` exactly up to ``short_exact``, else ``p <= short_max``.
+    ``slice``: every ``p`` in pieces of the slice's width (:func:`pieces_conditions`),
+    and ``N >= slice_rows``.  ``group``: every ``p`` up to ``group * cache_items`` in
+    pieces of ``group`` (see
     :func:`fuseloop.recipes.rows.make_row_size_class`), longer ones unstated.
     With an element loop as long as a row, ``NE = p`` too.
     """
@@ -102,10 +115,11 @@ def row_size_class(rule: RowRule, cache_items: int, slots: Sequence[int],
     element_row = ""
     for slot, p in zip(slots, lengths, strict=True):
         name = f"p{slot}"
-        if kind == "short":  # exact (an unrolled walk) where short, else nothing to say
+        if kind == "short":  # exact (an unrolled walk) where very short, else a range
             if not 0 < p <= rule.short_max:
                 continue
-            conds.append(f"{name} = {p}")
+            conds.append(f"{name} = {p}" if p <= rule.short_exact
+                         else f"{rule.short_exact + 1} <= {name} <= {rule.short_max}")
         elif 0 < p <= width * per_item:
             conds.append(pieces_conditions(name, p, width))
         else:

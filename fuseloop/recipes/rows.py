@@ -159,12 +159,13 @@ def make_row_size_class(group: int, cache_items: int, rule: RowRule | None = Non
 
     In the ``group`` layout (:mod:`fuseloop.recipes.row_layout`) a row of
     ``p <= group * cache_items`` elements is in class ``c = ceil(p / group)``,
-    split into ``p = c * group`` (every work-item has exactly ``c`` elements: no
-    bounds test at all) and ``(c - 1) * group < p < c * group`` (only the last
-    piece is tested).  Longer rows have no class: one kernel serves them all.
-    So a structure has at most ``2 * cache_items`` kernels besides the general
-    one; the ``slice`` layout adds as many per slice width (and ``N >=
-    slice_rows``), the ``short`` layout one per length up to ``short_max``.
+    ``c`` rounded up to a power of two ``b``: ``p = b * group`` (every work-item has
+    exactly ``b`` elements: no bounds test at all) and ``b/2 * group < p < b * group``
+    (the pieces past ``b/2`` tested).  Longer rows have no class: one kernel serves
+    them all.  So a structure has at most ``2 * log2(cache_items) + 2`` kernels
+    besides the general one; the ``slice`` layout adds as many per slice width (and
+    ``N >= slice_rows``), the ``short`` layout one per length up to ``short_exact``
+    and one for the rest up to ``short_max``.
     The element loop ``NE`` is noted as equal to the row when it is, so the
     row cache serves it without a run-time test.
     """
@@ -189,7 +190,8 @@ def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_I
 
 
 def _gpu_rows(t_unit: lp.TranslationUnit, device: Device, *, group: int, cache_items: int,
-              lanes: int, layout: str, short_max: int, short_outputs: int, slice_max: int,
+              lanes: int, layout: str, short_max: int, short_exact: int,
+              short_outputs: int, slice_max: int,
               slice_rows: int, row_items: int, block: int, column_group: int,
               column_width: int, column_items: int) -> lp.TranslationUnit:
     """Contiguous rows laid out by the rule of :mod:`fuseloop.recipes.row_layout`
@@ -206,7 +208,8 @@ def _gpu_rows(t_unit: lp.TranslationUnit, device: Device, *, group: int, cache_i
     knl = t_unit.default_entrypoint
     if not _contiguous_rows(knl):
         return _gpu_columns(t_unit, column_group, group)
-    rule = RowRule(group, short_max, slice_max, slice_rows, row_items, layout)
+    rule = RowRule(group, short_max, slice_max, slice_rows, row_items, layout,
+                   short_exact=short_exact)
     bounds = [row_cache.row_bound(knl, j) for j in _reduction_inames(knl)]
     chosen = row_layout.choose(knl, rule, block, bounds, row_cache.implied)
     if chosen.kind == "short":
@@ -436,6 +439,9 @@ def _layout_params() -> tuple[Param, ...]:
                   "'auto' (the rule)", LAYOUTS),
             Param("short_max", int, GPU_SHORT_MAX, "rows this short are walked by one "
                   "work-item each", int_range(0, 256, (8, 16, 32, 64))),
+            Param("short_exact", int, 4, "short rows up to this long are a size class "
+                  "each (walk unrolled); longer ones share a class",
+                  int_range(0, 256, (0, 4, 8, 32))),
             Param("short_outputs", int, 1, "rows per work-item in the short layout",
                   int_range(1, 64, (1, 2, 4))),
             Param("slice_max", int, GPU_SLICE_MAX, "rows up to this long, when many, get a "
@@ -450,12 +456,12 @@ def _layout_params() -> tuple[Param, ...]:
 
 def _gpu_size_class(v: Any) -> SizeClassFunction:
     rule = RowRule(v["group"], v["short_max"], v["slice_max"], v["slice_rows"],
-                   v["row_items"], v["layout"], v["column_group"])
+                   v["row_items"], v["layout"], v["column_group"], v["short_exact"])
     return make_row_size_class(v["group"], max(v["cache_items"], 1), rule)
 
 
 gpu_rows = Recipe(
-    "gpu-rows", _gpu_rows, kind="reduction", version="11",
+    "gpu-rows", _gpu_rows, kind="reduction", version="12",
     params=(Param("group", int, GPU_ROW_GROUP, "work-items per contiguous row (the group "
                   "layout; the most in the slice layout)",
                   powers_of_two(1, 1024, (64, 128, 256, 512, 1024))),
