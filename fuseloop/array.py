@@ -283,10 +283,15 @@ _FAST_POWERS = {2: "square", 0.5: "sqrt", -1: "reciprocal"}
 
 def _with_numpy_fast_powers(lean: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     """``x ** e`` as numpy's operator computes it: for a float or complex ``x`` and a Python
-    scalar e of 2, 0.5 or -1, ``square``, ``sqrt`` or ``reciprocal`` (no ``pow`` call)."""
+    scalar e of 2, 0.5 or -1, ``square``, ``sqrt`` or ``reciprocal`` (no ``pow`` call);
+    other small whole and half-whole ``e`` by products (:mod:`fuseloop.powers`)."""
     def power(a: Any, b: Any) -> Any:
-        if (type(b) is int or type(b) is float) and b in _FAST_POWERS and a.dtype.kind in "fc":
-            return apply_op(_FAST_POWERS[b], a)
+        if (type(b) is int or type(b) is float) and a.dtype.kind in "fc":
+            if b in _FAST_POWERS:
+                return apply_op(_FAST_POWERS[b], a)
+            products = _powers.by_products(a, b)
+            if products is not None:
+                return products
         return lean(a, b)
     power.__name__ = power.__qualname__ = "power"
     return power
@@ -779,6 +784,7 @@ _LEAN_OTHER = frozenset((Array, int, float))
 
 
 # (at the end: the assignment module reads this one's names at import)
+from . import powers as _powers  # noqa: E402
 from .assignment import NodeValue, assign  # noqa: E402
 from .ops.indexing import getitem as _getitem  # noqa: E402
 from .ops.indexing import setitem as _setitem  # noqa: E402

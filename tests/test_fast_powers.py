@@ -1,5 +1,7 @@
 """``x ** 2``, ``x ** 0.5`` and ``x ** -1`` as numpy's operator computes them (square, sqrt,
-reciprocal: exact, and no ``pow`` call in the kernel)."""
+reciprocal: exact, and no ``pow`` call in the kernel); other small whole and half-whole
+constant powers by products (``fuseloop.powers``): numpy's values within a few units in
+the last place, special values and dtypes included."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ def test_fast_powers_equal_numpy(device, dtype, exponent):
 
 @pytest.mark.parametrize("exponent, present, absent", [
     (2, "fl_square", "pow("), (0.5, "sqrt", "pow("), (-1, "fl_reciprocal", "pow("),
-    (3, "pow(", "fl_square")])
+    (3, "fl_square", "pow("), (-1.5, "fl_sqrt", "pow("), (1.25, "pow(", "fl_square")])
 def test_fast_powers_emit_no_pow(device, exponent, present, absent):
     x = fl.asarray(np.linspace(1, 2, 64, dtype=np.float32), device=device)
     source = fl.program(x ** exponent).compile().source
@@ -43,3 +45,25 @@ def test_integer_and_reflected_powers_keep_power(device):
     np.testing.assert_array_equal((i ** 2).get(), np.arange(6) ** 2)
     x = fl.asarray(np.linspace(1, 2, 8, dtype=np.float32), device=device)
     assert "pow(" in fl.program(2 ** x).compile().source
+
+
+SPECIAL = [-np.inf, -4.0, -0.0, 0.0, 1e-30, 1e-10, 0.3, 2.0, 3.7, 1e10, np.inf, np.nan]
+EXPONENTS = [1.5, -1.5, -0.5, 2.5, -2.5, 3, -2, 4, -4, 3.5, -3.5, 4.0, -3]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_powers_match_numpy(device, dtype):
+    if dtype == np.float64 and not device.has_fp64:
+        pytest.skip("no fp64")
+    h = np.concatenate([np.array(SPECIAL, dtype),
+                        np.random.default_rng(0).uniform(0.01, 50, 64).astype(dtype)])
+    x = fl.asarray(h)
+    rtol = 1e-6 if dtype == np.float32 else 4e-15
+    for e in EXPONENTS:
+        with np.errstate(all="ignore"):
+            ref = h ** e
+        got = (x ** e).get()
+        assert got.dtype == ref.dtype, e
+        np.testing.assert_allclose(got, ref, rtol=rtol, err_msg=f"x ** {e}")
+        finite = ~np.isnan(ref)
+        np.testing.assert_array_equal(np.signbit(got)[finite], np.signbit(ref)[finite])
