@@ -285,8 +285,10 @@ def _columns_split_in_group(t_unit: lp.TranslationUnit, width: int,
 
 def _walk_together(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
     """Reductions over equal ranges ``0 <= j < p`` share one loop when neither reads
-    the other's result (a column's sum and sum of squares): Loopy's rename of one
-    reduction iname onto the other (equal domains), so each row is read once."""
+    the other's result (a column's sum and sum of squares, the three components of
+    n-body accelerations, ``fl.compute(x.min(), x.max())``): Loopy's rename of one
+    reduction iname onto the other (equal domains), so each row is read, and the terms
+    the reductions share computed, once."""
     knl = t_unit.default_entrypoint
     reductions = {insn.expression.inames[0]: insn for insn in knl.instructions
                   if isinstance(insn, lp.Assignment)
@@ -341,6 +343,7 @@ def _gpu_short_rows(t_unit: lp.TranslationUnit, layout: Layout,
     """A work-item per row (``outputs`` rows each, neighbouring work-items taking
     neighbouring rows), each row walked sequentially: no local memory, no barrier.
     Rows of a constant length are walked by unrolled loops."""
+    t_unit = _walk_together(t_unit)
     knl = t_unit.default_entrypoint
     if outputs > 1:
         t_unit = lp.split_iname(t_unit, FLAT_INAME, layout.rows * outputs, outer_tag="g.0")
@@ -362,6 +365,7 @@ def _gpu_contiguous_rows(t_unit: lp.TranslationUnit, group: int, cache_items: in
                          lanes: int, rows_per_group: int = 1) -> lp.TranslationUnit:
     """``group`` work-items per row (the ``group`` and ``slice`` layouts of
     :func:`_gpu_rows`), ``rows_per_group`` rows to a work-group (its second axis)."""
+    t_unit = _walk_together(t_unit)
     knl = t_unit.default_entrypoint
     if rows_per_group == 1:
         t_unit = lp.tag_inames(t_unit, {FLAT_INAME: "g.0"})

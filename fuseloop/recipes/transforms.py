@@ -63,6 +63,7 @@ def combine_in_group(t_unit: lp.TranslationUnit, bounds: Mapping[str, str], grou
     insns, temps, domains = [], dict(knl.temporary_variables), list(knl.domains)
     new_tags: dict[str, str] = {}
     done: set[str] = set()
+    stems: set[str] = set()
     for insn in knl.instructions:
         red: Any = insn.expression if isinstance(insn, lp.Assignment) else None
         target = insn.assignee_var_names()[0] if red is not None else None
@@ -77,6 +78,9 @@ def combine_in_group(t_unit: lp.TranslationUnit, bounds: Mapping[str, str], grou
         neutral = row_cache.typed_neutral(red.operation, dtype, t_unit)
         partials, combined = f"part_{target}", f"lanes_{target}"
         stem = local.removesuffix("_inner")
+        if stem in stems:  # several reductions walk this loop: inames of their own
+            stem = f"{stem}_{target}"
+        stems.add(stem)
         lane, k, every, m = f"{stem}_lane", f"{stem}_k", f"{stem}_all", f"{stem}_m"
         temps[partials] = lp.TemporaryVariable(partials, dtype, shape=(group,),
                                                address_space=lp.AddressSpace.LOCAL)
