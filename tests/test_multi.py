@@ -61,6 +61,32 @@ def test_weights_from_cached_copy_bandwidth(device, monkeypatch):
         assert dset.weights == (42.0, 42.0)
 
 
+def test_equal_parts_for_one_model(device, monkeypatch):
+    """Measured bandwidths split in proportion only between different models that
+    differ by more than the tolerance: noise between identical GPUs would make one part
+    longer, and the slowest part sets the time."""
+    from fuseloop.multi import DeviceSet
+    from fuseloop.multi.devset import EQUAL_WITHIN
+
+    explain = importlib.import_module("fuseloop.explain")
+    other = dataclasses.replace(device, name=device.name + " (another model)",
+                                index=device.index + 991)  # (never opened)
+    monkeypatch.setattr(explain, "_copy_bandwidth", {device.index: (device, 100.0)})
+    with fl.device([device, device]) as dset:  # one model: equal, whatever was measured
+        assert dset.weights == (100.0, 100.0)
+    for bw, expect in ((100.0 * EQUAL_WITHIN * 0.99, "equal"), (300.0, "proportional")):
+        monkeypatch.setattr(explain, "_copy_bandwidth",
+                            {device.index: (device, 100.0), other.index: (other, bw)})
+        dset = DeviceSet.of([device, other])
+        if expect == "equal":
+            assert dset.weights[0] == dset.weights[1]
+            assert dset.split(10) == (0, 5, 10)
+        else:
+            assert dset.weights == (100.0, 300.0) and dset.split(8) == (0, 2, 8)
+    with fl.device([device, device], weights=[1, 3]) as dset:  # numbers: as given
+        assert dset.weights == (1.0, 3.0)
+
+
 def test_reductions(device):
     an = RNG.standard_normal((10, 4)).astype(np.float32)
     bn = RNG.standard_normal((10, 4)).astype(np.float32)
