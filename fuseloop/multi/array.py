@@ -92,17 +92,14 @@ class MultiArray:
 
     def eval(self) -> MultiArray:
         """Evaluate every part (each enqueued on its device; no waiting between them)."""
-        for p in self.parts:
-            p.eval()
+        launch_parts(self.parts)
         return self
 
     def get(self) -> np.ndarray:
         """Evaluate and gather the parts into one new numpy array (waits)."""
         self.eval()
         out = np.empty(self.shape, self.dtype)
-        for p, lo, hi in zip(self.parts, self.bounds, self.bounds[1:]):
-            if hi > lo:
-                out[lo:hi] = p.get()
+        read_parts(self.parts, [out[lo:hi] for lo, hi in zip(self.bounds, self.bounds[1:])])
         return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -238,6 +235,53 @@ for _dunder, _ufunc in {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "l
 for _dunder, _ufunc in {"neg": "negative", "pos": "positive", "abs": "absolute",
                         "invert": "invert"}.items():
     setattr(MultiArray, f"__{_dunder}__", _unary(_ufunc))
+
+
+def launch_parts(parts: Sequence[Array]) -> None:
+    """Evaluate ``parts`` one after the other, each device's queue handed to its device
+    right after its part was enqueued (its deferred small launches too), so a device
+    starts while the next part is enqueued rather than when the host first waits on it.
+    Nothing here waits."""
+    from ..runtime.devices import _runtime
+
+    for p in parts:
+        p.eval()
+        rt = _runtime(p.device)
+        if rt.deferred:
+            rt.flush()
+        rt.submit(rt.queue)
+
+
+def read_parts(parts: Sequence[Array], hosts: Sequence[np.ndarray]) -> None:
+    """Copy each of ``parts`` into its C-contiguous host array: every read is enqueued
+    (after the part's work) and handed to its device before the host waits for any, then
+    each is waited for once; the devices' copies overlap and no read waits behind
+    another device's work."""
+    from ..evaluate import run
+    from ..host_path import read as host_read
+    from ..runtime.devices import _runtime
+    from ..runtime.transfer import wait
+
+    launch_parts(parts)
+    pending = []
+    for p, host in zip(parts, hosts):
+        if not host.size:
+            continue
+        small = host_read(p._node, p.device)  # (small arrays on a CPU: no copy command)
+        if small is not None:
+            host[...] = small
+            continue
+        storage = p._storage if p.is_contiguous else run([p._node], p.shape, p.device)[0]
+        assert storage is not None and host.flags.c_contiguous
+        rt = _runtime(p.device)
+        if rt.deferred:
+            rt.flush()
+        event = rt.enqueue_read(rt.queue, host, storage.buffer, None, False)
+        rt.submit(rt.queue)
+        pending.append((event, p.device, storage))  # (the storage lives until read)
+    for event, device, _ in pending:
+        if event is not None:
+            wait(event, device)
 
 
 def is_multi(x: Any) -> bool:
@@ -382,4 +426,4 @@ def _row_slices(row: slice, bounds: tuple[int, ...]) -> tuple[list[slice], tuple
 
 # }}}
 
-__all__ = ["MultiArray", "is_multi", "map_parts", "prepare"]
+__all__ = ["MultiArray", "is_multi", "launch_parts", "map_parts", "prepare", "read_parts"]

@@ -2,11 +2,11 @@
 
 Along axes that keep the split axis, each part reduces its own rows (the result is
 split the same way).  Along the split axis, each part computes a partial result on
-its device (all enqueued before any is read), the partials are read and combined on
-the host with numpy (the same operation: sum of sums, max of maxima, ...), and the
-result is an array on the set's first device.  ``mean`` is the combined sum over the
-count; ``var``/``std`` take two passes (the mean, then the sum of squared
-deviations), as the single-device ones do.
+its device (all enqueued, then one small read per part, before the host waits for
+any), the partials are combined on the host with numpy (the same operation: sum of
+sums, max of maxima, ...), and the result is an array on the set's first device.
+``mean`` is the combined sum over the count; ``var``/``std`` take two passes (the
+mean, then the sum of squared deviations), as the single-device ones do.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 
 from ..ops.reductions import _ddof, _mean_dtypes
 from ..ops.shape import normalize_axes
+from .array import read_parts
 
 # how partial results combine; count_nonzero's partials are counts
 _COMBINE: dict[str, Callable[..., Any]] = {
@@ -61,9 +62,10 @@ def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...]
     """The partial results of the parts, combined on the host."""
     used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
     partials = [func(p, axis=axes, keepdims=True, **params) for p in used]
-    for p in partials:  # every device gets its work before the host waits for any
-        p.eval()
-    host = np.concatenate([p.get() for p in partials], axis=0)
+    # every device gets its work, then its small read, before the host waits for any
+    hosts = [np.empty(p.shape, p.dtype) for p in partials]
+    read_parts(partials, hosts)
+    host = np.concatenate(hosts, axis=0)
     extra = {"dtype": host.dtype} if name in ("sum", "prod", "count_nonzero") else {}
     out = _COMBINE[name](host, axis=0, keepdims=True, **extra)
     if not keepdims:

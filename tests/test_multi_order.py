@@ -1,0 +1,108 @@
+"""The order of a split evaluation's queue operations (issue 29's scaling): no part waits
+for another.  The device opened again under other indices gives devices with queues of
+their own (as several GPUs have); their runtimes' queue and event calls are recorded
+with the launch count at each call."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.runtime import devices
+from fuseloop.runtime.transfer import finish
+
+_CALLS = ("submit", "finish_queue", "wait_event", "event_status", "enqueue_read",
+          "enqueue_write")
+
+
+@pytest.fixture
+def three(device, monkeypatch):
+    """The device and two twins of it (other indices: runtimes and queues of their own)."""
+    monkeypatch.setenv("FUSELOOP_COMPILE", "inline")  # (compile workers know no twins)
+    twins = [dataclasses.replace(device, index=device.index + 977 + i) for i in range(2)]
+    try:
+        yield [device, *twins]
+    finally:
+        for t in twins:  # (not among fl.devices(): later code must not meet their runtimes)
+            if t.index in devices._runtimes:
+                finish(t)
+                devices._runtimes.pop(t.index, None)
+
+
+def record(devs, monkeypatch):
+    """A list receiving ``(call, part, kernels launched so far, extra)`` per queue call."""
+    log: list[tuple] = []
+    for k, d in enumerate(devs):
+        rt = devices._runtime(d)
+
+        def wrap(name, fn, k=k, rt=rt):
+            def call(*args):
+                extra = None
+                if name == "enqueue_read":
+                    extra = args[-1]  # blocking?
+                elif name == "submit":
+                    extra = len(rt.deferred)  # launches not yet enqueued
+                log.append((name, k, fl.stats()["kernels_launched"], extra))
+                return fn(*args)
+            return call
+
+        for name in _CALLS:
+            monkeypatch.setattr(rt, name, wrap(name, getattr(rt, name)))
+    return log
+
+
+def _waits(log):
+    return [e for e in log if e[0] in ("finish_queue", "wait_event", "event_status")]
+
+
+def test_parts_launch_without_waiting(three, monkeypatch):
+    """Each part's launch is handed to its device at once (deferred small launches
+    too), and nothing waits between the parts' launches."""
+    n = 3000  # (small: each part's launch is deferred until its queue is used)
+    with fl.device(three):
+        x = fl.arange(n, dtype=np.float32)
+        y = fl.ones(n, np.float32).eval()
+    e = 2 * x - fl.sin(y) + x * y
+    fl.synchronize()
+    fl.reset_stats()
+    log = record(three, monkeypatch)
+    e.eval()
+    assert _waits(log) == [] and [e[0] for e in log] == ["submit"] * 3, log
+    # device k's queue is submitted right after its part, with nothing left deferred
+    assert [(e[1], e[2], e[3]) for e in log] == [(0, 1, 0), (1, 2, 0), (2, 3, 0)]
+    xn = np.arange(n, dtype=np.float32)
+    np.testing.assert_allclose(e.get(), 2 * xn - np.sin(1) + xn, rtol=1e-6)
+
+
+def test_reduction_reads_after_all_launches(three, monkeypatch):
+    """fl.sum of a split array: every part launched, then one non-blocking read per part,
+    before the host waits for any."""
+    rng = np.random.default_rng(5)
+    xn, yn = rng.random(30000, np.float32), rng.random(30000, np.float32)
+    with fl.device(three):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    fl.synchronize()
+    fl.reset_stats()
+    log = record(three, monkeypatch)
+    total = fl.sum(x * y)
+    launched = fl.stats()["kernels_launched"]
+    first_wait = log.index(_waits(log)[0])
+    reads = [e for e in log if e[0] == "enqueue_read"]
+    assert [(e[1], e[3]) for e in reads] == [(0, False), (1, False), (2, False)], log
+    assert all(log.index(r) < first_wait for r in reads), log
+    assert all(e[2] == launched for e in reads), log  # (no launch after a read)
+    np.testing.assert_allclose(total.get(), np.dot(xn, yn), rtol=1e-5)
+
+
+def test_synchronize_submits_every_device_first(three, monkeypatch):
+    with fl.device(three):
+        x = fl.ones(3000, np.float32)
+    (x * 2).eval()
+    log = record(three, monkeypatch)
+    fl.synchronize()
+    mine = [e for e in log if e[0] in ("submit", "finish_queue", "event_status")]
+    first_wait = next(i for i, e in enumerate(mine) if e[0] != "submit")
+    assert {e[1] for e in mine[:first_wait]} == {0, 1, 2}, log
