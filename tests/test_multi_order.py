@@ -106,3 +106,29 @@ def test_synchronize_submits_every_device_first(three, monkeypatch):
     mine = [e for e in log if e[0] in ("submit", "finish_queue", "event_status")]
     first_wait = next(i for i, e in enumerate(mine) if e[0] != "submit")
     assert {e[1] for e in mine[:first_wait]} == {0, 1, 2}, log
+
+
+def test_halo_exchange_through_the_host_waits_once_per_piece(three, monkeypatch):
+    """Halos between devices without a direct way (OpenCL contexts): every halo's read
+    is enqueued and submitted before the host waits for any; uploads come after."""
+    from fuseloop.multi import EXCHANGED
+
+    if three[0].backend != "opencl":
+        pytest.skip("only OpenCL devices exchange through the host")
+    un = np.random.default_rng(2).standard_normal((9, 70)).astype(np.float32)
+    w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+    want = fl.stencil(fl.asarray(un, device=three[0]), w).get()
+    with fl.device(three):
+        u = fl.asarray(un)
+    fl.synchronize()
+    before = EXCHANGED["through_host"]
+    log = record(three, monkeypatch)
+    got = fl.stencil(u, w)
+    reads = [e for e in log if e[0] == "enqueue_read"]
+    writes = [i for i, e in enumerate(log) if e[0] == "enqueue_write"]
+    assert len(reads) == EXCHANGED["through_host"] - before == 4, log
+    assert all(not e[3] for e in reads), log  # (none blocking)
+    first_wait = log.index(_waits(log)[0])
+    assert max(log.index(r) for r in reads) < first_wait, log
+    assert first_wait < min(writes, default=0), log
+    np.testing.assert_allclose(got.get(), want, rtol=1e-6, atol=1e-6)
