@@ -132,3 +132,22 @@ def test_halo_exchange_through_the_host_waits_once_per_piece(three, monkeypatch)
     assert max(log.index(r) for r in reads) < first_wait, log
     assert first_wait < min(writes, default=0), log
     np.testing.assert_allclose(got.get(), want, rtol=1e-6, atol=1e-6)
+
+
+def test_aligned_operands_take_the_short_path(device, monkeypatch):
+    """Operators on split arrays split alike, with scalars, map the parts directly
+    (prepare()'s general rules, tens of microseconds per operator, are not run); other
+    operands still go through them."""
+    from fuseloop.multi import array as multi_array
+
+    with fl.device([device] * 2):
+        x = fl.arange(6, dtype=np.float32)
+        y = fl.ones(6, np.float32)
+    prepared = []
+    real = multi_array.prepare
+    monkeypatch.setattr(multi_array, "prepare", lambda a, *r: prepared.append(a) or real(a, *r))
+    got = 2 * x - fl.sin(y) + x * np.float32(3) + 1.5
+    assert prepared == []
+    np.testing.assert_allclose(got.get(), 5 * np.arange(6) - np.sin(1) + 1.5, rtol=1e-6)
+    np.testing.assert_allclose((x + np.arange(6)).get(), 2 * np.arange(6))  # (host data)
+    assert len(prepared) == 2

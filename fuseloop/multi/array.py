@@ -201,22 +201,31 @@ class MultiArray:
     # }}}
 
 
-def _operator(name: str, reflected: bool = False) -> Callable[..., Any]:
-    def method(self: MultiArray, other: Any) -> Any:
-        from ..ufuncs import FUNCTIONS
+def _ufunc_named(name: str) -> Callable[..., Any]:
+    from ..ufuncs import FUNCTIONS
 
-        func = FUNCTIONS[name]
-        return map_parts(func, (other, self) if reflected else (self, other))
+    return FUNCTIONS[name]
+
+
+def _operator(name: str, reflected: bool = False) -> Callable[..., Any]:
+    func: list[Callable[..., Any]] = []  # (fuseloop.ufuncs imports this module: bound late)
+
+    def method(self: MultiArray, other: Any) -> Any:
+        if not func:
+            func.append(_ufunc_named(name))
+        return map_parts(func[0], (other, self) if reflected else (self, other))
 
     method.__name__ = name
     return method
 
 
 def _unary(name: str) -> Callable[..., Any]:
-    def method(self: MultiArray) -> Any:
-        from ..ufuncs import FUNCTIONS
+    func: list[Callable[..., Any]] = []
 
-        return map_parts(FUNCTIONS[name], (self,))
+    def method(self: MultiArray) -> Any:
+        if not func:
+            func.append(_ufunc_named(name))
+        return map_parts(func[0], (self,))
 
     method.__name__ = name
     return method
@@ -296,6 +305,11 @@ def map_parts(func: Callable[..., Any], args: Sequence[Any],
     """``func`` applied to each part: split arguments give their part (brought to the
     first split argument's bounds), host data their rows or a copy on the part's
     device, 0-d arrays their value; the results as split arrays."""
+    if not kwargs:
+        columns = _aligned_columns(args)
+        if columns is not None:  # (the common case, without prepare()'s general rules)
+            ref, cols = columns
+            return _wrap(list(map(func, *cols)), ref.bounds, ref.device_set)
     kwargs = kwargs or {}
     ref = next(a for a in (*args, *kwargs.values()) if is_multi(a))
     dset, bounds = ref.device_set, ref.bounds
@@ -304,6 +318,36 @@ def map_parts(func: Callable[..., Any], args: Sequence[Any],
     results = [func(*(r[k] for r in ready), **{n: r[k] for n, r in ready_kw.items()})
                for k in range(len(dset))]
     return _wrap(results, bounds, dset)
+
+
+_SCALARS = (int, float, bool, complex)
+
+
+def _aligned_columns(args: Sequence[Any]) -> tuple[MultiArray, list[Sequence[Any]]] | None:
+    """(the first split argument, each argument per part) when every argument is a split
+    array split as the first one (same set, bounds and rank) or a Python or numpy
+    scalar; None otherwise (:func:`prepare` then decides).  Split arrays are operated
+    on once per part and operator, so this costs a few microseconds, not tens."""
+    ref = None
+    for a in args:
+        if type(a) is MultiArray:
+            ref = a
+            break
+    if ref is None:
+        return None
+    p = len(ref.parts)
+    cols: list[Sequence[Any]] = []
+    for a in args:
+        if type(a) is MultiArray:
+            if a is not ref and (a.bounds != ref.bounds or len(a.shape) != len(ref.shape)
+                                 or not a.device_set.same(ref.device_set)):
+                return None
+            cols.append(a.parts)
+        elif type(a) in _SCALARS or isinstance(a, np.generic):
+            cols.append((a,) * p)
+        else:
+            return None
+    return ref, cols
 
 
 def _wrap(results: list[Any], bounds: tuple[int, ...], dset: DeviceSet) -> Any:
