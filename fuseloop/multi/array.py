@@ -252,13 +252,16 @@ def launch_parts(parts: Sequence[Array]) -> None:
     starts while the next part is enqueued rather than when the host first waits on it.
     Nothing here waits."""
     from ..runtime.devices import _runtime
+    from . import trace
 
-    for p in parts:
+    for k, p in enumerate(parts):
         p.eval()
         rt = _runtime(p.device)
         if rt.deferred:
             rt.flush()
         rt.submit(rt.queue)
+        if trace.events is not None:
+            trace.note("enqueued", k, p.device)
 
 
 def read_parts(parts: Sequence[Array], hosts: Sequence[np.ndarray]) -> None:
@@ -270,10 +273,11 @@ def read_parts(parts: Sequence[Array], hosts: Sequence[np.ndarray]) -> None:
     from ..host_path import read as host_read
     from ..runtime.devices import _runtime
     from ..runtime.transfer import wait
+    from . import trace
 
     launch_parts(parts)
     pending = []
-    for p, host in zip(parts, hosts):
+    for k, (p, host) in enumerate(zip(parts, hosts)):
         if not host.size:
             continue
         small = host_read(p._node, p.device)  # (small arrays on a CPU: no copy command)
@@ -287,10 +291,14 @@ def read_parts(parts: Sequence[Array], hosts: Sequence[np.ndarray]) -> None:
             rt.flush()
         event = rt.enqueue_read(rt.queue, host, storage.buffer, None, False)
         rt.submit(rt.queue)
-        pending.append((event, p.device, storage))  # (the storage lives until read)
-    for event, device, _ in pending:
+        pending.append((k, event, p.device, storage))  # (the storage lives until read)
+        if trace.events is not None:
+            trace.note("read enqueued", k, p.device)
+    for k, event, device, _ in pending:
         if event is not None:
             wait(event, device)
+        if trace.events is not None:
+            trace.note("read done", k, device)
 
 
 def is_multi(x: Any) -> bool:
