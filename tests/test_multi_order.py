@@ -151,3 +151,20 @@ def test_aligned_operands_take_the_short_path(device, monkeypatch):
     np.testing.assert_allclose(got.get(), 5 * np.arange(6) - np.sin(1) + 1.5, rtol=1e-6)
     np.testing.assert_allclose((x + np.arange(6)).get(), 2 * np.arange(6))  # (host data)
     assert len(prepared) == 2
+
+
+def test_tracing_records_each_part(device):
+    """fuseloop.multi.trace (bench_multigpu.py --trace): each part's launch, in order,
+    and each partial result's read."""
+    from fuseloop.multi import trace
+
+    with fl.device([device] * 3):
+        x = fl.ones(3000, np.float32)
+    with trace.tracing() as events:
+        (x * 2).eval()
+        total = fl.sum(x)
+    assert [e[:2] for e in events if e[0] == "enqueued"][:3] == [("enqueued", k) for k in
+                                                                 range(3)]
+    times = [e[3] for e in events]
+    assert times == sorted(times) and trace.events is None
+    assert float(total) == 3000
