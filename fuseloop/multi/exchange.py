@@ -24,6 +24,7 @@ its own rows otherwise), and applies the boundary rule along the other axes only
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -219,6 +220,11 @@ def _window(pieces: list[tuple[int, Array]], start: int, count: int) -> Array:
 Window = Callable[[int], Array]
 
 
+def _shifted_rows(pieces: list[tuple[int, Array]], count: int, dr: int) -> Array:
+    """A part's ``count`` rows shifted by ``dr`` (the window of its ``pieces``)."""
+    return _window(pieces, dr, count)
+
+
 def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tuple[int, ...],
             center: Any, boundary: str, cval: Any, what: str) -> Any:
     """A stencil of ``width`` over the split ``x``: ``apply(window, center)`` per part
@@ -250,8 +256,7 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
         top, bottom = halos[k]
         pieces = [(-before, top), (0, own), (hi - lo, bottom)]
         present = [(f, a) for f, a in pieces if a is not None]
-        m = hi - lo
-        out.append(apply(lambda dr, present=present, m=m: _window(present, dr, m), cen))
+        out.append(apply(functools.partial(_shifted_rows, present, hi - lo), cen))
     done = next(o for o in out if o is not None)
     parts = [o if o is not None else empty((0, *done.shape[1:]), done.dtype, device=d)
              for o, d in zip(out, x.devices)]

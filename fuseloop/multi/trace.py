@@ -26,7 +26,8 @@ def tracing() -> Iterator[list[tuple[str, int, int, float]]]:
     enqueued"``, ``"read done"``."""
     global events
     saved = events
-    events = mine = []
+    mine: list[tuple[str, int, int, float]] = []
+    events = mine
     try:
         yield mine
     finally:
