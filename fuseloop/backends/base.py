@@ -253,6 +253,14 @@ class Backend(ABC):
         ``host``; with it, possibly None)."""
         return self.enqueue_read(device.queue, host, buffer, wait_for, blocking)
 
+    def read_staging(self, nbytes: int) -> np.ndarray | None:
+        """A host buffer of ``nbytes`` bytes that a read without ``blocking`` fills
+        without holding the calling thread (CUDA: page-locked memory; a read into
+        ordinary memory returns only once the copy is done), or None where ordinary
+        memory serves as well.  Split arrays read their parts' small results through it,
+        so that every device's read is under way before the host waits for any."""
+        return None
+
     @abstractmethod
     def enqueue_write(self, queue: Any, buffer: Any, host: np.ndarray,
                       wait_for: Sequence[Any] | None, blocking: bool) -> Any:

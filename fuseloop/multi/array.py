@@ -264,11 +264,17 @@ def launch_parts(parts: Sequence[Array]) -> None:
             trace.note("enqueued", k, p.device)
 
 
+#: reads of at most this many bytes go through the backend's staging buffer
+#: (:meth:`~fuseloop.backends.base.Backend.read_staging`): partial results, halo rows
+STAGED_READ_MAX = 1 << 20
+
+
 def read_parts(parts: Sequence[Array], hosts: Sequence[np.ndarray]) -> None:
     """Copy each of ``parts`` into its C-contiguous host array: every read is enqueued
     (after the part's work) and handed to its device before the host waits for any, then
     each is waited for once; the devices' copies overlap and no read waits behind
     another device's work."""
+    from ..backends import backend_for
     from ..evaluate import run
     from ..host_path import read as host_read
     from ..runtime.devices import _runtime
@@ -289,14 +295,20 @@ def read_parts(parts: Sequence[Array], hosts: Sequence[np.ndarray]) -> None:
         rt = _runtime(p.device)
         if rt.deferred:
             rt.flush()
-        event = rt.enqueue_read(rt.queue, host, storage.buffer, None, False)
+        stage = backend_for(p.device).read_staging(host.nbytes) \
+            if host.nbytes <= STAGED_READ_MAX else None
+        into = host if stage is None else stage.view(host.dtype).reshape(host.shape)
+        event = rt.enqueue_read(rt.queue, into, storage.buffer, None, False)
         rt.submit(rt.queue)
-        pending.append((k, event, p.device, storage))  # (the storage lives until read)
+        # (the storage lives until read, the staging buffer until copied out)
+        pending.append((k, event, p.device, storage, host, into))
         if trace.events is not None:
             trace.note("read enqueued", k, p.device)
-    for k, event, device, _ in pending:
+    for k, event, device, _, host, into in pending:
         if event is not None:
             wait(event, device)
+        if into is not host:
+            host[...] = into
         if trace.events is not None:
             trace.note("read done", k, device)
 
