@@ -192,3 +192,22 @@ def test_small_reads_go_through_the_backends_staging(three, monkeypatch):
     assert len(staged) == 3 and sum(partials) == xn.sum(), partials
     np.testing.assert_array_equal(x.get(), xn)  # (whole parts too: each under 1 MiB)
     assert len(staged) == 6
+
+
+def test_partials_combined_on_the_device_without_waiting(device, monkeypatch):
+    """Where every part's device copies to the first without the host (here: one device
+    listed three times; CUDA: peer copies), a reduction along the split axis neither reads
+    nor waits: the partials are combined by a kernel on the first device."""
+    rng = np.random.default_rng(7)
+    an = rng.integers(-50, 50, (30, 4)).astype(np.int32)
+    with fl.device([device] * 3):
+        a = fl.asarray(an)
+    fl.synchronize()
+    log = record([device], monkeypatch)
+    total, cols, hi = fl.sum(a), fl.sum(a, axis=0), a.max(axis=0, keepdims=True)
+    count = fl.count_nonzero(a > 0)
+    assert [e for e in log if e[0] != "submit"] == [], log
+    assert total.device is device and total.shape == () and hi.shape == (1, 4)
+    assert int(total) == an.sum() and int(count) == np.count_nonzero(an > 0)
+    np.testing.assert_array_equal(cols.get(), an.sum(axis=0))
+    np.testing.assert_array_equal(hi.get(), an.max(axis=0, keepdims=True))

@@ -164,6 +164,9 @@ class Backend(ABC):
     #: replays for less host time than the launches (``fl.fuse`` uses it: see
     #: :mod:`fuseloop.fuse_graphs`)
     graphs: ClassVar[bool] = False
+    #: whether :meth:`copy_from` copies between two devices of this backend without the
+    #: host (split arrays then combine partial results on a device, not on the host)
+    direct_copies: ClassVar[bool] = False
 
     # {{{ devices
 

@@ -308,6 +308,7 @@ class CudaBackend(Backend):
     language = "cuda"
     OutOfMemory = CudaOutOfMemory
     graphs = True
+    direct_copies = True  # (copy_from: cudaMemcpyPeerAsync, ordered by events)
 
     # {{{ devices
 

@@ -2,9 +2,12 @@
 
 Along axes that keep the split axis, each part reduces its own rows (the result is
 split the same way).  Along the split axis, each part computes a partial result on
-its device (all enqueued, then one small read per part, before the host waits for
-any), the partials are combined on the host with numpy (the same operation: sum of
-sums, max of maxima, ...), and the result is an array on the set's first device.
+its device; where every part's device copies to the first device without the host (one
+device, or CUDA peer copies) the partials are copied there and combined by the same
+reduction on it, so nothing waits; otherwise (all enqueued, then one small read per
+part, before the host waits for any) they are combined on the host with numpy (the same
+operation: sum of sums, max of maxima, ...).  The result is an array on the set's first
+device.
 ``mean`` is the combined sum over the count; ``var``/``std`` take two passes (the
 mean, then the sum of squared deviations), as the single-device ones do.
 """
@@ -48,7 +51,40 @@ def reduce(func: Callable[..., Any], x: Any, args: tuple, kwargs: dict) -> Any:
     if name not in _COMBINE:
         raise NotImplementedError(f"fl.{name} of a split array along its split axis is not "
                                   "supported; gather it with .get() first")
+    on_device = _device_combined(func, name, x, axes, keepdims, params)
+    if on_device is not None:
+        return on_device
     return _on_first(_combined(func, name, x, axes, keepdims, params), x)
+
+
+def _device_combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...],
+                     keepdims: bool, params: dict) -> Any:
+    """The partial results copied to the first device and combined there (nothing
+    waits: the result is as asynchronous as one device's reduction), or None when a
+    part's device cannot copy to the first one without the host."""
+    import fuseloop
+
+    from ..backends import backend_for
+    from ..ops.shape import concatenate, reshape
+    from .array import launch_parts
+    from .exchange import _transfer
+
+    first = x.devices[0]
+    direct = backend_for(first).direct_copies
+    used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
+    if not all(p.device is first or (direct and p.device.backend == first.backend)
+               for p in used):
+        return None
+    partials = [func(p, axis=axes, keepdims=True, **params) for p in used]
+    launch_parts(partials)
+    pieces = [q if q.device is first else _transfer(q, first) for q in partials]
+    cat = pieces[0] if len(pieces) == 1 else concatenate(pieces, axis=0)
+    combine = getattr(fuseloop, "sum" if name == "count_nonzero" else name)
+    extra = {"dtype": cat.dtype} if name in ("sum", "prod", "count_nonzero") else {}
+    out = combine(cat, axis=0, keepdims=True, **extra)
+    if not keepdims:
+        out = reshape(out, tuple(n for d, n in enumerate(out.shape) if d not in axes))
+    return out
 
 
 _POSITIONAL = {"sum": ("axis", "dtype", "keepdims"), "prod": ("axis", "dtype", "keepdims"),
