@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import caches as _caches
 from .. import multi_hooks
 from ..array import Array
 from ..errors import ShapeError
@@ -23,6 +24,38 @@ from ..expr.nodes import Gather
 
 BOUNDARIES = ("clamp", "wrap", "constant")
 _INT64 = np.dtype(np.int64)
+
+#: (axis length, offset, boundary, trailing axes, device index) -> (device, the shifted
+#: positions, their validity or None): lazy index arithmetic without buffers, the same
+#: for every stencil over that axis, so it is built once (``clip`` alone cost a stencil
+#: term more host time than the rest of the term)
+_POSITIONS: dict[tuple, tuple[Any, Array, Array | None]] = {}
+POSITIONS_MAX = 256
+_caches.register("stencil.positions", _POSITIONS.clear, lambda: len(_POSITIONS),
+                 POSITIONS_MAX)
+
+
+def _positions(n: int, s: int, boundary: str, trailing: int, device: Any
+               ) -> tuple[Array, Array | None]:
+    """The index an axis of length ``n`` is read at when shifted by ``s`` (the boundary
+    rule applied), and for ``"constant"`` where it is inside (shaped to broadcast over
+    ``trailing`` axes after it)."""
+    from .. import ufuncs
+    from ..creation import arange
+    from .shape import reshape
+
+    key = (n, s, boundary, trailing, device.index)
+    hit = _POSITIONS.get(key)
+    if hit is not None and hit[0] is device:
+        return hit[1], hit[2]
+    at = arange(n, dtype=_INT64, device=device) + s
+    index = at % n if boundary == "wrap" else ufuncs.clip(at, 0, n - 1)  # (numpy's %)
+    inside = reshape((at >= 0) & (at < n), (n,) + (1,) * trailing) \
+        if boundary == "constant" else None
+    if len(_POSITIONS) >= POSITIONS_MAX:
+        _POSITIONS.clear()
+    _POSITIONS[key] = (device, index, inside)
+    return index, inside
 
 
 def _check(x: Array, width: tuple[int, ...], center: Any, boundary: str,
@@ -54,23 +87,15 @@ def shifted(x: Array, offsets: Sequence[int], boundary: str = "clamp",
             cval: Any = 0) -> Array:
     """``x`` read at ``index + offsets``, the boundary rule applied per axis (lazy)."""
     from .. import ufuncs
-    from ..creation import arange
-    from .shape import reshape
 
     node = x._node
     valid: Any = None
     for d, s in enumerate(offsets):
         if s == 0:
             continue
-        n = x.shape[d]
-        at = arange(n, dtype=_INT64, device=x.device) + s
-        if boundary == "wrap":
-            index = at % n  # (numpy's %: never negative for positive n)
-        else:
-            index = ufuncs.clip(at, 0, n - 1)
+        index, inside = _positions(x.shape[d], s, boundary, x.ndim - d - 1, x.device)
         node = Gather(node, index._node, d, checked=False)
-        if boundary == "constant":
-            inside = reshape((at >= 0) & (at < n), (n,) + (1,) * (x.ndim - d - 1))
+        if inside is not None:
             valid = inside if valid is None else valid & inside
     out = Array._lazy(node, x.device) if node is not x._node else x
     if valid is not None:
@@ -99,7 +124,14 @@ def _weighted(neighbour: Callable[[Sequence[int]], Array], w: np.ndarray, dtype:
     for k in np.ndindex(*w.shape):
         if w[k] == 0:
             continue
-        term = neighbour(k) * w.dtype.type(w[k])
+        term = neighbour(k)
+        if term.dtype == dtype and w.dtype.kind in "iuf":
+            # (the product has the term's dtype either way: a Python scalar takes the
+            # operator's short path, and a weight of 1 needs no product at all)
+            if w[k] != 1:
+                term = term * w[k].item()
+        else:
+            term = term * w.dtype.type(w[k])
         total = term if total is None else total + term
     if total is None:
         return zeros(like.shape, dtype=dtype, device=like.device)
