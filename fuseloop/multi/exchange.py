@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -65,9 +66,10 @@ def _transfer(piece: Array, device: Any) -> Array:
                              offset):
             return Array._concrete(out, piece.dtype, piece.shape)
     EXCHANGED["through_host"] += 1
-    if _batch is None:
+    open_batch = getattr(_local, "batch", None)
+    if open_batch is None:
         return asarray(piece.get(), device=device)
-    return _batch.add(piece, device)
+    return open_batch.add(piece, device)
 
 
 class _HostBatch:
@@ -106,25 +108,24 @@ class _HostBatch:
         self.pending.clear()
 
 
-_batch: _HostBatch | None = None
+_local = threading.local()  # (.batch: this thread's open batch)
 
 
 @contextmanager
 def batch() -> Iterator[None]:
-    """Within it, copies through the host are read without waiting and uploaded when it
-    ends (one wait per piece, after every read was enqueued).  The arrays
-    :func:`rows` returns meanwhile must not be read before it ends (they are read by
-    kernels enqueued later).  Not thread-safe: split arrays are driven from one thread."""
-    global _batch
-    if _batch is not None:  # (nested: the outer one finishes)
+    """Within it, this thread's copies through the host are read without waiting and
+    uploaded when it ends (one wait per piece, after every read was enqueued).  The
+    arrays :func:`rows` returns meanwhile must not be read before it ends (they are read
+    by kernels enqueued later)."""
+    if getattr(_local, "batch", None) is not None:  # (nested: the outer one finishes)
         yield
         return
-    _batch = _HostBatch()
+    _local.batch = mine = _HostBatch()
     try:
         yield
-        _batch.finish()
+        mine.finish()
     finally:
-        _batch = None
+        _local.batch = None
 
 
 def rows(x: Any, lo: int, hi: int, k: int) -> Array:
