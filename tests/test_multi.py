@@ -144,8 +144,8 @@ def test_stencil_halo_exchange(device, boundary):
 
 
 def test_stencil_halo_wider_than_parts(device):
-    """Halos of several rows span several parts (1-2 rows each), an off-centre stencil
-    reads only one side; as one device gives."""
+    """Halos of several rows span several parts (1-2 rows each; an off-centre stencil
+    reads only above): as one device gives."""
     un = RNG.standard_normal((7, 5)).astype(np.float32)
     w = RNG.standard_normal((5, 3)).astype(np.float32)
     with fl.device([device] * 4):
@@ -155,8 +155,6 @@ def test_stencil_halo_wider_than_parts(device):
         got = fl.stencil(u, w, center=(4, 2), boundary=boundary, cval=2)
         want = fl.stencil(one, w, center=(4, 2), boundary=boundary, cval=2)
         np.testing.assert_allclose(got.get(), want.get(), rtol=1e-5, atol=1e-5)
-    op = fl.stencil_function(lambda *a: fl.maximum(a[0], a[-1]) - a[4], (5, 3), (0, 1))
-    np.testing.assert_allclose(op(u, "clamp").get(), op(one, "clamp").get())
 
 
 def test_stencil_steps_and_stencil_function(device):
