@@ -151,10 +151,9 @@ def test_stencil_halo_wider_than_parts(device):
     with fl.device([device] * 4):
         u = fl.asarray(un)
     one = fl.asarray(un, device=device)
-    for boundary in ("wrap", "constant"):
-        got = fl.stencil(u, w, center=(4, 2), boundary=boundary, cval=2)
-        want = fl.stencil(one, w, center=(4, 2), boundary=boundary, cval=2)
-        np.testing.assert_allclose(got.get(), want.get(), rtol=1e-5, atol=1e-5)
+    got = fl.stencil(u, w, center=(4, 2), boundary="constant", cval=2)
+    want = fl.stencil(one, w, center=(4, 2), boundary="constant", cval=2)
+    np.testing.assert_allclose(got.get(), want.get(), rtol=1e-5, atol=1e-5)
 
 
 def test_stencil_steps_and_stencil_function(device):
