@@ -205,8 +205,10 @@ def test_partials_combined_on_the_device_without_waiting(device, monkeypatch):
     fl.synchronize()
     log = record([device], monkeypatch)
     total, cols, hi = fl.sum(a), fl.sum(a, axis=0), a.max(axis=0, keepdims=True)
-    count = fl.count_nonzero(a > 0)
+    count, mean = fl.count_nonzero(a > 0), a.mean(axis=0)
     assert [e for e in log if e[0] != "submit"] == [], log
+    assert mean.dtype == np.float64
+    np.testing.assert_allclose(mean.get(), an.mean(axis=0), rtol=1e-12)
     assert total.device is device and total.shape == () and hi.shape == (1, 4)
     assert int(total) == an.sum() and int(count) == np.count_nonzero(an > 0)
     np.testing.assert_array_equal(cols.get(), an.sum(axis=0))

@@ -8,8 +8,9 @@ reduction on it, so nothing waits; otherwise (all enqueued, then one small read 
 part, before the host waits for any) they are combined on the host with numpy (the same
 operation: sum of sums, max of maxima, ...).  The result is an array on the set's first
 device.
-``mean`` is the combined sum over the count; ``var``/``std`` take two passes (the
-mean, then the sum of squared deviations), as the single-device ones do.
+``mean`` is the combined sum over the count (on the device where the sum is);
+``var``/``std`` take two passes (the mean, then the sum of squared deviations), as the
+single-device ones do, combined on the host.
 """
 
 from __future__ import annotations
@@ -112,7 +113,13 @@ def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...]
 def _mean(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any) -> Any:
     from .. import sum as fl_sum
 
-    return _on_first(_mean_host(x, axes, keepdims, dtype, fl_sum), x)
+    acc, res = _mean_dtypes(x.dtype, dtype)
+    total = _device_combined(fl_sum, "sum", x, axes, keepdims, {"dtype": acc})
+    if total is None:
+        return _on_first(_mean_host(x, axes, keepdims, dtype, fl_sum), x)
+    count = math.prod(x.shape[d] for d in axes)  # (as the host's: inf or nan when 0)
+    out = total / acc.type(count) if count else total * acc.type(np.nan)
+    return out.astype(res) if out.dtype != res else out
 
 
 def _mean_host(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any,
