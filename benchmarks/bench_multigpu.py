@@ -21,6 +21,11 @@ about speed-up.  Usage::
     python benchmarks/bench_multigpu.py [--devices SPECS] [--log2n 30] [--grid-log2 14]
         [--repeat 5] [--weights equal|measure] [--trace] [--out FILE.json]
 
+    # 4 GPUs through CUDA, then through OpenCL; 2 GPUs:
+    python benchmarks/bench_multigpu.py --devices cuda:0,cuda:1,cuda:2,cuda:3 --trace
+    python benchmarks/bench_multigpu.py --devices opencl:0,opencl:1,opencl:2,opencl:3 --trace
+    python benchmarks/bench_multigpu.py --devices cuda:0,cuda:1 --trace
+
 ``--trace`` then shows where a split call's time goes, per workload: the host time to
 build the expression and to enqueue every part, when each part was enqueued, when
 each device finished (markers polled on every device in turn), and each part's work
