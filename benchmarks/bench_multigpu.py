@@ -19,7 +19,19 @@ shows the machinery works: the parts share one device, so the figures say nothin
 about speed-up.  Usage::
 
     python benchmarks/bench_multigpu.py [--devices SPECS] [--log2n 30] [--grid-log2 14]
-        [--repeat 5] [--weights equal|measure] [--out FILE.json]
+        [--repeat 5] [--weights equal|measure] [--trace] [--out FILE.json]
+
+    # 4 GPUs through CUDA, then through OpenCL; 2 GPUs:
+    python benchmarks/bench_multigpu.py --devices cuda:0,cuda:1,cuda:2,cuda:3 --trace
+    python benchmarks/bench_multigpu.py --devices opencl:0,opencl:1,opencl:2,opencl:3 --trace
+    python benchmarks/bench_multigpu.py --devices cuda:0,cuda:1 --trace
+
+``--trace`` then shows where a split call's time goes, per workload: the host time to
+build the expression and to enqueue every part, when each part was enqueued, when
+each device finished (markers polled on every device in turn), and each part's work
+timed alone on its device.  With parts of equal work, the wall time should be the
+last enqueue plus one part's alone time; a device finishing late, or enqueued late,
+names the serialisation.
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -56,26 +69,130 @@ def _time(fn: Callable[[], Any], repeat: int) -> float:
     return median_time(fn, fl.synchronize, repeat)
 
 
-def run_case(name: str, nbytes: int, make: Callable[[Any], Callable[[], Any]],
-             devs: list[Any], repeat: int, weights: Any) -> dict[str, Any]:
+class Workload:
+    """One workload: ``nbytes`` moved per call; ``inputs(where)`` makes its arrays,
+    ``build(*arrays)`` its expression (lazy, or a reduction's result), and
+    ``part(k, *arrays)`` what part ``k`` of a split call computes on its own device when
+    ``build`` is not lazy (None: part ``k`` of the lazy split expression)."""
+
+    def __init__(self, name: str, nbytes: int, inputs: Callable[[Any], tuple],
+                 build: Callable[..., Any], part: Callable[..., Any] | None = None) -> None:
+        self.name, self.nbytes, self.inputs, self.build, self.part = \
+            name, nbytes, inputs, build, part
+
+
+def _measure(w: Workload, arrays: tuple, repeat: int) -> tuple[float, np.ndarray]:
+    """Seconds per call of ``w`` on ``arrays``, and a sample of its result."""
+    t = _time(lambda: w.build(*arrays).eval(), repeat)
+    r = w.build(*arrays).eval()
+    return t, np.asarray(r.get() if r.ndim == 0 else _sample(r), np.float64)
+
+
+def run_case(w: Workload, devs: list[Any], repeat: int, weights: Any,
+             trace: bool) -> dict[str, Any]:
     """One workload on the first device, then on all of them; the results compared."""
-    one = make(devs[0])
-    t1 = _time(one, repeat)
-    r1 = one()
-    check1 = np.asarray(r1.get() if r1.ndim == 0 else _sample(r1), np.float64)
-    del one, r1
+    t1, check1 = _measure(w, w.inputs(devs[0]), repeat)
     fl.synchronize()
     with fl.device(devs, weights=weights) as dset:
-        split = make(dset)
-    tk = _time(split, repeat)
-    rk = split()
-    checkk = np.asarray(rk.get() if rk.ndim == 0 else _sample(rk), np.float64)
+        arrays = w.inputs(dset)
+    tk, checkk = _measure(w, arrays, repeat)
     ok = np.allclose(check1, checkk, rtol=1e-4, atol=1e-4)
-    row = dict(workload=name, one=nbytes / t1 / 1e9, all=nbytes / tk / 1e9, ok=bool(ok))
+    row = dict(workload=w.name, one=w.nbytes / t1 / 1e9, all=w.nbytes / tk / 1e9, ok=bool(ok),
+               one_ms=t1 * 1e3, all_ms=tk * 1e3)
     row["ratio"] = row["all"] / row["one"]
-    del split, rk
+    if trace:
+        row["trace"] = trace_case(w, arrays, repeat)
+    del arrays
     fl.synchronize()
     return row
+
+
+# {{{ --trace: where a split call's time goes
+
+
+def _done_times(devices: list[Any]) -> dict[int, float]:
+    """perf_counter() at which each device's queue was seen empty (a marker polled on
+    every device in turn: no device's completion waits for another's)."""
+    from fuseloop.runtime.devices import _runtime
+
+    markers = {}
+    for d in devices:
+        rt = _runtime(d)
+        rt.flush()
+        markers[d.index] = (rt, rt.marker(rt.queue))
+        rt.submit(rt.queue)
+    done: dict[int, float] = {}
+    while len(done) < len(markers):
+        for index, (rt, event) in markers.items():
+            if index not in done and rt.event_status(event) <= 0:
+                done[index] = time.perf_counter()
+    return done
+
+
+def trace_case(w: Workload, arrays: tuple, repeat: int) -> dict[str, Any]:
+    """One split call traced (host time to build and enqueue, each part's enqueue time,
+    each device's completion), and each part's work timed alone on its device."""
+    from fuseloop.multi import trace
+    from fuseloop.runtime.transfer import finish
+
+    split = next(a for a in arrays if isinstance(a, fl.MultiArray))
+    devices = list({d.index: d for d in split.devices}.values())
+    fl.synchronize()
+    with trace.tracing() as events:
+        t0 = time.perf_counter()
+        out = w.build(*arrays)
+        built = time.perf_counter()
+        out.eval()
+        enqueued = time.perf_counter()
+        done = _done_times(devices)
+    del out
+    alone = []
+    for k, d in enumerate(split.devices):
+        times = []
+        for _ in range(max(2, repeat)):
+            # the split call's own part k (its halos already copied) where the call is
+            # lazy; a reduction's partial result on the part otherwise
+            lazy = w.build(*arrays) if w.part is None else None
+            fl.synchronize()
+            s = time.perf_counter()
+            if lazy is not None:
+                lazy.parts[k].eval()
+            else:
+                w.part(k, *arrays)
+            finish(d)
+            times.append(time.perf_counter() - s)
+            del lazy
+        alone.append(float(np.median(times[1:])))
+    fl.synchronize()
+    ms = 1e3
+    return dict(
+        build_ms=(built - t0) * ms, enqueue_ms=(enqueued - t0) * ms,
+        wall_ms=(max(done.values()) - t0) * ms,
+        parts=[dict(part=k, device=d.index, rows=hi - lo, alone_ms=alone[k] * ms,
+                    enqueued_ms=next(((t - t0) * ms for e, p, _, t in events
+                                      if e == "enqueued" and p == k), None),
+                    done_ms=(done[d.index] - t0) * ms)
+               for k, (d, lo, hi) in enumerate(zip(split.devices, split.bounds,
+                                                   split.bounds[1:]))],
+        events=[(e, p, i, (t - t0) * ms) for e, p, i, t in events])
+
+
+def print_trace(name: str, tr: dict[str, Any]) -> None:
+    print(f"\ntrace of one split call: {name} (ms from the call's start)")
+    print(f"  host: expression built {tr['build_ms']:.3f}, every part enqueued "
+          f"{tr['enqueue_ms']:.3f}; last device done {tr['wall_ms']:.3f}")
+    print(f"  {'part':>4s} {'device':>6s} {'rows':>11s} {'enqueued':>9s} {'done':>9s} "
+          f"{'alone':>9s}")
+    for p in tr["parts"]:
+        enq = "-" if p["enqueued_ms"] is None else f"{p['enqueued_ms']:.3f}"
+        print(f"  {p['part']:4d} {p['device']:6d} {p['rows']:11d} {enq:>9s} "
+              f"{p['done_ms']:9.3f} {p['alone_ms']:9.3f}")
+    reads = [e for e in tr["events"] if e[0].startswith("read")]
+    if reads:
+        print("  reads: " + ", ".join(f"{e} part {p} at {t:.3f}" for e, p, _, t in reads))
+
+
+# }}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--weights", choices=("equal", "measure"), default="equal")
     p.add_argument("--out", default=None)
+    p.add_argument("--trace", action="store_true",
+                   help="after timing, trace one split call per workload: host time to "
+                        "build and enqueue, each part's enqueue time, each device's "
+                        "completion, each part's work timed alone on its device")
     args = p.parse_args(argv)
     if args.devices:
         devs = [find_device(s.strip()) for s in args.devices.split(",")]
@@ -102,26 +223,30 @@ def main(argv: list[str] | None = None) -> int:
         print("(a device listed more than once: its parts share it, so the ratios are "
               "meaningless as speed-ups; this run shows the split path works)")
 
-    def elementwise(where: Any) -> Callable[[], Any]:
-        x, y = _inputs(n, where)
-        return lambda: (2 * x - fl.sin(y) + x * y).eval()
+    def two(where: Any) -> tuple:
+        return _inputs(n, where)
 
-    def dot(where: Any) -> Callable[[], Any]:
-        x, y = _inputs(n, where)
-        return lambda: fl.sum(x * y).eval()
+    def grid(where: Any) -> tuple:
+        return (_inputs((g, g), where)[0],)
 
-    def stencil(where: Any) -> Callable[[], Any]:
-        u, _ = _inputs((g, g), where)
-        return lambda: (u + np.float32(0.1) * fl.stencil(u, LAPLACE)).eval()
+    def stencil_step(u: Any) -> Any:
+        return u + np.float32(0.1) * fl.stencil(u, LAPLACE)
 
-    rows = [run_case("2*x - sin(y) + x*y", 12 * n, elementwise, devs, args.repeat, weights),
-            run_case("sum(x*y)", 8 * n, dot, devs, args.repeat, weights),
-            run_case(f"5-point stencil {g}^2", 8 * g * g, stencil, devs, args.repeat, weights)]
+    workloads = [
+        Workload("2*x - sin(y) + x*y", 12 * n, two, lambda x, y: 2 * x - fl.sin(y) + x * y),
+        Workload("sum(x*y)", 8 * n, two, lambda x, y: fl.sum(x * y),
+                 lambda k, x, y: fl.sum(x.parts[k] * y.parts[k]).eval()),
+        Workload(f"5-point stencil {g}^2", 8 * g * g, grid, stencil_step),
+    ]
+    rows = [run_case(w, devs, args.repeat, weights, args.trace) for w in workloads]
     print(f"\n{'workload':28s} {'1 device GB/s':>14s} {f'{len(devs)} parts GB/s':>14s} "
-          f"{'ratio':>7s}  check")
+          f"{'ratio':>7s} {'1 dev ms':>9s} {'parts ms':>9s}  check")
     for r in rows:
-        print(f"{r['workload']:28s} {r['one']:14.1f} {r['all']:14.1f} {r['ratio']:7.2f}  "
-              f"{'ok' if r['ok'] else 'MISMATCH'}")
+        print(f"{r['workload']:28s} {r['one']:14.1f} {r['all']:14.1f} {r['ratio']:7.2f} "
+              f"{r['one_ms']:9.3f} {r['all_ms']:9.3f}  {'ok' if r['ok'] else 'MISMATCH'}")
+    for r in rows:
+        if "trace" in r:
+            print_trace(r["workload"], r["trace"])
     if args.out:
         with open(args.out, "w") as f:
             json.dump(dict(devices=[str(d) for d in devs], log2n=args.log2n,

@@ -41,5 +41,13 @@ def synchronize() -> None:
     """
     register_readers()
     # (every device with a runtime, listed or not; deferred small launches go first)
-    for rt in list(_devices._runtimes.values()):
+    runtimes = list(_devices._runtimes.values())
+    if len(runtimes) > 1:
+        # every device handed its work before the host waits for any: finishing one
+        # device's queue at a time would start the next only after the last one's
+        # wait (an OpenCL driver need not submit a queue until it is flushed)
+        for rt in runtimes:
+            rt.flush()
+            rt.submit(rt.queue)
+    for rt in runtimes:
         finish(rt.device)

@@ -61,6 +61,32 @@ def test_weights_from_cached_copy_bandwidth(device, monkeypatch):
         assert dset.weights == (42.0, 42.0)
 
 
+def test_equal_parts_for_one_model(device, monkeypatch):
+    """Measured bandwidths split in proportion only between different models that
+    differ by more than the tolerance: noise between identical GPUs would make one part
+    longer, and the slowest part sets the time."""
+    from fuseloop.multi import DeviceSet
+    from fuseloop.multi.devset import EQUAL_WITHIN
+
+    explain = importlib.import_module("fuseloop.explain")
+    other = dataclasses.replace(device, name=device.name + " (another model)",
+                                index=device.index + 991)  # (never opened)
+    monkeypatch.setattr(explain, "_copy_bandwidth", {device.index: (device, 100.0)})
+    with fl.device([device, device]) as dset:  # one model: equal, whatever was measured
+        assert dset.weights == (100.0, 100.0)
+    for bw, expect in ((100.0 * EQUAL_WITHIN * 0.99, "equal"), (300.0, "proportional")):
+        monkeypatch.setattr(explain, "_copy_bandwidth",
+                            {device.index: (device, 100.0), other.index: (other, bw)})
+        dset = DeviceSet.of([device, other])
+        if expect == "equal":
+            assert dset.weights[0] == dset.weights[1]
+            assert dset.split(10) == (0, 5, 10)
+        else:
+            assert dset.weights == (100.0, 300.0) and dset.split(8) == (0, 2, 8)
+    with fl.device([device, device], weights=[1, 3]) as dset:  # numbers: as given
+        assert dset.weights == (1.0, 3.0)
+
+
 def test_reductions(device):
     an = RNG.standard_normal((10, 4)).astype(np.float32)
     bn = RNG.standard_normal((10, 4)).astype(np.float32)
@@ -115,6 +141,19 @@ def test_stencil_halo_exchange(device, boundary):
     np.testing.assert_allclose(got.get(), want, rtol=1e-6, atol=1e-6)
     # a halo row above and below each inner boundary (wrap: the two ends too)
     assert EXCHANGED["copies"] - before == (8 if boundary == "wrap" else 6)
+
+
+def test_stencil_halo_wider_than_parts(device):
+    """Halos of several rows span several parts (1-2 rows each; an off-centre stencil
+    reads only above): as one device gives."""
+    un = RNG.standard_normal((7, 5)).astype(np.float32)
+    w = RNG.standard_normal((5, 3)).astype(np.float32)
+    with fl.device([device] * 4):
+        u = fl.asarray(un)
+    one = fl.asarray(un, device=device)
+    got = fl.stencil(u, w, center=(4, 2), boundary="constant", cval=2)
+    want = fl.stencil(one, w, center=(4, 2), boundary="constant", cval=2)
+    np.testing.assert_allclose(got.get(), want.get(), rtol=1e-5, atol=1e-5)
 
 
 def test_stencil_steps_and_stencil_function(device):

@@ -76,3 +76,9 @@ def test_two_cuda_devices_exchange_peer_to_peer():
     np.testing.assert_allclose(got.get(), want, rtol=1e-5, atol=1e-5)
     assert EXCHANGED["copies"] > before["copies"]
     assert EXCHANGED["through_host"] == before["through_host"]
+    # a reduction's partial results are copied peer to peer and combined on the first GPU
+    copies = EXCHANGED["copies"]
+    total = fl.sum(u)
+    assert total.device is cuda[0] and EXCHANGED["copies"] == copies + 1
+    np.testing.assert_allclose(total.get(), un.sum(dtype=np.float64), rtol=1e-4)
+    assert EXCHANGED["through_host"] == before["through_host"]

@@ -99,3 +99,32 @@ def test_errors(device):
     bad = fl.stencil_function(lambda a, b, c: 1.0, 3)
     with pytest.raises(TypeError, match="fuseloop expression"):
         bad(x)
+
+
+def test_stencil_build_reuses_positions_and_skips_unit_weights(device):
+    """Host cost of building a stencil: the shifted positions of an axis are built once
+    for every stencil over it, and a weight of 1 (of the result's dtype) needs no product."""
+    from fuseloop.expr.nodes import Apply, Gather
+
+    def nodes(node, kind, seen=None):
+        seen = set() if seen is None else seen
+        if id(node) in seen:
+            return []
+        seen.add(id(node))
+        found = [node] if isinstance(node, kind) else []
+        for child in (getattr(node, "args", None) or ()):
+            found += nodes(child, kind, seen)
+        for name in ("child", "index"):
+            if getattr(node, name, None) is not None:
+                found += nodes(getattr(node, name), kind, seen)
+        return found
+
+    hn = np.random.default_rng(4).random((6, 7)).astype(np.float32)
+    x = fl.asarray(hn, device=device)
+    w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+    a, b = fl.stencil(x, w), fl.stencil(x, w)
+    first = {id(g.index) for g in nodes(a._node, Gather)}
+    assert len(first) == 4 and first == {id(g.index) for g in nodes(b._node, Gather)}
+    products = [n for n in nodes(a._node, Apply) if n.op == "multiply"]
+    assert len(products) == 1  # (the centre's -4 only)
+    np.testing.assert_allclose(a.get(), reference(hn, w, (1, 1), "clamp"), rtol=1e-6)

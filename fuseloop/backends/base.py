@@ -164,6 +164,9 @@ class Backend(ABC):
     #: replays for less host time than the launches (``fl.fuse`` uses it: see
     #: :mod:`fuseloop.fuse_graphs`)
     graphs: ClassVar[bool] = False
+    #: whether :meth:`copy_from` copies between two devices of this backend without the
+    #: host (split arrays then combine partial results on a device, not on the host)
+    direct_copies: ClassVar[bool] = False
 
     # {{{ devices
 
@@ -252,6 +255,14 @@ class Backend(ABC):
         queue; returns the event (without ``blocking``, wait for it before reading
         ``host``; with it, possibly None)."""
         return self.enqueue_read(device.queue, host, buffer, wait_for, blocking)
+
+    def read_staging(self, nbytes: int) -> np.ndarray | None:
+        """A host buffer of ``nbytes`` bytes that a read without ``blocking`` fills
+        without holding the calling thread (CUDA: page-locked memory; a read into
+        ordinary memory returns only once the copy is done), or None where ordinary
+        memory serves as well.  Split arrays read their parts' small results through it,
+        so that every device's read is under way before the host waits for any."""
+        return None
 
     @abstractmethod
     def enqueue_write(self, queue: Any, buffer: Any, host: np.ndarray,

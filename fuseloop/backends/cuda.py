@@ -308,6 +308,7 @@ class CudaBackend(Backend):
     language = "cuda"
     OutOfMemory = CudaOutOfMemory
     graphs = True
+    direct_copies = True  # (copy_from: cudaMemcpyPeerAsync, ordered by events)
 
     # {{{ devices
 
@@ -385,6 +386,12 @@ class CudaBackend(Backend):
 
     def free(self, buffer: Any) -> None:
         pass  # (memory goes back to the pool when the last reference dies)
+
+    def read_staging(self, nbytes: int) -> np.ndarray | None:
+        # (from CuPy's pool of page-locked blocks: a cudaMemcpyAsync into pageable
+        # memory returns only when the copy is done, one device after the other)
+        memory = cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
+        return np.frombuffer(memory, np.uint8, nbytes)
 
     @staticmethod
     def _wait_for(queue: Any, wait_for: Sequence[Any] | None) -> None:

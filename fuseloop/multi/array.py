@@ -92,17 +92,14 @@ class MultiArray:
 
     def eval(self) -> MultiArray:
         """Evaluate every part (each enqueued on its device; no waiting between them)."""
-        for p in self.parts:
-            p.eval()
+        launch_parts(self.parts)
         return self
 
     def get(self) -> np.ndarray:
         """Evaluate and gather the parts into one new numpy array (waits)."""
         self.eval()
         out = np.empty(self.shape, self.dtype)
-        for p, lo, hi in zip(self.parts, self.bounds, self.bounds[1:]):
-            if hi > lo:
-                out[lo:hi] = p.get()
+        read_parts(self.parts, [out[lo:hi] for lo, hi in zip(self.bounds, self.bounds[1:])])
         return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -204,22 +201,31 @@ class MultiArray:
     # }}}
 
 
-def _operator(name: str, reflected: bool = False) -> Callable[..., Any]:
-    def method(self: MultiArray, other: Any) -> Any:
-        from ..ufuncs import FUNCTIONS
+def _ufunc_named(name: str) -> Callable[..., Any]:
+    from ..ufuncs import FUNCTIONS
 
-        func = FUNCTIONS[name]
-        return map_parts(func, (other, self) if reflected else (self, other))
+    return FUNCTIONS[name]
+
+
+def _operator(name: str, reflected: bool = False) -> Callable[..., Any]:
+    func: list[Callable[..., Any]] = []  # (fuseloop.ufuncs imports this module: bound late)
+
+    def method(self: MultiArray, other: Any) -> Any:
+        if not func:
+            func.append(_ufunc_named(name))
+        return map_parts(func[0], (other, self) if reflected else (self, other))
 
     method.__name__ = name
     return method
 
 
 def _unary(name: str) -> Callable[..., Any]:
-    def method(self: MultiArray) -> Any:
-        from ..ufuncs import FUNCTIONS
+    func: list[Callable[..., Any]] = []
 
-        return map_parts(FUNCTIONS[name], (self,))
+    def method(self: MultiArray) -> Any:
+        if not func:
+            func.append(_ufunc_named(name))
+        return map_parts(func[0], (self,))
 
     method.__name__ = name
     return method
@@ -240,6 +246,73 @@ for _dunder, _ufunc in {"neg": "negative", "pos": "positive", "abs": "absolute",
     setattr(MultiArray, f"__{_dunder}__", _unary(_ufunc))
 
 
+def launch_parts(parts: Sequence[Array]) -> None:
+    """Evaluate ``parts`` one after the other, each device's queue handed to its device
+    right after its part was enqueued (its deferred small launches too), so a device
+    starts while the next part is enqueued rather than when the host first waits on it.
+    Nothing here waits."""
+    from ..runtime.devices import _runtime
+    from . import trace
+
+    for k, p in enumerate(parts):
+        p.eval()
+        rt = _runtime(p.device)
+        if rt.deferred:
+            rt.flush()
+        rt.submit(rt.queue)
+        if trace.events is not None:
+            trace.note("enqueued", k, p.device)
+
+
+#: reads of at most this many bytes go through the backend's staging buffer
+#: (:meth:`~fuseloop.backends.base.Backend.read_staging`): partial results, halo rows
+STAGED_READ_MAX = 1 << 20
+
+
+def read_parts(parts: Sequence[Array], hosts: Sequence[np.ndarray]) -> None:
+    """Copy each of ``parts`` into its C-contiguous host array: every read is enqueued
+    (after the part's work) and handed to its device before the host waits for any, then
+    each is waited for once; the devices' copies overlap and no read waits behind
+    another device's work."""
+    from ..backends import backend_for
+    from ..evaluate import run
+    from ..host_path import read as host_read
+    from ..runtime.devices import _runtime
+    from ..runtime.transfer import wait
+    from . import trace
+
+    launch_parts(parts)
+    pending = []
+    for k, (p, host) in enumerate(zip(parts, hosts)):
+        if not host.size:
+            continue
+        small = host_read(p._node, p.device)  # (small arrays on a CPU: no copy command)
+        if small is not None:
+            host[...] = small
+            continue
+        storage = p._storage if p.is_contiguous else run([p._node], p.shape, p.device)[0]
+        assert storage is not None and host.flags.c_contiguous
+        rt = _runtime(p.device)
+        if rt.deferred:
+            rt.flush()
+        stage = backend_for(p.device).read_staging(host.nbytes) \
+            if host.nbytes <= STAGED_READ_MAX else None
+        into = host if stage is None else stage.view(host.dtype).reshape(host.shape)
+        event = rt.enqueue_read(rt.queue, into, storage.buffer, None, False)
+        rt.submit(rt.queue)
+        # (the storage lives until read, the staging buffer until copied out)
+        pending.append((k, event, p.device, storage, host, into))
+        if trace.events is not None:
+            trace.note("read enqueued", k, p.device)
+    for k, event, device, _, host, into in pending:
+        if event is not None:
+            wait(event, device)
+        if into is not host:
+            host[...] = into
+        if trace.events is not None:
+            trace.note("read done", k, device)
+
+
 def is_multi(x: Any) -> bool:
     return type(x) is MultiArray
 
@@ -252,6 +325,11 @@ def map_parts(func: Callable[..., Any], args: Sequence[Any],
     """``func`` applied to each part: split arguments give their part (brought to the
     first split argument's bounds), host data their rows or a copy on the part's
     device, 0-d arrays their value; the results as split arrays."""
+    if not kwargs:
+        columns = _aligned_columns(args)
+        if columns is not None:  # (the common case, without prepare()'s general rules)
+            ref, cols = columns
+            return _wrap(list(map(func, *cols)), ref.bounds, ref.device_set)
     kwargs = kwargs or {}
     ref = next(a for a in (*args, *kwargs.values()) if is_multi(a))
     dset, bounds = ref.device_set, ref.bounds
@@ -260,6 +338,36 @@ def map_parts(func: Callable[..., Any], args: Sequence[Any],
     results = [func(*(r[k] for r in ready), **{n: r[k] for n, r in ready_kw.items()})
                for k in range(len(dset))]
     return _wrap(results, bounds, dset)
+
+
+_SCALARS = (int, float, bool, complex)
+
+
+def _aligned_columns(args: Sequence[Any]) -> tuple[MultiArray, list[Sequence[Any]]] | None:
+    """(the first split argument, each argument per part) when every argument is a split
+    array split as the first one (same set, bounds and rank) or a Python or numpy
+    scalar; None otherwise (:func:`prepare` then decides).  Split arrays are operated
+    on once per part and operator, so this costs a few microseconds, not tens."""
+    ref = None
+    for a in args:
+        if type(a) is MultiArray:
+            ref = a
+            break
+    if ref is None:
+        return None
+    p = len(ref.parts)
+    cols: list[Sequence[Any]] = []
+    for a in args:
+        if type(a) is MultiArray:
+            if a is not ref and (a.bounds != ref.bounds or len(a.shape) != len(ref.shape)
+                                 or not a.device_set.same(ref.device_set)):
+                return None
+            cols.append(a.parts)
+        elif type(a) in _SCALARS or isinstance(a, np.generic):
+            cols.append((a,) * p)
+        else:
+            return None
+    return ref, cols
 
 
 def _wrap(results: list[Any], bounds: tuple[int, ...], dset: DeviceSet) -> Any:
@@ -382,4 +490,4 @@ def _row_slices(row: slice, bounds: tuple[int, ...]) -> tuple[list[slice], tuple
 
 # }}}
 
-__all__ = ["MultiArray", "is_multi", "map_parts", "prepare"]
+__all__ = ["MultiArray", "is_multi", "launch_parts", "map_parts", "prepare", "read_parts"]

@@ -10,6 +10,11 @@ from typing import Any
 from ..errors import DeviceError, ShapeError
 from ..runtime.devices import Device, find_device
 
+#: measured bandwidths whose largest is at most this many times the smallest count as
+#: equal: measurement noise between identical GPUs (a few percent) must not unbalance
+#: the parts, since the slowest part sets the time of every split evaluation
+EQUAL_WITHIN = 1.15
+
 
 def _cached_bandwidth(device: Device) -> float | None:
     """The copy bandwidth :func:`fuseloop.explain.copy_bandwidth` measured for ``device``
@@ -37,9 +42,12 @@ class DeviceSet:
     @classmethod
     def of(cls, spec: Any, weights: Any = None) -> DeviceSet:
         """The set of ``spec`` (devices, indices or names; or a set) with ``weights``:
-        a sequence of positive numbers, ``"measure"`` (each device's copy bandwidth,
-        measured now), or None: the bandwidths :func:`fuseloop.explain` measured in
-        this process when there is one for every device, else equal weights."""
+        a sequence of positive numbers (used as given), ``"measure"`` (each device's copy
+        bandwidth, measured now), or None: the bandwidths :func:`fuseloop.explain`
+        measured in this process when there is one for every device, else equal weights.
+        Bandwidths (measured now or before) give equal weights when the devices are one
+        model (same backend and name) or are within :data:`EQUAL_WITHIN` of each other
+        (see :func:`balanced`)."""
         if isinstance(spec, DeviceSet):
             devs = spec.devices
             if weights is None:
@@ -55,11 +63,11 @@ class DeviceSet:
                                  f"not {weights!r}")
             from ..explain import copy_bandwidth
 
-            w = tuple(copy_bandwidth(d) for d in devs)
+            w = balanced(devs, [copy_bandwidth(d) for d in devs])
         elif weights is None:
             measured = [_cached_bandwidth(d) for d in devs]
             known = [m for m in measured if m is not None]
-            w = tuple(known) if len(known) == len(devs) else (1.0,) * len(devs)
+            w = balanced(devs, known) if len(known) == len(devs) else (1.0,) * len(devs)
         else:
             w = tuple(float(v) for v in weights)
             if len(w) != len(devs) or not all(v > 0 for v in w):
@@ -101,6 +109,20 @@ class DeviceSet:
 
     def __str__(self) -> str:
         return "device set (" + ", ".join(f"[{d.index}] {d.name}" for d in self.devices) + ")"
+
+
+def balanced(devices: Sequence[Device], bandwidths: Sequence[float]) -> tuple[float, ...]:
+    """Weights from measured ``bandwidths``: all equal (their mean) when the devices are
+    one model or the bandwidths are within :data:`EQUAL_WITHIN` of each other, else the
+    bandwidths.  The same model has the same memory system: a difference measured between
+    two of them is noise, and following it would make one part, which then sets the
+    time, longer than an equal split's."""
+    bw = tuple(float(b) for b in bandwidths)
+    one_model = len({(d.backend, d.name) for d in devices}) == 1
+    if one_model or max(bw) <= EQUAL_WITHIN * min(bw):
+        mean = sum(bw) / len(bw)
+        return (mean,) * len(bw)
+    return bw
 
 
 def split_bounds(sizes: Sequence[int]) -> tuple[int, ...]:

@@ -8,12 +8,27 @@ On one device listed twice it is still a copy, so the parts keep their own buffe
 and the exchange is exercised as on several devices.  :data:`EXCHANGED` counts what
 was copied (rows, bytes, copies; ``through_host``: the copies that went through the
 host) for tests and benchmarks.
+
+Within one stencil or realignment the copies through the host are batched
+(:func:`batch`): every piece's read is enqueued and its device's queue submitted
+before the host waits for any, then each destination gets its upload: one wait per
+piece, all after every read was under way, rather than a blocking read and a
+blocking upload per piece in turn.
+
+A stencil does not compute over an extended part and slice the result (the slice
+pushed through the whole lazy stencil cost more host time than the stencil itself):
+each part's stencil reads *row windows*, its own rows shifted by a row offset along
+the split axis (the part itself at offset 0; a lazy concatenation of halo rows and
+its own rows otherwise), and applies the boundary rule along the other axes only.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -51,7 +66,66 @@ def _transfer(piece: Array, device: Any) -> Array:
                              offset):
             return Array._concrete(out, piece.dtype, piece.shape)
     EXCHANGED["through_host"] += 1
-    return asarray(piece.get(), device=device)
+    open_batch = getattr(_local, "batch", None)
+    if open_batch is None:
+        return asarray(piece.get(), device=device)
+    return open_batch.add(piece, device)
+
+
+class _HostBatch:
+    """Copies through the host, waited for together (see :func:`batch`)."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[Any, Any, np.ndarray, Any, Any]] = []
+
+    def add(self, piece: Array, device: Any) -> Array:
+        """``piece`` read without waiting; an array on ``device`` that :meth:`finish`
+        fills before anything can read it."""
+        from ..evaluate import allocate, run
+        from ..runtime.devices import _runtime
+
+        piece = piece.eval()
+        storage = piece._storage if piece.is_contiguous else \
+            run([piece._node], piece.shape, piece.device)[0]
+        assert storage is not None
+        host = np.empty(piece.shape, piece.dtype)
+        rt = _runtime(piece.device)
+        if rt.deferred:
+            rt.flush()
+        event = rt.enqueue_read(rt.queue, host, storage.buffer, None, False)
+        rt.submit(rt.queue)
+        out = allocate(piece.nbytes, device)
+        self.pending.append((event, piece.device, host, out, storage))
+        return Array._concrete(out, piece.dtype, piece.shape)
+
+    def finish(self) -> None:
+        from ..runtime.transfer import wait, write
+
+        for event, source, host, out, _ in self.pending:
+            if event is not None:
+                wait(event, source)
+            write(out.buffer, host, out.device)
+        self.pending.clear()
+
+
+_local = threading.local()  # (.batch: this thread's open batch)
+
+
+@contextmanager
+def batch() -> Iterator[None]:
+    """Within it, this thread's copies through the host are read without waiting and
+    uploaded when it ends (one wait per piece, after every read was enqueued).  The
+    arrays :func:`rows` returns meanwhile must not be read before it ends (they are read
+    by kernels enqueued later)."""
+    if getattr(_local, "batch", None) is not None:  # (nested: the outer one finishes)
+        yield
+        return
+    _local.batch = mine = _HostBatch()
+    try:
+        yield
+        mine.finish()
+    finally:
+        _local.batch = None
 
 
 def rows(x: Any, lo: int, hi: int, k: int) -> Array:
@@ -75,7 +149,8 @@ def rows(x: Any, lo: int, hi: int, k: int) -> Array:
 
 def realign(x: Any, bounds: tuple[int, ...]) -> list[Array]:
     """The parts of ``x`` split at ``bounds`` instead of its own."""
-    return [rows(x, lo, hi, k) for k, (lo, hi) in enumerate(itertools.pairwise(bounds))]
+    with batch():
+        return [rows(x, lo, hi, k) for k, (lo, hi) in enumerate(itertools.pairwise(bounds))]
 
 
 def _wrapped_rows(x: Any, lo: int, hi: int, k: int) -> Array:
@@ -107,38 +182,82 @@ def _edge_rows(x: Any, count: int, top: bool, k: int, boundary: str, cval: Any,
     return broadcast_to(edge.astype(dtype) if edge.dtype != dtype else edge, shape)
 
 
-def stencil(apply: Callable[[Array], Array], x: Any, width: tuple[int, ...], center: Any,
-            boundary: str, cval: Any, what: str) -> Any:
-    """A stencil of ``width`` over the split ``x``: each part extended by the rows above
-    and below that the stencil reads (from its neighbours, or by the boundary rule at
-    the ends), ``apply`` run on the extended part, its own rows kept."""
-    from ..creation import empty
+def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
+          dtype: np.dtype) -> Array | None:
+    """Rows ``lo:hi`` (global, possibly beyond either end) of ``x`` extended by the
+    boundary rule, on part ``k``'s device; None when empty."""
     from ..ops.shape import concatenate
+
+    if hi <= lo:
+        return None
+    n = x.shape[0]
+    if boundary == "wrap":
+        ext = _wrapped_rows(x, lo, hi, k)
+    else:
+        pieces = []
+        if lo < 0:
+            pieces.append(_edge_rows(x, min(hi, 0) - lo, True, k, boundary, cval, dtype))
+        if max(lo, 0) < min(hi, n):
+            pieces.append(rows(x, max(lo, 0), min(hi, n), k))
+        if hi > n:
+            pieces.append(_edge_rows(x, hi - max(lo, n), False, k, boundary, cval, dtype))
+        ext = pieces[0] if len(pieces) == 1 else concatenate(pieces, axis=0)
+    return ext.astype(dtype) if ext.dtype != dtype else ext
+
+
+def _window(pieces: list[tuple[int, Array]], start: int, count: int) -> Array:
+    """Rows ``start:start + count`` of the pieces ((first row, array), adjacent, in
+    order), as one piece, a view of one or a lazy concatenation of slices."""
+    from ..ops.shape import concatenate
+
+    got = []
+    for first, a in pieces:
+        s, e = max(start, first), min(start + count, first + a.shape[0])
+        if s < e:
+            got.append(a if (s, e) == (first, first + a.shape[0]) else a[s - first:e - first])
+    return got[0] if len(got) == 1 else concatenate(got, axis=0)
+
+
+Window = Callable[[int], Array]
+
+
+def _shifted_rows(pieces: list[tuple[int, Array]], count: int, dr: int) -> Array:
+    """A part's ``count`` rows shifted by ``dr`` (the window of its ``pieces``)."""
+    return _window(pieces, dr, count)
+
+
+def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tuple[int, ...],
+            center: Any, boundary: str, cval: Any, what: str) -> Any:
+    """A stencil of ``width`` over the split ``x``: ``apply(window, center)`` per part
+    (``center`` per axis, checked), where
+    ``window(dr)`` is the part's rows shifted by ``dr`` along the split axis (``-before
+    <= dr <= after``; rows beyond the part copied from its neighbours, or made by the
+    boundary rule at the ends).  Every halo is copied (through the host: one batch)
+    before any part's stencil is built."""
+    from ..creation import empty
     from ..ops.stencil import _check
     from .array import MultiArray
 
     cen = _check(x, tuple(width), center, boundary, what)
     before, after = cen[0], width[0] - 1 - cen[0]
-    n = x.shape[0]
     # (a constant's rows must hold cval as the single-device stencil's where() does)
     dtype = np.result_type(x.dtype, cval) if boundary == "constant" else x.dtype
+    spans = list(itertools.pairwise(x.bounds))
+    with batch():
+        halos = [(None, None) if hi == lo else
+                 (_halo(x, lo - before, lo, k, boundary, cval, dtype),
+                  _halo(x, hi, hi + after, k, boundary, cval, dtype))
+                 for k, (lo, hi) in enumerate(spans)]
     out: list[Array | None] = []
-    for k, (lo, hi) in enumerate(zip(x.bounds, x.bounds[1:])):
+    for k, (lo, hi) in enumerate(spans):
         if hi == lo:
             out.append(None)
             continue
-        if boundary == "wrap":
-            ext = _wrapped_rows(x, lo - before, hi + after, k)
-        else:
-            pieces = []
-            if lo - before < 0:
-                pieces.append(_edge_rows(x, before - lo, True, k, boundary, cval, dtype))
-            middle = rows(x, max(0, lo - before), min(n, hi + after), k)
-            pieces.append(middle.astype(dtype) if middle.dtype != dtype else middle)
-            if hi + after > n:
-                pieces.append(_edge_rows(x, hi + after - n, False, k, boundary, cval, dtype))
-            ext = pieces[0] if len(pieces) == 1 else concatenate(pieces, axis=0)
-        out.append(apply(ext)[before:before + hi - lo])
+        own = x.parts[k] if x.dtype == dtype else x.parts[k].astype(dtype)
+        top, bottom = halos[k]
+        pieces = [(-before, top), (0, own), (hi - lo, bottom)]
+        present = [(f, a) for f, a in pieces if a is not None]
+        out.append(apply(functools.partial(_shifted_rows, present, hi - lo), cen))
     done = next(o for o in out if o is not None)
     parts = [o if o is not None else empty((0, *done.shape[1:]), done.dtype, device=d)
              for o, d in zip(out, x.devices)]

@@ -2,11 +2,15 @@
 
 Along axes that keep the split axis, each part reduces its own rows (the result is
 split the same way).  Along the split axis, each part computes a partial result on
-its device (all enqueued before any is read), the partials are read and combined on
-the host with numpy (the same operation: sum of sums, max of maxima, ...), and the
-result is an array on the set's first device.  ``mean`` is the combined sum over the
-count; ``var``/``std`` take two passes (the mean, then the sum of squared
-deviations), as the single-device ones do.
+its device; where every part's device copies to the first device without the host (one
+device, or CUDA peer copies) the partials are copied there and combined by the same
+reduction on it, so nothing waits; otherwise (all enqueued, then one small read per
+part, before the host waits for any) they are combined on the host with numpy (the same
+operation: sum of sums, max of maxima, ...).  The result is an array on the set's first
+device.
+``mean`` is the combined sum over the count (on the device where the sum is);
+``var``/``std`` take two passes (the mean, then the sum of squared deviations), as the
+single-device ones do, combined on the host.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 
 from ..ops.reductions import _ddof, _mean_dtypes
 from ..ops.shape import normalize_axes
+from .array import read_parts
 
 # how partial results combine; count_nonzero's partials are counts
 _COMBINE: dict[str, Callable[..., Any]] = {
@@ -47,7 +52,40 @@ def reduce(func: Callable[..., Any], x: Any, args: tuple, kwargs: dict) -> Any:
     if name not in _COMBINE:
         raise NotImplementedError(f"fl.{name} of a split array along its split axis is not "
                                   "supported; gather it with .get() first")
+    on_device = _device_combined(func, name, x, axes, keepdims, params)
+    if on_device is not None:
+        return on_device
     return _on_first(_combined(func, name, x, axes, keepdims, params), x)
+
+
+def _device_combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...],
+                     keepdims: bool, params: dict) -> Any:
+    """The partial results copied to the first device and combined there (nothing
+    waits: the result is as asynchronous as one device's reduction), or None when a
+    part's device cannot copy to the first one without the host."""
+    import fuseloop
+
+    from ..backends import backend_for
+    from ..ops.shape import concatenate, reshape
+    from .array import launch_parts
+    from .exchange import _transfer
+
+    first = x.devices[0]
+    direct = backend_for(first).direct_copies
+    used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
+    if not all(p.device is first or (direct and p.device.backend == first.backend)
+               for p in used):
+        return None
+    partials = [func(p, axis=axes, keepdims=True, **params) for p in used]
+    launch_parts(partials)
+    pieces = [q if q.device is first else _transfer(q, first) for q in partials]
+    cat = pieces[0] if len(pieces) == 1 else concatenate(pieces, axis=0)
+    combine = getattr(fuseloop, "sum" if name == "count_nonzero" else name)
+    extra = {"dtype": cat.dtype} if name in ("sum", "prod", "count_nonzero") else {}
+    out = combine(cat, axis=0, keepdims=True, **extra)
+    if not keepdims:
+        out = reshape(out, tuple(n for d, n in enumerate(out.shape) if d not in axes))
+    return out
 
 
 _POSITIONAL = {"sum": ("axis", "dtype", "keepdims"), "prod": ("axis", "dtype", "keepdims"),
@@ -61,9 +99,10 @@ def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...]
     """The partial results of the parts, combined on the host."""
     used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
     partials = [func(p, axis=axes, keepdims=True, **params) for p in used]
-    for p in partials:  # every device gets its work before the host waits for any
-        p.eval()
-    host = np.concatenate([p.get() for p in partials], axis=0)
+    # every device gets its work, then its small read, before the host waits for any
+    hosts = [np.empty(p.shape, p.dtype) for p in partials]
+    read_parts(partials, hosts)
+    host = np.concatenate(hosts, axis=0)
     extra = {"dtype": host.dtype} if name in ("sum", "prod", "count_nonzero") else {}
     out = _COMBINE[name](host, axis=0, keepdims=True, **extra)
     if not keepdims:
@@ -74,7 +113,13 @@ def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...]
 def _mean(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any) -> Any:
     from .. import sum as fl_sum
 
-    return _on_first(_mean_host(x, axes, keepdims, dtype, fl_sum), x)
+    acc, res = _mean_dtypes(x.dtype, dtype)
+    total = _device_combined(fl_sum, "sum", x, axes, keepdims, {"dtype": acc})
+    if total is None:
+        return _on_first(_mean_host(x, axes, keepdims, dtype, fl_sum), x)
+    count = math.prod(x.shape[d] for d in axes)  # (as the host's: inf or nan when 0)
+    out = total / acc.type(count) if count else total * acc.type(np.nan)
+    return out.astype(res) if out.dtype != res else out
 
 
 def _mean_host(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any,

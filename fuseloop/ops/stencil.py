@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import caches as _caches
 from .. import multi_hooks
 from ..array import Array
 from ..errors import ShapeError
@@ -23,6 +24,38 @@ from ..expr.nodes import Gather
 
 BOUNDARIES = ("clamp", "wrap", "constant")
 _INT64 = np.dtype(np.int64)
+
+#: (axis length, offset, boundary, trailing axes, device index) -> (device, the shifted
+#: positions, their validity or None): lazy index arithmetic without buffers, the same
+#: for every stencil over that axis, so it is built once (``clip`` alone cost a stencil
+#: term more host time than the rest of the term)
+_POSITIONS: dict[tuple, tuple[Any, Array, Array | None]] = {}
+POSITIONS_MAX = 256
+_caches.register("stencil.positions", _POSITIONS.clear, lambda: len(_POSITIONS),
+                 POSITIONS_MAX)
+
+
+def _positions(n: int, s: int, boundary: str, trailing: int, device: Any
+               ) -> tuple[Array, Array | None]:
+    """The index an axis of length ``n`` is read at when shifted by ``s`` (the boundary
+    rule applied), and for ``"constant"`` where it is inside (shaped to broadcast over
+    ``trailing`` axes after it)."""
+    from .. import ufuncs
+    from ..creation import arange
+    from .shape import reshape
+
+    key = (n, s, boundary, trailing, device.index)
+    hit = _POSITIONS.get(key)
+    if hit is not None and hit[0] is device:
+        return hit[1], hit[2]
+    at = arange(n, dtype=_INT64, device=device) + s
+    index = at % n if boundary == "wrap" else ufuncs.clip(at, 0, n - 1)  # (numpy's %)
+    inside = reshape((at >= 0) & (at < n), (n,) + (1,) * trailing) \
+        if boundary == "constant" else None
+    if len(_POSITIONS) >= POSITIONS_MAX:
+        _POSITIONS.clear()
+    _POSITIONS[key] = (device, index, inside)
+    return index, inside
 
 
 def _check(x: Array, width: tuple[int, ...], center: Any, boundary: str,
@@ -54,28 +87,55 @@ def shifted(x: Array, offsets: Sequence[int], boundary: str = "clamp",
             cval: Any = 0) -> Array:
     """``x`` read at ``index + offsets``, the boundary rule applied per axis (lazy)."""
     from .. import ufuncs
-    from ..creation import arange
-    from .shape import reshape
 
     node = x._node
     valid: Any = None
     for d, s in enumerate(offsets):
         if s == 0:
             continue
-        n = x.shape[d]
-        at = arange(n, dtype=_INT64, device=x.device) + s
-        if boundary == "wrap":
-            index = at % n  # (numpy's %: never negative for positive n)
-        else:
-            index = ufuncs.clip(at, 0, n - 1)
+        index, inside = _positions(x.shape[d], s, boundary, x.ndim - d - 1, x.device)
         node = Gather(node, index._node, d, checked=False)
-        if boundary == "constant":
-            inside = reshape((at >= 0) & (at < n), (n,) + (1,) * (x.ndim - d - 1))
+        if inside is not None:
             valid = inside if valid is None else valid & inside
     out = Array._lazy(node, x.device) if node is not x._node else x
     if valid is not None:
         out = ufuncs.where(valid, out, cval)
     return out
+
+
+def _split_neighbours(window: Callable[[int], Array], cen: Sequence[int], boundary: str,
+                      cval: Any) -> Callable[[Sequence[int]], Array]:
+    """Neighbour ``k`` of a split array's part: its row window at ``k[0] - cen[0]`` (the
+    halo rows and the boundary rule along the split axis are the window's), shifted
+    along the other axes by the boundary rule."""
+    def neighbour(k: Sequence[int]) -> Array:
+        rest = [a - c for a, c in zip(k[1:], cen[1:])]
+        return shifted(window(k[0] - cen[0]), [0, *rest], boundary, cval)
+
+    return neighbour
+
+
+def _weighted(neighbour: Callable[[Sequence[int]], Array], w: np.ndarray, dtype: np.dtype,
+              like: Array) -> Array:
+    """``sum_k w[k] * neighbour(k)`` as ``dtype`` (zeros shaped as ``like`` if none)."""
+    from ..creation import zeros
+
+    total: Any = None
+    for k in np.ndindex(*w.shape):
+        if w[k] == 0:
+            continue
+        term = neighbour(k)
+        if term.dtype == dtype and w.dtype.kind in "iuf":
+            # (the product has the term's dtype either way: a Python scalar takes the
+            # operator's short path, and a weight of 1 needs no product at all)
+            if w[k] != 1:
+                term = term * w[k].item()
+        else:
+            term = term * w.dtype.type(w[k])
+        total = term if total is None else total + term
+    if total is None:
+        return zeros(like.shape, dtype=dtype, device=like.device)
+    return total.astype(dtype, copy=False) if total.dtype != dtype else total
 
 
 def stencil(x: Any, weights: Any, center: Any = None, boundary: str = "clamp",
@@ -88,30 +148,37 @@ def stencil(x: Any, weights: Any, center: Any = None, boundary: str = "clamp",
     ``"constant"`` (``cval`` outside).  The result's dtype is numpy's promotion of
     ``x``'s and the weights' (a float64 list of weights gives float64).
     """
-    from ..creation import asarray, zeros
+    from ..creation import asarray
 
-    if multi_hooks.is_split(x):  # split over devices: per part, with halo rows
-        # (a part extended by cval rows may have a wider dtype: the result's is x's)
-        dt = np.result_type(x.dtype, np.asarray(weights).dtype)
-        return multi_hooks.dispatch(
-            "stencil",
-            lambda part: stencil(part, weights, center, boundary, cval).astype(dt, copy=False),
-            (x, np.shape(weights), center, boundary, cval, "fl.stencil"), {})
-    x = x if isinstance(x, Array) else asarray(x)
     w = np.asarray(weights)
     if w.dtype.kind not in "biuf":
         raise TypeError(f"fl.stencil: weights must be real numbers, got dtype {w.dtype}")
+    if multi_hooks.is_split(x):  # split over devices: per part, with halo rows
+        # (a part extended by cval rows may have a wider dtype: the result's is x's)
+        dt = np.result_type(x.dtype, w.dtype)
+
+        def part(window: Callable[[int], Array], cen: Sequence[int]) -> Array:
+            return _weighted(_split_neighbours(window, cen, boundary, cval), w, dt, window(0))
+
+        return multi_hooks.dispatch("stencil", part, (x, w.shape, center, boundary, cval,
+                                                      "fl.stencil"), {})
+    x = x if isinstance(x, Array) else asarray(x)
     cen = _check(x, w.shape, center, boundary, "fl.stencil")
     dtype = np.result_type(x.dtype, w.dtype)
-    total: Any = None
-    for k in np.ndindex(*w.shape):
-        if w[k] == 0:
-            continue
-        term = shifted(x, [a - c for a, c in zip(k, cen)], boundary, cval) * w.dtype.type(w[k])
-        total = term if total is None else total + term
-    if total is None:
-        return zeros(x.shape, dtype=dtype, device=x.device)
-    return total.astype(dtype, copy=False) if total.dtype != dtype else total
+    return _weighted(lambda k: shifted(x, [a - c for a, c in zip(k, cen)], boundary, cval),
+                     w, dtype, x)
+
+
+def _body_result(body: Callable[..., Any], neighbours: list[Array], shape: tuple[int, ...]
+                 ) -> Array:
+    out = body(*neighbours)
+    if not isinstance(out, Array):
+        raise TypeError("fl.stencil_function: body must return a fuseloop expression, "
+                        f"got {type(out).__name__}")
+    if out.shape != shape:
+        raise ShapeError(f"fl.stencil_function: body returned shape {out.shape}, not "
+                         f"the array's {shape}")
+    return out
 
 
 def stencil_function(body: Callable[..., Any], width: int | Sequence[int],
@@ -133,20 +200,18 @@ def stencil_function(body: Callable[..., Any], width: int | Sequence[int],
         from ..creation import asarray
 
         if multi_hooks.is_split(x):  # split over devices: per part, with halo rows
-            return multi_hooks.dispatch("stencil", lambda part: apply(part, boundary, cval),
-                                        (x, wid, center, boundary, cval, "fl.stencil_function"), {})
+            def part(window: Callable[[int], Array], cen: Sequence[int]) -> Array:
+                neighbour = _split_neighbours(window, cen, boundary, cval)
+                return _body_result(body, [neighbour(k) for k in np.ndindex(*wid)],
+                                    window(0).shape)
+
+            return multi_hooks.dispatch("stencil", part, (x, wid, center, boundary, cval,
+                                                          "fl.stencil_function"), {})
         x = x if isinstance(x, Array) else asarray(x)
         cen = _check(x, wid, center, boundary, "fl.stencil_function")
-        parts = [shifted(x, [a - c for a, c in zip(k, cen)], boundary, cval)
-                 for k in np.ndindex(*wid)]
-        out = body(*parts)
-        if not isinstance(out, Array):
-            raise TypeError("fl.stencil_function: body must return a fuseloop expression, "
-                            f"got {type(out).__name__}")
-        if out.shape != x.shape:
-            raise ShapeError(f"fl.stencil_function: body returned shape {out.shape}, not "
-                             f"the array's {x.shape}")
-        return out
+        neighbours = [shifted(x, [a - c for a, c in zip(k, cen)], boundary, cval)
+                      for k in np.ndindex(*wid)]
+        return _body_result(body, neighbours, x.shape)
 
     apply.__doc__ = f"The stencil {getattr(body, '__name__', 'body')} of width {wid}."
     apply.width = wid  # type: ignore[attr-defined]
