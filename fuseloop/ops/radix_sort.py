@@ -58,6 +58,9 @@ MAX_PER_ITEM = 16
 KEY_GROUPS = 1024
 #: positions and offsets are uint: larger arrays take pyopencl's sort
 MAX_ELEMENTS = (1 << 32) - 1
+#: False sends every OpenCL sort to pyopencl's RadixSort (benchmarks/bench_sort.py
+#: times both in one run)
+ENABLED = True
 
 _COMMON = r"""
 #define TILE (WG * PER)
@@ -154,40 +157,15 @@ void fl_radix_scan(__global uint *restrict counts, __global uint *restrict total
 """
 
 _SCATTER = r"""
-/* the tile's items, at positions ld/lk/lv[0 .. TILE), sorted stably by their digit's
-   4-bit halves (low, then high); items past the array's end carry digit 0xFF, so they
-   stay last */
-void tile_sort(KT *key, uint *val, uint *dig, __local KT *lk, __local uint *lv,
-               __local uchar *ld, __local uint *table, __local uint *sums)
-{
-    const int lid = get_local_id(0);
-    for (int nib = 0; nib < 8; nib += 4) {
-        for (int b = 0; b < 16; ++b)
-            table[PAD(b * WG + lid)] = 0;  /* (this work-item's column) */
-        for (int k = 0; k < PER; ++k)
-            table[PAD(((dig[k] >> nib) & 15) * WG + lid)] += 1;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        /* digit-major: a nibble's items of lower work-items come first */
-        block_scan(table, 16, sums);
-        for (int k = 0; k < PER; ++k) {
-            const uint pos = table[PAD(((dig[k] >> nib) & 15) * WG + lid)]++;
-            lk[pos] = key[k];
-            ld[pos] = (uchar)dig[k];
+/* the tile in local memory, padded like the table (work-items read PER consecutive
+   entries) */
+#define LK(j) lk[PAD(j)]
+#define LV(j) lv[PAD(j)]
 #if HAS_VALUES
-            lv[pos] = val[k];
+#define DIGIT_AT(j) ((j) < valid ? DIGIT_OF(LK(j), LV(j)) : 0xFF)
+#else
+#define DIGIT_AT(j) ((j) < valid ? DIGIT_OF(LK(j), 0) : 0xFF)
 #endif
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < PER; ++k) {  /* blocked again: work-item w takes w*PER... */
-            const int j = lid * PER + k;
-            key[k] = lk[j];
-            dig[k] = ld[j];
-#if HAS_VALUES
-            val[k] = lv[j];
-#endif
-        }
-    }
-}
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_scatter(__global const KT *restrict keys, __global const uint *restrict vals,
@@ -196,9 +174,8 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
                       __global uint *restrict vals_out, const int shift, const int by_row,
                       const long rowlen, const long n, const long tiles)
 {
-    __local KT lk[TILE];
-    __local uint lv[HAS_VALUES ? TILE : 1];
-    __local uchar ld[TILE];
+    __local KT lk[PAD(TILE)];
+    __local uint lv[HAS_VALUES ? PAD(TILE) : 1];
     __local uint table[PAD(16 * WG)];
     __local uint sums[WG];
     __local uint base[PAD(RADIX)];
@@ -206,29 +183,49 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
     const int lid = get_local_id(0);
     const long tile = get_group_id(0), first = tile * TILE;
     const int valid = (int)min((long)TILE, n - first);
-    for (int k = 0; k < PER; ++k) {  /* coalesced loads into local memory */
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {  /* coalesced loads */
         const int j = k * WG + lid;
-        ld[j] = 0xFF;
         if (j < valid) {
-            const KT kj = keys[first + j];
-            lk[j] = kj;
+            LK(j) = keys[first + j];
 #if HAS_VALUES
-            const uint vj = vals[first + j];
-            lv[j] = vj;
+            LV(j) = vals[first + j];
 #endif
-            ld[j] = (uchar)DIGIT_OF(kj, vj);
         }
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
+    /* Sort the tile stably by the digit: two counting sorts by its 4-bit halves, each
+       work-item taking PER consecutive items.  Items past the array's end (digit 0xFF,
+       last already) stay last, so the item at j is one of them exactly when
+       j >= valid. */
     KT key[PER];
     uint val[PER], dig[PER];
-    for (int k = 0; k < PER; ++k) {
-        const int j = lid * PER + k;
-        key[k] = lk[j];
-        dig[k] = ld[j];
-        val[k] = HAS_VALUES ? lv[j] : 0;
+    for (int nib = 0; nib < 8; nib += 4) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {
+            const int j = lid * PER + k;
+            key[k] = LK(j);
+            val[k] = HAS_VALUES ? LV(j) : 0;
+            dig[k] = DIGIT_AT(j);
+        }
+#pragma unroll
+        for (int b = 0; b < 16; ++b)
+            table[PAD(b * WG + lid)] = 0;  /* (this work-item's column) */
+#pragma unroll
+        for (int k = 0; k < PER; ++k)
+            table[PAD(((dig[k] >> nib) & 15) * WG + lid)] += 1;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        /* digit-major: a nibble's items of lower work-items come first */
+        block_scan(table, 16, sums);
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {
+            const uint pos = table[PAD(((dig[k] >> nib) & 15) * WG + lid)]++;
+            LK(pos) = key[k];
+#if HAS_VALUES
+            LV(pos) = val[k];
+#endif
+        }
     }
-    tile_sort(key, val, dig, lk, lv, ld, table, sums);
     /* where each digit starts in the output: the exclusive scan of the digits' totals */
     for (int d = lid; d < RADIX; d += WG)
         base[PAD(d)] = totals[d];
@@ -237,16 +234,16 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
     /* the output position of the tile's item j of digit d: off[d] + j (uint arithmetic
        wraps back into range) */
     for (int j = lid; j < valid; j += WG) {
-        const uint d = ld[j];
-        if (j == 0 || ld[j - 1] != d)
+        const uint d = DIGIT_AT(j);
+        if (j == 0 || DIGIT_AT(j - 1) != d)
             off[d] = base[PAD(d)] + counts[d * tiles + tile] - (uint)j;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int j = lid; j < valid; j += WG) {  /* runs of a digit: coalesced writes */
-        const uint pos = off[ld[j]] + (uint)j;
-        keys_out[pos] = lk[j];
+        const uint pos = off[DIGIT_AT(j)] + (uint)j;
+        keys_out[pos] = LK(j);
 #if HAS_VALUES
-        vals_out[pos] = lv[j];
+        vals_out[pos] = LV(j);
 #endif
     }
 }
@@ -356,8 +353,7 @@ def _local_bytes(group: int, per: int, key_size: int, values: bool) -> int:
     def pad(count: int) -> int:
         return count + count // 32
 
-    tile = group * per
-    return (tile * (key_size + 1 + (4 if values else 0)) + 4 * pad(16 * group)
+    return (pad(group * per) * (key_size + (4 if values else 0)) + 4 * pad(16 * group)
             + 4 * group + 4 * pad(RADIX) + 4 * RADIX + 64)
 
 
@@ -371,7 +367,7 @@ def layout_for(device: Device, key_size: int, values: bool, n: int) -> Layout | 
     32-bit positions when ``values``), or None where this sort cannot run: ``n`` of
     2^32 or more (positions are uint), or local memory too small for a tile of one key
     per work-item."""
-    if n > MAX_ELEMENTS:
+    if n > MAX_ELEMENTS or not ENABLED:
         return None
     group = CPU_GROUP if device.type == "cpu" else GPU_GROUP
     while group > device.max_work_group_size:
