@@ -122,6 +122,9 @@ def test_gpu_layout_on_cpu(device, monkeypatch):
 def test_pyopencl_fallback(device, monkeypatch):
     """Where fuseloop's sort cannot run (2^32 elements, a tiny local memory) pyopencl's
     still sorts."""
+    with monkeypatch.context() as patch:
+        patch.setattr(radix_sort, "local_memory", lambda device: 2048)
+        assert radix_sort.layout_for(device, 4, True, 100) is None
     monkeypatch.setattr(radix_sort, "MAX_ELEMENTS", 10)
     a = np.array([3, -1, 7, -1, 0, 3, 100, 3, 0, 1, 5, 5], np.int8)
     x = fl.asarray(a)

@@ -69,7 +69,8 @@ _COMMON = r"""
    every 32 spreads a work-group's accesses over the banks */
 #define PAD(i) ((i) + ((i) >> 5))
 #if HAS_VALUES
-#define DIGIT_OF(k, v) (by_row ? (uint)((((ulong)(v) / (ulong)rowlen) >> shift) & 0xFF) \
+/* (positions and row lengths are below 2^32) */
+#define DIGIT_OF(k, v) (by_row ? (((uint)(v) / (uint)rowlen) >> shift) & 0xFF \
                                : (uint)(((k) >> shift) & 0xFF))
 #else
 #define DIGIT_OF(k, v) ((uint)(((k) >> shift) & 0xFF))
@@ -205,7 +206,9 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
         for (int k = 0; k < PER; ++k) {
             const int j = lid * PER + k;
             key[k] = LK(j);
-            val[k] = HAS_VALUES ? LV(j) : 0;
+#if HAS_VALUES
+            val[k] = LV(j);
+#endif
             dig[k] = DIGIT_AT(j);
         }
 #pragma unroll

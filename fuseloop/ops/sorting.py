@@ -122,7 +122,8 @@ def _radix_sort_rows(x: Array, src: Array, n: int, descending: bool, values: boo
     if values:
         got = reshape(src, (size,))[flat]
         got = got.astype(np.bool_) if x.dtype == np.bool_ else got
-    return _Sorted(reshape(got, x.shape), reshape(flat % n, x.shape))
+    within = flat % n if size > n else flat  # (the position in its row)
+    return _Sorted(reshape(got, x.shape), reshape(within, x.shape))
 
 
 def _pyopencl_sort_rows(x: Array, src: Array, n: int, descending: bool) -> _Sorted:
