@@ -173,7 +173,8 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
                       __global const uint *restrict counts,
                       __global const uint *restrict totals, __global KT *restrict keys_out,
                       __global uint *restrict vals_out, const int shift, const int by_row,
-                      const long rowlen, const long n, const long tiles)
+                      const long rowlen, const int out_kind, const int descending,
+                      const long n, const long tiles)
 {
     __local KT lk[PAD(TILE)];
     __local uint lv[HAS_VALUES ? PAD(TILE) : 1];
@@ -244,7 +245,8 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int j = lid; j < valid; j += WG) {  /* runs of a digit: coalesced writes */
         const uint pos = off[DIGIT_AT(j)] + (uint)j;
-        keys_out[pos] = LK(j);
+        /* (the last pass may write the keys' values: out_kind is their kind) */
+        keys_out[pos] = out_kind < 0 ? LK(j) : (KT)from_key((U)LK(j), out_kind, descending);
 #if HAS_VALUES
         vals_out[pos] = LV(j);
 #endif
@@ -256,7 +258,7 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
 # The kind (0 unsigned or bool, 1 signed, 2 floating), the direction and canon (-0.0 as
 # 0.0 and every NaN the largest key, for argsort's ties; else one key per value, NaN's
 # sign cleared) are arguments: one build per width serves every dtype and direction.
-_KEYS = r"""
+_BITS = r"""
 #define SIGN ((U)((U)1 << (BITS - 1)))
 #define MASK ((U)~(U)0)
 #define MAG(u) ((U)((u) & (U)~SIGN))
@@ -275,6 +277,21 @@ KT to_key(const U u, const int kind, const int descending, const int canon)
     }
     return (KT)(descending ? (U)(k ^ MASK) : k);
 }
+
+/* the value (its bits) of a key made with canon off */
+U from_key(const U k, const int kind, const int descending)
+{
+    if (kind == 2) {
+        /* non-NaN keys, ascending or descending, lie in [~(INF | SIGN), INF | SIGN] */
+        const U asc = (descending && k <= (U)(INF | SIGN)) ? (U)(k ^ MASK) : k;
+        return (asc & SIGN) ? MAG(asc) : (U)~asc;
+    }
+    const U u = descending ? (U)(k ^ MASK) : k;
+    return kind == 1 ? (U)(u ^ SIGN) : u;
+}
+"""
+
+_KEYS = r"""
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_keys(__global const U *restrict src, __global KT *restrict keys,
@@ -316,19 +333,13 @@ void fl_radix_values(__global const KT *restrict keys, __global U *restrict dst,
     const long i = get_global_id(0);
     if (i >= n)
         return;
-    const U k = (U)keys[i];
-    if (kind == 2) {
-        /* non-NaN keys, ascending or descending, lie in [~(INF | SIGN), INF | SIGN] */
-        const U asc = (descending && k <= (U)(INF | SIGN)) ? (U)(k ^ MASK) : k;
-        dst[i] = (asc & SIGN) ? MAG(asc) : (U)~asc;
-    } else {
-        const U u = descending ? (U)(k ^ MASK) : k;
-        dst[i] = kind == 1 ? (U)(u ^ SIGN) : u;
-    }
+    dst[i] = from_key((U)keys[i], kind, descending);
 }
 """
 
 _UNSIGNED = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
+#: the bits of +inf of a float this wide (unused by the integers)
+_INF = {1: "MASK", 2: "0x7C00", 4: "0x7F800000", 8: "0x7FF0000000000000UL"}
 
 # (key bytes, payload, layout) -> count, scan, scatter; (value bytes, group) -> keys, values
 _PASSES: dict[tuple, tuple[SourceKernel, SourceKernel, SourceKernel]] = {}
@@ -399,18 +410,22 @@ def _pass_kernels(key_size: int, values: bool,
     if found is not None:
         return found
     opts = [f"-DKT={_UNSIGNED[key_size]}", f"-DHAS_VALUES={int(values)}",
-            f"-DWG={layout.group}", f"-DPER={layout.per}"]
+            f"-DWG={layout.group}", f"-DPER={layout.per}", f"-DU={_UNSIGNED[key_size]}",
+            f"-DBITS={8 * key_size}", f"-DINF={_INF[key_size]}"]
     g = layout.group
     pass_args = ["s0", "s1", "s2", "p0", "p1"]
     pass_types: list[str | None] = ["int32", "int32", "int64", "int64", "int64"]
+    out_args = ["s0", "s1", "s2", "s3", "s4", "p0", "p1"]
+    out_types: list[str | None] = ["int32", "int32", "int64", "int32", "int32", "int64",
+                                   "int64"]
     made = (
         _plan("fl_radix_count", _COMMON + _COUNT, ["in0", "in1", "out0", *pass_args],
               [None, None, None, *pass_types], "p[1]", g, opts),
         _plan("fl_radix_scan", _COMMON + _SCAN, ["out0", "out1", "p1"],
               [None, None, "int64"], str(RADIX), g, opts),
-        _plan("fl_radix_scatter", _COMMON + _SCATTER,
-              ["in0", "in1", "in2", "in3", "out0", "out1", *pass_args],
-              [None, None, None, None, None, None, *pass_types], "p[1]", g, opts))
+        _plan("fl_radix_scatter", _COMMON + _BITS + _SCATTER,
+              ["in0", "in1", "in2", "in3", "out0", "out1", *out_args],
+              [None, None, None, None, None, None, *out_types], "p[1]", g, opts))
     with _lock:
         return _PASSES.setdefault(key, made)
 
@@ -421,16 +436,14 @@ def _key_kernels(size: int, group: int) -> tuple[SourceKernel, SourceKernel]:
     found = _KEY_KERNELS.get(key)
     if found is not None:
         return found
-    # (the bits of +inf of a float this wide; unused by the integers)
-    inf = {2: "0x7C00", 4: "0x7F800000", 8: "0x7FF0000000000000UL"}.get(size, "MASK")
     opts = [f"-DU={_UNSIGNED[size]}", f"-DKT={_UNSIGNED[max(size, 4)]}",
-            f"-DBITS={8 * size}", f"-DINF={inf}", f"-DWG={group}"]
+            f"-DBITS={8 * size}", f"-DINF={_INF[size]}", f"-DWG={group}"]
     made = (
-        _plan("fl_radix_keys", _KEYS,
+        _plan("fl_radix_keys", _BITS + _KEYS,
               ["in0", "out0", "out1", "out2", "out3", "s0", "s1", "s2", "s3", "p0"],
               [None, None, None, None, None, "int32", "int32", "int32", "int32", "int64"],
               "p[1]", group, opts),
-        _plan("fl_radix_values", _KEYS, ["in0", "out0", "s0", "s1", "p0"],
+        _plan("fl_radix_values", _BITS + _KEYS, ["in0", "out0", "s0", "s1", "p0"],
               [None, None, "int32", "int32", "int64"], "p[1]", group, opts))
     with _lock:
         return _KEY_KERNELS.setdefault(key, made)
@@ -459,17 +472,21 @@ def _varying_shifts(ors: Storage, ands: Storage, groups: int, key_size: int,
 
 
 class Sorted(NamedTuple):
-    """The sorted keys, and each one's flat position (uint32) when asked for."""
+    """The sorted keys (None when the last pass wrote the values instead), each one's
+    flat position (uint32) when asked for, and the values when :func:`sort_keys` wrote
+    them."""
 
-    keys: Storage
+    keys: Storage | None
     positions: Storage | None
+    values: Array | None
 
 
 def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bool,
-              layout: Layout) -> Sorted:
+              layout: Layout, want_values: bool = False) -> Sorted:
     """Sort the rows of ``row`` elements of the contiguous, evaluated ``src`` (its
     bits: bool as uint8) stably by key, with positions when ``positions`` (always
-    with more than one row)."""
+    with more than one row); ``want_values`` (not with ``canon``): the last pass writes
+    the sorted values instead of keys where they are as wide (4 or 8 bytes)."""
     dev, n, dt = src.device, src.size, src.dtype
     key_size = max(dt.itemsize, 4)
     rows = n // row
@@ -487,20 +504,28 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
                                               8 * dt.itemsize)]
     if rows > 1:
         shifts += [(s, 1) for s in range(0, (rows - 1).bit_length(), RADIX_BITS)]
+    out = None
+    if want_values and shifts and dt.itemsize == key_size:
+        assert not canon  # (canon keys have no values)
+        out = Array._concrete(allocate(n * key_size, dev), dt, (n,))
     tiles = -(-n // layout.tile)
     count, scan, scatter = _pass_kernels(key_size, values, layout)
     if shifts:
         counts, totals = allocate(RADIX * tiles * 4, dev), allocate(RADIX * 4, dev)
     params = (n, tiles)
-    for shift, by_row in shifts:
+    for p, (shift, by_row) in enumerate(shifts):
         scalars = [np.int32(shift), np.int32(by_row), np.int64(row)]
         _launch(count, params, [counts], [keys[0], vals[0]], scalars, dev)
         _launch(scan, params, [counts, totals], [], [], dev)
+        last = out is not None and p == len(shifts) - 1
+        if last:
+            assert out is not None and out._storage is not None  # (a concrete array)
+            keys[1] = out._storage
         _launch(scatter, params, [keys[1], vals[1]], [keys[0], vals[0], counts, totals],
-                scalars, dev)
+                [*scalars, _kind(dt) if last else np.int32(-1), np.int32(descending)], dev)
         keys.reverse()
         vals.reverse()
-    return Sorted(keys[0], vals[0] if values else None)
+    return Sorted(None if out is not None else keys[0], vals[0] if values else None, out)
 
 
 def values_of(keys: Storage, dt: np.dtype, n: int, descending: bool,

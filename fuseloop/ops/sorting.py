@@ -111,9 +111,12 @@ def _radix_sort_rows(x: Array, src: Array, n: int, descending: bool, values: boo
     keys when only they are wanted, else sorted positions (ties by position, -0.0 as
     0.0) and the values gathered through them."""
     dev, size = x.device, x.size
-    done = radix_sort.sort_keys(src, n, descending, order, order, layout)
+    done = radix_sort.sort_keys(src, n, descending, order, order, layout, not order)
     if not order:
-        got = radix_sort.values_of(done.keys, src.dtype, size, descending, layout, dev)
+        got = done.values
+        if got is None:
+            assert done.keys is not None
+            got = radix_sort.values_of(done.keys, src.dtype, size, descending, layout, dev)
         got = got.astype(np.bool_) if x.dtype == np.bool_ else got
         return _Sorted(reshape(got, x.shape), got)
     assert done.positions is not None
