@@ -11,7 +11,8 @@ negatives, the sign bit for the rest), NaNs after everything, descending by
 complementing the key of every non-NaN.  For ``argsort`` -0.0 and 0.0 get one key and
 every NaN the largest key, so that ties stay in their original order, as numpy's stable
 sort keeps them; for ``sort`` the key is one-to-one (NaN's sign aside) and the sorted
-values are read back from the sorted keys.  The key kernel also reduces the keys'
+values are made from the sorted keys (by the last pass where they are as wide as the keys,
+4 or 8 bytes, else by one more kernel).  The key kernel also reduces the keys'
 bitwise OR and AND, so that passes whose 8-bit digit is the same in every key (the
 high bytes of small integers) are skipped.
 
