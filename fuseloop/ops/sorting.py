@@ -1,14 +1,15 @@
 """Sorting, searching and set functions: ``sort``, ``argsort``, ``searchsorted``,
 ``unique_*`` and ``isin``.
 
-``sort`` and ``argsort`` run pyopencl's radix sort (``pyopencl.algorithm.RadixSort``) on the
-device: the values become unsigned keys whose order is the values' order (NaNs last,
--0.0 equal to 0.0), the sorted axis is moved last and made contiguous, and all rows sort
-at once: one stable pass by value, then one stable pass by row.  The radix sort is
-stable, so ``stable=True`` and ``descending=True`` (keys inverted) keep equal elements in
-their original order.  ``searchsorted`` and ``isin`` compare every pair inside one fused
-reduction kernel (O(n m) work: meant for moderate sizes, no binary search); the
-``unique_*`` functions sort once and compact with the boolean-mask machinery.
+``sort`` and ``argsort`` run fuseloop's radix sort (:mod:`fuseloop.ops.radix_sort`) on
+OpenCL devices, CuPy's on CUDA ones: the sorted axis is moved last and made contiguous,
+and all rows sort at once, stably by value, then by row.  Where fuseloop's sort cannot
+run (2^32 elements or more, a tiny local memory) pyopencl's ``RadixSort`` does, with keys
+from :func:`_key_expr`.  Both are stable, so ``stable=True`` and ``descending=True``
+keep equal elements in their original order.  ``searchsorted`` and ``isin`` compare
+every pair inside one fused reduction kernel (O(n m) work: meant for moderate sizes, no
+binary search); the ``unique_*`` functions sort once and compact with the boolean-mask
+machinery.
 """
 
 from __future__ import annotations
