@@ -66,6 +66,28 @@ def _fuseloop(rows: list[Row], data: dict[str, np.ndarray], repeat: int, impl: s
             _attempt(rows, f"{op} {name}", impl, run)
 
 
+def _sweep(rows: list[Row], a: np.ndarray, repeat: int) -> None:
+    """fl.sort and fl.argsort of ``a`` with each layout (radix_sort.GPU_GROUP and
+    MAX_PER_ITEM; CPU_GROUP on a CPU device; less where local memory is short)."""
+    saved = radix_sort.GPU_GROUP, radix_sort.CPU_GROUP, radix_sort.MAX_PER_ITEM
+    x, ref = fl.asarray(a), np.sort(a)
+    try:
+        for group in (64, 128, 256):
+            for per in (4, 8, 16):
+                radix_sort.GPU_GROUP = radix_sort.CPU_GROUP = group
+                radix_sort.MAX_PER_ITEM = per
+                got = radix_sort.layout_for(x.device, 4, False, a.size)
+                used = f"layout {tuple(got) if got else None} "
+
+                def run(used: str = used) -> tuple[float, str]:
+                    note = used + _check(fl.sort(x).get(), ref)
+                    return median_time(lambda: fl.sort(x).eval(), fl.synchronize, repeat), note
+
+                _attempt(rows, "sort float32", f"fuseloop group {group} per <= {per}", run)
+    finally:
+        radix_sort.GPU_GROUP, radix_sort.CPU_GROUP, radix_sort.MAX_PER_ITEM = saved
+
+
 def _numpy(rows: list[Row], data: dict[str, np.ndarray], repeat: int) -> None:
     for name, a in data.items():
         _attempt(rows, f"sort {name}", "numpy sort",
@@ -116,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--no-old", action="store_true",
                    help="leave out pyopencl's RadixSort (slow: ~25 ms a sort on an H100)")
+    p.add_argument("--sweep", action="store_true",
+                   help="also time fuseloop's sort of float32 with other GPU layouts "
+                        "(work-items per group x the most keys per work-item)")
     args = p.parse_args(argv)
     if args.device:
         fl.set_device(args.device)
@@ -125,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {dev.name} ({dev.type}, {dev.backend}); n = 2^{args.log2}", flush=True)
     rows: list[Row] = []
     _fuseloop(rows, data, args.repeat, "fuseloop radix sort", True)
+    if args.sweep and dev.backend == "opencl":
+        _sweep(rows, data["float32"], args.repeat)
     if not args.no_old and dev.backend == "opencl":
         _fuseloop(rows, data, max(3, args.repeat // 3), "fuseloop + pyopencl RadixSort",
                   False)

@@ -51,7 +51,7 @@ from ..runtime.devices import Device
 RADIX_BITS = 8
 RADIX = 1 << RADIX_BITS
 #: work-items per work-group on a GPU, and on a CPU device (PoCL runs a group's work-items
-#: in a loop; a small group keeps its barriers cheap)
+#: in a loop; a small group keeps its barriers cheap): powers of two up to RADIX
 GPU_GROUP, CPU_GROUP = 256, 32
 #: the most keys a work-item ranks per tile (fewer where local memory is short)
 MAX_PER_ITEM = 16
@@ -385,7 +385,9 @@ def layout_for(device: Device, key_size: int, values: bool, n: int) -> Layout | 
     if n > MAX_ELEMENTS or not ENABLED:
         return None
     group = CPU_GROUP if device.type == "cpu" else GPU_GROUP
-    while group > device.max_work_group_size:
+    # (a power of two, at most RADIX: the digits' totals are scanned RADIX / WG a
+    # work-item)
+    while group > min(device.max_work_group_size, RADIX) or group & (group - 1):
         group //= 2
     if group < 2:
         return None
