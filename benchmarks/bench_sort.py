@@ -1,0 +1,181 @@
+"""``fl.sort`` and ``fl.argsort`` of 2^24 float32 and int32 against peers in one run.
+
+fuseloop's radix sort (:mod:`fuseloop.ops.radix_sort`) and, in the same run, the
+pyopencl ``RadixSort`` it replaced (``radix_sort.ENABLED = False``); peers: cupy's
+``sort`` / ``argsort`` (CUB) and ``torch.sort`` on a GPU, ``numpy.sort`` (and
+``argsort(kind="stable")``) on a CPU, each skipped with its reason when missing.  The
+data are random (float32 normal, int32 over the whole range); every result is checked
+against numpy once.  Times are medians of ``--repeat`` calls after warm-up; the last
+column is the peer's time over fuseloop's (above 1: fuseloop is faster).  Usage::
+
+    python benchmarks/bench_sort.py [--device SPEC] [--log2 N] [--repeat K] [--no-old]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import fuseloop as fl
+from fuseloop.bench.runner import median_time
+from fuseloop.ops import radix_sort
+
+Row = tuple[str, str, float | None, str]
+
+
+def _data(n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(27)
+    return {"float32": rng.standard_normal(n).astype(np.float32),
+            "int32": rng.integers(-2**31, 2**31 - 1, n, dtype=np.int32)}
+
+
+def _check(got: Any, ref: np.ndarray) -> str:
+    return "" if np.array_equal(np.asarray(got), ref) else "MISMATCH"
+
+
+def _attempt(rows: list[Row], workload: str, impl: str,
+             fn: Callable[[], tuple[float, str]]) -> None:
+    try:
+        t, note = fn()
+    except Exception as exc:  # a missing or failing peer is reported, not fatal
+        rows.append((workload, impl, None, f"skipped ({type(exc).__name__}: {str(exc)[:70]})"))
+        return
+    rows.append((workload, impl, t, note))
+
+
+def _fuseloop(rows: list[Row], data: dict[str, np.ndarray], repeat: int, impl: str,
+              new: bool) -> None:
+    for name, a in data.items():
+        x = fl.asarray(a)
+        for op, ref in (("sort", np.sort(a)), ("argsort", np.argsort(a, kind="stable"))):
+            fn = getattr(fl, op)
+
+            def run(fn: Any = fn, ref: np.ndarray = ref) -> tuple[float, str]:
+                radix_sort.ENABLED = new
+                try:
+                    note = _check(fn(x).get(), ref)  # noqa: B023 (run now, in the loop)
+                    return (median_time(lambda: fn(x).eval(), fl.synchronize, repeat),  # noqa: B023
+                            note)
+                finally:
+                    radix_sort.ENABLED = True
+
+            _attempt(rows, f"{op} {name}", impl, run)
+
+
+def _sweep(rows: list[Row], a: np.ndarray, repeat: int) -> None:
+    """fl.sort and fl.argsort of ``a`` with each layout (radix_sort.GPU_GROUP and
+    MAX_PER_ITEM; CPU_GROUP on a CPU device; less where local memory is short)."""
+    saved = radix_sort.GPU_GROUP, radix_sort.CPU_GROUP, radix_sort.MAX_PER_ITEM
+    x, ref = fl.asarray(a), np.sort(a)
+    try:
+        for group in (64, 128, 256):
+            for per in (4, 8, 16):
+                radix_sort.GPU_GROUP = radix_sort.CPU_GROUP = group
+                radix_sort.MAX_PER_ITEM = per
+                got = radix_sort.layout_for(x.device, 4, False, a.size)
+                used = f"layout {tuple(got) if got else None} "
+
+                def run(used: str = used) -> tuple[float, str]:
+                    note = used + _check(fl.sort(x).get(), ref)
+                    return median_time(lambda: fl.sort(x).eval(), fl.synchronize, repeat), note
+
+                _attempt(rows, "sort float32", f"fuseloop group {group} per <= {per}", run)
+    finally:
+        radix_sort.GPU_GROUP, radix_sort.CPU_GROUP, radix_sort.MAX_PER_ITEM = saved
+
+
+def _numpy(rows: list[Row], data: dict[str, np.ndarray], repeat: int) -> None:
+    for name, a in data.items():
+        _attempt(rows, f"sort {name}", "numpy sort",
+                 lambda a=a: (median_time(lambda: np.sort(a), lambda: None, repeat), ""))
+        _attempt(rows, f"argsort {name}", "numpy argsort stable",
+                 lambda a=a: (median_time(lambda: np.argsort(a, kind="stable"),
+                                          lambda: None, repeat), ""))
+
+
+def _cupy(rows: list[Row], data: dict[str, np.ndarray], repeat: int) -> None:
+    for name, a in data.items():
+        def run(op: str, a: np.ndarray = a) -> tuple[float, str]:
+            import cupy as cp
+
+            x, fn = cp.asarray(a), getattr(cp, op)
+            ref = np.sort(a) if op == "sort" else np.argsort(a, kind="stable")
+            note = _check(cp.asnumpy(fn(x)), ref)
+            return median_time(lambda: fn(x), cp.cuda.Device().synchronize, repeat), note
+
+        _attempt(rows, f"sort {name}", "cupy sort", lambda run=run: run("sort"))
+        _attempt(rows, f"argsort {name}", "cupy argsort", lambda run=run: run("argsort"))
+
+
+def _torch(rows: list[Row], data: dict[str, np.ndarray], repeat: int) -> None:
+    for name, a in data.items():
+        def run(op: str, a: np.ndarray = a) -> tuple[float, str]:
+            import torch
+
+            x = torch.from_numpy(a).cuda()
+            if op == "sort":
+                note = _check(torch.sort(x).values.cpu().numpy(), np.sort(a))
+                fn = lambda: torch.sort(x)  # noqa: E731
+            else:
+                got = torch.sort(x, stable=True).indices.cpu().numpy()
+                note = _check(got, np.argsort(a, kind="stable"))
+                fn = lambda: torch.sort(x, stable=True)  # noqa: E731
+            return median_time(fn, torch.cuda.synchronize, repeat), note
+
+        _attempt(rows, f"sort {name}", "torch sort", lambda run=run: run("sort"))
+        _attempt(rows, f"argsort {name}", "torch sort stable (indices)",
+                 lambda run=run: run("argsort"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default=None)
+    p.add_argument("--log2", type=int, default=24, help="elements: 2**LOG2 (default 24)")
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--no-old", action="store_true",
+                   help="leave out pyopencl's RadixSort (slow: ~25 ms a sort on an H100)")
+    p.add_argument("--sweep", action="store_true",
+                   help="also time fuseloop's sort of float32 with other GPU layouts "
+                        "(work-items per group x the most keys per work-item)")
+    args = p.parse_args(argv)
+    if args.device:
+        fl.set_device(args.device)
+    dev = fl.get_device()
+    n = 1 << args.log2
+    data = _data(n)
+    print(f"device: {dev.name} ({dev.type}, {dev.backend}); n = 2^{args.log2}", flush=True)
+    rows: list[Row] = []
+    _fuseloop(rows, data, args.repeat, "fuseloop radix sort", True)
+    if args.sweep and dev.backend == "opencl":
+        _sweep(rows, data["float32"], args.repeat)
+    if not args.no_old and dev.backend == "opencl":
+        _fuseloop(rows, data, max(3, args.repeat // 3), "fuseloop + pyopencl RadixSort",
+                  False)
+    if dev.type == "gpu":
+        _cupy(rows, data, args.repeat)
+        _torch(rows, data, args.repeat)
+    else:
+        _numpy(rows, data, args.repeat)
+    rows.sort(key=lambda r: r[0])  # (stable: fuseloop's rows first in each workload)
+    _print(rows, n)
+    return 0
+
+
+def _print(rows: list[Row], n: int) -> None:
+    first = {w: t for w, impl, t, _ in reversed(rows) if impl == "fuseloop radix sort" and t}
+    print(f"\n{'workload':16s} {'implementation':30s} {'ms':>9s} {'Melem/s':>9s} "
+          f"{'peer/fuseloop':>13s}  note")
+    for w, impl, t, note in rows:
+        if t is None:
+            print(f"{w:16s} {impl:30s} {'-':>9s} {'-':>9s} {'-':>13s}  {note}")
+            continue
+        ratio = f"{t / first[w]:.2f}" if w in first else "-"
+        print(f"{w:16s} {impl:30s} {1e3 * t:9.2f} {n / t / 1e6:9.0f} {ratio:>13s}  {note}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

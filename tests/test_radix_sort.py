@@ -1,0 +1,135 @@
+"""fuseloop's radix sort (fuseloop.ops.radix_sort) behind fl.sort and fl.argsort on
+OpenCL devices, against numpy's stable sort."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.ops import radix_sort
+
+pytestmark = pytest.mark.opencl_only
+
+_SPECIAL = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, -1.5, 2.5, -np.nan, 1e-30, -1e30])
+
+
+def _descending_ref(a: np.ndarray) -> np.ndarray:
+    """numpy's stable argsort, descending, NaNs last (Python's sort is stable)."""
+    def key(j: int) -> tuple[bool, float | int]:
+        v = a[j]
+        if a.dtype.kind != "f":  # (exact for 64-bit integers)
+            return (False, -int(v))
+        return (bool(v != v), 0.0 if v != v else -float(v))
+
+    return np.array(sorted(range(a.size), key=key), dtype=np.int64)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_floats_special_values(device, dt):
+    rng = np.random.default_rng(3)
+    # more than one tile on every layout (a CPU tile is 512 keys), and not a multiple
+    a = np.concatenate([rng.choice(_SPECIAL, 2000), rng.standard_normal(3001)]).astype(dt)
+    x = fl.asarray(a)
+    got = fl.sort(x).get()
+    np.testing.assert_array_equal(got, np.sort(a))
+    # -0.0 before 0.0 is a valid order; the signs that were sorted are all there
+    assert np.signbit(got[got == 0]).sum() == np.signbit(a[a == 0]).sum()
+    np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
+    ref = _descending_ref(a)
+    np.testing.assert_array_equal(fl.argsort(x, descending=True).get(), ref)
+    np.testing.assert_array_equal(fl.sort(x, descending=True).get(), a[ref])
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                                np.uint32, np.uint64, np.bool_])
+def test_integers(device, dt):
+    # the extremes and small values, with many ties across tiles
+    info = np.iinfo(dt) if dt != np.bool_ else np.iinfo(np.uint8)
+    vals = np.array([info.min, info.min + 1, 0, 1, 2, info.max - 1, info.max], info.dtype)
+    a = vals[np.random.default_rng(4).integers(0, 7, 1537)].astype(dt)
+    x = fl.asarray(a)
+    np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
+    np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
+    np.testing.assert_array_equal(fl.argsort(x, descending=True).get(), _descending_ref(a))
+    np.testing.assert_array_equal(fl.sort(x, descending=True).get(), np.sort(a)[::-1])
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 513, 1 << 18])
+def test_sizes(device, n):
+    a = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    x = fl.asarray(a)
+    assert fl.sort(x).shape == (n,)
+    np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
+    np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
+
+
+def test_along_axes(device):
+    # ties everywhere: the second pass (by row) must keep each row's order
+    a = np.random.default_rng(5).integers(-4, 4, (3, 5, 301)).astype(np.int16)
+    x = fl.asarray(a)
+    for axis in (0, 1, 2):
+        np.testing.assert_array_equal(fl.sort(x, axis=axis).get(), np.sort(a, axis=axis))
+        np.testing.assert_array_equal(fl.argsort(x, axis=axis).get(),
+                                      np.argsort(a, axis=axis, kind="stable"))
+    # a strided view of a float64 array
+    f = a.astype(np.float64) / 3
+    np.testing.assert_array_equal(fl.sort(fl.asarray(f)[:, 1:4], axis=1).get(),
+                                  np.sort(f[:, 1:4], axis=1))
+
+
+def _launches(fn) -> int:
+    fl.synchronize()
+    fl.reset_stats()
+    fn().eval()
+    return fl.stats()["kernels_launched"]
+
+
+def test_launches_and_skipped_passes(device):
+    rng = np.random.default_rng(6)
+    x = fl.asarray(rng.standard_normal(3000).astype(np.float32))
+    # keys (with their OR and AND), 4 passes of count, scan and scatter (the last
+    # writing values)
+    assert _launches(lambda: fl.sort(x)) == 1 + 4 * 3
+    # ... argsort: positions with the keys, then int64 positions
+    assert _launches(lambda: fl.argsort(x)) == 1 + 4 * 3 + 1
+    # int32 in [0, 1000): the two high bytes are the same in every key: 2 passes
+    small = rng.integers(0, 1000, 3000).astype(np.int32)
+    assert _launches(lambda: fl.sort(fl.asarray(small))) == 1 + 2 * 3
+    np.testing.assert_array_equal(fl.sort(fl.asarray(small)).get(), np.sort(small))
+    # all equal: no pass at all, the values from the keys
+    assert _launches(lambda: fl.sort(fl.asarray(np.full(3000, 7, np.int64)))) == 2
+    # 4 rows: value passes (one for int8), one pass over the row's digit, then the
+    # values (narrower than their 32-bit keys) from the keys
+    rows = rng.integers(-100, 100, (4, 700)).astype(np.int8)
+    assert _launches(lambda: fl.sort(fl.asarray(rows), axis=1)) == 1 + 2 * 3 + 1
+    np.testing.assert_array_equal(fl.sort(fl.asarray(rows), axis=1).get(), np.sort(rows))
+
+
+def test_gpu_layout_on_cpu(device, monkeypatch):
+    """An H100's layouts (256 work-items a group, 48 KiB of local memory: 16 keys per
+    work-item, 8 with positions) run on this device: the kernels the H100 runs."""
+    monkeypatch.setattr(radix_sort, "CPU_GROUP", radix_sort.GPU_GROUP)
+    monkeypatch.setattr(radix_sort, "local_memory", lambda device: 48 * 1024)
+    if device.max_work_group_size < radix_sort.GPU_GROUP:
+        pytest.skip("the device's work-groups are smaller than a GPU's")
+    assert radix_sort.layout_for(device, 4, False, 1 << 20) == (256, 16)
+    assert radix_sort.layout_for(device, 4, True, 1 << 20) == (256, 8)
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(5 * 4096 + 3).astype(np.float32)
+    x = fl.asarray(a)
+    np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
+    np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
+
+
+def test_pyopencl_fallback(device, monkeypatch):
+    """Where fuseloop's sort cannot run (2^32 elements, a tiny local memory) pyopencl's
+    still sorts."""
+    with monkeypatch.context() as patch:
+        patch.setattr(radix_sort, "local_memory", lambda device: 2048)
+        assert radix_sort.layout_for(device, 4, True, 100) is None
+    monkeypatch.setattr(radix_sort, "MAX_ELEMENTS", 10)
+    a = np.array([3, -1, 7, -1, 0, 3, 100, 3, 0, 1, 5, 5], np.int8)
+    x = fl.asarray(a)
+    np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
+    np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
