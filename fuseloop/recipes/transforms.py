@@ -50,9 +50,8 @@ def combine_in_group(t_unit: lp.TranslationUnit, bounds: Mapping[str, str], grou
     combine ``group / lanes`` of them (stride ``lanes``: neighbouring work-items read
     neighbouring words); then every work-item combines the ``lanes`` values itself
     (reading the same words: a broadcast) and keeps the result in a private variable.
-    Both combining loops have fixed trip counts and are unrolled, so their loads are
-    independent.  Returns the new translation unit and the temporaries it handled;
-    other reductions are left to Loopy's tree.
+    Both combining loops have fixed trip counts and are unrolled (independent loads).
+    Returns the new translation unit and the temporaries it handled (others: Loopy's tree).
     """
     lanes = min(lanes, group)
     if lanes <= 0 or group % lanes:
