@@ -1,0 +1,451 @@
+"""Local-memory tiles for stencils: the ``tile`` parameter of ``gpu-coalesced``.
+
+An elementwise kernel whose reads of one input are a neighbourhood of the output
+index (``x[1:-1, 2:] + x[1:-1, :-2] + ...``: several loads of one buffer with the
+same strides at the output's own index, at different offsets) reads each input
+element up to once per neighbour from global memory.  Here the output is cut into
+2-D or 3-D tiles, one per work-group, and each work-group first copies its tile of
+the input plus the halo the neighbours reach into local memory (Loopy's
+``add_prefetch``), then computes from there.
+
+Where the tile goes is decided in two steps:
+
+* the size class (:func:`stencil_size_class`, from the program and the launch's
+  parameter values) finds the neighbourhood: it splits each load's offset into
+  per-axis shifts with the strides' values and applies the rule (a reach of at least
+  one element along at least two axes).  When the rule holds it pins the values the
+  tiling depends on (the output's extents, that buffer's strides and offsets) as
+  Loopy assumptions, so such a kernel is built per shape and kept per shape;
+* the transform (:func:`tile_stencils`) reads the pinned values back from the
+  kernel's assumptions, replaces the flat loop by one loop per output axis, finds
+  the buffers whose reads are affine in them with one set of strides, and
+  prefetches the tile of each into local memory, when it fits the device's.
+
+Elements beyond the output's edges (a last tile narrower than the others) are
+neither fetched nor computed: Loopy bounds the fetch by the footprint of the
+work-group's part of the domain.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._lazy import lp, prim
+
+if TYPE_CHECKING:
+    from ..expr.program import Program
+    from ..runtime.devices import Device
+
+#: the default tile: (planes, rows, columns) of a 3-D tile; a 2-D one is the last two
+DEFAULT_TILE = (2, 8, 32)
+#: the local memory assumed where the device does not say (OpenCL's minimum is 32 KiB)
+DEFAULT_LOCAL_MEMORY = 32 * 1024
+TILE_INAME = "i_s"
+
+
+# {{{ the neighbourhood, from the program and the parameter values
+
+def _value(x: Any, params: Sequence[int]) -> int:
+    return params[x[1]] if isinstance(x, tuple) else int(x)
+
+
+def split_offset(offset: int, strides: Sequence[int]) -> tuple[int, ...] | None:
+    """``offset`` as per-axis shifts along ``strides`` (C order, the last 1), each but
+    the last rounded to the nearest multiple (a neighbour is a few elements away along
+    each axis); None when the last shift reaches half the next stride."""
+    shifts = []
+    for s in strides[:-1]:
+        k = (offset + s // 2) // s if s > 0 else 0
+        shifts.append(k)
+        offset -= k * s
+    shifts.append(offset)
+    if len(strides) > 1 and 2 * abs(offset) >= max(strides[-2], 2):
+        return None
+    return tuple(shifts)
+
+
+@lru_cache(maxsize=512)
+def _stencil_loads(program: Program) -> tuple[tuple[int, tuple, tuple], ...]:
+    """Per input slot read by two or more loads at the output's index with one set of
+    strides and different offsets: ``(slot, strides, offsets)``; the strides and
+    offsets as the program names them (``("p", k)``, 0 or 1)."""
+    if (program.row_dims is not None or program.has_reduce or program.contraction is not None
+            or program.has_sparse or program.mask is not None):
+        return ()
+    dims = tuple(d for d, s in enumerate(program.root_sizes) if s != 1)
+    if not 2 <= len(dims) <= 3:
+        return ()
+    groups: dict[tuple, list] = {}
+    for e in program.entries:
+        if e.kind != "load" or e.strides == "c":
+            continue
+        at = tuple(e.at)
+        shift = len(program.root_sizes) - len(at)
+        if any(c != 0 and c != ("r", k + shift) for k, c in enumerate(at)):
+            continue  # a gather, a transpose or a broadcast: not a neighbourhood
+        used = tuple(e.strides[k - shift] if k >= shift and at[k - shift] != 0 else 0
+                     for k in dims)
+        if used[-1] != 1 or any(s == 0 for s in used):
+            continue
+        groups.setdefault((e.slot, used), []).append(e.offset)
+    return tuple((slot, strides, tuple(dict.fromkeys(offs)))
+                 for (slot, strides), offs in groups.items() if len(set(offs)) > 1)
+
+
+def reach(strides: Sequence[int], offsets: Sequence[int]) -> tuple[int, ...] | None:
+    """How far the neighbourhood of ``offsets`` spans along each axis (max - min
+    shift), or None when an offset is not a neighbour."""
+    shifts = [split_offset(o, strides) for o in offsets]
+    if any(s is None for s in shifts):
+        return None
+    return tuple(max(s[d] for s in shifts) - min(s[d] for s in shifts)  # type: ignore[index]
+                 for d in range(len(strides)))
+
+
+def tiled_by_rule(reaches: Sequence[int]) -> bool:
+    """The rule: a tile pays when the neighbours reach at least one element along at
+    least two axes (a 1-D or one-axis stencil reuses its loads through the cache)."""
+    return sum(r >= 1 for r in reaches) >= 2
+
+
+def stencil_size_class(program: Program, params: Sequence[int], n_rows: int,
+                       n_elem: int) -> str:
+    """Pins the extents, strides and offsets of a stencil the rule tiles (see the
+    module docstring); '' for every other kernel."""
+    loads = _stencil_loads(program)
+    if not loads:
+        return ""
+    pinned: set[str] = set()
+    for _slot, strides, offsets in loads:
+        r = reach([_value(s, params) for s in strides], [_value(o, params) for o in offsets])
+        if r is None or not tiled_by_rule(r):
+            continue
+        pinned.update(f"p{x[1]} = {params[x[1]]}" for x in (*strides, *offsets)
+                      if isinstance(x, tuple))
+    if not pinned:
+        return ""
+    dims = [s for s in program.root_sizes if s != 1]
+    # (the first extent is not a kernel parameter: N, the element count, stands for it)
+    pinned.update(f"p{s[1]} = {params[s[1]]}" for s in dims[1:])
+    pinned.add(f"N = {n_rows}")
+    return " and ".join(sorted(pinned))
+
+# }}}
+
+
+# {{{ the transform
+
+def _fixed_values(knl: lp.LoopKernel) -> dict[str, int]:
+    """The parameters the kernel's assumptions fix to one value."""
+    import islpy as isl
+
+    space = knl.assumptions
+    out = {}
+    for k in range(space.dim(isl.dim_type.param)):
+        val = space.plain_get_val_if_fixed(isl.dim_type.param, k)
+        if not val.is_nan():
+            out[space.get_dim_name(isl.dim_type.param, k)] = int(val.to_python())
+    return out
+
+
+class _Linear:
+    """An affine index: {iname: coefficient} and a constant (None: not affine)."""
+
+    @staticmethod
+    def of(expr: Any, fixed: dict[str, int]) -> tuple[dict[str, int], int] | None:
+        if isinstance(expr, (int, np.integer)):
+            return {}, int(expr)
+        if isinstance(expr, prim.Variable):
+            if expr.name in fixed:
+                return {}, fixed[expr.name]
+            return {expr.name: 1}, 0
+        if isinstance(expr, prim.Sum):
+            coefs: dict[str, int] = {}
+            const = 0
+            for child in expr.children:
+                part = _Linear.of(child, fixed)
+                if part is None:
+                    return None
+                for n, c in part[0].items():
+                    coefs[n] = coefs.get(n, 0) + c
+                const += part[1]
+            return coefs, const
+        if isinstance(expr, prim.Product):
+            coefs, const = {}, 1
+            for child in expr.children:
+                part = _Linear.of(child, fixed)
+                if part is None:
+                    return None
+                if part[0] and coefs:
+                    return None  # a product of two indices
+                if part[0]:
+                    coefs = {n: c * const for n, c in part[0].items()}
+                    const = part[1] * const
+                else:
+                    coefs = {n: c * part[1] for n, c in coefs.items()}
+                    const *= part[1]
+            return coefs, const
+        return None
+
+
+def _output_shape(knl: lp.LoopKernel, fixed: dict[str, int]) -> tuple[int, ...] | None:
+    """The output's extents, from the flat loop's unflattening (see
+    :func:`fuseloop.lower.kernel._unflatten`): ``fl_idx_mod(i, n)`` names the last
+    extent, ``fl_idx_mod(fl_idx_div(i, s), m)`` a middle one, the element count ``N``
+    the first."""
+    from loopy.symbolic import WalkMapper
+
+    i = prim.Variable("i")
+    last: set[int] = set()
+    middle: set[tuple[int, int]] = set()
+
+    def value(e: Any) -> int | None:
+        lin = _Linear.of(e, fixed)
+        return lin[1] if lin is not None and not lin[0] else None
+
+    class Finder(WalkMapper):  # type: ignore[misc]
+        def map_call(self, expr: Any, *args: Any) -> None:
+            if getattr(expr.function, "name", "") == "fl_idx_mod":
+                inner, n = expr.parameters[0], value(expr.parameters[1])
+                if inner == i and n is not None:
+                    last.add(n)
+                elif (isinstance(inner, prim.Call) and inner.parameters[0] == i
+                        and getattr(inner.function, "name", "") == "fl_idx_div"):
+                    s = value(inner.parameters[1])
+                    if n is not None and s is not None:
+                        middle.add((n, s))
+            super().map_call(expr, *args)
+
+    for insn in knl.instructions:
+        Finder()(insn.expression)
+    n = fixed.get("N")
+    if n is None or len(last) != 1 or len(middle) > 1:
+        return None
+    (b,) = last
+    inner_shape = [b] if not middle else [next(iter(middle))[0], b]
+    if middle and next(iter(middle))[1] != b:
+        return None
+    rest = math.prod(inner_shape)
+    if n % rest:
+        return None
+    return (n // rest, *inner_shape)
+
+
+def _flatten(inames: Sequence[str], shape: Sequence[int], upto: int) -> Any:
+    """The C-order position of the first ``upto + 1`` indices."""
+    expr: Any = 0
+    for d in range(upto + 1):
+        expr = prim.Variable(inames[d]) if d == 0 else expr * shape[d] + prim.Variable(inames[d])
+    return expr
+
+
+def _unflattener(shape: Sequence[int], inames: Sequence[str], fixed: dict[str, int]) -> Any:
+    """A mapper replacing ``i`` and its divisions by the per-axis loop indices."""
+    from loopy.symbolic import IdentityMapper
+
+    suffix = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+
+    def value(e: Any) -> int | None:
+        lin = _Linear.of(e, fixed)
+        return lin[1] if lin is not None and not lin[0] else None
+
+    class Unflatten(IdentityMapper):  # type: ignore[misc]
+        def map_variable(self, expr: Any, *args: Any) -> Any:
+            if expr.name == "i":
+                return _flatten(inames, shape, len(shape) - 1)
+            return expr
+
+        def map_call(self, expr: Any, *args: Any) -> Any:
+            name = getattr(expr.function, "name", "")
+            params = expr.parameters
+            if name == "fl_idx_div" and params[0] == prim.Variable("i"):
+                s = value(params[1])
+                if s in suffix:
+                    return _flatten(inames, shape, suffix.index(s))  # type: ignore[arg-type]
+            if name == "fl_idx_mod":
+                n, inner = value(params[1]), params[0]
+                if inner == prim.Variable("i") and n == shape[-1]:
+                    return prim.Variable(inames[-1])
+                if (isinstance(inner, prim.Call)
+                        and getattr(inner.function, "name", "") == "fl_idx_div"
+                        and inner.parameters[0] == prim.Variable("i")):
+                    s = value(inner.parameters[1])
+                    if s in suffix and shape[suffix.index(s)] == n:  # type: ignore[arg-type]
+                        return prim.Variable(inames[suffix.index(s)])  # type: ignore[arg-type]
+            return super().map_call(expr, *args)
+
+    return Unflatten()
+
+
+def _neighbourhoods(knl: lp.LoopKernel, inames: Sequence[str], fixed: dict[str, int]
+                    ) -> dict[str, tuple[tuple[int, ...], list[tuple[int, ...]]]]:
+    """Per input array read only at ``sum(stride[d] * (index[d] + shift[d]))`` (one set
+    of strides, the last 1): the strides and every read's shifts."""
+    from loopy.symbolic import WalkMapper
+
+    reads: dict[str, list] = {}
+
+    class Reads(WalkMapper):  # type: ignore[misc]
+        def map_subscript(self, expr: Any, *args: Any) -> None:
+            name = getattr(expr.aggregate, "name", "")
+            if name.startswith("in"):
+                reads.setdefault(name, []).append(expr.index)
+            super().map_subscript(expr, *args)
+
+    for insn in knl.instructions:
+        Reads()(insn.expression)
+    out = {}
+    for name, indices in reads.items():
+        strides: tuple[int, ...] | None = None
+        shifts = []
+        for index in indices:
+            lin = _Linear.of(index, fixed)
+            if lin is None or set(lin[0]) - set(inames):
+                break
+            s = tuple(lin[0].get(n, 0) for n in inames)
+            if strides is None:
+                strides = s
+            if s != strides or s[-1] != 1 or 0 in s:
+                break
+            split = split_offset(lin[1], s)
+            if split is None:
+                break
+            shifts.append(split)
+        else:
+            if strides is not None and len(set(shifts)) > 1:
+                out[name] = (strides, shifts)
+    return out
+
+
+class _Reshape:
+    """Rewrites the reads of one array as multi-dimensional subscripts."""
+
+    @staticmethod
+    def apply(knl: lp.LoopKernel, name: str, strides: tuple[int, ...], extents: list[int],
+              fixed: dict[str, int], inames: Sequence[str]) -> lp.LoopKernel:
+        from loopy.symbolic import IdentityMapper
+
+        class Rewrite(IdentityMapper):  # type: ignore[misc]
+            def map_subscript(self, expr: Any, *args: Any) -> Any:
+                if getattr(expr.aggregate, "name", "") != name:
+                    return super().map_subscript(expr, *args)
+                _, const = _Linear.of(expr.index, fixed)  # type: ignore[misc]
+                shifts = split_offset(const, strides)
+                return prim.Subscript(expr.aggregate, tuple(
+                    prim.Variable(n) + k if k else prim.Variable(n)
+                    for n, k in zip(inames, shifts)))  # type: ignore[arg-type]
+
+        mapper = Rewrite()
+        insns = [insn.with_transformed_expressions(mapper) for insn in knl.instructions]
+        arg = knl.arg_dict[name]
+        tags = ",".join(f"stride:{s}" for s in strides)
+        # (Loopy checks no bounds here: the extents only need to cover what is read)
+        new_arg = lp.GlobalArg(name, arg.dtype, shape=tuple(extents), dim_tags=tags,
+                               is_output=False, is_input=True)
+        return knl.copy(instructions=insns,
+                        args=[new_arg if a.name == name else a for a in knl.args])
+
+
+def local_memory(device: Device) -> int:
+    """The device's local memory in bytes (:data:`DEFAULT_LOCAL_MEMORY` if unknown)."""
+    size = getattr(getattr(device, "cl_device", None), "local_mem_size", None)
+    return int(size) if isinstance(size, int) and size > 0 else DEFAULT_LOCAL_MEMORY
+
+
+def tile_stencils(t_unit: lp.TranslationUnit, device: Device,
+                  tile: tuple[int, ...]) -> lp.TranslationUnit | None:
+    """The kernel with its stencil reads staged through local-memory tiles of ``tile``
+    (``(planes, rows, columns)``; a 2-D output uses the last two), or None when the
+    kernel is not a stencil the size class pinned, or its tiles do not fit."""
+    knl = t_unit.default_entrypoint
+    if set(knl.all_inames()) != {"i"}:
+        return None
+    fixed = _fixed_values(knl)
+    shape = _output_shape(knl, fixed) if "N" in fixed else None
+    if shape is None:
+        return None
+    rank = len(shape)
+    inames = [f"{TILE_INAME}{d}" for d in range(rank)]
+    mapper = _unflattener(shape, inames, fixed)
+    insns = [insn.with_transformed_expressions(mapper).copy(within_inames=frozenset(inames))
+             for insn in knl.instructions]
+    knl = knl.copy(instructions=insns)
+    found = _neighbourhoods(knl, inames, fixed)
+    sizes = tile[-rank:]
+    chosen = {}
+    for name, (strides, shifts) in found.items():
+        lo = [min(s[d] for s in shifts) for d in range(rank)]
+        hi = [max(s[d] for s in shifts) for d in range(rank)]
+        if not tiled_by_rule([b - a for a, b in zip(lo, hi)]):
+            continue
+        extents = [n + max(b, 0) - min(a, 0) for n, a, b in zip(shape, lo, hi)]
+        local = math.prod(t + b - a for t, a, b in zip(sizes, lo, hi))
+        chosen[name] = (strides, extents, lo, hi, local * knl.arg_dict[name].dtype.itemsize)
+    if not chosen or sum(c[-1] for c in chosen.values()) > local_memory(device):
+        return None
+    if math.prod(sizes) > device.max_work_group_size:
+        return None
+    return _stage_tiles(t_unit, knl, shape, sizes, chosen, fixed, inames)
+
+
+def _stage_tiles(t_unit: lp.TranslationUnit, knl: lp.LoopKernel, shape: tuple[int, ...],
+                 sizes: tuple[int, ...], chosen: dict[str, tuple], fixed: dict[str, int],
+                 inames: list[str]) -> lp.TranslationUnit:
+    """Loops over whole tiles (the domain padded to a multiple of the tile, so that
+    Loopy's footprint of a work-group is a box), outputs beyond the edges not
+    computed, and each chosen array fetched into local memory with its indices
+    clamped to what the output reads (a padded tile's halo stays inside the buffer)."""
+    import islpy as isl
+    from loopy.kernel.data import Iname
+
+    padded = [-(-n // t) * t for n, t in zip(shape, sizes)]
+    box = " and ".join(f"0 <= {n} < {e}" for n, e in zip(inames, padded))
+    domain = isl.BasicSet(f"{{ [{', '.join(inames)}]: {box} }}")
+    edges = frozenset(prim.Comparison(prim.Variable(n), "<", e)
+                      for n, e, p in zip(inames, shape, padded) if p != e)
+    knl = knl.copy(domains=[domain], inames={n: Iname(n, frozenset()) for n in inames},
+                   instructions=[insn.copy(predicates=insn.predicates | edges)
+                                 for insn in knl.instructions])
+    for name, (strides, extents, *_) in chosen.items():
+        knl = _Reshape.apply(knl, name, strides, extents, fixed, inames)
+    t_unit = t_unit.with_kernel(knl)
+    inner, outer = [], []
+    for k, d in enumerate(reversed(range(len(shape)))):
+        t_unit = lp.split_iname(t_unit, inames[d], sizes[d], outer_tag=f"g.{k}",
+                                inner_tag=f"l.{k}")
+        inner.append(f"{inames[d]}_inner")
+        outer.append(f"{inames[d]}_outer")
+    for name, (_, _, lo, hi, _) in chosen.items():
+        t_unit = lp.add_prefetch(t_unit, name, sweep_inames=inner,
+                                 fetch_outer_inames=frozenset(outer),
+                                 temporary_address_space=lp.AddressSpace.LOCAL,
+                                 temporary_name=f"{name}_tile", default_tag="l.auto",
+                                 fetch_bounding_box=False, prefetch_insn_id=f"fetch_{name}")
+        t_unit = _clamp_fetch(t_unit, f"fetch_{name}",
+                              [(lo_d, n - 1 + hi_d) for n, lo_d, hi_d in zip(shape, lo, hi)])
+    return t_unit
+
+
+def _clamp_fetch(t_unit: lp.TranslationUnit, insn_id: str,
+                 bounds: list[tuple[int, int]]) -> lp.TranslationUnit:
+    """The fetch ``insn_id`` with each index of its global read clamped to ``bounds``."""
+    knl = t_unit.default_entrypoint
+
+    def clamp(expr: Any) -> Any:
+        if not isinstance(expr, prim.Subscript):
+            return expr
+        index = expr.index if isinstance(expr.index, tuple) else (expr.index,)
+        return prim.Subscript(expr.aggregate, tuple(
+            prim.Variable("min")(prim.Variable("max")(e, lo), hi)
+            for e, (lo, hi) in zip(index, bounds)))
+
+    insns = [insn.copy(expression=clamp(insn.expression)) if insn.id == insn_id else insn
+             for insn in knl.instructions]
+    return t_unit.with_kernel(knl.copy(instructions=insns))
+
+# }}}
