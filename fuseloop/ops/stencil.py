@@ -54,6 +54,7 @@ def shifted(x: Array, offsets: Sequence[int], boundary: str = "clamp",
             cval: Any = 0) -> Array:
     """``x`` read at ``index + offsets``, the boundary rule applied per axis (lazy)."""
     from .. import ufuncs
+    from ..array import Constant
     from ..creation import arange
     from .shape import reshape
 
@@ -63,14 +64,17 @@ def shifted(x: Array, offsets: Sequence[int], boundary: str = "clamp",
         if s == 0:
             continue
         n = x.shape[d]
-        at = arange(n, dtype=_INT64, device=x.device) + s
+        # the shift and the bounds are compiled in (fl.constant), so a recipe reads the
+        # neighbourhood and its boundary off the kernel (recipes.stencil_tiles)
+        at = arange(n, dtype=_INT64, device=x.device) + Constant(s, _INT64)
         if boundary == "wrap":
-            index = at % n  # (numpy's %: never negative for positive n)
+            index = at % Constant(n, _INT64)  # (numpy's %: never negative for positive n)
         else:
-            index = ufuncs.clip(at, 0, n - 1)
+            index = ufuncs.clip(at, Constant(0, _INT64), Constant(n - 1, _INT64))
         node = Gather(node, index._node, d, checked=False)
         if boundary == "constant":
-            inside = reshape((at >= 0) & (at < n), (n,) + (1,) * (x.ndim - d - 1))
+            inside = (at >= Constant(0, _INT64)) & (at < Constant(n, _INT64))
+            inside = reshape(inside, (n,) + (1,) * (x.ndim - d - 1))
             valid = inside if valid is None else valid & inside
     out = Array._lazy(node, x.device) if node is not x._node else x
     if valid is not None:

@@ -31,11 +31,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._lazy import lp, prim
+from .stencil_reads import Neighbourhood, linear, neighbourhoods, rewrite_reads, split_offset
 
 if TYPE_CHECKING:
     from ..expr.program import Program
@@ -54,47 +53,55 @@ def _value(x: Any, params: Sequence[int]) -> int:
     return params[x[1]] if isinstance(x, tuple) else int(x)
 
 
-def split_offset(offset: int, strides: Sequence[int]) -> tuple[int, ...] | None:
-    """``offset`` as per-axis shifts along ``strides`` (C order, the last 1), each but
-    the last rounded to the nearest multiple (a neighbour is a few elements away along
-    each axis); None when the last shift reaches half the next stride."""
-    shifts = []
-    for s in strides[:-1]:
-        k = (offset + s // 2) // s if s > 0 else 0
-        shifts.append(k)
-        offset -= k * s
-    shifts.append(offset)
-    if len(strides) > 1 and 2 * abs(offset) >= max(strides[-2], 2):
-        return None
-    return tuple(shifts)
+class _Group(NamedTuple):
+    """Loads of one input that may be a neighbourhood: slices (``strides`` along the
+    output's axes and the ``offsets``) or unchecked gathers along ``gathered`` axes
+    (``fl.stencil``'s boundary rules; strides and offsets empty); ``pins``: the
+    program's parameters the tiled kernel is built for."""
+
+    slot: int
+    strides: tuple
+    offsets: tuple
+    gathered: int
+    pins: tuple
 
 
 @lru_cache(maxsize=512)
-def _stencil_loads(program: Program) -> tuple[tuple[int, tuple, tuple], ...]:
-    """Per input slot read by two or more loads at the output's index with one set of
-    strides and different offsets: ``(slot, strides, offsets)``; the strides and
-    offsets as the program names them (``("p", k)``, 0 or 1)."""
+def _stencil_loads(program: Program) -> tuple[_Group, ...]:
+    """The program's groups of loads that may be a neighbourhood (see :class:`_Group`)."""
     if (program.row_dims is not None or program.has_reduce or program.contraction is not None
             or program.has_sparse or program.mask is not None):
         return ()
     dims = tuple(d for d, s in enumerate(program.root_sizes) if s != 1)
     if not 2 <= len(dims) <= 3:
         return ()
-    groups: dict[tuple, list] = {}
+    slices: dict[tuple, list] = {}
+    gathers: dict[int, tuple[set, set]] = {}
     for e in program.entries:
         if e.kind != "load" or e.strides == "c":
             continue
         at = tuple(e.at)
         shift = len(program.root_sizes) - len(at)
+        params = {x for x in (*e.strides, e.offset) if isinstance(x, tuple)}
+        if all(c == 0 or c == ("r", k + shift) or (c[0] == "g" and c[3] is False)
+               for k, c in enumerate(at)) and any(c != 0 and c[0] == "g" for c in at):
+            axes, pins = gathers.setdefault(e.slot, (set(), set()))
+            axes.update(k for k, c in enumerate(at) if c != 0 and c[0] == "g")
+            pins.update(params)
+            continue
         if any(c != 0 and c != ("r", k + shift) for k, c in enumerate(at)):
-            continue  # a gather, a transpose or a broadcast: not a neighbourhood
+            continue  # a checked gather, a transpose or a broadcast: not a neighbourhood
         used = tuple(e.strides[k - shift] if k >= shift and at[k - shift] != 0 else 0
                      for k in dims)
         if used[-1] != 1 or any(s == 0 for s in used):
             continue
-        groups.setdefault((e.slot, used), []).append(e.offset)
-    return tuple((slot, strides, tuple(dict.fromkeys(offs)))
-                 for (slot, strides), offs in groups.items() if len(set(offs)) > 1)
+        slices.setdefault((e.slot, used), []).append(e.offset)
+    groups = [_Group(slot, strides, tuple(dict.fromkeys(offs)), 0,
+                     tuple(x for x in (*strides, *offs) if isinstance(x, tuple)))
+              for (slot, strides), offs in slices.items() if len(set(offs)) > 1]
+    groups += [_Group(slot, (), (), len(axes), tuple(sorted(pins)))
+               for slot, (axes, pins) in gathers.items()]
+    return tuple(groups)
 
 
 def reach(strides: Sequence[int], offsets: Sequence[int]) -> tuple[int, ...] | None:
@@ -121,12 +128,18 @@ def stencil_size_class(program: Program, params: Sequence[int], n_rows: int,
     if not loads:
         return ""
     pinned: set[str] = set()
-    for _slot, strides, offsets in loads:
-        r = reach([_value(s, params) for s in strides], [_value(o, params) for o in offsets])
-        if r is None or not tiled_by_rule(r):
-            continue
-        pinned.update(f"p{x[1]} = {params[x[1]]}" for x in (*strides, *offsets)
-                      if isinstance(x, tuple))
+    for g in loads:
+        if g.gathered:
+            # (the shifts are compiled into the gathers' index arithmetic: the transform
+            # reads them and applies the rule; here, gathers along two axes suffice)
+            if g.gathered < 2:
+                continue
+        else:
+            r = reach([_value(s, params) for s in g.strides],
+                      [_value(o, params) for o in g.offsets])
+            if r is None or not tiled_by_rule(r):
+                continue
+        pinned.update(f"p{x[1]} = {params[x[1]]}" for x in g.pins)
     if not pinned:
         return ""
     dims = [s for s in program.root_sizes if s != 1]
@@ -153,46 +166,6 @@ def _fixed_values(knl: lp.LoopKernel) -> dict[str, int]:
     return out
 
 
-class _Linear:
-    """An affine index: {iname: coefficient} and a constant (None: not affine)."""
-
-    @staticmethod
-    def of(expr: Any, fixed: dict[str, int]) -> tuple[dict[str, int], int] | None:
-        if isinstance(expr, (int, np.integer)):
-            return {}, int(expr)
-        if isinstance(expr, prim.Variable):
-            if expr.name in fixed:
-                return {}, fixed[expr.name]
-            return {expr.name: 1}, 0
-        if isinstance(expr, prim.Sum):
-            coefs: dict[str, int] = {}
-            const = 0
-            for child in expr.children:
-                part = _Linear.of(child, fixed)
-                if part is None:
-                    return None
-                for n, c in part[0].items():
-                    coefs[n] = coefs.get(n, 0) + c
-                const += part[1]
-            return coefs, const
-        if isinstance(expr, prim.Product):
-            coefs, const = {}, 1
-            for child in expr.children:
-                part = _Linear.of(child, fixed)
-                if part is None:
-                    return None
-                if part[0] and coefs:
-                    return None  # a product of two indices
-                if part[0]:
-                    coefs = {n: c * const for n, c in part[0].items()}
-                    const = part[1] * const
-                else:
-                    coefs = {n: c * part[1] for n, c in coefs.items()}
-                    const *= part[1]
-            return coefs, const
-        return None
-
-
 def _output_shape(knl: lp.LoopKernel, fixed: dict[str, int]) -> tuple[int, ...] | None:
     """The output's extents, from the flat loop's unflattening (see
     :func:`fuseloop.lower.kernel._unflatten`): ``fl_idx_mod(i, n)`` names the last
@@ -205,7 +178,7 @@ def _output_shape(knl: lp.LoopKernel, fixed: dict[str, int]) -> tuple[int, ...] 
     middle: set[tuple[int, int]] = set()
 
     def value(e: Any) -> int | None:
-        lin = _Linear.of(e, fixed)
+        lin = linear(e, fixed)
         return lin[1] if lin is not None and not lin[0] else None
 
     class Finder(WalkMapper):  # type: ignore[misc]
@@ -251,7 +224,7 @@ def _unflattener(shape: Sequence[int], inames: Sequence[str], fixed: dict[str, i
     suffix = [math.prod(shape[d + 1:]) for d in range(len(shape))]
 
     def value(e: Any) -> int | None:
-        lin = _Linear.of(e, fixed)
+        lin = linear(e, fixed)
         return lin[1] if lin is not None and not lin[0] else None
 
     class Unflatten(IdentityMapper):  # type: ignore[misc]
@@ -282,75 +255,6 @@ def _unflattener(shape: Sequence[int], inames: Sequence[str], fixed: dict[str, i
     return Unflatten()
 
 
-def _neighbourhoods(knl: lp.LoopKernel, inames: Sequence[str], fixed: dict[str, int]
-                    ) -> dict[str, tuple[tuple[int, ...], list[tuple[int, ...]]]]:
-    """Per input array read only at ``sum(stride[d] * (index[d] + shift[d]))`` (one set
-    of strides, the last 1): the strides and every read's shifts."""
-    from loopy.symbolic import WalkMapper
-
-    reads: dict[str, list] = {}
-
-    class Reads(WalkMapper):  # type: ignore[misc]
-        def map_subscript(self, expr: Any, *args: Any) -> None:
-            name = getattr(expr.aggregate, "name", "")
-            if name.startswith("in"):
-                reads.setdefault(name, []).append(expr.index)
-            super().map_subscript(expr, *args)
-
-    for insn in knl.instructions:
-        Reads()(insn.expression)
-    out = {}
-    for name, indices in reads.items():
-        strides: tuple[int, ...] | None = None
-        shifts = []
-        for index in indices:
-            lin = _Linear.of(index, fixed)
-            if lin is None or set(lin[0]) - set(inames):
-                break
-            s = tuple(lin[0].get(n, 0) for n in inames)
-            if strides is None:
-                strides = s
-            if s != strides or s[-1] != 1 or 0 in s:
-                break
-            split = split_offset(lin[1], s)
-            if split is None:
-                break
-            shifts.append(split)
-        else:
-            if strides is not None and len(set(shifts)) > 1:
-                out[name] = (strides, shifts)
-    return out
-
-
-class _Reshape:
-    """Rewrites the reads of one array as multi-dimensional subscripts."""
-
-    @staticmethod
-    def apply(knl: lp.LoopKernel, name: str, strides: tuple[int, ...], extents: list[int],
-              fixed: dict[str, int], inames: Sequence[str]) -> lp.LoopKernel:
-        from loopy.symbolic import IdentityMapper
-
-        class Rewrite(IdentityMapper):  # type: ignore[misc]
-            def map_subscript(self, expr: Any, *args: Any) -> Any:
-                if getattr(expr.aggregate, "name", "") != name:
-                    return super().map_subscript(expr, *args)
-                _, const = _Linear.of(expr.index, fixed)  # type: ignore[misc]
-                shifts = split_offset(const, strides)
-                return prim.Subscript(expr.aggregate, tuple(
-                    prim.Variable(n) + k if k else prim.Variable(n)
-                    for n, k in zip(inames, shifts)))  # type: ignore[arg-type]
-
-        mapper = Rewrite()
-        insns = [insn.with_transformed_expressions(mapper) for insn in knl.instructions]
-        arg = knl.arg_dict[name]
-        tags = ",".join(f"stride:{s}" for s in strides)
-        # (Loopy checks no bounds here: the extents only need to cover what is read)
-        new_arg = lp.GlobalArg(name, arg.dtype, shape=tuple(extents), dim_tags=tags,
-                               is_output=False, is_input=True)
-        return knl.copy(instructions=insns,
-                        args=[new_arg if a.name == name else a for a in knl.args])
-
-
 def local_memory(device: Device) -> int:
     """The device's local memory in bytes (:data:`DEFAULT_LOCAL_MEMORY` if unknown)."""
     size = getattr(getattr(device, "cl_device", None), "local_mem_size", None)
@@ -375,34 +279,45 @@ def tile_stencils(t_unit: lp.TranslationUnit, device: Device,
     insns = [insn.with_transformed_expressions(mapper).copy(within_inames=frozenset(inames))
              for insn in knl.instructions]
     knl = knl.copy(instructions=insns)
-    found = _neighbourhoods(knl, inames, fixed)
-    sizes = tile[-rank:]
-    chosen = {}
-    for name, (strides, shifts) in found.items():
-        lo = [min(s[d] for s in shifts) for d in range(rank)]
-        hi = [max(s[d] for s in shifts) for d in range(rank)]
-        if not tiled_by_rule([b - a for a, b in zip(lo, hi)]):
-            continue
-        extents = [n + max(b, 0) - min(a, 0) for n, a, b in zip(shape, lo, hi)]
-        local = math.prod(t + b - a for t, a, b in zip(sizes, lo, hi))
-        chosen[name] = (strides, extents, lo, hi, local * knl.arg_dict[name].dtype.itemsize)
-    if not chosen or sum(c[-1] for c in chosen.values()) > local_memory(device):
-        return None
-    if math.prod(sizes) > device.max_work_group_size:
+    sizes = tuple(tile[-rank:])
+    chosen = {name: hood for name, hood in neighbourhoods(knl, inames, fixed).items()
+              if tiled_by_rule([b - a for a, b in zip(hood.lo, hood.hi)])}
+    local = sum(math.prod(t + b - a for t, a, b in zip(sizes, hood.lo, hood.hi))
+                * knl.arg_dict[name].dtype.itemsize for name, hood in chosen.items())
+    if not chosen or local > local_memory(device) \
+            or math.prod(sizes) > device.max_work_group_size:
         return None
     return _stage_tiles(t_unit, knl, shape, sizes, chosen, fixed, inames)
 
 
+def _source_index(v: Any, mode: Any, lo: int, hi: int) -> Any:
+    """Where the tile's element at ``v`` along an axis is read: the boundary rule
+    (clamp, wrap) applied, or, for a plain axis, ``v`` kept within ``[lo, hi]`` (a
+    padded tile's halo reads inside the buffer; those values are never used)."""
+    if mode is not None and mode[0] == "wrap":
+        n = mode[1]
+        return prim.Remainder(prim.Remainder(v, n) + n, n)
+    if mode is not None:
+        lo, hi = 0, mode[1] - 1
+    return prim.Variable("min")(prim.Variable("max")(v, lo), hi)
+
+
 def _stage_tiles(t_unit: lp.TranslationUnit, knl: lp.LoopKernel, shape: tuple[int, ...],
-                 sizes: tuple[int, ...], chosen: dict[str, tuple], fixed: dict[str, int],
-                 inames: list[str]) -> lp.TranslationUnit:
+                 sizes: tuple[int, ...], chosen: dict[str, Neighbourhood],
+                 fixed: dict[str, int], inames: list[str]) -> lp.TranslationUnit:
     """Loops over whole tiles (the domain padded to a multiple of the tile, so that
     Loopy's footprint of a work-group is a box), outputs beyond the edges not
-    computed, and each chosen array fetched into local memory with its indices
-    clamped to what the output reads (a padded tile's halo stays inside the buffer)."""
+    computed, and each chosen array fetched into local memory with the boundary rule
+    applied to the fetch's indices (:func:`_source_index`)."""
     import islpy as isl
     from loopy.kernel.data import Iname
 
+    bounds = {}
+    for name, hood in chosen.items():
+        bounds[name] = [(a, n - 1 + b) for n, a, b in zip(shape, hood.lo, hood.hi)]
+        extents = [m[1] if m is not None else n + max(b, 0) - min(a, 0)
+                   for n, a, b, m in zip(shape, hood.lo, hood.hi, hood.modes)]
+        knl = rewrite_reads(knl, name, hood, inames, fixed, extents)
     padded = [-(-n // t) * t for n, t in zip(shape, sizes)]
     box = " and ".join(f"0 <= {n} < {e}" for n, e in zip(inames, padded))
     domain = isl.BasicSet(f"{{ [{', '.join(inames)}]: {box} }}")
@@ -411,8 +326,6 @@ def _stage_tiles(t_unit: lp.TranslationUnit, knl: lp.LoopKernel, shape: tuple[in
     knl = knl.copy(domains=[domain], inames={n: Iname(n, frozenset()) for n in inames},
                    instructions=[insn.copy(predicates=insn.predicates | edges)
                                  for insn in knl.instructions])
-    for name, (strides, extents, *_) in chosen.items():
-        knl = _Reshape.apply(knl, name, strides, extents, fixed, inames)
     t_unit = t_unit.with_kernel(knl)
     inner, outer = [], []
     for k, d in enumerate(reversed(range(len(shape)))):
@@ -420,32 +333,22 @@ def _stage_tiles(t_unit: lp.TranslationUnit, knl: lp.LoopKernel, shape: tuple[in
                                 inner_tag=f"l.{k}")
         inner.append(f"{inames[d]}_inner")
         outer.append(f"{inames[d]}_outer")
-    for name, (_, _, lo, hi, _) in chosen.items():
+    for name, hood in chosen.items():
+        # (the exact footprint: Loopy's bounding box fails its own check here)
         t_unit = lp.add_prefetch(t_unit, name, sweep_inames=inner,
                                  fetch_outer_inames=frozenset(outer),
                                  temporary_address_space=lp.AddressSpace.LOCAL,
                                  temporary_name=f"{name}_tile", default_tag="l.auto",
-                                 fetch_bounding_box=False, prefetch_insn_id=f"fetch_{name}")
-        t_unit = _clamp_fetch(t_unit, f"fetch_{name}",
-                              [(lo_d, n - 1 + hi_d) for n, lo_d, hi_d in zip(shape, lo, hi)])
+                                 prefetch_insn_id=f"fetch_{name}")
+        fetch = t_unit.default_entrypoint.id_to_insn[f"fetch_{name}"]
+        read = fetch.expression
+        index = read.index if isinstance(read.index, tuple) else (read.index,)
+        fetch = fetch.copy(expression=prim.Subscript(read.aggregate, tuple(
+            _source_index(v, m, a, b) for v, m, (a, b) in zip(index, hood.modes,
+                                                               bounds[name]))))
+        knl = t_unit.default_entrypoint
+        t_unit = t_unit.with_kernel(knl.copy(instructions=[
+            fetch if insn.id == fetch.id else insn for insn in knl.instructions]))
     return t_unit
-
-
-def _clamp_fetch(t_unit: lp.TranslationUnit, insn_id: str,
-                 bounds: list[tuple[int, int]]) -> lp.TranslationUnit:
-    """The fetch ``insn_id`` with each index of its global read clamped to ``bounds``."""
-    knl = t_unit.default_entrypoint
-
-    def clamp(expr: Any) -> Any:
-        if not isinstance(expr, prim.Subscript):
-            return expr
-        index = expr.index if isinstance(expr.index, tuple) else (expr.index,)
-        return prim.Subscript(expr.aggregate, tuple(
-            prim.Variable("min")(prim.Variable("max")(e, lo), hi)
-            for e, (lo, hi) in zip(index, bounds)))
-
-    insns = [insn.copy(expression=clamp(insn.expression)) if insn.id == insn_id else insn
-             for insn in knl.instructions]
-    return t_unit.with_kernel(knl.copy(instructions=insns))
 
 # }}}
