@@ -172,7 +172,7 @@ def _gpu_coalesced(t_unit: lp.TranslationUnit, device: Device, *, group: int,
     if tile is not False:
         from .stencil_tiles import DEFAULT_TILE, tile_stencils
 
-        tiled = tile_stencils(t_unit, device, DEFAULT_TILE if tile in (None, True)
+        tiled = tile_stencils(t_unit, device, DEFAULT_TILE if tile is None
                               else tile)  # type: ignore[arg-type]
         if tiled is not None:
             return tiled
@@ -229,7 +229,7 @@ gpu_coalesced = Recipe(
                   "stencils: (planes, rows, columns) of the local-memory tile of a "
                   "work-group (a 2-D stencil uses the last two); None: the default tile "
                   "where the rule picks one, False: never tile",
-                  Space((None, False, (2, 8, 32), (1, 16, 32), (4, 4, 32), (1, 4, 64)),
+                  Space((None, False, (1, 16, 32), (4, 4, 32)),
                         _tile_rule, "None, False or a tuple of three sizes from 1 to 1024"))),
     valid=_valid_gpu_coalesced,
     size_class=Derived(_tile_size_class))

@@ -86,6 +86,10 @@ def _helper(name: str) -> str | None:
     return None
 
 
+def _integer(dtype: Any) -> bool:
+    return np.dtype(getattr(dtype, "numpy_dtype", dtype)).kind in "iu"
+
+
 class Normaliser:
     """Integer temporaries replaced by what computes them, helper calls by plain
     operations (``+``, ``min``, ``max``, ``wrap``; casts dropped), for reading
@@ -103,7 +107,7 @@ class Normaliser:
             target = insn.assignee
             tv = knl.temporary_variables.get(getattr(target, "name", ""))
             if (isinstance(target, prim.Variable) and tv is not None
-                    and counts[target.name] == 1 and np.dtype(tv.dtype.numpy_dtype).kind in "iu"):
+                    and counts[target.name] == 1 and _integer(tv.dtype)):
                 self.defs[target.name] = insn.expression
 
     def __call__(self, expr: Any, depth: int = 0) -> Any:
@@ -241,7 +245,7 @@ def array_reads(knl: lp.LoopKernel) -> dict[str, list[Any]]:
 
     reads: dict[str, list] = {}
 
-    class Reads(WalkMapper):  # type: ignore[misc]
+    class Reads(WalkMapper):
         def map_subscript(self, expr: Any, *args: Any) -> None:
             name = getattr(expr.aggregate, "name", "")
             if name.startswith("in"):
@@ -288,7 +292,7 @@ def rewrite_reads(knl: lp.LoopKernel, name: str, hood: Neighbourhood, inames: Se
 
     norm = Normaliser(knl)
 
-    class Rewrite(IdentityMapper):  # type: ignore[misc]
+    class Rewrite(IdentityMapper):
         def map_subscript(self, expr: Any, *args: Any) -> Any:
             if getattr(expr.aggregate, "name", "") != name:
                 return super().map_subscript(expr, *args)

@@ -28,10 +28,13 @@ work-group's part of the domain.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
 
 from .._lazy import lp, prim
 from .stencil_reads import Neighbourhood, linear, neighbourhoods, rewrite_reads, split_offset
@@ -158,11 +161,11 @@ def _fixed_values(knl: lp.LoopKernel) -> dict[str, int]:
     import islpy as isl
 
     space = knl.assumptions
-    out = {}
+    out: dict[str, int] = {}
     for k in range(space.dim(isl.dim_type.param)):
         val = space.plain_get_val_if_fixed(isl.dim_type.param, k)
         if not val.is_nan():
-            out[space.get_dim_name(isl.dim_type.param, k)] = int(val.to_python())
+            out[str(space.get_dim_name(isl.dim_type.param, k))] = int(val.to_python())
     return out
 
 
@@ -181,7 +184,7 @@ def _output_shape(knl: lp.LoopKernel, fixed: dict[str, int]) -> tuple[int, ...] 
         lin = linear(e, fixed)
         return lin[1] if lin is not None and not lin[0] else None
 
-    class Finder(WalkMapper):  # type: ignore[misc]
+    class Finder(WalkMapper):
         def map_call(self, expr: Any, *args: Any) -> None:
             if getattr(expr.function, "name", "") == "fl_idx_mod":
                 inner, n = expr.parameters[0], value(expr.parameters[1])
@@ -227,7 +230,7 @@ def _unflattener(shape: Sequence[int], inames: Sequence[str], fixed: dict[str, i
         lin = linear(e, fixed)
         return lin[1] if lin is not None and not lin[0] else None
 
-    class Unflatten(IdentityMapper):  # type: ignore[misc]
+    class Unflatten(IdentityMapper):
         def map_variable(self, expr: Any, *args: Any) -> Any:
             if expr.name == "i":
                 return _flatten(inames, shape, len(shape) - 1)
@@ -239,7 +242,7 @@ def _unflattener(shape: Sequence[int], inames: Sequence[str], fixed: dict[str, i
             if name == "fl_idx_div" and params[0] == prim.Variable("i"):
                 s = value(params[1])
                 if s in suffix:
-                    return _flatten(inames, shape, suffix.index(s))  # type: ignore[arg-type]
+                    return _flatten(inames, shape, suffix.index(s))
             if name == "fl_idx_mod":
                 n, inner = value(params[1]), params[0]
                 if inner == prim.Variable("i") and n == shape[-1]:
@@ -248,8 +251,8 @@ def _unflattener(shape: Sequence[int], inames: Sequence[str], fixed: dict[str, i
                         and getattr(inner.function, "name", "") == "fl_idx_div"
                         and inner.parameters[0] == prim.Variable("i")):
                     s = value(inner.parameters[1])
-                    if s in suffix and shape[suffix.index(s)] == n:  # type: ignore[arg-type]
-                        return prim.Variable(inames[suffix.index(s)])  # type: ignore[arg-type]
+                    if s in suffix and shape[suffix.index(s)] == n:
+                        return prim.Variable(inames[suffix.index(s)])
             return super().map_call(expr, *args)
 
     return Unflatten()
@@ -282,10 +285,15 @@ def tile_stencils(t_unit: lp.TranslationUnit, device: Device,
     sizes = tuple(tile[-rank:])
     chosen = {name: hood for name, hood in neighbourhoods(knl, inames, fixed).items()
               if tiled_by_rule([b - a for a, b in zip(hood.lo, hood.hi)])}
-    local = sum(math.prod(t + b - a for t, a, b in zip(sizes, hood.lo, hood.hi))
-                * knl.arg_dict[name].dtype.itemsize for name, hood in chosen.items())
+    local = 0
+    for name, hood in chosen.items():
+        dtype = np.dtype(getattr(knl.arg_dict[name].dtype, "numpy_dtype", None))
+        local += dtype.itemsize * math.prod([t + b - a for t, a, b in zip(sizes, hood.lo,
+                                                                          hood.hi)])
     if not chosen or local > local_memory(device) \
-            or math.prod(sizes) > device.max_work_group_size:
+            or math.prod(sizes) > device.max_work_group_size \
+            or any(t < b - a for h in chosen.values()
+                   for t, a, b in zip(sizes, h.lo, h.hi, strict=True)):
         return None
     return _stage_tiles(t_unit, knl, shape, sizes, chosen, fixed, inames)
 
@@ -300,6 +308,14 @@ def _source_index(v: Any, mode: Any, lo: int, hi: int) -> Any:
     if mode is not None:
         lo, hi = 0, mode[1] - 1
     return prim.Variable("min")(prim.Variable("max")(v, lo), hi)
+
+
+def _corners(inames: Sequence[str], sizes: Sequence[int], hood: Neighbourhood) -> list:
+    """The subscripts of ``hood``'s box corners, in the split loops' indices."""
+    at = [prim.Variable(f"{n}_outer") * t + prim.Variable(f"{n}_inner")
+          for n, t in zip(inames, sizes)]
+    return [tuple(a + k for a, k in zip(at, corner))
+            for corner in itertools.product(*zip(hood.lo, hood.hi))]
 
 
 def _stage_tiles(t_unit: lp.TranslationUnit, knl: lp.LoopKernel, shape: tuple[int, ...],
@@ -334,12 +350,14 @@ def _stage_tiles(t_unit: lp.TranslationUnit, knl: lp.LoopKernel, shape: tuple[in
         inner.append(f"{inames[d]}_inner")
         outer.append(f"{inames[d]}_outer")
     for name, hood in chosen.items():
-        # (the exact footprint: Loopy's bounding box fails its own check here)
+        # the footprint of the box's corners: a box (the reads' own footprint need not
+        # be convex, which Loopy cannot fetch; its bounding box fails Loopy's checks)
         t_unit = lp.add_prefetch(t_unit, name, sweep_inames=inner,
                                  fetch_outer_inames=frozenset(outer),
                                  temporary_address_space=lp.AddressSpace.LOCAL,
                                  temporary_name=f"{name}_tile", default_tag="l.auto",
-                                 prefetch_insn_id=f"fetch_{name}")
+                                 prefetch_insn_id=f"fetch_{name}",
+                                 footprint_subscripts=_corners(inames, sizes, hood))
         fetch = t_unit.default_entrypoint.id_to_insn[f"fetch_{name}"]
         read = fetch.expression
         index = read.index if isinstance(read.index, tuple) else (read.index,)
