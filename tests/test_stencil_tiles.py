@@ -113,7 +113,13 @@ def test_stencil_function_and_a_view(gpu_elementwise):
     x = fl.asarray(big)[1:, 3:]  # a view: strides and an offset of its own
     h = big[1:, 3:]
     got = fl.stencil(x, W5, boundary="clamp")
+    assert _tiled(fl.show_code(got))
     np.testing.assert_allclose(got.get(), _np_stencil(h, W5, "clamp"), rtol=1e-13, atol=1e-13)
+    # a view whose columns start past half a row: its neighbours' offsets straddle it
+    v = fl.asarray(big)[:, 24:]
+    assert _tiled(fl.show_code(_laplace5(v)))
+    np.testing.assert_allclose(_laplace5(v).get(), _laplace5(big[:, 24:]), rtol=1e-13,
+                               atol=1e-13)
     op = fl.stencil_function(lambda a, b, c, d, e, f, g, i, j:
                              fl.maximum(b, i) - fl.minimum(d, f), (3, 3))
     got = op(fl.asarray(big), boundary="clamp")

@@ -140,11 +140,14 @@ class Normaliser:
 
 
 class Read(NamedTuple):
-    """One read: per axis its stride, shift and boundary rule."""
+    """One read: per axis its stride, the shift inside its boundary rule (0 on a plain
+    axis) and the rule; ``const``: the rest of the address (plain axes' shifts and the
+    view's offset)."""
 
     strides: tuple[int, ...]
     shifts: tuple[int, ...]
     modes: tuple[Mode, ...]
+    const: int
 
 
 def _bounded(expr: Any, inames: Sequence[str], fixed: dict[str, int]
@@ -215,20 +218,38 @@ def analyse_read(index: Any, inames: Sequence[str], fixed: dict[str, int]) -> Re
         strides[d], shifts[d], modes[d] = coef, shift, mode
     if strides[-1] != 1 or 0 in strides:
         return None
-    split = split_offset(const, strides)
-    if split is None:
-        return None
-    if any(k and m is not None for k, m in zip(split, modes)):
-        return None  # the constant belongs to the plain axes only
-    return Read(tuple(strides), tuple(s + k for s, k in zip(shifts, split)), tuple(modes))
+    return Read(tuple(strides), tuple(shifts), tuple(modes), const)
+
+
+def floor_split(offset: int, strides: Sequence[int]) -> tuple[int, ...]:
+    """``offset`` (not negative) as per-axis indices along ``strides``, each but the
+    last as large as fits (a view's origin: the row, then the column)."""
+    out = []
+    for s in strides[:-1]:
+        out.append(offset // s)
+        offset -= out[-1] * s
+    return (*out, offset)
 
 
 class Neighbourhood(NamedTuple):
-    """An array's stencil: its strides, its reads' shifts and each axis' rule."""
+    """An array's stencil: its strides, each axis' rule, the ``origin`` every read is
+    relative to (per axis, from the smallest constant part ``base``) and the reads'
+    shifts from it: a read is of ``sum(strides[d] * (origin[d] + rule_d(i_d + shift[d])))``
+    (no rule on a plain axis)."""
 
     strides: tuple[int, ...]
     shifts: list[tuple[int, ...]]
     modes: tuple[Mode, ...]
+    base: int
+    origin: tuple[int, ...]
+
+    def shifts_of(self, read: Read) -> tuple[int, ...] | None:
+        """``read``'s shifts from the origin (None: its constant part does not split
+        into plain axes' shifts of a few elements)."""
+        diff = split_offset(read.const - self.base, self.strides)
+        if diff is None or any(k and m is not None for k, m in zip(diff, read.modes)):
+            return None
+        return tuple(s + k for s, k in zip(read.shifts, diff))
 
     @property
     def lo(self) -> list[int]:
@@ -262,24 +283,35 @@ def array_reads(knl: lp.LoopKernel) -> dict[str, list[Any]]:
 def neighbourhoods(knl: lp.LoopKernel, inames: Sequence[str], fixed: dict[str, int]
                    ) -> dict[str, Neighbourhood]:
     """Per input array read only as a neighbourhood (one set of strides, at most one
-    boundary rule per axis, at least two different reads), its :class:`Neighbourhood`."""
+    boundary rule per axis, at least two different reads), its :class:`Neighbourhood`.
+
+    The reads' constant parts are split relative to the smallest one (its floor split
+    is the origin, the differences are rounded to the nearest per-axis shifts): two
+    reads of a view whose columns straddle half a row split alike."""
     norm = Normaliser(knl)
     out = {}
     for name, indices in array_reads(knl).items():
-        reads = [analyse_read(n, inames, fixed) if (n := norm(i)) is not None else None
+        found = [analyse_read(n, inames, fixed) if (n := norm(i)) is not None else None
                  for i in indices]
-        if any(r is None for r in reads) or len({r.strides for r in reads}) != 1:  # type: ignore[union-attr]
+        reads = [r for r in found if r is not None]
+        if len(reads) < len(found) or len({r.strides for r in reads}) != 1:
             continue
         modes: list[Mode] = [None] * len(inames)
         ok = True
         for r in reads:
-            for d, m in enumerate(r.modes):  # type: ignore[union-attr]
+            for d, m in enumerate(r.modes):
                 if m is not None:
                     ok = ok and modes[d] in (None, m)
                     modes[d] = m
-        shifts = [r.shifts for r in reads]  # type: ignore[union-attr]
-        if ok and len(set(shifts)) > 1:
-            out[name] = Neighbourhood(reads[0].strides, shifts, tuple(modes))  # type: ignore[union-attr]
+        base = min(r.const for r in reads)
+        if not ok or base < 0:
+            continue
+        hood = Neighbourhood(reads[0].strides, [], tuple(modes), base,
+                             floor_split(base, reads[0].strides))
+        shifts = [hood.shifts_of(r) for r in reads]
+        kept = [s for s in shifts if s is not None]
+        if len(kept) == len(shifts) and len(set(kept)) > 1:
+            out[name] = hood._replace(shifts=kept)
     return out
 
 
@@ -297,9 +329,10 @@ def rewrite_reads(knl: lp.LoopKernel, name: str, hood: Neighbourhood, inames: Se
             if getattr(expr.aggregate, "name", "") != name:
                 return super().map_subscript(expr, *args)
             read = analyse_read(norm(expr.index), inames, fixed)
+            shifts = hood.shifts_of(read)  # type: ignore[arg-type]
             return prim.Subscript(expr.aggregate, tuple(
                 prim.Variable(n) + k if k else prim.Variable(n)
-                for n, k in zip(inames, read.shifts)))  # type: ignore[union-attr]
+                for n, k in zip(inames, shifts)))  # type: ignore[arg-type]
 
     mapper = Rewrite()
     insns = [insn.with_transformed_expressions(mapper) for insn in knl.instructions]

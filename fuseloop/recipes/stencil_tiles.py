@@ -1,29 +1,30 @@
 """Local-memory tiles for stencils: the ``tile`` parameter of ``gpu-coalesced``.
 
 An elementwise kernel whose reads of one input are a neighbourhood of the output
-index (``x[1:-1, 2:] + x[1:-1, :-2] + ...``: several loads of one buffer with the
-same strides at the output's own index, at different offsets) reads each input
-element up to once per neighbour from global memory.  Here the output is cut into
-2-D or 3-D tiles, one per work-group, and each work-group first copies its tile of
-the input plus the halo the neighbours reach into local memory (Loopy's
-``add_prefetch``), then computes from there.
+index (slices ``x[1:-1, 2:] + x[1:-1, :-2] + ...``: several loads of one buffer with
+the same strides at the output's own index and different offsets; or ``fl.stencil``'s
+gathers, whose shifts and boundary rules are compiled into their index arithmetic)
+reads each input element once per neighbour.  Here the output is cut into 2-D or
+3-D tiles, one per work-group; each work-group copies its tile of the input plus the
+halo the neighbours reach into local memory (Loopy's ``add_prefetch``, the boundary
+rule applied to the copy's indices), waits at a barrier, and computes from the copy.
 
 Where the tile goes is decided in two steps:
 
 * the size class (:func:`stencil_size_class`, from the program and the launch's
-  parameter values) finds the neighbourhood: it splits each load's offset into
-  per-axis shifts with the strides' values and applies the rule (a reach of at least
-  one element along at least two axes).  When the rule holds it pins the values the
-  tiling depends on (the output's extents, that buffer's strides and offsets) as
-  Loopy assumptions, so such a kernel is built per shape and kept per shape;
+  parameter values) finds loads that may be a neighbourhood: slices whose offsets,
+  split into per-axis shifts with the strides' values, reach at least one element
+  along at least two axes (the rule), or unchecked gathers along two axes.  It pins
+  the values the tiling depends on (the output's extents, those loads' strides and
+  offsets) as Loopy assumptions, so such a kernel is built and kept per shape;
 * the transform (:func:`tile_stencils`) reads the pinned values back from the
-  kernel's assumptions, replaces the flat loop by one loop per output axis, finds
-  the buffers whose reads are affine in them with one set of strides, and
-  prefetches the tile of each into local memory, when it fits the device's.
+  kernel's assumptions, replaces the flat loop by one loop per output axis, reads
+  each input's neighbourhood off its index expressions
+  (:mod:`fuseloop.recipes.stencil_reads`), applies the rule again, and stages the
+  chosen inputs through local memory when the tiles fit the device.
 
-Elements beyond the output's edges (a last tile narrower than the others) are
-neither fetched nor computed: Loopy bounds the fetch by the footprint of the
-work-group's part of the domain.
+The loops cover whole tiles: outputs beyond the array's edges are not computed, and
+the fetch of a tile that sticks out reads clamped positions (values never used).
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ def _stencil_loads(program: Program) -> tuple[_Group, ...]:
 def reach(strides: Sequence[int], offsets: Sequence[int]) -> tuple[int, ...] | None:
     """How far the neighbourhood of ``offsets`` spans along each axis (max - min
     shift), or None when an offset is not a neighbour."""
-    shifts = [split_offset(o, strides) for o in offsets]
+    # (relative to the smallest: offsets of a view straddling half a row split alike)
+    shifts = [split_offset(o - min(offsets), strides) for o in offsets]
     if any(s is None for s in shifts):
         return None
     return tuple(max(s[d] for s in shifts) - min(s[d] for s in shifts)  # type: ignore[index]
@@ -295,7 +297,12 @@ def tile_stencils(t_unit: lp.TranslationUnit, device: Device,
             or any(t < b - a for h in chosen.values()
                    for t, a, b in zip(sizes, h.lo, h.hi, strict=True)):
         return None
-    return _stage_tiles(t_unit, knl, shape, sizes, chosen, fixed, inames)
+    try:
+        return _stage_tiles(t_unit, knl, shape, sizes, chosen, fixed, inames)
+    except (lp.LoopyError, NotImplementedError, AssertionError):
+        # (Loopy's prefetch refuses footprints it cannot box, with these; the tile is an
+        # optimisation: the kernel is then built without it)
+        return None
 
 
 def _source_index(v: Any, mode: Any, lo: int, hi: int) -> Any:
@@ -331,8 +338,8 @@ def _stage_tiles(t_unit: lp.TranslationUnit, knl: lp.LoopKernel, shape: tuple[in
     bounds = {}
     for name, hood in chosen.items():
         bounds[name] = [(a, n - 1 + b) for n, a, b in zip(shape, hood.lo, hood.hi)]
-        extents = [m[1] if m is not None else n + max(b, 0) - min(a, 0)
-                   for n, a, b, m in zip(shape, hood.lo, hood.hi, hood.modes)]
+        extents = [o + (m[1] if m is not None else n + max(b, 0) - min(a, 0))
+                   for n, a, b, m, o in zip(shape, hood.lo, hood.hi, hood.modes, hood.origin)]
         knl = rewrite_reads(knl, name, hood, inames, fixed, extents)
     padded = [-(-n // t) * t for n, t in zip(shape, sizes)]
     box = " and ".join(f"0 <= {n} < {e}" for n, e in zip(inames, padded))
@@ -362,8 +369,8 @@ def _stage_tiles(t_unit: lp.TranslationUnit, knl: lp.LoopKernel, shape: tuple[in
         read = fetch.expression
         index = read.index if isinstance(read.index, tuple) else (read.index,)
         fetch = fetch.copy(expression=prim.Subscript(read.aggregate, tuple(
-            _source_index(v, m, a, b) for v, m, (a, b) in zip(index, hood.modes,
-                                                               bounds[name]))))
+            _source_index(v, m, a, b) + o if o else _source_index(v, m, a, b)
+            for v, m, (a, b), o in zip(index, hood.modes, bounds[name], hood.origin))))
         knl = t_unit.default_entrypoint
         t_unit = t_unit.with_kernel(knl.copy(instructions=[
             fetch if insn.id == fetch.id else insn for insn in knl.instructions]))
