@@ -64,6 +64,17 @@ def test_codegen_local_tile_where_the_rule_says(gpu_elementwise):
     assert "__local" not in src and "barrier" not in src
 
 
+def test_tile_parameter_space_and_tuning_database_round_trip():
+    p = gpu_coalesced.params["tile"]
+    for value in (None, False, (1, 16, 32)):
+        back = p.from_json(p.to_json(value))
+        assert back == value and type(back) is type(value)
+        assert gpu_coalesced.with_params(tile=back).values["tile"] == value
+    with pytest.raises(fl.errors.RecipeError, match="'tile'"):
+        gpu_coalesced.with_params(tile=(8, 32))  # three sizes: planes, rows, columns
+    assert gpu_coalesced.with_params(tile=False).size_class is None  # one kernel for all shapes
+
+
 @pytest.mark.parametrize("boundary", ["clamp", "wrap", "constant"])
 def test_2d_stencil_boundaries_fused(gpu_elementwise, boundary):
     rng = np.random.default_rng(1)
