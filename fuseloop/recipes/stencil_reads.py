@@ -261,23 +261,30 @@ class Neighbourhood(NamedTuple):
 
 
 def array_reads(knl: lp.LoopKernel) -> dict[str, list[Any]]:
-    """Per input array, the indices it is read at (``in<k>[...]`` in any instruction)."""
+    """Per input array, the indices it is read at (``in<k>[...]`` in any instruction);
+    an array also named bare (a user function's pointer argument, which reads global
+    memory there) is left out."""
     from loopy.symbolic import WalkMapper
 
     reads: dict[str, list] = {}
+    bare: set[str] = set()
 
     class Reads(WalkMapper):
         def map_subscript(self, expr: Any, *args: Any) -> None:
             name = getattr(expr.aggregate, "name", "")
             if name.startswith("in"):
                 reads.setdefault(name, []).append(expr.index)
-            super().map_subscript(expr, *args)
+            self.rec(expr.index, *args)  # (not the aggregate: named, not bare)
+
+        def map_variable(self, expr: Any, *args: Any) -> None:
+            if expr.name.startswith("in"):
+                bare.add(expr.name)
 
     for insn in knl.instructions:
         Reads()(insn.expression)
         for p in insn.predicates:
             Reads()(p)
-    return reads
+    return {name: found for name, found in reads.items() if name not in bare}
 
 
 def neighbourhoods(knl: lp.LoopKernel, inames: Sequence[str], fixed: dict[str, int]
