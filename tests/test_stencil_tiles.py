@@ -62,6 +62,15 @@ def test_codegen_local_tile_where_the_rule_says(gpu_elementwise):
     with fl.recipes.use(gpu_coalesced.with_params(tile=False)):
         src = fl.show_code(_laplace5(x))
     assert "__local" not in src and "barrier" not in src
+    # tile_local=False: the grid of tiles (the output's own axes, no index divisions)
+    # reading global memory
+    with fl.recipes.use(gpu_coalesced.with_params(tile_local=False)):
+        grid = fl.stencil(x, W5, boundary="wrap")
+        src = fl.show_code(grid)
+        assert "__local" not in src and "fl_idx_div" not in src, src
+        assert "reqd_work_group_size(32, 8, 1)" in src, src
+        np.testing.assert_allclose(grid.get(), _np_stencil(h, W5, "wrap"), rtol=1e-13,
+                                   atol=1e-13)
 
 
 def test_tile_parameter_space_and_tuning_database_round_trip():

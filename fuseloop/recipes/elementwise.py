@@ -151,8 +151,8 @@ def items_by_rule(operations: int) -> int:
 
 
 def _gpu_coalesced(t_unit: lp.TranslationUnit, device: Device, *, group: int,
-                   items: int | None, tile: tuple[int, ...] | bool | None = None
-                   ) -> lp.TranslationUnit:
+                   items: int | None, tile: tuple[int, ...] | bool | None = None,
+                   tile_local: bool = True) -> lp.TranslationUnit:
     """Work-groups of ``group`` (128) work-items, each handling ``items`` elements
     ``group`` apart (None: :func:`items_by_rule` of the kernel's operation count).
 
@@ -166,14 +166,15 @@ def _gpu_coalesced(t_unit: lp.TranslationUnit, device: Device, *, group: int,
     OpenCL buffer copy's bandwidth, against 87% for version 1 (per-element
     checks, loads interleaved with the arithmetic); see docs/design.md.
 
-    A stencil (``tile``: see :mod:`fuseloop.recipes.stencil_tiles`) is computed in
-    2-D or 3-D work-groups from a local-memory copy of its neighbourhood instead.
+    A stencil (``tile``, ``tile_local``: see :mod:`fuseloop.recipes.stencil_tiles`) is
+    computed in 2-D or 3-D work-groups from a local-memory copy of its neighbourhood
+    instead.
     """
     if tile is not False:
         from .stencil_tiles import DEFAULT_TILE, tile_stencils
 
         tiled = tile_stencils(t_unit, device, DEFAULT_TILE if tile is None
-                              else tile)  # type: ignore[arg-type]
+                              else tile, tile_local)  # type: ignore[arg-type]
         if tiled is not None:
             return tiled
     knl = t_unit.default_entrypoint
@@ -230,6 +231,9 @@ gpu_coalesced = Recipe(
                   "work-group (a 2-D stencil uses the last two); None: the default tile "
                   "where the rule picks one, False: never tile",
                   Space((None, False, (1, 16, 32), (4, 4, 32)),
-                        _tile_rule, "None, False or a tuple of three sizes from 1 to 1024"))),
+                        _tile_rule, "None, False or a tuple of three sizes from 1 to 1024")),
+            Param("tile_local", bool, True, "stencil tiles: their neighbourhood staged in "
+                  "local memory (False: the tiles' work-groups read global memory)",
+                  (True, False))),
     valid=_valid_gpu_coalesced,
     size_class=Derived(_tile_size_class))

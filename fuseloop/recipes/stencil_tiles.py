@@ -266,11 +266,13 @@ def local_memory(device: Device) -> int:
     return int(size) if isinstance(size, int) and size > 0 else DEFAULT_LOCAL_MEMORY
 
 
-def tile_stencils(t_unit: lp.TranslationUnit, device: Device,
-                  tile: tuple[int, ...]) -> lp.TranslationUnit | None:
+def tile_stencils(t_unit: lp.TranslationUnit, device: Device, tile: tuple[int, ...],
+                  local: bool = True) -> lp.TranslationUnit | None:
     """The kernel with its stencil reads staged through local-memory tiles of ``tile``
     (``(planes, rows, columns)``; a 2-D output uses the last two), or None when the
-    kernel is not a stencil the size class pinned, or its tiles do not fit."""
+    kernel is not a stencil the size class pinned, or its tiles do not fit.  Without
+    ``local``, the same work-groups read global memory directly (no index divisions
+    either: the grid is the output's own axes)."""
     knl = t_unit.default_entrypoint
     if set(knl.all_inames()) != {"i"}:
         return None
@@ -287,18 +289,19 @@ def tile_stencils(t_unit: lp.TranslationUnit, device: Device,
     sizes = tuple(tile[-rank:])
     chosen = {name: hood for name, hood in neighbourhoods(knl, inames, fixed).items()
               if tiled_by_rule([b - a for a, b in zip(hood.lo, hood.hi)])}
-    local = 0
+    staged = 0
     for name, hood in chosen.items():
         dtype = np.dtype(getattr(knl.arg_dict[name].dtype, "numpy_dtype", None))
-        local += dtype.itemsize * math.prod([t + b - a for t, a, b in zip(sizes, hood.lo,
+        staged += dtype.itemsize * math.prod([t + b - a for t, a, b in zip(sizes, hood.lo,
                                                                           hood.hi)])
-    if not chosen or local > local_memory(device) \
+    if not chosen or (local and staged > local_memory(device)) \
             or math.prod(sizes) > device.max_work_group_size \
             or any(t < b - a for h in chosen.values()
                    for t, a, b in zip(sizes, h.lo, h.hi, strict=True)):
         return None
     try:
-        return _stage_tiles(t_unit, knl, shape, sizes, chosen, fixed, inames)
+        return _stage_tiles(t_unit, knl, shape, sizes, chosen if local else {}, fixed,
+                            inames)
     except (lp.LoopyError, NotImplementedError, AssertionError):
         # (Loopy's prefetch refuses footprints it cannot box, with these; the tile is an
         # optimisation: the kernel is then built without it)
