@@ -287,14 +287,16 @@ def array_reads(knl: lp.LoopKernel) -> dict[str, list[Any]]:
     return {name: found for name, found in reads.items() if name not in bare}
 
 
-def neighbourhoods(knl: lp.LoopKernel, inames: Sequence[str], fixed: dict[str, int]
-                   ) -> dict[str, Neighbourhood]:
+def neighbourhoods(knl: lp.LoopKernel, inames: Sequence[str], fixed: dict[str, int],
+                   shape: Sequence[int]) -> dict[str, Neighbourhood]:
     """Per input array read only as a neighbourhood (one set of strides, at most one
     boundary rule per axis, at least two different reads), its :class:`Neighbourhood`.
 
     The reads' constant parts are split relative to the smallest one (its floor split
     is the origin, the differences are rounded to the nearest per-axis shifts): two
-    reads of a view whose columns straddle half a row split alike."""
+    reads of a view whose columns straddle half a row split alike.  A plain read along
+    an axis with a rule is read through the rule from the tile, so it must stay where
+    the rule changes nothing (``[0, n)``) for every output index of ``shape``."""
     norm = Normaliser(knl)
     out = {}
     for name, indices in array_reads(knl).items():
@@ -317,8 +319,12 @@ def neighbourhoods(knl: lp.LoopKernel, inames: Sequence[str], fixed: dict[str, i
                              floor_split(base, reads[0].strides))
         shifts = [hood.shifts_of(r) for r in reads]
         kept = [s for s in shifts if s is not None]
-        if len(kept) == len(shifts) and len(set(kept)) > 1:
-            out[name] = hood._replace(shifts=kept)
+        if len(kept) < len(shifts) or len(set(kept)) < 2 or any(
+                m is not None and r.modes[d] is None
+                and not 0 <= sh[d] <= m[1] - shape[d]
+                for r, sh in zip(reads, kept) for d, m in enumerate(modes)):
+            continue
+        out[name] = hood._replace(shifts=kept)
     return out
 
 

@@ -287,7 +287,7 @@ def tile_stencils(t_unit: lp.TranslationUnit, device: Device, tile: tuple[int, .
              for insn in knl.instructions]
     knl = knl.copy(instructions=insns)
     sizes = tuple(tile[-rank:])
-    chosen = {name: hood for name, hood in neighbourhoods(knl, inames, fixed).items()
+    chosen = {name: hood for name, hood in neighbourhoods(knl, inames, fixed, shape).items()
               if tiled_by_rule([b - a for a, b in zip(hood.lo, hood.hi)])}
     staged = 0
     for name, hood in chosen.items():
