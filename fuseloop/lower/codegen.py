@@ -106,13 +106,29 @@ def lower(program: Program, index_dtype: np.dtype, recipe: Any,
     t_unit = lowered.t_unit
     if sizes:
         try:
-            t_unit = lp.assume(t_unit, sizes)
+            t_unit = lp.assume(t_unit, _assumption_set(t_unit.default_entrypoint, sizes))
         except Exception as exc:  # isl's parse errors have no common base worth naming
             raise RecipeError(
                 f"recipe {recipe.name!r} named the size class {sizes!r}, which is not a set "
                 f"of Loopy assumptions about the kernel's sizes (N, NE, p0, p1, ...): {exc}; "
                 "fix its size_class function") from None
     return t_unit
+
+
+def _assumption_set(knl: Any, sizes: str) -> Any:
+    """``sizes`` as an isl set over the kernel's domain parameters and the other size
+    arguments it names (``lp.assume`` of a string knows the domain's parameters only;
+    a stencil's size class pins strides and offsets too)."""
+    import re
+
+    import islpy as isl
+    import loopy as lp
+
+    names = list(knl.outer_params())
+    names += [a.name for a in knl.args if isinstance(a, lp.ValueArg) and a.name not in names
+              and re.search(rf"\b{a.name}\b", sizes)]
+    return isl.BasicSet.read_from_str(knl.domains[0].get_ctx(),
+                                      f"[{', '.join(names)}] -> {{ : {sizes} }}")
 
 
 def _entry_chars(program: Program) -> Iterator[str]:

@@ -41,6 +41,7 @@ def _positions(n: int, s: int, boundary: str, trailing: int, device: Any
     rule applied), and for ``"constant"`` where it is inside (shaped to broadcast over
     ``trailing`` axes after it)."""
     from .. import ufuncs
+    from ..array import Constant
     from ..creation import arange
     from .shape import reshape
 
@@ -48,10 +49,15 @@ def _positions(n: int, s: int, boundary: str, trailing: int, device: Any
     hit = _POSITIONS.get(key)
     if hit is not None and hit[0] is device:
         return hit[1], hit[2]
-    at = arange(n, dtype=_INT64, device=device) + s
-    index = at % n if boundary == "wrap" else ufuncs.clip(at, 0, n - 1)  # (numpy's %)
-    inside = reshape((at >= 0) & (at < n), (n,) + (1,) * trailing) \
-        if boundary == "constant" else None
+    # the shift and the bounds are compiled in (constants, not kernel arguments), so a
+    # recipe reads the neighbourhood and its boundary off the kernel (recipes.stencil_tiles)
+    at = arange(n, dtype=_INT64, device=device) + Constant(s, _INT64)
+    if boundary == "wrap":
+        index = at % Constant(n, _INT64)  # (numpy's %: never negative for positive n)
+    else:
+        index = ufuncs.clip(at, Constant(0, _INT64), Constant(n - 1, _INT64))
+    inside = reshape((at >= Constant(0, _INT64)) & (at < Constant(n, _INT64)),
+                     (n,) + (1,) * trailing) if boundary == "constant" else None
     if len(_POSITIONS) >= POSITIONS_MAX:
         _POSITIONS.clear()
     _POSITIONS[key] = (device, index, inside)

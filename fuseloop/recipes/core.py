@@ -107,9 +107,11 @@ class Param:
 
     def from_json(self, value: Any) -> Any:
         """The inverse of :meth:`to_json`."""
-        if isinstance(value, list) and isinstance(self.type, type) \
-                and hasattr(self.type, "_fields"):
-            return self.type(*value)
+        if not isinstance(value, list):
+            return value
+        for t in self.type if isinstance(self.type, tuple) else (self.type,):
+            if isinstance(t, type) and issubclass(t, tuple):  # (a plain or a named tuple)
+                return t(*value) if hasattr(t, "_fields") else tuple(value)
         return value
 
     def check(self, value: Any, recipe: str) -> Any:

@@ -6,12 +6,14 @@ The lowered kernel's work is one flat loop over all elements (role tag
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from .._lazy import lp, prim
 from ..lower.pieces import FLAT_INAME
 from . import select
-from .core import Derived, Param, Recipe, Space, int_range, powers_of_two
+from .core import Derived, Param, Recipe, SizeClassFunction, Space, int_range, powers_of_two
 from .cpu_vector import POCL_PLATFORM, through_double_width, vectorise_math_calls
 from .registry import DevicePredicate
 
@@ -149,7 +151,8 @@ def items_by_rule(operations: int) -> int:
 
 
 def _gpu_coalesced(t_unit: lp.TranslationUnit, device: Device, *, group: int,
-                   items: int | None) -> lp.TranslationUnit:
+                   items: int | None, tile: tuple[int, ...] | bool | None = None,
+                   tile_local: bool = True) -> lp.TranslationUnit:
     """Work-groups of ``group`` (128) work-items, each handling ``items`` elements
     ``group`` apart (None: :func:`items_by_rule` of the kernel's operation count).
 
@@ -162,7 +165,18 @@ def _gpu_coalesced(t_unit: lp.TranslationUnit, device: Device, *, group: int,
     For ``2*x - sin(y) + x*y`` on an H200 the kernel runs at 106% of the
     OpenCL buffer copy's bandwidth, against 87% for version 1 (per-element
     checks, loads interleaved with the arithmetic); see docs/design.md.
+
+    A stencil (``tile``, ``tile_local``: see :mod:`fuseloop.recipes.stencil_tiles`) is
+    computed in 2-D or 3-D work-groups from a local-memory copy of its neighbourhood
+    instead.
     """
+    if tile is not False:
+        from .stencil_tiles import DEFAULT_TILE, tile_stencils
+
+        tiled = tile_stencils(t_unit, device, DEFAULT_TILE if tile is None
+                              else tile, tile_local)  # type: ignore[arg-type]
+        if tiled is not None:
+            return tiled
     knl = t_unit.default_entrypoint
     if items is None:
         items = items_by_rule(body_operations(knl))
@@ -183,12 +197,43 @@ def _gpu_coalesced(t_unit: lp.TranslationUnit, device: Device, *, group: int,
     return t_unit
 
 
+def _tile_rule(value: object) -> bool:
+    return value is None or value is False or (
+        isinstance(value, tuple) and len(value) == 3
+        and all(isinstance(n, int) and 1 <= n <= 1024 for n in value))
+
+
+def _tile_size_class(values: Mapping[str, Any]) -> SizeClassFunction | None:
+    if values["tile"] is False:
+        return None  # (no tile: the kernel serves every shape)
+    from .stencil_tiles import stencil_size_class
+
+    return stencil_size_class
+
+
+def _valid_gpu_coalesced(values: Mapping[str, Any], device: Device) -> bool:
+    tile = values["tile"]
+    # (a 2-D stencil's work-group is the tile's last two sizes: within the 3-D product)
+    return values["group"] <= device.max_work_group_size and (
+        not isinstance(tile, tuple) or math.prod(tile) <= device.max_work_group_size)
+
+
 gpu_coalesced = Recipe(
-    "gpu-coalesced", _gpu_coalesced, version="3",
+    "gpu-coalesced", _gpu_coalesced, version="4",
     params=(Param("group", int, GPU_GROUP_SIZE, "work-items per work-group",
                   powers_of_two(1, 1024, (32, 64, 128, 256, 512))),
             Param("items", int, None, "elements per work-item, group apart (None: by "
                   "rule from the kernel's operation count)",
                   Space((1, 2, 4, 8), lambda v: v is None or (isinstance(v, int) and 1 <= v <= 64),
-                        "None (by rule) or an integer from 1 to 64"))),
-    valid=lambda v, device: v["group"] <= device.max_work_group_size)
+                        "None (by rule) or an integer from 1 to 64")),
+            Param("tile", (tuple, bool), None,
+                  "stencils: (planes, rows, columns) of the local-memory tile of a "
+                  "work-group (a 2-D stencil uses the last two); None: the default tile "
+                  "where the rule picks one, False: never tile",
+                  Space((None, False, (1, 16, 32), (4, 4, 32)),
+                        _tile_rule, "None, False or a tuple of three sizes from 1 to 1024")),
+            Param("tile_local", bool, True, "stencil tiles: their neighbourhood staged in "
+                  "local memory (False: the tiles' work-groups read global memory)",
+                  (True, False))),
+    valid=_valid_gpu_coalesced,
+    size_class=Derived(_tile_size_class))
