@@ -27,6 +27,7 @@ from .expr.nodes import (
 )
 from .recipes import recipe_for
 from .runtime.devices import Device
+from .split_k import contraction_pieces
 
 # A reduction over at least this many elements per result, with fewer results
 # than TWO_STAGE_MAX_ROWS, is split over many work-groups (two stages).
@@ -92,6 +93,15 @@ def two_stage_split(roots: Sequence[Node], out_shape: tuple[int, ...],
     first axis, so the first stage is again a column reduction, over fewer rows.
     """
     tops: list[Reduce] = []
+    if all(_epilogue_reduces(r, tops) for r in roots) and len(tops) == 1 \
+            and tops[0].shape == out_shape:
+        # a contraction (its epilogue may read arrays at the output's index: the
+        # combining stage reads them there too): split-K by its recipe's rule
+        pieces = contraction_pieces(tops, out_shape, device)
+        if pieces is not None:
+            length = math.prod(tops[0].child.shape) // max(1, math.prod(out_shape))
+            return TwoStage(tops, length, True, pieces) if pieces > 1 else None
+    tops = []
     if not (all(top_reduces(r, tops) for r in roots) and tops and all(
             t.op in SPLITTABLE and t.shape == out_shape for t in tops)):
         return None
@@ -102,6 +112,19 @@ def two_stage_split(roots: Sequence[Node], out_shape: tuple[int, ...],
     if math.prod(out_shape) < TWO_STAGE_MAX_ROWS and longest >= TWO_STAGE_MIN_LENGTH:
         return TwoStage(tops, longest, False, 0)
     return None
+
+
+def _epilogue_reduces(node: Node, out: list[Reduce]) -> bool:
+    """Collect reductions under elementwise ops whose other operands hold no reduction
+    (arrays read at the output's index included); False if something else is in the way."""
+    cls = type(node)
+    if cls is Reduce:
+        if node not in out:
+            out.append(node)  # type: ignore[arg-type]
+        return True
+    if cls is Apply or cls is UserCall:
+        return all(_epilogue_reduces(a, out) for a in node.args)  # type: ignore[attr-defined]
+    return not has_reduce(node)
 
 
 # Pieces of a column-like reduction's first stage reduce at least this many rows each
