@@ -69,6 +69,7 @@ from .recipes import recipe_for
 from .recipes.registry import current as _recipes_current
 from .runtime.devices import Device
 from .runtime.transfer import host_buffer, write
+from .split_k import split_param  # noqa: F401  (read by run_plans)
 from .splits import SPLITTABLE as _SPLITTABLE
 from .splits import (
     TWO_STAGE_MAX_ROWS,
@@ -222,7 +223,7 @@ def _rebuild(node: Node, replace: dict[int, Node], memo: dict[int, Node]) -> Nod
 
 
 def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
-                            ) -> list[Reduce | SparseProduct]:
+                            ) -> list[Node]:
     """Reductions that must run as kernels of their own before this one.
 
     A reduction stays inside the kernel when it is a root itself, or when each
@@ -230,7 +231,9 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
     (softmax's row maximum inside the row sum).  A full reduction (one value)
     consumed by anything larger, a reduction whose value changes along an
     enclosing reduction's own loop (a chain of contractions: it would be
-    recomputed for every step of that loop), or one behind a gather runs first.
+    recomputed for every step of that loop), or one behind a gather runs first;
+    where such reductions are as large as the enclosing reduction's operand, that
+    operand runs first instead (:func:`_runs_child_first`).
     Except: when every reduction is a full one and the output and every reduced
     range are short (:func:`_fits_one_row`), the kernel is one row and they all
     stay (a short vector's softmax or ``x - x.mean()`` is one kernel).
@@ -242,7 +245,7 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
     """
     out_size = math.prod(out_shape)
     one_row = _fits_one_row(roots, out_size)
-    found: list[Reduce | SparseProduct] = []
+    found: list[Node] = []
     seen: set[tuple[int, frozenset]] = set()
     sparse: list[tuple[SparseProduct, bool]] = []
     keeps_reduce = [False]
@@ -261,6 +264,9 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
                 found.append(node)
                 return
             keeps_reduce[0] = True
+            if _runs_child_first(node):
+                found.append(node.child)
+                return
             walk(node.child, True, True, frozenset(node.axes))
         elif isinstance(node, SparseProduct):
             # (read by more elements than it has rows, e.g. broadcast: each would
@@ -287,6 +293,40 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
         if (inside or keeps_reduce[0]) and node not in found:
             found.append(node)
     return found
+
+
+def _runs_child_first(red: Reduce) -> bool:
+    """Whether ``red``'s child runs first as a kernel of its own, rather than the
+    reductions inside it one by one.
+
+    True when the child holds reductions whose results vary along ``red``'s reduced
+    axes (reached through elementwise operations) and has no more elements than the
+    largest of them: ``mean(logsumexp(x, axis=1) - x[rows, labels])`` computes the
+    per-row value in one row kernel (maximum, sum and the gathered element
+    together, as a softmax does) and then sums that, where running the inner
+    reductions first made a kernel per reduction, each reading the rows again.
+    """
+    axes = set(red.axes)
+    child = red.child
+    n = len(child.shape)
+    biggest = [0]
+    seen: set[int] = set()
+
+    def walk(node: Node, dims: frozenset) -> None:
+        if id(node) in seen or not node.fancy:
+            return
+        seen.add(id(node))
+        if isinstance(node, Reduce):
+            if any(node.shape[d] != 1 for d in dims):
+                biggest[0] = max(biggest[0], math.prod(node.shape))
+        elif isinstance(node, Apply):
+            m = len(node.shape)
+            for a in node.args:
+                r = len(a.shape)
+                walk(a, frozenset(k for k in range(r) if (m - r + k) in dims))
+
+    walk(child, frozenset(d for d in range(n) if d in axes))
+    return 0 < math.prod(child.shape) <= biggest[0]
 
 
 def _fits_one_row(roots: Sequence[Node], out_size: int) -> bool:
@@ -320,9 +360,9 @@ def _fits_one_row(roots: Sequence[Node], out_size: int) -> bool:
     return all(ok(r) for r in roots) and found[0]
 
 
-def _materialise_pending(pending: Sequence[Reduce | SparseProduct],
-                         device: Device) -> dict[int, Node]:
-    """Run each of ``pending`` into a buffer; return their leaves by the node's id.
+def _materialise_pending(pending: Sequence[Node], device: Device) -> dict[int, Node]:
+    """Run each of ``pending`` (reductions, sparse products, a reduction's operand)
+    into a buffer; return their leaves by the node's id.
 
     A pending reduction nested in another (softmax's maximum inside its sum)
     runs first, and the outer one reads its result instead of computing it again.
@@ -330,7 +370,7 @@ def _materialise_pending(pending: Sequence[Reduce | SparseProduct],
     by_id = {id(p): p for p in pending}
     replace: dict[int, Node] = {}
 
-    def nested(node: Node, acc: list[Reduce | SparseProduct], seen: set[int]) -> None:
+    def nested(node: Node, acc: list[Node], seen: set[int]) -> None:
         if id(node) in seen or not node.fancy:
             return
         seen.add(id(node))
@@ -340,12 +380,13 @@ def _materialise_pending(pending: Sequence[Reduce | SparseProduct],
         for c in _children(node):
             nested(c, acc, seen)
 
-    def run_one(p: Reduce | SparseProduct) -> None:
+    def run_one(p: Node) -> None:
         if id(p) in replace:
             return
-        inner: list[Reduce | SparseProduct] = []
-        if isinstance(p, Reduce):  # (a sparse product's operands are leaves)
-            nested(p.child, inner, set())
+        inner: list[Node] = []
+        if not isinstance(p, SparseProduct):  # (a sparse product's operands are leaves)
+            for c in _children(p):
+                nested(c, inner, set())
         for q in inner:
             run_one(q)
         node = _rebuild(p, replace, {}) if inner else p

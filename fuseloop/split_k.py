@@ -82,6 +82,13 @@ def split_rule(items: int, k: int, compute_units: int,
     return max(1, min(pieces, k // MIN_PIECE, MAX_PIECES))
 
 
+def split_param(device: Device) -> int | None:
+    """The device's contraction recipe's ``split_k`` (None: it has none); run plans keep
+    it in their key, since it decides the kernels an evaluation runs."""
+    value = recipe_for(device, "contraction").values.get("split_k")
+    return None if value is None else int(value)
+
+
 def contraction_pieces(tops: Sequence[Reduce], out_shape: tuple[int, ...],
                        device: Device) -> int | None:
     """Pieces to split the reduced range of a contraction into (1: none), or None when
@@ -94,10 +101,10 @@ def contraction_pieces(tops: Sequence[Reduce], out_shape: tuple[int, ...],
     child = top.child
     if top.op != "sum" or type(child) is not Apply or child.op != "multiply":
         return None
-    values = recipe_for(device, "contraction").values
-    fixed = values.get("split_k")
+    fixed = split_param(device)
     if fixed is None:
         return None
+    values = recipe_for(device, "contraction").values
     from .expr.program import linearize
 
     program, bindings = linearize([top], out_shape, cache=False)

@@ -91,7 +91,15 @@ def test_split_products_match_numpy(split_gpu_recipe, fresh_stats):
     first, second = src.split("/* kernel 2 of 2 */")
     assert "fuseloop_contract" in first and "gid(2)" in first  # the pieces: a batch axis
     assert "tanh" not in first and "tanh" in second  # the epilogue combines the pieces
+    fl.reset_stats()
     got = fl.tanh(A @ B + C).get()
+    assert fresh_stats()["kernels_launched"] == 2
+    np.testing.assert_allclose(got, np.tanh(a @ b + c), rtol=1e-12, atol=1e-13)
+    # another split_k is another plan (run plans keep it in their key): one kernel
+    with fl.recipes.use(fl.recipe_for(split_gpu_recipe, "contraction").with_params(split_k=1)):
+        fl.reset_stats()
+        got = fl.tanh(A @ B + C).get()
+        assert fresh_stats()["kernels_launched"] == 1
     np.testing.assert_allclose(got, np.tanh(a @ b + c), rtol=1e-12, atol=1e-13)
     # vector times matrix, float32: the short side in registers, pieces on their own axis
     x, m = rng.random(1024).astype(np.float32), rng.random((1024, 70)).astype(np.float32)
