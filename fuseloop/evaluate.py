@@ -79,8 +79,10 @@ from .splits import (
     two_stage_split,
 )
 from .splits import children as _children
+from .splits import fits_one_row as _fits_one_row
 from .splits import has_reduce as _has_reduce
 from .splits import nested_reduces as _nested_reduces
+from .splits import runs_child_first as _runs_child_first
 
 _plan_recorder = run_plans.recorder
 recording_threads = run_plans.recording_threads
@@ -116,7 +118,7 @@ def capturing_sources() -> Iterator[list[str]]:
             capturing_threads[0] -= 1
 
 # Full reductions consumed by a larger output stay in its kernel (one row) when the
-# output and every reduced range are shorter than this (see _fits_one_row)
+# output and every reduced range are shorter than this (see splits.fits_one_row)
 ONE_ROW_MAX_LENGTH = TWO_STAGE_MIN_LENGTH
 __all__ = ["TWO_STAGE_MAX_ROWS", "TWO_STAGE_MIN_LENGTH", "TwoStage", "column_params",
            "two_stage_split"]  # (their home is fuseloop.splits)
@@ -233,9 +235,9 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
     enclosing reduction's own loop (a chain of contractions: it would be
     recomputed for every step of that loop), or one behind a gather runs first;
     where such reductions are as large as the enclosing reduction's operand, that
-    operand runs first instead (:func:`_runs_child_first`).
+    operand runs first instead (:func:`~fuseloop.splits.runs_child_first`).
     Except: when every reduction is a full one and the output and every reduced
-    range are short (:func:`_fits_one_row`), the kernel is one row and they all
+    range are short (:func:`~fuseloop.splits.fits_one_row`), the kernel is one row and they all
     stay (a short vector's softmax or ``x - x.mean()`` is one kernel).
 
     Sparse products (their own recipes: a row loop only) stay in a kernel without
@@ -244,7 +246,7 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
     larger output, they run first.
     """
     out_size = math.prod(out_shape)
-    one_row = _fits_one_row(roots, out_size)
+    one_row = _fits_one_row(roots, out_size, ONE_ROW_MAX_LENGTH)
     found: list[Node] = []
     seen: set[tuple[int, frozenset]] = set()
     sparse: list[tuple[SparseProduct, bool]] = []
@@ -293,71 +295,6 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
         if (inside or keeps_reduce[0]) and node not in found:
             found.append(node)
     return found
-
-
-def _runs_child_first(red: Reduce) -> bool:
-    """Whether ``red``'s child runs first as a kernel of its own, rather than the
-    reductions inside it one by one.
-
-    True when the child holds reductions whose results vary along ``red``'s reduced
-    axes (reached through elementwise operations) and has no more elements than the
-    largest of them: ``mean(logsumexp(x, axis=1) - x[rows, labels])`` computes the
-    per-row value in one row kernel (maximum, sum and the gathered element
-    together, as a softmax does) and then sums that, where running the inner
-    reductions first made a kernel per reduction, each reading the rows again.
-    """
-    axes = set(red.axes)
-    child = red.child
-    n = len(child.shape)
-    biggest = [0]
-    seen: set[int] = set()
-
-    def walk(node: Node, dims: frozenset) -> None:
-        if id(node) in seen or not node.fancy:
-            return
-        seen.add(id(node))
-        if isinstance(node, Reduce):
-            if any(node.shape[d] != 1 for d in dims):
-                biggest[0] = max(biggest[0], math.prod(node.shape))
-        elif isinstance(node, Apply):
-            m = len(node.shape)
-            for a in node.args:
-                r = len(a.shape)
-                walk(a, frozenset(k for k in range(r) if (m - r + k) in dims))
-
-    walk(child, frozenset(d for d in range(n) if d in axes))
-    return 0 < math.prod(child.shape) <= biggest[0]
-
-
-def _fits_one_row(roots: Sequence[Node], out_size: int) -> bool:
-    """Whether full reductions consumed by ``roots`` can run inside their kernel.
-
-    True when the output and every reduced range are shorter than
-    ``ONE_ROW_MAX_LENGTH`` and every reduction reached without a gather, a view
-    or a concatenation in between is a full one (one value): the kernel is then
-    one row, whose reductions are each computed once before its element loop.
-    Such reductions run in one work-group anyway (see ``TWO_STAGE_MIN_LENGTH``),
-    so fusing them costs no parallelism there and saves a launch, and a buffer,
-    per reduction (and per reduction nested in another, which ran twice).
-    """
-    if out_size >= ONE_ROW_MAX_LENGTH:
-        return False
-    found = [False]
-    seen: set[int] = set()
-
-    def ok(node: Node) -> bool:
-        if id(node) in seen or not node.fancy:
-            return True
-        seen.add(id(node))
-        if isinstance(node, Reduce):
-            found[0] = True
-            return math.prod(node.shape) == 1 and \
-                math.prod(node.child.shape) < ONE_ROW_MAX_LENGTH and ok(node.child)
-        if isinstance(node, Apply):
-            return all(ok(a) for a in node.args)
-        return True  # (behind a gather, view or concatenation: runs first in any case)
-
-    return all(ok(r) for r in roots) and found[0]
 
 
 def _materialise_pending(pending: Sequence[Node], device: Device) -> dict[int, Node]:

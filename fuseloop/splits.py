@@ -206,3 +206,68 @@ def nested_reduces(node: Node, out: list[Reduce]) -> None:
         return
     for c in children(node):
         nested_reduces(c, out)
+
+
+def runs_child_first(red: Reduce) -> bool:
+    """Whether ``red``'s child runs first as a kernel of its own, rather than the
+    reductions inside it one by one.
+
+    True when the child holds reductions whose results vary along ``red``'s reduced
+    axes (reached through elementwise operations) and has no more elements than the
+    largest of them: ``mean(logsumexp(x, axis=1) - x[rows, labels])`` computes the
+    per-row value in one row kernel (maximum, sum and the gathered element
+    together, as a softmax does) and then sums that, where running the inner
+    reductions first made a kernel per reduction, each reading the rows again.
+    """
+    axes = set(red.axes)
+    child = red.child
+    n = len(child.shape)
+    biggest = [0]
+    seen: set[int] = set()
+
+    def walk(node: Node, dims: frozenset) -> None:
+        if id(node) in seen or not node.fancy:
+            return
+        seen.add(id(node))
+        if isinstance(node, Reduce):
+            if any(node.shape[d] != 1 for d in dims):
+                biggest[0] = max(biggest[0], math.prod(node.shape))
+        elif isinstance(node, Apply):
+            m = len(node.shape)
+            for a in node.args:
+                r = len(a.shape)
+                walk(a, frozenset(k for k in range(r) if (m - r + k) in dims))
+
+    walk(child, frozenset(d for d in range(n) if d in axes))
+    return 0 < math.prod(child.shape) <= biggest[0]
+
+
+def fits_one_row(roots: Sequence[Node], out_size: int, limit: int) -> bool:
+    """Whether full reductions consumed by ``roots`` can run inside their kernel.
+
+    True when the output and every reduced range are shorter than ``limit``
+    (``evaluate.ONE_ROW_MAX_LENGTH``) and every reduction reached without a gather,
+    a view or a concatenation in between is a full one (one value): the kernel is then
+    one row, whose reductions are each computed once before its element loop.
+    Such reductions run in one work-group anyway (see ``TWO_STAGE_MIN_LENGTH``),
+    so fusing them costs no parallelism there and saves a launch, and a buffer,
+    per reduction (and per reduction nested in another, which ran twice).
+    """
+    if out_size >= limit:
+        return False
+    found = [False]
+    seen: set[int] = set()
+
+    def ok(node: Node) -> bool:
+        if id(node) in seen or not node.fancy:
+            return True
+        seen.add(id(node))
+        if isinstance(node, Reduce):
+            found[0] = True
+            return math.prod(node.shape) == 1 and \
+                math.prod(node.child.shape) < limit and ok(node.child)
+        if isinstance(node, Apply):
+            return all(ok(a) for a in node.args)
+        return True  # (behind a gather, view or concatenation: runs first in any case)
+
+    return all(ok(r) for r in roots) and found[0]
