@@ -69,6 +69,7 @@ from .recipes import recipe_for
 from .recipes.registry import current as _recipes_current
 from .runtime.devices import Device
 from .runtime.transfer import host_buffer, write
+from .split_k import split_param  # noqa: F401  (read by run_plans)
 from .splits import SPLITTABLE as _SPLITTABLE
 from .splits import (
     TWO_STAGE_MAX_ROWS,
@@ -78,8 +79,10 @@ from .splits import (
     two_stage_split,
 )
 from .splits import children as _children
+from .splits import fits_one_row as _fits_one_row
 from .splits import has_reduce as _has_reduce
 from .splits import nested_reduces as _nested_reduces
+from .splits import runs_child_first as _runs_child_first
 
 _plan_recorder = run_plans.recorder
 recording_threads = run_plans.recording_threads
@@ -115,7 +118,7 @@ def capturing_sources() -> Iterator[list[str]]:
             capturing_threads[0] -= 1
 
 # Full reductions consumed by a larger output stay in its kernel (one row) when the
-# output and every reduced range are shorter than this (see _fits_one_row)
+# output and every reduced range are shorter than this (see splits.fits_one_row)
 ONE_ROW_MAX_LENGTH = TWO_STAGE_MIN_LENGTH
 __all__ = ["TWO_STAGE_MAX_ROWS", "TWO_STAGE_MIN_LENGTH", "TwoStage", "column_params",
            "two_stage_split"]  # (their home is fuseloop.splits)
@@ -222,7 +225,7 @@ def _rebuild(node: Node, replace: dict[int, Node], memo: dict[int, Node]) -> Nod
 
 
 def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
-                            ) -> list[Reduce | SparseProduct]:
+                            ) -> list[Node]:
     """Reductions that must run as kernels of their own before this one.
 
     A reduction stays inside the kernel when it is a root itself, or when each
@@ -230,9 +233,11 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
     (softmax's row maximum inside the row sum).  A full reduction (one value)
     consumed by anything larger, a reduction whose value changes along an
     enclosing reduction's own loop (a chain of contractions: it would be
-    recomputed for every step of that loop), or one behind a gather runs first.
+    recomputed for every step of that loop), or one behind a gather runs first;
+    where such reductions are as large as the enclosing reduction's operand, that
+    operand runs first instead (:func:`~fuseloop.splits.runs_child_first`).
     Except: when every reduction is a full one and the output and every reduced
-    range are short (:func:`_fits_one_row`), the kernel is one row and they all
+    range are short (:func:`~fuseloop.splits.fits_one_row`), the kernel is one row and they all
     stay (a short vector's softmax or ``x - x.mean()`` is one kernel).
 
     Sparse products (their own recipes: a row loop only) stay in a kernel without
@@ -241,8 +246,8 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
     larger output, they run first.
     """
     out_size = math.prod(out_shape)
-    one_row = _fits_one_row(roots, out_size)
-    found: list[Reduce | SparseProduct] = []
+    one_row = _fits_one_row(roots, out_size, ONE_ROW_MAX_LENGTH)
+    found: list[Node] = []
     seen: set[tuple[int, frozenset]] = set()
     sparse: list[tuple[SparseProduct, bool]] = []
     keeps_reduce = [False]
@@ -261,6 +266,9 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
                 found.append(node)
                 return
             keeps_reduce[0] = True
+            if _runs_child_first(node):
+                found.append(node.child)
+                return
             walk(node.child, True, True, frozenset(node.axes))
         elif isinstance(node, SparseProduct):
             # (read by more elements than it has rows, e.g. broadcast: each would
@@ -289,40 +297,9 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
     return found
 
 
-def _fits_one_row(roots: Sequence[Node], out_size: int) -> bool:
-    """Whether full reductions consumed by ``roots`` can run inside their kernel.
-
-    True when the output and every reduced range are shorter than
-    ``ONE_ROW_MAX_LENGTH`` and every reduction reached without a gather, a view
-    or a concatenation in between is a full one (one value): the kernel is then
-    one row, whose reductions are each computed once before its element loop.
-    Such reductions run in one work-group anyway (see ``TWO_STAGE_MIN_LENGTH``),
-    so fusing them costs no parallelism there and saves a launch, and a buffer,
-    per reduction (and per reduction nested in another, which ran twice).
-    """
-    if out_size >= ONE_ROW_MAX_LENGTH:
-        return False
-    found = [False]
-    seen: set[int] = set()
-
-    def ok(node: Node) -> bool:
-        if id(node) in seen or not node.fancy:
-            return True
-        seen.add(id(node))
-        if isinstance(node, Reduce):
-            found[0] = True
-            return math.prod(node.shape) == 1 and \
-                math.prod(node.child.shape) < ONE_ROW_MAX_LENGTH and ok(node.child)
-        if isinstance(node, Apply):
-            return all(ok(a) for a in node.args)
-        return True  # (behind a gather, view or concatenation: runs first in any case)
-
-    return all(ok(r) for r in roots) and found[0]
-
-
-def _materialise_pending(pending: Sequence[Reduce | SparseProduct],
-                         device: Device) -> dict[int, Node]:
-    """Run each of ``pending`` into a buffer; return their leaves by the node's id.
+def _materialise_pending(pending: Sequence[Node], device: Device) -> dict[int, Node]:
+    """Run each of ``pending`` (reductions, sparse products, a reduction's operand)
+    into a buffer; return their leaves by the node's id.
 
     A pending reduction nested in another (softmax's maximum inside its sum)
     runs first, and the outer one reads its result instead of computing it again.
@@ -330,7 +307,7 @@ def _materialise_pending(pending: Sequence[Reduce | SparseProduct],
     by_id = {id(p): p for p in pending}
     replace: dict[int, Node] = {}
 
-    def nested(node: Node, acc: list[Reduce | SparseProduct], seen: set[int]) -> None:
+    def nested(node: Node, acc: list[Node], seen: set[int]) -> None:
         if id(node) in seen or not node.fancy:
             return
         seen.add(id(node))
@@ -340,12 +317,13 @@ def _materialise_pending(pending: Sequence[Reduce | SparseProduct],
         for c in _children(node):
             nested(c, acc, seen)
 
-    def run_one(p: Reduce | SparseProduct) -> None:
+    def run_one(p: Node) -> None:
         if id(p) in replace:
             return
-        inner: list[Reduce | SparseProduct] = []
-        if isinstance(p, Reduce):  # (a sparse product's operands are leaves)
-            nested(p.child, inner, set())
+        inner: list[Node] = []
+        if not isinstance(p, SparseProduct):  # (a sparse product's operands are leaves)
+            for c in _children(p):
+                nested(c, inner, set())
         for q in inner:
             run_one(q)
         node = _rebuild(p, replace, {}) if inner else p

@@ -275,6 +275,9 @@ def _why(prog: Program, later_readers: int) -> str:
     if any(e.chunk is not None for e in reduces):
         return ("first stage of a two-stage reduction (partial results per chunk, combined "
                 "by the next kernel)")
+    if reduces and any(entries[o][0] != "reduce" for o in prog.outputs):
+        return (f"values computed with reductions, reduced again by {later_readers} later "
+                "kernel(s) (an enclosing reduction over them), so they run first")
     if reduces:
         return (f"a reduction read by {later_readers} later kernel(s) at other indices "
                 "(broadcast against a larger shape), so it runs first")

@@ -223,8 +223,9 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
     has one key for every ``i``."""
     head: list[Any] = ["run", device.index, out_shape, len(roots),
                        _ev.TWO_STAGE_MIN_LENGTH, _ev.TWO_STAGE_MAX_ROWS, _ev.ONE_ROW_MAX_LENGTH,
-                       # (the reduction recipe decides column-like reductions' splits)
-                       _ev.column_params(device)]
+                       # (the reduction recipe decides column-like reductions' splits,
+                       # the contraction recipe split-K)
+                       _ev.column_params(device), _ev.split_param(device)]
     # a mask (Target.mask) is walked like a root: its buffers are the plan's inputs
     masks = list({id(t.mask): t.mask for t in targets or ()
                   if isinstance(t, Target) and t.mask is not None}.values())

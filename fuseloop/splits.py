@@ -27,6 +27,7 @@ from .expr.nodes import (
 )
 from .recipes import recipe_for
 from .runtime.devices import Device
+from .split_k import contraction_pieces
 
 # A reduction over at least this many elements per result, with fewer results
 # than TWO_STAGE_MAX_ROWS, is split over many work-groups (two stages).
@@ -92,6 +93,15 @@ def two_stage_split(roots: Sequence[Node], out_shape: tuple[int, ...],
     first axis, so the first stage is again a column reduction, over fewer rows.
     """
     tops: list[Reduce] = []
+    if all(_epilogue_reduces(r, tops) for r in roots) and len(tops) == 1 \
+            and tops[0].shape == out_shape:
+        # a contraction (its epilogue may read arrays at the output's index: the
+        # combining stage reads them there too): split-K by its recipe's rule
+        pieces = contraction_pieces(tops, out_shape, device)
+        if pieces is not None:
+            length = math.prod(tops[0].child.shape) // max(1, math.prod(out_shape))
+            return TwoStage(tops, length, True, pieces) if pieces > 1 else None
+    tops = []
     if not (all(top_reduces(r, tops) for r in roots) and tops and all(
             t.op in SPLITTABLE and t.shape == out_shape for t in tops)):
         return None
@@ -102,6 +112,19 @@ def two_stage_split(roots: Sequence[Node], out_shape: tuple[int, ...],
     if math.prod(out_shape) < TWO_STAGE_MAX_ROWS and longest >= TWO_STAGE_MIN_LENGTH:
         return TwoStage(tops, longest, False, 0)
     return None
+
+
+def _epilogue_reduces(node: Node, out: list[Reduce]) -> bool:
+    """Collect reductions under elementwise ops whose other operands hold no reduction
+    (arrays read at the output's index included); False if something else is in the way."""
+    cls = type(node)
+    if cls is Reduce:
+        if node not in out:
+            out.append(node)  # type: ignore[arg-type]
+        return True
+    if cls is Apply or cls is UserCall:
+        return all(_epilogue_reduces(a, out) for a in node.args)  # type: ignore[attr-defined]
+    return not has_reduce(node)
 
 
 # Pieces of a column-like reduction's first stage reduce at least this many rows each
@@ -183,3 +206,68 @@ def nested_reduces(node: Node, out: list[Reduce]) -> None:
         return
     for c in children(node):
         nested_reduces(c, out)
+
+
+def runs_child_first(red: Reduce) -> bool:
+    """Whether ``red``'s child runs first as a kernel of its own, rather than the
+    reductions inside it one by one.
+
+    True when the child holds reductions whose results vary along ``red``'s reduced
+    axes (reached through elementwise operations) and has no more elements than the
+    largest of them: ``mean(logsumexp(x, axis=1) - x[rows, labels])`` computes the
+    per-row value in one row kernel (maximum, sum and the gathered element
+    together, as a softmax does) and then sums that, where running the inner
+    reductions first made a kernel per reduction, each reading the rows again.
+    """
+    axes = set(red.axes)
+    child = red.child
+    n = len(child.shape)
+    biggest = [0]
+    seen: set[int] = set()
+
+    def walk(node: Node, dims: frozenset) -> None:
+        if id(node) in seen or not node.fancy:
+            return
+        seen.add(id(node))
+        if isinstance(node, Reduce):
+            if any(node.shape[d] != 1 for d in dims):
+                biggest[0] = max(biggest[0], math.prod(node.shape))
+        elif isinstance(node, Apply):
+            m = len(node.shape)
+            for a in node.args:
+                r = len(a.shape)
+                walk(a, frozenset(k for k in range(r) if (m - r + k) in dims))
+
+    walk(child, frozenset(d for d in range(n) if d in axes))
+    return 0 < math.prod(child.shape) <= biggest[0]
+
+
+def fits_one_row(roots: Sequence[Node], out_size: int, limit: int) -> bool:
+    """Whether full reductions consumed by ``roots`` can run inside their kernel.
+
+    True when the output and every reduced range are shorter than ``limit``
+    (``evaluate.ONE_ROW_MAX_LENGTH``) and every reduction reached without a gather,
+    a view or a concatenation in between is a full one (one value): the kernel is then
+    one row, whose reductions are each computed once before its element loop.
+    Such reductions run in one work-group anyway (see ``TWO_STAGE_MIN_LENGTH``),
+    so fusing them costs no parallelism there and saves a launch, and a buffer,
+    per reduction (and per reduction nested in another, which ran twice).
+    """
+    if out_size >= limit:
+        return False
+    found = [False]
+    seen: set[int] = set()
+
+    def ok(node: Node) -> bool:
+        if id(node) in seen or not node.fancy:
+            return True
+        seen.add(id(node))
+        if isinstance(node, Reduce):
+            found[0] = True
+            return math.prod(node.shape) == 1 and \
+                math.prod(node.child.shape) < limit and ok(node.child)
+        if isinstance(node, Apply):
+            return all(ok(a) for a in node.args)
+        return True  # (behind a gather, view or concatenation: runs first in any case)
+
+    return all(ok(r) for r in roots) and found[0]

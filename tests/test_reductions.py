@@ -97,6 +97,24 @@ def test_row_softmax_is_one_kernel(device):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-7)
 
 
+def test_cross_entropy_computes_each_row_in_one_kernel(device):
+    """``mean(logsumexp(x) - x[rows, labels])``: the per-row values (maximum, sum and
+    the gathered element) in one row kernel, then their mean, not a kernel per
+    reduction (the maximum was computed twice, reading every row three times)."""
+    rng = np.random.default_rng(8)
+    h = rng.uniform(-4, 4, (37, 301))  # float64, odd sizes
+    labels = rng.integers(0, 301, 37)
+    x, rows, lab = fl.asarray(h), fl.asarray(np.arange(37)), fl.asarray(labels)
+    mx = x.max(axis=1, keepdims=True)
+    lse = mx[:, 0] + fl.log(fl.sum(fl.exp(x - mx), axis=1))
+    fl.reset_stats()
+    got = float(fl.mean(lse - x[rows, lab]))
+    assert fl.stats()["kernels_launched"] == 2
+    m = h.max(axis=1)
+    want = np.mean(m + np.log(np.exp(h - m[:, None]).sum(axis=1)) - h[np.arange(37), labels])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def test_centering_by_full_mean(device):
     h = rand(10_000, seed=7)
     x = fl.asarray(h)

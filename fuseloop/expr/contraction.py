@@ -64,6 +64,10 @@ class Contraction(NamedTuple):
     # side's length when short, else MIN_SIDE (recipes without size classes rely on it)
     m_least: int = 1
     n_least: int = 1
+    # a split-K first stage (fuseloop.split_k): ``(total, exact)``, the whole reduced
+    # range's parameter and whether the pieces tile it; the batch group is then the
+    # piece number (output dimension 0) and ``k_size`` a piece's length.  Else None.
+    split: Any = None
 
 
 def _operand(entries: Sequence[Entry], ref: int) -> set[int] | None:
@@ -141,9 +145,15 @@ def find_contraction(entries: Sequence[Entry], outputs: tuple[int, ...], out_spe
     red = reduces[0]
     r: Any = entries[red]
     child, at, total = r.child, r.at, r.total
-    if r.op != "sum" or r.chunk is not None or not r.sizes:
+    if r.op != "sum" or not r.sizes:
         return None
-    root_at = tuple(0 if s == 1 else ("r", d) for d, s in enumerate(root_sizes))
+    # a first stage of pieces numbered by output dimension 0 (split-K): the pieces
+    # are a batch of contractions over ranges of the reduced index
+    piece = None if r.chunk is None else r.chunk[1]
+    if piece not in (None, 0) or (piece is not None and root_sizes[0] == 1):
+        return None
+    root_at = tuple(0 if s == 1 else ("r", d) for d, s in enumerate(root_sizes)
+                    if d != piece)
     if at != root_at:
         return None
     prod: Any = entries[child]
@@ -157,13 +167,13 @@ def find_contraction(entries: Sequence[Entry], outputs: tuple[int, ...], out_spe
     dy, ky = _operand_dims(entries, sy)
     if not (kx and ky):
         return None
-    dims = [d for d, s in enumerate(root_sizes) if s != 1]
+    dims = [d for d, s in enumerate(root_sizes) if s != 1 and d != piece]
     if any(d not in dx and d not in dy for d in dims):
         return None
     m = tuple(d for d in dims if d in dx and d not in dy)
     n = tuple(d for d in dims if d in dy and d not in dx)
     b = tuple(d for d in dims if d in dx and d in dy)
-    if not m and not n:
+    if (not m and not n) or (piece is not None and b):
         return None
     if not m or not n:
         # a vector operand: tiled only when the matrix operand walks columns
@@ -183,7 +193,8 @@ def find_contraction(entries: Sequence[Entry], outputs: tuple[int, ...], out_spe
     def length(ds: tuple[int, ...]) -> int:
         return math.prod(params[root_sizes[d][1]] for d in ds)
 
-    nm, nn, nk = length(m), length(n), params[total[1]]
+    k_size = total if piece is None else r.chunk[0]
+    nm, nn, nk = length(m), length(n), params[k_size[1]]
     if max(nm, nn) < MIN_SIDE or nk < MIN_K or nm * nn * MAX_K_PER_OUTPUT < nk:
         return None
 
@@ -192,5 +203,9 @@ def find_contraction(entries: Sequence[Entry], outputs: tuple[int, ...], out_spe
             return 1
         return root_sizes[ds[0]] if len(ds) == 1 else param(length(ds))
 
+    if piece is not None:
+        return Contraction(red, x, y, m, n, (piece,), group(m), group(n), root_sizes[piece],
+                           k_size, min(nm, MIN_SIDE), min(nn, MIN_SIDE),
+                           (total, bool(r.chunk[2])))
     return Contraction(red, x, y, m, n, b, group(m), group(n), group(b), total,
                        min(nm, MIN_SIDE), min(nn, MIN_SIDE))

@@ -146,6 +146,9 @@ class _ContractionLowering(_Lowering):
                 self.root_idx[d] = (e, names)
         if RED in groups:
             var, names = groups[RED]
+            if c.split is not None:
+                # split-K: ``k`` counts within piece ``b`` (see fuseloop.split_k)
+                var = groups[BATCH][0] * self.size(c.k_size) + var
             red: Any = self.program.entries[c.reduce]
             rid = red.rid
             sizes = [self.size(s) for s in red.sizes]
@@ -182,6 +185,13 @@ class _ContractionLowering(_Lowering):
             key: (prim.Variable(args[key]), frozenset()) for key in order}
         self.set_groups(groups)
         value, dt = self.inline(ref, {})
+        c = self.program.contraction
+        if c.split is not None and not c.split[1]:
+            # the last piece runs past the reduced range: zero there (in both operands,
+            # so the product is zero even where the other is inf), nothing read
+            k = groups[BATCH][0] * self.size(c.k_size) + prim.Variable(args[RED])
+            value = prim.If(prim.Comparison(k, "<", self.size(c.split[0])), value,
+                            kernel_dtype(dt).type(0))
         return lp.SubstitutionRule(name, tuple(args[key] for key in order), value), dt
 
 

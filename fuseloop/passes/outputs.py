@@ -100,9 +100,18 @@ def detect_contraction(b: Build) -> None:
     """Set ``b.contraction``: a matmul-like sum of products (see
     :mod:`fuseloop.expr.contraction`), or None."""
     b.contraction = None
-    if b.chunks is None and b.row_dims is None and b.reductions == 1 and b.mask is None:
+    if b.reductions != 1 or b.mask is not None:
+        return
+    if b.chunks is None and b.row_dims is None:
         b.contraction = find_contraction(b.entries, b.outputs, b.out_specs, b.root_sizes,
                                          b.params, b.param)
+    elif b.chunks is not None and b.chunks[3] == 0:
+        # split-K (fuseloop.split_k): pieces numbered by the first axis are a batch
+        # of contractions; the tiled recipes walk the output flat, as unsplit ones
+        b.contraction = find_contraction(b.entries, b.outputs, b.out_specs, b.root_sizes,
+                                         b.params, b.param)
+        if b.contraction is not None:
+            b.row_dims = None
 
 
 def walks_columns(entries: list[Entry] | tuple[Entry, ...]) -> bool:

@@ -326,10 +326,11 @@ def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
 
 def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
                wide_tiles: TileConfig, few: int, skinny: str, skinny_group: int,
-               skinny_lanes: int, skinny_bk: int) -> lp.TranslationUnit:
+               skinny_lanes: int, skinny_bk: int, split_k: int) -> lp.TranslationUnit:
     """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types.  A side
     of at most ``few`` outputs: :func:`split_lanes` (``skinny="lanes"``) or
-    :func:`skinny_tiles` (``"tiles"``)."""
+    :func:`skinny_tiles` (``"tiles"``).  ``split_k`` is read before lowering
+    (:func:`fuseloop.split_k.contraction_pieces`): a split's pieces are a batch here."""
     from ..lower.contraction import operand_itemsize
 
     knl = t_unit.default_entrypoint
@@ -407,7 +408,12 @@ gpu_tiled = Recipe(
                   "the long operand is contiguous along the long side)",
                   powers_of_two(1, 64, (4, 8, 16, 32))),
             Param("skinny_bk", int, 16, "skinny_tiles: reduced-range step",
-                  powers_of_two(4, 64, (8, 16, 32)))),
+                  powers_of_two(4, 64, (8, 16, 32))),
+            Param("split_k", int, 0, "pieces of the reduced range run by separate "
+                  "work-groups, then summed (fuseloop.split_k; 0: by rule from the "
+                  "device's compute units, 1: never; decided per evaluation, so "
+                  "fl.tune, which times kernels, does not search it)",
+                  int_range(0, 64, (0,)))),
     valid=_tiles_fit,
     size_class=Derived(lambda v: make_size_class(v["few"], v["few"], GPU_ALIGN)))
 

@@ -1,0 +1,143 @@
+"""Split-K: contractions whose output tiles leave most of the device idle.
+
+``8 x 4096 @ 4096 x 4096`` has 32 thousand outputs: the GPU contraction recipe
+makes of them a few dozen work-groups (``64 x 4096`` outputs: 32 tiles of
+128 x 128), so most compute units of a large GPU sit idle while each
+work-group walks the whole reduced range.  Such a contraction runs in two
+stages instead, through the machinery of every other two-stage reduction
+(:func:`fuseloop.splits.two_stage_split`, ``evaluate._first_stage``): the
+reduced range is cut into ``S`` pieces numbered by a new *first* output axis,
+so the first stage is again a contraction, with ``S`` times the work-groups,
+writing an ``(S, M, N)`` buffer of partial products (the piece is a batch
+dimension of the contraction kernel, see :mod:`fuseloop.expr.contraction`);
+the second stage is a column-like sum over that first axis, fused with the
+epilogue (``tanh(A @ B + c)``).  The pieces are added in a fixed order: no
+atomics, the same result every run.
+
+``S`` comes from the contraction recipe's ``split_k`` parameter: 0 (the
+default) asks :func:`split_rule`, which estimates the work-items the recipe's
+kernel would have (:func:`gpu_work_items`) and splits until there are about
+:data:`ITEMS_PER_UNIT` per compute unit, keeping pieces at least
+:data:`MIN_PIECE` long; ``evaluate._first_stage`` then prefers a count down to
+half that divides the range (no bounds test).  A recipe without the parameter
+(the CPU recipe: its blocks fill a CPU's few cores) leaves contractions to the
+other two-stage rules.  ``fl.tune`` times kernels, not evaluations, so it does
+not search ``split_k`` (its search space is the rule alone); set it with
+``gpu_tiled.with_params(split_k=...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .expr.nodes import Apply, Reduce
+from .recipes import recipe_for
+from .runtime.devices import Device
+
+#: pieces of the reduced range are at least this long (shorter ones spend more on
+#: writing and reading partial products than they gain)
+MIN_PIECE = 256
+#: at most this many pieces (the partial products are S times the output)
+MAX_PIECES = 32
+#: work-items per compute unit the rule aims for (``split_k_items``' default)
+ITEMS_PER_UNIT = 1024
+
+
+def _short_side(values: Mapping[str, Any], m: int, n: int) -> int | None:
+    few = values["few"]
+    short = [s for s in (m, n) if s <= few]
+    return min(short) if short else None
+
+
+def gpu_work_items(values: Mapping[str, Any], m: int, n: int, batch: int, itemsize: int,
+                   k_fast: bool) -> int:
+    """Work-items of the ``gpu-tiled`` recipe's kernel for an ``m x n`` output (``batch``
+    of them), as :func:`fuseloop.recipes.contraction._gpu_tiled` shapes it; ``k_fast``:
+    the long side's operand is contiguous along the reduced range."""
+    short = _short_side(values, m, n)
+    group = values["skinny_group"]
+    if short is not None:
+        long = n if short == m else m
+        if values["skinny"] == "lanes":
+            lanes = min(32, group) if k_fast else values["skinny_lanes"]
+            width = max(1, group // lanes)
+            return batch * -(-long // width) * group
+        # skinny_tiles: the short side is one block of four outputs a work-item
+        t_short = max(1, (1 << (short - 1).bit_length()) // 4)
+        t_long = max(1, group // t_short)
+        return batch * -(-long // (4 * t_long)) * t_short * t_long
+    cfg = values["wide_tiles"] if itemsize > 4 else values["tiles"]
+    return batch * -(-m // cfg.bm) * -(-n // cfg.bn) * cfg.tm * cfg.tn
+
+
+def split_rule(items: int, k: int, compute_units: int,
+               items_per_unit: int = ITEMS_PER_UNIT) -> int:
+    """Pieces of a reduced range of ``k`` for a kernel of ``items`` work-items: about
+    enough that ``compute_units`` get ``items_per_unit`` each, at most
+    :data:`MAX_PIECES`, each at least :data:`MIN_PIECE` long (1: no split)."""
+    want = items_per_unit * max(1, compute_units)
+    # (to the nearest whole number: a kernel just short of the aim is not split in two)
+    pieces = (want + items // 2) // max(1, items)
+    return max(1, min(pieces, k // MIN_PIECE, MAX_PIECES))
+
+
+def split_param(device: Device) -> int | None:
+    """The device's contraction recipe's ``split_k`` (None: it has none); run plans keep
+    it in their key, since it decides the kernels an evaluation runs."""
+    value = recipe_for(device, "contraction").values.get("split_k")
+    return None if value is None else int(value)
+
+
+def contraction_pieces(tops: Sequence[Reduce], out_shape: tuple[int, ...],
+                       device: Device) -> int | None:
+    """Pieces to split the reduced range of a contraction into (1: none), or None when
+    ``tops`` (the top-level reductions of an evaluation) are not one unbatched
+    contraction or the device's contraction recipe has no ``split_k`` parameter (the
+    other two-stage rules then apply)."""
+    if len(tops) != 1:
+        return None
+    top = tops[0]
+    child = top.child
+    if top.op != "sum" or type(child) is not Apply or child.op != "multiply":
+        return None
+    fixed = split_param(device)
+    if fixed is None:
+        return None
+    values = recipe_for(device, "contraction").values
+    from .expr.program import linearize
+
+    program, bindings = linearize([top], out_shape, cache=False)
+    c = program.contraction
+    if c is None or c.b_dims:
+        return None
+    params = bindings.params
+
+    def extent(size: Any) -> int:
+        return size if isinstance(size, int) else params[size[1]]
+
+    m, n, k = extent(c.m_size), extent(c.n_size), extent(c.k_size)
+    if fixed:
+        return max(1, min(fixed, k // 2))
+    items = gpu_work_items(values, m, n, 1, _itemsize(program, c),
+                           _long_k_fast(program, c, m, n, values))
+    return split_rule(items, k, device.compute_units)
+
+
+def _itemsize(program: Any, c: Any) -> int:
+    import numpy as np
+
+    e: Any = program.entries[c.reduce]
+    return max(4, np.dtype(e.dtype).itemsize)
+
+
+def _long_k_fast(program: Any, c: Any, m: int, n: int, values: Mapping[str, Any]) -> bool:
+    """Whether the operand along the long side is contiguous along the reduced range."""
+    from .lower.contraction import COL, RED, ROW, _fast_axis
+
+    short = _short_side(values, m, n)
+    if short is None:
+        return False
+    if short == m:  # the columns are long: Y
+        return _fast_axis(program.entries, c.y, c.n_dims, COL, COL) == RED
+    return _fast_axis(program.entries, c.x, c.m_dims, ROW, RED) == RED
