@@ -1,0 +1,119 @@
+"""Python cost of one ``@fl.fuse`` call, with the driver's enqueue and with a no-op (issue 26).
+
+The fused function is the host-overhead expression of ``bench_fuse.py``,
+``((x * 2 + y) * x - y) / 3`` (5 operations, 1000 float32 elements), also with the
+``3`` a Python float argument.  Each variant is timed as a loop of ``--calls`` calls
+with ``fl.synchronize()`` every 100 calls and at the end (the deferred launches'
+enqueue is inside the loop), first with the OpenCL backend's entry points
+(``enqueue_nd_range_kernel``, ``Kernel.set_arg``), then, in the same process, with
+those replaced by a Python no-op: the launch plans are made again so that their
+launchers call the no-op, and the functions traced again.  The second figure is
+what fuseloop's Python costs per call, independent of the driver (PoCL here, the
+NVIDIA driver on the GPU host); the results of the no-op calls are not computed.
+Interleaved rounds (``--loops``), median and fastest per variant; reported, never
+asserted.
+
+    python benchmarks/probes/fuse_call_cost.py [--calls 2000] [--loops 7] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.getcwd())  # (the current checkout's fuseloop, not the installed one)
+import fuseloop as fl
+
+
+def _loop(call: Callable[[], object], calls: int) -> float:
+    sync = fl.synchronize
+    t = time.perf_counter()
+    for i in range(calls):
+        call()
+        if i % 100 == 99:
+            sync()
+    sync()
+    return (time.perf_counter() - t) / calls * 1e6
+
+
+def _noop(*args: Any) -> None:
+    return None
+
+
+def _use_noop_enqueue(fused: list[Any]) -> None:
+    """Launchers made from now on call :func:`_noop` instead of the driver; every kept
+    launch plan and fused signature is dropped so that they are made again."""
+    from fuseloop import cache, run_plans
+    from fuseloop.backends import opencl
+
+    fl.synchronize()
+    opencl._enqueue_nd_range = _noop
+    opencl._set_arg = _noop
+    opencl._set_scalar = _noop
+    for compiled in list(cache._memory.values()):
+        plans = getattr(compiled, "launch_plans", None)
+        if plans is not None:
+            plans.clear()
+    run_plans.clear()
+    for f in fused:
+        f.clear()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--loops", type=int, default=7)
+    ap.add_argument("--profile", action="store_true", help="cProfile the no-op calls")
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    x = fl.asarray(rng.random(1000, dtype=np.float32))
+    y = fl.asarray(rng.random(1000, dtype=np.float32) + 1)
+
+    @fl.fuse
+    def f(x, y):
+        return ((x * 2 + y) * x - y) / 3
+
+    @fl.fuse
+    def g(x, y, a):
+        return ((x * 2 + y) * x - y) / a
+
+    values = [3.0, 3.5]
+    variants = {"f(x, y)": lambda: f(x, y), "g(x, y, a)": lambda: g(x, y, values[0])}
+    results: dict[str, dict[str, list[float]]] = {}
+    for mode in ("driver", "no-op"):
+        if mode == "no-op":
+            _use_noop_enqueue([f, g])
+        times: dict[str, list[float]] = {k: [] for k in variants}
+        for call in variants.values():
+            _loop(call, 300)  # (traces, plans, warms)
+        for _ in range(args.loops):
+            for name, call in variants.items():
+                values.reverse()
+                times[name].append(_loop(call, args.calls))
+        results[mode] = times
+    dev = fl.get_device()
+    print(f"device: {dev.name} ({dev.platform}); {args.loops} loops of {args.calls} calls")
+    print(f"  {'call':12s} {'enqueue':8s} {'median us':>10s} {'fastest':>8s}")
+    for mode, times in results.items():
+        for name, v in times.items():
+            print(f"  {name:12s} {mode:8s} {statistics.median(v):10.2f} {min(v):8.2f}")
+    if args.profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.enable()
+        _loop(variants["f(x, y)"], 20 * args.calls)
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(20)
+
+
+if __name__ == "__main__":
+    main()
