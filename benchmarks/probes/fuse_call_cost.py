@@ -5,15 +5,19 @@ The fused function is the host-overhead expression of ``bench_fuse.py``,
 ``3`` a Python float argument.  Each variant is timed as a loop of ``--calls`` calls
 with ``fl.synchronize()`` every 100 calls and at the end (the deferred launches'
 enqueue is inside the loop), first with the OpenCL backend's entry points
-(``enqueue_nd_range_kernel``, ``Kernel.set_arg``), then, in the same process, with
-those replaced by a Python no-op: the launch plans are made again so that their
-launchers call the no-op, and the functions traced again.  The second figure is
-what fuseloop's Python costs per call, independent of the driver (PoCL here, the
-NVIDIA driver on the GPU host); the results of the no-op calls are not computed.
+(``enqueue_nd_range_kernel``, ``Kernel.set_arg``), then without the user event that
+holds a CPU device's batches of deferred launches ("no gate"), then, in the same
+process, with the driver's entry points replaced by a Python no-op: the launch plans
+are made again so that their launchers call the no-op, and the functions traced
+again.  The last figure is what fuseloop's Python costs per call, independent of the
+driver (PoCL here, the NVIDIA driver on the GPU host); the results of the no-op
+calls are not computed.
 Interleaved rounds (``--loops``), median and fastest per variant; reported, never
-asserted.
+asserted.  The clock is the calling thread's CPU time by default (``--clock thread``:
+robust on a loaded machine; the driver's own threads are left out), or wall time.
 
-    python benchmarks/probes/fuse_call_cost.py [--calls 2000] [--loops 7] [--profile]
+    python benchmarks/probes/fuse_call_cost.py [--calls 2000] [--loops 7] [--clock wall]
+                                               [--profile]
 """
 
 from __future__ import annotations
@@ -31,20 +35,31 @@ import numpy as np
 sys.path.insert(0, os.getcwd())  # (the current checkout's fuseloop, not the installed one)
 import fuseloop as fl
 
+_clock = [time.thread_time]
+
 
 def _loop(call: Callable[[], object], calls: int) -> float:
-    sync = fl.synchronize
-    t = time.perf_counter()
+    sync, now = fl.synchronize, _clock[0]
+    t = now()
     for i in range(calls):
         call()
         if i % 100 == 99:
             sync()
     sync()
-    return (time.perf_counter() - t) / calls * 1e6
+    return (now() - t) / calls * 1e6
 
 
 def _noop(*args: Any) -> None:
     return None
+
+
+def _gate_off() -> None:
+    """No user event holds a CPU device's batches of deferred launches (a driver call
+    per batch, see ``_DeviceRuntime.flush``)."""
+    from fuseloop.runtime.devices import _runtime
+
+    fl.synchronize()
+    _runtime(fl.get_device()).gate_at = 0
 
 
 def _use_noop_enqueue(fused: list[Any]) -> None:
@@ -53,7 +68,7 @@ def _use_noop_enqueue(fused: list[Any]) -> None:
     from fuseloop import cache, run_plans
     from fuseloop.backends import opencl
 
-    fl.synchronize()
+    _gate_off()
     opencl._enqueue_nd_range = _noop
     opencl._set_arg = _noop
     opencl._set_scalar = _noop
@@ -71,7 +86,9 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--loops", type=int, default=7)
     ap.add_argument("--profile", action="store_true", help="cProfile the no-op calls")
+    ap.add_argument("--clock", choices=["thread", "wall"], default="thread")
     args = ap.parse_args()
+    _clock[0] = time.thread_time if args.clock == "thread" else time.perf_counter
     rng = np.random.default_rng(0)
     x = fl.asarray(rng.random(1000, dtype=np.float32))
     y = fl.asarray(rng.random(1000, dtype=np.float32) + 1)
@@ -87,7 +104,9 @@ def main() -> None:
     values = [3.0, 3.5]
     variants = {"f(x, y)": lambda: f(x, y), "g(x, y, a)": lambda: g(x, y, values[0])}
     results: dict[str, dict[str, list[float]]] = {}
-    for mode in ("driver", "no-op"):
+    for mode in ("driver", "no gate", "no-op"):
+        if mode == "no gate":
+            _gate_off()
         if mode == "no-op":
             _use_noop_enqueue([f, g])
         times: dict[str, list[float]] = {k: [] for k in variants}
@@ -99,7 +118,8 @@ def main() -> None:
                 times[name].append(_loop(call, args.calls))
         results[mode] = times
     dev = fl.get_device()
-    print(f"device: {dev.name} ({dev.platform}); {args.loops} loops of {args.calls} calls")
+    print(f"device: {dev.name} ({dev.platform}); {args.loops} loops of {args.calls} calls; "
+          f"{args.clock} clock")
     print(f"  {'call':12s} {'enqueue':8s} {'median us':>10s} {'fastest':>8s}")
     for mode, times in results.items():
         for name, v in times.items():
