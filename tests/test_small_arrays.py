@@ -136,6 +136,25 @@ def test_unbatched_matmul_matches_numpy(device):
         a @ a
 
 
+def test_an_assigned_temporary_is_not_entered_as_a_reader(device):
+    # the value of ``x[...] = expr`` (held by nothing else) is never entered in x's
+    # readers; an earlier lazy reader and a value the caller keeps still see x's old
+    # elements
+    h = np.arange(20.0)
+    x = fl.asarray(h.copy())
+    kept = x[::2] * 1
+    for _ in range(4):
+        x[1:-1] = 0.5 * (x[:-2] + x[2:])
+        h[1:-1] = 0.5 * (h[:-2] + h[2:])
+    assert not x._storage.readers  # (kept, computed before the first write, left it)
+    np.testing.assert_array_equal(kept.get(), np.arange(20.0)[::2])
+    v = x[2:] * 0.5
+    x[1:-1] = v
+    x[...] = 0
+    np.testing.assert_allclose(v.get(), h[2:] * 0.5, rtol=1e-12)
+    np.testing.assert_array_equal(x.get(), np.zeros(20))
+
+
 def _chain(r, steps):
     for _ in range(steps):
         r = fl.sin(r) * 0.5 + r * 0.25
