@@ -12,9 +12,11 @@ are made again so that their launchers call the no-op, and the functions traced
 again.  The last figure is what fuseloop's Python costs per call, independent of the
 driver (PoCL here, the NVIDIA driver on the GPU host); the results of the no-op
 calls are not computed.
-Interleaved rounds (``--loops``), median and fastest per variant; reported, never
-asserted.  The clock is the calling thread's CPU time by default (``--clock thread``:
-robust on a loaded machine; the driver's own threads are left out), or wall time.
+The peer runs in the same process: ``cupy.fuse`` of the function on the GPU where
+CuPy is installed, and numpy on the host.  Interleaved rounds (``--loops``), median and
+fastest per variant; reported, never asserted.  The clock is the calling thread's CPU
+time by default (``--clock thread``: robust on a loaded machine; the driver's own
+threads are left out), or wall time.
 
     python benchmarks/probes/fuse_call_cost.py [--calls 2000] [--loops 7] [--clock wall]
                                                [--profile]
@@ -38,8 +40,9 @@ import fuseloop as fl
 _clock = [time.thread_time]
 
 
-def _loop(call: Callable[[], object], calls: int) -> float:
-    sync, now = fl.synchronize, _clock[0]
+def _loop(call: Callable[[], object], calls: int,
+          sync: Callable[[], object] = fl.synchronize) -> float:
+    now = _clock[0]
     t = now()
     for i in range(calls):
         call()
@@ -81,6 +84,24 @@ def _use_noop_enqueue(fused: list[Any]) -> None:
         f.clear()
 
 
+def _peers(xh: np.ndarray, yh: np.ndarray) -> dict[str, tuple[Any, Any]]:
+    """The peer of the same run: ``cupy.fuse`` of the function where CuPy and a GPU are
+    there, numpy on the host always; name -> (call, synchronize)."""
+    peers: dict[str, tuple[Any, Any]] = {
+        "numpy": (lambda: ((xh * 2 + yh) * xh - yh) / 3, lambda: None)}
+    try:
+        import cupy as cp
+
+        xc, yc = cp.asarray(xh), cp.asarray(yh)
+        cf = cp.fuse(lambda x, y: ((x * 2 + y) * x - y) / 3)
+        cf(xc, yc)
+        stream = cp.cuda.get_current_stream()
+        peers["cupy.fuse"] = (lambda: cf(xc, yc), stream.synchronize)
+    except Exception:  # (no CuPy, or no GPU: numpy only)
+        pass
+    return peers
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calls", type=int, default=2000)
@@ -90,8 +111,10 @@ def main() -> None:
     args = ap.parse_args()
     _clock[0] = time.thread_time if args.clock == "thread" else time.perf_counter
     rng = np.random.default_rng(0)
-    x = fl.asarray(rng.random(1000, dtype=np.float32))
-    y = fl.asarray(rng.random(1000, dtype=np.float32) + 1)
+    xh = rng.random(1000, dtype=np.float32)
+    yh = rng.random(1000, dtype=np.float32) + 1
+    x, y = fl.asarray(xh), fl.asarray(yh)
+    peers = _peers(xh, yh)
 
     @fl.fuse
     def f(x, y):
@@ -104,7 +127,14 @@ def main() -> None:
     values = [3.0, 3.5]
     variants = {"f(x, y)": lambda: f(x, y), "g(x, y, a)": lambda: g(x, y, values[0])}
     results: dict[str, dict[str, list[float]]] = {}
-    for mode in ("driver", "no gate", "no-op"):
+    peer_times: dict[str, list[float]] = {k: [] for k in peers}
+    for call, sync in peers.values():
+        _loop(call, 300, sync)
+    for _ in range(args.loops):
+        for name, (call, sync) in peers.items():
+            peer_times[name].append(_loop(call, args.calls, sync))
+    opencl = fl.get_device().backend == "opencl"
+    for mode in ("driver", "no gate", "no-op") if opencl else ("driver",):
         if mode == "no gate":
             _gate_off()
         if mode == "no-op":
@@ -124,6 +154,11 @@ def main() -> None:
     for mode, times in results.items():
         for name, v in times.items():
             print(f"  {name:12s} {mode:8s} {statistics.median(v):10.2f} {min(v):8.2f}")
+    for name, v in peer_times.items():
+        print(f"  {name:12s} {'(peer)':8s} {statistics.median(v):10.2f} {min(v):8.2f}")
+    if not opencl:
+        print("  (the no-op rows replace the OpenCL backend's entry points: this device's "
+              "backend is not OpenCL)")
     if args.profile:
         import cProfile
         import pstats
