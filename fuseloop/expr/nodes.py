@@ -64,7 +64,10 @@ def forget_recent(array: Any) -> None:
     the write's own check would enter it (its caller still holds it then) only to
     skip it, and every statement of a loop would leave one dead reader behind.
     Looked for from the end under the lock: appends (not locked) only add after it,
-    and only a locked batch takes a prefix."""
+    and only a locked batch takes a prefix.  Not where reference counts are not exact
+    (the caller's "nothing holds it" is a reference count)."""
+    if not _EXACT_REFCOUNTS:
+        return
     with _readers_lock:
         for k in range(len(recent_lazy) - 1, max(-1, len(recent_lazy) - 5), -1):
             if recent_lazy[k] is array:
