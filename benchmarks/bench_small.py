@@ -7,7 +7,10 @@ Cases, on the CPU device unless ``--device`` says otherwise:
 * ``chain``: 10 iterations of ``r = sin(r) * 0.5 + r * 0.25`` on 1000 float32, then
   ``.eval()``; reported per call;
 * ``recur``: ``for i in range(1, n): x[i] = y[i] * 2 + x[i - 1]`` (n = 200); per statement;
-* ``trisolv``: ``x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]`` (n = 60); per statement.
+* ``trisolv``: ``x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]`` (n = 60); per statement;
+* ``seidel``: ``A[i, j] += A[i, j - 1]; A[i, j] /= 9.0`` over a 30 x 30 float64 array
+  (seidel_2d's inner loop); per statement;
+* ``stencil``: ``x[1:-1] = 0.5 * (x[:-2] + x[2:])`` on 200 float64, 100 times; per statement.
 
 Each named version (git revisions, ``WT`` for the working tree: see
 ``compare_host_overhead.py``, whose copying this reuses) is imported under its own name
@@ -18,7 +21,7 @@ minima are reported, never asserted.
 Usage::
 
     python benchmarks/bench_small.py REV [REV ...] [--rounds N] [--device SPEC]
-                                     [--profile CASE]
+                                     [--profile CASE] [--clock thread]
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from compare_host_overhead import copy_package
 
 N_RECUR = 200
 N_TRI = 60
+N_SEIDEL = 30
+N_STENCIL = 200
 
 
 def make_cases(fl: Any) -> dict[str, tuple[Any, float]]:
@@ -57,6 +62,10 @@ def make_cases(fl: Any) -> dict[str, tuple[Any, float]]:
     bh = rng.random(N_TRI)
     L, b = fl.asarray(lh), fl.asarray(bh)
     xt = fl.zeros(N_TRI, np.float64)
+    ah = rng.random((N_SEIDEL, N_SEIDEL))
+    A = fl.asarray(ah)
+    sh = rng.random(N_STENCIL)
+    xs = fl.asarray(sh)
 
     def build() -> None:
         r = r0
@@ -77,6 +86,12 @@ def make_cases(fl: Any) -> dict[str, tuple[Any, float]]:
         for i in range(N_TRI):
             xt[i] = (b[i] - L[i, :i] @ xt[:i]) / L[i, i]
 
+    def seidel() -> None:
+        _seidel(A)
+
+    def stencil() -> None:
+        _stencil(xs)
+
     # correctness first (also warms every kernel)
     r = rh
     for _ in range(10):
@@ -92,8 +107,27 @@ def make_cases(fl: Any) -> dict[str, tuple[Any, float]]:
     np.testing.assert_allclose(xr.get(), x_np, rtol=1e-5)
     trisolv()
     np.testing.assert_allclose(xt.get(), np.linalg.solve(lh, bh), rtol=1e-10)
+    seidel()
+    _seidel(ah)
+    np.testing.assert_allclose(A.get(), ah, rtol=1e-12)
+    stencil()
+    _stencil(sh)
+    np.testing.assert_allclose(xs.get(), sh, rtol=1e-12)
     return {"build": (build, 400), "chain": (chain, 1), "recur": (recur, N_RECUR - 1),
-            "trisolv": (trisolv, N_TRI)}
+            "trisolv": (trisolv, N_TRI), "seidel": (seidel, 2 * (N_SEIDEL - 2) ** 2),
+            "stencil": (stencil, 100)}
+
+
+def _seidel(A: Any) -> None:
+    for i in range(1, N_SEIDEL - 1):
+        for j in range(1, N_SEIDEL - 1):
+            A[i, j] += A[i, j - 1]
+            A[i, j] /= 9.0
+
+
+def _stencil(x: Any) -> None:
+    for _ in range(100):
+        x[1:-1] = 0.5 * (x[:-2] + x[2:])
 
 
 def numpy_cases() -> dict[str, tuple[Any, float]]:
@@ -104,6 +138,8 @@ def numpy_cases() -> dict[str, tuple[Any, float]]:
     b = rng.random(N_TRI)
     xt = np.zeros(N_TRI)
     r0 = rng.random(1000, dtype=np.float32)
+    A = rng.random((N_SEIDEL, N_SEIDEL))
+    xs = rng.random(N_STENCIL)
 
     def chain() -> None:
         r = r0
@@ -118,7 +154,9 @@ def numpy_cases() -> dict[str, tuple[Any, float]]:
         for i in range(N_TRI):
             xt[i] = (b[i] - lh[i, :i] @ xt[:i]) / lh[i, i]
 
-    return {"chain": (chain, 1), "recur": (recur, N_RECUR - 1), "trisolv": (trisolv, N_TRI)}
+    return {"chain": (chain, 1), "recur": (recur, N_RECUR - 1), "trisolv": (trisolv, N_TRI),
+            "seidel": (lambda: _seidel(A), 2 * (N_SEIDEL - 2) ** 2),
+            "stencil": (lambda: _stencil(xs), 100)}
 
 
 def main() -> None:
@@ -127,7 +165,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--profile", help="profile this case of the last version instead")
+    ap.add_argument("--clock", choices=["wall", "thread"], default="wall",
+                    help="wall time, or the main thread's CPU time (steadier on a loaded "
+                         "machine; leaves out the OpenCL driver's threads)")
     args = ap.parse_args()
+    now = time.perf_counter if args.clock == "wall" else time.thread_time
 
     tmp = Path(tempfile.mkdtemp(prefix="fuseloop-small-"))
     names = [f"fuseloop_s{k}" for k in range(len(args.revs))]
@@ -158,16 +200,16 @@ def main() -> None:
     for _ in range(args.rounds):
         for rev, fl, cases in versions:
             for case, (run, units) in cases.items():
-                t0 = time.perf_counter()
+                t0 = now()
                 run()
                 if fl is not np:
                     fl.synchronize()
-                times.setdefault((case, rev), []).append(
-                    (time.perf_counter() - t0) / units * 1e6)
-    print(f"us per unit ({args.rounds} interleaved rounds): median / fastest")
+                times.setdefault((case, rev), []).append((now() - t0) / units * 1e6)
+    print(f"us per unit ({args.rounds} interleaved rounds, {args.clock} clock): "
+          "median / fastest")
     print("| case | " + " | ".join(r for r, _, _ in versions) + " |")
     print("| --- |" + " ---: |" * len(versions))
-    for case in ("build", "chain", "recur", "trisolv"):
+    for case in ("build", "chain", "recur", "trisolv", "seidel", "stencil"):
         cells = []
         for rev, _, _ in versions:
             ts = times.get((case, rev))

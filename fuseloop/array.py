@@ -28,6 +28,7 @@ from .expr.nodes import (
     Storage,
     _loop_key,
     broadcast_shapes,
+    forget_recent,
     intern_sig,
     recent_lazy,
     register_readers,
@@ -638,7 +639,10 @@ class Array(ArrayProtocol):
             # the registry of recent lazy arrays holds a new value too (expr.nodes):
             # most often the last one made; anywhere else it is taken as held
             tail = recent_lazy[-1:]
-            held = count > _TEMP_REFCOUNT + (1 if tail and tail[0] is value else 0)
+            recent = bool(tail) and tail[0] is value
+            held = count > _TEMP_REFCOUNT + recent
+            if recent and not held:
+                forget_recent(value)
         _setitem(self, key, value, held)
 
     def _inplace(self, op: str, other: Any) -> Array:

@@ -443,21 +443,32 @@ def _gather(node: Any, ev: _State) -> np.ndarray:
 # }}}
 
 
+def eligible(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
+             targets: Sequence[Target | Storage | None] | None) -> bool:
+    """Whether an evaluation passes :func:`try_run`'s first checks (small work on a host
+    device, dtypes and targets computed here); it may still go to the kernels (an
+    operation not computed here, a flat structure evaluated often)."""
+    size = _size(out_shape)
+    if not size or size > HOST_MAX_WORK or not host_device(device) \
+            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
+        return False  # (fl.show_code and run plans need the kernels)
+    if targets is not None:
+        for t in targets:
+            if type(t) is Target and (t.scatter is not None or t.mask is not None):
+                return False
+    for r in roots:
+        if r.dtype.char not in _DTYPES:
+            return False
+    return True
+
+
 def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             targets: Sequence[Target | Storage | None] | None) -> list[Storage] | None:
     """:func:`fuseloop.evaluate.run` done by numpy in host memory, or None (the caller
     runs kernels) when the work is not small or not something computed here."""
+    if not eligible(roots, out_shape, device, targets):
+        return None
     size = _size(out_shape)
-    if not size or size > HOST_MAX_WORK or not host_device(device) \
-            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
-        return None  # (fl.show_code and run plans need the kernels)
-    if targets is not None:
-        for t in targets:
-            if type(t) is Target and (t.scatter is not None or t.mask is not None):
-                return None
-    for r in roots:
-        if r.dtype.char not in _DTYPES:
-            return None
     if targets is None and len(out_shape) <= 1 and len(roots) == 1 and roots[0].sig:
         key = (roots[0].sig, out_shape)
         n = _flat_counts.get(key, 0) + 1

@@ -28,7 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from . import caches as _caches
 from . import evaluate as _ev
+from . import host_path as _host
 from . import launching
 from . import run_plans as _rp
 from .cache import _memory
@@ -42,6 +44,9 @@ from .runtime.devices import Device
 
 #: fewest missing kernels worth building ahead (one is built by its launch anyway)
 MIN_KERNELS = 2
+#: structure keys of fl.compute groups built ahead once (all dropped when reached)
+AHEAD_MAX = 4096
+_ahead: set[tuple] = set()
 
 Job = tuple[Sequence[Node], tuple[int, ...], Device, Sequence[Target | Storage | None] | None]
 
@@ -137,12 +142,37 @@ def build_steps_ahead(steps: Sequence[Any], storages: Sequence[Storage],
     return _build_all(missing)
 
 
+def _needs_kernels(job: Job) -> bool:
+    """Whether ``job`` may need kernels not built ahead before: not small work the
+    CPU device's host path computes (:func:`fuseloop.host_path.eligible`), and not a
+    structure (its run-plan key) that was built ahead already.  A loop of statements
+    (``y[:k] += alpha * y[k - 1::-1]`` computing the pending ``alpha`` and another
+    reader first) otherwise lowered every group again on every statement."""
+    roots, out_shape, device, targets = job
+    if _host.eligible(roots, out_shape, device, targets):
+        return False
+    keyed = _rp._key(roots, out_shape, targets, device)
+    if keyed is None:  # (not plannable: no key to remember it by)
+        return True
+    key = keyed[0]
+    if key in _ahead:
+        return False
+    if len(_ahead) >= AHEAD_MAX:
+        _ahead.clear()
+    _ahead.add(key)
+    return True
+
+
 def build_ahead(jobs: Sequence[Job]) -> list[tuple]:
     """Build the kernels that evaluating ``jobs`` would build, concurrently (a dry
-    recording of each finds them); returns the keys built."""
+    recording of each finds them); returns the keys built.  Jobs that need no kernel,
+    or whose structure was built ahead before, are left out (see :func:`_needs_kernels`)."""
     if compile_workers.mode() != "process":
         return []
     try:
+        jobs = [job for job in jobs if _needs_kernels(job)]
+        if not jobs:
+            return []
         launches = []
         for program, bindings, device in _dry_launches(jobs):
             index_dtype, _, _, _ = _ev.launch_choice(program, bindings, device)
@@ -151,3 +181,6 @@ def build_ahead(jobs: Sequence[Job]) -> list[tuple]:
     except Exception:  # (the evaluation itself reports what is wrong)
         return []
     return _build_all(missing)
+
+
+_caches.register("prebuild.ahead", _ahead.clear, lambda: len(_ahead), AHEAD_MAX)

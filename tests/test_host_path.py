@@ -246,3 +246,45 @@ def test_memory_pressure_lets_go_of_kept_maps(host):
         _runtime(host).pool._check(too_big, too_big)
     assert not host_path._mapped
     np.testing.assert_array_equal((x * 3).get(), np.arange(100, dtype=np.float32) * 3)
+
+
+def _durbin(r, flip):
+    """NPBench's durbin: each ``y[:k] += ...`` first computes two pending readers of
+    ``y`` of different shapes (``alpha``, the flipped ``y[:k]``)."""
+    y = r * 0
+    alpha = -r[0]
+    beta = 1.0
+    y[0] = -r[0]
+    for k in range(1, r.shape[0]):
+        beta *= 1.0 - alpha * alpha
+        alpha = -(r[k] + (flip(r[:k]) * y[:k]).sum()) / beta
+        y[:k] += alpha * flip(y[:k])
+        y[k] = alpha
+    return y
+
+
+def test_pending_readers_are_not_built_ahead_again(host, monkeypatch):
+    # fl.compute of several groups builds their kernels ahead (fuseloop.prebuild) by
+    # lowering each group dry: not for work the host path computes, and once per
+    # structure otherwise (a loop lowered every group again on every statement)
+    from fuseloop import prebuild
+    from fuseloop.runtime import compile_workers
+
+    monkeypatch.setattr(compile_workers, "mode", lambda: "process")
+    dry = []
+    real = prebuild._dry_launches
+    monkeypatch.setattr(prebuild, "_dry_launches", lambda jobs: dry.append(len(jobs)) or
+                        real(jobs))
+    rh = np.random.default_rng(5).random(12) * 0.1
+    want = _durbin(rh.copy(), np.flip)
+    got = _durbin(fl.asarray(rh), fl.flip)
+    np.testing.assert_allclose(got.get(), want, rtol=1e-12)
+    assert dry == []
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)  # (the kernels: once per structure)
+    for k in range(3):
+        x = fl.asarray(rh)
+        a, b = x[:6] * 2, x[6:].sum() + k
+        x[...] = 1.0  # (a and b read x: both are computed first, two groups)
+        np.testing.assert_allclose(a.get(), rh[:6] * 2, rtol=1e-12)
+        np.testing.assert_allclose(float(b.get()), rh[6:].sum() + k, rtol=1e-12)
+    assert dry == [2]

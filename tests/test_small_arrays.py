@@ -117,6 +117,44 @@ def test_loops_of_small_statements_match_numpy(device):
     np.testing.assert_allclose(m.get(), mh, rtol=1e-12)
 
 
+def test_unbatched_matmul_matches_numpy(device):
+    # 1-D and 2-D operands contract directly (no reshape to 2-D): numpy's shapes,
+    # dtypes and its core-dimension error
+    rng = np.random.default_rng(4)
+    mat, vec = rng.random((3, 4)), rng.random(4)
+    for ah, bh in ((vec, vec), (mat, vec), (vec[:3], mat), (mat, mat.T),
+                   (np.arange(12, dtype=np.int32).reshape(3, 4), np.arange(4, dtype=np.int32))):
+        got = fl.asarray(ah) @ fl.asarray(bh)
+        want = ah @ bh
+        assert got.shape == want.shape and got.dtype == want.dtype, (ah.shape, bh.shape)
+        np.testing.assert_allclose(got.get(), want, rtol=1e-12)
+    # a lazy operand, and the product feeding an expression
+    a, v = fl.asarray(mat), fl.asarray(vec)
+    np.testing.assert_allclose(((a * 2) @ (v + 1) - 1).get(), (mat * 2) @ (vec + 1) - 1,
+                               rtol=1e-12)
+    with pytest.raises(ValueError, match=r"core dimension.*\(4 != 3\)"):
+        a @ a
+
+
+def test_an_assigned_temporary_is_not_entered_as_a_reader(device):
+    # the value of ``x[...] = expr`` (held by nothing else) is never entered in x's
+    # readers; an earlier lazy reader and a value the caller keeps still see x's old
+    # elements
+    h = np.arange(20.0)
+    x = fl.asarray(h.copy())
+    kept = x[::2] * 1
+    for _ in range(4):
+        x[1:-1] = 0.5 * (x[:-2] + x[2:])
+        h[1:-1] = 0.5 * (h[:-2] + h[2:])
+    assert not x._storage.readers  # (kept, computed before the first write, left it)
+    np.testing.assert_array_equal(kept.get(), np.arange(20.0)[::2])
+    v = x[2:] * 0.5
+    x[1:-1] = v
+    x[...] = 0
+    np.testing.assert_allclose(v.get(), h[2:] * 0.5, rtol=1e-12)
+    np.testing.assert_array_equal(x.get(), np.zeros(20))
+
+
 def _chain(r, steps):
     for _ in range(steps):
         r = fl.sin(r) * 0.5 + r * 0.25

@@ -19,7 +19,14 @@ of ``bench_elementwise.py``):
 * ``build``: the expression built and dropped (the operators' share of ``eval``);
 * ``eval``: the expression built and ``.eval()``-ed;
 * ``fuse``: ``f(x, y)`` with ``f = fl.fuse`` of it (revisions without ``fl.fuse``: -);
-* ``fuse-scalar``: ``g(x, y, s)``, the ``3`` a Python float argument (7 values in turn).
+* ``fuse-scalar``: ``g(x, y, s)``, the ``3`` a Python float argument (7 values in turn);
+* ``seidel``: ``A[i, j] += A[i, j - 1]; A[i, j] /= 9.0`` on a 30 x 30 float64 array,
+  ``j`` in turn (seidel_2d's inner loop: two statements per call);
+* ``stencil``: ``x[1:-1] = 0.5 * (x[:-2] + x[2:])`` on 200 float64;
+* ``trisolv``: ``x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]`` (n = 60), ``i`` in turn.
+
+The last three are loops of small statements, which the CPU device's host path
+(``fuseloop.host_path``) computes with numpy: no kernel is launched.
 
 Counts are reported, never asserted.  Slow: a minute or two per revision.
 
@@ -45,7 +52,7 @@ HELPER = r"""
 #include <valgrind/callgrind.h>
 void fl_collect(void) { CALLGRIND_TOGGLE_COLLECT; }
 """
-CASES = ("build", "eval", "fuse", "fuse-scalar")
+CASES = ("build", "eval", "fuse", "fuse-scalar", "seidel", "stencil", "trisolv")
 
 
 def child(calls: int, case: str | None) -> None:
@@ -71,6 +78,24 @@ def child(calls: int, case: str | None) -> None:
         g = fl.fuse(lambda x, y, s: ((x * 2 + y) * x - y) / s)
         loops["fuse"] = lambda i: f(x, y)
         loops["fuse-scalar"] = lambda i: g(x, y, scales[i % 7])
+    a = fl.asarray(rng.random((30, 30)))
+    s = fl.asarray(rng.random(200))
+    lh = np.tril(rng.random((60, 60))) + np.eye(60) * 60
+    low, b, xt = fl.asarray(lh), fl.asarray(rng.random(60)), fl.zeros(60, np.float64)
+
+    def seidel(i: int) -> None:
+        j = 1 + i % 28
+        a[3, j] += a[3, j - 1]
+        a[3, j] /= 9.0
+
+    def stencil(i: int) -> None:
+        s[1:-1] = 0.5 * (s[:-2] + s[2:])
+
+    def trisolv(i: int) -> None:
+        k = i % 60
+        xt[k] = (b[k] - low[k, :k] @ xt[:k]) / low[k, k]
+
+    loops.update(seidel=seidel, stencil=stencil, trisolv=trisolv)
     for name, loop in loops.items():
         if case is not None and name != case:
             continue

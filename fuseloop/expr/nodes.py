@@ -57,6 +57,24 @@ def note_reader(array: Any) -> None:
         register_readers()
 
 
+def forget_recent(array: Any) -> None:
+    """Take ``array``, a new lazy array that nothing holds but its caller's call (an
+    assigned value about to be let go: ``x[1:-1] = 0.5 * (x[:-2] + x[2:])``), out of
+    the recent lazy arrays, so that it is never entered as a reader of its buffers:
+    the write's own check would enter it (its caller still holds it then) only to
+    skip it, and every statement of a loop would leave one dead reader behind.
+    Looked for from the end under the lock: appends (not locked) only add after it,
+    and only a locked batch takes a prefix.  Not where reference counts are not exact
+    (the caller's "nothing holds it" is a reference count)."""
+    if not _EXACT_REFCOUNTS:
+        return
+    with _readers_lock:
+        for k in range(len(recent_lazy) - 1, max(-1, len(recent_lazy) - 5), -1):
+            if recent_lazy[k] is array:
+                del recent_lazy[k]
+                return
+
+
 def _refcounts(arrays: list[Any]) -> list[int]:
     return list(map(sys.getrefcount, arrays))
 

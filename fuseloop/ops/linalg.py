@@ -81,6 +81,8 @@ def _align(x: Array, letters: str, space: str, sizes: dict[str, int]) -> Array:
     Repeated letters take a diagonal; letters of ``space`` that ``x`` lacks are
     broadcast (stride 0).
     """
+    if letters == space:  # (the operand's own axes, in order: no view to make)
+        return x
     m = len(space)
     shape = tuple(sizes[c] for c in space)
     coeffs = [[1 if space[d] == c else 0 for d in range(m)] for c in letters]
@@ -195,18 +197,21 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Array:
 
 def matmul(a: Any, b: Any) -> Array:
     """``a @ b`` with numpy's rules: 1-D promotion and broadcast batch axes."""
-    from ..sparse import issparse
+    if type(a) is not Array or type(b) is not Array:
+        from ..sparse import issparse
 
-    if issparse(a):  # (fl.matmul(A, x): the sparse product)
-        return a @ b
-    if issparse(b):
-        raise ShapeError(f"matmul: a dense operand of shape {getattr(a, 'shape', ())} times a "
-                         f"sparse matrix of shape {b.shape} is not supported (a transposed "
-                         "product); compute A @ x with the sparse matrix on the left")
+        if issparse(a):  # (fl.matmul(A, x): the sparse product)
+            return a @ b
+        if issparse(b):
+            raise ShapeError(f"matmul: a dense operand of shape {getattr(a, 'shape', ())} times a "
+                             f"sparse matrix of shape {b.shape} is not supported (a transposed "
+                             "product); compute A @ x with the sparse matrix on the left")
     a, b = _coerce(a), _coerce(b)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul: input operand does not have enough dimensions "
                          "(scalars are not allowed; use *)")
+    if a.ndim <= 2 and b.ndim <= 2:
+        return _matmul_unbatched(a, b)
     a2 = reshape(a, (1, *a.shape)) if a.ndim == 1 else a
     b2 = reshape(b, (*b.shape, 1)) if b.ndim == 1 else b
     n, k = a2.shape[-2:]
@@ -228,6 +233,26 @@ def matmul(a: Any, b: Any) -> Array:
     if b.ndim == 1:
         shape = shape[:-1]
     return reshape(out, shape) if shape != out.shape else out
+
+
+def _matmul_unbatched(a: Array, b: Array) -> Array:
+    """``a @ b`` for 1-D and 2-D operands: the contraction einsum would make, without
+    its reshapes to 2-D, broadcasts and subscript parsing, which cost a loop of small
+    products (``L[i, :i] @ x[:i]``) most of each statement's host time."""
+    k, k2 = a.shape[-1], b.shape[0]
+    if k != k2:
+        raise ShapeError(f"matmul: mismatch in the core dimension: {a.shape} @ {b.shape} "
+                         f"({k} != {k2})")
+    # (numpy's 1-D promotion: a vector's missing axis is simply not in the output)
+    la, lb = "ik"[2 - a.ndim:], "kj"[:b.ndim]
+    sizes = {"k": k}
+    n = m = 1
+    if a.ndim == 2:
+        sizes["i"] = n = a.shape[0]
+    if b.ndim == 2:
+        sizes["j"] = m = b.shape[1]
+    a, b = _materialise_costly(a, m), _materialise_costly(b, n)
+    return _contract([(a, la), (b, lb)], la[:-1] + lb[1:], sizes)
 
 
 def dot(a: Any, b: Any) -> Array:
