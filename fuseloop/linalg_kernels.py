@@ -574,9 +574,13 @@ FEW_RHS = 4
 GPU_LOCAL_BYTES = 40 * 1024
 
 _kernels: dict[tuple[str, str, int, int, int], SourceKernel] = {}
+# device -> local_limit(device): the driver's query costs each launch ~10 us otherwise
+_local_limits: dict[Device, int] = {}
 _lock = threading.Lock()
 _caches.register("linalg_kernels.kernels", _kernels.clear, lambda: len(_kernels),
                  why="one per kernel, element type, work-group size and block size")
+_caches.register("linalg_kernels.local_limits", _local_limits.clear,
+                 lambda: len(_local_limits), why="one per device")
 
 
 def group_size(device: Device, parallel: bool) -> int:
@@ -607,7 +611,7 @@ def _kernel(name: str, dtype: np.dtype, wg: int, nb: int = 32, vpg: int = FEW_RH
             ) -> SourceKernel:
     """Kernel ``name`` built for this element type, work-group size, block size and
     vectors per group (the defaults: sizes that fit any of them on a GPU)."""
-    key = (name, dtype.name, wg, nb, vpg)
+    key = (name, dtype.char, wg, nb, vpg)
     found = _kernels.get(key)
     if found is None:
         source, bufs, n_scalars, _ = _KERNELS[name]
@@ -638,7 +642,9 @@ def launch(name: str, dtype: np.dtype, outs: list[Storage], ins: list[Storage],
     compiled = _kernel(name, dtype, wg, nb, vpg).get(device)
     plan = launching.plan_for(compiled, (groups,), 0, 0, device)
     assert plan is not None
-    args: list[Any] = [np.int64(s) for s in scalars]
+    # (Python ints: the launcher converts them to the kernel's int64 itself, and skips
+    # setting a small one again when the kernel object already holds it)
+    args: list[Any] = list(scalars)
     launching.enqueue(plan, outs, ins, args, False, device)
 
 
@@ -729,6 +735,16 @@ def local_limit(device: Device) -> int:
     """The local memory a work-group of these kernels may use on ``device``: what its
     OpenCL driver reports, less a margin, and on a GPU at most ``GPU_LOCAL_BYTES``
     (PoCL's CPU device reports megabytes; some CPU runtimes 32 KiB)."""
+    known = _local_limits.get(device) if isinstance(device, Device) else None
+    if known is not None:
+        return known
+    limit = _local_limit(device)
+    if isinstance(device, Device):
+        _local_limits[device] = limit
+    return limit
+
+
+def _local_limit(device: Device) -> int:
     size = getattr(getattr(device, "cl_device", None), "local_mem_size", None)
     if device.type != "cpu":
         return min(GPU_LOCAL_BYTES, int(size) - 8192) if size else GPU_LOCAL_BYTES
