@@ -297,3 +297,73 @@ def test_gpu_blocks_fit_local_memory():
     assert linalg_kernels.vectors_per_group(gpu, 64, f32, 64) == 64
     vpg = linalg_kernels.vectors_per_group(gpu, 64, f64, 64)
     assert vpg < 64 and 64 * (65 + vpg + 1) * 8 <= linalg_kernels.GPU_LOCAL_BYTES
+
+
+def test_gemm_update_kernel_against_numpy(device):
+    # C -= A B through strides (A transposed in its buffer), partial 64 x 64 tiles
+    # and an inner size that is not a multiple of the kernel's 16; with lower=True
+    # the tiles above the diagonal are left as they were
+    rng = np.random.default_rng(7)
+    m, n, kk = 130, 70, 37
+    a_t = rng.standard_normal((kk, m))  # A = a_t.T: A(i, p) at p * m + i
+    b = rng.standard_normal((kk, n))
+    c = rng.standard_normal((m, n))
+    da, db = fl.asarray(a_t), fl.asarray(b)
+    dc = linalg_factor._copy(fl.asarray(c))
+    buf = linalg_factor._buf
+    linalg_kernels.gemm_update(buf(dc), buf(da), buf(db), m, n, kk, (0, n, 1), (0, 1, m),
+                               (0, n, 1), False, dc.dtype, dc.device)
+    np.testing.assert_allclose(dc.get(), c - a_t.T @ b, rtol=1e-12, atol=1e-12)
+    sq = rng.standard_normal((m, m))
+    ds = linalg_factor._copy(fl.asarray(sq))
+    linalg_kernels.gemm_update(buf(ds), buf(da), buf(da), m, m, kk, (0, m, 1), (0, 1, m),
+                               (0, m, 1), True, ds.dtype, ds.device)
+    want = sq - a_t.T @ a_t
+    tile = linalg_kernels.GEMM_TILE
+    above = np.arange(m)[:, None] // tile < np.arange(m)[None, :] // tile
+    np.testing.assert_allclose(ds.get()[~above], want[~above], rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(ds.get()[above], sq[above])
+
+
+@pytest.fixture
+def gemm_updates(monkeypatch):
+    """The GPUs' rule on any device: trailing updates by fuseloop_gemm_update; blocks of
+    16 (several per matrix, a partial last one) and work-groups of 4."""
+    monkeypatch.setattr(linalg_factor, "UPDATE", "kernel")
+    monkeypatch.setattr(linalg_factor, "block_size", lambda device: 16)
+    monkeypatch.setattr(linalg_kernels, "group_size", lambda device, parallel: 4)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_factorisations_with_the_update_kernel(device, gemm_updates, dtype):
+    import scipy.linalg
+
+    n = 83  # a partial last block, and 2 tiles of the update kernel at first
+    a, g = _spd(n, dtype), _general(n, dtype)
+    rng = np.random.default_rng(8)
+    b1, bk = rng.standard_normal(n).astype(dtype), rng.standard_normal((n, 6)).astype(dtype)
+    a64, g64 = a.astype(np.float64), g.astype(np.float64)
+    tol = 1e-10 if dtype == np.float64 else 2e-4
+    got = fl.linalg.cholesky(fl.asarray(a)).get()
+    np.testing.assert_allclose(got, np.linalg.cholesky(a64), rtol=tol, atol=tol)
+    for rhs in (b1, bk):
+        np.testing.assert_allclose(fl.linalg.solve(fl.asarray(g), fl.asarray(rhs)).get(),
+                                   np.linalg.solve(g64, rhs), rtol=tol, atol=tol)
+    low = np.tril(g)
+    for lower, trans in ((True, 0), (False, 0), (False, 1)):
+        t = low if lower else low.T.copy()
+        np.testing.assert_allclose(
+            fl.linalg.solve_triangular(t, bk, lower=lower, trans=trans).get(),
+            scipy.linalg.solve_triangular(t.astype(np.float64), bk, lower=lower,
+                                          trans=trans), rtol=tol, atol=tol)
+    np.testing.assert_allclose(fl.linalg.det(g).get(), np.linalg.det(g64), rtol=tol * 10)
+
+
+def test_update_kernel_rule():
+    from types import SimpleNamespace
+
+    gpu = SimpleNamespace(type="gpu", max_work_group_size=1024)
+    cpu = SimpleNamespace(type="cpu", max_work_group_size=4096)
+    small = SimpleNamespace(type="gpu", max_work_group_size=128)
+    assert linalg_factor.update_kernel(gpu)
+    assert not linalg_factor.update_kernel(cpu) and not linalg_factor.update_kernel(small)
