@@ -714,7 +714,7 @@ def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage, perm: S
     int64); ``cands``: two buffers of candidate rows, each of at least
     ``ceil(m / (2 nb)) * b`` int64.  Returns the number of launches."""
     rows = 2 * nb
-    wg = min(group_size(device, False), 2 * rows)
+    wg = tslu_group_size(device, rows)
     sets, src, dst, launches = 0, cands[1], cands[0], 0
     while True:
         groups = -(-m // rows) if sets == 0 else -(-sets // 2)
@@ -724,6 +724,17 @@ def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage, perm: S
         if groups == 1:
             return launches
         sets, src, dst = groups, dst, src
+
+
+def tslu_group_size(device: Device, rows: int) -> int:
+    """Work-items of a ``fuseloop_tslu`` group taking ``rows`` rows: on a GPU twice the
+    factoring groups' (512), up to 4 per row, as each column's rank-1 update of the
+    slice (up to ``rows`` x 63 products between two barriers) is most of a tournament
+    level's time, and the levels most of the LU's; 1 on a CPU (see :func:`group_size`)."""
+    g = group_size(device, False)
+    if device.type == "cpu":
+        return min(g, 2 * rows)
+    return max(1, min(2 * g, 4 * rows, device.max_work_group_size))
 
 
 def tslu_local_bytes(nb: int, dtype: np.dtype) -> int:
@@ -762,4 +773,4 @@ def fit_block(device: Device, nb: int, dtype: np.dtype) -> int:
 
 __all__ = ["FEW_RHS", "GEMM_GROUP", "GEMM_TILE", "fit_block", "gemm_update", "group_size",
            "launch", "local_limit", "panel_pivots", "potrf", "trsm_blocks", "trsv_step",
-           "vectors_per_group"]
+           "tslu_group_size", "vectors_per_group"]

@@ -367,3 +367,20 @@ def test_update_kernel_rule():
     small = SimpleNamespace(type="gpu", max_work_group_size=128)
     assert linalg_factor.update_kernel(gpu)
     assert not linalg_factor.update_kernel(cpu) and not linalg_factor.update_kernel(small)
+
+
+def test_tournament_with_four_work_items_per_row(device, block16, monkeypatch):
+    # the GPUs' tournament groups (4 work-items share each row of a slice's update)
+    monkeypatch.setattr(linalg_kernels, "tslu_group_size", lambda device, rows: 4 * rows)
+    rng = np.random.default_rng(9)
+    n = 70  # slices of 32 rows: 3, then 2 levels of candidates
+    a = (rng.standard_normal((n, n)) + 8 * np.eye(n))[rng.permutation(n)]
+    b = rng.standard_normal(n)
+    np.testing.assert_allclose(fl.linalg.solve(a, b).get(), np.linalg.solve(a, b), rtol=1e-9,
+                               atol=1e-12)
+    np.testing.assert_allclose(fl.linalg.det(a).get(), np.linalg.det(a), rtol=1e-9)
+    from types import SimpleNamespace
+
+    gpu = SimpleNamespace(type="gpu", max_work_group_size=1024)
+    assert linalg_kernels.tslu_group_size(gpu, 128) == 512
+    assert linalg_kernels.tslu_group_size(gpu, 64) == 256
