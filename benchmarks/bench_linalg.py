@@ -222,6 +222,9 @@ def main() -> None:
                     choices=["auto", "kernel", "contraction", "both"])
     args = ap.parse_args()
     modes = ["contraction", "kernel"] if args.update == "both" else [args.update]
+    if args.update != "auto" and not hasattr(linalg_factor, "update_kernel"):
+        ap.error(f"the fuseloop imported ({fl.__file__}) has no choice of update kernel: run "
+                 "with PYTHONPATH=<the checkout>")
     dt = np.dtype(args.dtype)
     cp, th = _cupy(), _torch()
     syncs: dict[str, Callable[[], Any]] = {
@@ -229,7 +232,8 @@ def main() -> None:
         "cupy": (lambda: cp.cuda.Device().synchronize()) if cp else (lambda: None),
         "torch": th.cuda.synchronize if th else (lambda: None)}
     print(f"device: {fl.get_device()}; {args.dtype} factorisations; median of {args.repeat}; "
-          f"cupy {'yes' if cp else 'no'}, torch {'yes' if th else 'no'}")
+          f"cupy {'yes' if cp else 'no'}, torch {'yes' if th else 'no'}; fuseloop from "
+          f"{fl.__file__}")
     rows, failed = [], []
     jobs: list[tuple[str, Callable[[], list[Case]], str, str]] = []
     for n in args.sizes:

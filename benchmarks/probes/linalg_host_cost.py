@@ -7,7 +7,7 @@ Where this host time comes near a GPU's measured time, the GPU waits on the host
 updates on a 2-core Xeon).  Results are garbage (nothing runs): timings only, best of
 ``--rounds``, reported, never asserted.
 
-    python benchmarks/probes/linalg_host_cost.py [--n 4096] [--block 64] [--rounds 3]
+    PYTHONPATH=. python benchmarks/probes/linalg_host_cost.py [--n 4096] [--block 64] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ def main() -> None:
     ap.add_argument("--rhs", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    if not hasattr(linalg_factor, "update_kernel"):
+        ap.error(f"the fuseloop imported ({fl.__file__}) has no choice of update kernel: run "
+                 "with PYTHONPATH=<the checkout>")
     n = args.n
     linalg_factor.block_size = lambda device: args.block  # type: ignore[assignment]
     rng = np.random.default_rng(0)
