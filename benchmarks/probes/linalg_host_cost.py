@@ -33,7 +33,7 @@ def _skip_enqueues() -> None:
     def skip(*args: Any) -> None:
         return None
 
-    ocl._enqueue_nd_range = skip  # type: ignore[assignment]  # (a probe's stand-in)
+    ocl._enqueue_nd_range = skip
     for obj in gc.get_objects():
         cells = getattr(obj, "__closure__", None) if callable(obj) else None
         for cell in cells or ():
@@ -52,7 +52,7 @@ def main() -> None:
         ap.error(f"the fuseloop imported ({fl.__file__}) has no choice of update kernel: run "
                  "with PYTHONPATH=<the checkout>")
     n = args.n
-    linalg_factor.block_size = lambda device: args.block  # type: ignore[assignment]
+    linalg_factor.block_size = lambda device: args.block
     rng = np.random.default_rng(0)
     g = (rng.standard_normal((n, n)) / np.sqrt(n) + 4 * np.eye(n)).astype(np.float32)
     a, gen = fl.asarray(g + g.T), fl.asarray(g)
