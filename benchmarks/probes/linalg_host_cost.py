@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +36,7 @@ def _skip_enqueues() -> None:
 
     ocl._enqueue_nd_range = skip
     for obj in gc.get_objects():
-        cells = getattr(obj, "__closure__", None) if callable(obj) else None
+        cells = getattr(obj, "__closure__", None) if inspect.isfunction(obj) else None
         for cell in cells or ():
             if cell.cell_contents is real:
                 cell.cell_contents = skip
