@@ -346,6 +346,10 @@ def test_factorisations_with_the_update_kernel(device, gemm_updates, dtype):
     tol = 1e-10 if dtype == np.float64 else 2e-4
     got = fl.linalg.cholesky(fl.asarray(a)).get()
     np.testing.assert_allclose(got, np.linalg.cholesky(a64), rtol=tol, atol=tol)
+    # a launch per block for each update, as the contraction's (the copy, the factor's
+    # tril, then per block the diagonal block, the panel and the update)
+    da = fl.asarray(a)
+    assert _launches(lambda: fl.linalg.cholesky(da).eval()) == 3 * -(-n // 16)
     for rhs in (b1, bk):
         np.testing.assert_allclose(fl.linalg.solve(fl.asarray(g), fl.asarray(rhs)).get(),
                                    np.linalg.solve(g64, rhs), rtol=tol, atol=tol)

@@ -15,12 +15,15 @@ from __future__ import annotations
 import argparse
 import gc
 import inspect
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+# every evaluation as a kernel, as on a GPU (the CPU's host path maps buffers instead)
+os.environ.setdefault("FUSELOOP_HOST_PATH", "0")
 import fuseloop as fl
 import fuseloop.backends.opencl as ocl
 from fuseloop import linalg_factor
