@@ -4,8 +4,10 @@ Cholesky and LU are blocked, right-looking algorithms with O(n / block) launches
 per block column small hand-written kernels (:mod:`fuseloop.linalg_kernels`)
 factor the diagonal block in local memory (Cholesky) or choose the panel's pivot
 rows by a tournament (LU), solve the panel's and the block row's triangular
-systems in local memory, and the trailing matrix is updated in place by one
-fuseloop contraction kernel, where nearly all the flops are.  ``solve``, ``inv``,
+systems in local memory, and the trailing matrix, where nearly all the flops are,
+is updated in place by one kernel: a fuseloop contraction on CPUs, a hand-written
+tiled ``C -= A B`` on GPUs (:func:`update_kernel`: the contraction's host work per
+block was most of a GPU's time).  ``solve``, ``inv``,
 ``det`` and ``slogdet`` are built on the LU factors (blocked triangular solves, the
 off-diagonal updates again by contractions; determinants as device reductions over
 the diagonal and the pivots).  A failure (a pivot that is not positive, a zero
