@@ -204,7 +204,8 @@ def _lu(a: Array) -> _LU:
     next), so that no launch needs the whole panel in one work-group.  The chosen
     rows are exchanged in the whole matrix, and its factored diagonal block written,
     by one launch; the panel below and the block row right of it are triangular
-    solves (one launch each), and the trailing matrix is updated by a contraction.
+    solves (one launch for both), and the trailing matrix is updated by one kernel
+    (see :func:`update_kernel`).
     """
     from .creation import arange
 
@@ -222,7 +223,9 @@ def _lu(a: Array) -> _LU:
     # the solved panel and block row, also written here (the trailing update reads
     # them from buffers other than the one it writes: one fused kernel)
     rest = max(n - nb, 1) * nb
-    col_buf, row_buf = empty((rest,), a.dtype, dev), empty((rest,), a.dtype, dev)
+    # (one buffer: both solves are one launch, which writes one copy buffer)
+    both = empty((2 * rest,), a.dtype, dev)
+    col_buf, row_buf = both[:rest], both[rest:]
     hand = update_kernel(dev)
     for k in range(0, n, nb):
         b = min(nb, n - k)
@@ -233,15 +236,14 @@ def _lu(a: Array) -> _LU:
                   [k, b, n, n, k, k2], dev, n, nb=nb)
         if k2 < n:
             m = n - k2
-            # L21 = A21 U11^-1: each row of the panel below solved against U11^T
+            # one launch: L21 = A21 U11^-1 (each row of the panel below solved against
+            # U11^T) and U12 = L11^-1 A12 (L11 unit lower: each column of the block row)
             _k.trsm_blocks(s, s, b, m, (k * n + k, 1, n), (k2 * n + k, 1, n), True, 2, nb,
-                           a.dtype, dev, copy=(_buf(col_buf), 0, 1, b))
-            # U12 = L11^-1 A12 (L11 unit lower): each column of the block row solved
-            _k.trsm_blocks(s, s, b, m, (k * n + k, n, 1), (k * n + k2, n, 1), True, 1, nb,
-                           a.dtype, dev, copy=(_buf(row_buf), 0, m, 1))
+                           a.dtype, dev, copy=(_buf(both), 0, 1, b),
+                           second=(m, (k * n + k, n, 1), (k * n + k2, n, 1), (rest, m, 1), 1))
             if hand:
-                _k.gemm_update(s, _buf(col_buf), _buf(row_buf), m, m, b, (k2 * n + k2, n, 1),
-                               (0, b, 1), (0, m, 1), False, a.dtype, dev)
+                _k.gemm_update(s, _buf(both), _buf(both), m, m, b, (k2 * n + k2, n, 1),
+                               (0, b, 1), (rest, m, 1), False, a.dtype, dev)
                 continue
             w[k2:, k2:] -= _product(reshape(col_buf[:m * b], (m, b)),
                                     reshape(row_buf[:b * m], (b, m)))

@@ -102,21 +102,34 @@ void fuseloop_potrf(__global FL_T *a, __global long *flag, const long off,
 # barriers while solving) and writes them back; with ``copy`` also to c[coff + i*cs0
 # + v*cs1] (a contiguous copy that the next matrix product reads).  The Cholesky
 # panel's rows, a block row of right-hand sides and an LU block row's columns are
-# all such vectors.
+# all such vectors.  The groups from ``split`` on solve a second such system (the
+# ``_z`` parameters; the same n, lower and copy): the LU's panel and block row in one
+# launch, side by side on the device.
 _TRSM_BLOCKS = r"""
 #define TT(i, j) tt[(i) * (NB + 1) + (j)]
 #define XX(i, v) xx[(i) * (VPG + 1) + (v)]
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fuseloop_trsm_blocks(__global FL_T *b, __global FL_T *c, __global const FL_T *t,
-                          const long n_, const long nvec, const long toff, const long ts0,
-                          const long ts1, const long boff, const long bs0, const long bs1,
-                          const long coff, const long cs0, const long cs1,
-                          const long lower, const long unit, const long copy)
+                          const long n_, const long nvec_a, const long toff_a,
+                          const long ts0_a, const long ts1_a, const long boff_a,
+                          const long bs0_a, const long bs1_a, const long coff_a,
+                          const long cs0_a, const long cs1_a,
+                          const long lower, const long unit_a, const long copy,
+                          const long split, const long nvec_z, const long toff_z,
+                          const long ts0_z, const long ts1_z, const long boff_z,
+                          const long bs0_z, const long bs1_z, const long coff_z,
+                          const long cs0_z, const long cs1_z, const long unit_z)
 {
     __local FL_T tt[NB * (NB + 1)];
     __local FL_T xx[NB * (VPG + 1)];
     const int lid = get_local_id(0), n = (int)n_;
-    const long v0 = (long)get_group_id(0) * VPG;
+    const int z = get_group_id(0) >= split;  /* (the same for the whole group) */
+    const long nvec = z ? nvec_z : nvec_a, toff = z ? toff_z : toff_a;
+    const long ts0 = z ? ts0_z : ts0_a, ts1 = z ? ts1_z : ts1_a;
+    const long boff = z ? boff_z : boff_a, bs0 = z ? bs0_z : bs0_a, bs1 = z ? bs1_z : bs1_a;
+    const long coff = z ? coff_z : coff_a, cs0 = z ? cs0_z : cs0_a, cs1 = z ? cs1_z : cs1_a;
+    const long unit = z ? unit_z : unit_a;
+    const long v0 = (long)(z ? get_group_id(0) - split : get_group_id(0)) * VPG;
     const int nv = nvec - v0 < VPG ? (int)(nvec - v0) : VPG;
     for (int e = lid; e < n * n; e += WG) {
         /* neighbouring work-items on neighbouring addresses (T may be a transpose) */
@@ -554,7 +567,7 @@ void fuseloop_gemm_update(__global FL_T *c, __global const FL_T *a, __global con
 # work-item per column, else work-groups of group_size(device, False))
 _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     "fuseloop_potrf": (_POTRF, ["out0", "out1"], 4, False),
-    "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 14, True),
+    "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 26, True),
     "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"], 6, False),
     "fuseloop_rowperm": (_ROWPERM, ["out0", "out1", "in0", "in1"], 6, True),
     "fuseloop_trsv_blocks": (_TRSV_BLOCKS, ["out0", "out1", "in0"], 10, True),
@@ -655,21 +668,39 @@ def potrf(a: Storage, flag: Storage, off: int, ld: int, n: int, col0: int, nb: i
     launch("fuseloop_potrf", dtype, [a, flag], [], [off, ld, n, col0], device, nb=nb)
 
 
+#: ``fuseloop_trsm_blocks``'s split when it solves one system (one object: a kernel
+#: object that holds it already is not set again)
+_NO_SPLIT = 1 << 62
+_NO_SECOND = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
 def trsm_blocks(b: Storage, t: Storage, n: int, nvec: int, t_at: tuple[int, int, int],
                 b_at: tuple[int, int, int], lower: bool, unit: int, nb: int,
                 dtype: np.dtype, device: Device,
-                copy: tuple[Storage, int, int, int] | None = None) -> None:
+                copy: tuple[Storage, int, int, int] | None = None,
+                second: tuple[int, tuple[int, int, int], tuple[int, int, int],
+                              tuple[int, int, int], int] | None = None) -> None:
     """Solve ``T x = b`` in place for ``nvec`` vectors of ``n <= nb`` elements: ``T``'s
     (offset, row stride, column stride) in ``t`` is ``t_at``, vector ``v``'s element
     ``i`` is ``b[off + i * s0 + v * s1]`` for ``b_at = (off, s0, s1)``; ``unit``: 1 for a
     unit diagonal, 2 to skip zeros on the stored one (0: divide by it); ``copy``: a
-    buffer and its (offset, s0, s1) that also receives the solution."""
+    buffer and its (offset, s0, s1) that also receives the solution.  ``second``: a
+    second system in the same buffers and launch, as ``(nvec, t_at, b_at, c_at,
+    unit)`` (``c_at`` in ``copy``'s buffer, which it needs)."""
     wg = group_size(device, True)
     vpg = vectors_per_group(device, nb, dtype, wg)
     c, *c_at = copy if copy is not None else (b, *b_at)
+    groups = max(1, -(-nvec // vpg))
+    split: int = _NO_SPLIT
+    more: tuple[int, ...] = _NO_SECOND
+    if second is not None:
+        assert copy is not None
+        nvec2, t2, b2, c2, unit2 = second
+        split, more = groups, (nvec2, *t2, *b2, *c2, int(unit2))
+        groups += max(1, -(-nvec2 // vpg))
     launch("fuseloop_trsm_blocks", dtype, [b, c], [t],
-           [n, nvec, *t_at, *b_at, *c_at, int(lower), int(unit), int(copy is not None)],
-           device, groups=max(1, -(-nvec // vpg)), nb=nb, vpg=vpg)
+           [n, nvec, *t_at, *b_at, *c_at, int(lower), int(unit), int(copy is not None),
+            split, *more], device, groups=groups, nb=nb, vpg=vpg)
 
 
 def trsv_step(x: Storage, y: Storage, t: Storage, b: int, m: int, k: int,

@@ -246,9 +246,9 @@ def test_launches_per_block(device, block16):
     for k in range(0, n, block16):
         slices = -(-(n - k) // (2 * block16))
         levels += 1 + (slices - 1).bit_length()  # 1 + ceil(log2(slices))
-    # the copy and the row order's start, the tournament, the row exchanges, two
-    # triangular solves and the product
-    lu = 2 + levels + blocks + 3 * (blocks - 1)
+    # the copy and the row order's start, the tournament, the row exchanges, the two
+    # triangular solves (one launch) and the product
+    lu = 2 + levels + blocks + 2 * (blocks - 1)
     assert _launches(lambda: linalg_factor._lu(gen)) == lu
     # solve: the LU, the right-hand side's rows gathered, a launch per block and direction
     assert _launches(lambda: fl.linalg.solve(gen, few).eval()) == lu + 1 + 2 * blocks
