@@ -6,9 +6,10 @@ a factorisation.  They do the small, sequential parts of the blocked algorithms
 in local memory (the diagonal block of a Cholesky factorisation, the LU panel's
 pivot tournament, the triangular solves of a block against many vectors) and the
 row swaps; the trailing updates, where the flops are, are fuseloop's own
-contractions.  Built per element type, work-group size, block size (``NB``, the
-local arrays' size) and vectors per group (``VPG``), through the kernel cache as
-:class:`fuseloop.cache.SourceKernel`s, and launched with
+contractions on CPUs and, on GPUs, a tiled ``C -= A B`` (:mod:`fuseloop.linalg_gemm`;
+see ``linalg_factor.update_kernel``).  Built per element type, work-group size,
+block size (``NB``, the local arrays' size) and vectors per group (``VPG``), through
+the kernel cache as :class:`fuseloop.cache.SourceKernel`s, and launched with
 :func:`fuseloop.launching.enqueue`, like the mask compaction's kernels.  They also
 build with NVRTC through the CUDA backend's prelude (no helper functions: a
 ``__local`` pointer parameter is not CUDA).
@@ -25,6 +26,7 @@ from . import caches as _caches
 from . import launching
 from .cache import KernelPlan, SourceKernel
 from .expr.nodes import Storage
+from .linalg_gemm import GEMM_GROUP, GEMM_TILE, GEMM_UPDATE_SOURCE
 from .runtime.devices import Device
 
 # FL_T: the element type; WG: work-items per group; NB: the largest block; VPG: see
@@ -495,74 +497,6 @@ void fuseloop_rowperm(__global FL_T *a, __global long *rowperm, __global const l
 }
 """
 
-# The trailing update of the blocked algorithms, c -= a b (m x n, inner size kk <= a
-# block), for GPUs: the fuseloop contraction costs the host a lazy expression, an
-# assignment and a plan look-up per block (most of a 4096 factorisation's time on an
-# H100), this kernel one launch.  A(i, p) = a[aoff + i*as0 + p*as1], B(p, j) =
-# b[boff + p*bs0 + j*bs1], C(i, j) = c[coff + i*cs0 + j*cs1].  A work-group of 256
-# (16 x 16) computes a GT x GT tile of c, each work-item 4 x 4 of it (rows ty + 16 r,
-# columns tx + 16 s: neighbouring work-items on neighbouring columns), through local
-# copies of GK columns of A's tile and GK rows of B's, loaded along whichever stride
-# is 1.  ``lower``: tiles above the diagonal (of a square c) are skipped, the
-# Cholesky update's symmetric half.
-_GEMM_UPDATE = r"""
-#define GT 64
-#define GK 16
-__kernel __attribute__((reqd_work_group_size(256, 1, 1)))
-void fuseloop_gemm_update(__global FL_T *c, __global const FL_T *a, __global const FL_T *b,
-                          const long m, const long n, const long kk,
-                          const long aoff, const long as0, const long as1,
-                          const long boff, const long bs0, const long bs1,
-                          const long coff, const long cs0, const long cs1, const long lower)
-{
-    __local FL_T la[GK][GT + 1];
-    __local FL_T lb[GK][GT + 1];
-    const int lid = get_local_id(0), tx = lid % 16, ty = lid / 16;
-    const long tiles_n = (n + GT - 1) / GT;
-    const long bi = get_group_id(0) / tiles_n, bj = get_group_id(0) % tiles_n;
-    if (lower != 0 && bj > bi)
-        return;  /* (the whole group: no barrier is skipped by part of it) */
-    const long i0 = bi * GT, j0 = bj * GT;
-    FL_T acc[4][4];
-    for (int r = 0; r < 4; ++r)
-        for (int s = 0; s < 4; ++s)
-            acc[r][s] = (FL_T)0;
-    for (long p0 = 0; p0 < kk; p0 += GK) {
-        for (int e = lid; e < GK * GT; e += 256) {
-            /* coalesced along the stride that is 1 */
-            const int p = as1 == 1 ? e % GK : e / GT, i = as1 == 1 ? e / GK : e % GT;
-            const int q = bs1 == 1 ? e / GT : e % GK, j = bs1 == 1 ? e % GT : e / GK;
-            la[p][i] = i0 + i < m && p0 + p < kk ? a[aoff + (i0 + i) * as0 + (p0 + p) * as1]
-                                                 : (FL_T)0;
-            lb[q][j] = j0 + j < n && p0 + q < kk ? b[boff + (p0 + q) * bs0 + (j0 + j) * bs1]
-                                                 : (FL_T)0;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int p = 0; p < GK; ++p) {
-            FL_T av[4], bv[4];
-            for (int r = 0; r < 4; ++r)
-                av[r] = la[p][ty + 16 * r];
-            for (int s = 0; s < 4; ++s)
-                bv[s] = lb[p][tx + 16 * s];
-            for (int r = 0; r < 4; ++r)
-                for (int s = 0; s < 4; ++s)
-                    acc[r][s] += av[r] * bv[s];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    for (int r = 0; r < 4; ++r) {
-        const long i = i0 + ty + 16 * r;
-        for (int s = 0; s < 4; ++s) {
-            const long j = j0 + tx + 16 * s;
-            if (i < m && j < n)
-                c[coff + i * cs0 + j * cs1] -= acc[r][s];
-        }
-    }
-}
-#undef GT
-#undef GK
-"""
-
 # name -> (source, buffer arguments, number of int64 scalars, column-parallel: one
 # work-item per column, else work-groups of group_size(device, False))
 _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
@@ -571,13 +505,9 @@ _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"], 6, False),
     "fuseloop_rowperm": (_ROWPERM, ["out0", "out1", "in0", "in1"], 6, True),
     "fuseloop_trsv_blocks": (_TRSV_BLOCKS, ["out0", "out1", "in0"], 10, True),
-    "fuseloop_gemm_update": (_GEMM_UPDATE, ["out0", "in0", "in1"], 13, False),
+    "fuseloop_gemm_update": (GEMM_UPDATE_SOURCE, ["out0", "in0", "in1"], 13, False),
 }
 
-#: work-items of a ``fuseloop_gemm_update`` group (16 x 16, fixed by its tiling)
-GEMM_GROUP = 256
-#: the rows and columns of c one ``fuseloop_gemm_update`` group computes
-GEMM_TILE = 64
 
 #: right-hand sides up to which a triangular solve's block is one fused launch
 FEW_RHS = 4
