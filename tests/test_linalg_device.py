@@ -368,7 +368,7 @@ def test_update_kernel_rule():
 
     gpu = SimpleNamespace(type="gpu", max_work_group_size=1024)
     cpu = SimpleNamespace(type="cpu", max_work_group_size=4096)
-    small = SimpleNamespace(type="gpu", max_work_group_size=128)
+    small = SimpleNamespace(type="gpu", max_work_group_size=32)
     assert linalg_factor.update_kernel(gpu)
     assert not linalg_factor.update_kernel(cpu) and not linalg_factor.update_kernel(small)
 
