@@ -8,6 +8,10 @@ numpy first.  Peers: numpy/scipy on the host's CPU always; cupy (cuSOLVER, CUB) 
 when they import with a GPU.  The ``x cupy`` and ``x torch`` columns are the peer's
 time over fuseloop's (1.0: as fast; issue 27 asks >= 0.3 for the factorisations and
 >= 0.5 for sort and cumsum); ``launches``: fuseloop's kernel launches per call.
+``--update`` picks the factorisations' trailing-update kernel
+(``fuseloop.linalg_factor.UPDATE``): ``auto`` (the device's rule), ``kernel`` (the
+hand-written ``C -= A B``), ``contraction`` (fuseloop's), or ``both`` (a row for each, in
+one run: the op is then labelled with it).
 GFLOP/s counts n^3/3 for Cholesky, 2n^3/3 + 2n^2 for solve and n^2 k for a
 triangular solve with k right-hand sides.
 
@@ -16,6 +20,7 @@ Usage (the issue's sizes are the defaults)::
     python benchmarks/bench_linalg.py [--sizes 4096] [--rhs 256] [--sort-n 16777216]
                                       [--scan-n 134217728] [--ops cholesky solve ...]
                                       [--repeat 5] [--dtype float32] [--out results.json]
+                                      [--update auto|kernel|contraction|both]
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 import numpy as np
 
 import fuseloop as fl
+from fuseloop import linalg_factor
 from fuseloop.bench.runner import median_time
 
 OPS = ("cholesky", "solve", "solve_triangular", "sort", "cumsum")
@@ -182,7 +188,7 @@ def _row(case: Case, repeat: int, dtype: str, syncs: dict[str, Callable[[], Any]
 
 
 def _print(rows: list[dict]) -> None:
-    head = (f"{'op':17s} {'size':14s} {'fuseloop ms':>11s} {'numpy ms':>9s} {'cupy ms':>8s} "
+    head = (f"{'op':26s} {'size':14s} {'fuseloop ms':>11s} {'numpy ms':>9s} {'cupy ms':>8s} "
             f"{'torch ms':>9s} {'x cupy':>7s} {'x torch':>7s} {'GFLOP/s':>8s} {'launches':>8s} "
             "check")
     print(head)
@@ -195,7 +201,7 @@ def _print(rows: list[dict]) -> None:
         return format(r[k], f) if k in r else "-"
 
     for r in rows:
-        print(f"{r['op']:17s} {r['size']:14s} {ms(r, 'fuseloop_s'):>11s} "
+        print(f"{r['op']:26s} {r['size']:14s} {ms(r, 'fuseloop_s'):>11s} "
               f"{ms(r, 'numpy_s'):>9s} {ms(r, 'cupy_s'):>8s} {ms(r, 'torch_s'):>9s} "
               f"{num(r, 'x_cupy', '.3f'):>7s} {num(r, 'x_torch', '.3f'):>7s} "
               f"{num(r, 'fuseloop_gflops', '.1f'):>8s} {r['launches']:8d} "
@@ -212,7 +218,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--out", default=None)
+    ap.add_argument("--update", default="auto",
+                    choices=["auto", "kernel", "contraction", "both"])
     args = ap.parse_args()
+    modes = ["contraction", "kernel"] if args.update == "both" else [args.update]
+    if args.update != "auto" and not hasattr(linalg_factor, "update_kernel"):
+        ap.error(f"the fuseloop imported ({fl.__file__}) has no choice of update kernel: run "
+                 "with PYTHONPATH=<the checkout>")
     dt = np.dtype(args.dtype)
     cp, th = _cupy(), _torch()
     syncs: dict[str, Callable[[], Any]] = {
@@ -220,19 +232,25 @@ def main() -> None:
         "cupy": (lambda: cp.cuda.Device().synchronize()) if cp else (lambda: None),
         "torch": th.cuda.synchronize if th else (lambda: None)}
     print(f"device: {fl.get_device()}; {args.dtype} factorisations; median of {args.repeat}; "
-          f"cupy {'yes' if cp else 'no'}, torch {'yes' if th else 'no'}")
+          f"cupy {'yes' if cp else 'no'}, torch {'yes' if th else 'no'}; fuseloop from "
+          f"{fl.__file__}")
     rows, failed = [], []
-    jobs: list[tuple[str, Callable[[], list[Case]], str]] = []
+    jobs: list[tuple[str, Callable[[], list[Case]], str, str]] = []
     for n in args.sizes:
         jobs += [(f"{op} {n}", lambda op=op, n=n: _factorisations(n, dt, args.rhs, [op], cp, th),
-                  args.dtype) for op in OPS[:3] if op in args.ops]
-    jobs += [(op, lambda op=op: _sort_scan(args.sort_n, args.scan_n, [op], cp, th), "float32")
-             for op in OPS[3:] if op in args.ops]
-    for what, make, dtype in jobs:
+                  args.dtype, mode) for op in OPS[:3] if op in args.ops for mode in modes]
+    jobs += [(op, lambda op=op: _sort_scan(args.sort_n, args.scan_n, [op], cp, th), "float32",
+              "auto") for op in OPS[3:] if op in args.ops]
+    for what, make, dtype, mode in jobs:
+        linalg_factor.UPDATE = mode
         try:  # (one failing operation does not cost the others' timings)
-            rows += [_row(case, args.repeat, dtype, syncs) for case in make()]
+            for case in make():
+                if len(modes) > 1 and mode != "auto":
+                    case.op = f"{case.op} [{mode[:6]}]"
+                rows.append(_row(case, args.repeat, dtype, syncs))
         except Exception as exc:
             failed.append(f"{what}: {type(exc).__name__}: {exc}")
+    linalg_factor.UPDATE = "auto"
     _print(rows)
     for line in failed:
         print("FAILED", line)

@@ -4,8 +4,10 @@ Cholesky and LU are blocked, right-looking algorithms with O(n / block) launches
 per block column small hand-written kernels (:mod:`fuseloop.linalg_kernels`)
 factor the diagonal block in local memory (Cholesky) or choose the panel's pivot
 rows by a tournament (LU), solve the panel's and the block row's triangular
-systems in local memory, and the trailing matrix is updated in place by one
-fuseloop contraction kernel, where nearly all the flops are.  ``solve``, ``inv``,
+systems in local memory, and the trailing matrix, where nearly all the flops are,
+is updated in place by one kernel: a fuseloop contraction on CPUs, a hand-written
+tiled ``C -= A B`` on GPUs (:func:`update_kernel`: the contraction's host work per
+block was most of a GPU's time).  ``solve``, ``inv``,
 ``det`` and ``slogdet`` are built on the LU factors (blocked triangular solves, the
 off-diagonal updates again by contractions; determinants as device reductions over
 the diagonal and the pivots).  A failure (a pivot that is not positive, a zero
@@ -20,6 +22,7 @@ the 2- and nuclear norms) run on the host through numpy and warn with
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -44,6 +47,23 @@ def block_size(device: Any) -> int:
     """The block width of the blocked factorisations on ``device``: the trailing
     update's product is faster with more columns, the sequential panel slower."""
     return 128 if device.type == "cpu" else 64
+
+
+#: the trailing updates' kernel: "auto" (:func:`update_kernel`'s rule), "kernel" (the
+#: hand-written ``C -= A B``) or "contraction" (fuseloop's); FUSELOOP_LINALG_UPDATE
+UPDATE = os.environ.get("FUSELOOP_LINALG_UPDATE", "auto").strip().lower()
+
+
+def update_kernel(device: Any) -> bool:
+    """Whether the blocked algorithms update their trailing matrices with the
+    hand-written ``C -= A B`` kernel (:func:`fuseloop.linalg_kernels.gemm_update`)
+    rather than a fuseloop contraction: on GPUs, where the contraction's host work
+    per block (building, assigning, looking up its plan: ~0.15 ms) is more than the
+    GPU's; not on CPUs, where fuseloop's CPU matmul is faster and the host is not
+    the limit.  :data:`UPDATE` overrides the rule."""
+    if UPDATE in ("kernel", "contraction"):
+        return UPDATE == "kernel"
+    return device.type != "cpu" and device.max_work_group_size >= _k.GEMM_GROUP
 
 
 def _float_dtype(a: Array, name: str, complex_ok: bool = False) -> np.dtype:
@@ -131,6 +151,7 @@ def _cholesky2(a: Array) -> Array:
     # the solved panel, also written here: the trailing update reads it from a
     # buffer other than the one it writes, so that it is one fused kernel
     panel_buf = empty((max(n - nb, 0) * nb,), a.dtype, dev) if n > nb else None
+    hand = update_kernel(dev)
     for k in range(0, n, nb):
         b = min(nb, n - k)
         k2 = k + b
@@ -141,6 +162,10 @@ def _cholesky2(a: Array) -> Array:
             # L21 = A21 L11^-T: each row of the panel solved against L11
             _k.trsm_blocks(s, s, b, m, (k * n + k, n, 1), (k2 * n + k, 1, n), True, False,
                            nb, a.dtype, dev, copy=(_buf(panel_buf), 0, 1, b))
+            if hand:  # (its lower half: the rest is not read)
+                _k.gemm_update(s, _buf(panel_buf), _buf(panel_buf), m, m, b, (k2 * n + k2, n, 1),
+                               (0, b, 1), (0, 1, b), True, a.dtype, dev)
+                continue
             panel = reshape(panel_buf[:m * b], (m, b))
             # the whole trailing square (only its lower triangle is read later)
             w[k2:, k2:] -= _product(panel, panel, True)
@@ -179,7 +204,8 @@ def _lu(a: Array) -> _LU:
     next), so that no launch needs the whole panel in one work-group.  The chosen
     rows are exchanged in the whole matrix, and its factored diagonal block written,
     by one launch; the panel below and the block row right of it are triangular
-    solves (one launch each), and the trailing matrix is updated by a contraction.
+    solves (one launch for both), and the trailing matrix is updated by one kernel
+    (see :func:`update_kernel`).
     """
     from .creation import arange
 
@@ -197,7 +223,10 @@ def _lu(a: Array) -> _LU:
     # the solved panel and block row, also written here (the trailing update reads
     # them from buffers other than the one it writes: one fused kernel)
     rest = max(n - nb, 1) * nb
-    col_buf, row_buf = empty((rest,), a.dtype, dev), empty((rest,), a.dtype, dev)
+    # (one buffer: both solves are one launch, which writes one copy buffer)
+    both = empty((2 * rest,), a.dtype, dev)
+    col_buf, row_buf = both[:rest], both[rest:]
+    hand = update_kernel(dev)
     for k in range(0, n, nb):
         b = min(nb, n - k)
         k2 = k + b
@@ -207,12 +236,15 @@ def _lu(a: Array) -> _LU:
                   [k, b, n, n, k, k2], dev, n, nb=nb)
         if k2 < n:
             m = n - k2
-            # L21 = A21 U11^-1: each row of the panel below solved against U11^T
+            # one launch: L21 = A21 U11^-1 (each row of the panel below solved against
+            # U11^T) and U12 = L11^-1 A12 (L11 unit lower: each column of the block row)
             _k.trsm_blocks(s, s, b, m, (k * n + k, 1, n), (k2 * n + k, 1, n), True, 2, nb,
-                           a.dtype, dev, copy=(_buf(col_buf), 0, 1, b))
-            # U12 = L11^-1 A12 (L11 unit lower): each column of the block row solved
-            _k.trsm_blocks(s, s, b, m, (k * n + k, n, 1), (k * n + k2, n, 1), True, 1, nb,
-                           a.dtype, dev, copy=(_buf(row_buf), 0, m, 1))
+                           a.dtype, dev, copy=(_buf(both), 0, 1, b),
+                           second=(m, (k * n + k, n, 1), (k * n + k2, n, 1), (rest, m, 1), 1))
+            if hand:
+                _k.gemm_update(s, _buf(both), _buf(both), m, m, b, (k2 * n + k2, n, 1),
+                               (0, b, 1), (rest, m, 1), False, a.dtype, dev)
+                continue
             w[k2:, k2:] -= _product(reshape(col_buf[:m * b], (m, b)),
                                     reshape(row_buf[:b * m], (b, m)))
     return _LU(w, piv, rows, _read_flag(flag))
@@ -245,6 +277,7 @@ def blocked_solve(t: Array, x: Array, lower: bool, unit: bool, transposed: bool)
     few = m <= _k.FEW_RHS
     out = empty(x.shape, x.dtype, dev) if few else x
     solved = None if few else empty((min(nb, n) * m,), x.dtype, dev)
+    hand = update_kernel(dev)
     for k in (starts if lower else reversed(starts)):
         k2 = min(n, k + nb)
         b = k2 - k
@@ -255,6 +288,11 @@ def blocked_solve(t: Array, x: Array, lower: bool, unit: bool, transposed: bool)
         assert solved is not None
         _k.trsm_blocks(sx, st, b, m, (k * ts0 + k * ts1, ts0, ts1), (k * m, m, 1), lower,
                        unit, nb, x.dtype, dev, copy=(_buf(solved), 0, m, 1))
+        if hand:  # the rows below (lower) or above the block: x[r] -= T[r, k:k2] solved
+            r0, rows = (k2, n - k2) if lower else (0, k)
+            _k.gemm_update(sx, st, _buf(solved), rows, m, b, (r0 * m, m, 1),
+                           (r0 * ts0 + k * ts1, ts0, ts1), (0, m, 1), False, x.dtype, dev)
+            continue
         done = reshape(solved[:b * m], (b, m))
         if lower and k2 < n:
             x[k2:] -= _product(view[k2:, k:k2], done)

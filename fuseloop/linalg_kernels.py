@@ -6,9 +6,10 @@ a factorisation.  They do the small, sequential parts of the blocked algorithms
 in local memory (the diagonal block of a Cholesky factorisation, the LU panel's
 pivot tournament, the triangular solves of a block against many vectors) and the
 row swaps; the trailing updates, where the flops are, are fuseloop's own
-contractions.  Built per element type, work-group size, block size (``NB``, the
-local arrays' size) and vectors per group (``VPG``), through the kernel cache as
-:class:`fuseloop.cache.SourceKernel`s, and launched with
+contractions on CPUs and, on GPUs, a tiled ``C -= A B`` (:mod:`fuseloop.linalg_gemm`;
+see ``linalg_factor.update_kernel``).  Built per element type, work-group size,
+block size (``NB``, the local arrays' size) and vectors per group (``VPG``), through
+the kernel cache as :class:`fuseloop.cache.SourceKernel`s, and launched with
 :func:`fuseloop.launching.enqueue`, like the mask compaction's kernels.  They also
 build with NVRTC through the CUDA backend's prelude (no helper functions: a
 ``__local`` pointer parameter is not CUDA).
@@ -25,6 +26,7 @@ from . import caches as _caches
 from . import launching
 from .cache import KernelPlan, SourceKernel
 from .expr.nodes import Storage
+from .linalg_gemm import GEMM_GROUP, GEMM_TILE, GEMM_UPDATE_SOURCE
 from .runtime.devices import Device
 
 # FL_T: the element type; WG: work-items per group; NB: the largest block; VPG: see
@@ -102,21 +104,34 @@ void fuseloop_potrf(__global FL_T *a, __global long *flag, const long off,
 # barriers while solving) and writes them back; with ``copy`` also to c[coff + i*cs0
 # + v*cs1] (a contiguous copy that the next matrix product reads).  The Cholesky
 # panel's rows, a block row of right-hand sides and an LU block row's columns are
-# all such vectors.
+# all such vectors.  The groups from ``split`` on solve a second such system (the
+# ``_z`` parameters; the same n, lower and copy): the LU's panel and block row in one
+# launch, side by side on the device.
 _TRSM_BLOCKS = r"""
 #define TT(i, j) tt[(i) * (NB + 1) + (j)]
 #define XX(i, v) xx[(i) * (VPG + 1) + (v)]
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fuseloop_trsm_blocks(__global FL_T *b, __global FL_T *c, __global const FL_T *t,
-                          const long n_, const long nvec, const long toff, const long ts0,
-                          const long ts1, const long boff, const long bs0, const long bs1,
-                          const long coff, const long cs0, const long cs1,
-                          const long lower, const long unit, const long copy)
+                          const long n_, const long nvec_a, const long toff_a,
+                          const long ts0_a, const long ts1_a, const long boff_a,
+                          const long bs0_a, const long bs1_a, const long coff_a,
+                          const long cs0_a, const long cs1_a,
+                          const long lower, const long unit_a, const long copy,
+                          const long split, const long nvec_z, const long toff_z,
+                          const long ts0_z, const long ts1_z, const long boff_z,
+                          const long bs0_z, const long bs1_z, const long coff_z,
+                          const long cs0_z, const long cs1_z, const long unit_z)
 {
     __local FL_T tt[NB * (NB + 1)];
     __local FL_T xx[NB * (VPG + 1)];
     const int lid = get_local_id(0), n = (int)n_;
-    const long v0 = (long)get_group_id(0) * VPG;
+    const int z = get_group_id(0) >= split;  /* (the same for the whole group) */
+    const long nvec = z ? nvec_z : nvec_a, toff = z ? toff_z : toff_a;
+    const long ts0 = z ? ts0_z : ts0_a, ts1 = z ? ts1_z : ts1_a;
+    const long boff = z ? boff_z : boff_a, bs0 = z ? bs0_z : bs0_a, bs1 = z ? bs1_z : bs1_a;
+    const long coff = z ? coff_z : coff_a, cs0 = z ? cs0_z : cs0_a, cs1 = z ? cs1_z : cs1_a;
+    const long unit = z ? unit_z : unit_a;
+    const long v0 = (long)(z ? get_group_id(0) - split : get_group_id(0)) * VPG;
     const int nv = nvec - v0 < VPG ? (int)(nvec - v0) : VPG;
     for (int e = lid; e < n * n; e += WG) {
         /* neighbouring work-items on neighbouring addresses (T may be a transpose) */
@@ -486,11 +501,13 @@ void fuseloop_rowperm(__global FL_T *a, __global long *rowperm, __global const l
 # work-item per column, else work-groups of group_size(device, False))
 _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     "fuseloop_potrf": (_POTRF, ["out0", "out1"], 4, False),
-    "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 14, True),
+    "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 26, True),
     "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"], 6, False),
     "fuseloop_rowperm": (_ROWPERM, ["out0", "out1", "in0", "in1"], 6, True),
     "fuseloop_trsv_blocks": (_TRSV_BLOCKS, ["out0", "out1", "in0"], 10, True),
+    "fuseloop_gemm_update": (GEMM_UPDATE_SOURCE, ["out0", "in0", "in1"], 13, False),
 }
+
 
 #: right-hand sides up to which a triangular solve's block is one fused launch
 FEW_RHS = 4
@@ -500,9 +517,13 @@ FEW_RHS = 4
 GPU_LOCAL_BYTES = 40 * 1024
 
 _kernels: dict[tuple[str, str, int, int, int], SourceKernel] = {}
+# device -> local_limit(device): the driver's query costs each launch ~10 us otherwise
+_local_limits: dict[Device, int] = {}
 _lock = threading.Lock()
 _caches.register("linalg_kernels.kernels", _kernels.clear, lambda: len(_kernels),
                  why="one per kernel, element type, work-group size and block size")
+_caches.register("linalg_kernels.local_limits", _local_limits.clear,
+                 lambda: len(_local_limits), why="one per device")
 
 
 def group_size(device: Device, parallel: bool) -> int:
@@ -533,7 +554,7 @@ def _kernel(name: str, dtype: np.dtype, wg: int, nb: int = 32, vpg: int = FEW_RH
             ) -> SourceKernel:
     """Kernel ``name`` built for this element type, work-group size, block size and
     vectors per group (the defaults: sizes that fit any of them on a GPU)."""
-    key = (name, dtype.name, wg, nb, vpg)
+    key = (name, dtype.char, wg, nb, vpg)
     found = _kernels.get(key)
     if found is None:
         source, bufs, n_scalars, _ = _KERNELS[name]
@@ -564,7 +585,9 @@ def launch(name: str, dtype: np.dtype, outs: list[Storage], ins: list[Storage],
     compiled = _kernel(name, dtype, wg, nb, vpg).get(device)
     plan = launching.plan_for(compiled, (groups,), 0, 0, device)
     assert plan is not None
-    args: list[Any] = [np.int64(s) for s in scalars]
+    # (Python ints: the launcher converts them to the kernel's int64 itself, and skips
+    # setting a small one again when the kernel object already holds it)
+    args: list[Any] = list(scalars)
     launching.enqueue(plan, outs, ins, args, False, device)
 
 
@@ -575,21 +598,39 @@ def potrf(a: Storage, flag: Storage, off: int, ld: int, n: int, col0: int, nb: i
     launch("fuseloop_potrf", dtype, [a, flag], [], [off, ld, n, col0], device, nb=nb)
 
 
+#: ``fuseloop_trsm_blocks``'s split when it solves one system (one object: a kernel
+#: object that holds it already is not set again)
+_NO_SPLIT = 1 << 62
+_NO_SECOND = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
 def trsm_blocks(b: Storage, t: Storage, n: int, nvec: int, t_at: tuple[int, int, int],
                 b_at: tuple[int, int, int], lower: bool, unit: int, nb: int,
                 dtype: np.dtype, device: Device,
-                copy: tuple[Storage, int, int, int] | None = None) -> None:
+                copy: tuple[Storage, int, int, int] | None = None,
+                second: tuple[int, tuple[int, int, int], tuple[int, int, int],
+                              tuple[int, int, int], int] | None = None) -> None:
     """Solve ``T x = b`` in place for ``nvec`` vectors of ``n <= nb`` elements: ``T``'s
     (offset, row stride, column stride) in ``t`` is ``t_at``, vector ``v``'s element
     ``i`` is ``b[off + i * s0 + v * s1]`` for ``b_at = (off, s0, s1)``; ``unit``: 1 for a
     unit diagonal, 2 to skip zeros on the stored one (0: divide by it); ``copy``: a
-    buffer and its (offset, s0, s1) that also receives the solution."""
+    buffer and its (offset, s0, s1) that also receives the solution.  ``second``: a
+    second system in the same buffers and launch, as ``(nvec, t_at, b_at, c_at,
+    unit)`` (``c_at`` in ``copy``'s buffer, which it needs)."""
     wg = group_size(device, True)
     vpg = vectors_per_group(device, nb, dtype, wg)
     c, *c_at = copy if copy is not None else (b, *b_at)
+    groups = max(1, -(-nvec // vpg))
+    split: int = _NO_SPLIT
+    more: tuple[int, ...] = _NO_SECOND
+    if second is not None:
+        assert copy is not None
+        nvec2, t2, b2, c2, unit2 = second
+        split, more = groups, (nvec2, *t2, *b2, *c2, int(unit2))
+        groups += max(1, -(-nvec2 // vpg))
     launch("fuseloop_trsm_blocks", dtype, [b, c], [t],
-           [n, nvec, *t_at, *b_at, *c_at, int(lower), int(unit), int(copy is not None)],
-           device, groups=max(1, -(-nvec // vpg)), nb=nb, vpg=vpg)
+           [n, nvec, *t_at, *b_at, *c_at, int(lower), int(unit), int(copy is not None),
+            split, *more], device, groups=groups, nb=nb, vpg=vpg)
 
 
 def trsv_step(x: Storage, y: Storage, t: Storage, b: int, m: int, k: int,
@@ -609,6 +650,21 @@ def trsv_step(x: Storage, y: Storage, t: Storage, b: int, m: int, k: int,
            nb=nb, vpg=FEW_RHS)
 
 
+def gemm_update(c: Storage, a: Storage, b: Storage, m: int, n: int, kk: int,
+                c_at: tuple[int, int, int], a_at: tuple[int, int, int],
+                b_at: tuple[int, int, int], lower: bool, dtype: np.dtype,
+                device: Device) -> None:
+    """``C -= A B`` in place (``m x n``, inner size ``kk``) by ``fuseloop_gemm_update``;
+    each operand's (offset, row stride, column stride) in its buffer; ``lower``: only
+    the tiles on and below the diagonal of the square ``C`` (the rest is left)."""
+    if m <= 0 or n <= 0 or kk <= 0:
+        return
+    tiles = -(-m // GEMM_TILE) * -(-n // GEMM_TILE)
+    launch("fuseloop_gemm_update", dtype, [c], [a, b],
+           [m, n, kk, *a_at, *b_at, *c_at, int(lower)], device, groups=tiles,
+           wg=GEMM_GROUP)
+
+
 def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage, perm: Storage,
                  cands: tuple[Storage, Storage], k: int, ld: int, m: int, b: int, nb: int,
                  dtype: np.dtype, device: Device) -> int:
@@ -619,7 +675,7 @@ def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage, perm: S
     int64); ``cands``: two buffers of candidate rows, each of at least
     ``ceil(m / (2 nb)) * b`` int64.  Returns the number of launches."""
     rows = 2 * nb
-    wg = min(group_size(device, False), 2 * rows)
+    wg = tslu_group_size(device, rows)
     sets, src, dst, launches = 0, cands[1], cands[0], 0
     while True:
         groups = -(-m // rows) if sets == 0 else -(-sets // 2)
@@ -631,6 +687,17 @@ def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage, perm: S
         sets, src, dst = groups, dst, src
 
 
+def tslu_group_size(device: Device, rows: int) -> int:
+    """Work-items of a ``fuseloop_tslu`` group taking ``rows`` rows: on a GPU twice the
+    factoring groups' (512), up to 4 per row, as each column's rank-1 update of the
+    slice (up to ``rows`` x 63 products between two barriers) is most of a tournament
+    level's time, and the levels most of the LU's; 1 on a CPU (see :func:`group_size`)."""
+    g = group_size(device, False)
+    if device.type == "cpu":
+        return min(g, 2 * rows)
+    return max(1, min(2 * g, 4 * rows, device.max_work_group_size))
+
+
 def tslu_local_bytes(nb: int, dtype: np.dtype) -> int:
     """The local memory of a ``fuseloop_tslu`` work-group with a block of ``nb``."""
     return 2 * nb * ((nb + 2) * dtype.itemsize + 4 * 3) + 16 * (dtype.itemsize + 4) + 12
@@ -640,6 +707,16 @@ def local_limit(device: Device) -> int:
     """The local memory a work-group of these kernels may use on ``device``: what its
     OpenCL driver reports, less a margin, and on a GPU at most ``GPU_LOCAL_BYTES``
     (PoCL's CPU device reports megabytes; some CPU runtimes 32 KiB)."""
+    known = _local_limits.get(device) if isinstance(device, Device) else None
+    if known is not None:
+        return known
+    limit = _local_limit(device)
+    if isinstance(device, Device):
+        _local_limits[device] = limit
+    return limit
+
+
+def _local_limit(device: Device) -> int:
     size = getattr(getattr(device, "cl_device", None), "local_mem_size", None)
     if device.type != "cpu":
         return min(GPU_LOCAL_BYTES, int(size) - 8192) if size else GPU_LOCAL_BYTES
@@ -655,5 +732,6 @@ def fit_block(device: Device, nb: int, dtype: np.dtype) -> int:
     return nb
 
 
-__all__ = ["FEW_RHS", "fit_block", "group_size", "launch", "local_limit", "panel_pivots",
-           "potrf", "trsm_blocks", "trsv_step", "vectors_per_group"]
+__all__ = ["FEW_RHS", "GEMM_GROUP", "GEMM_TILE", "fit_block", "gemm_update", "group_size",
+           "launch", "local_limit", "panel_pivots", "potrf", "trsm_blocks", "trsv_step",
+           "tslu_group_size", "vectors_per_group"]

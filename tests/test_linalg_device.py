@@ -246,9 +246,9 @@ def test_launches_per_block(device, block16):
     for k in range(0, n, block16):
         slices = -(-(n - k) // (2 * block16))
         levels += 1 + (slices - 1).bit_length()  # 1 + ceil(log2(slices))
-    # the copy and the row order's start, the tournament, the row exchanges, two
-    # triangular solves and the product
-    lu = 2 + levels + blocks + 3 * (blocks - 1)
+    # the copy and the row order's start, the tournament, the row exchanges, the two
+    # triangular solves (one launch) and the product
+    lu = 2 + levels + blocks + 2 * (blocks - 1)
     assert _launches(lambda: linalg_factor._lu(gen)) == lu
     # solve: the LU, the right-hand side's rows gathered, a launch per block and direction
     assert _launches(lambda: fl.linalg.solve(gen, few).eval()) == lu + 1 + 2 * blocks
@@ -297,3 +297,94 @@ def test_gpu_blocks_fit_local_memory():
     assert linalg_kernels.vectors_per_group(gpu, 64, f32, 64) == 64
     vpg = linalg_kernels.vectors_per_group(gpu, 64, f64, 64)
     assert vpg < 64 and 64 * (65 + vpg + 1) * 8 <= linalg_kernels.GPU_LOCAL_BYTES
+
+
+def test_gemm_update_kernel_against_numpy(device):
+    # C -= A B through strides (A transposed in its buffer), partial 64 x 64 tiles
+    # and an inner size that is not a multiple of the kernel's 16; with lower=True
+    # the tiles above the diagonal are left as they were
+    rng = np.random.default_rng(7)
+    m, n, kk = 130, 70, 37
+    a_t = rng.standard_normal((kk, m))  # A = a_t.T: A(i, p) at p * m + i
+    b = rng.standard_normal((kk, n))
+    c = rng.standard_normal((m, n))
+    da, db = fl.asarray(a_t), fl.asarray(b)
+    dc = linalg_factor._copy(fl.asarray(c))
+    buf = linalg_factor._buf
+    linalg_kernels.gemm_update(buf(dc), buf(da), buf(db), m, n, kk, (0, n, 1), (0, 1, m),
+                               (0, n, 1), False, dc.dtype, dc.device)
+    np.testing.assert_allclose(dc.get(), c - a_t.T @ b, rtol=1e-12, atol=1e-12)
+    sq = rng.standard_normal((m, m))
+    ds = linalg_factor._copy(fl.asarray(sq))
+    linalg_kernels.gemm_update(buf(ds), buf(da), buf(da), m, m, kk, (0, m, 1), (0, 1, m),
+                               (0, m, 1), True, ds.dtype, ds.device)
+    want = sq - a_t.T @ a_t
+    tile = linalg_kernels.GEMM_TILE
+    above = np.arange(m)[:, None] // tile < np.arange(m)[None, :] // tile
+    np.testing.assert_allclose(ds.get()[~above], want[~above], rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(ds.get()[above], sq[above])
+
+
+@pytest.fixture
+def gemm_updates(monkeypatch):
+    """The GPUs' rule on any device: trailing updates by fuseloop_gemm_update; blocks of
+    16 (several per matrix, a partial last one) and work-groups of 4."""
+    monkeypatch.setattr(linalg_factor, "UPDATE", "kernel")
+    monkeypatch.setattr(linalg_factor, "block_size", lambda device: 16)
+    monkeypatch.setattr(linalg_kernels, "group_size", lambda device, parallel: 4)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_factorisations_with_the_update_kernel(device, gemm_updates, dtype):
+    import scipy.linalg
+
+    n = 83  # a partial last block, and 2 tiles of the update kernel at first
+    a, g = _spd(n, dtype), _general(n, dtype)
+    rng = np.random.default_rng(8)
+    b1, bk = rng.standard_normal(n).astype(dtype), rng.standard_normal((n, 6)).astype(dtype)
+    a64, g64 = a.astype(np.float64), g.astype(np.float64)
+    tol = 1e-10 if dtype == np.float64 else 2e-4
+    got = fl.linalg.cholesky(fl.asarray(a)).get()
+    np.testing.assert_allclose(got, np.linalg.cholesky(a64), rtol=tol, atol=tol)
+    # a launch per block for each update, as the contraction's (the copy, the factor's
+    # tril, then per block the diagonal block, the panel and the update)
+    da = fl.asarray(a)
+    assert _launches(lambda: fl.linalg.cholesky(da).eval()) == 3 * -(-n // 16)
+    for rhs in (b1, bk):
+        np.testing.assert_allclose(fl.linalg.solve(fl.asarray(g), fl.asarray(rhs)).get(),
+                                   np.linalg.solve(g64, rhs), rtol=tol, atol=tol)
+    low = np.tril(g)
+    for lower, trans in ((True, 0), (False, 0), (False, 1)):
+        t = low if lower else low.T.copy()
+        np.testing.assert_allclose(
+            fl.linalg.solve_triangular(t, bk, lower=lower, trans=trans).get(),
+            scipy.linalg.solve_triangular(t.astype(np.float64), bk, lower=lower,
+                                          trans=trans), rtol=tol, atol=tol)
+    np.testing.assert_allclose(fl.linalg.det(g).get(), np.linalg.det(g64), rtol=tol * 10)
+
+
+def test_update_kernel_rule():
+    from types import SimpleNamespace
+
+    gpu = SimpleNamespace(type="gpu", max_work_group_size=1024)
+    cpu = SimpleNamespace(type="cpu", max_work_group_size=4096)
+    small = SimpleNamespace(type="gpu", max_work_group_size=32)
+    assert linalg_factor.update_kernel(gpu)
+    assert not linalg_factor.update_kernel(cpu) and not linalg_factor.update_kernel(small)
+
+
+def test_tournament_with_four_work_items_per_row(device, block16, monkeypatch):
+    # the GPUs' tournament groups (4 work-items share each row of a slice's update)
+    monkeypatch.setattr(linalg_kernels, "tslu_group_size", lambda device, rows: 4 * rows)
+    rng = np.random.default_rng(9)
+    n = 70  # slices of 32 rows: 3, then 2 levels of candidates
+    a = (rng.standard_normal((n, n)) + 8 * np.eye(n))[rng.permutation(n)]
+    b = rng.standard_normal(n)
+    np.testing.assert_allclose(fl.linalg.solve(a, b).get(), np.linalg.solve(a, b), rtol=1e-9,
+                               atol=1e-12)
+    np.testing.assert_allclose(fl.linalg.det(a).get(), np.linalg.det(a), rtol=1e-9)
+    from types import SimpleNamespace
+
+    gpu = SimpleNamespace(type="gpu", max_work_group_size=1024)
+    assert linalg_kernels.tslu_group_size(gpu, 128) == 512
+    assert linalg_kernels.tslu_group_size(gpu, 64) == 256
