@@ -9,15 +9,15 @@ and 96^3):
 
 each as a slice assignment of the interior (``y[1:-1, 1:-1] = ...``, the form every
 peer runs) and as ``fl.stencil(x, w, boundary="clamp")`` (every point), with the
-device's elementwise recipe as registered (``tile`` by rule), with ``tile_local=False``
-and with ``tile=False`` (when the recipe has the parameters: gpu-coalesced).  Peers in
-the same run: numpy on a CPU device; cupy, torch eager and ``torch.compile`` on a GPU,
-each skipped with its reason when missing.  Every result is checked once against numpy.  Times are
-medians of ``--repeat`` calls after warm-up; ``peer/fuseloop`` is the row's time over
-the workload's first fuseloop row (slices, tiles by rule): above 1, that row is
-slower.  ``fuseloop stencil`` rows are ``fl.stencil`` (clamp); ``flat`` rows use
-``tile=False`` (the flat loop, no tiles), ``grid`` rows ``tile_local=False`` (the tiles'
-2-D/3-D grid reading global memory: what the local copy adds over the grid alone).
+device's elementwise recipe as registered (gpu-coalesced: no tile, its default), with
+``tile=None`` (``tiles`` rows: the rule's local-memory tile) and with ``tile=None,
+tile_local=False`` (``grid`` rows: the tiles' 2-D/3-D grid reading global memory, what
+the local copy adds over the grid alone).  Peers in the same run: numpy on a CPU device;
+cupy, torch eager and ``torch.compile`` on a GPU, each skipped with its reason when
+missing.  Every result is checked once against numpy.  Times are medians of ``--repeat``
+calls after warm-up; ``peer/fuseloop`` is the row's time over the workload's first
+fuseloop row (slices, the recipe as registered): above 1, that row is slower.
+``fuseloop stencil`` rows are ``fl.stencil`` (clamp).
 Usage::
 
     python benchmarks/bench_stencil_tiles.py [--device SPEC] [--small | --full]
@@ -82,8 +82,8 @@ def _fuseloop(rows: list[Row], name: str, h: np.ndarray, repeat: int) -> None:
     recipe = fl.recipe_for(fl.get_device(), "elementwise")
     variants: list[tuple[str, Any]] = [("", None)]
     if "tile" in recipe.params:
-        variants.append((" grid", recipe.with_params(tile_local=False)))
-        variants.append((" flat", recipe.with_params(tile=False)))
+        variants.append((" tiles", recipe.with_params(tile=None)))
+        variants.append((" grid", recipe.with_params(tile=None, tile_local=False)))
 
     def slices() -> tuple[float, str]:
         def run() -> None:

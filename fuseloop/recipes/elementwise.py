@@ -219,17 +219,19 @@ def _valid_gpu_coalesced(values: Mapping[str, Any], device: Device) -> bool:
 
 
 gpu_coalesced = Recipe(
-    "gpu-coalesced", _gpu_coalesced, version="4",
+    "gpu-coalesced", _gpu_coalesced, version="5",
     params=(Param("group", int, GPU_GROUP_SIZE, "work-items per work-group",
                   powers_of_two(1, 1024, (32, 64, 128, 256, 512))),
             Param("items", int, None, "elements per work-item, group apart (None: by "
                   "rule from the kernel's operation count)",
                   Space((1, 2, 4, 8), lambda v: v is None or (isinstance(v, int) and 1 <= v <= 64),
                         "None (by rule) or an integer from 1 to 64")),
-            Param("tile", (tuple, bool), None,
+            # (False by default: on an H100 the tiled kernels took twice the flat ones'
+            # time, whose neighbours the caches serve; fl.tune tries the tiles)
+            Param("tile", (tuple, bool, type(None)), False,
                   "stencils: (planes, rows, columns) of the local-memory tile of a "
                   "work-group (a 2-D stencil uses the last two); None: the default tile "
-                  "where the rule picks one, False: never tile",
+                  "where the rule picks one, False: never tile (the default)",
                   Space((None, False, (1, 16, 32), (4, 4, 32)),
                         _tile_rule, "None, False or a tuple of three sizes from 1 to 1024")),
             Param("tile_local", bool, True, "stencil tiles: their neighbourhood staged in "
