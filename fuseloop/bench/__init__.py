@@ -78,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
                          "arrays); all: both")
     ap.add_argument("--peers", default=None,
                     help="comma-separated peers to try (numpy, numexpr, torch, cupy, jax; "
-                         "default: those for the device type)")
+                         "default: those for the device type; fuseloop.fuse, only when "
+                         "named: the workload under fl.fuse)")
     ap.add_argument("--repeat", type=int, default=10, help="timed runs per case (median)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed runs before timing")
     ap.add_argument("--budget", type=float, default=10.0,

@@ -239,6 +239,16 @@ def _torch_peers() -> list[Peer]:
             Peer("torch.compile", TorchOps(torch), wrap=compile_fresh, **common)]
 
 
+def _fuse_peer() -> Peer:
+    """fuseloop's own traced functions: the workload under ``fl.fuse`` (traced once per
+    signature, later calls replay it), the counterpart of ``torch.compile`` and
+    ``jax.jit``.  Opt-in (``--peers ...,fuseloop.fuse``)."""
+    import fuseloop as fl
+
+    return Peer("fuseloop.fuse", FuseloopOps(fl), fl.asarray, lambda r: fl.synchronize(),
+                lambda r: np.asarray(r.get()), wrap=fl.fuse, version=fl.__version__)
+
+
 def _cupy_peer() -> Peer:
     import cupy as cp
 
@@ -287,6 +297,8 @@ def make_peers(device_type: str, only: list[str] | None = None
             ("numpy", _numpy_peer), ("numexpr", NumexprPeer)]
     else:
         factories = [("torch", _torch_peers), ("cupy", _cupy_peer), ("jax", _jax_peer)]
+    if only is not None and "fuseloop.fuse" in only:
+        factories.append(("fuseloop.fuse", _fuse_peer))
     peers: list[Peer] = []
     skipped: dict[str, str] = {}
     for name, factory in factories:
