@@ -456,7 +456,7 @@ def aligned_extents(t_unit: lp.TranslationUnit, aligned: dict[str, int]
     new_sizes = replace(sizes, aligned=tuple(sorted(done.items())))
     dom = knl.domains[0]
     bounds = {i: f"0 <= {i} < {new_sizes.extent(i)}"
-              for i in dom.get_var_names(isl.dim_type.set)}
+              for i in dom.get_var_names_not_none(isl.dim_type.set)}
     args = [*knl.args, *(lp.ValueArg(quotient_name(p, d), knl.index_dtype)
                          for p, d in sorted(done.items()))]
     tags = frozenset(t for t in knl.tags if not isinstance(t, ContractionSizes)) | {new_sizes}
