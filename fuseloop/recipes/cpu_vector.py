@@ -626,10 +626,16 @@ def vectorise_loop_calls(t_unit: lp.TranslationUnit, iname: str,
             or not _plain_element_loop(knl, mine, mine[0].within_inames)
             or not count_vector_calls(t_unit, ids, fp64, iname)):
         return t_unit
-    # full blocks (all but the last, a slab) need no bounds checks
+    # full blocks (all but the last, a slab) need no bounds checks; the last block's
+    # lanes that touch memory are tested (_whole_blocks)
     t_unit = lp.split_iname(t_unit, iname, LANES, slabs=(0, 1))
-    return _vectorise_block(t_unit, ids, f"{iname}_outer", f"{iname}_inner", fp64,
-                            through_width=through_width)
+    block, lane = f"{iname}_outer", f"{iname}_inner"
+    whole = _whole_blocks(t_unit, lane)
+    if whole is not None:
+        t_unit = _vectorise_block(whole[0], ids, block, lane, fp64,
+                                  through_width=through_width)
+        return _guard_lanes(t_unit, lane, whole[1])
+    return _vectorise_block(t_unit, ids, block, lane, fp64, through_width=through_width)
 
 
 def _reduction_parts(knl: lp.LoopKernel, insn_id: str) -> frozenset[str] | None:
