@@ -10,7 +10,9 @@ function calls, so this transform does it in the kernel:
 
 * the chunk loop is split into blocks of :data:`LANES` elements, each with a
   loop over its lanes; every work-item but the last has a full chunk (a Loopy slab),
-  so only the last chunk checks its lanes against the size;
+  so only the last chunk checks its lanes against the size, and there only where
+  they read or write memory or call a function (its lane loops run all 8 lanes:
+  see ``_whole_blocks``);
 * each builtin call's arguments are stored, lane by lane, into private arrays;
   one :class:`loopy.CInstruction` per block applies the builtin to them as
   vectors (``vstore8(exp(vload8(0, a)), 0, r)``), and the expression reads its
