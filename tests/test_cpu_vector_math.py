@@ -9,6 +9,8 @@ their Loopy kernels here and need no device.
 
 from __future__ import annotations
 
+import re
+
 import islpy as isl
 import loopy as lp
 import numpy as np
@@ -284,6 +286,19 @@ def test_lane_temporaries_are_private_arrays_and_bulk_blocks_unchecked():
     loops = bulk.split("for (", 1)[1]
     assert "if (" not in loops and "? " not in loops  # full chunks test no lane
     assert loops.count("<= 7;") == 2  # the lanes before and after the call
+
+
+def test_last_chunk_runs_whole_lane_loops():
+    """The last chunk's lane loops run all 8 lanes and test only the lanes that touch
+    memory: a trip count of its own per lane loop (up to the size) made PoCL's LLVM
+    vectorise each with a remainder, and a 40-level chain of sin/cos build 3x slower."""
+    code = _code(_kernel("<> t = x[i] * 2 {id=t}\nout[i] = fl_exp_f32(t) + t {dep=t}"))
+    final = code.split("final slab")[1]
+    loops = final.split("for (", 2)[2]  # (after the loop over blocks)
+    assert loops.count("<= 7;") == 2 and "? " not in loops
+    tests = re.findall(r"if \(([^\n]*)\)\n\s*(\w+)\[", loops)
+    assert [target for _, target in tests] == ["t", "out"], final  # the load and the store
+    assert all("N" in cond for cond, _ in tests)
 
 
 def test_each_stage_of_a_chain_gets_a_lane_domain_of_its_own():

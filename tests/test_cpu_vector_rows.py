@@ -157,3 +157,19 @@ def test_reductions_left_alone(pocl):
     # pieces of a row that end past it: the terms are selected by a condition
     ragged = fl.asarray(_rand((2, 70001), np.float32, 71))
     assert "vload" not in fl.show_code(fl.exp(ragged).sum(axis=-1))
+
+
+def test_row_last_block_runs_whole_lane_loops(cpu):
+    """The last block of a row runs its lane loops over all 8 lanes, testing only the
+    lanes that load or store (see test_cpu_vector_math: PoCL builds variable trip
+    counts slowly); the values past the row's end are never stored."""
+    h = _rand((5, 8 * 9 + 3), np.float32, 20)
+    x = fl.asarray(h)
+    e = fl.exp(x - x.max(axis=-1, keepdims=True))
+    src = fl.show_code(e)
+    final = src.split("final slab for 'e_outer'")[1]
+    assert final.count("<= 7;") == 2 and "NE + -8 * e_outer;" not in final, src
+    assert final.count("if (") == 2, src  # the load and the store
+    h64 = h.astype(np.float64)
+    np.testing.assert_allclose(e.get(), np.exp(h64 - h64.max(axis=-1, keepdims=True)),
+                               rtol=1e-6)

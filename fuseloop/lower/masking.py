@@ -118,7 +118,7 @@ def vectorise_masked(t_unit: Any, flat: str, vectorise: Callable[[Any], Any],
     ``vectorise`` as they are (``fp64``: whether the device has doubles, as for
     ``vectorise``).
     """
-    from ..recipes.cpu_vector import count_vector_calls
+    from ..recipes.cpu_vector import GUARD_SUFFIX, count_vector_calls
     from .callables import UserCallable
 
     knl = t_unit.default_entrypoint
@@ -144,7 +144,9 @@ def vectorise_masked(t_unit: Any, flat: str, vectorise: Callable[[Any], Any],
     def selected(insn: Any) -> Any:
         if not per_lane:
             return guard
-        lane, = (n for n in insn.within_inames if n.startswith(lanes))
+        # (a lane loop's one-iteration guard, cpu_vector._guard_lanes, is not a lane)
+        lane, = (n for n in insn.within_inames
+                 if n.startswith(lanes) and not n.endswith(GUARD_SUFFIX))
         return prim.Comparison(prim.Variable("fl_mask")[prim.Variable(lane)], "!=", 0)
 
     temps = dict(done.temporary_variables)

@@ -10,7 +10,9 @@ function calls, so this transform does it in the kernel:
 
 * the chunk loop is split into blocks of :data:`LANES` elements, each with a
   loop over its lanes; every work-item but the last has a full chunk (a Loopy slab),
-  so only the last chunk checks its lanes against the size;
+  so only the last chunk checks its lanes against the size, and there only where
+  they read or write memory or call a function (its lane loops run all 8 lanes:
+  see ``_whole_blocks``);
 * each builtin call's arguments are stored, lane by lane, into private arrays;
   one :class:`loopy.CInstruction` per block applies the builtin to them as
   vectors (``vstore8(exp(vload8(0, a)), 0, r)``), and the expression reads its
@@ -66,6 +68,8 @@ _VECTOR_OPS = {
 # go through double8 where the device has doubles (and stay scalar where not)
 _THROUGH_DOUBLE: dict[np.dtype, frozenset[str]] = {
     np.dtype(np.float32): frozenset({"sin", "cos", "tan"})}
+#: the end of the name of a lane loop's one-iteration guard (see _guard_lanes)
+GUARD_SUFFIX = "_in"
 _ARG_PREFIX = "_fl_va"
 _RESULT_PREFIX = "_fl_vr"
 
@@ -472,15 +476,132 @@ def vectorise_math_calls(t_unit: lp.TranslationUnit, iname: str, chunk: int,
     if (not _plain_element_loop(knl, knl.instructions, frozenset({iname}))
             or not count_vector_calls(t_unit, ids, fp64, iname)):
         return lp.split_iname(t_unit, iname, chunk, outer_tag="g.0")
-    # every work-item but the last one has a full chunk (a slab), whose blocks of
-    # lanes then need no bounds checks; in the last chunk, the lanes are checked
-    t_unit = lp.split_iname(t_unit, iname, chunk, outer_tag="g.0", slabs=(0, 1))
     inner = f"{iname}_inner"
+    block, lane = f"{inner}_outer", f"{inner}_inner"
+    # every work-item but the last one has a full chunk (a slab); in the last chunk,
+    # the lanes that touch memory are tested against the size (_whole_blocks)
+    t_unit = lp.split_iname(t_unit, iname, chunk, outer_tag="g.0", slabs=(0, 1))
     # (the lane loops stay loops of 8: the compiler unrolls them; Loopy's unrolling
     # gave the same speed and a longer compile)
     t_unit = lp.split_iname(t_unit, inner, LANES)
-    return _vectorise_block(t_unit, ids, f"{inner}_outer", f"{inner}_inner", fp64,
-                            through_width=through_width)
+    whole = _whole_blocks(t_unit, lane) if chunk % LANES == 0 else None
+    if whole is not None:
+        t_unit = _vectorise_block(whole[0], ids, block, lane, fp64,
+                                  through_width=through_width)
+        return _guard_lanes(t_unit, lane, whole[1])
+    return _vectorise_block(t_unit, ids, block, lane, fp64, through_width=through_width)
+
+
+def _whole_blocks(t_unit: lp.TranslationUnit, lane: str
+                  ) -> tuple[lp.TranslationUnit, isl.BasicSet | None] | None:
+    """Every block of the lane loop ``lane`` whole (its 8 lanes), the last one included;
+    returns the kernel and the condition that a lane is in the element range (an isl
+    set over the loops and parameters; None: every lane is), or None where the
+    lanes' domain is not the plain one this expects.
+
+    Where the lanes of the last chunk were bounded by the size, every lane loop of
+    that chunk's code had a trip count of its own, and PoCL's LLVM vectorised and
+    unrolled each with a remainder: a 40-level chain of ``sin``/``cos`` took 3x as
+    long to build (6 of its 7.5 s in PoCL).  Now the block loop alone stops at the
+    size, and :func:`_guard_lanes` tests the lanes where they touch memory.
+    """
+    knl = t_unit.default_entrypoint
+    found = [k for k, d in enumerate(knl.domains)
+             if lane in d.get_var_names_not_none(isl.dim_type.set)]
+    if len(found) != 1:
+        return None
+    dom = knl.domains[found[0]]
+    at = dom.get_var_names_not_none(isl.dim_type.set).index(lane)
+    # a block is in the domain where its first lane is (lanes count up from 0)
+    blocks = dom.project_out(isl.dim_type.set, at, 1)
+    lanes = blocks.insert_dims(isl.dim_type.set, at, 1).set_dim_name(isl.dim_type.set, at, lane)
+    space = lanes.get_space()
+    lanes = lanes.add_constraint(isl.Constraint.ineq_from_names(space, {lane: 1}))
+    lanes = lanes.add_constraint(isl.Constraint.ineq_from_names(space, {1: LANES - 1,
+                                                                        lane: -1}))
+    if not dom.is_subset(lanes) or dom.dim(isl.dim_type.div) or lanes.dim(isl.dim_type.div):
+        return None
+    extra = dom.gist(lanes)
+    if extra.is_universe():
+        return t_unit, None  # (every block was whole already)
+    domains = list(knl.domains)
+    domains[found[0]] = lanes
+    return t_unit.with_kernel(knl.copy(domains=domains)), dom
+
+
+def _guard_lanes(t_unit: lp.TranslationUnit, lane: str, in_range: isl.BasicSet | None
+                 ) -> lp.TranslationUnit:
+    """Test against ``in_range`` (the lanes of ``lane`` within the element range) the
+    instructions in ``lane`` or its copies that read or write an argument or call a
+    function; the others compute on lanes past the end, which nothing stores.
+
+    The test is a domain, not a predicate: each lane loop ``L`` that has such
+    instructions gets a loop ``L_in`` of one iteration in a domain of its own,
+    nested in ``L``'s, that holds only where the lane is in range, and those
+    instructions run in it.  Loopy then tests it only where it does not know it
+    holds already: in the last chunk's code, not in the full chunks' (the slab).
+    """
+    if in_range is None:
+        return t_unit
+    from loopy.kernel.data import Iname
+
+    knl = t_unit.default_entrypoint
+    args = {a.name for a in knl.args if isinstance(a, lp.ArrayArg)}
+    guard_of: dict[str, str] = {}
+    insns = []
+    for insn in knl.instructions:
+        mine = [n for n in insn.within_inames if n == lane or n.startswith(f"{lane}_s")]
+        if mine and isinstance(insn, lp.Assignment) and (
+                (insn.read_dependency_names() | set(insn.assignee_var_names())) & args
+                or _calls(insn.expression)):
+            guard = guard_of.setdefault(mine[0], f"{mine[0]}{GUARD_SUFFIX}")
+            insn = insn.copy(within_inames=insn.within_inames | {guard})
+        insns.append(insn)
+    if not guard_of:
+        return t_unit
+    names = set(knl.all_variable_names())
+    if any(g in names for g in guard_of.values()):
+        return t_unit  # (not expected: a name taken)
+    dt = isl.dim_type
+    guards: dict[str, isl.BasicSet] = {}
+    for lane_copy, guard in guard_of.items():
+        cond = in_range.set_dim_name(dt.set, in_range.find_dim_by_name(dt.set, lane), lane_copy)
+        # every dimension a parameter, then the guard's own: 0 <= guard <= 0
+        while cond.dim(dt.set):
+            cond = cond.move_dims(dt.param, cond.dim(dt.param), dt.set, 0, 1)
+        cond = cond.insert_dims(dt.set, 0, 1).set_dim_name(dt.set, 0, guard)
+        space = cond.get_space()
+        cond = cond.add_constraint(isl.Constraint.ineq_from_names(space, {guard: 1}))
+        cond = cond.add_constraint(isl.Constraint.ineq_from_names(space, {guard: -1}))
+        guards[lane_copy] = cond
+    # (each right after the domain of its lane loop: Loopy's domains form a tree in
+    # list order, a domain nested in the nearest one before it that it refers to)
+    domains = []
+    for dom in knl.domains:
+        domains.append(dom)
+        domains += [guards[n] for n in dom.get_var_names_not_none(dt.set) if n in guards]
+    knl = knl.copy(domains=domains, instructions=insns,
+                   inames={**knl.inames, **{g: Iname(g, frozenset()) for g in guard_of.values()}})
+    return lp.tag_inames(t_unit.with_kernel(knl), {g: "unr" for g in guard_of.values()})
+
+
+def _calls(expr: Any) -> bool:
+    from loopy.symbolic import CombineMapper
+
+    class Calls(CombineMapper):
+        def combine(self, values: Any) -> bool:
+            return any(values)
+
+        def map_call(self, expr: Any) -> bool:
+            return True
+
+        def map_constant(self, expr: Any) -> bool:
+            return False
+
+        map_variable = map_constant
+        map_tagged_variable = map_constant
+
+    return bool(Calls()(expr))
 
 
 def _checked_through_width(through_width: int) -> int:
@@ -507,10 +628,16 @@ def vectorise_loop_calls(t_unit: lp.TranslationUnit, iname: str,
             or not _plain_element_loop(knl, mine, mine[0].within_inames)
             or not count_vector_calls(t_unit, ids, fp64, iname)):
         return t_unit
-    # full blocks (all but the last, a slab) need no bounds checks
+    # full blocks (all but the last, a slab) need no bounds checks; the last block's
+    # lanes that touch memory are tested (_whole_blocks)
     t_unit = lp.split_iname(t_unit, iname, LANES, slabs=(0, 1))
-    return _vectorise_block(t_unit, ids, f"{iname}_outer", f"{iname}_inner", fp64,
-                            through_width=through_width)
+    block, lane = f"{iname}_outer", f"{iname}_inner"
+    whole = _whole_blocks(t_unit, lane)
+    if whole is not None:
+        t_unit = _vectorise_block(whole[0], ids, block, lane, fp64,
+                                  through_width=through_width)
+        return _guard_lanes(t_unit, lane, whole[1])
+    return _vectorise_block(t_unit, ids, block, lane, fp64, through_width=through_width)
 
 
 def _reduction_parts(knl: lp.LoopKernel, insn_id: str) -> frozenset[str] | None:

@@ -1,0 +1,106 @@
+"""Loopy's part of a cold build for a GPU, measured on any machine (no GPU, no build).
+
+Each case runs in a new Python process with empty fuseloop and Loopy caches; the
+kernel is lowered, transformed by the recipe the registry picks for a fake H100
+(an NVIDIA OpenCL GPU: ``gpu-coalesced``, ``gpu-rows``, ``gpu-tiled``) and its
+code generated, as a cache miss on that device would (``codegen.kernel_plan``
+without the driver's build).  Printed per case: the CPU seconds of Loopy's import,
+of lowering with the recipe, and of code generation, with the size class.  The
+GPU driver's compiler (NVIDIA's: most of a 200-operation chain's cold time on the
+H100) is not in these figures.  Timings are reported, never asserted.
+
+Cases: ``demo`` (``2*x - sin(y) + x*y``), ``rep<R>`` (``r = sin(r)*0.5 + r*y``, R
+times; ``rep50`` is the 200-operation chain), ``D<L>`` (L levels of
+``sin(r)*.5 + cos(r*k)*.25 + .1``), ``mm<N>`` (N x N float32 matmul: ``mm256``
+is the aligned size class, ``mm250`` the padded one).
+
+Usage::
+
+    python benchmarks/probes/cold_codegen_gpu.py [--profile K] [CASE ...]
+
+``--profile K`` prints the K functions of code generation with the most
+cumulative CPU time (cProfile with a CPU-time clock: the machine's load does not
+count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = ["demo", "mm256", "mm250", "rep50", "D40"]
+
+_CHILD = """
+import cProfile, pstats, sys, time, types
+t0 = time.process_time()
+import numpy as np
+import fuseloop as fl
+from fuseloop.lower import codegen
+from fuseloop.runtime.devices import Device
+t_import = time.process_time() - t0
+fake = Device(index=98, name="NVIDIA H100 80GB HBM3", type="gpu", platform="NVIDIA CUDA",
+              vendor="NVIDIA Corporation", driver_version="580.00", global_mem_size=80 << 30,
+              max_alloc_size=20 << 30, has_fp64=True, compute_units=132, backend="opencl",
+              max_work_group_size=1024, cl_device=types.SimpleNamespace(single_fp_config=0))
+case, top = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(0)
+x = fl.asarray(rng.random(1 << 16, dtype=np.float32))
+y = fl.asarray(rng.random(1 << 16, dtype=np.float32))
+if case == "demo":
+    e = 2 * x - fl.sin(y) + x * y
+elif case.startswith("mm"):
+    n = int(case[2:])
+    e = (fl.asarray(rng.random((n, n), dtype=np.float32))
+         @ fl.asarray(rng.random((n, n), dtype=np.float32)))
+elif case.startswith("rep"):
+    e = x
+    for _ in range(int(case[3:])):
+        e = fl.sin(e) * 0.5 + e * y
+else:
+    e = x
+    for k in range(int(case[1:])):
+        e = fl.sin(e) * .5 + fl.cos(e * (k + 1.5)) * .25 + .1
+t0 = time.process_time()
+import loopy  # noqa: F401
+t_loopy = time.process_time() - t0
+lin = fl.program(e)
+with codegen.loopy_section(), codegen._without_loopy_caches():
+    t0 = time.process_time()
+    low = lin.lower(fake)
+    t_lower = time.process_time() - t0
+    profile = cProfile.Profile(time.process_time)
+    t0 = time.process_time()
+    plan = profile.runcall(codegen.generate, low.t_unit, fake) if top else \\
+        codegen.generate(low.t_unit, fake)
+    t_gen = time.process_time() - t0
+print(f"{case}: recipe {low.recipe.name}, size class {low.sizes!r}: import fuseloop "
+      f"{t_import:.2f}, Loopy {t_loopy:.2f}, lowering + recipe {t_lower:.2f}, code generation "
+      f"{t_gen:.2f} CPU s ({plan.source.count(chr(10))} lines)", flush=True)
+if top:
+    pstats.Stats(profile).sort_stats("cumulative").print_stats(top)
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", type=int, default=0, metavar="K")
+    parser.add_argument("cases", nargs="*", default=CASES)
+    args = parser.parse_args()
+    for case in args.cases:
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(os.environ, FUSELOOP_CACHE_DIR=f"{tmp}/fl", XDG_CACHE_HOME=f"{tmp}/xdg",
+                       FUSELOOP_PROGRESS="0",
+                       PYTHONPATH=os.pathsep.join(
+                           p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+            out = subprocess.run([sys.executable, "-c", _CHILD, case, str(args.profile)],
+                                 env=env, text=True, capture_output=True, cwd=tmp)
+            print(out.stdout.strip() or f"{case}: failed\n{out.stderr[-2000:]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
