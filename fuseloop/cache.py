@@ -227,16 +227,11 @@ class CompiledKernel:
         self.gsize = _compile_sizes(plan.gsize)
         self.lsize = _compile_sizes(plan.lsize)
         # (kind, index): 0 output, 1 input buffer, 2 scalar, 3 integer parameter,
-        # 4 total size N, 5 row length NE, 6 gather error flag, 7 an aligned extent's
-        # quotient ``pK_D``: p[K] // D (index K * 2**16 + D; see
-        # fuseloop.lower.contraction.aligned_extents)
+        # 4 total size N, 5 row length NE, 6 gather error flag
         arg_plan = []
         for a in plan.arg_names:
             if a in ("N", "NE", "err"):
                 arg_plan.append(({"N": 4, "NE": 5, "err": 6}[a], 0))
-            elif a.startswith("p") and "_" in a:
-                k, d = a[1:].split("_")
-                arg_plan.append((7, (int(k) << 16) + int(d)))
             else:
                 kind = {"out": 0, "in": 1, "s": 2, "p": 3}[a.rstrip("0123456789")]
                 arg_plan.append((kind, int(a.lstrip("outinsp"))))

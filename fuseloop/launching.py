@@ -290,8 +290,6 @@ def make_binder(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_
         elif kind in (3, 4, 5):
             value = params[idx] if kind == 3 else n_rows if kind == 4 else n_elem
             consts.append((i, np.dtype(dtypes[i]).type(value)))
-        elif kind == 7:  # (an aligned extent's quotient: see CompiledKernel)
-            consts.append((i, np.dtype(dtypes[i]).type(params[idx >> 16] // (idx & 0xFFFF))))
         else:
             error_arg = i
     if one_output and (error_arg is not None or len(outs) != 1 or outs[0][1] != 0):

@@ -104,14 +104,6 @@ def lower(program: Program, index_dtype: np.dtype, recipe: Any,
                                    user_functions, piece_chunk=recipe.concat_chunk,
                                    target=target)
     t_unit = lowered.t_unit
-    if sizes and program.contraction is not None:
-        sizes, aligned = _split_multiples(sizes)
-        if aligned:
-            from .contraction import aligned_extents
-
-            t_unit, rest = aligned_extents(t_unit, aligned)
-            sizes = " and ".join([*([sizes] if sizes else []),
-                                  *(f"{p} mod {d} = 0" for p, d in rest.items())])
     if sizes:
         try:
             t_unit = lp.assume(t_unit, _assumption_set(t_unit.default_entrypoint, sizes))
@@ -135,26 +127,6 @@ def _assumption_set(knl: Any, sizes: str) -> Any:
               and re.search(rf"\b{a.name}\b", sizes)]
     return isl.BasicSet.read_from_str(knl.domains[0].get_ctx(),
                                       f"[{', '.join(names)}] -> {{ : {sizes} }}")
-
-
-_MULTIPLE = re.compile(r"^(p\d+) mod (\d+) = 0$")
-
-
-def _split_multiples(sizes: str) -> tuple[str, dict[str, int]]:
-    """A size class without its conditions ``pK mod D = 0``, and those as ``{pK: D}``
-    (a contraction bounds such extents as ``D * pK_D``: see
-    :func:`fuseloop.lower.contraction.aligned_extents`)."""
-    rest: list[str] = []
-    aligned: dict[str, int] = {}
-    if "(" in sizes or " or " in sizes:
-        return sizes, aligned  # (not a plain conjunction: left to Loopy as it is)
-    for cond in sizes.split(" and "):
-        m = _MULTIPLE.match(cond.strip())
-        if m and m.group(1) not in aligned:
-            aligned[m.group(1)] = int(m.group(2))
-        else:
-            rest.append(cond)
-    return " and ".join(rest), aligned
 
 
 def _entry_chars(program: Program) -> Iterator[str]:
@@ -238,10 +210,8 @@ def passed_arguments(code: Any, name: str) -> list[str]:
 
 
 def _to_py(e: Any) -> str:
-    # sizes read the integer parameters as p[k] (see cache._compile_sizes), and an
-    # aligned extent's quotient pK_D as p[K] // D (see contraction.aligned_extents)
-    text = re.sub(r"\bp(\d+)_(\d+)\b", r"(p[\1] // \2)", str(e))
-    return re.sub(r"\bp(\d+)\b", r"p[\1]", text)
+    # sizes read the integer parameters as p[k] (see cache._compile_sizes)
+    return re.sub(r"\bp(\d+)\b", r"p[\1]", str(e))
 
 
 def generate(t_unit: Any, device: Any) -> KernelPlan:

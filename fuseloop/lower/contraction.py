@@ -65,10 +65,6 @@ class ContractionSizes(UniqueTag):
     rows: str | int
     cols: str | int
     reduced: str
-    #: ``(parameter, multiple)``: the size class makes that extent a multiple of
-    #: ``multiple``, and the domain bounds it as ``multiple * <quotient>`` (see
-    #: :func:`aligned_extents`)
-    aligned: tuple[tuple[str, int], ...] = ()
 
     def of(self, iname: str) -> str | int:
         size = {BATCH: self.batch, ROW: self.rows, COL: self.cols, RED: self.reduced}[iname]
@@ -81,33 +77,16 @@ class ContractionSizes(UniqueTag):
         return size if isinstance(size, int) else prim.Variable(size)
 
     def params(self) -> list[str]:
-        """The names of the size arguments (and of aligned extents' quotients), sorted."""
+        """The names of the size arguments, sorted."""
         return sorted({v for v in (self.batch, self.rows, self.cols, self.reduced)
-                       if isinstance(v, str)} | {quotient_name(p, d) for p, d in self.aligned})
-
-    def extent(self, iname: str) -> str:
-        """The extent of ``iname`` as isl text: ``multiple * quotient`` when aligned."""
-        size = self.of(iname)
-        for p, d in self.aligned:
-            if p == size:
-                return f"{d} * {quotient_name(p, d)}"
-        return str(size)
-
-
-def quotient_name(param: str, multiple: int) -> str:
-    """The kernel argument holding ``param // multiple`` (``p0_128``; see
-    :class:`fuseloop.cache.CompiledKernel` for how a launch passes it)."""
-    return f"{param}_{multiple}"
+                       if isinstance(v, str)})
 
 
 def divides(knl: lp.LoopKernel, iname: str, tile: int) -> bool:
     """Whether the kernel's assumptions make the extent of ``iname`` a multiple of ``tile``."""
-    sizes = contraction_sizes(knl)
-    size = sizes.of(iname)
+    size = contraction_sizes(knl).of(iname)
     if isinstance(size, int):
         return size % tile == 0
-    if any(p == size and d % tile == 0 for p, d in sizes.aligned):
-        return True
     have = knl.assumptions.to_set()
     space = have.get_space()
     names = [str(space.get_dim_name(isl.dim_type.param, k))
@@ -440,42 +419,6 @@ def _current_bounds(knl: lp.LoopKernel) -> dict[str, str]:
     return out
 
 
-def aligned_extents(t_unit: lp.TranslationUnit, aligned: dict[str, int]
-                    ) -> tuple[lp.TranslationUnit, dict[str, int]]:
-    """Bound the extents that a size class makes multiples (``{"p0": 128}``: its
-    condition ``p0 mod 128 = 0``) as ``128 * p0_128``, the quotient being a kernel
-    argument of its own, instead of assuming the ``mod``.
-
-    isl writes a ``mod`` constraint with an existentially quantified variable, and
-    every gist, projection and comparison of Loopy's code generation that meets the
-    assumptions works on it again: a 128-aligned 256 x 256 product took twice as long
-    to generate as an unaligned one.  ``128 * q`` is affine; the tiles still divide
-    the range (:func:`divides`), and nothing else of the kernel changes (its
-    addresses keep reading ``p0``).  Returns the kernel and the conditions it could
-    not express this way (a parameter that bounds no row, column or reduced range),
-    which stay assumptions.
-    """
-    knl = t_unit.default_entrypoint
-    sizes = contraction_sizes(knl)
-    extents = {sizes.of(i) for i in (ROW, COL, RED)}
-    done = {p: d for p, d in aligned.items() if p in extents and d > 1}
-    if not done:
-        return t_unit, aligned
-    from dataclasses import replace
-
-    new_sizes = replace(sizes, aligned=tuple(sorted(done.items())))
-    dom = knl.domains[0]
-    bounds = {i: f"0 <= {i} < {new_sizes.extent(i)}"
-              for i in dom.get_var_names_not_none(isl.dim_type.set)}
-    args = [*knl.args, *(lp.ValueArg(quotient_name(p, d), knl.index_dtype)
-                         for p, d in sorted(done.items()))]
-    tags = frozenset(t for t in knl.tags if not isinstance(t, ContractionSizes)) | {new_sizes}
-    knl = knl.copy(domains=[_domain(knl.copy(tags=tags), bounds)], args=args, tags=tags)
-    t_unit = lp.assume(t_unit.with_kernel(knl), " and ".join(
-        f"{quotient_name(p, d)} >= 1" for p, d in sorted(done.items())))
-    return t_unit, {p: d for p, d in aligned.items() if p not in done}
-
-
 def pad_to_tiles(t_unit: lp.TranslationUnit, tiles: dict[str, int]) -> lp.TranslationUnit:
     """Round the ranges of ``m``, ``n`` and ``k`` up to multiples of ``tiles``.
 
@@ -494,7 +437,7 @@ def pad_to_tiles(t_unit: lp.TranslationUnit, tiles: dict[str, int]) -> lp.Transl
               and not divides(knl, i, tiles[i])}
     for i in padded:
         t = tiles[i]
-        bounds[i] = f"0 <= {i} < {t} * floor(({sizes.extent(i)} + {t - 1}) / {t})"
+        bounds[i] = f"0 <= {i} < {t} * floor(({sizes.of(i)} + {t - 1}) / {t})"
 
     limit = sizes.limit
     subs = dict(knl.substitutions)
