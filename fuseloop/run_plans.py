@@ -17,10 +17,9 @@ target, or the n-th temporary: a buffer first seen as a launch's output).
 Later evaluations of the same structure *replay* the record: allocate the same
 sizes, enqueue the same programs with this call's buffers and scalars.  The
 counters of ``fl.stats()`` move as they would without the plan.  Gathers of
-device indices (their out-of-range check reads a flag back) and
-scatters are never planned; neither is anything while ``show_code`` captures
-sources.  Unchecked gathers (the computed positions of roll, tile, repeat, host
-indices checked on the host, a mask's positions) are.
+device indices are planned too: their kernel's out-of-range flag is read back after
+each launch, a replayed one's as well (:func:`fuseloop.launching.enqueue`).  Scatters
+are never planned; neither is anything while ``show_code`` captures sources.
 """
 
 from __future__ import annotations

@@ -323,9 +323,10 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
     elif general and type(node) is Remap:
         toks.append(("M", node.shape, node.offsets, node.coeffs))
         _walk(node.child, toks, slots, storages, scalars, True, offs)
-    elif general and type(node) is Gather and not node.checked:
-        # computed in-range positions (roll, tile, repeat): no flag to read back
-        toks.append(("G", node.axis, node.shape))
+    elif general and type(node) is Gather:
+        # (a checked gather's kernel reads its error flag back at each launch, a replay's
+        # too: see launching.enqueue)
+        toks.append(("G", node.axis, node.shape, node.checked))
         if len(toks) > MAX_TOKENS:
             raise _Uncacheable
         _walk(node.child, toks, slots, storages, scalars, True, offs)
@@ -390,11 +391,10 @@ class ViewOffsets:
 
 def walk_structure(roots: Sequence[Node], head: list[Any], offs: ViewOffsets | None = None
                    ) -> tuple[list[Any], dict[Any, int], list[Storage], list[np.generic]] | None:
-    """The prefix code of :func:`structure_key` for any roots but checked gathers, after
-    ``head``.
+    """The prefix code of :func:`structure_key` for any roots, after ``head``.
 
     Returns ``(tokens, slots, storages, scalars)`` (``slots`` maps each buffer
-    and scalar node to its slot), or None for gathers and very large DAGs.  With
+    and scalar node to its slot), or None for very large DAGs.  With
     ``offs``, the leaves' offsets go there instead of into the tokens (see
     :class:`ViewOffsets`).
     """
