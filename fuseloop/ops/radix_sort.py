@@ -46,6 +46,7 @@ from ..cache import KernelPlan, SourceKernel
 from ..evaluate import allocate
 from ..expr.nodes import Storage
 from ..runtime.devices import Device
+from ..runtime.transfer import read_started, wait
 
 #: the sorted digit's bits (256 buckets)
 RADIX_BITS = 8
@@ -106,55 +107,78 @@ void block_scan(__local uint *a, const int per, __local uint *sums)
 _COUNT = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_count(__global const KT *restrict keys, __global const uint *restrict vals,
-                    __global uint *restrict counts, const int shift, const int by_row,
-                    const long rowlen, const long n, const long tiles)
+                    __global uint *restrict counts, __global uint *restrict totals,
+                    const int shift, const int by_row, const long rowlen, const int slot,
+                    const long n, const long tiles)
 {
     __local uint hist[RADIX];
     const int lid = get_local_id(0);
     const long tile = get_group_id(0), first = tile * TILE;
     for (int d = lid; d < RADIX; d += WG)
         hist[d] = 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
+    /* every load first, then the atomics: PER loads in flight a work-item (an atomic
+       between them would wait for each) */
+    uint dig[PER];
+#pragma unroll
     for (int k = 0; k < PER; ++k) {
         const long i = first + k * WG + lid;  /* (coalesced) */
-        if (i < n)
-            atomic_inc(&hist[DIGIT_OF(keys[i], vals[i])]);
+        dig[k] = i < n ? DIGIT_OF(keys[i], vals[i]) : RADIX;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int d = lid; d < RADIX; d += WG)
-        counts[d * tiles + tile] = hist[d];
+#pragma unroll
+    for (int k = 0; k < PER; ++k)
+        if (dig[k] < RADIX)
+            atomic_inc(&hist[dig[k]]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* the digits' totals over all tiles, for the scan (zeroed by the key kernel) */
+    for (int d = lid; d < RADIX; d += WG) {
+        const uint c = hist[d];
+        counts[d * tiles + tile] = c;
+        if (c)
+            atomic_add(&totals[slot * RADIX + d], c);
+    }
 }
 """
 
 _SCAN = r"""
+/* entries of the table a work-item scans per chunk */
+#define SCAN_PER 16
+
+/* One work-group per digit d: its row of tile counts becomes the output positions
+   where each tile's keys of digit d start: the digits below d's total (the count
+   kernel's totals) + the exclusive scan of the row.  The row goes through local memory
+   in chunks, loaded and stored coalesced. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fl_radix_scan(__global uint *restrict counts, __global uint *restrict totals,
-                   const long tiles)
+void fl_radix_scan(__global uint *restrict counts, __global const uint *restrict totals,
+                   const int slot, const long tiles)
 {
+    __local uint chunk[PAD(WG * SCAN_PER)];
     __local uint sums[WG];
-    const int lid = get_local_id(0);
-    __global uint *row = counts + (long)get_group_id(0) * tiles;
-    const long per = (tiles + WG - 1) / WG, first = lid * per;
-    const long stop = min(first + per, tiles);
-    uint s = 0;
-    for (long t = first; t < stop; ++t)
-        s += row[t];
-    sums[lid] = s;
+    __local uint carry;
+    const int lid = get_local_id(0), d = get_group_id(0);
+    __global const uint *tot = totals + slot * RADIX;
+    __global uint *row = counts + (long)d * tiles;
+    if (lid == 0)
+        carry = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int off = 1; off < WG; off <<= 1) {
-        const uint add = lid >= off ? sums[lid - off] : 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        sums[lid] += add;
-        barrier(CLK_LOCAL_MEM_FENCE);
+    uint below = 0;
+    for (int e = lid; e < d; e += WG)
+        below += tot[e];
+    if (below)
+        atomic_add(&carry, below);
+    for (long c0 = 0; c0 < tiles; c0 += WG * SCAN_PER) {
+        const int m = (int)min((long)(WG * SCAN_PER), tiles - c0);
+        for (int j = lid; j < WG * SCAN_PER; j += WG)
+            chunk[PAD(j)] = j < m ? row[c0 + j] : 0;
+        barrier(CLK_LOCAL_MEM_FENCE);  /* (also the carry's atomics before its read) */
+        block_scan(chunk, SCAN_PER, sums);
+        const uint start = carry;
+        for (int j = lid; j < m; j += WG)
+            row[c0 + j] = start + chunk[PAD(j)];
+        barrier(CLK_LOCAL_MEM_FENCE);  /* every work-item has read the carry */
+        if (lid == 0)
+            carry = start + sums[WG - 1];  /* (read after the next chunk's barrier) */
     }
-    uint run = sums[lid] - s;
-    for (long t = first; t < stop; ++t) {
-        const uint c = row[t];
-        row[t] = run;
-        run += c;
-    }
-    if (lid == WG - 1)
-        totals[get_group_id(0)] = sums[WG - 1];
 }
 """
 
@@ -171,8 +195,7 @@ _SCATTER = r"""
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_scatter(__global const KT *restrict keys, __global const uint *restrict vals,
-                      __global const uint *restrict counts,
-                      __global const uint *restrict totals, __global KT *restrict keys_out,
+                      __global const uint *restrict counts, __global KT *restrict keys_out,
                       __global uint *restrict vals_out, const int shift, const int by_row,
                       const long rowlen, const int out_kind, const int descending,
                       const long n, const long tiles)
@@ -181,7 +204,6 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
     __local uint lv[HAS_VALUES ? PAD(TILE) : 1];
     __local uint table[PAD(16 * WG)];
     __local uint sums[WG];
-    __local uint base[PAD(RADIX)];
     __local uint off[RADIX];
     const int lid = get_local_id(0);
     const long tile = get_group_id(0), first = tile * TILE;
@@ -231,17 +253,14 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
 #endif
         }
     }
-    /* where each digit starts in the output: the exclusive scan of the digits' totals */
-    for (int d = lid; d < RADIX; d += WG)
-        base[PAD(d)] = totals[d];
+    /* the output position of the tile's item j of digit d: off[d] + j, where the scan
+       left the tile's start in the digit's output (uint arithmetic wraps back into
+       range) */
     barrier(CLK_LOCAL_MEM_FENCE);
-    block_scan(base, RADIX / WG, sums);
-    /* the output position of the tile's item j of digit d: off[d] + j (uint arithmetic
-       wraps back into range) */
     for (int j = lid; j < valid; j += WG) {
         const uint d = DIGIT_AT(j);
         if (j == 0 || DIGIT_AT(j - 1) != d)
-            off[d] = base[PAD(d)] + counts[d * tiles + tile] - (uint)j;
+            off[d] = counts[d * tiles + tile] - (uint)j;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int j = lid; j < valid; j += WG) {  /* runs of a digit: coalesced writes */
@@ -294,23 +313,41 @@ U from_key(const U k, const int kind, const int descending)
 
 _KEYS = r"""
 
+#define KEY_OF(i, u) do { \
+        const KT k_ = to_key((u), kind, descending, canon); \
+        keys[i] = k_; \
+        if (positions) \
+            idx[i] = (uint)(i); \
+        o |= k_; \
+        a &= k_; \
+    } while (0)
+
+/* ``bits``: each work-group's OR of the keys, then (after the groups' ORs) its AND, so
+   that one read brings both to the host; ``zero``: the passes' digit totals, zeroed */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_keys(__global const U *restrict src, __global KT *restrict keys,
-                   __global uint *restrict idx, __global KT *restrict ors,
-                   __global KT *restrict ands, const int kind, const int descending,
-                   const int canon, const int positions, const long n)
+                   __global uint *restrict idx, __global KT *restrict bits,
+                   __global uint *restrict zero, const int kind, const int descending,
+                   const int canon, const int positions, const int nzero, const long n)
 {
     __local KT lo[WG], la[WG];
     const int lid = get_local_id(0);
+    const long step = get_global_size(0);
+    for (long i = get_global_id(0); i < nzero; i += step)
+        zero[i] = 0;
     KT o = 0, a = (KT)~(KT)0;
-    for (long i = get_global_id(0); i < n; i += get_global_size(0)) {
-        const KT k = to_key(src[i], kind, descending, canon);
-        keys[i] = k;
-        if (positions)
-            idx[i] = (uint)i;
-        o |= k;
-        a &= k;
+    long i = get_global_id(0);
+    /* four loads in flight a work-item (coalesced across the group) before any store */
+    for (; i + 3 * step < n; i += 4 * step) {
+        const U u0 = src[i], u1 = src[i + step], u2 = src[i + 2 * step],
+                u3 = src[i + 3 * step];
+        KEY_OF(i, u0);
+        KEY_OF(i + step, u1);
+        KEY_OF(i + 2 * step, u2);
+        KEY_OF(i + 3 * step, u3);
     }
+    for (; i < n; i += step)
+        KEY_OF(i, src[i]);
     lo[lid] = o;
     la[lid] = a;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -322,8 +359,8 @@ void fl_radix_keys(__global const U *restrict src, __global KT *restrict keys,
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (lid == 0) {
-        ors[get_group_id(0)] = lo[0];
-        ands[get_group_id(0)] = la[0];
+        bits[get_group_id(0)] = lo[0];
+        bits[get_num_groups(0) + get_group_id(0)] = la[0];
     }
 }
 
@@ -416,19 +453,19 @@ def _pass_kernels(key_size: int, values: bool,
             f"-DWG={layout.group}", f"-DPER={layout.per}", f"-DU={_UNSIGNED[key_size]}",
             f"-DBITS={8 * key_size}", f"-DINF={_INF[key_size]}"]
     g = layout.group
-    pass_args = ["s0", "s1", "s2", "p0", "p1"]
-    pass_types: list[str | None] = ["int32", "int32", "int64", "int64", "int64"]
     out_args = ["s0", "s1", "s2", "s3", "s4", "p0", "p1"]
     out_types: list[str | None] = ["int32", "int32", "int64", "int32", "int32", "int64",
                                    "int64"]
     made = (
-        _plan("fl_radix_count", _COMMON + _COUNT, ["in0", "in1", "out0", *pass_args],
-              [None, None, None, *pass_types], "p[1]", g, opts),
-        _plan("fl_radix_scan", _COMMON + _SCAN, ["out0", "out1", "p1"],
-              [None, None, "int64"], str(RADIX), g, opts),
+        _plan("fl_radix_count", _COMMON + _COUNT,
+              ["in0", "in1", "out0", "out1", "s0", "s1", "s2", "s3", "p0", "p1"],
+              [None, None, None, None, "int32", "int32", "int64", "int32", "int64",
+               "int64"], "p[1]", g, opts),
+        _plan("fl_radix_scan", _COMMON + _SCAN, ["out0", "in0", "s0", "p1"],
+              [None, None, "int32", "int64"], str(RADIX), g, opts),
         _plan("fl_radix_scatter", _COMMON + _BITS + _SCATTER,
-              ["in0", "in1", "in2", "in3", "out0", "out1", *out_args],
-              [None, None, None, None, None, None, *out_types], "p[1]", g, opts))
+              ["in0", "in1", "in2", "out0", "out1", *out_args],
+              [None, None, None, None, None, *out_types], "p[1]", g, opts))
     with _lock:
         return _PASSES.setdefault(key, made)
 
@@ -443,8 +480,9 @@ def _key_kernels(size: int, group: int) -> tuple[SourceKernel, SourceKernel]:
             f"-DBITS={8 * size}", f"-DINF={_INF[size]}", f"-DWG={group}"]
     made = (
         _plan("fl_radix_keys", _BITS + _KEYS,
-              ["in0", "out0", "out1", "out2", "out3", "s0", "s1", "s2", "s3", "p0"],
-              [None, None, None, None, None, "int32", "int32", "int32", "int32", "int64"],
+              ["in0", "out0", "out1", "out2", "out3", "s0", "s1", "s2", "s3", "s4", "p0"],
+              [None, None, None, None, None, "int32", "int32", "int32", "int32", "int32",
+               "int64"],
               "p[1]", group, opts),
         _plan("fl_radix_values", _BITS + _KEYS, ["in0", "out0", "s0", "s1", "p0"],
               [None, None, "int32", "int32", "int64"], "p[1]", group, opts))
@@ -463,15 +501,13 @@ def _launch(kernel: SourceKernel, params: tuple[int, ...], outs: list[Storage],
     launching.enqueue(plan, outs, ins, scalars, False, dev)
 
 
-def _varying_shifts(ors: Storage, ands: Storage, groups: int, key_size: int,
-                    bits: int) -> list[int]:
-    """The shifts of the digits that differ between keys (from the partial ORs and
-    ANDs: one read from the device)."""
-    kdt = np.dtype(f"u{key_size}")
-    o = np.bitwise_or.reduce(Array._concrete(ors, kdt, (groups,)).get())
-    a = np.bitwise_and.reduce(Array._concrete(ands, kdt, (groups,)).get())
-    differ = int(o ^ a)
-    return [s for s in range(0, bits, RADIX_BITS) if (differ >> s) & (RADIX - 1)]
+def _varying_shifts(bits: np.ndarray, bits_of_values: int) -> list[int]:
+    """The shifts of the digits that differ between keys, from the key kernel's
+    partial ORs and ANDs (``bits``: the ORs, then the ANDs)."""
+    half = bits.size // 2
+    differ = int(np.bitwise_or.reduce(bits[:half]) ^ np.bitwise_and.reduce(bits[half:]))
+    return [s for s in range(0, bits_of_values, RADIX_BITS)
+            if (differ >> s) & (RADIX - 1)]
 
 
 class Sorted(NamedTuple):
@@ -498,33 +534,49 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     keys = [allocate(n * key_size, dev), allocate(n * key_size, dev)]
     vals = [allocate(n * 4, dev), allocate(n * 4, dev)] if values else [keys[0], keys[1]]
     groups = max(1, min(KEY_GROUPS, -(-n // layout.group)))
-    ors, ands = allocate(groups * key_size, dev), allocate(groups * key_size, dev)
+    bits = allocate(2 * groups * key_size, dev)
+    # each pass's digit totals (added up by its count kernel) in a slot of RADIX words:
+    # value digit s // 8, then the row digits
+    row_shifts = list(range(0, (rows - 1).bit_length(), RADIX_BITS)) if rows > 1 else []
+    slots = key_size + len(row_shifts)
+    totals = allocate(slots * RADIX * 4, dev)
     assert src._storage is not None
-    flags = [_kind(dt), np.int32(descending), np.int32(canon), np.int32(values)]
-    _launch(to_keys, (n, groups), [keys[0], vals[0], ors, ands], [src._storage], flags,
+    flags = [_kind(dt), np.int32(descending), np.int32(canon), np.int32(values),
+             np.int32(slots * RADIX)]
+    _launch(to_keys, (n, groups), [keys[0], vals[0], bits, totals], [src._storage], flags,
             dev)
-    shifts = [(s, 0) for s in _varying_shifts(ors, ands, groups, key_size,
-                                              8 * dt.itemsize)]
-    if rows > 1:
-        shifts += [(s, 1) for s in range(0, (rows - 1).bit_length(), RADIX_BITS)]
+    # the ORs and ANDs come back while the device counts the first digit, which floats
+    # almost always need (a wasted count where it turns out the same in every key)
+    host_bits = np.empty(2 * groups, f"u{key_size}")
+    event = read_started(host_bits, bits.buffer, dev)
+    tiles = -(-n // layout.tile)
+    count, scan, scatter = _pass_kernels(key_size, values, layout)
+    counts = allocate(RADIX * tiles * 4, dev)
+    params = (n, tiles)
+    counted = None
+    if dt.kind == "f":
+        counted = (0, 0)
+        _launch(count, params, [counts, totals], [keys[0], vals[0]],
+                [np.int32(0), np.int32(0), np.int64(row), np.int32(0)], dev)
+    wait(event, dev)
+    shifts = [(s, 0) for s in _varying_shifts(host_bits, 8 * dt.itemsize)]
+    shifts += [(s, 1) for s in row_shifts]
     out = None
     if want_values and shifts and dt.itemsize == key_size:
         assert not canon  # (canon keys have no values)
         out = Array._concrete(allocate(n * key_size, dev), dt, (n,))
-    tiles = -(-n // layout.tile)
-    count, scan, scatter = _pass_kernels(key_size, values, layout)
-    if shifts:
-        counts, totals = allocate(RADIX * tiles * 4, dev), allocate(RADIX * 4, dev)
-    params = (n, tiles)
     for p, (shift, by_row) in enumerate(shifts):
+        slot = np.int32(key_size + shift // RADIX_BITS if by_row else shift // RADIX_BITS)
         scalars = [np.int32(shift), np.int32(by_row), np.int64(row)]
-        _launch(count, params, [counts], [keys[0], vals[0]], scalars, dev)
-        _launch(scan, params, [counts, totals], [], [], dev)
+        if (shift, by_row) != counted:
+            _launch(count, params, [counts, totals], [keys[0], vals[0]], [*scalars, slot],
+                    dev)
+        _launch(scan, params, [counts], [totals], [slot], dev)
         last = out is not None and p == len(shifts) - 1
         if last:
             assert out is not None and out._storage is not None  # (a concrete array)
             keys[1] = out._storage
-        _launch(scatter, params, [keys[1], vals[1]], [keys[0], vals[0], counts, totals],
+        _launch(scatter, params, [keys[1], vals[1]], [keys[0], vals[0], counts],
                 [*scalars, _kind(dt) if last else np.int32(-1), np.int32(descending)], dev)
         keys.reverse()
         vals.reverse()
