@@ -78,29 +78,45 @@ _COMMON = r"""
 #define DIGIT_OF(k, v) ((uint)(((k) >> shift) & 0xFF))
 #endif
 
+/* the work-items' sums are scanned in segments of SEG, one work-item each */
+#define SEG (WG < 16 ? WG : 16)
+/* words of scratch block_scan needs */
+#define SCAN_SCRATCH (PAD(WG) + WG / SEG)
+
 /* a[PAD(0 .. WG * per)) replaced by its exclusive prefix sums, each work-item summing
-   `per` consecutive entries; sums: WG words of scratch */
-void block_scan(__local uint *a, const int per, __local uint *sums)
+   `per` consecutive entries; sums: SCAN_SCRATCH words.  Returns the work-item's
+   inclusive sum (the last one's: the total).  The work-items' sums are scanned by
+   WG / SEG work-items, SEG sums each, then each work-item adds the segments before its
+   own: three barriers, where a tree over WG work-items takes 2 log2(WG) + 2. */
+uint block_scan(__local uint *a, const int per, __local uint *sums)
 {
     const int lid = get_local_id(0);
+    __local uint *seg = sums + PAD(WG);
     uint s = 0;
     for (int k = 0; k < per; ++k)
         s += a[PAD(lid * per + k)];
-    sums[lid] = s;
+    sums[PAD(lid)] = s;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int off = 1; off < WG; off <<= 1) {  /* inclusive, Hillis-Steele */
-        const uint add = lid >= off ? sums[lid - off] : 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        sums[lid] += add;
-        barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < WG / SEG) {
+        uint r = 0;
+        for (int k = 0; k < SEG; ++k) {
+            const uint t = sums[PAD(lid * SEG + k)];
+            sums[PAD(lid * SEG + k)] = r;
+            r += t;
+        }
+        seg[lid] = r;
     }
-    uint run = sums[lid] - s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint run = sums[PAD(lid)];
+    for (int g = 0; g < lid / SEG; ++g)
+        run += seg[g];
     for (int k = 0; k < per; ++k) {
         const uint c = a[PAD(lid * per + k)];
         a[PAD(lid * per + k)] = run;
         run += c;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+    return run;
 }
 """
 
@@ -153,7 +169,7 @@ void fl_radix_scan(__global uint *restrict counts, __global const uint *restrict
                    const int slot, const long tiles)
 {
     __local uint chunk[PAD(WG * SCAN_PER)];
-    __local uint sums[WG];
+    __local uint sums[SCAN_SCRATCH];
     __local uint carry;
     const int lid = get_local_id(0), d = get_group_id(0);
     __global const uint *tot = totals + slot * RADIX;
@@ -171,13 +187,13 @@ void fl_radix_scan(__global uint *restrict counts, __global const uint *restrict
         for (int j = lid; j < WG * SCAN_PER; j += WG)
             chunk[PAD(j)] = j < m ? row[c0 + j] : 0;
         barrier(CLK_LOCAL_MEM_FENCE);  /* (also the carry's atomics before its read) */
-        block_scan(chunk, SCAN_PER, sums);
+        const uint total = block_scan(chunk, SCAN_PER, sums);
         const uint start = carry;
         for (int j = lid; j < m; j += WG)
             row[c0 + j] = start + chunk[PAD(j)];
         barrier(CLK_LOCAL_MEM_FENCE);  /* every work-item has read the carry */
-        if (lid == 0)
-            carry = start + sums[WG - 1];  /* (read after the next chunk's barrier) */
+        if (lid == WG - 1)
+            carry = start + total;  /* (read after the next chunk's barrier) */
     }
 }
 """
@@ -203,7 +219,7 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
     __local KT lk[PAD(TILE)];
     __local uint lv[HAS_VALUES ? PAD(TILE) : 1];
     __local uint table[PAD(16 * WG)];
-    __local uint sums[WG];
+    __local uint sums[SCAN_SCRATCH];
     __local uint off[RADIX];
     const int lid = get_local_id(0);
     const long tile = get_group_id(0), first = tile * TILE;
@@ -222,10 +238,18 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
        work-item taking PER consecutive items.  Items past the array's end (digit 0xFF,
        last already) stay last, so the item at j is one of them exactly when
        j >= valid. */
+    /* Each work-item counts its items' nibbles in registers (a byte per nibble value:
+       at most PER of them) and notes each item's rank among its own of that nibble, so
+       local memory sees only the counts' column (a row at a time: no bank conflicts),
+       their scan, and the moved items. */
     KT key[PER];
-    uint val[PER], dig[PER];
+#if HAS_VALUES
+    uint val[PER];
+#endif
+    uint nr[PER];  /* the item's nibble << 8 | its rank in this work-item */
     for (int nib = 0; nib < 8; nib += 4) {
         barrier(CLK_LOCAL_MEM_FENCE);
+        ulong lo = 0, hi = 0;  /* the counts of nibbles 0-7 and 8-15 */
 #pragma unroll
         for (int k = 0; k < PER; ++k) {
             const int j = lid * PER + k;
@@ -233,20 +257,34 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
 #if HAS_VALUES
             val[k] = LV(j);
 #endif
-            dig[k] = DIGIT_AT(j);
+            const uint b = (DIGIT_AT(j) >> nib) & 15, sh = (b & 7) * 8;
+            const ulong one = (ulong)1 << sh;
+            nr[k] = b << 8 | (uint)(((b < 8 ? lo : hi) >> sh) & 0xFF);
+            lo += b < 8 ? one : 0;
+            hi += b < 8 ? 0 : one;
         }
 #pragma unroll
-        for (int b = 0; b < 16; ++b)
-            table[PAD(b * WG + lid)] = 0;  /* (this work-item's column) */
-#pragma unroll
-        for (int k = 0; k < PER; ++k)
-            table[PAD(((dig[k] >> nib) & 15) * WG + lid)] += 1;
+        for (int b = 0; b < 8; ++b) {  /* (this work-item's column) */
+            table[PAD(b * WG + lid)] = (uint)(lo >> (8 * b)) & 0xFF;
+            table[PAD((b + 8) * WG + lid)] = (uint)(hi >> (8 * b)) & 0xFF;
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
         /* digit-major: a nibble's items of lower work-items come first */
         block_scan(table, 16, sums);
+        /* this column's starts (below TILE <= 4096), four 16-bit fields a word */
+        ulong st[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            st[q] = 0;
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+                st[q] |= (ulong)table[PAD((4 * q + r) * WG + lid)] << (16 * r);
+        }
 #pragma unroll
         for (int k = 0; k < PER; ++k) {
-            const uint pos = table[PAD(((dig[k] >> nib) & 15) * WG + lid)]++;
+            const uint b = nr[k] >> 8;
+            const ulong w = b < 8 ? (b < 4 ? st[0] : st[1]) : (b < 12 ? st[2] : st[3]);
+            const uint pos = (uint)((w >> (16 * (b & 3))) & 0xFFFF) + (nr[k] & 0xFF);
             LK(pos) = key[k];
 #if HAS_VALUES
             LV(pos) = val[k];
@@ -406,7 +444,7 @@ def _local_bytes(group: int, per: int, key_size: int, values: bool) -> int:
         return count + count // 32
 
     return (pad(group * per) * (key_size + (4 if values else 0)) + 4 * pad(16 * group)
-            + 4 * group + 4 * pad(RADIX) + 4 * RADIX + 64)
+            + 4 * (pad(group) + group) + 4 * RADIX + 64)
 
 
 def local_memory(device: Device) -> int:
