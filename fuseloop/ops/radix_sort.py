@@ -14,17 +14,23 @@ sort keeps them; for ``sort`` the key is one-to-one (NaN's sign aside) and the s
 values are made from the sorted keys (by the last pass where they are as wide as the keys,
 4 or 8 bytes, else by one more kernel).  The key kernel also reduces the keys'
 bitwise OR and AND, so that passes whose 8-bit digit is the same in every key (the
-high bytes of small integers) are skipped.
+high bytes of small integers) are skipped; the host reads them (one copy, not waited for
+at once) while the device already counts the lowest digit of floats, which nearly always
+varies, so the device does not idle through the round trip.
 
 One pass over tiles of ``WG * PER`` keys (a work-group each):
 
-1. ``count``: each tile's histogram of the digit (local atomics), written digit-major;
-2. ``scan``: one work-group per digit scans its row of tile counts (exclusive) and
-   writes the digit's total;
+1. ``count``: each tile's histogram of the digit (local atomics), written digit-major,
+   and added to the digit's total over all tiles (global atomics into a slot of the
+   pass, zeroed by the key kernel);
+2. ``scan``: one work-group per digit turns its row of tile counts into the output
+   positions where each tile's keys of the digit start: the totals of the digits below
+   + the exclusive scan of the row (coalesced, through local memory);
 3. ``scatter``: each tile sorts itself stably by the digit in local memory (two
-   counting sorts by 4-bit halves: per-work-item counts, a work-group prefix sum, ranks
-   in order), then writes every key (and its position, the payload) to the digit's
-   start (the scan of the totals) + the tile's offset in the digit + its rank.
+   counting sorts by 4-bit halves: each work-item counts and ranks its own keys in
+   registers, a work-group prefix sum of the counts, keys moved in order), then
+   writes every key (and its position, the payload) to its tile's start in the digit +
+   its rank among the tile's keys of the digit: runs of a digit, coalesced.
 
 The sort is stable, so sorting many rows at once is a sort by value followed by more
 passes over the digits of the row number (read from the payload, the position).
