@@ -99,13 +99,15 @@ def test_launches_and_skipped_passes(device):
     small = rng.integers(0, 1000, 3000).astype(np.int32)
     assert _launches(lambda: fl.sort(fl.asarray(small))) == 1 + 2 * 3
     np.testing.assert_array_equal(fl.sort(fl.asarray(small)).get(), np.sort(small))
-    # floats count their lowest digit while their ORs and ANDs are read back: wasted
-    # for small whole numbers (their two low bytes are 0): keys, count, 2 passes
+    # the lowest digit is counted while the ORs and ANDs are read back: in vain for
+    # floats that are small whole numbers (their two low bytes are 0): keys, count,
+    # 2 passes
     whole = (np.arange(3000) % 37).astype(np.float32)
     assert _launches(lambda: fl.sort(fl.asarray(whole))) == 1 + 1 + 2 * 3
     np.testing.assert_array_equal(fl.sort(fl.asarray(whole)).get(), np.sort(whole))
-    # all equal: no pass at all, the values from the keys
-    assert _launches(lambda: fl.sort(fl.asarray(np.full(3000, 7, np.int64)))) == 2
+    # all equal: no pass at all (the lowest digit counted in vain), the values from
+    # the keys
+    assert _launches(lambda: fl.sort(fl.asarray(np.full(3000, 7, np.int64)))) == 3
     # 4 rows: value passes (one for int8), one pass over the row's digit, then the
     # values (narrower than their 32-bit keys) from the keys
     rows = rng.integers(-100, 100, (4, 700)).astype(np.int8)

@@ -15,8 +15,8 @@ values are made from the sorted keys (by the last pass where they are as wide as
 4 or 8 bytes, else by one more kernel).  The key kernel also reduces the keys'
 bitwise OR and AND, so that passes whose 8-bit digit is the same in every key (the
 high bytes of small integers) are skipped; the host reads them (one copy, not waited for
-at once) while the device already counts the lowest digit of floats, which nearly always
-varies, so the device does not idle through the round trip.
+at once) while the device already counts the lowest digit, which nearly always varies, so the
+device does not idle through the round trip.
 
 One pass over tiles of ``WG * PER`` keys (a work-group each):
 
@@ -589,19 +589,17 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
              np.int32(slots * RADIX)]
     _launch(to_keys, (n, groups), [keys[0], vals[0], bits, totals], [src._storage], flags,
             dev)
-    # the ORs and ANDs come back while the device counts the first digit, which floats
-    # almost always need (a wasted count where it turns out the same in every key)
+    # the ORs and ANDs come back while the device counts the lowest digit, which nearly
+    # every array needs (a wasted count where it is the same in every key: all keys
+    # equal, or floats that are all small whole numbers)
     host_bits = np.empty(2 * groups, f"u{key_size}")
     event = read_started(host_bits, bits.buffer, dev)
     tiles = -(-n // layout.tile)
     count, scan, scatter = _pass_kernels(key_size, values, layout)
     counts = allocate(RADIX * tiles * 4, dev)
     params = (n, tiles)
-    counted = None
-    if dt.kind == "f":
-        counted = (0, 0)
-        _launch(count, params, [counts, totals], [keys[0], vals[0]],
-                [np.int32(0), np.int32(0), np.int64(row), np.int32(0)], dev)
+    _launch(count, params, [counts, totals], [keys[0], vals[0]],
+            [np.int32(0), np.int32(0), np.int64(row), np.int32(0)], dev)
     wait(event, dev)
     shifts = [(s, 0) for s in _varying_shifts(host_bits, 8 * dt.itemsize)]
     shifts += [(s, 1) for s in row_shifts]
@@ -612,7 +610,7 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     for p, (shift, by_row) in enumerate(shifts):
         slot = np.int32(key_size + shift // RADIX_BITS if by_row else shift // RADIX_BITS)
         scalars = [np.int32(shift), np.int32(by_row), np.int64(row)]
-        if (shift, by_row) != counted:
+        if shift or by_row:  # (else counted above)
             _launch(count, params, [counts, totals], [keys[0], vals[0]], [*scalars, slot],
                     dev)
         _launch(scan, params, [counts], [totals], [slot], dev)
