@@ -62,6 +62,9 @@ RADIX = 1 << RADIX_BITS
 GPU_GROUP, CPU_GROUP = 256, 32
 #: the most keys a work-item ranks per tile (fewer where local memory is short)
 MAX_PER_ITEM = 16
+#: the most local memory a tile takes, so that 5 work-groups of 256 share an H100 SM's
+#: 228 KiB (argsort's 16 keys a work-item would take 45 KiB: 8 are used)
+GROUP_LOCAL_MAX = 40 * 1024
 #: the most work-groups of the key kernel (each writes one partial OR and AND)
 KEY_GROUPS = 1024
 #: positions and offsets are uint: larger arrays take pyopencl's sort
@@ -90,10 +93,10 @@ _COMMON = r"""
 #define SCAN_SCRATCH (PAD(WG) + WG / SEG)
 
 /* a[PAD(0 .. WG * per)) replaced by its exclusive prefix sums, each work-item summing
-   `per` consecutive entries; sums: SCAN_SCRATCH words.  Returns the work-item's
-   inclusive sum (the last one's: the total).  The work-items' sums are scanned by
-   WG / SEG work-items, SEG sums each, then each work-item adds the segments before its
-   own: three barriers, where a tree over WG work-items takes 2 log2(WG) + 2. */
+   `per` consecutive entries; sums: SCAN_SCRATCH words.  Returns the total.  The
+   work-items' sums are scanned by WG / SEG work-items, SEG sums each, then each
+   work-item adds the segments before its own: three barriers, where a tree over WG
+   work-items takes 2 log2(WG) + 2. */
 uint block_scan(__local uint *a, const int per, __local uint *sums)
 {
     const int lid = get_local_id(0);
@@ -113,16 +116,18 @@ uint block_scan(__local uint *a, const int per, __local uint *sums)
         seg[lid] = r;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    uint run = sums[PAD(lid)];
-    for (int g = 0; g < lid / SEG; ++g)
-        run += seg[g];
+    uint run = sums[PAD(lid)], total = 0;
+    for (int g = 0; g < WG / SEG; ++g) {
+        run += g < lid / SEG ? seg[g] : 0;
+        total += seg[g];
+    }
     for (int k = 0; k < per; ++k) {
         const uint c = a[PAD(lid * per + k)];
         a[PAD(lid * per + k)] = run;
         run += c;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    return run;
+    return total;
 }
 """
 
@@ -224,7 +229,7 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
 {
     __local KT lk[PAD(TILE)];
     __local uint lv[HAS_VALUES ? PAD(TILE) : 1];
-    __local uint table[PAD(16 * WG)];
+    __local uint table[PAD(8 * WG)];
     __local uint sums[SCAN_SCRATCH];
     __local uint off[RADIX];
     const int lid = get_local_id(0);
@@ -269,28 +274,30 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
             lo += b < 8 ? one : 0;
             hi += b < 8 ? 0 : one;
         }
+        /* this work-item's column: the counts of nibbles b and b + 8 in the low and high
+           16 bits of row b, so that one scan of 8 rows serves both halves (neither
+           carries into the other: each sums to at most TILE <= 4096) */
 #pragma unroll
-        for (int b = 0; b < 8; ++b) {  /* (this work-item's column) */
-            table[PAD(b * WG + lid)] = (uint)(lo >> (8 * b)) & 0xFF;
-            table[PAD((b + 8) * WG + lid)] = (uint)(hi >> (8 * b)) & 0xFF;
-        }
+        for (int b = 0; b < 8; ++b)
+            table[PAD(b * WG + lid)] = ((uint)(lo >> (8 * b)) & 0xFF)
+                                       | ((uint)(hi >> (8 * b)) & 0xFF) << 16;
         barrier(CLK_LOCAL_MEM_FENCE);
-        /* digit-major: a nibble's items of lower work-items come first */
-        block_scan(table, 16, sums);
-        /* this column's starts (below TILE <= 4096), four 16-bit fields a word */
+        /* digit-major: a nibble's items of lower work-items come first; nibbles 8-15
+           after all of 0-7 */
+        const uint upper = block_scan(table, 8, sums) & 0xFFFF;
+        /* this column's starts, two rows a word */
         ulong st[4];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            st[q] = 0;
-#pragma unroll
-            for (int r = 0; r < 4; ++r)
-                st[q] |= (ulong)table[PAD((4 * q + r) * WG + lid)] << (16 * r);
-        }
+        for (int q = 0; q < 4; ++q)
+            st[q] = (ulong)table[PAD(2 * q * WG + lid)]
+                    | (ulong)table[PAD((2 * q + 1) * WG + lid)] << 32;
 #pragma unroll
         for (int k = 0; k < PER; ++k) {
             const uint b = nr[k] >> 8;
-            const ulong w = b < 8 ? (b < 4 ? st[0] : st[1]) : (b < 12 ? st[2] : st[3]);
-            const uint pos = (uint)((w >> (16 * (b & 3))) & 0xFFFF) + (nr[k] & 0xFF);
+            const ulong w = (b & 4) ? ((b & 2) ? st[3] : st[2]) : ((b & 2) ? st[1] : st[0]);
+            const uint pair = (uint)(w >> (32 * (b & 1)));
+            const uint pos = (b < 8 ? pair & 0xFFFF : (pair >> 16) + upper)
+                             + (nr[k] & 0xFF);
             LK(pos) = key[k];
 #if HAS_VALUES
             LV(pos) = val[k];
@@ -449,7 +456,7 @@ def _local_bytes(group: int, per: int, key_size: int, values: bool) -> int:
     def pad(count: int) -> int:
         return count + count // 32
 
-    return (pad(group * per) * (key_size + (4 if values else 0)) + 4 * pad(16 * group)
+    return (pad(group * per) * (key_size + (4 if values else 0)) + 4 * pad(8 * group)
             + 4 * (pad(group) + group) + 4 * RADIX + 64)
 
 
@@ -472,7 +479,7 @@ def layout_for(device: Device, key_size: int, values: bool, n: int) -> Layout | 
         group //= 2
     if group < 2:
         return None
-    local = local_memory(device)
+    local = min(local_memory(device), GROUP_LOCAL_MAX)
     per = MAX_PER_ITEM
     while per >= 1 and _local_bytes(group, per, key_size, values) > local:
         per //= 2
