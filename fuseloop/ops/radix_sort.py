@@ -14,23 +14,21 @@ sort keeps them; for ``sort`` the key is one-to-one (NaN's sign aside) and the s
 values are made from the sorted keys (by the last pass where they are as wide as the keys,
 4 or 8 bytes, else by one more kernel).  The key kernel also reduces the keys'
 bitwise OR and AND, so that passes whose 8-bit digit is the same in every key (the
-high bytes of small integers) are skipped; the host reads them (one copy, not waited for
-at once) while the device already counts the lowest digit, which nearly always varies, so the
-device does not idle through the round trip.
+high bytes of small integers) are skipped; the host reads them (one copy, not waited
+for at once) while the device already counts the lowest digit, which nearly always
+varies, so the device does not idle through the round trip.
 
 One pass over tiles of ``WG * PER`` keys (a work-group each):
 
-1. ``count``: each tile's histogram of the digit (local atomics), written digit-major,
-   and added to the digit's total over all tiles (global atomics into a slot of the
-   pass, zeroed by the key kernel);
-2. ``scan``: one work-group per digit turns its row of tile counts into the output
-   positions where each tile's keys of the digit start: the totals of the digits below
-   + the exclusive scan of the row (coalesced, through local memory);
-3. ``scatter``: each tile sorts itself stably by the digit in local memory (two
-   counting sorts by 4-bit halves: each work-item counts and ranks its own keys in
-   registers, a work-group prefix sum of the counts, keys moved in order), then
-   writes every key (and its position, the payload) to its tile's start in the digit +
-   its rank among the tile's keys of the digit: runs of a digit, coalesced.
+1. ``count``: each tile's histogram of the digit (local atomics), written digit-major;
+2. ``scan``: one work-group per digit scans its row of tile counts (exclusive; the row
+   read and written coalesced through local memory) and writes the digit's total;
+3. ``scatter``: each tile scans the digits' totals (where each digit starts), sorts
+   itself stably by the digit in local memory (two counting sorts by 4-bit halves: each
+   work-item counts and ranks its own keys in registers, one work-group prefix sum of
+   the counts serves both halves of the nibbles, keys moved in order), then writes every
+   key (and its position, the payload) to the digit's start + the tile's start in the
+   digit + its rank among the tile's keys of the digit: runs of a digit, coalesced.
 
 The sort is stable, so sorting many rows at once is a sort by value followed by more
 passes over the digits of the row number (read from the payload, the position).
@@ -134,9 +132,8 @@ uint block_scan(__local uint *a, const int per, __local uint *sums)
 _COUNT = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_count(__global const KT *restrict keys, __global const uint *restrict vals,
-                    __global uint *restrict counts, __global uint *restrict totals,
-                    const int shift, const int by_row, const long rowlen, const int slot,
-                    const long n, const long tiles)
+                    __global uint *restrict counts, const int shift, const int by_row,
+                    const long rowlen, const long n, const long tiles)
 {
     __local uint hist[RADIX];
     const int lid = get_local_id(0);
@@ -157,13 +154,8 @@ void fl_radix_count(__global const KT *restrict keys, __global const uint *restr
         if (dig[k] < RADIX)
             atomic_inc(&hist[dig[k]]);
     barrier(CLK_LOCAL_MEM_FENCE);
-    /* the digits' totals over all tiles, for the scan (zeroed by the key kernel) */
-    for (int d = lid; d < RADIX; d += WG) {
-        const uint c = hist[d];
-        counts[d * tiles + tile] = c;
-        if (c)
-            atomic_add(&totals[slot * RADIX + d], c);
-    }
+    for (int d = lid; d < RADIX; d += WG)
+        counts[d * tiles + tile] = hist[d];
 }
 """
 
@@ -171,41 +163,33 @@ _SCAN = r"""
 /* entries of the table a work-item scans per chunk */
 #define SCAN_PER 16
 
-/* One work-group per digit d: its row of tile counts becomes the output positions
-   where each tile's keys of digit d start: the digits below d's total (the count
-   kernel's totals) + the exclusive scan of the row.  The row goes through local memory
-   in chunks, loaded and stored coalesced. */
+/* One work-group per digit: its row of tile counts becomes their exclusive scan (where
+   each tile's keys of the digit start among the digit's), and its total is written.
+   The row goes through local memory in chunks, loaded and stored coalesced.  (The
+   digits' totals are scanned by each scatter tile: cheap, where a total over all tiles
+   added up by global atomics, 4096 tiles on one address each, could serialise.) */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fl_radix_scan(__global uint *restrict counts, __global const uint *restrict totals,
-                   const int slot, const long tiles)
+void fl_radix_scan(__global uint *restrict counts, __global uint *restrict totals,
+                   const long tiles)
 {
     __local uint chunk[PAD(WG * SCAN_PER)];
     __local uint sums[SCAN_SCRATCH];
-    __local uint carry;
-    const int lid = get_local_id(0), d = get_group_id(0);
-    __global const uint *tot = totals + slot * RADIX;
-    __global uint *row = counts + (long)d * tiles;
-    if (lid == 0)
-        carry = 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    uint below = 0;
-    for (int e = lid; e < d; e += WG)
-        below += tot[e];
-    if (below)
-        atomic_add(&carry, below);
+    const int lid = get_local_id(0);
+    __global uint *row = counts + (long)get_group_id(0) * tiles;
+    uint carry = 0;  /* (the same in every work-item) */
     for (long c0 = 0; c0 < tiles; c0 += WG * SCAN_PER) {
         const int m = (int)min((long)(WG * SCAN_PER), tiles - c0);
         for (int j = lid; j < WG * SCAN_PER; j += WG)
             chunk[PAD(j)] = j < m ? row[c0 + j] : 0;
-        barrier(CLK_LOCAL_MEM_FENCE);  /* (also the carry's atomics before its read) */
+        barrier(CLK_LOCAL_MEM_FENCE);
         const uint total = block_scan(chunk, SCAN_PER, sums);
-        const uint start = carry;
         for (int j = lid; j < m; j += WG)
-            row[c0 + j] = start + chunk[PAD(j)];
-        barrier(CLK_LOCAL_MEM_FENCE);  /* every work-item has read the carry */
-        if (lid == WG - 1)
-            carry = start + total;  /* (read after the next chunk's barrier) */
+            row[c0 + j] = carry + chunk[PAD(j)];
+        barrier(CLK_LOCAL_MEM_FENCE);  /* (before the next chunk is loaded) */
+        carry += total;
     }
+    if (lid == 0)
+        totals[get_group_id(0)] = carry;
 }
 """
 
@@ -222,7 +206,8 @@ _SCATTER = r"""
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_scatter(__global const KT *restrict keys, __global const uint *restrict vals,
-                      __global const uint *restrict counts, __global KT *restrict keys_out,
+                      __global const uint *restrict counts,
+                      __global const uint *restrict totals, __global KT *restrict keys_out,
                       __global uint *restrict vals_out, const int shift, const int by_row,
                       const long rowlen, const int out_kind, const int descending,
                       const long n, const long tiles)
@@ -231,7 +216,7 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
     __local uint lv[HAS_VALUES ? PAD(TILE) : 1];
     __local uint table[PAD(8 * WG)];
     __local uint sums[SCAN_SCRATCH];
-    __local uint off[RADIX];
+    __local uint off[PAD(RADIX)];
     const int lid = get_local_id(0);
     const long tile = get_group_id(0), first = tile * TILE;
     const int valid = (int)min((long)TILE, n - first);
@@ -245,6 +230,11 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
 #endif
         }
     }
+    /* where each digit starts in the output: the exclusive scan of the digits' totals */
+    for (int d = lid; d < RADIX; d += WG)
+        off[PAD(d)] = totals[d];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    block_scan(off, RADIX / WG, sums);
     /* Sort the tile stably by the digit: two counting sorts by its 4-bit halves, each
        work-item taking PER consecutive items.  Items past the array's end (digit 0xFF,
        last already) stay last, so the item at j is one of them exactly when
@@ -304,18 +294,18 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
 #endif
         }
     }
-    /* the output position of the tile's item j of digit d: off[d] + j, where the scan
-       left the tile's start in the digit's output (uint arithmetic wraps back into
-       range) */
+    /* the output position of the tile's item j of digit d: off[d] + j, off[d] being
+       the digit's start + the tile's start in the digit - the digit's first j (one
+       work-item writes it; uint arithmetic wraps back into range) */
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int j = lid; j < valid; j += WG) {
         const uint d = DIGIT_AT(j);
         if (j == 0 || DIGIT_AT(j - 1) != d)
-            off[d] = counts[d * tiles + tile] - (uint)j;
+            off[PAD(d)] += counts[d * tiles + tile] - (uint)j;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int j = lid; j < valid; j += WG) {  /* runs of a digit: coalesced writes */
-        const uint pos = off[DIGIT_AT(j)] + (uint)j;
+        const uint pos = off[PAD(DIGIT_AT(j))] + (uint)j;
         /* (the last pass may write the keys' values: out_kind is their kind) */
         keys_out[pos] = out_kind < 0 ? LK(j) : (KT)from_key((U)LK(j), out_kind, descending);
 #if HAS_VALUES
@@ -374,18 +364,16 @@ _KEYS = r"""
     } while (0)
 
 /* ``bits``: each work-group's OR of the keys, then (after the groups' ORs) its AND, so
-   that one read brings both to the host; ``zero``: the passes' digit totals, zeroed */
+   that one read brings both to the host */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_keys(__global const U *restrict src, __global KT *restrict keys,
                    __global uint *restrict idx, __global KT *restrict bits,
-                   __global uint *restrict zero, const int kind, const int descending,
-                   const int canon, const int positions, const int nzero, const long n)
+                   const int kind, const int descending, const int canon,
+                   const int positions, const long n)
 {
     __local KT lo[WG], la[WG];
     const int lid = get_local_id(0);
     const long step = get_global_size(0);
-    for (long i = get_global_id(0); i < nzero; i += step)
-        zero[i] = 0;
     KT o = 0, a = (KT)~(KT)0;
     long i = get_global_id(0);
     /* four loads in flight a work-item (coalesced across the group) before any store */
@@ -457,7 +445,7 @@ def _local_bytes(group: int, per: int, key_size: int, values: bool) -> int:
         return count + count // 32
 
     return (pad(group * per) * (key_size + (4 if values else 0)) + 4 * pad(8 * group)
-            + 4 * (pad(group) + group) + 4 * RADIX + 64)
+            + 4 * (pad(group) + group) + 4 * pad(RADIX) + 64)
 
 
 def local_memory(device: Device) -> int:
@@ -509,14 +497,14 @@ def _pass_kernels(key_size: int, values: bool,
                                    "int64"]
     made = (
         _plan("fl_radix_count", _COMMON + _COUNT,
-              ["in0", "in1", "out0", "out1", "s0", "s1", "s2", "s3", "p0", "p1"],
-              [None, None, None, None, "int32", "int32", "int64", "int32", "int64",
-               "int64"], "p[1]", g, opts),
-        _plan("fl_radix_scan", _COMMON + _SCAN, ["out0", "in0", "s0", "p1"],
-              [None, None, "int32", "int64"], str(RADIX), g, opts),
+              ["in0", "in1", "out0", "s0", "s1", "s2", "p0", "p1"],
+              [None, None, None, "int32", "int32", "int64", "int64", "int64"], "p[1]", g,
+              opts),
+        _plan("fl_radix_scan", _COMMON + _SCAN, ["out0", "out1", "p1"],
+              [None, None, "int64"], str(RADIX), g, opts),
         _plan("fl_radix_scatter", _COMMON + _BITS + _SCATTER,
-              ["in0", "in1", "in2", "out0", "out1", *out_args],
-              [None, None, None, None, None, *out_types], "p[1]", g, opts))
+              ["in0", "in1", "in2", "in3", "out0", "out1", *out_args],
+              [None, None, None, None, None, None, *out_types], "p[1]", g, opts))
     with _lock:
         return _PASSES.setdefault(key, made)
 
@@ -531,9 +519,8 @@ def _key_kernels(size: int, group: int) -> tuple[SourceKernel, SourceKernel]:
             f"-DBITS={8 * size}", f"-DINF={_INF[size]}", f"-DWG={group}"]
     made = (
         _plan("fl_radix_keys", _BITS + _KEYS,
-              ["in0", "out0", "out1", "out2", "out3", "s0", "s1", "s2", "s3", "s4", "p0"],
-              [None, None, None, None, None, "int32", "int32", "int32", "int32", "int32",
-               "int64"],
+              ["in0", "out0", "out1", "out2", "s0", "s1", "s2", "s3", "p0"],
+              [None, None, None, None, "int32", "int32", "int32", "int32", "int64"],
               "p[1]", group, opts),
         _plan("fl_radix_values", _BITS + _KEYS, ["in0", "out0", "s0", "s1", "p0"],
               [None, None, "int32", "int32", "int64"], "p[1]", group, opts))
@@ -586,16 +573,9 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     vals = [allocate(n * 4, dev), allocate(n * 4, dev)] if values else [keys[0], keys[1]]
     groups = max(1, min(KEY_GROUPS, -(-n // layout.group)))
     bits = allocate(2 * groups * key_size, dev)
-    # each pass's digit totals (added up by its count kernel) in a slot of RADIX words:
-    # value digit s // 8, then the row digits
-    row_shifts = list(range(0, (rows - 1).bit_length(), RADIX_BITS)) if rows > 1 else []
-    slots = key_size + len(row_shifts)
-    totals = allocate(slots * RADIX * 4, dev)
     assert src._storage is not None
-    flags = [_kind(dt), np.int32(descending), np.int32(canon), np.int32(values),
-             np.int32(slots * RADIX)]
-    _launch(to_keys, (n, groups), [keys[0], vals[0], bits, totals], [src._storage], flags,
-            dev)
+    flags = [_kind(dt), np.int32(descending), np.int32(canon), np.int32(values)]
+    _launch(to_keys, (n, groups), [keys[0], vals[0], bits], [src._storage], flags, dev)
     # the ORs and ANDs come back while the device counts the lowest digit, which nearly
     # every array needs (a wasted count where it is the same in every key: all keys
     # equal, or floats that are all small whole numbers)
@@ -603,29 +583,28 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     event = read_started(host_bits, bits.buffer, dev)
     tiles = -(-n // layout.tile)
     count, scan, scatter = _pass_kernels(key_size, values, layout)
-    counts = allocate(RADIX * tiles * 4, dev)
+    counts, totals = allocate(RADIX * tiles * 4, dev), allocate(RADIX * 4, dev)
     params = (n, tiles)
-    _launch(count, params, [counts, totals], [keys[0], vals[0]],
-            [np.int32(0), np.int32(0), np.int64(row), np.int32(0)], dev)
+    _launch(count, params, [counts], [keys[0], vals[0]],
+            [np.int32(0), np.int32(0), np.int64(row)], dev)
     wait(event, dev)
     shifts = [(s, 0) for s in _varying_shifts(host_bits, 8 * dt.itemsize)]
-    shifts += [(s, 1) for s in row_shifts]
+    if rows > 1:
+        shifts += [(s, 1) for s in range(0, (rows - 1).bit_length(), RADIX_BITS)]
     out = None
     if want_values and shifts and dt.itemsize == key_size:
         assert not canon  # (canon keys have no values)
         out = Array._concrete(allocate(n * key_size, dev), dt, (n,))
     for p, (shift, by_row) in enumerate(shifts):
-        slot = np.int32(key_size + shift // RADIX_BITS if by_row else shift // RADIX_BITS)
         scalars = [np.int32(shift), np.int32(by_row), np.int64(row)]
         if shift or by_row:  # (else counted above)
-            _launch(count, params, [counts, totals], [keys[0], vals[0]], [*scalars, slot],
-                    dev)
-        _launch(scan, params, [counts], [totals], [slot], dev)
+            _launch(count, params, [counts], [keys[0], vals[0]], scalars, dev)
+        _launch(scan, params, [counts, totals], [], [], dev)
         last = out is not None and p == len(shifts) - 1
         if last:
             assert out is not None and out._storage is not None  # (a concrete array)
             keys[1] = out._storage
-        _launch(scatter, params, [keys[1], vals[1]], [keys[0], vals[0], counts],
+        _launch(scatter, params, [keys[1], vals[1]], [keys[0], vals[0], counts, totals],
                 [*scalars, _kind(dt) if last else np.int32(-1), np.int32(descending)], dev)
         keys.reverse()
         vals.reverse()
