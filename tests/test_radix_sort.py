@@ -90,10 +90,10 @@ def _launches(fn) -> int:
 def test_launches_and_skipped_passes(device):
     rng = np.random.default_rng(6)
     x = fl.asarray(rng.standard_normal(3000).astype(np.float32))
-    # keys (with their OR and AND, and the passes' digit totals zeroed), 4 passes of
-    # count, scan and scatter (the last writing values)
+    # keys (with their OR and AND), 4 passes of count, scan and scatter (the last
+    # writing values)
     assert _launches(lambda: fl.sort(x)) == 1 + 4 * 3
-    # ... argsort: positions with the keys, then int64 positions
+    # ... argsort: positions made by the first pass, then int64 positions
     assert _launches(lambda: fl.argsort(x)) == 1 + 4 * 3 + 1
     # int32 in [0, 1000): the two high bytes are the same in every key: 2 passes
     small = rng.integers(0, 1000, 3000).astype(np.int32)
@@ -108,6 +108,9 @@ def test_launches_and_skipped_passes(device):
     # all equal: no pass at all (the lowest digit counted in vain), the values from
     # the keys
     assert _launches(lambda: fl.sort(fl.asarray(np.full(3000, 7, np.int64)))) == 3
+    # ... and argsort's positions, which no pass made, in order
+    np.testing.assert_array_equal(fl.argsort(fl.asarray(np.full(3000, 7, np.int64))).get(),
+                                  np.arange(3000))
     # 4 rows: value passes (one for int8), one pass over the row's digit, then the
     # values (narrower than their 32-bit keys) from the keys
     rows = rng.integers(-100, 100, (4, 700)).astype(np.int8)

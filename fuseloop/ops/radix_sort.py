@@ -48,7 +48,7 @@ from .. import launching
 from ..array import Array
 from ..cache import KernelPlan, SourceKernel
 from ..evaluate import allocate
-from ..expr.nodes import Storage
+from ..expr.nodes import Iota, Storage
 from ..runtime.devices import Device
 from ..runtime.transfer import read_started, wait
 
@@ -133,7 +133,7 @@ _COUNT = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_count(__global const KT *restrict keys, __global const uint *restrict vals,
                     __global uint *restrict counts, const int shift, const int by_row,
-                    const long rowlen, const long n, const long tiles)
+                    const long rowlen, const int iota, const long n, const long tiles)
 {
     __local uint hist[RADIX];
     const int lid = get_local_id(0);
@@ -146,7 +146,7 @@ void fl_radix_count(__global const KT *restrict keys, __global const uint *restr
 #pragma unroll
     for (int k = 0; k < PER; ++k) {
         const long i = first + k * WG + lid;  /* (coalesced) */
-        dig[k] = i < n ? DIGIT_OF(keys[i], vals[i]) : RADIX;
+        dig[k] = i < n ? DIGIT_OF(keys[i], iota ? (uint)i : vals[i]) : RADIX;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
@@ -210,7 +210,7 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
                       __global const uint *restrict totals, __global KT *restrict keys_out,
                       __global uint *restrict vals_out, const int shift, const int by_row,
                       const long rowlen, const int out_kind, const int descending,
-                      const long n, const long tiles)
+                      const int iota, const long n, const long tiles)
 {
     __local KT lk[PAD(TILE)];
     __local uint lv[HAS_VALUES ? PAD(TILE) : 1];
@@ -226,7 +226,7 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
         if (j < valid) {
             LK(j) = keys[first + j];
 #if HAS_VALUES
-            LV(j) = vals[first + j];
+            LV(j) = iota ? (uint)(first + j) : vals[first + j];
 #endif
         }
     }
@@ -357,8 +357,6 @@ _KEYS = r"""
 #define KEY_OF(i, u) do { \
         const KT k_ = to_key((u), kind, descending, canon); \
         keys[i] = k_; \
-        if (positions) \
-            idx[i] = (uint)(i); \
         o |= k_; \
         a &= k_; \
     } while (0)
@@ -367,9 +365,8 @@ _KEYS = r"""
    that one read brings both to the host */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_keys(__global const U *restrict src, __global KT *restrict keys,
-                   __global uint *restrict idx, __global KT *restrict bits,
-                   const int kind, const int descending, const int canon,
-                   const int positions, const long n)
+                   __global KT *restrict bits, const int kind, const int descending,
+                   const int canon, const long n)
 {
     __local KT lo[WG], la[WG];
     const int lid = get_local_id(0);
@@ -492,14 +489,14 @@ def _pass_kernels(key_size: int, values: bool,
             f"-DWG={layout.group}", f"-DPER={layout.per}", f"-DU={_UNSIGNED[key_size]}",
             f"-DBITS={8 * key_size}", f"-DINF={_INF[key_size]}"]
     g = layout.group
-    out_args = ["s0", "s1", "s2", "s3", "s4", "p0", "p1"]
-    out_types: list[str | None] = ["int32", "int32", "int64", "int32", "int32", "int64",
-                                   "int64"]
+    out_args = ["s0", "s1", "s2", "s3", "s4", "s5", "p0", "p1"]
+    out_types: list[str | None] = ["int32", "int32", "int64", "int32", "int32", "int32",
+                                   "int64", "int64"]
     made = (
         _plan("fl_radix_count", _COMMON + _COUNT,
-              ["in0", "in1", "out0", "s0", "s1", "s2", "p0", "p1"],
-              [None, None, None, "int32", "int32", "int64", "int64", "int64"], "p[1]", g,
-              opts),
+              ["in0", "in1", "out0", "s0", "s1", "s2", "s3", "p0", "p1"],
+              [None, None, None, "int32", "int32", "int64", "int32", "int64", "int64"],
+              "p[1]", g, opts),
         _plan("fl_radix_scan", _COMMON + _SCAN, ["out0", "out1", "p1"],
               [None, None, "int64"], str(RADIX), g, opts),
         _plan("fl_radix_scatter", _COMMON + _BITS + _SCATTER,
@@ -519,8 +516,8 @@ def _key_kernels(size: int, group: int) -> tuple[SourceKernel, SourceKernel]:
             f"-DBITS={8 * size}", f"-DINF={_INF[size]}", f"-DWG={group}"]
     made = (
         _plan("fl_radix_keys", _BITS + _KEYS,
-              ["in0", "out0", "out1", "out2", "s0", "s1", "s2", "s3", "p0"],
-              [None, None, None, None, "int32", "int32", "int32", "int32", "int64"],
+              ["in0", "out0", "out1", "s0", "s1", "s2", "p0"],
+              [None, None, None, "int32", "int32", "int32", "int64"],
               "p[1]", group, opts),
         _plan("fl_radix_values", _BITS + _KEYS, ["in0", "out0", "s0", "s1", "p0"],
               [None, None, "int32", "int32", "int64"], "p[1]", group, opts))
@@ -546,6 +543,13 @@ def _varying_shifts(bits: np.ndarray, bits_of_values: int) -> list[int]:
     differ = int(np.bitwise_or.reduce(bits[:half]) ^ np.bitwise_and.reduce(bits[half:]))
     return [s for s in range(0, bits_of_values, RADIX_BITS)
             if (differ >> s) & (RADIX - 1)]
+
+
+def _positions(n: int, dev: Device) -> Storage:
+    """A new buffer of 0, 1, ..., n - 1 (uint32)."""
+    done = Array._lazy(Iota((n,), np.dtype(np.uint32)), dev).eval()
+    assert done._storage is not None
+    return done._storage
 
 
 class Sorted(NamedTuple):
@@ -574,8 +578,8 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     groups = max(1, min(KEY_GROUPS, -(-n // layout.group)))
     bits = allocate(2 * groups * key_size, dev)
     assert src._storage is not None
-    flags = [_kind(dt), np.int32(descending), np.int32(canon), np.int32(values)]
-    _launch(to_keys, (n, groups), [keys[0], vals[0], bits], [src._storage], flags, dev)
+    flags = [_kind(dt), np.int32(descending), np.int32(canon)]
+    _launch(to_keys, (n, groups), [keys[0], bits], [src._storage], flags, dev)
     # the ORs and ANDs come back while the device counts the lowest digit, which nearly
     # every array needs (a wasted count where it is the same in every key: all keys
     # equal, or floats that are all small whole numbers)
@@ -586,7 +590,7 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     counts, totals = allocate(RADIX * tiles * 4, dev), allocate(RADIX * 4, dev)
     params = (n, tiles)
     _launch(count, params, [counts], [keys[0], vals[0]],
-            [np.int32(0), np.int32(0), np.int64(row)], dev)
+            [np.int32(0), np.int32(0), np.int64(row), np.int32(1)], dev)
     wait(event, dev)
     shifts = [(s, 0) for s in _varying_shifts(host_bits, 8 * dt.itemsize)]
     if rows > 1:
@@ -595,19 +599,25 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     if want_values and shifts and dt.itemsize == key_size:
         assert not canon  # (canon keys have no values)
         out = Array._concrete(allocate(n * key_size, dev), dt, (n,))
+    # the first pass makes the positions (the payload) itself, where it reads them
+    iota = np.int32(1)
     for p, (shift, by_row) in enumerate(shifts):
         scalars = [np.int32(shift), np.int32(by_row), np.int64(row)]
         if shift or by_row:  # (else counted above)
-            _launch(count, params, [counts], [keys[0], vals[0]], scalars, dev)
+            _launch(count, params, [counts], [keys[0], vals[0]], [*scalars, iota], dev)
         _launch(scan, params, [counts, totals], [], [], dev)
         last = out is not None and p == len(shifts) - 1
         if last:
             assert out is not None and out._storage is not None  # (a concrete array)
             keys[1] = out._storage
         _launch(scatter, params, [keys[1], vals[1]], [keys[0], vals[0], counts, totals],
-                [*scalars, _kind(dt) if last else np.int32(-1), np.int32(descending)], dev)
+                [*scalars, _kind(dt) if last else np.int32(-1), np.int32(descending),
+                 iota], dev)
         keys.reverse()
         vals.reverse()
+        iota = np.int32(0)
+    if values and not shifts:  # (one row of equal keys: the positions in order)
+        vals[0] = _positions(n, dev)
     return Sorted(None if out is not None else keys[0], vals[0] if values else None, out)
 
 
