@@ -238,11 +238,10 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
     /* Sort the tile stably by the digit: two counting sorts by its 4-bit halves, each
        work-item taking PER consecutive items.  Items past the array's end (digit 0xFF,
        last already) stay last, so the item at j is one of them exactly when
-       j >= valid. */
-    /* Each work-item counts its items' nibbles in registers (a byte per nibble value:
-       at most PER of them) and notes each item's rank among its own of that nibble, so
-       local memory sees only the counts' column (a row at a time: no bank conflicts),
-       their scan, and the moved items. */
+       j >= valid.  Each work-item counts its items' nibbles in registers (a byte per
+       nibble value: at most PER of them) and notes each item's rank among its own of
+       that nibble, so local memory sees only the counts' column (a row at a time: no
+       bank conflicts), their scan, and the moved items. */
     KT key[PER];
 #if HAS_VALUES
     uint val[PER];
