@@ -240,8 +240,9 @@ def _zero_d_mask(key: Any) -> bool | None:
 
 
 def _plain_view(arr: Array, key: Any) -> Array | None:
-    """``arr[key]`` in one step for the commonest keys (an int, a slice, a tuple of
-    them) on a concrete array or a view of one, or None for any other key or array.
+    """``arr[key]`` in one step for the commonest keys (an int, a slice, ``None``, a
+    tuple of them) on a concrete array or a view of one, or None for any other key or
+    array.
 
     The result is what :func:`_basic_view` makes (the same strides and offset, so the
     same structure key), without the general path's item lists and affine map.
@@ -251,7 +252,7 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
         return None
     shape = node.shape
     items = key if type(key) is tuple else (key,)
-    if len(items) > len(shape):
+    if len(items) - sum(k is None for k in items) > len(shape):
         return None  # (the general path raises numpy's error)
     strides = node.strides
     if strides is None:
@@ -260,13 +261,20 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     new_shape: list[int] = []
     new_strides: list[int] = []
     same = True
-    for d, k in enumerate(items):
+    d = 0  # the next axis of ``arr``
+    for k in items:
+        if k is None:  # a new axis of length 1 (stride 0, as the general path makes it)
+            new_shape.append(1)
+            new_strides.append(0)
+            same = False
+            continue
         tk = type(k)
         n = shape[d]
+        d += 1
         if tk is int:
             if not -n <= k < n:
                 return None  # (the general path raises numpy's error)
-            offset += strides[d] * (k % n)
+            offset += strides[d - 1] * (k % n)
             same = False
         elif tk is slice:
             if k.step == 0:
@@ -274,18 +282,18 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
             start, stop, step = k.indices(n)
             length = len(range(start, stop, step))
             if length:
-                offset += strides[d] * start
+                offset += strides[d - 1] * start
                 if start:
                     same = False
             if step != 1 or length != n:
                 same = False
             new_shape.append(length)
-            new_strides.append(strides[d] * step)
+            new_strides.append(strides[d - 1] * step)
         else:
             return None
     if same:
         return arr
-    rest = len(items)
+    rest = d
     shape_t = (*new_shape, *shape[rest:])
     leaf = Leaf(node.storage, node.dtype, shape_t, (*new_strides, *strides[rest:]), offset)
     view = _new_array(Array)
