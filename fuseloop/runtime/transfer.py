@@ -66,15 +66,6 @@ def read(host: np.ndarray, buffer: Any, device: Device) -> None:
         rt.enqueue_read(rt.queue, host, buffer, None, True)
 
 
-def read_started(host: np.ndarray, buffer: Any, device: Device) -> Any:
-    """Enqueue the copy of ``buffer`` (its first ``host.nbytes`` bytes) into ``host``
-    and return its event at once: the caller enqueues more work, then :func:`wait`s for
-    the event before it reads ``host``."""
-    rt = _runtime(device)
-    rt.flush()  # (as read)
-    return rt.enqueue_read(rt.queue, host, buffer, None, False)
-
-
 def write(buffer: Any, host: np.ndarray, device: Device) -> None:
     """Copy ``host`` into ``buffer``; waits, so the caller may change ``host`` at once."""
     queue = device.queue
