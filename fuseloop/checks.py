@@ -3,7 +3,7 @@
 A check is ``where(probe, x, x)``: the value unchanged, but read after ``probe``, a
 bounds-checked gather from a one-element axis: where the condition holds, element
 ``i`` reads position 0; where it fails, position ``1 + i``, out of range, so the
-kernel's gather error flag (``fuseloop.launching._check_flag``) records the check's
+kernel's gather error flag (:mod:`fuseloop.flags`) records the check's
 code, ``1 + i`` and the axis length 1.  No second pass, no new kernel machinery: the
 evaluation fails after the kernel, and outputs of ``out[...] =`` / ``out=`` are left
 untouched, as for any gather that may fail (``evaluate.run_unplanned`` computes into
@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import CheckError, DTypeError
 from .expr.nodes import Gather, Iota, Node
-from .launching import CHECK_CODE_BASE  # (flag codes from it up are checks')
+from .flags import CHECK_CODE_BASE  # (flag codes from it up are checks')
 
 _INT64, _BOOL = np.dtype(np.int64), np.dtype(np.bool_)
 FIELDS = frozenset({"i", "value"})

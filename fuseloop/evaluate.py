@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from . import flags as _flags
 from . import host_path as _host
 from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
@@ -565,6 +566,8 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     is written through a temporary, so no element is read after it was
     overwritten.
     """
+    if targets is not None and any(t is not None for t in targets):
+        _flags.check_pending()  # (written below, perhaps by numpy: earlier checks first)
     done = _host.try_run(roots, out_shape, device, targets)  # (small work on a CPU: numpy)
     if done is not None:
         return done
@@ -575,9 +578,10 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         if out.nbytes:
             _run_cached(roots, out_shape, device, out)
         return [out]
+    # (checked gathers' error flags are read once, when all of its kernels are enqueued)
     if captured_sources() is None and _plan_recorder() is None:
-        return run_plans.run(roots, out_shape, device, targets)
-    return run_unplanned(roots, out_shape, device, targets)
+        return _flags.deferring(run_plans.run, roots, out_shape, device, targets)
+    return _flags.deferring(run_unplanned, roots, out_shape, device, targets)
 
 
 def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
@@ -643,6 +647,8 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     # (while a run plan records, linearised afresh: its bindings name their scalar nodes)
     program, bindings = linearize(work_roots, work_shape, work_targets,
                                   cache=_plan_recorder() is None)
+    if any(t is not None for t in work_targets):
+        _flags.check_pending()  # (a failed index check leaves user arrays untouched)
     launch(program, bindings, [o for o in outs], device)
     return outs
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from . import caches as _caches
 from . import evaluate as _ev
+from . import flags as _flags
 from . import fuse_graphs as _graphs
 from . import run_plans as _rp
 from .array import Array, _weak_scalar, _weak_scalars
@@ -193,6 +194,13 @@ class _Entry:
             palloc = self.pool.allocate
             temps = [_allocate(palloc, n, device) for n in self.temps]
         pool = self.pool_of(storages, temps)
+        # (the steps write the call's own buffers only: checked gathers' error flags are
+        # read once, after the last launch, as in an evaluation; see fuseloop.flags)
+        _flags.deferring(self._launch_steps, pool, storages, sc, device)
+        return self._results(pool, values, args)
+
+    def _launch_steps(self, pool: list[Storage], storages: list[Storage], sc: list[Any],
+                      device: Device) -> None:
         for step, st, os_, scalars, small in self.bound(pool, storages, sc):
             plan = step.plan
             if plan is None or plan.stamp is not _recipes_current[0] \
@@ -200,7 +208,6 @@ class _Entry:
                 _rp._launch_step(step, st, os_, scalars, device)  # (plans; counts the look-up)
             else:
                 enqueue(plan, os_, st, scalars, small, device, 1)
-        return self._results(pool, values, args)
 
     def pool_of(self, storages: list[Storage], temps: list[Storage] | None) -> list[Storage]:
         """The call's buffers by position: the arguments', the temporaries', the constants'."""

@@ -31,20 +31,18 @@ from weakref import WeakValueDictionary
 
 import numpy as np
 
+from . import flags as _flags
 from . import stats as _stats
 from .backends import Launcher, LaunchSpec
 from .cache import CompiledKernel, _memory, get_kernel
-from .errors import DeviceError, DTypeError, RecipeError, index_value_out_of_bounds
+from .errors import DeviceError, DTypeError, RecipeError
 from .expr.nodes import Storage
 from .expr.program import INT32_LIMIT, Program, StructureEntry
 from .recipes import recipe_for
 from .recipes.registry import stamp as _recipe_stamp
 from .runtime.devices import Device, _runtime
-from .runtime.transfer import read
 from .tuning import tuned as _tuned
 
-# error-flag codes from this one up are fl.check's (fuseloop.checks.CHECK_CODE_BASE)
-CHECK_CODE_BASE = 1 << 40
 _counters = _stats.counters
 _stats_lock = _stats._lock
 INDEX_INT32, INDEX_INT64 = np.dtype(np.int32), np.dtype(np.int64)
@@ -176,8 +174,8 @@ class LaunchPlan:
     see :func:`make_binder`) sets the arguments that changed and enqueues;
     ``consts`` are the arguments set when the kernel object last ran another
     plan; ``threads.state`` is this thread's ``(kernel object, record of its
-    arguments)``.  ``error_arg``: the position of a gather's error flag (a new
-    buffer per launch, read back), else None.  ``recipe``, ``index_dtype`` and the
+    arguments)``.  ``error_arg``: the position of a gather's error flag (a pooled
+    buffer, read back: see :mod:`fuseloop.flags`), else None.  ``recipe``, ``index_dtype`` and the
     kernel's ``in_cache`` say when a
     caller's kept plan is still valid (None for hand-written kernels' plans).
 
@@ -319,8 +317,9 @@ def thread_kernel(plan: LaunchPlan) -> tuple[Any, list[Any]]:
 def enqueue(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[Any],
             small: bool, device: Device, hit: int = 0, launched: int = 1) -> None:
     """Launch ``plan`` with this data: deferred when ``small`` (see
-    :func:`enqueue_or_defer`), else now; a kernel with an error flag runs now and
-    its flag is read (raising on an out-of-range gather index).  Counts ``launched``
+    :func:`enqueue_or_defer`), else now; a kernel with an error flag runs now, and its
+    flag is read at once or, within an evaluation, at its end (raising on an
+    out-of-range gather index: see :mod:`fuseloop.flags`).  Counts ``launched``
     launches (0: the mask compaction's, counted as scans) and ``hit`` memory-cache
     hits in ``fl.stats()``."""
     flag = None
@@ -337,38 +336,23 @@ def enqueue(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[
         _counters["memory_cache_hits"] += hit
         _counters["kernels_launched"] += launched
     if flag is not None:
-        _check_flag(*flag, device)
+        _flags.check(flag, device)
 
 
 def _enqueue_flagged(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[Any],
-                     kernel: Any, last: list[Any], device: Device) -> tuple[np.ndarray, Any]:
-    """Enqueue a kernel with an error flag now, with a new flag buffer; return both."""
+                     kernel: Any, last: list[Any], device: Device) -> Any:
+    """Enqueue a kernel with an error flag now; return the flag for the caller to read,
+    or None when the evaluation in progress reads it at its end."""
     position = plan.error_arg
     assert position is not None  # (the caller's test)
-    err = np.zeros(3, np.int64)
-    backend = plan.compiled.backend
-    err_buf = backend.buffer_from_host(device, err)
+    flag, deferred = _flags.flag_for(device)
     rt = _runtime(device)
     with rt.launch_lock:
         if rt.deferred:
             rt.flush()
-        backend.set_buffer_arg(kernel, position, err_buf)
+        plan.compiled.backend.set_buffer_arg(kernel, position, flag)
         plan.go(outs, storages, scalars, kernel, last, rt.queue)
-    return err, err_buf
-
-
-def _check_flag(err: np.ndarray, err_buf: Any, device: Device) -> None:
-    """Read a gather's error flag back; raise when an index was out of range."""
-    read(err, err_buf, device)
-    if err[0] >= CHECK_CODE_BASE:  # an fl.check failed (see fuseloop.checks)
-        from .checks import failure
-
-        raise failure(int(err[0]), int(err[1]), int(err[2]))
-    if err[0]:
-        # (several offending work items may interleave their writes: the parts are
-        # each true of some offender, not necessarily of the same one)
-        raise index_value_out_of_bounds(
-            int(err[1]), int(err[0]) - 2 if err[0] >= 2 else None, int(err[2]))
+    return None if deferred else flag
 
 
 def launch_cached(entry: StructureEntry, storages: list[Storage], scalars: list[np.generic],

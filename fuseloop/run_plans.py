@@ -17,9 +17,10 @@ target, or the n-th temporary: a buffer first seen as a launch's output).
 Later evaluations of the same structure *replay* the record: allocate the same
 sizes, enqueue the same programs with this call's buffers and scalars.  The
 counters of ``fl.stats()`` move as they would without the plan.  Gathers of
-device indices are planned too: their kernel's out-of-range flag is read back after
-each launch, a replayed one's as well (:func:`fuseloop.launching.enqueue`).  Scatters
-are never planned; neither is anything while ``show_code`` captures sources.
+device indices are planned too: a replayed step's kernel reads its error flag as
+any launch does (:mod:`fuseloop.flags`: once at the end of the evaluation, and
+before a step that writes a target).  Scatters are never planned; neither is
+anything while ``show_code`` captures sources.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .expr.ir import INT32_LIMIT
 from .expr.nodes import Node, Scalar, Storage, c_strides
 from .expr.overlap import views_disjoint
 from .expr.program import Bindings, Target, ViewOffsets, walk_structure
+from .flags import check_pending
 from .launching import (
     DEFER_MAX_ELEMENTS,
     LaunchPlan,
@@ -97,7 +99,7 @@ class _Step:
     """
 
     __slots__ = ("offsets", "out_refs", "out_shape", "params", "plan", "plan_params",
-                 "plans", "program", "scalar_refs", "storage_refs")
+                 "plans", "program", "scalar_refs", "storage_refs", "writes_input")
 
     def __init__(self, program: Any, params: list[int], out_shape: tuple[int, ...],
                  storage_refs: tuple, out_refs: tuple, scalar_refs: tuple,
@@ -112,6 +114,9 @@ class _Step:
         self.out_shape = out_shape
         self.storage_refs = storage_refs
         self.out_refs = out_refs
+        # it writes a buffer of the caller's (a target): checked gathers' flags are
+        # read before it (see fuseloop.flags)
+        self.writes_input = any(kind == "i" for kind, _ in out_refs)
         self.scalar_refs = scalar_refs
         # the launch plan of its last replay (see fuseloop.launching.LaunchPlan)
         self.plan: LaunchPlan | None = None
@@ -346,6 +351,8 @@ def _replay(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
     allocate = _ev.allocate
     tmps = [allocate(n, device) for n in plan.allocs]
     for step in plan.steps:
+        if step.writes_input:
+            check_pending()
         st = [storages[k] if kind == "i" else tmps[k] for kind, k in step.storage_refs]
         outs = [storages[k] if kind == "i" else tmps[k] for kind, k in step.out_refs]
         sc = [scalars[k] for k in step.scalar_refs]

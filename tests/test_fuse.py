@@ -583,3 +583,34 @@ def test_a_recipe_in_use_reaches_kept_plans(device, fresh_stats):
     _close((x * 3 - y).get(), xh * 3 - yh)
     s = fresh_stats()
     assert s["memory_cache_misses"] == 0 and s["kernels_launched"] == 2
+
+
+def test_cross_entropy_replay_reads_its_flag_once(device, monkeypatch):
+    """A replayed call with a device-index gather reads the gather's error flag once,
+    after both of its kernels were launched; an index out of range still raises."""
+    from fuseloop import flags
+    from fuseloop.bench.broad import cross_entropy
+
+    reads: list[int] = []
+    check = flags.check
+
+    def counted(buf, dev):
+        reads.append(fl.stats()["kernels_launched"])
+        check(buf, dev)
+
+    monkeypatch.setattr(flags, "check", counted)
+    f = fl.fuse(lambda x, rows, labels: cross_entropy(fl, x, rows, labels))
+    h = RNG.uniform(-4, 4, (40, 300)).astype(np.float32)
+    labels = RNG.integers(0, 300, 40)
+    x, rows = fl.asarray(h), fl.asarray(np.arange(40))
+    m = h.astype(np.float64).max(axis=1)
+    lse = m + np.log(np.exp(h - m[:, None]).sum(axis=1))
+    want = (lse - h[np.arange(40), labels]).mean()
+    for _ in range(3):
+        fl.reset_stats()
+        reads.clear()
+        _close(float(f(x, rows, fl.asarray(labels))), want)
+    assert f.traces == 1 and reads == [2], reads
+    labels[3] = 300
+    with pytest.raises(IndexError):
+        f(x, rows, fl.asarray(labels))

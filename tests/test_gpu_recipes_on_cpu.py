@@ -199,3 +199,35 @@ def test_concatenation(gpu_recipes_on_cpu):
     flat = [rng.standard_normal(n) for n in (70000, 3, 40001)]
     np.testing.assert_allclose(fl.concatenate([fl.asarray(h) for h in flat]).sum().get(),
                                np.concatenate(flat).sum(), rtol=1e-10)
+
+
+def _np_logsumexp(h):
+    m = h.max(axis=1)
+    return m + np.log(np.exp(h - m[:, None]).sum(axis=1))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cross_entropy_and_logsumexp(gpu_recipes_on_cpu, fresh_stats, dtype):
+    """The broad suite's forms on rows of 4096: logsumexp one row kernel; cross-entropy its
+    row kernel (the label's logit gathered once per row, no temporary but the row values)
+    and the mean's kernel."""
+    from fuseloop.bench.broad import cross_entropy, logsumexp_rows
+
+    rng = np.random.default_rng(25)
+    h = rng.uniform(-4, 4, (6, 4096)).astype(dtype)
+    labels = rng.integers(0, 4096, 6)
+    x, rows, lab = fl.asarray(h), fl.asarray(np.arange(6)), fl.asarray(labels)
+    want = _np_logsumexp(h.astype(np.float64))
+    rtol = 1e-6 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(logsumexp_rows(fl, x).get(), want, rtol=rtol)
+    assert fresh_stats()["kernels_launched"] == 1
+    fl.reset_stats()
+    got = float(cross_entropy(fl, x, rows, lab))
+    assert fresh_stats()["kernels_launched"] == 2
+    ref = (want - h.astype(np.float64)[np.arange(6), labels]).mean()
+    np.testing.assert_allclose(got, ref, rtol=rtol * 10)
+    ex = fl.explain(cross_entropy(fl, x, rows, lab))
+    assert [b.nbytes for b in ex.temporaries] == [6 * h.itemsize], ex.as_text()
+    src = fl.show_code(cross_entropy(fl, x, rows, lab))
+    # the label's logit: one load, by one work-item of the row's group
+    assert src.count("-1.0f * in0[" if dtype == np.float32 else "-1.0 * in0[") == 1, src

@@ -166,6 +166,26 @@ def test_gathers_of_device_indices_are_planned_and_still_checked(device, plans):
 
 
 @pytest.mark.parametrize("checking", [False, True])
+def test_gather_flags_are_read_before_a_target_is_written(device, plans, monkeypatch,
+                                                          checking):
+    """An evaluation reads its kernels' error flags once at its end (fuseloop.flags), but
+    before a later kernel writes a user's array: a bad index leaves the target as it
+    was, in a replay and when recorded for real (the checking mode)."""
+    monkeypatch.setattr(prog, "CHECK_STRUCTURE_CACHE", checking)
+    x = fl.asarray(np.arange(10, dtype=np.float32))
+    rows = np.arange(800).reshape(8, 100) % 10
+    rows[5, 7] = 12
+    rows = fl.asarray(rows)
+    out = fl.asarray(np.full(3, -1.0, np.float32))
+    y = fl.asarray(np.ones(3, np.float32))
+    for _ in range(2):  # the row sums' kernel gathers; the next one writes out
+        with pytest.raises(IndexError):  # (only after the row sums' flag was read)
+            out[...] = y - fl.mean(fl.sum(x[rows], axis=1))
+        np.testing.assert_array_equal(out.get(), [-1.0, -1.0, -1.0])
+    assert len(plans) == 1
+
+
+@pytest.mark.parametrize("checking", [False, True])
 def test_computed_positions_are_planned(device, plans, monkeypatch, checking):
     """roll, tile and repeat gather at computed, always in-range positions: replayed,
     and written straight into a target that they do not read."""
@@ -256,3 +276,44 @@ def test_a_plan_is_not_replayed_where_views_meet_differently(device, plans):
     a[26:36] = a[21:31] + 1  # overlapping: through a temporary (numpy's result)
     host[26:36] = host[21:31] + 1
     np.testing.assert_array_equal(a.get(), host)
+
+
+def test_cross_entropy_reads_its_flag_once_after_its_kernels(device, plans, fresh_stats,
+                                                             monkeypatch):
+    """The label gather's error flag is read after the mean's kernel too was enqueued (no
+    wait between the two kernels), from a pooled buffer, and the evaluation replays."""
+    from fuseloop import flags
+    from fuseloop.bench.broad import cross_entropy
+
+    reads: list[int] = []
+    check = flags.check
+
+    def counted(buf, dev):
+        reads.append(fl.stats()["kernels_launched"])
+        check(buf, dev)
+
+    monkeypatch.setattr(flags, "check", counted)
+    pool = _runtime_flags(device)
+    pool.clear()
+    rng = np.random.default_rng(25)
+    h = rng.uniform(-4, 4, (40, 300)).astype(np.float32)
+    labels = rng.integers(0, 300, 40)
+    x, rows, lab = fl.asarray(h), fl.asarray(np.arange(40)), fl.asarray(labels)
+    m = h.astype(np.float64).max(axis=1)
+    lse = m + np.log(np.exp(h - m[:, None]).sum(axis=1))
+    want = (lse - h[np.arange(40), labels]).mean()
+    for k in range(3):
+        fl.reset_stats()
+        np.testing.assert_allclose(float(cross_entropy(fl, x, rows, lab)), want, rtol=1e-5)
+        assert reads == [2], reads  # one read, once both kernels were launched
+        reads.clear()
+        if k:
+            assert fresh_stats()["kernels_lowered"] == 0
+    assert len(plans) == 1
+    assert len(pool) == 1  # one flag buffer served the three calls: back in the pool
+
+
+def _runtime_flags(device):
+    from fuseloop.runtime.devices import _runtime
+
+    return _runtime(device).flags

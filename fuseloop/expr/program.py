@@ -323,7 +323,7 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
     elif general and type(node) is Remap:
         toks.append(("M", node.shape, node.offsets, node.coeffs))
         _walk(node.child, toks, slots, storages, scalars, True, offs)
-    elif general and type(node) is Gather:  # (checked: its flag read after each launch)
+    elif general and type(node) is Gather:  # (checked: its flag read, see fuseloop.flags)
         toks.append(("G", node.axis, node.shape, node.checked))
         if len(toks) > MAX_TOKENS:
             raise _Uncacheable

@@ -112,8 +112,8 @@ class _DeviceRuntime:
     """
 
     __slots__ = ("context", "deferred", "device", "enqueue_read", "enqueue_write",
-                 "event_status", "finish_queue", "gate_at", "hold", "launch_lock", "marker",
-                 "pool", "queue", "submit", "wait_event")
+                 "event_status", "finish_queue", "flags", "gate_at", "hold", "launch_lock",
+                 "marker", "pool", "queue", "submit", "wait_event")
 
     def __init__(self, device: Device) -> None:
         from ..backends import backend_for
@@ -122,6 +122,8 @@ class _DeviceRuntime:
         backend = backend_for(device)
         self.context, self.queue = backend.open(device)
         self.pool = DeviceMemory(device, self.context, self.queue)
+        # zeroed error-flag buffers of checked gathers (see fuseloop.flags)
+        self.flags: list[Any] = []
         self.submit = backend.submit
         self.marker = backend.marker
         self.finish_queue = backend.finish_queue
