@@ -1,0 +1,70 @@
+"""Arg-reductions and max/min over contiguous rows in the CPU reduction recipe.
+
+``cpu_rows`` gives a row's ``max``/``min`` (an argmax's two passes among them)
+more interleaved accumulators than a sum, addresses the rows with 64-bit loop
+indices (so the compiler makes vector loads of neighbouring accumulators'
+elements) and NaN tests are ``a != a`` rather than a call per element.  Results
+against numpy (first index of the extreme; NaN wins, the first NaN's index) at
+row lengths around the accumulator count, and the code PoCL gets.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.recipes.rows import CPU_SELECT_ACCUMULATORS
+
+# (rows, length): short of the accumulators, long with a partial block
+SHAPES = [(3, CPU_SELECT_ACCUMULATORS - 1), (4, 1003)]
+
+
+def _with_specials(shape: tuple[int, int], dtype: type, seed: int) -> np.ndarray:
+    """Values with repeats (ties), a row of one value, and NaNs in some rows."""
+    rng = np.random.default_rng(seed)
+    h = rng.integers(-5, 6, shape).astype(dtype)
+    h[0] = 2  # every element ties
+    if np.dtype(dtype).kind == "f":
+        n = shape[1]
+        h[1, [n // 2, n - 1]] = np.nan  # two NaNs: the first one's index
+        h[-1, n - 1] = np.nan  # the last element alone
+    return h
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_row_arg_reductions_match_numpy(cpu, dtype):
+    for k, shape in enumerate(SHAPES):
+        h = _with_specials(shape, dtype, k)
+        x = fl.asarray(h)
+        for op in ("argmax", "argmin", "max", "min"):
+            got = getattr(x, op)(axis=1).get()
+            want = getattr(h, op)(axis=1)
+            assert got.dtype == want.dtype, (op, shape)
+            np.testing.assert_array_equal(got, want, err_msg=f"{op} {shape} {dtype}")
+
+
+def test_whole_array_arg_reductions_match_numpy(cpu):
+    # long enough to be reduced in pieces (two stages); the max ties at the end too
+    h = _with_specials((7, 10007), np.float32, 9).ravel()
+    for nan in (False, True):
+        if not nan:
+            h = np.where(np.isnan(h), 0, h).astype(np.float32)
+        x = fl.asarray(h)
+        assert int(x.argmax()) == h.argmax() and int(x.argmin()) == h.argmin(), nan
+        np.testing.assert_array_equal(float(x.max()), h.max())
+
+
+def test_row_max_gets_select_accumulators_and_wide_indices(pocl):
+    x = fl.asarray(np.zeros((4, 4096), np.float32))
+    code = fl.show_code(x.max(axis=1))
+    assert f"acc_j0_outer[{CPU_SELECT_ACCUMULATORS}]" in code
+    assert "for (long j0_outer" in code
+    # a sum keeps the default count (each step is one add)
+    assert "acc_j0_outer[8]" in fl.show_code(x.sum(axis=1))
+
+
+def test_nan_tests_are_not_calls(pocl):
+    x = fl.asarray(np.zeros((4, 4096), np.float32))
+    code = fl.show_code(x.argmax(axis=1))
+    assert "isnan(" not in code.replace("fl_isnan", "")
