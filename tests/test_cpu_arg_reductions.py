@@ -5,15 +5,20 @@ more interleaved accumulators than a sum, addresses the rows with 64-bit loop
 indices (so the compiler makes vector loads of neighbouring accumulators'
 elements) and NaN tests are ``a != a`` rather than a call per element.  Results
 against numpy (first index of the extreme; NaN wins, the first NaN's index) at
-row lengths around the accumulator count, and the code PoCL gets.
+row lengths around the accumulator count, and the code PoCL gets.  A reduction
+over the trailing axis and others not next to it (axes ``(0, 2)``) reduces the
+trailing axis first.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
 
 import fuseloop as fl
+from fuseloop.ops.reductions import ROWS_FIRST_MIN
 from fuseloop.recipes.rows import CPU_SELECT_ACCUMULATORS
 
 # (rows, length): short of the accumulators, long with a partial block
@@ -68,3 +73,22 @@ def test_nan_tests_are_not_calls(pocl):
     x = fl.asarray(np.zeros((4, 4096), np.float32))
     code = fl.show_code(x.argmax(axis=1))
     assert "isnan(" not in code.replace("fl_isnan", "")
+
+
+def test_trailing_axis_is_reduced_first(cpu, fresh_stats):
+    # (axes 0 and 2 of a 3-D array: one loop over both divided its index per element)
+    shape = (5, 211, 64)
+    assert np.prod(shape) >= ROWS_FIRST_MIN
+    h = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    h[3, 7, 9] = np.nan
+    x = fl.asarray(h)
+    # no index division inside a reduction's loop (the row's own, once per row, is fine)
+    assert not re.search(r"fl_idx_(div|mod)\(\(int\) \([^)]*j\d", fl.show_code(x.sum(axis=(0, 2))))
+    fl.reset_stats()
+    np.testing.assert_allclose(x.sum(axis=(0, 2)).get(),
+                               h.astype(np.float64).sum(axis=(0, 2)), rtol=1e-5, atol=1e-4)
+    assert fresh_stats()["kernels_launched"] == 2
+    np.testing.assert_array_equal(x.max(axis=(0, 2), keepdims=True).get(),
+                                  h.max(axis=(0, 2), keepdims=True))
+    n = (h > 0).astype(np.int32)
+    np.testing.assert_array_equal(fl.asarray(n).sum(axis=(0, 2)).get(), n.sum(axis=(0, 2)))
