@@ -92,3 +92,13 @@ def test_trailing_axis_is_reduced_first(cpu, fresh_stats):
                                   h.max(axis=(0, 2), keepdims=True))
     n = (h > 0).astype(np.int32)
     np.testing.assert_array_equal(fl.asarray(n).sum(axis=(0, 2)).get(), n.sum(axis=(0, 2)))
+
+
+def test_nan_helpers_match_numpy(cpu):
+    # isnan, maximum and minimum test NaN as ``a != a`` (see test_nan_tests_are_not_calls)
+    a = np.array([1, np.nan, 3, np.nan, -np.inf, np.inf], np.float32)
+    b = np.array([np.nan, 2, 1, np.nan, 0, np.nan], np.float32)
+    x, y = fl.asarray(a), fl.asarray(b)
+    got = fl.compute(fl.isnan(x), fl.maximum(x, y), fl.minimum(x, y))
+    for g, want in zip(got, (np.isnan(a), np.maximum(a, b), np.minimum(a, b)), strict=True):
+        np.testing.assert_array_equal(g.get(), want)
