@@ -52,6 +52,20 @@ def _merged(node: Any, axes: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
     return merged, tuple(k for k, g in enumerate(groups) if g[0] in axes)
 
 
+#: the fewest elements for which a CPU reduction over a trailing run and other axes is
+#: split in two steps (see _reduce): below, a second kernel's launch costs more
+ROWS_FIRST_MIN = 1 << 16
+
+
+def _rows_first(x: Array, child: Any, red: tuple[int, ...]) -> bool:
+    """Whether to reduce the trailing axis of ``child`` before its other reduced axes
+    ``red`` (not neighbours of it: :func:`_merged` joined those): on CPU devices, for
+    arrays of :data:`ROWS_FIRST_MIN` elements or more."""
+    return (len(red) > 1 and red[-1] == len(child.shape) - 1 and child.shape[-1] > 1
+            and math.prod(child.shape) >= ROWS_FIRST_MIN
+            and getattr(x.device, "type", None) == "cpu")
+
+
 def _no_complex(x: Array, name: str) -> None:
     if x.dtype.kind == "c":
         raise DTypeError(f"fl.{name} of a {x.dtype} array is not supported (numpy orders "
@@ -68,6 +82,13 @@ def _reduce(op: str, x: Array, axis: Any, keepdims: bool, dtype: np.dtype) -> Ar
         node = cast_node(node, dtype)
     kept_shape = tuple(n for d, n in enumerate(x.shape) if d not in axes)
     child, red = _merged(node, axes)
+    if _rows_first(x, child, red):
+        # the contiguous trailing run is reduced on its own first (a rows kernel whose
+        # loads vectorise), then the rest over a result ``shape[-1]`` times smaller:
+        # one loop over both took an integer division and modulo per element
+        # (sum over axes (0, 2) of 64 x 1024 x 64 float32 on PoCL: 24.5 ms, in two
+        # steps 3.7 ms; numpy 2.0)
+        child, red = Reduce(op, child, (red[-1],), dtype), red[:-1]
     if keepdims:
         full = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
         return Array._lazy(Reduce(op, child, red, dtype, full), x.device)

@@ -57,6 +57,10 @@ GPU_COL_GROUP = 128
 GPU_REDUCTION_LANES = 32
 CPU_ROWS_PER_ITEM = 8
 CPU_ACCUMULATORS = 8
+# max/min over contiguous rows (argmax's passes too): 4096 x 4096 float32 row max
+# took 1.6-2.0 ms with 32 accumulators, 2.2-3.1 with 16 and 6.7-7.3 with 8 (PoCL
+# 3.0, 2 cores; numpy 5 ms)
+CPU_SELECT_ACCUMULATORS = 32
 # Column-like reductions (see the module docstring).  CPU: 256 and 1024 outputs per
 # work-item took 0.3-0.5 of the time of 32 or 64 (unrolled) on 4096 x 4096 and
 # 1024 x 16384 float32 sums and variances (PoCL 3.0, 2 cores)
@@ -524,7 +528,8 @@ def _cpu_columns(t_unit: lp.TranslationUnit, width: int) -> lp.TranslationUnit:
 
 
 def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
-              accumulators: int, vector_math: bool, column_group: int, column_width: int,
+              accumulators: int, select_accumulators: int, vector_math: bool,
+              column_group: int, column_width: int,
               column_items: int) -> lp.TranslationUnit:
     """A few whole rows per work-item; rows are looped through sequentially.
 
@@ -533,6 +538,11 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
     elements (as in the elementwise recipe): in a reduction over a contiguous
     row (``sum(exp(x - m))``), whose lanes then get an accumulator each, and in
     the loop over a row's elements (softmax's ``exp(x - m) / s``).
+
+    A ``max`` or ``min`` (an argmax's two passes among them) whose terms call no
+    vector builtin gets ``select_accumulators`` accumulators: each step of one is a
+    compare and a select that waits for the last, and the compiler makes vectors
+    of the accumulators, so 8 of them are a single chain (see :func:`_plain_count`).
     """
     knl = t_unit.default_entrypoint
     fp64 = device.has_fp64
@@ -541,12 +551,17 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
     element = select.iname(knl, f"tag:{select.ROW_ELEMENT}")
     if not contiguous and column_width > 1:
         return _cpu_columns(t_unit, column_width)
+    if contiguous:
+        t_unit = _wide_addresses(t_unit)
     if contiguous and element is None:
         # long contiguous rows (or pieces): one each, so every core gets some
         t_unit = lp.tag_inames(t_unit, {row: "g.0"})  # type: ignore[dict-item]
         for j in _reduction_inames(knl):
-            t_unit = _accumulators(t_unit, j, accumulators)
-            if vector_math:
+            calls = vector_math and _reduction_calls(t_unit, j, fp64)
+            count = accumulators if calls else _plain_count(knl, j, accumulators,
+                                                            select_accumulators)
+            t_unit = _accumulators(t_unit, j, count)
+            if calls:
                 t_unit = _vector_reduction(t_unit, j, fp64)
         return t_unit
     t_unit = lp.split_iname(t_unit, row, rows_per_item, outer_tag="g.0")  # type: ignore[arg-type]
@@ -555,7 +570,9 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
     if contiguous:
         for j in _reduction_inames(knl):
             calls = _reduction_calls(t_unit, j, fp64)
-            t_unit = _accumulators(t_unit, j, accumulators)
+            count = accumulators if calls else _plain_count(knl, j, accumulators,
+                                                            select_accumulators)
+            t_unit = _accumulators(t_unit, j, count)
             if calls:
                 t_unit = _vector_reduction(t_unit, j, fp64)
     if element is not None:
@@ -564,13 +581,16 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
 
 
 cpu_rows = Recipe(
-    "cpu-rows", _cpu_rows, kind="reduction", version="5",
+    "cpu-rows", _cpu_rows, kind="reduction", version="6",
     params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
                   "rows per work-item (short rows; long contiguous rows get one each)",
                   int_range(1, 1 << 16, (1, 2, 4, 8, 16, 32))),
             Param("accumulators", int, CPU_ACCUMULATORS,
                   "interleaved accumulators of a contiguous row's reduction",
                   int_range(1, 64, (1, 2, 4, 8, 16))),
+            Param("select_accumulators", int, CPU_SELECT_ACCUMULATORS,
+                  "interleaved accumulators of a contiguous row's max or min (no "
+                  "vector builtin calls in its terms)", int_range(1, 64, (8, 16, 32, 64))),
             Param("vector_math", bool, False, "math builtins on vectors (PoCL)",
                   (False, True)),
             *_column_params(1, CPU_COLUMN_WIDTH, CPU_COLUMN_ITEMS)),
@@ -578,6 +598,39 @@ cpu_rows = Recipe(
     # vector math blocks have LANES lanes: more accumulators index past them (fl.tune
     # found 16 giving wrong results, and crashing the process)
     valid=lambda v, device: not v["vector_math"] or v["accumulators"] <= LANES)
+
+
+def _wide_addresses(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
+    """Loops and group ids in 64-bit integers.
+
+    With 32-bit ones a row's element ``in0[p0 * gid(0) + k + 32 * j]`` is an int sum
+    widened to a pointer offset per access, and PoCL's compiler did not see that
+    neighbouring accumulators read neighbouring elements: it loaded them one at a
+    time.  In 64 bits they became vector loads: a 4096 x 4096 float32 row max took
+    2.0 ms instead of 6.3 (PoCL 3.0, 2 cores).
+    """
+    import numpy as np
+    from loopy.types import to_loopy_type
+
+    knl = t_unit.default_entrypoint
+    if knl.index_dtype.numpy_dtype.itemsize == 8:
+        return t_unit
+    return t_unit.with_kernel(knl.copy(index_dtype=to_loopy_type(np.dtype(np.int64))))
+
+
+def _plain_count(knl: lp.LoopKernel, j: str, accumulators: int, selects: int) -> int:
+    """Accumulators for the reduction over ``j`` when its terms call no vector
+    builtin: ``selects`` for a ``max`` or ``min`` (a compare and a select per step,
+    a longer chain than an add's), else ``accumulators``."""
+    from ..lower.reductions import NanMaxReductionOperation, NanMinReductionOperation
+
+    ops = [insn.expression.operation for insn in knl.instructions
+           if isinstance(insn, lp.Assignment) and isinstance(insn.expression, lp.Reduction)
+           and insn.expression.inames == (j,)]
+    if ops and all(isinstance(op, NanMaxReductionOperation | NanMinReductionOperation)
+                   for op in ops):
+        return selects
+    return accumulators
 
 
 def _reduction_calls(t_unit: lp.TranslationUnit, j: str, fp64: bool) -> bool:

@@ -1,0 +1,104 @@
+"""Arg-reductions and max/min over contiguous rows in the CPU reduction recipe.
+
+``cpu_rows`` gives a row's ``max``/``min`` (an argmax's two passes among them)
+more interleaved accumulators than a sum, addresses the rows with 64-bit loop
+indices (so the compiler makes vector loads of neighbouring accumulators'
+elements) and NaN tests are ``a != a`` rather than a call per element.  Results
+against numpy (first index of the extreme; NaN wins, the first NaN's index) at
+row lengths around the accumulator count, and the code PoCL gets.  A reduction
+over the trailing axis and others not next to it (axes ``(0, 2)``) reduces the
+trailing axis first.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.ops.reductions import ROWS_FIRST_MIN
+from fuseloop.recipes.rows import CPU_SELECT_ACCUMULATORS
+
+# (rows, length): short of the accumulators, long with a partial block
+SHAPES = [(3, CPU_SELECT_ACCUMULATORS - 1), (4, 1003)]
+
+
+def _with_specials(shape: tuple[int, int], dtype: type, seed: int) -> np.ndarray:
+    """Values with repeats (ties), a row of one value, and NaNs in some rows."""
+    rng = np.random.default_rng(seed)
+    h = rng.integers(-5, 6, shape).astype(dtype)
+    h[0] = 2  # every element ties
+    if np.dtype(dtype).kind == "f":
+        n = shape[1]
+        h[1, [n // 2, n - 1]] = np.nan  # two NaNs: the first one's index
+        h[-1, n - 1] = np.nan  # the last element alone
+    return h
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_row_arg_reductions_match_numpy(cpu, dtype):
+    for k, shape in enumerate(SHAPES):
+        h = _with_specials(shape, dtype, k)
+        x = fl.asarray(h)
+        for op in ("argmax", "argmin", "max", "min"):
+            got = getattr(x, op)(axis=1).get()
+            want = getattr(h, op)(axis=1)
+            assert got.dtype == want.dtype, (op, shape)
+            np.testing.assert_array_equal(got, want, err_msg=f"{op} {shape} {dtype}")
+
+
+def test_whole_array_arg_reductions_match_numpy(cpu):
+    # long enough to be reduced in pieces (two stages); the max ties at the end too
+    h = _with_specials((7, 10007), np.float32, 9).ravel()
+    for nan in (False, True):
+        if not nan:
+            h = np.where(np.isnan(h), 0, h).astype(np.float32)
+        x = fl.asarray(h)
+        assert int(x.argmax()) == h.argmax() and int(x.argmin()) == h.argmin(), nan
+        np.testing.assert_array_equal(float(x.max()), h.max())
+
+
+def test_row_max_gets_select_accumulators_and_wide_indices(pocl):
+    x = fl.asarray(np.zeros((4, 4096), np.float32))
+    code = fl.show_code(x.max(axis=1))
+    assert f"acc_j0_outer[{CPU_SELECT_ACCUMULATORS}]" in code
+    assert "for (long j0_outer" in code
+    # a sum keeps the default count (each step is one add)
+    assert "acc_j0_outer[8]" in fl.show_code(x.sum(axis=1))
+
+
+def test_nan_tests_are_not_calls(pocl):
+    x = fl.asarray(np.zeros((4, 4096), np.float32))
+    code = fl.show_code(x.argmax(axis=1))
+    assert "isnan(" not in code.replace("fl_isnan", "")
+
+
+def test_trailing_axis_is_reduced_first(cpu, fresh_stats):
+    # (axes 0 and 2 of a 3-D array: one loop over both divided its index per element)
+    shape = (5, 211, 64)
+    assert np.prod(shape) >= ROWS_FIRST_MIN
+    h = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    h[3, 7, 9] = np.nan
+    x = fl.asarray(h)
+    # no index division inside a reduction's loop (the row's own, once per row, is fine)
+    assert not re.search(r"fl_idx_(div|mod)\(\(int\) \([^)]*j\d", fl.show_code(x.sum(axis=(0, 2))))
+    fl.reset_stats()
+    np.testing.assert_allclose(x.sum(axis=(0, 2)).get(),
+                               h.astype(np.float64).sum(axis=(0, 2)), rtol=1e-5, atol=1e-4)
+    assert fresh_stats()["kernels_launched"] == 2
+    np.testing.assert_array_equal(x.max(axis=(0, 2), keepdims=True).get(),
+                                  h.max(axis=(0, 2), keepdims=True))
+    n = (h > 0).astype(np.int32)
+    np.testing.assert_array_equal(fl.asarray(n).sum(axis=(0, 2)).get(), n.sum(axis=(0, 2)))
+
+
+def test_nan_helpers_match_numpy(cpu):
+    # isnan, maximum and minimum test NaN as ``a != a`` (see test_nan_tests_are_not_calls)
+    a = np.array([1, np.nan, 3, np.nan, -np.inf, np.inf], np.float32)
+    b = np.array([np.nan, 2, 1, np.nan, 0, np.nan], np.float32)
+    x, y = fl.asarray(a), fl.asarray(b)
+    got = fl.compute(fl.isnan(x), fl.maximum(x, y), fl.minimum(x, y))
+    for g, want in zip(got, (np.isnan(a), np.maximum(a, b), np.minimum(a, b)), strict=True):
+        np.testing.assert_array_equal(g.get(), want)
