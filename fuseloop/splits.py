@@ -9,7 +9,7 @@ first stage is run by ``evaluate._first_stage``; this module decides.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from .expr.nodes import (
@@ -59,16 +59,29 @@ def has_reduce(node: Node) -> bool:
     return type(node) is Reduce or any(has_reduce(c) for c in children(node))
 
 
-def top_reduces(node: Node, out: list[Reduce]) -> bool:
-    """Collect reductions under elementwise ops; False if something else is in the way."""
+def _reduces_under_ops(node: Node, out: list[Reduce], other_ok: Callable[[Node], bool]
+                       ) -> bool:
+    """Collect the reductions under elementwise ops into ``out``; False where a node
+    that is neither fails ``other_ok``."""
     cls = type(node)
     if cls is Reduce:
         if node not in out:
             out.append(node)  # type: ignore[arg-type]
         return True
     if cls is Apply or cls is UserCall:
-        return all(top_reduces(a, out) for a in node.args)  # type: ignore[attr-defined]
+        return all(_reduces_under_ops(a, out, other_ok)
+                   for a in node.args)  # type: ignore[attr-defined]
+    return other_ok(node)
+
+
+def _no_arrays(node: Node) -> bool:
+    cls = type(node)
     return not node.storages and cls is not Gather and cls is not Remap and cls is not Concat
+
+
+def top_reduces(node: Node, out: list[Reduce]) -> bool:
+    """Collect reductions under elementwise ops; False if something else is in the way."""
+    return _reduces_under_ops(node, out, _no_arrays)
 
 
 class TwoStage(NamedTuple):
@@ -117,14 +130,7 @@ def two_stage_split(roots: Sequence[Node], out_shape: tuple[int, ...],
 def _epilogue_reduces(node: Node, out: list[Reduce]) -> bool:
     """Collect reductions under elementwise ops whose other operands hold no reduction
     (arrays read at the output's index included); False if something else is in the way."""
-    cls = type(node)
-    if cls is Reduce:
-        if node not in out:
-            out.append(node)  # type: ignore[arg-type]
-        return True
-    if cls is Apply or cls is UserCall:
-        return all(_epilogue_reduces(a, out) for a in node.args)  # type: ignore[attr-defined]
-    return not has_reduce(node)
+    return _reduces_under_ops(node, out, lambda n: not has_reduce(n))
 
 
 # Pieces of a column-like reduction's first stage reduce at least this many rows each
