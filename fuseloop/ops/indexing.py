@@ -252,8 +252,6 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
         return None
     shape = node.shape
     items = key if type(key) is tuple else (key,)
-    if len(items) - sum(k is None for k in items) > len(shape):
-        return None  # (the general path raises numpy's error)
     strides = node.strides
     if strides is None:
         strides = c_strides(shape)
@@ -268,6 +266,8 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
             new_strides.append(0)
             same = False
             continue
+        if d == len(shape):
+            return None  # too many indices: the general path raises numpy's error
         tk = type(k)
         n = shape[d]
         d += 1
