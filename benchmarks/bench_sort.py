@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,8 @@ import fuseloop as fl
 from fuseloop.bench.runner import median_time
 from fuseloop.ops import radix_sort
 
-Row = tuple[str, str, float | None, str]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_segmented import Row, print_rows  # (the suite's one result table)
 
 
 def _data(n: int) -> dict[str, np.ndarray]:
@@ -161,20 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         _numpy(rows, data, args.repeat)
     rows.sort(key=lambda r: r[0])  # (stable: fuseloop's rows first in each workload)
-    _print(rows, n)
+    print_rows(rows, {w: n for w, _, _, _ in rows})
     return 0
-
-
-def _print(rows: list[Row], n: int) -> None:
-    first = {w: t for w, impl, t, _ in reversed(rows) if impl == "fuseloop radix sort" and t}
-    print(f"\n{'workload':16s} {'implementation':30s} {'ms':>9s} {'Melem/s':>9s} "
-          f"{'peer/fuseloop':>13s}  note")
-    for w, impl, t, note in rows:
-        if t is None:
-            print(f"{w:16s} {impl:30s} {'-':>9s} {'-':>9s} {'-':>13s}  {note}")
-            continue
-        ratio = f"{t / first[w]:.2f}" if w in first else "-"
-        print(f"{w:16s} {impl:30s} {1e3 * t:9.2f} {n / t / 1e6:9.0f} {ratio:>13s}  {note}")
 
 
 if __name__ == "__main__":
