@@ -275,3 +275,21 @@ def test_gpu_recipes_on_cpu(device, restore_recipes):
     big = _data(np.complex64, n=1 << 17, seed=16, scale=1.0)
     _close(np.asarray(fl.sum(fl.asarray(big)).get()), np.asarray(big.sum()), np.complex64,
            3e-4)
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_power_follows_numpy_at_zero_and_whole_exponents(device, dtype):
+    _skip_no_fp64(device, dtype)
+    z = np.array([0, -0.0, 1 + 1j, -2 + 0.5j, 3 - 4j, 1j, -1, -4, np.inf], dtype=dtype)
+    x = fl.asarray(z)
+    for e in (0, 1, 2, 3, 4, 7, 99, -1, -2, -3, 2.5, -0.5, 1 / 3, 2 + 1j, 1j, -1 + 1j):
+        with np.errstate(all="ignore"):
+            want = z ** dtype(e) if isinstance(e, complex) else z ** e
+        got = (x ** e).get()
+        assert got.dtype == want.dtype, (e, got.dtype, want.dtype)
+        if isinstance(e, complex):  # infinite bases with complex exponents: pyopencl's
+            got, want = got[:-1], want[:-1]  # pow, not C99 Annex G (module docstring)
+        # zero bases: 0 for a positive real part of the exponent, NaN otherwise (numpy's
+        # rule; pyopencl's pow through logarithms gives NaN for 0j ** 3)
+        np.testing.assert_allclose(got, want, rtol=RTOL[dtype], atol=0, equal_nan=True,
+                                   err_msg=f"z ** {e}")
