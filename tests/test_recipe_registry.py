@@ -163,7 +163,17 @@ def test_fingerprint_follows_closure_values():
             != Recipe("t", blocked(CpuBlocks(6, 16))).fingerprint)
 
 
-def test_declared_parameters_reach_the_function(device, fresh_stats):
+@pytest.fixture
+def cold_kernel_cache(tmp_path, monkeypatch):
+    """Kernels built afresh: an empty disk cache and no kernels in memory, so a recipe
+    is called even when FUSELOOP_CACHE_DIR names a cache earlier runs filled."""
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", str(tmp_path))
+    fl.clear_caches()
+    yield
+    fl.clear_caches()
+
+
+def test_declared_parameters_reach_the_function(device, fresh_stats, cold_kernel_cache):
     seen = []
 
     def chunked(t_unit, dev, *, width):
@@ -209,7 +219,7 @@ def test_recipe_errors_name_the_problem(restore_recipes):
         gpu_coalesced.name = "x"
 
 
-def test_a_kernel_role_tags_are_found_by_within(device):
+def test_a_kernel_role_tags_are_found_by_within(device, cold_kernel_cache):
     """The lowering's role tags, as the recipes match them."""
     seen = {}
 
