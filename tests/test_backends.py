@@ -177,6 +177,37 @@ def test_a_launcher_sets_only_changed_arguments(device):
     np.testing.assert_array_equal(out.get(), 5 * (xh + 10) + 1)
 
 
+def test_two_plans_of_one_kernel_object_set_their_constants_by_value(device, monkeypatch):
+    # plans of one kernel object with other constants (a loop over rows: other offsets
+    # each statement) set them from their bytes: pyopencl's set_arg takes ~25 us for a
+    # numpy scalar, which such loops paid per constant and statement
+    if device.backend != "opencl":
+        pytest.skip("OpenCL launchers")
+    from fuseloop.backends import opencl
+
+    b = backend_for(device)
+    program = _build(device)
+    n = 64
+    specs = [LaunchSpec(outputs=((0, 0),), inputs=((1, 0),), scalars=((2, 0, np.float32),),
+                        consts=((3, np.int64(m)),), global_size=(n,), local_size=(n,),
+                        one_output=True) for m in (n, n // 2)]
+    goes = [b.make_launcher(s) for s in specs]
+    kernel = b.kernel(program, "axpb", specs[0].consts)
+    last = [None] * specs[0].n_args
+    by_object = []
+    real_set_arg = opencl._set_arg
+    monkeypatch.setattr(opencl, "_set_arg", lambda k, i, v: (by_object.append(v),
+                                                             real_set_arg(k, i, v)))
+    xh = np.arange(n, dtype=np.float32)
+    x = fl.asarray(xh)
+    for go, m in zip(goes * 2, (n, n // 2) * 2):
+        out = fl.zeros(n, np.float32)
+        go(out._storage, [x._storage], [np.float32(2)], kernel, last, device.queue)
+        want = np.where(np.arange(n) < m, 2 * xh + 1, 0)
+        np.testing.assert_array_equal(out.get(), want)
+    assert not [v for v in by_object if isinstance(v, np.generic)]
+
+
 def _forget_source_kernels():
     with cache._memory_lock:
         for held in (cache._memory, cache._retired):
