@@ -1,9 +1,10 @@
 """Rows a part does not hold: halo exchange for stencils and shifted slices.
 
 A part needing rows of another part gets them device to device where the backend can
-(``Backend.copy_from``: CUDA's peer copy, ordered after the source's work; a device
-listed twice: a copy on its own queue), else through the host (the rows read with
-``get()``, then uploaded: the path for two OpenCL devices, each in its own context).
+(``Backend.copy_from``: CUDA's peer copy, ordered after the source's work; OpenCL
+devices of one context: a copy on the source's queue; a device listed twice: a copy on
+its own queue), else through the host (the rows read with ``get()``, then uploaded: the
+path for two OpenCL devices each in a context of its own).
 On one device listed twice it is still a copy, so the parts keep their own buffers
 and the exchange is exercised as on several devices.  :data:`EXCHANGED` counts what
 was copied (rows, bytes, copies; ``through_host``: the copies that went through the
