@@ -47,7 +47,7 @@ def _transfer(piece: Array, device: Any) -> Array:
     from ..creation import asarray
     from ..evaluate import allocate
 
-    EXCHANGED["rows"] += piece.shape[0]
+    EXCHANGED["rows"] += piece.shape[0] if piece.ndim else 1
     EXCHANGED["bytes"] += piece.nbytes
     EXCHANGED["copies"] += 1
     source = piece.device

@@ -64,7 +64,6 @@ def _device_combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[in
     waits: the result is as asynchronous as one device's reduction), or None when a
     part's device cannot copy to the first one without the host."""
     from ..backends import backend_for
-    from ..ops.shape import reshape
     from .exchange import _transfer
 
     first = x.devices[0]
@@ -72,7 +71,8 @@ def _device_combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[in
     used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
     if not all(backend.copies_between(first, p.device) for p in used):
         return None
-    partials = _launched_partials(func, used, axes, params)
+    # (without the reduced axes where asked: the pieces are combined elementwise)
+    partials = _launched_partials(func, used, axes, keepdims, params)
     out = None
     for q in partials:
         piece = q if q.device is first else _transfer(q, first)
@@ -80,20 +80,18 @@ def _device_combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[in
         # of their concatenation; the same values, the partials being few)
         out = piece if out is None else _PAIRWISE[name](out, piece)
     assert out is not None
-    if not keepdims:
-        out = reshape(out, tuple(n for d, n in enumerate(out.shape) if d not in axes))
     return out
 
 
 def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[int, ...],
-                       params: dict) -> list[Any]:
+                       keepdims: bool, params: dict) -> list[Any]:
     """Each part's partial result, launched before the next part's is built (a device
     starts while the host prepares the next; copies and reads come after all)."""
     from .array import launch_part
 
     partials = []
     for k, p in enumerate(used):
-        partials.append(func(p, axis=axes, keepdims=True, **params))
+        partials.append(func(p, axis=axes, keepdims=keepdims, **params))
         launch_part(k, partials[-1])
     return partials
 
@@ -126,7 +124,7 @@ def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...]
     from .array import finish_reads, start_read
 
     used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
-    partials = _launched_partials(func, used, axes, params)
+    partials = _launched_partials(func, used, axes, True, params)
     hosts = [np.empty(q.shape, q.dtype) for q in partials]
     finish_reads([start_read(k, q, h) for k, (q, h) in enumerate(zip(partials, hosts))])
     host = np.concatenate(hosts, axis=0)
