@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 
 from ..array import Array
+from ..backends import backend_for
 from ..errors import DeviceError, ShapeError
+from ..evaluate import run
+from ..host_path import read as host_read
+from ..runtime.devices import _runtime
+from ..runtime.transfer import wait
+from . import trace
 from .devset import DeviceSet, split_bounds
 
 
@@ -257,9 +263,6 @@ def launch_parts(parts: Sequence[Array]) -> None:
 def launch_part(k: int, p: Array) -> None:
     """Evaluate ``p`` (part ``k``) and hand its device's queue to the device at once
     (its deferred small launches too).  Nothing waits."""
-    from ..runtime.devices import _runtime
-    from . import trace
-
     p.eval()
     rt = _runtime(p.device)
     if rt.deferred:
@@ -289,12 +292,6 @@ _Pending = tuple[int, Any, Any, Any, np.ndarray, np.ndarray] | None
 def start_read(k: int, p: Array, host: np.ndarray) -> _Pending:
     """Enqueue the read of ``p`` (part ``k``, launched) into ``host`` without waiting;
     what :func:`finish_reads` completes (None: already read, or nothing to read)."""
-    from ..backends import backend_for
-    from ..evaluate import run
-    from ..host_path import read as host_read
-    from ..runtime.devices import _runtime
-    from . import trace
-
     if not host.size:
         return None
     small = host_read(p._node, p.device)  # (small arrays on a CPU: no copy command)
@@ -319,9 +316,6 @@ def start_read(k: int, p: Array, host: np.ndarray) -> _Pending:
 
 def finish_reads(pending: Sequence[_Pending]) -> None:
     """Wait for each read :func:`start_read` enqueued, in turn, and copy staged ones out."""
-    from ..runtime.transfer import wait
-    from . import trace
-
     for item in pending:
         if item is None:
             continue

@@ -22,8 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from ..backends import backend_for
 from ..ops.reductions import _ddof, _mean_dtypes
 from ..ops.shape import normalize_axes
+from .array import finish_reads, launch_part, start_read
+from .exchange import _transfer
 
 # how partial results combine; count_nonzero's partials are counts
 _COMBINE: dict[str, Callable[..., Any]] = {
@@ -63,9 +66,6 @@ def _device_combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[in
     """The partial results copied to the first device and combined there (nothing
     waits: the result is as asynchronous as one device's reduction), or None when a
     part's device cannot copy to the first one without the host."""
-    from ..backends import backend_for
-    from .exchange import _transfer
-
     first = x.devices[0]
     backend = backend_for(first)
     used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
@@ -87,8 +87,6 @@ def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[in
                        keepdims: bool, params: dict) -> list[Any]:
     """Each part's partial result, launched before the next part's is built (a device
     starts while the host prepares the next; copies and reads come after all)."""
-    from .array import launch_part
-
     partials = []
     for k, p in enumerate(used):
         partials.append(func(p, axis=axes, keepdims=keepdims, **params))
@@ -121,8 +119,6 @@ def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...]
               keepdims: bool, params: dict) -> np.ndarray:
     """The partial results of the parts, combined on the host: every part's partial
     launched, then every small read enqueued, before the host waits for any."""
-    from .array import finish_reads, start_read
-
     used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
     partials = _launched_partials(func, used, axes, True, params)
     hosts = [np.empty(q.shape, q.dtype) for q in partials]
