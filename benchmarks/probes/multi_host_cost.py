@@ -1,7 +1,8 @@
 """Host microseconds per split call (issue 29): the time until the first part's launch
 is handed to its device, and until the call returns, for ``2*x - sin(y) + x*y`` (then
-``.eval()``) and ``fl.sum(x*y)``, with tiny parts whose launches are not deferred (so
-what is timed is the host's work, not the device's).  Medians of ``--repeat`` calls,
+``.eval()``), ``fl.sum(x*y)`` and a 5-point stencil step on a 64 x 64 grid, with tiny
+parts whose launches are not deferred (so what is timed is the host's work, not the
+device's).  Medians of ``--repeat`` calls,
 each after ``fl.synchronize()``.
 
 Two distinct devices on one OpenCL platform can be had from PoCL on a CPU::
@@ -37,8 +38,11 @@ def main() -> None:
     with fl.device(spec):
         x = fl.random.uniform(n, dtype=np.float32, key=1).eval()
         y = fl.random.uniform(n, dtype=np.float32, key=2).eval()
+        u = fl.random.uniform((64, 64), dtype=np.float32, key=3).eval()
+    lap = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
     work = {"2*x - sin(y) + x*y": lambda: (2 * x - fl.sin(y) + x * y).eval(),
-            "sum(x*y)": lambda: fl.sum(x * y)}
+            "sum(x*y)": lambda: fl.sum(x * y),
+            "stencil step 64^2": lambda: (u + np.float32(0.1) * fl.stencil(u, lap)).eval()}
     print(f"devices {spec}, {n} elements; host microseconds (median of {args.repeat})")
     print(f"{'workload':22s} {'first launch':>13s} {'call':>8s}")
     for name, fn in work.items():
