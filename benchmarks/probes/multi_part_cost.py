@@ -73,12 +73,13 @@ def _one(devs: list[Any], log2n: int, repeat: int, profile: bool) -> None:
           + " us; sum(x*y): part k launched at "
           + ", ".join(f"{v * us:.0f}" for v in np.median(heads, axis=0)) + " us")
     if prof is not None:
-        stats = pstats.Stats(prof).get_stats_profile().func_profiles
-        top = sorted(stats.items(), key=lambda kv: -kv[1].tottime)[:15]
+        # (pstats' raw table, in seconds: get_stats_profile() rounds to milliseconds)
+        stats: dict[Any, Any] = getattr(pstats.Stats(prof), "stats")
+        top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:15]
         print("  most host time in the part launches (us per call of the split eval):")
-        for name, f in top:
-            print(f"    {f.tottime * us / repeat:8.1f} own {f.cumtime * us / repeat:8.1f} with "
-                  f"callees {f.file_name.rsplit('/', 2)[-1]}:{f.line_number} {name}")
+        for (file, line, name), v in top:
+            print(f"    {v[2] * us / repeat:8.1f} own {v[3] * us / repeat:8.1f} with callees "
+                  f"{file.rsplit('/', 2)[-1]}:{line} {name}")
     del x, y
     fl.synchronize()
 
