@@ -73,8 +73,9 @@ def _one(devs: list[Any], log2n: int, repeat: int, profile: bool) -> None:
           + " us; sum(x*y): part k launched at "
           + ", ".join(f"{v * us:.0f}" for v in np.median(heads, axis=0)) + " us")
     if prof is not None:
-        # (pstats' raw table, in seconds: get_stats_profile() rounds to milliseconds)
-        stats: dict[Any, Any] = getattr(pstats.Stats(prof), "stats")
+        # (pstats' raw table, in seconds: get_stats_profile() rounds to milliseconds;
+        # typeshed does not declare it)
+        stats: dict[Any, Any] = pstats.Stats(prof).stats  # type: ignore[attr-defined]
         top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:15]
         print("  most host time in the part launches (us per call of the split eval):")
         for (file, line, name), v in top:
