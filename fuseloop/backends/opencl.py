@@ -1,8 +1,9 @@
 """The OpenCL backend, over pyopencl: the first implementation of :class:`Backend`.
 
 Discovery (with the probe of PoCL devices whose compiler cannot target this CPU),
-a device's context and in-order queue, its buffer pool (pyopencl's
-``MemoryPool``), builds (in compile workers, see
+a device's context (one shared by the devices of a platform and type, so split arrays
+copy between them: :meth:`OpenCLBackend.copy_from`) and in-order queue, its buffer
+pool (pyopencl's ``MemoryPool``), builds (in compile workers, see
 :mod:`fuseloop.runtime.compile_workers`, or inline), kernel objects and the
 launchers that bind and enqueue them, copies, fills, events and the user-event gate
 of deferred batches.  :mod:`fuseloop.runtime.devices` keeps the opened device
