@@ -95,10 +95,14 @@ def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[in
 
 
 def _pairwise(ufunc: str) -> Callable[[Any, Any], Any]:
-    def combine(a: Any, b: Any) -> Any:
-        import fuseloop
+    found: list[Callable[[Any, Any], Any]] = []  # (fuseloop's function, bound at first use)
 
-        return getattr(fuseloop, ufunc)(a, b)
+    def combine(a: Any, b: Any) -> Any:
+        if not found:
+            import fuseloop
+
+            found.append(getattr(fuseloop, ufunc))
+        return found[0](a, b)
     return combine
 
 
