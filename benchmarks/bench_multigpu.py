@@ -4,27 +4,36 @@ Workloads (float32, inputs made on the devices by ``fl.random``, nothing uploade
 
 * ``2*x - sin(y) + x*y`` over ``2**log2n`` elements: GB/s counting two reads and one
   write; each part is one fused kernel on its device.
-* ``fl.sum(x*y)``: GB/s counting two reads; partial sums per device, combined on
-  the host.
+* ``fl.sum(x*y)``: GB/s counting two reads; partial sums per device, copied to the
+  first device and added there (CUDA peer copies, OpenCL devices of one context), else
+  read and added on the host.
 * a 2-D 5-point stencil step ``u + 0.1 * laplacian(u)`` on a ``2**grid_log2`` square
   grid: GB/s counting one read and one write; with several devices each step copies
   the halo rows (one above and one below each inner boundary): peer to peer between
-  CUDA devices, through the host between OpenCL devices.
+  CUDA devices, on the source's queue between OpenCL devices of one context, else
+  through the host.
 
 Each is timed on the first listed device alone (an ordinary array) and on all listed
 devices (a ``fl.MultiArray``), and the ratio of throughputs is printed.  Devices:
-``--devices`` (specs as ``fl.device`` takes them, comma-separated; one may repeat),
-default every GPU ``fl.devices(type="gpu")`` lists.  On a CPU, ``--devices 0,0``
-shows the machinery works: the parts share one device, so the figures say nothing
-about speed-up.  Usage::
+``--devices`` (device sets separated by ``;``, each comma-separated specs as
+``fl.device`` takes them; one may repeat), default one set per backend: every GPU of
+that backend ``fl.devices(type="gpu")`` lists (so CUDA and OpenCL are measured in one
+run, one table).  Where CuPy is installed the table has CuPy's figure on the first GPU
+too (unfused: ``2*x - cp.sin(y) + x*y``, ``cp.sum(x*y)``), the peer.  OpenCL GPUs of one
+platform share one context (``FUSELOOP_OPENCL_SHARED_CONTEXT``): partial sums and halos
+are copied between the devices; ``--own-contexts`` runs the OpenCL sets again in a
+child process with a context per device (through the host), for the comparison.  On a
+CPU, ``--devices 0,0`` shows the machinery works: the parts share one device, so the
+figures say nothing about speed-up (``POCL_DEVICES="pthread pthread"`` gives two PoCL
+devices of one platform).  Usage::
 
-    python benchmarks/bench_multigpu.py [--devices SPECS] [--log2n 30] [--grid-log2 14]
-        [--repeat 5] [--weights equal|measure] [--trace] [--out FILE.json]
+    python benchmarks/bench_multigpu.py [--devices SETS] [--log2n 30] [--grid-log2 14]
+        [--repeat 5] [--weights equal|measure] [--trace] [--own-contexts] [--out FILE.json]
 
-    # 4 GPUs through CUDA, then through OpenCL; 2 GPUs:
-    python benchmarks/bench_multigpu.py --devices cuda:0,cuda:1,cuda:2,cuda:3 --trace
-    python benchmarks/bench_multigpu.py --devices opencl:0,opencl:1,opencl:2,opencl:3 --trace
-    python benchmarks/bench_multigpu.py --devices cuda:0,cuda:1 --trace
+    # every GPU, through CUDA and through OpenCL, one table (+ OpenCL with own contexts):
+    python benchmarks/bench_multigpu.py --trace --own-contexts
+    # 2 of the GPUs, both backends:
+    python benchmarks/bench_multigpu.py --devices "cuda:0,cuda:1;opencl:0,opencl:1"
 
 ``--trace`` then shows where a split call's time goes, per workload: the host time to
 build the expression and to enqueue every part, when each part was enqueued, when
@@ -195,10 +204,75 @@ def print_trace(name: str, tr: dict[str, Any]) -> None:
 # }}}
 
 
+def _cupy_peer(n: int, repeat: int) -> dict[str, float]:
+    """CuPy's GB/s on its current GPU for the first two workloads (empty: no CuPy/GPU)."""
+    try:
+        import cupy as cp
+
+        cp.cuda.runtime.getDeviceCount()
+    except Exception:  # (no CuPy, or no CUDA device)
+        return {}
+    def ew(x: Any, y: Any) -> Any:
+        return 2 * x - cp.sin(y) + x * y
+
+    def dot(x: Any, y: Any) -> Any:
+        return cp.sum(x * y)
+
+    def timed(fn: Callable[..., Any]) -> float:  # (the inputs die on return)
+        x, y = cp.random.random(n, dtype=cp.float32), cp.random.random(n, dtype=cp.float32)
+        return median_time(lambda: fn(x, y), cp.cuda.runtime.deviceSynchronize, repeat)
+
+    t_ew, t_dot = timed(ew), timed(dot)
+    cp.get_default_memory_pool().free_all_blocks()
+    return {"2*x - sin(y) + x*y": 12 * n / t_ew / 1e9, "sum(x*y)": 8 * n / t_dot / 1e9}
+
+
+def _device_sets(spec: str | None) -> list[list[Any]]:
+    if spec:
+        return [[find_device(s.strip()) for s in group.split(",")]
+                for group in spec.split(";") if group.strip()]
+    gpus = fl.devices(type="gpu")
+    by_backend: dict[str, list[Any]] = {}
+    for d in gpus:
+        by_backend.setdefault(d.backend, []).append(d)
+    return list(by_backend.values())
+
+
+def _own_contexts(sets: list[list[Any]], argv: list[str]) -> None:
+    """The OpenCL sets again, in a child process whose OpenCL devices have a context
+    each (copies through the host)."""
+    import os
+    import subprocess
+
+    opencl = [s for s in sets if all(d.backend == "opencl" for d in s)
+              and len({d.index for d in s}) > 1]
+    if not opencl:
+        print("\n(--own-contexts: no OpenCL set of several devices)")
+        return
+    specs = ";".join(",".join(str(d.index) for d in s) for s in opencl)
+    rest, skip = [], False
+    for a in argv:  # (the same options, but these sets, no cupy peer, no recursion)
+        if skip:
+            skip = False
+            continue
+        if a in ("--devices", "--out"):
+            skip = True
+            continue
+        if a.startswith(("--devices=", "--out=")) or a == "--own-contexts":
+            continue
+        rest.append(a)
+    print("\nOpenCL with a context per device (FUSELOOP_OPENCL_SHARED_CONTEXT=0):",
+          flush=True)
+    env = dict(os.environ, FUSELOOP_OPENCL_SHARED_CONTEXT="0")
+    subprocess.run([sys.executable, __file__, "--devices", specs, "--no-peer", *rest],
+                   env=env, check=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--devices", default=None,
-                   help="comma-separated device specs (default: every GPU)")
+                   help="device sets separated by ';', each comma-separated device specs "
+                        "(default: every GPU, one set per backend)")
     p.add_argument("--log2n", type=int, default=30)
     p.add_argument("--grid-log2", type=int, default=14)
     p.add_argument("--repeat", type=int, default=5)
@@ -208,20 +282,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="after timing, trace one split call per workload: host time to "
                         "build and enqueue, each part's enqueue time, each device's "
                         "completion, each part's work timed alone on its device")
+    p.add_argument("--own-contexts", action="store_true",
+                   help="then run the OpenCL sets again with a context per device")
+    p.add_argument("--no-peer", action="store_true", help="no CuPy figure")
     args = p.parse_args(argv)
-    if args.devices:
-        devs = [find_device(s.strip()) for s in args.devices.split(",")]
-    else:
-        devs = fl.devices(type="gpu")
-    if not devs:
+    sets = _device_sets(args.devices)
+    if not sets:
         print("no GPU found; list devices with --devices (e.g. --devices 0,0 on a CPU)")
         return 2
     weights = "measure" if args.weights == "measure" else None
     n, g = 1 << args.log2n, 1 << args.grid_log2
-    print(f"devices: {', '.join(str(d) for d in devs)}")
-    if len({d.index for d in devs}) < len(devs):
-        print("(a device listed more than once: its parts share it, so the ratios are "
-              "meaningless as speed-ups; this run shows the split path works)")
 
     def two(where: Any) -> tuple:
         return _inputs(n, where)
@@ -238,19 +308,36 @@ def main(argv: list[str] | None = None) -> int:
                  lambda k, x, y: fl.sum(x.parts[k] * y.parts[k]).eval()),
         Workload(f"5-point stencil {g}^2", 8 * g * g, grid, stencil_step),
     ]
-    rows = [run_case(w, devs, args.repeat, weights, args.trace) for w in workloads]
-    print(f"\n{'workload':28s} {'1 device GB/s':>14s} {f'{len(devs)} parts GB/s':>14s} "
-          f"{'ratio':>7s} {'1 dev ms':>9s} {'parts ms':>9s}  check")
+    peer = {} if args.no_peer else _cupy_peer(n, args.repeat)
+    rows = []
+    for devs in sets:
+        print(f"devices: {', '.join(str(d) for d in devs)}")
+        if len({d.index for d in devs}) < len(devs):
+            print("(a device listed more than once: its parts share it, so the ratios are "
+                  "meaningless as speed-ups; this run shows the split path works)")
+        label = f"{devs[0].backend} x{len(devs)}"
+        for w in workloads:
+            row = run_case(w, devs, args.repeat, weights, args.trace)
+            row["set"] = label
+            row["cupy"] = peer.get(w.name)
+            rows.append(row)
+    print(f"\n{'set':10s} {'workload':24s} {'1 device GB/s':>14s} {'parts GB/s':>11s} "
+          f"{'ratio':>6s} {'1 dev ms':>9s} {'parts ms':>9s} {'cupy 1 GPU':>11s}  check")
     for r in rows:
-        print(f"{r['workload']:28s} {r['one']:14.1f} {r['all']:14.1f} {r['ratio']:7.2f} "
-              f"{r['one_ms']:9.3f} {r['all_ms']:9.3f}  {'ok' if r['ok'] else 'MISMATCH'}")
+        cupy = "-" if r["cupy"] is None else f"{r['cupy']:.1f}"
+        print(f"{r['set']:10s} {r['workload']:24s} {r['one']:14.1f} {r['all']:11.1f} "
+              f"{r['ratio']:6.2f} {r['one_ms']:9.3f} {r['all_ms']:9.3f} {cupy:>11s}  "
+              f"{'ok' if r['ok'] else 'MISMATCH'}")
     for r in rows:
         if "trace" in r:
-            print_trace(r["workload"], r["trace"])
+            print_trace(f"{r['set']}: {r['workload']}", r["trace"])
     if args.out:
         with open(args.out, "w") as f:
-            json.dump(dict(devices=[str(d) for d in devs], log2n=args.log2n,
+            json.dump(dict(sets=[[str(d) for d in s] for s in sets], log2n=args.log2n,
                            grid_log2=args.grid_log2, rows=rows), f, indent=1)
+    if args.own_contexts:
+        sys.stdout.flush()
+        _own_contexts(sets, list(sys.argv[1:] if argv is None else argv))
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -31,10 +31,11 @@ def test_rows_of_another_part_are_copied_on_the_device(device):
     assert EXCHANGED["through_host"] == before["through_host"]
 
 
-def test_devices_without_a_direct_way_go_through_the_host(device):
+def test_devices_without_a_direct_way_go_through_the_host(device, monkeypatch):
     """Two OpenCL devices (each in a context of its own: here the device opened a second
     time under another index) exchange through the host, correctly; two CUDA devices
     copy peer to peer."""
+    monkeypatch.setenv("FUSELOOP_OPENCL_SHARED_CONTEXT", "0")  # (the twin's own context)
     import dataclasses
 
     from fuseloop.multi import exchange

@@ -22,6 +22,9 @@ _CALLS = ("submit", "finish_queue", "wait_event", "event_status", "enqueue_read"
 def three(device, monkeypatch):
     """The device and two twins of it (other indices: runtimes and queues of their own)."""
     monkeypatch.setenv("FUSELOOP_COMPILE", "inline")  # (compile workers know no twins)
+    # (a context each, as OpenCL devices of other platforms have: on a host with several
+    # GPUs of one platform a twin would share the original's context, test_multi_context)
+    monkeypatch.setenv("FUSELOOP_OPENCL_SHARED_CONTEXT", "0")
     twins = [dataclasses.replace(device, index=device.index + 977 + i) for i in range(2)]
     try:
         yield [device, *twins]

@@ -289,6 +289,12 @@ class Backend(ABC):
         caller then copies through the host)."""
         return False
 
+    def copies_between(self, device: Any, other: Any) -> bool:
+        """Whether :meth:`copy_from` copies from ``other`` (a device of any backend) to
+        ``device`` without the host: :attr:`direct_copies` for two devices of this
+        backend; OpenCL: devices of one context."""
+        return device is other or (self.direct_copies and other.backend == self.name)
+
     @abstractmethod
     def fill(self, device: Any, buffer: Any, pattern: np.ndarray, nbytes: int) -> Any:
         """Fill ``buffer``'s first ``nbytes`` bytes with repeats of ``pattern``'s bytes

@@ -1,8 +1,9 @@
 """The OpenCL backend, over pyopencl: the first implementation of :class:`Backend`.
 
 Discovery (with the probe of PoCL devices whose compiler cannot target this CPU),
-a device's context and in-order queue, its buffer pool (pyopencl's
-``MemoryPool``), builds (in compile workers, see
+a device's context (one shared by the devices of a platform and type, so split arrays
+copy between them: :meth:`OpenCLBackend.copy_from`) and in-order queue, its buffer
+pool (pyopencl's ``MemoryPool``), builds (in compile workers, see
 :mod:`fuseloop.runtime.compile_workers`, or inline), kernel objects and the
 launchers that bind and enqueue them, copies, fills, events and the user-event gate
 of deferred batches.  :mod:`fuseloop.runtime.devices` keeps the opened device
@@ -11,7 +12,9 @@ of deferred batches.  :mod:`fuseloop.runtime.devices` keeps the opened device
 
 from __future__ import annotations
 
+import os
 import platform
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,16 @@ _BUILDER = str(Path(__file__).with_name("opencl_worker.py"))
 
 
 _COMPLETE = cl.command_execution_status.COMPLETE
+
+#: ``0``/``off``/``no``/``false``: every OpenCL device gets a context of its own
+#: (read when the first device of a platform is opened)
+SHARED_CONTEXT_ENV = "FUSELOOP_OPENCL_SHARED_CONTEXT"
+
+
+def shared_contexts() -> bool:
+    """Whether devices of one platform and type share one context (the default)."""
+    value = os.environ.get(SHARED_CONTEXT_ENV, "1").strip().lower()
+    return value not in ("0", "off", "no", "false")
 
 
 class OpenCLOutOfMemory(OutOfMemoryError, cl.MemoryError):
@@ -147,8 +160,36 @@ class OpenCLBackend(Backend):
         return found
 
     def open(self, device: Any) -> tuple[Any, Any]:
-        context = cl.Context([device.cl_device])
-        return context, cl.CommandQueue(context)
+        cl_device = device.cl_device
+        context = self._context_for(cl_device)
+        return context, cl.CommandQueue(context, cl_device)
+
+    def _context_for(self, cl_device: Any) -> Any:
+        """One context for every device of ``cl_device``'s platform and type (made when
+        the first of them is opened; :func:`shared_contexts`), else its own.  In one
+        context the devices' queues copy between their buffers and wait for each
+        other's events, so split arrays combine partial results and exchange halos
+        without the host (:meth:`copy_from`); each device still has its own queue and
+        buffer pool, and programs are built for it alone."""
+        if not shared_contexts():
+            return cl.Context([cl_device])
+        try:
+            siblings = [d for d in cl_device.platform.get_devices()
+                        if d.type == cl_device.type]
+        except cl.Error:
+            siblings = []
+        if len(siblings) < 2 or cl_device not in siblings:
+            return cl.Context([cl_device])
+        key = (cl_device.platform.int_ptr, int(cl_device.type))
+        with _shared_lock:
+            context = _shared.get(key)
+            if context is None:
+                context = _shared[key] = cl.Context(siblings)
+        return context
+
+    def copies_between(self, device: Any, other: Any) -> bool:
+        return device is other or (other.backend == self.name
+                                   and device.context is other.context)
 
     def buffer_pool(self, device: Any, context: Any, queue: Any) -> BufferPool:
         return OpenCLBufferPool(context, queue)
@@ -226,6 +267,25 @@ class OpenCLBackend(Backend):
         return cl.enqueue_copy(device.queue, dst, src, byte_count=nbytes,
                                src_offset=src_offset, wait_for=wait_for)
 
+    def copy_from(self, device: Any, dst: Any, src_device: Any, src: Any, nbytes: int,
+                  src_offset: int = 0) -> bool:
+        """Between devices of one context (see :meth:`_context_for`): the copy runs on
+        the source's queue, so the source's buffer (a whole part) stays on its device
+        and only the destination (halo rows, a partial result) may move; it waits for
+        what the destination's queue holds (its pool may have handed ``dst`` out while
+        earlier commands there still use it), and the destination's queue waits for it."""
+        if not self.copies_between(device, src_device):
+            return False
+        if nbytes:
+            dst_queue, src_queue = device.queue, src_device.queue
+            before = cl.enqueue_marker(dst_queue)
+            dst_queue.flush()
+            done = cl.enqueue_copy(src_queue, dst, src, byte_count=nbytes,
+                                   src_offset=src_offset, wait_for=[before])
+            src_queue.flush()
+            cl.enqueue_barrier(dst_queue, wait_for=[done])
+        return True
+
     def fill(self, device: Any, buffer: Any, pattern: np.ndarray, nbytes: int) -> Any:
         return cl.enqueue_fill_buffer(device.queue, buffer, pattern, 0, nbytes)
 
@@ -239,7 +299,9 @@ class OpenCLBackend(Backend):
         process with ``FUSELOOP_COMPILE=inline``."""
         if compile_workers.mode() == "inline":
             try:
-                program = cl.Program(device.context, source).build(options=list(options))
+                # (for this device only: its context may hold others)
+                program = cl.Program(device.context, source).build(
+                    options=list(options), devices=[device.cl_device])
                 for name in kernel_names:
                     cl.Kernel(program, name)
             except cl.Error as exc:
@@ -308,6 +370,9 @@ class OpenCLBackend(Backend):
 
     # }}}
 
+
+_shared: dict[tuple[int, int], Any] = {}  # (platform, device type): the shared context
+_shared_lock = threading.Lock()
 
 _PROBE_SOURCE = "__kernel void fuseloop_probe(__global int *a) { a[get_global_id(0)] = 1; }"
 INSTALL_POCL_HINT = (

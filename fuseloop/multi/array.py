@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 
 from ..array import Array
+from ..backends import backend_for
 from ..errors import DeviceError, ShapeError
+from ..evaluate import run
+from ..host_path import read as host_read
+from ..runtime.devices import _runtime
+from ..runtime.transfer import wait
+from . import trace
 from .devset import DeviceSet, split_bounds
 
 
@@ -247,21 +253,23 @@ for _dunder, _ufunc in {"neg": "negative", "pos": "positive", "abs": "absolute",
 
 
 def launch_parts(parts: Sequence[Array]) -> None:
-    """Evaluate ``parts`` one after the other, each device's queue handed to its device
-    right after its part was enqueued (its deferred small launches too), so a device
-    starts while the next part is enqueued rather than when the host first waits on it.
+    """Evaluate ``parts`` one after the other (:func:`launch_part`), so a device starts
+    while the next part is enqueued rather than when the host first waits on it.
     Nothing here waits."""
-    from ..runtime.devices import _runtime
-    from . import trace
-
     for k, p in enumerate(parts):
-        p.eval()
-        rt = _runtime(p.device)
-        if rt.deferred:
-            rt.flush()
-        rt.submit(rt.queue)
-        if trace.events is not None:
-            trace.note("enqueued", k, p.device)
+        launch_part(k, p)
+
+
+def launch_part(k: int, p: Array) -> None:
+    """Evaluate ``p`` (part ``k``) and hand its device's queue to the device at once
+    (its deferred small launches too).  Nothing waits."""
+    p.eval()
+    rt = _runtime(p.device)
+    if rt.deferred:
+        rt.flush()
+    rt.submit(rt.queue)
+    if trace.events is not None:
+        trace.note("enqueued", k, p.device)
 
 
 #: reads of at most this many bytes go through the backend's staging buffer
@@ -270,41 +278,48 @@ STAGED_READ_MAX = 1 << 20
 
 
 def read_parts(parts: Sequence[Array], hosts: Sequence[np.ndarray]) -> None:
-    """Copy each of ``parts`` into its C-contiguous host array: every read is enqueued
-    (after the part's work) and handed to its device before the host waits for any, then
-    each is waited for once; the devices' copies overlap and no read waits behind
-    another device's work."""
-    from ..backends import backend_for
-    from ..evaluate import run
-    from ..host_path import read as host_read
-    from ..runtime.devices import _runtime
-    from ..runtime.transfer import wait
-    from . import trace
-
+    """Copy each of ``parts`` into its C-contiguous host array: every part is launched
+    and its read enqueued (after the part's work) and handed to its device before the
+    host waits for any, then each is waited for once; the devices' copies overlap and
+    no read waits behind another device's work."""
     launch_parts(parts)
-    pending = []
-    for k, (p, host) in enumerate(zip(parts, hosts)):
-        if not host.size:
+    finish_reads([start_read(k, p, host) for k, (p, host) in enumerate(zip(parts, hosts))])
+
+
+_Pending = tuple[int, Any, Any, Any, np.ndarray, np.ndarray] | None
+
+
+def start_read(k: int, p: Array, host: np.ndarray) -> _Pending:
+    """Enqueue the read of ``p`` (part ``k``, launched) into ``host`` without waiting;
+    what :func:`finish_reads` completes (None: already read, or nothing to read)."""
+    if not host.size:
+        return None
+    small = host_read(p._node, p.device)  # (small arrays on a CPU: no copy command)
+    if small is not None:
+        host[...] = small
+        return None
+    storage = p._storage if p.is_contiguous else run([p._node], p.shape, p.device)[0]
+    assert storage is not None and host.flags.c_contiguous
+    rt = _runtime(p.device)
+    if rt.deferred:
+        rt.flush()
+    stage = backend_for(p.device).read_staging(host.nbytes) \
+        if host.nbytes <= STAGED_READ_MAX else None
+    into = host if stage is None else stage.view(host.dtype).reshape(host.shape)
+    event = rt.enqueue_read(rt.queue, into, storage.buffer, None, False)
+    rt.submit(rt.queue)
+    if trace.events is not None:
+        trace.note("read enqueued", k, p.device)
+    # (the storage lives until read, the staging buffer until copied out)
+    return k, event, p.device, storage, host, into
+
+
+def finish_reads(pending: Sequence[_Pending]) -> None:
+    """Wait for each read :func:`start_read` enqueued, in turn, and copy staged ones out."""
+    for item in pending:
+        if item is None:
             continue
-        small = host_read(p._node, p.device)  # (small arrays on a CPU: no copy command)
-        if small is not None:
-            host[...] = small
-            continue
-        storage = p._storage if p.is_contiguous else run([p._node], p.shape, p.device)[0]
-        assert storage is not None and host.flags.c_contiguous
-        rt = _runtime(p.device)
-        if rt.deferred:
-            rt.flush()
-        stage = backend_for(p.device).read_staging(host.nbytes) \
-            if host.nbytes <= STAGED_READ_MAX else None
-        into = host if stage is None else stage.view(host.dtype).reshape(host.shape)
-        event = rt.enqueue_read(rt.queue, into, storage.buffer, None, False)
-        rt.submit(rt.queue)
-        # (the storage lives until read, the staging buffer until copied out)
-        pending.append((k, event, p.device, storage, host, into))
-        if trace.events is not None:
-            trace.note("read enqueued", k, p.device)
-    for k, event, device, _, host, into in pending:
+        k, event, device, _, host, into = item
         if event is not None:
             wait(event, device)
         if into is not host:
@@ -490,4 +505,5 @@ def _row_slices(row: slice, bounds: tuple[int, ...]) -> tuple[list[slice], tuple
 
 # }}}
 
-__all__ = ["MultiArray", "is_multi", "launch_parts", "map_parts", "prepare", "read_parts"]
+__all__ = ["MultiArray", "finish_reads", "is_multi", "launch_part", "launch_parts", "map_parts",
+           "prepare", "read_parts", "start_read"]

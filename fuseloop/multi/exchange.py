@@ -1,9 +1,10 @@
 """Rows a part does not hold: halo exchange for stencils and shifted slices.
 
 A part needing rows of another part gets them device to device where the backend can
-(``Backend.copy_from``: CUDA's peer copy, ordered after the source's work; a device
-listed twice: a copy on its own queue), else through the host (the rows read with
-``get()``, then uploaded: the path for two OpenCL devices, each in its own context).
+(``Backend.copy_from``: CUDA's peer copy, ordered after the source's work; OpenCL
+devices of one context: a copy on the source's queue; a device listed twice: a copy on
+its own queue), else through the host (the rows read with ``get()``, then uploaded: the
+path for two OpenCL devices each in a context of its own).
 On one device listed twice it is still a copy, so the parts keep their own buffers
 and the exchange is exercised as on several devices.  :data:`EXCHANGED` counts what
 was copied (rows, bytes, copies; ``through_host``: the copies that went through the
@@ -24,7 +25,6 @@ its own rows otherwise), and applies the boundary rule along the other axes only
 
 from __future__ import annotations
 
-import functools
 import itertools
 import threading
 from collections.abc import Callable, Iterator
@@ -33,8 +33,18 @@ from typing import Any
 
 import numpy as np
 
+# (fuseloop is loaded before fuseloop.multi: these import at module level, each call
+# saves the per-call imports' look-ups, a microsecond apiece on a halo's path)
 from ..array import Array
+from ..backends import backend_for
+from ..creation import asarray, empty, full
+from ..evaluate import allocate, run
 from ..expr.nodes import Leaf, c_strides
+from ..ops.shape import broadcast_to, concatenate
+from ..ops.stencil import _check
+from ..runtime.devices import _runtime
+from ..runtime.transfer import wait, write
+from .array import MultiArray
 
 #: rows and bytes copied between parts since the process started
 EXCHANGED = {"rows": 0, "bytes": 0, "copies": 0, "through_host": 0}
@@ -42,11 +52,7 @@ EXCHANGED = {"rows": 0, "bytes": 0, "copies": 0, "through_host": 0}
 
 def _transfer(piece: Array, device: Any) -> Array:
     """``piece`` (rows of a part) copied to ``device``."""
-    from ..backends import backend_for
-    from ..creation import asarray
-    from ..evaluate import allocate
-
-    EXCHANGED["rows"] += piece.shape[0]
+    EXCHANGED["rows"] += piece.shape[0] if piece.ndim else 1
     EXCHANGED["bytes"] += piece.nbytes
     EXCHANGED["copies"] += 1
     source = piece.device
@@ -74,16 +80,12 @@ def _transfer(piece: Array, device: Any) -> Array:
 
 class _HostBatch:
     """Copies through the host, waited for together (see :func:`batch`)."""
-
     def __init__(self) -> None:
         self.pending: list[tuple[Any, Any, np.ndarray, Any, Any]] = []
 
     def add(self, piece: Array, device: Any) -> Array:
         """``piece`` read without waiting; an array on ``device`` that :meth:`finish`
         fills before anything can read it."""
-        from ..evaluate import allocate, run
-        from ..runtime.devices import _runtime
-
         piece = piece.eval()
         storage = piece._storage if piece.is_contiguous else \
             run([piece._node], piece.shape, piece.device)[0]
@@ -99,7 +101,6 @@ class _HostBatch:
         return Array._concrete(out, piece.dtype, piece.shape)
 
     def finish(self) -> None:
-        from ..runtime.transfer import wait, write
 
         for event, source, host, out, _ in self.pending:
             if event is not None:
@@ -131,9 +132,6 @@ def batch() -> Iterator[None]:
 def rows(x: Any, lo: int, hi: int, k: int) -> Array:
     """Rows ``lo:hi`` of the split array ``x`` as an array on part ``k``'s device: its
     own rows as a view, the others' copied (a lazy concatenation of the pieces)."""
-    from ..creation import empty
-    from ..ops.shape import concatenate
-
     device = x.devices[k]
     pieces = []
     for j, (a, b) in enumerate(zip(x.bounds, x.bounds[1:])):
@@ -155,8 +153,6 @@ def realign(x: Any, bounds: tuple[int, ...]) -> list[Array]:
 
 def _wrapped_rows(x: Any, lo: int, hi: int, k: int) -> Array:
     """Rows ``lo:hi`` of ``x`` taken modulo its row count (periodic boundary)."""
-    from ..ops.shape import concatenate
-
     n = x.shape[0]
     pieces = []
     r = lo
@@ -171,23 +167,19 @@ def _wrapped_rows(x: Any, lo: int, hi: int, k: int) -> Array:
 def _edge_rows(x: Any, count: int, top: bool, k: int, boundary: str, cval: Any,
                dtype: np.dtype) -> Array:
     """``count`` rows beyond the first (``top``) or last row of ``x`` by the rule."""
-    from ..creation import full
-    from ..ops.shape import broadcast_to
-
     shape = (count, *x.shape[1:])
     if boundary == "constant":
         return full(shape, cval, dtype, device=x.devices[k])
     n = x.shape[0]
     edge = rows(x, 0, 1, k) if top else rows(x, n - 1, n, k)
-    return broadcast_to(edge.astype(dtype) if edge.dtype != dtype else edge, shape)
+    edge = edge.astype(dtype) if edge.dtype != dtype else edge
+    return edge if count == 1 else broadcast_to(edge, shape)  # (one row: itself)
 
 
 def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
           dtype: np.dtype) -> Array | None:
     """Rows ``lo:hi`` (global, possibly beyond either end) of ``x`` extended by the
     boundary rule, on part ``k``'s device; None when empty."""
-    from ..ops.shape import concatenate
-
     if hi <= lo:
         return None
     n = x.shape[0]
@@ -208,8 +200,6 @@ def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
 def _window(pieces: list[tuple[int, Array]], start: int, count: int) -> Array:
     """Rows ``start:start + count`` of the pieces ((first row, array), adjacent, in
     order), as one piece, a view of one or a lazy concatenation of slices."""
-    from ..ops.shape import concatenate
-
     got = []
     for first, a in pieces:
         s, e = max(start, first), min(start + count, first + a.shape[0])
@@ -221,9 +211,18 @@ def _window(pieces: list[tuple[int, Array]], start: int, count: int) -> Array:
 Window = Callable[[int], Array]
 
 
-def _shifted_rows(pieces: list[tuple[int, Array]], count: int, dr: int) -> Array:
-    """A part's ``count`` rows shifted by ``dr`` (the window of its ``pieces``)."""
-    return _window(pieces, dr, count)
+def _shifted_rows(pieces: list[tuple[int, Array]], count: int) -> Window:
+    """A part's ``count`` rows shifted by ``dr`` (the window of its ``pieces``), as a
+    function of ``dr``; a shift asked again is the same array (the taps of one row
+    offset, e.g. three of a 3x3 stencil's nine, share one lazy concatenation)."""
+    made: dict[int, Array] = {}
+
+    def window(dr: int) -> Array:
+        got = made.get(dr)
+        if got is None:
+            got = made[dr] = _window(pieces, dr, count)
+        return got
+    return window
 
 
 def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tuple[int, ...],
@@ -234,10 +233,6 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
     <= dr <= after``; rows beyond the part copied from its neighbours, or made by the
     boundary rule at the ends).  Every halo is copied (through the host: one batch)
     before any part's stencil is built."""
-    from ..creation import empty
-    from ..ops.stencil import _check
-    from .array import MultiArray
-
     cen = _check(x, tuple(width), center, boundary, what)
     before, after = cen[0], width[0] - 1 - cen[0]
     # (a constant's rows must hold cval as the single-device stencil's where() does)
@@ -257,7 +252,7 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
         top, bottom = halos[k]
         pieces = [(-before, top), (0, own), (hi - lo, bottom)]
         present = [(f, a) for f, a in pieces if a is not None]
-        out.append(apply(functools.partial(_shifted_rows, present, hi - lo), cen))
+        out.append(apply(_shifted_rows(present, hi - lo), cen))
     done = next(o for o in out if o is not None)
     parts = [o if o is not None else empty((0, *done.shape[1:]), done.dtype, device=d)
              for o, d in zip(out, x.devices)]

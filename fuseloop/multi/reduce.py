@@ -2,12 +2,13 @@
 
 Along axes that keep the split axis, each part reduces its own rows (the result is
 split the same way).  Along the split axis, each part computes a partial result on
-its device; where every part's device copies to the first device without the host (one
-device, or CUDA peer copies) the partials are copied there and combined by the same
-reduction on it, so nothing waits; otherwise (all enqueued, then one small read per
-part, before the host waits for any) they are combined on the host with numpy (the same
-operation: sum of sums, max of maxima, ...).  The result is an array on the set's first
-device.
+its device (each launched before the next part's is built); where every part's device
+copies to the first device without the host (one device, CUDA peer copies, OpenCL
+devices of one context) the partials are copied there and combined by one elementwise
+kernel (``add``, ``maximum``, ...), so nothing waits; otherwise (all enqueued, then
+one small read per part, before the host waits for any) they are combined on the host
+with numpy (the same operation: sum of sums, max of maxima, ...).  The result is an
+array on the set's first device.
 ``mean`` is the combined sum over the count (on the device where the sum is);
 ``var``/``std`` take two passes (the mean, then the sum of squared deviations), as the
 single-device ones do, combined on the host.
@@ -21,9 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from ..backends import backend_for
 from ..ops.reductions import _ddof, _mean_dtypes
 from ..ops.shape import normalize_axes
-from .array import read_parts
+from .array import finish_reads, launch_part, start_read
+from .exchange import _transfer
 
 # how partial results combine; count_nonzero's partials are counts
 _COMBINE: dict[str, Callable[..., Any]] = {
@@ -63,29 +66,51 @@ def _device_combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[in
     """The partial results copied to the first device and combined there (nothing
     waits: the result is as asynchronous as one device's reduction), or None when a
     part's device cannot copy to the first one without the host."""
-    import fuseloop
-
-    from ..backends import backend_for
-    from ..ops.shape import concatenate, reshape
-    from .array import launch_parts
-    from .exchange import _transfer
-
     first = x.devices[0]
-    direct = backend_for(first).direct_copies
+    backend = backend_for(first)
     used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
-    if not all(p.device is first or (direct and p.device.backend == first.backend)
-               for p in used):
+    if not all(backend.copies_between(first, p.device) for p in used):
         return None
-    partials = [func(p, axis=axes, keepdims=True, **params) for p in used]
-    launch_parts(partials)
-    pieces = [q if q.device is first else _transfer(q, first) for q in partials]
-    cat = pieces[0] if len(pieces) == 1 else concatenate(pieces, axis=0)
-    combine = getattr(fuseloop, "sum" if name == "count_nonzero" else name)
-    extra = {"dtype": cat.dtype} if name in ("sum", "prod", "count_nonzero") else {}
-    out = combine(cat, axis=0, keepdims=True, **extra)
-    if not keepdims:
-        out = reshape(out, tuple(n for d, n in enumerate(out.shape) if d not in axes))
+    # (without the reduced axes where asked: the pieces are combined elementwise)
+    partials = _launched_partials(func, used, axes, keepdims, params)
+    out = None
+    for q in partials:
+        piece = q if q.device is first else _transfer(q, first)
+        # (one elementwise kernel over the pieces: cheaper to launch than a reduction
+        # of their concatenation; the same values, the partials being few)
+        out = piece if out is None else _PAIRWISE[name](out, piece)
+    assert out is not None
     return out
+
+
+def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[int, ...],
+                       keepdims: bool, params: dict) -> list[Any]:
+    """Each part's partial result, launched before the next part's is built (a device
+    starts while the host prepares the next; copies and reads come after all)."""
+    partials = []
+    for k, p in enumerate(used):
+        partials.append(func(p, axis=axes, keepdims=keepdims, **params))
+        launch_part(k, partials[-1])
+    return partials
+
+
+def _pairwise(ufunc: str) -> Callable[[Any, Any], Any]:
+    found: list[Callable[[Any, Any], Any]] = []  # (fuseloop's function, bound at first use)
+
+    def combine(a: Any, b: Any) -> Any:
+        if not found:
+            import fuseloop
+
+            found.append(getattr(fuseloop, ufunc))
+        return found[0](a, b)
+    return combine
+
+
+# how two partial results combine on a device (elementwise, same dtype)
+_PAIRWISE: dict[str, Callable[[Any, Any], Any]] = {
+    "sum": _pairwise("add"), "prod": _pairwise("multiply"), "max": _pairwise("maximum"),
+    "min": _pairwise("minimum"), "any": _pairwise("logical_or"),
+    "all": _pairwise("logical_and"), "count_nonzero": _pairwise("add")}
 
 
 _POSITIONAL = {"sum": ("axis", "dtype", "keepdims"), "prod": ("axis", "dtype", "keepdims"),
@@ -96,12 +121,12 @@ _POSITIONAL = {"sum": ("axis", "dtype", "keepdims"), "prod": ("axis", "dtype", "
 
 def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...],
               keepdims: bool, params: dict) -> np.ndarray:
-    """The partial results of the parts, combined on the host."""
+    """The partial results of the parts, combined on the host: every part's partial
+    launched, then every small read enqueued, before the host waits for any."""
     used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
-    partials = [func(p, axis=axes, keepdims=True, **params) for p in used]
-    # every device gets its work, then its small read, before the host waits for any
-    hosts = [np.empty(p.shape, p.dtype) for p in partials]
-    read_parts(partials, hosts)
+    partials = _launched_partials(func, used, axes, True, params)
+    hosts = [np.empty(q.shape, q.dtype) for q in partials]
+    finish_reads([start_read(k, q, h) for k, (q, h) in enumerate(zip(partials, hosts))])
     host = np.concatenate(hosts, axis=0)
     extra = {"dtype": host.dtype} if name in ("sum", "prod", "count_nonzero") else {}
     out = _COMBINE[name](host, axis=0, keepdims=True, **extra)

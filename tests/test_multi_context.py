@@ -1,0 +1,93 @@
+"""Split arrays over two OpenCL devices of one platform (issue 29): in one shared
+context (the default) partial results are combined and halos exchanged on the devices,
+without a host read or wait; with a context per device (``FUSELOOP_OPENCL_SHARED_CONTEXT=0``)
+through the host.  PoCL's CPU driver listed twice (``POCL_DEVICES="pthread pthread"``)
+gives the two devices, in a child process (the device list is made once per process)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+_CHILD = textwrap.dedent('''
+    import numpy as np
+    import fuseloop as fl
+    from fuseloop.multi import EXCHANGED
+    from fuseloop.runtime import devices
+
+    pocl = [d for d in fl.devices() if "Portable" in d.platform and d.type == "cpu"]
+    if len(pocl) < 2:
+        print("SKIP: PoCL did not list two CPU devices")
+        raise SystemExit(0)
+    d0, d1 = pocl[:2]
+    shared = d0.context is d1.context
+    print("shared", shared)
+    rng = np.random.default_rng(29)
+    an = rng.integers(-50, 50, (3001, 3)).astype(np.int32)
+    xn = rng.random(5000, np.float32)
+    un = rng.standard_normal((40, 33)).astype(np.float32)
+    w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+    with fl.device([d0, d1]):
+        a, x, u = fl.asarray(an), fl.asarray(xn), fl.asarray(un)
+    fl.synchronize()
+    calls = []
+    for d in (d0, d1):  # (the runtimes' reads and waits, recorded)
+        rt = devices._runtime(d)
+        for name in ("enqueue_read", "wait_event", "finish_queue"):
+            def wrap(*args, _fn=getattr(rt, name), _name=name):
+                calls.append(_name)
+                return _fn(*args)
+            setattr(rt, name, wrap)
+    before = dict(EXCHANGED)
+    total, cols, hi = fl.sum(a), fl.sum(a, axis=0), a.max(axis=0, keepdims=True)
+    count, mean, dot = fl.count_nonzero(a > 0), a.mean(axis=0), fl.sum(x * x)
+    step = u + np.float32(0.1) * fl.stencil(u, w, boundary="wrap")
+    step.eval()
+    print("host calls", len(calls))
+    print("through_host", EXCHANGED["through_host"] - before["through_host"])
+    print("copies", EXCHANGED["copies"] - before["copies"])
+    assert total.device is d0 and total.shape == () and hi.shape == (1, 3)
+    assert int(total) == an.sum() and int(count) == np.count_nonzero(an > 0)
+    np.testing.assert_array_equal(cols.get(), an.sum(axis=0))
+    np.testing.assert_array_equal(hi.get(), an.max(axis=0, keepdims=True))
+    np.testing.assert_allclose(mean.get(), an.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(float(dot), np.dot(xn, xn), rtol=1e-5)
+    want = un + np.float32(0.1) * fl.stencil(fl.asarray(un, device=d0), w,
+                                             boundary="wrap").get()
+    np.testing.assert_allclose(step.get(), want, rtol=1e-5, atol=1e-6)
+    print("ok")
+''')
+
+
+def _child(shared: str) -> dict[str, str]:
+    env = dict(os.environ, POCL_DEVICES="pthread pthread",
+               FUSELOOP_OPENCL_SHARED_CONTEXT=shared, FUSELOOP_HOST_PATH="0")
+    env.pop("FUSELOOP_DEVICE", None)  # (it might name a device that is not listed now)
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                         text=True, timeout=600)
+    if run.stdout.startswith("SKIP"):
+        pytest.skip(run.stdout.strip())
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
+    return dict(line.rsplit(" ", 1) for line in run.stdout.splitlines()[:-1])
+
+
+def test_one_context_combines_and_exchanges_on_the_devices():
+    """Five reductions along the split axis and a stencil step: partials copied to the
+    first device and halos copied between the devices (none through the host), and not
+    one read or wait on either device's queue until the results are read."""
+    got = _child("1")
+    assert got == {"shared": "True", "host calls": "0", "through_host": "0",
+                   "copies": got["copies"]}, got
+    assert int(got["copies"]) == 6 + 4  # (a partial per reduction but the first part's;
+    # the stencil's four halo rows: two inner boundaries, two wrapped ends)
+
+
+def test_a_context_per_device_goes_through_the_host():
+    got = _child("0")
+    assert got["shared"] == "False" and int(got["host calls"]) > 0, got
+    assert int(got["through_host"]) == 4, got  # (the halos; partials are read, not copied)
