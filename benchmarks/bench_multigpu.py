@@ -19,19 +19,19 @@ devices (a ``fl.MultiArray``), and the ratio of throughputs is printed.  Devices
 ``fl.device`` takes them; one may repeat), default one set per backend: every GPU of
 that backend ``fl.devices(type="gpu")`` lists (so CUDA and OpenCL are measured in one
 run, one table).  Where CuPy is installed the table has CuPy's figure on the first GPU
-too (unfused: ``2*x - cp.sin(y) + x*y``, ``cp.sum(x*y)``), the peer.  OpenCL GPUs of one
-platform share one context (``FUSELOOP_OPENCL_SHARED_CONTEXT``): partial sums and halos
-are copied between the devices; ``--own-contexts`` runs the OpenCL sets again in a
-child process with a context per device (through the host), for the comparison.  On a
+too (unfused: ``2*x - cp.sin(y) + x*y``, ``cp.sum(x*y)``), the peer.  OpenCL GPUs get a
+context each unless ``FUSELOOP_OPENCL_SHARED_CONTEXT=1`` (one context per platform:
+partial sums and halos copied between the devices); ``--other-contexts`` runs the OpenCL
+sets again in a child process with the other rule, for the comparison.  On a
 CPU, ``--devices 0,0`` shows the machinery works: the parts share one device, so the
 figures say nothing about speed-up (``POCL_DEVICES="pthread pthread"`` gives two PoCL
 devices of one platform).  Usage::
 
     python benchmarks/bench_multigpu.py [--devices SETS] [--log2n 30] [--grid-log2 14]
-        [--repeat 5] [--weights equal|measure] [--trace] [--own-contexts] [--out FILE.json]
+        [--repeat 5] [--weights equal|measure] [--trace] [--other-contexts] [--out FILE.json]
 
-    # every GPU, through CUDA and through OpenCL, one table (+ OpenCL with own contexts):
-    python benchmarks/bench_multigpu.py --trace --own-contexts
+    # every GPU, through CUDA and through OpenCL, one table (+ OpenCL with the other context rule):
+    python benchmarks/bench_multigpu.py --trace --other-contexts
     # 2 of the GPUs, both backends:
     python benchmarks/bench_multigpu.py --devices "cuda:0,cuda:1;opencl:0,opencl:1"
 
@@ -238,16 +238,17 @@ def _device_sets(spec: str | None) -> list[list[Any]]:
     return list(by_backend.values())
 
 
-def _own_contexts(sets: list[list[Any]], argv: list[str]) -> None:
-    """The OpenCL sets again, in a child process whose OpenCL devices have a context
-    each (copies through the host)."""
+def _other_contexts(sets: list[list[Any]], argv: list[str]) -> None:
+    """The OpenCL sets again, in a child process with the other context rule
+    (``FUSELOOP_OPENCL_SHARED_CONTEXT`` flipped: a shared context copies partial results
+    and halos between the GPUs, a context per device through the host)."""
     import os
     import subprocess
 
     opencl = [s for s in sets if all(d.backend == "opencl" for d in s)
               and len({d.index for d in s}) > 1]
     if not opencl:
-        print("\n(--own-contexts: no OpenCL set of several devices)")
+        print("\n(--other-contexts: no OpenCL set of several devices)")
         return
     specs = ";".join(",".join(str(d.index) for d in s) for s in opencl)
     rest, skip = [], False
@@ -258,12 +259,14 @@ def _own_contexts(sets: list[list[Any]], argv: list[str]) -> None:
         if a in ("--devices", "--out"):
             skip = True
             continue
-        if a.startswith(("--devices=", "--out=")) or a == "--own-contexts":
+        if a.startswith(("--devices=", "--out=")) or a == "--other-contexts":
             continue
         rest.append(a)
-    print("\nOpenCL with a context per device (FUSELOOP_OPENCL_SHARED_CONTEXT=0):",
-          flush=True)
-    env = dict(os.environ, FUSELOOP_OPENCL_SHARED_CONTEXT="0")
+    from fuseloop.backends.opencl import shared_contexts
+
+    flipped = "0" if shared_contexts() else "1"
+    print(f"\nOpenCL with FUSELOOP_OPENCL_SHARED_CONTEXT={flipped}:", flush=True)
+    env = dict(os.environ, FUSELOOP_OPENCL_SHARED_CONTEXT=flipped)
     subprocess.run([sys.executable, __file__, "--devices", specs, "--no-peer", *rest],
                    env=env, check=False)
 
@@ -282,8 +285,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="after timing, trace one split call per workload: host time to "
                         "build and enqueue, each part's enqueue time, each device's "
                         "completion, each part's work timed alone on its device")
-    p.add_argument("--own-contexts", action="store_true",
-                   help="then run the OpenCL sets again with a context per device")
+    p.add_argument("--other-contexts", action="store_true",
+                   help="then run the OpenCL sets again with the other context rule "
+                        "(shared / one per device)")
     p.add_argument("--no-peer", action="store_true", help="no CuPy figure")
     args = p.parse_args(argv)
     sets = _device_sets(args.devices)
@@ -335,9 +339,9 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.out, "w") as f:
             json.dump(dict(sets=[[str(d) for d in s] for s in sets], log2n=args.log2n,
                            grid_log2=args.grid_log2, rows=rows), f, indent=1)
-    if args.own_contexts:
+    if args.other_contexts:
         sys.stdout.flush()
-        _own_contexts(sets, list(sys.argv[1:] if argv is None else argv))
+        _other_contexts(sets, list(sys.argv[1:] if argv is None else argv))
     return 0 if all(r["ok"] for r in rows) else 1
 
 

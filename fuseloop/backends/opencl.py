@@ -1,9 +1,9 @@
 """The OpenCL backend, over pyopencl: the first implementation of :class:`Backend`.
 
 Discovery (with the probe of PoCL devices whose compiler cannot target this CPU),
-a device's context (one shared by the devices of a platform and type, so split arrays
-copy between them: :meth:`OpenCLBackend.copy_from`) and in-order queue, its buffer
-pool (pyopencl's ``MemoryPool``), builds (in compile workers, see
+a device's context (its own, or one shared by the devices of a platform and type when
+asked, so split arrays copy between them: :meth:`OpenCLBackend.copy_from`) and
+in-order queue, its buffer pool (pyopencl's ``MemoryPool``), builds (in compile workers, see
 :mod:`fuseloop.runtime.compile_workers`, or inline), kernel objects and the
 launchers that bind and enqueue them, copies, fills, events and the user-event gate
 of deferred batches.  :mod:`fuseloop.runtime.devices` keeps the opened device
@@ -52,15 +52,18 @@ _BUILDER = str(Path(__file__).with_name("opencl_worker.py"))
 
 _COMPLETE = cl.command_execution_status.COMPLETE
 
-#: ``0``/``off``/``no``/``false``: every OpenCL device gets a context of its own
-#: (read when the first device of a platform is opened)
+#: ``1``/``on``/``yes``/``true``: OpenCL devices of one platform and type share one context
+#: (read when the first device of a platform is opened).  Off by default: on two H100s
+#: it gave split sums no more speed-up than host combines (1.73x vs 1.74x one GPU) and
+#: made split stencils slower (0.71x vs 0.99x), and it makes every program of pyopencl's
+#: own (scans, sorts) build for all the platform's devices.
 SHARED_CONTEXT_ENV = "FUSELOOP_OPENCL_SHARED_CONTEXT"
 
 
 def shared_contexts() -> bool:
-    """Whether devices of one platform and type share one context (the default)."""
-    value = os.environ.get(SHARED_CONTEXT_ENV, "1").strip().lower()
-    return value not in ("0", "off", "no", "false")
+    """Whether devices of one platform and type share one context (opt-in)."""
+    value = os.environ.get(SHARED_CONTEXT_ENV, "0").strip().lower()
+    return value in ("1", "on", "yes", "true")
 
 
 class OpenCLOutOfMemory(OutOfMemoryError, cl.MemoryError):
@@ -311,8 +314,7 @@ class OpenCLBackend(Backend):
         binary = compile_workers.compile_binary(device, _BUILDER, source, options,
                                                 kernel_names)
         try:
-            program = cl.Program(device.context, [device.cl_device], [binary]).build(
-                options=list(options))
+            program = _load_binary(device, binary, options)
         except cl.Error as exc:
             raise KernelBuildError(
                 f"{device.name} did not load the binary its compiler made for kernel "
@@ -322,8 +324,7 @@ class OpenCLBackend(Backend):
     def build_binary(self, device: Any, binary: bytes, options: Sequence[str],
                      kernel_names: Sequence[str]) -> BuiltProgram | None:
         try:
-            program = cl.Program(device.context, [device.cl_device], [binary]).build(
-                options=list(options))
+            program = _load_binary(device, binary, options)
             for name in kernel_names:
                 cl.Kernel(program, name)
         except (cl.Error, ValueError, TypeError):
@@ -369,6 +370,14 @@ class OpenCLBackend(Backend):
                                  wait_for)
 
     # }}}
+
+
+def _load_binary(device: Any, binary: bytes, options: Sequence[str]) -> Any:
+    """A program of ``device``'s ``binary``, built for that device by name: NVIDIA's
+    driver answers INVALID_BINARY when a binary program of a context holding several
+    devices is built without naming the device (measured on two H200s)."""
+    program = cl.Program(device.context, [device.cl_device], [binary])
+    return program.build(options=list(options), devices=[device.cl_device])
 
 
 _shared: dict[tuple[int, int], Any] = {}  # (platform, device type): the shared context
