@@ -1,0 +1,223 @@
+"""The LU panel's pivot tournament on GPUs: wide work-groups, a row per work-item.
+
+``fuseloop_tslu`` (:mod:`fuseloop.linalg_kernels`) keeps a slice of ``2 nb`` rows in
+local memory, so a panel of m rows needs ``log2(m / 2 nb) + 1`` launches, each a
+long chain of barriers (per column: the pivot search, the swap, the update).  On a
+GPU those levels were most of an LU's time (issue 27: ~50 of 64 ms at n = 4096).
+``fuseloop_tslu_rows`` instead gives each work-item one row of the panel, held in
+private memory (registers: the column loop is unrolled with the block ``NB`` a
+compile-time constant), so that a group takes ``WG`` rows (512 for float32) and the
+candidates of ``WG / b`` sets at the later levels: a panel of up to ``WG`` rows is
+one launch, of up to ``WG^2 / b`` rows two.  Per column the pivot is a group
+reduction (each work-item its row's ``|a|``; LANES work-items combine a share each;
+every work-item combines the LANES values), its row broadcast through local memory,
+and each row updated in its own registers: three barriers, no swaps (a chosen row
+is retired; positions are tracked to keep LAPACK's tie rule: the first largest
+``|a|`` in the current row order).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from . import linalg_kernels as _k
+from .expr.nodes import Storage
+from .runtime.devices import Device
+
+# Arguments as fuseloop_tslu's (see linalg_kernels._TSLU) plus spg, the candidate sets
+# a group of a later level merges.  The work-item's row: level 0 (nsets == 0) row
+# g WG + lid of the panel; later levels entry g spg b + lid of cand_in (sets in order,
+# each in its pivot order).  key_v orders rows as LAPACK's search: |a|, NaN below any
+# number (-1), no row / a retired row below that (-2); ties to the lower position.
+# A group with fewer than b rows stops when none is left (its other candidates -1).
+# The final level's piv and perm come from the chosen rows idx by one work-item:
+# only 2 b "slots" can move (panel positions 0..b-1, and the original positions of
+# the chosen rows from below them), so each lookup is an index, not a search.
+_TSLU_ROWS = r"""
+#define LANES (WG >= 512 ? 32 : WG >= 128 ? 16 : WG >= 32 ? 8 : 1)
+#define PER (WG / LANES)
+#define BETTER(v, p, bv, bp) ((v) > (bv) || ((v) == (bv) && (p) < (bp)))
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fuseloop_tslu_rows(__global long *cand_out, __global long *piv, __global long *flag,
+                        __global FL_T *diag, __global long *perm, __global const FL_T *a,
+                        __global const long *cand_in,
+                        const long k, const long ld, const long m, const long b_,
+                        const long nsets, const long spg, const long final)
+{
+    __local FL_T key_v[WG];
+    __local int key_p[WG];
+    __local FL_T part_v[LANES];
+    __local int part_p[LANES];
+    __local FL_T urow[NB];
+    __local int idx[NB];
+    __local int rowat[2 * NB], posof[2 * NB];
+    const int lid = get_local_id(0), g = get_group_id(0), b = (int)b_;
+    long r = -1;
+    if (nsets == 0) {
+        if ((long)g * WG + lid < m)
+            r = (long)g * WG + lid;
+    } else {
+        const long e = (long)g * spg * b + lid;
+        const long end = ((long)(g + 1) * spg < nsets ? (long)(g + 1) * spg : nsets) * b;
+        if (lid < spg * b && e < end)
+            r = cand_in[e];
+    }
+    FL_T v[NB];
+#pragma unroll
+    for (int c = 0; c < NB; ++c)
+        v[c] = r >= 0 && c < b ? a[(k + r) * ld + k + c] : (FL_T)0;
+    int active = r >= 0, pos = lid, steps = 0;
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+        if (j >= b)
+            break;
+        const FL_T x = v[j];
+        key_v[lid] = active ? (isnan(x) ? (FL_T)-1 : fabs(x)) : (FL_T)-2;
+        key_p[lid] = pos;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < LANES) {
+            FL_T bv = key_v[lid];
+            int bp = key_p[lid];
+            for (int t = 1; t < PER; ++t) {
+                const FL_T tv = key_v[lid + t * LANES];
+                const int tp = key_p[lid + t * LANES];
+                if (BETTER(tv, tp, bv, bp)) {
+                    bv = tv;
+                    bp = tp;
+                }
+            }
+            part_v[lid] = bv;
+            part_p[lid] = bp;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        FL_T bv = part_v[0];
+        int bp = part_p[0];
+        for (int l = 1; l < LANES; ++l) {
+            const FL_T tv = part_v[l];
+            const int tp = part_p[l];
+            if (BETTER(tv, tp, bv, bp)) {
+                bv = tv;
+                bp = tp;
+            }
+        }
+        if (bv < (FL_T)-1.5)  /* no row left (the same for the whole group) */
+            break;
+        if (active && pos == bp) {  /* the pivot row: broadcast, then retired */
+#pragma unroll
+            for (int c = 0; c < NB; ++c)
+                urow[c] = v[c];
+            idx[j] = (int)r;
+            active = 0;
+        } else if (active && pos == j) {
+            pos = bp;  /* swapped with the pivot row */
+        }
+        steps = j + 1;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const FL_T d = urow[j];
+        if (final != 0 && lid < b)
+            diag[j * b + lid] = urow[lid];
+        if (active && d != (FL_T)0) {
+            const FL_T l = v[j] * ((FL_T)1 / d);
+            v[j] = l;
+#pragma unroll
+            for (int c = j + 1; c < NB; ++c)
+                v[c] -= l * urow[c];
+        }
+        if (d == (FL_T)0 && final != 0 && lid == 0 && flag[0] == 0)
+            flag[0] = k + j + 1;
+    }
+    if (final == 0) {
+        for (int j = lid; j < b; j += WG)
+            cand_out[(long)g * b + j] = j < steps ? idx[j] : -1;
+        return;
+    }
+    if (lid != 0)
+        return;
+    /* slot s < b: panel position (and row) s; slot b + j: the original position of
+       chosen row idx[j] when that is below the block */
+    for (int s = 0; s < 2 * b; ++s) {
+        rowat[s] = s;
+        posof[s] = s;
+    }
+    for (int j = 0; j < b; ++j) {
+        const int sl = idx[j] < b ? idx[j] : b + j, p = posof[sl], q = rowat[j];
+        piv[k + j] = k + (p < b ? p : idx[p - b]);
+        rowat[j] = sl;
+        rowat[p] = q;
+        posof[sl] = j;
+        posof[q] = p;
+    }
+    /* the swaps' net effect: row k + perm[1 + 2t] receives row k + perm[2 + 2t] */
+    int entries = 0;
+    for (int s = 0; s < 2 * b; ++s) {
+        const int w = rowat[s];
+        if (w != s && (s < b || idx[s - b] >= b)) {
+            perm[1 + 2 * entries] = s < b ? s : idx[s - b];
+            perm[2 + 2 * entries] = w < b ? w : idx[w - b];
+            ++entries;
+        }
+    }
+    perm[0] = entries;
+}
+#undef LANES
+#undef PER
+#undef BETTER
+"""
+
+_k._KERNELS["fuseloop_tslu_rows"] = (
+    _TSLU_ROWS, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"], 7, False)
+
+#: which panel kernel the LU uses: "auto" (:func:`use_rows`' rule), "rows"
+#: (``fuseloop_tslu_rows``) or "tile" (``fuseloop_tslu``); FUSELOOP_LU_PANEL
+PANEL = os.environ.get("FUSELOOP_LU_PANEL", "auto").strip().lower()
+
+
+def rows_group_size(device: Any, nb: int, dtype: np.dtype) -> int:
+    """Work-items (rows) of a ``fuseloop_tslu_rows`` group: 512 while a row of ``nb``
+    elements is at most 256 bytes (64 registers: 512 work-items may use 128 each on
+    NVIDIA's GPUs), else 256; within the device's limit."""
+    want = 512 if nb * dtype.itemsize <= 256 else 256
+    while want > device.max_work_group_size:
+        want //= 2
+    return want
+
+
+def use_rows(device: Any, nb: int, dtype: np.dtype) -> bool:
+    """Whether the LU panels use ``fuseloop_tslu_rows``: on GPUs (on CPUs a group's
+    work-items run one after another: ``fuseloop_tslu``'s groups of one are faster),
+    where a group holds at least two blocks' rows.  :data:`PANEL` overrides it."""
+    if PANEL in ("rows", "tile"):
+        return PANEL == "rows"
+    return device.type != "cpu" and rows_group_size(device, nb, dtype) >= 2 * nb
+
+
+def rows_levels(m: int, b: int, wg: int) -> list[int]:
+    """The work-groups of each launch of ``fuseloop_tslu_rows`` for a panel of ``m``
+    rows and ``b`` columns with groups of ``wg`` rows."""
+    groups = [-(-m // wg)]
+    while groups[-1] > 1:
+        groups.append(-(-groups[-1] // (wg // b)))
+    return groups
+
+
+def panel_pivots_rows(a: Storage, piv: Storage, flag: Storage, diag: Storage, perm: Storage,
+                      cands: tuple[Storage, Storage], k: int, ld: int, m: int, b: int,
+                      nb: int, dtype: np.dtype, device: Device) -> int:
+    """:func:`fuseloop.linalg_kernels.panel_pivots` by ``fuseloop_tslu_rows`` (the same
+    buffers and results); returns the number of launches."""
+    wg = rows_group_size(device, nb, dtype)
+    assert wg >= 2 * b, (wg, b)
+    sets, src, dst = 0, cands[1], cands[0]
+    levels = rows_levels(m, b, wg)
+    for groups in levels:
+        _k.launch("fuseloop_tslu_rows", dtype, [dst, piv, flag, diag, perm], [a, src],
+                  [k, ld, m, b, sets, wg // b, int(groups == 1)], device, groups=groups,
+                  nb=nb, wg=wg)
+        sets, src, dst = groups, dst, src
+    return len(levels)
+
+
+__all__ = ["PANEL", "panel_pivots_rows", "rows_group_size", "rows_levels", "use_rows"]
