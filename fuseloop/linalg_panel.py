@@ -185,6 +185,12 @@ def rows_group_size(device: Any, nb: int, dtype: np.dtype) -> int:
     return want
 
 
+def rows_local_bytes(wg: int, nb: int, dtype: np.dtype) -> int:
+    """The local memory of a ``fuseloop_tslu_rows`` group of ``wg`` work-items."""
+    lanes = 32 if wg >= 512 else 16 if wg >= 128 else 8 if wg >= 32 else 1
+    return (wg + lanes + nb) * dtype.itemsize + (wg + lanes + 5 * nb) * 4
+
+
 def use_rows(device: Any, nb: int, dtype: np.dtype) -> bool:
     """Whether the LU panels use ``fuseloop_tslu_rows``: on GPUs (on CPUs a group's
     work-items run one after another: ``fuseloop_tslu``'s groups of one are faster),
@@ -220,4 +226,5 @@ def panel_pivots_rows(a: Storage, piv: Storage, flag: Storage, diag: Storage, pe
     return len(levels)
 
 
-__all__ = ["PANEL", "panel_pivots_rows", "rows_group_size", "rows_levels", "use_rows"]
+__all__ = ["PANEL", "panel_pivots_rows", "rows_group_size", "rows_levels", "rows_local_bytes",
+           "use_rows"]
