@@ -194,10 +194,11 @@ def rows_local_bytes(wg: int, nb: int, dtype: np.dtype) -> int:
 def use_rows(device: Any, nb: int, dtype: np.dtype) -> bool:
     """Whether the LU panels use ``fuseloop_tslu_rows``: on GPUs (on CPUs a group's
     work-items run one after another: ``fuseloop_tslu``'s groups of one are faster),
-    where a group holds at least two blocks' rows.  :data:`PANEL` overrides it."""
-    if PANEL in ("rows", "tile"):
-        return PANEL == "rows"
-    return device.type != "cpu" and rows_group_size(device, nb, dtype) >= 2 * nb
+    where a group holds at least two blocks' rows (each level must shrink the
+    candidates).  :data:`PANEL` overrides the first part."""
+    if PANEL == "tile" or rows_group_size(device, nb, dtype) < 2 * nb:
+        return False
+    return PANEL == "rows" or device.type != "cpu"
 
 
 def rows_levels(m: int, b: int, wg: int) -> list[int]:

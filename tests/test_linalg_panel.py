@@ -59,6 +59,8 @@ def test_levels_rule():
     assert linalg_panel.rows_group_size(gpu, 64, f64) == 256
     assert linalg_panel.use_rows(gpu, 64, f32) and linalg_panel.use_rows(gpu, 32, f64)
     assert not linalg_panel.use_rows(cpu, 128, f32)
+    small = SimpleNamespace(type="gpu", max_work_group_size=64)  # groups of 64 < 2 x 64
+    assert not linalg_panel.use_rows(small, 64, f32) and linalg_panel.use_rows(small, 32, f32)
 
 
 @pytest.mark.parametrize("n", [40, 300])
