@@ -98,10 +98,12 @@ def test_one_level_pivots_are_lapacks(device, rows_panel):
     import scipy.linalg
 
     n = GROUP
-    a = np.random.default_rng(3).standard_normal((n, n))
-    a[:, 5] = np.round(a[:, 5])  # ties in a column
-    a[7, :] = a[3, :]  # equal rows
-    a[7, 0] += 1e-3
+    a = np.random.default_rng(3).standard_normal((n, n)) / 2
+    # a tie that rounding cannot break: column 0's pivot is row 2, so row 0 moves to
+    # position 2; in column 1 rows 1 and 0 then tie (5 = 5 - 0 / 3): LAPACK picks
+    # position 1, row 1, not row 0 (a smaller row number)
+    a[:3, :2] = [[1, 5], [0, 5], [3, 0]]
+    a[3:, 0] = np.clip(a[3:, 0], -2, 2)
     f = linalg_factor._lu(fl.asarray(a))
     lu, piv = scipy.linalg.lu_factor(a)
     np.testing.assert_array_equal(f.piv.get(), piv)
