@@ -175,11 +175,17 @@ _k._KERNELS["fuseloop_tslu_rows"] = (
 PANEL = os.environ.get("FUSELOOP_LU_PANEL", "auto").strip().lower()
 
 
+#: work-items of a ``fuseloop_tslu_rows`` group instead of :func:`rows_group_size`'s
+#: rule (0: the rule); FUSELOOP_LU_ROWS_GROUP, for tuning on a GPU
+ROWS_GROUP = int(os.environ.get("FUSELOOP_LU_ROWS_GROUP", "0") or 0)
+
+
 def rows_group_size(device: Any, nb: int, dtype: np.dtype) -> int:
     """Work-items (rows) of a ``fuseloop_tslu_rows`` group: 512 while a row of ``nb``
     elements is at most 256 bytes (64 registers: 512 work-items may use 128 each on
-    NVIDIA's GPUs), else 256; within the device's limit."""
-    want = 512 if nb * dtype.itemsize <= 256 else 256
+    NVIDIA's GPUs), else 256; within the device's limit (:data:`ROWS_GROUP`
+    overrides the rule, a power of two)."""
+    want = ROWS_GROUP or (512 if nb * dtype.itemsize <= 256 else 256)
     while want > device.max_work_group_size:
         want //= 2
     return want
@@ -227,5 +233,5 @@ def panel_pivots_rows(a: Storage, piv: Storage, flag: Storage, diag: Storage, pe
     return len(levels)
 
 
-__all__ = ["PANEL", "panel_pivots_rows", "rows_group_size", "rows_levels", "rows_local_bytes",
-           "use_rows"]
+__all__ = ["PANEL", "ROWS_GROUP", "panel_pivots_rows", "rows_group_size", "rows_levels",
+           "rows_local_bytes", "use_rows"]
