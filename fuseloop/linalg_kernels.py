@@ -219,7 +219,9 @@ void fuseloop_trsm_blocks(__global FL_T *b, __global FL_T *c, __global const FL_
 # launch: every work-group reads the b x b diagonal block at T[k, k] (T[i,j] =
 # t[i*ts0 + j*ts1], only its triangle) and rows k..k+b of x (n x m, contiguous: the
 # right-hand sides less the earlier blocks' terms) into local memory and solves them
-# (work-item v the right-hand side v); group 0 writes the solution to rows k..k+b of
+# (on a GPU step by step, the rows not yet solved shared out over the group, one
+# barrier a step, the solved values into fin; with groups of one, a CPU's, right-hand
+# side after right-hand side); group 0 writes the solution to rows k..k+b of
 # y, and each group updates rpg of the rows [r0, r1) of x not yet solved (a work-item
 # per row): x[r] -= T[r, k:k+b] y[k:k+b].  x rows k..k+b are only read here, so that
 # every group solves the same block; y is the solution when every block is done.
@@ -234,6 +236,12 @@ void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_
 {
     __local FL_T tt[NB * (NB + 1)];
     __local FL_T sol[NB * VPG];
+#if WG > 1
+    __local FL_T fin[NB * VPG];
+#define OUT(i, v) fin[(i) * VPG + (v)]
+#else
+#define OUT(i, v) SOL(i, v)
+#endif
     const int lid = get_local_id(0), b = (int)b_, m = (int)m_;
     const long toff = k * ts0 + k * ts1;
     for (int e = lid; e < b * b; e += WG) {
@@ -244,7 +252,23 @@ void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_
     for (int e = lid; e < b * m; e += WG)
         SOL(e / m, e % m) = x[(k + e / m) * m + e % m];
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int v = lid; v < m; v += WG) {
+#if WG > 1
+    /* row i of sol is final when its step comes (no work-item writes it then): each
+       work-item divides it itself, and the solved value goes to fin */
+    for (int s = 0; s < b; ++s) {
+        const int i = lower ? s : b - 1 - s;
+        const int lo = lower ? i + 1 : 0, hi = lower ? b : i;
+        for (int e = lid; e < (hi - lo) * m; e += WG) {
+            const int r = lo + e / m, v = e % m;
+            const FL_T xi = unit ? SOL(i, v) : SOL(i, v) / TT(i, i);
+            SOL(r, v) -= TT(r, i) * xi;
+        }
+        for (int v = lid; v < m; v += WG)
+            OUT(i, v) = unit ? SOL(i, v) : SOL(i, v) / TT(i, i);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#else
+    for (int v = 0; v < m; ++v) {
         for (int s = 0; s < b; ++s) {
             const int i = lower ? s : b - 1 - s;
             FL_T xi = SOL(i, v);
@@ -258,21 +282,23 @@ void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     if (get_group_id(0) == 0)
         for (int e = lid; e < b * m; e += WG)
-            y[(k + e / m) * m + e % m] = SOL(e / m, e % m);
+            y[(k + e / m) * m + e % m] = OUT(e / m, e % m);
     const long g0 = r0 + (long)get_group_id(0) * rpg;
     const long g1 = g0 + rpg < r1 ? g0 + rpg : r1;
     for (long r = g0 + lid; r < g1; r += WG)
         for (int v = 0; v < m; ++v) {
             FL_T acc = x[r * m + v];
             for (int j = 0; j < b; ++j)
-                acc -= t[r * ts0 + (k + j) * ts1] * SOL(j, v);
+                acc -= t[r * ts0 + (k + j) * ts1] * OUT(j, v);
             x[r * m + v] = acc;
         }
 }
 #undef TT
 #undef SOL
+#undef OUT
 """
 
 # One level of the LU panel's pivot tournament (tournament pivoting, as in
