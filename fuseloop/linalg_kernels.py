@@ -100,8 +100,9 @@ void fuseloop_potrf(__global FL_T *a, __global long *flag, const long off,
 # zero on it is skipped, as LAPACK leaves a singular LU column unscaled), T[i,j] = t[toff + i*ts0 +
 # j*ts1] (only its triangle is read); element i of vector v is b[boff + i*bs0 +
 # v*bs1].  Each work-group reads T and VPG vectors into local memory (along
-# whichever stride of b is 1), solves them there (each work-item its own vectors: no
-# barriers while solving) and writes them back; with ``copy`` also to c[coff + i*cs0
+# whichever stride of b is 1), solves them there (each work-item its own vectors, no
+# barriers while solving; on GPUs WG / VPG work-items a vector, a barrier a step: see
+# trsm_lanes) and writes them back; with ``copy`` also to c[coff + i*cs0
 # + v*cs1] (a contiguous copy that the next matrix product reads).  The Cholesky
 # panel's rows, a block row of right-hand sides and an LU block row's columns are
 # all such vectors.  The groups from ``split`` on solve a second such system (the
@@ -151,7 +152,37 @@ void fuseloop_trsm_blocks(__global FL_T *b, __global FL_T *c, __global const FL_
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-#if WG > 1
+#if WG > VPG
+    /* WG / VPG work-items a vector (a GPU's) share each step's row updates, a barrier a
+       step; a step's solved x_i is stored at the next (until then the vector's other
+       work-items read the unsolved value, and no step after reads or writes row i) */
+    {
+        const int v = lid % VPG, lane = lid / VPG;
+        FL_T prev = (FL_T)0;
+        int prev_i = -1;
+        for (int s = 0; s < n; ++s) {
+            const int i = lower ? s : n - 1 - s;
+            if (v < nv) {
+                if (lane == 0 && prev_i >= 0)
+                    XX(prev_i, v) = prev;
+                FL_T xi = XX(i, v);
+                if (unit != 1) {
+                    const FL_T d = TT(i, i);
+                    if (unit == 0 || d != (FL_T)0)
+                        xi /= d;
+                }
+                const int lo = lower ? i + 1 : 0, hi = lower ? n : i;
+                for (int r = lo + lane; r < hi; r += WG / VPG)
+                    XX(r, v) -= TT(r, i) * xi;
+                prev = xi;
+                prev_i = i;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        if (v < nv && lane == 0 && prev_i >= 0)
+            XX(prev_i, v) = prev;
+    }
+#elif WG > 1
     /* each work-item its own vectors, x_i kept in a register */
     for (int v = lid; v < nv; v += WG) {
         for (int s = 0; s < n; ++s) {
@@ -645,6 +676,9 @@ def trsm_blocks(b: Storage, t: Storage, n: int, nvec: int, t_at: tuple[int, int,
     unit)`` (``c_at`` in ``copy``'s buffer, which it needs)."""
     wg = group_size(device, True)
     vpg = vectors_per_group(device, nb, dtype, wg)
+    lanes = trsm_lanes(device)
+    if lanes > 1 and vpg * lanes <= device.max_work_group_size:
+        wg = vpg * lanes
     c, *c_at = copy if copy is not None else (b, *b_at)
     groups = max(1, -(-nvec // vpg))
     split: int = _NO_SPLIT
@@ -656,7 +690,14 @@ def trsm_blocks(b: Storage, t: Storage, n: int, nvec: int, t_at: tuple[int, int,
         groups += max(1, -(-nvec2 // vpg))
     launch("fuseloop_trsm_blocks", dtype, [b, c], [t],
            [n, nvec, *t_at, *b_at, *c_at, int(lower), int(unit), int(copy is not None),
-            split, *more], device, groups=groups, nb=nb, vpg=vpg)
+            split, *more], device, groups=groups, nb=nb, vpg=vpg, wg=wg)
+
+
+def trsm_lanes(device: Device) -> int:
+    """Work-items per vector of ``fuseloop_trsm_blocks`` (groups of that many times
+    its vectors per group): 4 on a GPU, where one work-item's 64 steps of up to 63
+    updates each, one after another, were most of a launch's time; 1 on a CPU."""
+    return 1 if device.type == "cpu" else 4
 
 
 def trsv_step(x: Storage, y: Storage, t: Storage, b: int, m: int, k: int,
@@ -759,5 +800,5 @@ def fit_block(device: Device, nb: int, dtype: np.dtype) -> int:
 
 
 __all__ = ["FEW_RHS", "GEMM_GROUP", "GEMM_TILE", "fit_block", "gemm_update", "group_size",
-           "launch", "local_limit", "panel_pivots", "potrf", "trsm_blocks", "trsv_step",
-           "tslu_group_size", "vectors_per_group"]
+           "launch", "local_limit", "panel_pivots", "potrf", "trsm_blocks", "trsm_lanes",
+           "trsv_step", "tslu_group_size", "vectors_per_group"]

@@ -148,3 +148,21 @@ def test_gpu_group_local_memory():
         wg = linalg_panel.rows_group_size(gpu, nb, dt)
         assert wg <= 1024 and wg >= 2 * nb
         assert linalg_panel.rows_local_bytes(wg, nb, dt) <= linalg_kernels.GPU_LOCAL_BYTES
+
+
+def test_triangular_solves_with_lanes(device, rows_panel, monkeypatch):
+    # the GPUs' fuseloop_trsm_blocks: 4 work-items a vector (groups of 4 x 64), in the
+    # LU's panel and block row solves, Cholesky's panel and solves with many vectors
+    monkeypatch.setattr(linalg_kernels, "trsm_lanes", lambda device: 4)
+    n = 70
+    a = _shuffled(n, 8)
+    b = np.random.default_rng(9).standard_normal((n, linalg_kernels.FEW_RHS + 3))
+    np.testing.assert_allclose(fl.linalg.solve(a, b).get(), np.linalg.solve(a, b), rtol=1e-9,
+                               atol=1e-12)
+    spd = a @ a.T
+    np.testing.assert_allclose(fl.linalg.cholesky(spd).get(), np.linalg.cholesky(spd),
+                               rtol=1e-9, atol=1e-12)
+    z = _shuffled(40, 10)
+    z[:, 17] = 0  # LU's unit 2: the zero on U's diagonal skipped
+    assert linalg_factor._lu(fl.asarray(z)).bad == 18
+    np.testing.assert_allclose(fl.linalg.det(a).get(), np.linalg.det(a), rtol=1e-9)
