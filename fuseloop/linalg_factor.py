@@ -236,8 +236,7 @@ def _lu(a: Array) -> _LU:
         b = min(nb, n - k)
         k2 = k + b
         pivots(s, _buf(piv), _buf(flag), diag, perm, cands, k, n, n - k, b, nb, a.dtype, dev)
-        _k.launch("fuseloop_rowperm", a.dtype, [s, _buf(rows)], [perm, diag],
-                  [k, b, n, n, k, k2], dev, n, nb=nb)
+        _panel.exchange_rows(s, _buf(rows), perm, diag, k, b, n, n, nb, a.dtype, dev)
         if k2 < n:
             m = n - k2
             # one launch: L21 = A21 U11^-1 (each row of the panel below solved against

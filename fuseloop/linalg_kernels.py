@@ -518,49 +518,13 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
 #undef CPR
 """
 
-# The LU panel's row exchanges applied to the ncols columns of a (row stride ld) and
-# to the row permutation rowperm: row k + perm[1 + 2t] receives row k + perm[2 + 2t]
-# for t < perm[0] (at most 2 NB rows: see fuseloop_tslu).  A work-item per column
-# reads all its rows into private memory before it writes any, so that the loads are
-# all issued at once (LAPACK's swaps one after another would wait on each other).
-# Columns lo <= c < hi then get rows k..k+nb from diag (nb x (hi - lo), contiguous):
-# the panel's factored diagonal block.
-_ROWPERM = r"""
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fuseloop_rowperm(__global FL_T *a, __global long *rowperm, __global const long *perm,
-                      __global const FL_T *diag, const long k, const long nb, const long ld,
-                      const long ncols, const long lo, const long hi)
-{
-    FL_T stage[2 * NB];
-    __local long stage_rows[2 * NB];
-    const int lid = get_local_id(0), count = (int)perm[0];
-    const long c = get_global_id(0);
-    if (c < ncols)
-        for (int t = 0; t < count; ++t)
-            stage[t] = a[(k + perm[2 + 2 * t]) * ld + c];
-    if (get_group_id(0) == 0)
-        for (int t = lid; t < count; t += WG)
-            stage_rows[t] = rowperm[k + perm[2 + 2 * t]];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (c < ncols)
-        for (int t = 0; t < count; ++t)
-            a[(k + perm[1 + 2 * t]) * ld + c] = stage[t];
-    if (get_group_id(0) == 0)
-        for (int t = lid; t < count; t += WG)
-            rowperm[k + perm[1 + 2 * t]] = stage_rows[t];
-    if (c < ncols && c >= lo && c < hi)
-        for (long j = 0; j < nb; ++j)
-            a[(k + j) * ld + c] = diag[j * (hi - lo) + c - lo];
-}
-"""
-
 # name -> (source, buffer arguments, number of int64 scalars, column-parallel: one
-# work-item per column, else work-groups of group_size(device, False))
+# work-item per column, else work-groups of group_size(device, False)); the LU panel's
+# row kernels are added by fuseloop.linalg_panel
 _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     "fuseloop_potrf": (_POTRF, ["out0", "out1"], 4, False),
     "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 26, True),
     "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"], 6, False),
-    "fuseloop_rowperm": (_ROWPERM, ["out0", "out1", "in0", "in1"], 6, True),
     "fuseloop_trsv_blocks": (_TRSV_BLOCKS, ["out0", "out1", "in0"], 10, True),
     "fuseloop_gemm_update": (GEMM_UPDATE_SOURCE, ["out0", "in0", "in1"], 13, False),
 }

@@ -1,4 +1,4 @@
-"""The LU panel's pivot tournament on GPUs: wide work-groups, a row per work-item.
+"""The LU panel's pivot tournament on GPUs (a row per work-item), and its row exchanges.
 
 ``fuseloop_tslu`` (:mod:`fuseloop.linalg_kernels`) keeps a slice of ``2 nb`` rows in
 local memory, so a panel of m rows needs ``log2(m / 2 nb) + 1`` launches, each a
@@ -13,7 +13,8 @@ reduction (each work-item its row's ``|a|``; LANES work-items combine a share ea
 every work-item combines the LANES values), its row broadcast through local memory,
 and each row updated in its own registers: three barriers, no swaps (a chosen row
 is retired; positions are tracked to keep LAPACK's tie rule: the first largest
-``|a|`` in the current row order).
+``|a|`` in the current row order).  ``fuseloop_rowperm`` (:func:`exchange_rows`)
+then applies either tournament's row exchanges to the whole matrix.
 """
 
 from __future__ import annotations
@@ -167,8 +168,45 @@ void fuseloop_tslu_rows(__global long *cand_out, __global long *piv, __global lo
 #undef BETTER
 """
 
+# The LU panel's row exchanges applied to the ncols columns of a (row stride ld) and
+# to the row permutation rowperm: row k + perm[1 + 2t] receives row k + perm[2 + 2t]
+# for t < perm[0] (at most 2 NB rows: see fuseloop_tslu).  A work-item per column
+# reads all its rows into private memory before it writes any, so that the loads are
+# all issued at once (LAPACK's swaps one after another would wait on each other).
+# Columns lo <= c < hi then get rows k..k+nb from diag (nb x (hi - lo), contiguous):
+# the panel's factored diagonal block.
+_ROWPERM = r"""
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fuseloop_rowperm(__global FL_T *a, __global long *rowperm, __global const long *perm,
+                      __global const FL_T *diag, const long k, const long nb, const long ld,
+                      const long ncols, const long lo, const long hi)
+{
+    FL_T stage[2 * NB];
+    __local long stage_rows[2 * NB];
+    const int lid = get_local_id(0), count = (int)perm[0];
+    const long c = get_global_id(0);
+    if (c < ncols)
+        for (int t = 0; t < count; ++t)
+            stage[t] = a[(k + perm[2 + 2 * t]) * ld + c];
+    if (get_group_id(0) == 0)
+        for (int t = lid; t < count; t += WG)
+            stage_rows[t] = rowperm[k + perm[2 + 2 * t]];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (c < ncols)
+        for (int t = 0; t < count; ++t)
+            a[(k + perm[1 + 2 * t]) * ld + c] = stage[t];
+    if (get_group_id(0) == 0)
+        for (int t = lid; t < count; t += WG)
+            rowperm[k + perm[1 + 2 * t]] = stage_rows[t];
+    if (c < ncols && c >= lo && c < hi)
+        for (long j = 0; j < nb; ++j)
+            a[(k + j) * ld + c] = diag[j * (hi - lo) + c - lo];
+}
+"""
+
 _k._KERNELS["fuseloop_tslu_rows"] = (
     _TSLU_ROWS, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"], 7, False)
+_k._KERNELS["fuseloop_rowperm"] = (_ROWPERM, ["out0", "out1", "in0", "in1"], 6, True)
 
 #: which panel kernel the LU uses: "auto" (:func:`use_rows`' rule), "rows"
 #: (``fuseloop_tslu_rows``) or "tile" (``fuseloop_tslu``); FUSELOOP_LU_PANEL
@@ -216,6 +254,17 @@ def rows_levels(m: int, b: int, wg: int) -> list[int]:
     return groups
 
 
+def exchange_rows(a: Storage, rowperm: Storage, perm: Storage, diag: Storage, k: int,
+                  b: int, ld: int, ncols: int, nb: int, dtype: np.dtype,
+                  device: Device) -> None:
+    """The panel's row exchanges (``perm``, from either tournament) applied to the
+    ``ncols`` columns of ``a`` and to ``rowperm``, and its factored diagonal block
+    (``diag``, ``b x b``) written to ``a[k:k+b, k:k+b]``: one launch (``nb``: the
+    block, at least ``b``)."""
+    _k.launch("fuseloop_rowperm", dtype, [a, rowperm], [perm, diag],
+              [k, b, ld, ncols, k, k + b], device, ncols, nb=nb)
+
+
 def panel_pivots_rows(a: Storage, piv: Storage, flag: Storage, diag: Storage, perm: Storage,
                       cands: tuple[Storage, Storage], k: int, ld: int, m: int, b: int,
                       nb: int, dtype: np.dtype, device: Device) -> int:
@@ -233,5 +282,5 @@ def panel_pivots_rows(a: Storage, piv: Storage, flag: Storage, diag: Storage, pe
     return len(levels)
 
 
-__all__ = ["PANEL", "ROWS_GROUP", "panel_pivots_rows", "rows_group_size", "rows_levels",
-           "rows_local_bytes", "use_rows"]
+__all__ = ["PANEL", "ROWS_GROUP", "exchange_rows", "panel_pivots_rows", "rows_group_size",
+           "rows_levels", "rows_local_bytes", "use_rows"]
