@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from . import linalg_kernels as _k
 from .expr.nodes import Storage
 from .runtime.devices import Device
 
@@ -204,9 +203,13 @@ void fuseloop_rowperm(__global FL_T *a, __global long *rowperm, __global const l
 }
 """
 
-_k._KERNELS["fuseloop_tslu_rows"] = (
-    _TSLU_ROWS, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"], 7, False)
-_k._KERNELS["fuseloop_rowperm"] = (_ROWPERM, ["out0", "out1", "in0", "in1"], 6, True)
+#: this module's kernels as ``linalg_kernels._KERNELS`` lists them (it imports them
+#: from here: this module imports it only inside its functions)
+KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
+    "fuseloop_tslu_rows": (_TSLU_ROWS, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"],
+                           7, False),
+    "fuseloop_rowperm": (_ROWPERM, ["out0", "out1", "in0", "in1"], 6, True),
+}
 
 #: which panel kernel the LU uses: "auto" (:func:`use_rows`' rule), "rows"
 #: (``fuseloop_tslu_rows``) or "tile" (``fuseloop_tslu``); FUSELOOP_LU_PANEL
@@ -261,6 +264,8 @@ def exchange_rows(a: Storage, rowperm: Storage, perm: Storage, diag: Storage, k:
     ``ncols`` columns of ``a`` and to ``rowperm``, and its factored diagonal block
     (``diag``, ``b x b``) written to ``a[k:k+b, k:k+b]``: one launch (``nb``: the
     block, at least ``b``)."""
+    from . import linalg_kernels as _k
+
     _k.launch("fuseloop_rowperm", dtype, [a, rowperm], [perm, diag],
               [k, b, ld, ncols, k, k + b], device, ncols, nb=nb)
 
@@ -270,6 +275,8 @@ def panel_pivots_rows(a: Storage, piv: Storage, flag: Storage, diag: Storage, pe
                       nb: int, dtype: np.dtype, device: Device) -> int:
     """:func:`fuseloop.linalg_kernels.panel_pivots` by ``fuseloop_tslu_rows`` (the same
     buffers and results); returns the number of launches."""
+    from . import linalg_kernels as _k
+
     wg = rows_group_size(device, nb, dtype)
     assert wg >= 2 * b, (wg, b)
     sets, src, dst = 0, cands[1], cands[0]
