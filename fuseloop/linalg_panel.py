@@ -182,21 +182,33 @@ void fuseloop_rowperm(__global FL_T *a, __global long *rowperm, __global const l
 {
     FL_T stage[2 * NB];
     __local long stage_rows[2 * NB];
+    __local int from[2 * NB], to[2 * NB];
     const int lid = get_local_id(0), count = (int)perm[0];
     const long c = get_global_id(0);
-    if (c < ncols)
-        for (int t = 0; t < count; ++t)
-            stage[t] = a[(k + perm[2 + 2 * t]) * ld + c];
-    if (get_group_id(0) == 0)
-        for (int t = lid; t < count; t += WG)
-            stage_rows[t] = rowperm[k + perm[2 + 2 * t]];
+    /* the exchanges into local memory first: each load of a then needs no load of
+       perm before it, so that many are in flight at once */
+    for (int t = lid; t < count; t += WG) {
+        from[t] = (int)perm[2 + 2 * t];
+        to[t] = (int)perm[1 + 2 * t];
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (c < ncols)
+    if (c < ncols) {
+#pragma unroll 8
         for (int t = 0; t < count; ++t)
-            a[(k + perm[1 + 2 * t]) * ld + c] = stage[t];
+            stage[t] = a[(k + from[t]) * ld + c];
+    }
     if (get_group_id(0) == 0)
         for (int t = lid; t < count; t += WG)
-            rowperm[k + perm[1 + 2 * t]] = stage_rows[t];
+            stage_rows[t] = rowperm[k + from[t]];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (c < ncols) {
+#pragma unroll 8
+        for (int t = 0; t < count; ++t)
+            a[(k + to[t]) * ld + c] = stage[t];
+    }
+    if (get_group_id(0) == 0)
+        for (int t = lid; t < count; t += WG)
+            rowperm[k + to[t]] = stage_rows[t];
     if (c < ncols && c >= lo && c < hi)
         for (long j = 0; j < nb; ++j)
             a[(k + j) * ld + c] = diag[j * (hi - lo) + c - lo];
