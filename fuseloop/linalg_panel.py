@@ -39,6 +39,7 @@ from .runtime.devices import Device
 _TSLU_ROWS = r"""
 #define LANES (WG >= 512 ? 32 : WG >= 128 ? 16 : WG >= 32 ? 8 : 1)
 #define PER (WG / LANES)
+#define CH (WG < 64 ? WG : 64)
 #define BETTER(v, p, bv, bp) ((v) > (bv) || ((v) == (bv) && (p) < (bp)))
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fuseloop_tslu_rows(__global long *cand_out, __global long *piv, __global long *flag,
@@ -54,6 +55,8 @@ void fuseloop_tslu_rows(__global long *cand_out, __global long *piv, __global lo
     __local FL_T urow[NB];
     __local int idx[NB];
     __local int rowat[2 * NB], posof[2 * NB];
+    __local FL_T stage[CH * (NB + 1)];
+    __local int ridx[WG];
     const int lid = get_local_id(0), g = get_group_id(0), b = (int)b_;
     long r = -1;
     if (nsets == 0) {
@@ -65,10 +68,26 @@ void fuseloop_tslu_rows(__global long *cand_out, __global long *piv, __global lo
         if (lid < spg * b && e < end)
             r = cand_in[e];
     }
+    /* the rows read CH at a time through local memory, along them (a work-item per
+       element: the loads coalesce, where each work-item reading its own row would
+       touch a cache line per work-item and load) */
+    ridx[lid] = (int)r;
+    barrier(CLK_LOCAL_MEM_FENCE);
     FL_T v[NB];
+    for (int ch = 0; ch < WG / CH; ++ch) {
+        for (int e = lid; e < CH * NB; e += WG) {
+            const int rr = ridx[ch * CH + e / NB], c = e % NB;
+            stage[(e / NB) * (NB + 1) + c] =
+                rr >= 0 && c < b ? a[(k + rr) * ld + k + c] : (FL_T)0;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid / CH == ch) {
 #pragma unroll
-    for (int c = 0; c < NB; ++c)
-        v[c] = r >= 0 && c < b ? a[(k + r) * ld + k + c] : (FL_T)0;
+            for (int c = 0; c < NB; ++c)
+                v[c] = stage[(lid % CH) * (NB + 1) + c];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
     int active = r >= 0, pos = lid, steps = 0;
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
@@ -164,6 +183,7 @@ void fuseloop_tslu_rows(__global long *cand_out, __global long *piv, __global lo
 }
 #undef LANES
 #undef PER
+#undef CH
 #undef BETTER
 """
 
@@ -247,7 +267,8 @@ def rows_group_size(device: Any, nb: int, dtype: np.dtype) -> int:
 def rows_local_bytes(wg: int, nb: int, dtype: np.dtype) -> int:
     """The local memory of a ``fuseloop_tslu_rows`` group of ``wg`` work-items."""
     lanes = 32 if wg >= 512 else 16 if wg >= 128 else 8 if wg >= 32 else 1
-    return (wg + lanes + nb) * dtype.itemsize + (wg + lanes + 5 * nb) * 4
+    stage = min(wg, 64) * (nb + 1)
+    return (wg + lanes + nb + stage) * dtype.itemsize + (2 * wg + lanes + 5 * nb) * 4
 
 
 def use_rows(device: Any, nb: int, dtype: np.dtype) -> bool:

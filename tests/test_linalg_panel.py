@@ -92,6 +92,17 @@ def test_solve_det_slogdet(device, rows_panel, n):
     np.testing.assert_allclose(logdet.get(), np.linalg.slogdet(a)[1], rtol=1e-10)
 
 
+def test_rows_read_in_chunks(device, rows_panel, monkeypatch):
+    # groups of 256: their rows read through local memory 64 at a time (4 chunks)
+    monkeypatch.setattr(linalg_panel, "rows_group_size", lambda device, nb, dtype: 256)
+    n = 300  # the first panels: two groups, then one
+    a = _shuffled(n, 11)
+    b = np.random.default_rng(12).standard_normal(n)
+    np.testing.assert_allclose(fl.linalg.solve(a, b).get(), np.linalg.solve(a, b), rtol=1e-9,
+                               atol=1e-12)
+    np.testing.assert_allclose(fl.linalg.det(a).get(), np.linalg.det(a), rtol=1e-9)
+
+
 def test_one_level_pivots_are_lapacks(device, rows_panel):
     # panels of at most a group's rows: partial pivoting itself, so LAPACK's pivots and
     # factors (ties included: the first largest |a| in the current row order)
