@@ -275,8 +275,12 @@ def use_rows(device: Any, nb: int, dtype: np.dtype) -> bool:
     """Whether the LU panels use ``fuseloop_tslu_rows``: on GPUs (on CPUs a group's
     work-items run one after another: ``fuseloop_tslu``'s groups of one are faster),
     where a group holds at least two blocks' rows (each level must shrink the
-    candidates).  :data:`PANEL` overrides the first part."""
-    if PANEL == "tile" or rows_group_size(device, nb, dtype) < 2 * nb:
+    candidates) within the local memory a group may use.  :data:`PANEL` overrides
+    the first part."""
+    from .linalg_kernels import local_limit
+
+    wg = rows_group_size(device, nb, dtype)
+    if PANEL == "tile" or wg < 2 * nb or rows_local_bytes(wg, nb, dtype) > local_limit(device):
         return False
     return PANEL == "rows" or device.type != "cpu"
 

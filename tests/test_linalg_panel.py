@@ -61,6 +61,10 @@ def test_levels_rule():
     assert not linalg_panel.use_rows(cpu, 128, f32)
     small = SimpleNamespace(type="gpu", max_work_group_size=64)  # groups of 64 < 2 x 64
     assert not linalg_panel.use_rows(small, 64, f32) and linalg_panel.use_rows(small, 32, f32)
+    # 16 KiB of local memory (8 usable): not the 24 KiB a group of 512 rows needs
+    tiny = SimpleNamespace(type="gpu", max_work_group_size=1024,
+                           cl_device=SimpleNamespace(local_mem_size=16384))
+    assert not linalg_panel.use_rows(tiny, 64, f32)
 
 
 @pytest.mark.parametrize("n", [40, 300])
