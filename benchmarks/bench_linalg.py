@@ -1,6 +1,8 @@
 """Issue 27's device algorithms against their peers, in one table: ``fl.linalg.cholesky``,
-``fl.linalg.solve`` (one right-hand side), ``fl.linalg.solve_triangular`` (``--rhs``
-columns), ``fl.sort`` and ``fl.cumulative_sum``.
+``fl.linalg.solve`` (one right-hand side), the LU factorisation alone (``lu``:
+``fuseloop.linalg_factor._lu`` against ``scipy.linalg.lu_factor`` and cupy's
+``cupyx.scipy.linalg.lu_factor``, cuSOLVER's getrf), ``fl.linalg.solve_triangular``
+(``--rhs`` columns), ``fl.sort`` and ``fl.cumulative_sum``.
 
 Each is timed with its result on the device (synchronised, not read back), as the
 median of ``--repeat`` calls after one warm-up call (the build), and checked against
@@ -11,7 +13,10 @@ time over fuseloop's (1.0: as fast; issue 27 asks >= 0.3 for the factorisations 
 ``--update`` picks the factorisations' trailing-update kernel
 (``fuseloop.linalg_factor.UPDATE``): ``auto`` (the device's rule), ``kernel`` (the
 hand-written ``C -= A B``), ``contraction`` (fuseloop's), or ``both`` (a row for each, in
-one run: the op is then labelled with it).
+one run: the op is then labelled with it).  ``--panel`` picks the LU panel's kernel
+(``fuseloop.linalg_panel.PANEL``) for ``solve`` and ``lu`` the same way: ``auto``,
+``rows`` (a row per work-item, the GPUs' default), ``tile`` (slices in local memory), or
+``both``.
 GFLOP/s counts n^3/3 for Cholesky, 2n^3/3 + 2n^2 for solve and n^2 k for a
 triangular solve with k right-hand sides.
 
@@ -21,6 +26,11 @@ Usage (the issue's sizes are the defaults)::
                                       [--scan-n 134217728] [--ops cholesky solve ...]
                                       [--repeat 5] [--dtype float32] [--out results.json]
                                       [--update auto|kernel|contraction|both]
+                                      [--panel auto|rows|tile|both]
+
+Issue 27's LU target on a GPU (both panel kernels, cupy in the same run)::
+
+    python benchmarks/bench_linalg.py --ops solve lu --panel both
 """
 
 from __future__ import annotations
@@ -33,10 +43,12 @@ from typing import Any
 import numpy as np
 
 import fuseloop as fl
-from fuseloop import linalg_factor
+from fuseloop import linalg_factor, linalg_panel
 from fuseloop.bench.runner import median_time
 
-OPS = ("cholesky", "solve", "solve_triangular", "sort", "cumsum")
+OPS = ("cholesky", "solve", "lu", "solve_triangular", "sort", "cumsum")
+#: the ops that factor by LU (``--panel`` applies)
+LU_OPS = ("solve", "lu")
 
 
 def _median(fn: Callable[[], Any], repeat: int) -> float:
@@ -115,6 +127,8 @@ def _factorisations(n: int, dt: np.dtype, rhs: int, ops: list[str], cp: Any,
             lambda: fl.linalg.solve(d["gen"], d["b"]).eval(), lambda: np.linalg.solve(gen, b),
             (lambda: cp.linalg.solve(c_gen, c_b)) if cp else None,
             (lambda: th.linalg.solve(t_gen, t_b)) if th else None, ok))
+    if "lu" in ops:
+        cases.append(_lu_case(n, gen, d, cp, tol))
     if "solve_triangular" in ops:
         import scipy.linalg
 
@@ -123,6 +137,23 @@ def _factorisations(n: int, dt: np.dtype, rhs: int, ops: list[str], cp: Any,
         cases.append(_triangular(n, rhs, low, bb, d, cp, th, scipy.linalg))
         cases[-1].ok = ok
     return cases
+
+
+def _lu_case(n: int, gen: np.ndarray, d: dict, cp: Any, tol: float) -> Case:
+    import scipy.linalg
+
+    f = linalg_factor._lu(d["gen"])
+    lu, rows = f.lu.get().astype(np.float64), f.rows.get()
+    low = np.tril(lu, -1) + np.eye(n)
+    ok = bool(np.abs(low @ np.triu(lu) - gen[rows]).max() <= tol * 10 * np.abs(gen).max())
+    cupy_call = None
+    if cp:
+        import cupyx.scipy.linalg as csla
+
+        c_gen = cp.asarray(gen)
+        cupy_call = lambda: csla.lu_factor(c_gen, check_finite=False)  # noqa: E731
+    return Case("lu", f"{n}", 2 * n ** 3 / 3, lambda: linalg_factor._lu(d["gen"]),
+                lambda: scipy.linalg.lu_factor(gen, check_finite=False), cupy_call, None, ok)
 
 
 def _triangular(n: int, rhs: int, low: np.ndarray, bb: np.ndarray, d: dict, cp: Any,
@@ -220,8 +251,10 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--update", default="auto",
                     choices=["auto", "kernel", "contraction", "both"])
+    ap.add_argument("--panel", default="auto", choices=["auto", "rows", "tile", "both"])
     args = ap.parse_args()
     modes = ["contraction", "kernel"] if args.update == "both" else [args.update]
+    panels = ["tile", "rows"] if args.panel == "both" else [args.panel]
     if args.update != "auto" and not hasattr(linalg_factor, "update_kernel"):
         ap.error(f"the fuseloop imported ({fl.__file__}) has no choice of update kernel: run "
                  "with PYTHONPATH=<the checkout>")
@@ -235,22 +268,25 @@ def main() -> None:
           f"cupy {'yes' if cp else 'no'}, torch {'yes' if th else 'no'}; fuseloop from "
           f"{fl.__file__}")
     rows, failed = [], []
-    jobs: list[tuple[str, Callable[[], list[Case]], str, str]] = []
+    jobs: list[tuple[str, Callable[[], list[Case]], str, str, str]] = []
     for n in args.sizes:
         jobs += [(f"{op} {n}", lambda op=op, n=n: _factorisations(n, dt, args.rhs, [op], cp, th),
-                  args.dtype, mode) for op in OPS[:3] if op in args.ops for mode in modes]
+                  args.dtype, mode, panel) for op in OPS[:4] if op in args.ops
+                 for mode in modes for panel in (panels if op in LU_OPS else ["auto"])]
     jobs += [(op, lambda op=op: _sort_scan(args.sort_n, args.scan_n, [op], cp, th), "float32",
-              "auto") for op in OPS[3:] if op in args.ops]
-    for what, make, dtype, mode in jobs:
-        linalg_factor.UPDATE = mode
+              "auto", "auto") for op in OPS[4:] if op in args.ops]
+    for what, make, dtype, mode, panel in jobs:
+        linalg_factor.UPDATE, linalg_panel.PANEL = mode, panel
         try:  # (one failing operation does not cost the others' timings)
             for case in make():
                 if len(modes) > 1 and mode != "auto":
                     case.op = f"{case.op} [{mode[:6]}]"
+                if len(panels) > 1 and panel != "auto":
+                    case.op = f"{case.op} [{panel}]"
                 rows.append(_row(case, args.repeat, dtype, syncs))
         except Exception as exc:
             failed.append(f"{what}: {type(exc).__name__}: {exc}")
-    linalg_factor.UPDATE = "auto"
+    linalg_factor.UPDATE, linalg_panel.PANEL = "auto", "auto"
     _print(rows)
     for line in failed:
         print("FAILED", line)

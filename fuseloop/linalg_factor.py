@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import linalg_kernels as _k
+from . import linalg_panel as _panel
 from .array import Array, _coerce
 from .creation import asarray, empty
 from .errors import DTypeError, HostFallbackWarning
@@ -201,7 +202,9 @@ def _lu(a: Array) -> _LU:
     Right-looking and blocked; each panel's pivot rows are chosen by a tournament
     (:func:`fuseloop.linalg_kernels.panel_pivots`: each of its launches factors slices
     of the panel with partial pivoting, in parallel, and keeps the pivot rows for the
-    next), so that no launch needs the whole panel in one work-group.  The chosen
+    next), so that no launch needs the whole panel in one work-group; on GPUs by
+    :func:`fuseloop.linalg_panel.panel_pivots_rows` (a row per work-item: one or two
+    launches a panel).  The chosen
     rows are exchanged in the whole matrix, and its factored diagonal block written,
     by one launch; the panel below and the block row right of it are triangular
     solves (one launch for both), and the trailing matrix is updated by one kernel
@@ -227,13 +230,13 @@ def _lu(a: Array) -> _LU:
     both = empty((2 * rest,), a.dtype, dev)
     col_buf, row_buf = both[:rest], both[rest:]
     hand = update_kernel(dev)
+    pivots = _panel.panel_pivots_rows if _panel.use_rows(dev, nb, a.dtype) \
+        else _k.panel_pivots
     for k in range(0, n, nb):
         b = min(nb, n - k)
         k2 = k + b
-        _k.panel_pivots(s, _buf(piv), _buf(flag), diag, perm, cands, k, n, n - k, b, nb,
-                        a.dtype, dev)
-        _k.launch("fuseloop_rowperm", a.dtype, [s, _buf(rows)], [perm, diag],
-                  [k, b, n, n, k, k2], dev, n, nb=nb)
+        pivots(s, _buf(piv), _buf(flag), diag, perm, cands, k, n, n - k, b, nb, a.dtype, dev)
+        _panel.exchange_rows(s, _buf(rows), perm, diag, k, b, n, n, nb, a.dtype, dev)
         if k2 < n:
             m = n - k2
             # one launch: L21 = A21 U11^-1 (each row of the panel below solved against

@@ -27,6 +27,7 @@ from . import launching
 from .cache import KernelPlan, SourceKernel
 from .expr.nodes import Storage
 from .linalg_gemm import GEMM_GROUP, GEMM_TILE, GEMM_UPDATE_SOURCE
+from .linalg_panel import KERNELS as _PANEL_KERNELS
 from .runtime.devices import Device
 
 # FL_T: the element type; WG: work-items per group; NB: the largest block; VPG: see
@@ -100,8 +101,9 @@ void fuseloop_potrf(__global FL_T *a, __global long *flag, const long off,
 # zero on it is skipped, as LAPACK leaves a singular LU column unscaled), T[i,j] = t[toff + i*ts0 +
 # j*ts1] (only its triangle is read); element i of vector v is b[boff + i*bs0 +
 # v*bs1].  Each work-group reads T and VPG vectors into local memory (along
-# whichever stride of b is 1), solves them there (each work-item its own vectors: no
-# barriers while solving) and writes them back; with ``copy`` also to c[coff + i*cs0
+# whichever stride of b is 1), solves them there (each work-item its own vectors, no
+# barriers while solving; on GPUs WG / VPG work-items a vector, a barrier a step: see
+# trsm_lanes) and writes them back; with ``copy`` also to c[coff + i*cs0
 # + v*cs1] (a contiguous copy that the next matrix product reads).  The Cholesky
 # panel's rows, a block row of right-hand sides and an LU block row's columns are
 # all such vectors.  The groups from ``split`` on solve a second such system (the
@@ -151,7 +153,37 @@ void fuseloop_trsm_blocks(__global FL_T *b, __global FL_T *c, __global const FL_
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-#if WG > 1
+#if WG > VPG
+    /* WG / VPG work-items a vector (a GPU's) share each step's row updates, a barrier a
+       step; a step's solved x_i is stored at the next (until then the vector's other
+       work-items read the unsolved value, and no step after reads or writes row i) */
+    {
+        const int v = lid % VPG, lane = lid / VPG;
+        FL_T prev = (FL_T)0;
+        int prev_i = -1;
+        for (int s = 0; s < n; ++s) {
+            const int i = lower ? s : n - 1 - s;
+            if (v < nv) {
+                if (lane == 0 && prev_i >= 0)
+                    XX(prev_i, v) = prev;
+                FL_T xi = XX(i, v);
+                if (unit != 1) {
+                    const FL_T d = TT(i, i);
+                    if (unit == 0 || d != (FL_T)0)
+                        xi /= d;
+                }
+                const int lo = lower ? i + 1 : 0, hi = lower ? n : i;
+                for (int r = lo + lane; r < hi; r += WG / VPG)
+                    XX(r, v) -= TT(r, i) * xi;
+                prev = xi;
+                prev_i = i;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        if (v < nv && lane == 0 && prev_i >= 0)
+            XX(prev_i, v) = prev;
+    }
+#elif WG > 1
     /* each work-item its own vectors, x_i kept in a register */
     for (int v = lid; v < nv; v += WG) {
         for (int s = 0; s < n; ++s) {
@@ -219,7 +251,9 @@ void fuseloop_trsm_blocks(__global FL_T *b, __global FL_T *c, __global const FL_
 # launch: every work-group reads the b x b diagonal block at T[k, k] (T[i,j] =
 # t[i*ts0 + j*ts1], only its triangle) and rows k..k+b of x (n x m, contiguous: the
 # right-hand sides less the earlier blocks' terms) into local memory and solves them
-# (work-item v the right-hand side v); group 0 writes the solution to rows k..k+b of
+# (on a GPU step by step, the rows not yet solved shared out over the group, one
+# barrier a step, the solved values into fin; with groups of one, a CPU's, right-hand
+# side after right-hand side); group 0 writes the solution to rows k..k+b of
 # y, and each group updates rpg of the rows [r0, r1) of x not yet solved (a work-item
 # per row): x[r] -= T[r, k:k+b] y[k:k+b].  x rows k..k+b are only read here, so that
 # every group solves the same block; y is the solution when every block is done.
@@ -234,6 +268,12 @@ void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_
 {
     __local FL_T tt[NB * (NB + 1)];
     __local FL_T sol[NB * VPG];
+#if WG > 1
+    __local FL_T fin[NB * VPG];
+#define OUT(i, v) fin[(i) * VPG + (v)]
+#else
+#define OUT(i, v) SOL(i, v)
+#endif
     const int lid = get_local_id(0), b = (int)b_, m = (int)m_;
     const long toff = k * ts0 + k * ts1;
     for (int e = lid; e < b * b; e += WG) {
@@ -244,7 +284,23 @@ void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_
     for (int e = lid; e < b * m; e += WG)
         SOL(e / m, e % m) = x[(k + e / m) * m + e % m];
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int v = lid; v < m; v += WG) {
+#if WG > 1
+    /* row i of sol is final when its step comes (no work-item writes it then): each
+       work-item divides it itself, and the solved value goes to fin */
+    for (int s = 0; s < b; ++s) {
+        const int i = lower ? s : b - 1 - s;
+        const int lo = lower ? i + 1 : 0, hi = lower ? b : i;
+        for (int e = lid; e < (hi - lo) * m; e += WG) {
+            const int r = lo + e / m, v = e % m;
+            const FL_T xi = unit ? SOL(i, v) : SOL(i, v) / TT(i, i);
+            SOL(r, v) -= TT(r, i) * xi;
+        }
+        for (int v = lid; v < m; v += WG)
+            OUT(i, v) = unit ? SOL(i, v) : SOL(i, v) / TT(i, i);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#else
+    for (int v = 0; v < m; ++v) {
         for (int s = 0; s < b; ++s) {
             const int i = lower ? s : b - 1 - s;
             FL_T xi = SOL(i, v);
@@ -258,21 +314,23 @@ void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     if (get_group_id(0) == 0)
         for (int e = lid; e < b * m; e += WG)
-            y[(k + e / m) * m + e % m] = SOL(e / m, e % m);
+            y[(k + e / m) * m + e % m] = OUT(e / m, e % m);
     const long g0 = r0 + (long)get_group_id(0) * rpg;
     const long g1 = g0 + rpg < r1 ? g0 + rpg : r1;
     for (long r = g0 + lid; r < g1; r += WG)
         for (int v = 0; v < m; ++v) {
             FL_T acc = x[r * m + v];
             for (int j = 0; j < b; ++j)
-                acc -= t[r * ts0 + (k + j) * ts1] * SOL(j, v);
+                acc -= t[r * ts0 + (k + j) * ts1] * OUT(j, v);
             x[r * m + v] = acc;
         }
 }
 #undef TT
 #undef SOL
+#undef OUT
 """
 
 # One level of the LU panel's pivot tournament (tournament pivoting, as in
@@ -461,49 +519,14 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
 #undef CPR
 """
 
-# The LU panel's row exchanges applied to the ncols columns of a (row stride ld) and
-# to the row permutation rowperm: row k + perm[1 + 2t] receives row k + perm[2 + 2t]
-# for t < perm[0] (at most 2 NB rows: see fuseloop_tslu).  A work-item per column
-# reads all its rows into private memory before it writes any, so that the loads are
-# all issued at once (LAPACK's swaps one after another would wait on each other).
-# Columns lo <= c < hi then get rows k..k+nb from diag (nb x (hi - lo), contiguous):
-# the panel's factored diagonal block.
-_ROWPERM = r"""
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fuseloop_rowperm(__global FL_T *a, __global long *rowperm, __global const long *perm,
-                      __global const FL_T *diag, const long k, const long nb, const long ld,
-                      const long ncols, const long lo, const long hi)
-{
-    FL_T stage[2 * NB];
-    __local long stage_rows[2 * NB];
-    const int lid = get_local_id(0), count = (int)perm[0];
-    const long c = get_global_id(0);
-    if (c < ncols)
-        for (int t = 0; t < count; ++t)
-            stage[t] = a[(k + perm[2 + 2 * t]) * ld + c];
-    if (get_group_id(0) == 0)
-        for (int t = lid; t < count; t += WG)
-            stage_rows[t] = rowperm[k + perm[2 + 2 * t]];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (c < ncols)
-        for (int t = 0; t < count; ++t)
-            a[(k + perm[1 + 2 * t]) * ld + c] = stage[t];
-    if (get_group_id(0) == 0)
-        for (int t = lid; t < count; t += WG)
-            rowperm[k + perm[1 + 2 * t]] = stage_rows[t];
-    if (c < ncols && c >= lo && c < hi)
-        for (long j = 0; j < nb; ++j)
-            a[(k + j) * ld + c] = diag[j * (hi - lo) + c - lo];
-}
-"""
-
 # name -> (source, buffer arguments, number of int64 scalars, column-parallel: one
-# work-item per column, else work-groups of group_size(device, False))
+# work-item per column, else work-groups of group_size(device, False)); with the LU
+# panel's row kernels (fuseloop.linalg_panel)
 _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
+    **_PANEL_KERNELS,
     "fuseloop_potrf": (_POTRF, ["out0", "out1"], 4, False),
     "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 26, True),
     "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"], 6, False),
-    "fuseloop_rowperm": (_ROWPERM, ["out0", "out1", "in0", "in1"], 6, True),
     "fuseloop_trsv_blocks": (_TRSV_BLOCKS, ["out0", "out1", "in0"], 10, True),
     "fuseloop_gemm_update": (GEMM_UPDATE_SOURCE, ["out0", "in0", "in1"], 13, False),
 }
@@ -619,6 +642,9 @@ def trsm_blocks(b: Storage, t: Storage, n: int, nvec: int, t_at: tuple[int, int,
     unit)`` (``c_at`` in ``copy``'s buffer, which it needs)."""
     wg = group_size(device, True)
     vpg = vectors_per_group(device, nb, dtype, wg)
+    lanes = trsm_lanes(device)
+    if lanes > 1 and vpg * lanes <= device.max_work_group_size:
+        wg = vpg * lanes
     c, *c_at = copy if copy is not None else (b, *b_at)
     groups = max(1, -(-nvec // vpg))
     split: int = _NO_SPLIT
@@ -630,7 +656,14 @@ def trsm_blocks(b: Storage, t: Storage, n: int, nvec: int, t_at: tuple[int, int,
         groups += max(1, -(-nvec2 // vpg))
     launch("fuseloop_trsm_blocks", dtype, [b, c], [t],
            [n, nvec, *t_at, *b_at, *c_at, int(lower), int(unit), int(copy is not None),
-            split, *more], device, groups=groups, nb=nb, vpg=vpg)
+            split, *more], device, groups=groups, nb=nb, vpg=vpg, wg=wg)
+
+
+def trsm_lanes(device: Device) -> int:
+    """Work-items per vector of ``fuseloop_trsm_blocks`` (groups of that many times
+    its vectors per group): 4 on a GPU, where one work-item's 64 steps of up to 63
+    updates each, one after another, were most of a launch's time; 1 on a CPU."""
+    return 1 if device.type == "cpu" else 4
 
 
 def trsv_step(x: Storage, y: Storage, t: Storage, b: int, m: int, k: int,
@@ -733,5 +766,5 @@ def fit_block(device: Device, nb: int, dtype: np.dtype) -> int:
 
 
 __all__ = ["FEW_RHS", "GEMM_GROUP", "GEMM_TILE", "fit_block", "gemm_update", "group_size",
-           "launch", "local_limit", "panel_pivots", "potrf", "trsm_blocks", "trsv_step",
-           "tslu_group_size", "vectors_per_group"]
+           "launch", "local_limit", "panel_pivots", "potrf", "trsm_blocks", "trsm_lanes",
+           "trsv_step", "tslu_group_size", "vectors_per_group"]

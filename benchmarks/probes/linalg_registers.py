@@ -1,0 +1,59 @@
+"""Registers, spills and local memory of the hand-written linalg kernels as ptxas
+builds them for an H100 (sm_90), through NVRTC with ``--ptxas-options=-v``: no GPU
+needed, only CuPy's NVRTC.  ``fuseloop_tslu_rows`` keeps its row in registers only if
+the column loop unrolls (0 bytes of stack); a group of 512 needs at most 128 registers.
+
+Usage: ``python benchmarks/probes/linalg_registers.py [--arch 90]``
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from fuseloop import linalg_kernels
+
+#: (kernel, element type, work-items, block, vectors per group) as an H100 builds them
+CASES = [
+    ("fuseloop_tslu_rows", np.float32, 512, 64, 4),
+    ("fuseloop_tslu_rows", np.float64, 512, 32, 4),
+    ("fuseloop_tslu", np.float32, 512, 64, 4),
+    ("fuseloop_trsm_blocks", np.float32, 256, 64, 64),
+    ("fuseloop_trsv_blocks", np.float32, 64, 64, 4),
+    ("fuseloop_rowperm", np.float32, 64, 64, 4),
+    ("fuseloop_potrf", np.float32, 256, 64, 4),
+]
+
+
+def ptxas_report(name: str, dtype: type, wg: int, nb: int, vpg: int, arch: str) -> str:
+    from fuseloop.backends import cuda
+
+    nvrtc = cuda._nvrtc
+    plan = linalg_kernels._kernel(name, np.dtype(dtype), wg, nb, vpg).plan
+    flags = [f"--gpu-architecture=sm_{arch}", "--device-as-default-execution-space",
+             *plan.build_options, "--ptxas-options=-v"]
+    program = nvrtc.createProgram(cuda.PRELUDE + plan.source, "fuseloop.cu", (), ())
+    try:
+        nvrtc.compileProgram(program, flags)
+        log = nvrtc.getProgramLog(program)
+    finally:
+        nvrtc.destroyProgram(program)
+    text = log.decode() if isinstance(log, bytes) else str(log)
+    keep = [line.split(":", 1)[-1].strip(" .") if "info" in line else
+            line.replace("ptxas", "").strip(" .") for line in text.splitlines()
+            if "registers" in line or "spill" in line]
+    return "; ".join(keep)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", default="90")
+    args = ap.parse_args()
+    for name, dtype, wg, nb, vpg in CASES:
+        print(f"{name:22s} {np.dtype(dtype).name:8s} WG={wg:<4d} NB={nb:<3d} VPG={vpg:<3d} "
+              f"{ptxas_report(name, dtype, wg, nb, vpg, args.arch)}")
+
+
+if __name__ == "__main__":
+    main()
