@@ -78,8 +78,10 @@ _COMMON = r"""
 #endif
 
 /* a[PAD(0 .. WG * per)) replaced by its exclusive prefix sums, each work-item summing
-   `per` consecutive entries; sums: WG words of scratch */
-void block_scan(__local uint *a, const int per, __local uint *sums)
+   `per` consecutive entries; returns the sum of all of them.  sums: 2 * WG words of
+   scratch, a Hillis-Steele scan of the work-items' sums that alternates between its two
+   halves, so that each step takes one barrier (reads of one half, writes of the other) */
+uint block_scan(__local uint *a, const int per, __local uint *sums)
 {
     const int lid = get_local_id(0);
     uint s = 0;
@@ -87,19 +89,22 @@ void block_scan(__local uint *a, const int per, __local uint *sums)
         s += a[PAD(lid * per + k)];
     sums[lid] = s;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int off = 1; off < WG; off <<= 1) {  /* inclusive, Hillis-Steele */
-        const uint add = lid >= off ? sums[lid - off] : 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        sums[lid] += add;
+    int from = 0;
+    for (int off = 1; off < WG; off <<= 1) {
+        const uint v = sums[from + lid] + (lid >= off ? sums[from + lid - off] : 0);
+        from ^= WG;
+        sums[from + lid] = v;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    uint run = sums[lid] - s;
+    const uint total = sums[from + WG - 1];
+    uint run = sums[from + lid] - s;
     for (int k = 0; k < per; ++k) {
         const uint c = a[PAD(lid * per + k)];
         a[PAD(lid * per + k)] = run;
         run += c;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+    return total;
 }
 """
 
@@ -165,9 +170,16 @@ _SCATTER = r"""
 #define LV(j) lv[PAD(j)]
 #if HAS_VALUES
 #define DIGIT_AT(j) ((j) < valid ? DIGIT_OF(LK(j), LV(j)) : 0xFF)
+#define DIGIT_KV(j, k, v) ((j) < valid ? DIGIT_OF(k, v) : 0xFF)
 #else
 #define DIGIT_AT(j) ((j) < valid ? DIGIT_OF(LK(j), 0) : 0xFF)
+#define DIGIT_KV(j, k, v) ((j) < valid ? DIGIT_OF(k, 0) : 0xFF)
 #endif
+/* a work-item's word w of the counts table: its count of nibble w (low 16 bits) and of
+   nibble w + 8 (high 16 bits), digit-major (w, then the work-item) */
+#define TW(w) table[PAD((w) * WG + lid)]
+/* byte k of packed 8-bit fields */
+#define BYTE(a, k) (((a)[(k) >> 2] >> (8 * ((k) & 3))) & 0xFF)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_scatter(__global const KT *restrict keys, __global const uint *restrict vals,
@@ -179,8 +191,8 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
 {
     __local KT lk[PAD(TILE)];
     __local uint lv[HAS_VALUES ? PAD(TILE) : 1];
-    __local uint table[PAD(16 * WG)];
-    __local uint sums[WG];
+    __local uint table[PAD(8 * WG)];
+    __local uint sums[2 * WG];
     __local uint base[PAD(RADIX)];
     __local uint off[RADIX];
     const int lid = get_local_id(0);
@@ -201,30 +213,53 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
        last already) stay last, so the item at j is one of them exactly when
        j >= valid. */
     KT key[PER];
-    uint val[PER], dig[PER];
+#if HAS_VALUES
+    uint val[PER];
+#endif
     for (int nib = 0; nib < 8; nib += 4) {
         barrier(CLK_LOCAL_MEM_FENCE);
+        /* the work-item's counts of each nibble (8-bit fields: nibbles 0-7 in lo, 8-15
+           in hi) and each item's rank among its own items of its nibble, all in
+           registers: no local memory updated item by item */
+        ulong lo = 0, hi = 0;
+        uint rank[(PER + 3) / 4];
+#pragma unroll
+        for (int r = 0; r < (PER + 3) / 4; ++r)
+            rank[r] = 0;
 #pragma unroll
         for (int k = 0; k < PER; ++k) {
             const int j = lid * PER + k;
             key[k] = LK(j);
 #if HAS_VALUES
             val[k] = LV(j);
+            const uint b = (DIGIT_KV(j, key[k], val[k]) >> nib) & 15;
+#else
+            const uint b = (DIGIT_KV(j, key[k], 0) >> nib) & 15;
 #endif
-            dig[k] = DIGIT_AT(j);
+            const uint sh = 8 * (b & 7);
+            const ulong one = (ulong)1 << sh;
+            rank[k >> 2] |= (uint)((((b & 8) ? hi : lo) >> sh) & 0xFF) << (8 * (k & 3));
+            lo += (b & 8) ? 0 : one;
+            hi += (b & 8) ? one : 0;
         }
 #pragma unroll
-        for (int b = 0; b < 16; ++b)
-            table[PAD(b * WG + lid)] = 0;  /* (this work-item's column) */
-#pragma unroll
-        for (int k = 0; k < PER; ++k)
-            table[PAD(((dig[k] >> nib) & 15) * WG + lid)] += 1;
+        for (int w = 0; w < 8; ++w)
+            TW(w) = (uint)((lo >> (8 * w)) & 0xFF) | ((uint)((hi >> (8 * w)) & 0xFF) << 16);
         barrier(CLK_LOCAL_MEM_FENCE);
-        /* digit-major: a nibble's items of lower work-items come first */
-        block_scan(table, 16, sums);
+        /* One scan of the packed words ranks both halves: a tile has fewer than 2^16
+           items, so the low halves never carry into the high ones, and every item of
+           nibbles 8-15 comes after all (`low`) of nibbles 0-7. */
+        const uint low = block_scan(table, 8, sums) & 0xFFFF;
 #pragma unroll
         for (int k = 0; k < PER; ++k) {
-            const uint pos = table[PAD(((dig[k] >> nib) & 15) * WG + lid)]++;
+            const int j = lid * PER + k;
+#if HAS_VALUES
+            const uint b = (DIGIT_KV(j, key[k], val[k]) >> nib) & 15;
+#else
+            const uint b = (DIGIT_KV(j, key[k], 0) >> nib) & 15;
+#endif
+            const uint w = TW(b & 7);
+            const uint pos = ((b & 8) ? (w >> 16) + low : (w & 0xFFFF)) + BYTE(rank, k);
             LK(pos) = key[k];
 #if HAS_VALUES
             LV(pos) = val[k];
@@ -368,8 +403,8 @@ def _local_bytes(group: int, per: int, key_size: int, values: bool) -> int:
     def pad(count: int) -> int:
         return count + count // 32
 
-    return (pad(group * per) * (key_size + (4 if values else 0)) + 4 * pad(16 * group)
-            + 4 * group + 4 * pad(RADIX) + 4 * RADIX + 64)
+    return (pad(group * per) * (key_size + (4 if values else 0)) + 4 * pad(8 * group)
+            + 8 * group + 4 * pad(RADIX) + 4 * RADIX + 64)
 
 
 def local_memory(device: Device) -> int:
