@@ -111,8 +111,9 @@ uint block_scan(__local uint *a, const int per, __local uint *sums)
 _COUNT = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_count(__global const KT *restrict keys, __global const uint *restrict vals,
-                    __global uint *restrict counts, const int shift, const int by_row,
-                    const long rowlen, const long n, const long tiles)
+                    __global uint *restrict counts, __global uint *restrict totals,
+                    const int shift, const int by_row, const long rowlen, const long n,
+                    const long tiles)
 {
     __local uint hist[RADIX];
     const int lid = get_local_id(0);
@@ -126,40 +127,52 @@ void fl_radix_count(__global const KT *restrict keys, __global const uint *restr
             atomic_inc(&hist[DIGIT_OF(keys[i], vals[i])]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int d = lid; d < RADIX; d += WG)
-        counts[d * tiles + tile] = hist[d];
+    for (int d = lid; d < RADIX; d += WG) {
+        const uint c = hist[d];
+        counts[d * tiles + tile] = c;
+        /* the digits' totals (zero before: see fl_radix_keys and fl_radix_scatter) */
+        if (c)
+            atomic_add(&totals[d], c);
+    }
 }
 """
 
 _SCAN = r"""
+/* Each digit's row of tile counts replaced by where the tile's items of the digit go:
+   the digit's start (the items of smaller digits: the totals) plus the exclusive scan
+   of the row.  A work-group a digit. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fl_radix_scan(__global uint *restrict counts, __global uint *restrict totals,
+void fl_radix_scan(__global uint *restrict counts, __global const uint *restrict totals,
                    const long tiles)
 {
-    __local uint sums[WG];
-    const int lid = get_local_id(0);
-    __global uint *row = counts + (long)get_group_id(0) * tiles;
+    __local uint sums[2 * WG], starts[2 * WG];
+    const int lid = get_local_id(0), digit = get_group_id(0);
+    __global uint *row = counts + (long)digit * tiles;
     const long per = (tiles + WG - 1) / WG, first = lid * per;
     const long stop = min(first + per, tiles);
-    uint s = 0;
+    uint s = 0, before = 0;
     for (long t = first; t < stop; ++t)
         s += row[t];
+    for (int d = lid; d < digit; d += WG)
+        before += totals[d];
     sums[lid] = s;
+    starts[lid] = before;
     barrier(CLK_LOCAL_MEM_FENCE);
+    int from = 0;  /* (two halves: a barrier a step, as in block_scan) */
     for (int off = 1; off < WG; off <<= 1) {
-        const uint add = lid >= off ? sums[lid - off] : 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        sums[lid] += add;
+        const uint v = sums[from + lid] + (lid >= off ? sums[from + lid - off] : 0);
+        const uint b = starts[from + lid] + (lid >= off ? starts[from + lid - off] : 0);
+        from ^= WG;
+        sums[from + lid] = v;
+        starts[from + lid] = b;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    uint run = sums[lid] - s;
+    uint run = starts[from + WG - 1] + sums[from + lid] - s;
     for (long t = first; t < stop; ++t) {
         const uint c = row[t];
         row[t] = run;
         run += c;
     }
-    if (lid == WG - 1)
-        totals[get_group_id(0)] = sums[WG - 1];
 }
 """
 
@@ -183,9 +196,9 @@ _SCATTER = r"""
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_scatter(__global const KT *restrict keys, __global const uint *restrict vals,
-                      __global const uint *restrict counts,
-                      __global const uint *restrict totals, __global KT *restrict keys_out,
-                      __global uint *restrict vals_out, const int shift, const int by_row,
+                      __global const uint *restrict counts, __global KT *restrict keys_out,
+                      __global uint *restrict vals_out, __global uint *restrict totals,
+                      const int shift, const int by_row,
                       const long rowlen, const int out_kind, const int descending,
                       const long n, const long tiles)
 {
@@ -193,7 +206,6 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
     __local uint lv[HAS_VALUES ? PAD(TILE) : 1];
     __local uint table[PAD(8 * WG)];
     __local uint sums[2 * WG];
-    __local uint base[PAD(RADIX)];
     __local uint off[RADIX];
     const int lid = get_local_id(0);
     const long tile = get_group_id(0), first = tile * TILE;
@@ -266,17 +278,17 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
 #endif
         }
     }
-    /* where each digit starts in the output: the exclusive scan of the digits' totals */
-    for (int d = lid; d < RADIX; d += WG)
-        base[PAD(d)] = totals[d];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    block_scan(base, RADIX / WG, sums);
-    /* the output position of the tile's item j of digit d: off[d] + j (uint arithmetic
-       wraps back into range) */
+    /* the count kernel of the next pass adds to zeroed totals (the scan kernel, the
+       only reader, is done) */
+    if (tile == 0)
+        for (int d = lid; d < RADIX; d += WG)
+            totals[d] = 0;
+    /* the output position of the tile's item j of digit d: off[d] + j, counts being
+       where the tile's items of each digit go (uint arithmetic wraps back into range) */
     for (int j = lid; j < valid; j += WG) {
         const uint d = DIGIT_AT(j);
         if (j == 0 || DIGIT_AT(j - 1) != d)
-            off[d] = base[PAD(d)] + counts[d * tiles + tile] - (uint)j;
+            off[d] = counts[d * tiles + tile] - (uint)j;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int j = lid; j < valid; j += WG) {  /* runs of a digit: coalesced writes */
@@ -332,11 +344,15 @@ _KEYS = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_keys(__global const U *restrict src, __global KT *restrict keys,
                    __global uint *restrict idx, __global KT *restrict ors,
-                   __global KT *restrict ands, const int kind, const int descending,
-                   const int canon, const int positions, const long n)
+                   __global KT *restrict ands, __global uint *restrict totals,
+                   const int kind, const int descending, const int canon,
+                   const int positions, const long n)
 {
     __local KT lo[WG], la[WG];
     const int lid = get_local_id(0);
+    if (get_group_id(0) == 0)  /* (the first count kernel adds to them) */
+        for (int d = lid; d < 256; d += WG)
+            totals[d] = 0;
     KT o = 0, a = (KT)~(KT)0;
     for (long i = get_global_id(0); i < n; i += get_global_size(0)) {
         const KT k = to_key(src[i], kind, descending, canon);
@@ -404,7 +420,7 @@ def _local_bytes(group: int, per: int, key_size: int, values: bool) -> int:
         return count + count // 32
 
     return (pad(group * per) * (key_size + (4 if values else 0)) + 4 * pad(8 * group)
-            + 8 * group + 4 * pad(RADIX) + 4 * RADIX + 64)
+            + 8 * group + 4 * RADIX + 64)
 
 
 def local_memory(device: Device) -> int:
@@ -457,12 +473,13 @@ def _pass_kernels(key_size: int, values: bool,
     out_types: list[str | None] = ["int32", "int32", "int64", "int32", "int32", "int64",
                                    "int64"]
     made = (
-        _plan("fl_radix_count", _COMMON + _COUNT, ["in0", "in1", "out0", *pass_args],
-              [None, None, None, *pass_types], "p[1]", g, opts),
-        _plan("fl_radix_scan", _COMMON + _SCAN, ["out0", "out1", "p1"],
+        _plan("fl_radix_count", _COMMON + _COUNT,
+              ["in0", "in1", "out0", "out1", *pass_args],
+              [None, None, None, None, *pass_types], "p[1]", g, opts),
+        _plan("fl_radix_scan", _COMMON + _SCAN, ["out0", "in0", "p1"],
               [None, None, "int64"], str(RADIX), g, opts),
         _plan("fl_radix_scatter", _COMMON + _BITS + _SCATTER,
-              ["in0", "in1", "in2", "in3", "out0", "out1", *out_args],
+              ["in0", "in1", "in2", "out0", "out1", "out2", *out_args],
               [None, None, None, None, None, None, *out_types], "p[1]", g, opts))
     with _lock:
         return _PASSES.setdefault(key, made)
@@ -478,8 +495,9 @@ def _key_kernels(size: int, group: int) -> tuple[SourceKernel, SourceKernel]:
             f"-DBITS={8 * size}", f"-DINF={_INF[size]}", f"-DWG={group}"]
     made = (
         _plan("fl_radix_keys", _BITS + _KEYS,
-              ["in0", "out0", "out1", "out2", "out3", "s0", "s1", "s2", "s3", "p0"],
-              [None, None, None, None, None, "int32", "int32", "int32", "int32", "int64"],
+              ["in0", "out0", "out1", "out2", "out3", "out4", "s0", "s1", "s2", "s3", "p0"],
+              [None, None, None, None, None, None, "int32", "int32", "int32", "int32",
+               "int64"],
               "p[1]", group, opts),
         _plan("fl_radix_values", _BITS + _KEYS, ["in0", "out0", "s0", "s1", "p0"],
               [None, None, "int32", "int32", "int64"], "p[1]", group, opts))
@@ -534,10 +552,11 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     vals = [allocate(n * 4, dev), allocate(n * 4, dev)] if values else [keys[0], keys[1]]
     groups = max(1, min(KEY_GROUPS, -(-n // layout.group)))
     ors, ands = allocate(groups * key_size, dev), allocate(groups * key_size, dev)
+    totals = allocate(RADIX * 4, dev)
     assert src._storage is not None
     flags = [_kind(dt), np.int32(descending), np.int32(canon), np.int32(values)]
-    _launch(to_keys, (n, groups), [keys[0], vals[0], ors, ands], [src._storage], flags,
-            dev)
+    _launch(to_keys, (n, groups), [keys[0], vals[0], ors, ands, totals], [src._storage],
+            flags, dev)
     shifts = [(s, 0) for s in _varying_shifts(ors, ands, groups, key_size,
                                               8 * dt.itemsize)]
     if rows > 1:
@@ -549,17 +568,17 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     tiles = -(-n // layout.tile)
     count, scan, scatter = _pass_kernels(key_size, values, layout)
     if shifts:
-        counts, totals = allocate(RADIX * tiles * 4, dev), allocate(RADIX * 4, dev)
+        counts = allocate(RADIX * tiles * 4, dev)
     params = (n, tiles)
     for p, (shift, by_row) in enumerate(shifts):
         scalars = [np.int32(shift), np.int32(by_row), np.int64(row)]
-        _launch(count, params, [counts], [keys[0], vals[0]], scalars, dev)
-        _launch(scan, params, [counts, totals], [], [], dev)
+        _launch(count, params, [counts, totals], [keys[0], vals[0]], scalars, dev)
+        _launch(scan, params, [counts], [totals], [], dev)
         last = out is not None and p == len(shifts) - 1
         if last:
             assert out is not None and out._storage is not None  # (a concrete array)
             keys[1] = out._storage
-        _launch(scatter, params, [keys[1], vals[1]], [keys[0], vals[0], counts, totals],
+        _launch(scatter, params, [keys[1], vals[1], totals], [keys[0], vals[0], counts],
                 [*scalars, _kind(dt) if last else np.int32(-1), np.int32(descending)], dev)
         keys.reverse()
         vals.reverse()
