@@ -283,21 +283,41 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
     if (tile == 0)
         for (int d = lid; d < RADIX; d += WG)
             totals[d] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);  /* (the tile in the digit's order) */
     /* the output position of the tile's item j of digit d: off[d] + j, counts being
-       where the tile's items of each digit go (uint arithmetic wraps back into range) */
-    for (int j = lid; j < valid; j += WG) {
-        const uint d = DIGIT_AT(j);
-        if (j == 0 || DIGIT_AT(j - 1) != d)
+       where the tile's items of each digit go (uint arithmetic wraps back into range);
+       the items j = m * WG + lid (coalesced writes of a digit's run) stay in registers
+       from here, their digits packed 4 a word */
+    uint digs[(PER + 3) / 4];
+#pragma unroll
+    for (int m = 0; m < PER; ++m) {
+        const int j = m * WG + lid;
+        key[m] = LK(j);
+#if HAS_VALUES
+        val[m] = LV(j);
+        const uint d = DIGIT_KV(j, key[m], val[m]);
+#else
+        const uint d = DIGIT_KV(j, key[m], 0);
+#endif
+        if (m % 4 == 0)
+            digs[m >> 2] = 0;
+        digs[m >> 2] |= d << (8 * (m & 3));
+        if (j < valid && (j == 0 || DIGIT_AT(j - 1) != d))
             off[d] = counts[d * tiles + tile] - (uint)j;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int j = lid; j < valid; j += WG) {  /* runs of a digit: coalesced writes */
-        const uint pos = off[DIGIT_AT(j)] + (uint)j;
-        /* (the last pass may write the keys' values: out_kind is their kind) */
-        keys_out[pos] = out_kind < 0 ? LK(j) : (KT)from_key((U)LK(j), out_kind, descending);
+#pragma unroll
+    for (int m = 0; m < PER; ++m) {
+        const int j = m * WG + lid;
+        if (j < valid) {
+            const uint pos = off[BYTE(digs, m)] + (uint)j;
+            /* (the last pass may write the keys' values: out_kind is their kind) */
+            keys_out[pos] = out_kind < 0 ? key[m]
+                                         : (KT)from_key((U)key[m], out_kind, descending);
 #if HAS_VALUES
-        vals_out[pos] = LV(j);
+            vals_out[pos] = val[m];
 #endif
+        }
     }
 }
 """
