@@ -147,6 +147,18 @@ def test_tile_boundaries_and_duplicates(device, monkeypatch, extra):
         np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
 
 
+def test_few_keys_per_item(device, monkeypatch):
+    """A device with little local memory: 2 keys per work-item, too few for the
+    scatter's vector loads of a full tile (every tile goes through local memory)."""
+    monkeypatch.setattr(radix_sort, "local_memory", lambda device: 3000)
+    layout = radix_sort.layout_for(device, 4, True, 1000)
+    assert layout is not None and layout.per == 2
+    a = np.random.default_rng(12).integers(-50, 50, 1001).astype(np.float32)
+    x = fl.asarray(a)
+    np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
+    np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
+
+
 def test_pyopencl_fallback(device, monkeypatch):
     """Where fuseloop's sort cannot run (2^32 elements, a tiny local memory) pyopencl's
     still sorts."""

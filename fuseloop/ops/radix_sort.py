@@ -210,24 +210,53 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
     const int lid = get_local_id(0);
     const long tile = get_group_id(0), first = tile * TILE;
     const int valid = (int)min((long)TILE, n - first);
-#pragma unroll
-    for (int k = 0; k < PER; ++k) {  /* coalesced loads */
-        const int j = k * WG + lid;
-        if (j < valid) {
-            LK(j) = keys[first + j];
+    KT key[PER];
 #if HAS_VALUES
-            LV(j) = vals[first + j];
+    uint val[PER];
 #endif
+    /* A full tile's work-items load their PER consecutive items themselves, in vectors
+       of 4 (buffers and tiles are aligned to them), straight into registers for the
+       first counting sort; the last tile goes through local memory. */
+    const int direct = PER % 4 == 0 && valid == TILE;
+    if (direct) {
+#if PER % 4 == 0
+        __global const VKT *kv = (__global const VKT *)(keys + first + lid * PER);
+#if HAS_VALUES
+        __global const uint4 *vv = (__global const uint4 *)(vals + first + lid * PER);
+#endif
+#pragma unroll
+        for (int q = 0; q < PER / 4; ++q) {
+            const VKT v = kv[q];
+            key[4 * q] = v.s0;
+            key[4 * q + 1] = v.s1;
+            key[4 * q + 2] = v.s2;
+            key[4 * q + 3] = v.s3;
+#if HAS_VALUES
+            const uint4 w = vv[q];
+            val[4 * q] = w.s0;
+            val[4 * q + 1] = w.s1;
+            val[4 * q + 2] = w.s2;
+            val[4 * q + 3] = w.s3;
+#endif
+        }
+#endif
+    } else {
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {  /* coalesced loads */
+            const int j = k * WG + lid;
+            if (j < valid) {
+                LK(j) = keys[first + j];
+#if HAS_VALUES
+                LV(j) = vals[first + j];
+#endif
+            }
         }
     }
     /* Sort the tile stably by the digit: two counting sorts by its 4-bit halves, each
        work-item taking PER consecutive items.  Items past the array's end (digit 0xFF,
        last already) stay last, so the item at j is one of them exactly when
        j >= valid. */
-    KT key[PER];
-#if HAS_VALUES
-    uint val[PER];
-#endif
+    int in_local = !direct;
     for (int nib = 0; nib < 8; nib += 4) {
         barrier(CLK_LOCAL_MEM_FENCE);
         /* the work-item's counts of each nibble (8-bit fields: nibbles 0-7 in lo, 8-15
@@ -241,9 +270,13 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
 #pragma unroll
         for (int k = 0; k < PER; ++k) {
             const int j = lid * PER + k;
-            key[k] = LK(j);
+            if (in_local) {
+                key[k] = LK(j);
 #if HAS_VALUES
-            val[k] = LV(j);
+                val[k] = LV(j);
+#endif
+            }
+#if HAS_VALUES
             const uint b = (DIGIT_KV(j, key[k], val[k]) >> nib) & 15;
 #else
             const uint b = (DIGIT_KV(j, key[k], 0) >> nib) & 15;
@@ -277,6 +310,7 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
             LV(pos) = val[k];
 #endif
         }
+        in_local = 1;
     }
     /* the count kernel of the next pass adds to zeroed totals (the scan kernel, the
        only reader, is done) */
@@ -483,7 +517,8 @@ def _pass_kernels(key_size: int, values: bool,
     found = _PASSES.get(key)
     if found is not None:
         return found
-    opts = [f"-DKT={_UNSIGNED[key_size]}", f"-DHAS_VALUES={int(values)}",
+    opts = [f"-DKT={_UNSIGNED[key_size]}", f"-DVKT={_UNSIGNED[key_size]}4",
+            f"-DHAS_VALUES={int(values)}",
             f"-DWG={layout.group}", f"-DPER={layout.per}", f"-DU={_UNSIGNED[key_size]}",
             f"-DBITS={8 * key_size}", f"-DINF={_INF[key_size]}"]
     g = layout.group
