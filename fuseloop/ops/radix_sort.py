@@ -18,13 +18,36 @@ high bytes of small integers) are skipped.
 
 One pass over tiles of ``WG * PER`` keys (a work-group each):
 
-1. ``count``: each tile's histogram of the digit (local atomics), written digit-major;
-2. ``scan``: one work-group per digit scans its row of tile counts (exclusive) and
-   writes the digit's total;
+1. ``count``: each tile's histogram of the digit (local atomics), written digit-major,
+   and added to the digits' totals (global atomics: 256 a tile);
+2. ``scan``: one work-group per digit replaces its row of tile counts by where each
+   tile's keys of the digit go: the keys of smaller digits (from the totals) plus the
+   exclusive scan of the row;
 3. ``scatter``: each tile sorts itself stably by the digit in local memory (two
-   counting sorts by 4-bit halves: per-work-item counts, a work-group prefix sum, ranks
-   in order), then writes every key (and its position, the payload) to the digit's
-   start (the scan of the totals) + the tile's offset in the digit + its rank.
+   counting sorts by 4-bit halves), then writes every key (and its position, the
+   payload) to its tile's place for the digit + its rank there; consecutive work-items
+   write consecutive keys of the sorted tile, so a digit's run is written coalesced.
+
+The scatter is most of the sort's time (on an H100 ~258 us of a 2^24 pass that moves
+~128 MB, ~45 us at full bandwidth): it is bound by its local-memory accesses and
+barriers, not by global traffic, so its ranking is built to need few of either.
+Each work-item takes PER consecutive keys (blocked: a stable rank is "items of smaller
+digits, then earlier items of the digit", and blocked items make "earlier" a
+work-item prefix).  A counting sort by a nibble counts the work-item's keys in
+registers (16 8-bit counts in two 64-bit words, and each key's rank among its own keys
+of its nibble, 4 a word), stores them as 8 words (two 16-bit counts each), scans that
+table once (digit-major: a nibble's keys of lower work-items first; a tile of fewer
+than 2^16 keys never carries from the low halves into the high ones) and moves each
+key to its nibble's offset + its rank.  Against the previous version (counts
+incremented in local memory key by key, 16 32-bit counts a work-item, Hillis-Steele
+with two barriers a step, a scan of the digits' totals in every tile) this is about 12
+local accesses a key instead of ~26, no chain of dependent local updates, and 26
+barriers a tile instead of ~60; a full tile's first counting sort reads its keys
+straight from global memory in vectors of 4.  Not taken: one 8-bit counting sort
+(per-work-item counts of 256 digits are 128 KiB for 256 work-items, and ranking
+within a warp-sized slice needs subgroup match or ballot, which NVIDIA's OpenCL lacks
+and a portable kernel cannot assume); 32 keys a work-item (fits 48 KiB for ``sort``;
+``benchmarks/bench_sort.py --sweep`` times it against 16).
 
 The sort is stable, so sorting many rows at once is a sort by value followed by more
 passes over the digits of the row number (read from the payload, the position).
@@ -53,7 +76,8 @@ RADIX = 1 << RADIX_BITS
 #: work-items per work-group on a GPU, and on a CPU device (PoCL runs a group's work-items
 #: in a loop; a small group keeps its barriers cheap): powers of two up to RADIX
 GPU_GROUP, CPU_GROUP = 256, 32
-#: the most keys a work-item ranks per tile (fewer where local memory is short)
+#: the most keys a work-item ranks per tile (fewer where local memory is short; the
+#: scatter's counts take tiles below 2^16 keys and at most 255 keys a work-item)
 MAX_PER_ITEM = 16
 #: the most work-groups of the key kernel (each writes one partial OR and AND)
 KEY_GROUPS = 1024
@@ -490,14 +514,13 @@ def layout_for(device: Device, key_size: int, values: bool, n: int) -> Layout | 
     if n > MAX_ELEMENTS or not ENABLED:
         return None
     group = CPU_GROUP if device.type == "cpu" else GPU_GROUP
-    # (a power of two, at most RADIX: the digits' totals are scanned RADIX / WG a
-    # work-item)
+    # (a power of two, at most RADIX: the count kernel's histogram is RADIX words)
     while group > min(device.max_work_group_size, RADIX) or group & (group - 1):
         group //= 2
     if group < 2:
         return None
     local = local_memory(device)
-    per = MAX_PER_ITEM
+    per = min(MAX_PER_ITEM, 255, ((1 << 16) - 1) // group)
     while per >= 1 and _local_bytes(group, per, key_size, values) > local:
         per //= 2
     return Layout(group, per) if per >= 1 else None
