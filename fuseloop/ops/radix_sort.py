@@ -281,6 +281,7 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
        last already) stay last, so the item at j is one of them exactly when
        j >= valid. */
     int in_local = !direct;
+#pragma unroll
     for (int nib = 0; nib < 8; nib += 4) {
         barrier(CLK_LOCAL_MEM_FENCE);
         /* the work-item's counts of each nibble (8-bit fields: nibbles 0-7 in lo, 8-15
