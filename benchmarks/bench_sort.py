@@ -72,20 +72,26 @@ def _sweep(rows: list[Row], a: np.ndarray, repeat: int) -> None:
     """fl.sort and fl.argsort of ``a`` with each layout (radix_sort.GPU_GROUP and
     MAX_PER_ITEM; CPU_GROUP on a CPU device; less where local memory is short)."""
     saved = radix_sort.GPU_GROUP, radix_sort.CPU_GROUP, radix_sort.MAX_PER_ITEM
-    x, ref = fl.asarray(a), np.sort(a)
+    x = fl.asarray(a)
     try:
-        for group in (64, 128, 256):
-            for per in (4, 8, 16):
+        for group in (128, 256):
+            for per in (8, 16, 32):
                 radix_sort.GPU_GROUP = radix_sort.CPU_GROUP = group
                 radix_sort.MAX_PER_ITEM = per
-                got = radix_sort.layout_for(x.device, 4, False, a.size)
-                used = f"layout {tuple(got) if got else None} "
+                for op, ref, values in (("sort", np.sort(a), False),
+                                        ("argsort", np.argsort(a, kind="stable"), True)):
+                    got = radix_sort.layout_for(x.device, 4, values, a.size)
+                    used = f"layout {tuple(got) if got else None} "
+                    fn = getattr(fl, op)
 
-                def run(used: str = used) -> tuple[float, str]:
-                    note = used + _check(fl.sort(x).get(), ref)
-                    return median_time(lambda: fl.sort(x).eval(), fl.synchronize, repeat), note
+                    def run(used: str = used, fn: Any = fn,
+                            ref: np.ndarray = ref) -> tuple[float, str]:
+                        note = used + _check(fn(x).get(), ref)
+                        return median_time(lambda: fn(x).eval(), fl.synchronize,
+                                           repeat), note
 
-                _attempt(rows, "sort float32", f"fuseloop group {group} per <= {per}", run)
+                    _attempt(rows, f"{op} float32", f"fuseloop group {group} per <= {per}",
+                             run)
     finally:
         radix_sort.GPU_GROUP, radix_sort.CPU_GROUP, radix_sort.MAX_PER_ITEM = saved
 

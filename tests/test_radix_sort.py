@@ -108,15 +108,52 @@ def test_launches_and_skipped_passes(device):
 
 def test_gpu_layout_on_cpu(device, monkeypatch):
     """An H100's layouts (256 work-items a group, 48 KiB of local memory: 16 keys per
-    work-item, 8 with positions) run on this device: the kernels the H100 runs."""
+    work-item, with positions too since the scatter's counts table holds two 16-bit
+    counts a word) run on this device: the kernels the H100 runs."""
     monkeypatch.setattr(radix_sort, "CPU_GROUP", radix_sort.GPU_GROUP)
     monkeypatch.setattr(radix_sort, "local_memory", lambda device: 48 * 1024)
     if device.max_work_group_size < radix_sort.GPU_GROUP:
         pytest.skip("the device's work-groups are smaller than a GPU's")
     assert radix_sort.layout_for(device, 4, False, 1 << 20) == (256, 16)
-    assert radix_sort.layout_for(device, 4, True, 1 << 20) == (256, 8)
+    assert radix_sort.layout_for(device, 4, True, 1 << 20) == (256, 16)
     rng = np.random.default_rng(7)
     a = rng.standard_normal(5 * 4096 + 3).astype(np.float32)
+    x = fl.asarray(a)
+    np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
+    np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
+
+
+@pytest.mark.parametrize("extra", [-1, 0, 1])
+def test_tile_boundaries_and_duplicates(device, monkeypatch, extra):
+    """Tiles of one repeated key (every item of a tile in one nibble: the scatter's
+    packed 16-bit counts at their fullest, in the low and in the high half), runs of
+    equal keys across tiles, and an array one item short of, at, or past a multiple of
+    the tile, on this device's layout and an H100's (4096-key tiles)."""
+    tile = 4096
+    rng = np.random.default_rng(11)
+    a = np.concatenate([
+        np.full(tile, -1, np.int32),  # bytes 0xFF (and 0x7F): nibbles 7 and 15
+        rng.choice(np.array([-1, 0, 1, 2**31 - 1, -2**31], np.int32), tile),
+        np.zeros(tile + extra, np.int32)])  # bytes 0x00 (and 0x80): nibbles 0 and 8
+    x = fl.asarray(a)
+    for layout in ("own", "gpu"):
+        if layout == "gpu":
+            if device.max_work_group_size < radix_sort.GPU_GROUP:
+                continue
+            monkeypatch.setattr(radix_sort, "CPU_GROUP", radix_sort.GPU_GROUP)
+            monkeypatch.setattr(radix_sort, "local_memory", lambda device: 48 * 1024)
+            assert radix_sort.layout_for(device, 4, True, a.size).tile == tile
+        np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
+        np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
+
+
+def test_few_keys_per_item(device, monkeypatch):
+    """A device with little local memory: 2 keys per work-item, too few for the
+    scatter's vector loads of a full tile (every tile goes through local memory)."""
+    monkeypatch.setattr(radix_sort, "local_memory", lambda device: 3000)
+    layout = radix_sort.layout_for(device, 4, True, 1000)
+    assert layout is not None and layout.per == 2
+    a = np.random.default_rng(12).integers(-50, 50, 1001).astype(np.float32)
     x = fl.asarray(a)
     np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
     np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))

@@ -1,5 +1,6 @@
-"""Where fuseloop's OpenCL radix sort spends its time: each launch of one sort timed
-alone (a wait before and after it), by kernel, against the whole sort streamed.
+"""Where fuseloop's OpenCL radix sort spends its time: each launch of one sort (and
+argsort) timed alone (a wait before and after it), by kernel, against the whole call
+streamed and, on a GPU, cupy's (CUB's) time for the same call in the same run.
 
 Usage: ``python benchmarks/probes/radix_sort_stages.py [--device SPEC] [--log2 24]``
 (timings are reported, never asserted; the waits add the device's launch latency to
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import collections
 import time
+from typing import Any
 
 import numpy as np
 
@@ -30,38 +32,71 @@ def main() -> None:
             h = rng.standard_normal(1 << args.log2).astype(dtype) if dtype == np.float32 \
                 else rng.integers(-2**31, 2**31 - 1, 1 << args.log2, dtype=np.int32)
             x = fl.asarray(h)
-            np.testing.assert_array_equal(fl.sort(x).get(), np.sort(h))
-            best = float("inf")
-            for _ in range(args.repeat):
-                fl.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(10):
-                    fl.sort(x).eval()
-                fl.synchronize()
-                best = min(best, (time.perf_counter() - t0) / 10)
-            stages: dict[str, list[float]] = collections.defaultdict(list)
-            launch = radix_sort._launch
+            for op in ("sort", "argsort"):
+                _stages(x, h, op, args.repeat)
+                print(f"  cupy {op}: {_cupy(h, op, args.repeat)}", flush=True)
 
-            def timed(kernel, *rest, _launch=launch, _stages=stages):
-                fl.synchronize()
-                t0 = time.perf_counter()
-                _launch(kernel, *rest)
-                fl.synchronize()
-                _stages[kernel.plan.name[:40]].append(
-                    time.perf_counter() - t0)
 
-            radix_sort._launch = timed
-            try:
-                for _ in range(args.repeat):
-                    fl.sort(x).eval()
-                fl.synchronize()
-            finally:
-                radix_sort._launch = launch
-            print(f"sort {np.dtype(dtype).name} 2^{args.log2}: streamed {best * 1e3:.3f} ms")
-            for name, ts in stages.items():
-                per_sort = len(ts) // args.repeat
-                med = sorted(ts)[len(ts) // 2]
-                print(f"  {name:<40} x{per_sort} per sort, median {med * 1e6:8.1f} us alone")
+def _streamed(fn: Any, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        fl.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(10):
+            fn().eval()
+        fl.synchronize()
+        best = min(best, (time.perf_counter() - t0) / 10)
+    return best
+
+
+def _stages(x: fl.Array, h: np.ndarray, op: str, repeat: int) -> None:
+    fn = getattr(fl, op)
+    ref = np.sort(h) if op == "sort" else np.argsort(h, kind="stable")
+    np.testing.assert_array_equal(fn(x).get(), ref)
+    best = _streamed(lambda: fn(x), repeat)
+    stages: dict[str, list[float]] = collections.defaultdict(list)
+    launch = radix_sort._launch
+
+    def timed(kernel, *rest, _launch=launch, _stages=stages):
+        fl.synchronize()
+        t0 = time.perf_counter()
+        _launch(kernel, *rest)
+        fl.synchronize()
+        _stages[kernel.plan.name[:40]].append(time.perf_counter() - t0)
+
+    radix_sort._launch = timed
+    try:
+        for _ in range(repeat):
+            fn(x).eval()
+        fl.synchronize()
+    finally:
+        radix_sort._launch = launch
+    print(f"{op} {h.dtype.name} 2^{int(np.log2(h.size))}: streamed {best * 1e3:.3f} ms")
+    for name, ts in stages.items():
+        per_sort = len(ts) // repeat
+        med = sorted(ts)[len(ts) // 2]
+        print(f"  {name:<40} x{per_sort} per call, median {med * 1e6:8.1f} us alone")
+
+
+def _cupy(h: np.ndarray, op: str, repeat: int) -> str:
+    """cupy's time for ``op`` of ``h`` (best of ``repeat`` rounds of 10), or why not."""
+    try:
+        import cupy as cp
+
+        x = cp.asarray(h)
+        fn = getattr(cp, op)
+        fn(x)
+        best = float("inf")
+        for _ in range(repeat):
+            cp.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            for _ in range(10):
+                fn(x)
+            cp.cuda.Device().synchronize()
+            best = min(best, (time.perf_counter() - t0) / 10)
+        return f"{best * 1e3:.3f} ms"
+    except Exception as exc:  # (no cupy, no CUDA device: reported, not fatal)
+        return f"skipped ({type(exc).__name__}: {str(exc)[:60]})"
 
 
 if __name__ == "__main__":

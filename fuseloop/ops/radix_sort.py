@@ -18,13 +18,36 @@ high bytes of small integers) are skipped.
 
 One pass over tiles of ``WG * PER`` keys (a work-group each):
 
-1. ``count``: each tile's histogram of the digit (local atomics), written digit-major;
-2. ``scan``: one work-group per digit scans its row of tile counts (exclusive) and
-   writes the digit's total;
+1. ``count``: each tile's histogram of the digit (local atomics), written digit-major,
+   and added to the digits' totals (global atomics: 256 a tile);
+2. ``scan``: one work-group per digit replaces its row of tile counts by where each
+   tile's keys of the digit go: the keys of smaller digits (from the totals) plus the
+   exclusive scan of the row;
 3. ``scatter``: each tile sorts itself stably by the digit in local memory (two
-   counting sorts by 4-bit halves: per-work-item counts, a work-group prefix sum, ranks
-   in order), then writes every key (and its position, the payload) to the digit's
-   start (the scan of the totals) + the tile's offset in the digit + its rank.
+   counting sorts by 4-bit halves), then writes every key (and its position, the
+   payload) to its tile's place for the digit + its rank there; consecutive work-items
+   write consecutive keys of the sorted tile, so a digit's run is written coalesced.
+
+The scatter is most of the sort's time (on an H100 ~258 us of a 2^24 pass that moves
+~128 MB, ~45 us at full bandwidth): it is bound by its local-memory accesses and
+barriers, not by global traffic, so its ranking is built to need few of either.
+Each work-item takes PER consecutive keys (blocked: a stable rank is "items of smaller
+digits, then earlier items of the digit", and blocked items make "earlier" a
+work-item prefix).  A counting sort by a nibble counts the work-item's keys in
+registers (16 8-bit counts in two 64-bit words, and each key's rank among its own keys
+of its nibble, 4 a word), stores them as 8 words (two 16-bit counts each), scans that
+table once (digit-major: a nibble's keys of lower work-items first; a tile of fewer
+than 2^16 keys never carries from the low halves into the high ones) and moves each
+key to its nibble's offset + its rank.  Against the previous version (counts
+incremented in local memory key by key, 16 32-bit counts a work-item, Hillis-Steele
+with two barriers a step, a scan of the digits' totals in every tile) this is about 12
+local accesses a key instead of ~26, no chain of dependent local updates, and 26
+barriers a tile instead of ~60; a full tile's first counting sort reads its keys
+straight from global memory in vectors of 4.  Not taken: one 8-bit counting sort
+(per-work-item counts of 256 digits are 128 KiB for 256 work-items, and ranking
+within a warp-sized slice needs subgroup match or ballot, which NVIDIA's OpenCL lacks
+and a portable kernel cannot assume); 32 keys a work-item (fits 48 KiB for ``sort``;
+``benchmarks/bench_sort.py --sweep`` times it against 16).
 
 The sort is stable, so sorting many rows at once is a sort by value followed by more
 passes over the digits of the row number (read from the payload, the position).
@@ -53,7 +76,8 @@ RADIX = 1 << RADIX_BITS
 #: work-items per work-group on a GPU, and on a CPU device (PoCL runs a group's work-items
 #: in a loop; a small group keeps its barriers cheap): powers of two up to RADIX
 GPU_GROUP, CPU_GROUP = 256, 32
-#: the most keys a work-item ranks per tile (fewer where local memory is short)
+#: the most keys a work-item ranks per tile (fewer where local memory is short; the
+#: scatter's counts take tiles below 2^16 keys and at most 255 keys a work-item)
 MAX_PER_ITEM = 16
 #: the most work-groups of the key kernel (each writes one partial OR and AND)
 KEY_GROUPS = 1024
@@ -78,8 +102,10 @@ _COMMON = r"""
 #endif
 
 /* a[PAD(0 .. WG * per)) replaced by its exclusive prefix sums, each work-item summing
-   `per` consecutive entries; sums: WG words of scratch */
-void block_scan(__local uint *a, const int per, __local uint *sums)
+   `per` consecutive entries; returns the sum of all of them.  sums: 2 * WG words of
+   scratch, a Hillis-Steele scan of the work-items' sums that alternates between its two
+   halves, so that each step takes one barrier (reads of one half, writes of the other) */
+uint block_scan(__local uint *a, const int per, __local uint *sums)
 {
     const int lid = get_local_id(0);
     uint s = 0;
@@ -87,27 +113,31 @@ void block_scan(__local uint *a, const int per, __local uint *sums)
         s += a[PAD(lid * per + k)];
     sums[lid] = s;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int off = 1; off < WG; off <<= 1) {  /* inclusive, Hillis-Steele */
-        const uint add = lid >= off ? sums[lid - off] : 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        sums[lid] += add;
+    int from = 0;
+    for (int off = 1; off < WG; off <<= 1) {
+        const uint v = sums[from + lid] + (lid >= off ? sums[from + lid - off] : 0);
+        from ^= WG;
+        sums[from + lid] = v;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    uint run = sums[lid] - s;
+    const uint total = sums[from + WG - 1];
+    uint run = sums[from + lid] - s;
     for (int k = 0; k < per; ++k) {
         const uint c = a[PAD(lid * per + k)];
         a[PAD(lid * per + k)] = run;
         run += c;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+    return total;
 }
 """
 
 _COUNT = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_count(__global const KT *restrict keys, __global const uint *restrict vals,
-                    __global uint *restrict counts, const int shift, const int by_row,
-                    const long rowlen, const long n, const long tiles)
+                    __global uint *restrict counts, __global uint *restrict totals,
+                    const int shift, const int by_row, const long rowlen, const long n,
+                    const long tiles)
 {
     __local uint hist[RADIX];
     const int lid = get_local_id(0);
@@ -121,40 +151,52 @@ void fl_radix_count(__global const KT *restrict keys, __global const uint *restr
             atomic_inc(&hist[DIGIT_OF(keys[i], vals[i])]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int d = lid; d < RADIX; d += WG)
-        counts[d * tiles + tile] = hist[d];
+    for (int d = lid; d < RADIX; d += WG) {
+        const uint c = hist[d];
+        counts[d * tiles + tile] = c;
+        /* the digits' totals (zero before: see fl_radix_keys and fl_radix_scatter) */
+        if (c)
+            atomic_add(&totals[d], c);
+    }
 }
 """
 
 _SCAN = r"""
+/* Each digit's row of tile counts replaced by where the tile's items of the digit go:
+   the digit's start (the items of smaller digits: the totals) plus the exclusive scan
+   of the row.  A work-group a digit. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fl_radix_scan(__global uint *restrict counts, __global uint *restrict totals,
+void fl_radix_scan(__global uint *restrict counts, __global const uint *restrict totals,
                    const long tiles)
 {
-    __local uint sums[WG];
-    const int lid = get_local_id(0);
-    __global uint *row = counts + (long)get_group_id(0) * tiles;
+    __local uint sums[2 * WG], starts[2 * WG];
+    const int lid = get_local_id(0), digit = get_group_id(0);
+    __global uint *row = counts + (long)digit * tiles;
     const long per = (tiles + WG - 1) / WG, first = lid * per;
     const long stop = min(first + per, tiles);
-    uint s = 0;
+    uint s = 0, before = 0;
     for (long t = first; t < stop; ++t)
         s += row[t];
+    for (int d = lid; d < digit; d += WG)
+        before += totals[d];
     sums[lid] = s;
+    starts[lid] = before;
     barrier(CLK_LOCAL_MEM_FENCE);
+    int from = 0;  /* (two halves: a barrier a step, as in block_scan) */
     for (int off = 1; off < WG; off <<= 1) {
-        const uint add = lid >= off ? sums[lid - off] : 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        sums[lid] += add;
+        const uint v = sums[from + lid] + (lid >= off ? sums[from + lid - off] : 0);
+        const uint b = starts[from + lid] + (lid >= off ? starts[from + lid - off] : 0);
+        from ^= WG;
+        sums[from + lid] = v;
+        starts[from + lid] = b;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    uint run = sums[lid] - s;
+    uint run = starts[from + WG - 1] + sums[from + lid] - s;
     for (long t = first; t < stop; ++t) {
         const uint c = row[t];
         row[t] = run;
         run += c;
     }
-    if (lid == WG - 1)
-        totals[get_group_id(0)] = sums[WG - 1];
 }
 """
 
@@ -165,92 +207,176 @@ _SCATTER = r"""
 #define LV(j) lv[PAD(j)]
 #if HAS_VALUES
 #define DIGIT_AT(j) ((j) < valid ? DIGIT_OF(LK(j), LV(j)) : 0xFF)
+#define DIGIT_KV(j, k, v) ((j) < valid ? DIGIT_OF(k, v) : 0xFF)
 #else
 #define DIGIT_AT(j) ((j) < valid ? DIGIT_OF(LK(j), 0) : 0xFF)
+#define DIGIT_KV(j, k, v) ((j) < valid ? DIGIT_OF(k, 0) : 0xFF)
 #endif
+/* a work-item's word w of the counts table: its count of nibble w (low 16 bits) and of
+   nibble w + 8 (high 16 bits), digit-major (w, then the work-item) */
+#define TW(w) table[PAD((w) * WG + lid)]
+/* byte k of packed 8-bit fields */
+#define BYTE(a, k) (((a)[(k) >> 2] >> (8 * ((k) & 3))) & 0xFF)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_scatter(__global const KT *restrict keys, __global const uint *restrict vals,
-                      __global const uint *restrict counts,
-                      __global const uint *restrict totals, __global KT *restrict keys_out,
-                      __global uint *restrict vals_out, const int shift, const int by_row,
+                      __global const uint *restrict counts, __global KT *restrict keys_out,
+                      __global uint *restrict vals_out, __global uint *restrict totals,
+                      const int shift, const int by_row,
                       const long rowlen, const int out_kind, const int descending,
                       const long n, const long tiles)
 {
     __local KT lk[PAD(TILE)];
     __local uint lv[HAS_VALUES ? PAD(TILE) : 1];
-    __local uint table[PAD(16 * WG)];
-    __local uint sums[WG];
-    __local uint base[PAD(RADIX)];
+    __local uint table[PAD(8 * WG)];
+    __local uint sums[2 * WG];
     __local uint off[RADIX];
     const int lid = get_local_id(0);
     const long tile = get_group_id(0), first = tile * TILE;
     const int valid = (int)min((long)TILE, n - first);
-#pragma unroll
-    for (int k = 0; k < PER; ++k) {  /* coalesced loads */
-        const int j = k * WG + lid;
-        if (j < valid) {
-            LK(j) = keys[first + j];
+    KT key[PER];
 #if HAS_VALUES
-            LV(j) = vals[first + j];
+    uint val[PER];
 #endif
+    /* A full tile's work-items load their PER consecutive items themselves, in vectors
+       of 4 (buffers and tiles are aligned to them), straight into registers for the
+       first counting sort; the last tile goes through local memory. */
+    const int direct = PER % 4 == 0 && valid == TILE;
+    if (direct) {
+#if PER % 4 == 0
+        __global const VKT *kv = (__global const VKT *)(keys + first + lid * PER);
+#if HAS_VALUES
+        __global const uint4 *vv = (__global const uint4 *)(vals + first + lid * PER);
+#endif
+#pragma unroll
+        for (int q = 0; q < PER / 4; ++q) {
+            const VKT v = kv[q];
+            key[4 * q] = v.s0;
+            key[4 * q + 1] = v.s1;
+            key[4 * q + 2] = v.s2;
+            key[4 * q + 3] = v.s3;
+#if HAS_VALUES
+            const uint4 w = vv[q];
+            val[4 * q] = w.s0;
+            val[4 * q + 1] = w.s1;
+            val[4 * q + 2] = w.s2;
+            val[4 * q + 3] = w.s3;
+#endif
+        }
+#endif
+    } else {
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {  /* coalesced loads */
+            const int j = k * WG + lid;
+            if (j < valid) {
+                LK(j) = keys[first + j];
+#if HAS_VALUES
+                LV(j) = vals[first + j];
+#endif
+            }
         }
     }
     /* Sort the tile stably by the digit: two counting sorts by its 4-bit halves, each
        work-item taking PER consecutive items.  Items past the array's end (digit 0xFF,
        last already) stay last, so the item at j is one of them exactly when
        j >= valid. */
-    KT key[PER];
-    uint val[PER], dig[PER];
+    int in_local = !direct;
+#pragma unroll
     for (int nib = 0; nib < 8; nib += 4) {
         barrier(CLK_LOCAL_MEM_FENCE);
+        /* the work-item's counts of each nibble (8-bit fields: nibbles 0-7 in lo, 8-15
+           in hi) and each item's rank among its own items of its nibble, all in
+           registers: no local memory updated item by item */
+        ulong lo = 0, hi = 0;
+        uint rank[(PER + 3) / 4];
+#pragma unroll
+        for (int r = 0; r < (PER + 3) / 4; ++r)
+            rank[r] = 0;
 #pragma unroll
         for (int k = 0; k < PER; ++k) {
             const int j = lid * PER + k;
-            key[k] = LK(j);
+            if (in_local) {
+                key[k] = LK(j);
 #if HAS_VALUES
-            val[k] = LV(j);
+                val[k] = LV(j);
 #endif
-            dig[k] = DIGIT_AT(j);
+            }
+#if HAS_VALUES
+            const uint b = (DIGIT_KV(j, key[k], val[k]) >> nib) & 15;
+#else
+            const uint b = (DIGIT_KV(j, key[k], 0) >> nib) & 15;
+#endif
+            const uint sh = 8 * (b & 7);
+            const ulong one = (ulong)1 << sh;
+            rank[k >> 2] |= (uint)((((b & 8) ? hi : lo) >> sh) & 0xFF) << (8 * (k & 3));
+            lo += (b & 8) ? 0 : one;
+            hi += (b & 8) ? one : 0;
         }
 #pragma unroll
-        for (int b = 0; b < 16; ++b)
-            table[PAD(b * WG + lid)] = 0;  /* (this work-item's column) */
-#pragma unroll
-        for (int k = 0; k < PER; ++k)
-            table[PAD(((dig[k] >> nib) & 15) * WG + lid)] += 1;
+        for (int w = 0; w < 8; ++w)
+            TW(w) = (uint)((lo >> (8 * w)) & 0xFF) | ((uint)((hi >> (8 * w)) & 0xFF) << 16);
         barrier(CLK_LOCAL_MEM_FENCE);
-        /* digit-major: a nibble's items of lower work-items come first */
-        block_scan(table, 16, sums);
+        /* One scan of the packed words ranks both halves: a tile has fewer than 2^16
+           items, so the low halves never carry into the high ones, and every item of
+           nibbles 8-15 comes after all (`low`) of nibbles 0-7. */
+        const uint low = block_scan(table, 8, sums) & 0xFFFF;
 #pragma unroll
         for (int k = 0; k < PER; ++k) {
-            const uint pos = table[PAD(((dig[k] >> nib) & 15) * WG + lid)]++;
+            const int j = lid * PER + k;
+#if HAS_VALUES
+            const uint b = (DIGIT_KV(j, key[k], val[k]) >> nib) & 15;
+#else
+            const uint b = (DIGIT_KV(j, key[k], 0) >> nib) & 15;
+#endif
+            const uint w = TW(b & 7);
+            const uint pos = ((b & 8) ? (w >> 16) + low : (w & 0xFFFF)) + BYTE(rank, k);
             LK(pos) = key[k];
 #if HAS_VALUES
             LV(pos) = val[k];
 #endif
         }
+        in_local = 1;
     }
-    /* where each digit starts in the output: the exclusive scan of the digits' totals */
-    for (int d = lid; d < RADIX; d += WG)
-        base[PAD(d)] = totals[d];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    block_scan(base, RADIX / WG, sums);
-    /* the output position of the tile's item j of digit d: off[d] + j (uint arithmetic
-       wraps back into range) */
-    for (int j = lid; j < valid; j += WG) {
-        const uint d = DIGIT_AT(j);
-        if (j == 0 || DIGIT_AT(j - 1) != d)
-            off[d] = base[PAD(d)] + counts[d * tiles + tile] - (uint)j;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int j = lid; j < valid; j += WG) {  /* runs of a digit: coalesced writes */
-        const uint pos = off[DIGIT_AT(j)] + (uint)j;
-        /* (the last pass may write the keys' values: out_kind is their kind) */
-        keys_out[pos] = out_kind < 0 ? LK(j) : (KT)from_key((U)LK(j), out_kind, descending);
+    /* the count kernel of the next pass adds to zeroed totals (the scan kernel, the
+       only reader, is done) */
+    if (tile == 0)
+        for (int d = lid; d < RADIX; d += WG)
+            totals[d] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);  /* (the tile in the digit's order) */
+    /* the output position of the tile's item j of digit d: off[d] + j, counts being
+       where the tile's items of each digit go (uint arithmetic wraps back into range);
+       the items j = m * WG + lid (coalesced writes of a digit's run) stay in registers
+       from here, their digits packed 4 a word */
+    uint digs[(PER + 3) / 4];
+#pragma unroll
+    for (int m = 0; m < PER; ++m) {
+        const int j = m * WG + lid;
+        key[m] = LK(j);
 #if HAS_VALUES
-        vals_out[pos] = LV(j);
+        val[m] = LV(j);
+        const uint d = DIGIT_KV(j, key[m], val[m]);
+#else
+        const uint d = DIGIT_KV(j, key[m], 0);
 #endif
+        if (m % 4 == 0)
+            digs[m >> 2] = 0;
+        digs[m >> 2] |= d << (8 * (m & 3));
+        if (j < valid && (j == 0 || DIGIT_AT(j - 1) != d))
+            off[d] = counts[d * tiles + tile] - (uint)j;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int m = 0; m < PER; ++m) {
+        const int j = m * WG + lid;
+        if (j < valid) {
+            const uint pos = off[BYTE(digs, m)] + (uint)j;
+            /* (the last pass may write the keys' values: out_kind is their kind) */
+            keys_out[pos] = out_kind < 0 ? key[m]
+                                         : (KT)from_key((U)key[m], out_kind, descending);
+#if HAS_VALUES
+            vals_out[pos] = val[m];
+#endif
+        }
     }
 }
 """
@@ -297,11 +423,15 @@ _KEYS = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_keys(__global const U *restrict src, __global KT *restrict keys,
                    __global uint *restrict idx, __global KT *restrict ors,
-                   __global KT *restrict ands, const int kind, const int descending,
-                   const int canon, const int positions, const long n)
+                   __global KT *restrict ands, __global uint *restrict totals,
+                   const int kind, const int descending, const int canon,
+                   const int positions, const long n)
 {
     __local KT lo[WG], la[WG];
     const int lid = get_local_id(0);
+    if (get_group_id(0) == 0)  /* (the first count kernel adds to them) */
+        for (int d = lid; d < 256; d += WG)
+            totals[d] = 0;
     KT o = 0, a = (KT)~(KT)0;
     for (long i = get_global_id(0); i < n; i += get_global_size(0)) {
         const KT k = to_key(src[i], kind, descending, canon);
@@ -368,8 +498,8 @@ def _local_bytes(group: int, per: int, key_size: int, values: bool) -> int:
     def pad(count: int) -> int:
         return count + count // 32
 
-    return (pad(group * per) * (key_size + (4 if values else 0)) + 4 * pad(16 * group)
-            + 4 * group + 4 * pad(RADIX) + 4 * RADIX + 64)
+    return (pad(group * per) * (key_size + (4 if values else 0)) + 4 * pad(8 * group)
+            + 8 * group + 4 * RADIX + 64)
 
 
 def local_memory(device: Device) -> int:
@@ -385,14 +515,13 @@ def layout_for(device: Device, key_size: int, values: bool, n: int) -> Layout | 
     if n > MAX_ELEMENTS or not ENABLED:
         return None
     group = CPU_GROUP if device.type == "cpu" else GPU_GROUP
-    # (a power of two, at most RADIX: the digits' totals are scanned RADIX / WG a
-    # work-item)
+    # (a power of two, at most RADIX: the count kernel's histogram is RADIX words)
     while group > min(device.max_work_group_size, RADIX) or group & (group - 1):
         group //= 2
     if group < 2:
         return None
     local = local_memory(device)
-    per = MAX_PER_ITEM
+    per = min(MAX_PER_ITEM, 255, ((1 << 16) - 1) // group)
     while per >= 1 and _local_bytes(group, per, key_size, values) > local:
         per //= 2
     return Layout(group, per) if per >= 1 else None
@@ -412,7 +541,8 @@ def _pass_kernels(key_size: int, values: bool,
     found = _PASSES.get(key)
     if found is not None:
         return found
-    opts = [f"-DKT={_UNSIGNED[key_size]}", f"-DHAS_VALUES={int(values)}",
+    opts = [f"-DKT={_UNSIGNED[key_size]}", f"-DVKT={_UNSIGNED[key_size]}4",
+            f"-DHAS_VALUES={int(values)}",
             f"-DWG={layout.group}", f"-DPER={layout.per}", f"-DU={_UNSIGNED[key_size]}",
             f"-DBITS={8 * key_size}", f"-DINF={_INF[key_size]}"]
     g = layout.group
@@ -422,12 +552,13 @@ def _pass_kernels(key_size: int, values: bool,
     out_types: list[str | None] = ["int32", "int32", "int64", "int32", "int32", "int64",
                                    "int64"]
     made = (
-        _plan("fl_radix_count", _COMMON + _COUNT, ["in0", "in1", "out0", *pass_args],
-              [None, None, None, *pass_types], "p[1]", g, opts),
-        _plan("fl_radix_scan", _COMMON + _SCAN, ["out0", "out1", "p1"],
+        _plan("fl_radix_count", _COMMON + _COUNT,
+              ["in0", "in1", "out0", "out1", *pass_args],
+              [None, None, None, None, *pass_types], "p[1]", g, opts),
+        _plan("fl_radix_scan", _COMMON + _SCAN, ["out0", "in0", "p1"],
               [None, None, "int64"], str(RADIX), g, opts),
         _plan("fl_radix_scatter", _COMMON + _BITS + _SCATTER,
-              ["in0", "in1", "in2", "in3", "out0", "out1", *out_args],
+              ["in0", "in1", "in2", "out0", "out1", "out2", *out_args],
               [None, None, None, None, None, None, *out_types], "p[1]", g, opts))
     with _lock:
         return _PASSES.setdefault(key, made)
@@ -443,8 +574,9 @@ def _key_kernels(size: int, group: int) -> tuple[SourceKernel, SourceKernel]:
             f"-DBITS={8 * size}", f"-DINF={_INF[size]}", f"-DWG={group}"]
     made = (
         _plan("fl_radix_keys", _BITS + _KEYS,
-              ["in0", "out0", "out1", "out2", "out3", "s0", "s1", "s2", "s3", "p0"],
-              [None, None, None, None, None, "int32", "int32", "int32", "int32", "int64"],
+              ["in0", "out0", "out1", "out2", "out3", "out4", "s0", "s1", "s2", "s3", "p0"],
+              [None, None, None, None, None, None, "int32", "int32", "int32", "int32",
+               "int64"],
               "p[1]", group, opts),
         _plan("fl_radix_values", _BITS + _KEYS, ["in0", "out0", "s0", "s1", "p0"],
               [None, None, "int32", "int32", "int64"], "p[1]", group, opts))
@@ -499,10 +631,11 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     vals = [allocate(n * 4, dev), allocate(n * 4, dev)] if values else [keys[0], keys[1]]
     groups = max(1, min(KEY_GROUPS, -(-n // layout.group)))
     ors, ands = allocate(groups * key_size, dev), allocate(groups * key_size, dev)
+    totals = allocate(RADIX * 4, dev)
     assert src._storage is not None
     flags = [_kind(dt), np.int32(descending), np.int32(canon), np.int32(values)]
-    _launch(to_keys, (n, groups), [keys[0], vals[0], ors, ands], [src._storage], flags,
-            dev)
+    _launch(to_keys, (n, groups), [keys[0], vals[0], ors, ands, totals], [src._storage],
+            flags, dev)
     shifts = [(s, 0) for s in _varying_shifts(ors, ands, groups, key_size,
                                               8 * dt.itemsize)]
     if rows > 1:
@@ -514,17 +647,17 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     tiles = -(-n // layout.tile)
     count, scan, scatter = _pass_kernels(key_size, values, layout)
     if shifts:
-        counts, totals = allocate(RADIX * tiles * 4, dev), allocate(RADIX * 4, dev)
+        counts = allocate(RADIX * tiles * 4, dev)
     params = (n, tiles)
     for p, (shift, by_row) in enumerate(shifts):
         scalars = [np.int32(shift), np.int32(by_row), np.int64(row)]
-        _launch(count, params, [counts], [keys[0], vals[0]], scalars, dev)
-        _launch(scan, params, [counts, totals], [], [], dev)
+        _launch(count, params, [counts, totals], [keys[0], vals[0]], scalars, dev)
+        _launch(scan, params, [counts], [totals], [], dev)
         last = out is not None and p == len(shifts) - 1
         if last:
             assert out is not None and out._storage is not None  # (a concrete array)
             keys[1] = out._storage
-        _launch(scatter, params, [keys[1], vals[1]], [keys[0], vals[0], counts, totals],
+        _launch(scatter, params, [keys[1], vals[1], totals], [keys[0], vals[0], counts],
                 [*scalars, _kind(dt) if last else np.int32(-1), np.int32(descending)], dev)
         keys.reverse()
         vals.reverse()
