@@ -76,3 +76,33 @@ def test_subtract_is_a_native_add(device):
     ref = a.copy()
     np.subtract.at(ref, idx, v)
     np.testing.assert_array_equal(x.get(), ref)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_add_at_with_device_indices(device, dtype):
+    # computed device indices: checked by their minimum and maximum, wrapped by the
+    # scatter itself (negative ones count from the end; repeats accumulate)
+    rng = np.random.default_rng(5)
+    a = (rng.random(40) * 10).astype(dtype)
+    idx = rng.integers(-40, 40, 3000).astype(np.int32)
+    v = (rng.random(3000) * 10).astype(dtype)
+    x = fl.asarray(a)
+    fl.add.at(x, fl.asarray(idx), fl.asarray(v))
+    ref = a.copy()
+    np.add.at(ref, idx, v)
+    np.testing.assert_allclose(x.get(), ref, rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_out_of_range_device_index_names_the_first(device):
+    # numpy names the first value out of range, and nothing is written
+    a = np.arange(50, dtype=np.float32)
+    bad = np.arange(-50, 50) % 50
+    bad[7], bad[9] = 50, -99
+    x = fl.asarray(a)
+    with pytest.raises(IndexError, match=r"index 50 is out of bounds for axis 0 with size 50"):
+        fl.add.at(x, fl.asarray(bad), 1.0)
+    with pytest.raises(IndexError, match=r"index 50 is out of bounds"):
+        np.add.at(a.copy(), bad, 1.0)
+    with pytest.raises(IndexError, match=r"index 50 is out of bounds"):
+        x[fl.asarray(bad)] = 2.0
+    np.testing.assert_array_equal(x.get(), a)
