@@ -201,8 +201,8 @@ def test_launch_counts_of_in_range_scatters(device):
     """Host index arrays are checked on the host: one kernel, the scatter.  Device
     index arrays and expressions: one more, the check.  An expression's check (one per
     distinct index shape) computes the wrapped positions the scatter reads; computed
-    arrays are checked together by their minima and maxima (one kernel for all of
-    them), and the scatter wraps them itself.  A mask's positions are in range by
+    arrays are checked together by one reduction (whether any value is out of range),
+    and the scatter wraps them itself.  A mask's positions are in range by
     construction: no check."""
     i_np = np.array([0, 3, -2])
     i_fl = fl.asarray(i_np)
