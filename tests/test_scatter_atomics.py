@@ -39,9 +39,9 @@ OTHER = _device("Intel(R) Corporation")
 
 
 @pytest.mark.parametrize(("device", "dtype", "expect", "absent"), [
-    (NVIDIA, np.float32, 'red.global.add.f32 [%0], %1;" :: "l"(&(out[idx[i]])), "f"',
+    (NVIDIA, np.float32, 'red.global.add.f32 [%0], %1;" :: "l"((ulong) &(out[idx[i]])), "f"',
      "cmpxchg"),
-    (NVIDIA, np.float64, 'red.global.add.f64 [%0], %1;" :: "l"(&(out[idx[i]])), "d"',
+    (NVIDIA, np.float64, 'red.global.add.f64 [%0], %1;" :: "l"((ulong) &(out[idx[i]])), "d"',
      "cmpxchg"),
     (_device("NVIDIA Corporation", capability=5), np.float64, "atom_cmpxchg", "red."),
     (OTHER, np.float32, "atomic_cmpxchg", "red."),
@@ -63,6 +63,13 @@ def test_other_updates_keep_compare_and_swap():
     assert atomics.float_add_flavor(_device("NVIDIA", 9, backend="cuda"), np.float32) is None
     target = lp.CudaTarget()
     assert atomics.native_target(target, NVIDIA) is target
+
+
+def test_ptx_atomics_can_be_turned_off(monkeypatch):
+    assert atomics.float_add_flavor(NVIDIA, np.dtype(np.float32)) == "ptx"
+    monkeypatch.setenv("FUSELOOP_PTX_ATOMICS", "0")
+    assert atomics.float_add_flavor(NVIDIA, np.dtype(np.float32)) is None
+    assert "atomic_cmpxchg" in _update_code(NVIDIA, np.float32)
 
 
 def test_subtract_is_a_native_add(device):

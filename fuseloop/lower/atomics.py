@@ -17,7 +17,9 @@ where the device has one:
   reduction ``red.global.add`` in inline assembly, which NVIDIA's OpenCL compiler
   accepts.  OpenCL C 1.2 has no float atomic add, and NVIDIA's driver offers no
   ``cl_ext_float_atomics`` (which would also need OpenCL C 2.0 for the whole
-  program), so this is behind a check of the device's vendor.
+  program), so this is behind a check of the device's vendor (and
+  ``FUSELOOP_PTX_ATOMICS=0`` turns it off: the compare-and-swap loop again, for
+  kernels built from then on).
 
 Everything else (``maximum``/``minimum``, float adds elsewhere, PoCL's CPU
 device: x86 has no float atomic add, LLVM would write the same loop) keeps
@@ -26,6 +28,7 @@ Loopy's compare-and-swap loop.  (Imports Loopy: imported by the code generator o
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import loopy as lp
@@ -61,7 +64,8 @@ def float_add_flavor(device: Any, dtype: np.dtype) -> str | None:
     """``"ptx"`` when a float add of ``dtype`` is reduced in memory on ``device`` by
     inline PTX, else None (the compare-and-swap loop)."""
     need = _PTX_FLOAT_ADD.get(np.dtype(dtype))
-    if need is None:
+    if need is None or os.environ.get("FUSELOOP_PTX_ATOMICS", "1").strip().lower() in (
+            "0", "off", "false", "no"):
         return None
     return "ptx" if _nvidia_capability(device) >= need[0] else None
 
@@ -111,15 +115,19 @@ class NativeAtomicsBuilder(OpenCLCASTBuilder):
         _, suffix, constraint, ctype = _PTX_FLOAT_ADD[dtype]
         # (a reduction: no value comes back, so the work-item does not wait for it)
         return Statement(f'asm volatile("red.global.add.{suffix} [%0], %1;" :: '
-                         f'"l"(&({place})), "{constraint}"(({ctype}) ({value})) : "memory")')
+                         f'"l"((ulong) &({place})), "{constraint}"(({ctype}) ({value})) '
+                         ': "memory")')
 
 
 class NativeAtomicsTarget(lp.OpenCLTarget):
     """Loopy's OpenCL target with native atomic adds (see the module); ``ptx_floats``:
     the float dtypes (names) added by inline PTX."""
 
-    hash_fields = (*lp.OpenCLTarget.hash_fields, "ptx_floats")
-    comparison_fields = (*lp.OpenCLTarget.comparison_fields, "ptx_floats")
+    # (the code this module writes is part of the hash: Loopy's own code cache, used
+    # when fuseloop's disk cache is off, keys generated code by the target's hash)
+    code_version = "2"
+    hash_fields = (*lp.OpenCLTarget.hash_fields, "ptx_floats", "code_version")
+    comparison_fields = (*lp.OpenCLTarget.comparison_fields, "ptx_floats", "code_version")
 
     def __init__(self, ptx_floats: tuple[str, ...] = ()) -> None:
         super().__init__()
