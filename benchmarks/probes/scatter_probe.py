@@ -18,6 +18,7 @@ idx), ``gather`` (``x.take(idx)``) and ``gather-rows`` (``X.take(idx, axis=0)``,
    CPU), each result checked against numpy, and best peer / fuseloop.
 
     python benchmarks/probes/scatter_probe.py [--log2 24] [--repeat 20] [--no-code]
+        [--forms scatter,scatter-add]
 
 (``SCATTER_PROBE_CHECKOUT=<another checkout>`` measures that checkout's fuseloop
 instead: the baseline, e.g. ``git worktree add /tmp/base <commit>``.)
@@ -109,7 +110,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--log2", type=int, default=24, help="elements: 2^log2")
     ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--no-code", action="store_true")
+    ap.add_argument("--no-code", action="store_true", help="skip the sources and explain")
+    ap.add_argument("--forms", default=",".join(FORMS), help="comma-separated subset")
     args = ap.parse_args()
     device = fl.get_device()
     n = 1 << args.log2
@@ -123,7 +125,7 @@ def main() -> None:
     atomics_report(device)
     if not args.no_code:
         show_scatter_code(device)
-    for name in ("gather", "gather-rows"):
+    for name in () if args.no_code else ("gather", "gather-rows"):
         a = inputs_of(name, n)
         x, idx = fl.asarray(a["x"]), fl.asarray(a["idx"])
         print(f"\n# fl.explain({name}, run=True)")
@@ -133,7 +135,7 @@ def main() -> None:
     print()
     cols = ["fuseloop", "kernels"] + [p.name for p in peers]
     print(f"{'form':14s}" + "".join(f" {c:>14s}" for c in cols) + "  best peer/fuseloop  ok")
-    for name in FORMS:
+    for name in args.forms.split(","):
         wl = next(w for w in BROAD if w.name == name)
         a = inputs_of(name, n)
         want = np.asarray(wl.reference(*[a[k] for k in wl.inputs]))
