@@ -22,14 +22,12 @@ from ..expr.nodes import Node
 _INT64 = np.dtype(np.int64)
 
 
-def wrapped_in_range(indices: list[tuple[Array, int, int]]) -> list[Node]:
-    """For each ``(k, n, src)`` (a computed integer device array ``k`` indexing source
-    axis ``src`` of length ``n``): ``k`` wrapped into ``[0, n)`` as an int64 expression
-    (computed by its reader), once every value is checked to be in ``[-n, n)``.
-
-    Raises :class:`~fuseloop.errors.IndexOutOfBoundsError` otherwise (numpy's message,
-    naming the first value out of range, in numpy's order)."""
-    from .. import ufuncs
+def check_in_range(indices: list[tuple[Array, int, int]]) -> list[Array]:
+    """Raise numpy's :class:`~fuseloop.errors.IndexOutOfBoundsError` (naming the
+    first value out of range) unless every value of each ``(k, n, src)`` (a computed
+    integer device array ``k`` indexing source axis ``src`` of length ``n``) is in
+    ``[-n, n)``; return each ``k`` as int64 (lazy).  One evaluation for all of them,
+    one value read back."""
     from .indexing import _host_wrapped
     from .reductions import any as _any
 
@@ -39,7 +37,16 @@ def wrapped_in_range(indices: list[tuple[Array, int, int]]) -> list[Node]:
     for w, (_, n, _) in zip(wide, indices):
         found = _any((w < -n) | (w >= n))
         outside = found if outside is None else outside | found
-    if bool(outside):  # (one evaluation, one value read back)
+    if bool(outside):
         for k, n, src in indices:
             _host_wrapped(k.get(), n, src)  # (raises, naming the first)
+    return wide
+
+
+def wrapped_in_range(indices: list[tuple[Array, int, int]]) -> list[Node]:
+    """Each ``(k, n, src)`` of :func:`check_in_range`, checked, as ``k`` wrapped into
+    ``[0, n)``: an int64 expression (computed by its reader)."""
+    from .. import ufuncs
+
+    wide = check_in_range(indices)
     return [ufuncs.where(w < 0, w + n, w)._node for w, (_, n, _) in zip(wide, indices)]
