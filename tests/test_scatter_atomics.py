@@ -179,3 +179,13 @@ def test_gpu_recipe_keeps_the_native_add(restore_recipes):
         ref = np.zeros(64, np.int32)
         np.add.at(ref, idx, v * 2)
         np.testing.assert_array_equal(out.get(), ref)
+
+
+def test_bincount_weights_take_the_cpu_path(device, monkeypatch):
+    calls = _spy_cpu_path(monkeypatch)
+    rng = np.random.default_rng(8)
+    x = rng.integers(0, 5000, 1 << 16)
+    w = rng.random(1 << 16)
+    got = fl.bincount(fl.asarray(x), weights=fl.asarray(w))
+    np.testing.assert_allclose(got.get(), np.bincount(x, weights=w), rtol=1e-12)
+    assert len(calls) == (device.type == "cpu")

@@ -127,7 +127,9 @@ def bincount(x: Any, weights: Any = None, minlength: int = 0) -> Array:
         if bincount_kernel.supported(xc.eval(), n):
             bincount_kernel.count(xc, out)
             return out
-    ufunc_at("add", out, x, 1 if w is None else w.astype(dtype))
+    # (weights already float64 are passed as they are: a computed array may take the
+    # CPU's path without atomics, see scatter_add_cpu)
+    ufunc_at("add", out, x, 1 if w is None else w if w.dtype == dtype else w.astype(dtype))
     return out
 
 
