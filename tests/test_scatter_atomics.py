@@ -189,3 +189,28 @@ def test_bincount_weights_take_the_cpu_path(device, monkeypatch):
     got = fl.bincount(fl.asarray(x), weights=fl.asarray(w))
     np.testing.assert_allclose(got.get(), np.bincount(x, weights=w), rtol=1e-12)
     assert len(calls) == (device.type == "cpu")
+
+
+@pytest.mark.parametrize("n", [1000, 1 << 16])  # the atomic kernel; the CPU's partial sums
+def test_add_at_under_fuse(device, n):
+    # every call of a fused function checks its indices and adds its own values
+    bins = 100
+
+    @fl.fuse
+    def f(idx, v):
+        out = fl.zeros(bins, np.float32)
+        fl.add.at(out, idx, v)
+        return out
+
+    rng = np.random.default_rng(9)
+    for call in range(3):
+        idx = rng.integers(-bins, bins, n)
+        v = rng.random(n, dtype=np.float32)
+        if call == 2:
+            idx[3] = 5000
+            with pytest.raises(IndexError, match="out of bounds"):
+                f(fl.asarray(idx), fl.asarray(v)).get()
+            continue
+        ref = np.zeros(bins, np.float32)
+        np.add.at(ref, idx, v)
+        np.testing.assert_allclose(f(fl.asarray(idx), fl.asarray(v)).get(), ref, rtol=1e-4)

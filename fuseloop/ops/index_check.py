@@ -8,6 +8,8 @@ each index once to find whether any is out of range (one evaluation for all the 
 arrays of a key, one value read back), and the scatter's kernel wraps the
 negative ones itself, reading the indices it would read anyway.  Only when a value is
 out of range are the indices read to the host, for numpy's message naming the first.
+Not while ``fl.fuse`` traces: the answer read back would be the traced call's, so
+the checked gather (whose flag each replay reads) is used then.
 """
 
 from __future__ import annotations
