@@ -97,6 +97,10 @@ def lower(program: Program, index_dtype: np.dtype, recipe: Any,
 
     # (collapse_groups returns None now; its result stays the second argument)
     target = backend_for(device).loopy_target()
+    if any(len(spec) == 4 for spec in program.out_specs):  # atomic updates (fl.add.at)
+        from .atomics import native_target
+
+        target = native_target(target, device)
     if _has_complex(program):
         target = _complex_target(target, program, device)
     lowered = kernel.lower_program(program, collapse_groups(program),  # type: ignore[func-returns-value]

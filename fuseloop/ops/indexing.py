@@ -32,6 +32,7 @@ from ..evaluate import run
 from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides
 from ..expr.program import Target
 from ..expr.views import affine_view
+from ..trace_hooks import trace_checks
 from .masks import masked_fill
 from .shape import normalize_axis, ravel, transpose, view
 
@@ -499,7 +500,9 @@ def _positions(keys: list[Any], lengths: tuple[int, ...], srcs: list[int],
     array or an expression) is checked by the gather that reads it (code ``src + 2``)
     or, with ``now`` (a scatter, which must not write before it fails, or a read that
     runs no kernel), gathered at once from ``arange(n)`` by a checked gather: one
-    kernel and one read-back of its error flag for each distinct index shape.
+    kernel and one read-back of its error flag for each distinct index shape; or,
+    computed already, checked by its minimum and maximum and wrapped by its reader
+    (:mod:`fuseloop.ops.index_check`).
     """
     nodes: list[Node | None] = []
     codes: list[bool | int] = []
@@ -507,6 +510,7 @@ def _positions(keys: list[Any], lengths: tuple[int, ...], srcs: list[int],
     # buffers while a traceback keeps this frame, and a later write would compute it
     # first and raise again)
     on_device: dict[tuple[int, ...], list[tuple[int, Node]]] = {}
+    computed: list[tuple[int, tuple[Array, int, int]]] = []
     for p, (k, n, src) in enumerate(zip(keys, lengths, srcs)):
         if id(k) in in_range:
             nodes.append(k._node)
@@ -516,7 +520,11 @@ def _positions(keys: list[Any], lengths: tuple[int, ...], srcs: list[int],
             codes.append(False)
         else:
             _refuse_empty_axis(k, n, src)
-            if now:
+            if now and not k.is_lazy and not trace_checks:  # (see ops.index_check)
+                computed.append((p, (k, n, src)))
+                nodes.append(None)
+                codes.append(False)
+            elif now:
                 wrapped = Gather(Iota((n,), _INT64), k._node, 0, checked=src + 2)
                 on_device.setdefault(k.shape, []).append((p, wrapped))
                 nodes.append(None)
@@ -524,6 +532,11 @@ def _positions(keys: list[Any], lengths: tuple[int, ...], srcs: list[int],
             else:
                 nodes.append(k._node)
                 codes.append(src + 2)
+    if computed:
+        from .index_check import wrapped_in_range
+
+        for (p, _), node in zip(computed, wrapped_in_range([c for _, c in computed])):
+            nodes[p] = node
     for shape, group in on_device.items():
         outs = run([g for _, g in group], shape, device)
         for (p, _), out in zip(group, outs):

@@ -43,7 +43,25 @@ def ufunc_at(op: str, a: Array, indices: Any, values: Any) -> None:
                          f"dtype {a.dtype} with casting rule 'same_kind' (numpy's rule)")
     if a.is_lazy:
         a.eval()
+    from . import scatter_add_cpu
+
+    if scatter_add_cpu.takes(op, a, indices, values):
+        _readers_first(a)
+        scatter_add_cpu.scatter_add(op, a, indices, values)
+        return
     setitem(a, indices, values, held=False, atomic=op)
+
+
+def _readers_first(a: Array) -> None:
+    """Evaluate the lazy arrays still reading ``a`` before it is written in place."""
+    from ..assignment import compute
+    from ..expr.nodes import register_readers
+
+    register_readers()
+    assert a._storage is not None
+    pending = [r for r in a._storage.live_readers() if r._storage is None]
+    if pending:
+        compute(*pending)
 
 
 class _At:
@@ -109,7 +127,9 @@ def bincount(x: Any, weights: Any = None, minlength: int = 0) -> Array:
         if bincount_kernel.supported(xc.eval(), n):
             bincount_kernel.count(xc, out)
             return out
-    ufunc_at("add", out, x, 1 if w is None else w.astype(dtype))
+    # (weights already float64 are passed as they are: a computed array may take the
+    # CPU's path without atomics, see scatter_add_cpu)
+    ufunc_at("add", out, x, 1 if w is None else w if w.dtype == dtype else w.astype(dtype))
     return out
 
 

@@ -1,0 +1,163 @@
+"""Scatters, scatter-adds and gathers: what fuseloop runs, and its time beside its peers.
+
+The broad suite's forms (``fuseloop.bench.broad``): ``scatter`` (``out[perm] = v``,
+distinct positions), ``scatter-add`` (``np.add.at(out, idx, v)``, n/16 bins, random
+idx), ``gather`` (``x.take(idx)``) and ``gather-rows`` (``X.take(idx, axis=0)``, rows of
+64), float32, device index arrays (int64).  Printed, in one run:
+
+1. the device and what its atomics can be: the extensions naming atomics, NVIDIA's
+   compute capability, and the atomic add fuseloop's code generator chose per dtype
+   (``fuseloop.lower.atomics``: ``ptx`` is ``red.global.add``, else a compare-and-swap
+   loop; int32/int64 use ``atomic_add``/``atom_add`` everywhere);
+2. the OpenCL source of the scatter kernel of one ``fl.add.at`` (float32 and int32;
+   the index check before it: its signature), and the kernels launched per call of
+   each form (``fl.stats``);
+3. ``fl.explain(..., run=True)`` of the gathers;
+4. one table: each form's median time (a wait per call) for fuseloop and the device's
+   peers (torch, torch.compile, cupy, jax.jit and ``fl.fuse`` on a GPU; numpy on the
+   CPU), each result checked against numpy, and best peer / fuseloop.
+
+    python benchmarks/probes/scatter_probe.py [--log2 24] [--repeat 20] [--no-code]
+        [--forms scatter,scatter-add]
+
+(``SCATTER_PROBE_CHECKOUT=<another checkout>`` measures that checkout's fuseloop
+instead: the baseline, e.g. ``git worktree add /tmp/base <commit>``.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# this checkout's fuseloop, or the one named by SCATTER_PROBE_CHECKOUT (a baseline)
+sys.path.insert(0, os.environ.get("SCATTER_PROBE_CHECKOUT")
+                or str(Path(__file__).resolve().parents[2]))
+
+import fuseloop as fl
+from fuseloop import evaluate
+from fuseloop.bench.broad import BROAD
+from fuseloop.bench.peers import make_peers
+from fuseloop.bench.runner import median_time
+
+try:
+    from fuseloop.lower import atomics
+except ImportError:  # (a checkout before native atomics: the baseline)
+    atomics = None  # type: ignore[assignment]
+
+FORMS = ("scatter", "scatter-add", "gather", "gather-rows")
+
+
+def atomics_report(device: Any) -> None:
+    handle = device.cl_device
+    extensions = getattr(handle, "extensions", "") or ""
+    wanted = [e for e in extensions.split() if "atomic" in e or "float" in e]
+    print(f"atomic extensions: {' '.join(wanted) or '(none listed)'}")
+    try:
+        features = [f.name for f in handle.opencl_c_features if "atomic" in f.name]
+        print(f"OpenCL C atomic features: {' '.join(features) or '(none)'}")
+    except Exception as exc:  # (OpenCL < 3.0 or not an OpenCL device)
+        print(f"OpenCL C features: unavailable ({type(exc).__name__})")
+    if atomics is None:
+        print("fuseloop.lower.atomics absent: compare-and-swap loops everywhere")
+        return
+    print(f"NVIDIA compute capability (major): {atomics._nvidia_capability(device) or '-'}")
+    for dt in (np.float32, np.float64):
+        flavor = atomics.float_add_flavor(device, np.dtype(dt))
+        print(f"fl.add.at {np.dtype(dt).name}: {flavor or 'compare-and-swap loop'}")
+
+
+def show_scatter_code(device: Any) -> None:
+    rng = np.random.default_rng(1)
+    for dt in (np.float32, np.int32):
+        idx = fl.asarray(rng.integers(-64, 64, 4096))
+        v = fl.asarray(rng.integers(0, 9, 4096).astype(dt))
+        out = fl.zeros(64, dt).eval()
+        fl.synchronize()
+        with evaluate.capturing_sources() as sources:
+            fl.add.at(out, idx, v)
+        print(f"\n# the kernels of fl.add.at(out, idx, v), {np.dtype(dt).name}: "
+              f"{len(sources)} built")
+        for s in sources[:-1]:  # (the check: a reduction; its signature only)
+            print(next(line for line in s.splitlines() if "__kernel" in line))
+        print(sources[-1])  # the scatter
+
+
+def inputs_of(name: str, n: int) -> dict[str, np.ndarray]:
+    wl = next(w for w in BROAD if w.name == name)
+    assert wl.make is not None
+    return wl.make(n, np.random.default_rng(0))
+
+
+def time_fuseloop(wl: Any, arrays: list[Any], want: np.ndarray, repeat: int
+                  ) -> tuple[float, int, bool]:
+    run, fetch = wl.fuseloop(*arrays)
+    run()
+    ok = bool(np.allclose(fetch(), want, rtol=wl.rtol, atol=wl.atol))
+    fl.synchronize()
+    fl.reset_stats()
+    run()
+    fl.synchronize()
+    kernels = fl.stats()["kernels_launched"]
+    return median_time(run, fl.synchronize, repeat), kernels, ok
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--log2", type=int, default=24, help="elements: 2^log2")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--no-code", action="store_true", help="skip the sources and explain")
+    ap.add_argument("--forms", default=",".join(FORMS), help="comma-separated subset")
+    args = ap.parse_args()
+    device = fl.get_device()
+    n = 1 << args.log2
+    only = None if device.type == "cpu" else \
+        ["torch", "torch.compile", "cupy", "jax.jit", "fuseloop.fuse"]
+    peers, skipped = make_peers(device.type, only)
+    peers = [p for p in peers if not p.name.startswith("numexpr")]  # (no form of these)
+    print(f"device: {device.name} ({device.type}, {device.vendor}, {device.runtime}, "
+          f"{device.compute_units} units); 2^{args.log2} float32; peers: "
+          f"{', '.join(p.name for p in peers)}" + (f"; skipped: {skipped}" if skipped else ""))
+    atomics_report(device)
+    if not args.no_code:
+        show_scatter_code(device)
+    for name in () if args.no_code else ("gather", "gather-rows"):
+        a = inputs_of(name, n)
+        x, idx = fl.asarray(a["x"]), fl.asarray(a["idx"])
+        print(f"\n# fl.explain({name}, run=True)")
+        print(fl.explain(fl.take(x, idx, axis=None if name == "gather" else 0),
+                         run=True).as_text())
+
+    print()
+    cols = ["fuseloop", "kernels"] + [p.name for p in peers]
+    print(f"{'form':14s}" + "".join(f" {c:>14s}" for c in cols) + "  best peer/fuseloop  ok")
+    for name in args.forms.split(","):
+        wl = next(w for w in BROAD if w.name == name)
+        a = inputs_of(name, n)
+        want = np.asarray(wl.reference(*[a[k] for k in wl.inputs]))
+        arrays = [fl.asarray(a[k]) for k in wl.inputs]
+        t, kernels, ok = time_fuseloop(wl, arrays, want, args.repeat)
+        cells = [f"{t * 1e6:14.1f}", f"{kernels:14d}"]
+        best = float("inf")
+        for p in peers:
+            try:
+                run = p.prepare(wl, a)
+                ok &= bool(np.allclose(p.to_numpy(run()), want, rtol=wl.rtol, atol=wl.atol))
+                tp = median_time(run, lambda p=p: p.sync(None), args.repeat)
+                best = min(best, tp)
+                cells.append(f"{tp * 1e6:14.1f}")
+            except Exception as exc:  # a peer without this form: say so, go on
+                cells.append(f"{type(exc).__name__[:14]:>14s}")
+            p.release()
+        ratio = f"{best / t:18.2f}" if best < float("inf") else f"{'-':>18s}"
+        print(f"{name:14s}" + " ".join(["", *cells]) + f"  {ratio}  {'yes' if ok else 'NO'}")
+    print("\nmicroseconds per call, median, a wait after each call; 'kernels': launches "
+          "per fuseloop call")
+
+
+if __name__ == "__main__":
+    main()
