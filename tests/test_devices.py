@@ -110,3 +110,44 @@ def test_the_devices_that_cannot_build_really_cannot():
         with fl.device(d.index):
             with pytest.raises(fl.errors.KernelBuildError, match="rejects every kernel"):
                 (fl.asarray(np.ones(4, np.float32)) * 3).get()
+
+
+def test_later_backends_are_discovered_only_when_a_device_of_theirs_could_be_chosen(
+        monkeypatch):
+    # (CuPy's import and CUDA's start cost a cold first result tenths of a second
+    # when FUSELOOP_DEVICE names an OpenCL device)
+    gpu = fake(0, "gpu", "NVIDIA H100")
+    gpu = dataclasses.replace(gpu, platform="NVIDIA CUDA")
+    cpu = fake(1, "cpu", "pthread-skylake")
+    calls = []
+
+    def discover(names, start):
+        calls.append(list(names))
+        return [dataclasses.replace(gpu, index=start, platform="CUDA", backend="cuda")]
+
+    monkeypatch.setattr(devmod, "_devices", None)
+    monkeypatch.setattr(devmod, "_first", [gpu, cpu])
+    monkeypatch.setattr(devmod, "_default", None)
+    monkeypatch.setattr(devmod, "_discover", discover)
+    monkeypatch.delenv("FUSELOOP_DEVICE", raising=False)
+    assert fl.get_device() is gpu  # a usable GPU of the first backend: final
+    assert devmod.find_device("nvidia") is gpu  # its platform names it: final
+    assert devmod.find_device("cpu") is cpu
+    assert devmod.find_device(1) is cpu
+    assert devmod.find_device("opencl:1") is cpu
+    assert calls == []
+    later = devmod.find_device("cuda:0")
+    assert calls == [["cuda"]] and later.index == 2 and later.backend == "cuda"
+    assert devmod.find_device(0) is gpu  # the first backend's objects are kept
+    assert fl.devices() == [gpu, cpu, later]
+
+
+def test_a_default_that_a_later_backend_could_beat_discovers_it(monkeypatch):
+    cpu = fake(0, "cpu", "pthread-skylake")
+    later = fake(1, "gpu", "NVIDIA H100")
+    monkeypatch.setattr(devmod, "_devices", None)
+    monkeypatch.setattr(devmod, "_first", [cpu])
+    monkeypatch.setattr(devmod, "_default", None)
+    monkeypatch.setattr(devmod, "_discover", lambda names, start: [later])
+    monkeypatch.delenv("FUSELOOP_DEVICE", raising=False)
+    assert fl.get_device() is later  # GPUs first, from any backend

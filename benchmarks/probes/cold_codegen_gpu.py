@@ -16,11 +16,13 @@ is the aligned size class, ``mm250`` the padded one).
 
 Usage::
 
-    python benchmarks/probes/cold_codegen_gpu.py [--profile K] [CASE ...]
+    python benchmarks/probes/cold_codegen_gpu.py [--profile K [--sort KEYS]] [CASE ...]
 
 ``--profile K`` prints the K functions of code generation with the most
 cumulative CPU time (cProfile with a CPU-time clock: the machine's load does not
-count).
+count); ``--sort cumulative,tottime`` prints a table per sort key.  Each case also
+prints the time of Loopy's stages (preprocessing, linearization, code), measured
+by running code generation a second time stage by stage.
 """
 
 from __future__ import annotations
@@ -78,17 +80,30 @@ with codegen.loopy_section(), codegen._without_loopy_caches():
     plan = profile.runcall(codegen.generate, low.t_unit, fake) if top else \\
         codegen.generate(low.t_unit, fake)
     t_gen = time.process_time() - t0
+    # Loopy's stages of that code generation, again (its caches are off)
+    t0 = time.process_time()
+    pre = loopy.preprocess_program(low.t_unit)
+    t1 = time.process_time()
+    lin = loopy.linearize(pre)
+    t2 = time.process_time()
+    loopy.generate_code_v2(lin)
+    t3 = time.process_time()
 print(f"{case}: recipe {low.recipe.name}, size class {low.sizes!r}: import fuseloop "
       f"{t_import:.2f}, Loopy {t_loopy:.2f}, lowering + recipe {t_lower:.2f}, code generation "
-      f"{t_gen:.2f} CPU s ({plan.source.count(chr(10))} lines)", flush=True)
+      f"{t_gen:.2f} CPU s ({plan.source.count(chr(10))} lines; again by stage: preprocessing "
+      f"{t1 - t0:.2f}, linearization {t2 - t1:.2f}, code {t3 - t2:.2f})", flush=True)
 if top:
-    pstats.Stats(profile).sort_stats("cumulative").print_stats(top)
+    for key in sys.argv[3].split(","):
+        pstats.Stats(profile).sort_stats(key).print_stats(top)
 """
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", type=int, default=0, metavar="K")
+    parser.add_argument("--sort", default="cumulative", metavar="KEYS",
+                        help="pstats sort keys, comma-separated: one table each "
+                        "(cumulative,tottime)")
     parser.add_argument("cases", nargs="*", default=CASES)
     args = parser.parse_args()
     for case in args.cases:
@@ -97,7 +112,7 @@ def main() -> None:
                        FUSELOOP_PROGRESS="0",
                        PYTHONPATH=os.pathsep.join(
                            p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-            out = subprocess.run([sys.executable, "-c", _CHILD, case, str(args.profile)],
+            out = subprocess.run([sys.executable, "-c", _CHILD, case, str(args.profile), args.sort],
                                  env=env, text=True, capture_output=True, cwd=tmp)
             print(out.stdout.strip() or f"{case}: failed\n{out.stderr[-2000:]}", flush=True)
 

@@ -3,15 +3,19 @@
 Each case runs in a new Python process with empty fuseloop, Loopy (``XDG_CACHE_HOME``)
 and PoCL (``POCL_CACHE_DIR``) caches, and builds inline (``FUSELOOP_COMPILE=inline``)
 so that the process's CPU time covers the OpenCL compiler too.  Printed per case: the
-wall and CPU seconds of ``import fuseloop`` and of the first result, and the CPU
-seconds of the build's steps (Loopy's import is part of ``lower``).  CPU seconds stay
-meaningful on a loaded machine, where wall time does not.  Timings are reported,
-never asserted.
+wall and CPU seconds of ``import fuseloop``, of making the input arrays (the
+device's discovery and start, the copies) and of the first result, and the CPU
+seconds of the steps of those two: device discovery (the backends' imports and
+driver starts), Loopy's import, lowering, the recipe, Loopy's code generation, the
+OpenCL build, and the rest ("other": the driver's start, the copies, building the
+expression's program, the launch).  CPU seconds stay meaningful on a loaded machine,
+where wall time does not.  Timings are reported, never asserted.
 
-Cases: ``demo`` (``2*x + x*y - 3*y``), ``rep<R>`` (``r = sin(r)*0.5 + r*y``, R times:
-4 operations each), ``D<L>`` (L levels of ``sin(r)*.5 + cos(r*k)*.25 + .1``),
-``matmul`` (256 x 256 float32), ``mean`` (``x*3 - fl.mean(x)`` over 2^20 elements:
-three kernels, built concurrently in compile workers, see ``fuseloop/prebuild.py``).
+Cases: ``demo`` (``2*x + x*y - 3*y``), ``sin`` (``2*x - sin(y) + x*y``), ``rep<R>``
+(``r = sin(r)*0.5 + r*y``, R times: 4 operations each), ``D<L>`` (L levels of
+``sin(r)*.5 + cos(r*k)*.25 + .1``), ``matmul`` (256 x 256 float32; ``matmul<N>``:
+N x N), ``mean`` (``x*3 - fl.mean(x)`` over 2^20 elements: three kernels, built
+concurrently in compile workers, see ``fuseloop/prebuild.py``).
 
 Usage::
 
@@ -30,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = ["demo", "matmul", "mean", "rep12", "rep50", "D10", "D14", "D40"]
+CASES = ["demo", "sin", "matmul", "mean", "rep12", "rep50", "D10", "D14", "D40"]
 
 _CHILD = """
 import os, sys, time
@@ -50,6 +54,16 @@ def timed(module, name, label):
         finally:
             steps[label] = steps.get(label, 0.0) + time.process_time() - start
     setattr(module, name, wrapper)
+from fuseloop.runtime import devices
+timed(devices, "_discover", "device discovery")
+_plan = codegen.kernel_plan
+def plan_after_loopy(*args, **kwargs):  # (the first kernel_plan imports Loopy)
+    if "loopy" not in sys.modules:
+        start = time.process_time()
+        import loopy  # noqa: F401
+        steps["Loopy import"] = time.process_time() - start
+    return _plan(*args, **kwargs)
+codegen.kernel_plan = plan_after_loopy
 timed(codegen, "lower", "lower"); timed(codegen, "apply_recipe", "recipe")
 timed(codegen, "_generate_code", "Loopy codegen"); timed(cache, "_build_source", "OpenCL build")
 timed(cache, "_binary_of", "OpenCL binary")
@@ -59,9 +73,12 @@ x = fl.asarray(rng.random(1 << 16, dtype=np.float32))
 y = fl.asarray(rng.random(1 << 16, dtype=np.float32))
 if case == "demo":
     e = 2 * x + x * y - 3 * y
-elif case == "matmul":
-    e = (fl.asarray(rng.random((256, 256), dtype=np.float32))
-         @ fl.asarray(rng.random((256, 256), dtype=np.float32)))
+elif case == "sin":
+    e = 2 * x - fl.sin(y) + x * y
+elif case.startswith("matmul"):
+    n = int(case[6:] or 256)
+    e = (fl.asarray(rng.random((n, n), dtype=np.float32))
+         @ fl.asarray(rng.random((n, n), dtype=np.float32)))
 elif case == "mean":
     x = fl.asarray(rng.random(1 << 20, dtype=np.float32))
     e = x * 3 - fl.mean(x)
@@ -78,9 +95,10 @@ e.get()
 c3, t3 = os.times(), time.perf_counter()
 cpu = lambda a, b: b.user + b.system - a.user - a.system
 print(f"{case}: {fl.stats()['kernels_compiled']} kernels, "
-      f"import {t1 - t0:.2f} s ({cpu(c0, c1):.2f} CPU), first result {t3 - t2:.2f} s "
-      f"({cpu(c2, c3):.2f} CPU); steps (CPU s): "
-      + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()))
+      f"import {t1 - t0:.2f} s ({cpu(c0, c1):.2f} CPU), arrays {t2 - t1:.2f} s "
+      f"({cpu(c1, c2):.2f} CPU), first result {t3 - t2:.2f} s ({cpu(c2, c3):.2f} CPU); "
+      "steps of both (CPU s): " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items())
+      + f", other {cpu(c1, c3) - sum(steps.values()):.2f}")
 """
 
 

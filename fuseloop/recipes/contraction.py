@@ -55,7 +55,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .._lazy import lp, prim
+from .._lazy import isl, lp, prim
 from ..lower.contraction import (
     BATCH,
     COL,
@@ -65,6 +65,7 @@ from ..lower.contraction import (
     X_RULE,
     Y_RULE,
     contraction_layout,
+    contraction_sizes,
     explicit_accumulator,
     extent_range,
     pad_to_tiles,
@@ -232,15 +233,105 @@ def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
     batch = BATCH in knl.all_inames()
     if batch:
         t_unit = lp.tag_inames(t_unit, {BATCH: "g.2"})
-    t_unit, sweep_x = _split_output(t_unit, ROW, cfg.bm, cfg.tm, cfg.layout, "g.1", "l.1")
-    t_unit, sweep_y = _split_output(t_unit, COL, cfg.bn, cfg.tn, cfg.layout, "g.0", "l.0")
+    t_unit, sweep_x = _split_output(t_unit, ROW, cfg.bm, cfg.tm, cfg.layout, "g.1", "l.1",
+                                    "unr")
+    t_unit, sweep_y = _split_output(t_unit, COL, cfg.bn, cfg.tn, cfg.layout, "g.0", "l.0",
+                                    "unr")
     # (the step's loop is left for the device compiler to unroll: Loopy unrolling
     # it generated bk copies of the bm/tm x bn/tn updates, and its code generation
     # time grew with them, 4x for 8 x 8 outputs per work-item)
     t_unit = lp.split_iname(t_unit, RED, cfg.bk, inner_tag="unr_hint",
                             inner_iname=f"{RED}_in", outer_iname=f"{RED}_blk")
+    t_unit = _box_domain(t_unit, {ROW: cfg.bm, COL: cfg.bn, RED: cfg.bk})
     outer = ",".join(([BATCH] if batch else []) + [f"{ROW}_blk", f"{COL}_blk", f"{RED}_blk"])
-    return _fill_tiles(t_unit, cfg, sweep_x, sweep_y, f"{RED}_in", outer)
+    t_unit = _fill_tiles(t_unit, cfg, sweep_x, sweep_y, f"{RED}_in", outer)
+    return _register_tile(t_unit, sweep_x[1:], sweep_y[1:])
+
+
+def _box_domain(t_unit: lp.TranslationUnit, blocks: dict[str, int]) -> lp.TranslationUnit:
+    """The loop domain after the splits by whole ``blocks`` (of ``m``, ``n``, ``k``, each
+    padded to its block or a multiple of it) restated as a box: each inner iname
+    ``0 <= i < length`` on its own, each block iname ``0 <= blk and block * blk < size``.
+
+    Splitting bounds the sum ``block * blk + ... + r0 < size``; with the size
+    class's ``size mod 128 = 0`` (or the padding's ``floor``) isl needed the
+    divisibility to see that no unrolled register iname needs a bounds check, for
+    every statement Loopy emitted.  The box is the same set under the kernel's
+    assumptions (checked: otherwise the domain is kept).
+    """
+    knl = t_unit.default_entrypoint
+    sizes = contraction_sizes(knl)
+    dom = knl.domains[0]
+    if len(knl.domains) != 1:
+        return t_unit
+    bounds: dict[str, str] = {}
+    for name in map(str, dom.get_var_names(isl.dim_type.set)):
+        side = name.split("_")[0]
+        if side not in blocks or name == side:
+            proj = dom.project_out_except([name], [isl.dim_type.set])
+            text = str(proj)
+            bounds[name] = text[text.index(":") + 1:text.rindex("}")].strip()
+        elif name == f"{side}_blk":
+            bounds[name] = f"0 <= {name} and {blocks[side]} * {name} < {sizes.of(side)}"
+        else:
+            bounds[name] = f"0 <= {name} < {int(knl.get_constant_iname_length(name))}"
+    params = [str(p) for p in dom.get_var_names(isl.dim_type.param)]
+    box = isl.BasicSet(f"[{', '.join(params)}] -> {{[{', '.join(bounds)}]: "
+                       + " and ".join(bounds.values()) + "}")
+    assumed = isl.align_spaces(knl.assumptions, dom.params())
+    if not box.intersect_params(assumed).is_equal(dom.intersect_params(assumed)):
+        return t_unit
+    return t_unit.with_kernel(knl.copy(domains=[box]))
+
+
+def _register_tile(t_unit: lp.TranslationUnit, rows: list[str],
+                   cols: list[str]) -> lp.TranslationUnit:
+    """The work-item's accumulators as an explicit private array over its register
+    inames ``rows`` and ``cols`` (outer to inner), updated in straight-line code, and
+    zeroed and read out (epilogue, stores) in loops the device compiler unrolls.
+
+    Loopy's ILP privatisation needs the same unrolled inames on every instruction
+    that touches the accumulator, so it generated one statement per register for
+    the zeroing, the copy out and each epilogue statement too: three quarters of
+    the statements of an 8 x 8 tile, and of Loopy's code generation time.  The
+    update's loops are pinned (``k`` outside, then ``axes``): Loopy's own order of
+    ILP loops followed Python's string hashing and changed between processes.
+    """
+    knl = t_unit.default_entrypoint
+    ext = {i: int(knl.get_constant_iname_length(i)) for i in (*rows, *cols)}
+    axes = [*reversed(cols), *rows]
+    t_unit = explicit_accumulator(t_unit, [(i, ext[i]) for i in axes], name="acc_reg")
+    loops = {}
+    for suffix, within in (("z", f"id:{REDUCTION_ID}_init"),
+                           ("e", f"not id:{REDUCTION_ID}_update")):
+        t_unit = lp.duplicate_inames(t_unit, axes, within=within,
+                                     new_inames=[f"{i}_{suffix}" for i in axes],
+                                     tags={i: "unr_hint" for i in axes})
+        loops.update({f"{i}_{suffix}": ext[i] for i in axes})
+        # (row by row, a work-item's consecutive columns innermost)
+        t_unit = lp.prioritize_loops(t_unit, ",".join(f"{i}_{suffix}" for i in (*rows, *cols)))
+    t_unit = _own_domain(t_unit, loops)
+    return lp.prioritize_loops(t_unit, ",".join([f"{RED}_blk", f"{RED}_in", *axes]))
+
+
+def _own_domain(t_unit: lp.TranslationUnit, loops: dict[str, int]) -> lp.TranslationUnit:
+    """Inames ``loops`` (each counting from 0 to its length) moved out of the kernel's
+    domain into a box of their own: Loopy's code generation works on the domain of
+    every statement it emits, and its isl operations slow down with every iname the
+    domain holds, whether the statement uses it or not."""
+    knl = t_unit.default_entrypoint
+    doms = []
+    for dom in knl.domains:
+        idx = dom.get_var_dict()
+        for name in loops:
+            if name in idx:
+                dt, pos = dom.get_var_dict()[name]  # (positions shift as dims go)
+                dom = dom.project_out(dt, pos, 1)
+        doms.append(dom)
+    box = " and ".join(f"0 <= {n} < {k}" for n, k in loops.items())
+    doms.append(isl.BasicSet.read_from_str(
+        doms[0].get_ctx(), f"{{ [{', '.join(loops)}] : {box} }}"))
+    return t_unit.with_kernel(knl.copy(domains=doms))
 
 
 def skinny_tiles(cfg: TileConfig, rows: int | None, cols: int | None, group: int,

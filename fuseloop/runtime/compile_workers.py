@@ -252,9 +252,9 @@ def prestart(device: Any = None) -> None:
 
 
 def _device_address(device: Any) -> tuple[str, str, int]:
-    from .devices import devices
+    from .devices import known_devices
 
-    ordinal = sum(1 for d in devices() if d.index < device.index
+    ordinal = sum(1 for d in known_devices() if d.index < device.index
                   and d.platform == device.platform and d.name == device.name)
     return device.platform, device.name, ordinal
 

@@ -173,7 +173,8 @@ class _DeviceRuntime:
 GATE_AT = 8
 
 _lock = threading.Lock()
-_devices: list[Device] | None = None
+_devices: list[Device] | None = None  # every backend's devices, once discovered
+_first: list[Device] | None = None  # the first backend's, discovered before the others
 _runtimes: dict[int, _DeviceRuntime] = {}
 _default: Device | None = None
 _override: contextvars.ContextVar[Device | None] = contextvars.ContextVar(
@@ -234,7 +235,7 @@ def _after_fork_in_child() -> None:
     # Even a driver that only listed its devices (clGetPlatformIDs) hangs in a forked
     # child (PoCL 3.0: a fresh context's first kernel never completes), so a fresh
     # runtime cannot be offered: the child gets a clear error instead of a hang.
-    if _devices is None:
+    if _devices is None and _first is None:
         return  # OpenCL not touched yet: the child may use it as any process
     global _lock
     _lock = threading.Lock()  # (another thread of the parent may have held it)
@@ -281,19 +282,21 @@ if hasattr(os, "register_at_fork"):
 # }}}
 
 
-def _discover() -> list[Device]:
-    from ..backends import BACKENDS, get_backend
+def _discover(names: list[str], start: int) -> list[Device]:
+    """The devices of backends ``names``, indexed from ``start``."""
+    from ..backends import get_backend
 
     found: list[Device] = []
-    for name in BACKENDS:
+    for name in names:
         try:
             infos = get_backend(name).discover()
         except ImportError:  # (a backend whose driver is not installed)
             continue
         for info in infos:
             found.append(Device(
-                index=len(found), name=info.name, type=info.type, platform=info.platform,
-                vendor=info.vendor, driver_version=info.driver_version,
+                index=start + len(found), name=info.name, type=info.type,
+                platform=info.platform, vendor=info.vendor,
+                driver_version=info.driver_version,
                 global_mem_size=info.global_mem_size, max_alloc_size=info.max_alloc_size,
                 has_fp64=info.has_fp64, cl_device=info.handle,
                 compute_units=info.compute_units, problem=info.problem,
@@ -303,13 +306,68 @@ def _discover() -> list[Device]:
     return found
 
 
+def _first_devices() -> list[Device]:
+    """The first backend's devices (OpenCL's), discovered alone.
+
+    Discovering the other backends costs a cold start more than the rest of device
+    discovery (CuPy's import and CUDA's initialisation: tenths of a second), so the
+    default device and most specs are chosen from these when no device of a later
+    backend could rank before the choice (see :func:`_best`)."""
+    global _first
+    if _devices is not None:
+        return _devices
+    if _first is None:
+        from ..backends import BACKENDS
+
+        with _lock:
+            if _first is None and _devices is None:
+                _first = _discover(list(BACKENDS)[:1], 0)
+    return _devices if _devices is not None else _first
+
+
 def _all_devices() -> list[Device]:
     global _devices
     if _devices is None:
+        first = _first_devices()
+        from ..backends import BACKENDS
+
         with _lock:
             if _devices is None:
-                _devices = _discover()
+                # (the first backend's Device objects are kept: a device chosen
+                # from them is the same object in the full list)
+                _devices = [*first, *_discover(list(BACKENDS)[1:], len(first))]
     return _devices
+
+
+def known_devices() -> list[Device]:
+    """The devices discovered so far: every device with a lower index than one of
+    them is among them (backends are discovered in order)."""
+    return _devices if _devices is not None else _first_devices()
+
+
+#: the least ``icd.preference`` of a device of a later backend (a GPU API's, not one
+#: of the CPU runtimes that list ranks)
+_LATER_PREFERENCE = len(icd.CPU_RUNTIME_PREFERENCE)
+
+
+def _best(matching: Callable[[list[Device]], list[Device]],
+          key: Callable[[Device], tuple], floor: tuple) -> Device | None:
+    """The first device of least ``key`` among ``matching(devices)``, or None.
+
+    ``floor`` is the least key a device of a later backend can have: a choice among
+    the first backend's devices whose key is at most ``floor`` is final (ties go to
+    the lower index, the first backend's), and the other backends are not
+    discovered."""
+    found = _first_devices()
+    matches = matching(found)
+    if matches:
+        best = min(matches, key=key)
+        if found is _devices or key(best) <= floor:
+            return best
+    if found is _devices:
+        return None
+    matches = matching(_all_devices())
+    return min(matches, key=key) if matches else None
 
 
 def devices(type: str | Callable[[Device], bool] | None = None, name: str | None = None,
@@ -365,7 +423,7 @@ def _named_by_env() -> Device | None:
 
 
 
-def _backend_device(key: str, found: list[Device]) -> Device | None:
+def _backend_device(key: str) -> Device | None:
     """The device a ``backend:index`` spec names (``cuda:0``, ``opencl:1``: the index
     counts that backend's devices), None when ``key`` is not of that form."""
     from ..backends import BACKENDS
@@ -373,6 +431,7 @@ def _backend_device(key: str, found: list[Device]) -> Device | None:
     backend, sep, rest = key.partition(":")
     if not sep or backend not in BACKENDS or not rest.strip().isdigit():
         return None
+    found = _first_devices() if backend == next(iter(BACKENDS)) else _all_devices()
     of_backend = [d for d in found if d.backend == backend]
     idx = int(rest)
     if idx < len(of_backend):
@@ -387,35 +446,41 @@ def find_device(spec: Device | int | str) -> Device:
     """Resolve a device spec: Device, index, 'gpu'/'cpu'/'accelerator' or a name substring."""
     if isinstance(spec, Device):
         return spec
-    found = _all_devices()
     if isinstance(spec, int) or (isinstance(spec, str) and spec.strip().isdigit()):
         idx = int(spec)
+        found = _first_devices()
+        if not 0 <= idx < len(found):
+            found = _all_devices()
         if 0 <= idx < len(found):
             return found[idx]
         raise DeviceNotFoundError(f"no device with index {idx}; {_describe_all()}")
     if not isinstance(spec, str):
         raise DeviceNotFoundError(f"cannot select a device from {spec!r}; {_describe_all()}")
     key = spec.strip().lower()
-    by_backend = _backend_device(key, found)
+    by_backend = _backend_device(key)
     if by_backend is not None:
         return by_backend
     if key in ("gpu", "cpu", "accelerator"):
-        matches = devices(type=key)
         # a type means the device FUSELOOP_DEVICE names, when it is of that type
         # ('cpu' is the Intel runtime's CPU under FUSELOOP_DEVICE=intel)
         env = _named_by_env()
 
         def first(d: Device) -> tuple:
             return (not d.usable, d is not env, icd.preference(d.runtime))
-    else:
-        matches = devices(name=key)
 
+        best = _best(lambda found: [d for d in found if d.type == key], first,
+                     (False, True, _LATER_PREFERENCE))
+    else:
         def first(d: Device) -> tuple:
             # 'intel' means Intel's runtime before PoCL's 'pthread-Intel(R) Xeon(R) ...'
             return (not d.usable, not _names_runtime(d, key), icd.preference(d.runtime))
-    if not matches:
+
+        best = _best(lambda found: [d for d in found if key in d.name.lower()
+                                    or _names_runtime(d, key)], first,
+                     (False, False, _LATER_PREFERENCE))
+    if best is None:
         raise DeviceNotFoundError(f"no OpenCL device matches {spec!r}; {_describe_all()}")
-    return min(matches, key=first)  # (stable: the loader's order breaks ties)
+    return best
 
 
 def _initial_default() -> Device:
@@ -425,15 +490,15 @@ def _initial_default() -> Device:
             return find_device(spec)
         except DeviceNotFoundError as exc:
             raise DeviceNotFoundError(f"FUSELOOP_DEVICE={spec!r}: {exc}") from None
-    found = _all_devices()
-    if not found:
-        raise DeviceNotFoundError(_describe_all())
     # usable devices first (a usable CPU before a GPU whose compiler rejects
     # everything), then GPUs before CPUs before the rest; when nothing is usable the
     # first one is chosen and its first build error says why
     rank = {"gpu": 0, "cpu": 1}
-    return min(found, key=lambda d: (not d.usable, rank.get(d.type, 2),
-                                     icd.preference(d.runtime)))
+    best = _best(list, lambda d: (not d.usable, rank.get(d.type, 2),
+                                  icd.preference(d.runtime)), (False, 0, _LATER_PREFERENCE))
+    if best is None:
+        raise DeviceNotFoundError(_describe_all())
+    return best
 
 
 def get_device() -> Device:

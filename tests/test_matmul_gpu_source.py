@@ -1,0 +1,86 @@
+"""The generated source of the GPU matmul (``gpu-tiled``) for a fake H100.
+
+Read, not run: the update of the register tile must stay the straight-line code
+the GPU timings were measured with, the same in every process, while the zeroing
+and the read-out of the accumulators are loops (Loopy's code generation time grew
+with every statement it emitted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import fuseloop as fl
+from fuseloop.lower import codegen
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fake_h100(device):
+    return dataclasses.replace(device, index=9133, type="gpu", compute_units=132,
+                               name="NVIDIA H100 80GB HBM3", vendor="NVIDIA Corporation",
+                               platform="NVIDIA CUDA", max_work_group_size=1024)
+
+
+def _source(device) -> str:
+    a = fl.empty((256, 256), dtype=np.float32, device=device)
+    low = fl.program(a @ a).lower(_fake_h100(device))
+    assert low.recipe.name == "gpu-tiled"
+    with codegen.loopy_section():
+        return codegen.generate(low.t_unit, low.device).source
+
+
+def _inner_loop(src: str) -> list[str]:
+    body = src[src.index("for (int k_in = 0; k_in <= 7; ++k_in)"):]
+    body = body[body.index("{") + 1:body.index("}")]
+    return [line.strip() for line in body.strip().splitlines()]
+
+
+def _term(tile: str, row: int, block: int, reg: int, lid: int) -> str:
+    # Loopy's spelling of tile[k_in][64 * block + 4 * lid + reg] (x_tile rows padded)
+    parts = [f"{row} * k_in", *(["64"] if block else []), f"4 * lid({lid})",
+             *([str(reg)] if reg else [])]
+    return f"{tile}[{' + '.join(parts)}]"
+
+
+def _expected_update() -> list[str]:
+    """The update as generated before the accumulators became an explicit array (with
+    Loopy's name for them): columns outer, the innermost register of each side last."""
+    lines = []
+    for n_r0 in range(4):
+        for n_r1 in range(2):
+            for m_r1 in range(2):
+                for m_r0 in range(4):
+                    i = len(lines)
+                    x = _term("x_tile", 132, m_r1, m_r0, 1)
+                    y = _term("y_tile", 128, n_r1, n_r0, 0)
+                    lines.append(f"acc_reg[{i}] = acc_reg[{i}] + {x} * {y};")
+    return lines
+
+
+def test_register_tile_update_is_unchanged_and_the_rest_are_loops(device):
+    src = _source(device)
+    assert _inner_loop(src) == _expected_update(), src
+    # zeroing and read-out: one statement each, in loops the device compiler unrolls
+    assert len(re.findall(r"acc_reg\[[^\]]*\] = 0\.0f;", src)) == 1, src
+    assert len(re.findall(r"\bout0\[", src)) == 1, src
+    assert src.count("#pragma unroll") == 9, src  # 4 + 4 loops and the k step
+
+
+def test_register_tile_order_does_not_follow_the_hash_seed():
+    # (Loopy ordered its privatised accumulators' loops by Python's string hashes)
+    child = ("import sys, fuseloop as fl\n"
+             "sys.path.insert(0, 'tests')\n"
+             "import test_matmul_gpu_source as t\n"
+             "print(t._source(fl.get_device()))\n")
+    env = dict(os.environ, PYTHONHASHSEED="4", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", child], env=env, cwd=ROOT, text=True,
+                         capture_output=True, check=True)
+    assert _inner_loop(out.stdout) == _expected_update()
