@@ -30,6 +30,7 @@ from .expr.nodes import (
     broadcast_shapes,
     forget_recent,
     intern_sig,
+    join_shared,
     recent_lazy,
     register_readers,
     scalar_sig,
@@ -221,7 +222,10 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                     hit = _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
                 loop, key, shape, sig = hit
                 if sig:
-                    operands = an.operands + bn.operands
+                    bo = bn.operands
+                    if len(bo) > 1:  # a subexpression both read: its operands once
+                        sig, bo = join_shared(sig, an.operands, bo)
+                    operands = an.operands + bo
             elif tb is float or tb is int:
                 hit = _sig_loops.get((op, sa or (an.dtype, an.shape), tb))
                 if hit is None:
@@ -230,9 +234,8 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 # _weak_scalar, its hit inline (0, -0.0, NaN never remembered; 0 is false)
                 v = (_weak_scalars.get((b, key[1])) if b and b == b else None) or \
                     _weak_scalar(b, loop[1])
-                bn = _new_node(Scalar)  # (at most three targets a line: no tuple built)
-                bn.value, bn.dtype, bn.shape = v, v.dtype, ()
-                bn.storages = _EMPTY
+                bn = _new_node(Scalar)  # (its shape and storages: class constants)
+                bn.value, bn.dtype = v, v.dtype
                 if sig:
                     operands = (*an.operands, bn)
             else:
@@ -248,8 +251,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             v = (_weak_scalars.get((a, key[0])) if a and a == a else None) or \
                 _weak_scalar(a, loop[0])  # (as above)
             an = _new_node(Scalar)
-            an.value, an.dtype, an.shape = v, v.dtype, ()
-            an.storages = _EMPTY
+            an.value, an.dtype = v, v.dtype
             if sig:
                 operands = (an, *bn.operands)
         else:

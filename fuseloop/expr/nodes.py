@@ -209,6 +209,12 @@ class Node:
 # signatures) and never reused, even after the table is cleared, so a
 # node built before a clear keeps a valid signature.  Evaluation then looks the
 # structure up with (sig, which operands repeat) instead of walking the tree.
+#
+# A subexpression read by two arguments would repeat its operands, doubling them per
+# step of a chain reusing its previous step (``r = sin(r) * 0.5 + r * 0.25``): where
+# a later argument's operands begin with the earlier ones' (see shared_prefix), that
+# prefix is written once and the signature is interned again with its length
+# (joined_sig).  Which operands repeat elsewhere is still read at evaluation.
 _sig_table: dict[tuple, int] = {}
 _next_sig = itertools.count(1)
 SIG_TABLE_MAX = 1 << 16
@@ -223,6 +229,34 @@ def intern_sig(fields: tuple) -> int:
             _sig_table.clear()
         sig = _sig_table.setdefault(fields, next(_next_sig))
     return sig
+
+
+def shared_prefix(ao: tuple, bo: tuple) -> int:
+    """How many of the operands ``bo`` of an operation's later argument are the first
+    operands ``ao`` of its earlier ones, in order (compared by identity, in C): all of
+    ``bo`` or all but its last (``f(r) + r * c``), else 0; 0 for fewer than two."""
+    k = len(bo)
+    if k < 2:
+        return 0
+    if ao[:k] == bo:
+        return k
+    k -= 1
+    return k if ao[:k] == bo[:k] else 0
+
+
+def join_shared(sig: int, ao: tuple, bo: tuple) -> tuple[int, tuple]:
+    """The signature of a two-argument operation of signature ``sig`` whose arguments
+    have the operands ``ao`` and ``bo``, and the operands of ``bo`` to append."""
+    k = shared_prefix(ao, bo)
+    return (joined_sig(sig, k), bo[k:]) if k else (sig, bo)
+
+
+def joined_sig(sig: int, shared: Any) -> int:
+    """The signature of an operation of signature ``sig`` (interned from its arguments'
+    signatures alone) whose later arguments' operands begin with ``shared`` (one
+    count, or a tuple of them for more than two arguments) of the earlier ones'
+    (see :func:`shared_prefix`), written once."""
+    return intern_sig(("J", sig, shared))
 
 
 def signature_of(node: Node) -> int:
@@ -327,12 +361,13 @@ class Scalar(Node):
     """A scalar passed to the kernel as an argument (its value is not in the key)."""
 
     __slots__ = ("value",)
+    # (class constants: the operators make scalar nodes in place, setting two fields)
+    shape = ()
+    storages = _EMPTY
 
     def __init__(self, value: np.generic) -> None:
         self.value = value
         self.dtype = value.dtype
-        self.shape = ()
-        self.storages = _EMPTY
 
     # (properties: the operators make scalar nodes in place, without setting them)
     @property
@@ -486,15 +521,25 @@ class Apply(Node):
         fields: list[Any] = ["A", ("U", self.function.key) if type(self) is UserCall else op,
                              key, shape]
         operands: tuple = ()
-        for a in args:
+        joins: list[int] = []  # per later argument: its operands shared (shared_prefix)
+        for k, a in enumerate(args):
             sig = signature_of(a)
             if not sig:
                 break
             fields.append(sig)
-            operands += a.operands or ()  # (never None with a signature)
+            more = a.operands or ()  # (never None with a signature)
+            if k:
+                shared = shared_prefix(operands, more)
+                joins.append(shared)
+                if shared:
+                    more = more[shared:]
+            operands += more
         else:
             if len(operands) <= MAX_OPERANDS:
-                self.sig = intern_sig(tuple(fields))
+                sig = intern_sig(tuple(fields))
+                # (two arguments: the operators' lean path joins with the one count)
+                self.sig = joined_sig(sig, joins[0] if len(joins) == 1 else tuple(joins)) \
+                    if any(joins) else sig
                 self.operands = operands
                 return
         self.sig = 0
