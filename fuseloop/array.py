@@ -221,10 +221,11 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 if hit is None:
                     hit = _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
                 loop, key, shape, sig = hit
-                if sig:
+                if sig:  # (a subexpression or buffer both read: its operands once)
                     bo = bn.operands
-                    if len(bo) > 1:  # a subexpression both read: its operands once
-                        sig, bo = join_shared(sig, an.operands, bo)
+                    if len(bo) > 1 or (bo and type(bo[0]) is Storage
+                                       and bo[0] in an.storages):
+                        sig, bo = join_shared(sig, an.operands, an.storages, bo)
                     operands = an.operands + bo
             elif tb is float or tb is int:
                 hit = _sig_loops.get((op, sa or (an.dtype, an.shape), tb))

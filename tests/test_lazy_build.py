@@ -119,14 +119,32 @@ def test_shared_steps_keep_numpy_dtypes_and_shapes(device, checked):
         np.testing.assert_allclose(f.get(), want_f)
 
 
-def test_a_large_expression_is_linearised_once(device, passes):
-    """400 operations (about 2000 tokens of key): keyed by the walk, linearised once."""
+def test_a_long_chain_is_found_by_signature(device, monkeypatch, passes):
+    """``r = r * c + y`` 50 times: y, read by every step, is one operand (52 in all)."""
     xh = np.arange(8, dtype=np.float32)
 
     def build(y, c):
         r = fl.asarray(xh)
-        for _ in range(200):
+        for _ in range(50):
             r = r * c + y
+        return r
+
+    e = build(fl.asarray(xh + 1), 0.5)
+    assert e._node.sig and len(e._node.operands) == 52
+    entry = structure_entry([e._node], e.shape)[0]
+    monkeypatch.setattr(prog, "_walk", None)  # (not walked: found by signature)
+    other = build(fl.asarray(xh - 1), 0.25)
+    assert structure_entry([other._node], other.shape)[0] is entry and len(passes) == 1
+
+
+def test_a_large_expression_is_linearised_once(device, passes):
+    """450 operations (about 2500 tokens of key): keyed by the walk, linearised once."""
+    xh = np.arange(8, dtype=np.float32)
+
+    def build(y, c):
+        r = fl.asarray(xh)
+        for _ in range(150):
+            r = r * c + y * 0.5
         return r
 
     e = build(fl.asarray(xh + 1), 0.5)
@@ -145,8 +163,8 @@ def test_large_structures_kept_are_bounded(device, monkeypatch):
     found = []
     for k in range(4):  # four structures of over 512 tokens (other literals)
         r = x
-        for _ in range(60):
-            r = r * 0.5 + x
+        for _ in range(90):  # (two operands a step: walked)
+            r = r * 0.5 + x * 0.5
         r = r + fl.constant(float(k))
         found.append(structure_entry([r._node], r.shape))
     assert all(hit is not None for hit in found) and len(prog.structures) == 2

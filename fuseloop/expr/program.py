@@ -59,6 +59,7 @@ the passes of :data:`fuseloop.passes.PASSES`:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
@@ -435,7 +436,7 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
         if sig and operands is not None:  # (a signature always comes with its operands)
             # each operand's first place: which buffers and scalar nodes are the same
             # (by identity: neither defines ==)
-            key: tuple = (sig, out_shape, tuple(map(operands.index, operands)))
+            key: tuple = (sig, out_shape, _firsts(operands))
             entry = structures.get(key)
             if entry is not None and not CHECK_STRUCTURE_CACHE:
                 flat_entries[key[:2]] = entry
@@ -456,6 +457,15 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
     if entry is not None and not CHECK_STRUCTURE_CACHE:
         return entry, storages, scalars
     return _linearised(key, entry, roots, out_shape, storages, scalars)
+
+
+def _firsts(operands: tuple) -> tuple[int, ...]:
+    """Each operand's first position among ``operands`` (by identity)."""
+    if len(operands) <= 16:
+        return tuple(map(operands.index, operands))
+    # (linear: searching would cost a pass per operand)
+    first: dict[int, int] = {}
+    return tuple(map(first.setdefault, map(id, operands), itertools.count()))
 
 
 def _signed_miss(key: tuple, entry: StructureEntry | None, root: Node,
