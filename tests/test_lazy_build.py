@@ -170,3 +170,10 @@ def test_large_structures_kept_are_bounded(device, monkeypatch):
     assert all(hit is not None for hit in found) and len(prog.structures) == 2
     prog.clear_structure_cache()
     assert prog._large[0] == 0
+
+
+def test_first_positions_of_long_operand_lists():
+    a, b, c = object(), object(), object()
+    many = tuple(object() for _ in range(20))
+    for ops in ((a, b, a, c, b), (a, *many, b, a, *many[::3], c, b)):
+        assert prog._firsts(ops) == tuple(ops.index(o) for o in ops)
