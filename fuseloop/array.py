@@ -223,8 +223,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 loop, key, shape, sig = hit
                 if sig:  # (a subexpression or buffer both read: its operands once)
                     bo = bn.operands
-                    if len(bo) > 1 or (bo and type(bo[0]) is Storage
-                                       and bo[0] in an.storages):
+                    if len(bo) > 1 or (bo and bo[0] in an.storages):  # (a buffer, if in)
                         sig, bo = join_shared(sig, an.operands, an.storages, bo)
                     operands = an.operands + bo
             elif tb is float or tb is int:
@@ -235,8 +234,9 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 # _weak_scalar, its hit inline (0, -0.0, NaN never remembered; 0 is false)
                 v = (_weak_scalars.get((b, key[1])) if b and b == b else None) or \
                     _weak_scalar(b, loop[1])
-                bn = _new_node(Scalar)  # (its shape and storages: class constants)
-                bn.value, bn.dtype = v, v.dtype
+                bn = _new_node(Scalar)  # (at most three targets a line: no tuple built)
+                bn.value, bn.dtype, bn.shape = v, v.dtype, ()
+                bn.storages = _EMPTY
                 if sig:
                     operands = (*an.operands, bn)
             else:
@@ -252,7 +252,8 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             v = (_weak_scalars.get((a, key[0])) if a and a == a else None) or \
                 _weak_scalar(a, loop[0])  # (as above)
             an = _new_node(Scalar)
-            an.value, an.dtype = v, v.dtype
+            an.value, an.dtype, an.shape = v, v.dtype, ()
+            an.storages = _EMPTY
             if sig:
                 operands = (an, *bn.operands)
         else:
@@ -263,8 +264,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
         if sig and len(operands) > MAX_OPERANDS:
             sig = 0
         node.sig, node.operands = sig, operands if sig else None
-        sa = an.storages
-        sb = bn.storages
+        sa, sb = an.storages, bn.storages  # (two targets: no tuple built)
         # (the union only when neither holds the other: most operands share buffers)
         node.storages = storages = sa if sb is sa or not sb else sb if not sa or sa < sb \
             else sa if sb <= sa else sa | sb

@@ -381,13 +381,12 @@ class Scalar(Node):
     """A scalar passed to the kernel as an argument (its value is not in the key)."""
 
     __slots__ = ("value",)
-    # (class constants: the operators make scalar nodes in place, setting two fields)
-    shape = ()
-    storages = _EMPTY
 
     def __init__(self, value: np.generic) -> None:
         self.value = value
         self.dtype = value.dtype
+        self.shape = ()
+        self.storages = _EMPTY
 
     # (properties: the operators make scalar nodes in place, without setting them)
     @property
