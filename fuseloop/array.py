@@ -320,14 +320,14 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
     (``op``, operand signature).  Anything else goes to
     :func:`_apply_general`.
     """
-    def unary(a: Any) -> Any:
-        if type(a) is not Array:
-            return _apply_general(op, (a,))
-        an = a._node
+    def unary(x: Any, /) -> Any:
+        if type(x) is not Array:
+            return _apply_general(op, (x,))
+        an = x._node
         sa = an.sig or (0 if type(an) is Apply else signature_of(an))
-        hit = _sig_loops.get((op, sa or a.dtype))
+        hit = _sig_loops.get((op, sa or x.dtype))
         if hit is None:
-            hit = _unary_hit(op, an, sa, a.dtype)
+            hit = _unary_hit(op, an, sa, x.dtype)
         loop, key, sig = hit
         node = _new_node(Apply)
         node.op = op
@@ -344,7 +344,7 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         self = _new_node(Array)
         self._storage = None
         self._node = node
-        self.device = a.device
+        self.device = x.device
         self.dtype = dtype
         self._shape = shape
         if storages:
