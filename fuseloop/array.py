@@ -30,6 +30,7 @@ from .expr.nodes import (
     broadcast_shapes,
     forget_recent,
     intern_sig,
+    join_shared,
     recent_lazy,
     register_readers,
     scalar_sig,
@@ -220,8 +221,11 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 if hit is None:
                     hit = _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
                 loop, key, shape, sig = hit
-                if sig:
-                    operands = an.operands + bn.operands
+                if sig:  # (a subexpression or buffer both read: its operands once)
+                    bo = bn.operands
+                    if len(bo) > 1 or (bo and bo[0] in an.storages):  # (a buffer, if in)
+                        sig, bo = join_shared(sig, an.operands, an.storages, bo)
+                    operands = an.operands + bo
             elif tb is float or tb is int:
                 hit = _sig_loops.get((op, sa or (an.dtype, an.shape), tb))
                 if hit is None:
@@ -260,8 +264,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
         if sig and len(operands) > MAX_OPERANDS:
             sig = 0
         node.sig, node.operands = sig, operands if sig else None
-        sa = an.storages
-        sb = bn.storages
+        sa, sb = an.storages, bn.storages  # (two targets: no tuple built)
         # (the union only when neither holds the other: most operands share buffers)
         node.storages = storages = sa if sb is sa or not sb else sb if not sa or sa < sb \
             else sa if sb <= sa else sa | sb
@@ -317,14 +320,14 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
     (``op``, operand signature).  Anything else goes to
     :func:`_apply_general`.
     """
-    def unary(a: Any) -> Any:
-        if type(a) is not Array:
-            return _apply_general(op, (a,))
-        an = a._node
+    def unary(x: Any, /) -> Any:
+        if type(x) is not Array:
+            return _apply_general(op, (x,))
+        an = x._node
         sa = an.sig or (0 if type(an) is Apply else signature_of(an))
-        hit = _sig_loops.get((op, sa or a.dtype))
+        hit = _sig_loops.get((op, sa or x.dtype))
         if hit is None:
-            hit = _unary_hit(op, an, sa, a.dtype)
+            hit = _unary_hit(op, an, sa, x.dtype)
         loop, key, sig = hit
         node = _new_node(Apply)
         node.op = op
@@ -341,7 +344,7 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         self = _new_node(Array)
         self._storage = None
         self._node = node
-        self.device = a.device
+        self.device = x.device
         self.dtype = dtype
         self._shape = shape
         if storages:

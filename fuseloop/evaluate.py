@@ -547,8 +547,8 @@ def _run_cached(roots: Sequence[Node], out_shape: tuple[int, ...], device: Devic
     """One flat elementwise root into ``out``: its cached structure and launch if it
     has them (linearised and remembered otherwise)."""
     hit = structure_entry(roots, out_shape)
-    if hit is None:
-        program, bindings = linearize(roots, out_shape)
+    if hit is None:  # (not cached: not looked up again)
+        program, bindings = linearize(roots, out_shape, cache=False)
         launch(program, bindings, [out], device)
     elif captured_sources() is not None or _plan_recorder() is not None or \
             not launch_cached(*hit, out, out_shape, device):

@@ -144,10 +144,11 @@ def test_flat_entries_follow_the_operands_repeats(device, flat_calls):
     prog.clear_structure_cache()
     np.testing.assert_allclose(fl.hypot(x, x).get(), np.hypot(xh, xh), rtol=1e-6)
     del flat_calls[:]
-    # x*x's program reads one buffer: x*y, with the same signature, needs its own
+    # x*x's program reads one buffer: x*y needs its own (a signature of its own too: a
+    # buffer that both arguments read is in the signature, see expr.nodes)
     np.testing.assert_allclose(fl.hypot(x, y).get(), np.hypot(xh, yh), rtol=1e-6)
     assert flat_calls == [False]
-    # a program for two buffers serves one buffer given twice
+    # one buffer given twice: x*x's program
     np.testing.assert_allclose(fl.hypot(y, y).get(), np.hypot(yh, yh), rtol=1e-6)
     assert flat_calls == [False, True]
     np.testing.assert_allclose(fl.hypot(x, y).get(), np.hypot(xh, yh), rtol=1e-6)

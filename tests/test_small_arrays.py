@@ -171,8 +171,9 @@ def test_a_chain_reusing_its_step_is_cached(device, checked):
     for _ in range(10):
         expect = np.sin(expect) * np.float32(0.5) + expect * np.float32(0.25)
     r = _chain(r0, 10)
-    assert r._node.sig == 0  # too many operands for a signature: the walk keys it
-    # (before: the walk wrote the shared step out again per path, 2**10 times: uncached)
+    # signed: the shared step's operands are merged, not repeated (r0 and 20 scalars;
+    # before: 2**10 repeats, then the walk, which once wrote out the step per path)
+    assert r._node.sig and len(r._node.operands) == 21
     hit = structure_entry([r._node], r.shape)
     assert hit is not None
     entry, storages, scalars = hit

@@ -59,6 +59,7 @@ the passes of :data:`fuseloop.passes.PASSES`:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
@@ -220,7 +221,14 @@ structures: dict[tuple, StructureEntry] = {}
 # elementwise kernel into a new buffer may read one buffer through two arguments)
 flat_entries: dict[tuple, StructureEntry] = {}
 STRUCTURES_MAX = 2048  # entries kept (all are dropped when it is reached)
-MAX_TOKENS = 512  # larger expressions are linearised every time
+# larger expressions are linearised every time (a 400-operation expression writes
+# about 2000 tokens; linearising it costs ten times its walk)
+MAX_TOKENS = 4096
+# entries whose keys are longer than LARGE_TOKENS: at most LARGE_MAX of them are kept
+# (until the cache is cleared), which bounds the memory their keys and programs take
+LARGE_TOKENS = 512
+LARGE_MAX = 64
+_large = [0]
 #: tests set this to compare every structure-cache hit with a fresh linearisation
 CHECK_STRUCTURE_CACHE = False
 
@@ -428,7 +436,7 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
         if sig and operands is not None:  # (a signature always comes with its operands)
             # each operand's first place: which buffers and scalar nodes are the same
             # (by identity: neither defines ==)
-            key: tuple = (sig, out_shape, tuple(map(operands.index, operands)))
+            key: tuple = (sig, out_shape, _firsts(operands))
             entry = structures.get(key)
             if entry is not None and not CHECK_STRUCTURE_CACHE:
                 flat_entries[key[:2]] = entry
@@ -449,6 +457,15 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
     if entry is not None and not CHECK_STRUCTURE_CACHE:
         return entry, storages, scalars
     return _linearised(key, entry, roots, out_shape, storages, scalars)
+
+
+def _firsts(operands: tuple) -> tuple[int, ...]:
+    """Each operand's first position among ``operands`` (by identity)."""
+    if len(operands) <= 16:
+        return tuple(map(operands.index, operands))
+    # (linear: searching would cost a pass per operand)
+    first: dict[int, int] = {}
+    return tuple(map(first.setdefault, map(id, operands), itertools.count()))
 
 
 def _signed_miss(key: tuple, entry: StructureEntry | None, root: Node,
@@ -538,15 +555,19 @@ def _linearised(key: tuple, entry: StructureEntry | None, roots: Sequence[Node],
     fresh.take = take
     if not same:  # never expected: the walks visit in the same order; do not cache
         return fresh, bindings.storages, bindings.scalars
+    if len(key) > LARGE_TOKENS:  # (a long key and a large program: only so many kept)
+        if _large[0] >= LARGE_MAX:
+            return fresh, storages, scalars
+        _large[0] += 1
     if len(structures) >= STRUCTURES_MAX:
-        structures.clear()
-        flat_entries.clear()
+        clear_structure_cache()
     return structures.setdefault(key, fresh), storages, scalars
 
 
 def clear_structure_cache() -> None:
     structures.clear()
     flat_entries.clear()
+    _large[0] = 0
 
 
 from ..caches import register as _register_cache  # noqa: E402  (cache registry: fuseloop/caches.py)
