@@ -70,6 +70,7 @@ from ..lower.contraction import (
     pad_to_tiles,
     shifted_split,
 )
+from . import skinny as skinny_mod
 from .core import Derived, Param, Recipe, SizeClassFunction, Space, int_range, powers_of_two
 
 if TYPE_CHECKING:
@@ -285,6 +286,13 @@ def skinny_tiles(cfg: TileConfig, rows: int | None, cols: int | None, group: int
     return TileConfig(bm, bn, bk, tm, tn, "blocked")
 
 
+def long_k_fast(knl: lp.LoopKernel, short: str) -> bool:
+    """Whether the operand along the long side (``Y`` when ``short`` is ``m``) is
+    contiguous along the reduced range."""
+    x_fast, y_fast = contraction_layout(knl)
+    return (y_fast if short == ROW else x_fast) == RED
+
+
 def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
                 lanes: int) -> lp.TranslationUnit:
     """A short side in registers, the reduced range split over lanes of a work-group.
@@ -302,8 +310,7 @@ def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
     """
     knl = t_unit.default_entrypoint
     long = COL if short == ROW else ROW
-    x_fast, y_fast = contraction_layout(knl)
-    k_fast = (y_fast if long == COL else x_fast) == RED
+    k_fast = long_k_fast(knl, short)
     if k_fast:
         lanes = min(32, group)
     width = max(1, group // lanes)
@@ -329,9 +336,12 @@ def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
 
 def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
                wide_tiles: TileConfig, few: int, skinny: str, skinny_group: int,
-               skinny_lanes: int, skinny_bk: int, split_k: int) -> lp.TranslationUnit:
+               skinny_lanes: int, skinny_bk: int, stream: int, stream_group: int,
+               stream_per: int, stream_unroll: int, split_k: int) -> lp.TranslationUnit:
     """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types.  A side
-    of at most ``few`` outputs: :func:`split_lanes` (``skinny="lanes"``) or
+    of at most ``stream`` outputs whose long operand is contiguous along the long
+    side: :func:`~fuseloop.recipes.skinny.stream_long`; else a side of at most
+    ``few`` outputs: :func:`split_lanes` (``skinny="lanes"``) or
     :func:`skinny_tiles` (``"tiles"``).  ``split_k`` is read before lowering
     (:func:`fuseloop.split_k.contraction_pieces`): a split's pieces are a batch here."""
     from ..lower.contraction import operand_itemsize
@@ -341,10 +351,15 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
     cfg = wide_tiles if itemsize > 4 else tiles
     short = [hi if hi is not None and hi <= few else None
              for _, hi in (extent_range(knl, ROW), extent_range(knl, COL))]
-    if skinny == "lanes" and (short[0] or short[1]):
+    if short[0] or short[1]:
         axis = ROW if short[0] and (not short[1] or short[0] <= short[1]) else COL
         extent = short[0] if axis == ROW else short[1]
         assert extent is not None
+        if extent <= stream and not long_k_fast(knl, axis):
+            per = skinny_mod.stream_per(extent, stream_per, itemsize)
+            return skinny_mod.stream_long(t_unit, axis, extent, stream_group, per,
+                                          stream_unroll)
+    if skinny == "lanes" and (short[0] or short[1]):
         # the lanes' partial sums (a local array of group x extent values) must fit
         group = skinny_group
         while group > skinny_lanes and group * extent * max(itemsize, 4) > MIN_LOCAL_MEMORY:
@@ -370,7 +385,7 @@ MIN_LOCAL_MEMORY = 32 * 1024
 def _tiles_fit(values: Mapping[str, Any], device: Device) -> bool:
     """Whether both tile configurations fit the device's work-group size and (at 8
     bytes an element, padding included) the minimum local memory."""
-    if values["skinny_group"] > device.max_work_group_size \
+    if max(values["skinny_group"], values["stream_group"]) > device.max_work_group_size \
             or values["skinny_lanes"] > values["skinny_group"]:
         return False
     for cfg in (values["tiles"], values["wide_tiles"]):
@@ -390,12 +405,14 @@ _TILES_TEXT = "a TileConfig with positive sizes, tm dividing bm, tn dividing bn"
 
 #: a side of the output with at most this many elements is short (GPU)
 GPU_FEW = 32
+#: a short side of at most this many outputs is streamed (skinny.stream_long; GPU)
+GPU_STREAM = 16
 #: long sides and reduced ranges that are multiples of this are a size class (GPU):
 #: the tiles of every built-in configuration divide them, so nothing is padded
 GPU_ALIGN = 128
 
 gpu_tiled = Recipe(
-    "gpu-tiled", _gpu_tiled, kind="contraction", version="2",
+    "gpu-tiled", _gpu_tiled, kind="contraction", version="3",
     params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types",
                   Space(_TILE_SEARCH, _tiles_ok, _TILES_TEXT)),
             Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types",
@@ -412,6 +429,15 @@ gpu_tiled = Recipe(
                   powers_of_two(1, 64, (4, 8, 16, 32))),
             Param("skinny_bk", int, 16, "skinny_tiles: reduced-range step",
                   powers_of_two(4, 64, (8, 16, 32))),
+            Param("stream", int, GPU_STREAM, "a side of at most this many outputs whose long "
+                  "operand is contiguous along the long side: skinny.stream_long (0: never)",
+                  int_range(0, 64, (0, 8, 16))),
+            Param("stream_group", int, 128, "stream_long: work-items of a group",
+                  powers_of_two(32, 1024, (64, 128, 256))),
+            Param("stream_per", int, 4, "stream_long: at most this many outputs of the long "
+                  "side per work-item", powers_of_two(1, 8, (1, 2, 4))),
+            Param("stream_unroll", int, 8, "stream_long: reduced-range steps unrolled "
+                  "(loads in flight)", powers_of_two(1, 32, (4, 8, 16))),
             Param("split_k", int, 0, "pieces of the reduced range run by separate "
                   "work-groups, then summed (fuseloop.split_k; 0: by rule from the "
                   "device's compute units, 1: never; decided per evaluation, so "
