@@ -294,7 +294,7 @@ def long_k_fast(knl: lp.LoopKernel, short: str) -> bool:
 
 
 def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
-                lanes: int) -> lp.TranslationUnit:
+                lanes: int, unroll: int = 1) -> lp.TranslationUnit:
     """A short side in registers, the reduced range split over lanes of a work-group.
 
     Every work-item holds all ``extent`` outputs of the short side ``short`` (``m``
@@ -306,7 +306,9 @@ def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
     ``group`` work-items per ``group / lanes`` of them.  The work-group's fast axis
     follows the long operand's contiguous axis: along the long side, ``lanes``
     lanes; along the reduced range (``A @ B`` with few columns), lanes as wide as
-    a warp (32), so neighbouring work-items read neighbouring addresses.
+    a warp (32), so neighbouring work-items read neighbouring addresses.  Each
+    lane walks its terms ``unroll`` at a time (a loop the device compiler unrolls:
+    that many independent loads of the long operand in flight), ``lanes`` apart.
     """
     knl = t_unit.default_entrypoint
     long = COL if short == ROW else ROW
@@ -314,7 +316,7 @@ def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
     if k_fast:
         lanes = min(32, group)
     width = max(1, group // lanes)
-    t_unit = pad_to_tiles(t_unit, {short: extent, long: width, RED: lanes})
+    t_unit = pad_to_tiles(t_unit, {short: extent, long: width, RED: lanes * unroll})
     if BATCH in knl.all_inames():
         t_unit = lp.tag_inames(t_unit, {BATCH: "g.1"})
     t_unit = lp.split_iname(t_unit, short, extent, inner_tag="ilp",
@@ -326,6 +328,11 @@ def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
                             inner_tag="l.0" if k_fast else "l.1")
     # sum(lane, sum(step, ...)): each lane's own sum, then the tree across lanes
     t_unit = lp.split_reduction_outward(t_unit, lane)
+    if unroll > 1:
+        # k = (step * unroll + u) * lanes + lane
+        t_unit = lp.split_iname(t_unit, f"{RED}_step", unroll, inner_tag="unr_hint",
+                                outer_iname=f"{RED}_step_o", inner_iname=f"{RED}_su")
+        t_unit = lp.prioritize_loops(t_unit, f"{RED}_step_o,{RED}_su")
     t_unit = lp.add_inames_for_unused_hw_axes(t_unit, within=f"not id:{REDUCTION_ID}")
     knl = t_unit.default_entrypoint
     first = prim.Comparison(prim.Variable(lane), "==", 0)
@@ -336,8 +343,9 @@ def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
 
 def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
                wide_tiles: TileConfig, few: int, skinny: str, skinny_group: int,
-               skinny_lanes: int, skinny_bk: int, stream: int, stream_group: int,
-               stream_per: int, stream_unroll: int, split_k: int) -> lp.TranslationUnit:
+               skinny_lanes: int, skinny_bk: int, skinny_unroll: int, stream: int,
+               stream_group: int, stream_per: int, stream_unroll: int,
+               split_k: int) -> lp.TranslationUnit:
     """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types.  A side
     of at most ``stream`` outputs whose long operand is contiguous along the long
     side: :func:`~fuseloop.recipes.skinny.stream_long`; else a side of at most
@@ -364,7 +372,7 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
         group = skinny_group
         while group > skinny_lanes and group * extent * max(itemsize, 4) > MIN_LOCAL_MEMORY:
             group //= 2
-        return split_lanes(t_unit, axis, extent, group, skinny_lanes)
+        return split_lanes(t_unit, axis, extent, group, skinny_lanes, skinny_unroll)
     cfg = skinny_tiles(cfg, short[0], short[1], skinny_group, skinny_bk, max(itemsize, 4))
     return _tile(t_unit, cfg)
 
@@ -429,6 +437,8 @@ gpu_tiled = Recipe(
                   powers_of_two(1, 64, (4, 8, 16, 32))),
             Param("skinny_bk", int, 16, "skinny_tiles: reduced-range step",
                   powers_of_two(4, 64, (8, 16, 32))),
+            Param("skinny_unroll", int, 4, "split_lanes: a lane's terms unrolled (loads "
+                  "in flight)", powers_of_two(1, 16, (1, 4, 8))),
             Param("stream", int, GPU_STREAM, "a side of at most this many outputs whose long "
                   "operand is contiguous along the long side: skinny.stream_long (0: never)",
                   int_range(0, 64, (0, 8, 16))),
