@@ -1,0 +1,129 @@
+"""Contractions with a short side on the GPU recipe (run on the CPU device): the
+streaming kernel (fuseloop.recipes.skinny.stream_long), the lanes kernel's unrolled
+walk, their code and their results against numpy, and the split-K rule for them."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import split_k
+from fuseloop.recipes import DevicePredicate
+from fuseloop.recipes import contraction as rc
+from fuseloop.recipes import skinny
+from fuseloop.splits import two_stage_split
+
+#: small blocks: quick to build on PoCL, and still several columns a work-item
+SMALL = {"stream_group": 32, "stream_per": 2, "stream_unroll": 2, "split_k": 1}
+
+
+def rand(shape, seed=0, dtype=np.float32):
+    return (np.random.default_rng(seed).random(shape) - 0.5).astype(dtype)
+
+
+def _code(expr, **params):
+    import loopy as lp
+
+    with fl.recipes.use(rc.gpu_tiled.with_params(**({"split_k": 1} | params))):
+        t_unit = fl.program(expr).lower().t_unit
+    return lp.generate_code_v2(t_unit).device_code()
+
+
+@pytest.fixture
+def small_gpu_recipe(device, restore_recipes):
+    if device.type != "cpu":
+        pytest.skip("the GPU recipe runs on GPUs anyway")
+    pred = DevicePredicate(type=device.type, vendor=device.vendor, name=device.name,
+                           platform=device.platform)
+    fl.register_recipe(pred, rc.gpu_tiled.with_params(**SMALL), name="test-skinny",
+                       kind="contraction")
+    return device
+
+
+def _loop_body(src):
+    """The body of the loop over the reduced range's steps."""
+    at = src.index("for (int k_step")
+    return src[at:src.index("\n    }\n", at)]
+
+
+def test_stream_reads_the_long_operand_once_per_step(device):
+    """8 rows of A times B (contiguous along its columns): each work-item keeps 8 x 4
+    accumulators and reads 4 values of B per step, one contiguous run per
+    work-group (lid(0) + r * group); A's values are the same for the whole group."""
+    a, b = fl.asarray(rand((8, 300))), fl.asarray(rand((300, 1000)))
+    src = _code(a @ b, stream_group=64, stream_per=4, stream_unroll=4)
+    assert "__local" not in src and "barrier" not in src
+    assert "reqd_work_group_size(64, 1, 1)" in src
+    # (Loopy orders the privatised accumulator's axes as it likes)
+    assert re.search(r"acc_k_step_k_u\[(8 \* 4|4 \* 8)\]", src)
+    body = _loop_body(src)
+    b_reads = set(re.findall(r"in1\[[^]]*\]", body))
+    a_reads = set(re.findall(r"in0\[[^]]*\]", body))
+    assert len(b_reads) == 4 and len(a_reads) == 8  # per step: 4 + 8 loads, 32 FMAs
+    assert all("lid(0)" in r for r in b_reads) and not any("lid(" in r for r in a_reads)
+    assert len(re.findall(r"acc_k_step_k_u\[\d+\] = ", body)) == 32
+    assert "opencl_unroll_hint" in body  # the device compiler unrolls the steps
+    # a vector times a matrix: one accumulator per column, stream_per columns
+    src = _code(fl.asarray(rand(300)) @ b, stream_group=64, stream_per=4, stream_unroll=4)
+    assert len(set(re.findall(r"in1\[[^]]*\]", _loop_body(src)))) == 4
+
+
+def test_stream_rule_keeps_accumulators_in_registers():
+    assert skinny.stream_per(1, 4) == 4 and skinny.stream_per(8, 4) == 4
+    assert skinny.stream_per(16, 4) == 2 and skinny.stream_per(32, 4) == 1
+    assert skinny.stream_per(8, 4, itemsize=8) == 2  # 8-byte accumulators: half as many
+
+
+@pytest.mark.parametrize("sa,sb,dtype,form", [
+    ((2, 3, 70), (2, 70, 45), np.float32, "batched three rows"),
+    ((8, 37), (37, 100), np.float64, "eight rows"),
+    ((45, 70), (70, 5), np.float32, "five columns of a transposed matrix"),
+], ids=["batched three rows", "eight rows float64", "five columns, A transposed"])
+def test_stream_matches_numpy(small_gpu_recipe, sa, sb, dtype, form):
+    """Sizes no block divides (padded, reads clamped, stores predicated)."""
+    if dtype == np.float64 and not small_gpu_recipe.has_fp64:
+        pytest.skip("float64")
+    a, b = rand(sa, 1, dtype), rand(sb, 2, dtype)
+    A = fl.asarray(np.ascontiguousarray(a.T)).T if "transposed" in form else fl.asarray(a)
+    if "transposed" in form:
+        src = fl.show_code(A @ fl.asarray(b))
+        assert "k_lane" not in src and "for (int k_u" in src  # streamed along A's rows
+    got = (A @ fl.asarray(b)).get()
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+
+
+def test_lanes_unrolled_match_numpy(small_gpu_recipe):
+    """Few columns of a matrix contiguous along the sum: lanes along the sum, each
+    walking its terms two at a time (a range of 75: the last terms are padding)."""
+    a, b = rand((45, 75), 3), rand((75, 3), 4)
+    with fl.recipes.use(fl.recipe_for(small_gpu_recipe, "contraction").with_params(
+            skinny_group=32, skinny_unroll=2)):
+        src = fl.show_code(fl.asarray(a) @ fl.asarray(b))
+        assert re.search(r"for \(int k_su = 0; k_su <= 1;", src)
+        got = (fl.asarray(a) @ fl.asarray(b)).get()
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-6)
+
+
+def test_split_rule_for_streamed_products(device, restore_recipes):
+    """The streaming kernel has few work-items (stream_group * per columns a group):
+    on a 132-unit GPU, x @ A and 8 rows at 4096 take the most pieces, 128 long."""
+    gpu = dataclasses.replace(device, index=9133, type="gpu", compute_units=132,
+                              name="NVIDIA H100 80GB HBM3", vendor="NVIDIA Corporation",
+                              platform="NVIDIA CUDA", max_work_group_size=1024)
+    f32 = np.float32
+    B = fl.empty((4096, 4096), dtype=f32)
+
+    def pieces(expr):
+        split = two_stage_split([expr._node], expr.shape, gpu)
+        return 1 if split is None else split.pieces
+
+    assert pieces(fl.empty(4096, dtype=f32) @ B) == split_k.MAX_PIECES
+    assert pieces(fl.empty((8, 4096), dtype=f32) @ B) == 4096 // split_k.stream_min_piece(8)
+    # 16 rows: pieces of at least 256 (their partial products are 16 rows each)
+    assert pieces(fl.empty((16, 4096), dtype=f32) @ B) == 4096 // 256
