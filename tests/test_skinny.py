@@ -12,9 +12,8 @@ import pytest
 
 import fuseloop as fl
 from fuseloop import split_k
-from fuseloop.recipes import DevicePredicate
+from fuseloop.recipes import DevicePredicate, skinny
 from fuseloop.recipes import contraction as rc
-from fuseloop.recipes import skinny
 from fuseloop.splits import two_stage_split
 
 #: small blocks: quick to build on PoCL, and still several columns a work-item
