@@ -126,3 +126,30 @@ def test_split_rule_for_streamed_products(device, restore_recipes):
     assert pieces(fl.empty((8, 4096), dtype=f32) @ B) == 4096 // split_k.stream_min_piece(8)
     # 16 rows: pieces of at least 256 (their partial products are 16 rows each)
     assert pieces(fl.empty((16, 4096), dtype=f32) @ B) == 4096 // 256
+
+
+def test_cpu_rule_gives_few_rows_wide_column_blocks():
+    big = rc.CpuBlocks(6, 16, 1)
+    # x @ A with at least short_cols columns: one row of a 256-column panel per step
+    assert rc.cpu_shape(big, (1, 1), (256, None), 8, 0, 256) == rc.CpuBlocks(1, 256, 1)
+    assert rc.cpu_shape(big, (8, 8), (300, None), 8, 0, 256) == rc.CpuBlocks(8, 256, 1)
+    # fewer columns than that, or more rows: the blocks of the configuration
+    assert rc.cpu_shape(big, (1, 1), (17, None), 8, 0, 256) == rc.CpuBlocks(1, 16, 1)
+    assert rc.cpu_shape(big, (9, None), (300, None), 8, 0, 256) == big
+
+
+def test_cpu_wide_blocks_match_numpy(device, restore_recipes):
+    """300 columns: one 256-column block and one shifted back into range, which
+    skips the columns it shares with the first (an in-place update adds once)."""
+    if device.type != "cpu":
+        pytest.skip("the CPU recipe")
+    with fl.recipes.use(rc.cpu_blocked):
+        a, b, c = rand((3, 77), 5), rand((77, 300), 6), rand(300, 7)
+        src = fl.show_code(fl.asarray(a) @ fl.asarray(b))
+        assert "acc_tile[3 * 256]" in src or "acc_tile[768]" in src
+        got = (fl.asarray(a) @ fl.asarray(b)).get()
+        np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+        C = fl.asarray(c)
+        C += fl.asarray(a[0]) @ fl.asarray(b)
+        np.testing.assert_allclose(C.get(), c + a[0].astype(np.float64) @ b, rtol=1e-5,
+                                   atol=1e-5)

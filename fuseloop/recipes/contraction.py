@@ -80,11 +80,12 @@ if TYPE_CHECKING:
 
 # {{{ the shape rule: size classes
 
-def make_size_class(rows: int, cols: int, align: int = 0) -> SizeClassFunction:
+def make_size_class(rows: int, cols: int, align: int = 0, wide: int = 0) -> SizeClassFunction:
     """Size classes for contraction kernels: a side of the output (``m``: rows, ``n``:
     columns) of at most ``rows`` (``cols``) elements is a class of its own, its exact
     extent; a longer side is the class "longer than that", and with ``align``, a
-    long side or the reduced range that is a multiple of ``align`` says so.
+    long side or the reduced range that is a multiple of ``align`` says so, and with
+    ``wide``, a long side of at least ``wide`` elements says so.
 
     So a recipe reads from the kernel's assumptions
     (:func:`~fuseloop.lower.contraction.extent_range`) whether a side is short and how
@@ -107,6 +108,8 @@ def make_size_class(rows: int, cols: int, align: int = 0) -> SizeClassFunction:
             conds.add(f"p{slot} = {value}" if value <= limit else f"p{slot} >= {limit + 1}")
             if align and value > limit and value % align == 0:
                 conds.add(f"p{slot} mod {align} = 0")
+            if wide and value > limit and value >= wide:
+                conds.add(f"p{slot} >= {wide}")
         k = c.k_size
         if align and isinstance(k, tuple) and params[k[1]] % align == 0:
             conds.add(f"p{k[1]} mod {align} = 0")
@@ -477,6 +480,12 @@ CPU_FEW_ROWS = 8
 CPU_PANEL_ROWS = 0
 
 
+#: columns of a block when the rows are few (cpu_shape; 0: cfg.rn): a wide panel of
+#: each row of Y per work-item, so its loads stream (x @ A float32, 4096, 2-core PoCL:
+#: 16 columns 65-69 ms, 256 37-44 ms, 1024 32 ms; numpy 28-36 ms)
+CPU_SHORT_COLS = 256
+
+
 def blocked(cfg: CpuBlocks):
     """The CPU recipe with block configuration ``cfg``, as a function (as
     ``cpu_blocked.with_params(blocks=cfg)``, but without its size classes: the
@@ -522,7 +531,7 @@ def _cpu_blocks(t_unit: lp.TranslationUnit, cfg: CpuBlocks,
 
 
 def cpu_shape(cfg: CpuBlocks, rows: tuple[int, int | None], cols: tuple[int, int | None],
-              few_rows: int, panel_rows: int = 0) -> CpuBlocks:
+              few_rows: int, panel_rows: int = 0, short_cols: int = 0) -> CpuBlocks:
     """The rule's blocks for the output's extents (``(least, greatest)`` along ``m`` and
     ``n``, see :func:`~fuseloop.lower.contraction.extent_range`).
 
@@ -531,10 +540,15 @@ def cpu_shape(cfg: CpuBlocks, rows: tuple[int, int | None], cols: tuple[int, int
     panel of ``Y`` (read once from memory, not once per block of rows); fewer
     columns than ``cfg.rn`` get the largest power of two that fits, since the
     column blocks must be whole (:func:`~fuseloop.lower.contraction.shifted_split`).
+    One block of few rows spans ``short_cols`` columns when there are that many:
+    such a product reads each row of ``Y`` once, and a row's wide run streams
+    where ``cfg.rn`` columns make one short read per row (a new page every row).
     """
     rm, rn, group = cfg
     if rows[1] is not None and rows[1] <= few_rows:
         rm, group = rows[1], 1
+        if short_cols and cols[0] >= short_cols:
+            rn = short_cols
     elif rows[1] is not None and rows[1] <= panel_rows:
         group = -(-rows[1] // rm)
     if cols[0] < rn and cols[1] is not None:
@@ -543,10 +557,10 @@ def cpu_shape(cfg: CpuBlocks, rows: tuple[int, int | None], cols: tuple[int, int
 
 
 def _cpu_blocked(t_unit: lp.TranslationUnit, device: Device, *, blocks: CpuBlocks,
-                 few_rows: int, panel_rows: int = 0) -> lp.TranslationUnit:
+                 few_rows: int, panel_rows: int = 0, short_cols: int = 0) -> lp.TranslationUnit:
     knl = t_unit.default_entrypoint
     cols = extent_range(knl, COL)
-    cfg = cpu_shape(blocks, extent_range(knl, ROW), cols, few_rows, panel_rows)
+    cfg = cpu_shape(blocks, extent_range(knl, ROW), cols, few_rows, panel_rows, short_cols)
     if cfg.group > device.max_work_group_size:
         cfg = cfg._replace(group=blocks.group)
     return _cpu_blocks(t_unit, cfg, shift=cols[0] >= cfg.rn)
@@ -557,7 +571,7 @@ def _blocks_ok(cfg: object) -> bool:
 
 
 cpu_blocked = Recipe(
-    "cpu-blocked", _cpu_blocked, kind="contraction", version="3",
+    "cpu-blocked", _cpu_blocked, kind="contraction", version="4",
     params=(Param("blocks", CpuBlocks, CPU_BLOCKS, "the register block of a work-item",
                   Space((CPU_BLOCKS, CpuBlocks(4, 16), CpuBlocks(8, 8), CpuBlocks(4, 32),
                          CpuBlocks(8, 16), CpuBlocks(6, 16, 8), CpuBlocks(4, 8)),
@@ -566,10 +580,13 @@ cpu_blocked = Recipe(
                   powers_of_two(1, 16, (4, 8, 16))),
             Param("panel_rows", int, CPU_PANEL_ROWS, "at most this many rows are one "
                   "work-group of blocks sharing Y's column panels (cpu_shape; 0: never)",
-                  int_range(0, 256, (0, 32, 64, 128)))),
+                  int_range(0, 256, (0, 32, 64, 128))),
+            Param("short_cols", int, CPU_SHORT_COLS, "columns of a block of at most few_rows "
+                  "rows, where there are that many (cpu_shape; 0: blocks.rn)",
+                  int_range(0, 4096, (0, 64, 256, 1024)))),
     valid=lambda v, device: v["blocks"].group <= device.max_work_group_size,
     size_class=Derived(lambda v: make_size_class(max(v["few_rows"], v["panel_rows"]),
-                                                 v["blocks"].rn - 1)))
+                                                 v["blocks"].rn - 1, wide=v["short_cols"])))
 
 # }}}
 
