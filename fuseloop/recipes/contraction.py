@@ -441,16 +441,18 @@ gpu_tiled = Recipe(
             Param("skinny_bk", int, 16, "skinny_tiles: reduced-range step",
                   powers_of_two(4, 64, (8, 16, 32))),
             Param("skinny_unroll", int, 4, "split_lanes: a lane's terms unrolled (loads "
-                  "in flight)", powers_of_two(1, 16, (1, 4, 8))),
+                  "in flight)", powers_of_two(1, 16, (4,))),
+            # (fl.tune searches the product of every parameter's candidates: the
+            # streaming kernel's are few, mainly on/off, per and unroll)
             Param("stream", int, GPU_STREAM, "a side of at most this many outputs whose long "
                   "operand is contiguous along the long side: skinny.stream_long (0: never)",
-                  int_range(0, 64, (0, 8, 16))),
+                  int_range(0, 64, (0, 16))),
             Param("stream_group", int, 128, "stream_long: work-items of a group",
-                  powers_of_two(32, 1024, (64, 128, 256))),
+                  powers_of_two(32, 1024, (128,))),
             Param("stream_per", int, 4, "stream_long: at most this many outputs of the long "
-                  "side per work-item", powers_of_two(1, 8, (1, 2, 4))),
+                  "side per work-item", powers_of_two(1, 8, (2, 4))),
             Param("stream_unroll", int, 8, "stream_long: reduced-range steps unrolled "
-                  "(loads in flight)", powers_of_two(1, 32, (4, 8, 16))),
+                  "(loads in flight)", powers_of_two(1, 32, (4, 8))),
             Param("split_k", int, 0, "pieces of the reduced range run by separate "
                   "work-groups, then summed (fuseloop.split_k; 0: by rule from the "
                   "device's compute units, 1: never; decided per evaluation, so "
