@@ -99,12 +99,18 @@ def test_stream_matches_numpy(small_gpu_recipe, sa, sb, dtype, form):
 
 def test_lanes_unrolled_match_numpy(small_gpu_recipe):
     """Few columns of a matrix contiguous along the sum: lanes along the sum, each
-    walking its terms two at a time (a range of 75: the last terms are padding)."""
+    walking its terms two at a time (a range of 75: the last terms are padding), the
+    short operand staged in local memory (skinny.stage_short_operand)."""
     a, b = rand((45, 75), 3), rand((75, 3), 4)
     with fl.recipes.use(fl.recipe_for(small_gpu_recipe, "contraction").with_params(
             skinny_group=32, skinny_unroll=2)):
         src = fl.show_code(fl.asarray(a) @ fl.asarray(b))
         assert re.search(r"for \(int k_su = 0; k_su <= 1;", src)
+        # B's short rows are staged in local memory: the lanes read it there, along k
+        loop = src[src.index("for (int k_su"):]
+        loop = loop[:loop.index("\n      }\n")]
+        assert "__local float s_tile" in src and "in1[" not in loop
+        assert re.search(r"s_tile\[[^]]*lid\(0\) \+ 32 \* k_su\]", loop)
         got = (fl.asarray(a) @ fl.asarray(b)).get()
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-6)
 

@@ -297,7 +297,7 @@ def long_k_fast(knl: lp.LoopKernel, short: str) -> bool:
 
 
 def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
-                lanes: int, unroll: int = 1) -> lp.TranslationUnit:
+                lanes: int, unroll: int = 1, stage: bool = False) -> lp.TranslationUnit:
     """A short side in registers, the reduced range split over lanes of a work-group.
 
     Every work-item holds all ``extent`` outputs of the short side ``short`` (``m``
@@ -341,12 +341,21 @@ def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
     first = prim.Comparison(prim.Variable(lane), "==", 0)
     insns = [i if i.id == REDUCTION_ID else i.copy(predicates=i.predicates | {first})
              for i in knl.instructions]
-    return t_unit.with_kernel(knl.copy(instructions=insns))
+    t_unit = t_unit.with_kernel(knl.copy(instructions=insns))
+    if not stage:
+        return t_unit
+    step = [f"{RED}_su"] if unroll > 1 else []
+    outer = [i for i in t_unit.default_entrypoint.all_inames()
+             if i in (BATCH, f"{long}_outer", f"{short}_blk")] + \
+        [f"{RED}_step_o" if unroll > 1 else f"{RED}_step"]
+    l0, l1 = (lanes, width) if k_fast else (width, lanes)
+    return skinny_mod.stage_short_operand(t_unit, short, lane, [lane, *step], outer, l0, l1)
 
 
 def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
                wide_tiles: TileConfig, few: int, skinny: str, skinny_group: int,
-               skinny_lanes: int, skinny_bk: int, skinny_unroll: int, stream: int,
+               skinny_lanes: int, skinny_bk: int, skinny_unroll: int, skinny_stage: bool,
+               stream: int,
                stream_group: int, stream_per: int, stream_unroll: int,
                split_k: int) -> lp.TranslationUnit:
     """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types.  A side
@@ -375,7 +384,8 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
         group = skinny_group
         while group > skinny_lanes and group * extent * max(itemsize, 4) > MIN_LOCAL_MEMORY:
             group //= 2
-        return split_lanes(t_unit, axis, extent, group, skinny_lanes, skinny_unroll)
+        return split_lanes(t_unit, axis, extent, group, skinny_lanes, skinny_unroll,
+                           skinny_stage)
     cfg = skinny_tiles(cfg, short[0], short[1], skinny_group, skinny_bk, max(itemsize, 4))
     return _tile(t_unit, cfg)
 
@@ -442,6 +452,9 @@ gpu_tiled = Recipe(
                   powers_of_two(4, 64, (8, 16, 32))),
             Param("skinny_unroll", int, 4, "split_lanes: a lane's terms unrolled (loads "
                   "in flight)", powers_of_two(1, 16, (4,))),
+            Param("skinny_stage", bool, True, "split_lanes: the short operand staged in "
+                  "local memory a step of lanes at a time (skinny.stage_short_operand)",
+                  (True, False)),
             # (fl.tune searches the product of every parameter's candidates: the
             # streaming kernel's are few, mainly on/off, per and unroll)
             Param("stream", int, GPU_STREAM, "a side of at most this many outputs whose long "

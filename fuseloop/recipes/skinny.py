@@ -27,6 +27,7 @@ addresses of one row.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from .._lazy import lp
@@ -81,3 +82,59 @@ def stream_long(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
 
 
 __all__ = ["STREAM_ACCUMULATORS", "stream_long", "stream_per"]
+
+
+def stage_short_operand(t_unit: lp.TranslationUnit, short: str, lane: str, sweep: list[str],
+                        outer: list[str], l0: int, l1: int) -> lp.TranslationUnit:
+    """Stage the short operand of :func:`~fuseloop.recipes.contraction.split_lanes`'s
+    kernel in local memory, one step of lanes (``sweep``: the reduced range's inames
+    within a step, ``lane`` among them) at a time.
+
+    Without it each lane reads its own reduced index of the short operand for every
+    output of the short side: in ``A @ B[:, :8]`` (B's rows are 32 bytes) a warp's
+    load touches 32 rows, eight 128-byte lines, and its eight loads touch the same
+    lines again: eight times the L1 traffic of the data.  Here the work-group
+    (``l0 x l1`` work-items) fills ``tile[short][k]`` with neighbouring work-items on
+    neighbouring addresses of the operand, and the lanes read neighbouring ``k``
+    of one row (no bank conflicts; rows padded when the fill stores down them).
+    """
+    from ..lower.contraction import X_RULE, Y_RULE, contraction_layout
+
+    knl = t_unit.default_entrypoint
+    rule = Y_RULE if short == COL else X_RULE
+    args = knl.substitutions[rule].arguments
+    s_arg, k_arg = (args[-1], args[-2]) if rule == Y_RULE else (args[-2], args[-1])
+    x_fast, y_fast = contraction_layout(knl)
+    k_fast = (y_fast if rule == Y_RULE else x_fast) == RED
+    # (a batch, split-K's pieces among them, is one index of the tile: outer)
+    batch = [args[0]] if BATCH in knl.all_inames() else []
+    t_unit = lp.precompute(
+        t_unit, rule, sweep_inames=[f"{short}_in", *sweep], storage_axes=[*batch, s_arg, k_arg],
+        precompute_inames=["s_fb", "s_fo", "s_fk"][1 - len(batch):],
+        temporary_address_space=lp.AddressSpace.LOCAL,
+        precompute_outer_inames=",".join(outer), temporary_name="s_tile",
+        compute_insn_id="fill_s", default_tag=None)
+    # the fill: the operand's contiguous axis fastest, spread over the work-group
+    order = ["s_fo", "s_fk"] if k_fast else ["s_fk", "s_fo"]
+    order = [i for i in order if i in t_unit.default_entrypoint.all_inames()]
+    if len(order) > 1:
+        t_unit = lp.join_inames(t_unit, order, new_iname="s_f")
+    else:
+        t_unit = lp.rename_iname(t_unit, order[0], "s_f")
+    t_unit = lp.split_iname(t_unit, "s_f", l0 * l1, outer_tag="unr", outer_iname="s_fu",
+                            inner_iname="s_ft")
+    t_unit = lp.split_iname(t_unit, "s_ft", l0, outer_tag="l.1", inner_tag="l.0")
+    if not k_fast:
+        # stores go down the tile's columns: pad its rows off the 32 banks' period
+        from loopy.kernel.array import FixedStrideArrayDimTag
+
+        knl = t_unit.default_entrypoint
+        tv = knl.temporary_variables["s_tile"]
+        *outer_dims, rows, cols = tv.shape  # type: ignore[misc]
+        storage = (*outer_dims, rows, cols + 1)
+        strides = [math.prod(storage[d + 1:]) for d in range(len(storage))]
+        tv = tv.copy(storage_shape=storage,
+                     dim_tags=tuple(FixedStrideArrayDimTag(st) for st in strides))
+        temps = dict(knl.temporary_variables) | {"s_tile": tv}
+        t_unit = t_unit.with_kernel(knl.copy(temporary_variables=temps))
+    return t_unit
