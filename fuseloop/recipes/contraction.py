@@ -375,19 +375,35 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
         axis = ROW if short[0] and (not short[1] or short[0] <= short[1]) else COL
         extent = short[0] if axis == ROW else short[1]
         assert extent is not None
-        if extent <= stream and not long_k_fast(knl, axis):
+        k_fast = long_k_fast(knl, axis)
+        if extent <= stream and not k_fast:
             per = skinny_mod.stream_per(extent, stream_per, itemsize)
             return skinny_mod.stream_long(t_unit, axis, extent, stream_group, per,
                                           stream_unroll)
-    if skinny == "lanes" and (short[0] or short[1]):
-        # the lanes' partial sums (a local array of group x extent values) must fit
-        group = skinny_group
-        while group > skinny_lanes and group * extent * max(itemsize, 4) > MIN_LOCAL_MEMORY:
-            group //= 2
-        return split_lanes(t_unit, axis, extent, group, skinny_lanes, skinny_unroll,
-                           skinny_stage)
+        if skinny == "lanes":
+            group, stage = _lanes_group(extent, skinny_group, skinny_lanes, skinny_unroll,
+                                        skinny_stage, k_fast, max(itemsize, 4))
+            return split_lanes(t_unit, axis, extent, group, skinny_lanes, skinny_unroll,
+                               stage)
     cfg = skinny_tiles(cfg, short[0], short[1], skinny_group, skinny_bk, max(itemsize, 4))
     return _tile(t_unit, cfg)
+
+
+def _lanes_group(extent: int, group: int, lanes: int, unroll: int, stage: bool, k_fast: bool,
+                 itemsize: int) -> tuple[int, bool]:
+    """:func:`split_lanes`' work-group size and whether it stages the short operand: the
+    lanes' partial sums (``group x extent`` values) and the staged tile (``extent`` rows
+    of a step of lanes, padded) must fit the minimum local memory; the group shrinks
+    down to ``lanes``, then the staging is dropped."""
+    def need(group: int, stage: bool) -> int:
+        step = (min(32, group) if k_fast else lanes) * unroll
+        return (group * extent + (extent * (step + 1) if stage else 0)) * itemsize
+
+    while group > lanes and need(group, stage) > MIN_LOCAL_MEMORY:
+        group //= 2
+    if stage and need(group, stage) > MIN_LOCAL_MEMORY:
+        return _lanes_group(extent, group, lanes, unroll, False, k_fast, itemsize)
+    return group, stage
 
 
 def _tiles_ok(cfg: object) -> bool:
