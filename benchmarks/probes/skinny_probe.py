@@ -8,7 +8,8 @@ copy bandwidth (read + write of a buffer copy, measured in the same run) that
 ``bytes moved / time`` reaches: operands and result once, split-K's partial
 products not counted.  fuseloop is timed with the contraction recipe's defaults
 ("rule") and, on a GPU, with ``stream=0`` (the kernels before the streaming one:
-split_lanes or tiles) and a few variants of the streaming kernel's parameters;
+split_lanes or tiles), a few variants of the streaming kernel's parameters and the
+lanes kernel without its staging (``no stage``) or its unrolled walk (``lanes u1``);
 peers in the same run: torch, torch.compile and cupy on a GPU, numpy on the CPU.
 Every result is checked against numpy (float64).  Times are medians in microseconds;
 ``x peer`` is the best peer's time over fuseloop's default time.
@@ -37,7 +38,8 @@ from fuseloop.splits import two_stage_split
 VARIANTS = (("stream=0", {"stream": 0}), ("per 1", {"stream_per": 1}),
             ("per 2", {"stream_per": 2}), ("unroll 4", {"stream_unroll": 4}),
             ("unroll 16", {"stream_unroll": 16}), ("group 64", {"stream_group": 64}),
-            ("group 256", {"stream_group": 256}), ("split 16", {"split_k": 16}))
+            ("group 256", {"stream_group": 256}), ("split 16", {"split_k": 16}),
+            ("no stage", {"skinny_stage": False}), ("lanes u1", {"skinny_unroll": 1}))
 
 
 def _matmul(ops, a, b):
