@@ -141,7 +141,7 @@ def main() -> None:
         all_ok &= ok
         best_peer = min((t for t in peer_times if isinstance(t, float)), default=float("nan"))
 
-        def frac(t: float) -> str:
+        def frac(t: float, nbytes: int = nbytes) -> str:
             return f"{nbytes / t / 1e9 / copy:.0%}" if t == t else "-"
 
         print(f"{name:10s} {pieces:>6s} {kernels:4d} "
