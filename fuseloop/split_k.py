@@ -19,7 +19,11 @@ default) asks :func:`split_rule`, which estimates the work-items the recipe's
 kernel would have (:func:`gpu_work_items`) and splits until there are about
 :data:`ITEMS_PER_UNIT` per compute unit, keeping pieces at least
 :data:`MIN_PIECE` long; ``evaluate._first_stage`` then prefers a count down to
-half that divides the range (no bounds test).  A recipe without the parameter
+half that divides the range (no bounds test).  The streaming kernel of a short
+side (:func:`fuseloop.recipes.skinny.stream_long`) has few work-items and needs
+more of them to keep the long operand's loads in flight: its pieces may be as
+short as :func:`stream_min_piece` (128 for up to 8 outputs on the short side).  A
+recipe without the parameter
 (the CPU recipe: its blocks fill a CPU's few cores) leaves contractions to the
 other two-stage rules.  ``fl.tune`` times kernels, not evaluations, so it does
 not search ``split_k`` (its search space is the rule alone); set it with
