@@ -159,3 +159,22 @@ def test_cpu_wide_blocks_match_numpy(device, restore_recipes):
         C += fl.asarray(a[0]) @ fl.asarray(b)
         np.testing.assert_allclose(C.get(), c + a[0].astype(np.float64) @ b, rtol=1e-5,
                                    atol=1e-5)
+
+
+def test_medium_side_gets_blocks_of_its_length(small_gpu_recipe):
+    """A side of more than `few` and at most `medium` outputs is not padded to the
+    tile (64 rows of a 128-row tile: half computed for nothing): here 20 rows in
+    blocks of 32 rather than 64."""
+    params = {"tiles": rc.TileConfig(64, 64, 4, 8, 8, "blocked"), "few": 8, "medium": 32}
+    a, b = rand((20, 50), 8), rand((50, 70), 9)
+    A, B = fl.asarray(a), fl.asarray(b)
+    src = _code(A @ B, **params)
+    assert 32 <= _tile_rows(src, "x") < 64 <= _tile_rows(src, "y")  # (rows padded)
+    assert _tile_rows(_code(A @ B, **params | {"medium": 0}), "x") >= 64
+    with fl.recipes.use(fl.recipe_for(small_gpu_recipe, "contraction").with_params(**params)):
+        got = (A @ B).get()
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+def _tile_rows(src, name):
+    return int(re.search(rf"__local float {name}_tile\[4 \* (\d+)\]", src).group(1))

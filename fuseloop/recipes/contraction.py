@@ -80,12 +80,14 @@ if TYPE_CHECKING:
 
 # {{{ the shape rule: size classes
 
-def make_size_class(rows: int, cols: int, align: int = 0, wide: int = 0) -> SizeClassFunction:
+def make_size_class(rows: int, cols: int, align: int = 0, wide: int = 0,
+                    medium: int = 0) -> SizeClassFunction:
     """Size classes for contraction kernels: a side of the output (``m``: rows, ``n``:
     columns) of at most ``rows`` (``cols``) elements is a class of its own, its exact
     extent; a longer side is the class "longer than that", and with ``align``, a
     long side or the reduced range that is a multiple of ``align`` says so, and with
-    ``wide``, a long side of at least ``wide`` elements says so.
+    ``wide``, a long side of at least ``wide`` elements says so; with ``medium``, a
+    long side of at most ``medium`` elements.
 
     So a recipe reads from the kernel's assumptions
     (:func:`~fuseloop.lower.contraction.extent_range`) whether a side is short and how
@@ -110,6 +112,8 @@ def make_size_class(rows: int, cols: int, align: int = 0, wide: int = 0) -> Size
                 conds.add(f"p{slot} mod {align} = 0")
             if wide and value > limit and value >= wide:
                 conds.add(f"p{slot} >= {wide}")
+            if medium and limit < value <= medium:
+                conds.add(f"p{slot} <= {medium}")
         k = c.k_size
         if align and isinstance(k, tuple) and params[k[1]] % align == 0:
             conds.add(f"p{k[1]} mod {align} = 0")
@@ -356,7 +360,7 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
                wide_tiles: TileConfig, few: int, skinny: str, skinny_group: int,
                skinny_lanes: int, skinny_bk: int, skinny_unroll: int, skinny_stage: bool,
                stream: int,
-               stream_group: int, stream_per: int, stream_unroll: int,
+               stream_group: int, stream_per: int, stream_unroll: int, medium: int,
                split_k: int) -> lp.TranslationUnit:
     """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types.  A side
     of at most ``stream`` outputs whose long operand is contiguous along the long
@@ -385,8 +389,24 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
                                         skinny_stage, k_fast, max(itemsize, 4))
             return split_lanes(t_unit, axis, extent, group, skinny_lanes, skinny_unroll,
                                stage)
+    cfg = _medium_tiles(cfg, knl, medium)
     cfg = skinny_tiles(cfg, short[0], short[1], skinny_group, skinny_bk, max(itemsize, 4))
     return _tile(t_unit, cfg)
+
+
+def _medium_tiles(cfg: TileConfig, knl: lp.LoopKernel, medium: int) -> TileConfig:
+    """A side of at most ``medium`` outputs (``64 x K @ K x N``) gets blocks of
+    ``medium`` along it rather than padding to a larger tile (half of 128 x 128
+    computed for nothing), when the work-items still own whole groups of four."""
+    def fits(axis: str, size: int, threads: int) -> bool:
+        hi = extent_range(knl, axis)[1]
+        return hi is not None and hi <= medium < size and medium % (4 * threads) == 0
+
+    if medium and fits(ROW, cfg.bm, cfg.tm):
+        cfg = cfg._replace(bm=medium)
+    if medium and fits(COL, cfg.bn, cfg.tn):
+        cfg = cfg._replace(bn=medium)
+    return cfg
 
 
 def _lanes_group(extent: int, group: int, lanes: int, unroll: int, stage: bool, k_fast: bool,
@@ -444,6 +464,8 @@ _TILES_TEXT = "a TileConfig with positive sizes, tm dividing bm, tn dividing bn"
 GPU_FEW = 32
 #: a short side of at most this many outputs is streamed (skinny.stream_long; GPU)
 GPU_STREAM = 16
+#: a side of at most this many outputs gets blocks this long (GPU; _medium_tiles)
+GPU_MEDIUM = 64
 #: long sides and reduced ranges that are multiples of this are a size class (GPU):
 #: the tiles of every built-in configuration divide them, so nothing is padded
 GPU_ALIGN = 128
@@ -482,13 +504,18 @@ gpu_tiled = Recipe(
                   "side per work-item", powers_of_two(1, 8, (2, 4))),
             Param("stream_unroll", int, 8, "stream_long: reduced-range steps unrolled "
                   "(loads in flight)", powers_of_two(1, 32, (4, 8))),
+            Param("medium", int, GPU_MEDIUM, "a side of more than few and at most this many "
+                  "outputs: blocks of this many along it (0: the tiles as they are)",
+                  Space((0, 64), lambda v: isinstance(v, int) and v >= 0
+                        and (v == 0 or v & (v - 1) == 0), "0 or a power of two")),
             Param("split_k", int, 0, "pieces of the reduced range run by separate "
                   "work-groups, then summed (fuseloop.split_k; 0: by rule from the "
                   "device's compute units, 1: never; decided per evaluation, so "
                   "fl.tune, which times kernels, does not search it)",
                   int_range(0, 64, (0,)))),
     valid=_tiles_fit,
-    size_class=Derived(lambda v: make_size_class(v["few"], v["few"], GPU_ALIGN)))
+    size_class=Derived(lambda v: make_size_class(v["few"], v["few"], GPU_ALIGN,
+                                                 medium=v["medium"])))
 
 
 # {{{ CPU
