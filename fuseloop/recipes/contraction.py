@@ -492,9 +492,10 @@ gpu_tiled = Recipe(
                   "in flight)", powers_of_two(1, 16, (4,))),
             Param("skinny_stage", bool, True, "split_lanes: the short operand staged in "
                   "local memory a step of lanes at a time (skinny.stage_short_operand)",
-                  (True, False)),
+                  Space((True,), lambda v: isinstance(v, bool), "True or False")),
             # (fl.tune searches the product of every parameter's candidates: the
-            # streaming kernel's are few, mainly on/off, per and unroll)
+            # short sides' are few, the streaming kernel on/off, per and unroll; the
+            # rest of them are set by hand, as the probe's variants do)
             Param("stream", int, GPU_STREAM, "a side of at most this many outputs whose long "
                   "operand is contiguous along the long side: skinny.stream_long (0: never)",
                   int_range(0, 64, (0, 16))),
@@ -506,7 +507,7 @@ gpu_tiled = Recipe(
                   "(loads in flight)", powers_of_two(1, 32, (4, 8))),
             Param("medium", int, GPU_MEDIUM, "a side of more than few and at most this many "
                   "outputs: blocks of this many along it (0: the tiles as they are)",
-                  Space((0, 64), lambda v: isinstance(v, int) and v >= 0
+                  Space((64,), lambda v: isinstance(v, int) and v >= 0
                         and (v == 0 or v & (v - 1) == 0), "0 or a power of two")),
             Param("split_k", int, 0, "pieces of the reduced range run by separate "
                   "work-groups, then summed (fuseloop.split_k; 0: by rule from the "
