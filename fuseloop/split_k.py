@@ -19,7 +19,11 @@ default) asks :func:`split_rule`, which estimates the work-items the recipe's
 kernel would have (:func:`gpu_work_items`) and splits until there are about
 :data:`ITEMS_PER_UNIT` per compute unit, keeping pieces at least
 :data:`MIN_PIECE` long; ``evaluate._first_stage`` then prefers a count down to
-half that divides the range (no bounds test).  A recipe without the parameter
+half that divides the range (no bounds test).  The streaming kernel of a short
+side (:func:`fuseloop.recipes.skinny.stream_long`) has few work-items and needs
+more of them to keep the long operand's loads in flight: its pieces may be as
+short as :func:`stream_min_piece` (128 for up to 8 outputs on the short side).  A
+recipe without the parameter
 (the CPU recipe: its blocks fill a CPU's few cores) leaves contractions to the
 other two-stage rules.  ``fl.tune`` times kernels, not evaluations, so it does
 not search ``split_k`` (its search space is the rule alone); set it with
@@ -33,11 +37,14 @@ from typing import Any
 
 from .expr.nodes import Apply, Reduce
 from .recipes import recipe_for
+from .recipes.skinny import stream_per
 from .runtime.devices import Device
 
 #: pieces of the reduced range are at least this long (shorter ones spend more on
 #: writing and reading partial products than they gain)
 MIN_PIECE = 256
+#: the shortest pieces for the streaming kernel of a short side (stream_min_piece)
+STREAM_MIN_PIECE = 128
 #: at most this many pieces (the partial products are S times the output)
 MAX_PIECES = 32
 #: work-items per compute unit the rule aims for (``split_k_items``' default)
@@ -59,6 +66,10 @@ def gpu_work_items(values: Mapping[str, Any], m: int, n: int, batch: int, itemsi
     group = values["skinny_group"]
     if short is not None:
         long = n if short == m else m
+        if short <= values.get("stream", 0) and not k_fast:
+            # skinny.stream_long: work-groups along the long side only
+            width = values["stream_group"] * stream_per(short, values["stream_per"], itemsize)
+            return batch * -(-long // width) * values["stream_group"]
         if values["skinny"] == "lanes":
             lanes = min(32, group) if k_fast else values["skinny_lanes"]
             width = max(1, group // lanes)
@@ -72,14 +83,26 @@ def gpu_work_items(values: Mapping[str, Any], m: int, n: int, batch: int, itemsi
 
 
 def split_rule(items: int, k: int, compute_units: int,
-               items_per_unit: int = ITEMS_PER_UNIT) -> int:
+               items_per_unit: int = ITEMS_PER_UNIT, min_piece: int = MIN_PIECE) -> int:
     """Pieces of a reduced range of ``k`` for a kernel of ``items`` work-items: about
     enough that ``compute_units`` get ``items_per_unit`` each, at most
-    :data:`MAX_PIECES`, each at least :data:`MIN_PIECE` long (1: no split)."""
+    :data:`MAX_PIECES`, each at least ``min_piece`` long (1: no split)."""
     want = items_per_unit * max(1, compute_units)
     # (to the nearest whole number: a kernel just short of the aim is not split in two)
     pieces = (want + items // 2) // max(1, items)
-    return max(1, min(pieces, k // MIN_PIECE, MAX_PIECES))
+    return max(1, min(pieces, k // min_piece, MAX_PIECES))
+
+
+def stream_min_piece(short: int) -> int:
+    """The shortest piece for :func:`~fuseloop.recipes.skinny.stream_long`'s kernel with
+    ``short`` outputs on its short side: its pieces' partial products (``2 * short``
+    values written and read per column and piece) stay within an eighth of the long
+    operand's ``piece`` values per column read; at least :data:`STREAM_MIN_PIECE`.
+
+    Shorter pieces than :data:`MIN_PIECE` pay here: this kernel has few work-items
+    (a work-group covers ``stream_group * per`` columns), and only more pieces put
+    more of the long operand's loads in flight."""
+    return max(STREAM_MIN_PIECE, 16 * short)
 
 
 def split_param(device: Device) -> int | None:
@@ -119,8 +142,12 @@ def contraction_pieces(tops: Sequence[Reduce], out_shape: tuple[int, ...],
     m, n, k = extent(c.m_size), extent(c.n_size), extent(c.k_size)
     if fixed:
         return max(1, min(fixed, k // 2))
-    items = gpu_work_items(values, m, n, 1, _itemsize(program, c),
-                           _long_k_fast(program, c, m, n, values))
+    itemsize = _itemsize(program, c)
+    k_fast = _long_k_fast(program, c, m, n, values)
+    items = gpu_work_items(values, m, n, 1, itemsize, k_fast)
+    short = _short_side(values, m, n)
+    if short is not None and short <= values.get("stream", 0) and not k_fast:
+        return split_rule(items, k, device.compute_units, min_piece=stream_min_piece(short))
     return split_rule(items, k, device.compute_units)
 
 

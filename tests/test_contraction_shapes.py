@@ -141,7 +141,8 @@ def _gpu_code(expr, device, **params):
 
 def test_gpu_rule_splits_the_sum_for_a_short_side(device):
     A, B = fl.asarray(rand((8, 37))), fl.asarray(rand((37, 300)))
-    src, knl = _gpu_code(A @ B, device)
+    # (B contiguous along its columns is streamed by default: skinny.stream_long)
+    src, knl = _gpu_code(A @ B, device, stream=0)
     # 32 columns x 8 lanes of the sum, eight rows in each work-item's registers
     assert "reqd_work_group_size(32, 8, 1)" in src
     assert [str(t) for t in knl.iname_tags("k_lane")] == ["l.1"]
@@ -153,7 +154,7 @@ def test_gpu_rule_splits_the_sum_for_a_short_side(device):
     assert [str(t) for t in knl.iname_tags("k_lane")] == ["l.0"]
     assert "reqd_work_group_size(32, 8, 1)" in src
     # the other kernel for short sides: one block of them, the long side tiled
-    src, _ = _gpu_code(A @ B, device, skinny="tiles", skinny_group=64)
+    src, _ = _gpu_code(A @ B, device, skinny="tiles", skinny_group=64, stream=0)
     assert "reqd_work_group_size(32, 2, 1)" in src
     assert re.search(r"__local float x_tile\[16 \* \d+\]", src) is not None
 

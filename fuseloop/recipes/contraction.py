@@ -71,6 +71,7 @@ from ..lower.contraction import (
     pad_to_tiles,
     shifted_split,
 )
+from . import skinny as skinny_mod
 from .core import Derived, Param, Recipe, SizeClassFunction, Space, int_range, powers_of_two
 
 if TYPE_CHECKING:
@@ -80,11 +81,14 @@ if TYPE_CHECKING:
 
 # {{{ the shape rule: size classes
 
-def make_size_class(rows: int, cols: int, align: int = 0) -> SizeClassFunction:
+def make_size_class(rows: int, cols: int, align: int = 0, wide: int = 0,
+                    medium: int = 0) -> SizeClassFunction:
     """Size classes for contraction kernels: a side of the output (``m``: rows, ``n``:
     columns) of at most ``rows`` (``cols``) elements is a class of its own, its exact
     extent; a longer side is the class "longer than that", and with ``align``, a
-    long side or the reduced range that is a multiple of ``align`` says so.
+    long side or the reduced range that is a multiple of ``align`` says so, and with
+    ``wide``, a long side of at least ``wide`` elements says so; with ``medium``, a
+    long side of at most ``medium`` elements.
 
     So a recipe reads from the kernel's assumptions
     (:func:`~fuseloop.lower.contraction.extent_range`) whether a side is short and how
@@ -107,6 +111,10 @@ def make_size_class(rows: int, cols: int, align: int = 0) -> SizeClassFunction:
             conds.add(f"p{slot} = {value}" if value <= limit else f"p{slot} >= {limit + 1}")
             if align and value > limit and value % align == 0:
                 conds.add(f"p{slot} mod {align} = 0")
+            if wide and value > limit and value >= wide:
+                conds.add(f"p{slot} >= {wide}")
+            if medium and limit < value <= medium:
+                conds.add(f"p{slot} <= {medium}")
         k = c.k_size
         if align and isinstance(k, tuple) and params[k[1]] % align == 0:
             conds.add(f"p{k[1]} mod {align} = 0")
@@ -376,8 +384,15 @@ def skinny_tiles(cfg: TileConfig, rows: int | None, cols: int | None, group: int
     return TileConfig(bm, bn, bk, tm, tn, "blocked")
 
 
+def long_k_fast(knl: lp.LoopKernel, short: str) -> bool:
+    """Whether the operand along the long side (``Y`` when ``short`` is ``m``) is
+    contiguous along the reduced range."""
+    x_fast, y_fast = contraction_layout(knl)
+    return (y_fast if short == ROW else x_fast) == RED
+
+
 def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
-                lanes: int) -> lp.TranslationUnit:
+                lanes: int, unroll: int = 1, stage: bool = False) -> lp.TranslationUnit:
     """A short side in registers, the reduced range split over lanes of a work-group.
 
     Every work-item holds all ``extent`` outputs of the short side ``short`` (``m``
@@ -389,16 +404,17 @@ def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
     ``group`` work-items per ``group / lanes`` of them.  The work-group's fast axis
     follows the long operand's contiguous axis: along the long side, ``lanes``
     lanes; along the reduced range (``A @ B`` with few columns), lanes as wide as
-    a warp (32), so neighbouring work-items read neighbouring addresses.
+    a warp (32), so neighbouring work-items read neighbouring addresses.  Each
+    lane walks its terms ``unroll`` at a time (a loop the device compiler unrolls:
+    that many independent loads of the long operand in flight), ``lanes`` apart.
     """
     knl = t_unit.default_entrypoint
     long = COL if short == ROW else ROW
-    x_fast, y_fast = contraction_layout(knl)
-    k_fast = (y_fast if long == COL else x_fast) == RED
+    k_fast = long_k_fast(knl, short)
     if k_fast:
         lanes = min(32, group)
     width = max(1, group // lanes)
-    t_unit = pad_to_tiles(t_unit, {short: extent, long: width, RED: lanes})
+    t_unit = pad_to_tiles(t_unit, {short: extent, long: width, RED: lanes * unroll})
     if BATCH in knl.all_inames():
         t_unit = lp.tag_inames(t_unit, {BATCH: "g.1"})
     t_unit = lp.split_iname(t_unit, short, extent, inner_tag="ilp",
@@ -410,19 +426,37 @@ def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
                             inner_tag="l.0" if k_fast else "l.1")
     # sum(lane, sum(step, ...)): each lane's own sum, then the tree across lanes
     t_unit = lp.split_reduction_outward(t_unit, lane)
+    if unroll > 1:
+        # k = (step * unroll + u) * lanes + lane
+        t_unit = lp.split_iname(t_unit, f"{RED}_step", unroll, inner_tag="unr_hint",
+                                outer_iname=f"{RED}_step_o", inner_iname=f"{RED}_su")
+        t_unit = lp.prioritize_loops(t_unit, f"{RED}_step_o,{RED}_su")
     t_unit = lp.add_inames_for_unused_hw_axes(t_unit, within=f"not id:{REDUCTION_ID}")
     knl = t_unit.default_entrypoint
     first = prim.Comparison(prim.Variable(lane), "==", 0)
     insns = [i if i.id == REDUCTION_ID else i.copy(predicates=i.predicates | {first})
              for i in knl.instructions]
-    return t_unit.with_kernel(knl.copy(instructions=insns))
+    t_unit = t_unit.with_kernel(knl.copy(instructions=insns))
+    if not stage:
+        return t_unit
+    step = [f"{RED}_su"] if unroll > 1 else []
+    outer = [i for i in t_unit.default_entrypoint.all_inames()
+             if i in (BATCH, f"{long}_outer", f"{short}_blk")] + \
+        [f"{RED}_step_o" if unroll > 1 else f"{RED}_step"]
+    l0, l1 = (lanes, width) if k_fast else (width, lanes)
+    return skinny_mod.stage_short_operand(t_unit, short, lane, [lane, *step], outer, l0, l1)
 
 
 def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
                wide_tiles: TileConfig, few: int, skinny: str, skinny_group: int,
-               skinny_lanes: int, skinny_bk: int, split_k: int) -> lp.TranslationUnit:
+               skinny_lanes: int, skinny_bk: int, skinny_unroll: int, skinny_stage: bool,
+               stream: int,
+               stream_group: int, stream_per: int, stream_unroll: int, medium: int,
+               split_k: int) -> lp.TranslationUnit:
     """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types.  A side
-    of at most ``few`` outputs: :func:`split_lanes` (``skinny="lanes"``) or
+    of at most ``stream`` outputs whose long operand is contiguous along the long
+    side: :func:`~fuseloop.recipes.skinny.stream_long`; else a side of at most
+    ``few`` outputs: :func:`split_lanes` (``skinny="lanes"``) or
     :func:`skinny_tiles` (``"tiles"``).  ``split_k`` is read before lowering
     (:func:`fuseloop.split_k.contraction_pieces`): a split's pieces are a batch here."""
     from ..lower.contraction import operand_itemsize
@@ -432,17 +466,55 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
     cfg = wide_tiles if itemsize > 4 else tiles
     short = [hi if hi is not None and hi <= few else None
              for _, hi in (extent_range(knl, ROW), extent_range(knl, COL))]
-    if skinny == "lanes" and (short[0] or short[1]):
+    if short[0] or short[1]:
         axis = ROW if short[0] and (not short[1] or short[0] <= short[1]) else COL
         extent = short[0] if axis == ROW else short[1]
         assert extent is not None
-        # the lanes' partial sums (a local array of group x extent values) must fit
-        group = skinny_group
-        while group > skinny_lanes and group * extent * max(itemsize, 4) > MIN_LOCAL_MEMORY:
-            group //= 2
-        return split_lanes(t_unit, axis, extent, group, skinny_lanes)
+        k_fast = long_k_fast(knl, axis)
+        if extent <= stream and not k_fast:
+            per = skinny_mod.stream_per(extent, stream_per, itemsize)
+            return skinny_mod.stream_long(t_unit, axis, extent, stream_group, per,
+                                          stream_unroll)
+        if skinny == "lanes":
+            group, stage = _lanes_group(extent, skinny_group, skinny_lanes, skinny_unroll,
+                                        skinny_stage, k_fast, max(itemsize, 4))
+            return split_lanes(t_unit, axis, extent, group, skinny_lanes, skinny_unroll,
+                               stage)
+    cfg = _medium_tiles(cfg, knl, medium)
     cfg = skinny_tiles(cfg, short[0], short[1], skinny_group, skinny_bk, max(itemsize, 4))
     return _tile(t_unit, cfg)
+
+
+def _medium_tiles(cfg: TileConfig, knl: lp.LoopKernel, medium: int) -> TileConfig:
+    """A side of at most ``medium`` outputs (``64 x K @ K x N``) gets blocks of
+    ``medium`` along it rather than padding to a larger tile (half of 128 x 128
+    computed for nothing), when the work-items still own whole groups of four."""
+    def fits(axis: str, size: int, threads: int) -> bool:
+        hi = extent_range(knl, axis)[1]
+        return hi is not None and hi <= medium < size and medium % (4 * threads) == 0
+
+    if medium and fits(ROW, cfg.bm, cfg.tm):
+        cfg = cfg._replace(bm=medium)
+    if medium and fits(COL, cfg.bn, cfg.tn):
+        cfg = cfg._replace(bn=medium)
+    return cfg
+
+
+def _lanes_group(extent: int, group: int, lanes: int, unroll: int, stage: bool, k_fast: bool,
+                 itemsize: int) -> tuple[int, bool]:
+    """:func:`split_lanes`' work-group size and whether it stages the short operand: the
+    lanes' partial sums (``group x extent`` values) and the staged tile (``extent`` rows
+    of a step of lanes, padded) must fit the minimum local memory; the group shrinks
+    down to ``lanes``, then the staging is dropped."""
+    def need(group: int, stage: bool) -> int:
+        step = (min(32, group) if k_fast else lanes) * unroll
+        return (group * extent + (extent * (step + 1) if stage else 0)) * itemsize
+
+    while group > lanes and need(group, stage) > MIN_LOCAL_MEMORY:
+        group //= 2
+    if stage and need(group, stage) > MIN_LOCAL_MEMORY:
+        return _lanes_group(extent, group, lanes, unroll, False, k_fast, itemsize)
+    return group, stage
 
 
 def _tiles_ok(cfg: object) -> bool:
@@ -461,7 +533,7 @@ MIN_LOCAL_MEMORY = 32 * 1024
 def _tiles_fit(values: Mapping[str, Any], device: Device) -> bool:
     """Whether both tile configurations fit the device's work-group size and (at 8
     bytes an element, padding included) the minimum local memory."""
-    if values["skinny_group"] > device.max_work_group_size \
+    if max(values["skinny_group"], values["stream_group"]) > device.max_work_group_size \
             or values["skinny_lanes"] > values["skinny_group"]:
         return False
     for cfg in (values["tiles"], values["wide_tiles"]):
@@ -481,12 +553,16 @@ _TILES_TEXT = "a TileConfig with positive sizes, tm dividing bm, tn dividing bn"
 
 #: a side of the output with at most this many elements is short (GPU)
 GPU_FEW = 32
+#: a short side of at most this many outputs is streamed (skinny.stream_long; GPU)
+GPU_STREAM = 16
+#: a side of at most this many outputs gets blocks this long (GPU; _medium_tiles)
+GPU_MEDIUM = 64
 #: long sides and reduced ranges that are multiples of this are a size class (GPU):
 #: the tiles of every built-in configuration divide them, so nothing is padded
 GPU_ALIGN = 128
 
 gpu_tiled = Recipe(
-    "gpu-tiled", _gpu_tiled, kind="contraction", version="2",
+    "gpu-tiled", _gpu_tiled, kind="contraction", version="3",
     params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types",
                   Space(_TILE_SEARCH, _tiles_ok, _TILES_TEXT)),
             Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types",
@@ -503,13 +579,35 @@ gpu_tiled = Recipe(
                   powers_of_two(1, 64, (4, 8, 16, 32))),
             Param("skinny_bk", int, 16, "skinny_tiles: reduced-range step",
                   powers_of_two(4, 64, (8, 16, 32))),
+            Param("skinny_unroll", int, 4, "split_lanes: a lane's terms unrolled (loads "
+                  "in flight)", powers_of_two(1, 16, (4,))),
+            Param("skinny_stage", bool, True, "split_lanes: the short operand staged in "
+                  "local memory a step of lanes at a time (skinny.stage_short_operand)",
+                  Space((True,), lambda v: isinstance(v, bool), "True or False")),
+            # (fl.tune searches the product of every parameter's candidates: the
+            # short sides' are few, the streaming kernel on/off, per and unroll; the
+            # rest of them are set by hand, as the probe's variants do)
+            Param("stream", int, GPU_STREAM, "a side of at most this many outputs whose long "
+                  "operand is contiguous along the long side: skinny.stream_long (0: never)",
+                  int_range(0, 64, (0, 16))),
+            Param("stream_group", int, 128, "stream_long: work-items of a group",
+                  powers_of_two(32, 1024, (128,))),
+            Param("stream_per", int, 4, "stream_long: at most this many outputs of the long "
+                  "side per work-item", powers_of_two(1, 8, (2, 4))),
+            Param("stream_unroll", int, 8, "stream_long: reduced-range steps unrolled "
+                  "(loads in flight)", powers_of_two(1, 32, (4, 8))),
+            Param("medium", int, GPU_MEDIUM, "a side of more than few and at most this many "
+                  "outputs: blocks of this many along it (0: the tiles as they are)",
+                  Space((64,), lambda v: isinstance(v, int) and v >= 0
+                        and (v == 0 or v & (v - 1) == 0), "0 or a power of two")),
             Param("split_k", int, 0, "pieces of the reduced range run by separate "
                   "work-groups, then summed (fuseloop.split_k; 0: by rule from the "
                   "device's compute units, 1: never; decided per evaluation, so "
                   "fl.tune, which times kernels, does not search it)",
                   int_range(0, 64, (0,)))),
     valid=_tiles_fit,
-    size_class=Derived(lambda v: make_size_class(v["few"], v["few"], GPU_ALIGN)))
+    size_class=Derived(lambda v: make_size_class(v["few"], v["few"], GPU_ALIGN,
+                                                 medium=v["medium"])))
 
 
 # {{{ CPU
@@ -530,6 +628,12 @@ CPU_FEW_ROWS = 8
 #: it pays when Y outgrows the caches, which a size class cannot tell (64 x N @ N x N
 #: float32 on a 2-core PoCL machine: N = 4096 235 -> 122 ms, N = 2048 20 -> 37 ms)
 CPU_PANEL_ROWS = 0
+
+
+#: columns of a block when the rows are few (cpu_shape; 0: cfg.rn): a wide panel of
+#: each row of Y per work-item, so its loads stream (x @ A float32, 4096, 2-core PoCL:
+#: 16 columns 65-69 ms, 256 37-44 ms, 1024 32 ms; numpy 28-36 ms)
+CPU_SHORT_COLS = 256
 
 
 def blocked(cfg: CpuBlocks):
@@ -577,7 +681,7 @@ def _cpu_blocks(t_unit: lp.TranslationUnit, cfg: CpuBlocks,
 
 
 def cpu_shape(cfg: CpuBlocks, rows: tuple[int, int | None], cols: tuple[int, int | None],
-              few_rows: int, panel_rows: int = 0) -> CpuBlocks:
+              few_rows: int, panel_rows: int = 0, short_cols: int = 0) -> CpuBlocks:
     """The rule's blocks for the output's extents (``(least, greatest)`` along ``m`` and
     ``n``, see :func:`~fuseloop.lower.contraction.extent_range`).
 
@@ -586,10 +690,15 @@ def cpu_shape(cfg: CpuBlocks, rows: tuple[int, int | None], cols: tuple[int, int
     panel of ``Y`` (read once from memory, not once per block of rows); fewer
     columns than ``cfg.rn`` get the largest power of two that fits, since the
     column blocks must be whole (:func:`~fuseloop.lower.contraction.shifted_split`).
+    One block of few rows spans ``short_cols`` columns when there are that many:
+    such a product reads each row of ``Y`` once, and a row's wide run streams
+    where ``cfg.rn`` columns make one short read per row (a new page every row).
     """
     rm, rn, group = cfg
     if rows[1] is not None and rows[1] <= few_rows:
         rm, group = rows[1], 1
+        if short_cols and cols[0] >= short_cols:
+            rn = short_cols
     elif rows[1] is not None and rows[1] <= panel_rows:
         group = -(-rows[1] // rm)
     if cols[0] < rn and cols[1] is not None:
@@ -598,10 +707,10 @@ def cpu_shape(cfg: CpuBlocks, rows: tuple[int, int | None], cols: tuple[int, int
 
 
 def _cpu_blocked(t_unit: lp.TranslationUnit, device: Device, *, blocks: CpuBlocks,
-                 few_rows: int, panel_rows: int = 0) -> lp.TranslationUnit:
+                 few_rows: int, panel_rows: int = 0, short_cols: int = 0) -> lp.TranslationUnit:
     knl = t_unit.default_entrypoint
     cols = extent_range(knl, COL)
-    cfg = cpu_shape(blocks, extent_range(knl, ROW), cols, few_rows, panel_rows)
+    cfg = cpu_shape(blocks, extent_range(knl, ROW), cols, few_rows, panel_rows, short_cols)
     if cfg.group > device.max_work_group_size:
         cfg = cfg._replace(group=blocks.group)
     return _cpu_blocks(t_unit, cfg, shift=cols[0] >= cfg.rn)
@@ -612,7 +721,7 @@ def _blocks_ok(cfg: object) -> bool:
 
 
 cpu_blocked = Recipe(
-    "cpu-blocked", _cpu_blocked, kind="contraction", version="3",
+    "cpu-blocked", _cpu_blocked, kind="contraction", version="4",
     params=(Param("blocks", CpuBlocks, CPU_BLOCKS, "the register block of a work-item",
                   Space((CPU_BLOCKS, CpuBlocks(4, 16), CpuBlocks(8, 8), CpuBlocks(4, 32),
                          CpuBlocks(8, 16), CpuBlocks(6, 16, 8), CpuBlocks(4, 8)),
@@ -621,10 +730,13 @@ cpu_blocked = Recipe(
                   powers_of_two(1, 16, (4, 8, 16))),
             Param("panel_rows", int, CPU_PANEL_ROWS, "at most this many rows are one "
                   "work-group of blocks sharing Y's column panels (cpu_shape; 0: never)",
-                  int_range(0, 256, (0, 32, 64, 128)))),
+                  int_range(0, 256, (0, 32, 64, 128))),
+            Param("short_cols", int, CPU_SHORT_COLS, "columns of a block of at most few_rows "
+                  "rows, where there are that many (cpu_shape; 0: blocks.rn)",
+                  int_range(0, 4096, (0, 64, 256, 1024)))),
     valid=lambda v, device: v["blocks"].group <= device.max_work_group_size,
     size_class=Derived(lambda v: make_size_class(max(v["few_rows"], v["panel_rows"]),
-                                                 v["blocks"].rn - 1)))
+                                                 v["blocks"].rn - 1, wide=v["short_cols"])))
 
 # }}}
 

@@ -1,0 +1,140 @@
+"""GPU kernels for contractions with a short side (``x @ A``, ``A[:8] @ B``, ``A @ B[:, :4]``).
+
+Such a product is bound by reading its long operand (``B`` of ``8 x K @ K x N``):
+``K * N`` elements for ``2 * 8 * K * N`` flops.  The square-tile kernel
+(:mod:`fuseloop.recipes.contraction`) pads the short side to its tile and the
+long operand is read through local memory for little reuse; what such a product
+needs is the long operand read once, coalesced, with enough loads in flight to
+cover the memory's latency.
+
+:func:`stream_long` (the long operand contiguous along the long side: ``B`` of
+``x @ B`` in C order, or ``A`` of ``A @ B[:, :4]`` stored transposed) gives
+every work-item ``per`` columns of the long side, ``group`` apart, so each load
+of a warp is one contiguous run of ``B``'s row; it keeps all ``extent`` outputs
+of the short side for each of its columns in registers (``extent * per``
+accumulators) and walks the reduced range ``unroll`` steps at a time (unrolled:
+``per * unroll`` independent loads of ``B`` in flight per work-item).  The short
+operand's element ``A[m, k]`` is the same for the whole work-group at each step
+(one broadcast load per row and step, shared by the ``per`` columns).  When the
+outputs are too few to fill the device, split-K (:mod:`fuseloop.split_k`) runs
+pieces of the reduced range as a batch: ``g.1``.
+
+A long operand contiguous along the reduced range (``x @ B.T``, ``A @ B[:, :4]``
+in C order) takes :func:`fuseloop.recipes.contraction.split_lanes` instead, with
+lanes along the reduced range: neighbouring work-items read neighbouring
+addresses of one row.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from .._lazy import lp
+from ..lower.contraction import BATCH, COL, RED, ROW, pad_to_tiles
+
+if TYPE_CHECKING:
+    pass
+
+#: accumulators (per work-item) the rule aims for: ``extent * per`` at most this
+STREAM_ACCUMULATORS = 32
+
+
+def stream_per(extent: int, most: int, itemsize: int = 4) -> int:
+    """Columns of the long side per work-item for ``extent`` outputs of the short side:
+    the largest power of two up to ``most`` that keeps ``extent * per`` within
+    :data:`STREAM_ACCUMULATORS` (half that for 8-byte types), at least 1."""
+    budget = STREAM_ACCUMULATORS // (2 if itemsize > 4 else 1)
+    per = 1
+    while per * 2 <= most and extent * per * 2 <= budget:
+        per *= 2
+    return per
+
+
+def stream_long(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
+                per: int, unroll: int) -> lp.TranslationUnit:
+    """The short side ``short`` (``m`` or ``n``, ``extent`` outputs) in registers, the long
+    side over ``group`` work-items of ``per`` outputs each, the reduced range walked
+    ``unroll`` steps at a time (see the module docstring).
+
+    Long index ``= block * group * per + r * group + l``: the ``r``-th loads of a
+    work-group are one contiguous run.  The index ranges are padded to whole
+    blocks (:func:`~fuseloop.lower.contraction.pad_to_tiles`: reads clamped, stores
+    predicated, padded reduced terms zero).
+    """
+    knl = t_unit.default_entrypoint
+    long = COL if short == ROW else ROW
+    t_unit = pad_to_tiles(t_unit, {short: extent, long: group * per, RED: unroll})
+    if BATCH in knl.all_inames():
+        t_unit = lp.tag_inames(t_unit, {BATCH: "g.1"})
+    t_unit = lp.split_iname(t_unit, short, extent, inner_tag="ilp",
+                            outer_iname=f"{short}_blk", inner_iname=f"{short}_in")
+    t_unit = lp.split_iname(t_unit, long, group * per, outer_tag="g.0",
+                            outer_iname=f"{long}_blk", inner_iname=f"{long}_in")
+    t_unit = lp.split_iname(t_unit, f"{long}_in", group, outer_tag="ilp", inner_tag="l.0",
+                            outer_iname=f"{long}_r", inner_iname=f"{long}_l")
+    # (unrolled by Loopy, not the device compiler: the loads of the unrolled steps
+    # must be independent instructions for the memory to have them all in flight)
+    t_unit = lp.split_iname(t_unit, RED, unroll, inner_tag="unr_hint",
+                            outer_iname=f"{RED}_step", inner_iname=f"{RED}_u")
+    # (Loopy would otherwise nest the unrolled steps outside the loop over steps)
+    return lp.prioritize_loops(t_unit, f"{RED}_step,{RED}_u")
+
+
+__all__ = ["STREAM_ACCUMULATORS", "stream_long", "stream_per"]
+
+
+def stage_short_operand(t_unit: lp.TranslationUnit, short: str, lane: str, sweep: list[str],
+                        outer: list[str], l0: int, l1: int) -> lp.TranslationUnit:
+    """Stage the short operand of :func:`~fuseloop.recipes.contraction.split_lanes`'s
+    kernel in local memory, one step of lanes (``sweep``: the reduced range's inames
+    within a step, ``lane`` among them) at a time.
+
+    Without it each lane reads its own reduced index of the short operand for every
+    output of the short side: in ``A @ B[:, :8]`` (B's rows are 32 bytes) a warp's
+    load touches 32 rows, eight 128-byte lines, and its eight loads touch the same
+    lines again: eight times the L1 traffic of the data.  Here the work-group
+    (``l0 x l1`` work-items) fills ``tile[short][k]`` with neighbouring work-items on
+    neighbouring addresses of the operand, and the lanes read neighbouring ``k``
+    of one row (no bank conflicts; rows padded when the fill stores down them).
+    """
+    from ..lower.contraction import X_RULE, Y_RULE, contraction_layout
+
+    knl = t_unit.default_entrypoint
+    rule = Y_RULE if short == COL else X_RULE
+    args = knl.substitutions[rule].arguments
+    s_arg, k_arg = (args[-1], args[-2]) if rule == Y_RULE else (args[-2], args[-1])
+    x_fast, y_fast = contraction_layout(knl)
+    k_fast = (y_fast if rule == Y_RULE else x_fast) == RED
+    # (a batch, split-K's pieces among them, is one index of the tile: outer)
+    batch = [args[0]] if BATCH in knl.all_inames() else []
+    t_unit = lp.precompute(
+        t_unit, rule, sweep_inames=[f"{short}_in", *sweep], storage_axes=[*batch, s_arg, k_arg],
+        precompute_inames=["s_fb", "s_fo", "s_fk"][1 - len(batch):],
+        temporary_address_space=lp.AddressSpace.LOCAL,
+        precompute_outer_inames=",".join(outer), temporary_name="s_tile",
+        compute_insn_id="fill_s", default_tag=None)
+    # the fill: the operand's contiguous axis fastest, spread over the work-group
+    order = ["s_fo", "s_fk"] if k_fast else ["s_fk", "s_fo"]
+    order = [i for i in order if i in t_unit.default_entrypoint.all_inames()]
+    if len(order) > 1:
+        t_unit = lp.join_inames(t_unit, order, new_iname="s_f")
+    else:
+        t_unit = lp.rename_iname(t_unit, order[0], "s_f")
+    t_unit = lp.split_iname(t_unit, "s_f", l0 * l1, outer_tag="unr", outer_iname="s_fu",
+                            inner_iname="s_ft")
+    t_unit = lp.split_iname(t_unit, "s_ft", l0, outer_tag="l.1", inner_tag="l.0")
+    if not k_fast:
+        # stores go down the tile's columns: pad its rows off the 32 banks' period
+        from loopy.kernel.array import FixedStrideArrayDimTag
+
+        knl = t_unit.default_entrypoint
+        tv = knl.temporary_variables["s_tile"]
+        *outer_dims, rows, cols = tv.shape  # type: ignore[misc]
+        storage = (*outer_dims, rows, cols + 1)
+        strides = [math.prod(storage[d + 1:]) for d in range(len(storage))]
+        tv = tv.copy(storage_shape=storage,
+                     dim_tags=tuple(FixedStrideArrayDimTag(st) for st in strides))
+        temps = dict(knl.temporary_variables) | {"s_tile": tv}
+        t_unit = t_unit.with_kernel(knl.copy(temporary_variables=temps))
+    return t_unit

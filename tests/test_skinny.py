@@ -1,0 +1,177 @@
+"""Contractions with a short side on the GPU recipe (run on the CPU device): the
+streaming kernel (fuseloop.recipes.skinny.stream_long), the lanes kernel's unrolled
+walk, their code and their results against numpy, and the split-K rule for them."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import split_k
+from fuseloop.recipes import DevicePredicate, skinny
+from fuseloop.recipes import contraction as rc
+from fuseloop.splits import two_stage_split
+
+#: small blocks: quick to build on PoCL, and still several columns a work-item
+SMALL = {"stream_group": 32, "stream_per": 2, "stream_unroll": 2, "split_k": 1}
+
+
+def rand(shape, seed=0, dtype=np.float32):
+    return (np.random.default_rng(seed).random(shape) - 0.5).astype(dtype)
+
+
+def _code(expr, **params):
+    import loopy as lp
+
+    with fl.recipes.use(rc.gpu_tiled.with_params(**({"split_k": 1} | params))):
+        t_unit = fl.program(expr).lower().t_unit
+    return lp.generate_code_v2(t_unit).device_code()
+
+
+@pytest.fixture
+def small_gpu_recipe(device, restore_recipes):
+    if device.type != "cpu":
+        pytest.skip("the GPU recipe runs on GPUs anyway")
+    pred = DevicePredicate(type=device.type, vendor=device.vendor, name=device.name,
+                           platform=device.platform)
+    fl.register_recipe(pred, rc.gpu_tiled.with_params(**SMALL), name="test-skinny",
+                       kind="contraction")
+    return device
+
+
+def _loop_body(src):
+    """The body of the loop over the reduced range's steps."""
+    at = src.index("for (int k_step")
+    return src[at:src.index("\n    }\n", at)]
+
+
+def test_stream_reads_the_long_operand_once_per_step(device):
+    """8 rows of A times B (contiguous along its columns): each work-item keeps 8 x 4
+    accumulators and reads 4 values of B per step, one contiguous run per
+    work-group (lid(0) + r * group); A's values are the same for the whole group."""
+    a, b = fl.asarray(rand((8, 300))), fl.asarray(rand((300, 1000)))
+    src = _code(a @ b, stream_group=64, stream_per=4, stream_unroll=4)
+    assert "__local" not in src and "barrier" not in src
+    assert "reqd_work_group_size(64, 1, 1)" in src
+    # (Loopy orders the privatised accumulator's axes as it likes)
+    assert re.search(r"acc_k_step_k_u\[(8 \* 4|4 \* 8)\]", src)
+    body = _loop_body(src)
+    b_reads = set(re.findall(r"in1\[[^]]*\]", body))
+    a_reads = set(re.findall(r"in0\[[^]]*\]", body))
+    assert len(b_reads) == 4 and len(a_reads) == 8  # per step: 4 + 8 loads, 32 FMAs
+    assert all("lid(0)" in r for r in b_reads) and not any("lid(" in r for r in a_reads)
+    assert len(re.findall(r"acc_k_step_k_u\[\d+\] = ", body)) == 32
+    assert "opencl_unroll_hint" in body  # the device compiler unrolls the steps
+    # a vector times a matrix: one accumulator per column, stream_per columns
+    src = _code(fl.asarray(rand(300)) @ b, stream_group=64, stream_per=4, stream_unroll=4)
+    assert len(set(re.findall(r"in1\[[^]]*\]", _loop_body(src)))) == 4
+
+
+def test_stream_rule_keeps_accumulators_in_registers():
+    assert skinny.stream_per(1, 4) == 4 and skinny.stream_per(8, 4) == 4
+    assert skinny.stream_per(16, 4) == 2 and skinny.stream_per(32, 4) == 1
+    assert skinny.stream_per(8, 4, itemsize=8) == 2  # 8-byte accumulators: half as many
+
+
+@pytest.mark.parametrize("sa,sb,dtype,form", [
+    ((2, 3, 70), (2, 70, 45), np.float32, "batched three rows"),
+    ((8, 37), (37, 100), np.float64, "eight rows"),
+    ((45, 70), (70, 5), np.float32, "five columns of a transposed matrix"),
+], ids=["batched three rows", "eight rows float64", "five columns, A transposed"])
+def test_stream_matches_numpy(small_gpu_recipe, sa, sb, dtype, form):
+    """Sizes no block divides (padded, reads clamped, stores predicated)."""
+    if dtype == np.float64 and not small_gpu_recipe.has_fp64:
+        pytest.skip("float64")
+    a, b = rand(sa, 1, dtype), rand(sb, 2, dtype)
+    A = fl.asarray(np.ascontiguousarray(a.T)).T if "transposed" in form else fl.asarray(a)
+    if "transposed" in form:
+        src = fl.show_code(A @ fl.asarray(b))
+        assert "k_lane" not in src and "for (int k_u" in src  # streamed along A's rows
+    got = (A @ fl.asarray(b)).get()
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+
+
+def test_lanes_unrolled_match_numpy(small_gpu_recipe):
+    """Few columns of a matrix contiguous along the sum: lanes along the sum, each
+    walking its terms two at a time (a range of 75: the last terms are padding), the
+    short operand staged in local memory (skinny.stage_short_operand)."""
+    a, b = rand((45, 75), 3), rand((75, 3), 4)
+    with fl.recipes.use(fl.recipe_for(small_gpu_recipe, "contraction").with_params(
+            skinny_group=32, skinny_unroll=2)):
+        src = fl.show_code(fl.asarray(a) @ fl.asarray(b))
+        assert re.search(r"for \(int k_su = 0; k_su <= 1;", src)
+        # B's short rows are staged in local memory: the lanes read it there, along k
+        loop = src[src.index("for (int k_su"):]
+        loop = loop[:loop.index("\n      }\n")]
+        assert "__local float s_tile" in src and "in1[" not in loop
+        assert re.search(r"s_tile\[[^]]*lid\(0\) \+ 32 \* k_su\]", loop)
+        got = (fl.asarray(a) @ fl.asarray(b)).get()
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-6)
+
+
+def test_split_rule_for_streamed_products(device, restore_recipes):
+    """The streaming kernel has few work-items (stream_group * per columns a group):
+    on a 132-unit GPU, x @ A and 8 rows at 4096 take the most pieces, 128 long."""
+    gpu = dataclasses.replace(device, index=9133, type="gpu", compute_units=132,
+                              name="NVIDIA H100 80GB HBM3", vendor="NVIDIA Corporation",
+                              platform="NVIDIA CUDA", max_work_group_size=1024)
+    f32 = np.float32
+    B = fl.empty((4096, 4096), dtype=f32)
+
+    def pieces(expr):
+        split = two_stage_split([expr._node], expr.shape, gpu)
+        return 1 if split is None else split.pieces
+
+    assert pieces(fl.empty(4096, dtype=f32) @ B) == split_k.MAX_PIECES
+    assert pieces(fl.empty((8, 4096), dtype=f32) @ B) == 4096 // split_k.stream_min_piece(8)
+    # 16 rows: pieces of at least 256 (their partial products are 16 rows each)
+    assert pieces(fl.empty((16, 4096), dtype=f32) @ B) == 4096 // 256
+
+
+def test_cpu_rule_gives_few_rows_wide_column_blocks():
+    big = rc.CpuBlocks(6, 16, 1)
+    # x @ A with at least short_cols columns: one row of a 256-column panel per step
+    assert rc.cpu_shape(big, (1, 1), (256, None), 8, 0, 256) == rc.CpuBlocks(1, 256, 1)
+    assert rc.cpu_shape(big, (8, 8), (300, None), 8, 0, 256) == rc.CpuBlocks(8, 256, 1)
+    # fewer columns than that, or more rows: the blocks of the configuration
+    assert rc.cpu_shape(big, (1, 1), (17, None), 8, 0, 256) == rc.CpuBlocks(1, 16, 1)
+    assert rc.cpu_shape(big, (9, None), (300, None), 8, 0, 256) == big
+
+
+def test_cpu_wide_blocks_match_numpy(device, restore_recipes):
+    """300 columns: one 256-column block and one shifted back into range, which
+    skips the columns it shares with the first (an in-place update adds once)."""
+    if device.type != "cpu":
+        pytest.skip("the CPU recipe")
+    with fl.recipes.use(rc.cpu_blocked):
+        a, b, c = rand((3, 77), 5), rand((77, 300), 6), rand(300, 7)
+        src = fl.show_code(fl.asarray(a) @ fl.asarray(b))
+        assert "acc_tile[3 * 256]" in src or "acc_tile[768]" in src
+        got = (fl.asarray(a) @ fl.asarray(b)).get()
+        np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+        C = fl.asarray(c)
+        C += fl.asarray(a[0]) @ fl.asarray(b)
+        np.testing.assert_allclose(C.get(), c + a[0].astype(np.float64) @ b, rtol=1e-5,
+                                   atol=1e-5)
+
+
+def test_medium_side_gets_blocks_of_its_length(device):
+    """A side of more than `few` and at most `medium` outputs is not padded to the
+    tile (64 rows of a 128-row tile: half computed for nothing): here 20 rows in
+    blocks of 32 rather than 64.  (The kernel is the tiled one with other tiles,
+    whose results the tiled kernels' tests check: only its code is read here.)"""
+    params = {"tiles": rc.TileConfig(64, 32, 4, 8, 8, "blocked"), "few": 8, "medium": 32}
+    A, B = fl.asarray(rand((20, 50), 8)), fl.asarray(rand((50, 70), 9))
+    src = _code(A @ B, **params)
+    assert 32 <= _tile_rows(src, "x") < 64  # (a tile's rows are padded)
+    assert _tile_rows(_code(A @ B, **params | {"medium": 0}), "x") >= 64
+
+
+def _tile_rows(src, name):
+    return int(re.search(rf"__local float {name}_tile\[4 \* (\d+)\]", src).group(1))
