@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from . import caches as _caches
+from . import flags as _flags
 from . import stats as _stats
 from .expr.nodes import (
     Apply,
@@ -59,11 +60,11 @@ from .runtime.devices import Device, _runtime
 #: CI machine (benchmarks/host_path_threshold.py): below ~16k elements numpy's
 #: single-threaded loops beat a launch on PoCL for the common statements
 HOST_MAX_WORK = 4096
-#: a flat elementwise structure (``(x * 2 + y).eval()``) evaluated here this many times
-#: gets its kernel built instead: a cached kernel's launch costs ~2.5x less CPU than
-#: the host path (same benchmark), which pays back a disk-cached kernel's load
-#: (~20 ms) after about this many evaluations; loops whose statements differ in
-#: their offsets (different structures) stay here
+#: a flat 1-D elementwise structure (``(x * 2 + y).eval()``) evaluated here this many
+#: times gets its kernel built instead (0-d ones never: see try_run): a cached kernel's
+#: launch costs ~2.5x less CPU than the host path (same benchmark), which pays back a
+#: disk-cached kernel's load (~20 ms) after about this many evaluations; loops whose
+#: statements differ in their offsets (different structures) stay here
 FLAT_REPEATS_FOR_KERNEL = 1024
 FLAT_COUNTS_MAX = 4096
 _env = os.environ.get("FUSELOOP_HOST_PATH", "").strip().lower()
@@ -469,7 +470,10 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     if not eligible(roots, out_shape, device, targets):
         return None
     size = _size(out_shape)
-    if targets is None and len(out_shape) <= 1 and len(roots) == 1 and roots[0].sig:
+    if targets is None and len(out_shape) == 1 and len(roots) == 1 and roots[0].sig:
+        # (a 0-d result is a condition or a scalar about to be read: after a kernel,
+        # the read waits on its event, 30-60 us, where the host path's costs ~2 us;
+        # NPBench's crc16 tests one bit per evaluation and read each through a wait)
         key = (roots[0].sig, out_shape)
         n = _flat_counts.get(key, 0) + 1
         if n > FLAT_REPEATS_FOR_KERNEL:
@@ -515,6 +519,59 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             outs.append(s)
     _stats.increment("host_evaluations")
     return outs
+
+
+def write(target: Any, node: Node) -> bool:
+    """Write ``node`` (of the target's dtype, broadcasting to its shape) into the
+    concrete array ``target`` here, as :func:`fuseloop.assignment.assign` would with
+    kernels; False (nothing written) leaves it to the general path.
+
+    The statement of a loop (``A[i, j] -= A[i, :j] @ A[:j, j]``) comes here straight
+    from the assignment, without its targets, rebuilt values and the run's dispatch
+    (about 4 us of the general path's host cost on this project's CPU).  Taken only
+    where nothing else needs doing first: a lazy array reading elements written
+    here is computed first by the general path, so it is left to it."""
+    storage = target._storage
+    leaf: Any = target._node
+    if storage is None or type(leaf) is not Leaf or not HOST_MAX_WORK:
+        return False
+    shape = leaf.shape
+    size = _size(shape)
+    device = target.device
+    if not size or size > HOST_MAX_WORK or not host_device(device) \
+            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
+        return False
+    dtype = leaf.dtype
+    if dtype.char not in _DTYPES:
+        return False
+    strides = leaf.strides
+    itemsize = dtype.itemsize
+    readers = storage.live_readers()
+    if readers:
+        written = (shape, leaf.view_strides(), leaf.offset)
+        for r in readers:
+            if r._storage is None and not _evaluate.reads_outside(
+                    r._node, storage, written, itemsize):
+                return False
+    rt = _runtime(device)
+    if rt.deferred:  # (small launches waiting to be enqueued: this one joins them)
+        return False
+    _flags.check_pending()  # (earlier checked gathers' errors before anything is written)
+    with rt.launch_lock:
+        rt.finish_queue(rt.queue)
+        token = _errors.set(_QUIET) if _QUIET is not None else None
+        try:
+            value = _value(node, _State(rt, _uses([node]) if size >= TRACK_USES_AT else None))
+        except (_Unsupported, RecursionError, TypeError, ValueError):
+            return False
+        finally:
+            if token is not None:
+                _errors.reset(token)
+        dest = np.ndarray(shape, dtype, host_bytes(storage, rt), leaf.offset * itemsize,
+                          None if strides is None else tuple([s * itemsize for s in strides]))
+        dest[...] = value  # (numpy copies through a temporary where the two overlap)
+    _stats.increment("host_evaluations")
+    return True
 
 
 def read(leaf: Node, device: Device) -> np.ndarray | None:

@@ -193,6 +193,53 @@ def test_a_repeated_flat_evaluation_moves_to_its_kernel(host, monkeypatch):
     assert s["host_evaluations"] == 3 and s["kernels_launched"] == 2
 
 
+def test_a_repeated_0d_evaluation_stays_here(host, monkeypatch):
+    """A 0-d result (a loop's condition, read at once) never moves to its kernel: the
+    read after a kernel waits on its event (NPBench's crc16, one bit per evaluation)."""
+    monkeypatch.setattr(host_path, "FLAT_REPEATS_FOR_KERNEL", 3)
+    x = fl.asarray(np.int64(5))
+    fl.reset_stats()
+    bits = [bool((x & 1) ^ k) for k in range(6)]  # (one structure: x, a scalar)
+    assert bits == [bool((5 & 1) ^ k) for k in range(6)]
+    s = fl.stats()
+    assert s["kernels_launched"] == 0 and s["host_evaluations"] == 6
+
+
+def test_statements_write_here_without_the_general_path(host, monkeypatch):
+    """A small statement into a concrete array is computed and written by
+    host_path.write, without assignment's general path (its run); a lazy array
+    reading the written elements is still computed first (by the general path)."""
+    from fuseloop import assignment
+
+    runs = []
+    real_run = assignment.run
+    monkeypatch.setattr(assignment, "run", lambda *a, **k: runs.append(1) or real_run(*a, **k))
+    base = np.random.default_rng(4).random((6, 6)) + np.eye(6) * 6
+
+    def lu(m, A):
+        for i in range(6):
+            for j in range(i):
+                A[i, j] -= A[i, :j] @ A[:j, j]
+                A[i, j] /= A[j, j]
+            for j in range(i, 6):
+                A[i, j] -= A[i, :i] @ A[:i, j]
+            A[i, 0] = 0.25 if i % 2 else A[i, 0]  # a scalar, and a view into itself
+        return A
+
+    A = fl.asarray(base.copy())
+    fl.reset_stats()
+    got = lu(fl, A).get()
+    s = fl.stats()
+    np.testing.assert_allclose(got, lu(np, base.copy()), rtol=1e-12)
+    assert not runs and s["kernels_launched"] == 0
+    assert s["host_evaluations"] == 15 + 15 + 21 + 3  # (one per statement, A[i, 0] = A[i, 0]: none)
+    old = A[2] * 2        # lazy, held: reads the element written next
+    A[2, 3] = -1.0
+    assert runs  # (the general path: old computed first)
+    np.testing.assert_array_equal(old.get(), got[2] * 2)
+    assert float(A[2, 3]) == -1.0
+
+
 def test_small_reads_come_from_host_memory(host, monkeypatch):
     """``get``, ``float`` and ``bool`` of a small array read its host memory after the
     queue has finished (here after a kernel that wrote it), views included."""
