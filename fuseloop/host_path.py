@@ -50,7 +50,6 @@ from .expr.nodes import (
     Remap,
     Scalar,
     Storage,
-    c_strides,
 )
 from .expr.program import Target
 from .runtime.devices import Device, _runtime
@@ -213,14 +212,54 @@ def host_bytes(storage: Storage, rt: Any) -> np.ndarray:
 def clear() -> None:
     """Drop every kept map (pyopencl unmaps each as it goes)."""
     _mapped.clear()
+    _typed.clear()
     _mapped_bytes[0] = 0
 
 
+# (cl_mem handle, dtype char) -> the mapped bytes seen as that dtype, whole: a view of
+# one or a few elements is a slice of it (0.1 us), where numpy's ndarray constructor
+# on a buffer costs ~1 us, and a 0-d operand is read as a numpy scalar, whose
+# arithmetic costs a tenth of a 0-d array's (a statement reads and writes 2-4 of them)
+_typed: dict[tuple[int, str], np.ndarray] = {}
+
+
+def _typed_bytes(storage: Storage, rt: Any, dtype: np.dtype) -> np.ndarray:
+    got = host_bytes(storage, rt)
+    key = (storage.buffer.int_ptr, dtype.char)
+    typed = _typed.get(key)
+    if typed is None or typed.base is not got:  # (new, or its block was mapped again)
+        size = dtype.itemsize
+        typed = _typed[key] = got[:got.nbytes // size * size].view(dtype)
+    return typed
+
+
 def _view(storage: Storage, rt: Any, dtype: np.dtype, shape: tuple[int, ...],
-          strides: tuple[int, ...], offset: int) -> np.ndarray:
+          strides: tuple[int, ...] | None, offset: int) -> Any:
+    """The elements of a view of ``storage`` in host memory: a writable array, except
+    that a 0-d view gives its value (a numpy scalar, read now)."""
+    nd = len(shape)
+    if nd <= 1:
+        typed = _typed_bytes(storage, rt, dtype)
+        if not nd:
+            return typed[offset]
+        n = shape[0]
+        step = 1 if strides is None else strides[0]
+        if n and step:
+            stop: int | None = offset + step * (n - 1) + (1 if step > 0 else -1)
+            return typed[offset:None if stop < 0 else stop:step]  # type: ignore[operator]
     size = dtype.itemsize
     return np.ndarray(shape, dtype, host_bytes(storage, rt), offset * size,
-                      tuple(s * size for s in strides))
+                      None if strides is None else tuple([s * size for s in strides]))
+
+
+def _store(storage: Storage, rt: Any, dtype: np.dtype, shape: tuple[int, ...],
+           strides: tuple[int, ...] | None, offset: int, value: Any) -> None:
+    """Write ``value`` (broadcasting to ``shape``) into a view of ``storage``; numpy
+    copies through a temporary where the value overlaps the elements written."""
+    if not shape:
+        _typed_bytes(storage, rt, dtype)[offset] = value
+    else:
+        _view(storage, rt, dtype, shape, strides, offset)[...] = value
 
 
 # }}}
@@ -276,10 +315,7 @@ def _value(node: Node, ev: _State) -> Any:
         dtype = leaf.dtype
         if dtype.char not in _DTYPES:
             raise _Unsupported
-        st = leaf.strides
-        size = dtype.itemsize
-        return np.ndarray(leaf.shape, dtype, host_bytes(leaf.storage, ev.rt), leaf.offset * size,
-                          None if st is None else tuple([s * size for s in st]))
+        return _view(leaf.storage, ev.rt, dtype, leaf.shape, leaf.strides, leaf.offset)
     if cls is Scalar or cls is Literal:
         if node.dtype.char not in _DTYPES:
             raise _Unsupported
@@ -332,10 +368,7 @@ def _apply(node: Any, ev: _State) -> Any:
         # (leaves and scalars, the commonest arguments, without a call of _value)
         cls = type(a)
         if cls is Leaf and a.dtype is dt:
-            st = a.strides
-            size = dt.itemsize
-            v = np.ndarray(a.shape, dt, host_bytes(a.storage, ev.rt), a.offset * size,
-                           None if st is None else tuple([s * size for s in st]))
+            v = _view(a.storage, ev.rt, dt, a.shape, a.strides, a.offset)
         elif cls is Scalar and a.dtype is dt:
             v = a.value
         else:
@@ -509,13 +542,11 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             t = targets[k] if targets is not None else None
             if type(t) is Target and (t.strides is not None or t.offset):
                 s = t.storage
-                strides = t.strides if t.strides is not None else c_strides(out_shape)
-                dest = _view(s, rt, r.dtype, out_shape, strides, t.offset)
+                _store(s, rt, r.dtype, out_shape, t.strides, t.offset, v)
             else:  # a new buffer, or all of one (C order)
                 s = _evaluate.allocate(size * r.dtype.itemsize, device) if t is None else \
                     t.storage if type(t) is Target else t  # type: ignore[assignment]
-                dest = np.ndarray(out_shape, r.dtype, host_bytes(s, rt))
-            dest[...] = v  # (numpy copies through a temporary where the two overlap)
+                _store(s, rt, r.dtype, out_shape, None, 0, v)
             outs.append(s)
     _stats.increment("host_evaluations")
     return outs
@@ -544,7 +575,6 @@ def write(target: Any, node: Node) -> bool:
     dtype = leaf.dtype
     if dtype.char not in _DTYPES:
         return False
-    strides = leaf.strides
     itemsize = dtype.itemsize
     readers = storage.live_readers()
     if readers:
@@ -567,9 +597,7 @@ def write(target: Any, node: Node) -> bool:
         finally:
             if token is not None:
                 _errors.reset(token)
-        dest = np.ndarray(shape, dtype, host_bytes(storage, rt), leaf.offset * itemsize,
-                          None if strides is None else tuple([s * itemsize for s in strides]))
-        dest[...] = value  # (numpy copies through a temporary where the two overlap)
+        _store(storage, rt, dtype, shape, leaf.strides, leaf.offset, value)
     _stats.increment("host_evaluations")
     return True
 

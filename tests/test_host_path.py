@@ -115,6 +115,30 @@ def test_in_place_updates_and_overlap(host, monkeypatch):
     np.testing.assert_allclose(on, off, rtol=1e-12)
 
 
+def test_1d_and_0d_views_read_and_written(host, monkeypatch):
+    """Views read and written as slices of a buffer's typed host memory: reversed,
+    strided, stride 0 (broadcast), and single elements (read as numpy scalars)."""
+    def run(m, x):
+        x[::-2] = x[1::2] * 2             # reversed target, overlapping the value
+        x[3:8] += x[10:5:-1]              # reversed operand
+        x[-1] = x[0] + x[1]               # 0-d target and operands
+        x[4] *= x[4]                      # reads and writes the same element
+        x[:5] -= m.broadcast_to(x[7], (5,)) * x[17:12:-1]
+        return x, x[::3] + x[-1], m.sum(x[1:19:4] * x[2])
+
+    base = np.arange(20.0) * 0.5 - 3
+
+    def make():
+        return [np.asarray(v.get()) for v in run(fl, fl.asarray(base.copy()))]
+
+    on, off, stats = _both(make, monkeypatch)
+    ref = run(np, base.copy())
+    assert stats["kernels_launched"] == 0 and stats["host_evaluations"] == 7
+    for a, b, c in zip(on, off, ref):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(a, b)
+
+
 def test_lazy_values_keep_their_inputs_old_elements(host):
     x = fl.asarray(np.arange(10.0))
     y = x * 2           # lazy: reads x's buffer
