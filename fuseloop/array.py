@@ -35,6 +35,7 @@ from .expr.nodes import (
     scalar_sig,
     signature_of,
 )
+from .host_path import inplace as host_inplace
 from .host_path import read as host_read
 from .runtime.devices import Device
 from .runtime.transfer import read
@@ -646,6 +647,8 @@ class Array(ArrayProtocol):
         _setitem(self, key, value, held)
 
     def _inplace(self, op: str, other: Any) -> Array:
+        if host_inplace(self, op, other):  # (small, on a CPU device: numpy, in place)
+            return self
         # the operator's lean path (its temporary array is let go at once: a held one
         # would count as a lazy reader of the buffer written here)
         node = apply_op(op, self, other)._node if type(other) in _LEAN_OTHER and \

@@ -264,6 +264,60 @@ def test_statements_write_here_without_the_general_path(host, monkeypatch):
     assert float(A[2, 3]) == -1.0
 
 
+def test_in_place_operators_computed_here(host, monkeypatch):
+    """``a op= b`` with a concrete target: computed by host_path.inplace (no node, no
+    assignment) on the operation's own loop dtypes, as numpy and the kernels; what it
+    does not take (a Python int out of the target's range, a cast numpy refuses, an
+    operand reading the written elements) goes the general way, with its errors."""
+    from fuseloop import assignment
+
+    def run(m, f, i):
+        f[2] += f[1]                       # 0-d float32 operands
+        f[:4] *= m.asarray(np.arange(4.0)) if m is np else fl.asarray(np.arange(4.0))
+        f[1:3] /= 3                        # a Python int into a float loop
+        f[5] -= f[6:8].sum() * 2.5         # a lazy 0-d operand
+        i[1] += 7                          # an int into int8, in range
+        i[2:] -= i[:-2]                    # an operand overlapping the target
+        i[0] //= i[3]
+        f[3:6] += f[2:5] * 2               # a lazy one: the general path, 2 evaluations
+        return f, i
+
+    fb = np.linspace(-2, 3, 9, dtype=np.float32)
+    ib = np.arange(1, 7, dtype=np.int8) * 3
+
+    calls = []
+    real = assignment.assign
+    monkeypatch.setattr(assignment, "assign", lambda *a, **k: calls.append(1) or real(*a, **k))
+    import fuseloop.array as fa
+    monkeypatch.setattr(fa, "assign", assignment.assign)
+
+    counts = []
+
+    def make():
+        calls.clear()
+        out = [v.get() for v in run(fl, fl.asarray(fb.copy()), fl.asarray(ib.copy()))]
+        counts.append(len(calls))
+        return out
+
+    on, off, stats = _both(make, monkeypatch)
+    ref = run(np, fb.copy(), ib.copy())
+    assert stats["kernels_launched"] == 0 and stats["host_evaluations"] == 7 + 2
+    assert counts == [1, 8]  # (host path on: the lazy overlapping operand's statement)
+    for a, b, c in zip(on, off, ref):
+        assert a.dtype == c.dtype
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(a, b)
+    fl.reset_stats()
+    i = fl.asarray(ib.copy())
+    calls.clear()
+    with pytest.raises(OverflowError):
+        i[1] += 1000                       # numpy: out of int8's range
+    with pytest.raises(TypeError, match="same_kind"):
+        i[1] //= 2.0                       # float64 result into int8
+    assert len(calls) == 0  # (refused before any assignment)
+    np.testing.assert_array_equal(i.get(), ib)
+
+
 def test_small_reads_come_from_host_memory(host, monkeypatch):
     """``get``, ``float`` and ``bool`` of a small array read its host memory after the
     queue has finished (here after a kernel that wrote it), views included."""
