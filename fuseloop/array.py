@@ -37,6 +37,7 @@ from .expr.nodes import (
 )
 from .host_path import inplace as host_inplace
 from .host_path import read as host_read
+from .host_path import scalar as host_scalar
 from .runtime.devices import Device
 from .runtime.transfer import read
 from .trace_hooks import ScalarStandIn, check_traced, trace_checks
@@ -552,7 +553,8 @@ class Array(ArrayProtocol):
             check_traced(self, "a Python scalar")
         if self.size != 1:
             raise TypeError(f"only size-1 arrays convert to Python scalars (shape {self.shape})")
-        return self.get().reshape(()).item()
+        got = host_scalar(self)  # (small work on the CPU: numpy, no buffer)
+        return got if got is not None else self.get().reshape(()).item()
 
     def __float__(self) -> float:
         return float(self._scalar())

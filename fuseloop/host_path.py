@@ -704,6 +704,37 @@ def inplace(target: Any, op: str, other: Any) -> bool:
     return True
 
 
+def scalar(array: Any) -> Any:
+    """The value of the size-1 ``array`` (lazy or concrete) as a Python scalar, computed
+    or read here without a buffer (the array stays as it was), or None: not on a
+    device whose buffers numpy may use, or not computed here.
+
+    ``bool(a[i, j] > a[i, k])`` in a loop (Python's ``max`` of two elements, NPBench's
+    nussinov) made a buffer for the comparison, wrote it and read it back."""
+    device = array.device
+    node: Any = array._node
+    if not HOST_MAX_WORK or node.dtype.char not in _DTYPES or not host_device(device) \
+            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
+        return None
+    rt = _runtime(device)
+    if rt.deferred:  # (kernels to wait for: the general path's polled wait is cheaper)
+        return None
+    with rt.launch_lock:
+        rt.finish_queue(rt.queue)
+        token = _errors.set(_QUIET) if _QUIET is not None else None
+        try:
+            value = _value(node, _State(rt, None))
+        except (_Unsupported, RecursionError, TypeError, ValueError):
+            return None
+        finally:
+            if token is not None:
+                _errors.reset(token)
+    if type(node) is not Leaf:
+        _stats.increment("host_evaluations")
+    return value.item() if isinstance(value, np.ndarray | np.generic) \
+        else node.dtype.type(value).item()
+
+
 def read(leaf: Node, device: Device) -> np.ndarray | None:
     """A new host array holding the elements of the concrete array ``leaf`` (any view),
     copied from host memory once the device's queue is finished; None unless small

@@ -318,6 +318,22 @@ def test_in_place_operators_computed_here(host, monkeypatch):
     np.testing.assert_array_equal(i.get(), ib)
 
 
+def test_scalars_of_lazy_elements_computed_without_a_buffer(host):
+    """``bool``/``float``/``int`` of a small lazy size-1 array: computed here, the array
+    left lazy (no buffer made, written and read back: nussinov's ``max`` of elements)."""
+    t = fl.asarray(np.arange(12, dtype=np.int32).reshape(3, 4))
+    u = fl.asarray(np.array([2**63 + 5], dtype=np.uint64))
+    fl.reset_stats()
+    cond = t[1, 2] > t[2, 0]
+    assert bool(cond) is False and cond.is_lazy
+    assert max(t[2, 1], t[1, 3]) is not None  # (Python's max: a comparison's bool)
+    half = t[2, 3] / 2
+    assert float(half) == 5.5 and half.is_lazy
+    assert int(t[0, 1:2] * 3) == 3
+    assert int(u + 1) == 2**63 + 6 and int(u[0]) == 2**63 + 5
+    assert fl.stats()["kernels_launched"] == 0 and fl.stats()["host_evaluations"] == 5
+
+
 def test_small_reads_come_from_host_memory(host, monkeypatch):
     """``get``, ``float`` and ``bool`` of a small array read its host memory after the
     queue has finished (here after a kernel that wrote it), views included."""
