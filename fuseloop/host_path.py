@@ -664,13 +664,19 @@ def inplace(target: Any, op: str, other: Any) -> bool:
     if hit is False:
         return False
     fn, loop = hit
+    kept = None
     readers = storage.live_readers()
     if readers:
         written = (shape, leaf.view_strides(), leaf.offset)
         for r in readers:
             if r._storage is None and not _evaluate.reads_outside(
                     r._node, storage, written, dtype.itemsize):
-                return False
+                if r is not other:
+                    return False
+                # a lazy operand reading elements written here (seidel_2d's
+                # ``A[i, 1:-1] += A[i, 2:] + ...``) becomes concrete with the value
+                # computed here, so whoever keeps it reads the old elements
+                kept = _evaluate.allocate(_size(onode.shape) * okey.itemsize, device)
     rt = _runtime(device)
     if rt.deferred:
         return False
@@ -684,9 +690,10 @@ def inplace(target: Any, op: str, other: Any) -> bool:
                 a = a.astype(loop[0])
             if okey is float or okey is int:
                 b = loop[1].type(other)
-            else:  # (a lazy operand, e.g. ``A[i, :j] @ A[:j, j]``, computed here first)
-                b = _view(onode.storage, rt, okey, onode.shape, onode.strides, onode.offset) \
-                    if type(onode) is Leaf else _value(onode, _State(rt, None))
+            else:
+                b = raw = _view(onode.storage, rt, okey, onode.shape, onode.strides,
+                                onode.offset) if type(onode) is Leaf \
+                    else _value(onode, _State(rt, None))
                 if type(b) is not np.ndarray:  # (a scalar: numpy's, or a node's value)
                     b = loop[1].type(b)
                 elif okey is not loop[1]:
@@ -699,6 +706,9 @@ def inplace(target: Any, op: str, other: Any) -> bool:
         finally:
             if token is not None:
                 _errors.reset(token)
+        if kept is not None:
+            _store(kept, rt, okey, onode.shape, None, 0, raw)
+            other._become(kept)
         _store(storage, rt, dtype, shape, leaf.strides, leaf.offset, out)
     _stats.increment("host_evaluations")
     return True

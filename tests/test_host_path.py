@@ -266,9 +266,10 @@ def test_statements_write_here_without_the_general_path(host, monkeypatch):
 
 def test_in_place_operators_computed_here(host, monkeypatch):
     """``a op= b`` with a concrete target: computed by host_path.inplace (no node, no
-    assignment) on the operation's own loop dtypes, as numpy and the kernels; what it
-    does not take (a Python int out of the target's range, a cast numpy refuses, an
-    operand reading the written elements) goes the general way, with its errors."""
+    assignment) on the operation's own loop dtypes, as numpy and the kernels, lazy
+    operands included (made concrete: one kept reads the old elements); what it does
+    not take (a Python int out of the target's range, a cast numpy refuses) goes the
+    general way, with its errors."""
     from fuseloop import assignment
 
     def run(m, f, i):
@@ -279,7 +280,10 @@ def test_in_place_operators_computed_here(host, monkeypatch):
         i[1] += 7                          # an int into int8, in range
         i[2:] -= i[:-2]                    # an operand overlapping the target
         i[0] //= i[3]
-        f[3:6] += f[2:5] * 2               # a lazy one: the general path, 2 evaluations
+        f[3:6] += f[2:5] * 2               # a lazy one, overlapping too
+        keep = f[0:3] + 1                  # kept: computed before the write, reads old f
+        f[1:4] *= keep
+        f[6:] += keep * keep
         return f, i
 
     fb = np.linspace(-2, 3, 9, dtype=np.float32)
@@ -301,8 +305,8 @@ def test_in_place_operators_computed_here(host, monkeypatch):
 
     on, off, stats = _both(make, monkeypatch)
     ref = run(np, fb.copy(), ib.copy())
-    assert stats["kernels_launched"] == 0 and stats["host_evaluations"] == 7 + 2
-    assert counts == [1, 8]  # (host path on: the lazy overlapping operand's statement)
+    assert stats["kernels_launched"] == 0 and stats["host_evaluations"] == 10
+    assert counts == [0, 10]
     for a, b, c in zip(on, off, ref):
         assert a.dtype == c.dtype
         np.testing.assert_array_equal(a, c)
