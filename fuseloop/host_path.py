@@ -622,6 +622,28 @@ def _inplace_loop(op: str, target: Any, other: Any) -> Any:
     return _UFUNCS[op][0], loop
 
 
+def _operand_key(target: Any, other: Any) -> Any:
+    """What :func:`inplace`'s loop depends on in ``other``: its dtype (an array on the
+    target's device, of the target's shape or 0-d), ``float`` or ``int``; None: not
+    computed there."""
+    to = type(other)
+    dtype = target.dtype
+    if to is float:
+        return float
+    if to is int:
+        if dtype.kind not in "fiu" or (dtype.kind != "f" and not (
+                np.iinfo(dtype).min <= other <= np.iinfo(dtype).max)):
+            return None  # (numpy's errors for a Python int out of an integer's range)
+        return int
+    if to is type(target):  # (a fuseloop array: its class, as array.py imports this)
+        onode = other._node
+        if other.device is not target.device or onode.dtype.char not in _DTYPES or (
+                onode.shape and onode.shape != target.shape):
+            return None
+        return onode.dtype
+    return None
+
+
 def inplace(target: Any, op: str, other: Any) -> bool:
     """``target op= other`` for a concrete ``target`` and an array (concrete, or lazy and
     computed here) or a Python float or int ``other``, computed and written here; False
@@ -634,23 +656,11 @@ def inplace(target: Any, op: str, other: Any) -> bool:
     storage = target._storage
     if storage is None or type(leaf) is not Leaf or not HOST_MAX_WORK or trace_checks:
         return False
-    to = type(other)
     dtype = leaf.dtype
-    if to is float:
-        okey: Any = float
-    elif to is int:
-        if dtype.kind not in "fiu" or (dtype.kind != "f" and not (
-                np.iinfo(dtype).min <= other <= np.iinfo(dtype).max)):
-            return False  # (numpy's errors for a Python int out of an integer's range)
-        okey = int
-    elif to is type(target):  # (a fuseloop array: its class, as array.py imports this)
-        onode: Any = other._node
-        if other.device is not target.device or (onode.shape and onode.shape != leaf.shape) \
-                or onode.dtype.char not in _DTYPES:
-            return False
-        okey = onode.dtype
-    else:
+    okey = _operand_key(target, other)
+    if okey is None:
         return False
+    onode: Any = None if okey is float or okey is int else other._node
     shape = leaf.shape
     size = _size(shape)
     device = target.device
