@@ -36,7 +36,9 @@ from .expr.nodes import (
     scalar_sig,
     signature_of,
 )
+from .host_path import inplace as host_inplace
 from .host_path import read as host_read
+from .host_path import scalar as host_scalar
 from .runtime.devices import Device
 from .runtime.transfer import read
 from .trace_hooks import ScalarStandIn, check_traced, trace_checks
@@ -91,7 +93,6 @@ def _coerce(x: Any) -> Any:
     """Host arrays and lists in an expression are copied to the device."""
     if isinstance(x, np.ndarray | list | tuple):
         from .creation import asarray
-
         return asarray(x)
     return x
 
@@ -554,7 +555,8 @@ class Array(ArrayProtocol):
             check_traced(self, "a Python scalar")
         if self.size != 1:
             raise TypeError(f"only size-1 arrays convert to Python scalars (shape {self.shape})")
-        return self.get().reshape(()).item()
+        got = host_scalar(self)  # (small work on the CPU: numpy, no buffer)
+        return got if got is not None else self.get().reshape(()).item()
 
     def __float__(self) -> float:
         return float(self._scalar())
@@ -649,8 +651,9 @@ class Array(ArrayProtocol):
         _setitem(self, key, value, held)
 
     def _inplace(self, op: str, other: Any) -> Array:
-        # the operator's lean path (its temporary array is let go at once: a held one
-        # would count as a lazy reader of the buffer written here)
+        if host_inplace(self, op, other):  # (small, on a CPU device: numpy, in place)
+            return self
+        # the lean path: its temporary is let go at once (a held one is a lazy reader)
         node = apply_op(op, self, other)._node if type(other) in _LEAN_OTHER and \
             not _multi_hooks.TYPES else build_node(op, (self, other))[0]
         if not np.can_cast(node.dtype, self.dtype, "same_kind"):

@@ -80,6 +80,13 @@ def _plain_where(where: Any, name: str) -> None:
             f"e.g. fl.where(mask, x, identity).{name}()")
 
 
+# ufunc -> fuseloop's function of its name, for a plain call whose operands are arrays and
+# scalars (``a1 * x[:, j]`` with a numpy scalar ``a1``: NPBench's deriche); filled by
+# fuseloop.interop's dispatch, whose checks and imports cost as much as the operation
+DIRECT_UFUNCS: dict[Any, Any] = {}
+_PLAIN_OPERANDS = (int, float, bool, np.generic)
+
+
 class ArrayProtocol:
     """numpy's and Python's protocols for :class:`fuseloop.Array` (a mixin)."""
 
@@ -104,6 +111,11 @@ class ArrayProtocol:
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any,
                         **kwargs: Any) -> Any:
         """``np.sin(x)``, ``np.add.reduce(x)``, ...: fuseloop's equivalent (or an error)."""
+        if method == "__call__" and not kwargs:
+            f = DIRECT_UFUNCS.get(ufunc)
+            if f is not None and all(type(x) is type(self) or isinstance(x, _PLAIN_OPERANDS)
+                                     for x in inputs):
+                return f(*inputs)
         from .interop import array_ufunc
 
         return array_ufunc(self, ufunc, method, *inputs, **kwargs)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from . import host_path as _host
 from .array import Array, Constant, _coerce, _operand_node
 from .dtypes import scalar_to
 from .errors import DeviceError, DTypeError, ShapeError
@@ -95,6 +96,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
     leaf = target._node
     if also is not None and held_array is None and also.is_lazy and also.shape == target.shape:
         held_array = also
+    if scatter is None and held_array is None and _host.write(target, node):
+        return  # (small work on a CPU device: computed by numpy in place)
     if scatter is not None:
         dest: Any = scatter[0]
         if callable(dest):

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from . import caches as _caches
+from . import flags as _flags
 from . import stats as _stats
 from .expr.nodes import (
     Apply,
@@ -49,21 +50,21 @@ from .expr.nodes import (
     Remap,
     Scalar,
     Storage,
-    c_strides,
 )
 from .expr.program import Target
 from .runtime.devices import Device, _runtime
+from .trace_hooks import trace_checks
 
 #: the most elements of work (the sizes of every computed node, a reduction's input
 #: included) an evaluation may have to run here; measured on this project's 2-core
 #: CI machine (benchmarks/host_path_threshold.py): below ~16k elements numpy's
 #: single-threaded loops beat a launch on PoCL for the common statements
 HOST_MAX_WORK = 4096
-#: a flat elementwise structure (``(x * 2 + y).eval()``) evaluated here this many times
-#: gets its kernel built instead: a cached kernel's launch costs ~2.5x less CPU than
-#: the host path (same benchmark), which pays back a disk-cached kernel's load
-#: (~20 ms) after about this many evaluations; loops whose statements differ in
-#: their offsets (different structures) stay here
+#: a flat 1-D elementwise structure (``(x * 2 + y).eval()``) evaluated here this many
+#: times gets its kernel built instead (0-d ones never: see try_run): a cached kernel's
+#: launch costs ~2.5x less CPU than the host path (same benchmark), which pays back a
+#: disk-cached kernel's load (~20 ms) after about this many evaluations; loops whose
+#: statements differ in their offsets (different structures) stay here
 FLAT_REPEATS_FOR_KERNEL = 1024
 FLAT_COUNTS_MAX = 4096
 _env = os.environ.get("FUSELOOP_HOST_PATH", "").strip().lower()
@@ -212,14 +213,54 @@ def host_bytes(storage: Storage, rt: Any) -> np.ndarray:
 def clear() -> None:
     """Drop every kept map (pyopencl unmaps each as it goes)."""
     _mapped.clear()
+    _typed.clear()
     _mapped_bytes[0] = 0
 
 
+# (cl_mem handle, dtype char) -> the mapped bytes seen as that dtype, whole: a view of
+# one or a few elements is a slice of it (0.1 us), where numpy's ndarray constructor
+# on a buffer costs ~1 us, and a 0-d operand is read as a numpy scalar, whose
+# arithmetic costs a tenth of a 0-d array's (a statement reads and writes 2-4 of them)
+_typed: dict[tuple[int, str], np.ndarray] = {}
+
+
+def _typed_bytes(storage: Storage, rt: Any, dtype: np.dtype) -> np.ndarray:
+    got = host_bytes(storage, rt)
+    key = (storage.buffer.int_ptr, dtype.char)
+    typed = _typed.get(key)
+    if typed is None or typed.base is not got:  # (new, or its block was mapped again)
+        size = dtype.itemsize
+        typed = _typed[key] = got[:got.nbytes // size * size].view(dtype)
+    return typed
+
+
 def _view(storage: Storage, rt: Any, dtype: np.dtype, shape: tuple[int, ...],
-          strides: tuple[int, ...], offset: int) -> np.ndarray:
+          strides: tuple[int, ...] | None, offset: int) -> Any:
+    """The elements of a view of ``storage`` in host memory: a writable array, except
+    that a 0-d view gives its value (a numpy scalar, read now)."""
+    nd = len(shape)
+    if nd <= 1:
+        typed = _typed_bytes(storage, rt, dtype)
+        if not nd:
+            return typed[offset]
+        n = shape[0]
+        step = 1 if strides is None else strides[0]
+        if n and step:
+            stop: int | None = offset + step * (n - 1) + (1 if step > 0 else -1)
+            return typed[offset:None if stop < 0 else stop:step]  # type: ignore[operator]
     size = dtype.itemsize
     return np.ndarray(shape, dtype, host_bytes(storage, rt), offset * size,
-                      tuple(s * size for s in strides))
+                      None if strides is None else tuple([s * size for s in strides]))
+
+
+def _store(storage: Storage, rt: Any, dtype: np.dtype, shape: tuple[int, ...],
+           strides: tuple[int, ...] | None, offset: int, value: Any) -> None:
+    """Write ``value`` (broadcasting to ``shape``) into a view of ``storage``; numpy
+    copies through a temporary where the value overlaps the elements written."""
+    if not shape:
+        _typed_bytes(storage, rt, dtype)[offset] = value
+    else:
+        _view(storage, rt, dtype, shape, strides, offset)[...] = value
 
 
 # }}}
@@ -275,10 +316,7 @@ def _value(node: Node, ev: _State) -> Any:
         dtype = leaf.dtype
         if dtype.char not in _DTYPES:
             raise _Unsupported
-        st = leaf.strides
-        size = dtype.itemsize
-        return np.ndarray(leaf.shape, dtype, host_bytes(leaf.storage, ev.rt), leaf.offset * size,
-                          None if st is None else tuple([s * size for s in st]))
+        return _view(leaf.storage, ev.rt, dtype, leaf.shape, leaf.strides, leaf.offset)
     if cls is Scalar or cls is Literal:
         if node.dtype.char not in _DTYPES:
             raise _Unsupported
@@ -331,10 +369,7 @@ def _apply(node: Any, ev: _State) -> Any:
         # (leaves and scalars, the commonest arguments, without a call of _value)
         cls = type(a)
         if cls is Leaf and a.dtype is dt:
-            st = a.strides
-            size = dt.itemsize
-            v = np.ndarray(a.shape, dt, host_bytes(a.storage, ev.rt), a.offset * size,
-                           None if st is None else tuple([s * size for s in st]))
+            v = _view(a.storage, ev.rt, dt, a.shape, a.strides, a.offset)
         elif cls is Scalar and a.dtype is dt:
             v = a.value
         else:
@@ -469,7 +504,10 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     if not eligible(roots, out_shape, device, targets):
         return None
     size = _size(out_shape)
-    if targets is None and len(out_shape) <= 1 and len(roots) == 1 and roots[0].sig:
+    if targets is None and len(out_shape) == 1 and len(roots) == 1 and roots[0].sig:
+        # (a 0-d result is a condition or a scalar about to be read: after a kernel,
+        # the read waits on its event, 30-60 us, where the host path's costs ~2 us;
+        # NPBench's crc16 tests one bit per evaluation and read each through a wait)
         key = (roots[0].sig, out_shape)
         n = _flat_counts.get(key, 0) + 1
         if n > FLAT_REPEATS_FOR_KERNEL:
@@ -505,16 +543,216 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             t = targets[k] if targets is not None else None
             if type(t) is Target and (t.strides is not None or t.offset):
                 s = t.storage
-                strides = t.strides if t.strides is not None else c_strides(out_shape)
-                dest = _view(s, rt, r.dtype, out_shape, strides, t.offset)
+                _store(s, rt, r.dtype, out_shape, t.strides, t.offset, v)
             else:  # a new buffer, or all of one (C order)
                 s = _evaluate.allocate(size * r.dtype.itemsize, device) if t is None else \
                     t.storage if type(t) is Target else t  # type: ignore[assignment]
-                dest = np.ndarray(out_shape, r.dtype, host_bytes(s, rt))
-            dest[...] = v  # (numpy copies through a temporary where the two overlap)
+                _store(s, rt, r.dtype, out_shape, None, 0, v)
             outs.append(s)
     _stats.increment("host_evaluations")
     return outs
+
+
+def write(target: Any, node: Node) -> bool:
+    """Write ``node`` (of the target's dtype, broadcasting to its shape) into the
+    concrete array ``target`` here, as :func:`fuseloop.assignment.assign` would with
+    kernels; False (nothing written) leaves it to the general path.
+
+    The statement of a loop (``A[i, j] -= A[i, :j] @ A[:j, j]``) comes here straight
+    from the assignment, without its targets, rebuilt values and the run's dispatch
+    (about 4 us of the general path's host cost on this project's CPU).  Taken only
+    where nothing else needs doing first: a lazy array reading elements written
+    here is computed first by the general path, so it is left to it."""
+    storage = target._storage
+    leaf: Any = target._node
+    if storage is None or type(leaf) is not Leaf or not HOST_MAX_WORK:
+        return False
+    shape = leaf.shape
+    size = _size(shape)
+    device = target.device
+    if not size or size > HOST_MAX_WORK or not host_device(device) \
+            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
+        return False
+    dtype = leaf.dtype
+    if dtype.char not in _DTYPES:
+        return False
+    itemsize = dtype.itemsize
+    readers = storage.live_readers()
+    if readers:
+        written = (shape, leaf.view_strides(), leaf.offset)
+        for r in readers:
+            if r._storage is None and not _evaluate.reads_outside(
+                    r._node, storage, written, itemsize):
+                return False
+    rt = _runtime(device)
+    if rt.deferred:  # (small launches waiting to be enqueued: this one joins them)
+        return False
+    _flags.check_pending()  # (earlier checked gathers' errors before anything is written)
+    with rt.launch_lock:
+        rt.finish_queue(rt.queue)
+        token = _errors.set(_QUIET) if _QUIET is not None else None
+        try:
+            value = _value(node, _State(rt, _uses([node]) if size >= TRACK_USES_AT else None))
+        except (_Unsupported, RecursionError, TypeError, ValueError):
+            return False
+        finally:
+            if token is not None:
+                _errors.reset(token)
+        _store(storage, rt, dtype, shape, leaf.strides, leaf.offset, value)
+    _stats.increment("host_evaluations")
+    return True
+
+
+# (op, target dtype, operand dtype or Python type) -> (ufunc, the operation's loop
+# dtypes), or False: what an in-place operator computes (see inplace)
+_inplace_loops: dict[tuple, Any] = {}
+
+
+def _inplace_loop(op: str, target: Any, other: Any) -> Any:
+    """The ufunc and loop dtypes of ``target op= other`` as the kernels compute it
+    (the node fuseloop builds for it, once per dtypes), or False."""
+    from .array import build_node
+
+    node = build_node(op, (target, other))[0]
+    loop = node.loop  # type: ignore[attr-defined]
+    if type(node) is not Apply or not _check_loop(op, tuple(d.char for d in loop)) \
+            or op in ("cast", "where", "positive") \
+            or not np.can_cast(loop[-1], target.dtype, "same_kind"):
+        return False  # (the general path computes it, or raises numpy's error)
+    return _UFUNCS[op][0], loop
+
+
+def _operand_key(target: Any, other: Any) -> Any:
+    """What :func:`inplace`'s loop depends on in ``other``: its dtype (an array on the
+    target's device, of the target's shape or 0-d), ``float`` or ``int``; None: not
+    computed there."""
+    to = type(other)
+    dtype = target.dtype
+    if to is float:
+        return float
+    if to is int:
+        if dtype.kind not in "fiu" or (dtype.kind != "f" and not (
+                np.iinfo(dtype).min <= other <= np.iinfo(dtype).max)):
+            return None  # (numpy's errors for a Python int out of an integer's range)
+        return int
+    if to is type(target):  # (a fuseloop array: its class, as array.py imports this)
+        onode = other._node
+        if other.device is not target.device or onode.dtype.char not in _DTYPES or (
+                onode.shape and onode.shape != target.shape):
+            return None
+        return onode.dtype
+    return None
+
+
+def inplace(target: Any, op: str, other: Any) -> bool:
+    """``target op= other`` for a concrete ``target`` and an array (concrete, or lazy and
+    computed here) or a Python float or int ``other``, computed and written here; False
+    (nothing done) leaves it to the general path (node, assignment, :func:`write`).
+
+    A loop's scalar statement (``A[i, j] /= A[j, j]``, ``A[i, j] += A[i, j - 1]``)
+    costs about half as much host time this way: no node, lazy array or assignment
+    is made, and the operands are read as numpy scalars."""
+    leaf: Any = target._node
+    storage = target._storage
+    if storage is None or type(leaf) is not Leaf or not HOST_MAX_WORK or trace_checks:
+        return False
+    dtype = leaf.dtype
+    okey = _operand_key(target, other)
+    if okey is None:
+        return False
+    onode: Any = None if okey is float or okey is int else other._node
+    shape = leaf.shape
+    size = _size(shape)
+    device = target.device
+    if not size or size > HOST_MAX_WORK or not host_device(device) \
+            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
+        return False
+    key = (op, dtype, okey)
+    hit = _inplace_loops.get(key)
+    if hit is None:
+        hit = _inplace_loops[key] = _inplace_loop(op, target, other)
+    if hit is False:
+        return False
+    fn, loop = hit
+    kept = None
+    readers = storage.live_readers()
+    if readers:
+        written = (shape, leaf.view_strides(), leaf.offset)
+        for r in readers:
+            if r._storage is None and not _evaluate.reads_outside(
+                    r._node, storage, written, dtype.itemsize):
+                if r is not other:
+                    return False
+                # a lazy operand reading elements written here (seidel_2d's
+                # ``A[i, 1:-1] += A[i, 2:] + ...``) becomes concrete with the value
+                # computed here, so whoever keeps it reads the old elements
+                kept = _evaluate.allocate(_size(onode.shape) * okey.itemsize, device)
+    rt = _runtime(device)
+    if rt.deferred:
+        return False
+    _flags.check_pending()
+    with rt.launch_lock:
+        rt.finish_queue(rt.queue)
+        token = _errors.set(_QUIET) if _QUIET is not None else None
+        try:
+            a = _view(storage, rt, dtype, shape, leaf.strides, leaf.offset)
+            if dtype is not loop[0]:
+                a = a.astype(loop[0])
+            if okey is float or okey is int:
+                b = loop[1].type(other)
+            else:
+                b = raw = _view(onode.storage, rt, okey, onode.shape, onode.strides,
+                                onode.offset) if type(onode) is Leaf \
+                    else _value(onode, _State(rt, None))
+                if type(b) is not np.ndarray:  # (a scalar: numpy's, or a node's value)
+                    b = loop[1].type(b)
+                elif okey is not loop[1]:
+                    b = b.astype(loop[1])
+            out = fn(a, b)
+            if out.dtype is not dtype:
+                out = out.astype(dtype)
+        except (_Unsupported, RecursionError, TypeError, ValueError):
+            return False  # (nothing written: the general path computes it, or reports it)
+        finally:
+            if token is not None:
+                _errors.reset(token)
+        if kept is not None:
+            _store(kept, rt, okey, onode.shape, None, 0, raw)
+            other._become(kept)
+        _store(storage, rt, dtype, shape, leaf.strides, leaf.offset, out)
+    _stats.increment("host_evaluations")
+    return True
+
+
+def scalar(array: Any) -> Any:
+    """The value of the size-1 ``array`` (lazy or concrete) as a Python scalar, computed
+    or read here without a buffer (the array stays as it was), or None: not on a
+    device whose buffers numpy may use, or not computed here.
+
+    ``bool(a[i, j] > a[i, k])`` in a loop (Python's ``max`` of two elements, NPBench's
+    nussinov) made a buffer for the comparison, wrote it and read it back."""
+    device = array.device
+    node: Any = array._node
+    if not HOST_MAX_WORK or node.dtype.char not in _DTYPES or not host_device(device) \
+            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
+        return None
+    rt = _runtime(device)
+    if rt.deferred:  # (kernels to wait for: the general path's polled wait is cheaper)
+        return None
+    with rt.launch_lock:
+        rt.finish_queue(rt.queue)
+        token = _errors.set(_QUIET) if _QUIET is not None else None
+        try:
+            value = _value(node, _State(rt, None))
+        except (_Unsupported, RecursionError, TypeError, ValueError):
+            return None
+        finally:
+            if token is not None:
+                _errors.reset(token)
+    if type(node) is not Leaf:
+        _stats.increment("host_evaluations")
+    return value.item() if isinstance(value, np.ndarray | np.generic) \
+        else node.dtype.type(value).item()
 
 
 def read(leaf: Node, device: Device) -> np.ndarray | None:
@@ -538,6 +776,8 @@ from . import evaluate as _evaluate  # noqa: E402  (it imports this module first
 
 _caches.register("host_path.loops", _loop_fns.clear, lambda: len(_loop_fns),
                  why="one per operation and loop dtypes")
+_caches.register("host_path.inplace_loops", _inplace_loops.clear, lambda: len(_inplace_loops),
+                 why="one per operation and dtypes")
 _caches.register("host_path.flat_counts", _flat_counts.clear, lambda: len(_flat_counts),
                  FLAT_COUNTS_MAX)
 _caches.register("host_path.mapped", clear, lambda: len(_mapped),

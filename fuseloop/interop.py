@@ -120,6 +120,10 @@ def _call(ufunc: np.ufunc, inputs: tuple, kwargs: dict) -> Any:
     if f is None or not callable(f):
         raise NoEquivalentError(f"fuseloop has no equivalent of the ufunc numpy.{name}; "
                                 f"{_HOST_HINT}")
+    if not kwargs and ufunc.nout == 1:  # (later plain calls go straight to f)
+        from .array_protocol import DIRECT_UFUNCS
+
+        DIRECT_UFUNCS[ufunc] = f
     out = _split_out(kwargs.pop("out", None), ufunc.nout, name)
     where = kwargs.pop("where", True)
     dtype = kwargs.pop("dtype", None)

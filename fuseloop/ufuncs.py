@@ -8,6 +8,7 @@ import numpy as np
 
 from .array import Array, Constant, _coerce, _common_device, _operand_kind, _operand_node
 from .dtypes import BOOL, as_dtype, result_type
+from .errors import DTypeError
 from .expr.nodes import Apply, broadcast_shapes
 from .lower.math_ops import NOT_NUMPY, NUMPY_UNARY
 from .lower.scalar_ops import UFUNC_OPS
@@ -31,12 +32,41 @@ ALIASES = {
 }
 
 
+def _out_arg(args: tuple, out: Any, name: str) -> Any:
+    if len(args) > 1 or (args and out is not None):
+        raise TypeError(f"{name}() takes one output array (out=), got "
+                        f"{len(args) + (out is not None)}")
+    out = args[0] if args else out
+    if isinstance(out, tuple) and len(out) == 1:  # (numpy's out=(arr,))
+        out = out[0]
+    if not isinstance(out, Array):
+        raise TypeError(f"{name}: out= must be a fuseloop array, not {type(out).__name__}")
+    return out
+
+
+def _into(result: Any, out: Array, name: str) -> Array:
+    """numpy's ``out=`` of an elementwise function: ``result`` written into ``out``
+    (numpy's default casting, 'same_kind'), which is returned."""
+    dtype = result.dtype if isinstance(result, Array) else np.asarray(result).dtype
+    if not np.can_cast(dtype, out.dtype, "same_kind"):
+        raise DTypeError(f"{name}: cannot cast the result from {dtype} to out's {out.dtype} "
+                         "with casting rule 'same_kind' (numpy's rule for out=)")
+    out[...] = result
+    return out
+
+
 def _make_unary(name: str) -> Any:
     from .array import _lean_unary
 
-    # the operator's own function (a new one, named ``name``), not a wrapper: one
-    # Python call fewer for each fl.sin(x)
-    f = _lean_unary(name)
+    lean = _lean_unary(name)  # (called directly: one Python call fewer than apply_op)
+
+    def f(x: Any, /, *args: Any, out: Any = None) -> Any:
+        if args or out is not None:  # (numpy's out=, positional too: np.logical_not(I, I))
+            return _into(lean(x), _out_arg(args, out, name), name)
+        return lean(x)
+
+    f.__name__ = name
+    f.__qualname__ = name
     f.__doc__ = f"Elementwise ``numpy.{name}``, lazily fused into the kernel."
     f.__module__ = __name__
     return f
@@ -47,7 +77,9 @@ def _make_binary(name: str) -> Any:
 
     lean = _lean_binary(name)
 
-    def f(x1: Any, x2: Any, /) -> Any:
+    def f(x1: Any, x2: Any, /, *args: Any, out: Any = None) -> Any:
+        if args or out is not None:  # (numpy's out=, positional too: np.multiply(Z, Z, Z))
+            return _into(lean(x1, x2), _out_arg(args, out, name), name)
         return lean(x1, x2)
 
     f.__name__ = name

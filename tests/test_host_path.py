@@ -115,6 +115,30 @@ def test_in_place_updates_and_overlap(host, monkeypatch):
     np.testing.assert_allclose(on, off, rtol=1e-12)
 
 
+def test_1d_and_0d_views_read_and_written(host, monkeypatch):
+    """Views read and written as slices of a buffer's typed host memory: reversed,
+    strided, stride 0 (broadcast), and single elements (read as numpy scalars)."""
+    def run(m, x):
+        x[::-2] = x[1::2] * 2             # reversed target, overlapping the value
+        x[3:8] += x[10:5:-1]              # reversed operand
+        x[-1] = x[0] + x[1]               # 0-d target and operands
+        x[4] *= x[4]                      # reads and writes the same element
+        x[:5] -= m.broadcast_to(x[7], (5,)) * x[17:12:-1]
+        return x, x[::3] + x[-1], m.sum(x[1:19:4] * x[2])
+
+    base = np.arange(20.0) * 0.5 - 3
+
+    def make():
+        return [np.asarray(v.get()) for v in run(fl, fl.asarray(base.copy()))]
+
+    on, off, stats = _both(make, monkeypatch)
+    ref = run(np, base.copy())
+    assert stats["kernels_launched"] == 0 and stats["host_evaluations"] == 7
+    for a, b, c in zip(on, off, ref):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(a, b)
+
+
 def test_lazy_values_keep_their_inputs_old_elements(host):
     x = fl.asarray(np.arange(10.0))
     y = x * 2           # lazy: reads x's buffer
@@ -191,6 +215,127 @@ def test_a_repeated_flat_evaluation_moves_to_its_kernel(host, monkeypatch):
         np.testing.assert_array_equal((x * 3 + 1).get(), np.arange(8.0) * 3 + 1)
     s = fl.stats()
     assert s["host_evaluations"] == 3 and s["kernels_launched"] == 2
+
+
+def test_a_repeated_0d_evaluation_stays_here(host, monkeypatch):
+    """A 0-d result (a loop's condition, read at once) never moves to its kernel: the
+    read after a kernel waits on its event (NPBench's crc16, one bit per evaluation)."""
+    monkeypatch.setattr(host_path, "FLAT_REPEATS_FOR_KERNEL", 3)
+    x = fl.asarray(np.int64(5))
+    fl.reset_stats()
+    bits = [bool((x & 1) ^ k) for k in range(6)]  # (one structure: x, a scalar)
+    assert bits == [bool((5 & 1) ^ k) for k in range(6)]
+    s = fl.stats()
+    assert s["kernels_launched"] == 0 and s["host_evaluations"] == 6
+
+
+def test_statements_write_here_without_the_general_path(host, monkeypatch):
+    """A small statement into a concrete array is computed and written by
+    host_path.write, without assignment's general path (its run); a lazy array
+    reading the written elements is still computed first (by the general path)."""
+    from fuseloop import assignment
+
+    runs = []
+    real_run = assignment.run
+    monkeypatch.setattr(assignment, "run", lambda *a, **k: runs.append(1) or real_run(*a, **k))
+    base = np.random.default_rng(4).random((6, 6)) + np.eye(6) * 6
+
+    def lu(m, A):
+        for i in range(6):
+            for j in range(i):
+                A[i, j] -= A[i, :j] @ A[:j, j]
+                A[i, j] /= A[j, j]
+            for j in range(i, 6):
+                A[i, j] -= A[i, :i] @ A[:i, j]
+            A[i, 0] = 0.25 if i % 2 else A[i, 0]  # a scalar, and a view into itself
+        return A
+
+    A = fl.asarray(base.copy())
+    fl.reset_stats()
+    got = lu(fl, A).get()
+    s = fl.stats()
+    np.testing.assert_allclose(got, lu(np, base.copy()), rtol=1e-12)
+    assert not runs and s["kernels_launched"] == 0
+    assert s["host_evaluations"] == 15 + 15 + 21 + 3  # (one per statement, A[i, 0] = A[i, 0]: none)
+    old = A[2] * 2        # lazy, held: reads the element written next
+    A[2, 3] = -1.0
+    assert runs  # (the general path: old computed first)
+    np.testing.assert_array_equal(old.get(), got[2] * 2)
+    assert float(A[2, 3]) == -1.0
+
+
+def test_in_place_operators_computed_here(host, monkeypatch):
+    """``a op= b`` with a concrete target: computed by host_path.inplace (no node, no
+    assignment) on the operation's own loop dtypes, as numpy and the kernels, lazy
+    operands included (made concrete: one kept reads the old elements); what it does
+    not take (a Python int out of the target's range, a cast numpy refuses) goes the
+    general way, with its errors."""
+    from fuseloop import assignment
+
+    def run(m, f, i):
+        f[2] += f[1]                       # 0-d float32 operands
+        f[:4] *= m.asarray(np.arange(4.0)) if m is np else fl.asarray(np.arange(4.0))
+        f[1:3] /= 3                        # a Python int into a float loop
+        f[5] -= f[6:8].sum() * 2.5         # a lazy 0-d operand
+        i[1] += 7                          # an int into int8, in range
+        i[2:] -= i[:-2]                    # an operand overlapping the target
+        i[0] //= i[3]
+        f[3:6] += f[2:5] * 2               # a lazy one, overlapping too
+        keep = f[0:3] + 1                  # kept: computed before the write, reads old f
+        f[1:4] *= keep
+        f[6:] += keep * keep
+        return f, i
+
+    fb = np.linspace(-2, 3, 9, dtype=np.float32)
+    ib = np.arange(1, 7, dtype=np.int8) * 3
+
+    calls = []
+    real = assignment.assign
+    monkeypatch.setattr(assignment, "assign", lambda *a, **k: calls.append(1) or real(*a, **k))
+    import fuseloop.array as fa
+    monkeypatch.setattr(fa, "assign", assignment.assign)
+
+    counts = []
+
+    def make():
+        calls.clear()
+        out = [v.get() for v in run(fl, fl.asarray(fb.copy()), fl.asarray(ib.copy()))]
+        counts.append(len(calls))
+        return out
+
+    on, off, stats = _both(make, monkeypatch)
+    ref = run(np, fb.copy(), ib.copy())
+    assert stats["kernels_launched"] == 0 and stats["host_evaluations"] == 10
+    assert counts == [0, 10]
+    for a, b, c in zip(on, off, ref):
+        assert a.dtype == c.dtype
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(a, b)
+    fl.reset_stats()
+    i = fl.asarray(ib.copy())
+    calls.clear()
+    with pytest.raises(OverflowError):
+        i[1] += 1000                       # numpy: out of int8's range
+    with pytest.raises(TypeError, match="same_kind"):
+        i[1] //= 2.0                       # float64 result into int8
+    assert len(calls) == 0  # (refused before any assignment)
+    np.testing.assert_array_equal(i.get(), ib)
+
+
+def test_scalars_of_lazy_elements_computed_without_a_buffer(host):
+    """``bool``/``float``/``int`` of a small lazy size-1 array: computed here, the array
+    left lazy (no buffer made, written and read back: nussinov's ``max`` of elements)."""
+    t = fl.asarray(np.arange(12, dtype=np.int32).reshape(3, 4))
+    u = fl.asarray(np.array([2**63 + 5], dtype=np.uint64))
+    fl.reset_stats()
+    cond = t[1, 2] > t[2, 0]
+    assert bool(cond) is False and cond.is_lazy
+    assert max(t[2, 1], t[1, 3]) is not None  # (Python's max: a comparison's bool)
+    half = t[2, 3] / 2
+    assert float(half) == 5.5 and half.is_lazy
+    assert int(t[0, 1:2] * 3) == 3
+    assert int(u + 1) == 2**63 + 6 and int(u[0]) == 2**63 + 5
+    assert fl.stats()["kernels_launched"] == 0 and fl.stats()["host_evaluations"] == 5
 
 
 def test_small_reads_come_from_host_memory(host, monkeypatch):

@@ -37,6 +37,29 @@ def test_mixed_numpy_and_fuseloop_operands(device):
         np.testing.assert_array_equal(r.get(), expected)
 
 
+def test_numpy_scalar_times_array_skips_the_general_dispatch(device, monkeypatch):
+    """``a1 * x`` with a numpy scalar ``a1`` (numpy calls ``__array_ufunc__``): after the
+    first call, a plain call goes straight to fuseloop's function (NPBench's deriche);
+    keywords, lists and other libraries' arrays still take the general dispatch."""
+    from fuseloop import array_protocol, interop
+
+    x = fl.asarray(H)
+    a = np.float64(2.5)
+    np.testing.assert_array_equal((a * x).get(), a * H)
+    general = []
+    real = interop.array_ufunc
+    monkeypatch.setattr(interop, "array_ufunc", lambda *p, **k: general.append(1) or real(*p, **k))
+    assert np.multiply in array_protocol.DIRECT_UFUNCS
+    r = a * x - np.float32(1) + np.int64(3) * x
+    np.testing.assert_array_equal(r.get(), a * H - np.float32(1) + np.int64(3) * H)
+    assert not general
+    np.testing.assert_array_equal(np.multiply(x, [1.0, 2, 3, 4]).get(), H * [1.0, 2, 3, 4])
+    y = fl.zeros_like(x)
+    np.multiply(a, x, out=y)
+    np.testing.assert_array_equal(y.get(), a * H)
+    assert len(general) == 2
+
+
 def test_ufunc_out_dtype_and_where(device):
     x = fl.asarray(H)
     out = fl.zeros((3, 4))

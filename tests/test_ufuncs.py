@@ -147,3 +147,22 @@ def test_where_clip_and_astype(device):
                                       a.astype(np.int32)[8:])
     assert fl.where(x > 0, x, 0.5).dtype == np.float32
     np.testing.assert_array_equal(x.astype(bool).get(), a.astype(bool))
+
+
+def test_out_given_positionally_or_by_keyword(device):
+    """numpy's ``out``: ``np.multiply(Z, Z, Z)``, ``np.logical_not(I, I)`` (NPBench's
+    mandelbrot2), ``out=`` and ``out=(arr,)``; the result is written and returned."""
+    a = np.arange(6.0) - 2
+    z = fl.asarray(a, device=device)
+    assert fl.multiply(z, z, z) is z
+    fl.add(z, 1.5, out=(z,))
+    m = fl.asarray(a > 0, device=device)
+    fl.logical_not(m, m)
+    np.testing.assert_array_equal(z.get(), a * a + 1.5)
+    np.testing.assert_array_equal(m.get(), ~(a > 0))
+    i = fl.asarray(np.arange(6), device=device)
+    with pytest.raises(TypeError, match="same_kind"):
+        fl.sqrt(i, out=i)  # float64 into int64: numpy's UFuncTypeError
+    with pytest.raises(TypeError, match="one output"):
+        fl.add(z, z, z, out=z)
+    np.testing.assert_array_equal(i.get(), np.arange(6))
