@@ -14,15 +14,21 @@ sort keeps them; for ``sort`` the key is one-to-one (NaN's sign aside) and the s
 values are made from the sorted keys (by the last pass where they are as wide as the keys,
 4 or 8 bytes, else by one more kernel).  The key kernel also reduces the keys'
 bitwise OR and AND, so that passes whose 8-bit digit is the same in every key (the
-high bytes of small integers) are skipped.
+high bytes of small integers) are skipped; it reads and writes vectors of 4 (several
+in flight a work-item) and reduces the OR and AND once a work-item, then once a group.
 
 One pass over tiles of ``WG * PER`` keys (a work-group each):
 
-1. ``count``: each tile's histogram of the digit (local atomics), written digit-major,
-   and added to the digits' totals (global atomics: 256 a tile);
+1. ``count``: each tile's histogram of the digit, written digit-major, and added to
+   the digits' totals (global atomics: 256 a tile).  A full tile is read in coalesced
+   vectors of 4; the local atomics go to 8 interleaved copies of the histogram (a
+   work-item's copy by its id), and a work-item adds each run of one digit among its
+   keys at once, so that skewed digits (a float's top byte has few values; all keys
+   equal) do not queue a work-group's atomics on one word;
 2. ``scan``: one work-group per digit replaces its row of tile counts by where each
    tile's keys of the digit go: the keys of smaller digits (from the totals) plus the
-   exclusive scan of the row;
+   exclusive scan of the row, in chunks of a tile's size loaded coalesced into local
+   memory and scanned there;
 3. ``scatter``: each tile sorts itself stably by the digit in local memory (two
    counting sorts by 4-bit halves), then writes every key (and its position, the
    payload) to its tile's place for the digit + its rank there; consecutive work-items
@@ -133,26 +139,84 @@ uint block_scan(__local uint *a, const int per, __local uint *sums)
 """
 
 _COUNT = r"""
+/* NSUB copies of the histogram, copy c of digit d at hist[d * (NSUB + 1) + c] (an odd
+   stride: the combine's reads of a digit's copies by consecutive work-items fall in
+   different banks); work-item lid adds to copy lid % NSUB, so that the lanes of a warp
+   that share a digit (skewed keys: a float's top byte has few values) add to NSUB words
+   in different banks instead of queueing on one */
+#define NSUB (WG < 8 ? WG : 8)
+#define HSTRIDE (NSUB + 1)
+#define KEY_DIGIT(k) ((uint)(((k) >> shift) & 0xFF))
+#define ROW_DIGIT(v) ((((uint)(v) / (uint)rowlen) >> shift) & 0xFF)
+/* a run of one digit among a work-item's keys is added at once (all keys equal: one
+   atomic per work-item, not per key) */
+#define ADD(dig) do {                                   \
+        const uint d_ = (dig);                          \
+        if (d_ != run_digit) {                          \
+            if (run)                                    \
+                atomic_add(&mine[run_digit * HSTRIDE], run); \
+            run_digit = d_;                             \
+            run = 0;                                    \
+        }                                               \
+        ++run;                                          \
+    } while (0)
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_count(__global const KT *restrict keys, __global const uint *restrict vals,
                     __global uint *restrict counts, __global uint *restrict totals,
                     const int shift, const int by_row, const long rowlen, const long n,
                     const long tiles)
 {
-    __local uint hist[RADIX];
+    __local uint hist[RADIX * HSTRIDE];
     const int lid = get_local_id(0);
     const long tile = get_group_id(0), first = tile * TILE;
-    for (int d = lid; d < RADIX; d += WG)
+    const int valid = (int)min((long)TILE, n - first);
+    __local uint *mine = hist + lid % NSUB;
+    for (int d = lid; d < RADIX * HSTRIDE; d += WG)
         hist[d] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int k = 0; k < PER; ++k) {
-        const long i = first + k * WG + lid;  /* (coalesced) */
-        if (i < n)
-            atomic_inc(&hist[DIGIT_OF(keys[i], vals[i])]);
+    uint run_digit = 0, run = 0;
+    /* The order of a tile's keys does not matter here: a full tile is read in vectors
+       of 4, consecutive work-items taking consecutive vectors (coalesced). */
+    if (PER % 4 == 0 && valid == TILE) {
+#if HAS_VALUES
+        if (by_row) {
+            __global const uint4 *vv = (__global const uint4 *)(vals + first);
+#pragma unroll
+            for (int q = 0; q < PER / 4; ++q) {
+                const uint4 w = vv[q * WG + lid];
+                ADD(ROW_DIGIT(w.s0));
+                ADD(ROW_DIGIT(w.s1));
+                ADD(ROW_DIGIT(w.s2));
+                ADD(ROW_DIGIT(w.s3));
+            }
+        } else
+#endif
+        {
+            __global const VKT *kv = (__global const VKT *)(keys + first);
+#pragma unroll
+            for (int q = 0; q < PER / 4; ++q) {
+                const VKT v = kv[q * WG + lid];
+                ADD(KEY_DIGIT(v.s0));
+                ADD(KEY_DIGIT(v.s1));
+                ADD(KEY_DIGIT(v.s2));
+                ADD(KEY_DIGIT(v.s3));
+            }
+        }
+    } else {
+        for (int k = 0; k < PER; ++k) {
+            const int j = k * WG + lid;  /* (coalesced) */
+            if (j < valid)
+                ADD(DIGIT_OF(keys[first + j], vals[first + j]));
+        }
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
+    if (run)
+        atomic_add(&mine[run_digit * HSTRIDE], run);
+    barrier(CLK_LOCAL_MEM_FENCE);  /* (every copy complete) */
     for (int d = lid; d < RADIX; d += WG) {
-        const uint c = hist[d];
+        uint c = 0;
+        for (int s = 0; s < NSUB; ++s)
+            c += hist[d * HSTRIDE + s];
         counts[d * tiles + tile] = c;
         /* the digits' totals (zero before: see fl_radix_keys and fl_radix_scatter) */
         if (c)
@@ -164,38 +228,40 @@ void fl_radix_count(__global const KT *restrict keys, __global const uint *restr
 _SCAN = r"""
 /* Each digit's row of tile counts replaced by where the tile's items of the digit go:
    the digit's start (the items of smaller digits: the totals) plus the exclusive scan
-   of the row.  A work-group a digit. */
+   of the row.  A work-group a digit, taking the row in chunks of WG * PER counts:
+   loaded coalesced into local memory, scanned there (block_scan), written back
+   coalesced, with the chunks' running total carried in a register. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_scan(__global uint *restrict counts, __global const uint *restrict totals,
                    const long tiles)
 {
-    __local uint sums[2 * WG], starts[2 * WG];
+    __local uint part[PAD(WG * PER)];
+    __local uint sums[2 * WG];
     const int lid = get_local_id(0), digit = get_group_id(0);
     __global uint *row = counts + (long)digit * tiles;
-    const long per = (tiles + WG - 1) / WG, first = lid * per;
-    const long stop = min(first + per, tiles);
-    uint s = 0, before = 0;
-    for (long t = first; t < stop; ++t)
-        s += row[t];
+    uint before = 0;
     for (int d = lid; d < digit; d += WG)
         before += totals[d];
-    sums[lid] = s;
-    starts[lid] = before;
+    part[PAD(lid)] = before;
     barrier(CLK_LOCAL_MEM_FENCE);
-    int from = 0;  /* (two halves: a barrier a step, as in block_scan) */
-    for (int off = 1; off < WG; off <<= 1) {
-        const uint v = sums[from + lid] + (lid >= off ? sums[from + lid - off] : 0);
-        const uint b = starts[from + lid] + (lid >= off ? starts[from + lid - off] : 0);
-        from ^= WG;
-        sums[from + lid] = v;
-        starts[from + lid] = b;
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    uint run = starts[from + WG - 1] + sums[from + lid] - s;
-    for (long t = first; t < stop; ++t) {
-        const uint c = row[t];
-        row[t] = run;
-        run += c;
+    /* (block_scan ends with a barrier: part is free again after it) */
+    uint carry = block_scan(part, 1, sums);
+    for (long c0 = 0; c0 < tiles; c0 += WG * PER) {
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {
+            const long t = c0 + k * WG + lid;
+            part[PAD(k * WG + lid)] = t < tiles ? row[t] : 0;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);  /* (the chunk loaded) */
+        const uint total = block_scan(part, PER, sums);
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {
+            const long t = c0 + k * WG + lid;
+            if (t < tiles)
+                row[t] = carry + part[PAD(k * WG + lid)];
+        }
+        carry += total;
+        barrier(CLK_LOCAL_MEM_FENCE);  /* (read before the next chunk overwrites it) */
     }
 }
 """
@@ -420,6 +486,19 @@ U from_key(const U k, const int kind, const int descending)
 
 _KEYS = r"""
 
+/* the key of one value, written with its position, and folded into the OR and AND */
+#define ONE_KEY(i, u) do {                                  \
+        const KT k_ = to_key((u), kind, descending, canon); \
+        keys[i] = k_;                                       \
+        if (positions)                                      \
+            idx[i] = (uint)(i);                             \
+        o |= k_;                                            \
+        a &= k_;                                            \
+    } while (0)
+/* vectors of 4 values a work-item loads before it makes their keys (several loads in
+   flight: a GPU needs them to reach its bandwidth) */
+#define KUNROLL 4
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_keys(__global const U *restrict src, __global KT *restrict keys,
                    __global uint *restrict idx, __global KT *restrict ors,
@@ -433,14 +512,34 @@ void fl_radix_keys(__global const U *restrict src, __global KT *restrict keys,
         for (int d = lid; d < 256; d += WG)
             totals[d] = 0;
     KT o = 0, a = (KT)~(KT)0;
-    for (long i = get_global_id(0); i < n; i += get_global_size(0)) {
-        const KT k = to_key(src[i], kind, descending, canon);
-        keys[i] = k;
-        if (positions)
-            idx[i] = (uint)i;
-        o |= k;
-        a &= k;
+    /* vector v holds values 4v .. 4v + 3: consecutive work-items take consecutive
+       vectors (coalesced), KUNROLL of them grid-size apart at a time */
+    const long nv = n / 4, size = get_global_size(0);
+    for (long base = get_global_id(0); base < nv; base += KUNROLL * size) {
+        U4 v[KUNROLL];
+#pragma unroll
+        for (int u = 0; u < KUNROLL; ++u)
+            if (base + u * size < nv)
+                v[u] = vload4(base + u * size, src);
+#pragma unroll
+        for (int u = 0; u < KUNROLL; ++u) {
+            const long w = base + u * size;
+            if (w < nv) {
+                const KT4 k = (KT4)(to_key(v[u].s0, kind, descending, canon),
+                                    to_key(v[u].s1, kind, descending, canon),
+                                    to_key(v[u].s2, kind, descending, canon),
+                                    to_key(v[u].s3, kind, descending, canon));
+                vstore4(k, w, keys);
+                if (positions)
+                    vstore4((uint4)((uint)(4 * w)) + (uint4)(0, 1, 2, 3), w, idx);
+                o |= k.s0 | k.s1 | k.s2 | k.s3;
+                a &= k.s0 & k.s1 & k.s2 & k.s3;
+            }
+        }
     }
+    const long i = 4 * nv + get_global_id(0);  /* the last n % 4 values */
+    if (i < n)
+        ONE_KEY(i, src[i]);
     lo[lid] = o;
     la[lid] = a;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -571,6 +670,7 @@ def _key_kernels(size: int, group: int) -> tuple[SourceKernel, SourceKernel]:
     if found is not None:
         return found
     opts = [f"-DU={_UNSIGNED[size]}", f"-DKT={_UNSIGNED[max(size, 4)]}",
+            f"-DU4={_UNSIGNED[size]}4", f"-DKT4={_UNSIGNED[max(size, 4)]}4",
             f"-DBITS={8 * size}", f"-DINF={_INF[size]}", f"-DWG={group}"]
     made = (
         _plan("fl_radix_keys", _BITS + _KEYS,
@@ -629,7 +729,8 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     to_keys, _ = _key_kernels(dt.itemsize, layout.group)
     keys = [allocate(n * key_size, dev), allocate(n * key_size, dev)]
     vals = [allocate(n * 4, dev), allocate(n * 4, dev)] if values else [keys[0], keys[1]]
-    groups = max(1, min(KEY_GROUPS, -(-n // layout.group)))
+    # (16 values a work-item at least: 4 vectors of 4 in flight)
+    groups = max(1, min(KEY_GROUPS, -(-n // (16 * layout.group))))
     ors, ands = allocate(groups * key_size, dev), allocate(groups * key_size, dev)
     totals = allocate(RADIX * 4, dev)
     assert src._storage is not None
