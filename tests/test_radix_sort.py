@@ -173,11 +173,14 @@ def test_pyopencl_fallback(device, monkeypatch):
 
 
 def _gpu_layout(device, monkeypatch) -> bool:
-    """An H100's layout (256 work-items, 16 keys each) on this device, where it fits."""
+    """An H100's layout (256 work-items, 16 keys each, 8 copies of the count's
+    histogram) on this device, where it fits."""
     if device.max_work_group_size < radix_sort.GPU_GROUP:
         return False
     monkeypatch.setattr(radix_sort, "CPU_GROUP", radix_sort.GPU_GROUP)
+    monkeypatch.setattr(radix_sort, "CPU_COPIES", radix_sort.GPU_COPIES)
     monkeypatch.setattr(radix_sort, "local_memory", lambda device: 48 * 1024)
+    assert radix_sort.histogram_copies(device, radix_sort.Layout(256, 16)) == 8
     return True
 
 
