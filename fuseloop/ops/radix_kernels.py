@@ -415,8 +415,8 @@ KEYS = r"""
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_keys(__global const U *restrict src, __global KT *restrict keys,
-                   __global uint *restrict idx, __global KT *restrict ors,
-                   __global KT *restrict ands, __global uint *restrict totals,
+                   __global uint *restrict idx, __global KT *restrict bits,
+                   __global uint *restrict totals,
                    const int kind, const int descending, const int canon,
                    const int positions, const long n)
 {
@@ -465,8 +465,9 @@ void fl_radix_keys(__global const U *restrict src, __global KT *restrict keys,
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (lid == 0) {
-        ors[get_group_id(0)] = lo[0];
-        ands[get_group_id(0)] = la[0];
+        /* (the ORs, then the ANDs: one read brings both to the host) */
+        bits[get_group_id(0)] = lo[0];
+        bits[get_num_groups(0) + get_group_id(0)] = la[0];
     }
 }
 

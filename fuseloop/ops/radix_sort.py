@@ -215,9 +215,8 @@ def _key_kernels(size: int, group: int) -> tuple[SourceKernel, SourceKernel]:
             f"-DBITS={8 * size}", f"-DINF={_INF[size]}", f"-DWG={group}"]
     made = (
         _plan("fl_radix_keys", BITS + KEYS,
-              ["in0", "out0", "out1", "out2", "out3", "out4", "s0", "s1", "s2", "s3", "p0"],
-              [None, None, None, None, None, None, "int32", "int32", "int32", "int32",
-               "int64"],
+              ["in0", "out0", "out1", "out2", "out3", "s0", "s1", "s2", "s3", "p0"],
+              [None, None, None, None, None, "int32", "int32", "int32", "int32", "int64"],
               "p[1]", group, opts),
         _plan("fl_radix_values", BITS + KEYS, ["in0", "out0", "s0", "s1", "p0"],
               [None, None, "int32", "int32", "int64"], "p[1]", group, opts))
@@ -236,13 +235,13 @@ def _launch(kernel: SourceKernel, params: tuple[int, ...], outs: list[Storage],
     launching.enqueue(plan, outs, ins, scalars, False, dev)
 
 
-def _varying_shifts(ors: Storage, ands: Storage, groups: int, key_size: int,
+def _varying_shifts(partials: Storage, groups: int, key_size: int,
                     bits: int) -> list[int]:
     """The shifts of the digits that differ between keys (from the partial ORs and
     ANDs: one read from the device)."""
     kdt = np.dtype(f"u{key_size}")
-    o = np.bitwise_or.reduce(Array._concrete(ors, kdt, (groups,)).get())
-    a = np.bitwise_and.reduce(Array._concrete(ands, kdt, (groups,)).get())
+    got = Array._concrete(partials, kdt, (2, groups)).get()
+    o, a = np.bitwise_or.reduce(got[0]), np.bitwise_and.reduce(got[1])
     differ = int(o ^ a)
     return [s for s in range(0, bits, RADIX_BITS) if (differ >> s) & (RADIX - 1)]
 
@@ -272,13 +271,13 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     vals = [allocate(n * 4, dev), allocate(n * 4, dev)] if values else [keys[0], keys[1]]
     # (16 values a work-item at least: 4 vectors of 4 in flight)
     groups = max(1, min(KEY_GROUPS, -(-n // (16 * layout.group))))
-    ors, ands = allocate(groups * key_size, dev), allocate(groups * key_size, dev)
+    partials = allocate(2 * groups * key_size, dev)  # (the groups' ORs, then ANDs)
     totals = allocate(RADIX * 4, dev)
     assert src._storage is not None
     flags = [_kind(dt), np.int32(descending), np.int32(canon), np.int32(values)]
-    _launch(to_keys, (n, groups), [keys[0], vals[0], ors, ands, totals], [src._storage],
+    _launch(to_keys, (n, groups), [keys[0], vals[0], partials, totals], [src._storage],
             flags, dev)
-    shifts = [(s, 0) for s in _varying_shifts(ors, ands, groups, key_size,
+    shifts = [(s, 0) for s in _varying_shifts(partials, groups, key_size,
                                               8 * dt.itemsize)]
     if rows > 1:
         shifts += [(s, 1) for s in range(0, (rows - 1).bit_length(), RADIX_BITS)]
