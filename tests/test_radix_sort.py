@@ -109,8 +109,11 @@ def test_launches_and_skipped_passes(device):
 def test_gpu_layout_on_cpu(device, monkeypatch):
     """An H100's layouts (256 work-items a group, 48 KiB of local memory: 16 keys per
     work-item, with positions too since the scatter's counts table holds two 16-bit
-    counts a word) run on this device: the kernels the H100 runs."""
+    counts a word) and recipe (8 histogram copies, the scan through local memory) run on
+    this device: the kernels the H100 runs."""
     monkeypatch.setattr(radix_sort, "CPU_GROUP", radix_sort.GPU_GROUP)
+    monkeypatch.setattr(radix_sort, "CPU_COPIES", radix_sort.GPU_COPIES)
+    monkeypatch.setattr(radix_sort, "CPU_SCAN_LOCAL", radix_sort.GPU_SCAN_LOCAL)
     monkeypatch.setattr(radix_sort, "local_memory", lambda device: 48 * 1024)
     if device.max_work_group_size < radix_sort.GPU_GROUP:
         pytest.skip("the device's work-groups are smaller than a GPU's")
@@ -141,6 +144,8 @@ def test_tile_boundaries_and_duplicates(device, monkeypatch, extra):
             if device.max_work_group_size < radix_sort.GPU_GROUP:
                 continue
             monkeypatch.setattr(radix_sort, "CPU_GROUP", radix_sort.GPU_GROUP)
+            monkeypatch.setattr(radix_sort, "CPU_COPIES", radix_sort.GPU_COPIES)
+            monkeypatch.setattr(radix_sort, "CPU_SCAN_LOCAL", radix_sort.GPU_SCAN_LOCAL)
             monkeypatch.setattr(radix_sort, "local_memory", lambda device: 48 * 1024)
             assert radix_sort.layout_for(device, 4, True, a.size).tile == tile
         np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
@@ -174,13 +179,14 @@ def test_pyopencl_fallback(device, monkeypatch):
 
 def _gpu_layout(device, monkeypatch) -> bool:
     """An H100's layout (256 work-items, 16 keys each, 8 copies of the count's
-    histogram) on this device, where it fits."""
+    histogram, the scan through local memory) on this device, where it fits."""
     if device.max_work_group_size < radix_sort.GPU_GROUP:
         return False
     monkeypatch.setattr(radix_sort, "CPU_GROUP", radix_sort.GPU_GROUP)
     monkeypatch.setattr(radix_sort, "CPU_COPIES", radix_sort.GPU_COPIES)
+    monkeypatch.setattr(radix_sort, "CPU_SCAN_LOCAL", radix_sort.GPU_SCAN_LOCAL)
     monkeypatch.setattr(radix_sort, "local_memory", lambda device: 48 * 1024)
-    assert radix_sort.histogram_copies(device, radix_sort.Layout(256, 16)) == 8
+    assert radix_sort.recipe_for(device, radix_sort.Layout(256, 16)) == (8, True)
     return True
 
 
@@ -208,12 +214,13 @@ def test_skewed_digits(device, monkeypatch):
 
 
 def test_scan_in_chunks(device, monkeypatch):
-    """More tiles than the scan kernel takes at once (WG * PER counts a chunk: 2 keys a
-    work-item here), so that each digit's offsets carry from chunk to chunk."""
+    """More tiles than the scan kernel takes at once (WG * (PER + 1) counts a chunk: 2
+    keys a work-item here), so that each digit's offsets carry from chunk to chunk."""
     monkeypatch.setattr(radix_sort, "local_memory", lambda device: 3000)
+    monkeypatch.setattr(radix_sort, "CPU_SCAN_LOCAL", True)
     layout = radix_sort.layout_for(device, 4, True, 1000)
     assert layout is not None and layout.per == 2
-    n = 3 * layout.tile * layout.tile + 5  # (a chunk is `tile` tiles: 3 and a bit)
+    n = 3 * layout.tile * layout.tile + 5  # (193 tiles: 3 chunks of 96 and more)
     a = np.random.default_rng(13).integers(-2**31, 2**31 - 1, n, dtype=np.int32)
     x = fl.asarray(a)
     np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))

@@ -3,7 +3,8 @@ docstring describes the passes): the key kernels (``BITS`` + ``KEYS``) and each 
 count, scan and scatter kernels (after ``COMMON``).  Build options: ``WG`` work-items a
 group, ``PER`` keys a work-item, ``KT``/``VKT`` the key type and its vector of 4,
 ``U``/``U4`` the values' bits, ``HAS_VALUES`` (positions sorted with the keys), ``NSUB``
-copies of the count's histogram, ``BITS``/``INF`` the width and +inf's bits."""
+copies of the count's histogram, ``SCAN_LOCAL`` (the scan through local memory),
+``BITS``/``INF`` the width and +inf's bits."""
 
 from __future__ import annotations
 
@@ -142,41 +143,74 @@ void fl_radix_count(__global const KT *restrict keys, __global const uint *restr
 SCAN = r"""
 /* Each digit's row of tile counts replaced by where the tile's items of the digit go:
    the digit's start (the items of smaller digits: the totals) plus the exclusive scan
-   of the row.  A work-group a digit, taking the row in chunks of WG * PER counts:
-   loaded coalesced into local memory, scanned there (block_scan), written back
-   coalesced, with the chunks' running total carried in a register. */
+   of the row, i.e. the exclusive scan of the sequence "the totals of the smaller
+   digits, then the row" at the row's entries.  A work-group a digit, taking that
+   sequence in chunks of WG * per entries (per at most PER + 1: a row of WG * PER tiles
+   and its start in one chunk; fewer for short rows: no empty slots scanned): loaded
+   coalesced into local memory, scanned there (block_scan), written back coalesced,
+   with the chunks' running total carried in a register (SCAN_LOCAL: a GPU's way; a
+   CPU's below). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_scan(__global uint *restrict counts, __global const uint *restrict totals,
                    const long tiles)
 {
-    __local uint part[PAD(WG * PER)];
-    __local uint sums[2 * WG];
     const int lid = get_local_id(0), digit = get_group_id(0);
     __global uint *row = counts + (long)digit * tiles;
-    uint before = 0;
-    for (int d = lid; d < digit; d += WG)
-        before += totals[d];
-    part[PAD(lid)] = before;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    /* (block_scan ends with a barrier: part is free again after it) */
-    uint carry = block_scan(part, 1, sums);
-    for (long c0 = 0; c0 < tiles; c0 += WG * PER) {
+#if SCAN_LOCAL
+    __local uint part[PAD(WG * (PER + 1))];
+    __local uint sums[2 * WG];
+    const long len = digit + tiles;
+    const int per = (int)min((long)PER + 1, (len + WG - 1) / WG);
+    uint carry = 0;
+    for (long c0 = 0; c0 < len; c0 += WG * per) {
 #pragma unroll
-        for (int k = 0; k < PER; ++k) {
-            const long t = c0 + k * WG + lid;
-            part[PAD(k * WG + lid)] = t < tiles ? row[t] : 0;
+        for (int k = 0; k < PER + 1; ++k) {
+            const long v = c0 + k * WG + lid;
+            if (k < per)
+                part[PAD(k * WG + lid)] = v < digit ? totals[v]
+                                                    : v < len ? row[v - digit] : 0;
         }
         barrier(CLK_LOCAL_MEM_FENCE);  /* (the chunk loaded) */
-        const uint total = block_scan(part, PER, sums);
+        const uint total = block_scan(part, per, sums);
 #pragma unroll
-        for (int k = 0; k < PER; ++k) {
-            const long t = c0 + k * WG + lid;
-            if (t < tiles)
-                row[t] = carry + part[PAD(k * WG + lid)];
+        for (int k = 0; k < PER + 1; ++k) {
+            const long v = c0 + k * WG + lid;
+            if (k < per && v >= digit && v < len)
+                row[v - digit] = carry + part[PAD(k * WG + lid)];
         }
         carry += total;
         barrier(CLK_LOCAL_MEM_FENCE);  /* (read before the next chunk overwrites it) */
     }
+#else
+    /* (a CPU: each work-item scans its own consecutive stretch of the row, straight
+       from global memory; the stretches' sums and the totals' are scanned together) */
+    __local uint sums[2 * WG], starts[2 * WG];
+    const long per = (tiles + WG - 1) / WG, first = lid * per;
+    const long stop = min(first + per, tiles);
+    uint s = 0, before = 0;
+    for (long t = first; t < stop; ++t)
+        s += row[t];
+    for (int d = lid; d < digit; d += WG)
+        before += totals[d];
+    sums[lid] = s;
+    starts[lid] = before;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int from = 0;  /* (two halves: a barrier a step, as in block_scan) */
+    for (int off = 1; off < WG; off <<= 1) {
+        const uint v = sums[from + lid] + (lid >= off ? sums[from + lid - off] : 0);
+        const uint b = starts[from + lid] + (lid >= off ? starts[from + lid - off] : 0);
+        from ^= WG;
+        sums[from + lid] = v;
+        starts[from + lid] = b;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    uint run = starts[from + WG - 1] + sums[from + lid] - s;
+    for (long t = first; t < stop; ++t) {
+        const uint c = row[t];
+        row[t] = run;
+        run += c;
+    }
+#endif
 }
 """
 

@@ -91,6 +91,10 @@ MAX_PER_ITEM = 16
 #: memory is short): on a GPU they spread the atomics of a warp's lanes that share a
 #: digit; a CPU runs a group's work-items one after another, where copies only cost
 GPU_COPIES, CPU_COPIES = 8, 1
+#: the scan kernel through local memory (coalesced loads and stores of each digit's row,
+#: a GPU's way), else each work-item its own stretch of the row (a CPU's, where the
+#: local scan's extra barriers cost more than they save)
+GPU_SCAN_LOCAL, CPU_SCAN_LOCAL = True, False
 #: the most work-groups of the key kernel (each writes one partial OR and AND)
 KEY_GROUPS = 1024
 #: positions and offsets are uint: larger arrays take pyopencl's sort
@@ -165,24 +169,33 @@ def _plan(name: str, body: str, args: list[str], dtypes: list[str | None], gsize
                                    build_options=options))
 
 
-def histogram_copies(device: Device, layout: Layout) -> int:
-    """The count kernel's copies of its histogram on ``device`` (local memory allowing)."""
-    copies = min(CPU_COPIES if device.type == "cpu" else GPU_COPIES, layout.group)
+class Recipe(NamedTuple):
+    """How the count and scan kernels run on a device (see GPU_COPIES, GPU_SCAN_LOCAL)."""
+
+    copies: int
+    scan_local: bool
+
+
+def recipe_for(device: Device, layout: Layout) -> Recipe:
+    """The count kernel's copies of its histogram (local memory allowing) and the scan's
+    way on ``device``."""
+    cpu = device.type == "cpu"
+    copies = min(CPU_COPIES if cpu else GPU_COPIES, layout.group)
     while copies > 1 and 4 * RADIX * (copies + 1) + 64 > local_memory(device):
         copies //= 2
-    return max(copies, 1)
+    return Recipe(max(copies, 1), CPU_SCAN_LOCAL if cpu else GPU_SCAN_LOCAL)
 
 
 def _pass_kernels(key_size: int, values: bool, layout: Layout,
-                  copies: int) -> tuple[SourceKernel, SourceKernel, SourceKernel]:
-    """The count, scan and scatter kernels for keys of ``key_size`` bytes (the count's
-    histogram in ``copies`` copies)."""
-    key = (key_size, values, layout, copies)
+                  recipe: Recipe) -> tuple[SourceKernel, SourceKernel, SourceKernel]:
+    """The count, scan and scatter kernels for keys of ``key_size`` bytes."""
+    key = (key_size, values, layout, recipe)
     found = _PASSES.get(key)
     if found is not None:
         return found
     opts = [f"-DKT={_UNSIGNED[key_size]}", f"-DVKT={_UNSIGNED[key_size]}4",
-            f"-DHAS_VALUES={int(values)}", f"-DNSUB={copies}",
+            f"-DHAS_VALUES={int(values)}", f"-DNSUB={recipe.copies}",
+            f"-DSCAN_LOCAL={int(recipe.scan_local)}",
             f"-DWG={layout.group}", f"-DPER={layout.per}", f"-DU={_UNSIGNED[key_size]}",
             f"-DBITS={8 * key_size}", f"-DINF={_INF[key_size]}"]
     g = layout.group
@@ -287,7 +300,7 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
         out = Array._concrete(allocate(n * key_size, dev), dt, (n,))
     tiles = -(-n // layout.tile)
     count, scan, scatter = _pass_kernels(key_size, values, layout,
-                                         histogram_copies(dev, layout))
+                                         recipe_for(dev, layout))
     if shifts:
         counts = allocate(RADIX * tiles * 4, dev)
     params = (n, tiles)
@@ -318,4 +331,4 @@ def values_of(keys: Storage, dt: np.dtype, n: int, descending: bool,
     return out
 
 
-__all__ = ["Layout", "Sorted", "histogram_copies", "layout_for", "sort_keys", "values_of"]
+__all__ = ["Layout", "Recipe", "Sorted", "layout_for", "recipe_for", "sort_keys", "values_of"]
