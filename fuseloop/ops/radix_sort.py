@@ -22,14 +22,15 @@ One pass over tiles of ``WG * PER`` keys (a work-group each):
 
 1. ``count``: each tile's histogram of the digit, written digit-major, and added to
    the digits' totals (global atomics: 256 a tile).  A full tile is read in coalesced
-   vectors of 4; the local atomics go to 8 interleaved copies of the histogram (a
-   work-item's copy by its id), and a work-item adds each run of one digit among its
+   vectors of 4; on GPUs the local atomics go to 8 interleaved copies of the histogram
+   (a work-item's copy by its id), and a work-item adds each run of one digit among its
    keys at once, so that skewed digits (a float's top byte has few values; all keys
    equal) do not queue a work-group's atomics on one word;
 2. ``scan``: one work-group per digit replaces its row of tile counts by where each
    tile's keys of the digit go: the keys of smaller digits (from the totals) plus the
-   exclusive scan of the row, in chunks of a tile's size loaded coalesced into local
-   memory and scanned there;
+   exclusive scan of the row.  On GPUs, one exclusive scan of "the smaller digits'
+   totals, then the row", in chunks loaded coalesced into local memory and scanned
+   there; on CPUs each work-item scans its own stretch of the row (fewer barriers);
 3. ``scatter``: each tile sorts itself stably by the digit in local memory (two
    counting sorts by 4-bit halves), then writes every key (and its position, the
    payload) to its tile's place for the digit + its rank there; consecutive work-items
