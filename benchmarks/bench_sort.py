@@ -94,6 +94,21 @@ def _sweep(rows: list[Row], a: np.ndarray, repeat: int) -> None:
                              run)
     finally:
         radix_sort.GPU_GROUP, radix_sort.CPU_GROUP, radix_sort.MAX_PER_ITEM = saved
+    # the count kernel's copies of its histogram (radix_sort.GPU_COPIES; CPU_COPIES on a
+    # CPU device) at the default layout: the skewed top byte of normal floats
+    saved_copies = radix_sort.GPU_COPIES, radix_sort.CPU_COPIES
+    try:
+        for copies in (1, 4, 8, 16):
+            radix_sort.GPU_COPIES = radix_sort.CPU_COPIES = copies
+            ref = np.sort(a)
+
+            def run_copies(ref: np.ndarray = ref) -> tuple[float, str]:
+                return (median_time(lambda: fl.sort(x).eval(), fl.synchronize, repeat),
+                        _check(fl.sort(x).get(), ref))
+
+            _attempt(rows, "sort float32", f"fuseloop histogram copies {copies}", run_copies)
+    finally:
+        radix_sort.GPU_COPIES, radix_sort.CPU_COPIES = saved_copies
 
 
 def _numpy(rows: list[Row], data: dict[str, np.ndarray], repeat: int) -> None:
@@ -148,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="leave out pyopencl's RadixSort (slow: ~25 ms a sort on an H100)")
     p.add_argument("--sweep", action="store_true",
                    help="also time fuseloop's sort of float32 with other GPU layouts "
-                        "(work-items per group x the most keys per work-item)")
+                        "(work-items per group x the most keys per work-item) and "
+                        "copies of the count kernel's histogram")
     args = p.parse_args(argv)
     if args.device:
         fl.set_device(args.device)

@@ -109,8 +109,11 @@ def test_launches_and_skipped_passes(device):
 def test_gpu_layout_on_cpu(device, monkeypatch):
     """An H100's layouts (256 work-items a group, 48 KiB of local memory: 16 keys per
     work-item, with positions too since the scatter's counts table holds two 16-bit
-    counts a word) run on this device: the kernels the H100 runs."""
+    counts a word) and recipe (8 histogram copies, the scan through local memory) run on
+    this device: the kernels the H100 runs."""
     monkeypatch.setattr(radix_sort, "CPU_GROUP", radix_sort.GPU_GROUP)
+    monkeypatch.setattr(radix_sort, "CPU_COPIES", radix_sort.GPU_COPIES)
+    monkeypatch.setattr(radix_sort, "CPU_SCAN_LOCAL", radix_sort.GPU_SCAN_LOCAL)
     monkeypatch.setattr(radix_sort, "local_memory", lambda device: 48 * 1024)
     if device.max_work_group_size < radix_sort.GPU_GROUP:
         pytest.skip("the device's work-groups are smaller than a GPU's")
@@ -141,6 +144,8 @@ def test_tile_boundaries_and_duplicates(device, monkeypatch, extra):
             if device.max_work_group_size < radix_sort.GPU_GROUP:
                 continue
             monkeypatch.setattr(radix_sort, "CPU_GROUP", radix_sort.GPU_GROUP)
+            monkeypatch.setattr(radix_sort, "CPU_COPIES", radix_sort.GPU_COPIES)
+            monkeypatch.setattr(radix_sort, "CPU_SCAN_LOCAL", radix_sort.GPU_SCAN_LOCAL)
             monkeypatch.setattr(radix_sort, "local_memory", lambda device: 48 * 1024)
             assert radix_sort.layout_for(device, 4, True, a.size).tile == tile
         np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
@@ -167,6 +172,56 @@ def test_pyopencl_fallback(device, monkeypatch):
         assert radix_sort.layout_for(device, 4, True, 100) is None
     monkeypatch.setattr(radix_sort, "MAX_ELEMENTS", 10)
     a = np.array([3, -1, 7, -1, 0, 3, 100, 3, 0, 1, 5, 5], np.int8)
+    x = fl.asarray(a)
+    np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
+    np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
+
+
+def _gpu_layout(device, monkeypatch) -> bool:
+    """An H100's layout (256 work-items, 16 keys each, 8 copies of the count's
+    histogram, the scan through local memory) on this device, where it fits."""
+    if device.max_work_group_size < radix_sort.GPU_GROUP:
+        return False
+    monkeypatch.setattr(radix_sort, "CPU_GROUP", radix_sort.GPU_GROUP)
+    monkeypatch.setattr(radix_sort, "CPU_COPIES", radix_sort.GPU_COPIES)
+    monkeypatch.setattr(radix_sort, "CPU_SCAN_LOCAL", radix_sort.GPU_SCAN_LOCAL)
+    monkeypatch.setattr(radix_sort, "local_memory", lambda device: 48 * 1024)
+    assert radix_sort.recipe_for(device, radix_sort.Layout(256, 16)) == (8, True)
+    return True
+
+
+def test_skewed_digits(device, monkeypatch):
+    """The count kernel's sub-histograms and runs of one digit: tiles whose keys all
+    share a digit but one, two digits alternating or in long runs, and rows (the row
+    digit read from the positions in vectors), on this device's layout and an H100's."""
+    tile = 4096
+    one = np.full(2 * tile, 5, np.int32)
+    one[3000] = 6  # (else every digit is constant and no pass runs)
+    two = np.where(np.arange(2 * tile) % 2 == 0, 7, 7 + 2**24).astype(np.int32)
+    runs = np.where((np.arange(2 * tile) // 700) % 2 == 0, -1.5, 2.5).astype(np.float32)
+    rows = np.tile(np.array([1, -1], np.float32), (3, tile // 2 + 5))
+    for layout in ("own", "gpu"):
+        if layout == "gpu" and not _gpu_layout(device, monkeypatch):
+            continue
+        for a in (one, two, runs):
+            x = fl.asarray(a)
+            np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
+            np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
+        x = fl.asarray(rows)
+        np.testing.assert_array_equal(fl.sort(x, axis=1).get(), np.sort(rows, axis=1))
+        np.testing.assert_array_equal(fl.argsort(x, axis=1).get(),
+                                      np.argsort(rows, axis=1, kind="stable"))
+
+
+def test_scan_in_chunks(device, monkeypatch):
+    """More tiles than the scan kernel takes at once (WG * (PER + 1) counts a chunk: 2
+    keys a work-item here), so that each digit's offsets carry from chunk to chunk."""
+    monkeypatch.setattr(radix_sort, "local_memory", lambda device: 3000)
+    monkeypatch.setattr(radix_sort, "CPU_SCAN_LOCAL", True)
+    layout = radix_sort.layout_for(device, 4, True, 1000)
+    assert layout is not None and layout.per == 2
+    n = 3 * layout.tile * layout.tile + 5  # (193 tiles: 3 chunks of 96 and more)
+    a = np.random.default_rng(13).integers(-2**31, 2**31 - 1, n, dtype=np.int32)
     x = fl.asarray(a)
     np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
     np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))

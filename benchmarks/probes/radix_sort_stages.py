@@ -27,6 +27,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     with fl.device(args.device) if args.device else fl.device(fl.get_device()):
+        print(f"a 1-element evaluation alone: median {_tiny(args.repeat) * 1e6:.1f} us (the "
+              "launch and wait that each stage's figure below includes)", flush=True)
         rng = np.random.default_rng(0)
         for dtype in (np.float32, np.int32):
             h = rng.standard_normal(1 << args.log2).astype(dtype) if dtype == np.float32 \
@@ -35,6 +37,20 @@ def main() -> None:
             for op in ("sort", "argsort"):
                 _stages(x, h, op, args.repeat)
                 print(f"  cupy {op}: {_cupy(h, op, args.repeat)}", flush=True)
+
+
+def _tiny(repeat: int) -> float:
+    """The median time of a 1-element evaluation launched alone (waits before and after)."""
+    y = fl.asarray(np.ones(1, np.float32))
+    (y + 1).eval()
+    ts = []
+    for _ in range(10 * repeat):
+        fl.synchronize()
+        t0 = time.perf_counter()
+        (y + 1).eval()
+        fl.synchronize()
+        ts.append(time.perf_counter() - t0)
+    return sorted(ts)[len(ts) // 2]
 
 
 def _streamed(fn: Any, repeat: int) -> float:

@@ -5,24 +5,32 @@ H100's OpenCL it sorted 2^24 float32 in 24.6 ms against CuPy's (CUB's) 0.55 ms, 
 times slower (4-bit digits, a scan kernel per pass built for generality).  This sort
 takes 8-bit digits and keeps each pass to three short kernels.
 
-The values first become unsigned keys whose order is the wanted order (``_KEYS``):
-integers with their sign bit flipped, floats by their bits (all bits flipped for
-negatives, the sign bit for the rest), NaNs after everything, descending by
-complementing the key of every non-NaN.  For ``argsort`` -0.0 and 0.0 get one key and
-every NaN the largest key, so that ties stay in their original order, as numpy's stable
-sort keeps them; for ``sort`` the key is one-to-one (NaN's sign aside) and the sorted
-values are made from the sorted keys (by the last pass where they are as wide as the keys,
-4 or 8 bytes, else by one more kernel).  The key kernel also reduces the keys'
-bitwise OR and AND, so that passes whose 8-bit digit is the same in every key (the
-high bytes of small integers) are skipped.
+The values first become unsigned keys whose order is the wanted order
+(``radix_kernels.KEYS``): integers with their sign bit flipped, floats by their bits
+(all bits flipped for negatives, the sign bit for the rest), NaNs after everything,
+descending by complementing the key of every non-NaN.  For ``argsort`` -0.0 and 0.0 get
+one key and every NaN the largest key, so that ties stay in their original order, as
+numpy's stable sort keeps them; for ``sort`` the key is one-to-one (NaN's sign aside)
+and the sorted values are made from the sorted keys (by the last pass where they are as
+wide as the keys, 4 or 8 bytes, else by one more kernel).  The key kernel also reduces
+the keys' bitwise OR and AND, so that passes whose 8-bit digit is the same in every key
+(the high bytes of small integers) are skipped; it reads and writes vectors of 4
+(several in flight a work-item) and reduces the OR and AND once a work-item, then once a
+group.
 
 One pass over tiles of ``WG * PER`` keys (a work-group each):
 
-1. ``count``: each tile's histogram of the digit (local atomics), written digit-major,
-   and added to the digits' totals (global atomics: 256 a tile);
+1. ``count``: each tile's histogram of the digit, written digit-major, and added to
+   the digits' totals (global atomics: 256 a tile).  A full tile is read in coalesced
+   vectors of 4; on GPUs the local atomics go to 8 interleaved copies of the histogram
+   (a work-item's copy by its id), and a work-item adds each run of one digit among its
+   keys at once, so that skewed digits (a float's top byte has few values; all keys
+   equal) do not queue a work-group's atomics on one word;
 2. ``scan``: one work-group per digit replaces its row of tile counts by where each
    tile's keys of the digit go: the keys of smaller digits (from the totals) plus the
-   exclusive scan of the row;
+   exclusive scan of the row.  On GPUs, one exclusive scan of "the smaller digits'
+   totals, then the row", in chunks loaded coalesced into local memory and scanned
+   there; on CPUs each work-item scans its own stretch of the row (fewer barriers);
 3. ``scatter``: each tile sorts itself stably by the digit in local memory (two
    counting sorts by 4-bit halves), then writes every key (and its position, the
    payload) to its tile's place for the digit + its rank there; consecutive work-items
@@ -69,6 +77,7 @@ from ..cache import KernelPlan, SourceKernel
 from ..evaluate import allocate
 from ..expr.nodes import Storage
 from ..runtime.devices import Device
+from .radix_kernels import BITS, COMMON, COUNT, KEYS, SCAN, SCATTER
 
 #: the sorted digit's bits (256 buckets)
 RADIX_BITS = 8
@@ -79,6 +88,14 @@ GPU_GROUP, CPU_GROUP = 256, 32
 #: the most keys a work-item ranks per tile (fewer where local memory is short; the
 #: scatter's counts take tiles below 2^16 keys and at most 255 keys a work-item)
 MAX_PER_ITEM = 16
+#: copies of the count kernel's histogram a work-group (a power of two; fewer where local
+#: memory is short): on a GPU they spread the atomics of a warp's lanes that share a
+#: digit; a CPU runs a group's work-items one after another, where copies only cost
+GPU_COPIES, CPU_COPIES = 8, 1
+#: the scan kernel through local memory (coalesced loads and stores of each digit's row,
+#: a GPU's way), else each work-item its own stretch of the row (a CPU's, where the
+#: local scan's extra barriers cost more than they save)
+GPU_SCAN_LOCAL, CPU_SCAN_LOCAL = True, False
 #: the most work-groups of the key kernel (each writes one partial OR and AND)
 KEY_GROUPS = 1024
 #: positions and offsets are uint: larger arrays take pyopencl's sort
@@ -86,387 +103,6 @@ MAX_ELEMENTS = (1 << 32) - 1
 #: False sends every OpenCL sort to pyopencl's RadixSort (benchmarks/bench_sort.py
 #: times both in one run)
 ENABLED = True
-
-_COMMON = r"""
-#define TILE (WG * PER)
-#define RADIX 256
-/* local arrays scanned by work-items taking consecutive entries: one word of padding
-   every 32 spreads a work-group's accesses over the banks */
-#define PAD(i) ((i) + ((i) >> 5))
-#if HAS_VALUES
-/* (positions and row lengths are below 2^32) */
-#define DIGIT_OF(k, v) (by_row ? (((uint)(v) / (uint)rowlen) >> shift) & 0xFF \
-                               : (uint)(((k) >> shift) & 0xFF))
-#else
-#define DIGIT_OF(k, v) ((uint)(((k) >> shift) & 0xFF))
-#endif
-
-/* a[PAD(0 .. WG * per)) replaced by its exclusive prefix sums, each work-item summing
-   `per` consecutive entries; returns the sum of all of them.  sums: 2 * WG words of
-   scratch, a Hillis-Steele scan of the work-items' sums that alternates between its two
-   halves, so that each step takes one barrier (reads of one half, writes of the other) */
-uint block_scan(__local uint *a, const int per, __local uint *sums)
-{
-    const int lid = get_local_id(0);
-    uint s = 0;
-    for (int k = 0; k < per; ++k)
-        s += a[PAD(lid * per + k)];
-    sums[lid] = s;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    int from = 0;
-    for (int off = 1; off < WG; off <<= 1) {
-        const uint v = sums[from + lid] + (lid >= off ? sums[from + lid - off] : 0);
-        from ^= WG;
-        sums[from + lid] = v;
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const uint total = sums[from + WG - 1];
-    uint run = sums[from + lid] - s;
-    for (int k = 0; k < per; ++k) {
-        const uint c = a[PAD(lid * per + k)];
-        a[PAD(lid * per + k)] = run;
-        run += c;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return total;
-}
-"""
-
-_COUNT = r"""
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fl_radix_count(__global const KT *restrict keys, __global const uint *restrict vals,
-                    __global uint *restrict counts, __global uint *restrict totals,
-                    const int shift, const int by_row, const long rowlen, const long n,
-                    const long tiles)
-{
-    __local uint hist[RADIX];
-    const int lid = get_local_id(0);
-    const long tile = get_group_id(0), first = tile * TILE;
-    for (int d = lid; d < RADIX; d += WG)
-        hist[d] = 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int k = 0; k < PER; ++k) {
-        const long i = first + k * WG + lid;  /* (coalesced) */
-        if (i < n)
-            atomic_inc(&hist[DIGIT_OF(keys[i], vals[i])]);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int d = lid; d < RADIX; d += WG) {
-        const uint c = hist[d];
-        counts[d * tiles + tile] = c;
-        /* the digits' totals (zero before: see fl_radix_keys and fl_radix_scatter) */
-        if (c)
-            atomic_add(&totals[d], c);
-    }
-}
-"""
-
-_SCAN = r"""
-/* Each digit's row of tile counts replaced by where the tile's items of the digit go:
-   the digit's start (the items of smaller digits: the totals) plus the exclusive scan
-   of the row.  A work-group a digit. */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fl_radix_scan(__global uint *restrict counts, __global const uint *restrict totals,
-                   const long tiles)
-{
-    __local uint sums[2 * WG], starts[2 * WG];
-    const int lid = get_local_id(0), digit = get_group_id(0);
-    __global uint *row = counts + (long)digit * tiles;
-    const long per = (tiles + WG - 1) / WG, first = lid * per;
-    const long stop = min(first + per, tiles);
-    uint s = 0, before = 0;
-    for (long t = first; t < stop; ++t)
-        s += row[t];
-    for (int d = lid; d < digit; d += WG)
-        before += totals[d];
-    sums[lid] = s;
-    starts[lid] = before;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    int from = 0;  /* (two halves: a barrier a step, as in block_scan) */
-    for (int off = 1; off < WG; off <<= 1) {
-        const uint v = sums[from + lid] + (lid >= off ? sums[from + lid - off] : 0);
-        const uint b = starts[from + lid] + (lid >= off ? starts[from + lid - off] : 0);
-        from ^= WG;
-        sums[from + lid] = v;
-        starts[from + lid] = b;
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    uint run = starts[from + WG - 1] + sums[from + lid] - s;
-    for (long t = first; t < stop; ++t) {
-        const uint c = row[t];
-        row[t] = run;
-        run += c;
-    }
-}
-"""
-
-_SCATTER = r"""
-/* the tile in local memory, padded like the table (work-items read PER consecutive
-   entries) */
-#define LK(j) lk[PAD(j)]
-#define LV(j) lv[PAD(j)]
-#if HAS_VALUES
-#define DIGIT_AT(j) ((j) < valid ? DIGIT_OF(LK(j), LV(j)) : 0xFF)
-#define DIGIT_KV(j, k, v) ((j) < valid ? DIGIT_OF(k, v) : 0xFF)
-#else
-#define DIGIT_AT(j) ((j) < valid ? DIGIT_OF(LK(j), 0) : 0xFF)
-#define DIGIT_KV(j, k, v) ((j) < valid ? DIGIT_OF(k, 0) : 0xFF)
-#endif
-/* a work-item's word w of the counts table: its count of nibble w (low 16 bits) and of
-   nibble w + 8 (high 16 bits), digit-major (w, then the work-item) */
-#define TW(w) table[PAD((w) * WG + lid)]
-/* byte k of packed 8-bit fields */
-#define BYTE(a, k) (((a)[(k) >> 2] >> (8 * ((k) & 3))) & 0xFF)
-
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fl_radix_scatter(__global const KT *restrict keys, __global const uint *restrict vals,
-                      __global const uint *restrict counts, __global KT *restrict keys_out,
-                      __global uint *restrict vals_out, __global uint *restrict totals,
-                      const int shift, const int by_row,
-                      const long rowlen, const int out_kind, const int descending,
-                      const long n, const long tiles)
-{
-    __local KT lk[PAD(TILE)];
-    __local uint lv[HAS_VALUES ? PAD(TILE) : 1];
-    __local uint table[PAD(8 * WG)];
-    __local uint sums[2 * WG];
-    __local uint off[RADIX];
-    const int lid = get_local_id(0);
-    const long tile = get_group_id(0), first = tile * TILE;
-    const int valid = (int)min((long)TILE, n - first);
-    KT key[PER];
-#if HAS_VALUES
-    uint val[PER];
-#endif
-    /* A full tile's work-items load their PER consecutive items themselves, in vectors
-       of 4 (buffers and tiles are aligned to them), straight into registers for the
-       first counting sort; the last tile goes through local memory. */
-    const int direct = PER % 4 == 0 && valid == TILE;
-    if (direct) {
-#if PER % 4 == 0
-        __global const VKT *kv = (__global const VKT *)(keys + first + lid * PER);
-#if HAS_VALUES
-        __global const uint4 *vv = (__global const uint4 *)(vals + first + lid * PER);
-#endif
-#pragma unroll
-        for (int q = 0; q < PER / 4; ++q) {
-            const VKT v = kv[q];
-            key[4 * q] = v.s0;
-            key[4 * q + 1] = v.s1;
-            key[4 * q + 2] = v.s2;
-            key[4 * q + 3] = v.s3;
-#if HAS_VALUES
-            const uint4 w = vv[q];
-            val[4 * q] = w.s0;
-            val[4 * q + 1] = w.s1;
-            val[4 * q + 2] = w.s2;
-            val[4 * q + 3] = w.s3;
-#endif
-        }
-#endif
-    } else {
-#pragma unroll
-        for (int k = 0; k < PER; ++k) {  /* coalesced loads */
-            const int j = k * WG + lid;
-            if (j < valid) {
-                LK(j) = keys[first + j];
-#if HAS_VALUES
-                LV(j) = vals[first + j];
-#endif
-            }
-        }
-    }
-    /* Sort the tile stably by the digit: two counting sorts by its 4-bit halves, each
-       work-item taking PER consecutive items.  Items past the array's end (digit 0xFF,
-       last already) stay last, so the item at j is one of them exactly when
-       j >= valid. */
-    int in_local = !direct;
-#pragma unroll
-    for (int nib = 0; nib < 8; nib += 4) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        /* the work-item's counts of each nibble (8-bit fields: nibbles 0-7 in lo, 8-15
-           in hi) and each item's rank among its own items of its nibble, all in
-           registers: no local memory updated item by item */
-        ulong lo = 0, hi = 0;
-        uint rank[(PER + 3) / 4];
-#pragma unroll
-        for (int r = 0; r < (PER + 3) / 4; ++r)
-            rank[r] = 0;
-#pragma unroll
-        for (int k = 0; k < PER; ++k) {
-            const int j = lid * PER + k;
-            if (in_local) {
-                key[k] = LK(j);
-#if HAS_VALUES
-                val[k] = LV(j);
-#endif
-            }
-#if HAS_VALUES
-            const uint b = (DIGIT_KV(j, key[k], val[k]) >> nib) & 15;
-#else
-            const uint b = (DIGIT_KV(j, key[k], 0) >> nib) & 15;
-#endif
-            const uint sh = 8 * (b & 7);
-            const ulong one = (ulong)1 << sh;
-            rank[k >> 2] |= (uint)((((b & 8) ? hi : lo) >> sh) & 0xFF) << (8 * (k & 3));
-            lo += (b & 8) ? 0 : one;
-            hi += (b & 8) ? one : 0;
-        }
-#pragma unroll
-        for (int w = 0; w < 8; ++w)
-            TW(w) = (uint)((lo >> (8 * w)) & 0xFF) | ((uint)((hi >> (8 * w)) & 0xFF) << 16);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        /* One scan of the packed words ranks both halves: a tile has fewer than 2^16
-           items, so the low halves never carry into the high ones, and every item of
-           nibbles 8-15 comes after all (`low`) of nibbles 0-7. */
-        const uint low = block_scan(table, 8, sums) & 0xFFFF;
-#pragma unroll
-        for (int k = 0; k < PER; ++k) {
-            const int j = lid * PER + k;
-#if HAS_VALUES
-            const uint b = (DIGIT_KV(j, key[k], val[k]) >> nib) & 15;
-#else
-            const uint b = (DIGIT_KV(j, key[k], 0) >> nib) & 15;
-#endif
-            const uint w = TW(b & 7);
-            const uint pos = ((b & 8) ? (w >> 16) + low : (w & 0xFFFF)) + BYTE(rank, k);
-            LK(pos) = key[k];
-#if HAS_VALUES
-            LV(pos) = val[k];
-#endif
-        }
-        in_local = 1;
-    }
-    /* the count kernel of the next pass adds to zeroed totals (the scan kernel, the
-       only reader, is done) */
-    if (tile == 0)
-        for (int d = lid; d < RADIX; d += WG)
-            totals[d] = 0;
-    barrier(CLK_LOCAL_MEM_FENCE);  /* (the tile in the digit's order) */
-    /* the output position of the tile's item j of digit d: off[d] + j, counts being
-       where the tile's items of each digit go (uint arithmetic wraps back into range);
-       the items j = m * WG + lid (coalesced writes of a digit's run) stay in registers
-       from here, their digits packed 4 a word */
-    uint digs[(PER + 3) / 4];
-#pragma unroll
-    for (int m = 0; m < PER; ++m) {
-        const int j = m * WG + lid;
-        key[m] = LK(j);
-#if HAS_VALUES
-        val[m] = LV(j);
-        const uint d = DIGIT_KV(j, key[m], val[m]);
-#else
-        const uint d = DIGIT_KV(j, key[m], 0);
-#endif
-        if (m % 4 == 0)
-            digs[m >> 2] = 0;
-        digs[m >> 2] |= d << (8 * (m & 3));
-        if (j < valid && (j == 0 || DIGIT_AT(j - 1) != d))
-            off[d] = counts[d * tiles + tile] - (uint)j;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-    for (int m = 0; m < PER; ++m) {
-        const int j = m * WG + lid;
-        if (j < valid) {
-            const uint pos = off[BYTE(digs, m)] + (uint)j;
-            /* (the last pass may write the keys' values: out_kind is their kind) */
-            keys_out[pos] = out_kind < 0 ? key[m]
-                                         : (KT)from_key((U)key[m], out_kind, descending);
-#if HAS_VALUES
-            vals_out[pos] = val[m];
-#endif
-        }
-    }
-}
-"""
-
-# The keys: U is the values' bits (an unsigned type of their width), KT the key type.
-# The kind (0 unsigned or bool, 1 signed, 2 floating), the direction and canon (-0.0 as
-# 0.0 and every NaN the largest key, for argsort's ties; else one key per value, NaN's
-# sign cleared) are arguments: one build per width serves every dtype and direction.
-_BITS = r"""
-#define SIGN ((U)((U)1 << (BITS - 1)))
-#define MASK ((U)~(U)0)
-#define MAG(u) ((U)((u) & (U)~SIGN))
-
-KT to_key(const U u, const int kind, const int descending, const int canon)
-{
-    U k = u;
-    if (kind == 1) {
-        k = (U)(u ^ SIGN);
-    } else if (kind == 2) {
-        if (MAG(u) > INF)  /* NaN */
-            return canon ? (KT)MASK : (KT)(U)(MAG(u) | SIGN);
-        k = (u & SIGN) ? (U)~u : (U)(u | SIGN);
-        if (canon && MAG(u) == 0)
-            k = SIGN;
-    }
-    return (KT)(descending ? (U)(k ^ MASK) : k);
-}
-
-/* the value (its bits) of a key made with canon off */
-U from_key(const U k, const int kind, const int descending)
-{
-    if (kind == 2) {
-        /* non-NaN keys, ascending or descending, lie in [~(INF | SIGN), INF | SIGN] */
-        const U asc = (descending && k <= (U)(INF | SIGN)) ? (U)(k ^ MASK) : k;
-        return (asc & SIGN) ? MAG(asc) : (U)~asc;
-    }
-    const U u = descending ? (U)(k ^ MASK) : k;
-    return kind == 1 ? (U)(u ^ SIGN) : u;
-}
-"""
-
-_KEYS = r"""
-
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fl_radix_keys(__global const U *restrict src, __global KT *restrict keys,
-                   __global uint *restrict idx, __global KT *restrict ors,
-                   __global KT *restrict ands, __global uint *restrict totals,
-                   const int kind, const int descending, const int canon,
-                   const int positions, const long n)
-{
-    __local KT lo[WG], la[WG];
-    const int lid = get_local_id(0);
-    if (get_group_id(0) == 0)  /* (the first count kernel adds to them) */
-        for (int d = lid; d < 256; d += WG)
-            totals[d] = 0;
-    KT o = 0, a = (KT)~(KT)0;
-    for (long i = get_global_id(0); i < n; i += get_global_size(0)) {
-        const KT k = to_key(src[i], kind, descending, canon);
-        keys[i] = k;
-        if (positions)
-            idx[i] = (uint)i;
-        o |= k;
-        a &= k;
-    }
-    lo[lid] = o;
-    la[lid] = a;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int width = WG / 2; width > 0; width >>= 1) {
-        if (lid < width) {
-            lo[lid] |= lo[lid + width];
-            la[lid] &= la[lid + width];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid == 0) {
-        ors[get_group_id(0)] = lo[0];
-        ands[get_group_id(0)] = la[0];
-    }
-}
-
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fl_radix_values(__global const KT *restrict keys, __global U *restrict dst,
-                     const int kind, const int descending, const long n)
-{
-    const long i = get_global_id(0);
-    if (i >= n)
-        return;
-    dst[i] = from_key((U)keys[i], kind, descending);
-}
-"""
 
 _UNSIGNED = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
 #: the bits of +inf of a float this wide (unused by the integers)
@@ -534,15 +170,33 @@ def _plan(name: str, body: str, args: list[str], dtypes: list[str | None], gsize
                                    build_options=options))
 
 
-def _pass_kernels(key_size: int, values: bool,
-                  layout: Layout) -> tuple[SourceKernel, SourceKernel, SourceKernel]:
+class Recipe(NamedTuple):
+    """How the count and scan kernels run on a device (see GPU_COPIES, GPU_SCAN_LOCAL)."""
+
+    copies: int
+    scan_local: bool
+
+
+def recipe_for(device: Device, layout: Layout) -> Recipe:
+    """The count kernel's copies of its histogram (local memory allowing) and the scan's
+    way on ``device``."""
+    cpu = device.type == "cpu"
+    copies = min(CPU_COPIES if cpu else GPU_COPIES, layout.group)
+    while copies > 1 and 4 * RADIX * (copies + 1) + 64 > local_memory(device):
+        copies //= 2
+    return Recipe(max(copies, 1), CPU_SCAN_LOCAL if cpu else GPU_SCAN_LOCAL)
+
+
+def _pass_kernels(key_size: int, values: bool, layout: Layout,
+                  recipe: Recipe) -> tuple[SourceKernel, SourceKernel, SourceKernel]:
     """The count, scan and scatter kernels for keys of ``key_size`` bytes."""
-    key = (key_size, values, layout)
+    key = (key_size, values, layout, recipe)
     found = _PASSES.get(key)
     if found is not None:
         return found
     opts = [f"-DKT={_UNSIGNED[key_size]}", f"-DVKT={_UNSIGNED[key_size]}4",
-            f"-DHAS_VALUES={int(values)}",
+            f"-DHAS_VALUES={int(values)}", f"-DNSUB={recipe.copies}",
+            f"-DSCAN_LOCAL={int(recipe.scan_local)}",
             f"-DWG={layout.group}", f"-DPER={layout.per}", f"-DU={_UNSIGNED[key_size]}",
             f"-DBITS={8 * key_size}", f"-DINF={_INF[key_size]}"]
     g = layout.group
@@ -552,12 +206,12 @@ def _pass_kernels(key_size: int, values: bool,
     out_types: list[str | None] = ["int32", "int32", "int64", "int32", "int32", "int64",
                                    "int64"]
     made = (
-        _plan("fl_radix_count", _COMMON + _COUNT,
+        _plan("fl_radix_count", COMMON + COUNT,
               ["in0", "in1", "out0", "out1", *pass_args],
               [None, None, None, None, *pass_types], "p[1]", g, opts),
-        _plan("fl_radix_scan", _COMMON + _SCAN, ["out0", "in0", "p1"],
+        _plan("fl_radix_scan", COMMON + SCAN, ["out0", "in0", "p1"],
               [None, None, "int64"], str(RADIX), g, opts),
-        _plan("fl_radix_scatter", _COMMON + _BITS + _SCATTER,
+        _plan("fl_radix_scatter", COMMON + BITS + SCATTER,
               ["in0", "in1", "in2", "out0", "out1", "out2", *out_args],
               [None, None, None, None, None, None, *out_types], "p[1]", g, opts))
     with _lock:
@@ -571,14 +225,14 @@ def _key_kernels(size: int, group: int) -> tuple[SourceKernel, SourceKernel]:
     if found is not None:
         return found
     opts = [f"-DU={_UNSIGNED[size]}", f"-DKT={_UNSIGNED[max(size, 4)]}",
+            f"-DU4={_UNSIGNED[size]}4", f"-DKT4={_UNSIGNED[max(size, 4)]}4",
             f"-DBITS={8 * size}", f"-DINF={_INF[size]}", f"-DWG={group}"]
     made = (
-        _plan("fl_radix_keys", _BITS + _KEYS,
-              ["in0", "out0", "out1", "out2", "out3", "out4", "s0", "s1", "s2", "s3", "p0"],
-              [None, None, None, None, None, None, "int32", "int32", "int32", "int32",
-               "int64"],
+        _plan("fl_radix_keys", BITS + KEYS,
+              ["in0", "out0", "out1", "out2", "out3", "s0", "s1", "s2", "s3", "p0"],
+              [None, None, None, None, None, "int32", "int32", "int32", "int32", "int64"],
               "p[1]", group, opts),
-        _plan("fl_radix_values", _BITS + _KEYS, ["in0", "out0", "s0", "s1", "p0"],
+        _plan("fl_radix_values", BITS + KEYS, ["in0", "out0", "s0", "s1", "p0"],
               [None, None, "int32", "int32", "int64"], "p[1]", group, opts))
     with _lock:
         return _KEY_KERNELS.setdefault(key, made)
@@ -595,13 +249,13 @@ def _launch(kernel: SourceKernel, params: tuple[int, ...], outs: list[Storage],
     launching.enqueue(plan, outs, ins, scalars, False, dev)
 
 
-def _varying_shifts(ors: Storage, ands: Storage, groups: int, key_size: int,
+def _varying_shifts(partials: Storage, groups: int, key_size: int,
                     bits: int) -> list[int]:
     """The shifts of the digits that differ between keys (from the partial ORs and
     ANDs: one read from the device)."""
     kdt = np.dtype(f"u{key_size}")
-    o = np.bitwise_or.reduce(Array._concrete(ors, kdt, (groups,)).get())
-    a = np.bitwise_and.reduce(Array._concrete(ands, kdt, (groups,)).get())
+    got = Array._concrete(partials, kdt, (2, groups)).get()
+    o, a = np.bitwise_or.reduce(got[0]), np.bitwise_and.reduce(got[1])
     differ = int(o ^ a)
     return [s for s in range(0, bits, RADIX_BITS) if (differ >> s) & (RADIX - 1)]
 
@@ -629,14 +283,15 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     to_keys, _ = _key_kernels(dt.itemsize, layout.group)
     keys = [allocate(n * key_size, dev), allocate(n * key_size, dev)]
     vals = [allocate(n * 4, dev), allocate(n * 4, dev)] if values else [keys[0], keys[1]]
-    groups = max(1, min(KEY_GROUPS, -(-n // layout.group)))
-    ors, ands = allocate(groups * key_size, dev), allocate(groups * key_size, dev)
+    # (16 values a work-item at least: 4 vectors of 4 in flight)
+    groups = max(1, min(KEY_GROUPS, -(-n // (16 * layout.group))))
+    partials = allocate(2 * groups * key_size, dev)  # (the groups' ORs, then ANDs)
     totals = allocate(RADIX * 4, dev)
     assert src._storage is not None
     flags = [_kind(dt), np.int32(descending), np.int32(canon), np.int32(values)]
-    _launch(to_keys, (n, groups), [keys[0], vals[0], ors, ands, totals], [src._storage],
+    _launch(to_keys, (n, groups), [keys[0], vals[0], partials, totals], [src._storage],
             flags, dev)
-    shifts = [(s, 0) for s in _varying_shifts(ors, ands, groups, key_size,
+    shifts = [(s, 0) for s in _varying_shifts(partials, groups, key_size,
                                               8 * dt.itemsize)]
     if rows > 1:
         shifts += [(s, 1) for s in range(0, (rows - 1).bit_length(), RADIX_BITS)]
@@ -645,7 +300,8 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
         assert not canon  # (canon keys have no values)
         out = Array._concrete(allocate(n * key_size, dev), dt, (n,))
     tiles = -(-n // layout.tile)
-    count, scan, scatter = _pass_kernels(key_size, values, layout)
+    count, scan, scatter = _pass_kernels(key_size, values, layout,
+                                         recipe_for(dev, layout))
     if shifts:
         counts = allocate(RADIX * tiles * 4, dev)
     params = (n, tiles)
@@ -676,4 +332,4 @@ def values_of(keys: Storage, dt: np.dtype, n: int, descending: bool,
     return out
 
 
-__all__ = ["Layout", "Sorted", "layout_for", "sort_keys", "values_of"]
+__all__ = ["Layout", "Recipe", "Sorted", "layout_for", "recipe_for", "sort_keys", "values_of"]

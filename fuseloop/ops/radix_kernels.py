@@ -1,0 +1,520 @@
+"""The OpenCL sources of fuseloop's radix sort (:mod:`fuseloop.ops.radix_sort`, whose
+docstring describes the passes): the key kernels (``BITS`` + ``KEYS``) and each pass's
+count, scan and scatter kernels (after ``COMMON``).  Build options: ``WG`` work-items a
+group, ``PER`` keys a work-item, ``KT``/``VKT`` the key type and its vector of 4,
+``U``/``U4`` the values' bits, ``HAS_VALUES`` (positions sorted with the keys), ``NSUB``
+copies of the count's histogram, ``SCAN_LOCAL`` (the scan through local memory),
+``BITS``/``INF`` the width and +inf's bits."""
+
+from __future__ import annotations
+
+COMMON = r"""
+#define TILE (WG * PER)
+#define RADIX 256
+/* local arrays scanned by work-items taking consecutive entries: one word of padding
+   every 32 spreads a work-group's accesses over the banks */
+#define PAD(i) ((i) + ((i) >> 5))
+#if HAS_VALUES
+/* (positions and row lengths are below 2^32) */
+#define DIGIT_OF(k, v) (by_row ? (((uint)(v) / (uint)rowlen) >> shift) & 0xFF \
+                               : (uint)(((k) >> shift) & 0xFF))
+#else
+#define DIGIT_OF(k, v) ((uint)(((k) >> shift) & 0xFF))
+#endif
+
+/* a[PAD(0 .. WG * per)) replaced by its exclusive prefix sums, each work-item summing
+   `per` consecutive entries; returns the sum of all of them.  sums: 2 * WG words of
+   scratch, a Hillis-Steele scan of the work-items' sums that alternates between its two
+   halves, so that each step takes one barrier (reads of one half, writes of the other) */
+uint block_scan(__local uint *a, const int per, __local uint *sums)
+{
+    const int lid = get_local_id(0);
+    uint s = 0;
+    for (int k = 0; k < per; ++k)
+        s += a[PAD(lid * per + k)];
+    sums[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int from = 0;
+    for (int off = 1; off < WG; off <<= 1) {
+        const uint v = sums[from + lid] + (lid >= off ? sums[from + lid - off] : 0);
+        from ^= WG;
+        sums[from + lid] = v;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const uint total = sums[from + WG - 1];
+    uint run = sums[from + lid] - s;
+    for (int k = 0; k < per; ++k) {
+        const uint c = a[PAD(lid * per + k)];
+        a[PAD(lid * per + k)] = run;
+        run += c;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return total;
+}
+"""
+
+COUNT = r"""
+/* NSUB (a build option) copies of the histogram, copy c of digit d at
+   hist[d * (NSUB + 1) + c] (an odd stride: the combine's reads of a digit's copies by
+   consecutive work-items fall in different banks); work-item lid adds to copy
+   lid % NSUB, so that the lanes of a warp that share a digit (skewed keys: a float's
+   top byte has few values) add to NSUB words in different banks instead of queueing
+   on one */
+#define HSTRIDE (NSUB > 1 ? NSUB + 1 : 1)
+#define KEY_DIGIT(k) ((uint)(((k) >> shift) & 0xFF))
+#define ROW_DIGIT(v) ((((uint)(v) / (uint)rowlen) >> shift) & 0xFF)
+/* a run of one digit among a work-item's keys is added at once (all keys equal: one
+   atomic per work-item, not per key) */
+#define ADD(dig) do {                                   \
+        const uint d_ = (dig);                          \
+        if (d_ != run_digit) {                          \
+            if (run)                                    \
+                atomic_add(&mine[run_digit * HSTRIDE], run); \
+            run_digit = d_;                             \
+            run = 0;                                    \
+        }                                               \
+        ++run;                                          \
+    } while (0)
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fl_radix_count(__global const KT *restrict keys, __global const uint *restrict vals,
+                    __global uint *restrict counts, __global uint *restrict totals,
+                    const int shift, const int by_row, const long rowlen, const long n,
+                    const long tiles)
+{
+    __local uint hist[RADIX * HSTRIDE];
+    const int lid = get_local_id(0);
+    const long tile = get_group_id(0), first = tile * TILE;
+    const int valid = (int)min((long)TILE, n - first);
+    __local uint *mine = hist + lid % NSUB;
+    for (int d = lid; d < RADIX * HSTRIDE; d += WG)
+        hist[d] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint run_digit = 0, run = 0;
+    /* The order of a tile's keys does not matter here: a full tile is read in vectors
+       of 4, consecutive work-items taking consecutive vectors (coalesced). */
+    if (PER % 4 == 0 && valid == TILE) {
+#if HAS_VALUES
+        if (by_row) {
+            __global const uint4 *vv = (__global const uint4 *)(vals + first);
+#pragma unroll
+            for (int q = 0; q < PER / 4; ++q) {
+                const uint4 w = vv[q * WG + lid];
+                ADD(ROW_DIGIT(w.s0));
+                ADD(ROW_DIGIT(w.s1));
+                ADD(ROW_DIGIT(w.s2));
+                ADD(ROW_DIGIT(w.s3));
+            }
+        } else
+#endif
+        {
+            __global const VKT *kv = (__global const VKT *)(keys + first);
+#pragma unroll
+            for (int q = 0; q < PER / 4; ++q) {
+                const VKT v = kv[q * WG + lid];
+                ADD(KEY_DIGIT(v.s0));
+                ADD(KEY_DIGIT(v.s1));
+                ADD(KEY_DIGIT(v.s2));
+                ADD(KEY_DIGIT(v.s3));
+            }
+        }
+    } else {
+        for (int k = 0; k < PER; ++k) {
+            const int j = k * WG + lid;  /* (coalesced) */
+            if (j < valid)
+                ADD(DIGIT_OF(keys[first + j], vals[first + j]));
+        }
+    }
+    if (run)
+        atomic_add(&mine[run_digit * HSTRIDE], run);
+    barrier(CLK_LOCAL_MEM_FENCE);  /* (every copy complete) */
+    for (int d = lid; d < RADIX; d += WG) {
+        uint c = 0;
+        for (int s = 0; s < NSUB; ++s)
+            c += hist[d * HSTRIDE + s];
+        counts[d * tiles + tile] = c;
+        /* the digits' totals (zero before: see fl_radix_keys and fl_radix_scatter) */
+        if (c)
+            atomic_add(&totals[d], c);
+    }
+}
+"""
+
+SCAN = r"""
+/* Each digit's row of tile counts replaced by where the tile's items of the digit go:
+   the digit's start (the items of smaller digits: the totals) plus the exclusive scan
+   of the row, i.e. the exclusive scan of the sequence "the totals of the smaller
+   digits, then the row" at the row's entries.  A work-group a digit, taking that
+   sequence in chunks of WG * per entries (per at most PER + 1: a row of WG * PER tiles
+   and its start in one chunk; fewer for short rows: no empty slots scanned): loaded
+   coalesced into local memory, scanned there (block_scan), written back coalesced,
+   with the chunks' running total carried in a register (SCAN_LOCAL: a GPU's way; a
+   CPU's below). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fl_radix_scan(__global uint *restrict counts, __global const uint *restrict totals,
+                   const long tiles)
+{
+    const int lid = get_local_id(0), digit = get_group_id(0);
+    __global uint *row = counts + (long)digit * tiles;
+#if SCAN_LOCAL
+    __local uint part[PAD(WG * (PER + 1))];
+    __local uint sums[2 * WG];
+    const long len = digit + tiles;
+    const int per = (int)min((long)PER + 1, (len + WG - 1) / WG);
+    uint carry = 0;
+    for (long c0 = 0; c0 < len; c0 += WG * per) {
+#pragma unroll
+        for (int k = 0; k < PER + 1; ++k) {
+            const long v = c0 + k * WG + lid;
+            if (k < per)
+                part[PAD(k * WG + lid)] = v < digit ? totals[v]
+                                                    : v < len ? row[v - digit] : 0;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);  /* (the chunk loaded) */
+        const uint total = block_scan(part, per, sums);
+#pragma unroll
+        for (int k = 0; k < PER + 1; ++k) {
+            const long v = c0 + k * WG + lid;
+            if (k < per && v >= digit && v < len)
+                row[v - digit] = carry + part[PAD(k * WG + lid)];
+        }
+        carry += total;
+        barrier(CLK_LOCAL_MEM_FENCE);  /* (read before the next chunk overwrites it) */
+    }
+#else
+    /* (a CPU: each work-item scans its own consecutive stretch of the row, straight
+       from global memory; the stretches' sums and the totals' are scanned together) */
+    __local uint sums[2 * WG], starts[2 * WG];
+    const long per = (tiles + WG - 1) / WG, first = lid * per;
+    const long stop = min(first + per, tiles);
+    uint s = 0, before = 0;
+    for (long t = first; t < stop; ++t)
+        s += row[t];
+    for (int d = lid; d < digit; d += WG)
+        before += totals[d];
+    sums[lid] = s;
+    starts[lid] = before;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int from = 0;  /* (two halves: a barrier a step, as in block_scan) */
+    for (int off = 1; off < WG; off <<= 1) {
+        const uint v = sums[from + lid] + (lid >= off ? sums[from + lid - off] : 0);
+        const uint b = starts[from + lid] + (lid >= off ? starts[from + lid - off] : 0);
+        from ^= WG;
+        sums[from + lid] = v;
+        starts[from + lid] = b;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    uint run = starts[from + WG - 1] + sums[from + lid] - s;
+    for (long t = first; t < stop; ++t) {
+        const uint c = row[t];
+        row[t] = run;
+        run += c;
+    }
+#endif
+}
+"""
+
+SCATTER = r"""
+/* the tile in local memory, padded like the table (work-items read PER consecutive
+   entries) */
+#define LK(j) lk[PAD(j)]
+#define LV(j) lv[PAD(j)]
+#if HAS_VALUES
+#define DIGIT_AT(j) ((j) < valid ? DIGIT_OF(LK(j), LV(j)) : 0xFF)
+#define DIGIT_KV(j, k, v) ((j) < valid ? DIGIT_OF(k, v) : 0xFF)
+#else
+#define DIGIT_AT(j) ((j) < valid ? DIGIT_OF(LK(j), 0) : 0xFF)
+#define DIGIT_KV(j, k, v) ((j) < valid ? DIGIT_OF(k, 0) : 0xFF)
+#endif
+/* a work-item's word w of the counts table: its count of nibble w (low 16 bits) and of
+   nibble w + 8 (high 16 bits), digit-major (w, then the work-item) */
+#define TW(w) table[PAD((w) * WG + lid)]
+/* byte k of packed 8-bit fields */
+#define BYTE(a, k) (((a)[(k) >> 2] >> (8 * ((k) & 3))) & 0xFF)
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fl_radix_scatter(__global const KT *restrict keys, __global const uint *restrict vals,
+                      __global const uint *restrict counts, __global KT *restrict keys_out,
+                      __global uint *restrict vals_out, __global uint *restrict totals,
+                      const int shift, const int by_row,
+                      const long rowlen, const int out_kind, const int descending,
+                      const long n, const long tiles)
+{
+    __local KT lk[PAD(TILE)];
+    __local uint lv[HAS_VALUES ? PAD(TILE) : 1];
+    __local uint table[PAD(8 * WG)];
+    __local uint sums[2 * WG];
+    __local uint off[RADIX];
+    const int lid = get_local_id(0);
+    const long tile = get_group_id(0), first = tile * TILE;
+    const int valid = (int)min((long)TILE, n - first);
+    KT key[PER];
+#if HAS_VALUES
+    uint val[PER];
+#endif
+    /* A full tile's work-items load their PER consecutive items themselves, in vectors
+       of 4 (buffers and tiles are aligned to them), straight into registers for the
+       first counting sort; the last tile goes through local memory. */
+    const int direct = PER % 4 == 0 && valid == TILE;
+    if (direct) {
+#if PER % 4 == 0
+        __global const VKT *kv = (__global const VKT *)(keys + first + lid * PER);
+#if HAS_VALUES
+        __global const uint4 *vv = (__global const uint4 *)(vals + first + lid * PER);
+#endif
+#pragma unroll
+        for (int q = 0; q < PER / 4; ++q) {
+            const VKT v = kv[q];
+            key[4 * q] = v.s0;
+            key[4 * q + 1] = v.s1;
+            key[4 * q + 2] = v.s2;
+            key[4 * q + 3] = v.s3;
+#if HAS_VALUES
+            const uint4 w = vv[q];
+            val[4 * q] = w.s0;
+            val[4 * q + 1] = w.s1;
+            val[4 * q + 2] = w.s2;
+            val[4 * q + 3] = w.s3;
+#endif
+        }
+#endif
+    } else {
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {  /* coalesced loads */
+            const int j = k * WG + lid;
+            if (j < valid) {
+                LK(j) = keys[first + j];
+#if HAS_VALUES
+                LV(j) = vals[first + j];
+#endif
+            }
+        }
+    }
+    /* Sort the tile stably by the digit: two counting sorts by its 4-bit halves, each
+       work-item taking PER consecutive items.  Items past the array's end (digit 0xFF,
+       last already) stay last, so the item at j is one of them exactly when
+       j >= valid. */
+    int in_local = !direct;
+#pragma unroll
+    for (int nib = 0; nib < 8; nib += 4) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        /* the work-item's counts of each nibble (8-bit fields: nibbles 0-7 in lo, 8-15
+           in hi) and each item's rank among its own items of its nibble, all in
+           registers: no local memory updated item by item */
+        ulong lo = 0, hi = 0;
+        uint rank[(PER + 3) / 4];
+#pragma unroll
+        for (int r = 0; r < (PER + 3) / 4; ++r)
+            rank[r] = 0;
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {
+            const int j = lid * PER + k;
+            if (in_local) {
+                key[k] = LK(j);
+#if HAS_VALUES
+                val[k] = LV(j);
+#endif
+            }
+#if HAS_VALUES
+            const uint b = (DIGIT_KV(j, key[k], val[k]) >> nib) & 15;
+#else
+            const uint b = (DIGIT_KV(j, key[k], 0) >> nib) & 15;
+#endif
+            const uint sh = 8 * (b & 7);
+            const ulong one = (ulong)1 << sh;
+            rank[k >> 2] |= (uint)((((b & 8) ? hi : lo) >> sh) & 0xFF) << (8 * (k & 3));
+            lo += (b & 8) ? 0 : one;
+            hi += (b & 8) ? one : 0;
+        }
+#pragma unroll
+        for (int w = 0; w < 8; ++w)
+            TW(w) = (uint)((lo >> (8 * w)) & 0xFF) | ((uint)((hi >> (8 * w)) & 0xFF) << 16);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        /* One scan of the packed words ranks both halves: a tile has fewer than 2^16
+           items, so the low halves never carry into the high ones, and every item of
+           nibbles 8-15 comes after all (`low`) of nibbles 0-7. */
+        const uint low = block_scan(table, 8, sums) & 0xFFFF;
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {
+            const int j = lid * PER + k;
+#if HAS_VALUES
+            const uint b = (DIGIT_KV(j, key[k], val[k]) >> nib) & 15;
+#else
+            const uint b = (DIGIT_KV(j, key[k], 0) >> nib) & 15;
+#endif
+            const uint w = TW(b & 7);
+            const uint pos = ((b & 8) ? (w >> 16) + low : (w & 0xFFFF)) + BYTE(rank, k);
+            LK(pos) = key[k];
+#if HAS_VALUES
+            LV(pos) = val[k];
+#endif
+        }
+        in_local = 1;
+    }
+    /* the count kernel of the next pass adds to zeroed totals (the scan kernel, the
+       only reader, is done) */
+    if (tile == 0)
+        for (int d = lid; d < RADIX; d += WG)
+            totals[d] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);  /* (the tile in the digit's order) */
+    /* the output position of the tile's item j of digit d: off[d] + j, counts being
+       where the tile's items of each digit go (uint arithmetic wraps back into range);
+       the items j = m * WG + lid (coalesced writes of a digit's run) stay in registers
+       from here, their digits packed 4 a word */
+    uint digs[(PER + 3) / 4];
+#pragma unroll
+    for (int m = 0; m < PER; ++m) {
+        const int j = m * WG + lid;
+        key[m] = LK(j);
+#if HAS_VALUES
+        val[m] = LV(j);
+        const uint d = DIGIT_KV(j, key[m], val[m]);
+#else
+        const uint d = DIGIT_KV(j, key[m], 0);
+#endif
+        if (m % 4 == 0)
+            digs[m >> 2] = 0;
+        digs[m >> 2] |= d << (8 * (m & 3));
+        if (j < valid && (j == 0 || DIGIT_AT(j - 1) != d))
+            off[d] = counts[d * tiles + tile] - (uint)j;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int m = 0; m < PER; ++m) {
+        const int j = m * WG + lid;
+        if (j < valid) {
+            const uint pos = off[BYTE(digs, m)] + (uint)j;
+            /* (the last pass may write the keys' values: out_kind is their kind) */
+            keys_out[pos] = out_kind < 0 ? key[m]
+                                         : (KT)from_key((U)key[m], out_kind, descending);
+#if HAS_VALUES
+            vals_out[pos] = val[m];
+#endif
+        }
+    }
+}
+"""
+
+# The keys: U is the values' bits (an unsigned type of their width), KT the key type.
+# The kind (0 unsigned or bool, 1 signed, 2 floating), the direction and canon (-0.0 as
+# 0.0 and every NaN the largest key, for argsort's ties; else one key per value, NaN's
+# sign cleared) are arguments: one build per width serves every dtype and direction.
+BITS = r"""
+#define SIGN ((U)((U)1 << (BITS - 1)))
+#define MASK ((U)~(U)0)
+#define MAG(u) ((U)((u) & (U)~SIGN))
+
+KT to_key(const U u, const int kind, const int descending, const int canon)
+{
+    U k = u;
+    if (kind == 1) {
+        k = (U)(u ^ SIGN);
+    } else if (kind == 2) {
+        if (MAG(u) > INF)  /* NaN */
+            return canon ? (KT)MASK : (KT)(U)(MAG(u) | SIGN);
+        k = (u & SIGN) ? (U)~u : (U)(u | SIGN);
+        if (canon && MAG(u) == 0)
+            k = SIGN;
+    }
+    return (KT)(descending ? (U)(k ^ MASK) : k);
+}
+
+/* the value (its bits) of a key made with canon off */
+U from_key(const U k, const int kind, const int descending)
+{
+    if (kind == 2) {
+        /* non-NaN keys, ascending or descending, lie in [~(INF | SIGN), INF | SIGN] */
+        const U asc = (descending && k <= (U)(INF | SIGN)) ? (U)(k ^ MASK) : k;
+        return (asc & SIGN) ? MAG(asc) : (U)~asc;
+    }
+    const U u = descending ? (U)(k ^ MASK) : k;
+    return kind == 1 ? (U)(u ^ SIGN) : u;
+}
+"""
+
+KEYS = r"""
+
+/* the key of one value, written with its position, and folded into the OR and AND */
+#define ONE_KEY(i, u) do {                                  \
+        const KT k_ = to_key((u), kind, descending, canon); \
+        keys[i] = k_;                                       \
+        if (positions)                                      \
+            idx[i] = (uint)(i);                             \
+        o |= k_;                                            \
+        a &= k_;                                            \
+    } while (0)
+/* vectors of 4 values a work-item loads before it makes their keys (several loads in
+   flight: a GPU needs them to reach its bandwidth) */
+#define KUNROLL 4
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fl_radix_keys(__global const U *restrict src, __global KT *restrict keys,
+                   __global uint *restrict idx, __global KT *restrict bits,
+                   __global uint *restrict totals,
+                   const int kind, const int descending, const int canon,
+                   const int positions, const long n)
+{
+    __local KT lo[WG], la[WG];
+    const int lid = get_local_id(0);
+    if (get_group_id(0) == 0)  /* (the first count kernel adds to them) */
+        for (int d = lid; d < 256; d += WG)
+            totals[d] = 0;
+    KT o = 0, a = (KT)~(KT)0;
+    /* vector v holds values 4v .. 4v + 3: consecutive work-items take consecutive
+       vectors (coalesced), KUNROLL of them grid-size apart at a time */
+    const long nv = n / 4, size = get_global_size(0);
+    for (long base = get_global_id(0); base < nv; base += KUNROLL * size) {
+        U4 v[KUNROLL];
+#pragma unroll
+        for (int u = 0; u < KUNROLL; ++u)
+            if (base + u * size < nv)
+                v[u] = vload4(base + u * size, src);
+#pragma unroll
+        for (int u = 0; u < KUNROLL; ++u) {
+            const long w = base + u * size;
+            if (w < nv) {
+                const KT4 k = (KT4)(to_key(v[u].s0, kind, descending, canon),
+                                    to_key(v[u].s1, kind, descending, canon),
+                                    to_key(v[u].s2, kind, descending, canon),
+                                    to_key(v[u].s3, kind, descending, canon));
+                vstore4(k, w, keys);
+                if (positions)
+                    vstore4((uint4)((uint)(4 * w)) + (uint4)(0, 1, 2, 3), w, idx);
+                o |= k.s0 | k.s1 | k.s2 | k.s3;
+                a &= k.s0 & k.s1 & k.s2 & k.s3;
+            }
+        }
+    }
+    const long i = 4 * nv + get_global_id(0);  /* the last n % 4 values */
+    if (i < n)
+        ONE_KEY(i, src[i]);
+    lo[lid] = o;
+    la[lid] = a;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int width = WG / 2; width > 0; width >>= 1) {
+        if (lid < width) {
+            lo[lid] |= lo[lid + width];
+            la[lid] &= la[lid + width];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) {
+        /* (the ORs, then the ANDs: one read brings both to the host) */
+        bits[get_group_id(0)] = lo[0];
+        bits[get_num_groups(0) + get_group_id(0)] = la[0];
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fl_radix_values(__global const KT *restrict keys, __global U *restrict dst,
+                     const int kind, const int descending, const long n)
+{
+    const long i = get_global_id(0);
+    if (i >= n)
+        return;
+    dst[i] = from_key((U)keys[i], kind, descending);
+}
+"""
+
+
+__all__ = ["BITS", "COMMON", "COUNT", "KEYS", "SCAN", "SCATTER"]
