@@ -26,7 +26,7 @@ from . import caches as _caches
 from . import launching
 from .cache import KernelPlan, SourceKernel
 from .expr.nodes import Storage
-from .linalg_gemm import GEMM_GROUP, GEMM_TILE, GEMM_UPDATE_SOURCE
+from .linalg_gemm import GEMM_GROUP, GEMM_UPDATE_SOURCE, gemm_groups, gemm_tiling
 from .linalg_panel import KERNELS as _PANEL_KERNELS
 from .runtime.devices import Device
 
@@ -692,10 +692,10 @@ def gemm_update(c: Storage, a: Storage, b: Storage, m: int, n: int, kk: int,
     the tiles on and below the diagonal of the square ``C`` (the rest is left)."""
     if m <= 0 or n <= 0 or kk <= 0:
         return
-    tiles = -(-m // GEMM_TILE) * -(-n // GEMM_TILE)
+    tile, wg = gemm_tiling(device, m, n, dtype)
     launch("fuseloop_gemm_update", dtype, [c], [a, b],
-           [m, n, kk, *a_at, *b_at, *c_at, int(lower)], device, groups=tiles,
-           wg=GEMM_GROUP)
+           [m, n, kk, *a_at, *b_at, *c_at, int(lower)], device,
+           groups=gemm_groups(m, n, tile, lower), nb=tile, wg=wg)
 
 
 def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage, perm: Storage,
@@ -765,6 +765,6 @@ def fit_block(device: Device, nb: int, dtype: np.dtype) -> int:
     return nb
 
 
-__all__ = ["FEW_RHS", "GEMM_GROUP", "GEMM_TILE", "fit_block", "gemm_update", "group_size",
+__all__ = ["FEW_RHS", "GEMM_GROUP", "fit_block", "gemm_update", "group_size",
            "launch", "local_limit", "panel_pivots", "potrf", "trsm_blocks", "trsm_lanes",
            "trsv_step", "tslu_group_size", "vectors_per_group"]

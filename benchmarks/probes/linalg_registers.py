@@ -15,6 +15,8 @@ import numpy as np
 from fuseloop import linalg_kernels
 
 #: (kernel, element type, work-items, block, vectors per group) as an H100 builds them
+import os
+EXTRA = os.environ.get("EXTRA", "").split()
 CASES = [
     ("fuseloop_tslu_rows", np.float32, 512, 64, 4),
     ("fuseloop_tslu_rows", np.float64, 512, 32, 4),
@@ -23,6 +25,11 @@ CASES = [
     ("fuseloop_trsv_blocks", np.float32, 64, 64, 4),
     ("fuseloop_rowperm", np.float32, 64, 64, 4),
     ("fuseloop_potrf", np.float32, 256, 64, 4),
+    # (NB: the tile; see fuseloop.linalg_gemm.gemm_tiling)
+    ("fuseloop_gemm_update", np.float32, 256, 128, 4),
+    ("fuseloop_gemm_update", np.float32, 64, 64, 4),
+    ("fuseloop_gemm_update", np.float64, 256, 64, 4),
+    ("fuseloop_gemm_update", np.float64, 64, 32, 4),
 ]
 
 
@@ -32,7 +39,7 @@ def ptxas_report(name: str, dtype: type, wg: int, nb: int, vpg: int, arch: str) 
     nvrtc = cuda._nvrtc
     plan = linalg_kernels._kernel(name, np.dtype(dtype), wg, nb, vpg).plan
     flags = [f"--gpu-architecture=sm_{arch}", "--device-as-default-execution-space",
-             *plan.build_options, "--ptxas-options=-v"]
+             *plan.build_options, "--ptxas-options=-v", *EXTRA]
     program = nvrtc.createProgram(cuda.PRELUDE + plan.source, "fuseloop.cu", (), ())
     try:
         nvrtc.compileProgram(program, flags)
