@@ -171,16 +171,18 @@ void fuseloop_gemm_update(__global FL_T *c, __global const FL_T *a, __global con
 """
 
 
-def gemm_tiling(device: Any, m: int, n: int, dtype: np.dtype) -> tuple[int, int]:
-    """``(tile, work-items)`` of ``fuseloop_gemm_update`` for an ``m x n`` update: tiles
-    of 128 (float32; 64 for float64, whose 2V x 2V per work-item is 4 x 4) by groups
-    of 256, or half that tile by groups of 64 where the big tiles would leave compute
-    units without a group (the late, small updates of a factorisation)."""
+def gemm_tiling(device: Any, m: int, n: int, dtype: np.dtype, lower: bool = False
+                ) -> tuple[int, int]:
+    """``(tile, work-items)`` of ``fuseloop_gemm_update`` for an ``m x n`` update
+    (``lower``: its tiles on and below the diagonal): tiles of 128 (float32; 64 for
+    float64, whose 2V x 2V per work-item is 4 x 4) by groups of 256, or half that tile
+    by groups of 64 where the big tiles would leave compute units without a group (the
+    late, small updates of a factorisation) or the device takes no group of 256."""
     v = GEMM_VECTOR_BYTES // np.dtype(dtype).itemsize
     tile = 128 if v == 4 else 64
     units = max(1, getattr(device, "compute_units", 1))
     limit = getattr(device, "max_work_group_size", 1024)
-    if -(-m // tile) * -(-n // tile) < units or (tile // (2 * v)) ** 2 > limit:
+    if gemm_groups(m, n, tile, lower) < units or (tile // (2 * v)) ** 2 > limit:
         tile //= 2
     return tile, (tile // (2 * v)) ** 2
 

@@ -528,6 +528,7 @@ _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 26, True),
     "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"], 6, False),
     "fuseloop_trsv_blocks": (_TRSV_BLOCKS, ["out0", "out1", "in0"], 10, True),
+    # (built with NB: its tile; see linalg_gemm.gemm_tiling)
     "fuseloop_gemm_update": (GEMM_UPDATE_SOURCE, ["out0", "in0", "in1"], 13, False),
 }
 
@@ -692,7 +693,7 @@ def gemm_update(c: Storage, a: Storage, b: Storage, m: int, n: int, kk: int,
     the tiles on and below the diagonal of the square ``C`` (the rest is left)."""
     if m <= 0 or n <= 0 or kk <= 0:
         return
-    tile, wg = gemm_tiling(device, m, n, dtype)
+    tile, wg = gemm_tiling(device, m, n, dtype, lower)
     launch("fuseloop_gemm_update", dtype, [c], [a, b],
            [m, n, kk, *a_at, *b_at, *c_at, int(lower)], device,
            groups=gemm_groups(m, n, tile, lower), nb=tile, wg=wg)

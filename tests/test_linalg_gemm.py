@@ -23,6 +23,9 @@ def test_tiling_rule():
     assert linalg_gemm.gemm_tiling(h100, 1024, 1024, f32) == (64, 64)
     assert linalg_gemm.gemm_tiling(h100, 4032, 4032, f64) == (64, 256)
     assert linalg_gemm.gemm_tiling(h100, 512, 512, f64) == (32, 64)
+    # lower: only the triangle's tiles count (144 of them, 78 on and below the diagonal)
+    assert linalg_gemm.gemm_tiling(h100, 1536, 1536, f32) == (128, 256)
+    assert linalg_gemm.gemm_tiling(h100, 1536, 1536, f32, lower=True) == (64, 64)
     small = SimpleNamespace(type="gpu", compute_units=1, max_work_group_size=128)
     assert linalg_gemm.gemm_tiling(small, 4096, 4096, f32) == (64, 64)
     assert linalg_gemm.gemm_groups(130, 70, 64, False) == 3 * 2
