@@ -5,7 +5,8 @@
 (``--rhs`` columns), ``fl.sort`` and ``fl.cumulative_sum``; ``update``: one trailing
 update of the factorisations, ``C -= A B`` with C (n - 64) x (n - 64) and inner size 64
 (a 4096 LU's first), by ``fuseloop_gemm_update`` (a row per tiling: the rule's, and each
-of its two forced, labelled ``[tile]``) against cupy's ``c -= a @ b`` and torch's
+of its two forced, labelled ``[tile]``, and the big one reading and writing c element by
+element, ``[tile, c scalar]``, not as vectors) against cupy's ``c -= a @ b`` and torch's
 ``c.addmm_(a, b, alpha=-1)``.
 
 Each is timed with its result on the device (synchronised, not read back), as the
@@ -202,22 +203,24 @@ def _update_cases(n: int, dt: np.dtype, cp: Any, th: Any, kk: int = 64) -> list[
         c_c[...] -= c_a @ c_b
 
     cases = []
-    for tile in (0, big, big // 2):
+    # (the rule's; each tile forced; the big one with c element by element)
+    for tile, vector in ((0, True), (big, True), (big // 2, True), (big, False)):
         wg = (tile * dt.itemsize // (2 * linalg_gemm.GEMM_VECTOR_BYTES)) ** 2
         tiling = rule if not tile else (lambda *_, t=tile, w=wg: (t, w))
 
-        def ours(out: Any = dc, tiling: Any = tiling) -> None:
-            linalg_kernels.gemm_tiling = tiling
+        def ours(out: Any = dc, tiling: Any = tiling, vector: bool = vector) -> None:
+            linalg_kernels.gemm_tiling, linalg_gemm.GEMM_VECTOR_C = tiling, vector
             try:
                 linalg_kernels.gemm_update(buf(out), buf(da), buf(db), m, m, kk, (0, m, 1),
                                            (0, kk, 1), (0, m, 1), False, dt, out.device)
             finally:
-                linalg_kernels.gemm_tiling = rule
+                linalg_kernels.gemm_tiling, linalg_gemm.GEMM_VECTOR_C = rule, True
 
         once = linalg_factor._copy(fl.asarray(c))
         ours(once)
         ok = bool(np.abs(once.get() - want).max() <= tol * np.abs(want).max())
-        cases.append(Case(f"update [{tile}]" if tile else "update", f"{m} x {kk}",
+        label = f"update [{tile}{'' if vector else ', c scalar'}]" if tile else "update"
+        cases.append(Case(label, f"{m} x {kk}",
                           2 * m * m * kk, ours, lambda: np.subtract(c, a @ b, out=c),
                           cupy_call if cp else None,
                           (lambda: t_c.addmm_(t_a, t_b, alpha=-1)) if th else None, ok))

@@ -11,6 +11,12 @@ import numpy as np
 
 #: bytes of one vector load from local memory (float4, double2): 128-bit shared loads
 GEMM_VECTOR_BYTES = 16
+#: whether ``fuseloop_gemm_update`` reads and writes c's whole, aligned tiles as
+#: vectors (its build's VPG 4; 1: element by element, each load of c after the
+#: previous element's store, which ptxas builds in 128 registers for sm_90 against
+#: 141: two groups of 256 per SM instead of one; ``bench_linalg.py --ops update``
+#: times both)
+GEMM_VECTOR_C = True
 #: the fewest work-items a ``fuseloop_gemm_update`` group has (its small tiles)
 GEMM_GROUP = 64
 
@@ -26,23 +32,32 @@ GEMM_GROUP = 64
 # that per step of the inner loop a work-item reads its A and B values as 4 vector
 # loads from local memory for 4 V^2 products (float32: 64 per 4 loads) and
 # neighbouring work-items write neighbouring columns of c.  The inner size goes
-# through local memory GK at a time, in two buffers: the next step's A and B
+# through local memory GK = 8 at a time (16 took ptxas 167 registers: one group per
+# SM), in two buffers: the next step's A and B
 # elements are loaded from global memory into registers before this step's products
 # and stored into the other buffer after them, one barrier per step.  Global loads
 # run along whichever stride is 1 (coalesced); local rows are GT + 4 long (16-byte
 # aligned rows; a store along the inner size spreads over the banks).  c is read and
-# written once.  ``lower``: only the tiles on and below the diagonal of the square c
+# written once, as vectors where a tile's rows are whole and aligned (GEMM_VECTOR_C).
+# ``lower``: only the tiles on and below the diagonal of the square c
 # are launched (the Cholesky update's symmetric half), numbered row by row.
 GEMM_UPDATE_SOURCE = r"""
 #define GT NB
 #if IS_DOUBLE
 #define V 2
 #define VT double2
+#define CUDA_MAKEV make_double2
 #define UNPACK(d, o, v) (d[o] = v.x, d[o + 1] = v.y)
+#define FROMV(d, o, w) (d[o] = w.x - d[o], d[o + 1] = w.y - d[o + 1])
+#define TOV(d, o) MAKEV(d[o], d[o + 1])
 #else
 #define V 4
 #define VT float4
+#define CUDA_MAKEV make_float4
 #define UNPACK(d, o, v) (d[o] = v.x, d[o + 1] = v.y, d[o + 2] = v.z, d[o + 3] = v.w)
+#define FROMV(d, o, u) (d[o] = u.x - d[o], d[o + 1] = u.y - d[o + 1], \
+                       d[o + 2] = u.z - d[o + 2], d[o + 3] = u.w - d[o + 3])
+#define TOV(d, o) MAKEV(d[o], d[o + 1], d[o + 2], d[o + 3])
 #endif
 #define TS (GT / (2 * V))
 #define GK 8
@@ -50,8 +65,12 @@ GEMM_UPDATE_SOURCE = r"""
 #define PER (GK * GT / WG)
 #ifdef __CUDACC__
 #define LVEC(x) (*(const VT *) &(x))
+#define GVEC VT
+#define MAKEV CUDA_MAKEV
 #else
 #define LVEC(x) (*(const __local VT *) &(x))
+#define GVEC __global VT
+#define MAKEV (VT)
 #endif
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fuseloop_gemm_update(__global FL_T *c, __global const FL_T *a, __global const FL_T *b,
@@ -148,14 +167,32 @@ void fuseloop_gemm_update(__global FL_T *c, __global const FL_T *a, __global con
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+    /* c's rows of the tile as 16-byte vectors where they are whole and aligned (the
+       factorisations' blocks of 64 are): a quarter of the memory instructions, and a
+       row's loads issued together (a store then a load of c, which the compiler must
+       take as possibly the same element, waits for the load before it: one round trip
+       to memory per row, not per element) */
+    const long corner = coff + i0 * cs0 + j0;
+    if (VPG != 1 && rm == GT && rn == GT && cs1 == 1 && cs0 % V == 0 && corner % V == 0) {
 #pragma unroll
-    for (int r = 0; r < 2 * V; ++r) {
-        const long i = i0 + (r < V ? 0 : GT / 2) + ty * V + r % V;
+        for (int r = 0; r < 2 * V; ++r) {
+            const long row = corner + ((r < V ? 0 : GT / 2) + ty * V + r % V) * cs0 + tx * V;
+            const VT lo = *(GVEC *) &c[row], hi = *(GVEC *) &c[row + GT / 2];
+            FROMV(acc[r], 0, lo);
+            FROMV(acc[r], V, hi);
+            *(GVEC *) &c[row] = TOV(acc[r], 0);
+            *(GVEC *) &c[row + GT / 2] = TOV(acc[r], V);
+        }
+    } else {
 #pragma unroll
-        for (int s = 0; s < 2 * V; ++s) {
-            const long j = j0 + (s < V ? 0 : GT / 2) + tx * V + s % V;
-            if (i < m && j < n)
-                c[coff + i * cs0 + j * cs1] -= acc[r][s];
+        for (int r = 0; r < 2 * V; ++r) {
+            const long i = i0 + (r < V ? 0 : GT / 2) + ty * V + r % V;
+#pragma unroll
+            for (int s = 0; s < 2 * V; ++s) {
+                const long j = j0 + (s < V ? 0 : GT / 2) + tx * V + s % V;
+                if (i < m && j < n)
+                    c[coff + i * cs0 + j * cs1] -= acc[r][s];
+            }
         }
     }
 }
@@ -163,6 +200,11 @@ void fuseloop_gemm_update(__global FL_T *c, __global const FL_T *a, __global con
 #undef V
 #undef VT
 #undef UNPACK
+#undef FROMV
+#undef TOV
+#undef GVEC
+#undef MAKEV
+#undef CUDA_MAKEV
 #undef TS
 #undef GK
 #undef LD
@@ -194,5 +236,5 @@ def gemm_groups(m: int, n: int, tile: int, lower: bool) -> int:
     return tm * (tm + 1) // 2 if lower else tm * tn
 
 
-__all__ = ["GEMM_GROUP", "GEMM_UPDATE_SOURCE", "GEMM_VECTOR_BYTES", "gemm_groups",
-           "gemm_tiling"]
+__all__ = ["GEMM_GROUP", "GEMM_UPDATE_SOURCE", "GEMM_VECTOR_BYTES", "GEMM_VECTOR_C",
+           "gemm_groups", "gemm_tiling"]

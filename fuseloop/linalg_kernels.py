@@ -24,6 +24,7 @@ import numpy as np
 
 from . import caches as _caches
 from . import launching
+from . import linalg_gemm as _gemm
 from .cache import KernelPlan, SourceKernel
 from .expr.nodes import Storage
 from .linalg_gemm import GEMM_GROUP, GEMM_UPDATE_SOURCE, gemm_groups, gemm_tiling
@@ -696,7 +697,8 @@ def gemm_update(c: Storage, a: Storage, b: Storage, m: int, n: int, kk: int,
     tile, wg = gemm_tiling(device, m, n, dtype, lower)
     launch("fuseloop_gemm_update", dtype, [c], [a, b],
            [m, n, kk, *a_at, *b_at, *c_at, int(lower)], device,
-           groups=gemm_groups(m, n, tile, lower), nb=tile, wg=wg)
+           groups=gemm_groups(m, n, tile, lower), nb=tile, wg=wg,
+           vpg=4 if _gemm.GEMM_VECTOR_C else 1)
 
 
 def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage, perm: Storage,

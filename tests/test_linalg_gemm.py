@@ -43,8 +43,8 @@ def _run(c, a, b, c_at, a_at, b_at, m, n, kk, lower):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_update_kernel_both_tilings(device, monkeypatch, dtype):
     rng = np.random.default_rng(27)
-    m, n, kk = 131, 67, 21  # partial tiles, a partial last step of the inner size
-    ld = n + 5
+    m, n, kk = 131, 133, 21  # partial tiles, a partial last step of the inner size
+    ld = 140
     tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
     big, _ = linalg_gemm.gemm_tiling(SimpleNamespace(compute_units=1), 1 << 12, 1 << 12,
                                      np.dtype(dtype))
@@ -54,21 +54,25 @@ def test_update_kernel_both_tilings(device, monkeypatch, dtype):
         a = rng.standard_normal((m, kk)).astype(dtype)
         b = rng.standard_normal((kk, n)).astype(dtype)
         c = rng.standard_normal((m + 2, ld)).astype(dtype)
-        want = c.copy()
-        want[1:1 + m, 3:3 + n] -= a.astype(np.float64) @ b
-        c_at = (ld + 3, ld, 1)  # C at c[1, 3], rows ld apart
-        # A stored transposed, B row-major: both operands' stride 1 across the inner size
-        got = _run(c, a.T.copy(), b, c_at, (0, 1, m), (0, n, 1), m, n, kk, False)
-        np.testing.assert_allclose(got, want, **tol)
-        # A row-major, B stored transposed: stride 1 along the inner size
-        got = _run(c, a, b.T.copy(), c_at, (0, kk, 1), (0, 1, kk), m, n, kk, False)
-        np.testing.assert_allclose(got, want, **tol)
+        # C at c[1, 4] (whole tiles' rows 16-byte aligned: c read and written as
+        # vectors) and at c[1, 3] (element by element), rows ld apart
+        for col, a_args, b_args in ((4, (a.T.copy(), (0, 1, m)), (b, (0, n, 1))),
+                                    (3, (a, (0, kk, 1)), (b.T.copy(), (0, 1, kk)))):
+            want = c.copy()
+            want[1:1 + m, col:col + n] -= a.astype(np.float64) @ b
+            # the first: A stored transposed, B row-major (both operands' stride 1
+            # across the inner size); the second the other way round
+            got = _run(c, a_args[0], b_args[0], (ld + col, ld, 1), a_args[1], b_args[1],
+                       m, n, kk, False)
+            np.testing.assert_allclose(got, want, **tol)
         # lower: the tiles on and below the diagonal of a square C, from more than one
         # tile row (the groups numbered along the triangle), the rest left as it was
-        sq = rng.standard_normal((m, m)).astype(dtype)
-        full = sq - a.astype(np.float64) @ a.T
-        got = _run(sq, a, a, (0, m, 1), (0, kk, 1), (0, 1, kk), m, m, kk, True)
+        sq = rng.standard_normal((m, ld)).astype(dtype)
+        full = sq[:, :m] - a.astype(np.float64) @ a.T
+        res = _run(sq, a, a, (0, ld, 1), (0, kk, 1), (0, 1, kk), m, m, kk, True)
+        got = res[:, :m]
         tiles = np.arange(m) // tile
         above = tiles[:, None] < tiles[None, :]
         np.testing.assert_allclose(got[~above], full[~above], **tol)
-        np.testing.assert_array_equal(got[above], sq[above])
+        np.testing.assert_array_equal(got[above], sq[:, :m][above])
+        np.testing.assert_array_equal(res[:, m:], sq[:, m:])  # (outside C)

@@ -30,6 +30,7 @@ CASES = [
     ("fuseloop_potrf", np.float32, 256, 64, 4),
     # (NB: the tile; see fuseloop.linalg_gemm.gemm_tiling)
     ("fuseloop_gemm_update", np.float32, 256, 128, 4),
+    ("fuseloop_gemm_update", np.float32, 256, 128, 1),  # (c element by element)
     ("fuseloop_gemm_update", np.float32, 64, 64, 4),
     ("fuseloop_gemm_update", np.float64, 256, 64, 4),
     ("fuseloop_gemm_update", np.float64, 64, 32, 4),
