@@ -2,7 +2,12 @@
 ``fl.linalg.solve`` (one right-hand side), the LU factorisation alone (``lu``:
 ``fuseloop.linalg_factor._lu`` against ``scipy.linalg.lu_factor`` and cupy's
 ``cupyx.scipy.linalg.lu_factor``, cuSOLVER's getrf), ``fl.linalg.solve_triangular``
-(``--rhs`` columns), ``fl.sort`` and ``fl.cumulative_sum``.
+(``--rhs`` columns), ``fl.sort`` and ``fl.cumulative_sum``; ``update``: one trailing
+update of the factorisations, ``C -= A B`` with C (n - 64) x (n - 64) and inner size 64
+(a 4096 LU's first), by ``fuseloop_gemm_update`` (a row per tiling: the rule's, and each
+of its two forced, labelled ``[tile]``, and the big one reading and writing c element by
+element, ``[tile, c scalar]``, not as vectors) against cupy's ``c -= a @ b`` and torch's
+``c.addmm_(a, b, alpha=-1)``.
 
 Each is timed with its result on the device (synchronised, not read back), as the
 median of ``--repeat`` calls after one warm-up call (the build), and checked against
@@ -18,7 +23,7 @@ one run: the op is then labelled with it).  ``--panel`` picks the LU panel's ker
 ``rows`` (a row per work-item, the GPUs' default), ``tile`` (slices in local memory), or
 ``both``.
 GFLOP/s counts n^3/3 for Cholesky, 2n^3/3 + 2n^2 for solve and n^2 k for a
-triangular solve with k right-hand sides.
+triangular solve with k right-hand sides and 2 m n k for an update.
 
 Usage (the issue's sizes are the defaults)::
 
@@ -31,6 +36,10 @@ Usage (the issue's sizes are the defaults)::
 Issue 27's LU target on a GPU (both panel kernels, cupy in the same run)::
 
     python benchmarks/bench_linalg.py --ops solve lu --panel both
+
+The trailing update alone (TFLOP/s: the GFLOP/s column / 1000)::
+
+    PYTHONPATH=. python benchmarks/bench_linalg.py --ops update cholesky solve lu
 """
 
 from __future__ import annotations
@@ -43,10 +52,10 @@ from typing import Any
 import numpy as np
 
 import fuseloop as fl
-from fuseloop import linalg_factor, linalg_panel
+from fuseloop import linalg_factor, linalg_gemm, linalg_kernels, linalg_panel
 from fuseloop.bench.runner import median_time
 
-OPS = ("cholesky", "solve", "lu", "solve_triangular", "sort", "cumsum")
+OPS = ("cholesky", "solve", "lu", "solve_triangular", "sort", "cumsum", "update")
 #: the ops that factor by LU (``--panel`` applies)
 LU_OPS = ("solve", "lu")
 
@@ -172,6 +181,52 @@ def _triangular(n: int, rhs: int, low: np.ndarray, bb: np.ndarray, d: dict, cp: 
                 lambda: sla.solve_triangular(low, bb, lower=True), cupy_call, torch_call)
 
 
+def _update_cases(n: int, dt: np.dtype, cp: Any, th: Any, kk: int = 64) -> list[Case]:
+    """``C -= A B`` (m = n - kk square, A row-major m x kk, B row-major kk x m: the LU's
+    layout) by ``fuseloop_gemm_update``, a case per tiling (the rule's, then both of
+    its choices forced)."""
+    m = n - kk
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((m, kk)).astype(dt), rng.standard_normal((kk, m)).astype(dt)
+    c = rng.standard_normal((m, m)).astype(dt)
+    da, db, dc = fl.asarray(a), fl.asarray(b), linalg_factor._copy(fl.asarray(c))
+    buf = linalg_factor._buf
+    rule = linalg_kernels.gemm_tiling
+    big, _ = linalg_gemm.gemm_tiling(None, 1 << 20, 1 << 20, dt)
+    tol = 1e-3 if dt == np.float32 else 1e-9
+    want = c - a.astype(np.float64) @ b
+    c_c, c_a, c_b = (cp.asarray(c), cp.asarray(a), cp.asarray(b)) if cp else (None,) * 3
+    t_c, t_a, t_b = ((th.from_numpy(c).cuda(), th.from_numpy(a).cuda(),
+                      th.from_numpy(b).cuda()) if th else (None,) * 3)
+
+    def cupy_call() -> None:
+        c_c[...] -= c_a @ c_b
+
+    cases = []
+    # (the rule's; each tile forced; the big one with c element by element)
+    for tile, vector in ((0, True), (big, True), (big // 2, True), (big, False)):
+        wg = (tile * dt.itemsize // (2 * linalg_gemm.GEMM_VECTOR_BYTES)) ** 2
+        tiling = rule if not tile else (lambda *_, t=tile, w=wg: (t, w))
+
+        def ours(out: Any = dc, tiling: Any = tiling, vector: bool = vector) -> None:
+            linalg_kernels.gemm_tiling, linalg_gemm.GEMM_VECTOR_C = tiling, vector
+            try:
+                linalg_kernels.gemm_update(buf(out), buf(da), buf(db), m, m, kk, (0, m, 1),
+                                           (0, kk, 1), (0, m, 1), False, dt, out.device)
+            finally:
+                linalg_kernels.gemm_tiling, linalg_gemm.GEMM_VECTOR_C = rule, True
+
+        once = linalg_factor._copy(fl.asarray(c))
+        ours(once)
+        ok = bool(np.abs(once.get() - want).max() <= tol * np.abs(want).max())
+        label = f"update [{tile}{'' if vector else ', c scalar'}]" if tile else "update"
+        cases.append(Case(label, f"{m} x {kk}",
+                          2 * m * m * kk, ours, lambda: np.subtract(c, a @ b, out=c),
+                          cupy_call if cp else None,
+                          (lambda: t_c.addmm_(t_a, t_b, alpha=-1)) if th else None, ok))
+    return cases
+
+
 def _sort_scan(sort_n: int, scan_n: int, ops: list[str], cp: Any, th: Any) -> list[Case]:
     rng = np.random.default_rng(1)
     cases = []
@@ -274,7 +329,10 @@ def main() -> None:
                   args.dtype, mode, panel) for op in OPS[:4] if op in args.ops
                  for mode in modes for panel in (panels if op in LU_OPS else ["auto"])]
     jobs += [(op, lambda op=op: _sort_scan(args.sort_n, args.scan_n, [op], cp, th), "float32",
-              "auto", "auto") for op in OPS[4:] if op in args.ops]
+              "auto", "auto") for op in OPS[4:6] if op in args.ops]
+    if "update" in args.ops:
+        jobs += [(f"update {n}", lambda n=n: _update_cases(n, dt, cp, th), args.dtype, "auto",
+                  "auto") for n in args.sizes]
     for what, make, dtype, mode, panel in jobs:
         linalg_factor.UPDATE, linalg_panel.PANEL = mode, panel
         try:  # (one failing operation does not cost the others' timings)

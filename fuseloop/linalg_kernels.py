@@ -24,9 +24,10 @@ import numpy as np
 
 from . import caches as _caches
 from . import launching
+from . import linalg_gemm as _gemm
 from .cache import KernelPlan, SourceKernel
 from .expr.nodes import Storage
-from .linalg_gemm import GEMM_GROUP, GEMM_TILE, GEMM_UPDATE_SOURCE
+from .linalg_gemm import GEMM_GROUP, GEMM_UPDATE_SOURCE, gemm_groups, gemm_tiling
 from .linalg_panel import KERNELS as _PANEL_KERNELS
 from .runtime.devices import Device
 
@@ -528,6 +529,7 @@ _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 26, True),
     "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"], 6, False),
     "fuseloop_trsv_blocks": (_TRSV_BLOCKS, ["out0", "out1", "in0"], 10, True),
+    # (built with NB: its tile; see linalg_gemm.gemm_tiling)
     "fuseloop_gemm_update": (GEMM_UPDATE_SOURCE, ["out0", "in0", "in1"], 13, False),
 }
 
@@ -692,10 +694,11 @@ def gemm_update(c: Storage, a: Storage, b: Storage, m: int, n: int, kk: int,
     the tiles on and below the diagonal of the square ``C`` (the rest is left)."""
     if m <= 0 or n <= 0 or kk <= 0:
         return
-    tiles = -(-m // GEMM_TILE) * -(-n // GEMM_TILE)
+    tile, wg = gemm_tiling(device, m, n, dtype, lower)
     launch("fuseloop_gemm_update", dtype, [c], [a, b],
-           [m, n, kk, *a_at, *b_at, *c_at, int(lower)], device, groups=tiles,
-           wg=GEMM_GROUP)
+           [m, n, kk, *a_at, *b_at, *c_at, int(lower)], device,
+           groups=gemm_groups(m, n, tile, lower), nb=tile, wg=wg,
+           vpg=4 if _gemm.GEMM_VECTOR_C else 1)
 
 
 def panel_pivots(a: Storage, piv: Storage, flag: Storage, diag: Storage, perm: Storage,
@@ -765,6 +768,6 @@ def fit_block(device: Device, nb: int, dtype: np.dtype) -> int:
     return nb
 
 
-__all__ = ["FEW_RHS", "GEMM_GROUP", "GEMM_TILE", "fit_block", "gemm_update", "group_size",
+__all__ = ["FEW_RHS", "GEMM_GROUP", "fit_block", "gemm_update", "group_size",
            "launch", "local_limit", "panel_pivots", "potrf", "trsm_blocks", "trsm_lanes",
            "trsv_step", "tslu_group_size", "vectors_per_group"]

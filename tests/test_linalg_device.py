@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
-from fuseloop import linalg_factor, linalg_kernels
+from fuseloop import linalg_factor, linalg_gemm, linalg_kernels
 from fuseloop.errors import DTypeError
 
 SIZES = [1, 5, 63, 64, 65, 200]
@@ -319,7 +319,7 @@ def test_gemm_update_kernel_against_numpy(device):
     linalg_kernels.gemm_update(buf(ds), buf(da), buf(da), m, m, kk, (0, m, 1), (0, 1, m),
                                (0, m, 1), True, ds.dtype, ds.device)
     want = sq - a_t.T @ a_t
-    tile = linalg_kernels.GEMM_TILE
+    tile = linalg_gemm.gemm_tiling(ds.device, m, m, ds.dtype, True)[0]
     above = np.arange(m)[:, None] // tile < np.arange(m)[None, :] // tile
     np.testing.assert_allclose(ds.get()[~above], want[~above], rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(ds.get()[above], sq[above])
