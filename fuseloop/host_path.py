@@ -553,6 +553,20 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     return outs
 
 
+def _small_target(target: Any) -> tuple[Any, Any, int] | None:
+    """``(storage, leaf, size)`` of a concrete array small enough for the host path on a
+    CPU device, while no thread captures or records launches; None otherwise."""
+    storage = target._storage
+    leaf: Any = target._node
+    if storage is None or type(leaf) is not Leaf or not HOST_MAX_WORK:
+        return None
+    size = _size(leaf.shape)
+    if not size or size > HOST_MAX_WORK or not host_device(target.device) \
+            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
+        return None
+    return storage, leaf, size
+
+
 def write(target: Any, node: Node) -> bool:
     """Write ``node`` (of the target's dtype, broadcasting to its shape) into the
     concrete array ``target`` here, as :func:`fuseloop.assignment.assign` would with
@@ -563,17 +577,11 @@ def write(target: Any, node: Node) -> bool:
     (about 4 us of the general path's host cost on this project's CPU).  Taken only
     where nothing else needs doing first: a lazy array reading elements written
     here is computed first by the general path, so it is left to it."""
-    storage = target._storage
-    leaf: Any = target._node
-    if storage is None or type(leaf) is not Leaf or not HOST_MAX_WORK:
+    taken = _small_target(target)
+    if taken is None:
         return False
-    shape = leaf.shape
-    size = _size(shape)
-    device = target.device
-    if not size or size > HOST_MAX_WORK or not host_device(device) \
-            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
-        return False
-    dtype = leaf.dtype
+    storage, leaf, size = taken
+    shape, device, dtype = leaf.shape, target.device, leaf.dtype
     if dtype.char not in _DTYPES:
         return False
     itemsize = dtype.itemsize
@@ -652,21 +660,16 @@ def inplace(target: Any, op: str, other: Any) -> bool:
     A loop's scalar statement (``A[i, j] /= A[j, j]``, ``A[i, j] += A[i, j - 1]``)
     costs about half as much host time this way: no node, lazy array or assignment
     is made, and the operands are read as numpy scalars."""
-    leaf: Any = target._node
-    storage = target._storage
-    if storage is None or type(leaf) is not Leaf or not HOST_MAX_WORK or trace_checks:
+    taken = None if trace_checks else _small_target(target)
+    if taken is None:
         return False
+    storage, leaf, _size_of = taken
     dtype = leaf.dtype
     okey = _operand_key(target, other)
     if okey is None:
         return False
     onode: Any = None if okey is float or okey is int else other._node
-    shape = leaf.shape
-    size = _size(shape)
-    device = target.device
-    if not size or size > HOST_MAX_WORK or not host_device(device) \
-            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
-        return False
+    shape, device = leaf.shape, target.device
     key = (op, dtype, okey)
     hit = _inplace_loops.get(key)
     if hit is None:
