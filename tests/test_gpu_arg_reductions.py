@@ -44,7 +44,7 @@ def _specials(shape: tuple[int, int], dtype: type, seed: int) -> np.ndarray:
     return h
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.int64])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
 def test_rows_columns_and_all_match_numpy(gpu_rows_on_cpu, dtype):
     h = _specials((6, 3 * GROUP + 5), dtype, 1)
     x = fl.asarray(h)
