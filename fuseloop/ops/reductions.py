@@ -26,6 +26,7 @@ from .shape import normalize_axes, normalize_axis, ravel, reshape
 _BOOL = np.dtype(np.bool_)
 _UINT8 = np.dtype(np.uint8)
 _INT64 = np.dtype(np.int64)
+_INT32 = np.dtype(np.int32)
 
 
 def _merged(node: Any, axes: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
@@ -253,9 +254,14 @@ def _arg_extreme(x: Any, axis: Any, keepdims: bool, largest: bool) -> Array:
         # numpy returns the first NaN when there is one (and then best is NaN)
         hit = hit | (FUNCTIONS["isnan"](x) & FUNCTIONS["isnan"](best))
     strides = tuple(1 if d == ax else 0 for d in range(x.ndim))
-    position = Array._lazy(Iota(x.shape, _INT64, strides, 0), x.device)
-    candidate = where(hit, position, np.int64(x.shape[ax]))
-    return _reduce("min", candidate, ax, keepdims, _INT64)
+    # The index pass carries 32-bit positions where they fit: a 64-bit one doubled the
+    # local memory and compare-select work of the group combination on GPUs; the result
+    # is widened to numpy's int64 in the same kernel.
+    idx = _INT32 if x.shape[ax] < np.iinfo(np.int32).max else _INT64
+    position = Array._lazy(Iota(x.shape, idx, strides, 0), x.device)
+    candidate = where(hit, position, idx.type(x.shape[ax]))
+    out = _reduce("min", candidate, ax, keepdims, idx)
+    return out if idx == _INT64 else out.astype(_INT64)
 
 
 def argmax(x: Any, axis: Any = None, keepdims: bool = False) -> Array:

@@ -1,0 +1,83 @@
+"""Arg-reductions in the GPU reduction recipe, forced onto PoCL.
+
+An argmax is two passes in one kernel: the row's max, then the least position
+whose element equals it (or is NaN when the max is).  Results against numpy
+(ties: the first index; NaN wins, the first NaN's index; ``-0.0 == 0.0``) over
+rows, columns and the whole array, and the code of the index pass: 32-bit
+positions where the axis allows, widened to int64 only for the result.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.recipes.rows import make_gpu_rows
+
+GROUP = 64  # a few pieces per row at small lengths
+
+
+@pytest.fixture
+def gpu_rows_on_cpu(restore_recipes):
+    fl.register_recipe("cpu", make_gpu_rows(GROUP), name=f"test-gpu-rows-{GROUP}",
+                       kind="reduction")
+    with fl.device("cpu"):
+        yield
+
+
+def _specials(shape: tuple[int, int], dtype: type, seed: int) -> np.ndarray:
+    """Small integers (many ties), a row of one value, NaNs and signed zeros."""
+    rng = np.random.default_rng(seed)
+    h = rng.integers(-3, 4, shape).astype(dtype)
+    h[0] = 2  # every element ties: index 0
+    if np.dtype(dtype).kind == "f":
+        n = shape[1]
+        h[1, [n // 3, n - 1]] = np.nan  # two NaNs in a row: the first one's index
+        h[2] = 0.0
+        h[2, n // 2] = -0.0  # -0.0 ties with 0.0: still the first index
+        h[3, n - 1] = np.nan  # the last element alone
+        h[4, :] = -np.inf
+        h[4, n - 2] = np.nan
+    return h
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_rows_columns_and_all_match_numpy(gpu_rows_on_cpu, dtype):
+    h = _specials((6, 3 * GROUP + 5), dtype, 1)
+    x = fl.asarray(h)
+    for op in ("argmax", "argmin"):
+        for axis in (1, 0, None):
+            got = np.asarray(getattr(x, op)(axis=axis).get())
+            want = getattr(h, op)(axis=axis)
+            assert got.dtype == np.int64, (op, axis)
+            np.testing.assert_array_equal(got, want, err_msg=f"{op} axis={axis} {dtype}")
+    np.testing.assert_array_equal(x.argmax(axis=1, keepdims=True).get(),
+                                  h.argmax(axis=1, keepdims=True))
+
+
+def test_whole_array_in_two_stages_matches_numpy(gpu_rows_on_cpu):
+    # long enough for the two-stage split; the extreme ties at both ends, then a NaN
+    rng = np.random.default_rng(2)
+    h = rng.integers(-50, 50, 70001).astype(np.float32)
+    h[[3, -1]] = 99.0
+    h[[5, -2]] = -99.0
+    x = fl.asarray(h)
+    assert (int(x.argmax()), int(x.argmin())) == (h.argmax(), h.argmin()) == (3, 5)
+    h[[40000, 60000]] = np.nan
+    x = fl.asarray(h)
+    assert int(x.argmax()) == int(x.argmin()) == h.argmax() == 40000
+
+
+def test_index_pass_carries_32_bit_positions(gpu_rows_on_cpu, fresh_stats):
+    x = fl.asarray(np.zeros((4, 300), np.float32))
+    src = fl.show_code(x.argmax(axis=1))
+    # the positions and their group combination are ``int``; only the result is long
+    assert re.search(r"__local int lanes_t\d+\[", src), src
+    assert re.search(r"__local int part_t\d+\[", src), src
+    assert "__local long" not in src, src
+    assert re.search(r"out0\[[^]]*\] = fl_cast_i32_i64\(", src), src
+    assert x.argmax(axis=1).get().dtype == np.int64
+    assert fresh_stats()["kernels_launched"] == 1  # the widening is in the same kernel
