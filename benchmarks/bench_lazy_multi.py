@@ -90,7 +90,8 @@ def main() -> None:
 
     print(f"device {fl.get_device()}, X {args.n}x{args.n} float32, {args.bodies} bodies; "
           f"us per call + wait (median of {args.rounds} rounds of {args.calls})")
-    print(f"{'case':<10} {'kernels':>7} {'lazy':>9} {'fuse':>9} {peer_name + '.compile' if gpu else peer_name:>14}")
+    peer_col = peer_name + ".compile" if gpu else peer_name
+    print(f"{'case':<10} {'kernels':>7} {'lazy':>9} {'fuse':>9} {peer_col:>14}")
     for name in args.case:
         fn = CASES[name]
 
@@ -124,7 +125,7 @@ def main() -> None:
                 compiled(td["X"], td["P"], td["V"])
                 tsync()
         else:
-            def peer() -> None:
+            def peer(fn=fn) -> None:
                 fn(np, data["X"], data["P"], data["V"])
         loops["peer"] = peer
         for loop in loops.values():  # warm
