@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_lazy_multi import CASES  # noqa: E402
-from compare_host_overhead import copy_package  # noqa: E402
+from bench_lazy_multi import CASES
+from compare_host_overhead import copy_package
 
 
 def prepare(fl: Any, name: str, n: int) -> tuple[Any, int]:
