@@ -50,6 +50,7 @@ from .launching import (
     recipe_kind,
 )
 from .recipes import recipe_for
+from .recipes.registry import current as _recipes_current
 from .recipes.registry import stamp as _recipe_stamp
 from .runtime.devices import Device
 
@@ -98,8 +99,9 @@ class _Step:
     replay takes from its own views.
     """
 
-    __slots__ = ("offsets", "out_refs", "out_shape", "params", "plan", "plan_params",
-                 "plans", "program", "scalar_refs", "storage_refs", "writes_input")
+    __slots__ = ("biggest", "device", "offsets", "out_refs", "out_shape", "params", "plan",
+                 "plan_params", "plans", "program", "scalar_refs", "storage_refs",
+                 "writes_input")
 
     def __init__(self, program: Any, params: list[int], out_shape: tuple[int, ...],
                  storage_refs: tuple, out_refs: tuple, scalar_refs: tuple,
@@ -118,8 +120,12 @@ class _Step:
         # read before it (see fuseloop.flags)
         self.writes_input = any(kind == "i" for kind, _ in out_refs)
         self.scalar_refs = scalar_refs
-        # the launch plan of its last replay (see fuseloop.launching.LaunchPlan)
+        # the launch plan of its last replay (see fuseloop.launching.LaunchPlan), and the
+        # device it was confirmed for under the plan's recipes stamp
         self.plan: LaunchPlan | None = None
+        self.device: Device | None = None
+        # the largest of its own parameters and output size (replays without offsets)
+        self.biggest = max(max(params, default=0), math.prod(out_shape))
 
 
 class _Plan:
@@ -217,6 +223,27 @@ def recorder() -> Recorder | None:
     return getattr(_local, "recorder", None)
 
 
+# per device: (recipes token, device, the thresholds read, the key's head fields)
+_heads: dict[int, tuple[object, Device, tuple, tuple]] = {}
+
+
+def _key_head(device: Device) -> tuple:
+    """The fields of every key on ``device`` that follow from its recipes and the split
+    thresholds: recipe_for is asked again only when the recipes token changed."""
+    token = _recipes_current[0]
+    known = _heads.get(device.index)
+    fields = (_ev.TWO_STAGE_MIN_LENGTH, _ev.TWO_STAGE_MAX_ROWS, _ev.ONE_ROW_MAX_LENGTH)
+    if known is not None and known[0] is token and token is not None \
+            and known[1] is device and known[2] == fields:
+        return known[3]
+    # (the reduction recipe decides column-like reductions' splits, the contraction
+    # recipe split-K)
+    head = (*fields, _ev.column_params(device), _ev.split_param(device))
+    if token is not None:
+        _heads[device.index] = (token, device, fields, head)
+    return head
+
+
 def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
          targets: Sequence[Target | Storage | None] | None, device: Device
          ) -> tuple[tuple, list[Storage], list[np.generic], dict[Any, int], ViewOffsets] | None:
@@ -225,11 +252,7 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
     it has, and each target how it meets every view of its buffer (the same view,
     disjoint, overlapping: what decides temporaries), so ``A[i, 1:] += A[i, :-1]``
     has one key for every ``i``."""
-    head: list[Any] = ["run", device.index, out_shape, len(roots),
-                       _ev.TWO_STAGE_MIN_LENGTH, _ev.TWO_STAGE_MAX_ROWS, _ev.ONE_ROW_MAX_LENGTH,
-                       # (the reduction recipe decides column-like reductions' splits,
-                       # the contraction recipe split-K)
-                       _ev.column_params(device), _ev.split_param(device)]
+    head: list[Any] = ["run", device.index, out_shape, len(roots), *_key_head(device)]
     # a mask (Target.mask) is walked like a root: its buffers are the plan's inputs
     masks = list({id(t.mask): t.mask for t in targets or ()
                   if isinstance(t, Target) and t.mask is not None}.values())
@@ -365,14 +388,25 @@ def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
                  params: list[int] | None = None) -> None:
     """Enqueue ``step`` with the launch plan of its last replay while still valid
     (``params``: the step's own unless given, see :func:`_params`)."""
-    if params is None:
+    if params is None or params is step.params:
         params = step.params
-    biggest = max(max(params, default=0), math.prod(step.out_shape))
+        biggest = step.biggest
+    else:
+        biggest = max(max(params, default=0), math.prod(step.out_shape))
     index_dtype = index_dtype_for(storages, biggest, device)
+    limit = 4 * DEFER_MAX_ELEMENTS
+    small = biggest <= limit and max([s.nbytes for s in storages], default=0) <= limit
+    plan = step.plan
+    # the common replay: the plan kept for these parameters on this device, its recipe
+    # confirmed under the current recipes token (as fl.fuse's and run_flat's hot paths)
+    if plan is not None and plan.stamp is _recipes_current[0] and step.device is device \
+            and params is step.plan_params and plan.index_dtype is index_dtype \
+            and plan.compiled.in_cache:
+        enqueue(plan, outs, storages, scalars, small, device, 1)
+        return
     program = step.program
     token = _recipe_stamp()
     recipe = recipe_for(device, recipe_kind(program))
-    plan = step.plan
     hit = 1
     if params is not step.plan_params and params != step.plan_params:
         plan = _plan_for_params(step, params)
@@ -385,13 +419,12 @@ def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
         if step.offsets:
             _keep_plan(step, params, plan)
     step.plan = plan
+    step.device = device
     plan.stamp = token  # (fl.fuse's replay checks it: see LaunchPlan)
     # small steps are deferred like small cached launches (``biggest`` counts bytes
     # or elements), reductions too: a result read at once (``float(x.sum())``)
     # enqueues it first anyway, and on PoCL a launch enqueued alone wakes its
     # workers, which cost ~20 us per call in a loop of ``(x - x.mean()).eval()``
-    limit = 4 * DEFER_MAX_ELEMENTS
-    small = biggest <= limit and max([s.nbytes for s in storages], default=0) <= limit
     enqueue(plan, outs, storages, scalars, small, device, hit)
 
 

@@ -317,3 +317,75 @@ def _runtime_flags(device):
     from fuseloop.runtime.devices import _runtime
 
     return _runtime(device).flags
+
+
+@pytest.fixture
+def gpu_recipes(restore_recipes):
+    """The GPU recipes on the CPU device (they split column reductions in stages)."""
+    from fuseloop.recipes import gpu_coalesced
+    from fuseloop.recipes.rows import make_gpu_rows
+
+    fl.register_recipe("cpu", gpu_coalesced, name="test-plans-gpu-coalesced")
+    fl.register_recipe("cpu", make_gpu_rows(256), name="test-plans-gpu-rows",
+                       kind="reduction")
+    with fl.device("cpu"):
+        yield
+
+
+def _colstat(x):
+    return ((x - x.mean(0)) ** 2).mean(0)
+
+
+def test_multi_kernel_replay_launches_what_an_unplanned_run_does(gpu_recipes, plans,
+                                                                 fresh_stats, monkeypatch):
+    rng = np.random.default_rng(5)
+    hosts = [rng.random((256, 256), dtype=np.float32) for _ in range(3)]
+    want = [((h - h.mean(0)) ** 2).mean(0) for h in hosts]
+    planned = run_plans.run
+    monkeypatch.setattr(run_plans, "run", evaluate.run_unplanned)
+    fl.reset_stats()
+    np.testing.assert_allclose(_colstat(fl.asarray(hosts[0])).get(), want[0], rtol=1e-5)
+    unplanned = fresh_stats()["kernels_launched"]
+    assert unplanned >= 3 and not plans  # (a reduction run first, two stages)
+    monkeypatch.setattr(run_plans, "run", planned)
+    _colstat(fl.asarray(hosts[0])).eval()  # recorded
+    # replays with new buffers ask neither recipe_for nor the key's recipe fields again
+    asked = []
+
+    def noting(fn):
+        return lambda *a: asked.append(a) or fn(*a)
+
+    monkeypatch.setattr(run_plans, "recipe_for", noting(run_plans.recipe_for))
+    monkeypatch.setattr(evaluate, "column_params", noting(evaluate.column_params))
+    for h, w in zip(hosts[1:], want[1:]):
+        fl.reset_stats()
+        np.testing.assert_allclose(_colstat(fl.asarray(h)).get(), w, rtol=1e-5)
+        s = fresh_stats()
+        assert s["kernels_launched"] == unplanned
+        assert s["kernels_lowered"] == 0 and s["memory_cache_misses"] == 0
+    assert asked == [] and len(plans) == 1
+
+
+def test_a_replay_after_the_recipes_changed_plans_its_launches_again(gpu_recipes, plans):
+    from fuseloop.recipes.rows import make_gpu_rows
+
+    rng = np.random.default_rng(6)
+    h = rng.random((256, 256), dtype=np.float32)
+    x = fl.asarray(h)
+    for _ in range(2):
+        _colstat(x).eval()
+    steps = [s for p in plans.values() if isinstance(p, run_plans._Plan) for s in p.steps]
+    kept = [s.plan for s in steps]
+    assert len(steps) >= 3 and None not in kept
+    # another reduction recipe: the kept launch plans are stale, whatever the key says
+    fl.register_recipe("cpu", make_gpu_rows(64), name="test-plans-gpu-rows-64",
+                       kind="reduction")
+    np.testing.assert_allclose(_colstat(x).get(), ((h - h.mean(0)) ** 2).mean(0),
+                               rtol=1e-5)
+    # (the column parameters are the same: the same key, its steps planned anew)
+    assert [s for p in plans.values() if isinstance(p, run_plans._Plan)
+            for s in p.steps] == steps
+    rows = fl.recipes.find("test-plans-gpu-rows-64", "reduction")
+    for step, old in zip(steps, kept):
+        if step.program.has_reduce:
+            assert step.plan is not old and step.plan.recipe.name == rows.name
