@@ -38,6 +38,7 @@ def layernorm(m: Any, X: Any, P: Any, V: Any) -> tuple:
 
 def logsumexp(m: Any, X: Any, P: Any, V: Any) -> tuple:
     top = X.max(axis=1, keepdims=True)
+    top = top[0] if isinstance(top, tuple) else top  # (torch: values and indices)
     return (top[:, 0] + m.log(m.exp(X - top).sum(axis=1)),)
 
 
