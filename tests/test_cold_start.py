@@ -39,8 +39,9 @@ def _child(script: str, cache_dir: str) -> dict:
 
 
 def test_import_loads_no_code_generator(tmp_path):
-    # (nor the OpenCL runtime: pyopencl loads with the first device use)
-    watched = (*GENERATOR, "pyopencl")
+    # (nor the OpenCL runtime: pyopencl loads with the first device use; nor pytools,
+    # whose tags only a contraction's lowering needs)
+    watched = (*GENERATOR, "pyopencl", "pytools")
     script = ("import json, sys, fuseloop\n"
               f"print(json.dumps({{'loaded': [m for m in {watched!r} if m in sys.modules]}}))")
     assert _child(script, str(tmp_path))["loaded"] == []

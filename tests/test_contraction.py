@@ -295,3 +295,16 @@ def test_contraction_is_a_recipe_kind(device):
         fl.register_recipe("cpu", rc.cpu_blocked, name="x", kind="contractions")
 
 # }}}
+
+
+def test_contraction_tags_keep_their_former_names():
+    # Loopy's disk cache holds pickled kernels whose tags name fuseloop.lower.contraction
+    import pickle
+
+    from fuseloop.lower import contraction, contraction_tags
+
+    assert contraction.OperandInfo is contraction_tags.OperandInfo
+    assert contraction.ContractionSizes is contraction_tags.ContractionSizes
+    old = pickle.dumps(contraction_tags.OperandInfo("f", "f", "k", "n"), protocol=0).replace(
+        b"fuseloop.lower.contraction_tags", b"fuseloop.lower.contraction")
+    assert pickle.loads(old) == contraction_tags.OperandInfo("f", "f", "k", "n")

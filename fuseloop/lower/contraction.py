@@ -28,11 +28,9 @@ range and zero beyond ``NK``, and the epilogue and stores are predicated.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pytools.tag import UniqueTag
 
 from .._lazy import isl, lp, prim
 from ..expr.ir import ELEMENTWISE_KINDS
@@ -46,6 +44,19 @@ from .kernel import (
     kernel_dtype,
 )
 
+if TYPE_CHECKING:
+    from .contraction_tags import ContractionSizes, OperandInfo
+
+
+def __getattr__(name: str) -> Any:
+    """The tag classes by their former names here: Loopy's on-disk caches hold pickled
+    kernels whose tags name this module."""
+    if name in ("ContractionSizes", "OperandInfo"):
+        from . import contraction_tags
+
+        return getattr(contraction_tags, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 KERNEL_NAME = "fuseloop_contract"
 BATCH, ROW, COL, RED = "b", "m", "n", "k"
 X_RULE, Y_RULE = "fl_x", "fl_y"
@@ -54,32 +65,6 @@ ACC = "acc"
 # rule arguments: (batch, row, reduced) for X, (batch, reduced, column) for Y
 X_ARGS = {BATCH: "xb", ROW: "xm", RED: "xk"}
 Y_ARGS = {BATCH: "yb", RED: "yk", COL: "yn"}
-
-
-@dataclass(frozen=True)
-class ContractionSizes(UniqueTag):
-    """Kernel tag: the names of the kernel arguments bounding ``b``, ``m``, ``n``, ``k``
-    (the literal 1 for an empty group: the rows of a vector-matrix product)."""
-
-    batch: str | None
-    rows: str | int
-    cols: str | int
-    reduced: str
-
-    def of(self, iname: str) -> str | int:
-        size = {BATCH: self.batch, ROW: self.rows, COL: self.cols, RED: self.reduced}[iname]
-        assert size is not None
-        return size
-
-    def limit(self, iname: str) -> Any:
-        """The extent of ``iname`` as an expression (a variable or a literal)."""
-        size = self.of(iname)
-        return size if isinstance(size, int) else prim.Variable(size)
-
-    def params(self) -> list[str]:
-        """The names of the size arguments, sorted."""
-        return sorted({v for v in (self.batch, self.rows, self.cols, self.reduced)
-                       if isinstance(v, str)})
 
 
 def divides(knl: lp.LoopKernel, iname: str, tile: int) -> bool:
@@ -120,6 +105,8 @@ def extent_range(knl: lp.LoopKernel, iname: str) -> tuple[int, int | None]:
 
 
 def contraction_sizes(knl: lp.LoopKernel) -> ContractionSizes:
+    from .contraction_tags import ContractionSizes
+
     for t in knl.tags:
         if isinstance(t, ContractionSizes):
             return t
@@ -245,6 +232,8 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
     # (no bounds check: see kernel.NO_BOUNDS_CHECK)
     knl = lp.set_options(knl, enforce_array_accesses_within_bounds="no_check")
     entries = program.entries
+    from .contraction_tags import ContractionSizes, OperandInfo
+
     knl = knl.with_kernel(knl.default_entrypoint.tagged(frozenset({
         ContractionSizes(str(names[BATCH]) if batch else None, names[ROW], names[COL],
                          str(names[RED])),
@@ -538,18 +527,9 @@ def _rule_dtype(knl: lp.LoopKernel, rule_name: str) -> np.dtype:
     return np.dtype(info.x_dtype if rule_name == X_RULE else info.y_dtype)
 
 
-@dataclass(frozen=True)
-class OperandInfo(UniqueTag):
-    """Kernel tag: per operand rule, its value's dtype (numpy char) and the axis
-    along which its main array is contiguous (``"k"``, ``"m"`` or ``"n"``)."""
-
-    x_dtype: str
-    y_dtype: str
-    x_fast: str
-    y_fast: str
-
-
 def operand_info(knl: lp.LoopKernel) -> OperandInfo:
+    from .contraction_tags import OperandInfo
+
     for t in knl.tags:
         if isinstance(t, OperandInfo):
             return t
