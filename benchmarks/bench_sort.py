@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from fuseloop.bench.runner import median_time
 from fuseloop.ops import radix_sort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_segmented import Row, print_rows  # (the suite's one result table)
+from bench_segmented import Row, _attempt, print_rows  # (the suite's table and runner)
 
 
 def _data(n: int) -> dict[str, np.ndarray]:
@@ -37,16 +36,6 @@ def _data(n: int) -> dict[str, np.ndarray]:
 
 def _check(got: Any, ref: np.ndarray) -> str:
     return "" if np.array_equal(np.asarray(got), ref) else "MISMATCH"
-
-
-def _attempt(rows: list[Row], workload: str, impl: str,
-             fn: Callable[[], tuple[float, str]]) -> None:
-    try:
-        t, note = fn()
-    except Exception as exc:  # a missing or failing peer is reported, not fatal
-        rows.append((workload, impl, None, f"skipped ({type(exc).__name__}: {str(exc)[:70]})"))
-        return
-    rows.append((workload, impl, t, note))
 
 
 def _fuseloop(rows: list[Row], data: dict[str, np.ndarray], repeat: int, impl: str,
