@@ -9,7 +9,10 @@ kernel's share of ``budget_s`` is spent.  Each
 candidate is built, its output checked against the default's (the kernel's
 outputs are restored before each check, since a kernel may read what it
 writes), then timed: the median of ``repeat`` synchronised launches after a
-warm-up.  Failures (build errors, wrong results) are counted and skipped.  A
+warm-up; a candidate with one run over :data:`SLOW_CUTOFF` times the best so far
+is not timed further (it cannot win, and a pathological one would spend the
+whole budget on its repeats).  Failures (build errors, wrong results) are
+counted and skipped.  A
 best candidate at least :data:`MIN_GAIN` faster than the default is timed again
 against it, interleaved, and stored in the tuning database
 (:mod:`fuseloop.tuning`) only if it is still that much faster.
@@ -47,6 +50,8 @@ TOLERANCE = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4,
              np.dtype(np.float64): 1e-9}
 #: candidates per kernel at most (the budget usually ends a search first)
 MAX_CANDIDATES = 256
+#: a candidate one of whose runs takes this many times the best time so far is a loser
+SLOW_CUTOFF = 2.0
 
 
 @dataclass
@@ -160,16 +165,25 @@ def _run(launch: Any, recipe: Any) -> None:
         _ev.launch_now(program, bindings, outs, device)
 
 
-def _timed(launch: Any, recipe: Any, repeat: int) -> float:
-    device = launch[3]
-    _run(launch, recipe)  # warm-up (and the build, on a first use)
-    finish(device)
+def _one_run(launch: Any, recipe: Any) -> float:
+    """Seconds of one synchronised launch."""
+    t0 = time.perf_counter()
+    _run(launch, recipe)
+    finish(launch[3])
+    return time.perf_counter() - t0
+
+
+def _timed(launch: Any, recipe: Any, repeat: int, cutoff: float = float("inf")) -> float:
+    """The median of ``repeat`` runs after a warm-up run; the first run (warm-up
+    included) longer than ``cutoff`` seconds ends the timing and is returned."""
+    t = _one_run(launch, recipe)  # warm-up (and the build, on a first use)
+    if t > cutoff:
+        return t
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        _run(launch, recipe)
-        finish(device)
-        times.append(time.perf_counter() - t0)
+        times.append(t := _one_run(launch, recipe))
+        if t > cutoff:
+            return t
     return statistics.median(times)
 
 
@@ -243,7 +257,7 @@ def _tune_kernel(index: int, launch: Any, budget_s: float, repeat: int, rng: ran
         if not all(_same(g, w, d) for g, w, d in zip(got, want, dtypes)):
             info.wrong += 1
             continue
-        t = _timed(launch, cand, repeat)
+        t = _timed(launch, cand, repeat, cutoff=SLOW_CUTOFF * best_s)
         if t < best_s:
             best, best_s = combo, t
     _restore(outs, saved, device)

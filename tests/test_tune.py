@@ -119,7 +119,7 @@ def test_tune_finds_a_winner_with_the_same_result_and_stores_it(cpu, tuning_dir,
 
     real = tune_module._timed
 
-    def timed(launch, recipe, repeat):
+    def timed(launch, recipe, repeat, cutoff=float("inf")):
         # runs for real; the time is made up (this machine's noise is larger than what a
         # chunk size changes): the search, the check and the database are under test
         real(launch, recipe, 1)
@@ -146,6 +146,27 @@ def test_tune_finds_a_winner_with_the_same_result_and_stores_it(cpu, tuning_dir,
     (key, entry), = data["entries"].items()
     assert key.startswith("test-tune-chunks|1|") and entry["params"]["chunk"] == 4096
 
+
+
+def test_a_slow_candidate_is_not_timed_further(cpu, tuning_dir, monkeypatch):
+    from fuseloop import tuner as tune_module
+
+    runs = {8: 0, 4096: 0}
+
+    def one_run(launch, recipe):
+        # runs for real; the time is made up: chunk=4096 is 10x slower than the default
+        chunk = recipe.values["chunk"]
+        runs[chunk] += 1
+        tune_module._run(launch, recipe)
+        return 1e-2 if chunk == 4096 else 1e-3
+
+    monkeypatch.setattr(tune_module, "_one_run", one_run)
+    x = fl.asarray(np.arange(1 << 12, dtype=np.float32))
+    with fl.recipes.use(_test_recipe()):
+        k, = fl.tune(x * 2 + 1, budget_s=60, progress=False, repeat=5).kernels
+    # the default: a warm-up and 5 timed runs; the slow candidate: its warm-up only
+    assert runs == {8: 6, 4096: 1}
+    assert k.candidates == 2 and not k.best and not k.stored
 
 def test_candidate_with_wrong_results_is_rejected(cpu, tuning_dir):
     x = fl.asarray(np.linspace(0, 1, 1 << 18, dtype=np.float32))
