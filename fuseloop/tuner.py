@@ -21,6 +21,7 @@ against it, interleaved, and stored in the tuning database
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import statistics
 import time
@@ -50,6 +51,10 @@ TOLERANCE = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4,
              np.dtype(np.float64): 1e-9}
 #: candidates per kernel at most (the budget usually ends a search first)
 MAX_CANDIDATES = 256
+#: spaces of at most this many combinations are enumerated; larger ones are sampled,
+#: with at most SAMPLE_DRAWS draws
+ENUMERATED_MAX = 1 << 16
+SAMPLE_DRAWS = 64 * MAX_CANDIDATES
 #: a candidate one of whose runs takes this many times the best time so far is a loser
 SLOW_CUTOFF = 2.0
 
@@ -67,6 +72,7 @@ class KernelTuning:
     candidates: int = 0  # tried, the default included
     failed: int = 0  # did not build or run
     wrong: int = 0  # results differ from the default's
+    same_code: int = 0  # generated the code of an earlier candidate: not run again
     seconds: float = 0.0
     stored: bool = False
     note: str = ""
@@ -85,7 +91,7 @@ class KernelTuning:
         best_s = self.best_s if self.best_s is not None else self.default_s
         return (head + f"default {self.default_s * 1e3:.3f} ms, best {best_s * 1e3:.3f} ms "
                 f"({self.speedup:.2f}x: {best}); {self.candidates} tried, {self.failed} "
-                f"failed, {self.wrong} wrong; {self.seconds:.1f} s"
+                f"failed, {self.wrong} wrong, {self.same_code} same code; {self.seconds:.1f} s"
                 + ("; stored" if self.stored else "") + (f"; {self.note}" if self.note else ""))
 
 
@@ -197,6 +203,19 @@ def _same(got: np.ndarray, want: np.ndarray, dtype: np.dtype | None) -> bool:
     return bool(np.allclose(g, w, rtol=tol, atol=tol * scale, equal_nan=True))
 
 
+def _code(launch: Any, recipe: Any) -> tuple[Any, ...]:
+    """What ``recipe`` builds for the launch: its source, launch sizes and build options
+    (built, not run)."""
+    program, bindings, _, device = launch
+    with use(recipe):
+        index_dtype, chosen, _, _ = _ev.launch_choice(program, bindings, device)
+        plan = _ev.plan_launch(program, bindings.params, bindings.out_shape, index_dtype,
+                               chosen, device)
+    assert plan is not None
+    kp = plan.compiled.plan
+    return kp.source, tuple(kp.gsize), tuple(kp.lsize), tuple(kp.build_options)
+
+
 def _results(launch: Any, recipe: Any, saved: list[np.ndarray]) -> list[np.ndarray]:
     _, _, outs, device = launch
     _restore(outs, saved, device)
@@ -209,18 +228,34 @@ def _results(launch: Any, recipe: Any, saved: list[np.ndarray]) -> list[np.ndarr
 
 def _candidates(recipe: Any, device: Device, rng: random.Random) -> list[dict[str, Any]]:
     """Combinations of the tunable parameters' candidates, valid on ``device``, the
-    default's first, the rest shuffled (a search cut short by its budget is a random
-    sample), at most :data:`MAX_CANDIDATES` of them."""
+    default's first, the rest in a random order (a search cut short by its budget is a
+    random sample), at most :data:`MAX_CANDIDATES` of them.  A space of more than
+    :data:`ENUMERATED_MAX` combinations (the GPU reduction recipe's holds ~10^8) is
+    sampled, not enumerated."""
     space = recipe.tunable
     names = sorted(space)
     default = {n: recipe.values[n] for n in names}
-    combos = []
-    for values in itertools.product(*(space[n].space.candidates for n in names)):
+    choices = [tuple(space[n].space.candidates) for n in names]
+
+    def valid(values: tuple[Any, ...]) -> bool:
         combo = dict(zip(names, values))
-        if combo != default and recipe.allows({**recipe.values, **combo}, device):
-            combos.append(combo)
-    rng.shuffle(combos)
-    return [default, *combos[:MAX_CANDIDATES - 1]]
+        return combo != default and recipe.allows({**recipe.values, **combo}, device)
+
+    if math.prod(len(c) for c in choices) <= ENUMERATED_MAX:
+        picked = [v for v in itertools.product(*choices) if valid(v)]
+        rng.shuffle(picked)
+    else:
+        seen: set[tuple[Any, ...]] = set()
+        picked = []
+        for _ in range(SAMPLE_DRAWS):
+            if len(picked) == MAX_CANDIDATES - 1:
+                break
+            values = tuple(rng.choice(c) for c in choices)
+            if values not in seen:
+                seen.add(values)
+                if valid(values):
+                    picked.append(values)
+    return [default, *(dict(zip(names, v)) for v in picked[:MAX_CANDIDATES - 1])]
 
 
 def _tune_kernel(index: int, launch: Any, budget_s: float, repeat: int, rng: random.Random,
@@ -240,6 +275,7 @@ def _tune_kernel(index: int, launch: Any, budget_s: float, repeat: int, rng: ran
     default = base.with_params(**combos[0])
     want = _results(launch, default, saved)
     info.default_s = _timed(launch, default, repeat)
+    codes = {_code(launch, default)}
     info.candidates = 1
     best, best_s = None, info.default_s
     for combo in combos[1:]:
@@ -250,6 +286,11 @@ def _tune_kernel(index: int, launch: Any, budget_s: float, repeat: int, rng: ran
         info.candidates += 1
         try:
             cand = base.with_params(**combo)
+            code = _code(launch, cand)
+            if code in codes:  # (a parameter this kernel does not use)
+                info.same_code += 1
+                continue
+            codes.add(code)
             got = _results(launch, cand, saved)
         except Exception:  # a build or recipe error: the candidate is out
             info.failed += 1

@@ -288,3 +288,35 @@ def test_cli_tune_show_and_clear(cpu, tuning_dir):
     assert "1 entries" in res and "chunk=1024 2.00x" in res
     assert main(["tune", "--clear"]) == 0
     assert tuning.entries(cpu) == {} and not list((tuning_dir / "tuning").glob("*.json"))
+
+
+def test_a_huge_space_is_sampled_not_enumerated(cpu):
+    import random
+
+    from fuseloop import tuner as tune_module
+    from fuseloop.recipes.rows import gpu_rows
+
+    space = gpu_rows.tunable
+    assert np.prod([len(space[n].space.candidates) for n in space], dtype=float) > 1e7
+    combos = tune_module._candidates(gpu_rows, cpu, random.Random(0))
+    assert len(combos) == tune_module.MAX_CANDIDATES
+    assert combos[0] == {n: gpu_rows.values[n] for n in space}
+    assert len({tuple(sorted(c.items())) for c in combos}) == len(combos)
+    for c in combos:
+        assert all(v in space[n].space for n, v in c.items())
+        assert gpu_rows.allows({**gpu_rows.values, **c}, cpu)
+
+
+def test_a_candidate_generating_the_same_code_is_not_run_again(cpu, tuning_dir):
+    def chunks(t_unit, device, *, chunk, unused):
+        return _chunks(t_unit, device, chunk=chunk, bad=False)
+
+    recipe = Recipe("test-tune-unused", chunks, version="1",
+                    params=(Param("chunk", int, 8, "", (8,)),
+                            Param("unused", int, 1, "a parameter this kernel ignores",
+                                  (1, 2, 3))))
+    x = fl.asarray(np.arange(1 << 12, dtype=np.float32))
+    with fl.recipes.use(recipe):
+        k, = fl.tune(x * 2 + 1, budget_s=60, progress=False).kernels
+    assert k.candidates == 3 and k.same_code == 2 and not k.best
+    assert "2 same code" in k.as_text()
