@@ -30,6 +30,7 @@ from .array import Array, _coerce
 from .creation import arange, asarray, empty
 from .errors import DTypeError
 from .ops import fft_kernels as _k
+from .ops import fft_local as _local
 from .ops.shape import (
     broadcast_to,
     concatenate,
@@ -145,11 +146,28 @@ def _transform_last(x: Array, sign: int, scale: float) -> Array:
         return x * scale if scale != 1 else _contiguous(x, x.dtype)
     if _k.factor(n) is None:
         return _bluestein(x, sign, scale)
-    a = _contiguous(x, x.dtype)
-    b = empty(a.shape, a.dtype, dev)
-    rows = a.size // n
-    in_b = _k.stockham(_storage(a), _storage(b), rows, n, a.dtype, sign, scale, dev)
-    return b if in_b else a
+    rows = x.size // n
+    if _local.params(dev, x.dtype).legacy:
+        a = _contiguous(x, x.dtype)
+        b = empty(a.shape, a.dtype, dev)
+        in_b = _k.stockham(_storage(a), _storage(b), rows, n, a.dtype, sign, scale, dev)
+        return b if in_b else a
+    # an evaluated contiguous input is read in place (no copy: one trip less through
+    # memory); the passes then write two buffers of their own
+    src = x if x.is_contiguous and x._storage is not None else _contiguous(x, x.dtype)
+    bufs = {id(b._storage): b for b in (src, empty(x.shape, x.dtype, dev))}
+    outs = list(bufs.values())
+
+    def spare() -> Any:
+        if src is not x:  # our own copy: the passes may overwrite it
+            return _storage(src)
+        outs.append(empty(x.shape, x.dtype, dev))
+        bufs[id(outs[-1]._storage)] = outs[-1]
+        return _storage(outs[-1])
+
+    done = _local.transform(_storage(src), _storage(outs[1]), spare, rows, n, x.dtype,
+                            sign, scale, dev)
+    return bufs[id(done)]
 
 
 def _storage(a: Array) -> Any:
