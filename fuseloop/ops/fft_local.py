@@ -208,6 +208,13 @@ inline void dft_5(T2 *v, T s)
     v[2] = m2 + n2; v[3] = m2 - n2;
 }
 
+/* a column with one item (TT = 1) needs no barrier between its stages */
+#if TT > 1
+#define LBARRIER barrier(CLK_LOCAL_MEM_FENCE)
+#else
+#define LBARRIER
+#endif
+
 /* one local Stockham stage of radix RS over the L points of each column (buf[r JJ +
    jj]); NSL is the product of the stages before it */
 #define STAGE(RS, NSL, NBI) { \
@@ -219,7 +226,7 @@ inline void dft_5(T2 *v, T s)
             for (int r = 0; r < RS; ++r) \
                 v[i * RS + r] = buf[(b + r * nb) * JJ + jj]; \
     } \
-    barrier(CLK_LOCAL_MEM_FENCE); \
+    LBARRIER; \
     for (int i = 0; i < NBI; ++i) { \
         const int b = t + i * TT; \
         if (b < nb) { \
@@ -239,7 +246,7 @@ inline void dft_5(T2 *v, T s)
                 buf[(base + r * NSL) * JJ + jj] = v[i * RS + r]; \
         } \
     } \
-    barrier(CLK_LOCAL_MEM_FENCE); \
+    LBARRIER; \
 }
 """
 
@@ -253,30 +260,53 @@ void fuseloop_fft_local(__global T2 *restrict y, __global const T2 *restrict x,
     const int lid = get_local_id(0), jj = lid % JJ, t = lid / JJ;
     const IDX n = (IDX)n_, ns = (IDX)ns_, m = n / L, cols = (IDX)cols_;
     const IDX first = (IDX)get_group_id(0) * JJ;
-    for (int e = lid; e < JJ * L; e += JJ * TT) {
-        const int c = e % JJ, r = e / JJ;
+    {   /* item (c, r0) loads r = r0, r0 + TT, ...: its twiddles w^(k r) from cospi/sinpi
+           every 16th point and by products of w^(k TT) between (PoCL's cospi is slow;
+           16 products keep float64 within a few ulps) */
+        const int c = lid % JJ, r0 = lid / JJ;
         const IDX slot = first + c;
-        T2 val = (T2)(0, 0);
-        if (slot < cols) {
-            const IDX row = slot / m, j = slot - row * m;
-            val = x[row * n + j + r * m];
-            if (ns > 1) {
-                const IDX len = ns * L, k = j % ns;
-                const T f = (T)(2 * ((k * r) % len)) / (T)len;
-                val = cmul(val, (T2)(cospi(f), sign * sinpi(f)));
-            }
+        const bool valid = slot < cols;
+        const IDX row = valid ? slot / m : 0, j = valid ? slot - row * m : 0;
+        __global const T2 *src = x + row * n + j;
+        const IDX len = ns * L, k = j % ns;
+        T2 w = (T2)(1, 0), step = (T2)(1, 0);
+        if (ns > 1) {
+            const T fs = (T)(2 * ((k * TT) % len)) / (T)len;
+            step = (T2)(cospi(fs), sign * sinpi(fs));
         }
-        buf[r * JJ + c] = val;
+        for (int r = r0, i = 0; r < L; r += TT, ++i) {
+            T2 val = valid ? src[r * m] : (T2)(0, 0);
+            if (ns > 1) {
+                if (i % 16 == 0) {
+                    const T f = (T)(2 * ((k * r) % len)) / (T)len;
+                    w = (T2)(cospi(f), sign * sinpi(f));
+                }
+                val = cmul(val, w);
+                w = cmul(w, step);
+            }
+            buf[r * JJ + c] = val;
+        }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 STAGES
-    for (int e = lid; e < JJ * L; e += JJ * TT) {
-        /* neighbouring items store neighbouring elements: along q while ns < JJ */
-        const int c = ns < JJ ? e / L : e % JJ, q = ns < JJ ? e % L : e / JJ;
+    barrier(CLK_LOCAL_MEM_FENCE);  /* (the store reads other items' columns) */
+    if (ns >= JJ) {  /* neighbouring items store neighbouring columns */
+        const int c = lid % JJ, q0 = lid / JJ;
         const IDX slot = first + c;
         if (slot < cols) {
             const IDX row = slot / m, j = slot - row * m, k = j % ns;
-            y[row * n + (j - k) * L + k + q * ns] = buf[q * JJ + c] * scale;
+            __global T2 *dst = y + row * n + (j - k) * L + k;
+            for (int q = q0; q < L; q += TT)
+                dst[q * ns] = buf[q * JJ + c] * scale;
+        }
+    } else {  /* (a first pass, ns = 1) neighbouring items store along q */
+        for (int e = lid; e < JJ * L; e += JJ * TT) {
+            const int c = e / L, q = e % L;
+            const IDX slot = first + c;
+            if (slot < cols) {
+                const IDX row = slot / m, j = slot - row * m, k = j % ns;
+                y[row * n + (j - k) * L + k + q * ns] = buf[q * JJ + c] * scale;
+            }
         }
     }
 }
