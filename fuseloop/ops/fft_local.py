@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 import os
 import threading
-from dataclasses import dataclass, replace
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
