@@ -40,7 +40,7 @@ def test_split_and_gpu_rule():
     assert fft_local.split(2**3 * 3**2 * 5, 1024) == [360]
     assert fft_local.split(97, 1024) is None and fft_local.split(1, 1024) == [1]
     c64 = np.dtype(np.complex64)
-    p = fft_local.params(_gpu_like(), c64)  # type: ignore[arg-type]
+    p = fft_local.params(_gpu_like(), c64)
     # 48 KiB for groups of >= 4 neighbouring columns: sub-FFTs of up to 1536 -> 1024
     assert p.max_sub == 1024 and p.local_bytes == 48 * 1024 and p.max_items == 256
     for n in (2**20, 2**24, 3**15, 2**10 * 5**6):

@@ -101,8 +101,10 @@ def params(device: Device, dtype: np.dtype) -> FFTParams:
         max_sub = 1 << int(math.log2(local // (min_jj * item)))
         p = FFTParams(max_sub=max_sub, jj=16, min_jj=min_jj, per_item=16,
                       local_bytes=local, max_items=min(256, device.max_work_group_size))
-    knobs = {**_env_override(), **_override}
-    return replace(p, **{k: bool(v) if k == "legacy" else v for k, v in knobs.items()})
+    knobs: dict[str, Any] = {**_env_override(), **_override}
+    if "legacy" in knobs:
+        knobs["legacy"] = bool(knobs["legacy"])
+    return replace(p, **knobs)
 
 
 def split(n: int, max_sub: int) -> list[int] | None:
