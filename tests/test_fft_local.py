@@ -33,22 +33,33 @@ def _gpu_like(local=48 * 1024, items=1024):
                            max_work_group_size=items)
 
 
-def test_split_and_gpu_rule():
+def test_split():
     assert fft_local.split(2**20, 1024) == [1024, 1024]
     assert fft_local.split(2**24, 2048) == [256, 256, 256]
     assert fft_local.split(1024, 1024) == [1024]
     assert fft_local.split(2**3 * 3**2 * 5, 1024) == [360]
     assert fft_local.split(97, 1024) is None and fft_local.split(1, 1024) == [1]
+
+
+def test_gpu_rule(device):
     c64 = np.dtype(np.complex64)
     p = fft_local.params(_gpu_like(), c64)
-    # 48 KiB for groups of >= 4 neighbouring columns: sub-FFTs of up to 1536 -> 1024
+    # 48 KiB for groups of >= 4 neighbouring columns: sub-FFTs of up to 1445 -> 1024
     assert p.max_sub == 1024 and p.local_bytes == 48 * 1024 and p.max_items == 256
     for n in (2**20, 2**24, 3**15, 2**10 * 5**6):
         s = fft_local.shapes(n, c64, p)
         assert s is not None and len(s) <= 3, (n, s)
-        assert all(x.sub * x.jj * 8 <= p.local_bytes and x.items <= 256 for x in s)
+        assert all((x.sub + x.sub // p.pad) * x.jj * 8 <= p.local_bytes and x.items <= 256
+                   for x in s)
     assert len(fft_local.shapes(2**20, c64, p) or []) == 2
     assert [x.sub for x in fft_local.shapes(1024, c64, p) or []] == [1024]
+    # the GPU's knobs (padded local memory, 16 columns per group) run on this device
+    a = _cdata((2, 4096), seed=5)
+    try:
+        fft_local.set_override(**p.__dict__)
+        _close(fl.fft.fft(fl.asarray(a)), np.fft.fft(a))
+    finally:
+        fft_local.set_override()
 
 
 @pytest.mark.parametrize("k", [1, 4, 16, 20])

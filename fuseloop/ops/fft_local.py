@@ -56,6 +56,9 @@ class FFTParams:
     local_bytes: int
     #: the most work-items in a group
     max_items: int
+    #: one padding element per ``pad`` points of a column in local memory (0: none):
+    #: a radix-16 stage's stores, 16 points apart, then fall in different banks
+    pad: int = 0
     #: the old passes, one launch per radix (for comparison)
     legacy: bool = False
 
@@ -91,20 +94,21 @@ def params(device: Device, dtype: np.dtype) -> FFTParams:
     (PoCL: a group is a loop on one core, local memory a cache-resident array):
     sub-FFTs of 1024 points, 16 neighbours, whose ``jj * L`` stays in L2."""
     item = np.dtype(dtype).itemsize
-    if device.type == "cpu":
-        p = FFTParams(max_sub=1024, jj=16, min_jj=1, per_item=16, local_bytes=256 * 1024,
-                      max_items=256)
-    else:
-        local = getattr(device.cl_device, "local_mem_size", 0) or 16 * 1024
-        local = min(local, 48 * 1024)
-        min_jj = 4
-        max_sub = 1 << int(math.log2(local // (min_jj * item)))
-        p = FFTParams(max_sub=max_sub, jj=16, min_jj=min_jj, per_item=16,
-                      local_bytes=local, max_items=min(256, device.max_work_group_size))
     knobs: dict[str, Any] = {**_env_override(), **_override}
     if "legacy" in knobs:
         knobs["legacy"] = bool(knobs["legacy"])
-    return replace(p, **knobs)
+    if device.type == "cpu":
+        p = FFTParams(max_sub=1024, jj=16, min_jj=1, per_item=16, local_bytes=256 * 1024,
+                      max_items=256)
+        return replace(p, **knobs)
+    local = getattr(device.cl_device, "local_mem_size", 0) or 16 * 1024
+    p = FFTParams(max_sub=0, jj=16, min_jj=4, per_item=16, local_bytes=min(local, 48 * 1024),
+                  max_items=min(256, device.max_work_group_size), pad=16)
+    p = replace(p, **knobs)
+    if "max_sub" not in knobs:  # (after the knobs: min_jj or local_bytes may be given)
+        padded = item * (1 + 1 / p.pad if p.pad else 1)
+        p = replace(p, max_sub=1 << int(math.log2(p.local_bytes // (p.min_jj * padded))))
+    return p
 
 
 def split(n: int, max_sub: int) -> list[int] | None:
@@ -141,6 +145,7 @@ class PassShape:
     jj: int
     t: int
     stages: tuple[int, ...]
+    pad: int = 0
 
     @property
     def items(self) -> int:
@@ -158,10 +163,11 @@ def shapes(n: int, dtype: np.dtype, p: FFTParams) -> list[PassShape] | None:
         t = max(1, -(-sub // p.per_item))
         jj = 1
         m = n // sub
-        while (jj * 2 <= min(p.jj, m) and jj * 2 * sub * item <= p.local_bytes
+        padded = sub + (sub // p.pad if p.pad else 0)
+        while (jj * 2 <= min(p.jj, m) and jj * 2 * padded * item <= p.local_bytes
                and jj * 2 * t <= p.max_items):
             jj *= 2
-        out.append(PassShape(sub, jj, t, tuple(_radix.factor(sub) or ())))
+        out.append(PassShape(sub, jj, t, tuple(_radix.factor(sub) or ()), p.pad))
     return out
 
 
@@ -210,6 +216,13 @@ inline void dft_5(T2 *v, T s)
     v[2] = m2 + n2; v[3] = m2 - n2;
 }
 
+/* a column's point p in local memory: buf[LPOS(p) JJ + jj] */
+#if PAD > 0
+#define LPOS(p) ((p) + (p) / PAD)
+#else
+#define LPOS(p) (p)
+#endif
+
 /* a column with one item (TT = 1) needs no barrier between its stages */
 #if TT > 1
 #define LBARRIER barrier(CLK_LOCAL_MEM_FENCE)
@@ -226,7 +239,7 @@ inline void dft_5(T2 *v, T s)
         const int b = t + i * TT; \
         if (b < nb) \
             for (int r = 0; r < RS; ++r) \
-                v[i * RS + r] = buf[(b + r * nb) * JJ + jj]; \
+                v[i * RS + r] = buf[LPOS(b + r * nb) * JJ + jj]; \
     } \
     LBARRIER; \
     for (int i = 0; i < NBI; ++i) { \
@@ -245,7 +258,7 @@ inline void dft_5(T2 *v, T s)
             dft_##RS(&v[i * RS], sign); \
             const int base = (b - k) * RS + k; \
             for (int r = 0; r < RS; ++r) \
-                buf[(base + r * NSL) * JJ + jj] = v[i * RS + r]; \
+                buf[LPOS(base + r * NSL) * JJ + jj] = v[i * RS + r]; \
         } \
     } \
     LBARRIER; \
@@ -258,7 +271,7 @@ void fuseloop_fft_local(__global T2 *restrict y, __global const T2 *restrict x,
                         const long n_, const long ns_, const long cols_,
                         const T sign, const T scale)
 {
-    __local T2 buf[JJ * L];
+    __local T2 buf[JJ * LPOS(L)];
     const int lid = get_local_id(0), jj = lid % JJ, t = lid / JJ;
     const IDX n = (IDX)n_, ns = (IDX)ns_, m = n / L, cols = (IDX)cols_;
     const IDX first = (IDX)get_group_id(0) * JJ;
@@ -286,7 +299,7 @@ void fuseloop_fft_local(__global T2 *restrict y, __global const T2 *restrict x,
                 val = cmul(val, w);
                 w = cmul(w, step);
             }
-            buf[r * JJ + c] = val;
+            buf[LPOS(r) * JJ + c] = val;
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -299,7 +312,7 @@ STAGES
             const IDX row = slot / m, j = slot - row * m, k = j % ns;
             __global T2 *dst = y + row * n + (j - k) * L + k;
             for (int q = q0; q < L; q += TT)
-                dst[q * ns] = buf[q * JJ + c] * scale;
+                dst[q * ns] = buf[LPOS(q) * JJ + c] * scale;
         }
     } else {  /* (a first pass, ns = 1) neighbouring items store along q */
         for (int e = lid; e < JJ * L; e += JJ * TT) {
@@ -307,7 +320,7 @@ STAGES
             const IDX slot = first + c;
             if (slot < cols) {
                 const IDX row = slot / m, j = slot - row * m, k = j % ns;
-                y[row * n + (j - k) * L + k + q * ns] = buf[q * JJ + c] * scale;
+                y[row * n + (j - k) * L + k + q * ns] = buf[LPOS(q) * JJ + c] * scale;
             }
         }
     }
@@ -341,6 +354,7 @@ def _kernel(shape: PassShape, dtype: np.dtype, index: str) -> SourceKernel:
             arg_names=["out0", "in0", "s0", "s1", "s2", "s3", "s4"],
             gsize=["p[0]"], lsize=[str(shape.items)],
             build_options=[f"-DL={shape.sub}", f"-DJJ={shape.jj}", f"-DTT={shape.t}",
+                           f"-DPAD={shape.pad}",
                            f"-DIDX={index}", f"-DIS_DOUBLE={int(dtype == np.complex128)}"],
             arg_dtypes=[None, None, "int64", "int64", "int64", real, real])
         with _lock:
