@@ -1,11 +1,13 @@
 """``fl.fft``: the Array API's ``fft`` extension, with numpy's results, on the device.
 
-Each 1-D transform moves its axis last, evaluates the input into a contiguous buffer
-of its own in one fuseloop kernel (the axis move, the cast of real input to complex,
-truncation or zero padding to ``n`` and, for ``irfft``, the Hermitian extension of
-the half spectrum all fuse into that copy), then runs one Stockham pass per radix
-(:mod:`fuseloop.ops.fft_kernels`) over all rows at once, the norm's factor applied
-by the last pass.  Lengths with a prime factor other than 2, 3, 5 use Bluestein's
+Each 1-D transform moves its axis last and, unless the input is an evaluated
+contiguous array of the transform's dtype (read in place), evaluates it into a
+contiguous buffer of its own in one fuseloop kernel (the axis move, the cast of real
+input to complex, truncation or zero padding to ``n`` and, for ``irfft``, the Hermitian
+extension of the half spectrum all fuse into that copy), then runs one launch per
+sub-FFT factor of the length (:mod:`fuseloop.ops.fft_local`: a whole sub-FFT of up to
+``max_sub`` points per work-group in local memory) over all rows at once, the norm's
+factor applied by the last launch.  Lengths with a prime factor other than 2, 3, 5 use Bluestein's
 algorithm: a chirp product, a transform of a 2-3-5-smooth length ``m >= 2n - 1``, a
 product with the chirp filter's spectrum (computed once per length and device), the
 inverse transform, and a last chirp product, those products being fuseloop
