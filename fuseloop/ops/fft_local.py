@@ -56,6 +56,8 @@ class FFTParams:
     local_bytes: int
     #: the most work-items in a group
     max_items: int
+    #: the largest radix of the local stages (16, 8 or 4; then 2, 3, 5)
+    max_radix: int = 16
     #: one padding element per ``pad`` points of a column in local memory (0: none):
     #: a radix-16 stage's stores, 16 points apart, then fall in different banks
     pad: int = 0
@@ -167,8 +169,20 @@ def shapes(n: int, dtype: np.dtype, p: FFTParams) -> list[PassShape] | None:
         while (jj * 2 <= min(p.jj, m) and jj * 2 * padded * item <= p.local_bytes
                and jj * 2 * t <= p.max_items):
             jj *= 2
-        out.append(PassShape(sub, jj, t, tuple(_radix.factor(sub) or ()), p.pad))
+        out.append(PassShape(sub, jj, t, _stages(sub, p.max_radix), p.pad))
     return out
+
+
+def _stages(sub: int, max_radix: int) -> tuple[int, ...]:
+    """The local stages' radices of a ``sub``-point column: the largest first."""
+    out = []
+    for r in (16, 8, 4, 2, 3, 5):
+        while (r <= max_radix or r in (3, 5)) and sub % r == 0:
+            out.append(r)
+            sub //= r
+    if sub != 1:
+        raise ValueError(f"FFT knob max_radix={max_radix}: it must be 2, 4, 8 or 16")
+    return tuple(out)
 
 
 _DFTS = r"""
@@ -379,7 +393,7 @@ def transform(src: Storage, dst: Storage, spare: Callable[[], Storage], rows: in
     passes = shapes(n, dtype, params(device, dtype))
     assert passes is not None
     real = np.float64 if dtype == np.complex128 else np.float32
-    index = "int" if rows * n < 2**31 - 1 else "long"
+    index = "int" if 2 * rows * n < 2**31 - 1 else "long"  # (twice: twiddle ratios)
     current, other = src, None
     ns = 1
     for i, s in enumerate(passes):
