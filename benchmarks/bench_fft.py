@@ -14,7 +14,7 @@ of knobs of :class:`fuseloop.ops.fft_local.FFTParams` (``default``: the device's
 Usage (the lead's GPU run)::
 
     python benchmarks/bench_fft.py --variant default --variant legacy=1 \\
-        --variant max_sub=4096,jj=1 --variant jj=8 --variant max_radix=8 --variant pad=0
+        --variant max_sub=4096,jj=1 --variant min_jj=16 --variant max_radix=8 --variant pad=0
     python benchmarks/bench_fft.py [--log2 24] [--rows 16 --row-log2 20] [--lengths ...]
                                    [--repeat 5] [--dtype complex64] [--out results.json]
 """
