@@ -41,6 +41,8 @@ def test_split():
     assert fft_local.split(97, 1024) is None and fft_local.split(1, 1024) == [1]
     with pytest.raises(ValueError, match="unknown FFT knobs"):
         fft_local.set_override(sub=4)
+    with pytest.raises(ValueError, match="max_sub"):
+        fft_local.split(64, 4)
     with pytest.raises(ValueError, match="max_radix"):
         fft_local._stages(64, 1)
 

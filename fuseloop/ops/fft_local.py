@@ -11,8 +11,8 @@ Stockham sequence of radix 16, 8, 4, 2, 3, 5 stages, ``T`` work-items per column
 writes them to ``y[(j - k) Li + k + q ns]``.  A group holds ``JJ`` neighbouring columns,
 so its loads (and, once ``ns >= JJ``, its stores) are runs of ``JJ`` contiguous
 elements; its first pass stores whole runs of ``Li`` (``ns = 1``).  The pass's local
-memory is ``JJ * Li`` elements.  A 2^24 transform takes 2 or 3 launches (by the device's
-rule, :func:`params`), rows of 1024 one launch.
+memory is ``JJ * Li`` elements (plus ``pad``'s).  A 2^24 transform takes 2 or 3
+launches (by the device's rule, :func:`params`), rows of 1024 one launch.
 
 The knobs are :class:`FFTParams`, chosen per device by :func:`params`;
 ``FUSELOOP_FFT`` (``"max_sub=1024,jj=4,per_item=16"``; ``legacy=1``: the one-launch-
@@ -117,8 +117,9 @@ def split(n: int, max_sub: int) -> list[int] | None:
     """``n`` as the fewest 2-3-5-smooth factors of at most ``max_sub``, balanced (the
     largest prime factors placed first, each on the smallest product so far); None
     when ``n`` has another prime factor."""
-    radices = _radix.factor(n)
-    if radices is None:
+    if max_sub < 16:
+        raise ValueError(f"FFT knob max_sub={max_sub}: it must be at least 16")
+    if _radix.factor(n) is None:
         return None
     primes: list[int] = []
     rest = n
@@ -354,7 +355,8 @@ def _source(shape: PassShape) -> str:
         nbi = -(-(shape.sub // rs) // shape.t)
         stage_lines.append(f"    STAGE({rs}, {nsl}, {nbi})")
         nsl *= rs
-    head = _radix._SOURCE.split("#if R != 256")[0]  # types, cmul, dft2/4/16
+    # the per-radix passes' prelude: T/T2 by IS_DOUBLE, cmul, mul_si, dft2, dft4, dft16
+    head = _radix._SOURCE.split("#if R != 256")[0]
     return head + _DFTS + _KERNEL.replace("STAGES", "\n".join(stage_lines))
 
 
