@@ -324,7 +324,12 @@ def _r2c_packed(x: Array, scale: float, dt: np.dtype) -> Array:
     ``X[k] = (Z[k] + conj Z[h-k]) / 2 - i/2 W^k (Z[k] - conj Z[h-k])`` (indices mod h),
     the last step a lazy expression that fuses into the consumer."""
     n = x.shape[-1]
-    z = x[..., 0::2].astype(dt) + x[..., 1::2].astype(dt) * 1j
+    if x.is_contiguous and x._storage is not None:
+        # an evaluated contiguous real signal already is z in memory (re, im pairs):
+        # the passes read it in place, no packing copy
+        z = Array._concrete(x._storage, dt, (*x.shape[:-1], n // 2))
+    else:
+        z = x[..., 0::2].astype(dt) + x[..., 1::2].astype(dt) * 1j
     big = _transform_last(z, -1, 1.0)
     first = big[..., :1]
     zk = concatenate([big, first], axis=-1)
@@ -369,6 +374,9 @@ def _c2r_packed(half: Array, n: int, scale: float, dt: np.dtype) -> Array:
     xc = flip(xfix[..., 1:], axis=-1).conj()
     packed = (xk + xc) * 0.5 + (xk - xc) * _twiddles("c2r", n, dt, half)
     z = _transform_last(packed, 1, 2 * scale)
+    real = np.dtype(np.float32 if dt == np.complex64 else np.float64)
+    if z.is_contiguous and z._storage is not None:  # (a buffer of the passes' own)
+        return Array._concrete(z._storage, real, (*z.shape[:-1], n))  # its pairs, as reals
     pairs = stack([z.real, z.imag], axis=-1)
     return pairs.reshape((*z.shape[:-1], n))
 
