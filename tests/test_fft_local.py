@@ -37,6 +37,8 @@ def test_split():
     assert fft_local.split(2**20, 1024) == [1024, 1024]
     assert fft_local.split(2**24, 2048) == [256, 256, 256]
     assert fft_local.split(1024, 1024) == [1024]
+    # the fewest local stages (radix 16 where it can) before balance
+    assert fft_local.split(2**20, 4096) == [4096, 256] and fft_local.split(4096, 1024) == [256, 16]
     assert fft_local.split(2**3 * 3**2 * 5, 1024) == [360]
     assert fft_local.split(97, 1024) is None and fft_local.split(1, 1024) == [1]
     with pytest.raises(ValueError, match="unknown FFT knobs"):

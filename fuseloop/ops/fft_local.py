@@ -22,6 +22,8 @@ them, so a benchmark can compare variants in one run.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import os
 import threading
@@ -93,14 +95,15 @@ def params(device: Device, dtype: np.dtype) -> FFTParams:
     """The device's rule.  GPUs (NVIDIA: 48 KiB of local memory per group, 1024
     items): columns of 4+ neighbours (a 32-byte sector of complex64 per load) and
     sub-FFTs up to ``local / (min_jj * itemsize)`` points, 16 points per item.  CPUs
-    (PoCL: a group is a loop on one core, local memory a cache-resident array):
-    sub-FFTs of 1024 points, 16 neighbours, whose ``jj * L`` stays in L2."""
+    (PoCL: a group is a loop on one core, local memory a cache-resident array, and a
+    local stage costs about what a whole pass through the caches does): sub-FFTs of up
+    to 4096 points, for the fewest stages (2^20: 4096 x 256)."""
     item = np.dtype(dtype).itemsize
     knobs: dict[str, Any] = {**_env_override(), **_override}
     if "legacy" in knobs:
         knobs["legacy"] = bool(knobs["legacy"])
     if device.type == "cpu":
-        p = FFTParams(max_sub=1024, jj=16, min_jj=1, per_item=16, local_bytes=256 * 1024,
+        p = FFTParams(max_sub=4096, jj=16, min_jj=1, per_item=16, local_bytes=256 * 1024,
                       max_items=256)
         return replace(p, **knobs)
     local = getattr(device.cl_device, "local_mem_size", 0) or 16 * 1024
@@ -114,11 +117,19 @@ def params(device: Device, dtype: np.dtype) -> FFTParams:
 
 
 def split(n: int, max_sub: int) -> list[int] | None:
-    """``n`` as the fewest 2-3-5-smooth factors of at most ``max_sub``, balanced (the
-    largest prime factors placed first, each on the smallest product so far); None
-    when ``n`` has another prime factor."""
+    """``n`` as the fewest 2-3-5-smooth factors of at most ``max_sub``, the largest
+    first; None when ``n`` has another prime factor.  Of the ways to share the factor
+    2s among them, the one with the fewest local stages (radix 16 where it can: 2^20
+    as 4096 x 256, 5 stages, rather than 1024 x 1024, 6), the most balanced one
+    otherwise (the 3s and 5s placed first, each on the smallest product so far)."""
     if max_sub < 16:
         raise ValueError(f"FFT knob max_sub={max_sub}: it must be at least 16")
+    found = _split(n, max_sub)
+    return None if found is None else list(found)
+
+
+@functools.lru_cache(maxsize=256)  # (a search over the 2s' shares: once per length)
+def _split(n: int, max_sub: int) -> tuple[int, ...] | None:
     if _radix.factor(n) is None:
         return None
     primes: list[int] = []
@@ -134,9 +145,28 @@ def split(n: int, max_sub: int) -> list[int] | None:
             i = min(range(count), key=lambda i: parts[i])
             parts[i] *= p
         if max(parts) <= max_sub:
-            # the largest first: later passes have ns >= JJ (contiguous stores)
-            return sorted((q for q in parts if q > 1), reverse=True) or [1]
+            break
         count += 1
+    best = parts
+    if 1 < count <= 3:
+        odd = [1] * count
+        for p in primes:
+            if p != 2:
+                i = min(range(count), key=lambda i: odd[i])
+                odd[i] *= p
+        twos = primes.count(2)
+        cost = _stage_count(best)
+        for head in itertools.product(range(twos + 1), repeat=count - 1):
+            last = twos - sum(head)
+            cand = [o << e for o, e in zip(odd, (*head, last))] if last >= 0 else []
+            if cand and max(cand) <= max_sub and _stage_count(cand) < cost:
+                best, cost = cand, _stage_count(cand)
+    # the largest first: later passes have ns >= JJ (contiguous stores)
+    return tuple(sorted((q for q in best if q > 1), reverse=True)) or (1,)
+
+
+def _stage_count(parts: list[int]) -> int:
+    return sum(len(_stages(q, 16)) for q in parts)
 
 
 @dataclass(frozen=True)
