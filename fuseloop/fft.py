@@ -1,11 +1,13 @@
 """``fl.fft``: the Array API's ``fft`` extension, with numpy's results, on the device.
 
-Each 1-D transform moves its axis last, evaluates the input into a contiguous buffer
-of its own in one fuseloop kernel (the axis move, the cast of real input to complex,
-truncation or zero padding to ``n`` and, for ``irfft``, the Hermitian extension of
-the half spectrum all fuse into that copy), then runs one Stockham pass per radix
-(:mod:`fuseloop.ops.fft_kernels`) over all rows at once, the norm's factor applied
-by the last pass.  Lengths with a prime factor other than 2, 3, 5 use Bluestein's
+Each 1-D transform moves its axis last and, unless the input is an evaluated
+contiguous array of the transform's dtype (read in place), evaluates it into a
+contiguous buffer of its own in one fuseloop kernel (the axis move, the cast of real
+input to complex, truncation or zero padding to ``n`` and, for ``irfft``, the Hermitian
+extension of the half spectrum all fuse into that copy), then runs one launch per
+sub-FFT factor of the length (:mod:`fuseloop.ops.fft_local`: a whole sub-FFT of up to
+``max_sub`` points per work-group in local memory) over all rows at once, the norm's
+factor applied by the last launch.  Lengths with a prime factor other than 2, 3, 5 use Bluestein's
 algorithm: a chirp product, a transform of a 2-3-5-smooth length ``m >= 2n - 1``, a
 product with the chirp filter's spectrum (computed once per length and device), the
 inverse transform, and a last chirp product, those products being fuseloop
@@ -30,6 +32,7 @@ from .array import Array, _coerce
 from .creation import arange, asarray, empty
 from .errors import DTypeError
 from .ops import fft_kernels as _k
+from .ops import fft_local as _local
 from .ops.shape import (
     broadcast_to,
     concatenate,
@@ -145,11 +148,28 @@ def _transform_last(x: Array, sign: int, scale: float) -> Array:
         return x * scale if scale != 1 else _contiguous(x, x.dtype)
     if _k.factor(n) is None:
         return _bluestein(x, sign, scale)
-    a = _contiguous(x, x.dtype)
-    b = empty(a.shape, a.dtype, dev)
-    rows = a.size // n
-    in_b = _k.stockham(_storage(a), _storage(b), rows, n, a.dtype, sign, scale, dev)
-    return b if in_b else a
+    rows = x.size // n
+    if _local.params(dev, x.dtype).legacy:
+        a = _contiguous(x, x.dtype)
+        b = empty(a.shape, a.dtype, dev)
+        in_b = _k.stockham(_storage(a), _storage(b), rows, n, a.dtype, sign, scale, dev)
+        return b if in_b else a
+    # an evaluated contiguous input is read in place (no copy: one trip less through
+    # memory); the passes then write two buffers of their own
+    src = x if x.is_contiguous and x._storage is not None else _contiguous(x, x.dtype)
+    bufs = {id(b._storage): b for b in (src, empty(x.shape, x.dtype, dev))}
+    outs = list(bufs.values())
+
+    def spare() -> Any:
+        if src is not x:  # our own copy: the passes may overwrite it
+            return _storage(src)
+        outs.append(empty(x.shape, x.dtype, dev))
+        bufs[id(outs[-1]._storage)] = outs[-1]
+        return _storage(outs[-1])
+
+    done = _local.transform(_storage(src), _storage(outs[1]), spare, rows, n, x.dtype,
+                            sign, scale, dev)
+    return bufs[id(done)]
 
 
 def _storage(a: Array) -> Any:
@@ -304,7 +324,12 @@ def _r2c_packed(x: Array, scale: float, dt: np.dtype) -> Array:
     ``X[k] = (Z[k] + conj Z[h-k]) / 2 - i/2 W^k (Z[k] - conj Z[h-k])`` (indices mod h),
     the last step a lazy expression that fuses into the consumer."""
     n = x.shape[-1]
-    z = x[..., 0::2].astype(dt) + x[..., 1::2].astype(dt) * 1j
+    if x.is_contiguous and x._storage is not None:
+        # an evaluated contiguous real signal already is z in memory (re, im pairs):
+        # the passes read it in place, no packing copy
+        z = Array._concrete(x._storage, dt, (*x.shape[:-1], n // 2))
+    else:
+        z = x[..., 0::2].astype(dt) + x[..., 1::2].astype(dt) * 1j
     big = _transform_last(z, -1, 1.0)
     first = big[..., :1]
     zk = concatenate([big, first], axis=-1)
@@ -349,6 +374,9 @@ def _c2r_packed(half: Array, n: int, scale: float, dt: np.dtype) -> Array:
     xc = flip(xfix[..., 1:], axis=-1).conj()
     packed = (xk + xc) * 0.5 + (xk - xc) * _twiddles("c2r", n, dt, half)
     z = _transform_last(packed, 1, 2 * scale)
+    real = np.dtype(np.float32 if dt == np.complex64 else np.float64)
+    if z.is_contiguous and z._storage is not None:  # (a buffer of the passes' own)
+        return Array._concrete(z._storage, real, (*z.shape[:-1], n))  # its pairs, as reals
     pairs = stack([z.real, z.imag], axis=-1)
     return pairs.reshape((*z.shape[:-1], n))
 

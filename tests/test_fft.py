@@ -40,8 +40,9 @@ def test_factor():
 
 def test_radix_256_passes(device, monkeypatch):
     # the GPU plan (local-memory passes of radix 16 x 16), forced on whatever device runs
-    from fuseloop.ops import fft_kernels
+    from fuseloop.ops import fft_kernels, fft_local
 
+    monkeypatch.setattr(fft_local, "_override", {"legacy": 1})  # the per-radix passes
     monkeypatch.setattr(fft_kernels, "wide_passes", lambda dev: True)
     # (complex128's groups hold 8 butterflies, not 16; checked by hand, not here: time)
     assert fft_kernels.plan(2048, np.dtype(np.complex128), device) == [256, 8]
