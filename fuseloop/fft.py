@@ -149,7 +149,7 @@ def _transform_last(x: Array, sign: int, scale: float) -> Array:
     if _k.factor(n) is None:
         return _bluestein(x, sign, scale)
     rows = x.size // n
-    if _local.params(dev, x.dtype).legacy:
+    if not _local.params(dev, x.dtype).local_for(n):
         a = _contiguous(x, x.dtype)
         b = empty(a.shape, a.dtype, dev)
         in_b = _k.stockham(_storage(a), _storage(b), rows, n, a.dtype, sign, scale, dev)

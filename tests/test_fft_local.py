@@ -52,20 +52,23 @@ def test_split():
 def test_gpu_rule(device):
     c64 = np.dtype(np.complex64)
     p = fft_local.params(_gpu_like(), c64)
-    # 48 KiB for groups of >= 4 neighbouring columns: sub-FFTs of up to 1445 -> 1024
+    # 48 KiB for groups of >= 4 neighbouring columns: sub-FFTs of up to 1536 -> 1024
     assert p.max_sub == 1024 and p.local_bytes == 48 * 1024 and p.max_items == 256
     for n in (2**20, 2**24, 3**15, 2**10 * 5**6):
         s = fft_local.shapes(n, c64, p)
         assert s is not None and len(s) <= 3, (n, s)
-        assert all((x.sub + x.sub // p.pad) * x.jj * 8 <= p.local_bytes and x.items <= 256
+        assert all((x.sub + (x.sub // p.pad if p.pad else 0)) * x.jj * 8 <= p.local_bytes
+                   and x.items <= 256
                    for x in s)
     assert len(fft_local.shapes(2**20, c64, p) or []) == 2
     assert [x.sub for x in fft_local.shapes(1024, c64, p) or []] == [1024]
-    # the GPU's knobs (padded local memory, 16 columns per group) run on this device
+    # the GPU's knobs (16 columns per group, several passes), padded local memory too,
+    # run on this device
     a = _cdata((2, 4096), seed=5)
     try:
-        fft_local.set_override(**p.__dict__)
-        _close(fl.fft.fft(fl.asarray(a)), np.fft.fft(a))
+        for pad in (0, 16):
+            fft_local.set_override(**{**p.__dict__, "pad": pad})
+            _close(fl.fft.fft(fl.asarray(a)), np.fft.fft(a))
     finally:
         fft_local.set_override()
 
@@ -124,13 +127,31 @@ def test_round_trips_and_double(device):
         _close(fl.fft.ifft(fl.fft.fft(x)), a)
 
 
-def test_launches_of_2_20(device, fresh_stats):
-    a = fl.asarray(_cdata(2**20, seed=1))
+def _launched(a, fresh_stats) -> int:
     fl.fft.fft(a).eval()
     before = fresh_stats()["kernels_launched"]
     fl.fft.fft(a).eval()
-    launched = fresh_stats()["kernels_launched"] - before
-    assert launched <= 3 and launched == fft_local.launches(2**20, a.dtype, device)
+    return fresh_stats()["kernels_launched"] - before
+
+
+def test_launches_of_2_20(device, fresh_stats):
+    a = fl.asarray(_cdata(2**20, seed=1))
+    # the device's rule (CPUs: the per-radix passes beyond one sub-FFT, which overwrite
+    # their input, so a copy of it first), as counted
+    copy = 0 if fft_local.params(device, a.dtype).local_for(2**20) else 1
+    assert _launched(a, fresh_stats) == fft_local.launches(2**20, a.dtype, device) + copy
+    try:  # the local-memory passes: at most 3 launches
+        fft_local.set_override(multi_pass=1)
+        launched = _launched(a, fresh_stats)
+        assert launched <= 3 and launched == fft_local.launches(2**20, a.dtype, device)
+    finally:
+        fft_local.set_override()
+
+
+def test_cpu_rule_takes_local_passes_for_one_sub_fft_only(cpu):
+    p = fft_local.params(cpu, np.dtype(np.complex64))
+    assert p.local_for(1024) and p.local_for(p.max_sub) and not p.local_for(2 * p.max_sub)
+    assert fft_local.params(_gpu_like(), np.dtype(np.complex64)).local_for(2**24)
 
 
 def test_real_transforms_read_in_place(device, fresh_stats):

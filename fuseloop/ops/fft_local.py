@@ -65,6 +65,13 @@ class FFTParams:
     pad: int = 0
     #: the old passes, one launch per radix (for comparison)
     legacy: bool = False
+    #: local-memory passes also for lengths over ``max_sub`` (several passes); else
+    #: those take the one-launch-per-radix passes
+    multi_pass: bool = True
+
+    def local_for(self, n: int) -> bool:
+        """Whether a length-``n`` transform runs the local-memory passes."""
+        return not self.legacy and (self.multi_pass or n <= self.max_sub)
 
 
 _override: dict[str, int] = {}
@@ -97,18 +104,22 @@ def params(device: Device, dtype: np.dtype) -> FFTParams:
     sub-FFTs up to ``local / (min_jj * itemsize)`` points, 16 points per item.  CPUs
     (PoCL: a group is a loop on one core, local memory a cache-resident array, and a
     local stage costs about what a whole pass through the caches does): sub-FFTs of up
-    to 4096 points, for the fewest stages (2^20: 4096 x 256)."""
+    to 4096 points, for the fewest stages, a length over that by the one-launch-per-radix
+    passes (there they took 0.6-0.7 of the local passes' time: 2^20, 2^22, rows of
+    2^14; rows of 1024, one launch, 1.25x faster).  No padding of the local columns on
+    GPUs: an H200 ran 2^24 in 0.50 ms without it, 0.64 with one element per 16."""
     item = np.dtype(dtype).itemsize
     knobs: dict[str, Any] = {**_env_override(), **_override}
-    if "legacy" in knobs:
-        knobs["legacy"] = bool(knobs["legacy"])
+    for flag in ("legacy", "multi_pass"):
+        if flag in knobs:
+            knobs[flag] = bool(knobs[flag])
     if device.type == "cpu":
         p = FFTParams(max_sub=4096, jj=16, min_jj=1, per_item=16, local_bytes=256 * 1024,
-                      max_items=256)
+                      max_items=256, multi_pass=False)
         return replace(p, **knobs)
     local = getattr(device.cl_device, "local_mem_size", 0) or 16 * 1024
     p = FFTParams(max_sub=0, jj=16, min_jj=4, per_item=16, local_bytes=min(local, 48 * 1024),
-                  max_items=min(256, device.max_work_group_size), pad=16)
+                  max_items=min(256, device.max_work_group_size))
     p = replace(p, **knobs)
     if "max_sub" not in knobs:  # (after the knobs: min_jj or local_bytes may be given)
         padded = item * (1 + 1 / p.pad if p.pad else 1)
@@ -411,7 +422,7 @@ def _kernel(shape: PassShape, dtype: np.dtype, index: str) -> SourceKernel:
 def launches(n: int, dtype: np.dtype, device: Device) -> int:
     """How many launches a length-``n`` transform takes (0: Bluestein's)."""
     p = params(device, dtype)
-    if p.legacy:
+    if not p.local_for(n):
         return len(_radix.plan(n, dtype, device) or [])
     return len(shapes(n, dtype, p) or [])
 
