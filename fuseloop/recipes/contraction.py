@@ -71,6 +71,7 @@ from ..lower.contraction import (
     pad_to_tiles,
     shifted_split,
 )
+from . import contraction_pipeline as pipeline
 from . import skinny as skinny_mod
 from .core import Derived, Param, Recipe, SizeClassFunction, Space, int_range, powers_of_two
 
@@ -137,6 +138,10 @@ class TileConfig(NamedTuple):
     # 4i..4i+3, then 4i+4*tm.. (four consecutive values: vector loads)
     layout: str = "strided"
     pad: bool = True  # pad local tiles stored across their read order
+    # "blocked" only: the update reads the local tiles as float4 (contraction_pipeline)
+    vec: bool = False
+    # "regs": step s + 1's operands read into registers while step s computes
+    prefetch: str = "none"
 
 
 #: float32 (and smaller) on GPUs: 128x128 blocks, 8x8 outputs per work-item
@@ -253,7 +258,15 @@ def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
     t_unit = _box_domain(t_unit, {ROW: cfg.bm, COL: cfg.bn, RED: cfg.bk})
     outer = ",".join(([BATCH] if batch else []) + [f"{ROW}_blk", f"{COL}_blk", f"{RED}_blk"])
     t_unit = _fill_tiles(t_unit, cfg, sweep_x, sweep_y, f"{RED}_in", outer)
-    return _register_tile(t_unit, sweep_x[1:], sweep_y[1:])
+    if cfg.prefetch in ("regs", "double"):
+        t_unit = pipeline.prefetch_registers(t_unit, cfg.bk, outer.split(","))
+    t_unit = _register_tile(t_unit, sweep_x[1:], sweep_y[1:])
+    if cfg.prefetch == "double":
+        t_unit = pipeline.double_buffer(t_unit, f"{RED}_blk")
+    if cfg.vec:
+        t_unit = pipeline.vector_tile_reads(t_unit, [("x_tile", sweep_x, cfg.tm),
+                                                     ("y_tile", sweep_y, cfg.tn)])
+    return t_unit
 
 
 def _box_domain(t_unit: lp.TranslationUnit, blocks: dict[str, int]) -> lp.TranslationUnit:
