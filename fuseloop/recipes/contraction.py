@@ -144,8 +144,15 @@ class TileConfig(NamedTuple):
     prefetch: str = "none"
 
 
-#: float32 (and smaller) on GPUs: 128x128 blocks, 8x8 outputs per work-item
-GPU_TILES = TileConfig(layout="blocked")
+#: float32 (and smaller) on GPUs: 128x128 blocks, 8x8 outputs per work-item, steps of
+#: 8, float4 reads of the local tiles and two copies of them (the structure of the
+#: hand-written trailing update, fuseloop.linalg_gemm); fl_lvec4 is OpenCL C, so the
+#: rule drops ``vec`` on other backends
+GPU_TILES = TileConfig(layout="blocked", vec=True, prefetch="double")
+#: the blocks before the pipeline (one copy of the tiles, scalar reads): a probe variant
+GPU_TILES_PLAIN = TileConfig(layout="blocked")
+#: TileConfig.prefetch's values
+PREFETCH = ("none", "regs", "double")
 #: 8-byte types: half the registers per output
 GPU_TILES_WIDE = TileConfig(bm=64, bn=64, bk=8, tm=16, tn=16)
 
@@ -234,7 +241,7 @@ def tiled(cfg: TileConfig):
     (``gpu_tiled.with_params(tiles=cfg)`` keeps 8-byte types apart)."""
 
     def recipe(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
-        return _tile(t_unit, cfg)
+        return _tile(t_unit, _for_backend(cfg, device))
 
     recipe.__name__ = f"gpu_tiled_{cfg.bm}x{cfg.bn}x{cfg.bk}_{cfg.tm}x{cfg.tn}_{cfg.layout}"
     return recipe
@@ -495,7 +502,12 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
                                stage)
     cfg = _medium_tiles(cfg, knl, medium)
     cfg = skinny_tiles(cfg, short[0], short[1], skinny_group, skinny_bk, max(itemsize, 4))
-    return _tile(t_unit, cfg)
+    return _tile(t_unit, _for_backend(cfg, device))
+
+
+def _for_backend(cfg: TileConfig, device: Device) -> TileConfig:
+    """``cfg`` without the float4 reads off OpenCL (``fl_lvec4`` is OpenCL C)."""
+    return cfg if device.backend == "opencl" else cfg._replace(vec=False)
 
 
 def _medium_tiles(cfg: TileConfig, knl: lp.LoopKernel, medium: int) -> TileConfig:
@@ -536,7 +548,8 @@ def _tiles_ok(cfg: object) -> bool:
     return (isinstance(cfg, TileConfig)
             and all(isinstance(n, int) and n > 0 for n in cfg[:5])
             and cfg.bm % cfg.tm == 0 and cfg.bn % cfg.tn == 0
-            and cfg.layout in ("blocked", "strided"))
+            and cfg.layout in ("blocked", "strided") and isinstance(cfg.vec, bool)
+            and cfg.prefetch in PREFETCH)
 
 
 #: local memory every OpenCL device has (the standard's minimum for non-custom devices)
@@ -549,20 +562,23 @@ def _tiles_fit(values: Mapping[str, Any], device: Device) -> bool:
     if max(values["skinny_group"], values["stream_group"]) > device.max_work_group_size \
             or values["skinny_lanes"] > values["skinny_group"]:
         return False
-    for cfg in (values["tiles"], values["wide_tiles"]):
+    for cfg, itemsize in ((values["tiles"], 4), (values["wide_tiles"], 8)):
         if cfg.tm * cfg.tn > device.max_work_group_size:
             return False
-        if (cfg.bk + 8) * (cfg.bm + cfg.bn) * 8 > MIN_LOCAL_MEMORY:
+        copies = 2 if cfg.prefetch == "double" else 1
+        if (cfg.bk + 8) * (cfg.bm + cfg.bn) * itemsize * copies > MIN_LOCAL_MEMORY:
             return False
     return True
 
 
-_TILE_SEARCH = (GPU_TILES, TileConfig(64, 64, 8, 16, 16, "blocked"),
+_TILE_SEARCH = (GPU_TILES, GPU_TILES_PLAIN, GPU_TILES._replace(prefetch="regs"),
+                GPU_TILES._replace(vec=False), TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(128, 64, 8, 16, 16, "blocked"), TileConfig(128, 128, 8, 16, 16),
                 TileConfig(64, 64, 8, 8, 8, "blocked"))
 _WIDE_SEARCH = (GPU_TILES_WIDE, TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(32, 32, 8, 8, 8))
-_TILES_TEXT = "a TileConfig with positive sizes, tm dividing bm, tn dividing bn"
+_TILES_TEXT = ("a TileConfig with positive sizes, tm dividing bm, tn dividing bn, prefetch "
+               "one of 'none', 'regs', 'double'")
 
 #: a side of the output with at most this many elements is short (GPU)
 GPU_FEW = 32
@@ -575,7 +591,7 @@ GPU_MEDIUM = 64
 GPU_ALIGN = 128
 
 gpu_tiled = Recipe(
-    "gpu-tiled", _gpu_tiled, kind="contraction", version="3",
+    "gpu-tiled", _gpu_tiled, kind="contraction", version="4",
     params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types",
                   Space(_TILE_SEARCH, _tiles_ok, _TILES_TEXT)),
             Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types",
@@ -765,5 +781,5 @@ def untiled(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
     return lp.split_iname(t_unit, COL, 16, outer_tag="g.0", inner_tag="l.0")
 
 
-__all__ = ["CPU_BLOCKS", "GPU_TILES", "GPU_TILES_WIDE", "CpuBlocks", "TileConfig", "blocked",
+__all__ = ["CPU_BLOCKS", "GPU_TILES", "GPU_TILES_PLAIN", "GPU_TILES_WIDE", "CpuBlocks", "TileConfig", "blocked",
            "cpu_blocked", "gpu_tiled", "tiled", "untiled"]
