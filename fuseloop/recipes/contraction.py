@@ -19,7 +19,10 @@ row four values at a time (vector loads from local memory); in the
 ``"strided"`` layout it owns rows ``l, l+tm, ...``.  The fill is spread over the
 work-group with neighbouring work-items on neighbouring addresses of the
 operand's contiguous axis; a tile stored across that order gets its rows
-padded.  The index ranges are padded to whole tiles
+padded.  By default (``TileConfig.vec``, ``prefetch="double"``; see
+:mod:`~fuseloop.recipes.contraction_pipeline`) the tiles are float4 arrays read
+four values at a time, the next step is read into registers before the products,
+and stored after them into a second copy of the tiles: one barrier per step.  The index ranges are padded to whole tiles
 (:func:`~fuseloop.lower.contraction.pad_to_tiles`): no bounds checks in the
 loops, only clamped reads in the fill and predicated stores.  8-byte types use
 64 x 64 blocks in the strided layout (the best of the shapes measured).
@@ -271,8 +274,7 @@ def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
     if cfg.prefetch == "double":
         t_unit = pipeline.double_buffer(t_unit, f"{RED}_blk")
     if cfg.vec:
-        t_unit = pipeline.vector_tile_reads(t_unit, [("x_tile", sweep_x, cfg.tm),
-                                                     ("y_tile", sweep_y, cfg.tn)])
+        t_unit = pipeline.vector_tile_reads(t_unit, [("x_tile", sweep_x), ("y_tile", sweep_y)])
     return t_unit
 
 
@@ -781,5 +783,5 @@ def untiled(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
     return lp.split_iname(t_unit, COL, 16, outer_tag="g.0", inner_tag="l.0")
 
 
-__all__ = ["CPU_BLOCKS", "GPU_TILES", "GPU_TILES_PLAIN", "GPU_TILES_WIDE", "CpuBlocks", "TileConfig", "blocked",
-           "cpu_blocked", "gpu_tiled", "tiled", "untiled"]
+__all__ = ["CPU_BLOCKS", "GPU_TILES", "GPU_TILES_PLAIN", "GPU_TILES_WIDE", "CpuBlocks",
+           "TileConfig", "blocked", "cpu_blocked", "gpu_tiled", "tiled", "untiled"]

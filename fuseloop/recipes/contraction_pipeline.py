@@ -1,6 +1,8 @@
 """Pieces of the GPU contraction recipe (``gpu-tiled``) beyond the tiles themselves:
-vector reads of the local tiles (:func:`vector_tile_reads`) and the next step's
-operands read into registers while this step computes (:func:`prefetch_registers`).
+vector reads of the local tiles (:func:`vector_tile_reads`, ``TileConfig.vec``), the
+next step's operands read into registers while this step computes
+(:func:`prefetch_registers`, ``TileConfig.prefetch="regs"``) and two copies of the
+tiles with one barrier per step (:func:`double_buffer`, ``prefetch="double"``).
 
 They follow the structure of the hand-written trailing update
 (:mod:`fuseloop.linalg_gemm`): per step of the reduced range a work-item reads its
@@ -32,13 +34,13 @@ _LOCAL_VECTOR_SOURCE = (f"#define {LOCAL_VECTOR_READ}(x, c) "
 
 
 def vector_tile_reads(t_unit: lp.TranslationUnit,
-                      tiles: list[tuple[str, list[str], int]]) -> lp.TranslationUnit:
+                      tiles: list[tuple[str, list[str]]]) -> lp.TranslationUnit:
     """The update's reads of each local tile as components of float4 reads.
 
-    ``tiles`` are ``(tile, sweep, threads)``: the tile's name (``[..., k, o]``, ``o``
-    contiguous, its rows a multiple of four elements long, padding included), the
-    inames of its output side in the blocked layout (``[l, r1, r0]``: ``o = 4 l +
-    4 threads r1 + r0``) and the work-items along that side.  The tile's storage
+    ``tiles`` are ``(tile, sweep)``: the tile's name (``[..., k, o]``, ``o`` contiguous,
+    its rows a multiple of four elements long, padding included) and the inames of
+    its output side in the blocked layout (``[l, r1, r0]``: ``o = 4 l + 4 threads r1 +
+    r0``; other layouts are left as they are).  The tile's storage
     becomes a float4 array (aligned to 16 bytes; the tile a scalar view of it,
     Loopy's ``base_storage``), and the update reads ``tile[k, o - r0]`` as a float4 and
     takes its component ``r0`` (unrolled: a literal), so the device compiler sees
@@ -55,11 +57,10 @@ def vector_tile_reads(t_unit: lp.TranslationUnit,
     info = operand_info(knl)
     temps = dict(knl.temporary_variables)
     swaps: dict[str, tuple[list[str], np.dtype]] = {}
-    for name, sweep, _ in tiles:
+    for name, sweep in tiles:
         tv = temps[name]
         dtype = np.dtype(info.x_dtype if name.startswith("x") else info.y_dtype)
-        strides = [int(tag.stride) for tag in tv.dim_tags]  # type: ignore[union-attr]
-        storage = [int(n) for n in (tv.storage_shape or tv.shape)]  # type: ignore[union-attr]
+        strides, storage = _strides_and_storage(tv)
         if dtype != np.float32 or len(sweep) != 3 or strides[-1] != 1 \
                 or any(s % VECTOR_WIDTH for s in strides[:-1]):
             continue  # (not the blocked layout, or rows that break the alignment)
@@ -81,6 +82,12 @@ def vector_tile_reads(t_unit: lp.TranslationUnit,
     f32 = np.dtype(np.float32)
     return lp.register_callable(t_unit, LOCAL_VECTOR_READ, HelperCallable(
         LOCAL_VECTOR_READ, (f32, np.dtype(np.int32)), f32, _LOCAL_VECTOR_SOURCE))
+
+
+def _strides_and_storage(tv: Any) -> tuple[list[int], list[int]]:
+    """A local tile's strides and storage shape (padding included), in elements."""
+    return ([int(tag.stride) for tag in tv.dim_tags],
+            [int(n) for n in (tv.storage_shape or tv.shape)])
 
 
 def _tile_reads(sweeps: dict[str, list[str]]) -> Any:
@@ -142,12 +149,13 @@ def prefetch_registers(t_unit: lp.TranslationUnit, bk: int,
             id=f"fill_{name}0", assignee=first(fill.assignee),
             expression=first(fill.expression), within_inames=fill.within_inames - {step},
             depends_on=frozenset())
+        preds: Any = fill.predicates | {more}
         insns[f"load_{name}"] = lp.Assignment(
             reg, following(fill.expression), id=f"load_{name}",
-            within_inames=fill.within_inames, predicates=fill.predicates | {more})
+            within_inames=fill.within_inames, predicates=preds)
         insns[f"store_{name}"] = lp.Assignment(
             fill.assignee, reg, id=f"store_{name}", within_inames=fill.within_inames,
-            predicates=fill.predicates | {more},
+            predicates=preds,
             depends_on=frozenset({f"load_{name}", f"{REDUCTION_ID}_update"}))
         new_deps |= {f"fill_{name}0", f"load_{name}"}
         if unrolled:
@@ -184,10 +192,10 @@ def double_buffer(t_unit: lp.TranslationUnit, step: str) -> lp.TranslationUnit:
     temps = dict(knl.temporary_variables)
     for name in ("x_tile", "y_tile"):
         tv = temps[name]
-        strides = [int(tag.stride) for tag in tv.dim_tags]  # type: ignore[union-attr]
-        storage = [int(n) for n in (tv.storage_shape or tv.shape)]  # type: ignore[union-attr]
+        strides, storage = _strides_and_storage(tv)
+        shape: Any = tv.shape
         temps[name] = tv.copy(
-            shape=(2, *tv.shape), storage_shape=(2, *storage),  # type: ignore[misc]
+            shape=(2, *shape), storage_shape=(2, *storage),
             dim_names=None if tv.dim_names is None else (f"{name}_copy", *tv.dim_names),
             dim_tags=(FixedStrideArrayDimTag(strides[0] * storage[0]),
                       *(FixedStrideArrayDimTag(n) for n in strides)))
