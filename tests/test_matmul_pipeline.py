@@ -121,3 +121,12 @@ def test_pipelined_products_match_numpy(device, tiles):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
         if tiles.vec and device.backend == "opencl":
             assert "fl_lvec4(" in fl.show_code(A @ B)
+
+
+def test_step_loop_unrolled_in_parts(device):
+    """``TileConfig.unroll``: the step's loop unrolled that many at a time by the device
+    compiler (Loopy's OpenCL C 2.0 attribute, written as the pragma every compiler reads)."""
+    a = fl.empty((256, 256), dtype=np.float32, device=device)
+    src = _source(a @ a, device, rc.gpu_tiled.with_params(tiles=SMALL._replace(unroll=2)))
+    assert re.search(r"#pragma unroll 2\s+for \(int k_in", src), src
+    assert "unroll_hint" not in src

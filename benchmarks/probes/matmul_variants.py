@@ -5,9 +5,10 @@ Times float32 ``A @ B``, ``A.T @ B``, ``A @ B.T`` (n x n, default 4096) and a ba
 ``gpu-tiled`` recipe under several tile configurations (``TileConfig``: ``vec`` =
 float4 reads of the local tiles, ``prefetch`` = the next step read into registers
 before the products, ``"double"`` = two copies of the tiles and one barrier per
-step), and the same products with torch (TF32 off) and cupy (cuBLAS).  Prints one
-table: milliseconds, TFLOP/s and the fraction of the best cuBLAS figure of the row's
-case; every fuseloop result is checked against torch's (relative error).
+step, ``unroll`` = the step's loop unrolled that many at a time, 0 whole), and the
+same products with torch (TF32 off) and cupy (cuBLAS).  Prints one table:
+milliseconds, TFLOP/s and the fraction of the best cuBLAS figure of the row's case;
+every fuseloop result is checked against torch's (relative error).
 
 ``--regs`` adds the registers each variant's kernel takes (NVIDIA's OpenCL build log
 with ``-cl-nv-verbose``: two groups of 256 per SM need at most 128).
@@ -43,6 +44,9 @@ VARIANTS: dict[str, Any] = {
     "vec+regs": T(layout="blocked", vec=True, prefetch="regs"),
     "double": T(layout="blocked", prefetch="double"),
     "vec+double": T(layout="blocked", vec=True, prefetch="double"),
+    "vec+double unroll 4": T(layout="blocked", vec=True, prefetch="double", unroll=4),
+    "vec+regs unroll 4": T(layout="blocked", vec=True, prefetch="regs", unroll=4),
+    "plain unroll 4": T(layout="blocked", unroll=4),
     "64x64 vec+double": T(64, 64, 8, 16, 16, "blocked", vec=True, prefetch="double"),
     "128x64 vec+double": T(128, 64, 8, 16, 16, "blocked", vec=True, prefetch="double"),
 }

@@ -22,9 +22,10 @@ operand's contiguous axis; a tile stored across that order gets its rows
 padded.  By default (``TileConfig.vec``, ``prefetch="double"``; see
 :mod:`~fuseloop.recipes.contraction_pipeline`) the tiles are float4 arrays read
 four values at a time, the next step is read into registers before the products,
-and stored after them into a second copy of the tiles: one barrier per step.  The index ranges are padded to whole tiles
-(:func:`~fuseloop.lower.contraction.pad_to_tiles`): no bounds checks in the
-loops, only clamped reads in the fill and predicated stores.  8-byte types use
+and stored after them into a second copy of the tiles: one barrier per step.  The
+index ranges are padded to whole tiles
+(:func:`~fuseloop.lower.contraction.pad_to_tiles`): no bounds checks in the loops,
+only clamped reads in the fill and predicated stores.  8-byte types use
 64 x 64 blocks in the strided layout (the best of the shapes measured).
 
 Loopy's ``add_prefetch`` is ``precompute`` of a rule that reads one array; it
@@ -143,8 +144,12 @@ class TileConfig(NamedTuple):
     pad: bool = True  # pad local tiles stored across their read order
     # "blocked" only: the update reads the local tiles as float4 (contraction_pipeline)
     vec: bool = False
-    # "regs": step s + 1's operands read into registers while step s computes
+    # "regs": step s + 1's operands read into registers while step s computes;
+    # "double": and stored into a second copy of the tiles (contraction_pipeline)
     prefetch: str = "none"
+    # the step's loop unrolled by the device compiler this many at a time (0: whole;
+    # linalg_gemm's update unrolls 4 of its 8: whole took ptxas 143 registers)
+    unroll: int = 0
 
 
 #: float32 (and smaller) on GPUs: 128x128 blocks, 8x8 outputs per work-item, steps of
@@ -263,7 +268,8 @@ def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
     # (the step's loop is left for the device compiler to unroll: Loopy unrolling
     # it generated bk copies of the bm/tm x bn/tn updates, and its code generation
     # time grew with them, 4x for 8 x 8 outputs per work-item)
-    t_unit = lp.split_iname(t_unit, RED, cfg.bk, inner_tag="unr_hint",
+    hint = f"unr_hint.{cfg.unroll}" if 0 < cfg.unroll < cfg.bk else "unr_hint"
+    t_unit = lp.split_iname(t_unit, RED, cfg.bk, inner_tag=hint,
                             inner_iname=f"{RED}_in", outer_iname=f"{RED}_blk")
     t_unit = _box_domain(t_unit, {ROW: cfg.bm, COL: cfg.bn, RED: cfg.bk})
     outer = ",".join(([BATCH] if batch else []) + [f"{ROW}_blk", f"{COL}_blk", f"{RED}_blk"])
@@ -551,7 +557,7 @@ def _tiles_ok(cfg: object) -> bool:
             and all(isinstance(n, int) and n > 0 for n in cfg[:5])
             and cfg.bm % cfg.tm == 0 and cfg.bn % cfg.tn == 0
             and cfg.layout in ("blocked", "strided") and isinstance(cfg.vec, bool)
-            and cfg.prefetch in PREFETCH)
+            and cfg.prefetch in PREFETCH and isinstance(cfg.unroll, int) and cfg.unroll >= 0)
 
 
 #: local memory every OpenCL device has (the standard's minimum for non-custom devices)
@@ -574,13 +580,14 @@ def _tiles_fit(values: Mapping[str, Any], device: Device) -> bool:
 
 
 _TILE_SEARCH = (GPU_TILES, GPU_TILES_PLAIN, GPU_TILES._replace(prefetch="regs"),
+                GPU_TILES._replace(unroll=4),
                 GPU_TILES._replace(vec=False), TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(128, 64, 8, 16, 16, "blocked"), TileConfig(128, 128, 8, 16, 16),
                 TileConfig(64, 64, 8, 8, 8, "blocked"))
 _WIDE_SEARCH = (GPU_TILES_WIDE, TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(32, 32, 8, 8, 8))
 _TILES_TEXT = ("a TileConfig with positive sizes, tm dividing bm, tn dividing bn, prefetch "
-               "one of 'none', 'regs', 'double'")
+               "one of 'none', 'regs', 'double', unroll >= 0")
 
 #: a side of the output with at most this many elements is short (GPU)
 GPU_FEW = 32
