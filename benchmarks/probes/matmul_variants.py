@@ -16,7 +16,7 @@ with ``-cl-nv-verbose``: two groups of 256 per SM need at most 128).
 Usage::
 
     PYTHONPATH=. python benchmarks/probes/matmul_variants.py [--n 4096] [--batch 16]
-        [--bn 1024] [--repeat 10] [--variants default,plain,...] [--regs]
+        [--bn 1024] [--repeat 10] [--variants default,plain,...] [--regs] [--dump DIR]
 """
 
 from __future__ import annotations
@@ -102,8 +102,11 @@ def _registers(expr: Any) -> str:
     src = fl.show_code(expr)
     dev = fl.get_device()
     ctx = dev.context if hasattr(dev, "context") else cl.create_some_context()
-    prg = cl.Program(ctx, src).build(options=["-cl-nv-verbose"])
-    log = prg.get_build_info(dev.cl_device, cl.program_build_info.LOG)
+    try:
+        prg = cl.Program(ctx, src).build(options=["-cl-nv-verbose"])
+        log = prg.get_build_info(dev.cl_device, cl.program_build_info.LOG)
+    except Exception:  # (not NVIDIA's OpenCL: the option is unknown)
+        return "regs ?"
     found = re.findall(r"Used (\d+) registers", log)
     return f"{found[-1]} regs" if found else "regs ?"
 
@@ -115,8 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bn", type=int, default=1024)
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--variants", default=",".join(VARIANTS))
-    p.add_argument("--cases", default="A @ B,A.T @ B,A @ B.T,batch")
+    p.add_argument("--cases", default="ab,atb,abt,batch",
+                   help="of ab (A @ B), atb (A.T @ B), abt (A @ B.T), batch")
     p.add_argument("--regs", action="store_true")
+    p.add_argument("--dump", default=None, help="a folder: each variant's kernel source")
     args = p.parse_args(argv)
     dev = fl.get_device()
     torch, cupy = _peers()
@@ -126,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(7)
     wanted = args.cases.split(",")
     for name, sa, sb, form, flops in _cases(args.n, args.batch, args.bn):
-        if not any(w in name for w in wanted):
+        if ("batch" if len(sa) == 3 else form) not in wanted:
             continue
         ah = rng.random(sa, dtype=np.float32) - 0.5
         bh = rng.random(sb, dtype=np.float32) - 0.5
@@ -163,6 +168,14 @@ def main(argv: list[str] | None = None) -> int:
                                     fl.synchronize, args.repeat, warmup=2)
                     note = f"rel.err {err:.1e}{' MISMATCH' if err > 1e-4 else ''}, " \
                            f"first call {build:.1f} s"
+                    if args.dump:
+                        import pathlib
+
+                        folder = pathlib.Path(args.dump)
+                        folder.mkdir(parents=True, exist_ok=True)
+                        slug = re.sub(r"[^A-Za-z0-9]+", "_", f"{name} {vname}").strip("_")
+                        (folder / f"{slug}.cl").write_text(
+                            fl.show_code(_product(a, b, form, fswap)))
                     if args.regs:
                         note += ", " + _registers(_product(a, b, form, fswap))
                 rows.append((f"fuseloop {vname}", t, note))
