@@ -130,3 +130,14 @@ def test_step_loop_unrolled_in_parts(device):
     src = _source(a @ a, device, rc.gpu_tiled.with_params(tiles=SMALL._replace(unroll=2)))
     assert re.search(r"#pragma unroll 2\s+for \(int k_in", src), src
     assert "unroll_hint" not in src
+
+
+def test_register_limit_is_a_build_option_on_nvidia_opencl_only(device):
+    a = fl.empty((256, 256), dtype=np.float32, device=device)
+    recipe = rc.gpu_tiled.with_params(tiles=SMALL._replace(max_registers=128))
+    with fl.recipes.use(recipe):
+        nvidia = fl.program(a @ a).lower(_fake_h100(device)).t_unit.default_entrypoint
+        here = fl.program(a @ a).lower(device).t_unit.default_entrypoint
+    assert "-cl-nv-maxrregcount=128" in nvidia.options.build_options
+    assert not any("maxrreg" in o for o in here.options.build_options or [])
+

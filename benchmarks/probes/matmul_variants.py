@@ -5,7 +5,8 @@ Times float32 ``A @ B``, ``A.T @ B``, ``A @ B.T`` (n x n, default 4096) and a ba
 ``gpu-tiled`` recipe under several tile configurations (``TileConfig``: ``vec`` =
 float4 reads of the local tiles, ``prefetch`` = the next step read into registers
 before the products, ``"double"`` = two copies of the tiles and one barrier per
-step, ``unroll`` = the step's loop unrolled that many at a time, 0 whole), and the
+step, ``unroll`` = the step's loop unrolled that many at a time, 0 whole;
+``max_registers`` = NVIDIA's ``-cl-nv-maxrregcount``), and the
 same products with torch (TF32 off) and cupy (cuBLAS).  Prints one table:
 milliseconds, TFLOP/s and the fraction of the best cuBLAS figure of the row's case;
 every fuseloop result is checked against torch's (relative error).
@@ -47,6 +48,11 @@ VARIANTS: dict[str, Any] = {
     "vec+double unroll 4": T(layout="blocked", vec=True, prefetch="double", unroll=4),
     "vec+regs unroll 4": T(layout="blocked", vec=True, prefetch="regs", unroll=4),
     "plain unroll 4": T(layout="blocked", unroll=4),
+    # (-cl-nv-maxrregcount: two groups of 256 per SM; spills show in --regs)
+    "vec+double max 128 regs": T(layout="blocked", vec=True, prefetch="double",
+                                 max_registers=128),
+    "vec+double unroll 4 max 128": T(layout="blocked", vec=True, prefetch="double", unroll=4,
+                                     max_registers=128),
     "64x64 vec+double": T(64, 64, 8, 16, 16, "blocked", vec=True, prefetch="double"),
     "128x64 vec+double": T(128, 64, 8, 16, 16, "blocked", vec=True, prefetch="double"),
 }
@@ -95,15 +101,18 @@ def _evaluate(a: Any, b: Any, form: str, swap: Callable[[Any], Any]) -> None:
     _product(a, b, form, swap).eval()
 
 
-def _registers(expr: Any) -> str:
-    """Registers of the kernel of ``expr`` as NVIDIA's OpenCL compiler reports them."""
+def _registers(expr: Any, tiles: Any) -> str:
+    """Registers of the kernel of ``expr`` as NVIDIA's OpenCL compiler reports them (with
+    the register limit of ``tiles``, a TileConfig or None)."""
     import pyopencl as cl
 
     src = fl.show_code(expr)
     dev = fl.get_device()
     ctx = dev.context if hasattr(dev, "context") else cl.create_some_context()
     try:
-        prg = cl.Program(ctx, src).build(options=["-cl-nv-verbose"])
+        limit = getattr(tiles, "max_registers", 0)
+        prg = cl.Program(ctx, src).build(options=[
+            "-cl-nv-verbose", *([f"-cl-nv-maxrregcount={limit}"] if limit else [])])
         log = prg.get_build_info(dev.cl_device, cl.program_build_info.LOG)
     except Exception:  # (not NVIDIA's OpenCL: the option is unknown)
         return "regs ?"
@@ -177,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                         (folder / f"{slug}.cl").write_text(
                             fl.show_code(_product(a, b, form, fswap)))
                     if args.regs:
-                        note += ", " + _registers(_product(a, b, form, fswap))
+                        note += ", " + _registers(_product(a, b, form, fswap), tiles)
                 rows.append((f"fuseloop {vname}", t, note))
             except Exception as exc:  # a variant that fails is reported, not fatal
                 rows.append((f"fuseloop {vname}", None, f"{type(exc).__name__}: {exc}"[:120]))

@@ -59,7 +59,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .._lazy import isl, lp, prim
+from .._lazy import lp, prim
 from ..lower.contraction import (
     BATCH,
     COL,
@@ -69,7 +69,6 @@ from ..lower.contraction import (
     X_RULE,
     Y_RULE,
     contraction_layout,
-    contraction_sizes,
     explicit_accumulator,
     extent_range,
     pad_to_tiles,
@@ -150,6 +149,9 @@ class TileConfig(NamedTuple):
     # the step's loop unrolled by the device compiler this many at a time (0: whole;
     # linalg_gemm's update unrolls 4 of its 8: whole took ptxas 143 registers)
     unroll: int = 0
+    # NVIDIA's OpenCL: registers per work-item the compiler may use (0: its choice;
+    # 128 lets two groups of 256 share an SM); ignored on other platforms
+    max_registers: int = 0
 
 
 #: float32 (and smaller) on GPUs: 128x128 blocks, 8x8 outputs per work-item, steps of
@@ -271,7 +273,7 @@ def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
     hint = f"unr_hint.{cfg.unroll}" if 0 < cfg.unroll < cfg.bk else "unr_hint"
     t_unit = lp.split_iname(t_unit, RED, cfg.bk, inner_tag=hint,
                             inner_iname=f"{RED}_in", outer_iname=f"{RED}_blk")
-    t_unit = _box_domain(t_unit, {ROW: cfg.bm, COL: cfg.bn, RED: cfg.bk})
+    t_unit = pipeline.box_domain(t_unit, {ROW: cfg.bm, COL: cfg.bn, RED: cfg.bk})
     outer = ",".join(([BATCH] if batch else []) + [f"{ROW}_blk", f"{COL}_blk", f"{RED}_blk"])
     t_unit = _fill_tiles(t_unit, cfg, sweep_x, sweep_y, f"{RED}_in", outer)
     if cfg.prefetch in ("regs", "double"):
@@ -281,43 +283,10 @@ def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
         t_unit = pipeline.double_buffer(t_unit, f"{RED}_blk")
     if cfg.vec:
         t_unit = pipeline.vector_tile_reads(t_unit, [("x_tile", sweep_x), ("y_tile", sweep_y)])
+    if cfg.max_registers:
+        t_unit = lp.set_options(t_unit, build_options=[
+            f"-cl-nv-maxrregcount={cfg.max_registers}"])
     return t_unit
-
-
-def _box_domain(t_unit: lp.TranslationUnit, blocks: dict[str, int]) -> lp.TranslationUnit:
-    """The loop domain after the splits by whole ``blocks`` (of ``m``, ``n``, ``k``, each
-    padded to its block or a multiple of it) restated as a box: each inner iname
-    ``0 <= i < length`` on its own, each block iname ``0 <= blk and block * blk < size``.
-
-    Splitting bounds the sum ``block * blk + ... + r0 < size``; with the size
-    class's ``size mod 128 = 0`` (or the padding's ``floor``) isl needed the
-    divisibility to see that no unrolled register iname needs a bounds check, for
-    every statement Loopy emitted.  The box is the same set under the kernel's
-    assumptions (checked: otherwise the domain is kept).
-    """
-    knl = t_unit.default_entrypoint
-    sizes = contraction_sizes(knl)
-    dom = knl.domains[0]
-    if len(knl.domains) != 1:
-        return t_unit
-    bounds: dict[str, str] = {}
-    for name in map(str, dom.get_var_names(isl.dim_type.set)):
-        side = name.split("_")[0]
-        if side not in blocks or name == side:
-            proj = dom.project_out_except([name], [isl.dim_type.set])
-            text = str(proj)
-            bounds[name] = text[text.index(":") + 1:text.rindex("}")].strip()
-        elif name == f"{side}_blk":
-            bounds[name] = f"0 <= {name} and {blocks[side]} * {name} < {sizes.of(side)}"
-        else:
-            bounds[name] = f"0 <= {name} < {int(knl.get_constant_iname_length(name))}"
-    params = [str(p) for p in dom.get_var_names(isl.dim_type.param)]
-    box = isl.BasicSet(f"[{', '.join(params)}] -> {{[{', '.join(bounds)}]: "
-                       + " and ".join(bounds.values()) + "}")
-    assumed = isl.align_spaces(knl.assumptions, dom.params())
-    if not box.intersect_params(assumed).is_equal(dom.intersect_params(assumed)):
-        return t_unit
-    return t_unit.with_kernel(knl.copy(domains=[box]))
 
 
 def _register_tile(t_unit: lp.TranslationUnit, rows: list[str],
@@ -346,28 +315,8 @@ def _register_tile(t_unit: lp.TranslationUnit, rows: list[str],
         loops.update({f"{i}_{suffix}": ext[i] for i in axes})
         # (row by row, a work-item's consecutive columns innermost)
         t_unit = lp.prioritize_loops(t_unit, ",".join(f"{i}_{suffix}" for i in (*rows, *cols)))
-    t_unit = _own_domain(t_unit, loops)
+    t_unit = pipeline.own_domain(t_unit, loops)
     return lp.prioritize_loops(t_unit, ",".join([f"{RED}_blk", f"{RED}_in", *axes]))
-
-
-def _own_domain(t_unit: lp.TranslationUnit, loops: dict[str, int]) -> lp.TranslationUnit:
-    """Inames ``loops`` (each counting from 0 to its length) moved out of the kernel's
-    domain into a box of their own: Loopy's code generation works on the domain of
-    every statement it emits, and its isl operations slow down with every iname the
-    domain holds, whether the statement uses it or not."""
-    knl = t_unit.default_entrypoint
-    doms = []
-    for dom in knl.domains:
-        idx = dom.get_var_dict()
-        for name in loops:
-            if name in idx:
-                dt, pos = dom.get_var_dict()[name]  # (positions shift as dims go)
-                dom = dom.project_out(dt, pos, 1)
-        doms.append(dom)
-    box = " and ".join(f"0 <= {n} < {k}" for n, k in loops.items())
-    doms.append(isl.BasicSet.read_from_str(
-        doms[0].get_ctx(), f"{{ [{', '.join(loops)}] : {box} }}"))
-    return t_unit.with_kernel(knl.copy(domains=doms))
 
 
 def skinny_tiles(cfg: TileConfig, rows: int | None, cols: int | None, group: int,
@@ -514,8 +463,13 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
 
 
 def _for_backend(cfg: TileConfig, device: Device) -> TileConfig:
-    """``cfg`` without the float4 reads off OpenCL (``fl_lvec4`` is OpenCL C)."""
-    return cfg if device.backend == "opencl" else cfg._replace(vec=False)
+    """``cfg`` without the float4 reads off OpenCL (``fl_lvec4`` is OpenCL C), and without
+    a register limit off NVIDIA's OpenCL (its build option)."""
+    if device.backend != "opencl":
+        cfg = cfg._replace(vec=False)
+    if device.backend != "opencl" or "nvidia" not in device.platform.lower():
+        cfg = cfg._replace(max_registers=0)
+    return cfg
 
 
 def _medium_tiles(cfg: TileConfig, knl: lp.LoopKernel, medium: int) -> TileConfig:
@@ -557,7 +511,8 @@ def _tiles_ok(cfg: object) -> bool:
             and all(isinstance(n, int) and n > 0 for n in cfg[:5])
             and cfg.bm % cfg.tm == 0 and cfg.bn % cfg.tn == 0
             and cfg.layout in ("blocked", "strided") and isinstance(cfg.vec, bool)
-            and cfg.prefetch in PREFETCH and isinstance(cfg.unroll, int) and cfg.unroll >= 0)
+            and cfg.prefetch in PREFETCH and isinstance(cfg.unroll, int) and cfg.unroll >= 0
+            and isinstance(cfg.max_registers, int) and cfg.max_registers >= 0)
 
 
 #: local memory every OpenCL device has (the standard's minimum for non-custom devices)
@@ -587,7 +542,7 @@ _TILE_SEARCH = (GPU_TILES, GPU_TILES_PLAIN, GPU_TILES._replace(prefetch="regs"),
 _WIDE_SEARCH = (GPU_TILES_WIDE, TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(32, 32, 8, 8, 8))
 _TILES_TEXT = ("a TileConfig with positive sizes, tm dividing bm, tn dividing bn, prefetch "
-               "one of 'none', 'regs', 'double', unroll >= 0")
+               "one of 'none', 'regs', 'double', unroll and max_registers >= 0")
 
 #: a side of the output with at most this many elements is short (GPU)
 GPU_FEW = 32

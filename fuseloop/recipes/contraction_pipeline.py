@@ -2,7 +2,9 @@
 vector reads of the local tiles (:func:`vector_tile_reads`, ``TileConfig.vec``), the
 next step's operands read into registers while this step computes
 (:func:`prefetch_registers`, ``TileConfig.prefetch="regs"``) and two copies of the
-tiles with one barrier per step (:func:`double_buffer`, ``prefetch="double"``).
+tiles with one barrier per step (:func:`double_buffer`, ``prefetch="double"``); and
+the loop domains of the tiled kernel restated for Loopy's code generation
+(:func:`box_domain`, :func:`own_domain`).
 
 They follow the structure of the hand-written trailing update
 (:mod:`fuseloop.linalg_gemm`): per step of the reduced range a work-item reads its
@@ -18,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._lazy import lp, prim
+from .._lazy import isl, lp, prim
 from ..lower.contraction import RED, REDUCTION_ID, contraction_sizes, operand_info
 
 #: elements of one vector read of a local tile (float4: 16-byte shared loads)
@@ -234,3 +236,63 @@ def double_buffer(t_unit: lp.TranslationUnit, step: str) -> lp.TranslationUnit:
         id="step_barrier", synchronization_kind="local", mem_kind="local",
         within_inames=within, depends_on=frozenset(i.id for i in stores)))
     return t_unit.with_kernel(knl.copy(instructions=insns, temporary_variables=temps))
+
+
+# {{{ loop domains
+
+def box_domain(t_unit: lp.TranslationUnit, blocks: dict[str, int]) -> lp.TranslationUnit:
+    """The loop domain after the splits by whole ``blocks`` (of ``m``, ``n``, ``k``, each
+    padded to its block or a multiple of it) restated as a box: each inner iname
+    ``0 <= i < length`` on its own, each block iname ``0 <= blk and block * blk < size``.
+
+    Splitting bounds the sum ``block * blk + ... + r0 < size``; with the size
+    class's ``size mod 128 = 0`` (or the padding's ``floor``) isl needed the
+    divisibility to see that no unrolled register iname needs a bounds check, for
+    every statement Loopy emitted.  The box is the same set under the kernel's
+    assumptions (checked: otherwise the domain is kept).
+    """
+    knl = t_unit.default_entrypoint
+    sizes = contraction_sizes(knl)
+    dom = knl.domains[0]
+    if len(knl.domains) != 1:
+        return t_unit
+    bounds: dict[str, str] = {}
+    for name in map(str, dom.get_var_names(isl.dim_type.set)):
+        side = name.split("_")[0]
+        if side not in blocks or name == side:
+            proj = dom.project_out_except([name], [isl.dim_type.set])
+            text = str(proj)
+            bounds[name] = text[text.index(":") + 1:text.rindex("}")].strip()
+        elif name == f"{side}_blk":
+            bounds[name] = f"0 <= {name} and {blocks[side]} * {name} < {sizes.of(side)}"
+        else:
+            bounds[name] = f"0 <= {name} < {int(knl.get_constant_iname_length(name))}"
+    params = [str(p) for p in dom.get_var_names(isl.dim_type.param)]
+    box = isl.BasicSet(f"[{', '.join(params)}] -> {{[{', '.join(bounds)}]: "
+                       + " and ".join(bounds.values()) + "}")
+    assumed = isl.align_spaces(knl.assumptions, dom.params())
+    if not box.intersect_params(assumed).is_equal(dom.intersect_params(assumed)):
+        return t_unit
+    return t_unit.with_kernel(knl.copy(domains=[box]))
+
+
+def own_domain(t_unit: lp.TranslationUnit, loops: dict[str, int]) -> lp.TranslationUnit:
+    """Inames ``loops`` (each counting from 0 to its length) moved out of the kernel's
+    domain into a box of their own: Loopy's code generation works on the domain of
+    every statement it emits, and its isl operations slow down with every iname the
+    domain holds, whether the statement uses it or not."""
+    knl = t_unit.default_entrypoint
+    doms = []
+    for dom in knl.domains:
+        idx = dom.get_var_dict()
+        for name in loops:
+            if name in idx:
+                dt, pos = dom.get_var_dict()[name]  # (positions shift as dims go)
+                dom = dom.project_out(dt, pos, 1)
+        doms.append(dom)
+    box = " and ".join(f"0 <= {n} < {k}" for n, k in loops.items())
+    doms.append(isl.BasicSet.read_from_str(
+        doms[0].get_ctx(), f"{{ [{', '.join(loops)}] : {box} }}"))
+    return t_unit.with_kernel(knl.copy(domains=doms))
+
+# }}}
