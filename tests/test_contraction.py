@@ -243,7 +243,11 @@ def test_gpu_recipe_has_local_tiles_and_barriers(device, recipe_on):
     else:
         local, barrier = "__local", "barrier(CLK_LOCAL_MEM_FENCE)"
         group = "reqd_work_group_size(16, 16, 1)"
-    assert f"{local} float x_tile" in src and f"{local} float y_tile" in src
+    for tile in ("x_tile", "y_tile"):
+        # (on OpenCL the tiles are float4 arrays with a scalar view: TileConfig.vec)
+        assert f"{local} float {tile}" in src or (
+            f"{local} float4 {tile}_store[" in src
+            and f"{local} float *const {tile} = ({local} float *const ) ({tile}_store" in src)
     assert barrier in src and group in src
     fl.reset_stats()
     got = expr.get()

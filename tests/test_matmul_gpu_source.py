@@ -44,15 +44,18 @@ def _inner_loop(src: str) -> list[str]:
 
 
 def _term(tile: str, row: int, block: int, reg: int, lid: int) -> str:
-    # Loopy's spelling of tile[k_in][64 * block + 4 * lid + reg] (x_tile rows padded)
-    parts = [f"{row} * k_in", *(["64"] if block else []), f"4 * lid({lid})",
-             *([str(reg)] if reg else [])]
-    return f"{tile}[{' + '.join(parts)}]"
+    # Loopy's spelling of tile[k_blk % 2][k_in][64 * block + 4 * lid + reg] (x_tile rows
+    # padded; two copies of 8 rows each), read as component reg of a float4
+    parts = [f"{8 * row} * (k_blk + -2 * (k_blk / 2))", f"{row} * k_in",
+             *(["64"] if block else []), f"4 * lid({lid})"]
+    return f"fl_lvec4({tile}[{' + '.join(parts)}], {reg})"
 
 
 def _expected_update() -> list[str]:
     """The update as generated before the accumulators became an explicit array (with
-    Loopy's name for them): columns outer, the innermost register of each side last."""
+    Loopy's name for them): columns outer, the innermost register of each side last;
+    since the pipeline (TileConfig.vec, prefetch="double"), its tile reads are float4
+    components from the step's copy of the tiles."""
     lines = []
     for n_r0 in range(4):
         for n_r1 in range(2):

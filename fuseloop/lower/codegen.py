@@ -230,8 +230,9 @@ def generate(t_unit: Any, device: Any) -> KernelPlan:
     _stats.increment("kernels_lowered")
     # (Loopy's OpenCL spelling of a loop to unroll is OpenCL C 2.0's attribute;
     # NVIDIA's OpenCL C 1.2 compiler, PoCL and NVRTC all read the pragma)
-    source = code.device_code().replace("__attribute__((opencl_unroll_hint))",
-                                        "#pragma unroll")
+    source = re.sub(r"__attribute__\(\(opencl_unroll_hint(?:\((\d+)\))?\)\)",
+                    lambda m: f"#pragma unroll {m.group(1) or ''}".rstrip(),
+                    code.device_code())
     if "pyopencl-complex.h" in source:
         from .complex_ops import inline_complex_header
 

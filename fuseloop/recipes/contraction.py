@@ -19,9 +19,13 @@ row four values at a time (vector loads from local memory); in the
 ``"strided"`` layout it owns rows ``l, l+tm, ...``.  The fill is spread over the
 work-group with neighbouring work-items on neighbouring addresses of the
 operand's contiguous axis; a tile stored across that order gets its rows
-padded.  The index ranges are padded to whole tiles
-(:func:`~fuseloop.lower.contraction.pad_to_tiles`): no bounds checks in the
-loops, only clamped reads in the fill and predicated stores.  8-byte types use
+padded.  By default (``TileConfig.vec``, ``prefetch="double"``; see
+:mod:`~fuseloop.recipes.contraction_pipeline`) the tiles are float4 arrays read
+four values at a time, the next step is read into registers before the products,
+and stored after them into a second copy of the tiles: one barrier per step.  The
+index ranges are padded to whole tiles
+(:func:`~fuseloop.lower.contraction.pad_to_tiles`): no bounds checks in the loops,
+only clamped reads in the fill and predicated stores.  8-byte types use
 64 x 64 blocks in the strided layout (the best of the shapes measured).
 
 Loopy's ``add_prefetch`` is ``precompute`` of a rule that reads one array; it
@@ -55,7 +59,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .._lazy import isl, lp, prim
+from .._lazy import lp, prim
 from ..lower.contraction import (
     BATCH,
     COL,
@@ -65,12 +69,12 @@ from ..lower.contraction import (
     X_RULE,
     Y_RULE,
     contraction_layout,
-    contraction_sizes,
     explicit_accumulator,
     extent_range,
     pad_to_tiles,
     shifted_split,
 )
+from . import contraction_pipeline as pipeline
 from . import skinny as skinny_mod
 from .core import Derived, Param, Recipe, SizeClassFunction, Space, int_range, powers_of_two
 
@@ -137,10 +141,28 @@ class TileConfig(NamedTuple):
     # 4i..4i+3, then 4i+4*tm.. (four consecutive values: vector loads)
     layout: str = "strided"
     pad: bool = True  # pad local tiles stored across their read order
+    # "blocked" only: the update reads the local tiles as float4 (contraction_pipeline)
+    vec: bool = False
+    # "regs": step s + 1's operands read into registers while step s computes;
+    # "double": and stored into a second copy of the tiles (contraction_pipeline)
+    prefetch: str = "none"
+    # the step's loop unrolled by the device compiler this many at a time (0: whole;
+    # linalg_gemm's update unrolls 4 of its 8: whole took ptxas 143 registers)
+    unroll: int = 0
+    # NVIDIA's OpenCL: registers per work-item the compiler may use (0: its choice;
+    # 128 lets two groups of 256 share an SM); ignored on other platforms
+    max_registers: int = 0
 
 
-#: float32 (and smaller) on GPUs: 128x128 blocks, 8x8 outputs per work-item
-GPU_TILES = TileConfig(layout="blocked")
+#: float32 (and smaller) on GPUs: 128x128 blocks, 8x8 outputs per work-item, steps of
+#: 8, float4 reads of the local tiles and two copies of them (the structure of the
+#: hand-written trailing update, fuseloop.linalg_gemm); fl_lvec4 is OpenCL C, so the
+#: rule drops ``vec`` on other backends
+GPU_TILES = TileConfig(layout="blocked", vec=True, prefetch="double")
+#: the blocks before the pipeline (one copy of the tiles, scalar reads): a probe variant
+GPU_TILES_PLAIN = TileConfig(layout="blocked")
+#: TileConfig.prefetch's values
+PREFETCH = ("none", "regs", "double")
 #: 8-byte types: half the registers per output
 GPU_TILES_WIDE = TileConfig(bm=64, bn=64, bk=8, tm=16, tn=16)
 
@@ -229,7 +251,7 @@ def tiled(cfg: TileConfig):
     (``gpu_tiled.with_params(tiles=cfg)`` keeps 8-byte types apart)."""
 
     def recipe(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
-        return _tile(t_unit, cfg)
+        return _tile(t_unit, _for_backend(cfg, device))
 
     recipe.__name__ = f"gpu_tiled_{cfg.bm}x{cfg.bn}x{cfg.bk}_{cfg.tm}x{cfg.tn}_{cfg.layout}"
     return recipe
@@ -248,48 +270,23 @@ def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
     # (the step's loop is left for the device compiler to unroll: Loopy unrolling
     # it generated bk copies of the bm/tm x bn/tn updates, and its code generation
     # time grew with them, 4x for 8 x 8 outputs per work-item)
-    t_unit = lp.split_iname(t_unit, RED, cfg.bk, inner_tag="unr_hint",
+    hint = f"unr_hint.{cfg.unroll}" if 0 < cfg.unroll < cfg.bk else "unr_hint"
+    t_unit = lp.split_iname(t_unit, RED, cfg.bk, inner_tag=hint,
                             inner_iname=f"{RED}_in", outer_iname=f"{RED}_blk")
-    t_unit = _box_domain(t_unit, {ROW: cfg.bm, COL: cfg.bn, RED: cfg.bk})
+    t_unit = pipeline.box_domain(t_unit, {ROW: cfg.bm, COL: cfg.bn, RED: cfg.bk})
     outer = ",".join(([BATCH] if batch else []) + [f"{ROW}_blk", f"{COL}_blk", f"{RED}_blk"])
     t_unit = _fill_tiles(t_unit, cfg, sweep_x, sweep_y, f"{RED}_in", outer)
-    return _register_tile(t_unit, sweep_x[1:], sweep_y[1:])
-
-
-def _box_domain(t_unit: lp.TranslationUnit, blocks: dict[str, int]) -> lp.TranslationUnit:
-    """The loop domain after the splits by whole ``blocks`` (of ``m``, ``n``, ``k``, each
-    padded to its block or a multiple of it) restated as a box: each inner iname
-    ``0 <= i < length`` on its own, each block iname ``0 <= blk and block * blk < size``.
-
-    Splitting bounds the sum ``block * blk + ... + r0 < size``; with the size
-    class's ``size mod 128 = 0`` (or the padding's ``floor``) isl needed the
-    divisibility to see that no unrolled register iname needs a bounds check, for
-    every statement Loopy emitted.  The box is the same set under the kernel's
-    assumptions (checked: otherwise the domain is kept).
-    """
-    knl = t_unit.default_entrypoint
-    sizes = contraction_sizes(knl)
-    dom = knl.domains[0]
-    if len(knl.domains) != 1:
-        return t_unit
-    bounds: dict[str, str] = {}
-    for name in map(str, dom.get_var_names(isl.dim_type.set)):
-        side = name.split("_")[0]
-        if side not in blocks or name == side:
-            proj = dom.project_out_except([name], [isl.dim_type.set])
-            text = str(proj)
-            bounds[name] = text[text.index(":") + 1:text.rindex("}")].strip()
-        elif name == f"{side}_blk":
-            bounds[name] = f"0 <= {name} and {blocks[side]} * {name} < {sizes.of(side)}"
-        else:
-            bounds[name] = f"0 <= {name} < {int(knl.get_constant_iname_length(name))}"
-    params = [str(p) for p in dom.get_var_names(isl.dim_type.param)]
-    box = isl.BasicSet(f"[{', '.join(params)}] -> {{[{', '.join(bounds)}]: "
-                       + " and ".join(bounds.values()) + "}")
-    assumed = isl.align_spaces(knl.assumptions, dom.params())
-    if not box.intersect_params(assumed).is_equal(dom.intersect_params(assumed)):
-        return t_unit
-    return t_unit.with_kernel(knl.copy(domains=[box]))
+    if cfg.prefetch in ("regs", "double"):
+        t_unit = pipeline.prefetch_registers(t_unit, cfg.bk, outer.split(","))
+    t_unit = _register_tile(t_unit, sweep_x[1:], sweep_y[1:])
+    if cfg.prefetch == "double":
+        t_unit = pipeline.double_buffer(t_unit, f"{RED}_blk")
+    if cfg.vec:
+        t_unit = pipeline.vector_tile_reads(t_unit, [("x_tile", sweep_x), ("y_tile", sweep_y)])
+    if cfg.max_registers:
+        t_unit = lp.set_options(t_unit, build_options=[
+            f"-cl-nv-maxrregcount={cfg.max_registers}"])
+    return t_unit
 
 
 def _register_tile(t_unit: lp.TranslationUnit, rows: list[str],
@@ -318,28 +315,8 @@ def _register_tile(t_unit: lp.TranslationUnit, rows: list[str],
         loops.update({f"{i}_{suffix}": ext[i] for i in axes})
         # (row by row, a work-item's consecutive columns innermost)
         t_unit = lp.prioritize_loops(t_unit, ",".join(f"{i}_{suffix}" for i in (*rows, *cols)))
-    t_unit = _own_domain(t_unit, loops)
+    t_unit = pipeline.own_domain(t_unit, loops)
     return lp.prioritize_loops(t_unit, ",".join([f"{RED}_blk", f"{RED}_in", *axes]))
-
-
-def _own_domain(t_unit: lp.TranslationUnit, loops: dict[str, int]) -> lp.TranslationUnit:
-    """Inames ``loops`` (each counting from 0 to its length) moved out of the kernel's
-    domain into a box of their own: Loopy's code generation works on the domain of
-    every statement it emits, and its isl operations slow down with every iname the
-    domain holds, whether the statement uses it or not."""
-    knl = t_unit.default_entrypoint
-    doms = []
-    for dom in knl.domains:
-        idx = dom.get_var_dict()
-        for name in loops:
-            if name in idx:
-                dt, pos = dom.get_var_dict()[name]  # (positions shift as dims go)
-                dom = dom.project_out(dt, pos, 1)
-        doms.append(dom)
-    box = " and ".join(f"0 <= {n} < {k}" for n, k in loops.items())
-    doms.append(isl.BasicSet.read_from_str(
-        doms[0].get_ctx(), f"{{ [{', '.join(loops)}] : {box} }}"))
-    return t_unit.with_kernel(knl.copy(domains=doms))
 
 
 def skinny_tiles(cfg: TileConfig, rows: int | None, cols: int | None, group: int,
@@ -482,7 +459,17 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
                                stage)
     cfg = _medium_tiles(cfg, knl, medium)
     cfg = skinny_tiles(cfg, short[0], short[1], skinny_group, skinny_bk, max(itemsize, 4))
-    return _tile(t_unit, cfg)
+    return _tile(t_unit, _for_backend(cfg, device))
+
+
+def _for_backend(cfg: TileConfig, device: Device) -> TileConfig:
+    """``cfg`` without the float4 reads off OpenCL (``fl_lvec4`` is OpenCL C), and without
+    a register limit off NVIDIA's OpenCL (its build option)."""
+    if device.backend != "opencl":
+        cfg = cfg._replace(vec=False)
+    if device.backend != "opencl" or "nvidia" not in device.platform.lower():
+        cfg = cfg._replace(max_registers=0)
+    return cfg
 
 
 def _medium_tiles(cfg: TileConfig, knl: lp.LoopKernel, medium: int) -> TileConfig:
@@ -523,7 +510,9 @@ def _tiles_ok(cfg: object) -> bool:
     return (isinstance(cfg, TileConfig)
             and all(isinstance(n, int) and n > 0 for n in cfg[:5])
             and cfg.bm % cfg.tm == 0 and cfg.bn % cfg.tn == 0
-            and cfg.layout in ("blocked", "strided"))
+            and cfg.layout in ("blocked", "strided") and isinstance(cfg.vec, bool)
+            and cfg.prefetch in PREFETCH and isinstance(cfg.unroll, int) and cfg.unroll >= 0
+            and isinstance(cfg.max_registers, int) and cfg.max_registers >= 0)
 
 
 #: local memory every OpenCL device has (the standard's minimum for non-custom devices)
@@ -536,20 +525,24 @@ def _tiles_fit(values: Mapping[str, Any], device: Device) -> bool:
     if max(values["skinny_group"], values["stream_group"]) > device.max_work_group_size \
             or values["skinny_lanes"] > values["skinny_group"]:
         return False
-    for cfg in (values["tiles"], values["wide_tiles"]):
+    for cfg, itemsize in ((values["tiles"], 4), (values["wide_tiles"], 8)):
         if cfg.tm * cfg.tn > device.max_work_group_size:
             return False
-        if (cfg.bk + 8) * (cfg.bm + cfg.bn) * 8 > MIN_LOCAL_MEMORY:
+        copies = 2 if cfg.prefetch == "double" else 1
+        if (cfg.bk + 8) * (cfg.bm + cfg.bn) * itemsize * copies > MIN_LOCAL_MEMORY:
             return False
     return True
 
 
-_TILE_SEARCH = (GPU_TILES, TileConfig(64, 64, 8, 16, 16, "blocked"),
+_TILE_SEARCH = (GPU_TILES, GPU_TILES_PLAIN, GPU_TILES._replace(prefetch="regs"),
+                GPU_TILES._replace(unroll=4),
+                GPU_TILES._replace(vec=False), TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(128, 64, 8, 16, 16, "blocked"), TileConfig(128, 128, 8, 16, 16),
                 TileConfig(64, 64, 8, 8, 8, "blocked"))
 _WIDE_SEARCH = (GPU_TILES_WIDE, TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(32, 32, 8, 8, 8))
-_TILES_TEXT = "a TileConfig with positive sizes, tm dividing bm, tn dividing bn"
+_TILES_TEXT = ("a TileConfig with positive sizes, tm dividing bm, tn dividing bn, prefetch "
+               "one of 'none', 'regs', 'double', unroll and max_registers >= 0")
 
 #: a side of the output with at most this many elements is short (GPU)
 GPU_FEW = 32
@@ -562,7 +555,7 @@ GPU_MEDIUM = 64
 GPU_ALIGN = 128
 
 gpu_tiled = Recipe(
-    "gpu-tiled", _gpu_tiled, kind="contraction", version="3",
+    "gpu-tiled", _gpu_tiled, kind="contraction", version="4",
     params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types",
                   Space(_TILE_SEARCH, _tiles_ok, _TILES_TEXT)),
             Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types",
@@ -752,5 +745,5 @@ def untiled(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
     return lp.split_iname(t_unit, COL, 16, outer_tag="g.0", inner_tag="l.0")
 
 
-__all__ = ["CPU_BLOCKS", "GPU_TILES", "GPU_TILES_WIDE", "CpuBlocks", "TileConfig", "blocked",
-           "cpu_blocked", "gpu_tiled", "tiled", "untiled"]
+__all__ = ["CPU_BLOCKS", "GPU_TILES", "GPU_TILES_PLAIN", "GPU_TILES_WIDE", "CpuBlocks",
+           "TileConfig", "blocked", "cpu_blocked", "gpu_tiled", "tiled", "untiled"]

@@ -1,0 +1,298 @@
+"""Pieces of the GPU contraction recipe (``gpu-tiled``) beyond the tiles themselves:
+vector reads of the local tiles (:func:`vector_tile_reads`, ``TileConfig.vec``), the
+next step's operands read into registers while this step computes
+(:func:`prefetch_registers`, ``TileConfig.prefetch="regs"``) and two copies of the
+tiles with one barrier per step (:func:`double_buffer`, ``prefetch="double"``); and
+the loop domains of the tiled kernel restated for Loopy's code generation
+(:func:`box_domain`, :func:`own_domain`).
+
+They follow the structure of the hand-written trailing update
+(:mod:`fuseloop.linalg_gemm`): per step of the reduced range a work-item reads its
+rows and columns of the local tiles as 16-byte vectors (float4: four vector loads for
+64 products at 8 x 8 outputs per work-item), and the global loads of step ``s + 1``
+are issued before the products of step ``s`` so that their latency is hidden behind
+the arithmetic rather than behind other work-groups alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._lazy import isl, lp, prim
+from ..lower.contraction import RED, REDUCTION_ID, contraction_sizes, operand_info
+
+#: elements of one vector read of a local tile (float4: 16-byte shared loads)
+VECTOR_WIDTH = 4
+
+
+#: reads one component of the 16-byte vector at a tile element (an address of a
+#: float4-aligned element: the tile's storage is a float4 array, see vector_tile_reads);
+#: the device compiler merges the four components' loads of one address into one
+LOCAL_VECTOR_READ = "fl_lvec4"
+_LOCAL_VECTOR_SOURCE = (f"#define {LOCAL_VECTOR_READ}(x, c) "
+                        "((*(__local const float4 *) &(x)).s##c)")
+
+
+def vector_tile_reads(t_unit: lp.TranslationUnit,
+                      tiles: list[tuple[str, list[str]]]) -> lp.TranslationUnit:
+    """The update's reads of each local tile as components of float4 reads.
+
+    ``tiles`` are ``(tile, sweep)``: the tile's name (``[..., k, o]``, ``o`` contiguous,
+    its rows a multiple of four elements long, padding included) and the inames of
+    its output side in the blocked layout (``[l, r1, r0]``: ``o = 4 l + 4 threads r1 +
+    r0``; other layouts are left as they are).  The tile's storage
+    becomes a float4 array (aligned to 16 bytes; the tile a scalar view of it,
+    Loopy's ``base_storage``), and the update reads ``tile[k, o - r0]`` as a float4 and
+    takes its component ``r0`` (unrolled: a literal), so the device compiler sees
+    one 16-byte load where it saw four scalar loads it had to prove aligned to merge.
+
+    (Loopy's own vector axis on a view of the storage was declared as a pointer to
+    the scalar type: its ``base_storage`` declarations ignore vector axes.)
+    """
+    from loopy.kernel.array import FixedStrideArrayDimTag, VectorArrayDimTag
+
+    from ..lower.callables import HelperCallable
+
+    knl = t_unit.default_entrypoint
+    info = operand_info(knl)
+    temps = dict(knl.temporary_variables)
+    swaps: dict[str, tuple[list[str], np.dtype]] = {}
+    for name, sweep in tiles:
+        tv = temps[name]
+        dtype = np.dtype(info.x_dtype if name.startswith("x") else info.y_dtype)
+        strides, storage = _strides_and_storage(tv)
+        if dtype != np.float32 or len(sweep) != 3 or strides[-1] != 1 \
+                or any(s % VECTOR_WIDTH for s in strides[:-1]):
+            continue  # (not the blocked layout, or rows that break the alignment)
+        size = strides[0] * storage[0] // VECTOR_WIDTH
+        temps[f"{name}_store"] = lp.TemporaryVariable(
+            f"{name}_store", dtype, shape=(size, VECTOR_WIDTH),
+            # (strides count scalars: Loopy divides them by the vector's width)
+            dim_tags=(FixedStrideArrayDimTag(VECTOR_WIDTH), VectorArrayDimTag()),
+            address_space=lp.AddressSpace.LOCAL)
+        temps[name] = tv.copy(dtype=lp.types.to_loopy_type(dtype), base_storage=f"{name}_store",
+                              _base_storage_access_may_be_aliasing=True)
+        swaps[name] = (sweep, dtype)
+    if not swaps:
+        return t_unit
+    mapper = _tile_reads({k: v[0] for k, v in swaps.items()})
+    insns = [i.with_transformed_expressions(mapper) if i.id == f"{REDUCTION_ID}_update" else i
+             for i in knl.instructions]
+    t_unit = t_unit.with_kernel(knl.copy(instructions=insns, temporary_variables=temps))
+    f32 = np.dtype(np.float32)
+    return lp.register_callable(t_unit, LOCAL_VECTOR_READ, HelperCallable(
+        LOCAL_VECTOR_READ, (f32, np.dtype(np.int32)), f32, _LOCAL_VECTOR_SOURCE))
+
+
+def _strides_and_storage(tv: Any) -> tuple[list[int], list[int]]:
+    """A local tile's strides and storage shape (padding included), in elements."""
+    return ([int(tag.stride) for tag in tv.dim_tags],
+            [int(n) for n in (tv.storage_shape or tv.shape)])
+
+
+def _tile_reads(sweeps: dict[str, list[str]]) -> Any:
+    """A mapper replacing reads ``tile[..., k, o]`` by ``fl_lvec4(tile[..., k, o - r0], r0)``
+    for the tiles of ``sweeps`` (tile: its sweep ``[l, r1, r0]``)."""
+    from loopy.symbolic import IdentityMapper
+
+    class TileReads(IdentityMapper):
+        def map_subscript(self, expr: Any, *args: Any) -> Any:
+            name = getattr(expr.aggregate, "name", None)
+            if name not in sweeps:
+                return super().map_subscript(expr, *args)
+            r0 = prim.Variable(sweeps[name][2])
+            idx = expr.index if isinstance(expr.index, tuple) else (expr.index,)
+            start = expr.aggregate[(*idx[:-1], idx[-1] - r0)]
+            return prim.Variable(LOCAL_VECTOR_READ)(start, r0)
+
+    return TileReads()
+
+
+def prefetch_registers(t_unit: lp.TranslationUnit, bk: int,
+                       outer: list[str]) -> lp.TranslationUnit:
+    """The fill of the local tiles software-pipelined through registers.
+
+    The fill of step ``s`` (``fill_x``, ``fill_y``: global reads stored into the
+    tiles, in the loop over the steps ``k_blk``) becomes three statements: the first
+    step's fill before the loop (``fill_x0``), and in the loop a read of step
+    ``s + 1``'s elements into private registers (``load_x``: issued before the
+    products of step ``s``, which do not wait for it) and their store into the tile
+    after the products (``store_x``, behind a barrier), so the global reads' latency
+    is spent computing.  Loopy places the barriers: before the store (the products
+    read the tile) and at the top of the step (the store wrote it).  ``outer``: the
+    inames of the work-group and the step loop (not the fill's).
+    """
+    from loopy.symbolic import SubstitutionMapper
+    from pymbolic.mapper.substitutor import make_subst_func
+
+    knl = t_unit.default_entrypoint
+    step = outer[-1]
+    limit = contraction_sizes(knl).limit(RED)
+    more = prim.Comparison(bk * (prim.Variable(step) + 1), "<", limit)
+    insns = {i.id: i for i in knl.instructions}
+    temps = dict(knl.temporary_variables)
+    new_deps: set[str] = set()
+    dup: list[tuple[str, str, str]] = []
+    for name in ("x", "y"):
+        fill = insns.pop(f"fill_{name}")
+        own = sorted(set(fill.within_inames) - set(outer))
+        unrolled = [i for i in own if any(type(t).__name__ == "UnrollTag"
+                                          for t in knl.iname_tags(i))]
+        regs = int(knl.get_constant_iname_length(unrolled[0])) if unrolled else 1
+        reg: Any = prim.Variable(f"{name}_reg")[prim.Variable(unrolled[0]) if unrolled else 0]
+        temps[f"{name}_reg"] = lp.TemporaryVariable(
+            f"{name}_reg", temps[f"{name}_tile"].dtype, shape=(regs,),
+            address_space=lp.AddressSpace.PRIVATE)
+        first = SubstitutionMapper(make_subst_func({step: 0}))
+        following = SubstitutionMapper(make_subst_func({step: prim.Variable(step) + 1}))
+        insns[f"fill_{name}0"] = fill.copy(
+            id=f"fill_{name}0", assignee=first(fill.assignee),
+            expression=first(fill.expression), within_inames=fill.within_inames - {step},
+            depends_on=frozenset())
+        preds: Any = fill.predicates | {more}
+        insns[f"load_{name}"] = lp.Assignment(
+            reg, following(fill.expression), id=f"load_{name}",
+            within_inames=fill.within_inames, predicates=preds)
+        insns[f"store_{name}"] = lp.Assignment(
+            fill.assignee, reg, id=f"store_{name}", within_inames=fill.within_inames,
+            predicates=preds,
+            depends_on=frozenset({f"load_{name}", f"{REDUCTION_ID}_update"}))
+        new_deps |= {f"fill_{name}0", f"load_{name}"}
+        if unrolled:
+            dup += [(unrolled[0], f"fill_{name}0", f"{unrolled[0]}_0"),
+                    (unrolled[0], f"store_{name}", f"{unrolled[0]}_s")]
+    for iid, insn in list(insns.items()):
+        deps = set(insn.depends_on)
+        if deps & {"fill_x", "fill_y"}:
+            deps -= {"fill_x", "fill_y"}
+            # (the products, a reduction still or its update: after the loads, so
+            # that the loads are issued first)
+            deps |= new_deps if iid in (REDUCTION_ID, f"{REDUCTION_ID}_update") \
+                else {"fill_x0", "fill_y0"}
+            insns[iid] = insn.copy(depends_on=frozenset(deps))
+    t_unit = t_unit.with_kernel(knl.copy(instructions=list(insns.values()),
+                                         temporary_variables=temps))
+    for iname, within, new in dup:
+        t_unit = lp.duplicate_inames(t_unit, [iname], within=f"id:{within}", new_inames=[new],
+                                     tags={iname: "unr"})
+    return t_unit
+
+
+def double_buffer(t_unit: lp.TranslationUnit, step: str) -> lp.TranslationUnit:
+    """After :func:`prefetch_registers`: two copies of each tile, the products of step
+    ``s`` reading copy ``s mod 2`` while the registers of step ``s + 1`` are stored
+    into the other, so that one barrier per step is enough (the hand-written
+    update's scheme, :mod:`fuseloop.linalg_gemm`); Loopy finds that the store and the
+    products of one step touch different copies and places one barrier, at the top
+    of the step."""
+    from loopy.kernel.array import FixedStrideArrayDimTag
+
+    knl = t_unit.default_entrypoint
+    s = prim.Variable(step)
+    temps = dict(knl.temporary_variables)
+    for name in ("x_tile", "y_tile"):
+        tv = temps[name]
+        strides, storage = _strides_and_storage(tv)
+        shape: Any = tv.shape
+        temps[name] = tv.copy(
+            shape=(2, *shape), storage_shape=(2, *storage),
+            dim_names=None if tv.dim_names is None else (f"{name}_copy", *tv.dim_names),
+            dim_tags=(FixedStrideArrayDimTag(strides[0] * storage[0]),
+                      *(FixedStrideArrayDimTag(n) for n in strides)))
+    copies = {"fill": 0, "store": (s + 1) % 2}
+
+    def copy_of(iid: str) -> Any:
+        for prefix, which in copies.items():
+            if iid.startswith(prefix):
+                return which
+        return s % 2
+
+    from loopy.symbolic import IdentityMapper
+
+    class Copy(IdentityMapper):
+        def __init__(self, which: Any) -> None:
+            super().__init__()
+            self.which = which
+
+        def map_subscript(self, expr: Any, *args: Any) -> Any:
+            if getattr(expr.aggregate, "name", None) not in ("x_tile", "y_tile"):
+                return super().map_subscript(expr, *args)
+            idx = expr.index if isinstance(expr.index, tuple) else (expr.index,)
+            return expr.aggregate[(self.which, *(self.rec(i, *args) for i in idx))]
+
+    insns = [i.with_transformed_expressions(Copy(copy_of(i.id))) for i in knl.instructions]
+    # Loopy does not see that the store and the products of one step touch different
+    # copies (a barrier between them): told so, and given the barrier at the end of
+    # the step itself (the store of step s before the products of step s + 1)
+    update = f"{REDUCTION_ID}_update"
+    stores = [i for i in insns if i.id.startswith("store_") and i.id[6:] in ("x", "y")]
+    insns = [i.copy(no_sync_with=i.no_sync_with | {(update, "local")}) if i in stores else i
+             for i in insns]
+    within = frozenset.intersection(*(frozenset(knl.id_to_insn[update].within_inames)
+                                      & frozenset(i.within_inames) for i in stores))
+    insns.append(lp.BarrierInstruction(
+        id="step_barrier", synchronization_kind="local", mem_kind="local",
+        within_inames=within, depends_on=frozenset(i.id for i in stores)))
+    return t_unit.with_kernel(knl.copy(instructions=insns, temporary_variables=temps))
+
+
+# {{{ loop domains
+
+def box_domain(t_unit: lp.TranslationUnit, blocks: dict[str, int]) -> lp.TranslationUnit:
+    """The loop domain after the splits by whole ``blocks`` (of ``m``, ``n``, ``k``, each
+    padded to its block or a multiple of it) restated as a box: each inner iname
+    ``0 <= i < length`` on its own, each block iname ``0 <= blk and block * blk < size``.
+
+    Splitting bounds the sum ``block * blk + ... + r0 < size``; with the size
+    class's ``size mod 128 = 0`` (or the padding's ``floor``) isl needed the
+    divisibility to see that no unrolled register iname needs a bounds check, for
+    every statement Loopy emitted.  The box is the same set under the kernel's
+    assumptions (checked: otherwise the domain is kept).
+    """
+    knl = t_unit.default_entrypoint
+    sizes = contraction_sizes(knl)
+    dom = knl.domains[0]
+    if len(knl.domains) != 1:
+        return t_unit
+    bounds: dict[str, str] = {}
+    for name in map(str, dom.get_var_names(isl.dim_type.set)):
+        side = name.split("_")[0]
+        if side not in blocks or name == side:
+            proj = dom.project_out_except([name], [isl.dim_type.set])
+            text = str(proj)
+            bounds[name] = text[text.index(":") + 1:text.rindex("}")].strip()
+        elif name == f"{side}_blk":
+            bounds[name] = f"0 <= {name} and {blocks[side]} * {name} < {sizes.of(side)}"
+        else:
+            bounds[name] = f"0 <= {name} < {int(knl.get_constant_iname_length(name))}"
+    params = [str(p) for p in dom.get_var_names(isl.dim_type.param)]
+    box = isl.BasicSet(f"[{', '.join(params)}] -> {{[{', '.join(bounds)}]: "
+                       + " and ".join(bounds.values()) + "}")
+    assumed = isl.align_spaces(knl.assumptions, dom.params())
+    if not box.intersect_params(assumed).is_equal(dom.intersect_params(assumed)):
+        return t_unit
+    return t_unit.with_kernel(knl.copy(domains=[box]))
+
+
+def own_domain(t_unit: lp.TranslationUnit, loops: dict[str, int]) -> lp.TranslationUnit:
+    """Inames ``loops`` (each counting from 0 to its length) moved out of the kernel's
+    domain into a box of their own: Loopy's code generation works on the domain of
+    every statement it emits, and its isl operations slow down with every iname the
+    domain holds, whether the statement uses it or not."""
+    knl = t_unit.default_entrypoint
+    doms = []
+    for dom in knl.domains:
+        idx = dom.get_var_dict()
+        for name in loops:
+            if name in idx:
+                dt, pos = dom.get_var_dict()[name]  # (positions shift as dims go)
+                dom = dom.project_out(dt, pos, 1)
+        doms.append(dom)
+    box = " and ".join(f"0 <= {n} < {k}" for n, k in loops.items())
+    doms.append(isl.BasicSet.read_from_str(
+        doms[0].get_ctx(), f"{{ [{', '.join(loops)}] : {box} }}"))
+    return t_unit.with_kernel(knl.copy(domains=doms))
+
+# }}}

@@ -1,0 +1,143 @@
+"""The GPU matmul's pipeline (``TileConfig.vec``, ``TileConfig.prefetch``): its code for a
+fake H100 (read, not run), and its results on this device against numpy (PoCL runs
+the GPU recipe; small tiles, so that each kernel builds in seconds).
+
+PoCL runs the work-items of a group one after another between barriers, so a
+missing barrier would not show in the results: the source is read for them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.errors import RecipeError
+from fuseloop.lower import codegen
+from fuseloop.recipes import contraction as rc
+
+#: small tiles with the default's pipeline: 4 x 4 outputs of a group of 8 x 8, steps of 4
+SMALL = rc.TileConfig(32, 32, 4, 8, 8, "blocked", vec=True, prefetch="double")
+
+
+def _fake_h100(device):
+    return dataclasses.replace(device, index=9133, type="gpu", compute_units=132,
+                               name="NVIDIA H100 80GB HBM3", vendor="NVIDIA Corporation",
+                               platform="NVIDIA CUDA", max_work_group_size=1024)
+
+
+def _source(expr, device, recipe=rc.gpu_tiled) -> str:
+    with fl.recipes.use(recipe):
+        low = fl.program(expr).lower(_fake_h100(device))
+    with codegen.loopy_section():
+        return codegen.generate(low.t_unit, low.device).source
+
+
+def _step_loop(src: str) -> str:
+    return src[src.index("for (int k_blk"):]
+
+
+def test_default_tiles_are_the_hand_written_updates_structure(device):
+    """128 x 128 by 16 x 16 work-items, 8 x 8 accumulators each, steps of 8: the tiles
+    read as float4, the next step read into registers before the products and stored
+    into the other copy of the tiles after them, one barrier per step."""
+    a = fl.empty((256, 256), dtype=np.float32, device=device)
+    src = _source(a @ a, device)
+    assert "reqd_work_group_size(16, 16, 1)" in src
+    assert "float acc_reg[4 * 2 * 2 * 4];" in src
+    # tiles stored as float4 (16-byte aligned), two copies of 8 rows (x's padded to 132)
+    assert "__local float4 x_tile_store[528];" in src and "__local float4 y_tile_store[512];" in src
+    assert src.count("fl_lvec4(x_tile[") == src.count("fl_lvec4(y_tile[") == 64
+    step = _step_loop(src)
+    loads = step.index("x_reg[0] = in0[")
+    products = step.index("acc_reg[0] = acc_reg[0] +")
+    stores = step.index("] = x_reg[0];")
+    assert loads < products < stores
+    # one barrier in the step (after the stores), one after the first step's fill
+    assert step.count("barrier(") == 1 and step.index("barrier(") > stores
+    assert src.count("barrier(") == 2
+    # the registers hold step k_blk + 1, read while step k_blk computes; none past the end
+    assert re.search(r"if \(8 \* \(k_blk \+ 1\) < p0\)", step)
+
+
+@pytest.mark.parametrize("form", ["atb", "abt"])
+def test_transposed_operands_are_read_along_their_strides(device, form):
+    """The fill's work-items walk the operand's contiguous axis: A.T's rows (m) and
+    B.T's reduced range (k) are the fast index, as A's k and B's n are in A @ B."""
+    a = fl.empty((256, 256), dtype=np.float32, device=device)
+    expr = a.T @ a if form == "atb" else a @ a.T
+    step = _step_loop(_source(expr, device))
+    x_load = re.search(r"x_reg\[0\] = in0\[(.*)\];", step).group(1)
+    y_load = re.search(r"y_reg\[0\] = in0\[(.*)\];", step).group(1)
+    # (128 neighbouring work-items along m or n, 8 along k; the other index times p0)
+    fast = {"atb": ("% 128", "% 128"), "abt": ("% 8", "% 8")}[form]
+    assert fast[0] in x_load and fast[1] in y_load, (x_load, y_load)
+    assert "fl_lvec4(x_tile[" in step and step.count("barrier(") == 1
+
+
+def test_other_backends_get_no_float4_reads(device):
+    cuda = dataclasses.replace(device, backend="cuda")
+    assert rc._for_backend(rc.GPU_TILES, cuda).vec is False
+    assert rc._for_backend(rc.GPU_TILES, device).vec is (device.backend == "opencl")
+
+
+def test_two_copies_must_fit_local_memory(device):
+    """(fl.tune's candidates pass the recipe's ``valid`` hook: two copies of steps of 16
+    need more than the 32 KiB every device has; one copy of them fits)"""
+    values = dict(rc.gpu_tiled.values)
+    values["tiles"] = rc.TileConfig(128, 128, 16, 16, 16, "blocked", prefetch="double")
+    assert not rc.gpu_tiled.allows(values, device)
+    values["tiles"] = values["tiles"]._replace(prefetch="regs")
+    assert rc.gpu_tiled.allows(values, device)
+    assert rc.gpu_tiled.allows(dict(rc.gpu_tiled.values), device)
+    with pytest.raises(RecipeError):
+        rc.gpu_tiled.with_params(tiles=rc.TileConfig(prefetch="triple"))
+
+
+def _rand(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("tiles", [SMALL, SMALL._replace(vec=False, prefetch="regs")],
+                         ids=["vec+double", "regs"])
+def test_pipelined_products_match_numpy(device, tiles):
+    """Sizes that are not multiples of the tiles (the last step's registers are not
+    loaded: 130 = 32 steps of 4 and a half one), transposed operands, a batch."""
+    a, b = _rand((300, 130), 1), _rand((130, 200), 2)
+    at, bt = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)
+    A, B, AT, BT = (fl.asarray(x) for x in (a, b, at, bt))
+    xs, ys = _rand((3, 40, 70), 3), _rand((3, 70, 36), 4)
+    ref = a.astype(np.float64) @ b
+    with fl.recipes.use(rc.gpu_tiled.with_params(tiles=tiles)):
+        cases = [(A @ B, ref), (AT.T @ B, ref), (A @ BT.T, ref),
+                 (fl.asarray(xs) @ fl.asarray(ys), xs.astype(np.float64) @ ys)]
+        if tiles.prefetch == "regs":
+            cases = cases[:1]  # (the fill is the one piece that differs)
+        for expr, want in cases:
+            got = expr.get()
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        if tiles.vec and device.backend == "opencl":
+            assert "fl_lvec4(" in fl.show_code(A @ B)
+
+
+def test_step_loop_unrolled_in_parts(device):
+    """``TileConfig.unroll``: the step's loop unrolled that many at a time by the device
+    compiler (Loopy's OpenCL C 2.0 attribute, written as the pragma every compiler reads)."""
+    a = fl.empty((256, 256), dtype=np.float32, device=device)
+    src = _source(a @ a, device, rc.gpu_tiled.with_params(tiles=SMALL._replace(unroll=2)))
+    assert re.search(r"#pragma unroll 2\s+for \(int k_in", src), src
+    assert "unroll_hint" not in src
+
+
+def test_register_limit_is_a_build_option_on_nvidia_opencl_only(device):
+    a = fl.empty((256, 256), dtype=np.float32, device=device)
+    recipe = rc.gpu_tiled.with_params(tiles=SMALL._replace(max_registers=128))
+    with fl.recipes.use(recipe):
+        nvidia = fl.program(a @ a).lower(_fake_h100(device)).t_unit.default_entrypoint
+        here = fl.program(a @ a).lower(device).t_unit.default_entrypoint
+    assert "-cl-nv-maxrregcount=128" in nvidia.options.build_options
+    assert not any("maxrreg" in o for o in here.options.build_options or [])
+
