@@ -147,3 +147,13 @@ def test_launches_per_sweep(device):
         off = got_w @ got_w.T - np.diag((got_w * got_w).sum(1))
         assert np.abs(off).max() <= 1e-12 * np.abs(a).max() ** 2 * 10
         np.testing.assert_allclose(got_v.T @ got_w, a, atol=1e-12)
+
+
+def test_work_groups_of_several_items(device, no_fallback, monkeypatch):
+    """A GPU's layout on any device: groups of 8 work-items share each pair's dot
+    products, each row's norm and the completion of U (local reductions, barriers)."""
+    monkeypatch.setattr(linalg_jacobi, "group_size", lambda device, m: 8)
+    b = np.random.default_rng(9).standard_normal((21, 4))
+    _check_svd(np.hstack([b, b[:, :2], b[:, 1:] @ np.ones((3, 1))]))  # rank 4 of 7
+    a = np.random.default_rng(10).standard_normal((13, 13))
+    _check_eigh(a, np.tril(a) + np.tril(a, -1).T)
