@@ -10,9 +10,13 @@ right vectors, one row each).  A sweep is ``n - 1`` steps (``n`` rounded up to a
 even number: every pair once); whether any pair of the sweep rotated is a flag on
 the device, read once per sweep.  At convergence the singular values are the row
 norms of ``w``, the left vectors its rows divided by them, the right vectors the
-rows of ``vt``.  A wide matrix is handled as its transpose.
+rows of ``vt``.  A wide matrix is handled as its transpose.  A row below ``eps``
+times its partner is not rotated (it may be a cancellation's rounding error, parallel
+to the partner, which no rotation makes orthogonal: a rank-deficient matrix's); its
+direction is not kept.
 
-Left vectors that do not come from a column (a zero singular value, or the extra
+Left vectors that do not come from a column (a singular value at most ``eps``
+times the largest, or the extra
 columns of ``full_matrices=True`` for a non-square matrix) are completed as
 numpy's are: an orthonormal basis of the complement, one vector at a time from the
 unit vector farthest from the span so far (classical Gram-Schmidt, twice).
@@ -110,9 +114,14 @@ void fuseloop_jacobi_step(__global FL_T *w, __global FL_T *v, __global long *fla
     be = red[WG];
     ga = red[2 * WG];
 #endif
-    /* (NaN: no rotation; the caller reports the NaN singular values) */
+    /* (NaN: no rotation; the caller reports the NaN singular values.)  A row below
+       EPS times the other is left alone: its direction may be the rounding error of a
+       cancellation, parallel to the other row (a rank-deficient matrix's), which no
+       rotation makes orthogonal; its singular value is then below EPS sigma_max, and
+       its U column is not kept (see fuseloop_jacobi_order) */
+    const FL_T na = sqrt(al), nb = sqrt(be);
     const FL_T tol = sqrt((FL_T)m) * (FL_T)EPS;
-    if (!(fabs(ga) > tol * sqrt(al) * sqrt(be)))
+    if (!(fabs(ga) > tol * na * nb) || na <= (FL_T)EPS * nb || nb <= (FL_T)EPS * na)
         return;
     const FL_T zeta = (be - al) / (2 * ga);
     const FL_T t = copysign((FL_T)1, zeta) / (fabs(zeta) + hypot((FL_T)1, zeta));
@@ -165,9 +174,10 @@ void fuseloop_jacobi_norms(__global FL_T *sig, __global const FL_T *w, const lon
 # The results in order: work-group i takes row i, whose value is val = (sig[i] -
 # shift) * scale (two one-element buffers); its rank r among the values
 # (descending or ascending; ties by position) is where it goes: s[r] = val, row r of
-# u the row of w divided by sig[i] (zero where sig[i] <= THR: a direction not kept;
-# with want_u), row r of v the row of vt (nv elements; 0: none).  cnt[0]: how many
-# sig are above THR; cnt[1]: how many values are not finite (written by rank 0).
+# u the row of w divided by sig[i] (with want_u; zero for a direction not kept: sig[i]
+# at most EPS times the largest, or THR), row r of v the row of vt (nv elements; 0:
+# none).  cnt[0]: how many are kept; cnt[1]: how many values are not finite (written
+# by rank 0).
 _ORDER = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fuseloop_jacobi_order(__global FL_T *s, __global FL_T *u, __global FL_T *v,
@@ -181,12 +191,16 @@ void fuseloop_jacobi_order(__global FL_T *s, __global FL_T *u, __global FL_T *v,
     const long i = get_group_id(0);
     const FL_T scale = scale_[0], shift = shift_[0];
     const FL_T mine = sig[i], val = (mine - shift) * scale;
+    FL_T top = (FL_T)0;
+    for (long j = 0; j < n; ++j)
+        top = fmax(top, sig[j]);
+    const FL_T keep = fmax((FL_T)THR, (FL_T)EPS * top);
     long r = 0, good = 0, bad = 0;
     for (long j = 0; j < n; ++j) {
         const FL_T other = (sig[j] - shift) * scale;
         const int before = descending ? other > val : other < val;
         r += before || (other == val && j < i);
-        good += sig[j] > (FL_T)THR;
+        good += sig[j] > keep;
         bad += !isfinite(other);
     }
     if (r >= n)  /* (NaN values: reported through cnt[1]) */
@@ -198,7 +212,7 @@ void fuseloop_jacobi_order(__global FL_T *s, __global FL_T *u, __global FL_T *v,
         cnt[1] = bad;
     }
     if (want_u) {
-        const FL_T inv = mine > (FL_T)THR ? (FL_T)1 / mine : (FL_T)0;
+        const FL_T inv = mine > keep ? (FL_T)1 / mine : (FL_T)0;
         for (long k = lid; k < m; k += WG)
             u[r * m + k] = w[i * m + k] * inv;
     }

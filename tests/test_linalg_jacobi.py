@@ -63,6 +63,11 @@ def test_svd_rank_deficient_and_zero(device, no_fallback):
     _check_svd(np.hstack([b, b, 2 * b[:, :1]]))  # rank 3 of 7 columns
     _check_svd(np.hstack([b, b]).T, full_matrices=False)
     _check_svd(np.zeros((4, 3)))
+    # rank 1, every column parallel: the cancellations leave columns of rounding error
+    # along the others, which no rotation makes orthogonal (they must not be rotated
+    # forever)
+    _check_svd(np.ones((8, 5)))
+    _check_svd(np.outer(np.arange(1.0, 7.0), [1.0, -2.0, 3.0, 0.5]), full_matrices=False)
     _check_svd(np.diag([3.0, 0.0, 1.0, 0.0]))  # a diagonal input, zeros on it
 
 
