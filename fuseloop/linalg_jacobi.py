@@ -187,22 +187,54 @@ void fuseloop_jacobi_order(__global FL_T *s, __global FL_T *u, __global FL_T *v,
                            const long n, const long m,
                            const long nv, const long descending, const long want_u)
 {
+#if WG > 1
+    __local FL_T rtop[WG];
+    __local long rr[WG], rg[WG], rb[WG];
+#endif
     const int lid = get_local_id(0);
     const long i = get_group_id(0);
     const FL_T scale = scale_[0], shift = shift_[0];
     const FL_T mine = sig[i], val = (mine - shift) * scale;
+    /* the largest norm, then the counts: the group's work-items a share each */
     FL_T top = (FL_T)0;
-    for (long j = 0; j < n; ++j)
+    for (long j = lid; j < n; j += WG)
         top = fmax(top, sig[j]);
+#if WG > 1
+    rtop[lid] = top;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = WG / 2; h > 0; h >>= 1) {
+        if (lid < h)
+            rtop[lid] = fmax(rtop[lid], rtop[lid + h]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    top = rtop[0];
+#endif
     const FL_T keep = fmax((FL_T)THR, (FL_T)EPS * top);
     long r = 0, good = 0, bad = 0;
-    for (long j = 0; j < n; ++j) {
+    for (long j = lid; j < n; j += WG) {
         const FL_T other = (sig[j] - shift) * scale;
         const int before = descending ? other > val : other < val;
         r += before || (other == val && j < i);
         good += sig[j] > keep;
         bad += !isfinite(other);
     }
+#if WG > 1
+    rr[lid] = r;
+    rg[lid] = good;
+    rb[lid] = bad;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = WG / 2; h > 0; h >>= 1) {
+        if (lid < h) {
+            rr[lid] += rr[lid + h];
+            rg[lid] += rg[lid + h];
+            rb[lid] += rb[lid + h];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    r = rr[0];
+    good = rg[0];
+    bad = rb[0];
+#endif
     if (r >= n)  /* (NaN values: reported through cnt[1]) */
         r = n - 1;
     if (lid == 0)
