@@ -142,47 +142,61 @@ void fuseloop_jacobi_step(__global FL_T *w, __global FL_T *v, __global long *fla
 }
 """
 
-# The row norms of w (n x m): a work-group per row.
+# The row norms of w (n x m) and of vt (n x nv; 0: none, norm 1), a work-group per
+# row: sig[i] = |w_i| / |vt_i| and vn[i] = |vt_i|.  The rotations' rounding lets the
+# rows' norms drift together (w = a vt throughout): by ~1e-4 over the sweeps of a
+# float32 400 x 400 matrix, so both are divided by vt's.
 _NORMS = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fuseloop_jacobi_norms(__global FL_T *sig, __global const FL_T *w, const long n,
-                           const long m)
+void fuseloop_jacobi_norms(__global FL_T *sig, __global FL_T *vn, __global const FL_T *w,
+                           __global const FL_T *vt, const long n, const long m,
+                           const long nv)
 {
 #if WG > 1
-    __local FL_T red[WG];
+    __local FL_T red[2 * WG];
 #endif
     const int lid = get_local_id(0);
     const long i = get_group_id(0);
-    FL_T s = (FL_T)0;
+    FL_T s = (FL_T)0, t = (FL_T)0;
     for (long k = lid; k < m; k += WG)
         s += w[i * m + k] * w[i * m + k];
+    for (long k = lid; k < nv; k += WG)
+        t += vt[i * nv + k] * vt[i * nv + k];
 #if WG > 1
     red[lid] = s;
+    red[WG + lid] = t;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int h = WG / 2; h > 0; h >>= 1) {
-        if (lid < h)
+        if (lid < h) {
             red[lid] += red[lid + h];
+            red[WG + lid] += red[WG + lid + h];
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     s = red[0];
+    t = red[WG];
 #endif
-    if (lid == 0)
-        sig[i] = sqrt(s);
+    if (lid == 0) {
+        const FL_T v = nv > 0 ? sqrt(t) : (FL_T)1;
+        sig[i] = sqrt(s) / v;
+        vn[i] = v;
+    }
 }
 """
 
 # The results in order: work-group i takes row i, whose value is val = (sig[i] -
 # shift) * scale (two one-element buffers); its rank r among the values
 # (descending or ascending; ties by position) is where it goes: s[r] = val, row r of
-# u the row of w divided by sig[i] (with want_u; zero for a direction not kept: sig[i]
-# at most EPS times the largest, or THR), row r of v the row of vt (nv elements; 0:
-# none).  cnt[0]: how many are kept; cnt[1]: how many values are not finite (written
-# by rank 0).
+# u the row of w over its norm sig[i] vn[i] (with want_u; zero for a direction not
+# kept: sig[i] at most EPS times the largest, or THR), row r of v the row of vt over
+# its norm vn[i] (nv elements; 0: none).  cnt[0]: how many are kept; cnt[1]: how
+# many values are not finite (written by rank 0).
 _ORDER = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fuseloop_jacobi_order(__global FL_T *s, __global FL_T *u, __global FL_T *v,
                            __global long *cnt, __global const FL_T *sig,
-                           __global const FL_T *w, __global const FL_T *vt,
+                           __global const FL_T *vn, __global const FL_T *w,
+                           __global const FL_T *vt,
                            __global const FL_T *scale_, __global const FL_T *shift_,
                            const long n, const long m,
                            const long nv, const long descending, const long want_u)
@@ -244,12 +258,13 @@ void fuseloop_jacobi_order(__global FL_T *s, __global FL_T *u, __global FL_T *v,
         cnt[1] = bad;
     }
     if (want_u) {
-        const FL_T inv = mine > keep ? (FL_T)1 / mine : (FL_T)0;
+        const FL_T inv = mine > keep ? (FL_T)1 / (mine * vn[i]) : (FL_T)0;
         for (long k = lid; k < m; k += WG)
             u[r * m + k] = w[i * m + k] * inv;
     }
+    const FL_T vinv = (FL_T)1 / vn[i];
     for (long k = lid; k < nv; k += WG)
-        v[r * nv + k] = vt[i * nv + k];
+        v[r * nv + k] = vt[i * nv + k] * vinv;
 }
 """
 
@@ -347,9 +362,9 @@ _PRELUDE = r"""
 # name -> (source, buffer arguments (outputs first), number of int64 scalars)
 _KERNELS: dict[str, tuple[str, list[str], int]] = {
     "fuseloop_jacobi_step": (_STEP, ["out0", "out1", "out2"], 6),
-    "fuseloop_jacobi_norms": (_NORMS, ["out0", "in0"], 2),
+    "fuseloop_jacobi_norms": (_NORMS, ["out0", "out1", "in0", "in1"], 3),
     "fuseloop_jacobi_order": (_ORDER, ["out0", "out1", "out2", "out3", "in0", "in1", "in2",
-                                       "in3", "in4"], 5),
+                                       "in3", "in4", "in5"], 5),
     "fuseloop_jacobi_complete": (_COMPLETE, ["out0", "out1", "out2"], 3),
 }
 
@@ -400,8 +415,7 @@ def _kernel(name: str, dtype: np.dtype, wg: int) -> SourceKernel:
 def _launch(name: str, groups: int, wg: int, outs: list[Array], ins: list[Array],
             scalars: list[int]) -> None:
     dev = outs[0].device
-    compiled = _kernel(name, outs[0].dtype if name != "fuseloop_jacobi_order"
-                       else ins[0].dtype, wg).get(dev)
+    compiled = _kernel(name, outs[0].dtype, wg).get(dev)
     plan = launching.plan_for(compiled, (groups,), 0, 0, dev)
     assert plan is not None
     launching.enqueue(plan, [_buf(x) for x in outs], [_buf(x) for x in ins], scalars, False,
@@ -467,8 +481,10 @@ def _ordered(w: Array, vt: Array | None, scale: Array, shift: Array, descending:
     ``fuseloop_jacobi_order``): three launches, one read of two counts."""
     n, m = w.shape
     dev, dt = w.device, w.dtype
-    sig = empty((n,), dt, dev)
-    _launch("fuseloop_jacobi_norms", n, group_size(dev, m), [sig], [w], [n, m])
+    sig, vn = empty((n,), dt, dev), empty((n,), dt, dev)
+    nv = 0 if vt is None else n
+    _launch("fuseloop_jacobi_norms", n, group_size(dev, max(m, nv)), [sig, vn],
+            [w, vt if vt is not None else w], [n, m, nv])
     values = empty((n,), dt, dev)
     u_rows = empty((k, m), dt, dev) if want_u else None
     v_rows = empty((n, n), dt, dev) if vt is not None else None
@@ -476,8 +492,8 @@ def _ordered(w: Array, vt: Array | None, scale: Array, shift: Array, descending:
     _launch("fuseloop_jacobi_order", n, group_size(dev, max(m, n)),
             [values, u_rows if u_rows is not None else values,
              v_rows if v_rows is not None else values, cnt],
-            [sig, w, vt if vt is not None else w, scale, shift],
-            [n, m, 0 if vt is None else n, int(descending), int(want_u)])
+            [sig, vn, w, vt if vt is not None else w, scale, shift],
+            [n, m, nv, int(descending), int(want_u)])
     good, bad = (int(c) for c in cnt.get())
     if bad:
         raise LinAlgError(f"fl.linalg.{what}: did not converge ({bad} of the {n} values are "
