@@ -125,17 +125,21 @@ void fuseloop_jacobi_step(__global FL_T *w, __global FL_T *v, __global long *fla
         return;
     const FL_T zeta = (be - al) / (2 * ga);
     const FL_T t = copysign((FL_T)1, zeta) / (fabs(zeta) + hypot((FL_T)1, zeta));
-    const FL_T c = (FL_T)1 / sqrt((FL_T)1 + t * t), s = c * t;
+    /* applied as x - s (y + tau x), y + s (x - tau y) with tau = s / (1 + c), that is
+       c = 1 - s tau without rounding c: for t^2 below eps, 1 + t^2 rounds to 1 and
+       (c, s) = (1, t) would grow both rows by t^2 / 2, a bias that over the sweeps
+       made float32 norms drift by 1e-4 */
+    const FL_T c = (FL_T)1 / sqrt((FL_T)1 + t * t), s = c * t, tau = s / ((FL_T)1 + c);
     for (long k = lid; k < m; k += WG) {
         const FL_T x = a[k], y = b[k];
-        a[k] = c * x - s * y;
-        b[k] = s * x + c * y;
+        a[k] = x - s * (y + tau * x);
+        b[k] = y + s * (x - tau * y);
     }
     __global FL_T *va = v + p * nv, *vb = v + q * nv;
     for (long k = lid; k < nv; k += WG) {
         const FL_T x = va[k], y = vb[k];
-        va[k] = c * x - s * y;
-        vb[k] = s * x + c * y;
+        va[k] = x - s * (y + tau * x);
+        vb[k] = y + s * (x - tau * y);
     }
     if (lid == 0)
         flag[sweep] = 1;

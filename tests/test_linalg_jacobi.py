@@ -164,14 +164,16 @@ def test_work_groups_of_several_items(device, no_fallback, monkeypatch):
     _check_eigh(a, np.tril(a) + np.tril(a, -1).T)
 
 
-def test_float32_norm_drift_corrected(device, no_fallback):
-    """The rotations' rounding lets the rows of w and vt drift in norm together (by
-    ~3e-5 at n = 96 in float32, which the shift s turned into eigenvalue errors of
-    5e-5 of the largest); divided out, the vectors are orthonormal and the
-    eigenvalues accurate to 1e-5."""
+def test_float32_rotations_keep_norms(device, no_fallback):
+    """Rotations with c rounded to 1 (t^2 below eps) grow both rows by t^2 / 2; over
+    the sweeps float32 norms drifted by ~3e-5 at n = 96, which the shift s turned into
+    eigenvalue errors of 5e-5 of the largest (eigvalsh: nothing to divide it out by)."""
     a = np.random.default_rng(11).standard_normal((96, 96)).astype(np.float32)
     a = a + a.T
     w, v = (r.get() for r in fl.linalg.eigh(a))
     ref = np.linalg.eigvalsh(a.astype(np.float64))
     assert np.abs(w - ref).max() <= 1e-5 * np.abs(ref).max()
+    assert np.abs(fl.linalg.eigvalsh(a).get() - ref).max() <= 1e-5 * np.abs(ref).max()
     assert np.abs(v.T.astype(np.float64) @ v - np.eye(96)).max() <= 1e-5
+    s = np.linalg.svd(a.astype(np.float64), compute_uv=False)
+    assert np.abs(fl.linalg.svdvals(a).get() - s).max() <= 2e-6 * s.max()
