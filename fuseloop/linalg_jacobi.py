@@ -30,6 +30,7 @@ first scaled by their largest magnitude (results scaled back).
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, NamedTuple
 
@@ -357,6 +358,101 @@ void fuseloop_jacobi_complete(__global FL_T *q, __global FL_T *rest, __global FL
 #undef BOTH
 """
 
+# All the sweeps of one small matrix by one work-group, in one launch: the steps of
+# fuseloop_jacobi_step one after another (the same pairs, formulas and tests), LANES
+# work-items a pair and WG / LANES pairs at a time, barriers between them; the sweeps
+# end when one rotates no pair (or after max_sweeps).  v is set to the identity
+# first; flag[0] = the sweeps run (max_sweeps + 1: not converged).
+_LOCAL = r"""
+#define BOTH (CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fuseloop_jacobi_local(__global FL_T *w, __global FL_T *v, __global long *flag,
+                           const long n, const long m, const long nv, const long npad,
+                           const long lanes, const long max_sweeps)
+{
+    __local FL_T red[3 * WG];
+    __local int rotated;
+    const int lid = get_local_id(0);
+    const long last = npad - 1, npairs = npad / 2, per = WG / lanes;
+    const long lane = lid % lanes, slot = lid / lanes;
+    const FL_T tol = sqrt((FL_T)m) * (FL_T)EPS;
+    for (long e = lid; e < n * nv; e += WG)
+        v[e] = e / nv == e % nv ? (FL_T)1 : (FL_T)0;
+    long sweep = 0;
+    for (; sweep < max_sweeps; ++sweep) {
+        if (lid == 0)
+            rotated = 0;
+        barrier(BOTH);
+        for (long step = 0; step < last; ++step) {
+            for (long g0 = 0; g0 < npairs; g0 += per) {
+                const long g = g0 + slot;
+                long p = g == 0 ? 0 : (g - 1 + step) % last + 1;
+                long q = (last - 1 - g + step) % last + 1;
+                if (p > q) {
+                    const long t = p;
+                    p = q;
+                    q = t;
+                }
+                const int active = g < npairs && q < n;
+                __global FL_T *a = w + p * m, *b = w + q * m;
+                FL_T al = (FL_T)0, be = (FL_T)0, ga = (FL_T)0;
+                if (active)
+                    for (long k = lane; k < m; k += lanes) {
+                        const FL_T x = a[k], y = b[k];
+                        al += x * x;
+                        be += y * y;
+                        ga += x * y;
+                    }
+                red[lid] = al;
+                red[WG + lid] = be;
+                red[2 * WG + lid] = ga;
+                barrier(BOTH);
+                for (long h = lanes / 2; h > 0; h >>= 1) {
+                    if (lane < h) {
+                        red[lid] += red[lid + h];
+                        red[WG + lid] += red[WG + lid + h];
+                        red[2 * WG + lid] += red[2 * WG + lid + h];
+                    }
+                    barrier(BOTH);
+                }
+                al = red[slot * lanes];
+                be = red[WG + slot * lanes];
+                ga = red[2 * WG + slot * lanes];
+                const FL_T na = sqrt(al), nb = sqrt(be);
+                if (active && fabs(ga) > tol * na * nb && na > (FL_T)EPS * nb &&
+                        nb > (FL_T)EPS * na) {
+                    const FL_T zeta = (be - al) / (2 * ga);
+                    const FL_T t = copysign((FL_T)1, zeta) / (fabs(zeta) + hypot((FL_T)1, zeta));
+                    const FL_T c = (FL_T)1 / sqrt((FL_T)1 + t * t), s = c * t;
+                    const FL_T tau = s / ((FL_T)1 + c);
+                    for (long k = lane; k < m; k += lanes) {
+                        const FL_T x = a[k], y = b[k];
+                        a[k] = x - s * (y + tau * x);
+                        b[k] = y + s * (x - tau * y);
+                    }
+                    __global FL_T *va = v + p * nv, *vb = v + q * nv;
+                    for (long k = lane; k < nv; k += lanes) {
+                        const FL_T x = va[k], y = vb[k];
+                        va[k] = x - s * (y + tau * x);
+                        vb[k] = y + s * (x - tau * y);
+                    }
+                    if (lane == 0)
+                        rotated = 1;
+                }
+                barrier(BOTH);
+            }
+        }
+        const int again = rotated;
+        barrier(BOTH);
+        if (!again)
+            break;
+    }
+    if (lid == 0)
+        flag[0] = sweep + 1;
+}
+#undef BOTH
+"""
+
 _PRELUDE = r"""
 #if IS_DOUBLE
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -370,6 +466,7 @@ _KERNELS: dict[str, tuple[str, list[str], int]] = {
     "fuseloop_jacobi_order": (_ORDER, ["out0", "out1", "out2", "out3", "in0", "in1", "in2",
                                        "in3", "in4", "in5"], 5),
     "fuseloop_jacobi_complete": (_COMPLETE, ["out0", "out1", "out2"], 3),
+    "fuseloop_jacobi_local": (_LOCAL, ["out0", "out1", "out2"], 6),
 }
 
 _kernels: dict[tuple[str, str, int], SourceKernel] = {}
@@ -388,6 +485,19 @@ def group_size(device: Device, m: int) -> int:
     while wg < 256 and wg < m and 2 * wg <= device.max_work_group_size:
         wg *= 2
     return wg
+
+
+#: the largest n whose sweeps run in one launch (``fuseloop_jacobi_local``; with rows
+#: of at most 8 n), on CPUs and on GPUs; FUSELOOP_JACOBI_LOCAL sets both (0: never)
+LOCAL_MAX_N = {"cpu": 16, "gpu": 128}
+if os.environ.get("FUSELOOP_JACOBI_LOCAL", "").strip():
+    LOCAL_MAX_N = dict.fromkeys(LOCAL_MAX_N, int(os.environ["FUSELOOP_JACOBI_LOCAL"]))
+
+
+def local_group_size(device: Device) -> int:
+    """Work-items of the one work-group of ``fuseloop_jacobi_local``: 1 on a CPU, 256
+    (or the device's limit) on a GPU."""
+    return 1 if device.type == "cpu" else min(256, device.max_work_group_size)
 
 
 def _zero_below(dtype: np.dtype) -> float:
@@ -448,6 +558,9 @@ def sweeps(w: Array, vt: Array | None) -> int:
     n, m = w.shape
     dev = w.device
     npad = n + (n & 1)
+    most = LOCAL_MAX_N["cpu" if dev.type == "cpu" else "gpu"]
+    if n <= most and m <= 8 * most:  # (long rows: many groups share a step's dot products)
+        return _sweeps_local(w, vt)
     compiled = _kernel("fuseloop_jacobi_step", w.dtype, group_size(dev, m)).get(dev)
     plan = launching.plan_for(compiled, (npad // 2,), 0, 0, dev)
     assert plan is not None
@@ -462,6 +575,26 @@ def sweeps(w: Array, vt: Array | None) -> int:
             return sweep + 1
     raise LinAlgError(f"fl.linalg: the Jacobi iteration did not converge in {MAX_SWEEPS} "
                       f"sweeps ({n} x {m} {w.dtype} matrix)")
+
+
+def _sweeps_local(w: Array, vt: Array | None) -> int:
+    """:func:`sweeps` of a small matrix in one launch (``fuseloop_jacobi_local``): a
+    GPU's launches, ~12 n of them, cost more than a small matrix's flops."""
+    n, m = w.shape
+    dev = w.device
+    npad = n + (n & 1)
+    wg = local_group_size(dev)
+    per = 1
+    while per < npad // 2 and per < wg:
+        per *= 2
+    flag = empty((1,), np.int64, dev)
+    _launch("fuseloop_jacobi_local", 1, wg, [w, vt if vt is not None else w, flag], [],
+            [n, m, 0 if vt is None else n, npad, max(1, wg // per), MAX_SWEEPS])
+    done = int(flag.get()[0])
+    if done > MAX_SWEEPS:
+        raise LinAlgError(f"fl.linalg: the Jacobi iteration did not converge in "
+                          f"{MAX_SWEEPS} sweeps ({n} x {m} {w.dtype} matrix)")
+    return done
 
 
 def _scale(a: Array) -> Array:

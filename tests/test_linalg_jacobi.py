@@ -21,6 +21,17 @@ def no_fallback():
         yield
 
 
+@pytest.fixture(params=["one-launch", "launch-a-step"])
+def path(request, monkeypatch):
+    """Small matrices' sweeps in one launch (``fuseloop_jacobi_local``, the default up
+    to 16 columns on a CPU), or a launch a step as larger ones."""
+    if request.param == "launch-a-step":
+        monkeypatch.setattr(linalg_jacobi, "LOCAL_MAX_N", {"cpu": 0, "gpu": 0})
+    else:
+        monkeypatch.setattr(linalg_jacobi, "LOCAL_MAX_N", {"cpu": 64, "gpu": 64})
+    return request.param
+
+
 def _tol(dtype):
     return 1e-10 if dtype == np.float64 else 1e-4
 
@@ -57,7 +68,7 @@ def test_svd_float32(device, no_fallback):
     np.testing.assert_allclose(got.get(), np.linalg.svd(a, compute_uv=False), rtol=1e-4)
 
 
-def test_svd_rank_deficient_and_zero(device, no_fallback):
+def test_svd_rank_deficient_and_zero(device, no_fallback, path):
     """Zero singular values: U still orthonormal (completed as numpy's is)."""
     b = np.random.default_rng(2).standard_normal((10, 3))
     _check_svd(np.hstack([b, b, 2 * b[:, :1]]))  # rank 3 of 7 columns
@@ -100,7 +111,7 @@ def test_eigh_negative_and_uplo(device, no_fallback):
     _check_eigh(a, np.triu(a) + np.triu(a, 1).T, "U")
 
 
-def test_eigh_repeated_diagonal_1x1(device, no_fallback):
+def test_eigh_repeated_diagonal_1x1(device, no_fallback, path):
     q, _ = np.linalg.qr(np.random.default_rng(5).standard_normal((10, 10)))
     rep = q @ np.diag([1.0] * 3 + [-3.0] * 3 + [2.0] * 4) @ q.T
     _check_eigh(rep, rep)
@@ -137,16 +148,18 @@ def test_nan_input_raises(device):
         fl.linalg.svd(a)
 
 
-def test_launches_per_sweep(device):
-    """One launch per round-robin step: n - 1 per sweep for even n, n for odd."""
-    for n, steps in ((8, 7), (7, 7)):
+def test_launches_per_sweep(device, monkeypatch):
+    """One launch per round-robin step: n - 1 per sweep for even n, n for odd; a small
+    matrix's sweeps in one launch."""
+    for n, steps, local in ((8, 7, 0), (7, 7, 0), (8, 7, 8)):
+        monkeypatch.setattr(linalg_jacobi, "LOCAL_MAX_N", {"cpu": local, "gpu": local})
         a = np.random.default_rng(n).standard_normal((n, 10))
         w = linalg_jacobi._copy(fl.asarray(a))
         vt = fl.empty((n, n), np.float64)  # (set to the identity by the first launch)
         fl.reset_stats()
         sweeps = linalg_jacobi.sweeps(w, vt)
         assert 2 <= sweeps <= 15
-        assert fl.stats()["kernels_launched"] == sweeps * steps
+        assert fl.stats()["kernels_launched"] == (1 if local else sweeps * steps)
         # the rows are orthogonal and a = (w^T) vt, i.e. a^T = vt^T w
         got_w, got_v = w.get(), vt.get()
         off = got_w @ got_w.T - np.diag((got_w * got_w).sum(1))
@@ -154,10 +167,12 @@ def test_launches_per_sweep(device):
         np.testing.assert_allclose(got_v.T @ got_w, a, atol=1e-12)
 
 
-def test_work_groups_of_several_items(device, no_fallback, monkeypatch):
+def test_work_groups_of_several_items(device, no_fallback, monkeypatch, path):
     """A GPU's layout on any device: groups of 8 work-items share each pair's dot
-    products, each row's norm and the completion of U (local reductions, barriers)."""
+    products (one launch: 2 a pair, 4 pairs at a time), each row's norm and the
+    completion of U (local reductions, barriers)."""
     monkeypatch.setattr(linalg_jacobi, "group_size", lambda device, m: 8)
+    monkeypatch.setattr(linalg_jacobi, "local_group_size", lambda device: 8)
     b = np.random.default_rng(9).standard_normal((21, 4))
     _check_svd(np.hstack([b, b[:, :2], b[:, 1:] @ np.ones((3, 1))]))  # rank 4 of 7
     a = np.random.default_rng(10).standard_normal((13, 13))
