@@ -40,9 +40,11 @@ Issue 27's LU target on a GPU (both panel kernels, cupy in the same run)::
 
     python benchmarks/bench_linalg.py --ops solve lu --panel both
 
-The SVD and eigh (launches / (n - 1): the Jacobi sweeps)::
+The SVD and eigh (launches / (n - 1): the Jacobi sweeps; 1 launch: all sweeps in one
+work-group, ``fuseloop.linalg_jacobi.LOCAL_MAX_N``, which ``FUSELOOP_JACOBI_LOCAL=<n>``
+sets: compare ``=0`` and ``=256`` at ``--jacobi-sizes 64 128 256``)::
 
-    python benchmarks/bench_linalg.py --ops svd eigh --jacobi-sizes 256 1024
+    PYTHONPATH=. python benchmarks/bench_linalg.py --ops svd eigh --jacobi-sizes 256 1024
 
 The trailing update alone (TFLOP/s: the GFLOP/s column / 1000)::
 
