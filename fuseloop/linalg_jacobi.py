@@ -358,6 +358,85 @@ void fuseloop_jacobi_complete(__global FL_T *q, __global FL_T *rest, __global FL
 #undef BOTH
 """
 
+# Many rows to add (more than there are): the complement from Householder reflectors
+# instead, as a QR factorisation's Q.  fuseloop_jacobi_hhqr (one work-group) factors
+# the g x m rows of q (as columns) with reflectors H_j = I - tau_j v_j v_j^T, v_j in
+# y[j, j:], each work-item updating a later row; fuseloop_jacobi_hhapply (a
+# work-group per new row c >= g) writes H_0 ... H_{g-1} e_c, orthogonal to the g rows.
+_HOUSEHOLDER = r"""
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fuseloop_jacobi_hhqr(__global FL_T *y, __global FL_T *tau, __global const FL_T *q,
+                          const long m, const long g)
+{
+    const int lid = get_local_id(0);
+    for (long e = lid; e < g * m; e += WG)
+        y[e] = q[e];
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    for (long j = 0; j < g; ++j) {
+        __global FL_T *v = y + j * m;
+        /* (every work-item computes the same norm: no reduction, no race) */
+        FL_T ss = (FL_T)0;
+        for (long e = j; e < m; ++e)
+            ss += v[e] * v[e];
+        const FL_T x0 = v[j], nrm = sqrt(ss), alpha = x0 >= (FL_T)0 ? -nrm : nrm;
+        const FL_T vv = ss - x0 * x0 + (x0 - alpha) * (x0 - alpha);
+        const FL_T t = vv > (FL_T)0 ? (FL_T)2 / vv : (FL_T)0;
+        barrier(CLK_GLOBAL_MEM_FENCE);
+        if (lid == 0) {
+            v[j] = x0 - alpha;
+            tau[j] = t;
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE);
+        for (long k = j + 1 + lid; k < g; k += WG) {
+            __global FL_T *r = y + k * m;
+            FL_T d = (FL_T)0;
+            for (long e = j; e < m; ++e)
+                d += v[e] * r[e];
+            d *= t;
+            for (long e = j; e < m; ++e)
+                r[e] -= d * v[e];
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE);
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fuseloop_jacobi_hhapply(__global FL_T *q, __global const FL_T *y,
+                             __global const FL_T *tau, const long k, const long m,
+                             const long g)
+{
+#if WG > 1
+    __local FL_T red[WG];
+#endif
+    const int lid = get_local_id(0);
+    const long c = g + get_group_id(0);
+    __global FL_T *col = q + c * m;
+    for (long e = lid; e < m; e += WG)
+        col[e] = e == c ? (FL_T)1 : (FL_T)0;
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    for (long j = g - 1; j >= 0; --j) {
+        __global const FL_T *v = y + j * m;
+        FL_T d = (FL_T)0;
+        for (long e = j + lid; e < m; e += WG)
+            d += v[e] * col[e];
+#if WG > 1
+        red[lid] = d;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int h = WG / 2; h > 0; h >>= 1) {
+            if (lid < h)
+                red[lid] += red[lid + h];
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        d = red[0];
+#endif
+        d *= tau[j];
+        for (long e = j + lid; e < m; e += WG)
+            col[e] -= d * v[e];
+        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+    }
+}
+"""
+
 # All the sweeps of one small matrix by one work-group, in one launch: the steps of
 # fuseloop_jacobi_step one after another (the same pairs, formulas and tests), LANES
 # work-items a pair and WG / LANES pairs at a time, barriers between them; the sweeps
@@ -467,6 +546,8 @@ _KERNELS: dict[str, tuple[str, list[str], int]] = {
                                        "in3", "in4", "in5"], 5),
     "fuseloop_jacobi_complete": (_COMPLETE, ["out0", "out1", "out2"], 3),
     "fuseloop_jacobi_local": (_LOCAL, ["out0", "out1", "out2"], 6),
+    "fuseloop_jacobi_hhqr": (_HOUSEHOLDER, ["out0", "out1", "in0"], 2),
+    "fuseloop_jacobi_hhapply": (_HOUSEHOLDER, ["out0", "in0", "in1"], 3),
 }
 
 _kernels: dict[tuple[str, str, int], SourceKernel] = {}
@@ -640,13 +721,21 @@ def _ordered(w: Array, vt: Array | None, scale: Array, shift: Array, descending:
 
 def complete(q: Array, start: int) -> None:
     """Make rows ``start:`` of the contiguous k x m ``q`` (rows ``:start``
-    orthonormal) an orthonormal basis of part of their span's complement, in place,
-    by one work-group (see ``fuseloop_jacobi_complete``)."""
+    orthonormal) an orthonormal basis of part of their span's complement, in place:
+    by one work-group (``fuseloop_jacobi_complete``, O(m k) a row), or where more rows
+    are added than there are, from Householder reflectors (``fuseloop_jacobi_hhqr``,
+    ``fuseloop_jacobi_hhapply``: O(m start) a row, the rows in parallel)."""
     k, m = q.shape
     if start >= k:
         return
     dev = q.device
     wg = group_size(dev, m)
+    if k - start > start:  # (O(m g^2) in one group, then O(m g) a new row in parallel)
+        g = max(start, 1)
+        y, tau = empty((g, m), q.dtype, dev), empty((g,), q.dtype, dev)
+        _launch("fuseloop_jacobi_hhqr", 1, wg, [y, tau], [q], [m, start])
+        _launch("fuseloop_jacobi_hhapply", k - start, wg, [q], [y, tau], [k, m, start])
+        return
     _launch("fuseloop_jacobi_complete", 1, wg, [q, empty((m,), q.dtype, dev),
                                                 empty((k,), q.dtype, dev)], [], [k, m, start])
 
