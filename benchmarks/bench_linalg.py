@@ -2,7 +2,9 @@
 ``fl.linalg.solve`` (one right-hand side), the LU factorisation alone (``lu``:
 ``fuseloop.linalg_factor._lu`` against ``scipy.linalg.lu_factor`` and cupy's
 ``cupyx.scipy.linalg.lu_factor``, cuSOLVER's getrf), ``fl.linalg.solve_triangular``
-(``--rhs`` columns), ``fl.sort`` and ``fl.cumulative_sum``; ``update``: one trailing
+(``--rhs`` columns), ``fl.sort`` and ``fl.cumulative_sum``, ``fl.linalg.svd`` (reduced,
+with vectors) and ``fl.linalg.eigh`` at ``--jacobi-sizes`` (one-sided Jacobi against
+numpy, and cupy's and torch's cuSOLVER); ``update``: one trailing
 update of the factorisations, ``C -= A B`` with C (n - 64) x (n - 64) and inner size 64
 (a 4096 LU's first), by ``fuseloop_gemm_update`` (a row per tiling: the rule's, and each
 of its two forced, labelled ``[tile]``, and the big one reading and writing c element by
@@ -32,10 +34,17 @@ Usage (the issue's sizes are the defaults)::
                                       [--repeat 5] [--dtype float32] [--out results.json]
                                       [--update auto|kernel|contraction|both]
                                       [--panel auto|rows|tile|both]
+                                      [--jacobi-sizes 256 1024]
 
 Issue 27's LU target on a GPU (both panel kernels, cupy in the same run)::
 
     python benchmarks/bench_linalg.py --ops solve lu --panel both
+
+The SVD and eigh (launches / (n - 1): the Jacobi sweeps; 1 launch: all sweeps in one
+work-group, ``fuseloop.linalg_jacobi.LOCAL_MAX_N``, which ``FUSELOOP_JACOBI_LOCAL=<n>``
+sets: compare ``=0`` and ``=256`` at ``--jacobi-sizes 64 128 256``)::
+
+    PYTHONPATH=. python benchmarks/bench_linalg.py --ops svd eigh --jacobi-sizes 256 1024
 
 The trailing update alone (TFLOP/s: the GFLOP/s column / 1000)::
 
@@ -55,7 +64,7 @@ import fuseloop as fl
 from fuseloop import linalg_factor, linalg_gemm, linalg_kernels, linalg_panel
 from fuseloop.bench.runner import median_time
 
-OPS = ("cholesky", "solve", "lu", "solve_triangular", "sort", "cumsum", "update")
+OPS = ("cholesky", "solve", "lu", "solve_triangular", "sort", "cumsum", "update", "svd", "eigh")
 #: the ops that factor by LU (``--panel`` applies)
 LU_OPS = ("solve", "lu")
 
@@ -256,6 +265,48 @@ def _sort_scan(sort_n: int, scan_n: int, ops: list[str], cp: Any, th: Any) -> li
     return cases
 
 
+# {{{ svd and eigh (one-sided Jacobi: fuseloop/linalg_jacobi.py)
+
+def _jacobi_cases(n: int, dt: np.dtype, ops: list[str], cp: Any, th: Any) -> list[Case]:
+    """``fl.linalg.svd`` (reduced, with vectors) of a random n x n matrix and
+    ``fl.linalg.eigh`` of a random symmetric one, against numpy (LAPACK), cupy and
+    torch (cuSOLVER); checked by the values against numpy's (float64)."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((n, n))
+    sym = ((a + a.T) / 2).astype(dt)
+    a = a.astype(dt)
+    tol = 1e-3 if dt == np.float32 else 1e-9
+    cases = []
+    if "svd" in ops:
+        da = fl.asarray(a)
+        ref = np.linalg.svd(a.astype(np.float64), compute_uv=False)
+        got = fl.linalg.svd(da, full_matrices=False).S.get()
+        c_a = cp.asarray(a) if cp else None
+        t_a = th.from_numpy(a).cuda() if th else None
+        cases.append(Case(
+            "svd", f"{n}", None,
+            lambda: [x.eval() for x in fl.linalg.svd(da, full_matrices=False)],
+            lambda: np.linalg.svd(a, full_matrices=False),
+            (lambda: cp.linalg.svd(c_a, full_matrices=False)) if cp else None,
+            (lambda: th.linalg.svd(t_a, full_matrices=False)) if th else None,
+            bool(np.abs(got - ref).max() <= tol * ref.max())))
+    if "eigh" in ops:
+        ds = fl.asarray(sym)
+        ref = np.linalg.eigvalsh(sym.astype(np.float64))
+        got = fl.linalg.eigh(ds).eigenvalues.get()
+        c_s = cp.asarray(sym) if cp else None
+        t_s = th.from_numpy(sym).cuda() if th else None
+        cases.append(Case(
+            "eigh", f"{n}", None, lambda: [x.eval() for x in fl.linalg.eigh(ds)],
+            lambda: np.linalg.eigh(sym), (lambda: cp.linalg.eigh(c_s)) if cp else None,
+            (lambda: th.linalg.eigh(t_s)) if th else None,
+            bool(np.abs(got - ref).max() <= tol * np.abs(ref).max())))
+    return cases
+
+
+# }}}
+
+
 def _row(case: Case, repeat: int, dtype: str, syncs: dict[str, Callable[[], Any]]) -> dict:
     row: dict[str, Any] = {"op": case.op, "size": case.size, "dtype": dtype, "ok": case.ok}
     for peer, call in case.calls.items():
@@ -298,6 +349,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[4096])
     ap.add_argument("--rhs", type=int, default=256)
+    ap.add_argument("--jacobi-sizes", type=int, nargs="+", default=[256, 1024],
+                    help="the sizes of svd and eigh (O(n^3) a sweep, about 10 sweeps)")
     ap.add_argument("--sort-n", type=int, default=1 << 24)
     ap.add_argument("--scan-n", type=int, default=1 << 27)
     ap.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
@@ -333,6 +386,8 @@ def main() -> None:
     if "update" in args.ops:
         jobs += [(f"update {n}", lambda n=n: _update_cases(n, dt, cp, th), args.dtype, "auto",
                   "auto") for n in args.sizes]
+    jobs += [(f"{op} {n}", lambda op=op, n=n: _jacobi_cases(n, dt, [op], cp, th), args.dtype,
+              "auto", "auto") for n in args.jacobi_sizes for op in OPS[7:] if op in args.ops]
     for what, make, dtype, mode, panel in jobs:
         linalg_factor.UPDATE, linalg_panel.PANEL = mode, panel
         try:  # (one failing operation does not cost the others' timings)

@@ -134,8 +134,8 @@ class CheckError(FuseloopError, ValueError):
 
 class HostFallbackWarning(UserWarning):
     """An operation fuseloop runs on the host (numpy) rather than on the device,
-    copying its operands there and its results back (``fl.linalg.qr``, ``eigh``,
-    ``svd``, ...: no device algorithm for them yet)."""
+    copying its operands there and its results back (``fl.linalg.qr``; complex
+    ``eigh`` and ``svd``, ...: no device algorithm for them yet)."""
 
 
 class SignatureError(FuseloopError, ValueError):

@@ -13,10 +13,11 @@ off-diagonal updates again by contractions; determinants as device reductions ov
 the diagonal and the pivots).  A failure (a pivot that is not positive, a zero
 pivot) is flagged on the device and read once per matrix.
 
-Leading (batch) axes are handled by a Python loop over the matrices.  QR, the
-eigenvalue problems and the SVD (with what needs it: ``pinv``, ``matrix_rank``,
-the 2- and nuclear norms) run on the host through numpy and warn with
-:class:`~fuseloop.errors.HostFallbackWarning`.
+Leading (batch) axes are handled by a Python loop over the matrices.  The SVD and
+the symmetric eigenproblem (with what needs them: ``pinv``, ``matrix_rank``, the 2-
+and nuclear norms) are one-sided Jacobi sweeps (:mod:`fuseloop.linalg_jacobi`).  QR,
+and complex input to the eigenvalue problems and the SVD, run on the host through
+numpy and warn with :class:`~fuseloop.errors.HostFallbackWarning`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import linalg_jacobi as _jacobi
 from . import linalg_kernels as _k
 from . import linalg_panel as _panel
 from .array import Array, _coerce
@@ -459,54 +461,133 @@ def qr(x: Any, mode: str = "reduced") -> tuple[Array, Array] | Array:
     return _host("qr", np.linalg.qr, a, mode=mode)
 
 
-def eigh(x: Any, UPLO: str = "L") -> tuple[Array, Array]:
-    """``numpy.linalg.eigh``: host fallback."""
-    return _host("eigh", np.linalg.eigh, _matrices(x, "eigh", complex_ok=True), UPLO=UPLO)
+class EighResult(NamedTuple):
+    """``eigh``'s result (numpy's and the standard's field names)."""
+
+    eigenvalues: Array
+    eigenvectors: Array
+
+
+class SVDResult(NamedTuple):
+    """``svd``'s result (numpy's and the standard's field names)."""
+
+    U: Array
+    S: Array
+    Vh: Array
+
+
+def _uplo(UPLO: str) -> bool:
+    """Whether ``UPLO`` names the lower triangle (numpy's check)."""
+    if UPLO not in ("L", "U"):
+        raise ValueError(f"fl.linalg.eigh: UPLO argument must be 'L' or 'U', got {UPLO!r}")
+    return UPLO == "L"
+
+
+def _host_only(a: Array) -> bool:
+    """Complex and empty matrices: the host fallback's (the Jacobi sweeps are real)."""
+    return a.dtype.kind == "c" or a.size == 0
+
+
+def eigh(x: Any, UPLO: str = "L") -> EighResult:
+    """``numpy.linalg.eigh``: eigenvalues ascending, eigenvectors as columns, from the
+    ``UPLO`` triangle; real matrices by Jacobi sweeps on the device
+    (:mod:`fuseloop.linalg_jacobi`), complex ones through the host fallback."""
+    a = _matrices(x, "eigh", complex_ok=True)
+    lower = _uplo(UPLO)
+    if _host_only(a):
+        return EighResult(*_host("eigh", np.linalg.eigh, a, UPLO=UPLO))
+    return EighResult(*_batched(lambda m: _jacobi.eigh(m, lower), a))
 
 
 def eigvalsh(x: Any, UPLO: str = "L") -> Array:
-    """``numpy.linalg.eigvalsh``: host fallback."""
-    return _host("eigvalsh", np.linalg.eigvalsh, _matrices(x, "eigvalsh", complex_ok=True),
-                 UPLO=UPLO)
+    """``numpy.linalg.eigvalsh``: ``eigh``'s eigenvalues (no vectors accumulated)."""
+    a = _matrices(x, "eigvalsh", complex_ok=True)
+    lower = _uplo(UPLO)
+    if _host_only(a):
+        return _host("eigvalsh", np.linalg.eigvalsh, a, UPLO=UPLO)
+    return _batched(lambda m: _jacobi.eigh(m, lower, vectors=False), a)
 
 
 def svd(x: Any, full_matrices: bool = True, compute_uv: bool = True) -> Any:
-    """``numpy.linalg.svd``: host fallback."""
-    return _host("svd", np.linalg.svd, _matrices(x, "svd", square=False, complex_ok=True),
-                 full_matrices=full_matrices, compute_uv=compute_uv)
+    """``numpy.linalg.svd``: ``(U, S, Vh)`` with ``S`` descending (or ``S`` alone);
+    real matrices by one-sided Jacobi on the device (:mod:`fuseloop.linalg_jacobi`:
+    ``U``'s columns beyond the rank are completed to an orthonormal basis, as
+    numpy's), complex ones through the host fallback."""
+    a = _matrices(x, "svd", square=False, complex_ok=True)
+    if _host_only(a):
+        out = _host("svd", np.linalg.svd, a, full_matrices=full_matrices,
+                    compute_uv=compute_uv)
+        return SVDResult(*out) if compute_uv else out
+    out = _batched(lambda m: _jacobi.svd(m, full_matrices, compute_uv), a)
+    return SVDResult(*out) if compute_uv else out
 
 
 def svdvals(x: Any) -> Array:
-    """The singular values (``numpy.linalg.svdvals``): host fallback."""
-    return _host("svdvals", lambda m: np.linalg.svd(m, compute_uv=False),
-                 _matrices(x, "svdvals", square=False, complex_ok=True))
+    """The singular values, descending (``numpy.linalg.svdvals``)."""
+    return svd(x, compute_uv=False)
+
+
+def _values(x: Any, like: Array) -> Array:
+    """A tolerance (a number or an array of them, one per matrix) as an array in
+    ``like``'s dtype on its device."""
+    if isinstance(x, Array):
+        return x.astype(like.dtype)
+    return asarray(np.asarray(x, like.dtype), device=like.device)
 
 
 def pinv(x: Any, rcond: Any = None, hermitian: bool = False, *, rtol: Any = None) -> Array:
-    """``numpy.linalg.pinv`` (through the SVD): host fallback; ``rtol`` is the Array
-    API's name for ``rcond``."""
-    kw = {} if rcond is None else {"rcond": rcond}
-    if rtol is not None:
-        kw["rtol"] = rtol
-    return _host("pinv", np.linalg.pinv, _matrices(x, "pinv", square=False, complex_ok=True),
-                 hermitian=hermitian, **kw)
+    """``numpy.linalg.pinv`` through the SVD: singular values at most ``rcond`` times
+    the largest are dropped (default 1e-15, numpy's); ``rtol`` is the Array API's name
+    for ``rcond``.  ``hermitian`` is accepted and changes nothing (the SVD is used)."""
+    from .ops.shape import expand_dims
+
+    if rcond is not None and rtol is not None:
+        raise ValueError("fl.linalg.pinv: `rtol` and `rcond` can't be both set")
+    a = _matrices(x, "pinv", square=False, complex_ok=True)
+    if _host_only(a):
+        kw = {} if rcond is None else {"rcond": rcond}
+        if rtol is not None:
+            kw["rtol"] = rtol
+        return _host("pinv", np.linalg.pinv, a, hermitian=hermitian, **kw)
+    rc = rcond if rcond is not None else rtol if rtol is not None else 1e-15
+    u, s, vh = svd(a, full_matrices=False)
+    cutoff = expand_dims(_values(rc, a), -1) * _r.max(s, axis=-1, keepdims=True)
+    large = s > cutoff
+    inv_s = large.astype(a.dtype) / (s + (~large).astype(a.dtype))
+    return (vh.swapaxes(-1, -2) * expand_dims(inv_s, -2)) @ u.swapaxes(-1, -2)
 
 
 def matrix_rank(x: Any, tol: Any = None, hermitian: bool = False, *,
                 rtol: Any = None) -> Array:
-    """``numpy.linalg.matrix_rank`` (through the SVD): host fallback; ``rtol`` (the
-    Array API's) is relative to the largest singular value."""
+    """``numpy.linalg.matrix_rank``: the singular values above ``tol`` (default:
+    ``rtol`` times the largest, ``rtol`` by default ``max(m, n) * eps``), counted;
+    ``hermitian``: from the eigenvalues' magnitudes."""
+    from .ops.shape import expand_dims
+    from .ufuncs import FUNCTIONS
+
+    if rtol is not None and tol is not None:
+        raise ValueError("fl.linalg.matrix_rank: `tol` and `rtol` can't be both set")
     a = _coerce(x)
     if a.ndim < 2:
         return _r.count_nonzero(_r.any(a != 0)) if a.ndim else (a != 0).astype(np.int64)
-    return _host("matrix_rank", np.linalg.matrix_rank, _matrices(a, "matrix_rank", False),
-                 tol=tol, hermitian=hermitian, **({} if rtol is None else {"rtol": rtol}))
+    a = _matrices(a, "matrix_rank", False, complex_ok=True)
+    if _host_only(a):
+        return _host("matrix_rank", np.linalg.matrix_rank, a, tol=tol, hermitian=hermitian,
+                     **({} if rtol is None else {"rtol": rtol}))
+    s = FUNCTIONS["absolute"](eigvalsh(a)) if hermitian else svdvals(a)
+    if tol is None:
+        rel = max(a.shape[-2:]) * np.finfo(a.dtype).eps if rtol is None \
+            else expand_dims(_values(rtol, a), -1)
+        limit = _r.max(s, axis=-1, keepdims=True) * rel
+    else:
+        limit = expand_dims(_values(tol, a), -1)
+    return _r.count_nonzero(s > limit, axis=-1)
 
 
 def matrix_norm(x: Any, ord: Any = "fro", keepdims: bool = False) -> Array:
     """The norm of the matrices over the last two axes (array API's
-    ``matrix_norm``): "fro", 1, -1, inf, -inf on the device; 2, -2 and "nuc"
-    (singular values) through the host fallback."""
+    ``matrix_norm``): "fro", 1, -1, inf, -inf, and 2, -2 and "nuc" from the
+    singular values (:func:`svdvals`)."""
     from .ufuncs import FUNCTIONS
 
     a = _matrices(x, "matrix_norm", square=False)
@@ -531,6 +612,6 @@ def matrix_norm(x: Any, ord: Any = "fro", keepdims: bool = False) -> Array:
 
 # }}}
 
-__all__ = ["LinAlgError", "cholesky", "det", "eigh", "eigvalsh", "inv", "matrix_norm",
-           "matrix_power", "matrix_rank", "pinv", "qr", "slogdet", "solve", "svd",
-           "svdvals"]
+__all__ = ["EighResult", "LinAlgError", "SVDResult", "cholesky", "det", "eigh", "eigvalsh",
+           "inv", "matrix_norm", "matrix_power", "matrix_rank", "pinv", "qr", "slogdet",
+           "solve", "svd", "svdvals"]
