@@ -77,7 +77,7 @@ from ..cache import KernelPlan, SourceKernel
 from ..evaluate import allocate
 from ..expr.nodes import Storage
 from ..runtime.devices import Device
-from .radix_kernels import BITS, COMMON, COUNT, KEYS, SCAN, SCATTER
+from .radix_kernels import BITS, COMMON, COUNT, HIST, KEYS, SCAN, SCATTER
 
 #: the sorted digit's bits (256 buckets)
 RADIX_BITS = 8
@@ -103,6 +103,21 @@ MAX_ELEMENTS = (1 << 32) - 1
 #: False sends every OpenCL sort to pyopencl's RadixSort (benchmarks/bench_sort.py
 #: times both in one run)
 ENABLED = True
+#: the passes' way: "classic" (count, scan and scatter kernels a pass) or "onesweep"
+#: (the digits' starts of every pass from one histogram kernel, then one kernel a pass
+#: that sorts its tile and finds where the tile's digits go by decoupled look-back).
+#: The look-back waits on other work-groups, which OpenCL does not promise to run
+#: alongside: GPU_VARIANT is taken on GPUs whose vendor names one of
+#: ONESWEEP_VENDORS (NVIDIA's schedule every started work-group to the end), CPU_VARIANT
+#: on CPUs, "classic" elsewhere; VARIANT, when set, on every device (the benchmarks
+#: compare them in one run)
+VARIANT: str | None = None
+GPU_VARIANT, CPU_VARIANT = "onesweep", "classic"
+ONESWEEP_VENDORS = ("nvidia",)
+#: the one-sweep status words hold counts in 30 bits: larger arrays take "classic"
+MAX_ONESWEEP = (1 << 30) - 1
+#: words of the one-sweep state before its status arrays (the two tile counters)
+_ST_HEAD = 32
 
 _UNSIGNED = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
 #: the bits of +inf of a float this wide (unused by the integers)
@@ -134,8 +149,9 @@ def _local_bytes(group: int, per: int, key_size: int, values: bool) -> int:
     def pad(count: int) -> int:
         return count + count // 32
 
+    # (the one-sweep kernel's run ends and tile number beside the classic's)
     return (pad(group * per) * (key_size + (4 if values else 0)) + 4 * pad(8 * group)
-            + 8 * group + 4 * RADIX + 64)
+            + 8 * group + 8 * RADIX + 64)
 
 
 def local_memory(device: Device) -> int:
@@ -187,6 +203,60 @@ def recipe_for(device: Device, layout: Layout) -> Recipe:
     return Recipe(max(copies, 1), CPU_SCAN_LOCAL if cpu else GPU_SCAN_LOCAL)
 
 
+def variant_for(device: Device, n: int, rows: int) -> str:
+    """The passes' way for ``rows`` rows of ``n`` keys in all on ``device`` (see
+    VARIANT): one-sweep sorts one row of fewer than 2^30 keys."""
+    if rows > 1 or n > MAX_ONESWEEP:
+        return "classic"
+    if VARIANT is not None:
+        return VARIANT
+    if device.type == "cpu":
+        return CPU_VARIANT
+    vendor = (device.vendor or "").lower()
+    return GPU_VARIANT if any(v in vendor for v in ONESWEEP_VENDORS) else "classic"
+
+
+def _hist_copies(device: Device, key_size: int, recipe: Recipe) -> int:
+    """The one-sweep histogram kernel's copies of its histograms (one a key byte)."""
+    copies = recipe.copies
+    while copies > 1 and 4 * RADIX * key_size * (copies + 1) + 64 > local_memory(device):
+        copies //= 2
+    return copies
+
+
+def _options(key_size: int, values: bool, layout: Layout, recipe: Recipe) -> list[str]:
+    return [f"-DKT={_UNSIGNED[key_size]}", f"-DVKT={_UNSIGNED[key_size]}4",
+            f"-DHAS_VALUES={int(values)}", f"-DNSUB={recipe.copies}",
+            f"-DSCAN_LOCAL={int(recipe.scan_local)}",
+            f"-DWG={layout.group}", f"-DPER={layout.per}", f"-DU={_UNSIGNED[key_size]}",
+            f"-DBITS={8 * key_size}", f"-DINF={_INF[key_size]}"]
+
+
+def _onesweep_kernels(key_size: int, values: bool, layout: Layout, recipe: Recipe,
+                      copies: int) -> tuple[SourceKernel, SourceKernel, SourceKernel]:
+    """The one-sweep histogram, starts and pass kernels for keys of ``key_size``
+    bytes (``copies`` of the histograms)."""
+    key = ("onesweep", key_size, values, layout, recipe, copies)
+    found = _PASSES.get(key)
+    if found is not None:
+        return found
+    opts = [*_options(key_size, values, layout, recipe), "-DONESWEEP=1",
+            f"-DNBYTES={key_size}", f"-DHNSUB={copies}"]
+    g = layout.group
+    made = (
+        _plan("fl_radix_hist", COMMON + HIST, ["in0", "out0", "out1", "s0", "p0", "p1"],
+              [None, None, None, "int32", "int64", "int64"], "p[2]", g, opts),
+        _plan("fl_radix_starts", COMMON + HIST, ["out0", "s0"], [None, "int32"], "1", g,
+              opts),
+        _plan("fl_radix_onesweep", COMMON + BITS + SCATTER,
+              ["in0", "in1", "in2", "out0", "out1", "out2", "s0", "s1", "s2", "s3", "p0",
+               "p1"],
+              [None, None, None, None, None, None, "int32", "int32", "int32", "int32",
+               "int64", "int64"], "p[1]", g, opts))
+    with _lock:
+        return _PASSES.setdefault(key, made)
+
+
 def _pass_kernels(key_size: int, values: bool, layout: Layout,
                   recipe: Recipe) -> tuple[SourceKernel, SourceKernel, SourceKernel]:
     """The count, scan and scatter kernels for keys of ``key_size`` bytes."""
@@ -194,11 +264,7 @@ def _pass_kernels(key_size: int, values: bool, layout: Layout,
     found = _PASSES.get(key)
     if found is not None:
         return found
-    opts = [f"-DKT={_UNSIGNED[key_size]}", f"-DVKT={_UNSIGNED[key_size]}4",
-            f"-DHAS_VALUES={int(values)}", f"-DNSUB={recipe.copies}",
-            f"-DSCAN_LOCAL={int(recipe.scan_local)}",
-            f"-DWG={layout.group}", f"-DPER={layout.per}", f"-DU={_UNSIGNED[key_size]}",
-            f"-DBITS={8 * key_size}", f"-DINF={_INF[key_size]}"]
+    opts = [*_options(key_size, values, layout, recipe), "-DONESWEEP=0"]
     g = layout.group
     pass_args = ["s0", "s1", "s2", "p0", "p1"]
     pass_types: list[str | None] = ["int32", "int32", "int64", "int64", "int64"]
@@ -286,7 +352,7 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     # (16 values a work-item at least: 4 vectors of 4 in flight)
     groups = max(1, min(KEY_GROUPS, -(-n // (16 * layout.group))))
     partials = allocate(2 * groups * key_size, dev)  # (the groups' ORs, then ANDs)
-    totals = allocate(RADIX * 4, dev)
+    totals = allocate(8 * RADIX * 4, dev)  # (a histogram a key byte: see fl_radix_hist)
     assert src._storage is not None
     flags = [_kind(dt), np.int32(descending), np.int32(canon), np.int32(values)]
     _launch(to_keys, (n, groups), [keys[0], vals[0], partials, totals], [src._storage],
@@ -300,6 +366,10 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
         assert not canon  # (canon keys have no values)
         out = Array._concrete(allocate(n * key_size, dev), dt, (n,))
     tiles = -(-n // layout.tile)
+    if shifts and variant_for(dev, n, rows) == "onesweep":
+        _onesweep(keys, vals, totals, [s for s, _ in shifts], out, layout, dt, descending,
+                  values, n)
+        return Sorted(None if out is not None else keys[0], vals[0] if values else None, out)
     count, scan, scatter = _pass_kernels(key_size, values, layout,
                                          recipe_for(dev, layout))
     if shifts:
@@ -320,6 +390,36 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     return Sorted(None if out is not None else keys[0], vals[0] if values else None, out)
 
 
+def _onesweep(keys: list[Storage], vals: list[Storage], hist: Storage, shifts: list[int],
+              out: Array | None, layout: Layout, dt: np.dtype, descending: bool,
+              values: bool, n: int) -> None:
+    """:func:`sort_keys`'s passes the one-sweep way (see VARIANT): ``keys`` and ``vals``
+    swapped after each pass as there; ``hist`` zeroed by the key kernel."""
+    dev = hist.device
+    key_size = max(dt.itemsize, 4)
+    recipe = recipe_for(dev, layout)
+    to_hist, to_starts, one = _onesweep_kernels(
+        key_size, values, layout, recipe, _hist_copies(dev, key_size, recipe))
+    tiles = -(-n // layout.tile)
+    state = allocate(4 * (_ST_HEAD + 2 * tiles * RADIX), dev)
+    mask = np.int32(sum(1 << (s // RADIX_BITS) for s in shifts))
+    groups = max(1, min(KEY_GROUPS, -(-n // (16 * layout.group))))
+    # (the first pass's status words and both counters zeroed with the histograms)
+    _launch(to_hist, (_ST_HEAD + tiles * RADIX, n, groups), [hist, state], [keys[0]],
+            [mask], dev)
+    _launch(to_starts, (), [hist], [], [mask], dev)
+    for p, shift in enumerate(shifts):
+        last = out is not None and p == len(shifts) - 1
+        if last:
+            assert out is not None and out._storage is not None  # (a concrete array)
+            keys[1] = out._storage
+        _launch(one, (n, tiles), [keys[1], vals[1], state], [keys[0], vals[0], hist],
+                [np.int32(shift), np.int32(p % 2), _kind(dt) if last else np.int32(-1),
+                 np.int32(descending)], dev)
+        keys.reverse()
+        vals.reverse()
+
+
 def values_of(keys: Storage, dt: np.dtype, n: int, descending: bool,
               layout: Layout, device: Device) -> Array:
     """The values (of ``dt``, bool as uint8) of ``n`` keys sorted by :func:`sort_keys`
@@ -332,4 +432,5 @@ def values_of(keys: Storage, dt: np.dtype, n: int, descending: bool,
     return out
 
 
-__all__ = ["Layout", "Recipe", "Sorted", "layout_for", "recipe_for", "sort_keys", "values_of"]
+__all__ = ["Layout", "Recipe", "Sorted", "layout_for", "recipe_for", "sort_keys", "values_of",
+           "variant_for"]
