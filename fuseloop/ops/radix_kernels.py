@@ -5,8 +5,9 @@ group, ``PER`` keys a work-item, ``KT``/``VKT`` the key type and its vector of 4
 ``U``/``U4`` the values' bits, ``HAS_VALUES`` (positions sorted with the keys), ``NSUB``
 copies of the count's histogram, ``SCAN_LOCAL`` (the scan through local memory),
 ``BITS``/``INF`` the width and +inf's bits; ``ONESWEEP`` (the scatter with the count and
-scan folded in, after ``HIST``'s kernels), ``NBYTES`` the key's bytes and ``HNSUB`` the
-copies of ``HIST``'s histograms."""
+scan folded in, after ``HIST``'s kernels), ``FROM_SRC`` (the one-sweep histogram and
+first pass reading the values, ``U``/``U4`` of their width, instead of keys), ``NBYTES``
+the key's bytes and ``HNSUB`` the copies of ``HIST``'s histograms (``STARTS`` after ``HIST``)."""
 
 from __future__ import annotations
 
@@ -245,12 +246,21 @@ SCATTER = r"""
 #define ST_INC 0x80000000u
 #define ST_COUNT 0x3FFFFFFFu
 #define ST_HEAD 32
+/* FROM_SRC: the first pass reads the values (U) and makes their keys and positions as
+   fl_radix_keys would (kind, descending, canon) */
+#if FROM_SRC
+#define SRC_T U
+#else
+#define SRC_T KT
+#endif
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fl_radix_onesweep(__global const KT *restrict keys, __global const uint *restrict vals,
+void fl_radix_onesweep(__global const SRC_T *restrict keys,
+                       __global const uint *restrict vals,
                        __global const uint *restrict starts, __global KT *restrict keys_out,
                        __global uint *restrict vals_out, __global uint *restrict state,
                        const int shift, const int parity, const int out_kind,
-                       const int descending, const long n, const long tiles)
+                       const int descending, const int kind, const int canon,
+                       const long n, const long tiles)
 #else
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_scatter(__global const KT *restrict keys, __global const uint *restrict vals,
@@ -297,10 +307,26 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
     const int direct = PER % 4 == 0 && valid == TILE;
     if (direct) {
 #if PER % 4 == 0
+#if !FROM_SRC
         __global const VKT *kv = (__global const VKT *)(keys + first + lid * PER);
 #if HAS_VALUES
         __global const uint4 *vv = (__global const uint4 *)(vals + first + lid * PER);
 #endif
+#endif
+#if FROM_SRC
+#pragma unroll
+        for (int q = 0; q < PER / 4; ++q) {
+            const U4 u = vload4(q, keys + first + lid * PER);
+            key[4 * q] = to_key(u.s0, kind, descending, canon);
+            key[4 * q + 1] = to_key(u.s1, kind, descending, canon);
+            key[4 * q + 2] = to_key(u.s2, kind, descending, canon);
+            key[4 * q + 3] = to_key(u.s3, kind, descending, canon);
+#if HAS_VALUES
+            for (int i = 0; i < 4; ++i)
+                val[4 * q + i] = (uint)(first + lid * PER + 4 * q + i);
+#endif
+        }
+#else
 #pragma unroll
         for (int q = 0; q < PER / 4; ++q) {
             const VKT v = kv[q];
@@ -317,14 +343,22 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
 #endif
         }
 #endif
+#endif
     } else {
 #pragma unroll
         for (int k = 0; k < PER; ++k) {  /* coalesced loads */
             const int j = k * WG + lid;
             if (j < valid) {
+#if FROM_SRC
+                LK(j) = to_key(keys[first + j], kind, descending, canon);
+#if HAS_VALUES
+                LV(j) = (uint)(first + j);
+#endif
+#else
                 LK(j) = keys[first + j];
 #if HAS_VALUES
                 LV(j) = vals[first + j];
+#endif
 #endif
             }
         }
@@ -496,15 +530,26 @@ HIST = r"""
    replaced by its exclusive scan, where the byte's digits start. */
 #define HS (HNSUB > 1 ? HNSUB + 1 : 1)
 #define HIST_ONE(k) do {                                                   \
+        const KT k_ = (k);                                                 \
         for (int b_ = 0; b_ < NBYTES; ++b_)                                \
             if ((mask >> b_) & 1)                                          \
-                atomic_inc(&mine[(b_ * RADIX + (uint)(((k) >> (8 * b_)) & 0xFF)) * HS]); \
+                atomic_inc(&mine[(b_ * RADIX + (uint)((k_ >> (8 * b_)) & 0xFF)) * HS]); \
     } while (0)
+/* FROM_SRC: the keys made from the values (U) here, as fl_radix_keys makes them */
+#if FROM_SRC
+#define SRC_T U
+#define SRC_V U4
+#define KEY_OF(u) to_key((u), kind, descending, canon)
+#else
+#define SRC_T KT
+#define SRC_V VKT
+#define KEY_OF(u) (u)
+#endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fl_radix_hist(__global const KT *restrict keys, __global uint *restrict hist,
-                   __global uint *restrict state, const int mask, const long zero,
-                   const long n)
+void fl_radix_hist(__global const SRC_T *restrict keys, __global uint *restrict hist,
+                   __global uint *restrict state, const int mask, const int kind,
+                   const int descending, const int canon, const long zero, const long n)
 {
     __local uint lh[NBYTES * RADIX * HS];
     const int lid = get_local_id(0);
@@ -515,15 +560,15 @@ void fl_radix_hist(__global const KT *restrict keys, __global uint *restrict his
     /* consecutive work-items take consecutive vectors of 4 keys (coalesced) */
     const long nv = n / 4, size = get_global_size(0);
     for (long w = get_global_id(0); w < nv; w += size) {
-        const VKT v = vload4(w, keys);
-        HIST_ONE(v.s0);
-        HIST_ONE(v.s1);
-        HIST_ONE(v.s2);
-        HIST_ONE(v.s3);
+        const SRC_V v = vload4(w, keys);
+        HIST_ONE(KEY_OF(v.s0));
+        HIST_ONE(KEY_OF(v.s1));
+        HIST_ONE(KEY_OF(v.s2));
+        HIST_ONE(KEY_OF(v.s3));
     }
     const long i = 4 * nv + get_global_id(0);  /* (the last n % 4 keys) */
     if (i < n)
-        HIST_ONE(keys[i]);
+        HIST_ONE(KEY_OF(keys[i]));
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int e = lid; e < NBYTES * RADIX; e += WG) {
         uint c = 0;
@@ -536,6 +581,10 @@ void fl_radix_hist(__global const KT *restrict keys, __global uint *restrict his
         state[w] = 0;
 }
 
+"""
+
+# (built with WG, PER and NBYTES only: one build a work-group size)
+STARTS = r"""
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_starts(__global uint *restrict hist, const int mask)
 {
@@ -679,4 +728,4 @@ void fl_radix_values(__global const KT *restrict keys, __global U *restrict dst,
 """
 
 
-__all__ = ["BITS", "COMMON", "COUNT", "HIST", "KEYS", "SCAN", "SCATTER"]
+__all__ = ["BITS", "COMMON", "COUNT", "HIST", "KEYS", "SCAN", "SCATTER", "STARTS"]

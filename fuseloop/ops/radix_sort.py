@@ -73,11 +73,12 @@ import numpy as np
 from .. import caches as _caches
 from .. import launching
 from ..array import Array
+from ..backends import backend_for
 from ..cache import KernelPlan, SourceKernel
 from ..evaluate import allocate
 from ..expr.nodes import Storage
 from ..runtime.devices import Device
-from .radix_kernels import BITS, COMMON, COUNT, HIST, KEYS, SCAN, SCATTER
+from .radix_kernels import BITS, COMMON, COUNT, HIST, KEYS, SCAN, SCATTER, STARTS
 
 #: the sorted digit's bits (256 buckets)
 RADIX_BITS = 8
@@ -103,16 +104,18 @@ MAX_ELEMENTS = (1 << 32) - 1
 #: False sends every OpenCL sort to pyopencl's RadixSort (benchmarks/bench_sort.py
 #: times both in one run)
 ENABLED = True
-#: the passes' way: "classic" (count, scan and scatter kernels a pass) or "onesweep"
-#: (the digits' starts of every pass from one histogram kernel, then one kernel a pass
-#: that sorts its tile and finds where the tile's digits go by decoupled look-back).
+#: the passes' way: "classic" (the key kernel, then count, scan and scatter kernels a
+#: pass), "onesweep" (the key kernel, the digits' starts of every pass from one
+#: histogram kernel, then one kernel a pass that sorts its tile and finds where the
+#: tile's digits go by decoupled look-back) or "fused" (one-sweep without the key
+#: kernel: the histograms and the first pass read the values and make their keys).
 #: The look-back waits on other work-groups, which OpenCL does not promise to run
 #: alongside: GPU_VARIANT is taken on GPUs whose vendor names one of
-#: ONESWEEP_VENDORS (NVIDIA's schedule every started work-group to the end), CPU_VARIANT
+#: ONESWEEP_VENDORS (NVIDIA's run every started work-group to its end), CPU_VARIANT
 #: on CPUs, "classic" elsewhere; VARIANT, when set, on every device (the benchmarks
-#: compare them in one run)
+#: compare them in one run).  Sorts of several rows are always "classic".
 VARIANT: str | None = None
-GPU_VARIANT, CPU_VARIANT = "onesweep", "classic"
+GPU_VARIANT, CPU_VARIANT = "fused", "classic"
 ONESWEEP_VENDORS = ("nvidia",)
 #: the one-sweep status words hold counts in 30 bits: larger arrays take "classic"
 MAX_ONESWEEP = (1 << 30) - 1
@@ -224,35 +227,46 @@ def _hist_copies(device: Device, key_size: int, recipe: Recipe) -> int:
     return copies
 
 
-def _options(key_size: int, values: bool, layout: Layout, recipe: Recipe) -> list[str]:
+def _options(key_size: int, values: bool, layout: Layout, recipe: Recipe,
+             value_size: int = 0) -> list[str]:
+    """Build options; ``value_size``: U (and U4) the values' bits instead of the keys'."""
+    u = value_size or key_size
     return [f"-DKT={_UNSIGNED[key_size]}", f"-DVKT={_UNSIGNED[key_size]}4",
             f"-DHAS_VALUES={int(values)}", f"-DNSUB={recipe.copies}",
             f"-DSCAN_LOCAL={int(recipe.scan_local)}",
-            f"-DWG={layout.group}", f"-DPER={layout.per}", f"-DU={_UNSIGNED[key_size]}",
-            f"-DBITS={8 * key_size}", f"-DINF={_INF[key_size]}"]
+            f"-DWG={layout.group}", f"-DPER={layout.per}", f"-DU={_UNSIGNED[u]}",
+            f"-DU4={_UNSIGNED[u]}4", f"-DBITS={8 * u}", f"-DINF={_INF[u]}"]
 
 
 def _onesweep_kernels(key_size: int, values: bool, layout: Layout, recipe: Recipe,
-                      copies: int) -> tuple[SourceKernel, SourceKernel, SourceKernel]:
+                      copies: int, value_size: int = 0
+                      ) -> tuple[SourceKernel, SourceKernel, SourceKernel]:
     """The one-sweep histogram, starts and pass kernels for keys of ``key_size``
-    bytes (``copies`` of the histograms)."""
-    key = ("onesweep", key_size, values, layout, recipe, copies)
+    bytes (``copies`` of the histograms); ``value_size``: the histogram and the pass
+    read values of that many bytes and make their keys (the fused variant's first
+    pass; its starts kernel is the same as without)."""
+    key = ("onesweep", key_size, values, layout, recipe, copies, value_size)
     found = _PASSES.get(key)
     if found is not None:
         return found
-    opts = [*_options(key_size, values, layout, recipe), "-DONESWEEP=1",
-            f"-DNBYTES={key_size}", f"-DHNSUB={copies}"]
+    opts = [*_options(key_size, values, layout, recipe, value_size), "-DONESWEEP=1",
+            f"-DNBYTES={key_size}", f"-DHNSUB={copies}", f"-DFROM_SRC={int(value_size > 0)}"]
     g = layout.group
+    # (the histogram kernel does not depend on the positions, the starts kernel on
+    # nothing but the work-group: fewer builds)
+    hist_opts = [o for o in opts if not o.startswith(("-DHAS_VALUES", "-DNSUB", "-DSCAN"))]
     made = (
-        _plan("fl_radix_hist", COMMON + HIST, ["in0", "out0", "out1", "s0", "p0", "p1"],
-              [None, None, None, "int32", "int64", "int64"], "p[2]", g, opts),
-        _plan("fl_radix_starts", COMMON + HIST, ["out0", "s0"], [None, "int32"], "1", g,
-              opts),
+        _plan("fl_radix_hist", COMMON + BITS + HIST,
+              ["in0", "out0", "out1", "s0", "s1", "s2", "s3", "p0", "p1"],
+              [None, None, None, "int32", "int32", "int32", "int32", "int64", "int64"],
+              "p[2]", g, [*hist_opts, "-DHAS_VALUES=0"]),
+        _plan("fl_radix_starts", COMMON + STARTS, ["out0", "s0"], [None, "int32"], "1", g,
+              [f"-DWG={g}", "-DPER=1", "-DHAS_VALUES=0", "-DNBYTES=8"]),
         _plan("fl_radix_onesweep", COMMON + BITS + SCATTER,
-              ["in0", "in1", "in2", "out0", "out1", "out2", "s0", "s1", "s2", "s3", "p0",
-               "p1"],
+              ["in0", "in1", "in2", "out0", "out1", "out2", "s0", "s1", "s2", "s3", "s4",
+               "s5", "p0", "p1"],
               [None, None, None, None, None, None, "int32", "int32", "int32", "int32",
-               "int64", "int64"], "p[1]", g, opts))
+               "int32", "int32", "int64", "int64"], "p[1]", g, opts))
     with _lock:
         return _PASSES.setdefault(key, made)
 
@@ -346,6 +360,10 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     key_size = max(dt.itemsize, 4)
     rows = n // row
     values = positions or rows > 1
+    if rows == 1 and variant_for(dev, n, rows) == "fused":
+        done = _fused(src, descending, canon, values, layout, want_values)
+        if done is not None:
+            return done
     to_keys, _ = _key_kernels(dt.itemsize, layout.group)
     keys = [allocate(n * key_size, dev), allocate(n * key_size, dev)]
     vals = [allocate(n * 4, dev), allocate(n * 4, dev)] if values else [keys[0], keys[1]]
@@ -390,34 +408,102 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     return Sorted(None if out is not None else keys[0], vals[0] if values else None, out)
 
 
+class _Sweep(NamedTuple):
+    """What every one-sweep pass of a sort shares."""
+
+    hist: Storage  # (the digits' starts of each byte, after fl_radix_starts)
+    state: Storage
+    out: Array | None  # (the values, written by the last pass)
+    dt: np.dtype
+    descending: bool
+    canon: bool
+    n: int
+    tiles: int
+
+
+def _sweep_state(dev: Device, n: int, layout: Layout) -> tuple[Storage, int]:
+    """The one-sweep state (see fl_radix_onesweep) and its words to zero before the
+    first pass (the counters and the first pass's status words)."""
+    tiles = -(-n // layout.tile)
+    return allocate(4 * (_ST_HEAD + 2 * tiles * RADIX), dev), _ST_HEAD + tiles * RADIX
+
+
+def _sweep_passes(sweep: _Sweep, one: SourceKernel, shifts: list[int], keys: list[Storage],
+                  vals: list[Storage], first: tuple[SourceKernel, Storage] | None = None
+                  ) -> None:
+    """The one-sweep passes over ``shifts``; ``keys`` and ``vals`` swapped after each
+    as in :func:`sort_keys`; ``first``: the first pass's kernel and the values it reads
+    (the fused variant)."""
+    dev, dt = sweep.hist.device, sweep.dt
+    for p, shift in enumerate(shifts):
+        last = sweep.out is not None and p == len(shifts) - 1
+        if last:
+            assert sweep.out is not None and sweep.out._storage is not None  # (concrete)
+            keys[1] = sweep.out._storage
+        kernel, src = first if first is not None and p == 0 else (one, keys[0])
+        _launch(kernel, (sweep.n, sweep.tiles), [keys[1], vals[1], sweep.state],
+                [src, vals[0], sweep.hist],
+                [np.int32(shift), np.int32(p % 2), _kind(dt) if last else np.int32(-1),
+                 np.int32(sweep.descending), _kind(dt), np.int32(sweep.canon)], dev)
+        keys.reverse()
+        vals.reverse()
+
+
 def _onesweep(keys: list[Storage], vals: list[Storage], hist: Storage, shifts: list[int],
               out: Array | None, layout: Layout, dt: np.dtype, descending: bool,
               values: bool, n: int) -> None:
-    """:func:`sort_keys`'s passes the one-sweep way (see VARIANT): ``keys`` and ``vals``
-    swapped after each pass as there; ``hist`` zeroed by the key kernel."""
+    """:func:`sort_keys`'s passes the one-sweep way (see VARIANT) over the keys made by
+    fl_radix_keys (which zeroed ``hist``)."""
     dev = hist.device
     key_size = max(dt.itemsize, 4)
     recipe = recipe_for(dev, layout)
     to_hist, to_starts, one = _onesweep_kernels(
         key_size, values, layout, recipe, _hist_copies(dev, key_size, recipe))
-    tiles = -(-n // layout.tile)
-    state = allocate(4 * (_ST_HEAD + 2 * tiles * RADIX), dev)
+    state, zero = _sweep_state(dev, n, layout)
     mask = np.int32(sum(1 << (s // RADIX_BITS) for s in shifts))
     groups = max(1, min(KEY_GROUPS, -(-n // (16 * layout.group))))
-    # (the first pass's status words and both counters zeroed with the histograms)
-    _launch(to_hist, (_ST_HEAD + tiles * RADIX, n, groups), [hist, state], [keys[0]],
-            [mask], dev)
+    _launch(to_hist, (zero, n, groups), [hist, state], [keys[0]],
+            [mask, _kind(dt), np.int32(descending), np.int32(0)], dev)
     _launch(to_starts, (), [hist], [], [mask], dev)
-    for p, shift in enumerate(shifts):
-        last = out is not None and p == len(shifts) - 1
-        if last:
-            assert out is not None and out._storage is not None  # (a concrete array)
-            keys[1] = out._storage
-        _launch(one, (n, tiles), [keys[1], vals[1], state], [keys[0], vals[0], hist],
-                [np.int32(shift), np.int32(p % 2), _kind(dt) if last else np.int32(-1),
-                 np.int32(descending)], dev)
-        keys.reverse()
-        vals.reverse()
+    sweep = _Sweep(hist, state, out, dt, descending, False, n, -(-n // layout.tile))
+    _sweep_passes(sweep, one, shifts, keys, vals)
+
+
+def _fused(src: Array, descending: bool, canon: bool, values: bool, layout: Layout,
+           want_values: bool) -> Sorted | None:
+    """:func:`sort_keys` of one row the fused one-sweep way (see VARIANT): the
+    histograms and the first pass read the values (no key kernel); None where every
+    key is the same (the caller's way then makes the keys)."""
+    dev, n, dt = src.device, src.size, src.dtype
+    assert src._storage is not None
+    key_size = max(dt.itemsize, 4)
+    recipe = recipe_for(dev, layout)
+    copies = _hist_copies(dev, key_size, recipe)
+    to_hist, _, first = _onesweep_kernels(key_size, values, layout, recipe, copies,
+                                          dt.itemsize)
+    _, to_starts, one = _onesweep_kernels(key_size, values, layout, recipe, copies)
+    hist = allocate(8 * RADIX * 4, dev)
+    backend_for(dev).fill(dev, hist.buffer, np.zeros(1, np.uint32), 8 * RADIX * 4)
+    state, zero = _sweep_state(dev, n, layout)
+    groups = max(1, min(KEY_GROUPS, -(-n // (16 * layout.group))))
+    _launch(to_hist, (zero, n, groups), [hist, state], [src._storage],
+            [np.int32((1 << dt.itemsize) - 1), _kind(dt), np.int32(descending),
+             np.int32(canon)], dev)
+    # (one read from the device, as the key kernel's OR and AND: the bytes that vary)
+    got = Array._concrete(hist, np.dtype(np.uint32), (8, RADIX)).get()
+    shifts = [RADIX_BITS * b for b in range(dt.itemsize) if np.count_nonzero(got[b]) > 1]
+    if not shifts:
+        return None
+    _launch(to_starts, (), [hist], [], [np.int32(sum(1 << (s // RADIX_BITS)
+                                                         for s in shifts))], dev)
+    keys = [allocate(n * key_size, dev), allocate(n * key_size, dev)]
+    vals = [allocate(n * 4, dev), allocate(n * 4, dev)] if values else [keys[0], keys[1]]
+    out = None
+    if want_values and dt.itemsize == key_size:
+        out = Array._concrete(allocate(n * key_size, dev), dt, (n,))
+    sweep = _Sweep(hist, state, out, dt, descending, canon, n, -(-n // layout.tile))
+    _sweep_passes(sweep, one, shifts, keys, vals, (first, src._storage))
+    return Sorted(None if out is not None else keys[0], vals[0] if values else None, out)
 
 
 def values_of(keys: Storage, dt: np.dtype, n: int, descending: bool,
