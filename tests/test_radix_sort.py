@@ -227,19 +227,27 @@ def test_scan_in_chunks(device, monkeypatch):
     np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
 
 
-def test_variant_choice():
-    """One-sweep only where other work-groups are sure to progress (NVIDIA GPUs), one row
-    and fewer than 2^30 keys; VARIANT forces either everywhere."""
+def test_variant_choice(monkeypatch):
+    """One-sweep only where other work-groups are sure to progress (NVIDIA GPUs), one row,
+    fewer than 2^30 keys and local memory for its kernel; VARIANT forces either
+    everywhere else."""
     from types import SimpleNamespace
 
     nvidia = SimpleNamespace(type="gpu", vendor="NVIDIA Corporation")
     other = SimpleNamespace(type="gpu", vendor="Advanced Micro Devices, Inc.")
     cpu = SimpleNamespace(type="cpu", vendor="GenuineIntel")
-    assert radix_sort.variant_for(nvidia, 1 << 24, 1) == radix_sort.GPU_VARIANT
+    assert radix_sort.variant_for(nvidia, 1 << 24, 1) == radix_sort.GPU_VARIANT == "fused"
     assert radix_sort.variant_for(other, 1 << 24, 1) == "classic"
     assert radix_sort.variant_for(cpu, 1 << 24, 1) == radix_sort.CPU_VARIANT
     assert radix_sort.variant_for(nvidia, 1 << 24, 2) == "classic"
     assert radix_sort.variant_for(nvidia, 1 << 30, 1) == "classic"
+    # local memory for the classic scatter's tile, not for the one-sweep kernel's
+    layout = radix_sort.Layout(256, 16)
+    need = radix_sort._local_bytes(256, 16, 4, True)
+    monkeypatch.setattr(radix_sort, "local_memory", lambda device: need)
+    assert radix_sort.variant_for(nvidia, 1 << 24, 1, layout, 4, True) == "classic"
+    monkeypatch.setattr(radix_sort, "local_memory", lambda device: need + 4 * 256 + 4)
+    assert radix_sort.variant_for(nvidia, 1 << 24, 1, layout, 4, True) == "fused"
     try:
         radix_sort.VARIANT = "onesweep"
         assert radix_sort.variant_for(other, 1 << 20, 1) == "onesweep"

@@ -152,9 +152,15 @@ def _local_bytes(group: int, per: int, key_size: int, values: bool) -> int:
     def pad(count: int) -> int:
         return count + count // 32
 
-    # (the one-sweep kernel's run ends and tile number beside the classic's)
     return (pad(group * per) * (key_size + (4 if values else 0)) + 4 * pad(8 * group)
-            + 8 * group + 8 * RADIX + 64)
+            + 8 * group + 4 * RADIX + 64)
+
+
+def _onesweep_fits(device: Device, layout: Layout, key_size: int, values: bool) -> bool:
+    """Whether the one-sweep kernel (the run ends and the tile number beside the
+    scatter's local memory) fits ``device`` with ``layout``."""
+    return (_local_bytes(layout.group, layout.per, key_size, values) + 4 * RADIX + 4
+            <= local_memory(device))
 
 
 def local_memory(device: Device) -> int:
@@ -206,10 +212,15 @@ def recipe_for(device: Device, layout: Layout) -> Recipe:
     return Recipe(max(copies, 1), CPU_SCAN_LOCAL if cpu else GPU_SCAN_LOCAL)
 
 
-def variant_for(device: Device, n: int, rows: int) -> str:
+def variant_for(device: Device, n: int, rows: int, layout: Layout | None = None,
+                key_size: int = 4, values: bool = True) -> str:
     """The passes' way for ``rows`` rows of ``n`` keys in all on ``device`` (see
-    VARIANT): one-sweep sorts one row of fewer than 2^30 keys."""
+    VARIANT): one-sweep sorts one row of fewer than 2^30 keys, where its kernel's
+    local memory fits (``layout``, keys of ``key_size`` bytes, with positions when
+    ``values``)."""
     if rows > 1 or n > MAX_ONESWEEP:
+        return "classic"
+    if layout is not None and not _onesweep_fits(device, layout, key_size, values):
         return "classic"
     if VARIANT is not None:
         return VARIANT
@@ -360,7 +371,8 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     key_size = max(dt.itemsize, 4)
     rows = n // row
     values = positions or rows > 1
-    if rows == 1 and variant_for(dev, n, rows) == "fused":
+    variant = variant_for(dev, n, rows, layout, key_size, values)
+    if variant == "fused":
         done = _fused(src, descending, canon, values, layout, want_values)
         if done is not None:
             return done
@@ -384,7 +396,7 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
         assert not canon  # (canon keys have no values)
         out = Array._concrete(allocate(n * key_size, dev), dt, (n,))
     tiles = -(-n // layout.tile)
-    if shifts and variant_for(dev, n, rows) == "onesweep":
+    if shifts and variant == "onesweep":
         _onesweep(keys, vals, totals, [s for s, _ in shifts], out, layout, dt, descending,
                   values, n)
         return Sorted(None if out is not None else keys[0], vals[0] if values else None, out)
