@@ -57,6 +57,21 @@ within a warp-sized slice needs subgroup match or ballot, which NVIDIA's OpenCL 
 and a portable kernel cannot assume); 32 keys a work-item (fits 48 KiB for ``sort``;
 ``benchmarks/bench_sort.py --sweep`` times it against 16).
 
+One-sweep (``VARIANT``; NVIDIA GPUs by default, one row): the count and scan kernels of
+every pass are replaced by one histogram kernel before the passes (every byte of the
+keys at once, in local memory, then 256 global atomics a byte a work-group) and a
+one-work-group scan of them into each digit's start; each pass is then one kernel that
+takes a tile number from a counter (the order work-groups start), sorts its tile as the
+scatter does, publishes its digits' counts and finds their offsets by decoupled
+look-back (a digit a work-item walks back over the tiles before it, adding their counts
+until one that holds its running total, then publishes its own).  "fused" also drops
+the key kernel: the histogram kernel and the first pass read the values and make
+their keys (and positions) as they load them; the histograms' counts, read back, say
+which bytes vary.  The look-back waits on other work-groups, which OpenCL does not
+promise to run (a CPU whose threads are descheduled spins: on this 2-core shared
+machine's PoCL one-sweep took 15 times the CPU time of the classic passes), so other
+devices keep the classic passes.
+
 The sort is stable, so sorting many rows at once is a sort by value followed by more
 passes over the digits of the row number (read from the payload, the position).
 Positions are 32-bit, so arrays of 2^32 elements or more and devices with too little
