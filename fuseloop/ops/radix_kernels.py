@@ -6,7 +6,8 @@ group, ``PER`` keys a work-item, ``KT``/``VKT`` the key type and its vector of 4
 copies of the count's histogram, ``SCAN_LOCAL`` (the scan through local memory),
 ``BITS``/``INF`` the width and +inf's bits; ``ONESWEEP`` (the scatter with the count and
 scan folded in, after ``HIST``'s kernels), ``FROM_SRC`` (the one-sweep histogram and
-first pass reading the values, ``U``/``U4`` of their width, instead of keys), ``NBYTES``
+first pass reading the values, ``U``/``U4`` of their width, instead of keys),
+``LOOKBACK`` the status words a look-back step reads, ``NBYTES``
 the key's bytes and ``HNSUB`` the copies of ``HIST``'s histograms (``STARTS`` after ``HIST``)."""
 
 from __future__ import annotations
@@ -488,14 +489,27 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
         for (int d = lid; d < RADIX; d += WG) {
             uint before = starts[(shift >> 3) * RADIX + d];
             if (tile > 0) {
+                /* LOOKBACK words read at once (loads in flight, not a chain of them),
+                   then taken in order, one not yet published read again until it is
+                   (a stale AGG where the tile has since published INC only walks on
+                   further); tile 0 is INC, so the walk ends there at the latest */
                 before = 0;
-                for (long t = tile - 1;; --t) {
-                    uint s;
-                    do
-                        s = atomic_or(&st[t * RADIX + d], 0u);
-                    while (!(s & (ST_AGG | ST_INC)));
-                    before += s & ST_COUNT;
-                    if (s & ST_INC)
+                for (long t = tile - 1;; t -= LOOKBACK) {
+                    uint s[LOOKBACK];
+#pragma unroll
+                    for (int i = 0; i < LOOKBACK; ++i)
+                        s[i] = t - i >= 0 ? atomic_or(&st[(t - i) * RADIX + d], 0u) : 0u;
+                    int found = 0;
+#pragma unroll
+                    for (int i = 0; i < LOOKBACK; ++i) {
+                        if (found || t - i < 0)
+                            continue;
+                        while (!(s[i] & (ST_AGG | ST_INC)))
+                            s[i] = atomic_or(&st[(t - i) * RADIX + d], 0u);
+                        before += s[i] & ST_COUNT;
+                        found = (s[i] & ST_INC) != 0;
+                    }
+                    if (found)
                         break;
                 }
                 atomic_xchg(&st[tile * RADIX + d],

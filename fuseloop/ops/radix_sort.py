@@ -132,6 +132,8 @@ ENABLED = True
 VARIANT: str | None = None
 GPU_VARIANT, CPU_VARIANT = "fused", "classic"
 ONESWEEP_VENDORS = ("nvidia",)
+#: status words a one-sweep look-back step reads at once (a power of two)
+LOOKBACK = 4
 #: the one-sweep status words hold counts in 30 bits: larger arrays take "classic"
 MAX_ONESWEEP = (1 << 30) - 1
 #: words of the one-sweep state before its status arrays (the two tile counters)
@@ -271,16 +273,18 @@ def _onesweep_kernels(key_size: int, values: bool, layout: Layout, recipe: Recip
     bytes (``copies`` of the histograms); ``value_size``: the histogram and the pass
     read values of that many bytes and make their keys (the fused variant's first
     pass; its starts kernel is the same as without)."""
-    key = ("onesweep", key_size, values, layout, recipe, copies, value_size)
+    key = ("onesweep", key_size, values, layout, recipe, copies, value_size, LOOKBACK)
     found = _PASSES.get(key)
     if found is not None:
         return found
     opts = [*_options(key_size, values, layout, recipe, value_size), "-DONESWEEP=1",
-            f"-DNBYTES={key_size}", f"-DHNSUB={copies}", f"-DFROM_SRC={int(value_size > 0)}"]
+            f"-DNBYTES={key_size}", f"-DHNSUB={copies}", f"-DFROM_SRC={int(value_size > 0)}",
+            f"-DLOOKBACK={LOOKBACK}"]
     g = layout.group
     # (the histogram kernel does not depend on the positions, the starts kernel on
     # nothing but the work-group: fewer builds)
-    hist_opts = [o for o in opts if not o.startswith(("-DHAS_VALUES", "-DNSUB", "-DSCAN"))]
+    hist_opts = [o for o in opts
+                 if not o.startswith(("-DHAS_VALUES", "-DNSUB", "-DSCAN", "-DLOOKBACK"))]
     made = (
         _plan("fl_radix_hist", COMMON + BITS + HIST,
               ["in0", "out0", "out1", "s0", "s1", "s2", "s3", "p0", "p1"],
