@@ -102,6 +102,25 @@ def _sweep(rows: list[Row], a: np.ndarray, repeat: int) -> None:
             _attempt(rows, "sort float32", f"fuseloop histogram copies {copies}", run_copies)
     finally:
         radix_sort.GPU_COPIES, radix_sort.CPU_COPIES = saved_copies
+    # the one-sweep look-back's status words read at once (radix_sort.LOOKBACK), fused
+    saved_lookback = radix_sort.LOOKBACK
+    try:
+        for lookback in (1, 4, 8):
+            ref = np.sort(a)
+
+            def run_lookback(ref: np.ndarray = ref, lookback: int = lookback
+                             ) -> tuple[float, str]:
+                radix_sort.LOOKBACK, radix_sort.VARIANT = lookback, "fused"
+                try:
+                    return (median_time(lambda: fl.sort(x).eval(), fl.synchronize, repeat),
+                            _check(fl.sort(x).get(), ref))
+                finally:
+                    radix_sort.VARIANT = None
+
+            _attempt(rows, "sort float32", f"fuseloop fused look-back {lookback}",
+                     run_lookback)
+    finally:
+        radix_sort.LOOKBACK = saved_lookback
 
 
 def _numpy(rows: list[Row], data: dict[str, np.ndarray], repeat: int) -> None:
@@ -160,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sweep", action="store_true",
                    help="also time fuseloop's sort of float32 with other GPU layouts "
                         "(work-items per group x the most keys per work-item) and "
-                        "copies of the count kernel's histogram")
+                        "copies of the count kernel's histogram, and the fused one-sweep "
+                        "look-back's reads at once")
     args = p.parse_args(argv)
     if args.device:
         fl.set_device(args.device)
