@@ -1,6 +1,9 @@
 """``fl.sort`` and ``fl.argsort`` of 2^24 float32 and int32 against peers in one run.
 
-fuseloop's radix sort (:mod:`fuseloop.ops.radix_sort`) and, in the same run, the
+fuseloop's radix sort (:mod:`fuseloop.ops.radix_sort`) with each of its passes' ways
+(``radix_sort.VARIANT``: "classic", "onesweep" and "fused", or those of
+``--variants``) and, in
+the same run, the
 pyopencl ``RadixSort`` it replaced (``radix_sort.ENABLED = False``); peers: cupy's
 ``sort`` / ``argsort`` (CUB) and ``torch.sort`` on a GPU, ``numpy.sort`` (and
 ``argsort(kind="stable")``) on a CPU, each skipped with its reason when missing.  The
@@ -9,6 +12,7 @@ against numpy once.  Times are medians of ``--repeat`` calls after warm-up; the 
 column is the peer's time over fuseloop's (above 1: fuseloop is faster).  Usage::
 
     python benchmarks/bench_sort.py [--device SPEC] [--log2 N] [--repeat K] [--no-old]
+        [--variants classic,onesweep,fused]
 """
 
 from __future__ import annotations
@@ -39,20 +43,20 @@ def _check(got: Any, ref: np.ndarray) -> str:
 
 
 def _fuseloop(rows: list[Row], data: dict[str, np.ndarray], repeat: int, impl: str,
-              new: bool) -> None:
+              new: bool, variant: str | None = None) -> None:
     for name, a in data.items():
         x = fl.asarray(a)
         for op, ref in (("sort", np.sort(a)), ("argsort", np.argsort(a, kind="stable"))):
             fn = getattr(fl, op)
 
             def run(fn: Any = fn, ref: np.ndarray = ref) -> tuple[float, str]:
-                radix_sort.ENABLED = new
+                radix_sort.ENABLED, radix_sort.VARIANT = new, variant
                 try:
                     note = _check(fn(x).get(), ref)  # noqa: B023 (run now, in the loop)
                     return (median_time(lambda: fn(x).eval(), fl.synchronize, repeat),  # noqa: B023
                             note)
                 finally:
-                    radix_sort.ENABLED = True
+                    radix_sort.ENABLED, radix_sort.VARIANT = True, None
 
             _attempt(rows, f"{op} {name}", impl, run)
 
@@ -98,6 +102,25 @@ def _sweep(rows: list[Row], a: np.ndarray, repeat: int) -> None:
             _attempt(rows, "sort float32", f"fuseloop histogram copies {copies}", run_copies)
     finally:
         radix_sort.GPU_COPIES, radix_sort.CPU_COPIES = saved_copies
+    # the one-sweep look-back's status words read at once (radix_sort.LOOKBACK), fused
+    saved_lookback = radix_sort.LOOKBACK
+    try:
+        for lookback in (1, 4, 8):
+            ref = np.sort(a)
+
+            def run_lookback(ref: np.ndarray = ref, lookback: int = lookback
+                             ) -> tuple[float, str]:
+                radix_sort.LOOKBACK, radix_sort.VARIANT = lookback, "fused"
+                try:
+                    return (median_time(lambda: fl.sort(x).eval(), fl.synchronize, repeat),
+                            _check(fl.sort(x).get(), ref))
+                finally:
+                    radix_sort.VARIANT = None
+
+            _attempt(rows, "sort float32", f"fuseloop fused look-back {lookback}",
+                     run_lookback)
+    finally:
+        radix_sort.LOOKBACK = saved_lookback
 
 
 def _numpy(rows: list[Row], data: dict[str, np.ndarray], repeat: int) -> None:
@@ -150,10 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--no-old", action="store_true",
                    help="leave out pyopencl's RadixSort (slow: ~25 ms a sort on an H100)")
+    p.add_argument("--variants", default="classic,onesweep,fused",
+                   help="radix_sort.VARIANT values to time, comma-separated (default: "
+                        "classic,onesweep,fused)")
     p.add_argument("--sweep", action="store_true",
                    help="also time fuseloop's sort of float32 with other GPU layouts "
                         "(work-items per group x the most keys per work-item) and "
-                        "copies of the count kernel's histogram")
+                        "copies of the count kernel's histogram, and the fused one-sweep "
+                        "look-back's reads at once")
     args = p.parse_args(argv)
     if args.device:
         fl.set_device(args.device)
@@ -162,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     data = _data(n)
     print(f"device: {dev.name} ({dev.type}, {dev.backend}); n = 2^{args.log2}", flush=True)
     rows: list[Row] = []
-    _fuseloop(rows, data, args.repeat, "fuseloop radix sort", True)
+    for variant in args.variants.split(","):
+        _fuseloop(rows, data, args.repeat, f"fuseloop radix sort {variant}", True, variant)
     if args.sweep and dev.backend == "opencl":
         _sweep(rows, data["float32"], args.repeat)
     if not args.no_old and dev.backend == "opencl":

@@ -225,3 +225,70 @@ def test_scan_in_chunks(device, monkeypatch):
     x = fl.asarray(a)
     np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
     np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
+
+
+def test_variant_choice(monkeypatch):
+    """One-sweep only where other work-groups are sure to progress (NVIDIA GPUs), one row,
+    fewer than 2^30 keys and local memory for its kernel; VARIANT forces either
+    everywhere else."""
+    from types import SimpleNamespace
+
+    nvidia = SimpleNamespace(type="gpu", vendor="NVIDIA Corporation")
+    other = SimpleNamespace(type="gpu", vendor="Advanced Micro Devices, Inc.")
+    cpu = SimpleNamespace(type="cpu", vendor="GenuineIntel")
+    assert radix_sort.variant_for(nvidia, 1 << 24, 1) == radix_sort.GPU_VARIANT == "fused"
+    assert radix_sort.variant_for(other, 1 << 24, 1) == "classic"
+    assert radix_sort.variant_for(cpu, 1 << 24, 1) == radix_sort.CPU_VARIANT
+    assert radix_sort.variant_for(nvidia, 1 << 24, 2) == "classic"
+    assert radix_sort.variant_for(nvidia, 1 << 30, 1) == "classic"
+    # local memory for the classic scatter's tile, not for the one-sweep kernel's
+    layout = radix_sort.Layout(256, 16)
+    need = radix_sort._local_bytes(256, 16, 4, True)
+    monkeypatch.setattr(radix_sort, "local_memory", lambda device: need)
+    assert radix_sort.variant_for(nvidia, 1 << 24, 1, layout, 4, True) == "classic"
+    monkeypatch.setattr(radix_sort, "local_memory", lambda device: need + 4 * 256 + 4)
+    assert radix_sort.variant_for(nvidia, 1 << 24, 1, layout, 4, True) == "fused"
+    try:
+        radix_sort.VARIANT = "onesweep"
+        assert radix_sort.variant_for(other, 1 << 20, 1) == "onesweep"
+        assert radix_sort.variant_for(cpu, 1 << 20, 3) == "classic"
+    finally:
+        radix_sort.VARIANT = None
+
+
+@pytest.mark.parametrize("variant", ["onesweep", "fused"])
+def test_onesweep(device, monkeypatch, variant):
+    """The one-sweep passes (after the key kernel, or fused: from the values) on an
+    H100's layout (4096-key tiles, each one's digit offsets looked back over the tiles
+    before it), against numpy: special and negative floats, ties within and across
+    tiles, all keys equal but one, 32- and 64-bit keys, positions with the keys
+    (argsort), descending."""
+    if not _gpu_layout(device, monkeypatch):
+        pytest.skip("the device's work-groups are smaller than a GPU's")
+    monkeypatch.setattr(radix_sort, "VARIANT", variant)
+    rng = np.random.default_rng(27)
+    n = 6 * 4096 + 77
+    floats = np.concatenate([rng.choice(_SPECIAL, n // 3), 50 * rng.standard_normal(n)])
+    rng.shuffle(floats)
+    one = np.full(n, 5, np.int32)
+    one[3000] = 6  # (one pass, every tile but one of a single digit)
+    cases = [floats[:n].astype(np.float32), floats[-n:].astype(np.float64),
+             rng.integers(-3, 4, n).astype(np.int32),
+             rng.choice(rng.integers(-2**62, 2**62, 40), n), one]
+    if variant == "onesweep":  # (its later passes are the fused variant's: fewer builds)
+        cases = [cases[0], cases[3]]
+    for a in cases:
+        x = fl.asarray(a)
+        np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
+        np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
+        ref = _descending_ref(a)
+        np.testing.assert_array_equal(fl.argsort(x, descending=True).get(), ref)
+        np.testing.assert_array_equal(fl.sort(x, descending=True).get(), a[ref])
+    # (keys unless fused), the histograms and their starts, then a kernel a pass (the
+    # last writing the values)
+    x = fl.asarray(cases[0])
+    assert _launches(lambda: fl.sort(x)) == (variant == "onesweep") + 2 + 4
+    # all keys equal (fused: the histograms, then the key kernel): no pass
+    x = fl.asarray(np.full(5000, -2.5, np.float32))
+    np.testing.assert_array_equal(fl.argsort(x).get(), np.arange(5000))
+    np.testing.assert_array_equal(fl.sort(x).get(), np.full(5000, -2.5, np.float32))

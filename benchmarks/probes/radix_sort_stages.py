@@ -2,9 +2,13 @@
 argsort) timed alone (a wait before and after it), by kernel, against the whole call
 streamed and, on a GPU, cupy's (CUB's) time for the same call in the same run.
 
-Usage: ``python benchmarks/probes/radix_sort_stages.py [--device SPEC] [--log2 24]``
-(timings are reported, never asserted; the waits add the device's launch latency to
-each figure, so the stages sum to more than the streamed sort).
+Each of the passes' ways (``radix_sort.VARIANT``: classic count/scan/scatter kernels a
+pass, one-sweep, one-sweep fused with the key kernel) in turn, cupy once per workload after them.
+
+Usage: ``python benchmarks/probes/radix_sort_stages.py [--device SPEC] [--log2 24]
+[--variants classic,onesweep,fused]`` (timings are reported, never asserted; the waits add
+the device's launch latency to each figure, so the stages sum to more than the
+streamed sort).
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ def main() -> None:
     ap.add_argument("--device", default=None)
     ap.add_argument("--log2", type=int, default=24)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--variants", default="classic,onesweep,fused",
+                    help="radix_sort.VARIANT values to time, comma-separated")
     args = ap.parse_args()
+    variants = args.variants.split(",")
     with fl.device(args.device) if args.device else fl.device(fl.get_device()):
         print(f"a 1-element evaluation alone: median {_tiny(args.repeat) * 1e6:.1f} us (the "
               "launch and wait that each stage's figure below includes)", flush=True)
@@ -35,7 +42,12 @@ def main() -> None:
                 else rng.integers(-2**31, 2**31 - 1, 1 << args.log2, dtype=np.int32)
             x = fl.asarray(h)
             for op in ("sort", "argsort"):
-                _stages(x, h, op, args.repeat)
+                for variant in variants:
+                    radix_sort.VARIANT = variant
+                    try:
+                        _stages(x, h, op, args.repeat, variant)
+                    finally:
+                        radix_sort.VARIANT = None
                 print(f"  cupy {op}: {_cupy(h, op, args.repeat)}", flush=True)
 
 
@@ -65,7 +77,7 @@ def _streamed(fn: Any, repeat: int) -> float:
     return best
 
 
-def _stages(x: fl.Array, h: np.ndarray, op: str, repeat: int) -> None:
+def _stages(x: fl.Array, h: np.ndarray, op: str, repeat: int, variant: str) -> None:
     fn = getattr(fl, op)
     ref = np.sort(h) if op == "sort" else np.argsort(h, kind="stable")
     np.testing.assert_array_equal(fn(x).get(), ref)
@@ -87,7 +99,8 @@ def _stages(x: fl.Array, h: np.ndarray, op: str, repeat: int) -> None:
         fl.synchronize()
     finally:
         radix_sort._launch = launch
-    print(f"{op} {h.dtype.name} 2^{int(np.log2(h.size))}: streamed {best * 1e3:.3f} ms")
+    print(f"{op} {h.dtype.name} 2^{int(np.log2(h.size))} ({variant}): streamed "
+          f"{best * 1e3:.3f} ms")
     for name, ts in stages.items():
         per_sort = len(ts) // repeat
         med = sorted(ts)[len(ts) // 2]

@@ -4,7 +4,11 @@ count, scan and scatter kernels (after ``COMMON``).  Build options: ``WG`` work-
 group, ``PER`` keys a work-item, ``KT``/``VKT`` the key type and its vector of 4,
 ``U``/``U4`` the values' bits, ``HAS_VALUES`` (positions sorted with the keys), ``NSUB``
 copies of the count's histogram, ``SCAN_LOCAL`` (the scan through local memory),
-``BITS``/``INF`` the width and +inf's bits."""
+``BITS``/``INF`` the width and +inf's bits; ``ONESWEEP`` (the scatter with the count and
+scan folded in, after ``HIST``'s kernels), ``FROM_SRC`` (the one-sweep histogram and
+first pass reading the values, ``U``/``U4`` of their width, instead of keys),
+``LOOKBACK`` the status words a look-back step reads, ``NBYTES``
+the key's bytes and ``HNSUB`` the copies of ``HIST``'s histograms (``STARTS`` after ``HIST``)."""
 
 from __future__ import annotations
 
@@ -232,6 +236,33 @@ SCATTER = r"""
 /* byte k of packed 8-bit fields */
 #define BYTE(a, k) (((a)[(k) >> 2] >> (8 * ((k) & 3))) & 0xFF)
 
+#if ONESWEEP
+/* One kernel a pass (count and scan folded in): `starts` holds each digit's start (the
+   keys of smaller digits) for every byte of the key (fl_radix_hist, fl_radix_starts);
+   `state` two tile counters, then two status arrays of tiles x RADIX words (parity: the
+   pass's), each word a tile's count of a digit with a flag in its top bits: AGG (the
+   tile's own count) or INC (the count of the tile and every tile before it, the
+   digit's start included); 0: not yet published. */
+#define ST_AGG 0x40000000u
+#define ST_INC 0x80000000u
+#define ST_COUNT 0x3FFFFFFFu
+#define ST_HEAD 32
+/* FROM_SRC: the first pass reads the values (U) and makes their keys and positions as
+   fl_radix_keys would (kind, descending, canon) */
+#if FROM_SRC
+#define SRC_T U
+#else
+#define SRC_T KT
+#endif
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fl_radix_onesweep(__global const SRC_T *restrict keys,
+                       __global const uint *restrict vals,
+                       __global const uint *restrict starts, __global KT *restrict keys_out,
+                       __global uint *restrict vals_out, __global uint *restrict state,
+                       const int shift, const int parity, const int out_kind,
+                       const int descending, const int kind, const int canon,
+                       const long n, const long tiles)
+#else
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_scatter(__global const KT *restrict keys, __global const uint *restrict vals,
                       __global const uint *restrict counts, __global KT *restrict keys_out,
@@ -239,6 +270,7 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
                       const int shift, const int by_row,
                       const long rowlen, const int out_kind, const int descending,
                       const long n, const long tiles)
+#endif
 {
     __local KT lk[PAD(TILE)];
     __local uint lv[HAS_VALUES ? PAD(TILE) : 1];
@@ -246,7 +278,25 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
     __local uint sums[2 * WG];
     __local uint off[RADIX];
     const int lid = get_local_id(0);
+#if ONESWEEP
+    /* Tiles are numbered in the order work-groups start (not by group id), so that the
+       tiles a work-group waits for below have all started: a running work-group is never
+       waiting on one the device has not scheduled. */
+    const int by_row = 0;
+    const long rowlen = 1;
+    __local uint tile_id;
+    __local uint run_end[RADIX];  /* (off: the runs' starts, then their offsets) */
+    if (lid == 0)
+        tile_id = atomic_inc(&state[parity]);
+    for (int d = lid; d < RADIX; d += WG) {
+        off[d] = 0;
+        run_end[d] = 0;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const long tile = tile_id, first = tile * TILE;
+#else
     const long tile = get_group_id(0), first = tile * TILE;
+#endif
     const int valid = (int)min((long)TILE, n - first);
     KT key[PER];
 #if HAS_VALUES
@@ -258,10 +308,26 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
     const int direct = PER % 4 == 0 && valid == TILE;
     if (direct) {
 #if PER % 4 == 0
+#if !FROM_SRC
         __global const VKT *kv = (__global const VKT *)(keys + first + lid * PER);
 #if HAS_VALUES
         __global const uint4 *vv = (__global const uint4 *)(vals + first + lid * PER);
 #endif
+#endif
+#if FROM_SRC
+#pragma unroll
+        for (int q = 0; q < PER / 4; ++q) {
+            const U4 u = vload4(q, keys + first + lid * PER);
+            key[4 * q] = to_key(u.s0, kind, descending, canon);
+            key[4 * q + 1] = to_key(u.s1, kind, descending, canon);
+            key[4 * q + 2] = to_key(u.s2, kind, descending, canon);
+            key[4 * q + 3] = to_key(u.s3, kind, descending, canon);
+#if HAS_VALUES
+            for (int i = 0; i < 4; ++i)
+                val[4 * q + i] = (uint)(first + lid * PER + 4 * q + i);
+#endif
+        }
+#else
 #pragma unroll
         for (int q = 0; q < PER / 4; ++q) {
             const VKT v = kv[q];
@@ -278,14 +344,22 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
 #endif
         }
 #endif
+#endif
     } else {
 #pragma unroll
         for (int k = 0; k < PER; ++k) {  /* coalesced loads */
             const int j = k * WG + lid;
             if (j < valid) {
+#if FROM_SRC
+                LK(j) = to_key(keys[first + j], kind, descending, canon);
+#if HAS_VALUES
+                LV(j) = (uint)(first + j);
+#endif
+#else
                 LK(j) = keys[first + j];
 #if HAS_VALUES
                 LV(j) = vals[first + j];
+#endif
 #endif
             }
         }
@@ -351,11 +425,23 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
         }
         in_local = 1;
     }
+#if ONESWEEP
+    {
+        /* the next pass's status words of this tile and its counter: zero (the pass
+           before this one, their last user, is done) */
+        __global uint *next = state + ST_HEAD + (long)(parity ^ 1) * tiles * RADIX;
+        for (int d = lid; d < RADIX; d += WG)
+            next[tile * RADIX + d] = 0;
+        if (tile == 0 && lid == 0)
+            state[parity ^ 1] = 0;
+    }
+#else
     /* the count kernel of the next pass adds to zeroed totals (the scan kernel, the
        only reader, is done) */
     if (tile == 0)
         for (int d = lid; d < RADIX; d += WG)
             totals[d] = 0;
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);  /* (the tile in the digit's order) */
     /* the output position of the tile's item j of digit d: off[d] + j, counts being
        where the tile's items of each digit go (uint arithmetic wraps back into range);
@@ -375,10 +461,65 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
         if (m % 4 == 0)
             digs[m >> 2] = 0;
         digs[m >> 2] |= d << (8 * (m & 3));
+#if ONESWEEP
+        if (j < valid && (j == 0 || DIGIT_AT(j - 1) != d))
+            off[d] = (uint)j;
+        if (j < valid && (j == valid - 1 || DIGIT_AT(j + 1) != d))
+            run_end[d] = (uint)j + 1;
+#else
         if (j < valid && (j == 0 || DIGIT_AT(j - 1) != d))
             off[d] = counts[d * tiles + tile] - (uint)j;
+#endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#if ONESWEEP
+    /* Decoupled look-back, a digit a work-item: publish the tile's count (the first
+       tile: with the digit's start, final), sum the counts of the tiles before back to
+       the nearest final one, publish this tile's final sum.  The status words are read
+       and written by atomics (the L2 on a GPU: coherent between work-groups). */
+    {
+        __global uint *st = state + ST_HEAD + (long)parity * tiles * RADIX;
+        for (int d = lid; d < RADIX; d += WG) {
+            const uint c = run_end[d] - off[d];
+            if (tile == 0)
+                atomic_xchg(&st[d], ST_INC | (starts[(shift >> 3) * RADIX + d] + c));
+            else
+                atomic_xchg(&st[tile * RADIX + d], ST_AGG | c);
+        }
+        for (int d = lid; d < RADIX; d += WG) {
+            uint before = starts[(shift >> 3) * RADIX + d];
+            if (tile > 0) {
+                /* LOOKBACK words read at once (loads in flight, not a chain of them),
+                   then taken in order, one not yet published read again until it is
+                   (a stale AGG where the tile has since published INC only walks on
+                   further); tile 0 is INC, so the walk ends there at the latest */
+                before = 0;
+                for (long t = tile - 1;; t -= LOOKBACK) {
+                    uint s[LOOKBACK];
+#pragma unroll
+                    for (int i = 0; i < LOOKBACK; ++i)
+                        s[i] = t - i >= 0 ? atomic_or(&st[(t - i) * RADIX + d], 0u) : 0u;
+                    int found = 0;
+#pragma unroll
+                    for (int i = 0; i < LOOKBACK; ++i) {
+                        if (found || t - i < 0)
+                            continue;
+                        while (!(s[i] & (ST_AGG | ST_INC)))
+                            s[i] = atomic_or(&st[(t - i) * RADIX + d], 0u);
+                        before += s[i] & ST_COUNT;
+                        found = (s[i] & ST_INC) != 0;
+                    }
+                    if (found)
+                        break;
+                }
+                atomic_xchg(&st[tile * RADIX + d],
+                            ST_INC | (before + run_end[d] - off[d]));
+            }
+            off[d] = before - off[d];  /* (uint arithmetic wraps back into range) */
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
 #pragma unroll
     for (int m = 0; m < PER; ++m) {
         const int j = m * WG + lid;
@@ -391,6 +532,89 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
             vals_out[pos] = val[m];
 #endif
         }
+    }
+}
+"""
+
+HIST = r"""
+/* The one-sweep passes' digit starts.  fl_radix_hist: each varying byte's histogram of
+   all keys (`mask`: bit b for byte b), HNSUB copies in local memory as in fl_radix_count,
+   added to `hist` (zeroed by fl_radix_keys); it also zeroes the first pass's status
+   words and counters (`zero` words of `state`).  fl_radix_starts: each histogram
+   replaced by its exclusive scan, where the byte's digits start. */
+#define HS (HNSUB > 1 ? HNSUB + 1 : 1)
+#define HIST_ONE(k) do {                                                   \
+        const KT k_ = (k);                                                 \
+        for (int b_ = 0; b_ < NBYTES; ++b_)                                \
+            if ((mask >> b_) & 1)                                          \
+                atomic_inc(&mine[(b_ * RADIX + (uint)((k_ >> (8 * b_)) & 0xFF)) * HS]); \
+    } while (0)
+/* FROM_SRC: the keys made from the values (U) here, as fl_radix_keys makes them */
+#if FROM_SRC
+#define SRC_T U
+#define SRC_V U4
+#define KEY_OF(u) to_key((u), kind, descending, canon)
+#else
+#define SRC_T KT
+#define SRC_V VKT
+#define KEY_OF(u) (u)
+#endif
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fl_radix_hist(__global const SRC_T *restrict keys, __global uint *restrict hist,
+                   __global uint *restrict state, const int mask, const int kind,
+                   const int descending, const int canon, const long zero, const long n)
+{
+    __local uint lh[NBYTES * RADIX * HS];
+    const int lid = get_local_id(0);
+    __local uint *mine = lh + lid % HNSUB;
+    for (int e = lid; e < NBYTES * RADIX * HS; e += WG)
+        lh[e] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* consecutive work-items take consecutive vectors of 4 keys (coalesced) */
+    const long nv = n / 4, size = get_global_size(0);
+    for (long w = get_global_id(0); w < nv; w += size) {
+        const SRC_V v = vload4(w, keys);
+        HIST_ONE(KEY_OF(v.s0));
+        HIST_ONE(KEY_OF(v.s1));
+        HIST_ONE(KEY_OF(v.s2));
+        HIST_ONE(KEY_OF(v.s3));
+    }
+    const long i = 4 * nv + get_global_id(0);  /* (the last n % 4 keys) */
+    if (i < n)
+        HIST_ONE(KEY_OF(keys[i]));
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int e = lid; e < NBYTES * RADIX; e += WG) {
+        uint c = 0;
+        for (int s = 0; s < HNSUB; ++s)
+            c += lh[e * HS + s];
+        if (c)
+            atomic_add(&hist[e], c);
+    }
+    for (long w = get_global_id(0); w < zero; w += size)
+        state[w] = 0;
+}
+
+"""
+
+# (built with WG, PER and NBYTES only: one build a work-group size)
+STARTS = r"""
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fl_radix_starts(__global uint *restrict hist, const int mask)
+{
+    __local uint part[PAD(RADIX)];
+    __local uint sums[2 * WG];
+    const int lid = get_local_id(0);
+    for (int b = 0; b < NBYTES; ++b) {
+        if (!((mask >> b) & 1))
+            continue;
+        for (int d = lid; d < RADIX; d += WG)
+            part[PAD(d)] = hist[b * RADIX + d];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        block_scan(part, RADIX / WG, sums);
+        for (int d = lid; d < RADIX; d += WG)
+            hist[b * RADIX + d] = part[PAD(d)];
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
 }
 """
@@ -456,8 +680,9 @@ void fl_radix_keys(__global const U *restrict src, __global KT *restrict keys,
 {
     __local KT lo[WG], la[WG];
     const int lid = get_local_id(0);
-    if (get_group_id(0) == 0)  /* (the first count kernel adds to them) */
-        for (int d = lid; d < 256; d += WG)
+    if (get_group_id(0) == 0)  /* (the first count kernel, or fl_radix_hist, adds to
+                                  them: a digit's totals for each of 8 bytes) */
+        for (int d = lid; d < 8 * 256; d += WG)
             totals[d] = 0;
     KT o = 0, a = (KT)~(KT)0;
     /* vector v holds values 4v .. 4v + 3: consecutive work-items take consecutive
@@ -517,4 +742,4 @@ void fl_radix_values(__global const KT *restrict keys, __global U *restrict dst,
 """
 
 
-__all__ = ["BITS", "COMMON", "COUNT", "KEYS", "SCAN", "SCATTER"]
+__all__ = ["BITS", "COMMON", "COUNT", "HIST", "KEYS", "SCAN", "SCATTER", "STARTS"]

@@ -57,6 +57,21 @@ within a warp-sized slice needs subgroup match or ballot, which NVIDIA's OpenCL 
 and a portable kernel cannot assume); 32 keys a work-item (fits 48 KiB for ``sort``;
 ``benchmarks/bench_sort.py --sweep`` times it against 16).
 
+One-sweep (``VARIANT``; NVIDIA GPUs by default, one row): the count and scan kernels of
+every pass are replaced by one histogram kernel before the passes (every byte of the
+keys at once, in local memory, then 256 global atomics a byte a work-group) and a
+one-work-group scan of them into each digit's start; each pass is then one kernel that
+takes a tile number from a counter (the order work-groups start), sorts its tile as the
+scatter does, publishes its digits' counts and finds their offsets by decoupled
+look-back (a digit a work-item walks back over the tiles before it, adding their counts
+until one that holds its running total, then publishes its own).  "fused" also drops
+the key kernel: the histogram kernel and the first pass read the values and make
+their keys (and positions) as they load them; the histograms' counts, read back, say
+which bytes vary.  The look-back waits on other work-groups, which OpenCL does not
+promise to run (a CPU whose threads are descheduled spins: on this 2-core shared
+machine's PoCL one-sweep took 15 times the CPU time of the classic passes), so other
+devices keep the classic passes.
+
 The sort is stable, so sorting many rows at once is a sort by value followed by more
 passes over the digits of the row number (read from the payload, the position).
 Positions are 32-bit, so arrays of 2^32 elements or more and devices with too little
@@ -73,11 +88,12 @@ import numpy as np
 from .. import caches as _caches
 from .. import launching
 from ..array import Array
+from ..backends import backend_for
 from ..cache import KernelPlan, SourceKernel
 from ..evaluate import allocate
 from ..expr.nodes import Storage
 from ..runtime.devices import Device
-from .radix_kernels import BITS, COMMON, COUNT, KEYS, SCAN, SCATTER
+from .radix_kernels import BITS, COMMON, COUNT, HIST, KEYS, SCAN, SCATTER, STARTS
 
 #: the sorted digit's bits (256 buckets)
 RADIX_BITS = 8
@@ -103,6 +119,25 @@ MAX_ELEMENTS = (1 << 32) - 1
 #: False sends every OpenCL sort to pyopencl's RadixSort (benchmarks/bench_sort.py
 #: times both in one run)
 ENABLED = True
+#: the passes' way: "classic" (the key kernel, then count, scan and scatter kernels a
+#: pass), "onesweep" (the key kernel, the digits' starts of every pass from one
+#: histogram kernel, then one kernel a pass that sorts its tile and finds where the
+#: tile's digits go by decoupled look-back) or "fused" (one-sweep without the key
+#: kernel: the histograms and the first pass read the values and make their keys).
+#: The look-back waits on other work-groups, which OpenCL does not promise to run
+#: alongside: GPU_VARIANT is taken on GPUs whose vendor names one of
+#: ONESWEEP_VENDORS (NVIDIA's run every started work-group to its end), CPU_VARIANT
+#: on CPUs, "classic" elsewhere; VARIANT, when set, on every device (the benchmarks
+#: compare them in one run).  Sorts of several rows are always "classic".
+VARIANT: str | None = None
+GPU_VARIANT, CPU_VARIANT = "fused", "classic"
+ONESWEEP_VENDORS = ("nvidia",)
+#: status words a one-sweep look-back step reads at once (a power of two)
+LOOKBACK = 4
+#: the one-sweep status words hold counts in 30 bits: larger arrays take "classic"
+MAX_ONESWEEP = (1 << 30) - 1
+#: words of the one-sweep state before its status arrays (the two tile counters)
+_ST_HEAD = 32
 
 _UNSIGNED = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
 #: the bits of +inf of a float this wide (unused by the integers)
@@ -136,6 +171,13 @@ def _local_bytes(group: int, per: int, key_size: int, values: bool) -> int:
 
     return (pad(group * per) * (key_size + (4 if values else 0)) + 4 * pad(8 * group)
             + 8 * group + 4 * RADIX + 64)
+
+
+def _onesweep_fits(device: Device, layout: Layout, key_size: int, values: bool) -> bool:
+    """Whether the one-sweep kernel (the run ends and the tile number beside the
+    scatter's local memory) fits ``device`` with ``layout``."""
+    return (_local_bytes(layout.group, layout.per, key_size, values) + 4 * RADIX + 4
+            <= local_memory(device))
 
 
 def local_memory(device: Device) -> int:
@@ -187,6 +229,78 @@ def recipe_for(device: Device, layout: Layout) -> Recipe:
     return Recipe(max(copies, 1), CPU_SCAN_LOCAL if cpu else GPU_SCAN_LOCAL)
 
 
+def variant_for(device: Device, n: int, rows: int, layout: Layout | None = None,
+                key_size: int = 4, values: bool = True) -> str:
+    """The passes' way for ``rows`` rows of ``n`` keys in all on ``device`` (see
+    VARIANT): one-sweep sorts one row of fewer than 2^30 keys, where its kernel's
+    local memory fits (``layout``, keys of ``key_size`` bytes, with positions when
+    ``values``)."""
+    if rows > 1 or n > MAX_ONESWEEP:
+        return "classic"
+    if layout is not None and not _onesweep_fits(device, layout, key_size, values):
+        return "classic"
+    if VARIANT is not None:
+        return VARIANT
+    if device.type == "cpu":
+        return CPU_VARIANT
+    vendor = (device.vendor or "").lower()
+    return GPU_VARIANT if any(v in vendor for v in ONESWEEP_VENDORS) else "classic"
+
+
+def _hist_copies(device: Device, key_size: int, recipe: Recipe) -> int:
+    """The one-sweep histogram kernel's copies of its histograms (one a key byte)."""
+    copies = recipe.copies
+    while copies > 1 and 4 * RADIX * key_size * (copies + 1) + 64 > local_memory(device):
+        copies //= 2
+    return copies
+
+
+def _options(key_size: int, values: bool, layout: Layout, recipe: Recipe,
+             value_size: int = 0) -> list[str]:
+    """Build options; ``value_size``: U (and U4) the values' bits instead of the keys'."""
+    u = value_size or key_size
+    return [f"-DKT={_UNSIGNED[key_size]}", f"-DVKT={_UNSIGNED[key_size]}4",
+            f"-DHAS_VALUES={int(values)}", f"-DNSUB={recipe.copies}",
+            f"-DSCAN_LOCAL={int(recipe.scan_local)}",
+            f"-DWG={layout.group}", f"-DPER={layout.per}", f"-DU={_UNSIGNED[u]}",
+            f"-DU4={_UNSIGNED[u]}4", f"-DBITS={8 * u}", f"-DINF={_INF[u]}"]
+
+
+def _onesweep_kernels(key_size: int, values: bool, layout: Layout, recipe: Recipe,
+                      copies: int, value_size: int = 0
+                      ) -> tuple[SourceKernel, SourceKernel, SourceKernel]:
+    """The one-sweep histogram, starts and pass kernels for keys of ``key_size``
+    bytes (``copies`` of the histograms); ``value_size``: the histogram and the pass
+    read values of that many bytes and make their keys (the fused variant's first
+    pass; its starts kernel is the same as without)."""
+    key = ("onesweep", key_size, values, layout, recipe, copies, value_size, LOOKBACK)
+    found = _PASSES.get(key)
+    if found is not None:
+        return found
+    opts = [*_options(key_size, values, layout, recipe, value_size), "-DONESWEEP=1",
+            f"-DNBYTES={key_size}", f"-DHNSUB={copies}", f"-DFROM_SRC={int(value_size > 0)}",
+            f"-DLOOKBACK={LOOKBACK}"]
+    g = layout.group
+    # (the histogram kernel does not depend on the positions, the starts kernel on
+    # nothing but the work-group: fewer builds)
+    hist_opts = [o for o in opts
+                 if not o.startswith(("-DHAS_VALUES", "-DNSUB", "-DSCAN", "-DLOOKBACK"))]
+    made = (
+        _plan("fl_radix_hist", COMMON + BITS + HIST,
+              ["in0", "out0", "out1", "s0", "s1", "s2", "s3", "p0", "p1"],
+              [None, None, None, "int32", "int32", "int32", "int32", "int64", "int64"],
+              "p[2]", g, [*hist_opts, "-DHAS_VALUES=0"]),
+        _plan("fl_radix_starts", COMMON + STARTS, ["out0", "s0"], [None, "int32"], "1", g,
+              [f"-DWG={g}", "-DPER=1", "-DHAS_VALUES=0", "-DNBYTES=8"]),
+        _plan("fl_radix_onesweep", COMMON + BITS + SCATTER,
+              ["in0", "in1", "in2", "out0", "out1", "out2", "s0", "s1", "s2", "s3", "s4",
+               "s5", "p0", "p1"],
+              [None, None, None, None, None, None, "int32", "int32", "int32", "int32",
+               "int32", "int32", "int64", "int64"], "p[1]", g, opts))
+    with _lock:
+        return _PASSES.setdefault(key, made)
+
+
 def _pass_kernels(key_size: int, values: bool, layout: Layout,
                   recipe: Recipe) -> tuple[SourceKernel, SourceKernel, SourceKernel]:
     """The count, scan and scatter kernels for keys of ``key_size`` bytes."""
@@ -194,11 +308,7 @@ def _pass_kernels(key_size: int, values: bool, layout: Layout,
     found = _PASSES.get(key)
     if found is not None:
         return found
-    opts = [f"-DKT={_UNSIGNED[key_size]}", f"-DVKT={_UNSIGNED[key_size]}4",
-            f"-DHAS_VALUES={int(values)}", f"-DNSUB={recipe.copies}",
-            f"-DSCAN_LOCAL={int(recipe.scan_local)}",
-            f"-DWG={layout.group}", f"-DPER={layout.per}", f"-DU={_UNSIGNED[key_size]}",
-            f"-DBITS={8 * key_size}", f"-DINF={_INF[key_size]}"]
+    opts = [*_options(key_size, values, layout, recipe), "-DONESWEEP=0"]
     g = layout.group
     pass_args = ["s0", "s1", "s2", "p0", "p1"]
     pass_types: list[str | None] = ["int32", "int32", "int64", "int64", "int64"]
@@ -280,13 +390,18 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     key_size = max(dt.itemsize, 4)
     rows = n // row
     values = positions or rows > 1
+    variant = variant_for(dev, n, rows, layout, key_size, values)
+    if variant == "fused":
+        done = _fused(src, descending, canon, values, layout, want_values)
+        if done is not None:
+            return done
     to_keys, _ = _key_kernels(dt.itemsize, layout.group)
     keys = [allocate(n * key_size, dev), allocate(n * key_size, dev)]
     vals = [allocate(n * 4, dev), allocate(n * 4, dev)] if values else [keys[0], keys[1]]
     # (16 values a work-item at least: 4 vectors of 4 in flight)
     groups = max(1, min(KEY_GROUPS, -(-n // (16 * layout.group))))
     partials = allocate(2 * groups * key_size, dev)  # (the groups' ORs, then ANDs)
-    totals = allocate(RADIX * 4, dev)
+    totals = allocate(8 * RADIX * 4, dev)  # (a histogram a key byte: see fl_radix_hist)
     assert src._storage is not None
     flags = [_kind(dt), np.int32(descending), np.int32(canon), np.int32(values)]
     _launch(to_keys, (n, groups), [keys[0], vals[0], partials, totals], [src._storage],
@@ -300,6 +415,10 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
         assert not canon  # (canon keys have no values)
         out = Array._concrete(allocate(n * key_size, dev), dt, (n,))
     tiles = -(-n // layout.tile)
+    if shifts and variant == "onesweep":
+        _onesweep(keys, vals, totals, [s for s, _ in shifts], out, layout, dt, descending,
+                  values, n)
+        return Sorted(None if out is not None else keys[0], vals[0] if values else None, out)
     count, scan, scatter = _pass_kernels(key_size, values, layout,
                                          recipe_for(dev, layout))
     if shifts:
@@ -320,6 +439,104 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     return Sorted(None if out is not None else keys[0], vals[0] if values else None, out)
 
 
+class _Sweep(NamedTuple):
+    """What every one-sweep pass of a sort shares."""
+
+    hist: Storage  # (the digits' starts of each byte, after fl_radix_starts)
+    state: Storage
+    out: Array | None  # (the values, written by the last pass)
+    dt: np.dtype
+    descending: bool
+    canon: bool
+    n: int
+    tiles: int
+
+
+def _sweep_state(dev: Device, n: int, layout: Layout) -> tuple[Storage, int]:
+    """The one-sweep state (see fl_radix_onesweep) and its words to zero before the
+    first pass (the counters and the first pass's status words)."""
+    tiles = -(-n // layout.tile)
+    return allocate(4 * (_ST_HEAD + 2 * tiles * RADIX), dev), _ST_HEAD + tiles * RADIX
+
+
+def _sweep_passes(sweep: _Sweep, one: SourceKernel, shifts: list[int], keys: list[Storage],
+                  vals: list[Storage], first: tuple[SourceKernel, Storage] | None = None
+                  ) -> None:
+    """The one-sweep passes over ``shifts``; ``keys`` and ``vals`` swapped after each
+    as in :func:`sort_keys`; ``first``: the first pass's kernel and the values it reads
+    (the fused variant)."""
+    dev, dt = sweep.hist.device, sweep.dt
+    for p, shift in enumerate(shifts):
+        last = sweep.out is not None and p == len(shifts) - 1
+        if last:
+            assert sweep.out is not None and sweep.out._storage is not None  # (concrete)
+            keys[1] = sweep.out._storage
+        kernel, src = first if first is not None and p == 0 else (one, keys[0])
+        _launch(kernel, (sweep.n, sweep.tiles), [keys[1], vals[1], sweep.state],
+                [src, vals[0], sweep.hist],
+                [np.int32(shift), np.int32(p % 2), _kind(dt) if last else np.int32(-1),
+                 np.int32(sweep.descending), _kind(dt), np.int32(sweep.canon)], dev)
+        keys.reverse()
+        vals.reverse()
+
+
+def _onesweep(keys: list[Storage], vals: list[Storage], hist: Storage, shifts: list[int],
+              out: Array | None, layout: Layout, dt: np.dtype, descending: bool,
+              values: bool, n: int) -> None:
+    """:func:`sort_keys`'s passes the one-sweep way (see VARIANT) over the keys made by
+    fl_radix_keys (which zeroed ``hist``)."""
+    dev = hist.device
+    key_size = max(dt.itemsize, 4)
+    recipe = recipe_for(dev, layout)
+    to_hist, to_starts, one = _onesweep_kernels(
+        key_size, values, layout, recipe, _hist_copies(dev, key_size, recipe))
+    state, zero = _sweep_state(dev, n, layout)
+    mask = np.int32(sum(1 << (s // RADIX_BITS) for s in shifts))
+    groups = max(1, min(KEY_GROUPS, -(-n // (16 * layout.group))))
+    _launch(to_hist, (zero, n, groups), [hist, state], [keys[0]],
+            [mask, _kind(dt), np.int32(descending), np.int32(0)], dev)
+    _launch(to_starts, (), [hist], [], [mask], dev)
+    sweep = _Sweep(hist, state, out, dt, descending, False, n, -(-n // layout.tile))
+    _sweep_passes(sweep, one, shifts, keys, vals)
+
+
+def _fused(src: Array, descending: bool, canon: bool, values: bool, layout: Layout,
+           want_values: bool) -> Sorted | None:
+    """:func:`sort_keys` of one row the fused one-sweep way (see VARIANT): the
+    histograms and the first pass read the values (no key kernel); None where every
+    key is the same (the caller's way then makes the keys)."""
+    dev, n, dt = src.device, src.size, src.dtype
+    assert src._storage is not None
+    key_size = max(dt.itemsize, 4)
+    recipe = recipe_for(dev, layout)
+    copies = _hist_copies(dev, key_size, recipe)
+    to_hist, _, first = _onesweep_kernels(key_size, values, layout, recipe, copies,
+                                          dt.itemsize)
+    _, to_starts, one = _onesweep_kernels(key_size, values, layout, recipe, copies)
+    hist = allocate(8 * RADIX * 4, dev)
+    backend_for(dev).fill(dev, hist.buffer, np.zeros(1, np.uint32), 8 * RADIX * 4)
+    state, zero = _sweep_state(dev, n, layout)
+    groups = max(1, min(KEY_GROUPS, -(-n // (16 * layout.group))))
+    _launch(to_hist, (zero, n, groups), [hist, state], [src._storage],
+            [np.int32((1 << dt.itemsize) - 1), _kind(dt), np.int32(descending),
+             np.int32(canon)], dev)
+    # (one read from the device, as the key kernel's OR and AND: the bytes that vary)
+    got = Array._concrete(hist, np.dtype(np.uint32), (8, RADIX)).get()
+    shifts = [RADIX_BITS * b for b in range(dt.itemsize) if np.count_nonzero(got[b]) > 1]
+    if not shifts:
+        return None
+    _launch(to_starts, (), [hist], [], [np.int32(sum(1 << (s // RADIX_BITS)
+                                                         for s in shifts))], dev)
+    keys = [allocate(n * key_size, dev), allocate(n * key_size, dev)]
+    vals = [allocate(n * 4, dev), allocate(n * 4, dev)] if values else [keys[0], keys[1]]
+    out = None
+    if want_values and dt.itemsize == key_size:
+        out = Array._concrete(allocate(n * key_size, dev), dt, (n,))
+    sweep = _Sweep(hist, state, out, dt, descending, canon, n, -(-n // layout.tile))
+    _sweep_passes(sweep, one, shifts, keys, vals, (first, src._storage))
+    return Sorted(None if out is not None else keys[0], vals[0] if values else None, out)
+
+
 def values_of(keys: Storage, dt: np.dtype, n: int, descending: bool,
               layout: Layout, device: Device) -> Array:
     """The values (of ``dt``, bool as uint8) of ``n`` keys sorted by :func:`sort_keys`
@@ -332,4 +549,5 @@ def values_of(keys: Storage, dt: np.dtype, n: int, descending: bool,
     return out
 
 
-__all__ = ["Layout", "Recipe", "Sorted", "layout_for", "recipe_for", "sort_keys", "values_of"]
+__all__ = ["Layout", "Recipe", "Sorted", "layout_for", "recipe_for", "sort_keys", "values_of",
+           "variant_for"]
