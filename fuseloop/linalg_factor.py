@@ -37,7 +37,9 @@ from .array import Array, _coerce
 from .creation import asarray, empty
 from .errors import DTypeError, HostFallbackWarning
 from .evaluate import upload
-from .expr.nodes import Gather, Storage
+from .expr.nodes import Gather
+from .linalg_kernels import buffer as _buf
+from .linalg_kernels import contiguous_copy as _copy
 from .ops import reductions as _r
 from .ops.linalg import _contract
 from .ops.shape import diagonal, reshape, stack, tril
@@ -95,20 +97,6 @@ def _matrices(x: Any, name: str, square: bool = True, complex_ok: bool = False) 
                           f"(shape {a.shape})")
     dt = _float_dtype(a, name, complex_ok)
     return a if a.dtype == dt else a.astype(dt)
-
-
-def _copy(x: Array) -> Array:
-    """A new contiguous array holding ``x``'s values (the kernels write in place)."""
-    out = empty(x.shape, x.dtype, x.device)
-    out[...] = x
-    return out
-
-
-def _buf(x: Array) -> Storage:
-    """The buffer of a concrete, contiguous array (what the kernels write)."""
-    s = x._storage
-    assert s is not None and x.is_contiguous
-    return s
 
 
 def _flag(device: Any) -> Array:

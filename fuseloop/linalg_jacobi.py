@@ -42,7 +42,8 @@ from .array import Array
 from .cache import KernelPlan, SourceKernel
 from .creation import arange, empty
 from .evaluate import upload
-from .expr.nodes import Storage
+from .linalg_kernels import buffer as _buf
+from .linalg_kernels import contiguous_copy as _copy
 from .ops import reductions as _r
 from .ops.shape import reshape, tril, triu
 from .runtime.devices import Device
@@ -615,19 +616,6 @@ def _launch(name: str, groups: int, wg: int, outs: list[Array], ins: list[Array]
     assert plan is not None
     launching.enqueue(plan, [_buf(x) for x in outs], [_buf(x) for x in ins], scalars, False,
                       dev)
-
-
-def _copy(x: Array) -> Array:
-    """A new contiguous array holding ``x``'s values (the kernel writes in place)."""
-    out = empty(x.shape, x.dtype, x.device)
-    out[...] = x
-    return out
-
-
-def _buf(x: Array) -> Storage:
-    s = x._storage
-    assert s is not None and x.is_contiguous
-    return s
 
 
 def sweeps(w: Array, vt: Array | None) -> int:

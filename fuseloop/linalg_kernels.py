@@ -18,7 +18,7 @@ build with NVRTC through the CUDA backend's prelude (no helper functions: a
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from . import launching
 from . import linalg_gemm as _gemm
 from .cache import KernelPlan, SourceKernel
 from .expr.nodes import Storage
+
+if TYPE_CHECKING:
+    from .array import Array
 from .linalg_gemm import GEMM_GROUP, GEMM_UPDATE_SOURCE, gemm_groups, gemm_tiling
 from .linalg_panel import KERNELS as _PANEL_KERNELS
 from .runtime.devices import Device
@@ -768,6 +771,22 @@ def fit_block(device: Device, nb: int, dtype: np.dtype) -> int:
     return nb
 
 
-__all__ = ["FEW_RHS", "GEMM_GROUP", "fit_block", "gemm_update", "group_size",
-           "launch", "local_limit", "panel_pivots", "potrf", "trsm_blocks", "trsm_lanes",
-           "trsv_step", "tslu_group_size", "vectors_per_group"]
+def contiguous_copy(x: Array) -> Array:
+    """A new contiguous array holding ``x``'s values (for kernels that write in place)."""
+    from .creation import empty
+
+    out = empty(x.shape, x.dtype, x.device)
+    out[...] = x
+    return out
+
+
+def buffer(x: Array) -> Storage:
+    """The buffer of a concrete, contiguous array (what the kernels read and write)."""
+    s = x._storage
+    assert s is not None and x.is_contiguous
+    return s
+
+
+__all__ = ["FEW_RHS", "GEMM_GROUP", "buffer", "contiguous_copy", "fit_block", "gemm_update",
+           "group_size", "launch", "local_limit", "panel_pivots", "potrf", "trsm_blocks",
+           "trsm_lanes", "trsv_step", "tslu_group_size", "vectors_per_group"]
