@@ -452,11 +452,18 @@ def _host(name: str, fn: Callable[..., Any], *arrays: Array, **kw: Any) -> Any:
 
 
 def qr(x: Any, mode: str = "reduced") -> tuple[Array, Array] | Array:
-    """``numpy.linalg.qr`` (modes "reduced", "complete", "r"): host fallback."""
+    """``numpy.linalg.qr`` (modes "reduced", "complete", "r"): blocked Householder QR
+    on the device (:mod:`fuseloop.linalg_qr`), numpy's signs; complex matrices
+    through the host fallback."""
+    from . import linalg_qr
+
     if mode not in ("reduced", "complete", "r"):
         raise ValueError(f"fl.linalg.qr: unknown mode {mode!r}; 'reduced', 'complete' or 'r'")
     a = _matrices(x, "qr", square=False, complex_ok=True)
-    return _host("qr", np.linalg.qr, a, mode=mode)
+    if a.dtype.kind == "c":
+        return _host("qr", np.linalg.qr, a, mode=mode)
+    out = _batched(lambda m: linalg_qr.qr_matrix(m, mode), a)
+    return out if mode == "r" else linalg_qr.QRResult(*out)
 
 
 def eigh(x: Any, UPLO: str = "L") -> tuple[Array, Array]:
