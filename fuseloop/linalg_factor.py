@@ -462,6 +462,8 @@ def qr(x: Any, mode: str = "reduced") -> tuple[Array, Array] | Array:
     a = _matrices(x, "qr", square=False, complex_ok=True)
     if a.dtype.kind == "c":
         return _host("qr", np.linalg.qr, a, mode=mode)
+    if a.ndim > 2 and math.prod(a.shape[:-2]) == 0:
+        return linalg_qr.qr_empty_batch(a, mode)
     out = _batched(lambda m: linalg_qr.qr_matrix(m, mode), a)
     return out if mode == "r" else linalg_qr.QRResult(*out)
 

@@ -189,5 +189,14 @@ def qr_matrix(a: Array, mode: str) -> QRResult | Array:
     return QRResult(_form_q(f, q_cols), r)
 
 
+def qr_empty_batch(a: Array, mode: str) -> QRResult | Array:
+    """``qr`` of a stack of no matrices: numpy's (empty) shapes."""
+    *batch, m, n = a.shape
+    kk = min(m, n)
+    q_cols, r_rows = (m, m) if mode == "complete" else (kk, kk)
+    r = zeros((*batch, r_rows, n), a.dtype, a.device)
+    return r if mode == "r" else QRResult(zeros((*batch, m, q_cols), a.dtype, a.device), r)
+
+
 __all__ = ["PANEL_GROUP", "QRResult", "gemm_set", "panel_group_size", "qr_block",
-           "qr_matrix"]
+           "qr_empty_batch", "qr_matrix"]

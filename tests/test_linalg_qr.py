@@ -1,0 +1,184 @@
+"""fl.linalg.qr on the device (fuseloop/linalg_qr.py) against numpy.
+
+Blocks of 16 make small matrices span several panels (a partial last one); the GPUs'
+variant (panel groups of several work-items, the trailing products by
+``fuseloop_gemm_update`` and ``fuseloop_gemm_set``) runs here on any device.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import linalg_factor, linalg_qr
+
+MODES = ("reduced", "complete", "r")
+#: the contractions' tests' shape: 3 panels of 16 (a partial one), a trailing update
+#: after the first two
+TALL = (60, 40)
+
+
+@pytest.fixture
+def block16(monkeypatch):
+    monkeypatch.setattr(linalg_factor, "block_size", lambda device: 16)
+    return 16
+
+
+@pytest.fixture
+def products(monkeypatch, block16):
+    """The trailing products by the hand-written kernels (as on GPUs): built once for
+    any shape, where fuseloop's contraction kernels are built per structure, which a
+    shape's coincident sizes change (each build costs CI about a second)."""
+    monkeypatch.setattr(linalg_factor, "UPDATE", "kernel")
+    return block16
+
+
+@pytest.fixture
+def gpu_variant(monkeypatch, block16):
+    """The GPUs' code paths: panel groups of 8 work-items (each a column of 8 at a time,
+    two at a time down the rows of 16-column panels: CW 8, RL 1, PC 2), the products
+    by the hand-written kernels."""
+    monkeypatch.setattr(linalg_factor, "UPDATE", "kernel")
+    monkeypatch.setattr(linalg_qr, "panel_group_size", lambda device: 8)
+    return block16
+
+
+def _check(a, got, mode, tol):
+    """``got`` is numpy's QR of ``a`` (the same signs), Q orthonormal, Q R = a."""
+    want = np.linalg.qr(a.astype(np.float64), mode=mode)
+    scale = max(1.0, np.abs(a).max())
+    if mode == "r":
+        assert got.shape == want.shape and got.dtype == a.dtype
+        np.testing.assert_allclose(got.get(), want, atol=tol * scale)
+        return
+    q, r = got.Q.get(), got.R.get()
+    assert q.shape == want.Q.shape and r.shape == want.R.shape
+    assert q.dtype == a.dtype and r.dtype == a.dtype
+    np.testing.assert_allclose(q, want.Q, atol=tol)
+    np.testing.assert_allclose(r, want.R, atol=tol * scale)
+    np.testing.assert_allclose(q.T @ q, np.eye(q.shape[1]), atol=tol)
+    np.testing.assert_allclose(q @ r, a, atol=tol * scale)
+
+
+@pytest.mark.parametrize("shape", [(40, 40), (60, 40), (40, 60)],
+                         ids=["square", "tall", "wide"])
+def test_qr_float64(device, products, shape):
+    a = np.random.default_rng(sum(shape)).standard_normal(shape)
+    da = fl.asarray(a)
+    for mode in MODES:
+        _check(a, fl.linalg.qr(da, mode=mode), mode, 1e-12)
+
+
+def test_qr_by_contractions(device, block16):
+    # a CPU's products (fuseloop's contractions): one shape, which the tests below share
+    # ("complete" differs only in Q's width: test_qr_float64)
+    a = np.random.default_rng(1).standard_normal(TALL)
+    da = fl.asarray(a)
+    for mode in ("reduced", "r"):
+        _check(a, fl.linalg.qr(da, mode=mode), mode, 1e-12)
+
+
+def test_qr_default_block_float32_and_ints(device, monkeypatch):
+    # one panel of the device's width (m, n below 128 on a CPU), float32, ints as numpy
+    # (by the hand-written products, built once for any shape)
+    monkeypatch.setattr(linalg_factor, "UPDATE", "kernel")
+    a = np.random.default_rng(3).standard_normal((60, 40)).astype(np.float32)
+    _check(a, fl.linalg.qr(fl.asarray(a)), "reduced", 2e-5)
+    ints = np.arange(12).reshape(4, 3) % 5
+    got = fl.linalg.qr(fl.asarray(ints))
+    assert got.R.dtype == np.float64
+    np.testing.assert_allclose(got.R.get(), np.linalg.qr(ints).R, atol=1e-12)
+
+
+def test_gpu_variant(device, gpu_variant):
+    rng = np.random.default_rng(7)
+    for shape, dt, tol in (((40, 40), np.float64, 1e-12), ((53, 37), np.float64, 1e-12),
+                           ((37, 53), np.float32, 3e-5)):
+        a = rng.standard_normal(shape).astype(dt)
+        for mode in ("reduced", "complete"):
+            _check(a, fl.linalg.qr(fl.asarray(a), mode=mode), mode, tol)
+
+
+def test_gemm_set_whole_tiles(device, monkeypatch):
+    # blocks of 64 float64: C = -(V^T A) has whole, aligned 64 x 64 tiles of the update
+    # kernel's, which it writes as vectors
+    monkeypatch.setattr(linalg_factor, "UPDATE", "kernel")
+    monkeypatch.setattr(linalg_factor, "block_size", lambda device: 64)
+    monkeypatch.setattr(linalg_qr, "panel_group_size", lambda device: 64)
+    a = np.random.default_rng(9).standard_normal((136, 200))
+    _check(a, fl.linalg.qr(fl.asarray(a)), "reduced", 1e-12)
+
+
+def test_rank_deficient(device, block16):
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((TALL[0], 5)) @ rng.standard_normal((5, TALL[1]))
+    a[:, 7] = 0  # and a zero column: a reflector with tau = 0
+    q, r = fl.linalg.qr(fl.asarray(a))
+    q, r = q.get(), r.get()
+    want = np.linalg.qr(a).R
+    np.testing.assert_allclose(q.T @ q, np.eye(40), atol=1e-12)
+    np.testing.assert_allclose(q @ r, a, atol=1e-12)
+    # rows past the rank are rounding noise: numpy's up to each row's sign
+    signs = np.where(np.sum(r * want, axis=1) < 0, -1.0, 1.0)
+    np.testing.assert_allclose(r * signs[:, None], want, atol=1e-12)
+    np.testing.assert_allclose(r[:5], want[:5], atol=1e-12)
+
+
+def test_batched_and_empty(device, products):
+    a = np.random.default_rng(5).standard_normal((2, 2, 40, 60))
+    got = fl.linalg.qr(fl.asarray(a))
+    want = np.linalg.qr(a)
+    np.testing.assert_allclose(got.Q.get(), want.Q, atol=1e-12)
+    np.testing.assert_allclose(got.R.get(), want.R, atol=1e-12)
+    for shape in ((0, 3), (3, 0), (0, 4, 2)):
+        e = np.zeros(shape)
+        for mode in MODES:
+            w = np.linalg.qr(e, mode=mode)
+            g = fl.linalg.qr(fl.asarray(e), mode=mode)
+            if mode == "r":
+                assert g.shape == w.shape
+            else:
+                np.testing.assert_array_equal(g.Q.get(), w.Q)
+                np.testing.assert_array_equal(g.R.get(), w.R)
+
+
+def test_no_host_fallback_for_real_input(device, products):
+    a = fl.asarray(np.random.default_rng(6).standard_normal(TALL))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fl.HostFallbackWarning)
+        for mode in MODES:
+            fl.linalg.qr(a, mode=mode)
+    with pytest.warns(fl.HostFallbackWarning, match="qr"):  # complex: numpy's
+        fl.linalg.qr(a * 1j)
+
+
+def test_bad_input(device):
+    with pytest.raises(fl.linalg.LinAlgError, match="1-dimensional"):
+        fl.linalg.qr(np.ones(3))
+    with pytest.raises(ValueError, match="unknown mode 'raw'"):
+        fl.linalg.qr(np.ones((3, 3)), mode="raw")
+
+
+def _launches(fn):
+    fn()  # (builds)
+    fl.reset_stats()
+    fn()
+    return fl.stats()["kernels_launched"]
+
+
+@pytest.mark.parametrize("variant", ["contraction", "kernel"])
+def test_launches_per_panel(device, block16, monkeypatch, variant):
+    # per panel the panel kernel and, while columns are left of it, the two products
+    # of its trailing update; Q two products per panel.  Besides: the copy of the
+    # matrix, R's triangle, and Q's identity
+    monkeypatch.setattr(linalg_factor, "UPDATE", variant)
+    for m, n in ((40, 60), TALL) if variant == "kernel" else (TALL,):
+        panels = -(-min(m, n) // block16)
+        trailing = panels - (n <= min(m, n))  # (the last panel has none where n <= m)
+        a = fl.asarray(np.random.default_rng(m + n).standard_normal((m, n)))
+        factor = 1 + panels + 2 * trailing
+        assert _launches(lambda a=a: fl.linalg.qr(a, mode="r").eval()) == factor + 1
+        assert _launches(lambda a=a: fl.compute(*fl.linalg.qr(a))) == factor + 1 + 1 + 2 * panels
