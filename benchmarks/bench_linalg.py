@@ -1,5 +1,7 @@
 """Issue 27's device algorithms against their peers, in one table: ``fl.linalg.cholesky``,
-``fl.linalg.solve`` (one right-hand side), the LU factorisation alone (``lu``:
+``fl.linalg.solve`` (one right-hand side), ``fl.linalg.qr`` (``qr``: Q and R, numpy's
+"reduced" mode; ``qr_r``: R alone; against ``numpy.linalg.qr`` and ``cupy.linalg.qr``,
+cuSOLVER's geqrf and orgqr), the LU factorisation alone (``lu``:
 ``fuseloop.linalg_factor._lu`` against ``scipy.linalg.lu_factor`` and cupy's
 ``cupyx.scipy.linalg.lu_factor``, cuSOLVER's getrf), ``fl.linalg.solve_triangular``
 (``--rhs`` columns), ``fl.sort`` and ``fl.cumulative_sum``; ``update``: one trailing
@@ -22,8 +24,9 @@ one run: the op is then labelled with it).  ``--panel`` picks the LU panel's ker
 (``fuseloop.linalg_panel.PANEL``) for ``solve`` and ``lu`` the same way: ``auto``,
 ``rows`` (a row per work-item, the GPUs' default), ``tile`` (slices in local memory), or
 ``both``.
-GFLOP/s counts n^3/3 for Cholesky, 2n^3/3 + 2n^2 for solve and n^2 k for a
-triangular solve with k right-hand sides and 2 m n k for an update.
+GFLOP/s counts n^3/3 for Cholesky, 2n^3/3 + 2n^2 for solve, 4n^3/3 for R alone (geqrf)
+and 8n^3/3 with Q (geqrf and orgqr), n^2 k for a triangular solve with k right-hand sides
+and 2 m n k for an update.
 
 Usage (the issue's sizes are the defaults)::
 
@@ -36,6 +39,10 @@ Usage (the issue's sizes are the defaults)::
 Issue 27's LU target on a GPU (both panel kernels, cupy in the same run)::
 
     python benchmarks/bench_linalg.py --ops solve lu --panel both
+
+The QR (float32 4096, both update kernels; cupy in the same run)::
+
+    PYTHONPATH=. python benchmarks/bench_linalg.py --ops qr qr_r --update both
 
 The trailing update alone (TFLOP/s: the GFLOP/s column / 1000)::
 
@@ -55,7 +62,10 @@ import fuseloop as fl
 from fuseloop import linalg_factor, linalg_gemm, linalg_kernels, linalg_panel
 from fuseloop.bench.runner import median_time
 
-OPS = ("cholesky", "solve", "lu", "solve_triangular", "sort", "cumsum", "update")
+OPS = ("cholesky", "solve", "lu", "solve_triangular", "qr", "qr_r", "sort", "cumsum",
+       "update")
+#: the ops of _factorisations (the rest: sort and scans, the update kernel)
+MATRIX_OPS = OPS[:6]
 #: the ops that factor by LU (``--panel`` applies)
 LU_OPS = ("solve", "lu")
 
@@ -138,6 +148,9 @@ def _factorisations(n: int, dt: np.dtype, rhs: int, ops: list[str], cp: Any,
             (lambda: th.linalg.solve(t_gen, t_b)) if th else None, ok))
     if "lu" in ops:
         cases.append(_lu_case(n, gen, d, cp, tol))
+    for op in ("qr", "qr_r"):
+        if op in ops:
+            cases.append(_qr_case(op, n, gen, d, cp, th, tol))
     if "solve_triangular" in ops:
         import scipy.linalg
 
@@ -163,6 +176,34 @@ def _lu_case(n: int, gen: np.ndarray, d: dict, cp: Any, tol: float) -> Case:
         cupy_call = lambda: csla.lu_factor(c_gen, check_finite=False)  # noqa: E731
     return Case("lu", f"{n}", 2 * n ** 3 / 3, lambda: linalg_factor._lu(d["gen"]),
                 lambda: scipy.linalg.lu_factor(gen, check_finite=False), cupy_call, None, ok)
+
+
+def _qr_case(op: str, n: int, gen: np.ndarray, d: dict, cp: Any, th: Any,
+             tol: float) -> Case:
+    """``qr``: Q and R ("reduced"); ``qr_r``: R alone ("r"), checked against numpy's R
+    (the same signs: both are LAPACK's reflectors)."""
+    mode = "reduced" if op == "qr" else "r"
+    got = fl.linalg.qr(d["gen"], mode=mode)
+    r = (got.R if mode == "reduced" else got).get().astype(np.float64)
+    want = np.linalg.qr(gen.astype(np.float64), mode="r")
+    ok = bool(np.abs(r - want).max() <= tol * 10 * np.abs(want).max())
+    if mode == "reduced":
+        q = got.Q.get().astype(np.float64)
+        ok = ok and bool(np.abs(q @ r - gen).max() <= tol * 10 * np.abs(gen).max())
+
+    def ours() -> None:
+        out = fl.linalg.qr(d["gen"], mode=mode)
+        if mode == "reduced":
+            fl.compute(*out)
+        else:
+            out.eval()
+
+    c_gen = cp.asarray(gen) if cp else None
+    t_gen = th.from_numpy(gen).cuda() if th else None
+    return Case(op, f"{n}", (8 if mode == "reduced" else 4) * n ** 3 / 3, ours,
+                lambda: np.linalg.qr(gen, mode=mode),
+                (lambda: cp.linalg.qr(c_gen, mode=mode)) if cp else None,
+                (lambda: th.linalg.qr(t_gen, mode=mode)) if th else None, ok)
 
 
 def _triangular(n: int, rhs: int, low: np.ndarray, bb: np.ndarray, d: dict, cp: Any,
@@ -326,10 +367,10 @@ def main() -> None:
     jobs: list[tuple[str, Callable[[], list[Case]], str, str, str]] = []
     for n in args.sizes:
         jobs += [(f"{op} {n}", lambda op=op, n=n: _factorisations(n, dt, args.rhs, [op], cp, th),
-                  args.dtype, mode, panel) for op in OPS[:4] if op in args.ops
+                  args.dtype, mode, panel) for op in MATRIX_OPS if op in args.ops
                  for mode in modes for panel in (panels if op in LU_OPS else ["auto"])]
     jobs += [(op, lambda op=op: _sort_scan(args.sort_n, args.scan_n, [op], cp, th), "float32",
-              "auto", "auto") for op in OPS[4:6] if op in args.ops]
+              "auto", "auto") for op in ("sort", "cumsum") if op in args.ops]
     if "update" in args.ops:
         jobs += [(f"update {n}", lambda n=n: _update_cases(n, dt, cp, th), args.dtype, "auto",
                   "auto") for n in args.sizes]
