@@ -102,7 +102,9 @@ def _factor(a: Array) -> _Factors:
     y = empty((m, kk), dt, dev)
     tau = empty((max(kk, 1),), dt, dev)
     scratch = empty((nb * max(n, m),), dt, dev)
-    bufs = [_f._buf(w), _f._buf(tau), _f._buf(v), _f._buf(y)]
+    # (the panel kernel's two columns in flight: see fuseloop_geqr2)
+    columns = empty((2 * m,), dt, dev)
+    bufs = [_f._buf(w), _f._buf(tau), _f._buf(v), _f._buf(y), _f._buf(columns)]
     hand = _f.update_kernel(dev)
     for k in range(0, kk, nb):
         k2 = min(kk, k + nb)
