@@ -18,6 +18,7 @@ Real float32 and float64 only: complex matrices take the host fallback.
 
 from __future__ import annotations
 
+import os
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -33,10 +34,11 @@ from .ops.linalg import _contract
 from .ops.shape import reshape, triu
 from .runtime.devices import Device
 
-#: work-items of a ``fuseloop_geqr2`` group on a GPU (within the device's limit): per
-#: column its dot products and updates walk the panel's rows, 1 / (PANEL_GROUP / nb)
-#: of them each
-PANEL_GROUP = 512
+#: work-items of a ``fuseloop_geqr2`` group on a GPU (within the device's limit; a power
+#: of two): per column each walks 1 / (PANEL_GROUP / nb) of the panel's rows, so more
+#: is faster until the group's barriers and local memory cost more (float64 blocks of
+#: 64 fit 40 KiB with up to 512); FUSELOOP_QR_PANEL_GROUP, for tuning on a GPU
+PANEL_GROUP = int(os.environ.get("FUSELOOP_QR_PANEL_GROUP", "512") or 512)
 
 
 class QRResult(NamedTuple):

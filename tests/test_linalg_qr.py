@@ -38,11 +38,11 @@ def products(monkeypatch, block16):
 
 @pytest.fixture
 def gpu_variant(monkeypatch, block16):
-    """The GPUs' code paths: panel groups of 8 work-items (each a column of 8 at a time,
-    two at a time down the rows of 16-column panels: CW 8, RL 1, PC 2), the products
-    by the hand-written kernels."""
+    """The GPUs' code paths: panel groups of 32 work-items (two lanes of rows, each
+    work-item a column of the 16, 4 rows at a time), the products by the hand-written
+    kernels."""
     monkeypatch.setattr(linalg_factor, "UPDATE", "kernel")
-    monkeypatch.setattr(linalg_qr, "panel_group_size", lambda device: 8)
+    monkeypatch.setattr(linalg_qr, "panel_group_size", lambda device: 32)
     return block16
 
 
@@ -81,12 +81,12 @@ def test_qr_by_contractions(device, block16):
         _check(a, fl.linalg.qr(da, mode=mode), mode, 1e-12)
 
 
-def test_qr_default_block_float32_and_ints(device, monkeypatch):
-    # one panel of the device's width (m, n below 128 on a CPU), float32, ints as numpy
-    # (by the hand-written products, built once for any shape)
+def test_qr_default_block_and_ints(device, monkeypatch):
+    # one panel of the device's block (m, n below 128 on a CPU; the products by the
+    # hand-written kernels, as in the tests above); ints as numpy
     monkeypatch.setattr(linalg_factor, "UPDATE", "kernel")
-    a = np.random.default_rng(3).standard_normal((60, 40)).astype(np.float32)
-    _check(a, fl.linalg.qr(fl.asarray(a)), "reduced", 2e-5)
+    a = np.random.default_rng(3).standard_normal(TALL)
+    _check(a, fl.linalg.qr(fl.asarray(a)), "reduced", 1e-12)
     ints = np.arange(12).reshape(4, 3) % 5
     got = fl.linalg.qr(fl.asarray(ints))
     assert got.R.dtype == np.float64
@@ -94,22 +94,26 @@ def test_qr_default_block_float32_and_ints(device, monkeypatch):
 
 
 def test_gpu_variant(device, gpu_variant):
+    # (float32 here; float64 in the tests above)
     rng = np.random.default_rng(7)
-    for shape, dt, tol in (((40, 40), np.float64, 1e-12), ((53, 37), np.float64, 1e-12),
-                           ((37, 53), np.float32, 3e-5)):
-        a = rng.standard_normal(shape).astype(dt)
+    for shape in ((53, 37), (37, 53)):
+        a = rng.standard_normal(shape).astype(np.float32)
         for mode in ("reduced", "complete"):
-            _check(a, fl.linalg.qr(fl.asarray(a), mode=mode), mode, tol)
+            _check(a, fl.linalg.qr(fl.asarray(a), mode=mode), mode, 3e-5)
 
 
-def test_gemm_set_whole_tiles(device, monkeypatch):
-    # blocks of 64 float64: C = -(V^T A) has whole, aligned 64 x 64 tiles of the update
-    # kernel's, which it writes as vectors
-    monkeypatch.setattr(linalg_factor, "UPDATE", "kernel")
-    monkeypatch.setattr(linalg_factor, "block_size", lambda device: 64)
-    monkeypatch.setattr(linalg_qr, "panel_group_size", lambda device: 64)
-    a = np.random.default_rng(9).standard_normal((136, 200))
-    _check(a, fl.linalg.qr(fl.asarray(a)), "reduced", 1e-12)
+def test_gemm_set_kernel(device):
+    # C = -(A B), C's old values not read (NaN here): A transposed in its buffer (as
+    # the QR's V^T), a whole, aligned 64 x 64 tile (written as vectors) and a partial one
+    rng = np.random.default_rng(8)
+    m, n, kk = 64, 100, 37
+    a_t, b = rng.standard_normal((kk, m)), rng.standard_normal((kk, n))
+    da, db = fl.asarray(a_t), fl.asarray(b)
+    dc = linalg_factor._copy(fl.asarray(np.full((m, n), np.nan)))
+    buf = linalg_factor._buf
+    linalg_qr.gemm_set(buf(dc), buf(da), buf(db), m, n, kk, (0, n, 1), (0, 1, m), (0, n, 1),
+                       dc.dtype, dc.device)
+    np.testing.assert_allclose(dc.get(), -(a_t.T @ b), rtol=1e-12, atol=1e-12)
 
 
 def test_rank_deficient(device, block16):
@@ -182,3 +186,19 @@ def test_launches_per_panel(device, block16, monkeypatch, variant):
         factor = 1 + panels + 2 * trailing
         assert _launches(lambda a=a: fl.linalg.qr(a, mode="r").eval()) == factor + 1
         assert _launches(lambda a=a: fl.compute(*fl.linalg.qr(a))) == factor + 1 + 1 + 2 * panels
+
+
+def test_panel_rules():
+    from types import SimpleNamespace
+
+    gpu = SimpleNamespace(type="gpu", max_work_group_size=1024)
+    cpu = SimpleNamespace(type="cpu", max_work_group_size=4096)
+    f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
+    assert linalg_qr.panel_group_size(cpu) == 1
+    assert linalg_qr.panel_group_size(gpu) == linalg_qr.PANEL_GROUP == 512
+    assert linalg_qr.panel_group_size(SimpleNamespace(type="gpu", max_work_group_size=256)) == 256
+    # float64 blocks of 64 with groups of 512: T (32 KiB) and the lanes' sums fit 40 KiB
+    assert linalg_qr.qr_block(gpu, f32) == 64 and linalg_qr.qr_block(gpu, f64) == 64
+    tiny = SimpleNamespace(type="gpu", max_work_group_size=1024,
+                           cl_device=SimpleNamespace(local_mem_size=16384))
+    assert linalg_qr.qr_block(tiny, f32) == 32
