@@ -59,10 +59,18 @@ def panel_group_size(device: Any) -> int:
     return want
 
 
+#: the QR's block width instead of :func:`qr_block`'s rule (0: the rule);
+#: FUSELOOP_QR_BLOCK, for tuning on a GPU
+QR_BLOCK = int(os.environ.get("FUSELOOP_QR_BLOCK", "0") or 0)
+
+
 def qr_block(device: Any, dtype: np.dtype) -> int:
-    """The QR's block width: the factorisations' (:func:`~fuseloop.linalg_factor.block_size`)
-    halved until a panel group's local memory (``T`` is nb x nb) fits the device's."""
-    nb = _f.block_size(device)
+    """The QR's block width: the factorisations' (:func:`~fuseloop.linalg_factor.block_size`),
+    halved on GPUs (a panel is one work-group, one SM, which reads it once per column: its
+    time grows with the block, the trailing products' falls), then until a panel group's
+    local memory (``T`` is nb x nb) fits the device's; :data:`QR_BLOCK` overrides the
+    rule's first part."""
+    nb = QR_BLOCK or (_f.block_size(device) // (1 if device.type == "cpu" else 2))
     wg = panel_group_size(device)
     while nb > 8 and geqr2_local_bytes(nb, wg, dtype.itemsize) > _k.local_limit(device):
         nb //= 2
@@ -202,5 +210,5 @@ def qr_empty_batch(a: Array, mode: str) -> QRResult | Array:
     return r if mode == "r" else QRResult(zeros((*batch, m, q_cols), a.dtype, a.device), r)
 
 
-__all__ = ["PANEL_GROUP", "QRResult", "gemm_set", "panel_group_size", "qr_block",
+__all__ = ["PANEL_GROUP", "QR_BLOCK", "QRResult", "gemm_set", "panel_group_size", "qr_block",
            "qr_empty_batch", "qr_matrix"]

@@ -188,7 +188,7 @@ def test_launches_per_panel(device, block16, monkeypatch, variant):
         assert _launches(lambda a=a: fl.compute(*fl.linalg.qr(a))) == factor + 1 + 1 + 2 * panels
 
 
-def test_panel_rules():
+def test_panel_rules(monkeypatch):
     from types import SimpleNamespace
 
     gpu = SimpleNamespace(type="gpu", max_work_group_size=1024)
@@ -197,8 +197,13 @@ def test_panel_rules():
     assert linalg_qr.panel_group_size(cpu) == 1
     assert linalg_qr.panel_group_size(gpu) == linalg_qr.PANEL_GROUP == 512
     assert linalg_qr.panel_group_size(SimpleNamespace(type="gpu", max_work_group_size=256)) == 256
-    # float64 blocks of 64 with groups of 512: T (32 KiB) and the lanes' sums fit 40 KiB
-    assert linalg_qr.qr_block(gpu, f32) == 64 and linalg_qr.qr_block(gpu, f64) == 64
+    # half the factorisations' block on GPUs (32), theirs on CPUs; halved again where a
+    # panel group's local memory does not fit (8 KiB usable of 16)
+    assert linalg_qr.qr_block(gpu, f32) == 32 and linalg_qr.qr_block(gpu, f64) == 32
+    assert linalg_qr.qr_block(cpu, f64) == linalg_factor.block_size(cpu) == 128
     tiny = SimpleNamespace(type="gpu", max_work_group_size=1024,
                            cl_device=SimpleNamespace(local_mem_size=16384))
-    assert linalg_qr.qr_block(tiny, f32) == 32
+    assert linalg_qr.qr_block(tiny, f64) == 16
+    # float64 blocks of 64 with groups of 512: T (32 KiB) and the lanes' sums fit 40 KiB
+    monkeypatch.setattr(linalg_qr, "QR_BLOCK", 64)
+    assert linalg_qr.qr_block(gpu, f64) == 64
