@@ -77,18 +77,49 @@ def qr_block(device: Any, dtype: np.dtype) -> int:
     return nb
 
 
+#: the fewest inner indices (the panel's rows) a slice of ``fuseloop_gemm_set`` takes,
+#: and the most slices
+SPLIT_ROWS = 256
+MAX_SPLIT = 16
+
+
+def set_slices(device: Any, m: int, n: int, kk: int, dtype: np.dtype) -> tuple[int, int]:
+    """``(slices, inner indices per slice)`` of ``C = -(A B)`` (m x n, inner size kk):
+    enough slices for two work-groups per compute unit, each of at least
+    :data:`SPLIT_ROWS` inner indices (a multiple of 8, the kernel's step)."""
+    tile, _ = _k.gemm_tiling(device, m, n, dtype, False)
+    groups = _gemm.gemm_groups(m, n, tile, False)
+    units = max(1, getattr(device, "compute_units", 1))
+    want = min(MAX_SPLIT, -(-kk // SPLIT_ROWS), max(1, -(-2 * units // groups)))
+    if want <= 1:
+        return 1, kk
+    chunk = -(-kk // want)
+    chunk = -(-chunk // 8) * 8
+    return -(-kk // chunk), chunk
+
+
 def gemm_set(c: Storage, a: Storage, b: Storage, m: int, n: int, kk: int,
              c_at: tuple[int, int, int], a_at: tuple[int, int, int],
-             b_at: tuple[int, int, int], dtype: np.dtype, device: Device) -> None:
+             b_at: tuple[int, int, int], dtype: np.dtype, device: Device,
+             parts: Storage | None = None) -> int:
     """``C = -(A B)`` (``m x n``, inner size ``kk``) by ``fuseloop_gemm_set``, laid out
-    as :func:`fuseloop.linalg_kernels.gemm_update`'s operands."""
+    as :func:`fuseloop.linalg_kernels.gemm_update`'s operands; with ``parts`` (room for
+    ``MAX_SPLIT`` m x n slices) split along the inner size (:func:`set_slices`) and the
+    slices added into ``C`` (contiguous) by ``fuseloop_qr_sum``.  Returns the launches."""
     if m <= 0 or n <= 0 or kk <= 0:
-        return
+        return 0
+    slices, chunk = set_slices(device, m, n, kk, dtype) if parts is not None else (1, kk)
     tile, wg = _k.gemm_tiling(device, m, n, dtype, False)
-    _k.launch("fuseloop_gemm_set", dtype, [c], [a, b],
-              [m, n, kk, *a_at, *b_at, *c_at, 0], device,
-              groups=_gemm.gemm_groups(m, n, tile, False), nb=tile, wg=wg,
-              vpg=4 if _gemm.GEMM_VECTOR_C else 1)
+    groups = _gemm.gemm_groups(m, n, tile, False)
+    out, out_at = (c, c_at) if parts is None or slices == 1 else (parts, (0, n, 1))
+    _k.launch("fuseloop_gemm_set", dtype, [out], [a, b],
+              [m, n, kk, *a_at, *b_at, *out_at, chunk], device,
+              groups=groups * slices, nb=tile, wg=wg, vpg=4 if _gemm.GEMM_VECTOR_C else 1)
+    if slices == 1:
+        return 1
+    assert parts is not None and c_at == (0, n, 1), c_at
+    _k.launch("fuseloop_qr_sum", dtype, [c], [parts], [m * n, slices, m * n], device, m * n)
+    return 2
 
 
 class _Factors(NamedTuple):
@@ -99,6 +130,13 @@ class _Factors(NamedTuple):
     y: Array  #: m x k, each block's -V T in its columns
     tau: Array  #: k (or 1 where k = 0)
     nb: int
+
+
+def _parts(device: Any, dtype: np.dtype, size: int) -> Array | None:
+    """The slices of ``fuseloop_gemm_set``'s products (``size`` elements each) where the
+    products are the hand-written kernels' (:func:`~fuseloop.linalg_factor.update_kernel`),
+    else None (fuseloop's contractions)."""
+    return empty((MAX_SPLIT * size,), dtype, device) if _f.update_kernel(device) else None
 
 
 def _factor(a: Array) -> _Factors:
@@ -115,28 +153,28 @@ def _factor(a: Array) -> _Factors:
     # (the panel kernel's two columns in flight: see fuseloop_geqr2)
     columns = empty((2 * m,), dt, dev)
     bufs = [_f._buf(w), _f._buf(tau), _f._buf(v), _f._buf(y), _f._buf(columns)]
-    hand = _f.update_kernel(dev)
+    parts = _parts(dev, dt, nb * max(n, m))
     for k in range(0, kk, nb):
         k2 = min(kk, k + nb)
         _k.launch("fuseloop_geqr2", dt, bufs, [], [k, m, n, k2 - k, kk], dev, groups=1,
                   nb=nb, wg=panel_group_size(dev))
         if k2 < n:
             # A -= V T^T V^T A = V ((V T)^T A): scratch = -(Y^T A) = (V T)^T A
-            _apply_trailing(w, v, y, k, k2, scratch, hand)
+            _apply_trailing(w, v, y, k, k2, scratch, parts)
     return _Factors(w, v, y, tau, nb)
 
 
 def _apply_trailing(w: Array, v: Array, y: Array, k: int, k2: int, scratch: Array,
-                    hand: bool) -> None:
+                    parts: Array | None) -> None:
     """The trailing columns ``k2:`` of rows ``k:`` of ``w`` multiplied by the block's
     ``(I - V T V^T)^T``."""
     m, n = w.shape
     rows, cols, b = m - k, n - k2, k2 - k
-    if hand:
+    if parts is not None:  # (the hand-written kernels)
         kk = v.shape[1]
         at, sc = k * kk + k, _f._buf(scratch)
         gemm_set(sc, _f._buf(y), _f._buf(w), b, cols, rows, (0, cols, 1), (at, 1, kk),
-                 (k * n + k2, n, 1), w.dtype, w.device)
+                 (k * n + k2, n, 1), w.dtype, w.device, _f._buf(parts))
         _k.gemm_update(_f._buf(w), _f._buf(v), sc, rows, cols, b, (k * n + k2, n, 1),
                        (at, kk, 1), (0, cols, 1), False, w.dtype, w.device)
         return
@@ -155,24 +193,25 @@ def _form_q(f: _Factors, cols: int) -> Array:
     dev, dt = f.w.device, f.w.dtype
     q = _f._copy((reshape(arange(m, device=dev), (m, 1)) == arange(cols, device=dev))
                  .astype(dt))
-    hand = _f.update_kernel(dev)
     scratch = empty((f.nb * max(cols, 1),), dt, dev)
+    parts = _parts(dev, dt, f.nb * max(cols, 1))
     for k in reversed(range(0, kk, f.nb)):
         k2 = min(kk, k + f.nb)
-        _apply_q(q, f, k, k2, scratch, hand)
+        _apply_q(q, f, k, k2, scratch, parts)
     return q
 
 
-def _apply_q(q: Array, f: _Factors, k: int, k2: int, scratch: Array, hand: bool) -> None:
+def _apply_q(q: Array, f: _Factors, k: int, k2: int, scratch: Array,
+             parts: Array | None) -> None:
     """``Q[k:, k:] -= (V T) (V^T Q[k:, k:])`` for the block ``k:k2``."""
     m, cols = q.shape
     kk = f.v.shape[1]
     rows, b, width = m - k, k2 - k, cols - k
-    if hand:
+    if parts is not None:  # (the hand-written kernels)
         at, sc = k * kk + k, _f._buf(scratch)
         # scratch = -(V^T Q), then Q -= Y scratch, Y = -V T
         gemm_set(sc, _f._buf(f.v), _f._buf(q), b, width, rows, (0, width, 1), (at, 1, kk),
-                 (k * cols + k, cols, 1), q.dtype, q.device)
+                 (k * cols + k, cols, 1), q.dtype, q.device, _f._buf(parts))
         _k.gemm_update(_f._buf(q), _f._buf(f.y), sc, rows, width, b, (k * cols + k, cols, 1),
                        (at, kk, 1), (0, width, 1), False, q.dtype, q.device)
         return

@@ -3,7 +3,8 @@
 ``fuseloop_geqr2`` factors one panel (LAPACK's geqr2, then larft) in one work-group;
 ``fuseloop_gemm_set`` is :mod:`fuseloop.linalg_gemm`'s ``C -= A B`` kernel built to
 write ``C = -(A B)`` instead (the QR's products ``V^T A`` go into a scratch block, which
-would otherwise need a launch to clear it first).  This module imports no other
+would otherwise need a launch to clear it first), in slices of the inner size that
+``fuseloop_qr_sum`` adds.  This module imports no other
 fuseloop module: :mod:`fuseloop.linalg_kernels` lists these kernels with its own.
 """
 
@@ -170,10 +171,55 @@ void fuseloop_geqr2(__global FL_T *a, __global FL_T *tau, __global FL_T *v,
 """
 
 # C = -(A B): the update kernel with c's old values read as zeros (a build of its own,
-# so that fuseloop_gemm_update's code is unchanged)
-_GEMM_SET = ("#define GEMM_SET 1\n"
-             + GEMM_UPDATE_SOURCE.replace("void fuseloop_gemm_update(", "void fuseloop_gemm_set(")
-             + "#undef GEMM_SET\n")
+# so that fuseloop_gemm_update's code is unchanged), split along the inner size: its
+# last scalar (the update's "lower") is a chunk of inner indices, and work-group g
+# takes tile g % tiles of chunk g / tiles, writing that chunk's product to slice
+# g / tiles of c (m * cs0 elements apart; fuseloop_qr_sum adds the slices).  The QR's
+# V^T A has few tiles (b rows) and a long inner size (the rows): one group per tile
+# would leave most compute units idle.
+_SET_EDITS = (
+    ("void fuseloop_gemm_update(", "void fuseloop_gemm_set("),
+    ("const long n, const long kk,", "const long n, const long kk_all,"),
+    ("const long aoff, ", "const long aoff_all, "),
+    ("const long boff, ", "const long boff_all, "),
+    ("const long coff, ", "const long coff_all, "),
+    ("    const long g = get_group_id(0);\n",
+     "    const long tiles_all = ((m + GT - 1) / GT) * ((n + GT - 1) / GT);\n"
+     "    const long g = get_group_id(0) % tiles_all, part = get_group_id(0) / tiles_all;\n"
+     "    const long kc = lower > 0 ? lower : kk_all, k0 = part * kc;\n"
+     "    const long kk = min(kk_all - k0, kc);\n"
+     "    const long aoff = aoff_all + k0 * as1, boff = boff_all + k0 * bs0;\n"
+     "    const long coff = coff_all + part * m * cs0;\n"),
+    ("if (lower != 0) {", "if (0) {"),
+)
+
+
+def _set_source() -> str:
+    source = GEMM_UPDATE_SOURCE
+    for old, new in _SET_EDITS:
+        # (the update kernel's text changed: its set build must be looked at again)
+        assert source.count(old) == 1, f"fuseloop_gemm_set: {old!r} not found once"
+        source = source.replace(old, new)
+    return "#define GEMM_SET 1\n" + source + "#undef GEMM_SET\n"
+
+
+_GEMM_SET = _set_source()
+
+# w[e] = the sum of parts[s * stride + e] over s < nparts, for e < count
+_QR_SUM = r"""
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void fuseloop_qr_sum(__global FL_T *w, __global const FL_T *parts, const long count,
+                     const long nparts, const long stride)
+{
+    const long e = get_global_id(0);
+    if (e >= count)
+        return;
+    FL_T t = parts[e];
+    for (long s = 1; s < nparts; ++s)
+        t += parts[s * stride + e];
+    w[e] = t;
+}
+"""
 
 
 def geqr2_local_bytes(nb: int, wg: int, itemsize: int) -> int:
@@ -187,6 +233,7 @@ def geqr2_local_bytes(nb: int, wg: int, itemsize: int) -> int:
 KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     "fuseloop_geqr2": (_GEQR2, ["out0", "out1", "out2", "out3", "out4"], 5, False),
     "fuseloop_gemm_set": (_GEMM_SET, ["out0", "in0", "in1"], 13, False),
+    "fuseloop_qr_sum": (_QR_SUM, ["out0", "in0"], 3, True),
 }
 
 __all__ = ["KERNELS", "geqr2_local_bytes"]

@@ -43,6 +43,8 @@ def gpu_variant(monkeypatch, block16):
     kernels."""
     monkeypatch.setattr(linalg_factor, "UPDATE", "kernel")
     monkeypatch.setattr(linalg_qr, "panel_group_size", lambda device: 32)
+    # (V^T A in slices of the rows, added by fuseloop_qr_sum)
+    monkeypatch.setattr(linalg_qr, "SPLIT_ROWS", 8)
     return block16
 
 
@@ -102,7 +104,7 @@ def test_gpu_variant(device, gpu_variant):
             _check(a, fl.linalg.qr(fl.asarray(a), mode=mode), mode, 3e-5)
 
 
-def test_gemm_set_kernel(device):
+def test_gemm_set_kernel(device, monkeypatch):
     # C = -(A B), C's old values not read (NaN here): A transposed in its buffer (as
     # the QR's V^T), a whole, aligned 64 x 64 tile (written as vectors) and a partial one
     rng = np.random.default_rng(8)
@@ -111,8 +113,17 @@ def test_gemm_set_kernel(device):
     da, db = fl.asarray(a_t), fl.asarray(b)
     dc = linalg_factor._copy(fl.asarray(np.full((m, n), np.nan)))
     buf = linalg_factor._buf
-    linalg_qr.gemm_set(buf(dc), buf(da), buf(db), m, n, kk, (0, n, 1), (0, 1, m), (0, n, 1),
-                       dc.dtype, dc.device)
+    assert linalg_qr.gemm_set(buf(dc), buf(da), buf(db), m, n, kk, (0, n, 1), (0, 1, m),
+                              (0, n, 1), dc.dtype, dc.device) == 1
+    np.testing.assert_allclose(dc.get(), -(a_t.T @ b), rtol=1e-12, atol=1e-12)
+    # in slices of the inner size (here 2 or 3 of 16 or 24), added by a second launch
+    monkeypatch.setattr(linalg_qr, "SPLIT_ROWS", 16)
+    slices, chunk = linalg_qr.set_slices(dc.device, m, n, kk, dc.dtype)
+    assert slices > 1 and chunk % 8 == 0 and (slices - 1) * chunk < kk <= slices * chunk
+    parts = fl.empty((linalg_qr.MAX_SPLIT * m * n,))
+    dc[...] = np.nan
+    assert linalg_qr.gemm_set(buf(dc), buf(da), buf(db), m, n, kk, (0, n, 1), (0, 1, m),
+                              (0, n, 1), dc.dtype, dc.device, buf(parts)) == 2
     np.testing.assert_allclose(dc.get(), -(a_t.T @ b), rtol=1e-12, atol=1e-12)
 
 
