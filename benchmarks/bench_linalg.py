@@ -34,15 +34,16 @@ Usage (the issue's sizes are the defaults)::
                                       [--scan-n 134217728] [--ops cholesky solve ...]
                                       [--repeat 5] [--dtype float32] [--out results.json]
                                       [--update auto|kernel|contraction|both]
-                                      [--panel auto|rows|tile|both]
+                                      [--panel auto|rows|tile|both] [--qr-block 0 16 64]
 
 Issue 27's LU target on a GPU (both panel kernels, cupy in the same run)::
 
     python benchmarks/bench_linalg.py --ops solve lu --panel both
 
-The QR (float32 4096, both update kernels; cupy in the same run)::
+The QR (float32 4096; cupy in the same run), with its GPU block of 32 and forced to 16
+and 64 (``--qr-block``, a row each; ``FUSELOOP_QR_PANEL_GROUP`` sets the panel's group)::
 
-    PYTHONPATH=. python benchmarks/bench_linalg.py --ops qr qr_r --update both
+    PYTHONPATH=. python benchmarks/bench_linalg.py --ops qr qr_r --qr-block 0 16 64
 
 The trailing update alone (TFLOP/s: the GFLOP/s column / 1000)::
 
@@ -59,7 +60,7 @@ from typing import Any
 import numpy as np
 
 import fuseloop as fl
-from fuseloop import linalg_factor, linalg_gemm, linalg_kernels, linalg_panel
+from fuseloop import linalg_factor, linalg_gemm, linalg_kernels, linalg_panel, linalg_qr
 from fuseloop.bench.runner import median_time
 
 OPS = ("cholesky", "solve", "lu", "solve_triangular", "qr", "qr_r", "sort", "cumsum",
@@ -68,6 +69,8 @@ OPS = ("cholesky", "solve", "lu", "solve_triangular", "qr", "qr_r", "sort", "cum
 MATRIX_OPS = OPS[:6]
 #: the ops that factor by LU (``--panel`` applies)
 LU_OPS = ("solve", "lu")
+#: the QR's ops (``--qr-block`` applies)
+QR_OPS = ("qr", "qr_r")
 
 
 def _median(fn: Callable[[], Any], repeat: int) -> float:
@@ -348,6 +351,8 @@ def main() -> None:
     ap.add_argument("--update", default="auto",
                     choices=["auto", "kernel", "contraction", "both"])
     ap.add_argument("--panel", default="auto", choices=["auto", "rows", "tile", "both"])
+    ap.add_argument("--qr-block", type=int, nargs="+", default=[0],
+                    help="the QR's block widths, a row each (0: fuseloop.linalg_qr's rule)")
     args = ap.parse_args()
     modes = ["contraction", "kernel"] if args.update == "both" else [args.update]
     panels = ["tile", "rows"] if args.panel == "both" else [args.panel]
@@ -368,13 +373,18 @@ def main() -> None:
     for n in args.sizes:
         jobs += [(f"{op} {n}", lambda op=op, n=n: _factorisations(n, dt, args.rhs, [op], cp, th),
                   args.dtype, mode, panel) for op in MATRIX_OPS if op in args.ops
-                 for mode in modes for panel in (panels if op in LU_OPS else ["auto"])]
+                 for mode in modes for panel in (panels if op in LU_OPS else
+                                                 [f"qr{b}" for b in args.qr_block]
+                                                 if op in QR_OPS else ["auto"])]
     jobs += [(op, lambda op=op: _sort_scan(args.sort_n, args.scan_n, [op], cp, th), "float32",
               "auto", "auto") for op in ("sort", "cumsum") if op in args.ops]
     if "update" in args.ops:
         jobs += [(f"update {n}", lambda n=n: _update_cases(n, dt, cp, th), args.dtype, "auto",
                   "auto") for n in args.sizes]
     for what, make, dtype, mode, panel in jobs:
+        qr_block = int(panel[2:]) if panel.startswith("qr") else 0
+        linalg_qr.QR_BLOCK = qr_block
+        panel = "auto" if panel.startswith("qr") else panel
         linalg_factor.UPDATE, linalg_panel.PANEL = mode, panel
         try:  # (one failing operation does not cost the others' timings)
             for case in make():
@@ -382,10 +392,12 @@ def main() -> None:
                     case.op = f"{case.op} [{mode[:6]}]"
                 if len(panels) > 1 and panel != "auto":
                     case.op = f"{case.op} [{panel}]"
+                if qr_block:
+                    case.op = f"{case.op} [nb {qr_block}]"
                 rows.append(_row(case, args.repeat, dtype, syncs))
         except Exception as exc:
             failed.append(f"{what}: {type(exc).__name__}: {exc}")
-    linalg_factor.UPDATE, linalg_panel.PANEL = "auto", "auto"
+    linalg_factor.UPDATE, linalg_panel.PANEL, linalg_qr.QR_BLOCK = "auto", "auto", 0
     _print(rows)
     for line in failed:
         print("FAILED", line)
