@@ -5,13 +5,15 @@ Per block column of ``nb`` (at most ``min(m, n)`` reflectors in all) one launch 
 work-group: its Householder vectors (stored below the diagonal, LAPACK's layout),
 ``tau``, its part of ``R``, and the compact WY factor ``T`` (``H_1 ... H_b = I - V T
 V^T``), from which it writes ``V`` and ``Y = -V T`` as plain matrices.  The trailing
-columns are then updated by two matrix products, ``W = Y^T A`` and ``A -= V W``, and
-``Q`` is formed from the identity by the same two products per block, last block
+columns are then updated by two matrix products, ``W = (V T)^T A`` and ``A -= V W``,
+and ``Q`` is formed from the identity by the same two products per block, last block
 first (``Q -= (V T) (V^T Q)``): fuseloop contractions on CPUs, the hand-written
 ``C -= A B`` kernel and its ``C = -(A B)`` build on GPUs (the rule of
-:func:`fuseloop.linalg_factor.update_kernel`).  So a panel is 3 launches, and
-``Q`` 2 more a panel.  The reflectors are LAPACK's (``beta = -sign(alpha) |x|``), so
-``R`` and ``Q`` are numpy's up to rounding, with the same signs.
+:func:`fuseloop.linalg_factor.update_kernel`; there ``W``, a few tiles with the rows as
+inner size, is computed in slices of the rows and their sum, one more launch).  So a
+panel is 3 launches (on GPUs up to 4), and ``Q`` 2 (3) more a panel.  The reflectors
+are LAPACK's (``beta = -sign(alpha) |x|``), so ``R`` and ``Q`` are numpy's up to
+rounding, with the same signs.
 
 Real float32 and float64 only: complex matrices take the host fallback.
 """
