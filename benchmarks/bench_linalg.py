@@ -1,5 +1,7 @@
 """Issue 27's device algorithms against their peers, in one table: ``fl.linalg.cholesky``,
-``fl.linalg.solve`` (one right-hand side), the LU factorisation alone (``lu``:
+``fl.linalg.solve`` (one right-hand side), ``fl.linalg.qr`` (``qr``: Q and R, numpy's
+"reduced" mode; ``qr_r``: R alone; against ``numpy.linalg.qr`` and ``cupy.linalg.qr``,
+cuSOLVER's geqrf and orgqr), the LU factorisation alone (``lu``:
 ``fuseloop.linalg_factor._lu`` against ``scipy.linalg.lu_factor`` and cupy's
 ``cupyx.scipy.linalg.lu_factor``, cuSOLVER's getrf), ``fl.linalg.solve_triangular``
 (``--rhs`` columns), ``fl.sort`` and ``fl.cumulative_sum``, ``fl.linalg.svd`` (reduced,
@@ -24,8 +26,9 @@ one run: the op is then labelled with it).  ``--panel`` picks the LU panel's ker
 (``fuseloop.linalg_panel.PANEL``) for ``solve`` and ``lu`` the same way: ``auto``,
 ``rows`` (a row per work-item, the GPUs' default), ``tile`` (slices in local memory), or
 ``both``.
-GFLOP/s counts n^3/3 for Cholesky, 2n^3/3 + 2n^2 for solve and n^2 k for a
-triangular solve with k right-hand sides and 2 m n k for an update.
+GFLOP/s counts n^3/3 for Cholesky, 2n^3/3 + 2n^2 for solve, 4n^3/3 for R alone (geqrf)
+and 8n^3/3 with Q (geqrf and orgqr), n^2 k for a triangular solve with k right-hand sides
+and 2 m n k for an update.
 
 Usage (the issue's sizes are the defaults)::
 
@@ -33,7 +36,7 @@ Usage (the issue's sizes are the defaults)::
                                       [--scan-n 134217728] [--ops cholesky solve ...]
                                       [--repeat 5] [--dtype float32] [--out results.json]
                                       [--update auto|kernel|contraction|both]
-                                      [--panel auto|rows|tile|both]
+                                      [--panel auto|rows|tile|both] [--qr-block 0 16 64]
                                       [--jacobi-sizes 256 1024]
 
 Issue 27's LU target on a GPU (both panel kernels, cupy in the same run)::
@@ -45,6 +48,11 @@ work-group, ``fuseloop.linalg_jacobi.LOCAL_MAX_N``, which ``FUSELOOP_JACOBI_LOCA
 sets: compare ``=0`` and ``=256`` at ``--jacobi-sizes 64 128 256``)::
 
     PYTHONPATH=. python benchmarks/bench_linalg.py --ops svd eigh --jacobi-sizes 256 1024
+
+The QR (float32 4096; cupy in the same run), with its GPU block of 32 and forced to 16
+and 64 (``--qr-block``, a row each; ``FUSELOOP_QR_PANEL_GROUP`` sets the panel's group)::
+
+    PYTHONPATH=. python benchmarks/bench_linalg.py --ops qr qr_r --qr-block 0 16 64
 
 The trailing update alone (TFLOP/s: the GFLOP/s column / 1000)::
 
@@ -61,12 +69,17 @@ from typing import Any
 import numpy as np
 
 import fuseloop as fl
-from fuseloop import linalg_factor, linalg_gemm, linalg_kernels, linalg_panel
+from fuseloop import linalg_factor, linalg_gemm, linalg_kernels, linalg_panel, linalg_qr
 from fuseloop.bench.runner import median_time
 
-OPS = ("cholesky", "solve", "lu", "solve_triangular", "sort", "cumsum", "update", "svd", "eigh")
+OPS = ("cholesky", "solve", "lu", "solve_triangular", "qr", "qr_r", "sort", "cumsum",
+       "update", "svd", "eigh")
+#: the ops of _factorisations (the rest: sort and scans, the update kernel, svd/eigh)
+MATRIX_OPS = OPS[:6]
 #: the ops that factor by LU (``--panel`` applies)
 LU_OPS = ("solve", "lu")
+#: the QR's ops (``--qr-block`` applies)
+QR_OPS = ("qr", "qr_r")
 
 
 def _median(fn: Callable[[], Any], repeat: int) -> float:
@@ -147,6 +160,9 @@ def _factorisations(n: int, dt: np.dtype, rhs: int, ops: list[str], cp: Any,
             (lambda: th.linalg.solve(t_gen, t_b)) if th else None, ok))
     if "lu" in ops:
         cases.append(_lu_case(n, gen, d, cp, tol))
+    for op in ("qr", "qr_r"):
+        if op in ops:
+            cases.append(_qr_case(op, n, gen, d, cp, th, tol))
     if "solve_triangular" in ops:
         import scipy.linalg
 
@@ -172,6 +188,34 @@ def _lu_case(n: int, gen: np.ndarray, d: dict, cp: Any, tol: float) -> Case:
         cupy_call = lambda: csla.lu_factor(c_gen, check_finite=False)  # noqa: E731
     return Case("lu", f"{n}", 2 * n ** 3 / 3, lambda: linalg_factor._lu(d["gen"]),
                 lambda: scipy.linalg.lu_factor(gen, check_finite=False), cupy_call, None, ok)
+
+
+def _qr_case(op: str, n: int, gen: np.ndarray, d: dict, cp: Any, th: Any,
+             tol: float) -> Case:
+    """``qr``: Q and R ("reduced"); ``qr_r``: R alone ("r"), checked against numpy's R
+    (the same signs: both are LAPACK's reflectors)."""
+    mode = "reduced" if op == "qr" else "r"
+    got = fl.linalg.qr(d["gen"], mode=mode)
+    r = (got.R if mode == "reduced" else got).get().astype(np.float64)
+    want = np.linalg.qr(gen.astype(np.float64), mode="r")
+    ok = bool(np.abs(r - want).max() <= tol * 10 * np.abs(want).max())
+    if mode == "reduced":
+        q = got.Q.get().astype(np.float64)
+        ok = ok and bool(np.abs(q @ r - gen).max() <= tol * 10 * np.abs(gen).max())
+
+    def ours() -> None:
+        out = fl.linalg.qr(d["gen"], mode=mode)
+        if mode == "reduced":
+            fl.compute(*out)
+        else:
+            out.eval()
+
+    c_gen = cp.asarray(gen) if cp else None
+    t_gen = th.from_numpy(gen).cuda() if th else None
+    return Case(op, f"{n}", (8 if mode == "reduced" else 4) * n ** 3 / 3, ours,
+                lambda: np.linalg.qr(gen, mode=mode),
+                (lambda: cp.linalg.qr(c_gen, mode=mode)) if cp else None,
+                (lambda: th.linalg.qr(t_gen, mode=mode)) if th else None, ok)
 
 
 def _triangular(n: int, rhs: int, low: np.ndarray, bb: np.ndarray, d: dict, cp: Any,
@@ -360,6 +404,8 @@ def main() -> None:
     ap.add_argument("--update", default="auto",
                     choices=["auto", "kernel", "contraction", "both"])
     ap.add_argument("--panel", default="auto", choices=["auto", "rows", "tile", "both"])
+    ap.add_argument("--qr-block", type=int, nargs="+", default=[0],
+                    help="the QR's block widths, a row each (0: fuseloop.linalg_qr's rule)")
     args = ap.parse_args()
     modes = ["contraction", "kernel"] if args.update == "both" else [args.update]
     panels = ["tile", "rows"] if args.panel == "both" else [args.panel]
@@ -379,16 +425,22 @@ def main() -> None:
     jobs: list[tuple[str, Callable[[], list[Case]], str, str, str]] = []
     for n in args.sizes:
         jobs += [(f"{op} {n}", lambda op=op, n=n: _factorisations(n, dt, args.rhs, [op], cp, th),
-                  args.dtype, mode, panel) for op in OPS[:4] if op in args.ops
-                 for mode in modes for panel in (panels if op in LU_OPS else ["auto"])]
+                  args.dtype, mode, panel) for op in MATRIX_OPS if op in args.ops
+                 for mode in modes for panel in (panels if op in LU_OPS else
+                                                 [f"qr{b}" for b in args.qr_block]
+                                                 if op in QR_OPS else ["auto"])]
     jobs += [(op, lambda op=op: _sort_scan(args.sort_n, args.scan_n, [op], cp, th), "float32",
-              "auto", "auto") for op in OPS[4:6] if op in args.ops]
+              "auto", "auto") for op in ("sort", "cumsum") if op in args.ops]
     if "update" in args.ops:
         jobs += [(f"update {n}", lambda n=n: _update_cases(n, dt, cp, th), args.dtype, "auto",
                   "auto") for n in args.sizes]
     jobs += [(f"{op} {n}", lambda op=op, n=n: _jacobi_cases(n, dt, [op], cp, th), args.dtype,
-              "auto", "auto") for n in args.jacobi_sizes for op in OPS[7:] if op in args.ops]
+              "auto", "auto") for n in args.jacobi_sizes for op in ("svd", "eigh")
+             if op in args.ops]
     for what, make, dtype, mode, panel in jobs:
+        qr_block = int(panel[2:]) if panel.startswith("qr") else 0
+        linalg_qr.QR_BLOCK = qr_block
+        panel = "auto" if panel.startswith("qr") else panel
         linalg_factor.UPDATE, linalg_panel.PANEL = mode, panel
         try:  # (one failing operation does not cost the others' timings)
             for case in make():
@@ -396,10 +448,12 @@ def main() -> None:
                     case.op = f"{case.op} [{mode[:6]}]"
                 if len(panels) > 1 and panel != "auto":
                     case.op = f"{case.op} [{panel}]"
+                if qr_block:
+                    case.op = f"{case.op} [nb {qr_block}]"
                 rows.append(_row(case, args.repeat, dtype, syncs))
         except Exception as exc:
             failed.append(f"{what}: {type(exc).__name__}: {exc}")
-    linalg_factor.UPDATE, linalg_panel.PANEL = "auto", "auto"
+    linalg_factor.UPDATE, linalg_panel.PANEL, linalg_qr.QR_BLOCK = "auto", "auto", 0
     _print(rows)
     for line in failed:
         print("FAILED", line)

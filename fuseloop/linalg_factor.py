@@ -15,9 +15,10 @@ pivot) is flagged on the device and read once per matrix.
 
 Leading (batch) axes are handled by a Python loop over the matrices.  The SVD and
 the symmetric eigenproblem (with what needs them: ``pinv``, ``matrix_rank``, the 2-
-and nuclear norms) are one-sided Jacobi sweeps (:mod:`fuseloop.linalg_jacobi`).  QR,
-and complex input to the eigenvalue problems and the SVD, run on the host through
-numpy and warn with :class:`~fuseloop.errors.HostFallbackWarning`.
+and nuclear norms) are one-sided Jacobi sweeps (:mod:`fuseloop.linalg_jacobi`), QR
+blocked Householder (:mod:`fuseloop.linalg_qr`).  Complex input to QR, the eigenvalue
+problems and the SVD runs on the host through numpy and warns with
+:class:`~fuseloop.errors.HostFallbackWarning`.
 """
 
 from __future__ import annotations
@@ -442,11 +443,20 @@ def _host(name: str, fn: Callable[..., Any], *arrays: Array, **kw: Any) -> Any:
 
 
 def qr(x: Any, mode: str = "reduced") -> tuple[Array, Array] | Array:
-    """``numpy.linalg.qr`` (modes "reduced", "complete", "r"): host fallback."""
+    """``numpy.linalg.qr`` (modes "reduced", "complete", "r"): blocked Householder QR
+    on the device (:mod:`fuseloop.linalg_qr`), numpy's signs; complex matrices
+    through the host fallback."""
+    from . import linalg_qr
+
     if mode not in ("reduced", "complete", "r"):
         raise ValueError(f"fl.linalg.qr: unknown mode {mode!r}; 'reduced', 'complete' or 'r'")
     a = _matrices(x, "qr", square=False, complex_ok=True)
-    return _host("qr", np.linalg.qr, a, mode=mode)
+    if a.dtype.kind == "c":
+        return _host("qr", np.linalg.qr, a, mode=mode)
+    if a.ndim > 2 and math.prod(a.shape[:-2]) == 0:
+        return linalg_qr.qr_empty_batch(a, mode)
+    out = _batched(lambda m: linalg_qr.qr_matrix(m, mode), a)
+    return out if mode == "r" else linalg_qr.QRResult(*out)
 
 
 class EighResult(NamedTuple):

@@ -177,7 +177,15 @@ void fuseloop_gemm_update(__global FL_T *c, __global const FL_T *a, __global con
 #pragma unroll
         for (int r = 0; r < 2 * V; ++r) {
             const long row = corner + ((r < V ? 0 : GT / 2) + ty * V + r % V) * cs0 + tx * V;
+#if GEMM_SET  /* (fuseloop_gemm_set: c = -(a b), c's values not read) */
+#if IS_DOUBLE
+            const VT lo = MAKEV((FL_T) 0, (FL_T) 0), hi = lo;
+#else
+            const VT lo = MAKEV((FL_T) 0, (FL_T) 0, (FL_T) 0, (FL_T) 0), hi = lo;
+#endif
+#else
             const VT lo = *(GVEC *) &c[row], hi = *(GVEC *) &c[row + GT / 2];
+#endif
             FROMV(acc[r], 0, lo);
             FROMV(acc[r], V, hi);
             *(GVEC *) &c[row] = TOV(acc[r], 0);
@@ -191,7 +199,11 @@ void fuseloop_gemm_update(__global FL_T *c, __global const FL_T *a, __global con
             for (int s = 0; s < 2 * V; ++s) {
                 const long j = j0 + (s < V ? 0 : GT / 2) + tx * V + s % V;
                 if (i < m && j < n)
+#if GEMM_SET
+                    c[coff + i * cs0 + j * cs1] = -acc[r][s];
+#else
                     c[coff + i * cs0 + j * cs1] -= acc[r][s];
+#endif
             }
         }
     }

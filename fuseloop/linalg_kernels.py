@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .array import Array
 from .linalg_gemm import GEMM_GROUP, GEMM_UPDATE_SOURCE, gemm_groups, gemm_tiling
 from .linalg_panel import KERNELS as _PANEL_KERNELS
+from .linalg_qr_kernels import KERNELS as _QR_KERNELS
 from .runtime.devices import Device
 
 # FL_T: the element type; WG: work-items per group; NB: the largest block; VPG: see
@@ -525,9 +526,10 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
 
 # name -> (source, buffer arguments, number of int64 scalars, column-parallel: one
 # work-item per column, else work-groups of group_size(device, False)); with the LU
-# panel's row kernels (fuseloop.linalg_panel)
+# panel's row kernels (fuseloop.linalg_panel) and the QR's (fuseloop.linalg_qr_kernels)
 _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     **_PANEL_KERNELS,
+    **_QR_KERNELS,
     "fuseloop_potrf": (_POTRF, ["out0", "out1"], 4, False),
     "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 26, True),
     "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"], 6, False),
