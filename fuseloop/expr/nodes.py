@@ -241,7 +241,8 @@ def shared_prefix(ao: tuple, bo: tuple) -> int:
     ``bo`` or all but its last (``f(r) + r * c``), else 0; 0 for fewer than two."""
     k = len(bo)
     # (most pairs differ in their first or second operand: no slices made for them)
-    if k < 2 or not ao or ao[0] is not bo[0] or (k > 2 and ao[1] is not bo[1]):
+    if k < 2 or not ao or ao[0] is not bo[0] or (
+            k > 2 and (len(ao) < 2 or ao[1] is not bo[1])):  # (one operand: none shared)
         return 0
     if ao[:k] == bo:
         return k
