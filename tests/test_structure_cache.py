@@ -410,8 +410,10 @@ def test_signatures_tell_structures_apart(device):
     assert sig(xf * xf) == sig(xf * xf[::1])  # the same view; which buffers repeat is not in it
     assert sig(xf * fl.constant(0.0)) != sig(xf * fl.constant(-0.0))
     assert sig(fl.sin(xf)) != sig(fl.cos(xf))
-    # reductions and gathers have none: their expressions are walked as before
-    assert sig(xf.sum() * 2) == 0 and sig(xf[fl.asarray(np.array([0, 2]))] * 2) == 0
+    # reductions and gathers have signatures too (their run plans are found by them),
+    # apart from each other and from elementwise work (tests/test_signatures_reduce.py)
+    gathered = xf[fl.asarray(np.array([0, 2]))] * 2
+    assert len({sig(xf.sum() * 2), sig(xf.max() * 2), sig(xf * 2), sig(gathered), 0}) == 5
 
 
 def test_signatures_survive_clearing_the_table(device, checked, monkeypatch):
