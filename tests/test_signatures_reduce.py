@@ -137,14 +137,16 @@ def test_replays_of_similar_structures_compute_their_own(device, plans, monkeypa
 
 def test_rows_of_one_array_share_a_plan_with_their_own_offsets(device, plans):
     """``A[i]``'s offset is in its signature: one plan (the walk's key leaves offsets
-    out), a signed entry per row, each replayed with its row's offset."""
-    h = np.random.default_rng(3).random((5, 50), dtype=np.float32)
+    out), a signed entry per row up to SIGNED_PER_PLAN rows (the others walked), each
+    replayed with its row's offset."""
+    rows = run_plans.SIGNED_PER_PLAN + 4
+    h = np.random.default_rng(3).random((rows + 1, 50), dtype=np.float32)
     a = fl.asarray(h)
     for _ in range(2):
-        for i in range(1, 5):  # (offset 0 is a key of its own: row 0 left out)
+        for i in range(1, rows + 1):  # (offset 0 is a key of its own: row 0 left out)
             np.testing.assert_allclose((a[i] - a[i].mean()).get(), h[i] - h[i].mean(),
                                        rtol=1e-5, atol=1e-6)
-    assert len(plans._plans) == 1 and len(plans._signed) == 4
+    assert len(plans._plans) == 1 and len(plans._signed) == run_plans.SIGNED_PER_PLAN
 
 
 def test_out_of_range_gather_is_reported_on_a_signed_replay(device, plans):

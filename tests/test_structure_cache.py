@@ -369,8 +369,9 @@ def test_signature_lookup_walks_nothing(device, fresh_stats, monkeypatch):
 
 
 def test_operators_on_unsigned_operands_are_remembered(device, monkeypatch):
-    """An operand without a signature (a reduction, a gather) is remembered by dtype and
-    shape: the second ``x - x.mean()`` works out no loop or broadcast again."""
+    """An operand that is a reduction is remembered (by its signature since reductions
+    have one; a node without one, a concatenation, by dtype and shape): the second
+    ``x - x.mean()`` works out no loop or broadcast again."""
     import fuseloop.array as array_module
 
     # (the table is per process: a run on another device before this one filled it)
