@@ -182,3 +182,20 @@ def test_small_reductions_stay_on_the_host_path(device, monkeypatch, fresh_stats
     for _ in range(4):
         np.testing.assert_allclose((x - x.mean()).get(), h - h.mean(), rtol=1e-6)
     assert fresh_stats()["kernels_launched"] == 0
+
+
+def test_several_shapes_in_one_compute_walk_nothing_when_replayed(device, plans,
+                                                                   monkeypatch):
+    """``fl.compute`` of results of several shapes builds their kernels ahead; a group
+    whose plan is known by signature is found without a walk there too."""
+    h = np.random.default_rng(4).random((5, 30), dtype=np.float32)
+    x = fl.asarray(h)
+    for _ in range(2):
+        fl.compute(x - x.mean(axis=0), x.max(axis=1))
+    walks = []
+    real = prog._walk
+    monkeypatch.setattr(prog, "_walk", lambda *a: walks.append(1) or real(*a))
+    c, m = fl.compute(x - x.mean(axis=0), x.max(axis=1))
+    np.testing.assert_allclose(c.get(), h - h.mean(axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(m.get(), h.max(axis=1))
+    assert walks == []
