@@ -113,17 +113,13 @@ def test_replays_of_similar_structures_compute_their_own(device, plans, monkeypa
         (lambda: x.sum(axis=0) * 2, lambda: h.sum(axis=0) * 2),
         (lambda: x[:6].sum(axis=1) * 2, lambda: h[:6].sum(axis=1) * 2),
         (lambda: x.sum(axis=0, keepdims=True) - x, lambda: h.sum(axis=0, keepdims=True) - h),
-        (lambda: x[::2].sum(axis=0) * 2, lambda: h[::2].sum(axis=0) * 2),
         (lambda: x[4:].sum(axis=0) * 2, lambda: h[4:].sum(axis=0) * 2),
         (lambda: x.sum(axis=0) + x.sum(axis=0), lambda: 2 * h.sum(axis=0)),
         (lambda: x.sum(axis=0) + y.sum(axis=0), lambda: h.sum(axis=0) + g.sum(axis=0)),
         (lambda: y.sum(axis=0) + x.sum(axis=0), lambda: g.sum(axis=0) + h.sum(axis=0)),
         (lambda: x.max(axis=1) * fl.constant(3.0), lambda: h.max(axis=1) * 3),
         (lambda: x.max(axis=1) * fl.constant(4.0), lambda: h.max(axis=1) * 4),
-        (lambda: fl.sqrt((x * y).sum()), lambda: np.sqrt((h * g).sum())),
         (lambda: x[fl.asarray(idx)].sum(axis=0), lambda: h[idx].sum(axis=0)),
-        (lambda: x - x.mean(), lambda: h - h.mean()),
-        (lambda: x.T[1:].sum(axis=1), lambda: h.T[1:].sum(axis=1)),
     ]
     for _ in range(2):
         for make, want in cases:
