@@ -164,7 +164,7 @@ def _lazy_array(node: Node, device: Device) -> Array:
 
 # (op, left operand, right operand) -> (loop dtypes, their key, shape, the result's
 # signature), an operand being a signature, a Python scalar type or, for a node
-# without a signature (a reduction, a gather), its (dtype, shape): one look-up gives
+# without a signature (a concatenation), its (dtype, shape): one look-up gives
 # all an operator needs (a signature fixes its node's dtype and shape)
 _sig_loops: dict[tuple, tuple] = {}
 SIG_LOOPS_MAX = 8192
@@ -269,7 +269,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
         # (the union only when neither holds the other: most operands share buffers)
         node.storages = storages = sa if sb is sa or not sb else sb if not sa or sa < sb \
             else sa if sb <= sa else sa | sb
-        node.fancy = False if sig else an.fancy or bn.fancy  # (signed: elementwise)
+        node.fancy = an.fancy or bn.fancy  # (reductions have signatures too)
         self = _new_node(Array)
         self._storage, self._node, self.device = None, node, device
         self.dtype, self._shape = node.dtype, shape
@@ -340,7 +340,7 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         node.sig = sig
         node.operands = an.operands if sig else None
         node.storages = storages = an.storages or _EMPTY
-        node.fancy = False if sig else an.fancy
+        node.fancy = an.fancy
         # (_lazy_array, inline)
         self = _new_node(Array)
         self._storage = None

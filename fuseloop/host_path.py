@@ -504,7 +504,8 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     if not eligible(roots, out_shape, device, targets):
         return None
     size = _size(out_shape)
-    if targets is None and len(out_shape) == 1 and len(roots) == 1 and roots[0].sig:
+    if targets is None and len(out_shape) == 1 and len(roots) == 1 and roots[0].sig \
+            and not roots[0].fancy:  # (reductions have signatures too)
         # (a 0-d result is a condition or a scalar about to be read: after a kernel,
         # the read waits on its event, 30-60 us, where the host path's costs ~2 us;
         # NPBench's crc16 tests one bit per evaluation and read each through a wait)

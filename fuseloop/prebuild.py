@@ -151,6 +151,11 @@ def _needs_kernels(job: Job) -> bool:
     roots, out_shape, device, targets = job
     if _host.eligible(roots, out_shape, device, targets):
         return False
+    # a plan remembered by its roots' signatures was recorded, its kernels built: found
+    # without the walk of the key below (fl.compute of several shapes, every call)
+    signed = _rp._signed_key(roots, out_shape, device) if targets is None else None
+    if signed is not None and signed[0] in _rp._signed:
+        return False
     keyed = _rp._key(roots, out_shape, targets, device)
     if keyed is None:  # (not plannable: no key to remember it by)
         return True

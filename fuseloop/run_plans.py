@@ -37,7 +37,7 @@ from . import caches as _caches
 from . import evaluate as _ev
 from .expr import program as _prog
 from .expr.ir import INT32_LIMIT
-from .expr.nodes import Node, Scalar, Storage, c_strides
+from .expr.nodes import Node, Scalar, Storage, c_strides, signature_of
 from .expr.overlap import views_disjoint
 from .expr.program import Bindings, Target, ViewOffsets, walk_structure
 from .flags import check_pending
@@ -129,12 +129,13 @@ class _Step:
 
 
 class _Plan:
-    __slots__ = ("allocs", "results", "steps")
+    __slots__ = ("allocs", "results", "signed", "steps")
 
     def __init__(self, allocs: list[int], steps: list[_Step], results: tuple) -> None:
         self.allocs = allocs
         self.steps = steps
         self.results = results
+        self.signed = 0  # the signatures it was remembered under (see _remember_signed)
 
 
 class Recorder:
@@ -296,9 +297,113 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
     return tuple(toks), storages, scalars, slots, offs
 
 
+# {{{ plans by signature
+
+# A plan found by the walk's key is also remembered under the roots' signatures (see
+# fuseloop.expr.nodes: reductions, gathers and remaps have them too) and the pattern of
+# repeated operands, for evaluations without targets: the next evaluation of that
+# structure finds it without a walk.  A signature holds the views' offsets (the walk's
+# key leaves them out), so such an entry keeps the offsets its plan is replayed with.
+# Equal signatures are equal computations of the operands, so a plan recorded for one
+# expression is right for every other of its signature (``t * t`` with ``t`` built
+# once or twice: at worst one kernel more or less than a fresh decision would take).
+# signed key (see _signed_key) -> (plan, view offsets, operand picker, key head)
+_signed: dict[tuple, tuple[_Plan, tuple[int, ...], Any, tuple]] = {}
+# signatures one plan is remembered under, at most: a plan that the walk finds under ever
+# new signatures (a loop over rows, ``A[i] - A[i].mean()``: each row's offset is another
+# signature) is walked, as before, rather than remembered again for each one (which cost
+# such a loop more than its walks: 136 us a row against 106, measured)
+SIGNED_PER_PLAN = 8
+
+
+def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device
+                ) -> tuple[tuple, tuple] | None:
+    """The key of ``roots`` in ``_signed`` and their operands, or None (a root without
+    a signature: a concatenation, a pointer, too many operands)."""
+    if len(roots) == 1:
+        root = roots[0]
+        sig = root.sig or signature_of(root)
+        operands = root.operands
+        if not sig or operands is None:
+            return None
+        return (device.index, sig, out_shape, _prog.firsts(operands)), operands
+    sigs = []
+    operands = ()
+    for root in roots:
+        sig = root.sig or signature_of(root)
+        more = root.operands
+        if not sig or more is None:
+            return None
+        sigs.append(sig)
+        operands += more
+    return (device.index, tuple(sigs), out_shape, _prog.firsts(operands)), operands
+
+
+def _signed_replay(signed: tuple[tuple, tuple], device: Device) -> list[Storage] | None:
+    """The replay of the plan remembered under ``signed`` (:func:`_signed_key`), or
+    None (none remembered, or its buffers need the walk: see :func:`_key`)."""
+    hit = _signed.get(signed[0])
+    if hit is None:
+        return None
+    plan, offsets, take, head = hit
+    picked = take(signed[1])
+    known = _key_head(device)
+    if picked is None or (known is not head and known != head):
+        return None
+    storages, scalars = picked
+    for s in storages:
+        if s.nbytes > INT32_LIMIT:
+            return None
+    return _replay(plan, storages, scalars, device, offsets)
+
+
+def _remember_signed(signed: tuple[tuple, tuple] | None, plan: _Plan,
+                     storages: list[Storage], scalars: list[np.generic],
+                     offsets: Sequence[int], device: Device) -> None:
+    """Remember ``plan``, found or recorded by the walk, under its signed key (when the
+    operands pick the walk's buffers and scalars, as they always should)."""
+    if signed is None or plan.signed >= SIGNED_PER_PLAN:
+        return
+    plan.signed += 1
+    key, operands = signed
+    take = _prog.operand_picker(operands, key[-1])
+    picked = take(operands)
+    if picked is None or len(picked[0]) != len(storages) or len(picked[1]) != len(scalars) \
+            or any(a is not b for a, b in zip(picked[0], storages)) \
+            or any(a is not b for a, b in zip(picked[1], scalars)) \
+            or any(s.nbytes > INT32_LIMIT for s in storages):
+        return
+    if len(_signed) >= PLANS_MAX:
+        _signed.clear()
+    _signed[key] = (plan, tuple(offsets), take, _key_head(device))
+
+
+def _check_signed(signed: tuple[tuple, tuple], storages: list[Storage],
+                  scalars: list[np.generic], offsets: Sequence[int]) -> None:
+    """Checking (``CHECK_STRUCTURE_CACHE``): a plan remembered under ``signed`` would be
+    replayed with the walk's buffers, scalars and view offsets."""
+    hit = _signed.get(signed[0])
+    if hit is None:
+        return
+    picked = hit[2](signed[1])
+    assert picked is not None and len(picked[0]) == len(storages) \
+        and len(picked[1]) == len(scalars) \
+        and all(a is b for a, b in zip(picked[0], storages)) \
+        and all(a is b for a, b in zip(picked[1], scalars)) \
+        and hit[1] == tuple(offsets), ("plan by signature differs from the walk's", signed[0])
+
+
+# }}}
+
+
 def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         targets: Sequence[Target | Storage | None] | None) -> list[Storage]:
     """:func:`fuseloop.evaluate.run_unplanned`, replayed from a plan when one is known."""
+    signed = _signed_key(roots, out_shape, device) if targets is None else None
+    if signed is not None and not _prog.CHECK_STRUCTURE_CACHE:
+        done = _signed_replay(signed, device)
+        if done is not None:
+            return done
     keyed = _key(roots, out_shape, targets, device)
     if keyed is None:
         return _ev.run_unplanned(roots, out_shape, device, targets)
@@ -310,7 +415,10 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         plan = _plans.get(key, False)
     if plan is None or isinstance(plan, str):  # known not to record
         return _ev.run_unplanned(roots, out_shape, device, targets)
+    if signed is not None and _prog.CHECK_STRUCTURE_CACHE:
+        _check_signed(signed, storages, scalars, offs.values)
     if plan is not False and not _prog.CHECK_STRUCTURE_CACHE:
+        _remember_signed(signed, plan, storages, scalars, offs.values, device)
         return _replay(plan, storages, scalars, device, offs.values)
     # a new structure is recorded dry (nothing enqueued), its new kernels are built
     # together (fuseloop.prebuild), and the record is replayed; a check of a cached
@@ -343,6 +451,7 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
 
     built = build_steps_ahead(fresh.steps, storages, fresh.allocs, offs.values, device)
     _plans[key] = fresh
+    _remember_signed(signed, fresh, storages, scalars, offs.values, device)
     try:
         return _replay(fresh, storages, scalars, device, offs.values)
     finally:
@@ -445,6 +554,7 @@ def _keep_plan(step: _Step, params: list[int], plan: LaunchPlan) -> None:
 def clear() -> None:
     """Forget every plan (tests; plans hold no buffers)."""
     _plans.clear()
+    _signed.clear()
 
 
-_caches.register("run_plans.plans", clear, lambda: len(_plans), PLANS_MAX)
+_caches.register("run_plans.plans", clear, lambda: len(_plans) + len(_signed), 2 * PLANS_MAX)

@@ -100,6 +100,19 @@ def test_operators_and_apply_agree_on_shared_operands(device):
             (ref.sig, ref.operands, ref.dtype, ref.shape)
 
 
+def test_one_buffer_then_a_longer_operand_list_starting_with_it(device, checked):
+    """``x * (x + y*z)``: the later argument's operands begin with the earlier one's only
+    buffer and are longer than two (building it raised IndexError)."""
+    h = np.arange(1, 5, dtype=np.float32)
+    x = fl.asarray(h)
+    y, z = x + 1, x + 2
+    e = x * (x + y * z)
+    lean = e._node
+    ref = Apply("multiply", lean.args, lean.loop, lean.shape)
+    assert (lean.sig, lean.operands) == (ref.sig, ref.operands)
+    np.testing.assert_allclose(e.get(), h * (h + (h + 1) * (h + 2)), rtol=1e-6)
+
+
 def test_shared_steps_keep_numpy_dtypes_and_shapes(device, checked):
     """Python scalars stay weak (NEP 50) and shapes broadcast through shared steps."""
     col = np.arange(1, 4, dtype=np.float32)[:, None]

@@ -369,8 +369,9 @@ def test_signature_lookup_walks_nothing(device, fresh_stats, monkeypatch):
 
 
 def test_operators_on_unsigned_operands_are_remembered(device, monkeypatch):
-    """An operand without a signature (a reduction, a gather) is remembered by dtype and
-    shape: the second ``x - x.mean()`` works out no loop or broadcast again."""
+    """An operand that is a reduction is remembered (by its signature since reductions
+    have one; a node without one, a concatenation, by dtype and shape): the second
+    ``x - x.mean()`` works out no loop or broadcast again."""
     import fuseloop.array as array_module
 
     # (the table is per process: a run on another device before this one filled it)
@@ -410,8 +411,10 @@ def test_signatures_tell_structures_apart(device):
     assert sig(xf * xf) == sig(xf * xf[::1])  # the same view; which buffers repeat is not in it
     assert sig(xf * fl.constant(0.0)) != sig(xf * fl.constant(-0.0))
     assert sig(fl.sin(xf)) != sig(fl.cos(xf))
-    # reductions and gathers have none: their expressions are walked as before
-    assert sig(xf.sum() * 2) == 0 and sig(xf[fl.asarray(np.array([0, 2]))] * 2) == 0
+    # reductions and gathers have signatures too (their run plans are found by them),
+    # apart from each other and from elementwise work (tests/test_signatures_reduce.py)
+    gathered = xf[fl.asarray(np.array([0, 2]))] * 2
+    assert len({sig(xf.sum() * 2), sig(xf.max() * 2), sig(xf * 2), sig(gathered), 0}) == 5
 
 
 def test_signatures_survive_clearing_the_table(device, checked, monkeypatch):

@@ -193,7 +193,8 @@ class Node:
     storages: frozenset
     # True when the tree holds a reduction, gather or remap (not purely elementwise)
     fancy = False
-    # the structure signature (see signature_of); 0: none (reductions, gathers, ...)
+    # the structure signature (see signature_of); 0: none (pointers, sparse products,
+    # concatenations, too many operands)
     sig = 0
     # the buffers and scalar nodes in the order the structure key's walk meets them
     operands: tuple | None = None
@@ -201,10 +202,14 @@ class Node:
 
 # {{{ structure signatures
 
-# A purely elementwise node carries ``sig``, a small integer standing for its whole
-# structure (the part of the structure key in fuseloop.expr.program that it
-# contributes, without which buffers are which), and ``operands``, its buffers
-# and scalar nodes in walk order.  Equal signatures mean equal structures:
+# A node carries ``sig``, a small integer standing for its whole structure (the part
+# of the structure key in fuseloop.expr.program that it contributes, without which
+# buffers are which), and ``operands``, its buffers and scalar nodes in walk order.
+# Elementwise operations have one, and so do reductions, gathers and remaps (their own
+# fields first: op, dtype, axes, shape; axis, shape, check; shape and map), so that an
+# expression with them (``x - x.mean()``, ``sum(x*y)**0.5``, a view of a reduction)
+# finds its run plan (fuseloop.run_plans) without a walk.  A signature says nothing
+# about being elementwise: ``fancy`` does.  Equal signatures mean equal structures:
 # signatures are interned by (kind, the node's own fields, its arguments'
 # signatures) and never reused, even after the table is cleared, so a
 # node built before a clear keeps a valid signature.  Evaluation then looks the
@@ -241,7 +246,8 @@ def shared_prefix(ao: tuple, bo: tuple) -> int:
     ``bo`` or all but its last (``f(r) + r * c``), else 0; 0 for fewer than two."""
     k = len(bo)
     # (most pairs differ in their first or second operand: no slices made for them)
-    if k < 2 or not ao or ao[0] is not bo[0] or (k > 2 and ao[1] is not bo[1]):
+    if k < 2 or not ao or ao[0] is not bo[0] or (
+            k > 2 and (len(ao) < 2 or ao[1] is not bo[1])):  # (one operand: none shared)
         return 0
     if ao[:k] == bo:
         return k
@@ -295,6 +301,53 @@ def signature_of(node: Node) -> int:
         return 0
     node.sig = sig  # type: ignore[misc]  # (Leaf, Literal and Iota have a sig slot)
     return sig
+
+
+
+def signed(fields: list[Any], children: Sequence[Node]) -> tuple[int, tuple | None]:
+    """The signature and operands of a node whose own fields are ``fields`` and whose
+    children, in the structure key's walk order, are ``children``: (0, None) when a
+    child has no signature or the operands would be too many (see above)."""
+    if not children:
+        return intern_sig(tuple(fields)), ()
+    a = children[0]
+    sig = a.sig or signature_of(a)
+    if not sig:
+        return 0, None
+    fields.append(sig)
+    operands: tuple = a.operands or ()  # (never None with a signature)
+    n = len(children)
+    if n == 1:  # (a signed child's operands are within the bound)
+        return intern_sig(tuple(fields)), operands
+    earlier = a.storages  # the buffers of the children before
+    joins: list[Any] = []  # per later child: its operands shared (shared_part)
+    for k in range(1, n):
+        a = children[k]
+        sig = a.sig or signature_of(a)
+        if not sig:
+            return 0, None
+        fields.append(sig)
+        shared, more = shared_part(operands, earlier, a.operands or ())
+        joins.append(shared)
+        operands += more
+        if k + 1 < n and a.storages:  # (the last child's are not needed)
+            earlier = earlier | a.storages if earlier else a.storages
+    if len(operands) > MAX_OPERANDS:
+        return 0, None
+    sig = intern_sig(tuple(fields))
+    # (two children: the operators' lean path joins with the one part)
+    if any(joins):
+        sig = joined_sig(sig, joins[0] if n == 2 else tuple(joins))
+    return sig, operands
+
+
+def signed_one(fields: tuple, child: Node) -> tuple[int, tuple | None]:
+    """:func:`signed` of a node with one child (a reduction, a remap): ``fields`` then
+    the child's signature."""
+    sig = child.sig or signature_of(child)
+    if not sig:
+        return 0, None
+    return intern_sig((*fields, sig)), child.operands
 
 
 _scalar_sigs: dict[str, int] = {}
@@ -449,7 +502,7 @@ class Reduce(Node):
     (``keepdims``; a whole subtree rebuilt through a view would cost more).
     """
 
-    __slots__ = ("axes", "child", "op")
+    __slots__ = ("axes", "child", "op", "operands", "sig")
     fancy = True
 
     def __init__(self, op: str, child: Node, axes: tuple[int, ...], dtype: np.dtype,
@@ -464,6 +517,9 @@ class Reduce(Node):
             kept = shape
         self.shape = kept
         self.storages = child.storages
+        # (the child's shape follows from its signature: the axes and result shape,
+        # keepdims' unit axes included, are this node's fields)
+        self.sig, self.operands = signed_one(("R", op, dtype.char, axes, kept), child)
 
     def kept_index(self, at: Sequence[Any]) -> tuple[Any, ...]:
         """An index of this node's result (``at``) as one of the child's kept axes.
@@ -487,7 +543,7 @@ class Gather(Node):
     never reads outside the buffer).
     """
 
-    __slots__ = ("axis", "checked", "child", "index")
+    __slots__ = ("axis", "checked", "child", "index", "operands", "sig")
     fancy = True
 
     def __init__(self, child: Node, index: Node, axis: int, checked: bool | int = True) -> None:
@@ -504,6 +560,9 @@ class Gather(Node):
         if index.storages:
             storages = storages | index.storages if storages else index.storages
         self.storages = storages
+        # (``checked`` as a code: True and 1 name the same check, as in the walk's key)
+        self.sig, self.operands = signed(["G", axis, self.shape, int(checked)],
+                                         (child, index))
 
 
 class Apply(Node):
@@ -537,33 +596,8 @@ class Apply(Node):
         self.storages = storages
         self.fancy = fancy
         # the signature: an operation's name (a user function's key), loop, shape, arguments
-        fields: list[Any] = ["A", ("U", self.function.key) if type(self) is UserCall else op,
-                             key, shape]
-        operands: tuple = ()
-        earlier = _EMPTY  # the buffers of the arguments before
-        joins: list[Any] = []  # per later argument: its operands shared (shared_part)
-        for k, a in enumerate(args):
-            sig = signature_of(a)
-            if not sig:
-                break
-            fields.append(sig)
-            more = a.operands or ()  # (never None with a signature)
-            if k:
-                shared, more = shared_part(operands, earlier, more)
-                joins.append(shared)
-            operands += more
-            if a.storages:
-                earlier = earlier | a.storages
-        else:
-            if len(operands) <= MAX_OPERANDS:
-                sig = intern_sig(tuple(fields))
-                # (two arguments: the operators' lean path joins with the one part)
-                self.sig = joined_sig(sig, joins[0] if len(joins) == 1 else tuple(joins)) \
-                    if any(joins) else sig
-                self.operands = operands
-                return
-        self.sig = 0
-        self.operands = None
+        self.sig, self.operands = signed(
+            ["A", ("U", self.function.key) if type(self) is UserCall else op, key, shape], args)
 
 
 _new = object.__new__
@@ -639,7 +673,7 @@ class Remap(Node):
     everywhere else views become strides of the leaves.
     """
 
-    __slots__ = ("child", "coeffs", "offsets")
+    __slots__ = ("child", "coeffs", "offsets", "operands", "sig")
     fancy = True
 
     def __init__(self, child: Node, shape: tuple[int, ...], offsets: tuple[int, ...],
@@ -650,6 +684,7 @@ class Remap(Node):
         self.coeffs = coeffs
         self.dtype = child.dtype
         self.storages = child.storages
+        self.sig, self.operands = signed_one(("M", shape, offsets, coeffs), child)
 
 
 class Concat(Node):

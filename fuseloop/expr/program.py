@@ -433,10 +433,11 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
         root = roots[0]
         sig = root.sig or signature_of(root)
         operands = root.operands
-        if sig and operands is not None:  # (a signature always comes with its operands)
+        # (a signature always comes with its operands; reductions have one too)
+        if sig and operands is not None and not root.fancy:
             # each operand's first place: which buffers and scalar nodes are the same
             # (by identity: neither defines ==)
-            key: tuple = (sig, out_shape, _firsts(operands))
+            key: tuple = (sig, out_shape, firsts(operands))
             entry = structures.get(key)
             if entry is not None and not CHECK_STRUCTURE_CACHE:
                 flat_entries[key[:2]] = entry
@@ -459,7 +460,7 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
     return _linearised(key, entry, roots, out_shape, storages, scalars)
 
 
-def _firsts(operands: tuple) -> tuple[int, ...]:
+def firsts(operands: tuple) -> tuple[int, ...]:
     """Each operand's first position among ``operands`` (by identity)."""
     if len(operands) <= 16:
         return tuple(map(operands.index, operands))
@@ -468,24 +469,32 @@ def _firsts(operands: tuple) -> tuple[int, ...]:
     return tuple(map(first.setdefault, map(id, operands), itertools.count()))
 
 
+_firsts = firsts  # (its former name)
+
+
 def _signed_miss(key: tuple, entry: StructureEntry | None, root: Node,
                  out_shape: tuple[int, ...]
                  ) -> tuple[StructureEntry, list[Storage], list[np.generic]]:
     """:func:`structure_entry` by signature on a miss (or, checking, on a hit)."""
     operands = root.operands
     assert operands is not None
-    firsts = key[2]
+    # (the picker also checks that the operands repeat as in this structure (None if
+    # not): evaluate.run_flat finds entries by signature and shape alone)
+    take = operand_picker(operands, key[2])
+    storages, scalars = take(operands)
+    return _linearised(key, entry, [root], out_shape, storages, scalars, take)
+
+
+def operand_picker(operands: tuple, firsts: tuple[int, ...]
+                   ) -> Callable[[Sequence[Any]], Any]:
+    """The picker (see :func:`_picker`) of the buffers and scalar values of an expression
+    with these ``operands`` (buffers and scalar nodes) in walk order, each at its first
+    place (``firsts``: :func:`firsts`), as a walk of it would list them."""
     at = [k for k, f in enumerate(firsts) if f == k]  # first appearances, in walk order
-    # (operands are buffers and scalar nodes; the entry's picker is generated once,
-    # so a hit costs one call)
-    storages = [operands[k] for k in at if type(operands[k]) is Storage]
-    scalars = [operands[k].value for k in at if type(operands[k]) is not Storage]
-    # the picker also checks that the operands repeat as in this structure (None if
-    # not): evaluate.run_flat finds entries by signature and shape alone
-    take = _picker(tuple(k for k in at if type(operands[k]) is Storage),
+    # (generated once per structure, so a hit costs one call)
+    return _picker(tuple(k for k in at if type(operands[k]) is Storage),
                    tuple(k for k in at if type(operands[k]) is not Storage),
                    tuple((k, f) for k, f in enumerate(firsts) if f != k))
-    return _linearised(key, entry, [root], out_shape, storages, scalars, take)
 
 
 _value_of = attrgetter("value")

@@ -64,8 +64,10 @@ def _push(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
     m = len(shape)
     result: Node
     # (isinstance narrows for mypy: UserCall is Apply's only subclass, the other node
-    # classes have none)
-    if isinstance(node, Leaf):
+    # classes have none; operations first: most pushed nodes are)
+    if isinstance(node, Apply):
+        result = _push_apply(node, shape, off, coeffs, memo)
+    elif isinstance(node, Leaf):
         result = _leaf_view(node, shape, off, coeffs)
     elif isinstance(node, Iota):
         strides = node.view_strides()
@@ -75,19 +77,6 @@ def _push(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
         result = Iota(shape, node.dtype, new_strides, offset)
     elif isinstance(node, Scalar | Literal | Pointer):
         result = node
-    elif isinstance(node, Apply):
-        n = len(node.shape)
-        args = []
-        for a in node.args:
-            r = len(a.shape)
-            a_off = tuple(off[n - r + k] if a.shape[k] != 1 else 0 for k in range(r))
-            a_coeffs = tuple(coeffs[n - r + k] if a.shape[k] != 1 else (0,) * m
-                             for k in range(r))
-            args.append(_push(a, shape, a_off, a_coeffs, memo))
-        if isinstance(node, UserCall):
-            result = UserCall(node.function, tuple(args), node.loop, shape)
-        else:
-            result = Apply(node.op, tuple(args), node.loop, shape)
     elif isinstance(node, Reduce):
         # kept axes follow the map; reduced axes move to the end, unchanged.
         # Axes along which the map does not move stay length 1: the reduction
@@ -131,6 +120,33 @@ def _push(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
         result = Remap(node, shape, off, coeffs)
     memo[key] = result
     return result
+
+
+def _push_apply(node: Apply, shape: tuple[int, ...], off: tuple[int, ...],
+                coeffs: tuple[tuple[int, ...], ...], memo: dict[tuple, Node]) -> Node:
+    """:func:`_push` of an elementwise operation: its arguments through the map (each
+    aligned from the right, its unit axes broadcast), the operation over them."""
+    n = len(node.shape)
+    m = len(shape)
+    # (an argument of the operation's shape without unit axes takes the map as it is:
+    # the common case, worked out once)
+    whole = 1 not in node.shape
+    args = []
+    for a in node.args:
+        ash = a.shape
+        if not ash:  # (scalars, literals, pointers: unchanged by any map)
+            args.append(_push(a, shape, (), (), memo))
+            continue
+        if whole and ash == node.shape:
+            args.append(_push(a, shape, off, coeffs, memo))
+            continue
+        r = len(ash)
+        a_off = tuple(off[n - r + k] if ash[k] != 1 else 0 for k in range(r))
+        a_coeffs = tuple(coeffs[n - r + k] if ash[k] != 1 else (0,) * m for k in range(r))
+        args.append(_push(a, shape, a_off, a_coeffs, memo))
+    if type(node) is UserCall:
+        return UserCall(node.function, tuple(args), node.loop, shape)
+    return Apply(node.op, tuple(args), node.loop, shape, node.loop_key)
 
 
 def _leaf_view(node: Leaf, shape: tuple[int, ...], off: Sequence[int],
