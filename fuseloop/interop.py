@@ -264,9 +264,9 @@ def _lookup(func: Any) -> Any:
         target = _copy
     elif where is not None:
         space = _fl() if where == "" else vars(_fl()).get(where)
-        if space is not None:
-            found = (vars(space) if where == "" else {
-                n: getattr(space, n) for n in dir(space) if not n.startswith("_")}).get(name)
+        if space is not None and not name.startswith("_"):
+            # (getattr, not dir(): fl.linalg loads its factorisations on first access)
+            found = vars(space).get(name) if where == "" else getattr(space, name, None)
             target = found if callable(found) and not isinstance(found, type) else None
     _table[key] = target
     return target

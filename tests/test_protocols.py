@@ -158,6 +158,20 @@ def test_numpy_functions_dispatch_to_fuseloop(device):
     np.testing.assert_array_equal(nz.get(), [1, 3])
 
 
+
+def test_numpy_linalg_functions_loaded_on_first_use_dispatch(device):
+    # fl.linalg loads its factorisations on first access (not listed by dir()): numpy's
+    # np.linalg.solve / qr / cholesky of fuseloop arrays still reach them
+    a = np.array([[4.0, 1.0, 0.0], [1.0, 3.0, 1.0], [0.0, 1.0, 2.0]])
+    b = np.array([1.0, 2.0, 3.0])
+    x = np.linalg.solve(fl.asarray(a), fl.asarray(b))
+    assert isinstance(x, fl.Array)
+    np.testing.assert_allclose(x.get(), np.linalg.solve(a, b), rtol=1e-12)
+    np.testing.assert_allclose(np.linalg.cholesky(fl.asarray(a)).get(), np.linalg.cholesky(a),
+                               rtol=1e-12)
+    q, r = np.linalg.qr(fl.asarray(a))
+    np.testing.assert_allclose(q.get() @ r.get(), a, atol=1e-12)
+
 def test_host_valued_numpy_functions_still_work(device):
     x = fl.asarray(H)
     assert np.shape(x) == (3, 4) and np.ndim(x) == 2 and np.size(x) == 12
