@@ -14,10 +14,16 @@ Type checkers see the real modules.
 from __future__ import annotations
 
 import importlib
+import threading
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["LazyModule", "isl", "lp", "prim"]
+__all__ = ["LazyModule", "isl", "loopy_lock", "lp", "prim"]
+
+#: one Loopy step at a time, in the whole process (Loopy, islpy and pymbolic keep
+#: process-wide caches; see :mod:`fuseloop.lower.codegen`); here, so that the kernel
+#: cache holds it without importing the lowering
+loopy_lock = threading.RLock()
 
 
 class LazyModule:

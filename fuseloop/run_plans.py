@@ -35,6 +35,7 @@ import numpy as np
 
 from . import caches as _caches
 from . import evaluate as _ev
+from . import recipe_state as _recipe_state
 from .expr import program as _prog
 from .expr.ir import INT32_LIMIT
 from .expr.nodes import Node, Scalar, Storage, c_strides
@@ -49,9 +50,8 @@ from .launching import (
     plan_launch,
     recipe_kind,
 )
-from .recipes import recipe_for
-from .recipes.registry import current as _recipes_current
-from .recipes.registry import stamp as _recipe_stamp
+from .recipe_state import current as _recipes_current
+from .recipe_state import stamp as _recipe_stamp
 from .runtime.devices import Device
 
 _local = threading.local()
@@ -406,7 +406,7 @@ def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
         return
     program = step.program
     token = _recipe_stamp()
-    recipe = recipe_for(device, recipe_kind(program))
+    recipe = _recipe_state.recipe_for(device, recipe_kind(program))
     hit = 1
     if params is not step.plan_params and params != step.plan_params:
         plan = _plan_for_params(step, params)

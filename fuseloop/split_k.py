@@ -35,10 +35,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import recipe_state as _recipe_state
+from ._lazy import LazyModule
 from .expr.nodes import Apply, Reduce
-from .recipes import recipe_for
-from .recipes.skinny import stream_per
 from .runtime.devices import Device
+
+# (a recipe module: loaded with the recipes, not by import fuseloop)
+_skinny = LazyModule("fuseloop.recipes.skinny")
 
 #: pieces of the reduced range are at least this long (shorter ones spend more on
 #: writing and reading partial products than they gain)
@@ -68,7 +71,8 @@ def gpu_work_items(values: Mapping[str, Any], m: int, n: int, batch: int, itemsi
         long = n if short == m else m
         if short <= values.get("stream", 0) and not k_fast:
             # skinny.stream_long: work-groups along the long side only
-            width = values["stream_group"] * stream_per(short, values["stream_per"], itemsize)
+            per = _skinny.stream_per(short, values["stream_per"], itemsize)
+            width = values["stream_group"] * per
             return batch * -(-long // width) * values["stream_group"]
         if values["skinny"] == "lanes":
             lanes = min(32, group) if k_fast else values["skinny_lanes"]
@@ -108,7 +112,7 @@ def stream_min_piece(short: int) -> int:
 def split_param(device: Device) -> int | None:
     """The device's contraction recipe's ``split_k`` (None: it has none); run plans keep
     it in their key, since it decides the kernels an evaluation runs."""
-    value = recipe_for(device, "contraction").values.get("split_k")
+    value = _recipe_state.recipe_for(device, "contraction").values.get("split_k")
     return None if value is None else int(value)
 
 
@@ -127,7 +131,7 @@ def contraction_pieces(tops: Sequence[Reduce], out_shape: tuple[int, ...],
     fixed = split_param(device)
     if fixed is None:
         return None
-    values = recipe_for(device, "contraction").values
+    values = _recipe_state.recipe_for(device, "contraction").values
     from .expr.program import linearize
 
     program, bindings = linearize([top], out_shape, cache=False)

@@ -38,13 +38,43 @@ def _child(script: str, cache_dir: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _loaded(watched: tuple[str, ...]) -> str:
+    # a child's line: which of ``watched`` (packages: with their submodules) it loaded
+    return (f"import json, sys; watched = {watched!r}\n"
+            "print(json.dumps({'loaded': sorted(m for m in sys.modules if m in watched or "
+            "m.startswith(tuple(w + '.' for w in watched)))}))")
+
+
 def test_import_loads_no_code_generator(tmp_path):
-    # (nor the OpenCL runtime: pyopencl loads with the first device use; nor pytools,
-    # whose tags only a contraction's lowering needs)
-    watched = (*GENERATOR, "pyopencl", "pytools")
-    script = ("import json, sys, fuseloop\n"
-              f"print(json.dumps({{'loaded': [m for m in {watched!r} if m in sys.modules]}}))")
-    assert _child(script, str(tmp_path))["loaded"] == []
+    # nor the recipes and the lowering (they load with the first kernel not in the
+    # cache: issue 26), nor the OpenCL runtime (pyopencl loads with the first device
+    # use), nor pytools (a contraction's lowering needs its tags)
+    watched = (*GENERATOR, "pyopencl", "pytools", "fuseloop.recipes", "fuseloop.lower")
+    assert _child("import fuseloop\n" + _loaded(watched), str(tmp_path))["loaded"] == []
+
+
+def test_names_load_on_first_use(tmp_path):
+    # names whose modules ``import fuseloop`` leaves for later: reading one loads it
+    script = textwrap.dedent("""
+        import json, sys
+        import fuseloop as fl
+        later = sorted(m for m in ("fuseloop.fft", "fuseloop.ops.sorting", "fuseloop.stages")
+                       if m in sys.modules)
+        from fuseloop import fft, sort
+        import fuseloop.lower.codegen  # (after fl.stats, the function, is bound)
+        from fuseloop.tuner import tune  # imports fuseloop.explain, a module named as fl.explain
+        ok = (sort is fl.sort and fft is sys.modules["fuseloop.fft"] and fl.linalg is fl.linalg
+              and callable(fl.stats) and callable(fl.explain) and callable(fl.fuse)
+              and {"sort", "fft", "linalg", "recipes", "sum", "tune"} <= set(dir(fl))
+              and fl.recipes.recipe_for is fl.recipe_for and tune is fl.tune)
+        try:
+            fl.sortt
+        except AttributeError as e:
+            ok = ok and "did you mean sort" in str(e)
+        print(json.dumps({"later": later, "ok": ok}))
+    """)
+    out = _child(script, str(tmp_path))
+    assert out == {"later": [], "ok": True}
 
 
 def test_disk_cache_hit_loads_no_code_generator(tmp_path):
