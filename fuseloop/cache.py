@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import _dists
 from . import caches as _caches
 from ._lazy import LazyModule, loopy_lock
 from .backends import Backend, BuiltProgram, backend_for
@@ -75,15 +76,15 @@ from .cache_disk import (  # noqa: F401  (the disk layer's API, as it was here)
 )
 from .errors import KernelBuildError
 from .expr.program import Program
-from .runtime.compile_workers import prestart
 from .runtime.devices import Device
 from .stats import increment as _increment
 
 if TYPE_CHECKING:
     from .recipes import Recipe
 
-# lowering, the recipe and code generation: imported on the first miss
+# lowering, the recipe and code generation; compile workers: imported on the first miss
 codegen = LazyModule("fuseloop.lower.codegen")
+_workers = LazyModule("fuseloop.runtime.compile_workers")
 
 # (program, index dtype, device, recipe, user functions, size class) -> the kernel's plan
 MakePlan = Callable[[Program, np.dtype, Device, "Recipe", Any, str], KernelPlan]
@@ -100,7 +101,10 @@ _CODEGEN_PATHS = ("lower", "recipes", "expr", "backends", "cache.py", "dtypes.py
 # {{{ key
 
 def _dist_version(dist: str) -> str:
-    from importlib import metadata  # (once per package and process: library_versions)
+    found = _dists.version(dist)  # (the metadata file itself: importlib.metadata costs ~10 ms)
+    if found is not None:
+        return found
+    from importlib import metadata
 
     try:
         d = metadata.distribution(dist)
@@ -518,7 +522,7 @@ def _get_uncached(make_disk_key: Callable[[], str], make_plan: Callable[[], Kern
             compiled = _from_disk(entry, path, device)
             if compiled is not None:
                 return compiled
-    prestart(device)  # a compile worker starts while Loopy lowers
+    _workers.prestart(device)  # a compile worker starts while Loopy loads and lowers
     with _progress(what, device):
         plan = make_plan()
         built = _build_source(plan, device)  # raises before anything is cached
