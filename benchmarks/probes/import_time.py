@@ -6,8 +6,9 @@ Each sample is a new Python process.  ``import``: the child times ``import fusel
 ``fl.sum(x*y)`` are in the disk cache (one priming run per checkout first); the child
 times the import, the first result of each, and lists which of the modules that only a
 cache miss needs it loaded.  Checkouts run alternately; printed: medians over
-``--rounds`` samples.  CPU seconds stay meaningful on a loaded machine, where wall
-seconds do not.
+``--rounds`` samples.  Bytecode is cached (under the run's temporary directory, so the
+checkouts stay clean), as it is for an installed package.  CPU seconds stay meaningful
+on a loaded machine, where wall seconds do not.
 
 Usage::
 
@@ -70,8 +71,11 @@ print(json.dumps({"import": t1 - t0, "import_cpu": c1 - c0, "arrays": t2 - t1,
 def _child(root: Path, script: str, cache: str) -> dict:
     env = dict(os.environ, FUSELOOP_CACHE_DIR=f"{cache}/fl", XDG_CACHE_HOME=f"{cache}/xdg",
                POCL_CACHE_DIR=f"{cache}/pocl", FUSELOOP_PROGRESS="0",
+               # bytecode cached, as an installed package's is (the priming run writes it)
+               PYTHONPYCACHEPREFIX=f"{cache}/pyc",
                PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH"))
                                           if p))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", script], env=env, text=True,
                          capture_output=True, cwd=root)
