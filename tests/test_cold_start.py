@@ -26,8 +26,14 @@ EVALUATE = textwrap.dedent("""
     expected = [np.sin(x.get()) * 2 + x.get(), np.sum(x.get() ** 2),
                 np.exp(np.ones((8, 8), np.float32)).sum(axis=1)]
     ok = all(np.allclose(v, e, rtol=1e-5) for v, e in zip(values, expected))
+    from fuseloop.runtime import compile_workers
+    from fuseloop.backends import worker_builders
     print(json.dumps({"ok": ok, "lowered": fl.stats()["kernels_lowered"],
-                      "loaded": [m for m in GENERATOR if m in sys.modules]}))
+                      "loaded": [m for m in GENERATOR if m in sys.modules],
+                      "workers": compile_workers._pool.started, "builders": worker_builders(),
+                      "backend": x.device.backend,
+                      "backends": sorted(m.rpartition(".")[2] for m in sys.modules
+                                         if m.startswith("fuseloop.backends."))}))
 """).replace("GENERATOR", repr(GENERATOR))
 
 
@@ -84,6 +90,16 @@ def test_disk_cache_hit_loads_no_code_generator(tmp_path):
     second = _child(EVALUATE, str(tmp_path))
     assert second["ok"] and second["lowered"] == 0
     assert second["loaded"] == []
+    # nor does it start a compile worker (the first miss does)
+    assert second["workers"] == 0
+
+
+def test_compile_workers_load_the_builders_of_loaded_backends(tmp_path):
+    # (naming every backend's builder imported the CUDA backend, and CuPy, into a process
+    # with OpenCL devices only)
+    out = _child(EVALUATE, str(tmp_path))
+    assert out["ok"]
+    assert out["backend"] == "cuda" or "cuda" not in out["backends"]
 
 
 def _unusual(x: fl.Array, k: int) -> fl.Array:
