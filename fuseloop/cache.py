@@ -83,8 +83,8 @@ if TYPE_CHECKING:
     from .recipes import Recipe
 
 # lowering, the recipe and code generation; compile workers: imported on the first miss
-codegen = LazyModule("fuseloop.lower.codegen")
-_workers = LazyModule("fuseloop.runtime.compile_workers")
+codegen = LazyModule(".lower.codegen", __package__)
+_workers = LazyModule(".runtime.compile_workers", __package__)
 
 # (program, index dtype, device, recipe, user functions, size class) -> the kernel's plan
 MakePlan = Callable[[Program, np.dtype, Device, "Recipe", Any, str], KernelPlan]

@@ -41,7 +41,7 @@ from .expr.nodes import Apply, Reduce
 from .runtime.devices import Device
 
 # (a recipe module: loaded with the recipes, not by import fuseloop)
-_skinny = LazyModule("fuseloop.recipes.skinny")
+_skinny = LazyModule(".recipes.skinny", __package__)
 
 #: pieces of the reduced range are at least this long (shorter ones spend more on
 #: writing and reading partial products than they gain)
