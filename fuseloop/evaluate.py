@@ -25,7 +25,6 @@ import numpy as np
 
 from . import flags as _flags
 from . import host_path as _host
-from . import recipe_state as _recipe_state
 from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
 from .errors import DeviceMemoryError, OutOfMemoryError
@@ -68,6 +67,7 @@ from .launching import (
     rows_of,
 )
 from .recipe_state import current as _recipes_current
+from .recipe_state import recipe_for
 from .runtime.devices import Device
 from .runtime.transfer import host_buffer, write
 from .split_k import split_param  # noqa: F401  (read by run_plans)
@@ -748,7 +748,7 @@ def launch_choice(program: Program, bindings: Bindings, device: Device,
     index_dtype = index_dtype_for(bindings.storages,
                                   max(max(bindings.params, default=0), math.prod(shape)),
                                   device if check_device else None)
-    recipe = _recipe_state.recipe_for(device, recipe_kind(program))
+    recipe = recipe_for(device, recipe_kind(program))
     return (index_dtype, recipe, *rows_of(program, shape))
 
 

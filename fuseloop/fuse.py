@@ -45,7 +45,6 @@ from . import caches as _caches
 from . import evaluate as _ev
 from . import flags as _flags
 from . import fuse_graphs as _graphs
-from . import recipe_state as _recipe_state
 from . import run_plans as _rp
 from .array import Array, _weak_scalar, _weak_scalars
 from .dtypes import scalar_to
@@ -61,6 +60,7 @@ from .launching import (
     thread_kernel,
 )
 from .recipe_state import current as _recipes_current
+from .recipe_state import recipe_for
 from .recipe_state import stamp as _recipe_stamp
 from .runtime.devices import Device, _runtime, get_device
 from .stats import cached_launches
@@ -148,7 +148,7 @@ class _Entry:
         biggest = max(max(step.params, default=0), math.prod(step.out_shape))
         index_dtype = index_dtype_for(storages, biggest, device)
         token = _recipe_stamp()
-        recipe = _recipe_state.recipe_for(device, kind)
+        recipe = recipe_for(device, kind)
         plan = self.plan1
         if plan is None or not plan.valid(recipe, index_dtype):
             plan = self.plan1 = plan_launch(step.program, step.params, step.out_shape,

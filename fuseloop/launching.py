@@ -32,13 +32,13 @@ from weakref import WeakValueDictionary
 import numpy as np
 
 from . import flags as _flags
-from . import recipe_state as _recipe_state
 from . import stats as _stats
 from .backends import Launcher, LaunchSpec
 from .cache import CompiledKernel, _memory, get_kernel
 from .errors import DeviceError, DTypeError, RecipeError
 from .expr.nodes import Storage
 from .expr.program import INT32_LIMIT, Program, StructureEntry
+from .recipe_state import recipe_for
 from .recipe_state import stamp as _recipe_stamp
 from .runtime.devices import Device, _runtime
 from .tuning import tuned as _tuned
@@ -365,7 +365,7 @@ def launch_cached(entry: StructureEntry, storages: list[Storage], scalars: list[
     size = out_shape[0] if out_shape else 1
     index_dtype = index_dtype_for(storages, max(entry.max_param, size), device)
     token = _recipe_stamp()
-    recipe = _recipe_state.recipe_for(device, "elementwise")
+    recipe = recipe_for(device, "elementwise")
     plans = entry.launches.get(device)  # per device, then per index dtype (no key tuples)
     plan = None if plans is None else plans.get(index_dtype)
     small = size <= DEFER_MAX_ELEMENTS

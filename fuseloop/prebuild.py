@@ -32,13 +32,13 @@ from . import caches as _caches
 from . import evaluate as _ev
 from . import host_path as _host
 from . import launching
-from . import recipe_state as _recipe_state
 from . import run_plans as _rp
 from .cache import _memory
 from .expr.ir import INT32_LIMIT
 from .expr.nodes import Node, Storage
 from .expr.program import Bindings, Target
 from .launching import INDEX_INT32, INDEX_INT64
+from .recipe_state import recipe_for
 from .runtime import compile_workers
 from .runtime.devices import Device
 
@@ -109,7 +109,7 @@ def _missing(launches: Sequence[tuple[Any, Sequence[int], tuple[int, ...], np.dt
     seen: set[tuple] = set()
     out = []
     for program, params, out_shape, index_dtype in launches:
-        recipe = _recipe_state.recipe_for(device, launching.recipe_kind(program))
+        recipe = recipe_for(device, launching.recipe_kind(program))
         n_rows, n_elem = launching.rows_of(program, out_shape)
         args = (program, index_dtype, device, recipe, params, n_rows, n_elem)
         key = launching.kernel_key(*args)

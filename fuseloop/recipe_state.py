@@ -4,8 +4,8 @@
 lowering's names and helpers, which a program whose arrays are never evaluated
 does not need.  The hot paths compare the recipes token (:data:`current`) and ask
 :func:`recipe_for`, both here; the first call of :func:`recipe_for` loads the
-recipes (registering the built-in ones) and puts the registry's function in its
-place, so that later calls cost what a call of the registry's own did.
+recipes (registering the built-in ones), later ones cost one more Python call than
+the registry's own (and the replays of launch plans ask none: they compare tokens).
 """
 
 from __future__ import annotations
@@ -34,15 +34,18 @@ def stamp() -> object:
     return current[0] or object()
 
 
-def _load_and_ask(device: Device, kind: str = "elementwise") -> Recipe:
-    """:func:`fuseloop.recipes.recipe_for`, loading the recipes first."""
+def _load_and_ask(device: Device, kind: str) -> Recipe:
+    # the first call: load the recipes (registering the built-in ones), then ask
     from .recipes import registry
 
-    global recipe_for
-    recipe_for = registry.recipe_for  # (callers read it as recipe_state.recipe_for)
-    return registry.recipe_for(device, kind)
+    global _ask
+    _ask = registry.recipe_for
+    return _ask(device, kind)
 
 
-#: :func:`fuseloop.recipes.recipe_for` once the recipes are loaded (the first call
-#: loads them)
-recipe_for = _load_and_ask
+_ask = _load_and_ask
+
+
+def recipe_for(device: Device, kind: str = "elementwise") -> Recipe:
+    """:func:`fuseloop.recipes.recipe_for`; the first call loads the recipes."""
+    return _ask(device, kind)

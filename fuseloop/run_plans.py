@@ -35,7 +35,6 @@ import numpy as np
 
 from . import caches as _caches
 from . import evaluate as _ev
-from . import recipe_state as _recipe_state
 from .expr import program as _prog
 from .expr.ir import INT32_LIMIT
 from .expr.nodes import Node, Scalar, Storage, c_strides
@@ -51,6 +50,7 @@ from .launching import (
     recipe_kind,
 )
 from .recipe_state import current as _recipes_current
+from .recipe_state import recipe_for
 from .recipe_state import stamp as _recipe_stamp
 from .runtime.devices import Device
 
@@ -406,7 +406,7 @@ def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
         return
     program = step.program
     token = _recipe_stamp()
-    recipe = _recipe_state.recipe_for(device, recipe_kind(program))
+    recipe = recipe_for(device, recipe_kind(program))
     hit = 1
     if params is not step.plan_params and params != step.plan_params:
         plan = _plan_for_params(step, params)

@@ -35,9 +35,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import recipe_state as _recipe_state
 from ._lazy import LazyModule
 from .expr.nodes import Apply, Reduce
+from .recipe_state import recipe_for
 from .runtime.devices import Device
 
 # (a recipe module: loaded with the recipes, not by import fuseloop)
@@ -112,7 +112,7 @@ def stream_min_piece(short: int) -> int:
 def split_param(device: Device) -> int | None:
     """The device's contraction recipe's ``split_k`` (None: it has none); run plans keep
     it in their key, since it decides the kernels an evaluation runs."""
-    value = _recipe_state.recipe_for(device, "contraction").values.get("split_k")
+    value = recipe_for(device, "contraction").values.get("split_k")
     return None if value is None else int(value)
 
 
@@ -131,7 +131,7 @@ def contraction_pieces(tops: Sequence[Reduce], out_shape: tuple[int, ...],
     fixed = split_param(device)
     if fixed is None:
         return None
-    values = _recipe_state.recipe_for(device, "contraction").values
+    values = recipe_for(device, "contraction").values
     from .expr.program import linearize
 
     program, bindings = linearize([top], out_shape, cache=False)

@@ -12,7 +12,6 @@ import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from . import recipe_state as _recipe_state
 from .expr.nodes import (
     Apply,
     Concat,
@@ -26,6 +25,7 @@ from .expr.nodes import (
     SparseProduct,
     UserCall,
 )
+from .recipe_state import recipe_for
 from .runtime.devices import Device
 from .split_k import contraction_pieces
 
@@ -144,7 +144,7 @@ def column_params(device: Device) -> tuple[int, int]:
     """(outputs per work-item, work-items wanted per compute unit) of column-like
     reductions on ``device``: its reduction recipe's ``column_width`` and
     ``column_items`` (see :mod:`fuseloop.recipes.rows`)."""
-    values = _recipe_state.recipe_for(device, "reduction").values
+    values = recipe_for(device, "reduction").values
     width = values.get("column_width") or COLUMN_WIDTH
     items = values.get("column_items") or COLUMN_ITEMS_PER_UNIT
     return int(width), int(items)
