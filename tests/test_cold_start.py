@@ -64,6 +64,7 @@ def test_names_load_on_first_use(tmp_path):
     # names whose modules ``import fuseloop`` leaves for later: reading one loads it
     script = textwrap.dedent("""
         import json, sys
+        import numpy as np
         import fuseloop as fl
         later = sorted(m for m in ("fuseloop.fft", "fuseloop.ops.sorting", "fuseloop.stages")
                        if m in sys.modules)
@@ -74,6 +75,8 @@ def test_names_load_on_first_use(tmp_path):
               and callable(fl.stats) and callable(fl.explain) and callable(fl.fuse)
               and {"sort", "fft", "linalg", "recipes", "sum", "tune"} <= set(dir(fl))
               and fl.recipes.recipe_for is fl.recipe_for and tune is fl.tune)
+        from fuseloop.interop import _lookup  # (numpy's functions on arrays dispatch here)
+        ok = ok and all(_lookup(f) is not None for f in (np.einsum, np.fft.fft, np.linalg.norm))
         try:
             fl.sortt
         except AttributeError as e:
