@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from difflib import get_close_matches as _close
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 import numpy as _np
 
-from . import errors, recipes
+from . import errors
 from .api import show_code, synchronize
 from .array import Array, Constant
-from .array_api_info import __array_namespace_info__
 from .assignment import compute
 from .cache import cache_dir, clear_memory_cache
 from .caches import clear as clear_caches
 from .caches import info as cache_info
-from .constant_memory import constant
 from .creation import (
     arange,
     asarray,
@@ -31,49 +30,13 @@ from .creation import (
     zeros,
     zeros_like,
 )
-from .dtype_api import can_cast, finfo, iinfo, isdtype, result_type
+from .errors import HostFallbackWarning as HostFallbackWarning  # (fl.linalg's host fallbacks warn)
 from .explain import Explanation, explain
-from .functions import TracedFunction, UserFunction, function, index
 from .fuse import fuse as fuse  # (re-exported: in __all__ below the list)
-from .grids import mgrid, ndarray, ogrid
+from .mathfuncs import MATH_FUNCTIONS as _MATH_FUNCTIONS
 from .ops.indexing import take
-from .ops.linalg import _LinalgNamespace, dot, einsum, inner, matmul, outer, tensordot, trace, vdot
-from .ops.manipulation import (
-    atleast_1d,
-    atleast_2d,
-    atleast_3d,
-    broadcast_arrays,
-    broadcast_shapes,
-    clip,
-    column_stack,
-    concat,
-    diff,
-    dstack,
-    hstack,
-    matrix_transpose,
-    take_along_axis,
-    unstack,
-    vecdot,
-    vstack,
-)
 from .ops.masks import argwhere, flatnonzero, nonzero
-from .ops.reductions import (
-    all,
-    amax,
-    amin,
-    any,
-    argmax,
-    argmin,
-    count_nonzero,
-    max,
-    mean,
-    min,
-    prod,
-    std,
-    sum,
-    var,
-)
-from .ops.scan import cumulative_prod, cumulative_sum
+from .ops.scatter_add import attach as _attach_at
 from .ops.shape import (
     broadcast_to,
     concatenate,
@@ -94,70 +57,367 @@ from .ops.shape import (
     tril,
     triu,
 )
-from .ops.sorting import (
-    argsort,
-    isin,
-    searchsorted,
-    sort,
-    unique_all,
-    unique_counts,
-    unique_inverse,
-    unique_values,
-)
-from .recipes import Recipe, recipe_for, register_recipe, registered_recipes
 from .runtime.devices import Device, device, devices, get_device, set_device
-from .stages import Compiled, Linearized, Lowered, program
 from .stats import reset_stats, stats
-from .triangular import TriangularView, tril_view, triu_view
 from .ufuncs import FUNCTIONS as _FUNCTIONS
 from .ufuncs import where
 
 globals().update(_FUNCTIONS)
-
-# {{{ math builtins beyond the basic ufuncs (issue 28)
-from . import random  # noqa: E402  (counter-based random numbers, fl.random)
-from .mathfuncs import MATH_FUNCTIONS as _MATH_FUNCTIONS  # noqa: E402
-
-globals().update(_MATH_FUNCTIONS)
-# }}}
-# {{{ VexCL and Stan features (issue 28): checks, ufunc.at, bincount, histogram, stencils
-from .checks import (  # noqa: E402
-    check,
-    check_bounded,
-    check_finite,
-    check_nonnegative,
-    check_positive,
-)
-from .ops.scatter_add import attach as _attach_at  # noqa: E402
-from .ops.scatter_add import bincount, histogram  # noqa: E402
-from .ops.stencil import stencil, stencil_function  # noqa: E402
-
+globals().update(_MATH_FUNCTIONS)  # math builtins beyond the basic ufuncs (issue 28)
 _attach_at(_FUNCTIONS)  # fl.add.at, fl.subtract.at, fl.maximum.at, fl.minimum.at
-from . import sparse as sparse  # noqa: E402  (fl.sparse.csr_matrix, ell_matrix)
 
-# masks that skip work (fl.compute(expr, out=y, where=mask)); segmented primitives
-# (VexCL's *_by_key)
-from .ops.masked import BitMask, bitmask, packbits  # noqa: E402
-from .ops.segmented import (  # noqa: E402
-    exclusive_scan_by_key,
-    inclusive_scan_by_key,
-    reduce_by_key,
-    sort_by_key,
-)
+# {{{ names loaded on first use
+# ``import fuseloop`` loads what building and evaluating an expression needs; the
+# modules below load when one of their names is first read (``fl.sum``, ``from
+# fuseloop import fft``), which then stays in this module's namespace.  The
+# recipes, the lowering and Loopy load on the first kernel that is not in the
+# kernel cache (see fuseloop/recipe_state.py and fuseloop/_lazy.py).
 
-# }}}
-linalg = _LinalgNamespace()
-from .errors import HostFallbackWarning as HostFallbackWarning  # noqa: E402  (fl.linalg's host fallbacks warn)
+_LAZY_MODULES: dict[str, tuple[str, ...]] = {
+    ".array_api_info": ("__array_namespace_info__",),
+    ".checks": ("check", "check_bounded", "check_finite", "check_nonnegative",
+                "check_positive"),
+    ".constant_memory": ("constant",),
+    ".dtype_api": ("can_cast", "finfo", "iinfo", "isdtype", "result_type"),
+    ".functions": ("TracedFunction", "UserFunction", "function", "index"),
+    ".grids": ("mgrid", "ndarray", "ogrid"),
+    ".interop": ("from_dlpack", "from_pyopencl", "to_pyopencl"),
+    ".multi": ("DeviceSet", "MultiArray"),  # several devices, one array (issue 29)
+    ".ops.linalg": ("dot", "einsum", "inner", "matmul", "outer", "tensordot", "trace",
+                    "vdot"),
+    ".ops.manipulation": ("atleast_1d", "atleast_2d", "atleast_3d", "broadcast_arrays",
+                          "broadcast_shapes", "clip", "column_stack", "concat", "diff",
+                          "dstack", "hstack", "matrix_transpose", "take_along_axis",
+                          "unstack", "vecdot", "vstack"),
+    ".ops.masked": ("BitMask", "bitmask", "packbits"),
+    ".ops.reductions": ("all", "amax", "amin", "any", "argmax", "argmin", "count_nonzero",
+                        "max", "mean", "min", "prod", "std", "sum", "var"),
+    ".ops.scan": ("cumulative_prod", "cumulative_sum"),
+    # segmented primitives (VexCL's *_by_key)
+    ".ops.segmented": ("exclusive_scan_by_key", "inclusive_scan_by_key", "reduce_by_key",
+                       "sort_by_key"),
+    ".ops.scatter_add": ("bincount", "histogram"),
+    ".ops.sorting": ("argsort", "isin", "searchsorted", "sort", "unique_all",
+                     "unique_counts", "unique_inverse", "unique_values"),
+    ".ops.stencil": ("stencil", "stencil_function"),
+    ".recipes": ("Recipe", "recipe_for", "register_recipe", "registered_recipes"),
+    ".stages": ("Compiled", "Linearized", "Lowered", "program"),
+    ".triangular": ("TriangularView", "tril_view", "triu_view"),
+    ".tuner": ("TuneReport", "tune"),
+}
+#: name -> (module, attribute; None: the module itself)
+_ON_FIRST_USE: dict[str, tuple[str, str | None]] = {
+    name: (module, name) for module, names in _LAZY_MODULES.items() for name in names}
+_ON_FIRST_USE.update({
+    # submodules: fl.fft (the Array API's fft extension), fl.random (counter-based random
+    # numbers), fl.sparse (csr_matrix, ell_matrix), fl.recipes, fl.cuda (CUDA interop:
+    # imports CuPy only when used)
+    "fft": (".fft", None), "random": (".random", None), "sparse": (".sparse", None),
+    "recipes": (".recipes", None), "cuda": (".cuda_interop", None),
+    "linalg": (".ops.linalg", None),  # (fl.linalg: a namespace made when first read)
+})
 
-# {{{ numpy's protocols, DLPack, pyopencl arrays without a copy (issue 27)
-from .interop import from_dlpack, from_pyopencl, to_pyopencl  # noqa: E402
+if _TYPE_CHECKING:  # (what type checkers see: the names as if imported here)
+    from . import fft as fft
+    from . import random as random
+    from . import recipes as recipes
+    from . import sparse as sparse
+    from .array_api_info import (
+        __array_namespace_info__ as __array_namespace_info__,
+    )
+    from .checks import (
+        check as check,
+    )
+    from .checks import (
+        check_bounded as check_bounded,
+    )
+    from .checks import (
+        check_finite as check_finite,
+    )
+    from .checks import (
+        check_nonnegative as check_nonnegative,
+    )
+    from .checks import (
+        check_positive as check_positive,
+    )
+    from .constant_memory import (
+        constant as constant,
+    )
+    from .dtype_api import (
+        can_cast as can_cast,
+    )
+    from .dtype_api import (
+        finfo as finfo,
+    )
+    from .dtype_api import (
+        iinfo as iinfo,
+    )
+    from .dtype_api import (
+        isdtype as isdtype,
+    )
+    from .dtype_api import (
+        result_type as result_type,
+    )
+    from .functions import (
+        TracedFunction as TracedFunction,
+    )
+    from .functions import (
+        UserFunction as UserFunction,
+    )
+    from .functions import (
+        function as function,
+    )
+    from .functions import (
+        index as index,
+    )
+    from .grids import (
+        mgrid as mgrid,
+    )
+    from .grids import (
+        ndarray as ndarray,
+    )
+    from .grids import (
+        ogrid as ogrid,
+    )
+    from .interop import (
+        from_dlpack as from_dlpack,
+    )
+    from .interop import (
+        from_pyopencl as from_pyopencl,
+    )
+    from .interop import (
+        to_pyopencl as to_pyopencl,
+    )
+    from .multi import (
+        DeviceSet as DeviceSet,
+    )
+    from .multi import (
+        MultiArray as MultiArray,
+    )
+    from .ops.linalg import _LinalgNamespace
+    from .ops.linalg import (
+        dot as dot,
+    )
+    from .ops.linalg import (
+        einsum as einsum,
+    )
+    from .ops.linalg import (
+        inner as inner,
+    )
+    from .ops.linalg import (
+        matmul as matmul,
+    )
+    from .ops.linalg import (
+        outer as outer,
+    )
+    from .ops.linalg import (
+        tensordot as tensordot,
+    )
+    from .ops.linalg import (
+        trace as trace,
+    )
+    from .ops.linalg import (
+        vdot as vdot,
+    )
+    from .ops.manipulation import (
+        atleast_1d as atleast_1d,
+    )
+    from .ops.manipulation import (
+        atleast_2d as atleast_2d,
+    )
+    from .ops.manipulation import (
+        atleast_3d as atleast_3d,
+    )
+    from .ops.manipulation import (
+        broadcast_arrays as broadcast_arrays,
+    )
+    from .ops.manipulation import (
+        broadcast_shapes as broadcast_shapes,
+    )
+    from .ops.manipulation import (
+        clip as clip,
+    )
+    from .ops.manipulation import (
+        column_stack as column_stack,
+    )
+    from .ops.manipulation import (
+        concat as concat,
+    )
+    from .ops.manipulation import (
+        diff as diff,
+    )
+    from .ops.manipulation import (
+        dstack as dstack,
+    )
+    from .ops.manipulation import (
+        hstack as hstack,
+    )
+    from .ops.manipulation import (
+        matrix_transpose as matrix_transpose,
+    )
+    from .ops.manipulation import (
+        take_along_axis as take_along_axis,
+    )
+    from .ops.manipulation import (
+        unstack as unstack,
+    )
+    from .ops.manipulation import (
+        vecdot as vecdot,
+    )
+    from .ops.manipulation import (
+        vstack as vstack,
+    )
+    from .ops.masked import (
+        BitMask as BitMask,
+    )
+    from .ops.masked import (
+        bitmask as bitmask,
+    )
+    from .ops.masked import (
+        packbits as packbits,
+    )
+    from .ops.reductions import (
+        all as all,
+    )
+    from .ops.reductions import (
+        amax as amax,
+    )
+    from .ops.reductions import (
+        amin as amin,
+    )
+    from .ops.reductions import (
+        any as any,
+    )
+    from .ops.reductions import (
+        argmax as argmax,
+    )
+    from .ops.reductions import (
+        argmin as argmin,
+    )
+    from .ops.reductions import (
+        count_nonzero as count_nonzero,
+    )
+    from .ops.reductions import (
+        max as max,
+    )
+    from .ops.reductions import (
+        mean as mean,
+    )
+    from .ops.reductions import (
+        min as min,
+    )
+    from .ops.reductions import (
+        prod as prod,
+    )
+    from .ops.reductions import (
+        std as std,
+    )
+    from .ops.reductions import (
+        sum as sum,
+    )
+    from .ops.reductions import (
+        var as var,
+    )
+    from .ops.scan import (
+        cumulative_prod as cumulative_prod,
+    )
+    from .ops.scan import (
+        cumulative_sum as cumulative_sum,
+    )
+    from .ops.scatter_add import (
+        bincount as bincount,
+    )
+    from .ops.scatter_add import (
+        histogram as histogram,
+    )
+    from .ops.segmented import (
+        exclusive_scan_by_key as exclusive_scan_by_key,
+    )
+    from .ops.segmented import (
+        inclusive_scan_by_key as inclusive_scan_by_key,
+    )
+    from .ops.segmented import (
+        reduce_by_key as reduce_by_key,
+    )
+    from .ops.segmented import (
+        sort_by_key as sort_by_key,
+    )
+    from .ops.sorting import (
+        argsort as argsort,
+    )
+    from .ops.sorting import (
+        isin as isin,
+    )
+    from .ops.sorting import (
+        searchsorted as searchsorted,
+    )
+    from .ops.sorting import (
+        sort as sort,
+    )
+    from .ops.sorting import (
+        unique_all as unique_all,
+    )
+    from .ops.sorting import (
+        unique_counts as unique_counts,
+    )
+    from .ops.sorting import (
+        unique_inverse as unique_inverse,
+    )
+    from .ops.sorting import (
+        unique_values as unique_values,
+    )
+    from .ops.stencil import (
+        stencil as stencil,
+    )
+    from .ops.stencil import (
+        stencil_function as stencil_function,
+    )
+    from .recipes import (
+        Recipe as Recipe,
+    )
+    from .recipes import (
+        recipe_for as recipe_for,
+    )
+    from .recipes import (
+        register_recipe as register_recipe,
+    )
+    from .recipes import (
+        registered_recipes as registered_recipes,
+    )
+    from .stages import (
+        Compiled as Compiled,
+    )
+    from .stages import (
+        Linearized as Linearized,
+    )
+    from .stages import (
+        Lowered as Lowered,
+    )
+    from .stages import (
+        program as program,
+    )
+    from .triangular import (
+        TriangularView as TriangularView,
+    )
+    from .triangular import (
+        tril_view as tril_view,
+    )
+    from .triangular import (
+        triu_view as triu_view,
+    )
+    from .tuner import (
+        TuneReport as TuneReport,
+    )
+    from .tuner import (
+        tune as tune,
+    )
 
-# {{{ Array API namespace (issue 27): names the standard adds to numpy's (imports above)
+    linalg: _LinalgNamespace
+
+# {{{ Array API namespace (issue 27): names the standard adds to numpy's
 __array_api_version__ = "2024.12"
 newaxis = None
 bool = _np.bool_  # (the standard's name for the boolean dtype)
-from . import fft as fft  # noqa: E402  (the standard's fft extension: fl.fft.fft, ...)
-
 # }}}
 
 bool_ = _np.bool_
@@ -217,25 +477,31 @@ __all__.append("HostFallbackWarning")
 __all__.append("sparse")
 
 
-# imported on first use (not needed to evaluate anything): name -> module
-_ON_FIRST_USE = {"tune": "tuner", "TuneReport": "tuner",
-                 # several devices, one array (issue 29)
-                 "MultiArray": "multi", "DeviceSet": "multi"}
 __all__ += ["DeviceSet", "MultiArray", "from_pyopencl", "to_pyopencl"]
 
 
-def __getattr__(name: str) -> object:
-    if name == "cuda":  # fl.cuda: CUDA interop (imports CuPy only when used)
-        from . import cuda_interop
+def __getattr__(name: str) -> _Any:
+    found = _ON_FIRST_USE.get(name)
+    if found is None:
+        from difflib import get_close_matches
 
-        globals()["cuda"] = cuda_interop
-        return cuda_interop
-    if name in _ON_FIRST_USE:
-        import importlib
+        hint = get_close_matches(name, __all__, n=3)
+        more = f"; did you mean {', '.join(hint)}?" if hint else ""
+        raise errors.UnknownFunctionError(
+            f"fuseloop has no function or attribute {name!r}{more}")
+    import importlib
 
-        value = getattr(importlib.import_module(f".{_ON_FIRST_USE[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    hint = _close(name, __all__, n=3)
-    more = f"; did you mean {', '.join(hint)}?" if hint else ""
-    raise errors.UnknownFunctionError(f"fuseloop has no function or attribute {name!r}{more}")
+    module, attr = found
+    value: _Any = importlib.import_module(module, __name__)
+    if name == "linalg":
+        from .ops.linalg import _LinalgNamespace
+
+        value = _LinalgNamespace()
+    elif attr is not None:
+        value = getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_ON_FIRST_USE})

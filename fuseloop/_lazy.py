@@ -14,24 +14,32 @@ Type checkers see the real modules.
 from __future__ import annotations
 
 import importlib
+import threading
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["LazyModule", "isl", "lp", "prim"]
+__all__ = ["LazyModule", "isl", "loopy_lock", "lp", "prim"]
+
+#: one Loopy step at a time, in the whole process (Loopy, islpy and pymbolic keep
+#: process-wide caches; see :mod:`fuseloop.lower.codegen`); here, so that the kernel
+#: cache holds it without importing the lowering
+loopy_lock = threading.RLock()
 
 
 class LazyModule:
-    """A module imported the first time one of its attributes is read."""
+    """A module imported the first time one of its attributes is read (``name`` relative
+    to ``package`` when it starts with a dot, as for :func:`importlib.import_module`)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, package: str | None = None) -> None:
         self._name = name
+        self._package = package
         self._module: ModuleType | None = None
 
     def __getattr__(self, attr: str) -> Any:
         # only reached for names not set in __init__: everything of the module's
         module = self._module
         if module is None:
-            module = self._module = importlib.import_module(self._name)
+            module = self._module = importlib.import_module(self._name, self._package)
         return getattr(module, attr)
 
     def __repr__(self) -> str:

@@ -45,14 +45,14 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cache
-from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import _dists
 from . import caches as _caches
-from . import stats as _stats
+from ._lazy import LazyModule, loopy_lock
 from .backends import Backend, BuiltProgram, backend_for
 from .cache_disk import (  # noqa: F401  (the disk layer's API, as it was here)
     DEFAULT_DISK_CACHE_MAX_BYTES,
@@ -76,15 +76,18 @@ from .cache_disk import (  # noqa: F401  (the disk layer's API, as it was here)
 )
 from .errors import KernelBuildError
 from .expr.program import Program
-from .lower import codegen
-from .recipes import Recipe
-from .runtime.compile_workers import prestart
 from .runtime.devices import Device
+from .stats import increment as _increment
+
+if TYPE_CHECKING:
+    from .recipes import Recipe
+
+# lowering, the recipe and code generation; compile workers: imported on the first miss
+codegen = LazyModule(".lower.codegen", __package__)
+_workers = LazyModule(".runtime.compile_workers", __package__)
 
 # (program, index dtype, device, recipe, user functions, size class) -> the kernel's plan
-MakePlan = Callable[[Program, np.dtype, Device, Recipe, Any, str], KernelPlan]
-_counters = _stats.counters
-_increment = _stats.increment
+MakePlan = Callable[[Program, np.dtype, Device, "Recipe", Any, str], KernelPlan]
 
 #: kernels the memory cache holds unless ``FUSELOOP_MEMORY_CACHE_SIZE`` says otherwise
 #: (a built kernel costs about 1 MB of the process's memory on PoCL)
@@ -92,12 +95,17 @@ DEFAULT_MEMORY_CACHE_SIZE = 512
 
 # the modules whose code decides what source a program becomes
 _CODEGEN_PATHS = ("lower", "recipes", "expr", "backends", "cache.py", "dtypes.py",
-                  "functions.py")
+                  "functions.py", "op_names.py")
 
 
 # {{{ key
 
 def _dist_version(dist: str) -> str:
+    found = _dists.version(dist)  # (the metadata file itself: importlib.metadata costs ~10 ms)
+    if found is not None:
+        return found
+    from importlib import metadata
+
     try:
         d = metadata.distribution(dist)
     except metadata.PackageNotFoundError:
@@ -303,7 +311,7 @@ class _KeyLock:
 _build_locks: dict[tuple, _KeyLock] = {}
 _global_lock = threading.Lock()
 # one Loopy step at a time (see fuseloop.lower.codegen)
-_loopy_lock = codegen.loopy_lock
+_loopy_lock = loopy_lock
 
 
 # {{{ building
@@ -514,7 +522,7 @@ def _get_uncached(make_disk_key: Callable[[], str], make_plan: Callable[[], Kern
             compiled = _from_disk(entry, path, device)
             if compiled is not None:
                 return compiled
-    prestart(device)  # a compile worker starts while Loopy lowers
+    _workers.prestart(device)  # a compile worker starts while Loopy loads and lowers
     with _progress(what, device):
         plan = make_plan()
         built = _build_source(plan, device)  # raises before anything is cached

@@ -74,7 +74,9 @@ def info() -> list[dict[str, object]]:
 
 def clear() -> None:
     """Empty every in-memory cache (the disk cache stays)."""
-    _import_all()
+    # (only the registered ones: a module not imported yet has nothing to clear, and
+    # importing it here would load the recipes and the lowering into a process that
+    # never generates code)
     for r in records():
         r.clear()
 
@@ -82,6 +84,6 @@ def clear() -> None:
 def _import_all() -> None:
     # modules imported lazily register their caches when first imported: a cache
     # not yet imported is empty, but listing it makes the list the same every time
-    from . import array, cache, dtypes, run_plans  # noqa: F401
-    from .ops import compaction, reductions  # noqa: F401
+    from . import array, cache, dtypes, fft, run_plans  # noqa: F401
+    from .ops import compaction, reductions, scan, segmented, sorting, stencil  # noqa: F401
     from .recipes import rows  # noqa: F401

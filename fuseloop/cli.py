@@ -93,7 +93,7 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"x += 1: {fl.stats()['kernels_launched']} kernel, in place")
     squared_radius = fl.function("float squared_radius(float x, float y)",
                                  "return x * x + y * y;")
-    r = fl.sqrt(squared_radius(x, y))  # type: ignore[operator]
+    r = fl.sqrt(squared_radius(x, y))
     np.testing.assert_allclose(r.get(), np.sqrt((xh + 1) ** 2 + yh**2), rtol=1e-5)
     print("user function squared_radius(x, y) fused into sqrt(...): matches numpy")
     print(f"\nfinal stats: {fl.stats()}")

@@ -66,8 +66,8 @@ from .launching import (
     recipe_kind,
     rows_of,
 )
-from .recipes import recipe_for
-from .recipes.registry import current as _recipes_current
+from .recipe_state import current as _recipes_current
+from .recipe_state import recipe_for
 from .runtime.devices import Device
 from .runtime.transfer import host_buffer, write
 from .split_k import split_param  # noqa: F401  (read by run_plans)

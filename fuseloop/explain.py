@@ -15,7 +15,6 @@ buffers and each one is timed on its own.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,7 +30,6 @@ from .errors import ShapeError
 from .expr.ir import operand_refs
 from .expr.program import Bindings, Program
 from .launching import kernel_for
-from .recipes.core import Derived
 from .runtime.devices import Device
 from .runtime.transfer import finish
 from .tuning import tuned
@@ -43,6 +41,12 @@ _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "true_divide": "/", "div
           "power": "**", "greater": ">", "less": "<", "greater_equal": ">=",
           "less_equal": "<=", "equal": "==", "not_equal": "!=", "floor_divide": "//",
           "remainder": "%"}
+
+
+def _median(values: Sequence[float]) -> float:
+    from statistics import median  # (timings only: not loaded by import fuseloop)
+
+    return median(values)
 # no arithmetic: conversions, copies and selections count no flop
 _NO_FLOP = frozenset({"cast", "copy", "positive", "where", "view"})
 
@@ -287,6 +291,8 @@ def _why(prog: Program, later_readers: int) -> str:
 def _recipe_params(recipe: Any, device: Device) -> dict[str, tuple[Any, str]]:
     """Each parameter's value and where it comes from: database (``fl.tune``'s winner),
     explicit, device variant, derived (computed from the others), default."""
+    from .recipes.core import Derived  # (loaded with the recipe: not by import fuseloop)
+
     variant: dict[str, Any] = {}
     best = -1
     for pred, vals in recipe.variants:
@@ -416,7 +422,7 @@ def copy_bandwidth(device: Device) -> float:
         backend.finish(device)
         if k >= 2:  # two warm-up copies (first touch of the pages)
             times.append(time.perf_counter() - t0)
-    gbs = 2 * nbytes / statistics.median(times) / 1e9
+    gbs = 2 * nbytes / _median(times) / 1e9
     _copy_bandwidth[device.index] = (device, gbs)
     return gbs
 
@@ -481,7 +487,7 @@ def peak_gflops(device: Device) -> float:
         if k >= 2:
             times.append(time.perf_counter() - t0)
     chains = 64 if vector else 16
-    gflops = 2 * chains * iters * items / statistics.median(times) / 1e9
+    gflops = 2 * chains * iters * items / _median(times) / 1e9
     _peak[device.index] = (device, gflops)
     return gflops
 
@@ -501,7 +507,7 @@ def _time(ex: Explanation, rec: _DryRecorder, repeat: int) -> None:
             _ev.launch_now(prog, b, kouts, device)
             finish(device)
             times.append(time.perf_counter() - t0)
-        k.time_s = statistics.median(times)
+        k.time_s = _median(times)
         k.gb_per_s = k.bytes_moved / k.time_s / 1e9
         k.gflop_per_s = k.flops / k.time_s / 1e9
         k.fraction_of_copy = k.gb_per_s / copy

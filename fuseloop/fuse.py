@@ -59,9 +59,9 @@ from .launching import (
     recipe_kind,
     thread_kernel,
 )
-from .recipes import recipe_for
-from .recipes.registry import current as _recipes_current
-from .recipes.registry import stamp as _recipe_stamp
+from .recipe_state import current as _recipes_current
+from .recipe_state import recipe_for
+from .recipe_state import stamp as _recipe_stamp
 from .runtime.devices import Device, _runtime, get_device
 from .stats import cached_launches
 from .tracing import KindChanged, Trace, TracedScalar, install, uninstall

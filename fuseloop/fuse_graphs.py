@@ -42,13 +42,14 @@ from typing import Any
 
 import numpy as np
 
-from . import stats as _stats
 from .array import Array
 from .backends import backend_for
 from .expr.nodes import Storage
 from .launching import thread_kernel
-from .recipes.registry import current as _recipes_current
+from .recipe_state import current as _recipes_current
 from .runtime.devices import _runtime
+from .stats import _lock as _stats_lock  # (fl.stats, a function, shadows the module)
+from .stats import counters as _counters
 
 #: whether fused functions use graphs on backends that have them
 ENABLED = os.environ.get("FUSELOOP_GRAPHS", "1").strip().lower() not in ("0", "no", "off")
@@ -269,8 +270,8 @@ class GraphReplay:
             self.backend.launch_graph(self.entry.device, graph, rt.queue)
         self.graph_calls += 1
         n = len(self.entry.steps)
-        counters = _stats.counters
-        with _stats._lock:  # (counted as the launches it replays)
+        counters = _counters
+        with _stats_lock:  # (counted as the launches it replays)
             counters["memory_cache_hits"] += n
             counters["kernels_launched"] += n
 

@@ -38,8 +38,13 @@ def _fl() -> Any:
 
 
 def _fl_name(name: str) -> Any:
-    """``fuseloop.<name>`` or None (the namespace's ``__getattr__`` raises: not used)."""
-    return vars(_fl()).get(name)
+    """``fuseloop.<name>`` or None (its ``__getattr__``, which raises for unknown names, is
+    asked only for the names it loads on first use)."""
+    fl = _fl()
+    found = vars(fl).get(name)
+    if found is None and name in fl._ON_FIRST_USE:
+        found = getattr(fl, name)
+    return found
 
 
 def _operand_ok(x: Any) -> bool:
@@ -263,10 +268,10 @@ def _lookup(func: Any) -> Any:
     elif module == "numpy" and name == "copy":
         target = _copy
     elif where is not None:
-        space = _fl() if where == "" else vars(_fl()).get(where)
+        space = _fl() if where == "" else _fl_name(where)
         if space is not None and not name.startswith("_"):
             # (getattr, not dir(): fl.linalg loads its factorisations on first access)
-            found = vars(space).get(name) if where == "" else getattr(space, name, None)
+            found = _fl_name(name) if where == "" else getattr(space, name, None)
             target = found if callable(found) and not isinstance(found, type) else None
     _table[key] = target
     return target

@@ -38,8 +38,8 @@ from .cache import CompiledKernel, _memory, get_kernel
 from .errors import DeviceError, DTypeError, RecipeError
 from .expr.nodes import Storage
 from .expr.program import INT32_LIMIT, Program, StructureEntry
-from .recipes import recipe_for
-from .recipes.registry import stamp as _recipe_stamp
+from .recipe_state import recipe_for
+from .recipe_state import stamp as _recipe_stamp
 from .runtime.devices import Device, _runtime
 from .tuning import tuned as _tuned
 

@@ -15,7 +15,7 @@ import numpy as np
 from . import multi_hooks
 from .array import Array, Constant, _coerce, apply_op
 from .dtypes import FLOAT64, result_type
-from .lower.math_ops import SPECIAL_UNARY
+from .op_names import SPECIAL_UNARY
 
 
 def _as_arrays(operands: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -38,7 +38,7 @@ from .expr.ir import INT32_LIMIT
 from .expr.nodes import Node, Storage
 from .expr.program import Bindings, Target
 from .launching import INDEX_INT32, INDEX_INT64
-from .recipes import recipe_for
+from .recipe_state import recipe_for
 from .runtime import compile_workers
 from .runtime.devices import Device
 

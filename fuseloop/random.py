@@ -26,7 +26,7 @@ from .creation import _check_device_dtype, _device, _shape, _splits_in_device_se
 from .dtypes import as_dtype
 from .errors import DTypeError
 from .expr.nodes import Apply, Iota, Scalar
-from .lower.random_ops import METHODS
+from .op_names import RANDOM_METHODS as METHODS
 
 _U64 = np.dtype(np.uint64)
 _I64 = np.dtype(np.int64)

@@ -49,9 +49,9 @@ from .launching import (
     plan_launch,
     recipe_kind,
 )
-from .recipes import recipe_for
-from .recipes.registry import current as _recipes_current
-from .recipes.registry import stamp as _recipe_stamp
+from .recipe_state import current as _recipes_current
+from .recipe_state import recipe_for
+from .recipe_state import stamp as _recipe_stamp
 from .runtime.devices import Device
 
 _local = threading.local()

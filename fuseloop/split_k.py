@@ -35,10 +35,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._lazy import LazyModule
 from .expr.nodes import Apply, Reduce
-from .recipes import recipe_for
-from .recipes.skinny import stream_per
+from .recipe_state import recipe_for
 from .runtime.devices import Device
+
+# (a recipe module: loaded with the recipes, not by import fuseloop)
+_skinny = LazyModule(".recipes.skinny", __package__)
 
 #: pieces of the reduced range are at least this long (shorter ones spend more on
 #: writing and reading partial products than they gain)
@@ -68,7 +71,8 @@ def gpu_work_items(values: Mapping[str, Any], m: int, n: int, batch: int, itemsi
         long = n if short == m else m
         if short <= values.get("stream", 0) and not k_fast:
             # skinny.stream_long: work-groups along the long side only
-            width = values["stream_group"] * stream_per(short, values["stream_per"], itemsize)
+            per = _skinny.stream_per(short, values["stream_per"], itemsize)
+            width = values["stream_group"] * per
             return batch * -(-long // width) * values["stream_group"]
         if values["skinny"] == "lanes":
             lanes = min(32, group) if k_fast else values["skinny_lanes"]

@@ -25,7 +25,7 @@ from .expr.nodes import (
     SparseProduct,
     UserCall,
 )
-from .recipes import recipe_for
+from .recipe_state import recipe_for
 from .runtime.devices import Device
 from .split_k import contraction_pieces
 

@@ -10,9 +10,8 @@ from .array import Array, Constant, _coerce, _common_device, _operand_kind, _ope
 from .dtypes import BOOL, as_dtype, result_type
 from .errors import DTypeError
 from .expr.nodes import Apply, broadcast_shapes
-from .lower.math_ops import NOT_NUMPY, NUMPY_UNARY
-from .lower.scalar_ops import UFUNC_OPS
 from .multi_hooks import splits
+from .op_names import NOT_NUMPY, NUMPY_UNARY, UFUNC_OPS
 
 UNARY = ("negative", "positive", "absolute", "sign", "square", "invert", "logical_not",
          "isnan", "isinf", "isfinite", "sin", "cos", "tan", "arcsin", "arccos", "arctan",

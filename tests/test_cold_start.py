@@ -26,8 +26,15 @@ EVALUATE = textwrap.dedent("""
     expected = [np.sin(x.get()) * 2 + x.get(), np.sum(x.get() ** 2),
                 np.exp(np.ones((8, 8), np.float32)).sum(axis=1)]
     ok = all(np.allclose(v, e, rtol=1e-5) for v, e in zip(values, expected))
+    from fuseloop.runtime import compile_workers
+    from fuseloop.backends import worker_builders
     print(json.dumps({"ok": ok, "lowered": fl.stats()["kernels_lowered"],
-                      "loaded": [m for m in GENERATOR if m in sys.modules]}))
+                      "loaded": [m for m in GENERATOR if m in sys.modules],
+                      "codegen": "fuseloop.lower.codegen" in sys.modules,
+                      "workers": compile_workers._pool.started, "builders": worker_builders(),
+                      "backend": x.device.backend,
+                      "backends": sorted(m.rpartition(".")[2] for m in sys.modules
+                                         if m.startswith("fuseloop.backends."))}))
 """).replace("GENERATOR", repr(GENERATOR))
 
 
@@ -38,13 +45,46 @@ def _child(script: str, cache_dir: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _loaded(watched: tuple[str, ...]) -> str:
+    # a child's line: which of ``watched`` (packages: with their submodules) it loaded
+    return (f"import json, sys; watched = {watched!r}\n"
+            "print(json.dumps({'loaded': sorted(m for m in sys.modules if m in watched or "
+            "m.startswith(tuple(w + '.' for w in watched)))}))")
+
+
 def test_import_loads_no_code_generator(tmp_path):
-    # (nor the OpenCL runtime: pyopencl loads with the first device use; nor pytools,
-    # whose tags only a contraction's lowering needs)
-    watched = (*GENERATOR, "pyopencl", "pytools")
-    script = ("import json, sys, fuseloop\n"
-              f"print(json.dumps({{'loaded': [m for m in {watched!r} if m in sys.modules]}}))")
-    assert _child(script, str(tmp_path))["loaded"] == []
+    # nor the recipes and the lowering (they load with the first kernel not in the
+    # cache: issue 26), nor the OpenCL runtime (pyopencl loads with the first device
+    # use), nor pytools (a contraction's lowering needs its tags)
+    watched = (*GENERATOR, "pyopencl", "pytools", "fuseloop.recipes", "fuseloop.lower")
+    assert _child("import fuseloop\n" + _loaded(watched), str(tmp_path))["loaded"] == []
+
+
+def test_names_load_on_first_use(tmp_path):
+    # names whose modules ``import fuseloop`` leaves for later: reading one loads it
+    script = textwrap.dedent("""
+        import json, sys
+        import numpy as np
+        import fuseloop as fl
+        later = sorted(m for m in ("fuseloop.fft", "fuseloop.ops.sorting", "fuseloop.stages")
+                       if m in sys.modules)
+        from fuseloop import fft, sort
+        import fuseloop.lower.codegen  # (after fl.stats, the function, is bound)
+        from fuseloop.tuner import tune  # imports fuseloop.explain, a module named as fl.explain
+        ok = (sort is fl.sort and fft is sys.modules["fuseloop.fft"] and fl.linalg is fl.linalg
+              and callable(fl.stats) and callable(fl.explain) and callable(fl.fuse)
+              and {"sort", "fft", "linalg", "recipes", "sum", "tune"} <= set(dir(fl))
+              and fl.recipes.recipe_for is fl.recipe_for and tune is fl.tune)
+        from fuseloop.interop import _lookup  # (numpy's functions on arrays dispatch here)
+        ok = ok and all(_lookup(f) is not None for f in (np.einsum, np.fft.fft, np.linalg.norm))
+        try:
+            fl.sortt
+        except AttributeError as e:
+            ok = ok and "did you mean sort" in str(e)
+        print(json.dumps({"later": later, "ok": ok}))
+    """)
+    out = _child(script, str(tmp_path))
+    assert out == {"later": [], "ok": True}
 
 
 def test_disk_cache_hit_loads_no_code_generator(tmp_path):
@@ -54,6 +94,14 @@ def test_disk_cache_hit_loads_no_code_generator(tmp_path):
     second = _child(EVALUATE, str(tmp_path))
     assert second["ok"] and second["lowered"] == 0
     assert second["loaded"] == []
+    # nor the code generator's steps (lowering, recipe, Loopy: fuseloop.lower.codegen),
+    # nor does it start a compile worker (the first miss does); the recipes load (their
+    # parameters are part of the keys), with the names of the lowering they import
+    assert first["codegen"] and not second["codegen"]
+    assert second["workers"] == 0
+    # the worker the miss started loads the builders of the backends in use only (naming
+    # every backend's imported the CUDA backend, and CuPy, into an OpenCL-only process)
+    assert first["backend"] == "cuda" or "cuda" not in first["backends"]
 
 
 def _unusual(x: fl.Array, k: int) -> fl.Array:

@@ -59,16 +59,12 @@ def require_backend(device: Any, what: str, backends: tuple[str, ...] = ("opencl
 
 def worker_builders() -> list[str]:
     """The builder files compile workers load at start (their driver imports then
-    overlap the caller's work): those of the registered backends that import here."""
-    found = []
-    for name in BACKENDS:
-        try:
-            builder = get_backend(name).worker_builder
-        except ImportError:  # (a backend whose driver is not installed)
-            continue
-        if builder is not None:
-            found.append(builder)
-    return found
+    overlap the caller's work): those of the backends this process has loaded.  (A
+    worker loads another's builder when a request names it; importing every backend
+    here to name its builder cost a process the imports of drivers it never uses,
+    CuPy's 0.1 s on a machine without NVIDIA devices.)"""
+    return [b.worker_builder for name in BACKENDS
+            if (b := _loaded.get(name)) is not None and b.worker_builder is not None]
 
 
 __all__ = ["BACKENDS", "Backend", "BuiltProgram", "DeviceInfo", "LaunchSpec", "Launcher",

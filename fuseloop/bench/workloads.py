@@ -277,7 +277,7 @@ def softmax(m: Any, x: Any) -> Any:
 
 def _fl_softmax(x: fl.Array) -> Runner:
     def expr() -> fl.Array:
-        e = fl.exp(x - x.max(axis=-1, keepdims=True))  # type: ignore[operator]
+        e = fl.exp(x - x.max(axis=-1, keepdims=True))
         return e / e.sum(axis=-1, keepdims=True)
 
     return _eval(expr)

@@ -32,13 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import stats as _stats
+from .._lazy import loopy_lock as loopy_lock  # (one Loopy step at a time, in the process)
 from ..cache_disk import KernelPlan, cache_dir
 from ..errors import RecipeError
 from ..expr.program import Program, collapse_groups
-
-# one Loopy step at a time, in the whole process
-loopy_lock = threading.RLock()
+from ..stats import increment as _increment  # (fl.stats, a function, shadows the module)
 
 # What unpickling an entry of Loopy's own disk caches (under ~/.cache/pytools) raises
 # when other code wrote it: a module or class of that name is missing here (a renamed
@@ -227,7 +225,7 @@ def generate(t_unit: Any, device: Any) -> KernelPlan:
     code = _generate_code(t_unit)
     entry = t_unit.default_entrypoint
     gsize, lsize = entry.get_grid_size_upper_bounds_as_exprs(t_unit.callables_table)
-    _stats.increment("kernels_lowered")
+    _increment("kernels_lowered")
     # (Loopy's OpenCL spelling of a loop to unroll is OpenCL C 2.0's attribute;
     # NVIDIA's OpenCL C 1.2 compiler, PoCL and NVRTC all read the pragma)
     source = re.sub(r"__attribute__\(\(opencl_unroll_hint(?:\((\d+)\))?\)\)",

@@ -18,21 +18,18 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import c_type_name
+from ..op_names import (  # (the tables, shared with the front end)
+    MATH_OPS,
+    NOT_NUMPY,
+    NUMPY_BINARY,
+    NUMPY_UNARY,
+    PARTS,
+    SPECIAL_UNARY,
+    TERNARY,
+)
 
-NUMPY_UNARY = ("fabs", "signbit", "reciprocal", "deg2rad", "rad2deg", "radians", "degrees",
-               "conjugate")
-NUMPY_BINARY = ("logaddexp", "logaddexp2", "nextafter", "heaviside", "ldexp")
-#: fuseloop's name -> the OpenCL builtin, for float-only unary builtins numpy lacks
-SPECIAL_UNARY = {
-    "erf": "erf", "erfc": "erfc", "gamma": "tgamma", "gammaln": "lgamma", "exp10": "exp10",
-    "sinpi": "sinpi", "cospi": "cospi", "tanpi": "tanpi", "rsqrt": "rsqrt",
-}
-TERNARY = ("fma", "mad")
-#: one output of numpy's frexp / modf each
-PARTS = ("frexp_mantissa", "frexp_exponent", "modf_fractional", "modf_integral")
-#: the operations numpy has no ufunc of that name for
-NOT_NUMPY = frozenset({*SPECIAL_UNARY, *TERNARY, *PARTS})
-MATH_OPS = frozenset({*NUMPY_UNARY, *NUMPY_BINARY, *NOT_NUMPY})
+__all__ = ["MATH_OPS", "NOT_NUMPY", "NUMPY_BINARY", "NUMPY_UNARY", "PARTS", "SPECIAL_UNARY",
+           "TERNARY", "math_helper_body"]
 
 # numpy's factors: pi / 180 and 180 / pi, divided in the loop's type (float32: of
 # float32 pi, so not float32(pi / 180))

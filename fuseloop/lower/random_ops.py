@@ -26,9 +26,6 @@ import numpy as np
 from .. import caches as _caches
 from ..dtypes import c_type_name
 
-METHODS = ("philox", "threefry")
-KINDS = ("bits", "uniform", "normal", "integers")
-RANDOM_OPS = frozenset(f"r123_{k}_{m}" for k in KINDS for m in METHODS)
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"[^"]+"\s*$', re.M)
 
 

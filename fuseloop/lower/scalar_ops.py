@@ -15,32 +15,17 @@ from typing import NamedTuple
 import numpy as np
 
 from ..dtypes import c_type_name
+from ..op_names import (  # (the tables, shared with the front end)
+    BITWISE,
+    COMPARISONS,
+    FLOAT_BINARY,
+    FLOAT_UNARY,
+    LOGICAL,
+    RANDOM_OPS,
+)
 from .complex_ops import complex_helper_body, complex_preamble, is_complex_loop
 from .math_ops import MATH_OPS, math_helper_body
-from .random_ops import RANDOM_OPS, random_helper_body, random_preamble
-
-# numpy name -> OpenCL builtin for float-only unary math
-FLOAT_UNARY = {
-    "sin": "sin", "cos": "cos", "tan": "tan", "arcsin": "asin", "arccos": "acos",
-    "arctan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "arcsinh": "asinh",
-    "arccosh": "acosh", "arctanh": "atanh", "exp": "exp", "exp2": "exp2", "expm1": "expm1",
-    "log": "log", "log2": "log2", "log10": "log10", "log1p": "log1p", "sqrt": "sqrt",
-    "cbrt": "cbrt", "floor": "floor", "ceil": "ceil", "trunc": "trunc", "rint": "rint",
-}
-FLOAT_BINARY = {"copysign": "copysign", "hypot": "hypot", "arctan2": "atan2"}
-COMPARISONS = {"equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<=",
-               "greater": ">", "greater_equal": ">="}
-BITWISE = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
-LOGICAL = {"logical_and": "&&", "logical_or": "||"}
-
-# every operation name the IR may carry (numpy ufunc names plus cast/where)
-UFUNC_OPS = frozenset({
-    *FLOAT_UNARY, *FLOAT_BINARY, *COMPARISONS, *BITWISE, *LOGICAL,
-    "add", "subtract", "multiply", "true_divide", "floor_divide", "remainder", "fmod",
-    "power", "negative", "positive", "absolute", "sign", "square", "invert",
-    "left_shift", "right_shift", "logical_xor", "logical_not", "minimum", "maximum",
-    "fmin", "fmax", "isnan", "isinf", "isfinite", *MATH_OPS,
-})
+from .random_ops import random_helper_body, random_preamble
 
 _SHORT = {"bool": "b", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
           "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",

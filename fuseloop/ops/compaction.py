@@ -31,13 +31,13 @@ import numpy as np
 
 from .. import caches as _caches
 from .. import launching
-from .. import stats as _stats
 from ..backends import backend_for
 from ..cache import KernelPlan, SourceKernel
 from ..evaluate import allocate
 from ..expr.nodes import Storage
 from ..runtime.devices import Device
 from ..runtime.transfer import read
+from ..stats import increment as _increment  # (fl.stats, a function, shadows the module)
 
 _PRELUDE = r"""
 /* WG: work-items per group; PER: consecutive mask bytes per work-item and chunk */
@@ -330,7 +330,7 @@ def true_positions(mask: Any, n: int, device: Device) -> tuple[Storage, int]:
         launching.enqueue(count_plan, [counts], [source], scalars, False, device, hit, 0)
     launching.enqueue(compact_plan, [out, total], [source, counts], scalars, False, device,
                       hit, 0)
-    _stats.increment("scans")
+    _increment("scans")
     found = np.empty(1, np.int64)
     read(found, total.buffer, device)
     count = int(found[0])

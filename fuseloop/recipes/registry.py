@@ -20,6 +20,8 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RecipeError
+from ..recipe_state import current as current  # (the names registry.current, .stamp kept)
+from ..recipe_state import stamp as stamp
 from .core import KINDS, Recipe, RecipeFunction, SizeClassFunction, _BoundTransform
 
 if TYPE_CHECKING:
@@ -71,21 +73,10 @@ _CHOSEN: dict[tuple[int, str], tuple[Device, Recipe]] = {}
 # use()'s recipes: kind -> recipe (None: the registry's)
 _USING: contextvars.ContextVar[dict[str, Recipe] | None] = contextvars.ContextVar(
     "fuseloop_recipes", default=None)
-#: ``current[0]``: a token that stays the same object while recipe_for's answers cannot
-#: change, replaced when they may (a registration, its answers forgotten) and None
-#: while a use() block is open in any thread (use() is context-local).  A launch plan
-#: keeps the token it was last confirmed under (``LaunchPlan.stamp``, see
-#: :func:`stamp`), so the hot paths compare one object instead of calling recipe_for.
-current: list[object | None] = [object()]
+# the recipes token (``current[0]``) and ``stamp()`` live in fuseloop/recipe_state.py,
+# which the evaluation paths import without loading the recipes
 _uses_open = [0]
 _uses_lock = threading.Lock()
-
-
-def stamp() -> object:
-    """The token to keep with a recipe found by :func:`recipe_for` (read it before
-    asking): ``current[0]``, or while a use() block is open a new object that never
-    matches it."""
-    return current[0] or object()
 
 
 def forget_chosen() -> None:

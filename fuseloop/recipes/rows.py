@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from . import row_cache
     from .core import SizeClassFunction
 else:  # (GPU row caching: Loopy's mappers, loaded on a cache miss only)
-    row_cache = LazyModule("fuseloop.recipes.row_cache")
+    row_cache = LazyModule(".row_cache", __package__)
 
 GPU_ROW_GROUP = 512
 GPU_ROW_CACHE_ITEMS = 16

@@ -28,7 +28,7 @@ from .._lazy import LazyModule, isl, lp, prim
 if TYPE_CHECKING:
     from . import row_cache
 else:  # (Loopy's mappers, loaded on a cache miss only)
-    row_cache = LazyModule("fuseloop.recipes.row_cache")
+    row_cache = LazyModule(".row_cache", __package__)
 
 
 def _matcher(within: str | None) -> Any:

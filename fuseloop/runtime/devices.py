@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DeviceNotFoundError, RuntimeUnavailableError
-from . import compile_workers, icd
+from . import icd
 from .memory import DeviceMemory
 
 # before the first OpenCL call (and before pyopencl is imported by the OpenCL
@@ -137,8 +137,9 @@ class _DeviceRuntime:
         # held while enqueueing deferred launches or a launch that must follow them
         self.launch_lock = threading.RLock()
         self.gate_at = GATE_AT if device.type == "cpu" else 0
-        # a compile worker starts while the caller makes arrays, before the first build
-        compile_workers.prestart()
+        # (no compile worker starts here: a process whose kernels are all in the disk
+        # cache needs none; the first miss starts one, which starts while Loopy loads
+        # and lowers, see fuseloop.cache)
 
     def flush(self) -> None:
         """Enqueue the deferred launches, oldest first."""

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
-import importlib.metadata
 import os
 import re
 import shutil
@@ -36,6 +35,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .. import _dists
 
 INTEL_DIST = "intel-opencl-rt"
 INTEL_LIBRARY = "libintelocl.so"
@@ -75,6 +76,10 @@ def registration() -> Registration:
 
 def find_intel_library() -> tuple[Path, str] | None:
     """``libintelocl.so`` of the installed ``intel-opencl-rt`` and its version, or None."""
+    if _dists.metadata_dir(INTEL_DIST) is None:  # (not installed: no importlib.metadata)
+        return None
+    import importlib.metadata
+
     try:
         dist = importlib.metadata.distribution(INTEL_DIST)
     except importlib.metadata.PackageNotFoundError:
