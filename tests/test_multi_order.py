@@ -42,14 +42,14 @@ def record(devs, monkeypatch):
         rt = devices._runtime(d)
 
         def wrap(name, fn, k=k, rt=rt):
-            def call(*args):
+            def call(*args, **kwargs):
                 extra = None
                 if name == "enqueue_read":
-                    extra = args[-1]  # blocking?
+                    extra = args[4]  # blocking? (queue, host, buffer, wait_for, blocking)
                 elif name == "submit":
                     extra = len(rt.deferred)  # launches not yet enqueued
                 log.append((name, k, fl.stats()["kernels_launched"], extra))
-                return fn(*args)
+                return fn(*args, **kwargs)
             return call
 
         for name in _CALLS:

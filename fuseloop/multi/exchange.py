@@ -37,7 +37,7 @@ import numpy as np
 # saves the per-call imports' look-ups, a microsecond apiece on a halo's path)
 from ..array import Array
 from ..backends import backend_for
-from ..creation import asarray, empty, full
+from ..creation import empty
 from ..evaluate import allocate, run
 from ..expr.nodes import Leaf, c_strides
 from ..ops.shape import broadcast_to, concatenate
@@ -73,9 +73,22 @@ def _transfer(piece: Array, device: Any) -> Array:
             return Array._concrete(out, piece.dtype, piece.shape)
     EXCHANGED["through_host"] += 1
     open_batch = getattr(_local, "batch", None)
-    if open_batch is None:
-        return asarray(piece.get(), device=device)
-    return open_batch.add(piece, device)
+    if open_batch is not None:
+        return open_batch.add(piece, device)
+    alone = _HostBatch()  # (its read from the piece's place: no copy kernel first)
+    out = alone.add(piece, device)
+    alone.finish()
+    return out
+
+
+def _contiguous_run(piece: Array) -> tuple[Any, int] | None:
+    """(the storage, the byte offset) where ``piece``'s elements lie in C order in one
+    buffer (a part's rows: a view at an offset), or None (lazy, or strided)."""
+    node = piece._node
+    if type(node) is not Leaf or (node.strides is not None
+                                  and node.strides != c_strides(node.shape)):
+        return None
+    return node.storage, node.offset * piece.itemsize
 
 
 class _HostBatch:
@@ -86,15 +99,20 @@ class _HostBatch:
     def add(self, piece: Array, device: Any) -> Array:
         """``piece`` read without waiting; an array on ``device`` that :meth:`finish`
         fills before anything can read it."""
-        piece = piece.eval()
-        storage = piece._storage if piece.is_contiguous else \
-            run([piece._node], piece.shape, piece.device)[0]
-        assert storage is not None
+        # rows of a part are read where they lie (a read from an offset), not copied
+        # to a buffer of their own by a kernel first
+        run_ = _contiguous_run(piece)
+        if run_ is None:
+            piece = piece.eval()
+            run_ = _contiguous_run(piece)
+        if run_ is None:  # (strided: gathered by a kernel)
+            run_ = run([piece._node], piece.shape, piece.device)[0], 0
+        storage, offset = run_
         host = np.empty(piece.shape, piece.dtype)
         rt = _runtime(piece.device)
         if rt.deferred:
             rt.flush()
-        event = rt.enqueue_read(rt.queue, host, storage.buffer, None, False)
+        event = rt.enqueue_read(rt.queue, host, storage.buffer, None, False, offset)
         rt.submit(rt.queue)
         out = allocate(piece.nbytes, device)
         self.pending.append((event, piece.device, host, out, storage))
@@ -164,22 +182,19 @@ def _wrapped_rows(x: Any, lo: int, hi: int, k: int) -> Array:
     return pieces[0] if len(pieces) == 1 else concatenate(pieces, axis=0)
 
 
-def _edge_rows(x: Any, count: int, top: bool, k: int, boundary: str, cval: Any,
-               dtype: np.dtype) -> Array:
-    """``count`` rows beyond the first (``top``) or last row of ``x`` by the rule."""
+def _edge_rows(x: Any, count: int, top: bool, k: int, dtype: np.dtype) -> Array:
+    """``count`` rows beyond the first (``top``) or last row of ``x``, clamped (the
+    constant rule masks them: :func:`_masked`)."""
     shape = (count, *x.shape[1:])
-    if boundary == "constant":
-        return full(shape, cval, dtype, device=x.devices[k])
     n = x.shape[0]
     edge = rows(x, 0, 1, k) if top else rows(x, n - 1, n, k)
     edge = edge.astype(dtype) if edge.dtype != dtype else edge
     return edge if count == 1 else broadcast_to(edge, shape)  # (one row: itself)
 
 
-def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
-          dtype: np.dtype) -> Array | None:
+def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, dtype: np.dtype) -> Array | None:
     """Rows ``lo:hi`` (global, possibly beyond either end) of ``x`` extended by the
-    boundary rule, on part ``k``'s device; None when empty."""
+    boundary rule (``"clamp"`` or ``"wrap"``), on part ``k``'s device; None when empty."""
     if hi <= lo:
         return None
     n = x.shape[0]
@@ -188,11 +203,11 @@ def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
     else:
         pieces = []
         if lo < 0:
-            pieces.append(_edge_rows(x, min(hi, 0) - lo, True, k, boundary, cval, dtype))
+            pieces.append(_edge_rows(x, min(hi, 0) - lo, True, k, dtype))
         if max(lo, 0) < min(hi, n):
             pieces.append(rows(x, max(lo, 0), min(hi, n), k))
         if hi > n:
-            pieces.append(_edge_rows(x, hi - max(lo, n), False, k, boundary, cval, dtype))
+            pieces.append(_edge_rows(x, hi - max(lo, n), False, k, dtype))
         ext = pieces[0] if len(pieces) == 1 else concatenate(pieces, axis=0)
     return ext.astype(dtype) if ext.dtype != dtype else ext
 
@@ -225,34 +240,80 @@ def _shifted_rows(pieces: list[tuple[int, Array]], count: int) -> Window:
     return window
 
 
+def _inside_rows(count: int, first: int, n: int, trailing: int, device: Any) -> Array:
+    """Whether global rows ``first .. first + count - 1`` lie within ``0 .. n - 1``, shaped
+    to broadcast over ``trailing`` axes (lazy; made once per part end and shift)."""
+    from .. import ufuncs
+    from ..array import Constant
+    from ..creation import arange
+    from ..ops.shape import reshape
+
+    key = (count, first, n, trailing, device.index)
+    hit = _INSIDE.get(key)
+    if hit is not None and hit[0] is device:
+        return hit[1]
+    at = arange(count, dtype=np.int64, device=device) + Constant(first, np.int64)
+    inside = ufuncs.logical_and(at >= Constant(0, np.int64), at < Constant(n, np.int64))
+    inside = reshape(inside, (count,) + (1,) * trailing)
+    if len(_INSIDE) >= 256:
+        _INSIDE.clear()
+    _INSIDE[key] = (device, inside)
+    return inside
+
+
+_INSIDE: dict[tuple, tuple[Any, Array]] = {}
+
+
+def _masked(window: Window, lo: int, hi: int, n: int, trailing: int, cval: Any) -> Window:
+    """``window`` whose rows beyond either end of the ``n`` rows (a part's rows
+    ``lo:hi`` shifted) read ``cval``: the constant boundary as a where(), so the rows
+    beyond the ends are neither filled nor copied (the window holds clamped rows there)."""
+    from .. import ufuncs
+
+    def masked(dr: int) -> Array:
+        got = window(dr)
+        if lo + dr >= 0 and hi + dr <= n:
+            return got
+        inside = _inside_rows(hi - lo, lo + dr, n, trailing, got.device)
+        return ufuncs.where(inside, got, cval)
+    return masked
+
+
 def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tuple[int, ...],
             center: Any, boundary: str, cval: Any, what: str) -> Any:
     """A stencil of ``width`` over the split ``x``: ``apply(window, center)`` per part
     (``center`` per axis, checked), where
     ``window(dr)`` is the part's rows shifted by ``dr`` along the split axis (``-before
     <= dr <= after``; rows beyond the part copied from its neighbours, or made by the
-    boundary rule at the ends).  Every halo is copied (through the host: one batch)
-    before any part's stencil is built."""
+    boundary rule at the ends: ``"constant"`` masks clamped rows with a where()).
+    Every halo's copy is under way (through the host: one batch) before any part's
+    stencil is built, and the host builds the parts' stencils while the copies run."""
     cen = _check(x, tuple(width), center, boundary, what)
     before, after = cen[0], width[0] - 1 - cen[0]
     # (a constant's rows must hold cval as the single-device stencil's where() does)
     dtype = np.result_type(x.dtype, cval) if boundary == "constant" else x.dtype
+    rule = "clamp" if boundary == "constant" else boundary
     spans = list(itertools.pairwise(x.bounds))
+    n = x.shape[0]
+    out: list[Array | None] = []
     with batch():
         halos = [(None, None) if hi == lo else
-                 (_halo(x, lo - before, lo, k, boundary, cval, dtype),
-                  _halo(x, hi, hi + after, k, boundary, cval, dtype))
+                 (_halo(x, lo - before, lo, k, rule, dtype),
+                  _halo(x, hi, hi + after, k, rule, dtype))
                  for k, (lo, hi) in enumerate(spans)]
-    out: list[Array | None] = []
-    for k, (lo, hi) in enumerate(spans):
-        if hi == lo:
-            out.append(None)
-            continue
-        own = x.parts[k] if x.dtype == dtype else x.parts[k].astype(dtype)
-        top, bottom = halos[k]
-        pieces = [(-before, top), (0, own), (hi - lo, bottom)]
-        present = [(f, a) for f, a in pieces if a is not None]
-        out.append(apply(_shifted_rows(present, hi - lo), cen))
+        # (lazy: nothing built here reads a halo before the batch has filled it)
+        for k, (lo, hi) in enumerate(spans):
+            if hi == lo:
+                out.append(None)
+                continue
+            own = x.parts[k] if x.dtype == dtype else x.parts[k].astype(dtype)
+            top, bottom = halos[k]
+            pieces = [(-before, top), (0, own), (hi - lo, bottom)]
+            present = [(f, a) for f, a in pieces if a is not None]
+            window = _shifted_rows(present, hi - lo)
+            if boundary == "constant" and (lo - before < 0 or hi + after > n):
+                window = _masked(window, lo, hi, n, x.ndim - 1, cval)
+            out.append(apply(window, cen))
     done = next(o for o in out if o is not None)
     parts = [o if o is not None else empty((0, *done.shape[1:]), done.dtype, device=d)
              for o, d in zip(out, x.devices)]
