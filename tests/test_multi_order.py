@@ -137,6 +137,32 @@ def test_halo_exchange_through_the_host_waits_once_per_piece(three, monkeypatch)
     np.testing.assert_allclose(got.get(), want, rtol=1e-6, atol=1e-6)
 
 
+def test_halo_rows_are_read_where_they_lie(three, monkeypatch):
+    """Halo rows through the host (a context per device) are read from their part's
+    buffer at their offset: no kernel copies them out first, and a lone copy too."""
+    from fuseloop.multi import exchange
+
+    if three[0].backend != "opencl":
+        pytest.skip("only OpenCL devices exchange through the host")
+    un = np.random.default_rng(3).standard_normal((9, 6)).astype(np.float32)
+    w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+    want = fl.stencil(fl.asarray(un, device=three[0]), w).get()
+    with fl.device(three):
+        u = fl.asarray(un)
+    fl.synchronize()
+
+    def work():
+        s = fl.stats()
+        return s["kernels_launched"] + s["host_evaluations"]
+
+    before = work()
+    got = fl.stencil(u, w)  # (the last row of parts 0 and 1: at an offset)
+    lone = exchange._transfer(u.parts[0][2:3], three[1])
+    assert work() == before
+    np.testing.assert_array_equal(lone.get(), un[2:3])
+    np.testing.assert_allclose(got.get(), want, rtol=1e-6, atol=1e-6)
+
+
 def test_aligned_operands_take_the_short_path(device, monkeypatch):
     """Operators on split arrays split alike, with scalars, map the parts directly
     (prepare()'s general rules, tens of microseconds per operator, are not run); other

@@ -38,8 +38,8 @@ import numpy as np
 from ..array import Array
 from ..backends import backend_for
 from ..creation import empty
-from ..evaluate import allocate, run
-from ..expr.nodes import Leaf, c_strides
+from ..evaluate import _rebuild, allocate, run
+from ..expr.nodes import Concat, Leaf, Node, c_strides
 from ..ops.shape import broadcast_to, concatenate
 from ..ops.stencil import _check
 from ..runtime.devices import _runtime
@@ -279,6 +279,43 @@ def _masked(window: Window, lo: int, hi: int, n: int, trailing: int, cval: Any) 
     return masked
 
 
+class _Templates:
+    """One split stencil's part expressions by the shape of their windows: a part whose
+    windows have a built part's node types, shapes and dtypes gets that part's
+    expression with its windows substituted (``evaluate._rebuild``: a walk of the
+    built nodes), not built again through every operator; the middle parts (and with
+    one row of halo, every part) of an evenly split array share one."""
+
+    def __init__(self) -> None:
+        self.built: dict[tuple, tuple[list[Node], Array]] = {}
+        self.counts = [0, 0]  # (built, substituted: see LAST_TEMPLATES)
+
+    def part(self, apply: Callable[[Window, tuple[int, ...]], Array], window: Window,
+             shifts: range, cen: tuple[int, ...], device: Any) -> Array:
+        """``apply(window, cen)`` for a part on ``device``."""
+        wins = [window(dr)._node for dr in shifts]
+        key = tuple((type(w), w.shape, w.dtype, len(w.pieces) if type(w) is Concat else 0)
+                    for w in wins)
+        hit = self.built.get(key)
+        if hit is not None:
+            old, made = hit
+            node = _rebuild(made._node, {id(a): b for a, b in zip(old, wins)}, {})
+            # (only the windows' buffers may differ: anything else the template read
+            # on its own device, e.g. an uploaded array, means building it afresh)
+            if all(s.device is device for s in node.storages):
+                self.counts[1] += 1
+                return Array._lazy(node, device)
+        got = apply(window, cen)
+        self.counts[0] += 1
+        if hit is None and len({id(w) for w in wins}) == len(wins):  # (unambiguous)
+            self.built[key] = (wins, got)
+        return got
+
+
+#: the last split stencil's parts built through ``apply`` and parts substituted
+LAST_TEMPLATES: list[int] = [0, 0]
+
+
 def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tuple[int, ...],
             center: Any, boundary: str, cval: Any, what: str) -> Any:
     """A stencil of ``width`` over the split ``x``: ``apply(window, center)`` per part
@@ -296,6 +333,7 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
     spans = list(itertools.pairwise(x.bounds))
     n = x.shape[0]
     out: list[Array | None] = []
+    templates = _Templates()
     with batch():
         halos = [(None, None) if hi == lo else
                  (_halo(x, lo - before, lo, k, rule, dtype),
@@ -313,7 +351,9 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
             window = _shifted_rows(present, hi - lo)
             if boundary == "constant" and (lo - before < 0 or hi + after > n):
                 window = _masked(window, lo, hi, n, x.ndim - 1, cval)
-            out.append(apply(window, cen))
+            out.append(templates.part(apply, window, range(-before, after + 1), cen,
+                                      x.devices[k]))
+    LAST_TEMPLATES[:] = templates.counts
     done = next(o for o in out if o is not None)
     parts = [o if o is not None else empty((0, *done.shape[1:]), done.dtype, device=d)
              for o, d in zip(out, x.devices)]
