@@ -76,9 +76,9 @@ def _transfer(piece: Array, device: Any) -> Array:
     if open_batch is not None:
         return open_batch.add(piece, device)
     alone = _HostBatch()  # (its read from the piece's place: no copy kernel first)
-    out = alone.add(piece, device)
+    got = alone.add(piece, device)
     alone.finish()
-    return out
+    return got
 
 
 def _contiguous_run(piece: Array) -> tuple[Any, int] | None:
@@ -243,7 +243,6 @@ def _shifted_rows(pieces: list[tuple[int, Array]], count: int) -> Window:
 def _inside_rows(count: int, first: int, n: int, trailing: int, device: Any) -> Array:
     """Whether global rows ``first .. first + count - 1`` lie within ``0 .. n - 1``, shaped
     to broadcast over ``trailing`` axes (lazy; made once per part end and shift)."""
-    from .. import ufuncs
     from ..array import Constant
     from ..creation import arange
     from ..ops.shape import reshape
@@ -253,7 +252,7 @@ def _inside_rows(count: int, first: int, n: int, trailing: int, device: Any) -> 
     if hit is not None and hit[0] is device:
         return hit[1]
     at = arange(count, dtype=np.int64, device=device) + Constant(first, np.int64)
-    inside = ufuncs.logical_and(at >= Constant(0, np.int64), at < Constant(n, np.int64))
+    inside = (at >= Constant(0, np.int64)) & (at < Constant(n, np.int64))
     inside = reshape(inside, (count,) + (1,) * trailing)
     if len(_INSIDE) >= 256:
         _INSIDE.clear()
