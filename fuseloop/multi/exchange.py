@@ -35,9 +35,10 @@ import numpy as np
 
 # (fuseloop is loaded before fuseloop.multi: these import at module level, each call
 # saves the per-call imports' look-ups, a microsecond apiece on a halo's path)
+from .. import caches as _caches
 from ..array import Array
 from ..backends import backend_for
-from ..creation import empty
+from ..creation import empty, full
 from ..evaluate import _rebuild, allocate, run
 from ..expr.nodes import Concat, Leaf, Node, c_strides
 from ..ops.shape import broadcast_to, concatenate
@@ -182,19 +183,45 @@ def _wrapped_rows(x: Any, lo: int, hi: int, k: int) -> Array:
     return pieces[0] if len(pieces) == 1 else concatenate(pieces, axis=0)
 
 
-def _edge_rows(x: Any, count: int, top: bool, k: int, dtype: np.dtype) -> Array:
-    """``count`` rows beyond the first (``top``) or last row of ``x``, clamped (the
-    constant rule masks them: :func:`_masked`)."""
+def _edge_rows(x: Any, count: int, top: bool, k: int, boundary: str, cval: Any,
+               dtype: np.dtype) -> Array:
+    """``count`` rows beyond the first (``top``) or last row of ``x`` by the rule."""
     shape = (count, *x.shape[1:])
+    if boundary == "constant":
+        return _constant_rows(shape, cval, dtype, x.devices[k])
     n = x.shape[0]
     edge = rows(x, 0, 1, k) if top else rows(x, n - 1, n, k)
     edge = edge.astype(dtype) if edge.dtype != dtype else edge
     return edge if count == 1 else broadcast_to(edge, shape)  # (one row: itself)
 
 
-def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, dtype: np.dtype) -> Array | None:
+def _constant_rows(shape: tuple[int, ...], cval: Any, dtype: np.dtype, device: Any) -> Array:
+    """Rows of ``cval``: filled once per shape, value and device, then the same buffer
+    (only ever read: it is a halo, no function hands it out), so a stencil step
+    enqueues no fill and allocates nothing for its ends, and its ends' windows have the
+    middle parts' structure (one expression for every part, :class:`_Templates`)."""
+    key = (shape, dtype.str, np.asarray(cval, dtype).tobytes(), device.index)
+    hit = _CONSTANT_ROWS.get(key)
+    if hit is not None and hit[0] is device:
+        return hit[1]
+    rows_ = full(shape, cval, dtype, device=device)
+    if len(_CONSTANT_ROWS) >= CONSTANT_ROWS_MAX:
+        _CONSTANT_ROWS.clear()
+    _CONSTANT_ROWS[key] = (device, rows_)
+    return rows_
+
+
+#: the constant boundary's rows kept (by shape, dtype, value and device)
+CONSTANT_ROWS_MAX = 64
+_CONSTANT_ROWS: dict[tuple, tuple[Any, Array]] = {}
+_caches.register("multi.constant_rows", _CONSTANT_ROWS.clear, lambda: len(_CONSTANT_ROWS),
+                 CONSTANT_ROWS_MAX)
+
+
+def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
+          dtype: np.dtype) -> Array | None:
     """Rows ``lo:hi`` (global, possibly beyond either end) of ``x`` extended by the
-    boundary rule (``"clamp"`` or ``"wrap"``), on part ``k``'s device; None when empty."""
+    boundary rule, on part ``k``'s device; None when empty."""
     if hi <= lo:
         return None
     n = x.shape[0]
@@ -203,11 +230,11 @@ def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, dtype: np.dtype) -> A
     else:
         pieces = []
         if lo < 0:
-            pieces.append(_edge_rows(x, min(hi, 0) - lo, True, k, dtype))
+            pieces.append(_edge_rows(x, min(hi, 0) - lo, True, k, boundary, cval, dtype))
         if max(lo, 0) < min(hi, n):
             pieces.append(rows(x, max(lo, 0), min(hi, n), k))
         if hi > n:
-            pieces.append(_edge_rows(x, hi - max(lo, n), False, k, dtype))
+            pieces.append(_edge_rows(x, hi - max(lo, n), False, k, boundary, cval, dtype))
         ext = pieces[0] if len(pieces) == 1 else concatenate(pieces, axis=0)
     return ext.astype(dtype) if ext.dtype != dtype else ext
 
@@ -238,44 +265,6 @@ def _shifted_rows(pieces: list[tuple[int, Array]], count: int) -> Window:
             got = made[dr] = _window(pieces, dr, count)
         return got
     return window
-
-
-def _inside_rows(count: int, first: int, n: int, trailing: int, device: Any) -> Array:
-    """Whether global rows ``first .. first + count - 1`` lie within ``0 .. n - 1``, shaped
-    to broadcast over ``trailing`` axes (lazy; made once per part end and shift)."""
-    from ..array import Constant
-    from ..creation import arange
-    from ..ops.shape import reshape
-
-    key = (count, first, n, trailing, device.index)
-    hit = _INSIDE.get(key)
-    if hit is not None and hit[0] is device:
-        return hit[1]
-    at = arange(count, dtype=np.int64, device=device) + Constant(first, np.int64)
-    inside = (at >= Constant(0, np.int64)) & (at < Constant(n, np.int64))
-    inside = reshape(inside, (count,) + (1,) * trailing)
-    if len(_INSIDE) >= 256:
-        _INSIDE.clear()
-    _INSIDE[key] = (device, inside)
-    return inside
-
-
-_INSIDE: dict[tuple, tuple[Any, Array]] = {}
-
-
-def _masked(window: Window, lo: int, hi: int, n: int, trailing: int, cval: Any) -> Window:
-    """``window`` whose rows beyond either end of the ``n`` rows (a part's rows
-    ``lo:hi`` shifted) read ``cval``: the constant boundary as a where(), so the rows
-    beyond the ends are neither filled nor copied (the window holds clamped rows there)."""
-    from .. import ufuncs
-
-    def masked(dr: int) -> Array:
-        got = window(dr)
-        if lo + dr >= 0 and hi + dr <= n:
-            return got
-        inside = _inside_rows(hi - lo, lo + dr, n, trailing, got.device)
-        return ufuncs.where(inside, got, cval)
-    return masked
 
 
 class _Templates:
@@ -321,22 +310,20 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
     (``center`` per axis, checked), where
     ``window(dr)`` is the part's rows shifted by ``dr`` along the split axis (``-before
     <= dr <= after``; rows beyond the part copied from its neighbours, or made by the
-    boundary rule at the ends: ``"constant"`` masks clamped rows with a where()).
+    boundary rule at the ends).
     Every halo's copy is under way (through the host: one batch) before any part's
     stencil is built, and the host builds the parts' stencils while the copies run."""
     cen = _check(x, tuple(width), center, boundary, what)
     before, after = cen[0], width[0] - 1 - cen[0]
     # (a constant's rows must hold cval as the single-device stencil's where() does)
     dtype = np.result_type(x.dtype, cval) if boundary == "constant" else x.dtype
-    rule = "clamp" if boundary == "constant" else boundary
     spans = list(itertools.pairwise(x.bounds))
-    n = x.shape[0]
     out: list[Array | None] = []
     templates = _Templates()
     with batch():
         halos = [(None, None) if hi == lo else
-                 (_halo(x, lo - before, lo, k, rule, dtype),
-                  _halo(x, hi, hi + after, k, rule, dtype))
+                 (_halo(x, lo - before, lo, k, boundary, cval, dtype),
+                  _halo(x, hi, hi + after, k, boundary, cval, dtype))
                  for k, (lo, hi) in enumerate(spans)]
         # (lazy: nothing built here reads a halo before the batch has filled it)
         for k, (lo, hi) in enumerate(spans):
@@ -348,8 +335,6 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
             pieces = [(-before, top), (0, own), (hi - lo, bottom)]
             present = [(f, a) for f, a in pieces if a is not None]
             window = _shifted_rows(present, hi - lo)
-            if boundary == "constant" and (lo - before < 0 or hi + after > n):
-                window = _masked(window, lo, hi, n, x.ndim - 1, cval)
             out.append(templates.part(apply, window, range(-before, after + 1), cen,
                                       x.devices[k]))
     LAST_TEMPLATES[:] = templates.counts
