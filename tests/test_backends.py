@@ -292,6 +292,18 @@ def test_compaction_goes_through_the_common_path(device, monkeypatch):
 # {{{ the per-device runtime through the backend
 
 
+def test_read_from_a_byte_offset(device):
+    """enqueue_read's ``offset``: a split array's halo rows are read where they lie."""
+    b = backend_for(device)
+    context, queue = b.open(device)
+    h = np.arange(64, dtype=np.int32)
+    buf = b.buffer_pool(device, context, queue).allocate(h.nbytes)
+    b.enqueue_write(queue, buf, h, None, True)
+    got = np.zeros(8, np.int32)
+    b.enqueue_read(queue, got, buf, None, True, 10 * h.itemsize)
+    np.testing.assert_array_equal(got, h[10:18])
+
+
 def test_open_gives_a_queue_with_its_own_pool_and_copies(device):
     b = backend_for(device)
     context, queue = b.open(device)

@@ -143,6 +143,37 @@ def test_stencil_halo_exchange(device, boundary):
     assert EXCHANGED["copies"] - before == (8 if boundary == "wrap" else 6)
 
 
+@pytest.mark.parametrize("boundary", ["clamp", "wrap", "constant"])
+def test_stencil_parts_share_one_built_expression(device, boundary, monkeypatch):
+    """An evenly split stencil builds one part's expression and gives the other parts
+    that expression with their windows substituted; the constant rule's rows beyond
+    the ends are filled once, not per step; evaluating runs one launch per part."""
+    from fuseloop.backends import backend_for
+    from fuseloop.multi import exchange
+
+    un = RNG.standard_normal((8, 5)).astype(np.float32)
+    w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+    mode = {"clamp": "edge", "wrap": "wrap", "constant": "constant"}[boundary]
+    pad = np.pad(un, 1, mode, **({"constant_values": 2} if mode == "constant" else {}))
+    want = sum(w[i, j] * pad[i:i + 8, j:j + 5] for i in range(3) for j in range(3))
+    with fl.device([device] * 4):  # two rows a part
+        u = fl.asarray(un)
+    fl.stencil(u, w, boundary=boundary, cval=2)  # (the constant's rows: filled here)
+    fl.synchronize()
+    fills: list = []
+    backend = type(backend_for(device))
+    real_fill = backend.fill
+    monkeypatch.setattr(backend, "fill", lambda self, *a: fills.append(a) or real_fill(self, *a))
+    got = fl.stencil(u, w, boundary=boundary, cval=2)
+    assert exchange.LAST_TEMPLATES == [1, 3]
+    before = fl.stats()
+    got.eval()
+    after = fl.stats()
+    assert sum(after[k] - before[k] for k in ("kernels_launched", "host_evaluations")) == 4
+    assert fills == []
+    np.testing.assert_allclose(got.get(), want, rtol=1e-6, atol=1e-6)
+
+
 def test_stencil_halo_wider_than_parts(device):
     """Halos of several rows span several parts (1-2 rows each; an off-centre stencil
     reads only above): as one device gives."""

@@ -42,14 +42,14 @@ def record(devs, monkeypatch):
         rt = devices._runtime(d)
 
         def wrap(name, fn, k=k, rt=rt):
-            def call(*args):
+            def call(*args, **kwargs):
                 extra = None
                 if name == "enqueue_read":
-                    extra = args[-1]  # blocking?
+                    extra = args[4]  # blocking? (queue, host, buffer, wait_for, blocking)
                 elif name == "submit":
                     extra = len(rt.deferred)  # launches not yet enqueued
                 log.append((name, k, fl.stats()["kernels_launched"], extra))
-                return fn(*args)
+                return fn(*args, **kwargs)
             return call
 
         for name in _CALLS:
@@ -134,6 +134,32 @@ def test_halo_exchange_through_the_host_waits_once_per_piece(three, monkeypatch)
     first_wait = log.index(_waits(log)[0])
     assert max(log.index(r) for r in reads) < first_wait, log
     assert first_wait < min(writes, default=0), log
+    np.testing.assert_allclose(got.get(), want, rtol=1e-6, atol=1e-6)
+
+
+def test_halo_rows_are_read_where_they_lie(three, monkeypatch):
+    """Halo rows through the host (a context per device) are read from their part's
+    buffer at their offset: no kernel copies them out first, and a lone copy too."""
+    from fuseloop.multi import exchange
+
+    if three[0].backend != "opencl":
+        pytest.skip("only OpenCL devices exchange through the host")
+    un = np.random.default_rng(3).standard_normal((9, 6)).astype(np.float32)
+    w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+    want = fl.stencil(fl.asarray(un, device=three[0]), w).get()
+    with fl.device(three):
+        u = fl.asarray(un)
+    fl.synchronize()
+
+    def work():
+        s = fl.stats()
+        return s["kernels_launched"] + s["host_evaluations"]
+
+    before = work()
+    got = fl.stencil(u, w)  # (the last row of parts 0 and 1: at an offset)
+    lone = exchange._transfer(u.parts[0][2:3], three[1])
+    assert work() == before
+    np.testing.assert_array_equal(lone.get(), un[2:3])
     np.testing.assert_allclose(got.get(), want, rtol=1e-6, atol=1e-6)
 
 

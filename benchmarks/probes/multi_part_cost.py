@@ -6,10 +6,18 @@ part's launch (``fuseloop.multi.trace``), at a large and a small size, each call
 after ``fl.synchronize()``; then the functions taking the most host time in the
 large size's part launches (cProfile).  On the H100 hosts a part's launch took
 60-70 us at 2**29 elements per part, against 29 us for a small cached ``.eval()``:
-this says whether the size, the backend or the submit makes the difference.  ::
+this says whether the size, the backend or the submit makes the difference.  Then a
+5-point stencil step on a square of as many elements: the host microseconds to build
+it (halo exchange, the parts' expressions: how many were substituted from another
+part's, ``exchange.LAST_TEMPLATES``) and to launch its parts.  The cProfile table uses
+the host thread's CPU clock (``time.thread_time``: not PoCL's worker threads, which
+run the kernels on a CPU device).  On a CPU, ``POCL_DEVICES="pthread pthread"`` lists
+two devices (a context each with ``FUSELOOP_OPENCL_SHARED_CONTEXT=0``)::
 
     python benchmarks/probes/multi_part_cost.py [--devices "cuda:0,cuda:1;opencl:0,opencl:1"]
         [--log2n 30] [--small-log2n 16] [--repeat 20]
+    POCL_DEVICES="pthread pthread" python benchmarks/probes/multi_part_cost.py \
+        --devices "opencl:0,opencl:1" --log2n 16 --small-log2n 12
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from typing import Any
 import numpy as np
 
 import fuseloop as fl
-from fuseloop.multi import trace
+from fuseloop.multi import exchange, trace
 from fuseloop.multi.array import launch_part
 from fuseloop.runtime.devices import find_device
 
@@ -43,7 +51,7 @@ def _one(devs: list[Any], log2n: int, repeat: int, profile: bool) -> None:
         x = fl.random.uniform(1 << log2n, dtype=np.float32, key=1).eval()
         y = fl.random.uniform(1 << log2n, dtype=np.float32, key=2).eval()
     build, parts, heads = [], [], []
-    prof = cProfile.Profile() if profile else None
+    prof = cProfile.Profile(time.thread_time) if profile else None
     for i in range(repeat + 2):
         fl.synchronize()
         t0 = time.perf_counter()
@@ -82,7 +90,37 @@ def _one(devs: list[Any], log2n: int, repeat: int, profile: bool) -> None:
             print(f"    {v[2] * us / repeat:8.1f} own {v[3] * us / repeat:8.1f} with callees "
                   f"{file.rsplit('/', 2)[-1]}:{line} {name}")
     del x, y
+    _stencil(devs, log2n, repeat)
     fl.synchronize()
+
+
+LAPLACE = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+
+
+def _stencil(devs: list[Any], log2n: int, repeat: int) -> None:
+    """Host microseconds (CPU clock of this thread) to build a stencil step over the
+    parts, and to launch each part."""
+    side = 1 << (log2n // 2)
+    with fl.device(devs):
+        u = fl.random.uniform((side, side), dtype=np.float32, key=3).eval()
+    build, parts = [], []
+    for i in range(repeat + 2):
+        fl.synchronize()
+        t0 = time.thread_time()
+        e = u + np.float32(0.1) * fl.stencil(u, LAPLACE)
+        marks = [time.thread_time()]
+        for k, p in enumerate(e.parts):
+            launch_part(k, p)
+            marks.append(time.thread_time())
+        if i >= 2:
+            build.append(marks[0] - t0)
+            parts.append(np.diff(marks))
+        del e
+    built, substituted = exchange.LAST_TEMPLATES
+    print(f"  stencil step {side}^2: build {np.median(build) * 1e6:.0f} us CPU ({built} "
+          f"parts built, {substituted} substituted); each part's launch "
+          + ", ".join(f"{v * 1e6:.0f}" for v in np.median(parts, axis=0)) + " us CPU")
+    del u
 
 
 def main() -> None:

@@ -271,8 +271,9 @@ class Backend(ABC):
 
     @abstractmethod
     def enqueue_read(self, queue: Any, host: np.ndarray, buffer: Any,
-                     wait_for: Sequence[Any] | None, blocking: bool) -> Any:
-        """:meth:`download` on an opened device's ``queue`` (the runtime binds it once)."""
+                     wait_for: Sequence[Any] | None, blocking: bool, offset: int = 0) -> Any:
+        """:meth:`download` on an opened device's ``queue`` (the runtime binds it once),
+        from byte ``offset`` of ``buffer`` (a split array's halo rows, read in place)."""
 
     @abstractmethod
     def copy(self, device: Any, dst: Any, src: Any, nbytes: int, src_offset: int = 0,

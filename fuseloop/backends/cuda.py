@@ -413,11 +413,12 @@ class CudaBackend(Backend):
         return self.marker(queue)
 
     def enqueue_read(self, queue: Any, host: np.ndarray, buffer: Any,
-                     wait_for: Sequence[Any] | None, blocking: bool) -> Any:
+                     wait_for: Sequence[Any] | None, blocking: bool, offset: int = 0) -> Any:
         self._wait_for(queue, wait_for)
         if host.nbytes:
             with on_device_of(queue):
-                _rt.memcpyAsync(host.ctypes.data, buffer.ptr, host.nbytes, _D2H, queue.ptr)
+                _rt.memcpyAsync(host.ctypes.data, buffer.ptr + offset, host.nbytes, _D2H,
+                                queue.ptr)
         if blocking:  # (no event to make and record: the stream itself is waited for)
             with on_device_of(queue):
                 queue.synchronize()

@@ -262,7 +262,10 @@ class OpenCLBackend(Backend):
         return cl.enqueue_copy(queue, buffer, host, is_blocking=blocking, wait_for=wait_for)
 
     def enqueue_read(self, queue: Any, host: np.ndarray, buffer: Any,
-                     wait_for: Sequence[Any] | None, blocking: bool) -> Any:
+                     wait_for: Sequence[Any] | None, blocking: bool, offset: int = 0) -> Any:
+        if offset:
+            return cl.enqueue_copy(queue, host, buffer, is_blocking=blocking,
+                                   wait_for=wait_for, src_offset=offset)
         return cl.enqueue_copy(queue, host, buffer, is_blocking=blocking, wait_for=wait_for)
 
     def copy(self, device: Any, dst: Any, src: Any, nbytes: int, src_offset: int = 0,

@@ -35,11 +35,12 @@ import numpy as np
 
 # (fuseloop is loaded before fuseloop.multi: these import at module level, each call
 # saves the per-call imports' look-ups, a microsecond apiece on a halo's path)
+from .. import caches as _caches
 from ..array import Array
 from ..backends import backend_for
-from ..creation import asarray, empty, full
-from ..evaluate import allocate, run
-from ..expr.nodes import Leaf, c_strides
+from ..creation import empty, full
+from ..evaluate import _rebuild, allocate, run
+from ..expr.nodes import Concat, Leaf, Node, c_strides
 from ..ops.shape import broadcast_to, concatenate
 from ..ops.stencil import _check
 from ..runtime.devices import _runtime
@@ -73,9 +74,22 @@ def _transfer(piece: Array, device: Any) -> Array:
             return Array._concrete(out, piece.dtype, piece.shape)
     EXCHANGED["through_host"] += 1
     open_batch = getattr(_local, "batch", None)
-    if open_batch is None:
-        return asarray(piece.get(), device=device)
-    return open_batch.add(piece, device)
+    if open_batch is not None:
+        return open_batch.add(piece, device)
+    alone = _HostBatch()  # (its read from the piece's place: no copy kernel first)
+    got = alone.add(piece, device)
+    alone.finish()
+    return got
+
+
+def _contiguous_run(piece: Array) -> tuple[Any, int] | None:
+    """(the storage, the byte offset) where ``piece``'s elements lie in C order in one
+    buffer (a part's rows: a view at an offset), or None (lazy, or strided)."""
+    node = piece._node
+    if type(node) is not Leaf or (node.strides is not None
+                                  and node.strides != c_strides(node.shape)):
+        return None
+    return node.storage, node.offset * piece.itemsize
 
 
 class _HostBatch:
@@ -86,15 +100,20 @@ class _HostBatch:
     def add(self, piece: Array, device: Any) -> Array:
         """``piece`` read without waiting; an array on ``device`` that :meth:`finish`
         fills before anything can read it."""
-        piece = piece.eval()
-        storage = piece._storage if piece.is_contiguous else \
-            run([piece._node], piece.shape, piece.device)[0]
-        assert storage is not None
+        # rows of a part are read where they lie (a read from an offset), not copied
+        # to a buffer of their own by a kernel first
+        run_ = _contiguous_run(piece)
+        if run_ is None:
+            piece = piece.eval()
+            run_ = _contiguous_run(piece)
+        if run_ is None:  # (strided: gathered by a kernel)
+            run_ = run([piece._node], piece.shape, piece.device)[0], 0
+        storage, offset = run_
         host = np.empty(piece.shape, piece.dtype)
         rt = _runtime(piece.device)
         if rt.deferred:
             rt.flush()
-        event = rt.enqueue_read(rt.queue, host, storage.buffer, None, False)
+        event = rt.enqueue_read(rt.queue, host, storage.buffer, None, False, offset)
         rt.submit(rt.queue)
         out = allocate(piece.nbytes, device)
         self.pending.append((event, piece.device, host, out, storage))
@@ -169,11 +188,34 @@ def _edge_rows(x: Any, count: int, top: bool, k: int, boundary: str, cval: Any,
     """``count`` rows beyond the first (``top``) or last row of ``x`` by the rule."""
     shape = (count, *x.shape[1:])
     if boundary == "constant":
-        return full(shape, cval, dtype, device=x.devices[k])
+        return _constant_rows(shape, cval, dtype, x.devices[k])
     n = x.shape[0]
     edge = rows(x, 0, 1, k) if top else rows(x, n - 1, n, k)
     edge = edge.astype(dtype) if edge.dtype != dtype else edge
     return edge if count == 1 else broadcast_to(edge, shape)  # (one row: itself)
+
+
+def _constant_rows(shape: tuple[int, ...], cval: Any, dtype: np.dtype, device: Any) -> Array:
+    """Rows of ``cval``: filled once per shape, value and device, then the same buffer
+    (only ever read: it is a halo, no function hands it out), so a stencil step
+    enqueues no fill and allocates nothing for its ends, and its ends' windows have the
+    middle parts' structure (one expression for every part, :class:`_Templates`)."""
+    key = (shape, dtype.str, np.asarray(cval, dtype).tobytes(), device.index)
+    hit = _CONSTANT_ROWS.get(key)
+    if hit is not None and hit[0] is device:
+        return hit[1]
+    rows_ = full(shape, cval, dtype, device=device)
+    if len(_CONSTANT_ROWS) >= CONSTANT_ROWS_MAX:
+        _CONSTANT_ROWS.clear()
+    _CONSTANT_ROWS[key] = (device, rows_)
+    return rows_
+
+
+#: the constant boundary's rows kept (by shape, dtype, value and device)
+CONSTANT_ROWS_MAX = 64
+_CONSTANT_ROWS: dict[tuple, tuple[Any, Array]] = {}
+_caches.register("multi.constant_rows", _CONSTANT_ROWS.clear, lambda: len(_CONSTANT_ROWS),
+                 CONSTANT_ROWS_MAX)
 
 
 def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
@@ -225,34 +267,77 @@ def _shifted_rows(pieces: list[tuple[int, Array]], count: int) -> Window:
     return window
 
 
+class _Templates:
+    """One split stencil's part expressions by the shape of their windows: a part whose
+    windows have a built part's node types, shapes and dtypes gets that part's
+    expression with its windows substituted (``evaluate._rebuild``: a walk of the
+    built nodes), not built again through every operator; the middle parts (and with
+    one row of halo, every part) of an evenly split array share one."""
+
+    def __init__(self) -> None:
+        self.built: dict[tuple, tuple[list[Node], Array]] = {}
+        self.counts = [0, 0]  # (built, substituted: see LAST_TEMPLATES)
+
+    def part(self, apply: Callable[[Window, tuple[int, ...]], Array], window: Window,
+             shifts: range, cen: tuple[int, ...], device: Any) -> Array:
+        """``apply(window, cen)`` for a part on ``device``."""
+        wins = [window(dr)._node for dr in shifts]
+        key = tuple((type(w), w.shape, w.dtype, len(w.pieces) if type(w) is Concat else 0)
+                    for w in wins)
+        hit = self.built.get(key)
+        if hit is not None:
+            old, made = hit
+            node = _rebuild(made._node, {id(a): b for a, b in zip(old, wins)}, {})
+            # (only the windows' buffers may differ: anything else the template read
+            # on its own device, e.g. an uploaded array, means building it afresh)
+            if all(s.device is device for s in node.storages):
+                self.counts[1] += 1
+                return Array._lazy(node, device)
+        got = apply(window, cen)
+        self.counts[0] += 1
+        if hit is None and len({id(w) for w in wins}) == len(wins):  # (unambiguous)
+            self.built[key] = (wins, got)
+        return got
+
+
+#: the last split stencil's parts built through ``apply`` and parts substituted
+LAST_TEMPLATES: list[int] = [0, 0]
+
+
 def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tuple[int, ...],
             center: Any, boundary: str, cval: Any, what: str) -> Any:
     """A stencil of ``width`` over the split ``x``: ``apply(window, center)`` per part
     (``center`` per axis, checked), where
     ``window(dr)`` is the part's rows shifted by ``dr`` along the split axis (``-before
     <= dr <= after``; rows beyond the part copied from its neighbours, or made by the
-    boundary rule at the ends).  Every halo is copied (through the host: one batch)
-    before any part's stencil is built."""
+    boundary rule at the ends).
+    Every halo's copy is under way (through the host: one batch) before any part's
+    stencil is built, and the host builds the parts' stencils while the copies run."""
     cen = _check(x, tuple(width), center, boundary, what)
     before, after = cen[0], width[0] - 1 - cen[0]
     # (a constant's rows must hold cval as the single-device stencil's where() does)
     dtype = np.result_type(x.dtype, cval) if boundary == "constant" else x.dtype
     spans = list(itertools.pairwise(x.bounds))
+    out: list[Array | None] = []
+    templates = _Templates()
     with batch():
         halos = [(None, None) if hi == lo else
                  (_halo(x, lo - before, lo, k, boundary, cval, dtype),
                   _halo(x, hi, hi + after, k, boundary, cval, dtype))
                  for k, (lo, hi) in enumerate(spans)]
-    out: list[Array | None] = []
-    for k, (lo, hi) in enumerate(spans):
-        if hi == lo:
-            out.append(None)
-            continue
-        own = x.parts[k] if x.dtype == dtype else x.parts[k].astype(dtype)
-        top, bottom = halos[k]
-        pieces = [(-before, top), (0, own), (hi - lo, bottom)]
-        present = [(f, a) for f, a in pieces if a is not None]
-        out.append(apply(_shifted_rows(present, hi - lo), cen))
+        # (lazy: nothing built here reads a halo before the batch has filled it)
+        for k, (lo, hi) in enumerate(spans):
+            if hi == lo:
+                out.append(None)
+                continue
+            own = x.parts[k] if x.dtype == dtype else x.parts[k].astype(dtype)
+            top, bottom = halos[k]
+            pieces = [(-before, top), (0, own), (hi - lo, bottom)]
+            present = [(f, a) for f, a in pieces if a is not None]
+            window = _shifted_rows(present, hi - lo)
+            out.append(templates.part(apply, window, range(-before, after + 1), cen,
+                                      x.devices[k]))
+    LAST_TEMPLATES[:] = templates.counts
     done = next(o for o in out if o is not None)
     parts = [o if o is not None else empty((0, *done.shape[1:]), done.dtype, device=d)
              for o, d in zip(out, x.devices)]
