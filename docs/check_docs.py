@@ -3,7 +3,9 @@
 Runs every ``examples/*.py`` and every fenced ```` ```python ```` block in ``README.md`` and
 ``docs/*.md`` whose first non-blank line starts with ``import``, each in a fresh Python
 process from the repository root. Blocks that do not start with ``import`` are fragments
-(they rely on names from an earlier block) and are not run.
+(they rely on names from an earlier block) and are not run. The checks run with
+``FUSELOOP_HOST_PATH=0``: the examples count kernels, and on PoCL the host path would
+compute their small arrays with numpy instead (api.md, "Small work on the CPU").
 
 Usage: ``python docs/check_docs.py [--list] [--timeout SECONDS] [PATTERN ...]``
 (PATTERNs select checks whose name contains any of them). Exits 1 if any check fails.
@@ -12,6 +14,7 @@ Usage: ``python docs/check_docs.py [--list] [--timeout SECONDS] [PATTERN ...]``
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -46,7 +49,8 @@ def examples() -> list[tuple[str, Path]]:
 def run(name: str, argv: list[str], timeout: float) -> bool:
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "FUSELOOP_HOST_PATH": "0"})
     except subprocess.TimeoutExpired:
         print(f"FAIL {name}: timed out after {timeout:.0f} s")
         return False
