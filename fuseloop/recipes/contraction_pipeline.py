@@ -276,23 +276,40 @@ def box_domain(t_unit: lp.TranslationUnit, blocks: dict[str, int]) -> lp.Transla
     return t_unit.with_kernel(knl.copy(domains=[box]))
 
 
-def own_domain(t_unit: lp.TranslationUnit, loops: dict[str, int]) -> lp.TranslationUnit:
-    """Inames ``loops`` (each counting from 0 to its length) moved out of the kernel's
-    domain into a box of their own: Loopy's code generation works on the domain of
-    every statement it emits, and its isl operations slow down with every iname the
-    domain holds, whether the statement uses it or not."""
-    knl = t_unit.default_entrypoint
-    doms = []
-    for dom in knl.domains:
-        idx = dom.get_var_dict()
-        for name in loops:
-            if name in idx:
-                dt, pos = dom.get_var_dict()[name]  # (positions shift as dims go)
-                dom = dom.project_out(dt, pos, 1)
-        doms.append(dom)
-    box = " and ".join(f"0 <= {n} < {k}" for n, k in loops.items())
-    doms.append(isl.BasicSet.read_from_str(
-        doms[0].get_ctx(), f"{{ [{', '.join(loops)}] : {box} }}"))
-    return t_unit.with_kernel(knl.copy(domains=doms))
-
 # }}}
+
+
+def split_boxes(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
+    """Each loop domain that is a box (the product of its inames' ranges, under the
+    kernel's assumptions) restated as one domain per iname.
+
+    Loopy's code generation works, for every statement it emits and every value of
+    an unrolled iname, on the domain of the inames involved (bounds checks, the
+    implemented domain, the sign tests of ``%`` and ``//``): with one domain for all
+    inames, each isl operation carried every iname of the kernel (20 for the 8 x 8
+    register tile, its fill and its prefetch).  Split, the domain of a statement's
+    inames is the product of the few it uses; the generated source is the same.
+    A domain that is not such a product, or that another domain's bounds depend on,
+    is kept as it is.
+    """
+    knl = t_unit.default_entrypoint
+    inames = knl.all_inames()
+    doms: list[Any] = []
+    for dom in knl.domains:
+        names = [str(n) for n in dom.get_var_names(isl.dim_type.set)]
+        if len(names) < 2 or any(str(p) in inames
+                                 for p in dom.get_var_names(isl.dim_type.param)):
+            doms.append(dom)
+            continue
+        pieces = [dom.project_out_except([n], [isl.dim_type.set]) for n in names]
+        product = pieces[0]
+        for piece in pieces[1:]:
+            product, piece = isl.align_two(product, piece)
+            product = product & piece
+        product, assumed = isl.align_two(isl.align_spaces(product, dom), knl.assumptions)
+        whole, assumed2 = isl.align_two(dom, knl.assumptions)
+        if product.intersect_params(assumed).is_equal(whole.intersect_params(assumed2)):
+            doms.extend(pieces)
+        else:
+            doms.append(dom)
+    return t_unit.with_kernel(knl.copy(domains=doms))
