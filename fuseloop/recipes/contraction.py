@@ -286,7 +286,7 @@ def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
     if cfg.max_registers:
         t_unit = lp.set_options(t_unit, build_options=[
             f"-cl-nv-maxrregcount={cfg.max_registers}"])
-    return t_unit
+    return pipeline.split_boxes(t_unit)
 
 
 def _register_tile(t_unit: lp.TranslationUnit, rows: list[str],
@@ -306,16 +306,13 @@ def _register_tile(t_unit: lp.TranslationUnit, rows: list[str],
     ext = {i: int(knl.get_constant_iname_length(i)) for i in (*rows, *cols)}
     axes = [*reversed(cols), *rows]
     t_unit = explicit_accumulator(t_unit, [(i, ext[i]) for i in axes], name="acc_reg")
-    loops = {}
     for suffix, within in (("z", f"id:{REDUCTION_ID}_init"),
                            ("e", f"not id:{REDUCTION_ID}_update")):
         t_unit = lp.duplicate_inames(t_unit, axes, within=within,
                                      new_inames=[f"{i}_{suffix}" for i in axes],
                                      tags={i: "unr_hint" for i in axes})
-        loops.update({f"{i}_{suffix}": ext[i] for i in axes})
         # (row by row, a work-item's consecutive columns innermost)
         t_unit = lp.prioritize_loops(t_unit, ",".join(f"{i}_{suffix}" for i in (*rows, *cols)))
-    t_unit = pipeline.own_domain(t_unit, loops)
     return lp.prioritize_loops(t_unit, ",".join([f"{RED}_blk", f"{RED}_in", *axes]))
 
 
