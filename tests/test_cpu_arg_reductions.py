@@ -97,10 +97,23 @@ def test_short_row_arg_reductions_match_numpy(cpu):
     for k, length in enumerate(SHORT_LENGTHS):
         h = _with_specials((37, length), np.float32, 20 + k)
         h[5] = np.arange(length, dtype=np.float32)  # the largest last, the smallest first
+        h[6] = -0.0
+        h[6, 3:] = 0.0  # -0.0 ties with 0.0: the first
+        h[7, [2, length - 1]] = np.inf
+        h[7, [4, length - 2]] = -np.inf
         x = fl.asarray(h)
         for op in ("argmax", "argmin", "max", "min"):
             np.testing.assert_array_equal(getattr(x, op)(axis=1).get(),
                                           getattr(h, op)(axis=1), err_msg=f"{op} {length}")
+
+
+def test_float_index_pass_compares_once(pocl):
+    # the index pass tests ``x >= best`` (argmin: ``<=``) or NaN: best is NaN only
+    # when an element is, and then no compare with it holds
+    x = fl.asarray(np.zeros((4, 4096), np.float32))
+    for op in ("argmax", "argmin"):
+        code = fl.show_code(getattr(x, op)(axis=1))
+        assert "fl_equal_f32" not in code and "fl_bitwise_and" not in code, op
 
 
 def test_nan_tests_are_not_calls(pocl):
