@@ -19,9 +19,17 @@ import pytest
 
 import fuseloop as fl
 from fuseloop.ops.reductions import ROWS_FIRST_MIN
-from fuseloop.recipes.rows import CPU_SELECT_ACCUMULATORS
+from fuseloop.recipes.rows import (
+    CPU_SELECT_ACCUMULATORS,
+    CPU_SELECT_MIN,
+    CPU_SELECT_STEPS,
+    CPU_SHORT_ROWS,
+)
 
 # (rows, length): short of the accumulators, long with a partial block
+# row lengths in the first and last short-row size classes, not multiples of the
+# accumulators
+SHORT_LENGTHS = (CPU_SHORT_ROWS[0] - 1, CPU_SHORT_ROWS[-1] - 5)
 SHAPES = [(3, CPU_SELECT_ACCUMULATORS - 1), (4, 1003)]
 
 
@@ -67,6 +75,45 @@ def test_row_max_gets_select_accumulators_and_wide_indices(pocl):
     assert "for (long j0_outer" in code
     # a sum keeps the default count (each step is one add)
     assert "acc_j0_outer[8]" in fl.show_code(x.sum(axis=1))
+
+
+def test_short_rows_get_fewer_select_accumulators(pocl):
+    # a size class bounds a short row's length: a max/min accumulator per
+    # CPU_SELECT_STEPS elements of the bound (at least CPU_SELECT_MIN), both passes
+    # of an argmax; rows longer than every bound keep the full count
+    for length in (*SHORT_LENGTHS, CPU_SHORT_ROWS[-1] + 1):
+        bound = next((b for b in CPU_SHORT_ROWS if length <= b), None)
+        want = CPU_SELECT_ACCUMULATORS if bound is None else min(
+            CPU_SELECT_ACCUMULATORS, max(CPU_SELECT_MIN, bound // CPU_SELECT_STEPS))
+        x = fl.asarray(np.zeros((64, length), np.float32))
+        code = fl.show_code(x.argmax(axis=1))
+        counts = set(re.findall(r"float acc_j\d_outer\[(\d+)\];", code))
+        assert counts == {str(want)}, (length, counts)
+        assert f"int acc_j0_outer[{want}];" in code or f"int acc_j1_outer[{want}];" in code
+    assert CPU_SELECT_MIN < CPU_SELECT_ACCUMULATORS
+
+
+def test_short_row_arg_reductions_match_numpy(cpu):
+    for k, length in enumerate(SHORT_LENGTHS):
+        h = _with_specials((37, length), np.float32, 20 + k)
+        h[5] = np.arange(length, dtype=np.float32)  # the largest last, the smallest first
+        h[6] = -0.0
+        h[6, 3:] = 0.0  # -0.0 ties with 0.0: the first
+        h[7, [2, length - 1]] = np.inf
+        h[7, [4, length - 2]] = -np.inf
+        x = fl.asarray(h)
+        for op in ("argmax", "argmin", "max", "min"):
+            np.testing.assert_array_equal(getattr(x, op)(axis=1).get(),
+                                          getattr(h, op)(axis=1), err_msg=f"{op} {length}")
+
+
+def test_float_index_pass_compares_once(pocl):
+    # the index pass tests ``x >= best`` (argmin: ``<=``) or NaN: best is NaN only
+    # when an element is, and then no compare with it holds
+    x = fl.asarray(np.zeros((4, 4096), np.float32))
+    for op in ("argmax", "argmin"):
+        code = fl.show_code(getattr(x, op)(axis=1))
+        assert "fl_equal_f32" not in code and "fl_bitwise_and" not in code, op
 
 
 def test_nan_tests_are_not_calls(pocl):

@@ -249,10 +249,13 @@ def _arg_extreme(x: Any, axis: Any, keepdims: bool, largest: bool) -> Array:
     if x.shape[ax] == 0:
         raise ValueError(f"attempt to get {name} of an empty sequence")
     best = (max if largest else min)(x, axis=ax, keepdims=True)
-    hit = x == best
     if x.dtype.kind == "f":
-        # numpy returns the first NaN when there is one (and then best is NaN)
-        hit = hit | (FUNCTIONS["isnan"](x) & FUNCTIONS["isnan"](best))
+        # numpy returns the first NaN when there is one, and then best is NaN and no
+        # compare with it holds; else no element is NaN and only best is >= best (two
+        # tests an element, not ==, two NaN tests and an and: CPU index pass -10%)
+        hit = (x >= best if largest else x <= best) | FUNCTIONS["isnan"](x)
+    else:
+        hit = x == best
     strides = tuple(1 if d == ax else 0 for d in range(x.ndim))
     # The index pass carries 32-bit positions where they fit: a 64-bit one doubled the
     # local memory and compare-select work of the group combination on GPUs; the result

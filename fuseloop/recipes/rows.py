@@ -61,6 +61,14 @@ CPU_ACCUMULATORS = 8
 # took 1.6-2.0 ms with 32 accumulators, 2.2-3.1 with 16 and 6.7-7.3 with 8 (PoCL
 # 3.0, 2 cores; numpy 5 ms)
 CPU_SELECT_ACCUMULATORS = 32
+# ... but on short rows the accumulators' set-up and combination outweigh the walk:
+# 2^20 float32 as rows of 32 / 64 / 128 / 256 elements, argmax took 6.0 / 3.3 / 2.4 /
+# 1.2 ms of CPU time with 32, 1.6 / 1.4 / 1.2 / 1.0 with 4 or 8 (1024: a tie).  So rows
+# known (a size class) to be at most CPU_SHORT_ROWS[k] long get a max/min accumulator
+# per CPU_SELECT_STEPS elements, at least CPU_SELECT_MIN.
+CPU_SHORT_ROWS = (64, 128, 256, 512)
+CPU_SELECT_STEPS = 32
+CPU_SELECT_MIN = 4
 # Column-like reductions (see the module docstring).  CPU: 256 and 1024 outputs per
 # work-item took 0.3-0.5 of the time of 32 or 64 (unrolled) on 4096 x 4096 and
 # 1024 x 16384 float32 sums and variances (PoCL 3.0, 2 cores)
@@ -527,6 +535,30 @@ def _cpu_columns(t_unit: lp.TranslationUnit, width: int) -> lp.TranslationUnit:
         *knl.silenced_warnings, "v1_scheduler_fallback"]))
 
 
+def _cpu_size_class(program: Program, params: Sequence[int], n_rows: int,
+                    n_elem: int) -> str:
+    """``p <= b`` for each row length ``p`` of a contiguous rows kernel, ``b`` the least
+    of ``CPU_SHORT_ROWS`` holding it (no condition for longer rows)."""
+    if _column_kernel(program):
+        return ""
+    conds = []
+    for slot in _row_length_params(program):
+        bound = next((b for b in CPU_SHORT_ROWS if 0 < params[slot] <= b), None)
+        if bound is not None:
+            conds.append(f"p{slot} <= {bound}")
+    return " and ".join(conds)
+
+
+def _short_row_count(knl: lp.LoopKernel, j: str, count: int) -> int:
+    """``count`` max/min accumulators, fewer where the size class bounds the row."""
+    bound = row_cache.row_bound(knl, j)
+    short = next((b for b in CPU_SHORT_ROWS
+                  if bound is not None and row_cache.implied(knl, f"{bound} <= {b}")), None)
+    if short is None:
+        return count
+    return min(count, max(CPU_SELECT_MIN, short // CPU_SELECT_STEPS))
+
+
 def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
               accumulators: int, select_accumulators: int, vector_math: bool,
               column_group: int, column_width: int,
@@ -581,7 +613,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
 
 
 cpu_rows = Recipe(
-    "cpu-rows", _cpu_rows, kind="reduction", version="6",
+    "cpu-rows", _cpu_rows, kind="reduction", version="7",
     params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
                   "rows per work-item (short rows; long contiguous rows get one each)",
                   int_range(1, 1 << 16, (1, 2, 4, 8, 16, 32))),
@@ -597,7 +629,8 @@ cpu_rows = Recipe(
     variants=((POCL, {"vector_math": True}),),
     # vector math blocks have LANES lanes: more accumulators index past them (fl.tune
     # found 16 giving wrong results, and crashing the process)
-    valid=lambda v, device: not v["vector_math"] or v["accumulators"] <= LANES)
+    valid=lambda v, device: not v["vector_math"] or v["accumulators"] <= LANES,
+    size_class=Derived(lambda v: _cpu_size_class))
 
 
 def _wide_addresses(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
@@ -629,7 +662,7 @@ def _plain_count(knl: lp.LoopKernel, j: str, accumulators: int, selects: int) ->
            and insn.expression.inames == (j,)]
     if ops and all(isinstance(op, NanMaxReductionOperation | NanMinReductionOperation)
                    for op in ops):
-        return selects
+        return _short_row_count(knl, j, selects)
     return accumulators
 
 
