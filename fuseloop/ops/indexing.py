@@ -36,6 +36,8 @@ from ..trace_hooks import trace_checks
 from .masks import masked_fill
 from .shape import normalize_axis, ravel, transpose, view
 
+_new = object.__new__
+
 
 def _is_index_array(k: Any) -> bool:
     return isinstance(k, Array | np.ndarray | list)
@@ -246,9 +248,11 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     array.
 
     The result is what :func:`_basic_view` makes (the same strides and offset, so the
-    same structure key), without the general path's item lists and affine map.
+    same structure key), without the general path's item lists and affine map; its
+    leaf shares the buffer's tuple and set of the array's leaf (a loop's statement
+    makes 3-4 views: each allocation counts).
     """
-    node = arr._node
+    node: Any = arr._node
     if arr._storage is None or type(node) is not Leaf:
         return None
     shape = node.shape
@@ -257,6 +261,17 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     if strides is None:
         strides = c_strides(shape)
     offset = node.offset
+    if len(items) == len(shape):
+        # one element (``A[i, j]``, the commonest key of a loop): its offset alone
+        for k, n, st in zip(items, shape, strides):
+            if type(k) is not int:
+                break
+            if not -n <= k < n:
+                return None  # (the general path raises numpy's error)
+            offset += st * (k % n)
+        else:
+            return _leaf_array(arr, node, (), () if offset else None, offset)
+        offset = node.offset
     new_shape: list[int] = []
     new_strides: list[int] = []
     same = True
@@ -296,13 +311,23 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
         return arr
     rest = d
     shape_t = (*new_shape, *shape[rest:])
-    leaf = Leaf(node.storage, node.dtype, shape_t, (*new_strides, *strides[rest:]), offset)
+    strides_t: tuple[int, ...] | None = (*new_strides, *strides[rest:])
+    if not offset and strides_t == c_strides(shape_t):
+        strides_t = None
+    return _leaf_array(arr, node, shape_t, strides_t, offset)
+
+
+def _leaf_array(arr: Array, node: Any, shape: tuple[int, ...], strides: tuple[int, ...] | None,
+                offset: int) -> Array:
+    """A concrete array viewing ``node``'s buffer (``Leaf``'s fields set here, its
+    buffer tuple and set shared with ``node``: ``strides`` already normalised)."""
+    leaf = _new(Leaf)
+    leaf.sig, leaf.operands, leaf.storage = 0, node.operands, node.storage
+    leaf.dtype, leaf.shape, leaf.strides = node.dtype, shape, strides
+    leaf.offset, leaf.storages, leaf.token = offset, node.storages, None
     view = _new_array(Array)
-    view._storage = node.storage
-    view._node = leaf
-    view.device = arr.device
-    view.dtype = leaf.dtype
-    view._shape = shape_t
+    view._storage, view._node, view.device = node.storage, leaf, arr.device
+    view.dtype, view._shape = leaf.dtype, shape
     return view
 
 
