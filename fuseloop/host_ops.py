@@ -89,6 +89,81 @@ def matmul(a: Any, b: Any) -> Any:
     return _result(value, dtype, device, rt)
 
 
+_ELEMENTS = (Leaf, Scalar)
+
+
+def _kind(x: Any, tx: type, array: type, device: Any) -> Any:
+    """What :func:`binary0` reads of an operand: a 0-d array's dtype (a concrete one's
+    element, or a value held as a Scalar node), ``float`` or ``int``; None: not taken."""
+    if tx is float or tx is int:
+        return tx
+    if tx is not array or x._shape or x.device is not device \
+            or type(x._node) not in _ELEMENTS:
+        return None  # (a lazy 0-d expression: the general path; made here, it is a Scalar)
+    return x.dtype
+
+
+def _element(x: Any, tx: type, dtype: np.dtype, rt: Any, weak: Any) -> Any:
+    """The operand's value as a numpy scalar of ``dtype`` (its loop's); the caller has
+    finished the device's queue where an operand is a buffer's element."""
+    if tx is float or tx is int:
+        return weak(x, dtype)  # (numpy's conversion and its OverflowError)
+    node: Any = x._node
+    v = node.value if type(node) is Scalar else \
+        _host._typed_bytes(node.storage, rt, node.dtype)[node.offset]
+    return v if v.dtype is dtype else dtype.type(v)
+
+
+def binary0(op: str, a: Any, b: Any) -> Any:
+    """``a op b`` for 0-d operands (an array's element ``A[i, j]``, a value made here, a
+    Python float or int; at least one an array on a host device) as an array holding
+    the value, computed now by numpy scalars' operator on the operation's loop dtypes
+    (:func:`fuseloop.host_path.scalar_fn`); None: the caller builds the node.
+
+    Loops of scalar statements (crc16's bit tests, nussinov's ``table[i, k] +
+    table[k + 1, j]``, durbin's ``alpha * alpha``) made a node and a lazy array per
+    operation, read and evaluated at once by the next statement."""
+    if not _host.HOST_MAX_WORK or trace_checks:
+        return None
+    from .array import Array, _ufunc_loop, _weak_scalar
+
+    ta, tb = type(a), type(b)
+    device = a.device if ta is Array else b.device
+    ka, kb = _kind(a, ta, Array, device), _kind(b, tb, Array, device)
+    if ka is None or kb is None or not _host.host_device(device) \
+            or _host._evaluate.capturing_threads[0] or _host._evaluate.recording_threads[0]:
+        return None
+    try:
+        loop, key = _ufunc_loop(op, ka, kb)
+    except (TypeError, ValueError):
+        return None  # (the general path raises numpy's error)
+    fn = _host._scalar_fns.get((op, key), False)
+    if fn is False:
+        fn = _host._scalar_fns[(op, key)] = _host.scalar_fn(op, key)
+    rt = _runtime(device)
+    if fn is None or rt.deferred:
+        return None
+    with rt.launch_lock:
+        if (ta is Array and type(a._node) is Leaf) or (tb is Array and type(b._node) is Leaf):
+            rt.finish_queue(rt.queue)  # (a buffer's element: what kernels wrote first)
+        token = _host._errors.set(_host._QUIET)  # (set: scalar_fn gave an operator)
+        try:
+            out = fn(_element(a, ta, loop[0], rt, _weak_scalar),
+                     _element(b, tb, loop[1], rt, _weak_scalar))
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+            return None
+        finally:
+            _host._errors.reset(token)
+    dtype = loop[-1]
+    if out.dtype is not dtype:
+        out = dtype.type(out)
+    _stats.increment("host_operations")
+    arr = _new(Array)
+    arr._storage, arr._node, arr._shape = None, Scalar(out), ()
+    arr.device, arr.dtype = device, dtype
+    return arr
+
+
 def _result(value: Any, dtype: np.dtype, device: Any, rt: Any) -> Any:
     """An array of ``value``: 0-d as a Scalar node (no buffer), else a new buffer."""
     from .array import Array

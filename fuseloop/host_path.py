@@ -29,6 +29,7 @@ everything runs as kernels, as the test suite does for the kernels' own tests).
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -100,14 +101,26 @@ for _name in ("true_divide", "power", "sin", "cos", "tan", "arcsin", "arccos", "
               "expm1", "log", "log2", "log10", "log1p", "sqrt", "cbrt", "floor", "ceil",
               "trunc", "rint", "copysign", "hypot", "arctan2", "isnan", "isinf", "isfinite"):
     _UFUNCS[_name] = (getattr(np, _name), "float")
+_NUMERIC = _INT | _FLOAT
+_SCALAR_OPS: dict[str, Any] = {
+    "add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
+    "true_divide": operator.truediv, "floor_divide": operator.floordiv,
+    "remainder": operator.mod, "bitwise_and": operator.and_, "bitwise_or": operator.or_,
+    "bitwise_xor": operator.xor, "left_shift": operator.lshift,
+    "right_shift": operator.rshift, "equal": operator.eq, "not_equal": operator.ne,
+    "less": operator.lt, "less_equal": operator.le, "greater": operator.gt,
+    "greater_equal": operator.ge, "negative": operator.neg, "absolute": operator.abs,
+    "invert": operator.invert}
 _REDUCERS = {"sum": np.add.reduce, "prod": np.multiply.reduce, "max": np.maximum.reduce,
              "min": np.minimum.reduce, "any": np.logical_or.reduce,
              "all": np.logical_and.reduce}
 _EMPTY_OK = frozenset(("sum", "prod", "any", "all"))  # (reductions with an identity)
 # (flat structure's signature, shape) -> evaluations here (see FLAT_REPEATS_FOR_KERNEL)
 _flat_counts: dict[tuple, int] = {}
-# (op, loop key) -> the function computing it here, or False (see _loop_fn)
+# (op, loop key) -> the function computing it here, or False (see _loop_fn); the
+# operator computing it on numpy scalars, or None (see scalar_fn)
 _loop_fns: dict[tuple, Any] = {}
+_scalar_fns: dict[tuple, Any] = {}
 
 # numpy's error state (floating-point warnings off, as in a kernel) set directly:
 # ``np.errstate`` costs 3.5 us per use
@@ -358,8 +371,13 @@ def _apply(node: Any, ev: _State) -> Any:
     fn = _loop_fns.get((op, node.loop_key))
     if fn is None:
         fn = _loop_fns[(op, node.loop_key)] = _loop_fn(op, node.loop_key)
+        _scalar_fns[(op, node.loop_key)] = scalar_fn(op, node.loop_key)
     if fn is False or type(node) is not Apply:
         raise _Unsupported
+    if not node.shape:
+        sfn = _scalar_fns.get((op, node.loop_key))
+        if sfn is not None:
+            fn = sfn  # (0-d operands: numpy scalars' operators, a tenth of a ufunc call)
     loop = node.loop
     args = []
     a: Any
@@ -390,6 +408,15 @@ def _apply(node: Any, ev: _State) -> Any:
     out = fn(*args)
     vt = out.dtype
     return out if vt is out_dt or vt == out_dt else out.astype(out_dt)
+
+
+def scalar_fn(op: str, chars: tuple[str, ...]) -> Any:
+    """The Python operator computing ``op`` on numpy scalars of its loop's dtypes as its
+    ufunc does (numpy's scalar arithmetic: the same loops and error state, a ufunc
+    call on scalars costs ~10x more), or None."""
+    if _QUIET is None or not _check_loop(op, chars) or not all(c in _NUMERIC for c in chars[:-1]):
+        return None  # (bool operands, and numpy's warnings where they are not set off)
+    return _SCALAR_OPS.get(op)
 
 
 def _loop_fn(op: str, chars: tuple[str, ...]) -> Any:
@@ -554,7 +581,13 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
 from . import evaluate as _evaluate  # noqa: E402  (it imports this module first)
 from .host_statements import inplace, read, scalar, write  # noqa: E402, F401  (its users' names)
 
-_caches.register("host_path.loops", _loop_fns.clear, lambda: len(_loop_fns),
+
+def _clear_loops() -> None:
+    _loop_fns.clear()
+    _scalar_fns.clear()
+
+
+_caches.register("host_path.loops", _clear_loops, lambda: len(_loop_fns),
                  why="one per operation and loop dtypes")
 _caches.register("host_path.flat_counts", _flat_counts.clear, lambda: len(_flat_counts),
                  FLAT_COUNTS_MAX)

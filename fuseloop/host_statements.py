@@ -19,7 +19,9 @@ from . import evaluate as _evaluate
 from . import flags as _flags
 from . import host_path as _host
 from . import stats as _stats
-from .expr.nodes import Apply, Leaf, Node
+from .dtypes import scalar_to
+from .expr.nodes import Apply, Leaf, Node, Scalar
+from .host_ops import binary0 as host_binary0
 from .host_path import (
     _DTYPES,
     _QUIET,
@@ -35,6 +37,7 @@ from .host_path import (
     _value,
     _view,
     host_device,
+    scalar_fn,
 )
 from .runtime.devices import Device, _runtime
 from .trace_hooks import trace_checks
@@ -99,7 +102,8 @@ def write(target: Any, node: Node) -> bool:
 
 
 # (op, target dtype, operand dtype or Python type) -> (ufunc, the operation's loop
-# dtypes), or False: what an in-place operator computes (see inplace)
+# dtypes, the operator computing it on numpy scalars or None), or False: what an
+# in-place operator computes (see inplace)
 _inplace_loops: dict[tuple, Any] = {}
 
 
@@ -114,7 +118,29 @@ def _inplace_loop(op: str, target: Any, other: Any) -> Any:
             or op in ("cast", "where", "positive") \
             or not np.can_cast(loop[-1], target.dtype, "same_kind"):
         return False  # (the general path computes it, or raises numpy's error)
-    return _UFUNCS[op][0], loop
+    chars = tuple(d.char for d in loop)
+    return _UFUNCS[op][0], loop, scalar_fn(op, chars)
+
+
+def assign(target: Any, value: Any, held: bool) -> bool:
+    """``arr[key] = value`` for the concrete view ``target`` (``arr[key]``) and a Python
+    float or int, or an array of the target's shape or 0-d (concrete, or lazy and not
+    kept by the caller: ``held``), written here as :func:`fuseloop.assignment.assign`
+    would (numpy's unsafe cast); False (nothing written) leaves it to that general
+    path.  ``A[i, j] = e``, the loop's statement, skips its value checks this way."""
+    tv = type(value)
+    if tv is float or tv is int:
+        node: Any = Scalar(scalar_to(value, target.dtype))
+    elif tv is type(target) and not trace_checks:  # (a fuseloop array, as in inplace)
+        node = value._node
+        if value.device is not target.device or (held and value._storage is None) or (
+                node.shape and node.shape != target._shape):
+            return False
+        if node.dtype is not target.dtype:
+            node = _evaluate.cast_node(node, target.dtype)
+    else:
+        return False
+    return write(target, node)
 
 
 def _operand_key(target: Any, other: Any) -> Any:
@@ -149,7 +175,8 @@ def inplace(target: Any, op: str, other: Any) -> bool:
     is made, and the operands are read as numpy scalars."""
     taken = None if trace_checks else _small_target(target)
     if taken is None:
-        return False
+        return not trace_checks and type(target._node) is Scalar and _inplace_value(
+            target, op, other)
     storage, leaf, _size_of = taken
     dtype = leaf.dtype
     okey = _operand_key(target, other)
@@ -163,7 +190,7 @@ def inplace(target: Any, op: str, other: Any) -> bool:
         hit = _inplace_loops[key] = _inplace_loop(op, target, other)
     if hit is False:
         return False
-    fn, loop = hit
+    fn, loop, sfn = hit
     kept = None
     readers = storage.live_readers()
     if readers:
@@ -198,7 +225,8 @@ def inplace(target: Any, op: str, other: Any) -> bool:
                     b = loop[1].type(b)
                 elif okey is not loop[1]:
                     b = b.astype(loop[1])
-            out = fn(a, b)
+            out = fn(a, b) if sfn is None or type(a) is np.ndarray or type(b) is np.ndarray \
+                else sfn(a, b)  # (two numpy scalars: their operator)
             if out.dtype is not dtype:
                 out = out.astype(dtype)
         except (_Unsupported, RecursionError, TypeError, ValueError):
@@ -214,6 +242,23 @@ def inplace(target: Any, op: str, other: Any) -> bool:
     return True
 
 
+def _inplace_value(target: Any, op: str, other: Any) -> bool:
+    """``target op= other`` for a lazy 0-d ``target`` holding its value (a Scalar node,
+    made by :func:`fuseloop.host_ops.binary0`: crc16's ``cur_byte >>= 1``) and a 0-d
+    ``other``: the target holds the new value (as the general path, which gives it a
+    buffer first: arrays made from its old node keep the old value); False: not taken."""
+    got = host_binary0(op, target, other)
+    if got is None:
+        return False
+    value, dtype = got._node.value, target.dtype
+    if got.dtype is not dtype:
+        if not np.can_cast(got.dtype, dtype, "same_kind"):
+            return False  # (the general path raises numpy's error)
+        value = value.astype(dtype)
+    target._node = Scalar(value)
+    return True
+
+
 def scalar(array: Any) -> Any:
     """The value of the size-1 ``array`` (lazy or concrete) as a Python scalar, computed
     or read here without a buffer (the array stays as it was), or None: not on a
@@ -223,6 +268,8 @@ def scalar(array: Any) -> Any:
     nussinov) made a buffer for the comparison, wrote it and read it back."""
     device = array.device
     node: Any = array._node
+    if type(node) is Scalar:  # (a value computed at once, fuseloop.host_ops: known here)
+        return node.value.item()
     if not _host.HOST_MAX_WORK or node.dtype.char not in _DTYPES or not host_device(device) \
             or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
         return None

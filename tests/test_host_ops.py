@@ -96,10 +96,80 @@ def test_statements_with_products_and_lazy_operands(host, monkeypatch):
 
     fl.reset_stats()
     on = make(fl)
-    assert fl.stats()["kernels_launched"] == 0 and fl.stats()["host_operations"] == 9
+    # (8 products, the gathered one, and each row's 0-d subtraction and division)
+    assert fl.stats()["kernels_launched"] == 0 and fl.stats()["host_operations"] == 9 + 16
     monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
     off = make(fl)
     for g, k, r in zip(on, off, make(np)):
         assert g.dtype == k.dtype == r.dtype
         np.testing.assert_allclose(g, r, rtol=1e-12)
         np.testing.assert_allclose(g, k, rtol=1e-12)
+
+
+def _scalar_loop(m, t, s, f):
+    """nussinov-, crc16- and durbin-like statements on 0-d values."""
+    for i in range(3, -1, -1):
+        for j in range(i + 1, 5):
+            t[i, j] = max(t[i, j], t[i + 1, j - 1] + (1 if s[i] + s[j] == 3 else 0))
+            for k in range(i + 1, j):
+                t[i, j] = max(t[i, j], t[i, k] + t[k + 1, j])
+    crc = 0xFFFF
+    for b in s:
+        cur = 0xFF & b
+        for _ in range(4):
+            crc = (crc >> 1) ^ 0x8408 if (crc & 1) ^ (cur & 1) else crc >> 1
+            cur >>= 1
+    alpha, beta = -f[0], 1.0
+    for k in range(1, 4):
+        beta *= 1.0 - alpha * alpha
+        alpha = -(f[k] + f[k - 1] * 0.5) / beta
+        f[k] = alpha
+    return t, crc, f, alpha * 2
+
+
+def test_0d_operations_computed_at_once(host, monkeypatch):
+    """Operators on 0-d operands (elements, values made here, Python scalars) on the
+    CPU device give arrays holding their value (no node, no evaluation); in-place
+    operators on such a value, bool/int/float of it and assigning it need no buffer;
+    results and dtypes are numpy's and the kernels'."""
+    tn = np.arange(25, dtype=np.int32).reshape(5, 5) % 7
+    sn = np.array([1, 2, 0, 3, 2], dtype=np.int32)
+    fn = np.array([0.5, -0.25, 0.125, 2.0], dtype=np.float32)
+
+    def make():
+        t, s, f = fl.asarray(tn.copy()), fl.asarray(sn), fl.asarray(fn.copy())
+        fl.reset_stats()
+        t, crc, f, a = _scalar_loop(fl, t, s, f)
+        st = fl.stats()
+        return [t.get(), np.asarray(crc), f.get(), a.get()], st
+
+    on, st = make()
+    assert st["kernels_launched"] == 0 and st["host_operations"] > 100
+    # (at most the statements' writes, 20 + 3, and a.get(): no evaluation per operation)
+    assert st["host_evaluations"] <= 24
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    off, st_off = make()
+    assert st_off["host_operations"] == 0 and st_off["kernels_launched"] > 50
+    ref = _scalar_loop(np, tn.copy(), sn, fn.copy())
+    for g, k, r in zip(on, off, [np.asarray(x) for x in ref]):
+        assert g.dtype == k.dtype == r.dtype
+        np.testing.assert_array_equal(g, r)
+        np.testing.assert_array_equal(g, k)
+
+
+def test_0d_values_errors_and_kernels(host, monkeypatch):
+    """Errors stay numpy's (an int out of range, a cast refused in place); a value made
+    here reads the element when made, and a kernel reading it later sees that value."""
+    a = fl.asarray(np.array([3, 5, 7], dtype=np.int8))
+    with pytest.raises(OverflowError):
+        a[0] + 300
+    v = a[1] * 2
+    with pytest.raises(TypeError, match="same_kind"):
+        v /= 2
+    assert v.dtype == np.int8 and int(v) == 10
+    w = a[2] - a[0]                    # 4, read now
+    a[2] = 0
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    fl.reset_stats()
+    np.testing.assert_array_equal((a + w).get(), np.array([7, 9, 4], dtype=np.int8))
+    assert fl.stats()["kernels_launched"] == 1

@@ -32,6 +32,7 @@ from ..evaluate import run
 from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides
 from ..expr.program import Target
 from ..expr.views import affine_view
+from ..host_statements import assign as host_assign
 from ..trace_hooks import trace_checks
 from .masks import masked_fill
 from .shape import normalize_axis, ravel, transpose, view
@@ -445,7 +446,8 @@ def setitem(arr: Array, key: Any, value: Any, held: bool, atomic: str | None = N
     if atomic is None:
         plain = _plain_view(arr, key)
         if plain is not None:
-            if not _same_view(value, plain):
+            # (small, on a CPU device: written by numpy without assign's checks)
+            if not _same_view(value, plain) and not host_assign(plain, value, held):
                 assign(plain, value, cast="unsafe", value_is_held=held)
             return
         flag = _zero_d_mask(key)
