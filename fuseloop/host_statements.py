@@ -18,9 +18,8 @@ from . import caches as _caches
 from . import evaluate as _evaluate
 from . import flags as _flags
 from . import host_path as _host
-from . import stats as _stats
 from .dtypes import scalar_to
-from .expr.nodes import Apply, Leaf, Node, Scalar
+from .expr.nodes import Apply, Leaf, Node, Scalar, recent_lazy
 from .host_ops import binary0 as host_binary0
 from .host_path import (
     _DTYPES,
@@ -32,6 +31,7 @@ from .host_path import (
     _size,
     _State,
     _store,
+    _typed_bytes,
     _Unsupported,
     _uses,
     _value,
@@ -40,6 +40,7 @@ from .host_path import (
     scalar_fn,
 )
 from .runtime.devices import Device, _runtime
+from .stats import increment as _count
 from .trace_hooks import trace_checks
 
 
@@ -75,7 +76,7 @@ def write(target: Any, node: Node) -> bool:
     if dtype.char not in _DTYPES:
         return False
     itemsize = dtype.itemsize
-    readers = storage.live_readers()
+    readers = storage.live_readers() if recent_lazy or storage.readers else None
     if readers:
         written = (shape, leaf.view_strides(), leaf.offset)
         for r in readers:
@@ -97,7 +98,7 @@ def write(target: Any, node: Node) -> bool:
             if token is not None:
                 _errors.reset(token)
         _store(storage, rt, dtype, shape, leaf.strides, leaf.offset, value)
-    _stats.increment("host_evaluations")
+    _count("host_evaluations")
     return True
 
 
@@ -192,7 +193,7 @@ def inplace(target: Any, op: str, other: Any) -> bool:
         return False
     fn, loop, sfn = hit
     kept = None
-    readers = storage.live_readers()
+    readers = storage.live_readers() if recent_lazy or storage.readers else None
     if readers:
         written = (shape, leaf.view_strides(), leaf.offset)
         for r in readers:
@@ -212,7 +213,11 @@ def inplace(target: Any, op: str, other: Any) -> bool:
         rt.finish_queue(rt.queue)
         token = _errors.set(_QUIET) if _QUIET is not None else None
         try:
-            a = _view(storage, rt, dtype, shape, leaf.strides, leaf.offset)
+            if shape:
+                a = _view(storage, rt, dtype, shape, leaf.strides, leaf.offset)
+            else:  # (an element: read and written through one typed view)
+                typed = _typed_bytes(storage, rt, dtype)
+                a = typed[leaf.offset]
             if dtype is not loop[0]:
                 a = a.astype(loop[0])
             if okey is float or okey is int:
@@ -237,8 +242,11 @@ def inplace(target: Any, op: str, other: Any) -> bool:
         if kept is not None:
             _store(kept, rt, okey, onode.shape, None, 0, raw)
             other._become(kept)
-        _store(storage, rt, dtype, shape, leaf.strides, leaf.offset, out)
-    _stats.increment("host_evaluations")
+        if shape:
+            _store(storage, rt, dtype, shape, leaf.strides, leaf.offset, out)
+        else:
+            typed[leaf.offset] = out
+    _count("host_evaluations")
     return True
 
 
@@ -287,7 +295,7 @@ def scalar(array: Any) -> Any:
             if token is not None:
                 _errors.reset(token)
     if type(node) is not Leaf:
-        _stats.increment("host_evaluations")
+        _count("host_evaluations")
     return value.item() if isinstance(value, np.ndarray | np.generic) \
         else node.dtype.type(value).item()
 

@@ -318,6 +318,24 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     return _leaf_array(arr, node, shape_t, strides_t, offset)
 
 
+def _element_offset(arr: Array, key: Any) -> int | None:
+    """The offset of the element ``arr[key]`` for a tuple of ints, one per axis, of a
+    concrete array; None for any other key (or an index out of range)."""
+    node: Any = arr._node
+    shape = node.shape
+    if type(key) is int:
+        key = (key,)
+    if type(key) is not tuple or len(key) != len(shape) or type(node) is not Leaf:
+        return None
+    strides = node.strides
+    offset = node.offset
+    for k, n, st in zip(key, shape, c_strides(shape) if strides is None else strides):
+        if type(k) is not int or not -n <= k < n:
+            return None
+        offset += st * (k % n)
+    return offset
+
+
 def _leaf_array(arr: Array, node: Any, shape: tuple[int, ...], strides: tuple[int, ...] | None,
                 offset: int) -> Array:
     """A concrete array viewing ``node``'s buffer (``Leaf``'s fields set here, its
@@ -444,6 +462,10 @@ def setitem(arr: Array, key: Any, value: Any, held: bool, atomic: str | None = N
             assign(arr, value, cast="unsafe", value_is_held=held)
         return
     if atomic is None:
+        if type(value) is Array and not value._shape and value._storage is arr._storage \
+                and value._storage is not None and value.dtype is arr.dtype \
+                and _element_offset(arr, key) == value._node.offset:  # type: ignore[attr-defined]
+            return  # a[i, j] += b: the in-place operator already wrote that element
         plain = _plain_view(arr, key)
         if plain is not None:
             # (small, on a CPU device: written by numpy without assign's checks)
