@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from . import caches as _caches
 from . import host_path as _host
 from . import stats as _stats
 from .expr.nodes import Leaf, Scalar
@@ -90,6 +91,22 @@ def matmul(a: Any, b: Any) -> Any:
 
 
 _ELEMENTS = (Leaf, Scalar)
+# (op, operand kinds) -> (loop dtypes, the numpy scalars' operator) or False: binary0's
+# loops (finite: operations x kinds^2)
+_loops0: dict[tuple, Any] = {}
+# fuseloop.array's names, bound at the first call (array.py imports this module)
+_Array: Any = None
+_ufunc_loop: Any = None
+_weak_scalar: Any = None
+
+
+def _bind() -> Any:
+    global _Array, _ufunc_loop, _weak_scalar
+    from . import array
+
+    _ufunc_loop, _weak_scalar = array._ufunc_loop, array._weak_scalar
+    _Array = array.Array
+    return _Array
 
 
 def _kind(x: Any, tx: type, array: type, device: Any) -> Any:
@@ -103,11 +120,22 @@ def _kind(x: Any, tx: type, array: type, device: Any) -> Any:
     return x.dtype
 
 
-def _element(x: Any, tx: type, dtype: np.dtype, rt: Any, weak: Any) -> Any:
+def _loop0(op: str, ka: Any, kb: Any) -> Any:
+    """``_loops0``'s entry: numpy's loop for these kinds and the operator computing it
+    on numpy scalars (:func:`fuseloop.host_path.scalar_fn`), or False."""
+    try:
+        loop, key = _ufunc_loop(op, ka, kb)
+    except (TypeError, ValueError):
+        return False  # (the general path raises numpy's error)
+    fn = _host.scalar_fn(op, key)
+    return False if fn is None else (loop, fn)
+
+
+def _element(x: Any, tx: type, dtype: np.dtype, rt: Any) -> Any:
     """The operand's value as a numpy scalar of ``dtype`` (its loop's); the caller has
     finished the device's queue where an operand is a buffer's element."""
     if tx is float or tx is int:
-        return weak(x, dtype)  # (numpy's conversion and its OverflowError)
+        return _weak_scalar(x, dtype)  # (numpy's conversion and its OverflowError)
     node: Any = x._node
     v = node.value if type(node) is Scalar else \
         _host._typed_bytes(node.storage, rt, node.dtype)[node.offset]
@@ -125,31 +153,28 @@ def binary0(op: str, a: Any, b: Any) -> Any:
     operation, read and evaluated at once by the next statement."""
     if not _host.HOST_MAX_WORK or trace_checks:
         return None
-    from .array import Array, _ufunc_loop, _weak_scalar
-
+    Array = _Array or _bind()
     ta, tb = type(a), type(b)
     device = a.device if ta is Array else b.device
     ka, kb = _kind(a, ta, Array, device), _kind(b, tb, Array, device)
-    if ka is None or kb is None or not _host.host_device(device) \
+    if ka is None or kb is None:
+        return None
+    hit = _loops0.get((op, ka, kb))
+    if hit is None:
+        hit = _loops0[(op, ka, kb)] = _loop0(op, ka, kb)
+    if hit is False or not _host.host_device(device) \
             or _host._evaluate.capturing_threads[0] or _host._evaluate.recording_threads[0]:
         return None
-    try:
-        loop, key = _ufunc_loop(op, ka, kb)
-    except (TypeError, ValueError):
-        return None  # (the general path raises numpy's error)
-    fn = _host._scalar_fns.get((op, key), False)
-    if fn is False:
-        fn = _host._scalar_fns[(op, key)] = _host.scalar_fn(op, key)
+    loop, fn = hit
     rt = _runtime(device)
-    if fn is None or rt.deferred:
+    if rt.deferred:
         return None
     with rt.launch_lock:
         if (ta is Array and type(a._node) is Leaf) or (tb is Array and type(b._node) is Leaf):
             rt.finish_queue(rt.queue)  # (a buffer's element: what kernels wrote first)
         token = _host._errors.set(_host._QUIET)  # (set: scalar_fn gave an operator)
         try:
-            out = fn(_element(a, ta, loop[0], rt, _weak_scalar),
-                     _element(b, tb, loop[1], rt, _weak_scalar))
+            out = fn(_element(a, ta, loop[0], rt), _element(b, tb, loop[1], rt))
         except (TypeError, ValueError, OverflowError, ZeroDivisionError):
             return None
         finally:
@@ -166,8 +191,7 @@ def binary0(op: str, a: Any, b: Any) -> Any:
 
 def _result(value: Any, dtype: np.dtype, device: Any, rt: Any) -> Any:
     """An array of ``value``: 0-d as a Scalar node (no buffer), else a new buffer."""
-    from .array import Array
-
+    Array = _Array or _bind()
     shape = np.shape(value)
     if not shape:
         out = _new(Array)
@@ -178,3 +202,7 @@ def _result(value: Any, dtype: np.dtype, device: Any, rt: Any) -> Any:
     with rt.launch_lock:
         _host._store(storage, rt, dtype, shape, None, 0, value)
     return Array._concrete(storage, dtype, shape)
+
+
+_caches.register("host_ops.loops0", _loops0.clear, lambda: len(_loops0),
+                 why="one per operation and kinds of operand")
