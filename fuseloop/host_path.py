@@ -99,7 +99,8 @@ for _name in ("left_shift", "right_shift"):
 for _name in ("true_divide", "power", "sin", "cos", "tan", "arcsin", "arccos", "arctan",
               "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "exp", "exp2",
               "expm1", "log", "log2", "log10", "log1p", "sqrt", "cbrt", "floor", "ceil",
-              "trunc", "rint", "copysign", "hypot", "arctan2", "isnan", "isinf", "isfinite"):
+              "trunc", "rint", "copysign", "hypot", "arctan2", "isnan", "isinf", "isfinite",
+              "fabs", "reciprocal"):  # (the last two: x ** e by products, fuseloop.powers)
     _UFUNCS[_name] = (getattr(np, _name), "float")
 _NUMERIC = _INT | _FLOAT
 _SCALAR_OPS: dict[str, Any] = {

@@ -166,6 +166,28 @@ def _operand_key(target: Any, other: Any) -> Any:
     return None
 
 
+def _kept_operand(storage: Any, leaf: Any, other: Any, onode: Any, okey: Any,
+                  device: Device) -> Any:
+    """For :func:`inplace`: None, a buffer for the lazy operand ``other`` when it reads
+    elements written (it is made concrete with the value computed), or False when
+    another lazy array reads them (the general path computes it first)."""
+    readers = storage.live_readers() if recent_lazy or storage.readers else None
+    if not readers:
+        return None
+    kept = None
+    written = (leaf.shape, leaf.view_strides(), leaf.offset)
+    for r in readers:
+        if r._storage is None and not _evaluate.reads_outside(
+                r._node, storage, written, leaf.dtype.itemsize):
+            if r is not other:
+                return False
+            # a lazy operand reading elements written here (seidel_2d's
+            # ``A[i, 1:-1] += A[i, 2:] + ...``) becomes concrete with the value
+            # computed here, so whoever keeps it reads the old elements
+            kept = _evaluate.allocate(_size(onode.shape) * okey.itemsize, device)
+    return kept
+
+
 def inplace(target: Any, op: str, other: Any) -> bool:
     """``target op= other`` for a concrete ``target`` and an array (concrete, or lazy and
     computed here) or a Python float or int ``other``, computed and written here; False
@@ -192,19 +214,9 @@ def inplace(target: Any, op: str, other: Any) -> bool:
     if hit is False:
         return False
     fn, loop, sfn = hit
-    kept = None
-    readers = storage.live_readers() if recent_lazy or storage.readers else None
-    if readers:
-        written = (shape, leaf.view_strides(), leaf.offset)
-        for r in readers:
-            if r._storage is None and not _evaluate.reads_outside(
-                    r._node, storage, written, dtype.itemsize):
-                if r is not other:
-                    return False
-                # a lazy operand reading elements written here (seidel_2d's
-                # ``A[i, 1:-1] += A[i, 2:] + ...``) becomes concrete with the value
-                # computed here, so whoever keeps it reads the old elements
-                kept = _evaluate.allocate(_size(onode.shape) * okey.itemsize, device)
+    kept = _kept_operand(storage, leaf, other, onode, okey, device)
+    if kept is False:
+        return False
     rt = _runtime(device)
     if rt.deferred:
         return False

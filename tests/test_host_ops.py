@@ -173,3 +173,38 @@ def test_0d_values_errors_and_kernels(host, monkeypatch):
     fl.reset_stats()
     np.testing.assert_array_equal((a + w).get(), np.array([7, 9, 4], dtype=np.int8))
     assert fl.stats()["kernels_launched"] == 1
+
+
+def test_small_mask_selections_and_writes(host, monkeypatch):
+    """``x[m]`` and ``x[m] = v`` with a boolean mask of x's shape (nbody's ``inv_r3[inv_r3
+    > 0] = inv_r3[inv_r3 > 0] ** (-1.5)``): numpy's, without a compaction kernel; a
+    kept mask reading x keeps its values; a value of another length raises as before."""
+    rng = np.random.default_rng(7)
+    xn = rng.random((5, 5)) - 0.5
+
+    def run(x):
+        x[x > 0] = x[x > 0] ** (-1.5)
+        r = x * 2 + 1                      # lazy: x[m] = 0.0 below is not a plain view
+        r[r < 0.5] = 0.0
+        keep = x < 0                       # kept: read before the write below
+        x[keep] = x[keep] * 3
+        return [x, r, keep, x[x < 0.1], x[x > 100]]
+
+    def make():
+        fl.reset_stats()
+        out = [o.get() for o in run(fl.asarray(xn.copy()))]
+        return out, fl.stats()
+
+    on, st = make()
+    assert st["scans"] == 0 and st["kernels_launched"] == 0
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    off, st_off = make()
+    assert st_off["scans"] > 0
+    for g, k, r in zip(on, off, run(xn.copy())):
+        assert g.dtype == k.dtype == r.dtype and g.shape == r.shape == k.shape
+        np.testing.assert_allclose(g, r, rtol=1e-12)
+        np.testing.assert_allclose(g, k, rtol=1e-12)
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 14)
+    x = fl.asarray(xn.copy())
+    with pytest.raises(ValueError):
+        x[x > 0] = fl.asarray(np.ones(30))

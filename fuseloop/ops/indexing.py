@@ -32,6 +32,8 @@ from ..evaluate import run
 from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides
 from ..expr.program import Target
 from ..expr.views import affine_view
+from ..host_masks import assign as host_masked_assign
+from ..host_masks import select as host_select
 from ..host_statements import assign as host_assign
 from ..trace_hooks import trace_checks
 from .masks import masked_fill
@@ -362,6 +364,9 @@ def getitem(arr: Array, key: Any) -> Array:
         from ..creation import empty
 
         return empty((0, *arr.shape), dtype=arr.dtype, device=arr.device)
+    out = host_select(arr, key)  # (a small mask of its shape on a CPU device: numpy's)
+    if out is not None:
+        return out
     split = _split(arr, key)
     out = _basic_view(arr, split.basic)
     if not split.arrays:
@@ -477,7 +482,7 @@ def setitem(arr: Array, key: Any, value: Any, held: bool, atomic: str | None = N
             if flag:
                 setitem(arr, None, value, held)
             return
-        if masked_fill(arr, key, value):
+        if host_masked_assign(arr, key, value) or masked_fill(arr, key, value):
             return
         split = _split(arr, key)
     if arr.is_lazy:
