@@ -504,14 +504,22 @@ def _remap(node: Any, ev: _State) -> np.ndarray:
     return child[_positions(node.shape, node.offsets, node.coeffs)]
 
 
+def _full(value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """``value`` as an array of ``shape`` (broadcast only where it is not one already:
+    ``np.broadcast_to`` costs ~1 us)."""
+    if type(value) is np.ndarray and value.shape == shape:
+        return value
+    return np.broadcast_to(value, shape)
+
+
 def _gather(node: Any, ev: _State) -> np.ndarray:
     _small_child(node.child)
     _small_child(node.index)
-    child = np.broadcast_to(_value(node.child, ev), node.child.shape)
-    index = np.asarray(_value(node.index, ev)).astype(np.int64)
-    index = np.broadcast_to(index, node.index.shape)
+    child = _full(_value(node.child, ev), node.child.shape)
+    index = _full(np.asarray(_value(node.index, ev), dtype=np.int64), node.index.shape)
     n = child.shape[node.axis]
-    index = np.where(index < 0, index + n, index)
+    if index.size and index.min() < 0:  # (numpy's negative indices: most have none)
+        index = np.where(index < 0, index + n, index)
     if node.checked:
         if index.size and (index.min() < 0 or index.max() >= n):
             raise _Unsupported  # (the kernel path reports the index out of range)

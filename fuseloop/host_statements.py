@@ -296,6 +296,10 @@ def scalar(array: Any) -> Any:
     rt = _runtime(device)
     if rt.deferred:  # (kernels to wait for: the general path's polled wait is cheaper)
         return None
+    if type(node) is Leaf:  # (an element of a buffer, spmv's ``A_row[i]`` bound: read)
+        with rt.launch_lock:
+            rt.finish_queue(rt.queue)
+            return _typed_bytes(node.storage, rt, node.dtype)[node.offset].item()
     with rt.launch_lock:
         rt.finish_queue(rt.queue)
         token = _errors.set(_QUIET) if _QUIET is not None else None
