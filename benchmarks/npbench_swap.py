@@ -9,6 +9,12 @@ NPBench's NumPy kernel and its CuPy kernel with ``cupy`` bound to fuseloop (or, 
 median time of each and the ratio ``reference time / fuseloop time``.
 
     python benchmarks/npbench_swap.py --npbench /tmp/npbench --preset S --json out.json
+
+The fuseloop timed is the current directory's checkout (run it from the repository
+root), not an installed copy.  ``--baseline DIR`` times another checkout's fuseloop
+too (e.g. ``git archive HEAD~3 | tar -x -C DIR``), interleaved with this one's, each
+benchmark in processes of their own, with its own kernel cache
+(``$FUSELOOP_CACHE_DIR-baseline``): before/after figures from one run.
 """
 
 from __future__ import annotations
@@ -19,13 +25,17 @@ import importlib.util
 import json
 import math
 import multiprocessing as mp
+import os
 import sys
+import tempfile
 import time
 import types
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, os.getcwd())  # (the current checkout's fuseloop; spawned workers inherit it)
 
 
 def _load(path: Path, name: str) -> types.ModuleType:
@@ -167,17 +177,22 @@ def _run_one(bench_dir: Path, info: dict, preset: str, framework: str,
             "outputs": _to_host(outputs), "result": _to_host(result), "calls": len(times)}
 
 
-def _worker(queue: Any, *job: Any) -> None:
+def _worker(queue: Any, checkout: str | None, *job: Any) -> None:
+    if checkout:  # (another checkout's fuseloop, with a kernel cache of its own)
+        sys.path.insert(0, checkout)
+        os.environ["FUSELOOP_CACHE_DIR"] = os.environ.get("FUSELOOP_CACHE_DIR") or \
+            os.path.join(tempfile.gettempdir(), "fuseloop-npbench")
+        os.environ["FUSELOOP_CACHE_DIR"] += "-baseline"
     try:
         queue.put(_run_one(*job))
     except BaseException as exc:  # reported, not raised: the parent goes on
         queue.put({"error": f"{type(exc).__name__}: {exc}"[:300]})
 
 
-def _in_process(job: tuple, timeout_s: float) -> dict:
+def _in_process(job: tuple, timeout_s: float, checkout: str | None = None) -> dict:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_worker, args=(queue, *job))
+    proc = ctx.Process(target=_worker, args=(queue, checkout, *job))
     proc.start()
     try:
         return queue.get(timeout=timeout_s)
@@ -204,6 +219,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--clock", default="wall", choices=["wall", "cpu"],
                         help="wall-clock time, or the process's CPU time (all threads)")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="another checkout whose fuseloop is timed too (before/after)")
     ns = parser.parse_args()
 
     bench_dir = ns.npbench / "npbench" / "benchmarks"
@@ -222,8 +239,11 @@ def main() -> int:
         ref = numpy_ref if ns.reference == "numpy" else _in_process(
             (bench_dir, info, ns.preset, "cupy", ns.repeats, ns.budget, ns.rtol, ns.clock),
             ns.timeout)
-        fl_run = _in_process((bench_dir, info, ns.preset, "fuseloop", ns.repeats, ns.budget,
-                              ns.rtol, ns.clock), ns.timeout)
+        fl_job = (bench_dir, info, ns.preset, "fuseloop", ns.repeats, ns.budget, ns.rtol,
+                  ns.clock)
+        base_run = _in_process(fl_job, ns.timeout, str(ns.baseline.resolve())) \
+            if ns.baseline else {}
+        fl_run = _in_process(fl_job, ns.timeout)
         row: dict[str, Any] = {"benchmark": name}
         if "error" in fl_run:
             row["status"] = fl_run["error"]
@@ -241,18 +261,35 @@ def main() -> int:
             if "time_s" in ref:
                 row[f"{ns.reference}_s"] = ref["time_s"]
                 row["ratio"] = ref["time_s"] / fl_run["time_s"]
+                if "time_s" in base_run:  # (the baseline's outputs are not checked)
+                    row["baseline_s"] = base_run["time_s"]
+                    row["baseline_ratio"] = ref["time_s"] / base_run["time_s"]
+        if "error" in base_run:
+            row["baseline_status"] = base_run["error"]
         rows.append(row)
         ratio = f"{row['ratio']:.3g}" if "ratio" in row else "-"
-        print(f"{name:28s} {ratio:>8s}  {row['status']}", flush=True)
-    ok = [r["ratio"] for r in rows if r.get("status") == "ok" and r.get("ratio")]
-    geomean = math.exp(sum(math.log(r) for r in ok) / len(ok)) if ok else math.nan
-    print(f"{len(ok)} of {len(rows)} ran and matched; geometric mean of "
-          f"{ns.reference} time / fuseloop time over them: {geomean:.3g}")
+        before = f"{row['baseline_ratio']:.3g}" if "baseline_ratio" in row else "-"
+        print(f"{name:28s} {ratio:>8s}  {before + '  ' if ns.baseline else ''}{row['status']}",
+              flush=True)
+    geomean = _geomean(rows, "ratio")
+    print(f"{sum(1 for r in rows if r.get('status') == 'ok')} of {len(rows)} ran and matched; "
+          f"geometric mean of {ns.reference} time / fuseloop time over them: {geomean:.3g}")
+    summary: dict[str, Any] = {"preset": ns.preset, "reference": ns.reference,
+                               "clock": ns.clock, "geomean": geomean, "rows": rows}
+    if ns.baseline:  # (over the benchmarks both ran)
+        both = [r for r in rows if "baseline_ratio" in r]
+        summary["geomean_both"] = _geomean(both, "ratio")
+        summary["baseline_geomean_both"] = _geomean(both, "baseline_ratio")
+        print(f"over the {len(both)} both ran: {summary['geomean_both']:.3g} "
+              f"(baseline {ns.baseline}: {summary['baseline_geomean_both']:.3g})")
     if ns.json:
-        ns.json.write_text(json.dumps({"preset": ns.preset, "reference": ns.reference,
-                                       "clock": ns.clock,
-                                       "geomean": geomean, "rows": rows}, indent=1))
+        ns.json.write_text(json.dumps(summary, indent=1))
     return 0
+
+
+def _geomean(rows: list[dict], key: str) -> float:
+    ok = [r[key] for r in rows if r.get("status") == "ok" and r.get(key)]
+    return math.exp(sum(math.log(r) for r in ok) / len(ok)) if ok else math.nan
 
 
 if __name__ == "__main__":

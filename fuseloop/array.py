@@ -36,6 +36,7 @@ from .expr.nodes import (
     scalar_sig,
     signature_of,
 )
+from .host_ops import binary0 as host_binary0
 from .host_path import inplace as host_inplace
 from .host_path import read as host_read
 from .host_path import scalar as host_scalar
@@ -198,9 +199,9 @@ def _signed_loop(op: str, an: Node, bn: Node | None, sa: int, sb: Any,
 # kept lean, as this runs for every operator: the scalar node, the operation node and
 # the array are built in place (``Scalar.__init__``, :class:`Apply` with its signature
 # and :func:`_lazy_array`, inline), in the method's own frame: a helper would cost
-# every operator a call.  One look-up by the operands' signatures (see
-# :mod:`fuseloop.expr.nodes`) gives the loop dtypes, the shape and the result's
-# signature.  Attributes are set at most three a line (no tuple is built for those).
+# every operator a call.  One look-up by the operands' signatures (see expr.nodes)
+# gives the loop dtypes, the shape and the result's signature; 0-d operands on a CPU
+# device are computed at once (host_ops.binary0).  Three attributes set a line at most.
 def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
     """The operator method of the numpy ufunc ``op`` (``x + y``, ``2 * x``, ...); what
     is not an array with an array or a Python scalar goes to :func:`_apply_general`."""
@@ -208,6 +209,9 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
         if reflected:
             a, b = b, a
         ta, tb = type(a), type(b)
+        if (ta is not Array or not a._shape) and (tb is not Array or not b._shape) \
+                and (got := host_binary0(op, a, b)) is not None:
+            return got
         if ta is Array:
             device = a.device
             an = a._node
@@ -217,10 +221,8 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                     return _apply_general(op, (a, b))
                 bn = b._node
                 sb = bn.sig or (0 if type(bn) is Apply else signature_of(bn))
-                hit = _sig_loops.get((op, sa or (an.dtype, an.shape),
-                                      sb or (bn.dtype, bn.shape)))
-                if hit is None:
-                    hit = _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
+                hit = _sig_loops.get((op, sa or (an.dtype, an.shape), sb or (
+                    bn.dtype, bn.shape))) or _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
                 loop, key, shape, sig = hit
                 if sig:  # (a subexpression or buffer both read: its operands once)
                     bo = bn.operands
@@ -228,9 +230,8 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                         sig, bo = join_shared(sig, an.operands, an.storages, bo)
                     operands = an.operands + bo
             elif tb is float or tb is int:
-                hit = _sig_loops.get((op, sa or (an.dtype, an.shape), tb))
-                if hit is None:
-                    hit = _signed_loop(op, an, None, sa, tb, a.dtype, tb)
+                hit = _sig_loops.get((op, sa or (an.dtype, an.shape), tb)) or \
+                    _signed_loop(op, an, None, sa, tb, a.dtype, tb)
                 loop, key, shape, sig = hit
                 # _weak_scalar, its hit inline (0, -0.0, NaN never remembered; 0 is false)
                 v = (_weak_scalars.get((b, key[1])) if b and b == b else None) or \
@@ -246,9 +247,8 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             device = b.device
             bn = b._node
             sb = bn.sig or (0 if type(bn) is Apply else signature_of(bn))
-            hit = _sig_loops.get((op, ta, sb or (bn.dtype, bn.shape)))
-            if hit is None:
-                hit = _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
+            hit = _sig_loops.get((op, ta, sb or (bn.dtype, bn.shape))) or \
+                _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
             loop, key, shape, sig = hit
             v = (_weak_scalars.get((a, key[0])) if a and a == a else None) or \
                 _weak_scalar(a, loop[0])  # (as above)

@@ -29,6 +29,7 @@ everything runs as kernels, as the test suite does for the kernels' own tests).
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -36,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from . import caches as _caches
-from . import flags as _flags
 from . import stats as _stats
 from .expr.nodes import (
     Apply,
@@ -53,7 +53,6 @@ from .expr.nodes import (
 )
 from .expr.program import Target
 from .runtime.devices import Device, _runtime
-from .trace_hooks import trace_checks
 
 #: the most elements of work (the sizes of every computed node, a reduction's input
 #: included) an evaluation may have to run here; measured on this project's 2-core
@@ -100,16 +99,29 @@ for _name in ("left_shift", "right_shift"):
 for _name in ("true_divide", "power", "sin", "cos", "tan", "arcsin", "arccos", "arctan",
               "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "exp", "exp2",
               "expm1", "log", "log2", "log10", "log1p", "sqrt", "cbrt", "floor", "ceil",
-              "trunc", "rint", "copysign", "hypot", "arctan2", "isnan", "isinf", "isfinite"):
+              "trunc", "rint", "copysign", "hypot", "arctan2", "isnan", "isinf", "isfinite",
+              "fabs", "reciprocal"):  # (the last two: x ** e by products, fuseloop.powers)
     _UFUNCS[_name] = (getattr(np, _name), "float")
+_NUMERIC = _INT | _FLOAT
+_SCALAR_OPS: dict[str, Any] = {
+    "add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
+    "true_divide": operator.truediv, "floor_divide": operator.floordiv,
+    "remainder": operator.mod, "bitwise_and": operator.and_, "bitwise_or": operator.or_,
+    "bitwise_xor": operator.xor, "left_shift": operator.lshift,
+    "right_shift": operator.rshift, "equal": operator.eq, "not_equal": operator.ne,
+    "less": operator.lt, "less_equal": operator.le, "greater": operator.gt,
+    "greater_equal": operator.ge, "negative": operator.neg, "absolute": operator.abs,
+    "invert": operator.invert}
 _REDUCERS = {"sum": np.add.reduce, "prod": np.multiply.reduce, "max": np.maximum.reduce,
              "min": np.minimum.reduce, "any": np.logical_or.reduce,
              "all": np.logical_and.reduce}
 _EMPTY_OK = frozenset(("sum", "prod", "any", "all"))  # (reductions with an identity)
 # (flat structure's signature, shape) -> evaluations here (see FLAT_REPEATS_FOR_KERNEL)
 _flat_counts: dict[tuple, int] = {}
-# (op, loop key) -> the function computing it here, or False (see _loop_fn)
+# (op, loop key) -> the function computing it here, or False (see _loop_fn); the
+# operator computing it on numpy scalars, or None (see scalar_fn)
 _loop_fns: dict[tuple, Any] = {}
+_scalar_fns: dict[tuple, Any] = {}
 
 # numpy's error state (floating-point warnings off, as in a kernel) set directly:
 # ``np.errstate`` costs 3.5 us per use
@@ -207,6 +219,7 @@ def host_bytes(storage: Storage, rt: Any) -> np.ndarray:
     got = mapped[0]
     _mapped[key] = got
     _mapped_bytes[0] += size
+    _recent.clear()  # (a block mapped again: its typed views are made again)
     return got
 
 
@@ -214,6 +227,7 @@ def clear() -> None:
     """Drop every kept map (pyopencl unmaps each as it goes)."""
     _mapped.clear()
     _typed.clear()
+    _recent.clear()
     _mapped_bytes[0] = 0
 
 
@@ -224,13 +238,30 @@ def clear() -> None:
 _typed: dict[tuple[int, str], np.ndarray] = {}
 
 
+# (Storage, dtype char) -> _typed's array for the few buffers read last: a loop's
+# statements read the same 1-3 buffers, and the buffer's handle is a property (~0.3 us)
+# and a tuple key of it a second look-up; emptied with every new map (and bounded: it
+# holds its buffers, which go back to their pool once dropped from here)
+_recent: dict[tuple[Storage, str], np.ndarray] = {}
+RECENT_MAX = 8
+
+
 def _typed_bytes(storage: Storage, rt: Any, dtype: np.dtype) -> np.ndarray:
-    got = host_bytes(storage, rt)
-    key = (storage.buffer.int_ptr, dtype.char)
+    typed = _recent.get((storage, dtype.char))
+    if typed is not None:
+        return typed
+    handle = storage.buffer.int_ptr
+    got = _mapped.get(handle)
+    if got is None or got.nbytes < storage.nbytes:
+        got = host_bytes(storage, rt)
+    key = (handle, dtype.char)
     typed = _typed.get(key)
     if typed is None or typed.base is not got:  # (new, or its block was mapped again)
         size = dtype.itemsize
         typed = _typed[key] = got[:got.nbytes // size * size].view(dtype)
+    if len(_recent) >= RECENT_MAX:
+        _recent.clear()
+    _recent[(storage, dtype.char)] = typed
     return typed
 
 
@@ -360,8 +391,13 @@ def _apply(node: Any, ev: _State) -> Any:
     fn = _loop_fns.get((op, node.loop_key))
     if fn is None:
         fn = _loop_fns[(op, node.loop_key)] = _loop_fn(op, node.loop_key)
+        _scalar_fns[(op, node.loop_key)] = scalar_fn(op, node.loop_key)
     if fn is False or type(node) is not Apply:
         raise _Unsupported
+    if not node.shape:
+        sfn = _scalar_fns.get((op, node.loop_key))
+        if sfn is not None:
+            fn = sfn  # (0-d operands: numpy scalars' operators, a tenth of a ufunc call)
     loop = node.loop
     args = []
     a: Any
@@ -392,6 +428,15 @@ def _apply(node: Any, ev: _State) -> Any:
     out = fn(*args)
     vt = out.dtype
     return out if vt is out_dt or vt == out_dt else out.astype(out_dt)
+
+
+def scalar_fn(op: str, chars: tuple[str, ...]) -> Any:
+    """The Python operator computing ``op`` on numpy scalars of its loop's dtypes as its
+    ufunc does (numpy's scalar arithmetic: the same loops and error state, a ufunc
+    call on scalars costs ~10x more), or None."""
+    if _QUIET is None or not _check_loop(op, chars) or not all(c in _NUMERIC for c in chars[:-1]):
+        return None  # (bool operands, and numpy's warnings where they are not set off)
+    return _SCALAR_OPS.get(op)
 
 
 def _loop_fn(op: str, chars: tuple[str, ...]) -> Any:
@@ -459,14 +504,22 @@ def _remap(node: Any, ev: _State) -> np.ndarray:
     return child[_positions(node.shape, node.offsets, node.coeffs)]
 
 
+def _full(value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """``value`` as an array of ``shape`` (broadcast only where it is not one already:
+    ``np.broadcast_to`` costs ~1 us)."""
+    if type(value) is np.ndarray and value.shape == shape:
+        return value
+    return np.broadcast_to(value, shape)
+
+
 def _gather(node: Any, ev: _State) -> np.ndarray:
     _small_child(node.child)
     _small_child(node.index)
-    child = np.broadcast_to(_value(node.child, ev), node.child.shape)
-    index = np.asarray(_value(node.index, ev)).astype(np.int64)
-    index = np.broadcast_to(index, node.index.shape)
+    child = _full(_value(node.child, ev), node.child.shape)
+    index = _full(np.asarray(_value(node.index, ev), dtype=np.int64), node.index.shape)
     n = child.shape[node.axis]
-    index = np.where(index < 0, index + n, index)
+    if index.size and index.min() < 0:  # (numpy's negative indices: most have none)
+        index = np.where(index < 0, index + n, index)
     if node.checked:
         if index.size and (index.min() < 0 or index.max() >= n):
             raise _Unsupported  # (the kernel path reports the index out of range)
@@ -554,234 +607,17 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     return outs
 
 
-def _small_target(target: Any) -> tuple[Any, Any, int] | None:
-    """``(storage, leaf, size)`` of a concrete array small enough for the host path on a
-    CPU device, while no thread captures or records launches; None otherwise."""
-    storage = target._storage
-    leaf: Any = target._node
-    if storage is None or type(leaf) is not Leaf or not HOST_MAX_WORK:
-        return None
-    size = _size(leaf.shape)
-    if not size or size > HOST_MAX_WORK or not host_device(target.device) \
-            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
-        return None
-    return storage, leaf, size
-
-
-def write(target: Any, node: Node) -> bool:
-    """Write ``node`` (of the target's dtype, broadcasting to its shape) into the
-    concrete array ``target`` here, as :func:`fuseloop.assignment.assign` would with
-    kernels; False (nothing written) leaves it to the general path.
-
-    The statement of a loop (``A[i, j] -= A[i, :j] @ A[:j, j]``) comes here straight
-    from the assignment, without its targets, rebuilt values and the run's dispatch
-    (about 4 us of the general path's host cost on this project's CPU).  Taken only
-    where nothing else needs doing first: a lazy array reading elements written
-    here is computed first by the general path, so it is left to it."""
-    taken = _small_target(target)
-    if taken is None:
-        return False
-    storage, leaf, size = taken
-    shape, device, dtype = leaf.shape, target.device, leaf.dtype
-    if dtype.char not in _DTYPES:
-        return False
-    itemsize = dtype.itemsize
-    readers = storage.live_readers()
-    if readers:
-        written = (shape, leaf.view_strides(), leaf.offset)
-        for r in readers:
-            if r._storage is None and not _evaluate.reads_outside(
-                    r._node, storage, written, itemsize):
-                return False
-    rt = _runtime(device)
-    if rt.deferred:  # (small launches waiting to be enqueued: this one joins them)
-        return False
-    _flags.check_pending()  # (earlier checked gathers' errors before anything is written)
-    with rt.launch_lock:
-        rt.finish_queue(rt.queue)
-        token = _errors.set(_QUIET) if _QUIET is not None else None
-        try:
-            value = _value(node, _State(rt, _uses([node]) if size >= TRACK_USES_AT else None))
-        except (_Unsupported, RecursionError, TypeError, ValueError):
-            return False
-        finally:
-            if token is not None:
-                _errors.reset(token)
-        _store(storage, rt, dtype, shape, leaf.strides, leaf.offset, value)
-    _stats.increment("host_evaluations")
-    return True
-
-
-# (op, target dtype, operand dtype or Python type) -> (ufunc, the operation's loop
-# dtypes), or False: what an in-place operator computes (see inplace)
-_inplace_loops: dict[tuple, Any] = {}
-
-
-def _inplace_loop(op: str, target: Any, other: Any) -> Any:
-    """The ufunc and loop dtypes of ``target op= other`` as the kernels compute it
-    (the node fuseloop builds for it, once per dtypes), or False."""
-    from .array import build_node
-
-    node = build_node(op, (target, other))[0]
-    loop = node.loop  # type: ignore[attr-defined]
-    if type(node) is not Apply or not _check_loop(op, tuple(d.char for d in loop)) \
-            or op in ("cast", "where", "positive") \
-            or not np.can_cast(loop[-1], target.dtype, "same_kind"):
-        return False  # (the general path computes it, or raises numpy's error)
-    return _UFUNCS[op][0], loop
-
-
-def _operand_key(target: Any, other: Any) -> Any:
-    """What :func:`inplace`'s loop depends on in ``other``: its dtype (an array on the
-    target's device, of the target's shape or 0-d), ``float`` or ``int``; None: not
-    computed there."""
-    to = type(other)
-    dtype = target.dtype
-    if to is float:
-        return float
-    if to is int:
-        if dtype.kind not in "fiu" or (dtype.kind != "f" and not (
-                np.iinfo(dtype).min <= other <= np.iinfo(dtype).max)):
-            return None  # (numpy's errors for a Python int out of an integer's range)
-        return int
-    if to is type(target):  # (a fuseloop array: its class, as array.py imports this)
-        onode = other._node
-        if other.device is not target.device or onode.dtype.char not in _DTYPES or (
-                onode.shape and onode.shape != target.shape):
-            return None
-        return onode.dtype
-    return None
-
-
-def inplace(target: Any, op: str, other: Any) -> bool:
-    """``target op= other`` for a concrete ``target`` and an array (concrete, or lazy and
-    computed here) or a Python float or int ``other``, computed and written here; False
-    (nothing done) leaves it to the general path (node, assignment, :func:`write`).
-
-    A loop's scalar statement (``A[i, j] /= A[j, j]``, ``A[i, j] += A[i, j - 1]``)
-    costs about half as much host time this way: no node, lazy array or assignment
-    is made, and the operands are read as numpy scalars."""
-    taken = None if trace_checks else _small_target(target)
-    if taken is None:
-        return False
-    storage, leaf, _size_of = taken
-    dtype = leaf.dtype
-    okey = _operand_key(target, other)
-    if okey is None:
-        return False
-    onode: Any = None if okey is float or okey is int else other._node
-    shape, device = leaf.shape, target.device
-    key = (op, dtype, okey)
-    hit = _inplace_loops.get(key)
-    if hit is None:
-        hit = _inplace_loops[key] = _inplace_loop(op, target, other)
-    if hit is False:
-        return False
-    fn, loop = hit
-    kept = None
-    readers = storage.live_readers()
-    if readers:
-        written = (shape, leaf.view_strides(), leaf.offset)
-        for r in readers:
-            if r._storage is None and not _evaluate.reads_outside(
-                    r._node, storage, written, dtype.itemsize):
-                if r is not other:
-                    return False
-                # a lazy operand reading elements written here (seidel_2d's
-                # ``A[i, 1:-1] += A[i, 2:] + ...``) becomes concrete with the value
-                # computed here, so whoever keeps it reads the old elements
-                kept = _evaluate.allocate(_size(onode.shape) * okey.itemsize, device)
-    rt = _runtime(device)
-    if rt.deferred:
-        return False
-    _flags.check_pending()
-    with rt.launch_lock:
-        rt.finish_queue(rt.queue)
-        token = _errors.set(_QUIET) if _QUIET is not None else None
-        try:
-            a = _view(storage, rt, dtype, shape, leaf.strides, leaf.offset)
-            if dtype is not loop[0]:
-                a = a.astype(loop[0])
-            if okey is float or okey is int:
-                b = loop[1].type(other)
-            else:
-                b = raw = _view(onode.storage, rt, okey, onode.shape, onode.strides,
-                                onode.offset) if type(onode) is Leaf \
-                    else _value(onode, _State(rt, None))
-                if type(b) is not np.ndarray:  # (a scalar: numpy's, or a node's value)
-                    b = loop[1].type(b)
-                elif okey is not loop[1]:
-                    b = b.astype(loop[1])
-            out = fn(a, b)
-            if out.dtype is not dtype:
-                out = out.astype(dtype)
-        except (_Unsupported, RecursionError, TypeError, ValueError):
-            return False  # (nothing written: the general path computes it, or reports it)
-        finally:
-            if token is not None:
-                _errors.reset(token)
-        if kept is not None:
-            _store(kept, rt, okey, onode.shape, None, 0, raw)
-            other._become(kept)
-        _store(storage, rt, dtype, shape, leaf.strides, leaf.offset, out)
-    _stats.increment("host_evaluations")
-    return True
-
-
-def scalar(array: Any) -> Any:
-    """The value of the size-1 ``array`` (lazy or concrete) as a Python scalar, computed
-    or read here without a buffer (the array stays as it was), or None: not on a
-    device whose buffers numpy may use, or not computed here.
-
-    ``bool(a[i, j] > a[i, k])`` in a loop (Python's ``max`` of two elements, NPBench's
-    nussinov) made a buffer for the comparison, wrote it and read it back."""
-    device = array.device
-    node: Any = array._node
-    if not HOST_MAX_WORK or node.dtype.char not in _DTYPES or not host_device(device) \
-            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
-        return None
-    rt = _runtime(device)
-    if rt.deferred:  # (kernels to wait for: the general path's polled wait is cheaper)
-        return None
-    with rt.launch_lock:
-        rt.finish_queue(rt.queue)
-        token = _errors.set(_QUIET) if _QUIET is not None else None
-        try:
-            value = _value(node, _State(rt, None))
-        except (_Unsupported, RecursionError, TypeError, ValueError):
-            return None
-        finally:
-            if token is not None:
-                _errors.reset(token)
-    if type(node) is not Leaf:
-        _stats.increment("host_evaluations")
-    return value.item() if isinstance(value, np.ndarray | np.generic) \
-        else node.dtype.type(value).item()
-
-
-def read(leaf: Node, device: Device) -> np.ndarray | None:
-    """A new host array holding the elements of the concrete array ``leaf`` (any view),
-    copied from host memory once the device's queue is finished; None unless small
-    and on a device whose buffers numpy may use (the caller then reads with a copy
-    command, which costs a wait on its event: 30-60 us on PoCL)."""
-    size = _size(leaf.shape)
-    if not size or size > HOST_MAX_WORK or type(leaf) is not Leaf \
-            or leaf.dtype.char not in _DTYPES or not host_device(device):
-        return None
-    rt = _runtime(device)
-    if rt.deferred:  # (kernels to wait for: the copy command's polled wait is cheaper)
-        return None
-    with rt.launch_lock:
-        rt.finish_queue(rt.queue)
-        return np.array(_value(leaf, _State(rt, None)))
-
-
 from . import evaluate as _evaluate  # noqa: E402  (it imports this module first)
+from .host_statements import inplace, read, scalar, write  # noqa: E402, F401  (its users' names)
 
-_caches.register("host_path.loops", _loop_fns.clear, lambda: len(_loop_fns),
+
+def _clear_loops() -> None:
+    _loop_fns.clear()
+    _scalar_fns.clear()
+
+
+_caches.register("host_path.loops", _clear_loops, lambda: len(_loop_fns),
                  why="one per operation and loop dtypes")
-_caches.register("host_path.inplace_loops", _inplace_loops.clear, lambda: len(_inplace_loops),
-                 why="one per operation and dtypes")
 _caches.register("host_path.flat_counts", _flat_counts.clear, lambda: len(_flat_counts),
                  FLAT_COUNTS_MAX)
 _caches.register("host_path.mapped", clear, lambda: len(_mapped),

@@ -16,6 +16,7 @@ COUNTER_NAMES = (
     "disk_cache_misses",
     "builds_overlapped",    # kernel builds started while another build of this process ran
     "host_evaluations",     # small evaluations numpy computed in host memory: host_path.py
+    "host_operations",      # small operations numpy computed at once, no lazy tree: host_ops.py
 )
 
 counters: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)

@@ -9,7 +9,7 @@ import numpy as np
 from .array import Array, Constant, _coerce, _common_device, _operand_kind, _operand_node
 from .dtypes import BOOL, as_dtype, result_type
 from .errors import DTypeError
-from .expr.nodes import Apply, broadcast_shapes
+from .expr.nodes import Apply, Scalar, broadcast_shapes
 from .multi_hooks import splits
 from .op_names import NOT_NUMPY, NUMPY_UNARY, UFUNC_OPS
 
@@ -77,6 +77,11 @@ def _make_binary(name: str) -> Any:
     lean = _lean_binary(name)
 
     def f(x1: Any, x2: Any, /, *args: Any, out: Any = None) -> Any:
+        t1, t2 = type(x1), type(x2)
+        if t1 in _NUMPY_SCALARS and t2 is Array:  # (np.float64(a) * x: a scalar node)
+            x1 = _scalar_array(x1, x2.device)
+        elif t2 in _NUMPY_SCALARS and t1 is Array:
+            x2 = _scalar_array(x2, x1.device)
         if args or out is not None:  # (numpy's out=, positional too: np.multiply(Z, Z, Z))
             return _into(lean(x1, x2), _out_arg(args, out, name), name)
         return lean(x1, x2)
@@ -85,6 +90,20 @@ def _make_binary(name: str) -> Any:
     f.__qualname__ = name
     f.__doc__ = f"Elementwise ``numpy.{name}``, lazily fused into the kernel."
     return f
+
+
+# numpy's real scalar types: ``np.float64(a) * x`` (numpy hands ``np.multiply`` to
+# fuseloop, a scalar being no weak Python number) takes the operators' lean path with
+# the scalar as a 0-d array holding its value (its dtype promotes as numpy's does);
+# build_node's general path cost a loop of such statements (deriche) a third of its time
+_NUMPY_SCALARS = frozenset(np.dtype(c).type for c in "?bBhHiIlLqQfd")
+
+
+def _scalar_array(value: Any, device: Any) -> Array:
+    out = object.__new__(Array)
+    out._storage, out._node, out._shape = None, Scalar(value), ()
+    out.device, out.dtype = device, value.dtype
+    return out
 
 
 FUNCTIONS: dict[str, Any] = {}

@@ -166,3 +166,25 @@ def test_out_given_positionally_or_by_keyword(device):
     with pytest.raises(TypeError, match="one output"):
         fl.add(z, z, z, out=z)
     np.testing.assert_array_equal(i.get(), np.arange(6))
+
+
+def test_numpy_scalar_operands_take_the_lean_path(device, monkeypatch):
+    """``np.float64(a) * x`` and ``np.subtract(x, np.float64(a))`` (numpy hands the ufunc
+    to fuseloop; ``x - np.float64(a)`` still builds its node the general way): numpy's
+    dtypes (a numpy scalar is not weak), one kernel for every value of the scalar, no
+    general node building (deriche's coefficients are numpy scalars)."""
+    import fuseloop.array as fa
+
+    built = []
+    real = fa.build_node
+    monkeypatch.setattr(fa, "build_node", lambda *a, **k: built.append(1) or real(*a, **k))
+    xn = np.arange(5, dtype=np.float32)
+    x = fl.asarray(xn, device=device)
+    fl.reset_stats()
+    for s in (np.float64(1.5), np.float64(-2.0), np.float32(0.5), np.int64(3), np.bool_(True)):
+        for got, want in ((s * x, s * xn), (np.subtract(x, s), xn - s),
+                          (np.maximum(s, x), np.maximum(s, xn))):
+            assert got.dtype == want.dtype
+            np.testing.assert_allclose(got.get(), want, rtol=1e-6)
+    assert not built
+    assert fl.stats()["kernels_lowered"] <= 3 * 4  # (per dtype pair and operation, not value)

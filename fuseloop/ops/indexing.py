@@ -32,9 +32,14 @@ from ..evaluate import run
 from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides
 from ..expr.program import Target
 from ..expr.views import affine_view
+from ..host_masks import assign as host_masked_assign
+from ..host_masks import select as host_select
+from ..host_statements import assign as host_assign
 from ..trace_hooks import trace_checks
 from .masks import masked_fill
 from .shape import normalize_axis, ravel, transpose, view
+
+_new = object.__new__
 
 
 def _is_index_array(k: Any) -> bool:
@@ -246,9 +251,11 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     array.
 
     The result is what :func:`_basic_view` makes (the same strides and offset, so the
-    same structure key), without the general path's item lists and affine map.
+    same structure key), without the general path's item lists and affine map; its
+    leaf shares the buffer's tuple and set of the array's leaf (a loop's statement
+    makes 3-4 views: each allocation counts).
     """
-    node = arr._node
+    node: Any = arr._node
     if arr._storage is None or type(node) is not Leaf:
         return None
     shape = node.shape
@@ -257,6 +264,17 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     if strides is None:
         strides = c_strides(shape)
     offset = node.offset
+    if len(items) == len(shape):
+        # one element (``A[i, j]``, the commonest key of a loop): its offset alone
+        for k, n, st in zip(items, shape, strides):
+            if type(k) is not int:
+                break
+            if not -n <= k < n:
+                return None  # (the general path raises numpy's error)
+            offset += st * (k % n)
+        else:
+            return _leaf_array(arr, node, (), () if offset else None, offset)
+        offset = node.offset
     new_shape: list[int] = []
     new_strides: list[int] = []
     same = True
@@ -296,13 +314,41 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
         return arr
     rest = d
     shape_t = (*new_shape, *shape[rest:])
-    leaf = Leaf(node.storage, node.dtype, shape_t, (*new_strides, *strides[rest:]), offset)
+    strides_t: tuple[int, ...] | None = (*new_strides, *strides[rest:])
+    if not offset and strides_t == c_strides(shape_t):
+        strides_t = None
+    return _leaf_array(arr, node, shape_t, strides_t, offset)
+
+
+def _element_offset(arr: Array, key: Any) -> int | None:
+    """The offset of the element ``arr[key]`` for a tuple of ints, one per axis, of a
+    concrete array; None for any other key (or an index out of range)."""
+    node: Any = arr._node
+    shape = node.shape
+    if type(key) is int:
+        key = (key,)
+    if type(key) is not tuple or len(key) != len(shape) or type(node) is not Leaf:
+        return None
+    strides = node.strides
+    offset = node.offset
+    for k, n, st in zip(key, shape, c_strides(shape) if strides is None else strides):
+        if type(k) is not int or not -n <= k < n:
+            return None
+        offset += st * (k % n)
+    return offset
+
+
+def _leaf_array(arr: Array, node: Any, shape: tuple[int, ...], strides: tuple[int, ...] | None,
+                offset: int) -> Array:
+    """A concrete array viewing ``node``'s buffer (``Leaf``'s fields set here, its
+    buffer tuple and set shared with ``node``: ``strides`` already normalised)."""
+    leaf = _new(Leaf)
+    leaf.sig, leaf.operands, leaf.storage = 0, node.operands, node.storage
+    leaf.dtype, leaf.shape, leaf.strides = node.dtype, shape, strides
+    leaf.offset, leaf.storages, leaf.token = offset, node.storages, None
     view = _new_array(Array)
-    view._storage = node.storage
-    view._node = leaf
-    view.device = arr.device
-    view.dtype = leaf.dtype
-    view._shape = shape_t
+    view._storage, view._node, view.device = node.storage, leaf, arr.device
+    view.dtype, view._shape = leaf.dtype, shape
     return view
 
 
@@ -318,6 +364,9 @@ def getitem(arr: Array, key: Any) -> Array:
         from ..creation import empty
 
         return empty((0, *arr.shape), dtype=arr.dtype, device=arr.device)
+    out = host_select(arr, key)  # (a small mask of its shape on a CPU device: numpy's)
+    if out is not None:
+        return out
     split = _split(arr, key)
     out = _basic_view(arr, split.basic)
     if not split.arrays:
@@ -418,9 +467,14 @@ def setitem(arr: Array, key: Any, value: Any, held: bool, atomic: str | None = N
             assign(arr, value, cast="unsafe", value_is_held=held)
         return
     if atomic is None:
+        if type(value) is Array and not value._shape and value._storage is arr._storage \
+                and value._storage is not None and value.dtype is arr.dtype \
+                and _element_offset(arr, key) == value._node.offset:  # type: ignore[attr-defined]
+            return  # a[i, j] += b: the in-place operator already wrote that element
         plain = _plain_view(arr, key)
         if plain is not None:
-            if not _same_view(value, plain):
+            # (small, on a CPU device: written by numpy without assign's checks)
+            if not _same_view(value, plain) and not host_assign(plain, value, held):
                 assign(plain, value, cast="unsafe", value_is_held=held)
             return
         flag = _zero_d_mask(key)
@@ -428,7 +482,7 @@ def setitem(arr: Array, key: Any, value: Any, held: bool, atomic: str | None = N
             if flag:
                 setitem(arr, None, value, held)
             return
-        if masked_fill(arr, key, value):
+        if host_masked_assign(arr, key, value) or masked_fill(arr, key, value):
             return
         split = _split(arr, key)
     if arr.is_lazy:

@@ -26,6 +26,7 @@ import numpy as np
 from ..array import Array, _coerce
 from ..errors import ShapeError
 from ..expr.nodes import broadcast_shapes
+from ..host_ops import matmul as host_matmul
 from .reductions import _reduce, _sum_dtype
 from .reductions import max as _max
 from .reductions import min as _min
@@ -207,6 +208,8 @@ def matmul(a: Any, b: Any) -> Array:
                              f"sparse matrix of shape {b.shape} is not supported (a transposed "
                              "product); compute A @ x with the sparse matrix on the left")
     a, b = _coerce(a), _coerce(b)
+    if type(a) is Array and type(b) is Array and (got := host_matmul(a, b)) is not None:
+        return got  # (small, on a CPU device: computed by numpy at once)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul: input operand does not have enough dimensions "
                          "(scalars are not allowed; use *)")
@@ -257,6 +260,8 @@ def _matmul_unbatched(a: Array, b: Array) -> Array:
 
 def dot(a: Any, b: Any) -> Array:
     a, b = _coerce(a), _coerce(b)
+    if type(a) is Array and type(b) is Array and (got := host_matmul(a, b)) is not None:
+        return got  # (1-D and 2-D operands: numpy's dot is their matmul)
     if a.ndim == 0 or b.ndim == 0:
         return a * b
     if a.ndim == 1 and b.ndim == 1:

@@ -1,0 +1,124 @@
+"""Boolean-mask selections and writes of small arrays on a CPU device, done by numpy in
+host memory (:mod:`fuseloop.host_path`'s evaluation).
+
+``x[x > 0]`` and ``x[x > 0] = v`` with a mask of the array's own shape (NPBench's nbody:
+``inv_r3[inv_r3 > 0] = inv_r3[inv_r3 > 0] ** (-1.5)`` on 625 elements, every step)
+went through a compaction kernel, a read of its count and a gather or scatter kernel:
+a wait on the device and 2-3 launches each.  Where the arrays are small and their
+buffers host memory, numpy selects or writes them at once; the values are numpy's
+(``x[m]`` is a copy, in C order; ``x[m] = v`` takes ``v`` of the selection's length or
+0-d, cast as an assignment casts).  Anything else returns None or False and the
+general path does it (and raises its errors).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import evaluate as _evaluate
+from . import flags as _flags
+from . import host_path as _host
+from .dtypes import scalar_to
+from .expr.nodes import Leaf, Scalar, recent_lazy
+from .host_path import _DTYPES, _State, _store, _Unsupported, _value, _view
+from .runtime.devices import _runtime
+from .stats import increment as _count
+from .trace_hooks import trace_checks
+
+
+def _taken(arr: Any, key: Any) -> Any:
+    """The device's runtime when ``arr[key]`` is a small selection by a boolean array
+    of ``arr``'s shape that numpy may do here now, else None."""
+    shape = arr._shape
+    if type(key) is not type(arr) or key.dtype.kind != "b" or key._shape != shape \
+            or not shape or trace_checks or key.device is not arr.device \
+            or arr.dtype.char not in _DTYPES:
+        return None
+    size = _host._size(shape)
+    device = arr.device
+    if not size or size > _host.HOST_MAX_WORK or not _host.host_device(device) \
+            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
+        return None
+    rt = _runtime(device)
+    return None if rt.deferred else rt
+
+
+def _values(node: Any, shape: tuple[int, ...], rt: Any) -> np.ndarray:
+    return np.broadcast_to(_value(node, _State(rt, None)), shape)
+
+
+def select(arr: Any, key: Any) -> Any:
+    """``arr[key]`` for a boolean array ``key`` of ``arr``'s shape (both small, concrete
+    or lazy, on the CPU device): a new concrete 1-D array, or None."""
+    rt = _taken(arr, key)
+    if rt is None:
+        return None
+    shape, dtype = arr._shape, arr.dtype
+    with rt.launch_lock:
+        rt.finish_queue(rt.queue)
+        token = _host._errors.set(_host._QUIET) if _host._QUIET is not None else None
+        try:
+            out = _values(arr._node, shape, rt)[_values(key._node, shape, rt)]
+        except (_Unsupported, RecursionError, TypeError, ValueError):
+            return None
+        finally:
+            if token is not None:
+                _host._errors.reset(token)
+        storage = _evaluate.allocate(out.nbytes, arr.device)
+        _store(storage, rt, dtype, out.shape, None, 0, out)
+    _count("host_evaluations")
+    return type(arr)._concrete(storage, dtype, out.shape)
+
+
+def assign(arr: Any, key: Any, value: Any) -> bool:
+    """``arr[key] = value`` for an array ``arr`` and a boolean array ``key`` of its shape
+    (small, on the CPU device), ``value`` a Python float or int or an array of the
+    selection's length or 0-d: written here (lazy arrays reading the elements written
+    computed first, as the general path does); False: nothing done."""
+    rt = _taken(arr, key)
+    if rt is None:
+        return False
+    if arr._storage is None:
+        arr.eval()  # (a lazy target gets its buffer first, as on the general path)
+    storage, leaf = arr._storage, arr._node
+    if storage is None or type(leaf) is not Leaf:
+        return False
+    dtype = arr.dtype
+    tv = type(value)
+    if tv is float or tv is int:
+        node: Any = Scalar(scalar_to(value, dtype))
+    elif tv is type(arr) and value.device is arr.device and len(value._shape) <= 1:
+        node = _evaluate.cast_node(value._node, dtype)
+    else:
+        return False
+    readers = storage.live_readers() if recent_lazy or storage.readers else None
+    if readers:
+        written = (leaf.shape, leaf.view_strides(), leaf.offset)
+        pending = [r for r in readers if r._storage is None and not _evaluate.reads_outside(
+            r._node, storage, written, dtype.itemsize)]
+        if pending:  # (the mask itself, often: computed first, then read from its buffer)
+            from .assignment import compute
+
+            compute(*pending)
+    _flags.check_pending()
+    shape = arr._shape
+    with rt.launch_lock:
+        rt.finish_queue(rt.queue)
+        token = _host._errors.set(_host._QUIET) if _host._QUIET is not None else None
+        try:
+            mask = _values(key._node, shape, rt)
+            v = _value(node, _State(rt, None))
+            n = int(np.count_nonzero(mask))
+            if np.shape(v) not in ((), (n,)):
+                return False  # (the general path raises numpy's error, or broadcasts)
+            target = _view(storage, rt, dtype, shape, leaf.strides, leaf.offset)
+        except (_Unsupported, RecursionError, TypeError, ValueError):
+            return False
+        finally:
+            if token is not None:
+                _host._errors.reset(token)
+        target[mask] = v
+    _count("host_evaluations")
+    return True

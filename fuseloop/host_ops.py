@@ -1,0 +1,208 @@
+"""Small operations computed at once by numpy on a CPU device, before any lazy tree.
+
+A loop's statement ``A[i, j] -= A[i, :j] @ A[:j, j]`` built a contraction (a product,
+its aligned views, a reduction node: ~10 us of host time on this project's CPU) only
+for :mod:`fuseloop.host_path` to compute it with numpy a moment later.  Where the
+operands are small arrays of a device whose buffers are host memory
+(:func:`fuseloop.host_path.host_device`), the product is computed here when it is
+asked for: its value is what the lazy tree would evaluate to (a lazy array whose
+inputs are written later is computed before the write, so reading the inputs now
+gives the same elements).  A 0-d result becomes a lazy array holding the value as a
+kernel argument (a :class:`~fuseloop.expr.nodes.Scalar` node: no buffer, no reader,
+and a kernel reading it later takes the value as an argument, keyed by its dtype
+only); a larger one is written to a new pooled buffer.
+
+Taken only under the host path's own conditions (its limit ``HOST_MAX_WORK``, read
+at each call, so ``FUSELOOP_HOST_PATH=0`` turns this off too; nothing captured or
+recorded; no traced function; no small launch waiting to be enqueued) and for real
+floating dtypes that agree (the product's dtype is then the operands').  Anything
+else returns None and the caller builds the lazy tree as before.
+``fl.stats()["host_operations"]`` counts the operations computed here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import caches as _caches
+from . import host_path as _host
+from . import stats as _stats
+from .expr.nodes import Leaf, Scalar
+from .runtime.devices import _runtime
+from .trace_hooks import trace_checks
+
+_FLOATS = frozenset("fd")
+_new = object.__new__
+
+
+def _operand(x: Any, rt: Any) -> Any:
+    """The elements of the array ``x`` in host memory (a view of its buffer, or the
+    value of a small lazy expression computed here); raises host_path._Unsupported."""
+    node: Any = x._node
+    if type(node) is Leaf:
+        return _host._view(node.storage, rt, node.dtype, node.shape, node.strides, node.offset)
+    if _host._size(node.shape) > _host.HOST_MAX_WORK:
+        raise _host._Unsupported
+    return np.broadcast_to(_host._value(node, _host._State(rt, None)), node.shape)
+
+
+def matmul(a: Any, b: Any) -> Any:
+    """``a @ b`` (numpy's ``matmul`` of 1-D and 2-D operands, and ``dot`` of such) as
+    an array computed now, or None (the caller builds the lazy contraction).
+
+    The operands are fuseloop arrays on one host device, of one real floating dtype,
+    concrete or small lazy expressions (``vals @ x[cols]``'s gather), with at most
+    ``HOST_MAX_WORK`` products; their core dimensions must agree (else the caller
+    raises numpy's error)."""
+    limit = _host.HOST_MAX_WORK
+    if not limit or trace_checks:
+        return None
+    dtype = a.dtype
+    if b.dtype is not dtype or dtype.char not in _FLOATS:
+        return None
+    device = a.device
+    if b.device is not device or not _host.host_device(device):
+        return None
+    sa, sb = a._shape, b._shape
+    na, nb = len(sa), len(sb)
+    if not (0 < na <= 2 and 0 < nb <= 2) or sa[-1] != sb[0]:
+        return None
+    work = sa[-1] * (sa[0] if na == 2 else 1) * (sb[1] if nb == 2 else 1)
+    if work > limit or _host._evaluate.capturing_threads[0] \
+            or _host._evaluate.recording_threads[0]:
+        return None
+    rt = _runtime(device)
+    if rt.deferred:  # (small launches waiting to be enqueued: the kernels join them)
+        return None
+    with rt.launch_lock:
+        rt.finish_queue(rt.queue)
+        token = _host._errors.set(_host._QUIET) if _host._QUIET is not None else None
+        try:
+            value = np.matmul(_operand(a, rt), _operand(b, rt))
+        except (_host._Unsupported, RecursionError, TypeError, ValueError):
+            return None
+        finally:
+            if token is not None:
+                _host._errors.reset(token)
+    _stats.increment("host_operations")
+    return _result(value, dtype, device, rt)
+
+
+_ELEMENTS = (Leaf, Scalar)
+# (op, operand kinds) -> (loop dtypes, the numpy scalars' operator) or False: binary0's
+# loops (finite: operations x kinds^2)
+_loops0: dict[tuple, Any] = {}
+# fuseloop.array's names, bound at the first call (array.py imports this module)
+_Array: Any = None
+_ufunc_loop: Any = None
+_weak_scalar: Any = None
+
+
+def _bind() -> Any:
+    global _Array, _ufunc_loop, _weak_scalar
+    from . import array
+
+    _ufunc_loop, _weak_scalar = array._ufunc_loop, array._weak_scalar
+    _Array = array.Array
+    return _Array
+
+
+def _kind(x: Any, tx: type, array: type, device: Any) -> Any:
+    """What :func:`binary0` reads of an operand: a 0-d array's dtype (a concrete one's
+    element, or a value held as a Scalar node), ``float`` or ``int``; None: not taken."""
+    if tx is float or tx is int:
+        return tx
+    if tx is not array or x._shape or x.device is not device \
+            or type(x._node) not in _ELEMENTS:
+        return None  # (a lazy 0-d expression: the general path; made here, it is a Scalar)
+    return x.dtype
+
+
+def _loop0(op: str, ka: Any, kb: Any) -> Any:
+    """``_loops0``'s entry: numpy's loop for these kinds and the operator computing it
+    on numpy scalars (:func:`fuseloop.host_path.scalar_fn`), or False."""
+    try:
+        loop, key = _ufunc_loop(op, ka, kb)
+    except (TypeError, ValueError):
+        return False  # (the general path raises numpy's error)
+    fn = _host.scalar_fn(op, key)
+    return False if fn is None else (loop, fn)
+
+
+def _element(x: Any, tx: type, dtype: np.dtype, rt: Any) -> Any:
+    """The operand's value as a numpy scalar of ``dtype`` (its loop's); the caller has
+    finished the device's queue where an operand is a buffer's element."""
+    if tx is float or tx is int:
+        return _weak_scalar(x, dtype)  # (numpy's conversion and its OverflowError)
+    node: Any = x._node
+    v = node.value if type(node) is Scalar else \
+        _host._typed_bytes(node.storage, rt, node.dtype)[node.offset]
+    return v if v.dtype is dtype else dtype.type(v)
+
+
+def binary0(op: str, a: Any, b: Any) -> Any:
+    """``a op b`` for 0-d operands (an array's element ``A[i, j]``, a value made here, a
+    Python float or int; at least one an array on a host device) as an array holding
+    the value, computed now by numpy scalars' operator on the operation's loop dtypes
+    (:func:`fuseloop.host_path.scalar_fn`); None: the caller builds the node.
+
+    Loops of scalar statements (crc16's bit tests, nussinov's ``table[i, k] +
+    table[k + 1, j]``, durbin's ``alpha * alpha``) made a node and a lazy array per
+    operation, read and evaluated at once by the next statement."""
+    if not _host.HOST_MAX_WORK or trace_checks:
+        return None
+    Array = _Array or _bind()
+    ta, tb = type(a), type(b)
+    device = a.device if ta is Array else b.device
+    ka, kb = _kind(a, ta, Array, device), _kind(b, tb, Array, device)
+    if ka is None or kb is None:
+        return None
+    hit = _loops0.get((op, ka, kb))
+    if hit is None:
+        hit = _loops0[(op, ka, kb)] = _loop0(op, ka, kb)
+    if hit is False or not _host.host_device(device) \
+            or _host._evaluate.capturing_threads[0] or _host._evaluate.recording_threads[0]:
+        return None
+    loop, fn = hit
+    rt = _runtime(device)
+    if rt.deferred:
+        return None
+    with rt.launch_lock:
+        if (ta is Array and type(a._node) is Leaf) or (tb is Array and type(b._node) is Leaf):
+            rt.finish_queue(rt.queue)  # (a buffer's element: what kernels wrote first)
+        token = _host._errors.set(_host._QUIET)  # (set: scalar_fn gave an operator)
+        try:
+            out = fn(_element(a, ta, loop[0], rt), _element(b, tb, loop[1], rt))
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+            return None
+        finally:
+            _host._errors.reset(token)
+    dtype = loop[-1]
+    if out.dtype is not dtype:
+        out = dtype.type(out)
+    _stats.increment("host_operations")
+    arr = _new(Array)
+    arr._storage, arr._node, arr._shape = None, Scalar(out), ()
+    arr.device, arr.dtype = device, dtype
+    return arr
+
+
+def _result(value: Any, dtype: np.dtype, device: Any, rt: Any) -> Any:
+    """An array of ``value``: 0-d as a Scalar node (no buffer), else a new buffer."""
+    Array = _Array or _bind()
+    shape = np.shape(value)
+    if not shape:
+        out = _new(Array)
+        out._storage, out._node, out._shape = None, Scalar(dtype.type(value)), ()
+        out.device, out.dtype = device, dtype
+        return out
+    storage = _host._evaluate.allocate(_host._size(shape) * dtype.itemsize, device)
+    with rt.launch_lock:
+        _host._store(storage, rt, dtype, shape, None, 0, value)
+    return Array._concrete(storage, dtype, shape)
+
+
+_caches.register("host_ops.loops0", _loops0.clear, lambda: len(_loops0),
+                 why="one per operation and kinds of operand")

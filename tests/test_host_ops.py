@@ -1,0 +1,210 @@
+"""Small operations computed at once by numpy on the CPU device (fuseloop.host_ops).
+
+As in tests/test_host_path.py the host path is on here (the session turns it off);
+each result is compared with numpy's and with the kernels' (host path off).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import host_path
+from fuseloop.expr.nodes import Scalar
+
+
+@pytest.fixture
+def host(cpu, monkeypatch):
+    if not host_path.host_device(cpu):
+        pytest.skip(f"{cpu.name}: not a device whose buffers numpy may use")
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 14)
+    fl.clear_caches()
+    return cpu
+
+
+def _products(m, a, v, w):
+    return [a[1, :3] @ a[:3, 2], m.dot(v[::-1], w), a @ v[:4], v[:4] @ a, a[:2] @ a,
+            m.dot(a[1:3, :0], a[:0, 1:]), a[2, :0] @ v[:0]]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_small_products_computed_at_once(host, monkeypatch, dtype):
+    """``x @ y`` and ``dot`` of small concrete operands: computed when asked for (no
+    lazy tree, no kernel); a 0-d result holds its value without a buffer."""
+    rng = np.random.default_rng(3)
+    an, vn, wn = (rng.random(s).astype(dtype) for s in ((4, 4), 6, 6))
+    ref = _products(np, an, vn, wn)
+
+    def make():
+        a, v, w = fl.asarray(an), fl.asarray(vn), fl.asarray(wn)
+        fl.reset_stats()
+        out = _products(fl, a, v, w)
+        return out, fl.stats()
+
+    got, s = make()
+    assert s["host_operations"] == len(ref) and s["kernels_launched"] == 0
+    assert type(got[0]._node) is Scalar and got[0].is_lazy
+    assert all(not g.is_lazy for g in got[2:5])
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    kern, s_off = make()
+    assert s_off["host_operations"] == 0
+    for g, k, r in zip(got, kern, ref):
+        g, k = g.get(), k.get()
+        assert g.dtype == r.dtype == k.dtype and g.shape == r.shape == k.shape
+        np.testing.assert_allclose(g, r, rtol=1e-5)
+        np.testing.assert_allclose(g, k, rtol=1e-5)
+
+
+def test_product_values_in_later_kernels_and_after_writes(host, monkeypatch):
+    """The value is the operands' at the time of the product (what the lazy one would
+    compute: it is evaluated before its inputs are written); a kernel reading it later
+    (host path off) takes it as an argument."""
+    vn = np.arange(1.0, 7.0)
+    v = fl.asarray(vn)
+    d = v[:3] @ v[3:]                 # 1*4 + 2*5 + 3*6 = 32
+    v[0] = 100.0                      # written after: d keeps its value
+    e = fl.dot(v[:2], v[:2])          # 100*100 + 2*2
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    fl.reset_stats()
+    out = (v * d + e).get()
+    assert fl.stats()["kernels_launched"] == 1
+    vn[0] = 100.0
+    np.testing.assert_array_equal(out, vn * 32.0 + 10004.0)
+    assert float(d) == 32.0
+
+
+def test_statements_with_products_and_lazy_operands(host, monkeypatch):
+    """Loops of statements reading products (trisolv, spmv's ``vals @ x[cols]`` with a
+    gathered operand) match numpy and the kernels; what is not taken (integers, mixed
+    dtypes) goes the general way."""
+    rng = np.random.default_rng(5)
+    ln = np.tril(rng.random((8, 8))) + np.eye(8) * 4
+    bn = rng.random(8)
+    cols, vals = np.array([0, 3, 5, 7, 2]), rng.random(5)
+
+    def loop(L, b, x, xi, fi, v, c):
+        for i in range(8):
+            x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
+        return x, v @ x[c], xi @ xi, fi @ x[:3]
+
+    def make(m):
+        to = np.asarray if m is np else fl.asarray
+        out = loop(to(ln), to(bn), to(np.zeros(8)), to(np.arange(4)),
+                   to(np.ones(3, np.float32)), to(vals), to(cols))
+        return [np.asarray(o if m is np else o.get()) for o in out]
+
+    fl.reset_stats()
+    on = make(fl)
+    # (8 products, the gathered one, and each row's 0-d subtraction and division)
+    assert fl.stats()["kernels_launched"] == 0 and fl.stats()["host_operations"] == 9 + 16
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    off = make(fl)
+    for g, k, r in zip(on, off, make(np)):
+        assert g.dtype == k.dtype == r.dtype
+        np.testing.assert_allclose(g, r, rtol=1e-12)
+        np.testing.assert_allclose(g, k, rtol=1e-12)
+
+
+def _scalar_loop(m, t, s, f):
+    """nussinov-, crc16- and durbin-like statements on 0-d values."""
+    for i in range(3, -1, -1):
+        for j in range(i + 1, 5):
+            t[i, j] = max(t[i, j], t[i + 1, j - 1] + (1 if s[i] + s[j] == 3 else 0))
+            for k in range(i + 1, j):
+                t[i, j] = max(t[i, j], t[i, k] + t[k + 1, j])
+    crc = 0xFFFF
+    for b in s:
+        cur = 0xFF & b
+        for _ in range(4):
+            crc = (crc >> 1) ^ 0x8408 if (crc & 1) ^ (cur & 1) else crc >> 1
+            cur >>= 1
+    alpha, beta = -f[0], 1.0
+    for k in range(1, 4):
+        beta *= 1.0 - alpha * alpha
+        alpha = -(f[k] + f[k - 1] * 0.5) / beta
+        f[k] = alpha
+    return t, crc, f, alpha * 2
+
+
+def test_0d_operations_computed_at_once(host, monkeypatch):
+    """Operators on 0-d operands (elements, values made here, Python scalars) on the
+    CPU device give arrays holding their value (no node, no evaluation); in-place
+    operators on such a value, bool/int/float of it and assigning it need no buffer;
+    results and dtypes are numpy's and the kernels'."""
+    tn = np.arange(25, dtype=np.int32).reshape(5, 5) % 7
+    sn = np.array([1, 2, 0, 3, 2], dtype=np.int32)
+    fn = np.array([0.5, -0.25, 0.125, 2.0], dtype=np.float32)
+
+    def make():
+        t, s, f = fl.asarray(tn.copy()), fl.asarray(sn), fl.asarray(fn.copy())
+        fl.reset_stats()
+        t, crc, f, a = _scalar_loop(fl, t, s, f)
+        st = fl.stats()
+        return [t.get(), np.asarray(crc), f.get(), a.get()], st
+
+    on, st = make()
+    assert st["kernels_launched"] == 0 and st["host_operations"] > 100
+    # (at most the statements' writes, 20 + 3, and a.get(): no evaluation per operation)
+    assert st["host_evaluations"] <= 24
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    off, st_off = make()
+    assert st_off["host_operations"] == 0 and st_off["kernels_launched"] > 50
+    ref = _scalar_loop(np, tn.copy(), sn, fn.copy())
+    for g, k, r in zip(on, off, [np.asarray(x) for x in ref]):
+        assert g.dtype == k.dtype == r.dtype
+        np.testing.assert_array_equal(g, r)
+        np.testing.assert_array_equal(g, k)
+
+
+def test_0d_values_errors_and_kernels(host, monkeypatch):
+    """Errors stay numpy's (an int out of range, a cast refused in place); a value made
+    here reads the element when made, and a kernel reading it later sees that value."""
+    a = fl.asarray(np.array([3, 5, 7], dtype=np.int8))
+    with pytest.raises(OverflowError):
+        a[0] + 300
+    v = a[1] * 2
+    with pytest.raises(TypeError, match="same_kind"):
+        v /= 2
+    assert v.dtype == np.int8 and int(v) == 10
+    w = a[2] - a[0]                    # 4, read now
+    a[2] = 0
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    fl.reset_stats()
+    np.testing.assert_array_equal((a + w).get(), np.array([7, 9, 4], dtype=np.int8))
+    assert fl.stats()["kernels_launched"] == 1
+
+
+def test_small_mask_selections_and_writes(host, monkeypatch):
+    """``x[m]`` and ``x[m] = v`` with a boolean mask of x's shape (nbody's ``inv_r3[inv_r3
+    > 0] = inv_r3[inv_r3 > 0] ** (-1.5)``): numpy's, without a compaction kernel; a
+    kept mask reading x keeps its values; a value of another length raises as before."""
+    rng = np.random.default_rng(7)
+    xn = rng.random((5, 5)) - 0.5
+
+    def run(x):
+        x[x > 0] = x[x > 0] ** (-1.5)
+        r = x * 2 + 1                      # lazy: x[m] = 0.0 below is not a plain view
+        r[r < 0.5] = 0.0
+        keep = x < 0                       # kept: read before the write below
+        x[keep] = x[keep] * 3
+        return [x, r, keep, x[x < 0.1], x[x > 100]]
+
+    def make():
+        fl.reset_stats()
+        out = [o.get() for o in run(fl.asarray(xn.copy()))]
+        return out, fl.stats()
+
+    on, st = make()
+    assert st["scans"] == 0 and st["kernels_launched"] == 0
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    off, st_off = make()
+    assert st_off["scans"] > 0
+    for g, k, r in zip(on, off, run(xn.copy())):
+        assert g.dtype == k.dtype == r.dtype and g.shape == r.shape == k.shape
+        np.testing.assert_allclose(g, r, rtol=1e-12)
+        np.testing.assert_allclose(g, k, rtol=1e-12)
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 14)
+    x = fl.asarray(xn.copy())
+    with pytest.raises(ValueError):
+        x[x > 0] = fl.asarray(np.ones(30))
