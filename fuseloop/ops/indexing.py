@@ -548,11 +548,11 @@ def _positions(keys: list[Any], lengths: tuple[int, ...], srcs: list[int],
 
         checks = [c for _, c in computed]
         if gates is None:
-            wrapped = wrapped_in_range(checks)
+            positions = wrapped_in_range(checks)
         else:
-            wrapped, ok = gated_in_range(checks)
+            positions, ok = gated_in_range(checks)
             gates.append((ok, checks))
-        for (p, _), node in zip(computed, wrapped):
+        for (p, _), node in zip(computed, positions):
             nodes[p] = node
     for shape, group in on_device.items():
         outs = run([g for _, g in group], shape, device)
