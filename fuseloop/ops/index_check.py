@@ -13,7 +13,10 @@ A scatter does not wait for that value before its launch (:func:`gated_in_range`
 the check's answer stays on the device, as a one-element "in range" array that masks
 every store of the scatter's kernel (``Target.mask``), and is read back once after
 the scatter is enqueued.  Nothing is written when an index is out of range, and the
-host waits once per scatter instead of once between the check and the scatter.
+host waits once per scatter instead of once between the check and the scatter.  Not
+on a CPU device (unless :data:`GATE_ON_CPU`): there a round trip costs little, small
+checks are computed on the host anyway (:mod:`fuseloop.host_path`), and a wait after
+the scatter would keep the host from preparing the next statement while it runs.
 Not while ``fl.fuse`` traces: the answer read back would be the traced call's, so
 the checked gather (whose flag each replay reads) is used then.
 """
@@ -28,6 +31,14 @@ from ..array import Array
 from ..expr.nodes import Node
 
 _INT64 = np.dtype(np.int64)
+#: whether a CPU device's scatters are gated by their check (see the module; tests)
+GATE_ON_CPU = False
+
+
+def gates(device: Any) -> bool:
+    """Whether a scatter on ``device`` masks its stores with its check's device answer
+    (:func:`gated_in_range`) rather than waiting for it before its launch."""
+    return GATE_ON_CPU or device.type != "cpu"
 
 
 def _outside(indices: list[tuple[Array, int, int]]) -> tuple[list[Array], Any]:

@@ -545,9 +545,10 @@ def _positions(keys: list[Any], lengths: tuple[int, ...], srcs: list[int],
                 codes.append(src + 2)
     if computed:
         from .index_check import gated_in_range, wrapped_in_range
+        from .index_check import gates as _gates
 
         checks = [c for _, c in computed]
-        if gates is None:
+        if gates is None or not _gates(device):
             positions = wrapped_in_range(checks)
         else:
             positions, ok = gated_in_range(checks)
