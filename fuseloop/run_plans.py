@@ -19,8 +19,8 @@ sizes, enqueue the same programs with this call's buffers and scalars.  The
 counters of ``fl.stats()`` move as they would without the plan.  Gathers of
 device indices are planned too: a replayed step's kernel reads its error flag as
 any launch does (:mod:`fuseloop.flags`: once at the end of the evaluation, and
-before a step that writes a target).  Scatters are never planned; neither is
-anything while ``show_code`` captures sources.
+before a step that writes a target).  Scatters are planned too (their index
+nodes walked like roots); nothing is while ``show_code`` captures sources.
 """
 
 from __future__ import annotations
@@ -257,9 +257,15 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
     # a mask (Target.mask) is walked like a root: its buffers are the plan's inputs
     masks = list({id(t.mask): t.mask for t in targets or ()
                   if isinstance(t, Target) and t.mask is not None}.values())
+    # and so are a scatter's index nodes (their buffers are inputs; their structure,
+    # with the scatter's axis, lengths, checks and atomic operation, is the key's)
+    scatters = [t.scatter for t in targets or ()
+                if isinstance(t, Target) and t.scatter is not None]
+    index_nodes = [n for sc in scatters for n in sc[1]]
     head.append(len(masks))
+    head.append(tuple((sc[0], len(sc[1]), tuple(sc[2]), tuple(sc[3])) for sc in scatters))
     offs = ViewOffsets()
-    walked = walk_structure([*roots, *masks], head, offs)
+    walked = walk_structure([*roots, *masks, *index_nodes], head, offs)
     if walked is None:
         return None
     toks, slots, storages, scalars = walked
@@ -270,8 +276,6 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
                 continue
             if isinstance(t, Storage):
                 t = Target(t, None, 0)
-            if t.scatter is not None:
-                return None
             s = t.storage
             k = slots.get(s)
             if k is None:
@@ -286,7 +290,7 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
                     meets.append(0 if view == written else 1 if views_disjoint(written, view)
                                  else 2)  # (the same view, disjoint, overlapping)
             toks.append(("T", k, t.strides, offs.cls(t.offset), tuple(meets),
-                         t.mask is not None))
+                         t.mask is not None, t.scatter is not None, t.atomic))
     if offs.values:
         for s in storages:
             if s.nbytes > INT32_LIMIT:

@@ -389,3 +389,43 @@ def test_a_replay_after_the_recipes_changed_plans_its_launches_again(gpu_recipes
     for step, old in zip(steps, kept):
         if step.program.has_reduce:
             assert step.plan is not old and step.plan.recipe.name == rows.name
+
+
+@pytest.mark.parametrize("checking", [False, True])
+def test_scatters_are_planned(device, plans, monkeypatch, checking):
+    """``a[idx] = v``, ``fl.add.at`` and a scatter whose values read its own target are
+    replayed with each call's buffers (they were linearised afresh at every call), and
+    every replay still checks its indices and writes nothing when one is out of range."""
+    from fuseloop.ops import index_check
+
+    monkeypatch.setattr(prog, "CHECK_STRUCTURE_CACHE", checking)
+    monkeypatch.setattr(index_check, "GATE_ON_CPU", True)  # (a GPU's masked scatters)
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        h = rng.standard_normal(16)
+        k = rng.integers(-16, 16, 24)
+        v = rng.standard_normal(24)
+        x, a, b = fl.asarray(h), fl.asarray(h), fl.asarray(h)
+        x[fl.asarray(k)] = fl.asarray(v) * 2
+        fl.add.at(a, fl.asarray(k), fl.asarray(v))
+        b[fl.asarray(k[:8])] = b[fl.asarray(k[8:16])] + 1.0
+        rx, ra, rb = h.copy(), h.copy(), h.copy()
+        rx[k] = v * 2
+        np.add.at(ra, k, v)
+        rb[k[:8]] = rb[k[8:16]] + 1.0
+        np.testing.assert_array_equal(x.get(), rx)
+        np.testing.assert_allclose(a.get(), ra, rtol=1e-12)
+        np.testing.assert_array_equal(b.get(), rb)
+        with pytest.raises(IndexError):
+            fl.add.at(a, fl.asarray(np.r_[k, 16]), fl.asarray(np.r_[v, 1.0]))
+        np.testing.assert_allclose(a.get(), ra, rtol=1e-12)
+
+    def scatter_targets(key):  # the target tokens of a key that scatter
+        if isinstance(key, tuple):
+            if len(key) == 8 and key[0] == "T":
+                return [key[7] or "set"] if key[6] else []
+            return [t for part in key for t in scatter_targets(part)]
+        return []
+
+    found = {t for key, plan in plans.items() if plan for t in scatter_targets(key)}
+    assert found == {"set", "add"}

@@ -239,3 +239,50 @@ def test_launch_counts_of_in_range_scatters(device):
     assert _launches(two, pair) == {"kernels": 2, "scans": 0}
     assert _launches(two, outer) == {"kernels": 2, "scans": 0}
     assert _launches(one, masked) == {"kernels": 2, "scans": 1}
+
+
+@pytest.mark.parametrize("op", ["set", "add"])
+def test_device_index_check_is_not_read_before_the_scatter(device, monkeypatch, op):
+    """A computed device index array's check leaves its answer on the device: the
+    scatter's stores are masked by it and it is read back once after the launch, not
+    read (a host round trip) between the check and the scatter."""
+    from fuseloop.ops import index_check
+
+    monkeypatch.setattr(index_check, "GATE_ON_CPU", True)  # (a GPU's way, here)
+
+    def read_first(*args: Any) -> Any:
+        raise AssertionError("the check was read back before the scatter's launch")
+
+    monkeypatch.setattr(index_check, "check_in_range", read_first)
+    h = np.arange(6.0)
+    k = np.array([1, -2, 1, 5])
+    x = fl.asarray(h)
+    _write(op, x, (fl.asarray(k),), fl.asarray(np.array([1.0, 2.0, 3.0, 4.0])))
+    ref = h.copy()
+    _write(op, ref, (k,), np.array([1.0, 2.0, 3.0, 4.0]))
+    np.testing.assert_array_equal(x.get(), ref)
+    # out of range: numpy's message naming the first bad value, nothing written
+    y = fl.asarray(h)
+    with pytest.raises(fl.errors.IndexOutOfBoundsError, match=_message(-9, 0, 6)):
+        _write(op, y, (fl.asarray(np.array([2, -9, 1, 4])),), 5.0)
+    np.testing.assert_array_equal(y.get(), h)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32])
+def test_add_at_with_device_indices_of_other_dtypes(device, monkeypatch, dtype):
+    """``fl.add.at`` with negative and repeated device indices into float64 and int32
+    targets matches numpy; out of range it raises and writes nothing (gated as on a GPU)."""
+    from fuseloop.ops import index_check
+
+    monkeypatch.setattr(index_check, "GATE_ON_CPU", True)
+    h = np.arange(7).astype(dtype)
+    k = np.array([0, -1, 3, 3, -7, 6, 0, 0])
+    v = np.arange(1, 9).astype(dtype)
+    x = fl.asarray(h)
+    fl.add.at(x, fl.asarray(k), fl.asarray(v) * 2)  # (the values' expression fused)
+    ref = h.copy()
+    np.add.at(ref, k, v * 2)
+    np.testing.assert_array_equal(x.get(), ref)
+    with pytest.raises(fl.errors.IndexOutOfBoundsError, match=_message(7, 0, 7)):
+        fl.add.at(x, fl.asarray(np.r_[k, 7, -8]), fl.asarray(np.r_[v, 1, 1]))
+    np.testing.assert_array_equal(x.get(), ref)

@@ -15,7 +15,8 @@ idx), ``gather`` (``x.take(idx)``) and ``gather-rows`` (``X.take(idx, axis=0)``,
 3. ``fl.explain(..., run=True)`` of the gathers;
 4. one table: each form's median time (a wait per call) for fuseloop and the device's
    peers (torch, torch.compile, cupy, jax.jit and ``fl.fuse`` on a GPU; numpy on the
-   CPU), each result checked against numpy, and best peer / fuseloop.
+   CPU), each result checked against numpy, and best peer / fuseloop; and fuseloop's
+   host CPU time per call (its Python and launches: a floor under its time on a GPU).
 
     python benchmarks/probes/scatter_probe.py [--log2 24] [--repeat 20] [--no-code]
         [--forms scatter,scatter-add]
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +95,20 @@ def inputs_of(name: str, n: int) -> dict[str, np.ndarray]:
     return wl.make(n, np.random.default_rng(0))
 
 
+def host_time(run: Any, repeat: int) -> float:
+    """CPU seconds of this process per call, calls enqueued back to back (one wait at
+    the end): the host's share, which a GPU's time per call cannot go below.  (On PoCL
+    the kernels run in this process' threads and count too.)"""
+    fl.synchronize()
+    t0 = time.process_time()
+    for _ in range(repeat):
+        run()
+    fl.synchronize()
+    return (time.process_time() - t0) / repeat
+
+
 def time_fuseloop(wl: Any, arrays: list[Any], want: np.ndarray, repeat: int
-                  ) -> tuple[float, int, bool]:
+                  ) -> tuple[float, int, bool, float]:
     run, fetch = wl.fuseloop(*arrays)
     run()
     ok = bool(np.allclose(fetch(), want, rtol=wl.rtol, atol=wl.atol))
@@ -103,7 +117,7 @@ def time_fuseloop(wl: Any, arrays: list[Any], want: np.ndarray, repeat: int
     run()
     fl.synchronize()
     kernels = fl.stats()["kernels_launched"]
-    return median_time(run, fl.synchronize, repeat), kernels, ok
+    return median_time(run, fl.synchronize, repeat), kernels, ok, host_time(run, repeat)
 
 
 def main() -> None:
@@ -133,15 +147,15 @@ def main() -> None:
                          run=True).as_text())
 
     print()
-    cols = ["fuseloop", "kernels"] + [p.name for p in peers]
+    cols = ["fuseloop", "host cpu", "kernels"] + [p.name for p in peers]
     print(f"{'form':14s}" + "".join(f" {c:>14s}" for c in cols) + "  best peer/fuseloop  ok")
     for name in args.forms.split(","):
         wl = next(w for w in BROAD if w.name == name)
         a = inputs_of(name, n)
         want = np.asarray(wl.reference(*[a[k] for k in wl.inputs]))
         arrays = [fl.asarray(a[k]) for k in wl.inputs]
-        t, kernels, ok = time_fuseloop(wl, arrays, want, args.repeat)
-        cells = [f"{t * 1e6:14.1f}", f"{kernels:14d}"]
+        t, kernels, ok, host = time_fuseloop(wl, arrays, want, args.repeat)
+        cells = [f"{t * 1e6:14.1f}", f"{host * 1e6:14.1f}", f"{kernels:14d}"]
         best = float("inf")
         for p in peers:
             try:
@@ -155,8 +169,8 @@ def main() -> None:
             p.release()
         ratio = f"{best / t:18.2f}" if best < float("inf") else f"{'-':>18s}"
         print(f"{name:14s}" + " ".join(["", *cells]) + f"  {ratio}  {'yes' if ok else 'NO'}")
-    print("\nmicroseconds per call, median, a wait after each call; 'kernels': launches "
-          "per fuseloop call")
+    print("\nmicroseconds per call, median, a wait after each call; 'host cpu': fuseloop's "
+          "CPU time per call, calls back to back; 'kernels': launches per fuseloop call")
 
 
 if __name__ == "__main__":

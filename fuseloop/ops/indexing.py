@@ -37,7 +37,7 @@ from ..host_masks import select as host_select
 from ..host_statements import assign as host_assign
 from ..trace_hooks import trace_checks
 from .masks import masked_fill
-from .shape import normalize_axis, ravel, transpose, view
+from .shape import broadcast_to, normalize_axis, ravel, transpose, view
 
 _new = object.__new__
 
@@ -504,6 +504,8 @@ def setitem(arr: Array, key: Any, value: Any, held: bool, atomic: str | None = N
     lengths = target.shape[pos:pos + m]
     result_shape = target.shape[:pos] + bshape + target.shape[pos + m:]
     srcs = [src for _, src, _ in split.arrays]
+    # (a check whose answer stays on the device: it masks the stores, read back after)
+    gates: list[tuple[Array, list]] = []
 
     def dest() -> Target:
         # called by assign once the value fits, before anything is written
@@ -514,15 +516,21 @@ def setitem(arr: Array, key: Any, value: Any, held: bool, atomic: str | None = N
             codes: tuple = tuple(src + 2 for src in srcs)
         else:
             # every value checked and in [0, n): the kernel neither wraps nor checks
-            nodes, codes = _positions(keys, lengths, srcs, split.in_range, arr.device, now=True)
+            nodes, codes = _positions(keys, lengths, srcs, split.in_range, arr.device, now=True,
+                                      gates=gates)
         # (the positions are computed before the scatter kernel, so none reads the buffer
         # written; should one ever be lazy over it, it gets a buffer of its own first)
         nodes = [n if storage not in n.storages else
                  Array._lazy(n, arr.device).copy().eval()._node for n in nodes]
+        mask = broadcast_to(gates[0][0], result_shape)._node if gates else None
         return Target(storage, leaf.view_strides(), leaf.offset,  # type: ignore[attr-defined]
-                      scatter=(pos, tuple(nodes), lengths, codes), atomic=atomic)
+                      scatter=(pos, tuple(nodes), lengths, codes), atomic=atomic, mask=mask)
 
     assign(target, value, cast="unsafe", value_is_held=held, scatter=(dest, result_shape))
+    if gates:
+        from .index_check import confirm
+
+        confirm(*gates[0])
 
 
 _INT64 = np.dtype(np.int64)
@@ -543,7 +551,8 @@ def _host_wrapped(k: np.ndarray, n: int, src: int) -> np.ndarray:
 
 
 def _positions(keys: list[Any], lengths: tuple[int, ...], srcs: list[int],
-               in_range: frozenset[int], device: Any, *, now: bool) -> tuple[list[Node], tuple]:
+               in_range: frozenset[int], device: Any, *, now: bool,
+               gates: list[tuple[Array, list]] | None = None) -> tuple[list[Node], tuple]:
     """Index nodes for a gather or scatter along axes of ``lengths`` (source axes
     ``srcs``, for messages) and each one's check code for :class:`Gather`.
 
@@ -556,7 +565,9 @@ def _positions(keys: list[Any], lengths: tuple[int, ...], srcs: list[int],
     runs no kernel), gathered at once from ``arange(n)`` by a checked gather: one
     kernel and one read-back of its error flag for each distinct index shape; or,
     computed already, checked by its minimum and maximum and wrapped by its reader
-    (:mod:`fuseloop.ops.index_check`).
+    (:mod:`fuseloop.ops.index_check`).  With ``gates`` (a scatter that masks its
+    stores), computed indices are not waited for: their check's device answer and the
+    indices are appended to ``gates`` for the scatter's mask and its read-back after.
     """
     nodes: list[Node | None] = []
     codes: list[bool | int] = []
@@ -587,9 +598,16 @@ def _positions(keys: list[Any], lengths: tuple[int, ...], srcs: list[int],
                 nodes.append(k._node)
                 codes.append(src + 2)
     if computed:
-        from .index_check import wrapped_in_range
+        from .index_check import gated_in_range, wrapped_in_range
+        from .index_check import gates as _gates
 
-        for (p, _), node in zip(computed, wrapped_in_range([c for _, c in computed])):
+        checks = [c for _, c in computed]
+        if gates is None or not _gates(device):
+            positions = wrapped_in_range(checks)
+        else:
+            positions, ok = gated_in_range(checks)
+            gates.append((ok, checks))
+        for (p, _), node in zip(computed, positions):
             nodes[p] = node
     for shape, group in on_device.items():
         outs = run([g for _, g in group], shape, device)
