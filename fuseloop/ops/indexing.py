@@ -448,6 +448,27 @@ def _same_view(value: Any, target: Array) -> bool:
             and a.view_strides() == b.view_strides())  # type: ignore[attr-defined]
 
 
+def _assigned_without_scatter(arr: Array, key: Any, value: Any, held: bool) -> bool:
+    """``arr[key] = value`` done when ``key`` is a plain view, a 0-d mask or a mask the
+    masked paths take; False when it needs the scatter."""
+    if type(value) is Array and not value._shape and value._storage is arr._storage \
+            and value._storage is not None and value.dtype is arr.dtype \
+            and _element_offset(arr, key) == value._node.offset:  # type: ignore[attr-defined]
+        return True  # a[i, j] += b: the in-place operator already wrote that element
+    plain = _plain_view(arr, key)
+    if plain is not None:
+        # (small, on a CPU device: written by numpy without assign's checks)
+        if not _same_view(value, plain) and not host_assign(plain, value, held):
+            assign(plain, value, cast="unsafe", value_is_held=held)
+        return True
+    flag = _zero_d_mask(key)
+    if flag is not None:
+        if flag:
+            setitem(arr, None, value, held)
+        return True
+    return bool(host_masked_assign(arr, key, value) or masked_fill(arr, key, value))
+
+
 def setitem(arr: Array, key: Any, value: Any, held: bool, atomic: str | None = None) -> None:
     """``arr[key] = value``; ``atomic``: ``arr[key] = atomic(arr[key], value)`` unbuffered,
     an atomic update per element (``fl.add.at``, :mod:`fuseloop.ops.scatter_add`)."""
@@ -467,22 +488,7 @@ def setitem(arr: Array, key: Any, value: Any, held: bool, atomic: str | None = N
             assign(arr, value, cast="unsafe", value_is_held=held)
         return
     if atomic is None:
-        if type(value) is Array and not value._shape and value._storage is arr._storage \
-                and value._storage is not None and value.dtype is arr.dtype \
-                and _element_offset(arr, key) == value._node.offset:  # type: ignore[attr-defined]
-            return  # a[i, j] += b: the in-place operator already wrote that element
-        plain = _plain_view(arr, key)
-        if plain is not None:
-            # (small, on a CPU device: written by numpy without assign's checks)
-            if not _same_view(value, plain) and not host_assign(plain, value, held):
-                assign(plain, value, cast="unsafe", value_is_held=held)
-            return
-        flag = _zero_d_mask(key)
-        if flag is not None:
-            if flag:
-                setitem(arr, None, value, held)
-            return
-        if host_masked_assign(arr, key, value) or masked_fill(arr, key, value):
+        if _assigned_without_scatter(arr, key, value, held):
             return
         split = _split(arr, key)
     if arr.is_lazy:
