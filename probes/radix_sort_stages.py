@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+# (this checkout's fuseloop, not an installed one: the settings timed are this branch's)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import fuseloop as fl
 from fuseloop.bench.runner import median_time
 from fuseloop.ops import radix_sort
