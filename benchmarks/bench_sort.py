@@ -12,7 +12,9 @@ against numpy once.  Times are medians of ``--repeat`` calls after warm-up; the 
 column is the peer's time over fuseloop's (above 1: fuseloop is faster).  Usage::
 
     python benchmarks/bench_sort.py [--device SPEC] [--log2 N] [--repeat K] [--no-old]
-        [--variants classic,onesweep,fused]
+        [--variants classic,onesweep,fused] [--sweep] [--pass-variants]
+
+``--pass-variants`` times the one-sweep pass kernel's variants (``PASS_VARIANTS``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+# (this checkout's fuseloop, not an installed one: the settings timed are this branch's)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import fuseloop as fl
 from fuseloop.bench.runner import median_time
 from fuseloop.ops import radix_sort
@@ -123,6 +127,51 @@ def _sweep(rows: list[Row], a: np.ndarray, repeat: int) -> None:
         radix_sort.LOOKBACK = saved_lookback
 
 
+#: --pass-variants: the one-sweep pass kernel's variants (radix_sort's settings), each
+#: timed fused on sort and argsort of float32
+PASS_VARIANTS: dict[str, dict[str, Any]] = {
+    "atomic look-back 4": {},
+    "volatile look-back 4": {"LOOKBACK_VOLATILE": True},
+    "volatile look-back 8": {"LOOKBACK_VOLATILE": True, "LOOKBACK": 8},
+    "volatile look-back 16": {"LOOKBACK_VOLATILE": True, "LOOKBACK": 16},
+    "raking scan": {"RAKE_SCAN": True},
+    "raking scan volatile look-back 8": {"RAKE_SCAN": True, "LOOKBACK_VOLATILE": True,
+                                         "LOOKBACK": 8},
+    "per 32 atomic look-back 4": {"SWEEP_PER": 32},
+    "per 32 volatile look-back 8": {"SWEEP_PER": 32, "LOOKBACK_VOLATILE": True,
+                                    "LOOKBACK": 8},
+    "per 32 raking scan volatile look-back 8": {"SWEEP_PER": 32, "RAKE_SCAN": True,
+                                                "LOOKBACK_VOLATILE": True, "LOOKBACK": 8},
+}
+
+
+def _pass_variants(rows: list[Row], a: np.ndarray, repeat: int) -> None:
+    """fl.sort and fl.argsort of ``a`` by the fused one-sweep passes with each of
+    PASS_VARIANTS (the layout used in the note: SWEEP_PER is taken where it fits)."""
+    x = fl.asarray(a)
+    for label, settings in PASS_VARIANTS.items():
+        for op, ref, values in (("sort", np.sort(a), False),
+                                ("argsort", np.argsort(a, kind="stable"), True)):
+            fn = getattr(fl, op)
+
+            def run(settings: dict[str, Any] = settings, fn: Any = fn, ref: np.ndarray = ref,
+                    values: bool = values) -> tuple[float, str]:
+                saved = {k: getattr(radix_sort, k) for k in (*settings, "VARIANT")}
+                try:
+                    for k, v in {**settings, "VARIANT": "fused"}.items():
+                        setattr(radix_sort, k, v)
+                    base = radix_sort.layout_for(x.device, 4, values, a.size)
+                    assert base is not None
+                    got = radix_sort.sweep_layout(x.device, base, 4, values)
+                    note = f"layout {tuple(got)} " + _check(fn(x).get(), ref)
+                    return median_time(lambda: fn(x).eval(), fl.synchronize, repeat), note
+                finally:
+                    for k, v in saved.items():
+                        setattr(radix_sort, k, v)
+
+            _attempt(rows, f"{op} float32", f"fuseloop fused {label}", run)
+
+
 def _numpy(rows: list[Row], data: dict[str, np.ndarray], repeat: int) -> None:
     for name, a in data.items():
         _attempt(rows, f"sort {name}", "numpy sort",
@@ -181,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
                         "(work-items per group x the most keys per work-item) and "
                         "copies of the count kernel's histogram, and the fused one-sweep "
                         "look-back's reads at once")
+    p.add_argument("--pass-variants", action="store_true",
+                   help="also time the fused one-sweep pass kernel's variants "
+                        "(PASS_VARIANTS: look-back reads, tile size, raking scan) on float32")
     args = p.parse_args(argv)
     if args.device:
         fl.set_device(args.device)
@@ -193,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         _fuseloop(rows, data, args.repeat, f"fuseloop radix sort {variant}", True, variant)
     if args.sweep and dev.backend == "opencl":
         _sweep(rows, data["float32"], args.repeat)
+    if args.pass_variants and dev.backend == "opencl":
+        _pass_variants(rows, data["float32"], args.repeat)
     if not args.no_old and dev.backend == "opencl":
         _fuseloop(rows, data, max(3, args.repeat // 3), "fuseloop + pyopencl RadixSort",
                   False)

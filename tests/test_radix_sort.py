@@ -292,3 +292,38 @@ def test_onesweep(device, monkeypatch, variant):
     x = fl.asarray(np.full(5000, -2.5, np.float32))
     np.testing.assert_array_equal(fl.argsort(x).get(), np.arange(5000))
     np.testing.assert_array_equal(fl.sort(x).get(), np.full(5000, -2.5, np.float32))
+
+
+def test_sweep_variants(device, monkeypatch):
+    """The one-sweep pass kernel's variants together (bench_sort.py --pass-variants):
+    8192-key tiles (SWEEP_PER), the look-back reading 8 status words at once by
+    volatile loads, the raking scan, against numpy on 3 tiles and a part: special
+    floats and ties across tiles (sort, argsort, descending).  "onesweep" (its key,
+    histogram and starts kernels are test_onesweep's: two new builds; the settings
+    are the fused variant's pass kernel's too); 64-bit keys would take more builds
+    than this file's time budget allows (the settings do not touch the key's code)."""
+    if not _gpu_layout(device, monkeypatch):
+        pytest.skip("the device's work-groups are smaller than a GPU's")
+    # (room for an 8192-key tile with positions and 64-bit keys: PoCL's local memory is
+    # host memory)
+    monkeypatch.setattr(radix_sort, "local_memory", lambda device: 128 * 1024)
+    monkeypatch.setattr(radix_sort, "VARIANT", "onesweep")
+    monkeypatch.setattr(radix_sort, "SWEEP_PER", 32)
+    monkeypatch.setattr(radix_sort, "LOOKBACK_VOLATILE", True)
+    monkeypatch.setattr(radix_sort, "LOOKBACK", 8)
+    monkeypatch.setattr(radix_sort, "RAKE_SCAN", True)
+    base = radix_sort.Layout(256, 16)
+    assert radix_sort.sweep_layout(device, base, 8, True) == (256, 32)
+    rng = np.random.default_rng(28)
+    n = 3 * 8192 + 77
+    a = np.concatenate([rng.choice(_SPECIAL, n // 3),
+                        rng.integers(-40, 40, n - n // 3)]).astype(np.float32)
+    rng.shuffle(a)
+    x = fl.asarray(a)
+    np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
+    np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
+    np.testing.assert_array_equal(fl.argsort(x, descending=True).get(), _descending_ref(a))
+    # where the tile does not fit, the layout's own
+    monkeypatch.setattr(radix_sort, "local_memory", lambda device: 48 * 1024)
+    assert radix_sort.sweep_layout(device, base, 4, True) == base
+    assert radix_sort.sweep_layout(device, base, 4, False) == (256, 32)

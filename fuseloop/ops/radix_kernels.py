@@ -7,7 +7,8 @@ copies of the count's histogram, ``SCAN_LOCAL`` (the scan through local memory),
 ``BITS``/``INF`` the width and +inf's bits; ``ONESWEEP`` (the scatter with the count and
 scan folded in, after ``HIST``'s kernels), ``FROM_SRC`` (the one-sweep histogram and
 first pass reading the values, ``U``/``U4`` of their width, instead of keys),
-``LOOKBACK`` the status words a look-back step reads, ``NBYTES``
+``LOOKBACK`` the status words a look-back step reads, ``LB_VOLATILE`` (read by
+volatile loads, not atomics), ``RAKE_SCAN`` (block_scan's raking way), ``NBYTES``
 the key's bytes and ``HNSUB`` the copies of ``HIST``'s histograms (``STARTS`` after ``HIST``)."""
 
 from __future__ import annotations
@@ -26,16 +27,49 @@ COMMON = r"""
 #define DIGIT_OF(k, v) ((uint)(((k) >> shift) & 0xFF))
 #endif
 
+#ifndef RAKE_SCAN
+#define RAKE_SCAN 0
+#endif
+/* RAKE_SCAN: RAKERS work-items scan RAKE work-items' sums each (stored with a word of
+   padding every RAKE: a raker's reads fall in different banks), their totals after */
+#define RAKERS (WG < 32 ? WG : 32)
+#define RAKE (WG / RAKERS)
+#define RP(i) (RAKE > 1 ? (i) + (i) / RAKE : (i))
+
 /* a[PAD(0 .. WG * per)) replaced by its exclusive prefix sums, each work-item summing
    `per` consecutive entries; returns the sum of all of them.  sums: 2 * WG words of
    scratch, a Hillis-Steele scan of the work-items' sums that alternates between its two
-   halves, so that each step takes one barrier (reads of one half, writes of the other) */
+   halves, so that each step takes one barrier (reads of one half, writes of the other);
+   RAKE_SCAN: a raking scan instead, 2 barriers in all rather than log2(WG) + 1 */
 uint block_scan(__local uint *a, const int per, __local uint *sums)
 {
     const int lid = get_local_id(0);
     uint s = 0;
     for (int k = 0; k < per; ++k)
         s += a[PAD(lid * per + k)];
+#if RAKE_SCAN
+    sums[RP(lid)] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < RAKERS) {
+        uint t = 0;
+        for (int i = 0; i < RAKE; ++i) {
+            const uint v = sums[RP(lid * RAKE + i)];
+            sums[RP(lid * RAKE + i)] = t;
+            t += v;
+        }
+        sums[RP(WG) + lid] = t;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* every work-item adds the totals of the rakers before its own (the same words
+       across the group: broadcast reads) */
+    uint run = sums[RP(lid)], total = 0;
+    const int mine = lid / RAKE;
+    for (int r = 0; r < RAKERS; ++r) {
+        const uint t = sums[RP(WG) + r];
+        run += r < mine ? t : 0;
+        total += t;
+    }
+#else
     sums[lid] = s;
     barrier(CLK_LOCAL_MEM_FENCE);
     int from = 0;
@@ -47,6 +81,7 @@ uint block_scan(__local uint *a, const int per, __local uint *sums)
     }
     const uint total = sums[from + WG - 1];
     uint run = sums[from + lid] - s;
+#endif
     for (int k = 0; k < per; ++k) {
         const uint c = a[PAD(lid * per + k)];
         a[PAD(lid * per + k)] = run;
@@ -247,6 +282,15 @@ SCATTER = r"""
 #define ST_INC 0x80000000u
 #define ST_COUNT 0x3FFFFFFFu
 #define ST_HEAD 32
+/* a status word read by the look-back: LB_VOLATILE, a volatile load (on NVIDIA one
+   that skips the L1 and reads the L2, where the atomics publish; a whole warp's words
+   of a tile in one transaction), else an atomic (the L2's atomic unit, a lane at a
+   time).  A word holds its count and flag together, so either sees a whole one. */
+#if LB_VOLATILE
+#define LB_READ(p) (*(volatile __global uint *)(p))
+#else
+#define LB_READ(p) atomic_or((p), 0u)
+#endif
 /* FROM_SRC: the first pass reads the values (U) and makes their keys and positions as
    fl_radix_keys would (kind, descending, canon) */
 #if FROM_SRC
@@ -498,14 +542,14 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
                     uint s[LOOKBACK];
 #pragma unroll
                     for (int i = 0; i < LOOKBACK; ++i)
-                        s[i] = t - i >= 0 ? atomic_or(&st[(t - i) * RADIX + d], 0u) : 0u;
+                        s[i] = t - i >= 0 ? LB_READ(&st[(t - i) * RADIX + d]) : 0u;
                     int found = 0;
 #pragma unroll
                     for (int i = 0; i < LOOKBACK; ++i) {
                         if (found || t - i < 0)
                             continue;
                         while (!(s[i] & (ST_AGG | ST_INC)))
-                            s[i] = atomic_or(&st[(t - i) * RADIX + d], 0u);
+                            s[i] = LB_READ(&st[(t - i) * RADIX + d]);
                         before += s[i] & ST_COUNT;
                         found = (s[i] & ST_INC) != 0;
                     }

@@ -72,6 +72,15 @@ promise to run (a CPU whose threads are descheduled spins: on this 2-core shared
 machine's PoCL one-sweep took 15 times the CPU time of the classic passes), so other
 devices keep the classic passes.
 
+The one-sweep pass kernel (240-290 us a pass of 2^24 float32 on an H200, where moving
+its 128 MB takes ~30 us) has variants as settings, off until timed on a GPU
+(``benchmarks/bench_sort.py --pass-variants``, ``probes/radix_sort_stages.py`` for the
+pass alone): LOOKBACK_VOLATILE (status words read by plain volatile loads: every step of
+every walk otherwise goes through the L2's atomic unit a word at a time), RAKE_SCAN (the
+tile's two count scans with 2 barriers each instead of 9) and SWEEP_PER (8192-key tiles
+for ``sort``: half the tiles, look-back walks and barriers a key, at more local memory a
+work-group).
+
 The sort is stable, so sorting many rows at once is a sort by value followed by more
 passes over the digits of the row number (read from the payload, the position).
 Positions are 32-bit, so arrays of 2^32 elements or more and devices with too little
@@ -134,6 +143,18 @@ GPU_VARIANT, CPU_VARIANT = "fused", "classic"
 ONESWEEP_VENDORS = ("nvidia",)
 #: status words a one-sweep look-back step reads at once (a power of two)
 LOOKBACK = 4
+#: the look-back reads status words by volatile loads (True; on NVIDIA plain loads from
+#: the L2, a warp's words of a tile in one transaction) or by atomics (False: the L2's
+#: atomic unit, a word at a time, for every step of every walk)
+LOOKBACK_VOLATILE = False
+#: the one-sweep pass kernel's scans of its tile's counts by raking (True: 2 barriers a
+#: scan, 32 work-items summing 8 sums each serially) or Hillis-Steele (False: 9 barriers
+#: a scan for 256 work-items, every work-item busy)
+RAKE_SCAN = False
+#: keys a work-item of the one-sweep passes (None: the layout's, as the classic
+#: passes'): more keys make fewer, larger tiles (fewer look-back walks and barriers a
+#: key, more local memory a work-group: taken only where the tile fits, else halved)
+SWEEP_PER: int | None = None
 #: the one-sweep status words hold counts in 30 bits: larger arrays take "classic"
 MAX_ONESWEEP = (1 << 30) - 1
 #: words of the one-sweep state before its status arrays (the two tile counters)
@@ -247,6 +268,19 @@ def variant_for(device: Device, n: int, rows: int, layout: Layout | None = None,
     return GPU_VARIANT if any(v in vendor for v in ONESWEEP_VENDORS) else "classic"
 
 
+def sweep_layout(device: Device, layout: Layout, key_size: int, values: bool) -> Layout:
+    """The one-sweep passes' layout: ``layout`` with SWEEP_PER keys a work-item where
+    set and the one-sweep kernel's local memory fits (halved until it does; the
+    ranking's 16-bit counts take tiles below 2^16 keys)."""
+    if SWEEP_PER is None:
+        return layout
+    per = min(SWEEP_PER, 255, ((1 << 16) - 1) // layout.group)
+    while per > layout.per and not _onesweep_fits(device, Layout(layout.group, per),
+                                                  key_size, values):
+        per //= 2
+    return Layout(layout.group, per) if per >= 1 else layout
+
+
 def _hist_copies(device: Device, key_size: int, recipe: Recipe) -> int:
     """The one-sweep histogram kernel's copies of its histograms (one a key byte)."""
     copies = recipe.copies
@@ -273,18 +307,21 @@ def _onesweep_kernels(key_size: int, values: bool, layout: Layout, recipe: Recip
     bytes (``copies`` of the histograms); ``value_size``: the histogram and the pass
     read values of that many bytes and make their keys (the fused variant's first
     pass; its starts kernel is the same as without)."""
-    key = ("onesweep", key_size, values, layout, recipe, copies, value_size, LOOKBACK)
+    key = ("onesweep", key_size, values, layout, recipe, copies, value_size, LOOKBACK,
+           LOOKBACK_VOLATILE, RAKE_SCAN)
     found = _PASSES.get(key)
     if found is not None:
         return found
     opts = [*_options(key_size, values, layout, recipe, value_size), "-DONESWEEP=1",
             f"-DNBYTES={key_size}", f"-DHNSUB={copies}", f"-DFROM_SRC={int(value_size > 0)}",
-            f"-DLOOKBACK={LOOKBACK}"]
+            f"-DLOOKBACK={LOOKBACK}", f"-DLB_VOLATILE={int(LOOKBACK_VOLATILE)}",
+            f"-DRAKE_SCAN={int(RAKE_SCAN)}"]
     g = layout.group
-    # (the histogram kernel does not depend on the positions, the starts kernel on
-    # nothing but the work-group: fewer builds)
+    # (the histogram kernel depends on neither the positions nor the tile, the starts
+    # kernel on nothing but the work-group: fewer builds)
     hist_opts = [o for o in opts
-                 if not o.startswith(("-DHAS_VALUES", "-DNSUB", "-DSCAN", "-DLOOKBACK"))]
+                 if not o.startswith(("-DHAS_VALUES", "-DNSUB", "-DSCAN", "-DLOOKBACK",
+                                      "-DLB_", "-DRAKE", "-DPER"))]
     made = (
         _plan("fl_radix_hist", COMMON + BITS + HIST,
               ["in0", "out0", "out1", "s0", "s1", "s2", "s3", "p0", "p1"],
@@ -391,6 +428,8 @@ def sort_keys(src: Array, row: int, descending: bool, canon: bool, positions: bo
     rows = n // row
     values = positions or rows > 1
     variant = variant_for(dev, n, rows, layout, key_size, values)
+    if variant != "classic":
+        layout = sweep_layout(dev, layout, key_size, values)
     if variant == "fused":
         done = _fused(src, descending, canon, values, layout, want_values)
         if done is not None:
@@ -549,5 +588,5 @@ def values_of(keys: Storage, dt: np.dtype, n: int, descending: bool,
     return out
 
 
-__all__ = ["Layout", "Recipe", "Sorted", "layout_for", "recipe_for", "sort_keys", "values_of",
-           "variant_for"]
+__all__ = ["Layout", "Recipe", "Sorted", "layout_for", "recipe_for", "sort_keys",
+           "sweep_layout", "values_of", "variant_for"]
