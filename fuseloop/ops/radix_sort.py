@@ -74,7 +74,7 @@ devices keep the classic passes.
 
 The one-sweep pass kernel (240-290 us a pass of 2^24 float32 on an H200, where moving
 its 128 MB takes ~30 us) has variants as settings, off until timed on a GPU
-(``benchmarks/bench_sort.py --pass-variants``, ``probes/radix_sort_stages.py`` for the
+(``benchmarks/bench_sort.py --pass-variants``, ``benchmarks/probes/radix_pass_slope.py`` for the
 pass alone): LOOKBACK_VOLATILE (status words read by plain volatile loads: every step of
 every walk otherwise goes through the L2's atomic unit a word at a time), RAKE_SCAN (the
 tile's two count scans with 2 barriers each instead of 9) and SWEEP_PER (8192-key tiles

@@ -6,7 +6,7 @@ histogram kernel reads every byte in each case), so the slope of the time over t
 passes is one pass kernel's time and the intercept the rest (histograms, starts,
 launches).  Usage (the lead's GPU run)::
 
-    python probes/radix_sort_stages.py [--log2 24] [--repeat 10] [--only LABEL,...]
+    python benchmarks/probes/radix_pass_slope.py [--log2 24] [--repeat 10] [--only LABEL,...]
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 
 # (this checkout's fuseloop, not an installed one: the settings timed are this branch's)
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import fuseloop as fl
 from fuseloop.bench.runner import median_time
 from fuseloop.ops import radix_sort
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_sort import PASS_VARIANTS  # (one list of variants for both)
 
 
