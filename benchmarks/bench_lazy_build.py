@@ -40,7 +40,6 @@ import json
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +48,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_host_overhead import copy_package
+from compare_host_overhead import copy_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / ".baseline"  # the round's starting code (07ce141), where present
@@ -204,11 +203,7 @@ def main() -> None:
         _clock = time.process_time
     revs = args.revs or (["WT", str(BASELINE)] if BASELINE.is_dir() else ["WT"])
 
-    tmp = Path(tempfile.mkdtemp(prefix="fuseloop-build-"))
-    names = [f"fuseloop_v{k}" for k in range(len(revs))]
-    for rev, name in zip(revs, names):
-        copy_package(rev, name, tmp)
-    sys.path.insert(0, str(tmp))
+    tmp, names = copy_packages(revs, "build")
 
     rng = np.random.default_rng(3)
     xh = rng.random(args.n, dtype=np.float32)

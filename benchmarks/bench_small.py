@@ -33,7 +33,6 @@ import pstats
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_host_overhead import copy_package
+from compare_host_overhead import copy_packages
 
 N_RECUR = 200
 N_TRI = 60
@@ -171,11 +170,7 @@ def main() -> None:
     args = ap.parse_args()
     now = time.perf_counter if args.clock == "wall" else time.thread_time
 
-    tmp = Path(tempfile.mkdtemp(prefix="fuseloop-small-"))
-    names = [f"fuseloop_s{k}" for k in range(len(args.revs))]
-    for rev, name in zip(args.revs, names):
-        copy_package(rev, name, tmp)
-    sys.path.insert(0, str(tmp))
+    tmp, names = copy_packages(args.revs, "small")
     versions: list[tuple[str, Any, dict]] = []
     for rev, name in zip(args.revs, names):
         fl = importlib.import_module(name)

@@ -29,7 +29,6 @@ import importlib
 import json
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,7 +37,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_host_overhead import copy_package
+from compare_host_overhead import copy_packages
 
 Call = Callable[[], Any]
 
@@ -110,11 +109,7 @@ def main() -> None:
     args = ap.parse_args()
     n = 1 << args.log2n
 
-    tmp = Path(tempfile.mkdtemp(prefix="fuseloop-figures-"))
-    names = [f"fuseloop_v{i}" for i in range(len(args.revs))]
-    for rev, name in zip(args.revs, names):
-        copy_package(rev, name, tmp)
-    sys.path.insert(0, str(tmp))
+    tmp, names = copy_packages(args.revs, "figures")
     versions = []
     for name in names:
         fl = importlib.import_module(name)

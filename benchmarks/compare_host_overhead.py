@@ -69,6 +69,17 @@ CASES: dict[str, tuple[Any, Any]] = {
 }
 
 
+def copy_packages(revs: list[str], stem: str) -> tuple[Path, list[str]]:
+    """Each of ``revs`` as a package of its own (:func:`copy_package`) in a new temporary
+    folder put first on ``sys.path``: the folder and the packages' names, in order."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"fuseloop-{stem}-"))
+    names = [f"fuseloop_{stem}{k}" for k in range(len(revs))]
+    for rev, name in zip(revs, names):
+        copy_package(rev, name, tmp)
+    sys.path.insert(0, str(tmp))
+    return tmp, names
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("revs", nargs="+",
@@ -80,11 +91,7 @@ def main() -> None:
     ap.add_argument("--out", help="write the results as JSON here")
     args = ap.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="fuseloop-compare-"))
-    names = [f"fuseloop_v{k}" for k in range(len(args.revs))]
-    for rev, name in zip(args.revs, names):
-        copy_package(rev, name, tmp)
-    sys.path.insert(0, str(tmp))
+    tmp, names = copy_packages(args.revs, "compare")
 
     rng = np.random.default_rng(1)
     xh = rng.random(1000, dtype=np.float32)

@@ -18,7 +18,6 @@ import argparse
 import importlib
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_lazy_multi import CASES
-from compare_host_overhead import copy_package
+from compare_host_overhead import copy_packages
 
 
 def prepare(fl: Any, name: str, n: int) -> tuple[Any, int]:
@@ -86,11 +85,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--case", nargs="*", default=sorted(CASES))
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="fuseloop-compare-"))
-    names = [f"fuseloop_v{k}" for k in range(len(args.revs))]
-    for rev, name in zip(args.revs, names):
-        copy_package(rev, name, tmp)
-    sys.path.insert(0, str(tmp))
+    names = copy_packages(args.revs, "multi")[1]
     pkgs = [importlib.import_module(name) for name in names]
     print(f"host us per evaluation (enqueue excluded), n={args.n}, "
           f"median of {args.rounds} interleaved rounds of {args.calls}")

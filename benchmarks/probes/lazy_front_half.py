@@ -18,7 +18,6 @@ import argparse
 import importlib
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_lazy_multi import CASES
-from compare_host_overhead import copy_package
+from compare_host_overhead import copy_packages
 
 
 def prepare(fl: Any, name: str, n: int) -> tuple[Any, Any]:
@@ -75,11 +74,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--case", nargs="*", default=sorted(CASES))
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="fuseloop-front-"))
-    names = [f"fuseloop_f{k}" for k in range(len(args.revs))]
-    for rev, name in zip(args.revs, names):
-        copy_package(rev, name, tmp)
-    sys.path.insert(0, str(tmp))
+    names = copy_packages(args.revs, "front")[1]
     pkgs = [importlib.import_module(name) for name in names]
     print(f"CPU us per call, n={args.n}, median of {args.rounds} interleaved rounds of "
           f"{args.calls}: build | build + key + plan look-up (replay excluded)")
