@@ -76,6 +76,19 @@ def cpu():
         yield dev
 
 
+
+@pytest.fixture
+def host(cpu, monkeypatch):
+    """The CPU device with the host path on (skips where its buffers are not host memory)."""
+    from fuseloop import host_path
+
+    if not host_path.host_device(cpu):
+        pytest.skip(f"{cpu.name}: not a device whose buffers numpy may use")
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 14)
+    # (no kernel plan kept from another test: a cached flat kernel runs in its place)
+    fl.clear_caches()
+    return cpu
+
 @pytest.fixture
 def pocl(cpu):
     """The CPU device, where the recipes apply vector builtins (PoCL); skips elsewhere."""

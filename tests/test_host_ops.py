@@ -14,15 +14,6 @@ from fuseloop import host_path
 from fuseloop.expr.nodes import Scalar
 
 
-@pytest.fixture
-def host(cpu, monkeypatch):
-    if not host_path.host_device(cpu):
-        pytest.skip(f"{cpu.name}: not a device whose buffers numpy may use")
-    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 14)
-    fl.clear_caches()
-    return cpu
-
-
 def _products(m, a, v, w):
     return [a[1, :3] @ a[:3, 2], m.dot(v[::-1], w), a @ v[:4], v[:4] @ a, a[:2] @ a,
             m.dot(a[1:3, :0], a[:0, 1:]), a[2, :0] @ v[:0]]

@@ -14,17 +14,6 @@ import fuseloop as fl
 from fuseloop import host_path
 
 
-@pytest.fixture
-def host(cpu, monkeypatch):
-    """The CPU device with the host path on (skips where its buffers are not host memory)."""
-    if not host_path.host_device(cpu):
-        pytest.skip(f"{cpu.name}: not a device whose buffers numpy may use")
-    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 14)
-    # (no kernel plan kept from another test: a cached flat kernel runs in its place)
-    fl.clear_caches()
-    return cpu
-
-
 def _both(make, monkeypatch):
     """``make()``'s result (host numpy arrays) with the host path on, then off."""
     fl.reset_stats()
