@@ -345,6 +345,51 @@ def test_lowering_keeps_no_lazy_array_alive(device, fresh_dir, restore_recipes):
             gc.enable()
 
 
+def test_loopy_section_freezes_old_objects_for_its_length_only():
+    """The section freezes what was alive before it (its collection then skips those
+    objects), still collects the cycles made inside it, leaves nothing frozen after
+    it, and leaves objects that other code froze as they were."""
+    import gc
+    import weakref
+
+    from fuseloop.lower import codegen
+
+    class Node:
+        pass
+
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        assert gc.get_freeze_count() == 0
+        old = Node()
+        old.self = old  # a cycle made before the section
+        old_ref = weakref.ref(old)
+        del old
+        with codegen.loopy_section():
+            assert gc.get_freeze_count() > 0
+            with codegen.loopy_section():  # (a recipe that evaluates)
+                pass
+            assert gc.get_freeze_count() > 0
+            new = Node()
+            new.self = new  # one made inside (Loopy's caught exceptions)
+            new_ref = weakref.ref(new)
+            del new
+        assert new_ref() is None
+        assert gc.get_freeze_count() == 0
+        assert old_ref() is not None  # (frozen during the section: collected later)
+        gc.collect()
+        assert old_ref() is None
+        gc.freeze()  # other code's own freeze is left alone
+        frozen = gc.get_freeze_count()
+        with codegen.loopy_section():
+            pass
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+        if gc_was_enabled:
+            gc.enable()
+
+
 def test_an_unreadable_loopy_cache_entry_is_not_fatal(device, monkeypatch):
     # Loopy's own disk caches (~/.cache/pytools) may hold an entry pickled by other code
     # (a renamed copy of a package): unpickling it raises, and Loopy lets that through.
