@@ -19,8 +19,11 @@ concurrently in compile workers, see ``fuseloop/prebuild.py``).
 
 Usage::
 
-    python benchmarks/probes/cold_compile.py [--workers] [CASE ...]   # default: all below
+    python benchmarks/probes/cold_compile.py [--workers] [--rounds R] [--root DIR ...] [CASE ...]
 
+``--root`` names a checkout to import fuseloop from (default: this one); with two
+(e.g. an export of the base commit and this one) the cases run alternately, ``--rounds``
+times each, so the machine's load hits both alike; each line is one run.
 ``--workers`` builds in compile workers (fuseloop's default) instead of inline; the
 OpenCL compiler's CPU time is then the workers', not in the printed CPU seconds.
 """
@@ -67,6 +70,15 @@ codegen.kernel_plan = plan_after_loopy
 timed(codegen, "lower", "lower"); timed(codegen, "apply_recipe", "recipe")
 timed(codegen, "_generate_code", "Loopy codegen"); timed(cache, "_build_source", "OpenCL build")
 timed(cache, "_binary_of", "OpenCL binary")
+import gc
+_gc_start = []
+def _gc_timer(phase, info):  # (garbage collection: inside the steps above or not)
+    if phase == "start":
+        _gc_start.append(time.process_time())
+    elif _gc_start:
+        gc_s[0] += time.process_time() - _gc_start.pop()
+gc_s = [0.0]
+gc.callbacks.append(_gc_timer)
 case = sys.argv[1]
 rng = np.random.default_rng(0)
 x = fl.asarray(rng.random(1 << 16, dtype=np.float32))
@@ -98,7 +110,7 @@ print(f"{case}: {fl.stats()['kernels_compiled']} kernels, "
       f"import {t1 - t0:.2f} s ({cpu(c0, c1):.2f} CPU), arrays {t2 - t1:.2f} s "
       f"({cpu(c1, c2):.2f} CPU), first result {t3 - t2:.2f} s ({cpu(c2, c3):.2f} CPU); "
       "steps of both (CPU s): " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items())
-      + f", other {cpu(c1, c3) - sum(steps.values()):.2f}")
+      + f", other {cpu(c1, c3) - sum(steps.values()):.2f}; garbage collection {gc_s[0]:.3f}")
 """
 
 
@@ -108,18 +120,35 @@ def main() -> None:
     if "--workers" in args:
         args.remove("--workers")
         mode = "process"
+    roots: list[str] = []
+    rounds = 1
+    while "--root" in args:
+        at = args.index("--root")
+        roots.append(str(Path(args[at + 1]).resolve()))
+        del args[at:at + 2]
+    if "--rounds" in args:
+        at = args.index("--rounds")
+        rounds = int(args[at + 1])
+        del args[at:at + 2]
     for case in args or CASES:
-        with tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, FUSELOOP_CACHE_DIR=f"{tmp}/fl", XDG_CACHE_HOME=f"{tmp}/xdg",
-                       POCL_CACHE_DIR=f"{tmp}/pocl", FUSELOOP_COMPILE=mode,
-                       FUSELOOP_PROGRESS="0",
-                       # (the checkout first; then what the caller's path held, where a
-                       # machine without installed packages keeps them)
-                       PYTHONPATH=os.pathsep.join(
-                           p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-            out = subprocess.run([sys.executable, "-c", _CHILD, case], env=env, text=True,
-                                 capture_output=True, cwd=ROOT)
-            print(out.stdout.strip() or f"{case}: failed\n{out.stderr[-2000:]}", flush=True)
+        for _ in range(rounds):
+            for root in roots or [str(ROOT)]:
+                label = f"[{Path(root).name}] " if roots else ""
+                print(label + _run(case, root, mode), flush=True)
+
+
+def _run(case: str, root: str, mode: str) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, FUSELOOP_CACHE_DIR=f"{tmp}/fl", XDG_CACHE_HOME=f"{tmp}/xdg",
+                   POCL_CACHE_DIR=f"{tmp}/pocl", FUSELOOP_COMPILE=mode,
+                   FUSELOOP_PROGRESS="0",
+                   # (the checkout first; then what the caller's path held, where a
+                   # machine without installed packages keeps them)
+                   PYTHONPATH=os.pathsep.join(
+                       p for p in (root, os.environ.get("PYTHONPATH")) if p))
+        out = subprocess.run([sys.executable, "-c", _CHILD, case], env=env, text=True,
+                             capture_output=True, cwd=root)
+        return out.stdout.strip() or f"{case}: failed\n{out.stderr[-2000:]}"
 
 
 if __name__ == "__main__":

@@ -68,6 +68,11 @@ def loopy_section() -> Iterator[None]:
         _section_depth += 1
         if freeze:
             gc.freeze()
+            # (Loopy's modules too, on the first section: imported here, before any
+            # of Loopy's work could make the cycles the collection below is for)
+            import loopy  # noqa: F401
+
+            gc.freeze()
         try:
             yield
         finally:
