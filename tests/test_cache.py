@@ -379,6 +379,9 @@ def test_loopy_section_freezes_old_objects_for_its_length_only():
         assert old_ref() is not None  # (frozen during the section: collected later)
         gc.collect()
         assert old_ref() is None
+        with pytest.raises(ZeroDivisionError), codegen.loopy_section():
+            _ = 1 / 0  # (Loopy raised)
+        assert gc.get_freeze_count() == 0
         gc.freeze()  # other code's own freeze is left alone
         frozen = gc.get_freeze_count()
         with codegen.loopy_section():

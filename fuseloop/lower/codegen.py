@@ -66,14 +66,14 @@ def loopy_section() -> Iterator[None]:
     with loopy_lock:
         freeze = _section_depth == 0 and gc.get_freeze_count() == 0
         _section_depth += 1
-        if freeze:
-            gc.freeze()
-            # (Loopy's modules too, on the first section: imported here, before any
-            # of Loopy's work could make the cycles the collection below is for)
-            import loopy  # noqa: F401
-
-            gc.freeze()
         try:
+            if freeze:
+                gc.freeze()
+                # (Loopy's modules too, on the first section: imported here, before
+                # any of Loopy's work could make the cycles the collection is for)
+                import loopy  # noqa: F401
+
+                gc.freeze()
             yield
         finally:
             _section_depth -= 1
