@@ -21,14 +21,14 @@ the same work is written as a hand-written kernel would be, in variants chosen b
 
 The target is untouched when an index is out of range: the store kernel reads the
 gate before any store (the check ran before it on the in-order queue).  The gate is
-read back after the store kernel is enqueued (a wait), or with
-``FUSELOOP_SCATTER_WAIT=defer`` not at all then: it is read at the next scatter of
-this module on that device, the next ``fl.synchronize()``-free read of its target
-through :func:`confirm_pending`, or at the latest by the next call of
-:func:`confirm_pending` (``fuseloop.flags.check_pending`` calls it), so the host
-goes on to the next statement while the scatter runs; the error then surfaces
-there, naming the first bad value as always.  ``FUSELOOP_SCATTER_ITEMS`` sets the
-elements per work-item (1, 2, 4, 8, 16).
+read back after the store kernel is enqueued (a wait), numpy's ``IndexError`` naming
+the first bad value.  With ``FUSELOOP_SCATTER_WAIT=defer`` it is not read then: the
+host goes on to the next statement while the scatter runs, and the gate is read
+before the next read back to the host (``.get()``, ``bool()``, ...), at the next
+``fl.synchronize()`` or the next scatter here, whichever comes first; the error is
+raised there.  (The target is still untouched by the failed scatter, but statements
+after it have run, as with an exception from a later statement.)
+``FUSELOOP_SCATTER_ITEMS`` sets the elements per work-item (1, 2, 4, 8, 16).
 
 Taken (:func:`takes`) on a non-CPU OpenCL device (or with :data:`ON_CPU`, for tests)
 for a contiguous 1-D target of int32/int64/float32/float64 of fewer than 2^31
@@ -53,6 +53,7 @@ from ..array import Array
 from ..cache import KernelPlan, SourceKernel
 from ..dtypes import c_type_name
 from ..runtime.devices import Device
+from ..runtime.transfer import before_read
 from ..trace_hooks import trace_checks
 
 VARIANTS = ("expr", "gate", "narrow")
@@ -267,10 +268,16 @@ def _read_gate(gate: Array, key: Array, n: int) -> None:
 
 def confirm_pending() -> None:
     """Read the gates of the scatters not read yet (``FUSELOOP_SCATTER_WAIT=defer``);
-    raises for the first that found an index out of range."""
-    while _pending:
-        gate, key, n = _pending.pop(0)
-        _read_gate(gate, key, n)
+    raises for the first that found an index out of range (the others stay pending)."""
+    if confirm_pending in before_read:  # (the gates' own reads run no hook)
+        before_read.remove(confirm_pending)
+    try:
+        while _pending:
+            gate, key, n = _pending.pop(0)
+            _read_gate(gate, key, n)
+    finally:
+        if _pending:
+            before_read.append(confirm_pending)
 
 
 def scatter(a: Array, key: Array, values: Array, op: str | None) -> None:
@@ -309,5 +316,7 @@ def scatter(a: Array, key: Array, values: Array, op: str | None) -> None:
                       [np.int64(m), np.int32(n)], False, dev)
     if deferred():
         _pending.append((gate, key, n))
+        if confirm_pending not in before_read:
+            before_read.append(confirm_pending)
     else:
         _read_gate(gate, key, n)
