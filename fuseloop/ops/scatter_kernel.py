@@ -24,10 +24,10 @@ gate before any store (the check ran before it on the in-order queue).  The gate
 read back after the store kernel is enqueued (a wait), numpy's ``IndexError`` naming
 the first bad value.  With ``FUSELOOP_SCATTER_WAIT=defer`` it is not read then: the
 host goes on to the next statement while the scatter runs, and the gate is read
-before the next read back to the host (``.get()``, ``bool()``, ...), at the next
-``fl.synchronize()`` or the next scatter here, whichever comes first; the error is
-raised there.  (The target is still untouched by the failed scatter, but statements
-after it have run, as with an exception from a later statement.)
+before the next read back to the host (``.get()``, ``bool()``, ...) or at the next
+``fl.synchronize()``, whichever comes first (or when :data:`PENDING_MAX` scatters
+are pending); the error is raised there.  The failed scatter leaves its target
+untouched, but the statements after it have run.
 ``FUSELOOP_SCATTER_ITEMS`` sets the elements per work-item (1, 2, 4, 8, 16).
 
 Taken (:func:`takes`) on a non-CPU OpenCL device (or with :data:`ON_CPU`, for tests)
@@ -67,13 +67,19 @@ _DTYPES = frozenset(np.dtype(t) for t in (np.int32, np.int64, np.float32, np.flo
 _INT32_LIMIT = 1 << 31
 
 _kernels: dict[tuple, SourceKernel] = {}
+# fl_update bodies by (operation, dtype, device, FUSELOOP_PTX_ATOMICS)
+_updates: dict[tuple, str] = {}
 _lock = threading.Lock()
 _caches.register("ops.scatter_kernel.kernels", _kernels.clear, lambda: len(_kernels),
                  why="one per (kernel, variant, dtypes, update, items)")
+_caches.register("ops.scatter_kernel.updates", _updates.clear, lambda: len(_updates),
+                 why="one per (operation, dtype, device, FUSELOOP_PTX_ATOMICS)")
 # zeroed one-word gate arrays per device (a gate read back as zero is still zero)
 _gates: dict[Device, list[Array]] = {}
 # scatters whose gate is not read yet (FUSELOOP_SCATTER_WAIT=defer)
 _pending: list[tuple[Array, Array, int]] = []
+#: the most scatters left pending: the oldest is read when one more comes
+PENDING_MAX = 64
 
 
 def variant() -> str:
@@ -122,6 +128,14 @@ def takes(a: Array, key: Any, values: Any, op: str | None) -> bool:
 
 def _update(op: str | None, dtype: np.dtype, device: Device) -> str:
     """The body of ``fl_update(p, v)``: ``*p = v`` or an atomic ``*p += v``."""
+    key = (op, dtype, device, os.environ.get("FUSELOOP_PTX_ATOMICS"))
+    found = _updates.get(key)
+    if found is None:
+        found = _updates[key] = _update_text(op, dtype, device)
+    return found
+
+
+def _update_text(op: str | None, dtype: np.dtype, device: Device) -> str:
     if op is None:
         return "*p = v;"
     sign = "-" if op == "subtract" else ""
@@ -285,7 +299,6 @@ def scatter(a: Array, key: Array, values: Array, op: str | None) -> None:
     two launches (check, store) and a read of the gate (see the module)."""
     from .scatter_add import _readers_first
 
-    confirm_pending()  # (an earlier deferred scatter's error first)
     _readers_first(a)
     dev, n, m = a.device, a.size, key.size
     narrow = variant() == "narrow"
@@ -318,5 +331,8 @@ def scatter(a: Array, key: Array, values: Array, op: str | None) -> None:
         _pending.append((gate, key, n))
         if confirm_pending not in before_read:
             before_read.append(confirm_pending)
+        if len(_pending) > PENDING_MAX:  # (the oldest: long done, most likely)
+            gate, key, n = _pending.pop(0)
+            _read_gate(gate, key, n)
     else:
         _read_gate(gate, key, n)
