@@ -19,7 +19,7 @@ idx), ``gather`` (``x.take(idx)``) and ``gather-rows`` (``X.take(idx, axis=0)``,
    host CPU time per call (its Python and launches: a floor under its time on a GPU).
 
     python benchmarks/probes/scatter_probe.py [--log2 24] [--repeat 20] [--no-code]
-        [--forms scatter,scatter-add] [--variants expr,gate,narrow,gate/8,narrow/4/defer]
+        [--forms scatter,scatter-add] [--variants expr,gate,narrow,backup,auto/defer,gate/8]
 
 ``--variants``: fuseloop is timed once per variant of ``fuseloop.ops.scatter_kernel``
 (``name[/items][/defer]``: ``FUSELOOP_SCATTER=name``, ``FUSELOOP_SCATTER_ITEMS=items``,
@@ -141,14 +141,16 @@ def show_variant_code(device: Any) -> None:
     from fuseloop.ops import scatter_kernel as sk
 
     i64, f32 = np.dtype(np.int64), np.dtype(np.float32)
-    for narrow in (False, True):
-        update = sk._update("add", f32, device)
-        print(f"\n# FUSELOOP_SCATTER={'narrow' if narrow else 'gate'}: the check, then "
-              f"the store (-DITEMS=4: FUSELOOP_SCATTER_ITEMS)")
-        for name, upd in (("fuseloop_scatter_check", ""), ("fuseloop_scatter_store", update)):
-            kernel = sk._kernel(name, narrow, i64, f32, upd, 4)
+    update = sk._update("add", f32, device)
+    for mode, names in (("gate", ("check", "store")), ("narrow", ("check", "store")),
+                        ("backup", ("copy", "store"))):
+        print(f"\n# FUSELOOP_SCATTER={mode}: the {' and the '.join(names)} kernels "
+              f"(-DITEMS=4: FUSELOOP_SCATTER_ITEMS)")
+        for name in names:
+            kernel = sk._kernel(f"fuseloop_scatter_{name}", mode, i64, f32,
+                                update if name == "store" else "", 4)
             print(f"// build options: {' '.join(kernel.plan.build_options)}")
-            print(kernel.plan.source)
+            print(kernel.plan.source if name != "copy" else "(in the store's source)")
 
 
 def main() -> None:

@@ -18,9 +18,18 @@ the same work is written as a hand-written kernel would be, in variants chosen b
   32-bit position, which the store kernel reads instead of the 8-byte index: the
   same bytes in all (8 read + 4 written by the check, 4 read by the store, against
   8 + 8), and the store kernel neither converts nor wraps.
+* ``backup``: no pass of its own for the check: the target is copied to a scratch
+  buffer, one store kernel checks each index as it reads it (skipping one out of
+  range and setting the gate), then a restore kernel copies the saved target back
+  when the gate is set (else its work-groups return at once).  The indices are read
+  once; the copy costs twice the target's bytes, so this pays where the target is
+  small beside the indices (``add.at`` into few bins).
+* ``auto``: ``backup`` where twice the target's bytes are at most the indices'
+  bytes, else ``gate``.
 
 The target is untouched when an index is out of range: the store kernel reads the
-gate before any store (the check ran before it on the in-order queue).  The gate is
+gate before any store (the check ran before it on the in-order queue), or with
+``backup`` the restore kernel copies it back before any later command runs.  The gate is
 read back after the store kernel is enqueued (a wait), numpy's ``IndexError`` naming
 the first bad value.  With ``FUSELOOP_SCATTER_WAIT=defer`` it is not read then: the
 host goes on to the next statement while the scatter runs, and the gate is read
@@ -56,11 +65,13 @@ from ..runtime.devices import Device
 from ..runtime.transfer import before_read
 from ..trace_hooks import trace_checks
 
-VARIANTS = ("expr", "gate", "narrow")
+VARIANTS = ("expr", "gate", "narrow", "backup", "auto")
 #: elements per work-item when ``FUSELOOP_SCATTER_ITEMS`` does not say
 ITEMS = 4
 #: work-items of a group
 GROUP = 256
+#: the most work-groups of the backup's copies (each loops over the rest)
+COPY_GROUPS = 1024
 #: take the hand-written kernels on a CPU device too (tests; a GPU's way there)
 ON_CPU = False
 _DTYPES = frozenset(np.dtype(t) for t in (np.int32, np.int64, np.float32, np.float64))
@@ -194,13 +205,16 @@ static inline void fl_update(__global VT *p, VT v)
 }
 
 __kernel void fuseloop_scatter_store(__global VT *out0, __global const PT *in0,
-                                     __global const VT *in1, __global const int *in2,
+                                     __global const VT *in1, __global int *in2,
                                      long const s0, int const s1)
 {
   /* out0[wrap(in0[i])] = (or +=) in1[i] for the s0 values, axis of length s1; nothing
-     when the check set the gate in2[0] */
+     when the check set the gate in2[0].  CHECKED: no check ran; each index is checked
+     here, one out of range is skipped and sets the gate (the target is restored) */
+#ifndef CHECKED
   if (in2[0] != 0)
     return;
+#endif
   int const lsize = get_local_size(0);
   long const base = (long) get_group_id(0) * (lsize * ITEMS) + get_local_id(0);
   PT k[ITEMS];
@@ -213,11 +227,21 @@ __kernel void fuseloop_scatter_store(__global VT *out0, __global const PT *in0,
       v[j] = in1[i];
     }
   }
+#ifdef CHECKED
+  int bad = 0;
+#endif
   #pragma unroll
   for (int j = 0; j < ITEMS; ++j) {
     if (base + (long) j * lsize < s0) {
-#ifdef NARROW
+#if defined(NARROW)
       int const q = k[j];
+#elif defined(CHECKED)
+      long q = (long) k[j];
+      q += q < 0 ? s1 : 0;
+      if (q < 0 || q >= s1) {
+        bad = 1;
+        continue;
+      }
 #else
       int q = (int) k[j];  /* in [-s1, s1): 32 bits hold it */
       q += q < 0 ? s1 : 0;
@@ -225,31 +249,52 @@ __kernel void fuseloop_scatter_store(__global VT *out0, __global const PT *in0,
       fl_update(out0 + q, v[j]);
     }
   }
+#ifdef CHECKED
+  if (bad)
+    in2[0] = 1;
+#endif
+}
+
+__kernel void fuseloop_scatter_copy(__global VT *out0, __global const VT *in0,
+                                    __global const int *in1, long const s0, int const s1)
+{
+  /* out0[:s0] = in0[:s0]; with s1 (the restore after a CHECKED store) only when the
+     gate in1[0] is set */
+  if (s1 != 0 && in1[0] == 0)
+    return;
+  long const step = (long) get_global_size(0);
+  for (long i = get_global_id(0); i < s0; i += step)
+    out0[i] = in0[i];
 }
 """
 
 
-def _kernel(name: str, narrow: bool, idx: np.dtype, val: np.dtype, update: str,
+def _kernel(name: str, mode: str, idx: np.dtype, val: np.dtype, update: str,
             k: int) -> SourceKernel:
-    key = (name, narrow, idx, val, update, k)
+    """The kernel ``name`` for variant ``mode`` (``gate``, ``narrow``, ``backup``)."""
+    key = (name, mode, idx, val, update, k)
     found = _kernels.get(key)
     if found is None:
         options = [f"-DITEMS={k}", f"-DIT={c_type_name(idx)}"]
+        narrow = mode == "narrow"
         if name == "fuseloop_scatter_check":
             args = ["in0", "out0"] + (["out1"] if narrow else []) + ["s0", "s1"]
             dtypes: list[str | None] = [None] * (len(args) - 2) + ["int64", "int64"]
             pos_arg = "__global int *out1," if narrow else ""
             source = "#define POS_ARG " + pos_arg + "\n" + _CHECK
         else:
-            args = ["out0", "in0", "in1", "in2", "s0", "s1"]
-            dtypes = [None] * 4 + ["int64", "int32"]
+            args = ["out0", "in0", "in1", "in2", "s0", "s1"] if name.endswith("store") \
+                else ["out0", "in0", "in1", "s0", "s1"]
+            dtypes = [None] * (len(args) - 2) + ["int64", "int32"]
             pt = "int" if narrow else c_type_name(idx)
             ext = "#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable\n" \
                 if val.itemsize == 8 and "atom" in update else ""
             source = ext + f"#define VT {c_type_name(val)}\n#define PT {pt}\n" + \
-                _STORE.replace("UPDATE", update)
+                _STORE.replace("UPDATE", update or "*p = v;")
         if narrow:
             options.append("-DNARROW")
+        if mode == "backup":
+            options.append("-DCHECKED")
         plan = KernelPlan(name=name, source=source, arg_names=args, gsize=["p[0]"],
                           lsize=["p[1]"], arg_dtypes=dtypes, build_options=options)
         with _lock:
@@ -294,39 +339,63 @@ def confirm_pending() -> None:
             before_read.append(confirm_pending)
 
 
+def _launch(kernel: SourceKernel, groups: int, group: int, outs: list[Any],
+            ins: list[Any], scalars: list[Any], device: Device) -> None:
+    plan = launching.plan_for(kernel.get(device), (groups, group), 0, 0, device)
+    assert plan is not None  # (None only with one_output=True)
+    launching.enqueue(plan, outs, ins, scalars, False, device)
+
+
+def mode_for(a: Array, key: Array) -> str:
+    """The variant to run (``auto``: ``backup`` where copying the target costs fewer
+    bytes than reading the indices once more, else ``gate``)."""
+    mode = variant()
+    if mode == "auto":
+        return "backup" if 2 * a.nbytes <= key.nbytes else "gate"
+    return mode
+
+
 def scatter(a: Array, key: Array, values: Array, op: str | None) -> None:
     """``a[key] = values`` or ``fl.<op>.at(a, key, values)`` where :func:`takes` says so:
-    two launches (check, store) and a read of the gate (see the module)."""
+    the variant's launches and a read of the gate (see the module)."""
+    from ..creation import empty
     from .scatter_add import _readers_first
 
     _readers_first(a)
     dev, n, m = a.device, a.size, key.size
-    narrow = variant() == "narrow"
-    k = items()
+    mode, k = mode_for(a, key), items()
     group = min(GROUP, dev.max_work_group_size)
     groups = -(-m // (group * k))
     gate = _gate(dev)
     assert gate._storage is not None and key._storage is not None
     assert a._storage is not None and values._storage is not None
-    outs = [gate._storage]
-    pos = key
-    if narrow:
-        from ..creation import empty
-
-        pos = empty(m, dtype=np.int32, device=dev).eval()
-        assert pos._storage is not None
-        outs.append(pos._storage)
-    check = _kernel("fuseloop_scatter_check", narrow, key.dtype, a.dtype, "", k)
-    plan = launching.plan_for(check.get(dev), (groups, group), 0, 0, dev)
-    assert plan is not None  # (None only with one_output=True)
-    launching.enqueue(plan, outs, [key._storage], [np.int64(m), np.int64(n)], False, dev)
-    update = _update(op, a.dtype, dev)
-    store = _kernel("fuseloop_scatter_store", narrow, key.dtype, a.dtype, update, k)
-    plan = launching.plan_for(store.get(dev), (groups, group), 0, 0, dev)
-    assert plan is not None
-    assert pos._storage is not None
-    launching.enqueue(plan, [a._storage], [pos._storage, values._storage, gate._storage],
-                      [np.int64(m), np.int32(n)], False, dev)
+    store = _kernel("fuseloop_scatter_store", mode, key.dtype, a.dtype,
+                    _update(op, a.dtype, dev), k)
+    pos = key._storage
+    if mode == "backup":
+        # the target saved, the checked store, and the target restored where an index
+        # was out of range (the restore reads the gate: no wait here)
+        saved = empty(n, dtype=a.dtype, device=dev).eval()
+        assert saved._storage is not None
+        copy = _kernel("fuseloop_scatter_copy", mode, key.dtype, a.dtype, "", k)
+        copy_groups = max(1, min(-(-n // (group * k)), COPY_GROUPS))
+        _launch(copy, copy_groups, group, [saved._storage], [a._storage, gate._storage],
+                [np.int64(n), np.int32(0)], dev)
+        _launch(store, groups, group, [a._storage], [pos, values._storage, gate._storage],
+                [np.int64(m), np.int32(n)], dev)
+        _launch(copy, copy_groups, group, [a._storage], [saved._storage, gate._storage],
+                [np.int64(n), np.int32(1)], dev)
+    else:
+        outs = [gate._storage]
+        if mode == "narrow":
+            positions = empty(m, dtype=np.int32, device=dev).eval()
+            assert positions._storage is not None
+            pos = positions._storage
+            outs.append(pos)
+        check = _kernel("fuseloop_scatter_check", mode, key.dtype, a.dtype, "", k)
+        _launch(check, groups, group, outs, [key._storage], [np.int64(m), np.int64(n)], dev)
+        _launch(store, groups, group, [a._storage], [pos, values._storage, gate._storage],
+                [np.int64(m), np.int32(n)], dev)
     if deferred():
         _pending.append((gate, key, n))
         if confirm_pending not in before_read:
