@@ -43,9 +43,10 @@ Taken (:func:`takes`) on a non-CPU OpenCL device (or with :data:`ON_CPU`, for te
 for a contiguous 1-D target of int32/int64/float32/float64 of fewer than 2^31
 elements, a contiguous computed 1-D integer index array and contiguous computed
 values of the target's dtype and the indices' shape, none sharing the target's
-buffer, outside ``fl.fuse``'s tracing.  Additions use the device's native atomic
-add (:mod:`fuseloop.lower.atomics`: PTX ``red.global.add`` for floats on NVIDIA,
-``atomic_add``/``atom_add`` for integers), else a compare-and-swap loop.
+buffer, outside ``fl.fuse``'s tracing and ``fl.show_code``'s capture.  Additions
+use the device's native atomic add (:mod:`fuseloop.lower.atomics`: PTX
+``red.global.add`` for floats on NVIDIA, ``atomic_add``/``atom_add`` for integers),
+else a compare-and-swap loop.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from .. import caches as _caches
+from .. import evaluate as _evaluate
 from .. import launching
 from ..array import Array
 from ..cache import KernelPlan, SourceKernel
@@ -122,6 +124,8 @@ def takes(a: Array, key: Any, values: Any, op: str | None) -> bool:
     """Whether :func:`scatter` does ``a[key] = values`` (``op`` None) or
     ``fl.<op>.at(a, key, values)`` (``op`` ``add``/``subtract``); see the module."""
     if op not in (None, "add", "subtract") or trace_checks or variant() == "expr":
+        return False
+    if _evaluate.capturing_threads[0]:  # (fl.show_code records sources, runs nothing)
         return False
     dev = a.device
     if (dev.type == "cpu" and not ON_CPU) or getattr(dev, "backend", "opencl") != "opencl":
