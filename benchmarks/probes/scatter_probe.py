@@ -161,7 +161,13 @@ def main() -> None:
     ap.add_argument("--forms", default=",".join(FORMS), help="comma-separated subset")
     ap.add_argument("--variants", default="expr",
                     help="comma-separated FUSELOOP_SCATTER variants: name[/items][/defer]")
+    ap.add_argument("--hand-on-cpu", action="store_true",
+                    help="the hand-written variants on a CPU device too (a dry run)")
     args = ap.parse_args()
+    if args.hand_on_cpu:
+        from fuseloop.ops import scatter_kernel
+
+        scatter_kernel.ON_CPU = True
     device = fl.get_device()
     n = 1 << args.log2
     only = None if device.type == "cpu" else \

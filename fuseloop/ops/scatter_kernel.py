@@ -24,8 +24,8 @@ the same work is written as a hand-written kernel would be, in variants chosen b
   when the gate is set (else its work-groups return at once).  The indices are read
   once; the copy costs twice the target's bytes, so this pays where the target is
   small beside the indices (``add.at`` into few bins).
-* ``auto``: ``backup`` where twice the target's bytes are at most the indices'
-  bytes, else ``gate``.
+* ``auto``: ``backup`` where twice the target's bytes are fewer than the indices'
+  bytes, else ``gate`` (which launches one kernel less).
 
 The target is untouched when an index is out of range: the store kernel reads the
 gate before any store (the check ran before it on the in-order queue), or with
@@ -307,9 +307,10 @@ def _kernel(name: str, mode: str, idx: np.dtype, val: np.dtype, update: str,
 
 
 def _gate(device: Device) -> Array:
-    pool = _gates.get(device)
-    if pool:
-        return pool.pop()
+    try:
+        return _gates[device].pop()
+    except (KeyError, IndexError):  # (none kept, or another thread took the last)
+        pass
     from ..creation import zeros
 
     return zeros(1, dtype=np.int32, device=device).eval()
@@ -355,7 +356,7 @@ def mode_for(a: Array, key: Array) -> str:
     bytes than reading the indices once more, else ``gate``)."""
     mode = variant()
     if mode == "auto":
-        return "backup" if 2 * a.nbytes <= key.nbytes else "gate"
+        return "backup" if 2 * a.nbytes < key.nbytes else "gate"
     return mode
 
 
