@@ -37,12 +37,15 @@ def hand(monkeypatch):
     scatter_kernel.confirm_pending()  # (nothing left for a later test's reads)
 
 
-@pytest.mark.parametrize(("variant", "launches"), [("gate", 2), ("narrow", 2), ("backup", 3)])
+@pytest.mark.parametrize(("variant", "launches"),
+                         [("gate", 2), ("narrow", 2), ("backup", 3), ("partition", 3)])
 def test_add_at_variants(device, hand, monkeypatch, fresh_stats, variant, launches):
     """``fl.add.at`` with negative and repeated device indices into float64 matches numpy;
     an index out of range raises numpy's error naming the first and writes nothing
-    (``backup``: the in-range values were added, then the target restored)."""
+    (``backup``: the in-range values were added, then the target restored);
+    ``partition`` with buckets of 8 elements (5 buckets); ``a[perm] = v`` too."""
     monkeypatch.setenv("FUSELOOP_SCATTER", variant)
+    monkeypatch.setenv("FUSELOOP_SCATTER_SPAN", "64")
     rng = np.random.default_rng(4)
     h = rng.standard_normal(40)
     k = rng.integers(-40, 40, 700)  # (more than one work-group, a partial last one)
@@ -61,7 +64,13 @@ def test_add_at_variants(device, hand, monkeypatch, fresh_stats, variant, launch
     with pytest.raises(fl.errors.IndexOutOfBoundsError, match=_message(-41, 40)):
         fl.add.at(x, fl.asarray(bad), fl.asarray(np.ones(bad.size)))
     np.testing.assert_array_equal(x.get(), before)
-    assert hand == [variant] * 3
+    p = rng.permutation(40) - 20  # distinct positions, half of them negative
+    y = fl.asarray(h)
+    y[fl.asarray(p)] = fl.asarray(v[:40])
+    g = h.copy()
+    g[p] = v[:40]
+    np.testing.assert_array_equal(y.get(), g)
+    assert hand == [variant] * 4
 
 
 def test_set_and_int32_targets(device, hand, monkeypatch):

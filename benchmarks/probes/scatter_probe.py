@@ -19,11 +19,13 @@ idx), ``gather`` (``x.take(idx)``) and ``gather-rows`` (``X.take(idx, axis=0)``,
    host CPU time per call (its Python and launches: a floor under its time on a GPU).
 
     python benchmarks/probes/scatter_probe.py [--log2 24] [--repeat 20] [--no-code]
-        [--forms scatter,scatter-add] [--variants expr,gate,narrow,backup,auto/defer,gate/8]
+        [--forms scatter,scatter-add]
+        [--variants expr,gate,backup,partition,partition/span=8388608,gate/defer]
 
 ``--variants``: fuseloop is timed once per variant of ``fuseloop.ops.scatter_kernel``
-(``name[/items][/defer]``: ``FUSELOOP_SCATTER=name``, ``FUSELOOP_SCATTER_ITEMS=items``,
-``FUSELOOP_SCATTER_WAIT=defer``), one row each, the peers once per form; besides the
+(``name[/items][/defer][/span=BYTES]``: ``FUSELOOP_SCATTER=name``,
+``FUSELOOP_SCATTER_ITEMS=items``, ``FUSELOOP_SCATTER_WAIT=defer``,
+``FUSELOOP_SCATTER_SPAN=BYTES``), one row each, the peers once per form; besides the
 median with a wait per call, each row has the time per call of 10 calls back to back
 with one wait (where a deferred check gains).
 
@@ -114,11 +116,16 @@ def host_time(run: Any, repeat: int) -> float:
 
 
 def set_variant(spec: str) -> None:
-    """``name[/items][/defer]``: the environment ``fuseloop.ops.scatter_kernel`` reads."""
+    """``name[/items][/defer][/span=BYTES]``: the environment ``scatter_kernel`` reads."""
     parts = spec.split("/")
     os.environ["FUSELOOP_SCATTER"] = parts[0]
     os.environ["FUSELOOP_SCATTER_ITEMS"] = next((p for p in parts[1:] if p.isdigit()), "4")
     os.environ["FUSELOOP_SCATTER_WAIT"] = "defer" if "defer" in parts[1:] else "after"
+    span = next((p[5:] for p in parts[1:] if p.startswith("span=")), None)
+    if span is None:
+        os.environ.pop("FUSELOOP_SCATTER_SPAN", None)
+    else:
+        os.environ["FUSELOOP_SCATTER_SPAN"] = span
 
 
 def time_fuseloop(wl: Any, arrays: list[Any], want: np.ndarray, repeat: int
@@ -151,6 +158,10 @@ def show_variant_code(device: Any) -> None:
                                 update if name == "store" else "", 4)
             print(f"// build options: {' '.join(kernel.plan.build_options)}")
             print(kernel.plan.source if name != "copy" else "(in the store's source)")
+    part = sk._partition_kernel("fuseloop_scatter_count", i64, f32, 4)
+    print("\n# FUSELOOP_SCATTER=partition: count and partition kernels, then the narrow "
+          f"store; build options {' '.join(part.plan.build_options)}")
+    print(part.plan.source)
 
 
 def main() -> None:
@@ -160,7 +171,7 @@ def main() -> None:
     ap.add_argument("--no-code", action="store_true", help="skip the sources and explain")
     ap.add_argument("--forms", default=",".join(FORMS), help="comma-separated subset")
     ap.add_argument("--variants", default="expr",
-                    help="comma-separated FUSELOOP_SCATTER variants: name[/items][/defer]")
+                    help="comma-separated FUSELOOP_SCATTER variants: name[/items][/defer][/span=B]")
     ap.add_argument("--hand-on-cpu", action="store_true",
                     help="the hand-written variants on a CPU device too (a dry run)")
     args = ap.parse_args()

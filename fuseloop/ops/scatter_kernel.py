@@ -24,6 +24,16 @@ the same work is written as a hand-written kernel would be, in variants chosen b
   when the gate is set (else its work-groups return at once).  The indices are read
   once; the copy costs twice the target's bytes, so this pays where the target is
   small beside the indices (``add.at`` into few bins).
+* ``partition``: for a target larger than the GPU's L2 cache, where each random
+  store of the others misses it (a partial sector written back on its own).  The
+  check kernel also counts, per work-group in local memory, the indices of each
+  bucket (one per ``FUSELOOP_SCATTER_SPAN`` bytes of the target, default
+  :data:`SPAN_BYTES`: positions ``>> shift``); a partition kernel moves the wrapped
+  32-bit positions and the values to their bucket's part of two scratch arrays
+  (each work-group takes its places with one atomic per bucket); the store kernel
+  then reads those in order, so the work-groups running at once store into one or
+  two spans of the target, which stay in L2.  Three launches; 8 + 12 + 8 bytes
+  read and 8 written per element besides the stores.
 * ``auto``: ``backup`` where twice the target's bytes are fewer than the indices'
   bytes, else ``gate`` (which launches one kernel less).
 
@@ -67,13 +77,18 @@ from ..runtime.devices import Device
 from ..runtime.transfer import before_read
 from ..trace_hooks import trace_checks
 
-VARIANTS = ("expr", "gate", "narrow", "backup", "auto")
+VARIANTS = ("expr", "gate", "narrow", "backup", "partition", "auto")
 #: elements per work-item when ``FUSELOOP_SCATTER_ITEMS`` does not say
 ITEMS = 4
 #: work-items of a group
 GROUP = 256
 #: the most work-groups of the backup's copies (each loops over the rest)
 COPY_GROUPS = 1024
+#: ``partition``: the bytes of the target one bucket spans when
+#: ``FUSELOOP_SCATTER_SPAN`` does not say (a bucket's stores stay in L2 together)
+SPAN_BYTES = 4 << 20
+#: ``partition``: the most buckets (the rest of a larger target widens them)
+MAX_BUCKETS = 256
 #: take the hand-written kernels on a CPU device too (tests; a GPU's way there)
 ON_CPU = False
 _DTYPES = frozenset(np.dtype(t) for t in (np.int32, np.int64, np.float32, np.float64))
@@ -306,6 +321,114 @@ def _kernel(name: str, mode: str, idx: np.dtype, val: np.dtype, update: str,
     return found
 
 
+_PARTITION = r"""
+__kernel void fuseloop_scatter_count(__global const IT *in0, __global int *out0,
+                                     __global int *out1, long const s0, long const s1,
+                                     int const s2, int const s3)
+{
+  /* s0 indices into an axis of length s1: out0[0] = 1 where one is out of range; the
+     count of each bucket (position >> s2, s3 buckets) added into out1[0..s3) */
+  __local int hist[MAX_BUCKETS];
+  int const lid = get_local_id(0), lsize = get_local_size(0);
+  for (int b = lid; b < s3; b += lsize)
+    hist[b] = 0;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  long const base = (long) get_group_id(0) * (lsize * ITEMS) + lid;
+  int bad = 0;
+  #pragma unroll
+  for (int j = 0; j < ITEMS; ++j) {
+    long const i = base + (long) j * lsize;
+    if (i < s0) {
+      long k = (long) in0[i];
+      if (k < -s1 || k >= s1) {
+        bad = 1;
+      } else {
+        k += k < 0 ? s1 : 0;
+        atomic_inc(&hist[(int) (k >> s2)]);
+      }
+    }
+  }
+  if (bad)
+    out0[0] = 1;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int b = lid; b < s3; b += lsize)
+    if (hist[b] != 0)
+      atomic_add(&out1[b], hist[b]);
+}
+
+__kernel void fuseloop_scatter_partition(__global int *out0, __global VT *out1,
+                                         __global const IT *in0, __global const VT *in1,
+                                         __global int *in2, __global const int *in3,
+                                         long const s0, long const s1, int const s2,
+                                         int const s3)
+{
+  /* each index wrapped (out0) and its value (out1) moved to its bucket's part of the
+     scratch arrays: bucket b starts at the sum of the counts in2[0..b), and in2[s3 + b]
+     hands out its places to the work-groups; nothing when the gate in3[0] is set */
+  if (in3[0] != 0)
+    return;
+  __local int hist[MAX_BUCKETS];
+  __local int start[MAX_BUCKETS];
+  int const lid = get_local_id(0), lsize = get_local_size(0);
+  for (int b = lid; b < s3; b += lsize)
+    hist[b] = 0;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  long const base = (long) get_group_id(0) * (lsize * ITEMS) + lid;
+  int q[ITEMS], rank[ITEMS];
+  VT v[ITEMS];
+  #pragma unroll
+  for (int j = 0; j < ITEMS; ++j) {
+    long const i = base + (long) j * lsize;
+    if (i < s0) {
+      long k = (long) in0[i];
+      k += k < 0 ? s1 : 0;
+      q[j] = (int) k;
+      v[j] = in1[i];
+      rank[j] = atomic_inc(&hist[q[j] >> s2]);
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int b = lid; b < s3; b += lsize) {
+    if (hist[b] != 0) {
+      int first = 0;
+      for (int c = 0; c < b; ++c)
+        first += in2[c];
+      start[b] = first + atomic_add(&in2[s3 + b], hist[b]);
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  #pragma unroll
+  for (int j = 0; j < ITEMS; ++j) {
+    if (base + (long) j * lsize < s0) {
+      int const d = start[q[j] >> s2] + rank[j];
+      out0[d] = q[j];
+      out1[d] = v[j];
+    }
+  }
+}
+"""
+
+
+def _partition_kernel(name: str, idx: np.dtype, val: np.dtype, k: int) -> SourceKernel:
+    """The count or partition kernel of the ``partition`` variant."""
+    key = (name, "partition", idx, val, "", k)
+    found = _kernels.get(key)
+    if found is None:
+        if name == "fuseloop_scatter_count":
+            args = ["in0", "out0", "out1", "s0", "s1", "s2", "s3"]
+        else:
+            args = ["out0", "out1", "in0", "in1", "in2", "in3", "s0", "s1", "s2", "s3"]
+        dtypes: list[str | None] = [None] * (len(args) - 4) + ["int64", "int64", "int32",
+                                                                "int32"]
+        plan = KernelPlan(name=name, source=f"#define VT {c_type_name(val)}\n" + _PARTITION,
+                          arg_names=args, gsize=["p[0]"], lsize=["p[1]"], arg_dtypes=dtypes,
+                          build_options=[f"-DITEMS={k}", f"-DIT={c_type_name(idx)}",
+                                         f"-DMAX_BUCKETS={MAX_BUCKETS}"])
+        with _lock:
+            found = _kernels.setdefault(key, SourceKernel(plan))
+    return found
+
+
 def _gate(device: Device) -> Array:
     try:
         return _gates[device].pop()
@@ -360,47 +483,37 @@ def mode_for(a: Array, key: Array) -> str:
     return mode
 
 
+def span_shift(n: int, itemsize: int) -> tuple[int, int]:
+    """``partition``'s (shift, buckets): positions ``>> shift`` name the bucket, one per
+    ``FUSELOOP_SCATTER_SPAN`` bytes of the target (else :data:`SPAN_BYTES`), at most
+    :data:`MAX_BUCKETS`."""
+    try:
+        span = int(os.environ.get("FUSELOOP_SCATTER_SPAN", SPAN_BYTES))
+    except ValueError:
+        span = SPAN_BYTES
+    shift = max(0, (max(1, span // itemsize)).bit_length() - 1)
+    while ((n - 1) >> shift) + 1 > MAX_BUCKETS:
+        shift += 1
+    return shift, ((n - 1) >> shift) + 1
+
+
 def scatter(a: Array, key: Array, values: Array, op: str | None) -> None:
     """``a[key] = values`` or ``fl.<op>.at(a, key, values)`` where :func:`takes` says so:
     the variant's launches and a read of the gate (see the module)."""
-    from ..creation import empty
     from .scatter_add import _readers_first
 
     _readers_first(a)
-    dev, n, m = a.device, a.size, key.size
+    dev = a.device
     mode, k = mode_for(a, key), items()
     group = min(GROUP, dev.max_work_group_size)
-    groups = -(-m // (group * k))
     gate = _gate(dev)
     assert gate._storage is not None and key._storage is not None
     assert a._storage is not None and values._storage is not None
-    store = _kernel("fuseloop_scatter_store", mode, key.dtype, a.dtype,
-                    _update(op, a.dtype, dev), k)
-    pos = key._storage
-    if mode == "backup":
-        # the target saved, the checked store, and the target restored where an index
-        # was out of range (the restore reads the gate: no wait here)
-        saved = empty(n, dtype=a.dtype, device=dev).eval()
-        assert saved._storage is not None
-        copy = _kernel("fuseloop_scatter_copy", mode, key.dtype, a.dtype, "", k)
-        copy_groups = max(1, min(-(-n // (group * k)), COPY_GROUPS))
-        _launch(copy, copy_groups, group, [saved._storage], [a._storage, gate._storage],
-                [np.int64(n), np.int32(0)], dev)
-        _launch(store, groups, group, [a._storage], [pos, values._storage, gate._storage],
-                [np.int64(m), np.int32(n)], dev)
-        _launch(copy, copy_groups, group, [a._storage], [saved._storage, gate._storage],
-                [np.int64(n), np.int32(1)], dev)
-    else:
-        outs = [gate._storage]
-        if mode == "narrow":
-            positions = empty(m, dtype=np.int32, device=dev).eval()
-            assert positions._storage is not None
-            pos = positions._storage
-            outs.append(pos)
-        check = _kernel("fuseloop_scatter_check", mode, key.dtype, a.dtype, "", k)
-        _launch(check, groups, group, outs, [key._storage], [np.int64(m), np.int64(n)], dev)
-        _launch(store, groups, group, [a._storage], [pos, values._storage, gate._storage],
-                [np.int64(m), np.int32(n)], dev)
+    update = _update(op, a.dtype, dev)
+    run = _run_backup if mode == "backup" else _run_partition if mode == "partition" \
+        else _run_checked
+    run(mode, a, key, values, gate, update, k, group)
+    n = a.size
     if deferred():
         _pending.append((gate, key, n))
         if confirm_pending not in before_read:
@@ -410,3 +523,67 @@ def scatter(a: Array, key: Array, values: Array, op: str | None) -> None:
             _read_gate(gate, key, n)
     else:
         _read_gate(gate, key, n)
+
+
+def _run_checked(mode: str, a: Array, key: Array, values: Array, gate: Array, update: str,
+                 k: int, group: int) -> None:
+    """``gate`` and ``narrow``: the check (writing positions for ``narrow``), the store."""
+    from ..creation import empty
+
+    dev, n, m = a.device, a.size, key.size
+    groups = -(-m // (group * k))
+    outs, pos = [gate._storage], key._storage
+    if mode == "narrow":
+        positions = empty(m, dtype=np.int32, device=dev).eval()
+        pos = positions._storage
+        outs.append(pos)
+    check = _kernel("fuseloop_scatter_check", mode, key.dtype, a.dtype, "", k)
+    _launch(check, groups, group, outs, [key._storage], [np.int64(m), np.int64(n)], dev)
+    store = _kernel("fuseloop_scatter_store", mode, key.dtype, a.dtype, update, k)
+    _launch(store, groups, group, [a._storage], [pos, values._storage, gate._storage],
+            [np.int64(m), np.int32(n)], dev)
+
+
+def _run_backup(mode: str, a: Array, key: Array, values: Array, gate: Array, update: str,
+                k: int, group: int) -> None:
+    """``backup``: the target saved, the checked store, and the target restored where an
+    index was out of range (the restore reads the gate: no wait here)."""
+    from ..creation import empty
+
+    dev, n, m = a.device, a.size, key.size
+    saved = empty(n, dtype=a.dtype, device=dev).eval()
+    copy = _kernel("fuseloop_scatter_copy", mode, key.dtype, a.dtype, "", k)
+    copy_groups = max(1, min(-(-n // (group * k)), COPY_GROUPS))
+    _launch(copy, copy_groups, group, [saved._storage], [a._storage, gate._storage],
+            [np.int64(n), np.int32(0)], dev)
+    store = _kernel("fuseloop_scatter_store", mode, key.dtype, a.dtype, update, k)
+    _launch(store, -(-m // (group * k)), group, [a._storage],
+            [key._storage, values._storage, gate._storage], [np.int64(m), np.int32(n)], dev)
+    _launch(copy, copy_groups, group, [a._storage], [saved._storage, gate._storage],
+            [np.int64(n), np.int32(1)], dev)
+
+
+def _run_partition(mode: str, a: Array, key: Array, values: Array, gate: Array,
+                   update: str, k: int, group: int) -> None:
+    """``partition``: the check counting each bucket's indices, the indices (wrapped,
+    32-bit) and values moved to their buckets' parts of scratch arrays, then the store
+    reading those in order: the stores of a bucket land in one span of the target."""
+    from ..creation import empty, zeros
+
+    dev, n, m = a.device, a.size, key.size
+    shift, buckets = span_shift(n, a.dtype.itemsize)
+    groups = -(-m // (group * k))
+    counters = zeros(2 * buckets, dtype=np.int32, device=dev).eval()
+    positions = empty(m, dtype=np.int32, device=dev).eval()
+    moved = empty(m, dtype=a.dtype, device=dev).eval()
+    sizes = [np.int64(m), np.int64(n), np.int32(shift), np.int32(buckets)]
+    count = _partition_kernel("fuseloop_scatter_count", key.dtype, a.dtype, k)
+    _launch(count, groups, group, [gate._storage, counters._storage], [key._storage], sizes,
+            dev)
+    part = _partition_kernel("fuseloop_scatter_partition", key.dtype, a.dtype, k)
+    _launch(part, groups, group, [positions._storage, moved._storage],
+            [key._storage, values._storage, counters._storage, gate._storage], sizes, dev)
+    store = _kernel("fuseloop_scatter_store", "narrow", key.dtype, a.dtype, update, k)
+    _launch(store, groups, group, [a._storage],
+            [positions._storage, moved._storage, gate._storage], [np.int64(m), np.int32(n)],
+            dev)
