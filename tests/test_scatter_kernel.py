@@ -55,9 +55,11 @@ def test_add_at_variants(device, hand, monkeypatch, fresh_stats, variant, launch
     fl.reset_stats()
     fl.add.at(x, kd, vd)
     assert fresh_stats()["kernels_launched"] == launches
+    fl.add.at(x, kd, 0.25)  # (one value for all)
     ref = h.copy()
     np.add.at(ref, k, v)
     np.add.at(ref, k, v)
+    np.add.at(ref, k, 0.25)
     before = x.get()
     np.testing.assert_allclose(before, ref, rtol=1e-12, atol=1e-12)
     bad = np.r_[k[:300], -41, 3, 40]
@@ -70,7 +72,7 @@ def test_add_at_variants(device, hand, monkeypatch, fresh_stats, variant, launch
     g = h.copy()
     g[p] = v[:40]
     np.testing.assert_array_equal(y.get(), g)
-    assert hand == [variant] * 4
+    assert hand == [variant] * 5
 
 
 def test_set_and_int32_targets(device, hand, monkeypatch):
@@ -95,8 +97,18 @@ def test_set_and_int32_targets(device, hand, monkeypatch):
     y = fl.asarray(g)
     y[fl.asarray(p)] = fl.asarray(v[:200].astype(np.float64))
     g[p] = v[:200]
+    y[fl.asarray(p[:50])] = 2.5
+    g[p[:50]] = 2.5
     np.testing.assert_array_equal(y.get(), g)
-    assert hand == ["backup", "backup", "gate"]
+    fl.add.at(x, fl.asarray(k), np.int32(3))
+    np.add.at(ref, k, 3)
+    np.testing.assert_array_equal(x.get(), ref)
+    with pytest.raises(OverflowError):  # (as numpy: left to the general path)
+        fl.add.at(x, fl.asarray(k), 2**40)
+    with pytest.raises(TypeError):
+        fl.add.at(x, fl.asarray(k), 1.5)  # (numpy's same_kind rule, before any path)
+    np.testing.assert_array_equal(x.get(), ref)
+    assert hand == ["backup", "backup", "gate", "gate", "backup"]
 
 
 def test_deferred_check(device, hand, monkeypatch):

@@ -52,11 +52,11 @@ untouched, but the statements after it have run.
 Taken (:func:`takes`) on a non-CPU OpenCL device (or with :data:`ON_CPU`, for tests)
 for a contiguous 1-D target of int32/int64/float32/float64 of fewer than 2^31
 elements, a contiguous computed 1-D integer index array and contiguous computed
-values of the target's dtype and the indices' shape, none sharing the target's
-buffer, outside ``fl.fuse``'s tracing and ``fl.show_code``'s capture.  Additions
-use the device's native atomic add (:mod:`fuseloop.lower.atomics`: PTX
-``red.global.add`` for floats on NVIDIA, ``atomic_add``/``atom_add`` for integers),
-else a compare-and-swap loop.
+values of the target's dtype and the indices' shape (or one scalar value that numpy
+would store as it: :func:`scalar_value`), none sharing the target's buffer, outside
+``fl.fuse``'s tracing and ``fl.show_code``'s capture.  Additions use the device's
+native atomic add (:mod:`fuseloop.lower.atomics`: PTX ``red.global.add`` for floats
+on NVIDIA, ``atomic_add``/``atom_add`` for integers), else a compare-and-swap loop.
 """
 
 from __future__ import annotations
@@ -97,11 +97,15 @@ _INT32_LIMIT = 1 << 31
 _kernels: dict[tuple, SourceKernel] = {}
 # fl_update bodies by (operation, dtype, device, FUSELOOP_PTX_ATOMICS)
 _updates: dict[tuple, str] = {}
+# one-element arrays of scalar values by (device, dtype, bytes)
+_scalars: dict[tuple, Array] = {}
 _lock = threading.Lock()
 _caches.register("ops.scatter_kernel.kernels", _kernels.clear, lambda: len(_kernels),
                  why="one per (kernel, variant, dtypes, update, items)")
 _caches.register("ops.scatter_kernel.updates", _updates.clear, lambda: len(_updates),
                  why="one per (operation, dtype, device, FUSELOOP_PTX_ATOMICS)")
+_caches.register("ops.scatter_kernel.scalars", _scalars.clear, lambda: len(_scalars),
+                 why="one-element arrays of recent scalar values (at most 32)")
 # zeroed one-word gate arrays per device (a gate read back as zero is still zero)
 _gates: dict[Device, list[Array]] = {}
 # scatters whose gate is not read yet (FUSELOOP_SCATTER_WAIT=defer)
@@ -147,13 +151,43 @@ def takes(a: Array, key: Any, values: Any, op: str | None) -> bool:
         return False
     if a.dtype not in _DTYPES or not _plain(a, dev) or a.size >= _INT32_LIMIT:
         return False
-    if not (_plain(key, dev) and _plain(values, dev)):
+    if not _plain(key, dev) or key.dtype.kind not in "iu" or key.dtype.itemsize not in (4, 8):
         return False
-    if key.dtype.kind not in "iu" or key.dtype.itemsize not in (4, 8) or not key.size:
+    if not key.size or key.size >= _INT32_LIMIT or a._storage is key._storage:
         return False
-    if values.dtype != a.dtype or values.shape != key.shape or key.size >= _INT32_LIMIT:
+    if scalar_value(values, a.dtype) is not None:
+        return True
+    if not _plain(values, dev) or values.dtype != a.dtype or values.shape != key.shape:
         return False
-    return a._storage is not key._storage and a._storage is not values._storage
+    return a._storage is not values._storage
+
+
+def scalar_value(values: Any, dtype: np.dtype) -> np.generic | None:
+    """``values`` as a scalar of ``dtype`` when it is a Python or numpy scalar that numpy
+    would store as that (a float into a float target, an integer or bool that fits),
+    else None."""
+    if not isinstance(values, bool | int | float | np.bool_ | np.integer | np.floating):
+        return None
+    if dtype.kind == "f":
+        return dtype.type(values)
+    if isinstance(values, float | np.floating):
+        return None  # (numpy truncates, or refuses for add.at)
+    as_int = int(values)
+    info = np.iinfo(dtype)
+    return dtype.type(as_int) if info.min <= as_int <= info.max else None
+
+
+def _scalar_array(value: np.generic, device: Device) -> Array:
+    """A one-element device array of ``value`` (kept: the same few values recur)."""
+    key = (device, value.dtype, value.tobytes())
+    found = _scalars.get(key)
+    if found is None:
+        from ..creation import asarray
+
+        if len(_scalars) >= 32:
+            _scalars.clear()
+        found = _scalars[key] = asarray(np.array([value]), device=device).eval()
+    return found
 
 
 def _update(op: str | None, dtype: np.dtype, device: Device) -> str:
@@ -218,6 +252,11 @@ __kernel void fuseloop_scatter_check(__global const IT *in0, __global int *out0,
 """
 
 _STORE = r"""
+#ifdef SCALAR
+#define VALUE(i) in1[0]
+#else
+#define VALUE(i) in1[i]
+#endif
 static inline void fl_update(__global VT *p, VT v)
 {
   UPDATE
@@ -243,7 +282,7 @@ __kernel void fuseloop_scatter_store(__global VT *out0, __global const PT *in0,
     long const i = base + (long) j * lsize;
     if (i < s0) {
       k[j] = in0[i];
-      v[j] = in1[i];
+      v[j] = VALUE(i);
     }
   }
 #ifdef CHECKED
@@ -289,12 +328,13 @@ __kernel void fuseloop_scatter_copy(__global VT *out0, __global const VT *in0,
 
 
 def _kernel(name: str, mode: str, idx: np.dtype, val: np.dtype, update: str,
-            k: int) -> SourceKernel:
-    """The kernel ``name`` for variant ``mode`` (``gate``, ``narrow``, ``backup``)."""
-    key = (name, mode, idx, val, update, k)
+            k: int, scalar: bool = False) -> SourceKernel:
+    """The kernel ``name`` for variant ``mode`` (``gate``, ``narrow``, ``backup``);
+    ``scalar``: one value for all (its one-element buffer)."""
+    key = (name, mode, idx, val, update, k, scalar)
     found = _kernels.get(key)
     if found is None:
-        options = [f"-DITEMS={k}", f"-DIT={c_type_name(idx)}"]
+        options = [f"-DITEMS={k}", f"-DIT={c_type_name(idx)}"] + (["-DSCALAR"] if scalar else [])
         narrow = mode == "narrow"
         if name == "fuseloop_scatter_check":
             args = ["in0", "out0"] + (["out1"] if narrow else []) + ["s0", "s1"]
@@ -322,6 +362,11 @@ def _kernel(name: str, mode: str, idx: np.dtype, val: np.dtype, update: str,
 
 
 _PARTITION = r"""
+#ifdef SCALAR
+#define VALUE(i) in1[0]
+#else
+#define VALUE(i) in1[i]
+#endif
 __kernel void fuseloop_scatter_count(__global const IT *in0, __global int *out0,
                                      __global int *out1, long const s0, long const s1,
                                      int const s2, int const s3)
@@ -383,7 +428,7 @@ __kernel void fuseloop_scatter_partition(__global int *out0, __global VT *out1,
       long k = (long) in0[i];
       k += k < 0 ? s1 : 0;
       q[j] = (int) k;
-      v[j] = in1[i];
+      v[j] = VALUE(i);
       rank[j] = atomic_inc(&hist[q[j] >> s2]);
     }
   }
@@ -402,16 +447,19 @@ __kernel void fuseloop_scatter_partition(__global int *out0, __global VT *out1,
     if (base + (long) j * lsize < s0) {
       int const d = start[q[j] >> s2] + rank[j];
       out0[d] = q[j];
-      out1[d] = v[j];
+#ifndef SCALAR
+      out1[d] = v[j];  /* (one value for all: the store reads it itself) */
+#endif
     }
   }
 }
 """
 
 
-def _partition_kernel(name: str, idx: np.dtype, val: np.dtype, k: int) -> SourceKernel:
+def _partition_kernel(name: str, idx: np.dtype, val: np.dtype, k: int,
+                      scalar: bool = False) -> SourceKernel:
     """The count or partition kernel of the ``partition`` variant."""
-    key = (name, "partition", idx, val, "", k)
+    key = (name, "partition", idx, val, "", k, scalar)
     found = _kernels.get(key)
     if found is None:
         if name == "fuseloop_scatter_count":
@@ -423,7 +471,8 @@ def _partition_kernel(name: str, idx: np.dtype, val: np.dtype, k: int) -> Source
         plan = KernelPlan(name=name, source=f"#define VT {c_type_name(val)}\n" + _PARTITION,
                           arg_names=args, gsize=["p[0]"], lsize=["p[1]"], arg_dtypes=dtypes,
                           build_options=[f"-DITEMS={k}", f"-DIT={c_type_name(idx)}",
-                                         f"-DMAX_BUCKETS={MAX_BUCKETS}"])
+                                         f"-DMAX_BUCKETS={MAX_BUCKETS}"]
+                          + (["-DSCALAR"] if scalar else []))
         with _lock:
             found = _kernels.setdefault(key, SourceKernel(plan))
     return found
@@ -497,13 +546,16 @@ def span_shift(n: int, itemsize: int) -> tuple[int, int]:
     return shift, ((n - 1) >> shift) + 1
 
 
-def scatter(a: Array, key: Array, values: Array, op: str | None) -> None:
+def scatter(a: Array, key: Array, values: Any, op: str | None) -> None:
     """``a[key] = values`` or ``fl.<op>.at(a, key, values)`` where :func:`takes` says so:
     the variant's launches and a read of the gate (see the module)."""
     from .scatter_add import _readers_first
 
     _readers_first(a)
     dev = a.device
+    scalar = scalar_value(values, a.dtype)
+    if scalar is not None:
+        values = _scalar_array(scalar, dev)
     mode, k = mode_for(a, key), items()
     group = min(GROUP, dev.max_work_group_size)
     gate = _gate(dev)
@@ -512,7 +564,7 @@ def scatter(a: Array, key: Array, values: Array, op: str | None) -> None:
     update = _update(op, a.dtype, dev)
     run = _run_backup if mode == "backup" else _run_partition if mode == "partition" \
         else _run_checked
-    run(mode, a, key, values, gate, update, k, group)
+    run(mode, a, key, values, gate, update, (k, group, scalar is not None))
     n = a.size
     if deferred():
         _pending.append((gate, key, n))
@@ -526,8 +578,9 @@ def scatter(a: Array, key: Array, values: Array, op: str | None) -> None:
 
 
 def _run_checked(mode: str, a: Array, key: Array, values: Array, gate: Array, update: str,
-                 k: int, group: int) -> None:
+                 grid: tuple[int, int, bool]) -> None:
     """``gate`` and ``narrow``: the check (writing positions for ``narrow``), the store."""
+    k, group, scalar = grid
     from ..creation import empty
 
     dev, n, m = a.device, a.size, key.size
@@ -539,15 +592,16 @@ def _run_checked(mode: str, a: Array, key: Array, values: Array, gate: Array, up
         outs.append(pos)
     check = _kernel("fuseloop_scatter_check", mode, key.dtype, a.dtype, "", k)
     _launch(check, groups, group, outs, [key._storage], [np.int64(m), np.int64(n)], dev)
-    store = _kernel("fuseloop_scatter_store", mode, key.dtype, a.dtype, update, k)
+    store = _kernel("fuseloop_scatter_store", mode, key.dtype, a.dtype, update, k, scalar)
     _launch(store, groups, group, [a._storage], [pos, values._storage, gate._storage],
             [np.int64(m), np.int32(n)], dev)
 
 
 def _run_backup(mode: str, a: Array, key: Array, values: Array, gate: Array, update: str,
-                k: int, group: int) -> None:
+                grid: tuple[int, int, bool]) -> None:
     """``backup``: the target saved, the checked store, and the target restored where an
     index was out of range (the restore reads the gate: no wait here)."""
+    k, group, scalar = grid
     from ..creation import empty
 
     dev, n, m = a.device, a.size, key.size
@@ -556,7 +610,7 @@ def _run_backup(mode: str, a: Array, key: Array, values: Array, gate: Array, upd
     copy_groups = max(1, min(-(-n // (group * k)), COPY_GROUPS))
     _launch(copy, copy_groups, group, [saved._storage], [a._storage, gate._storage],
             [np.int64(n), np.int32(0)], dev)
-    store = _kernel("fuseloop_scatter_store", mode, key.dtype, a.dtype, update, k)
+    store = _kernel("fuseloop_scatter_store", mode, key.dtype, a.dtype, update, k, scalar)
     _launch(store, -(-m // (group * k)), group, [a._storage],
             [key._storage, values._storage, gate._storage], [np.int64(m), np.int32(n)], dev)
     _launch(copy, copy_groups, group, [a._storage], [saved._storage, gate._storage],
@@ -564,10 +618,11 @@ def _run_backup(mode: str, a: Array, key: Array, values: Array, gate: Array, upd
 
 
 def _run_partition(mode: str, a: Array, key: Array, values: Array, gate: Array,
-                   update: str, k: int, group: int) -> None:
+                   update: str, grid: tuple[int, int, bool]) -> None:
     """``partition``: the check counting each bucket's indices, the indices (wrapped,
     32-bit) and values moved to their buckets' parts of scratch arrays, then the store
     reading those in order: the stores of a bucket land in one span of the target."""
+    k, group, scalar = grid
     from ..creation import empty, zeros
 
     dev, n, m = a.device, a.size, key.size
@@ -575,15 +630,15 @@ def _run_partition(mode: str, a: Array, key: Array, values: Array, gate: Array,
     groups = -(-m // (group * k))
     counters = zeros(2 * buckets, dtype=np.int32, device=dev).eval()
     positions = empty(m, dtype=np.int32, device=dev).eval()
-    moved = empty(m, dtype=a.dtype, device=dev).eval()
+    moved = values if scalar else empty(m, dtype=a.dtype, device=dev).eval()
     sizes = [np.int64(m), np.int64(n), np.int32(shift), np.int32(buckets)]
     count = _partition_kernel("fuseloop_scatter_count", key.dtype, a.dtype, k)
     _launch(count, groups, group, [gate._storage, counters._storage], [key._storage], sizes,
             dev)
-    part = _partition_kernel("fuseloop_scatter_partition", key.dtype, a.dtype, k)
+    part = _partition_kernel("fuseloop_scatter_partition", key.dtype, a.dtype, k, scalar)
     _launch(part, groups, group, [positions._storage, moved._storage],
             [key._storage, values._storage, counters._storage, gate._storage], sizes, dev)
-    store = _kernel("fuseloop_scatter_store", "narrow", key.dtype, a.dtype, update, k)
+    store = _kernel("fuseloop_scatter_store", "narrow", key.dtype, a.dtype, update, k, scalar)
     _launch(store, groups, group, [a._storage],
             [positions._storage, moved._storage, gate._storage], [np.int64(m), np.int32(n)],
             dev)
