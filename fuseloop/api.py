@@ -6,6 +6,7 @@ from .array import Array
 from .errors import ShapeError
 from .expr.nodes import register_readers
 from .runtime import devices as _devices
+from .runtime import transfer as _transfer
 from .runtime.transfer import finish
 
 
@@ -51,3 +52,5 @@ def synchronize() -> None:
             rt.submit(rt.queue)
     for rt in runtimes:
         finish(rt.device)
+    if _transfer.before_read:  # (a deferred scatter check's error surfaces here)
+        _transfer.before_read[0]()

@@ -20,6 +20,14 @@ idx), ``gather`` (``x.take(idx)``) and ``gather-rows`` (``X.take(idx, axis=0)``,
 
     python benchmarks/probes/scatter_probe.py [--log2 24] [--repeat 20] [--no-code]
         [--forms scatter,scatter-add]
+        [--variants expr,gate,backup,partition,partition/span=8388608,gate/defer]
+
+``--variants``: fuseloop is timed once per variant of ``fuseloop.ops.scatter_kernel``
+(``name[/items][/defer][/span=BYTES]``: ``FUSELOOP_SCATTER=name``,
+``FUSELOOP_SCATTER_ITEMS=items``, ``FUSELOOP_SCATTER_WAIT=defer``,
+``FUSELOOP_SCATTER_SPAN=BYTES``), one row each, the peers once per form; besides the
+median with a wait per call, each row has the time per call of 10 calls back to back
+with one wait (where a deferred check gains).
 
 (``SCATTER_PROBE_CHECKOUT=<another checkout>`` measures that checkout's fuseloop
 instead: the baseline, e.g. ``git worktree add /tmp/base <commit>``.)
@@ -107,8 +115,21 @@ def host_time(run: Any, repeat: int) -> float:
     return (time.process_time() - t0) / repeat
 
 
+def set_variant(spec: str) -> None:
+    """``name[/items][/defer][/span=BYTES]``: the environment ``scatter_kernel`` reads."""
+    parts = spec.split("/")
+    os.environ["FUSELOOP_SCATTER"] = parts[0]
+    os.environ["FUSELOOP_SCATTER_ITEMS"] = next((p for p in parts[1:] if p.isdigit()), "4")
+    os.environ["FUSELOOP_SCATTER_WAIT"] = "defer" if "defer" in parts[1:] else "after"
+    span = next((p[5:] for p in parts[1:] if p.startswith("span=")), None)
+    if span is None:
+        os.environ.pop("FUSELOOP_SCATTER_SPAN", None)
+    else:
+        os.environ["FUSELOOP_SCATTER_SPAN"] = span
+
+
 def time_fuseloop(wl: Any, arrays: list[Any], want: np.ndarray, repeat: int
-                  ) -> tuple[float, int, bool, float]:
+                  ) -> tuple[float, int, bool, float, float]:
     run, fetch = wl.fuseloop(*arrays)
     run()
     ok = bool(np.allclose(fetch(), want, rtol=wl.rtol, atol=wl.atol))
@@ -117,7 +138,30 @@ def time_fuseloop(wl: Any, arrays: list[Any], want: np.ndarray, repeat: int
     run()
     fl.synchronize()
     kernels = fl.stats()["kernels_launched"]
-    return median_time(run, fl.synchronize, repeat), kernels, ok, host_time(run, repeat)
+    back_to_back = median_time(run, fl.synchronize, max(3, repeat // 4), batch=10)
+    return (median_time(run, fl.synchronize, repeat), kernels, ok, host_time(run, repeat),
+            back_to_back)
+
+
+def show_variant_code(device: Any) -> None:
+    """The hand-written kernels' sources (float32 add, int64 indices) of each variant."""
+    from fuseloop.ops import scatter_kernel as sk
+
+    i64, f32 = np.dtype(np.int64), np.dtype(np.float32)
+    update = sk._update("add", f32, device)
+    for mode, names in (("gate", ("check", "store")), ("narrow", ("check", "store")),
+                        ("backup", ("copy", "store"))):
+        print(f"\n# FUSELOOP_SCATTER={mode}: the {' and the '.join(names)} kernels "
+              f"(-DITEMS=4: FUSELOOP_SCATTER_ITEMS)")
+        for name in names:
+            kernel = sk._kernel(f"fuseloop_scatter_{name}", mode, i64, f32,
+                                update if name == "store" else "", 4)
+            print(f"// build options: {' '.join(kernel.plan.build_options)}")
+            print(kernel.plan.source if name != "copy" else "(in the store's source)")
+    part = sk._partition_kernel("fuseloop_scatter_count", i64, f32, 4)
+    print("\n# FUSELOOP_SCATTER=partition: count and partition kernels, then the narrow "
+          f"store; build options {' '.join(part.plan.build_options)}")
+    print(part.plan.source)
 
 
 def main() -> None:
@@ -126,7 +170,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--no-code", action="store_true", help="skip the sources and explain")
     ap.add_argument("--forms", default=",".join(FORMS), help="comma-separated subset")
+    ap.add_argument("--variants", default="expr",
+                    help="comma-separated FUSELOOP_SCATTER variants: name[/items][/defer][/span=B]")
+    ap.add_argument("--hand-on-cpu", action="store_true",
+                    help="the hand-written variants on a CPU device too (a dry run)")
     args = ap.parse_args()
+    if args.hand_on_cpu:
+        from fuseloop.ops import scatter_kernel
+
+        scatter_kernel.ON_CPU = True
     device = fl.get_device()
     n = 1 << args.log2
     only = None if device.type == "cpu" else \
@@ -137,8 +189,12 @@ def main() -> None:
           f"{device.compute_units} units); 2^{args.log2} float32; peers: "
           f"{', '.join(p.name for p in peers)}" + (f"; skipped: {skipped}" if skipped else ""))
     atomics_report(device)
+    variants = args.variants.split(",")
     if not args.no_code:
+        set_variant("expr")
         show_scatter_code(device)
+        if any(v.split("/")[0] != "expr" for v in variants):
+            show_variant_code(device)
     for name in () if args.no_code else ("gather", "gather-rows"):
         a = inputs_of(name, n)
         x, idx = fl.asarray(a["x"]), fl.asarray(a["idx"])
@@ -147,15 +203,23 @@ def main() -> None:
                          run=True).as_text())
 
     print()
-    cols = ["fuseloop", "host cpu", "kernels"] + [p.name for p in peers]
-    print(f"{'form':14s}" + "".join(f" {c:>14s}" for c in cols) + "  best peer/fuseloop  ok")
+    cols = ["fuseloop", "10 back2back", "host cpu", "kernels"] + [p.name for p in peers]
+    print(f"{'form':14s} {'variant':>16s}" + "".join(f" {c:>14s}" for c in cols)
+          + "  best peer/fuseloop  ok")
     for name in args.forms.split(","):
         wl = next(w for w in BROAD if w.name == name)
         a = inputs_of(name, n)
         want = np.asarray(wl.reference(*[a[k] for k in wl.inputs]))
         arrays = [fl.asarray(a[k]) for k in wl.inputs]
-        t, kernels, ok, host = time_fuseloop(wl, arrays, want, args.repeat)
-        cells = [f"{t * 1e6:14.1f}", f"{host * 1e6:14.1f}", f"{kernels:14d}"]
+        rows = []
+        for spec in variants:
+            set_variant(spec)
+            t, kernels, ok, host, b2b = time_fuseloop(wl, arrays, want, args.repeat)
+            rows.append((spec, t, ok, [f"{t * 1e6:14.1f}", f"{b2b * 1e6:14.1f}",
+                                       f"{host * 1e6:14.1f}", f"{kernels:14d}"]))
+        set_variant("expr")
+        cells: list[str] = []
+        ok = True
         best = float("inf")
         for p in peers:
             try:
@@ -167,10 +231,14 @@ def main() -> None:
             except Exception as exc:  # a peer without this form: say so, go on
                 cells.append(f"{type(exc).__name__[:14]:>14s}")
             p.release()
-        ratio = f"{best / t:18.2f}" if best < float("inf") else f"{'-':>18s}"
-        print(f"{name:14s}" + " ".join(["", *cells]) + f"  {ratio}  {'yes' if ok else 'NO'}")
-    print("\nmicroseconds per call, median, a wait after each call; 'host cpu': fuseloop's "
-          "CPU time per call, calls back to back; 'kernels': launches per fuseloop call")
+        for spec, t, fl_ok, mine in rows:
+            ratio = f"{best / t:18.2f}" if best < float("inf") else f"{'-':>18s}"
+            print(f"{name:14s} {spec:>16s}" + " ".join(["", *mine, *cells])
+                  + f"  {ratio}  {'yes' if ok and fl_ok else 'NO'}")
+    print("\nmicroseconds per call, median, a wait after each call; '10 back2back': per "
+          "call, 10 calls then one wait; 'host cpu': fuseloop's CPU time per call, calls "
+          "back to back; 'kernels': launches per fuseloop call; peers' columns repeated "
+          "on each variant's row")
 
 
 if __name__ == "__main__":

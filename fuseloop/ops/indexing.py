@@ -36,6 +36,7 @@ from ..host_masks import assign as host_masked_assign
 from ..host_masks import select as host_select
 from ..host_statements import assign as host_assign
 from ..trace_hooks import trace_checks
+from . import scatter_kernel
 from .masks import masked_fill
 from .shape import broadcast_to, normalize_axis, ravel, transpose, view
 
@@ -493,6 +494,9 @@ def setitem(arr: Array, key: Any, value: Any, held: bool, atomic: str | None = N
         split = _split(arr, key)
     if arr.is_lazy:
         arr.eval()
+    if scatter_kernel.takes(arr, key, value, atomic):  # (a 1-D scatter on a GPU)
+        scatter_kernel.scatter(arr, key, value, atomic)
+        return
     target = _basic_view(arr, split.basic)
     if not split.arrays:
         if _same_view(value, target):

@@ -56,8 +56,15 @@ def _wait(event: Any, rt: Any, poll: bool) -> None:
     rt.wait_event(event)
 
 
+#: checks to run before the next read back (a scatter's deferred range check: see
+#: ``fuseloop.ops.scatter_kernel``); each removes itself once done
+before_read: list[Any] = []
+
+
 def read(host: np.ndarray, buffer: Any, device: Device) -> None:
     """Copy ``buffer`` (its first ``host.nbytes`` bytes) into ``host``; waits."""
+    if before_read:  # (raises the deferred error, if any, before the data is seen)
+        before_read[0]()
     rt = _runtime(device)
     rt.flush()  # (deferred launches first: they may write the buffer; Device.queue's)
     if device.type == "cpu":
