@@ -26,6 +26,7 @@ its own rows otherwise), and applies the boundary rule along the other axes only
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,7 +41,8 @@ from ..array import Array
 from ..backends import backend_for
 from ..creation import empty, full
 from ..evaluate import _rebuild, allocate, run
-from ..expr.nodes import Concat, Leaf, Node, c_strides
+from ..expr.nodes import Concat, Leaf, Node, c_strides, signed
+from ..expr.views import concat_node
 from ..ops.shape import broadcast_to, concatenate
 from ..ops.stencil import _check
 from ..runtime.devices import _runtime
@@ -92,10 +94,59 @@ def _contiguous_run(piece: Array) -> tuple[Any, int] | None:
     return node.storage, node.offset * piece.itemsize
 
 
+class _Arena:
+    """One buffer on a device for the rows a stencil's part gets through the host (its
+    halos above and below): read into one host array, uploaded by one write."""
+
+    __slots__ = ("device", "dtype", "host", "row_shape", "rows", "storage", "used")
+
+    def __init__(self, device: Any, rows: int, row_shape: tuple[int, ...],
+                 dtype: np.dtype) -> None:
+        self.device, self.rows, self.row_shape, self.dtype = device, rows, row_shape, dtype
+        self.host: np.ndarray | None = None  # (both made at the first piece)
+        self.storage: Any = None
+        self.used = 0
+
+    def take(self, piece: Array, device: Any) -> tuple[np.ndarray, Array] | None:
+        """(the host rows to read ``piece`` into, its array on the device), or None
+        where it does not fit (another device, dtype or row shape, or no room)."""
+        n = piece.shape[0] if piece.ndim else 0
+        if device is not self.device or piece.dtype != self.dtype \
+                or piece.shape[1:] != self.row_shape or self.used + n > self.rows:
+            return None
+        if self.host is None:
+            self.host = np.empty((self.rows, *self.row_shape), self.dtype)
+            self.storage = allocate(self.host.nbytes, device)
+        at, self.used = self.used, self.used + n
+        row = self.host[0].size
+        view = Leaf(self.storage, self.dtype, piece.shape, c_strides(piece.shape), at * row)
+        return self.host[at:at + n], Array._lazy(view, device)
+
+    def upload(self) -> None:
+        if self.host is not None and self.used:
+            _upload(self.storage.buffer, self.host[:self.used], self.device)
+
+
 class _HostBatch:
     """Copies through the host, waited for together (see :func:`batch`)."""
     def __init__(self) -> None:
-        self.pending: list[tuple[Any, Any, np.ndarray, Any, Any]] = []
+        # (the read's event, its device, the storage read (kept until read))
+        self.pending: list[tuple[Any, Any, Any]] = []
+        self.uploads: list[tuple[np.ndarray, Any]] = []  # (host rows, their storage)
+        self.arenas: list[_Arena] = []
+        #: where the pieces added now go if they fit (see :meth:`arena`), else a buffer each
+        self.current: _Arena | None = None
+
+    def arena(self, device: Any, rows: int, row_shape: tuple[int, ...],
+              dtype: np.dtype) -> None:
+        """Pieces added from now on for ``device`` share one buffer of ``rows`` rows (one
+        allocation, one upload) while they fit; :meth:`close_arena` ends it."""
+        self.current = _Arena(device, rows, row_shape, dtype)
+        self.arenas.append(self.current)
+
+    def close_arena(self) -> None:
+        """Pieces added from now on get a buffer each."""
+        self.current = None
 
     def add(self, piece: Array, device: Any) -> Array:
         """``piece`` read without waiting; an array on ``device`` that :meth:`finish`
@@ -109,26 +160,81 @@ class _HostBatch:
         if run_ is None:  # (strided: gathered by a kernel)
             run_ = run([piece._node], piece.shape, piece.device)[0], 0
         storage, offset = run_
-        host = np.empty(piece.shape, piece.dtype)
+        placed = self.current.take(piece, device) if self.current is not None else None
+        if placed is None:
+            host = np.empty(piece.shape, piece.dtype)
+            out = allocate(piece.nbytes, device)
+            self.uploads.append((host, out))
+            got = Array._concrete(out, piece.dtype, piece.shape)
+        else:
+            host, got = placed
         rt = _runtime(piece.device)
         if rt.deferred:
             rt.flush()
         event = rt.enqueue_read(rt.queue, host, storage.buffer, None, False, offset)
         rt.submit(rt.queue)
-        out = allocate(piece.nbytes, device)
-        self.pending.append((event, piece.device, host, out, storage))
-        return Array._concrete(out, piece.dtype, piece.shape)
+        self.pending.append((event, piece.device, storage))
+        return got
 
     def finish(self) -> None:
-
-        for event, source, host, out, _ in self.pending:
+        """Wait for every read (all enqueued before the first wait), then upload: a
+        write per arena and per piece outside one."""
+        for event, source, _ in self.pending:
             if event is not None:
                 wait(event, source)
-            write(out.buffer, host, out.device)
+        _settle_uploads()  # (the last batch's: done long since)
+        for host, out in self.uploads:
+            _upload(out.buffer, host, out.device)
+        for arena in self.arenas:
+            arena.upload()
         self.pending.clear()
+        self.uploads.clear()
+        self.arenas.clear()
+        self.current = None
 
 
-_local = threading.local()  # (.batch: this thread's open batch)
+_local = threading.local()  # (.batch: this thread's open batch; .in_flight: see _upload)
+
+#: whether halo rows go up to a GPU without the host waiting for the copy (a blocking
+#: write each otherwise; ``FUSELOOP_MULTI_ASYNC_UPLOADS=0``; ``bench_multigpu
+#: --variants``): the kernels reading them are enqueued after the write on the same
+#: queue; the host rows are kept until this thread's next batch, which waits for the
+#: writes (done long since) before letting them go.  CPU devices keep the blocking
+#: write (the host path writes pooled buffers through mapped memory, outside the queue)
+ASYNC_UPLOADS = os.environ.get("FUSELOOP_MULTI_ASYNC_UPLOADS", "1").strip() != "0"
+
+
+def _async_upload(device: Any) -> bool:
+    return ASYNC_UPLOADS and device.type != "cpu"
+
+
+def _upload(buffer: Any, host: np.ndarray, device: Any) -> None:
+    """``host`` written into ``buffer`` on ``device``'s queue (see :data:`ASYNC_UPLOADS`)."""
+    if not _async_upload(device):
+        write(buffer, host, device)
+        return
+    rt = _runtime(device)
+    event = rt.enqueue_write(rt.queue, buffer, host, None, False)
+    rt.submit(rt.queue)
+    _in_flight().append((event, device, host))
+
+
+def _in_flight() -> list[tuple[Any, Any, np.ndarray]]:
+    got = getattr(_local, "in_flight", None)
+    if got is None:
+        got = _local.in_flight = []
+    return got
+
+
+def _settle_uploads() -> None:
+    """Wait for this thread's earlier asynchronous uploads (see :data:`ASYNC_UPLOADS`)
+    and let their host rows go."""
+    pending = getattr(_local, "in_flight", None)
+    if pending:
+        for event, device, _ in pending:
+            if event is not None:
+                wait(event, device)
+        pending.clear()
 
 
 @contextmanager
@@ -239,21 +345,50 @@ def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
     return ext.astype(dtype) if ext.dtype != dtype else ext
 
 
-def _window(pieces: list[tuple[int, Array]], start: int, count: int) -> Array:
+def _window(pieces: list[tuple[int, Array]], start: int, count: int, device: Any) -> Array:
     """Rows ``start:start + count`` of the pieces ((first row, array), adjacent, in
-    order), as one piece, a view of one or a lazy concatenation of slices."""
+    order), as one piece, a view of one or a lazy concatenation of views (their nodes
+    made here: the operators' slicing and concatenation checks cost more than the views)."""
     got = []
     for first, a in pieces:
         s, e = max(start, first), min(start + count, first + a.shape[0])
         if s < e:
-            got.append(a if (s, e) == (first, first + a.shape[0]) else a[s - first:e - first])
-    return got[0] if len(got) == 1 else concatenate(got, axis=0)
+            got.append((a, s - first, e - first))
+    if len(got) == 1:
+        a, s, e = got[0]
+        return a if (s, e) == (0, a.shape[0]) else Array._lazy(_row_view(a, s, e), a.device)
+    return Array._lazy(_signed(concat_node([_row_view(a, s, e) for a, s, e in got], 0)),
+                       device)
+
+
+def _signed(node: Node) -> Node:
+    """``node`` with a structure signature if it is a concatenation (they have none
+    unless given one, ``expr.nodes``): its fields are what the structure key's walk
+    writes for it (``expr.program._walk``), then its pieces'.  So a stencil's part
+    reading a window finds its run plan by signature (``run_plans._signed_key``), not
+    by walking its whole expression on every step: the parts' launches cost half."""
+    if type(node) is Concat and not node.sig:
+        node.sig, node.operands = signed(["K", node.axis, node.shape, node.starts],
+                                         list(node.pieces))
+    return node
+
+
+def _row_view(a: Array, s: int, e: int) -> Node:
+    """Rows ``s:e`` of ``a`` as a node: a view of its buffer where ``a`` is one."""
+    node = a._node
+    if (s, e) == (0, a.shape[0]):
+        return node
+    if type(node) is not Leaf:
+        return a[s:e]._node
+    strides = node.view_strides()
+    return Leaf(node.storage, node.dtype, (e - s, *node.shape[1:]), strides,
+                node.offset + s * strides[0])
 
 
 Window = Callable[[int], Array]
 
 
-def _shifted_rows(pieces: list[tuple[int, Array]], count: int) -> Window:
+def _shifted_rows(pieces: list[tuple[int, Array]], count: int, device: Any) -> Window:
     """A part's ``count`` rows shifted by ``dr`` (the window of its ``pieces``), as a
     function of ``dr``; a shift asked again is the same array (the taps of one row
     offset, e.g. three of a 3x3 stencil's nine, share one lazy concatenation)."""
@@ -262,7 +397,7 @@ def _shifted_rows(pieces: list[tuple[int, Array]], count: int) -> Window:
     def window(dr: int) -> Array:
         got = made.get(dr)
         if got is None:
-            got = made[dr] = _window(pieces, dr, count)
+            got = made[dr] = _window(pieces, dr, count, device)
         return got
     return window
 
@@ -300,6 +435,11 @@ class _Templates:
         return got
 
 
+#: whether a split stencil's part gets the halo rows it reads through the host in one
+#: buffer (one allocation, one upload: :class:`_Arena`) rather than a buffer and an
+#: upload per piece (``FUSELOOP_MULTI_ARENAS=0``; ``bench_multigpu --variants``)
+ARENAS = os.environ.get("FUSELOOP_MULTI_ARENAS", "1").strip() != "0"
+
 #: the last split stencil's parts built through ``apply`` and parts substituted
 LAST_TEMPLATES: list[int] = [0, 0]
 
@@ -321,10 +461,18 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
     out: list[Array | None] = []
     templates = _Templates()
     with batch():
-        halos = [(None, None) if hi == lo else
-                 (_halo(x, lo - before, lo, k, boundary, cval, dtype),
-                  _halo(x, hi, hi + after, k, boundary, cval, dtype))
-                 for k, (lo, hi) in enumerate(spans)]
+        host_batch: _HostBatch | None = _local.batch if ARENAS else None
+        halos: list[tuple[Array | None, Array | None]] = []
+        for k, (lo, hi) in enumerate(spans):
+            if hi == lo:
+                halos.append((None, None))
+                continue
+            if host_batch is not None:  # (rows through the host: one buffer per part)
+                host_batch.arena(x.devices[k], before + after, x.shape[1:], x.dtype)
+            halos.append((_halo(x, lo - before, lo, k, boundary, cval, dtype),
+                          _halo(x, hi, hi + after, k, boundary, cval, dtype)))
+        if host_batch is not None:
+            host_batch.close_arena()
         # (lazy: nothing built here reads a halo before the batch has filled it)
         for k, (lo, hi) in enumerate(spans):
             if hi == lo:
@@ -334,7 +482,7 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
             top, bottom = halos[k]
             pieces = [(-before, top), (0, own), (hi - lo, bottom)]
             present = [(f, a) for f, a in pieces if a is not None]
-            window = _shifted_rows(present, hi - lo)
+            window = _shifted_rows(present, hi - lo, x.devices[k])
             out.append(templates.part(apply, window, range(-before, after + 1), cen,
                                       x.devices[k]))
     LAST_TEMPLATES[:] = templates.counts
