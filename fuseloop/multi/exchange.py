@@ -60,7 +60,9 @@ def _transfer(piece: Array, device: Any) -> Array:
     EXCHANGED["copies"] += 1
     source = piece.device
     backend = backend_for(device)
-    if source.backend == device.backend and piece.nbytes:
+    # (asked first: a buffer allocated for a copy the backend then refuses is wasted)
+    if source.backend == device.backend and piece.nbytes \
+            and backend.copies_between(device, source):
         node = piece._node
         if type(node) is not Leaf or (node.strides is not None
                                       and node.strides != c_strides(node.shape)):
@@ -263,11 +265,21 @@ def rows(x: Any, lo: int, hi: int, k: int) -> Array:
         s, e = max(lo, a), min(hi, b)
         if s >= e:
             continue
-        piece = x.parts[j][s - a:e - a]
+        piece = _part_rows(x.parts[j], s - a, e - a)
         pieces.append(piece if j == k else _transfer(piece, device))
     if not pieces:
         return empty((0, *x.shape[1:]), x.dtype, device=device)
     return pieces[0] if len(pieces) == 1 else concatenate(pieces, axis=0)
+
+
+def _part_rows(part: Array, s: int, e: int) -> Array:
+    """Rows ``s:e`` of ``part``: itself, or a view of its buffer made here (indexing's
+    checks cost more than the view), or through indexing where it is lazy."""
+    if (s, e) == (0, part.shape[0]):
+        return part
+    if type(part._node) is not Leaf:
+        return part[s:e]
+    return Array._lazy(_row_view(part, s, e), part.device)
 
 
 def realign(x: Any, bounds: tuple[int, ...]) -> list[Array]:
@@ -345,20 +357,18 @@ def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
     return ext.astype(dtype) if ext.dtype != dtype else ext
 
 
-def _window(pieces: list[tuple[int, Array]], start: int, count: int, device: Any) -> Array:
+def _window(pieces: list[tuple[int, Array]], start: int, count: int) -> Node:
     """Rows ``start:start + count`` of the pieces ((first row, array), adjacent, in
-    order), as one piece, a view of one or a lazy concatenation of views (their nodes
-    made here: the operators' slicing and concatenation checks cost more than the views)."""
+    order), as one node: a piece's, a view of one or a concatenation of views (made
+    here: the operators' slicing and concatenation checks cost more than the views)."""
     got = []
     for first, a in pieces:
         s, e = max(start, first), min(start + count, first + a.shape[0])
         if s < e:
             got.append((a, s - first, e - first))
     if len(got) == 1:
-        a, s, e = got[0]
-        return a if (s, e) == (0, a.shape[0]) else Array._lazy(_row_view(a, s, e), a.device)
-    return Array._lazy(_signed(concat_node([_row_view(a, s, e) for a, s, e in got], 0)),
-                       device)
+        return _row_view(*got[0])
+    return _signed(concat_node([_row_view(a, s, e) for a, s, e in got], 0))
 
 
 def _signed(node: Node) -> Node:
@@ -388,18 +398,33 @@ def _row_view(a: Array, s: int, e: int) -> Node:
 Window = Callable[[int], Array]
 
 
-def _shifted_rows(pieces: list[tuple[int, Array]], count: int, device: Any) -> Window:
-    """A part's ``count`` rows shifted by ``dr`` (the window of its ``pieces``), as a
-    function of ``dr``; a shift asked again is the same array (the taps of one row
-    offset, e.g. three of a 3x3 stencil's nine, share one lazy concatenation)."""
-    made: dict[int, Array] = {}
+class _ShiftedRows:
+    """A part's ``count`` rows shifted by ``dr`` (the window of its ``pieces``): called
+    with ``dr``, an array (the part itself at 0); :meth:`node`, its node alone (all a
+    substituted part needs).  A shift asked again is the same (the taps of one row
+    offset, e.g. three of a 3x3 stencil's nine, share one concatenation)."""
 
-    def window(dr: int) -> Array:
-        got = made.get(dr)
+    __slots__ = ("arrays", "count", "device", "nodes", "pieces")
+
+    def __init__(self, pieces: list[tuple[int, Array]], count: int, device: Any) -> None:
+        self.pieces, self.count, self.device = pieces, count, device
+        self.nodes: dict[int, Node] = {}
+        self.arrays: dict[int, Array] = {}
+
+    def node(self, dr: int) -> Node:
+        got = self.nodes.get(dr)
         if got is None:
-            got = made[dr] = _window(pieces, dr, count, device)
+            got = self.nodes[dr] = _window(self.pieces, dr, self.count)
         return got
-    return window
+
+    def __call__(self, dr: int) -> Array:
+        got = self.arrays.get(dr)
+        if got is None:
+            node = self.node(dr)
+            whole = next((a for _, a in self.pieces if a._node is node), None)
+            got = self.arrays[dr] = whole if whole is not None else \
+                Array._lazy(node, self.device)
+        return got
 
 
 class _Templates:
@@ -410,19 +435,19 @@ class _Templates:
     one row of halo, every part) of an evenly split array share one."""
 
     def __init__(self) -> None:
-        self.built: dict[tuple, tuple[list[Node], Array]] = {}
+        self.built: dict[tuple, tuple[list[Node], Node]] = {}
         self.counts = [0, 0]  # (built, substituted: see LAST_TEMPLATES)
 
-    def part(self, apply: Callable[[Window, tuple[int, ...]], Array], window: Window,
+    def part(self, apply: Callable[[Window, tuple[int, ...]], Array], window: _ShiftedRows,
              shifts: range, cen: tuple[int, ...], device: Any) -> Array:
         """``apply(window, cen)`` for a part on ``device``."""
-        wins = [window(dr)._node for dr in shifts]
+        wins = [window.node(dr) for dr in shifts]  # (nodes: no arrays made for them)
         key = tuple((type(w), w.shape, w.dtype, len(w.pieces) if type(w) is Concat else 0)
                     for w in wins)
         hit = self.built.get(key)
         if hit is not None:
             old, made = hit
-            node = _rebuild(made._node, {id(a): b for a, b in zip(old, wins)}, {})
+            node = _rebuild(made, {id(a): b for a, b in zip(old, wins)}, {})
             # (only the windows' buffers may differ: anything else the template read
             # on its own device, e.g. an uploaded array, means building it afresh)
             if all(s.device is device for s in node.storages):
@@ -431,7 +456,7 @@ class _Templates:
         got = apply(window, cen)
         self.counts[0] += 1
         if hit is None and len({id(w) for w in wins}) == len(wins):  # (unambiguous)
-            self.built[key] = (wins, got)
+            self.built[key] = (wins, got._node)
         return got
 
 
@@ -482,7 +507,7 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
             top, bottom = halos[k]
             pieces = [(-before, top), (0, own), (hi - lo, bottom)]
             present = [(f, a) for f, a in pieces if a is not None]
-            window = _shifted_rows(present, hi - lo, x.devices[k])
+            window = _ShiftedRows(present, hi - lo, x.devices[k])
             out.append(templates.part(apply, window, range(-before, after + 1), cen,
                                       x.devices[k]))
     LAST_TEMPLATES[:] = templates.counts
