@@ -332,3 +332,18 @@ def test_stencil_halos_through_the_host_one_upload_per_part(three, monkeypatch):
     np.testing.assert_allclose(again.get(), fl.stencil(fl.asarray(want, device=three[0]), w,
                                                        boundary="wrap").get(),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_copy_through_the_host_allocates_once(three, monkeypatch):
+    """Rows copied to a device of another context (through the host) take one buffer on
+    the receiving device: none is allocated first for a device copy that cannot be."""
+    from fuseloop.multi import exchange
+
+    if three[0].backend != "opencl":
+        pytest.skip("only OpenCL devices exchange through the host")
+    xn = np.arange(12, dtype=np.float32).reshape(6, 2)
+    x = fl.asarray(xn, device=three[0])
+    allocated = _counting(monkeypatch, exchange, "allocate")
+    got = exchange._transfer(x[2:4], three[1])
+    assert len(allocated) == 1 and got.device is three[1]
+    np.testing.assert_array_equal(got.get(), xn[2:4])
