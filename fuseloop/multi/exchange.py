@@ -41,7 +41,21 @@ from ..array import Array
 from ..backends import backend_for
 from ..creation import empty, full
 from ..evaluate import _rebuild, allocate, run
-from ..expr.nodes import Concat, Leaf, Node, c_strides, signed
+from ..expr.nodes import (
+    Apply,
+    Concat,
+    Gather,
+    Iota,
+    Leaf,
+    Literal,
+    Node,
+    Reduce,
+    Remap,
+    Scalar,
+    UserCall,
+    c_strides,
+    signed,
+)
 from ..expr.views import concat_node
 from ..ops.shape import broadcast_to, concatenate
 from ..ops.stencil import _check
@@ -435,7 +449,8 @@ class _Templates:
     one row of halo, every part) of an evenly split array share one."""
 
     def __init__(self) -> None:
-        self.built: dict[tuple, tuple[list[Node], Node]] = {}
+        # (windows, expression, the nodes reading a window children first: _reading)
+        self.built: dict[tuple, tuple[list[Node], Node, list[Node] | None]] = {}
         self.counts = [0, 0]  # (built, substituted: see LAST_TEMPLATES)
 
     def part(self, apply: Callable[[Window, tuple[int, ...]], Array], window: _ShiftedRows,
@@ -446,8 +461,9 @@ class _Templates:
                     for w in wins)
         hit = self.built.get(key)
         if hit is not None:
-            old, made = hit
-            node = _rebuild(made, {id(a): b for a, b in zip(old, wins)}, {})
+            old, made, reading = hit
+            node = _rebuild(made, {id(a): b for a, b in zip(old, wins)}, {}) \
+                if reading is None else _rebuilt(made, reading, old, wins)
             # (only the windows' buffers may differ: anything else the template read
             # on its own device, e.g. an uploaded array, means building it afresh)
             if all(s.device is device for s in node.storages):
@@ -456,8 +472,96 @@ class _Templates:
         got = apply(window, cen)
         self.counts[0] += 1
         if hit is None and len({id(w) for w in wins}) == len(wins):  # (unambiguous)
-            self.built[key] = (wins, got._node)
+            self.built[key] = (wins, got._node, _reading(got._node, wins))
         return got
+
+
+def _kids(node: Node) -> tuple[Node, ...] | None:
+    """``node``'s children (``()`` for leaves, scalars and indices), or None for a kind
+    :func:`_rebuilt` does not make."""
+    t = type(node)
+    a: Any = node  # (narrowed by its type just above, as evaluate._rebuild's walk is)
+    if t is Apply or t is UserCall:
+        return tuple(a.args)
+    if t is Gather:
+        return (a.child, a.index)
+    if t is Reduce or t is Remap:
+        return (a.child,)
+    if t is Concat:
+        return tuple(a.pieces)
+    return () if t in (Leaf, Scalar, Literal, Iota) else None
+
+
+def _reading(root: Node, windows: list[Node]) -> list[Node] | None:
+    """The nodes of ``root`` that read one of ``windows``, children first (what a part's
+    substitution makes anew; the rest it shares), or None where one is of a kind
+    :func:`_rebuilt` does not make (``evaluate._rebuild`` then walks it all)."""
+    wins = {id(w) for w in windows}
+    order: list[Node] = []
+    reads: dict[int, bool] = {}
+
+    def visit(node: Node) -> bool:
+        key = id(node)
+        if key in wins:
+            return True
+        known = reads.get(key)
+        if known is not None:
+            return known
+        kids = _kids(node)
+        if kids is None:
+            raise _Unmade
+        hit = False
+        for kid in kids:
+            hit = visit(kid) or hit
+        reads[key] = hit
+        if hit:
+            order.append(node)
+        return hit
+
+    try:
+        visit(root)
+    except (_Unmade, RecursionError):
+        return None
+    return order
+
+
+class _Unmade(Exception):
+    pass
+
+
+def _rebuilt(root: Node, reading: list[Node], old: list[Node], new: list[Node]) -> Node:
+    """``root`` with ``new`` windows for ``old``: the nodes in ``reading`` made again
+    over their new children (as ``evaluate._rebuild`` makes them), in that order."""
+    made: dict[int, Node] = {id(o): n for o, n in zip(old, new)}
+    get = made.get
+    for node in reading:
+        t = type(node)
+        out: Node
+        if t is Apply:
+            a: Any = node
+            out = Apply(a.op, tuple([get(id(c), c) for c in a.args]), a.loop, a.shape,
+                        a.loop_key)
+        elif t is UserCall:
+            a = node
+            out = UserCall(a.function, tuple([get(id(c), c) for c in a.args]), a.loop,
+                           a.shape)
+        elif t is Gather:
+            a = node
+            out = Gather(get(id(a.child), a.child), get(id(a.index), a.index), a.axis,
+                         a.checked)
+        elif t is Reduce:
+            a = node
+            out = Reduce(a.op, get(id(a.child), a.child), a.axes, a.dtype, a.shape)
+        elif t is Remap:
+            a = node
+            out = Remap(get(id(a.child), a.child), a.shape, a.offsets, a.coeffs)
+        else:
+            a = node
+            out = Concat(tuple([get(id(c), c) for c in a.pieces]), a.axis)
+            if a.sig:
+                out = _signed(out)
+        made[id(node)] = out
+    return made.get(id(root), root)
 
 
 #: whether a split stencil's part gets the halo rows it reads through the host in one
