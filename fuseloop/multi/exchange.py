@@ -14,13 +14,17 @@ Within one stencil or realignment the copies through the host are batched
 (:func:`batch`): every piece's read is enqueued and its device's queue submitted
 before the host waits for any, then each destination gets its upload: one wait per
 piece, all after every read was under way, rather than a blocking read and a
-blocking upload per piece in turn.
+blocking upload per piece in turn.  A stencil's part gets its halo rows in one buffer
+by one upload (:class:`_Arena`), enqueued without a wait on GPUs (:func:`_upload`).
 
 A stencil does not compute over an extended part and slice the result (the slice
 pushed through the whole lazy stencil cost more host time than the stencil itself):
 each part's stencil reads *row windows*, its own rows shifted by a row offset along
 the split axis (the part itself at offset 0; a lazy concatenation of halo rows and
 its own rows otherwise), and applies the boundary rule along the other axes only.
+The windows are view nodes and signed concatenations (:func:`_signed`), so a part's
+run plan is found by signature; parts after the first of a window structure make
+again only the first's nodes that read a window (:class:`_Templates`).
 """
 
 from __future__ import annotations
