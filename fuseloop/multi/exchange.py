@@ -233,9 +233,10 @@ def _upload(buffer: Any, host: np.ndarray, device: Any) -> None:
     if not _async_upload(device):
         write(buffer, host, device)
         return
+    queue = device.queue  # (its deferred launches enqueued first, as write() has them)
     rt = _runtime(device)
-    event = rt.enqueue_write(rt.queue, buffer, host, None, False)
-    rt.submit(rt.queue)
+    event = rt.enqueue_write(queue, buffer, host, None, False)
+    rt.submit(queue)
     _in_flight().append((event, device, host))
 
 
