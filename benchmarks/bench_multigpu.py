@@ -6,7 +6,9 @@ Workloads (float32, inputs made on the devices by ``fl.random``, nothing uploade
   write; each part is one fused kernel on its device.
 * ``fl.sum(x*y)``: GB/s counting two reads; partial sums per device, copied to the
   first device and added there (CUDA peer copies, OpenCL devices of one context), else
-  read and added on the host.
+  read and added on the host.  Timed with the result read (``.get()``, on one device
+  too: what a user of the sum waits for; ``--no-read``: ``.eval()`` only, as before
+  session 8).
 * a 2-D 5-point stencil step ``u + 0.1 * laplacian(u)`` on a ``2**grid_log2`` square
   grid: GB/s counting one read and one write; with several devices each step copies
   the halo rows (one above and one below each inner boundary): peer to peer between
@@ -28,12 +30,18 @@ figures say nothing about speed-up (``POCL_DEVICES="pthread pthread"`` gives two
 devices of one platform).  Usage::
 
     python benchmarks/bench_multigpu.py [--devices SETS] [--log2n 30] [--grid-log2 14]
-        [--repeat 5] [--weights equal|measure] [--trace] [--other-contexts] [--out FILE.json]
+        [--repeat 5] [--weights equal|measure] [--trace] [--other-contexts] [--variants]
+        [--no-read] [--out FILE.json]
 
     # every GPU, through CUDA and through OpenCL, one table (+ OpenCL with the other context rule):
     python benchmarks/bench_multigpu.py --trace --other-contexts
     # 2 of the GPUs, both backends:
     python benchmarks/bench_multigpu.py --devices "cuda:0,cuda:1;opencl:0,opencl:1"
+
+``--variants`` times each split workload again with each of the split path's
+selectable mechanisms off in turn, then all off (rows ``-templates``, ``-replay``,
+``-arenas``, ``-async``, ``-all``; see :data:`VARIANTS`), then with all on again
+(``again``: the drift), in the same run, against the same one-device time.
 
 ``--trace`` then shows where a split call's time goes, per workload: the host time to
 build the expression and to enqueue every part, when each part was enqueued, when
@@ -82,24 +90,63 @@ class Workload:
     """One workload: ``nbytes`` moved per call; ``inputs(where)`` makes its arrays,
     ``build(*arrays)`` its expression (lazy, or a reduction's result), and
     ``part(k, *arrays)`` what part ``k`` of a split call computes on its own device when
-    ``build`` is not lazy (None: part ``k`` of the lazy split expression)."""
+    ``build`` is not lazy (None: part ``k`` of the lazy split expression); ``read``: a
+    call reads its result (``.get()``), else evaluates it (``.eval()``)."""
 
     def __init__(self, name: str, nbytes: int, inputs: Callable[[Any], tuple],
-                 build: Callable[..., Any], part: Callable[..., Any] | None = None) -> None:
-        self.name, self.nbytes, self.inputs, self.build, self.part = \
-            name, nbytes, inputs, build, part
+                 build: Callable[..., Any], part: Callable[..., Any] | None = None,
+                 read: bool = False) -> None:
+        self.name, self.nbytes, self.inputs, self.build, self.part, self.read = \
+            name, nbytes, inputs, build, part, read
+
+    def call(self, arrays: tuple) -> Any:
+        r = self.build(*arrays)
+        return r.get() if self.read else r.eval()
+
+
+#: the split path's selectable mechanisms (module, attribute: the value that turns it
+#: off), by the name of the ``--variants`` row that times the split call without it
+VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
+    # later parts' partial sums substituted into the first part's reduction node
+    "-templates": [("fuseloop.multi.reduce", "TEMPLATES", False)],
+    # partial results replayed from their device's run plan, not through Array.eval
+    "-replay": [("fuseloop.multi.array", "REPLAY_DIRECT", False)],
+    # a stencil part's halo rows through the host in one buffer, one upload
+    "-arenas": [("fuseloop.multi.exchange", "ARENAS", False)],
+    # halo uploads to GPUs without the host waiting (blocking writes instead)
+    "-async": [("fuseloop.multi.exchange", "ASYNC_UPLOADS", False)],
+}
+VARIANTS["-all"] = [item for items in list(VARIANTS.values()) for item in items]
+VARIANTS["again"] = []  # (every mechanism on, timed last: the drift over the variants)
+
+
+def _with_settings(settings: list[tuple[str, str, Any]], fn: Callable[[], Any]) -> Any:
+    """``fn()`` with the module attributes set as ``settings`` say, then restored."""
+    import importlib
+
+    saved = []
+    for module, name, value in settings:
+        m = importlib.import_module(module)
+        saved.append((m, name, getattr(m, name)))
+        setattr(m, name, value)
+    try:
+        return fn()
+    finally:
+        for m, name, value in saved:
+            setattr(m, name, value)
 
 
 def _measure(w: Workload, arrays: tuple, repeat: int) -> tuple[float, np.ndarray]:
     """Seconds per call of ``w`` on ``arrays``, and a sample of its result."""
-    t = _time(lambda: w.build(*arrays).eval(), repeat)
+    t = _time(lambda: w.call(arrays), repeat)
     r = w.build(*arrays).eval()
     return t, np.asarray(r.get() if r.ndim == 0 else _sample(r), np.float64)
 
 
 def run_case(w: Workload, devs: list[Any], repeat: int, weights: Any,
-             trace: bool) -> dict[str, Any]:
-    """One workload on the first device, then on all of them; the results compared."""
+             trace: bool, variants: bool = False) -> dict[str, Any]:
+    """One workload on the first device, then on all of them; the results compared
+    (``variants``: the split call timed again per :data:`VARIANTS` entry)."""
     t1, check1 = _measure(w, w.inputs(devs[0]), repeat)
     fl.synchronize()
     with fl.device(devs, weights=weights) as dset:
@@ -109,6 +156,14 @@ def run_case(w: Workload, devs: list[Any], repeat: int, weights: Any,
     row = dict(workload=w.name, one=w.nbytes / t1 / 1e9, all=w.nbytes / tk / 1e9, ok=bool(ok),
                one_ms=t1 * 1e3, all_ms=tk * 1e3)
     row["ratio"] = row["all"] / row["one"]
+    if variants:
+        row["variants"] = {}
+        for name, settings in VARIANTS.items():
+            tv, checkv = _with_settings(settings,
+                                        lambda a=arrays: _measure(w, a, repeat))
+            row["variants"][name] = dict(
+                all=w.nbytes / tv / 1e9, all_ms=tv * 1e3, ratio=t1 / tv,
+                ok=bool(np.allclose(check1, checkv, rtol=1e-4, atol=1e-4)))
     if trace:
         row["trace"] = trace_case(w, arrays, repeat)
     del arrays
@@ -204,8 +259,9 @@ def print_trace(name: str, tr: dict[str, Any]) -> None:
 # }}}
 
 
-def _cupy_peer(n: int, repeat: int) -> dict[str, float]:
-    """CuPy's GB/s on its current GPU for the first two workloads (empty: no CuPy/GPU)."""
+def _cupy_peer(n: int, repeat: int, read: bool = True) -> dict[str, float]:
+    """CuPy's GB/s on its current GPU for the first two workloads (empty: no CuPy/GPU);
+    ``read``: the sum read as fuseloop's is."""
     try:
         import cupy as cp
 
@@ -216,7 +272,7 @@ def _cupy_peer(n: int, repeat: int) -> dict[str, float]:
         return 2 * x - cp.sin(y) + x * y
 
     def dot(x: Any, y: Any) -> Any:
-        return cp.sum(x * y)
+        return cp.sum(x * y).get() if read else cp.sum(x * y)
 
     def timed(fn: Callable[..., Any]) -> float:  # (the inputs die on return)
         x, y = cp.random.random(n, dtype=cp.float32), cp.random.random(n, dtype=cp.float32)
@@ -289,6 +345,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="then run the OpenCL sets again with the other context rule "
                         "(shared / one per device)")
     p.add_argument("--no-peer", action="store_true", help="no CuPy figure")
+    p.add_argument("--variants", action="store_true",
+                   help="time each split workload again with each selectable mechanism "
+                        "of the split path off, then all off (same run)")
+    p.add_argument("--no-read", action="store_true",
+                   help="time the sum without reading its result (.eval() only)")
     args = p.parse_args(argv)
     sets = _device_sets(args.devices)
     if not sets:
@@ -309,10 +370,11 @@ def main(argv: list[str] | None = None) -> int:
     workloads = [
         Workload("2*x - sin(y) + x*y", 12 * n, two, lambda x, y: 2 * x - fl.sin(y) + x * y),
         Workload("sum(x*y)", 8 * n, two, lambda x, y: fl.sum(x * y),
-                 lambda k, x, y: fl.sum(x.parts[k] * y.parts[k]).eval()),
+                 lambda k, x, y: fl.sum(x.parts[k] * y.parts[k]).eval(),
+                 read=not args.no_read),
         Workload(f"5-point stencil {g}^2", 8 * g * g, grid, stencil_step),
     ]
-    peer = {} if args.no_peer else _cupy_peer(n, args.repeat)
+    peer = {} if args.no_peer else _cupy_peer(n, args.repeat, not args.no_read)
     rows = []
     for devs in sets:
         print(f"devices: {', '.join(str(d) for d in devs)}")
@@ -321,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
                   "meaningless as speed-ups; this run shows the split path works)")
         label = f"{devs[0].backend} x{len(devs)}"
         for w in workloads:
-            row = run_case(w, devs, args.repeat, weights, args.trace)
+            row = run_case(w, devs, args.repeat, weights, args.trace, args.variants)
             row["set"] = label
             row["cupy"] = peer.get(w.name)
             rows.append(row)
@@ -332,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['set']:10s} {r['workload']:24s} {r['one']:14.1f} {r['all']:11.1f} "
               f"{r['ratio']:6.2f} {r['one_ms']:9.3f} {r['all_ms']:9.3f} {cupy:>11s}  "
               f"{'ok' if r['ok'] else 'MISMATCH'}")
+        for name, v in r.get("variants", {}).items():
+            print(f"{'':10s} {'  ' + name:24s} {'':14s} {v['all']:11.1f} {v['ratio']:6.2f} "
+                  f"{'':9s} {v['all_ms']:9.3f} {'':>11s}  {'ok' if v['ok'] else 'MISMATCH'}")
     for r in rows:
         if "trace" in r:
             print_trace(f"{r['set']}: {r['workload']}", r["trace"])

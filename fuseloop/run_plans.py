@@ -400,6 +400,17 @@ def _check_signed(signed: tuple[tuple, tuple], storages: list[Storage],
 # }}}
 
 
+def replay_signed(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device
+                  ) -> list[Storage] | None:
+    """The replay of the plan remembered for ``roots``' signature on ``device`` (what
+    :func:`run` does first), or None: none remembered, or checking.  For callers that
+    know the plan's structure is remembered (a split array's parts, one per device)."""
+    signed = _signed_key(roots, out_shape, device)
+    if signed is None or _prog.CHECK_STRUCTURE_CACHE:
+        return None
+    return _signed_replay(signed, device)
+
+
 def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         targets: Sequence[Target | Storage | None] | None) -> list[Storage]:
     """:func:`fuseloop.evaluate.run_unplanned`, replayed from a plan when one is known."""

@@ -258,3 +258,24 @@ def test_compute_into_split_arrays(device):
         fl.compute(fl.asarray(h, device=device), out=out)
     with pytest.raises(TypeError, match="out= takes"):
         fl.compute(x, out=5)
+
+
+def test_stencil_step_parts_found_by_signature(device, monkeypatch):
+    """A repeated split stencil: each part's expression (reading row windows, lazy
+    concatenations of halo and own rows) finds its run plan by signature, without a
+    walk of its structure, and computes what one device does."""
+    from fuseloop import run_plans
+
+    un = RNG.standard_normal((8, 5)).astype(np.float32)  # (test_stencil_parts_share_...)
+    w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+    want = fl.stencil(fl.asarray(un, device=device), w, boundary="clamp").get()
+    with fl.device([device] * 4):
+        u = fl.asarray(un)
+    fl.stencil(u, w, boundary="clamp").eval()  # (each part's plan recorded)
+    walks: list = []
+    real = run_plans._key
+    monkeypatch.setattr(run_plans, "_key", lambda *a: walks.append(a) or real(*a))
+    step = fl.stencil(u, w, boundary="clamp")
+    step.eval()
+    assert walks == []
+    np.testing.assert_allclose(step.get(), want, rtol=1e-6, atol=1e-6)

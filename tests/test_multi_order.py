@@ -33,6 +33,10 @@ def three(device, monkeypatch):
             if t.index in devices._runtimes:
                 finish(t)
                 devices._runtimes.pop(t.index, None)
+        # nor their kernels and plans (by device index: the next twins' contexts differ)
+        from fuseloop import caches
+
+        caches.clear()
 
 
 def record(devs, monkeypatch):
@@ -44,8 +48,9 @@ def record(devs, monkeypatch):
         def wrap(name, fn, k=k, rt=rt):
             def call(*args, **kwargs):
                 extra = None
-                if name == "enqueue_read":
-                    extra = args[4]  # blocking? (queue, host, buffer, wait_for, blocking)
+                if name in ("enqueue_read", "enqueue_write"):
+                    extra = args[4]  # blocking? (queue, host/buffer, buffer/host, wait_for,
+                    # blocking)
                 elif name == "submit":
                     extra = len(rt.deferred)  # launches not yet enqueued
                 log.append((name, k, fl.stats()["kernels_launched"], extra))
@@ -242,3 +247,103 @@ def test_partials_combined_on_the_device_without_waiting(device, monkeypatch):
     assert int(total) == an.sum() and int(count) == np.count_nonzero(an > 0)
     np.testing.assert_array_equal(cols.get(), an.sum(axis=0))
     np.testing.assert_array_equal(hi.get(), an.max(axis=0, keepdims=True))
+
+
+def _counting(monkeypatch, module, name):
+    """A list that gets an entry per call of ``module.name`` (which still runs)."""
+    calls: list = []
+    real = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a, **k: calls.append(a) or real(*a, **k))
+    return calls
+
+
+def test_split_sum_parts_replay_their_plans(three, monkeypatch):
+    """A repeated fl.sum of a split array: the later parts' partials are the first
+    part's reduction node with their own expression substituted, every part's is
+    replayed from its device's run plan (no structure walk, every launch a cache hit,
+    not through ``evaluate.run``), and every partial is launched before the first read."""
+    from fuseloop import host_path, run_plans
+    from fuseloop.multi import reduce as multi_reduce
+
+    rng = np.random.default_rng(11)
+    xn, yn = rng.random(24000, np.float32), rng.random(24000, np.float32)
+    with fl.device(three):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    float(fl.sum(x * y))  # (each device's plan recorded)
+    e = x * y
+    fl.synchronize()
+    walks = _counting(monkeypatch, run_plans, "_key")
+    replays = _counting(monkeypatch, run_plans, "_signed_replay")
+    general = _counting(monkeypatch, host_path, "try_run")  # (evaluate.run's first step)
+    fl.reset_stats()
+    log = record(three, monkeypatch)
+    total = fl.sum(e)
+    stats = fl.stats()
+    assert multi_reduce.LAST_PARTIALS == [1, 2]
+    assert walks == [] and len(replays) == 3 and general == []
+    assert stats["kernels_launched"] == stats["memory_cache_hits"] > 0
+    assert stats["kernels_launched"] % 3 == 0 and stats["memory_cache_misses"] == 0
+    first_read = next(i for i, e in enumerate(log) if e[0] == "enqueue_read")
+    assert all(e[2] == stats["kernels_launched"] for e in log[first_read:]), log
+    np.testing.assert_allclose(float(total), np.dot(xn.astype(np.float64), yn), rtol=1e-5)
+
+
+def test_split_sum_result_goes_up_by_a_fill(three, monkeypatch):
+    """The combined scalar of a host-combined split sum reaches the first device by a
+    fill (enqueued: no upload waited for; GPUs), with the value the host combined."""
+    from fuseloop.backends import backend_for
+    from fuseloop.multi import reduce as multi_reduce
+
+    monkeypatch.setattr(multi_reduce, "_fills", lambda device: True)
+    xn = np.arange(3001, dtype=np.int32)
+    with fl.device(three):
+        x = fl.asarray(xn)
+    fills = _counting(monkeypatch, type(backend_for(three[0])), "fill")
+    total = fl.sum(x)
+    assert len(fills) == 1 and total.device is three[0] and total.dtype == xn.sum().dtype
+    assert int(total) == xn.sum()
+
+
+def test_stencil_halos_through_the_host_one_upload_per_part(three, monkeypatch):
+    """Halo rows through the host (a context per device), the periodic ends' too: every
+    part's rows share one buffer and go up by one write, without the host waiting for
+    it where uploads are asynchronous (GPUs); a second step waits for the first's."""
+    from fuseloop.multi import EXCHANGED, exchange
+
+    if three[0].backend != "opencl":
+        pytest.skip("only OpenCL devices exchange through the host")
+    monkeypatch.setattr(exchange, "_async_upload", lambda device: True)
+    un = np.random.default_rng(4).standard_normal((9, 7)).astype(np.float32)
+    w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+    want = fl.stencil(fl.asarray(un, device=three[0]), w, boundary="wrap").get()
+    with fl.device(three):
+        u = fl.asarray(un)
+    fl.synchronize()
+    before = EXCHANGED["through_host"]
+    log = record(three, monkeypatch)
+    got = fl.stencil(u, w, boundary="wrap")
+    writes = [e for e in log if e[0] == "enqueue_write"]
+    assert EXCHANGED["through_host"] - before == 6  # (a row above and below each part)
+    assert sorted(e[1] for e in writes) == [0, 1, 2] and not any(e[3] for e in writes), log
+    assert len(exchange._local.in_flight) == 3
+    np.testing.assert_allclose(got.get(), want, rtol=1e-6, atol=1e-6)
+    again = fl.stencil(got, w, boundary="wrap")
+    assert len(exchange._local.in_flight) == 3  # (the first step's let go)
+    np.testing.assert_allclose(again.get(), fl.stencil(fl.asarray(want, device=three[0]), w,
+                                                       boundary="wrap").get(),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_copy_through_the_host_allocates_once(three, monkeypatch):
+    """Rows copied to a device of another context (through the host) take one buffer on
+    the receiving device: none is allocated first for a device copy that cannot be."""
+    from fuseloop.multi import exchange
+
+    if three[0].backend != "opencl":
+        pytest.skip("only OpenCL devices exchange through the host")
+    xn = np.arange(12, dtype=np.float32).reshape(6, 2)
+    x = fl.asarray(xn, device=three[0])
+    allocated = _counting(monkeypatch, exchange, "allocate")
+    got = exchange._transfer(x[2:4], three[1])
+    assert len(allocated) == 1 and got.device is three[1]
+    np.testing.assert_array_equal(got.get(), xn[2:4])

@@ -696,7 +696,7 @@ class Concat(Node):
     empty unless it is the only one (build with :func:`fuseloop.expr.views.concat_node`).
     """
 
-    __slots__ = ("axis", "fancy", "pieces", "starts")
+    __slots__ = ("axis", "fancy", "operands", "pieces", "sig", "starts")
 
     def __init__(self, pieces: tuple[Node, ...], axis: int) -> None:
         first = pieces[0]
@@ -720,6 +720,8 @@ class Concat(Node):
         # every buffer a piece reads: later writes to any of them evaluate this first
         self.storages = storages
         self.fancy = fancy
+        # (none by default; fuseloop.multi.exchange signs the row windows it makes)
+        self.sig, self.operands = 0, None
 
 
 class SparseProduct(Node):

@@ -13,16 +13,20 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from .. import flags as _flags
+from .. import host_path as _host
 from ..array import Array
 from ..backends import backend_for
 from ..errors import DeviceError, ShapeError
-from ..evaluate import run
+from ..evaluate import capturing_threads, recording_threads, run
 from ..host_path import read as host_read
+from ..run_plans import replay_signed
 from ..runtime.devices import _runtime
 from ..runtime.transfer import wait
 from . import trace
@@ -263,13 +267,40 @@ def launch_parts(parts: Sequence[Array]) -> None:
 def launch_part(k: int, p: Array) -> None:
     """Evaluate ``p`` (part ``k``) and hand its device's queue to the device at once
     (its deferred small launches too).  Nothing waits."""
-    p.eval()
+    if p._storage is None:
+        done = _replayed(p) if REPLAY_DIRECT and p._node.fancy else None
+        if done is None:
+            p.eval()
+        else:
+            p._become(done)
     rt = _runtime(p.device)
     if rt.deferred:
         rt.flush()
     rt.submit(rt.queue)
     if trace.events is not None:
         trace.note("enqueued", k, p.device)
+
+
+#: whether a part whose structure has a run plan on its device is replayed from it
+#: directly (:func:`_replayed`) rather than through ``Array.eval``'s general path
+#: (``FUSELOOP_MULTI_REPLAY=0``: through eval; ``bench_multigpu --variants`` times both)
+REPLAY_DIRECT = os.environ.get("FUSELOOP_MULTI_REPLAY", "1").strip() != "0"
+
+
+def _replayed(p: Array) -> Any:
+    """``p``'s buffer, computed by the replay of the run plan its structure has on its
+    device, or None (no plan yet, or a case ``evaluate.run`` handles otherwise: the host
+    path, ``show_code``, a plan being recorded).  A reduction's partial result on each of
+    the parts takes the same path as its eval would, without its layers (the flat
+    elementwise check, the host path's, the structure walk's): what a part costs the host
+    before its device starts."""
+    if capturing_threads[0] or recording_threads[0]:
+        return None
+    node, shape, device = p._node, p.shape, p.device
+    if _host.HOST_MAX_WORK and _host.eligible([node], shape, device, None):
+        return None
+    done = _flags.deferring(replay_signed, [node], shape, device)
+    return None if done is None else done[0]
 
 
 #: reads of at most this many bytes go through the backend's staging buffer

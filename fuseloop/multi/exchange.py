@@ -14,18 +14,23 @@ Within one stencil or realignment the copies through the host are batched
 (:func:`batch`): every piece's read is enqueued and its device's queue submitted
 before the host waits for any, then each destination gets its upload: one wait per
 piece, all after every read was under way, rather than a blocking read and a
-blocking upload per piece in turn.
+blocking upload per piece in turn.  A stencil's part gets its halo rows in one buffer
+by one upload (:class:`_Arena`), enqueued without a wait on GPUs (:func:`_upload`).
 
 A stencil does not compute over an extended part and slice the result (the slice
 pushed through the whole lazy stencil cost more host time than the stencil itself):
 each part's stencil reads *row windows*, its own rows shifted by a row offset along
 the split axis (the part itself at offset 0; a lazy concatenation of halo rows and
 its own rows otherwise), and applies the boundary rule along the other axes only.
+The windows are view nodes and signed concatenations (:func:`_signed`), so a part's
+run plan is found by signature; parts after the first of a window structure make
+again only the first's nodes that read a window (:class:`_Templates`).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,7 +45,22 @@ from ..array import Array
 from ..backends import backend_for
 from ..creation import empty, full
 from ..evaluate import _rebuild, allocate, run
-from ..expr.nodes import Concat, Leaf, Node, c_strides
+from ..expr.nodes import (
+    Apply,
+    Concat,
+    Gather,
+    Iota,
+    Leaf,
+    Literal,
+    Node,
+    Reduce,
+    Remap,
+    Scalar,
+    UserCall,
+    c_strides,
+    signed,
+)
+from ..expr.views import concat_node
 from ..ops.shape import broadcast_to, concatenate
 from ..ops.stencil import _check
 from ..runtime.devices import _runtime
@@ -58,7 +78,9 @@ def _transfer(piece: Array, device: Any) -> Array:
     EXCHANGED["copies"] += 1
     source = piece.device
     backend = backend_for(device)
-    if source.backend == device.backend and piece.nbytes:
+    # (asked first: a buffer allocated for a copy the backend then refuses is wasted)
+    if source.backend == device.backend and piece.nbytes \
+            and backend.copies_between(device, source):
         node = piece._node
         if type(node) is not Leaf or (node.strides is not None
                                       and node.strides != c_strides(node.shape)):
@@ -92,10 +114,59 @@ def _contiguous_run(piece: Array) -> tuple[Any, int] | None:
     return node.storage, node.offset * piece.itemsize
 
 
+class _Arena:
+    """One buffer on a device for the rows a stencil's part gets through the host (its
+    halos above and below): read into one host array, uploaded by one write."""
+
+    __slots__ = ("device", "dtype", "host", "row_shape", "rows", "storage", "used")
+
+    def __init__(self, device: Any, rows: int, row_shape: tuple[int, ...],
+                 dtype: np.dtype) -> None:
+        self.device, self.rows, self.row_shape, self.dtype = device, rows, row_shape, dtype
+        self.host: np.ndarray | None = None  # (both made at the first piece)
+        self.storage: Any = None
+        self.used = 0
+
+    def take(self, piece: Array, device: Any) -> tuple[np.ndarray, Array] | None:
+        """(the host rows to read ``piece`` into, its array on the device), or None
+        where it does not fit (another device, dtype or row shape, or no room)."""
+        n = piece.shape[0] if piece.ndim else 0
+        if device is not self.device or piece.dtype != self.dtype \
+                or piece.shape[1:] != self.row_shape or self.used + n > self.rows:
+            return None
+        if self.host is None:
+            self.host = np.empty((self.rows, *self.row_shape), self.dtype)
+            self.storage = allocate(self.host.nbytes, device)
+        at, self.used = self.used, self.used + n
+        row = self.host[0].size
+        view = Leaf(self.storage, self.dtype, piece.shape, c_strides(piece.shape), at * row)
+        return self.host[at:at + n], Array._lazy(view, device)
+
+    def upload(self) -> None:
+        if self.host is not None and self.used:
+            _upload(self.storage.buffer, self.host[:self.used], self.device)
+
+
 class _HostBatch:
     """Copies through the host, waited for together (see :func:`batch`)."""
     def __init__(self) -> None:
-        self.pending: list[tuple[Any, Any, np.ndarray, Any, Any]] = []
+        # (the read's event, its device, the storage read (kept until read))
+        self.pending: list[tuple[Any, Any, Any]] = []
+        self.uploads: list[tuple[np.ndarray, Any]] = []  # (host rows, their storage)
+        self.arenas: list[_Arena] = []
+        #: where the pieces added now go if they fit (see :meth:`arena`), else a buffer each
+        self.current: _Arena | None = None
+
+    def arena(self, device: Any, rows: int, row_shape: tuple[int, ...],
+              dtype: np.dtype) -> None:
+        """Pieces added from now on for ``device`` share one buffer of ``rows`` rows (one
+        allocation, one upload) while they fit; :meth:`close_arena` ends it."""
+        self.current = _Arena(device, rows, row_shape, dtype)
+        self.arenas.append(self.current)
+
+    def close_arena(self) -> None:
+        """Pieces added from now on get a buffer each."""
+        self.current = None
 
     def add(self, piece: Array, device: Any) -> Array:
         """``piece`` read without waiting; an array on ``device`` that :meth:`finish`
@@ -109,26 +180,82 @@ class _HostBatch:
         if run_ is None:  # (strided: gathered by a kernel)
             run_ = run([piece._node], piece.shape, piece.device)[0], 0
         storage, offset = run_
-        host = np.empty(piece.shape, piece.dtype)
+        placed = self.current.take(piece, device) if self.current is not None else None
+        if placed is None:
+            host = np.empty(piece.shape, piece.dtype)
+            out = allocate(piece.nbytes, device)
+            self.uploads.append((host, out))
+            got = Array._concrete(out, piece.dtype, piece.shape)
+        else:
+            host, got = placed
         rt = _runtime(piece.device)
         if rt.deferred:
             rt.flush()
         event = rt.enqueue_read(rt.queue, host, storage.buffer, None, False, offset)
         rt.submit(rt.queue)
-        out = allocate(piece.nbytes, device)
-        self.pending.append((event, piece.device, host, out, storage))
-        return Array._concrete(out, piece.dtype, piece.shape)
+        self.pending.append((event, piece.device, storage))
+        return got
 
     def finish(self) -> None:
-
-        for event, source, host, out, _ in self.pending:
+        """Wait for every read (all enqueued before the first wait), then upload: a
+        write per arena and per piece outside one."""
+        for event, source, _ in self.pending:
             if event is not None:
                 wait(event, source)
-            write(out.buffer, host, out.device)
+        _settle_uploads()  # (the last batch's: done long since)
+        for host, out in self.uploads:
+            _upload(out.buffer, host, out.device)
+        for arena in self.arenas:
+            arena.upload()
         self.pending.clear()
+        self.uploads.clear()
+        self.arenas.clear()
+        self.current = None
 
 
-_local = threading.local()  # (.batch: this thread's open batch)
+_local = threading.local()  # (.batch: this thread's open batch; .in_flight: see _upload)
+
+#: whether halo rows go up to a GPU without the host waiting for the copy (a blocking
+#: write each otherwise; ``FUSELOOP_MULTI_ASYNC_UPLOADS=0``; ``bench_multigpu
+#: --variants``): the kernels reading them are enqueued after the write on the same
+#: queue; the host rows are kept until this thread's next batch, which waits for the
+#: writes (done long since) before letting them go.  CPU devices keep the blocking
+#: write (the host path writes pooled buffers through mapped memory, outside the queue)
+ASYNC_UPLOADS = os.environ.get("FUSELOOP_MULTI_ASYNC_UPLOADS", "1").strip() != "0"
+
+
+def _async_upload(device: Any) -> bool:
+    return ASYNC_UPLOADS and device.type != "cpu"
+
+
+def _upload(buffer: Any, host: np.ndarray, device: Any) -> None:
+    """``host`` written into ``buffer`` on ``device``'s queue (see :data:`ASYNC_UPLOADS`)."""
+    if not _async_upload(device):
+        write(buffer, host, device)
+        return
+    queue = device.queue  # (its deferred launches enqueued first, as write() has them)
+    rt = _runtime(device)
+    event = rt.enqueue_write(queue, buffer, host, None, False)
+    rt.submit(queue)
+    _in_flight().append((event, device, host))
+
+
+def _in_flight() -> list[tuple[Any, Any, np.ndarray]]:
+    got = getattr(_local, "in_flight", None)
+    if got is None:
+        got = _local.in_flight = []
+    return got
+
+
+def _settle_uploads() -> None:
+    """Wait for this thread's earlier asynchronous uploads (see :data:`ASYNC_UPLOADS`)
+    and let their host rows go."""
+    pending = getattr(_local, "in_flight", None)
+    if pending:
+        for event, device, _ in pending:
+            if event is not None:
+                wait(event, device)
+        pending.clear()
 
 
 @contextmanager
@@ -157,11 +284,21 @@ def rows(x: Any, lo: int, hi: int, k: int) -> Array:
         s, e = max(lo, a), min(hi, b)
         if s >= e:
             continue
-        piece = x.parts[j][s - a:e - a]
+        piece = _part_rows(x.parts[j], s - a, e - a)
         pieces.append(piece if j == k else _transfer(piece, device))
     if not pieces:
         return empty((0, *x.shape[1:]), x.dtype, device=device)
     return pieces[0] if len(pieces) == 1 else concatenate(pieces, axis=0)
+
+
+def _part_rows(part: Array, s: int, e: int) -> Array:
+    """Rows ``s:e`` of ``part``: itself, or a view of its buffer made here (indexing's
+    checks cost more than the view), or through indexing where it is lazy."""
+    if (s, e) == (0, part.shape[0]):
+        return part
+    if type(part._node) is not Leaf:
+        return part[s:e]
+    return Array._lazy(_row_view(part, s, e), part.device)
 
 
 def realign(x: Any, bounds: tuple[int, ...]) -> list[Array]:
@@ -239,32 +376,74 @@ def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
     return ext.astype(dtype) if ext.dtype != dtype else ext
 
 
-def _window(pieces: list[tuple[int, Array]], start: int, count: int) -> Array:
+def _window(pieces: list[tuple[int, Array]], start: int, count: int) -> Node:
     """Rows ``start:start + count`` of the pieces ((first row, array), adjacent, in
-    order), as one piece, a view of one or a lazy concatenation of slices."""
+    order), as one node: a piece's, a view of one or a concatenation of views (made
+    here: the operators' slicing and concatenation checks cost more than the views)."""
     got = []
     for first, a in pieces:
         s, e = max(start, first), min(start + count, first + a.shape[0])
         if s < e:
-            got.append(a if (s, e) == (first, first + a.shape[0]) else a[s - first:e - first])
-    return got[0] if len(got) == 1 else concatenate(got, axis=0)
+            got.append((a, s - first, e - first))
+    if len(got) == 1:
+        return _row_view(*got[0])
+    return _signed(concat_node([_row_view(a, s, e) for a, s, e in got], 0))
+
+
+def _signed(node: Node) -> Node:
+    """``node`` with a structure signature if it is a concatenation (they have none
+    unless given one, ``expr.nodes``): its fields are what the structure key's walk
+    writes for it (``expr.program._walk``), then its pieces'.  So a stencil's part
+    reading a window finds its run plan by signature (``run_plans._signed_key``), not
+    by walking its whole expression on every step: the parts' launches cost half."""
+    if type(node) is Concat and not node.sig:
+        node.sig, node.operands = signed(["K", node.axis, node.shape, node.starts],
+                                         list(node.pieces))
+    return node
+
+
+def _row_view(a: Array, s: int, e: int) -> Node:
+    """Rows ``s:e`` of ``a`` as a node: a view of its buffer where ``a`` is one."""
+    node = a._node
+    if (s, e) == (0, a.shape[0]):
+        return node
+    if type(node) is not Leaf:
+        return a[s:e]._node
+    strides = node.view_strides()
+    return Leaf(node.storage, node.dtype, (e - s, *node.shape[1:]), strides,
+                node.offset + s * strides[0])
 
 
 Window = Callable[[int], Array]
 
 
-def _shifted_rows(pieces: list[tuple[int, Array]], count: int) -> Window:
-    """A part's ``count`` rows shifted by ``dr`` (the window of its ``pieces``), as a
-    function of ``dr``; a shift asked again is the same array (the taps of one row
-    offset, e.g. three of a 3x3 stencil's nine, share one lazy concatenation)."""
-    made: dict[int, Array] = {}
+class _ShiftedRows:
+    """A part's ``count`` rows shifted by ``dr`` (the window of its ``pieces``): called
+    with ``dr``, an array (the part itself at 0); :meth:`node`, its node alone (all a
+    substituted part needs).  A shift asked again is the same (the taps of one row
+    offset, e.g. three of a 3x3 stencil's nine, share one concatenation)."""
 
-    def window(dr: int) -> Array:
-        got = made.get(dr)
+    __slots__ = ("arrays", "count", "device", "nodes", "pieces")
+
+    def __init__(self, pieces: list[tuple[int, Array]], count: int, device: Any) -> None:
+        self.pieces, self.count, self.device = pieces, count, device
+        self.nodes: dict[int, Node] = {}
+        self.arrays: dict[int, Array] = {}
+
+    def node(self, dr: int) -> Node:
+        got = self.nodes.get(dr)
         if got is None:
-            got = made[dr] = _window(pieces, dr, count)
+            got = self.nodes[dr] = _window(self.pieces, dr, self.count)
         return got
-    return window
+
+    def __call__(self, dr: int) -> Array:
+        got = self.arrays.get(dr)
+        if got is None:
+            node = self.node(dr)
+            whole = next((a for _, a in self.pieces if a._node is node), None)
+            got = self.arrays[dr] = whole if whole is not None else \
+                Array._lazy(node, self.device)
+        return got
 
 
 class _Templates:
@@ -275,19 +454,21 @@ class _Templates:
     one row of halo, every part) of an evenly split array share one."""
 
     def __init__(self) -> None:
-        self.built: dict[tuple, tuple[list[Node], Array]] = {}
+        # (windows, expression, the nodes reading a window children first: _reading)
+        self.built: dict[tuple, tuple[list[Node], Node, list[Node] | None]] = {}
         self.counts = [0, 0]  # (built, substituted: see LAST_TEMPLATES)
 
-    def part(self, apply: Callable[[Window, tuple[int, ...]], Array], window: Window,
+    def part(self, apply: Callable[[Window, tuple[int, ...]], Array], window: _ShiftedRows,
              shifts: range, cen: tuple[int, ...], device: Any) -> Array:
         """``apply(window, cen)`` for a part on ``device``."""
-        wins = [window(dr)._node for dr in shifts]
+        wins = [window.node(dr) for dr in shifts]  # (nodes: no arrays made for them)
         key = tuple((type(w), w.shape, w.dtype, len(w.pieces) if type(w) is Concat else 0)
                     for w in wins)
         hit = self.built.get(key)
         if hit is not None:
-            old, made = hit
-            node = _rebuild(made._node, {id(a): b for a, b in zip(old, wins)}, {})
+            old, made, reading = hit
+            node = _rebuild(made, {id(a): b for a, b in zip(old, wins)}, {}) \
+                if reading is None else _rebuilt(made, reading, old, wins)
             # (only the windows' buffers may differ: anything else the template read
             # on its own device, e.g. an uploaded array, means building it afresh)
             if all(s.device is device for s in node.storages):
@@ -296,9 +477,102 @@ class _Templates:
         got = apply(window, cen)
         self.counts[0] += 1
         if hit is None and len({id(w) for w in wins}) == len(wins):  # (unambiguous)
-            self.built[key] = (wins, got)
+            self.built[key] = (wins, got._node, _reading(got._node, wins))
         return got
 
+
+def _kids(node: Node) -> tuple[Node, ...] | None:
+    """``node``'s children (``()`` for leaves, scalars and indices), or None for a kind
+    :func:`_rebuilt` does not make."""
+    t = type(node)
+    a: Any = node  # (narrowed by its type just above, as evaluate._rebuild's walk is)
+    if t is Apply or t is UserCall:
+        return tuple(a.args)
+    if t is Gather:
+        return (a.child, a.index)
+    if t is Reduce or t is Remap:
+        return (a.child,)
+    if t is Concat:
+        return tuple(a.pieces)
+    return () if t in (Leaf, Scalar, Literal, Iota) else None
+
+
+def _reading(root: Node, windows: list[Node]) -> list[Node] | None:
+    """The nodes of ``root`` that read one of ``windows``, children first (what a part's
+    substitution makes anew; the rest it shares), or None where one is of a kind
+    :func:`_rebuilt` does not make (``evaluate._rebuild`` then walks it all)."""
+    wins = {id(w) for w in windows}
+    order: list[Node] = []
+    reads: dict[int, bool] = {}
+
+    def visit(node: Node) -> bool:
+        key = id(node)
+        if key in wins:
+            return True
+        known = reads.get(key)
+        if known is not None:
+            return known
+        kids = _kids(node)
+        if kids is None:
+            raise _Unmade
+        hit = False
+        for kid in kids:
+            hit = visit(kid) or hit
+        reads[key] = hit
+        if hit:
+            order.append(node)
+        return hit
+
+    try:
+        visit(root)
+    except (_Unmade, RecursionError):
+        return None
+    return order
+
+
+class _Unmade(Exception):
+    pass
+
+
+def _rebuilt(root: Node, reading: list[Node], old: list[Node], new: list[Node]) -> Node:
+    """``root`` with ``new`` windows for ``old``: the nodes in ``reading`` made again
+    over their new children (as ``evaluate._rebuild`` makes them), in that order."""
+    made: dict[int, Node] = {id(o): n for o, n in zip(old, new)}
+    get = made.get
+    for node in reading:
+        t = type(node)
+        out: Node
+        if t is Apply:
+            a: Any = node
+            out = Apply(a.op, tuple([get(id(c), c) for c in a.args]), a.loop, a.shape,
+                        a.loop_key)
+        elif t is UserCall:
+            a = node
+            out = UserCall(a.function, tuple([get(id(c), c) for c in a.args]), a.loop,
+                           a.shape)
+        elif t is Gather:
+            a = node
+            out = Gather(get(id(a.child), a.child), get(id(a.index), a.index), a.axis,
+                         a.checked)
+        elif t is Reduce:
+            a = node
+            out = Reduce(a.op, get(id(a.child), a.child), a.axes, a.dtype, a.shape)
+        elif t is Remap:
+            a = node
+            out = Remap(get(id(a.child), a.child), a.shape, a.offsets, a.coeffs)
+        else:
+            a = node
+            out = Concat(tuple([get(id(c), c) for c in a.pieces]), a.axis)
+            if a.sig:
+                out = _signed(out)
+        made[id(node)] = out
+    return made.get(id(root), root)
+
+
+#: whether a split stencil's part gets the halo rows it reads through the host in one
+#: buffer (one allocation, one upload: :class:`_Arena`) rather than a buffer and an
+#: upload per piece (``FUSELOOP_MULTI_ARENAS=0``; ``bench_multigpu --variants``)
+ARENAS = os.environ.get("FUSELOOP_MULTI_ARENAS", "1").strip() != "0"
 
 #: the last split stencil's parts built through ``apply`` and parts substituted
 LAST_TEMPLATES: list[int] = [0, 0]
@@ -321,10 +595,18 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
     out: list[Array | None] = []
     templates = _Templates()
     with batch():
-        halos = [(None, None) if hi == lo else
-                 (_halo(x, lo - before, lo, k, boundary, cval, dtype),
-                  _halo(x, hi, hi + after, k, boundary, cval, dtype))
-                 for k, (lo, hi) in enumerate(spans)]
+        host_batch: _HostBatch | None = _local.batch if ARENAS else None
+        halos: list[tuple[Array | None, Array | None]] = []
+        for k, (lo, hi) in enumerate(spans):
+            if hi == lo:
+                halos.append((None, None))
+                continue
+            if host_batch is not None:  # (rows through the host: one buffer per part)
+                host_batch.arena(x.devices[k], before + after, x.shape[1:], x.dtype)
+            halos.append((_halo(x, lo - before, lo, k, boundary, cval, dtype),
+                          _halo(x, hi, hi + after, k, boundary, cval, dtype)))
+        if host_batch is not None:
+            host_batch.close_arena()
         # (lazy: nothing built here reads a halo before the batch has filled it)
         for k, (lo, hi) in enumerate(spans):
             if hi == lo:
@@ -334,7 +616,7 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
             top, bottom = halos[k]
             pieces = [(-before, top), (0, own), (hi - lo, bottom)]
             present = [(f, a) for f, a in pieces if a is not None]
-            window = _shifted_rows(present, hi - lo)
+            window = _ShiftedRows(present, hi - lo, x.devices[k])
             out.append(templates.part(apply, window, range(-before, after + 1), cen,
                                       x.devices[k]))
     LAST_TEMPLATES[:] = templates.counts

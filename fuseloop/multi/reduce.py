@@ -17,12 +17,15 @@ single-device ones do, combined on the host.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ..array import Array
 from ..backends import backend_for
+from ..evaluate import _rebuild
 from ..ops.reductions import _ddof, _mean_dtypes
 from ..ops.shape import normalize_axes
 from .array import finish_reads, launch_part, start_read
@@ -83,15 +86,55 @@ def _device_combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[in
     return out
 
 
+#: whether a part's partial result may be the first part's of its shape with the part
+#: substituted (:func:`_substituted`) instead of built through the reduction again
+#: (``FUSELOOP_MULTI_TEMPLATES=0``: built for every part; ``bench_multigpu --variants``
+#: times both)
+TEMPLATES = os.environ.get("FUSELOOP_MULTI_TEMPLATES", "1").strip() != "0"
+#: the last split reduction's partial results: [built through the reduction, substituted]
+LAST_PARTIALS: list[int] = [0, 0]
+
+
 def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[int, ...],
                        keepdims: bool, params: dict) -> list[Any]:
-    """Each part's partial result, launched before the next part's is built (a device
-    starts while the host prepares the next; copies and reads come after all)."""
+    """Each part's partial result, launched before the next part's is made (a device
+    starts while the host prepares the next; copies and reads come after all).  A part
+    of a shape met before gets that part's reduction node with its own expression
+    substituted: a walk of the few nodes the reduction added, not the reduction's
+    argument checks, dtype rules and node building again."""
     partials = []
+    templates: dict[tuple, tuple[Any, Any]] = {}
+    counts = [0, 0]
     for k, p in enumerate(used):
-        partials.append(func(p, axis=axes, keepdims=keepdims, **params))
-        launch_part(k, partials[-1])
+        key = (p.shape, p.dtype)
+        hit = templates.get(key) if TEMPLATES else None
+        q = _substituted(hit, p) if hit is not None else None
+        if q is None:
+            q = func(p, axis=axes, keepdims=keepdims, **params)
+            counts[0] += 1
+            if TEMPLATES and hit is None and type(q) is Array and q.is_lazy:
+                templates[key] = (p._node, q._node)
+        else:
+            counts[1] += 1
+        partials.append(q)
+        launch_part(k, q)
+    LAST_PARTIALS[:] = counts
     return partials
+
+
+def _substituted(template: tuple[Any, Any], p: Any) -> Array | None:
+    """The template's reduction (``(first part's node, its reduction's node)``) of part
+    ``p`` instead, or None where the reduction's node does not hold the first part's
+    node as it is (a view of it, e.g. merged axes: then it is built again)."""
+    old, made = template
+    node = _rebuild(made, {id(old): p._node}, {})
+    # (nothing of the first part may be left: a buffer only its node holds, seen again,
+    # means the reduction read it through another node)
+    left = old.storages - p._node.storages
+    if node is made or (left and not left.isdisjoint(node.storages)) \
+            or any(s.device is not p.device for s in node.storages):
+        return None
+    return Array._lazy(node, p.device)
 
 
 def _pairwise(ufunc: str) -> Callable[[Any, Any], Any]:
@@ -173,7 +216,20 @@ def _var(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any, ddof: Any) -
         return np.asarray(total / acc.type(max(n, 0)), dtype=acc).astype(res)
 
 
-def _on_first(host: np.ndarray, x: Any) -> Any:
-    from ..creation import asarray
+def _fills(device: Any) -> bool:
+    """Whether a combined scalar goes to ``device`` by a fill command (GPUs: enqueued, no
+    wait, where an upload waits for its copy) rather than an upload (a CPU device's is a
+    buffer made from the host data: no command at all)."""
+    return device.type != "cpu"
 
-    return asarray(np.asarray(host), device=x.devices[0])
+
+def _on_first(host: np.ndarray, x: Any) -> Any:
+    from ..creation import asarray, full
+
+    host = np.asarray(host)
+    first = x.devices[0]
+    if host.ndim == 0 and _fills(first):
+        # (the host waited for the partials already; the user's read of the result
+        # then waits once, behind the fill, not behind an upload's wait too)
+        return full((), host[()], host.dtype, device=first)
+    return asarray(host, device=first)
