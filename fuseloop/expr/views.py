@@ -36,6 +36,7 @@ from .nodes import (
     SparseProduct,
     UserCall,
 )
+from .templates import built, operand_pattern
 
 AffineMap = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]  # (offsets, coeffs)
 
@@ -46,8 +47,17 @@ def affine_view(node: Node, shape: tuple[int, ...], offsets: Sequence[int],
     shape = tuple(shape)
     if type(node) is Leaf:  # the commonest case (a view of a buffer): new strides at once
         return _leaf_view(node, shape, offsets, coeffs)
-    memo: dict[tuple, Node] = {}
-    out = _push(node, shape, tuple(offsets), tuple(tuple(r) for r in coeffs), memo)
+    off, co = tuple(offsets), tuple(tuple(r) for r in coeffs)
+    if node.sig:  # (an expression: pushed once per structure and map, then copied)
+        key = ("view", node.sig, operand_pattern(node.operands), shape, off, co)
+        return built(key, node, lambda: _pushed(node, shape, off, co))
+    return _pushed(node, shape, off, co)
+
+
+def _pushed(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
+            coeffs: tuple[tuple[int, ...], ...]) -> Node:
+    """:func:`affine_view` of a node other than a leaf."""
+    out = _push(node, shape, off, coeffs, {})
     if out.shape != shape:
         # a reduction broadcast along new axes: an explicit elementwise broadcast
         out = Apply("positive", (out,), (out.dtype, out.dtype), shape)
@@ -291,20 +301,10 @@ def reshape_view(node: Node, new_shape: tuple[int, ...]) -> Node | None:
     if isinstance(node, Scalar | Literal):
         return node
     if isinstance(node, Apply):
-        args = []
-        for a in node.args:
-            if a.shape != node.shape and a.shape != ():
-                off, coeffs = broadcast_map(a.shape, node.shape)
-                a = _push(a, node.shape, off, tuple(coeffs), {})
-                if a.shape != node.shape:
-                    return None  # a broadcast reduction: its result must be computed first
-            v = reshape_view(a, new_shape) if a.shape != () else a
-            if v is None:
-                return None
-            args.append(v)
-        if isinstance(node, UserCall):
-            return UserCall(node.function, tuple(args), node.loop, new_shape)
-        return Apply(node.op, tuple(args), node.loop, new_shape)
+        if not node.sig:
+            return _reshape_apply(node, new_shape)
+        key = ("reshape", node.sig, operand_pattern(node.operands), new_shape)
+        return built(key, node, lambda: _reshape_apply(node, new_shape))
     if isinstance(node, Concat):
         v = _reshape_concat(node, new_shape)
         if v is not None:
@@ -318,6 +318,24 @@ def reshape_view(node: Node, new_shape: tuple[int, ...]) -> Node | None:
             rows[s][d] = 1
         return affine_view(node, new_shape, (0,) * len(node.shape), rows)
     return None
+
+
+def _reshape_apply(node: Apply, new_shape: tuple[int, ...]) -> Node | None:
+    """:func:`reshape_view` of an elementwise operation: of its arguments."""
+    args = []
+    for a in node.args:
+        if a.shape != node.shape and a.shape != ():
+            off, coeffs = broadcast_map(a.shape, node.shape)
+            a = _push(a, node.shape, off, tuple(coeffs), {})
+            if a.shape != node.shape:
+                return None  # a broadcast reduction: its result must be computed first
+        v = reshape_view(a, new_shape) if a.shape != () else a
+        if v is None:
+            return None
+        args.append(v)
+    if isinstance(node, UserCall):
+        return UserCall(node.function, tuple(args), node.loop, new_shape)
+    return Apply(node.op, tuple(args), node.loop, new_shape)
 
 
 def _reshape_concat(node: Concat, new_shape: tuple[int, ...]) -> Node | None:

@@ -1,0 +1,275 @@
+"""Subtrees built once per operand structure, then re-instantiated on new operands.
+
+A composite operation (``x.argmax(axis=1)``, ``x.var()``, ``x ** -1.5`` by products,
+a view pushed into an expression) builds a subtree that depends only on its operand's
+structure (its signature, see :mod:`fuseloop.expr.nodes`), on which of the operand's
+buffers and scalars repeat, on static arguments and on the device: not on the buffers
+themselves nor the scalars' values.  Built the first time, the subtree is recorded as a
+:class:`Template` that names the operand's buffers and scalars by their position in
+its ``operands`` (never holding a buffer); later calls with an operand of the same
+structure copy the template's nodes with the new buffers and scalars in place (node
+fields, signatures and loops copied, no dtype resolution, shape arithmetic or view
+pushing), which costs a fraction of building them again.  The copy is the node tree a
+fresh build would have made, so the structure key and kernels are the same.
+
+A subtree is not recorded (the key is remembered as such, and the composite built
+each time) when it holds a node kind this module does not copy (gathers,
+concatenations, sparse products, pointers) or a buffer that is not among its
+operand's (a copy evaluated on the way).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import caches as _caches
+from .. import trace_hooks as _trace_hooks
+from .nodes import (
+    _EMPTY,
+    Apply,
+    Iota,
+    Leaf,
+    Literal,
+    Node,
+    Reduce,
+    Remap,
+    Scalar,
+    UserCall,
+    signature_of,
+)
+
+_new = object.__new__
+
+# step kinds (see Template); operations first, as most steps are
+_APPLY, _REDUCE, _IN, _LEAF, _SCALAR_IN, _SCALAR, _SHARED, _REMAP = range(8)
+
+#: the most nodes a template records (a larger subtree is built each time)
+MAX_STEPS = 256
+TEMPLATES_MAX = 2048
+# key -> Template, or None: a subtree that is not recorded (see the module's docstring)
+_templates: dict[tuple, Template | None] = {}
+_caches.register("expr.templates", _templates.clear, lambda: len(_templates), TEMPLATES_MAX)
+
+
+class _NotCopied(Exception):
+    """A subtree that cannot be recorded."""
+
+
+class Template:
+    """Steps that rebuild a subtree, children before parents; the last is its root.
+
+    Each step is a tuple whose first field is its kind: the operand itself, a leaf of
+    the operand's buffer at a position, one of its scalars, a new scalar of a value, a
+    node shared as it is (literals, element indices: no buffer, never changed), or an
+    operation, reduction or remap of earlier steps with its fields and ``operands``
+    (positions in the operand's operands, or ``~step`` for a scalar made here)."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self, steps: list[tuple]) -> None:
+        self.steps = steps
+
+
+def operand_pattern(operands: tuple) -> tuple[int, ...] | None:
+    """Which of ``operands`` repeat (each one's first position), None when none does:
+    part of a template's key, as equal signatures can hide different repeats."""
+    if len(operands) < 2 or len(set(operands)) == len(operands):
+        return None
+    return tuple(map(operands.index, operands))
+
+
+def record(root: Node, out: Node) -> Template | None:
+    """The template of ``out``, a subtree built from ``root`` alone; None when it cannot
+    be recorded (see the module's docstring)."""
+    inops = root.operands or ()
+    at: dict[int, int] = {}
+    for k, o in enumerate(inops):
+        at.setdefault(id(o), k)
+    steps: list[tuple] = []
+    index: dict[int, int] = {}
+
+    def refs(node: Any) -> tuple[int, ...] | None:
+        if node.operands is None:
+            return None
+        got = []
+        for o in node.operands:
+            p = at.get(id(o))
+            if p is None:
+                s = index.get(id(o))
+                if s is None or type(o) is not Scalar:
+                    raise _NotCopied
+                p = ~s
+            got.append(p)
+        return tuple(got)
+
+    def enc(node: Any) -> int:
+        k = index.get(id(node))
+        if k is not None:
+            return k
+        cls = type(node)
+        step: tuple
+        if node is root:
+            step = (_IN,)
+        elif cls is Apply or cls is UserCall:
+            args = tuple(enc(a) for a in node.args)
+            step = (_APPLY, cls, node.op, args, node.loop, node.loop_key, node.shape,
+                    node.sig, node.fancy, refs(node),
+                    node.function if cls is UserCall else None)
+        elif cls is Reduce:
+            step = (_REDUCE, enc(node.child), node.op, node.axes, node.dtype, node.shape,
+                    node.sig, refs(node))
+        elif cls is Leaf:
+            p = at.get(id(node.storage))
+            if p is None:
+                raise _NotCopied  # (a buffer made on the way)
+            step = (_LEAF, p, node.dtype, node.shape, node.strides, node.offset,
+                    signature_of(node), node.leaf_token())
+        elif cls is Scalar:
+            p = at.get(id(node))
+            step = (_SCALAR_IN, p) if p is not None else (_SCALAR, node.value)
+        elif cls is Literal or cls is Iota:
+            step = (_SHARED, node)
+        elif cls is Remap:
+            step = (_REMAP, enc(node.child), node.shape, node.offsets, node.coeffs,
+                    node.sig, refs(node))
+        else:
+            raise _NotCopied
+        if len(steps) >= MAX_STEPS:
+            raise _NotCopied
+        index[id(node)] = len(steps)
+        steps.append(step)
+        return len(steps) - 1
+
+    try:
+        enc(out)
+    except (_NotCopied, RecursionError):
+        return None
+    return Template(steps)
+
+
+def instantiate(template: Template, root: Node) -> Node:
+    """``template``'s subtree built on ``root`` (of the recorded root's structure)."""
+    inops = root.operands or ()
+    made: list[Any] = []
+    append = made.append
+    for step in template.steps:
+        kind = step[0]
+        if kind == _APPLY:
+            _, cls, op, args, loop, key, shape, sig, fancy, refs, function = step
+            node = _new(cls)
+            node.op, node.loop, node.loop_key = op, loop, key
+            node.args = a = tuple([made[i] for i in args])
+            node.dtype, node.shape, node.sig, node.fancy = loop[-1], shape, sig, fancy
+            storages = _EMPTY
+            for x in a:  # (as Apply.__init__)
+                s = x.storages
+                if s and s is not storages:
+                    storages = s if not storages else storages if s <= storages \
+                        else storages | s
+            node.storages = storages
+            node.operands = None if refs is None else \
+                tuple([inops[r] if r >= 0 else made[~r] for r in refs])
+            if function is not None:
+                node.function = function
+        elif kind == _REDUCE:
+            _, child, op, axes, dtype, shape, sig, refs = step
+            node = _new(Reduce)
+            node.op, node.child, node.axes = op, made[child], axes
+            node.dtype, node.shape, node.sig = dtype, shape, sig
+            node.storages = node.child.storages
+            node.operands = None if refs is None else \
+                tuple([inops[r] if r >= 0 else made[~r] for r in refs])
+        elif kind == _IN:
+            node = root
+        elif kind == _LEAF:
+            _, p, dtype, shape, strides, offset, sig, token = step
+            node = _new(Leaf)
+            node.storage = storage = inops[p]
+            node.operands = (storage,)
+            node.storages = frozenset(node.operands)
+            node.dtype, node.shape, node.strides = dtype, shape, strides
+            node.offset, node.sig, node.token = offset, sig, token
+        elif kind == _SCALAR_IN:
+            node = inops[step[1]]
+        elif kind == _SCALAR:
+            node = _new(Scalar)
+            node.value = v = step[1]
+            node.dtype, node.shape, node.storages = v.dtype, (), _EMPTY
+        elif kind == _SHARED:
+            node = step[1]
+        else:
+            _, child, shape, offsets, coeffs, sig, refs = step
+            node = _new(Remap)
+            node.child = c = made[child]
+            node.shape, node.offsets, node.coeffs = shape, offsets, coeffs
+            node.dtype, node.storages, node.sig = c.dtype, c.storages, sig
+            node.operands = None if refs is None else \
+                tuple([inops[r] if r >= 0 else made[~r] for r in refs])
+        append(node)
+    return made[-1]
+
+
+_MISSING = object()
+
+
+def built(key: tuple, root: Node, build: Callable[[], Node]) -> Node:
+    """``build()``, a subtree of ``root`` alone, by its template under ``key`` (which
+    must hold everything but ``root``'s buffers and scalars that the subtree depends
+    on: ``root``'s signature and :func:`operand_pattern`, the static arguments)."""
+    t = _templates.get(key, _MISSING)
+    if t is not None and t is not _MISSING:
+        return instantiate(t, root)  # type: ignore[arg-type]
+    out = build()
+    if t is _MISSING:
+        if len(_templates) >= TEMPLATES_MAX:
+            _templates.clear()
+        _templates[key] = record(root, out)
+    return out
+
+
+def array_key(name: str, x: Any, *statics: Any) -> tuple | None:
+    """The template key of a composite ``name`` of the array ``x`` with ``statics``,
+    or None where it is built each time: an operand without a signature, a 0-d
+    operand (small work on a CPU device may compute its parts at once, as values),
+    or a trace of ``fl.fuse`` (which watches what is built)."""
+    node = x._node
+    sig = node.sig or signature_of(node)
+    if not sig or not x._shape or _trace_hooks.trace_checks:
+        return None
+    return (name, sig, operand_pattern(node.operands), x.device, statics)
+
+
+def composite(key: tuple | None, x: Any, build: Callable[[], Any]) -> Any:
+    """The lazy array ``build()`` makes from the array ``x`` (a composite operation
+    keyed by :func:`array_key`), by its template where one is recorded."""
+    if key is None:
+        return build()
+    try:
+        t = _templates.get(key, _MISSING)
+    except TypeError:  # (a static argument that is not hashable: a list of axes)
+        return build()
+    if t is not None and t is not _MISSING:
+        lazy = _lazy_array or _bind()
+        return lazy(instantiate(t, x._node), x.device)  # type: ignore[arg-type]
+    out = build()
+    if t is _MISSING:
+        if len(_templates) >= TEMPLATES_MAX:
+            _templates.clear()
+        # (a concrete result, or one on another device, is not a copy of nodes)
+        _templates[key] = record(x._node, out._node) if type(out) is type(x) and \
+            out._storage is None and out.device is x.device else None
+    return out
+
+
+_lazy_array: Any = None
+
+
+def _bind() -> Any:
+    """``fuseloop.array._lazy_array``, bound on first use (that module imports this
+    one's importers)."""
+    global _lazy_array
+    from ..array import _lazy_array as lazy
+
+    _lazy_array = lazy
+    return lazy
