@@ -20,7 +20,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
+from functools import lru_cache
 
+from .. import caches as _caches
 from .nodes import (
     Apply,
     Concat,
@@ -250,6 +252,7 @@ def broadcast_map(old: tuple[int, ...], new: tuple[int, ...]) -> AffineMap:
     return (0,) * r, coeffs
 
 
+@lru_cache(maxsize=4096)  # (a pure function of three tuples, called per reshape)
 def nocopy_reshape_strides(shape: tuple[int, ...], strides: tuple[int, ...],
                            new_shape: tuple[int, ...]) -> tuple[int, ...] | None:
     """Strides that view ``shape``/``strides`` as ``new_shape`` without a copy, or None.
@@ -368,3 +371,6 @@ def _reshape_concat(node: Concat, new_shape: tuple[int, ...]) -> Node | None:
     return None
 
 # }}}
+
+
+_caches.register_function("expr.views.nocopy_reshape_strides", nocopy_reshape_strides)
