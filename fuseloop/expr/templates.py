@@ -42,7 +42,7 @@ from .nodes import (
 _new = object.__new__
 
 # step kinds (see Template); operations first, as most steps are
-_APPLY, _REDUCE, _IN, _LEAF, _SCALAR_IN, _SCALAR, _SHARED, _REMAP = range(8)
+_APPLY, _REDUCE, _IN, _LEAF, _SCALAR, _SHARED, _REMAP = range(7)
 
 #: the most nodes a template records (a larger subtree is built each time)
 MAX_STEPS = 256
@@ -59,11 +59,13 @@ class _NotCopied(Exception):
 class Template:
     """Steps that rebuild a subtree, children before parents; the last is its root.
 
-    Each step is a tuple whose first field is its kind: the operand itself, a leaf of
-    the operand's buffer at a position, one of its scalars, a new scalar of a value, a
-    node shared as it is (literals, element indices: no buffer, never changed), or an
-    operation, reduction or remap of earlier steps with its fields and ``operands``
-    (positions in the operand's operands, or ``~step`` for a scalar made here)."""
+    Copying starts from a pool holding the operand's ``operands`` (buffers and scalar
+    nodes, in order) and appends each step's node; a step names what it reads by pool
+    index.  Each step is a tuple whose first field is its kind: the operand itself, a
+    leaf of a buffer, a new scalar of a value, a node shared as it is (literals, element
+    indices: no buffer, never changed), or an operation, reduction or remap with its
+    fields and ``operands``: None, the pool index of a child whose ``operands`` tuple it
+    shares, or the pool indexes of its buffers and scalars."""
 
     __slots__ = ("steps",)
 
@@ -83,28 +85,31 @@ def record(root: Node, out: Node) -> Template | None:
     """The template of ``out``, a subtree built from ``root`` alone; None when it cannot
     be recorded (see the module's docstring)."""
     inops = root.operands or ()
-    at: dict[int, int] = {}
+    at: dict[int, int] = {}  # id of a pooled buffer or scalar node -> pool index
     for k, o in enumerate(inops):
         at.setdefault(id(o), k)
     steps: list[tuple] = []
-    index: dict[int, int] = {}
+    index: dict[int, int] = {}  # id of a node -> pool index
 
-    def refs(node: Any) -> tuple[int, ...] | None:
-        if node.operands is None:
+    def refs(node: Any, children: tuple[int, ...]) -> Any:
+        ops = node.operands
+        if ops is None:
             return None
+        for c in children:  # (most operations share their only child's tuple)
+            if c >= len(inops) and steps[c - len(inops)][-1] is ops:
+                return c
         got = []
-        for o in node.operands:
+        for o in ops:
             p = at.get(id(o))
             if p is None:
-                s = index.get(id(o))
-                if s is None or type(o) is not Scalar:
-                    raise _NotCopied
-                p = ~s
+                raise _NotCopied  # (a buffer made on the way)
             got.append(p)
         return tuple(got)
 
     def enc(node: Any) -> int:
         k = index.get(id(node))
+        if k is None:
+            k = at.get(id(node))  # (one of the operand's scalars)
         if k is not None:
             return k
         cls = type(node)
@@ -114,11 +119,12 @@ def record(root: Node, out: Node) -> Template | None:
         elif cls is Apply or cls is UserCall:
             args = tuple(enc(a) for a in node.args)
             step = (_APPLY, cls, node.op, args, node.loop, node.loop_key, node.shape,
-                    node.sig, node.fancy, refs(node),
+                    node.sig, node.fancy, refs(node, args),
                     node.function if cls is UserCall else None)
         elif cls is Reduce:
-            step = (_REDUCE, enc(node.child), node.op, node.axes, node.dtype, node.shape,
-                    node.sig, refs(node))
+            child = enc(node.child)
+            step = (_REDUCE, child, node.op, node.axes, node.dtype, node.shape, node.sig,
+                    refs(node, (child,)))
         elif cls is Leaf:
             p = at.get(id(node.storage))
             if p is None:
@@ -126,40 +132,42 @@ def record(root: Node, out: Node) -> Template | None:
             step = (_LEAF, p, node.dtype, node.shape, node.strides, node.offset,
                     signature_of(node), node.leaf_token())
         elif cls is Scalar:
-            p = at.get(id(node))
-            step = (_SCALAR_IN, p) if p is not None else (_SCALAR, node.value)
+            step = (_SCALAR, node.value)
         elif cls is Literal or cls is Iota:
             step = (_SHARED, node)
         elif cls is Remap:
-            step = (_REMAP, enc(node.child), node.shape, node.offsets, node.coeffs,
-                    node.sig, refs(node))
+            child = enc(node.child)
+            step = (_REMAP, child, node.shape, node.offsets, node.coeffs, node.sig,
+                    refs(node, (child,)))
         else:
             raise _NotCopied
         if len(steps) >= MAX_STEPS:
             raise _NotCopied
-        index[id(node)] = len(steps)
-        steps.append(step)
-        return len(steps) - 1
+        k = index[id(node)] = at[id(node)] = len(inops) + len(steps)
+        # (the node itself rides along while recording, for refs' test of sharing)
+        steps.append((*step, node.operands))
+        return k
 
     try:
-        enc(out)
+        if enc(out) != len(inops) + len(steps) - 1:
+            return None  # (one of the operand's scalars itself: no step made it)
     except (_NotCopied, RecursionError):
         return None
-    return Template(steps)
+    return Template([step[:-1] for step in steps])
 
 
 def instantiate(template: Template, root: Node) -> Node:
     """``template``'s subtree built on ``root`` (of the recorded root's structure)."""
-    inops = root.operands or ()
-    made: list[Any] = []
-    append = made.append
+    pool: list[Any] = list(root.operands or ())
+    append = pool.append
+    get = pool.__getitem__
     for step in template.steps:
         kind = step[0]
         if kind == _APPLY:
             _, cls, op, args, loop, key, shape, sig, fancy, refs, function = step
             node = _new(cls)
             node.op, node.loop, node.loop_key = op, loop, key
-            node.args = a = tuple([made[i] for i in args])
+            node.args = a = tuple(map(get, args))
             node.dtype, node.shape, node.sig, node.fancy = loop[-1], shape, sig, fancy
             storages = _EMPTY
             for x in a:  # (as Apply.__init__)
@@ -168,30 +176,28 @@ def instantiate(template: Template, root: Node) -> Node:
                     storages = s if not storages else storages if s <= storages \
                         else storages | s
             node.storages = storages
-            node.operands = None if refs is None else \
-                tuple([inops[r] if r >= 0 else made[~r] for r in refs])
+            node.operands = refs if refs is None else pool[refs].operands \
+                if type(refs) is int else tuple(map(get, refs))
             if function is not None:
                 node.function = function
         elif kind == _REDUCE:
             _, child, op, axes, dtype, shape, sig, refs = step
             node = _new(Reduce)
-            node.op, node.child, node.axes = op, made[child], axes
+            node.op, node.child, node.axes = op, pool[child], axes
             node.dtype, node.shape, node.sig = dtype, shape, sig
             node.storages = node.child.storages
-            node.operands = None if refs is None else \
-                tuple([inops[r] if r >= 0 else made[~r] for r in refs])
+            node.operands = refs if refs is None else pool[refs].operands \
+                if type(refs) is int else tuple(map(get, refs))
         elif kind == _IN:
             node = root
         elif kind == _LEAF:
             _, p, dtype, shape, strides, offset, sig, token = step
             node = _new(Leaf)
-            node.storage = storage = inops[p]
+            node.storage = storage = pool[p]
             node.operands = (storage,)
             node.storages = frozenset(node.operands)
             node.dtype, node.shape, node.strides = dtype, shape, strides
             node.offset, node.sig, node.token = offset, sig, token
-        elif kind == _SCALAR_IN:
-            node = inops[step[1]]
         elif kind == _SCALAR:
             node = _new(Scalar)
             node.value = v = step[1]
@@ -201,13 +207,13 @@ def instantiate(template: Template, root: Node) -> Node:
         else:
             _, child, shape, offsets, coeffs, sig, refs = step
             node = _new(Remap)
-            node.child = c = made[child]
+            node.child = c = pool[child]
             node.shape, node.offsets, node.coeffs = shape, offsets, coeffs
             node.dtype, node.storages, node.sig = c.dtype, c.storages, sig
-            node.operands = None if refs is None else \
-                tuple([inops[r] if r >= 0 else made[~r] for r in refs])
+            node.operands = refs if refs is None else pool[refs].operands \
+                if type(refs) is int else tuple(map(get, refs))
         append(node)
-    return made[-1]
+    return pool[-1]
 
 
 _MISSING = object()
