@@ -34,6 +34,7 @@ def test_a_composite_is_copied_not_built(device, checked, monkeypatch):
     first, second = rng.random((2, 6, 5), dtype=np.float32)
     second[2, 3] = np.nan  # (numpy: the first NaN's index)
     r1 = fl.asarray(first).argmax(axis=1)
+    fl.asarray(first).argmax(axis=1)  # (met twice: recorded)
 
     def built(*args, **kwargs):
         raise AssertionError("built again")
@@ -47,7 +48,7 @@ def test_a_composite_is_copied_not_built(device, checked, monkeypatch):
 
 def test_copies_take_the_new_scalars_and_buffers(device, checked):
     h = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
-    for scale, shift in ((2.0, 1.0), (3.0, -5.0)):
+    for scale, shift in ((2.0, 1.0), (3.0, -5.0), (0.5, 0.0)):
         hh = h[::-1] * np.float32(scale)
         x = fl.asarray(hh.copy())
         e = x * scale - shift  # (Python scalars: arguments, not in the key)
@@ -64,8 +65,21 @@ def test_repeated_operands_are_part_of_the_key(device, checked):
     x, y, w, z = (fl.asarray(a) for a in h)
     twice, once = (x * y) + (w * x), (x * y) + (w * z)
     assert twice._node.sig == once._node.sig
+    twice[:, None], twice[:, None]  # (recorded)
     np.testing.assert_array_equal(twice[:, None].get(), (h[0] * h[1] + h[2] * h[0])[:, None])
     np.testing.assert_array_equal(once[:, None].get(), (h[0] * h[1] + h[2] * h[3])[:, None])
+
+
+def test_a_key_met_once_is_not_recorded(device, monkeypatch):
+    calls = []
+    real = templates.record
+    monkeypatch.setattr(templates, "record", lambda *a: calls.append(1) or real(*a))
+    e = fl.asarray(np.ones((3, 7), np.float32)) * 2.0
+    for k in range(3):  # (a loop's slices: each view's key met once)
+        e[k:k + 1, 1:]
+    assert not calls
+    e[0:1, 1:]
+    assert len(calls) == 1
 
 
 def test_dtypes_follow_numpy(device):
@@ -73,7 +87,7 @@ def test_dtypes_follow_numpy(device):
     for dt in (np.int32, np.complex64, np.int8, np.float32):
         h = (np.arange(12) % 5 - 2).astype(dt).reshape(3, 4)
         x = fl.asarray(h)
-        for _ in range(2):  # built, then copied
+        for _ in range(3):  # built, recorded, copied
             pairs = [(x.mean(axis=1), h.mean(axis=1)),
                      ((x * 2.5).mean(axis=0), (h * 2.5).mean(axis=0))]
             if dt != np.complex64:
@@ -104,7 +118,7 @@ def test_errors_are_raised_on_every_call(device):
 
 def test_a_template_keeps_no_buffer_alive(device):
     h = np.arange(12, dtype=np.float32).reshape(3, 4)
-    for _ in range(2):  # recorded, then copied
+    for _ in range(3):  # built, recorded, copied
         x = fl.asarray(h)
         r = ((x * 2.0).var(axis=1), (x + 1.0)[:, None].T, x.argmax(axis=0))
         ref = weakref.ref(x._storage)

@@ -4,8 +4,9 @@ A composite operation (``x.argmax(axis=1)``, ``x.var()``, ``x ** -1.5`` by produ
 a view pushed into an expression) builds a subtree that depends only on its operand's
 structure (its signature, see :mod:`fuseloop.expr.nodes`), on which of the operand's
 buffers and scalars repeat, on static arguments and on the device: not on the buffers
-themselves nor the scalars' values.  Built the first time, the subtree is recorded as a
-:class:`Template` that names the operand's buffers and scalars by their position in
+themselves nor the scalars' values.  Built the second time its key is met (a key met
+once, as in a loop over shapes or slices that change, costs one dictionary entry), the
+subtree is recorded as a :class:`Template` that names the operand's buffers and scalars by their position in
 its ``operands`` (never holding a buffer); later calls with an operand of the same
 structure copy the template's nodes with the new buffers and scalars in place (node
 fields, signatures and loops copied, no dtype resolution, shape arithmetic or view
@@ -47,8 +48,9 @@ _APPLY, _REDUCE, _IN, _LEAF, _SCALAR, _SHARED, _REMAP = range(7)
 #: the most nodes a template records (a larger subtree is built each time)
 MAX_STEPS = 256
 TEMPLATES_MAX = 2048
-# key -> Template, or None: a subtree that is not recorded (see the module's docstring)
-_templates: dict[tuple, Template | None] = {}
+# key -> Template; None: a subtree that is not recorded (see the module's docstring);
+# _SEEN: a key met once
+_templates: dict[tuple, Any] = {}
 _caches.register("expr.templates", _templates.clear, lambda: len(_templates), TEMPLATES_MAX)
 
 
@@ -217,6 +219,19 @@ def instantiate(template: Template, root: Node) -> Node:
 
 
 _MISSING = object()
+# a key met once: recorded the second time it is met (a composite of shapes or views
+# that change every call, in a loop, is built without recording it)
+_SEEN = object()
+
+
+def _remember(key: tuple, t: Any, record_it: Callable[[], Template | None]) -> None:
+    """After building under ``key`` (whose entry was ``t``): note it seen, or record it."""
+    if t is _MISSING:
+        if len(_templates) >= TEMPLATES_MAX:
+            _templates.clear()
+        _templates[key] = _SEEN  # type: ignore[assignment]
+    elif t is _SEEN:
+        _templates[key] = record_it()
 
 
 def built(key: tuple, root: Node, build: Callable[[], Node]) -> Node:
@@ -224,13 +239,11 @@ def built(key: tuple, root: Node, build: Callable[[], Node]) -> Node:
     must hold everything but ``root``'s buffers and scalars that the subtree depends
     on: ``root``'s signature and :func:`operand_pattern`, the static arguments)."""
     t = _templates.get(key, _MISSING)
-    if t is not None and t is not _MISSING:
-        return instantiate(t, root)  # type: ignore[arg-type]
+    if type(t) is Template:
+        return instantiate(t, root)
     out = build()
-    if t is _MISSING:
-        if len(_templates) >= TEMPLATES_MAX:
-            _templates.clear()
-        _templates[key] = record(root, out)
+    if t is not None:
+        _remember(key, t, lambda: record(root, out))
     return out
 
 
@@ -255,16 +268,14 @@ def composite(key: tuple | None, x: Any, build: Callable[[], Any]) -> Any:
         t = _templates.get(key, _MISSING)
     except TypeError:  # (a static argument that is not hashable: a list of axes)
         return build()
-    if t is not None and t is not _MISSING:
+    if type(t) is Template:
         lazy = _lazy_array or _bind()
-        return lazy(instantiate(t, x._node), x.device)  # type: ignore[arg-type]
+        return lazy(instantiate(t, x._node), x.device)
     out = build()
-    if t is _MISSING:
-        if len(_templates) >= TEMPLATES_MAX:
-            _templates.clear()
+    if t is not None:
         # (a concrete result, or one on another device, is not a copy of nodes)
-        _templates[key] = record(x._node, out._node) if type(out) is type(x) and \
-            out._storage is None and out.device is x.device else None
+        _remember(key, t, lambda: record(x._node, out._node) if type(out) is type(x)
+                  and out._storage is None and out.device is x.device else None)
     return out
 
 
