@@ -6,11 +6,12 @@ structure (its signature, see :mod:`fuseloop.expr.nodes`), on which of the opera
 buffers and scalars repeat, on static arguments and on the device: not on the buffers
 themselves nor the scalars' values.  Built the second time its key is met (a key met
 once, as in a loop over shapes or slices that change, costs one dictionary entry), the
-subtree is recorded as a :class:`Template` that names the operand's buffers and scalars by their position in
-its ``operands`` (never holding a buffer); later calls with an operand of the same
-structure copy the template's nodes with the new buffers and scalars in place (node
-fields, signatures and loops copied, no dtype resolution, shape arithmetic or view
-pushing), which costs a fraction of building them again.  The copy is the node tree a
+subtree is recorded as a :class:`Template` that names the operand's buffers and scalars
+by their position in its ``operands`` (never holding a buffer); later calls with an
+operand of the same structure copy the template's nodes with the new buffers and
+scalars in place, by a function generated for the template (node fields, signatures
+and loops stored, no dtype resolution, shape arithmetic or view pushing), which costs
+a fraction of building them again.  The copy is the node tree a
 fresh build would have made, so the structure key and kernels are the same.
 
 A subtree is not recorded (the key is remembered as such, and the composite built
@@ -69,10 +70,11 @@ class Template:
     fields and ``operands``: None, the pool index of a child whose ``operands`` tuple it
     shares, or the pool indexes of its buffers and scalars."""
 
-    __slots__ = ("steps",)
+    __slots__ = ("make", "steps")
 
     def __init__(self, steps: list[tuple]) -> None:
         self.steps = steps
+        self.make: Callable[[tuple, Node], Node] | None = None  # (made on first use)
 
 
 def operand_pattern(operands: tuple) -> tuple[int, ...] | None:
@@ -160,62 +162,89 @@ def record(root: Node, out: Node) -> Template | None:
 
 def instantiate(template: Template, root: Node) -> Node:
     """``template``'s subtree built on ``root`` (of the recorded root's structure)."""
-    pool: list[Any] = list(root.operands or ())
-    append = pool.append
-    get = pool.__getitem__
-    for step in template.steps:
+    make = template.make
+    if make is None:
+        make = template.make = _compiled(template.steps, len(root.operands or ()))
+    return make(root.operands or (), root)
+
+
+def _union(*parts: frozenset) -> frozenset:
+    """The buffers of an operation's arguments (as :class:`Apply`'s constructor)."""
+    storages = _EMPTY
+    for s in parts:
+        if s and s is not storages:
+            storages = s if not storages else storages if s <= storages else storages | s
+    return storages
+
+
+def _compiled(steps: list[tuple], base: int) -> Callable[[tuple, Node], Node]:
+    """A function of (the operand's ``operands``, the operand) that makes the steps'
+    nodes, one statement per field: what a template's copy costs is then the node
+    allocations and field stores, not reading the steps."""
+    consts: dict[str, Any] = {"_new": _new, "_EMPTY": _EMPTY, "_union": _union,
+                              "frozenset": frozenset}
+
+    def c(value: Any) -> str:
+        name = f"k{len(consts)}"
+        consts[name] = value
+        return name
+
+    def operands(refs: Any) -> str:
+        if refs is None:
+            return "None"
+        if type(refs) is int:
+            return f"v{refs}.operands"
+        return "(" + "".join(f"v{r}, " for r in refs) + ")"
+
+    body = [f"v{k} = ops[{k}]" for k in range(base)]
+    for n, step in enumerate(steps):
+        v = f"v{base + n}"
         kind = step[0]
         if kind == _APPLY:
             _, cls, op, args, loop, key, shape, sig, fancy, refs, function = step
-            node = _new(cls)
-            node.op, node.loop, node.loop_key = op, loop, key
-            node.args = a = tuple(map(get, args))
-            node.dtype, node.shape, node.sig, node.fancy = loop[-1], shape, sig, fancy
-            storages = _EMPTY
-            for x in a:  # (as Apply.__init__)
-                s = x.storages
-                if s and s is not storages:
-                    storages = s if not storages else storages if s <= storages \
-                        else storages | s
-            node.storages = storages
-            node.operands = refs if refs is None else pool[refs].operands \
-                if type(refs) is int else tuple(map(get, refs))
+            parts = f"v{args[0]}.storages or _EMPTY" if len(args) == 1 else \
+                "_union(" + ", ".join(f"v{a}.storages" for a in args) + ")"
+            body += [f"{v} = _new({c(cls)})", f"{v}.op = {c(op)}", f"{v}.loop = {c(loop)}",
+                     f"{v}.loop_key = {c(key)}", f"{v}.dtype = {c(loop[-1])}",
+                     f"{v}.args = (" + "".join(f"v{a}, " for a in args) + ")",
+                     f"{v}.shape = {c(shape)}", f"{v}.sig = {sig!r}",
+                     f"{v}.fancy = {bool(fancy)!r}",
+                     f"{v}.storages = {parts}", f"{v}.operands = {operands(refs)}"]
             if function is not None:
-                node.function = function
+                body.append(f"{v}.function = {c(function)}")
         elif kind == _REDUCE:
             _, child, op, axes, dtype, shape, sig, refs = step
-            node = _new(Reduce)
-            node.op, node.child, node.axes = op, pool[child], axes
-            node.dtype, node.shape, node.sig = dtype, shape, sig
-            node.storages = node.child.storages
-            node.operands = refs if refs is None else pool[refs].operands \
-                if type(refs) is int else tuple(map(get, refs))
+            body += [f"{v} = _new({c(Reduce)})", f"{v}.op = {c(op)}", f"{v}.child = v{child}",
+                     f"{v}.axes = {c(axes)}", f"{v}.dtype = {c(dtype)}",
+                     f"{v}.shape = {c(shape)}", f"{v}.sig = {sig!r}",
+                     f"{v}.storages = v{child}.storages", f"{v}.operands = {operands(refs)}"]
         elif kind == _IN:
-            node = root
+            body.append(f"{v} = root")
         elif kind == _LEAF:
             _, p, dtype, shape, strides, offset, sig, token = step
-            node = _new(Leaf)
-            node.storage = storage = pool[p]
-            node.operands = (storage,)
-            node.storages = frozenset(node.operands)
-            node.dtype, node.shape, node.strides = dtype, shape, strides
-            node.offset, node.sig, node.token = offset, sig, token
+            body += [f"{v} = _new({c(Leaf)})", f"{v}.storage = v{p}",
+                     f"{v}.operands = (v{p},)", f"{v}.storages = frozenset({v}.operands)",
+                     f"{v}.dtype = {c(dtype)}", f"{v}.shape = {c(shape)}",
+                     f"{v}.strides = {c(strides)}", f"{v}.offset = {offset!r}",
+                     f"{v}.sig = {sig!r}", f"{v}.token = {c(token)}"]
         elif kind == _SCALAR:
-            node = _new(Scalar)
-            node.value = v = step[1]
-            node.dtype, node.shape, node.storages = v.dtype, (), _EMPTY
+            value = step[1]
+            body += [f"{v} = _new({c(Scalar)})", f"{v}.value = {c(value)}",
+                     f"{v}.dtype = {c(value.dtype)}", f"{v}.shape = ()",
+                     f"{v}.storages = _EMPTY"]
         elif kind == _SHARED:
-            node = step[1]
+            body.append(f"{v} = {c(step[1])}")
         else:
             _, child, shape, offsets, coeffs, sig, refs = step
-            node = _new(Remap)
-            node.child = c = pool[child]
-            node.shape, node.offsets, node.coeffs = shape, offsets, coeffs
-            node.dtype, node.storages, node.sig = c.dtype, c.storages, sig
-            node.operands = refs if refs is None else pool[refs].operands \
-                if type(refs) is int else tuple(map(get, refs))
-        append(node)
-    return pool[-1]
+            body += [f"{v} = _new({c(Remap)})", f"{v}.child = v{child}",
+                     f"{v}.shape = {c(shape)}", f"{v}.offsets = {c(offsets)}",
+                     f"{v}.coeffs = {c(coeffs)}", f"{v}.dtype = v{child}.dtype",
+                     f"{v}.storages = v{child}.storages", f"{v}.sig = {sig!r}",
+                     f"{v}.operands = {operands(refs)}"]
+    body.append(f"return v{base + len(steps) - 1}")
+    source = "def make(ops, root):\n" + "".join(f"    {line}\n" for line in body)
+    exec(compile(source, "<fuseloop template>", "exec"), consts)
+    return consts["make"]
 
 
 _MISSING = object()
