@@ -23,7 +23,7 @@ operand's (a copy evaluated on the way).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from .. import caches as _caches
 from .. import trace_hooks as _trace_hooks
@@ -42,6 +42,7 @@ from .nodes import (
 )
 
 _new = object.__new__
+_N = TypeVar("_N", bound=Node | None)
 
 # step kinds (see Template); operations first, as most steps are
 _APPLY, _REDUCE, _IN, _LEAF, _SCALAR, _SHARED, _REMAP = range(7)
@@ -77,17 +78,19 @@ class Template:
         self.make: Callable[[tuple, Node], Node] | None = None  # (made on first use)
 
 
-def operand_pattern(operands: tuple) -> tuple[int, ...] | None:
+def operand_pattern(operands: tuple | None) -> tuple[int, ...] | None:
     """Which of ``operands`` repeat (each one's first position), None when none does:
     part of a template's key, as equal signatures can hide different repeats."""
-    if len(operands) < 2 or len(set(operands)) == len(operands):
+    if operands is None or len(operands) < 2 or len(set(operands)) == len(operands):
         return None
     return tuple(map(operands.index, operands))
 
 
-def record(root: Node, out: Node) -> Template | None:
+def record(root: Node, out: Node | None) -> Template | None:
     """The template of ``out``, a subtree built from ``root`` alone; None when it cannot
-    be recorded (see the module's docstring)."""
+    be recorded (see the module's docstring) or ``out`` is None (no view possible)."""
+    if out is None:
+        return None
     inops = root.operands or ()
     at: dict[int, int] = {}  # id of a pooled buffer or scalar node -> pool index
     for k, o in enumerate(inops):
@@ -258,18 +261,18 @@ def _remember(key: tuple, t: Any, record_it: Callable[[], Template | None]) -> N
     if t is _MISSING:
         if len(_templates) >= TEMPLATES_MAX:
             _templates.clear()
-        _templates[key] = _SEEN  # type: ignore[assignment]
+        _templates[key] = _SEEN
     elif t is _SEEN:
         _templates[key] = record_it()
 
 
-def built(key: tuple, root: Node, build: Callable[[], Node]) -> Node:
+def built(key: tuple, root: Node, build: Callable[[], _N]) -> _N:
     """``build()``, a subtree of ``root`` alone, by its template under ``key`` (which
     must hold everything but ``root``'s buffers and scalars that the subtree depends
     on: ``root``'s signature and :func:`operand_pattern`, the static arguments)."""
     t = _templates.get(key, _MISSING)
     if type(t) is Template:
-        return instantiate(t, root)
+        return cast(_N, instantiate(t, root))  # (a node: what build made when recorded)
     out = build()
     if t is not None:
         _remember(key, t, lambda: record(root, out))
