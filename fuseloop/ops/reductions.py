@@ -120,7 +120,8 @@ def _sum_dtype(dtype: np.dtype, requested: Any) -> np.dtype:
 
 
 def _check_identity(x: Array, axes: tuple[int, ...], name: str) -> None:
-    if builtins.any(x.shape[d] == 0 for d in axes):
+    # (most shapes have no empty axis: no generator made for them)
+    if 0 in x._shape and builtins.any(x._shape[d] == 0 for d in axes):
         raise ValueError(f"zero-size array to reduction operation {name} which has no "
                          f"identity (shape {x.shape})")
 
