@@ -210,7 +210,7 @@ def _compiled(steps: list[tuple], base: int) -> Callable[[tuple, Node], Node]:
             body += [f"{v} = _new({c(cls)})", f"{v}.op = {c(op)}", f"{v}.loop = {c(loop)}",
                      f"{v}.loop_key = {c(key)}", f"{v}.dtype = {c(loop[-1])}",
                      f"{v}.args = (" + "".join(f"v{a}, " for a in args) + ")",
-                     f"{v}.shape = {c(shape)}", f"{v}.sig = {sig!r}",
+                     f"{v}.shape = {c(shape)}", f"{v}.sig = {int(sig)}",
                      f"{v}.fancy = {bool(fancy)!r}",
                      f"{v}.storages = {parts}", f"{v}.operands = {operands(refs)}"]
             if function is not None:
@@ -219,7 +219,7 @@ def _compiled(steps: list[tuple], base: int) -> Callable[[tuple, Node], Node]:
             _, child, op, axes, dtype, shape, sig, refs = step
             body += [f"{v} = _new({c(Reduce)})", f"{v}.op = {c(op)}", f"{v}.child = v{child}",
                      f"{v}.axes = {c(axes)}", f"{v}.dtype = {c(dtype)}",
-                     f"{v}.shape = {c(shape)}", f"{v}.sig = {sig!r}",
+                     f"{v}.shape = {c(shape)}", f"{v}.sig = {int(sig)}",
                      f"{v}.storages = v{child}.storages", f"{v}.operands = {operands(refs)}"]
         elif kind == _IN:
             body.append(f"{v} = root")
@@ -228,8 +228,8 @@ def _compiled(steps: list[tuple], base: int) -> Callable[[tuple, Node], Node]:
             body += [f"{v} = _new({c(Leaf)})", f"{v}.storage = v{p}",
                      f"{v}.operands = (v{p},)", f"{v}.storages = frozenset({v}.operands)",
                      f"{v}.dtype = {c(dtype)}", f"{v}.shape = {c(shape)}",
-                     f"{v}.strides = {c(strides)}", f"{v}.offset = {offset!r}",
-                     f"{v}.sig = {sig!r}", f"{v}.token = {c(token)}"]
+                     f"{v}.strides = {c(strides)}", f"{v}.offset = {c(offset)}",
+                     f"{v}.sig = {int(sig)}", f"{v}.token = {c(token)}"]
         elif kind == _SCALAR:
             value = step[1]
             body += [f"{v} = _new({c(Scalar)})", f"{v}.value = {c(value)}",
@@ -242,7 +242,7 @@ def _compiled(steps: list[tuple], base: int) -> Callable[[tuple, Node], Node]:
             body += [f"{v} = _new({c(Remap)})", f"{v}.child = v{child}",
                      f"{v}.shape = {c(shape)}", f"{v}.offsets = {c(offsets)}",
                      f"{v}.coeffs = {c(coeffs)}", f"{v}.dtype = v{child}.dtype",
-                     f"{v}.storages = v{child}.storages", f"{v}.sig = {sig!r}",
+                     f"{v}.storages = v{child}.storages", f"{v}.sig = {int(sig)}",
                      f"{v}.operands = {operands(refs)}"]
     body.append(f"return v{base + len(steps) - 1}")
     source = "def make(ops, root):\n" + "".join(f"    {line}\n" for line in body)
