@@ -146,3 +146,11 @@ def test_views_of_buffers(device):
     np.testing.assert_array_equal(lazy.T.get(), h[0].T)
     np.testing.assert_array_equal(x.reshape(4, 6).T.reshape(-1).get(), h.reshape(4, 6).T.ravel())
     np.testing.assert_array_equal(x[:, None, ::2, 1].get(), h[:, None, ::2, 1])
+
+
+def test_a_view_at_a_numpy_integer_offset(device):
+    h = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = fl.asarray(h)
+    for _ in range(3):  # built, recorded, copied (the leaf's offset a numpy integer)
+        np.testing.assert_array_equal(fl.diagonal(x * 2.0, np.int64(1)).get(),
+                                      np.diagonal(h * 2, 1))
