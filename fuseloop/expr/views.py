@@ -233,10 +233,12 @@ def _push_concat(node: Concat, shape: tuple[int, ...], off: tuple[int, ...],
 # {{{ maps for the common views
 
 
+@lru_cache(maxsize=1024)  # (pure; its tuples are never changed)
 def identity_map(n: int) -> AffineMap:
     return (0,) * n, tuple(tuple(1 if d == k else 0 for d in range(n)) for k in range(n))
 
 
+@lru_cache(maxsize=1024)  # (pure; its tuples are never changed)
 def transpose_map(perm: Sequence[int]) -> AffineMap:
     n = len(perm)
     coeffs = [[0] * n for _ in range(n)]
@@ -245,6 +247,7 @@ def transpose_map(perm: Sequence[int]) -> AffineMap:
     return (0,) * n, tuple(tuple(r) for r in coeffs)
 
 
+@lru_cache(maxsize=1024)  # (pure; its tuples are never changed)
 def broadcast_map(old: tuple[int, ...], new: tuple[int, ...]) -> AffineMap:
     n, r = len(new), len(old)
     coeffs = tuple(tuple(1 if (d == n - r + k and old[k] != 1) else 0 for d in range(n))
@@ -374,3 +377,5 @@ def _reshape_concat(node: Concat, new_shape: tuple[int, ...]) -> Node | None:
 
 
 _caches.register_function("expr.views.nocopy_reshape_strides", nocopy_reshape_strides)
+for _f in (identity_map, transpose_map, broadcast_map):
+    _caches.register_function(f"expr.views.{_f.__name__}", _f)
