@@ -53,9 +53,17 @@ def minmax(m: Any, X: Any, P: Any, V: Any) -> tuple:
     return (V.min(), V.max(), V.sum(), (V * V).sum())
 
 
+def argmax(m: Any, X: Any, P: Any, V: Any) -> tuple:
+    return (X.argmax(1),)  # (a composite: max, compare, index, min; one kernel or two)
+
+
+def argmin_all(m: Any, X: Any, P: Any, V: Any) -> tuple:
+    return (X.argmin(),)
+
+
 CASES: dict[str, Callable[..., tuple]] = {
     "colstat": colstat, "layernorm": layernorm, "logsumexp": logsumexp, "nbody": nbody,
-    "minmax": minmax}
+    "minmax": minmax, "argmax": argmax, "argmin_all": argmin_all}
 
 
 def _torch_peer(device: str, data: dict[str, np.ndarray]) -> tuple[Any, dict, Callable]:

@@ -13,6 +13,7 @@ import numpy as np
 from . import caches as _caches
 from . import multi_hooks as _multi_hooks
 from .array_protocol import ArrayProtocol
+from .array_shape import ShapeMethods
 from .dtypes import as_dtype, resolve_loop, scalar_kind, scalar_to
 from .errors import DeviceError, DTypeError
 from .evaluate import run, run_flat
@@ -420,12 +421,13 @@ def _inplace_probe_baseline() -> int:
 _TEMP_REFCOUNT = _inplace_probe_baseline()
 
 
-class Array(ArrayProtocol):
+class Array(ArrayProtocol, ShapeMethods):
     """A device array; lazy until a value is needed.
 
     Operators and fuseloop functions build an expression; ``get()``,
     ``np.asarray``, ``float()``, printing, ``eval()`` and ``fl.compute`` run it as
-    one fused kernel.
+    one fused kernel.  Shape methods (``.T``, ``reshape``, ``@``):
+    :mod:`fuseloop.array_shape`.
     """
 
     # (``shape`` is ArrayProtocol's property over ``_shape``: assigning it reshapes)
@@ -675,78 +677,6 @@ class Array(ArrayProtocol):
     def __ixor__(self, o: Any) -> Array: return self._inplace("bitwise_xor", o)
     def __ilshift__(self, o: Any) -> Array: return self._inplace("left_shift", o)
     def __irshift__(self, o: Any) -> Array: return self._inplace("right_shift", o)
-
-    # }}}
-
-    # {{{ shape and contractions (see fuseloop.ops; reductions: ArrayProtocol)
-
-    def reshape(self, *shape: Any, order: str = "C") -> Array:
-        from .ops.shape import reshape
-
-        return reshape(self, shape[0] if len(shape) == 1 else shape, order=order)
-
-    def ravel(self) -> Array:
-        from .ops.shape import ravel
-
-        return ravel(self)
-
-    def flatten(self) -> Array:
-        """A contiguous copy as a 1-D array (lazy: fuses with what follows)."""
-        from .ops.shape import ravel
-
-        return ravel(self.copy())
-
-    def transpose(self, *axes: Any) -> Array:
-        from .ops.shape import transpose
-
-        if len(axes) == 1 and not isinstance(axes[0], int | np.integer):
-            axes = axes[0]
-        return transpose(self, axes or None)
-
-    @property
-    def T(self) -> Array:
-        return self.transpose()
-
-    @property
-    def mT(self) -> Array:
-        from .ops.shape import swapaxes
-
-        return swapaxes(self, -1, -2)
-
-    def swapaxes(self, axis1: int, axis2: int) -> Array:
-        from .ops.shape import swapaxes
-
-        return swapaxes(self, axis1, axis2)
-
-    def squeeze(self, axis: Any = None) -> Array:
-        from .ops.shape import squeeze
-
-        return squeeze(self, axis)
-
-    def diagonal(self, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Array:
-        from .ops.shape import diagonal
-
-        return diagonal(self, offset, axis1, axis2)
-
-    def take(self, indices: Any, axis: int | None = None) -> Array:
-        from .ops.indexing import take
-
-        return take(self, indices, axis)
-
-    def dot(self, other: Any) -> Array:
-        from .ops.linalg import dot
-
-        return dot(self, other)
-
-    def __matmul__(self, other: Any) -> Array:
-        from .ops.linalg import matmul
-
-        return matmul(self, other)
-
-    def __rmatmul__(self, other: Any) -> Array:
-        from .ops.linalg import matmul
-
-        return matmul(other, self)
 
     # }}}
 

@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 from .array import Array, apply_op
+from .expr.templates import array_key, composite
 from .ufuncs import where
 
 #: the largest ``|2 * e|`` computed by products (``|e| <= 4``)
@@ -46,6 +47,11 @@ def by_products(x: Array, e: Any) -> Array | None:
         return None
     if not math.isfinite(e) or e in (0, 1) or (2 * e) % 1 or abs(2 * e) > MAX_HALVES:
         return None
+    # (-0.0 and 0.0, 1 and 1.0 are not taken here: equal keys give equal products)
+    return composite(array_key("power", x, e), x, lambda: _products(x, e))
+
+
+def _products(x: Array, e: float) -> Array:
     halves = int(2 * e)
     half = halves % 2 == 1
     base = apply_op("fabs", apply_op("sqrt", x)) if half else x

@@ -20,7 +20,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
+from functools import lru_cache
 
+from .. import caches as _caches
 from .nodes import (
     Apply,
     Concat,
@@ -36,6 +38,7 @@ from .nodes import (
     SparseProduct,
     UserCall,
 )
+from .templates import built, operand_pattern
 
 AffineMap = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]  # (offsets, coeffs)
 
@@ -46,8 +49,17 @@ def affine_view(node: Node, shape: tuple[int, ...], offsets: Sequence[int],
     shape = tuple(shape)
     if type(node) is Leaf:  # the commonest case (a view of a buffer): new strides at once
         return _leaf_view(node, shape, offsets, coeffs)
-    memo: dict[tuple, Node] = {}
-    out = _push(node, shape, tuple(offsets), tuple(tuple(r) for r in coeffs), memo)
+    off, co = tuple(offsets), tuple(tuple(r) for r in coeffs)
+    if node.sig:  # (an expression: pushed once per structure and map, then copied)
+        key = ("view", node.sig, operand_pattern(node.operands), shape, off, co)
+        return built(key, node, lambda: _pushed(node, shape, off, co))
+    return _pushed(node, shape, off, co)
+
+
+def _pushed(node: Node, shape: tuple[int, ...], off: tuple[int, ...],
+            coeffs: tuple[tuple[int, ...], ...]) -> Node:
+    """:func:`affine_view` of a node other than a leaf."""
+    out = _push(node, shape, off, coeffs, {})
     if out.shape != shape:
         # a reduction broadcast along new axes: an explicit elementwise broadcast
         out = Apply("positive", (out,), (out.dtype, out.dtype), shape)
@@ -221,10 +233,12 @@ def _push_concat(node: Concat, shape: tuple[int, ...], off: tuple[int, ...],
 # {{{ maps for the common views
 
 
+@lru_cache(maxsize=1024)  # (pure; its tuples are never changed)
 def identity_map(n: int) -> AffineMap:
     return (0,) * n, tuple(tuple(1 if d == k else 0 for d in range(n)) for k in range(n))
 
 
+@lru_cache(maxsize=1024)  # (pure; its tuples are never changed)
 def transpose_map(perm: Sequence[int]) -> AffineMap:
     n = len(perm)
     coeffs = [[0] * n for _ in range(n)]
@@ -233,6 +247,7 @@ def transpose_map(perm: Sequence[int]) -> AffineMap:
     return (0,) * n, tuple(tuple(r) for r in coeffs)
 
 
+@lru_cache(maxsize=1024)  # (pure; its tuples are never changed)
 def broadcast_map(old: tuple[int, ...], new: tuple[int, ...]) -> AffineMap:
     n, r = len(new), len(old)
     coeffs = tuple(tuple(1 if (d == n - r + k and old[k] != 1) else 0 for d in range(n))
@@ -240,6 +255,7 @@ def broadcast_map(old: tuple[int, ...], new: tuple[int, ...]) -> AffineMap:
     return (0,) * r, coeffs
 
 
+@lru_cache(maxsize=4096)  # (a pure function of three tuples, called per reshape)
 def nocopy_reshape_strides(shape: tuple[int, ...], strides: tuple[int, ...],
                            new_shape: tuple[int, ...]) -> tuple[int, ...] | None:
     """Strides that view ``shape``/``strides`` as ``new_shape`` without a copy, or None.
@@ -291,20 +307,10 @@ def reshape_view(node: Node, new_shape: tuple[int, ...]) -> Node | None:
     if isinstance(node, Scalar | Literal):
         return node
     if isinstance(node, Apply):
-        args = []
-        for a in node.args:
-            if a.shape != node.shape and a.shape != ():
-                off, coeffs = broadcast_map(a.shape, node.shape)
-                a = _push(a, node.shape, off, tuple(coeffs), {})
-                if a.shape != node.shape:
-                    return None  # a broadcast reduction: its result must be computed first
-            v = reshape_view(a, new_shape) if a.shape != () else a
-            if v is None:
-                return None
-            args.append(v)
-        if isinstance(node, UserCall):
-            return UserCall(node.function, tuple(args), node.loop, new_shape)
-        return Apply(node.op, tuple(args), node.loop, new_shape)
+        if not node.sig:
+            return _reshape_apply(node, new_shape)
+        key = ("reshape", node.sig, operand_pattern(node.operands), new_shape)
+        return built(key, node, lambda: _reshape_apply(node, new_shape))
     if isinstance(node, Concat):
         v = _reshape_concat(node, new_shape)
         if v is not None:
@@ -318,6 +324,24 @@ def reshape_view(node: Node, new_shape: tuple[int, ...]) -> Node | None:
             rows[s][d] = 1
         return affine_view(node, new_shape, (0,) * len(node.shape), rows)
     return None
+
+
+def _reshape_apply(node: Apply, new_shape: tuple[int, ...]) -> Node | None:
+    """:func:`reshape_view` of an elementwise operation: of its arguments."""
+    args = []
+    for a in node.args:
+        if a.shape != node.shape and a.shape != ():
+            off, coeffs = broadcast_map(a.shape, node.shape)
+            a = _push(a, node.shape, off, tuple(coeffs), {})
+            if a.shape != node.shape:
+                return None  # a broadcast reduction: its result must be computed first
+        v = reshape_view(a, new_shape) if a.shape != () else a
+        if v is None:
+            return None
+        args.append(v)
+    if isinstance(node, UserCall):
+        return UserCall(node.function, tuple(args), node.loop, new_shape)
+    return Apply(node.op, tuple(args), node.loop, new_shape)
 
 
 def _reshape_concat(node: Concat, new_shape: tuple[int, ...]) -> Node | None:
@@ -350,3 +374,8 @@ def _reshape_concat(node: Concat, new_shape: tuple[int, ...]) -> Node | None:
     return None
 
 # }}}
+
+
+_caches.register_function("expr.views.nocopy_reshape_strides", nocopy_reshape_strides)
+for _f in (identity_map, transpose_map, broadcast_map):
+    _caches.register_function(f"expr.views.{_f.__name__}", _f)

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .. import caches as _caches
 from ..array import Array, _coerce, _new_array
 from ..assignment import assign
 from ..creation import asarray
@@ -221,10 +222,15 @@ def _index_shape(nodes: list[Any]) -> tuple[int, ...]:
                                 f"together with shapes {shown}") from None
 
 
+def _is_identity(old: tuple[int, ...], shape: tuple[int, ...], offs: list[int],
+                 coeffs: list[list[int]]) -> bool:
+    return shape == old and not any(offs) and all(
+        c == [1 if d == k else 0 for d in range(len(shape))] for k, c in enumerate(coeffs))
+
+
 def _basic_view(arr: Array, items: list[Any]) -> Array:
     shape, offs, coeffs = basic_map(arr.shape, items)
-    if shape == arr.shape and not any(offs) and all(
-            c == [1 if d == k else 0 for d in range(len(shape))] for k, c in enumerate(coeffs)):
+    if _is_identity(arr.shape, shape, offs, coeffs):
         return arr
     return view(arr, shape, offs, coeffs)
 
@@ -353,10 +359,57 @@ def _leaf_array(arr: Array, node: Any, shape: tuple[int, ...], strides: tuple[in
     return view
 
 
+# (array shape, basic key: see _basic_key) -> the view's (shape, offsets, coeffs), or
+# None for the array itself: a key of ints, slices and None found again is no walk
+_basic_maps: dict[tuple, Any] = {}
+BASIC_MAPS_MAX = 4096
+_caches.register("ops.indexing.basic_maps", _basic_maps.clear, lambda: len(_basic_maps),
+                 BASIC_MAPS_MAX)
+_MISSING = object()
+
+
+def _basic_key(key: Any) -> tuple | None:
+    """``key`` as a hashable tuple when it holds only Python ints, slices of ints and
+    None, None and Ellipsis (a slice as its (start, stop, step)), else None."""
+    out = []
+    for k in (key if type(key) is tuple else (key,)):
+        t = type(k)
+        if t is slice:
+            a, b, c = k.start, k.stop, k.step
+            if (a is None or type(a) is int) and (b is None or type(b) is int) and (
+                    c is None or type(c) is int):
+                out.append((a, b, c))
+                continue
+            return None
+        if t is not int and k is not None and k is not Ellipsis:
+            return None
+        out.append(k)
+    return tuple(out)
+
+
+def _basic_getitem(arr: Array, key: Any, hashable: tuple) -> Array:
+    """``arr[key]`` for a key of :func:`_basic_key`'s: its map found by the array's shape
+    and the key, the view made by :func:`fuseloop.ops.shape.view`."""
+    at = (arr._shape, hashable)
+    hit = _basic_maps.get(at, _MISSING)
+    if hit is _MISSING:
+        items = _split(arr, key).basic  # (raises for a key that does not fit the array)
+        shape, offs, coeffs = basic_map(arr.shape, items)
+        hit = None if _is_identity(arr.shape, shape, offs, coeffs) else \
+            (shape, tuple(offs), tuple(tuple(r) for r in coeffs))
+        if len(_basic_maps) >= BASIC_MAPS_MAX:
+            _basic_maps.clear()
+        _basic_maps[at] = hit
+    return arr if hit is None else view(arr, *hit)
+
+
 def getitem(arr: Array, key: Any) -> Array:
     out = _plain_view(arr, key)
     if out is not None:
         return out
+    hashable = _basic_key(key)
+    if hashable is not None:
+        return _basic_getitem(arr, key, hashable)
     flag = _zero_d_mask(key)
     if flag is not None:
         # numpy: a 0-d mask adds an axis of length 1 (True) or 0 (False); a copy

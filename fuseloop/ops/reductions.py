@@ -19,6 +19,7 @@ from ..array import Array, _coerce
 from ..errors import DTypeError
 from ..evaluate import cast_node
 from ..expr.nodes import Iota, Reduce
+from ..expr.templates import array_key, composite
 from ..expr.views import reshape_view
 from ..multi_hooks import splits
 from .shape import normalize_axes, normalize_axis, ravel, reshape
@@ -76,6 +77,12 @@ def _no_complex(x: Array, name: str) -> None:
 
 def _reduce(op: str, x: Array, axis: Any, keepdims: bool, dtype: np.dtype) -> Array:
     axes = normalize_axes(axis, x.ndim)
+    return composite(array_key("reduce", x, op, axes, keepdims, dtype), x,
+                     lambda: _reduce_built(op, x, axes, keepdims, dtype))
+
+
+def _reduce_built(op: str, x: Array, axes: tuple[int, ...], keepdims: bool,
+                  dtype: np.dtype) -> Array:
     if op in ("max", "min"):
         _no_complex(x, op)
     node = cast_node(x._node, dtype) if op in ("sum", "prod") else x._node
@@ -113,7 +120,8 @@ def _sum_dtype(dtype: np.dtype, requested: Any) -> np.dtype:
 
 
 def _check_identity(x: Array, axes: tuple[int, ...], name: str) -> None:
-    if builtins.any(x.shape[d] == 0 for d in axes):
+    # (most shapes have no empty axis: no generator made for them)
+    if 0 in x._shape and builtins.any(x._shape[d] == 0 for d in axes):
         raise ValueError(f"zero-size array to reduction operation {name} which has no "
                          f"identity (shape {x.shape})")
 
@@ -184,9 +192,14 @@ def mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) ->
     """Arithmetic mean; integers average in float64 (numpy's rule)."""
     x = _coerce(x)
     axes = normalize_axes(axis, x.ndim)
+    return composite(array_key("mean", x, axes, dtype, keepdims), x,
+                     lambda: _mean_built(x, axes, dtype, keepdims))
+
+
+def _mean_built(x: Array, axes: tuple[int, ...], dtype: Any, keepdims: bool) -> Array:
     acc, res = _mean_dtypes(x.dtype, dtype)
     count = math.prod(x.shape[d] for d in axes)
-    total = _reduce("sum", x, axis, keepdims, acc)
+    total = _reduce("sum", x, axes, keepdims, acc)
     out = total / _divisor(count, acc) if count else total * acc.type(np.nan)
     return out.astype(res) if out.dtype != res else out
 
@@ -216,6 +229,12 @@ def var(x: Any, axis: Any = None, dtype: Any = None, ddof: Any = 0,
     x = _coerce(x)
     _no_complex(x, "var")
     axes = normalize_axes(axis, x.ndim)
+    return composite(array_key("var", x, axes, dtype, ddof, keepdims), x,
+                     lambda: _var_built(x, axes, dtype, ddof, keepdims))
+
+
+def _var_built(x: Array, axes: tuple[int, ...], dtype: Any, ddof: Any,
+               keepdims: bool) -> Array:
     acc, res = _mean_dtypes(x.dtype, dtype)
     xa = x.astype(acc) if x.dtype != acc else x
     m = mean(xa, axis=axes, keepdims=True)
@@ -230,16 +249,29 @@ def var(x: Any, axis: Any = None, dtype: Any = None, ddof: Any = 0,
 @splits("reduce")
 def std(x: Any, axis: Any = None, dtype: Any = None, ddof: Any = 0,
         keepdims: bool = False, *, correction: Any = None) -> Array:
+    ddof = _ddof(ddof, correction)
+    x = _coerce(x)
+    axes = normalize_axes(axis, x.ndim)
+    return composite(array_key("std", x, axes, dtype, ddof, keepdims), x,
+                     lambda: _sqrt(var(x, axis=axes, dtype=dtype, ddof=ddof,
+                                       keepdims=keepdims)))
+
+
+def _sqrt(x: Array) -> Array:
     from ..ufuncs import FUNCTIONS
 
-    return FUNCTIONS["sqrt"](var(x, axis=axis, dtype=dtype, ddof=_ddof(ddof, correction),
-                                 keepdims=keepdims))
+    return FUNCTIONS["sqrt"](x)
 
 
 def _arg_extreme(x: Any, axis: Any, keepdims: bool, largest: bool) -> Array:
+    x = _coerce(x)
+    return composite(array_key("argmax" if largest else "argmin", x, axis, keepdims), x,
+                     lambda: _arg_extreme_built(x, axis, keepdims, largest))
+
+
+def _arg_extreme_built(x: Array, axis: Any, keepdims: bool, largest: bool) -> Array:
     from ..ufuncs import FUNCTIONS, where
 
-    x = _coerce(x)
     name = "argmax" if largest else "argmin"
     if axis is None:
         flat = ravel(x)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import caches as _caches
 from ..array import Array, _coerce
 from ..errors import AxisError, ShapeError
 from ..expr.nodes import Apply, Concat, Gather, Iota, Leaf, Node
@@ -94,8 +95,29 @@ def reshape(a: Any, shape: Any, order: str = "C", *, copy: bool | None = None) -
     return _wrap(a, node)
 
 
+# (array shape, requested shape) -> the resolved shape (resolve_shape), for a request
+# of Python ints (a tuple of them or one)
+_resolved: dict[tuple, tuple[int, ...]] = {}
+RESOLVED_MAX = 4096
+_caches.register("ops.shape.resolved", _resolved.clear, lambda: len(_resolved), RESOLVED_MAX)
+
+
 def resolve_shape(a: Array, shape: Any) -> tuple[int, ...]:
     """``shape`` for reshaping ``a``: a tuple of ints, its -1 resolved (checked)."""
+    plain = type(shape) is int or (type(shape) is tuple and all(type(s) is int for s in shape))
+    if plain:
+        hit = _resolved.get((a._shape, shape))
+        if hit is not None:
+            return hit
+    out = _resolve_shape(a, shape)
+    if plain:
+        if len(_resolved) >= RESOLVED_MAX:
+            _resolved.clear()
+        _resolved[(a._shape, shape)] = out
+    return out
+
+
+def _resolve_shape(a: Array, shape: Any) -> tuple[int, ...]:
     if isinstance(shape, int | np.integer):
         shape = (int(shape),)
     shape = tuple(int(s) for s in shape)

@@ -1,0 +1,324 @@
+"""Subtrees built once per operand structure, then re-instantiated on new operands.
+
+A composite operation (``x.argmax(axis=1)``, ``x.var()``, ``x ** -1.5`` by products,
+a view pushed into an expression) builds a subtree that depends only on its operand's
+structure (its signature, see :mod:`fuseloop.expr.nodes`), on which of the operand's
+buffers and scalars repeat, on static arguments and on the device: not on the buffers
+themselves nor the scalars' values.  Built the second time its key is met (a key met
+once, as in a loop over shapes or slices that change, costs one dictionary entry), the
+subtree is recorded as a :class:`Template` that names the operand's buffers and scalars
+by their position in its ``operands`` (never holding a buffer); later calls with an
+operand of the same structure copy the template's nodes with the new buffers and
+scalars in place, by a function generated for the template (node fields, signatures
+and loops stored, no dtype resolution, shape arithmetic or view pushing), which costs
+a fraction of building them again.  The copy is the node tree a
+fresh build would have made, so the structure key and kernels are the same.
+
+A subtree is not recorded (the key is remembered as such, and the composite built
+each time) when it holds a node kind this module does not copy (gathers,
+concatenations, sparse products, pointers) or a buffer that is not among its
+operand's (a copy evaluated on the way).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from .. import caches as _caches
+from .. import trace_hooks as _trace_hooks
+from .nodes import (
+    _EMPTY,
+    Apply,
+    Iota,
+    Leaf,
+    Literal,
+    Node,
+    Reduce,
+    Remap,
+    Scalar,
+    UserCall,
+    signature_of,
+)
+
+_new = object.__new__
+_N = TypeVar("_N", bound=Node | None)
+
+# step kinds (see Template); operations first, as most steps are
+_APPLY, _REDUCE, _IN, _LEAF, _SCALAR, _SHARED, _REMAP = range(7)
+
+#: the most nodes a template records (a larger subtree is built each time)
+MAX_STEPS = 256
+TEMPLATES_MAX = 2048
+# key -> Template; None: a subtree that is not recorded (see the module's docstring);
+# _SEEN: a key met once
+_templates: dict[tuple, Any] = {}
+_caches.register("expr.templates", _templates.clear, lambda: len(_templates), TEMPLATES_MAX)
+
+
+class _NotCopied(Exception):
+    """A subtree that cannot be recorded."""
+
+
+class Template:
+    """Steps that rebuild a subtree, children before parents; the last is its root.
+
+    Copying starts from a pool holding the operand's ``operands`` (buffers and scalar
+    nodes, in order) and appends each step's node; a step names what it reads by pool
+    index.  Each step is a tuple whose first field is its kind: the operand itself, a
+    leaf of a buffer, a new scalar of a value, a node shared as it is (literals, element
+    indices: no buffer, never changed), or an operation, reduction or remap with its
+    fields and ``operands``: None, the pool index of a child whose ``operands`` tuple it
+    shares, or the pool indexes of its buffers and scalars."""
+
+    __slots__ = ("make", "steps")
+
+    def __init__(self, steps: list[tuple]) -> None:
+        self.steps = steps
+        self.make: Callable[[tuple, Node], Node] | None = None  # (made on first use)
+
+
+def operand_pattern(operands: tuple | None) -> tuple[int, ...] | None:
+    """Which of ``operands`` repeat (each one's first position), None when none does:
+    part of a template's key, as equal signatures can hide different repeats."""
+    if operands is None or len(operands) < 2 or len(set(operands)) == len(operands):
+        return None
+    return tuple(map(operands.index, operands))
+
+
+def record(root: Node, out: Node | None) -> Template | None:
+    """The template of ``out``, a subtree built from ``root`` alone; None when it cannot
+    be recorded (see the module's docstring) or ``out`` is None (no view possible)."""
+    if out is None:
+        return None
+    inops = root.operands or ()
+    at: dict[int, int] = {}  # id of a pooled buffer or scalar node -> pool index
+    for k, o in enumerate(inops):
+        at.setdefault(id(o), k)
+    steps: list[tuple] = []
+    index: dict[int, int] = {}  # id of a node -> pool index
+
+    def refs(node: Any, children: tuple[int, ...]) -> Any:
+        ops = node.operands
+        if ops is None:
+            return None
+        for c in children:  # (most operations share their only child's tuple)
+            if c >= len(inops) and steps[c - len(inops)][-1] is ops:
+                return c
+        got = []
+        for o in ops:
+            p = at.get(id(o))
+            if p is None:
+                raise _NotCopied  # (a buffer made on the way)
+            got.append(p)
+        return tuple(got)
+
+    def enc(node: Any) -> int:
+        k = index.get(id(node))
+        if k is None:
+            k = at.get(id(node))  # (one of the operand's scalars)
+        if k is not None:
+            return k
+        cls = type(node)
+        step: tuple
+        if node is root:
+            step = (_IN,)
+        elif cls is Apply or cls is UserCall:
+            args = tuple(enc(a) for a in node.args)
+            step = (_APPLY, cls, node.op, args, node.loop, node.loop_key, node.shape,
+                    node.sig, node.fancy, refs(node, args),
+                    node.function if cls is UserCall else None)
+        elif cls is Reduce:
+            child = enc(node.child)
+            step = (_REDUCE, child, node.op, node.axes, node.dtype, node.shape, node.sig,
+                    refs(node, (child,)))
+        elif cls is Leaf:
+            p = at.get(id(node.storage))
+            if p is None:
+                raise _NotCopied  # (a buffer made on the way)
+            step = (_LEAF, p, node.dtype, node.shape, node.strides, node.offset,
+                    signature_of(node), node.leaf_token())
+        elif cls is Scalar:
+            step = (_SCALAR, node.value)
+        elif cls is Literal or cls is Iota:
+            step = (_SHARED, node)
+        elif cls is Remap:
+            child = enc(node.child)
+            step = (_REMAP, child, node.shape, node.offsets, node.coeffs, node.sig,
+                    refs(node, (child,)))
+        else:
+            raise _NotCopied
+        if len(steps) >= MAX_STEPS:
+            raise _NotCopied
+        k = index[id(node)] = at[id(node)] = len(inops) + len(steps)
+        # (the node itself rides along while recording, for refs' test of sharing)
+        steps.append((*step, node.operands))
+        return k
+
+    try:
+        if enc(out) != len(inops) + len(steps) - 1:
+            return None  # (one of the operand's scalars itself: no step made it)
+    except (_NotCopied, RecursionError):
+        return None
+    return Template([step[:-1] for step in steps])
+
+
+def instantiate(template: Template, root: Node) -> Node:
+    """``template``'s subtree built on ``root`` (of the recorded root's structure)."""
+    make = template.make
+    if make is None:
+        make = template.make = _compiled(template.steps, len(root.operands or ()))
+    return make(root.operands or (), root)
+
+
+def _union(*parts: frozenset) -> frozenset:
+    """The buffers of an operation's arguments (as :class:`Apply`'s constructor)."""
+    storages = _EMPTY
+    for s in parts:
+        if s and s is not storages:
+            storages = s if not storages else storages if s <= storages else storages | s
+    return storages
+
+
+def _compiled(steps: list[tuple], base: int) -> Callable[[tuple, Node], Node]:
+    """A function of (the operand's ``operands``, the operand) that makes the steps'
+    nodes, one statement per field: what a template's copy costs is then the node
+    allocations and field stores, not reading the steps."""
+    consts: dict[str, Any] = {"_new": _new, "_EMPTY": _EMPTY, "_union": _union,
+                              "frozenset": frozenset}
+
+    def c(value: Any) -> str:
+        name = f"k{len(consts)}"
+        consts[name] = value
+        return name
+
+    def operands(refs: Any) -> str:
+        if refs is None:
+            return "None"
+        if type(refs) is int:
+            return f"v{refs}.operands"
+        return "(" + "".join(f"v{r}, " for r in refs) + ")"
+
+    body = [f"v{k} = ops[{k}]" for k in range(base)]
+    for n, step in enumerate(steps):
+        v = f"v{base + n}"
+        kind = step[0]
+        if kind == _APPLY:
+            _, cls, op, args, loop, key, shape, sig, fancy, refs, function = step
+            parts = f"v{args[0]}.storages or _EMPTY" if len(args) == 1 else \
+                "_union(" + ", ".join(f"v{a}.storages" for a in args) + ")"
+            body += [f"{v} = _new({c(cls)})", f"{v}.op = {c(op)}", f"{v}.loop = {c(loop)}",
+                     f"{v}.loop_key = {c(key)}", f"{v}.dtype = {c(loop[-1])}",
+                     f"{v}.args = (" + "".join(f"v{a}, " for a in args) + ")",
+                     f"{v}.shape = {c(shape)}", f"{v}.sig = {int(sig)}",
+                     f"{v}.fancy = {bool(fancy)!r}",
+                     f"{v}.storages = {parts}", f"{v}.operands = {operands(refs)}"]
+            if function is not None:
+                body.append(f"{v}.function = {c(function)}")
+        elif kind == _REDUCE:
+            _, child, op, axes, dtype, shape, sig, refs = step
+            body += [f"{v} = _new({c(Reduce)})", f"{v}.op = {c(op)}", f"{v}.child = v{child}",
+                     f"{v}.axes = {c(axes)}", f"{v}.dtype = {c(dtype)}",
+                     f"{v}.shape = {c(shape)}", f"{v}.sig = {int(sig)}",
+                     f"{v}.storages = v{child}.storages", f"{v}.operands = {operands(refs)}"]
+        elif kind == _IN:
+            body.append(f"{v} = root")
+        elif kind == _LEAF:
+            _, p, dtype, shape, strides, offset, sig, token = step
+            body += [f"{v} = _new({c(Leaf)})", f"{v}.storage = v{p}",
+                     f"{v}.operands = (v{p},)", f"{v}.storages = frozenset({v}.operands)",
+                     f"{v}.dtype = {c(dtype)}", f"{v}.shape = {c(shape)}",
+                     f"{v}.strides = {c(strides)}", f"{v}.offset = {c(offset)}",
+                     f"{v}.sig = {int(sig)}", f"{v}.token = {c(token)}"]
+        elif kind == _SCALAR:
+            value = step[1]
+            body += [f"{v} = _new({c(Scalar)})", f"{v}.value = {c(value)}",
+                     f"{v}.dtype = {c(value.dtype)}", f"{v}.shape = ()",
+                     f"{v}.storages = _EMPTY"]
+        elif kind == _SHARED:
+            body.append(f"{v} = {c(step[1])}")
+        else:
+            _, child, shape, offsets, coeffs, sig, refs = step
+            body += [f"{v} = _new({c(Remap)})", f"{v}.child = v{child}",
+                     f"{v}.shape = {c(shape)}", f"{v}.offsets = {c(offsets)}",
+                     f"{v}.coeffs = {c(coeffs)}", f"{v}.dtype = v{child}.dtype",
+                     f"{v}.storages = v{child}.storages", f"{v}.sig = {int(sig)}",
+                     f"{v}.operands = {operands(refs)}"]
+    body.append(f"return v{base + len(steps) - 1}")
+    source = "def make(ops, root):\n" + "".join(f"    {line}\n" for line in body)
+    exec(compile(source, "<fuseloop template>", "exec"), consts)
+    return consts["make"]
+
+
+_MISSING = object()
+# a key met once: recorded the second time it is met (a composite of shapes or views
+# that change every call, in a loop, is built without recording it)
+_SEEN = object()
+
+
+def _remember(key: tuple, t: Any, record_it: Callable[[], Template | None]) -> None:
+    """After building under ``key`` (whose entry was ``t``): note it seen, or record it."""
+    if t is _MISSING:
+        if len(_templates) >= TEMPLATES_MAX:
+            _templates.clear()
+        _templates[key] = _SEEN
+    elif t is _SEEN:
+        _templates[key] = record_it()
+
+
+def built(key: tuple, root: Node, build: Callable[[], _N]) -> _N:
+    """``build()``, a subtree of ``root`` alone, by its template under ``key`` (which
+    must hold everything but ``root``'s buffers and scalars that the subtree depends
+    on: ``root``'s signature and :func:`operand_pattern`, the static arguments)."""
+    t = _templates.get(key, _MISSING)
+    if type(t) is Template:
+        return cast(_N, instantiate(t, root))  # (a node: what build made when recorded)
+    out = build()
+    if t is not None:
+        _remember(key, t, lambda: record(root, out))
+    return out
+
+
+def array_key(name: str, x: Any, *statics: Any) -> tuple | None:
+    """The template key of a composite ``name`` of the array ``x`` with ``statics``,
+    or None where it is built each time: an operand without a signature, a 0-d
+    operand (small work on a CPU device may compute its parts at once, as values),
+    or a trace of ``fl.fuse`` (which watches what is built)."""
+    node = x._node
+    sig = node.sig or signature_of(node)
+    if not sig or not x._shape or _trace_hooks.trace_checks:
+        return None
+    return (name, sig, operand_pattern(node.operands), x.device, statics)
+
+
+def composite(key: tuple | None, x: Any, build: Callable[[], Any]) -> Any:
+    """The lazy array ``build()`` makes from the array ``x`` (a composite operation
+    keyed by :func:`array_key`), by its template where one is recorded."""
+    if key is None:
+        return build()
+    try:
+        t = _templates.get(key, _MISSING)
+    except TypeError:  # (a static argument that is not hashable: a list of axes)
+        return build()
+    if type(t) is Template:
+        lazy = _lazy_array or _bind()
+        return lazy(instantiate(t, x._node), x.device)
+    out = build()
+    if t is not None:
+        # (a concrete result, or one on another device, is not a copy of nodes)
+        _remember(key, t, lambda: record(x._node, out._node) if type(out) is type(x)
+                  and out._storage is None and out.device is x.device else None)
+    return out
+
+
+_lazy_array: Any = None
+
+
+def _bind() -> Any:
+    """``fuseloop.array._lazy_array``, bound on first use (that module imports this
+    one's importers)."""
+    global _lazy_array
+    from ..array import _lazy_array as lazy
+
+    _lazy_array = lazy
+    return lazy

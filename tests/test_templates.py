@@ -1,0 +1,156 @@
+"""Composites built once per operand structure, then copied (``fuseloop.expr.templates``).
+
+``x.argmax(axis=1)``, ``x.std()``, ``x ** -1.5``, ``e[:, None]`` of an expression: the
+subtree is recorded the first time and copied with the new buffers and scalars later.
+Every copy must be what a fresh build makes (values, dtypes, structure key), must not
+keep the first call's buffers alive, and errors must still be raised on every call.
+Benchmark: ``benchmarks/bench_lazy_build.py``, ``benchmarks/probes/lazy_front_half.py``.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.errors import DTypeError, IndexOutOfBoundsError, ShapeError
+from fuseloop.expr import program as prog
+from fuseloop.expr import templates
+from fuseloop.expr.nodes import Leaf, Storage
+from fuseloop.ops import reductions
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """Every structure-cache hit is compared with a fresh linearisation (asserts)."""
+    monkeypatch.setattr(prog, "CHECK_STRUCTURE_CACHE", True)
+
+
+def test_a_composite_is_copied_not_built(device, checked, monkeypatch):
+    rng = np.random.default_rng(0)
+    first, second = rng.random((2, 6, 5), dtype=np.float32)
+    second[2, 3] = np.nan  # (numpy: the first NaN's index)
+    r1 = fl.asarray(first).argmax(axis=1)
+    fl.asarray(first).argmax(axis=1)  # (met twice: recorded)
+
+    def built(*args, **kwargs):
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(reductions, "_arg_extreme_built", built)
+    r2 = fl.asarray(second).argmax(axis=1)  # other buffer: the template's copy
+    assert r2._node.sig == r1._node.sig and r2.dtype == np.int64
+    np.testing.assert_array_equal(r1.get(), first.argmax(axis=1))
+    np.testing.assert_array_equal(r2.get(), second.argmax(axis=1))
+
+
+def test_copies_take_the_new_scalars_and_buffers(device, checked):
+    h = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    for scale, shift in ((2.0, 1.0), (3.0, -5.0), (0.5, 0.0)):
+        hh = h[::-1] * np.float32(scale)
+        x = fl.asarray(hh.copy())
+        e = x * scale - shift  # (Python scalars: arguments, not in the key)
+        got = fl.compute(e.std(axis=0), (e ** -1.5)[:, None, :])
+        want = (hh * np.float32(scale) - np.float32(shift))
+        np.testing.assert_allclose(got[0].get(), want.std(axis=0), rtol=1e-5)
+        np.testing.assert_allclose(got[1].get(), (want ** -1.5)[:, None, :], rtol=1e-5)
+
+
+def test_repeated_operands_are_part_of_the_key(device, checked):
+    # the same signature, but x is read twice in the first and z once in the second:
+    # a copy of the first's view must not read x where the second reads z
+    h = [np.arange(k, k + 8, dtype=np.float32) for k in range(4)]
+    x, y, w, z = (fl.asarray(a) for a in h)
+    twice, once = (x * y) + (w * x), (x * y) + (w * z)
+    assert twice._node.sig == once._node.sig
+    twice[:, None], twice[:, None]  # (recorded)
+    np.testing.assert_array_equal(twice[:, None].get(), (h[0] * h[1] + h[2] * h[0])[:, None])
+    np.testing.assert_array_equal(once[:, None].get(), (h[0] * h[1] + h[2] * h[3])[:, None])
+
+
+def test_a_key_met_once_is_not_recorded(device, monkeypatch):
+    calls = []
+    real = templates.record
+    monkeypatch.setattr(templates, "record", lambda *a: calls.append(1) or real(*a))
+    e = fl.asarray(np.ones((3, 7), np.float32)) * 2.0
+    for k in range(3):  # (a loop's slices: each view's key met once)
+        e[k:k + 1, 1:]
+    assert not calls
+    e[0:1, 1:]
+    assert len(calls) == 1
+
+
+def test_dtypes_follow_numpy(device):
+    # one shape, several dtypes: each its own template (dtypes are in the signature)
+    for dt in (np.int32, np.complex64, np.int8, np.float32):
+        h = (np.arange(12) % 5 - 2).astype(dt).reshape(3, 4)
+        x = fl.asarray(h)
+        for _ in range(3):  # built, recorded, copied
+            pairs = [(x.mean(axis=1), h.mean(axis=1)),
+                     ((x * 2.5).mean(axis=0), (h * 2.5).mean(axis=0))]
+            if dt != np.complex64:
+                pairs += [(x.argmin(axis=0), h.argmin(axis=0)), (x.var(axis=1), h.var(axis=1))]
+            for got, want in pairs:
+                assert got.dtype == want.dtype, (dt, got.dtype, want.dtype)
+        if dt in (np.int32, np.complex64):  # (values: two dtypes, one kernel each)
+            got = fl.compute(pairs[0][0], pairs[1][0])
+            for g, (_, want) in zip(got, pairs):
+                np.testing.assert_allclose(g.get(), want, rtol=1e-6)
+
+
+def test_errors_are_raised_on_every_call(device):
+    x = fl.asarray(np.ones((2, 3), np.float32))
+    c = fl.asarray(np.ones((2, 3), np.complex64))
+    for _ in range(2):
+        with pytest.raises(IndexOutOfBoundsError, match="out of bounds"):
+            (x * 2.0)[5]
+        with pytest.raises(ShapeError, match="cannot reshape"):
+            x.reshape(4)
+        with pytest.raises(ValueError, match="empty sequence"):
+            fl.asarray(np.ones((2, 0), np.float32)).argmax(axis=1)
+        with pytest.raises(DTypeError, match="complex"):
+            c.max(axis=1)
+        with pytest.raises(ShapeError, match=r"broadcast together with shapes \(2,\) and \(2, 3\)"):
+            x.mean(axis=1) + x
+
+
+def test_a_template_keeps_no_buffer_alive(device):
+    h = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for _ in range(3):  # built, recorded, copied
+        x = fl.asarray(h)
+        r = ((x * 2.0).var(axis=1), (x + 1.0)[:, None].T, x.argmax(axis=0))
+        ref = weakref.ref(x._storage)
+        del x, r
+        fl.synchronize()  # (lets go of the recent lazy arrays)
+        gc.collect()
+        assert ref() is None
+
+
+def test_a_buffer_made_on_the_way_is_not_recorded(device):
+    x = fl.asarray(np.ones(4, np.float32))
+    other = Leaf(Storage(None, 16, x.device), x.dtype, (4,))
+    e = (x * 2.0)._node
+    assert templates.record(e, e) is not None
+    assert templates.record(e, type(e)("add", (e, other), (x.dtype,) * 3, (4,))) is None
+
+
+def test_views_of_buffers(device):
+    h = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    x = fl.asarray(h)
+    lazy = fl.asarray(h[0]) * 1.0
+    assert x.T.shape == (4, 3, 2) and not x.T.is_lazy
+    np.testing.assert_array_equal(x.T.get(), h.T)
+    np.testing.assert_array_equal(x[1].T.get(), h[1].T)
+    np.testing.assert_array_equal(lazy.T.get(), h[0].T)
+    np.testing.assert_array_equal(x.reshape(4, 6).T.reshape(-1).get(), h.reshape(4, 6).T.ravel())
+    np.testing.assert_array_equal(x[:, None, ::2, 1].get(), h[:, None, ::2, 1])
+
+
+def test_a_view_at_a_numpy_integer_offset(device):
+    h = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = fl.asarray(h)
+    for _ in range(3):  # built, recorded, copied (the leaf's offset a numpy integer)
+        np.testing.assert_array_equal(fl.diagonal(x * 2.0, np.int64(1)).get(),
+                                      np.diagonal(h * 2, 1))
