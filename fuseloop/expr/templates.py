@@ -9,10 +9,10 @@ once, as in a loop over shapes or slices that change, costs one dictionary entry
 subtree is recorded as a :class:`Template` that names the operand's buffers and scalars
 by their position in its ``operands`` (never holding a buffer); later calls with an
 operand of the same structure copy the template's nodes with the new buffers and
-scalars in place, by a function generated for the template (node fields, signatures
-and loops stored, no dtype resolution, shape arithmetic or view pushing), which costs
-a fraction of building them again.  The copy is the node tree a
-fresh build would have made, so the structure key and kernels are the same.
+scalars in place (node fields, signatures and loops stored: no dtype resolution, shape
+arithmetic or view pushing), which costs a fraction of building them again.  The copy
+is the node tree a fresh build would have made, so the structure key and kernels are
+the same.
 
 A subtree is not recorded (the key is remembered as such, and the composite built
 each time) when it holds a node kind this module does not copy (gathers,
@@ -71,11 +71,10 @@ class Template:
     fields and ``operands``: None, the pool index of a child whose ``operands`` tuple it
     shares, or the pool indexes of its buffers and scalars."""
 
-    __slots__ = ("make", "steps")
+    __slots__ = ("steps",)
 
     def __init__(self, steps: list[tuple]) -> None:
         self.steps = steps
-        self.make: Callable[[tuple, Node], Node] | None = None  # (made on first use)
 
 
 def operand_pattern(operands: tuple | None) -> tuple[int, ...] | None:
@@ -165,10 +164,7 @@ def record(root: Node, out: Node | None) -> Template | None:
 
 def instantiate(template: Template, root: Node) -> Node:
     """``template``'s subtree built on ``root`` (of the recorded root's structure)."""
-    make = template.make
-    if make is None:
-        make = template.make = _compiled(template.steps, len(root.operands or ()))
-    return make(root.operands or (), root)
+    return _copy(template.steps, root.operands or (), root)
 
 
 def _union(*parts: frozenset) -> frozenset:
@@ -180,74 +176,66 @@ def _union(*parts: frozenset) -> frozenset:
     return storages
 
 
-def _compiled(steps: list[tuple], base: int) -> Callable[[tuple, Node], Node]:
-    """A function of (the operand's ``operands``, the operand) that makes the steps'
-    nodes, one statement per field: what a template's copy costs is then the node
-    allocations and field stores, not reading the steps."""
-    consts: dict[str, Any] = {"_new": _new, "_EMPTY": _EMPTY, "_union": _union,
-                              "frozenset": frozenset}
+def _operands(pool: list, refs: Any) -> Any:
+    """A copied node's ``operands``: None, a child's tuple shared, or pooled ones."""
+    if refs is None:
+        return None
+    if type(refs) is int:
+        return pool[refs].operands
+    return tuple([pool[r] for r in refs])
 
-    def c(value: Any) -> str:
-        name = f"k{len(consts)}"
-        consts[name] = value
-        return name
 
-    def operands(refs: Any) -> str:
-        if refs is None:
-            return "None"
-        if type(refs) is int:
-            return f"v{refs}.operands"
-        return "(" + "".join(f"v{r}, " for r in refs) + ")"
-
-    body = [f"v{k} = ops[{k}]" for k in range(base)]
-    for n, step in enumerate(steps):
-        v = f"v{base + n}"
+def _copy(steps: list[tuple], ops: tuple, root: Node) -> Node:
+    """The steps' nodes made on the pool ``ops`` (the operand's ``operands``): node
+    allocations and field stores, no dtype resolution, shape arithmetic or view
+    pushing; the last node made."""
+    pool: list[Any] = list(ops)
+    for step in steps:
         kind = step[0]
+        node: Any
         if kind == _APPLY:
             _, cls, op, args, loop, key, shape, sig, fancy, refs, function = step
-            parts = f"v{args[0]}.storages or _EMPTY" if len(args) == 1 else \
-                "_union(" + ", ".join(f"v{a}.storages" for a in args) + ")"
-            body += [f"{v} = _new({c(cls)})", f"{v}.op = {c(op)}", f"{v}.loop = {c(loop)}",
-                     f"{v}.loop_key = {c(key)}", f"{v}.dtype = {c(loop[-1])}",
-                     f"{v}.args = (" + "".join(f"v{a}, " for a in args) + ")",
-                     f"{v}.shape = {c(shape)}", f"{v}.sig = {int(sig)}",
-                     f"{v}.fancy = {bool(fancy)!r}",
-                     f"{v}.storages = {parts}", f"{v}.operands = {operands(refs)}"]
+            node = _new(cls)
+            argv = tuple([pool[a] for a in args])
+            node.op, node.loop, node.loop_key, node.dtype = op, loop, key, loop[-1]
+            node.args, node.shape, node.sig, node.fancy = argv, shape, sig, fancy
+            node.storages = (argv[0].storages or _EMPTY) if len(argv) == 1 \
+                else _union(*[a.storages for a in argv])
+            node.operands = _operands(pool, refs)
             if function is not None:
-                body.append(f"{v}.function = {c(function)}")
+                node.function = function
         elif kind == _REDUCE:
             _, child, op, axes, dtype, shape, sig, refs = step
-            body += [f"{v} = _new({c(Reduce)})", f"{v}.op = {c(op)}", f"{v}.child = v{child}",
-                     f"{v}.axes = {c(axes)}", f"{v}.dtype = {c(dtype)}",
-                     f"{v}.shape = {c(shape)}", f"{v}.sig = {int(sig)}",
-                     f"{v}.storages = v{child}.storages", f"{v}.operands = {operands(refs)}"]
+            node = _new(Reduce)
+            c = pool[child]
+            node.op, node.child, node.axes, node.dtype = op, c, axes, dtype
+            node.shape, node.sig, node.storages = shape, sig, c.storages
+            node.operands = _operands(pool, refs)
         elif kind == _IN:
-            body.append(f"{v} = root")
+            node = root
         elif kind == _LEAF:
             _, p, dtype, shape, strides, offset, sig, token = step
-            body += [f"{v} = _new({c(Leaf)})", f"{v}.storage = v{p}",
-                     f"{v}.operands = (v{p},)", f"{v}.storages = frozenset({v}.operands)",
-                     f"{v}.dtype = {c(dtype)}", f"{v}.shape = {c(shape)}",
-                     f"{v}.strides = {c(strides)}", f"{v}.offset = {c(offset)}",
-                     f"{v}.sig = {int(sig)}", f"{v}.token = {c(token)}"]
+            node = _new(Leaf)
+            node.storage = pool[p]
+            node.operands = (pool[p],)
+            node.storages = frozenset(node.operands)
+            node.dtype, node.shape, node.strides, node.offset = dtype, shape, strides, offset
+            node.sig, node.token = sig, token
         elif kind == _SCALAR:
             value = step[1]
-            body += [f"{v} = _new({c(Scalar)})", f"{v}.value = {c(value)}",
-                     f"{v}.dtype = {c(value.dtype)}", f"{v}.shape = ()",
-                     f"{v}.storages = _EMPTY"]
+            node = _new(Scalar)
+            node.value, node.dtype, node.shape, node.storages = value, value.dtype, (), _EMPTY
         elif kind == _SHARED:
-            body.append(f"{v} = {c(step[1])}")
+            node = step[1]
         else:
             _, child, shape, offsets, coeffs, sig, refs = step
-            body += [f"{v} = _new({c(Remap)})", f"{v}.child = v{child}",
-                     f"{v}.shape = {c(shape)}", f"{v}.offsets = {c(offsets)}",
-                     f"{v}.coeffs = {c(coeffs)}", f"{v}.dtype = v{child}.dtype",
-                     f"{v}.storages = v{child}.storages", f"{v}.sig = {int(sig)}",
-                     f"{v}.operands = {operands(refs)}"]
-    body.append(f"return v{base + len(steps) - 1}")
-    source = "def make(ops, root):\n" + "".join(f"    {line}\n" for line in body)
-    exec(compile(source, "<fuseloop template>", "exec"), consts)
-    return consts["make"]
+            node = _new(Remap)
+            c = pool[child]
+            node.child, node.shape, node.offsets, node.coeffs = c, shape, offsets, coeffs
+            node.dtype, node.storages, node.sig = c.dtype, c.storages, sig
+            node.operands = _operands(pool, refs)
+        pool.append(node)
+    return pool[-1]
 
 
 _MISSING = object()
