@@ -22,7 +22,8 @@ it is built once, by the first thread that asks, while the others wait for it
 binaries and asked for their binaries through the device's backend
 (:mod:`fuseloop.backends`); a device whose driver caches its own builds (PoCL
 with its kernel cache on) gets entries without a binary, and a later process
-builds the entry's source again, a hit of that driver cache with no Loopy work.  Kernels written by hand (the mask compaction's) are
+builds the entry's source again, a hit of that driver cache with no Loopy work.
+Kernels written by hand (the mask compaction's) are
 cached here too, keyed by their plan (:class:`SourceKernel`).  Processes share the
 disk cache without locks: entries are replaced atomically, so a reader sees a whole
 old entry, a whole new one, or none.

@@ -10,7 +10,8 @@ every program is built from source by a worker process (a small pool, started on
 the first build, kept for the next ones), which hands back the device binary; the
 calling process loads the binary.  For a driver that caches its builds itself
 (PoCL's kernel cache) the worker hands back no binary (making one costs PoCL a
-second compilation) and the caller builds the source again, a hit of that cache.  A worker that dies mid-build becomes a
+second compilation) and the caller builds the source again, a hit of that cache.
+A worker that dies mid-build becomes a
 :class:`~fuseloop.errors.KernelBuildError` naming the device, the kernel and the
 signal, and the next build gets a new worker.  Ctrl-C during a build kills that
 worker at once.
