@@ -20,7 +20,10 @@ it is built once, by the first thread that asks, while the others wait for it
 (one lock per key).  Loopy's steps are serialised (one lock per process,
 :data:`fuseloop.lower.codegen.loopy_lock`).  Programs are built, loaded from
 binaries and asked for their binaries through the device's backend
-(:mod:`fuseloop.backends`).  Kernels written by hand (the mask compaction's) are
+(:mod:`fuseloop.backends`); a device whose driver caches its own builds (PoCL
+with its kernel cache on) gets entries without a binary, and a later process
+builds the entry's source again, a hit of that driver cache with no Loopy work.
+Kernels written by hand (the mask compaction's) are
 cached here too, keyed by their plan (:class:`SourceKernel`).  Processes share the
 disk cache without locks: entries are replaced atomically, so a reader sees a whole
 old entry, a whole new one, or none.
@@ -354,7 +357,7 @@ _builds_running = [0]
 _builds_lock = threading.Lock()
 
 
-def _build_source(plan: KernelPlan, device: Device) -> BuiltProgram:
+def _build_source(plan: KernelPlan, device: Device, built_before: bool = False) -> BuiltProgram:
     with _builds_lock:
         _builds_running[0] += 1
         overlapped = _builds_running[0] > 1
@@ -362,7 +365,7 @@ def _build_source(plan: KernelPlan, device: Device) -> BuiltProgram:
         _increment("builds_overlapped")
     try:
         program = backend_for(device).build_source(device, plan.source, plan.build_options,
-                                                   (plan.name,))
+                                                   (plan.name,), built_before=built_before)
     except KernelBuildError as exc:
         if device.problem:
             exc.args = (f"{exc.args[0]}: {device.problem}",)
@@ -392,6 +395,14 @@ def _binary_of(program: BuiltProgram) -> bytes | None:
     return binary
 
 
+def _binary_to_store(program: BuiltProgram, device: Device) -> bytes | None:
+    """The binary a disk entry gets: none where the driver caches its builds itself
+    (PoCL: asking for it compiles every kernel again; see ``stores_binaries``)."""
+    if not backend_for(device).stores_binaries(device):
+        return None
+    return _binary_of(program)
+
+
 # }}}
 
 
@@ -402,11 +413,12 @@ def _from_disk(entry: DiskEntry, path: Path, device: Device) -> CompiledKernel |
         program = _build_binary(entry.plan, entry.binary, device)
     if program is None:
         try:
-            program = _build_source(entry.plan, device)
+            program = _build_source(entry.plan, device, built_before=True)
         except KernelBuildError:
             return None  # rebuilt from scratch by the caller
-        binary = _binary_of(program)
-        if binary is not None:  # store the binary the driver now produces
+        binary = _binary_to_store(program, device)
+        if binary is not None or entry.binary is not None:
+            # the binary the driver now produces, or none instead of a refused one
             _write_disk(path, entry.key, entry.plan, binary)
     return CompiledKernel(entry.plan, program, backend_for(device))
 
@@ -528,7 +540,7 @@ def _get_uncached(make_disk_key: Callable[[], str], make_plan: Callable[[], Kern
         built = _build_source(plan, device)  # raises before anything is cached
     compiled = CompiledKernel(plan, built, backend_for(device))
     if path is not None and key is not None:
-        _write_disk(path, key, plan, _binary_of(built))
+        _write_disk(path, key, plan, _binary_to_store(built, device))
     return compiled
 
 

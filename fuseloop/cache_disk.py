@@ -2,7 +2,8 @@
 
 Each entry is a JSON file ``<directory>/v<schema>/<hash>.json`` holding a
 kernel's generated OpenCL source, its launch plan and the device binary the
-driver produced (see :mod:`fuseloop.cache` for the key), with a checksum.
+driver produced, if any (none for PoCL with its kernel cache on: see
+``Backend.stores_binaries``; :mod:`fuseloop.cache` for the key), with a checksum.
 Entries are written to a temporary file and renamed into place, and read only
 from regular files (opened without blocking, so that a FIFO at an entry's path
 cannot hang a reader) and verified: a truncated, corrupt or foreign entry reads

@@ -116,9 +116,9 @@ _CTRL_C_SCRIPT = textwrap.dedent("""
     compile_workers.test_hook = ("hang", "tanh(")
     original = compile_workers.compile_binary
 
-    def announced(*args):
+    def announced(*args, **kwargs):
         print("compiling", flush=True)
-        return original(*args)
+        return original(*args, **kwargs)
 
     compile_workers.compile_binary = announced
     start = time.monotonic()
@@ -161,14 +161,14 @@ def _builds_wait_for_company(device, monkeypatch) -> threading.Event:
     build = backend.build_source
     running, lock, both = [0], threading.Lock(), threading.Event()
 
-    def waiting_build(self, *args):
+    def waiting_build(self, *args, **kwargs):
         with lock:
             running[0] += 1
             if running[0] >= 2:
                 both.set()
         try:
             both.wait(60)
-            return build(self, *args)
+            return build(self, *args, **kwargs)
         finally:
             with lock:
                 running[0] -= 1

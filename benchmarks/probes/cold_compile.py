@@ -32,6 +32,9 @@ every process (0.15-0.2 CPU s of each case on a 2-core VM), which is no user's c
 start.  ``--source`` leaves that out (the former behaviour).
 ``--workers`` builds in compile workers (fuseloop's default) instead of inline; the
 OpenCL compiler's CPU time is then the workers', not in the printed CPU seconds.
+``--warm`` runs each case a second time on the caches the first run left (fuseloop's
+disk cache, PoCL's kernel cache): a later process's first result, printed as
+``warm <case>``.
 """
 
 from __future__ import annotations
@@ -132,6 +135,9 @@ def main() -> None:
         at = args.index("--root")
         roots.append(str(Path(args[at + 1]).resolve()))
         del args[at:at + 2]
+    warm = "--warm" in args
+    if warm:
+        args.remove("--warm")
     source = "--source" in args
     if source:
         args.remove("--source")
@@ -148,10 +154,11 @@ def main() -> None:
         for _ in range(rounds):
             for root in roots or [str(ROOT)]:
                 label = f"[{Path(root).name}] " if roots else ""
-                print(label + _run(case, root, mode), flush=True)
+                for line in _run(case, root, mode, warm):
+                    print(label + line, flush=True)
 
 
-def _run(case: str, root: str, mode: str) -> str:
+def _run(case: str, root: str, mode: str, warm: bool) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, FUSELOOP_CACHE_DIR=f"{tmp}/fl", XDG_CACHE_HOME=f"{tmp}/xdg",
                    POCL_CACHE_DIR=f"{tmp}/pocl", FUSELOOP_COMPILE=mode,
@@ -160,9 +167,13 @@ def _run(case: str, root: str, mode: str) -> str:
                    # machine without installed packages keeps them)
                    PYTHONPATH=os.pathsep.join(
                        p for p in (root, os.environ.get("PYTHONPATH")) if p))
-        out = subprocess.run([sys.executable, "-c", _CHILD, case], env=env, text=True,
-                             capture_output=True, cwd=root)
-        return out.stdout.strip() or f"{case}: failed\n{out.stderr[-2000:]}"
+        lines = []
+        for prefix in ("", "warm ")[:1 + warm]:
+            out = subprocess.run([sys.executable, "-c", _CHILD, case], env=env, text=True,
+                                 capture_output=True, cwd=root)
+            lines.append(prefix + (out.stdout.strip()
+                                   or f"{case}: failed\n{out.stderr[-2000:]}"))
+        return lines
 
 
 if __name__ == "__main__":

@@ -307,10 +307,12 @@ class Backend(ABC):
 
     @abstractmethod
     def build_source(self, device: Any, source: str, options: Sequence[str],
-                     kernel_names: Sequence[str]) -> BuiltProgram:
+                     kernel_names: Sequence[str], built_before: bool = False) -> BuiltProgram:
         """``source`` built for ``device``, every one of ``kernel_names`` checked to
         exist.  Raises :class:`~fuseloop.errors.KernelBuildError` when the compiler
-        rejects it or crashes (builds may run in another process)."""
+        rejects it or crashes (builds may run in another process).  ``built_before``:
+        the source is a disk-cache entry's, which this compiler built before, so a
+        driver that caches its builds (see :meth:`stores_binaries`) finds it there."""
 
     @abstractmethod
     def build_binary(self, device: Any, binary: bytes, options: Sequence[str],
@@ -321,6 +323,13 @@ class Backend(ABC):
     @abstractmethod
     def binary_of(self, program: BuiltProgram) -> bytes | None:
         """The device binary of ``program`` (for the disk cache), None when there is none."""
+
+    def stores_binaries(self, device: Any) -> bool:
+        """Whether fuseloop's disk cache should hold ``device``'s program binaries.
+        False where the driver caches builds from source itself and making a binary
+        costs more than that cache's hit: the disk entry then holds the source only,
+        and a later process builds it again (a hit of the driver's cache)."""
+        return True
 
     # }}}
 

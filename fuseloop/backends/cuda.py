@@ -504,7 +504,7 @@ class CudaBackend(Backend):
                             tuple(kernel_names))
 
     def build_source(self, device: Any, source: str, options: Sequence[str],
-                     kernel_names: Sequence[str]) -> BuiltProgram:
+                     kernel_names: Sequence[str], built_before: bool = False) -> BuiltProgram:
         binary, _ = self._compile(device, source, options, kernel_names)
         try:
             return self._load(device, binary, kernel_names)

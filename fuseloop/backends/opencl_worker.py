@@ -28,9 +28,13 @@ def _find_device(platform: str, device: str, ordinal: int) -> Any:
 
 
 def build(state: dict, address: tuple[str, str, int], source: str | None,
-          options: Sequence[str], kernel_names: Sequence[str]) -> tuple[str, Any]:
+          options: Sequence[str], kernel_names: Sequence[str],
+          binary: bool = True) -> tuple[str, Any]:
     """``("ok", binary)`` or ``("error", log)``; with ``source`` None only makes the
-    device's context (ahead of the first build) and answers ``("ok", b"")``."""
+    device's context (ahead of the first build) and answers ``("ok", b"")``.  With
+    ``binary`` False the program is built and checked but its binary is not asked
+    for (PoCL compiles every kernel once more to make one) and the answer is
+    ``("ok", None)``."""
     if address not in state:
         cl_device = _find_device(*address)
         state[address] = (cl.Context([cl_device]), cl_device)
@@ -41,6 +45,8 @@ def build(state: dict, address: tuple[str, str, int], source: str | None,
         program = cl.Program(context, source).build(options=list(options))
         for name in kernel_names:  # a kernel the compiler dropped fails here, not later
             cl.Kernel(program, name)
+        if not binary:
+            return "ok", None
         binaries = program.get_info(cl.program_info.BINARIES)
     except cl.Error as exc:
         return "error", str(exc)

@@ -13,11 +13,12 @@ Messages are pickled tuples, each preceded by its length (8 bytes, little endian
 
 * the worker first sends ``("ready", python_version)``;
 * a request is ``(builder, platform, device, ordinal, source, options, kernel_names,
-  hook)`` where ``builder`` is the path of a builder file and ``ordinal`` counts
-  earlier devices of the same platform and name;
-* the answer is ``("ok", binary)`` or ``("error", log)``; a request whose source is
-  None only makes the device's context (ahead of the first build) and is answered
-  ``("ok", b"")``.
+  hook, binary)`` where ``builder`` is the path of a builder file, ``ordinal`` counts
+  earlier devices of the same platform and name and ``binary`` says whether the
+  answer brings the program's binary;
+* the answer is ``("ok", binary)`` (``("ok", None)`` when no binary was asked for)
+  or ``("error", log)``; a request whose source is None only makes the device's
+  context (ahead of the first build) and is answered ``("ok", b"")``.
 
 ``hook`` is for tests: ``None``, or ``(action, marker)``; when ``marker`` is in
 the source the worker calls ``os.abort()`` (action ``"abort"``) or sleeps
@@ -71,7 +72,7 @@ def _builder(path: str, builders: dict[str, Any]) -> Any:
 
 
 def _build(builders: dict[str, Any], state: dict, request: tuple) -> tuple[str, Any]:
-    builder, platform, device, ordinal, source, options, kernel_names, hook = request
+    builder, platform, device, ordinal, source, options, kernel_names, hook, binary = request
     if hook is not None and source is not None and hook[1] in source:
         if hook[0] == "abort":
             os.abort()
@@ -79,7 +80,7 @@ def _build(builders: dict[str, Any], state: dict, request: tuple) -> tuple[str, 
             time.sleep(3600)
     build = _builder(builder, builders)
     return build(state.setdefault(builder, {}), (platform, device, ordinal), source,
-                 options, kernel_names)
+                 options, kernel_names, binary)
 
 
 def main() -> None:

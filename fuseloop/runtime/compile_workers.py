@@ -8,7 +8,10 @@ OpenCL CPU runtimes (PoCL, Intel's) run LLVM inside the calling process; when it
 aborts (``LLVM ERROR: ...``) or segfaults, the user's interpreter dies with it.  So
 every program is built from source by a worker process (a small pool, started on
 the first build, kept for the next ones), which hands back the device binary; the
-calling process loads the binary.  A worker that dies mid-build becomes a
+calling process loads the binary.  For a driver that caches its builds itself
+(PoCL's kernel cache) the worker hands back no binary (making one costs PoCL a
+second compilation) and the caller builds the source again, a hit of that cache.
+A worker that dies mid-build becomes a
 :class:`~fuseloop.errors.KernelBuildError` naming the device, the kernel and the
 signal, and the next build gets a new worker.  Ctrl-C during a build kills that
 worker at once.
@@ -201,7 +204,7 @@ class _Pool:
                     for worker in self.idle:  # idle: no other thread writes to it
                         if address not in worker.warmed:
                             worker.warmed.add(address)
-                            worker.send((*address, None, (), (), None))
+                            worker.send((*address, None, (), (), None, False))
                             break
                 return
         try:
@@ -211,7 +214,7 @@ class _Pool:
             return
         if address is not None:
             worker.warmed.add(address)
-            worker.send((*address, None, (), (), None))
+            worker.send((*address, None, (), (), None, False))
         self.release(worker)
 
     def shutdown(self) -> None:
@@ -260,12 +263,16 @@ def _device_address(device: Any) -> tuple[str, str, int]:
 
 
 def compile_binary(device: Any, builder: str, source: str, options: Sequence[str] = (),
-                   kernel_names: Sequence[str] = (), language: str = "OpenCL") -> bytes:
+                   kernel_names: Sequence[str] = (), language: str = "OpenCL",
+                   binary: bool = True) -> bytes | None:
     """The device binary of ``source``, built for ``device`` by a compile worker with
-    the backend's ``builder`` file.  Raises KernelBuildError when the compiler rejects
-    the source or the worker dies (naming the device, the kernels and the signal)."""
+    the backend's ``builder`` file; with ``binary`` False the worker only builds and
+    checks the program and None comes back (for drivers that cache source builds
+    themselves, where asking for the binary costs more than building again here).
+    Raises KernelBuildError when the compiler rejects the source or the worker dies
+    (naming the device, the kernels and the signal)."""
     request = (builder, *_device_address(device), source, tuple(options),
-               tuple(kernel_names), test_hook)
+               tuple(kernel_names), test_hook, binary)
     worker = _pool.acquire()
     try:
         answer = worker.request(request)
