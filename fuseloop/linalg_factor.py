@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import linalg_complex as _cplx
 from . import linalg_jacobi as _jacobi
 from . import linalg_kernels as _k
 from . import linalg_panel as _panel
@@ -167,11 +168,15 @@ def _cholesky2(a: Array) -> Array:
 
 
 def cholesky(x: Any, upper: bool = False) -> Array:
-    """``numpy.linalg.cholesky``: the lower factor ``L`` (``L @ L.T == x``); with
-    ``upper=True`` the upper one.  Only the lower triangle of ``x`` is read."""
-    a = _matrices(x, "cholesky")
-    out = _batched(_cholesky2, a)
-    return out.swapaxes(-1, -2) if upper else out
+    """``numpy.linalg.cholesky``: the lower factor ``L`` (``L @ L.T == x``; complex
+    Hermitian ``x``: ``L @ L^H``); with ``upper=True`` the upper one.  Only the lower
+    triangle of ``x`` is read."""
+    a = _matrices(x, "cholesky", complex_ok=True)
+    out = _batched(_cplx.cholesky if a.dtype.kind == "c" else _cholesky2, a)
+    if not upper:
+        return out
+    # (numpy's upper factor is L^H)
+    return _cplx.conj(out).swapaxes(-1, -2) if a.dtype.kind == "c" else out.swapaxes(-1, -2)
 
 
 # }}}
@@ -307,9 +312,8 @@ def solve(a: Any, b: Any) -> Array:
     ``(..., n)``, numpy 2's rule: only when 1-D) or matrices ``(..., n, k)``."""
     a = _matrices(a, "solve", complex_ok=True)
     bb = _coerce(b)
-    if a.dtype.kind == "c" or bb.dtype.kind == "c":  # the device LU is real only
-        return _host("solve", np.linalg.solve, a, bb)
-    dt = np.result_type(a.dtype, _float_dtype(bb, "solve"))
+    complex_ = a.dtype.kind == "c" or bb.dtype.kind == "c"
+    dt = np.result_type(a.dtype, _float_dtype(bb, "solve", complex_ok=complex_))
     a = a.astype(dt) if a.dtype != dt else a
     bb = bb.astype(dt) if bb.dtype != dt else bb
     n = a.shape[-1]
@@ -319,6 +323,8 @@ def solve(a: Any, b: Any) -> Array:
     if bb.ndim < 2 or bb.shape[-2] != n:
         raise ValueError(f"fl.linalg.solve: b of shape {_coerce(b).shape} does not match a "
                          f"of shape {a.shape} (b needs {n} rows)")
+    if complex_:  # (the real LU of an embedding: linalg_complex)
+        return _cplx.solve(a, bb, vector)
     batch = np.broadcast_shapes(a.shape[:-2], bb.shape[:-2])
     if batch:
         from .ops.shape import broadcast_to
@@ -345,7 +351,8 @@ def _inv2(a: Array) -> Array:
 
 def inv(x: Any) -> Array:
     """``numpy.linalg.inv`` (LU, then the solves against the identity)."""
-    return _batched(_inv2, _matrices(x, "inv"))
+    a = _matrices(x, "inv", complex_ok=True)
+    return _cplx.inv(a) if a.dtype.kind == "c" else _batched(_inv2, a)
 
 
 def _slogdet2(a: Array) -> tuple[Array, Array]:
@@ -372,12 +379,13 @@ class SlogdetResult(NamedTuple):
 
 
 def slogdet(x: Any) -> SlogdetResult:
-    """``numpy.linalg.slogdet``: (sign, log|det|) from the LU factors; complex,
-    empty and 0 x 0 input through the host fallback."""
+    """``numpy.linalg.slogdet``: (sign, log|det|) from the LU factors (complex: the
+    sign a complex number of modulus 1); empty and 0 x 0 input through the host
+    fallback."""
     a = _matrices(x, "slogdet", complex_ok=True)
-    if a.dtype.kind == "c" or a.size == 0:
+    if a.size == 0:
         return SlogdetResult(*_host("slogdet", np.linalg.slogdet, a))
-    return SlogdetResult(*_batched(_slogdet2, a))
+    return SlogdetResult(*_batched(_cplx.slogdet if a.dtype.kind == "c" else _slogdet2, a))
 
 
 def _det2(a: Array) -> Array:
@@ -391,10 +399,10 @@ def _det2(a: Array) -> Array:
 
 def det(x: Any) -> Array:
     """``numpy.linalg.det``: the product of the LU diagonal, signed by the pivots."""
-    a = _matrices(x, "det")
+    a = _matrices(x, "det", complex_ok=True)
     if a.shape[-1] == 0:
         raise NotImplementedError("fl.linalg.det of 0 x 0 matrices")
-    return _batched(_det2, a)
+    return _batched(_cplx.det if a.dtype.kind == "c" else _det2, a)
 
 
 def matrix_power(x: Any, n: int) -> Array:
