@@ -57,7 +57,7 @@ def combine(re: Array, im: Array, dtype: np.dtype) -> Array:
 
 
 def embed(a: Array) -> Array:
-    """``[[Re a, -Im a], [Im a, Re a]]`` of (a stack of) square matrices (lazy)."""
+    """``[[Re a, -Im a], [Im a, Re a]]`` of (a stack of) matrices (lazy)."""
     re, im = real(a), imag(a)
     return concatenate([concatenate([re, -im], axis=-1), concatenate([im, re], axis=-1)],
                        axis=-2)

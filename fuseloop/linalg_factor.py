@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import linalg_complex as _cplx
+from . import linalg_complex_eig as _cplx_eig
 from . import linalg_jacobi as _jacobi
 from . import linalg_kernels as _k
 from . import linalg_panel as _panel
@@ -490,8 +491,8 @@ def _uplo(UPLO: str) -> bool:
 
 
 def _host_only(a: Array) -> bool:
-    """Complex and empty matrices: the host fallback's (the Jacobi sweeps are real)."""
-    return a.dtype.kind == "c" or a.size == 0
+    """Empty matrices: the host fallback's."""
+    return a.size == 0
 
 
 def eigh(x: Any, UPLO: str = "L") -> EighResult:
@@ -502,7 +503,8 @@ def eigh(x: Any, UPLO: str = "L") -> EighResult:
     lower = _uplo(UPLO)
     if _host_only(a):
         return EighResult(*_host("eigh", np.linalg.eigh, a, UPLO=UPLO))
-    return EighResult(*_batched(lambda m: _jacobi.eigh(m, lower), a))
+    fn = _cplx_eig.eigh if a.dtype.kind == "c" else _jacobi.eigh
+    return EighResult(*_batched(lambda m: fn(m, lower), a))
 
 
 def eigvalsh(x: Any, UPLO: str = "L") -> Array:
@@ -511,7 +513,8 @@ def eigvalsh(x: Any, UPLO: str = "L") -> Array:
     lower = _uplo(UPLO)
     if _host_only(a):
         return _host("eigvalsh", np.linalg.eigvalsh, a, UPLO=UPLO)
-    return _batched(lambda m: _jacobi.eigh(m, lower, vectors=False), a)
+    fn = _cplx_eig.eigh if a.dtype.kind == "c" else _jacobi.eigh
+    return _batched(lambda m: fn(m, lower, vectors=False), a)
 
 
 def svd(x: Any, full_matrices: bool = True, compute_uv: bool = True) -> Any:
@@ -524,7 +527,8 @@ def svd(x: Any, full_matrices: bool = True, compute_uv: bool = True) -> Any:
         out = _host("svd", np.linalg.svd, a, full_matrices=full_matrices,
                     compute_uv=compute_uv)
         return SVDResult(*out) if compute_uv else out
-    out = _batched(lambda m: _jacobi.svd(m, full_matrices, compute_uv), a)
+    fn = _cplx_eig.svd if a.dtype.kind == "c" else _jacobi.svd
+    out = _batched(lambda m: fn(m, full_matrices, compute_uv), a)
     return SVDResult(*out) if compute_uv else out
 
 
@@ -557,10 +561,12 @@ def pinv(x: Any, rcond: Any = None, hermitian: bool = False, *, rtol: Any = None
         return _host("pinv", np.linalg.pinv, a, hermitian=hermitian, **kw)
     rc = rcond if rcond is not None else rtol if rtol is not None else 1e-15
     u, s, vh = svd(a, full_matrices=False)
-    cutoff = expand_dims(_values(rc, a), -1) * _r.max(s, axis=-1, keepdims=True)
+    cutoff = expand_dims(_values(rc, s), -1) * _r.max(s, axis=-1, keepdims=True)
     large = s > cutoff
-    inv_s = large.astype(a.dtype) / (s + (~large).astype(a.dtype))
-    return (vh.swapaxes(-1, -2) * expand_dims(inv_s, -2)) @ u.swapaxes(-1, -2)
+    inv_s = large.astype(s.dtype) / (s + (~large).astype(s.dtype))
+    if a.dtype.kind == "c":  # (V S^-1 U^H)
+        vh, u = _cplx.conj(vh), _cplx.conj(u)
+    return (vh.swapaxes(-1, -2) * expand_dims(inv_s.astype(a.dtype), -2)) @ u.swapaxes(-1, -2)
 
 
 def matrix_rank(x: Any, tol: Any = None, hermitian: bool = False, *,
@@ -582,11 +588,11 @@ def matrix_rank(x: Any, tol: Any = None, hermitian: bool = False, *,
                      **({} if rtol is None else {"rtol": rtol}))
     s = FUNCTIONS["absolute"](eigvalsh(a)) if hermitian else svdvals(a)
     if tol is None:
-        rel = max(a.shape[-2:]) * np.finfo(a.dtype).eps if rtol is None \
-            else expand_dims(_values(rtol, a), -1)
+        rel = max(a.shape[-2:]) * np.finfo(s.dtype).eps if rtol is None \
+            else expand_dims(_values(rtol, s), -1)
         limit = _r.max(s, axis=-1, keepdims=True) * rel
     else:
-        limit = expand_dims(_values(tol, a), -1)
+        limit = expand_dims(_values(tol, s), -1)
     return _r.count_nonzero(s > limit, axis=-1)
 
 
@@ -596,10 +602,11 @@ def matrix_norm(x: Any, ord: Any = "fro", keepdims: bool = False) -> Array:
     singular values (:func:`svdvals`)."""
     from .ufuncs import FUNCTIONS
 
-    a = _matrices(x, "matrix_norm", square=False)
+    a = _matrices(x, "matrix_norm", square=False, complex_ok=True)
     absolute = FUNCTIONS["absolute"]
     if ord == "fro":
-        out = FUNCTIONS["sqrt"](_r.sum(a * a, axis=(-2, -1)))
+        mag = absolute(a) if a.dtype.kind == "c" else a
+        out = FUNCTIONS["sqrt"](_r.sum(mag * mag, axis=(-2, -1)))
     elif ord in (1, -1):
         cols = _r.sum(absolute(a), axis=-2)
         out = _r.max(cols, axis=-1) if ord == 1 else _r.min(cols, axis=-1)

@@ -107,3 +107,81 @@ def test_cholesky(device, dtype):
     bad[15, 15] = -5
     with pytest.raises(np.linalg.LinAlgError, match="not positive definite"):
         fl.linalg.cholesky(bad)
+
+
+def _orthonormal(q, dtype, rows=False):
+    g = q @ q.conj().T if rows else q.conj().T @ q
+    assert np.abs(g - np.eye(g.shape[0])).max() <= TOL[dtype] * 4
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_eigh(device, dtype):
+    _skip_fp64(device, dtype)
+    n = 12
+    h = _hermitian_pd((2, n, n), dtype) - 2 * np.eye(n, dtype=dtype)
+    w, v = fl.linalg.eigh(h)
+    w, v = w.get(), v.get()
+    want = np.linalg.eigvalsh(h)
+    assert w.dtype == want.dtype and v.dtype == dtype
+    assert np.abs(w - want).max() <= TOL[dtype] * np.abs(want).max()
+    for i in range(2):
+        assert np.abs(h[i] @ v[i] - v[i] * w[i]).max() <= 4 * TOL[dtype] * np.abs(want).max()
+        _orthonormal(v[i], dtype)
+    # from the upper triangle, the lower one (and the diagonal's imaginary parts) ignored
+    junk = np.triu(h[0]) + np.tril(_general((n, n), dtype), -1) + np.diag(np.full(n, 1j))
+    got = fl.linalg.eigvalsh(junk.astype(dtype), UPLO="U").get()
+    assert np.abs(got - want[0]).max() <= TOL[dtype] * np.abs(want).max()
+
+
+def test_eigh_repeated_eigenvalues(device):
+    # eigenspaces of dimension up to 4: orthonormal bases picked from the embedding's
+    q, _ = np.linalg.qr(_general((10, 10), np.complex128, seed=4))
+    d = np.array([1.0, 1, 1, 2, 2, 3, 5, 5, 5, 5])
+    h = (q * d) @ q.conj().T
+    w, v = fl.linalg.eigh(h)
+    w, v = w.get(), v.get()
+    assert np.abs(w - d).max() <= 1e-12
+    assert np.abs(h @ v - v * w).max() <= 1e-12
+    _orthonormal(v, np.complex128)
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_svd(device, dtype):
+    _skip_fp64(device, dtype)
+    a = _general((2, 12, 12), dtype)[:, :9, :6]  # tall
+    want = np.linalg.svd(a, compute_uv=False)
+    scale = want.max()
+    for full in (True, False):
+        u, s, vh = (x.get() for x in fl.linalg.svd(a, full_matrices=full))
+        assert u.shape == (2, 9, 9 if full else 6) and vh.shape == (2, 6, 6)
+        assert s.dtype == want.dtype and np.abs(s - want).max() <= TOL[dtype] * scale
+        for i in range(2):
+            assert np.abs((u[i, :, :6] * s[i]) @ vh[i] - a[i]).max() <= 4 * TOL[dtype] * scale
+            _orthonormal(u[i], dtype)
+            _orthonormal(vh[i], dtype, rows=True)
+    wide = a[0].T.copy()
+    assert np.abs(fl.linalg.svdvals(wide).get() - want[0]).max() <= TOL[dtype] * scale
+    u, s, vh = (x.get() for x in fl.linalg.svd(wide))
+    assert u.shape == (6, 6) and vh.shape == (9, 9)
+    assert np.abs((u * s) @ vh[:6] - wide).max() <= 4 * TOL[dtype] * scale
+    _orthonormal(vh, dtype, rows=True)
+
+
+def test_svd_rank_deficient_and_what_builds_on_it(device):
+    dt = np.complex128
+    a = _general((9, 9), dt)[:, :3] @ _general((9, 9), dt, seed=5)[:3, :6]  # rank 3
+    for full in (True, False):
+        u, s, vh = (x.get() for x in fl.linalg.svd(a, full_matrices=full))
+        assert u.shape == (9, 9 if full else 6)
+        np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), atol=1e-12)
+        assert np.abs((u[:, :6] * s) @ vh - a).max() <= 1e-12
+        _orthonormal(u, dt)
+        _orthonormal(vh, dt, rows=True)
+    assert fl.linalg.matrix_rank(a).get() == 3
+    np.testing.assert_allclose(fl.linalg.pinv(a).get(), np.linalg.pinv(a), atol=1e-12)
+    h = _hermitian_pd((6, 6), dt)
+    assert fl.linalg.matrix_rank(h, hermitian=True).get() == 6
+    for ord in ("fro", 1, -1, 2, -2, "nuc", np.inf):
+        got = fl.linalg.matrix_norm(a, ord=ord).get()
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, np.linalg.norm(a, ord), rtol=1e-12, atol=1e-12)
