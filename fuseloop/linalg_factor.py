@@ -453,18 +453,18 @@ def _host(name: str, fn: Callable[..., Any], *arrays: Array, **kw: Any) -> Any:
 
 def qr(x: Any, mode: str = "reduced") -> tuple[Array, Array] | Array:
     """``numpy.linalg.qr`` (modes "reduced", "complete", "r"): blocked Householder QR
-    on the device (:mod:`fuseloop.linalg_qr`), numpy's signs; complex matrices
-    through the host fallback."""
+    on the device (:mod:`fuseloop.linalg_qr`; complex: :mod:`fuseloop.linalg_qr_complex`),
+    numpy's signs."""
     from . import linalg_qr
+    from .linalg_qr_complex import qr_matrix_complex
 
     if mode not in ("reduced", "complete", "r"):
         raise ValueError(f"fl.linalg.qr: unknown mode {mode!r}; 'reduced', 'complete' or 'r'")
     a = _matrices(x, "qr", square=False, complex_ok=True)
-    if a.dtype.kind == "c":
-        return _host("qr", np.linalg.qr, a, mode=mode)
     if a.ndim > 2 and math.prod(a.shape[:-2]) == 0:
         return linalg_qr.qr_empty_batch(a, mode)
-    out = _batched(lambda m: linalg_qr.qr_matrix(m, mode), a)
+    fn = qr_matrix_complex if a.dtype.kind == "c" else linalg_qr.qr_matrix
+    out = _batched(lambda m: fn(m, mode), a)
     return out if mode == "r" else linalg_qr.QRResult(*out)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
-from fuseloop import linalg_complex
+from fuseloop import linalg_complex, linalg_qr_complex
 
 CDTYPES = [np.complex64, np.complex128]
 TOL = {np.complex64: 2e-4, np.complex128: 1e-11}
@@ -185,3 +185,27 @@ def test_svd_rank_deficient_and_what_builds_on_it(device):
         got = fl.linalg.matrix_norm(a, ord=ord).get()
         assert got.dtype == np.float64
         np.testing.assert_allclose(got, np.linalg.norm(a, ord), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_qr(device, dtype, monkeypatch):
+    # numpy's (LAPACK's) reflectors: Q and R themselves, R's diagonal real
+    _skip_fp64(device, dtype)
+    monkeypatch.setattr(linalg_qr_complex, "CQR_BLOCK", 4)
+    monkeypatch.setattr(linalg_qr_complex, "group_size", lambda device: 4)
+    a = _general((2, 10, 10), dtype)[:, :, :7]
+    a[1, :, 0] = 0
+    a[1, 0, 0] = 2j  # (x = 0 below a complex alpha: tau not 0, as zlarfg's)
+    a[1, 1:, 1] = 0  # (then a zero column below the diagonal: tau 0)
+    for mode in ("reduced", "complete", "r"):
+        got, want = fl.linalg.qr(a, mode=mode), np.linalg.qr(a, mode=mode)
+        if mode == "r":
+            _close(got.get(), want, dtype)
+            continue
+        assert got.Q.shape == want.Q.shape
+        _close(got.Q.get(), want.Q, dtype)
+        _close(got.R.get(), want.R, dtype)
+    wide = a[0].T.copy()
+    got = fl.linalg.qr(wide)
+    _close(got.Q.get(), np.linalg.qr(wide).Q, dtype)
+    _close(got.R.get(), np.linalg.qr(wide).R, dtype)
