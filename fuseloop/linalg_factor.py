@@ -16,8 +16,10 @@ pivot) is flagged on the device and read once per matrix.
 Leading (batch) axes are handled by a Python loop over the matrices.  The SVD and
 the symmetric eigenproblem (with what needs them: ``pinv``, ``matrix_rank``, the 2-
 and nuclear norms) are one-sided Jacobi sweeps (:mod:`fuseloop.linalg_jacobi`), QR
-blocked Householder (:mod:`fuseloop.linalg_qr`).  Complex input to QR, the eigenvalue
-problems and the SVD runs on the host through numpy and warns with
+blocked Householder (:mod:`fuseloop.linalg_qr`).  Complex matrices run on the device
+too (:mod:`fuseloop.linalg_complex`, :mod:`fuseloop.linalg_complex_eig`,
+:mod:`fuseloop.linalg_qr_complex`: mostly the real algorithms on a real embedding);
+only empty input runs on the host through numpy, and warns with
 :class:`~fuseloop.errors.HostFallbackWarning`.
 """
 
@@ -90,7 +92,7 @@ def _float_dtype(a: Array, name: str, complex_ok: bool = False) -> np.dtype:
 
 def _matrices(x: Any, name: str, square: bool = True, complex_ok: bool = False) -> Array:
     """``x`` as a float array of (a stack of) matrices, checked as numpy checks;
-    ``complex_ok``: complex ones stay complex (the host fallbacks take them)."""
+    ``complex_ok``: complex ones stay complex (else: ``DTypeError``)."""
     a = _coerce(x)
     if a.ndim < 2:
         raise LinAlgError(f"fl.linalg.{name}: {a.ndim}-dimensional array given (shape "
@@ -497,8 +499,8 @@ def _host_only(a: Array) -> bool:
 
 def eigh(x: Any, UPLO: str = "L") -> EighResult:
     """``numpy.linalg.eigh``: eigenvalues ascending, eigenvectors as columns, from the
-    ``UPLO`` triangle; real matrices by Jacobi sweeps on the device
-    (:mod:`fuseloop.linalg_jacobi`), complex ones through the host fallback."""
+    ``UPLO`` triangle; by Jacobi sweeps on the device (:mod:`fuseloop.linalg_jacobi`;
+    complex ones on their real embedding, :mod:`fuseloop.linalg_complex_eig`)."""
     a = _matrices(x, "eigh", complex_ok=True)
     lower = _uplo(UPLO)
     if _host_only(a):
@@ -521,7 +523,7 @@ def svd(x: Any, full_matrices: bool = True, compute_uv: bool = True) -> Any:
     """``numpy.linalg.svd``: ``(U, S, Vh)`` with ``S`` descending (or ``S`` alone);
     real matrices by one-sided Jacobi on the device (:mod:`fuseloop.linalg_jacobi`:
     ``U``'s columns beyond the rank are completed to an orthonormal basis, as
-    numpy's), complex ones through the host fallback."""
+    numpy's; complex ones on their real embedding, :mod:`fuseloop.linalg_complex_eig`)."""
     a = _matrices(x, "svd", square=False, complex_ok=True)
     if _host_only(a):
         out = _host("svd", np.linalg.svd, a, full_matrices=full_matrices,
