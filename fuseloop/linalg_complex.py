@@ -18,7 +18,8 @@ with the real device algorithms of :mod:`fuseloop.linalg_factor`:
 Determinants need the complex phase, which no real matrix built from ``A`` has:
 ``det`` and ``slogdet`` use a blocked complex LU with partial pivoting (one
 hand-written kernel a block column factors the panel, exchanges whole rows and
-solves the block row; the trailing update is a fuseloop complex contraction).
+solves the block row; the trailing update is a hand-written tiled complex product,
+:func:`gemm`, also the complex QR's).
 """
 
 from __future__ import annotations
@@ -225,31 +226,117 @@ void fuseloop_clu_panel(__global RT *a, __global long *piv, __global long *flag,
 #undef IM
 """
 
+# C = op(A) op(B) or C -= op(A) op(B) (flags bit 2) for complex m x kk A and kk x n B,
+# each operand's element (i, j) at off + i * s0 + j * s1 (in complex elements; a
+# transpose: the strides swapped), op conjugating A (flags bit 0) and B (bit 1).
+# Tiles of TS x TS by work-groups of TS * TS (a work-item an element of C), the
+# operands' tiles through local memory.  The complex factorisations' products: one
+# build per element type for every shape (fuseloop's contractions are built per shape).
+_GEMM = r"""
+__kernel __attribute__((reqd_work_group_size(TS * TS, 1, 1)))
+void fuseloop_cgemm(__global RT *c, __global const RT *a, __global const RT *b,
+                    const long m, const long n, const long kk,
+                    const long coff, const long cs0, const long cs1,
+                    const long aoff, const long as0, const long as1,
+                    const long boff, const long bs0, const long bs1, const long flags)
+{
+    __local RT ar[TS][TS + 1], ai[TS][TS + 1], br[TS][TS + 1], bi[TS][TS + 1];
+    const long tiles_n = (n + TS - 1) / TS, g = get_group_id(0);
+    const int lid = get_local_id(0), li = lid / TS, lj = lid % TS;
+    const long i = (g / tiles_n) * TS + li, j = (g % tiles_n) * TS + lj;
+    const RT sa = (flags & 1) ? (RT)-1 : (RT)1, sb = (flags & 2) ? (RT)-1 : (RT)1;
+    RT sr = (RT)0, si = (RT)0;
+    for (long p0 = 0; p0 < kk; p0 += TS) {
+        const long pa = p0 + lj, pb = p0 + li;
+        RT xr = (RT)0, xi = (RT)0, yr = (RT)0, yi = (RT)0;
+        if (i < m && pa < kk) {
+            const long at = 2 * (aoff + i * as0 + pa * as1);
+            xr = a[at];
+            xi = sa * a[at + 1];
+        }
+        if (pb < kk && j < n) {
+            const long at = 2 * (boff + pb * bs0 + j * bs1);
+            yr = b[at];
+            yi = sb * b[at + 1];
+        }
+        ar[li][lj] = xr;
+        ai[li][lj] = xi;
+        br[li][lj] = yr;
+        bi[li][lj] = yi;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int q = 0; q < TS; ++q) {
+            sr += ar[li][q] * br[q][lj] - ai[li][q] * bi[q][lj];
+            si += ar[li][q] * bi[q][lj] + ai[li][q] * br[q][lj];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (i < m && j < n) {
+        const long at = 2 * (coff + i * cs0 + j * cs1);
+        if (flags & 4) {
+            c[at] -= sr;
+            c[at + 1] -= si;
+        } else {
+            c[at] = sr;
+            c[at + 1] = si;
+        }
+    }
+}
+"""
+
+#: the complex products' tile (work-groups of GEMM_TILE^2 work-items)
+GEMM_TILE = 16
+
 #: the complex LU's block width
 CLU_BLOCK = 32
 
-_kernels: dict[tuple[str, int], SourceKernel] = {}
+_kernels: dict[tuple[str, str, int], SourceKernel] = {}
 _lock = threading.Lock()
 _caches.register("linalg_complex.kernels", _kernels.clear, lambda: len(_kernels),
-                 why="one per element type and work-group size")
+                 why="one per kernel, element type and work-group size")
 
 
-def _panel_kernel(dtype: np.dtype, wg: int) -> SourceKernel:
-    key = (dtype.char, wg)
+def _build(name: str, source: str, dtype: np.dtype, wg: int, bufs: list[str], scalars: int,
+           options: list[str]) -> SourceKernel:
+    key = (name, dtype.char, wg)
     found = _kernels.get(key)
     if found is None:
         double = dtype == np.complex128
-        rt = "double" if double else "float"
         plan = KernelPlan(
-            name="fuseloop_clu_panel", source=_PRELUDE + _PANEL,
-            arg_names=["out0", "out1", "out2", "s0", "s1", "s2"],
+            name=name, source=_PRELUDE + source,
+            arg_names=[*bufs, *(f"s{i}" for i in range(scalars))],
             gsize=["p[0]"], lsize=[str(wg)],
-            build_options=[f"-DRT={rt}", f"-DWG={wg}",
-                           f"-DIS_DOUBLE={int(double)}"],
-            arg_dtypes=[None, None, None, "int64", "int64", "int64"])
+            build_options=[f"-DRT={'double' if double else 'float'}", f"-DWG={wg}",
+                           f"-DIS_DOUBLE={int(double)}", *options],
+            arg_dtypes=[*([None] * len(bufs)), *(["int64"] * scalars)])
         with _lock:
             found = _kernels.setdefault(key, SourceKernel(plan))
     return found
+
+
+def _panel_kernel(dtype: np.dtype, wg: int) -> SourceKernel:
+    return _build("fuseloop_clu_panel", _PANEL, dtype, wg, ["out0", "out1", "out2"], 3, [])
+
+
+def _gemm_kernel(dtype: np.dtype) -> SourceKernel:
+    return _build("fuseloop_cgemm", _GEMM, dtype, GEMM_TILE * GEMM_TILE,
+                  ["out0", "in0", "in1"], 13, [f"-DTS={GEMM_TILE}"])
+
+
+def gemm(c: Array, a: Array, b: Array, m: int, n: int, kk: int, c_at: tuple[int, int, int],
+         a_at: tuple[int, int, int], b_at: tuple[int, int, int], conj_a: bool = False,
+         conj_b: bool = False, subtract: bool = False) -> None:
+    """``C = op(A) op(B)`` (``subtract``: ``C -= ...``) for the complex contiguous arrays'
+    elements at (offset, row stride, column stride) ``*_at``; ``op`` conjugates where
+    asked (a conjugate transpose: ``conj_a`` with the strides swapped)."""
+    if m <= 0 or n <= 0:
+        return
+    dev = c.device
+    plan = launching.plan_for(_gemm_kernel(c.dtype).get(dev),
+                              (-(-m // GEMM_TILE) * -(-n // GEMM_TILE),), 0, 0, dev)
+    assert plan is not None
+    flags = int(conj_a) | 2 * int(conj_b) | 4 * int(subtract)
+    ins = [_buf(a), _buf(b)]
+    launching.enqueue(plan, [_buf(c)], ins, [m, n, kk, *c_at, *a_at, *b_at, flags], False, dev)
 
 
 def _group_size(device: Any) -> int:
@@ -265,7 +352,7 @@ def _group_size(device: Any) -> int:
 def lu(a: Array) -> tuple[Array, Array, int]:
     """The packed LU factors of one complex n x n matrix, LAPACK's pivots (int64,
     0-based) and the 1-based column of the first zero pivot (0: none)."""
-    from .linalg_factor import _flag, _product, _read_flag
+    from .linalg_factor import _flag, _read_flag
 
     n, dev = a.shape[0], a.device
     w = _copy(a)
@@ -279,8 +366,9 @@ def lu(a: Array) -> tuple[Array, Array, int]:
         k2 = min(n, k + CLU_BLOCK)
         launching.enqueue(plan, [_buf(w), _buf(piv), _buf(flag)], [], [n, k, k2 - k], False,
                           dev)
-        if k2 < n:  # (copies: the contraction reads other buffers than it writes)
-            w[k2:, k2:] -= _product(_copy(w[k2:, k:k2]), _copy(w[k:k2, k2:]))
+        if k2 < n:  # A22 -= L21 U12 (three disjoint parts of w)
+            gemm(w, w, w, n - k2, n - k2, k2 - k, (k2 * n + k2, n, 1), (k2 * n + k, n, 1),
+                 (k * n + k2, n, 1), subtract=True)
     return w, piv, _read_flag(flag)
 
 
@@ -321,5 +409,5 @@ def slogdet(a: Array) -> tuple[Array, Array]:
 
 # }}}
 
-__all__ = ["CLU_BLOCK", "cholesky", "combine", "conj", "det", "embed", "embed_interleaved", "inv",
-           "lu", "real_dtype", "slogdet", "solve"]
+__all__ = ["CLU_BLOCK", "GEMM_TILE", "cholesky", "combine", "conj", "det", "embed",
+           "embed_interleaved", "gemm", "inv", "lu", "real_dtype", "slogdet", "solve"]

@@ -8,10 +8,11 @@ x / (alpha - beta)`` below a 1; ``tau = 0`` only where ``x = 0`` and ``alpha`` i
 real), so that ``R``'s diagonal is real, with numpy's signs; ``H^H`` is applied to
 the panel's other columns (a work-item a column), and then the compact WY factor
 ``T`` (``H_1 ... H_b = I - V T V^H``) is formed.  ``V`` and ``T`` are written out as
-plain matrices; the trailing columns are updated by fuseloop's complex contractions,
-``A -= V (T^H (V^H A))``, and ``Q`` is formed from the identity, last block first,
-by ``Q -= V (T (V^H Q))``.  The panel kernel is the simple, sequential part: on a
-GPU its work-group parallelises the column norms and the panel's columns only.
+plain matrices; the trailing columns are updated by three complex products
+(:func:`fuseloop.linalg_complex.gemm`), ``A -= V (T^H (V^H A))``, and ``Q`` is formed
+from the identity, last block first, by ``Q -= V (T (V^H Q))``.  The panel kernel is
+the simple, sequential part: on a GPU its work-group parallelises the column norms
+and the panel's columns only.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from . import launching
 from .array import Array
 from .cache import KernelPlan, SourceKernel
 from .creation import arange, empty
-from .linalg_complex import _PRELUDE, conj
+from .linalg_complex import _PRELUDE, gemm
 from .linalg_kernels import buffer as _buf
 from .linalg_kernels import contiguous_copy as _copy
 from .linalg_qr import QRResult, qr_matrix
@@ -207,17 +208,20 @@ def _factor(a: Array) -> tuple[Array, Array, list[Array]]:
     plan = launching.plan_for(_kernel(dt, wg).get(dev), (1,), 0, 0, dev)
     assert plan is not None
     ts: list[Array] = []
+    s, x = empty((CQR_BLOCK * n,), dt, dev), empty((CQR_BLOCK * n,), dt, dev)
     for k in range(0, kk, CQR_BLOCK):
         k2 = min(kk, k + CQR_BLOCK)
-        b = k2 - k
+        b, cols = k2 - k, n - k2
         t = empty((b, b), dt, dev)
         launching.enqueue(plan, [_buf(w), _buf(v), _buf(t)], [],
                           [k, m, n, b, kk], False, dev)
         ts.append(t)
-        if k2 < n:  # A -= V (T^H (V^H A)) on the trailing columns
-            vb = v[k:, k:k2]
-            s = (conj(vb).T @ w[k:, k2:]).eval()
-            w[k:, k2:] -= vb @ (conj(t).T @ s).eval()
+        if cols > 0:  # A -= V (T^H (V^H A)) on the trailing columns
+            vh = (k * kk + k, 1, kk)  # (V^H: V's strides swapped, conjugated)
+            gemm(s, v, w, b, cols, m - k, (0, cols, 1), vh, (k * n + k2, n, 1), conj_a=True)
+            gemm(x, t, s, b, cols, b, (0, cols, 1), (0, 1, b), (0, cols, 1), conj_a=True)
+            gemm(w, v, x, m - k, cols, b, (k * n + k2, n, 1), (k * kk + k, kk, 1),
+                 (0, cols, 1), subtract=True)
     return w, v, ts
 
 
@@ -236,12 +240,16 @@ def qr_matrix_complex(a: Array, mode: str) -> QRResult | Array:
     dev = a.device
     q = _copy((reshape(arange(m, device=dev), (m, 1)) == arange(cols, device=dev))
               .astype(a.dtype))
-    for i in reversed(range(len(ts))):
+    s, x = empty((CQR_BLOCK * cols,), a.dtype, dev), empty((CQR_BLOCK * cols,), a.dtype, dev)
+    for i in reversed(range(len(ts))):  # Q[k:, k:] -= V (T (V^H Q[k:, k:]))
         k = i * CQR_BLOCK
-        k2 = min(kk, k + CQR_BLOCK)
-        vb = v[k:, k:k2]
-        s = (conj(vb).T @ q[k:, k:]).eval()
-        q[k:, k:] -= vb @ (ts[i] @ s).eval()
+        b = min(kk, k + CQR_BLOCK) - k
+        width = cols - k
+        gemm(s, v, q, b, width, m - k, (0, width, 1), (k * kk + k, 1, kk),
+             (k * cols + k, cols, 1), conj_a=True)
+        gemm(x, ts[i], s, b, width, b, (0, width, 1), (0, b, 1), (0, width, 1))
+        gemm(q, v, x, m - k, width, b, (k * cols + k, cols, 1), (k * kk + k, kk, 1),
+             (0, width, 1), subtract=True)
     return QRResult(q, r)
 
 

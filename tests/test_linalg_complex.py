@@ -1,7 +1,8 @@
 """Complex matrices in fl.linalg on the device (fuseloop/linalg_complex*.py) against numpy.
 
-The complex LU runs with a block of 8 (so that the matrices span several blocks) and
-work-groups of 4.
+The complex LU runs with a block of 4 (so that the matrices span several blocks) and
+work-groups of 4.  One size of matrix (N, or N x 8) throughout: the kernels that
+fuseloop builds per shape are then shared between the tests.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from fuseloop import linalg_complex, linalg_qr_complex
 
 CDTYPES = [np.complex64, np.complex128]
 TOL = {np.complex64: 2e-4, np.complex128: 1e-11}
-N = 20
+N = 12
 
 
 @pytest.fixture(autouse=True)
 def _small_blocks_no_host(monkeypatch):
-    monkeypatch.setattr(linalg_complex, "CLU_BLOCK", 8)
+    monkeypatch.setattr(linalg_complex, "CLU_BLOCK", 4)
     # work-groups of 4 (as on a GPU, where the panel's reductions are shared) on any device
     monkeypatch.setattr(linalg_complex, "_group_size", lambda device: 4)
     with warnings.catch_warnings():
@@ -104,7 +105,7 @@ def test_cholesky(device, dtype):
     junk = np.triu(a[0], 1) * 3 + np.diag(np.full(N, 0.5j, dtype))
     _close(fl.linalg.cholesky(a[0] + junk).get(), np.linalg.cholesky(a[0]), dtype)
     bad = a[0].copy()
-    bad[15, 15] = -5
+    bad[9, 9] = -5
     with pytest.raises(np.linalg.LinAlgError, match="not positive definite"):
         fl.linalg.cholesky(bad)
 
@@ -117,7 +118,7 @@ def _orthonormal(q, dtype, rows=False):
 @pytest.mark.parametrize("dtype", CDTYPES)
 def test_eigh(device, dtype):
     _skip_fp64(device, dtype)
-    n = 12
+    n = N
     h = _hermitian_pd((2, n, n), dtype) - 2 * np.eye(n, dtype=dtype)
     w, v = fl.linalg.eigh(h)
     w, v = w.get(), v.get()
@@ -135,8 +136,8 @@ def test_eigh(device, dtype):
 
 def test_eigh_repeated_eigenvalues(device):
     # eigenspaces of dimension up to 4: orthonormal bases picked from the embedding's
-    q, _ = np.linalg.qr(_general((10, 10), np.complex128, seed=4))
-    d = np.array([1.0, 1, 1, 2, 2, 3, 5, 5, 5, 5])
+    q, _ = np.linalg.qr(_general((N, N), np.complex128, seed=4))
+    d = np.array([1.0, 1, 1, 2, 2, 3, 5, 5, 5, 5, 6, 7])
     h = (q * d) @ q.conj().T
     w, v = fl.linalg.eigh(h)
     w, v = w.get(), v.get()
@@ -148,39 +149,39 @@ def test_eigh_repeated_eigenvalues(device):
 @pytest.mark.parametrize("dtype", CDTYPES)
 def test_svd(device, dtype):
     _skip_fp64(device, dtype)
-    a = _general((2, 12, 12), dtype)[:, :9, :6]  # tall
+    a = _general((2, N, N), dtype)[:, :, :8].copy()  # tall
     want = np.linalg.svd(a, compute_uv=False)
     scale = want.max()
     for full in (True, False):
         u, s, vh = (x.get() for x in fl.linalg.svd(a, full_matrices=full))
-        assert u.shape == (2, 9, 9 if full else 6) and vh.shape == (2, 6, 6)
+        assert u.shape == (2, N, N if full else 8) and vh.shape == (2, 8, 8)
         assert s.dtype == want.dtype and np.abs(s - want).max() <= TOL[dtype] * scale
         for i in range(2):
-            assert np.abs((u[i, :, :6] * s[i]) @ vh[i] - a[i]).max() <= 4 * TOL[dtype] * scale
+            assert np.abs((u[i, :, :8] * s[i]) @ vh[i] - a[i]).max() <= 4 * TOL[dtype] * scale
             _orthonormal(u[i], dtype)
             _orthonormal(vh[i], dtype, rows=True)
     wide = a[0].T.copy()
     assert np.abs(fl.linalg.svdvals(wide).get() - want[0]).max() <= TOL[dtype] * scale
     u, s, vh = (x.get() for x in fl.linalg.svd(wide))
-    assert u.shape == (6, 6) and vh.shape == (9, 9)
-    assert np.abs((u * s) @ vh[:6] - wide).max() <= 4 * TOL[dtype] * scale
+    assert u.shape == (8, 8) and vh.shape == (N, N)
+    assert np.abs((u * s) @ vh[:8] - wide).max() <= 4 * TOL[dtype] * scale
     _orthonormal(vh, dtype, rows=True)
 
 
 def test_svd_rank_deficient_and_what_builds_on_it(device):
     dt = np.complex128
-    a = _general((9, 9), dt)[:, :3] @ _general((9, 9), dt, seed=5)[:3, :6]  # rank 3
+    a = _general((N, N), dt)[:, :3] @ _general((N, N), dt, seed=5)[:3, :8]  # rank 3
     for full in (True, False):
         u, s, vh = (x.get() for x in fl.linalg.svd(a, full_matrices=full))
-        assert u.shape == (9, 9 if full else 6)
+        assert u.shape == (N, N if full else 8)
         np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), atol=1e-12)
-        assert np.abs((u[:, :6] * s) @ vh - a).max() <= 1e-12
+        assert np.abs((u[:, :8] * s) @ vh - a).max() <= 1e-12
         _orthonormal(u, dt)
         _orthonormal(vh, dt, rows=True)
     assert fl.linalg.matrix_rank(a).get() == 3
     np.testing.assert_allclose(fl.linalg.pinv(a).get(), np.linalg.pinv(a), atol=1e-12)
-    h = _hermitian_pd((6, 6), dt)
-    assert fl.linalg.matrix_rank(h, hermitian=True).get() == 6
+    h = _hermitian_pd((N, N), dt)
+    assert fl.linalg.matrix_rank(h, hermitian=True).get() == N
     for ord in ("fro", 1, -1, 2, -2, "nuc", np.inf):
         got = fl.linalg.matrix_norm(a, ord=ord).get()
         assert got.dtype == np.float64
@@ -193,7 +194,7 @@ def test_qr(device, dtype, monkeypatch):
     _skip_fp64(device, dtype)
     monkeypatch.setattr(linalg_qr_complex, "CQR_BLOCK", 4)
     monkeypatch.setattr(linalg_qr_complex, "group_size", lambda device: 4)
-    a = _general((2, 10, 10), dtype)[:, :, :7]
+    a = _general((2, N, N), dtype)[:, :, :8].copy()
     a[1, :, 0] = 0
     a[1, 0, 0] = 2j  # (x = 0 below a complex alpha: tau not 0, as zlarfg's)
     a[1, 1:, 1] = 0  # (then a zero column below the diagonal: tau 0)
