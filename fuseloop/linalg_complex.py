@@ -188,7 +188,10 @@ void fuseloop_clu_panel(__global RT *a, __global long *piv, __global long *flag,
                 IM(p, c) = ti;
             }
         barrier(CLK_GLOBAL_MEM_FENCE);
-        if (pm > (RT)0) {
+        /* (a zero pivot: its column, all zeros, left as it is, and the update below
+           subtracts nothing; no barrier in a branch) */
+        const int ok = pm > (RT)0;
+        if (ok) {
             const RT dr = RE(j, j), di = IM(j, j), d2 = dr * dr + di * di;
             const RT rr = dr / d2, ri = -di / d2;  /* 1 / d */
             for (int i = j + 1 + lid; i < n; i += WG) {
@@ -196,17 +199,16 @@ void fuseloop_clu_panel(__global RT *a, __global long *piv, __global long *flag,
                 RE(i, j) = xr * rr - xi * ri;
                 IM(i, j) = xr * ri + xi * rr;
             }
-            barrier(CLK_GLOBAL_MEM_FENCE);
-            const int w = k2 - j - 1;
-            if (w > 0)
-                for (long e = lid; e < (long)(n - j - 1) * w; e += WG) {
-                    const int i = j + 1 + (int)(e / w), c = j + 1 + (int)(e % w);
-                    const RT lr = RE(i, j), li = IM(i, j), ur = RE(j, c), ui = IM(j, c);
-                    RE(i, c) -= lr * ur - li * ui;
-                    IM(i, c) -= lr * ui + li * ur;
-                }
         } else if (lid == 0 && flag[0] == 0) {
             flag[0] = j + 1;
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE);
+        const int w = ok ? k2 - j - 1 : 0;
+        for (long e = lid; e < (long)(n - j - 1) * w; e += WG) {
+            const int i = j + 1 + (int)(e / w), c = j + 1 + (int)(e % w);
+            const RT lr = RE(i, j), li = IM(i, j), ur = RE(j, c), ui = IM(j, c);
+            RE(i, c) -= lr * ur - li * ui;
+            IM(i, c) -= lr * ui + li * ur;
         }
         barrier(CLK_GLOBAL_MEM_FENCE);
     }

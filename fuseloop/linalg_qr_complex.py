@@ -43,6 +43,8 @@ _CGEQR2 = r"""
 #define AI(i, j) a[2 * ((long)(i) * ld + (j)) + 1]
 #define TR(i, j) tre[(i) * NB + (j)]
 #define TI(i, j) tim[(i) * NB + (j)]
+#define CW (WG < NB ? WG : NB)
+#define RL (WG / CW)
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fuseloop_cgeqr2(__global RT *a, __global RT *v, __global RT *t,
                      const long k, const long m, const long ld, const long b_,
@@ -51,7 +53,8 @@ void fuseloop_cgeqr2(__global RT *a, __global RT *v, __global RT *t,
     __local RT red[WG];
     __local RT tre[NB * NB], tim[NB * NB];
     __local RT taur[NB], taui[NB], dsr[NB], dsi[NB];
-    const int lid = get_local_id(0), b = (int)b_;
+    __local RT pr[RL * NB], pim[RL * NB];
+    const int lid = get_local_id(0), b = (int)b_, cl = lid % CW, lane = lid / CW;
     for (int j = 0; j < b; ++j) {
         const long row = k + j, col = k + j;
         RT s = (RT)0;
@@ -89,37 +92,84 @@ void fuseloop_cgeqr2(__global RT *a, __global RT *v, __global RT *t,
             taui[j] = ti;
         }
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-        /* H^H = I - conj(tau) v v^H on the panel's columns right of j, one a work-item */
-        if (tr != (RT)0 || ti != (RT)0)
-            for (int c = j + 1 + lid; c < b; c += WG) {
+        /* H^H = I - conj(tau) v v^H on the panel's columns right of j: the work-items
+           as CW columns by RL row lanes, the lanes' partial v^H a[:, c] summed in
+           local memory (tau = 0: nothing subtracted; no barrier in a branch) */
+        for (int c = cl; c < b; c += CW) {
+            RT wr = (RT)0, wi = (RT)0;
+            if (c > j) {
                 const long cc = k + c;
-                RT wr = AR(row, cc), wi = AI(row, cc);  /* v^H a[:, cc] */
-                for (long i = row + 1; i < m; ++i) {
-                    const RT vr = AR(i, col), vi = AI(i, col), xr = AR(i, cc), xi = AI(i, cc);
+                if (lane == 0) {  /* (v's 1 at row j) */
+                    wr = AR(row, cc);
+                    wi = AI(row, cc);
+                }
+                for (long i = row + 1 + lane; i < m; i += RL) {
+                    const RT vr = AR(i, col), vi = AI(i, col);
+                    const RT xr = AR(i, cc), xi = AI(i, cc);
                     wr += vr * xr + vi * xi;
                     wi += vr * xi - vi * xr;
                 }
-                const RT fr = tr * wr + ti * wi, fi = tr * wi - ti * wr;  /* conj(tau) w */
+            }
+            pr[lane * NB + c] = wr;
+            pim[lane * NB + c] = wi;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int c = lid; c < b; c += WG) {
+            RT wr = (RT)0, wi = (RT)0;
+            for (int l = 0; l < RL; ++l) {
+                wr += pr[l * NB + c];
+                wi += pim[l * NB + c];
+            }
+            dsr[c] = tr * wr + ti * wi;  /* conj(tau) w */
+            dsi[c] = tr * wi - ti * wr;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int c = cl; c < b; c += CW) {
+            if (c <= j)
+                continue;
+            const long cc = k + c;
+            const RT fr = dsr[c], fi = dsi[c];
+            if (lane == 0) {
                 AR(row, cc) -= fr;
                 AI(row, cc) -= fi;
-                for (long i = row + 1; i < m; ++i) {
-                    const RT vr = AR(i, col), vi = AI(i, col);
-                    AR(i, cc) -= vr * fr - vi * fi;
-                    AI(i, cc) -= vr * fi + vi * fr;
-                }
             }
-        barrier(CLK_GLOBAL_MEM_FENCE);
+            for (long i = row + 1 + lane; i < m; i += RL) {
+                const RT vr = AR(i, col), vi = AI(i, col);
+                AR(i, cc) -= vr * fr - vi * fi;
+                AI(i, cc) -= vr * fi + vi * fr;
+            }
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     }
-    /* T, column by column: T[0:j, j] = -tau_j T[0:j, 0:j] (V[:, 0:j]^H v_j) */
-    for (int j = 0; j < b; ++j) {
+    /* T, column by column: T[0:j, j] = -tau_j T[0:j, 0:j] (V[:, 0:j]^H v_j), the dot
+       products shared out as above; T[j, j] = tau_j */
+    for (int j = lid; j < b; j += WG) {
+        TR(j, j) = taur[j];
+        TI(j, j) = taui[j];
+    }
+    for (int j = 1; j < b; ++j) {
         const long rj = k + j;
-        for (int l = lid; l < j; l += WG) {
-            const long cl = k + l;
-            RT dr = AR(rj, cl), di = -AI(rj, cl);  /* (v_j's 1 at row rj) */
-            for (long i = rj + 1; i < m; ++i) {
-                const RT lr = AR(i, cl), li = AI(i, cl), jr = AR(i, rj), ji = AI(i, rj);
+        for (int l = cl; l < j; l += CW) {
+            const long c = k + l;
+            RT dr = (RT)0, di = (RT)0;
+            if (lane == 0) {  /* (v_j's 1 at row rj) */
+                dr = AR(rj, c);
+                di = -AI(rj, c);
+            }
+            for (long i = rj + 1 + lane; i < m; i += RL) {
+                const RT lr = AR(i, c), li = AI(i, c), jr = AR(i, rj), ji = AI(i, rj);
                 dr += lr * jr + li * ji;
                 di += lr * ji - li * jr;
+            }
+            pr[lane * NB + l] = dr;
+            pim[lane * NB + l] = di;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int l = lid; l < j; l += WG) {
+            RT dr = (RT)0, di = (RT)0;
+            for (int q = 0; q < RL; ++q) {
+                dr += pr[q * NB + l];
+                di += pim[q * NB + l];
             }
             dsr[l] = dr;
             dsi[l] = di;
@@ -133,10 +183,6 @@ void fuseloop_cgeqr2(__global RT *a, __global RT *v, __global RT *t,
             }
             TR(i, j) = -(taur[j] * sr - taui[j] * si);
             TI(i, j) = -(taur[j] * si + taui[j] * sr);
-        }
-        if (lid == 0) {
-            TR(j, j) = taur[j];
-            TI(j, j) = taui[j];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
@@ -157,19 +203,21 @@ void fuseloop_cgeqr2(__global RT *a, __global RT *v, __global RT *t,
 #undef AI
 #undef TR
 #undef TI
+#undef CW
+#undef RL
 """
 
 #: the complex QR's block width
 CQR_BLOCK = 32
 
-_kernels: dict[tuple[str, int], SourceKernel] = {}
+_kernels: dict[tuple[str, int, int], SourceKernel] = {}
 _lock = threading.Lock()
 _caches.register("linalg_qr_complex.kernels", _kernels.clear, lambda: len(_kernels),
-                 why="one per element type and work-group size")
+                 why="one per element type, work-group size and block width")
 
 
 def _kernel(dtype: np.dtype, wg: int) -> SourceKernel:
-    key = (dtype.char, wg)
+    key = (dtype.char, wg, CQR_BLOCK)
     found = _kernels.get(key)
     if found is None:
         double = dtype == np.complex128

@@ -192,7 +192,8 @@ def test_qr(device, dtype, monkeypatch):
     # numpy's (LAPACK's) reflectors: Q and R themselves, R's diagonal real
     _skip_fp64(device, dtype)
     monkeypatch.setattr(linalg_qr_complex, "CQR_BLOCK", 4)
-    monkeypatch.setattr(linalg_qr_complex, "group_size", lambda device: 4)
+    # (work-groups of 8: 4 columns by 2 row lanes)
+    monkeypatch.setattr(linalg_qr_complex, "group_size", lambda device: 8)
     a = _general((2, N, N), dtype)[:, :, :8].copy()
     a[1, :, 0] = 0
     a[1, 0, 0] = 2j  # (x = 0 below a complex alpha: tau not 0, as zlarfg's)
