@@ -54,6 +54,12 @@ and 64 (``--qr-block``, a row each; ``FUSELOOP_QR_PANEL_GROUP`` sets the panel's
 
     PYTHONPATH=. python benchmarks/bench_linalg.py --ops qr qr_r --qr-block 0 16 64
 
+Complex matrices (``--dtype complex64`` or ``complex128``: cholesky, solve, qr, svd and
+eigh; the GFLOP/s column still counts the real formulas, a quarter of the real flops)::
+
+    PYTHONPATH=. python benchmarks/bench_linalg.py --dtype complex64 --sizes 1024 \
+        --ops solve cholesky eigh --jacobi-sizes 1024
+
 The trailing update alone (TFLOP/s: the GFLOP/s column / 1000)::
 
     PYTHONPATH=. python benchmarks/bench_linalg.py --ops update cholesky solve lu
@@ -80,6 +86,8 @@ MATRIX_OPS = OPS[:6]
 LU_OPS = ("solve", "lu")
 #: the QR's ops (``--qr-block`` applies)
 QR_OPS = ("qr", "qr_r")
+#: the ops timed for complex ``--dtype``s
+COMPLEX_OPS = ("cholesky", "solve", "qr", "qr_r", "sort", "cumsum", "svd", "eigh")
 
 
 def _median(fn: Callable[[], Any], repeat: int) -> float:
@@ -123,21 +131,37 @@ class Case:
         self.calls = {"fuseloop": ours, "numpy": host, "cupy": cupy, "torch": torch}
 
 
+def _random(rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+    """Standard normal values (complex dtypes: real and imaginary parts), in float64 or
+    complex128."""
+    x = rng.standard_normal(shape)
+    return x + 1j * rng.standard_normal(shape) if dt.kind == "c" else x
+
+
+def _wide(dt: np.dtype) -> type:
+    """The reference computations' dtype: float64, or complex128 for complex input."""
+    return np.complex128 if dt.kind == "c" else np.float64
+
+
+def _tol(dt: np.dtype) -> float:
+    return 1e-3 if dt in (np.float32, np.complex64) else 1e-9
+
+
 def _factorisations(n: int, dt: np.dtype, rhs: int, ops: list[str], cp: Any,
                     th: Any) -> list[Case]:
     rng = np.random.default_rng(0)
-    m = rng.standard_normal((n, n))
-    spd = (m @ m.T / n + np.eye(n)).astype(dt)
+    m = _random(rng, (n, n), dt)
+    spd = (m @ m.conj().T / n + np.eye(n)).astype(dt)
     gen = (m / np.sqrt(n) + 2 * np.eye(n)).astype(dt)
-    b = rng.standard_normal(n).astype(dt)
+    b = _random(rng, (n,), dt).astype(dt)
     low = np.tril(m / np.sqrt(n) + 4 * np.eye(n)).astype(dt)
     bb = rng.standard_normal((n, rhs)).astype(dt)
     d = {k: fl.asarray(v) for k, v in
          (("spd", spd), ("gen", gen), ("b", b), ("low", low), ("bb", bb))}
-    tol = 1e-3 if dt == np.float32 else 1e-9
+    tol = _tol(dt)
     cases = []
     if "cholesky" in ops:
-        ref = np.linalg.cholesky(spd.astype(np.float64))
+        ref = np.linalg.cholesky(spd.astype(_wide(dt)))
         got = fl.linalg.cholesky(d["spd"]).get()
         ok = bool(np.abs(got - ref).max() <= tol * np.abs(ref).max() * 10)
         c_spd = cp.asarray(spd) if cp else None
@@ -196,11 +220,12 @@ def _qr_case(op: str, n: int, gen: np.ndarray, d: dict, cp: Any, th: Any,
     (the same signs: both are LAPACK's reflectors)."""
     mode = "reduced" if op == "qr" else "r"
     got = fl.linalg.qr(d["gen"], mode=mode)
-    r = (got.R if mode == "reduced" else got).get().astype(np.float64)
-    want = np.linalg.qr(gen.astype(np.float64), mode="r")
+    wide = _wide(gen.dtype)
+    r = (got.R if mode == "reduced" else got).get().astype(wide)
+    want = np.linalg.qr(gen.astype(wide), mode="r")
     ok = bool(np.abs(r - want).max() <= tol * 10 * np.abs(want).max())
     if mode == "reduced":
-        q = got.Q.get().astype(np.float64)
+        q = got.Q.get().astype(wide)
         ok = ok and bool(np.abs(q @ r - gen).max() <= tol * 10 * np.abs(gen).max())
 
     def ours() -> None:
@@ -316,14 +341,14 @@ def _jacobi_cases(n: int, dt: np.dtype, ops: list[str], cp: Any, th: Any) -> lis
     ``fl.linalg.eigh`` of a random symmetric one, against numpy (LAPACK), cupy and
     torch (cuSOLVER); checked by the values against numpy's (float64)."""
     rng = np.random.default_rng(3)
-    a = rng.standard_normal((n, n))
-    sym = ((a + a.T) / 2).astype(dt)
+    a = _random(rng, (n, n), dt)
+    sym = ((a + a.conj().T) / 2).astype(dt)
     a = a.astype(dt)
-    tol = 1e-3 if dt == np.float32 else 1e-9
+    tol = _tol(dt)
     cases = []
     if "svd" in ops:
         da = fl.asarray(a)
-        ref = np.linalg.svd(a.astype(np.float64), compute_uv=False)
+        ref = np.linalg.svd(a.astype(_wide(dt)), compute_uv=False)
         got = fl.linalg.svd(da, full_matrices=False).S.get()
         c_a = cp.asarray(a) if cp else None
         t_a = th.from_numpy(a).cuda() if th else None
@@ -336,7 +361,7 @@ def _jacobi_cases(n: int, dt: np.dtype, ops: list[str], cp: Any, th: Any) -> lis
             bool(np.abs(got - ref).max() <= tol * ref.max())))
     if "eigh" in ops:
         ds = fl.asarray(sym)
-        ref = np.linalg.eigvalsh(sym.astype(np.float64))
+        ref = np.linalg.eigvalsh(sym.astype(_wide(dt)))
         got = fl.linalg.eigh(ds).eigenvalues.get()
         c_s = cp.asarray(sym) if cp else None
         t_s = th.from_numpy(sym).cuda() if th else None
@@ -399,7 +424,8 @@ def main() -> None:
     ap.add_argument("--scan-n", type=int, default=1 << 27)
     ap.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    ap.add_argument("--dtype", default="float32",
+                    choices=["float32", "float64", "complex64", "complex128"])
     ap.add_argument("--out", default=None)
     ap.add_argument("--update", default="auto",
                     choices=["auto", "kernel", "contraction", "both"])
@@ -413,6 +439,8 @@ def main() -> None:
         ap.error(f"the fuseloop imported ({fl.__file__}) has no choice of update kernel: run "
                  "with PYTHONPATH=<the checkout>")
     dt = np.dtype(args.dtype)
+    if dt.kind == "c":  # (the LU, the triangular solve and the update kernel: real only)
+        args.ops = [op for op in args.ops if op in COMPLEX_OPS]
     cp, th = _cupy(), _torch()
     syncs: dict[str, Callable[[], Any]] = {
         "fuseloop": fl.synchronize, "numpy": lambda: None,

@@ -16,8 +16,10 @@ pivot) is flagged on the device and read once per matrix.
 Leading (batch) axes are handled by a Python loop over the matrices.  The SVD and
 the symmetric eigenproblem (with what needs them: ``pinv``, ``matrix_rank``, the 2-
 and nuclear norms) are one-sided Jacobi sweeps (:mod:`fuseloop.linalg_jacobi`), QR
-blocked Householder (:mod:`fuseloop.linalg_qr`).  Complex input to QR, the eigenvalue
-problems and the SVD runs on the host through numpy and warns with
+blocked Householder (:mod:`fuseloop.linalg_qr`).  Complex matrices run on the device
+too (:mod:`fuseloop.linalg_complex`, :mod:`fuseloop.linalg_complex_eig`,
+:mod:`fuseloop.linalg_qr_complex`: mostly the real algorithms on a real embedding);
+only empty input runs on the host through numpy, and warns with
 :class:`~fuseloop.errors.HostFallbackWarning`.
 """
 
@@ -31,6 +33,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import linalg_complex as _cplx
+from . import linalg_complex_eig as _cplx_eig
 from . import linalg_jacobi as _jacobi
 from . import linalg_kernels as _k
 from . import linalg_panel as _panel
@@ -88,7 +92,7 @@ def _float_dtype(a: Array, name: str, complex_ok: bool = False) -> np.dtype:
 
 def _matrices(x: Any, name: str, square: bool = True, complex_ok: bool = False) -> Array:
     """``x`` as a float array of (a stack of) matrices, checked as numpy checks;
-    ``complex_ok``: complex ones stay complex (the host fallbacks take them)."""
+    ``complex_ok``: complex ones stay complex (else: ``DTypeError``)."""
     a = _coerce(x)
     if a.ndim < 2:
         raise LinAlgError(f"fl.linalg.{name}: {a.ndim}-dimensional array given (shape "
@@ -167,11 +171,15 @@ def _cholesky2(a: Array) -> Array:
 
 
 def cholesky(x: Any, upper: bool = False) -> Array:
-    """``numpy.linalg.cholesky``: the lower factor ``L`` (``L @ L.T == x``); with
-    ``upper=True`` the upper one.  Only the lower triangle of ``x`` is read."""
-    a = _matrices(x, "cholesky")
-    out = _batched(_cholesky2, a)
-    return out.swapaxes(-1, -2) if upper else out
+    """``numpy.linalg.cholesky``: the lower factor ``L`` (``L @ L.T == x``; complex
+    Hermitian ``x``: ``L @ L^H``); with ``upper=True`` the upper one.  Only the lower
+    triangle of ``x`` is read."""
+    a = _matrices(x, "cholesky", complex_ok=True)
+    out = _batched(_cplx.cholesky if a.dtype.kind == "c" else _cholesky2, a)
+    if not upper:
+        return out
+    # (numpy's upper factor is L^H)
+    return _cplx.conj(out).swapaxes(-1, -2) if a.dtype.kind == "c" else out.swapaxes(-1, -2)
 
 
 # }}}
@@ -307,9 +315,8 @@ def solve(a: Any, b: Any) -> Array:
     ``(..., n)``, numpy 2's rule: only when 1-D) or matrices ``(..., n, k)``."""
     a = _matrices(a, "solve", complex_ok=True)
     bb = _coerce(b)
-    if a.dtype.kind == "c" or bb.dtype.kind == "c":  # the device LU is real only
-        return _host("solve", np.linalg.solve, a, bb)
-    dt = np.result_type(a.dtype, _float_dtype(bb, "solve"))
+    complex_ = a.dtype.kind == "c" or bb.dtype.kind == "c"
+    dt = np.result_type(a.dtype, _float_dtype(bb, "solve", complex_ok=complex_))
     a = a.astype(dt) if a.dtype != dt else a
     bb = bb.astype(dt) if bb.dtype != dt else bb
     n = a.shape[-1]
@@ -319,6 +326,8 @@ def solve(a: Any, b: Any) -> Array:
     if bb.ndim < 2 or bb.shape[-2] != n:
         raise ValueError(f"fl.linalg.solve: b of shape {_coerce(b).shape} does not match a "
                          f"of shape {a.shape} (b needs {n} rows)")
+    if complex_:  # (the real LU of an embedding: linalg_complex)
+        return _cplx.solve(a, bb, vector)
     batch = np.broadcast_shapes(a.shape[:-2], bb.shape[:-2])
     if batch:
         from .ops.shape import broadcast_to
@@ -345,7 +354,8 @@ def _inv2(a: Array) -> Array:
 
 def inv(x: Any) -> Array:
     """``numpy.linalg.inv`` (LU, then the solves against the identity)."""
-    return _batched(_inv2, _matrices(x, "inv"))
+    a = _matrices(x, "inv", complex_ok=True)
+    return _cplx.inv(a) if a.dtype.kind == "c" else _batched(_inv2, a)
 
 
 def _slogdet2(a: Array) -> tuple[Array, Array]:
@@ -372,12 +382,13 @@ class SlogdetResult(NamedTuple):
 
 
 def slogdet(x: Any) -> SlogdetResult:
-    """``numpy.linalg.slogdet``: (sign, log|det|) from the LU factors; complex,
-    empty and 0 x 0 input through the host fallback."""
+    """``numpy.linalg.slogdet``: (sign, log|det|) from the LU factors (complex: the
+    sign a complex number of modulus 1); empty and 0 x 0 input through the host
+    fallback."""
     a = _matrices(x, "slogdet", complex_ok=True)
-    if a.dtype.kind == "c" or a.size == 0:
+    if a.size == 0:
         return SlogdetResult(*_host("slogdet", np.linalg.slogdet, a))
-    return SlogdetResult(*_batched(_slogdet2, a))
+    return SlogdetResult(*_batched(_cplx.slogdet if a.dtype.kind == "c" else _slogdet2, a))
 
 
 def _det2(a: Array) -> Array:
@@ -391,10 +402,10 @@ def _det2(a: Array) -> Array:
 
 def det(x: Any) -> Array:
     """``numpy.linalg.det``: the product of the LU diagonal, signed by the pivots."""
-    a = _matrices(x, "det")
+    a = _matrices(x, "det", complex_ok=True)
     if a.shape[-1] == 0:
         raise NotImplementedError("fl.linalg.det of 0 x 0 matrices")
-    return _batched(_det2, a)
+    return _batched(_cplx.det if a.dtype.kind == "c" else _det2, a)
 
 
 def matrix_power(x: Any, n: int) -> Array:
@@ -444,18 +455,18 @@ def _host(name: str, fn: Callable[..., Any], *arrays: Array, **kw: Any) -> Any:
 
 def qr(x: Any, mode: str = "reduced") -> tuple[Array, Array] | Array:
     """``numpy.linalg.qr`` (modes "reduced", "complete", "r"): blocked Householder QR
-    on the device (:mod:`fuseloop.linalg_qr`), numpy's signs; complex matrices
-    through the host fallback."""
+    on the device (:mod:`fuseloop.linalg_qr`; complex: :mod:`fuseloop.linalg_qr_complex`),
+    numpy's signs."""
     from . import linalg_qr
+    from .linalg_qr_complex import qr_matrix_complex
 
     if mode not in ("reduced", "complete", "r"):
         raise ValueError(f"fl.linalg.qr: unknown mode {mode!r}; 'reduced', 'complete' or 'r'")
     a = _matrices(x, "qr", square=False, complex_ok=True)
-    if a.dtype.kind == "c":
-        return _host("qr", np.linalg.qr, a, mode=mode)
     if a.ndim > 2 and math.prod(a.shape[:-2]) == 0:
         return linalg_qr.qr_empty_batch(a, mode)
-    out = _batched(lambda m: linalg_qr.qr_matrix(m, mode), a)
+    fn = qr_matrix_complex if a.dtype.kind == "c" else linalg_qr.qr_matrix
+    out = _batched(lambda m: fn(m, mode), a)
     return out if mode == "r" else linalg_qr.QRResult(*out)
 
 
@@ -482,19 +493,20 @@ def _uplo(UPLO: str) -> bool:
 
 
 def _host_only(a: Array) -> bool:
-    """Complex and empty matrices: the host fallback's (the Jacobi sweeps are real)."""
-    return a.dtype.kind == "c" or a.size == 0
+    """Empty matrices: the host fallback's."""
+    return a.size == 0
 
 
 def eigh(x: Any, UPLO: str = "L") -> EighResult:
     """``numpy.linalg.eigh``: eigenvalues ascending, eigenvectors as columns, from the
-    ``UPLO`` triangle; real matrices by Jacobi sweeps on the device
-    (:mod:`fuseloop.linalg_jacobi`), complex ones through the host fallback."""
+    ``UPLO`` triangle; by Jacobi sweeps on the device (:mod:`fuseloop.linalg_jacobi`;
+    complex ones on their real embedding, :mod:`fuseloop.linalg_complex_eig`)."""
     a = _matrices(x, "eigh", complex_ok=True)
     lower = _uplo(UPLO)
     if _host_only(a):
         return EighResult(*_host("eigh", np.linalg.eigh, a, UPLO=UPLO))
-    return EighResult(*_batched(lambda m: _jacobi.eigh(m, lower), a))
+    fn = _cplx_eig.eigh if a.dtype.kind == "c" else _jacobi.eigh
+    return EighResult(*_batched(lambda m: fn(m, lower), a))
 
 
 def eigvalsh(x: Any, UPLO: str = "L") -> Array:
@@ -503,20 +515,22 @@ def eigvalsh(x: Any, UPLO: str = "L") -> Array:
     lower = _uplo(UPLO)
     if _host_only(a):
         return _host("eigvalsh", np.linalg.eigvalsh, a, UPLO=UPLO)
-    return _batched(lambda m: _jacobi.eigh(m, lower, vectors=False), a)
+    fn = _cplx_eig.eigh if a.dtype.kind == "c" else _jacobi.eigh
+    return _batched(lambda m: fn(m, lower, vectors=False), a)
 
 
 def svd(x: Any, full_matrices: bool = True, compute_uv: bool = True) -> Any:
     """``numpy.linalg.svd``: ``(U, S, Vh)`` with ``S`` descending (or ``S`` alone);
     real matrices by one-sided Jacobi on the device (:mod:`fuseloop.linalg_jacobi`:
     ``U``'s columns beyond the rank are completed to an orthonormal basis, as
-    numpy's), complex ones through the host fallback."""
+    numpy's; complex ones on their real embedding, :mod:`fuseloop.linalg_complex_eig`)."""
     a = _matrices(x, "svd", square=False, complex_ok=True)
     if _host_only(a):
         out = _host("svd", np.linalg.svd, a, full_matrices=full_matrices,
                     compute_uv=compute_uv)
         return SVDResult(*out) if compute_uv else out
-    out = _batched(lambda m: _jacobi.svd(m, full_matrices, compute_uv), a)
+    fn = _cplx_eig.svd if a.dtype.kind == "c" else _jacobi.svd
+    out = _batched(lambda m: fn(m, full_matrices, compute_uv), a)
     return SVDResult(*out) if compute_uv else out
 
 
@@ -549,10 +563,12 @@ def pinv(x: Any, rcond: Any = None, hermitian: bool = False, *, rtol: Any = None
         return _host("pinv", np.linalg.pinv, a, hermitian=hermitian, **kw)
     rc = rcond if rcond is not None else rtol if rtol is not None else 1e-15
     u, s, vh = svd(a, full_matrices=False)
-    cutoff = expand_dims(_values(rc, a), -1) * _r.max(s, axis=-1, keepdims=True)
+    cutoff = expand_dims(_values(rc, s), -1) * _r.max(s, axis=-1, keepdims=True)
     large = s > cutoff
-    inv_s = large.astype(a.dtype) / (s + (~large).astype(a.dtype))
-    return (vh.swapaxes(-1, -2) * expand_dims(inv_s, -2)) @ u.swapaxes(-1, -2)
+    inv_s = large.astype(s.dtype) / (s + (~large).astype(s.dtype))
+    if a.dtype.kind == "c":  # (V S^-1 U^H)
+        vh, u = _cplx.conj(vh), _cplx.conj(u)
+    return (vh.swapaxes(-1, -2) * expand_dims(inv_s.astype(a.dtype), -2)) @ u.swapaxes(-1, -2)
 
 
 def matrix_rank(x: Any, tol: Any = None, hermitian: bool = False, *,
@@ -574,11 +590,11 @@ def matrix_rank(x: Any, tol: Any = None, hermitian: bool = False, *,
                      **({} if rtol is None else {"rtol": rtol}))
     s = FUNCTIONS["absolute"](eigvalsh(a)) if hermitian else svdvals(a)
     if tol is None:
-        rel = max(a.shape[-2:]) * np.finfo(a.dtype).eps if rtol is None \
-            else expand_dims(_values(rtol, a), -1)
+        rel = max(a.shape[-2:]) * np.finfo(s.dtype).eps if rtol is None \
+            else expand_dims(_values(rtol, s), -1)
         limit = _r.max(s, axis=-1, keepdims=True) * rel
     else:
-        limit = expand_dims(_values(tol, a), -1)
+        limit = expand_dims(_values(tol, s), -1)
     return _r.count_nonzero(s > limit, axis=-1)
 
 
@@ -588,10 +604,11 @@ def matrix_norm(x: Any, ord: Any = "fro", keepdims: bool = False) -> Array:
     singular values (:func:`svdvals`)."""
     from .ufuncs import FUNCTIONS
 
-    a = _matrices(x, "matrix_norm", square=False)
+    a = _matrices(x, "matrix_norm", square=False, complex_ok=True)
     absolute = FUNCTIONS["absolute"]
     if ord == "fro":
-        out = FUNCTIONS["sqrt"](_r.sum(a * a, axis=(-2, -1)))
+        mag = absolute(a) if a.dtype.kind == "c" else a
+        out = FUNCTIONS["sqrt"](_r.sum(mag * mag, axis=(-2, -1)))
     elif ord in (1, -1):
         cols = _r.sum(absolute(a), axis=-2)
         out = _r.max(cols, axis=-1) if ord == 1 else _r.min(cols, axis=-1)

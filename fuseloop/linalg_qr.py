@@ -15,7 +15,7 @@ panel is 3 launches (on GPUs up to 4), and ``Q`` 2 (3) more a panel.  The reflec
 are LAPACK's (``beta = -sign(alpha) |x|``), so ``R`` and ``Q`` are numpy's up to
 rounding, with the same signs.
 
-Real float32 and float64 only: complex matrices take the host fallback.
+Real float32 and float64; complex matrices: :mod:`fuseloop.linalg_qr_complex`.
 """
 
 from __future__ import annotations

@@ -130,6 +130,12 @@ def _hand_written_plans() -> list:
                                       ["in0", "in1", "out0", "out1"], layout))
     for name in linalg_kernels._KERNELS:
         plans.append(linalg_kernels._kernel(name, np.dtype(np.float64), 256).plan)
+    # (the complex LU's and QR's panels)
+    from fuseloop import linalg_complex, linalg_qr_complex
+
+    for dt in (np.complex64, np.complex128):
+        plans.append(linalg_complex._panel_kernel(np.dtype(dt), 256).plan)
+        plans.append(linalg_qr_complex._kernel(np.dtype(dt), 256).plan)
     plans += [bincount_kernel._kernel(np.dtype(t)).plan for t in (np.int32, np.uint64)]
     return plans
 
