@@ -8,7 +8,7 @@ answer and which wraps each int64 index itself, then reads the answer back.  Her
 the same work is written as a hand-written kernel would be, in variants chosen by
 ``FUSELOOP_SCATTER`` (read at each call, so one process can time them all):
 
-* ``expr`` (the default): the general path above, nothing here.
+* ``expr``: the general path above, nothing here.
 * ``gate``: one check kernel (each work-item reads :data:`ITEMS` indices, coalesced,
   and stores 1 into a gate word when one is out of range: no reduction, one launch),
   then one store kernel that returns at once when the gate is set, else loads its
@@ -34,8 +34,14 @@ the same work is written as a hand-written kernel would be, in variants chosen b
   then reads those in order, so the work-groups running at once store into one or
   two spans of the target, which stay in L2.  Three launches; 8 + 12 + 8 bytes
   read and 8 written per element besides the stores.
-* ``auto``: ``backup`` where twice the target's bytes are fewer than the indices'
-  bytes, else ``gate`` (which launches one kernel less).
+* ``auto`` (the default): ``partition`` for a target larger than the device's
+  last-level cache (``global_mem_cache_size``), with buckets of a third of that cache
+  where ``FUSELOOP_SCATTER_SPAN`` does not say; else ``gate``.  Measured on an H100
+  (50 MB L2; ``benchmarks/probes/scatter_probe.py --variants``, 2^24 float32, int64
+  indices): ``out[perm] = v`` into 64 MB by ``partition`` with 16 MiB buckets 0.76 ms
+  (4 and 2 MiB buckets 1.00, ``gate`` 1.56, the general path 1.78, torch 1.11);
+  ``fl.add.at`` into 4 MB of bins by ``gate`` 0.50 ms (``backup`` and ``narrow`` 0.50,
+  ``partition`` 0.65-0.71, the general path 0.79, torch 0.28).
 
 The target is untouched when an index is out of range: the store kernel reads the
 gate before any store (the check ran before it on the in-order queue), or with
@@ -84,8 +90,9 @@ ITEMS = 4
 GROUP = 256
 #: the most work-groups of the backup's copies (each loops over the rest)
 COPY_GROUPS = 1024
-#: ``partition``: the bytes of the target one bucket spans when
-#: ``FUSELOOP_SCATTER_SPAN`` does not say (a bucket's stores stay in L2 together)
+#: ``partition``: the bytes of the target one bucket spans when neither
+#: ``FUSELOOP_SCATTER_SPAN`` nor the device's cache size says (a bucket's stores stay
+#: in L2 together)
 SPAN_BYTES = 4 << 20
 #: ``partition``: the most buckets (the rest of a larger target widens them)
 MAX_BUCKETS = 256
@@ -115,9 +122,18 @@ PENDING_MAX = 64
 
 
 def variant() -> str:
-    """The variant ``FUSELOOP_SCATTER`` names (``expr`` when unset or unknown)."""
-    name = os.environ.get("FUSELOOP_SCATTER", "expr").strip().lower()
-    return name if name in VARIANTS else "expr"
+    """The variant ``FUSELOOP_SCATTER`` names (``auto`` when unset or unknown)."""
+    name = os.environ.get("FUSELOOP_SCATTER", "auto").strip().lower()
+    return name if name in VARIANTS else "auto"
+
+
+def cache_bytes(device: Device) -> int:
+    """The device's last-level cache in bytes (OpenCL's ``global_mem_cache_size``;
+    0 where the driver does not say)."""
+    try:
+        return int(getattr(device.cl_device, "global_mem_cache_size", 0) or 0)
+    except Exception:  # (a device record without a live OpenCL device: tests)
+        return 0
 
 
 def items() -> int:
@@ -524,22 +540,25 @@ def _launch(kernel: SourceKernel, groups: int, group: int, outs: list[Any],
 
 
 def mode_for(a: Array, key: Array) -> str:
-    """The variant to run (``auto``: ``backup`` where copying the target costs fewer
-    bytes than reading the indices once more, else ``gate``)."""
+    """The variant to run (``auto``: ``partition`` for a target larger than the
+    device's last-level cache, else ``gate``)."""
     mode = variant()
     if mode == "auto":
-        return "backup" if 2 * a.nbytes < key.nbytes else "gate"
+        cache = cache_bytes(a.device)
+        return "partition" if cache and a.nbytes > cache else "gate"
     return mode
 
 
-def span_shift(n: int, itemsize: int) -> tuple[int, int]:
+def span_shift(n: int, itemsize: int, cache: int = 0) -> tuple[int, int]:
     """``partition``'s (shift, buckets): positions ``>> shift`` name the bucket, one per
-    ``FUSELOOP_SCATTER_SPAN`` bytes of the target (else :data:`SPAN_BYTES`), at most
+    ``FUSELOOP_SCATTER_SPAN`` bytes of the target (else a third of ``cache``, the
+    device's last-level cache, or :data:`SPAN_BYTES` where that is unknown), at most
     :data:`MAX_BUCKETS`."""
+    default = cache // 3 if cache else SPAN_BYTES
     try:
-        span = int(os.environ.get("FUSELOOP_SCATTER_SPAN", SPAN_BYTES))
+        span = int(os.environ.get("FUSELOOP_SCATTER_SPAN", default))
     except ValueError:
-        span = SPAN_BYTES
+        span = default
     shift = max(0, (max(1, span // itemsize)).bit_length() - 1)
     while ((n - 1) >> shift) + 1 > MAX_BUCKETS:
         shift += 1
@@ -626,7 +645,7 @@ def _run_partition(mode: str, a: Array, key: Array, values: Array, gate: Array,
     from ..creation import empty, zeros
 
     dev, n, m = a.device, a.size, key.size
-    shift, buckets = span_shift(n, a.dtype.itemsize)
+    shift, buckets = span_shift(n, a.dtype.itemsize, cache_bytes(dev))
     groups = -(-m // (group * k))
     counters = zeros(2 * buckets, dtype=np.int32, device=dev).eval()
     positions = empty(m, dtype=np.int32, device=dev).eval()
