@@ -46,9 +46,11 @@ from .expr.nodes import (
     Leaf,
     Literal,
     Node,
+    Pointer,
     Reduce,
     Remap,
     Scalar,
+    SparseProduct,
     Storage,
 )
 from .expr.program import Target
@@ -531,6 +533,64 @@ def _gather(node: Any, ev: _State) -> np.ndarray:
 # }}}
 
 
+# structure signature -> the most elements one reduction, remap or gather of it reads
+# (see _largest_read): a signature fixes every node's shape, so this is its answer
+_reads: dict[int, int] = {}
+READS_MAX = 4096
+_FOREIGN = (Pointer, SparseProduct)
+
+
+def _largest_read(node: Node) -> int:
+    """The most elements an input of a reduction (or a computed input of a remap or
+    gather) in ``node``'s tree has; 0 for an elementwise tree, whose every node is no
+    larger than its root.  A node never computed here counts as too large."""
+    most = 0
+    stack = [node]
+    while stack:
+        n: Any = stack.pop()
+        cls = type(n)
+        if cls is Reduce:
+            kids: Sequence[Node] = (n.child,)
+            most = max(most, _size(n.child.shape))
+        elif cls is Remap or cls is Gather:
+            kids = (n.child,) if cls is Remap else (n.child, n.index)
+            for k in kids:
+                if type(k) is not Leaf:
+                    most = max(most, _size(k.shape))
+        elif cls is Apply:
+            kids = n.args
+        elif cls is Concat:
+            kids = n.pieces
+        elif isinstance(n, _FOREIGN):
+            return 1 << 62
+        else:
+            continue
+        stack.extend([k for k in kids if k.fancy])  # (elementwise subtrees: no larger)
+    return most
+
+
+def small_reads(roots: Sequence[Node]) -> bool:
+    """Whether no reduction, remap or gather in ``roots`` reads more than
+    :data:`HOST_MAX_WORK` elements (what :func:`_value` computes; a small result of a
+    large input, ``X.sum(axis=1)``, is the kernels' work).  Asked before the device's
+    queue is finished: the answer is known from the tree, once per signature."""
+    limit = HOST_MAX_WORK
+    for r in roots:
+        if not r.fancy:
+            continue
+        sig = r.sig
+        most = _reads.get(sig) if sig else None
+        if most is None:
+            most = _largest_read(r)
+            if sig:
+                if len(_reads) >= READS_MAX:
+                    _reads.clear()
+                _reads[sig] = most
+        if most > limit:
+            return False
+    return True
+
+
 def eligible(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
              targets: Sequence[Target | Storage | None] | None) -> bool:
     """Whether an evaluation passes :func:`try_run`'s first checks (small work on a host
@@ -547,7 +607,7 @@ def eligible(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     for r in roots:
         if r.dtype.char not in _DTYPES:
             return False
-    return True
+    return small_reads(roots)
 
 
 def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
@@ -618,6 +678,7 @@ def _clear_loops() -> None:
 
 _caches.register("host_path.loops", _clear_loops, lambda: len(_loop_fns),
                  why="one per operation and loop dtypes")
+_caches.register("host_path.reads", _reads.clear, lambda: len(_reads), READS_MAX)
 _caches.register("host_path.flat_counts", _flat_counts.clear, lambda: len(_flat_counts),
                  FLAT_COUNTS_MAX)
 _caches.register("host_path.mapped", clear, lambda: len(_mapped),

@@ -38,6 +38,7 @@ from .host_path import (
     _view,
     host_device,
     scalar_fn,
+    small_reads,
 )
 from .runtime.devices import Device, _runtime
 from .stats import increment as _count
@@ -73,7 +74,7 @@ def write(target: Any, node: Node) -> bool:
         return False
     storage, leaf, size = taken
     shape, device, dtype = leaf.shape, target.device, leaf.dtype
-    if dtype.char not in _DTYPES:
+    if dtype.char not in _DTYPES or (node.fancy and not small_reads((node,))):
         return False
     itemsize = dtype.itemsize
     readers = storage.live_readers() if recent_lazy or storage.readers else None
@@ -206,6 +207,8 @@ def inplace(target: Any, op: str, other: Any) -> bool:
     if okey is None:
         return False
     onode: Any = None if okey is float or okey is int else other._node
+    if onode is not None and onode.fancy and not small_reads((onode,)):
+        return False
     shape, device = leaf.shape, target.device
     key = (op, dtype, okey)
     hit = _inplace_loops.get(key)
@@ -291,8 +294,9 @@ def scalar(array: Any) -> Any:
     if type(node) is Scalar:  # (a value computed at once, fuseloop.host_ops: known here)
         return node.value.item()
     if not _host.HOST_MAX_WORK or node.dtype.char not in _DTYPES or not host_device(device) \
-            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
-        return None
+            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0] \
+            or (node.fancy and not small_reads((node,))):
+        return None  # (``float(X.sum())`` of a large X: the kernels' work)
     rt = _runtime(device)
     if rt.deferred:  # (kernels to wait for: the general path's polled wait is cheaper)
         return None

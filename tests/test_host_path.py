@@ -427,3 +427,32 @@ def test_pending_readers_are_not_built_ahead_again(host, monkeypatch):
         np.testing.assert_allclose(a.get(), rh[:6] * 2, rtol=1e-12)
         np.testing.assert_allclose(float(b.get()), rh[6:].sum() + k, rtol=1e-12)
     assert dry == [2]
+
+
+def test_a_small_result_of_a_large_input_is_left_to_the_kernels(host, monkeypatch):
+    """``X.sum(axis=1)``: the result is small, the input read is not.  Every route into
+    the host path sees that from the tree (once per structure) and leaves it to the
+    kernels without finishing the device's queue first (that wait serialised a loop
+    of such evaluations with its kernels)."""
+    from fuseloop.runtime.devices import _runtime
+
+    xs = np.arange(256 * 256, dtype=np.int32).reshape(256, 256) % 7  # above the limit
+    x = fl.asarray(xs)
+    small = fl.asarray(np.zeros(256, dtype=np.int64))
+    rt = _runtime(host)
+    finished = []
+    plain = rt.finish_queue
+    monkeypatch.setattr(rt, "finish_queue", lambda q: (finished.append(1), plain(q)))
+    fl.reset_stats()
+    rows = x.sum(axis=1).eval()                 # host_path.try_run
+    small[:] = x.sum(axis=1)                    # host_statements.write
+    small += x.max(axis=1)                      # host_statements.inplace
+    total = float(x.sum())                      # host_statements.scalar
+    s = fl.stats()
+    assert finished == [] and s["host_evaluations"] == 0 and s["kernels_launched"] >= 4
+    np.testing.assert_array_equal(rows.get(), xs.sum(axis=1))
+    np.testing.assert_array_equal(small.get(), xs.sum(axis=1) + xs.max(axis=1))
+    assert total == xs.sum()
+    # a small input still runs here
+    np.testing.assert_array_equal(x[:8, :8].sum(axis=1).get(), xs[:8, :8].sum(axis=1))
+    assert fl.stats()["host_evaluations"] == 1
