@@ -10,6 +10,8 @@ copy command.  Each returns False or None where the general path must do the wor
 
 from __future__ import annotations
 
+import sys
+import weakref
 from typing import Any
 
 import numpy as np
@@ -19,7 +21,7 @@ from . import evaluate as _evaluate
 from . import flags as _flags
 from . import host_path as _host
 from .dtypes import scalar_to
-from .expr.nodes import Apply, Leaf, Node, Scalar, recent_lazy
+from .expr.nodes import _EXACT_REFCOUNTS, Apply, Leaf, Node, Scalar, forget_recent, recent_lazy
 from .host_ops import binary0 as host_binary0
 from .host_path import (
     _DTYPES,
@@ -167,11 +169,52 @@ def _operand_key(target: Any, other: Any) -> Any:
     return None
 
 
+def _probe_inplace(target: Any, op: str, other: Any) -> int:
+    return sys.getrefcount(other)
+
+
+def _temp_refcount() -> int:
+    """``sys.getrefcount`` of a temporary operand of ``a += expr`` as :func:`inplace`
+    sees it (``Array.__iadd__`` -> ``Array._inplace`` -> ``inplace``, mirrored and
+    measured: whatever the interpreter's own references are).  A deeper call chain
+    counts more, and reads as held: the safe side."""
+
+    class Probe:
+        def __iadd__(self, o: Any) -> Any: return self._inplace("add", o)
+
+        def _inplace(self, op: str, other: Any) -> Any:
+            return _probe_inplace(self, op, other)
+
+    p: Any = Probe()
+    p += object()
+    return int(p)
+
+
+_TEMP_REFCOUNT = _temp_refcount()
+
+
+def _temporary(other: Any, count: int) -> bool:
+    """Whether the lazy operand ``other`` of :func:`inplace` (``count``: its reference
+    count there) is a temporary nothing else holds (``A[:, j] -= Q[:, k] * R[k, j]``),
+    taken out of the recent lazy arrays if so: nobody can read its value later, so
+    it needs no buffer of its own when it reads elements the statement writes."""
+    if not _EXACT_REFCOUNTS or weakref.getweakrefcount(other):
+        return False
+    tail = recent_lazy[-1:]
+    recent = bool(tail) and tail[0] is other
+    if count > _TEMP_REFCOUNT + recent:
+        return False
+    if recent:
+        forget_recent(other)
+    return True
+
+
 def _kept_operand(storage: Any, leaf: Any, other: Any, onode: Any, okey: Any,
-                  device: Device) -> Any:
+                  device: Device, temporary: bool) -> Any:
     """For :func:`inplace`: None, a buffer for the lazy operand ``other`` when it reads
-    elements written (it is made concrete with the value computed), or False when
-    another lazy array reads them (the general path computes it first)."""
+    elements written (it is made concrete with the value computed) and is held
+    elsewhere (not ``temporary``), or False when another lazy array reads them (the
+    general path computes it first)."""
     readers = storage.live_readers() if recent_lazy or storage.readers else None
     if not readers:
         return None
@@ -182,6 +225,8 @@ def _kept_operand(storage: Any, leaf: Any, other: Any, onode: Any, okey: Any,
                 r._node, storage, written, leaf.dtype.itemsize):
             if r is not other:
                 return False
+            if temporary:
+                continue
             # a lazy operand reading elements written here (seidel_2d's
             # ``A[i, 1:-1] += A[i, 2:] + ...``) becomes concrete with the value
             # computed here, so whoever keeps it reads the old elements
@@ -209,6 +254,9 @@ def inplace(target: Any, op: str, other: Any) -> bool:
     onode: Any = None if okey is float or okey is int else other._node
     if onode is not None and onode.fancy and not small_reads((onode,)):
         return False
+    # (counted here, alone on its line: an argument list holding it would count too)
+    count = sys.getrefcount(other)
+    temporary = onode is not None and type(onode) is not Leaf and _temporary(other, count)
     shape, device = leaf.shape, target.device
     key = (op, dtype, okey)
     hit = _inplace_loops.get(key)
@@ -217,7 +265,7 @@ def inplace(target: Any, op: str, other: Any) -> bool:
     if hit is False:
         return False
     fn, loop, sfn = hit
-    kept = _kept_operand(storage, leaf, other, onode, okey, device)
+    kept = _kept_operand(storage, leaf, other, onode, okey, device, temporary)
     if kept is False:
         return False
     rt = _runtime(device)

@@ -456,3 +456,29 @@ def test_a_small_result_of_a_large_input_is_left_to_the_kernels(host, monkeypatc
     # a small input still runs here
     np.testing.assert_array_equal(x[:8, :8].sum(axis=1).get(), xs[:8, :8].sum(axis=1))
     assert fl.stats()["host_evaluations"] == 1
+
+
+def test_a_temporary_operand_overlapping_the_target_gets_no_buffer(host, monkeypatch):
+    """``A[:, j] -= A[:, k] * A[k, j]`` (gramschmidt, syrk): the lazy operand reads an
+    element the statement writes, but nothing else holds it, so it is not made
+    concrete first (a buffer, a copy and its bookkeeping per statement); one held by
+    a name still is, and keeps the old elements."""
+    from fuseloop import evaluate
+
+    made = []
+    real = evaluate.allocate
+    monkeypatch.setattr(evaluate, "allocate", lambda *a, **k: made.append(1) or real(*a, **k))
+    a0 = np.random.default_rng(3).random((6, 6))
+    a, ref = fl.asarray(a0), a0.copy()
+    fl.reset_stats()
+    for j in range(1, 6):
+        a[:, j] -= a[:, j - 1] * a[j - 1, j]
+        ref[:, j] -= ref[:, j - 1] * ref[j - 1, j]
+    assert made == [] and fl.stats()["host_evaluations"] == 5
+    held = a[:, 0] * a[0, 2]
+    old = ref[:, 0] * ref[0, 2]
+    a[:, 2] -= held
+    ref[:, 2] -= old
+    assert len(made) == 1
+    np.testing.assert_array_equal(held.get(), old)
+    np.testing.assert_array_equal(a.get(), ref)
