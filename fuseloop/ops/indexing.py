@@ -245,6 +245,21 @@ def _zero_d_mask(key: Any) -> bool | None:
     return None
 
 
+# shape -> its C-order strides: a loop's views are of a few shapes, and computing
+# them (twice per view) cost a fifth of a view's host time
+_c_strides_of: dict[tuple[int, ...], tuple[int, ...]] = {}
+C_STRIDES_MAX = 4096
+
+
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    got = _c_strides_of.get(shape)
+    if got is None:
+        if len(_c_strides_of) >= C_STRIDES_MAX:
+            _c_strides_of.clear()
+        got = _c_strides_of[shape] = c_strides(shape)
+    return got
+
+
 def _plain_view(arr: Array, key: Any) -> Array | None:
     """``arr[key]`` in one step for the commonest keys (an int, a slice, ``None``, a
     tuple of them) on a concrete array or a view of one, or None for any other key or
@@ -253,7 +268,7 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     The result is what :func:`_basic_view` makes (the same strides and offset, so the
     same structure key), without the general path's item lists and affine map; its
     leaf shares the buffer's tuple and set of the array's leaf (a loop's statement
-    makes 3-4 views: each allocation counts).
+    makes 3-5 views: each allocation counts).
     """
     node: Any = arr._node
     if arr._storage is None or type(node) is not Leaf:
@@ -262,16 +277,17 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     items = key if type(key) is tuple else (key,)
     strides = node.strides
     if strides is None:
-        strides = c_strides(shape)
+        strides = _c_strides(shape)
     offset = node.offset
-    if len(items) == len(shape):
+    nd = len(shape)
+    if len(items) == nd:
         # one element (``A[i, j]``, the commonest key of a loop): its offset alone
         for k, n, st in zip(items, shape, strides):
             if type(k) is not int:
                 break
             if not -n <= k < n:
                 return None  # (the general path raises numpy's error)
-            offset += st * (k % n)
+            offset += st * (k if k >= 0 else k + n)
         else:
             return _leaf_array(arr, node, (), () if offset else None, offset)
         offset = node.offset
@@ -280,42 +296,53 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     same = True
     d = 0  # the next axis of ``arr``
     for k in items:
-        if k is None:  # a new axis of length 1 (stride 0, as the general path makes it)
+        tk = type(k)
+        if tk is slice:
+            if d == nd:
+                return None  # too many indices: the general path raises numpy's error
+            n = shape[d]
+            st = strides[d]
+            d += 1
+            step = k.step
+            if step is None:  # (the common slice: no range object to measure)
+                start, stop, _ = k.indices(n)
+                length = stop - start if stop > start else 0
+                if length != n:
+                    same = False
+                    if length:
+                        offset += st * start
+            else:
+                if step == 0:
+                    return None
+                start, stop, step = k.indices(n)
+                length = len(range(start, stop, step))
+                if length:
+                    offset += st * start
+                if step != 1 or length != n or start:
+                    same = False
+                st *= step
+            new_shape.append(length)
+            new_strides.append(st)
+        elif tk is int:
+            if d == nd:
+                return None
+            n = shape[d]
+            d += 1
+            if not -n <= k < n:
+                return None  # (the general path raises numpy's error)
+            offset += strides[d - 1] * (k if k >= 0 else k + n)
+            same = False
+        elif k is None:  # a new axis of length 1 (stride 0, as the general path makes it)
             new_shape.append(1)
             new_strides.append(0)
             same = False
-            continue
-        if d == len(shape):
-            return None  # too many indices: the general path raises numpy's error
-        tk = type(k)
-        n = shape[d]
-        d += 1
-        if tk is int:
-            if not -n <= k < n:
-                return None  # (the general path raises numpy's error)
-            offset += strides[d - 1] * (k % n)
-            same = False
-        elif tk is slice:
-            if k.step == 0:
-                return None
-            start, stop, step = k.indices(n)
-            length = len(range(start, stop, step))
-            if length:
-                offset += strides[d - 1] * start
-                if start:
-                    same = False
-            if step != 1 or length != n:
-                same = False
-            new_shape.append(length)
-            new_strides.append(strides[d - 1] * step)
         else:
             return None
     if same:
         return arr
-    rest = d
-    shape_t = (*new_shape, *shape[rest:])
-    strides_t: tuple[int, ...] | None = (*new_strides, *strides[rest:])
-    if not offset and strides_t == c_strides(shape_t):
+    shape_t = (*new_shape, *shape[d:])
+    strides_t: tuple[int, ...] | None = (*new_strides, *strides[d:])
+    if not offset and strides_t == _c_strides(shape_t):
         strides_t = None
     return _leaf_array(arr, node, shape_t, strides_t, offset)
 
