@@ -482,3 +482,24 @@ def test_a_temporary_operand_overlapping_the_target_gets_no_buffer(host, monkeyp
     assert len(made) == 1
     np.testing.assert_array_equal(held.get(), old)
     np.testing.assert_array_equal(a.get(), ref)
+
+
+def test_a_1d_gather_by_one_index_array_skips_the_key_analysis(host, monkeypatch):
+    """``x[cols]`` (spmv's row): the gather the general path makes (same structure,
+    checked: an index out of range still raises), without its key analysis."""
+    from fuseloop.ops import indexing
+
+    xs = np.arange(10.0)
+    x, idx = fl.asarray(xs), fl.asarray(np.array([3, -1, 0, 9], dtype=np.int32))
+    general = x[fl.asarray(np.array([[3, -1], [0, 9]]))]._node  # (2-D index: the general path)
+
+    def refused(*a):
+        raise AssertionError("the general key analysis ran")
+
+    monkeypatch.setattr(indexing, "_split", refused)
+    got = x[idx]
+    assert type(got._node) is type(general) and got._node.checked == general.checked == 2
+    np.testing.assert_array_equal(got.get(), xs[[3, -1, 0, 9]])
+    np.testing.assert_array_equal((fl.asarray(xs[:4]) @ x[idx]).get(), xs[:4] @ xs[[3, -1, 0, 9]])
+    with pytest.raises(IndexError):
+        x[fl.asarray(np.array([0, 10]))].get()

@@ -379,8 +379,23 @@ def _leaf_array(arr: Array, node: Any, shape: tuple[int, ...], strides: tuple[in
     return view
 
 
+def _gather_1d(arr: Array, key: Any) -> Array | None:
+    """``arr[idx]`` for a 1-D ``arr`` (of a nonzero length) and one non-empty integer
+    array ``idx`` of its device: the gather the general path makes (checked, its
+    errors naming axis 0), made without its key analysis (spmv's ``x[cols]``, once
+    per row: the analysis cost more than the gather), or None."""
+    if type(key) is not Array or len(arr._shape) != 1 or not arr._shape[0] \
+            or key.device is not arr.device or key.dtype.kind not in "iu" \
+            or not math.prod(key._shape) or trace_checks:
+        return None
+    return Array._lazy(Gather(arr._node, key._node, 0, checked=2), arr.device)
+
+
 def getitem(arr: Array, key: Any) -> Array:
     out = _plain_view(arr, key)
+    if out is not None:
+        return out
+    out = _gather_1d(arr, key)
     if out is not None:
         return out
     flag = _zero_d_mask(key)
