@@ -263,13 +263,9 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 def _plain_view(arr: Array, key: Any) -> Array | None:
     """``arr[key]`` in one step for the commonest keys (an int, a slice, ``None``, a
     tuple of them) on a concrete array or a view of one, or None for any other key or
-    array.
-
-    The result is what :func:`_basic_view` makes (the same strides and offset, so the
-    same structure key), without the general path's item lists and affine map; its
-    leaf shares the buffer's tuple and set of the array's leaf (a loop's statement
-    makes 3-5 views: each allocation counts).
-    """
+    array: what :func:`_basic_view` makes (the same strides and offset, so the same
+    structure key) without its item lists and affine map; its leaf shares the buffer's
+    tuple and set of the array's leaf (a loop's statement makes 3-5 views)."""
     node: Any = arr._node
     if arr._storage is None or type(node) is not Leaf:
         return None
@@ -296,13 +292,18 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     same = True
     d = 0  # the next axis of ``arr``
     for k in items:
+        if k is None:  # a new axis of length 1 (stride 0, as the general path makes it)
+            new_shape.append(1)
+            new_strides.append(0)
+            same = False
+            continue
+        if d == nd:
+            return None  # too many indices: the general path raises numpy's error
         tk = type(k)
+        n = shape[d]
+        st = strides[d]
+        d += 1
         if tk is slice:
-            if d == nd:
-                return None  # too many indices: the general path raises numpy's error
-            n = shape[d]
-            st = strides[d]
-            d += 1
             step = k.step
             if step is None:  # (the common slice: no range object to measure)
                 start, stop, _ = k.indices(n)
@@ -324,17 +325,9 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
             new_shape.append(length)
             new_strides.append(st)
         elif tk is int:
-            if d == nd:
-                return None
-            n = shape[d]
-            d += 1
             if not -n <= k < n:
                 return None  # (the general path raises numpy's error)
-            offset += strides[d - 1] * (k if k >= 0 else k + n)
-            same = False
-        elif k is None:  # a new axis of length 1 (stride 0, as the general path makes it)
-            new_shape.append(1)
-            new_strides.append(0)
+            offset += st * (k if k >= 0 else k + n)
             same = False
         else:
             return None
