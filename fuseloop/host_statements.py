@@ -27,7 +27,6 @@ from .host_path import (
     _DTYPES,
     _QUIET,
     _UFUNCS,
-    TRACK_USES_AT,
     _check_loop,
     _errors,
     _size,
@@ -41,6 +40,7 @@ from .host_path import (
     host_device,
     scalar_fn,
     small_reads,
+    tracks_uses,
 )
 from .runtime.devices import Device, _runtime
 from .stats import increment as _count
@@ -94,7 +94,7 @@ def write(target: Any, node: Node) -> bool:
         rt.finish_queue(rt.queue)
         token = _errors.set(_QUIET) if _QUIET is not None else None
         try:
-            value = _value(node, _State(rt, _uses([node]) if size >= TRACK_USES_AT else None))
+            value = _value(node, _State(rt, _uses([node]) if tracks_uses((node,), size) else None))
         except (_Unsupported, RecursionError, TypeError, ValueError):
             return False
         finally:

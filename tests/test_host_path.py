@@ -503,3 +503,25 @@ def test_a_1d_gather_by_one_index_array_skips_the_key_analysis(host, monkeypatch
     np.testing.assert_array_equal((fl.asarray(xs[:4]) @ x[idx]).get(), xs[:4] @ xs[[3, -1, 0, 9]])
     with pytest.raises(IndexError):
         x[fl.asarray(np.array([0, 10]))].get()
+
+
+def test_few_temporaries_are_not_tracked(host, monkeypatch):
+    """A 4-operation statement on 3200 elements (jacobi_1d) keeps its few temporaries
+    rather than counting their readers; a larger expression still counts them."""
+    from fuseloop import host_statements
+
+    counted = []
+    real = host_statements._uses
+    monkeypatch.setattr(host_statements, "_uses", lambda roots: counted.append(1) or real(roots))
+    a0 = np.random.default_rng(5).random(3200)
+    a, b = fl.asarray(a0), fl.asarray(np.zeros(3200))
+    fl.reset_stats()
+    b[1:-1] = 0.33333 * (a[:-2] + a[1:-1] + a[2:])
+    assert counted == []
+    b[1:-1] = (a[:-2] * 2.0 + a[1:-1] * 3.0 - a[2:] * 4.0) / (a[1:-1] + 1.0) \
+        + fl.sin(a[2:]) * fl.cos(a[:-2]) - a[1:-1] * a[1:-1] + 0.5 * (a[2:] - a[:-2])
+    assert counted == [1]
+    ref = (a0[:-2] * 2.0 + a0[1:-1] * 3.0 - a0[2:] * 4.0) / (a0[1:-1] + 1.0) \
+        + np.sin(a0[2:]) * np.cos(a0[:-2]) - a0[1:-1] * a0[1:-1] + 0.5 * (a0[2:] - a0[:-2])
+    np.testing.assert_allclose(b.get()[1:-1], ref, rtol=1e-14)
+    assert fl.stats()["kernels_launched"] == 0
