@@ -72,7 +72,8 @@ def matmul(a: Any, b: Any) -> Any:
     work = sa[-1] * (sa[0] if na == 2 else 1) * (sb[1] if nb == 2 else 1)
     if work > limit or _host._evaluate.capturing_threads[0] \
             or _host._evaluate.recording_threads[0] \
-            or not _host.small_reads((a._node, b._node)):  # (``X.sum(0) @ v``: kernels)
+            or ((a._node.fancy or b._node.fancy)  # (``X.sum(0) @ v``: the kernels')
+                and not _host.small_reads((a._node, b._node))):
         return None
     rt = _runtime(device)
     if rt.deferred:  # (small launches waiting to be enqueued: the kernels join them)

@@ -210,11 +210,13 @@ def _temporary(other: Any, count: int) -> bool:
 
 
 def _kept_operand(storage: Any, leaf: Any, other: Any, onode: Any, okey: Any,
-                  device: Device, temporary: bool) -> Any:
+                  device: Device, count: int) -> Any:
     """For :func:`inplace`: None, a buffer for the lazy operand ``other`` when it reads
     elements written (it is made concrete with the value computed) and is held
-    elsewhere (not ``temporary``), or False when another lazy array reads them (the
-    general path computes it first)."""
+    elsewhere (``count``: its reference count in :func:`inplace`), or False when
+    another lazy array reads them (the general path computes it first)."""
+    temporary = onode is not None and type(onode) is not Leaf \
+        and storage in onode.storages and _temporary(other, count)
     readers = storage.live_readers() if recent_lazy or storage.readers else None
     if not readers:
         return None
@@ -256,7 +258,6 @@ def inplace(target: Any, op: str, other: Any) -> bool:
         return False
     # (counted here, alone on its line: an argument list holding it would count too)
     count = sys.getrefcount(other)
-    temporary = onode is not None and type(onode) is not Leaf and _temporary(other, count)
     shape, device = leaf.shape, target.device
     key = (op, dtype, okey)
     hit = _inplace_loops.get(key)
@@ -265,7 +266,7 @@ def inplace(target: Any, op: str, other: Any) -> bool:
     if hit is False:
         return False
     fn, loop, sfn = hit
-    kept = _kept_operand(storage, leaf, other, onode, okey, device, temporary)
+    kept = _kept_operand(storage, leaf, other, onode, okey, device, count)
     if kept is False:
         return False
     rt = _runtime(device)
