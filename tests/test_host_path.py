@@ -525,3 +525,22 @@ def test_few_temporaries_are_not_tracked(host, monkeypatch):
         + np.sin(a0[2:]) * np.cos(a0[:-2]) - a0[1:-1] * a0[1:-1] + 0.5 * (a0[2:] - a0[:-2])
     np.testing.assert_allclose(b.get()[1:-1], ref, rtol=1e-14)
     assert fl.stats()["kernels_launched"] == 0
+
+
+def test_a_0d_integer_array_in_a_key_is_read_as_its_value(host):
+    """``G[k, idx[a, b]]`` (scattering_self_energies): numpy takes a 0-d integer array
+    as an integer, so on the CPU device the index is read and the element view copied
+    (lazily): no checked gather whose error flag is read back before the next write.
+    The copy keeps the old elements; an index out of range still raises."""
+    h = np.arange(60.0).reshape(3, 4, 5)
+    g = fl.asarray(h)
+    idx = fl.asarray(np.array([[2, -1]], dtype=np.int32))
+    fl.reset_stats()
+    row, elem = g[1, idx[0, 0]], g[1, 2, idx[0, 1]]
+    assert "Gather" not in (type(row._node).__name__, type(elem._node).__name__)
+    g[1, 2] = 0.0
+    np.testing.assert_array_equal(row.get(), h[1, 2])
+    assert float(elem) == h[1, 2, -1]
+    assert fl.stats()["kernels_launched"] == 0
+    with pytest.raises(IndexError):
+        g[1, fl.asarray(np.array(7))].get()
