@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .. import host_path as _host_path
 from ..array import Array, _coerce, _new_array
 from ..assignment import assign
 from ..creation import asarray
@@ -386,6 +387,9 @@ def _gather_1d(arr: Array, key: Any) -> Array | None:
     return Array._lazy(Gather(arr._node, key._node, 0, checked=2), arr.device)
 
 
+_PLAIN_ITEMS = frozenset((int, slice, type(None), Array))
+
+
 def _element_indices(arr: Array, key: Any) -> Array | None:
     """``arr[k, idx, ...]`` for a key of ints and slices with 0-d integer arrays among
     them, on a CPU device whose buffers numpy reads (NPBench's ``G[k, E - w,
@@ -394,15 +398,18 @@ def _element_indices(arr: Array, key: Any) -> Array | None:
     when read or before ``arr`` is written).  The values are read once the device's
     queue is finished.  None: the general path (a checked gather whose error flag was
     read back, a wait, before the next statement's write)."""
-    if type(key) is not tuple or trace_checks:
-        return None
+    if type(key) is not tuple or trace_checks or arr._storage is None \
+            or not all(type(k) in _PLAIN_ITEMS for k in key):
+        return None  # (only keys _plain_view takes once the values are in)
     items: list[Any] | None = None
     for p, k in enumerate(key):
-        if type(k) is Array and not k._shape:
+        if type(k) is Array:
+            if k._shape:
+                return None
             if k.dtype.kind not in "iu" or k.device is not arr.device:
                 return None
             if items is None:
-                if not host_device(arr.device):
+                if not host_device(arr.device) or not _host_path.HOST_MAX_WORK:
                     return None
                 items = list(key)
             from ..runtime.devices import _runtime
