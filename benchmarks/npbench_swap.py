@@ -11,7 +11,9 @@ median time of each and the ratio ``reference time / fuseloop time``.
     python benchmarks/npbench_swap.py --npbench /tmp/npbench --preset S --json out.json
 
 The fuseloop timed is the current directory's checkout (run it from the repository
-root), not an installed copy.  ``--baseline DIR`` times another checkout's fuseloop
+root), not an installed copy.  ``--numpy-loops`` also times the CuPy kernel run by
+numpy itself (its Python loops of small statements as written: the measure of "a loop
+of small statements within 3x of numpy's").  ``--baseline DIR`` times another checkout's fuseloop
 too (e.g. ``git archive HEAD~3 | tar -x -C DIR``), interleaved with this one's, each
 benchmark in processes of their own, with its own kernel cache
 (``$FUSELOOP_CACHE_DIR-baseline``): before/after figures from one run.
@@ -59,6 +61,22 @@ class _FuseloopAsCupy(types.ModuleType):
         if name == "cuda":  # `with cupy.cuda.Device(0):` in a few kernels: one device here
             return types.SimpleNamespace(Device=lambda index=0: contextlib.nullcontext())
         return getattr(self._fl, name)
+
+
+class _NumpyAsCupy(types.ModuleType):
+    """``import cupy`` inside the loaded kernels: numpy's namespace (``--numpy-loops``:
+    the CuPy kernel's own statements, a Python loop of small ones included, run by
+    numpy; the floor a loop of small statements can be measured against)."""
+
+    def __init__(self) -> None:
+        super().__init__("cupy")
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "cuda":
+            return types.SimpleNamespace(Device=lambda index=0: contextlib.nullcontext())
+        if name == "asnumpy":
+            return np.asarray
+        return getattr(np, name)
 
 
 def _force(value: Any) -> None:
@@ -139,7 +157,10 @@ def _run_one(bench_dir: Path, info: dict, preset: str, framework: str,
         made = getattr(init, b["init"]["func_name"])(*init_args)
         made = made if isinstance(made, tuple) else (made,)
         values.update(zip(b["init"]["output_args"], made))
-    if framework == "numpy":
+    if framework == "numpy-loops":  # (the CuPy kernel, run by numpy)
+        sys.modules["cupy"] = _NumpyAsCupy()
+        kernel_module = _load(folder / f"{module}_cupy.py", f"npb_{module}_numpy_loops")
+    elif framework == "numpy":
         kernel_module = _load(folder / f"{module}_numpy.py", f"npb_{module}_numpy")
     else:
         if framework == "fuseloop":
@@ -219,6 +240,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--clock", default="wall", choices=["wall", "cpu"],
                         help="wall-clock time, or the process's CPU time (all threads)")
+    parser.add_argument("--numpy-loops", action="store_true",
+                        help="also time the CuPy kernel run by numpy (numpy_loops_s; "
+                             "loops_ratio: its time / fuseloop's)")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="another checkout whose fuseloop is timed too (before/after)")
     ns = parser.parse_args()
@@ -241,6 +265,8 @@ def main() -> int:
             ns.timeout)
         fl_job = (bench_dir, info, ns.preset, "fuseloop", ns.repeats, ns.budget, ns.rtol,
                   ns.clock)
+        loops = _in_process((bench_dir, info, ns.preset, "numpy-loops", ns.repeats, ns.budget,
+                             ns.rtol, ns.clock), ns.timeout) if ns.numpy_loops else {}
         base_run = _in_process(fl_job, ns.timeout, str(ns.baseline.resolve())) \
             if ns.baseline else {}
         fl_run = _in_process(fl_job, ns.timeout)
@@ -261,6 +287,9 @@ def main() -> int:
             if "time_s" in ref:
                 row[f"{ns.reference}_s"] = ref["time_s"]
                 row["ratio"] = ref["time_s"] / fl_run["time_s"]
+                if "time_s" in loops:  # (its outputs are not checked)
+                    row["numpy_loops_s"] = loops["time_s"]
+                    row["loops_ratio"] = loops["time_s"] / fl_run["time_s"]
                 if "time_s" in base_run:  # (the baseline's outputs are not checked)
                     row["baseline_s"] = base_run["time_s"]
                     row["baseline_ratio"] = ref["time_s"] / base_run["time_s"]
@@ -269,13 +298,17 @@ def main() -> int:
         rows.append(row)
         ratio = f"{row['ratio']:.3g}" if "ratio" in row else "-"
         before = f"{row['baseline_ratio']:.3g}" if "baseline_ratio" in row else "-"
-        print(f"{name:28s} {ratio:>8s}  {before + '  ' if ns.baseline else ''}{row['status']}",
-              flush=True)
+        loop = f"{row['loops_ratio']:.3g}" if "loops_ratio" in row else "-"
+        print(f"{name:28s} {ratio:>8s}  {before + '  ' if ns.baseline else ''}"
+              f"{loop + '  ' if ns.numpy_loops else ''}{row['status']}", flush=True)
     geomean = _geomean(rows, "ratio")
     print(f"{sum(1 for r in rows if r.get('status') == 'ok')} of {len(rows)} ran and matched; "
           f"geometric mean of {ns.reference} time / fuseloop time over them: {geomean:.3g}")
     summary: dict[str, Any] = {"preset": ns.preset, "reference": ns.reference,
                                "clock": ns.clock, "geomean": geomean, "rows": rows}
+    if ns.numpy_loops:
+        summary["loops_geomean"] = _geomean(rows, "loops_ratio")
+        print(f"the CuPy kernels run by numpy over fuseloop: {summary['loops_geomean']:.3g}")
     if ns.baseline:  # (over the benchmarks both ran)
         both = [r for r in rows if "baseline_ratio" in r]
         summary["geomean_both"] = _geomean(both, "ratio")

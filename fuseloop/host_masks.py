@@ -39,7 +39,8 @@ def _taken(arr: Any, key: Any) -> Any:
     size = _host._size(shape)
     device = arr.device
     if not size or size > _host.HOST_MAX_WORK or not _host.host_device(device) \
-            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
+            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0] \
+            or not _host.small_reads((arr._node, key._node)):
         return None
     rt = _runtime(device)
     return None if rt.deferred else rt
@@ -92,6 +93,8 @@ def assign(arr: Any, key: Any, value: Any) -> bool:
     elif tv is type(arr) and value.device is arr.device and len(value._shape) <= 1:
         node = _evaluate.cast_node(value._node, dtype)
     else:
+        return False
+    if not _host.small_reads((node,)):
         return False
     readers = storage.live_readers() if recent_lazy or storage.readers else None
     if readers:

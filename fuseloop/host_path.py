@@ -46,9 +46,11 @@ from .expr.nodes import (
     Leaf,
     Literal,
     Node,
+    Pointer,
     Reduce,
     Remap,
     Scalar,
+    SparseProduct,
     Storage,
 )
 from .expr.program import Target
@@ -74,6 +76,10 @@ if _env:  # an integer (the limit; 0: off), or a word
 #: once read (and computes into it where it can): kept all at once, a 16-operation
 #: stencil's temporaries outgrew the cache and ran 4x slower than numpy's own
 TRACK_USES_AT = 1024
+#: ... and whose output elements times computed nodes reach this (the temporaries kept
+#: all at once): jacobi_1d's 4-operation statement on 3200 elements ran 15% slower
+#: counting its readers, which its few temporaries never needed
+TRACK_USES_WORK = 16 * 1024
 #: bytes of buffers kept mapped; all maps are dropped when reached
 MAPPED_MAX_BYTES = 256 << 20
 
@@ -337,6 +343,52 @@ def _uses(roots: Sequence[Node]) -> dict[int, int]:
     return uses
 
 
+# structure signature -> how many computed nodes it has (see tracks_uses)
+_computed: dict[int, int] = {}
+
+
+def _count_computed(root: Node) -> int:
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node: Any = stack.pop()
+        cls = type(node)
+        if cls is Leaf or cls is Scalar or cls is Literal or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if cls is Apply:
+            stack.extend(node.args)
+        elif cls is Reduce or cls is Remap:
+            stack.append(node.child)
+        elif cls is Gather:
+            stack.append(node.child)
+            stack.append(node.index)
+        elif cls is Concat:
+            stack.extend(node.pieces)
+    return len(seen)
+
+
+def tracks_uses(roots: Sequence[Node], size: int) -> bool:
+    """Whether an evaluation of ``size`` output elements lets go of (or computes into)
+    each value once read (see :data:`TRACK_USES_AT`): only where its temporaries
+    together are many elements (:data:`TRACK_USES_WORK`); counting the readers costs
+    more than a few small temporaries do.  Node counts kept per signature."""
+    if size < TRACK_USES_AT:
+        return False
+    n = 0
+    for r in roots:
+        sig = r.sig
+        got = _computed.get(sig) if sig else None
+        if got is None:
+            got = _count_computed(r)
+            if sig:
+                if len(_computed) >= READS_MAX:
+                    _computed.clear()
+                _computed[sig] = got
+        n += got
+    return size * n >= TRACK_USES_WORK
+
+
 def _value(node: Node, ev: _State) -> Any:
     """``node``'s value: an array broadcastable to its shape, or a numpy scalar.
     Raises _Unsupported for what is not computed here (checked as it goes: the
@@ -531,6 +583,64 @@ def _gather(node: Any, ev: _State) -> np.ndarray:
 # }}}
 
 
+# structure signature -> the most elements one reduction, remap or gather of it reads
+# (see _largest_read): a signature fixes every node's shape, so this is its answer
+_reads: dict[int, int] = {}
+READS_MAX = 4096
+_FOREIGN = (Pointer, SparseProduct)
+
+
+def _largest_read(node: Node) -> int:
+    """The most elements an input of a reduction (or a computed input of a remap or
+    gather) in ``node``'s tree has; 0 for an elementwise tree, whose every node is no
+    larger than its root.  A node never computed here counts as too large."""
+    most = 0
+    stack = [node]
+    while stack:
+        n: Any = stack.pop()
+        cls = type(n)
+        if cls is Reduce:
+            kids: Sequence[Node] = (n.child,)
+            most = max(most, _size(n.child.shape))
+        elif cls is Remap or cls is Gather:
+            kids = (n.child,) if cls is Remap else (n.child, n.index)
+            for k in kids:
+                if type(k) is not Leaf:
+                    most = max(most, _size(k.shape))
+        elif cls is Apply:
+            kids = n.args
+        elif cls is Concat:
+            kids = n.pieces
+        elif isinstance(n, _FOREIGN):
+            return 1 << 62
+        else:
+            continue
+        stack.extend([k for k in kids if k.fancy])  # (elementwise subtrees: no larger)
+    return most
+
+
+def small_reads(roots: Sequence[Node]) -> bool:
+    """Whether no reduction, remap or gather in ``roots`` reads more than
+    :data:`HOST_MAX_WORK` elements (what :func:`_value` computes; a small result of a
+    large input, ``X.sum(axis=1)``, is the kernels' work).  Asked before the device's
+    queue is finished: the answer is known from the tree, once per signature."""
+    limit = HOST_MAX_WORK
+    for r in roots:
+        if not r.fancy:
+            continue
+        sig = r.sig
+        most = _reads.get(sig) if sig else None
+        if most is None:
+            most = _largest_read(r)
+            if sig:
+                if len(_reads) >= READS_MAX:
+                    _reads.clear()
+                _reads[sig] = most
+        if most > limit:
+            return False
+    return True
+
+
 def eligible(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
              targets: Sequence[Target | Storage | None] | None) -> bool:
     """Whether an evaluation passes :func:`try_run`'s first checks (small work on a host
@@ -547,7 +657,7 @@ def eligible(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     for r in roots:
         if r.dtype.char not in _DTYPES:
             return False
-    return True
+    return small_reads(roots)
 
 
 def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
@@ -581,7 +691,7 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         rt.finish_queue(rt.queue)
         token = _errors.set(_QUIET) if _QUIET is not None else None
         try:
-            ev = _State(rt, _uses(roots) if size >= TRACK_USES_AT else None)
+            ev = _State(rt, _uses(roots) if tracks_uses(roots, size) else None)
             values = [_value(r, ev) for r in roots]
         except (_Unsupported, RecursionError, TypeError, ValueError):
             return None  # (nothing written yet: the kernels compute it, or report it)
@@ -618,6 +728,8 @@ def _clear_loops() -> None:
 
 _caches.register("host_path.loops", _clear_loops, lambda: len(_loop_fns),
                  why="one per operation and loop dtypes")
+_caches.register("host_path.reads", _reads.clear, lambda: len(_reads), READS_MAX)
+_caches.register("host_path.computed", _computed.clear, lambda: len(_computed), READS_MAX)
 _caches.register("host_path.flat_counts", _flat_counts.clear, lambda: len(_flat_counts),
                  FLAT_COUNTS_MAX)
 _caches.register("host_path.mapped", clear, lambda: len(_mapped),

@@ -10,6 +10,8 @@ copy command.  Each returns False or None where the general path must do the wor
 
 from __future__ import annotations
 
+import sys
+import weakref
 from typing import Any
 
 import numpy as np
@@ -19,13 +21,12 @@ from . import evaluate as _evaluate
 from . import flags as _flags
 from . import host_path as _host
 from .dtypes import scalar_to
-from .expr.nodes import Apply, Leaf, Node, Scalar, recent_lazy
+from .expr.nodes import _EXACT_REFCOUNTS, Apply, Leaf, Node, Scalar, forget_recent, recent_lazy
 from .host_ops import binary0 as host_binary0
 from .host_path import (
     _DTYPES,
     _QUIET,
     _UFUNCS,
-    TRACK_USES_AT,
     _check_loop,
     _errors,
     _size,
@@ -38,6 +39,8 @@ from .host_path import (
     _view,
     host_device,
     scalar_fn,
+    small_reads,
+    tracks_uses,
 )
 from .runtime.devices import Device, _runtime
 from .stats import increment as _count
@@ -73,7 +76,7 @@ def write(target: Any, node: Node) -> bool:
         return False
     storage, leaf, size = taken
     shape, device, dtype = leaf.shape, target.device, leaf.dtype
-    if dtype.char not in _DTYPES:
+    if dtype.char not in _DTYPES or (node.fancy and not small_reads((node,))):
         return False
     itemsize = dtype.itemsize
     readers = storage.live_readers() if recent_lazy or storage.readers else None
@@ -91,7 +94,7 @@ def write(target: Any, node: Node) -> bool:
         rt.finish_queue(rt.queue)
         token = _errors.set(_QUIET) if _QUIET is not None else None
         try:
-            value = _value(node, _State(rt, _uses([node]) if size >= TRACK_USES_AT else None))
+            value = _value(node, _State(rt, _uses([node]) if tracks_uses((node,), size) else None))
         except (_Unsupported, RecursionError, TypeError, ValueError):
             return False
         finally:
@@ -166,11 +169,54 @@ def _operand_key(target: Any, other: Any) -> Any:
     return None
 
 
+def _probe_inplace(target: Any, op: str, other: Any) -> int:
+    return sys.getrefcount(other)
+
+
+def _temp_refcount() -> int:
+    """``sys.getrefcount`` of a temporary operand of ``a += expr`` as :func:`inplace`
+    sees it (``Array.__iadd__`` -> ``Array._inplace`` -> ``inplace``, mirrored and
+    measured: whatever the interpreter's own references are).  A deeper call chain
+    counts more, and reads as held: the safe side."""
+
+    class Probe:
+        def __iadd__(self, o: Any) -> Any: return self._inplace("add", o)
+
+        def _inplace(self, op: str, other: Any) -> Any:
+            return _probe_inplace(self, op, other)
+
+    p: Any = Probe()
+    p += object()
+    return int(p)
+
+
+_TEMP_REFCOUNT = _temp_refcount()
+
+
+def _temporary(other: Any, count: int) -> bool:
+    """Whether the lazy operand ``other`` of :func:`inplace` (``count``: its reference
+    count there) is a temporary nothing else holds (``A[:, j] -= Q[:, k] * R[k, j]``),
+    taken out of the recent lazy arrays if so: nobody can read its value later, so
+    it needs no buffer of its own when it reads elements the statement writes."""
+    if not _EXACT_REFCOUNTS or weakref.getweakrefcount(other):
+        return False
+    tail = recent_lazy[-1:]
+    recent = bool(tail) and tail[0] is other
+    if count > _TEMP_REFCOUNT + recent:
+        return False
+    if recent:
+        forget_recent(other)
+    return True
+
+
 def _kept_operand(storage: Any, leaf: Any, other: Any, onode: Any, okey: Any,
-                  device: Device) -> Any:
+                  device: Device, count: int) -> Any:
     """For :func:`inplace`: None, a buffer for the lazy operand ``other`` when it reads
-    elements written (it is made concrete with the value computed), or False when
+    elements written (it is made concrete with the value computed) and is held
+    elsewhere (``count``: its reference count in :func:`inplace`), or False when
     another lazy array reads them (the general path computes it first)."""
+    temporary = onode is not None and type(onode) is not Leaf \
+        and storage in onode.storages and _temporary(other, count)
     readers = storage.live_readers() if recent_lazy or storage.readers else None
     if not readers:
         return None
@@ -181,6 +227,8 @@ def _kept_operand(storage: Any, leaf: Any, other: Any, onode: Any, okey: Any,
                 r._node, storage, written, leaf.dtype.itemsize):
             if r is not other:
                 return False
+            if temporary:
+                continue
             # a lazy operand reading elements written here (seidel_2d's
             # ``A[i, 1:-1] += A[i, 2:] + ...``) becomes concrete with the value
             # computed here, so whoever keeps it reads the old elements
@@ -206,6 +254,10 @@ def inplace(target: Any, op: str, other: Any) -> bool:
     if okey is None:
         return False
     onode: Any = None if okey is float or okey is int else other._node
+    if onode is not None and onode.fancy and not small_reads((onode,)):
+        return False
+    # (counted here, alone on its line: an argument list holding it would count too)
+    count = sys.getrefcount(other)
     shape, device = leaf.shape, target.device
     key = (op, dtype, okey)
     hit = _inplace_loops.get(key)
@@ -214,7 +266,7 @@ def inplace(target: Any, op: str, other: Any) -> bool:
     if hit is False:
         return False
     fn, loop, sfn = hit
-    kept = _kept_operand(storage, leaf, other, onode, okey, device)
+    kept = _kept_operand(storage, leaf, other, onode, okey, device, count)
     if kept is False:
         return False
     rt = _runtime(device)
@@ -291,8 +343,9 @@ def scalar(array: Any) -> Any:
     if type(node) is Scalar:  # (a value computed at once, fuseloop.host_ops: known here)
         return node.value.item()
     if not _host.HOST_MAX_WORK or node.dtype.char not in _DTYPES or not host_device(device) \
-            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
-        return None
+            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0] \
+            or (node.fancy and not small_reads((node,))):
+        return None  # (``float(X.sum())`` of a large X: the kernels' work)
     rt = _runtime(device)
     if rt.deferred:  # (kernels to wait for: the general path's polled wait is cheaper)
         return None

@@ -427,3 +427,120 @@ def test_pending_readers_are_not_built_ahead_again(host, monkeypatch):
         np.testing.assert_allclose(a.get(), rh[:6] * 2, rtol=1e-12)
         np.testing.assert_allclose(float(b.get()), rh[6:].sum() + k, rtol=1e-12)
     assert dry == [2]
+
+
+def test_a_small_result_of_a_large_input_is_left_to_the_kernels(host, monkeypatch):
+    """``X.sum(axis=1)``: the result is small, the input read is not.  Every route into
+    the host path sees that from the tree (once per structure) and leaves it to the
+    kernels without finishing the device's queue first (that wait serialised a loop
+    of such evaluations with its kernels)."""
+    from fuseloop.runtime.devices import _runtime
+
+    xs = np.arange(256 * 256, dtype=np.int32).reshape(256, 256) % 7  # above the limit
+    x = fl.asarray(xs)
+    small = fl.asarray(np.zeros(256, dtype=np.int64))
+    rt = _runtime(host)
+    finished = []
+    plain = rt.finish_queue
+    monkeypatch.setattr(rt, "finish_queue", lambda q: (finished.append(1), plain(q)))
+    fl.reset_stats()
+    rows = x.sum(axis=1).eval()                 # host_path.try_run
+    small[:] = x.sum(axis=1)                    # host_statements.write
+    small += x.max(axis=1)                      # host_statements.inplace
+    total = float(x.sum())                      # host_statements.scalar
+    s = fl.stats()
+    assert finished == [] and s["host_evaluations"] == 0 and s["kernels_launched"] >= 4
+    np.testing.assert_array_equal(rows.get(), xs.sum(axis=1))
+    np.testing.assert_array_equal(small.get(), xs.sum(axis=1) + xs.max(axis=1))
+    assert total == xs.sum()
+    # a small input still runs here
+    np.testing.assert_array_equal(x[:8, :8].sum(axis=1).get(), xs[:8, :8].sum(axis=1))
+    assert fl.stats()["host_evaluations"] == 1
+
+
+def test_a_temporary_operand_overlapping_the_target_gets_no_buffer(host, monkeypatch):
+    """``A[:, j] -= A[:, k] * A[k, j]`` (gramschmidt, syrk): the lazy operand reads an
+    element the statement writes, but nothing else holds it, so it is not made
+    concrete first (a buffer, a copy and its bookkeeping per statement); one held by
+    a name still is, and keeps the old elements."""
+    from fuseloop import evaluate
+
+    made = []
+    real = evaluate.allocate
+    monkeypatch.setattr(evaluate, "allocate", lambda *a, **k: made.append(1) or real(*a, **k))
+    a0 = np.random.default_rng(3).random((6, 6))
+    a, ref = fl.asarray(a0), a0.copy()
+    fl.reset_stats()
+    for j in range(1, 6):
+        a[:, j] -= a[:, j - 1] * a[j - 1, j]
+        ref[:, j] -= ref[:, j - 1] * ref[j - 1, j]
+    assert made == [] and fl.stats()["host_evaluations"] == 5
+    held = a[:, 0] * a[0, 2]
+    old = ref[:, 0] * ref[0, 2]
+    a[:, 2] -= held
+    ref[:, 2] -= old
+    assert len(made) == 1
+    np.testing.assert_array_equal(held.get(), old)
+    np.testing.assert_array_equal(a.get(), ref)
+
+
+def test_a_1d_gather_by_one_index_array_skips_the_key_analysis(host, monkeypatch):
+    """``x[cols]`` (spmv's row): the gather the general path makes (same structure,
+    checked: an index out of range still raises), without its key analysis."""
+    from fuseloop.ops import indexing
+
+    xs = np.arange(10.0)
+    x, idx = fl.asarray(xs), fl.asarray(np.array([3, -1, 0, 9], dtype=np.int32))
+    general = x[fl.asarray(np.array([[3, -1], [0, 9]]))]._node  # (2-D index: the general path)
+
+    def refused(*a):
+        raise AssertionError("the general key analysis ran")
+
+    monkeypatch.setattr(indexing, "_split", refused)
+    got = x[idx]
+    assert type(got._node) is type(general) and got._node.checked == general.checked == 2
+    np.testing.assert_array_equal(got.get(), xs[[3, -1, 0, 9]])
+    np.testing.assert_array_equal((fl.asarray(xs[:4]) @ x[idx]).get(), xs[:4] @ xs[[3, -1, 0, 9]])
+    with pytest.raises(IndexError):
+        x[fl.asarray(np.array([0, 10]))].get()
+
+
+def test_few_temporaries_are_not_tracked(host, monkeypatch):
+    """A 4-operation statement on 3200 elements (jacobi_1d) keeps its few temporaries
+    rather than counting their readers; a larger expression still counts them."""
+    from fuseloop import host_statements
+
+    counted = []
+    real = host_statements._uses
+    monkeypatch.setattr(host_statements, "_uses", lambda roots: counted.append(1) or real(roots))
+    a0 = np.random.default_rng(5).random(3200)
+    a, b = fl.asarray(a0), fl.asarray(np.zeros(3200))
+    fl.reset_stats()
+    b[1:-1] = 0.33333 * (a[:-2] + a[1:-1] + a[2:])
+    assert counted == []
+    b[1:-1] = (a[:-2] * 2.0 + a[1:-1] * 3.0 - a[2:] * 4.0) / (a[1:-1] + 1.0) \
+        + fl.sin(a[2:]) * fl.cos(a[:-2]) - a[1:-1] * a[1:-1] + 0.5 * (a[2:] - a[:-2])
+    assert counted == [1]
+    ref = (a0[:-2] * 2.0 + a0[1:-1] * 3.0 - a0[2:] * 4.0) / (a0[1:-1] + 1.0) \
+        + np.sin(a0[2:]) * np.cos(a0[:-2]) - a0[1:-1] * a0[1:-1] + 0.5 * (a0[2:] - a0[:-2])
+    np.testing.assert_allclose(b.get()[1:-1], ref, rtol=1e-14)
+    assert fl.stats()["kernels_launched"] == 0
+
+
+def test_a_0d_integer_array_in_a_key_is_read_as_its_value(host):
+    """``G[k, idx[a, b]]`` (scattering_self_energies): numpy takes a 0-d integer array
+    as an integer, so on the CPU device the index is read and the element view copied
+    (lazily): no checked gather whose error flag is read back before the next write.
+    The copy keeps the old elements; an index out of range still raises."""
+    h = np.arange(60.0).reshape(3, 4, 5)
+    g = fl.asarray(h)
+    idx = fl.asarray(np.array([[2, -1]], dtype=np.int32))
+    fl.reset_stats()
+    row, elem = g[1, idx[0, 0]], g[1, 2, idx[0, 1]]
+    assert "Gather" not in (type(row._node).__name__, type(elem._node).__name__)
+    g[1, 2] = 0.0
+    np.testing.assert_array_equal(row.get(), h[1, 2])
+    assert float(elem) == h[1, 2, -1]
+    assert fl.stats()["kernels_launched"] == 0
+    with pytest.raises(IndexError):
+        g[1, fl.asarray(np.array(7))].get()

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import caches as _caches
+from .. import host_path as _host_path
 from ..array import Array, _coerce, _new_array
 from ..assignment import assign
 from ..creation import asarray
@@ -35,7 +36,9 @@ from ..expr.program import Target
 from ..expr.views import affine_view
 from ..host_masks import assign as host_masked_assign
 from ..host_masks import select as host_select
+from ..host_path import host_device
 from ..host_statements import assign as host_assign
+from ..host_statements import scalar as host_scalar
 from ..trace_hooks import trace_checks
 from . import scatter_kernel
 from .masks import masked_fill
@@ -252,16 +255,27 @@ def _zero_d_mask(key: Any) -> bool | None:
     return None
 
 
+# shape -> its C-order strides: a loop's views are of a few shapes, and computing
+# them (twice per view) cost a fifth of a view's host time
+_c_strides_of: dict[tuple[int, ...], tuple[int, ...]] = {}
+C_STRIDES_MAX = 4096
+
+
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    got = _c_strides_of.get(shape)
+    if got is None:
+        if len(_c_strides_of) >= C_STRIDES_MAX:
+            _c_strides_of.clear()
+        got = _c_strides_of[shape] = c_strides(shape)
+    return got
+
+
 def _plain_view(arr: Array, key: Any) -> Array | None:
     """``arr[key]`` in one step for the commonest keys (an int, a slice, ``None``, a
     tuple of them) on a concrete array or a view of one, or None for any other key or
-    array.
-
-    The result is what :func:`_basic_view` makes (the same strides and offset, so the
-    same structure key), without the general path's item lists and affine map; its
-    leaf shares the buffer's tuple and set of the array's leaf (a loop's statement
-    makes 3-4 views: each allocation counts).
-    """
+    array: what :func:`_basic_view` makes (the same strides and offset, so the same
+    structure key) without its item lists and affine map; its leaf shares the buffer's
+    tuple and set of the array's leaf (a loop's statement makes 3-5 views)."""
     node: Any = arr._node
     if arr._storage is None or type(node) is not Leaf:
         return None
@@ -269,16 +283,17 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     items = key if type(key) is tuple else (key,)
     strides = node.strides
     if strides is None:
-        strides = c_strides(shape)
+        strides = _c_strides(shape)
     offset = node.offset
-    if len(items) == len(shape):
+    nd = len(shape)
+    if len(items) == nd:
         # one element (``A[i, j]``, the commonest key of a loop): its offset alone
         for k, n, st in zip(items, shape, strides):
             if type(k) is not int:
                 break
             if not -n <= k < n:
                 return None  # (the general path raises numpy's error)
-            offset += st * (k % n)
+            offset += st * (k if k >= 0 else k + n)
         else:
             return _leaf_array(arr, node, (), () if offset else None, offset)
         offset = node.offset
@@ -292,37 +307,45 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
             new_strides.append(0)
             same = False
             continue
-        if d == len(shape):
+        if d == nd:
             return None  # too many indices: the general path raises numpy's error
         tk = type(k)
         n = shape[d]
+        st = strides[d]
         d += 1
-        if tk is int:
+        if tk is slice:
+            step = k.step
+            if step is None:  # (the common slice: no range object to measure)
+                start, stop, _ = k.indices(n)
+                length = stop - start if stop > start else 0
+                if length != n:
+                    same = False
+                    if length:
+                        offset += st * start
+            else:
+                if step == 0:
+                    return None
+                start, stop, step = k.indices(n)
+                length = len(range(start, stop, step))
+                if length:
+                    offset += st * start
+                if step != 1 or length != n or start:
+                    same = False
+                st *= step
+            new_shape.append(length)
+            new_strides.append(st)
+        elif tk is int:
             if not -n <= k < n:
                 return None  # (the general path raises numpy's error)
-            offset += strides[d - 1] * (k % n)
+            offset += st * (k if k >= 0 else k + n)
             same = False
-        elif tk is slice:
-            if k.step == 0:
-                return None
-            start, stop, step = k.indices(n)
-            length = len(range(start, stop, step))
-            if length:
-                offset += strides[d - 1] * start
-                if start:
-                    same = False
-            if step != 1 or length != n:
-                same = False
-            new_shape.append(length)
-            new_strides.append(strides[d - 1] * step)
         else:
             return None
     if same:
         return arr
-    rest = d
-    shape_t = (*new_shape, *shape[rest:])
-    strides_t: tuple[int, ...] | None = (*new_strides, *strides[rest:])
-    if not offset and strides_t == c_strides(shape_t):
+    shape_t = (*new_shape, *shape[d:])
+    strides_t: tuple[int, ...] | None = (*new_strides, *strides[d:])
+    if not offset and strides_t == _c_strides(shape_t):
         strides_t = None
     return _leaf_array(arr, node, shape_t, strides_t, offset)
 
@@ -401,6 +424,56 @@ def _basic_getitem(arr: Array, key: Any, hashable: tuple) -> Array:
             _basic_maps.clear()
         _basic_maps[at] = hit
     return arr if hit is None else view(arr, *hit)
+def _gather_1d(arr: Array, key: Any) -> Array | None:
+    """``arr[idx]`` for a 1-D ``arr`` (of a nonzero length) and one non-empty integer
+    array ``idx`` of its device: the gather the general path makes (checked, its
+    errors naming axis 0), made without its key analysis (spmv's ``x[cols]``, once
+    per row: the analysis cost more than the gather), or None."""
+    if type(key) is not Array or len(arr._shape) != 1 or not arr._shape[0] \
+            or key.device is not arr.device or key.dtype.kind not in "iu" \
+            or not math.prod(key._shape) or trace_checks:
+        return None
+    return Array._lazy(Gather(arr._node, key._node, 0, checked=2), arr.device)
+
+
+_PLAIN_ITEMS = frozenset((int, slice, type(None), Array))
+
+
+def _element_indices(arr: Array, key: Any) -> Array | None:
+    """``arr[k, idx, ...]`` for a key of ints and slices with 0-d integer arrays among
+    them, on a CPU device whose buffers numpy reads (NPBench's ``G[k, E - w,
+    neigh_idx[a, b]]``): numpy takes a 0-d integer array as its value, so this is the
+    view at those values, copied (an advanced index gives a copy: lazy here, computed
+    when read or before ``arr`` is written).  The values are read once the device's
+    queue is finished.  None: the general path (a checked gather whose error flag was
+    read back, a wait, before the next statement's write)."""
+    if type(key) is not tuple or trace_checks or arr._storage is None \
+            or not all(type(k) in _PLAIN_ITEMS for k in key):
+        return None  # (only keys _plain_view takes once the values are in)
+    items: list[Any] | None = None
+    for p, k in enumerate(key):
+        if type(k) is Array:
+            if k._shape:
+                return None
+            if k.dtype.kind not in "iu" or k.device is not arr.device:
+                return None
+            if items is None:
+                if not host_device(arr.device) or not _host_path.HOST_MAX_WORK:
+                    return None
+                items = list(key)
+            from ..runtime.devices import _runtime
+
+            rt = _runtime(k.device)
+            if rt.deferred:  # (enqueued, then waited for with the read)
+                rt.flush()
+            v = host_scalar(k)
+            if v is None:
+                return None
+            items[p] = int(v)
+    if items is None:
+        return None
+    view = _plain_view(arr, tuple(items))
+    return None if view is None else view.copy()
 
 
 def getitem(arr: Array, key: Any) -> Array:
@@ -410,6 +483,12 @@ def getitem(arr: Array, key: Any) -> Array:
     hashable = _basic_key(key)
     if hashable is not None:
         return _basic_getitem(arr, key, hashable)
+    out = _gather_1d(arr, key)
+    if out is not None:
+        return out
+    out = _element_indices(arr, key)
+    if out is not None:
+        return out
     flag = _zero_d_mask(key)
     if flag is not None:
         # numpy: a 0-d mask adds an axis of length 1 (True) or 0 (False); a copy
