@@ -78,11 +78,10 @@ def test_add_at_variants(device, hand, monkeypatch, fresh_stats, variant, launch
 def test_set_and_int32_targets(device, hand, monkeypatch):
     """``a[idx] = v`` and ``fl.add.at`` / ``fl.subtract.at`` into an int32 target, one
     element per work-item (``FUSELOOP_SCATTER_ITEMS=1``); ``auto`` (the default) picks
-    ``gate`` for a target within the device's cache (here said to be 1000 bytes),
-    ``partition`` for a larger one."""
+    ``gate`` for a target of at most two buckets (here of 1000 bytes), ``partition``
+    for a larger one."""
     monkeypatch.delenv("FUSELOOP_SCATTER", raising=False)
-    monkeypatch.delenv("FUSELOOP_SCATTER_SPAN", raising=False)
-    monkeypatch.setattr(scatter_kernel, "cache_bytes", lambda device: 1000)
+    monkeypatch.setenv("FUSELOOP_SCATTER_SPAN", "1000")
     monkeypatch.setenv("FUSELOOP_SCATTER_ITEMS", "1")
     rng = np.random.default_rng(5)
     h = rng.integers(-9, 9, 30).astype(np.int32)

@@ -34,14 +34,16 @@ the same work is written as a hand-written kernel would be, in variants chosen b
   then reads those in order, so the work-groups running at once store into one or
   two spans of the target, which stay in L2.  Three launches; 8 + 12 + 8 bytes
   read and 8 written per element besides the stores.
-* ``auto`` (the default): ``partition`` for a target larger than the device's
-  last-level cache (``global_mem_cache_size``), with buckets of a third of that cache
-  where ``FUSELOOP_SCATTER_SPAN`` does not say; else ``gate``.  Measured on an H100
-  (50 MB L2; ``benchmarks/probes/scatter_probe.py --variants``, 2^24 float32, int64
-  indices): ``out[perm] = v`` into 64 MB by ``partition`` with 16 MiB buckets 0.76 ms
-  (4 and 2 MiB buckets 1.00, ``gate`` 1.56, the general path 1.78, torch 1.11);
-  ``fl.add.at`` into 4 MB of bins by ``gate`` 0.50 ms (``backup`` and ``narrow`` 0.50,
-  ``partition`` 0.65-0.71, the general path 0.79, torch 0.28).
+* ``auto`` (the default): ``partition`` for a target of more than two buckets (where
+  ordering the stores by bucket can keep them in the cache), else ``gate``.  Measured
+  on an H100 (50 MB L2; ``benchmarks/probes/scatter_probe.py --variants``, 2^24
+  float32, int64 indices, two runs): ``out[perm] = v`` into 64 MB by ``partition``
+  0.76-0.90 ms with 16 MiB buckets (8 MiB 0.94, 32 MiB 1.02, 4 and 2 MiB 1.00), ``gate``
+  1.39-1.56, the general path 1.78, torch 1.10; ``fl.add.at`` into 4 MB of bins by
+  ``gate`` 0.40-0.50 ms (``backup`` and ``narrow`` the same, ``partition`` 0.58-0.71,
+  the general path 0.79, torch 0.26-0.28).  The bucket is a constant, not the
+  device's ``global_mem_cache_size``: NVIDIA's driver reports 4 MiB there for the
+  H100, not its L2.
 
 The target is untouched when an index is out of range: the store kernel reads the
 gate before any store (the check ran before it on the in-order queue), or with
@@ -90,10 +92,9 @@ ITEMS = 4
 GROUP = 256
 #: the most work-groups of the backup's copies (each loops over the rest)
 COPY_GROUPS = 1024
-#: ``partition``: the bytes of the target one bucket spans when neither
-#: ``FUSELOOP_SCATTER_SPAN`` nor the device's cache size says (a bucket's stores stay
-#: in L2 together)
-SPAN_BYTES = 4 << 20
+#: ``partition``: the bytes of the target one bucket spans when
+#: ``FUSELOOP_SCATTER_SPAN`` does not say (a bucket's stores stay in L2 together)
+SPAN_BYTES = 16 << 20
 #: ``partition``: the most buckets (the rest of a larger target widens them)
 MAX_BUCKETS = 256
 #: take the hand-written kernels on a CPU device too (tests; a GPU's way there)
@@ -127,13 +128,14 @@ def variant() -> str:
     return name if name in VARIANTS else "auto"
 
 
-def cache_bytes(device: Device) -> int:
-    """The device's last-level cache in bytes (OpenCL's ``global_mem_cache_size``;
-    0 where the driver does not say)."""
+def span_bytes() -> int:
+    """``partition``'s bucket in bytes of the target (``FUSELOOP_SCATTER_SPAN``, else
+    :data:`SPAN_BYTES`)."""
     try:
-        return int(getattr(device.cl_device, "global_mem_cache_size", 0) or 0)
-    except Exception:  # (a device record without a live OpenCL device: tests)
-        return 0
+        span = int(os.environ.get("FUSELOOP_SCATTER_SPAN", SPAN_BYTES))
+    except ValueError:
+        return SPAN_BYTES
+    return span if span > 0 else SPAN_BYTES
 
 
 def items() -> int:
@@ -540,25 +542,18 @@ def _launch(kernel: SourceKernel, groups: int, group: int, outs: list[Any],
 
 
 def mode_for(a: Array, key: Array) -> str:
-    """The variant to run (``auto``: ``partition`` for a target larger than the
-    device's last-level cache, else ``gate``)."""
+    """The variant to run (``auto``: ``partition`` for a target of more than two
+    buckets, else ``gate``)."""
     mode = variant()
     if mode == "auto":
-        cache = cache_bytes(a.device)
-        return "partition" if cache and a.nbytes > cache else "gate"
+        return "partition" if a.nbytes > 2 * span_bytes() else "gate"
     return mode
 
 
-def span_shift(n: int, itemsize: int, cache: int = 0) -> tuple[int, int]:
+def span_shift(n: int, itemsize: int) -> tuple[int, int]:
     """``partition``'s (shift, buckets): positions ``>> shift`` name the bucket, one per
-    ``FUSELOOP_SCATTER_SPAN`` bytes of the target (else a third of ``cache``, the
-    device's last-level cache, or :data:`SPAN_BYTES` where that is unknown), at most
-    :data:`MAX_BUCKETS`."""
-    default = cache // 3 if cache else SPAN_BYTES
-    try:
-        span = int(os.environ.get("FUSELOOP_SCATTER_SPAN", default))
-    except ValueError:
-        span = default
+    :func:`span_bytes` of the target, at most :data:`MAX_BUCKETS`."""
+    span = span_bytes()
     shift = max(0, (max(1, span // itemsize)).bit_length() - 1)
     while ((n - 1) >> shift) + 1 > MAX_BUCKETS:
         shift += 1
@@ -645,7 +640,7 @@ def _run_partition(mode: str, a: Array, key: Array, values: Array, gate: Array,
     from ..creation import empty, zeros
 
     dev, n, m = a.device, a.size, key.size
-    shift, buckets = span_shift(n, a.dtype.itemsize, cache_bytes(dev))
+    shift, buckets = span_shift(n, a.dtype.itemsize)
     groups = -(-m // (group * k))
     counters = zeros(2 * buckets, dtype=np.int32, device=dev).eval()
     positions = empty(m, dtype=np.int32, device=dev).eval()
