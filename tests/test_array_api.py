@@ -491,4 +491,16 @@ def test_arange_float_stop_gives_float(device):
     assert fl.arange(1, 7, 2).dtype == np.int64
 
 
+def test_zero_d_results_gain_unit_axes(host):
+    # a 0-d product of elements (a scalar node: host_ops computes it at once) reshaped,
+    # stacked: linalg.cross of two 3-vectors stacks three of them
+    a = np.array([1, 2, 3], dtype=np.uint8)
+    x = fl.asarray(a)
+    p = x[1] * x[2]
+    assert fl.reshape(p, (1, 1)).shape == (1, 1)
+    np.testing.assert_array_equal(fl.stack([p, x[0]]).get(), np.stack([a[1] * a[2], a[0]]))
+    np.testing.assert_array_equal(fl.linalg.cross(x, x + 1).get(), np.cross(a, a + 1))
+
+
 # }}}
+
