@@ -112,9 +112,10 @@ def _round_parts(x: Array, decimals: int) -> Array:
     value would make a NaN or infinite part of the product's other part NaN too)."""
     from .expr.nodes import Apply, Literal
 
-    part = np.dtype(np.float32 if x.dtype == np.complex64 else np.float64)
+    real = np.float32 if x.dtype == np.complex64 else np.float64
     op = "round_parts_up" if decimals > 0 else "round_parts_down"
-    scale = Literal(part.type(10.0 ** abs(decimals)))
+    scale = Literal(real(10.0 ** abs(decimals)))
+    part = np.dtype(real)
     return Array._lazy(Apply(op, (x._node, scale), (x.dtype, part, x.dtype), x.shape),
                        x.device)
 
