@@ -331,6 +331,15 @@ def test_cumulative_sum_prod_complex(device):
         np.cumulative_prod(a, axis=1, include_initial=True), rtol=1e-6)
 
 
+def test_cumulative_sum_in_a_narrow_dtype_wraps(device):
+    # pyopencl's scan refuses values under 4 bytes (a TypeError): scanned as uint32
+    a = np.array([[200, 100, 7], [255, 3, 2]], dtype=np.uint8)
+    got = fl.cumulative_sum(fl.asarray(a), axis=1, dtype=np.uint8, include_initial=True)
+    want = np.cumulative_sum(a, axis=1, dtype=np.uint8, include_initial=True)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.get(), want)
+
+
 def test_cumulative_sum_1d_lazy_input_and_errors(device):
     a = np.arange(100, dtype=np.int64)
     x = fl.asarray(a)

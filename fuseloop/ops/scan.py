@@ -105,9 +105,17 @@ def _cumulative(op: str, x: Any, axis: Any, dtype: Any, include_initial: bool) -
         dt = np.prod(np.ones(1, x.dtype)).dtype
     moved = moveaxis(x, ax, -1)
     src = moved.astype(dt, copy=False)
+    # pyopencl's scan takes values of 4 bytes or more: bools and 1- and 2-byte integers
+    # are scanned as uint32 (sums and products modulo 2**32, then 2**8 or 2**16, wrap
+    # as numpy's do; a bool's running sum or product is nonzero where numpy's is True)
+    narrow = dt.itemsize < 4
+    if narrow:
+        src = src.astype(np.uint32)
     if src.is_lazy or not src.is_contiguous:
         src = src.copy().eval()
     scanned = _scan_rows(src, op)
+    if narrow:
+        scanned = scanned.astype(dt)
     if include_initial:
         from ..creation import full
 
