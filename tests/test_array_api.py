@@ -509,6 +509,17 @@ def test_arange_float_stop_gives_float(device):
     assert fl.arange(1, 7, 2).dtype == np.int64
 
 
+def test_vector_norm_of_complex_is_real(device):
+    # the 2-norm summed x * x (a complex result, and not |x|**2)
+    a = np.array([[1 + 2j, 3 - 1j, 0.5j], [2, 1j, -1]], dtype=np.complex64)
+    x = fl.asarray(a)
+    got = fl.compute(fl.linalg.vector_norm(x, axis=1), fl.linalg.vector_norm(x, ord=1, axis=1))
+    for g, o in zip(got, (2, 1)):
+        want = np.linalg.vector_norm(a, ord=o, axis=1)
+        assert g.dtype == want.dtype
+        np.testing.assert_allclose(g.get(), want, rtol=1e-6)
+
+
 def test_zero_d_results_gain_unit_axes(host):
     # a 0-d product of elements (a scalar node: host_ops computes it at once) reshaped,
     # stacked: linalg.cross of two 3-vectors stacks three of them
