@@ -108,6 +108,10 @@ def resolve_loop(ufunc_name: str, operands: tuple[Operand, ...]) -> tuple[np.dty
         # an OpenCL builtin numpy lacks (erf, fma, ...): scipy.special's loops, where
         # float32 stays float32 and every other input computes in float64
         dt = result_type(*operands)
+        if dt.kind == "c":  # (a cast to float64 would drop the imaginary parts silently)
+            hint = "; write a * b + c" if ufunc_name in ("fma", "mad") else ""
+            raise DTypeError(f"fuseloop has no complex version of {ufunc_name} (an OpenCL "
+                             f"builtin for real numbers; operands of {dt}){hint}")
         return (dt if dt.kind == "f" else FLOAT64,) * (len(operands) + 1)
     try:
         loop = ufunc.resolve_dtypes((*operands, *(None,) * ufunc.nout))

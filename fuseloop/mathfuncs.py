@@ -98,11 +98,26 @@ def round(x: Any, /, decimals: int = 0) -> Any:
         return (rint(x.astype(FLOAT64) / f) * f).astype(x.dtype)
     if decimals == 0:
         return rint(x)
+    if x.dtype.kind == "c":
+        return _round_parts(x, decimals)
     if decimals > 0:
         f = 10.0 ** decimals
         return rint(x * f) / f
     f = 10.0 ** -decimals
     return rint(x / f) * f
+
+
+def _round_parts(x: Array, decimals: int) -> Array:
+    """numpy's complex round: each part scaled and rounded as a real (scaling the complex
+    value would make a NaN or infinite part of the product's other part NaN too)."""
+    from .expr.nodes import Apply, Literal
+
+    real = np.float32 if x.dtype == np.complex64 else np.float64
+    op = "round_parts_up" if decimals > 0 else "round_parts_down"
+    scale = Literal(real(10.0 ** abs(decimals)))
+    part = np.dtype(real)
+    return Array._lazy(Apply(op, (x._node, scale), (x.dtype, part, x.dtype), x.shape),
+                       x.device)
 
 
 def isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08,

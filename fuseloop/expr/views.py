@@ -304,8 +304,7 @@ def reshape_view(node: Node, new_shape: tuple[int, ...]) -> Node | None:
         if isinstance(node, Leaf):
             return Leaf(node.storage, node.dtype, new_shape, strides, node.offset)
         return Iota(new_shape, node.dtype, strides, node.offset)
-    if isinstance(node, Scalar | Literal):
-        return node
+    # (a 0-d scalar or literal gains its unit axes through the view at the end)
     if isinstance(node, Apply):
         if not node.sig:
             return _reshape_apply(node, new_shape)

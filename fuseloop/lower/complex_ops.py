@@ -28,8 +28,9 @@ from ..dtypes import c_type_name
 from ..errors import DTypeError
 from .complex_special import SPECIAL_OPS, special_body, special_preamble
 
-#: complex operations with no numpy ufunc of that name (``fl.real``/``fl.imag``)
-PART_OPS = ("real_part", "imag_part")
+#: complex operations with no numpy ufunc of that name (``fl.real``/``fl.imag``, and
+#: ``fl.round(z, decimals)``'s, whose second operand is the real scale)
+PART_OPS = ("real_part", "imag_part", "round_parts_up", "round_parts_down")
 
 _FUNCS = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos",
           "tan": "tan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh"}
@@ -111,6 +112,21 @@ def _power_body(P: str, T: str) -> str:
             f"  return b.imag == 0 ? {P}_powr(a, b.real) : {P}_pow(a, b);")
 
 
+# numpy's complex maximum/minimum/fmax/fmin: the lexicographic order, where a NaN part
+# makes ``>``/``<`` false; maximum/minimum keep a first argument holding a NaN (so pass
+# NaNs on), fmax/fmin keep the first unless the second is a number that wins
+_EXTREMA = {"maximum": ">", "minimum": "<", "fmax": ">", "fmin": "<"}
+
+
+def _extremum_body(op: str) -> str:
+    c = _EXTREMA[op]
+    wins = (f"((a.real {c} b.real && !isnan(a.imag) && !isnan(b.imag)) || "
+            f"(a.real == b.real && a.imag {c}= b.imag))")
+    if op in ("maximum", "minimum"):
+        return f"return (isnan(a.real) || isnan(a.imag) || {wins}) ? a : b;"
+    return f"return (isnan(b.real) || isnan(b.imag) || {wins}) ? a : b;"
+
+
 def complex_helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
     """Body of the helper for ``op`` on ``loop`` (some dtype complex); parameters a, b, c."""
     ins, out = loop[:-1], loop[-1]
@@ -148,6 +164,20 @@ def complex_helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
     }
     if op in simple:
         return simple[op]
+    if op == "rint":  # numpy rounds each part
+        return f"return {P}_new(rint(a.real), rint(a.imag));"
+    if op in ("round_parts_up", "round_parts_down"):  # numpy's round(z, decimals)
+        if op == "round_parts_up":
+            return f"return {P}_new(rint(a.real * b) / b, rint(a.imag * b) / b);"
+        return f"return {P}_new(rint(a.real / b) * b, rint(a.imag / b) * b);"
+    if op == "exp2":  # numpy's: exp(z ln 2)
+        return f"return {P}_exp({P}_mulr(a, M_LN2));"
+    nonzero = "(a.real != 0 || a.imag != 0)", "(b.real != 0 || b.imag != 0)"
+    logical = {"logical_and": "&&", "logical_or": "||", "logical_xor": "!="}
+    if op in logical:
+        return f"return (uchar)({nonzero[0]} {logical[op]} {nonzero[1]});"
+    if op in _EXTREMA:
+        return _extremum_body(op)
     # numpy orders complex numbers lexicographically: real parts, then imaginary parts
     order = {"less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">="}
     if op in order:

@@ -306,9 +306,11 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
         if ord not in (None, "fro"):
             raise NotImplementedError("only vector norms and the Frobenius norm are supported")
         ord = None
+    absolute, sqrt = FUNCTIONS["absolute"], FUNCTIONS["sqrt"]
     if x.dtype.kind in "biu":
         x = x.astype(np.float64)
-    absolute, sqrt = FUNCTIONS["absolute"], FUNCTIONS["sqrt"]
+    elif x.dtype.kind == "c":  # every norm is one of the moduli (x * x is no |x|**2)
+        x = absolute(x)
     if axis is None and not keepdims:
         x = ravel(x)
         axis = 0

@@ -43,12 +43,21 @@ def _scan_kernel(device: Device, op: str, dtype: np.dtype, index: np.dtype) -> A
             from pyopencl.scan import GenericScanKernel
 
             ctype, itype = c_type_name(dtype), c_type_name(index)
+            expr, neutral, preamble = _EXPR[op], _NEUTRAL[op], ""
+            if dtype.kind == "c":  # pyopencl's complex types: a union, no C operators
+                from ..lower.complex_ops import complex_header
+
+                p = "cfloat" if dtype == np.complex64 else "cdouble"
+                expr = f"across_seg_boundary ? b : {p}_{'add' if op == 'sum' else 'mul'}(a, b)"
+                neutral = f"{p}_fromreal({neutral})"
+                preamble = ("#define PYOPENCL_DEFINE_CDOUBLE\n" if p == "cdouble" else "") \
+                    + complex_header()
             knl = _KERNELS[key] = GenericScanKernel(
                 device.context, dtype,
                 arguments=f"__global const {ctype} *src, __global {ctype} *dst, {itype} row",
-                input_expr="src[i]", scan_expr=_EXPR[op], neutral=_NEUTRAL[op],
+                input_expr="src[i]", scan_expr=expr, neutral=neutral,
                 output_statement="dst[i] = item;", is_segment_start_expr="i % row == 0",
-                index_dtype=index)
+                index_dtype=index, preamble=preamble)
     return knl
 
 
@@ -96,9 +105,17 @@ def _cumulative(op: str, x: Any, axis: Any, dtype: Any, include_initial: bool) -
         dt = np.prod(np.ones(1, x.dtype)).dtype
     moved = moveaxis(x, ax, -1)
     src = moved.astype(dt, copy=False)
+    # pyopencl's scan takes values of 4 bytes or more: bools and 1- and 2-byte integers
+    # are scanned as uint32 (sums and products modulo 2**32, then 2**8 or 2**16, wrap
+    # as numpy's do; a bool's running sum or product is nonzero where numpy's is True)
+    narrow = dt.itemsize < 4
+    if narrow:
+        src = src.astype(np.uint32)
     if src.is_lazy or not src.is_contiguous:
         src = src.copy().eval()
     scanned = _scan_rows(src, op)
+    if narrow:
+        scanned = scanned.astype(dt)
     if include_initial:
         from ..creation import full
 
