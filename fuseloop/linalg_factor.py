@@ -125,13 +125,30 @@ def _batched(fn: Callable[[Array], Any], a: Array) -> Any:
     if a.ndim == 2:
         return fn(a)
     batch = a.shape[:-2]
+    if not math.prod(batch):
+        return _empty_batch(fn, a)
     flat = reshape(a, (math.prod(batch), *a.shape[-2:]))
     results = [fn(flat[i]) for i in range(flat.shape[0])]
-    if not results:
-        raise NotImplementedError(f"fl.linalg: an empty batch (shape {a.shape})")
     if isinstance(results[0], tuple):
         return tuple(reshape(stack(list(r)), (*batch, *r[0].shape)) for r in zip(*results))
     return reshape(stack(results), (*batch, *results[0].shape))
+
+
+def _empty_batch(fn: Callable[[Array], Any], a: Array) -> Any:
+    """``fn`` over an empty stack of matrices, as numpy: empty results whose shapes and
+    dtypes are those ``fn`` gives one matrix (an identity-like one, computed once)."""
+    m, n = a.shape[-2:]
+    probe = asarray(np.eye(m, n, dtype=a.dtype), device=a.device)
+    one = fn(probe)
+
+    def none_of(r: Array) -> Array:
+        return empty((*a.shape[:-2], *r.shape), dtype=r.dtype, device=a.device)
+
+    if isinstance(one, tuple):
+        out = [none_of(r) for r in one]
+        named: Any = type(one)  # (numpy's named results keep their names)
+        return named(*out) if hasattr(one, "_fields") else tuple(out)
+    return none_of(one)
 
 
 # {{{ Cholesky
@@ -329,7 +346,9 @@ def solve(a: Any, b: Any) -> Array:
     if complex_:  # (the real LU of an embedding: linalg_complex)
         return _cplx.solve(a, bb, vector)
     batch = np.broadcast_shapes(a.shape[:-2], bb.shape[:-2])
-    if batch:
+    if batch and not math.prod(batch):  # (an empty stack: numpy's empty result)
+        out = empty((*batch, *bb.shape[-2:]), dtype=dt, device=a.device)
+    elif batch:
         from .ops.shape import broadcast_to
 
         a3 = reshape(broadcast_to(a, (*batch, n, n)), (-1, n, n))

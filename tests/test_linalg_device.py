@@ -388,3 +388,18 @@ def test_tournament_with_four_work_items_per_row(device, block16, monkeypatch):
     gpu = SimpleNamespace(type="gpu", max_work_group_size=1024)
     assert linalg_kernels.tslu_group_size(gpu, 128) == 512
     assert linalg_kernels.tslu_group_size(gpu, 64) == 256
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+def test_empty_stacks_give_numpy_shapes(device, dtype):
+    """A stack of no matrices (shape (0, 3, 3)) gives numpy's empty results, shapes and
+    dtypes, for the functions that loop over matrices (they raised before)."""
+    a = np.zeros((0, 3, 3), dtype)
+    x = fl.asarray(a, device=device)
+    for name in ("cholesky", "inv", "det"):
+        want = getattr(np.linalg, name)(a)
+        got = getattr(fl.linalg, name)(x)
+        assert got.shape == want.shape and got.dtype == want.dtype, name
+    want = np.linalg.solve(a, a)
+    got = fl.linalg.solve(x, x)
+    assert got.shape == want.shape and got.dtype == want.dtype
