@@ -41,6 +41,23 @@ def _arr(x: Any, like: Array | None = None) -> Array:
     return fl.asarray(np.asarray(x), device=None if like is None else like.device)
 
 
+def _with_out(fn: Any) -> Any:
+    """numpy's ``out=`` for a ufunc-like function: the result written into ``out`` (a
+    fuseloop array) under numpy's 'same_kind' casting rule."""
+    import functools
+
+    from .ufuncs import _into, _out_arg
+
+    @functools.wraps(fn)
+    def wrapped(*args: Any, out: Any = None, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        if out is None:
+            return result
+        return _into(result, _out_arg((), out, fn.__name__), fn.__name__)
+
+    return wrapped
+
+
 def _float_of(x: Array) -> Array:
     """``x`` in numpy's float result dtype of a float function (ints and bools: float64)."""
     return x if x.dtype.kind in "fc" else x.astype(np.float64)
@@ -48,6 +65,7 @@ def _float_of(x: Array) -> Array:
 
 # {{{ element-wise
 
+@_with_out
 def float_power(x1: Any, x2: Any, /) -> Array:
     """``x1 ** x2`` in float64 (complex128 for complex inputs), as ``numpy.float_power``."""
     a, b = _arr(x1), _arr(x2)
@@ -66,6 +84,7 @@ def _check_int(name: str, *xs: Array) -> None:
             raise DTypeError(f"{name}: integer inputs only, got dtype {x.dtype}")
 
 
+@_with_out
 def gcd(x1: Any, x2: Any, /) -> Array:
     """Greatest common divisor, element-wise (non-negative; ``gcd(0, 0) == 0``): Euclid's
     steps on the device, repeated until every remainder is zero."""
@@ -81,6 +100,7 @@ def gcd(x1: Any, x2: Any, /) -> Array:
     return a
 
 
+@_with_out
 def lcm(x1: Any, x2: Any, /) -> Array:
     """Least common multiple, element-wise (non-negative; 0 where either is 0)."""
     a, b = _arr(x1), _arr(x2)
@@ -90,6 +110,7 @@ def lcm(x1: Any, x2: Any, /) -> Array:
                                       * b.astype(dt))).astype(dt)
 
 
+@_with_out
 def fix(x: Any, /) -> Array:
     """Round toward zero, keeping the dtype (``numpy.fix``)."""
     a = _arr(x)
@@ -133,6 +154,7 @@ def i0(x: Any, /) -> Array:
     return fl.where(t > 20, large, total).astype(a.dtype)
 
 
+@_with_out
 def spacing(x: Any, /) -> Array:
     """The distance from ``x`` to the next float away from zero (negative for negative
     ``x``), as ``numpy.spacing``."""
@@ -142,6 +164,7 @@ def spacing(x: Any, /) -> Array:
     return fl.nextafter(a, away) - a
 
 
+@_with_out
 def isposinf(x: Any, /) -> Array:
     """Whether each element is +inf."""
     a = _arr(x)
@@ -150,6 +173,7 @@ def isposinf(x: Any, /) -> Array:
     return fl.isinf(a) & ~fl.signbit(a) if a.dtype.kind == "f" else fl.zeros_like(a, dtype=bool)
 
 
+@_with_out
 def isneginf(x: Any, /) -> Array:
     """Whether each element is -inf."""
     a = _arr(x)
@@ -583,6 +607,7 @@ _M2 = 0x3333333333333333
 _M4 = 0x0F0F0F0F0F0F0F0F
 
 
+@_with_out
 def bitwise_count(x: Any, /) -> Array:
     """The number of 1 bits in ``|x|`` (uint8), as ``numpy.bitwise_count``."""
     a = _arr(x)
@@ -604,6 +629,7 @@ def bitwise_count(x: Any, /) -> Array:
     return total.astype(np.uint8)
 
 
+@_with_out
 def matvec(x1: Any, x2: Any, /) -> Array:
     """Matrix-vector products over stacks: ``x1[..., i, :] @ x2[..., :]``."""
     a = _arr(x1)
@@ -614,6 +640,7 @@ def matvec(x1: Any, x2: Any, /) -> Array:
     return fl.matmul(a, b[..., None])[..., 0]
 
 
+@_with_out
 def vecmat(x1: Any, x2: Any, /) -> Array:
     """Vector-matrix products over stacks: ``conj(x1[..., :]) @ x2[..., :, j]``."""
     a = _arr(x1)

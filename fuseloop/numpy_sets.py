@@ -31,15 +31,15 @@ def _arr(x: Any, like: Array | None = None) -> Array:
 def unique(ar: Any, return_index: bool = False, return_inverse: bool = False,
            return_counts: bool = False, axis: Any = None, *, equal_nan: bool = True,
            sorted: bool = True) -> Any:
-    """numpy's ``unique`` of the flattened array (``axis=None``): sorted distinct values,
-    and on request the first index of each, each element's position among them (in the
-    input's shape) and the counts; NaNs collapse to one where ``equal_nan``."""
+    """numpy's ``unique``: sorted distinct values (of the flattened array, or the distinct
+    slices along ``axis`` in lexicographic order), and on request the first index of each,
+    each element's (slice's) position among them and the counts; NaNs collapse to one
+    where ``equal_nan`` (``axis=None`` only, as numpy)."""
     from .ops.sorting import _counts, _inverse, _sort_rows
 
-    if axis is not None:
-        raise NotImplementedError("unique: only axis=None (the flattened array) is "
-                                  "supported; use unique_values on each slice")
     x = _arr(ar)
+    if axis is not None:
+        return _unique_axis(x, axis, return_index, return_inverse, return_counts)
     flat = fl.reshape(x, (-1,))
     done = _sort_rows(flat, False)
     s = done.values
@@ -62,6 +62,41 @@ def unique(ar: Any, return_index: bool = False, return_inverse: bool = False,
         out.append(_inverse(x, done, first))
     if return_counts:
         out.append(_counts(starts, flat.size))
+    return tuple(out)
+
+
+def _unique_axis(x: Array, axis: Any, return_index: bool, return_inverse: bool,
+                 return_counts: bool) -> Any:
+    """``unique`` along ``axis``: the slices as rows, sorted by ``lexsort`` over their
+    columns (first column primary), runs of equal rows compacted."""
+    from .ops.shape import normalize_axis
+    from .ops.sorting import _counts
+
+    ax = normalize_axis(axis, x.ndim)
+    moved = fl.moveaxis(x, ax, 0)
+    n, rest = moved.shape[0], moved.shape[1:]
+    rows = fl.reshape(moved, (n, -1))
+    m = rows.shape[1]
+    if n == 0 or m == 0:
+        raise ValueError(f"unique: cannot take unique slices along axis {axis} of an "
+                         f"array of shape {x.shape} (no elements)")
+    order = fl.lexsort([rows[:, j] for j in range(m - 1, -1, -1)]).eval()
+    ordered = rows[order]
+    differ = fl.any(ordered[1:] != ordered[:-1], axis=1)
+    first = fl.concat([fl.ones(1, dtype=bool, device=x.device), differ]).eval()
+    starts = fl.flatnonzero(first)
+    values = fl.moveaxis(fl.reshape(ordered[first], (-1, *rest)), 0, ax)
+    if not (return_index or return_inverse or return_counts):
+        return values
+    out: list[Array] = [values]
+    if return_index:
+        out.append(order[starts])
+    if return_inverse:
+        inverse = fl.empty(n, dtype=_INT64, device=x.device)
+        inverse[order] = fl.cumulative_sum(first, dtype=_INT64) - 1
+        out.append(inverse)
+    if return_counts:
+        out.append(_counts(starts, n))
     return tuple(out)
 
 

@@ -42,6 +42,9 @@ def test_elementwise_functions(device):
     assert not fl.isscalar(fl.asarray(1.0)) and fl.isscalar(1.0)
     with pytest.raises(TypeError):
         fl.isposinf(zs)
+    out = fl.zeros(s.shape, dtype=bool)
+    assert fl.isneginf(xs, out=out) is out
+    _same(out, np.isneginf(s))
 
 
 def test_gcd_lcm(device):
@@ -143,8 +146,10 @@ def test_unique_flags(device):
         _same(g, r)
     _same(np.unique(fl.asarray(u)), np.unique(u))  # (through __array_function__)
     _same(fl.unique(fl.asarray(u), equal_nan=False), np.unique(u, equal_nan=False))
-    with pytest.raises(NotImplementedError, match="axis=None"):
-        fl.unique(fl.asarray(u), axis=0)
+    rows = np.array([[1, 2, 0], [0, 1, 5], [1, 2, 0], [1, 0, 0]])
+    for g, r in zip(fl.unique(fl.asarray(rows), True, True, True, axis=0),
+                    np.unique(rows, True, True, True, axis=0), strict=True):
+        _same(g, r)
 
 
 def test_set_functions(device):
