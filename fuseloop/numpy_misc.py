@@ -84,13 +84,19 @@ def _check_int(name: str, *xs: Array) -> None:
             raise DTypeError(f"{name}: integer inputs only, got dtype {x.dtype}")
 
 
+def _int_result(x1: Any, x2: Any, a: Array, b: Array) -> np.dtype:
+    """numpy's result dtype of ``x1`` and ``x2`` (a Python int is weak: NEP 50)."""
+    return fl.result_type(*(x if isinstance(x, int) and not isinstance(x, bool) else t.dtype
+                            for x, t in ((x1, a), (x2, b))))
+
+
 @_with_out
 def gcd(x1: Any, x2: Any, /) -> Array:
     """Greatest common divisor, element-wise (non-negative; ``gcd(0, 0) == 0``): Euclid's
     steps on the device, repeated until every remainder is zero."""
     a, b = _arr(x1), _arr(x2)
     _check_int("gcd", a, b)
-    dt = np.result_type(a.dtype, b.dtype)
+    dt = _int_result(x1, x2, a, b)
     a, b = fl.broadcast_arrays(fl.abs(a.astype(dt)), fl.abs(b.astype(dt)))
     a, b = a.eval(), b.eval()
     # (at most ~93 steps for 64-bit integers: Euclid's worst case is Fibonacci pairs)
@@ -104,8 +110,8 @@ def gcd(x1: Any, x2: Any, /) -> Array:
 def lcm(x1: Any, x2: Any, /) -> Array:
     """Least common multiple, element-wise (non-negative; 0 where either is 0)."""
     a, b = _arr(x1), _arr(x2)
-    g = gcd(a, b)
-    dt = g.dtype
+    dt = _int_result(x1, x2, a, b)
+    g = gcd(a.astype(dt), b.astype(dt))
     return fl.where(g == 0, 0, fl.abs((a.astype(dt) // fl.where(g == 0, 1, g))
                                       * b.astype(dt))).astype(dt)
 
@@ -329,7 +335,7 @@ def convolve(a: Any, v: Any, mode: str = "full") -> Array:
     padded = fl.concat([pad, x.astype(dt), pad])
     length = n + m - 1
     idx = fl.arange(length, dtype=_INT64)[:, None] + fl.arange(m, dtype=_INT64)[None, :]
-    full = fl.sum(padded[idx] * y.astype(dt)[::-1][None, :], axis=1)
+    full = fl.sum(padded[idx] * y.astype(dt)[::-1][None, :], axis=1, dtype=dt)
     if mode == "full":
         return full
     if mode == "same":
@@ -345,8 +351,12 @@ def correlate(a: Any, v: Any, mode: str = "valid") -> Array:
     y = _arr(v, x)
     if mode not in _MODES:
         raise ValueError(f"correlate: mode must be one of {_MODES}, not {mode!r}")
+    if x.ndim == 1 and y.ndim == 1 and y.size > x.size:
+        # numpy correlates the longer one first and reverses (conjugates) the result:
+        # the same numbers, but 'same' centres on the other input
+        swapped = correlate(y, x, mode)[::-1]
+        return fl.conj(swapped) if swapped.dtype.kind == "c" else swapped
     flipped = fl.conj(y)[::-1] if y.dtype.kind == "c" else y[::-1]
-    # (convolve takes the longer input first, as numpy's correlate does when it swaps)
     return convolve(x, flipped, mode)
 
 
@@ -581,7 +591,7 @@ def polyder(p: Any, m: int = 1) -> Array:
         n = c.size - 1
         if n <= 0:
             return fl.zeros(1, dtype=c.dtype, device=c.device)
-        c = c[:-1] * fl.arange(n, 0, -1, dtype=c.dtype if c.dtype.kind != "b" else _INT64)
+        c = c[:-1] * fl.arange(n, 0, -1, dtype=_INT64)  # (numpy's int64 factors promote)
     return c
 
 

@@ -52,6 +52,9 @@ def test_gcd_lcm(device):
     b = np.array([8, 27, 5, 0, 14, 0, 6])
     _same(fl.gcd(fl.asarray(a), fl.asarray(b)), np.gcd(a, b))
     _same(fl.lcm(fl.asarray(a), b), np.lcm(a, b))
+    i = np.array([4, -6, 9], dtype=np.int32)  # (a Python int is weak: int32 results)
+    _same(fl.gcd(fl.asarray(i), 6), np.gcd(i, 6))
+    _same(fl.lcm(fl.asarray(i), 4), np.lcm(i, 4))
     with pytest.raises(DTypeError, match="float64"):
         fl.gcd(fl.asarray(X), 2)
 
@@ -95,10 +98,14 @@ def test_convolve_correlate(device, mode):
     _same(fl.convolve(fw, fa, mode), np.convolve(w, a, mode))
     _same(fl.correlate(fa, fw, mode), np.correlate(a, w, mode))
     _same(fl.correlate(fw, fa, mode), np.correlate(w, a, mode))
+    # the shorter input first, an even length difference: 'same' centres on the longer
+    _same(fl.correlate(fa[:2], fa[:4], mode), np.correlate(a[:2], a[:4], mode))
     if mode == "full":
         z, v = np.array([1 + 1j, 2 - 1j, 3j]), np.array([1j, 1])
         _same(fl.correlate(fl.asarray(z), v, mode), np.correlate(z, v, mode))
         _same(np.convolve(fa, fw), np.convolve(a, w))  # (through __array_function__)
+        i, j = np.array([1, 2, 3], dtype=np.int32), np.array([2, -1], dtype=np.int32)
+        _same(fl.convolve(fl.asarray(i), j), np.convolve(i, j))  # (int32 stays int32)
         with pytest.raises(ValueError, match="empty"):
             fl.convolve(fa, fl.asarray(np.zeros(0)))
 
@@ -178,6 +185,8 @@ def test_polynomials(device):
     _same(fl.polysub(q, p), np.polysub(q, p))
     _same(fl.polymul(p, q), np.polymul(p, q))
     _same(fl.polyder(np.array([3, 2, 1, 5]), 2), np.polyder(np.array([3, 2, 1, 5]), 2))
+    i = np.array([3, 2, 1], dtype=np.int32)
+    _same(fl.polyder(i), np.polyder(i))
     _same(fl.polyint(p, 2, k=[1, 2]), np.polyint(p, 2, k=[1, 2]))
 
 
