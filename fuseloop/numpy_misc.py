@@ -98,11 +98,12 @@ def gcd(x1: Any, x2: Any, /) -> Array:
     _check_int("gcd", a, b)
     dt = _int_result(x1, x2, a, b)
     a, b = fl.broadcast_arrays(fl.abs(a.astype(dt)), fl.abs(b.astype(dt)))
-    a, b = a.eval(), b.eval()
+    a, b = fl.compute(a, b)
     # (at most ~93 steps for 64-bit integers: Euclid's worst case is Fibonacci pairs)
     while bool(fl.any(b != 0)):
         safe = fl.where(b == 0, 1, b)
-        a, b = fl.where(b == 0, a, b).eval(), fl.where(b == 0, 0, a % safe).astype(dt).eval()
+        # (both in one kernel: fl.compute reads a and b once)
+        a, b = fl.compute(fl.where(b == 0, a, b), fl.where(b == 0, 0, a % safe).astype(dt))
     return a
 
 
