@@ -307,7 +307,9 @@ class OpenCLBackend(Backend):
         and the program is built here again, from that cache; a source that was
         ``built_before`` (a disk-cache entry's) is built here at once."""
         keep = self.stores_binaries(device)
-        if compile_workers.mode() == "inline" or (built_before and not keep):
+        if compile_workers.mode() == "inline":
+            return self._build_here(device, source, options, kernel_names, check=True)
+        if built_before and not keep:
             return self._build_here(device, source, options, kernel_names)
         binary = compile_workers.compile_binary(device, _BUILDER, source, options,
                                                 kernel_names, binary=keep)
@@ -322,12 +324,15 @@ class OpenCLBackend(Backend):
         return BuiltProgram(self.name, program, tuple(kernel_names))
 
     def _build_here(self, device: Any, source: str, options: Sequence[str],
-                    kernel_names: Sequence[str]) -> BuiltProgram:
+                    kernel_names: Sequence[str], check: bool = False) -> BuiltProgram:
+        """The program built in this process; ``check``: its kernels made once too, as
+        a compile worker does (a source built before, or by a worker, needs no check,
+        and a kernel object made here would be one more than launches share)."""
         try:
             # (for this device only: its context may hold others)
             program = cl.Program(device.context, source).build(
                 options=list(options), devices=[device.cl_device])
-            for name in kernel_names:
+            for name in kernel_names if check else ():
                 cl.Kernel(program, name)
         except cl.Error as exc:
             raise _rejected(device, "the OpenCL compiler", kernel_names, source,
