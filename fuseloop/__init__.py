@@ -83,6 +83,11 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
     ".grids": ("mgrid", "ndarray", "ogrid"),
     ".interop": ("from_dlpack", "from_pyopencl", "to_pyopencl"),
     ".multi": ("DeviceSet", "MultiArray"),  # several devices, one array (issue 29)
+    ".numpy_stats": ("average", "corrcoef", "cov", "cumprod", "cumsum", "median",
+                     "nanargmax", "nanargmin", "nancumprod", "nancumsum", "nanmax",
+                     "nanmean", "nanmedian", "nanmin", "nanpercentile", "nanprod",
+                     "nanquantile", "nanstd", "nansum", "nanvar", "percentile", "ptp",
+                     "quantile"),
     ".ops.linalg": ("dot", "einsum", "inner", "matmul", "outer", "tensordot", "trace",
                     "vdot"),
     ".ops.manipulation": ("atleast_1d", "atleast_2d", "atleast_3d", "broadcast_arrays",
