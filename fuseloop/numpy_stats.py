@@ -375,7 +375,7 @@ def _quantile(a: Any, q: Any, axis: Any, out: Any, method: str, keepdims: bool,
     dt = probe(np.zeros(1, a.dtype), q if not isinstance(q, Array) else qh,
                method=method).dtype
     rows, axes = _rows(a, axis)
-    if rows.shape[-1] == 0:
+    if rows.shape[-1] == 0:  # (numpy's quantile raises IndexError, nanquantile gives NaN)
         raise ShapeError(f"{name}: the reduced axes of shape {a.shape} are empty")
     from .ops.sorting import sort
 
@@ -429,8 +429,11 @@ def _median(a: Any, axis: Any, out: Any, keepdims: bool, nan_aware: bool) -> Any
     a = _coerce(a)
     dt = np.median(np.zeros(1, a.dtype)).dtype
     rows, axes = _rows(a, axis)
-    if rows.shape[-1] == 0:
-        raise ShapeError(f"{name}: the reduced axes of shape {a.shape} are empty")
+    if rows.shape[-1] == 0:  # numpy: NaN (with a warning)
+        from .creation import full
+
+        r = full((*rows.shape[:-1], 1), np.nan, dt, a.device)
+        return _finish(_restore(r, a, axes, (), keepdims), out, name)
     s = sort(rows, axis=-1)
     if nan_aware and _has_nan(a.dtype):
         n: Any = _red.sum(~_isnan(rows), axis=-1, dtype=np.int64, keepdims=True)

@@ -103,6 +103,8 @@ def test_median_and_nanmedian(device):
     n = with_nans()
     same(fl.median(fl.asarray(n), axis=1), np.median(n, axis=1))  # a NaN makes NaN
     same(fl.nanmedian(fl.asarray(n), axis=1), numpy_quiet(np.nanmedian, n, axis=1))
+    e = np.zeros((0, 3), np.float32)  # an empty axis: NaN
+    same(fl.median(fl.asarray(e), axis=0), numpy_quiet(np.median, e, axis=0))
 
 
 @pytest.mark.parametrize("method", ["linear", "lower", "higher", "nearest", "midpoint"])
