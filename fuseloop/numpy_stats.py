@@ -307,7 +307,12 @@ def _restore(r: Array, a: Array, axes: tuple[int, ...], lead: tuple[int, ...],
     return reshape(r, (*lead, *kept))
 
 
-_METHODS = ("linear", "lower", "higher", "nearest", "midpoint")
+# numpy's continuous methods of Hyndman and Fan: (alpha, beta) of the virtual index
+# n q + alpha + q (1 - alpha - beta) - 1 ("linear" is alpha = beta = 1, as q (n - 1))
+_ALPHA_BETA = {"interpolated_inverted_cdf": (0.0, 1.0), "hazen": (0.5, 0.5),
+               "weibull": (0.0, 0.0), "median_unbiased": (1 / 3, 1 / 3),
+               "normal_unbiased": (3 / 8, 3 / 8)}
+_METHODS = ("linear", "lower", "higher", "nearest", "midpoint", *_ALPHA_BETA)
 
 
 def _positions(q: np.ndarray, n: Any, method: str) -> tuple[Any, Any, Any]:
@@ -321,7 +326,12 @@ def _positions(q: np.ndarray, n: Any, method: str) -> tuple[Any, Any, Any]:
     top = max(n - 1, 0) if host else maximum(n - 1, 0)
     lo, hi = fl_(v), cl_(v)
     t: Any = v - lo
-    if method == "lower":
+    if method in _ALPHA_BETA:  # (out of range: both ends clipped to the same element)
+        alpha, beta = _ALPHA_BETA[method]
+        v = n * q + (alpha + q * (1 - alpha - beta)) - 1
+        lo = fl_(v)
+        hi, t = lo + 1, v - lo
+    elif method == "lower":
         hi, t = lo, 0.0
     elif method == "higher":
         lo, t = hi, 0.0
@@ -396,8 +406,9 @@ def _quantile(a: Any, q: Any, axis: Any, out: Any, method: str, keepdims: bool,
 
 def quantile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_input: bool = False,
              method: str = "linear", keepdims: bool = False) -> Any:
-    """``numpy.quantile`` (methods linear, lower, higher, nearest, midpoint), by a sort on
-    the device; ``q`` is read on the host (it picks the elements)."""
+    """``numpy.quantile`` (numpy's methods but the discontinuous ``inverted_cdf``,
+    ``averaged_inverted_cdf`` and ``closest_observation``), by a sort on the device;
+    ``q`` is read on the host."""
     return _quantile(a, q, axis, out, method, keepdims, False, "quantile", 1.0)
 
 

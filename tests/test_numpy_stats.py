@@ -107,7 +107,8 @@ def test_median_and_nanmedian(device):
     same(fl.median(fl.asarray(e), axis=0), numpy_quiet(np.median, e, axis=0))
 
 
-@pytest.mark.parametrize("method", ["linear", "lower", "higher", "nearest", "midpoint"])
+@pytest.mark.parametrize("method", ["linear", "lower", "higher", "nearest", "midpoint",
+                                    "median_unbiased"])
 def test_quantile_methods(device, method):
     h = np.random.default_rng(4).random((3, 7)).astype(np.float32)
     q = [0.0, 0.25, 0.5, 0.77, 1.0]
@@ -128,7 +129,7 @@ def test_percentile_dtypes_nans_and_errors(device):
     with pytest.raises(ValueError, match="range"):
         fl.percentile(x, 101)
     with pytest.raises(NotImplementedError, match="method"):
-        fl.quantile(x, 0.5, method="hazen")
+        fl.quantile(x, 0.5, method="inverted_cdf")
 
 
 def test_cov_and_corrcoef(device):
