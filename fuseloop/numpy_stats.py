@@ -312,7 +312,8 @@ def _restore(r: Array, a: Array, axes: tuple[int, ...], lead: tuple[int, ...],
 _ALPHA_BETA = {"interpolated_inverted_cdf": (0.0, 1.0), "hazen": (0.5, 0.5),
                "weibull": (0.0, 0.0), "median_unbiased": (1 / 3, 1 / 3),
                "normal_unbiased": (3 / 8, 3 / 8)}
-_METHODS = ("linear", "lower", "higher", "nearest", "midpoint", *_ALPHA_BETA)
+_DISCRETE = ("inverted_cdf", "averaged_inverted_cdf", "closest_observation")
+_METHODS = ("linear", "lower", "higher", "nearest", "midpoint", *_ALPHA_BETA, *_DISCRETE)
 
 
 def _positions(q: np.ndarray, n: Any, method: str) -> tuple[Any, Any, Any]:
@@ -328,9 +329,11 @@ def _positions(q: np.ndarray, n: Any, method: str) -> tuple[Any, Any, Any]:
     t: Any = v - lo
     if method in _ALPHA_BETA:  # (out of range: both ends clipped to the same element)
         alpha, beta = _ALPHA_BETA[method]
-        v = n * q + (alpha + q * (1 - alpha - beta)) - 1
+        v = _times(n, q) + (alpha + q * (1 - alpha - beta)) - 1
         lo = fl_(v)
         hi, t = lo + 1, v - lo
+    elif method in _DISCRETE:
+        lo, hi, t = _discrete(q, n, method, fl_, host)
     elif method == "lower":
         hi, t = lo, 0.0
     elif method == "higher":
@@ -345,6 +348,27 @@ def _positions(q: np.ndarray, n: Any, method: str) -> tuple[Any, Any, Any]:
                 t)
     return (minimum(maximum(lo, 0), top).astype(np.int64),
             minimum(maximum(hi, 0), top).astype(np.int64), t)
+
+
+def _times(n: Any, q: np.ndarray) -> Any:
+    """``n q``, rounded before any addition: a device's fused multiply-add would move a
+    virtual index off a whole number that numpy's two roundings land on."""
+    return n * q if not isinstance(n, Array) else (n * q).eval()
+
+
+def _discrete(q: np.ndarray, n: Any, method: str, fl_: Any, host: bool
+              ) -> tuple[Any, Any, Any]:
+    """numpy's discontinuous methods: (lower, upper, weight) before clipping."""
+    sel = np.where if host else _where
+    v = _times(n, q) - (1.5 if method == "closest_observation" else 1)
+    lo = fl_(v)
+    exact = (v - lo) == 0
+    if method == "averaged_inverted_cdf":  # the mean of two where n q is whole
+        return lo, lo + 1, sel(exact, 0.5, 1.0)
+    if method == "closest_observation":  # (ties: the even order statistic, 1-based)
+        exact = exact & (lo % 2 != 0)
+    at = sel(exact, lo, lo + 1)
+    return at, at, 0.0
 
 
 def _gather(s: Array, idx: Any) -> Array:
@@ -371,8 +395,8 @@ def _quantile(a: Any, q: Any, axis: Any, out: Any, method: str, keepdims: bool,
               nan_aware: bool, name: str, scale: float) -> Any:
     a = _coerce(a)
     if method not in _METHODS:
-        raise NotImplementedError(f"{name}: method={method!r} is not supported on the "
-                                  f"device; use one of {', '.join(_METHODS)}")
+        raise ValueError(f"{name}: {method!r} is not a valid method; use one of "
+                         f"{', '.join(_METHODS)}")
     qh = np.asarray(q.get() if isinstance(q, Array) else q)
     qf = qh.astype(np.float64) / scale
     if qh.size and not (np.all(qf >= 0) and np.all(qf <= 1)):
@@ -406,9 +430,8 @@ def _quantile(a: Any, q: Any, axis: Any, out: Any, method: str, keepdims: bool,
 
 def quantile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_input: bool = False,
              method: str = "linear", keepdims: bool = False) -> Any:
-    """``numpy.quantile`` (numpy's methods but the discontinuous ``inverted_cdf``,
-    ``averaged_inverted_cdf`` and ``closest_observation``), by a sort on the device;
-    ``q`` is read on the host."""
+    """``numpy.quantile`` (numpy's 13 methods), by a sort on the device; ``q`` is read
+    on the host."""
     return _quantile(a, q, axis, out, method, keepdims, False, "quantile", 1.0)
 
 

@@ -108,7 +108,7 @@ def test_median_and_nanmedian(device):
 
 
 @pytest.mark.parametrize("method", ["linear", "lower", "higher", "nearest", "midpoint",
-                                    "median_unbiased"])
+                                    "median_unbiased", "closest_observation"])
 def test_quantile_methods(device, method):
     h = np.random.default_rng(4).random((3, 7)).astype(np.float32)
     q = [0.0, 0.25, 0.5, 0.77, 1.0]
@@ -128,8 +128,8 @@ def test_percentile_dtypes_nans_and_errors(device):
          numpy_quiet(np.nanpercentile, n, [40, 90], axis=0, keepdims=True))
     with pytest.raises(ValueError, match="range"):
         fl.percentile(x, 101)
-    with pytest.raises(NotImplementedError, match="method"):
-        fl.quantile(x, 0.5, method="inverted_cdf")
+    with pytest.raises(ValueError, match="method"):
+        fl.quantile(x, 0.5, method="bogus")
 
 
 def test_cov_and_corrcoef(device):
