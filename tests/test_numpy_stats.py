@@ -36,6 +36,7 @@ def test_cumsum_cumprod_flatten_axis_and_out(device):
     x = fl.asarray(h)
     same(fl.cumsum(x), np.cumsum(h))  # axis=None: the flattened array
     same(fl.cumprod(x, axis=0), np.cumprod(h, axis=0))
+    same(x.cumsum(axis=1), h.cumsum(axis=1))  # (numpy's methods too)
     out = fl.zeros(12, dtype=np.float32)
     assert fl.cumsum(x, out=out) is out
     same(out, np.cumsum(h))
