@@ -290,4 +290,16 @@ class ArrayProtocol:
         argmin = _reductions().argmin
         return _finish(argmin(self, axis=axis, keepdims=keepdims), out, "argmin")
 
+    def cumsum(self, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
+        """numpy's method: running sums (``axis=None``: of the flattened array)."""
+        from .numpy_stats import cumsum
+
+        return cumsum(self, axis=axis, dtype=dtype, out=out)
+
+    def cumprod(self, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
+        """numpy's method: running products (``axis=None``: of the flattened array)."""
+        from .numpy_stats import cumprod
+
+        return cumprod(self, axis=axis, dtype=dtype, out=out)
+
     # }}}
