@@ -83,6 +83,17 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
     ".grids": ("mgrid", "ndarray", "ogrid"),
     ".interop": ("from_dlpack", "from_pyopencl", "to_pyopencl"),
     ".multi": ("DeviceSet", "MultiArray"),  # several devices, one array (issue 29)
+    # numpy's names beyond the standard (issue 27)
+    ".numpy_select": ("choose", "compress", "copyto", "extract", "fill_diagonal", "place",
+                      "put", "putmask", "select", "trim_zeros"),
+    ".numpy_shape": ("append", "array_split", "asanyarray", "ascontiguousarray", "block",
+                     "copy", "delete", "diag", "diag_indices", "diag_indices_from",
+                     "diagflat", "dsplit", "fliplr", "flipud", "geomspace", "hsplit",
+                     "identity", "indices", "insert", "ix_", "kron", "logspace", "ndim",
+                     "pad", "ravel_multi_index", "resize", "rollaxis", "rot90", "row_stack",
+                     "shape", "size", "split", "tri", "tril_indices", "tril_indices_from",
+                     "triu_indices", "triu_indices_from", "unravel_index", "vander",
+                     "vsplit"),
     ".ops.linalg": ("dot", "einsum", "inner", "matmul", "outer", "tensordot", "trace",
                     "vdot"),
     ".ops.manipulation": ("atleast_1d", "atleast_2d", "atleast_3d", "broadcast_arrays",
