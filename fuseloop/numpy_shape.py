@@ -21,7 +21,7 @@ import numpy as np
 import fuseloop as fl
 
 from .array import Array
-from .errors import AxisError, DTypeError
+from .errors import AxisError, DTypeError, NoEquivalentError
 
 _INTP = np.dtype(np.intp)
 
@@ -287,12 +287,12 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> Ar
         cv = np.broadcast_to(np.asarray(kwargs.get("constant_values", 0)), (a.ndim, 2))
     else:
         if mode not in _PAD_MODES:
-            raise NotImplementedError(
+            raise NoEquivalentError(
                 f"fuseloop's pad has the modes constant, {', '.join(_PAD_MODES)}; not "
                 f"{mode!r} (numpy's other modes: compute them from fl.pad(..., 'edge'))")
         extra = set(kwargs) - {"reflect_type"}
         if kwargs.get("reflect_type", "even") != "even":
-            raise NotImplementedError("pad: only reflect_type='even' is supported")
+            raise NoEquivalentError("pad: only reflect_type='even' is supported")
     if extra:
         raise ValueError(f"unsupported keyword arguments for mode {mode!r}: {sorted(extra)}")
     for ax in range(a.ndim):
@@ -543,7 +543,7 @@ def geomspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
     if start < 0 and stop < 0:
         sign, start, stop = -1.0, -start, -stop
     elif start < 0 or stop < 0:
-        raise NotImplementedError("geomspace between values of different signs needs "
+        raise NoEquivalentError("geomspace between values of different signs needs "
                                   "complex numbers: not supported by fuseloop")
     y = fl.power(10.0, fl.linspace(np.log10(start), np.log10(stop), num,
                                    endpoint=endpoint, device=device))
@@ -558,7 +558,7 @@ def geomspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
 
 def _scalars(name: str, *xs: Any) -> None:
     if any(isinstance(x, Array) or np.ndim(x) for x in xs):
-        raise NotImplementedError(f"fuseloop's {name} takes scalar start/stop; for arrays "
+        raise NoEquivalentError(f"fuseloop's {name} takes scalar start/stop; for arrays "
                                   "build it from fl.linspace and broadcasting")
     if any(np.iscomplexobj(x) for x in xs):
         raise DTypeError(f"fuseloop's {name} takes real start/stop")
