@@ -60,6 +60,7 @@ def put(a: Array, ind: Any, v: Any, mode: str = "raise") -> None:
         elif mode == "clip":
             idx = fl.clip(idx, 0, n - 1)
         else:
+            # (out-of-range indices: the scatter's own check raises IndexOutOfBoundsError)
             idx = fl.where(idx < 0, idx + n, idx)
     else:
         h = np.asarray(ind, dtype=_INTP).ravel()
@@ -244,7 +245,9 @@ def select(condlist: Sequence[Any], choicelist: Sequence[Any], default: Any = 0)
             raise TypeError(f"invalid entry {i} in condlist: should be boolean ndarray "
                             f"(got {c.dtype})")
     d = fl.asarray(default, device=dev)
-    dtype = np.result_type(*(c.dtype for c in choices), d.dtype)
+    # a Python scalar default is weak in numpy 2's promotion: it keeps the choices' dtype
+    weak = isinstance(default, int | float | complex) and not isinstance(default, bool)
+    dtype = np.result_type(*(c.dtype for c in choices), default if weak else d.dtype)
     res: Any = d
     for c, v in zip(conds[::-1], choices[::-1], strict=True):
         res = fl.where(c, v, res)

@@ -64,6 +64,8 @@ def ascontiguousarray(a: Any, dtype: Any = None) -> Array:
     x = fl.asarray(a, dtype=dtype)
     if x.ndim == 0:
         return fl.reshape(x, (1,))
+    if x._storage is not None and not x.is_contiguous:  # (a lazy one is made contiguous)
+        return fl.asarray(x, copy=True)
     return x
 
 
@@ -425,8 +427,9 @@ def tri(N: int, M: int | None = None, k: int = 0, dtype: Any = float, *,
 
 
 def identity(n: int, dtype: Any = None, *, device: Any = None) -> Array:
-    """The ``n`` x ``n`` identity (float64 by default, as numpy's)."""
-    return fl.eye(n, dtype=np.float64 if dtype is None else dtype, device=device)
+    """The ``n`` x ``n`` identity (of the default float dtype, float64 where the device
+    has it)."""
+    return fl.eye(n, dtype=dtype, device=device)
 
 
 def _tri_indices(lower: bool, n: int, k: int, m: int | None,

@@ -152,6 +152,10 @@ def test_writes_in_place(device):
         fl.copyto(fl.asarray(I), 1.5)
     with pytest.raises(IndexError, match="out of bounds"):
         fl.put(fl.zeros(3), [5], 1.0)
+    x = fl.zeros(3)
+    with pytest.raises(IndexError, match="out of bounds"):  # device indices: checked there
+        fl.put(x, fl.asarray([1, 3]), 1.0)
+        x.get()
 
 
 def test_selection(device):
@@ -175,6 +179,8 @@ def test_selection(device):
         fl.choose(fl.asarray([0, 2]), [fl.asarray([1, 2]), fl.asarray([3, 4])]).get()
     with pytest.raises(TypeError, match="boolean"):
         fl.select([a], [a])
+    ia = fl.asarray(I, dtype=np.int32)  # a Python default keeps the choices' dtype
+    same(fl.select([ia > 5], [ia], 0), np.select([I.astype(np.int32) > 5], [I.astype(np.int32)], 0))
 
 
 def test_properties_and_copies():
@@ -186,3 +192,11 @@ def test_properties_and_copies():
     same(c, A)
     assert fl.asanyarray(a) is a
     assert fl.ascontiguousarray(3.0).shape == np.ascontiguousarray(3.0).shape
+
+
+def test_ascontiguousarray_copies_a_strided_view(device):
+    a = fl.asarray(A)
+    y = fl.ascontiguousarray(a[:, ::2]).eval()
+    assert y.is_contiguous
+    same(y, np.ascontiguousarray(A[:, ::2]))
+    assert fl.ascontiguousarray(a) is a
