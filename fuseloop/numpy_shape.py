@@ -274,49 +274,90 @@ def kron(a: Any, b: Any) -> Array:
 
 # {{{ padding, flipping, resizing
 
-_PAD_MODES = ("edge", "reflect", "symmetric", "wrap")
+# mode -> the keyword arguments numpy takes with it
+_PAD_MODES: dict[str, set[str]] = {
+    "constant": {"constant_values"}, "empty": set(), "edge": set(), "wrap": set(),
+    "reflect": {"reflect_type"}, "symmetric": {"reflect_type"},
+    "maximum": {"stat_length"}, "minimum": {"stat_length"}, "mean": {"stat_length"}}
 
 
 def pad(array: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> Array:
-    """``np.pad`` in the modes constant (``constant_values``), edge, reflect, symmetric
-    and wrap (``reflect_type="even"``)."""
+    """``np.pad`` in the modes constant (``constant_values``), empty (zeros), edge,
+    reflect, symmetric, wrap (``reflect_type="even"``) and maximum, minimum, mean
+    (``stat_length``)."""
     a = _arr(array)
-    widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (a.ndim, 2))
-    if (widths < 0).any():
-        raise ValueError(f"index can't contain negative values (pad_width {pad_width})")
-    if mode == "constant":
-        extra = set(kwargs) - {"constant_values"}
-        cv = np.broadcast_to(np.asarray(kwargs.get("constant_values", 0)), (a.ndim, 2))
-    else:
-        if mode not in _PAD_MODES:
-            raise NoEquivalentError(
-                f"fuseloop's pad has the modes constant, {', '.join(_PAD_MODES)}; not "
-                f"{mode!r} (numpy's other modes: compute them from fl.pad(..., 'edge'))")
-        extra = set(kwargs) - {"reflect_type"}
-        if kwargs.get("reflect_type", "even") != "even":
-            raise NoEquivalentError("pad: only reflect_type='even' is supported")
+    widths = _pairs(pad_width, a.ndim, "pad_width")
+    if not isinstance(mode, str) or mode not in _PAD_MODES:
+        raise NoEquivalentError(
+            f"fuseloop's pad has the modes {', '.join(_PAD_MODES)}; not {mode!r} (numpy's "
+            "linear_ramp, median and callables: build them from these)")
+    extra = set(kwargs) - _PAD_MODES[mode]
     if extra:
         raise ValueError(f"unsupported keyword arguments for mode {mode!r}: {sorted(extra)}")
+    if kwargs.get("reflect_type", "even") != "even":
+        raise NoEquivalentError("pad: only reflect_type='even' is supported")
+    cv = np.broadcast_to(np.asarray(kwargs.get("constant_values", 0)), (a.ndim, 2))
+    stat = kwargs.get("stat_length")
+    lengths = None if stat is None else _pairs(stat, a.ndim, "stat_length")
     for ax in range(a.ndim):
         before, after = (int(w) for w in widths[ax])
         if not before and not after:
             continue
         n = a.shape[ax]
-        if mode == "constant":
-            parts = []
-            for w, c in ((before, cv[ax, 0]), (after, cv[ax, 1])):
-                shp = list(a.shape)
-                shp[ax] = w
-                parts.append(fl.full(tuple(shp), c.item(), dtype=a.dtype, device=a.device))
-            a = fl.concat([parts[0], a, parts[1]], axis=ax)
+        if mode in ("constant", "empty"):
+            ends = [fl.full(_side(a, ax, w), c.item(), dtype=a.dtype, device=a.device)
+                    for w, c in ((before, cv[ax, 0]), (after, cv[ax, 1]))]
+            a = fl.concat([ends[0], a, ends[1]], axis=ax)
             continue
         if n == 0:
             raise ValueError(f"can't extend empty axis {ax} using modes other than "
                              f"'constant' or 'empty' (shape {a.shape})")
+        if mode in ("maximum", "minimum", "mean"):
+            a = _pad_stat(a, ax, (before, after), mode,
+                          (n, n) if lengths is None else tuple(lengths[ax]))
+            continue
         # numpy's own padding of the positions 0..n-1 gives the gather's indices
         src = np.pad(np.arange(n), (before, after), mode=cast(Any, mode))
         a = fl.take(a, _idx(src, a.device), axis=ax)
     return a
+
+
+def _pairs(x: Any, ndim: int, name: str) -> np.ndarray:
+    out = np.broadcast_to(np.asarray(x, dtype=np.int64), (ndim, 2))
+    if (out < 0).any():
+        raise ValueError(f"index can't contain negative values ({name} {x})")
+    return out
+
+
+def _side(a: Array, ax: int, width: int) -> tuple[int, ...]:
+    shp = list(a.shape)
+    shp[ax] = width
+    return tuple(shp)
+
+
+def _pad_stat(a: Array, ax: int, widths: tuple[int, int], mode: str,
+              lengths: Any) -> Array:
+    """One axis of ``pad``'s statistical modes: the statistic of the first / last
+    ``stat_length`` values along the axis, broadcast over the padding."""
+    n = a.shape[ax]
+    reduce: Any = {"maximum": fl.max, "minimum": fl.min, "mean": fl.mean}[mode]
+
+    def stat(lo: int, hi: int) -> Array:
+        if hi <= lo:
+            raise ValueError("stat_length of 0 yields no value for padding")
+        key = [slice(None)] * a.ndim
+        key[ax] = slice(lo, hi)
+        s = reduce(a[tuple(key)], axis=ax, keepdims=True)
+        if mode == "mean" and a.dtype.kind in "iub":
+            s = fl.round(s)  # (numpy rounds an integer array's mean, half to even)
+        return fl.astype(s, a.dtype)
+
+    left_n, right_n = (min(int(v), n) for v in lengths)
+    left = stat(0, left_n)
+    right = left if left_n == right_n == n else stat(n - right_n, n)
+    ends = [fl.broadcast_to(v, _side(a, ax, w)) for v, w in zip((left, right), widths,
+                                                                  strict=True)]
+    return fl.concat([ends[0], a, ends[1]], axis=ax)
 
 
 def fliplr(m: Any) -> Array:

@@ -59,13 +59,18 @@ def test_pad_modes(device):
     a = fl.asarray(A)
     for mode in ("constant", "edge", "reflect", "symmetric", "wrap"):
         same(fl.pad(a, ((1, 2), (3, 1)), mode=mode), np.pad(A, ((1, 2), (3, 1)), mode=mode))
+    for mode in ("minimum", "mean"):  # (maximum: the same path)
+        same(fl.pad(a, ((1, 2), (2, 1)), mode=mode), np.pad(A, ((1, 2), (2, 1)), mode=mode))
+    st = ((1, 2), (3, 2))
+    same(fl.pad(fl.asarray(I), 2, mode="mean", stat_length=st),
+         np.pad(I, 2, mode="mean", stat_length=st))  # (an integer mean rounds)
     cv = ((1, 2), (3, 4))  # corners from the last axis, as numpy's
     same(fl.pad(fl.asarray(I), 1, constant_values=cv), np.pad(I, 1, constant_values=cv))
     got = np.pad(a, 2, mode="edge")  # numpy's dispatch: fuseloop's pad, on the device
     assert isinstance(got, fl.Array)
     same(got, np.pad(A, 2, mode="edge"))
-    with pytest.raises(fl.errors.NoEquivalentError, match="mean"):
-        fl.pad(a, 1, mode="mean")
+    with pytest.raises(fl.errors.NoEquivalentError, match="median"):
+        fl.pad(a, 1, mode="median")
 
 
 def test_rotations_flips_and_axes(device):
