@@ -568,11 +568,37 @@ def ix_(*args: Any) -> tuple[Array, ...]:
 def logspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
              base: Any = 10.0, dtype: Any = None, axis: int = 0, *,
              device: Any = None) -> Array:
-    """``base ** linspace(start, stop, num)`` (scalar ``start``, ``stop`` and ``base``)."""
-    _scalars("logspace", start, stop, base)
-    y = fl.power(float(base), fl.linspace(float(start), float(stop), num,
-                                          endpoint=endpoint, device=device))
+    """``base ** linspace(start, stop, num)``; array ``start``, ``stop`` or ``base``
+    broadcast together, the samples along ``axis`` of the result."""
+    if any(isinstance(x, Array) or np.ndim(x) for x in (start, stop, base)):
+        y = _linspace_nd(start, stop, num, endpoint, axis, device)
+        b = fl.asarray(base, device=y.device)
+        y = fl.power(fl.expand_dims(b, axis=axis) if b.ndim else b, y)
+    else:
+        _scalars("logspace", start, stop, base)
+        y = fl.power(float(base), fl.linspace(float(start), float(stop), num,
+                                              endpoint=endpoint, device=device))
     return y if dtype is None else fl.astype(y, dtype)
+
+
+def _linspace_nd(start: Any, stop: Any, num: int, endpoint: bool, axis: int,
+                 device: Any) -> Array:
+    """numpy's linspace of broadcast array ends (its order of operations: ``t * step +
+    start``, the last sample exactly ``stop``), the samples along ``axis``."""
+    s = fl.asarray(start, device=device)
+    s = fl.astype(s, np.result_type(s.dtype, np.float64))
+    e = fl.asarray(stop, dtype=s.dtype, device=s.device)
+    shp = np.broadcast_shapes(tuple(s.shape), tuple(e.shape))
+    num = operator.index(num)
+    if num < 0:
+        raise ValueError(f"Number of samples, {num}, must be non-negative.")
+    div = num - 1 if endpoint else num
+    t = fl.reshape(fl.arange(num, dtype=s.dtype, device=s.device), (num,) + (1,) * len(shp))
+    y = t * ((e - s) / div) + s if div > 0 else t * (e - s) + s
+    if endpoint and num > 1:
+        y = fl.where(t == num - 1, e, y)
+    y = fl.broadcast_to(y, (num, *shp))
+    return fl.moveaxis(y, 0, _axis(axis, len(shp) + 1)) if axis else y
 
 
 def geomspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,

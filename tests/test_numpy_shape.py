@@ -122,6 +122,9 @@ def test_index_helpers(device):
 def test_sequences_and_products(device):
     a = fl.asarray(A)
     same(fl.logspace(0, 3, 7, base=2), np.logspace(0, 3, 7, base=2))
+    lo, hi = np.array([0.0, 1.0]), np.array([[2.0, 3.0], [1.0, -1.0]])
+    same(fl.logspace(fl.asarray(lo), fl.asarray(hi), 4, axis=-1, base=fl.asarray([2.0, 3.0])),
+         np.logspace(lo, hi, 4, axis=-1, base=[2.0, 3.0]))
     same(fl.geomspace(1, 1000, 4), np.geomspace(1, 1000, 4))
     same(fl.geomspace(-2, -32, 5, endpoint=False), np.geomspace(-2, -32, 5, endpoint=False))
     same(fl.vander(fl.asarray([1.0, 2.0, 3.0, 5.0])), np.vander([1.0, 2.0, 3.0, 5.0]))
