@@ -59,9 +59,14 @@ def asanyarray(a: Any, dtype: Any = None, order: Any = None, *, device: Any = No
     return fl.asarray(a, dtype=dtype, device=device, copy=copy)
 
 
-def ascontiguousarray(a: Any, dtype: Any = None) -> Array:
+def _like_device(like: Any, device: Any) -> Any:
+    # numpy's like= (its dispatch passes the fuseloop array): that array's device
+    return like.device if device is None and isinstance(like, Array) else device
+
+
+def ascontiguousarray(a: Any, dtype: Any = None, *, like: Any = None) -> Array:
     """``np.ascontiguousarray``: at least 1-d; a strided view is copied."""
-    x = fl.asarray(a, dtype=dtype)
+    x = fl.asarray(a, dtype=dtype, device=_like_device(like, None))
     if x.ndim == 0:
         return fl.reshape(x, (1,))
     if x._storage is not None and not x.is_contiguous:  # (a lazy one is made contiguous)
@@ -459,18 +464,19 @@ def diagflat(v: Any, k: int = 0) -> Array:
 
 
 def tri(N: int, M: int | None = None, k: int = 0, dtype: Any = float, *,
-        device: Any = None) -> Array:
+        like: Any = None, device: Any = None) -> Array:
     """Ones at and below diagonal ``k`` of an ``N`` x ``M`` array, zeros elsewhere."""
+    device = _like_device(like, device)
     M = N if M is None else M
     rows = fl.reshape(fl.arange(N, dtype=np.int64, device=device), (N, 1))
     cols = fl.reshape(fl.arange(-k, M - k, dtype=np.int64, device=device), (1, M))
     return fl.astype(rows >= cols, dtype)
 
 
-def identity(n: int, dtype: Any = None, *, device: Any = None) -> Array:
+def identity(n: int, dtype: Any = None, *, like: Any = None, device: Any = None) -> Array:
     """The ``n`` x ``n`` identity (of the default float dtype, float64 where the device
     has it)."""
-    return fl.eye(n, dtype=dtype, device=device)
+    return fl.eye(n, dtype=dtype, device=_like_device(like, device))
 
 
 def _tri_indices(lower: bool, n: int, k: int, m: int | None,

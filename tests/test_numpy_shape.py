@@ -208,3 +208,15 @@ def test_ascontiguousarray_copies_a_strided_view(device):
     assert y.is_contiguous
     same(y, np.ascontiguousarray(A[:, ::2]))
     assert fl.ascontiguousarray(a) is a
+
+
+def test_numpy_dispatch_reaches_these_functions(device):
+    a = fl.asarray(A)
+    parts = np.array_split(a, 3, axis=1)
+    assert all(isinstance(p, fl.Array) for p in parts)
+    same(parts, np.array_split(A, 3, axis=1))
+    same(np.rot90(a), np.rot90(A))
+    same(np.copy(a), A)
+    t = np.tri(3, like=a)  # numpy's like=: created by fuseloop
+    assert isinstance(t, fl.Array)
+    same(t, np.tri(3))
