@@ -283,19 +283,20 @@ def kron(a: Any, b: Any) -> Array:
 _PAD_MODES: dict[str, set[str]] = {
     "constant": {"constant_values"}, "empty": set(), "edge": set(), "wrap": set(),
     "reflect": {"reflect_type"}, "symmetric": {"reflect_type"},
-    "maximum": {"stat_length"}, "minimum": {"stat_length"}, "mean": {"stat_length"}}
+    "maximum": {"stat_length"}, "minimum": {"stat_length"}, "mean": {"stat_length"},
+    "median": {"stat_length"}, "linear_ramp": {"end_values"}}
 
 
 def pad(array: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> Array:
     """``np.pad`` in the modes constant (``constant_values``), empty (zeros), edge,
-    reflect, symmetric, wrap (``reflect_type="even"``) and maximum, minimum, mean
-    (``stat_length``)."""
+    reflect, symmetric, wrap (``reflect_type="even"``), linear_ramp (``end_values``)
+    and maximum, minimum, mean, median (``stat_length``)."""
     a = _arr(array)
     widths = _pairs(pad_width, a.ndim, "pad_width")
     if not isinstance(mode, str) or mode not in _PAD_MODES:
         raise NoEquivalentError(
-            f"fuseloop's pad has the modes {', '.join(_PAD_MODES)}; not {mode!r} (numpy's "
-            "linear_ramp, median and callables: build them from these)")
+            f"fuseloop's pad has the modes {', '.join(_PAD_MODES)}; not {mode!r} (a "
+            "callable mode: build it from these)")
     extra = set(kwargs) - _PAD_MODES[mode]
     if extra:
         raise ValueError(f"unsupported keyword arguments for mode {mode!r}: {sorted(extra)}")
@@ -317,7 +318,11 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> Ar
         if n == 0:
             raise ValueError(f"can't extend empty axis {ax} using modes other than "
                              f"'constant' or 'empty' (shape {a.shape})")
-        if mode in ("maximum", "minimum", "mean"):
+        if mode == "linear_ramp":
+            ev = np.broadcast_to(np.asarray(kwargs.get("end_values", 0)), (a.ndim, 2))
+            a = _pad_ramp(a, ax, (before, after), ev[ax])
+            continue
+        if mode in ("maximum", "minimum", "mean", "median"):
             a = _pad_stat(a, ax, (before, after), mode,
                           (n, n) if lengths is None else tuple(lengths[ax]))
             continue
@@ -345,7 +350,8 @@ def _pad_stat(a: Array, ax: int, widths: tuple[int, int], mode: str,
     """One axis of ``pad``'s statistical modes: the statistic of the first / last
     ``stat_length`` values along the axis, broadcast over the padding."""
     n = a.shape[ax]
-    reduce: Any = {"maximum": fl.max, "minimum": fl.min, "mean": fl.mean}[mode]
+    reduce: Any = {"maximum": fl.max, "minimum": fl.min, "mean": fl.mean,
+                   "median": _median_keepdims}[mode]
 
     def stat(lo: int, hi: int) -> Array:
         if hi <= lo:
@@ -353,7 +359,7 @@ def _pad_stat(a: Array, ax: int, widths: tuple[int, int], mode: str,
         key = [slice(None)] * a.ndim
         key[ax] = slice(lo, hi)
         s = reduce(a[tuple(key)], axis=ax, keepdims=True)
-        if mode == "mean" and a.dtype.kind in "iub":
+        if mode in ("mean", "median") and a.dtype.kind in "iub":
             s = fl.round(s)  # (numpy rounds an integer array's mean, half to even)
         return fl.astype(s, a.dtype)
 
@@ -362,6 +368,43 @@ def _pad_stat(a: Array, ax: int, widths: tuple[int, int], mode: str,
     right = left if left_n == right_n == n else stat(n - right_n, n)
     ends = [fl.broadcast_to(v, _side(a, ax, w)) for v, w in zip((left, right), widths,
                                                                   strict=True)]
+    return fl.concat([ends[0], a, ends[1]], axis=ax)
+
+
+def _median_keepdims(x: Array, axis: int, keepdims: bool = True) -> Array:
+    """numpy's median along ``axis`` (kept as length 1) by a sort on the device: the
+    middle value, or the mean of the two middle ones; NaN where the values hold one."""
+    n = x.shape[axis]
+    srt = fl.sort(x, axis=axis)  # (NaNs last)
+    key = [slice(None)] * x.ndim
+    key[axis] = slice((n - 1) // 2, n // 2 + 1)
+    mid = fl.mean(srt[tuple(key)], axis=axis, keepdims=True)
+    if x.dtype.kind == "f":
+        key[axis] = slice(n - 1, n)
+        last = srt[tuple(key)]
+        mid = fl.where(fl.isnan(last), last, mid)
+    return mid
+
+
+def _pad_ramp(a: Array, ax: int, widths: tuple[int, int], end_values: Any) -> Array:
+    """One axis of ``pad``'s linear_ramp: from each end value toward the edge value (the
+    edge excluded), as numpy's ``linspace(end, edge, width, endpoint=False)``."""
+    n = a.shape[ax]
+    work = np.result_type(a.dtype, np.float64)
+    ends = []
+    for side, (w, end) in enumerate(zip(widths, end_values, strict=True)):
+        key = [slice(None)] * a.ndim
+        key[ax] = slice(0, 1) if side == 0 else slice(n - 1, n)
+        edge = fl.astype(a[tuple(key)], work)
+        shp = [1] * a.ndim
+        shp[ax] = w
+        t = fl.reshape(fl.arange(w, dtype=work, device=a.device), tuple(shp))
+        ramp = t * ((edge - float(end)) / w) + float(end) if w else \
+            fl.zeros(_side(a, ax, 0), dtype=work, device=a.device)
+        if a.dtype.kind in "iub":
+            ramp = fl.floor(ramp)  # (numpy 2's linspace rounds toward -inf for ints)
+        ramp = fl.astype(fl.broadcast_to(ramp, _side(a, ax, w)), a.dtype)
+        ends.append(ramp if side == 0 else fl.flip(ramp, axis=ax))
     return fl.concat([ends[0], a, ends[1]], axis=ax)
 
 

@@ -64,13 +64,20 @@ def test_pad_modes(device):
     st = ((1, 2), (3, 2))
     same(fl.pad(fl.asarray(I), 2, mode="mean", stat_length=st),
          np.pad(I, 2, mode="mean", stat_length=st))  # (an integer mean rounds)
+    ev = ((1, 5), (-2, 4))  # (an integer ramp rounds toward -inf, as numpy 2's)
+    same(fl.pad(fl.asarray(I), 2, mode="linear_ramp", end_values=ev),
+         np.pad(I, 2, mode="linear_ramp", end_values=ev))
+    an = A.copy()
+    an[2, 3] = np.nan  # (a NaN in the window: a NaN median)
+    same(fl.pad(fl.asarray(an), ((2, 1), (0, 3)), mode="median", stat_length=((2, 3), (1, 4))),
+         np.pad(an, ((2, 1), (0, 3)), mode="median", stat_length=((2, 3), (1, 4))))
     cv = ((1, 2), (3, 4))  # corners from the last axis, as numpy's
     same(fl.pad(fl.asarray(I), 1, constant_values=cv), np.pad(I, 1, constant_values=cv))
     got = np.pad(a, 2, mode="edge")  # numpy's dispatch: fuseloop's pad, on the device
     assert isinstance(got, fl.Array)
     same(got, np.pad(A, 2, mode="edge"))
-    with pytest.raises(fl.errors.NoEquivalentError, match="median"):
-        fl.pad(a, 1, mode="median")
+    with pytest.raises(fl.errors.NoEquivalentError, match="callable"):
+        fl.pad(a, 1, mode=lambda vector, width, axis, kw: None)
 
 
 def test_rotations_flips_and_axes(device):
