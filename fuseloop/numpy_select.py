@@ -35,7 +35,7 @@ def fill_diagonal(a: Array, val: Any, wrap: bool = False) -> None:
             raise ValueError(f"All dimensions of input must be of equal length "
                              f"(got shape {a.shape})")
         step, end = 1 + int(np.cumprod(a.shape[:-1]).sum()), None
-    where_ = np.arange(a.size)[:end:step]
+    where_ = np.arange(0, a.size if end is None else min(end, a.size), step)  # (not O(size))
     put(a, where_, val)
 
 

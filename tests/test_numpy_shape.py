@@ -57,10 +57,9 @@ def test_append_insert_delete(device):
 
 def test_pad_modes(device):
     a = fl.asarray(A)
-    for mode in ("constant", "edge", "reflect", "symmetric", "wrap"):
+    for mode in ("constant", "reflect", "wrap"):  # (edge, symmetric: the same gather)
         same(fl.pad(a, ((1, 2), (3, 1)), mode=mode), np.pad(A, ((1, 2), (3, 1)), mode=mode))
-    for mode in ("minimum", "mean"):  # (maximum: the same path)
-        same(fl.pad(a, ((1, 2), (2, 1)), mode=mode), np.pad(A, ((1, 2), (2, 1)), mode=mode))
+    same(fl.pad(a, ((1, 2), (2, 1)), mode="minimum"), np.pad(A, ((1, 2), (2, 1)), "minimum"))
     st = ((1, 2), (3, 2))
     same(fl.pad(fl.asarray(I), 2, mode="mean", stat_length=st),
          np.pad(I, 2, mode="mean", stat_length=st))  # (an integer mean rounds)
@@ -69,8 +68,8 @@ def test_pad_modes(device):
          np.pad(I, 2, mode="linear_ramp", end_values=ev))
     an = A.copy()
     an[2, 3] = np.nan  # (a NaN in the window: a NaN median)
-    same(fl.pad(fl.asarray(an), ((2, 1), (0, 3)), mode="median", stat_length=((2, 3), (1, 4))),
-         np.pad(an, ((2, 1), (0, 3)), mode="median", stat_length=((2, 3), (1, 4))))
+    same(fl.pad(fl.asarray(an), ((2, 1), (0, 0)), mode="median"),
+         np.pad(an, ((2, 1), (0, 0)), mode="median"))
     cv = ((1, 2), (3, 4))  # corners from the last axis, as numpy's
     same(fl.pad(fl.asarray(I), 1, constant_values=cv), np.pad(I, 1, constant_values=cv))
     got = np.pad(a, 2, mode="edge")  # numpy's dispatch: fuseloop's pad, on the device
@@ -160,6 +159,10 @@ def test_writes_in_place(device):
     both(lambda m, x: m.copyto(x, m.asarray([1.0, 2, 3, 4, 5, 6]), where=x > 0.5), A)
     both(lambda m, x: m.fill_diagonal(x, [7, 8]), np.zeros((5, 3)))
     both(lambda m, x: m.fill_diagonal(x, 7, wrap=True), np.zeros((7, 3)))
+    base, ref = fl.zeros((3, 6)), np.zeros((3, 6))
+    fl.put(base[:, ::2], [0, 8], 1.0)  # into a strided view: written through, as numpy's
+    np.put(ref[:, ::2], [0, 8], 1.0)
+    same(base, ref)
     x = fl.asarray(np.zeros(4))
     np.put(x, [1], 5.0)  # numpy's dispatch writes into the fuseloop array
     same(x, [0.0, 5.0, 0.0, 0.0])
