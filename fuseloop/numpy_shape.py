@@ -636,7 +636,7 @@ def _linspace_nd(start: Any, stop: Any, num: int, endpoint: bool, axis: int,
     start``, the last sample exactly ``stop``), the samples along ``axis``."""
     s = fl.asarray(start, device=device)
     s = fl.astype(s, np.result_type(s.dtype, np.float64))
-    e = fl.asarray(stop, dtype=s.dtype, device=s.device)
+    e = fl.astype(fl.asarray(stop, device=s.device), s.dtype)
     shp = np.broadcast_shapes(tuple(s.shape), tuple(e.shape))
     num = operator.index(num)
     if num < 0:
@@ -652,26 +652,30 @@ def _linspace_nd(start: Any, stop: Any, num: int, endpoint: bool, axis: int,
 
 def geomspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
               dtype: Any = None, axis: int = 0, *, device: Any = None) -> Array:
-    """A geometric sequence from ``start`` to ``stop`` (both nonzero, of one sign; real
-    scalars)."""
-    _scalars("geomspace", start, stop)
-    start, stop = float(start), float(stop)
-    if start == 0 or stop == 0:
+    """A geometric sequence from ``start`` to ``stop`` (real; arrays broadcast, the
+    samples along ``axis``). Ends of different signs give NaNs inside, as numpy's."""
+    if any(np.iscomplexobj(x) for x in (start, stop)) or any(
+            isinstance(x, Array) and x.dtype.kind == "c" for x in (start, stop)):
+        raise DTypeError("fuseloop's geomspace takes real start/stop")
+    s = fl.asarray(start, device=device)
+    s = fl.astype(s, np.result_type(s.dtype, np.float64))
+    e = fl.asarray(stop, dtype=s.dtype, device=s.device)
+    host = not isinstance(start, Array) and not isinstance(stop, Array)
+    zero = (np.any(np.asarray(start) == 0) or np.any(np.asarray(stop) == 0)) if host else \
+        bool(fl.any((s == 0) | (e == 0)))  # (one flag read back for numpy's error)
+    if zero:
         raise ValueError("Geometric sequence cannot include zero")
-    sign = 1.0
-    if start < 0 and stop < 0:
-        sign, start, stop = -1.0, -start, -stop
-    elif start < 0 or stop < 0:
-        raise NoEquivalentError("geomspace between values of different signs needs "
-                                  "complex numbers: not supported by fuseloop")
-    y = fl.power(10.0, fl.linspace(np.log10(start), np.log10(stop), num,
-                                   endpoint=endpoint, device=device))
+    sign = fl.sign(s)
+    s, e = s / sign, e / sign
+    y = fl.power(10.0, _linspace_nd(fl.log10(s), fl.log10(e), num, endpoint, 0, None))
     # the ends exactly, as numpy's
-    pos = fl.arange(num, device=device)
-    y = fl.where(pos == 0, start, y)
-    if endpoint:
-        y = fl.where(pos == num - 1, stop, y)
-    y = y * sign
+    t = fl.reshape(fl.arange(num, device=s.device), (num,) + (1,) * (y.ndim - 1))
+    y = fl.where(t == 0, s, y)
+    if endpoint and num > 1:
+        y = fl.where(t == num - 1, e, y)
+    y = sign * y
+    if axis:
+        y = fl.moveaxis(y, 0, _axis(axis, y.ndim))
     return y if dtype is None else fl.astype(y, dtype)
 
 

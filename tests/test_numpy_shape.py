@@ -133,6 +133,9 @@ def test_sequences_and_products(device):
          np.logspace(lo, hi, 4, axis=-1, base=[2.0, 3.0]))
     same(fl.geomspace(1, 1000, 4), np.geomspace(1, 1000, 4))
     same(fl.geomspace(-2, -32, 5, endpoint=False), np.geomspace(-2, -32, 5, endpoint=False))
+    g0, g1 = np.array([1.0, -2.0]), np.array([[10.0, -20.0], [100.0, -3.0]])
+    same(fl.geomspace(fl.asarray(g0), fl.asarray(g1), 4, axis=-1),
+         np.geomspace(g0, g1, 4, axis=-1))
     same(fl.vander(fl.asarray([1.0, 2.0, 3.0, 5.0])), np.vander([1.0, 2.0, 3.0, 5.0]))
     same(fl.vander(fl.asarray([1, 2, 3]), 5, True), np.vander([1, 2, 3], 5, True))
     same(fl.kron(a, fl.asarray(np.eye(2))), np.kron(A, np.eye(2)))
