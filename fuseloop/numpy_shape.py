@@ -195,11 +195,11 @@ def insert(arr: Any, obj: Any, values: Any, axis: int | None = None) -> Array:
     ax = _axis(axis, a.ndim)
     n = a.shape[ax]
     v = fl.astype(fl.asarray(values, device=a.device), a.dtype)
-    scalar = not isinstance(obj, slice) and np.ndim(_host_ints(obj)) == 0
     if isinstance(obj, slice):
-        where_ = np.arange(*obj.indices(n))
+        scalar, where_ = False, np.arange(*obj.indices(n))
     else:
         where_ = _host_ints(obj).astype(_INTP)
+        scalar = where_.ndim == 0
     if ((where_ < -n) | (where_ > n)).any():
         raise IndexError(f"index {obj} is out of bounds for axis {ax} with size {n}")
     where_ = np.where(where_ < 0, where_ + n, where_)
