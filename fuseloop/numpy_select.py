@@ -204,7 +204,7 @@ def extract(condition: Any, arr: Any) -> Array:
 def choose(a: Any, choices: Sequence[Any], out: Any = None, mode: str = "raise") -> Array:
     """``choices[a[i]][i]`` for every ``i`` (all broadcast together)."""
     idx = _arr(a)
-    if idx.dtype.kind not in "iu":
+    if idx.dtype.kind not in "biu":
         raise TypeError(f"choose: the index array must be of integer type (got "
                         f"{idx.dtype})")
     cs = [c if isinstance(c, Array) else fl.asarray(c, device=idx.device) for c in choices]
