@@ -83,6 +83,7 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
     ".grids": ("mgrid", "ndarray", "ogrid"),
     ".interop": ("from_dlpack", "from_pyopencl", "to_pyopencl"),
     ".multi": ("DeviceSet", "MultiArray"),  # several devices, one array (issue 29)
+    # numpy's names beyond the standard (issue 27)
     ".numpy_misc": ("allclose", "argpartition", "array_equal", "array_equiv", "bitwise_count",
                     "common_type", "convolve", "correlate", "cross", "digitize", "divmod",
                     "ediff1d", "fix", "float_power", "gcd", "gradient", "i0", "interp",
@@ -97,7 +98,6 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
                      "nanmean", "nanmedian", "nanmin", "nanpercentile", "nanprod",
                      "nanquantile", "nanstd", "nansum", "nanvar", "percentile", "ptp",
                      "quantile"),
-    # numpy's names beyond the standard (issue 27)
     ".numpy_select": ("choose", "compress", "copyto", "extract", "fill_diagonal", "place",
                       "put", "putmask", "select", "trim_zeros"),
     ".numpy_shape": ("append", "array_split", "asanyarray", "ascontiguousarray", "block",
