@@ -341,7 +341,7 @@ def gemm(c: Array, a: Array, b: Array, m: int, n: int, kk: int, c_at: tuple[int,
     launching.enqueue(plan, [_buf(c)], ins, [m, n, kk, *c_at, *a_at, *b_at, flags], False, dev)
 
 
-def _group_size(device: Any) -> int:
+def group_size(device: Any) -> int:
     """One work-item on a CPU (PoCL runs a group on one core), else up to 256."""
     if device.type == "cpu":
         return 1
@@ -360,7 +360,7 @@ def lu(a: Array) -> tuple[Array, Array, int]:
     w = _copy(a)
     piv = empty((n,), np.int64, dev)
     flag = _flag(dev)
-    wg = _group_size(dev)
+    wg = group_size(dev)
     compiled = _panel_kernel(a.dtype, wg).get(dev)
     plan = launching.plan_for(compiled, (1,), 0, 0, dev)
     assert plan is not None

@@ -18,7 +18,6 @@ and the panel's columns only.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import numpy as np
 
@@ -27,7 +26,7 @@ from . import launching
 from .array import Array
 from .cache import KernelPlan, SourceKernel
 from .creation import arange, empty
-from .linalg_complex import _PRELUDE, gemm
+from .linalg_complex import _PRELUDE, gemm, group_size
 from .linalg_kernels import buffer as _buf
 from .linalg_kernels import contiguous_copy as _copy
 from .linalg_qr import QRResult, qr_matrix
@@ -233,16 +232,6 @@ def _kernel(dtype: np.dtype, wg: int) -> SourceKernel:
         with _lock:
             found = _kernels.setdefault(key, SourceKernel(plan))
     return found
-
-
-def group_size(device: Any) -> int:
-    """One work-item on a CPU (PoCL runs a group on one core), else up to 256."""
-    if device.type == "cpu":
-        return 1
-    wg = 256
-    while wg > device.max_work_group_size:
-        wg //= 2
-    return wg
 
 
 def _factor(a: Array) -> tuple[Array, Array, list[Array]]:

@@ -24,7 +24,7 @@ N = 12
 def _small_blocks_no_host(monkeypatch):
     monkeypatch.setattr(linalg_complex, "CLU_BLOCK", 4)
     # work-groups of 4 (as on a GPU, where the panel's reductions are shared) on any device
-    monkeypatch.setattr(linalg_complex, "_group_size", lambda device: 4)
+    monkeypatch.setattr(linalg_complex, "group_size", lambda device: 4)
     with warnings.catch_warnings():
         warnings.simplefilter("error", fl.HostFallbackWarning)
         yield
