@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import operator
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -377,15 +377,7 @@ def tracks_uses(roots: Sequence[Node], size: int) -> bool:
         return False
     n = 0
     for r in roots:
-        sig = r.sig
-        got = _computed.get(sig) if sig else None
-        if got is None:
-            got = _count_computed(r)
-            if sig:
-                if len(_computed) >= READS_MAX:
-                    _computed.clear()
-                _computed[sig] = got
-        n += got
+        n += _per_signature(_computed, r, _count_computed)
     return size * n >= TRACK_USES_WORK
 
 
@@ -619,6 +611,20 @@ def _largest_read(node: Node) -> int:
     return most
 
 
+def _per_signature(table: dict[int, int], root: Node, measure: Callable[[Node], int]) -> int:
+    """``measure(root)``, remembered in ``table`` by the root's signature (unsigned
+    roots are measured every time; the table is emptied at :data:`READS_MAX`)."""
+    sig = root.sig
+    got = table.get(sig) if sig else None
+    if got is None:
+        got = measure(root)
+        if sig:
+            if len(table) >= READS_MAX:
+                table.clear()
+            table[sig] = got
+    return got
+
+
 def small_reads(roots: Sequence[Node]) -> bool:
     """Whether no reduction, remap or gather in ``roots`` reads more than
     :data:`HOST_MAX_WORK` elements (what :func:`_value` computes; a small result of a
@@ -628,15 +634,7 @@ def small_reads(roots: Sequence[Node]) -> bool:
     for r in roots:
         if not r.fancy:
             continue
-        sig = r.sig
-        most = _reads.get(sig) if sig else None
-        if most is None:
-            most = _largest_read(r)
-            if sig:
-                if len(_reads) >= READS_MAX:
-                    _reads.clear()
-                _reads[sig] = most
-        if most > limit:
+        if _per_signature(_reads, r, _largest_read) > limit:
             return False
     return True
 
