@@ -236,6 +236,7 @@ def intern_sig(fields: tuple) -> int:
     if sig is None:
         if len(_sig_table) >= SIG_TABLE_MAX:
             _sig_table.clear()
+            joined_at_table.clear()
         sig = _sig_table.setdefault(fields, next(_next_sig))
     return sig
 
@@ -275,6 +276,18 @@ def join_shared(sig: int, ao: tuple, a_storages: frozenset, bo: tuple) -> tuple[
     ``bo`` to append (see :func:`shared_part`)."""
     shared, rest = shared_part(ao, a_storages, bo)
     return (joined_sig(sig, shared), rest) if shared else (sig, rest)
+
+
+# (signature, position) -> joined_at's result: one look-up for an operator's most common
+# join (``r * x`` where r reads x), which each link of an element-wise chain meets
+joined_at_table: dict[tuple[int, int], int] = {}
+
+
+def joined_at(sig: int, position: int) -> int:
+    """:func:`join_shared`'s signature where the later argument is one buffer, the
+    earlier arguments' operand at ``position`` (remembered in ``joined_at_table``)."""
+    joined = joined_at_table[(sig, position)] = joined_sig(sig, ("at", position))
+    return joined
 
 
 def joined_sig(sig: int, shared: Any) -> int:
