@@ -33,11 +33,15 @@ from .expr.nodes import (
     intern_sig,
     join_shared,
     joined_at,
-    joined_at_table as _joined_at,
+    note_reader,
     recent_lazy,
     register_readers,
     scalar_sig,
     signature_of,
+    take_last_recent,
+)
+from .expr.nodes import (
+    joined_at_table as _joined_at,
 )
 from .host_ops import binary0 as host_binary0
 from .host_path import inplace as host_inplace
@@ -529,9 +533,15 @@ class Array(ArrayProtocol, ShapeMethods):
     def eval(self) -> Array:
         """Evaluate (if lazy) into a device buffer and return ``self``."""
         if self._storage is None:
-            storage = run_flat(self._node, self.shape, self.device)
-            if storage is None:
-                storage = run([self._node], self.shape, self.device)[0]
+            taken = bool(recent_lazy) and recent_lazy[-1] is self and take_last_recent(self)
+            try:
+                storage = run_flat(self._node, self.shape, self.device)
+                if storage is None:
+                    storage = run([self._node], self.shape, self.device)[0]
+            except BaseException:
+                if taken:  # (still lazy: a reader of its buffers after all)
+                    note_reader(self)
+                raise
             self._become(storage)
         return self
 

@@ -75,6 +75,19 @@ def forget_recent(array: Any) -> None:
                 return
 
 
+def take_last_recent(array: Any) -> bool:
+    """Take ``array`` out of the recent lazy arrays if it is the last one (an array
+    about to be evaluated: once concrete it reads nothing, so entering it as a reader
+    at an allocation's release, then discarding it, is wasted); under the lock, as a
+    batch may be taken meanwhile.  True if taken (the caller puts it back with
+    :func:`note_reader` if its evaluation fails)."""
+    with _readers_lock:
+        if recent_lazy and recent_lazy[-1] is array:
+            recent_lazy.pop()
+            return True
+    return False
+
+
 def _refcounts(arrays: list[Any]) -> list[int]:
     return list(map(sys.getrefcount, arrays))
 
@@ -286,7 +299,10 @@ joined_at_table: dict[tuple[int, int], int] = {}
 def joined_at(sig: int, position: int) -> int:
     """:func:`join_shared`'s signature where the later argument is one buffer, the
     earlier arguments' operand at ``position`` (remembered in ``joined_at_table``)."""
-    joined = joined_at_table[(sig, position)] = joined_sig(sig, ("at", position))
+    joined = joined_sig(sig, ("at", position))
+    if len(joined_at_table) >= SIG_TABLE_MAX:
+        joined_at_table.clear()
+    joined_at_table[(sig, position)] = joined
     return joined
 
 
@@ -367,6 +383,8 @@ _scalar_sigs: dict[str, int] = {}
 
 
 _caches.register("expr.nodes.sig_table", _sig_table.clear, lambda: len(_sig_table), SIG_TABLE_MAX)
+_caches.register("expr.nodes.joined_at", joined_at_table.clear, lambda: len(joined_at_table),
+                 SIG_TABLE_MAX)
 _caches.register("expr.nodes.scalar_sigs", _scalar_sigs.clear, lambda: len(_scalar_sigs),
                  why="one per dtype")
 
