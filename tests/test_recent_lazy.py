@@ -107,3 +107,27 @@ def test_assigning_a_new_expression_does_not_keep_it(device):
     out[...] = kept  # held by the caller: evaluated in the same kernel
     assert not kept.is_lazy
     np.testing.assert_array_equal(kept.get(), np.arange(32) * 2 + 9)
+
+
+def test_an_evaluation_that_fails_leaves_the_array_a_reader(device, monkeypatch):
+    """``e.eval()`` takes ``e`` out of the registry (once concrete it reads nothing);
+    when the evaluation fails ``e`` is still lazy, so it is put back: a later write
+    into its input evaluates it first."""
+    from fuseloop import array as array_mod
+
+    h = np.arange(8, dtype=np.float32)
+    x = fl.asarray(h)
+    nodes.register_readers()
+    e = x * 2 + 1
+    real = array_mod.run_flat
+
+    def refuse(*args):
+        monkeypatch.setattr(array_mod, "run_flat", real)
+        raise RuntimeError("refused")
+
+    monkeypatch.setattr(array_mod, "run_flat", refuse)
+    with pytest.raises(RuntimeError, match="refused"):
+        e.eval()
+    assert e.is_lazy
+    x[...] = 0
+    np.testing.assert_array_equal(e.get(), h * 2 + 1)
