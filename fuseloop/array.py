@@ -32,16 +32,12 @@ from .expr.nodes import (
     forget_recent,
     intern_sig,
     join_shared,
-    joined_at,
     note_reader,
     recent_lazy,
     register_readers,
     scalar_sig,
     signature_of,
     take_last_recent,
-)
-from .expr.nodes import (
-    joined_at_table as _joined_at,
 )
 from .host_ops import binary0 as host_binary0
 from .host_path import inplace as host_inplace
@@ -233,12 +229,8 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 loop, key, shape, sig = hit
                 if sig:  # (a subexpression or buffer both read: its operands once)
                     bo = bn.operands
-                    if len(bo) > 1:
+                    if len(bo) > 1 or (bo and bo[0] in an.storages):  # (a buffer, if in)
                         sig, bo = join_shared(sig, an.operands, an.storages, bo)
-                    elif bo and type(o := bo[0]) is Storage and o in an.storages:
-                        # (join_shared's one-buffer case, inline: ``r * x`` in a chain)
-                        p = an.operands.index(o)
-                        sig, bo = _joined_at.get((sig, p)) or joined_at(sig, p), ()
                     operands = an.operands + bo
             elif tb is float or tb is int:
                 hit = _sig_loops.get((op, sa or (an.dtype, an.shape), tb)) or \

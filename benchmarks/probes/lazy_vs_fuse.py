@@ -12,6 +12,7 @@ computed, so results are not checked), which leaves what the host does per call 
 the sizes where the GPU figures were taken (allocations of large buffers included).
 
     FUSELOOP_HOST_PATH=0 python benchmarks/probes/lazy_vs_fuse.py /work/main WT [--big]
+    python benchmarks/probes/lazy_vs_fuse.py MAIN_REV WT --big --device gpu   (GPU host)
 """
 
 from __future__ import annotations
@@ -69,13 +70,15 @@ CASES: dict[str, tuple[tuple[int, ...], Case]] = {
 }
 
 
-def prepare(fl: Any, name: str, big: bool = False
+def prepare(fl: Any, name: str, big: bool = False, device: str = "cpu"
             ) -> tuple[Callable[[int], None], Callable[[int], None]]:
-    recipes = importlib.import_module(f"{fl.__name__}.recipes")
-    rows = importlib.import_module(f"{fl.__name__}.recipes.rows")
-    fl.register_recipe("cpu", recipes.gpu_coalesced, name="lvf-gpu-coalesced")
-    fl.register_recipe("cpu", rows.make_gpu_rows(256), name="lvf-gpu-rows", kind="reduction")
-    fl.set_device("cpu")
+    if device == "cpu":  # (the GPU's plans on this CPU)
+        recipes = importlib.import_module(f"{fl.__name__}.recipes")
+        rows = importlib.import_module(f"{fl.__name__}.recipes.rows")
+        fl.register_recipe("cpu", recipes.gpu_coalesced, name="lvf-gpu-coalesced")
+        fl.register_recipe("cpu", rows.make_gpu_rows(256), name="lvf-gpu-rows",
+                           kind="reduction")
+    fl.set_device(device)
     shape, fn = CASES[name]
     if big:
         shape = BIG.get(name, (4096, 4096))
@@ -123,12 +126,15 @@ def main() -> None:
     ap.add_argument("--case", nargs="*", default=list(CASES))
     ap.add_argument("--big", action="store_true",
                     help="the suite's 2^24-element shapes, launches replaced by a no-op")
+    ap.add_argument("--device", default="cpu",
+                    help="device spec (default cpu, with the GPU recipes registered for it; "
+                         "on a GPU host --device gpu)")
     ap.add_argument("--profile", help="cProfile the lazy loop of this case (first revision)")
     args = ap.parse_args()
     names = copy_packages(args.revs, "lvf")[1]
     pkgs = [importlib.import_module(name) for name in names]
     if args.profile:
-        lazy, _ = prepare(pkgs[0], args.profile, args.big)
+        lazy, _ = prepare(pkgs[0], args.profile, args.big, args.device)
         prof = cProfile.Profile()
         prof.runcall(lazy, 2000)
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)
@@ -137,7 +143,7 @@ def main() -> None:
           f"{args.calls}: lazy .eval() | fl.fuse call")
     print(f"{'case':<17} " + " ".join(f"{r[-12:]:>19}" for r in args.revs))
     for case in args.case:
-        loops = [prepare(fl, case, args.big) for fl in pkgs]
+        loops = [prepare(fl, case, args.big, args.device) for fl in pkgs]
         times: list[list[list[float]]] = [[[], []] for _ in pkgs]
         for _ in range(args.rounds):
             for k, pair in enumerate(loops):

@@ -76,11 +76,8 @@ def forget_recent(array: Any) -> None:
 
 
 def take_last_recent(array: Any) -> bool:
-    """Take ``array`` out of the recent lazy arrays if it is the last one (an array
-    about to be evaluated: once concrete it reads nothing, so entering it as a reader
-    at an allocation's release, then discarding it, is wasted); under the lock, as a
-    batch may be taken meanwhile.  True if taken (the caller puts it back with
-    :func:`note_reader` if its evaluation fails)."""
+    """Take ``array``, about to be evaluated (then it reads nothing), out of the recent
+    lazy arrays if it is the last one; True if taken (put back if evaluation fails)."""
     with _readers_lock:
         if recent_lazy and recent_lazy[-1] is array:
             recent_lazy.pop()
@@ -287,18 +284,21 @@ def join_shared(sig: int, ao: tuple, a_storages: frozenset, bo: tuple) -> tuple[
     """The signature of a two-argument operation of signature ``sig`` whose arguments
     have the operands ``ao`` (buffers ``a_storages``) and ``bo``, and the operands of
     ``bo`` to append (see :func:`shared_part`)."""
+    if len(bo) == 1 and type(bo[0]) is Storage and bo[0] in a_storages:  # (r * x)
+        return joined_at(sig, ao.index(bo[0])), ()
     shared, rest = shared_part(ao, a_storages, bo)
     return (joined_sig(sig, shared), rest) if shared else (sig, rest)
 
 
-# (signature, position) -> joined_at's result: one look-up for an operator's most common
-# join (``r * x`` where r reads x), which each link of an element-wise chain meets
+# (signature, position) -> joined_at's result (``r * x`` with r reading x: chains' join)
 joined_at_table: dict[tuple[int, int], int] = {}
 
 
 def joined_at(sig: int, position: int) -> int:
-    """:func:`join_shared`'s signature where the later argument is one buffer, the
-    earlier arguments' operand at ``position`` (remembered in ``joined_at_table``)."""
+    """:func:`join_shared`'s signature where the later argument is the earlier ones'
+    buffer at ``position`` (remembered in ``joined_at_table``)."""
+    if (joined := joined_at_table.get((sig, position))) is not None:
+        return joined
     joined = joined_sig(sig, ("at", position))
     if len(joined_at_table) >= SIG_TABLE_MAX:
         joined_at_table.clear()
