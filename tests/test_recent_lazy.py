@@ -110,12 +110,12 @@ def test_assigning_a_new_expression_does_not_keep_it(device):
 
 
 def test_an_evaluation_that_fails_leaves_the_array_a_reader(device, monkeypatch):
-    """``e.eval()`` takes ``e`` out of the registry (once concrete it reads nothing);
-    when the evaluation fails ``e`` is still lazy, so it is put back: a later write
-    into its input evaluates it first."""
+    """``e.eval()`` of a large ``e`` takes it out of the registry (once concrete it
+    reads nothing); when the evaluation fails ``e`` is still lazy, so it is put back:
+    a later write into its input evaluates it first."""
     from fuseloop import array as array_mod
 
-    h = np.arange(8, dtype=np.float32)
+    h = np.arange(evaluate.RELEASE_RECENT_AT // 4, dtype=np.float32)
     x = fl.asarray(h)
     nodes.register_readers()
     e = x * 2 + 1
