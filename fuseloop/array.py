@@ -16,7 +16,7 @@ from .array_protocol import ArrayProtocol
 from .array_shape import ShapeMethods
 from .dtypes import as_dtype, resolve_loop, scalar_kind, scalar_to
 from .errors import DeviceError, DTypeError
-from .evaluate import run, run_flat
+from .evaluate import RELEASE_RECENT_AT, run, run_flat
 from .expr.nodes import (
     _EMPTY,
     MAX_OPERANDS,
@@ -32,10 +32,12 @@ from .expr.nodes import (
     forget_recent,
     intern_sig,
     join_shared,
+    note_reader,
     recent_lazy,
     register_readers,
     scalar_sig,
     signature_of,
+    take_last_recent,
 )
 from .host_ops import binary0 as host_binary0
 from .host_path import inplace as host_inplace
@@ -523,9 +525,19 @@ class Array(ArrayProtocol, ShapeMethods):
     def eval(self) -> Array:
         """Evaluate (if lazy) into a device buffer and return ``self``."""
         if self._storage is None:
-            storage = run_flat(self._node, self.shape, self.device)
-            if storage is None:
-                storage = run([self._node], self.shape, self.device)[0]
+            # (a large result's allocation lets go of the recent lazy arrays: this one,
+            # about to be concrete, need not be entered as a reader there)
+            taken = bool(recent_lazy) and recent_lazy[-1] is self and math.prod(
+                self._shape) * self.dtype.itemsize >= RELEASE_RECENT_AT and \
+                take_last_recent(self)
+            try:
+                storage = run_flat(self._node, self.shape, self.device)
+                if storage is None:
+                    storage = run([self._node], self.shape, self.device)[0]
+            except BaseException:
+                if taken:  # (still lazy: a reader of its buffers after all)
+                    note_reader(self)
+                raise
             self._become(storage)
         return self
 

@@ -35,9 +35,18 @@ import numpy as np
 
 from . import caches as _caches
 from . import evaluate as _ev
+from .errors import OutOfMemoryError
 from .expr import program as _prog
 from .expr.ir import INT32_LIMIT
-from .expr.nodes import Node, Scalar, Storage, c_strides, signature_of
+from .expr.nodes import (
+    Node,
+    Scalar,
+    Storage,
+    c_strides,
+    recent_lazy,
+    register_readers,
+    signature_of,
+)
 from .expr.overlap import views_disjoint
 from .expr.program import Bindings, Target, ViewOffsets, walk_structure
 from .flags import check_pending
@@ -493,10 +502,26 @@ def _params(step: _Step, offsets: Sequence[int]) -> list[int]:
     return params
 
 
+def _temporaries(allocs: list[int], device: Device) -> list[Storage]:
+    """New buffers of ``allocs`` bytes from the device's pool, as ``evaluate.allocate``
+    makes them but without its frames per buffer (fl.fuse's replay allocates so too):
+    the sizes were allocated when the plan was recorded, so only the pool's own checks
+    remain; unheld recent lazy arrays are let go once, before a large buffer (see
+    ``evaluate.RELEASE_RECENT_AT``), and ``evaluate.allocate`` takes over on a refusal."""
+    if not allocs:
+        return []
+    if recent_lazy and max(allocs) >= _ev.RELEASE_RECENT_AT:
+        register_readers()
+    allocate = device.allocator.allocate
+    try:
+        return [Storage(allocate(n), n, device) for n in allocs]
+    except OutOfMemoryError:
+        return [_ev.allocate(n, device) for n in allocs]
+
+
 def _replay(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
             device: Device, offsets: Sequence[int] = ()) -> list[Storage]:
-    allocate = _ev.allocate
-    tmps = [allocate(n, device) for n in plan.allocs]
+    tmps = _temporaries(plan.allocs, device)
     for step in plan.steps:
         if step.writes_input:
             check_pending()

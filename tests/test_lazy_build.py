@@ -100,6 +100,26 @@ def test_operators_and_apply_agree_on_shared_operands(device):
             (ref.sig, ref.operands, ref.dtype, ref.shape)
 
 
+def test_a_buffer_read_again_joins_by_its_position(device):
+    """``r * b`` where ``r`` already reads the buffer ``b``: the lean operator's
+    remembered join (expr.nodes.joined_at_table, used from the second time) gives
+    Apply's signature and operands, and which of ``r``'s buffers is read again is in
+    the signature."""
+    h = np.arange(1, 5, dtype=np.float32)
+    x, y = fl.asarray(h), fl.asarray(h + 1)
+    sigs = []
+    for b in (x, y, x, y):
+        r = x * y
+        lean = (r * b)._node
+        ref = Apply("multiply", lean.args, lean.loop, lean.shape)
+        assert (lean.sig, lean.operands) == (ref.sig, ref.operands)
+        assert lean.operands == r._node.operands  # (b's buffer once)
+        sigs.append(lean.sig)
+    assert sigs[0] == sigs[2] and sigs[1] == sigs[3] and sigs[0] != sigs[1]
+    np.testing.assert_allclose((x * y * x).get(), h * (h + 1) * h, rtol=1e-6)
+    np.testing.assert_allclose((x * y * y).get(), h * (h + 1) * (h + 1), rtol=1e-6)
+
+
 def test_one_buffer_then_a_longer_operand_list_starting_with_it(device, checked):
     """``x * (x + y*z)``: the later argument's operands begin with the earlier one's only
     buffer and are longer than two (building it raised IndexError)."""

@@ -107,3 +107,69 @@ def test_assigning_a_new_expression_does_not_keep_it(device):
     out[...] = kept  # held by the caller: evaluated in the same kernel
     assert not kept.is_lazy
     np.testing.assert_array_equal(kept.get(), np.arange(32) * 2 + 9)
+
+
+def test_an_evaluation_that_fails_leaves_the_array_a_reader(device, monkeypatch):
+    """``e.eval()`` of a large ``e`` takes it out of the registry (once concrete it
+    reads nothing); when the evaluation fails ``e`` is still lazy, so it is put back:
+    a later write into its input evaluates it first."""
+    from fuseloop import array as array_mod
+
+    h = np.arange(evaluate.RELEASE_RECENT_AT // 4, dtype=np.float32)
+    x = fl.asarray(h)
+    nodes.register_readers()
+    e = x * 2 + 1
+    real = array_mod.run_flat
+
+    def refuse(*args):
+        monkeypatch.setattr(array_mod, "run_flat", real)
+        raise RuntimeError("refused")
+
+    monkeypatch.setattr(array_mod, "run_flat", refuse)
+    with pytest.raises(RuntimeError, match="refused"):
+        e.eval()
+    assert e.is_lazy
+    x[...] = 0
+    np.testing.assert_array_equal(e.get(), h * 2 + 1)
+
+
+def test_a_replayed_plan_with_a_large_buffer_frees_what_only_the_registry_held(device):
+    """A replayed plan takes its buffers from the pool directly (run_plans._temporaries),
+    still letting go of unheld recent lazy arrays before a large one."""
+    n = evaluate.RELEASE_RECENT_AT // 4
+    x = fl.asarray(np.ones((2, n), np.float32))
+    for _ in range(2):  # records the plan, then replays it
+        x.sum(axis=0, keepdims=True).eval()
+    tmp = fl.asarray(np.ones(64, np.float32))
+    gone = weakref.ref(tmp._storage)
+    _ = tmp + 1
+    del _, tmp
+    out = x.sum(axis=0, keepdims=True).eval()  # RELEASE_RECENT_AT bytes
+    assert gone() is None
+    np.testing.assert_array_equal(out[0, :4].get(), [2, 2, 2, 2])
+
+
+def test_a_replayed_plan_whose_buffer_is_refused_lets_go_and_tries_again(device, monkeypatch):
+    """A refusal of a replayed plan's buffer goes to evaluate.allocate, which lets go of
+    unheld recent lazy arrays and tries once more."""
+    from fuseloop.errors import OutOfMemoryError
+    from fuseloop.runtime.memory import DeviceMemory
+
+    h = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = fl.asarray(h)
+    for _ in range(2):  # records the plan, then replays it
+        x.sum(axis=0).eval()
+    real = DeviceMemory.allocate
+    refused = []
+
+    def refuse_once(self, nbytes):
+        if not refused:
+            refused.append(nbytes)
+            raise OutOfMemoryError("refused")
+        return real(self, nbytes)
+
+    monkeypatch.setattr(DeviceMemory, "allocate", refuse_once)
+    out = x.sum(axis=0).eval()
+    monkeypatch.undo()
+    assert refused
+    np.testing.assert_array_equal(out.get(), h.sum(axis=0))

@@ -149,6 +149,21 @@ def test_axis_errors(device):
         x.sum(axis=(0, -2))
 
 
+def test_a_tuple_of_axes_remembered_is_checked_like_a_new_one(device):
+    """Normalised tuples of axes are remembered (ops.shape._axes_tuples): a tuple equal
+    to a remembered one but not of Python ints (``1.0`` hashes as ``1``) still raises,
+    and a negative spelling gives the same axes."""
+    h = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    x = fl.asarray(h)
+    for _ in range(2):
+        np.testing.assert_array_equal(x.sum(axis=(0, 2)).get(), h.sum(axis=(0, 2)))
+        np.testing.assert_array_equal(x.sum(axis=(-1, 0)).get(), h.sum(axis=(0, 2)))
+        with pytest.raises(TypeError, match="must be an integer"):
+            x.sum(axis=(0.0, 2))
+        with pytest.raises(fl.errors.AxisError, match="out of bounds"):
+            x.sum(axis=(0, 3))
+
+
 def test_norms_and_dots(device):
     h, g = rand(100, seed=9) - 0.5, rand(100, seed=10)
     x, y = fl.asarray(h), fl.asarray(g)

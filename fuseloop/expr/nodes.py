@@ -75,6 +75,16 @@ def forget_recent(array: Any) -> None:
                 return
 
 
+def take_last_recent(array: Any) -> bool:
+    """Take ``array``, about to be evaluated (then it reads nothing), out of the recent
+    lazy arrays if it is the last one; True if taken (put back if evaluation fails)."""
+    with _readers_lock:
+        if recent_lazy and recent_lazy[-1] is array:
+            recent_lazy.pop()
+            return True
+    return False
+
+
 def _refcounts(arrays: list[Any]) -> list[int]:
     return list(map(sys.getrefcount, arrays))
 
@@ -236,6 +246,7 @@ def intern_sig(fields: tuple) -> int:
     if sig is None:
         if len(_sig_table) >= SIG_TABLE_MAX:
             _sig_table.clear()
+            joined_at_table.clear()
         sig = _sig_table.setdefault(fields, next(_next_sig))
     return sig
 
@@ -273,8 +284,26 @@ def join_shared(sig: int, ao: tuple, a_storages: frozenset, bo: tuple) -> tuple[
     """The signature of a two-argument operation of signature ``sig`` whose arguments
     have the operands ``ao`` (buffers ``a_storages``) and ``bo``, and the operands of
     ``bo`` to append (see :func:`shared_part`)."""
+    if len(bo) == 1 and type(bo[0]) is Storage and bo[0] in a_storages:  # (r * x)
+        return joined_at(sig, ao.index(bo[0])), ()
     shared, rest = shared_part(ao, a_storages, bo)
     return (joined_sig(sig, shared), rest) if shared else (sig, rest)
+
+
+# (signature, position) -> joined_at's result (``r * x`` with r reading x: chains' join)
+joined_at_table: dict[tuple[int, int], int] = {}
+
+
+def joined_at(sig: int, position: int) -> int:
+    """:func:`join_shared`'s signature where the later argument is the earlier ones'
+    buffer at ``position`` (remembered in ``joined_at_table``)."""
+    if (joined := joined_at_table.get((sig, position))) is not None:
+        return joined
+    joined = joined_sig(sig, ("at", position))
+    if len(joined_at_table) >= SIG_TABLE_MAX:
+        joined_at_table.clear()
+    joined_at_table[(sig, position)] = joined
+    return joined
 
 
 def joined_sig(sig: int, shared: Any) -> int:
@@ -354,6 +383,8 @@ _scalar_sigs: dict[str, int] = {}
 
 
 _caches.register("expr.nodes.sig_table", _sig_table.clear, lambda: len(_sig_table), SIG_TABLE_MAX)
+_caches.register("expr.nodes.joined_at", joined_at_table.clear, lambda: len(joined_at_table),
+                 SIG_TABLE_MAX)
 _caches.register("expr.nodes.scalar_sigs", _scalar_sigs.clear, lambda: len(_scalar_sigs),
                  why="one per dtype")
 

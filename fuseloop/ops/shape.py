@@ -37,17 +37,34 @@ def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
     return int(axis) % ndim if ndim else 0
 
 
+# (axes tuple, ndim) -> normalize_axes' result: a reduction over a tuple of axes
+# (``x.sum(axis=(0, 2))``) in a loop checks and sorts them once
+_axes_tuples: dict[tuple[tuple, int], tuple[int, ...]] = {}
+AXES_TUPLES_MAX = 1024
+_caches.register("ops.shape.axes_tuples", _axes_tuples.clear, lambda: len(_axes_tuples),
+                 AXES_TUPLES_MAX)
+
+
 def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
     """Sorted non-negative axes; None means all.  Repeats and out-of-range raise."""
     if axis is None:
         return tuple(range(ndim))
     if type(axis) is int and -ndim <= axis < ndim:  # the common case, quickly
         return (axis % ndim,)
+    # (Python ints only: 1.0 and True hash as 1 but are not valid, or not the same, axes)
+    tupled = type(axis) is tuple and not [a for a in axis if type(a) is not int]
+    if tupled and (hit := _axes_tuples.get((axis, ndim))) is not None:
+        return hit
     axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
     out = tuple(normalize_axis(a, ndim) for a in axes)
     if len(set(out)) != len(out):
         raise AxisError(f"repeated axis in {axis!r}")
-    return tuple(sorted(out))
+    out = tuple(sorted(out))
+    if tupled:  # (only valid axes get here)
+        if len(_axes_tuples) >= AXES_TUPLES_MAX:
+            _axes_tuples.clear()
+        _axes_tuples[(axis, ndim)] = out
+    return out
 
 
 def _wrap(arr: Array, node: Node) -> Array:
