@@ -730,7 +730,9 @@ def _reads_only_in_place(roots: Sequence[Node], target: Target,
         elif isinstance(node, Apply):
             for a in node.args:
                 walk(a, top and a.shape == out_shape)
-        else:
+        elif not reads_outside(node, target.storage, written, itemsize):
+            # a reduction, gather or remap may read any element of its operand at any
+            # time of the launch: safe only when none of them is written
             ok[0] = False
 
     for r in roots:

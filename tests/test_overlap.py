@@ -46,6 +46,9 @@ def test_disjoint_never_claims_a_shared_element():
     (((9,), (1,), 1), ((9,), (1,), 0), False),           # a[1:] vs a[:-1]
     (((3, 4), (4, 1), 0), ((3, 4), (4, 1), 12), True),   # two halves of a (6, 4) array
     (((0,), (1,), 0), ((3,), (1,), 0), True),            # empty
+    (((8,), (8,), 1), ((8, 6), (8, 1), 2), True),        # A[:, 1] vs A[:, 2:] (8 x 8)
+    (((8,), (8,), 3), ((8, 6), (8, 1), 2), False),       # A[:, 3] is in A[:, 2:]
+    (((4, 2), (16, 1), 0), ((4, 2), (16, 1), 8), True),  # A[::2, :2] vs A[::2, 8:10] (8 x 8)
 ])
 def test_disjoint_cases(a, b, disjoint):
     assert views_disjoint(a, b) is disjoint
@@ -89,6 +92,31 @@ def test_interleaved_and_separate_views_write_directly(device):
     mh[3:] = mh[:3] + 1
     np.testing.assert_array_equal(a.get(), host)
     np.testing.assert_array_equal(m.get(), mh)
+
+
+def test_reduction_statements_write_directly(device):
+    """A reduction reading only elements the statement leaves alone writes its result
+    straight into the target (Cholesky's ``A[i, j] -= A[i, :j] @ A[j, :j]``): one launch;
+    one reading a written element still goes through a temporary, numpy's result."""
+    host = np.random.default_rng(3).random((8, 8))
+    a = fl.asarray(host, device=device)
+
+    def statement(i: int, j: int) -> None:
+        a[i, j] -= fl.dot(a[i, :j], a[j, :j])
+
+    for i, j in [(3, 2), (5, 4), (7, 3)]:
+        host[i, j] -= host[i, :j] @ host[j, :j]
+        assert _launches(lambda i=i, j=j: statement(i, j)) == 1
+
+    def column_from_the_rest():
+        a[:, 1] = a[:, 2:].sum(axis=1)
+    assert _launches(column_from_the_rest) == 1
+    host[:, 1] = host[:, 2:].sum(axis=1)
+    a[:, 0] += a.sum(axis=1)  # (each row's sum reads the element it writes)
+    host[:, 0] += host.sum(axis=1)
+    a[2] = a[2] - a[2].mean()
+    host[2] = host[2] - host[2].mean()
+    np.testing.assert_allclose(a.get(), host, rtol=1e-13)
 
 
 def test_overlapping_shift_still_matches_numpy(device):

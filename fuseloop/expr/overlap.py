@@ -38,12 +38,41 @@ def _lattice_step(view: View) -> int:
     return step
 
 
+def _rows_and_columns(view: View, row: int) -> tuple[View, View] | None:
+    """``view`` as rows of length ``row`` times columns: every element offset is
+    ``row * r + c`` with ``0 <= c < row``, ``r`` from the axes whose strides are
+    multiples of ``row`` and ``c`` from the others; None when a column would leave
+    ``[0, row)`` (then the split is not unique)."""
+    shape, strides, offset = view
+    r_shape: list[int] = []
+    r_strides: list[int] = []
+    c_shape: list[int] = []
+    c_strides: list[int] = []
+    for n, s in zip(shape, strides):
+        if n == 1:
+            continue
+        if s % row == 0:
+            r_shape.append(n)
+            r_strides.append(s // row)
+        else:
+            c_shape.append(n)
+            c_strides.append(s)
+    columns: View = (tuple(c_shape), tuple(c_strides), offset % row)
+    low, high = _extent(columns)
+    if low < 0 or high >= row:
+        return None
+    return (tuple(r_shape), tuple(r_strides), offset // row), columns
+
+
 def views_disjoint(a: View, b: View) -> bool:
     """True when views ``a`` and ``b`` of one buffer cannot touch a common element.
 
-    Two tests, each exact in what it proves: the views' offset ranges do not meet, or
+    Three tests, each exact in what it proves: the views' offset ranges do not meet;
     their offsets lie on lattices ``offset + step * m`` that never meet (the difference
-    of the offsets is not a multiple of the gcd of the two steps).
+    of the offsets is not a multiple of the gcd of the two steps); or, seen as rows of
+    a length one of their strides gives, both are sets of (row, column) pairs whose
+    rows or whose columns do not meet (``A[:, 1]`` and ``A[:, 2:]``), tested the same
+    way with fewer axes each.
     """
     if 0 in a[0] or 0 in b[0]:
         return True
@@ -53,4 +82,16 @@ def views_disjoint(a: View, b: View) -> bool:
     step = math.gcd(_lattice_step(a), _lattice_step(b))
     if step == 0:
         return a[2] != b[2]
-    return (a[2] - b[2]) % step != 0
+    if (a[2] - b[2]) % step != 0:
+        return True
+    rows = {abs(s) for n, s in zip(a[0] + b[0], a[1] + b[1]) if n > 1 and abs(s) > 1}
+    for row in sorted(rows, reverse=True):
+        split_a, split_b = _rows_and_columns(a, row), _rows_and_columns(b, row)
+        if split_a is None or split_b is None:
+            continue
+        # each view is every (row, column) pair of its row set and its column set
+        if (split_a[0][0] != a[0] or split_b[0][0] != b[0]) and (
+                views_disjoint(split_a[0], split_b[0])
+                or views_disjoint(split_a[1], split_b[1])):
+            return True
+    return False

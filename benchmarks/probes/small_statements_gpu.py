@@ -1,0 +1,102 @@
+"""Loops of small statements whose shapes change every iteration (NPBench's cholesky,
+durbin, covariance): kernels compiled, launches and host microseconds per statement.
+
+A GPU recipe that specialises a kernel on a size compiles a kernel per iteration where
+a shape-generic one compiles once; this probe tells which patterns do.  Each pattern
+runs twice (the second round is what a timed repeat sees); ``--profile`` adds the
+functions with the most own time in the second round of the covariance loop.
+
+    python benchmarks/probes/small_statements_gpu.py [--device nvidia] [--n 300] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+
+import numpy as np
+
+import fuseloop as fl
+
+COUNTS = ("kernels_compiled", "kernels_launched", "memory_cache_misses", "disk_cache_hits")
+
+
+def _patterns(n: int):
+    rng = np.random.default_rng(0)
+    vec = fl.asarray(rng.random(n))
+    other = fl.asarray(rng.random(n))
+    mat = fl.asarray(rng.random((n, n)))
+    data = fl.asarray(rng.random((n + n // 4, n)))
+
+    def dot_varying() -> int:
+        for j in range(1, n):
+            fl.dot(vec[:j], other[:j]).get()
+        return n - 1
+
+    def cholesky_row() -> int:
+        for j in range(1, n):
+            mat[7, j] -= fl.dot(mat[7, :j], mat[j, :j])
+        mat[7, 1].get()
+        return n - 1
+
+    def durbin_like() -> int:
+        y = fl.zeros_like(vec)
+        for k in range(1, n):
+            alpha = -(vec[k] + fl.dot(fl.flip(vec[:k]), y[:k]))
+            y[:k] += alpha * fl.flip(y[:k])
+            y[k] = alpha
+        y.get()
+        return 3 * (n - 1)
+
+    def covariance_loop() -> int:
+        cov = fl.zeros((n, n), dtype=data.dtype)
+        for i in range(n):
+            cov[i:n, i] = cov[i, i:n] = data[:, i] @ data[:, i:n] / 7.0
+        cov.get()
+        return 3 * n
+
+    return {"dot-varying": dot_varying, "cholesky-row": cholesky_row,
+            "durbin-like": durbin_like, "covariance": covariance_loop}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--profile", action="store_true")
+    ns = parser.parse_args()
+    with fl.device(ns.device) if ns.device else _null():
+        print(f"device: {fl.get_device()}")
+        print(f"{'pattern':14} {'round':>5} {'stmts':>6} {'us/stmt':>9} "
+              + " ".join(f"{c:>20}" for c in COUNTS))
+        for name, fn in _patterns(ns.n).items():
+            for rnd in (1, 2):
+                before = dict(fl.stats())
+                t0 = time.perf_counter()
+                stmts = fn()
+                fl.synchronize()
+                dt = time.perf_counter() - t0
+                after = dict(fl.stats())
+                print(f"{name:14} {rnd:5d} {stmts:6d} {dt / stmts * 1e6:9.1f} "
+                      + " ".join(f"{after[c] - before[c]:20d}" for c in COUNTS))
+            if ns.profile and name == "covariance":
+                prof = cProfile.Profile()
+                prof.enable()
+                fn()
+                fl.synchronize()
+                prof.disable()
+                pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+if __name__ == "__main__":
+    main()
