@@ -152,6 +152,11 @@ class TileConfig(NamedTuple):
     # NVIDIA's OpenCL: registers per work-item the compiler may use (0: its choice;
     # 128 lets two groups of 256 share an SM); ignored on other platforms
     max_registers: int = 0
+    # who unrolls the register tile's loops (and the fill's): "loopy" (a statement per
+    # register: 64 products for 8 x 8), "vector" (Loopy a float4's four components, the
+    # device compiler the rest: 16), "device" (loops under #pragma unroll: one each);
+    # Loopy's code generation time grows with the statements (REG_LOOPS)
+    reg_loops: str = "loopy"
 
 
 #: float32 (and smaller) on GPUs: 128x128 blocks, 8x8 outputs per work-item, steps of
@@ -163,14 +168,24 @@ GPU_TILES = TileConfig(layout="blocked", vec=True, prefetch="double")
 GPU_TILES_PLAIN = TileConfig(layout="blocked")
 #: TileConfig.prefetch's values
 PREFETCH = ("none", "regs", "double")
+#: TileConfig.reg_loops' values
+REG_LOOPS = ("loopy", "vector", "device")
 #: 8-byte types: half the registers per output
 GPU_TILES_WIDE = TileConfig(bm=64, bn=64, bk=8, tm=16, tn=16)
 
 
+#: TileConfig.reg_loops: the Loopy tags of the register tile's inames and of the blocked
+#: layout's float4 components ("unr": copies of the statement in Loopy; "unr_hint": a
+#: loop under ``#pragma unroll``, which the device compiler unrolls)
+_REG_TAGS = {"loopy": ("unr", "unr"), "vector": ("unr_hint", "unr"),
+             "device": ("unr_hint", "unr_hint")}
+
+
 def _split_output(t_unit: lp.TranslationUnit, axis: str, block: int, threads: int,
-                  layout: str, group_tag: str, local_tag: str,
-                  reg_tag: str = "ilp") -> tuple[lp.TranslationUnit, list[str]]:
-    """Split output axis ``axis``; returns the inames a fill sweeps (local and register)."""
+                  layout: str, group_tag: str, local_tag: str, reg_tag: str = "ilp",
+                  lane_tag: str | None = None) -> tuple[lp.TranslationUnit, list[str]]:
+    """Split output axis ``axis``; returns the inames a fill sweeps (local and register).
+    ``lane_tag`` (default ``reg_tag``): the blocked layout's four consecutive outputs."""
     t_unit = lp.split_iname(t_unit, axis, block, outer_tag=group_tag,
                             inner_iname=f"{axis}_in", outer_iname=f"{axis}_blk")
     if layout == "strided" or block // threads < 4 or (block // threads) % 4:
@@ -182,7 +197,8 @@ def _split_output(t_unit: lp.TranslationUnit, axis: str, block: int, threads: in
     # axis = blk*block + r1*(4*threads) + l*4 + r0
     t_unit = lp.split_iname(t_unit, f"{axis}_in", 4 * threads, outer_tag=reg_tag,
                             outer_iname=f"{axis}_r1", inner_iname=f"{axis}_c")
-    t_unit = lp.split_iname(t_unit, f"{axis}_c", 4, outer_tag=local_tag, inner_tag=reg_tag,
+    t_unit = lp.split_iname(t_unit, f"{axis}_c", 4, outer_tag=local_tag,
+                            inner_tag=lane_tag or reg_tag,
                             outer_iname=f"{axis}_l", inner_iname=f"{axis}_r0")
     return t_unit, [f"{axis}_l", f"{axis}_r1", f"{axis}_r0"]
 
@@ -219,7 +235,8 @@ def _fill_tiles(t_unit: lp.TranslationUnit, cfg: TileConfig, sweep_x: list[str],
             t_unit = lp.rename_iname(t_unit, order[0], f"{name}_f")
         size = block * cfg.bk
         if size > threads:
-            t_unit = lp.split_iname(t_unit, f"{name}_f", threads, outer_tag="unr",
+            t_unit = lp.split_iname(t_unit, f"{name}_f", threads,
+                                    outer_tag="unr" if cfg.reg_loops == "loopy" else "unr_hint",
                                     outer_iname=f"{name}_fu", inner_iname=f"{name}_ft")
             fill = f"{name}_ft"
         else:
@@ -263,10 +280,11 @@ def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
     batch = BATCH in knl.all_inames()
     if batch:
         t_unit = lp.tag_inames(t_unit, {BATCH: "g.2"})
+    reg_tag, lane_tag = _REG_TAGS[cfg.reg_loops]
     t_unit, sweep_x = _split_output(t_unit, ROW, cfg.bm, cfg.tm, cfg.layout, "g.1", "l.1",
-                                    "unr")
+                                    reg_tag, lane_tag)
     t_unit, sweep_y = _split_output(t_unit, COL, cfg.bn, cfg.tn, cfg.layout, "g.0", "l.0",
-                                    "unr")
+                                    reg_tag, lane_tag)
     # (the step's loop is left for the device compiler to unroll: Loopy unrolling
     # it generated bk copies of the bm/tm x bn/tn updates, and its code generation
     # time grew with them, 4x for 8 x 8 outputs per work-item)
@@ -313,7 +331,10 @@ def _register_tile(t_unit: lp.TranslationUnit, rows: list[str],
                                      tags={i: "unr_hint" for i in axes})
         # (row by row, a work-item's consecutive columns innermost)
         t_unit = lp.prioritize_loops(t_unit, ",".join(f"{i}_{suffix}" for i in (*rows, *cols)))
-    return lp.prioritize_loops(t_unit, ",".join([f"{RED}_blk", f"{RED}_in", *axes]))
+    # (inames Loopy unrolls innermost: one nest of the device compiler's loops around
+    # their copies, TileConfig.reg_loops="vector")
+    loops = sorted(axes, key=lambda i: pipeline.unrolled(knl, i))
+    return lp.prioritize_loops(t_unit, ",".join([f"{RED}_blk", f"{RED}_in", *loops]))
 
 
 def skinny_tiles(cfg: TileConfig, rows: int | None, cols: int | None, group: int,
@@ -509,7 +530,8 @@ def _tiles_ok(cfg: object) -> bool:
             and cfg.bm % cfg.tm == 0 and cfg.bn % cfg.tn == 0
             and cfg.layout in ("blocked", "strided") and isinstance(cfg.vec, bool)
             and cfg.prefetch in PREFETCH and isinstance(cfg.unroll, int) and cfg.unroll >= 0
-            and isinstance(cfg.max_registers, int) and cfg.max_registers >= 0)
+            and isinstance(cfg.max_registers, int) and cfg.max_registers >= 0
+            and cfg.reg_loops in REG_LOOPS)
 
 
 #: local memory every OpenCL device has (the standard's minimum for non-custom devices)
@@ -532,14 +554,16 @@ def _tiles_fit(values: Mapping[str, Any], device: Device) -> bool:
 
 
 _TILE_SEARCH = (GPU_TILES, GPU_TILES_PLAIN, GPU_TILES._replace(prefetch="regs"),
-                GPU_TILES._replace(unroll=4),
+                GPU_TILES._replace(unroll=4), GPU_TILES._replace(reg_loops="vector"),
+                GPU_TILES._replace(reg_loops="device"),
                 GPU_TILES._replace(vec=False), TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(128, 64, 8, 16, 16, "blocked"), TileConfig(128, 128, 8, 16, 16),
                 TileConfig(64, 64, 8, 8, 8, "blocked"))
 _WIDE_SEARCH = (GPU_TILES_WIDE, TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(32, 32, 8, 8, 8))
 _TILES_TEXT = ("a TileConfig with positive sizes, tm dividing bm, tn dividing bn, prefetch "
-               "one of 'none', 'regs', 'double', unroll and max_registers >= 0")
+               "one of 'none', 'regs', 'double', unroll and max_registers >= 0, reg_loops "
+               "one of 'loopy', 'vector', 'device'")
 
 #: a side of the output with at most this many elements is short (GPU)
 GPU_FEW = 32
