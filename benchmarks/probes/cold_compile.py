@@ -89,6 +89,8 @@ def _gc_timer(phase, info):  # (garbage collection: inside the steps above or no
 gc_s = [0.0]
 gc.callbacks.append(_gc_timer)
 case = sys.argv[1]
+if len(sys.argv) > 2 and sys.argv[2]:
+    exec(sys.argv[2])  # (a caller's setup: matmul_unroll.py's recipe variant)
 rng = np.random.default_rng(0)
 x = fl.asarray(rng.random(1 << 16, dtype=np.float32))
 y = fl.asarray(rng.random(1 << 16, dtype=np.float32))
@@ -158,7 +160,11 @@ def main() -> None:
                     print(label + line, flush=True)
 
 
-def _run(case: str, root: str, mode: str, warm: bool) -> list[str]:
+def _run(case: str, root: str, mode: str, warm: bool, setup: str = "") -> list[str]:
+    """Lines of ``case`` run in new processes on empty caches (and again warm); ``setup``:
+    Python run in the process after ``import fuseloop as fl`` and before the case (a
+    recipe variant: ``u = fl.recipes.use(...); u.__enter__()``; its time is in the
+    arrays' figure)."""
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, FUSELOOP_CACHE_DIR=f"{tmp}/fl", XDG_CACHE_HOME=f"{tmp}/xdg",
                    POCL_CACHE_DIR=f"{tmp}/pocl", FUSELOOP_COMPILE=mode,
@@ -169,7 +175,7 @@ def _run(case: str, root: str, mode: str, warm: bool) -> list[str]:
                        p for p in (root, os.environ.get("PYTHONPATH")) if p))
         lines = []
         for prefix in ("", "warm ")[:1 + warm]:
-            out = subprocess.run([sys.executable, "-c", _CHILD, case], env=env, text=True,
+            out = subprocess.run([sys.executable, "-c", _CHILD, case, setup], env=env, text=True,
                                  capture_output=True, cwd=root)
             lines.append(prefix + (out.stdout.strip()
                                    or f"{case}: failed\n{out.stderr[-2000:]}"))
