@@ -20,7 +20,7 @@ this times PoCL running the GPU recipe, a smoke test).
 
 Usage::
 
-    PYTHONPATH=. python benchmarks/probes/matmul_unroll.py [--n 4096] [--cold-n N]
+    python benchmarks/probes/matmul_unroll.py [--n 4096] [--cold-n N]
         [--rounds 2] [--repeat 10] [--settings loopy,vector,device]
 """
 
@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 
 os.environ.setdefault("FUSELOOP_PROGRESS", "0")  # (no build notices inside the table)
+# (this checkout's fuseloop, which the cold processes import too, not an installed one)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import fuseloop as fl
 from fuseloop.bench.runner import median_time
 from fuseloop.recipes import contraction as rc
