@@ -7,7 +7,8 @@ and then the epilogue; the operands are substitution rules.
 **GPU (``gpu-tiled``).**  A work-group of ``tm x tn`` work-items computes a
 ``bm x bn`` block of the output (128 x 128 with 16 x 16 work-items for
 float32); each work-item holds ``bm/tm x bn/tn`` accumulators in private
-memory (a register tile: Loopy ``ilp`` inames, unrolled).  The reduced range
+memory (a register tile: inames unrolled by Loopy, or by the device compiler,
+``TileConfig.reg_loops``).  The reduced range
 is walked in steps of ``bk`` (8): the work-group first fills local-memory tiles
 ``x_tile[bk][bm]`` and ``y_tile[bk][bn]`` (Loopy ``precompute`` of the operand
 rules, so an elementwise producer such as ``A * 2`` is applied while filling,
@@ -310,7 +311,8 @@ def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
 def _register_tile(t_unit: lp.TranslationUnit, rows: list[str],
                    cols: list[str]) -> lp.TranslationUnit:
     """The work-item's accumulators as an explicit private array over its register
-    inames ``rows`` and ``cols`` (outer to inner), updated in straight-line code, and
+    inames ``rows`` and ``cols`` (outer to inner), updated in straight-line code (or in
+    loops the device compiler unrolls, as ``TileConfig.reg_loops`` tags the inames), and
     zeroed and read out (epilogue, stores) in loops the device compiler unrolls.
 
     Loopy's ILP privatisation needs the same unrolled inames on every instruction
@@ -376,7 +378,8 @@ def skinny_tiles(cfg: TileConfig, rows: int | None, cols: int | None, group: int
         if fits() or per == 1:
             break
         per //= 2
-    return TileConfig(bm, bn, bk, tm, tn, "blocked")
+    # (who unrolls the register tile: the configuration's choice, a matter of build time)
+    return TileConfig(bm, bn, bk, tm, tn, "blocked", reg_loops=cfg.reg_loops)
 
 
 def long_k_fast(knl: lp.LoopKernel, short: str) -> bool:
