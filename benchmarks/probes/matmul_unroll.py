@@ -15,6 +15,9 @@ process's CPU time includes the OpenCL driver's compiler), ``--rounds`` times,
 settings alternating; then, in this process, the warm time of float32 ``A @ B``,
 ``A.T @ B``, ``A @ B.T`` (n x n, default 4096) against torch (TF32 off) on a CUDA
 GPU, else numpy.  Every result is checked against the peer's (relative error).
+On NVIDIA's OpenCL, a line per setting counts what its ``A @ B`` kernel's PTX holds
+(instructions, FMAs, 16-byte shared loads, local-memory traffic, branches, registers):
+the same machine code after unrolling shows as the same counts.
 The recipe is forced with ``fl.recipes.use`` (``gpu-tiled`` on any device: on a CPU
 this times PoCL running the GPU recipe, a smoke test).
 
@@ -105,6 +108,36 @@ def _cold(setting: str, n: int) -> dict[str, float]:
     return got
 
 
+def _machine_code(setting: str, a: Any, b: Any) -> str:
+    """Counts in the PTX of the ``A @ B`` kernel as NVIDIA's OpenCL builds it (its program
+    binary; ``-cl-nv-verbose`` for the registers): the same machine code for every
+    setting shows as the same counts.  Elsewhere, "-"."""
+    import pyopencl as cl
+
+    dev = fl.get_device()
+    with fl.recipes.use(_recipe(setting)):
+        src = fl.show_code(a @ b)
+    if "nvidia" not in dev.platform.lower():
+        return "-"
+    try:
+        prg = cl.Program(dev.context, src).build(options=["-cl-nv-verbose"])
+        ptx = prg.get_info(cl.program_info.BINARIES)[0].decode(errors="replace")
+        log = prg.get_build_info(dev.cl_device, cl.program_build_info.LOG)
+    except Exception as exc:  # (reported, not fatal)
+        return f"build failed: {type(exc).__name__}"
+    lines = [ln.strip() for ln in ptx.splitlines()]
+    insns = [ln for ln in lines if ln and not ln.startswith(("//", ".", "{", "}", "$"))]
+    regs = re.findall(r"Used (\d+) registers", log)
+
+    def count(prefix: str) -> int:
+        return sum(ln.startswith(prefix) for ln in insns)
+
+    return (f"{len(insns)} PTX instructions, fma {count('fma.rn.f32')}, ld.shared.v4 "
+            f"{count('ld.shared.v4')}, ld.shared {count('ld.shared.f32')}, local ld/st "
+            f"{count('ld.local') + count('st.local')}, bra {count('bra') + count('@')}, "
+            f"{regs[-1] if regs else '?'} registers")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=4096)
@@ -170,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"{s:18s} {med('wall'):>7s} {med('cpu'):>6s} {med('codegen'):>8s} "
               f"{med('build'):>6s}  " + "  ".join(f"{v:>14s}" for v in warm[s]), flush=True)
+    for s in settings:  # (the device compiler's output: the same after it unrolls?)
+        print(f"{s:18s} A @ B kernel: {_machine_code(s, a, b)}", flush=True)
     return 0
 
 
