@@ -1,8 +1,10 @@
 """Time to a first result with every cache empty, and where the time of a build goes.
 
-Each case runs in a new Python process with empty fuseloop, Loopy (``XDG_CACHE_HOME``)
-and PoCL (``POCL_CACHE_DIR``) caches, and builds inline (``FUSELOOP_COMPILE=inline``)
-so that the process's CPU time covers the OpenCL compiler too.  Printed per case: the
+Each case runs in a new Python process with empty fuseloop, Loopy (``XDG_CACHE_HOME``),
+PoCL (``POCL_CACHE_DIR``) and NVIDIA (``CUDA_CACHE_PATH``: without it, a case's later
+runs found the driver's builds cached) caches, and builds inline
+(``FUSELOOP_COMPILE=inline``) so that the process's CPU time covers the OpenCL
+compiler too.  Printed per case: the
 wall and CPU seconds of ``import fuseloop``, of making the input arrays (the
 device's discovery and start, the copies) and of the first result, and the CPU
 seconds of the steps of those two: device discovery (the backends' imports and
@@ -167,7 +169,8 @@ def _run(case: str, root: str, mode: str, warm: bool, setup: str = "") -> list[s
     arrays' figure)."""
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, FUSELOOP_CACHE_DIR=f"{tmp}/fl", XDG_CACHE_HOME=f"{tmp}/xdg",
-                   POCL_CACHE_DIR=f"{tmp}/pocl", FUSELOOP_COMPILE=mode,
+                   POCL_CACHE_DIR=f"{tmp}/pocl", CUDA_CACHE_PATH=f"{tmp}/nv",
+                   FUSELOOP_COMPILE=mode,
                    FUSELOOP_PROGRESS="0",
                    # (the checkout first; then what the caller's path held, where a
                    # machine without installed packages keeps them)
