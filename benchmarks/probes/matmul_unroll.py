@@ -17,14 +17,16 @@ settings alternating; then, in this process, the warm time of float32 ``A @ B``,
 GPU, else numpy.  Every result is checked against the peer's (relative error).
 On NVIDIA's OpenCL, a line per setting counts what its ``A @ B`` kernel's PTX holds
 (instructions, FMAs, 16-byte shared loads, local-memory traffic, branches, registers):
-the same machine code after unrolling shows as the same counts.
+the same machine code after unrolling shows as the same counts.  ``--clang clang-15``
+does only that, on any machine: each setting's source for a fake H100 through clang's
+NVPTX back end (LLVM, as NVIDIA's OpenCL compiler is; not the same compiler).
 The recipe is forced with ``fl.recipes.use`` (``gpu-tiled`` on any device: on a CPU
 this times PoCL running the GPU recipe, a smoke test).
 
 Usage::
 
     python benchmarks/probes/matmul_unroll.py [--n 4096] [--cold-n N]
-        [--rounds 2] [--repeat 10] [--settings loopy,vector,device]
+        [--rounds 2] [--repeat 10] [--settings loopy,vector,device] [--clang CLANG]
 """
 
 from __future__ import annotations
@@ -125,17 +127,51 @@ def _machine_code(setting: str, a: Any, b: Any) -> str:
         log = prg.get_build_info(dev.cl_device, cl.program_build_info.LOG)
     except Exception as exc:  # (reported, not fatal)
         return f"build failed: {type(exc).__name__}"
+    regs = re.findall(r"Used (\d+) registers", log)
+    return _ptx_counts(ptx) + f", {regs[-1] if regs else '?'} registers"
+
+
+def _ptx_counts(ptx: str) -> str:
     lines = [ln.strip() for ln in ptx.splitlines()]
     insns = [ln for ln in lines if ln and not ln.startswith(("//", ".", "{", "}", "$"))]
-    regs = re.findall(r"Used (\d+) registers", log)
 
     def count(prefix: str) -> int:
         return sum(ln.startswith(prefix) for ln in insns)
 
     return (f"{len(insns)} PTX instructions, fma {count('fma.rn.f32')}, ld.shared.v4 "
             f"{count('ld.shared.v4')}, ld.shared {count('ld.shared.f32')}, local ld/st "
-            f"{count('ld.local') + count('st.local')}, bra {count('bra') + count('@')}, "
-            f"{regs[-1] if regs else '?'} registers")
+            f"{count('ld.local') + count('st.local')}, bra {count('bra') + count('@')}")
+
+
+def _clang(settings: list[str], n: int, clang: str) -> None:
+    """Each setting's ``A @ B`` source for a fake H100 (no GPU needed) through clang's NVPTX
+    back end (``-O3``, LLVM like NVIDIA's OpenCL compiler, not the same one): the counts of
+    :func:`_ptx_counts`, and whether the loops were unrolled in full (512 FMAs per step of
+    8 at 8 x 8 outputs per work-item)."""
+    import dataclasses
+    import tempfile
+
+    from fuseloop.lower import codegen
+
+    dev = fl.get_device()
+    fake = dataclasses.replace(dev, index=9133, type="gpu", compute_units=132,
+                               name="NVIDIA H100 80GB HBM3", vendor="NVIDIA Corporation",
+                               platform="NVIDIA CUDA", max_work_group_size=1024)
+    a = fl.empty((n, n), dtype=np.float32, device=dev)
+    with tempfile.TemporaryDirectory() as tmp:
+        for s in settings:
+            with fl.recipes.use(_recipe(s)):
+                low = fl.program(a @ a).lower(fake)
+            with codegen.loopy_section():
+                src = codegen.generate(low.t_unit, low.device).source
+            Path(f"{tmp}/{s}.cl").write_text(src)
+            out = subprocess.run([clang, "-x", "cl", "-cl-std=CL1.2", "-target",
+                                  "nvptx64-nvidia-nvcl", "-O3", "-S", "-Xclang",
+                                  "-finclude-default-header", "-o", f"{tmp}/{s}.ptx",
+                                  f"{tmp}/{s}.cl"], capture_output=True, text=True)
+            got = (_ptx_counts(Path(f"{tmp}/{s}.ptx").read_text()) if out.returncode == 0
+                   else f"clang failed: {out.stderr.strip()[-200:]}")
+            print(f"{s:18s} A @ B kernel ({clang}, nvptx64, -O3): {got}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,9 +181,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--settings", default=",".join(rc.REG_LOOPS))
+    p.add_argument("--clang", default=None, metavar="CLANG",
+                   help="only compile each setting's kernel for a fake H100 with this clang's "
+                   "NVPTX back end and count its PTX (no GPU needed)")
     args = p.parse_args(argv)
     settings = args.settings.split(",")
     n, cold_n = args.n, args.cold_n or args.n
+    if args.clang:
+        _clang(settings, n, args.clang)
+        return 0
     # byte-compiled first, as cold_compile.py does (no source compilation in the cases)
     subprocess.run([sys.executable, "-m", "compileall", "-q", f"{ROOT}/fuseloop"], check=True,
                    stdout=subprocess.DEVNULL)

@@ -153,10 +153,10 @@ class TileConfig(NamedTuple):
     # NVIDIA's OpenCL: registers per work-item the compiler may use (0: its choice;
     # 128 lets two groups of 256 share an SM); ignored on other platforms
     max_registers: int = 0
-    # who unrolls the register tile's loops (and the fill's): "loopy" (a statement per
-    # register: 64 products for 8 x 8), "vector" (Loopy a float4's four components, the
-    # device compiler the rest: 16), "device" (loops under #pragma unroll: one each);
-    # Loopy's code generation time grows with the statements (REG_LOOPS)
+    # who unrolls the register tile's loops: "loopy" (a statement per register: 64
+    # products for 8 x 8), "vector" (Loopy a float4's four components, the device
+    # compiler the rest: 16), "device" (loops under #pragma unroll, the fill's too: one
+    # each); Loopy's code generation time grows with the statements (REG_LOOPS)
     reg_loops: str = "loopy"
 
 
@@ -169,7 +169,10 @@ GPU_TILES = TileConfig(layout="blocked", vec=True, prefetch="double")
 GPU_TILES_PLAIN = TileConfig(layout="blocked")
 #: TileConfig.prefetch's values
 PREFETCH = ("none", "regs", "double")
-#: TileConfig.reg_loops' values
+#: TileConfig.reg_loops' values.  Through clang 15's NVPTX back end (-O3; matmul_unroll.py
+#: --clang), "loopy" and "vector" gave the same 512 FMAs and 32 float4 shared loads per
+#: step (vector 4% fewer integer instructions); "device" stayed a loop (128 FMAs: the
+#: step's loop past LLVM's unroll threshold), so the device compiler may not unroll it
 REG_LOOPS = ("loopy", "vector", "device")
 #: 8-byte types: half the registers per output
 GPU_TILES_WIDE = TileConfig(bm=64, bn=64, bk=8, tm=16, tn=16)
@@ -236,8 +239,10 @@ def _fill_tiles(t_unit: lp.TranslationUnit, cfg: TileConfig, sweep_x: list[str],
             t_unit = lp.rename_iname(t_unit, order[0], f"{name}_f")
         size = block * cfg.bk
         if size > threads:
+            # ("vector" keeps the fill's copies: as loops, their registers' addresses
+            # took clang's NVPTX back end 228 more integer instructions, see REG_LOOPS)
             t_unit = lp.split_iname(t_unit, f"{name}_f", threads,
-                                    outer_tag="unr" if cfg.reg_loops == "loopy" else "unr_hint",
+                                    outer_tag="unr_hint" if cfg.reg_loops == "device" else "unr",
                                     outer_iname=f"{name}_fu", inner_iname=f"{name}_ft")
             fill = f"{name}_ft"
         else:
