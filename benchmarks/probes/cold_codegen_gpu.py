@@ -12,7 +12,8 @@ H100) is not in these figures.  Timings are reported, never asserted.
 Cases: ``demo`` (``2*x - sin(y) + x*y``), ``rep<R>`` (``r = sin(r)*0.5 + r*y``, R
 times; ``rep50`` is the 200-operation chain), ``D<L>`` (L levels of
 ``sin(r)*.5 + cos(r*k)*.25 + .1``), ``mm<N>`` (N x N float32 matmul: ``mm256``
-is the aligned size class, ``mm250`` the padded one).
+is the aligned size class, ``mm250`` the padded one; ``mm256:device`` with
+``TileConfig.reg_loops="device"``, likewise ``:vector`` and ``:loopy``).
 
 Usage::
 
@@ -56,9 +57,14 @@ y = fl.asarray(rng.random(1 << 16, dtype=np.float32))
 if case == "demo":
     e = 2 * x - fl.sin(y) + x * y
 elif case.startswith("mm"):
-    n = int(case[2:])
-    e = (fl.asarray(rng.random((n, n), dtype=np.float32))
-         @ fl.asarray(rng.random((n, n), dtype=np.float32)))
+    n, _, reg_loops = case[2:].partition(":")
+    e = (fl.asarray(rng.random((int(n), int(n)), dtype=np.float32))
+         @ fl.asarray(rng.random((int(n), int(n)), dtype=np.float32)))
+    if reg_loops:
+        from fuseloop.recipes import contraction as rc
+        use = fl.recipes.use(rc.gpu_tiled.with_params(
+            tiles=rc.GPU_TILES._replace(reg_loops=reg_loops)))
+        use.__enter__()
 elif case.startswith("rep"):
     e = x
     for _ in range(int(case[3:])):

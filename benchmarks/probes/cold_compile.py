@@ -1,8 +1,10 @@
 """Time to a first result with every cache empty, and where the time of a build goes.
 
-Each case runs in a new Python process with empty fuseloop, Loopy (``XDG_CACHE_HOME``)
-and PoCL (``POCL_CACHE_DIR``) caches, and builds inline (``FUSELOOP_COMPILE=inline``)
-so that the process's CPU time covers the OpenCL compiler too.  Printed per case: the
+Each case runs in a new Python process with empty fuseloop, Loopy (``XDG_CACHE_HOME``),
+PoCL (``POCL_CACHE_DIR``) and NVIDIA (``CUDA_CACHE_PATH``: without it, a case's later
+runs found the driver's builds cached) caches, and builds inline
+(``FUSELOOP_COMPILE=inline``) so that the process's CPU time covers the OpenCL
+compiler too.  Printed per case: the
 wall and CPU seconds of ``import fuseloop``, of making the input arrays (the
 device's discovery and start, the copies) and of the first result, and the CPU
 seconds of the steps of those two: device discovery (the backends' imports and
@@ -89,6 +91,8 @@ def _gc_timer(phase, info):  # (garbage collection: inside the steps above or no
 gc_s = [0.0]
 gc.callbacks.append(_gc_timer)
 case = sys.argv[1]
+if len(sys.argv) > 2 and sys.argv[2]:
+    exec(sys.argv[2])  # (a caller's setup: matmul_unroll.py's recipe variant)
 rng = np.random.default_rng(0)
 x = fl.asarray(rng.random(1 << 16, dtype=np.float32))
 y = fl.asarray(rng.random(1 << 16, dtype=np.float32))
@@ -158,10 +162,15 @@ def main() -> None:
                     print(label + line, flush=True)
 
 
-def _run(case: str, root: str, mode: str, warm: bool) -> list[str]:
+def _run(case: str, root: str, mode: str, warm: bool, setup: str = "") -> list[str]:
+    """Lines of ``case`` run in new processes on empty caches (and again warm); ``setup``:
+    Python run in the process after ``import fuseloop as fl`` and before the case (a
+    recipe variant: ``u = fl.recipes.use(...); u.__enter__()``; its time is in the
+    arrays' figure)."""
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, FUSELOOP_CACHE_DIR=f"{tmp}/fl", XDG_CACHE_HOME=f"{tmp}/xdg",
-                   POCL_CACHE_DIR=f"{tmp}/pocl", FUSELOOP_COMPILE=mode,
+                   POCL_CACHE_DIR=f"{tmp}/pocl", CUDA_CACHE_PATH=f"{tmp}/nv",
+                   FUSELOOP_COMPILE=mode,
                    FUSELOOP_PROGRESS="0",
                    # (the checkout first; then what the caller's path held, where a
                    # machine without installed packages keeps them)
@@ -169,7 +178,7 @@ def _run(case: str, root: str, mode: str, warm: bool) -> list[str]:
                        p for p in (root, os.environ.get("PYTHONPATH")) if p))
         lines = []
         for prefix in ("", "warm ")[:1 + warm]:
-            out = subprocess.run([sys.executable, "-c", _CHILD, case], env=env, text=True,
+            out = subprocess.run([sys.executable, "-c", _CHILD, case, setup], env=env, text=True,
                                  capture_output=True, cwd=root)
             lines.append(prefix + (out.stdout.strip()
                                    or f"{case}: failed\n{out.stderr[-2000:]}"))

@@ -7,7 +7,8 @@ and then the epilogue; the operands are substitution rules.
 **GPU (``gpu-tiled``).**  A work-group of ``tm x tn`` work-items computes a
 ``bm x bn`` block of the output (128 x 128 with 16 x 16 work-items for
 float32); each work-item holds ``bm/tm x bn/tn`` accumulators in private
-memory (a register tile: Loopy ``ilp`` inames, unrolled).  The reduced range
+memory (a register tile: inames unrolled by Loopy, or by the device compiler,
+``TileConfig.reg_loops``).  The reduced range
 is walked in steps of ``bk`` (8): the work-group first fills local-memory tiles
 ``x_tile[bk][bm]`` and ``y_tile[bk][bn]`` (Loopy ``precompute`` of the operand
 rules, so an elementwise producer such as ``A * 2`` is applied while filling,
@@ -152,6 +153,11 @@ class TileConfig(NamedTuple):
     # NVIDIA's OpenCL: registers per work-item the compiler may use (0: its choice;
     # 128 lets two groups of 256 share an SM); ignored on other platforms
     max_registers: int = 0
+    # who unrolls the register tile's loops: "loopy" (a statement per register: 64
+    # products for 8 x 8), "vector" (Loopy a float4's four components, the device
+    # compiler the rest: 16), "device" (loops under #pragma unroll, the fill's too: one
+    # each); Loopy's code generation time grows with the statements (REG_LOOPS)
+    reg_loops: str = "loopy"
 
 
 #: float32 (and smaller) on GPUs: 128x128 blocks, 8x8 outputs per work-item, steps of
@@ -163,14 +169,27 @@ GPU_TILES = TileConfig(layout="blocked", vec=True, prefetch="double")
 GPU_TILES_PLAIN = TileConfig(layout="blocked")
 #: TileConfig.prefetch's values
 PREFETCH = ("none", "regs", "double")
+#: TileConfig.reg_loops' values.  Through clang 15's NVPTX back end (-O3; matmul_unroll.py
+#: --clang), "loopy" and "vector" gave the same 512 FMAs and 32 float4 shared loads per
+#: step (vector 4% fewer integer instructions); "device" stayed a loop (128 FMAs: the
+#: step's loop past LLVM's unroll threshold), so the device compiler may not unroll it
+REG_LOOPS = ("loopy", "vector", "device")
 #: 8-byte types: half the registers per output
 GPU_TILES_WIDE = TileConfig(bm=64, bn=64, bk=8, tm=16, tn=16)
 
 
+#: TileConfig.reg_loops: the Loopy tags of the register tile's inames and of the blocked
+#: layout's float4 components ("unr": copies of the statement in Loopy; "unr_hint": a
+#: loop under ``#pragma unroll``, which the device compiler unrolls)
+_REG_TAGS = {"loopy": ("unr", "unr"), "vector": ("unr_hint", "unr"),
+             "device": ("unr_hint", "unr_hint")}
+
+
 def _split_output(t_unit: lp.TranslationUnit, axis: str, block: int, threads: int,
-                  layout: str, group_tag: str, local_tag: str,
-                  reg_tag: str = "ilp") -> tuple[lp.TranslationUnit, list[str]]:
-    """Split output axis ``axis``; returns the inames a fill sweeps (local and register)."""
+                  layout: str, group_tag: str, local_tag: str, reg_tag: str = "ilp",
+                  lane_tag: str | None = None) -> tuple[lp.TranslationUnit, list[str]]:
+    """Split output axis ``axis``; returns the inames a fill sweeps (local and register).
+    ``lane_tag`` (default ``reg_tag``): the blocked layout's four consecutive outputs."""
     t_unit = lp.split_iname(t_unit, axis, block, outer_tag=group_tag,
                             inner_iname=f"{axis}_in", outer_iname=f"{axis}_blk")
     if layout == "strided" or block // threads < 4 or (block // threads) % 4:
@@ -182,7 +201,8 @@ def _split_output(t_unit: lp.TranslationUnit, axis: str, block: int, threads: in
     # axis = blk*block + r1*(4*threads) + l*4 + r0
     t_unit = lp.split_iname(t_unit, f"{axis}_in", 4 * threads, outer_tag=reg_tag,
                             outer_iname=f"{axis}_r1", inner_iname=f"{axis}_c")
-    t_unit = lp.split_iname(t_unit, f"{axis}_c", 4, outer_tag=local_tag, inner_tag=reg_tag,
+    t_unit = lp.split_iname(t_unit, f"{axis}_c", 4, outer_tag=local_tag,
+                            inner_tag=lane_tag or reg_tag,
                             outer_iname=f"{axis}_l", inner_iname=f"{axis}_r0")
     return t_unit, [f"{axis}_l", f"{axis}_r1", f"{axis}_r0"]
 
@@ -219,7 +239,10 @@ def _fill_tiles(t_unit: lp.TranslationUnit, cfg: TileConfig, sweep_x: list[str],
             t_unit = lp.rename_iname(t_unit, order[0], f"{name}_f")
         size = block * cfg.bk
         if size > threads:
-            t_unit = lp.split_iname(t_unit, f"{name}_f", threads, outer_tag="unr",
+            # ("vector" keeps the fill's copies: as loops, their registers' addresses
+            # took clang's NVPTX back end 228 more integer instructions, see REG_LOOPS)
+            t_unit = lp.split_iname(t_unit, f"{name}_f", threads,
+                                    outer_tag="unr_hint" if cfg.reg_loops == "device" else "unr",
                                     outer_iname=f"{name}_fu", inner_iname=f"{name}_ft")
             fill = f"{name}_ft"
         else:
@@ -263,10 +286,11 @@ def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
     batch = BATCH in knl.all_inames()
     if batch:
         t_unit = lp.tag_inames(t_unit, {BATCH: "g.2"})
+    reg_tag, lane_tag = _REG_TAGS[cfg.reg_loops]
     t_unit, sweep_x = _split_output(t_unit, ROW, cfg.bm, cfg.tm, cfg.layout, "g.1", "l.1",
-                                    "unr")
+                                    reg_tag, lane_tag)
     t_unit, sweep_y = _split_output(t_unit, COL, cfg.bn, cfg.tn, cfg.layout, "g.0", "l.0",
-                                    "unr")
+                                    reg_tag, lane_tag)
     # (the step's loop is left for the device compiler to unroll: Loopy unrolling
     # it generated bk copies of the bm/tm x bn/tn updates, and its code generation
     # time grew with them, 4x for 8 x 8 outputs per work-item)
@@ -292,7 +316,8 @@ def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
 def _register_tile(t_unit: lp.TranslationUnit, rows: list[str],
                    cols: list[str]) -> lp.TranslationUnit:
     """The work-item's accumulators as an explicit private array over its register
-    inames ``rows`` and ``cols`` (outer to inner), updated in straight-line code, and
+    inames ``rows`` and ``cols`` (outer to inner), updated in straight-line code (or in
+    loops the device compiler unrolls, as ``TileConfig.reg_loops`` tags the inames), and
     zeroed and read out (epilogue, stores) in loops the device compiler unrolls.
 
     Loopy's ILP privatisation needs the same unrolled inames on every instruction
@@ -313,7 +338,10 @@ def _register_tile(t_unit: lp.TranslationUnit, rows: list[str],
                                      tags={i: "unr_hint" for i in axes})
         # (row by row, a work-item's consecutive columns innermost)
         t_unit = lp.prioritize_loops(t_unit, ",".join(f"{i}_{suffix}" for i in (*rows, *cols)))
-    return lp.prioritize_loops(t_unit, ",".join([f"{RED}_blk", f"{RED}_in", *axes]))
+    # (inames Loopy unrolls innermost: one nest of the device compiler's loops around
+    # their copies, TileConfig.reg_loops="vector")
+    loops = sorted(axes, key=lambda i: pipeline.unrolled(knl, i))
+    return lp.prioritize_loops(t_unit, ",".join([f"{RED}_blk", f"{RED}_in", *loops]))
 
 
 def skinny_tiles(cfg: TileConfig, rows: int | None, cols: int | None, group: int,
@@ -355,7 +383,8 @@ def skinny_tiles(cfg: TileConfig, rows: int | None, cols: int | None, group: int
         if fits() or per == 1:
             break
         per //= 2
-    return TileConfig(bm, bn, bk, tm, tn, "blocked")
+    # (who unrolls the register tile: the configuration's choice, a matter of build time)
+    return TileConfig(bm, bn, bk, tm, tn, "blocked", reg_loops=cfg.reg_loops)
 
 
 def long_k_fast(knl: lp.LoopKernel, short: str) -> bool:
@@ -509,7 +538,8 @@ def _tiles_ok(cfg: object) -> bool:
             and cfg.bm % cfg.tm == 0 and cfg.bn % cfg.tn == 0
             and cfg.layout in ("blocked", "strided") and isinstance(cfg.vec, bool)
             and cfg.prefetch in PREFETCH and isinstance(cfg.unroll, int) and cfg.unroll >= 0
-            and isinstance(cfg.max_registers, int) and cfg.max_registers >= 0)
+            and isinstance(cfg.max_registers, int) and cfg.max_registers >= 0
+            and cfg.reg_loops in REG_LOOPS)
 
 
 #: local memory every OpenCL device has (the standard's minimum for non-custom devices)
@@ -532,14 +562,16 @@ def _tiles_fit(values: Mapping[str, Any], device: Device) -> bool:
 
 
 _TILE_SEARCH = (GPU_TILES, GPU_TILES_PLAIN, GPU_TILES._replace(prefetch="regs"),
-                GPU_TILES._replace(unroll=4),
+                GPU_TILES._replace(unroll=4), GPU_TILES._replace(reg_loops="vector"),
+                GPU_TILES._replace(reg_loops="device"),
                 GPU_TILES._replace(vec=False), TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(128, 64, 8, 16, 16, "blocked"), TileConfig(128, 128, 8, 16, 16),
                 TileConfig(64, 64, 8, 8, 8, "blocked"))
 _WIDE_SEARCH = (GPU_TILES_WIDE, TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(32, 32, 8, 8, 8))
 _TILES_TEXT = ("a TileConfig with positive sizes, tm dividing bm, tn dividing bn, prefetch "
-               "one of 'none', 'regs', 'double', unroll and max_registers >= 0")
+               "one of 'none', 'regs', 'double', unroll and max_registers >= 0, reg_loops "
+               "one of 'loopy', 'vector', 'device'")
 
 #: a side of the output with at most this many elements is short (GPU)
 GPU_FEW = 32

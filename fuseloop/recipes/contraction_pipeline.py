@@ -33,6 +33,14 @@ VECTOR_WIDTH = 4
 LOCAL_VECTOR_READ = "fl_lvec4"
 _LOCAL_VECTOR_SOURCE = (f"#define {LOCAL_VECTOR_READ}(x, c) "
                         "((*(__local const float4 *) &(x)).s##c)")
+#: the same read with the component a loop's index (``TileConfig.reg_loops="device"``:
+#: a loop the device compiler unrolls, after which ``c`` is a constant and the
+#: selection folds to the literal component's read)
+LOCAL_VECTOR_PICK = "fl_lvec4_at"
+_LOCAL_VECTOR_PICK_SOURCE = (
+    "#define fl_lvec4_of(x) (*(__local const float4 *) &(x))\n"
+    f"#define {LOCAL_VECTOR_PICK}(x, c) ((c) == 0 ? fl_lvec4_of(x).s0 : (c) == 1 ? "
+    "fl_lvec4_of(x).s1 : (c) == 2 ? fl_lvec4_of(x).s2 : fl_lvec4_of(x).s3)")
 
 
 def vector_tile_reads(t_unit: lp.TranslationUnit,
@@ -47,6 +55,8 @@ def vector_tile_reads(t_unit: lp.TranslationUnit,
     Loopy's ``base_storage``), and the update reads ``tile[k, o - r0]`` as a float4 and
     takes its component ``r0`` (unrolled: a literal), so the device compiler sees
     one 16-byte load where it saw four scalar loads it had to prove aligned to merge.
+    Where ``r0`` is a loop the device compiler unrolls (``"unr_hint"``), the component
+    is selected by its index (``fl_lvec4_at``), a literal once unrolled.
 
     (Loopy's own vector axis on a view of the storage was declared as a pointer to
     the scalar type: its ``base_storage`` declarations ignore vector axes.)
@@ -77,13 +87,22 @@ def vector_tile_reads(t_unit: lp.TranslationUnit,
         swaps[name] = (sweep, dtype)
     if not swaps:
         return t_unit
-    mapper = _tile_reads({k: v[0] for k, v in swaps.items()})
+    # (a literal component where Loopy unrolls r0; the same for both tiles)
+    literal = all(unrolled(knl, sweep[2]) for sweep, _ in swaps.values())
+    name, source = ((LOCAL_VECTOR_READ, _LOCAL_VECTOR_SOURCE) if literal
+                    else (LOCAL_VECTOR_PICK, _LOCAL_VECTOR_PICK_SOURCE))
+    mapper = _tile_reads({k: v[0] for k, v in swaps.items()}, name)
     insns = [i.with_transformed_expressions(mapper) if i.id == f"{REDUCTION_ID}_update" else i
              for i in knl.instructions]
     t_unit = t_unit.with_kernel(knl.copy(instructions=insns, temporary_variables=temps))
     f32 = np.dtype(np.float32)
-    return lp.register_callable(t_unit, LOCAL_VECTOR_READ, HelperCallable(
-        LOCAL_VECTOR_READ, (f32, np.dtype(np.int32)), f32, _LOCAL_VECTOR_SOURCE))
+    return lp.register_callable(t_unit, name, HelperCallable(
+        name, (f32, np.dtype(np.int32)), f32, source))
+
+
+def unrolled(knl: Any, iname: str) -> bool:
+    """Whether Loopy unrolls ``iname`` (one statement per value)."""
+    return any(type(t).__name__ == "UnrollTag" for t in knl.iname_tags(iname))
 
 
 def _strides_and_storage(tv: Any) -> tuple[list[int], list[int]]:
@@ -92,8 +111,8 @@ def _strides_and_storage(tv: Any) -> tuple[list[int], list[int]]:
             [int(n) for n in (tv.storage_shape or tv.shape)])
 
 
-def _tile_reads(sweeps: dict[str, list[str]]) -> Any:
-    """A mapper replacing reads ``tile[..., k, o]`` by ``fl_lvec4(tile[..., k, o - r0], r0)``
+def _tile_reads(sweeps: dict[str, list[str]], read: str) -> Any:
+    """A mapper replacing reads ``tile[..., k, o]`` by ``read(tile[..., k, o - r0], r0)``
     for the tiles of ``sweeps`` (tile: its sweep ``[l, r1, r0]``)."""
     from loopy.symbolic import IdentityMapper
 
@@ -105,7 +124,7 @@ def _tile_reads(sweeps: dict[str, list[str]]) -> Any:
             r0 = prim.Variable(sweeps[name][2])
             idx = expr.index if isinstance(expr.index, tuple) else (expr.index,)
             start = expr.aggregate[(*idx[:-1], idx[-1] - r0)]
-            return prim.Variable(LOCAL_VECTOR_READ)(start, r0)
+            return prim.Variable(read)(start, r0)
 
     return TileReads()
 
@@ -134,14 +153,16 @@ def prefetch_registers(t_unit: lp.TranslationUnit, bk: int,
     insns = {i.id: i for i in knl.instructions}
     temps = dict(knl.temporary_variables)
     new_deps: set[str] = set()
-    dup: list[tuple[str, str, str]] = []
+    dup: list[tuple[str, str, str, str]] = []
     for name in ("x", "y"):
         fill = insns.pop(f"fill_{name}")
         own = sorted(set(fill.within_inames) - set(outer))
-        unrolled = [i for i in own if any(type(t).__name__ == "UnrollTag"
-                                          for t in knl.iname_tags(i))]
-        regs = int(knl.get_constant_iname_length(unrolled[0])) if unrolled else 1
-        reg: Any = prim.Variable(f"{name}_reg")[prim.Variable(unrolled[0]) if unrolled else 0]
+        # (the fill's loop over its elements: unrolled by Loopy or by the device
+        # compiler, TileConfig.reg_loops; its registers indexed by it either way)
+        looped = [i for i in own if any(type(t).__name__ in ("UnrollTag", "UnrollHintTag")
+                                        for t in knl.iname_tags(i))]
+        regs = int(knl.get_constant_iname_length(looped[0])) if looped else 1
+        reg: Any = prim.Variable(f"{name}_reg")[prim.Variable(looped[0]) if looped else 0]
         temps[f"{name}_reg"] = lp.TemporaryVariable(
             f"{name}_reg", temps[f"{name}_tile"].dtype, shape=(regs,),
             address_space=lp.AddressSpace.PRIVATE)
@@ -160,9 +181,10 @@ def prefetch_registers(t_unit: lp.TranslationUnit, bk: int,
             predicates=preds,
             depends_on=frozenset({f"load_{name}", f"{REDUCTION_ID}_update"}))
         new_deps |= {f"fill_{name}0", f"load_{name}"}
-        if unrolled:
-            dup += [(unrolled[0], f"fill_{name}0", f"{unrolled[0]}_0"),
-                    (unrolled[0], f"store_{name}", f"{unrolled[0]}_s")]
+        if looped:
+            tag = "unr" if unrolled(knl, looped[0]) else "unr_hint"
+            dup += [(looped[0], f"fill_{name}0", f"{looped[0]}_0", tag),
+                    (looped[0], f"store_{name}", f"{looped[0]}_s", tag)]
     for iid, insn in list(insns.items()):
         deps = set(insn.depends_on)
         if deps & {"fill_x", "fill_y"}:
@@ -174,9 +196,9 @@ def prefetch_registers(t_unit: lp.TranslationUnit, bk: int,
             insns[iid] = insn.copy(depends_on=frozenset(deps))
     t_unit = t_unit.with_kernel(knl.copy(instructions=list(insns.values()),
                                          temporary_variables=temps))
-    for iname, within, new in dup:
+    for iname, within, new, tag in dup:
         t_unit = lp.duplicate_inames(t_unit, [iname], within=f"id:{within}", new_inames=[new],
-                                     tags={iname: "unr"})
+                                     tags={iname: tag})
     return t_unit
 
 
