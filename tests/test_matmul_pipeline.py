@@ -43,9 +43,13 @@ def _step_loop(src: str) -> str:
 def test_default_tiles_are_the_hand_written_updates_structure(device):
     """128 x 128 by 16 x 16 work-items, 8 x 8 accumulators each, steps of 8: the tiles
     read as float4, the next step read into registers before the products and stored
-    into the other copy of the tiles after them, one barrier per step."""
+    into the other copy of the tiles after them, one barrier per step (with every
+    register's statement written by Loopy: the default leaves all but a float4's
+    components to the device compiler, see the next test)."""
+    assert rc.GPU_TILES.reg_loops == "vector"
     a = fl.empty((256, 256), dtype=np.float32, device=device)
-    src = _source(a @ a, device)
+    tiles = rc.GPU_TILES._replace(reg_loops="loopy")
+    src = _source(a @ a, device, rc.gpu_tiled.with_params(tiles=tiles))
     assert "reqd_work_group_size(16, 16, 1)" in src
     assert "float acc_reg[4 * 2 * 2 * 4];" in src
     # tiles stored as float4 (16-byte aligned), two copies of 8 rows (x's padded to 132)
