@@ -56,6 +56,7 @@ from ..expr.nodes import (
     Reduce,
     Remap,
     Scalar,
+    Storage,
     UserCall,
     c_strides,
     signed,
@@ -457,6 +458,7 @@ class _Templates:
         # (windows, expression, the nodes reading a window children first: _reading)
         self.built: dict[tuple, tuple[list[Node], Node, list[Node] | None]] = {}
         self.counts = [0, 0]  # (built, substituted: see LAST_TEMPLATES)
+        self.kept = False  # (kept for later calls: holds placeholders only, takes no more)
 
     def part(self, apply: Callable[[Window, tuple[int, ...]], Array], window: _ShiftedRows,
              shifts: range, cen: tuple[int, ...], device: Any) -> Array:
@@ -476,9 +478,31 @@ class _Templates:
                 return Array._lazy(node, device)
         got = apply(window, cen)
         self.counts[0] += 1
-        if hit is None and len({id(w) for w in wins}) == len(wins):  # (unambiguous)
+        if hit is None and not self.kept and len({id(w) for w in wins}) == len(wins):
             self.built[key] = (wins, got._node, _reading(got._node, wins))
         return got
+
+    def detached(self) -> _Templates | None:
+        """These templates over placeholder windows (leaves of a buffer that is never
+        allocated) instead of this call's: kept for later calls (:data:`PLANS`), they
+        hold no part's or halo's buffer.  None where an expression reads a buffer other
+        than its windows' (it would be kept alive, and may be another call's data)."""
+        out = _Templates()
+        out.kept = True
+        for key, (old, made, reading) in self.built.items():
+            holders = [_placeholder(w) for w in old]
+            node = _rebuild(made, {id(a): b for a, b in zip(old, holders)}, {}) \
+                if reading is None else _rebuilt(made, reading, old, holders)
+            if not node.storages <= frozenset(h.storage for h in holders):
+                return None
+            out.built[key] = (holders, node, _reading(node, holders))  # type: ignore[misc]
+        return out
+
+
+def _placeholder(window: Node) -> Leaf:
+    """A leaf of ``window``'s shape and dtype over a buffer that does not exist (only
+    substituted, never read)."""
+    return Leaf(Storage(None, 0, None), window.dtype, window.shape)  # type: ignore[arg-type]
 
 
 def _kids(node: Node) -> tuple[Node, ...] | None:
@@ -577,6 +601,54 @@ ARENAS = os.environ.get("FUSELOOP_MULTI_ARENAS", "1").strip() != "0"
 #: the last split stencil's parts built through ``apply`` and parts substituted
 LAST_TEMPLATES: list[int] = [0, 0]
 
+#: whether a split stencil's part expressions are kept per (stencil, partition) for later
+#: calls (:func:`_plan_key`): every part of a later step is substituted, none built
+#: through ``apply`` (``FUSELOOP_MULTI_PLANS=0``: each call builds its first part of
+#: each window structure; ``bench_multigpu --variants``)
+PLANS = os.environ.get("FUSELOOP_MULTI_PLANS", "1").strip() != "0"
+#: the last split stencil's templates came from an earlier call (1) or not (0)
+LAST_PLAN_HIT: list[int] = [0]
+_PLANS: dict[tuple, _Templates] = {}
+PLANS_MAX = 64
+_caches.register("multi.stencil_plans", _PLANS.clear, lambda: len(_PLANS), PLANS_MAX)
+
+
+def _value_key(v: Any) -> Any:
+    """``v`` as part of a key (arrays and scalars by bytes: NaN equals itself), or a
+    :class:`TypeError` for anything else (a function may compute anything)."""
+    if v is None or type(v) in (str, bool):
+        return v
+    if isinstance(v, np.ndarray):
+        return ("a", v.shape, v.dtype.str, v.tobytes())
+    if type(v) in (int, float, complex) or isinstance(v, np.generic):
+        a = np.asarray(v)
+        return ("s", a.dtype.str, a.tobytes())
+    if isinstance(v, np.dtype):
+        return ("d", v.str)
+    raise TypeError(type(v).__name__)
+
+
+def _plan_key(apply: Callable[..., Any], x: Any, width: tuple[int, ...], center: Any,
+              boundary: str, cval: Any) -> tuple | None:
+    """The key of a split stencil's kept templates: ``apply``'s code and the values it
+    closes over (``fl.stencil``'s weights, dtype, boundary; a function closing over
+    anything else, ``fl.stencil_function``'s body, is not kept), the partition and the
+    rest of the call; None where it cannot be kept."""
+    if not PLANS:
+        return None
+    code = getattr(apply, "__code__", None)
+    if code is None or getattr(apply, "__defaults__", None) or \
+            getattr(apply, "__kwdefaults__", None):
+        return None
+    try:
+        cells = tuple(_value_key(c.cell_contents) for c in apply.__closure__ or ())
+        rest = (_value_key(cval), None if center is None else
+                tuple(int(c) for c in np.atleast_1d(center)))
+    except (TypeError, ValueError):
+        return None
+    return (code, cells, x.dtype.str, x.shape, x.bounds, x.device_set.key, tuple(width),
+            boundary, *rest)
+
 
 def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tuple[int, ...],
             center: Any, boundary: str, cval: Any, what: str) -> Any:
@@ -593,7 +665,10 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
     dtype = np.result_type(x.dtype, cval) if boundary == "constant" else x.dtype
     spans = list(itertools.pairwise(x.bounds))
     out: list[Array | None] = []
-    templates = _Templates()
+    plan_key = _plan_key(apply, x, width, center, boundary, cval)
+    kept = _PLANS.get(plan_key) if plan_key is not None else None
+    templates = kept if kept is not None else _Templates()
+    templates.counts = [0, 0]
     with batch():
         host_batch: _HostBatch | None = _local.batch if ARENAS else None
         halos: list[tuple[Array | None, Array | None]] = []
@@ -620,6 +695,13 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
             out.append(templates.part(apply, window, range(-before, after + 1), cen,
                                       x.devices[k]))
     LAST_TEMPLATES[:] = templates.counts
+    LAST_PLAN_HIT[0] = int(kept is not None)
+    if plan_key is not None and kept is None:
+        detached = templates.detached()
+        if detached is not None:
+            if len(_PLANS) >= PLANS_MAX:
+                _PLANS.clear()
+            _PLANS[plan_key] = detached
     done = next(o for o in out if o is not None)
     parts = [o if o is not None else empty((0, *done.shape[1:]), done.dtype, device=d)
              for o, d in zip(out, x.devices)]
