@@ -39,8 +39,8 @@ devices of one platform).  Usage::
     python benchmarks/bench_multigpu.py --devices "cuda:0,cuda:1;opencl:0,opencl:1"
 
 ``--variants`` times each split workload again with each of the split path's
-selectable mechanisms off in turn, then all off (rows ``-templates``, ``-replay``,
-``-arenas``, ``-async``, ``-all``; see :data:`VARIANTS`), then with all on again
+selectable mechanisms off in turn, then all off (rows ``-plans``, ``-templates``,
+``-replay``, ``-arenas``, ``-async``, ``-all``; see :data:`VARIANTS`), then with all on again
 (``again``: the drift), in the same run, against the same one-device time.
 
 ``--trace`` then shows where a split call's time goes, per workload: the host time to
@@ -107,6 +107,10 @@ class Workload:
 #: the split path's selectable mechanisms (module, attribute: the value that turns it
 #: off), by the name of the ``--variants`` row that times the split call without it
 VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
+    # partials replayed from each device's plan by signature, no node built; a stencil's
+    # part templates kept per (stencil, partition) for later steps
+    "-plans": [("fuseloop.multi.reduce", "PLANS", False),
+               ("fuseloop.multi.exchange", "PLANS", False)],
     # later parts' partial sums substituted into the first part's reduction node
     "-templates": [("fuseloop.multi.reduce", "TEMPLATES", False)],
     # partial results replayed from their device's run plan, not through Array.eval

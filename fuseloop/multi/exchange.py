@@ -490,19 +490,22 @@ class _Templates:
         out = _Templates()
         out.kept = True
         for key, (old, made, reading) in self.built.items():
+            if not all(w.storages for w in old):  # (a lazy part reading no buffer)
+                return None
             holders = [_placeholder(w) for w in old]
             node = _rebuild(made, {id(a): b for a, b in zip(old, holders)}, {}) \
                 if reading is None else _rebuilt(made, reading, old, holders)
-            if not node.storages <= frozenset(h.storage for h in holders):
+            if not node.storages <= frozenset(s for h in holders for s in h.storages):
                 return None
-            out.built[key] = (holders, node, _reading(node, holders))  # type: ignore[misc]
+            out.built[key] = (holders, node, _reading(node, holders))
         return out
 
 
-def _placeholder(window: Node) -> Leaf:
+def _placeholder(window: Node) -> Node:
     """A leaf of ``window``'s shape and dtype over a buffer that does not exist (only
-    substituted, never read)."""
-    return Leaf(Storage(None, 0, None), window.dtype, window.shape)  # type: ignore[arg-type]
+    substituted, never read; on the window's device)."""
+    device = next(iter(window.storages)).device  # (a window reads a part's rows)
+    return Leaf(Storage(None, 0, device), window.dtype, window.shape)
 
 
 def _kids(node: Node) -> tuple[Node, ...] | None:
