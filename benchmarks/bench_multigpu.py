@@ -40,7 +40,8 @@ devices of one platform).  Usage::
 
 ``--variants`` times each split workload again with each of the split path's
 selectable mechanisms off in turn, then all off (rows ``-plans``, ``-templates``,
-``-replay``, ``-arenas``, ``-async``, ``-all``; see :data:`VARIANTS`), then with all on again
+``-replay``, ``-arenas``, ``-async``, ``-pinned``, ``-hostscalar``, ``-waitlast``, ``-all``;
+see :data:`VARIANTS`), then with all on again
 (``again``: the drift), in the same run, against the same one-device time.
 
 ``--trace`` then shows where a split call's time goes, per workload: the host time to
@@ -119,6 +120,13 @@ VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
     "-arenas": [("fuseloop.multi.exchange", "ARENAS", False)],
     # halo uploads to GPUs without the host waiting (blocking writes instead)
     "-async": [("fuseloop.multi.exchange", "ASYNC_UPLOADS", False)],
+    # OpenCL GPUs' partial sums and halo rows read into page-locked slots (into
+    # ordinary memory instead: NVIDIA's driver may finish each read before returning)
+    "-pinned": [("fuseloop.backends.opencl_staging", "PINNED_READS", "0")],
+    # a host-combined sum kept as the host's value (filled onto the first device instead)
+    "-hostscalar": [("fuseloop.multi.reduce", "HOST_SCALAR", False)],
+    # halo reads through the host waited for once per source device (per piece instead)
+    "-waitlast": [("fuseloop.multi.exchange", "WAIT_LAST", False)],
 }
 VARIANTS["-all"] = [item for items in list(VARIANTS.values()) for item in items]
 VARIANTS["again"] = []  # (every mechanism on, timed last: the drift over the variants)

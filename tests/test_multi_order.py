@@ -298,6 +298,7 @@ def test_split_sum_result_goes_up_by_a_fill(three, monkeypatch):
     from fuseloop.multi import reduce as multi_reduce
 
     monkeypatch.setattr(multi_reduce, "_fills", lambda device: True)
+    monkeypatch.setattr(multi_reduce, "HOST_SCALAR", False)  # (else: kept on the host)
     xn = np.arange(3001, dtype=np.int32)
     with fl.device(three):
         x = fl.asarray(xn)

@@ -66,7 +66,7 @@ from ..ops.shape import broadcast_to, concatenate
 from ..ops.stencil import _check
 from ..runtime.devices import _runtime
 from ..runtime.transfer import wait, write
-from .array import MultiArray
+from .array import MultiArray, staging
 
 #: rows and bytes copied between parts since the process started
 EXCHANGED = {"rows": 0, "bytes": 0, "copies": 0, "through_host": 0}
@@ -151,8 +151,9 @@ class _Arena:
 class _HostBatch:
     """Copies through the host, waited for together (see :func:`batch`)."""
     def __init__(self) -> None:
-        # (the read's event, its device, the storage read (kept until read))
-        self.pending: list[tuple[Any, Any, Any]] = []
+        # (the read's event, its device, the storage read (kept until read), the host
+        # rows, what the read fills (they, or a staging slot's bytes), the slot or None)
+        self.pending: list[tuple[Any, Any, Any, np.ndarray, np.ndarray, Any]] = []
         self.uploads: list[tuple[np.ndarray, Any]] = []  # (host rows, their storage)
         self.arenas: list[_Arena] = []
         #: where the pieces added now go if they fit (see :meth:`arena`), else a buffer each
@@ -192,17 +193,34 @@ class _HostBatch:
         rt = _runtime(piece.device)
         if rt.deferred:
             rt.flush()
-        event = rt.enqueue_read(rt.queue, host, storage.buffer, None, False, offset)
+        # (into page-locked memory where the backend has it: a read into ordinary
+        # memory may hold the host until done, GPUs, before the next piece's starts)
+        slot, stage = staging(piece.device, host.nbytes)
+        into = host if stage is None else stage
+        event = rt.enqueue_read(rt.queue, into, storage.buffer, None, False, offset)
+        if slot is not None:
+            slot.event = event
         rt.submit(rt.queue)
-        self.pending.append((event, piece.device, storage))
+        self.pending.append((event, piece.device, storage, host, into, slot))
         return got
 
     def finish(self) -> None:
-        """Wait for every read (all enqueued before the first wait), then upload: a
-        write per arena and per piece outside one."""
-        for event, source, _ in self.pending:
-            if event is not None:
+        """Wait for the reads (all enqueued before the first wait: with
+        :data:`WAIT_LAST`, once per source device, for its last read), copy the staged
+        ones out, then upload: a write per arena and per piece outside one."""
+        if WAIT_LAST:
+            # (a device's queue runs in order: its last read done, all its reads are)
+            last = {id(source): (event, source) for event, source, *_ in self.pending
+                    if event is not None}
+            for event, source in last.values():
                 wait(event, source)
+        for event, source, _, host, into, slot in self.pending:
+            if event is not None and not WAIT_LAST:
+                wait(event, source)
+            if into is not host:
+                host.reshape(-1).view(np.uint8)[...] = into
+            if slot is not None:
+                slot.release()
         _settle_uploads()  # (the last batch's: done long since)
         for host, out in self.uploads:
             _upload(out.buffer, host, out.device)
@@ -215,6 +233,11 @@ class _HostBatch:
 
 
 _local = threading.local()  # (.batch: this thread's open batch; .in_flight: see _upload)
+
+#: whether a batch of copies through the host waits once per source device, for its
+#: last read, rather than for every piece's read in turn (``FUSELOOP_MULTI_WAIT_LAST=0``;
+#: ``bench_multigpu --variants``)
+WAIT_LAST = os.environ.get("FUSELOOP_MULTI_WAIT_LAST", "1").strip() != "0"
 
 #: whether halo rows go up to a GPU without the host waiting for the copy (a blocking
 #: write each otherwise; ``FUSELOOP_MULTI_ASYNC_UPLOADS=0``; ``bench_multigpu

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from ..array import Array
 from ..backends import backend_for
 from ..evaluate import _rebuild, capturing_threads, recording_threads
 from ..expr import program as _prog
-from ..expr.nodes import signature_of
+from ..expr.nodes import Scalar, signature_of
 from ..ops.reductions import _ddof, _mean_dtypes
 from ..ops.shape import normalize_axes
 from ..run_plans import _signed_replay
@@ -308,11 +308,21 @@ def _fills(device: Any) -> bool:
     return device.type != "cpu"
 
 
+#: whether a 0-d result combined on the host stays the host's value (a scalar node on the
+#: first device: ``float()``, ``.item()`` and ``.get()`` of it read no device, a kernel
+#: using it takes it as an argument, ``.eval()`` writes it to a buffer) rather than being
+#: put on the first device by a fill or an upload (``FUSELOOP_MULTI_HOST_SCALAR=0``;
+#: ``bench_multigpu --variants``)
+HOST_SCALAR = os.environ.get("FUSELOOP_MULTI_HOST_SCALAR", "1").strip() != "0"
+
+
 def _on_first(host: np.ndarray, x: Any) -> Any:
     from ..creation import asarray, full
 
     host = np.asarray(host)
     first = x.devices[0]
+    if host.ndim == 0 and HOST_SCALAR:
+        return Array._lazy(Scalar(cast(np.generic, host[()])), first)
     if host.ndim == 0 and _fills(first):
         # (the host waited for the partials already; the user's read of the result
         # then waits once, behind the fill, not behind an upload's wait too)

@@ -1,0 +1,98 @@
+"""Host CPU time per split call with each selectable mechanism of the split path off in
+turn (issue 29), in one process: ``fl.sum(x*y)`` read with ``float()`` and a 5-point
+stencil step ``u + 0.1 * laplacian(u)`` (periodic) evaluated and its first row read,
+over every device listed.  Per row: the host thread's CPU microseconds per call
+(``time.thread_time``: not PoCL's worker threads) and the process's
+(``time.process_time``: the devices' threads too, on a CPU device), means over
+``--repeat`` calls after ``--warm`` ones, rows interleaved ``--rounds`` times so drift
+spreads over all of them.  Rows: ``all on`` (page-locked reads forced on, as on GPUs),
+``-pinned`` (reads into ordinary memory), ``-hostscalar`` (the combined sum filled onto
+the first device), ``-waitlast`` (a wait per halo piece), ``-plans``.  Four PoCL
+devices, a context each (the host combines and exchanges) or one shared context::
+
+    POCL_DEVICES="pthread pthread pthread pthread" FUSELOOP_OPENCL_SHARED_CONTEXT=0 \\
+        python benchmarks/probes/multi_variants_cost.py --devices 0,1,2,3
+    POCL_DEVICES="pthread pthread pthread pthread" FUSELOOP_OPENCL_SHARED_CONTEXT=1 \\
+        python benchmarks/probes/multi_variants_cost.py --devices 0,1,2,3
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import fuseloop as fl
+
+#: row name -> (module, attribute, value) settings applied for it
+ROWS: dict[str, list[tuple[str, str, Any]]] = {
+    "all on": [],
+    "-pinned": [("fuseloop.backends.opencl_staging", "PINNED_READS", "0")],
+    "-hostscalar": [("fuseloop.multi.reduce", "HOST_SCALAR", False)],
+    "-waitlast": [("fuseloop.multi.exchange", "WAIT_LAST", False)],
+    "-plans": [("fuseloop.multi.reduce", "PLANS", False),
+               ("fuseloop.multi.exchange", "PLANS", False)],
+}
+
+
+def _timed(fn: Callable[[], Any], settings: list[tuple[str, str, Any]], warm: int,
+           repeat: int) -> tuple[float, float]:
+    saved = []
+    for module, name, value in settings:
+        m = importlib.import_module(module)
+        saved.append((m, name, getattr(m, name)))
+        setattr(m, name, value)
+    try:
+        for _ in range(warm):
+            fn()
+        fl.synchronize()
+        t0, p0 = time.thread_time(), time.process_time()
+        for _ in range(repeat):
+            fn()
+        fl.synchronize()
+        return (time.thread_time() - t0) / repeat, (time.process_time() - p0) / repeat
+    finally:
+        for m, name, value in saved:
+            setattr(m, name, value)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--devices", default="0,1,2,3")
+    p.add_argument("--log2n", type=int, default=16)
+    p.add_argument("--grid", type=int, default=256)
+    p.add_argument("--repeat", type=int, default=100)
+    p.add_argument("--warm", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    importlib.import_module("fuseloop.backends.opencl_staging").PINNED_READS = "1"
+    spec = [int(s) for s in args.devices.split(",")]
+    with fl.device(spec):
+        x = fl.random.uniform(1 << args.log2n, dtype=np.float32, key=1).eval()
+        y = fl.random.uniform(1 << args.log2n, dtype=np.float32, key=2).eval()
+        u = fl.random.uniform((args.grid, args.grid), dtype=np.float32, key=3).eval()
+    lap = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+    work = {"sum(x*y) + float": lambda: float(fl.sum(x * y)),
+            f"stencil {args.grid}^2 + row": lambda: (
+                u + np.float32(0.1) * fl.stencil(u, lap, boundary="wrap"))[0].get()}
+    shared = fl.devices()[spec[0]].context is fl.devices()[spec[-1]].context
+    print(f"devices {spec} ({'one context' if shared else 'a context each'}); host thread / "
+          f"process CPU us per call (mean of {args.repeat} x {args.rounds})")
+    for name, fn in work.items():
+        got: dict[str, list[tuple[float, float]]] = {r: [] for r in ROWS}
+        for _ in range(args.rounds):
+            for row, settings in ROWS.items():
+                got[row].append(_timed(fn, settings, args.warm, args.repeat))
+        print(f"  {name}")
+        for row, values in got.items():
+            th = np.mean([v[0] for v in values]) * 1e6
+            pr = np.mean([v[1] for v in values]) * 1e6
+            print(f"    {row:12s} {th:8.0f} {pr:8.0f}")
+
+
+if __name__ == "__main__":
+    main()
