@@ -40,7 +40,8 @@ devices of one platform).  Usage::
 
 ``--variants`` times each split workload again with each of the split path's
 selectable mechanisms off in turn, then all off (rows ``-plans``, ``-templates``,
-``-replay``, ``-arenas``, ``-async``, ``-pinned``, ``-hostscalar``, ``-waitlast``, ``-all``;
+``-replay``, ``-arenas``, ``-async``, ``-pinned``, ``-hostscalar``, ``-bybuffer``,
+``-waitlast``, ``-all``;
 see :data:`VARIANTS`), then with all on again
 (``again``: the drift), in the same run, against the same one-device time.
 
@@ -125,6 +126,8 @@ VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
     "-pinned": [("fuseloop.backends.opencl_staging", "PINNED_READS", "0")],
     # a host-combined sum kept as the host's value (filled onto the first device instead)
     "-hostscalar": [("fuseloop.multi.reduce", "HOST_SCALAR", False)],
+    # kept stencil templates moved onto a step's buffers (windows built and substituted)
+    "-bybuffer": [("fuseloop.multi.windows", "BY_BUFFER", False)],
     # halo reads through the host waited for once per source device (per piece instead)
     "-waitlast": [("fuseloop.multi.exchange", "WAIT_LAST", False)],
 }

@@ -149,3 +149,33 @@ def test_kept_stencil_templates_hold_no_buffers(three):
     op = fl.stencil_function(lambda a, b, c: a - 2 * b + c, (3, 1))
     np.testing.assert_allclose(op(u).get(), op(fl.asarray(un, device=three[0])).get())
     assert len(exchange._PLANS) == 2  # (a body may read anything: never kept)
+
+
+def test_split_stencil_steps_move_kept_templates_onto_buffers(three, monkeypatch):
+    """Steps over concrete parts: from the third on, every part is the kept expression
+    moved onto its buffers (no window built), holding placeholders only; a write to a
+    part after a step was built is not seen by it, one before the next step is."""
+    from fuseloop.multi import windows
+
+    un = np.random.default_rng(9).standard_normal((13, 6)).astype(np.float32)
+    with fl.device(three):
+        u = fl.asarray(un)
+    one = fl.asarray(un, device=three[0])
+    exchange._PLANS.clear()
+    for step in range(4):
+        got = fl.stencil(u, LAPLACE, boundary="clamp")
+        assert exchange.LAST_MOVED == [3 if step >= 2 else 0], step
+        want = fl.stencil(one, LAPLACE, boundary="clamp").get()
+        u.parts[1][0] = np.float32(step + 2)  # (a halo row of parts 0 and 2)
+        np.testing.assert_allclose(got.get(), want, rtol=1e-5, atol=1e-5)
+        one[u.bounds[1]] = np.float32(step + 2)
+    kept = next(iter(exchange._PLANS.values()))
+    assert kept.by_buffer
+    for holders, order in kept.by_buffer.values():
+        assert all(h.buffer is None for h in holders)
+        assert order[-1].storages <= set(holders)
+    monkeypatch.setattr(windows, "BY_BUFFER", False)
+    got = fl.stencil(u, LAPLACE, boundary="clamp")
+    assert exchange.LAST_MOVED == [0] and exchange.LAST_TEMPLATES == [0, 3]
+    np.testing.assert_allclose(got.get(), fl.stencil(one, LAPLACE, boundary="clamp").get(),
+                               rtol=1e-5, atol=1e-5)

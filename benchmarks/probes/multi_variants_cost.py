@@ -7,7 +7,8 @@ over every device listed.  Per row: the host thread's CPU microseconds per call
 ``--repeat`` calls after ``--warm`` ones, rows interleaved ``--rounds`` times so drift
 spreads over all of them.  Rows: ``all on`` (page-locked reads forced on, as on GPUs),
 ``-pinned`` (reads into ordinary memory), ``-hostscalar`` (the combined sum filled onto
-the first device), ``-waitlast`` (a wait per halo piece), ``-plans``.  Four PoCL
+the first device), ``-waitlast`` (a wait per halo piece), ``-bybuffer`` (kept stencil
+templates over windows, not moved onto buffers), ``-plans``.  Four PoCL
 devices, a context each (the host combines and exchanges) or one shared context::
 
     POCL_DEVICES="pthread pthread pthread pthread" FUSELOOP_OPENCL_SHARED_CONTEXT=0 \\
@@ -34,6 +35,7 @@ ROWS: dict[str, list[tuple[str, str, Any]]] = {
     "-pinned": [("fuseloop.backends.opencl_staging", "PINNED_READS", "0")],
     "-hostscalar": [("fuseloop.multi.reduce", "HOST_SCALAR", False)],
     "-waitlast": [("fuseloop.multi.exchange", "WAIT_LAST", False)],
+    "-bybuffer": [("fuseloop.multi.windows", "BY_BUFFER", False)],
     "-plans": [("fuseloop.multi.reduce", "PLANS", False),
                ("fuseloop.multi.exchange", "PLANS", False)],
 }

@@ -22,9 +22,9 @@ pushed through the whole lazy stencil cost more host time than the stencil itsel
 each part's stencil reads *row windows*, its own rows shifted by a row offset along
 the split axis (the part itself at offset 0; a lazy concatenation of halo rows and
 its own rows otherwise), and applies the boundary rule along the other axes only.
-The windows are view nodes and signed concatenations (:func:`_signed`), so a part's
-run plan is found by signature; parts after the first of a window structure make
-again only the first's nodes that read a window (:class:`_Templates`).
+The windows are view nodes and signed concatenations, so a part's run plan is found by
+signature; parts after the first of a window structure make again only the first's
+nodes that read a window (:mod:`fuseloop.multi.windows`).
 """
 
 from __future__ import annotations
@@ -44,29 +44,14 @@ from .. import caches as _caches
 from ..array import Array
 from ..backends import backend_for
 from ..creation import empty, full
-from ..evaluate import _rebuild, allocate, run
-from ..expr.nodes import (
-    Apply,
-    Concat,
-    Gather,
-    Iota,
-    Leaf,
-    Literal,
-    Node,
-    Reduce,
-    Remap,
-    Scalar,
-    Storage,
-    UserCall,
-    c_strides,
-    signed,
-)
-from ..expr.views import concat_node
+from ..evaluate import allocate, run
+from ..expr.nodes import Leaf, c_strides
 from ..ops.shape import broadcast_to, concatenate
 from ..ops.stencil import _check
 from ..runtime.devices import _runtime
 from ..runtime.transfer import wait, write
 from .array import MultiArray, staging
+from .windows import Window, _row_view, _ShiftedRows, _Templates
 
 #: rows and bytes copied between parts since the process started
 EXCHANGED = {"rows": 0, "bytes": 0, "copies": 0, "through_host": 0}
@@ -400,223 +385,6 @@ def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
     return ext.astype(dtype) if ext.dtype != dtype else ext
 
 
-def _window(pieces: list[tuple[int, Array]], start: int, count: int) -> Node:
-    """Rows ``start:start + count`` of the pieces ((first row, array), adjacent, in
-    order), as one node: a piece's, a view of one or a concatenation of views (made
-    here: the operators' slicing and concatenation checks cost more than the views)."""
-    got = []
-    for first, a in pieces:
-        s, e = max(start, first), min(start + count, first + a.shape[0])
-        if s < e:
-            got.append((a, s - first, e - first))
-    if len(got) == 1:
-        return _row_view(*got[0])
-    return _signed(concat_node([_row_view(a, s, e) for a, s, e in got], 0))
-
-
-def _signed(node: Node) -> Node:
-    """``node`` with a structure signature if it is a concatenation (they have none
-    unless given one, ``expr.nodes``): its fields are what the structure key's walk
-    writes for it (``expr.program._walk``), then its pieces'.  So a stencil's part
-    reading a window finds its run plan by signature (``run_plans._signed_key``), not
-    by walking its whole expression on every step: the parts' launches cost half."""
-    if type(node) is Concat and not node.sig:
-        node.sig, node.operands = signed(["K", node.axis, node.shape, node.starts],
-                                         list(node.pieces))
-    return node
-
-
-def _row_view(a: Array, s: int, e: int) -> Node:
-    """Rows ``s:e`` of ``a`` as a node: a view of its buffer where ``a`` is one."""
-    node = a._node
-    if (s, e) == (0, a.shape[0]):
-        return node
-    if type(node) is not Leaf:
-        return a[s:e]._node
-    strides = node.view_strides()
-    return Leaf(node.storage, node.dtype, (e - s, *node.shape[1:]), strides,
-                node.offset + s * strides[0])
-
-
-Window = Callable[[int], Array]
-
-
-class _ShiftedRows:
-    """A part's ``count`` rows shifted by ``dr`` (the window of its ``pieces``): called
-    with ``dr``, an array (the part itself at 0); :meth:`node`, its node alone (all a
-    substituted part needs).  A shift asked again is the same (the taps of one row
-    offset, e.g. three of a 3x3 stencil's nine, share one concatenation)."""
-
-    __slots__ = ("arrays", "count", "device", "nodes", "pieces")
-
-    def __init__(self, pieces: list[tuple[int, Array]], count: int, device: Any) -> None:
-        self.pieces, self.count, self.device = pieces, count, device
-        self.nodes: dict[int, Node] = {}
-        self.arrays: dict[int, Array] = {}
-
-    def node(self, dr: int) -> Node:
-        got = self.nodes.get(dr)
-        if got is None:
-            got = self.nodes[dr] = _window(self.pieces, dr, self.count)
-        return got
-
-    def __call__(self, dr: int) -> Array:
-        got = self.arrays.get(dr)
-        if got is None:
-            node = self.node(dr)
-            whole = next((a for _, a in self.pieces if a._node is node), None)
-            got = self.arrays[dr] = whole if whole is not None else \
-                Array._lazy(node, self.device)
-        return got
-
-
-class _Templates:
-    """One split stencil's part expressions by the shape of their windows: a part whose
-    windows have a built part's node types, shapes and dtypes gets that part's
-    expression with its windows substituted (``evaluate._rebuild``: a walk of the
-    built nodes), not built again through every operator; the middle parts (and with
-    one row of halo, every part) of an evenly split array share one."""
-
-    def __init__(self) -> None:
-        # (windows, expression, the nodes reading a window children first: _reading)
-        self.built: dict[tuple, tuple[list[Node], Node, list[Node] | None]] = {}
-        self.counts = [0, 0]  # (built, substituted: see LAST_TEMPLATES)
-        self.kept = False  # (kept for later calls: holds placeholders only, takes no more)
-
-    def part(self, apply: Callable[[Window, tuple[int, ...]], Array], window: _ShiftedRows,
-             shifts: range, cen: tuple[int, ...], device: Any) -> Array:
-        """``apply(window, cen)`` for a part on ``device``."""
-        wins = [window.node(dr) for dr in shifts]  # (nodes: no arrays made for them)
-        key = tuple((type(w), w.shape, w.dtype, len(w.pieces) if type(w) is Concat else 0)
-                    for w in wins)
-        hit = self.built.get(key)
-        if hit is not None:
-            old, made, reading = hit
-            node = _rebuild(made, {id(a): b for a, b in zip(old, wins)}, {}) \
-                if reading is None else _rebuilt(made, reading, old, wins)
-            # (only the windows' buffers may differ: anything else the template read
-            # on its own device, e.g. an uploaded array, means building it afresh)
-            if all(s.device is device for s in node.storages):
-                self.counts[1] += 1
-                return Array._lazy(node, device)
-        got = apply(window, cen)
-        self.counts[0] += 1
-        if hit is None and not self.kept and len({id(w) for w in wins}) == len(wins):
-            self.built[key] = (wins, got._node, _reading(got._node, wins))
-        return got
-
-    def detached(self) -> _Templates | None:
-        """These templates over placeholder windows (leaves of a buffer that is never
-        allocated) instead of this call's: kept for later calls (:data:`PLANS`), they
-        hold no part's or halo's buffer.  None where an expression reads a buffer other
-        than its windows' (it would be kept alive, and may be another call's data)."""
-        out = _Templates()
-        out.kept = True
-        for key, (old, made, reading) in self.built.items():
-            if not all(w.storages for w in old):  # (a lazy part reading no buffer)
-                return None
-            holders = [_placeholder(w) for w in old]
-            node = _rebuild(made, {id(a): b for a, b in zip(old, holders)}, {}) \
-                if reading is None else _rebuilt(made, reading, old, holders)
-            if not node.storages <= frozenset(s for h in holders for s in h.storages):
-                return None
-            out.built[key] = (holders, node, _reading(node, holders))
-        return out
-
-
-def _placeholder(window: Node) -> Node:
-    """A leaf of ``window``'s shape and dtype over a buffer that does not exist (only
-    substituted, never read; on the window's device)."""
-    device = next(iter(window.storages)).device  # (a window reads a part's rows)
-    return Leaf(Storage(None, 0, device), window.dtype, window.shape)
-
-
-def _kids(node: Node) -> tuple[Node, ...] | None:
-    """``node``'s children (``()`` for leaves, scalars and indices), or None for a kind
-    :func:`_rebuilt` does not make."""
-    t = type(node)
-    a: Any = node  # (narrowed by its type just above, as evaluate._rebuild's walk is)
-    if t is Apply or t is UserCall:
-        return tuple(a.args)
-    if t is Gather:
-        return (a.child, a.index)
-    if t is Reduce or t is Remap:
-        return (a.child,)
-    if t is Concat:
-        return tuple(a.pieces)
-    return () if t in (Leaf, Scalar, Literal, Iota) else None
-
-
-def _reading(root: Node, windows: list[Node]) -> list[Node] | None:
-    """The nodes of ``root`` that read one of ``windows``, children first (what a part's
-    substitution makes anew; the rest it shares), or None where one is of a kind
-    :func:`_rebuilt` does not make (``evaluate._rebuild`` then walks it all)."""
-    wins = {id(w) for w in windows}
-    order: list[Node] = []
-    reads: dict[int, bool] = {}
-
-    def visit(node: Node) -> bool:
-        key = id(node)
-        if key in wins:
-            return True
-        known = reads.get(key)
-        if known is not None:
-            return known
-        kids = _kids(node)
-        if kids is None:
-            raise _Unmade
-        hit = False
-        for kid in kids:
-            hit = visit(kid) or hit
-        reads[key] = hit
-        if hit:
-            order.append(node)
-        return hit
-
-    try:
-        visit(root)
-    except (_Unmade, RecursionError):
-        return None
-    return order
-
-
-class _Unmade(Exception):
-    pass
-
-
-def _rebuilt(root: Node, reading: list[Node], old: list[Node], new: list[Node]) -> Node:
-    """``root`` with ``new`` windows for ``old``: the nodes in ``reading`` made again
-    over their new children (as ``evaluate._rebuild`` makes them), in that order."""
-    made: dict[int, Node] = {id(o): n for o, n in zip(old, new)}
-    get = made.get
-    for node in reading:
-        t = type(node)
-        out: Node
-        if t is Apply:
-            a: Any = node
-            out = Apply(a.op, tuple([get(id(c), c) for c in a.args]), a.loop, a.shape,
-                        a.loop_key)
-        elif t is UserCall:
-            a = node
-            out = UserCall(a.function, tuple([get(id(c), c) for c in a.args]), a.loop,
-                           a.shape)
-        elif t is Gather:
-            a = node
-            out = Gather(get(id(a.child), a.child), get(id(a.index), a.index), a.axis,
-                         a.checked)
-        elif t is Reduce:
-            a = node
-            out = Reduce(a.op, get(id(a.child), a.child), a.axes, a.dtype, a.shape)
-        elif t is Remap:
-            a = node
-            out = Remap(get(id(a.child), a.child), a.shape, a.offsets, a.coeffs)
-        else:
-            a = node
-            out = Concat(tuple([get(id(c), c) for c in a.pieces]), a.axis)
-            if a.sig:
-                out = _signed(out)
-        made[id(node)] = out
-    return made.get(id(root), root)
 
 
 #: whether a split stencil's part gets the halo rows it reads through the host in one
@@ -632,6 +400,9 @@ LAST_TEMPLATES: list[int] = [0, 0]
 #: through ``apply`` (``FUSELOOP_MULTI_PLANS=0``: each call builds its first part of
 #: each window structure; ``bench_multigpu --variants``)
 PLANS = os.environ.get("FUSELOOP_MULTI_PLANS", "1").strip() != "0"
+#: the last split stencil's parts moved onto their buffers from kept templates
+#: (``windows.BY_BUFFER``: no window built for them)
+LAST_MOVED: list[int] = [0]
 #: the last split stencil's templates came from an earlier call (1) or not (0)
 LAST_PLAN_HIT: list[int] = [0]
 _PLANS: dict[tuple, _Templates] = {}
@@ -695,6 +466,7 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
     kept = _PLANS.get(plan_key) if plan_key is not None else None
     templates = kept if kept is not None else _Templates()
     templates.counts = [0, 0]
+    templates.moved = 0
     with batch():
         host_batch: _HostBatch | None = _local.batch if ARENAS else None
         halos: list[tuple[Array | None, Array | None]] = []
@@ -721,6 +493,7 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
             out.append(templates.part(apply, window, range(-before, after + 1), cen,
                                       x.devices[k]))
     LAST_TEMPLATES[:] = templates.counts
+    LAST_MOVED[0] = templates.moved
     LAST_PLAN_HIT[0] = int(kept is not None)
     if plan_key is not None and kept is None:
         detached = templates.detached()
