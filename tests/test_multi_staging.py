@@ -73,11 +73,14 @@ def test_pinned_slot_not_reused_before_its_read_completes(device, pinned):
     assert backend.staging_slot(device, 5000).size == 8192
 
 
-def test_split_reads_through_pinned_slots(three, pinned):
-    """Partial sums, whole parts and halo rows read through the slots: results as one
-    device's; every slot is given back; a write to a part between two steps is seen."""
+def test_split_reads_through_pinned_slots(three, pinned, monkeypatch):
+    """Partial sums, whole parts and halo rows read through the slots, halo rows
+    uploaded from them (asynchronously, as to GPUs): results as one device's; every
+    slot is given back (an upload's once it is written); a write to a part between two
+    steps is seen."""
     if three[0].backend != "opencl":
         pytest.skip("OpenCL's staging")
+    monkeypatch.setattr(exchange, "_async_upload", lambda device: True)
     rng = np.random.default_rng(3)
     xn = rng.random(6000, np.float32)
     un = rng.standard_normal((30, 17)).astype(np.float32)
@@ -94,6 +97,9 @@ def test_split_reads_through_pinned_slots(three, pinned):
         one[u.bounds[1]] = np.float32(step + 5)
     areas = [a for _, a in opencl_staging._AREAS.values()]
     assert len(areas) == 3
+    in_flight = [slot for *_, slot in exchange._local.in_flight]
+    assert len(in_flight) == 3 and all(s is not None for s in in_flight)
+    exchange._settle_uploads()
     for a in areas:  # (each slot made was given back)
         assert sum(len(f) for f in a.free.values()) == sum(a.made.values()) > 0
 

@@ -30,6 +30,7 @@ nodes that read a window (:mod:`fuseloop.multi.windows`).
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -102,15 +103,19 @@ def _contiguous_run(piece: Array) -> tuple[Any, int] | None:
 
 class _Arena:
     """One buffer on a device for the rows a stencil's part gets through the host (its
-    halos above and below): read into one host array, uploaded by one write."""
+    halos above and below): read into one host array, uploaded by one write.  The host
+    array is a page-locked slot of the device where the backend has one (OpenCL GPUs:
+    a write from ordinary memory may hold the host until done), given back once the
+    upload completed (:func:`_settle_uploads`)."""
 
-    __slots__ = ("device", "dtype", "host", "row_shape", "rows", "storage", "used")
+    __slots__ = ("device", "dtype", "host", "row_shape", "rows", "slot", "storage", "used")
 
     def __init__(self, device: Any, rows: int, row_shape: tuple[int, ...],
                  dtype: np.dtype) -> None:
         self.device, self.rows, self.row_shape, self.dtype = device, rows, row_shape, dtype
         self.host: np.ndarray | None = None  # (both made at the first piece)
         self.storage: Any = None
+        self.slot: Any = None
         self.used = 0
 
     def take(self, piece: Array, device: Any) -> tuple[np.ndarray, Array] | None:
@@ -121,8 +126,14 @@ class _Arena:
                 or piece.shape[1:] != self.row_shape or self.used + n > self.rows:
             return None
         if self.host is None:
-            self.host = np.empty((self.rows, *self.row_shape), self.dtype)
-            self.storage = allocate(self.host.nbytes, device)
+            shape = (self.rows, *self.row_shape)
+            nbytes = math.prod(shape) * self.dtype.itemsize
+            slot, stage = staging(device, nbytes)
+            if slot is None or stage is None:
+                self.host = np.empty(shape, self.dtype)
+            else:
+                self.slot, self.host = slot, stage.view(self.dtype).reshape(shape)
+            self.storage = allocate(nbytes, device)
         at, self.used = self.used, self.used + n
         row = self.host[0].size
         view = Leaf(self.storage, self.dtype, piece.shape, c_strides(piece.shape), at * row)
@@ -130,7 +141,9 @@ class _Arena:
 
     def upload(self) -> None:
         if self.host is not None and self.used:
-            _upload(self.storage.buffer, self.host[:self.used], self.device)
+            _upload(self.storage.buffer, self.host[:self.used], self.device, self.slot)
+        elif self.slot is not None:
+            self.slot.release()
 
 
 class _HostBatch:
@@ -237,19 +250,24 @@ def _async_upload(device: Any) -> bool:
     return ASYNC_UPLOADS and device.type != "cpu"
 
 
-def _upload(buffer: Any, host: np.ndarray, device: Any) -> None:
-    """``host`` written into ``buffer`` on ``device``'s queue (see :data:`ASYNC_UPLOADS`)."""
+def _upload(buffer: Any, host: np.ndarray, device: Any, slot: Any = None) -> None:
+    """``host`` written into ``buffer`` on ``device``'s queue (see :data:`ASYNC_UPLOADS`);
+    ``slot``, the staging slot ``host`` lies in, given back once it is written."""
     if not _async_upload(device):
         write(buffer, host, device)
+        if slot is not None:
+            slot.release()
         return
     queue = device.queue  # (its deferred launches enqueued first, as write() has them)
     rt = _runtime(device)
     event = rt.enqueue_write(queue, buffer, host, None, False)
     rt.submit(queue)
-    _in_flight().append((event, device, host))
+    if slot is not None:
+        slot.event = event  # (not handed out again before the write completed)
+    _in_flight().append((event, device, host, slot))
 
 
-def _in_flight() -> list[tuple[Any, Any, np.ndarray]]:
+def _in_flight() -> list[tuple[Any, Any, np.ndarray, Any]]:
     got = getattr(_local, "in_flight", None)
     if got is None:
         got = _local.in_flight = []
@@ -261,9 +279,11 @@ def _settle_uploads() -> None:
     and let their host rows go."""
     pending = getattr(_local, "in_flight", None)
     if pending:
-        for event, device, _ in pending:
+        for event, device, _, slot in pending:
             if event is not None:
                 wait(event, device)
+            if slot is not None:
+                slot.release()
         pending.clear()
 
 

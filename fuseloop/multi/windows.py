@@ -358,6 +358,8 @@ def _moved(order: list[Node], buffers: dict[Storage, Storage]) -> list[Node]:
     is one to one, so which operands repeat is unchanged).  The copies, in order."""
     made: dict[int, Node] = {}
     get = made.get
+    # (by the template's own: its nodes share buffer sets and operand tuples)
+    sets: dict[int, Any] = {}
     out = []
     for node in order:
         t = type(node)
@@ -365,7 +367,10 @@ def _moved(order: list[Node], buffers: dict[Storage, Storage]) -> list[Node]:
         _COPY[t](node, new)
         if t is Leaf:
             s = buffers[new.storage]
-            new.storage, new.operands, new.storages = s, (s,), frozenset((s,))
+            one = sets.get(id(s))
+            if one is None:
+                one = sets[id(s)] = ((s,), frozenset((s,)))
+            new.storage, (new.operands, new.storages) = s, one
         else:
             if t is Apply or t is UserCall:
                 new.args = tuple([get(id(c), c) for c in new.args])
@@ -375,10 +380,17 @@ def _moved(order: list[Node], buffers: dict[Storage, Storage]) -> list[Node]:
                 new.child = get(id(new.child), new.child)
                 if t is Gather:
                     new.index = get(id(new.index), new.index)
-            new.storages = frozenset([buffers.get(s, s) for s in node.storages])
+            old = node.storages
+            got = sets.get(id(old))
+            if got is None:
+                got = sets[id(old)] = frozenset([buffers.get(s, s) for s in old])
+            new.storages = got
             ops = node.operands
             if ops:
-                new.operands = tuple([buffers.get(o, o) for o in ops])
+                got = sets.get(id(ops))
+                if got is None:
+                    got = sets[id(ops)] = tuple([buffers.get(o, o) for o in ops])
+                new.operands = got
         made[id(node)] = new
         out.append(new)
     return out
