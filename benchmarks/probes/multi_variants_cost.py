@@ -3,12 +3,15 @@ turn (issue 29), in one process: ``fl.sum(x*y)`` read with ``float()`` and a 5-p
 stencil step ``u + 0.1 * laplacian(u)`` (periodic) evaluated and its first row read,
 over every device listed.  Per row: the host thread's CPU microseconds per call
 (``time.thread_time``: not PoCL's worker threads) and the process's
-(``time.process_time``: the devices' threads too, on a CPU device), means over
+(``time.process_time``: the devices' threads too, on a CPU device): the means over
 ``--repeat`` calls after ``--warm`` ones, rows interleaved ``--rounds`` times so drift
-spreads over all of them.  Rows: ``all on`` (page-locked reads forced on, as on GPUs),
+spreads over all of them; the smallest and the median of the rounds' means (a loaded
+machine adds to some rounds).  Waits sleep at once (``transfer.SPIN_S = 0``; ``--spin``:
+they poll first, as by default), so the host thread's time is its own work, not the
+polling while the devices run.  Rows: ``all on`` (page-locked reads forced on, as on GPUs),
 ``-pinned`` (reads into ordinary memory), ``-hostscalar`` (the combined sum filled onto
 the first device), ``-waitlast`` (a wait per halo piece), ``-bybuffer`` (kept stencil
-templates over windows, not moved onto buffers), ``-plans``.  Four PoCL
+templates over windows, not moved onto buffers), ``-plans``, ``again`` (all on).  Four PoCL
 devices, a context each (the host combines and exchanges) or one shared context::
 
     POCL_DEVICES="pthread pthread pthread pthread" FUSELOOP_OPENCL_SHARED_CONTEXT=0 \\
@@ -38,6 +41,7 @@ ROWS: dict[str, list[tuple[str, str, Any]]] = {
     "-bybuffer": [("fuseloop.multi.windows", "BY_BUFFER", False)],
     "-plans": [("fuseloop.multi.reduce", "PLANS", False),
                ("fuseloop.multi.exchange", "PLANS", False)],
+    "again": [],  # (all on, last: the drift over a round)
 }
 
 
@@ -70,8 +74,12 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=100)
     p.add_argument("--warm", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--spin", action="store_true",
+                   help="waits poll first, as by default (their polling counts as host time)")
     args = p.parse_args()
     importlib.import_module("fuseloop.backends.opencl_staging").PINNED_READS = "1"
+    if not args.spin:  # (a wait sleeps at once: the thread's time is the host's work)
+        importlib.import_module("fuseloop.runtime.transfer").SPIN_S = 0.0
     spec = [int(s) for s in args.devices.split(",")]
     with fl.device(spec):
         x = fl.random.uniform(1 << args.log2n, dtype=np.float32, key=1).eval()
@@ -82,18 +90,20 @@ def main() -> None:
             f"stencil {args.grid}^2 + row": lambda: (
                 u + np.float32(0.1) * fl.stencil(u, lap, boundary="wrap"))[0].get()}
     shared = fl.devices()[spec[0]].context is fl.devices()[spec[-1]].context
-    print(f"devices {spec} ({'one context' if shared else 'a context each'}); host thread / "
-          f"process CPU us per call (mean of {args.repeat} x {args.rounds})")
+    print(f"devices {spec} ({'one context' if shared else 'a context each'}); host thread and "
+          f"process CPU us per call (means of {args.repeat}, {args.rounds} rounds)")
     for name, fn in work.items():
         got: dict[str, list[tuple[float, float]]] = {r: [] for r in ROWS}
         for _ in range(args.rounds):
             for row, settings in ROWS.items():
                 got[row].append(_timed(fn, settings, args.warm, args.repeat))
-        print(f"  {name}")
+        print(f"  {name:24s} {'thread min':>10s} {'median':>7s} {'process min':>11s} "
+              f"{'median':>7s}")
         for row, values in got.items():
-            th = np.mean([v[0] for v in values]) * 1e6
-            pr = np.mean([v[1] for v in values]) * 1e6
-            print(f"    {row:12s} {th:8.0f} {pr:8.0f}")
+            th = [v[0] * 1e6 for v in values]
+            pr = [v[1] * 1e6 for v in values]
+            print(f"    {row:22s} {min(th):10.0f} {np.median(th):7.0f} {min(pr):11.0f} "
+                  f"{np.median(pr):7.0f}")
 
 
 if __name__ == "__main__":
