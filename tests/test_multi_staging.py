@@ -46,7 +46,7 @@ def pinned(monkeypatch):
     opencl_staging._AREAS.clear()
 
 
-def test_pinned_slot_not_reused_before_its_read_completes(device, pinned):
+def test_pinned_slot_not_reused_before_its_read_completes(device, pinned, monkeypatch):
     """A slot given back while its read is still held (a gated queue) is not handed out
     again; once the read completed it is, and holds what was read."""
     if device.backend != "opencl":
@@ -71,6 +71,13 @@ def test_pinned_slot_not_reused_before_its_read_completes(device, pinned):
     again = backend.staging_slot(device, 100)
     assert again is slot and again.event is None
     assert backend.staging_slot(device, 5000).size == 8192
+    # at the bound, the oldest given back is waited for rather than another made
+    monkeypatch.setattr(opencl_staging, "MAX_SLOTS", 2)
+    again.event = rt.enqueue_read(rt.queue, again.host[:4000], src._storage.buffer, None,
+                                  False)
+    rt.submit(rt.queue)
+    again.release()
+    assert backend.staging_slot(device, 4096) is again
 
 
 def test_split_reads_through_pinned_slots(three, pinned, monkeypatch):

@@ -19,6 +19,7 @@ the first copy still runs.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -60,7 +61,9 @@ class Slot:
     def release(self) -> None:
         """Give the slot back (its bytes copied out): handed out again once ``event``
         has completed."""
-        self.area.free.setdefault(self.size, []).append(self)
+        area = self.area
+        with area.lock:
+            area.free.setdefault(self.size, []).append(self)
 
 
 class PinnedStaging:
@@ -71,24 +74,25 @@ class PinnedStaging:
         self.free: dict[int, list[Slot]] = {}  # size -> slots given back, oldest first
         self.made: dict[int, int] = {}  # size -> slots made
         self.queue: Any = None  # (mapping's own: the device's may hold gated work)
+        self.lock = threading.Lock()  # (threads reading split arrays share the slots)
 
     def take(self, nbytes: int) -> Slot:
         """A slot of at least ``nbytes`` bytes whose last read has completed."""
         size = max(MIN_SLOT, 1 << max(nbytes - 1, 0).bit_length())
-        free = self.free.get(size)
-        if free:
+        with self.lock:
+            free = self.free.get(size) or []
             for i, slot in enumerate(free):
                 event = slot.event
                 if event is None or event.command_execution_status <= 0:
                     del free[i]
                     slot.event = None
                     return slot
-            if self.made.get(size, 0) >= MAX_SLOTS:
-                slot = free.pop(0)
-                slot.event.wait()
-                slot.event = None
-                return slot
-        return self._make(size)
+            if not free or self.made.get(size, 0) < MAX_SLOTS:
+                return self._make(size)
+            oldest = free.pop(0)
+        oldest.event.wait()  # (outside the lock: other threads' slots meanwhile)
+        oldest.event = None
+        return oldest
 
     def _make(self, size: int) -> Slot:
         context = self.device.context
