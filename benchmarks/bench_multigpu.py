@@ -41,7 +41,7 @@ devices of one platform).  Usage::
 ``--variants`` times each split workload again with each of the split path's
 selectable mechanisms off in turn, then all off (rows ``-plans``, ``-templates``,
 ``-replay``, ``-arenas``, ``-async``, ``-pinned``, ``-hostscalar``, ``-bybuffer``,
-``-waitlast``, ``-all``;
+``-leanhalos``, ``-waitlast``, ``-all``;
 see :data:`VARIANTS`), then with all on again
 (``again``: the drift), in the same run, against the same one-device time.
 
@@ -128,6 +128,8 @@ VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
     "-hostscalar": [("fuseloop.multi.reduce", "HOST_SCALAR", False)],
     # kept stencil templates moved onto a step's buffers (windows built and substituted)
     "-bybuffer": [("fuseloop.multi.windows", "BY_BUFFER", False)],
+    # a halo lying in one part copied from its buffer at once (through the general walk)
+    "-leanhalos": [("fuseloop.multi.exchange", "LEAN_HALOS", False)],
     # halo reads through the host waited for once per source device (per piece instead)
     "-waitlast": [("fuseloop.multi.exchange", "WAIT_LAST", False)],
 }

@@ -157,3 +157,25 @@ def test_halo_batch_waits_once_per_source_device(three, monkeypatch):
     again = fl.stencil(u, LAPLACE, boundary="wrap")
     assert len(waited) == 6  # (a piece above and below each part)
     np.testing.assert_allclose(again.get(), want, rtol=1e-6, atol=1e-6)
+
+
+def test_halos_in_one_part_copied_at_once(three, monkeypatch):
+    """Halo rows lying in one part's buffer (the periodic ends' too) are copied from
+    there without the general row walk (``rows``); results as one device's, with it
+    and without (``LEAN_HALOS``)."""
+    un = np.random.default_rng(6).standard_normal((12, 9)).astype(np.float32)
+    want = fl.stencil(fl.asarray(un, device=three[0]), LAPLACE, boundary="wrap").get()
+    with fl.device(three):
+        u = fl.asarray(un)
+    walked: list = []
+    real = exchange.rows
+    monkeypatch.setattr(exchange, "rows", lambda *a: walked.append(a) or real(*a))
+    before = dict(exchange.EXCHANGED)
+    got = fl.stencil(u, LAPLACE, boundary="wrap")
+    assert walked == [] and exchange.EXCHANGED["copies"] - before["copies"] == 6
+    assert exchange.EXCHANGED["rows"] - before["rows"] == 6
+    np.testing.assert_allclose(got.get(), want, rtol=1e-6, atol=1e-6)
+    monkeypatch.setattr(exchange, "LEAN_HALOS", False)
+    again = fl.stencil(u, LAPLACE, boundary="wrap")
+    assert len(walked) == 6
+    np.testing.assert_allclose(again.get(), want, rtol=1e-6, atol=1e-6)

@@ -11,7 +11,8 @@ they poll first, as by default), so the host thread's time is its own work, not 
 polling while the devices run.  Rows: ``all on`` (page-locked reads forced on, as on GPUs),
 ``-pinned`` (reads into ordinary memory), ``-hostscalar`` (the combined sum filled onto
 the first device), ``-waitlast`` (a wait per halo piece), ``-bybuffer`` (kept stencil
-templates over windows, not moved onto buffers), ``-plans``, ``again`` (all on).  Four PoCL
+templates over windows, not moved onto buffers), ``-leanhalos`` (every halo through
+the general row walk), ``-plans``, ``again`` (all on).  Four PoCL
 devices, a context each (the host combines and exchanges) or one shared context::
 
     POCL_DEVICES="pthread pthread pthread pthread" FUSELOOP_OPENCL_SHARED_CONTEXT=0 \\
@@ -39,6 +40,7 @@ ROWS: dict[str, list[tuple[str, str, Any]]] = {
     "-hostscalar": [("fuseloop.multi.reduce", "HOST_SCALAR", False)],
     "-waitlast": [("fuseloop.multi.exchange", "WAIT_LAST", False)],
     "-bybuffer": [("fuseloop.multi.windows", "BY_BUFFER", False)],
+    "-leanhalos": [("fuseloop.multi.exchange", "LEAN_HALOS", False)],
     "-plans": [("fuseloop.multi.reduce", "PLANS", False),
                ("fuseloop.multi.exchange", "PLANS", False)],
     "again": [],  # (all on, last: the drift over a round)

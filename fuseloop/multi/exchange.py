@@ -118,25 +118,26 @@ class _Arena:
         self.slot: Any = None
         self.used = 0
 
-    def take(self, piece: Array, device: Any) -> tuple[np.ndarray, Array] | None:
-        """(the host rows to read ``piece`` into, its array on the device), or None
-        where it does not fit (another device, dtype or row shape, or no room)."""
-        n = piece.shape[0] if piece.ndim else 0
-        if device is not self.device or piece.dtype != self.dtype \
-                or piece.shape[1:] != self.row_shape or self.used + n > self.rows:
+    def take(self, shape: tuple[int, ...], dtype: np.dtype, device: Any
+             ) -> tuple[np.ndarray, Array] | None:
+        """(the host rows to read rows of ``shape`` into, their array on the device), or
+        None where they do not fit (another device, dtype or row shape, or no room)."""
+        n = shape[0] if shape else 0
+        if device is not self.device or dtype != self.dtype \
+                or shape[1:] != self.row_shape or self.used + n > self.rows:
             return None
         if self.host is None:
-            shape = (self.rows, *self.row_shape)
-            nbytes = math.prod(shape) * self.dtype.itemsize
+            whole = (self.rows, *self.row_shape)
+            nbytes = math.prod(whole) * self.dtype.itemsize
             slot, stage = staging(device, nbytes)
             if slot is None or stage is None:
-                self.host = np.empty(shape, self.dtype)
+                self.host = np.empty(whole, self.dtype)
             else:
-                self.slot, self.host = slot, stage.view(self.dtype).reshape(shape)
+                self.slot, self.host = slot, stage.view(self.dtype).reshape(whole)
             self.storage = allocate(nbytes, device)
         at, self.used = self.used, self.used + n
         row = self.host[0].size
-        view = Leaf(self.storage, self.dtype, piece.shape, c_strides(piece.shape), at * row)
+        view = Leaf(self.storage, self.dtype, shape, c_strides(shape), at * row)
         return self.host[at:at + n], Array._lazy(view, device)
 
     def upload(self) -> None:
@@ -179,27 +180,33 @@ class _HostBatch:
             run_ = _contiguous_run(piece)
         if run_ is None:  # (strided: gathered by a kernel)
             run_ = run([piece._node], piece.shape, piece.device)[0], 0
-        storage, offset = run_
-        placed = self.current.take(piece, device) if self.current is not None else None
+        return self.add_run(run_[0], run_[1], piece.shape, piece.dtype, piece.device, device)
+
+    def add_run(self, storage: Any, offset: int, shape: tuple[int, ...], dtype: np.dtype,
+                source: Any, device: Any) -> Array:
+        """:meth:`add` of the elements of ``shape`` lying in C order from byte ``offset``
+        of ``storage`` on ``source``."""
+        current = self.current
+        placed = current.take(shape, dtype, device) if current is not None else None
         if placed is None:
-            host = np.empty(piece.shape, piece.dtype)
-            out = allocate(piece.nbytes, device)
+            host = np.empty(shape, dtype)
+            out = allocate(host.nbytes, device)
             self.uploads.append((host, out))
-            got = Array._concrete(out, piece.dtype, piece.shape)
+            got = Array._concrete(out, dtype, shape)
         else:
             host, got = placed
-        rt = _runtime(piece.device)
+        rt = _runtime(source)
         if rt.deferred:
             rt.flush()
         # (into page-locked memory where the backend has it: a read into ordinary
         # memory may hold the host until done, GPUs, before the next piece's starts)
-        slot, stage = staging(piece.device, host.nbytes)
+        slot, stage = staging(source, host.nbytes)
         into = host if stage is None else stage
         event = rt.enqueue_read(rt.queue, into, storage.buffer, None, False, offset)
         if slot is not None:
             slot.event = event
         rt.submit(rt.queue)
-        self.pending.append((event, piece.device, storage, host, into, slot))
+        self.pending.append((event, source, storage, host, into, slot))
         return got
 
     def finish(self) -> None:
@@ -384,6 +391,63 @@ _caches.register("multi.constant_rows", _CONSTANT_ROWS.clear, lambda: len(_CONST
                  CONSTANT_ROWS_MAX)
 
 
+#: whether a halo lying in one part's buffer is copied from there at once
+#: (:func:`_one_part_rows`) rather than through :func:`rows`' general walk
+#: (``FUSELOOP_MULTI_LEAN_HALOS=0``; ``bench_multigpu --variants``)
+LEAN_HALOS = os.environ.get("FUSELOOP_MULTI_LEAN_HALOS", "1").strip() != "0"
+
+
+def _one_part_rows(x: Any, lo: int, hi: int, k: int, wrap: bool) -> Array | None:
+    """Rows ``lo:hi`` of ``x`` (modulo its rows where ``wrap``) on part ``k``'s device
+    where they lie in one part, a buffer in C order (a halo of a concrete array): as
+    :func:`rows` gives them (copied on the devices where the backend can, else through
+    this thread's open batch), without its walk over the parts, the views and arrays
+    made on the way and :func:`_transfer`'s checks; None otherwise."""
+    n = x.shape[0]
+    if wrap and hi - lo <= n:
+        lo, hi = lo % n, lo % n + (hi - lo)
+    bounds = x.bounds
+    if lo < 0 or hi > n:
+        return None
+    j = 0
+    while bounds[j + 1] <= lo:
+        j += 1
+    if hi > bounds[j + 1]:
+        return None
+    part = x.parts[j]
+    s, e = lo - bounds[j], hi - bounds[j]
+    if j == k:
+        return _part_rows(part, s, e)
+    node = part._node
+    if type(node) is not Leaf or (node.strides is not None
+                                  and node.strides != c_strides(node.shape)):
+        return None
+    device, source = x.devices[k], part.device
+    shape = (e - s, *part.shape[1:])
+    itemsize = part.dtype.itemsize
+    nbytes = math.prod(shape) * itemsize
+    host_batch = getattr(_local, "batch", None)
+    if not nbytes or source.backend != device.backend or host_batch is None:
+        return None
+    offset = (node.offset + s * math.prod(shape[1:])) * itemsize
+    backend = backend_for(device)
+    if backend.copies_between(device, source):  # (on the devices, as _transfer's)
+        out = allocate(nbytes, device)
+        if source is device:
+            backend.copy(device, out.buffer, node.storage.buffer, nbytes, offset)
+        elif not backend.copy_from(device, out.buffer, source, node.storage.buffer, nbytes,
+                                   offset):
+            return None
+        got = Array._concrete(out, part.dtype, shape)
+    else:
+        EXCHANGED["through_host"] += 1
+        got = host_batch.add_run(node.storage, offset, shape, part.dtype, source, device)
+    EXCHANGED["rows"] += shape[0]
+    EXCHANGED["bytes"] += nbytes
+    EXCHANGED["copies"] += 1
+    return got
+
+
 def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
           dtype: np.dtype) -> Array | None:
     """Rows ``lo:hi`` (global, possibly beyond either end) of ``x`` extended by the
@@ -391,7 +455,10 @@ def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
     if hi <= lo:
         return None
     n = x.shape[0]
-    if boundary == "wrap":
+    ext = _one_part_rows(x, lo, hi, k, boundary == "wrap") if LEAN_HALOS else None
+    if ext is not None:
+        pass
+    elif boundary == "wrap":
         ext = _wrapped_rows(x, lo, hi, k)
     else:
         pieces = []
