@@ -76,10 +76,15 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=100)
     p.add_argument("--warm", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rows", default=",".join(ROWS),
+                   help="the rows to time, comma-separated (default: all)")
     p.add_argument("--spin", action="store_true",
                    help="waits poll first, as by default (their polling counts as host time)")
     args = p.parse_args()
-    importlib.import_module("fuseloop.backends.opencl_staging").PINNED_READS = "1"
+    try:
+        importlib.import_module("fuseloop.backends.opencl_staging").PINNED_READS = "1"
+    except ImportError:  # (an older fuseloop, for a comparison: ``--rows "all on"``)
+        pass
     if not args.spin:  # (a wait sleeps at once: the thread's time is the host's work)
         importlib.import_module("fuseloop.runtime.transfer").SPIN_S = 0.0
     spec = [int(s) for s in args.devices.split(",")]
@@ -95,10 +100,11 @@ def main() -> None:
     print(f"devices {spec} ({'one context' if shared else 'a context each'}); host thread and "
           f"process CPU us per call (means of {args.repeat}, {args.rounds} rounds)")
     for name, fn in work.items():
-        got: dict[str, list[tuple[float, float]]] = {r: [] for r in ROWS}
+        rows = [r.strip() for r in args.rows.split(",")]
+        got: dict[str, list[tuple[float, float]]] = {r: [] for r in rows}
         for _ in range(args.rounds):
-            for row, settings in ROWS.items():
-                got[row].append(_timed(fn, settings, args.warm, args.repeat))
+            for row in rows:
+                got[row].append(_timed(fn, ROWS[row], args.warm, args.repeat))
         print(f"  {name:24s} {'thread min':>10s} {'median':>7s} {'process min':>11s} "
               f"{'median':>7s}")
         for row, values in got.items():
