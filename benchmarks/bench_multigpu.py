@@ -39,8 +39,10 @@ devices of one platform).  Usage::
     python benchmarks/bench_multigpu.py --devices "cuda:0,cuda:1;opencl:0,opencl:1"
 
 ``--variants`` times each split workload again with each of the split path's
-selectable mechanisms off in turn, then all off (rows ``-templates``, ``-replay``,
-``-arenas``, ``-async``, ``-all``; see :data:`VARIANTS`), then with all on again
+selectable mechanisms off in turn, then all off (rows ``-plans``, ``-templates``,
+``-replay``, ``-arenas``, ``-async``, ``-pinned``, ``-hostscalar``, ``-bybuffer``,
+``-leanhalos``, ``-waitlast``, ``-all``;
+see :data:`VARIANTS`), then with all on again
 (``again``: the drift), in the same run, against the same one-device time.
 
 ``--trace`` then shows where a split call's time goes, per workload: the host time to
@@ -107,6 +109,10 @@ class Workload:
 #: the split path's selectable mechanisms (module, attribute: the value that turns it
 #: off), by the name of the ``--variants`` row that times the split call without it
 VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
+    # partials replayed from each device's plan by signature, no node built; a stencil's
+    # part templates kept per (stencil, partition) for later steps
+    "-plans": [("fuseloop.multi.reduce", "PLANS", False),
+               ("fuseloop.multi.exchange", "PLANS", False)],
     # later parts' partial sums substituted into the first part's reduction node
     "-templates": [("fuseloop.multi.reduce", "TEMPLATES", False)],
     # partial results replayed from their device's run plan, not through Array.eval
@@ -115,6 +121,17 @@ VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
     "-arenas": [("fuseloop.multi.exchange", "ARENAS", False)],
     # halo uploads to GPUs without the host waiting (blocking writes instead)
     "-async": [("fuseloop.multi.exchange", "ASYNC_UPLOADS", False)],
+    # OpenCL GPUs' partial sums and halo rows read into page-locked slots (into
+    # ordinary memory instead: NVIDIA's driver may finish each read before returning)
+    "-pinned": [("fuseloop.backends.opencl_staging", "PINNED_READS", "0")],
+    # a host-combined sum kept as the host's value (filled onto the first device instead)
+    "-hostscalar": [("fuseloop.multi.reduce", "HOST_SCALAR", False)],
+    # kept stencil templates moved onto a step's buffers (windows built and substituted)
+    "-bybuffer": [("fuseloop.multi.windows", "BY_BUFFER", False)],
+    # a halo lying in one part copied from its buffer at once (through the general walk)
+    "-leanhalos": [("fuseloop.multi.exchange", "LEAN_HALOS", False)],
+    # halo reads through the host waited for once per source device (per piece instead)
+    "-waitlast": [("fuseloop.multi.exchange", "WAIT_LAST", False)],
 }
 VARIANTS["-all"] = [item for items in list(VARIANTS.values()) for item in items]
 VARIANTS["again"] = []  # (every mechanism on, timed last: the drift over the variants)

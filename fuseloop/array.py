@@ -551,6 +551,8 @@ class Array(ArrayProtocol, ShapeMethods):
         """Evaluate and copy to a new numpy array (waits for the device)."""
         if trace_checks:
             check_traced(self, ".get()")
+        if type(self._node) is Scalar:  # (a value the host holds: a split sum's, host_ops')
+            return np.array(self._node.value)
         self.eval()
         small = host_read(self._node, self.device)  # (a small array on the CPU: no copy
         if small is not None:                       # command, no wait on an event)

@@ -265,6 +265,9 @@ def test_split_sum_parts_replay_their_plans(three, monkeypatch):
     from fuseloop import host_path, run_plans
     from fuseloop.multi import reduce as multi_reduce
 
+    # (the substituted nodes' path: with plans kept no node is built at all,
+    # test_multi_plans)
+    monkeypatch.setattr(multi_reduce, "PLANS", False)
     rng = np.random.default_rng(11)
     xn, yn = rng.random(24000, np.float32), rng.random(24000, np.float32)
     with fl.device(three):
@@ -295,6 +298,7 @@ def test_split_sum_result_goes_up_by_a_fill(three, monkeypatch):
     from fuseloop.multi import reduce as multi_reduce
 
     monkeypatch.setattr(multi_reduce, "_fills", lambda device: True)
+    monkeypatch.setattr(multi_reduce, "HOST_SCALAR", False)  # (else: kept on the host)
     xn = np.arange(3001, dtype=np.int32)
     with fl.device(three):
         x = fl.asarray(xn)

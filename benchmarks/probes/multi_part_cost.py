@@ -10,7 +10,9 @@ part's launch took 60-70 us at 2**29 elements per part, against 29 us for a smal
 ``.eval()``: this says whether the size, the backend or the submit makes the difference.
 Then a 5-point stencil step on a square of as many elements: the host microseconds to
 build it (halo exchange, the parts' expressions: how many were substituted from another
-part's, ``exchange.LAST_TEMPLATES``) and to launch its parts. The cProfile table uses
+part's or from the templates an earlier step kept, ``exchange.LAST_TEMPLATES``,
+``LAST_PLAN_HIT``) and to launch its parts, and the functions taking the most wall time
+in its build (waits included). The cProfile table uses
 the host thread's CPU clock (``time.thread_time``: not PoCL's worker threads, which run
 the kernels on a CPU device). On a CPU, ``POCL_DEVICES="pthread pthread"`` lists two
 devices (a context each with ``FUSELOOP_OPENCL_SHARED_CONTEXT=0``)::
@@ -144,8 +146,23 @@ def _stencil(devs: list[Any], log2n: int, repeat: int) -> None:
         del e
     built, substituted = exchange.LAST_TEMPLATES
     print(f"  stencil step {side}^2: build {np.median(build) * 1e6:.0f} us CPU ({built} "
-          f"parts built, {substituted} substituted); each part's launch "
+          f"parts built, {substituted} substituted, templates kept from an earlier step: "
+          f"{bool(exchange.LAST_PLAN_HIT[0])}); each part's launch "
           + ", ".join(f"{v * 1e6:.0f}" for v in np.median(parts, axis=0)) + " us CPU")
+    # (wall clock: a wait for a halo's read, or a copy the driver makes synchronous,
+    # shows as the own time of the call that waits)
+    prof = cProfile.Profile(time.perf_counter)
+    for _ in range(repeat):
+        fl.synchronize()
+        prof.enable()
+        e = u + np.float32(0.1) * fl.stencil(u, LAPLACE)
+        prof.disable()
+        del e
+    stats: dict[Any, Any] = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    print("  most wall time in the stencil's build (us per step, own / with callees):")
+    for (file, line, name), v in sorted(stats.items(), key=lambda kv: -kv[1][2])[:12]:
+        print(f"    {v[2] * 1e6 / repeat:8.1f} own {v[3] * 1e6 / repeat:8.1f} with callees "
+              f"{file.rsplit('/', 2)[-1]}:{line} {name}")
     del u
 
 

@@ -264,6 +264,13 @@ class Backend(ABC):
         so that every device's read is under way before the host waits for any."""
         return None
 
+    def staging_slot(self, device: Any, nbytes: int) -> Any | None:
+        """A reusable slot of page-locked host memory for a read of ``nbytes`` from
+        ``device`` (``.host``: its bytes; set ``.event`` to the read's, ``.release()`` it
+        once copied out), or None (see :meth:`read_staging`; OpenCL:
+        :mod:`fuseloop.backends.opencl_staging`)."""
+        return None
+
     @abstractmethod
     def enqueue_write(self, queue: Any, buffer: Any, host: np.ndarray,
                       wait_for: Sequence[Any] | None, blocking: bool) -> Any:

@@ -26,6 +26,7 @@ import pyopencl.tools
 
 from ..errors import KernelBuildError, OutOfMemoryError
 from ..runtime import compile_workers
+from . import opencl_staging as _staging
 from .base import Backend, BufferPool, BuiltProgram, DeviceInfo, Launcher, LaunchSpec
 
 # pyopencl's public enqueue (in pyopencl 2026.1 the same function object as the
@@ -267,6 +268,9 @@ class OpenCLBackend(Backend):
             return cl.enqueue_copy(queue, host, buffer, is_blocking=blocking,
                                    wait_for=wait_for, src_offset=offset)
         return cl.enqueue_copy(queue, host, buffer, is_blocking=blocking, wait_for=wait_for)
+
+    def staging_slot(self, device: Any, nbytes: int) -> Any | None:
+        return _staging.slot_for(device, nbytes)
 
     def copy(self, device: Any, dst: Any, src: Any, nbytes: int, src_offset: int = 0,
              wait_for: Sequence[Any] | None = None) -> Any:

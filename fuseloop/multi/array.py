@@ -317,7 +317,7 @@ def read_parts(parts: Sequence[Array], hosts: Sequence[np.ndarray]) -> None:
     finish_reads([start_read(k, p, host) for k, (p, host) in enumerate(zip(parts, hosts))])
 
 
-_Pending = tuple[int, Any, Any, Any, np.ndarray, np.ndarray] | None
+_Pending = tuple[int, Any, Any, Any, np.ndarray, np.ndarray, Any] | None
 
 
 def start_read(k: int, p: Array, host: np.ndarray) -> _Pending:
@@ -334,15 +334,30 @@ def start_read(k: int, p: Array, host: np.ndarray) -> _Pending:
     rt = _runtime(p.device)
     if rt.deferred:
         rt.flush()
-    stage = backend_for(p.device).read_staging(host.nbytes) \
-        if host.nbytes <= STAGED_READ_MAX else None
+    slot, stage = staging(p.device, host.nbytes)
     into = host if stage is None else stage.view(host.dtype).reshape(host.shape)
     event = rt.enqueue_read(rt.queue, into, storage.buffer, None, False)
+    if slot is not None:
+        slot.event = event
     rt.submit(rt.queue)
     if trace.events is not None:
         trace.note("read enqueued", k, p.device)
     # (the storage lives until read, the staging buffer until copied out)
-    return k, event, p.device, storage, host, into
+    return k, event, p.device, storage, host, into, slot
+
+
+def staging(device: Any, nbytes: int) -> tuple[Any, np.ndarray | None]:
+    """(a page-locked slot, its first ``nbytes`` bytes) for a read of ``nbytes`` from
+    ``device`` (OpenCL: :mod:`~fuseloop.backends.opencl_staging`; the slot is released
+    once its bytes are copied out), or (None, the backend's staging buffer, CUDA's
+    page-locked memory), or (None, None): read into ordinary memory."""
+    if nbytes > STAGED_READ_MAX:
+        return None, None
+    backend = backend_for(device)
+    slot = backend.staging_slot(device, nbytes)
+    if slot is not None:
+        return slot, slot.host[:nbytes]
+    return None, backend.read_staging(nbytes)
 
 
 def finish_reads(pending: Sequence[_Pending]) -> None:
@@ -350,11 +365,13 @@ def finish_reads(pending: Sequence[_Pending]) -> None:
     for item in pending:
         if item is None:
             continue
-        k, event, device, _, host, into = item
+        k, event, device, _, host, into, slot = item
         if event is not None:
             wait(event, device)
         if into is not host:
             host[...] = into
+        if slot is not None:
+            slot.release()
         if trace.events is not None:
             trace.note("read done", k, device)
 

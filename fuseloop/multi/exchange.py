@@ -22,14 +22,15 @@ pushed through the whole lazy stencil cost more host time than the stencil itsel
 each part's stencil reads *row windows*, its own rows shifted by a row offset along
 the split axis (the part itself at offset 0; a lazy concatenation of halo rows and
 its own rows otherwise), and applies the boundary rule along the other axes only.
-The windows are view nodes and signed concatenations (:func:`_signed`), so a part's
-run plan is found by signature; parts after the first of a window structure make
-again only the first's nodes that read a window (:class:`_Templates`).
+The windows are view nodes and signed concatenations, so a part's run plan is found by
+signature; parts after the first of a window structure make again only the first's
+nodes that read a window (:mod:`fuseloop.multi.windows`).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -44,28 +45,14 @@ from .. import caches as _caches
 from ..array import Array
 from ..backends import backend_for
 from ..creation import empty, full
-from ..evaluate import _rebuild, allocate, run
-from ..expr.nodes import (
-    Apply,
-    Concat,
-    Gather,
-    Iota,
-    Leaf,
-    Literal,
-    Node,
-    Reduce,
-    Remap,
-    Scalar,
-    UserCall,
-    c_strides,
-    signed,
-)
-from ..expr.views import concat_node
+from ..evaluate import allocate, run
+from ..expr.nodes import Leaf, c_strides
 from ..ops.shape import broadcast_to, concatenate
 from ..ops.stencil import _check
 from ..runtime.devices import _runtime
 from ..runtime.transfer import wait, write
-from .array import MultiArray
+from .array import MultiArray, staging
+from .windows import Window, _row_view, _ShiftedRows, _Templates
 
 #: rows and bytes copied between parts since the process started
 EXCHANGED = {"rows": 0, "bytes": 0, "copies": 0, "through_host": 0}
@@ -116,42 +103,56 @@ def _contiguous_run(piece: Array) -> tuple[Any, int] | None:
 
 class _Arena:
     """One buffer on a device for the rows a stencil's part gets through the host (its
-    halos above and below): read into one host array, uploaded by one write."""
+    halos above and below): read into one host array, uploaded by one write.  The host
+    array is a page-locked slot of the device where the backend has one (OpenCL GPUs:
+    a write from ordinary memory may hold the host until done), given back once the
+    upload completed (:func:`_settle_uploads`)."""
 
-    __slots__ = ("device", "dtype", "host", "row_shape", "rows", "storage", "used")
+    __slots__ = ("device", "dtype", "host", "row_shape", "rows", "slot", "storage", "used")
 
     def __init__(self, device: Any, rows: int, row_shape: tuple[int, ...],
                  dtype: np.dtype) -> None:
         self.device, self.rows, self.row_shape, self.dtype = device, rows, row_shape, dtype
         self.host: np.ndarray | None = None  # (both made at the first piece)
         self.storage: Any = None
+        self.slot: Any = None
         self.used = 0
 
-    def take(self, piece: Array, device: Any) -> tuple[np.ndarray, Array] | None:
-        """(the host rows to read ``piece`` into, its array on the device), or None
-        where it does not fit (another device, dtype or row shape, or no room)."""
-        n = piece.shape[0] if piece.ndim else 0
-        if device is not self.device or piece.dtype != self.dtype \
-                or piece.shape[1:] != self.row_shape or self.used + n > self.rows:
+    def take(self, shape: tuple[int, ...], dtype: np.dtype, device: Any
+             ) -> tuple[np.ndarray, Array] | None:
+        """(the host rows to read rows of ``shape`` into, their array on the device), or
+        None where they do not fit (another device, dtype or row shape, or no room)."""
+        n = shape[0] if shape else 0
+        if device is not self.device or dtype != self.dtype \
+                or shape[1:] != self.row_shape or self.used + n > self.rows:
             return None
         if self.host is None:
-            self.host = np.empty((self.rows, *self.row_shape), self.dtype)
-            self.storage = allocate(self.host.nbytes, device)
+            whole = (self.rows, *self.row_shape)
+            nbytes = math.prod(whole) * self.dtype.itemsize
+            slot, stage = staging(device, nbytes)
+            if slot is None or stage is None:
+                self.host = np.empty(whole, self.dtype)
+            else:
+                self.slot, self.host = slot, stage.view(self.dtype).reshape(whole)
+            self.storage = allocate(nbytes, device)
         at, self.used = self.used, self.used + n
         row = self.host[0].size
-        view = Leaf(self.storage, self.dtype, piece.shape, c_strides(piece.shape), at * row)
+        view = Leaf(self.storage, self.dtype, shape, c_strides(shape), at * row)
         return self.host[at:at + n], Array._lazy(view, device)
 
     def upload(self) -> None:
         if self.host is not None and self.used:
-            _upload(self.storage.buffer, self.host[:self.used], self.device)
+            _upload(self.storage.buffer, self.host[:self.used], self.device, self.slot)
+        elif self.slot is not None:
+            self.slot.release()
 
 
 class _HostBatch:
     """Copies through the host, waited for together (see :func:`batch`)."""
     def __init__(self) -> None:
-        # (the read's event, its device, the storage read (kept until read))
-        self.pending: list[tuple[Any, Any, Any]] = []
+        # (the read's event, its device, the storage read (kept until read), the host
+        # rows, what the read fills (they, or a staging slot's bytes), the slot or None)
+        self.pending: list[tuple[Any, Any, Any, np.ndarray, np.ndarray, Any]] = []
         self.uploads: list[tuple[np.ndarray, Any]] = []  # (host rows, their storage)
         self.arenas: list[_Arena] = []
         #: where the pieces added now go if they fit (see :meth:`arena`), else a buffer each
@@ -179,29 +180,52 @@ class _HostBatch:
             run_ = _contiguous_run(piece)
         if run_ is None:  # (strided: gathered by a kernel)
             run_ = run([piece._node], piece.shape, piece.device)[0], 0
-        storage, offset = run_
-        placed = self.current.take(piece, device) if self.current is not None else None
+        return self.add_run(run_[0], run_[1], piece.shape, piece.dtype, piece.device, device)
+
+    def add_run(self, storage: Any, offset: int, shape: tuple[int, ...], dtype: np.dtype,
+                source: Any, device: Any) -> Array:
+        """:meth:`add` of the elements of ``shape`` lying in C order from byte ``offset``
+        of ``storage`` on ``source``."""
+        current = self.current
+        placed = current.take(shape, dtype, device) if current is not None else None
         if placed is None:
-            host = np.empty(piece.shape, piece.dtype)
-            out = allocate(piece.nbytes, device)
+            host = np.empty(shape, dtype)
+            out = allocate(host.nbytes, device)
             self.uploads.append((host, out))
-            got = Array._concrete(out, piece.dtype, piece.shape)
+            got = Array._concrete(out, dtype, shape)
         else:
             host, got = placed
-        rt = _runtime(piece.device)
+        rt = _runtime(source)
         if rt.deferred:
             rt.flush()
-        event = rt.enqueue_read(rt.queue, host, storage.buffer, None, False, offset)
+        # (into page-locked memory where the backend has it: a read into ordinary
+        # memory may hold the host until done, GPUs, before the next piece's starts)
+        slot, stage = staging(source, host.nbytes)
+        into = host if stage is None else stage
+        event = rt.enqueue_read(rt.queue, into, storage.buffer, None, False, offset)
+        if slot is not None:
+            slot.event = event
         rt.submit(rt.queue)
-        self.pending.append((event, piece.device, storage))
+        self.pending.append((event, source, storage, host, into, slot))
         return got
 
     def finish(self) -> None:
-        """Wait for every read (all enqueued before the first wait), then upload: a
-        write per arena and per piece outside one."""
-        for event, source, _ in self.pending:
-            if event is not None:
+        """Wait for the reads (all enqueued before the first wait: with
+        :data:`WAIT_LAST`, once per source device, for its last read), copy the staged
+        ones out, then upload: a write per arena and per piece outside one."""
+        if WAIT_LAST:
+            # (a device's queue runs in order: its last read done, all its reads are)
+            last = {id(source): (event, source) for event, source, *_ in self.pending
+                    if event is not None}
+            for event, source in last.values():
                 wait(event, source)
+        for event, source, _, host, into, slot in self.pending:
+            if event is not None and not WAIT_LAST:
+                wait(event, source)
+            if into is not host:
+                host.reshape(-1).view(np.uint8)[...] = into
+            if slot is not None:
+                slot.release()
         _settle_uploads()  # (the last batch's: done long since)
         for host, out in self.uploads:
             _upload(out.buffer, host, out.device)
@@ -214,6 +238,11 @@ class _HostBatch:
 
 
 _local = threading.local()  # (.batch: this thread's open batch; .in_flight: see _upload)
+
+#: whether a batch of copies through the host waits once per source device, for its
+#: last read, rather than for every piece's read in turn (``FUSELOOP_MULTI_WAIT_LAST=0``;
+#: ``bench_multigpu --variants``)
+WAIT_LAST = os.environ.get("FUSELOOP_MULTI_WAIT_LAST", "1").strip() != "0"
 
 #: whether halo rows go up to a GPU without the host waiting for the copy (a blocking
 #: write each otherwise; ``FUSELOOP_MULTI_ASYNC_UPLOADS=0``; ``bench_multigpu
@@ -228,19 +257,24 @@ def _async_upload(device: Any) -> bool:
     return ASYNC_UPLOADS and device.type != "cpu"
 
 
-def _upload(buffer: Any, host: np.ndarray, device: Any) -> None:
-    """``host`` written into ``buffer`` on ``device``'s queue (see :data:`ASYNC_UPLOADS`)."""
+def _upload(buffer: Any, host: np.ndarray, device: Any, slot: Any = None) -> None:
+    """``host`` written into ``buffer`` on ``device``'s queue (see :data:`ASYNC_UPLOADS`);
+    ``slot``, the staging slot ``host`` lies in, given back once it is written."""
     if not _async_upload(device):
         write(buffer, host, device)
+        if slot is not None:
+            slot.release()
         return
     queue = device.queue  # (its deferred launches enqueued first, as write() has them)
     rt = _runtime(device)
     event = rt.enqueue_write(queue, buffer, host, None, False)
     rt.submit(queue)
-    _in_flight().append((event, device, host))
+    if slot is not None:
+        slot.event = event  # (not handed out again before the write completed)
+    _in_flight().append((event, device, host, slot))
 
 
-def _in_flight() -> list[tuple[Any, Any, np.ndarray]]:
+def _in_flight() -> list[tuple[Any, Any, np.ndarray, Any]]:
     got = getattr(_local, "in_flight", None)
     if got is None:
         got = _local.in_flight = []
@@ -252,9 +286,11 @@ def _settle_uploads() -> None:
     and let their host rows go."""
     pending = getattr(_local, "in_flight", None)
     if pending:
-        for event, device, _ in pending:
+        for event, device, _, slot in pending:
             if event is not None:
                 wait(event, device)
+            if slot is not None:
+                slot.release()
         pending.clear()
 
 
@@ -355,6 +391,63 @@ _caches.register("multi.constant_rows", _CONSTANT_ROWS.clear, lambda: len(_CONST
                  CONSTANT_ROWS_MAX)
 
 
+#: whether a halo lying in one part's buffer is copied from there at once
+#: (:func:`_one_part_rows`) rather than through :func:`rows`' general walk
+#: (``FUSELOOP_MULTI_LEAN_HALOS=0``; ``bench_multigpu --variants``)
+LEAN_HALOS = os.environ.get("FUSELOOP_MULTI_LEAN_HALOS", "1").strip() != "0"
+
+
+def _one_part_rows(x: Any, lo: int, hi: int, k: int, wrap: bool) -> Array | None:
+    """Rows ``lo:hi`` of ``x`` (modulo its rows where ``wrap``) on part ``k``'s device
+    where they lie in one part, a buffer in C order (a halo of a concrete array): as
+    :func:`rows` gives them (copied on the devices where the backend can, else through
+    this thread's open batch), without its walk over the parts, the views and arrays
+    made on the way and :func:`_transfer`'s checks; None otherwise."""
+    n = x.shape[0]
+    if wrap and hi - lo <= n:
+        lo, hi = lo % n, lo % n + (hi - lo)
+    bounds = x.bounds
+    if lo < 0 or hi > n:
+        return None
+    j = 0
+    while bounds[j + 1] <= lo:
+        j += 1
+    if hi > bounds[j + 1]:
+        return None
+    part = x.parts[j]
+    s, e = lo - bounds[j], hi - bounds[j]
+    if j == k:
+        return _part_rows(part, s, e)
+    node = part._node
+    if type(node) is not Leaf or (node.strides is not None
+                                  and node.strides != c_strides(node.shape)):
+        return None
+    device, source = x.devices[k], part.device
+    shape = (e - s, *part.shape[1:])
+    itemsize = part.dtype.itemsize
+    nbytes = math.prod(shape) * itemsize
+    host_batch = getattr(_local, "batch", None)
+    if not nbytes or source.backend != device.backend or host_batch is None:
+        return None
+    offset = (node.offset + s * math.prod(shape[1:])) * itemsize
+    backend = backend_for(device)
+    if backend.copies_between(device, source):  # (on the devices, as _transfer's)
+        out = allocate(nbytes, device)
+        if source is device:
+            backend.copy(device, out.buffer, node.storage.buffer, nbytes, offset)
+        elif not backend.copy_from(device, out.buffer, source, node.storage.buffer, nbytes,
+                                   offset):
+            return None
+        got = Array._concrete(out, part.dtype, shape)
+    else:
+        EXCHANGED["through_host"] += 1
+        got = host_batch.add_run(node.storage, offset, shape, part.dtype, source, device)
+    EXCHANGED["rows"] += shape[0]
+    EXCHANGED["bytes"] += nbytes
+    EXCHANGED["copies"] += 1
+    return got
+
+
 def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
           dtype: np.dtype) -> Array | None:
     """Rows ``lo:hi`` (global, possibly beyond either end) of ``x`` extended by the
@@ -362,7 +455,10 @@ def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
     if hi <= lo:
         return None
     n = x.shape[0]
-    if boundary == "wrap":
+    ext = _one_part_rows(x, lo, hi, k, boundary == "wrap") if LEAN_HALOS else None
+    if ext is not None:
+        pass
+    elif boundary == "wrap":
         ext = _wrapped_rows(x, lo, hi, k)
     else:
         pieces = []
@@ -376,197 +472,6 @@ def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
     return ext.astype(dtype) if ext.dtype != dtype else ext
 
 
-def _window(pieces: list[tuple[int, Array]], start: int, count: int) -> Node:
-    """Rows ``start:start + count`` of the pieces ((first row, array), adjacent, in
-    order), as one node: a piece's, a view of one or a concatenation of views (made
-    here: the operators' slicing and concatenation checks cost more than the views)."""
-    got = []
-    for first, a in pieces:
-        s, e = max(start, first), min(start + count, first + a.shape[0])
-        if s < e:
-            got.append((a, s - first, e - first))
-    if len(got) == 1:
-        return _row_view(*got[0])
-    return _signed(concat_node([_row_view(a, s, e) for a, s, e in got], 0))
-
-
-def _signed(node: Node) -> Node:
-    """``node`` with a structure signature if it is a concatenation (they have none
-    unless given one, ``expr.nodes``): its fields are what the structure key's walk
-    writes for it (``expr.program._walk``), then its pieces'.  So a stencil's part
-    reading a window finds its run plan by signature (``run_plans._signed_key``), not
-    by walking its whole expression on every step: the parts' launches cost half."""
-    if type(node) is Concat and not node.sig:
-        node.sig, node.operands = signed(["K", node.axis, node.shape, node.starts],
-                                         list(node.pieces))
-    return node
-
-
-def _row_view(a: Array, s: int, e: int) -> Node:
-    """Rows ``s:e`` of ``a`` as a node: a view of its buffer where ``a`` is one."""
-    node = a._node
-    if (s, e) == (0, a.shape[0]):
-        return node
-    if type(node) is not Leaf:
-        return a[s:e]._node
-    strides = node.view_strides()
-    return Leaf(node.storage, node.dtype, (e - s, *node.shape[1:]), strides,
-                node.offset + s * strides[0])
-
-
-Window = Callable[[int], Array]
-
-
-class _ShiftedRows:
-    """A part's ``count`` rows shifted by ``dr`` (the window of its ``pieces``): called
-    with ``dr``, an array (the part itself at 0); :meth:`node`, its node alone (all a
-    substituted part needs).  A shift asked again is the same (the taps of one row
-    offset, e.g. three of a 3x3 stencil's nine, share one concatenation)."""
-
-    __slots__ = ("arrays", "count", "device", "nodes", "pieces")
-
-    def __init__(self, pieces: list[tuple[int, Array]], count: int, device: Any) -> None:
-        self.pieces, self.count, self.device = pieces, count, device
-        self.nodes: dict[int, Node] = {}
-        self.arrays: dict[int, Array] = {}
-
-    def node(self, dr: int) -> Node:
-        got = self.nodes.get(dr)
-        if got is None:
-            got = self.nodes[dr] = _window(self.pieces, dr, self.count)
-        return got
-
-    def __call__(self, dr: int) -> Array:
-        got = self.arrays.get(dr)
-        if got is None:
-            node = self.node(dr)
-            whole = next((a for _, a in self.pieces if a._node is node), None)
-            got = self.arrays[dr] = whole if whole is not None else \
-                Array._lazy(node, self.device)
-        return got
-
-
-class _Templates:
-    """One split stencil's part expressions by the shape of their windows: a part whose
-    windows have a built part's node types, shapes and dtypes gets that part's
-    expression with its windows substituted (``evaluate._rebuild``: a walk of the
-    built nodes), not built again through every operator; the middle parts (and with
-    one row of halo, every part) of an evenly split array share one."""
-
-    def __init__(self) -> None:
-        # (windows, expression, the nodes reading a window children first: _reading)
-        self.built: dict[tuple, tuple[list[Node], Node, list[Node] | None]] = {}
-        self.counts = [0, 0]  # (built, substituted: see LAST_TEMPLATES)
-
-    def part(self, apply: Callable[[Window, tuple[int, ...]], Array], window: _ShiftedRows,
-             shifts: range, cen: tuple[int, ...], device: Any) -> Array:
-        """``apply(window, cen)`` for a part on ``device``."""
-        wins = [window.node(dr) for dr in shifts]  # (nodes: no arrays made for them)
-        key = tuple((type(w), w.shape, w.dtype, len(w.pieces) if type(w) is Concat else 0)
-                    for w in wins)
-        hit = self.built.get(key)
-        if hit is not None:
-            old, made, reading = hit
-            node = _rebuild(made, {id(a): b for a, b in zip(old, wins)}, {}) \
-                if reading is None else _rebuilt(made, reading, old, wins)
-            # (only the windows' buffers may differ: anything else the template read
-            # on its own device, e.g. an uploaded array, means building it afresh)
-            if all(s.device is device for s in node.storages):
-                self.counts[1] += 1
-                return Array._lazy(node, device)
-        got = apply(window, cen)
-        self.counts[0] += 1
-        if hit is None and len({id(w) for w in wins}) == len(wins):  # (unambiguous)
-            self.built[key] = (wins, got._node, _reading(got._node, wins))
-        return got
-
-
-def _kids(node: Node) -> tuple[Node, ...] | None:
-    """``node``'s children (``()`` for leaves, scalars and indices), or None for a kind
-    :func:`_rebuilt` does not make."""
-    t = type(node)
-    a: Any = node  # (narrowed by its type just above, as evaluate._rebuild's walk is)
-    if t is Apply or t is UserCall:
-        return tuple(a.args)
-    if t is Gather:
-        return (a.child, a.index)
-    if t is Reduce or t is Remap:
-        return (a.child,)
-    if t is Concat:
-        return tuple(a.pieces)
-    return () if t in (Leaf, Scalar, Literal, Iota) else None
-
-
-def _reading(root: Node, windows: list[Node]) -> list[Node] | None:
-    """The nodes of ``root`` that read one of ``windows``, children first (what a part's
-    substitution makes anew; the rest it shares), or None where one is of a kind
-    :func:`_rebuilt` does not make (``evaluate._rebuild`` then walks it all)."""
-    wins = {id(w) for w in windows}
-    order: list[Node] = []
-    reads: dict[int, bool] = {}
-
-    def visit(node: Node) -> bool:
-        key = id(node)
-        if key in wins:
-            return True
-        known = reads.get(key)
-        if known is not None:
-            return known
-        kids = _kids(node)
-        if kids is None:
-            raise _Unmade
-        hit = False
-        for kid in kids:
-            hit = visit(kid) or hit
-        reads[key] = hit
-        if hit:
-            order.append(node)
-        return hit
-
-    try:
-        visit(root)
-    except (_Unmade, RecursionError):
-        return None
-    return order
-
-
-class _Unmade(Exception):
-    pass
-
-
-def _rebuilt(root: Node, reading: list[Node], old: list[Node], new: list[Node]) -> Node:
-    """``root`` with ``new`` windows for ``old``: the nodes in ``reading`` made again
-    over their new children (as ``evaluate._rebuild`` makes them), in that order."""
-    made: dict[int, Node] = {id(o): n for o, n in zip(old, new)}
-    get = made.get
-    for node in reading:
-        t = type(node)
-        out: Node
-        if t is Apply:
-            a: Any = node
-            out = Apply(a.op, tuple([get(id(c), c) for c in a.args]), a.loop, a.shape,
-                        a.loop_key)
-        elif t is UserCall:
-            a = node
-            out = UserCall(a.function, tuple([get(id(c), c) for c in a.args]), a.loop,
-                           a.shape)
-        elif t is Gather:
-            a = node
-            out = Gather(get(id(a.child), a.child), get(id(a.index), a.index), a.axis,
-                         a.checked)
-        elif t is Reduce:
-            a = node
-            out = Reduce(a.op, get(id(a.child), a.child), a.axes, a.dtype, a.shape)
-        elif t is Remap:
-            a = node
-            out = Remap(get(id(a.child), a.child), a.shape, a.offsets, a.coeffs)
-        else:
-            a = node
-            out = Concat(tuple([get(id(c), c) for c in a.pieces]), a.axis)
-            if a.sig:
-                out = _signed(out)
-        made[id(node)] = out
-    return made.get(id(root), root)
 
 
 #: whether a split stencil's part gets the halo rows it reads through the host in one
@@ -576,6 +481,57 @@ ARENAS = os.environ.get("FUSELOOP_MULTI_ARENAS", "1").strip() != "0"
 
 #: the last split stencil's parts built through ``apply`` and parts substituted
 LAST_TEMPLATES: list[int] = [0, 0]
+
+#: whether a split stencil's part expressions are kept per (stencil, partition) for later
+#: calls (:func:`_plan_key`): every part of a later step is substituted, none built
+#: through ``apply`` (``FUSELOOP_MULTI_PLANS=0``: each call builds its first part of
+#: each window structure; ``bench_multigpu --variants``)
+PLANS = os.environ.get("FUSELOOP_MULTI_PLANS", "1").strip() != "0"
+#: the last split stencil's parts moved onto their buffers from kept templates
+#: (``windows.BY_BUFFER``: no window built for them)
+LAST_MOVED: list[int] = [0]
+#: the last split stencil's templates came from an earlier call (1) or not (0)
+LAST_PLAN_HIT: list[int] = [0]
+_PLANS: dict[tuple, _Templates] = {}
+PLANS_MAX = 64
+_caches.register("multi.stencil_plans", _PLANS.clear, lambda: len(_PLANS), PLANS_MAX)
+
+
+def _value_key(v: Any) -> Any:
+    """``v`` as part of a key (arrays and scalars by bytes: NaN equals itself), or a
+    :class:`TypeError` for anything else (a function may compute anything)."""
+    if v is None or type(v) in (str, bool):
+        return v
+    if isinstance(v, np.ndarray):
+        return ("a", v.shape, v.dtype.str, v.tobytes())
+    if type(v) in (int, float, complex) or isinstance(v, np.generic):
+        a = np.asarray(v)
+        return ("s", a.dtype.str, a.tobytes())
+    if isinstance(v, np.dtype):
+        return ("d", v.str)
+    raise TypeError(type(v).__name__)
+
+
+def _plan_key(apply: Callable[..., Any], x: Any, width: tuple[int, ...], center: Any,
+              boundary: str, cval: Any) -> tuple | None:
+    """The key of a split stencil's kept templates: ``apply``'s code and the values it
+    closes over (``fl.stencil``'s weights, dtype, boundary; a function closing over
+    anything else, ``fl.stencil_function``'s body, is not kept), the partition and the
+    rest of the call; None where it cannot be kept."""
+    if not PLANS:
+        return None
+    code = getattr(apply, "__code__", None)
+    if code is None or getattr(apply, "__defaults__", None) or \
+            getattr(apply, "__kwdefaults__", None):
+        return None
+    try:
+        cells = tuple(_value_key(c.cell_contents) for c in apply.__closure__ or ())
+        rest = (_value_key(cval), None if center is None else
+                tuple(int(c) for c in np.atleast_1d(center)))
+    except (TypeError, ValueError):
+        return None
+    return (code, cells, x.dtype.str, x.shape, x.bounds, x.device_set.key, tuple(width),
+            boundary, *rest)
 
 
 def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tuple[int, ...],
@@ -593,7 +549,11 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
     dtype = np.result_type(x.dtype, cval) if boundary == "constant" else x.dtype
     spans = list(itertools.pairwise(x.bounds))
     out: list[Array | None] = []
-    templates = _Templates()
+    plan_key = _plan_key(apply, x, width, center, boundary, cval)
+    kept = _PLANS.get(plan_key) if plan_key is not None else None
+    templates = kept if kept is not None else _Templates()
+    templates.counts = [0, 0]
+    templates.moved = 0
     with batch():
         host_batch: _HostBatch | None = _local.batch if ARENAS else None
         halos: list[tuple[Array | None, Array | None]] = []
@@ -620,6 +580,14 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
             out.append(templates.part(apply, window, range(-before, after + 1), cen,
                                       x.devices[k]))
     LAST_TEMPLATES[:] = templates.counts
+    LAST_MOVED[0] = templates.moved
+    LAST_PLAN_HIT[0] = int(kept is not None)
+    if plan_key is not None and kept is None:
+        detached = templates.detached()
+        if detached is not None:
+            if len(_PLANS) >= PLANS_MAX:
+                _PLANS.clear()
+            _PLANS[plan_key] = detached
     done = next(o for o in out if o is not None)
     parts = [o if o is not None else empty((0, *done.shape[1:]), done.dtype, device=d)
              for o, d in zip(out, x.devices)]

@@ -19,15 +19,21 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from .. import caches as _caches
+from .. import flags as _flags
+from .. import host_path as _host
 from ..array import Array
 from ..backends import backend_for
-from ..evaluate import _rebuild
+from ..evaluate import _rebuild, capturing_threads, recording_threads
+from ..expr import program as _prog
+from ..expr.nodes import Scalar, signature_of
 from ..ops.reductions import _ddof, _mean_dtypes
 from ..ops.shape import normalize_axes
+from ..run_plans import _signed_replay
 from .array import finish_reads, launch_part, start_read
 from .exchange import _transfer
 
@@ -91,21 +97,98 @@ def _device_combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[in
 #: (``FUSELOOP_MULTI_TEMPLATES=0``: built for every part; ``bench_multigpu --variants``
 #: times both)
 TEMPLATES = os.environ.get("FUSELOOP_MULTI_TEMPLATES", "1").strip() != "0"
+#: whether a part's partial result is replayed from its device's run plan by signature
+#: alone, once a call has built the reduction of an expression of that structure
+#: (:func:`_planned`: no node is built for any part, the first one included)
+#: (``FUSELOOP_MULTI_PLANS=0``: built or substituted as above; ``bench_multigpu --variants``)
+PLANS = os.environ.get("FUSELOOP_MULTI_PLANS", "1").strip() != "0"
 #: the last split reduction's partial results: [built through the reduction, substituted]
 LAST_PARTIALS: list[int] = [0, 0]
+#: the last split reduction's partial results replayed from a plan (:func:`_planned`)
+LAST_PLANNED: list[int] = [0]
+
+#: (reduction, axes, keepdims, its other arguments, a part's signature) -> (the signature,
+#: shape and dtype of that part's reduction node, whose operands are the part's): what a
+#: later part of that signature replays (signatures are never reused: see expr.nodes)
+_PARTIALS: dict[tuple, tuple[int, tuple[int, ...], np.dtype]] = {}
+PARTIALS_MAX = 256
+_caches.register("multi.partials", _PARTIALS.clear, lambda: len(_PARTIALS), PARTIALS_MAX)
+
+
+def _plan_base(name: str, axes: tuple[int, ...], keepdims: bool, params: dict
+               ) -> tuple | None:
+    """The part of :data:`_PARTIALS`' key a call's arguments give, or None (plans off, or
+    an argument that is not hashable)."""
+    if not PLANS:
+        return None
+    base = (name, axes, keepdims, tuple(sorted(params.items())))
+    try:
+        hash(base)
+    except TypeError:
+        return None
+    return base
+
+
+def _remember(base: tuple | None, p: Any, q: Any) -> None:
+    """Note ``q``, the reduction of part ``p`` just built, for :func:`_planned` (where its
+    node reads exactly ``p``'s operands: a reduction node over ``p``'s own node)."""
+    if base is None or type(q) is not Array or not q.is_lazy:
+        return
+    child, node = p._node, q._node
+    sig = child.sig or signature_of(child)
+    if not sig or not node.sig or child.operands is None \
+            or node.operands is not child.operands:
+        return
+    if len(_PARTIALS) >= PARTIALS_MAX:
+        _PARTIALS.clear()
+    _PARTIALS[(base, sig)] = (node.sig, q.shape, q.dtype)
+
+
+def _planned(base: tuple, p: Any) -> Array | None:
+    """Part ``p``'s partial result, replayed from the run plan its device holds for the
+    reduction of ``p``'s structure (:data:`_PARTIALS`), without building its node: the
+    plan's signature is the reduction's, its operands ``p``'s own.  None where nothing is
+    known, no plan is held, or ``evaluate.run`` would take another path (the host path of
+    small work on a CPU, ``show_code``, a plan being recorded or checked)."""
+    node = p._node
+    sig = node.sig or signature_of(node)
+    if not sig:
+        return None
+    hit = _PARTIALS.get((base, sig))
+    operands = node.operands
+    if hit is None or operands is None or capturing_threads[0] or recording_threads[0] \
+            or _prog.CHECK_STRUCTURE_CACHE:
+        return None
+    device = p.device
+    if _host.HOST_MAX_WORK and _host.host_device(device) \
+            and math.prod(p.shape) <= _host.HOST_MAX_WORK:
+        return None
+    rsig, shape, dtype = hit
+    key = (device.index, rsig, shape, _prog.firsts(operands))
+    done = _flags.deferring(_signed_replay, (key, operands), device)
+    return None if done is None else Array._concrete(done[0], dtype, shape)
 
 
 def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[int, ...],
                        keepdims: bool, params: dict) -> list[Any]:
     """Each part's partial result, launched before the next part's is made (a device
     starts while the host prepares the next; copies and reads come after all).  A part
-    of a shape met before gets that part's reduction node with its own expression
-    substituted: a walk of the few nodes the reduction added, not the reduction's
-    argument checks, dtype rules and node building again."""
+    whose reduction's structure a call built before is replayed from its device's plan
+    (:func:`_planned`); else a part of a shape met before gets that part's reduction
+    node with its own expression substituted: a walk of the few nodes the reduction
+    added, not the reduction's argument checks, dtype rules and node building again."""
     partials = []
     templates: dict[tuple, tuple[Any, Any]] = {}
     counts = [0, 0]
+    planned = 0
+    base = _plan_base(func.__name__, axes, keepdims, params)
     for k, p in enumerate(used):
+        q = _planned(base, p) if base is not None else None
+        if q is not None:
+            planned += 1
+            partials.append(q)
+            launch_part(k, q)
+            continue
         key = (p.shape, p.dtype)
         hit = templates.get(key) if TEMPLATES else None
         q = _substituted(hit, p) if hit is not None else None
@@ -116,9 +199,11 @@ def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[in
                 templates[key] = (p._node, q._node)
         else:
             counts[1] += 1
+        _remember(base, p, q)
         partials.append(q)
         launch_part(k, q)
     LAST_PARTIALS[:] = counts
+    LAST_PLANNED[0] = planned
     return partials
 
 
@@ -223,11 +308,21 @@ def _fills(device: Any) -> bool:
     return device.type != "cpu"
 
 
+#: whether a 0-d result combined on the host stays the host's value (a scalar node on the
+#: first device: ``float()``, ``.item()`` and ``.get()`` of it read no device, a kernel
+#: using it takes it as an argument, ``.eval()`` writes it to a buffer) rather than being
+#: put on the first device by a fill or an upload (``FUSELOOP_MULTI_HOST_SCALAR=0``;
+#: ``bench_multigpu --variants``)
+HOST_SCALAR = os.environ.get("FUSELOOP_MULTI_HOST_SCALAR", "1").strip() != "0"
+
+
 def _on_first(host: np.ndarray, x: Any) -> Any:
     from ..creation import asarray, full
 
     host = np.asarray(host)
     first = x.devices[0]
+    if host.ndim == 0 and HOST_SCALAR:
+        return Array._lazy(Scalar(cast(np.generic, host[()])), first)
     if host.ndim == 0 and _fills(first):
         # (the host waited for the partials already; the user's read of the result
         # then waits once, behind the fill, not behind an upload's wait too)

@@ -1,0 +1,181 @@
+"""Split calls replayed from what an earlier call of the same structure kept (issue 29):
+a split reduction's partial results from each device's run plan by signature, without
+building a node; a split stencil's part expressions from templates kept per (stencil,
+partition).  Results as one device's; writes between calls are seen."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.multi import exchange
+from fuseloop.multi import reduce as multi_reduce
+from fuseloop.runtime import devices
+from fuseloop.runtime.transfer import finish
+
+LAPLACE = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+
+
+@pytest.fixture
+def three(device, monkeypatch):
+    """The device and two twins of it (queues and contexts of their own)."""
+    monkeypatch.setenv("FUSELOOP_COMPILE", "inline")
+    monkeypatch.setenv("FUSELOOP_OPENCL_SHARED_CONTEXT", "0")
+    twins = [dataclasses.replace(device, index=device.index + 987 + i) for i in range(2)]
+    try:
+        yield [device, *twins]
+    finally:
+        for t in twins:
+            if t.index in devices._runtimes:
+                finish(t)
+                devices._runtimes.pop(t.index, None)
+        from fuseloop import caches
+
+        caches.clear()
+
+
+def _counting(monkeypatch, module, name):
+    calls: list = []
+    real = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a, **k: calls.append(a) or real(*a, **k))
+    return calls
+
+
+def test_split_sum_replays_every_part_without_building(three, monkeypatch):
+    """The second fl.sum of a split expression of one structure builds no reduction node
+    for any part (the first part's neither): each part's partial is its device's plan
+    replayed with the part's operands; the kernels launched per part are the first
+    call's, all cache hits; a part written between calls is seen."""
+    from fuseloop import run_plans
+    from fuseloop.ops import reductions
+
+    rng = np.random.default_rng(3)
+    xn, yn = rng.random(30000, np.float32), rng.random(30000, np.float32)
+    with fl.device(three):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    fl.reset_stats()
+    first = float(fl.sum(x * y))
+    launched = fl.stats()["kernels_launched"]
+    assert multi_reduce.LAST_PLANNED == [0] and multi_reduce.LAST_PARTIALS == [1, 2]
+    np.testing.assert_allclose(first, np.dot(xn.astype(np.float64), yn), rtol=1e-5)
+    x[9990:10010] = 2.0  # (across the first two parts' boundary)
+    xn[9990:10010] = 2.0
+    e = x * y
+    reduces = _counting(monkeypatch, reductions, "Reduce")  # (what fl.sum builds)
+    substituted = _counting(monkeypatch, multi_reduce, "_substituted")
+    replays = _counting(monkeypatch, multi_reduce, "_signed_replay")
+    walks = _counting(monkeypatch, run_plans, "_key")
+    fl.reset_stats()
+    total = fl.sum(e)
+    stats = fl.stats()
+    assert multi_reduce.LAST_PLANNED == [3] and multi_reduce.LAST_PARTIALS == [0, 0]
+    assert reduces == substituted == walks == [] and len(replays) == 3
+    assert [r[1] for r in replays] == [d for d in three]  # (one per part, its device)
+    assert stats["kernels_launched"] == launched == stats["memory_cache_hits"]
+    np.testing.assert_allclose(float(total), np.dot(xn.astype(np.float64), yn), rtol=1e-5)
+    # another reduction, or other arguments, of the same parts: not this plan
+    np.testing.assert_allclose(float(fl.max(e)), (xn * yn).max(), rtol=1e-6)
+    np.testing.assert_allclose(float(fl.sum(e, dtype=np.float64)),
+                               np.dot(xn.astype(np.float64), yn), rtol=1e-9)
+
+
+def test_split_sum_plans_off_builds_as_before(three, monkeypatch):
+    """``PLANS`` off (``FUSELOOP_MULTI_PLANS=0``): the first part built, the others
+    substituted, on every call."""
+    monkeypatch.setattr(multi_reduce, "PLANS", False)
+    xn = np.arange(3000, dtype=np.float32)
+    with fl.device(three):
+        x = fl.asarray(xn)
+    for _ in range(2):
+        assert float(fl.sum(x * 2)) == 2 * xn.sum()
+        assert multi_reduce.LAST_PLANNED == [0] and multi_reduce.LAST_PARTIALS == [1, 2]
+
+
+@pytest.mark.parametrize("boundary", ["clamp", "wrap", "constant"])
+def test_split_stencil_steps_reuse_the_kept_templates(three, boundary):
+    """Steps of a split stencil: the first builds its parts (one per window structure),
+    later ones substitute every part from the templates kept for the partition, the
+    ends' halos (boundary rows) included; a write to a part between two steps and a
+    stencil built before a write are as one device's."""
+    un = np.random.default_rng(5).standard_normal((13, 6)).astype(np.float32)
+    one = three[0]
+
+    def want(a):
+        return fl.stencil(fl.asarray(a, device=one), LAPLACE, boundary=boundary,
+                          cval=0.5).get()
+
+    with fl.device(three):
+        u = fl.asarray(un)
+    step1 = fl.stencil(u, LAPLACE, boundary=boundary, cval=0.5)
+    assert exchange.LAST_PLAN_HIT == [0] and exchange.LAST_TEMPLATES[0] >= 1
+    np.testing.assert_allclose(step1.get(), want(un), rtol=1e-5, atol=1e-5)
+    step2 = fl.stencil(step1, LAPLACE, boundary=boundary, cval=0.5)
+    assert exchange.LAST_PLAN_HIT == [1] and exchange.LAST_TEMPLATES == [0, 3]
+    np.testing.assert_allclose(step2.get(), want(want(un)), rtol=1e-4, atol=1e-4)
+    # a write across a boundary between steps; a step built before another write
+    u[3:6] = 7.0
+    vn = un.copy()
+    vn[3:6] = 7.0
+    before = fl.stencil(u, LAPLACE, boundary=boundary, cval=0.5)
+    assert exchange.LAST_PLAN_HIT == [1]
+    u[8:10] = -1.0
+    np.testing.assert_allclose(before.get(), want(vn), rtol=1e-5, atol=1e-5)
+    vn[8:10] = -1.0
+    np.testing.assert_allclose(fl.stencil(u, LAPLACE, boundary=boundary, cval=0.5).get(),
+                               want(vn), rtol=1e-5, atol=1e-5)
+
+
+def test_kept_stencil_templates_hold_no_buffers(three):
+    """What is kept for later steps reads only placeholders: no part's or halo's buffer
+    stays alive through it; other weights, and a function body, are not that plan."""
+    un = np.arange(60, dtype=np.float32).reshape(12, 5)
+    with fl.device(three):
+        u = fl.asarray(un)
+    exchange._PLANS.clear()
+    fl.stencil(u, LAPLACE).eval()
+    assert len(exchange._PLANS) == 1
+    kept = next(iter(exchange._PLANS.values()))
+    for holders, node, _ in kept.built.values():
+        assert node.storages <= {h.storage for h in holders}
+        assert all(h.storage.buffer is None for h in holders)
+    other = fl.stencil(u, 2 * LAPLACE)
+    assert exchange.LAST_PLAN_HIT == [0] and len(exchange._PLANS) == 2
+    np.testing.assert_allclose(
+        other.get(), 2 * fl.stencil(fl.asarray(un, device=three[0]), LAPLACE).get(),
+        rtol=1e-6)
+    op = fl.stencil_function(lambda a, b, c: a - 2 * b + c, (3, 1))
+    np.testing.assert_allclose(op(u).get(), op(fl.asarray(un, device=three[0])).get())
+    assert len(exchange._PLANS) == 2  # (a body may read anything: never kept)
+
+
+def test_split_stencil_steps_move_kept_templates_onto_buffers(three, monkeypatch):
+    """Steps over concrete parts: from the third on, every part is the kept expression
+    moved onto its buffers (no window built), holding placeholders only; a write to a
+    part after a step was built is not seen by it, one before the next step is."""
+    from fuseloop.multi import windows
+
+    un = np.random.default_rng(9).standard_normal((13, 6)).astype(np.float32)
+    with fl.device(three):
+        u = fl.asarray(un)
+    one = fl.asarray(un, device=three[0])
+    exchange._PLANS.clear()
+    for step in range(4):
+        got = fl.stencil(u, LAPLACE, boundary="clamp")
+        assert exchange.LAST_MOVED == [3 if step >= 2 else 0], step
+        want = fl.stencil(one, LAPLACE, boundary="clamp").get()
+        u.parts[1][0] = np.float32(step + 2)  # (a halo row of parts 0 and 2)
+        np.testing.assert_allclose(got.get(), want, rtol=1e-5, atol=1e-5)
+        one[u.bounds[1]] = np.float32(step + 2)
+    kept = next(iter(exchange._PLANS.values()))
+    assert kept.by_buffer
+    for holders, order in kept.by_buffer.values():
+        assert all(h.buffer is None for h in holders)
+        assert order[-1].storages <= set(holders)
+    monkeypatch.setattr(windows, "BY_BUFFER", False)
+    got = fl.stencil(u, LAPLACE, boundary="clamp")
+    assert exchange.LAST_MOVED == [0] and exchange.LAST_TEMPLATES == [0, 3]
+    np.testing.assert_allclose(got.get(), fl.stencil(one, LAPLACE, boundary="clamp").get(),
+                               rtol=1e-5, atol=1e-5)
