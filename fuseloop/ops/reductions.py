@@ -19,7 +19,7 @@ from ..array import Array, _coerce
 from ..errors import DTypeError
 from ..evaluate import cast_node
 from ..expr.nodes import Iota, Reduce
-from ..expr.templates import array_key, composite
+from ..expr.templates import array_key, composite, watch_settings
 from ..expr.views import reshape_view
 from ..multi_hooks import splits
 from .shape import normalize_axes, normalize_axis, ravel, reshape
@@ -57,6 +57,8 @@ def _merged(node: Any, axes: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
 #: the fewest elements for which a CPU reduction over a trailing run and other axes is
 #: split in two steps (see _reduce): below, a second kernel's launch costs more
 ROWS_FIRST_MIN = 1 << 16
+# (composites record what they built: a new value forgets those records)
+watch_settings(__name__, frozenset({"ROWS_FIRST_MIN"}))
 
 
 def _rows_first(x: Array, child: Any, red: tuple[int, ...]) -> bool:
