@@ -675,7 +675,7 @@ def _first_stage(split: TwoStage, roots: list[Node], out_shape: tuple[int, ...],
     and its work-items read neighbouring partials.
     """
     tops, length = split.tops, split.length
-    pieces = split.pieces or _piece_count(length, device)
+    pieces = split.pieces
     # pieces that divide the length exactly need no bounds test per element
     same = all(math.prod(t.child.shape) // max(1, math.prod(t.shape)) == length for t in tops)
     if same:  # (down to half as many pieces, never to one)
@@ -697,15 +697,6 @@ def _first_stage(split: TwoStage, roots: list[Node], out_shape: tuple[int, ...],
         replace[id(t)] = Reduce(_SPLITTABLE[t.op], leaf, (axis,), t.dtype)
     memo: dict[int, Node] = {}
     return [_rebuild(r, replace, memo) for r in roots]
-
-
-def _piece_count(length: int, device: Device) -> int:
-    if device.type == "cpu":
-        # contiguous pieces of at most ~64k elements (each work-item sums one
-        # sequentially: short pieces keep float error small), several per core
-        return max(1, min(16 * max(1, device.compute_units), length // 4096),
-                   min(4096, length // 65536))
-    return max(1, min(2048, length // 4096))
 
 
 def _reads_only_in_place(roots: Sequence[Node], target: Target,

@@ -35,6 +35,7 @@ import numpy as np
 
 from . import caches as _caches
 from . import evaluate as _ev
+from . import splits as _sp
 from .errors import OutOfMemoryError
 from .expr import program as _prog
 from .expr.ir import INT32_LIMIT
@@ -242,7 +243,8 @@ def _key_head(device: Device) -> tuple:
     thresholds: recipe_for is asked again only when the recipes token changed."""
     token = _recipes_current[0]
     known = _heads.get(device.index)
-    fields = (_ev.TWO_STAGE_MIN_LENGTH, _ev.TWO_STAGE_MAX_ROWS, _ev.ONE_ROW_MAX_LENGTH)
+    # (the split thresholds as splits.py reads them: evaluate's names are copies)
+    fields = (_sp.TWO_STAGE_MIN_LENGTH, _sp.TWO_STAGE_MAX_ROWS, _ev.ONE_ROW_MAX_LENGTH)
     if known is not None and known[0] is token and token is not None \
             and known[1] is device and known[2] == fields:
         return known[3]

@@ -90,7 +90,7 @@ class TwoStage(NamedTuple):
     tops: list[Reduce]  # the reductions split
     length: int  # the longest reduced length
     columns: bool  # pieces split the reduced axes of column-like reductions
-    pieces: int  # number of pieces (0: chosen by _piece_count)
+    pieces: int  # number of pieces (at least 2)
 
 
 def two_stage_split(roots: Sequence[Node], out_shape: tuple[int, ...],
@@ -123,8 +123,21 @@ def two_stage_split(roots: Sequence[Node], out_shape: tuple[int, ...],
         pieces = _column_pieces(math.prod(out_shape), longest, device)
         return TwoStage(tops, longest, True, pieces) if pieces > 1 else None
     if math.prod(out_shape) < TWO_STAGE_MAX_ROWS and longest >= TWO_STAGE_MIN_LENGTH:
-        return TwoStage(tops, longest, False, 0)
+        # (a lower TWO_STAGE_MIN_LENGTH can ask for a split of one piece: no split)
+        pieces = piece_count(longest, device)
+        return TwoStage(tops, longest, False, pieces) if pieces > 1 else None
     return None
+
+
+def piece_count(length: int, device: Device) -> int:
+    """Pieces of a reduction of ``length`` elements per result split along contiguous
+    axes (1: not worth a split)."""
+    if device.type == "cpu":
+        # contiguous pieces of at most ~64k elements (each work-item sums one
+        # sequentially: short pieces keep float error small), several per core
+        return max(1, min(16 * max(1, device.compute_units), length // 4096),
+                   min(4096, length // 65536))
+    return max(1, min(2048, length // 4096))
 
 
 def _epilogue_reduces(node: Node, out: list[Reduce]) -> bool:

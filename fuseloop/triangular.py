@@ -197,7 +197,7 @@ def solve_triangular(a: Any, b: Any, trans: int | str = 0, lower: bool | None = 
     if transposed is None:
         raise ValueError(f"solve_triangular: trans must be 0, 1, 2, 'N', 'T' or 'C', got "
                          f"{trans!r}")
-    m = lf._matrices(a, "solve_triangular")
+    m = lf._matrices(a, "solve_triangular", complex_ok=True)
     if m.ndim != 2:
         raise ShapeError(f"solve_triangular: a must be a matrix, got shape {m.shape}")
     n = m.shape[0]
@@ -206,15 +206,54 @@ def solve_triangular(a: Any, b: Any, trans: int | str = 0, lower: bool | None = 
         shape = getattr(bb, "shape", ())
         raise ShapeError(f"solve_triangular: shapes of a {m.shape} and b {shape} are "
                          "incompatible (b must be (n,) or (n, k) with n = a's size)")
-    dt = np.result_type(m.dtype, lf._float_dtype(bb, "solve_triangular"))
-    m = _contiguous(m.astype(dt) if m.dtype != dt else m)
+    dt = np.result_type(m.dtype, lf._float_dtype(bb, "solve_triangular", complex_ok=True))
     b2 = bb.astype(dt) if bb.dtype != dt else bb
-    x = lf._copy(b2.reshape(n, -1) if b2.ndim == 1 else b2)
-    k_cols = x.shape[1]
-    if n == 0 or k_cols == 0:
-        return x.reshape(bb.shape)
+    b2 = b2.reshape(n, -1) if b2.ndim == 1 else b2
+    if n == 0 or b2.shape[1] == 0:
+        return lf._copy(b2).reshape(bb.shape)
+    if dt.kind == "c":
+        conj = trans in (2, "C")
+        return _complex_solve(m, b2, lower, unit_diagonal, transposed, conj).reshape(bb.shape)
+    m = _contiguous(m.astype(dt) if m.dtype != dt else m)
     # a.T: the same buffer read with swapped strides (so its lower triangle is a's upper)
-    x = lf.blocked_solve(m, x, lower != transposed, unit_diagonal, transposed)
+    x = lf.blocked_solve(m, lf._copy(b2), lower != transposed, unit_diagonal, transposed)
     return x.reshape(bb.shape)
+
+
+def _complex_solve(m: Array, b: Array, lower: bool, unit: bool, transposed: bool,
+                   conj: bool) -> Array:
+    """:func:`solve_triangular` where ``m`` or ``b`` (n x k, complex) is complex, by
+    the real blocked solve.  A real ``m``: the parts of ``b`` side by side.  A complex
+    ``m``: its triangle divided by its diagonal (unit diagonal; ``b`` divided too), whose
+    embedding with each entry ``z`` a 2 x 2 block ``[[Re z, -Im z], [Im z, Re z]]`` is
+    then a real unit triangular matrix of size 2n (the diagonal blocks are identities),
+    and ``b``'s rows interleaved as (Re, Im)."""
+    from . import linalg_factor as lf
+    from .linalg_complex import combine, embed_interleaved, real_dtype
+    from .mathfuncs import imag, real
+    from .ops.shape import concatenate, diagonal, stack
+
+    n, k = b.shape
+    dt = np.result_type(m.dtype, b.dtype)
+    rt = real_dtype(dt)
+    if m.dtype.kind != "c":
+        t = _contiguous(m.astype(rt) if m.dtype != rt else m)
+        parts = lf._copy(concatenate([real(b).astype(rt), imag(b).astype(rt)], axis=1))
+        x = lf.blocked_solve(t, parts, lower != transposed, unit, transposed)
+        return combine(x[:, :k], x[:, k:], dt)
+    t = m.astype(dt) if m.dtype != dt else m
+    if transposed:
+        t = t.T.conj() if conj else t.T
+    low = lower != transposed
+    # the strict triangle (the other one is never read; the diagonal is the unit one)
+    strict = tril(t, -1) if low else triu(t, 1)
+    if not unit:
+        d = diagonal(t)[:, None]
+        strict, b = strict / d, b / d
+    t = strict
+    e = _contiguous(embed_interleaved(real(t).astype(rt), imag(t).astype(rt)))
+    rows = lf._copy(stack([real(b), imag(b)], axis=1).astype(rt).reshape(2 * n, k))
+    x = lf.blocked_solve(e, rows, low, True, False)
+    return combine(x[0::2], x[1::2], dt)
 
 # }}}

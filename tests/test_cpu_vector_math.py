@@ -301,6 +301,23 @@ def test_last_chunk_runs_whole_lane_loops():
     assert all("N" in cond for cond, _ in tests)
 
 
+def test_instructions_between_tested_ones_are_tested_too(cpu):
+    """``u`` touches no memory but sits between two loads of the lane loop: it goes in
+    their guard, as Loopy enters the guard once per lane (a CycleError before)."""
+    code = _code(_kernel("<> t = x[i] * 2 {id=t}\n<> u = 1 / (8 * t) {id=u, dep=t}\n"
+                         "<> w = x[i] * u {id=w, dep=u}\nout[i] = fl_exp_f32(t) * w {dep=w}"))
+    tests = re.findall(r"if \(([^\n]*)\)\n\s*\{([^}]*)\}", code.split("final slab")[1])
+    assert len(tests) == 1 and "u[i_inner_inner] =" in tests[0][1], code
+    # through fuseloop: a power series in 1/(8x), reused, times a vector call
+    xh = np.linspace(21.0, 30.0, 2 * CPU_CHUNK + 13)
+    big = fl.asarray(xh)
+    inv = 1.0 / (8.0 * big)
+    series, want = fl.full_like(big, 0.5), np.full_like(xh, 0.5)
+    for c in range(1, 16):
+        series, want = c + series * inv, c + want / (8.0 * xh)
+    np.testing.assert_allclose((fl.exp(big) * series).get(), np.exp(xh) * want, rtol=1e-13)
+
+
 def test_each_stage_of_a_chain_gets_a_lane_domain_of_its_own():
     # 16 stages, each a vector call of the one before: the lane loop is copied per
     # stage; in one domain its dimensions grew with the chain, and Loopy's checks

@@ -231,3 +231,13 @@ def test_cross_entropy_and_logsumexp(gpu_recipes_on_cpu, fresh_stats, dtype):
     src = fl.show_code(cross_entropy(fl, x, rows, lab))
     # the label's logit: one load, by one work-item of the row's group
     assert src.count("-1.0f * in0[" if dtype == np.float32 else "-1.0 * in0[") == 1, src
+
+
+def test_product_of_centred_columns(gpu_recipes_on_cpu):
+    # the column means fused into the product (tests/test_regressions.py), under the
+    # GPU recipes: a row's own mean runs on every work-item of the row
+    xh = np.random.default_rng(12).standard_normal((5, 3))
+    x = fl.asarray(xh)
+    d, dh = x - x.mean(axis=0), xh - xh.mean(axis=0)
+    np.testing.assert_allclose((d.T @ d).get(), dh.T @ dh, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(fl.matmul(d, d.T).get(), dh @ dh.T, rtol=1e-12, atol=1e-12)

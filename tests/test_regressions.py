@@ -340,3 +340,43 @@ def test_scatter_index_that_reads_the_target(device):
     x[x[0], x[1]] = 3
     ref[ref[0].copy(), ref[1].copy()] = 3
     np.testing.assert_array_equal(x.get(), ref)
+
+
+def _centred_products(rng: np.random.Generator) -> None:
+    xh, yh = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+    x, y = fl.asarray(xh), fl.asarray(yh)
+    d, dh = x - x.mean(axis=0), xh - xh.mean(axis=0)
+    np.testing.assert_allclose((d.T @ d).get(), dh.T @ dh, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(fl.matmul(d, d.T).get(), dh @ dh.T, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(((x * 2) @ y.T).get(), (xh * 2) @ yh.T, rtol=1e-12)
+
+
+def test_product_of_centred_columns(device):
+    # d.T @ d fused the column means into a reduction kernel whose per-row mean sat
+    # outside the element loop, off the grid's first axis: Loopy rejected it ("does not
+    # use all group hw axes"); numpy_stats.cov had evaluated d first
+    _centred_products(np.random.default_rng(11))
+
+
+def test_two_stage_threshold_set_at_run_time(device, monkeypatch, fresh_stats):
+    # a lower fuseloop.splits.TWO_STAGE_MIN_LENGTH split reductions too short for two
+    # pieces into one, which the lowering could not index (KeyError in
+    # prepare_reductions); and the run plans' key read evaluate's copy of the setting,
+    # so a plan recorded before a change kept the old split
+    from fuseloop import splits
+
+    monkeypatch.setattr(splits, "TWO_STAGE_MIN_LENGTH", 1024)
+    xh = np.arange(4096, dtype=np.float64)
+    x = fl.asarray(xh)
+    assert float(fl.sum(x * 1)) == xh.sum()
+    np.testing.assert_array_equal((x * 1).reshape(4, 1024).sum(axis=1).get(),
+                                  xh.reshape(4, 1024).sum(axis=1))
+    yh = np.arange(20000, dtype=np.float64)
+    y = fl.asarray(yh)
+    launched = []
+    for limit in (1024, 10**9):  # split, then not
+        monkeypatch.setattr(splits, "TWO_STAGE_MIN_LENGTH", limit)
+        before = fl.stats()["kernels_launched"]
+        assert float(fl.sum(y * 3)) == 3 * yh.sum()
+        launched.append(fl.stats()["kernels_launched"] - before)
+    assert launched == [2, 1]

@@ -94,6 +94,27 @@ def test_solve_triangular_matches_scipy(device, n, k, trans, cases):
         np.testing.assert_allclose(f32.get(), ref, rtol=2e-4)
 
 
+def test_solve_triangular_complex(device):
+    # through the real solve of size 2n: the triangle divided by its diagonal, each entry
+    # a 2 x 2 real block (NaN in the other triangle is still not read)
+    rng = np.random.default_rng(4)
+    n = 9
+    h = rng.random((n, n)) + 1j * rng.random((n, n)) + n * np.eye(n)
+    b = rng.random((n, 2)) + 1j * rng.random((n, 2))
+    for lower, trans, unit in ((True, 0, False), (False, "C", False), (True, 1, True)):
+        ref = scipy_linalg.solve_triangular(h, b, trans=trans, lower=lower,
+                                            unit_diagonal=unit)
+        got = fl.linalg.solve_triangular(fl.asarray(_with_nan_elsewhere(h, lower)),
+                                         fl.asarray(b), trans=trans, lower=lower,
+                                         unit_diagonal=unit)
+        assert got.dtype == np.complex128
+        np.testing.assert_allclose(got.get(), ref, rtol=1e-12, atol=1e-14)
+    real = h.real  # a real matrix, a complex right-hand side (a vector)
+    np.testing.assert_allclose(
+        fl.linalg.solve_triangular(fl.asarray(real), fl.asarray(b[:, 0]), lower=True).get(),
+        scipy_linalg.solve_triangular(real, b[:, 0], lower=True), rtol=1e-12)
+
+
 def test_triangular_errors(device):
     with pytest.raises(fl.errors.NotSquareError, match=r"\(3, 4\)"):
         fl.tril_view(fl.asarray(np.ones((3, 4), np.float32)))

@@ -19,7 +19,7 @@ import json
 import numpy as np
 
 import fuseloop as fl
-import fuseloop.evaluate as evaluate
+import fuseloop.splits as splits
 from fuseloop.bench.runner import copy_bandwidth, median_time, wall_times
 from fuseloop.recipes.rows import make_gpu_rows
 
@@ -62,7 +62,7 @@ def main() -> None:
     xh, yh = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
     ref = float((xh.astype(np.float64) * yh).sum())
     x, y = fl.asarray(xh), fl.asarray(yh)
-    original_pieces = evaluate._piece_count
+    original_pieces = splits.piece_count
 
     def report(workload: str, variant: str, nbytes: int, t_call: float, t_pipe: float,
                ok: bool) -> None:
@@ -78,13 +78,13 @@ def main() -> None:
     for g in groups:
         fl.register_recipe("gpu", make_gpu_rows(g), name=f"probe-rows-{g}", kind="reduction")
         for p in piece_counts:
-            evaluate._piece_count = lambda length, device, p=p: min(p, max(1, length // 256))
+            splits.piece_count = lambda length, device, p=p: min(p, max(1, length // 256))
             got = float(fl.sum(x * y))
             ok = abs(got - ref) <= 1e-5 * abs(ref)
             f = lambda: fl.sum(x * y).eval()  # noqa: E731
             report("sum", f"group {g}, pieces {p}", 8 * n, per_call(f, args.repeat),
                    pipelined(f, args.batch), ok)
-    evaluate._piece_count = original_pieces
+    splits.piece_count = original_pieces
 
     r, c = 1 << args.rows_log2, 1 << args.cols_log2
     h = rng.random((r, c), dtype=np.float32)

@@ -22,6 +22,8 @@ operand's (a copy evaluated on the way).
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -310,3 +312,24 @@ def _bind() -> Any:
 
     _lazy_array = lazy
     return lazy
+
+
+# module name -> its settings that change what a composite builds (see watch_settings)
+_watched: dict[str, frozenset[str]] = {}
+
+
+class _WatchedModule(types.ModuleType):
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _watched.get(self.__name__, ()) and getattr(self, name, _MISSING) != value:
+            _templates.clear()
+        super().__setattr__(name, value)
+
+
+def watch_settings(module: str, names: frozenset[str]) -> None:
+    """Forget every template when one of ``module``'s settings ``names`` (module-level
+    values that change what a composite builds, like ``ops.reductions.ROWS_FIRST_MIN``)
+    is set to a new value: a template recorded under the old value would build the old
+    structure.  Reading a setting stays a plain module attribute read (nothing added to
+    the keys); setting one goes through the module class's ``__setattr__``."""
+    _watched[module] = _watched.get(module, frozenset()) | names
+    sys.modules[module].__class__ = _WatchedModule

@@ -19,10 +19,10 @@ from ..array import Array, _coerce
 from ..errors import DTypeError
 from ..evaluate import cast_node
 from ..expr.nodes import Iota, Reduce
-from ..expr.templates import array_key, composite
+from ..expr.templates import array_key, composite, watch_settings
 from ..expr.views import reshape_view
 from ..multi_hooks import splits
-from .shape import normalize_axes, normalize_axis, ravel, reshape
+from .shape import normalize_axes, normalize_axis, ravel, reshape, transpose
 
 _BOOL = np.dtype(np.bool_)
 _UINT8 = np.dtype(np.uint8)
@@ -57,6 +57,8 @@ def _merged(node: Any, axes: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
 #: the fewest elements for which a CPU reduction over a trailing run and other axes is
 #: split in two steps (see _reduce): below, a second kernel's launch costs more
 ROWS_FIRST_MIN = 1 << 16
+# (composites record what they built: a new value forgets those records)
+watch_settings(__name__, frozenset({"ROWS_FIRST_MIN"}))
 
 
 def _rows_first(x: Array, child: Any, red: tuple[int, ...]) -> bool:
@@ -83,8 +85,8 @@ def _reduce(op: str, x: Array, axis: Any, keepdims: bool, dtype: np.dtype) -> Ar
 
 def _reduce_built(op: str, x: Array, axes: tuple[int, ...], keepdims: bool,
                   dtype: np.dtype) -> Array:
-    if op in ("max", "min"):
-        _no_complex(x, op)
+    if op in ("max", "min") and x.dtype.kind == "c":
+        return _complex_extreme(x, axes, keepdims, op == "max")
     node = cast_node(x._node, dtype) if op in ("sum", "prod") else x._node
     if node.dtype != dtype:
         node = cast_node(node, dtype)
@@ -280,6 +282,8 @@ def _arg_extreme_built(x: Array, axis: Any, keepdims: bool, largest: bool) -> Ar
     ax = normalize_axis(axis, x.ndim)
     if x.shape[ax] == 0:
         raise ValueError(f"attempt to get {name} of an empty sequence")
+    if x.dtype.kind == "c":
+        return _complex_arg_extreme(x, ax, keepdims, largest)
     best = (max if largest else min)(x, axis=ax, keepdims=True)
     if x.dtype.kind == "f":
         # numpy returns the first NaN when there is one, and then best is NaN and no
@@ -297,6 +301,44 @@ def _arg_extreme_built(x: Array, axis: Any, keepdims: bool, largest: bool) -> Ar
     candidate = where(hit, position, idx.type(x.shape[ax]))
     out = _reduce("min", candidate, ax, keepdims, idx)
     return out if idx == _INT64 else out.astype(_INT64)
+
+
+def _complex_arg_extreme(x: Array, ax: int, keepdims: bool, largest: bool) -> Array:
+    """argmax/argmin of complex ``x`` along ``ax`` in numpy's order: real parts, then
+    imaginary parts; the first element with a NaN part wins where there is one."""
+    from ..ufuncs import FUNCTIONS, where
+
+    isnan, extreme = FUNCTIONS["isnan"], max if largest else min
+    re, im = x.real, x.imag
+    nan = isnan(re) | isnan(im)
+    fill = -np.inf if largest else np.inf
+    # the extreme real part among the numbers, then the extreme imaginary part among
+    # the numbers that have it
+    best_re = extreme(where(nan, fill, re), axis=ax, keepdims=True)
+    best_im = extreme(where(nan | (re != best_re), fill, im), axis=ax, keepdims=True)
+    hit = where(any(nan, axis=ax, keepdims=True), nan,
+                (re == best_re) & (im == best_im) & ~nan)
+    strides = tuple(1 if d == ax else 0 for d in range(x.ndim))
+    position = Array._lazy(Iota(x.shape, _INT64, strides, 0), x.device)
+    return _reduce("min", where(hit, position, np.int64(x.shape[ax])), ax, keepdims,
+                   _INT64)
+
+
+def _complex_extreme(x: Array, axes: tuple[int, ...], keepdims: bool,
+                     largest: bool) -> Array:
+    """max/min of complex ``x`` over ``axes`` (numpy's order, see
+    :func:`_complex_arg_extreme`): the element at the arg-extreme of the reduced axes
+    moved last and merged."""
+    from .manipulation import take_along_axis
+
+    kept = [d for d in range(x.ndim) if d not in axes]
+    rows = reshape(transpose(x, (*kept, *axes)),
+                   (*(x.shape[d] for d in kept), math.prod(x.shape[d] for d in axes)))
+    at = _complex_arg_extreme(rows, rows.ndim - 1, True, largest)
+    out = take_along_axis(rows, at, axis=-1)
+    shape = (tuple(1 if d in axes else n for d, n in enumerate(x.shape)) if keepdims
+             else tuple(x.shape[d] for d in kept))
+    return reshape(out, shape)
 
 
 def argmax(x: Any, axis: Any = None, keepdims: bool = False) -> Array:

@@ -83,6 +83,8 @@ def _sort_rows(x: Array, descending: bool, values: bool = True,
     """Sort each row (last axis) of ``x``, stably (fuseloop's radix sort on OpenCL
     devices, CuPy's sort on CUDA devices); ``values`` / ``order``: whether the sorted
     values / the positions are wanted (the other field is then a placeholder)."""
+    if x.dtype.kind == "c":
+        return _complex_sort_rows(x, descending, values)
     if x.dtype.kind not in "biuf":
         raise DTypeError(f"cannot sort an array of {x.dtype}")
     n = x.shape[-1] if x.ndim else 1
@@ -104,6 +106,32 @@ def _sort_rows(x: Array, descending: bool, values: bool = True,
     if layout is None:  # (2^32 elements or more, or a tiny local memory)
         return _pyopencl_sort_rows(x, src, n, descending)
     return _radix_sort_rows(x, src, n, descending, values, order, layout)
+
+
+def _complex_sort_rows(x: Array, descending: bool, values: bool) -> _Sorted:
+    """:func:`_sort_rows` of complex ``x`` in numpy's order: numbers by real part, then
+    imaginary part; then ``R+nanj`` by real part, ``nan+Rj`` by imaginary part, and
+    ``nan+nanj`` (NaN parts last whatever the direction).  Three stable sorts of real
+    keys, the least significant first: imaginary part, the main part, NaN class."""
+    from ..ufuncs import FUNCTIONS, where
+    from .manipulation import take_along_axis
+
+    isnan = FUNCTIONS["isnan"]
+    re, im = x.real, x.imag
+    re_nan, im_nan = isnan(re), isnan(im)
+    nan_class = re_nan.astype(np.uint8) * np.uint8(2) + im_nan.astype(np.uint8)
+    zero = re.dtype.type(0)
+    main = where(re_nan, where(im_nan, zero, im), re)
+    minor = where(re_nan | im_nan, zero, im)
+    order: Array | None = None
+    for key, down in ((minor, descending), (main, descending), (nan_class, False)):
+        if order is not None:
+            key = take_along_axis(key, order, axis=-1)
+        step = _sort_rows(key, down, values=False).order
+        order = step if order is None else take_along_axis(order, step, axis=-1)
+    assert order is not None
+    order = order.eval()
+    return _Sorted(take_along_axis(x, order, axis=-1) if values else order, order)
 
 
 def _radix_sort_rows(x: Array, src: Array, n: int, descending: bool, values: bool,

@@ -547,14 +547,22 @@ def _guard_lanes(t_unit: lp.TranslationUnit, lane: str, in_range: isl.BasicSet |
 
     knl = t_unit.default_entrypoint
     args = {a.name for a in knl.args if isinstance(a, lp.ArrayArg)}
+    lane_of: dict[str, str] = {}  # instruction id -> its lane loop (or copy)
+    tested: set[str] = set()
+    for insn in knl.instructions:
+        mine = [n for n in insn.within_inames if n == lane or n.startswith(f"{lane}_s")]
+        if mine:
+            lane_of[insn.id] = mine[0]
+            if isinstance(insn, lp.Assignment) and (
+                    (insn.read_dependency_names() | set(insn.assignee_var_names())) & args
+                    or _calls(insn.expression)):
+                tested.add(insn.id)
+    tested |= _between(knl, tested, lane_of)
     guard_of: dict[str, str] = {}
     insns = []
     for insn in knl.instructions:
-        mine = [n for n in insn.within_inames if n == lane or n.startswith(f"{lane}_s")]
-        if mine and isinstance(insn, lp.Assignment) and (
-                (insn.read_dependency_names() | set(insn.assignee_var_names())) & args
-                or _calls(insn.expression)):
-            guard = guard_of.setdefault(mine[0], f"{mine[0]}{GUARD_SUFFIX}")
+        if insn.id in tested:
+            guard = guard_of.setdefault(lane_of[insn.id], f"{lane_of[insn.id]}{GUARD_SUFFIX}")
             insn = insn.copy(within_inames=insn.within_inames | {guard})
         insns.append(insn)
     if not guard_of:
@@ -583,6 +591,35 @@ def _guard_lanes(t_unit: lp.TranslationUnit, lane: str, in_range: isl.BasicSet |
     knl = knl.copy(domains=domains, instructions=insns,
                    inames={**knl.inames, **{g: Iname(g, frozenset()) for g in guard_of.values()}})
     return lp.tag_inames(t_unit.with_kernel(knl), {g: "unr" for g in guard_of.values()})
+
+
+def _between(knl: lp.LoopKernel, tested: set[str], lane_of: dict[str, str]) -> set[str]:
+    """The untested instructions of a lane loop that depend on a tested one of that
+    loop and that a tested one of it depends on (through any chain): they go into the
+    guard too, as Loopy enters the guard loop once per lane and could not leave it
+    for them and come back (a ``CycleError`` in its scheduler)."""
+    down = {insn.id: insn.depends_on for insn in knl.instructions}
+    up: dict[str, set[str]] = {}
+    for insn_id, deps in down.items():
+        for dep in deps:
+            up.setdefault(dep, set()).add(insn_id)
+
+    def reach(start: set[str], edges: Any) -> set[str]:
+        seen: set[str] = set()
+        todo = list(start)
+        while todo:
+            for nxt in edges.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    extra: set[str] = set()
+    for loop in set(lane_of.values()):
+        mine = {i for i in tested if lane_of[i] == loop}
+        inside = {i for i, n in lane_of.items() if n == loop} - mine
+        extra |= inside & reach(mine, down) & reach(mine, up)
+    return extra
 
 
 def _calls(expr: Any) -> bool:

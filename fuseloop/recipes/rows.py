@@ -258,9 +258,17 @@ def _gpu_columns(t_unit: lp.TranslationUnit, group: int, wide: int) -> lp.Transl
                   if w < group and row_cache.implied(knl, f"NE <= {w}")), group)
     t_unit = lp.split_iname(t_unit, ELEMENT_INAME, width, outer_tag="g.0", inner_tag="l.0")
     if width == group:
-        return lp.tag_inames(t_unit, {FLAT_INAME: "g.1"})
-    return lp.split_iname(t_unit, FLAT_INAME, group // width, outer_tag="g.1",
-                          inner_tag="l.1")
+        return _per_row_on_each_item(lp.tag_inames(t_unit, {FLAT_INAME: "g.1"}))
+    return _per_row_on_each_item(lp.split_iname(t_unit, FLAT_INAME, group // width,
+                                                outer_tag="g.1", inner_tag="l.1"))
+
+
+def _per_row_on_each_item(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
+    """Rows on the grid's second axis, their elements on the first: what is computed
+    once per row outside the element loop (a row's own reduction beside those of its
+    elements: ``d.T @ d`` of a centred ``d``) runs on every work-item of the row, as
+    Loopy wants every instruction on all of the grid's axes."""
+    return lp.add_inames_for_unused_hw_axes(t_unit)
 
 
 def _columns_split_in_group(t_unit: lp.TranslationUnit, width: int,
@@ -524,11 +532,14 @@ def _cpu_columns(t_unit: lp.TranslationUnit, width: int) -> lp.TranslationUnit:
     knl = t_unit.default_entrypoint
     row = select.iname(knl, f"tag:{select.ROW}")
     assert row is not None
-    if _reductions_per_element(knl):
+    per_element = _reductions_per_element(knl)
+    if per_element:
         t_unit = lp.tag_inames(t_unit, {row: "g.1"})
         row = ELEMENT_INAME
     t_unit = lp.split_iname(t_unit, row, width, outer_tag="g.0", inner_tag="ilp.seq",
                             slabs=(0, 1))
+    if per_element:
+        t_unit = _per_row_on_each_item(t_unit)
     knl = t_unit.default_entrypoint
     # (expected: the ILP loop needs Loopy's older scheduler, see _accumulators)
     return t_unit.with_kernel(knl.copy(silenced_warnings=[
