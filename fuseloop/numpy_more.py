@@ -429,8 +429,10 @@ def poly(seq_of_zeros: Any) -> Any:
         a = fl.convolve(a, fl.concat([fl.ones((1,), dtype=dt, device=seq.device),
                                       -seq[k:k + 1]]), mode="full")
     if dt.kind == "c":
-        roots = fl.sort_complex(seq)
-        if bool(fl.all(roots == fl.sort_complex(fl.conj(seq)))):
+        # (numpy's test for conjugate pairs, on the host: the zeros are few, one
+        # convolution each above, and two device sorts cost more than reading them)
+        z = seq.get()
+        if np.all(np.sort(z) == np.sort(z.conj())):
             a = fl.real(a).copy()
     return a
 
@@ -477,7 +479,12 @@ def polyfit(x: Any, y: Any, deg: int, rcond: Any = None, full: bool = False, w: 
         raise TypeError("expected x and y to have same length")
     if rcond is None:
         rcond = xa.shape[0] * np.finfo(xa.dtype).eps
-    lhs, rhs = fl.vander(xa, order), ya
+    # numpy's Vandermonde matrix (a running product, so the same roundings) as one
+    # stack of lazy columns: one element-wise kernel, where fl.vander's scan is several
+    cols = [fl.ones_like(xa)]
+    for _ in builtins_range(order - 1):
+        cols.append(cols[-1] * xa)
+    lhs, rhs = fl.stack(cols[::-1], axis=1), ya
     if w is not None:
         wa = _arr(w, xa) + 0.0
         if wa.ndim != 1:
@@ -489,7 +496,7 @@ def polyfit(x: Any, y: Any, deg: int, rcond: Any = None, full: bool = False, w: 
     mag = fl.real(lhs) ** 2 + fl.imag(lhs) ** 2 if lhs.dtype.kind == "c" else lhs * lhs
     scale = fl.sqrt(fl.sum(mag, axis=0))
     lhs = lhs / scale
-    c, resids, rank, s = _lstsq(lhs, rhs, rcond)
+    c, resids, rank, s, v_inv_s = _lstsq(lhs, rhs, rcond)
     c = (c.T / scale).T
     if rank != order and not full:
         warnings.warn("Polyfit may be poorly conditioned", np.exceptions.RankWarning,
@@ -498,8 +505,13 @@ def polyfit(x: Any, y: Any, deg: int, rcond: Any = None, full: bool = False, w: 
         return c, resids, rank, s, rcond
     if not cov:
         return c
-    lhs_t = fl.matrix_transpose(lhs)
-    vbase = fl.linalg.inv(lhs_t @ lhs) / fl.outer(scale, scale)
+    if lhs.dtype.kind == "c":  # (numpy's inv(lhs.T @ lhs): a transpose, not conjugated)
+        vbase = fl.linalg.inv(fl.matrix_transpose(lhs) @ lhs)
+    else:
+        # inv(lhs.T @ lhs) from the SVD already made: V diag(1/s**2) V.T (the same
+        # matrix at full rank, without squaring the condition number; no LU to build)
+        vbase = v_inv_s @ fl.matrix_transpose(v_inv_s)
+    vbase = vbase / fl.outer(scale, scale)
     if cov == "unscaled":
         fac: Any = 1
     else:
@@ -512,10 +524,10 @@ def polyfit(x: Any, y: Any, deg: int, rcond: Any = None, full: bool = False, w: 
     return c, vbase[:, :, None] * fac
 
 
-def _lstsq(a: Array, b: Array, rcond: float) -> tuple[Array, Array, int, Array]:
+def _lstsq(a: Array, b: Array, rcond: float) -> tuple[Array, Array, int, Array, Array]:
     """numpy's ``lstsq(a, b, rcond)`` for ``a`` (m, n): the minimum-norm solution through
     the SVD, residuals (only where the rank is n < m), rank (read back) and singular
-    values."""
+    values; last ``V diag(1/s)`` (the kept singular values only)."""
     m, n = a.shape
     u, s, vh = fl.linalg.svd(a, full_matrices=False)
     large = s > rcond * fl.max(s)
@@ -523,13 +535,14 @@ def _lstsq(a: Array, b: Array, rcond: float) -> tuple[Array, Array, int, Array]:
     inv_s = fl.where(large, 1 / fl.where(large, s, 1), 0)
     uh, v = fl.conj(fl.matrix_transpose(u)), fl.conj(fl.matrix_transpose(vh))
     rhs = b if b.ndim == 2 else b[:, None]
-    c = v @ ((uh @ rhs) * inv_s[:, None])
+    v_inv_s = v * inv_s
+    c = v_inv_s @ (uh @ rhs)
     if rank == n and m > n:
         diff = a @ c - rhs
         resids = fl.sum(fl.abs(diff) ** 2, axis=0)
     else:
         resids = fl.zeros((0,), dtype=s.dtype, device=a.device)
-    return (c if b.ndim == 2 else c[:, 0]), resids, rank, s
+    return (c if b.ndim == 2 else c[:, 0]), resids, rank, s, v_inv_s
 
 
 def roots(p: Any) -> Array:
