@@ -631,7 +631,7 @@ def require(a: Any, dtype: Any = None, requirements: Any = None, *, like: Any = 
             ) -> Array:
     """numpy's ``require``: ``a`` as a fuseloop array of ``dtype`` meeting
     ``requirements``.  Every fuseloop array is aligned, writeable and C-ordered; "O"
-    (own data) makes a copy of a view; "F" gives a C-ordered array (see
+    (own data) copies a view of a larger buffer; "F" gives a C-ordered array (see
     :func:`asfortranarray`)."""
     reqs = set()  # (a string is read as numpy reads it: one flag per character)
     for r in requirements or ():
@@ -643,9 +643,20 @@ def require(a: Any, dtype: Any = None, requirements: Any = None, *, like: Any = 
         raise ValueError("Cannot specify both 'C' and 'F' order")
     dev = like.device if isinstance(like, Array) else None
     x = fl.asarray(a, dtype=dtype, device=dev)
-    if "O" in reqs and isinstance(a, Array) and x is a and a._storage is not None:
+    if "O" in reqs and x is a and not _owns_buffer(x):
         x = x.copy()
     return x
+
+
+def _owns_buffer(x: Array) -> bool:
+    """Whether ``x`` is the whole of its buffer (numpy's OWNDATA); a lazy array is (its
+    evaluation makes a buffer of its own)."""
+    view = _view_of(x)
+    if view is None:
+        return x._storage is None
+    storage, _, itemsize = view
+    node: Any = x._node  # (a Leaf: _view_of checked)
+    return node.strides is None and node.offset == 0 and x.size * itemsize == storage.nbytes
 
 
 def _view_of(x: Any) -> tuple[Any, tuple, int] | None:

@@ -167,6 +167,11 @@ def test_checks_order_and_memory(device):
     assert not fl.isfortran(fl.ones((2, 2))) and fl.isfortran(np.ones((2, 2), order="F"))
     r = fl.require(fl.ones(3), np.float32, "CAW")
     assert r.dtype == np.float32
+    whole = fl.arange(6).eval()
+    assert fl.require(whole, requirements="O") is whole
+    view = whole[1:]
+    owned = fl.require(view, requirements=["OWNDATA"])
+    assert owned is not view and not fl.shares_memory(owned.eval(), whole)
     with pytest.raises(ValueError, match="both 'C' and 'F'"):
         fl.require(fl.ones(3), None, ["C", "F"])
     a = fl.arange(20.0).reshape(4, 5).eval()
