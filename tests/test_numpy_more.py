@@ -36,7 +36,8 @@ def _same(got, ref, rtol=1e-10, atol=1e-12):
 def test_every_numpy_function_is_provided_or_listed():
     missing = {n for n in dir(np) if not n.startswith("_") and callable(getattr(np, n))
                and not inspect.isclass(getattr(np, n)) and not hasattr(fl, n)}
-    assert missing == NOT_PROVIDED
+    # (a subset: a later numpy's new function must not fail fuseloop's tests)
+    assert missing <= NOT_PROVIDED, sorted(missing - NOT_PROVIDED)
 
 
 def test_windows_and_fromfunction(device):
