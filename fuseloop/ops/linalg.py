@@ -26,6 +26,7 @@ import numpy as np
 from ..array import Array, _coerce
 from ..errors import ShapeError
 from ..expr.nodes import broadcast_shapes
+from ..expr.templates import composite_of
 from ..host_ops import matmul as host_matmul
 from .reductions import _reduce, _sum_dtype
 from .reductions import max as _max
@@ -208,8 +209,17 @@ def matmul(a: Any, b: Any) -> Array:
                              f"sparse matrix of shape {b.shape} is not supported (a transposed "
                              "product); compute A @ x with the sparse matrix on the left")
     a, b = _coerce(a), _coerce(b)
-    if type(a) is Array and type(b) is Array and (got := host_matmul(a, b)) is not None:
-        return got  # (small, on a CPU device: computed by numpy at once)
+    if type(a) is Array and type(b) is Array:
+        if (got := host_matmul(a, b)) is not None:
+            return got  # (small, on a CPU device: computed by numpy at once)
+        # the views, product and sum depend on the operands' structures alone: built
+        # once per pair of signatures, then copied (a third of building them)
+        return composite_of("matmul", (a, b), lambda: _matmul(a, b))
+    return _matmul(a, b)
+
+
+def _matmul(a: Array, b: Array) -> Array:
+    """:func:`matmul` of two arrays, built."""
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul: input operand does not have enough dimensions "
                          "(scalars are not allowed; use *)")
