@@ -190,32 +190,31 @@ def _union(*parts: frozenset) -> frozenset:
     return storages
 
 
-def _operands(pool: list, refs: Any) -> Any:
-    """A copied node's ``operands``: None, a child's tuple shared, or pooled ones."""
-    if refs is None:
-        return None
-    if type(refs) is int:
-        return pool[refs].operands
-    return tuple([pool[r] for r in refs])
-
-
 def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
     """The steps' nodes made on the pool ``ops`` (the operand's ``operands``): node
     allocations and field stores, no dtype resolution, shape arithmetic or view
     pushing; the last node made."""
     pool: list[Any] = list(ops)
+    # (pool positions are read by map in C, not by a comprehension's frame each)
+    get = pool.__getitem__
     for step in steps:
         kind = step[0]
         node: Any
         if kind == _APPLY:
             _, cls, op, args, loop, key, shape, sig, fancy, refs, function = step
             node = _new(cls)
-            argv = tuple([pool[a] for a in args])
+            argv = tuple(map(get, args))
             node.op, node.loop, node.loop_key, node.dtype = op, loop, key, loop[-1]
             node.args, node.shape, node.sig, node.fancy = argv, shape, sig, fancy
-            node.storages = (argv[0].storages or _EMPTY) if len(argv) == 1 \
-                else _union(*[a.storages for a in argv])
-            node.operands = _operands(pool, refs)
+            if len(argv) == 2:  # (_union of two, written out: most operations)
+                sa, sb = argv[0].storages or _EMPTY, argv[1].storages
+                node.storages = sa if not sb or sb is sa else sb if not sa \
+                    else sa if sb <= sa else sa | sb
+            else:
+                node.storages = (argv[0].storages or _EMPTY) if len(argv) == 1 \
+                    else _union(*[a.storages for a in argv])
+            node.operands = None if refs is None else pool[refs].operands \
+                if type(refs) is int else tuple(map(get, refs))
             if function is not None:
                 node.function = function
         elif kind == _REDUCE:
@@ -224,7 +223,8 @@ def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
             c = pool[child]
             node.op, node.child, node.axes, node.dtype = op, c, axes, dtype
             node.shape, node.sig, node.storages = shape, sig, c.storages
-            node.operands = _operands(pool, refs)
+            node.operands = None if refs is None else pool[refs].operands \
+                if type(refs) is int else tuple(map(get, refs))
         elif kind == _IN:
             node = roots[step[1]]
         elif kind == _LEAF:
@@ -247,7 +247,8 @@ def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
             c = pool[child]
             node.child, node.shape, node.offsets, node.coeffs = c, shape, offsets, coeffs
             node.dtype, node.storages, node.sig = c.dtype, c.storages, sig
-            node.operands = _operands(pool, refs)
+            node.operands = None if refs is None else pool[refs].operands \
+                if type(refs) is int else tuple(map(get, refs))
         pool.append(node)
     return pool[-1]
 
