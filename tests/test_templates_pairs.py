@@ -99,3 +99,55 @@ def test_a_pair_template_keeps_no_buffer_alive(device, lazy_products):
         fl.synchronize()  # (lets go of the recent lazy arrays)
         gc.collect()
         assert refs[0]() is None and refs[1]() is None
+
+
+def _same_tree(a, b, seen=None):
+    """Whether the node trees ``a`` and ``b`` have the same classes and fields (buffers
+    and shared leaves by identity)."""
+    from fuseloop.expr.nodes import Node, Storage
+
+    seen = {} if seen is None else seen
+    if isinstance(a, Storage) or not isinstance(a, Node):
+        return a is b if isinstance(a, Storage) else (
+            type(a) is type(b) and (a == b if not isinstance(a, np.ndarray) else a is b))
+    if type(a) is not type(b):
+        return False
+    if id(a) in seen:
+        return seen[id(a)] is b
+    seen[id(a)] = b
+    names = {n for cls in type(a).__mro__ for n in getattr(cls, "__slots__", ())}
+    names.discard("__weakref__")
+    for name in sorted(names):
+        x, y = getattr(a, name, None), getattr(b, name, None)
+        if name == "token":  # (made on first use)
+            continue
+        if isinstance(x, tuple | frozenset) and not isinstance(x, str):
+            if type(x) is not type(y) or len(x) != len(y):
+                return False
+            pairs = zip(x, y) if type(x) is tuple else zip(
+                sorted(x, key=id), sorted(y, key=id))
+            if not all(_same_tree(p, q, seen) for p, q in pairs):
+                return False
+        elif not _same_tree(x, y, seen):
+            return False
+    return True
+
+
+def test_a_copy_is_the_tree_a_fresh_build_makes(device, lazy_products):
+    from fuseloop.expr import templates
+
+    h = rand((6, 5), 0)
+    x, v = fl.asarray(h), fl.asarray(rand(5, 1))
+    builds = {
+        "argmin": lambda: fl.argmin(x * 2.0),  # element indices, scalars, a cast
+        "var": lambda: (x + 1.0).var(axis=1, keepdims=True),
+        "power": lambda: (x - 3.0) ** -1.5,
+        "view": lambda: (x * v)[:, None, ::2].T,
+        "matmul": lambda: (x * 0.5) @ v,
+    }
+    for name, build in builds.items():
+        build(), build()  # (recorded)
+        copied = build()._node
+        templates._templates.clear()
+        fresh = build()._node
+        assert _same_tree(copied, fresh), name
