@@ -1,15 +1,18 @@
 """Per-call host cost of lazy ``.eval()`` against the same function under ``fl.fuse``
 (issue 25), revisions side by side, calling thread's CPU clock.
 
-Cases are the broad suite's single reductions and long element-wise chains at a small
+Cases are the broad suite's single reductions, products with a short side (``matmul-*``,
+``vecmat``, ``small-matvec``), ``fl.add.at`` and long element-wise chains at a small
 size (the host's work dominates; the driver's threads are not counted by
-``time.thread_time``).  The GPU recipes are registered for the CPU device, as
-``lazy_front_half.py`` does, so plans are the GPU's.  Median us per call of interleaved
-rounds; reported, not asserted.  ``--profile CASE`` prints a cProfile of the lazy loop of
-the first revision.  ``--big`` uses the suite's shapes at 2^24 elements (as on the GPU)
-with ``--no-launch`` implied: the driver's enqueue is replaced by a no-op (nothing is
-computed, so results are not checked), which leaves what the host does per call at
-the sizes where the GPU figures were taken (allocations of large buffers included).
+``time.thread_time``). The GPU recipes (reductions, contractions) are registered for the
+CPU device, as ``lazy_front_half.py`` does, so plans are the GPU's. Median us per call
+of interleaved rounds; reported, not asserted. ``--profile CASE`` prints a cProfile of
+the lazy loop of the first revision (by own time; ``LVF_SORT=cumulative`` in the
+environment: by cumulative time). ``--big`` uses the suite's shapes at 2^24 elements (as
+on the GPU) with ``--no-launch`` implied: the driver's enqueue is replaced by a no-op
+(nothing is computed, so results are not checked), which leaves what the host does per
+call at the sizes where the GPU figures were taken (allocations of large buffers
+included).
 
     FUSELOOP_HOST_PATH=0 python benchmarks/probes/lazy_vs_fuse.py /work/main WT [--big]
     python benchmarks/probes/lazy_vs_fuse.py MAIN_REV WT --big --device gpu   (GPU host)
