@@ -213,7 +213,8 @@ def matmul(a: Any, b: Any) -> Array:
         if (got := host_matmul(a, b)) is not None:
             return got  # (small, on a CPU device: computed by numpy at once)
         # the views, product and sum depend on the operands' structures alone: built
-        # once per pair of signatures, then copied (a third of building them)
+        # once per pair of signatures, then copied (8 x 4096 @ 4096 x 4096 on a CPU
+        # host: 4 us, against 18 built)
         return composite_of("matmul", (a, b), lambda: _matmul(a, b))
     return _matmul(a, b)
 
