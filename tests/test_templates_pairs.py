@@ -169,3 +169,15 @@ def test_templates_of_one_form_share_their_generated_code(device, lazy_products,
         for _ in range(4):  # built, recorded, copied by stepping, then generated
             np.testing.assert_array_equal((y - 1.0)[None, ::2].get(), (h * 2 - 1)[None, ::2])
     assert len(templates._codes) == 1
+
+
+def test_einsum_is_copied_per_subscripts(device, lazy_products):
+    m, g = rand((4, 5), 0), rand((5, 3), 1)
+    a, b = fl.asarray(m), fl.asarray(g)
+    for _ in range(3):  # built, recorded, copied; the subscripts are part of the key
+        np.testing.assert_allclose(fl.einsum("ij,jk->ik", a, b).get(), m @ g, rtol=1e-5)
+        np.testing.assert_allclose(fl.einsum("ij,jk->ki", a, b).get(), (m @ g).T, rtol=1e-5)
+        np.testing.assert_allclose(fl.einsum("ij,jk,kl->il", a, b, b.T).get(),
+                                   m @ g @ g.T, rtol=1e-5)  # (an intermediate: built)
+        np.testing.assert_allclose(fl.einsum("ij->j", a * 2.0).get(), (m * 2).sum(0),
+                                   rtol=1e-5)

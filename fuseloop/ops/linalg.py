@@ -117,6 +117,15 @@ def _contract(ops: list[tuple[Array, str]], out: str, sizes: dict[str, int]) -> 
 def einsum(subscripts: str, *operands: Any) -> Array:
     """``numpy.einsum`` with explicit (``'ij,jk->ik'``) or implicit output."""
     arrs = [_coerce(o) for o in operands]
+    if arrs and type(subscripts) is str and all(type(a) is Array for a in arrs):
+        # (built once per subscripts and operand structures, then copied, as matmul)
+        return composite_of("einsum", tuple(arrs), lambda: _einsum(subscripts, arrs),
+                            subscripts)
+    return _einsum(subscripts, arrs)
+
+
+def _einsum(subscripts: str, arrs: list[Any]) -> Array:
+    """:func:`einsum` of the coerced operands, built."""
     spec = subscripts.replace(" ", "")
     if "..." in spec:
         raise NotImplementedError("einsum with '...' is not supported; name every axis")
