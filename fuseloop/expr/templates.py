@@ -54,12 +54,6 @@ TEMPLATES_MAX = 2048
 # _SEEN: a key met once
 _templates: dict[tuple, Any] = {}
 _caches.register("expr.templates", _templates.clear, lambda: len(_templates), TEMPLATES_MAX)
-#: copies of a template made by stepping through it before it is generated (Template)
-COMPILE_AFTER = 16
-#: compiled template functions by source (see _compiled)
-CODES_MAX = 1024
-_codes: dict[str, Any] = {}
-_caches.register("expr.template_codes", _codes.clear, lambda: len(_codes), CODES_MAX)
 
 
 class _NotCopied(Exception):
@@ -77,26 +71,16 @@ class Template:
     fields and ``operands``: None, the pool index of a child whose ``operands`` tuple it
     shares, or the pool indexes of its buffers and scalars.
 
-    ``make(operands, roots)`` makes the nodes: by stepping through the steps
-    (:func:`_copy`) for the first :data:`COMPILE_AFTER` copies, then as one generated
-    function (:func:`_compiled`): straight-line field stores, no step dispatch,
-    unpacking or pool list (argmin's 10 steps on a CPU host: 1.8 us, against 4.6
-    stepping through them; generating it costs about 30 us, so a template copied a few
-    times only is never generated)."""
+    ``make(operands, roots)`` does what the steps say as one generated function
+    (:func:`_compiled`): straight-line field stores, no step dispatch, unpacking or
+    pool list (argmin's 10 steps on a CPU host: 1.8 us, against 4.6 stepping through
+    them)."""
 
-    __slots__ = ("make", "n_ops", "steps", "uses")
+    __slots__ = ("make", "steps")
 
     def __init__(self, steps: list[tuple], n_ops: int = 0) -> None:
         self.steps = steps
-        self.n_ops = n_ops
-        self.uses = 0
-        self.make: Callable[[tuple, tuple], Any] = self._stepping
-
-    def _stepping(self, ops: tuple, roots: tuple) -> Node:
-        self.uses += 1
-        if self.uses >= COMPILE_AFTER:  # (from the next copy on: the generated function)
-            self.make = _compiled(self.steps, self.n_ops)
-        return _copy(self.steps, ops, roots)
+        self.make = _compiled(steps, n_ops)
 
 
 def operand_pattern(operands: tuple | None) -> tuple[int, ...] | None:
@@ -212,69 +196,6 @@ def _union(*parts: frozenset) -> frozenset:
     return storages
 
 
-def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
-    """The steps' nodes made on the pool ``ops`` (the operand's ``operands``): node
-    allocations and field stores, no dtype resolution, shape arithmetic or view
-    pushing; the last node made."""
-    pool: list[Any] = list(ops)
-    # (pool positions are read by map in C, not by a comprehension's frame each)
-    get = pool.__getitem__
-    for step in steps:
-        kind = step[0]
-        node: Any
-        if kind == _APPLY:
-            _, cls, op, args, loop, key, shape, sig, fancy, refs, function = step
-            node = _new(cls)
-            argv = tuple(map(get, args))
-            node.op, node.loop, node.loop_key, node.dtype = op, loop, key, loop[-1]
-            node.args, node.shape, node.sig, node.fancy = argv, shape, sig, fancy
-            if len(argv) == 2:  # (_union of two, written out: most operations)
-                sa, sb = argv[0].storages or _EMPTY, argv[1].storages
-                node.storages = sa if not sb or sb is sa else sb if not sa \
-                    else sa if sb <= sa else sa | sb
-            else:
-                node.storages = (argv[0].storages or _EMPTY) if len(argv) == 1 \
-                    else _union(*[a.storages for a in argv])
-            node.operands = None if refs is None else pool[refs].operands \
-                if type(refs) is int else tuple(map(get, refs))
-            if function is not None:
-                node.function = function
-        elif kind == _REDUCE:
-            _, child, op, axes, dtype, shape, sig, refs = step
-            node = _new(Reduce)
-            c = pool[child]
-            node.op, node.child, node.axes, node.dtype = op, c, axes, dtype
-            node.shape, node.sig, node.storages = shape, sig, c.storages
-            node.operands = None if refs is None else pool[refs].operands \
-                if type(refs) is int else tuple(map(get, refs))
-        elif kind == _IN:
-            node = roots[step[1]]
-        elif kind == _LEAF:
-            _, p, dtype, shape, strides, offset, sig, token = step
-            node = _new(Leaf)
-            node.storage = pool[p]
-            node.operands = (pool[p],)
-            node.storages = frozenset(node.operands)
-            node.dtype, node.shape, node.strides, node.offset = dtype, shape, strides, offset
-            node.sig, node.token = sig, token
-        elif kind == _SCALAR:
-            value = step[1]
-            node = _new(Scalar)
-            node.value, node.dtype, node.shape, node.storages = value, value.dtype, (), _EMPTY
-        elif kind == _SHARED:
-            node = step[1]
-        else:
-            _, child, shape, offsets, coeffs, sig, refs = step
-            node = _new(Remap)
-            c = pool[child]
-            node.child, node.shape, node.offsets, node.coeffs = c, shape, offsets, coeffs
-            node.dtype, node.storages, node.sig = c.dtype, c.storages, sig
-            node.operands = None if refs is None else pool[refs].operands \
-                if type(refs) is int else tuple(map(get, refs))
-        pool.append(node)
-    return pool[-1]
-
-
 def _compiled(steps: list[tuple], n_ops: int) -> Callable[[tuple, tuple], Any]:
     """The function ``make(operands, roots)`` that makes the steps' nodes on the pool
     ``operands`` (``roots``: what the :data:`_IN` steps take) and returns the last:
@@ -296,15 +217,7 @@ def _compiled(steps: list[tuple], n_ops: int) -> Callable[[tuple, tuple], Any]:
     head = [f"o{i} = ops[{i}]" for i in sorted(used)]
     src = "def make(ops, roots):\n" + "".join(
         f"    {line}\n" for line in (*head, *body, f"return {last}"))
-    # (the source holds no constant, only the steps' kinds and pool positions: templates
-    # of one form, as a loop over shapes or offsets makes, share one compilation, which
-    # costs about a millisecond; making the function from it, microseconds)
-    code = _codes.get(src)
-    if code is None:
-        if len(_codes) >= CODES_MAX:
-            _codes.clear()
-        code = _codes[src] = compile(src, "<fuseloop template>", "exec")
-    exec(code, env)  # (generated above from step kinds and positions: no input)
+    exec(compile(src, "<fuseloop template>", "exec"), env)  # (generated above: no input)
     return cast(Callable[[tuple, tuple], Any], env["make"])
 
 
@@ -323,8 +236,7 @@ def _step_lines(step: tuple, v: str, c: str, ref: Callable[[int], str],
     if kind == _APPLY:
         _, cls, op, args, loop, key, shape, sig, fancy, refs, function = step
         env.update({f"{c}cls": cls, f"{c}op": op, f"{c}loop": loop, f"{c}key": key,
-                    f"{c}dt": loop[-1], f"{c}shape": shape, f"{c}fn": function,
-                    f"{c}sig": sig, f"{c}fancy": fancy})
+                    f"{c}dt": loop[-1], f"{c}shape": shape, f"{c}fn": function})
         a = [ref(i) for i in args]
         lines = []
         if len(a) == 1:
@@ -338,31 +250,30 @@ def _step_lines(step: tuple, v: str, c: str, ref: Callable[[int], str],
         lines += [f"{v} = new({c}cls)",
                   f"{v}.op, {v}.loop, {v}.loop_key, {v}.dtype = {c}op, {c}loop, {c}key, {c}dt",
                   f"{v}.args, {v}.shape, {v}.sig, {v}.fancy = ({''.join(x + ', ' for x in a)}),"
-                  f" {c}shape, {c}sig, {c}fancy",
+                  f" {c}shape, {sig!r}, {fancy!r}",
                   f"{v}.storages = {storages}",
                   f"{v}.operands = {operands(refs)}"]
         return lines + ([f"{v}.function = {c}fn"] if function is not None else [])
     if kind == _REDUCE:
         _, child, op, axes, dtype, shape, sig, refs = step
-        env.update({f"{c}op": op, f"{c}axes": axes, f"{c}dt": dtype, f"{c}shape": shape,
-                    f"{c}sig": sig})
+        env.update({f"{c}op": op, f"{c}axes": axes, f"{c}dt": dtype, f"{c}shape": shape})
         ch = ref(child)
         return [f"{v} = new(Reduce)",
                 f"{v}.op, {v}.child, {v}.axes, {v}.dtype = {c}op, {ch}, {c}axes, {c}dt",
-                f"{v}.shape, {v}.sig, {v}.storages = {c}shape, {c}sig, {ch}.storages",
+                f"{v}.shape, {v}.sig, {v}.storages = {c}shape, {sig!r}, {ch}.storages",
                 f"{v}.operands = {operands(refs)}"]
     if kind == _IN:
         return [f"{v} = roots[{step[1]}]"]
     if kind == _LEAF:
         _, p, dtype, shape, strides, offset, sig, token = step
         env.update({f"{c}dt": dtype, f"{c}shape": shape, f"{c}strides": strides,
-                    f"{c}offset": offset, f"{c}token": token, f"{c}sig": sig})
+                    f"{c}offset": offset, f"{c}token": token})
         b = ref(p)
         return [f"{v} = new(Leaf)", f"{v}.storage = {b}", f"{v}.operands = ({b},)",
                 f"{v}.storages = frozenset({v}.operands)",
                 f"{v}.dtype, {v}.shape, {v}.strides, {v}.offset = "
                 f"{c}dt, {c}shape, {c}strides, {c}offset",
-                f"{v}.sig, {v}.token = {c}sig, {c}token"]
+                f"{v}.sig, {v}.token = {sig!r}, {c}token"]
     if kind == _SCALAR:
         env[f"{c}value"] = step[1]
         return [f"{v} = new(Scalar)",
@@ -372,13 +283,12 @@ def _step_lines(step: tuple, v: str, c: str, ref: Callable[[int], str],
         env[f"{c}node"] = step[1]
         return [f"{v} = {c}node"]
     _, child, shape, offsets, coeffs, sig, refs = step  # (a remap)
-    env.update({f"{c}shape": shape, f"{c}offsets": offsets, f"{c}coeffs": coeffs,
-                f"{c}sig": sig})
+    env.update({f"{c}shape": shape, f"{c}offsets": offsets, f"{c}coeffs": coeffs})
     ch = ref(child)
     return [f"{v} = new(Remap)",
             f"{v}.child, {v}.shape, {v}.offsets, {v}.coeffs = "
             f"{ch}, {c}shape, {c}offsets, {c}coeffs",
-            f"{v}.dtype, {v}.storages, {v}.sig = {ch}.dtype, {ch}.storages, {c}sig",
+            f"{v}.dtype, {v}.storages, {v}.sig = {ch}.dtype, {ch}.storages, {sig!r}",
             f"{v}.operands = {operands(refs)}"]
 
 
