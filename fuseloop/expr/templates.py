@@ -69,18 +69,12 @@ class Template:
     leaf of a buffer, a new scalar of a value, a node shared as it is (literals, element
     indices: no buffer, never changed), or an operation, reduction or remap with its
     fields and ``operands``: None, the pool index of a child whose ``operands`` tuple it
-    shares, or the pool indexes of its buffers and scalars.
+    shares, or the pool indexes of its buffers and scalars."""
 
-    ``make(operands, roots)`` does what the steps say as one generated function
-    (:func:`_compiled`): straight-line field stores, no step dispatch, unpacking or
-    pool list (argmin's 10 steps on a CPU host: 1.8 us, against 4.6 stepping through
-    them)."""
+    __slots__ = ("steps",)
 
-    __slots__ = ("make", "steps")
-
-    def __init__(self, steps: list[tuple], n_ops: int = 0) -> None:
+    def __init__(self, steps: list[tuple]) -> None:
         self.steps = steps
-        self.make = _compiled(steps, n_ops)
 
 
 def operand_pattern(operands: tuple | None) -> tuple[int, ...] | None:
@@ -97,7 +91,7 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
     the module's docstring) or ``out`` is None (no view possible)."""
     if out is None:
         return None
-    roots = root if isinstance(root, tuple) else (root,)
+    roots = root if type(root) is tuple else (root,)
     inops = _pooled(roots)
     at: dict[int, int] = {}  # id of a pooled buffer or scalar node -> pool index
     for k, o in enumerate(inops):
@@ -168,15 +162,15 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
             return None  # (one of the operand's scalars itself: no step made it)
     except (_NotCopied, RecursionError):
         return None
-    return Template([step[:-1] for step in steps], len(inops))
+    return Template([step[:-1] for step in steps])
 
 
 def instantiate(template: Template, root: Node | tuple[Node, ...]) -> Node:
     """``template``'s subtree built on ``root`` (of the recorded root's structure; a
     tuple: the recorded roots')."""
-    if isinstance(root, tuple):
-        return template.make(_pooled(root), root)
-    return template.make(root.operands or (), (root,))
+    if type(root) is tuple:
+        return _copy(template.steps, _pooled(root), root)
+    return _copy(template.steps, root.operands or (), (root,))
 
 
 def _pooled(roots: tuple[Node, ...]) -> tuple:
@@ -196,100 +190,67 @@ def _union(*parts: frozenset) -> frozenset:
     return storages
 
 
-def _compiled(steps: list[tuple], n_ops: int) -> Callable[[tuple, tuple], Any]:
-    """The function ``make(operands, roots)`` that makes the steps' nodes on the pool
-    ``operands`` (``roots``: what the :data:`_IN` steps take) and returns the last:
-    Python source with one line per field store, each step's constants bound by name."""
-    env: dict[str, Any] = {"new": _new, "EMPTY": _EMPTY, "union": _union, "Leaf": Leaf,
-                           "Reduce": Reduce, "Remap": Remap, "Scalar": Scalar}
-    used: set[int] = set()
-
-    def ref(i: int) -> str:
-        if i < n_ops:
-            used.add(i)
-            return f"o{i}"
-        return f"n{i}"
-
-    body: list[str] = []
-    for k, step in enumerate(steps):
-        body += _step_lines(step, f"n{n_ops + k}", f"c{k}", ref, env)
-    last = ref(n_ops + len(steps) - 1)  # (before the loads: it may be an operand)
-    head = [f"o{i} = ops[{i}]" for i in sorted(used)]
-    src = "def make(ops, roots):\n" + "".join(
-        f"    {line}\n" for line in (*head, *body, f"return {last}"))
-    exec(compile(src, "<fuseloop template>", "exec"), env)  # (generated above: no input)
-    return cast(Callable[[tuple, tuple], Any], env["make"])
-
-
-def _step_lines(step: tuple, v: str, c: str, ref: Callable[[int], str],
-                env: dict[str, Any]) -> list[str]:
-    """:func:`_compiled`'s lines making ``step``'s node as the local ``v``; its constants
-    go into ``env`` under names starting with ``c``; ``ref`` names a pool entry."""
-    def operands(refs: Any) -> str:
-        if refs is None:
-            return "None"
-        if type(refs) is int:
-            return f"{ref(refs)}.operands"
-        return "(" + "".join(f"{ref(r)}, " for r in refs) + ")"
-
-    kind = step[0]
-    if kind == _APPLY:
-        _, cls, op, args, loop, key, shape, sig, fancy, refs, function = step
-        env.update({f"{c}cls": cls, f"{c}op": op, f"{c}loop": loop, f"{c}key": key,
-                    f"{c}dt": loop[-1], f"{c}shape": shape, f"{c}fn": function})
-        a = [ref(i) for i in args]
-        lines = []
-        if len(a) == 1:
-            storages = f"{a[0]}.storages or EMPTY"
-        elif len(a) == 2:  # (_union of two, written out: most operations)
-            lines.append(f"sa, sb = {a[0]}.storages or EMPTY, {a[1]}.storages")
-            storages = "sa if not sb or sb is sa else sb if not sa else sa if sb <= sa " \
-                "else sa | sb"
+def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
+    """The steps' nodes made on the pool ``ops`` (the operand's ``operands``): node
+    allocations and field stores, no dtype resolution, shape arithmetic or view
+    pushing; the last node made."""
+    pool: list[Any] = list(ops)
+    # (pool positions are read by map in C, not by a comprehension's frame each)
+    get = pool.__getitem__
+    for step in steps:
+        kind = step[0]
+        node: Any
+        if kind == _APPLY:
+            _, cls, op, args, loop, key, shape, sig, fancy, refs, function = step
+            node = _new(cls)
+            argv = tuple(map(get, args))
+            node.op, node.loop, node.loop_key, node.dtype = op, loop, key, loop[-1]
+            node.args, node.shape, node.sig, node.fancy = argv, shape, sig, fancy
+            if len(argv) == 2:  # (_union of two, written out: most operations)
+                sa, sb = argv[0].storages or _EMPTY, argv[1].storages
+                node.storages = sa if not sb or sb is sa else sb if not sa \
+                    else sa if sb <= sa else sa | sb
+            else:
+                node.storages = (argv[0].storages or _EMPTY) if len(argv) == 1 \
+                    else _union(*[a.storages for a in argv])
+            node.operands = None if refs is None else pool[refs].operands \
+                if type(refs) is int else tuple(map(get, refs))
+            if function is not None:
+                node.function = function
+        elif kind == _REDUCE:
+            _, child, op, axes, dtype, shape, sig, refs = step
+            node = _new(Reduce)
+            c = pool[child]
+            node.op, node.child, node.axes, node.dtype = op, c, axes, dtype
+            node.shape, node.sig, node.storages = shape, sig, c.storages
+            node.operands = None if refs is None else pool[refs].operands \
+                if type(refs) is int else tuple(map(get, refs))
+        elif kind == _IN:
+            node = roots[step[1]]
+        elif kind == _LEAF:
+            _, p, dtype, shape, strides, offset, sig, token = step
+            node = _new(Leaf)
+            node.storage = pool[p]
+            node.operands = (pool[p],)
+            node.storages = frozenset(node.operands)
+            node.dtype, node.shape, node.strides, node.offset = dtype, shape, strides, offset
+            node.sig, node.token = sig, token
+        elif kind == _SCALAR:
+            value = step[1]
+            node = _new(Scalar)
+            node.value, node.dtype, node.shape, node.storages = value, value.dtype, (), _EMPTY
+        elif kind == _SHARED:
+            node = step[1]
         else:
-            storages = "union(" + ", ".join(f"{x}.storages" for x in a) + ")"
-        lines += [f"{v} = new({c}cls)",
-                  f"{v}.op, {v}.loop, {v}.loop_key, {v}.dtype = {c}op, {c}loop, {c}key, {c}dt",
-                  f"{v}.args, {v}.shape, {v}.sig, {v}.fancy = ({''.join(x + ', ' for x in a)}),"
-                  f" {c}shape, {sig!r}, {fancy!r}",
-                  f"{v}.storages = {storages}",
-                  f"{v}.operands = {operands(refs)}"]
-        return lines + ([f"{v}.function = {c}fn"] if function is not None else [])
-    if kind == _REDUCE:
-        _, child, op, axes, dtype, shape, sig, refs = step
-        env.update({f"{c}op": op, f"{c}axes": axes, f"{c}dt": dtype, f"{c}shape": shape})
-        ch = ref(child)
-        return [f"{v} = new(Reduce)",
-                f"{v}.op, {v}.child, {v}.axes, {v}.dtype = {c}op, {ch}, {c}axes, {c}dt",
-                f"{v}.shape, {v}.sig, {v}.storages = {c}shape, {sig!r}, {ch}.storages",
-                f"{v}.operands = {operands(refs)}"]
-    if kind == _IN:
-        return [f"{v} = roots[{step[1]}]"]
-    if kind == _LEAF:
-        _, p, dtype, shape, strides, offset, sig, token = step
-        env.update({f"{c}dt": dtype, f"{c}shape": shape, f"{c}strides": strides,
-                    f"{c}offset": offset, f"{c}token": token})
-        b = ref(p)
-        return [f"{v} = new(Leaf)", f"{v}.storage = {b}", f"{v}.operands = ({b},)",
-                f"{v}.storages = frozenset({v}.operands)",
-                f"{v}.dtype, {v}.shape, {v}.strides, {v}.offset = "
-                f"{c}dt, {c}shape, {c}strides, {c}offset",
-                f"{v}.sig, {v}.token = {sig!r}, {c}token"]
-    if kind == _SCALAR:
-        env[f"{c}value"] = step[1]
-        return [f"{v} = new(Scalar)",
-                f"{v}.value, {v}.dtype, {v}.shape, {v}.storages = "
-                f"{c}value, {c}value.dtype, (), EMPTY"]
-    if kind == _SHARED:
-        env[f"{c}node"] = step[1]
-        return [f"{v} = {c}node"]
-    _, child, shape, offsets, coeffs, sig, refs = step  # (a remap)
-    env.update({f"{c}shape": shape, f"{c}offsets": offsets, f"{c}coeffs": coeffs})
-    ch = ref(child)
-    return [f"{v} = new(Remap)",
-            f"{v}.child, {v}.shape, {v}.offsets, {v}.coeffs = "
-            f"{ch}, {c}shape, {c}offsets, {c}coeffs",
-            f"{v}.dtype, {v}.storages, {v}.sig = {ch}.dtype, {ch}.storages, {sig!r}",
-            f"{v}.operands = {operands(refs)}"]
+            _, child, shape, offsets, coeffs, sig, refs = step
+            node = _new(Remap)
+            c = pool[child]
+            node.child, node.shape, node.offsets, node.coeffs = c, shape, offsets, coeffs
+            node.dtype, node.storages, node.sig = c.dtype, c.storages, sig
+            node.operands = None if refs is None else pool[refs].operands \
+                if type(refs) is int else tuple(map(get, refs))
+        pool.append(node)
+    return pool[-1]
 
 
 _MISSING = object()
@@ -374,7 +335,7 @@ def composite_of(name: str, xs: tuple, build: Callable[[], Any], *statics: Any) 
     t = _templates.get(key, _MISSING)
     roots = tuple(x._node for x in xs)
     if type(t) is Template:
-        return (_lazy_array or _bind())(t.make(pool, roots), device)
+        return (_lazy_array or _bind())(_copy(t.steps, pool, roots), device)
     out = build()
     if t is not None:
         _remember(key, t, lambda: record(roots, out._node) if type(out) is type(a)
