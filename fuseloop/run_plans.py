@@ -29,12 +29,15 @@ import contextlib
 import math
 import threading
 from collections.abc import Iterator, Sequence
+from operator import attrgetter
 from typing import Any, Literal
 
 import numpy as np
 
 from . import caches as _caches
 from . import evaluate as _ev
+from . import flags as _flags
+from . import host_path as _host
 from . import splits as _sp
 from .errors import OutOfMemoryError
 from .expr import program as _prog
@@ -109,8 +112,8 @@ class _Step:
     replay takes from its own views.
     """
 
-    __slots__ = ("biggest", "device", "offsets", "out_refs", "out_shape", "params", "plan",
-                 "plan_params", "plans", "program", "scalar_refs", "storage_refs",
+    __slots__ = ("biggest", "device", "offsets", "out_refs", "out_shape", "params", "picks",
+                 "plan", "plan_params", "plans", "program", "scalar_refs", "storage_refs",
                  "writes_input")
 
     def __init__(self, program: Any, params: list[int], out_shape: tuple[int, ...],
@@ -130,6 +133,9 @@ class _Step:
         # read before it (see fuseloop.flags)
         self.writes_input = any(kind == "i" for kind, _ in out_refs)
         self.scalar_refs = scalar_refs
+        # (inputs count, storage_refs and out_refs as positions in a replay's pool of
+        # inputs then allocations): made by the first replay, see _pool_refs
+        self.picks: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None
         # the launch plan of its last replay (see fuseloop.launching.LaunchPlan), and the
         # device it was confirmed for under the plan's recipes stamp
         self.plan: LaunchPlan | None = None
@@ -139,12 +145,13 @@ class _Step:
 
 
 class _Plan:
-    __slots__ = ("allocs", "results", "signed", "steps")
+    __slots__ = ("allocs", "picks", "results", "signed", "steps")
 
     def __init__(self, allocs: list[int], steps: list[_Step], results: tuple) -> None:
         self.allocs = allocs
         self.steps = steps
         self.results = results
+        self.picks: tuple[int, tuple[int, ...]] | None = None  # (see _Step.picks)
         self.signed = 0  # the signatures it was remembered under (see _remember_signed)
 
 
@@ -422,6 +429,32 @@ def replay_signed(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     return _signed_replay(signed, device)
 
 
+def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storage | None:
+    """``evaluate.run([root], out_shape, device)[0]`` of a root whose plan is remembered
+    under its signature, in one frame (``.eval()`` of ``A @ x``, ``x - x.mean()`` in a
+    loop: what the host path's test, :func:`run` and :func:`_signed_replay` do in turn,
+    written out); None when anything else applies (the caller runs it: the host path,
+    no plan remembered, a walk needed, capturing, recording, checking)."""
+    sig = root.sig or signature_of(root)
+    operands = root.operands
+    if not sig or operands is None or _ev.capturing_threads[0] or _ev.recording_threads[0] \
+            or _prog.CHECK_STRUCTURE_CACHE or _host.eligible((root,), out_shape, device, None):
+        return None
+    hit = _signed.get((device.index, sig, out_shape, _prog.firsts(operands)))
+    if hit is None:
+        return None
+    plan, offsets, take, head = hit
+    picked = take(operands)
+    known = _key_head(device)
+    if picked is None or (known is not head and known != head):
+        return None
+    storages, scalars = picked
+    for s in storages:
+        if s.nbytes > INT32_LIMIT:
+            return None
+    return _flags.deferring(_replay, plan, storages, scalars, device, offsets)[0]
+
+
 def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         targets: Sequence[Target | Storage | None] | None) -> list[Storage]:
     """:func:`fuseloop.evaluate.run_unplanned`, replayed from a plan when one is known."""
@@ -521,17 +554,36 @@ def _temporaries(allocs: list[int], device: Device) -> list[Storage]:
         return [_ev.allocate(n, device) for n in allocs]
 
 
+def _pool_refs(refs: tuple, n: int) -> tuple[int, ...]:
+    """Refs ``("i", k)`` / ``("t", k)`` as positions in a pool of ``n`` inputs followed
+    by the plan's allocations."""
+    return tuple(k if kind == "i" else n + k for kind, k in refs)
+
+
 def _replay(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
             device: Device, offsets: Sequence[int] = ()) -> list[Storage]:
     tmps = _temporaries(plan.allocs, device)
+    n = len(storages)
+    # (the refs as positions in one pool, worked out once per step: a replay picks each
+    # step's buffers by map in C, not by a comprehension's frame and test per buffer)
+    pick = [*storages, *tmps].__getitem__
     for step in plan.steps:
         if step.writes_input:
             check_pending()
-        st = [storages[k] if kind == "i" else tmps[k] for kind, k in step.storage_refs]
-        outs = [storages[k] if kind == "i" else tmps[k] for kind, k in step.out_refs]
-        sc = [scalars[k] for k in step.scalar_refs]
-        _launch_step(step, st, outs, sc, device, _params(step, offsets))
-    return [storages[k] if kind == "i" else tmps[k] for kind, k in plan.results]
+        picks = step.picks
+        if picks is None or picks[0] != n:
+            picks = step.picks = (n, _pool_refs(step.storage_refs, n),
+                                  _pool_refs(step.out_refs, n))
+        sc = list(map(scalars.__getitem__, step.scalar_refs)) if step.scalar_refs else []
+        _launch_step(step, list(map(pick, picks[1])), list(map(pick, picks[2])), sc, device,
+                     _params(step, offsets))
+    results = plan.picks
+    if results is None or results[0] != n:
+        results = plan.picks = (n, _pool_refs(plan.results, n))
+    return list(map(pick, results[1]))
+
+
+_nbytes = attrgetter("nbytes")
 
 
 def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
@@ -546,7 +598,7 @@ def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
         biggest = max(max(params, default=0), math.prod(step.out_shape))
     index_dtype = index_dtype_for(storages, biggest, device)
     limit = 4 * DEFER_MAX_ELEMENTS
-    small = biggest <= limit and max([s.nbytes for s in storages], default=0) <= limit
+    small = biggest <= limit and max(map(_nbytes, storages), default=0) <= limit
     plan = step.plan
     # the common replay: the plan kept for these parameters on this device, its recipe
     # confirmed under the current recipes token (as fl.fuse's and run_flat's hot paths)

@@ -1,15 +1,18 @@
 """Per-call host cost of lazy ``.eval()`` against the same function under ``fl.fuse``
 (issue 25), revisions side by side, calling thread's CPU clock.
 
-Cases are the broad suite's single reductions and long element-wise chains at a small
+Cases are the broad suite's single reductions, products with a short side (``matmul-*``,
+``vecmat``, ``small-matvec``), ``fl.add.at`` and long element-wise chains at a small
 size (the host's work dominates; the driver's threads are not counted by
-``time.thread_time``).  The GPU recipes are registered for the CPU device, as
-``lazy_front_half.py`` does, so plans are the GPU's.  Median us per call of interleaved
-rounds; reported, not asserted.  ``--profile CASE`` prints a cProfile of the lazy loop of
-the first revision.  ``--big`` uses the suite's shapes at 2^24 elements (as on the GPU)
-with ``--no-launch`` implied: the driver's enqueue is replaced by a no-op (nothing is
-computed, so results are not checked), which leaves what the host does per call at
-the sizes where the GPU figures were taken (allocations of large buffers included).
+``time.thread_time``). The GPU recipes (reductions, contractions) are registered for the
+CPU device, as ``lazy_front_half.py`` does, so plans are the GPU's. Median us per call
+of interleaved rounds; reported, not asserted. ``--profile CASE`` prints a cProfile of
+the lazy loop of the first revision (by own time; ``LVF_SORT=cumulative`` in the
+environment: by cumulative time). ``--big`` uses the suite's shapes at 2^24 elements (as
+on the GPU) with ``--no-launch`` implied: the driver's enqueue is replaced by a no-op
+(nothing is computed, so results are not checked), which leaves what the host does per
+call at the sizes where the GPU figures were taken (allocations of large buffers
+included).
 
     FUSELOOP_HOST_PATH=0 python benchmarks/probes/lazy_vs_fuse.py /work/main WT [--big]
     python benchmarks/probes/lazy_vs_fuse.py MAIN_REV WT --big --device gpu   (GPU host)
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import importlib
+import os
 import pstats
 import statistics
 import sys
@@ -50,10 +54,22 @@ def _chain(fl: Any, x: Any, y: Any) -> Any:
     return r
 
 
+def _scatter_add(fl: Any, v: Any, idx: Any) -> Any:
+    out = fl.zeros(v.shape[0] // 16, dtype=v.dtype)
+    fl.add.at(out, idx, v)
+    return out
+
+
 Case = Callable[..., Any]
 BIG = {"sum-all-keepdims": (256, 256, 256), "sum-axes02": (512, 512, 64),
        "sum-middle": (512, 512, 64), "argmin-all": (1 << 24,), "chain-32": (1 << 24,),
-       "horner-16": (1 << 24,)}
+       "horner-16": (1 << 24,), "scatter-add": (1 << 24,)}
+# the second operand's shape where it is not the first's (small, big)
+SECOND = {"matmul-8rows": ((64, 64), (4096, 4096)), "matmul-64rows": ((64, 64), (4096, 4096)),
+          "matmul-8cols": ((64, 8), (4096, 8)), "vecmat": ((64, 64), (4096, 4096)),
+          "small-matvec": ((64,), (64,))}
+BIG.update({"matmul-8rows": (8, 4096), "matmul-64rows": (64, 4096), "vecmat": (4096,),
+            "small-matvec": (64, 64)})
 # name: (input shape, function of (fl, x, y))
 CASES: dict[str, tuple[tuple[int, ...], Case]] = {
     "sum-all-keepdims": ((16, 16, 16), lambda fl, x, y: fl.sum(x, axis=(0, 1, 2),
@@ -65,6 +81,12 @@ CASES: dict[str, tuple[tuple[int, ...], Case]] = {
     "argmin-all": ((4096,), lambda fl, x, y: fl.argmin(x)),
     "argmax-rows": ((64, 64), lambda fl, x, y: fl.argmax(x, axis=1)),
     "colstat": ((64, 64), lambda fl, x, y: fl.mean((x - fl.mean(x, axis=0)) ** 2, axis=0)),
+    "scatter-add": ((4096,), _scatter_add),
+    "matmul-8rows": ((8, 64), lambda fl, a, b: a @ b),
+    "matmul-64rows": ((64, 64), lambda fl, a, b: a @ b),
+    "matmul-8cols": ((64, 64), lambda fl, a, b: a @ b),
+    "vecmat": ((64,), lambda fl, a, b: a @ b),
+    "small-matvec": ((64, 64), lambda fl, a, b: a @ b),
     "chain-32": ((4096,), _chain),
     "horner-16": ((4096,), _horner),
 }
@@ -78,6 +100,9 @@ def prepare(fl: Any, name: str, big: bool = False, device: str = "cpu"
         fl.register_recipe("cpu", recipes.gpu_coalesced, name="lvf-gpu-coalesced")
         fl.register_recipe("cpu", rows.make_gpu_rows(256), name="lvf-gpu-rows",
                            kind="reduction")
+        contraction = importlib.import_module(f"{fl.__name__}.recipes.contraction")
+        fl.register_recipe("cpu", contraction.gpu_tiled, name="lvf-gpu-tiled",
+                           kind="contraction")
     fl.set_device(device)
     shape, fn = CASES[name]
     if big:
@@ -88,7 +113,11 @@ def prepare(fl: Any, name: str, big: bool = False, device: str = "cpu"
     else:
         xh = rng.random(shape, dtype=np.float32)
     x = fl.asarray(xh)
-    y = fl.asarray(rng.random(shape, dtype=np.float32))
+    second = SECOND.get(name, (shape, shape))[1 if big else 0]
+    if name == "scatter-add":  # (y: the bins)
+        y = fl.asarray(rng.integers(0, shape[0] // 16, shape[0], dtype=np.int64))
+    else:
+        y = fl.asarray(rng.random(second, dtype=np.float32))
     fused = fl.fuse(lambda a, b: fn(fl, a, b))
 
     def lazy(calls: int) -> None:
@@ -111,7 +140,11 @@ def prepare(fl: Any, name: str, big: bool = False, device: str = "cpu"
         launching = importlib.import_module(f"{fl.__name__}.launching")
         launching.enqueue_or_defer = lambda go, args, small, device: None
         return lazy, fuse
-    want = fn(np, xh, y.get())
+    if name == "scatter-add":
+        want = np.zeros(shape[0] // 16, np.float32)
+        np.add.at(want, y.get(), xh)
+    else:
+        want = fn(np, xh, y.get())
     got = np.asarray(fn(fl, x, y).eval().get())
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(np.asarray(fused(x, y).get()), want, rtol=1e-4, atol=1e-3)
@@ -137,7 +170,7 @@ def main() -> None:
         lazy, _ = prepare(pkgs[0], args.profile, args.big, args.device)
         prof = cProfile.Profile()
         prof.runcall(lazy, 2000)
-        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+        pstats.Stats(prof).sort_stats(os.environ.get("LVF_SORT", "tottime")).print_stats(40)
         return
     print(f"thread CPU us per call, median of {args.rounds} interleaved rounds of "
           f"{args.calls}: lazy .eval() | fl.fuse call")

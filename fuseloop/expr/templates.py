@@ -87,15 +87,18 @@ def operand_pattern(operands: tuple | None) -> tuple[int, ...] | None:
     return tuple(map(operands.index, operands))
 
 
-def record(root: Node, out: Node | None) -> Template | None:
-    """The template of ``out``, a subtree built from ``root`` alone; None when it cannot
-    be recorded (see the module's docstring) or ``out`` is None (no view possible)."""
+def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
+    """The template of ``out``, a subtree built from ``root`` alone (or from the roots
+    of a tuple: their operands pooled in order); None when it cannot be recorded (see
+    the module's docstring) or ``out`` is None (no view possible)."""
     if out is None:
         return None
-    inops = root.operands or ()
+    roots = root if type(root) is tuple else (root,)
+    inops = _pooled(roots)
     at: dict[int, int] = {}  # id of a pooled buffer or scalar node -> pool index
     for k, o in enumerate(inops):
         at.setdefault(id(o), k)
+    rooted = {id(r): k for k, r in enumerate(roots)}
     steps: list[tuple] = []
     index: dict[int, int] = {}  # id of a node -> pool index
 
@@ -122,8 +125,8 @@ def record(root: Node, out: Node | None) -> Template | None:
             return k
         cls = type(node)
         step: tuple
-        if node is root:
-            step = (_IN,)
+        if id(node) in rooted:
+            step = (_IN, rooted[id(node)])
         elif cls is Apply or cls is UserCall:
             args = tuple(enc(a) for a in node.args)
             step = (_APPLY, cls, node.op, args, node.loop, node.loop_key, node.shape,
@@ -164,9 +167,20 @@ def record(root: Node, out: Node | None) -> Template | None:
     return Template([step[:-1] for step in steps])
 
 
-def instantiate(template: Template, root: Node) -> Node:
-    """``template``'s subtree built on ``root`` (of the recorded root's structure)."""
-    return _copy(template.steps, root.operands or (), root)
+def instantiate(template: Template, root: Node | tuple[Node, ...]) -> Node:
+    """``template``'s subtree built on ``root`` (of the recorded root's structure; a
+    tuple: the recorded roots')."""
+    if type(root) is tuple:
+        return _copy(template.steps, _pooled(root), root)
+    return _copy(template.steps, root.operands or (), (root,))
+
+
+def _pooled(roots: tuple[Node, ...]) -> tuple:
+    """The operands of ``roots`` in order: a template's first pool entries."""
+    pool: tuple = ()
+    for r in roots:
+        pool += r.operands or ()
+    return pool
 
 
 def _union(*parts: frozenset) -> frozenset:
@@ -178,32 +192,31 @@ def _union(*parts: frozenset) -> frozenset:
     return storages
 
 
-def _operands(pool: list, refs: Any) -> Any:
-    """A copied node's ``operands``: None, a child's tuple shared, or pooled ones."""
-    if refs is None:
-        return None
-    if type(refs) is int:
-        return pool[refs].operands
-    return tuple([pool[r] for r in refs])
-
-
-def _copy(steps: list[tuple], ops: tuple, root: Node) -> Node:
+def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
     """The steps' nodes made on the pool ``ops`` (the operand's ``operands``): node
     allocations and field stores, no dtype resolution, shape arithmetic or view
     pushing; the last node made."""
     pool: list[Any] = list(ops)
+    # (pool positions are read by map in C, not by a comprehension's frame each)
+    get = pool.__getitem__
     for step in steps:
         kind = step[0]
         node: Any
         if kind == _APPLY:
             _, cls, op, args, loop, key, shape, sig, fancy, refs, function = step
             node = _new(cls)
-            argv = tuple([pool[a] for a in args])
+            argv = tuple(map(get, args))
             node.op, node.loop, node.loop_key, node.dtype = op, loop, key, loop[-1]
             node.args, node.shape, node.sig, node.fancy = argv, shape, sig, fancy
-            node.storages = (argv[0].storages or _EMPTY) if len(argv) == 1 \
-                else _union(*[a.storages for a in argv])
-            node.operands = _operands(pool, refs)
+            if len(argv) == 2:  # (_union of two, written out: most operations)
+                sa, sb = argv[0].storages or _EMPTY, argv[1].storages
+                node.storages = sa if not sb or sb is sa else sb if not sa \
+                    else sa if sb <= sa else sa | sb
+            else:
+                node.storages = (argv[0].storages or _EMPTY) if len(argv) == 1 \
+                    else _union(*[a.storages for a in argv])
+            node.operands = None if refs is None else pool[refs].operands \
+                if type(refs) is int else tuple(map(get, refs))
             if function is not None:
                 node.function = function
         elif kind == _REDUCE:
@@ -212,9 +225,10 @@ def _copy(steps: list[tuple], ops: tuple, root: Node) -> Node:
             c = pool[child]
             node.op, node.child, node.axes, node.dtype = op, c, axes, dtype
             node.shape, node.sig, node.storages = shape, sig, c.storages
-            node.operands = _operands(pool, refs)
+            node.operands = None if refs is None else pool[refs].operands \
+                if type(refs) is int else tuple(map(get, refs))
         elif kind == _IN:
-            node = root
+            node = roots[step[1]]
         elif kind == _LEAF:
             _, p, dtype, shape, strides, offset, sig, token = step
             node = _new(Leaf)
@@ -235,7 +249,8 @@ def _copy(steps: list[tuple], ops: tuple, root: Node) -> Node:
             c = pool[child]
             node.child, node.shape, node.offsets, node.coeffs = c, shape, offsets, coeffs
             node.dtype, node.storages, node.sig = c.dtype, c.storages, sig
-            node.operands = _operands(pool, refs)
+            node.operands = None if refs is None else pool[refs].operands \
+                if type(refs) is int else tuple(map(get, refs))
         pool.append(node)
     return pool[-1]
 
@@ -298,6 +313,35 @@ def composite(key: tuple | None, x: Any, build: Callable[[], Any]) -> Any:
         # (a concrete result, or one on another device, is not a copy of nodes)
         _remember(key, t, lambda: record(x._node, out._node) if type(out) is type(x)
                   and out._storage is None and out.device is x.device else None)
+    return out
+
+
+def composite_of(name: str, xs: tuple, build: Callable[[], Any], *statics: Any) -> Any:
+    """:func:`composite` of the arrays ``xs`` (one device), keyed by ``name``, their
+    signatures, which of their operands repeat (within one and across them) and
+    ``statics``."""
+    a = xs[0]
+    device = a.device
+    pool: tuple = ()
+    sigs = []
+    for x in xs:
+        node = x._node
+        sig = node.sig or signature_of(node)
+        if not sig or not x._shape or node.operands is None or x.device is not device:
+            return build()
+        sigs.append(sig)
+        pool += node.operands
+    if _trace_hooks.trace_checks:
+        return build()
+    key = (name, tuple(sigs), operand_pattern(pool), device, statics)
+    t = _templates.get(key, _MISSING)
+    roots = tuple(x._node for x in xs)
+    if type(t) is Template:
+        return (_lazy_array or _bind())(_copy(t.steps, pool, roots), device)
+    out = build()
+    if t is not None:
+        _remember(key, t, lambda: record(roots, out._node) if type(out) is type(a)
+                  and out._storage is None and out.device is device else None)
     return out
 
 
