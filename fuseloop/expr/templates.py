@@ -93,7 +93,7 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
     the module's docstring) or ``out`` is None (no view possible)."""
     if out is None:
         return None
-    roots = root if type(root) is tuple else (root,)
+    roots = root if isinstance(root, tuple) else (root,)
     inops = _pooled(roots)
     at: dict[int, int] = {}  # id of a pooled buffer or scalar node -> pool index
     for k, o in enumerate(inops):
@@ -170,7 +170,7 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
 def instantiate(template: Template, root: Node | tuple[Node, ...]) -> Node:
     """``template``'s subtree built on ``root`` (of the recorded root's structure; a
     tuple: the recorded roots')."""
-    if type(root) is tuple:
+    if isinstance(root, tuple):
         return _copy(template.steps, _pooled(root), root)
     return _copy(template.steps, root.operands or (), (root,))
 
