@@ -34,6 +34,7 @@ from ..expr.nodes import Scalar, signature_of
 from ..ops.reductions import _ddof, _mean_dtypes
 from ..ops.shape import normalize_axes
 from ..run_plans import _signed_replay
+from . import replay as _replay
 from .array import finish_reads, launch_part, start_read
 from .exchange import _transfer
 
@@ -182,7 +183,12 @@ def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[in
     counts = [0, 0]
     planned = 0
     base = _plan_base(func.__name__, axes, keepdims, params)
+    if base is not None:  # (the parts with known plans, back to back)
+        partials = _replay.replayed(_PARTIALS, base, used)
+        planned = len(partials)
     for k, p in enumerate(used):
+        if k < planned:
+            continue
         q = _planned(base, p) if base is not None else None
         if q is not None:
             planned += 1
