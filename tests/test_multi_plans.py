@@ -142,6 +142,35 @@ def test_split_sum_plans_off_builds_as_before(three, monkeypatch):
         assert multi_reduce.LAST_PLANNED == [0] and multi_reduce.LAST_PARTIALS == [1, 2]
 
 
+def test_split_stencil_parts_of_known_plans_replayed(three, monkeypatch):
+    """A stencil step's parts whose plans a step made are replayed in multi.replay by
+    the split array's eval (no part through Array.eval), the first step's kernels, all
+    cache hits; a write across a part boundary between two steps is seen."""
+    un = np.random.default_rng(7).standard_normal((150, 100)).astype(np.float32)
+
+    def want(a):
+        lap = sum(np.roll(a, s, axis) for s in (1, -1) for axis in (0, 1)) - 4 * a
+        return a + np.float32(0.1) * lap
+
+    with fl.device(three):
+        u = fl.asarray(un)
+    fl.reset_stats()
+    np.testing.assert_allclose(
+        (u + np.float32(0.1) * fl.stencil(u, LAPLACE, boundary="wrap")).get(), want(un),
+        rtol=1e-5, atol=1e-5)
+    launched = fl.stats()["kernels_launched"]
+    u[45:55] = 2.0  # (across the first two parts' boundary)
+    un[45:55] = 2.0
+    step = u + np.float32(0.1) * fl.stencil(u, LAPLACE, boundary="wrap")
+    evals = _counting(monkeypatch, multi_array, "launch_part")
+    fl.reset_stats()
+    step.eval()
+    stats = fl.stats()
+    assert multi_replay.LAST_FAST == [3] and evals == []
+    assert stats["kernels_launched"] == launched == stats["memory_cache_hits"]
+    np.testing.assert_allclose(step.get(), want(un), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("boundary", ["clamp", "wrap", "constant"])
 def test_split_stencil_steps_reuse_the_kept_templates(three, boundary):
     """Steps of a split stencil: the first builds its parts (one per window structure),

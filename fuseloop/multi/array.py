@@ -31,6 +31,7 @@ from ..runtime.devices import _runtime
 from ..runtime.transfer import wait
 from . import trace
 from .devset import DeviceSet, split_bounds
+from .replay import launched
 
 
 class MultiArray:
@@ -259,9 +260,12 @@ for _dunder, _ufunc in {"neg": "negative", "pos": "positive", "abs": "absolute",
 def launch_parts(parts: Sequence[Array]) -> None:
     """Evaluate ``parts`` one after the other (:func:`launch_part`), so a device starts
     while the next part is enqueued rather than when the host first waits on it.
-    Nothing here waits."""
+    Nothing here waits.  Parts whose plans are known are replayed back to back
+    (:func:`fuseloop.multi.replay.launched`)."""
+    done = launched(parts)
     for k, p in enumerate(parts):
-        launch_part(k, p)
+        if not done[k]:
+            launch_part(k, p)
 
 
 def launch_part(k: int, p: Array) -> None:

@@ -1,5 +1,8 @@
-"""The parts of a split reduction replayed back to back (issue 29: the time between two
-parts' enqueues decides how far a split sum scales).
+"""The parts of a split call replayed back to back (issue 29: the time between two
+parts' enqueues decides how far a split sum or stencil step scales): a split
+reduction's partial results (:func:`replayed`) and a split array's lazy parts when it
+is evaluated (:func:`launched`: a stencil step's parts, an elementwise expression's
+where ``run_plans`` holds its plan).
 
 Once a call has built the reduction of a part's structure, a later call's part is the
 replay of the run plan its device holds (``run_plans``' plan by signature).  Through
@@ -38,12 +41,23 @@ from ..recipe_state import current as _recipes_current
 from ..runtime.devices import _runtime
 from . import trace
 
-#: whether a split reduction's parts whose plans are known are replayed by
-#: :func:`replayed` (``FUSELOOP_MULTI_FAST=0``: each through ``run_plans``' replay, as a
+#: whether a split call's parts whose plans are known are replayed here
+#: (``FUSELOOP_MULTI_FAST=0``: each through ``run_plans``' replay or ``Array.eval``, as a
 #: single array's would be; ``bench_multigpu --variants`` times both)
 FAST = os.environ.get("FUSELOOP_MULTI_FAST", "1").strip() != "0"
-#: the parts the last split reduction replayed here
+#: the parts the last split reduction or evaluation replayed here (or found evaluated)
 LAST_FAST: list[int] = [0]
+
+
+def _ready(parts: Sequence[Array]) -> bool:
+    """Whether parts may be replayed here at all: the checks that are the same for
+    every part of a call (no capture, recording or plan checking; not the host path's
+    small work on a CPU device)."""
+    if not FAST or capturing_threads[0] or recording_threads[0] \
+            or _prog.CHECK_STRUCTURE_CACHE or not parts:
+        return False
+    return not (_host.HOST_MAX_WORK and _host.host_device(parts[0].device)
+                and min(math.prod(p.shape) for p in parts) <= _host.HOST_MAX_WORK)
 
 
 def replayed(partials: dict, base: tuple, used: Sequence[Array]) -> list[Array]:
@@ -52,30 +66,24 @@ def replayed(partials: dict, base: tuple, used: Sequence[Array]) -> list[Array]:
     submitted before the next part is looked at; it stops at the first part without
     one (the caller continues from there).  ``partials``: ``reduce._PARTIALS``."""
     LAST_FAST[0] = 0
-    if not FAST or capturing_threads[0] or recording_threads[0] \
-            or _prog.CHECK_STRUCTURE_CACHE or not used:
+    if not _ready(used):
         return []
-    if _host.HOST_MAX_WORK and _host.host_device(used[0].device) \
-            and min(math.prod(p.shape) for p in used) <= _host.HOST_MAX_WORK:
-        return []  # (small work on a CPU: the host path's, through the general one)
     done: list[Array] = []
-    _flags.deferring(_parts, partials, base, used, done)
+    _flags.deferring(_partials, partials, base, used, done)
     LAST_FAST[0] = len(done)
     return done
 
 
-def _parts(partials: dict, base: tuple, used: Sequence[Array], done: list[Array]) -> None:
-    signed = _rp._signed
+def _partials(partials: dict, base: tuple, used: Sequence[Array], done: list[Array]) -> None:
     token = _recipes_current[0]
     last_sig: Any = None
     hit: Any = None
     for k, p in enumerate(used):
         node = p._node
-        if node is None or p._storage is not None:
+        if p._storage is not None:
             return
         sig = node.sig or signature_of(node)
-        operands = node.operands
-        if not sig or operands is None:
+        if not sig:
             return
         if sig is not last_sig:
             hit = partials.get((base, sig))
@@ -83,25 +91,66 @@ def _parts(partials: dict, base: tuple, used: Sequence[Array], done: list[Array]
         if hit is None:
             return
         rsig, shape, dtype = hit
-        device = p.device
-        entry = signed.get((device.index, rsig, shape, _prog.firsts(operands)))
-        if entry is None:
+        out = _replay(node, rsig, shape, p.device, token)
+        if out is None:
             return
-        plan, offsets, take, head = entry
-        picked = take(operands)
-        known = _rp._key_head(device)
-        if picked is None or (known is not head and known != head):
-            return
-        storages, scalars = picked
-        for s in storages:
-            if s.nbytes > INT32_LIMIT:
-                return
-        with _current(device):
-            out = _launch(plan, storages, scalars, offsets, device, token)
-        q = Array._concrete(out, dtype, shape)
-        done.append(q)
+        done.append(Array._concrete(out, dtype, shape))
         if trace.events is not None:
-            trace.note("enqueued", k, device)
+            trace.note("enqueued", k, p.device)
+
+
+def launched(parts: Sequence[Array]) -> list[bool]:
+    """Each lazy part of ``parts`` (a split array's, to be evaluated) whose structure
+    has a plan on its device replayed here and made concrete (its queue submitted before
+    the next part is looked at): per part, whether it was (the caller evaluates the
+    others its own way).  Parts evaluated already count as done."""
+    if not _ready(parts):
+        return [p._storage is not None for p in parts]
+    out: list[bool] = []
+    _flags.deferring(_lazy_parts, parts, out)
+    LAST_FAST[0] = sum(out)
+    return out
+
+
+def _lazy_parts(parts: Sequence[Array], out: list[bool]) -> None:
+    token = _recipes_current[0]
+    for k, p in enumerate(parts):
+        if p._storage is not None:
+            out.append(True)
+            continue
+        node = p._node
+        sig = node.sig or signature_of(node)
+        got = _replay(node, sig, p.shape, p.device, token) if sig else None
+        if got is None:
+            out.append(False)
+            continue
+        p._become(got)
+        out.append(True)
+        if trace.events is not None:
+            trace.note("enqueued", k, p.device)
+
+
+def _replay(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any) -> Any:
+    """The result of the plan ``device`` holds for signature ``sig`` and ``shape`` over
+    ``node``'s operands, enqueued and submitted; None where none is held or its
+    buffers need ``run_plans``' walk (as ``run_plans._signed_replay`` decides)."""
+    operands = node.operands
+    if operands is None:
+        return None
+    entry = _rp._signed.get((device.index, sig, shape, _prog.firsts(operands)))
+    if entry is None:
+        return None
+    plan, offsets, take, head = entry
+    picked = take(operands)
+    known = _rp._key_head(device)
+    if picked is None or (known is not head and known != head):
+        return None
+    storages, scalars = picked
+    for s in storages:
+        if s.nbytes > INT32_LIMIT:
+            return None
+    with _current(device):
+        return _launch(plan, storages, scalars, offsets, device, token)
 
 
 _NO_SWITCH = contextlib.nullcontext()
@@ -159,4 +208,4 @@ def _launch(plan: Any, storages: list[Any], scalars: list[Any], offsets: Sequenc
     return storages[k] if kind == "i" else tmps[k]
 
 
-__all__ = ["FAST", "LAST_FAST", "replayed"]
+__all__ = ["FAST", "LAST_FAST", "launched", "replayed"]
