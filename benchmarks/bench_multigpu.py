@@ -271,6 +271,9 @@ def print_trace(name: str, tr: dict[str, Any]) -> None:
         enq = "-" if p["enqueued_ms"] is None else f"{p['enqueued_ms']:.3f}"
         print(f"  {p['part']:4d} {p['device']:6d} {p['rows']:11d} {enq:>9s} "
               f"{p['done_ms']:9.3f} {p['alone_ms']:9.3f}")
+    phases = [e for e in tr["events"] if e[1] < 0]  # (a split stencil's phases)
+    if phases:
+        print("  phases: " + ", ".join(f"{e} at {t:.3f}" for e, _, _, t in phases))
     reads = [e for e in tr["events"] if e[0].startswith("read")]
     if reads:
         print("  reads: " + ", ".join(f"{e} part {p} at {t:.3f}" for e, p, _, t in reads))

@@ -36,7 +36,13 @@ from ..evaluate import capturing_threads, recording_threads
 from ..expr import program as _prog
 from ..expr.ir import INT32_LIMIT
 from ..expr.nodes import signature_of
-from ..launching import _counters, _stats_lock, index_dtype_for, thread_kernel
+from ..launching import (
+    DEFER_MAX_ELEMENTS,
+    _counters,
+    _stats_lock,
+    index_dtype_for,
+    thread_kernel,
+)
 from ..recipe_state import current as _recipes_current
 from ..runtime.devices import _runtime
 from . import trace
@@ -176,6 +182,7 @@ def _launch(plan: Any, storages: list[Any], scalars: list[Any], offsets: Sequenc
     rt = _runtime(device)
     queue = rt.queue
     launched = 0
+    small_max = 4 * DEFER_MAX_ELEMENTS  # (run_plans._launch_step's bound)
     with rt.launch_lock:
         if rt.deferred:
             rt.flush()
@@ -193,7 +200,16 @@ def _launch(plan: Any, storages: list[Any], scalars: list[Any], offsets: Sequenc
                     and lp.compiled.in_cache \
                     and lp.index_dtype is index_dtype_for(st, step.biggest, device):
                 kernel, last = thread_kernel(lp)
-                lp.go(outs, st, sc, kernel, last, queue)
+                if step.biggest <= small_max and \
+                        max([x.nbytes for x in st], default=0) <= small_max:
+                    # (small: deferred as run_plans defers it, so the flush below
+                    # enqueues the part's small launches together, PoCL's workers
+                    # held back meanwhile)
+                    rt.deferred.append((lp.go, (outs, st, sc, kernel, last)))
+                else:
+                    if rt.deferred:  # (in order: an earlier small step first)
+                        rt.flush()
+                    lp.go(outs, st, sc, kernel, last, queue)
                 launched += 1
             else:  # (the general step launch: plans made or checked, flags, deferral)
                 _rp._launch_step(step, st, outs, sc, device, params)
