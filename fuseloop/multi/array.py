@@ -31,7 +31,7 @@ from ..runtime.devices import _runtime
 from ..runtime.transfer import wait
 from . import trace
 from .devset import DeviceSet, split_bounds
-from .replay import launched
+from .replay import current, launched
 
 
 class MultiArray:
@@ -272,11 +272,12 @@ def launch_part(k: int, p: Array) -> None:
     """Evaluate ``p`` (part ``k``) and hand its device's queue to the device at once
     (its deferred small launches too).  Nothing waits."""
     if p._storage is None:
-        done = _replayed(p) if REPLAY_DIRECT and p._node.fancy else None
-        if done is None:
-            p.eval()
-        else:
-            p._become(done)
+        with current(p.device):  # (CUDA: its device current once for the part)
+            done = _replayed(p) if REPLAY_DIRECT and p._node.fancy else None
+            if done is None:
+                p.eval()
+            else:
+                p._become(done)
     rt = _runtime(p.device)
     if rt.deferred:
         rt.flush()

@@ -155,14 +155,14 @@ def _replay(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any
     for s in storages:
         if s.nbytes > INT32_LIMIT:
             return None
-    with _current(device):
+    with current(device):
         return _launch(plan, storages, scalars, offsets, device, token)
 
 
 _NO_SWITCH = contextlib.nullcontext()
 
 
-def _current(device: Any) -> Any:
+def current(device: Any) -> Any:
     """A context making ``device`` the current one for its part's allocations and
     launches (CUDA: switched once per part, not at each launch and allocation; the
     device current before is current again after), a null context elsewhere."""
@@ -224,4 +224,4 @@ def _launch(plan: Any, storages: list[Any], scalars: list[Any], offsets: Sequenc
     return storages[k] if kind == "i" else tmps[k]
 
 
-__all__ = ["FAST", "LAST_FAST", "launched", "replayed"]
+__all__ = ["FAST", "LAST_FAST", "current", "launched", "replayed"]
