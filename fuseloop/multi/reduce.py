@@ -35,7 +35,7 @@ from ..ops.reductions import _ddof, _mean_dtypes
 from ..ops.shape import normalize_axes
 from ..run_plans import _signed_replay
 from . import replay as _replay
-from .array import finish_reads, launch_part, start_read
+from .array import MultiArray, finish_reads, launch_part, map_parts, start_read
 from .exchange import _transfer
 
 # how partial results combine; count_nonzero's partials are counts
@@ -46,8 +46,6 @@ _COMBINE: dict[str, Callable[..., Any]] = {
 
 def reduce(func: Callable[..., Any], x: Any, args: tuple, kwargs: dict) -> Any:
     """``func`` (a fuseloop reduction, by name) of the split array ``x``."""
-    from .array import MultiArray
-
     name = func.__name__
     params = dict(zip(_POSITIONAL.get(name, ("axis",)), args))
     params.update(kwargs)
@@ -293,7 +291,6 @@ def _mean_host(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any,
 
 def _var(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any, ddof: Any) -> np.ndarray:
     from .. import sum as fl_sum
-    from .array import map_parts
 
     if x.dtype.kind == "c":
         raise NotImplementedError("fl.var of a complex split array is not supported")
