@@ -39,7 +39,7 @@ devices of one platform).  Usage::
     python benchmarks/bench_multigpu.py --devices "cuda:0,cuda:1;opencl:0,opencl:1"
 
 ``--variants`` times each split workload again with each of the split path's
-selectable mechanisms off in turn, then all off (rows ``-plans``, ``-templates``,
+selectable mechanisms off in turn, then all off (rows ``-plans``, ``-fast``, ``-templates``,
 ``-replay``, ``-arenas``, ``-async``, ``-pinned``, ``-hostscalar``, ``-bybuffer``,
 ``-leanhalos``, ``-waitlast``, ``-all``;
 see :data:`VARIANTS`), then with all on again
@@ -113,6 +113,9 @@ VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
     # part templates kept per (stencil, partition) for later steps
     "-plans": [("fuseloop.multi.reduce", "PLANS", False),
                ("fuseloop.multi.exchange", "PLANS", False)],
+    # a sum's known parts replayed back to back in multi.replay (each through the
+    # plan-by-signature replay instead); CUDA: one device switch per part
+    "-fast": [("fuseloop.multi.replay", "FAST", False)],
     # later parts' partial sums substituted into the first part's reduction node
     "-templates": [("fuseloop.multi.reduce", "TEMPLATES", False)],
     # partial results replayed from their device's run plan, not through Array.eval
@@ -268,6 +271,9 @@ def print_trace(name: str, tr: dict[str, Any]) -> None:
         enq = "-" if p["enqueued_ms"] is None else f"{p['enqueued_ms']:.3f}"
         print(f"  {p['part']:4d} {p['device']:6d} {p['rows']:11d} {enq:>9s} "
               f"{p['done_ms']:9.3f} {p['alone_ms']:9.3f}")
+    phases = [e for e in tr["events"] if e[1] < 0]  # (a split stencil's phases)
+    if phases:
+        print("  phases: " + ", ".join(f"{e} at {t:.3f}" for e, _, _, t in phases))
     reads = [e for e in tr["events"] if e[0].startswith("read")]
     if reads:
         print("  reads: " + ", ".join(f"{e} part {p} at {t:.3f}" for e, p, _, t in reads))

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
-from fuseloop.multi import exchange
+from fuseloop.multi import array as multi_array
+from fuseloop.multi import exchange, trace
 from fuseloop.multi import reduce as multi_reduce
+from fuseloop.multi import replay as multi_replay
 from fuseloop.runtime import devices
 from fuseloop.runtime.transfer import finish
 
@@ -52,6 +54,9 @@ def test_split_sum_replays_every_part_without_building(three, monkeypatch):
     from fuseloop import run_plans
     from fuseloop.ops import reductions
 
+    # (the parts through reduce's own replay, one at a time: what FUSELOOP_MULTI_FAST=0
+    # keeps; the back-to-back replay is the next test's)
+    monkeypatch.setattr(multi_replay, "FAST", False)
     rng = np.random.default_rng(3)
     xn, yn = rng.random(30000, np.float32), rng.random(30000, np.float32)
     with fl.device(three):
@@ -82,6 +87,49 @@ def test_split_sum_replays_every_part_without_building(three, monkeypatch):
                                np.dot(xn.astype(np.float64), yn), rtol=1e-9)
 
 
+def test_split_sum_parts_replayed_back_to_back(three, monkeypatch):
+    """A later fl.sum of a split expression of a known structure replays every part in
+    multi.replay: no reduction node, walk, or part-by-part replay; the first call's
+    kernels, all cache hits; the parts enqueued in order; a part written between calls
+    seen.  A part of another structure stops it there: the rest take the general path."""
+    from fuseloop import run_plans
+    from fuseloop.ops import reductions
+
+    rng = np.random.default_rng(5)
+    xn, yn = rng.random(30000, np.float32), rng.random(30000, np.float32)
+    with fl.device(three):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    fl.reset_stats()
+    float(fl.sum(x * y))
+    launched = fl.stats()["kernels_launched"]
+    assert multi_replay.LAST_FAST == [0]
+    x[19990:20010] = 3.0  # (across the last two parts' boundary)
+    xn[19990:20010] = 3.0
+    e = x * y
+    reduces = _counting(monkeypatch, reductions, "Reduce")
+    replays = _counting(monkeypatch, multi_reduce, "_signed_replay")
+    walks = _counting(monkeypatch, run_plans, "_key")
+    fl.reset_stats()
+    with trace.tracing() as events:
+        total = fl.sum(e)
+    stats = fl.stats()
+    assert multi_replay.LAST_FAST == [3] and multi_reduce.LAST_PLANNED == [3]
+    assert reduces == replays == walks == []
+    assert [(w, k) for w, k, _, _ in events if w == "enqueued"] == \
+        [("enqueued", k) for k in range(3)]
+    assert stats["kernels_launched"] == launched == stats["memory_cache_hits"]
+    np.testing.assert_allclose(float(total), np.dot(xn.astype(np.float64), yn), rtol=1e-5)
+    # the second part of another structure: the first replayed here, the rest not
+    mixed = [e.parts[0], x.parts[1] - y.parts[1], e.parts[2]]
+    got = fl.sum(multi_array.MultiArray(mixed, e.bounds, e.device_set))
+    assert multi_replay.LAST_FAST == [1] and multi_reduce.LAST_PLANNED == [2]
+    b = e.bounds
+    want = np.dot(xn[:b[1]].astype(np.float64), yn[:b[1]]) \
+        + np.sum(xn[b[1]:b[2]].astype(np.float64) - yn[b[1]:b[2]]) \
+        + np.dot(xn[b[2]:].astype(np.float64), yn[b[2]:])
+    np.testing.assert_allclose(float(got), want, rtol=1e-5)
+
+
 def test_split_sum_plans_off_builds_as_before(three, monkeypatch):
     """``PLANS`` off (``FUSELOOP_MULTI_PLANS=0``): the first part built, the others
     substituted, on every call."""
@@ -92,6 +140,35 @@ def test_split_sum_plans_off_builds_as_before(three, monkeypatch):
     for _ in range(2):
         assert float(fl.sum(x * 2)) == 2 * xn.sum()
         assert multi_reduce.LAST_PLANNED == [0] and multi_reduce.LAST_PARTIALS == [1, 2]
+
+
+def test_split_stencil_parts_of_known_plans_replayed(three, monkeypatch):
+    """A stencil step's parts whose plans a step made are replayed in multi.replay by
+    the split array's eval (no part through Array.eval), the first step's kernels, all
+    cache hits; a write across a part boundary between two steps is seen."""
+    un = np.random.default_rng(7).standard_normal((150, 100)).astype(np.float32)
+
+    def want(a):
+        lap = sum(np.roll(a, s, axis) for s in (1, -1) for axis in (0, 1)) - 4 * a
+        return a + np.float32(0.1) * lap
+
+    with fl.device(three):
+        u = fl.asarray(un)
+    fl.reset_stats()
+    np.testing.assert_allclose(
+        (u + np.float32(0.1) * fl.stencil(u, LAPLACE, boundary="wrap")).get(), want(un),
+        rtol=1e-5, atol=1e-5)
+    launched = fl.stats()["kernels_launched"]
+    u[45:55] = 2.0  # (across the first two parts' boundary)
+    un[45:55] = 2.0
+    step = u + np.float32(0.1) * fl.stencil(u, LAPLACE, boundary="wrap")
+    evals = _counting(monkeypatch, multi_array, "launch_part")
+    fl.reset_stats()
+    step.eval()
+    stats = fl.stats()
+    assert multi_replay.LAST_FAST == [3] and evals == []
+    assert stats["kernels_launched"] == launched == stats["memory_cache_hits"]
+    np.testing.assert_allclose(step.get(), want(un), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("boundary", ["clamp", "wrap", "constant"])

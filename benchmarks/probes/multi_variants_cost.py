@@ -12,7 +12,8 @@ polling while the devices run.  Rows: ``all on`` (page-locked reads forced on, a
 ``-pinned`` (reads into ordinary memory), ``-hostscalar`` (the combined sum filled onto
 the first device), ``-waitlast`` (a wait per halo piece), ``-bybuffer`` (kept stencil
 templates over windows, not moved onto buffers), ``-leanhalos`` (every halo through
-the general row walk), ``-plans``, ``again`` (all on).  Four PoCL
+the general row walk), ``-fast`` (a sum's parts each through the plan-by-signature
+replay), ``-plans``, ``again`` (all on).  Four PoCL
 devices, a context each (the host combines and exchanges) or one shared context::
 
     POCL_DEVICES="pthread pthread pthread pthread" FUSELOOP_OPENCL_SHARED_CONTEXT=0 \\
@@ -41,6 +42,7 @@ ROWS: dict[str, list[tuple[str, str, Any]]] = {
     "-waitlast": [("fuseloop.multi.exchange", "WAIT_LAST", False)],
     "-bybuffer": [("fuseloop.multi.windows", "BY_BUFFER", False)],
     "-leanhalos": [("fuseloop.multi.exchange", "LEAN_HALOS", False)],
+    "-fast": [("fuseloop.multi.replay", "FAST", False)],
     "-plans": [("fuseloop.multi.reduce", "PLANS", False),
                ("fuseloop.multi.exchange", "PLANS", False)],
     "again": [],  # (all on, last: the drift over a round)

@@ -242,6 +242,17 @@ def on_device_of(queue: Any) -> Any:
 _NO_SWITCH = contextlib.nullcontext()
 
 
+def current_device(device: Any) -> Any:
+    """A context making ``device`` (a fuseloop device of this backend) the current one
+    for a run of launches and allocations on it (a split array's part): each then finds
+    it current instead of switching to it and back (two ``cudaSetDevice`` and CuPy's
+    device stack per launch and per allocation); the previous device is current again
+    after."""
+    if _single_device():
+        return _NO_SWITCH
+    return cupy.cuda.Device(device.cl_device.ordinal)
+
+
 def event_on(queue: Any) -> Any:
     """A new event recorded on ``queue``."""
     with on_device_of(queue):
@@ -673,4 +684,5 @@ def _single_device() -> bool:
     return _DEVICE_COUNT[0] == 1
 
 
-__all__ = ["PRELUDE", "CudaBackend", "CudaBufferPool", "CudaOutOfMemory", "make_launcher"]
+__all__ = ["PRELUDE", "CudaBackend", "CudaBufferPool", "CudaOutOfMemory", "current_device",
+           "make_launcher"]

@@ -31,6 +31,7 @@ from ..runtime.devices import _runtime
 from ..runtime.transfer import wait
 from . import trace
 from .devset import DeviceSet, split_bounds
+from .replay import current, launched
 
 
 class MultiArray:
@@ -259,20 +260,24 @@ for _dunder, _ufunc in {"neg": "negative", "pos": "positive", "abs": "absolute",
 def launch_parts(parts: Sequence[Array]) -> None:
     """Evaluate ``parts`` one after the other (:func:`launch_part`), so a device starts
     while the next part is enqueued rather than when the host first waits on it.
-    Nothing here waits."""
+    Nothing here waits.  Parts whose plans are known are replayed back to back
+    (:func:`fuseloop.multi.replay.launched`)."""
+    done = launched(parts)
     for k, p in enumerate(parts):
-        launch_part(k, p)
+        if not done[k]:
+            launch_part(k, p)
 
 
 def launch_part(k: int, p: Array) -> None:
     """Evaluate ``p`` (part ``k``) and hand its device's queue to the device at once
     (its deferred small launches too).  Nothing waits."""
     if p._storage is None:
-        done = _replayed(p) if REPLAY_DIRECT and p._node.fancy else None
-        if done is None:
-            p.eval()
-        else:
-            p._become(done)
+        with current(p.device):  # (CUDA: its device current once for the part)
+            done = _replayed(p) if REPLAY_DIRECT and p._node.fancy else None
+            if done is None:
+                p.eval()
+            else:
+                p._become(done)
     rt = _runtime(p.device)
     if rt.deferred:
         rt.flush()

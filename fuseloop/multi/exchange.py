@@ -51,6 +51,7 @@ from ..ops.shape import broadcast_to, concatenate
 from ..ops.stencil import _check
 from ..runtime.devices import _runtime
 from ..runtime.transfer import wait, write
+from . import trace
 from .array import MultiArray, staging
 from .windows import Window, _row_view, _ShiftedRows, _Templates
 
@@ -567,6 +568,8 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
                           _halo(x, hi, hi + after, k, boundary, cval, dtype)))
         if host_batch is not None:
             host_batch.close_arena()
+        if trace.events is not None:
+            trace.note("halos enqueued", -1, x.devices[0])
         # (lazy: nothing built here reads a halo before the batch has filled it)
         for k, (lo, hi) in enumerate(spans):
             if hi == lo:
@@ -579,6 +582,10 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
             window = _ShiftedRows(present, hi - lo, x.devices[k])
             out.append(templates.part(apply, window, range(-before, after + 1), cen,
                                       x.devices[k]))
+        if trace.events is not None:
+            trace.note("parts built", -1, x.devices[0])
+    if trace.events is not None:
+        trace.note("halos uploaded", -1, x.devices[0])
     LAST_TEMPLATES[:] = templates.counts
     LAST_MOVED[0] = templates.moved
     LAST_PLAN_HIT[0] = int(kept is not None)

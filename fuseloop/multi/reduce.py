@@ -34,7 +34,8 @@ from ..expr.nodes import Scalar, signature_of
 from ..ops.reductions import _ddof, _mean_dtypes
 from ..ops.shape import normalize_axes
 from ..run_plans import _signed_replay
-from .array import finish_reads, launch_part, start_read
+from . import replay as _replay
+from .array import MultiArray, finish_reads, launch_part, map_parts, start_read
 from .exchange import _transfer
 
 # how partial results combine; count_nonzero's partials are counts
@@ -45,8 +46,6 @@ _COMBINE: dict[str, Callable[..., Any]] = {
 
 def reduce(func: Callable[..., Any], x: Any, args: tuple, kwargs: dict) -> Any:
     """``func`` (a fuseloop reduction, by name) of the split array ``x``."""
-    from .array import MultiArray
-
     name = func.__name__
     params = dict(zip(_POSITIONAL.get(name, ("axis",)), args))
     params.update(kwargs)
@@ -182,7 +181,12 @@ def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[in
     counts = [0, 0]
     planned = 0
     base = _plan_base(func.__name__, axes, keepdims, params)
+    if base is not None:  # (the parts with known plans, back to back)
+        partials = _replay.replayed(_PARTIALS, base, used)
+        planned = len(partials)
     for k, p in enumerate(used):
+        if k < planned:
+            continue
         q = _planned(base, p) if base is not None else None
         if q is not None:
             planned += 1
@@ -287,7 +291,6 @@ def _mean_host(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any,
 
 def _var(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any, ddof: Any) -> np.ndarray:
     from .. import sum as fl_sum
-    from .array import map_parts
 
     if x.dtype.kind == "c":
         raise NotImplementedError("fl.var of a complex split array is not supported")

@@ -1,0 +1,227 @@
+"""The parts of a split call replayed back to back (issue 29: the time between two
+parts' enqueues decides how far a split sum or stencil step scales): a split
+reduction's partial results (:func:`replayed`) and a split array's lazy parts when it
+is evaluated (:func:`launched`: a stencil step's parts, an elementwise expression's
+where ``run_plans`` holds its plan).
+
+Once a call has built the reduction of a part's structure, a later call's part is the
+replay of the run plan its device holds (``run_plans``' plan by signature).  Through
+``run_plans.replay_signed`` each part pays that path's layers: the flag-reading frame,
+the key's checks, the plan's replay, each step's launch checks, ``launching.enqueue``
+and its deferral, then the part's own queue look-up and submit.  :func:`replayed`
+makes those checks once per call where they are the same for every part (capture,
+recording and checking modes, the flags' frame, the partial's signature), and per part
+only what differs (its operands' buffers, its device's plan and queue), then enqueues
+each step's kernel with the step's kept launch plan under the queue's lock and submits
+the queue: what remains between two parts' enqueues is the plan look-up, the
+temporaries' allocation and the enqueue calls.  A step whose kept launch plan is not
+valid for this launch (recipes changed, another index type, an error flag, a kernel
+not in the memory cache) goes through ``run_plans``' own step launch, so nothing is
+launched differently from the general path, only with fewer frames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from .. import flags as _flags
+from .. import host_path as _host
+from .. import run_plans as _rp
+from ..array import Array
+from ..evaluate import capturing_threads, recording_threads
+from ..expr import program as _prog
+from ..expr.ir import INT32_LIMIT
+from ..expr.nodes import signature_of
+from ..launching import (
+    DEFER_MAX_ELEMENTS,
+    _counters,
+    _stats_lock,
+    index_dtype_for,
+    thread_kernel,
+)
+from ..recipe_state import current as _recipes_current
+from ..runtime.devices import _runtime
+from . import trace
+
+#: whether a split call's parts whose plans are known are replayed here
+#: (``FUSELOOP_MULTI_FAST=0``: each through ``run_plans``' replay or ``Array.eval``, as a
+#: single array's would be; ``bench_multigpu --variants`` times both)
+FAST = os.environ.get("FUSELOOP_MULTI_FAST", "1").strip() != "0"
+#: the parts the last split reduction or evaluation replayed here (or found evaluated)
+LAST_FAST: list[int] = [0]
+
+
+def _ready(parts: Sequence[Array]) -> bool:
+    """Whether parts may be replayed here at all: the checks that are the same for
+    every part of a call (no capture, recording or plan checking; not the host path's
+    small work on a CPU device)."""
+    if not FAST or capturing_threads[0] or recording_threads[0] \
+            or _prog.CHECK_STRUCTURE_CACHE or not parts:
+        return False
+    return not (_host.HOST_MAX_WORK and _host.host_device(parts[0].device)
+                and min(math.prod(p.shape) for p in parts) <= _host.HOST_MAX_WORK)
+
+
+def replayed(partials: dict, base: tuple, used: Sequence[Array]) -> list[Array]:
+    """The partial results of the leading parts of ``used`` whose reduction (``base``:
+    see ``reduce._plan_base``) has a plan on their device, each enqueued and its queue
+    submitted before the next part is looked at; it stops at the first part without
+    one (the caller continues from there).  ``partials``: ``reduce._PARTIALS``."""
+    LAST_FAST[0] = 0
+    if not _ready(used):
+        return []
+    done: list[Array] = []
+    _flags.deferring(_partials, partials, base, used, done)
+    LAST_FAST[0] = len(done)
+    return done
+
+
+def _partials(partials: dict, base: tuple, used: Sequence[Array], done: list[Array]) -> None:
+    token = _recipes_current[0]
+    last_sig: Any = None
+    hit: Any = None
+    for k, p in enumerate(used):
+        node = p._node
+        if p._storage is not None:
+            return
+        sig = node.sig or signature_of(node)
+        if not sig:
+            return
+        if sig is not last_sig:
+            hit = partials.get((base, sig))
+            last_sig = sig
+        if hit is None:
+            return
+        rsig, shape, dtype = hit
+        out = _replay(node, rsig, shape, p.device, token)
+        if out is None:
+            return
+        done.append(Array._concrete(out, dtype, shape))
+        if trace.events is not None:
+            trace.note("enqueued", k, p.device)
+
+
+def launched(parts: Sequence[Array]) -> list[bool]:
+    """Each lazy part of ``parts`` (a split array's, to be evaluated) whose structure
+    has a plan on its device replayed here and made concrete (its queue submitted before
+    the next part is looked at): per part, whether it was (the caller evaluates the
+    others its own way).  Parts evaluated already count as done."""
+    if not _ready(parts):
+        return [p._storage is not None for p in parts]
+    out: list[bool] = []
+    _flags.deferring(_lazy_parts, parts, out)
+    LAST_FAST[0] = sum(out)
+    return out
+
+
+def _lazy_parts(parts: Sequence[Array], out: list[bool]) -> None:
+    token = _recipes_current[0]
+    for k, p in enumerate(parts):
+        if p._storage is not None:
+            out.append(True)
+            continue
+        node = p._node
+        sig = node.sig or signature_of(node)
+        got = _replay(node, sig, p.shape, p.device, token) if sig else None
+        if got is None:
+            out.append(False)
+            continue
+        p._become(got)
+        out.append(True)
+        if trace.events is not None:
+            trace.note("enqueued", k, p.device)
+
+
+def _replay(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any) -> Any:
+    """The result of the plan ``device`` holds for signature ``sig`` and ``shape`` over
+    ``node``'s operands, enqueued and submitted; None where none is held or its
+    buffers need ``run_plans``' walk (as ``run_plans._signed_replay`` decides)."""
+    operands = node.operands
+    if operands is None:
+        return None
+    entry = _rp._signed.get((device.index, sig, shape, _prog.firsts(operands)))
+    if entry is None:
+        return None
+    plan, offsets, take, head = entry
+    picked = take(operands)
+    known = _rp._key_head(device)
+    if picked is None or (known is not head and known != head):
+        return None
+    storages, scalars = picked
+    for s in storages:
+        if s.nbytes > INT32_LIMIT:
+            return None
+    with current(device):
+        return _launch(plan, storages, scalars, offsets, device, token)
+
+
+_NO_SWITCH = contextlib.nullcontext()
+
+
+def current(device: Any) -> Any:
+    """A context making ``device`` the current one for its part's allocations and
+    launches (CUDA: switched once per part, not at each launch and allocation; the
+    device current before is current again after), a null context elsewhere."""
+    if device.backend != "cuda":
+        return _NO_SWITCH
+    from ..backends.cuda import current_device  # (CuPy only where a CUDA device is)
+
+    return current_device(device)
+
+
+def _launch(plan: Any, storages: list[Any], scalars: list[Any], offsets: Sequence[int],
+            device: Any, token: Any) -> Any:
+    """``run_plans._replay`` of ``plan`` with its steps enqueued back to back under the
+    queue's lock (each launch checked as ``run_plans._launch_step`` checks its kept
+    plan), then the queue submitted; the plan's result."""
+    tmps = _rp._temporaries(plan.allocs, device)
+    rt = _runtime(device)
+    queue = rt.queue
+    launched = 0
+    small_max = 4 * DEFER_MAX_ELEMENTS  # (run_plans._launch_step's bound)
+    with rt.launch_lock:
+        if rt.deferred:
+            rt.flush()
+        for step in plan.steps:
+            if step.writes_input:
+                _flags.check_pending()
+            st = [storages[k] if kind == "i" else tmps[k] for kind, k in step.storage_refs]
+            outs = [storages[k] if kind == "i" else tmps[k] for kind, k in step.out_refs]
+            sc = [scalars[k] for k in step.scalar_refs]
+            params = _rp._params(step, offsets)
+            lp = step.plan
+            if params is step.params and lp is not None and lp.stamp is token \
+                    and token is not None and step.device is device \
+                    and params is step.plan_params and lp.error_arg is None \
+                    and lp.compiled.in_cache \
+                    and lp.index_dtype is index_dtype_for(st, step.biggest, device):
+                kernel, last = thread_kernel(lp)
+                if step.biggest <= small_max and \
+                        max([x.nbytes for x in st], default=0) <= small_max:
+                    # (small: deferred as run_plans defers it, so the flush below
+                    # enqueues the part's small launches together, PoCL's workers
+                    # held back meanwhile)
+                    rt.deferred.append((lp.go, (outs, st, sc, kernel, last)))
+                else:
+                    if rt.deferred:  # (in order: an earlier small step first)
+                        rt.flush()
+                    lp.go(outs, st, sc, kernel, last, queue)
+                launched += 1
+            else:  # (the general step launch: plans made or checked, flags, deferral)
+                _rp._launch_step(step, st, outs, sc, device, params)
+        if launched:
+            with _stats_lock:
+                _counters["memory_cache_hits"] += launched
+                _counters["kernels_launched"] += launched
+        if rt.deferred:
+            rt.flush()
+        rt.submit(queue)
+    kind, k = plan.results[0]
+    return storages[k] if kind == "i" else tmps[k]
+
+
+__all__ = ["FAST", "LAST_FAST", "current", "launched", "replayed"]
