@@ -1,11 +1,13 @@
-"""Expression DAGs whose nodes are read more than once (issue 27): every walk over a
-DAG visits a shared subtree once, so evaluating a chain of k dependent steps costs O(k),
-not O(2^k)."""
+"""Binary-search searchsorted / isin (issue 27) and expression DAGs whose nodes are read
+more than once: every walk over a DAG visits a shared subtree once, so building and
+lowering a chain of k dependent steps costs O(k), not O(2^k)."""
 
 import os
+import re
 import sys
 
 import numpy as np
+import pytest
 
 import fuseloop as fl
 from fuseloop import ufuncs
@@ -65,3 +67,58 @@ def test_shared_subtrees_are_walked_once(device):
         calls[steps] = _fuseloop_calls(out.eval)
         np.testing.assert_array_equal(out.get(), _numpy_chain(table, xs, steps))
     assert calls[12] < 2 * calls[6], calls
+
+
+def test_binary_search_kernel_reads_each_step_once(device):
+    # one gather of the sorted values per halving, each position computed once
+    s = fl.asarray(np.arange(1000.0), device=device)
+    v = fl.asarray(np.linspace(-1, 1001, 50), device=device)
+    src = fl.show_code(fl.searchsorted(s, v, side="right"))
+    steps = (1000).bit_length()
+    assert len(re.findall(r"\bin\d+\[fl_cast", src)) == steps, src
+    # each temporary is assigned once: the kernel is a straight line of the steps
+    assigned = [line.split("=")[0].strip() for line in src.splitlines()
+                if line.strip().startswith("t") and "=" in line]
+    assert len(assigned) == len(set(assigned)) and len(src) < 12000, src
+
+
+_NAN = np.nan
+
+
+@pytest.mark.parametrize("a, v", [
+    (np.array([1., 2, 2, 2, 3, _NAN, _NAN]),
+     np.array([_NAN, 0, 1, 2, 2.5, 3, 4, -np.inf, np.inf])),  # duplicates, NaN both sides
+    (np.array([1, 3, 3, 7], np.int32), np.array([[0, 3], [7, 8]], np.int64)),  # 2-D values
+    (np.array([1, 3, 3, 7]), np.array([0.5, 3.0, 7.5, _NAN])),  # ints searched by floats
+    (np.array([], np.float64), np.array([1.0, 2.0])),  # empty
+])
+def test_searchsorted_matches_numpy(device, a, v):
+    for side in ("left", "right"):
+        got = fl.searchsorted(fl.asarray(a, device=device), fl.asarray(v, device=device),
+                              side=side).get()
+        np.testing.assert_array_equal(got, np.searchsorted(a, v, side=side))
+        assert got.shape == v.shape and got.dtype == np.int64
+
+
+def test_searchsorted_sorter_and_scalar(device):
+    a = np.array([5.0, 1.0, 3.0, 3.0, 9.0, _NAN])
+    perm = np.argsort(a, kind="stable")
+    v = np.array([3.0, 0.0, 10.0, _NAN])
+    got = fl.searchsorted(fl.asarray(a, device=device), fl.asarray(v, device=device),
+                          side="right", sorter=fl.asarray(perm, device=device))
+    np.testing.assert_array_equal(got.get(), np.searchsorted(a, v, side="right", sorter=perm))
+    got = fl.searchsorted(fl.asarray(np.sort(a), device=device), 3.0)
+    assert got.shape == () and int(got.get()) == np.searchsorted(np.sort(a), 3.0)
+
+
+@pytest.mark.parametrize("a, b", [
+    (np.array([1.0, _NAN, 2, 3, -0.0, 7]), np.array([_NAN, 2, 0.0, 2, 7])),  # NaN in nothing
+    (np.array([[1, 2], [3, 4]]), np.array([4.0, 2.5, 1.0])),  # ints against floats
+    (np.array([1, 2, 3]), np.array([], np.int64)),  # nothing to find
+])
+def test_isin_matches_numpy(device, a, b):
+    for invert in (False, True):
+        got = fl.isin(fl.asarray(a, device=device), fl.asarray(b, device=device),
+                      invert=invert).get()
+        np.testing.assert_array_equal(got, np.isin(a, b, invert=invert))
+        assert got.shape == a.shape
