@@ -122,3 +122,20 @@ def test_isin_matches_numpy(device, a, b):
                       invert=invert).get()
         np.testing.assert_array_equal(got, np.isin(a, b, invert=invert))
         assert got.shape == a.shape
+
+
+def test_binary_search_under_the_gpu_elementwise_recipe(restore_recipes):
+    # the GPU recipe (work-items mapped to groups) applied on the CPU device
+    from fuseloop.recipes import gpu_coalesced
+
+    fl.register_recipe("cpu", gpu_coalesced, name="test-gpu-coalesced")
+    rng = np.random.default_rng(5)
+    a = np.sort(rng.integers(0, 300, 700)).astype(np.float32)
+    v = np.concatenate([rng.random(1500) * 320 - 10, [_NAN]]).astype(np.float32)
+    with fl.device("cpu"):
+        got = fl.searchsorted(fl.asarray(a), fl.asarray(v), side="right") * 2
+        src = fl.show_code(got)
+        np.testing.assert_array_equal(got.get(), np.searchsorted(a, v, side="right") * 2)
+        np.testing.assert_array_equal(fl.isin(fl.asarray(v), fl.asarray(a)).get(),
+                                      np.isin(v, a))
+    assert "gid(0)" in src and "lid(0)" in src, src  # (the recipe's grid, not the CPU's)
