@@ -109,6 +109,11 @@ def test_searchsorted_sorter_and_scalar(device):
     np.testing.assert_array_equal(got.get(), np.searchsorted(a, v, side="right", sorter=perm))
     got = fl.searchsorted(fl.asarray(np.sort(a), device=device), 3.0)
     assert got.shape == () and int(got.get()) == np.searchsorted(np.sort(a), 3.0)
+    # a computed x1 (evaluated once) and host data for x1
+    got = fl.searchsorted(fl.asarray(np.sort(a), device=device) * 2, fl.asarray(v, device=device))
+    np.testing.assert_array_equal(got.get(), np.searchsorted(np.sort(a) * 2, v))
+    got = fl.searchsorted([1, 3, 3], fl.asarray(v, device=device), side="right")
+    np.testing.assert_array_equal(got.get(), np.searchsorted([1, 3, 3], v, side="right"))
 
 
 @pytest.mark.parametrize("a, b", [

@@ -213,14 +213,13 @@ def searchsorted(x1: Any, x2: Any, /, *, side: str = "left", sorter: Any = None)
     """Insertion positions of ``x2`` in the sorted 1-D ``x1`` (``numpy.searchsorted``;
     NaN sorts last): a binary search per value, fused into the consumer's kernel
     (O(x2.size * log2(len(x1))))."""
+    from ..creation import asarray
     from ..dtypes import result_type
 
     x1, x2 = _coerce(x1), _coerce(x2)
-    if not isinstance(x1, Array):
-        raise TypeError("searchsorted: x1 must be an array")
+    if not isinstance(x1, Array):  # (host data: as numpy takes it)
+        x1 = asarray(np.asarray(x1), device=x2.device if isinstance(x2, Array) else None)
     if not isinstance(x2, Array):
-        from ..creation import asarray
-
         x2 = asarray(np.asarray(x2), device=x1.device)
     if x1.ndim != 1:
         raise ShapeError(f"searchsorted: x1 must be 1-D, got shape {x1.shape}")
@@ -234,6 +233,8 @@ def searchsorted(x1: Any, x2: Any, /, *, side: str = "left", sorter: Any = None)
         raise DTypeError(f"searchsorted: complex values ({x1.dtype}, {x2.dtype}) are not "
                          "supported; search the real parts (fl.real)")
     s = x1.astype(dt, copy=False)
+    if s.is_lazy:  # (computed once, not at each step's gather)
+        s = s.eval()
     return _rank_in_sorted(s, x2.astype(dt, copy=False), side == "right")
 
 
