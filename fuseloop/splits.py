@@ -223,14 +223,18 @@ def _column_like(t: Reduce) -> bool:
     return ok[0]
 
 
-def nested_reduces(node: Node, out: list[Reduce]) -> None:
+def nested_reduces(node: Node, out: list[Reduce], seen: set[int] | None = None) -> None:
     """The outermost reductions inside ``node``."""
+    seen = set() if seen is None else seen  # (a shared subtree once)
+    if id(node) in seen:
+        return
+    seen.add(id(node))
     if type(node) is Reduce:
         if node not in out:
             out.append(node)
         return
     for c in children(node):
-        nested_reduces(c, out)
+        nested_reduces(c, out, seen)
 
 
 def runs_child_first(red: Reduce) -> bool:

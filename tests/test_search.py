@@ -64,8 +64,17 @@ def test_shared_subtrees_are_walked_once(device):
     calls = {}
     for steps in (6, 12):
         out = _chain(t, x, steps)
-        calls[steps] = _fuseloop_calls(out.eval)
-        np.testing.assert_array_equal(out.get(), _numpy_chain(table, xs, steps))
+        y = fl.zeros(64, device=device)
+
+        def run(out=out, y=y, steps=steps):
+            out.eval()
+            # (a store under a lazy mask)
+            fl.compute(y + 1.0, out=y, where=_chain(t, x, steps) > 3)
+
+        calls[steps] = _fuseloop_calls(run)
+        ref = _numpy_chain(table, xs, steps)
+        np.testing.assert_array_equal(out.get(), ref)
+        np.testing.assert_array_equal(y.get(), (ref > 3).astype(float))
     assert calls[12] < 2 * calls[6], calls
 
 
