@@ -153,3 +153,15 @@ def test_binary_search_under_the_gpu_elementwise_recipe(restore_recipes):
         np.testing.assert_array_equal(fl.isin(fl.asarray(v), fl.asarray(a)).get(),
                                       np.isin(v, a))
     assert "gid(0)" in src and "lid(0)" in src, src  # (the recipe's grid, not the CPU's)
+
+
+def test_reduction_structure_key_is_compact(device):
+    # a reduction's structure key (equal reductions are computed once) numbers each
+    # distinct subtree: as nested tuples it spelled the DAG as a tree, and hashing it
+    # took 3^steps (40 steps never finished)
+    from fuseloop.passes.emit import _Structure
+
+    t = fl.asarray(np.arange(8.0), device=device)
+    x = fl.asarray(np.linspace(0, 8, 16), device=device)
+    key = _Structure()(fl.sum(_chain(t, x, 10))._node)
+    assert len(repr(key)) < 100, len(repr(key))
