@@ -662,14 +662,27 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
 
 def _may_fail(node: Node) -> bool:
     """Whether ``node`` has a gather whose indices are checked (and may be out of range)."""
-    if isinstance(node, Gather):
-        return bool(node.checked) or _may_fail(node.child) or _may_fail(node.index)
-    if isinstance(node, Remap | Reduce):
-        return _may_fail(node.child)
-    if isinstance(node, Apply):
-        return any(_may_fail(a) for a in node.args)
-    if isinstance(node, Concat):
-        return any(_may_fail(p) for p in node.pieces)
+    # (each node once: a DAG's shared subtrees, walked as a tree, cost 2^depth)
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Gather):
+            if n.checked:
+                return True
+            kids: Any = (n.child, n.index)
+        elif isinstance(n, Remap | Reduce):
+            kids = (n.child,)
+        elif isinstance(n, Apply):
+            kids = n.args
+        elif isinstance(n, Concat):
+            kids = n.pieces
+        else:
+            continue
+        for k in kids:
+            if id(k) not in seen:
+                seen.add(id(k))
+                stack.append(k)
     return False
 
 

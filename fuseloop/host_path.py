@@ -588,6 +588,7 @@ def _largest_read(node: Node) -> int:
     larger than its root.  A node never computed here counts as too large."""
     most = 0
     stack = [node]
+    seen: set[int] = set()  # (a shared subtree once: as a tree, a DAG costs 2^depth)
     while stack:
         n: Any = stack.pop()
         cls = type(n)
@@ -607,7 +608,10 @@ def _largest_read(node: Node) -> int:
             return 1 << 62
         else:
             continue
-        stack.extend([k for k in kids if k.fancy])  # (elementwise subtrees: no larger)
+        for k in kids:
+            if k.fancy and id(k) not in seen:  # (elementwise subtrees: no larger)
+                seen.add(id(k))
+                stack.append(k)
     return most
 
 

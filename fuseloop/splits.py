@@ -56,22 +56,41 @@ def children(node: Node) -> tuple[Node, ...]:
 
 def has_reduce(node: Node) -> bool:
     """Whether ``node`` is or holds a reduction."""
-    return type(node) is Reduce or any(has_reduce(c) for c in children(node))
+    # (each node once: a DAG's shared subtrees, walked as a tree, cost 2^depth)
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if type(n) is Reduce:
+            return True
+        for c in children(n):
+            if id(c) not in seen:
+                seen.add(id(c))
+                stack.append(c)
+    return False
 
 
-def _reduces_under_ops(node: Node, out: list[Reduce], other_ok: Callable[[Node], bool]
-                       ) -> bool:
+def _reduces_under_ops(node: Node, out: list[Reduce], other_ok: Callable[[Node], bool],
+                       seen: set[int] | None = None) -> bool:
     """Collect the reductions under elementwise ops into ``out``; False where a node
     that is neither fails ``other_ok``."""
+    # (``seen``: the nodes already found fine; a shared subtree is walked once)
+    seen = set() if seen is None else seen
+    if id(node) in seen:
+        return True
     cls = type(node)
     if cls is Reduce:
         if node not in out:
             out.append(node)  # type: ignore[arg-type]
-        return True
-    if cls is Apply or cls is UserCall:
-        return all(_reduces_under_ops(a, out, other_ok)
-                   for a in node.args)  # type: ignore[attr-defined]
-    return other_ok(node)
+        ok = True
+    elif cls is Apply or cls is UserCall:
+        ok = all(_reduces_under_ops(a, out, other_ok, seen)
+                 for a in node.args)  # type: ignore[attr-defined]
+    else:
+        ok = other_ok(node)
+    if ok:
+        seen.add(id(node))
+    return ok
 
 
 def _no_arrays(node: Node) -> bool:
@@ -217,14 +236,18 @@ def _column_like(t: Reduce) -> bool:
     return ok[0]
 
 
-def nested_reduces(node: Node, out: list[Reduce]) -> None:
+def nested_reduces(node: Node, out: list[Reduce], seen: set[int] | None = None) -> None:
     """The outermost reductions inside ``node``."""
+    seen = set() if seen is None else seen  # (a shared subtree once)
+    if id(node) in seen:
+        return
+    seen.add(id(node))
     if type(node) is Reduce:
         if node not in out:
             out.append(node)
         return
     for c in children(node):
-        nested_reduces(c, out)
+        nested_reduces(c, out, seen)
 
 
 def runs_child_first(red: Reduce) -> bool:

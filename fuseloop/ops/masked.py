@@ -166,20 +166,24 @@ def _packed_node(mask: BitMask, shape: tuple[int, ...], device: Any) -> Node:
     return (((word >> shift.astype(word.dtype)) & 1) != 0)._node
 
 
-def _needs_own_kernel(node: Node) -> bool:
+def _needs_own_kernel(node: Node, seen: set[int] | None = None) -> bool:
     from ..expr.nodes import Apply, Concat, Reduce, Remap
 
+    seen = set() if seen is None else seen  # (a shared subtree once: 2^depth as a tree)
+    if id(node) in seen:
+        return False  # (its answer was False, or the walk had stopped)
+    seen.add(id(node))
     if isinstance(node, Reduce):
         return True
     if isinstance(node, Gather):
-        return bool(node.checked) or _needs_own_kernel(node.child) or \
-            _needs_own_kernel(node.index)
+        return bool(node.checked) or _needs_own_kernel(node.child, seen) or \
+            _needs_own_kernel(node.index, seen)
     if isinstance(node, Remap):
-        return _needs_own_kernel(node.child)
+        return _needs_own_kernel(node.child, seen)
     if isinstance(node, Apply):
-        return any(_needs_own_kernel(a) for a in node.args)
+        return any(_needs_own_kernel(a, seen) for a in node.args)
     if isinstance(node, Concat):
-        return any(_needs_own_kernel(p) for p in node.pieces)
+        return any(_needs_own_kernel(p, seen) for p in node.pieces)
     return False
 
 

@@ -6,10 +6,10 @@ OpenCL devices, CuPy's on CUDA ones: the sorted axis is moved last and made cont
 and all rows sort at once, stably by value, then by row.  Where fuseloop's sort cannot
 run (2^32 elements or more, a tiny local memory) pyopencl's ``RadixSort`` does, with keys
 from :func:`_key_expr`.  Both are stable, so ``stable=True`` and ``descending=True``
-keep equal elements in their original order.  ``searchsorted`` and ``isin`` compare
-every pair inside one fused reduction kernel (O(n m) work: meant for moderate sizes, no
-binary search); the ``unique_*`` functions sort once and compact with the boolean-mask
-machinery.
+keep equal elements in their original order.  ``searchsorted`` is a branch-free binary
+search fused into the consumer's kernel (one gather per halving, O(n log m)); ``isin``
+sorts its second argument and searches it the same way; the ``unique_*`` functions sort
+once and compact with the boolean-mask machinery.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..array import Array, _coerce
 from ..backends import require_backend
 from ..dtypes import c_type_name
 from ..errors import DTypeError, ShapeError
-from ..expr.nodes import Iota
+from ..expr.nodes import Gather, Iota
 from ..runtime.devices import Device
 from . import radix_sort
 from .shape import concatenate, moveaxis, normalize_axis, ravel, reshape
@@ -216,33 +216,62 @@ def _nan_aware_less(a: Array, v: Array, or_equal: bool) -> Array:
     return (a < v) | (isnan(v) & ~isnan(a))
 
 
+def _rank_in_sorted(s: Array, v: Array, or_equal: bool) -> Array:
+    """How many of the sorted 1-D ``s`` are below ``v`` (``<= v`` with ``or_equal``) in
+    sort order (NaN last), for each element of ``v``: a branch-free binary search in
+    the consumer's kernel, one unchecked gather per halving of the step (its position
+    clamped into range), so O(v.size * log2(len(s))) work."""
+    from ..ufuncs import FUNCTIONS, astype, where
+
+    m = s.shape[0]
+    found: Any = astype(v < v, _INT64)  # (zeros of v's shape: NaN < NaN too)
+    step = 1 << (m.bit_length() - 1) if m else 0
+    while step:
+        # the predicate is true on a prefix of s: grow the prefix by step where it holds
+        # for the step's last element
+        pos = FUNCTIONS["minimum"](found + (step - 1), m - 1)
+        a = Array._lazy(Gather(s._node, pos._node, 0, checked=False), v.device)
+        found = where((found + step <= m) & _nan_aware_less(a, v, or_equal),
+                      found + step, found)
+        step >>= 1
+    return found
+
+
 def searchsorted(x1: Any, x2: Any, /, *, side: str = "left", sorter: Any = None) -> Array:
-    """Insertion positions of ``x2`` in the sorted 1-D ``x1`` (``numpy.searchsorted``):
-    counted by comparing every pair in one fused reduction (O(len(x1) * x2.size))."""
+    """Insertion positions of ``x2`` in the sorted 1-D ``x1`` (``numpy.searchsorted``;
+    NaN sorts last): a binary search per value, fused into the consumer's kernel
+    (O(x2.size * log2(len(x1))))."""
+    from ..creation import asarray
     from ..dtypes import result_type
-    from .reductions import sum as fl_sum
 
     x1, x2 = _coerce(x1), _coerce(x2)
+    if not isinstance(x1, Array):  # (host data: as numpy takes it)
+        x1 = asarray(np.asarray(x1), device=x2.device if isinstance(x2, Array) else None)
     if not isinstance(x2, Array):
-        from ..creation import asarray
-
         x2 = asarray(np.asarray(x2), device=x1.device)
     if x1.ndim != 1:
         raise ShapeError(f"searchsorted: x1 must be 1-D, got shape {x1.shape}")
     if side not in ("left", "right"):
         raise ValueError(f"searchsorted: side must be 'left' or 'right', not {side!r}")
     if sorter is not None:
-        x1 = x1[_coerce(sorter)]
+        # (gathered once: each step of the search would gather through it again)
+        x1 = x1[_coerce(sorter)].eval()
     dt = result_type(x1.dtype, x2.dtype)
-    a = reshape(x1.astype(dt, copy=False), (1,) * x2.ndim + x1.shape)
-    v = reshape(x2.astype(dt, copy=False), (*x2.shape, 1))
-    return fl_sum(_nan_aware_less(a, v, side == "right"), axis=-1, dtype=_INT64)
+    if x1.dtype.kind == "c" or x2.dtype.kind == "c":
+        raise DTypeError(f"searchsorted: complex values ({x1.dtype}, {x2.dtype}) are not "
+                         "supported; search the real parts (fl.real)")
+    s = x1.astype(dt, copy=False)
+    if s.is_lazy:  # (computed once, not at each step's gather)
+        s = s.eval()
+    return _rank_in_sorted(s, x2.astype(dt, copy=False), side == "right")
 
 
 def isin(x1: Any, x2: Any, /, *, invert: bool = False) -> Array:
-    """Whether each element of ``x1`` is in ``x2`` (``numpy.isin``): every pair compared in
-    one fused reduction (O(x1.size * x2.size))."""
-    from .reductions import any as fl_any
+    """Whether each element of ``x1`` is in ``x2`` (``numpy.isin``; NaN is in nothing):
+    ``x2`` sorted once, then a binary search per element of ``x1``
+    (O((x1.size + x2.size) * log2(x2.size)))."""
+    from ..dtypes import result_type
+    from ..ufuncs import FUNCTIONS
 
     x1, x2 = _coerce(x1), _coerce(x2)
     if not isinstance(x1, Array):
@@ -251,9 +280,19 @@ def isin(x1: Any, x2: Any, /, *, invert: bool = False) -> Array:
         from ..creation import asarray
 
         x2 = asarray(np.asarray(x2), device=x1.device)
-    flat = ravel(x2)
-    hit = fl_any(reshape(x1, (*x1.shape, 1)) == reshape(flat, (1,) * x1.ndim + flat.shape),
-                 axis=-1)
+    dt = result_type(x1.dtype, x2.dtype)
+    if dt.kind == "c":
+        raise DTypeError(f"isin: complex values ({x1.dtype}, {x2.dtype}) are not supported")
+    n = x2.size
+    if n == 0:
+        from ..creation import full
+
+        return full(x1.shape, invert, dtype=np.bool_, device=x1.device)
+    s = sort(ravel(x2).astype(dt, copy=False))
+    v = x1.astype(dt, copy=False)
+    pos = FUNCTIONS["minimum"](_rank_in_sorted(s, v, False), n - 1)
+    found = Array._lazy(Gather(s._node, pos._node, 0, checked=False), x1.device)
+    hit = found == v  # (the first element not below v: equal when v is in x2)
     return ~hit if invert else hit
 
 

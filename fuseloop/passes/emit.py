@@ -297,14 +297,19 @@ class _Structure(Mapper):
 
     def __init__(self) -> None:
         super().__init__()
-        self.memo: dict[int, tuple] = {}
+        self.memo: dict[int, int] = {}
+        # each distinct structure as a number: a node's tuple holds its children's
+        # numbers, so hashing it never walks a shared subtree again (as nested tuples, a
+        # DAG hashed as a tree, 2^depth)
+        self.numbers: dict[tuple, int] = {}
 
-    def __call__(self, node: Any, *args: Any) -> tuple:
+    def __call__(self, node: Any, *args: Any) -> int:
         hit = self.memo.get(id(node))
         if hit is None:
             method = self.methods.get(type(node))
             # scalar arguments are data: never merged
-            hit = self.memo[id(node)] = ("S", id(node)) if method is None else method(node)
+            key = ("S", id(node)) if method is None else method(node)
+            hit = self.memo[id(node)] = self.numbers.setdefault(key, len(self.numbers))
         return hit
 
     def map_leaf(self, node: Any) -> tuple:
