@@ -29,6 +29,7 @@ from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
 from .errors import DeviceMemoryError, OutOfMemoryError
 from .expr import program as _prog
+from .expr.contraction import operand_producers as _operand_producers
 from .expr.nodes import (
     Apply,
     Concat,
@@ -270,6 +271,9 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
             if _runs_child_first(node):
                 found.append(node.child)
                 return
+            # (a contraction's operands: their reductions and gathers run first)
+            pulled = [] if one_row else _operand_producers(node)
+            found.extend(p for p in pulled if p not in found)
             walk(node.child, True, True, frozenset(node.axes))
         elif isinstance(node, SparseProduct):
             # (read by more elements than it has rows, e.g. broadcast: each would

@@ -263,12 +263,20 @@ def test_special_values_follow_the_standard(device):
     same(got["tanh"][7], 1.0, -0.0)           # tanh(inf - 2j) = 1 - 0j
 
 
-def test_unsupported_complex_reductions_are_clear_errors(device):
-    # (max and min order complex numbers as numpy does: tests/test_complex_order.py)
-    x = fl.asarray(_data(np.complex64, 5))
-    for f in (fl.var, fl.std):
-        with pytest.raises(DTypeError, match="complex64 array is not supported"):
-            f(x)
+def test_var_and_std_of_complex_values_are_real(device):
+    # numpy: the mean of |x - mean(x)|**2, in the real type of x's precision (these
+    # raised a DTypeError before); ddof, the Array API's correction, axes and keepdims
+    cases = [(np.complex64, fl.var, np.var, {}), (np.complex64, fl.std, np.std, {"axis": 1}),
+             (np.complex128, fl.var, np.var, {"axis": 0, "keepdims": True, "ddof": 1}),
+             (np.complex128, fl.std, np.std, {"axis": 1, "correction": 2})]
+    for dtype, f, ref, kw in cases:
+        if dtype == np.complex128 and not device.has_fp64:
+            continue
+        h = _data(dtype, 4 * 7, seed=21).reshape(4, 7)
+        got = f(fl.asarray(h), **kw).get()
+        want = ref(h, **{("ddof" if k == "correction" else k): v for k, v in kw.items()})
+        assert got.dtype == want.dtype, (dtype, f, kw, got.dtype, want.dtype)
+        np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.complex64 else 1e-12)
 
 
 def test_vdot_conjugates_first_argument(device):

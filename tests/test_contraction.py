@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -226,6 +228,35 @@ def test_costly_producer_is_materialised_first(device, monkeypatch):
     fused = fl.sin(A) @ B
     assert fl.stats()["kernels_launched"] == 0
     assert_close(fused.get(), ref64(lambda x, y: np.sin(x) @ y, a, b), np.float32)
+
+def _kernel_names(src):
+    return re.findall(r"\b(fuseloop_\w+)\(", src)
+
+
+def test_reductions_in_operands_run_first(device, fresh_stats):
+    """``d.T @ d`` with ``d = x - x.mean(axis=0)``: the column means (each operand's)
+    run first, the centring stays in the contraction's operands; fused, the product
+    was one reduction kernel that recomputed the means for every output."""
+    xh = np.random.default_rng(5).standard_normal((200, 64))
+    x = fl.asarray(xh)
+    d, dh = x - x.mean(axis=0), xh - xh.mean(axis=0)
+    src = fl.show_code(d.T @ d)
+    names = _kernel_names(src)
+    assert len(names) == 3 and names[-1] == "fuseloop_contract", names
+    product = src.split("/* kernel 3 of 3 */")[1]
+    assert "acc_tile[" in product and " / s0" in product, product  # (the CPU register tile)
+    fl.reset_stats()
+    got = (d.T @ d).get()
+    assert fresh_stats()["kernels_launched"] == 3
+    np.testing.assert_allclose(got, dh.T @ dh, rtol=1e-12, atol=1e-12)
+    # a gathered operand: the gather runs first, at its own size
+    idx = np.random.default_rng(6).permutation(64)
+    g = x[:, fl.asarray(idx)]
+    names = _kernel_names(fl.show_code(g.T @ x))
+    assert len(names) == 2 and names[-1] == "fuseloop_contract", names
+    np.testing.assert_allclose((g.T @ x).get(), xh[:, idx].T @ xh, rtol=1e-12, atol=1e-12)
+    # no rows and columns of its own (a batch): the column sums of squares stay one kernel
+    assert len(_kernel_names(fl.show_code((d * d).sum(axis=0)))) == 1
 
 # }}}
 

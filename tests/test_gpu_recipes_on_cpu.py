@@ -241,3 +241,28 @@ def test_product_of_centred_columns(gpu_recipes_on_cpu):
     d, dh = x - x.mean(axis=0), xh - xh.mean(axis=0)
     np.testing.assert_allclose((d.T @ d).get(), dh.T @ dh, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(fl.matmul(d, d.T).get(), dh @ dh.T, rtol=1e-12, atol=1e-12)
+
+
+def test_centred_product_keeps_the_tiled_recipe(restore_recipes):
+    # the column means in both operands of d.T @ d run first (GPU rows recipe), so
+    # the product is the tiled GPU contraction with the centring in its tile fill
+    # (one group size: the GPU kernels take PoCL seconds to build)
+    from fuseloop.recipes import gpu_tiled
+
+    fl.register_recipe("cpu", gpu_coalesced, name="test-gpu-coalesced")
+    fl.register_recipe("cpu", make_gpu_rows(64), name="test-gpu-rows-64", kind="reduction")
+    fl.register_recipe("cpu", gpu_tiled, name="test-gpu-tiled-centred", kind="contraction")
+    with fl.device("cpu"):
+        _centred_product_tiled()
+
+
+def _centred_product_tiled():
+    xh = np.random.default_rng(13).standard_normal((120, 70)).astype(np.float32)
+    x = fl.asarray(xh)
+    d, dh = x - x.mean(axis=0), (xh - xh.mean(axis=0)).astype(np.float64)
+    src = fl.show_code(d.T @ d)
+    assert src.count("__kernel") == 3, src
+    product = src.split("/* kernel 3 of 3 */")[1]
+    assert "fuseloop_contract" in product and "x_tile" in product and "y_tile" in product
+    assert "barrier(CLK_LOCAL_MEM_FENCE)" in product
+    np.testing.assert_allclose((d.T @ d).get(), dh.T @ dh, rtol=1e-4, atol=1e-4)

@@ -210,6 +210,21 @@ def test_partition_lexsort_sort_complex(device):
     _same(fl.sort_complex(fl.asarray(c)), np.sort_complex(c))
 
 
+def test_sort_complex_puts_nans_where_numpy_does(device):
+    # numpy orders R + Rj, R + nanj, nan + Rj, nan + nanj; sorting by (real, imag) with
+    # lexsort put each NaN part last within its key instead
+    nan = np.nan
+    c = np.array([[complex(1, 2), complex(nan, 0), complex(1, nan), complex(-1, 3),
+                   complex(nan, nan), complex(0, nan), complex(nan, -4), complex(1, -1)],
+                  [complex(nan, 1), complex(3, 0), complex(0, -2), complex(nan, nan),
+                   complex(2, nan), complex(-1, 0), complex(nan, -1), complex(2, -1)]],
+                 np.complex64)
+    got, want = fl.sort_complex(fl.asarray(c)).get(), np.sort_complex(c)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.real, want.real)  # (NaNs compare equal here)
+    np.testing.assert_array_equal(got.imag, want.imag)
+
+
 def test_dtype_functions():
     assert fl.promote_types("i2", "f4") == np.promote_types("i2", "f4")
     assert fl.min_scalar_type(300) == np.min_scalar_type(300)

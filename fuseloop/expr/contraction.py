@@ -209,3 +209,110 @@ def find_contraction(entries: Sequence[Entry], outputs: tuple[int, ...], out_spe
                            (total, bool(r.chunk[2])))
     return Contraction(red, x, y, m, n, b, group(m), group(n), group(b), total,
                        min(nm, MIN_SIDE), min(nn, MIN_SIDE))
+
+
+# {{{ node level: what a contraction's operands compute first
+
+#: operand nodes looked at (longer producer chains are never inlined, see above)
+_MAX_OPERAND_NODES = 4 * MAX_OPERAND_ENTRIES
+
+
+def _varying(node: Any, budget: list[int], memo: dict[int, frozenset[int]]
+             ) -> frozenset[int]:
+    """The dimensions of ``node``'s shape along which its value may change.
+
+    A superset where unsure (every non-unit dimension): an operand then looks like
+    a batch and nothing is pulled out of it.
+    """
+    from .nodes import Apply, Leaf, Literal, Remap, Scalar
+
+    got = memo.get(id(node))
+    if got is not None:
+        return got
+    shape = node.shape
+    every = frozenset(d for d, n in enumerate(shape) if n != 1)
+    budget[0] -= 1
+    cls = type(node)
+    if budget[0] < 0:
+        out = every
+    elif cls is Leaf:
+        strides = node.view_strides()
+        out = frozenset(d for d in every if strides[d] != 0)
+    elif cls is Scalar or cls is Literal:
+        out = frozenset()
+    elif isinstance(node, Apply):
+        n = len(shape)
+        acc: set[int] = set()
+        for a in node.args:
+            shift = n - len(a.shape)
+            acc.update(shift + d for d in _varying(a, budget, memo))
+        out = frozenset(acc) & every
+    elif cls is Remap:
+        out = frozenset(d for d in every if any(row[d] for row in node.coeffs))
+    else:  # (a reduction's result keeps unit axes where it is broadcast)
+        out = every
+    memo[id(node)] = out
+    return out
+
+
+def _pull(node: Any, found: list[Any], seen: set[int]) -> bool:
+    """Collect the reductions, gathers and sparse products inside an operand;
+    False where it holds something else that no contraction inlines (a concatenation)."""
+    from .nodes import Apply, Gather, Reduce, Remap, SparseProduct
+
+    if id(node) in seen or not node.fancy:
+        return True
+    seen.add(id(node))
+    cls = type(node)
+    if cls is Reduce or cls is Gather or cls is SparseProduct:
+        found.append(node)
+        return True
+    if cls is Remap:  # (a view of a gather: the gather runs first, at its own size)
+        return _pull(node.child, found, seen)
+    if isinstance(node, Apply):
+        return all(_pull(a, found, seen) for a in node.args)
+    return False  # (a concatenation, or anything else not inlined)
+
+
+def operand_producers(node: Any) -> list[Any]:
+    """What runs before the contraction that reduction ``node`` would be.
+
+    When ``node`` is a sum over a product ``X * Y`` whose output has rows that
+    only ``X`` varies along and columns that only ``Y`` varies along (the sizes as
+    :func:`find_contraction` asks), a reduction, gather or sparse product inside
+    an operand would be computed again for every output element it reaches, and
+    a program holding one is no contraction: those run first (each as its own
+    kernel) so that the product keeps a tiled recipe; elementwise producers stay
+    in the operand.  Else (or where an operand holds a concatenation): empty.
+    """
+    from .nodes import Apply
+
+    child = node.child
+    if node.op != "sum" or not isinstance(child, Apply) or child.op != "multiply" \
+            or len(child.args) != 2 or not child.fancy:
+        return []
+    shape = child.shape
+    budget = [_MAX_OPERAND_NODES]
+    memo: dict[int, frozenset[int]] = {}
+    vx, vy = ((frozenset(len(shape) - len(a.shape) + d for d in _varying(a, budget, memo)))
+              for a in child.args)
+    axes = set(node.axes)
+    if budget[0] < 0 or not (vx & axes and vy & axes):
+        return []
+    out = [d for d, n in enumerate(shape) if n != 1 and d not in axes]
+    m = [d for d in out if d in vx and d not in vy]
+    n = [d for d in out if d in vy and d not in vx]
+    if not m or not n or any(d not in vx and d not in vy for d in out):
+        return []
+    nm = math.prod(shape[d] for d in m)
+    nn = math.prod(shape[d] for d in n)
+    nk = math.prod(shape[d] for d in axes)
+    if max(nm, nn) < MIN_SIDE or nk < MIN_K or nm * nn * MAX_K_PER_OUTPUT < nk:
+        return []
+    found: list[Any] = []
+    seen: set[int] = set()
+    if not all(_pull(a, found, seen) for a in child.args):
+        return []
+    return found
+
+# }}}

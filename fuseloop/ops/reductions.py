@@ -16,7 +16,6 @@ import numpy as np
 
 from .. import caches as _caches
 from ..array import Array, _coerce
-from ..errors import DTypeError
 from ..evaluate import cast_node
 from ..expr.nodes import Iota, Reduce
 from ..expr.templates import array_key, composite, watch_settings
@@ -68,13 +67,6 @@ def _rows_first(x: Array, child: Any, red: tuple[int, ...]) -> bool:
     return (len(red) > 1 and red[-1] == len(child.shape) - 1 and child.shape[-1] > 1
             and math.prod(child.shape) >= ROWS_FIRST_MIN
             and getattr(x.device, "type", None) == "cpu")
-
-
-def _no_complex(x: Array, name: str) -> None:
-    if x.dtype.kind == "c":
-        raise DTypeError(f"fl.{name} of a {x.dtype} array is not supported (numpy orders "
-                         "complex numbers lexicographically); reduce x.real, x.imag or "
-                         "fl.abs(x) instead")
 
 
 def _reduce(op: str, x: Array, axis: Any, keepdims: bool, dtype: np.dtype) -> Array:
@@ -226,10 +218,10 @@ def _ddof(ddof: Any, correction: Any) -> Any:
 def var(x: Any, axis: Any = None, dtype: Any = None, ddof: Any = 0,
         keepdims: bool = False, *, correction: Any = None) -> Array:
     """Variance about the mean, computed in two passes (as numpy does); ``correction``
-    is the Array API's name for ``ddof``."""
+    is the Array API's name for ``ddof``.  Of complex values: the mean of
+    ``|x - mean(x)|**2``, a real result (numpy's)."""
     ddof = _ddof(ddof, correction)
     x = _coerce(x)
-    _no_complex(x, "var")
     axes = normalize_axes(axis, x.ndim)
     return composite(array_key("var", x, axes, dtype, ddof, keepdims), x,
                      lambda: _var_built(x, axes, dtype, ddof, keepdims))
@@ -242,10 +234,21 @@ def _var_built(x: Array, axes: tuple[int, ...], dtype: Any, ddof: Any,
     m = mean(xa, axis=axes, keepdims=True)
     d = xa - m
     n = math.prod(x.shape[k] for k in axes) - ddof
-    total = _reduce("sum", d * d, axes, keepdims, acc)
+    if xa.dtype.kind == "c" and x.dtype.kind == "c":
+        # (numpy: |d|^2, summed in the real type of the same precision; a real input
+        # asked to average in a complex type keeps numpy's complex d * d)
+        acc, res = _real_of(acc), _real_of(res)
+        d = d.real * d.real + d.imag * d.imag
+    else:
+        d = d * d
+    total = _reduce("sum", d, axes, keepdims, acc)
     # numpy divides by max(n - ddof, 0): a positive sum over no degrees of freedom is inf
     out = total / _divisor(builtins.max(n, 0), acc)
     return out.astype(res) if out.dtype != res else out
+
+
+def _real_of(dtype: np.dtype) -> np.dtype:
+    return np.empty(0, dtype).real.dtype if dtype.kind == "c" else dtype
 
 
 @splits("reduce")
