@@ -327,3 +327,49 @@ def test_sweep_variants(device, monkeypatch):
     monkeypatch.setattr(radix_sort, "local_memory", lambda device: 48 * 1024)
     assert radix_sort.sweep_layout(device, base, 4, True) == base
     assert radix_sort.sweep_layout(device, base, 4, False) == (256, 32)
+
+
+@pytest.mark.parametrize("mode", ["early", "late"])
+def test_speculative_first_pass(device, monkeypatch, mode):
+    """SPECULATE: the fused variant's pass over byte 0 enqueued before the host knows
+    which bytes vary; where byte 0 is the same in every key the pass copies its tiles
+    straight (integer-valued floats, small integers shifted by 256s, all equal), and
+    where it turns out the only pass the values come from its keys.  Against numpy on
+    an H100's layout (4096-key tiles): sort, argsort (stability), descending; "late"
+    (the read after the pass) on two cases, the host's order being its only change."""
+    if not _gpu_layout(device, monkeypatch):
+        pytest.skip("the device's work-groups are smaller than a GPU's")
+    monkeypatch.setattr(radix_sort, "VARIANT", "fused")
+    monkeypatch.setattr(radix_sort, "SPECULATE", mode)
+    rng = np.random.default_rng(45)
+    n = 3 * 4096 + 77
+    floats = rng.choice(np.concatenate([_SPECIAL, 40 * rng.standard_normal(50)]), n)
+    shifted = (256 * rng.integers(-20, 20, n)).astype(np.int32)  # (byte 0 constant)
+    cases = {"float32": floats.astype(np.float32),
+             "float64 integral": np.round(floats * 8).astype(np.float64),
+             "int32 by 256s": shifted,
+             "int64": rng.choice(rng.integers(-2**62, 2**62, 30), n),
+             "uint8": rng.integers(0, 256, n).astype(np.uint8),
+             "int16 high byte": (shifted // 256 * 256 + 7).astype(np.int16),
+             "all equal": np.full(n, -2.5, np.float32)}
+    if mode == "late":
+        cases = {k: cases[k] for k in ("float32", "int32 by 256s")}
+    for name, a in cases.items():
+        x = fl.asarray(a)
+        ref = _descending_ref(a)
+        np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a), err_msg=name)
+        np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"),
+                                      err_msg=name)
+        np.testing.assert_array_equal(fl.argsort(x, descending=True).get(), ref,
+                                      err_msg=name)
+        np.testing.assert_array_equal(fl.sort(x, descending=True).get(), a[ref],
+                                      err_msg=name)
+    if mode == "late":
+        return
+    # the histograms, the starts, byte 0's pass and the passes that vary (the last
+    # writing the values); all equal: byte 0's pass (a copy), then the values
+    assert _launches(lambda: fl.sort(fl.asarray(cases["float32"]))) == 2 + 4
+    small = (256 * rng.integers(0, 40, n)).astype(np.int32)  # (bytes 0, 2 and 3 constant)
+    assert _launches(lambda: fl.sort(fl.asarray(small))) == 2 + 1 + 1
+    np.testing.assert_array_equal(fl.sort(fl.asarray(small)).get(), np.sort(small))
+    assert _launches(lambda: fl.sort(fl.asarray(cases["all equal"]))) == 2 + 1 + 1

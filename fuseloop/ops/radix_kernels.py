@@ -298,6 +298,27 @@ SCATTER = r"""
 #else
 #define SRC_T KT
 #endif
+#ifndef SPEC
+#define SPEC 0
+#endif
+
+/* the next pass's status words of this tile and its counter: zero (the pass before
+   this one, their last user, is done) */
+void zero_next(__global uint *state, const int parity, const long tiles, const long tile,
+               const int lid)
+{
+    __global uint *next = state + ST_HEAD + (long)(parity ^ 1) * tiles * RADIX;
+    for (int d = lid; d < RADIX; d += WG)
+        next[tile * RADIX + d] = 0;
+    if (tile == 0 && lid == 0)
+        state[parity ^ 1] = 0;
+}
+#else
+#define SPEC 0
+#endif
+/* (the last pass may write the keys' values: out_kind is their kind) */
+#define OUT_KEY(k) (out_kind < 0 ? (k) : (KT)from_key((U)(k), out_kind, descending))
+#if ONESWEEP
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_onesweep(__global const SRC_T *restrict keys,
                        __global const uint *restrict vals,
@@ -413,9 +434,45 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
        last already) stay last, so the item at j is one of them exactly when
        j >= valid. */
     int in_local = !direct;
+#if SPEC
+    /* SPEC (the fused variant's speculative first pass, see radix_sort.SPECULATE): a
+       pass whose digit is the same in every key (the tile's first key's digit counts
+       all n keys: it starts at 0 and the next digit at n) is a stable identity, so the
+       tile is copied to its own place (coalesced, from local memory) without ranking
+       or look-back; the same for every tile, so the branch is uniform. */
+    __local int same;
+    if (lid == 0) {  /* (the tile's first key: its own, in registers or local) */
+        const uint d = DIGIT_KV(0, direct ? key[0] : LK(0), 0);
+        __global const uint *at = starts + (shift >> 3) * RADIX;
+        same = at[d] == 0 && (d == RADIX - 1 || at[d + 1] == (uint)n);
+    }
+#endif
 #pragma unroll
     for (int nib = 0; nib < 8; nib += 4) {
         barrier(CLK_LOCAL_MEM_FENCE);
+#if SPEC
+        if (nib == 0 && same) {
+            if (direct)
+                for (int k = 0; k < PER; ++k) {
+                    LK(lid * PER + k) = key[k];
+#if HAS_VALUES
+                    LV(lid * PER + k) = val[k];
+#endif
+                }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int m = 0; m < PER; ++m) {
+                const int j = m * WG + lid;
+                if (j < valid) {
+                    keys_out[first + j] = OUT_KEY(LK(j));
+#if HAS_VALUES
+                    vals_out[first + j] = LV(j);
+#endif
+                }
+            }
+            zero_next(state, parity, tiles, tile, lid);
+            return;
+        }
+#endif
         /* the work-item's counts of each nibble (8-bit fields: nibbles 0-7 in lo, 8-15
            in hi) and each item's rank among its own items of its nibble, all in
            registers: no local memory updated item by item */
@@ -470,15 +527,7 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
         in_local = 1;
     }
 #if ONESWEEP
-    {
-        /* the next pass's status words of this tile and its counter: zero (the pass
-           before this one, their last user, is done) */
-        __global uint *next = state + ST_HEAD + (long)(parity ^ 1) * tiles * RADIX;
-        for (int d = lid; d < RADIX; d += WG)
-            next[tile * RADIX + d] = 0;
-        if (tile == 0 && lid == 0)
-            state[parity ^ 1] = 0;
-    }
+    zero_next(state, parity, tiles, tile, lid);
 #else
     /* the count kernel of the next pass adds to zeroed totals (the scan kernel, the
        only reader, is done) */
@@ -570,8 +619,7 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
         if (j < valid) {
             const uint pos = off[BYTE(digs, m)] + (uint)j;
             /* (the last pass may write the keys' values: out_kind is their kind) */
-            keys_out[pos] = out_kind < 0 ? key[m]
-                                         : (KT)from_key((U)key[m], out_kind, descending);
+            keys_out[pos] = OUT_KEY(key[m]);
 #if HAS_VALUES
             vals_out[pos] = val[m];
 #endif
