@@ -373,3 +373,45 @@ def test_speculative_first_pass(device, monkeypatch, mode):
     assert _launches(lambda: fl.sort(fl.asarray(small))) == 2 + 1 + 1
     np.testing.assert_array_equal(fl.sort(fl.asarray(small)).get(), np.sort(small))
     assert _launches(lambda: fl.sort(fl.asarray(cases["all equal"]))) == 2 + 1 + 1
+
+
+def test_speculative_pass_copies_constant_digit(device, monkeypatch):
+    """The SPEC pass kernel's check on the device: where the starts say the pass's
+    digit counts every key, each tile is copied to its own place (no ranking, no
+    look-back) and the next pass's state zeroed.  Starts that claim so for keys whose
+    digits differ give the keys back unsorted, positions in order (a ranked pass would
+    move them; real starts make the claim for every tile or none, as here, where every
+    tile's first key has the claimed digit: a tile ranking alone would wait for the
+    copying tiles' status words for ever)."""
+    if not _gpu_layout(device, monkeypatch):
+        pytest.skip("the device's work-groups are smaller than a GPU's")
+    from fuseloop.evaluate import allocate
+
+    layout = radix_sort.Layout(256, 16)
+    recipe = radix_sort.recipe_for(device, layout)
+    _, _, first = radix_sort._onesweep_kernels(
+        4, True, layout, recipe, radix_sort._hist_copies(device, 4, recipe), 4, True)
+    n = 2 * 4096 + 77
+    tiles = -(-n // layout.tile)
+    a = np.random.default_rng(46).standard_normal(n).astype(np.float32)
+    a[::layout.tile] = a[0]  # (every tile's first key takes the claim's branch: all copy)
+    bits = a.view(np.uint32)
+    keys = np.where(bits >> 31, ~bits, bits | np.uint32(1 << 31))  # (fl_radix_keys')
+    starts = np.zeros((8, 256), np.uint32)
+    starts[0, (keys[0] & 0xFF) + 1:] = n  # (byte 0's first digit "counts" every key)
+    state = np.zeros(32 + 2 * tiles * 256, np.uint32)
+    state[1], state[32 + tiles * 256:] = 3, 9  # (the next pass's counter and words)
+    src, hist, st = (fl.asarray(h) for h in (a, starts.ravel(), state))
+    for x in (src, hist, st):
+        x.eval()
+    out_keys, out_vals = allocate(4 * n, device), allocate(4 * n, device)
+    radix_sort._launch(first, (n, tiles), [out_keys, out_vals, st._storage],
+                       [src._storage, out_vals, hist._storage],
+                       [np.int32(v) for v in (0, 0, -1, 0, 2, 0)], device)
+    u32 = np.dtype(np.uint32)
+    assert not np.array_equal(np.sort(keys & 0xFF), keys & 0xFF)
+    np.testing.assert_array_equal(fl.Array._concrete(out_keys, u32, (n,)).get(), keys)
+    np.testing.assert_array_equal(fl.Array._concrete(out_vals, u32, (n,)).get(),
+                                  np.arange(n))
+    after = st.get()
+    assert after[1] == 0 and not after[32 + tiles * 256:].any()
