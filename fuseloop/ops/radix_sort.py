@@ -163,8 +163,11 @@ SWEEP_PER: int | None = None
 #: while they travel; byte 0's pass, where it turns out the same in every key, copies
 #: its keys straight (a stable identity; see SPEC in fl_radix_onesweep).  "early" reads
 #: the starts before that pass (the host has them, and enqueues the later passes, while
-#: it runs); "late" after it (the read waits for the pass).  Where byte 0's pass turns
-#: out the only one, it wrote keys: the caller makes the values (one more kernel).
+#: it runs; the pass waits for the read's copy); "late" after it (the read waits for the
+#: pass); "side" on a second queue of the device, after the starts (OpenCL: the pass
+#: waits for nothing, the read for the starts only; elsewhere as "early").  Where byte
+#: 0's pass turns out the only one, it wrote keys: the caller makes the values (one
+#: more kernel).
 SPECULATE: str | None = None
 #: the one-sweep status words hold counts in 30 bits: larger arrays take "classic"
 MAX_ONESWEEP = (1 << 30) - 1
@@ -601,7 +604,8 @@ def _speculated(sweep: _Sweep, src: Storage, first: SourceKernel, one: SourceKer
     dev, n, dt = sweep.hist.device, sweep.n, sweep.dt
     key_size = max(dt.itemsize, 4)
     nbytes = 4 * RADIX * dt.itemsize
-    reading = _start_read(sweep.hist, nbytes) if SPECULATE == "early" else None
+    reading = (_start_read(sweep.hist, nbytes, SPECULATE == "side")
+               if SPECULATE != "late" else None)
     keys = [allocate(n * key_size, dev), allocate(n * key_size, dev)]
     vals = [allocate(n * 4, dev), allocate(n * 4, dev)] if values else [keys[0], keys[1]]
     _sweep_passes(sweep, first, [0], keys, vals, (first, src))
@@ -627,20 +631,46 @@ def _speculated(sweep: _Sweep, src: Storage, first: SourceKernel, one: SourceKer
 _Reading = tuple[Any, np.ndarray, Any]
 
 
-def _start_read(storage: Storage, nbytes: int) -> _Reading:
+def _start_read(storage: Storage, nbytes: int, side: bool = False) -> _Reading:
     """Enqueue the read of ``storage``'s first ``nbytes`` bytes without waiting (into
     page-locked memory where the backend has it: a GPU's read into ordinary memory may
-    hold the host until done) and hand the queue to the device."""
+    hold the host until done) and hand the queue to the device; ``side``: on the
+    device's second queue (OpenCL), after what its queue holds, so that what is
+    enqueued there next does not wait for the read."""
     dev = storage.device
     slot = backend_for(dev).staging_slot(dev, nbytes)
     host = slot.host[:nbytes] if slot is not None else np.empty(nbytes, np.uint8)
     rt = _runtime(dev)
     rt.flush()  # (deferred launches first)
-    event = rt.enqueue_read(rt.queue, host, storage.buffer, None, False)
+    queue, after = rt.queue, None
+    if side and dev.backend == "opencl":
+        queue, after = _side_queue(rt), [rt.marker(rt.queue)]
+        rt.submit(rt.queue)
+    event = rt.enqueue_read(queue, host, storage.buffer, after, False)
     if slot is not None:
         slot.event = event
-    rt.submit(rt.queue)
+    rt.submit(queue)
     return event, host, slot
+
+
+# (a device runtime's id -> it, held so that the id stays its, and its second queue,
+# for SPECULATE "side")
+_SIDE: dict[int, tuple[Any, Any]] = {}
+_caches.register("ops.radix_sort.side_queues", _SIDE.clear, lambda: len(_SIDE),
+                 why="a second queue per device runtime (SPECULATE side)")
+
+
+def _side_queue(rt: Any) -> Any:
+    """A second in-order queue on ``rt``'s OpenCL context and device (made once)."""
+    found = _SIDE.get(id(rt))
+    if found is not None and found[0] is rt:
+        return found[1]
+    import pyopencl as cl
+
+    queue = cl.CommandQueue(rt.context, rt.device.cl_device)
+    with _lock:
+        _SIDE[id(rt)] = (rt, queue)
+    return queue
 
 
 def _finish_read(reading: _Reading, dev: Device) -> np.ndarray:
