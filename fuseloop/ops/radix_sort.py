@@ -6,7 +6,7 @@ times slower (4-bit digits, a scan kernel per pass built for generality).  This 
 takes 8-bit digits and keeps each pass to three short kernels.
 
 The values first become unsigned keys whose order is the wanted order
-(``radix_kernels.KEYS``): integers with their sign bit flipped, floats by their bits
+(``radix_keys.KEYS``): integers with their sign bit flipped, floats by their bits
 (all bits flipped for negatives, the sign bit for the rest), NaNs after everything,
 descending by complementing the key of every non-NaN.  For ``argsort`` -0.0 and 0.0 get
 one key and every NaN the largest key, so that ties stay in their original order, as
@@ -103,7 +103,8 @@ from ..evaluate import allocate
 from ..expr.nodes import Storage
 from ..runtime.devices import Device, _runtime
 from ..runtime.transfer import wait
-from .radix_kernels import BITS, COMMON, COUNT, HIST, KEYS, SCAN, SCATTER, STARTS
+from .radix_kernels import COMMON, COUNT, HIST, SCAN, SCATTER, STARTS
+from .radix_keys import BITS, KEYS
 
 #: the sorted digit's bits (256 buckets)
 RADIX_BITS = 8
