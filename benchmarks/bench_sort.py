@@ -223,8 +223,8 @@ def _speculate(rows: list[Row], a: np.ndarray, repeat: int) -> None:
                 for mode, (t, note) in got.items():
                     rows.append((f"{op} {label}", f"fuseloop fused speculate {mode}", t,
                                  note))
-                if fl.get_device().type == "gpu":
-                    _cupy(rows, {label: data}, repeat, only=op)
+                if fl.get_device().type == "gpu" and label != "float32":
+                    _cupy(rows, {label: data}, repeat, only=op)  # (float32's: main's)
     finally:
         radix_sort.VARIANT, radix_sort.SPECULATE = saved
 
