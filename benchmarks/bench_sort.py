@@ -16,7 +16,8 @@ column is the peer's time over fuseloop's (above 1: fuseloop is faster).  Usage:
 
 ``--pass-variants`` times the one-sweep pass kernel's variants (``PASS_VARIANTS``).
 ``--speculate`` times the fused variant without and with ``radix_sort.SPECULATE``
-("early", "late", "side": the first pass enqueued before the histograms are read back),
+("early", "late", "side": the first pass enqueued before the histograms are read back;
+"all": a pass every byte, no read),
 alternating call by call, on float32 and on integer-valued float32 (byte 0 the same in
 every key: the speculative pass copies it straight).
 """
@@ -178,7 +179,7 @@ def _pass_variants(rows: list[Row], a: np.ndarray, repeat: int) -> None:
 
 
 #: --speculate: radix_sort.SPECULATE settings timed with the fused variant
-SPECULATE_MODES = (None, "early", "late", "side")
+SPECULATE_MODES = (None, "early", "late", "side", "all")
 
 
 def _alternate(fn: Any, x: Any, ref: np.ndarray, repeat: int
@@ -291,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                         "look-back's reads at once")
     p.add_argument("--speculate", action="store_true",
                    help="also time the fused variant with radix_sort.SPECULATE off, "
-                        "early, late and side, alternating, on float32 and integer-valued "
+                        "early, late, side and all, alternating, on float32 and integer-valued "
                         "float32")
     p.add_argument("--pass-variants", action="store_true",
                    help="also time the fused one-sweep pass kernel's variants "

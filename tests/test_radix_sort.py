@@ -329,7 +329,7 @@ def test_sweep_variants(device, monkeypatch):
     assert radix_sort.sweep_layout(device, base, 4, False) == (256, 32)
 
 
-@pytest.mark.parametrize("mode", ["early", "late", "side"])
+@pytest.mark.parametrize("mode", ["early", "late", "side", "all"])
 def test_speculative_first_pass(device, monkeypatch, mode):
     """SPECULATE: the fused variant's pass over byte 0 enqueued before the host knows
     which bytes vary; where byte 0 is the same in every key the pass copies its tiles
@@ -337,7 +337,8 @@ def test_speculative_first_pass(device, monkeypatch, mode):
     where it turns out the only pass the values come from its keys.  Against numpy on
     an H100's layout (4096-key tiles): sort, argsort (stability), descending; "late"
     (the read after the pass) and "side" (on a second queue) on two cases, the host's
-    order being their only change."""
+    order being their only change; "all" (a pass every byte, constant ones copying) on
+    three, with its launches."""
     if not _gpu_layout(device, monkeypatch):
         pytest.skip("the device's work-groups are smaller than a GPU's")
     monkeypatch.setattr(radix_sort, "VARIANT", "fused")
@@ -354,7 +355,8 @@ def test_speculative_first_pass(device, monkeypatch, mode):
              "int16 high byte": (shifted // 256 * 256 + 7).astype(np.int16),
              "all equal": np.full(n, -2.5, np.float32)}
     if mode != "early":
-        cases = {k: cases[k] for k in ("float32", "int32 by 256s")}
+        cases = {k: cases[k] for k in ("float32", "int32 by 256s")
+                 + (("all equal",) if mode == "all" else ())}
     for name, a in cases.items():
         x = fl.asarray(a)
         ref = _descending_ref(a)
@@ -365,6 +367,9 @@ def test_speculative_first_pass(device, monkeypatch, mode):
                                       err_msg=name)
         np.testing.assert_array_equal(fl.sort(x, descending=True).get(), a[ref],
                                       err_msg=name)
+    if mode == "all":  # (the histograms, the starts, a pass a byte: the last values)
+        for a in (cases["float32"], cases["all equal"], shifted):
+            assert _launches(lambda a=a: fl.sort(fl.asarray(a))) == 2 + 4
     if mode != "early":
         return
     # the histograms, the starts, byte 0's pass and the passes that vary (the last

@@ -168,7 +168,9 @@ SWEEP_PER: int | None = None
 #: pass); "side" on a second queue of the device, after the starts (OpenCL: the pass
 #: waits for nothing, the read for the starts only; elsewhere as "early").  Where byte
 #: 0's pass turns out the only one, it wrote keys: the caller makes the values (one
-#: more kernel).
+#: more kernel).  "all": no read at all, a pass for every byte of the values, each
+#: copying where its byte is constant (the last writing the values): nothing waits, at
+#: a copy pass for each constant byte instead of a skipped one.
 SPECULATE: str | None = None
 #: the one-sweep status words hold counts in 30 bits: larger arrays take "classic"
 MAX_ONESWEEP = (1 << 30) - 1
@@ -579,6 +581,8 @@ def _fused(src: Array, descending: bool, canon: bool, values: bool, layout: Layo
     if SPECULATE is not None:
         _launch(to_starts, (), [hist], [], [np.int32(every)], dev)
         sweep = _Sweep(hist, state, None, dt, descending, canon, n, -(-n // layout.tile))
+        if SPECULATE == "all":  # (every pass copying where its byte is constant)
+            one = _onesweep_kernels(key_size, values, layout, recipe, copies, 0, True)[2]
         return _speculated(sweep, src._storage, first, one, values, want_values)
     # (one read from the device, as the key kernel's OR and AND: the bytes that vary)
     got = Array._concrete(hist, np.dtype(np.uint32), (8, RADIX)).get()
@@ -605,6 +609,8 @@ def _speculated(sweep: _Sweep, src: Storage, first: SourceKernel, one: SourceKer
     dev, n, dt = sweep.hist.device, sweep.n, sweep.dt
     key_size = max(dt.itemsize, 4)
     nbytes = 4 * RADIX * dt.itemsize
+    if SPECULATE == "all":
+        return _all_passes(sweep, src, first, one, values, want_values)
     reading = (_start_read(sweep.hist, nbytes, SPECULATE == "side")
                if SPECULATE != "late" else None)
     keys = [allocate(n * key_size, dev), allocate(n * key_size, dev)]
@@ -627,6 +633,23 @@ def _speculated(sweep: _Sweep, src: Storage, first: SourceKernel, one: SourceKer
                       out)
     # (byte 0's pass was the last or copied the keys straight: its keys, not values)
     return Sorted(keys[0], vals[0] if values else None, None)
+
+
+def _all_passes(sweep: _Sweep, src: Storage, first: SourceKernel, one: SourceKernel,
+                values: bool, want_values: bool) -> Sorted:
+    """SPECULATE "all": a pass for every byte of the values, each copying its keys
+    straight where its byte is constant (``one`` built so), the last writing the values;
+    no read from the device at all."""
+    dev, n, dt = sweep.hist.device, sweep.n, sweep.dt
+    key_size = max(dt.itemsize, 4)
+    keys = [allocate(n * key_size, dev), allocate(n * key_size, dev)]
+    vals = [allocate(n * 4, dev), allocate(n * 4, dev)] if values else [keys[0], keys[1]]
+    out = None
+    if want_values and dt.itemsize == key_size:
+        out = Array._concrete(allocate(n * key_size, dev), dt, (n,))
+    _sweep_passes(sweep._replace(out=out), one,
+                  [RADIX_BITS * b for b in range(dt.itemsize)], keys, vals, (first, src))
+    return Sorted(None if out is not None else keys[0], vals[0] if values else None, out)
 
 
 _Reading = tuple[Any, np.ndarray, Any]
