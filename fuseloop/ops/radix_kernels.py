@@ -437,8 +437,8 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
        j >= valid. */
     int in_local = !direct;
 #if SPEC
-    /* SPEC (the fused variant's speculative first pass, see radix_sort.SPECULATE): a
-       pass whose digit is the same in every key (the tile's first key's digit counts
+    /* SPEC (the fused variant's passes enqueued before the host knows which bytes
+       vary, see radix_sort.SPECULATE): a pass whose digit is the same in every key (the tile's first key's digit counts
        all n keys: it starts at 0 and the next digit at n) is a stable identity, so the
        tile is copied to its own place (coalesced, from local memory) without ranking
        or look-back; the same for every tile, so the branch is uniform. */
@@ -620,7 +620,6 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
         const int j = m * WG + lid;
         if (j < valid) {
             const uint pos = off[BYTE(digs, m)] + (uint)j;
-            /* (the last pass may write the keys' values: out_kind is their kind) */
             keys_out[pos] = OUT_KEY(key[m]);
 #if HAS_VALUES
             vals_out[pos] = val[m];
