@@ -438,10 +438,11 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
     int in_local = !direct;
 #if SPEC
     /* SPEC (the fused variant's passes enqueued before the host knows which bytes
-       vary, see radix_sort.SPECULATE): a pass whose digit is the same in every key (the tile's first key's digit counts
-       all n keys: it starts at 0 and the next digit at n) is a stable identity, so the
-       tile is copied to its own place (coalesced, from local memory) without ranking
-       or look-back; the same for every tile, so the branch is uniform. */
+       vary, see radix_sort.SPECULATE): a pass whose digit is the same in every key
+       (the tile's first key's digit counts all n keys: it starts at 0 and the next
+       digit at n) is a stable identity, so the tile is copied to its own place
+       (coalesced, from local memory) without ranking or look-back; the same for every
+       tile, so the branch is uniform. */
     __local int same;
     if (lid == 0) {  /* (the tile's first key: its own, in registers or local) */
         const uint d = DIGIT_KV(0, direct ? key[0] : LK(0), 0);
