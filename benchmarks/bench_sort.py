@@ -12,15 +12,21 @@ against numpy once.  Times are medians of ``--repeat`` calls after warm-up; the 
 column is the peer's time over fuseloop's (above 1: fuseloop is faster).  Usage::
 
     python benchmarks/bench_sort.py [--device SPEC] [--log2 N] [--repeat K] [--no-old]
-        [--variants classic,onesweep,fused] [--sweep] [--pass-variants]
+        [--variants classic,onesweep,fused] [--sweep] [--pass-variants] [--speculate]
 
 ``--pass-variants`` times the one-sweep pass kernel's variants (``PASS_VARIANTS``).
+``--speculate`` times the fused variant without and with ``radix_sort.SPECULATE``
+("early", "late", "side": the first pass enqueued before the histograms are read back;
+"all": a pass every byte, no read),
+alternating call by call, on float32 and on integer-valued float32 (byte 0 the same in
+every key: the speculative pass copies it straight).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +178,58 @@ def _pass_variants(rows: list[Row], a: np.ndarray, repeat: int) -> None:
             _attempt(rows, f"{op} float32", f"fuseloop fused {label}", run)
 
 
+#: --speculate: radix_sort.SPECULATE settings timed with the fused variant
+SPECULATE_MODES = (None, "early", "late", "side", "all")
+
+
+def _alternate(fn: Any, x: Any, ref: np.ndarray, repeat: int
+               ) -> dict[str | None, tuple[float | None, str]]:
+    """Each SPECULATE_MODES' (median time, check) of ``fn(x)``, the modes taking turns
+    call by call after one checked, warming call each."""
+    notes: dict[str | None, str] = {}
+    times: dict[str | None, list[float]] = {m: [] for m in SPECULATE_MODES}
+    for mode in SPECULATE_MODES:
+        radix_sort.SPECULATE = mode
+        notes[mode] = _check(fn(x).get(), ref)
+        fn(x).eval()
+    fl.synchronize()
+    for _ in range(repeat):
+        for mode in SPECULATE_MODES:
+            radix_sort.SPECULATE = mode
+            t0 = time.perf_counter()
+            fn(x).eval()
+            fl.synchronize()
+            times[mode].append(time.perf_counter() - t0)
+    return {m: (float(np.median(times[m])), notes[m]) for m in SPECULATE_MODES}
+
+
+def _speculate(rows: list[Row], a: np.ndarray, repeat: int) -> None:
+    """fl.sort and fl.argsort of ``a`` (float32) and of ``a`` rounded (integer-valued:
+    byte 0 of every key the same) by the fused variant with each of SPECULATE_MODES,
+    the modes taking turns call by call (a drifting clock or a warming card touches
+    them alike); each time is the median of ``repeat`` calls."""
+    saved = radix_sort.VARIANT, radix_sort.SPECULATE
+    try:
+        radix_sort.VARIANT = "fused"
+        for label, data in (("float32", a), ("float32 integral", np.round(a * 100))):
+            data = data.astype(np.float32)
+            x = fl.asarray(data)
+            for op, ref in (("sort", np.sort(data)),
+                            ("argsort", np.argsort(data, kind="stable"))):
+                try:
+                    got = _alternate(getattr(fl, op), x, ref, repeat)
+                except Exception as exc:  # (reported in the table, as _attempt does)
+                    got = {m: (None, f"skipped ({type(exc).__name__}: {str(exc)[:60]})")
+                           for m in SPECULATE_MODES}
+                for mode, (t, note) in got.items():
+                    rows.append((f"{op} {label}", f"fuseloop fused speculate {mode}", t,
+                                 note))
+                if fl.get_device().type == "gpu" and label != "float32":
+                    _cupy(rows, {label: data}, repeat, only=op)  # (float32's: main's)
+    finally:
+        radix_sort.VARIANT, radix_sort.SPECULATE = saved
+
+
 def _numpy(rows: list[Row], data: dict[str, np.ndarray], repeat: int) -> None:
     for name, a in data.items():
         _attempt(rows, f"sort {name}", "numpy sort",
@@ -181,7 +239,9 @@ def _numpy(rows: list[Row], data: dict[str, np.ndarray], repeat: int) -> None:
                                           lambda: None, repeat), ""))
 
 
-def _cupy(rows: list[Row], data: dict[str, np.ndarray], repeat: int) -> None:
+def _cupy(rows: list[Row], data: dict[str, np.ndarray], repeat: int,
+          only: str | None = None) -> None:
+    """cupy's sort and argsort of each of ``data`` (``only``: that one of them)."""
     for name, a in data.items():
         def run(op: str, a: np.ndarray = a) -> tuple[float, str]:
             import cupy as cp
@@ -191,8 +251,8 @@ def _cupy(rows: list[Row], data: dict[str, np.ndarray], repeat: int) -> None:
             note = _check(cp.asnumpy(fn(x)), ref)
             return median_time(lambda: fn(x), cp.cuda.Device().synchronize, repeat), note
 
-        _attempt(rows, f"sort {name}", "cupy sort", lambda run=run: run("sort"))
-        _attempt(rows, f"argsort {name}", "cupy argsort", lambda run=run: run("argsort"))
+        for op in ("sort", "argsort") if only is None else (only,):
+            _attempt(rows, f"{op} {name}", f"cupy {op}", lambda run=run, op=op: run(op))
 
 
 def _torch(rows: list[Row], data: dict[str, np.ndarray], repeat: int) -> None:
@@ -230,6 +290,10 @@ def main(argv: list[str] | None = None) -> int:
                         "(work-items per group x the most keys per work-item) and "
                         "copies of the count kernel's histogram, and the fused one-sweep "
                         "look-back's reads at once")
+    p.add_argument("--speculate", action="store_true",
+                   help="also time the fused variant with radix_sort.SPECULATE off, "
+                        "early, late, side and all, alternating, on float32 and integer-valued "
+                        "float32")
     p.add_argument("--pass-variants", action="store_true",
                    help="also time the fused one-sweep pass kernel's variants "
                         "(PASS_VARIANTS: look-back reads, tile size, raking scan) on float32")
@@ -247,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         _sweep(rows, data["float32"], args.repeat)
     if args.pass_variants and dev.backend == "opencl":
         _pass_variants(rows, data["float32"], args.repeat)
+    if args.speculate and dev.backend == "opencl":
+        _speculate(rows, data["float32"], args.repeat)
     if not args.no_old and dev.backend == "opencl":
         _fuseloop(rows, data, max(3, args.repeat // 3), "fuseloop + pyopencl RadixSort",
                   False)

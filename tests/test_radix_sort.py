@@ -327,3 +327,99 @@ def test_sweep_variants(device, monkeypatch):
     monkeypatch.setattr(radix_sort, "local_memory", lambda device: 48 * 1024)
     assert radix_sort.sweep_layout(device, base, 4, True) == base
     assert radix_sort.sweep_layout(device, base, 4, False) == (256, 32)
+
+
+@pytest.mark.parametrize("mode", ["early", "late", "side", "all"])
+def test_speculative_first_pass(device, monkeypatch, mode):
+    """SPECULATE: the fused variant's pass over byte 0 enqueued before the host knows
+    which bytes vary; where byte 0 is the same in every key the pass copies its tiles
+    straight (integer-valued floats, small integers shifted by 256s, all equal), and
+    where it turns out the only pass the values come from its keys.  Against numpy on
+    an H100's layout (4096-key tiles): sort, argsort (stability), descending; "late"
+    (the read after the pass) and "side" (on a second queue) on two cases, the host's
+    order being their only change; "all" (a pass every byte, constant ones copying, the
+    last writing values) on three by sort, with its launches."""
+    if not _gpu_layout(device, monkeypatch):
+        pytest.skip("the device's work-groups are smaller than a GPU's")
+    monkeypatch.setattr(radix_sort, "VARIANT", "fused")
+    monkeypatch.setattr(radix_sort, "SPECULATE", mode)
+    rng = np.random.default_rng(45)
+    n = 3 * 4096 + 77
+    floats = rng.choice(np.concatenate([_SPECIAL, 40 * rng.standard_normal(50)]), n)
+    shifted = (256 * rng.integers(-20, 20, n)).astype(np.int32)  # (byte 0 constant)
+    cases = {"float32": floats.astype(np.float32),
+             "float64 integral": np.round(floats * 8).astype(np.float64),
+             "int32 by 256s": shifted,
+             "int64": rng.choice(rng.integers(-2**62, 2**62, 30), n),
+             "uint8": rng.integers(0, 256, n).astype(np.uint8),
+             "int16 high byte": (shifted // 256 * 256 + 7).astype(np.int16),
+             "all equal": np.full(n, -2.5, np.float32)}
+    if mode != "early":
+        cases = {k: cases[k] for k in ("float32", "int32 by 256s")
+                 + (("all equal",) if mode == "all" else ())}
+    for name, a in cases.items():
+        x = fl.asarray(a)
+        ref = _descending_ref(a)
+        np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a), err_msg=name)
+        np.testing.assert_array_equal(fl.sort(x, descending=True).get(), a[ref],
+                                      err_msg=name)
+        if mode == "all":  # (sort only: argsort's pass kernels would be two more builds)
+            continue
+        np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"),
+                                      err_msg=name)
+        np.testing.assert_array_equal(fl.argsort(x, descending=True).get(), ref,
+                                      err_msg=name)
+    if mode == "all":  # (the histograms, the starts, a pass a byte: the last values)
+        for a in (cases["float32"], cases["all equal"], shifted):
+            assert _launches(lambda a=a: fl.sort(fl.asarray(a))) == 2 + 4
+    if mode != "early":
+        return
+    # the histograms, the starts, byte 0's pass and the passes that vary (the last
+    # writing the values); all equal: byte 0's pass (a copy), then the values
+    assert _launches(lambda: fl.sort(fl.asarray(cases["float32"]))) == 2 + 4
+    small = (256 * rng.integers(0, 40, n)).astype(np.int32)  # (bytes 0, 2 and 3 constant)
+    assert _launches(lambda: fl.sort(fl.asarray(small))) == 2 + 1 + 1
+    np.testing.assert_array_equal(fl.sort(fl.asarray(small)).get(), np.sort(small))
+    assert _launches(lambda: fl.sort(fl.asarray(cases["all equal"]))) == 2 + 1 + 1
+
+
+def test_speculative_pass_copies_constant_digit(device, monkeypatch):
+    """The SPEC pass kernel's check on the device: where the starts say the pass's
+    digit counts every key, each tile is copied to its own place (no ranking, no
+    look-back) and the next pass's state zeroed.  Starts that claim so for keys whose
+    digits differ give the keys back unsorted, positions in order (a ranked pass would
+    move them; real starts make the claim for every tile or none, as here, where every
+    tile's first key has the claimed digit: a tile ranking alone would wait for the
+    copying tiles' status words for ever)."""
+    if not _gpu_layout(device, monkeypatch):
+        pytest.skip("the device's work-groups are smaller than a GPU's")
+    from fuseloop.evaluate import allocate
+
+    layout = radix_sort.Layout(256, 16)
+    recipe = radix_sort.recipe_for(device, layout)
+    _, _, first = radix_sort._onesweep_kernels(
+        4, True, layout, recipe, radix_sort._hist_copies(device, 4, recipe), 4, True)
+    n = 2 * 4096 + 77
+    tiles = -(-n // layout.tile)
+    a = np.random.default_rng(46).standard_normal(n).astype(np.float32)
+    a[::layout.tile] = a[0]  # (every tile's first key takes the claim's branch: all copy)
+    bits = a.view(np.uint32)
+    keys = np.where(bits >> 31, ~bits, bits | np.uint32(1 << 31))  # (fl_radix_keys')
+    starts = np.zeros((8, 256), np.uint32)
+    starts[0, (keys[0] & 0xFF) + 1:] = n  # (byte 0's first digit "counts" every key)
+    state = np.zeros(32 + 2 * tiles * 256, np.uint32)
+    state[1], state[32 + tiles * 256:] = 3, 9  # (the next pass's counter and words)
+    src, hist, st = (fl.asarray(h) for h in (a, starts.ravel(), state))
+    for x in (src, hist, st):
+        x.eval()
+    out_keys, out_vals = allocate(4 * n, device), allocate(4 * n, device)
+    radix_sort._launch(first, (n, tiles), [out_keys, out_vals, st._storage],
+                       [src._storage, out_vals, hist._storage],
+                       [np.int32(v) for v in (0, 0, -1, 0, 2, 0)], device)
+    u32 = np.dtype(np.uint32)
+    assert not np.array_equal(np.sort(keys & 0xFF), keys & 0xFF)
+    np.testing.assert_array_equal(fl.Array._concrete(out_keys, u32, (n,)).get(), keys)
+    np.testing.assert_array_equal(fl.Array._concrete(out_vals, u32, (n,)).get(),
+                                  np.arange(n))
+    after = st.get()
+    assert after[1] == 0 and not after[32 + tiles * 256:].any()

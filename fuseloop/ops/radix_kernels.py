@@ -1,6 +1,7 @@
 """The OpenCL sources of fuseloop's radix sort (:mod:`fuseloop.ops.radix_sort`, whose
-docstring describes the passes): the key kernels (``BITS`` + ``KEYS``) and each pass's
-count, scan and scatter kernels (after ``COMMON``).  Build options: ``WG`` work-items a
+docstring describes the passes): each pass's count, scan and scatter kernels (after
+``COMMON``; the key kernels and ``BITS``, which the scatter and the one-sweep kernels
+take too, are in :mod:`fuseloop.ops.radix_keys`).  Build options: ``WG`` work-items a
 group, ``PER`` keys a work-item, ``KT``/``VKT`` the key type and its vector of 4,
 ``U``/``U4`` the values' bits, ``HAS_VALUES`` (positions sorted with the keys), ``NSUB``
 copies of the count's histogram, ``SCAN_LOCAL`` (the scan through local memory),
@@ -9,7 +10,8 @@ scan folded in, after ``HIST``'s kernels), ``FROM_SRC`` (the one-sweep histogram
 first pass reading the values, ``U``/``U4`` of their width, instead of keys),
 ``LOOKBACK`` the status words a look-back step reads, ``LB_VOLATILE`` (read by
 volatile loads, not atomics), ``RAKE_SCAN`` (block_scan's raking way), ``NBYTES``
-the key's bytes and ``HNSUB`` the copies of ``HIST``'s histograms (``STARTS`` after ``HIST``)."""
+the key's bytes, ``HNSUB`` the copies of ``HIST``'s histograms (``STARTS`` after ``HIST``)
+and ``SPEC`` (a one-sweep pass copies its tiles straight where its digit is constant)."""
 
 from __future__ import annotations
 
@@ -298,6 +300,27 @@ SCATTER = r"""
 #else
 #define SRC_T KT
 #endif
+#ifndef SPEC
+#define SPEC 0
+#endif
+
+/* the next pass's status words of this tile and its counter: zero (the pass before
+   this one, their last user, is done) */
+void zero_next(__global uint *state, const int parity, const long tiles, const long tile,
+               const int lid)
+{
+    __global uint *next = state + ST_HEAD + (long)(parity ^ 1) * tiles * RADIX;
+    for (int d = lid; d < RADIX; d += WG)
+        next[tile * RADIX + d] = 0;
+    if (tile == 0 && lid == 0)
+        state[parity ^ 1] = 0;
+}
+#else
+#define SPEC 0
+#endif
+/* (the last pass may write the keys' values: out_kind is their kind) */
+#define OUT_KEY(k) (out_kind < 0 ? (k) : (KT)from_key((U)(k), out_kind, descending))
+#if ONESWEEP
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_onesweep(__global const SRC_T *restrict keys,
                        __global const uint *restrict vals,
@@ -413,9 +436,46 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
        last already) stay last, so the item at j is one of them exactly when
        j >= valid. */
     int in_local = !direct;
+#if SPEC
+    /* SPEC (the fused variant's passes enqueued before the host knows which bytes
+       vary, see radix_sort.SPECULATE): a pass whose digit is the same in every key
+       (the tile's first key's digit counts all n keys: it starts at 0 and the next
+       digit at n) is a stable identity, so the tile is copied to its own place
+       (coalesced, from local memory) without ranking or look-back; the same for every
+       tile, so the branch is uniform. */
+    __local int same;
+    if (lid == 0) {  /* (the tile's first key: its own, in registers or local) */
+        const uint d = DIGIT_KV(0, direct ? key[0] : LK(0), 0);
+        __global const uint *at = starts + (shift >> 3) * RADIX;
+        same = at[d] == 0 && (d == RADIX - 1 || at[d + 1] == (uint)n);
+    }
+#endif
 #pragma unroll
     for (int nib = 0; nib < 8; nib += 4) {
         barrier(CLK_LOCAL_MEM_FENCE);
+#if SPEC
+        if (nib == 0 && same) {
+            if (direct)
+                for (int k = 0; k < PER; ++k) {
+                    LK(lid * PER + k) = key[k];
+#if HAS_VALUES
+                    LV(lid * PER + k) = val[k];
+#endif
+                }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int m = 0; m < PER; ++m) {
+                const int j = m * WG + lid;
+                if (j < valid) {
+                    keys_out[first + j] = OUT_KEY(LK(j));
+#if HAS_VALUES
+                    vals_out[first + j] = LV(j);
+#endif
+                }
+            }
+            zero_next(state, parity, tiles, tile, lid);
+            return;
+        }
+#endif
         /* the work-item's counts of each nibble (8-bit fields: nibbles 0-7 in lo, 8-15
            in hi) and each item's rank among its own items of its nibble, all in
            registers: no local memory updated item by item */
@@ -470,15 +530,7 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
         in_local = 1;
     }
 #if ONESWEEP
-    {
-        /* the next pass's status words of this tile and its counter: zero (the pass
-           before this one, their last user, is done) */
-        __global uint *next = state + ST_HEAD + (long)(parity ^ 1) * tiles * RADIX;
-        for (int d = lid; d < RADIX; d += WG)
-            next[tile * RADIX + d] = 0;
-        if (tile == 0 && lid == 0)
-            state[parity ^ 1] = 0;
-    }
+    zero_next(state, parity, tiles, tile, lid);
 #else
     /* the count kernel of the next pass adds to zeroed totals (the scan kernel, the
        only reader, is done) */
@@ -569,9 +621,7 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
         const int j = m * WG + lid;
         if (j < valid) {
             const uint pos = off[BYTE(digs, m)] + (uint)j;
-            /* (the last pass may write the keys' values: out_kind is their kind) */
-            keys_out[pos] = out_kind < 0 ? key[m]
-                                         : (KT)from_key((U)key[m], out_kind, descending);
+            keys_out[pos] = OUT_KEY(key[m]);
 #if HAS_VALUES
             vals_out[pos] = val[m];
 #endif
@@ -663,127 +713,5 @@ void fl_radix_starts(__global uint *restrict hist, const int mask)
 }
 """
 
-# The keys: U is the values' bits (an unsigned type of their width), KT the key type.
-# The kind (0 unsigned or bool, 1 signed, 2 floating), the direction and canon (-0.0 as
-# 0.0 and every NaN the largest key, for argsort's ties; else one key per value, NaN's
-# sign cleared) are arguments: one build per width serves every dtype and direction.
-BITS = r"""
-#define SIGN ((U)((U)1 << (BITS - 1)))
-#define MASK ((U)~(U)0)
-#define MAG(u) ((U)((u) & (U)~SIGN))
 
-KT to_key(const U u, const int kind, const int descending, const int canon)
-{
-    U k = u;
-    if (kind == 1) {
-        k = (U)(u ^ SIGN);
-    } else if (kind == 2) {
-        if (MAG(u) > INF)  /* NaN */
-            return canon ? (KT)MASK : (KT)(U)(MAG(u) | SIGN);
-        k = (u & SIGN) ? (U)~u : (U)(u | SIGN);
-        if (canon && MAG(u) == 0)
-            k = SIGN;
-    }
-    return (KT)(descending ? (U)(k ^ MASK) : k);
-}
-
-/* the value (its bits) of a key made with canon off */
-U from_key(const U k, const int kind, const int descending)
-{
-    if (kind == 2) {
-        /* non-NaN keys, ascending or descending, lie in [~(INF | SIGN), INF | SIGN] */
-        const U asc = (descending && k <= (U)(INF | SIGN)) ? (U)(k ^ MASK) : k;
-        return (asc & SIGN) ? MAG(asc) : (U)~asc;
-    }
-    const U u = descending ? (U)(k ^ MASK) : k;
-    return kind == 1 ? (U)(u ^ SIGN) : u;
-}
-"""
-
-KEYS = r"""
-
-/* the key of one value, written with its position, and folded into the OR and AND */
-#define ONE_KEY(i, u) do {                                  \
-        const KT k_ = to_key((u), kind, descending, canon); \
-        keys[i] = k_;                                       \
-        if (positions)                                      \
-            idx[i] = (uint)(i);                             \
-        o |= k_;                                            \
-        a &= k_;                                            \
-    } while (0)
-/* vectors of 4 values a work-item loads before it makes their keys (several loads in
-   flight: a GPU needs them to reach its bandwidth) */
-#define KUNROLL 4
-
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fl_radix_keys(__global const U *restrict src, __global KT *restrict keys,
-                   __global uint *restrict idx, __global KT *restrict bits,
-                   __global uint *restrict totals,
-                   const int kind, const int descending, const int canon,
-                   const int positions, const long n)
-{
-    __local KT lo[WG], la[WG];
-    const int lid = get_local_id(0);
-    if (get_group_id(0) == 0)  /* (the first count kernel, or fl_radix_hist, adds to
-                                  them: a digit's totals for each of 8 bytes) */
-        for (int d = lid; d < 8 * 256; d += WG)
-            totals[d] = 0;
-    KT o = 0, a = (KT)~(KT)0;
-    /* vector v holds values 4v .. 4v + 3: consecutive work-items take consecutive
-       vectors (coalesced), KUNROLL of them grid-size apart at a time */
-    const long nv = n / 4, size = get_global_size(0);
-    for (long base = get_global_id(0); base < nv; base += KUNROLL * size) {
-        U4 v[KUNROLL];
-#pragma unroll
-        for (int u = 0; u < KUNROLL; ++u)
-            if (base + u * size < nv)
-                v[u] = vload4(base + u * size, src);
-#pragma unroll
-        for (int u = 0; u < KUNROLL; ++u) {
-            const long w = base + u * size;
-            if (w < nv) {
-                const KT4 k = (KT4)(to_key(v[u].s0, kind, descending, canon),
-                                    to_key(v[u].s1, kind, descending, canon),
-                                    to_key(v[u].s2, kind, descending, canon),
-                                    to_key(v[u].s3, kind, descending, canon));
-                vstore4(k, w, keys);
-                if (positions)
-                    vstore4((uint4)((uint)(4 * w)) + (uint4)(0, 1, 2, 3), w, idx);
-                o |= k.s0 | k.s1 | k.s2 | k.s3;
-                a &= k.s0 & k.s1 & k.s2 & k.s3;
-            }
-        }
-    }
-    const long i = 4 * nv + get_global_id(0);  /* the last n % 4 values */
-    if (i < n)
-        ONE_KEY(i, src[i]);
-    lo[lid] = o;
-    la[lid] = a;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int width = WG / 2; width > 0; width >>= 1) {
-        if (lid < width) {
-            lo[lid] |= lo[lid + width];
-            la[lid] &= la[lid + width];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid == 0) {
-        /* (the ORs, then the ANDs: one read brings both to the host) */
-        bits[get_group_id(0)] = lo[0];
-        bits[get_num_groups(0) + get_group_id(0)] = la[0];
-    }
-}
-
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fl_radix_values(__global const KT *restrict keys, __global U *restrict dst,
-                     const int kind, const int descending, const long n)
-{
-    const long i = get_global_id(0);
-    if (i >= n)
-        return;
-    dst[i] = from_key((U)keys[i], kind, descending);
-}
-"""
-
-
-__all__ = ["BITS", "COMMON", "COUNT", "HIST", "KEYS", "SCAN", "SCATTER", "STARTS"]
+__all__ = ["COMMON", "COUNT", "HIST", "SCAN", "SCATTER", "STARTS"]

@@ -6,7 +6,7 @@ times slower (4-bit digits, a scan kernel per pass built for generality).  This 
 takes 8-bit digits and keeps each pass to three short kernels.
 
 The values first become unsigned keys whose order is the wanted order
-(``radix_kernels.KEYS``): integers with their sign bit flipped, floats by their bits
+(``radix_keys.KEYS``): integers with their sign bit flipped, floats by their bits
 (all bits flipped for negatives, the sign bit for the rest), NaNs after everything,
 descending by complementing the key of every non-NaN.  For ``argsort`` -0.0 and 0.0 get
 one key and every NaN the largest key, so that ties stay in their original order, as
@@ -90,7 +90,7 @@ local memory for one tile take pyopencl's sort instead (see :func:`layout_for`).
 from __future__ import annotations
 
 import threading
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -101,8 +101,10 @@ from ..backends import backend_for
 from ..cache import KernelPlan, SourceKernel
 from ..evaluate import allocate
 from ..expr.nodes import Storage
-from ..runtime.devices import Device
-from .radix_kernels import BITS, COMMON, COUNT, HIST, KEYS, SCAN, SCATTER, STARTS
+from ..runtime.devices import Device, _runtime
+from ..runtime.transfer import wait
+from .radix_kernels import COMMON, COUNT, HIST, SCAN, SCATTER, STARTS
+from .radix_keys import BITS, KEYS
 
 #: the sorted digit's bits (256 buckets)
 RADIX_BITS = 8
@@ -155,6 +157,21 @@ RAKE_SCAN = False
 #: passes'): more keys make fewer, larger tiles (fewer look-back walks and barriers a
 #: key, more local memory a work-group: taken only where the tile fits, else halved)
 SWEEP_PER: int | None = None
+#: the fused variant's first pass speculative (issue 27): None (off: the histograms are
+#: read back before any pass, and passes whose byte is the same in every key are
+#: skipped), "early" or "late": the digits' starts of every byte and the pass over byte
+#: 0 are enqueued before the host has the histograms, so the device does not idle
+#: while they travel; byte 0's pass, where it turns out the same in every key, copies
+#: its keys straight (a stable identity; see SPEC in fl_radix_onesweep).  "early" reads
+#: the starts before that pass (the host has them, and enqueues the later passes, while
+#: it runs; the pass waits for the read's copy); "late" after it (the read waits for the
+#: pass); "side" on a second queue of the device, after the starts (OpenCL: the pass
+#: waits for nothing, the read for the starts only; elsewhere as "early").  Where byte
+#: 0's pass turns out the only one, it wrote keys: the caller makes the values (one
+#: more kernel).  "all": no read at all, a pass for every byte of the values, each
+#: copying where its byte is constant (the last writing the values): nothing waits, at
+#: a copy pass for each constant byte instead of a skipped one.
+SPECULATE: str | None = None
 #: the one-sweep status words hold counts in 30 bits: larger arrays take "classic"
 MAX_ONESWEEP = (1 << 30) - 1
 #: words of the one-sweep state before its status arrays (the two tile counters)
@@ -301,27 +318,28 @@ def _options(key_size: int, values: bool, layout: Layout, recipe: Recipe,
 
 
 def _onesweep_kernels(key_size: int, values: bool, layout: Layout, recipe: Recipe,
-                      copies: int, value_size: int = 0
+                      copies: int, value_size: int = 0, spec: bool = False
                       ) -> tuple[SourceKernel, SourceKernel, SourceKernel]:
     """The one-sweep histogram, starts and pass kernels for keys of ``key_size``
     bytes (``copies`` of the histograms); ``value_size``: the histogram and the pass
     read values of that many bytes and make their keys (the fused variant's first
-    pass; its starts kernel is the same as without)."""
+    pass; its starts kernel is the same as without); ``spec``: the pass copies its
+    tiles straight where its digit is the same in every key (see SPECULATE)."""
     key = ("onesweep", key_size, values, layout, recipe, copies, value_size, LOOKBACK,
-           LOOKBACK_VOLATILE, RAKE_SCAN)
+           LOOKBACK_VOLATILE, RAKE_SCAN, spec)
     found = _PASSES.get(key)
     if found is not None:
         return found
     opts = [*_options(key_size, values, layout, recipe, value_size), "-DONESWEEP=1",
             f"-DNBYTES={key_size}", f"-DHNSUB={copies}", f"-DFROM_SRC={int(value_size > 0)}",
             f"-DLOOKBACK={LOOKBACK}", f"-DLB_VOLATILE={int(LOOKBACK_VOLATILE)}",
-            f"-DRAKE_SCAN={int(RAKE_SCAN)}"]
+            f"-DRAKE_SCAN={int(RAKE_SCAN)}", *(["-DSPEC=1"] if spec else [])]
     g = layout.group
     # (the histogram kernel depends on neither the positions nor the tile, the starts
     # kernel on nothing but the work-group: fewer builds)
     hist_opts = [o for o in opts
                  if not o.startswith(("-DHAS_VALUES", "-DNSUB", "-DSCAN", "-DLOOKBACK",
-                                      "-DLB_", "-DRAKE", "-DPER"))]
+                                      "-DLB_", "-DRAKE", "-DPER", "-DSPEC"))]
     made = (
         _plan("fl_radix_hist", COMMON + BITS + HIST,
               ["in0", "out0", "out1", "s0", "s1", "s2", "s3", "p0", "p1"],
@@ -499,18 +517,19 @@ def _sweep_state(dev: Device, n: int, layout: Layout) -> tuple[Storage, int]:
 
 
 def _sweep_passes(sweep: _Sweep, one: SourceKernel, shifts: list[int], keys: list[Storage],
-                  vals: list[Storage], first: tuple[SourceKernel, Storage] | None = None
-                  ) -> None:
+                  vals: list[Storage], first: tuple[SourceKernel, Storage] | None = None,
+                  start: int = 0) -> None:
     """The one-sweep passes over ``shifts``; ``keys`` and ``vals`` swapped after each
     as in :func:`sort_keys`; ``first``: the first pass's kernel and the values it reads
-    (the fused variant)."""
+    (the fused variant); ``start``: the passes run before these (their state's parity
+    goes on from there)."""
     dev, dt = sweep.hist.device, sweep.dt
-    for p, shift in enumerate(shifts):
-        last = sweep.out is not None and p == len(shifts) - 1
+    for p, shift in enumerate(shifts, start):
+        last = sweep.out is not None and p == start + len(shifts) - 1
         if last:
             assert sweep.out is not None and sweep.out._storage is not None  # (concrete)
             keys[1] = sweep.out._storage
-        kernel, src = first if first is not None and p == 0 else (one, keys[0])
+        kernel, src = first if first is not None and p == start else (one, keys[0])
         _launch(kernel, (sweep.n, sweep.tiles), [keys[1], vals[1], sweep.state],
                 [src, vals[0], sweep.hist],
                 [np.int32(shift), np.int32(p % 2), _kind(dt) if last else np.int32(-1),
@@ -550,15 +569,21 @@ def _fused(src: Array, descending: bool, canon: bool, values: bool, layout: Layo
     recipe = recipe_for(dev, layout)
     copies = _hist_copies(dev, key_size, recipe)
     to_hist, _, first = _onesweep_kernels(key_size, values, layout, recipe, copies,
-                                          dt.itemsize)
+                                          dt.itemsize, SPECULATE is not None)
     _, to_starts, one = _onesweep_kernels(key_size, values, layout, recipe, copies)
     hist = allocate(8 * RADIX * 4, dev)
     backend_for(dev).fill(dev, hist.buffer, np.zeros(1, np.uint32), 8 * RADIX * 4)
     state, zero = _sweep_state(dev, n, layout)
     groups = max(1, min(KEY_GROUPS, -(-n // (16 * layout.group))))
+    every = (1 << dt.itemsize) - 1
     _launch(to_hist, (zero, n, groups), [hist, state], [src._storage],
-            [np.int32((1 << dt.itemsize) - 1), _kind(dt), np.int32(descending),
-             np.int32(canon)], dev)
+            [np.int32(every), _kind(dt), np.int32(descending), np.int32(canon)], dev)
+    if SPECULATE is not None:
+        _launch(to_starts, (), [hist], [], [np.int32(every)], dev)
+        sweep = _Sweep(hist, state, None, dt, descending, canon, n, -(-n // layout.tile))
+        if SPECULATE == "all":  # (every pass copying where its byte is constant)
+            one = _onesweep_kernels(key_size, values, layout, recipe, copies, 0, True)[2]
+        return _speculated(sweep, src._storage, first, one, values, want_values)
     # (one read from the device, as the key kernel's OR and AND: the bytes that vary)
     got = Array._concrete(hist, np.dtype(np.uint32), (8, RADIX)).get()
     shifts = [RADIX_BITS * b for b in range(dt.itemsize) if np.count_nonzero(got[b]) > 1]
@@ -574,6 +599,112 @@ def _fused(src: Array, descending: bool, canon: bool, values: bool, layout: Layo
     sweep = _Sweep(hist, state, out, dt, descending, canon, n, -(-n // layout.tile))
     _sweep_passes(sweep, one, shifts, keys, vals, (first, src._storage))
     return Sorted(None if out is not None else keys[0], vals[0] if values else None, out)
+
+
+def _speculated(sweep: _Sweep, src: Storage, first: SourceKernel, one: SourceKernel,
+                values: bool, want_values: bool) -> Sorted:
+    """:func:`_fused`'s passes with SPECULATE, after the starts of every byte: the pass
+    over byte 0 is enqueued before the host reads the starts (see SPECULATE), then the
+    passes of the later bytes that vary."""
+    dev, n, dt = sweep.hist.device, sweep.n, sweep.dt
+    key_size = max(dt.itemsize, 4)
+    nbytes = 4 * RADIX * dt.itemsize
+    if SPECULATE == "all":
+        return _all_passes(sweep, src, first, one, values, want_values)
+    reading = (_start_read(sweep.hist, nbytes, SPECULATE == "side")
+               if SPECULATE != "late" else None)
+    keys = [allocate(n * key_size, dev), allocate(n * key_size, dev)]
+    vals = [allocate(n * 4, dev), allocate(n * 4, dev)] if values else [keys[0], keys[1]]
+    _sweep_passes(sweep, first, [0], keys, vals, (first, src))
+    if reading is None:
+        reading = _start_read(sweep.hist, nbytes)
+    else:
+        _runtime(dev).submit(_runtime(dev).queue)  # (the pass under way while we wait)
+    starts = _finish_read(reading, dev).view(np.uint32).reshape(dt.itemsize, RADIX)
+    # (a byte varies where no digit counts every key: counts from the starts' steps)
+    counts = np.diff(starts.astype(np.int64), axis=1, append=n)
+    later = [RADIX_BITS * b for b in range(1, dt.itemsize) if counts[b].max() < n]
+    if later:
+        out = None
+        if want_values and dt.itemsize == key_size:
+            out = Array._concrete(allocate(n * key_size, dev), dt, (n,))
+        _sweep_passes(sweep._replace(out=out), one, later, keys, vals, start=1)
+        return Sorted(None if out is not None else keys[0], vals[0] if values else None,
+                      out)
+    # (byte 0's pass was the last or copied the keys straight: its keys, not values)
+    return Sorted(keys[0], vals[0] if values else None, None)
+
+
+def _all_passes(sweep: _Sweep, src: Storage, first: SourceKernel, one: SourceKernel,
+                values: bool, want_values: bool) -> Sorted:
+    """SPECULATE "all": a pass for every byte of the values, each copying its keys
+    straight where its byte is constant (``one`` built so), the last writing the values;
+    no read from the device at all."""
+    dev, n, dt = sweep.hist.device, sweep.n, sweep.dt
+    key_size = max(dt.itemsize, 4)
+    keys = [allocate(n * key_size, dev), allocate(n * key_size, dev)]
+    vals = [allocate(n * 4, dev), allocate(n * 4, dev)] if values else [keys[0], keys[1]]
+    out = None
+    if want_values and dt.itemsize == key_size:
+        out = Array._concrete(allocate(n * key_size, dev), dt, (n,))
+    _sweep_passes(sweep._replace(out=out), one,
+                  [RADIX_BITS * b for b in range(dt.itemsize)], keys, vals, (first, src))
+    return Sorted(None if out is not None else keys[0], vals[0] if values else None, out)
+
+
+_Reading = tuple[Any, np.ndarray, Any]
+
+
+def _start_read(storage: Storage, nbytes: int, side: bool = False) -> _Reading:
+    """Enqueue the read of ``storage``'s first ``nbytes`` bytes without waiting (into
+    page-locked memory where the backend has it: a GPU's read into ordinary memory may
+    hold the host until done) and hand the queue to the device; ``side``: on the
+    device's second queue (OpenCL), after what its queue holds, so that what is
+    enqueued there next does not wait for the read."""
+    dev = storage.device
+    slot = backend_for(dev).staging_slot(dev, nbytes)
+    host = slot.host[:nbytes] if slot is not None else np.empty(nbytes, np.uint8)
+    rt = _runtime(dev)
+    rt.flush()  # (deferred launches first)
+    queue, after = rt.queue, None
+    if side and dev.backend == "opencl":
+        queue, after = _side_queue(rt), [rt.marker(rt.queue)]
+        rt.submit(rt.queue)
+    event = rt.enqueue_read(queue, host, storage.buffer, after, False)
+    if slot is not None:
+        slot.event = event
+    rt.submit(queue)
+    return event, host, slot
+
+
+# (a device runtime's id -> it, held so that the id stays its, and its second queue,
+# for SPECULATE "side")
+_SIDE: dict[int, tuple[Any, Any]] = {}
+_caches.register("ops.radix_sort.side_queues", _SIDE.clear, lambda: len(_SIDE),
+                 why="a second queue per device runtime (SPECULATE side)")
+
+
+def _side_queue(rt: Any) -> Any:
+    """A second in-order queue on ``rt``'s OpenCL context and device (made once)."""
+    found = _SIDE.get(id(rt))
+    if found is not None and found[0] is rt:
+        return found[1]
+    import pyopencl as cl
+
+    queue = cl.CommandQueue(rt.context, rt.device.cl_device)
+    with _lock:
+        _SIDE[id(rt)] = (rt, queue)
+    return queue
+
+
+def _finish_read(reading: _Reading, dev: Device) -> np.ndarray:
+    """The bytes :func:`_start_read` reads, once read."""
+    event, host, slot = reading
+    wait(event, dev)
+    got = host.copy() if slot is not None else host
+    if slot is not None:
+        slot.release()
+    return got
 
 
 def values_of(keys: Storage, dt: np.dtype, n: int, descending: bool,
