@@ -208,7 +208,7 @@ def matmul(a: Any, b: Any) -> Array:
                              f"sparse matrix of shape {b.shape} is not supported (a transposed "
                              "product); compute A @ x with the sparse matrix on the left")
     a, b = _coerce(a), _coerce(b)
-    if type(a) is Array and type(b) is Array and (got := host_matmul(a, b)) is not None:
+    if isinstance(a, Array) and isinstance(b, Array) and (got := host_matmul(a, b)) is not None:
         return got  # (small, on a CPU device: computed by numpy at once)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul: input operand does not have enough dimensions "
@@ -260,7 +260,7 @@ def _matmul_unbatched(a: Array, b: Array) -> Array:
 
 def dot(a: Any, b: Any) -> Array:
     a, b = _coerce(a), _coerce(b)
-    if type(a) is Array and type(b) is Array and (got := host_matmul(a, b)) is not None:
+    if isinstance(a, Array) and isinstance(b, Array) and (got := host_matmul(a, b)) is not None:
         return got  # (1-D and 2-D operands: numpy's dot is their matmul)
     if a.ndim == 0 or b.ndim == 0:
         return a * b
