@@ -748,6 +748,6 @@ from .host_eager import HostArray as _HostArray  # noqa: E402
 from .host_eager import apply as _eager_apply  # noqa: E402
 from .host_eager import getitem as _eager_getitem  # noqa: E402
 from .host_eager import inplace_array as _eager_inplace  # noqa: E402
-from .host_eager import setitem as _eager_setitem  # noqa: E402
+from .host_writes import setitem as _eager_setitem  # noqa: E402
 from .ops.indexing import getitem as _getitem  # noqa: E402
 from .ops.indexing import setitem as _setitem  # noqa: E402

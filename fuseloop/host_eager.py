@@ -41,12 +41,10 @@ import numpy as np
 
 from . import caches as _caches
 from . import evaluate as _evaluate
-from . import flags as _flags
 from . import host_path as _host
 from . import trace_hooks as _trace
 from .array import Array, _ufunc_loop, _weak_scalar
-from .dtypes import scalar_to
-from .expr.nodes import _EMPTY, Leaf, Scalar, recent_lazy
+from .expr.nodes import _EMPTY, Leaf, Scalar
 from .runtime.devices import _runtime
 from .stats import increment as _count
 
@@ -66,8 +64,8 @@ _NUMPY_SCALARS = frozenset(np.dtype(c).type for c in "?bBhHiIlLqQfd")
 
 def _off() -> bool:
     """Whether the eager front end is off now (no limit, tracing, capturing, recording)."""
-    return not _host.HOST_MAX_WORK or _trace.trace_checks \
-        or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]
+    return bool(not _host.HOST_MAX_WORK or _trace.trace_checks
+                or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0])
 
 
 # {{{ the array
@@ -84,7 +82,7 @@ class HostArray(Array):
     _buf: Any
     _leaf: Any
 
-    @property  # type: ignore[override]
+    @property
     def _storage(self) -> Any:
         buf = self._buf
         return buf if buf is not None else _materialise(self)
@@ -93,7 +91,7 @@ class HostArray(Array):
     def _storage(self, storage: Any) -> None:
         self._buf = storage
 
-    @property  # type: ignore[override]
+    @property
     def _node(self) -> Any:
         leaf = self._leaf
         return leaf if leaf is not None else _leaf_of(self)
@@ -370,7 +368,7 @@ def _compute(fn: Any, sfn: Any, values: list, arrays: bool) -> Any:
             _errors.reset(token)
 
 
-def apply(op: str, operands: tuple) -> HostArray | None:
+def apply(op: str, operands: tuple) -> Array | None:
     """``op`` (a ufunc's name) of one or two operands, at least one a HostArray,
     computed now; None: the caller builds the lazy node (the HostArray gets a buffer)."""
     if len(operands) == 2 and (type(operands[0]) is HostArray or type(operands[1]) is HostArray):
@@ -422,7 +420,7 @@ def apply(op: str, operands: tuple) -> HostArray | None:
     return _result(out, device)
 
 
-def binary(op: str, a: Any, b: Any) -> HostArray | None:
+def binary(op: str, a: Any, b: Any) -> Array | None:
     """:func:`apply` of two operands, the first or second a HostArray (an operator):
     the common cases written out (a HostArray with a HostArray, a Python float or
     int, or a small concrete array)."""
@@ -504,7 +502,7 @@ def binary(op: str, a: Any, b: Any) -> HostArray | None:
     return _scalar_array(out, dtype, device)
 
 
-def matmul(a: Any, b: Any) -> HostArray | None:
+def matmul(a: Any, b: Any) -> Array | None:
     """``a @ b`` (numpy's matmul of 1-D and 2-D operands, and its dot) of HostArrays or
     small concrete arrays on one device, of one real floating dtype, computed now."""
     if _off() or not isinstance(a, Array) or not isinstance(b, Array):
@@ -539,7 +537,11 @@ def matmul(a: Any, b: Any) -> HostArray | None:
 # }}}
 
 
-# {{{ views and writes
+# {{{ views
+
+# (op, target dtype, operand kind) -> (ufunc loop dtypes, function, scalar function)
+# or False: an in-place operator computed here (fuseloop.host_writes)
+_inplace_ops: dict[tuple, Any] = {}
 
 
 # id(leaf) -> (leaf, numpy view of its elements, its storage) for the concrete arrays
@@ -663,161 +665,6 @@ def _copy_by_0d(arr: Array, key: Any) -> Any:
     return None if view is None else view.copy()
 
 
-def _assigned(value: Any, dtype: np.dtype, device: Any) -> tuple[Any, bool] | None:
-    """``(value as numpy's, reads a buffer)`` of an assigned value, or None."""
-    tv = type(value)
-    if tv is float or tv is int:
-        try:
-            return scalar_to(value, dtype), False
-        except (OverflowError, TypeError, ValueError):
-            return None
-    if tv is HostArray:
-        if value.device is not device:
-            return None
-        v = value._np
-        if not value._shape and type(v) is np.ndarray:
-            v = v[0]
-        return v, value._buf is not None
-    if tv is Array:
-        got = _operand(value, device)
-        return None if got is None or got[0].char not in _DTYPES else (got[1], got[2])
-    return None
-
-
-def _before_write(storage: Any, v: np.ndarray, device: Any) -> Any:
-    """Compute the lazy arrays that read the elements of ``storage`` under the numpy
-    view ``v`` (the evaluation order of docs/design.md); then the runtime, synced."""
-    readers = storage.live_readers() if recent_lazy or storage.readers else None
-    if readers:
-        itemsize = v.dtype.itemsize
-        start = v.__array_interface__["data"][0] - \
-            _host.host_bytes(storage, _sync(device)).__array_interface__["data"][0]
-        written = (v.shape, tuple([s // itemsize for s in v.strides]), start // itemsize)
-        pending = [r for r in readers if r._storage is None and not _evaluate.reads_outside(
-            r._node, storage, written, itemsize)]
-        if pending:
-            from .assignment import compute
-
-            compute(*pending)
-    _flags.check_pending()
-    return _sync(device)
-
-
-def setitem(arr: Array, key: Any, value: Any) -> bool:
-    """``arr[key] = value`` for a basic key on a concrete array (or HostArray) on a host
-    device, a small target and a value that is a Python float or int, a HostArray or a
-    small concrete array (of the target's shape, or 0-d), written by numpy now (with
-    numpy's unsafe cast, as assignments cast); False: nothing done."""
-    tv = type(value)
-    if tv is not float and tv is not int and tv is not HostArray:
-        if tv is not Array or value._storage is None:
-            return False
-    if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
-            or _evaluate.recording_threads[0]:
-        return False
-    items = _basic(key)
-    if items is None:
-        return False
-    if type(arr) is HostArray and arr._buf is None:
-        return _write_own(arr, items, value)
-    got = _base(arr)
-    if got is None:
-        return False
-    base, storage = got
-    target = _view_of(base, items)[0]
-    if target is None or not 0 < target.size <= EAGER_MAX_WORK \
-            or target.size > _host.HOST_MAX_WORK:
-        return False
-    val = _assigned(value, arr.dtype, arr.device)
-    if val is None:
-        return False
-    v = val[0]
-    if type(v) is np.ndarray and v.shape != target.shape and (
-            v.shape or target.size != 1):
-        return False  # (the general path broadcasts, or raises its error)
-    if tv is HostArray and value._buf is storage and target.size == 1 \
-            and np.shares_memory(target, value._np):
-        return True  # (``A[i, 0] = A[i, 0]``: nothing to write)
-    _before_write(storage, target, arr.device)
-    target[...] = v  # (another thread's launch now reading it: a data race, as in numpy)
-    if value is _updated[0]:  # (``A[k] op= v``'s write-back of what inplace wrote)
-        _updated[0] = None
-    else:
-        _count("host_evaluations")
-    return True
-
-
-def _write_own(arr: HostArray, items: tuple, value: Any) -> bool:
-    """:func:`setitem` into a buffer-less HostArray (its own numpy array: no reader)."""
-    if not arr._shape:
-        return False
-    val = _assigned(value, arr.dtype, arr.device)
-    if val is None:
-        return False
-    v, reads = val
-    target = _view_of(arr._np, items)[0]
-    if target is None or not target.size:
-        return False
-    if type(v) is np.ndarray and v.shape != target.shape and (v.shape or target.size != 1):
-        return False
-    if reads:
-        _sync(arr.device)
-    target[...] = v
-    return True
-
-
-# (op, target dtype, operand kind) -> (ufunc loop dtypes, function, scalar function)
-# or False: an in-place operator computed here
-_inplace_ops: dict[tuple, Any] = {}
-# the HostArray an in-place operator wrote last (Python assigns it back to its key)
-_updated: list[Any] = [None]
-
-
-def inplace(target: HostArray, op: str, other: Any) -> bool:
-    """``target op= other`` for a HostArray ``target`` and an operand computed here,
-    written into its memory now (numpy's ``same_kind`` rule, as fuseloop's in-place
-    operators); False: nothing done."""
-    if _off():
-        return False
-    device = target.device
-    got = _operand(other, device)
-    if got is None:
-        return False
-    dtype = target.dtype
-    key = (op, dtype, got[0])
-    hit = _inplace_ops.get(key)
-    if hit is None:
-        hit = _op_entry(op, (dtype, got[0]))
-        if hit is not False and not np.can_cast(hit[0][-1], dtype, "same_kind"):
-            hit = False  # (the general path raises numpy's error)
-        _inplace_ops[key] = hit
-    if hit is False:
-        return False
-    loop, fn, sfn = hit
-    b = _as(got[1], got[0], loop[1])
-    if type(b) is np.ndarray and b.shape != target._shape:
-        return False
-    buf = target._buf
-    if buf is not None:
-        _before_write(buf, target._np, device)
-    elif got[2]:
-        _sync(device)
-    a = _as(_value(target), dtype, loop[0])
-    arrays = type(a) is np.ndarray or type(b) is np.ndarray
-    out = _compute(fn, sfn, [a, b], arrays)
-    if out is None:
-        return False
-    _count("host_evaluations")
-    _updated[0] = target
-    if target._shape:
-        target._np[...] = out
-    elif type(target._np) is np.ndarray:  # (an element of a buffer)
-        target._np[0] = out
-    else:
-        target._np = out if out.dtype is dtype else dtype.type(out)
-    return True
-
-
 # }}}
 
 
@@ -842,6 +689,9 @@ for _name, _f in list(vars(Array).items()):
         setattr(HostArray, _name, _eager_binary(_op[1:], True, _f))
 
 
+from .host_writes import inplace  # noqa: E402  (they read this module's names)
+
+
 def inplace_array(target: Array, op: str, other: Any) -> bool:
     """``target op= other`` for a concrete ``target`` (all of it) and a HostArray
     ``other``: computed here through a view of ``target``; False: nothing done."""
@@ -851,9 +701,9 @@ def inplace_array(target: Array, op: str, other: Any) -> bool:
 
 def _clear() -> None:
     _ops.clear()
-    _inplace_ops.clear()
     _bases.clear()
     _runtimes.clear()
+    _inplace_ops.clear()
 
 
 _caches.register("host_eager.ops", _clear, lambda: len(_ops) + len(_inplace_ops),
