@@ -76,11 +76,15 @@ class HostArray(Array):
     (see the module).  Everything else treats it as a concrete fuseloop array."""
 
     # _np: a numpy array (a 0-d view of a buffer: a 1-element 1-D one) or scalar;
-    # _buf: the buffer viewed, or None (_np is its own); _leaf: its leaf, once asked
-    __slots__ = ("_buf", "_leaf", "_np")
+    # _buf: the buffer viewed, or None (_np is its own); _leaf: its leaf, once asked;
+    # _of, _key: the array and key a view was taken of (``A[k] op= v`` assigns it
+    # back to them: nothing to do, host_writes.setitem)
+    __slots__ = ("_buf", "_key", "_leaf", "_np", "_of")
     _np: Any
     _buf: Any
     _leaf: Any
+    _of: Any
+    _key: Any
 
     @property
     def _storage(self) -> Any:
@@ -174,7 +178,7 @@ def _new_host(value: Any, shape: tuple[int, ...], dtype: np.dtype, device: Any,
               buf: Any) -> HostArray:
     out = _new(HostArray)
     out._np, out._shape, out.dtype = value, shape, dtype
-    out.device, out._buf, out._leaf = device, buf, None
+    out.device, out._buf, out._leaf, out._of = device, buf, None, None
     return out
 
 
@@ -496,7 +500,7 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
         if out.shape:
             res = _new(HostArray)
             res._np, res._shape, res.dtype = out, out.shape, dtype
-            res.device, res._buf, res._leaf = device, None, None
+            res.device, res._buf, res._leaf, res._of = device, None, None, None
             return res
         out = out[()]
     return _scalar_array(out, dtype, device)
@@ -606,6 +610,12 @@ def _view_of(base: np.ndarray, items: tuple) -> tuple[Any, bool]:
     one per axis) as a 1-element 1-D view; ``(None, False)`` for an error (the
     general path raises it)."""
     try:
+        if len(items) == base.ndim:
+            last = items[-1]
+            if type(last) is int:  # (an element? a loop's commonest key: one index)
+                v = base[(*items[:-1], slice(last, last + 1 if last != -1 else None))]
+                if v.ndim == 1:
+                    return (v, True) if v.size == 1 else (None, False)
         v = base[items]
         if type(v) is np.ndarray:
             return v, False
@@ -632,7 +642,7 @@ def getitem(arr: Array, key: Any) -> HostArray | None:
         return None
     out = _new(HostArray)
     out._np, out.dtype, out.device, out._buf, out._leaf = v, arr.dtype, arr.device, got[1], None
-    out._shape = () if element else v.shape
+    out._shape, out._of, out._key = () if element else v.shape, arr, key
     return out
 
 

@@ -16,25 +16,23 @@ from . import host_path as _host
 from . import trace_hooks as _trace
 from .array import Array
 from .dtypes import scalar_to
-from .expr.nodes import recent_lazy
+from .expr.nodes import Scalar, recent_lazy
 from .host_eager import (
     EAGER_MAX_WORK,
     HostArray,
     _as,
     _base,
     _basic,
-    _compute,
     _inplace_ops,
-    _off,
     _op_entry,
     _operand,
     _sync,
-    _value,
     _view_of,
 )
 from .stats import increment as _count
 
 _DTYPES = _host._DTYPES
+_errors, _QUIET = _host._errors, _host._QUIET
 
 
 def _assigned(value: Any, dtype: np.dtype, device: Any) -> tuple[Any, bool] | None:
@@ -84,11 +82,14 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     numpy's unsafe cast, as assignments cast); False: nothing done."""
     tv = type(value)
     if tv is not float and tv is not int and tv is not HostArray:
-        if tv is not Array or value._storage is None:
-            return False
+        if tv is not Array or (value._storage is None and type(value._node) is not Scalar):
+            return False  # (a lazy value: the general path; a value made at once: here)
     if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
             or _evaluate.recording_threads[0]:
         return False
+    if tv is HostArray and value is _updated[0] and value._key is key and value._of is arr:
+        _updated[0] = None  # (``A[k] op= v``: inplace wrote into this very view)
+        return True
     items = _basic(key)
     if items is None:
         return False
@@ -112,7 +113,10 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     if tv is HostArray and value._buf is storage and target.size == 1 \
             and np.shares_memory(target, value._np):
         return True  # (``A[i, 0] = A[i, 0]``: nothing to write)
-    _before_write(storage, target, arr.device)
+    if recent_lazy or storage.readers or getattr(_flags._local, "pending", None):
+        _before_write(storage, target, arr.device)
+    else:
+        _sync(arr.device)
     target[...] = v  # (another thread's launch now reading it: a data race, as in numpy)
     if value is _updated[0]:  # (``A[k] op= v``'s write-back of what inplace wrote)
         _updated[0] = None
@@ -147,40 +151,65 @@ _updated: list[Any] = [None]
 def inplace(target: HostArray, op: str, other: Any) -> bool:
     """``target op= other`` for a HostArray ``target`` and an operand computed here,
     written into its memory now (numpy's ``same_kind`` rule, as fuseloop's in-place
-    operators); False: nothing done."""
-    if _off():
+    operators); False: nothing done.  The common steps are written out (a loop's
+    ``A[i, j] -= A[i, k]``)."""
+    if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
+            or _evaluate.recording_threads[0]:
         return False
     device = target.device
-    got = _operand(other, device)
-    if got is None:
-        return False
+    if type(other) is HostArray and other.device is device:
+        kb, vb, reads = other.dtype, other._np, other._buf is not None
+        if not other._shape and type(vb) is np.ndarray:
+            vb = vb[0]
+    else:
+        got = _operand(other, device)
+        if got is None:
+            return False
+        kb, vb, reads = got
     dtype = target.dtype
-    key = (op, dtype, got[0])
+    key = (op, dtype, kb)
     hit: Any = _inplace_ops.get(key)
     if hit is None:
-        hit = _op_entry(op, (dtype, got[0]))
+        hit = _op_entry(op, (dtype, kb))
         if hit is not False and not np.can_cast(hit[0][-1], dtype, "same_kind"):
             hit = False  # (the general path raises numpy's error)
         _inplace_ops[key] = hit
     if hit is False:
         return False
     loop, fn, sfn = hit
-    b = _as(got[1], got[0], loop[1])
-    if type(b) is np.ndarray and b.shape != target._shape:
+    da, db = loop[0], loop[1]
+    if kb is float or kb is int or kb is bool:
+        vb = _as(vb, kb, db)
+    elif kb is not db:
+        vb = vb.astype(db) if type(vb) is np.ndarray else db.type(vb)
+    if type(vb) is np.ndarray and vb.shape != target._shape:
         return False
     buf = target._buf
     if buf is not None:
-        _before_write(buf, target._np, device)
-    elif got[2]:
+        if recent_lazy or buf.readers or getattr(_flags._local, "pending", None):
+            _before_write(buf, target._np, device)
+        else:
+            _sync(device)
+    elif reads:
         _sync(device)
-    a = _as(_value(target), dtype, loop[0])
-    arrays = type(a) is np.ndarray or type(b) is np.ndarray
-    out = _compute(fn, sfn, [a, b], arrays)
-    if out is None:
+    shape = target._shape
+    va = target._np
+    if not shape and type(va) is np.ndarray:
+        va = va[0]
+    if dtype is not da:
+        va = va.astype(da) if type(va) is np.ndarray else da.type(va)
+    token = _errors.set(_QUIET) if _QUIET is not None else None
+    try:
+        out = sfn(va, vb) if sfn is not None and type(va) is not np.ndarray \
+            and type(vb) is not np.ndarray else fn(va, vb)
+    except (TypeError, ValueError, ArithmeticError):
         return False
+    finally:
+        if token is not None:
+            _errors.reset(token)
     _count("host_evaluations")
     _updated[0] = target
-    if target._shape:
+    if shape:
         target._np[...] = out
     elif type(target._np) is np.ndarray:  # (an element of a buffer)
         target._np[0] = out
