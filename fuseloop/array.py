@@ -328,6 +328,8 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         if type(x) is not Array:
             return _apply_general(op, (x,))
         an = x._node
+        if type(an) is Scalar and (got := _eager_apply(op, (x,))) is not None:
+            return got  # (a value computed at once: so is this, host_eager)
         sa = an.sig or (0 if type(an) is Apply else signature_of(an))
         hit = _sig_loops.get((op, sa or x.dtype))
         if hit is None:

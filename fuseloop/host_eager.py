@@ -381,7 +381,7 @@ def apply(op: str, operands: tuple) -> Array | None:
         return None
     device = None
     for o in operands:
-        if type(o) is HostArray:
+        if type(o) is HostArray or (type(o) is Array and type(o._node) is Scalar):
             device = o.device
             break
     if device is None:
