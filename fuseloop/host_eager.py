@@ -103,6 +103,12 @@ class HostArray(Array):
     @_node.setter
     def _node(self, node: Any) -> None:
         self._leaf = node
+        if type(node) is Leaf:  # (``x.shape = s``: its numpy view follows the leaf)
+            rt = _runtime(self.device)
+            self._buf = storage = node.storage
+            self._np = _host._view(storage, rt, node.dtype, node.shape, node.strides,
+                                   node.offset) if node.shape else \
+                _host._typed_bytes(storage, rt, node.dtype)[node.offset:node.offset + 1]
 
     @property
     def is_lazy(self) -> bool:

@@ -136,6 +136,10 @@ def test_views_aliasing_and_evaluation_order(host):
     kept = x[0:3] * 1.0                 # a value computed now keeps it after writes
     x[0:3] = 0.0
     np.testing.assert_array_equal(kept.get(), ref[0:3])
+    ref[0:3] = 0.0
+    s = x[2:8]
+    s.shape = (2, 3)                    # numpy's in-place reshape: its view follows
+    np.testing.assert_array_equal((s + 1).get(), ref[2:8].reshape(2, 3) + 1)
 
 
 def test_errors_stay_numpys(host):
