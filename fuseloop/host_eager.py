@@ -103,9 +103,10 @@ class HostArray(Array):
     @_node.setter
     def _node(self, node: Any) -> None:
         self._leaf = node
-        if type(node) is Leaf:  # (``x.shape = s``: its numpy view follows the leaf)
-            rt = _runtime(self.device)
-            self._buf = storage = node.storage
+        if type(node) is Leaf:  # (``x.shape = s``, ``x.T``: its numpy view follows the leaf)
+            storage = node.storage
+            rt = _runtime(storage.device)
+            self._buf, self._of, self._key = storage, None, None
             self._np = _host._view(storage, rt, node.dtype, node.shape, node.strides,
                                    node.offset) if node.shape else \
                 _host._typed_bytes(storage, rt, node.dtype)[node.offset:node.offset + 1]
@@ -667,7 +668,9 @@ def flip(arr: HostArray, axis: Any) -> HostArray | None:
 
 def _copy_by_0d(arr: Array, key: Any) -> Any:
     """``arr[key]`` for a key holding 0-d integer HostArrays (numpy takes each as its
-    integer, and the result as an advanced index's: a copy), or None."""
+    integer, and the result as an advanced index's: a copy), or None.  Where the view
+    is not taken here (a complex ``arr``), the general path gets the key with plain
+    arrays in their place, which it reads as their values too."""
     if type(key) is not tuple or not any(type(k) is HostArray for k in key):
         return None
     ints = []
@@ -678,7 +681,19 @@ def _copy_by_0d(arr: Array, key: Any) -> Any:
             k = int(k)
         ints.append(k)
     view = getitem(arr, tuple(ints))
-    return None if view is None else view.copy()
+    if view is not None:
+        return view.copy()
+    from .ops.indexing import getitem as general
+
+    return general(arr, tuple([_plain(k) if type(k) is HostArray else k for k in key]))
+
+
+def _plain(x: HostArray) -> Array:
+    """A plain concrete array of the HostArray ``x``'s elements (its buffer's view)."""
+    out = _new(Array)
+    out._storage, out._node, out.device = x._storage, x._node, x.device
+    out.dtype, out._shape = x.dtype, x._shape
+    return out
 
 
 # }}}

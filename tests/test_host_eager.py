@@ -140,6 +140,8 @@ def test_views_aliasing_and_evaluation_order(host):
     s = x[2:8]
     s.shape = (2, 3)                    # numpy's in-place reshape: its view follows
     np.testing.assert_array_equal((s + 1).get(), ref[2:8].reshape(2, 3) + 1)
+    np.testing.assert_array_equal((s.T - s.T[0]).get(), (ref[2:8].reshape(2, 3).T
+                                                          - ref[2:8].reshape(2, 3).T[0]))
 
 
 def test_errors_stay_numpys(host):
