@@ -522,7 +522,8 @@ def matmul(a: Any, b: Any) -> Array | None:
     dtype = a.dtype
     if b.device is not device or b.dtype is not dtype or dtype.char not in "fd":
         return None
-    ga, gb = _operand(a, device), _operand(b, device)
+    ga = _operand(a, device) or _lazy_operand(a)
+    gb = _operand(b, device) or _lazy_operand(b)
     if ga is None or gb is None:
         return None
     va, vb = ga[1], gb[1]
@@ -543,6 +544,49 @@ def matmul(a: Any, b: Any) -> Array | None:
             _errors.reset(token)
     _count("host_operations")
     return _result(out, device)
+
+
+def _lazy_operand(x: Array) -> tuple[Any, Any, bool] | None:
+    """:func:`_operand` of a small lazy array (spmv's ``x[cols]``): its value computed
+    by the host path's evaluation now (what the lazy one would evaluate to: it is
+    computed before its inputs are written), or None."""
+    node: Any = x._node
+    if type(x) is not Array or x._storage is not None or node.dtype.char not in _DTYPES \
+            or not 0 < _host._size(node.shape) <= EAGER_MAX_WORK \
+            or (node.fancy and not _host.small_reads((node,))):
+        return None
+    rt = _sync(x.device)
+    token = _errors.set(_QUIET) if _QUIET is not None else None
+    try:
+        v = np.broadcast_to(_host._value(node, _host._State(rt, None)), node.shape)
+    except (_host._Unsupported, RecursionError, TypeError, ValueError):
+        return None
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    return node.dtype, v, False
+
+
+def gather(arr: Array, index: HostArray) -> Array | None:
+    """``arr[index]`` for an integer HostArray of at least one axis on a concrete
+    array (or HostArray): numpy's advanced index, a copy; None: the general path
+    (an index out of range raises there)."""
+    if _off() or not index._shape or index.dtype.kind not in "iu" \
+            or index.device is not arr.device:
+        return None
+    got = _base(arr)
+    if got is None or not got[0].ndim:
+        return None
+    if index._buf is not None or got[1] is not None:
+        _sync(arr.device)
+    try:
+        out = got[0][index._np]
+    except (IndexError, TypeError, ValueError):
+        return None
+    if not 0 < out.size <= EAGER_MAX_WORK:
+        return None
+    _count("host_operations")
+    return _result(out, arr.device)
 
 
 # }}}
@@ -640,7 +684,7 @@ def getitem(arr: Array, key: Any) -> HostArray | None:
         return None
     items = _basic(key)
     if items is None:
-        return _copy_by_0d(arr, key)
+        return gather(arr, key) if type(key) is HostArray else _copy_by_0d(arr, key)
     got = _base(arr)
     if got is None:
         return None
