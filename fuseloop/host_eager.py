@@ -46,7 +46,7 @@ from . import trace_hooks as _trace
 from .array import Array, _ufunc_loop, _weak_scalar
 from .expr.nodes import _EMPTY, Leaf, Scalar
 from .runtime.devices import _runtime
-from .stats import increment as _count
+from .stats import tally as _tally
 
 _errors, _QUIET = _host._errors, _host._QUIET
 #: the most elements a view, operand or result taken here may have (and the host
@@ -427,7 +427,7 @@ def apply(op: str, operands: tuple) -> Array | None:
     dtype = loop[-1]
     if out.dtype is not dtype and out.dtype != dtype:
         out = out.astype(dtype) if type(out) is np.ndarray else dtype.type(out)
-    _count("host_operations")
+    _tally("host_operations")
     return _result(out, device)
 
 
@@ -502,7 +502,7 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     out_dt = out.dtype
     if out_dt is not dtype and out_dt != dtype:
         out = out.astype(dtype) if type(out) is np.ndarray else dtype.type(out)
-    _count("host_operations")
+    _tally("host_operations")
     if type(out) is np.ndarray:
         if out.shape:
             res = _new(HostArray)
@@ -542,7 +542,7 @@ def matmul(a: Any, b: Any) -> Array | None:
     finally:
         if token is not None:
             _errors.reset(token)
-    _count("host_operations")
+    _tally("host_operations")
     return _result(out, device)
 
 
@@ -585,7 +585,7 @@ def gather(arr: Array, index: HostArray) -> Array | None:
         return None
     if not 0 < out.size <= EAGER_MAX_WORK:
         return None
-    _count("host_operations")
+    _tally("host_operations")
     return _result(out, arr.device)
 
 

@@ -29,7 +29,7 @@ from .host_eager import (
     _sync,
     _view_of,
 )
-from .stats import increment as _count
+from .stats import tally as _tally
 
 _DTYPES = _host._DTYPES
 _errors, _QUIET = _host._errors, _host._QUIET
@@ -121,7 +121,7 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     if value is _updated[0]:  # (``A[k] op= v``'s write-back of what inplace wrote)
         _updated[0] = None
     else:
-        _count("host_evaluations")
+        _tally("host_evaluations")
     return True
 
 
@@ -207,7 +207,7 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
     finally:
         if token is not None:
             _errors.reset(token)
-    _count("host_evaluations")
+    _tally("host_evaluations")
     _updated[0] = target
     if shape:
         target._np[...] = out
