@@ -156,3 +156,14 @@ def test_errors_stay_numpys(host):
     with pytest.raises(IndexError):
         i[1:3][5]
     np.testing.assert_array_equal(i.get(), [1, 2, 3, 4])
+
+
+def test_traced_functions_take_small_views(host):
+    """``@fl.fuse`` takes a small view (and a result computed at once) as the array it is."""
+    @fl.fuse
+    def step(a, b):
+        return a * 2 + b
+
+    x = fl.asarray(np.arange(10.0))
+    np.testing.assert_array_equal(step(x[1:4], x[2:5]).get(), [4.0, 7.0, 10.0])
+    np.testing.assert_array_equal(step(x[1:4] * 1.0, x[2:5]).get(), [4.0, 7.0, 10.0])
