@@ -602,7 +602,7 @@ _inplace_ops: dict[tuple, Any] = {}
 # id(leaf) -> (leaf, numpy view of its elements, its storage) for the concrete arrays
 # viewed last (a loop's statements view the same 1-3 arrays; a view costs ~0.5 us)
 _bases: dict[int, tuple] = {}
-BASES_MAX = 8
+BASES_MAX = 16
 
 
 def _base_of(arr: Array) -> tuple | None:
