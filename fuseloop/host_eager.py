@@ -35,6 +35,7 @@ the general path, where a :class:`HostArray` is an ordinary concrete array.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -163,6 +164,10 @@ class HostArray(Array):
             if got is not None:
                 return got
         return super().__array_function__(func, types, args, kwargs)
+
+    def __pow__(self, other: Any) -> Any:
+        got = power(self, other)
+        return got if got is not None else super().__pow__(other)
 
     def __matmul__(self, other: Any) -> Any:
         got = matmul(self, other)
@@ -544,6 +549,49 @@ def matmul(a: Any, b: Any) -> Array | None:
             _errors.reset(token)
     _tally("host_operations")
     return _result(out, device)
+
+
+_FAST_POWERS = {2: "square", 0.5: "sqrt", -1: "reciprocal"}  # (fuseloop.array's)
+
+
+def power(x: HostArray, e: Any) -> Array | None:
+    """``x ** e`` for a float HostArray and a Python scalar ``e`` as the operator
+    computes it (fuseloop.array: ``square``, ``sqrt``, ``reciprocal``; small whole and
+    half-whole ``e`` by products, fuseloop.powers), now; None: the operator's path."""
+    if (type(e) is not int and type(e) is not float) or x.dtype.kind != "f" or _off():
+        return None
+    fast = _FAST_POWERS.get(e)
+    if fast is not None:
+        return apply(fast, (x,))
+    if not math.isfinite(e) or e in (0, 1) or (2 * e) % 1 or abs(2 * e) > 8:
+        return None  # (pow: the operator's path, which comes back to apply)
+    if x._buf is not None:
+        _sync(x.device)
+    v = _value(x)
+    halves = int(2 * e)
+    half = halves % 2 == 1
+    token = _errors.set(_QUIET) if _QUIET is not None else None
+    try:  # (fuseloop.powers._products, step by step)
+        base = np.fabs(np.sqrt(v)) if half else v
+        if e < 0:
+            base = np.reciprocal(base)
+        n = abs(halves) if half else abs(halves) // 2
+        result: Any = None
+        square = base
+        while n:
+            if n & 1:
+                result = square if result is None else np.multiply(result, square)
+            n >>= 1
+            if n:
+                square = np.square(square)
+        if half:
+            result = np.where(v == -math.inf, x.dtype.type(math.inf if e > 0 else 0.0), result)
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    _tally("host_operations")
+    return _result(np.asarray(result, dtype=x.dtype) if np.ndim(result) else
+                   x.dtype.type(result), x.device)
 
 
 def _lazy_operand(x: Array) -> tuple[Any, Any, bool] | None:
