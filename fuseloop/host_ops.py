@@ -60,7 +60,7 @@ def matmul(a: Any, b: Any) -> Any:
     if not limit or trace_checks:
         return None
     if type(a) is not (_Array or _bind()) or type(b) is not _Array:  # (HostArrays)
-        from .host_eager import matmul as eager_matmul
+        from .host_products import matmul as eager_matmul
 
         return eager_matmul(a, b)
     dtype = a.dtype
