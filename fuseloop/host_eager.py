@@ -237,6 +237,10 @@ def _materialise(x: HostArray) -> Any:
     return storage
 
 
+# id(mapped bytes) -> (them, their address): see _leaf_of
+_addresses: dict[int, tuple] = {}
+
+
 def _leaf_of(x: HostArray) -> Leaf:
     """The leaf of ``x``, a view of its buffer (made once, from where its numpy view
     lies in the buffer's mapped memory)."""
@@ -247,8 +251,13 @@ def _leaf_of(x: HostArray) -> Leaf:
     dtype = x.dtype
     size = dtype.itemsize
     base = _host.host_bytes(storage, _runtime(x.device))
+    got = _addresses.get(id(base))
+    if got is None or got[0] is not base:  # (each costs ~1 us: the map's, once)
+        if len(_addresses) >= BASES_MAX:
+            _addresses.clear()
+        got = _addresses[id(base)] = (base, base.__array_interface__["data"][0])
     v = x._np
-    start = v.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    start = v.__array_interface__["data"][0] - got[1]
     shape = x._shape
     strides = tuple([s // size for s in v.strides]) if shape else ()
     leaf = x._leaf = Leaf(storage, dtype, shape, strides, start // size)
@@ -707,6 +716,7 @@ def _clear() -> None:
     _ops.clear()
     _bases.clear()
     _runtimes.clear()
+    _addresses.clear()
     _inplace_ops.clear()
 
 
