@@ -54,6 +54,9 @@ _errors, _QUIET = _host._errors, _host._QUIET
 #: expression (a 3200-element stencil) is left to the host path's fused evaluation,
 #: which computes into its temporaries
 EAGER_MAX_WORK = 2048
+#: (views of at most 2 axes: a statement's rows, columns and elements; a window of a
+#: convolution, ``x[:, i:i + K, j:j + K, :, None] * w``, feeds a reduction, which the
+#: host path's evaluation computes with it, without a buffer for the product)
 #: results made here that were given a buffer (read by a kernel, viewed, ``eval()``)
 counts = {"materialised": 0}
 
@@ -626,8 +629,9 @@ def getitem(arr: Array, key: Any) -> Array | None:
     if got is None:
         return None
     v, element = _view_of(got[0], items)
-    if v is None or not 0 < v.size <= EAGER_MAX_WORK or v.size > _host.HOST_MAX_WORK:
-        return None
+    if v is None or not 0 < v.size <= EAGER_MAX_WORK or v.size > _host.HOST_MAX_WORK \
+            or v.ndim > 2:
+        return None  # (3-d and up: tensor code, whose products feed reductions, fused)
     out = _new(HostArray)
     out._np, out.dtype, out.device, out._buf, out._leaf = v, arr.dtype, arr.device, got[1], None
     out._shape, out._of, out._key = () if element else v.shape, arr, key
