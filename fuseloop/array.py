@@ -328,6 +328,8 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         if type(x) is not Array:
             return _apply_general(op, (x,))
         an = x._node
+        if type(an) is Scalar and (got := _eager_apply(op, (x,))) is not None:
+            return got  # (a value computed at once: so is this, host_eager)
         sa = an.sig or (0 if type(an) is Apply else signature_of(an))
         hit = _sig_loops.get((op, sa or x.dtype))
         if hit is None:
@@ -392,6 +394,8 @@ def apply_op(op: str, *operands: Any) -> Any:
 
 def _apply_general(op: str, operands: tuple) -> Any:
     """:func:`apply_op` by :func:`build_node`: every case the lean path does not take."""
+    if (got := _eager_apply(op, operands)) is not None:  # (small, on the CPU: numpy's now)
+        return got
     if _multi_hooks.TYPES and _multi_hooks.any_split(operands):  # (split arrays: per part)
         return _multi_hooks.dispatch("map", lambda *a: apply_op(op, *a), operands, {})
     node, device = build_node(op, operands)
@@ -650,10 +654,13 @@ class Array(ArrayProtocol, ShapeMethods):
 
     def __getitem__(self, key: Any) -> Array:
         """Basic slicing gives a view (no copy); an integer-array index gathers."""
-        return _getitem(self, key)
+        got = _eager_getitem(self, key)  # (a small view on the CPU: numpy's, host_eager)
+        return got if got is not None else _getitem(self, key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         """Write through a view (``a[1:-1] = e``) or scatter (``a[idx] = v``)."""
+        if _eager_setitem(self, key, value):  # (small, on the CPU: numpy, at once)
+            return
         held = False
         if isinstance(value, Array):
             count = sys.getrefcount(value)
@@ -667,7 +674,8 @@ class Array(ArrayProtocol, ShapeMethods):
         _setitem(self, key, value, held)
 
     def _inplace(self, op: str, other: Any) -> Array:
-        if host_inplace(self, op, other):  # (small, on a CPU device: numpy, in place)
+        if host_inplace(self, op, other) or (type(other) is _HostArray and _eager_inplace(
+                self, op, other)):  # (small, on a CPU device: numpy, in place)
             return self
         # the lean path: its temporary is let go at once (a held one is a lazy reader)
         node = apply_op(op, self, other)._node if type(other) in _LEAN_OTHER and \
@@ -740,5 +748,10 @@ _LEAN_OTHER = frozenset((Array, int, float))
 # (at the end: the assignment module reads this one's names at import)
 from . import powers as _powers  # noqa: E402
 from .assignment import NodeValue, assign  # noqa: E402
+from .host_eager import HostArray as _HostArray  # noqa: E402
+from .host_eager import apply as _eager_apply  # noqa: E402
+from .host_eager import getitem as _eager_getitem  # noqa: E402
+from .host_eager import inplace_array as _eager_inplace  # noqa: E402
+from .host_writes import setitem as _eager_setitem  # noqa: E402
 from .ops.indexing import getitem as _getitem  # noqa: E402
 from .ops.indexing import setitem as _setitem  # noqa: E402

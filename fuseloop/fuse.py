@@ -440,7 +440,7 @@ class Fused:
         key), a tuple or list of arguments (its type and length are; its items are taken
         in order), else a TracingError."""
         t = type(a)
-        if t is Array:
+        if t is Array or isinstance(a, Array):  # (a small view: host_eager.HostArray)
             storages.append(_other_array(a, key))
         elif t is float or t is int or t is bool:
             key.append(t)
@@ -496,7 +496,7 @@ class Fused:
                 # ('state'[0] shown as 'state[0]')
                 return t(stand_in(v, f"{name[:-1]}[{i}]'" if name.endswith("'") else
                                   f"{name}[{i}]", (*path, i)) for i, v in enumerate(a))
-            if t is not Array:
+            if t is not Array and not isinstance(a, Array):
                 values.append(a)
                 return TracedScalar(trace, a, operator.itemgetter(len(values) - 1), name,
                                     len(values) - 1)

@@ -28,11 +28,17 @@ from .stats import increment as _count
 from .trace_hooks import trace_checks
 
 
+def _arrays(ta: type, tb: type) -> bool:
+    """Whether ``ta`` and ``tb`` are both fuseloop arrays' classes (``tb`` an array's:
+    an Array, or a small view's, fuseloop.host_eager.HostArray)."""
+    return ta is tb or issubclass(ta, tb) or issubclass(tb, ta)
+
+
 def _taken(arr: Any, key: Any) -> Any:
     """The device's runtime when ``arr[key]`` is a small selection by a boolean array
     of ``arr``'s shape that numpy may do here now, else None."""
     shape = arr._shape
-    if type(key) is not type(arr) or key.dtype.kind != "b" or key._shape != shape \
+    if not _arrays(type(key), type(arr)) or key.dtype.kind != "b" or key._shape != shape \
             or not shape or trace_checks or key.device is not arr.device \
             or arr.dtype.char not in _DTYPES:
         return None
@@ -90,7 +96,7 @@ def assign(arr: Any, key: Any, value: Any) -> bool:
     tv = type(value)
     if tv is float or tv is int:
         node: Any = Scalar(scalar_to(value, dtype))
-    elif tv is type(arr) and value.device is arr.device and len(value._shape) <= 1:
+    elif _arrays(tv, type(arr)) and value.device is arr.device and len(value._shape) <= 1:
         node = _evaluate.cast_node(value._node, dtype)
     else:
         return False

@@ -59,6 +59,10 @@ def matmul(a: Any, b: Any) -> Any:
     limit = _host.HOST_MAX_WORK
     if not limit or trace_checks:
         return None
+    if type(a) is not (_Array or _bind()) or type(b) is not _Array:  # (HostArrays)
+        from .host_products import matmul as eager_matmul
+
+        return eager_matmul(a, b)
     dtype = a.dtype
     if b.dtype is not dtype or dtype.char not in _FLOATS:
         return None
@@ -159,6 +163,8 @@ def binary0(op: str, a: Any, b: Any) -> Any:
         return None
     Array = _Array or _bind()
     ta, tb = type(a), type(b)
+    if ta is not Array and tb is not Array:
+        return None  # (a subclass's operand: fuseloop.host_eager's, or the general path)
     device = a.device if ta is Array else b.device
     ka, kb = _kind(a, ta, Array, device), _kind(b, tb, Array, device)
     if ka is None or kb is None:

@@ -135,7 +135,8 @@ def assign(target: Any, value: Any, held: bool) -> bool:
     tv = type(value)
     if tv is float or tv is int:
         node: Any = Scalar(scalar_to(value, target.dtype))
-    elif tv is type(target) and not trace_checks:  # (a fuseloop array, as in inplace)
+    elif (tv is type(target) or issubclass(tv, type(target)) or issubclass(type(target), tv)) \
+            and hasattr(value, "_node") and not trace_checks:  # (a fuseloop array: HostArray too)
         node = value._node
         if value.device is not target.device or (held and value._storage is None) or (
                 node.shape and node.shape != target._shape):
@@ -160,7 +161,8 @@ def _operand_key(target: Any, other: Any) -> Any:
                 np.iinfo(dtype).min <= other <= np.iinfo(dtype).max)):
             return None  # (numpy's errors for a Python int out of an integer's range)
         return int
-    if to is type(target):  # (a fuseloop array: its class, as array.py imports this)
+    tt = type(target)  # (a fuseloop array: its class, or HostArray's, as array.py imports this)
+    if to is tt or issubclass(to, tt) or issubclass(tt, to):
         onode = other._node
         if other.device is not target.device or onode.dtype.char not in _DTYPES or (
                 onode.shape and onode.shape != target.shape):

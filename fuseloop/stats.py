@@ -40,6 +40,17 @@ def _cached_launches() -> int:
     return n
 
 
+# the host path's counters, tallied the same way (every small statement on the CPU
+# device counts one): name -> its tally, and the calls that were not counts
+tallies = {"host_operations": itertools.count(), "host_evaluations": itertools.count()}
+_not_counts = dict.fromkeys(tallies, 0)
+
+
+def tally(name: str) -> None:
+    """Add one to a counter of :data:`tallies` (one C call, safe across threads)."""
+    next(tallies[name])
+
+
 def increment(name: str, n: int = 1) -> None:
     """Add ``n`` to a counter; safe when several threads count at once.
 
@@ -55,6 +66,9 @@ def stats() -> dict[str, int]:
     with _lock:
         snapshot = dict(counters)
         n = _cached_launches()
+        for name, counter in tallies.items():
+            snapshot[name] += next(counter) - _not_counts[name]
+            _not_counts[name] += 1
     snapshot["memory_cache_hits"] += n
     snapshot["kernels_launched"] += n
     return snapshot
@@ -67,3 +81,5 @@ def reset_stats() -> None:
         for name in COUNTER_NAMES:
             counters[name] = 0
         _not_launches = next(cached_launches) + 1
+        for name, counter in tallies.items():
+            _not_counts[name] = next(counter) + 1

@@ -218,12 +218,12 @@ def matmul(a: Any, b: Any) -> Array:
                              f"sparse matrix of shape {b.shape} is not supported (a transposed "
                              "product); compute A @ x with the sparse matrix on the left")
     a, b = _coerce(a), _coerce(b)
+    if isinstance(a, Array) and isinstance(b, Array) and (got := host_matmul(a, b)) is not None:
+        return got  # (small, on a CPU device: computed by numpy at once)
     if type(a) is Array and type(b) is Array:
-        if (got := host_matmul(a, b)) is not None:
-            return got  # (small, on a CPU device: computed by numpy at once)
         # the views, product and sum depend on the operands' structures alone: built
         # once per pair of signatures, then copied (8 x 4096 @ 4096 x 4096 on a CPU
-        # host: 4 us, against 18 built)
+        # host: 5 us, against 18 built)
         return composite_of("matmul", (a, b), lambda: _matmul(a, b))
     return _matmul(a, b)
 
@@ -280,7 +280,7 @@ def _matmul_unbatched(a: Array, b: Array) -> Array:
 
 def dot(a: Any, b: Any) -> Array:
     a, b = _coerce(a), _coerce(b)
-    if type(a) is Array and type(b) is Array and (got := host_matmul(a, b)) is not None:
+    if isinstance(a, Array) and isinstance(b, Array) and (got := host_matmul(a, b)) is not None:
         return got  # (1-D and 2-D operands: numpy's dot is their matmul)
     if a.ndim == 0 or b.ndim == 0:
         return a * b

@@ -27,6 +27,8 @@ from ..expr.views import (
     reshape_view,
     transpose_map,
 )
+from ..host_eager import HostArray
+from ..host_eager import flip as host_flip
 
 
 def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
@@ -227,6 +229,8 @@ def squeeze(a: Any, axis: Any = None) -> Array:
 
 
 def flip(a: Any, axis: Any = None) -> Array:
+    if type(a) is HostArray and (got := host_flip(a, axis)) is not None:
+        return got  # (a small view on the CPU: numpy's, fuseloop.host_eager)
     a = _coerce(a)
     if a.ndim == 0:  # numpy returns a copy (a scalar), not a view, of a 0-d array
         normalize_axes(axis, 0)

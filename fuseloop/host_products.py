@@ -1,0 +1,148 @@
+"""Products, gathers and powers of :mod:`fuseloop.host_eager`'s small views, computed
+at once by numpy: ``a @ b`` and ``dot`` of 1-D and 2-D float operands (a small lazy
+one, spmv's ``x[cols]``, computed by the host path's evaluation first), ``x[idx]`` by
+a small integer view, and ``x ** e`` as fuseloop's operator computes it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from . import host_path as _host
+from .array import Array
+from .host_eager import (
+    _DTYPES,
+    _QUIET,
+    EAGER_MAX_WORK,
+    HostArray,
+    _base,
+    _errors,
+    _off,
+    _operand,
+    _result,
+    _sync,
+    _value,
+    apply,
+)
+from .stats import tally as _tally
+
+
+def matmul(a: Any, b: Any) -> Array | None:
+    """``a @ b`` (numpy's matmul of 1-D and 2-D operands, and its dot) of HostArrays or
+    small concrete arrays on one device, of one real floating dtype, computed now."""
+    if _off() or not isinstance(a, Array) or not isinstance(b, Array):
+        return None
+    device = a.device
+    dtype = a.dtype
+    if b.device is not device or b.dtype is not dtype or dtype.char not in "fd":
+        return None
+    ga = _operand(a, device) or _lazy_operand(a)
+    gb = _operand(b, device) or _lazy_operand(b)
+    if ga is None or gb is None:
+        return None
+    va, vb = ga[1], gb[1]
+    sa, sb = np.shape(va), np.shape(vb)
+    na, nb = len(sa), len(sb)
+    if not (0 < na <= 2 and 0 < nb <= 2) or sa[-1] != sb[0]:
+        return None
+    work = sa[-1] * (sa[0] if na == 2 else 1) * (sb[1] if nb == 2 else 1)
+    if work > _host.HOST_MAX_WORK or not sa[-1]:
+        return None  # (an empty sum: the kernels' zeros)
+    if ga[2] or gb[2]:
+        _sync(device)
+    token = _errors.set(_QUIET) if _QUIET is not None else None
+    try:
+        out = np.matmul(va, vb)
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    _tally("host_operations")
+    return _result(out, device)
+
+
+_FAST_POWERS = {2: "square", 0.5: "sqrt", -1: "reciprocal"}  # (fuseloop.array's)
+
+
+def power(x: HostArray, e: Any) -> Array | None:
+    """``x ** e`` for a float HostArray and a Python scalar ``e`` as the operator
+    computes it (fuseloop.array: ``square``, ``sqrt``, ``reciprocal``; small whole and
+    half-whole ``e`` by products, fuseloop.powers), now; None: the operator's path."""
+    if (type(e) is not int and type(e) is not float) or x.dtype.kind != "f" or _off():
+        return None
+    fast = _FAST_POWERS.get(e)
+    if fast is not None:
+        return apply(fast, (x,))
+    if not math.isfinite(e) or e in (0, 1) or (2 * e) % 1 or abs(2 * e) > 8:
+        return None  # (pow: the operator's path, which comes back to apply)
+    if x._buf is not None:
+        _sync(x.device)
+    v = _value(x)
+    halves = int(2 * e)
+    half = halves % 2 == 1
+    token = _errors.set(_QUIET) if _QUIET is not None else None
+    try:  # (fuseloop.powers._products, step by step)
+        base = np.fabs(np.sqrt(v)) if half else v
+        if e < 0:
+            base = np.reciprocal(base)
+        n = abs(halves) if half else abs(halves) // 2
+        result: Any = None
+        square = base
+        while n:
+            if n & 1:
+                result = square if result is None else np.multiply(result, square)
+            n >>= 1
+            if n:
+                square = np.square(square)
+        if half:
+            result = np.where(v == -math.inf, x.dtype.type(math.inf if e > 0 else 0.0), result)
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    _tally("host_operations")
+    return _result(np.asarray(result, dtype=x.dtype) if np.ndim(result) else
+                   x.dtype.type(result), x.device)
+
+
+def _lazy_operand(x: Array) -> tuple[Any, Any, bool] | None:
+    """:func:`_operand` of a small lazy array (spmv's ``x[cols]``): its value computed
+    by the host path's evaluation now (what the lazy one would evaluate to: it is
+    computed before its inputs are written), or None."""
+    node: Any = x._node
+    if type(x) is not Array or x._storage is not None or node.dtype.char not in _DTYPES \
+            or not 0 < _host._size(node.shape) <= EAGER_MAX_WORK \
+            or (node.fancy and not _host.small_reads((node,))):
+        return None
+    rt = _sync(x.device)
+    token = _errors.set(_QUIET) if _QUIET is not None else None
+    try:
+        v = np.broadcast_to(_host._value(node, _host._State(rt, None)), node.shape)
+    except (_host._Unsupported, RecursionError, TypeError, ValueError):
+        return None
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    return node.dtype, v, False
+
+
+def gather(arr: Array, index: HostArray) -> Array | None:
+    """``arr[index]`` for an integer HostArray of at least one axis on a concrete
+    array (or HostArray): numpy's advanced index, a copy; None: the general path
+    (an index out of range raises there)."""
+    if _off() or not index._shape or index.dtype.kind not in "iu" \
+            or index.device is not arr.device:
+        return None
+    got = _base(arr)
+    if got is None or not got[0].ndim:
+        return None
+    if index._buf is not None or got[1] is not None:
+        _sync(arr.device)
+    try:
+        out = got[0][index._np]
+    except (IndexError, TypeError, ValueError):
+        return None
+    if not 0 < out.size <= EAGER_MAX_WORK:
+        return None
+    _tally("host_operations")
+    return _result(out, arr.device)

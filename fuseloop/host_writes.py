@@ -1,0 +1,218 @@
+"""Writes of :mod:`fuseloop.host_eager`: assignments and in-place operators whose
+target is a small view of a concrete array (or a HostArray) on a CPU device, done by
+numpy in the buffer's memory once the lazy arrays reading the elements written are
+computed and the device's queue is finished (docs/design.md, "Aliasing and
+evaluation order")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import evaluate as _evaluate
+from . import flags as _flags
+from . import host_path as _host
+from . import trace_hooks as _trace
+from .array import Array
+from .dtypes import scalar_to
+from .expr.nodes import Scalar, recent_lazy
+from .host_eager import (
+    EAGER_MAX_WORK,
+    HostArray,
+    _as,
+    _base,
+    _basic,
+    _inplace_ops,
+    _op_entry,
+    _operand,
+    _sync,
+    _view_of,
+)
+from .stats import tally as _tally
+
+_DTYPES = _host._DTYPES
+_errors, _QUIET = _host._errors, _host._QUIET
+
+
+def _assigned(value: Any, dtype: np.dtype, device: Any) -> tuple[Any, bool] | None:
+    """``(value as numpy's, reads a buffer)`` of an assigned value, or None."""
+    tv = type(value)
+    if tv is float or tv is int:
+        try:
+            return scalar_to(value, dtype), False
+        except (OverflowError, TypeError, ValueError):
+            return None
+    if tv is HostArray:
+        if value.device is not device:
+            return None
+        v = value._np
+        if not value._shape and type(v) is np.ndarray:
+            v = v[0]
+        return v, value._buf is not None
+    if tv is Array:
+        got = _operand(value, device)
+        return None if got is None or got[0].char not in _DTYPES else (got[1], got[2])
+    return None
+
+
+def _before_write(storage: Any, v: np.ndarray, device: Any) -> Any:
+    """Compute the lazy arrays that read the elements of ``storage`` under the numpy
+    view ``v`` (the evaluation order of docs/design.md); then the runtime, synced."""
+    readers = storage.live_readers() if recent_lazy or storage.readers else None
+    if readers:
+        itemsize = v.dtype.itemsize
+        start = v.__array_interface__["data"][0] - \
+            _host.host_bytes(storage, _sync(device)).__array_interface__["data"][0]
+        written = (v.shape, tuple([s // itemsize for s in v.strides]), start // itemsize)
+        pending = [r for r in readers if r._storage is None and not _evaluate.reads_outside(
+            r._node, storage, written, itemsize)]
+        if pending:
+            from .assignment import compute
+
+            compute(*pending)
+    _flags.check_pending()
+    return _sync(device)
+
+
+def setitem(arr: Array, key: Any, value: Any) -> bool:
+    """``arr[key] = value`` for a basic key on a concrete array (or HostArray) on a host
+    device, a small target and a value that is a Python float or int, a HostArray or a
+    small concrete array (of the target's shape, or 0-d), written by numpy now (with
+    numpy's unsafe cast, as assignments cast); False: nothing done."""
+    tv = type(value)
+    if tv is not float and tv is not int and tv is not HostArray:
+        if tv is not Array or (value._storage is None and type(value._node) is not Scalar):
+            return False  # (a lazy value: the general path; a value made at once: here)
+    if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
+            or _evaluate.recording_threads[0]:
+        return False
+    if tv is HostArray and value is _updated[0] and value._key is key and value._of is arr:
+        _updated[0] = None  # (``A[k] op= v``: inplace wrote into this very view)
+        return True
+    items = _basic(key)
+    if items is None:
+        return False
+    if type(arr) is HostArray and arr._buf is None:
+        return _write_own(arr, items, value)
+    got = _base(arr)
+    if got is None:
+        return False
+    base, storage = got
+    target = _view_of(base, items)[0]
+    if target is None or not 0 < target.size <= EAGER_MAX_WORK \
+            or target.size > _host.HOST_MAX_WORK:
+        return False
+    val = _assigned(value, arr.dtype, arr.device)
+    if val is None:
+        return False
+    v = val[0]
+    if type(v) is np.ndarray and v.shape != target.shape and (
+            v.shape or target.size != 1):
+        return False  # (the general path broadcasts, or raises its error)
+    if tv is HostArray and value._buf is storage and target.size == 1 \
+            and np.shares_memory(target, value._np):
+        return True  # (``A[i, 0] = A[i, 0]``: nothing to write)
+    if recent_lazy or storage.readers or getattr(_flags._local, "pending", None):
+        _before_write(storage, target, arr.device)
+    else:
+        _sync(arr.device)
+    target[...] = v  # (another thread's launch now reading it: a data race, as in numpy)
+    if value is _updated[0]:  # (``A[k] op= v``'s write-back of what inplace wrote)
+        _updated[0] = None
+    else:
+        _tally("host_evaluations")
+    return True
+
+
+def _write_own(arr: HostArray, items: tuple, value: Any) -> bool:
+    """:func:`setitem` into a buffer-less HostArray (its own numpy array: no reader)."""
+    if not arr._shape:
+        return False
+    val = _assigned(value, arr.dtype, arr.device)
+    if val is None:
+        return False
+    v, reads = val
+    target = _view_of(arr._np, items)[0]
+    if target is None or not target.size:
+        return False
+    if type(v) is np.ndarray and v.shape != target.shape and (v.shape or target.size != 1):
+        return False
+    if reads:
+        _sync(arr.device)
+    target[...] = v
+    return True
+
+
+# the HostArray an in-place operator wrote last (Python assigns it back to its key)
+_updated: list[Any] = [None]
+
+
+def inplace(target: HostArray, op: str, other: Any) -> bool:
+    """``target op= other`` for a HostArray ``target`` and an operand computed here,
+    written into its memory now (numpy's ``same_kind`` rule, as fuseloop's in-place
+    operators); False: nothing done.  The common steps are written out (a loop's
+    ``A[i, j] -= A[i, k]``)."""
+    if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
+            or _evaluate.recording_threads[0]:
+        return False
+    device = target.device
+    if type(other) is HostArray and other.device is device:
+        kb, vb, reads = other.dtype, other._np, other._buf is not None
+        if not other._shape and type(vb) is np.ndarray:
+            vb = vb[0]
+    else:
+        got = _operand(other, device)
+        if got is None:
+            return False
+        kb, vb, reads = got
+    dtype = target.dtype
+    key = (op, dtype, kb)
+    hit: Any = _inplace_ops.get(key)
+    if hit is None:
+        hit = _op_entry(op, (dtype, kb))
+        if hit is not False and not np.can_cast(hit[0][-1], dtype, "same_kind"):
+            hit = False  # (the general path raises numpy's error)
+        _inplace_ops[key] = hit
+    if hit is False:
+        return False
+    loop, fn, sfn = hit
+    da, db = loop[0], loop[1]
+    if kb is float or kb is int or kb is bool:
+        vb = _as(vb, kb, db)
+    elif kb is not db:
+        vb = vb.astype(db) if type(vb) is np.ndarray else db.type(vb)
+    if type(vb) is np.ndarray and vb.shape != target._shape:
+        return False
+    buf = target._buf
+    if buf is not None:
+        if recent_lazy or buf.readers or getattr(_flags._local, "pending", None):
+            _before_write(buf, target._np, device)
+        else:
+            _sync(device)
+    elif reads:
+        _sync(device)
+    shape = target._shape
+    va = target._np
+    if not shape and type(va) is np.ndarray:
+        va = va[0]
+    if dtype is not da:
+        va = va.astype(da) if type(va) is np.ndarray else da.type(va)
+    token = _errors.set(_QUIET) if _QUIET is not None else None
+    try:
+        out = sfn(va, vb) if sfn is not None and type(va) is not np.ndarray \
+            and type(vb) is not np.ndarray else fn(va, vb)
+    except (TypeError, ValueError, ArithmeticError):
+        return False
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    _tally("host_evaluations")
+    _updated[0] = target
+    if shape:
+        target._np[...] = out
+    elif type(target._np) is np.ndarray:  # (an element of a buffer)
+        target._np[0] = out
+    else:
+        target._np = out if out.dtype is dtype else dtype.type(out)
+    return True

@@ -1,0 +1,185 @@
+"""Small views of concrete arrays computed at once by numpy on the CPU device
+(fuseloop.host_eager): results and dtypes are the kernels' and numpy's, loops of such
+statements launch nothing, and kernels and numpy see each other's writes.
+
+As in tests/test_host_path.py the host path is on here (the session turns it off).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import host_eager, host_path
+
+
+def _cases(m, a8, f32, i32, f64):
+    """Operations on small views, with numpy's dtype rules at their edges."""
+    return [
+        a8[1:4] + a8[0:3],                  # int8 overflow wraps
+        f32[1:5] * 2.5,                     # a Python float keeps float32
+        f32[0:3] * np.float64(1.5),         # a numpy float64 scalar promotes (NEP 50)
+        i32[0:4] // i32[4:8],               # integer division by zero: 0
+        i32[0:4] % i32[4:8],
+        f64[0:4] / f64[4:8],                # float division by zero: inf, nan
+        f64[0:4] + f64[8],                  # a NaN element propagates
+        i32[0:4] + f32[0:4],                # int32 with float32: float64
+        f32[2:6] < f32[1:5],                # a comparison's bool
+        -i32[2:5], abs(f32[0:4]), m.sqrt(f64[1:4]), m.minimum(f32[0:3], f32[3:6]),
+        f32[1, ] * f32[2:6] - 1,            # a 0-d view with a 1-d one
+        3 - i32[::-2],                      # reversed, and a reflected operator
+        f32[1:7] ** -1.5, f64[0:4] ** 3,    # powers by products, as the operator's
+        f64[i32[4:8]],                      # a gather by a small index: a copy
+        m.dot(f64[0:3], m.abs(f64)[0:3]),   # a small lazy operand, computed now
+    ]
+
+
+def _inputs():
+    return (np.array([120, 7, 100, -128, 5], dtype=np.int8),
+            np.linspace(-2, 3, 9, dtype=np.float32),
+            np.array([7, -7, 9, 0, 2, 0, 3, 0], dtype=np.int32),
+            np.array([1.0, -1.0, 0.0, 2.0, 0.0, 0.0, 0.0, 4.0, np.nan]))
+
+
+def test_results_and_dtypes_are_the_kernels(host, monkeypatch):
+    ins = _inputs()
+    ref = _cases(np, *[x.copy() for x in ins])
+
+    def run():
+        fl.reset_stats()
+        out = _cases(fl, *[fl.asarray(x.copy()) for x in ins])
+        return out, [o.get() for o in out], fl.stats()
+
+    eager, on, s_on = run()
+    assert s_on["kernels_launched"] == 0
+    assert all(type(e) is host_eager.HostArray for e in eager[:-1])
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    kern, off, s_off = run()
+    assert s_off["kernels_launched"] > 0 and not any(type(k) is host_eager.HostArray for k in kern)
+    for k, (a, b, r) in enumerate(zip(on, off, ref)):
+        assert a.dtype == b.dtype == r.dtype, k
+        # (numpy's pow rounds apart from the products fuseloop computes powers by)
+        np.testing.assert_allclose(a, r, rtol=1e-6, err_msg=str(k))
+        np.testing.assert_array_equal(a, b, err_msg=str(k))
+
+
+def _loops(m, path, A, x, L, b):
+    for k in range(3):  # floyd_warshall's statement
+        for i in range(path.shape[0]):
+            path[i, :] = m.minimum(path[i, :], path[i, k] + path[k, :])
+    for i in range(1, A.shape[0]):  # cholesky's
+        for j in range(i):
+            A[i, j] -= m.dot(A[i, :j], A[j, :j])
+            A[i, j] /= A[j, j]
+        A[i, i] -= m.dot(A[i, :i], A[i, :i])
+        A[i, i] = m.sqrt(A[i, i])
+    for i in range(x.shape[0]):  # trisolv's
+        x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
+    y = x[:4] * 0.5  # a result in memory of its own: its view gives it a buffer
+    y[1:3] += m.flip(x[2:4])
+    return path, A, x, y
+
+
+def test_loops_of_small_statements_launch_nothing(host):
+    rng = np.random.default_rng(7)
+    p0 = rng.random((6, 6))
+    s0 = rng.random((6, 6))
+    a0 = s0 @ s0.T + 6 * np.eye(6)
+    l0 = np.tril(rng.random((6, 6))) + 4 * np.eye(6)
+    b0 = rng.random(6)
+    ref = _loops(np, p0.copy(), a0.copy(), np.zeros(6), l0, b0)
+    made = host_eager.counts["materialised"]
+    fl.reset_stats()
+    got = _loops(fl, *[fl.asarray(v.copy()) for v in (p0, a0, np.zeros(6), l0, b0)])
+    assert fl.stats()["kernels_launched"] == 0 and host_eager.counts["materialised"] == made + 1
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g.get(), r, rtol=1e-13)
+
+
+def test_kernels_and_numpy_see_each_others_writes(host, monkeypatch):
+    n = 1 << 16  # above the host path's limit: kernels
+    big = fl.asarray(np.arange(n, dtype=np.float64))
+    doubled = (big * 2).eval()          # a kernel, maybe not run yet
+    assert float(doubled[3]) == 6.0     # numpy reads after it has run
+    row = doubled[10:14]
+    assert type(row) is host_eager.HostArray
+    row[1] = -5.0                       # numpy writes ...
+    doubled[12] += 1.0
+    assert float((doubled * 1).sum()) == (n - 1) * n - 22 - 5 + 1  # ... a kernel reads
+    doubled[:4] = big[:4] + 100.0       # a kernel writes (large target) ...
+    assert float(doubled[2]) == 102.0   # ... numpy reads
+    r = fl.asarray(np.arange(5.0))[1:4] * 2.0  # a result in memory of its own
+    assert type(r) is host_eager.HostArray
+    made = host_eager.counts["materialised"]
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    fl.reset_stats()
+    np.testing.assert_array_equal((r + 1).get(), [3.0, 5.0, 7.0])  # a kernel reads it
+    assert fl.stats()["kernels_launched"] == 1 and host_eager.counts["materialised"] == made + 1
+
+
+def test_views_aliasing_and_evaluation_order(host):
+    x = fl.asarray(np.arange(8.0))
+    lazy = x * 2                        # lazy (a whole array), reads x[1]
+    x[1] = 100.0                        # computed first: it keeps the old values
+    np.testing.assert_array_equal(lazy.get(), np.arange(8.0) * 2)
+    v = x[2:5]
+    v[0] = 7.0                          # written through the view
+    v += 1.0
+    x[4:7] = x[3:6]                     # overlapping copy, as numpy
+    ref = np.arange(8.0)
+    ref[1] = 100.0
+    ref[2] = 7.0
+    ref[2:5] += 1.0
+    ref[4:7] = ref[3:6].copy()
+    np.testing.assert_array_equal(x.get(), ref)
+    r = x[0:4] + 0.0
+    w = r[1:3]                          # a view of a result: it shares its memory
+    w[0] = -1.0
+    assert r.get()[1] == -1.0 and float(w[0]) == -1.0
+    kept = x[0:3] * 1.0                 # a value computed now keeps it after writes
+    x[0:3] = 0.0
+    np.testing.assert_array_equal(kept.get(), ref[0:3])
+    ref[0:3] = 0.0
+    s = x[2:8]
+    s.shape = (2, 3)                    # numpy's in-place reshape: its view follows
+    np.testing.assert_array_equal((s + 1).get(), ref[2:8].reshape(2, 3) + 1)
+    np.testing.assert_array_equal((s.T - s.T[0]).get(), (ref[2:8].reshape(2, 3).T
+                                                          - ref[2:8].reshape(2, 3).T[0]))
+
+
+def test_errors_stay_numpys(host):
+    i = fl.asarray(np.array([1, 2, 3, 4], dtype=np.int8))
+    with pytest.raises(OverflowError):
+        i[1:3] + 1000
+    with pytest.raises(TypeError, match="same_kind"):
+        v = i[1:3]
+        v /= 2                          # float64 result into int8
+    with pytest.raises(IndexError):
+        i[1:3][5]
+    np.testing.assert_array_equal(i.get(), [1, 2, 3, 4])
+
+
+def test_masks_of_results_computed_here(host):
+    """nbody's ``r[r > 0] = r[r > 0] ** -1.5`` on a result computed at once: numpy's
+    selection and write (fuseloop.host_masks), no compaction kernel."""
+    pos = np.random.default_rng(2).random((6, 3))
+    ref = (pos[:, 0:1].T - pos[:, 0:1]) ** 2
+    ref[ref > 0] = ref[ref > 0] ** -1.5
+    p = fl.asarray(pos)
+    fl.reset_stats()
+    r = (p[:, 0:1].T - p[:, 0:1]) ** 2
+    r[r > 0] = r[r > 0] ** -1.5
+    assert fl.stats()["kernels_launched"] == 0 and fl.stats()["scans"] == 0
+    np.testing.assert_allclose(r.get(), ref, rtol=1e-14)
+
+
+def test_traced_functions_take_small_views(host):
+    """``@fl.fuse`` takes a small view (and a result computed at once) as the array it is."""
+    @fl.fuse
+    def step(a, b):
+        return a * 2 + b
+
+    x = fl.asarray(np.arange(10.0))
+    np.testing.assert_array_equal(step(x[1:4], x[2:5]).get(), [4.0, 7.0, 10.0])
+    np.testing.assert_array_equal(step(x[1:4] * 1.0, x[2:5]).get(), [4.0, 7.0, 10.0])
