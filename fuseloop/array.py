@@ -17,10 +17,10 @@ from .array_shape import ShapeMethods
 from .dtypes import as_dtype, resolve_loop, scalar_kind, scalar_to
 from .errors import DeviceError, DTypeError
 from .evaluate import RELEASE_RECENT_AT, run, run_flat
+from .expr import readers as _readers
 from .expr.nodes import (
     _EMPTY,
     MAX_OPERANDS,
-    RECENT_LAZY_MAX,
     Apply,
     Leaf,
     Literal,
@@ -33,8 +33,8 @@ from .expr.nodes import (
     intern_sig,
     join_shared,
     note_reader,
+    prune_recent,
     recent_lazy,
-    register_readers,
     scalar_sig,
     signature_of,
     take_last_recent,
@@ -161,8 +161,8 @@ def _lazy_array(node: Node, device: Device) -> Array:
     self._shape = node.shape
     if node.storages:  # expr.nodes.note_reader, inline
         recent_lazy.append(self)
-        if len(recent_lazy) >= RECENT_LAZY_MAX:
-            register_readers()
+        if len(recent_lazy) >= _readers.recent_limit:
+            prune_recent()
     return self
 
 
@@ -278,8 +278,8 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
         self.dtype, self._shape = node.dtype, shape
         if storages:
             recent_lazy.append(self)
-            if len(recent_lazy) >= RECENT_LAZY_MAX:
-                register_readers()
+            if len(recent_lazy) >= _readers.recent_limit:
+                prune_recent()
         return self
 
     binary.__name__ = binary.__qualname__ = f"{'r' if reflected else ''}{op}"
@@ -353,8 +353,8 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         self._shape = shape
         if storages:
             recent_lazy.append(self)
-            if len(recent_lazy) >= RECENT_LAZY_MAX:
-                register_readers()
+            if len(recent_lazy) >= _readers.recent_limit:
+                prune_recent()
         return self
 
     unary.__name__ = unary.__qualname__ = op
