@@ -228,10 +228,11 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                     bn.dtype, bn.shape))) or _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
                 loop, key, shape, sig = hit
                 if sig:  # (a subexpression or buffer both read: its operands once)
-                    bo = bn.operands
-                    if len(bo) > 1 or (bo and bo[0] in an.storages):  # (a buffer, if in)
-                        sig, bo = join_shared(sig, an.operands, an.storages, bo)
-                    operands = an.operands + bo
+                    bo, ao = bn.operands, an.operands  # (bo begins as ao, or is one buffer)
+                    if (ao and len(bo) > 1 and ao[0] is bo[0]) or (
+                            len(bo) == 1 and bo[0] in an.storages):
+                        sig, bo = join_shared(sig, ao, an.storages, bo)
+                    operands = ao + bo
             elif tb is float or tb is int:
                 hit = _sig_loops.get((op, sa or (an.dtype, an.shape), tb)) or \
                     _signed_loop(op, an, None, sa, tb, a.dtype, tb)
