@@ -11,7 +11,6 @@ import sys
 import threading
 import weakref
 from itertools import compress
-from operator import lt as _lt
 from operator import or_ as _or
 from typing import TYPE_CHECKING, Any
 
@@ -114,14 +113,15 @@ def prune_recent() -> None:
         n = len(recent_lazy)
         batch = recent_lazy[:n]
         del recent_lazy[:n]
-        counted = list(map(_UNHELD.__lt__, _refcounts(batch)))
-        weak = list(map(_weak_count, batch))
-        # (in C: kept where counted and not weakly referenced, i.e. weak < counted)
-        held = list(compress(batch, map(_lt, weak, counted)))
+        # (held as register_readers tells it, looped over in C; the weakly referenced
+        # among them, rare, are taken apart only where there are any)
+        held = list(compress(batch, map(
+            _or, map(_UNHELD.__lt__, _refcounts(batch)), map(_weak_count, batch))))
+        if held and any(map(_weak_count, held)):
+            _enter_all([a for a in held if _weak_count(a)])
+            held = [a for a in held if not _weak_count(a)]
         recent_lazy[:0] = held  # (appends racing with this one stay after them)
         recent_limit = 2 * len(held) + RECENT_LAZY_MAX
-        if any(weak):
-            _enter_all(compress(batch, weak))
 
 
 def register_readers() -> None:
