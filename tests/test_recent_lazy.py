@@ -69,26 +69,24 @@ def test_a_large_allocation_frees_what_only_the_registry_held(device):
 @pytest.mark.skipif(not nodes._EXACT_REFCOUNTS, reason="reference counts are not exact here")
 def test_a_prune_keeps_held_arrays_pending_until_a_write(device):
     """Past ``recent_limit`` new arrays the registry is pruned: arrays nothing else holds
-    are let go, held ones stay in it without being entered in their buffers' readers
-    (no weak reference yet); a later write into the buffer still evaluates them first,
-    and one let go later is freed by a later prune."""
+    are let go, held ones stay in it by weak reference without being entered in their
+    buffers' readers; a later write into the buffer still evaluates them first, and
+    one let go later is freed at once."""
     xh = np.arange(8, dtype=np.float32)
     x = fl.asarray(xh)
     nodes.register_readers()
     kept = [x * float(k) for k in range(3 * nodes.RECENT_LAZY_MAX)]
     assert readers.recent_limit > 3 * nodes.RECENT_LAZY_MAX  # (pruned: the limit grew)
     assert not _readers_of(x)  # pending, not entered
-    pending = {id(a) for a in nodes.recent_lazy}
-    assert all(id(a) in pending for a in kept)
-    del kept[nodes.RECENT_LAZY_MAX:]  # pending, then let go: freed by the next prune
-    for _ in range(readers.recent_limit):
-        x + 1  # unheld: let go at the next prune
-    assert len(nodes.recent_lazy) <= len(kept) + nodes.RECENT_LAZY_MAX
-    watched = weakref.ref(kept.pop())  # weakly referenced: entered by the next prune
-    for _ in range(readers.recent_limit):
-        x + 1
-    gc.collect()
+    pending = [r() for r in nodes.recent_lazy[:readers.pending_count]]  # (weakly)
+    assert all(any(p is a for p in pending) for a in kept)
+    del pending
+    watched = weakref.ref(kept[-1])
+    del kept[nodes.RECENT_LAZY_MAX:]  # pending, then let go: freed at once
     assert watched() is None
+    for _ in range(readers.recent_limit):
+        x + 1  # unheld: let go at the next prune, with the dead pending entries
+    assert len(nodes.recent_lazy) <= len(kept) + nodes.RECENT_LAZY_MAX
     x[...] = 0  # evaluates every pending reader first
     assert readers.recent_limit == nodes.RECENT_LAZY_MAX
     for k, a in enumerate(kept):

@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
-from itertools import compress
+from itertools import compress, repeat
+from operator import is_not as _is_not
 from operator import or_ as _or
 from typing import TYPE_CHECKING, Any
 
@@ -35,16 +36,20 @@ _readers_lock = threading.RLock()
 # ``_readers_lock``, so an append racing with it is kept for the next one.
 # (``fuseloop.array`` appends to the list itself, as ``note_reader`` does.)
 # When the list reaches ``recent_limit`` it is pruned (:func:`prune_recent`): the
-# held arrays stay in it, pending, and are entered only by a full sort (before a
-# write, a large allocation, ``fl.synchronize()``): a weak reference and a dict
-# entry per buffer cost a held temporary more than building it (a sum tree's
-# levels kept in lists: 0.45 us a node), and most are let go before any write.
+# held arrays stay in it, pending, as weak references at its head (made in C), and
+# are entered only by a full sort (before a write, a large allocation,
+# ``fl.synchronize()``): entering costs a call and a dict entry per buffer, more than
+# building the array (a sum tree's levels kept in lists: 0.45 us a node), and most
+# held arrays are let go before any write.
 recent_lazy: list[Any] = []
 RECENT_LAZY_MAX = 64
 # RECENT_LAZY_MAX new arrays past twice those held at the last prune (amortised:
 # held arrays are counted once per doubling); read as ``readers.recent_limit``
 recent_limit = RECENT_LAZY_MAX
+# how many entries at the head of recent_lazy are weak references to pending arrays
+pending_count = 0
 _ref = weakref.ref
+_deref = weakref.ref.__call__
 _weak_count = weakref.getweakrefcount
 
 
@@ -101,51 +106,57 @@ _UNHELD = _refcounts([_Probe()])[0] if _EXACT_REFCOUNTS else -1
 
 
 def prune_recent() -> None:
-    """Let go of the recent lazy arrays that nothing else holds; keep the ones held
-    (strongly only) in the list, first, pending (:func:`register_readers` enters them).
-    Weakly referenced ones are entered now, as :func:`register_readers` would: held in
-    the list, they would outlive every weak reference's owner."""
-    global recent_limit
+    """Let go of the recent lazy arrays that nothing else holds; keep the held ones
+    pending, by weak reference, at the head of the list (``pending_count`` of them:
+    :func:`register_readers` enters the live ones).  A pending array that its holder
+    lets go is freed at once, as an entered one would be."""
+    global recent_limit, pending_count
     if not _EXACT_REFCOUNTS:  # (every array counts as held: none would ever go)
         register_readers()
         return
     with _readers_lock:
         n = len(recent_lazy)
-        batch = recent_lazy[:n]
+        k = pending_count
+        refs = recent_lazy[:k]
+        batch = recent_lazy[k:n]
         del recent_lazy[:n]
-        # (held as register_readers tells it, looped over in C; the weakly referenced
-        # among them, rare, are taken apart only where there are any)
-        held = list(compress(batch, map(
-            _or, map(_UNHELD.__lt__, _refcounts(batch)), map(_weak_count, batch))))
-        if held and any(map(_weak_count, held)):
-            _enter_all([a for a in held if _weak_count(a)])
-            held = [a for a in held if not _weak_count(a)]
-        recent_lazy[:0] = held  # (appends racing with this one stay after them)
-        recent_limit = 2 * len(held) + RECENT_LAZY_MAX
+        # held as register_readers tells it; all looped over in C
+        held = compress(batch, map(
+            _or, map(_UNHELD.__lt__, _refcounts(batch)), map(_weak_count, batch)))
+        refs = [*compress(refs, map(_is_not, map(_deref, refs), repeat(None))),
+                *map(_ref, held)]
+        recent_lazy[:0] = refs  # (appends racing with this one stay after them)
+        pending_count = len(refs)
+        recent_limit = 2 * len(refs) + RECENT_LAZY_MAX
 
 
 def register_readers() -> None:
-    """Enter the recent lazy arrays that are still lazy and held elsewhere in their
-    buffers' readers; let go of the rest."""
-    global recent_limit
+    """Enter the recent lazy arrays that are still lazy and held elsewhere, and the
+    pending ones still alive, in their buffers' readers; let go of the rest."""
+    global recent_limit, pending_count
     with _readers_lock:
         recent_limit = RECENT_LAZY_MAX
         n = len(recent_lazy)
         if not n:
             return
-        batch = recent_lazy[:n]
+        k = pending_count
+        pending_count = 0
+        refs = recent_lazy[:k]
+        batch = recent_lazy[k:n]
         del recent_lazy[:n]
         # held: counted more than the batch's own reference, or weakly referenced (a
         # weak reference could hand an unheld array out again); looped over in C, as
         # most of a batch is temporaries
         held = map(_or, map(_UNHELD.__lt__, _refcounts(batch)), map(_weak_count, batch))
         _enter_all(compress(batch, held))
+        if refs:
+            _enter_all(map(_deref, refs))
 
 
 def _enter_all(arrays: Any) -> None:
     """Enter each of ``arrays`` still lazy in its buffers' readers (lock held)."""
     for a in arrays:
-        if a._storage is None:
+        if a is not None and a._storage is None:  # (None: a dead pending array)
             ref = _ref(a)
             key = id(a)
             for s in a._node.storages:
