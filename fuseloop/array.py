@@ -17,10 +17,10 @@ from .array_shape import ShapeMethods
 from .dtypes import as_dtype, resolve_loop, scalar_kind, scalar_to
 from .errors import DeviceError, DTypeError
 from .evaluate import RELEASE_RECENT_AT, run, run_flat
+from .expr import readers as _readers
 from .expr.nodes import (
     _EMPTY,
     MAX_OPERANDS,
-    RECENT_LAZY_MAX,
     Apply,
     Leaf,
     Literal,
@@ -33,8 +33,8 @@ from .expr.nodes import (
     intern_sig,
     join_shared,
     note_reader,
+    prune_recent,
     recent_lazy,
-    register_readers,
     scalar_sig,
     signature_of,
     take_last_recent,
@@ -161,8 +161,8 @@ def _lazy_array(node: Node, device: Device) -> Array:
     self._shape = node.shape
     if node.storages:  # expr.nodes.note_reader, inline
         recent_lazy.append(self)
-        if len(recent_lazy) >= RECENT_LAZY_MAX:
-            register_readers()
+        if len(recent_lazy) >= _readers.recent_limit:
+            prune_recent()
     return self
 
 
@@ -228,10 +228,11 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                     bn.dtype, bn.shape))) or _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
                 loop, key, shape, sig = hit
                 if sig:  # (a subexpression or buffer both read: its operands once)
-                    bo = bn.operands
-                    if len(bo) > 1 or (bo and bo[0] in an.storages):  # (a buffer, if in)
-                        sig, bo = join_shared(sig, an.operands, an.storages, bo)
-                    operands = an.operands + bo
+                    bo, ao = bn.operands, an.operands  # (bo begins as ao, or is one buffer)
+                    if (ao and len(bo) > 1 and ao[0] is bo[0]) or (
+                            len(bo) == 1 and bo[0] in an.storages):
+                        sig, bo = join_shared(sig, ao, an.storages, bo)
+                    operands = ao + bo
             elif tb is float or tb is int:
                 hit = _sig_loops.get((op, sa or (an.dtype, an.shape), tb)) or \
                     _signed_loop(op, an, None, sa, tb, a.dtype, tb)
@@ -278,8 +279,8 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
         self.dtype, self._shape = node.dtype, shape
         if storages:
             recent_lazy.append(self)
-            if len(recent_lazy) >= RECENT_LAZY_MAX:
-                register_readers()
+            if len(recent_lazy) >= _readers.recent_limit:
+                prune_recent()
         return self
 
     binary.__name__ = binary.__qualname__ = f"{'r' if reflected else ''}{op}"
@@ -355,8 +356,8 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         self._shape = shape
         if storages:
             recent_lazy.append(self)
-            if len(recent_lazy) >= RECENT_LAZY_MAX:
-                register_readers()
+            if len(recent_lazy) >= _readers.recent_limit:
+                prune_recent()
         return self
 
     unary.__name__ = unary.__qualname__ = op

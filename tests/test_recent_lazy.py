@@ -13,7 +13,7 @@ import pytest
 
 import fuseloop as fl
 from fuseloop import evaluate
-from fuseloop.expr import nodes
+from fuseloop.expr import nodes, readers
 
 
 class _Thing:
@@ -66,6 +66,34 @@ def test_a_large_allocation_frees_what_only_the_registry_held(device):
     assert big.nbytes == evaluate.RELEASE_RECENT_AT
 
 
+@pytest.mark.skipif(not nodes._EXACT_REFCOUNTS, reason="reference counts are not exact here")
+def test_a_prune_keeps_held_arrays_pending_until_a_write(device):
+    """Past ``recent_limit`` new arrays the registry is pruned: arrays nothing else holds
+    are let go, held ones stay in it by weak reference without being entered in their
+    buffers' readers; a later write into the buffer still evaluates them first, and
+    one let go later is freed at once."""
+    xh = np.arange(8, dtype=np.float32)
+    x = fl.asarray(xh)
+    nodes.register_readers()
+    kept = [x * float(k) for k in range(3 * nodes.RECENT_LAZY_MAX)]
+    assert readers.recent_limit > 3 * nodes.RECENT_LAZY_MAX  # (pruned: the limit grew)
+    assert not _readers_of(x)  # pending, not entered
+    pending = [r() for r in nodes.recent_lazy[:readers.pending_count]]  # (weakly)
+    assert all(any(p is a for p in pending) for a in kept)
+    del pending
+    watched = weakref.ref(kept[-1])
+    del kept[nodes.RECENT_LAZY_MAX:]  # pending, then let go: freed at once
+    assert watched() is None
+    for _ in range(readers.recent_limit):
+        x + 1  # unheld: let go at the next prune, with the dead pending entries
+    assert len(nodes.recent_lazy) <= len(kept) + nodes.RECENT_LAZY_MAX
+    x[...] = 0  # evaluates every pending reader first
+    assert readers.recent_limit == nodes.RECENT_LAZY_MAX
+    for k, a in enumerate(kept):
+        assert not a.is_lazy
+        np.testing.assert_array_equal(a.get(), xh * k)
+
+
 def test_a_weakly_referenced_array_is_entered(device):
     """An array only the registry and a weak reference hold is entered as a reader:
     another thread could take it back from the weak reference between the sort's
@@ -80,7 +108,7 @@ def test_a_weakly_referenced_array_is_entered(device):
 
 
 def test_without_exact_reference_counts_every_array_is_entered(device, monkeypatch):
-    monkeypatch.setattr(nodes, "_UNHELD", -1)
+    monkeypatch.setattr(readers, "_UNHELD", -1)  # (nodes re-exports it)
     xh = np.arange(16, dtype=np.float32)
     x = fl.asarray(xh)
     nodes.register_readers()

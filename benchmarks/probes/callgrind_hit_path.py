@@ -23,7 +23,10 @@ of ``bench_elementwise.py``):
 * ``seidel``: ``A[i, j] += A[i, j - 1]; A[i, j] /= 9.0`` on a 30 x 30 float64 array,
   ``j`` in turn (seidel_2d's inner loop: two statements per call);
 * ``stencil``: ``x[1:-1] = 0.5 * (x[:-2] + x[2:])`` on 200 float64;
-* ``trisolv``: ``x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]`` (n = 60), ``i`` in turn.
+* ``trisolv``: ``x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]`` (n = 60), ``i`` in turn;
+* ``chain400`` / ``tree400``: ``bench_lazy_build.py``'s 400-node builds (``r = r * 0.999
+  + y`` 200 times; a pairwise sum of 200 products), built and dropped (not in the
+  default cases: divide by 400 for a node; ``--calls 64`` is plenty).
 
 The last three are loops of small statements, which the CPU device's host path
 (``fuseloop.host_path``) computes with numpy: no kernel is launched.
@@ -52,7 +55,9 @@ HELPER = r"""
 #include <valgrind/callgrind.h>
 void fl_collect(void) { CALLGRIND_TOGGLE_COLLECT; }
 """
-CASES = ("build", "eval", "fuse", "fuse-scalar", "seidel", "stencil", "trisolv")
+CASES = ("build", "eval", "fuse", "fuse-scalar", "seidel", "stencil", "trisolv", "chain400",
+         "tree400")
+DEFAULT_CASES = CASES[:7]
 
 
 def child(calls: int, case: str | None) -> None:
@@ -96,6 +101,9 @@ def child(calls: int, case: str | None) -> None:
         xt[k] = (b[k] - low[k, :k] @ xt[:k]) / low[k, k]
 
     loops.update(seidel=seidel, stencil=stencil, trisolv=trisolv)
+    from bench_lazy_build import chain as chain400  # (benchmarks/)
+    from bench_lazy_build import tree as tree400
+    loops.update(chain400=lambda i: chain400(fl, x, y), tree400=lambda i: tree400(fl, x, y))
     for name, loop in loops.items():
         if case is not None and name != case:
             continue
@@ -123,7 +131,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("revs", nargs="*")
     ap.add_argument("--calls", type=int, default=640)
-    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated cases to count")
+    ap.add_argument("--cases", default=",".join(DEFAULT_CASES),
+                    help="comma-separated cases to count")
     ap.add_argument("--device", default="cpu",
                     help="FUSELOOP_DEVICE for every revision (older ones know fewer forms)")
     ap.add_argument("--keep", help="copy callgrind's output files here (callgrind_annotate)")
