@@ -329,7 +329,7 @@ def test_sweep_variants(device, monkeypatch):
     assert radix_sort.sweep_layout(device, base, 4, False) == (256, 32)
 
 
-@pytest.mark.parametrize("mode", ["early", "late", "side", "all"])
+@pytest.mark.parametrize("mode", [None, "early", "late", "side", "all"])
 def test_speculative_first_pass(device, monkeypatch, mode):
     """SPECULATE: the fused variant's pass over byte 0 enqueued before the host knows
     which bytes vary; where byte 0 is the same in every key the pass copies its tiles
