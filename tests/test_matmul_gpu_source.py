@@ -30,9 +30,15 @@ def _fake_h100(device):
                                platform="NVIDIA CUDA", max_work_group_size=1024)
 
 
-def _source(device) -> str:
+def _source(device, reg_loops: str = "loopy") -> str:
+    """The fake H100's ``a @ a`` source with the register tile unrolled by Loopy (every
+    register's statement written: what this file reads), or as ``reg_loops`` says."""
+    from fuseloop.recipes import contraction, gpu_tiled
+
+    tiles = contraction.GPU_TILES._replace(reg_loops=reg_loops)
     a = fl.empty((256, 256), dtype=np.float32, device=device)
-    low = fl.program(a @ a).lower(_fake_h100(device))
+    with fl.recipes.use(gpu_tiled.with_params(tiles=tiles)):
+        low = fl.program(a @ a).lower(_fake_h100(device))
     assert low.recipe.name == "gpu-tiled"
     with codegen.loopy_section():
         return codegen.generate(low.t_unit, low.device).source
@@ -78,16 +84,23 @@ def test_register_tile_update_is_unchanged_and_the_rest_are_loops(device):
     assert src.count("#pragma unroll") == 9, src  # 4 + 4 loops and the k step
 
 
-def test_register_tile_order_does_not_follow_the_hash_seed():
-    # (Loopy ordered its privatised accumulators' loops by Python's string hashes)
+def _source_with_hash_seed(reg_loops: str) -> str:
     child = ("import sys, fuseloop as fl\n"
              "sys.path.insert(0, 'tests')\n"
              "import test_matmul_gpu_source as t\n"
-             "print(t._source(fl.get_device()))\n")
+             f"print(t._source(fl.get_device(), {reg_loops!r}))\n")
     env = dict(os.environ, PYTHONHASHSEED="4", PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", child], env=env, cwd=ROOT, text=True,
-                         capture_output=True, check=True)
-    assert _inner_loop(out.stdout) == _expected_update()
+    return subprocess.run([sys.executable, "-c", child], env=env, cwd=ROOT, text=True,
+                          capture_output=True, check=True).stdout
+
+
+def test_register_tile_order_does_not_follow_the_hash_seed(device):
+    # (Loopy ordered its privatised accumulators' loops by Python's string hashes)
+    assert _inner_loop(_source_with_hash_seed("loopy")) == _expected_update()
+    # the default (float4 components by Loopy, the rest by the device compiler): the
+    # same source in a process with another hash seed
+    default = _source(device, "vector")
+    assert _source_with_hash_seed("vector").strip() == default.strip()
 
 
 def test_loop_domains_are_one_per_iname(device):

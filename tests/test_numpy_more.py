@@ -35,7 +35,10 @@ def _same(got, ref, rtol=1e-10, atol=1e-12):
 
 def test_every_numpy_function_is_provided_or_listed():
     missing = {n for n in dir(np) if not n.startswith("_") and callable(getattr(np, n))
-               and not inspect.isclass(getattr(np, n)) and not hasattr(fl, n)}
+               and not inspect.isclass(getattr(np, n)) and not hasattr(fl, n)
+               # (an alias is provided with its original: numexpr, once imported, adds
+               # numpy.expm1x = numpy.expm1)
+               and not hasattr(fl, getattr(getattr(np, n), "__name__", n))}
     # (a subset: a later numpy's new function must not fail fuseloop's tests)
     assert missing <= NOT_PROVIDED, sorted(missing - NOT_PROVIDED)
 
