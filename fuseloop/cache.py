@@ -235,6 +235,7 @@ class CompiledKernel:
         "launchers",
         "lsize",
         "plan",
+        "plan_threads",
         "program",
     )
 
@@ -246,6 +247,9 @@ class CompiledKernel:
         self.program = program
         self.backend = backend
         self._local = threading.local()
+        #: ``.state``: this thread's (kernel object, record of its arguments), as
+        #: ``fuseloop.launching.thread_kernel`` keeps it for all of the kernel's plans
+        self.plan_threads = threading.local()
         self.gsize = _compile_sizes(plan.gsize)
         self.lsize = _compile_sizes(plan.lsize)
         # (kind, index): 0 output, 1 input buffer, 2 scalar, 3 integer parameter,

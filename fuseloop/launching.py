@@ -252,7 +252,8 @@ def plan_for(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_ele
         plan.small_bytes = 0
         plan.reserve = NO_RESERVE
         plan.runtime = _runtime(device)
-        plan.threads = threading.local()
+        # (one per kernel: a thread's kernel object is the kernel's, not a plan's)
+        plan.threads = compiled.plan_threads
         if len(plans) >= PLANS_PER_KERNEL:
             plans.clear()
         plans[key] = plan
@@ -336,9 +337,10 @@ def thread_kernel(plan: LaunchPlan) -> tuple[Any, list[Any]]:
     """This thread's kernel object for ``plan`` and the record of its arguments.
 
     One object per compiled kernel and thread, shared by the kernel's plans (its
-    sizes and offsets): making a ``cl.Kernel`` costs pyopencl 0.1-0.8 ms (its
-    invoker comes from an on-disk cache), so a loop whose statements differ only in
-    offsets (``A[i, j] += ...``) made one per statement when each plan had its own.
+    sizes and offsets; they share ``compiled.plan_threads`` too, so a new plan finds
+    it at once): making a ``cl.Kernel`` costs pyopencl 0.1-0.8 ms (its invoker comes
+    from an on-disk cache), so a loop whose statements differ only in offsets
+    (``A[i, j] += ...``) made one per statement when each plan had its own.
     The launcher sets a plan's constants when the object last ran another plan's.
     """
     try:
