@@ -34,6 +34,7 @@ import numpy as np
 from . import flags as _flags
 from . import stats as _stats
 from .backends import Launcher, LaunchSpec
+from .backends.base import Consts
 from .cache import CompiledKernel, _memory, get_kernel
 from .errors import DeviceError, DTypeError, RecipeError
 from .expr.nodes import Storage
@@ -191,7 +192,7 @@ class LaunchPlan:
     __slots__ = ("compiled", "consts", "error_arg", "go", "index_dtype", "recipe",
                  "reserve", "runtime", "small_bytes", "stamp", "threads")
     compiled: CompiledKernel
-    consts: list[tuple[int, Any]]
+    consts: Consts
     error_arg: int | None
     go: Launcher
     index_dtype: np.dtype | None
@@ -271,9 +272,9 @@ ArgLayout = tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...],
 def arg_layout(compiled: CompiledKernel) -> ArgLayout:
     """The kernel's arguments sorted by kind (``compiled.arg_plan``, with the kernel's
     declared types), worked out once per compiled kernel and kept on it."""
-    layout = compiled.arg_layout
+    layout: ArgLayout | None = compiled.arg_layout
     if layout is not None:
-        return layout  # type: ignore[no-any-return]  (a slot typed Any in cache.py)
+        return layout
     dtypes = compiled.plan.arg_dtypes
     outs: list[tuple[int, int]] = []
     bufs: list[tuple[int, int]] = []
@@ -303,7 +304,7 @@ LAUNCHERS_PER_KERNEL = 16
 
 def make_binder(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_elem: int,
                 global_size: tuple[int, ...], local_size: tuple[int, ...],
-                one_output: bool = False) -> tuple[Any, list[tuple[int, Any]], int | None] | None:
+                one_output: bool = False) -> tuple[Any, Consts, int | None] | None:
     """``(go, consts, error_arg)`` for a kernel launched with these sizes, or None
     when ``one_output`` and the kernel has a second output or an error flag.
 
@@ -330,7 +331,7 @@ def make_binder(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_
         if len(compiled.launchers) >= LAUNCHERS_PER_KERNEL:
             compiled.launchers.clear()
         compiled.launchers[grid] = family
-    return family(consts), list(consts), error_arg
+    return family(consts), consts, error_arg
 
 
 def thread_kernel(plan: LaunchPlan) -> tuple[Any, list[Any]]:
