@@ -224,8 +224,20 @@ class CompiledKernel:
     kernel objects: see :func:`fuseloop.launching.thread_kernel`.)
     """
 
-    __slots__ = ("_local", "arg_plan", "backend", "gsize", "in_cache", "launch_plans",
-                 "lsize", "plan", "program")
+    __slots__ = (
+        "_local",
+        "arg_layout",
+        "arg_plan",
+        "backend",
+        "gsize",
+        "in_cache",
+        "launch_plans",
+        "launchers",
+        "lsize",
+        "plan",
+        "plan_threads",
+        "program",
+    )
 
     def __init__(self, plan: KernelPlan, program: BuiltProgram, backend: Backend) -> None:
         #: True while the memory cache's ``_memory`` holds this kernel: a launch plan
@@ -235,6 +247,9 @@ class CompiledKernel:
         self.program = program
         self.backend = backend
         self._local = threading.local()
+        #: ``.state``: this thread's (kernel object, record of its arguments), as
+        #: ``fuseloop.launching.thread_kernel`` keeps it for all of the kernel's plans
+        self.plan_threads = threading.local()
         self.gsize = _compile_sizes(plan.gsize)
         self.lsize = _compile_sizes(plan.lsize)
         # (kind, index): 0 output, 1 input buffer, 2 scalar, 3 integer parameter,
@@ -249,6 +264,12 @@ class CompiledKernel:
         self.arg_plan = tuple(arg_plan)
         # (params, rows, row length, one output) -> fuseloop.launching.LaunchPlan
         self.launch_plans: dict[tuple, Any] = {}
+        #: the arguments sorted for launchers (``fuseloop.launching.arg_layout``), made
+        #: on first use: once per kernel, not per plan
+        self.arg_layout: Any = None
+        #: (global size, local size, one output) -> the backend's launcher family, so
+        #: that a plan for new offsets on the same grid only binds its constants
+        self.launchers: dict[tuple, Any] = {}
 
     def new_kernel(self, consts: Sequence[tuple[int, Any]] = ()) -> Any:
         """A new kernel object with ``consts`` set (under :data:`kernel_objects_lock`)."""

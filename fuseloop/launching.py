@@ -34,6 +34,7 @@ import numpy as np
 from . import flags as _flags
 from . import stats as _stats
 from .backends import Launcher, LaunchSpec
+from .backends.base import Consts
 from .cache import CompiledKernel, _memory, get_kernel
 from .errors import DeviceError, DTypeError, RecipeError
 from .expr.nodes import Storage
@@ -191,7 +192,7 @@ class LaunchPlan:
     __slots__ = ("compiled", "consts", "error_arg", "go", "index_dtype", "recipe",
                  "reserve", "runtime", "small_bytes", "stamp", "threads")
     compiled: CompiledKernel
-    consts: list[tuple[int, Any]]
+    consts: Consts
     error_arg: int | None
     go: Launcher
     index_dtype: np.dtype | None
@@ -252,31 +253,33 @@ def plan_for(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_ele
         plan.small_bytes = 0
         plan.reserve = NO_RESERVE
         plan.runtime = _runtime(device)
-        plan.threads = threading.local()
+        # (one per kernel: a thread's kernel object is the kernel's, not a plan's)
+        plan.threads = compiled.plan_threads
         if len(plans) >= PLANS_PER_KERNEL:
             plans.clear()
         plans[key] = plan
     return plan
 
 
-def make_binder(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_elem: int,
-                global_size: tuple[int, ...], local_size: tuple[int, ...],
-                one_output: bool = False) -> tuple[Any, list[tuple[int, Any]], int | None] | None:
-    """``(go, consts, error_arg)`` for a kernel launched with these sizes, or None
-    when ``one_output`` and the kernel has a second output or an error flag.
+#: ``(outputs, inputs, scalars, constants, error flag)``: a kernel's arguments sorted
+#: for :class:`~fuseloop.backends.LaunchSpec`; a constant is ``(position, kind, index,
+#: numpy scalar type)`` (kind 3 a parameter, 4 the rows, 5 the row length)
+ArgLayout = tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...],
+                  tuple[tuple[int, int, Any], ...], tuple[tuple[int, int, int, Any], ...],
+                  int | None]
 
-    Sorts the kernel's arguments (``compiled.arg_plan``) into a
-    :class:`~fuseloop.backends.LaunchSpec`: outputs, input buffers, scalars (with the
-    kernel's declared types), constants (sizes and parameters, set once per kernel
-    object) and the error flag; the backend makes ``go`` from it once (see
-    ``fuseloop.backends.opencl.make_launcher``), and every launch of the plan calls
-    ``go`` directly.
-    """
+
+def arg_layout(compiled: CompiledKernel) -> ArgLayout:
+    """The kernel's arguments sorted by kind (``compiled.arg_plan``, with the kernel's
+    declared types), worked out once per compiled kernel and kept on it."""
+    layout: ArgLayout | None = compiled.arg_layout
+    if layout is not None:
+        return layout
     dtypes = compiled.plan.arg_dtypes
     outs: list[tuple[int, int]] = []
     bufs: list[tuple[int, int]] = []
     scals: list[tuple[int, int, Any]] = []
-    consts: list[tuple[int, Any]] = []
+    consts: list[tuple[int, int, int, Any]] = []
     error_arg = None
     for i, (kind, idx) in enumerate(compiled.arg_plan):
         if kind == 0:
@@ -286,24 +289,59 @@ def make_binder(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_
         elif kind == 2:
             scals.append((i, idx, np.dtype(dtypes[i]).type))
         elif kind in (3, 4, 5):
-            value = params[idx] if kind == 3 else n_rows if kind == 4 else n_elem
-            consts.append((i, np.dtype(dtypes[i]).type(value)))
+            consts.append((i, kind, idx, np.dtype(dtypes[i]).type))
         else:
             error_arg = i
+    layout = compiled.arg_layout = (tuple(outs), tuple(bufs), tuple(scals), tuple(consts),
+                                    error_arg)
+    return layout
+
+
+# launcher families a compiled kernel keeps (per grid and output form); all dropped
+# when reached
+LAUNCHERS_PER_KERNEL = 16
+
+
+def make_binder(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_elem: int,
+                global_size: tuple[int, ...], local_size: tuple[int, ...],
+                one_output: bool = False) -> tuple[Any, Consts, int | None] | None:
+    """``(go, consts, error_arg)`` for a kernel launched with these sizes, or None
+    when ``one_output`` and the kernel has a second output or an error flag.
+
+    Takes the kernel's sorted arguments (:func:`arg_layout`): outputs, input
+    buffers, scalars (with the kernel's declared types), constants (sizes and
+    parameters, set once per kernel object) and the error flag.  The backend's
+    launcher family for this grid (``Backend.launcher_family``, made from a
+    :class:`~fuseloop.backends.LaunchSpec` once per grid and kept on the kernel) binds
+    this launch's constants into ``go``; every launch of the plan calls ``go``
+    directly.  A loop of statements on new offsets (``A[i, :j]``) thus sorts no
+    arguments and makes no spec: it binds its constants (measured 7 us a new plan
+    before, on this CPU).
+    """
+    outs, bufs, scals, const_args, error_arg = arg_layout(compiled)
     if one_output and (error_arg is not None or len(outs) != 1 or outs[0][1] != 0):
         return None
-    spec = LaunchSpec(tuple(outs), tuple(bufs), tuple(scals), tuple(consts),
-                      tuple(global_size), tuple(local_size), one_output, error_arg)
-    return compiled.backend.make_launcher(spec), consts, error_arg
+    consts = tuple([(i, T(params[idx] if kind == 3 else n_rows if kind == 4 else n_elem))
+                    for i, kind, idx, T in const_args])
+    grid = (tuple(global_size), tuple(local_size), one_output)
+    family = compiled.launchers.get(grid)
+    if family is None:
+        spec = LaunchSpec(outs, bufs, scals, consts, grid[0], grid[1], one_output, error_arg)
+        family = compiled.backend.launcher_family(spec)
+        if len(compiled.launchers) >= LAUNCHERS_PER_KERNEL:
+            compiled.launchers.clear()
+        compiled.launchers[grid] = family
+    return family(consts), consts, error_arg
 
 
 def thread_kernel(plan: LaunchPlan) -> tuple[Any, list[Any]]:
     """This thread's kernel object for ``plan`` and the record of its arguments.
 
     One object per compiled kernel and thread, shared by the kernel's plans (its
-    sizes and offsets): making a ``cl.Kernel`` costs pyopencl 0.1-0.8 ms (its
-    invoker comes from an on-disk cache), so a loop whose statements differ only in
-    offsets (``A[i, j] += ...``) made one per statement when each plan had its own.
+    sizes and offsets; they share ``compiled.plan_threads`` too, so a new plan finds
+    it at once): making a ``cl.Kernel`` costs pyopencl 0.1-0.8 ms (its invoker comes
+    from an on-disk cache), so a loop whose statements differ only in offsets
+    (``A[i, j] += ...``) made one per statement when each plan had its own.
     The launcher sets a plan's constants when the object last ran another plan's.
     """
     try:

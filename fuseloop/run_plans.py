@@ -608,11 +608,20 @@ def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
         enqueue(plan, outs, storages, scalars, small, device, 1)
         return
     program = step.program
-    token = _recipe_stamp()
-    recipe = recipe_for(device, recipe_kind(program))
+    token = _recipes_current[0]
+    if plan is not None and plan.stamp is token and token is not None \
+            and step.device is device:
+        # (new offsets, the recipes unchanged: recipe_for's answer is the one confirmed
+        # for the last plan under this token)
+        recipe = plan.recipe
+    else:
+        token = _recipe_stamp()
+        recipe = recipe_for(device, recipe_kind(program))
     hit = 1
+    key = None
     if params is not step.plan_params and params != step.plan_params:
-        plan = _plan_for_params(step, params)
+        key = tuple(params)
+        plan = step.plans.get(key) if step.plans is not None else None
         step.plan_params = params
     if plan is None or not plan.valid(recipe, index_dtype):
         plan = plan_launch(program, params, step.out_shape, index_dtype, recipe,
@@ -620,7 +629,7 @@ def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
         assert plan is not None  # (only a one-output plan can be refused)
         hit = 0
         if step.offsets:
-            _keep_plan(step, params, plan)
+            _keep_plan(step, tuple(params) if key is None else key, plan)
     step.plan = plan
     step.device = device
     plan.stamp = token  # (fl.fuse's replay checks it: see LaunchPlan)
@@ -635,14 +644,10 @@ def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
 STEP_PLANS_MAX = 256
 
 
-def _plan_for_params(step: _Step, params: list[int]) -> LaunchPlan | None:
-    return step.plans.get(tuple(params)) if step.plans is not None else None
-
-
-def _keep_plan(step: _Step, params: list[int], plan: LaunchPlan) -> None:
+def _keep_plan(step: _Step, key: tuple[int, ...], plan: LaunchPlan) -> None:
     if step.plans is None or len(step.plans) >= STEP_PLANS_MAX:
         step.plans = {}
-    step.plans[tuple(params)] = plan
+    step.plans[key] = plan
 
 
 def clear() -> None:

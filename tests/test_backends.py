@@ -208,6 +208,28 @@ def test_two_plans_of_one_kernel_object_set_their_constants_by_value(device, mon
     assert not [v for v in by_object if isinstance(v, np.generic)]
 
 
+def test_a_launcher_family_binds_other_constants(device):
+    # a statement's new offsets: the family of one spec (the backend's own, and the base
+    # class's default through make_launcher) launches with the constants it is given
+    b = backend_for(device)
+    program = _build(device)
+    n = 64
+    spec = LaunchSpec(outputs=((0, 0),), inputs=((1, 0),), scalars=((2, 0, np.float32),),
+                      consts=((3, np.int64(n)),), global_size=(n,), local_size=(n,),
+                      one_output=True)
+    kernel = b.kernel(program, "axpb", spec.consts)
+    last = [None] * spec.n_args
+    xh = np.arange(n, dtype=np.float32)
+    x = fl.asarray(xh)
+    for family in (b.launcher_family(spec), Backend.launcher_family(b, spec)):
+        for m in (n // 4, n // 2):
+            out = fl.zeros(n, np.float32)
+            go = family(((3, np.int64(m)),))
+            go(out._storage, [x._storage], [np.float32(2)], kernel, last, device.queue)
+            want = np.where(np.arange(n) < m, 2 * xh + 1, 0)
+            np.testing.assert_array_equal(out.get(), want)
+
+
 def _forget_source_kernels():
     with cache._memory_lock:
         for held in (cache._memory, cache._retired):

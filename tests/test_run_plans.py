@@ -429,3 +429,58 @@ def test_scatters_are_planned(device, plans, monkeypatch, checking):
 
     found = {t for key, plan in plans.items() if plan for t in scatter_targets(key)}
     assert found == {"set", "add"}
+
+
+def _kernels_of_plans(plans) -> list:
+    return [s.plan.compiled for p in plans.values() if isinstance(p, run_plans._Plan)
+            for s in p.steps if s.plan is not None]
+
+
+def test_new_offsets_reuse_the_kernels_argument_layout_and_launcher(device, plans,
+                                                                    monkeypatch):
+    # a statement on new offsets of the same kernel and grid (a row loop) binds its
+    # constants into the launcher family of the first row: no argument sorting, no new
+    # LaunchSpec per row; at most PLANS_PER_KERNEL plans kept on the kernel
+    from fuseloop import launching
+
+    rng = np.random.default_rng(11)
+    host = rng.random((40, 9)).astype(np.float32)
+    a = fl.asarray(host)
+    a[1, 1:] -= a[1, :-1] * 0.25
+    host[1, 1:] -= host[1, :-1] * np.float32(0.25)
+    fl.synchronize()
+    kernels = set(_kernels_of_plans(plans))
+    layouts = {k: k.arg_layout for k in kernels}
+    assert kernels and None not in layouts.values()
+    specs = []
+    made = launching.LaunchSpec
+    monkeypatch.setattr(launching, "LaunchSpec", lambda *a: specs.append(a) or made(*a))
+    for i in range(2, 40):
+        a[i, 1:] -= a[i, :-1] * 0.25
+        host[i, 1:] -= host[i, :-1] * np.float32(0.25)
+    np.testing.assert_allclose(a.get(), host, rtol=1e-6)
+    assert specs == []
+    for compiled, layout in layouts.items():
+        assert compiled.arg_layout is layout
+        assert 1 <= len(compiled.launch_plans) <= launching.PLANS_PER_KERNEL
+        assert len(compiled.launchers) == 1
+
+
+def test_launchers_kept_per_kernel_are_bounded(device, plans, monkeypatch):
+    # one launcher family per grid: a loop over ever new lengths keeps at most
+    # LAUNCHERS_PER_KERNEL of them (and plans at most PLANS_PER_KERNEL)
+    from fuseloop import launching
+
+    monkeypatch.setattr(launching, "LAUNCHERS_PER_KERNEL", 3)
+    monkeypatch.setattr(launching, "PLANS_PER_KERNEL", 4)
+    rng = np.random.default_rng(12)
+    host = rng.random(64)
+    a = fl.asarray(host)
+    for j in range(2, 40, 3):
+        a[1:j] += a[:j - 1] * 0.5
+        host[1:j] += host[:j - 1] * 0.5
+    np.testing.assert_allclose(a.get(), host, rtol=1e-12)
+    kernels = set(_kernels_of_plans(plans))
+    assert kernels
+    for compiled in kernels:
+        assert len(compiled.launchers) <= 3 and len(compiled.launch_plans) <= 4

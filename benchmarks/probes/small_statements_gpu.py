@@ -23,7 +23,7 @@ import fuseloop as fl
 COUNTS = ("kernels_compiled", "kernels_launched", "memory_cache_misses", "disk_cache_hits")
 
 
-def _patterns(n: int):
+def _patterns(n: int, fl=fl):  # (fl: another revision's package, see small_statements_ab.py)
     rng = np.random.default_rng(0)
     vec = fl.asarray(rng.random(n))
     other = fl.asarray(rng.random(n))
@@ -57,8 +57,26 @@ def _patterns(n: int):
         cov.get()
         return 3 * n
 
+    m = min(n, 40)
+    spd = rng.random((m, m))
+    spd = spd @ spd.T + m * np.eye(m)
+
+    def cholesky() -> int:
+        # offsets (i, j) outnumber the launch plans a step keeps: new plans every repeat
+        a = fl.asarray(spd)
+        a[0, 0] = fl.sqrt(a[0, 0])
+        for i in range(1, m):
+            for j in range(i):
+                a[i, j] -= fl.dot(a[i, :j], a[j, :j])
+                a[i, j] /= a[j, j]
+            a[i, i] -= fl.dot(a[i, :i], a[i, :i])
+            a[i, i] = fl.sqrt(a[i, i])
+        a.get()
+        return m * (m - 1) + 2 * (m - 1)
+
     return {"dot-varying": dot_varying, "cholesky-row": cholesky_row,
-            "durbin-like": durbin_like, "covariance": covariance_loop}
+            "durbin-like": durbin_like, "covariance": covariance_loop,
+            f"cholesky-{m}": cholesky}
 
 
 def main() -> None:

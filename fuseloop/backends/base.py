@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -42,6 +42,8 @@ from ..errors import OutOfMemoryError
 #: arguments hold) from ``outs`` (one output storage, or a sequence of them),
 #: ``storages`` (input storages) and ``scalars``, and enqueue it on ``queue``.
 Launcher = Callable[[Any, list[Any], list[Any], Any, list[Any], Any], None]
+#: a launch's constant arguments: ``(position, numpy scalar)`` pairs
+Consts = tuple[tuple[int, Any], ...]
 
 
 @dataclass(frozen=True)
@@ -353,6 +355,12 @@ class Backend(ABC):
     def make_launcher(self, spec: LaunchSpec) -> Launcher:
         """The closure launching kernels of this spec (see :data:`Launcher`)."""
 
+    def launcher_family(self, spec: LaunchSpec) -> Callable[[Consts], Launcher]:
+        """``bind(consts)``: the launcher of ``spec`` with these constants instead of
+        ``spec.consts`` (a statement's new offsets, the same kernel and grid).  Backends
+        whose launchers cost more than a closure to make override it."""
+        return lambda consts: self.make_launcher(replace(spec, consts=consts))
+
     @abstractmethod
     def set_buffer_arg(self, kernel: Any, position: int, buffer: Any) -> None:
         """Set one buffer argument of ``kernel`` (a launch's own buffers, e.g. an error flag)."""
@@ -396,4 +404,5 @@ class Backend(ABC):
     # }}}
 
 
-__all__ = ["Backend", "BufferPool", "BuiltProgram", "DeviceInfo", "LaunchSpec", "Launcher"]
+__all__ = ["Backend", "BufferPool", "BuiltProgram", "Consts", "DeviceInfo", "LaunchSpec",
+           "Launcher"]

@@ -27,7 +27,15 @@ import pyopencl.tools
 from ..errors import KernelBuildError, OutOfMemoryError
 from ..runtime import compile_workers
 from . import opencl_staging as _staging
-from .base import Backend, BufferPool, BuiltProgram, DeviceInfo, Launcher, LaunchSpec
+from .base import (
+    Backend,
+    BufferPool,
+    BuiltProgram,
+    Consts,
+    DeviceInfo,
+    Launcher,
+    LaunchSpec,
+)
 
 # pyopencl's public enqueue (in pyopencl 2026.1 the same function object as the
 # private ``cl._cl.enqueue_nd_range_kernel`` its invoker calls: no reason to use that;
@@ -394,6 +402,9 @@ class OpenCLBackend(Backend):
     def make_launcher(self, spec: LaunchSpec) -> Launcher:
         return make_launcher(spec)
 
+    def launcher_family(self, spec: LaunchSpec) -> Callable[[Consts], Launcher]:
+        return launcher_family(spec)
+
     def launch(self, device: Any, kernel: Any, global_size: Sequence[int],
                local_size: Sequence[int] | None, args: Sequence[Any],
                wait_for: Sequence[Any] | None = None) -> Any:
@@ -508,6 +519,14 @@ def make_launcher(spec: LaunchSpec) -> Launcher:
     out (:func:`_one_output_short`): looping over the positions cost a launch 1.2k
     more instructions (callgrind, ``benchmarks/probes/callgrind_hit_path.py``).
     """
+    return launcher_family(spec)(spec.consts)
+
+
+def launcher_family(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
+    """The launchers of ``spec`` with other constants (see
+    :meth:`~fuseloop.backends.base.Backend.launcher_family`): what a launcher needs
+    from the spec is worked out once, and each call only closes over its constants,
+    so a plan for a statement's new offsets costs one closure."""
     if spec.one_output:
         if 1 <= len(spec.inputs) <= 2 and len(spec.scalars) <= 2:
             return _one_output_short(spec)
@@ -515,20 +534,44 @@ def make_launcher(spec: LaunchSpec) -> Launcher:
     return _many_outputs(spec)
 
 
-def _one_output_short(spec: LaunchSpec) -> Launcher:
-    """:func:`make_launcher` for one output, one or two inputs and at most two scalars;
-    a second input or scalar that the kernel lacks repeats the first (its check then
-    finds it set)."""
+def _one_output_short(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
+    """:func:`launcher_family` for one output, one or two inputs and at most two
+    scalars; a second input or scalar that the kernel lacks repeats the first (its
+    check then finds it set)."""
     ((out_i, _),) = spec.outputs
     (i0, j0), (i1, j1) = (*spec.inputs, spec.inputs[0])[:2]
     set_arg, set_scalar, wr = _set_arg, _set_scalar, _weakref
     enqueue: Any = _enqueue_nd_range  # (positional, as pyopencl's own invoker calls it)
     g, l = spec.global_size, spec.local_size  # noqa: E741
-    consts = spec.consts
 
     if not spec.scalars:
-        def go(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
-               queue: Any) -> None:
+        def bind(consts: Consts) -> Launcher:
+            def go(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
+                   queue: Any) -> None:
+                if last[-1] is not consts:
+                    _set_consts(k, last, consts)
+                set_arg(k, out_i, o.buffer)
+                x = s[j0]
+                r = last[i0]
+                if r is None or r() is not x:
+                    last[i0] = None
+                    set_arg(k, i0, x.buffer)
+                    last[i0] = wr(x)
+                x = s[j1]
+                r = last[i1]
+                if r is None or r() is not x:
+                    last[i1] = None
+                    set_arg(k, i1, x.buffer)
+                    last[i1] = wr(x)
+                enqueue(queue, k, g, l, None, None, False, False)
+            return go
+        return bind
+
+    (p0, k0, t0), (p1, k1, t1) = (*spec.scalars, spec.scalars[0])[:2]
+
+    def bind_scalars(consts: Consts) -> Launcher:
+        def go_scalars(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
+                       queue: Any) -> None:
             if last[-1] is not consts:
                 _set_consts(k, last, consts)
             set_arg(k, out_i, o.buffer)
@@ -544,43 +587,22 @@ def _one_output_short(spec: LaunchSpec) -> Launcher:
                 last[i1] = None
                 set_arg(k, i1, x.buffer)
                 last[i1] = wr(x)
+            v = c[k0]
+            if v is not last[p0]:
+                last[p0] = None
+                set_scalar(k, p0, t0(v))
+                last[p0] = v
+            v = c[k1]
+            if v is not last[p1]:
+                last[p1] = None
+                set_scalar(k, p1, t1(v))
+                last[p1] = v
             enqueue(queue, k, g, l, None, None, False, False)
-        return go
-
-    (p0, k0, t0), (p1, k1, t1) = (*spec.scalars, spec.scalars[0])[:2]
-
-    def go_scalars(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
-                   queue: Any) -> None:
-        if last[-1] is not consts:
-            _set_consts(k, last, consts)
-        set_arg(k, out_i, o.buffer)
-        x = s[j0]
-        r = last[i0]
-        if r is None or r() is not x:
-            last[i0] = None
-            set_arg(k, i0, x.buffer)
-            last[i0] = wr(x)
-        x = s[j1]
-        r = last[i1]
-        if r is None or r() is not x:
-            last[i1] = None
-            set_arg(k, i1, x.buffer)
-            last[i1] = wr(x)
-        v = c[k0]
-        if v is not last[p0]:
-            last[p0] = None
-            set_scalar(k, p0, t0(v))
-            last[p0] = v
-        v = c[k1]
-        if v is not last[p1]:
-            last[p1] = None
-            set_scalar(k, p1, t1(v))
-            last[p1] = v
-        enqueue(queue, k, g, l, None, None, False, False)
-    return go_scalars
+        return go_scalars
+    return bind_scalars
 
 
-def _set_consts(k: Any, last: list[Any], consts: tuple[tuple[int, Any], ...]) -> None:
+def _set_consts(k: Any, last: list[Any], consts: Consts) -> None:
     """Set a plan's constants (numpy scalars) on a kernel object that last ran another
     plan's, from their bytes: pyopencl's ``set_arg`` takes about 25 us for a numpy
     scalar (it tries the argument as a memory object first), which loops of small
@@ -591,72 +613,74 @@ def _set_consts(k: Any, last: list[Any], consts: tuple[tuple[int, Any], ...]) ->
     last[-1] = consts
 
 
-def _one_output(spec: LaunchSpec) -> Launcher:
-    """:func:`make_launcher` for one output (the storage itself), any other arguments."""
+def _one_output(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
+    """:func:`launcher_family` for one output (the storage itself), any other arguments."""
     ((out_i, _),) = spec.outputs
     buf_pos = spec.inputs
     scalar_pos = spec.scalars
     set_arg, set_scalar, wr = _set_arg, _set_scalar, _weakref
     enqueue: Any = _enqueue_nd_range
     g, l = spec.global_size, spec.local_size  # noqa: E741
-    consts = spec.consts
 
     # (the input loops are written out here and in _many_outputs: a shared helper
     # would cost every launch one more Python call)
-    def go(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
-           queue: Any) -> None:
-        if last[-1] is not consts:
-            _set_consts(k, last, consts)
-        set_arg(k, out_i, o.buffer)
-        for i, j in buf_pos:
-            x = s[j]
-            r = last[i]
-            if r is None or r() is not x:
-                last[i] = None
-                set_arg(k, i, x.buffer)
-                last[i] = wr(x)
-        for i, j, T in scalar_pos:
-            v = c[j]
-            if v is not last[i]:
-                last[i] = None
-                set_scalar(k, i, T(v))
-                last[i] = v
-        enqueue(queue, k, g, l, None, None, False, False)
-    return go
+    def bind(consts: Consts) -> Launcher:
+        def go(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
+               queue: Any) -> None:
+            if last[-1] is not consts:
+                _set_consts(k, last, consts)
+            set_arg(k, out_i, o.buffer)
+            for i, j in buf_pos:
+                x = s[j]
+                r = last[i]
+                if r is None or r() is not x:
+                    last[i] = None
+                    set_arg(k, i, x.buffer)
+                    last[i] = wr(x)
+            for i, j, T in scalar_pos:
+                v = c[j]
+                if v is not last[i]:
+                    last[i] = None
+                    set_scalar(k, i, T(v))
+                    last[i] = v
+            enqueue(queue, k, g, l, None, None, False, False)
+        return go
+    return bind
 
 
-def _many_outputs(spec: LaunchSpec) -> Launcher:
-    """:func:`make_launcher` for a sequence of outputs."""
+def _many_outputs(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
+    """:func:`launcher_family` for a sequence of outputs."""
     out_pos = spec.outputs
     buf_pos = spec.inputs
     scalar_pos = spec.scalars
     set_arg, set_scalar, wr = _set_arg, _set_scalar, _weakref
     enqueue: Any = _enqueue_nd_range
     g, l = spec.global_size, spec.local_size  # noqa: E741
-    consts = spec.consts
 
-    def go_many(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
-                queue: Any) -> None:
-        if last[-1] is not consts:
-            _set_consts(k, last, consts)
-        for i, j in out_pos:
-            set_arg(k, i, o[j].buffer)
-        for i, j in buf_pos:
-            x = s[j]
-            r = last[i]
-            if r is None or r() is not x:
-                last[i] = None
-                set_arg(k, i, x.buffer)
-                last[i] = wr(x)
-        for i, j, T in scalar_pos:
-            v = c[j]
-            if v is not last[i]:
-                last[i] = None
-                set_scalar(k, i, T(v))
-                last[i] = v
-        enqueue(queue, k, g, l, None, None, False, False)
-    return go_many
+    def bind(consts: Consts) -> Launcher:
+        def go_many(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
+                    queue: Any) -> None:
+            if last[-1] is not consts:
+                _set_consts(k, last, consts)
+            for i, j in out_pos:
+                set_arg(k, i, o[j].buffer)
+            for i, j in buf_pos:
+                x = s[j]
+                r = last[i]
+                if r is None or r() is not x:
+                    last[i] = None
+                    set_arg(k, i, x.buffer)
+                    last[i] = wr(x)
+            for i, j, T in scalar_pos:
+                v = c[j]
+                if v is not last[i]:
+                    last[i] = None
+                    set_scalar(k, i, T(v))
+                    last[i] = v
+            enqueue(queue, k, g, l, None, None, False, False)
+        return go_many
+    return bind
 
 
 __all__ = ["SET_SCALAR_ARG", "OpenCLBackend", "OpenCLBufferPool", "OpenCLOutOfMemory",
-           "make_launcher"]
+           "launcher_family", "make_launcher"]
