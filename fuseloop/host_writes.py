@@ -176,7 +176,7 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
         _inplace_ops[key] = hit
     if hit is False:
         return False
-    loop, fn, sfn = hit
+    loop, fn, sfn, quiet = hit
     da, db = loop[0], loop[1]
     if kb is float or kb is int or kb is bool:
         vb = _as(vb, kb, db)
@@ -198,10 +198,10 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
         va = va[0]
     if dtype is not da:
         va = va.astype(da) if type(va) is np.ndarray else da.type(va)
-    token = _errors.set(_QUIET) if _QUIET is not None else None
+    arrays = type(va) is np.ndarray or type(vb) is np.ndarray
+    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or not arrays) else None
     try:
-        out = sfn(va, vb) if sfn is not None and type(va) is not np.ndarray \
-            and type(vb) is not np.ndarray else fn(va, vb)
+        out = fn(va, vb) if arrays or sfn is None else sfn(va, vb)
     except (TypeError, ValueError, ArithmeticError):
         return False
     finally:

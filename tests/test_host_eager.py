@@ -183,3 +183,33 @@ def test_traced_functions_take_small_views(host):
     x = fl.asarray(np.arange(10.0))
     np.testing.assert_array_equal(step(x[1:4], x[2:5]).get(), [4.0, 7.0, 10.0])
     np.testing.assert_array_equal(step(x[1:4] * 1.0, x[2:5]).get(), [4.0, 7.0, 10.0])
+
+
+def test_no_numpy_warning_with_or_without_the_error_state_switch(host):
+    # (numpy's error state is switched off only for loops that may set a flag: a
+    # float overflow warns in numpy, never in the kernels; min/max and int arrays'
+    # wrap-around run without the switch and set none)
+    import warnings
+
+    f = fl.asarray(np.array([1e308, 2.0, np.nan, 0.0]))
+    i = fl.asarray(np.array([2**62, 3, -2**63, 1], dtype=np.int64))
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        got = [f[0:2] * f[0:2], f[0:3] / f[3], fl.minimum(f[0:3], f[1:4]),
+               f[1:3] < f[2:4], i[0:2] + i[0:2], i[0:2] * i[1:3], i[0:2] // i[3:4] * 0,
+               i[0] * i[0]]
+        v = i[0:2]
+        v *= i[1:3]
+        e = f[2]
+        e += 1.0
+    assert all(type(g) is host_eager.HostArray for g in got[:-1])
+    with np.errstate(all="ignore"):
+        fn, inn = f.get(), np.array([2**62, 3, -2**63, 1], dtype=np.int64)
+        ref = [fn[0:2] * fn[0:2], fn[0:3] / fn[3], np.minimum(fn[0:3], fn[1:4]),
+               fn[1:3] < fn[2:4], inn[0:2] + inn[0:2], inn[0:2] * inn[1:3],
+               inn[0:2] // inn[3:4] * 0, inn[0:1] * inn[0:1]]
+        inn[0:2] *= inn[1:3]
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(np.reshape(g.get(), np.shape(r)), r)
+        assert g.dtype == r.dtype
+    np.testing.assert_array_equal(i.get(), inn)
