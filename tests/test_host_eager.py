@@ -213,3 +213,32 @@ def test_no_numpy_warning_with_or_without_the_error_state_switch(host):
         np.testing.assert_array_equal(np.reshape(g.get(), np.shape(r)), r)
         assert g.dtype == r.dtype
     np.testing.assert_array_equal(i.get(), inn)
+
+
+def test_large_products_of_concrete_arrays_by_numpy(host, monkeypatch):
+    # (above the host path's limit a product of concrete operands is numpy's matmul
+    # into a new buffer: no kernel; a lazy operand is computed first)
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 10)
+    rng = np.random.default_rng(3)
+    a0, b0 = rng.random((40, 30)), rng.random((30, 50))
+    for dt in (np.float64, np.float32):
+        a, b = fl.asarray(a0.astype(dt)), fl.asarray(b0.astype(dt))
+        shifted = (b * 2).eval()            # a kernel writes an operand ...
+        fl.reset_stats()
+        got = [a @ shifted, fl.dot(a[3], b), a[:, 5:25] @ b[5:25, ::2], fl.matmul(a, b[:, 7])]
+        vals = [g.get() for g in got]
+        assert fl.stats()["kernels_launched"] == 0  # ... numpy reads it
+        lazy = (2.0 * a) @ b                # the lazy operand: one kernel (or numpy's)
+        s = (got[0] + 1).sum()              # a kernel reads a product
+        an, bn = a0.astype(dt), b0.astype(dt)
+        ref = [an @ (bn * 2), np.dot(an[3], bn), an[:, 5:25] @ bn[5:25, ::2], an @ bn[:, 7],
+               (2.0 * an) @ bn]
+        monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+        kern = (fl.asarray(an) @ fl.asarray(bn * 2)).get()
+        monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 10)
+        tol = 1e-5 if dt is np.float32 else 1e-12
+        for g, v, r in zip([*got, lazy], [*vals, lazy.get()], ref):
+            assert g.dtype == r.dtype and g.shape == r.shape
+            np.testing.assert_allclose(v, r, rtol=tol)
+        np.testing.assert_allclose(kern, ref[0], rtol=tol)
+        assert float(s) == pytest.approx(float((ref[0] + 1).sum()), rel=tol)
