@@ -35,6 +35,7 @@ the general path, where a :class:`HostArray` is an ordinary concrete array.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -54,9 +55,13 @@ _errors, _QUIET = _host._errors, _host._QUIET
 #: expression (a 3200-element stencil) is left to the host path's fused evaluation,
 #: which computes into its temporaries
 EAGER_MAX_WORK = 2048
-#: (views of at most 2 axes: a statement's rows, columns and elements; a window of a
-#: convolution, ``x[:, i:i + K, j:j + K, :, None] * w``, feeds a reduction, which the
-#: host path's evaluation computes with it, without a buffer for the product)
+#: (views of any number of axes: a convolution's windows too, whose products feed
+#: reductions, computed here as numpy computes them, host_products.reduce)
+#: the most elements of a broadcast result here (operands of at most EAGER_MAX_WORK):
+#: a convolution's window times its weights, ``x[:, i:i + 3, j:j + 3, :, None] * w``
+#: (4608 elements, summed next), took a kernel at 600-700 us of CPU against numpy's
+#: 20 us; here, with its reduction (host_products.reduce), 36 us
+BROADCAST_MAX = 16384
 #: results made here that were given a buffer (read by a kernel, viewed, ``eval()``)
 counts = {"materialised": 0}
 
@@ -384,7 +389,8 @@ def _as(value: Any, kind: Any, dtype: np.dtype) -> Any:
 
 
 def _fits(values: list) -> bool:
-    """Whether the broadcast of ``values`` has at most ``HOST_MAX_WORK`` elements."""
+    """Whether the broadcast of ``values`` is small enough for numpy here: at most
+    ``BROADCAST_MAX`` elements (and 4 x the host path's limit)."""
     shapes = [np.shape(v) for v in values]
     shape = shapes[0]
     for s in shapes[1:]:
@@ -395,7 +401,7 @@ def _fits(values: list) -> bool:
                 return False  # (the general path raises its error)
             break
     n = _host._size(shape)
-    return 0 < n <= EAGER_MAX_WORK and n <= _host.HOST_MAX_WORK
+    return 0 < n <= BROADCAST_MAX and n <= 4 * _host.HOST_MAX_WORK
 
 
 # }}}
@@ -647,15 +653,47 @@ def getitem(arr: Array, key: Any) -> Array | None:
         return gather(arr, key) if type(key) is HostArray else _copy_by_0d(arr, key)
     got = _base(arr)
     if got is None:
-        return None
+        if type(arr) is not Array or arr._storage is not None or not _viewed_again(arr, items):
+            return None
+        arr.eval()
+        if (got := _base(arr)) is None:
+            return None
     v, element = _view_of(got[0], items)
-    if v is None or not 0 < v.size <= EAGER_MAX_WORK or v.size > _host.HOST_MAX_WORK \
-            or v.ndim > 2:
-        return None  # (3-d and up: tensor code, whose products feed reductions, fused)
+    if v is None or not 0 < v.size <= EAGER_MAX_WORK or v.size > _host.HOST_MAX_WORK:
+        return None
     out = _new(HostArray)
     out._np, out.dtype, out.device, out._buf, out._leaf = v, arr.dtype, arr.device, got[1], None
     out._shape, out._of, out._key = () if element else v.shape, arr, key
     return out
+
+
+#: the lazy array a small view was last taken of (a weak reference), see _viewed_again
+_last_lazy: list[Any] = [None]
+#: the most elements of a lazy array computed for its small views
+VIEWED_LAZY_MAX = 1 << 24
+
+
+def _viewed_again(arr: Array, items: tuple) -> bool:
+    """Whether the lazy ``arr`` (on a host device, at most VIEWED_LAZY_MAX elements) is
+    viewed small a second time in a row: then it is computed (once, as numpy computes
+    it) and its views taken here.  A loop over a lazy array's windows (resnet's
+    ``conv2d(relu(batchnorm(x)), w)``) otherwise pushed each window through the whole
+    expression and computed it again (half of resnet's CPU time)."""
+    if not _host.host_device(arr.device) or _host._size(arr._shape) > VIEWED_LAZY_MAX \
+            or not arr._shape:
+        return False
+    try:  # (the view's size, on a stand-in of no memory)
+        n = np.broadcast_to(np.empty(1, np.int8), arr._shape)[items].size
+    except (IndexError, TypeError, ValueError):
+        return False
+    if not 0 < n <= EAGER_MAX_WORK:
+        return False  # (a large view: fused with the expression, as a stencil's)
+    last = _last_lazy[0]
+    if last is not None and last() is arr:
+        _last_lazy[0] = None
+        return True
+    _last_lazy[0] = weakref.ref(arr)
+    return False
 
 
 def flip(arr: HostArray, axis: Any) -> HostArray | None:

@@ -109,6 +109,39 @@ def blas_matmul(a: Any, b: Any) -> Array | None:
     return res
 
 
+_REDUCERS: dict[str, Any] = {"sum": np.add.reduce, "prod": np.multiply.reduce,
+                              "max": np.maximum.reduce, "min": np.minimum.reduce}
+
+
+def reduce(op: str, x: HostArray, axis: Any, keepdims: bool, dtype: np.dtype) -> Any:
+    """A reduction (``op``: sum, prod, max, min, with its result dtype ``dtype``) of
+    a HostArray of at least one axis, computed now by numpy's ufunc's reduce on that
+    dtype (the kernels' accumulator; a sum's rounding may differ in its order); None:
+    the lazy reduction (an empty one's identity, an axis numpy refuses)."""
+    fn = _REDUCERS.get(op)
+    if fn is None or _off() or not x._shape or dtype.char not in _DTYPES \
+            or x.dtype.char not in _DTYPES:
+        return None
+    if type(axis) is list:
+        axis = tuple(axis)
+    if x._buf is not None:
+        _sync(x.device)
+    v = x._np
+    if not v.size:
+        return None
+    token = _errors.set(_QUIET) if _QUIET is not None else None
+    try:
+        out = fn(v, axis=axis, dtype=dtype, keepdims=keepdims) if op in ("sum", "prod") \
+            else fn(v if v.dtype == dtype else v.astype(dtype), axis=axis, keepdims=keepdims)
+    except (TypeError, ValueError, np.exceptions.AxisError):
+        return None
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    _tally("host_operations")
+    return _result(out if type(out) is np.ndarray else np.asarray(out, dtype), x.device)
+
+
 _FAST_POWERS = {2: "square", 0.5: "sqrt", -1: "reciprocal"}  # (fuseloop.array's)
 
 

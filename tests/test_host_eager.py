@@ -242,3 +242,53 @@ def test_large_products_of_concrete_arrays_by_numpy(host, monkeypatch):
             np.testing.assert_allclose(v, r, rtol=tol)
         np.testing.assert_allclose(kern, ref[0], rtol=tol)
         assert float(s) == pytest.approx(float((ref[0] + 1).sum()), rel=tol)
+
+
+def _reductions(m, i8, b, f32, f64, i32):
+    return [m.sum(i8[0:4]), m.sum(b[1:5]), m.prod(i32[0:3], axis=0), m.max(f64[0:5]),
+            m.min(f32[1:6]), m.mean(i32[0:5]), f32[0:6].reshape(2, 3).sum(axis=1),
+            m.sum(f64[0:4] * f64[1:5], keepdims=True), m.any(b[0:3]), m.max(i8[1:5])]
+
+
+def test_reductions_and_windows_computed_here(host, monkeypatch):
+    ins = (np.array([120, 100, 7, -128, 5], dtype=np.int8), np.array([1, 0, 1, 1, 0, 1], bool),
+           np.linspace(-2, 3, 9, dtype=np.float32),
+           np.array([1.0, np.nan, 0.5, 2.0, -3.0, 4.0]),
+           np.array([70000, 70000, 3, 2, 9], np.int32))
+    ref = _reductions(np, *ins)
+
+    def run():
+        fl.reset_stats()
+        out = _reductions(fl, *[fl.asarray(x.copy()) for x in ins])
+        return [o.get() for o in out], fl.stats()["kernels_launched"]
+
+    on, k_on = run()
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    off, k_off = run()
+    assert k_on == 0 < k_off
+    for k, (a, b, r) in enumerate(zip(on, off, ref)):
+        assert a.dtype == b.dtype == np.asarray(r).dtype, k
+        np.testing.assert_allclose(a, r, rtol=1e-6, err_msg=str(k))
+        np.testing.assert_allclose(a, b, rtol=1e-6, err_msg=str(k))
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 4096)
+    # a convolution's statement: a window of 4 axes times the weights (4608 elements,
+    # above the host path's limit) summed, on a lazy input computed at its second view
+    rng = np.random.default_rng(5)
+    x0, w0 = rng.random((8, 6, 6, 8), np.float32), rng.random((3, 3, 8, 8), np.float32)
+    x, w = fl.asarray(x0), fl.asarray(w0)
+    act = fl.maximum(x - 0.5, 0)                # lazy
+    out = fl.zeros((8, 4, 4, 8), dtype=np.float32)
+    fl.synchronize()
+    cells = [(i, j) for i in range(4) for j in range(4)]
+    for n, (i, j) in enumerate(cells):
+        if n == 2:
+            assert act._storage is not None     # computed once, at its second view
+            fl.reset_stats()
+        out[:, i, j, :] = fl.sum(act[:, i:i + 3, j:j + 3, :, None] * w[None], axis=(1, 2, 3))
+    assert fl.stats()["kernels_launched"] == 0
+    a0 = np.maximum(x0 - 0.5, 0)
+    want = np.zeros((8, 4, 4, 8), np.float32)
+    for i in range(4):
+        for j in range(4):
+            want[:, i, j, :] = np.sum(a0[:, i:i + 3, j:j + 3, :, None] * w0[None], axis=(1, 2, 3))
+    np.testing.assert_allclose(out.get(), want, rtol=1e-5)
