@@ -66,6 +66,10 @@ BROADCAST_MAX = 16384
 counts = {"materialised": 0}
 
 _DTYPES = _host._DTYPES
+#: the dtypes of the views taken here: the host path's and complex ones, whose adds,
+#: products and ``@`` are computed here (_COMPLEX_OPS; the rest: the kernels')
+_VIEW_DTYPES = _DTYPES | frozenset("FD")
+_COMPLEX_OPS = frozenset(("add", "subtract", "multiply", "negative", "conjugate"))
 _new = object.__new__
 _NUMPY_SCALARS = frozenset(np.dtype(c).type for c in "?bBhHiIlLqQfd")
 
@@ -210,6 +214,8 @@ def _result(value: Any, device: Any) -> Array:
         if shape:
             return _new_host(value, shape, value.dtype, device, None)
         value = value[()]
+    if value.dtype.kind == "c":  # (held here: a kernel reading it gets a buffer)
+        return _new_host(value, (), value.dtype, device, None)
     return _scalar_array(value, value.dtype, device)
 
 
@@ -370,6 +376,10 @@ def _op_entry(op: str, kinds: tuple) -> Any:
         loop, key = _ufunc_loop(op, *kinds)
     except (TypeError, ValueError):
         return False  # (the general path raises numpy's error)
+    if any(c in "FD" for c in key):
+        if op not in _COMPLEX_OPS or not all(c in _VIEW_DTYPES for c in key):
+            return False
+        return loop, getattr(np, op), None, True  # (numpy's complex loops, as OpenCL's)
     fn = _host._loop_fn(op, key)
     if fn is False or op in ("cast", "positive", "where"):
         return False if fn is False else (loop, fn, None, True)
@@ -552,6 +562,8 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
             res.device, res._buf, res._leaf, res._of = device, None, None, None
             return res
         out = out[()]
+    if dtype.kind == "c":
+        return _new_host(out, (), dtype, device, None)
     return _scalar_array(out, dtype, device)
 
 
@@ -575,7 +587,7 @@ def _base_of(arr: Array) -> tuple | None:
     """``_bases``' entry for the concrete array ``arr`` on a host device, or None."""
     node: Any = arr._node
     storage = arr._storage
-    if storage is None or type(node) is not Leaf or node.dtype.char not in _DTYPES \
+    if storage is None or type(node) is not Leaf or node.dtype.char not in _VIEW_DTYPES \
             or not _host.host_device(arr.device):
         return None
     rt = _sync(arr.device)

@@ -39,7 +39,7 @@ def matmul(a: Any, b: Any) -> Array | None:
         return None
     device = a.device
     dtype = a.dtype
-    if b.device is not device or b.dtype is not dtype or dtype.char not in "fd":
+    if b.device is not device or b.dtype is not dtype or dtype.char not in "fdFD":
         return None
     ga = _operand(a, device) or _lazy_operand(a)
     gb = _operand(b, device) or _lazy_operand(b)
@@ -76,7 +76,7 @@ def blas_matmul(a: Any, b: Any) -> Array | None:
     if _off() or not isinstance(a, Array) or not isinstance(b, Array):
         return None
     device, dtype = a.device, a.dtype
-    if b.device is not device or b.dtype is not dtype or dtype.char not in "fd":
+    if b.device is not device or b.dtype is not dtype or dtype.char not in "fdFD":
         return None
     if not _host.host_device(device):
         return None

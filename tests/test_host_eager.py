@@ -292,3 +292,35 @@ def test_reductions_and_windows_computed_here(host, monkeypatch):
         for j in range(4):
             want[:, i, j, :] = np.sum(a0[:, i:i + 3, j:j + 3, :, None] * w0[None], axis=(1, 2, 3))
     np.testing.assert_allclose(out.get(), want, rtol=1e-5)
+
+
+def _complex_cases(m, G, H, D, S):
+    out = []
+    for k in range(2):
+        g = G[k, 1] @ H[k]                  # complex views' product, 0-d real scaling
+        h = H[1 - k] * D[k, 0] - G[0, k]
+        S[k] += g @ h
+        out += [g, h, G[k, 0, 1] * G[k, 1, 0], H[k] / G[k, 0]]  # (the division: kernels)
+    return [*out, S]
+
+
+def test_complex_views_products_and_updates(host, monkeypatch):
+    rng = np.random.default_rng(11)
+    ins = (rng.random((2, 2, 3, 3)) + 1j * rng.random((2, 2, 3, 3)),
+           (rng.random((2, 3, 3)) + 1j * rng.random((2, 3, 3))).astype(np.complex64).astype(
+               np.complex128), rng.random((2, 2)), np.zeros((2, 3, 3), np.complex128))
+    ref = _complex_cases(np, *[x.copy() for x in ins])
+
+    def run():
+        fl.reset_stats()
+        out = _complex_cases(fl, *[fl.asarray(x.copy()) for x in ins])
+        return [o.get() for o in out], fl.stats()
+
+    on, s_on = run()
+    assert s_on["host_operations"] == 10 and s_on["host_evaluations"] >= 2  # (S[k] +=)
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    off, _ = run()
+    for k, (a, b, r) in enumerate(zip(on, off, ref)):
+        assert a.dtype == b.dtype == r.dtype, k
+        np.testing.assert_allclose(a, r, rtol=1e-13, err_msg=str(k))
+        np.testing.assert_allclose(a, b, rtol=1e-13, err_msg=str(k))
