@@ -660,6 +660,29 @@ def getitem(arr: Array, key: Any) -> Array | None:
     if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
             or _evaluate.recording_threads[0]:
         return None
+    if type(key) is tuple and len(key) == 2 and type(arr) is Array:
+        # (a loop's commonest view, ``A[i, j]``, ``A[i, :j]``, ``A[:, k]`` of a matrix
+        # viewed before: its steps written out, a third of the view's cost)
+        node = arr._node
+        got = _bases.get(id(node))
+        k0, k1 = key
+        t0, t1 = type(k0), type(k1)
+        if got is not None and got[0] is node and got[1].ndim == 2 and (
+                (t0 is int and (t1 is int or t1 is slice)) or (t0 is slice and t1 is int)):
+            try:
+                v = got[1][k0, k1:k1 + 1 if k1 != -1 else None] if t1 is int and t0 is int \
+                    else got[1][key]
+            except IndexError:
+                return None  # (the general path raises it)
+            n = v.size
+            if not 0 < n <= EAGER_MAX_WORK or n > _host.HOST_MAX_WORK or (
+                    t0 is int and t1 is int and n != 1):
+                return None
+            out = _new(HostArray)
+            out._np, out.dtype, out.device, out._buf, out._leaf = \
+                v, arr.dtype, arr.device, got[2], None
+            out._shape, out._of, out._key = () if t1 is int and t0 is int else v.shape, arr, key
+            return out
     items = _basic(key)
     if items is None:
         return gather(arr, key) if type(key) is HostArray else _copy_by_0d(arr, key)

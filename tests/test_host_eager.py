@@ -324,3 +324,20 @@ def test_complex_views_products_and_updates(host, monkeypatch):
         assert a.dtype == b.dtype == r.dtype, k
         np.testing.assert_allclose(a, r, rtol=1e-13, err_msg=str(k))
         np.testing.assert_allclose(a, b, rtol=1e-13, err_msg=str(k))
+
+
+def test_matrix_elements_rows_and_columns(host):
+    an = np.arange(12.0).reshape(3, 4)
+    a = fl.asarray(an)
+    a[0, 0]  # (the matrix's view made once: the written-out steps from here on)
+    for key in [(1, 2), (-1, -1), (2, -4), (0, slice(1, 3)), (slice(None), -1),
+                (slice(2, 0, -1), 3), (-3, slice(None, None, 2))]:
+        got = a[key]
+        assert type(got) is host_eager.HostArray and got.shape == an[key].shape, key
+        np.testing.assert_array_equal(got.get(), an[key])
+    for key in [(3, 0), (0, 4), (-4, 1), (1, -5), (3, slice(None)), (slice(None), 4)]:
+        with pytest.raises(IndexError):
+            a[key]
+    a[2, -1] = 7.5
+    an[2, -1] = 7.5
+    np.testing.assert_array_equal(a.get(), an)
