@@ -654,6 +654,30 @@ def _view_of(base: np.ndarray, items: tuple) -> tuple[Any, bool]:
         return None, False
 
 
+def _matrix_view(arr: Array, key: tuple) -> tuple[Any, bool] | None:
+    """A loop's commonest view, ``A[i, j]``, ``A[i, :j]``, ``A[:, k]`` of a concrete
+    matrix viewed before, its steps written out (a third of a view's cost): ``(numpy
+    view, whether one element)``, ``(False, False)`` for a view not taken here (too
+    large, or an index error, which the general path raises), or None: not such a key."""
+    node = arr._node
+    got = _bases.get(id(node))
+    if got is None or got[0] is not node or got[1].ndim != 2:
+        return None
+    k0, k1 = key
+    t0, t1 = type(k0), type(k1)
+    element = t0 is int and t1 is int
+    if not element and not ((t0 is int and t1 is slice) or (t0 is slice and t1 is int)):
+        return None
+    try:
+        v = got[1][k0, k1:k1 + 1 if k1 != -1 else None] if element else got[1][key]
+    except IndexError:
+        return False, False
+    n = v.size
+    if not 0 < n <= EAGER_MAX_WORK or n > _host.HOST_MAX_WORK or (element and n != 1):
+        return False, False
+    return v, element
+
+
 def getitem(arr: Array, key: Any) -> Array | None:
     """``arr[key]`` for a basic key on a concrete array (or HostArray) on a host device,
     when the view is small: a HostArray viewing its memory; None otherwise."""
@@ -661,27 +685,15 @@ def getitem(arr: Array, key: Any) -> Array | None:
             or _evaluate.recording_threads[0]:
         return None
     if type(key) is tuple and len(key) == 2 and type(arr) is Array:
-        # (a loop's commonest view, ``A[i, j]``, ``A[i, :j]``, ``A[:, k]`` of a matrix
-        # viewed before: its steps written out, a third of the view's cost)
-        node = arr._node
-        got = _bases.get(id(node))
-        k0, k1 = key
-        t0, t1 = type(k0), type(k1)
-        if got is not None and got[0] is node and got[1].ndim == 2 and (
-                (t0 is int and (t1 is int or t1 is slice)) or (t0 is slice and t1 is int)):
-            try:
-                v = got[1][k0, k1:k1 + 1 if k1 != -1 else None] if t1 is int and t0 is int \
-                    else got[1][key]
-            except IndexError:
-                return None  # (the general path raises it)
-            n = v.size
-            if not 0 < n <= EAGER_MAX_WORK or n > _host.HOST_MAX_WORK or (
-                    t0 is int and t1 is int and n != 1):
+        got = _matrix_view(arr, key)
+        if got is not None:
+            v, element = got
+            if v is False:
                 return None
             out = _new(HostArray)
-            out._np, out.dtype, out.device, out._buf, out._leaf = \
-                v, arr.dtype, arr.device, got[2], None
-            out._shape, out._of, out._key = () if t1 is int and t0 is int else v.shape, arr, key
+            out._np, out.dtype, out.device, out._leaf = v, arr.dtype, arr.device, None
+            out._buf, out._shape, out._of, out._key = \
+                arr._storage, () if element else v.shape, arr, key
             return out
     items = _basic(key)
     if items is None:

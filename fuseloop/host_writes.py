@@ -24,6 +24,7 @@ from .host_eager import (
     _base,
     _basic,
     _inplace_ops,
+    _matrix_view,
     _op_entry,
     _operand,
     _sync,
@@ -81,6 +82,8 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     small concrete array (of the target's shape, or 0-d), written by numpy now (with
     numpy's unsafe cast, as assignments cast); False: nothing done."""
     tv = type(value)
+    target: Any
+    storage: Any
     if tv is not float and tv is not int and tv is not HostArray:
         if tv is not Array or (value._storage is None and type(value._node) is not Scalar):
             return False  # (a lazy value: the general path; a value made at once: here)
@@ -90,16 +93,21 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     if tv is HostArray and value is _updated[0] and value._key is key and value._of is arr:
         _updated[0] = None  # (``A[k] op= v``: inplace wrote into this very view)
         return True
-    items = _basic(key)
-    if items is None:
-        return False
-    if type(arr) is HostArray and arr._buf is None:
-        return _write_own(arr, items, value)
-    got = _base(arr)
-    if got is None:
-        return False
-    base, storage = got
-    target = _view_of(base, items)[0]
+    if type(key) is tuple and len(key) == 2 and type(arr) is Array and (
+            got := _matrix_view(arr, key)) is not None:
+        target, storage = got[0], arr._storage
+        if target is False:
+            return False
+    else:
+        items = _basic(key)
+        if items is None:
+            return False
+        if type(arr) is HostArray and arr._buf is None:
+            return _write_own(arr, items, value)
+        got = _base(arr)
+        if got is None:
+            return False
+        target, storage = _view_of(got[0], items)[0], got[1]
     if target is None or not 0 < target.size <= EAGER_MAX_WORK \
             or target.size > _host.HOST_MAX_WORK:
         return False
