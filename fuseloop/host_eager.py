@@ -47,7 +47,7 @@ from . import trace_hooks as _trace
 from .array import Array, _ufunc_loop, _weak_scalar
 from .expr.nodes import _EMPTY, Leaf, Scalar
 from .runtime.devices import _runtime
-from .stats import tally as _tally
+from .stats import tallies as _tallies
 
 _errors, _QUIET = _host._errors, _host._QUIET
 #: the most elements a view, operand or result taken here may have (and the host
@@ -71,6 +71,8 @@ _DTYPES = _host._DTYPES
 _VIEW_DTYPES = _DTYPES | frozenset("FD")
 _COMPLEX_OPS = frozenset(("add", "subtract", "multiply", "negative", "conjugate"))
 _new = object.__new__
+# fl.stats()'s counters, their C calls bound (stats.tally without its frame)
+_count_operation = _tallies["host_operations"].__next__
 _NUMPY_SCALARS = frozenset(np.dtype(c).type for c in "?bBhHiIlLqQfd")
 
 
@@ -479,7 +481,7 @@ def apply(op: str, operands: tuple) -> Array | None:
     dtype = loop[-1]
     if out.dtype is not dtype and out.dtype != dtype:
         out = out.astype(dtype) if type(out) is np.ndarray else dtype.type(out)
-    _tally("host_operations")
+    _count_operation()
     return _result(out, device)
 
 
@@ -554,7 +556,7 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     out_dt = out.dtype
     if out_dt is not dtype and out_dt != dtype:
         out = out.astype(dtype) if type(out) is np.ndarray else dtype.type(out)
-    _tally("host_operations")
+    _count_operation()
     if type(out) is np.ndarray:
         if out.shape:
             res = _new(HostArray)

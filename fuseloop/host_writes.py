@@ -30,9 +30,10 @@ from .host_eager import (
     _sync,
     _view_of,
 )
-from .stats import tally as _tally
+from .stats import tallies as _tallies
 
 _DTYPES = _host._DTYPES
+_count_evaluation = _tallies["host_evaluations"].__next__  # (stats.tally, bound)
 _errors, _QUIET = _host._errors, _host._QUIET
 
 
@@ -129,7 +130,7 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     if value is _updated[0]:  # (``A[k] op= v``'s write-back of what inplace wrote)
         _updated[0] = None
     else:
-        _tally("host_evaluations")
+        _count_evaluation()
     return True
 
 
@@ -215,7 +216,7 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
     finally:
         if token is not None:
             _errors.reset(token)
-    _tally("host_evaluations")
+    _count_evaluation()
     _updated[0] = target
     if shape:
         target._np[...] = out
