@@ -67,12 +67,20 @@ def matmul(a: Any, b: Any) -> Array | None:
     return _result(out, device)
 
 
+#: the least side of a matrix product computed by numpy's BLAS (a product by a vector
+#: of concrete operands is, whatever its sides; measured on NPBench S, CPU clock)
+BLAS_MIN_SIDE = 64
+
+
 def blas_matmul(a: Any, b: Any) -> Array | None:
     """``a @ b`` of concrete arrays (or HostArrays) of 1 or 2 axes and one real
     floating dtype on a host device, of any size, computed now by numpy's matmul (its
     BLAS) into a new buffer: on PoCL's CPU device a product's kernel took 4-10x
-    numpy's CPU time (NPBench's gemm, covariance).  A lazy operand is computed first
-    (the kernels would fuse it into the product; numpy computes it first too)."""
+    numpy's CPU time (NPBench's gemm, covariance).  A lazy operand of a product of
+    matrices is computed first, as numpy does; a product by a vector with a lazy
+    operand is the kernels' (fused with it, it reads the matrix once: gesummv's
+    ``alpha * A @ x`` took 8x longer computed first).  Matrices with a side below
+    BLAS_MIN_SIDE are the kernels'."""
     if _off() or not isinstance(a, Array) or not isinstance(b, Array):
         return None
     device, dtype = a.device, a.dtype
@@ -80,9 +88,15 @@ def blas_matmul(a: Any, b: Any) -> Array | None:
         return None
     if not _host.host_device(device):
         return None
-    for x in (a, b):  # (a lazy operand, ``alpha * A``: computed first, as numpy does)
-        if type(x) is Array and x._storage is None and 0 < len(x._shape) <= 2:
-            x.eval()
+    sa, sb = a._shape, b._shape
+    if len(sa) == 2 and len(sb) == 2:
+        if min(sa[0], sa[1], sb[-1]) < BLAS_MIN_SIDE:
+            return None  # (mlp's 8 x 30000 @ 30000 x 2000: the kernel took less CPU)
+        for x in (a, b):  # (a lazy operand, ``alpha * A``: computed first, as numpy does)
+            if type(x) is Array and x._storage is None:
+                x.eval()
+    elif (type(a) is Array and a._storage is None) or (type(b) is Array and b._storage is None):
+        return None  # (a product by a vector reads its lazy operand once, fused in it)
     ga, gb = _base(a), _base(b)  # (a 0-d operand: None)
     if ga is None or gb is None:
         return None

@@ -220,18 +220,19 @@ def test_large_products_of_concrete_arrays_by_numpy(host, monkeypatch):
     # into a new buffer: no kernel; a lazy operand is computed first)
     monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 10)
     rng = np.random.default_rng(3)
-    a0, b0 = rng.random((40, 30)), rng.random((30, 50))
+    a0, b0 = rng.random((70, 64)), rng.random((64, 66))
     for dt in (np.float64, np.float32):
         a, b = fl.asarray(a0.astype(dt)), fl.asarray(b0.astype(dt))
         shifted = (b * 2).eval()            # a kernel writes an operand ...
         fl.reset_stats()
-        got = [a @ shifted, fl.dot(a[3], b), a[:, 5:25] @ b[5:25, ::2], fl.matmul(a, b[:, 7])]
+        got = [a @ shifted, fl.dot(a[3], b), a[1:, :] @ b[::-1, 1:], fl.matmul(a, b[:, 7])]
         vals = [g.get() for g in got]
         assert fl.stats()["kernels_launched"] == 0  # ... numpy reads it
         lazy = (2.0 * a) @ b                # the lazy operand: one kernel (or numpy's)
+        assert not lazy.is_lazy and (2.0 * a @ b[:, 0]).is_lazy  # (by a vector: fused)
         s = (got[0] + 1).sum()              # a kernel reads a product
         an, bn = a0.astype(dt), b0.astype(dt)
-        ref = [an @ (bn * 2), np.dot(an[3], bn), an[:, 5:25] @ bn[5:25, ::2], an @ bn[:, 7],
+        ref = [an @ (bn * 2), np.dot(an[3], bn), an[1:, :] @ bn[::-1, 1:], an @ bn[:, 7],
                (2.0 * an) @ bn]
         monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
         kern = (fl.asarray(an) @ fl.asarray(bn * 2)).get()
