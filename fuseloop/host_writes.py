@@ -24,12 +24,12 @@ from .host_eager import (
     _base,
     _basic,
     _inplace_ops,
-    _matrix_view,
     _op_entry,
     _operand,
     _sync,
     _view_of,
 )
+from .host_views import _matrix_view
 from .stats import tallies as _tallies
 
 _DTYPES = _host._DTYPES
