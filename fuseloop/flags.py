@@ -41,7 +41,13 @@ FLAG_WORDS = 3
 #: zeroed flag buffers a device runtime keeps (more are made when threads need them)
 POOL_MAX = 8
 
-_local = threading.local()
+class _Local(threading.local):
+    # (a class default: reading ``pending`` where no thread set it costs no
+    # AttributeError, 0.35 us at every small write of fuseloop.host_writes)
+    pending: Any = None
+
+
+_local = _Local()
 _T = TypeVar("_T")
 
 

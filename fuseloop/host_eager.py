@@ -46,7 +46,7 @@ from . import trace_hooks as _trace
 from .array import Array, _ufunc_loop, _weak_scalar
 from .expr.nodes import _EMPTY, Leaf, Scalar
 from .runtime.devices import _runtime
-from .stats import tally as _tally
+from .stats import tallies as _tallies
 
 _errors, _QUIET = _host._errors, _host._QUIET
 #: the most elements a view, operand or result taken here may have (and the host
@@ -54,14 +54,24 @@ _errors, _QUIET = _host._errors, _host._QUIET
 #: expression (a 3200-element stencil) is left to the host path's fused evaluation,
 #: which computes into its temporaries
 EAGER_MAX_WORK = 2048
-#: (views of at most 2 axes: a statement's rows, columns and elements; a window of a
-#: convolution, ``x[:, i:i + K, j:j + K, :, None] * w``, feeds a reduction, which the
-#: host path's evaluation computes with it, without a buffer for the product)
+#: (views of any number of axes: a convolution's windows too, whose products feed
+#: reductions, computed here as numpy computes them, host_products.reduce)
+#: the most elements of a broadcast result here (operands of at most EAGER_MAX_WORK):
+#: a convolution's window times its weights, ``x[:, i:i + 3, j:j + 3, :, None] * w``
+#: (4608 elements, summed next), took a kernel at 600-700 us of CPU against numpy's
+#: 20 us; here, with its reduction (host_products.reduce), 36 us
+BROADCAST_MAX = 16384
 #: results made here that were given a buffer (read by a kernel, viewed, ``eval()``)
 counts = {"materialised": 0}
 
 _DTYPES = _host._DTYPES
+#: the dtypes of the views taken here: the host path's and complex ones, whose adds,
+#: products and ``@`` are computed here (_COMPLEX_OPS; the rest: the kernels')
+_VIEW_DTYPES = _DTYPES | frozenset("FD")
+_COMPLEX_OPS = frozenset(("add", "subtract", "multiply", "negative", "conjugate"))
 _new = object.__new__
+# fl.stats()'s counters, their C calls bound (stats.tally without its frame)
+_count_operation = _tallies["host_operations"].__next__
 _NUMPY_SCALARS = frozenset(np.dtype(c).type for c in "?bBhHiIlLqQfd")
 
 
@@ -205,6 +215,8 @@ def _result(value: Any, device: Any) -> Array:
         if shape:
             return _new_host(value, shape, value.dtype, device, None)
         value = value[()]
+    if value.dtype.kind == "c":  # (held here: a kernel reading it gets a buffer)
+        return _new_host(value, (), value.dtype, device, None)
     return _scalar_array(value, value.dtype, device)
 
 
@@ -336,8 +348,28 @@ def _concrete_view(x: Array) -> Any:
 
 
 # (op, kinds...) -> (loop dtypes, function on arrays, function on numpy scalars or
-# None), or False: an operation computed here (finite: operations x kinds^2)
+# None, whether the function on arrays needs numpy's errors set off), or False: an
+# operation computed here (finite: operations x kinds^2)
 _ops: dict[tuple, Any] = {}
+
+# ufuncs whose loops set no floating-point error flag on any operand (a NaN
+# propagated or compared is no error): their arrays' loops run without switching
+# numpy's error state (a context variable's set and reset: 0.12 us an operation)
+_NEVER_WARN = frozenset((
+    "minimum", "maximum", "fmin", "fmax", "equal", "not_equal", "less", "less_equal",
+    "greater", "greater_equal", "logical_and", "logical_or", "logical_xor", "logical_not",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "negative", "absolute",
+    "isnan", "isinf", "isfinite", "signbit", "copysign"))
+# ... and those that set none on integer and bool arrays (they wrap around; their
+# division by zero and numpy scalars' overflow do warn)
+_NEVER_WARN_INT = frozenset(("add", "subtract", "multiply", "left_shift", "right_shift"))
+
+
+def _quiet_needed(op: str, loop: tuple) -> bool:
+    """Whether ``op``'s loop on arrays of the dtypes ``loop`` may set an error flag."""
+    if op in _NEVER_WARN:
+        return False
+    return not (op in _NEVER_WARN_INT and all(d.kind in "biu" for d in loop))
 
 
 def _op_entry(op: str, kinds: tuple) -> Any:
@@ -345,10 +377,14 @@ def _op_entry(op: str, kinds: tuple) -> Any:
         loop, key = _ufunc_loop(op, *kinds)
     except (TypeError, ValueError):
         return False  # (the general path raises numpy's error)
+    if any(c in "FD" for c in key):
+        if op not in _COMPLEX_OPS or not all(c in _VIEW_DTYPES for c in key):
+            return False
+        return loop, getattr(np, op), None, True  # (numpy's complex loops, as OpenCL's)
     fn = _host._loop_fn(op, key)
     if fn is False or op in ("cast", "positive", "where"):
-        return False if fn is False else (loop, fn, None)
-    return loop, fn, _host.scalar_fn(op, key)
+        return False if fn is False else (loop, fn, None, True)
+    return loop, fn, _host.scalar_fn(op, key), _quiet_needed(op, loop)
 
 
 def _as(value: Any, kind: Any, dtype: np.dtype) -> Any:
@@ -364,7 +400,8 @@ def _as(value: Any, kind: Any, dtype: np.dtype) -> Any:
 
 
 def _fits(values: list) -> bool:
-    """Whether the broadcast of ``values`` has at most ``HOST_MAX_WORK`` elements."""
+    """Whether the broadcast of ``values`` is small enough for numpy here: at most
+    ``BROADCAST_MAX`` elements (and 4 x the host path's limit)."""
     shapes = [np.shape(v) for v in values]
     shape = shapes[0]
     for s in shapes[1:]:
@@ -375,7 +412,7 @@ def _fits(values: list) -> bool:
                 return False  # (the general path raises its error)
             break
     n = _host._size(shape)
-    return 0 < n <= EAGER_MAX_WORK and n <= _host.HOST_MAX_WORK
+    return 0 < n <= BROADCAST_MAX and n <= 4 * _host.HOST_MAX_WORK
 
 
 # }}}
@@ -384,8 +421,8 @@ def _fits(values: list) -> bool:
 # {{{ operations
 
 
-def _compute(fn: Any, sfn: Any, values: list, arrays: bool) -> Any:
-    token = _errors.set(_QUIET) if _QUIET is not None else None
+def _compute(fn: Any, sfn: Any, values: list, arrays: bool, quiet: bool) -> Any:
+    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or not arrays) else None
     try:
         return sfn(*values) if sfn is not None and not arrays else fn(*values)
     except (TypeError, ValueError, ArithmeticError):
@@ -423,7 +460,7 @@ def apply(op: str, operands: tuple) -> Array | None:
         hit = _ops[key] = _op_entry(op, key[1:])
     if hit is False:
         return None
-    loop, fn, sfn = hit
+    loop, fn, sfn, quiet = hit
     values = []
     arrays = []
     reads = False
@@ -437,13 +474,13 @@ def apply(op: str, operands: tuple) -> Array | None:
         return None
     if reads:
         _sync(device)
-    out = _compute(fn, sfn, values, bool(arrays))
+    out = _compute(fn, sfn, values, bool(arrays), quiet)
     if out is None:
         return None
     dtype = loop[-1]
     if out.dtype is not dtype and out.dtype != dtype:
         out = out.astype(dtype) if type(out) is np.ndarray else dtype.type(out)
-    _tally("host_operations")
+    _count_operation()
     return _result(out, device)
 
 
@@ -461,8 +498,7 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     if ta is HostArray:
         if a.device is not device:
             return None
-        ka = a.dtype
-        va = a._np
+        ka, va = a.dtype, a._np
         if not a._shape and type(va) is np.ndarray:
             va = va[0]
         reads = a._buf is not None
@@ -474,8 +510,7 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     if tb is HostArray:
         if b.device is not device:
             return None
-        kb = b.dtype
-        vb = b._np
+        kb, vb = b.dtype, b._np
         if not b._shape and type(vb) is np.ndarray:
             vb = vb[0]
         reads = reads or b._buf is not None
@@ -491,7 +526,7 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
         hit = _ops[key] = _op_entry(op, (ka, kb))
     if hit is False:
         return None
-    loop, fn, sfn = hit
+    loop, fn, sfn, quiet = hit
     da, db = loop[0], loop[1]
     if ka is float or ka is int or ka is bool:
         va = _as(va, ka, da)
@@ -506,7 +541,7 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
         return None
     if reads:
         _sync(device)
-    token = _errors.set(_QUIET) if _QUIET is not None else None
+    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or not arrays) else None
     try:
         out = sfn(va, vb) if sfn is not None and not arrays else fn(va, vb)
     except (TypeError, ValueError, ArithmeticError):
@@ -518,7 +553,7 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     out_dt = out.dtype
     if out_dt is not dtype and out_dt != dtype:
         out = out.astype(dtype) if type(out) is np.ndarray else dtype.type(out)
-    _tally("host_operations")
+    _count_operation()
     if type(out) is np.ndarray:
         if out.shape:
             res = _new(HostArray)
@@ -526,6 +561,8 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
             res.device, res._buf, res._leaf, res._of = device, None, None, None
             return res
         out = out[()]
+    if dtype.kind == "c":
+        return _new_host(out, (), dtype, device, None)
     return _scalar_array(out, dtype, device)
 
 
@@ -549,7 +586,7 @@ def _base_of(arr: Array) -> tuple | None:
     """``_bases``' entry for the concrete array ``arr`` on a host device, or None."""
     node: Any = arr._node
     storage = arr._storage
-    if storage is None or type(node) is not Leaf or node.dtype.char not in _DTYPES \
+    if storage is None or type(node) is not Leaf or node.dtype.char not in _VIEW_DTYPES \
             or not _host.host_device(arr.device):
         return None
     rt = _sync(arr.device)
@@ -622,16 +659,30 @@ def getitem(arr: Array, key: Any) -> Array | None:
     if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
             or _evaluate.recording_threads[0]:
         return None
+    if type(key) is tuple and len(key) == 2 and type(arr) is Array:
+        got = _matrix_view(arr, key)
+        if got is not None:
+            v, element = got
+            if v is False:
+                return None
+            out = _new(HostArray)
+            out._np, out.dtype, out.device, out._leaf = v, arr.dtype, arr.device, None
+            out._buf, out._shape, out._of, out._key = \
+                arr._storage, () if element else v.shape, arr, key
+            return out
     items = _basic(key)
     if items is None:
         return gather(arr, key) if type(key) is HostArray else _copy_by_0d(arr, key)
     got = _base(arr)
     if got is None:
-        return None
+        if type(arr) is not Array or arr._storage is not None or not _viewed_again(arr, items):
+            return None
+        arr.eval()
+        if (got := _base(arr)) is None:
+            return None
     v, element = _view_of(got[0], items)
-    if v is None or not 0 < v.size <= EAGER_MAX_WORK or v.size > _host.HOST_MAX_WORK \
-            or v.ndim > 2:
-        return None  # (3-d and up: tensor code, whose products feed reductions, fused)
+    if v is None or not 0 < v.size <= EAGER_MAX_WORK or v.size > _host.HOST_MAX_WORK:
+        return None
     out = _new(HostArray)
     out._np, out.dtype, out.device, out._buf, out._leaf = v, arr.dtype, arr.device, got[1], None
     out._shape, out._of, out._key = () if element else v.shape, arr, key
@@ -706,6 +757,7 @@ for _name, _f in list(vars(Array).items()):
 
 
 from .host_products import gather, matmul, power  # noqa: E402  (they read this module's names)
+from .host_views import _matrix_view, _viewed_again  # noqa: E402
 from .host_writes import inplace  # noqa: E402
 
 

@@ -74,10 +74,14 @@ def matmul(a: Any, b: Any) -> Any:
     if not (0 < na <= 2 and 0 < nb <= 2) or sa[-1] != sb[0]:
         return None
     work = sa[-1] * (sa[0] if na == 2 else 1) * (sb[1] if nb == 2 else 1)
-    if work > limit or _host._evaluate.capturing_threads[0] \
-            or _host._evaluate.recording_threads[0] \
-            or ((a._node.fancy or b._node.fancy)  # (``X.sum(0) @ v``: the kernels')
-                and not _host.small_reads((a._node, b._node))):
+    if _host._evaluate.capturing_threads[0] or _host._evaluate.recording_threads[0]:
+        return None
+    if work > limit:  # (of concrete operands: numpy's BLAS, host_products)
+        from .host_products import blas_matmul
+
+        return blas_matmul(a, b)
+    if ((a._node.fancy or b._node.fancy)  # (``X.sum(0) @ v``: the kernels')
+            and not _host.small_reads((a._node, b._node))):
         return None
     rt = _runtime(device)
     if rt.deferred:  # (small launches waiting to be enqueued: the kernels join them)

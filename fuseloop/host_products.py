@@ -10,8 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from . import evaluate as _evaluate
 from . import host_path as _host
 from .array import Array
+from .expr.nodes import Leaf
 from .host_eager import (
     _DTYPES,
     _QUIET,
@@ -19,6 +21,7 @@ from .host_eager import (
     HostArray,
     _base,
     _errors,
+    _new,
     _off,
     _operand,
     _result,
@@ -36,19 +39,21 @@ def matmul(a: Any, b: Any) -> Array | None:
         return None
     device = a.device
     dtype = a.dtype
-    if b.device is not device or b.dtype is not dtype or dtype.char not in "fd":
+    if b.device is not device or b.dtype is not dtype or dtype.char not in "fdFD":
         return None
     ga = _operand(a, device) or _lazy_operand(a)
     gb = _operand(b, device) or _lazy_operand(b)
     if ga is None or gb is None:
-        return None
+        return blas_matmul(a, b)  # (a large concrete operand)
     va, vb = ga[1], gb[1]
     sa, sb = np.shape(va), np.shape(vb)
     na, nb = len(sa), len(sb)
     if not (0 < na <= 2 and 0 < nb <= 2) or sa[-1] != sb[0]:
         return None
     work = sa[-1] * (sa[0] if na == 2 else 1) * (sb[1] if nb == 2 else 1)
-    if work > _host.HOST_MAX_WORK or not sa[-1]:
+    if work > _host.HOST_MAX_WORK:
+        return blas_matmul(a, b)
+    if not sa[-1]:
         return None  # (an empty sum: the kernels' zeros)
     if ga[2] or gb[2]:
         _sync(device)
@@ -60,6 +65,95 @@ def matmul(a: Any, b: Any) -> Array | None:
             _errors.reset(token)
     _tally("host_operations")
     return _result(out, device)
+
+
+#: the least side of a matrix product computed by numpy's BLAS (a product by a vector
+#: of concrete operands is, whatever its sides; measured on NPBench S, CPU clock)
+BLAS_MIN_SIDE = 64
+
+
+def blas_matmul(a: Any, b: Any) -> Array | None:
+    """``a @ b`` of concrete arrays (or HostArrays) of 1 or 2 axes and one real
+    floating dtype on a host device, of any size, computed now by numpy's matmul (its
+    BLAS) into a new buffer: on PoCL's CPU device a product's kernel took 4-10x
+    numpy's CPU time (NPBench's gemm, covariance).  A lazy operand of a product of
+    matrices is computed first, as numpy does; a product by a vector with a lazy
+    operand is the kernels' (fused with it, it reads the matrix once: gesummv's
+    ``alpha * A @ x`` took 8x longer computed first).  Matrices with a side below
+    BLAS_MIN_SIDE are the kernels'."""
+    if _off() or not isinstance(a, Array) or not isinstance(b, Array):
+        return None
+    device, dtype = a.device, a.dtype
+    if b.device is not device or b.dtype is not dtype or dtype.char not in "fdFD":
+        return None
+    if not _host.host_device(device):
+        return None
+    sa, sb = a._shape, b._shape
+    if len(sa) == 2 and len(sb) == 2:
+        if min(sa[0], sa[1], sb[-1]) < BLAS_MIN_SIDE:
+            return None  # (mlp's 8 x 30000 @ 30000 x 2000: the kernel took less CPU)
+        for x in (a, b):  # (a lazy operand, ``alpha * A``: computed first, as numpy does)
+            if type(x) is Array and x._storage is None:
+                x.eval()
+    elif (type(a) is Array and a._storage is None) or (type(b) is Array and b._storage is None):
+        return None  # (a product by a vector reads its lazy operand once, fused in it)
+    ga, gb = _base(a), _base(b)  # (a 0-d operand: None)
+    if ga is None or gb is None:
+        return None
+    va, vb = ga[0], gb[0]
+    if not (0 < va.ndim <= 2 and 0 < vb.ndim <= 2) or va.shape[-1] != vb.shape[0] \
+            or not va.shape[-1]:
+        return None  # (numpy's error, or an empty sum: the kernels')
+    shape = va.shape[:-1] + vb.shape[1:]
+    n = math.prod(shape)
+    storage = _evaluate.allocate(max(n, 1) * dtype.itemsize, device)
+    rt = _sync(device)  # (kernels writing the operands, or last using the buffer: done)
+    token = _errors.set(_QUIET) if _QUIET is not None else None
+    try:
+        with rt.launch_lock:
+            out = _host._typed_bytes(storage, rt, dtype)[:max(n, 1)]
+            np.matmul(va, vb, out=out.reshape(shape) if shape else out[:1].reshape(()))
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    _tally("host_operations")
+    res = _new(Array)
+    res._storage, res._node, res.device = storage, Leaf.plain(storage, dtype, shape), device
+    res.dtype, res._shape = dtype, shape
+    return res
+
+
+_REDUCERS: dict[str, Any] = {"sum": np.add.reduce, "prod": np.multiply.reduce,
+                              "max": np.maximum.reduce, "min": np.minimum.reduce}
+
+
+def reduce(op: str, x: HostArray, axis: Any, keepdims: bool, dtype: np.dtype) -> Any:
+    """A reduction (``op``: sum, prod, max, min, with its result dtype ``dtype``) of
+    a HostArray of at least one axis, computed now by numpy's ufunc's reduce on that
+    dtype (the kernels' accumulator; a sum's rounding may differ in its order); None:
+    the lazy reduction (an empty one's identity, an axis numpy refuses)."""
+    fn = _REDUCERS.get(op)
+    if fn is None or _off() or not x._shape or dtype.char not in _DTYPES \
+            or x.dtype.char not in _DTYPES:
+        return None
+    if type(axis) is list:
+        axis = tuple(axis)
+    if x._buf is not None:
+        _sync(x.device)
+    v = x._np
+    if not v.size:
+        return None
+    token = _errors.set(_QUIET) if _QUIET is not None else None
+    try:
+        out = fn(v, axis=axis, dtype=dtype, keepdims=keepdims) if op in ("sum", "prod") \
+            else fn(v if v.dtype == dtype else v.astype(dtype), axis=axis, keepdims=keepdims)
+    except (TypeError, ValueError, np.exceptions.AxisError):
+        return None
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    _tally("host_operations")
+    return _result(out if type(out) is np.ndarray else np.asarray(out, dtype), x.device)
 
 
 _FAST_POWERS = {2: "square", 0.5: "sqrt", -1: "reciprocal"}  # (fuseloop.array's)

@@ -29,9 +29,11 @@ from .host_eager import (
     _sync,
     _view_of,
 )
-from .stats import tally as _tally
+from .host_views import _matrix_view
+from .stats import tallies as _tallies
 
 _DTYPES = _host._DTYPES
+_count_evaluation = _tallies["host_evaluations"].__next__  # (stats.tally, bound)
 _errors, _QUIET = _host._errors, _host._QUIET
 
 
@@ -81,6 +83,8 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     small concrete array (of the target's shape, or 0-d), written by numpy now (with
     numpy's unsafe cast, as assignments cast); False: nothing done."""
     tv = type(value)
+    target: Any
+    storage: Any
     if tv is not float and tv is not int and tv is not HostArray:
         if tv is not Array or (value._storage is None and type(value._node) is not Scalar):
             return False  # (a lazy value: the general path; a value made at once: here)
@@ -90,16 +94,21 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     if tv is HostArray and value is _updated[0] and value._key is key and value._of is arr:
         _updated[0] = None  # (``A[k] op= v``: inplace wrote into this very view)
         return True
-    items = _basic(key)
-    if items is None:
-        return False
-    if type(arr) is HostArray and arr._buf is None:
-        return _write_own(arr, items, value)
-    got = _base(arr)
-    if got is None:
-        return False
-    base, storage = got
-    target = _view_of(base, items)[0]
+    if type(key) is tuple and len(key) == 2 and type(arr) is Array and (
+            got := _matrix_view(arr, key)) is not None:
+        target, storage = got[0], arr._storage
+        if target is False:
+            return False
+    else:
+        items = _basic(key)
+        if items is None:
+            return False
+        if type(arr) is HostArray and arr._buf is None:
+            return _write_own(arr, items, value)
+        got = _base(arr)
+        if got is None:
+            return False
+        target, storage = _view_of(got[0], items)[0], got[1]
     if target is None or not 0 < target.size <= EAGER_MAX_WORK \
             or target.size > _host.HOST_MAX_WORK:
         return False
@@ -121,7 +130,7 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     if value is _updated[0]:  # (``A[k] op= v``'s write-back of what inplace wrote)
         _updated[0] = None
     else:
-        _tally("host_evaluations")
+        _count_evaluation()
     return True
 
 
@@ -176,7 +185,7 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
         _inplace_ops[key] = hit
     if hit is False:
         return False
-    loop, fn, sfn = hit
+    loop, fn, sfn, quiet = hit
     da, db = loop[0], loop[1]
     if kb is float or kb is int or kb is bool:
         vb = _as(vb, kb, db)
@@ -198,16 +207,16 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
         va = va[0]
     if dtype is not da:
         va = va.astype(da) if type(va) is np.ndarray else da.type(va)
-    token = _errors.set(_QUIET) if _QUIET is not None else None
+    arrays = type(va) is np.ndarray or type(vb) is np.ndarray
+    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or not arrays) else None
     try:
-        out = sfn(va, vb) if sfn is not None and type(va) is not np.ndarray \
-            and type(vb) is not np.ndarray else fn(va, vb)
+        out = fn(va, vb) if arrays or sfn is None else sfn(va, vb)
     except (TypeError, ValueError, ArithmeticError):
         return False
     finally:
         if token is not None:
             _errors.reset(token)
-    _tally("host_evaluations")
+    _count_evaluation()
     _updated[0] = target
     if shape:
         target._np[...] = out

@@ -73,11 +73,15 @@ def _make_unary(name: str) -> Any:
 
 def _make_binary(name: str) -> Any:
     from .array import _lean_binary
+    from .host_eager import HostArray, binary
 
     lean = _lean_binary(name)
 
     def f(x1: Any, x2: Any, /, *args: Any, out: Any = None) -> Any:
         t1, t2 = type(x1), type(x2)
+        if (t1 is HostArray or t2 is HostArray) and not args and out is None and (
+                got := binary(name, x1, x2)) is not None:
+            return got  # (small, on the CPU: numpy's now, without the operator's detour)
         if t1 in _NUMPY_SCALARS and t2 is Array:  # (np.float64(a) * x: a scalar node)
             x1 = _scalar_array(x1, x2.device)
         elif t2 in _NUMPY_SCALARS and t1 is Array:

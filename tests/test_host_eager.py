@@ -183,3 +183,162 @@ def test_traced_functions_take_small_views(host):
     x = fl.asarray(np.arange(10.0))
     np.testing.assert_array_equal(step(x[1:4], x[2:5]).get(), [4.0, 7.0, 10.0])
     np.testing.assert_array_equal(step(x[1:4] * 1.0, x[2:5]).get(), [4.0, 7.0, 10.0])
+
+
+def test_no_numpy_warning_with_or_without_the_error_state_switch(host):
+    # (numpy's error state is switched off only for loops that may set a flag: a
+    # float overflow warns in numpy, never in the kernels; min/max and int arrays'
+    # wrap-around run without the switch and set none)
+    import warnings
+
+    f = fl.asarray(np.array([1e308, 2.0, np.nan, 0.0]))
+    i = fl.asarray(np.array([2**62, 3, -2**63, 1], dtype=np.int64))
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        got = [f[0:2] * f[0:2], f[0:3] / f[3], fl.minimum(f[0:3], f[1:4]),
+               f[1:3] < f[2:4], i[0:2] + i[0:2], i[0:2] * i[1:3], i[0:2] // i[3:4] * 0,
+               i[0] * i[0]]
+        v = i[0:2]
+        v *= i[1:3]
+        e = f[2]
+        e += 1.0
+    assert all(type(g) is host_eager.HostArray for g in got[:-1])
+    with np.errstate(all="ignore"):
+        fn, inn = f.get(), np.array([2**62, 3, -2**63, 1], dtype=np.int64)
+        ref = [fn[0:2] * fn[0:2], fn[0:3] / fn[3], np.minimum(fn[0:3], fn[1:4]),
+               fn[1:3] < fn[2:4], inn[0:2] + inn[0:2], inn[0:2] * inn[1:3],
+               inn[0:2] // inn[3:4] * 0, inn[0:1] * inn[0:1]]
+        inn[0:2] *= inn[1:3]
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(np.reshape(g.get(), np.shape(r)), r)
+        assert g.dtype == r.dtype
+    np.testing.assert_array_equal(i.get(), inn)
+
+
+def test_large_products_of_concrete_arrays_by_numpy(host, monkeypatch):
+    # (above the host path's limit a product of concrete operands is numpy's matmul
+    # into a new buffer: no kernel; a lazy operand is computed first)
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 10)
+    rng = np.random.default_rng(3)
+    a0, b0 = rng.random((70, 64)), rng.random((64, 66))
+    for dt in (np.float64, np.float32):
+        a, b = fl.asarray(a0.astype(dt)), fl.asarray(b0.astype(dt))
+        shifted = (b * 2).eval()            # a kernel writes an operand ...
+        fl.reset_stats()
+        got = [a @ shifted, fl.dot(a[3], b), a[1:, :] @ b[::-1, 1:], fl.matmul(a, b[:, 7])]
+        vals = [g.get() for g in got]
+        assert fl.stats()["kernels_launched"] == 0  # ... numpy reads it
+        lazy = (2.0 * a) @ b                # the lazy operand: one kernel (or numpy's)
+        assert not lazy.is_lazy and (2.0 * a @ b[:, 0]).is_lazy  # (by a vector: fused)
+        s = (got[0] + 1).sum()              # a kernel reads a product
+        an, bn = a0.astype(dt), b0.astype(dt)
+        ref = [an @ (bn * 2), np.dot(an[3], bn), an[1:, :] @ bn[::-1, 1:], an @ bn[:, 7],
+               (2.0 * an) @ bn]
+        monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+        kern = (fl.asarray(an) @ fl.asarray(bn * 2)).get()
+        monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 10)
+        tol = 1e-5 if dt is np.float32 else 1e-12
+        for g, v, r in zip([*got, lazy], [*vals, lazy.get()], ref):
+            assert g.dtype == r.dtype and g.shape == r.shape
+            np.testing.assert_allclose(v, r, rtol=tol)
+        np.testing.assert_allclose(kern, ref[0], rtol=tol)
+        assert float(s) == pytest.approx(float((ref[0] + 1).sum()), rel=tol)
+
+
+def _reductions(m, i8, b, f32, f64, i32):
+    return [m.sum(i8[0:4]), m.sum(b[1:5]), m.prod(i32[0:3], axis=0), m.max(f64[0:5]),
+            m.min(f32[1:6]), m.mean(i32[0:5]), f32[0:6].reshape(2, 3).sum(axis=1),
+            m.sum(f64[0:4] * f64[1:5], keepdims=True), m.any(b[0:3]), m.max(i8[1:5])]
+
+
+def test_reductions_and_windows_computed_here(host, monkeypatch):
+    ins = (np.array([120, 100, 7, -128, 5], dtype=np.int8), np.array([1, 0, 1, 1, 0, 1], bool),
+           np.linspace(-2, 3, 9, dtype=np.float32),
+           np.array([1.0, np.nan, 0.5, 2.0, -3.0, 4.0]),
+           np.array([70000, 70000, 3, 2, 9], np.int32))
+    ref = _reductions(np, *ins)
+
+    def run():
+        fl.reset_stats()
+        out = _reductions(fl, *[fl.asarray(x.copy()) for x in ins])
+        return [o.get() for o in out], fl.stats()["kernels_launched"]
+
+    on, k_on = run()
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    off, k_off = run()
+    assert k_on == 0 < k_off
+    for k, (a, b, r) in enumerate(zip(on, off, ref)):
+        assert a.dtype == b.dtype == np.asarray(r).dtype, k
+        np.testing.assert_allclose(a, r, rtol=1e-6, err_msg=str(k))
+        np.testing.assert_allclose(a, b, rtol=1e-6, err_msg=str(k))
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 4096)
+    # a convolution's statement: a window of 4 axes times the weights (4608 elements,
+    # above the host path's limit) summed, on a lazy input computed at its second view
+    rng = np.random.default_rng(5)
+    x0, w0 = rng.random((8, 6, 6, 8), np.float32), rng.random((3, 3, 8, 8), np.float32)
+    x, w = fl.asarray(x0), fl.asarray(w0)
+    act = fl.maximum(x - 0.5, 0)                # lazy
+    out = fl.zeros((8, 4, 4, 8), dtype=np.float32)
+    fl.synchronize()
+    cells = [(i, j) for i in range(4) for j in range(4)]
+    for n, (i, j) in enumerate(cells):
+        if n == 2:
+            assert act._storage is not None     # computed once, at its second view
+            fl.reset_stats()
+        out[:, i, j, :] = fl.sum(act[:, i:i + 3, j:j + 3, :, None] * w[None], axis=(1, 2, 3))
+    assert fl.stats()["kernels_launched"] == 0
+    a0 = np.maximum(x0 - 0.5, 0)
+    want = np.zeros((8, 4, 4, 8), np.float32)
+    for i in range(4):
+        for j in range(4):
+            want[:, i, j, :] = np.sum(a0[:, i:i + 3, j:j + 3, :, None] * w0[None], axis=(1, 2, 3))
+    np.testing.assert_allclose(out.get(), want, rtol=1e-5)
+
+
+def _complex_cases(m, G, H, D, S):
+    out = []
+    for k in range(2):
+        g = G[k, 1] @ H[k]                  # complex views' product, 0-d real scaling
+        h = H[1 - k] * D[k, 0] - G[0, k]
+        S[k] += g @ h
+        out += [g, h, G[k, 0, 1] * G[k, 1, 0], H[k] / G[k, 0]]  # (the division: kernels)
+    return [*out, S]
+
+
+def test_complex_views_products_and_updates(host, monkeypatch):
+    rng = np.random.default_rng(11)
+    ins = (rng.random((2, 2, 3, 3)) + 1j * rng.random((2, 2, 3, 3)),
+           (rng.random((2, 3, 3)) + 1j * rng.random((2, 3, 3))).astype(np.complex64).astype(
+               np.complex128), rng.random((2, 2)), np.zeros((2, 3, 3), np.complex128))
+    ref = _complex_cases(np, *[x.copy() for x in ins])
+
+    def run():
+        fl.reset_stats()
+        out = _complex_cases(fl, *[fl.asarray(x.copy()) for x in ins])
+        return [o.get() for o in out], fl.stats()
+
+    on, s_on = run()
+    assert s_on["host_operations"] == 10 and s_on["host_evaluations"] >= 2  # (S[k] +=)
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    off, _ = run()
+    for k, (a, b, r) in enumerate(zip(on, off, ref)):
+        assert a.dtype == b.dtype == r.dtype, k
+        np.testing.assert_allclose(a, r, rtol=1e-13, err_msg=str(k))
+        np.testing.assert_allclose(a, b, rtol=1e-13, err_msg=str(k))
+
+
+def test_matrix_elements_rows_and_columns(host):
+    an = np.arange(12.0).reshape(3, 4)
+    a = fl.asarray(an)
+    a[0, 0]  # (the matrix's view made once: the written-out steps from here on)
+    for key in [(1, 2), (-1, -1), (2, -4), (0, slice(1, 3)), (slice(None), -1),
+                (slice(2, 0, -1), 3), (-3, slice(None, None, 2))]:
+        got = a[key]
+        assert type(got) is host_eager.HostArray and got.shape == an[key].shape, key
+        np.testing.assert_array_equal(got.get(), an[key])
+    for key in [(3, 0), (0, 4), (-4, 1), (1, -5), (3, slice(None)), (slice(None), 4)]:
+        with pytest.raises(IndexError):
+            a[key]
+    a[2, -1] = 7.5
+    an[2, -1] = 7.5
+    np.testing.assert_array_equal(a.get(), an)

@@ -20,6 +20,8 @@ from ..evaluate import cast_node
 from ..expr.nodes import Iota, Reduce
 from ..expr.templates import array_key, composite, watch_settings
 from ..expr.views import reshape_view
+from ..host_eager import HostArray as _HostArray
+from ..host_products import reduce as _eager_reduce
 from ..multi_hooks import splits
 from .shape import normalize_axes, normalize_axis, ravel, reshape, transpose
 
@@ -70,6 +72,9 @@ def _rows_first(x: Array, child: Any, red: tuple[int, ...]) -> bool:
 
 
 def _reduce(op: str, x: Array, axis: Any, keepdims: bool, dtype: np.dtype) -> Array:
+    if type(x) is _HostArray and (got := _eager_reduce(op, x, axis, keepdims, dtype)) \
+            is not None:
+        return got  # (small, on the CPU: numpy's now, fuseloop.host_products)
     axes = normalize_axes(axis, x.ndim)
     return composite(array_key("reduce", x, op, axes, keepdims, dtype), x,
                      lambda: _reduce_built(op, x, axes, keepdims, dtype))

@@ -1,0 +1,67 @@
+"""Views of :mod:`fuseloop.host_eager` on a loop's hot path: a matrix's element, row
+or column by steps written out, and a lazy array viewed small twice in a row computed
+once (its views then taken as a concrete array's)."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+
+from . import host_path as _host
+from .array import Array
+from .host_eager import EAGER_MAX_WORK, _bases
+
+
+def _matrix_view(arr: Array, key: tuple) -> tuple[Any, bool] | None:
+    """A loop's commonest view, ``A[i, j]``, ``A[i, :j]``, ``A[:, k]`` of a concrete
+    matrix viewed before, its steps written out (a third of a view's cost): ``(numpy
+    view, whether one element)``, ``(False, False)`` for a view not taken here (too
+    large, or an index error, which the general path raises), or None: not such a key."""
+    node = arr._node
+    got = _bases.get(id(node))
+    if got is None or got[0] is not node or got[1].ndim != 2:
+        return None
+    k0, k1 = key
+    t0, t1 = type(k0), type(k1)
+    element = t0 is int and t1 is int
+    if not element and not ((t0 is int and t1 is slice) or (t0 is slice and t1 is int)):
+        return None
+    try:
+        v = got[1][k0, k1:k1 + 1 if k1 != -1 else None] if element else got[1][key]
+    except IndexError:
+        return False, False
+    n = v.size
+    if not 0 < n <= EAGER_MAX_WORK or n > _host.HOST_MAX_WORK or (element and n != 1):
+        return False, False
+    return v, element
+
+
+#: the lazy array a small view was last taken of (a weak reference), see _viewed_again
+_last_lazy: list[Any] = [None]
+#: the most elements of a lazy array computed for its small views
+VIEWED_LAZY_MAX = 1 << 24
+
+
+def _viewed_again(arr: Array, items: tuple) -> bool:
+    """Whether the lazy ``arr`` (on a host device, at most VIEWED_LAZY_MAX elements) is
+    viewed small a second time in a row: then it is computed (once, as numpy computes
+    it) and its views taken here.  A loop over a lazy array's windows (resnet's
+    ``conv2d(relu(batchnorm(x)), w)``) otherwise pushed each window through the whole
+    expression and computed it again (half of resnet's CPU time)."""
+    if not _host.host_device(arr.device) or _host._size(arr._shape) > VIEWED_LAZY_MAX \
+            or not arr._shape:
+        return False
+    try:  # (the view's size, on a stand-in of no memory)
+        n = np.broadcast_to(np.empty(1, np.int8), arr._shape)[items].size
+    except (IndexError, TypeError, ValueError):
+        return False
+    if not 0 < n <= EAGER_MAX_WORK:
+        return False  # (a large view: fused with the expression, as a stencil's)
+    last = _last_lazy[0]
+    if last is not None and last() is arr:
+        _last_lazy[0] = None
+        return True
+    _last_lazy[0] = weakref.ref(arr)
+    return False
