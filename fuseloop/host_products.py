@@ -70,6 +70,9 @@ def matmul(a: Any, b: Any) -> Array | None:
 #: the least side of a matrix product computed by numpy's BLAS (a product by a vector
 #: of concrete operands is, whatever its sides; measured on NPBench S, CPU clock)
 BLAS_MIN_SIDE = 64
+#: False: every product on a CPU device is fuseloop's kernel (``cpu-blocked``), as it is
+#: with the host path off (benchmarks comparing fuseloop's CPU kernels with numpy's)
+BLAS_PRODUCTS = True
 
 
 def blas_matmul(a: Any, b: Any) -> Array | None:
@@ -80,8 +83,8 @@ def blas_matmul(a: Any, b: Any) -> Array | None:
     matrices is computed first, as numpy does; a product by a vector with a lazy
     operand is the kernels' (fused with it, it reads the matrix once: gesummv's
     ``alpha * A @ x`` took 8x longer computed first).  Matrices with a side below
-    BLAS_MIN_SIDE are the kernels'."""
-    if _off() or not isinstance(a, Array) or not isinstance(b, Array):
+    BLAS_MIN_SIDE are the kernels' (all of them without BLAS_PRODUCTS)."""
+    if not BLAS_PRODUCTS or _off() or not isinstance(a, Array) or not isinstance(b, Array):
         return None
     device, dtype = a.device, a.dtype
     if b.device is not device or b.dtype is not dtype or dtype.char not in "fdFD":

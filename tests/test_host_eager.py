@@ -243,6 +243,17 @@ def test_large_products_of_concrete_arrays_by_numpy(host, monkeypatch):
             np.testing.assert_allclose(v, r, rtol=tol)
         np.testing.assert_allclose(kern, ref[0], rtol=tol)
         assert float(s) == pytest.approx(float((ref[0] + 1).sum()), rel=tol)
+        # without BLAS products, or with a side below BLAS_MIN_SIDE: fuseloop's kernel
+        from fuseloop import host_products
+
+        monkeypatch.setattr(host_products, "BLAS_PRODUCTS", False)
+        fl.reset_stats()
+        np.testing.assert_allclose((a @ b).get(), an @ bn, rtol=tol)
+        assert fl.stats()["kernels_launched"] == 1
+        monkeypatch.setattr(host_products, "BLAS_PRODUCTS", True)
+        fl.reset_stats()
+        np.testing.assert_allclose((a[:40] @ b).get(), an[:40] @ bn, rtol=tol)
+        assert fl.stats()["kernels_launched"] == 1
 
 
 def _reductions(m, i8, b, f32, f64, i32):
