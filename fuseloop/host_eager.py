@@ -528,14 +528,10 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
         return None
     loop, fn, sfn, quiet = hit
     da, db = loop[0], loop[1]
-    if ka is float or ka is int or ka is bool:
+    if ka is not da:  # (a Python scalar's kind is never a dtype)
         va = _as(va, ka, da)
-    elif ka is not da:
-        va = va.astype(da) if type(va) is np.ndarray else da.type(va)
-    if kb is float or kb is int or kb is bool:
+    if kb is not db:
         vb = _as(vb, kb, db)
-    elif kb is not db:
-        vb = vb.astype(db) if type(vb) is np.ndarray else db.type(vb)
     arrays = type(va) is np.ndarray or type(vb) is np.ndarray
     if arrays and type(va) is type(vb) and va.shape != vb.shape and not _fits([va, vb]):
         return None

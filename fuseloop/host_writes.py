@@ -187,10 +187,8 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
         return False
     loop, fn, sfn, quiet = hit
     da, db = loop[0], loop[1]
-    if kb is float or kb is int or kb is bool:
+    if kb is not db:  # (a Python scalar's kind is never a dtype)
         vb = _as(vb, kb, db)
-    elif kb is not db:
-        vb = vb.astype(db) if type(vb) is np.ndarray else db.type(vb)
     if type(vb) is np.ndarray and vb.shape != target._shape:
         return False
     buf = target._buf
