@@ -309,10 +309,7 @@ def _operand(x: Any, device: Any) -> tuple[Any, Any, bool] | None:
     if tx is HostArray:
         if x.device is not device:
             return None
-        v = x._np
-        if not x._shape and type(v) is np.ndarray:
-            v = v[0]
-        return x.dtype, v, x._buf is not None
+        return x.dtype, numpy_value(x), x._buf is not None
     if tx is float or tx is int or tx is bool:
         return tx, x, False
     if tx in _NUMPY_SCALARS:
@@ -385,6 +382,12 @@ def _op_entry(op: str, kinds: tuple) -> Any:
     if fn is False or op in ("cast", "positive", "where"):
         return False if fn is False else (loop, fn, None, True)
     return loop, fn, _host.scalar_fn(op, key), _quiet_needed(op, loop)
+
+
+def numpy_value(x: HostArray) -> Any:
+    """A HostArray's numpy value: its view, or its element as a numpy scalar for 0-d."""
+    v = x._np
+    return v[0] if not x._shape and type(v) is np.ndarray else v
 
 
 def _as(value: Any, kind: Any, dtype: np.dtype) -> Any:

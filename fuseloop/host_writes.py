@@ -28,6 +28,7 @@ from .host_eager import (
     _operand,
     _sync,
     _view_of,
+    numpy_value,
 )
 from .host_views import _matrix_view
 from .stats import tallies as _tallies
@@ -48,10 +49,7 @@ def _assigned(value: Any, dtype: np.dtype, device: Any) -> tuple[Any, bool] | No
     if tv is HostArray:
         if value.device is not device:
             return None
-        v = value._np
-        if not value._shape and type(v) is np.ndarray:
-            v = v[0]
-        return v, value._buf is not None
+        return numpy_value(value), value._buf is not None
     if tv is Array:
         got = _operand(value, device)
         return None if got is None or got[0].char not in _DTYPES else (got[1], got[2])
