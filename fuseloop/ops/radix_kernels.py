@@ -255,24 +255,7 @@ void fl_radix_scan(__global uint *restrict counts, __global const uint *restrict
 }
 """
 
-SCATTER = r"""
-/* the tile in local memory, padded like the table (work-items read PER consecutive
-   entries) */
-#define LK(j) lk[PAD(j)]
-#define LV(j) lv[PAD(j)]
-#if HAS_VALUES
-#define DIGIT_AT(j) ((j) < valid ? DIGIT_OF(LK(j), LV(j)) : 0xFF)
-#define DIGIT_KV(j, k, v) ((j) < valid ? DIGIT_OF(k, v) : 0xFF)
-#else
-#define DIGIT_AT(j) ((j) < valid ? DIGIT_OF(LK(j), 0) : 0xFF)
-#define DIGIT_KV(j, k, v) ((j) < valid ? DIGIT_OF(k, 0) : 0xFF)
-#endif
-/* a work-item's word w of the counts table: its count of nibble w (low 16 bits) and of
-   nibble w + 8 (high 16 bits), digit-major (w, then the work-item) */
-#define TW(w) table[PAD((w) * WG + lid)]
-/* byte k of packed 8-bit fields */
-#define BYTE(a, k) (((a)[(k) >> 2] >> (8 * ((k) & 3))) & 0xFF)
-
+SWEEP_COMMON = r"""
 #if ONESWEEP
 /* One kernel a pass (count and scan folded in): `starts` holds each digit's start (the
    keys of smaller digits) for every byte of the key (fl_radix_hist, fl_radix_starts);
@@ -315,11 +298,74 @@ void zero_next(__global uint *state, const int parity, const long tiles, const l
     if (tile == 0 && lid == 0)
         state[parity ^ 1] = 0;
 }
+
+/* Decoupled look-back, a digit a work-item: a tile publishes its count of digit d
+   (the first tile: with the digit's start, final), sums the counts of the tiles before
+   it back to the nearest final one, and publishes its own final sum.  The status words
+   are written by atomics (the L2 on a GPU: coherent between work-groups). */
+void publish(__global uint *st, const long tile, const int d, const uint count,
+             const uint start)
+{
+    if (tile == 0)
+        atomic_xchg(&st[d], ST_INC | (start + count));
+    else
+        atomic_xchg(&st[tile * RADIX + d], ST_AGG | count);
+}
+
+/* the keys of digit d before tile `tile` (> 0; its count published), the digit's
+   start included; publishes the tile's final sum.  LOOKBACK words are read at once
+   (loads in flight, not a chain of them), then taken in order, one not yet published
+   read again until it is (a stale AGG where the tile has since published INC only
+   walks on further); tile 0 is INC, so the walk ends there at the latest. */
+uint look_back(__global uint *st, const long tile, const int d, const uint count)
+{
+    uint before = 0;
+    for (long t = tile - 1;; t -= LOOKBACK) {
+        uint s[LOOKBACK];
+#pragma unroll
+        for (int i = 0; i < LOOKBACK; ++i)
+            s[i] = t - i >= 0 ? LB_READ(&st[(t - i) * RADIX + d]) : 0u;
+        int found = 0;
+#pragma unroll
+        for (int i = 0; i < LOOKBACK; ++i) {
+            if (found || t - i < 0)
+                continue;
+            while (!(s[i] & (ST_AGG | ST_INC)))
+                s[i] = LB_READ(&st[(t - i) * RADIX + d]);
+            before += s[i] & ST_COUNT;
+            found = (s[i] & ST_INC) != 0;
+        }
+        if (found) {
+            atomic_xchg(&st[tile * RADIX + d], ST_INC | (before + count));
+            return before;
+        }
+    }
+}
 #else
 #define SPEC 0
 #endif
 /* (the last pass may write the keys' values: out_kind is their kind) */
 #define OUT_KEY(k) (out_kind < 0 ? (k) : (KT)from_key((U)(k), out_kind, descending))
+"""
+
+SCATTER = SWEEP_COMMON + r"""
+/* the tile in local memory, padded like the table (work-items read PER consecutive
+   entries) */
+#define LK(j) lk[PAD(j)]
+#define LV(j) lv[PAD(j)]
+#if HAS_VALUES
+#define DIGIT_AT(j) ((j) < valid ? DIGIT_OF(LK(j), LV(j)) : 0xFF)
+#define DIGIT_KV(j, k, v) ((j) < valid ? DIGIT_OF(k, v) : 0xFF)
+#else
+#define DIGIT_AT(j) ((j) < valid ? DIGIT_OF(LK(j), 0) : 0xFF)
+#define DIGIT_KV(j, k, v) ((j) < valid ? DIGIT_OF(k, 0) : 0xFF)
+#endif
+/* a work-item's word w of the counts table: its count of nibble w (low 16 bits) and of
+   nibble w + 8 (high 16 bits), digit-major (w, then the work-item) */
+#define TW(w) table[PAD((w) * WG + lid)]
+/* byte k of packed 8-bit fields */
+#define BYTE(a, k) (((a)[(k) >> 2] >> (8 * ((k) & 3))) & 0xFF)
+
 #if ONESWEEP
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void fl_radix_onesweep(__global const SRC_T *restrict keys,
@@ -569,48 +615,15 @@ void fl_radix_scatter(__global const KT *restrict keys, __global const uint *res
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 #if ONESWEEP
-    /* Decoupled look-back, a digit a work-item: publish the tile's count (the first
-       tile: with the digit's start, final), sum the counts of the tiles before back to
-       the nearest final one, publish this tile's final sum.  The status words are read
-       and written by atomics (the L2 on a GPU: coherent between work-groups). */
+    /* where the tile's digits go: decoupled look-back, a digit a work-item */
     {
         __global uint *st = state + ST_HEAD + (long)parity * tiles * RADIX;
+        __global const uint *start = starts + (shift >> 3) * RADIX;
+        for (int d = lid; d < RADIX; d += WG)
+            publish(st, tile, d, run_end[d] - off[d], start[d]);
         for (int d = lid; d < RADIX; d += WG) {
-            const uint c = run_end[d] - off[d];
-            if (tile == 0)
-                atomic_xchg(&st[d], ST_INC | (starts[(shift >> 3) * RADIX + d] + c));
-            else
-                atomic_xchg(&st[tile * RADIX + d], ST_AGG | c);
-        }
-        for (int d = lid; d < RADIX; d += WG) {
-            uint before = starts[(shift >> 3) * RADIX + d];
-            if (tile > 0) {
-                /* LOOKBACK words read at once (loads in flight, not a chain of them),
-                   then taken in order, one not yet published read again until it is
-                   (a stale AGG where the tile has since published INC only walks on
-                   further); tile 0 is INC, so the walk ends there at the latest */
-                before = 0;
-                for (long t = tile - 1;; t -= LOOKBACK) {
-                    uint s[LOOKBACK];
-#pragma unroll
-                    for (int i = 0; i < LOOKBACK; ++i)
-                        s[i] = t - i >= 0 ? LB_READ(&st[(t - i) * RADIX + d]) : 0u;
-                    int found = 0;
-#pragma unroll
-                    for (int i = 0; i < LOOKBACK; ++i) {
-                        if (found || t - i < 0)
-                            continue;
-                        while (!(s[i] & (ST_AGG | ST_INC)))
-                            s[i] = LB_READ(&st[(t - i) * RADIX + d]);
-                        before += s[i] & ST_COUNT;
-                        found = (s[i] & ST_INC) != 0;
-                    }
-                    if (found)
-                        break;
-                }
-                atomic_xchg(&st[tile * RADIX + d],
-                            ST_INC | (before + run_end[d] - off[d]));
-            }
+            const uint before = tile > 0 ? look_back(st, tile, d, run_end[d] - off[d])
+                                         : start[d];
             off[d] = before - off[d];  /* (uint arithmetic wraps back into range) */
         }
     }
