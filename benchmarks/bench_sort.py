@@ -134,73 +134,67 @@ def _sweep(rows: list[Row], a: np.ndarray, repeat: int) -> None:
 
 
 #: --pass-variants: the one-sweep pass kernel's variants (radix_sort's settings), each
-#: timed fused on sort and argsort of float32
+#: timed fused on sort and argsort of float32, taking turns call by call
 PASS_VARIANTS: dict[str, dict[str, Any]] = {
-    "atomic look-back 4": {},
-    "volatile look-back 4": {"LOOKBACK_VOLATILE": True},
-    "volatile look-back 8": {"LOOKBACK_VOLATILE": True, "LOOKBACK": 8},
-    "volatile look-back 16": {"LOOKBACK_VOLATILE": True, "LOOKBACK": 16},
-    "raking scan": {"RAKE_SCAN": True},
-    "raking scan volatile look-back 8": {"RAKE_SCAN": True, "LOOKBACK_VOLATILE": True,
-                                         "LOOKBACK": 8},
-    "per 32 atomic look-back 4": {"SWEEP_PER": 32},
-    "per 32 volatile look-back 8": {"SWEEP_PER": 32, "LOOKBACK_VOLATILE": True,
-                                    "LOOKBACK": 8},
-    "per 32 raking scan volatile look-back 8": {"SWEEP_PER": 32, "RAKE_SCAN": True,
-                                                "LOOKBACK_VOLATILE": True, "LOOKBACK": 8},
+    "nibbles": {"RANKING": "nibbles"},
+    "match": {"RANKING": "match"},
+    "match per 32": {"RANKING": "match", "SWEEP_PER": 32},
+    "match per 24": {"RANKING": "match", "SWEEP_PER": 24},
+    "match volatile look-back 4": {"RANKING": "match", "LOOKBACK_VOLATILE": True},
+    "match raking scan": {"RANKING": "match", "RAKE_SCAN": True},
 }
 
 
 def _pass_variants(rows: list[Row], a: np.ndarray, repeat: int) -> None:
     """fl.sort and fl.argsort of ``a`` by the fused one-sweep passes with each of
-    PASS_VARIANTS (the layout used in the note: SWEEP_PER is taken where it fits)."""
-    x = fl.asarray(a)
-    for label, settings in PASS_VARIANTS.items():
-        for op, ref, values in (("sort", np.sort(a), False),
-                                ("argsort", np.argsort(a, kind="stable"), True)):
-            fn = getattr(fl, op)
-
-            def run(settings: dict[str, Any] = settings, fn: Any = fn, ref: np.ndarray = ref,
-                    values: bool = values) -> tuple[float, str]:
-                saved = {k: getattr(radix_sort, k) for k in (*settings, "VARIANT")}
-                try:
-                    for k, v in {**settings, "VARIANT": "fused"}.items():
-                        setattr(radix_sort, k, v)
-                    base = radix_sort.layout_for(x.device, 4, values, a.size)
-                    assert base is not None
-                    got = radix_sort.sweep_layout(x.device, base, 4, values)
-                    note = f"layout {tuple(got)} " + _check(fn(x).get(), ref)
-                    return median_time(lambda: fn(x).eval(), fl.synchronize, repeat), note
-                finally:
-                    for k, v in saved.items():
-                        setattr(radix_sort, k, v)
-
-            _attempt(rows, f"{op} float32", f"fuseloop fused {label}", run)
+    PASS_VARIANTS, taking turns (see :func:`_alternate`)."""
+    saved = radix_sort.VARIANT
+    try:
+        radix_sort.VARIANT = "fused"
+        x = fl.asarray(a)
+        for op, ref in (("sort", np.sort(a)), ("argsort", np.argsort(a, kind="stable"))):
+            got = _alternate(getattr(fl, op), x, ref, repeat, PASS_VARIANTS)
+            for label, (t, note) in got.items():
+                rows.append((f"{op} float32", f"fuseloop fused {label}", t, note))
+    finally:
+        radix_sort.VARIANT = saved
 
 
 #: --speculate: radix_sort.SPECULATE settings timed with the fused variant
-SPECULATE_MODES = (None, "early", "late", "side", "all")
+SPECULATE_MODES = {f"speculate {m}": {"SPECULATE": m}
+                   for m in (None, "early", "late", "side", "all")}
 
 
-def _alternate(fn: Any, x: Any, ref: np.ndarray, repeat: int
-               ) -> dict[str | None, tuple[float | None, str]]:
-    """Each SPECULATE_MODES' (median time, check) of ``fn(x)``, the modes taking turns
-    call by call after one checked, warming call each."""
-    notes: dict[str | None, str] = {}
-    times: dict[str | None, list[float]] = {m: [] for m in SPECULATE_MODES}
-    for mode in SPECULATE_MODES:
-        radix_sort.SPECULATE = mode
-        notes[mode] = _check(fn(x).get(), ref)
-        fn(x).eval()
-    fl.synchronize()
-    for _ in range(repeat):
-        for mode in SPECULATE_MODES:
-            radix_sort.SPECULATE = mode
-            t0 = time.perf_counter()
+def _alternate(fn: Any, x: Any, ref: np.ndarray, repeat: int,
+               modes: dict[str, dict[str, Any]]) -> dict[str, tuple[float | None, str]]:
+    """Each of ``modes``' (radix_sort's settings by label) median time and check of
+    ``fn(x)``, the modes taking turns call by call (a drifting clock or a warming card
+    touches them alike) after one checked, warming call each."""
+    names = {k for settings in modes.values() for k in settings}
+    saved = {k: getattr(radix_sort, k) for k in names}
+
+    def use(settings: dict[str, Any]) -> None:
+        for k in names:
+            setattr(radix_sort, k, settings.get(k, saved[k]))
+
+    notes: dict[str, str] = {}
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    try:
+        for mode, settings in modes.items():
+            use(settings)
+            notes[mode] = _check(fn(x).get(), ref)
             fn(x).eval()
-            fl.synchronize()
-            times[mode].append(time.perf_counter() - t0)
-    return {m: (float(np.median(times[m])), notes[m]) for m in SPECULATE_MODES}
+        fl.synchronize()
+        for _ in range(repeat):
+            for mode, settings in modes.items():
+                use(settings)
+                t0 = time.perf_counter()
+                fn(x).eval()
+                fl.synchronize()
+                times[mode].append(time.perf_counter() - t0)
+    finally:
+        use(saved)
+    return {m: (float(np.median(times[m])), notes[m]) for m in modes}
 
 
 def _speculate(rows: list[Row], a: np.ndarray, repeat: int) -> None:
@@ -208,7 +202,7 @@ def _speculate(rows: list[Row], a: np.ndarray, repeat: int) -> None:
     byte 0 of every key the same) by the fused variant with each of SPECULATE_MODES,
     the modes taking turns call by call (a drifting clock or a warming card touches
     them alike); each time is the median of ``repeat`` calls."""
-    saved = radix_sort.VARIANT, radix_sort.SPECULATE
+    saved = radix_sort.VARIANT
     try:
         radix_sort.VARIANT = "fused"
         for label, data in (("float32", a), ("float32 integral", np.round(a * 100))):
@@ -217,17 +211,16 @@ def _speculate(rows: list[Row], a: np.ndarray, repeat: int) -> None:
             for op, ref in (("sort", np.sort(data)),
                             ("argsort", np.argsort(data, kind="stable"))):
                 try:
-                    got = _alternate(getattr(fl, op), x, ref, repeat)
+                    got = _alternate(getattr(fl, op), x, ref, repeat, SPECULATE_MODES)
                 except Exception as exc:  # (reported in the table, as _attempt does)
                     got = {m: (None, f"skipped ({type(exc).__name__}: {str(exc)[:60]})")
                            for m in SPECULATE_MODES}
                 for mode, (t, note) in got.items():
-                    rows.append((f"{op} {label}", f"fuseloop fused speculate {mode}", t,
-                                 note))
+                    rows.append((f"{op} {label}", f"fuseloop fused {mode}", t, note))
                 if fl.get_device().type == "gpu" and label != "float32":
                     _cupy(rows, {label: data}, repeat, only=op)  # (float32's: main's)
     finally:
-        radix_sort.VARIANT, radix_sort.SPECULATE = saved
+        radix_sort.VARIANT = saved
 
 
 def _numpy(rows: list[Row], data: dict[str, np.ndarray], repeat: int) -> None:

@@ -294,6 +294,55 @@ def test_onesweep(device, monkeypatch, variant):
     np.testing.assert_array_equal(fl.sort(x).get(), np.full(5000, -2.5, np.float32))
 
 
+def test_ranking_choice(monkeypatch):
+    """Warp-match ranking where inline PTX is taken (NVIDIA's OpenCL GPUs), whole warps
+    a group, a divisor of 256 work-items and local memory for its tile; RANKING forces
+    either (the emulated match elsewhere)."""
+    from types import SimpleNamespace
+
+    nvidia = SimpleNamespace(type="gpu", vendor="NVIDIA Corporation", backend="opencl")
+    cuda = SimpleNamespace(type="gpu", vendor="NVIDIA Corporation", backend="cuda")
+    cpu = SimpleNamespace(type="cpu", vendor="GenuineIntel", backend="opencl")
+    monkeypatch.setattr(radix_sort, "local_memory", lambda device: 48 * 1024)
+    layout = radix_sort.Layout(256, 16)
+    assert radix_sort.ranking_for(nvidia, layout, 4, True) == "match"
+    assert radix_sort.ranking_for(cuda, layout, 4, True) == "nibbles"
+    assert radix_sort.ranking_for(cpu, layout, 4, True) == "nibbles"
+    assert radix_sort.ranking_for(nvidia, radix_sort.Layout(16, 16), 4, True) == "nibbles"
+    assert radix_sort.ranking_for(nvidia, radix_sort.Layout(256, 32), 4, True) == "nibbles"
+    monkeypatch.setattr(radix_sort, "RANKING", "match")
+    assert radix_sort.ranking_for(cpu, radix_sort.Layout(32, 16), 4, True) == "match"
+    monkeypatch.setattr(radix_sort, "RANKING", "nibbles")
+    assert radix_sort.ranking_for(nvidia, layout, 4, True) == "nibbles"
+
+
+def test_match_ranking(device, monkeypatch):
+    """The warp-match ranked pass (emulated: no inline PTX here) on an H100's layout
+    (8 warps a group, 4096-key tiles) against numpy: special floats, ties within and
+    across tiles and warps, a last tile in part, 32- and 64-bit keys, positions,
+    descending, and a pass whose digit is the same in every key (copied)."""
+    if not _gpu_layout(device, monkeypatch):
+        pytest.skip("the device's work-groups are smaller than a GPU's")
+    monkeypatch.setattr(radix_sort, "VARIANT", "fused")
+    monkeypatch.setattr(radix_sort, "RANKING", "match")
+    monkeypatch.setattr(radix_sort, "_PASSES", {})
+    rng = np.random.default_rng(29)
+    n = 3 * 4096 + 77
+    floats = np.concatenate([rng.choice(_SPECIAL, n // 3), 50 * rng.standard_normal(n)])
+    rng.shuffle(floats)
+    ints = rng.integers(-3, 4, n).astype(np.int32)
+    for a in (floats[:n].astype(np.float32), ints):
+        x = fl.asarray(a)
+        np.testing.assert_array_equal(fl.sort(x).get(), np.sort(a))
+        np.testing.assert_array_equal(fl.argsort(x).get(), np.argsort(a, kind="stable"))
+        ref = _descending_ref(a)
+        np.testing.assert_array_equal(fl.argsort(x, descending=True).get(), ref)
+    wide = np.round(floats[-n:]).astype(np.float64)  # (64-bit keys; ties)
+    np.testing.assert_array_equal(fl.sort(fl.asarray(wide)).get(), np.sort(wide))
+    used = {k[-2] for k in radix_sort._PASSES if k[0] == "onesweep"}
+    assert used == {"match"}
+
+
 def test_sweep_variants(device, monkeypatch):
     """The one-sweep pass kernel's variants together (bench_sort.py --pass-variants):
     8192-key tiles (SWEEP_PER), the look-back reading 8 status words at once by

@@ -103,8 +103,9 @@ from ..evaluate import allocate
 from ..expr.nodes import Storage
 from ..runtime.devices import Device, _runtime
 from ..runtime.transfer import wait
-from .radix_kernels import COMMON, COUNT, HIST, SCAN, SCATTER, STARTS
+from .radix_kernels import COMMON, COUNT, HIST, SCAN, SCATTER, STARTS, SWEEP_COMMON
 from .radix_keys import BITS, KEYS
+from .radix_match import MATCH, WARP, match_local_bytes, warp_ptx
 
 #: the sorted digit's bits (256 buckets)
 RADIX_BITS = 8
@@ -153,6 +154,13 @@ LOOKBACK_VOLATILE = False
 #: scan, 32 work-items summing 8 sums each serially) or Hillis-Steele (False: 9 barriers
 #: a scan for 256 work-items, every work-item busy)
 RAKE_SCAN = False
+#: how a one-sweep pass ranks its tile's keys: "nibbles" (two counting sorts by the
+#: digit's 4-bit halves, any OpenCL device) or "match" (by the whole digit at once,
+#: the lanes of a warp holding one digit found by PTX's match.any: see
+#: :mod:`fuseloop.ops.radix_match`; on devices without inline PTX emulated through
+#: local memory, for tests).  None: "match" on NVIDIA's OpenCL GPUs where its local
+#: memory fits, else "nibbles"
+RANKING: str | None = None
 #: keys a work-item of the one-sweep passes (None: the layout's, as the classic
 #: passes'): more keys make fewer, larger tiles (fewer look-back walks and barriers a
 #: key, more local memory a work-group: taken only where the tile fits, else halved)
@@ -301,6 +309,25 @@ def sweep_layout(device: Device, layout: Layout, key_size: int, values: bool) ->
     return Layout(layout.group, per) if per >= 1 else layout
 
 
+def ranking_for(device: Device, layout: Layout, key_size: int, values: bool) -> str:
+    """How ``device``'s one-sweep passes rank a tile with ``layout`` (see RANKING):
+    "match" needs whole warps and a divisor of RADIX work-items a group."""
+    ptx = warp_ptx(device)
+    wanted = RANKING if RANKING is not None else "match" if ptx else "nibbles"
+    g = layout.group
+    if (wanted != "match" or g % WARP or RADIX % g
+            or match_local_bytes(g, layout.per, key_size, values, ptx)
+            > local_memory(device)):
+        return "nibbles"
+    return "match"
+
+
+def _ranked(device: Device, layout: Layout, key_size: int, values: bool) -> dict[str, Any]:
+    """:func:`_onesweep_kernels`' ranking arguments on ``device``."""
+    return {"ranking": ranking_for(device, layout, key_size, values),
+            "ptx": warp_ptx(device)}
+
+
 def _hist_copies(device: Device, key_size: int, recipe: Recipe) -> int:
     """The one-sweep histogram kernel's copies of its histograms (one a key byte)."""
     copies = recipe.copies
@@ -321,28 +348,32 @@ def _options(key_size: int, values: bool, layout: Layout, recipe: Recipe,
 
 
 def _onesweep_kernels(key_size: int, values: bool, layout: Layout, recipe: Recipe,
-                      copies: int, value_size: int = 0, spec: bool = False
+                      copies: int, value_size: int = 0, spec: bool = False,
+                      ranking: str = "nibbles", ptx: bool = False
                       ) -> tuple[SourceKernel, SourceKernel, SourceKernel]:
     """The one-sweep histogram, starts and pass kernels for keys of ``key_size``
     bytes (``copies`` of the histograms); ``value_size``: the histogram and the pass
     read values of that many bytes and make their keys (the fused variant's first
     pass; its starts kernel is the same as without); ``spec``: the pass copies its
-    tiles straight where its digit is the same in every key (see SPECULATE)."""
+    tiles straight where its digit is the same in every key (see SPECULATE);
+    ``ranking``: the pass's way of ranking (see RANKING; ``ptx``: by inline PTX)."""
     key = ("onesweep", key_size, values, layout, recipe, copies, value_size, LOOKBACK,
-           LOOKBACK_VOLATILE, RAKE_SCAN, spec)
+           LOOKBACK_VOLATILE, RAKE_SCAN, spec, ranking, ptx)
     found = _PASSES.get(key)
     if found is not None:
         return found
     opts = [*_options(key_size, values, layout, recipe, value_size), "-DONESWEEP=1",
             f"-DNBYTES={key_size}", f"-DHNSUB={copies}", f"-DFROM_SRC={int(value_size > 0)}",
             f"-DLOOKBACK={LOOKBACK}", f"-DLB_VOLATILE={int(LOOKBACK_VOLATILE)}",
-            f"-DRAKE_SCAN={int(RAKE_SCAN)}", *(["-DSPEC=1"] if spec else [])]
+            f"-DRAKE_SCAN={int(RAKE_SCAN)}", f"-DWARP_PTX={int(ptx)}",
+            *(["-DSPEC=1"] if spec else [])]
     g = layout.group
     # (the histogram kernel depends on neither the positions nor the tile, the starts
     # kernel on nothing but the work-group: fewer builds)
     hist_opts = [o for o in opts
                  if not o.startswith(("-DHAS_VALUES", "-DNSUB", "-DSCAN", "-DLOOKBACK",
-                                      "-DLB_", "-DRAKE", "-DPER", "-DSPEC"))]
+                                      "-DLB_", "-DRAKE", "-DPER", "-DSPEC",
+                                      "-DWARP"))]
     made = (
         _plan("fl_radix_hist", COMMON + BITS + HIST,
               ["in0", "out0", "out1", "s0", "s1", "s2", "s3", "p0", "p1"],
@@ -350,7 +381,8 @@ def _onesweep_kernels(key_size: int, values: bool, layout: Layout, recipe: Recip
               "p[2]", g, [*hist_opts, "-DHAS_VALUES=0"]),
         _plan("fl_radix_starts", COMMON + STARTS, ["out0", "s0"], [None, "int32"], "1", g,
               [f"-DWG={g}", "-DPER=1", "-DHAS_VALUES=0", "-DNBYTES=8"]),
-        _plan("fl_radix_onesweep", COMMON + BITS + SCATTER,
+        _plan("fl_radix_onesweep",
+              COMMON + BITS + (SWEEP_COMMON + MATCH if ranking == "match" else SCATTER),
               ["in0", "in1", "in2", "out0", "out1", "out2", "s0", "s1", "s2", "s3", "s4",
                "s5", "p0", "p1"],
               [None, None, None, None, None, None, "int32", "int32", "int32", "int32",
@@ -550,7 +582,8 @@ def _onesweep(keys: list[Storage], vals: list[Storage], hist: Storage, shifts: l
     key_size = max(dt.itemsize, 4)
     recipe = recipe_for(dev, layout)
     to_hist, to_starts, one = _onesweep_kernels(
-        key_size, values, layout, recipe, _hist_copies(dev, key_size, recipe))
+        key_size, values, layout, recipe, _hist_copies(dev, key_size, recipe),
+        **_ranked(dev, layout, key_size, values))
     state, zero = _sweep_state(dev, n, layout)
     mask = np.int32(sum(1 << (s // RADIX_BITS) for s in shifts))
     groups = max(1, min(KEY_GROUPS, -(-n // (16 * layout.group))))
@@ -571,9 +604,10 @@ def _fused(src: Array, descending: bool, canon: bool, values: bool, layout: Layo
     key_size = max(dt.itemsize, 4)
     recipe = recipe_for(dev, layout)
     copies = _hist_copies(dev, key_size, recipe)
+    way = _ranked(dev, layout, key_size, values)
     to_hist, _, first = _onesweep_kernels(key_size, values, layout, recipe, copies,
-                                          dt.itemsize, SPECULATE is not None)
-    _, to_starts, one = _onesweep_kernels(key_size, values, layout, recipe, copies)
+                                          dt.itemsize, SPECULATE is not None, **way)
+    _, to_starts, one = _onesweep_kernels(key_size, values, layout, recipe, copies, **way)
     hist = allocate(8 * RADIX * 4, dev)
     backend_for(dev).fill(dev, hist.buffer, np.zeros(1, np.uint32), 8 * RADIX * 4)
     state, zero = _sweep_state(dev, n, layout)
@@ -585,7 +619,8 @@ def _fused(src: Array, descending: bool, canon: bool, values: bool, layout: Layo
         _launch(to_starts, (), [hist], [], [np.int32(every)], dev)
         sweep = _Sweep(hist, state, None, dt, descending, canon, n, -(-n // layout.tile))
         if SPECULATE == "all":  # (every pass copying where its byte is constant)
-            one = _onesweep_kernels(key_size, values, layout, recipe, copies, 0, True)[2]
+            one = _onesweep_kernels(key_size, values, layout, recipe, copies, 0, True,
+                                    **way)[2]
         return _speculated(sweep, src._storage, first, one, values, want_values)
     # (one read from the device, as the key kernel's OR and AND: the bytes that vary)
     got = Array._concrete(hist, np.dtype(np.uint32), (8, RADIX)).get()
@@ -722,5 +757,5 @@ def values_of(keys: Storage, dt: np.dtype, n: int, descending: bool,
     return out
 
 
-__all__ = ["Layout", "Recipe", "Sorted", "layout_for", "recipe_for", "sort_keys",
+__all__ = ["Layout", "Recipe", "Sorted", "layout_for", "ranking_for", "recipe_for", "sort_keys",
            "sweep_layout", "values_of", "variant_for"]
