@@ -72,14 +72,15 @@ promise to run (a CPU whose threads are descheduled spins: on this 2-core shared
 machine's PoCL one-sweep took 15 times the CPU time of the classic passes), so other
 devices keep the classic passes.
 
-The one-sweep pass kernel (240-290 us a pass of 2^24 float32 on an H200, where moving
-its 128 MB takes ~30 us) has variants as settings, off until timed on a GPU
-(``benchmarks/bench_sort.py --pass-variants``, ``benchmarks/probes/radix_pass_slope.py`` for the
-pass alone): LOOKBACK_VOLATILE (status words read by plain volatile loads: every step of
-every walk otherwise goes through the L2's atomic unit a word at a time), RAKE_SCAN (the
-tile's two count scans with 2 barriers each instead of 9) and SWEEP_PER (8192-key tiles
-for ``sort``: half the tiles, look-back walks and barriers a key, at more local memory a
-work-group).
+The one-sweep pass ranks its tile either as the scatter does ("nibbles") or, on
+NVIDIA's OpenCL GPUs, by the whole digit at once with warp matching in inline PTX
+(``RANKING``, :mod:`fuseloop.ops.radix_match`; on an H200 a pass of 2^24 float32 keys
+204-212 us instead of 243, with positions 240 instead of 267-284).  Other settings,
+off until a GPU run favours them (``benchmarks/bench_sort.py --pass-variants`` times
+them taking turns): LOOKBACK_VOLATILE (status words read by plain volatile loads:
+every step of every walk otherwise goes through the L2's atomic unit a word at a
+time), RAKE_SCAN (scans with 2 barriers instead of 9) and SWEEP_PER (larger tiles:
+fewer look-back walks and barriers a key, at more local memory a work-group).
 
 The sort is stable, so sorting many rows at once is a sort by value followed by more
 passes over the digits of the row number (read from the payload, the position).
