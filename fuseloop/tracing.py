@@ -28,7 +28,7 @@ from .dtypes import as_dtype, scalar_to
 from .errors import TracingError
 from .expr.nodes import Leaf, Node, Scalar, Storage
 from .runtime.devices import Device
-from .trace_hooks import ScalarStandIn, trace_checks
+from .trace_hooks import ScalarStandIn, constant_buffers, trace_checks
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 SCALAR_TYPES = (bool, int, float)
@@ -214,6 +214,21 @@ class Trace:
         self.steps: list[_rp._Step] = []
         self.failed: str | None = None
         self.keep: list[Any] = []  # (ids of these are keys above: kept alive)
+        # buffers allocated on this thread while the trace is installed (see _watch), by
+        # id, kept alive: one that a launch reads before any recorded launch wrote it was
+        # made by work the record does not hold (a sort, a scan, a fill)
+        self.thread = threading.get_ident()
+        self.born: dict[int, Any] = {}
+
+    def made_here(self, storage: Storage) -> bool:
+        """Whether ``storage``'s buffer was allocated while this trace ran (and not
+        declared constant: :meth:`constant`)."""
+        return id(storage.buffer) in self.born
+
+    def constant(self, buffer: Any) -> None:
+        """``buffer``'s contents are constants of the function (a fill, an upload)."""
+        if threading.get_ident() == self.thread:
+            self.born.pop(id(buffer), None)
 
     # stand-ins
 
@@ -296,6 +311,11 @@ class Trace:
         for s in bindings.storages:
             ref = refs.get(id(s))
             if ref is None:
+                if self.made_here(s):
+                    # (a replay would read this call's contents again: stale results)
+                    self.failed = ("it reads an array made by work the record does not "
+                                   "hold (a sort, scan, FFT or fill)")
+                    return
                 ref = refs[id(s)] = ("c", len(self.consts))
                 self.consts.append(s)
             storage_refs.append(ref)
@@ -332,6 +352,7 @@ _local = threading.local()
 def install(trace: Trace) -> Any:
     """Make ``trace`` this thread's run-plan recorder (what run_plans.run does for its
     own :class:`~fuseloop.run_plans.Recorder`); returns the one it replaces."""
+    _watch(trace)
     saved = _rp.install_recorder(trace)
     trace_checks.append(trace.check)
     return saved
@@ -340,6 +361,55 @@ def install(trace: Trace) -> Any:
 def uninstall(trace: Trace, saved: Any) -> None:
     trace_checks.remove(trace.check)
     _rp.restore_recorder(saved)
+    _unwatch(trace)
+
+
+# Allocations while a trace runs.  Work that no recorded launch does (hand-written
+# kernels: sorts, FFTs; pyopencl's scans) writes buffers the recorder never sees; a later
+# recorded launch reading one would take it for a constant and replay it with the first
+# call's contents.  Every such buffer is allocated during the trace, so each device
+# memory's ``pooled`` (which ``allocate`` and the hot paths' own allocation call) is
+# wrapped while any trace runs; a buffer of another thread is not noted, and fills and
+# uploads say that theirs hold constants (trace_hooks.constant_contents).
+_watch_lock = threading.Lock()
+_watched: dict[int, tuple[Any, Any, list[Trace]]] = {}  # id(memory): (memory, pooled, traces)
+
+
+def _watch(trace: Trace) -> None:
+    from .runtime.devices import _runtimes
+
+    with _watch_lock:
+        for rt in list(_runtimes.values()):
+            memory = rt.pool
+            entry = _watched.get(id(memory))
+            if entry is None:
+                pooled = memory.pooled
+                traces: list[Trace] = []
+
+                def watching(nbytes: int, pooled: Any = pooled, traces: list = traces) -> Any:
+                    buffer = pooled(nbytes)
+                    me = threading.get_ident()
+                    for t in traces:
+                        if t.thread == me:
+                            t.born[id(buffer)] = buffer
+                    return buffer
+
+                memory.pooled = watching
+                entry = _watched[id(memory)] = (memory, pooled, traces)
+            entry[2].append(trace)
+        constant_buffers.append(trace.constant)
+
+
+def _unwatch(trace: Trace) -> None:
+    with _watch_lock:
+        if trace.constant in constant_buffers:
+            constant_buffers.remove(trace.constant)
+        for key, (memory, pooled, traces) in list(_watched.items()):
+            if trace in traces:
+                traces.remove(trace)
+            if not traces:
+                memory.pooled = pooled
+                del _watched[key]
 
 
 # }}}
