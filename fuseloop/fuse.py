@@ -252,6 +252,8 @@ def _prepared_single(entry: _Entry) -> Callable[[list[Storage], list[Any], tuple
     mem = entry.pool
     reserve = mem.reserve(nbytes)
     pooled, refused = mem.pooled, mem.refused
+    # (not a trace's watcher of another thread: see tracing._watch)
+    pooled = getattr(pooled, "unwatched", pooled)
     fixed = entry.fixed_scalars
     slots = entry.slots
     replay = entry.replay

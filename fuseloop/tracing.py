@@ -372,7 +372,28 @@ def uninstall(trace: Trace, saved: Any) -> None:
 # wrapped while any trace runs; a buffer of another thread is not noted, and fills and
 # uploads say that theirs hold constants (trace_hooks.constant_contents).
 _watch_lock = threading.Lock()
-_watched: dict[int, tuple[Any, Any, list[Trace]]] = {}  # id(memory): (memory, pooled, traces)
+
+
+class _Watching:
+    """A device memory's ``pooled`` while traces run: the allocation, noted in each
+    trace of the calling thread."""
+
+    __slots__ = ("traces", "unwatched")
+
+    def __init__(self, unwatched: Any) -> None:
+        self.unwatched = unwatched  # (the memory's own pooled, restored after)
+        self.traces: list[Trace] = []
+
+    def __call__(self, nbytes: int) -> Any:
+        buffer = self.unwatched(nbytes)
+        me = threading.get_ident()
+        for t in self.traces:
+            if t.thread == me:
+                t.born[id(buffer)] = buffer
+        return buffer
+
+
+_watched: dict[int, tuple[Any, _Watching]] = {}  # id(device memory): (it, its watcher)
 
 
 def _watch(trace: Trace) -> None:
@@ -383,20 +404,9 @@ def _watch(trace: Trace) -> None:
             memory = rt.pool
             entry = _watched.get(id(memory))
             if entry is None:
-                pooled = memory.pooled
-                traces: list[Trace] = []
-
-                def watching(nbytes: int, pooled: Any = pooled, traces: list = traces) -> Any:
-                    buffer = pooled(nbytes)
-                    me = threading.get_ident()
-                    for t in traces:
-                        if t.thread == me:
-                            t.born[id(buffer)] = buffer
-                    return buffer
-
-                memory.pooled = watching
-                entry = _watched[id(memory)] = (memory, pooled, traces)
-            entry[2].append(trace)
+                entry = _watched[id(memory)] = (memory, _Watching(memory.pooled))
+                memory.pooled = entry[1]
+            entry[1].traces.append(trace)
         constant_buffers.append(trace.constant)
 
 
@@ -404,11 +414,11 @@ def _unwatch(trace: Trace) -> None:
     with _watch_lock:
         if trace.constant in constant_buffers:
             constant_buffers.remove(trace.constant)
-        for key, (memory, pooled, traces) in list(_watched.items()):
-            if trace in traces:
-                traces.remove(trace)
-            if not traces:
-                memory.pooled = pooled
+        for key, (memory, watching) in list(_watched.items()):
+            if trace in watching.traces:
+                watching.traces.remove(trace)
+            if not watching.traces:
+                memory.pooled = watching.unwatched
                 del _watched[key]
 
 
