@@ -6,9 +6,10 @@ under ``fl.fuse``; the third call of each is recorded at the OpenCL backend: eve
 enqueued (its generated source, global and local size, the bytes of the buffers bound to
 it: an upper bound of what it moves, a view or a pooled buffer counting whole), the
 kernels ``fl.stats()`` counts, the bytes the call allocated and its copies to the host
-(each a wait for the device).  Then the calling thread's CPU time per call of each path
-(median of 7; on a CPU device a read's wait polls, and counts).  The table says whether
-the two paths run the same kernels, in order.
+(each a wait for the device); "fuse eager": ``fl.fuse`` runs the function as Python on
+each call (it writes into a fill, or uses a sort or scan).  Then the calling thread's CPU
+time per call of each path (median of 7; on a CPU device a read's wait polls, and
+counts).  The table says whether the two paths run the same kernels, in order.
 
 On the CPU the GPU recipes (``gpu-coalesced``, ``gpu-rows`` of 256, ``gpu-tiled``) are
 registered for it, as ``lazy_front_half.py`` does; ``--fake-gpu`` goes further: the CPU
@@ -21,6 +22,12 @@ of the GPU run).  ``--source CASE`` prints the two paths' sources where they dif
 
     python benchmarks/probes/lazy_fuse_parity.py --big --fake-gpu [--case ...]
     python benchmarks/probes/lazy_fuse_parity.py --device gpu --big      (GPU host)
+    python benchmarks/probes/lazy_fuse_parity.py --device gpu --n 16777216 --walls 30
+
+``--walls R`` times R interleaved runs of each path as the suite does (call, then
+``fl.synchronize()``): the wall time of both and until the call returns.  Where the
+kernels are the same, a lazy-minus-fuse gap of the first larger than that of the second
+is GPU time the host's work does not explain (the device idling between launches).
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ import fuseloop as fl
 from fuseloop import cache as _cache
 from fuseloop.backends import opencl as _ocl
 from fuseloop.bench.broad import BROAD, FL_OPS
-from fuseloop.runtime import memory as _memory
+from fuseloop.runtime.devices import _runtime
 
 # {{{ the recorder (installed before any kernel object or launcher is made)
 
@@ -61,7 +68,6 @@ TIMED = 7
 def _install() -> None:
     new_kernel = _cache.CompiledKernel.new_kernel
     set_arg, enqueue = _ocl._set_arg, _ocl._enqueue_nd_range
-    allocate = _memory.DeviceMemory.allocate
     backend = _ocl.OpenCLBackend
     enqueue_read = backend.enqueue_read
 
@@ -86,11 +92,6 @@ def _install() -> None:
             return enqueue(queue, k, g, loc, *rest)
         return None
 
-    def recording_allocate(self: Any, nbytes: int) -> Any:
-        if log is not None:
-            allocated[0] += nbytes
-        return allocate(self, nbytes)
-
     def recording_read(self: Any, *a: Any, **k: Any) -> Any:
         if log is not None:
             reads[0] += 1
@@ -100,7 +101,20 @@ def _install() -> None:
     _cache.CompiledKernel.new_kernel = recording_new_kernel  # type: ignore[method-assign]
     _ocl._set_arg = recording_set_arg
     _ocl._enqueue_nd_range = recording_enqueue
-    _memory.DeviceMemory.allocate = recording_allocate  # type: ignore[method-assign]
+
+
+def _count_allocations() -> None:
+    """Wrap the default device memory's ``pooled``, which its ``allocate`` and the hot
+    paths' own allocation call (before any fused signature keeps it)."""
+    memory = _runtime(fl.get_device()).pool
+    pooled = memory.pooled
+
+    def counting(nbytes: int) -> Any:
+        if log is not None:
+            allocated[0] += nbytes
+        return pooled(nbytes)
+
+    memory.pooled = counting
 
 
 # }}}
@@ -143,7 +157,24 @@ def _fetch(r: Any) -> Any:
     return np.asarray(r.get() if hasattr(r, "get") else r)
 
 
-def run_case(wl: Any, big: bool, n: int) -> tuple[dict[str, Any], dict[str, Any], str]:
+def _walls(paths: list[Any], rounds: int) -> list[tuple[float, float]]:
+    """Per path, the median wall time (us) of a call and the synchronize after it, and
+    until the call returns; paths interleaved, as the suite times each run."""
+    got: list[list[tuple[float, float]]] = [[] for _ in paths]
+    for _ in range(rounds):
+        for k, fn in enumerate(paths):
+            t0 = time.perf_counter()
+            r = fn()
+            t1 = time.perf_counter()
+            fl.synchronize()
+            got[k].append(((time.perf_counter() - t0) * 1e6, (t1 - t0) * 1e6))
+            del r
+    return [(statistics.median(w for w, _ in g), statistics.median(h for _, h in g))
+            for g in got]
+
+
+def run_case(wl: Any, big: bool, n: int, walls: int = 0
+             ) -> tuple[dict[str, Any], dict[str, Any], str]:
     """(lazy record, fuse record, check) of workload ``wl``."""
     rng = np.random.default_rng(0)
     inputs = wl.make_inputs(_size(wl, big, n), rng)
@@ -162,6 +193,10 @@ def run_case(wl: Any, big: bool, n: int) -> tuple[dict[str, Any], dict[str, Any]
         for _ in range(2):  # (records the plan or the trace, then replays it)
             fn()
         records.append(_call(fn))
+    records[1]["eager"] = fused.eager_signatures  # (fl.fuse runs it as Python per call)
+    if walls:
+        for rec, wall in zip(records, _walls([lazy, lambda: fused(*args)], walls)):
+            rec["wall"] = wall
     check = "-"
     if not big:
         want = wl.reference(*[inputs[k] for k in wl.inputs])
@@ -205,6 +240,9 @@ def main() -> None:
     ap.add_argument("--fake-gpu", action="store_true",
                     help="the CPU device as a 132-unit GPU (type, units, group size) for "
                          "every rule, still run by PoCL: the GPU's recipes by the registry")
+    ap.add_argument("--walls", type=int, default=0,
+                    help="also time this many interleaved runs of each path (not with "
+                         "--big): wall us of call + synchronize | until the call returns")
     ap.add_argument("--source", help="print the differing sources of this case")
     args = ap.parse_args()
     _install()
@@ -223,20 +261,23 @@ def main() -> None:
             max_work_group_size=1024))
     else:
         fl.set_device(args.device)
+    _count_allocations()
     by_name = {w.name: w for w in BROAD}
     cases = [args.source] if args.source else args.case
     print(f"device {fl.get_device().name}{' as a 132-unit GPU' if args.fake_gpu else ''}; "
           f"{'2^24 / 4096, enqueues no-ops' if args.big else f'n={args.n}'}; third call of "
           "each path. kernels: launches recorded (fl.stats count); MB: bytes bound to the "
           "launches' buffers (upper bound of moved) / allocated; reads: copies to the host "
-          "within the call, lazy/fuse; host us: thread CPU per call, lazy/fuse")
+          "within the call, lazy/fuse; host us: thread CPU per call, lazy/fuse"
+          + ("; then per path: wall us of call + synchronize | until the call returns"
+             if args.walls and not args.big else ""))
     print(f"{'workload':<18} {'kernels lazy':>12} {'fuse':>7} {'MB lazy':>13} {'fuse':>13} "
           f"{'reads':>5} {'host us':>15}  {'sources':<28} check")
     RUN_KERNELS[0] = not args.big
     for name in cases:
         wl = by_name[name]
         try:
-            a, b, check = run_case(wl, args.big, args.n)
+            a, b, check = run_case(wl, args.big, args.n, 0 if args.big else args.walls)
         except Exception as exc:
             print(f"{name:<18} failed: {type(exc).__name__}: {str(exc)[:100]}", flush=True)
             continue
@@ -245,7 +286,10 @@ def main() -> None:
         print(f"{name:<18} {ka:>7} ({a['counted']:>2}) {kb:>2} ({b['counted']:>2}) "
               f"{_mb(ba):>6}/{_mb(a['alloc']):>6} {_mb(bb):>6}/{_mb(b['alloc']):>6} "
               f"{a['reads']:>2}/{b['reads']:<2} {a['us']:>7.0f}/{b['us']:<7.0f}  "
-              f"{_same(a, b):<28} {check}", flush=True)
+              f"{_same(a, b) + (', fuse eager' if b['eager'] else ''):<28} {check}"
+              + ("".join(f"  {label} {rec['wall'][0]:7.1f} | {rec['wall'][1]:6.1f}"
+                         for label, rec in (("lazy", a), ("fuse", b))) if "wall" in a else ""),
+              flush=True)
         if args.source:
             for label, rec in (("lazy", a), ("fuse", b)):
                 print(f"--- {label}: " + ", ".join(
