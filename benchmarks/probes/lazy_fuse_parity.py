@@ -61,6 +61,7 @@ _keep: list[Any] = []  # (kernel objects stay alive, so their ids stay theirs)
 log: list[tuple[str, str, tuple, tuple, int]] | None = None  # launches of the call
 allocated = [0]
 reads = [0]  # copies to the host (each one a wait for the device) within the call
+stamps: list[float] | None = None  # thread CPU time of each enqueue of a timed call
 RUN_KERNELS = [True]
 TIMED = 7
 
@@ -84,6 +85,8 @@ def _install() -> None:
         return set_arg(k, i, value)
 
     def recording_enqueue(queue: Any, k: Any, g: Any, loc: Any, *rest: Any) -> Any:
+        if stamps is not None:
+            stamps.append(time.thread_time())
         if log is not None:
             name, src = _sources.get(id(k), ("?", ""))
             log.append((name, src, tuple(g), tuple(loc or ()),
@@ -130,8 +133,10 @@ def _size(wl: Any, big: bool, n: int) -> int:
 
 def _call(fn: Any) -> dict[str, Any]:
     """One call of ``fn`` recorded (launches, fl.stats()'s count, bytes allocated, reads
-    to the host), then the thread CPU time of further calls (median; us)."""
-    global log
+    to the host), then the thread CPU time of further calls (median; us): in all, and
+    from the call's start to its first enqueue and from there to its last (where the
+    launches are enqueued within the call, not deferred to the synchronize)."""
+    global log, stamps
     fl.synchronize()
     fl.reset_stats()
     log, allocated[0], reads[0] = [], 0, 0
@@ -141,14 +146,24 @@ def _call(fn: Any) -> dict[str, Any]:
         fl.synchronize()  # (deferred small launches are enqueued here)
     finally:
         launches, log = log, None
-    times = []
+    times, first, spans = [], [], []
     for _ in range(TIMED):
+        stamps = []
         t0 = time.thread_time()
-        fn()
-        times.append(time.thread_time() - t0)
+        try:
+            fn()
+            t1 = time.thread_time()
+        finally:
+            got, stamps = stamps, None
+        times.append(t1 - t0)
+        if got:
+            first.append(got[0] - t0)
+            spans.append(got[-1] - got[0])
         fl.synchronize()
     return {"launches": launches, "counted": counted, "alloc": allocated[0],
-            "reads": reads[0], "result": result, "us": statistics.median(times) * 1e6}
+            "reads": reads[0], "result": result, "us": statistics.median(times) * 1e6,
+            "first": statistics.median(first) * 1e6 if first else None,
+            "span": statistics.median(spans) * 1e6 if spans else None}
 
 
 def _fetch(r: Any) -> Any:
@@ -225,6 +240,10 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> str:
     return f"differ ({len(sa - sb)} lazy-only, {len(sb - sa)} fuse-only)"
 
 
+def _us(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
 def _mb(x: float) -> str:
     return f"{x / 2**20:.1f}"
 
@@ -268,11 +287,12 @@ def main() -> None:
           f"{'2^24 / 4096, enqueues no-ops' if args.big else f'n={args.n}'}; third call of "
           "each path. kernels: launches recorded (fl.stats count); MB: bytes bound to the "
           "launches' buffers (upper bound of moved) / allocated; reads: copies to the host "
-          "within the call, lazy/fuse; host us: thread CPU per call, lazy/fuse"
+          "within the call, lazy/fuse; host us: thread CPU per call, lazy/fuse; 1st: of it "
+          "until the first enqueue; span: from the first enqueue to the last"
           + ("; then per path: wall us of call + synchronize | until the call returns"
              if args.walls and not args.big else ""))
     print(f"{'workload':<18} {'kernels lazy':>12} {'fuse':>7} {'MB lazy':>13} {'fuse':>13} "
-          f"{'reads':>5} {'host us':>15}  {'sources':<28} check")
+          f"{'reads':>5} {'host us':>15} {'1st':>11} {'span':>11}  {'sources':<28} check")
     RUN_KERNELS[0] = not args.big
     for name in cases:
         wl = by_name[name]
@@ -285,7 +305,8 @@ def main() -> None:
         ba, bb = sum(x[4] for x in a["launches"]), sum(x[4] for x in b["launches"])
         print(f"{name:<18} {ka:>7} ({a['counted']:>2}) {kb:>2} ({b['counted']:>2}) "
               f"{_mb(ba):>6}/{_mb(a['alloc']):>6} {_mb(bb):>6}/{_mb(b['alloc']):>6} "
-              f"{a['reads']:>2}/{b['reads']:<2} {a['us']:>7.0f}/{b['us']:<7.0f}  "
+              f"{a['reads']:>2}/{b['reads']:<2} {a['us']:>7.0f}/{b['us']:<7.0f} "
+              f"{_us(a['first']):>5}/{_us(b['first']):<5} {_us(a['span']):>5}/{_us(b['span']):<5} "
               f"{_same(a, b) + (', fuse eager' if b['eager'] else ''):<28} {check}"
               + ("".join(f"  {label} {rec['wall'][0]:7.1f} | {rec['wall'][1]:6.1f}"
                          for label, rec in (("lazy", a), ("fuse", b))) if "wall" in a else ""),
