@@ -520,7 +520,7 @@ class Fused:
         n_arrays = len(trace.placeholder_list)
         device = devices[0] if devices else None
         device = device or get_device()
-        saved = install(trace)
+        saved = install(trace, device)
         try:
             result = self.fn(*call_args[:npos], **dict(zip(names, call_args[npos:])))
             structure, outs = _flatten(result, self.__name__)

@@ -349,10 +349,11 @@ class Trace:
 _local = threading.local()
 
 
-def install(trace: Trace) -> Any:
+def install(trace: Trace, device: Device | None = None) -> Any:
     """Make ``trace`` this thread's run-plan recorder (what run_plans.run does for its
-    own :class:`~fuseloop.run_plans.Recorder`); returns the one it replaces."""
-    _watch(trace)
+    own :class:`~fuseloop.run_plans.Recorder`); returns the one it replaces.  ``device``:
+    the one the function runs on (its memory is watched even if nothing used it yet)."""
+    _watch(trace, device)
     saved = _rp.install_recorder(trace)
     trace_checks.append(trace.check)
     return saved
@@ -396,9 +397,11 @@ class _Watching:
 _watched: dict[int, tuple[Any, _Watching]] = {}  # id(device memory): (it, its watcher)
 
 
-def _watch(trace: Trace) -> None:
-    from .runtime.devices import _runtimes
+def _watch(trace: Trace, device: Device | None) -> None:
+    from .runtime.devices import _runtime, _runtimes
 
+    if device is not None:
+        _runtime(device)  # (opened now, so that its allocations are seen)
     with _watch_lock:
         for rt in list(_runtimes.values()):
             memory = rt.pool

@@ -6,6 +6,11 @@ launches and compilations of a replayed call.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -435,6 +440,22 @@ def test_results_of_unrecorded_kernels_are_not_replayed_stale(device):
         xh = _host(300)
         _close(with_constants(fl.asarray(xh)).get(), xh + 3.0 * np.arange(300.0))
     assert with_constants.eager_signatures == 0
+
+
+def test_unrecorded_kernels_of_a_function_without_array_arguments():
+    # in a new process no device was used before the trace: the device it opens must
+    # be watched as well, or the sort's buffer passes for a constant
+    script = textwrap.dedent("""
+        import numpy as np
+        import fuseloop as fl
+        f = fl.fuse(lambda s: fl.sort(fl.sin(fl.arange(200) * s)))
+        ok = [bool(np.allclose(f(s).get(), np.sort(np.sin(np.arange(200) * s)), atol=1e-5))
+              for s in (1.0, 2.0)]
+        print(ok, f.eager_signatures)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], env=dict(os.environ),
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[-2] == "[True, True] 1", out.stdout + out.stderr
 
 
 def test_nested_fused_functions_and_closures(device, fresh_stats):
