@@ -421,7 +421,8 @@ def _unwatch(trace: Trace) -> None:
             if trace in watching.traces:
                 watching.traces.remove(trace)
             if not watching.traces:
-                memory.pooled = watching.unwatched
+                if memory.pooled is watching:  # (else replaced since: left as it is)
+                    memory.pooled = watching.unwatched
                 del _watched[key]
 
 
