@@ -216,7 +216,8 @@ class Trace:
         self.keep: list[Any] = []  # (ids of these are keys above: kept alive)
         # buffers allocated on this thread while the trace is installed (see _watch), by
         # id, kept alive: one that a launch reads before any recorded launch wrote it was
-        # made by work the record does not hold (a sort, a scan, a fill)
+        # made by work the record does not hold (a sort, a scan), unless it was filled
+        # or uploaded (constant)
         self.thread = threading.get_ident()
         self.born: dict[int, Any] = {}
 
@@ -314,7 +315,7 @@ class Trace:
                 if self.made_here(s):
                     # (a replay would read this call's contents again: stale results)
                     self.failed = ("it reads an array made by work the record does not "
-                                   "hold (a sort, scan, FFT or fill)")
+                                   "hold (a sort, a scan, an FFT)")
                     return
                 ref = refs[id(s)] = ("c", len(self.consts))
                 self.consts.append(s)
