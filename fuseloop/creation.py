@@ -20,6 +20,7 @@ from .expr.nodes import Apply, Iota, Scalar
 from .multi_hooks import splits
 from .runtime.devices import Device, device_set, find_device, get_device
 from .runtime.transfer import wait
+from .trace_hooks import constant_buffers, constant_contents
 
 ShapeLike = int | tuple[int, ...] | list[int]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -121,6 +122,8 @@ def full(shape: ShapeLike, fill_value: Any, dtype: Any = None, device: Any = Non
             pattern = pattern.astype(np.uint8)
         backend_for(out.device).fill(out.device, out._storage.buffer,  # type: ignore[union-attr]
                                      pattern, out.nbytes)
+        if constant_buffers:  # (fl.fuse tracing: a constant of the function)
+            constant_contents(out._storage.buffer)  # type: ignore[union-attr]
     return out
 
 
@@ -218,7 +221,10 @@ def asarray(obj: Any, dtype: Any = None, device: Any = None, *,
     dt = as_dtype(host.dtype)
     _check_device_dtype(dt, dev)
     host = np.asarray(host, order="C")  # (np.ascontiguousarray makes 0-d arrays 1-d)
-    return Array._concrete(upload(host, dev), dt, host.shape)
+    storage = upload(host, dev)
+    if constant_buffers:  # (fl.fuse tracing: host data, a constant of the function)
+        constant_contents(storage.buffer)
+    return Array._concrete(storage, dt, host.shape)
 
 
 def _is_pyopencl_array(obj: Any) -> bool:

@@ -252,6 +252,8 @@ def _prepared_single(entry: _Entry) -> Callable[[list[Storage], list[Any], tuple
     mem = entry.pool
     reserve = mem.reserve(nbytes)
     pooled, refused = mem.pooled, mem.refused
+    # (not a trace's watcher of another thread: see tracing._watch)
+    pooled = getattr(pooled, "unwatched", pooled)
     fixed = entry.fixed_scalars
     slots = entry.slots
     replay = entry.replay
@@ -518,7 +520,7 @@ class Fused:
         n_arrays = len(trace.placeholder_list)
         device = devices[0] if devices else None
         device = device or get_device()
-        saved = install(trace)
+        saved = install(trace, device)
         try:
             result = self.fn(*call_args[:npos], **dict(zip(names, call_args[npos:])))
             structure, outs = _flatten(result, self.__name__)
@@ -527,6 +529,7 @@ class Fused:
             uninstall(trace, saved)
         self.traces += 1
         entry = _make_entry(trace, device, structure, outs, computed, stand_ins, n_arrays)
+        trace.born.clear()  # (the buffers allocated while tracing: no longer needed)
         if len(self._entries) >= ENTRIES_MAX:
             self._entries.clear()
         self._entries[key] = entry
@@ -704,9 +707,10 @@ def _record_results(entry: _Entry, trace: Trace, outs: list, computed: list[Stor
                 results.append((0, pos(ref), o.dtype, o.shape))
             elif c is not None and c.nbytes == 0:  # (no launch: a new buffer per call)
                 results.append((4, None, o.dtype, o.shape))
-            elif ref is None and c is o._storage and c not in trace.traced:
+            elif ref is None and c is o._storage and c not in trace.traced \
+                    and (c is None or not trace.made_here(c)):
                 results.append((2, o, None, None))  # a constant array, returned as is
-            else:  # (not expected: a result no recorded launch wrote)
+            else:  # a result no recorded launch wrote (a sort's, a scan's)
                 entry.eager = True
                 results.append((2, None, None, None))
         elif isinstance(o, TracedScalar):

@@ -15,6 +15,18 @@ import numpy as np
 trace_checks: list[Callable[[Any, str], None]] = []
 
 
+# the traces in progress note every buffer allocated while they run (see
+# fuseloop.tracing._watch); each of these is called with a new buffer whose contents no
+# argument decides (a fill, a copy of host data), which a recorded launch may then read
+# as a constant of the function
+constant_buffers: list[Callable[[Any], None]] = []
+
+
+def constant_contents(buffer: Any) -> None:
+    for note in constant_buffers:
+        note(buffer)
+
+
 def check_traced(a: Any, what: str) -> None:
     for check in trace_checks:
         check(a, what)

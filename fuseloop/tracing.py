@@ -28,7 +28,7 @@ from .dtypes import as_dtype, scalar_to
 from .errors import TracingError
 from .expr.nodes import Leaf, Node, Scalar, Storage
 from .runtime.devices import Device
-from .trace_hooks import ScalarStandIn, trace_checks
+from .trace_hooks import ScalarStandIn, constant_buffers, trace_checks
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 SCALAR_TYPES = (bool, int, float)
@@ -214,6 +214,22 @@ class Trace:
         self.steps: list[_rp._Step] = []
         self.failed: str | None = None
         self.keep: list[Any] = []  # (ids of these are keys above: kept alive)
+        # buffers allocated on this thread while the trace is installed (see _watch), by
+        # id, kept alive: one that a launch reads before any recorded launch wrote it was
+        # made by work the record does not hold (a sort, a scan), unless it was filled
+        # or uploaded (constant)
+        self.thread = threading.get_ident()
+        self.born: dict[int, Any] = {}
+
+    def made_here(self, storage: Storage) -> bool:
+        """Whether ``storage``'s buffer was allocated while this trace ran (and not
+        declared constant: :meth:`constant`)."""
+        return id(storage.buffer) in self.born
+
+    def constant(self, buffer: Any) -> None:
+        """``buffer``'s contents are constants of the function (a fill, an upload)."""
+        if threading.get_ident() == self.thread:
+            self.born.pop(id(buffer), None)
 
     # stand-ins
 
@@ -296,6 +312,11 @@ class Trace:
         for s in bindings.storages:
             ref = refs.get(id(s))
             if ref is None:
+                if self.made_here(s):
+                    # (a replay would read this call's contents again: stale results)
+                    self.failed = ("it reads an array made by work the record does not "
+                                   "hold (a sort, a scan, an FFT)")
+                    return
                 ref = refs[id(s)] = ("c", len(self.consts))
                 self.consts.append(s)
             storage_refs.append(ref)
@@ -329,9 +350,11 @@ class Trace:
 _local = threading.local()
 
 
-def install(trace: Trace) -> Any:
+def install(trace: Trace, device: Device | None = None) -> Any:
     """Make ``trace`` this thread's run-plan recorder (what run_plans.run does for its
-    own :class:`~fuseloop.run_plans.Recorder`); returns the one it replaces."""
+    own :class:`~fuseloop.run_plans.Recorder`); returns the one it replaces.  ``device``:
+    the one the function runs on (its memory is watched even if nothing used it yet)."""
+    _watch(trace, device)
     saved = _rp.install_recorder(trace)
     trace_checks.append(trace.check)
     return saved
@@ -340,6 +363,68 @@ def install(trace: Trace) -> Any:
 def uninstall(trace: Trace, saved: Any) -> None:
     trace_checks.remove(trace.check)
     _rp.restore_recorder(saved)
+    _unwatch(trace)
+
+
+# Allocations while a trace runs.  Work that no recorded launch does (hand-written
+# kernels: sorts, FFTs; pyopencl's scans) writes buffers the recorder never sees; a later
+# recorded launch reading one would take it for a constant and replay it with the first
+# call's contents.  Every such buffer is allocated during the trace, so each device
+# memory's ``pooled`` (which ``allocate`` and the hot paths' own allocation call) is
+# wrapped while any trace runs; a buffer of another thread is not noted, and fills and
+# uploads say that theirs hold constants (trace_hooks.constant_contents).
+_watch_lock = threading.Lock()
+
+
+class _Watching:
+    """A device memory's ``pooled`` while traces run: the allocation, noted in each
+    trace of the calling thread."""
+
+    __slots__ = ("traces", "unwatched")
+
+    def __init__(self, unwatched: Any) -> None:
+        self.unwatched = unwatched  # (the memory's own pooled, restored after)
+        self.traces: list[Trace] = []
+
+    def __call__(self, nbytes: int) -> Any:
+        buffer = self.unwatched(nbytes)
+        me = threading.get_ident()
+        for t in self.traces:
+            if t.thread == me:
+                t.born[id(buffer)] = buffer
+        return buffer
+
+
+_watched: dict[int, tuple[Any, _Watching]] = {}  # id(device memory): (it, its watcher)
+
+
+def _watch(trace: Trace, device: Device | None) -> None:
+    from .runtime.devices import _runtime, _runtimes
+
+    if device is not None:
+        _runtime(device)  # (opened now, so that its allocations are seen)
+    with _watch_lock:
+        for rt in list(_runtimes.values()):
+            memory = rt.pool
+            entry = _watched.get(id(memory))
+            if entry is None:
+                entry = _watched[id(memory)] = (memory, _Watching(memory.pooled))
+                memory.pooled = entry[1]
+            entry[1].traces.append(trace)
+        constant_buffers.append(trace.constant)
+
+
+def _unwatch(trace: Trace) -> None:
+    with _watch_lock:
+        if trace.constant in constant_buffers:
+            constant_buffers.remove(trace.constant)
+        for key, (memory, watching) in list(_watched.items()):
+            if trace in watching.traces:
+                watching.traces.remove(trace)
+            if not watching.traces:
+                if memory.pooled is watching:  # (else replaced since: left as it is)
+                    memory.pooled = watching.unwatched
+                del _watched[key]
 
 
 # }}}

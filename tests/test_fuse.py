@@ -6,6 +6,11 @@ launches and compilations of a replayed call.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -405,6 +410,52 @@ def test_functions_it_cannot_replay_run_as_python(device):
         want[1:] = xh[:-1]
         _close(got.get(), want * 2)
     assert shift_computed.traces == 1 and shift_computed.eager_signatures == 0
+
+
+def test_results_of_unrecorded_kernels_are_not_replayed_stale(device):
+    # a sort and a scan run kernels the recorder never sees (hand-written, pyopencl's):
+    # a replay would read the first call's sorted values, so such a signature runs as
+    # Python, whether their result is read by a recorded kernel or returned as it is
+    @fl.fuse
+    def sorted_plus_scan(x):
+        return fl.sort(x) * 2 + fl.cumsum(x)
+
+    @fl.fuse
+    def just_sorted(x):
+        return fl.sort(x)
+
+    for _ in range(3):
+        xh = _host(300)
+        np.testing.assert_allclose(sorted_plus_scan(fl.asarray(xh)).get(),
+                                   np.sort(xh) * 2 + np.cumsum(xh), rtol=1e-5)
+        np.testing.assert_array_equal(just_sorted(fl.asarray(xh)).get(), np.sort(xh))
+    assert sorted_plus_scan.traces == 1 and sorted_plus_scan.eager_signatures == 1
+    assert just_sorted.traces == 1 and just_sorted.eager_signatures == 1
+
+    @fl.fuse
+    def with_constants(x):  # (a fill and an upload made while tracing are constants)
+        return x + fl.full(x.shape, 3.0, dtype=x.dtype) * fl.asarray(np.arange(300.0))
+
+    for _ in range(2):
+        xh = _host(300)
+        _close(with_constants(fl.asarray(xh)).get(), xh + 3.0 * np.arange(300.0))
+    assert with_constants.eager_signatures == 0
+
+
+def test_unrecorded_kernels_of_a_function_without_array_arguments():
+    # in a new process no device was used before the trace: the device it opens must
+    # be watched as well, or the sort's buffer passes for a constant
+    script = textwrap.dedent("""
+        import numpy as np
+        import fuseloop as fl
+        f = fl.fuse(lambda s: fl.sort(fl.sin(fl.arange(200) * s)))
+        ok = [bool(np.allclose(f(s).get(), np.sort(np.sin(np.arange(200) * s)), atol=1e-5))
+              for s in (1.0, 2.0)]
+        print(ok, f.eager_signatures)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], env=dict(os.environ),
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[-2] == "[True, True] 1", out.stdout + out.stderr
 
 
 def test_nested_fused_functions_and_closures(device, fresh_stats):
