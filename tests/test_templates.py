@@ -178,3 +178,31 @@ def test_a_changed_setting_is_not_copied_from_an_old_template(device, monkeypatc
     assert not any(rows_first())
     monkeypatch.setattr(reductions, "ROWS_FIRST_MIN", 1)
     assert all(rows_first())
+
+
+def test_a_binary_search_is_copied(device, checked, monkeypatch):
+    """``searchsorted``'s gathers (one a halving) are copied too: the third call of a
+    structure builds nothing, takes the new buffers and gives numpy's positions (NaNs,
+    ties, both sides)."""
+    from fuseloop.ops import sorting
+
+    rng = np.random.default_rng(5)
+    hs = np.sort(rng.standard_normal(20000)).astype(np.float32)  # (15 halvings)
+    hs[-3:] = np.nan
+    hs[50:60] = hs[50]
+    tables = [hs, np.sort(rng.standard_normal(20000)).astype(np.float32)]
+    values = [rng.standard_normal(40).astype(np.float32) for _ in range(3)]
+    values[2][:4] = [np.nan, hs[50], hs[0], np.inf]
+    for side in ("left", "right"):
+        fl.searchsorted(fl.asarray(hs), fl.asarray(values[0]), side=side)
+        fl.searchsorted(fl.asarray(hs), fl.asarray(values[0]), side=side)  # (recorded)
+
+    def built(*args, **kwargs):
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(sorting, "_search", built)
+    for table in tables:
+        for v in values:
+            for side in ("left", "right"):
+                got = fl.searchsorted(fl.asarray(table), fl.asarray(v), side=side)
+                np.testing.assert_array_equal(got.get(), np.searchsorted(table, v, side=side))

@@ -15,8 +15,8 @@ is the node tree a fresh build would have made, so the structure key and kernels
 the same.
 
 A subtree is not recorded (the key is remembered as such, and the composite built
-each time) when it holds a node kind this module does not copy (gathers,
-concatenations, sparse products, pointers) or a buffer that is not among its
+each time) when it holds a node kind this module does not copy (concatenations,
+sparse products, pointers) or a buffer that is not among its
 operand's (a copy evaluated on the way).
 """
 
@@ -32,6 +32,7 @@ from .. import trace_hooks as _trace_hooks
 from .nodes import (
     _EMPTY,
     Apply,
+    Gather,
     Iota,
     Leaf,
     Literal,
@@ -47,10 +48,11 @@ _new = object.__new__
 _N = TypeVar("_N", bound=Node | None)
 
 # step kinds (see Template); operations first, as most steps are
-_APPLY, _REDUCE, _IN, _LEAF, _SCALAR, _SHARED, _REMAP = range(7)
+_APPLY, _REDUCE, _IN, _LEAF, _SCALAR, _SHARED, _REMAP, _GATHER = range(8)
 
-#: the most nodes a template records (a larger subtree is built each time)
-MAX_STEPS = 256
+#: the most nodes a template records (a larger subtree is built each time): a binary
+#: search (``fl.searchsorted``) takes about 20 a halving, 32 halvings for 2^32 positions
+MAX_STEPS = 1024
 TEMPLATES_MAX = 2048
 # key -> Template; None: a subtree that is not recorded (see the module's docstring);
 # _SEEN: a key met once
@@ -150,6 +152,10 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
             child = enc(node.child)
             step = (_REMAP, child, node.shape, node.offsets, node.coeffs, node.sig,
                     refs(node, (child,)))
+        elif cls is Gather:
+            child, idx = enc(node.child), enc(node.index)
+            step = (_GATHER, child, idx, node.axis, node.checked, node.shape, node.sig,
+                    refs(node, (child, idx)))
         else:
             raise _NotCopied
         if len(steps) >= MAX_STEPS:
@@ -243,6 +249,15 @@ def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
             node.value, node.dtype, node.shape, node.storages = value, value.dtype, (), _EMPTY
         elif kind == _SHARED:
             node = step[1]
+        elif kind == _GATHER:
+            _, child, idx, axis, checked, shape, sig, refs = step
+            node = _new(Gather)
+            c, i = pool[child], pool[idx]
+            node.child, node.index, node.axis, node.checked = c, i, axis, checked
+            node.dtype, node.shape, node.sig = c.dtype, shape, sig
+            node.storages = _union(c.storages or _EMPTY, i.storages or _EMPTY)
+            node.operands = None if refs is None else pool[refs].operands \
+                if type(refs) is int else tuple(map(get, refs))
         else:
             _, child, shape, offsets, coeffs, sig, refs = step
             node = _new(Remap)

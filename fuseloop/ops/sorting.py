@@ -204,35 +204,47 @@ def argsort(x: Any, /, *, axis: int = -1, descending: bool = False,
     return moveaxis(done.order, -1, ax)
 
 
-def _nan_aware_less(a: Array, v: Array, or_equal: bool) -> Array:
-    """``a < v`` (``a <= v``) in sort order, where NaN is larger than every number."""
+def _nan_aware_less(a: Array, v: Array, or_equal: bool, v_nan: Array | None) -> Array:
+    """``a < v`` (``a <= v``) in sort order, where NaN is larger than every number;
+    ``v_nan``: ``isnan(v)`` (None where neither is a float)."""
     from ..ufuncs import FUNCTIONS
 
-    if a.dtype.kind != "f" and v.dtype.kind != "f":
+    if v_nan is None:
         return a <= v if or_equal else a < v
-    isnan = FUNCTIONS["isnan"]
     if or_equal:
-        return (a <= v) | isnan(v)
-    return (a < v) | (isnan(v) & ~isnan(a))
+        return (a <= v) | v_nan
+    return (a < v) | (v_nan & ~FUNCTIONS["isnan"](a))
 
 
 def _rank_in_sorted(s: Array, v: Array, or_equal: bool) -> Array:
     """How many of the sorted 1-D ``s`` are below ``v`` (``<= v`` with ``or_equal``) in
     sort order (NaN last), for each element of ``v``: a branch-free binary search in
     the consumer's kernel, one unchecked gather per halving of the step (its position
-    clamped into range), so O(v.size * log2(len(s))) work."""
+    clamped into range), so O(v.size * log2(len(s))) work.  Its ~15 operations a step
+    are built once per structure of ``s`` and ``v`` and then copied
+    (:func:`~fuseloop.expr.templates.composite_of`)."""
+    from ..expr.templates import composite_of
+
+    return composite_of("rank_in_sorted", (s, v), lambda: _search(s, v, or_equal),
+                        or_equal)
+
+
+def _search(s: Array, v: Array, or_equal: bool) -> Array:
+    """:func:`_rank_in_sorted`'s expression, built."""
     from ..ufuncs import FUNCTIONS, astype, where
 
     m = s.shape[0]
     found: Any = astype(v < v, _INT64)  # (zeros of v's shape: NaN < NaN too)
+    floats = s.dtype.kind == "f" or v.dtype.kind == "f"
+    v_nan = FUNCTIONS["isnan"](v) if floats else None
     step = 1 << (m.bit_length() - 1) if m else 0
     while step:
         # the predicate is true on a prefix of s: grow the prefix by step where it holds
         # for the step's last element
         pos = FUNCTIONS["minimum"](found + (step - 1), m - 1)
         a = Array._lazy(Gather(s._node, pos._node, 0, checked=False), v.device)
-        found = where((found + step <= m) & _nan_aware_less(a, v, or_equal),
-                      found + step, found)
+        grown = found + step
+        found = where((grown <= m) & _nan_aware_less(a, v, or_equal, v_nan), grown, found)
         step >>= 1
     return found
 
