@@ -39,7 +39,8 @@ devices of one platform).  Usage::
     python benchmarks/bench_multigpu.py --devices "cuda:0,cuda:1;opencl:0,opencl:1"
 
 ``--variants`` times each split workload again with each of the split path's
-selectable mechanisms off in turn, then all off (rows ``-plans``, ``-fast``, ``-templates``,
+selectable mechanisms off in turn, then all off (rows ``-plans``, ``-fast``, ``-prepared``,
+``-templates``,
 ``-replay``, ``-arenas``, ``-async``, ``-pinned``, ``-hostscalar``, ``-bybuffer``,
 ``-leanhalos``, ``-waitlast``, ``-all``;
 see :data:`VARIANTS`), then with all on again
@@ -116,6 +117,9 @@ VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
     # a sum's known parts replayed back to back in multi.replay (each through the
     # plan-by-signature replay instead); CUDA: one device switch per part
     "-fast": [("fuseloop.multi.replay", "FAST", False)],
+    # a known plan's launch on a device prepared once (kernel objects, argument places,
+    # the steps' checks) and later parts launched from it
+    "-prepared": [("fuseloop.multi.replay", "PREPARED", False)],
     # later parts' partial sums substituted into the first part's reduction node
     "-templates": [("fuseloop.multi.reduce", "TEMPLATES", False)],
     # partial results replayed from their device's run plan, not through Array.eval
