@@ -14,6 +14,9 @@ Workloads (float32, inputs made on the devices by ``fl.random``, nothing uploade
   the halo rows (one above and one below each inner boundary): peer to peer between
   CUDA devices, on the source's queue between OpenCL devices of one context, else
   through the host.
+* ten such steps, each on the last one's result, with one wait at the end (``stencil
+  ... x10 steps``): what a time-stepping loop sees, the host enqueueing a step while
+  the devices run the one before (where nothing makes it wait: see ``+chained``).
 
 Each is timed on the first listed device alone (an ordinary array) and on all listed
 devices (a ``fl.MultiArray``), and the ratio of throughputs is printed.  Devices:
@@ -43,7 +46,7 @@ selectable mechanisms off in turn, then all off (rows ``-plans``, ``-fast``, ``-
 ``-templates``,
 ``-replay``, ``-arenas``, ``-async``, ``-pinned``, ``-hostscalar``, ``-bybuffer``,
 ``-leanhalos``, ``-waitlast``, ``-all``;
-see :data:`VARIANTS`), then with all on again
+see :data:`VARIANTS`), with one that is off by default on (``+chained``), then with all on again
 (``again``: the drift), in the same run, against the same one-device time.
 
 ``--trace`` then shows where a split call's time goes, per workload: the host time to
@@ -70,6 +73,8 @@ from fuseloop.bench.runner import median_time
 from fuseloop.runtime.devices import find_device
 
 LAPLACE = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+#: stencil steps of the pipelined stencil workload (one wait at the end)
+STEPS = 10
 
 
 def _inputs(shape: Any, where: Any) -> tuple[Any, Any]:
@@ -141,6 +146,10 @@ VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
     "-waitlast": [("fuseloop.multi.exchange", "WAIT_LAST", False)],
 }
 VARIANTS["-all"] = [item for items in list(VARIANTS.values()) for item in items]
+# (a mechanism off by default, turned on: not part of -all)
+# halo rows through the host written by writes the GPUs hold back until the reads are
+# done (OpenCL, a context per device): the host waits for no halo read
+VARIANTS["+chained"] = [("fuseloop.backends.opencl_staging", "HALO_EVENTS", "auto")]
 VARIANTS["again"] = []  # (every mechanism on, timed last: the drift over the variants)
 
 
@@ -394,12 +403,20 @@ def main(argv: list[str] | None = None) -> int:
     def stencil_step(u: Any) -> Any:
         return u + np.float32(0.1) * fl.stencil(u, LAPLACE)
 
+    def stencil_steps(u: Any) -> Any:
+        # (each step evaluated, nothing waited for: the host enqueues the next step's
+        # halo copies and parts while the devices run this one)
+        for _ in range(STEPS - 1):
+            u = stencil_step(u).eval()
+        return stencil_step(u)
+
     workloads = [
         Workload("2*x - sin(y) + x*y", 12 * n, two, lambda x, y: 2 * x - fl.sin(y) + x * y),
         Workload("sum(x*y)", 8 * n, two, lambda x, y: fl.sum(x * y),
                  lambda k, x, y: fl.sum(x.parts[k] * y.parts[k]).eval(),
                  read=not args.no_read),
         Workload(f"5-point stencil {g}^2", 8 * g * g, grid, stencil_step),
+        Workload(f"stencil {g}^2 x{STEPS} steps", 8 * g * g * STEPS, grid, stencil_steps),
     ]
     peer = {} if args.no_peer else _cupy_peer(n, args.repeat, not args.no_read)
     rows = []

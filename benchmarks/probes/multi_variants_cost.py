@@ -14,7 +14,8 @@ the first device), ``-waitlast`` (a wait per halo piece), ``-bybuffer`` (kept st
 templates over windows, not moved onto buffers), ``-leanhalos`` (every halo through
 the general row walk), ``-fast`` (a sum's parts each through the plan-by-signature
 replay), ``-prepared`` (each part's steps checked at each launch, not prepared once per
-plan and device), ``-plans``, ``again`` (all on).  Four PoCL
+plan and device), ``-plans``, ``+chained`` (halo rows through the host uploaded by writes
+the devices hold back until the reads are done: no host wait), ``again`` (all on).  Four PoCL
 devices, a context each (the host combines and exchanges) or one shared context::
 
     POCL_DEVICES="pthread pthread pthread pthread" FUSELOOP_OPENCL_SHARED_CONTEXT=0 \\
@@ -47,6 +48,8 @@ ROWS: dict[str, list[tuple[str, str, Any]]] = {
     "-prepared": [("fuseloop.multi.replay", "PREPARED", False)],
     "-plans": [("fuseloop.multi.reduce", "PLANS", False),
                ("fuseloop.multi.exchange", "PLANS", False)],
+    # (off by default: on, for every OpenCL device, this CPU's included)
+    "+chained": [("fuseloop.backends.opencl_staging", "HALO_EVENTS", "1")],
     "again": [],  # (all on, last: the drift over a round)
 }
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -109,6 +110,74 @@ class PinnedStaging:
         self.made[size] = self.made.get(size, 0) + 1
         return Slot(self, buffer, host)
 
+
+#: which OpenCL devices get a split stencil's halo rows by a write that waits, on the
+#: device, for the reads bringing them from the other contexts (:func:`upload_after`)
+#: rather than after the host waited for those reads: ``0`` (none, the default: each
+#: read's completion callback costs pyopencl a thread of its own, and the write opens
+#: only once the host lets a callback take the interpreter's lock: untimed on GPUs
+#: yet), ``auto`` (GPUs, whose writes are asynchronous already), ``1`` (every OpenCL
+#: device, PoCL's CPU too: for tests and timing); ``FUSELOOP_MULTI_HALO_EVENTS``, read at
+#: each use (``bench_multigpu --variants`` row ``+chained``)
+HALO_EVENTS = os.environ.get("FUSELOOP_MULTI_HALO_EVENTS", "0").strip().lower()
+
+
+def chains_for(device: Any) -> bool:
+    """Whether halo rows for ``device`` are uploaded by :func:`upload_after`."""
+    mode = HALO_EVENTS
+    if mode in ("0", "off", "no", "false"):
+        return False
+    return mode in ("1", "on", "yes", "true") or device.type != "cpu"
+
+
+def upload_after(device: Any, buffer: Any, host: np.ndarray,
+                 reads: list[tuple[Any, Callable[[int], None]]]) -> Any:
+    """Enqueue the write of ``host`` into ``buffer`` on ``device``'s queue, held back by
+    a user event of its context until every read of ``reads`` (``(event, then)``; events
+    of other contexts, which a wait list cannot name) has completed: each read's
+    completion callback (on the driver's thread) calls its ``then(status)`` (copying
+    the rows read into ``host``), and the last one opens the gate.  The host waits
+    for none of them; the kernels enqueued after the write wait on the device.  A
+    failed read (or ``then``) fails the gate, so the write and what follows it fail
+    rather than read stale rows.  The write's event."""
+    gate = cl.UserEvent(device.context)
+    left = [len(reads)]
+    failed = [0]
+    lock = threading.Lock()
+
+    def opened(then: Callable[[int], None]) -> Callable[[int], None]:
+        def fired(status: int) -> None:
+            try:
+                then(status)
+            except BaseException:
+                status = min(status, -1)
+            finally:
+                with lock:
+                    left[0] -= 1
+                    if status < 0 and not failed[0]:
+                        failed[0] = status
+                    last = left[0] == 0
+                if last:
+                    gate.set_status(failed[0] or _COMPLETE)
+        return fired
+
+    try:
+        write = _enqueue_write(device.queue, buffer, host, [gate])
+        for event, then in reads:
+            event.set_callback(_COMPLETE, opened(then))
+    except BaseException:
+        gate.set_status(-1)  # (never left closed: the queue would wait for good)
+        raise
+    if not reads:
+        gate.set_status(_COMPLETE)
+    return write
+
+
+def _enqueue_write(queue: Any, buffer: Any, host: np.ndarray, wait_for: list[Any]) -> Any:
+    return cl.enqueue_copy(queue, buffer, host, is_blocking=False, wait_for=wait_for)
+
+
+_COMPLETE = cl.command_execution_status.COMPLETE
 
 # device index -> (device, its staging): by identity too (a device opened again under
 # another index, or a cleared runtime, gets its own)

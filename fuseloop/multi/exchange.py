@@ -156,6 +156,8 @@ class _HostBatch:
         self.pending: list[tuple[Any, Any, Any, np.ndarray, np.ndarray, Any]] = []
         self.uploads: list[tuple[np.ndarray, Any]] = []  # (host rows, their storage)
         self.arenas: list[_Arena] = []
+        #: per pending read, where its rows go up from: its arena, or its upload's index
+        self.targets: list[_Arena | int] = []
         #: where the pieces added now go if they fit (see :meth:`arena`), else a buffer each
         self.current: _Arena | None = None
 
@@ -189,13 +191,17 @@ class _HostBatch:
         of ``storage`` on ``source``."""
         current = self.current
         placed = current.take(shape, dtype, device) if current is not None else None
+        target: _Arena | int
         if placed is None:
             host = np.empty(shape, dtype)
             out = allocate(host.nbytes, device)
+            target = len(self.uploads)
             self.uploads.append((host, out))
             got = Array._concrete(out, dtype, shape)
         else:
             host, got = placed
+            assert current is not None  # (it placed them)
+            target = current
         rt = _runtime(source)
         if rt.deferred:
             rt.flush()
@@ -208,12 +214,18 @@ class _HostBatch:
             slot.event = event
         rt.submit(rt.queue)
         self.pending.append((event, source, storage, host, into, slot))
+        self.targets.append(target)
         return got
 
     def finish(self) -> None:
         """Wait for the reads (all enqueued before the first wait: with
         :data:`WAIT_LAST`, once per source device, for its last read), copy the staged
-        ones out, then upload: a write per arena and per piece outside one."""
+        ones out, then upload: a write per arena and per piece outside one.  Where every
+        destination's rows may go up by a write its device holds back until their reads
+        are done (:func:`_chains`), nothing waits: see :meth:`_finish_chained`."""
+        if self.pending and _chains(self):
+            self._finish_chained()
+            return
         if WAIT_LAST:
             # (a device's queue runs in order: its last read done, all its reads are)
             last = {id(source): (event, source) for event, source, *_ in self.pending
@@ -232,10 +244,84 @@ class _HostBatch:
             _upload(out.buffer, host, out.device)
         for arena in self.arenas:
             arena.upload()
+        self._clear()
+
+    def _clear(self) -> None:
         self.pending.clear()
         self.uploads.clear()
         self.arenas.clear()
+        self.targets.clear()
         self.current = None
+
+    def _finish_chained(self) -> None:
+        """Each destination's write enqueued at once, held back on its device until the
+        reads of its rows have completed (``opencl_staging.upload_after``: each read's
+        completion callback copies its staged rows into the write's host rows); the
+        kernels enqueued after it wait there, not the host.  The host rows and slots
+        are let go as :func:`_upload`'s are (the next batch waits for the writes)."""
+        from ..backends.opencl_staging import upload_after
+
+        _settle_uploads()  # (the last batch's: done long since)
+        reads: dict[Any, list[tuple[Any, Any]]] = {}
+        for (event, _, storage, host, into, slot), target in zip(self.pending, self.targets):
+            reads.setdefault(target, []).append((event, _copier(host, into, slot, storage,
+                                                                event)))
+        ups = [(host, out.buffer, out.device, None, reads.get(k, []))
+               for k, (host, out) in enumerate(self.uploads)]
+        for arena in self.arenas:
+            if arena.host is not None and arena.used:
+                ups.append((arena.host[:arena.used], arena.storage.buffer, arena.device,
+                            arena.slot, reads.get(arena, [])))
+            elif arena.slot is not None:
+                arena.slot.release()
+        self._clear()
+        for host, buffer, device, slot, mine in ups:
+            write = upload_after(device, buffer, host, mine)
+            _runtime(device).submit(device.queue)
+            if slot is not None:
+                slot.event = write  # (not handed out again before the write completed)
+            _in_flight().append((write, device, host, slot))
+
+
+def _copier(host: np.ndarray, into: np.ndarray, slot: Any, storage: Any, event: Any
+            ) -> Callable[[int], None]:
+    """What a chained read's completion does (on the callback's thread): its staged
+    bytes copied into ``host``, its slot given back; ``storage``, the buffer read, and
+    ``event``, the read's, held until then: pyopencl's event of a copy into host memory
+    waits for the copy when it is let go, holding the interpreter's lock, so one let go
+    while its read queues behind a held-back write (the last step's, whose opening
+    callback needs that lock) would never return."""
+    def then(status: int) -> None:
+        if status >= 0 and into is not host:
+            host.reshape(-1).view(np.uint8)[...] = into
+        if slot is not None:
+            slot.release()
+        del keep[:]
+
+    keep = [storage, event]
+    return then
+
+
+def _chains(batch: _HostBatch) -> bool:
+    """Whether ``batch``'s uploads may wait for their reads on their devices: chaining
+    on (``opencl_staging.chains_for`` of every destination), every read an OpenCL event
+    between OpenCL devices."""
+    if not CHAINED:
+        return False
+    from ..backends.opencl_staging import chains_for
+
+    for event, source, *_ in batch.pending:
+        if event is None or source.backend != "opencl":
+            return False
+    devices = [out.device for _, out in batch.uploads] + [a.device for a in batch.arenas]
+    return all(d.backend == "opencl" and chains_for(d) for d in devices)
+
+
+#: whether halo rows read through the host may go up by writes their devices hold back
+#: until the reads are done (``_HostBatch._finish_chained``; which devices:
+#: ``FUSELOOP_MULTI_HALO_EVENTS``, see ``opencl_staging.HALO_EVENTS``); ``False``: the
+#: host waits for the reads, then writes (``bench_multigpu --variants`` row ``-chained``)
+CHAINED = True
 
 
 _local = threading.local()  # (.batch: this thread's open batch; .in_flight: see _upload)
@@ -283,16 +369,35 @@ def _in_flight() -> list[tuple[Any, Any, np.ndarray, Any]]:
 
 
 def _settle_uploads() -> None:
-    """Wait for this thread's earlier asynchronous uploads (see :data:`ASYNC_UPLOADS`)
-    and let their host rows go."""
+    """Let this thread's earlier asynchronous uploads (see :data:`ASYNC_UPLOADS`) that
+    have completed give their host rows and slots back; one that failed raises its
+    error here.  Those still running are kept (a chained write waits on its device for
+    reads behind the last step's kernels: the host does not wait for it), up to
+    :data:`IN_FLIGHT_MAX`, beyond which the oldest are waited for."""
     pending = getattr(_local, "in_flight", None)
-    if pending:
-        for event, device, _, slot in pending:
-            if event is not None:
-                wait(event, device)
-            if slot is not None:
-                slot.release()
-        pending.clear()
+    if not pending:
+        return
+    keep = []
+    for item in pending:
+        event, device, _, slot = item
+        if event is not None:
+            status = _runtime(device).event_status(event)
+            if status > 0:
+                keep.append(item)
+                continue
+            if status < 0:
+                wait(event, device)  # (raises the driver's error)
+        if slot is not None:
+            slot.release()
+    for event, device, _, slot in keep[:max(0, len(keep) - IN_FLIGHT_MAX)]:
+        wait(event, device)
+        if slot is not None:
+            slot.release()
+    pending[:] = keep[max(0, len(keep) - IN_FLIGHT_MAX):]
+
+
+#: asynchronous uploads whose host rows a thread keeps before it waits for the oldest
+IN_FLIGHT_MAX = 64
 
 
 @contextmanager
