@@ -128,3 +128,11 @@ def test_prepared_launch_checked_at_each_call(three, monkeypatch):
     monkeypatch.setattr(first.compiled[0], "in_cache", False)
     np.testing.assert_allclose(float(fl.sum(x * y)), want, rtol=1e-5)
     assert first.device not in seen and len(seen) == 2
+
+
+def test_kept_stencil_copies_cover_every_node_kind():
+    """Every node kind a kept stencil part is moved through has a copier whose slots are
+    the class's (a slot added to a node class would turn the move off for it)."""
+    from fuseloop.multi import windows
+
+    assert set(windows._COPY) == set(windows._COPIERS)
