@@ -34,7 +34,7 @@ devices of one platform).  Usage::
 
     python benchmarks/bench_multigpu.py [--devices SETS] [--log2n 30] [--grid-log2 14]
         [--repeat 5] [--weights equal|measure] [--trace] [--other-contexts] [--variants]
-        [--no-read] [--out FILE.json]
+        [--no-read] [--sync devices|all] [--out FILE.json]
 
     # every GPU, through CUDA and through OpenCL, one table (+ OpenCL with the other context rule):
     python benchmarks/bench_multigpu.py --trace --other-contexts
@@ -90,8 +90,42 @@ def _sample(a: Any, rows: int = 4096) -> np.ndarray:
     return a[:rows].get()
 
 
-def _time(fn: Callable[[], Any], repeat: int) -> float:
-    return median_time(fn, fl.synchronize, repeat)
+#: what a timed call waits for after it: ``"devices"``, the devices its arrays are on;
+#: ``"all"``: ``fl.synchronize()``, every device the process opened (``--sync``)
+SYNC = "devices"
+
+
+def _sync_for(arrays: tuple) -> Callable[[], None]:
+    """The wait after a timed call on ``arrays``: every device they are on, each handed
+    its queue before the first is waited for (as ``fl.synchronize`` does, but not the
+    devices of the other sets and backends the run opened, which are idle: on 8 GPUs a
+    wait apiece added to every call of either side)."""
+    if SYNC == "all":
+        return fl.synchronize
+    from fuseloop.expr.nodes import register_readers
+    from fuseloop.runtime.devices import _runtime
+    from fuseloop.runtime.transfer import finish
+
+    found: dict[int, Any] = {}
+    for a in arrays:
+        for d in a.devices if isinstance(a, fl.MultiArray) else (a.device,):
+            found.setdefault(d.index, d)
+    devices = list(found.values())
+
+    def sync() -> None:
+        register_readers()  # (unheld lazy arrays' buffers let go, as fl.synchronize)
+        for d in devices:
+            rt = _runtime(d)
+            rt.flush()
+            rt.submit(rt.queue)
+        for d in devices:
+            finish(d)
+
+    return sync
+
+
+def _time(fn: Callable[[], Any], repeat: int, arrays: tuple = ()) -> float:
+    return median_time(fn, _sync_for(arrays) if arrays else fl.synchronize, repeat)
 
 
 class Workload:
@@ -171,7 +205,7 @@ def _with_settings(settings: list[tuple[str, str, Any]], fn: Callable[[], Any]) 
 
 def _measure(w: Workload, arrays: tuple, repeat: int) -> tuple[float, np.ndarray]:
     """Seconds per call of ``w`` on ``arrays``, and a sample of its result."""
-    t = _time(lambda: w.call(arrays), repeat)
+    t = _time(lambda: w.call(arrays), repeat, arrays)
     r = w.build(*arrays).eval()
     return t, np.asarray(r.get() if r.ndim == 0 else _sample(r), np.float64)
 
@@ -384,9 +418,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", action="store_true",
                    help="time each split workload again with each selectable mechanism "
                         "of the split path off, then all off (same run)")
+    p.add_argument("--sync", choices=("devices", "all"), default="devices",
+                   help="after each timed call wait for the devices its arrays are on "
+                        "(default), or for every device the run opened (fl.synchronize, "
+                        "as before session 10)")
     p.add_argument("--no-read", action="store_true",
                    help="time the sum without reading its result (.eval() only)")
     args = p.parse_args(argv)
+    global SYNC
+    SYNC = args.sync
     sets = _device_sets(args.devices)
     if not sets:
         print("no GPU found; list devices with --devices (e.g. --devices 0,0 on a CPU)")
@@ -431,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
             row["set"] = label
             row["cupy"] = peer.get(w.name)
             rows.append(row)
+    print(f"\n(each timed call then waits for "
+          f"{'its devices' if SYNC == 'devices' else 'every device opened'}: --sync)")
     print(f"\n{'set':10s} {'workload':24s} {'1 device GB/s':>14s} {'parts GB/s':>11s} "
           f"{'ratio':>6s} {'1 dev ms':>9s} {'parts ms':>9s} {'cupy 1 GPU':>11s}  check")
     for r in rows:
@@ -446,7 +488,8 @@ def main(argv: list[str] | None = None) -> int:
             print_trace(f"{r['set']}: {r['workload']}", r["trace"])
     if args.out:
         with open(args.out, "w") as f:
-            json.dump(dict(sets=[[str(d) for d in s] for s in sets], log2n=args.log2n,
+            json.dump(dict(sets=[[str(d) for d in s] for s in sets], sync=SYNC,
+                           log2n=args.log2n,
                            grid_log2=args.grid_log2, rows=rows), f, indent=1)
     if args.other_contexts:
         sys.stdout.flush()
