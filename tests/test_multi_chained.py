@@ -1,5 +1,5 @@
 """Halo rows through the host uploaded by writes their devices hold back until the reads
-are done (issue 29: ``opencl_staging.upload_after``): the host waits for none."""
+are done (issue 29: ``opencl_staging.uploads_after``): the host waits for none."""
 
 from __future__ import annotations
 
@@ -49,9 +49,9 @@ def test_stencil_halos_chained_without_host_waits(three, monkeypatch):
     held-back write per part), across the parts' boundaries and at the ends, each
     boundary rule; the grid of every step is the one before it."""
     uploads: list = []
-    real = opencl_staging.upload_after
-    monkeypatch.setattr(opencl_staging, "upload_after",
-                        lambda *a: uploads.append(a[0]) or real(*a))
+    real = opencl_staging.uploads_after
+    monkeypatch.setattr(opencl_staging, "uploads_after",
+                        lambda ups, reads: uploads.extend(ups) or real(ups, reads))
     waits: list = []
     monkeypatch.setattr(exchange, "wait", lambda *a: waits.append(a))
     un = np.random.default_rng(6).standard_normal((150, 40)).astype(np.float32)
@@ -63,7 +63,7 @@ def test_stencil_halos_chained_without_host_waits(three, monkeypatch):
             uploads.clear()
             v = (v + np.float32(0.1) * fl.stencil(v, LAPLACE, boundary=boundary)).eval()
             want = _step_numpy(want, boundary)
-            # (one write per part, wrap's ends too; the others' ends need no copy)
+            # (one write per part: the ends' rows of wrap come from the other end)
             assert len(uploads) == 3
             assert waits == []
         np.testing.assert_allclose(v.get(), want, rtol=1e-4, atol=1e-4)
@@ -82,7 +82,8 @@ def test_chained_upload_fails_with_its_read(three):
     def broken(status: int) -> None:
         raise ValueError("no room")
 
-    write = opencl_staging.upload_after(three[2], b._storage.buffer, host, [(read, broken)])
+    (write,) = opencl_staging.uploads_after([(three[2], b._storage.buffer, host)],
+                                            [(read, broken)])
     devices._runtime(three[2]).submit(three[2].queue)
     with pytest.raises(Exception, match="WAIT_LIST"):
         write.wait()

@@ -156,8 +156,6 @@ class _HostBatch:
         self.pending: list[tuple[Any, Any, Any, np.ndarray, np.ndarray, Any]] = []
         self.uploads: list[tuple[np.ndarray, Any]] = []  # (host rows, their storage)
         self.arenas: list[_Arena] = []
-        #: per pending read, where its rows go up from: its arena, or its upload's index
-        self.targets: list[_Arena | int] = []
         #: where the pieces added now go if they fit (see :meth:`arena`), else a buffer each
         self.current: _Arena | None = None
 
@@ -191,17 +189,13 @@ class _HostBatch:
         of ``storage`` on ``source``."""
         current = self.current
         placed = current.take(shape, dtype, device) if current is not None else None
-        target: _Arena | int
         if placed is None:
             host = np.empty(shape, dtype)
             out = allocate(host.nbytes, device)
-            target = len(self.uploads)
             self.uploads.append((host, out))
             got = Array._concrete(out, dtype, shape)
         else:
             host, got = placed
-            assert current is not None  # (it placed them)
-            target = current
         rt = _runtime(source)
         if rt.deferred:
             rt.flush()
@@ -214,7 +208,6 @@ class _HostBatch:
             slot.event = event
         rt.submit(rt.queue)
         self.pending.append((event, source, storage, host, into, slot))
-        self.targets.append(target)
         return got
 
     def finish(self) -> None:
@@ -250,37 +243,34 @@ class _HostBatch:
         self.pending.clear()
         self.uploads.clear()
         self.arenas.clear()
-        self.targets.clear()
         self.current = None
 
     def _finish_chained(self) -> None:
         """Each destination's write enqueued at once, held back on its device until the
-        reads of its rows have completed (``opencl_staging.upload_after``: each read's
-        completion callback copies its staged rows into the write's host rows); the
-        kernels enqueued after it wait there, not the host.  The host rows and slots
-        are let go as :func:`_upload`'s are (the next batch waits for the writes)."""
-        from ..backends.opencl_staging import upload_after
+        reads of this batch have completed (``opencl_staging.uploads_after``: their
+        completion callback copies the staged rows into the writes' host rows); the
+        kernels enqueued after a write wait there, not the host.  The host rows and
+        slots are let go as :func:`_upload`'s are (once their writes completed)."""
+        from ..backends.opencl_staging import uploads_after
 
-        _settle_uploads()  # (the last batch's: done long since)
-        reads: dict[Any, list[tuple[Any, Any]]] = {}
-        for (event, _, storage, host, into, slot), target in zip(self.pending, self.targets):
-            reads.setdefault(target, []).append((event, _copier(host, into, slot, storage,
-                                                                event)))
-        ups = [(host, out.buffer, out.device, None, reads.get(k, []))
-               for k, (host, out) in enumerate(self.uploads)]
+        _settle_uploads()  # (the last batch's that completed)
+        reads = [(event, _copier(host, into, slot, storage, event))
+                 for event, _, storage, host, into, slot in self.pending]
+        ups = [(host, out.buffer, out.device, None) for host, out in self.uploads]
         for arena in self.arenas:
             if arena.host is not None and arena.used:
                 ups.append((arena.host[:arena.used], arena.storage.buffer, arena.device,
-                            arena.slot, reads.get(arena, [])))
+                            arena.slot))
             elif arena.slot is not None:
                 arena.slot.release()
         self._clear()
-        for host, buffer, device, slot, mine in ups:
-            write = upload_after(device, buffer, host, mine)
+        writes = uploads_after([(device, buffer, host) for host, buffer, device, _ in ups],
+                               reads)
+        for done, (host, _, device, slot) in zip(writes, ups):
             _runtime(device).submit(device.queue)
             if slot is not None:
-                slot.event = write  # (not handed out again before the write completed)
-            _in_flight().append((write, device, host, slot))
+                slot.event = done  # (not handed out again before the write completed)
+            _in_flight().append((done, device, host, slot))
 
 
 def _copier(host: np.ndarray, into: np.ndarray, slot: Any, storage: Any, event: Any
