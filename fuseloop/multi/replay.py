@@ -189,7 +189,10 @@ class _Prepared:
     and submits the queue: no step's validity checked again but the kernel's presence
     in the memory cache (:meth:`valid`, once per launch).  Made only for plans whose
     steps all pass ``_launch``'s checks for a kept launch plan with an int32 index (the
-    inputs are checked below that size by :func:`_replay`) and take no view offsets."""
+    inputs are checked below that size by :func:`_replay`); a step with view offsets
+    launches the launch plan its step keeps for the entry's offsets.  ``steps`` empty:
+    the plan cannot be prepared under this recipes token (:func:`_prepare`), its parts
+    take ``_launch`` without asking again."""
 
     __slots__ = ("allocs", "compiled", "device", "entry", "n_steps", "queue", "result", "rt",
                  "steps", "thread", "token")
@@ -207,7 +210,7 @@ class _Prepared:
     def valid(self, token: Any) -> bool:
         """Whether this launch may run now: the same recipes, thread and queue, its
         kernels still in the memory cache."""
-        if token is not self.token or threading.get_ident() != self.thread \
+        if not self.steps or token is not self.token or threading.get_ident() != self.thread \
                 or self.rt.queue is not self.queue:
             return False
         for c in self.compiled:
@@ -237,9 +240,10 @@ def _prepare(entry: Any, storages: list[Any], device: Any, token: Any) -> _Prepa
     """The prepared launch of ``entry`` (a ``run_plans._signed`` entry) on ``device``, or
     None where a step needs ``_launch``'s per-launch path (no launch plan kept for its
     parameters, another device's, other recipes, an error flag, an input written, an
-    int64 index, more small steps than the queue takes without holding them back).  A
-    step taking view offsets gets the launch plan its step keeps for the entry's
-    offsets (an entry's offsets are fixed: they are part of its signature)."""
+    int64 index, more small steps than the queue takes without holding them back: those
+    that the next general launch does not change are remembered as a launch without
+    steps).  A step taking view offsets gets the launch plan its step keeps for the
+    entry's offsets (an entry's offsets are fixed: they are part of its signature)."""
     plan, offsets, _, _ = entry
     if token is None:
         return None
@@ -259,10 +263,11 @@ def _prepare(entry: Any, storages: list[Any], device: Any, token: Any) -> _Prepa
                 kept.get(tuple(params)) if kept is not None else None
             biggest = max(max(params, default=0), math.prod(step.out_shape))
         if lp is None or lp.stamp is not token or step.device is not device \
-                or lp.error_arg is not None or step.writes_input \
-                or lp.index_dtype is not INDEX_INT32 or biggest > INT32_LIMIT \
                 or not lp.compiled.in_cache:
-            return None
+            return None  # (the general launch makes or checks its plan: asked again)
+        if lp.error_arg is not None or step.writes_input \
+                or lp.index_dtype is not INDEX_INT32 or biggest > INT32_LIMIT:
+            return _kept(_Prepared(entry, device, token, [], [], 0))
         if biggest <= 4 * DEFER_MAX_ELEMENTS:
             small += 1
         kernel, last = thread_kernel(lp)
@@ -270,12 +275,15 @@ def _prepare(entry: Any, storages: list[Any], device: Any, token: Any) -> _Prepa
                       _rp._pool_refs(step.storage_refs, n), tuple(step.scalar_refs)))
         compiled.append(lp.compiled)
     if (rt.gate_at and small >= rt.gate_at) or any(a > INT32_LIMIT for a in plan.allocs):
-        return None
+        steps, compiled = [], []
     kind, k = plan.results[0]
-    ready = _Prepared(entry, device, token, steps, compiled, k if kind == "i" else n + k)
+    return _kept(_Prepared(entry, device, token, steps, compiled, k if kind == "i" else n + k))
+
+
+def _kept(ready: _Prepared) -> _Prepared:
     if len(_PREPARED) >= PREPARED_MAX:
         _PREPARED.clear()
-    _PREPARED[id(entry)] = ready
+    _PREPARED[id(ready.entry)] = ready
     return ready
 
 
