@@ -14,6 +14,9 @@ Workloads (float32, inputs made on the devices by ``fl.random``, nothing uploade
   the halo rows (one above and one below each inner boundary): peer to peer between
   CUDA devices, on the source's queue between OpenCL devices of one context, else
   through the host.
+* ten such steps, each on the last one's result, with one wait at the end (``stencil
+  ... x10 steps``): what a time-stepping loop sees, the host enqueueing a step while
+  the devices run the one before (where nothing makes it wait: see ``+chained``).
 
 Each is timed on the first listed device alone (an ordinary array) and on all listed
 devices (a ``fl.MultiArray``), and the ratio of throughputs is printed.  Devices:
@@ -31,7 +34,7 @@ devices of one platform).  Usage::
 
     python benchmarks/bench_multigpu.py [--devices SETS] [--log2n 30] [--grid-log2 14]
         [--repeat 5] [--weights equal|measure] [--trace] [--other-contexts] [--variants]
-        [--no-read] [--out FILE.json]
+        [--no-read] [--sync devices|all] [--out FILE.json]
 
     # every GPU, through CUDA and through OpenCL, one table (+ OpenCL with the other context rule):
     python benchmarks/bench_multigpu.py --trace --other-contexts
@@ -39,10 +42,11 @@ devices of one platform).  Usage::
     python benchmarks/bench_multigpu.py --devices "cuda:0,cuda:1;opencl:0,opencl:1"
 
 ``--variants`` times each split workload again with each of the split path's
-selectable mechanisms off in turn, then all off (rows ``-plans``, ``-fast``, ``-templates``,
+selectable mechanisms off in turn, then all off (rows ``-plans``, ``-fast``, ``-prepared``,
+``-templates``,
 ``-replay``, ``-arenas``, ``-async``, ``-pinned``, ``-hostscalar``, ``-bybuffer``,
 ``-leanhalos``, ``-waitlast``, ``-all``;
-see :data:`VARIANTS`), then with all on again
+see :data:`VARIANTS`), with one that is off by default on (``+chained``), then with all on again
 (``again``: the drift), in the same run, against the same one-device time.
 
 ``--trace`` then shows where a split call's time goes, per workload: the host time to
@@ -69,6 +73,8 @@ from fuseloop.bench.runner import median_time
 from fuseloop.runtime.devices import find_device
 
 LAPLACE = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+#: stencil steps of the pipelined stencil workload (one wait at the end)
+STEPS = 10
 
 
 def _inputs(shape: Any, where: Any) -> tuple[Any, Any]:
@@ -84,8 +90,42 @@ def _sample(a: Any, rows: int = 4096) -> np.ndarray:
     return a[:rows].get()
 
 
-def _time(fn: Callable[[], Any], repeat: int) -> float:
-    return median_time(fn, fl.synchronize, repeat)
+#: what a timed call waits for after it: ``"devices"``, the devices its arrays are on;
+#: ``"all"``: ``fl.synchronize()``, every device the process opened (``--sync``)
+SYNC = "devices"
+
+
+def _sync_for(arrays: tuple) -> Callable[[], None]:
+    """The wait after a timed call on ``arrays``: every device they are on, each handed
+    its queue before the first is waited for (as ``fl.synchronize`` does, but not the
+    devices of the other sets and backends the run opened, which are idle: on 8 GPUs a
+    wait apiece added to every call of either side)."""
+    if SYNC == "all":
+        return fl.synchronize
+    from fuseloop.expr.nodes import register_readers
+    from fuseloop.runtime.devices import _runtime
+    from fuseloop.runtime.transfer import finish
+
+    found: dict[int, Any] = {}
+    for a in arrays:
+        for d in a.devices if isinstance(a, fl.MultiArray) else (a.device,):
+            found.setdefault(d.index, d)
+    devices = list(found.values())
+
+    def sync() -> None:
+        register_readers()  # (unheld lazy arrays' buffers let go, as fl.synchronize)
+        for d in devices:
+            rt = _runtime(d)
+            rt.flush()
+            rt.submit(rt.queue)
+        for d in devices:
+            finish(d)
+
+    return sync
+
+
+def _time(fn: Callable[[], Any], repeat: int, arrays: tuple = ()) -> float:
+    return median_time(fn, _sync_for(arrays) if arrays else fl.synchronize, repeat)
 
 
 class Workload:
@@ -116,6 +156,9 @@ VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
     # a sum's known parts replayed back to back in multi.replay (each through the
     # plan-by-signature replay instead); CUDA: one device switch per part
     "-fast": [("fuseloop.multi.replay", "FAST", False)],
+    # a known plan's launch on a device prepared once (kernel objects, argument places,
+    # the steps' checks) and later parts launched from it
+    "-prepared": [("fuseloop.multi.replay", "PREPARED", False)],
     # later parts' partial sums substituted into the first part's reduction node
     "-templates": [("fuseloop.multi.reduce", "TEMPLATES", False)],
     # partial results replayed from their device's run plan, not through Array.eval
@@ -137,6 +180,10 @@ VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
     "-waitlast": [("fuseloop.multi.exchange", "WAIT_LAST", False)],
 }
 VARIANTS["-all"] = [item for items in list(VARIANTS.values()) for item in items]
+# (a mechanism off by default, turned on: not part of -all)
+# halo rows through the host written by writes the GPUs hold back until the reads are
+# done (OpenCL, a context per device): the host waits for no halo read
+VARIANTS["+chained"] = [("fuseloop.backends.opencl_staging", "HALO_EVENTS", "auto")]
 VARIANTS["again"] = []  # (every mechanism on, timed last: the drift over the variants)
 
 
@@ -158,7 +205,7 @@ def _with_settings(settings: list[tuple[str, str, Any]], fn: Callable[[], Any]) 
 
 def _measure(w: Workload, arrays: tuple, repeat: int) -> tuple[float, np.ndarray]:
     """Seconds per call of ``w`` on ``arrays``, and a sample of its result."""
-    t = _time(lambda: w.call(arrays), repeat)
+    t = _time(lambda: w.call(arrays), repeat, arrays)
     r = w.build(*arrays).eval()
     return t, np.asarray(r.get() if r.ndim == 0 else _sample(r), np.float64)
 
@@ -371,9 +418,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", action="store_true",
                    help="time each split workload again with each selectable mechanism "
                         "of the split path off, then all off (same run)")
+    p.add_argument("--sync", choices=("devices", "all"), default="devices",
+                   help="after each timed call wait for the devices its arrays are on "
+                        "(default), or for every device the run opened (fl.synchronize, "
+                        "as before session 10)")
     p.add_argument("--no-read", action="store_true",
                    help="time the sum without reading its result (.eval() only)")
     args = p.parse_args(argv)
+    global SYNC
+    SYNC = args.sync
     sets = _device_sets(args.devices)
     if not sets:
         print("no GPU found; list devices with --devices (e.g. --devices 0,0 on a CPU)")
@@ -390,12 +443,20 @@ def main(argv: list[str] | None = None) -> int:
     def stencil_step(u: Any) -> Any:
         return u + np.float32(0.1) * fl.stencil(u, LAPLACE)
 
+    def stencil_steps(u: Any) -> Any:
+        # (each step evaluated, nothing waited for: the host enqueues the next step's
+        # halo copies and parts while the devices run this one)
+        for _ in range(STEPS - 1):
+            u = stencil_step(u).eval()
+        return stencil_step(u)
+
     workloads = [
         Workload("2*x - sin(y) + x*y", 12 * n, two, lambda x, y: 2 * x - fl.sin(y) + x * y),
         Workload("sum(x*y)", 8 * n, two, lambda x, y: fl.sum(x * y),
                  lambda k, x, y: fl.sum(x.parts[k] * y.parts[k]).eval(),
                  read=not args.no_read),
         Workload(f"5-point stencil {g}^2", 8 * g * g, grid, stencil_step),
+        Workload(f"stencil {g}^2 x{STEPS} steps", 8 * g * g * STEPS, grid, stencil_steps),
     ]
     peer = {} if args.no_peer else _cupy_peer(n, args.repeat, not args.no_read)
     rows = []
@@ -410,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
             row["set"] = label
             row["cupy"] = peer.get(w.name)
             rows.append(row)
+    print(f"\n(each timed call then waits for "
+          f"{'its devices' if SYNC == 'devices' else 'every device opened'}: --sync)")
     print(f"\n{'set':10s} {'workload':24s} {'1 device GB/s':>14s} {'parts GB/s':>11s} "
           f"{'ratio':>6s} {'1 dev ms':>9s} {'parts ms':>9s} {'cupy 1 GPU':>11s}  check")
     for r in rows:
@@ -425,7 +488,8 @@ def main(argv: list[str] | None = None) -> int:
             print_trace(f"{r['set']}: {r['workload']}", r["trace"])
     if args.out:
         with open(args.out, "w") as f:
-            json.dump(dict(sets=[[str(d) for d in s] for s in sets], log2n=args.log2n,
+            json.dump(dict(sets=[[str(d) for d in s] for s in sets], sync=SYNC,
+                           log2n=args.log2n,
                            grid_log2=args.grid_log2, rows=rows), f, indent=1)
     if args.other_contexts:
         sys.stdout.flush()

@@ -5,7 +5,9 @@ parts whose launches are not deferred (so what is timed is the host's work, not 
 device's).  Medians of ``--repeat`` calls,
 each after ``fl.synchronize()``.
 
-Two distinct devices on one OpenCL platform can be had from PoCL on a CPU::
+Run it from the repository root with ``PYTHONPATH=.`` to time this checkout (the script's
+own folder, not the current one, comes first on ``sys.path``).  Two distinct devices on
+one OpenCL platform can be had from PoCL on a CPU::
 
     POCL_DEVICES="pthread pthread" FUSELOOP_HOST_PATH=0 \\
         python benchmarks/probes/multi_host_cost.py --devices 0,1
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +34,9 @@ def main() -> None:
     p.add_argument("--devices", default="0,0")
     p.add_argument("--log2n", type=int, default=12)
     p.add_argument("--repeat", type=int, default=400)
+    p.add_argument("--cpu", action="store_true",
+                   help="time with the host thread's CPU clock (on a shared machine: what "
+                        "other processes take is not counted)")
     args = p.parse_args()
     fuseloop.launching.DEFER_MAX_ELEMENTS = 0  # (every launch enqueued at once)
     spec = [int(s) for s in args.devices.split(",")]
@@ -43,22 +49,41 @@ def main() -> None:
     work = {"2*x - sin(y) + x*y": lambda: (2 * x - fl.sin(y) + x * y).eval(),
             "sum(x*y)": lambda: fl.sum(x * y),
             "stencil step 64^2": lambda: (u + np.float32(0.1) * fl.stencil(u, lap)).eval()}
-    print(f"devices {spec}, {n} elements; host microseconds (median of {args.repeat})")
-    print(f"{'workload':22s} {'first launch':>13s} {'call':>8s}")
+    clock = time.thread_time if args.cpu else time.perf_counter
+
+    def noted(what: str, part: int, device: Any) -> None:
+        if trace.events is not None:
+            trace.events.append((what, part, device.index, clock()))
+
+    print(f"devices {spec}, {n} elements; host microseconds (median of {args.repeat}; "
+          f"{'the host thread CPU clock' if args.cpu else 'wall clock'}): until the first "
+          "and the last part's launch was handed to its device, the mean gap between "
+          "two parts' launches, the whole call")
+    print(f"{'workload':22s} {'first launch':>13s} {'last launch':>12s} {'gap':>6s} "
+          f"{'call':>8s}")
     for name, fn in work.items():
         for _ in range(20):
             fn()
         fl.synchronize()
-        first, call = [], []
+        first, last, gap, call = [], [], [], []
         for _ in range(args.repeat):
             fl.synchronize()
-            with trace.tracing() as events:
-                t0 = time.perf_counter()
-                fn()
-                t1 = time.perf_counter()
-            first.append(events[0][3] - t0)
+            saved = trace.note
+            trace.note = noted  # (the trace's stamps on the same clock)
+            try:
+                with trace.tracing() as events:
+                    t0 = clock()
+                    fn()
+                    t1 = clock()
+            finally:
+                trace.note = saved
+            launches = [t for what, _, _, t in events if what == "enqueued"]
+            first.append(launches[0] - t0)
+            last.append(launches[-1] - t0)
+            gap.append((launches[-1] - launches[0]) / max(1, len(launches) - 1))
             call.append(t1 - t0)
-        print(f"{name:22s} {np.median(first) * 1e6:13.0f} {np.median(call) * 1e6:8.0f}")
+        print(f"{name:22s} {np.median(first) * 1e6:13.0f} {np.median(last) * 1e6:12.0f} "
+              f"{np.median(gap) * 1e6:6.0f} {np.median(call) * 1e6:8.0f}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ polling while the devices run.  Rows: ``all on`` (page-locked reads forced on, a
 the first device), ``-waitlast`` (a wait per halo piece), ``-bybuffer`` (kept stencil
 templates over windows, not moved onto buffers), ``-leanhalos`` (every halo through
 the general row walk), ``-fast`` (a sum's parts each through the plan-by-signature
-replay), ``-plans``, ``again`` (all on).  Four PoCL
+replay), ``-prepared`` (each part's steps checked at each launch, not prepared once per
+plan and device), ``-plans``, ``+chained`` (halo rows through the host uploaded by writes
+the devices hold back until the reads are done: no host wait), ``again`` (all on).  Four PoCL
 devices, a context each (the host combines and exchanges) or one shared context::
 
     POCL_DEVICES="pthread pthread pthread pthread" FUSELOOP_OPENCL_SHARED_CONTEXT=0 \\
@@ -43,8 +45,11 @@ ROWS: dict[str, list[tuple[str, str, Any]]] = {
     "-bybuffer": [("fuseloop.multi.windows", "BY_BUFFER", False)],
     "-leanhalos": [("fuseloop.multi.exchange", "LEAN_HALOS", False)],
     "-fast": [("fuseloop.multi.replay", "FAST", False)],
+    "-prepared": [("fuseloop.multi.replay", "PREPARED", False)],
     "-plans": [("fuseloop.multi.reduce", "PLANS", False),
                ("fuseloop.multi.exchange", "PLANS", False)],
+    # (off by default: on, for every OpenCL device, this CPU's included)
+    "+chained": [("fuseloop.backends.opencl_staging", "HALO_EVENTS", "1")],
     "again": [],  # (all on, last: the drift over a round)
 }
 

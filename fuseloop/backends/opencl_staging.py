@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -109,6 +110,93 @@ class PinnedStaging:
         self.made[size] = self.made.get(size, 0) + 1
         return Slot(self, buffer, host)
 
+
+#: which OpenCL devices get a split stencil's halo rows by a write that waits, on the
+#: device, for the reads bringing them from the other contexts (:func:`uploads_after`)
+#: rather than after the host waited for those reads: ``0`` (none, the default: the
+#: reads' completion callback costs pyopencl a thread of its own per step, and the
+#: writes open only once the host lets it take the interpreter's lock: untimed on GPUs
+#: yet), ``auto`` (GPUs, whose writes are asynchronous already), ``1`` (every OpenCL
+#: device, PoCL's CPU too: for tests and timing); ``FUSELOOP_MULTI_HALO_EVENTS``, read at
+#: each use (``bench_multigpu --variants`` row ``+chained``)
+HALO_EVENTS = os.environ.get("FUSELOOP_MULTI_HALO_EVENTS", "0").strip().lower()
+
+
+def chains_for(device: Any) -> bool:
+    """Whether halo rows for ``device`` are uploaded by :func:`uploads_after`."""
+    mode = HALO_EVENTS
+    if mode in ("0", "off", "no", "false"):
+        return False
+    return mode in ("1", "on", "yes", "true") or device.type != "cpu"
+
+
+def uploads_after(uploads: list[tuple[Any, Any, np.ndarray]],
+                  reads: list[tuple[Any, Callable[[int], None]]]) -> list[Any]:
+    """Enqueue each write of ``uploads`` (``(device, buffer, host)``: ``host`` into
+    ``buffer`` on the device's queue), held back by a user event of the device's context
+    until every read of ``reads`` (``(event, then)``; events of other contexts, which a
+    wait list cannot name) has completed.  One completion callback, on the last read
+    (pyopencl runs each callback on a thread it makes: one per call, not per read), waits
+    for the others, calls each read's ``then(status)`` (copying the rows read into the
+    writes' host rows) and opens the gates.  The host waits for none of them; the
+    kernels enqueued after a write wait on its device.  A failed read (or ``then``) fails
+    every gate, so the writes and what follows them fail rather than read stale rows.
+    The writes' events, in order."""
+    gates: list[Any] = []
+    writes: list[Any] = []
+
+    def fired(status: int) -> None:
+        failed = 0
+        try:
+            for event, then in reads:
+                mine = status if event is reads[-1][0] else _finished(event)
+                try:
+                    then(mine)
+                except BaseException:
+                    mine = min(mine, -1)
+                if mine < 0 and not failed:
+                    failed = mine
+        finally:
+            for gate in gates:
+                gate.set_status(failed or _COMPLETE)
+
+    try:
+        for device, buffer, host in uploads:
+            gates.append(cl.UserEvent(device.context))
+            writes.append(_enqueue_write(device.queue, buffer, host, [gates[-1]]))
+        if reads:
+            reads[-1][0].set_callback(_COMPLETE, fired)
+    except BaseException:
+        for gate in gates:  # (never left closed: the queue would wait for good)
+            gate.set_status(-1)
+        raise
+    if not reads:
+        for gate in gates:
+            gate.set_status(_COMPLETE)
+    return writes
+
+
+def _finished(event: Any) -> int:
+    """``event``'s final status, once it has one (0: complete; negative: failed)."""
+    try:
+        event.wait()  # (pyopencl lets go of the interpreter's lock meanwhile)
+    except Exception:  # (a failed command: its status says how)
+        pass
+    return min(0, int(event.command_execution_status))
+
+
+# (pyopencl's own write, as the backend's enqueue_write takes it: enqueue_copy's dispatch
+# on its arguments' types costs several microseconds a call)
+_write_buffer = getattr(cl._cl, "_enqueue_write_buffer", None)
+
+
+def _enqueue_write(queue: Any, buffer: Any, host: np.ndarray, wait_for: list[Any]) -> Any:
+    if _write_buffer is not None:
+        return _write_buffer(queue, buffer, host, 0, wait_for, False)
+    return cl.enqueue_copy(queue, buffer, host, is_blocking=False, wait_for=wait_for)
+
+
+_COMPLETE = cl.command_execution_status.COMPLETE
 
 # device index -> (device, its staging): by identity too (a device opened again under
 # another index, or a cleared runtime, gets its own)

@@ -213,7 +213,12 @@ class _HostBatch:
     def finish(self) -> None:
         """Wait for the reads (all enqueued before the first wait: with
         :data:`WAIT_LAST`, once per source device, for its last read), copy the staged
-        ones out, then upload: a write per arena and per piece outside one."""
+        ones out, then upload: a write per arena and per piece outside one.  Where every
+        destination's rows may go up by a write its device holds back until their reads
+        are done (:func:`_chains`), nothing waits: see :meth:`_finish_chained`."""
+        if self.pending and _chains(self):
+            self._finish_chained()
+            return
         if WAIT_LAST:
             # (a device's queue runs in order: its last read done, all its reads are)
             last = {id(source): (event, source) for event, source, *_ in self.pending
@@ -232,10 +237,81 @@ class _HostBatch:
             _upload(out.buffer, host, out.device)
         for arena in self.arenas:
             arena.upload()
+        self._clear()
+
+    def _clear(self) -> None:
         self.pending.clear()
         self.uploads.clear()
         self.arenas.clear()
         self.current = None
+
+    def _finish_chained(self) -> None:
+        """Each destination's write enqueued at once, held back on its device until the
+        reads of this batch have completed (``opencl_staging.uploads_after``: their
+        completion callback copies the staged rows into the writes' host rows); the
+        kernels enqueued after a write wait there, not the host.  The host rows and
+        slots are let go as :func:`_upload`'s are (once their writes completed)."""
+        from ..backends.opencl_staging import uploads_after
+
+        _settle_uploads()  # (the last batch's that completed)
+        reads = [(event, _copier(host, into, slot, storage, event))
+                 for event, _, storage, host, into, slot in self.pending]
+        ups = [(host, out.buffer, out.device, None) for host, out in self.uploads]
+        for arena in self.arenas:
+            if arena.host is not None and arena.used:
+                ups.append((arena.host[:arena.used], arena.storage.buffer, arena.device,
+                            arena.slot))
+            elif arena.slot is not None:
+                arena.slot.release()
+        self._clear()
+        writes = uploads_after([(device, buffer, host) for host, buffer, device, _ in ups],
+                               reads)
+        for done, (host, _, device, slot) in zip(writes, ups):
+            _runtime(device).submit(device.queue)
+            if slot is not None:
+                slot.event = done  # (not handed out again before the write completed)
+            _in_flight().append((done, device, host, slot))
+
+
+def _copier(host: np.ndarray, into: np.ndarray, slot: Any, storage: Any, event: Any
+            ) -> Callable[[int], None]:
+    """What a chained read's completion does (on the callback's thread): its staged
+    bytes copied into ``host``, its slot given back; ``storage``, the buffer read, and
+    ``event``, the read's, held until then: pyopencl's event of a copy into host memory
+    waits for the copy when it is let go, holding the interpreter's lock, so one let go
+    while its read queues behind a held-back write (the last step's, whose opening
+    callback needs that lock) would never return."""
+    def then(status: int) -> None:
+        if status >= 0 and into is not host:
+            host.reshape(-1).view(np.uint8)[...] = into
+        if slot is not None:
+            slot.release()
+        del keep[:]
+
+    keep = [storage, event]
+    return then
+
+
+def _chains(batch: _HostBatch) -> bool:
+    """Whether ``batch``'s uploads may wait for their reads on their devices: chaining
+    on (``opencl_staging.chains_for`` of every destination), every read an OpenCL event
+    between OpenCL devices."""
+    if not CHAINED:
+        return False
+    from ..backends.opencl_staging import chains_for
+
+    for event, source, *_ in batch.pending:
+        if event is None or source.backend != "opencl":
+            return False
+    devices = [out.device for _, out in batch.uploads] + [a.device for a in batch.arenas]
+    return all(d.backend == "opencl" and chains_for(d) for d in devices)
+
+
+#: whether halo rows read through the host may go up by writes their devices hold back
+#: until the reads are done (``_HostBatch._finish_chained``; which devices:
+#: ``FUSELOOP_MULTI_HALO_EVENTS``, see ``opencl_staging.HALO_EVENTS``); ``False``: the
+#: host waits for the reads, then writes (``bench_multigpu --variants`` row ``-chained``)
+CHAINED = True
 
 
 _local = threading.local()  # (.batch: this thread's open batch; .in_flight: see _upload)
@@ -283,16 +359,35 @@ def _in_flight() -> list[tuple[Any, Any, np.ndarray, Any]]:
 
 
 def _settle_uploads() -> None:
-    """Wait for this thread's earlier asynchronous uploads (see :data:`ASYNC_UPLOADS`)
-    and let their host rows go."""
+    """Let this thread's earlier asynchronous uploads (see :data:`ASYNC_UPLOADS`) that
+    have completed give their host rows and slots back; one that failed raises its
+    error here.  Those still running are kept (a chained write waits on its device for
+    reads behind the last step's kernels: the host does not wait for it), up to
+    :data:`IN_FLIGHT_MAX`, beyond which the oldest are waited for."""
     pending = getattr(_local, "in_flight", None)
-    if pending:
-        for event, device, _, slot in pending:
-            if event is not None:
-                wait(event, device)
-            if slot is not None:
-                slot.release()
-        pending.clear()
+    if not pending:
+        return
+    keep = []
+    for item in pending:
+        event, device, _, slot = item
+        if event is not None:
+            status = _runtime(device).event_status(event)
+            if status > 0:
+                keep.append(item)
+                continue
+            if status < 0:
+                wait(event, device)  # (raises the driver's error)
+        if slot is not None:
+            slot.release()
+    for event, device, _, slot in keep[:max(0, len(keep) - IN_FLIGHT_MAX)]:
+        wait(event, device)
+        if slot is not None:
+            slot.release()
+    pending[:] = keep[max(0, len(keep) - IN_FLIGHT_MAX):]
+
+
+#: asynchronous uploads whose host rows a thread keeps before it waits for the oldest
+IN_FLIGHT_MAX = 64
 
 
 @contextmanager

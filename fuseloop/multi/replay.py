@@ -25,9 +25,11 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
+from .. import caches as _caches
 from .. import flags as _flags
 from .. import host_path as _host
 from .. import run_plans as _rp
@@ -38,6 +40,7 @@ from ..expr.ir import INT32_LIMIT
 from ..expr.nodes import signature_of
 from ..launching import (
     DEFER_MAX_ELEMENTS,
+    INDEX_INT32,
     _counters,
     _stats_lock,
     index_dtype_for,
@@ -155,8 +158,133 @@ def _replay(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any
     for s in storages:
         if s.nbytes > INT32_LIMIT:
             return None
+    if PREPARED:
+        ready = _PREPARED.get(id(entry))
+        if ready is None or ready.entry is not entry or ready.token is not token:
+            ready = _prepare(entry, storages, device, token)
+        if ready is not None and ready.valid(token):
+            with current(device):
+                return ready.launch(storages, scalars)
     with current(device):
         return _launch(plan, storages, scalars, offsets, device, token)
+
+
+#: whether a known plan's launch on a device is prepared once (:class:`_Prepared`: its
+#: steps' checks made, kernel objects and argument positions found) and later parts of
+#: that plan launched from it (``FUSELOOP_MULTI_PREPARED=0``: each step checked at each
+#: launch, as ``_launch``; ``bench_multigpu --variants`` row ``-prepared``)
+PREPARED = os.environ.get("FUSELOOP_MULTI_PREPARED", "1").strip() != "0"
+#: ``id`` of a ``run_plans._signed`` entry -> its prepared launch (the entry is held by it,
+#: so the id is not reused while the item lives; a replaced entry is prepared again)
+_PREPARED: dict[int, _Prepared] = {}
+PREPARED_MAX = 256
+_caches.register("multi.prepared", _PREPARED.clear, lambda: len(_PREPARED), PREPARED_MAX)
+
+
+class _Prepared:
+    """One run plan's launch on one device with everything that does not depend on the
+    buffers found once: per step its launch function, this thread's kernel object and
+    argument record, and where its outputs, inputs and scalars lie in the replay's pool
+    (inputs, then the plan's new buffers).  A launch then allocates, enqueues each step
+    and submits the queue: no step's validity checked again but the kernel's presence
+    in the memory cache (:meth:`valid`, once per launch).  Made only for plans whose
+    steps all pass ``_launch``'s checks for a kept launch plan with an int32 index (the
+    inputs are checked below that size by :func:`_replay`); a step with view offsets
+    launches the launch plan its step keeps for the entry's offsets.  ``steps`` empty:
+    the plan cannot be prepared under this recipes token (:func:`_prepare`), its parts
+    take ``_launch`` without asking again."""
+
+    __slots__ = ("allocs", "compiled", "device", "entry", "n_steps", "queue", "result", "rt",
+                 "steps", "thread", "token")
+
+    def __init__(self, entry: Any, device: Any, token: Any, steps: list[tuple],
+                 compiled: list[Any], result: int) -> None:
+        self.entry, self.device, self.token = entry, device, token
+        self.allocs = entry[0].allocs
+        self.steps, self.compiled, self.result = steps, compiled, result
+        self.n_steps = len(steps)
+        self.thread = threading.get_ident()
+        self.rt = _runtime(device)
+        self.queue = self.rt.queue
+
+    def valid(self, token: Any) -> bool:
+        """Whether this launch may run now: the same recipes, thread and queue, its
+        kernels still in the memory cache."""
+        if not self.steps or token is not self.token or threading.get_ident() != self.thread \
+                or self.rt.queue is not self.queue:
+            return False
+        for c in self.compiled:
+            if not c.in_cache:
+                return False
+        return True
+
+    def launch(self, storages: list[Any], scalars: list[Any]) -> Any:
+        """The plan enqueued over ``storages`` and ``scalars`` and the queue submitted;
+        the plan's result."""
+        pool = storages + _rp._temporaries(self.allocs, self.device)
+        rt, queue = self.rt, self.queue
+        with rt.launch_lock:
+            if rt.deferred:
+                rt.flush()
+            for go, kernel, last, outs, ins, scs in self.steps:
+                go([pool[i] for i in outs], [pool[i] for i in ins], [scalars[i] for i in scs],
+                   kernel, last, queue)
+            rt.submit(queue)
+        with _stats_lock:
+            _counters["memory_cache_hits"] += self.n_steps
+            _counters["kernels_launched"] += self.n_steps
+        return pool[self.result]
+
+
+def _prepare(entry: Any, storages: list[Any], device: Any, token: Any) -> _Prepared | None:
+    """The prepared launch of ``entry`` (a ``run_plans._signed`` entry) on ``device``, or
+    None where a step needs ``_launch``'s per-launch path (no launch plan kept for its
+    parameters, another device's, other recipes, an error flag, an input written, an
+    int64 index, more small steps than the queue takes without holding them back: those
+    that the next general launch does not change are remembered as a launch without
+    steps).  A step taking view offsets gets the launch plan its step keeps for the
+    entry's offsets (an entry's offsets are fixed: they are part of its signature)."""
+    plan, offsets, _, _ = entry
+    if token is None:
+        return None
+    n = len(storages)
+    rt = _runtime(device)
+    steps: list[tuple] = []
+    compiled = []
+    small = 0
+    for step in plan.steps:
+        params = _rp._params(step, offsets)
+        if params is step.params:
+            lp = step.plan if params is step.plan_params else None
+            biggest = step.biggest
+        else:
+            kept = step.plans
+            lp = step.plan if params == step.plan_params else \
+                kept.get(tuple(params)) if kept is not None else None
+            biggest = max(max(params, default=0), math.prod(step.out_shape))
+        if lp is None or lp.stamp is not token or step.device is not device \
+                or not lp.compiled.in_cache:
+            return None  # (the general launch makes or checks its plan: asked again)
+        if lp.error_arg is not None or step.writes_input \
+                or lp.index_dtype is not INDEX_INT32 or biggest > INT32_LIMIT:
+            return _kept(_Prepared(entry, device, token, [], [], 0))
+        if biggest <= 4 * DEFER_MAX_ELEMENTS:
+            small += 1
+        kernel, last = thread_kernel(lp)
+        steps.append((lp.go, kernel, last, _rp._pool_refs(step.out_refs, n),
+                      _rp._pool_refs(step.storage_refs, n), tuple(step.scalar_refs)))
+        compiled.append(lp.compiled)
+    if (rt.gate_at and small >= rt.gate_at) or any(a > INT32_LIMIT for a in plan.allocs):
+        steps, compiled = [], []
+    kind, k = plan.results[0]
+    return _kept(_Prepared(entry, device, token, steps, compiled, k if kind == "i" else n + k))
+
+
+def _kept(ready: _Prepared) -> _Prepared:
+    if len(_PREPARED) >= PREPARED_MAX:
+        _PREPARED.clear()
+    _PREPARED[id(ready.entry)] = ready
+    return ready
 
 
 _NO_SWITCH = contextlib.nullcontext()

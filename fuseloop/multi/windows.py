@@ -334,20 +334,74 @@ def _kept_by_buffer(root: Node, storages: list[Storage]
         return None
 
 
-def _copier(cls: type) -> Callable[[Any, Any], None]:
-    """A function copying every attribute a node of ``cls`` has into another: written
-    out per kind (``new.a = node.a`` per slot), as ``setattr(new, n, getattr(node, n))``
-    over the names cost twice as much (a kept stencil's part copies 14 nodes a step)."""
-    names = [n for k in cls.__mro__ for n in getattr(k, "__slots__", ()) if n != "__weakref__"]
-    lines = "".join(f"\n    new.{n} = node.{n}" for n in names)
-    space: dict[str, Any] = {}
-    exec(f"def copy(node, new):{lines}\n", space)  # (names from __slots__ only)
-    return space["copy"]
+# How :func:`_moved` copies a node of each kind: every slot assigned, written out per
+# kind (a loop of ``setattr(new, n, getattr(node, n))`` over the names cost five times
+# as much; a kept stencil's part copies 14 nodes a step).  Each copier lists the slots it
+# copies: a kind whose slots differ from them (a slot added to the node class) is not
+# copied (its parts are built from windows, as without ``BY_BUFFER``).
+
+def _copy_leaf(node: Any, new: Any) -> None:
+    new.offset, new.operands, new.sig = node.offset, node.operands, node.sig
+    new.storage, new.strides, new.token = node.storage, node.strides, node.token
+    new.dtype, new.shape, new.storages = node.dtype, node.shape, node.storages
 
 
-# how :func:`_moved` copies a node of each kind it copies
+def _copy_apply(node: Any, new: Any) -> None:
+    new.args, new.fancy, new.loop, new.loop_key = node.args, node.fancy, node.loop, \
+        node.loop_key
+    new.op, new.operands, new.sig = node.op, node.operands, node.sig
+    new.dtype, new.shape, new.storages = node.dtype, node.shape, node.storages
+
+
+def _copy_user_call(node: Any, new: Any) -> None:
+    new.function = node.function
+    _copy_apply(node, new)
+
+
+def _copy_reduce(node: Any, new: Any) -> None:
+    new.axes, new.child, new.op = node.axes, node.child, node.op
+    new.operands, new.sig = node.operands, node.sig
+    new.dtype, new.shape, new.storages = node.dtype, node.shape, node.storages
+
+
+def _copy_remap(node: Any, new: Any) -> None:
+    new.child, new.coeffs, new.offsets = node.child, node.coeffs, node.offsets
+    new.operands, new.sig = node.operands, node.sig
+    new.dtype, new.shape, new.storages = node.dtype, node.shape, node.storages
+
+
+def _copy_gather(node: Any, new: Any) -> None:
+    new.axis, new.checked, new.child, new.index = node.axis, node.checked, node.child, \
+        node.index
+    new.operands, new.sig = node.operands, node.sig
+    new.dtype, new.shape, new.storages = node.dtype, node.shape, node.storages
+
+
+def _copy_concat(node: Any, new: Any) -> None:
+    new.axis, new.fancy, new.operands = node.axis, node.fancy, node.operands
+    new.pieces, new.sig, new.starts = node.pieces, node.sig, node.starts
+    new.dtype, new.shape, new.storages = node.dtype, node.shape, node.storages
+
+
+_SHARED = ("operands", "sig", "dtype", "shape", "storages")
+_COPIERS: dict[type, tuple[Callable[[Any, Any], None], tuple[str, ...]]] = {
+    Leaf: (_copy_leaf, ("offset", "storage", "strides", "token", *_SHARED)),
+    Apply: (_copy_apply, ("args", "fancy", "loop", "loop_key", "op", *_SHARED)),
+    UserCall: (_copy_user_call, ("function", "args", "fancy", "loop", "loop_key", "op",
+                                 *_SHARED)),
+    Reduce: (_copy_reduce, ("axes", "child", "op", *_SHARED)),
+    Remap: (_copy_remap, ("child", "coeffs", "offsets", *_SHARED)),
+    Gather: (_copy_gather, ("axis", "checked", "child", "index", *_SHARED)),
+    Concat: (_copy_concat, ("axis", "fancy", "pieces", "starts", *_SHARED)),
+}
+
+
+def _slots(cls: type) -> set[str]:
+    return {n for k in cls.__mro__ for n in getattr(k, "__slots__", ()) if n != "__weakref__"}
+
+
 _COPY: dict[type, Callable[[Any, Any], None]] = {
-    cls: _copier(cls) for cls in (Leaf, Apply, UserCall, Reduce, Remap, Gather, Concat)}
+    cls: copy for cls, (copy, names) in _COPIERS.items() if _slots(cls) == set(names)}
 _new = object.__new__
 
 

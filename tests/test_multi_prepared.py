@@ -1,0 +1,138 @@
+"""Split calls' parts launched from prepared launches (issue 29: ``multi.replay._Prepared``):
+one per part, the results numpy's, a new or written input seen."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.multi import replay as multi_replay
+from fuseloop.runtime import devices
+from fuseloop.runtime.transfer import finish
+
+LAPLACE = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+
+
+@pytest.fixture
+def three(device, monkeypatch):
+    """The device and two twins of it (queues and contexts of their own)."""
+    monkeypatch.setenv("FUSELOOP_COMPILE", "inline")
+    monkeypatch.setenv("FUSELOOP_OPENCL_SHARED_CONTEXT", "0")
+    twins = [dataclasses.replace(device, index=device.index + 987 + i) for i in range(2)]
+    try:
+        yield [device, *twins]
+    finally:
+        for t in twins:
+            if t.index in devices._runtimes:
+                finish(t)
+                devices._runtimes.pop(t.index, None)
+        from fuseloop import caches
+
+        caches.clear()
+
+
+def _launches(monkeypatch):
+    """The devices of the parts launched from a prepared launch, in order."""
+    seen: list = []
+    real = multi_replay._Prepared.launch
+
+    def launch(self, storages, scalars):
+        seen.append(self.device)
+        return real(self, storages, scalars)
+
+    monkeypatch.setattr(multi_replay._Prepared, "launch", launch)
+    return seen
+
+
+def test_split_sum_parts_launched_prepared(three, monkeypatch):
+    """From the second fl.sum of a structure on, each part is one prepared launch, the
+    first call's kernels; new arrays of the same shapes and a write across a part
+    boundary give fresh sums."""
+    rng = np.random.default_rng(3)
+    xn, yn = rng.random(30000, np.float32), rng.random(30000, np.float32)
+    with fl.device(three):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    fl.reset_stats()
+    float(fl.sum(x * y))
+    launched = fl.stats()["kernels_launched"]
+    seen = _launches(monkeypatch)
+    for _ in range(2):
+        fl.reset_stats()
+        total = float(fl.sum(x * y))
+        assert [d.index for d in seen] == [d.index for d in three]
+        assert fl.stats()["kernels_launched"] == launched
+        np.testing.assert_allclose(total, np.dot(xn.astype(np.float64), yn), rtol=1e-5)
+        seen.clear()
+    x[9990:10010] = 2.0  # (across the first two parts' boundary)
+    xn[9990:10010] = 2.0
+    np.testing.assert_allclose(float(fl.sum(x * y)), np.dot(xn.astype(np.float64), yn),
+                               rtol=1e-5)
+    zn = rng.random(30000, np.float32)
+    with fl.device(three):
+        z = fl.asarray(zn)
+    seen.clear()
+    np.testing.assert_allclose(float(fl.sum(z * y)), np.dot(zn.astype(np.float64), yn),
+                               rtol=1e-5)
+    assert len(seen) == 3
+
+
+def test_split_stencil_parts_launched_prepared(three, monkeypatch):
+    """A stencil step's parts are prepared launches once their plans are known; a new
+    grid of the same shape gives its own step, rows across the boundaries included."""
+    rng = np.random.default_rng(4)
+
+    def want(a):
+        lap = sum(np.roll(a, s, axis) for s in (1, -1) for axis in (0, 1)) - 4 * a
+        return a + np.float32(0.1) * lap
+
+    def step(u):
+        return u + np.float32(0.1) * fl.stencil(u, LAPLACE, boundary="wrap")
+
+    un = rng.standard_normal((150, 100)).astype(np.float32)
+    with fl.device(three):
+        u = fl.asarray(un)
+    step(u).eval()
+    seen = _launches(monkeypatch)
+    np.testing.assert_allclose(step(u).get(), want(un), rtol=1e-5, atol=1e-5)
+    assert [d.index for d in seen] == [d.index for d in three]
+    vn = rng.standard_normal((150, 100)).astype(np.float32)
+    with fl.device(three):
+        v = fl.asarray(vn)
+    seen.clear()
+    np.testing.assert_allclose(step(v).get(), want(vn), rtol=1e-5, atol=1e-5)
+    assert len(seen) == 3
+
+
+def test_prepared_launch_checked_at_each_call(three, monkeypatch):
+    """A prepared launch is not used from another thread, nor once its kernel left the
+    memory cache: those parts take the general replay, with the same results."""
+    rng = np.random.default_rng(5)
+    xn, yn = rng.random(3000, np.float32), rng.random(3000, np.float32)
+    with fl.device(three):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    want = np.dot(xn.astype(np.float64), yn)
+    float(fl.sum(x * y))
+    float(fl.sum(x * y))
+    seen = _launches(monkeypatch)
+    got: list[float] = []
+    worker = threading.Thread(target=lambda: got.append(float(fl.sum(x * y))))
+    worker.start()
+    worker.join()
+    np.testing.assert_allclose(got, [want], rtol=1e-5)
+    assert seen == []
+    first = next(iter(multi_replay._PREPARED.values()))
+    monkeypatch.setattr(first.compiled[0], "in_cache", False)
+    np.testing.assert_allclose(float(fl.sum(x * y)), want, rtol=1e-5)
+    assert first.device not in seen and len(seen) == 2
+
+
+def test_kept_stencil_copies_cover_every_node_kind():
+    """Every node kind a kept stencil part is moved through has a copier whose slots are
+    the class's (a slot added to a node class would turn the move off for it)."""
+    from fuseloop.multi import windows
+
+    assert set(windows._COPY) == set(windows._COPIERS)
