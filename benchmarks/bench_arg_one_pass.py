@@ -3,8 +3,9 @@
 ``FUSELOOP_ARG_ONE_PASS`` (read at each call): ``0`` the two passes (the extreme, then
 the first position holding it: four launches reading the array twice for a whole
 array), ``1`` one pass over packed uint64 keys (:mod:`fuseloop.lower.arg_keys`: two
-launches, one read) along any axis.  The default, ``auto``, is ``1`` for whole (1-D)
-arrays on GPUs and ``0`` otherwise.  Each case is timed under both settings, lazily
+launches, one read) along any axis.  The default, ``auto``, is ``1`` on GPUs for the
+whole array, a 1-D one or an axis other than the last, and ``0`` otherwise (so "argmax
+rows" here tells whether rows should join it).  Each case is timed under both settings, lazily
 (``expr.eval()`` then a synchronisation: the host's cost included) and under
 ``fl.fuse`` (traced once per setting, replayed), with torch and cupy (GPU) or numpy
 (CPU) in the same run.  Medians in milliseconds; every result is checked once against

@@ -153,4 +153,29 @@ def test_one_pass_auto_is_for_gpus(gpu_rows_on_cpu, monkeypatch):
     x = fl.asarray(np.arange(100, dtype=np.float32))
     assert "argmin_key" not in fl.show_code(x.argmin())
 
+
+def test_one_pass_auto_rule(monkeypatch):
+    from types import SimpleNamespace
+
+    from fuseloop.ops.reductions import _one_pass_arg
+
+    monkeypatch.delenv("FUSELOOP_ARG_ONE_PASS", raising=False)
+
+    def arr(ndim, kind="gpu", dtype=np.float32):
+        return SimpleNamespace(ndim=ndim, size=100, dtype=np.dtype(dtype),
+                               device=SimpleNamespace(type=kind))
+
+    # on GPUs: the whole array, 1-D, or an axis other than the last (rows keep their
+    # one-launch two passes over a cached row)
+    for ndim, axis, want in [(1, None, True), (1, -1, True), (2, None, True), (2, 0, True),
+                             (2, -2, True), (3, 1, True), (2, 1, False), (2, -1, False),
+                             (3, 2, False), (2, 5, False)]:
+        assert _one_pass_arg(arr(ndim), axis) == want, (ndim, axis)
+    assert not _one_pass_arg(arr(1, "cpu"), None)
+    assert not _one_pass_arg(arr(1, dtype=np.float64), None)  # (no room for the position)
+    monkeypatch.setenv("FUSELOOP_ARG_ONE_PASS", "1")
+    assert _one_pass_arg(arr(2, "cpu"), 1)
+    monkeypatch.setenv("FUSELOOP_ARG_ONE_PASS", "0")
+    assert not _one_pass_arg(arr(1), None)
+
 # }}}
