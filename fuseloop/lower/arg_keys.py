@@ -37,10 +37,10 @@ def _ordered(dt: np.dtype) -> str:
 
 def arg_key_body(op: str, loop: tuple[np.dtype, ...]) -> str | None:
     """Body of the helper for one of :data:`ARG_KEY_OPS` (else None); parameters a, b."""
+    if op not in ARG_KEY_OPS:
+        return None
     if op == "arg_key_index":
         return "return (long)(uint)a;"
-    if op not in ("argmin_key", "argmax_key"):
-        return None
     dt = loop[0]
     assert dt.itemsize <= 4 and dt.kind in "biuf" and dt != np.float16, loop
     body = "  " + _ordered(dt)
