@@ -145,6 +145,12 @@ def test_one_pass_whole_array_reads_once_in_two_launches(gpu_rows_on_cpu, monkey
     h[[40000, 60000]] = np.nan
     x = fl.asarray(h)
     assert int(x.argmax()) == int(x.argmin()) == 40000
+    # few long columns: the column-like split (pieces of rows, then their keys combined;
+    # the positions, an Iota along the columns, read no memory and do not prevent it)
+    cols = h[:8704 * 8].reshape(8704, 8)
+    before = fresh_stats()["kernels_launched"]
+    np.testing.assert_array_equal(fl.asarray(cols).argmin(axis=0).get(), cols.argmin(axis=0))
+    assert fresh_stats()["kernels_launched"] - before == 2
 
 
 def test_one_pass_auto_is_for_gpus(gpu_rows_on_cpu, monkeypatch):
