@@ -36,6 +36,7 @@ CASES: dict[str, tuple[type, str, Callable[[Any], Any]]] = {
     "argmin all 2-D f32": (np.float32, "mat", lambda x: x.argmin()),
     "argmax rows f32": (np.float32, "mat", lambda x: x.argmax(axis=1)),
     "argmin cols f32": (np.float32, "mat", lambda x: x.argmin(axis=0)),
+    "argmin 8 cols f32": (np.float32, "tall", lambda x: x.argmin(axis=0)),
 }
 
 
@@ -63,7 +64,7 @@ def _peers(gpu: bool) -> dict[str, tuple[Callable[[np.ndarray], Any], Callable[[
 
 def _data(dtype: type, kind: str, n: int, rows: int) -> np.ndarray:
     rng = np.random.default_rng(0)
-    shape = (n,) if kind == "vec" else (rows, n // rows)
+    shape = {"vec": (n,), "mat": (rows, n // rows), "tall": (n // 8, 8)}[kind]
     if np.dtype(dtype).kind == "f":
         return rng.standard_normal(shape).astype(dtype)
     return rng.integers(-1000, 1000, shape).astype(dtype)
