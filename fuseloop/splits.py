@@ -16,7 +16,6 @@ from .expr.nodes import (
     Apply,
     Concat,
     Gather,
-    Iota,
     Leaf,
     Node,
     Pointer,
@@ -218,7 +217,7 @@ def _column_like(t: Reduce) -> bool:
             return
         seen.add(id(node))
         cls = type(node)
-        if cls is Leaf or cls is Iota:
+        if cls is Leaf:  # (an Iota reads no memory: argmin's positions along columns)
             st = node.view_strides()  # type: ignore[attr-defined]
             r = len(node.shape)
             for d in reduced:

@@ -81,3 +81,107 @@ def test_index_pass_carries_32_bit_positions(gpu_rows_on_cpu, fresh_stats):
     assert re.search(r"out0\[[^]]*\] = fl_cast_i32_i64\(", src), src
     assert x.argmax(axis=1).get().dtype == np.int64
     assert fresh_stats()["kernels_launched"] == 1  # the widening is in the same kernel
+
+
+# {{{ one pass over (value, position) keys (FUSELOOP_ARG_ONE_PASS, fuseloop.lower.arg_keys)
+
+
+@pytest.fixture
+def one_pass(gpu_rows_on_cpu, monkeypatch):
+    monkeypatch.setenv("FUSELOOP_ARG_ONE_PASS", "1")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int16])
+def test_one_pass_matches_numpy(one_pass, dtype):
+    # specials in rows (ties, NaNs, signed zeros, -inf), along both axes and all of it
+    h = _specials((6, 3 * GROUP + 5), dtype, 3)
+    x = fl.asarray(h)
+    for op in ("argmax", "argmin"):
+        for axis in (1, 0, None):
+            got = np.asarray(getattr(x, op)(axis=axis).get())
+            assert got.dtype == np.int64, (op, axis)
+            np.testing.assert_array_equal(got, getattr(h, op)(axis=axis),
+                                          err_msg=f"{op} axis={axis} {dtype}")
+    np.testing.assert_array_equal(x.argmin(axis=0, keepdims=True).get(),
+                                  h.argmin(axis=0, keepdims=True))
+
+
+def test_one_pass_bool_and_extremes(one_pass):
+    b = np.zeros(50, np.bool_)
+    b[[7, 9]] = True
+    assert (int(fl.argmax(fl.asarray(b))), int(fl.argmin(fl.asarray(b)))) == (7, 0)
+    i8 = np.array([5, -128, 127, -128, 127], np.int8)
+    assert (int(fl.argmin(fl.asarray(i8))), int(fl.argmax(fl.asarray(i8)))) == (1, 2)
+    u32 = np.array([7, 2**32 - 1, 0, 2**31, 0, 2**32 - 1], np.uint32)
+    assert (int(fl.argmin(fl.asarray(u32))), int(fl.argmax(fl.asarray(u32)))) == (2, 1)
+    # float64 and int64 do not fit a key: the two passes, with the same answers
+    d = np.array([1.0, np.nan, -2.0, np.nan], np.float64)
+    assert (int(fl.argmin(fl.asarray(d))), int(fl.argmax(fl.asarray(d)))) == (1, 1)
+    f = np.array([np.inf, -np.inf, 3e38, -np.inf, np.inf, -0.0, 0.0], np.float32)
+    assert (int(fl.argmin(fl.asarray(f))), int(fl.argmax(fl.asarray(f)))) == (1, 0)
+    z = np.array([0.0, -0.0, 0.0, 1e-45, -1e-45], np.float32)  # subnormals order too
+    assert (int(fl.argmin(fl.asarray(z))), int(fl.argmax(fl.asarray(z)))) == (4, 3)
+
+
+def test_one_pass_whole_array_reads_once_in_two_launches(gpu_rows_on_cpu, monkeypatch,
+                                                          fresh_stats):
+    # long enough for the two-stage split: keys' partials, then one combining kernel
+    rng = np.random.default_rng(4)
+    h = rng.integers(-50, 50, 70001).astype(np.float32)
+    h[[3, -1]], h[[5, -2]] = 99.0, -99.0
+    x = fl.asarray(h)
+    launches = {}
+    for mode in ("0", "1"):
+        monkeypatch.setenv("FUSELOOP_ARG_ONE_PASS", mode)
+        before = fresh_stats()["kernels_launched"]
+        assert (int(x.argmax()), int(x.argmin())) == (3, 5)
+        launches[mode] = fresh_stats()["kernels_launched"] - before
+    assert launches == {"0": 8, "1": 4}, launches
+    src = fl.show_code(x.argmin())
+    assert src.count("__kernel") == 2, src
+    assert "fl_argmin_key_f32_i32_u64(in0[" in src, src  # each element read once, keyed
+    assert "__local ulong part_" in src and "fl_where" not in src, src
+    assert re.search(r"out0\[[^]]*\] = fl_arg_key_index_u64_i64\(", src), src
+    h[[40000, 60000]] = np.nan
+    x = fl.asarray(h)
+    assert int(x.argmax()) == int(x.argmin()) == 40000
+    # few long columns: the column-like split (pieces of rows, then their keys combined;
+    # the positions, an Iota along the columns, read no memory and do not prevent it)
+    cols = h[:8704 * 8].reshape(8704, 8)
+    before = fresh_stats()["kernels_launched"]
+    np.testing.assert_array_equal(fl.asarray(cols).argmin(axis=0).get(), cols.argmin(axis=0))
+    assert fresh_stats()["kernels_launched"] - before == 2
+
+
+def test_one_pass_auto_is_for_gpus(gpu_rows_on_cpu, monkeypatch):
+    # unset (auto): on a CPU device the two passes stay (their min vectorises there)
+    monkeypatch.delenv("FUSELOOP_ARG_ONE_PASS", raising=False)
+    x = fl.asarray(np.arange(100, dtype=np.float32))
+    assert "argmin_key" not in fl.show_code(x.argmin())
+
+
+def test_one_pass_auto_rule(monkeypatch):
+    from types import SimpleNamespace
+
+    from fuseloop.ops.reductions import _one_pass_arg
+
+    monkeypatch.delenv("FUSELOOP_ARG_ONE_PASS", raising=False)
+
+    def arr(ndim, kind="gpu", dtype=np.float32):
+        return SimpleNamespace(ndim=ndim, size=100, dtype=np.dtype(dtype),
+                               device=SimpleNamespace(type=kind))
+
+    # on GPUs: the whole array, 1-D, or an axis other than the last (rows keep their
+    # one-launch two passes over a cached row)
+    for ndim, axis, want in [(1, None, True), (1, -1, True), (2, None, True), (2, 0, True),
+                             (2, -2, True), (3, 1, True), (2, 1, False), (2, -1, False),
+                             (3, 2, False), (2, 5, False)]:
+        assert _one_pass_arg(arr(ndim), axis) == want, (ndim, axis)
+    assert not _one_pass_arg(arr(1, "cpu"), None)
+    assert not _one_pass_arg(arr(1, dtype=np.float64), None)  # (no room for the position)
+    monkeypatch.setenv("FUSELOOP_ARG_ONE_PASS", "1")
+    assert _one_pass_arg(arr(2, "cpu"), 1)
+    monkeypatch.setenv("FUSELOOP_ARG_ONE_PASS", "0")
+    assert not _one_pass_arg(arr(1), None)
+
+# }}}

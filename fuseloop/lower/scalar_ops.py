@@ -23,6 +23,7 @@ from ..op_names import (  # (the tables, shared with the front end)
     LOGICAL,
     RANDOM_OPS,
 )
+from .arg_keys import arg_key_body
 from .complex_ops import complex_helper_body, complex_preamble, is_complex_loop
 from .math_ops import MATH_OPS, math_helper_body
 from .random_ops import random_helper_body, random_preamble
@@ -81,7 +82,8 @@ def _bits(dt: np.dtype) -> int:
 
 def helper_body(op: str, loop: tuple[np.dtype, ...]) -> str:
     """Body (statements) of the helper for ``op`` on ``loop``; parameters a, b, c."""
-    for part in (_selection_body, _arithmetic_body, _division_body, _integer_body):
+    for part in (_selection_body, _arithmetic_body, _division_body, _integer_body,
+                 arg_key_body):
         found = part(op, loop)
         if found is not None:
             return found

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from .. import caches as _caches
 from ..array import Array, _coerce
 from ..evaluate import cast_node
-from ..expr.nodes import Iota, Reduce
+from ..expr.nodes import Apply, Iota, Reduce
 from ..expr.templates import array_key, composite, watch_settings
 from ..expr.views import reshape_view
 from ..host_eager import HostArray as _HostArray
@@ -275,11 +276,53 @@ def _sqrt(x: Array) -> Array:
 
 def _arg_extreme(x: Any, axis: Any, keepdims: bool, largest: bool) -> Array:
     x = _coerce(x)
-    return composite(array_key("argmax" if largest else "argmin", x, axis, keepdims), x,
-                     lambda: _arg_extreme_built(x, axis, keepdims, largest))
+    # (the mode is in the key: a changed setting builds afresh)
+    one = _one_pass_arg(x, axis)
+    return composite(array_key("argmax" if largest else "argmin", x, axis, keepdims, one), x,
+                     lambda: _arg_extreme_built(x, axis, keepdims, largest, one))
 
 
-def _arg_extreme_built(x: Array, axis: Any, keepdims: bool, largest: bool) -> Array:
+#: values of these dtypes fit the high half of a 64-bit (value, position) key
+_KEYED = frozenset(np.dtype(t) for t in (np.float32, np.int8, np.int16, np.int32, np.uint8,
+                                         np.uint16, np.uint32, np.bool_))
+_UINT64 = np.dtype(np.uint64)
+
+
+def arg_one_pass_mode() -> str:
+    """``FUSELOOP_ARG_ONE_PASS``: ``auto`` (the default: on GPUs, unless along the last
+    axis), ``1`` (any axis, every device) or ``0`` (never); read at each call."""
+    value = os.environ.get("FUSELOOP_ARG_ONE_PASS", "auto").strip().lower()
+    if value in ("0", "off", "no", "false"):
+        return "0"
+    return "1" if value in ("1", "on", "yes", "true") else "auto"
+
+
+def _one_pass_arg(x: Array, axis: Any) -> bool:
+    """Whether argmin/argmax of ``x`` along ``axis`` reduce (value, position) keys in
+    one pass (:mod:`fuseloop.lower.arg_keys`) rather than in two (the extreme, then
+    the first position holding it).  By :func:`arg_one_pass_mode`.  ``auto`` takes GPUs
+    for the whole array, a 1-D one, or an axis other than the last: there the two passes
+    read the data twice (a whole array in four launches).  Along the last axis the GPU
+    row kernel keeps the passes in one launch over a row cached in registers.  On CPUs
+    PoCL vectorises the float min and the int32 min of positions, where a CPU has no
+    vector min of 64-bit keys before AVX-512 (2^22 float32 on PoCL: 2-5x slower)."""
+    if x.dtype not in _KEYED or x.size >= np.iinfo(np.int32).max:
+        return False
+    mode = arg_one_pass_mode()
+    if mode != "auto":
+        return mode == "1"
+    if getattr(x.device, "type", None) == "cpu":
+        return False
+    if axis is None or x.ndim <= 1:
+        return True
+    if not isinstance(axis, int | np.integer):
+        return False
+    ax = int(axis) + x.ndim if axis < 0 else int(axis)
+    return 0 <= ax < x.ndim - 1  # (out of range: the two-pass path raises numpy's error)
+
+
+def _arg_extreme_built(x: Array, axis: Any, keepdims: bool, largest: bool,
+                       one_pass: bool) -> Array:
     from ..ufuncs import FUNCTIONS, where
 
     name = "argmax" if largest else "argmin"
@@ -292,6 +335,8 @@ def _arg_extreme_built(x: Array, axis: Any, keepdims: bool, largest: bool) -> Ar
         raise ValueError(f"attempt to get {name} of an empty sequence")
     if x.dtype.kind == "c":
         return _complex_arg_extreme(x, ax, keepdims, largest)
+    if one_pass:
+        return _keyed_arg_extreme(x, ax, keepdims, largest)
     best = (max if largest else min)(x, axis=ax, keepdims=True)
     if x.dtype.kind == "f":
         # numpy returns the first NaN when there is one, and then best is NaN and no
@@ -309,6 +354,21 @@ def _arg_extreme_built(x: Array, axis: Any, keepdims: bool, largest: bool) -> Ar
     candidate = where(hit, position, idx.type(x.shape[ax]))
     out = _reduce("min", candidate, ax, keepdims, idx)
     return out if idx == _INT64 else out.astype(_INT64)
+
+
+def _keyed_arg_extreme(x: Array, ax: int, keepdims: bool, largest: bool) -> Array:
+    """argmax/argmin of ``x`` along ``ax`` in one pass: the smallest of the elements'
+    (value, position) keys (:mod:`fuseloop.lower.arg_keys`), its position read back
+    as int64 in the kernel that combines the keys."""
+    strides = tuple(1 if d == ax else 0 for d in range(x.ndim))
+    position = Iota(x.shape, _INT32, strides, 0)
+    op = "argmax_key" if largest else "argmin_key"
+    keys = Array._lazy(Apply(op, (x._node, position), (x.dtype, _INT32, _UINT64), x.shape),
+                       x.device)
+    best = _reduce("min", keys, ax, keepdims, _UINT64)
+    node = best._node
+    return Array._lazy(Apply("arg_key_index", (node,), (_UINT64, _INT64), node.shape),
+                       x.device)
 
 
 def _complex_arg_extreme(x: Array, ax: int, keepdims: bool, largest: bool) -> Array:
