@@ -92,8 +92,7 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     if tv is HostArray and value is _updated[0] and value._key is key and value._of is arr:
         _updated[0] = None  # (``A[k] op= v``: inplace wrote into this very view)
         return True
-    if type(key) is tuple and len(key) == 2 and type(arr) is Array and (
-            got := _matrix_view(arr, key)) is not None:
+    if type(arr) is Array and (got := _matrix_view(arr, key)) is not None:
         target, storage = got[0], arr._storage
         if target is False:
             return False

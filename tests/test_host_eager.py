@@ -7,6 +7,8 @@ As in tests/test_host_path.py the host path is on here (the session turns it off
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import pytest
 
@@ -353,3 +355,52 @@ def test_matrix_elements_rows_and_columns(host):
     a[2, -1] = 7.5
     an[2, -1] = 7.5
     np.testing.assert_array_equal(a.get(), an)
+
+
+def test_a_stencil_on_thousands_of_elements_is_computed_here(host):
+    """jacobi_1d's statement on 3200 elements: its views, operations and write are
+    numpy's at once (no host-path evaluation of a lazy expression), as numpy computes
+    them."""
+    a0, b0 = np.linspace(0.0, 1.0, 3200), np.linspace(1.0, 2.0, 3200)
+    a, b = fl.asarray(a0.copy()), fl.asarray(b0.copy())
+    assert type(a[:-2]) is host_eager.HostArray
+    fl.reset_stats()
+    for _ in range(3):
+        b[1:-1] = 0.33333 * (a[:-2] + a[1:-1] + a[2:])
+        a[1:-1] = 0.33333 * (b[:-2] + b[1:-1] + b[2:])
+        b0[1:-1] = 0.33333 * (a0[:-2] + a0[1:-1] + a0[2:])
+        a0[1:-1] = 0.33333 * (b0[:-2] + b0[1:-1] + b0[2:])
+    s = fl.stats()
+    assert s["kernels_launched"] == 0 and s["host_operations"] == 18
+    np.testing.assert_array_equal(a.get(), a0)
+    np.testing.assert_array_equal(b.get(), b0)
+
+
+def test_vector_elements_and_slices_as_indices(host):
+    """A vector's element and slice views (spmv's ``A_col[A_row[i]:A_row[i + 1]]``,
+    trisolv's ``x[i]``): numpy's values, an integer element as an index or a slice's
+    bound, and numpy's errors for an element out of range, a zero step or a float
+    element as an index."""
+    rows_n = np.array([0, 2, 2, 5, 6], dtype=np.uint32)
+    cols_n = np.array([4, 1, 0, 3, 2, 5], dtype=np.uint32)
+    rows, cols, x = fl.asarray(rows_n), fl.asarray(cols_n), fl.asarray(np.arange(6.0))
+    rows[0]  # (the vector's view made once: the written-out steps from here on)
+    for i in range(4):
+        got = cols[rows[i]:rows[i + 1]]
+        assert (type(got) is host_eager.HostArray) == bool(got.size)  # (empty: the kernels')
+        np.testing.assert_array_equal(got.get(), cols_n[rows_n[i]:rows_n[i + 1]])
+    assert [float(x[k]) for k in (0, -1, 5, -6)] == [0.0, 5.0, 5.0, 0.0]
+    assert x[-1].shape == () and x[1:3].shape == (2,) and x[::-2].shape == (3,)
+    x[-2] = 7.5
+    x[0:2] = x[3:5]
+    np.testing.assert_array_equal(x.get(), [3.0, 7.5, 2.0, 3.0, 7.5, 5.0])
+    assert operator.index(rows[3]) == 5 and [0, 1, 2, 3][cols[1]:][0] == 1
+    for bad in (6, -7):
+        with pytest.raises(IndexError):
+            x[bad]
+        with pytest.raises(IndexError):
+            x[bad] = 1.0
+    with pytest.raises(ValueError):
+        x[::0]
+    with pytest.raises(TypeError):
+        operator.index(x[1])
