@@ -9,9 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from . import evaluate as _evaluate
 from . import host_path as _host
 from .array import Array
-from .host_eager import EAGER_MAX_WORK, HostArray, _bases, _new
+from .host_eager import EAGER_MAX_WORK, HostArray, _base, _bases, _new, _off, _sync
+from .stats import tallies as _tallies
+
+_count_operation = _tallies["host_operations"].__next__  # (stats.tally, bound)
 
 
 def _matrix_view(arr: Array, key: Any) -> tuple[Any, bool] | None:
@@ -54,7 +58,7 @@ def _matrix_view(arr: Array, key: Any) -> tuple[Any, bool] | None:
 
 def quick_view(arr: Array, key: Any) -> Any:
     """host_eager.getitem's commonest cases written out: ``A[i, j]``, ``A[i, :j]``,
-    ``A[:, k]`` of a concrete matrix and ``x[i]``, ``x[a:b]`` of a concrete vector,
+    ``A[:, k]``, ``A[1:-1, 2:]`` of a concrete matrix and ``x[i]``, ``x[a:b]`` of a concrete vector,
     viewed before: a HostArray, False (not taken: too large, or an index error, which
     the general path raises) or None (not such a key)."""
     node = arr._node
@@ -76,10 +80,10 @@ def quick_view(arr: Array, key: Any) -> Any:
             if v.size != 1:
                 return False
             shape: tuple = ()
-        elif (t0 is int and t1 is slice) or (t0 is slice and t1 is int):
-            try:
+        elif (t0 is slice or t0 is int) and (t1 is slice or t1 is int):
+            try:  # (a row, a column or a block: ``u[1:-1, 2:]``)
                 v = base[key]
-            except IndexError:
+            except (IndexError, ValueError):
                 return False
             shape = v.shape
         else:
@@ -136,3 +140,26 @@ def _viewed_again(arr: Array, items: tuple) -> bool:
         return True
     _last_lazy[0] = weakref.ref(arr)
     return False
+
+
+def copy_concrete(arr: Array) -> Array | None:
+    """``arr.copy()`` of a small concrete array on a host device: a new buffer holding
+    numpy's copy of its elements, made now; None: the lazy copy.  channel_flow's ``pn
+    = p.copy()`` (61 x 61) was lazy, so the first view of each copy built nodes, was
+    evaluated by the host path and gave the results it met buffers of their own."""
+    if type(arr) is not Array or arr._storage is None or _off():
+        return None
+    got = _base(arr)  # (None: not a leaf, not a host device, a dtype not viewed here)
+    if got is None:
+        return None
+    v = got[0]
+    n = v.size
+    if not 0 < n <= EAGER_MAX_WORK or n > _host.HOST_MAX_WORK:
+        return None
+    dtype, shape, device = arr.dtype, arr._shape, arr.device
+    storage = _evaluate.allocate(n * dtype.itemsize, device)
+    rt = _sync(device)  # (a pooled buffer: kernels that used it last are done)
+    with rt.launch_lock:
+        _host._typed_bytes(storage, rt, dtype)[:n].reshape(shape)[...] = v
+    _count_operation()
+    return Array._concrete(storage, dtype, shape)

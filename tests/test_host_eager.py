@@ -404,3 +404,20 @@ def test_vector_elements_and_slices_as_indices(host):
         x[::0]
     with pytest.raises(TypeError):
         operator.index(x[1])
+
+
+def test_copy_of_a_small_concrete_array_is_made_now(host):
+    """channel_flow's ``pn = p.copy()``: numpy's copy into a buffer of its own, made
+    at once (no lazy copy whose views build nodes); later writes to either are apart."""
+    pn0 = np.arange(20.0).reshape(4, 5)
+    p = fl.asarray(pn0.copy())
+    fl.reset_stats()
+    pn, col = p.copy(), p[:, 1].copy()
+    assert not pn.is_lazy and type(pn) is fl.Array and type(pn[1:-1, 2:]) is host_eager.HostArray
+    p[1:-1, 1:-1] = (pn[1:-1, 2:] + pn[1:-1, 0:-2]) * 0.5
+    pn[0, 0] = -1.0
+    ref = pn0.copy()
+    ref[1:-1, 1:-1] = (pn0[1:-1, 2:] + pn0[1:-1, 0:-2]) * 0.5
+    np.testing.assert_array_equal(p.get(), ref)
+    np.testing.assert_array_equal(col.get(), pn0[:, 1])
+    assert float(pn[0, 0]) == -1.0 and fl.stats()["kernels_launched"] == 0
