@@ -111,6 +111,8 @@ def blas_matmul(a: Any, b: Any) -> Array | None:
         return None  # (numpy's error, or an empty sum: the kernels')
     shape = va.shape[:-1] + vb.shape[1:]
     n = math.prod(shape)
+    if 0 < n <= EAGER_MAX_WORK and n <= _host.HOST_MAX_WORK:
+        return _small_product(va, vb, device)
     storage = _evaluate.allocate(max(n, 1) * dtype.itemsize, device)
     rt = _sync(device)  # (kernels writing the operands, or last using the buffer: done)
     token = _errors.set(_QUIET) if _QUIET is not None else None
@@ -126,6 +128,21 @@ def blas_matmul(a: Any, b: Any) -> Array | None:
     res._storage, res._node, res.device = storage, Leaf.plain(storage, dtype, shape), device
     res.dtype, res._shape = dtype, shape
     return res
+
+
+def _small_product(va: np.ndarray, vb: np.ndarray, device: Any) -> Array:
+    """:func:`blas_matmul`'s product with a small result (covariance's ``data[:, i] @
+    data[:, i:M]``: a vector by a large matrix) as a HostArray of numpy's matmul, so
+    that what follows (``/ (float_n - 1.0)``) is computed here too, not built."""
+    _sync(device)
+    token = _errors.set(_QUIET) if _QUIET is not None else None
+    try:
+        out = np.matmul(va, vb)
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    _count_operation()
+    return _result(out, device)
 
 
 _REDUCERS: dict[str, Any] = {"sum": np.add.reduce, "prod": np.multiply.reduce,

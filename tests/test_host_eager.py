@@ -421,3 +421,20 @@ def test_copy_of_a_small_concrete_array_is_made_now(host):
     np.testing.assert_array_equal(p.get(), ref)
     np.testing.assert_array_equal(col.get(), pn0[:, 1])
     assert float(pn[0, 0]) == -1.0 and fl.stats()["kernels_launched"] == 0
+
+
+def test_small_product_of_a_large_view_is_computed_here(host):
+    """covariance's ``data[:, i] @ data[:, i:M] / (n - 1.0)``: a vector by a large
+    concrete view has a small result, numpy's matmul held here, so the division that
+    follows is computed at once too (it was a lazy node and a host evaluation)."""
+    d0 = np.random.default_rng(4).random((100, 60))
+    data, cov = fl.asarray(d0), fl.asarray(np.zeros((60, 60)))
+    ref = np.zeros((60, 60))
+    fl.reset_stats()
+    for i in range(0, 60, 7):
+        row = data[:, i] @ data[:, i:60] / 99.0
+        assert not row.is_lazy
+        cov[i:60, i] = cov[i, i:60] = row
+        ref[i:60, i] = ref[i, i:60] = d0[:, i] @ d0[:, i:60] / 99.0
+    np.testing.assert_array_equal(cov.get(), ref)
+    assert fl.stats()["kernels_launched"] == 0
