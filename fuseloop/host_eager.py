@@ -503,16 +503,15 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
             or _evaluate.recording_threads[0]:
         return None
     ta, tb = type(a), type(b)
-    host = a if ta is HostArray else b
-    device = host.device
+    device = a.device if ta is HostArray else b.device
     reads = False
     if ta is HostArray:
-        if a.device is not device:
-            return None
         ka, va = a.dtype, a._np
         if not a._shape and type(va) is np.ndarray:
             va = va[0]
         reads = a._buf is not None
+    elif ta is float or ta is int:  # (a Python scalar: its kind is its type)
+        ka, va = ta, a
     else:
         ga = _operand(a, device)
         if ga is None:
@@ -525,6 +524,8 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
         if not b._shape and type(vb) is np.ndarray:
             vb = vb[0]
         reads = reads or b._buf is not None
+    elif tb is float or tb is int:
+        kb, vb = tb, b
     else:
         gb = _operand(b, device)
         if gb is None:
@@ -540,9 +541,9 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     loop, fn, sfn, quiet = hit
     da, db = loop[0], loop[1]
     if ka is not da:  # (a Python scalar's kind is never a dtype)
-        va = _as(va, ka, da)
+        va = _weak_scalar(va, da) if ka is float or ka is int else _as(va, ka, da)
     if kb is not db:
-        vb = _as(vb, kb, db)
+        vb = _weak_scalar(vb, db) if kb is float or kb is int else _as(vb, kb, db)
     arrays = type(va) is np.ndarray or type(vb) is np.ndarray
     if arrays and type(va) is type(vb) and va.shape != vb.shape and not _fits([va, vb]):
         return None
@@ -570,7 +571,11 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
         out = out[()]
     if dtype.kind == "c":
         return _new_host(out, (), dtype, device, None)
-    return _scalar_array(out, dtype, device)
+    node = _new(Scalar)  # (_scalar_array, inline: a call is a tenth of a 0-d operation)
+    node.value, node.dtype, node.shape, node.storages = out, dtype, (), _EMPTY
+    res = _new(Array)
+    res._storage, res._node, res._shape, res.device, res.dtype = None, node, (), device, dtype
+    return res
 
 
 # }}}

@@ -438,3 +438,22 @@ def test_small_product_of_a_large_view_is_computed_here(host):
         ref[i:60, i] = ref[i, i:60] = d0[:, i] @ d0[:, i:60] / 99.0
     np.testing.assert_array_equal(cov.get(), ref)
     assert fl.stats()["kernels_launched"] == 0
+
+
+def test_an_element_assigned_itself_or_another(host):
+    """nussinov's ``T[i, j] = max(T[i, j], T[i, k] + T[k + 1, j])``: the element itself
+    (nothing to write) or another element's value, as numpy's."""
+    t0 = (np.arange(36, dtype=np.int32).reshape(6, 6) * 7) % 11
+    t, ref = fl.asarray(t0.copy()), t0.copy()
+    for tab in (t, ref):
+        for i in range(4, -1, -1):
+            for j in range(i + 1, 6):
+                for k in range(i + 1, j):
+                    tab[i, j] = max(tab[i, j], tab[i, k] + tab[k + 1, j])
+        tab[0, 1] = tab[0, 1]
+        tab[1, -1] = tab[1, 5]
+        tab[2, 0] = tab[2, 1]
+        row = tab[3]
+        row[2] = row[2] + 1
+        tab[3, 2] = row[2]
+    np.testing.assert_array_equal(t.get(), ref)
