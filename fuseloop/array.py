@@ -593,6 +593,9 @@ class Array(ArrayProtocol, ShapeMethods):
     def __bool__(self) -> bool:
         if trace_checks:
             check_traced(self, "bool()")
+        node = self._node
+        if type(node) is Scalar and not self._shape:  # (a value held: fuseloop.host_ops)
+            return bool(node.value)
         if self.size != 1:
             raise ValueError(
                 f"the truth value of an array with shape {self.shape} is ambiguous; "

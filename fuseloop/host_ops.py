@@ -181,9 +181,17 @@ def binary0(op: str, a: Any, b: Any) -> Any:
     if ta is not Array and tb is not Array:
         return None  # (a subclass's operand: fuseloop.host_eager's, or the general path)
     device = a.device if ta is Array else b.device
-    ka, kb = _kind(a, ta, Array, device), _kind(b, tb, Array, device)
-    if ka is None or kb is None:
-        return None
+    na: Any = a._node if ta is Array else None
+    nb: Any = b._node if tb is Array else None
+    # (a value held here with a Python scalar, crc16's ``cur & 1``: its kinds inline)
+    if type(na) is Scalar and not a._shape and (tb is int or tb is float):
+        ka, kb = a.dtype, tb
+    elif type(nb) is Scalar and not b._shape and (ta is int or ta is float):
+        ka, kb = ta, b.dtype
+    else:
+        ka, kb = _kind(a, ta, Array, device), _kind(b, tb, Array, device)
+        if ka is None or kb is None:
+            return None
     hit = _loops0.get((op, ka, kb))
     if hit is None:
         hit = _loops0[(op, ka, kb)] = _loop0(op, ka, kb)
@@ -192,8 +200,6 @@ def binary0(op: str, a: Any, b: Any) -> Any:
             or _host._evaluate.capturing_threads[0] or _host._evaluate.recording_threads[0]:
         return None
     loop, fn, warns = hit
-    na: Any = a._node if ta is Array else None
-    nb: Any = b._node if tb is Array else None
     if type(na) is Leaf or type(nb) is Leaf:
         out = _read_and_apply(device, a, ta, b, tb, loop, fn)
         if out is None:

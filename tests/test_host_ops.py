@@ -229,3 +229,6 @@ def test_0d_values_held_here_need_no_device_queue(host, monkeypatch):
     wrapped = b8 + b8
     assert wrapped.dtype == np.int8 and int(wrapped) == -16
     assert type(wrapped._node) is Scalar
+    # (the truth of a held value is read from it, not through a Python scalar first)
+    monkeypatch.setattr(fl.Array, "_scalar", lambda self: pytest.fail("_scalar"))
+    assert bool(cur | 1) and not bool(cur & 0) and bool(data[0] * 1.0 != 0.0)
