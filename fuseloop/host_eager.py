@@ -557,8 +557,7 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     finally:
         if token is not None:
             _errors.reset(token)
-    dtype = loop[-1]
-    out_dt = out.dtype
+    dtype, out_dt = loop[-1], out.dtype
     if out_dt is not dtype and out_dt != dtype:
         out = out.astype(dtype) if type(out) is np.ndarray else dtype.type(out)
     _count_operation()
@@ -573,9 +572,9 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
         return _new_host(out, (), dtype, device, None)
     node = _new(Scalar)  # (_scalar_array, inline: a call is a tenth of a 0-d operation)
     node.value, node.dtype, node.shape, node.storages = out, dtype, (), _EMPTY
-    res = _new(Array)
-    res._storage, res._node, res._shape, res.device, res.dtype = None, node, (), device, dtype
-    return res
+    held: Array = _new(Array)
+    held._storage, held._node, held._shape, held.device, held.dtype = None, node, (), device, dtype
+    return held
 
 
 # }}}
