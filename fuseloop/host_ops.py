@@ -48,6 +48,18 @@ def _operand(x: Any, rt: Any) -> Any:
     return np.broadcast_to(_host._value(node, _host._State(rt, None)), node.shape)
 
 
+# fuseloop.host_products.matmul, bound at its first use (an import statement in the
+# function cost every ``fl.dot`` of a loop ~1 us)
+_eager_matmul: list[Any] = [None]
+
+
+def _bind_eager_matmul() -> Any:
+    from .host_products import matmul as eager_matmul
+
+    _eager_matmul[0] = eager_matmul
+    return eager_matmul
+
+
 def matmul(a: Any, b: Any) -> Any:
     """``a @ b`` (numpy's ``matmul`` of 1-D and 2-D operands, and ``dot`` of such) as
     an array computed now, or None (the caller builds the lazy contraction).
@@ -60,9 +72,7 @@ def matmul(a: Any, b: Any) -> Any:
     if not limit or trace_checks:
         return None
     if type(a) is not (_Array or _bind()) or type(b) is not _Array:  # (HostArrays)
-        from .host_products import matmul as eager_matmul
-
-        return eager_matmul(a, b)
+        return (_eager_matmul[0] or _bind_eager_matmul())(a, b)
     dtype = a.dtype
     if b.dtype is not dtype or dtype.char not in _FLOATS:
         return None

@@ -19,11 +19,14 @@ from .host_eager import (
     _QUIET,
     EAGER_MAX_WORK,
     HostArray,
+    _as,
     _base,
     _errors,
     _new,
     _off,
+    _op_entry,
     _operand,
+    _ops,
     _result,
     _sync,
     _value,
@@ -262,3 +265,51 @@ def gather(arr: Array, index: HostArray) -> Array | None:
         return None
     _count_operation()
     return _result(out, arr.device)
+
+
+def unary(op: str, x: HostArray) -> Array | None:
+    """``op`` (a unary ufunc's name) of a HostArray now: host_eager.apply's steps for
+    one operand written out (durbin's ``-r[0]``, ``-(r[k] + d)``); None: its path."""
+    if _off():
+        return None
+    kind = x.dtype
+    hit = _ops.get((op, kind))
+    if hit is None:
+        hit = _ops[(op, kind)] = _op_entry(op, (kind,))
+    if hit is False:
+        return None
+    loop, fn, sfn, quiet = hit
+    v = x._np
+    if not x._shape and type(v) is np.ndarray:
+        v = v[0]
+    if x._buf is not None:
+        _sync(x.device)
+    if kind is not loop[0]:
+        v = _as(v, kind, loop[0])
+    arrays = type(v) is np.ndarray
+    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or not arrays) else None
+    try:
+        out = sfn(v) if sfn is not None and not arrays else fn(v)
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    dtype = loop[-1]
+    if out.dtype is not dtype and out.dtype != dtype:
+        out = out.astype(dtype) if type(out) is np.ndarray else dtype.type(out)
+    _count_operation()
+    return _result(out, x.device)
+
+
+def _eager_unary(op: str, general: Any) -> Any:
+    """HostArray's operator ``op``: computed here, else Array's (``general``)."""
+    def method(self: Any) -> Any:
+        got = unary(op, self)
+        return got if got is not None else general(self)
+    method.__name__ = method.__qualname__ = general.__name__
+    return method
+
+
+for _name, _op in (("__neg__", "negative"), ("__abs__", "absolute")):
+    setattr(HostArray, _name, _eager_unary(_op, getattr(Array, _name)))

@@ -457,3 +457,23 @@ def test_an_element_assigned_itself_or_another(host):
         row[2] = row[2] + 1
         tab[3, 2] = row[2]
     np.testing.assert_array_equal(t.get(), ref)
+
+
+def test_negative_and_absolute_of_views(host, monkeypatch):
+    """``-r[0]``, ``abs(x[1:3])`` (durbin): computed here by the operator's own steps
+    (not the general apply), numpy's values and dtypes (int8's -128 wraps)."""
+    from fuseloop import host_products
+
+    a0 = np.array([-128, 5, -7, 0], dtype=np.int8)
+    f0 = np.array([-1.5, 0.0, np.nan, 2.0], dtype=np.float32)
+    a, f = fl.asarray(a0), fl.asarray(f0)
+    from fuseloop import array
+
+    monkeypatch.setattr(array, "_eager_apply", lambda *args: pytest.fail("apply"))
+    monkeypatch.setattr(host_products, "apply", lambda *args: pytest.fail("apply"))
+    got = [-a[0], abs(a[0]), -a[1:3], abs(a[0:2]), -f[2], abs(f[0:3])]
+    with np.errstate(all="ignore"):
+        ref = [-a0[0], abs(a0[0]), -a0[1:3], abs(a0[0:2]), -f0[2], abs(f0[0:3])]
+    for g, r in zip(got, ref):
+        assert g.dtype == r.dtype and g.shape == np.shape(r)
+        np.testing.assert_array_equal(g.get(), r)
