@@ -593,6 +593,9 @@ class Array(ArrayProtocol, ShapeMethods):
     def __bool__(self) -> bool:
         if trace_checks:
             check_traced(self, "bool()")
+        node = self._node
+        if type(node) is Scalar and not self._shape:  # (a value held: fuseloop.host_ops)
+            return bool(node.value)
         if self.size != 1:
             raise ValueError(
                 f"the truth value of an array with shape {self.shape} is ambiguous; "
@@ -646,6 +649,9 @@ class Array(ArrayProtocol, ShapeMethods):
 
     def copy(self) -> Array:
         """A new array with the same values (lazy: fuses with what follows)."""
+        got = _eager_copy(self)  # (small and concrete on the CPU: numpy's copy, host_views)
+        if got is not None:
+            return got
         return Array._lazy(Apply("positive", (self._node,), (self.dtype, self.dtype),
                                  self.shape), self.device)
 
@@ -753,6 +759,7 @@ from .host_eager import HostArray as _HostArray  # noqa: E402
 from .host_eager import apply as _eager_apply  # noqa: E402
 from .host_eager import getitem as _eager_getitem  # noqa: E402
 from .host_eager import inplace_array as _eager_inplace  # noqa: E402
+from .host_views import copy_concrete as _eager_copy  # noqa: E402
 from .host_writes import setitem as _eager_setitem  # noqa: E402
 from .ops.indexing import getitem as _getitem  # noqa: E402
 from .ops.indexing import setitem as _setitem  # noqa: E402

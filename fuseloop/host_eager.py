@@ -50,10 +50,11 @@ from .stats import tallies as _tallies
 
 _errors, _QUIET = _host._errors, _host._QUIET
 #: the most elements a view, operand or result taken here may have (and the host
-#: path's HOST_MAX_WORK): a loop's statements are on rows of a few hundred; a larger
-#: expression (a 3200-element stencil) is left to the host path's fused evaluation,
-#: which computes into its temporaries
-EAGER_MAX_WORK = 2048
+#: path's HOST_MAX_WORK, read at each call): the host path's own default limit.  At
+#: 2048, jacobi_1d's 3200-element statement ``B[1:-1] = 0.33333 * (A[:-2] + A[1:-1] +
+#: A[2:])`` went through the lazy views, nodes and the host path's evaluation: 47 us
+#: of CPU against 15 us here (numpy: 5 us)
+EAGER_MAX_WORK = 4096
 #: (views of any number of axes: a convolution's windows too, whose products feed
 #: reductions, computed here as numpy computes them, host_products.reduce)
 #: the most elements of a broadcast result here (operands of at most EAGER_MAX_WORK):
@@ -147,6 +148,13 @@ class HostArray(Array):
             _sync(self.device)
         v = _value(self)
         return (v.reshape(()) if type(v) is np.ndarray else v).item()
+
+    def __index__(self) -> int:
+        v = self._np
+        if self._shape or type(v) is not np.ndarray or self.dtype.kind not in "iu":
+            return super().__index__()
+        _sync(self.device)  # (a buffer's element, spmv's ``A_row[i]``: kernels' writes first)
+        return int(v[0])
 
     def copy(self) -> Array:
         """A new array with the same values (numpy's copy, at once)."""
@@ -495,16 +503,15 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
             or _evaluate.recording_threads[0]:
         return None
     ta, tb = type(a), type(b)
-    host = a if ta is HostArray else b
-    device = host.device
+    device = a.device if ta is HostArray else b.device
     reads = False
     if ta is HostArray:
-        if a.device is not device:
-            return None
         ka, va = a.dtype, a._np
         if not a._shape and type(va) is np.ndarray:
             va = va[0]
         reads = a._buf is not None
+    elif ta is float or ta is int:  # (a Python scalar: its kind is its type)
+        ka, va = ta, a
     else:
         ga = _operand(a, device)
         if ga is None:
@@ -517,6 +524,8 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
         if not b._shape and type(vb) is np.ndarray:
             vb = vb[0]
         reads = reads or b._buf is not None
+    elif tb is float or tb is int:
+        kb, vb = tb, b
     else:
         gb = _operand(b, device)
         if gb is None:
@@ -532,9 +541,9 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     loop, fn, sfn, quiet = hit
     da, db = loop[0], loop[1]
     if ka is not da:  # (a Python scalar's kind is never a dtype)
-        va = _as(va, ka, da)
+        va = _weak_scalar(va, da) if ka is float or ka is int else _as(va, ka, da)
     if kb is not db:
-        vb = _as(vb, kb, db)
+        vb = _weak_scalar(vb, db) if kb is float or kb is int else _as(vb, kb, db)
     arrays = type(va) is np.ndarray or type(vb) is np.ndarray
     if arrays and type(va) is type(vb) and va.shape != vb.shape and not _fits([va, vb]):
         return None
@@ -548,8 +557,7 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     finally:
         if token is not None:
             _errors.reset(token)
-    dtype = loop[-1]
-    out_dt = out.dtype
+    dtype, out_dt = loop[-1], out.dtype
     if out_dt is not dtype and out_dt != dtype:
         out = out.astype(dtype) if type(out) is np.ndarray else dtype.type(out)
     _count_operation()
@@ -562,7 +570,11 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
         out = out[()]
     if dtype.kind == "c":
         return _new_host(out, (), dtype, device, None)
-    return _scalar_array(out, dtype, device)
+    node = _new(Scalar)  # (_scalar_array, inline: a call is a tenth of a 0-d operation)
+    node.value, node.dtype, node.shape, node.storages = out, dtype, (), _EMPTY
+    held: Array = _new(Array)
+    held._storage, held._node, held._shape, held.device, held.dtype = None, node, (), device, dtype
+    return held
 
 
 # }}}
@@ -658,17 +670,8 @@ def getitem(arr: Array, key: Any) -> Array | None:
     if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
             or _evaluate.recording_threads[0]:
         return None
-    if type(key) is tuple and len(key) == 2 and type(arr) is Array:
-        got = _matrix_view(arr, key)
-        if got is not None:
-            v, element = got
-            if v is False:
-                return None
-            out = _new(HostArray)
-            out._np, out.dtype, out.device, out._leaf = v, arr.dtype, arr.device, None
-            out._buf, out._shape, out._of, out._key = \
-                arr._storage, () if element else v.shape, arr, key
-            return out
+    if type(arr) is Array and (got := quick_view(arr, key)) is not None:
+        return got if got is not False else None
     items = _basic(key)
     if items is None:
         return gather(arr, key) if type(key) is HostArray else _copy_by_0d(arr, key)
@@ -756,7 +759,7 @@ for _name, _f in list(vars(Array).items()):
 
 
 from .host_products import gather, matmul, power  # noqa: E402  (they read this module's names)
-from .host_views import _matrix_view, _viewed_again  # noqa: E402
+from .host_views import _viewed_again, quick_view  # noqa: E402
 from .host_writes import inplace  # noqa: E402
 
 

@@ -48,6 +48,18 @@ def _operand(x: Any, rt: Any) -> Any:
     return np.broadcast_to(_host._value(node, _host._State(rt, None)), node.shape)
 
 
+# fuseloop.host_products.matmul, bound at its first use (an import statement in the
+# function cost every ``fl.dot`` of a loop ~1 us)
+_eager_matmul: list[Any] = [None]
+
+
+def _bind_eager_matmul() -> Any:
+    from .host_products import matmul as eager_matmul
+
+    _eager_matmul[0] = eager_matmul
+    return eager_matmul
+
+
 def matmul(a: Any, b: Any) -> Any:
     """``a @ b`` (numpy's ``matmul`` of 1-D and 2-D operands, and ``dot`` of such) as
     an array computed now, or None (the caller builds the lazy contraction).
@@ -60,9 +72,7 @@ def matmul(a: Any, b: Any) -> Any:
     if not limit or trace_checks:
         return None
     if type(a) is not (_Array or _bind()) or type(b) is not _Array:  # (HostArrays)
-        from .host_products import matmul as eager_matmul
-
-        return eager_matmul(a, b)
+        return (_eager_matmul[0] or _bind_eager_matmul())(a, b)
     dtype = a.dtype
     if b.dtype is not dtype or dtype.char not in _FLOATS:
         return None
@@ -131,14 +141,24 @@ def _kind(x: Any, tx: type, array: type, device: Any) -> Any:
 
 
 def _loop0(op: str, ka: Any, kb: Any) -> Any:
-    """``_loops0``'s entry: numpy's loop for these kinds and the operator computing it
-    on numpy scalars (:func:`fuseloop.host_path.scalar_fn`), or False."""
+    """``_loops0``'s entry: numpy's loop for these kinds, the operator computing it on
+    numpy scalars (:func:`fuseloop.host_path.scalar_fn`) and whether it may set a
+    floating-point error flag, or False."""
     try:
         loop, key = _ufunc_loop(op, ka, kb)
     except (TypeError, ValueError):
         return False  # (the general path raises numpy's error)
     fn = _host.scalar_fn(op, key)
-    return False if fn is None else (loop, fn)
+    return False if fn is None else (loop, fn, op not in _NEVER_WARN0)
+
+
+# numpy scalars' operators that set no floating-point error flag for any operand (a
+# shift past the width, a NaN compared: no error), computed without switching numpy's
+# error state (a context variable's set and reset: ~0.15 us of a ~1.5 us operation)
+_NEVER_WARN0 = frozenset((
+    "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "equal",
+    "not_equal", "less", "less_equal", "greater", "greater_equal"))
+_count_operation = _stats.tallies["host_operations"].__next__  # (stats.tally, bound)
 
 
 def _element(x: Any, tx: type, dtype: np.dtype, rt: Any) -> Any:
@@ -162,7 +182,8 @@ def binary0(op: str, a: Any, b: Any) -> Any:
     table[k + 1, j]``, durbin's ``alpha * alpha``) made a node and a lazy array per
     operation, read and evaluated at once by the next statement.  Every operator on
     0-d operands comes here first: its common steps are written out (a call each
-    cost the statement ~0.1 us)."""
+    cost the statement ~0.1 us).  Values held here (no buffer's element) involve no
+    device queue: neither its lock nor its waiting launches."""
     if not _host.HOST_MAX_WORK or trace_checks:
         return None
     Array = _Array or _bind()
@@ -170,9 +191,17 @@ def binary0(op: str, a: Any, b: Any) -> Any:
     if ta is not Array and tb is not Array:
         return None  # (a subclass's operand: fuseloop.host_eager's, or the general path)
     device = a.device if ta is Array else b.device
-    ka, kb = _kind(a, ta, Array, device), _kind(b, tb, Array, device)
-    if ka is None or kb is None:
-        return None
+    na: Any = a._node if ta is Array else None
+    nb: Any = b._node if tb is Array else None
+    # (a value held here with a Python scalar, crc16's ``cur & 1``: its kinds inline)
+    if type(na) is Scalar and not a._shape and (tb is int or tb is float):
+        ka, kb = a.dtype, tb
+    elif type(nb) is Scalar and not b._shape and (ta is int or ta is float):
+        ka, kb = ta, b.dtype
+    else:
+        ka, kb = _kind(a, ta, Array, device), _kind(b, tb, Array, device)
+        if ka is None or kb is None:
+            return None
     hit = _loops0.get((op, ka, kb))
     if hit is None:
         hit = _loops0[(op, ka, kb)] = _loop0(op, ka, kb)
@@ -180,26 +209,24 @@ def binary0(op: str, a: Any, b: Any) -> Any:
                             or _host.host_device(device)) \
             or _host._evaluate.capturing_threads[0] or _host._evaluate.recording_threads[0]:
         return None
-    loop, fn = hit
-    rt = _runtime(device)
-    if rt.deferred:
-        return None
-    na: Any = a._node if ta is Array else None
-    nb: Any = b._node if tb is Array else None
-    with rt.launch_lock:
-        if type(na) is Leaf or type(nb) is Leaf:
-            rt.finish_queue(rt.queue)  # (a buffer's element: what kernels wrote first)
-        token = _host._errors.set(_host._QUIET)  # (set: scalar_fn gave an operator)
+    loop, fn, warns = hit
+    if type(na) is Leaf or type(nb) is Leaf:
+        out = _read_and_apply(device, a, ta, b, tb, loop, fn)
+        if out is None:
+            return None
+    else:  # (values held here, or Python scalars: numpy's scalars at once)
+        token = _host._errors.set(_host._QUIET) if warns else None
         try:
-            out = fn(_element(a, ta, loop[0], rt), _element(b, tb, loop[1], rt))
+            out = fn(_element(a, ta, loop[0], None), _element(b, tb, loop[1], None))
         except (TypeError, ValueError, OverflowError, ZeroDivisionError):
             return None
         finally:
-            _host._errors.reset(token)
+            if token is not None:
+                _host._errors.reset(token)
     dtype = loop[-1]
     if out.dtype is not dtype:
         out = dtype.type(out)
-    _stats.increment("host_operations")
+    _count_operation()
     node = _new(Scalar)  # (Scalar.__init__, its fields set here)
     node.value, node.dtype, node.shape = out, dtype, ()
     node.storages = _EMPTY
@@ -207,6 +234,24 @@ def binary0(op: str, a: Any, b: Any) -> Any:
     arr._storage, arr._node, arr._shape = None, node, ()
     arr.device, arr.dtype = device, dtype
     return arr
+
+
+def _read_and_apply(device: Any, a: Any, ta: type, b: Any, tb: type, loop: tuple,
+                    fn: Any) -> Any:
+    """:func:`binary0`'s value where an operand is a buffer's element: read once the
+    device's queue is finished (what kernels wrote first), or None."""
+    rt = _runtime(device)
+    if rt.deferred:
+        return None
+    with rt.launch_lock:
+        rt.finish_queue(rt.queue)
+        token = _host._errors.set(_host._QUIET)  # (set: scalar_fn gave an operator)
+        try:
+            return fn(_element(a, ta, loop[0], rt), _element(b, tb, loop[1], rt))
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+            return None
+        finally:
+            _host._errors.reset(token)
 
 
 def _result(value: Any, dtype: np.dtype, device: Any, rt: Any) -> Any:

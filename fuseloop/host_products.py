@@ -19,17 +19,22 @@ from .host_eager import (
     _QUIET,
     EAGER_MAX_WORK,
     HostArray,
+    _as,
     _base,
     _errors,
     _new,
     _off,
+    _op_entry,
     _operand,
+    _ops,
     _result,
     _sync,
     _value,
     apply,
 )
-from .stats import tally as _tally
+from .stats import tallies as _tallies
+
+_count_operation = _tallies["host_operations"].__next__  # (stats.tally, bound)
 
 
 def matmul(a: Any, b: Any) -> Array | None:
@@ -46,7 +51,7 @@ def matmul(a: Any, b: Any) -> Array | None:
     if ga is None or gb is None:
         return blas_matmul(a, b)  # (a large concrete operand)
     va, vb = ga[1], gb[1]
-    sa, sb = np.shape(va), np.shape(vb)
+    sa, sb = va.shape, vb.shape  # (numpy arrays or scalars: np.shape's dispatch, 0.3 us)
     na, nb = len(sa), len(sb)
     if not (0 < na <= 2 and 0 < nb <= 2) or sa[-1] != sb[0]:
         return None
@@ -63,7 +68,7 @@ def matmul(a: Any, b: Any) -> Array | None:
     finally:
         if token is not None:
             _errors.reset(token)
-    _tally("host_operations")
+    _count_operation()
     return _result(out, device)
 
 
@@ -109,6 +114,8 @@ def blas_matmul(a: Any, b: Any) -> Array | None:
         return None  # (numpy's error, or an empty sum: the kernels')
     shape = va.shape[:-1] + vb.shape[1:]
     n = math.prod(shape)
+    if 0 < n <= EAGER_MAX_WORK and n <= _host.HOST_MAX_WORK:
+        return _small_product(va, vb, device)
     storage = _evaluate.allocate(max(n, 1) * dtype.itemsize, device)
     rt = _sync(device)  # (kernels writing the operands, or last using the buffer: done)
     token = _errors.set(_QUIET) if _QUIET is not None else None
@@ -119,11 +126,26 @@ def blas_matmul(a: Any, b: Any) -> Array | None:
     finally:
         if token is not None:
             _errors.reset(token)
-    _tally("host_operations")
+    _count_operation()
     res = _new(Array)
     res._storage, res._node, res.device = storage, Leaf.plain(storage, dtype, shape), device
     res.dtype, res._shape = dtype, shape
     return res
+
+
+def _small_product(va: np.ndarray, vb: np.ndarray, device: Any) -> Array:
+    """:func:`blas_matmul`'s product with a small result (covariance's ``data[:, i] @
+    data[:, i:M]``: a vector by a large matrix) as a HostArray of numpy's matmul, so
+    that what follows (``/ (float_n - 1.0)``) is computed here too, not built."""
+    _sync(device)
+    token = _errors.set(_QUIET) if _QUIET is not None else None
+    try:
+        out = np.matmul(va, vb)
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    _count_operation()
+    return _result(out, device)
 
 
 _REDUCERS: dict[str, Any] = {"sum": np.add.reduce, "prod": np.multiply.reduce,
@@ -155,7 +177,7 @@ def reduce(op: str, x: HostArray, axis: Any, keepdims: bool, dtype: np.dtype) ->
     finally:
         if token is not None:
             _errors.reset(token)
-    _tally("host_operations")
+    _count_operation()
     return _result(out if type(out) is np.ndarray else np.asarray(out, dtype), x.device)
 
 
@@ -197,7 +219,7 @@ def power(x: HostArray, e: Any) -> Array | None:
     finally:
         if token is not None:
             _errors.reset(token)
-    _tally("host_operations")
+    _count_operation()
     return _result(np.asarray(result, dtype=x.dtype) if np.ndim(result) else
                    x.dtype.type(result), x.device)
 
@@ -241,5 +263,53 @@ def gather(arr: Array, index: HostArray) -> Array | None:
         return None
     if not 0 < out.size <= EAGER_MAX_WORK:
         return None
-    _tally("host_operations")
+    _count_operation()
     return _result(out, arr.device)
+
+
+def unary(op: str, x: HostArray) -> Array | None:
+    """``op`` (a unary ufunc's name) of a HostArray now: host_eager.apply's steps for
+    one operand written out (durbin's ``-r[0]``, ``-(r[k] + d)``); None: its path."""
+    if _off():
+        return None
+    kind = x.dtype
+    hit = _ops.get((op, kind))
+    if hit is None:
+        hit = _ops[(op, kind)] = _op_entry(op, (kind,))
+    if hit is False:
+        return None
+    loop, fn, sfn, quiet = hit
+    v = x._np
+    if not x._shape and type(v) is np.ndarray:
+        v = v[0]
+    if x._buf is not None:
+        _sync(x.device)
+    if kind is not loop[0]:
+        v = _as(v, kind, loop[0])
+    arrays = type(v) is np.ndarray
+    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or not arrays) else None
+    try:
+        out = sfn(v) if sfn is not None and not arrays else fn(v)
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    dtype = loop[-1]
+    if out.dtype is not dtype and out.dtype != dtype:
+        out = out.astype(dtype) if type(out) is np.ndarray else dtype.type(out)
+    _count_operation()
+    return _result(out, x.device)
+
+
+def _eager_unary(op: str, general: Any) -> Any:
+    """HostArray's operator ``op``: computed here, else Array's (``general``)."""
+    def method(self: Any) -> Any:
+        got = unary(op, self)
+        return got if got is not None else general(self)
+    method.__name__ = method.__qualname__ = general.__name__
+    return method
+
+
+for _name, _op in (("__neg__", "negative"), ("__abs__", "absolute")):
+    setattr(HostArray, _name, _eager_unary(_op, getattr(Array, _name)))

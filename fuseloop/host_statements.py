@@ -324,12 +324,13 @@ def _inplace_value(target: Any, op: str, other: Any) -> bool:
     got = host_binary0(op, target, other)
     if got is None:
         return False
-    value, dtype = got._node.value, target.dtype
+    dtype = target.dtype
     if got.dtype is not dtype:
         if not np.can_cast(got.dtype, dtype, "same_kind"):
             return False  # (the general path raises numpy's error)
-        value = value.astype(dtype)
-    target._node = Scalar(value)
+        target._node = Scalar(got._node.value.astype(dtype))
+    else:  # (the new node, which nothing else holds)
+        target._node = got._node
     return True
 
 

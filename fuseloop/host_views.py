@@ -9,33 +9,108 @@ from typing import Any
 
 import numpy as np
 
+from . import evaluate as _evaluate
 from . import host_path as _host
 from .array import Array
-from .host_eager import EAGER_MAX_WORK, _bases
+from .host_eager import EAGER_MAX_WORK, HostArray, _base, _bases, _new, _off, _sync
+from .stats import tallies as _tallies
+
+_count_operation = _tallies["host_operations"].__next__  # (stats.tally, bound)
 
 
-def _matrix_view(arr: Array, key: tuple) -> tuple[Any, bool] | None:
-    """A loop's commonest view, ``A[i, j]``, ``A[i, :j]``, ``A[:, k]`` of a concrete
-    matrix viewed before, its steps written out (a third of a view's cost): ``(numpy
-    view, whether one element)``, ``(False, False)`` for a view not taken here (too
-    large, or an index error, which the general path raises), or None: not such a key."""
+def _matrix_view(arr: Array, key: Any) -> tuple[Any, bool] | None:
+    """A loop's commonest target, ``A[i, j]``, ``A[i, :j]``, ``A[:, k]`` of a concrete
+    matrix or ``x[i]``, ``x[a:b]`` of a concrete vector, viewed before, its steps
+    written out (a third of a view's cost): ``(numpy view, whether one element)``,
+    ``(False, False)`` for a view not taken here (too large, or an index error, which
+    the general path raises), or None: not such a key (see :func:`quick_view`)."""
     node = arr._node
     got = _bases.get(id(node))
-    if got is None or got[0] is not node or got[1].ndim != 2:
+    if got is None or got[0] is not node:
         return None
-    k0, k1 = key
-    t0, t1 = type(k0), type(k1)
-    element = t0 is int and t1 is int
-    if not element and not ((t0 is int and t1 is slice) or (t0 is slice and t1 is int)):
+    base = got[1]
+    tk = type(key)
+    if tk is tuple:
+        if len(key) != 2 or base.ndim != 2:
+            return None
+        k0, k1 = key
+        t0, t1 = type(k0), type(k1)
+        element = t0 is int and t1 is int
+        if not element and not ((t0 is int and t1 is slice) or (t0 is slice and t1 is int)):
+            return None
+        try:
+            v = base[k0, k1:k1 + 1 if k1 != -1 else None] if element else base[key]
+        except IndexError:
+            return False, False
+    elif base.ndim != 1 or (tk is not int and tk is not slice):
         return None
-    try:
-        v = got[1][k0, k1:k1 + 1 if k1 != -1 else None] if element else got[1][key]
-    except IndexError:
-        return False, False
+    else:
+        element = tk is int
+        try:
+            v = base[key:key + 1 if key != -1 else None] if element else base[key]
+        except (TypeError, ValueError):
+            return False, False
     n = v.size
     if not 0 < n <= EAGER_MAX_WORK or n > _host.HOST_MAX_WORK or (element and n != 1):
         return False, False
     return v, element
+
+
+def quick_view(arr: Array, key: Any) -> Any:
+    """host_eager.getitem's commonest cases written out: ``A[i, j]``, ``A[i, :j]``,
+    ``A[:, k]``, ``A[1:-1, 2:]`` of a concrete matrix and ``x[i]``, ``x[a:b]`` of a concrete vector,
+    viewed before: a HostArray, False (not taken: too large, or an index error, which
+    the general path raises) or None (not such a key)."""
+    node = arr._node
+    got = _bases.get(id(node))
+    if got is None or got[0] is not node:
+        return None
+    base = got[1]
+    tk = type(key)
+    if tk is tuple:
+        if len(key) != 2 or base.ndim != 2:
+            return None
+        k0, k1 = key
+        t0, t1 = type(k0), type(k1)
+        if t0 is int and t1 is int:
+            try:
+                v = base[k0, k1:k1 + 1 if k1 != -1 else None]
+            except IndexError:
+                return False
+            if v.size != 1:
+                return False
+            shape: tuple = ()
+        elif (t0 is slice or t0 is int) and (t1 is slice or t1 is int):
+            try:  # (a row, a column or a block: ``u[1:-1, 2:]``)
+                v = base[key]
+            except (IndexError, ValueError):
+                return False
+            shape = v.shape
+        else:
+            return None
+    elif base.ndim != 1:
+        return None
+    elif tk is int:
+        v = base[key:key + 1 if key != -1 else None]
+        if v.size != 1:
+            return False
+        shape = ()
+    elif tk is slice:
+        try:
+            v = base[key]
+        except (TypeError, ValueError):
+            return False
+        shape = v.shape
+    else:
+        return None
+    if shape:
+        n = v.size
+        if not 0 < n <= EAGER_MAX_WORK or n > _host.HOST_MAX_WORK:
+            return False
+    out = _new(HostArray)
+    out._np, out.dtype, out.device, out._leaf = v, arr.dtype, arr.device, None
+    out._buf, out._shape, out._of, out._key = got[2], shape, arr, key
+    return out
 
 
 #: the lazy array a small view was last taken of (a weak reference), see _viewed_again
@@ -65,3 +140,26 @@ def _viewed_again(arr: Array, items: tuple) -> bool:
         return True
     _last_lazy[0] = weakref.ref(arr)
     return False
+
+
+def copy_concrete(arr: Array) -> Array | None:
+    """``arr.copy()`` of a small concrete array on a host device: a new buffer holding
+    numpy's copy of its elements, made now; None: the lazy copy.  channel_flow's ``pn
+    = p.copy()`` (61 x 61) was lazy, so the first view of each copy built nodes, was
+    evaluated by the host path and gave the results it met buffers of their own."""
+    if type(arr) is not Array or arr._storage is None or _off():
+        return None
+    got = _base(arr)  # (None: not a leaf, not a host device, a dtype not viewed here)
+    if got is None:
+        return None
+    v = got[0]
+    n = v.size
+    if not 0 < n <= EAGER_MAX_WORK or n > _host.HOST_MAX_WORK:
+        return None
+    dtype, shape, device = arr.dtype, arr._shape, arr.device
+    storage = _evaluate.allocate(n * dtype.itemsize, device)
+    rt = _sync(device)  # (a pooled buffer: kernels that used it last are done)
+    with rt.launch_lock:
+        _host._typed_bytes(storage, rt, dtype)[:n].reshape(shape)[...] = v
+    _count_operation()
+    return Array._concrete(storage, dtype, shape)

@@ -14,7 +14,7 @@ from . import evaluate as _evaluate
 from . import flags as _flags
 from . import host_path as _host
 from . import trace_hooks as _trace
-from .array import Array
+from .array import Array, _weak_scalar
 from .dtypes import scalar_to
 from .expr.nodes import Scalar, recent_lazy
 from .host_eager import (
@@ -89,11 +89,13 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
             or _evaluate.recording_threads[0]:
         return False
-    if tv is HostArray and value is _updated[0] and value._key is key and value._of is arr:
-        _updated[0] = None  # (``A[k] op= v``: inplace wrote into this very view)
-        return True
-    if type(key) is tuple and len(key) == 2 and type(arr) is Array and (
-            got := _matrix_view(arr, key)) is not None:
+    if tv is HostArray and value._of is arr:
+        if value is _updated[0] and value._key is key:
+            _updated[0] = None  # (``A[k] op= v``: inplace wrote into this very view)
+            return True
+        if not value._shape and value._key == key:  # (an element's key: ints)
+            return True  # (nussinov's ``T[i, j] = max(T[i, j], e)``: itself)
+    if type(arr) is Array and (got := _matrix_view(arr, key)) is not None:
         target, storage = got[0], arr._storage
         if target is False:
             return False
@@ -164,10 +166,13 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
             or _evaluate.recording_threads[0]:
         return False
     device = target.device
-    if type(other) is HostArray and other.device is device:
+    to = type(other)
+    if to is HostArray and other.device is device:
         kb, vb, reads = other.dtype, other._np, other._buf is not None
         if not other._shape and type(vb) is np.ndarray:
             vb = vb[0]
+    elif to is float or to is int:  # (a Python scalar: its kind is its type)
+        kb, vb, reads = to, other, False
     else:
         got = _operand(other, device)
         if got is None:
@@ -186,7 +191,7 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
     loop, fn, sfn, quiet = hit
     da, db = loop[0], loop[1]
     if kb is not db:  # (a Python scalar's kind is never a dtype)
-        vb = _as(vb, kb, db)
+        vb = _weak_scalar(vb, db) if kb is float or kb is int else _as(vb, kb, db)
     if type(vb) is np.ndarray and vb.shape != target._shape:
         return False
     buf = target._buf

@@ -7,6 +7,8 @@ As in tests/test_host_path.py the host path is on here (the session turns it off
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import pytest
 
@@ -353,3 +355,125 @@ def test_matrix_elements_rows_and_columns(host):
     a[2, -1] = 7.5
     an[2, -1] = 7.5
     np.testing.assert_array_equal(a.get(), an)
+
+
+def test_a_stencil_on_thousands_of_elements_is_computed_here(host):
+    """jacobi_1d's statement on 3200 elements: its views, operations and write are
+    numpy's at once (no host-path evaluation of a lazy expression), as numpy computes
+    them."""
+    a0, b0 = np.linspace(0.0, 1.0, 3200), np.linspace(1.0, 2.0, 3200)
+    a, b = fl.asarray(a0.copy()), fl.asarray(b0.copy())
+    assert type(a[:-2]) is host_eager.HostArray
+    fl.reset_stats()
+    for _ in range(3):
+        b[1:-1] = 0.33333 * (a[:-2] + a[1:-1] + a[2:])
+        a[1:-1] = 0.33333 * (b[:-2] + b[1:-1] + b[2:])
+        b0[1:-1] = 0.33333 * (a0[:-2] + a0[1:-1] + a0[2:])
+        a0[1:-1] = 0.33333 * (b0[:-2] + b0[1:-1] + b0[2:])
+    s = fl.stats()
+    assert s["kernels_launched"] == 0 and s["host_operations"] == 18
+    np.testing.assert_array_equal(a.get(), a0)
+    np.testing.assert_array_equal(b.get(), b0)
+
+
+def test_vector_elements_and_slices_as_indices(host):
+    """A vector's element and slice views (spmv's ``A_col[A_row[i]:A_row[i + 1]]``,
+    trisolv's ``x[i]``): numpy's values, an integer element as an index or a slice's
+    bound, and numpy's errors for an element out of range, a zero step or a float
+    element as an index."""
+    rows_n = np.array([0, 2, 2, 5, 6], dtype=np.uint32)
+    cols_n = np.array([4, 1, 0, 3, 2, 5], dtype=np.uint32)
+    rows, cols, x = fl.asarray(rows_n), fl.asarray(cols_n), fl.asarray(np.arange(6.0))
+    rows[0]  # (the vector's view made once: the written-out steps from here on)
+    for i in range(4):
+        got = cols[rows[i]:rows[i + 1]]
+        assert (type(got) is host_eager.HostArray) == bool(got.size)  # (empty: the kernels')
+        np.testing.assert_array_equal(got.get(), cols_n[rows_n[i]:rows_n[i + 1]])
+    assert [float(x[k]) for k in (0, -1, 5, -6)] == [0.0, 5.0, 5.0, 0.0]
+    assert x[-1].shape == () and x[1:3].shape == (2,) and x[::-2].shape == (3,)
+    x[-2] = 7.5
+    x[0:2] = x[3:5]
+    np.testing.assert_array_equal(x.get(), [3.0, 7.5, 2.0, 3.0, 7.5, 5.0])
+    assert operator.index(rows[3]) == 5 and [0, 1, 2, 3][cols[1]:][0] == 1
+    for bad in (6, -7):
+        with pytest.raises(IndexError):
+            x[bad]
+        with pytest.raises(IndexError):
+            x[bad] = 1.0
+    with pytest.raises(ValueError):
+        x[::0]
+    with pytest.raises(TypeError):
+        operator.index(x[1])
+
+
+def test_copy_of_a_small_concrete_array_is_made_now(host):
+    """channel_flow's ``pn = p.copy()``: numpy's copy into a buffer of its own, made
+    at once (no lazy copy whose views build nodes); later writes to either are apart."""
+    pn0 = np.arange(20.0).reshape(4, 5)
+    p = fl.asarray(pn0.copy())
+    fl.reset_stats()
+    pn, col = p.copy(), p[:, 1].copy()
+    assert not pn.is_lazy and type(pn) is fl.Array and type(pn[1:-1, 2:]) is host_eager.HostArray
+    p[1:-1, 1:-1] = (pn[1:-1, 2:] + pn[1:-1, 0:-2]) * 0.5
+    pn[0, 0] = -1.0
+    ref = pn0.copy()
+    ref[1:-1, 1:-1] = (pn0[1:-1, 2:] + pn0[1:-1, 0:-2]) * 0.5
+    np.testing.assert_array_equal(p.get(), ref)
+    np.testing.assert_array_equal(col.get(), pn0[:, 1])
+    assert float(pn[0, 0]) == -1.0 and fl.stats()["kernels_launched"] == 0
+
+
+def test_small_product_of_a_large_view_is_computed_here(host):
+    """covariance's ``data[:, i] @ data[:, i:M] / (n - 1.0)``: a vector by a large
+    concrete view has a small result, numpy's matmul held here, so the division that
+    follows is computed at once too (it was a lazy node and a host evaluation)."""
+    d0 = np.random.default_rng(4).random((100, 60))
+    data, cov = fl.asarray(d0), fl.asarray(np.zeros((60, 60)))
+    ref = np.zeros((60, 60))
+    fl.reset_stats()
+    for i in range(0, 60, 7):
+        row = data[:, i] @ data[:, i:60] / 99.0
+        assert not row.is_lazy
+        cov[i:60, i] = cov[i, i:60] = row
+        ref[i:60, i] = ref[i, i:60] = d0[:, i] @ d0[:, i:60] / 99.0
+    np.testing.assert_array_equal(cov.get(), ref)
+    assert fl.stats()["kernels_launched"] == 0
+
+
+def test_an_element_assigned_itself_or_another(host):
+    """nussinov's ``T[i, j] = max(T[i, j], T[i, k] + T[k + 1, j])``: the element itself
+    (nothing to write) or another element's value, as numpy's."""
+    t0 = (np.arange(36, dtype=np.int32).reshape(6, 6) * 7) % 11
+    t, ref = fl.asarray(t0.copy()), t0.copy()
+    for tab in (t, ref):
+        for i in range(4, -1, -1):
+            for j in range(i + 1, 6):
+                for k in range(i + 1, j):
+                    tab[i, j] = max(tab[i, j], tab[i, k] + tab[k + 1, j])
+        tab[0, 1] = tab[0, 1]
+        tab[1, -1] = tab[1, 5]
+        tab[2, 0] = tab[2, 1]
+        row = tab[3]
+        row[2] = row[2] + 1
+        tab[3, 2] = row[2]
+    np.testing.assert_array_equal(t.get(), ref)
+
+
+def test_negative_and_absolute_of_views(host, monkeypatch):
+    """``-r[0]``, ``abs(x[1:3])`` (durbin): computed here by the operator's own steps
+    (not the general apply), numpy's values and dtypes (int8's -128 wraps)."""
+    from fuseloop import host_products
+
+    a0 = np.array([-128, 5, -7, 0], dtype=np.int8)
+    f0 = np.array([-1.5, 0.0, np.nan, 2.0], dtype=np.float32)
+    a, f = fl.asarray(a0), fl.asarray(f0)
+    from fuseloop import array
+
+    monkeypatch.setattr(array, "_eager_apply", lambda *args: pytest.fail("apply"))
+    monkeypatch.setattr(host_products, "apply", lambda *args: pytest.fail("apply"))
+    got = [-a[0], abs(a[0]), -a[1:3], abs(a[0:2]), -f[2], abs(f[0:3])]
+    with np.errstate(all="ignore"):
+        ref = [-a0[0], abs(a0[0]), -a0[1:3], abs(a0[0:2]), -f0[2], abs(f0[0:3])]
+    for g, r in zip(got, ref):
+        assert g.dtype == r.dtype and g.shape == np.shape(r)
+        np.testing.assert_array_equal(g.get(), r)

@@ -200,3 +200,35 @@ def test_small_mask_selections_and_writes(host, monkeypatch):
     x = fl.asarray(xn.copy())
     with pytest.raises(ValueError):
         x[x > 0] = fl.asarray(np.ones(30))
+
+
+def test_0d_values_held_here_need_no_device_queue(host, monkeypatch):
+    """crc16's bit tests on values made here (``cur & 1``, ``1 ^ c``, ``cur >>= 1``)
+    read no buffer: they take neither the device's runtime nor its lock, and numpy's
+    error state is switched only for operators that may set a flag (an int8 sum's
+    overflow wraps, as numpy's and the kernels')."""
+    from fuseloop import host_ops
+
+    data = fl.asarray(np.array([0xA7, 0x3C], dtype=np.uint8))
+    big = fl.asarray(np.array([120], dtype=np.int8))
+    cur, b8 = 0xFF & data[0], big[0] + 0
+    monkeypatch.setattr(host_ops, "_runtime", lambda device: pytest.fail("the runtime"))
+    crc, ref, ref_cur = 0xFFFF, 0xFFFF, np.uint8(0xA7)
+    for _ in range(8):
+        if (crc & 1) ^ (cur & 1):
+            crc = (crc >> 1) ^ 0x8408
+        else:
+            crc >>= 1
+        cur >>= 1
+        if (ref & 1) ^ (ref_cur & 1):
+            ref = (ref >> 1) ^ 0x8408
+        else:
+            ref >>= 1
+        ref_cur >>= 1
+    assert crc == ref and int(cur) == int(ref_cur) and cur.dtype == np.uint8
+    wrapped = b8 + b8
+    assert wrapped.dtype == np.int8 and int(wrapped) == -16
+    assert type(wrapped._node) is Scalar
+    # (the truth of a held value is read from it, not through a Python scalar first)
+    monkeypatch.setattr(fl.Array, "_scalar", lambda self: pytest.fail("_scalar"))
+    assert bool(cur | 1) and not bool(cur & 0) and bool(data[0] * 1.0 != 0.0)
