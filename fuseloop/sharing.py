@@ -47,19 +47,25 @@ _local = threading.local()
 
 class Scope:
     """What one evaluation has materialised, by canonical key (see the module's
-    docstring): each entry a leaf of the canonical shape (a view of the buffer)."""
+    docstring): each entry a leaf of the canonical shape (a view of the buffer).
+    A value is keyed when a node of its element count is looked up (most never are)."""
 
-    __slots__ = ("entries", "keep", "sizes")
+    __slots__ = ("entries", "keep", "unkeyed")
 
     def __init__(self) -> None:
         self.entries: dict[tuple, Leaf] = {}
-        self.sizes: set[int] = set()  # the entries' element counts: most nodes miss at once
+        # element count -> values not keyed yet: (node, its leaf)
+        self.unkeyed: dict[int, list[tuple[Node, Leaf]]] = {}
         self.keep: list[Node] = []  # (the keyed nodes stay alive: their ids stay unique)
 
     def lookup(self, node: Node) -> Node | None:
         """``node``'s value as a view of what the scope holds, or None."""
-        if math.prod(node.shape) not in self.sizes:
+        size = math.prod(node.shape)
+        if size not in self.unkeyed:
             return None
+        for held, leaf in self.unkeyed[size]:
+            self._key(held, leaf)
+        self.unkeyed[size] = []
         found = canonical(node)
         if found is None:
             return None
@@ -69,13 +75,15 @@ class Scope:
 
     def store(self, node: Node, leaf: Leaf) -> None:
         """Remember ``leaf`` (``node``'s value, of its shape)."""
+        self.unkeyed.setdefault(math.prod(node.shape), []).append((node, leaf))
+
+    def _key(self, node: Node, leaf: Leaf) -> None:
         found = canonical(node)
         if found is None:
             return
         key, order, canon = found
         if key not in self.entries:
             self.entries[key] = _to_canonical(leaf, canon.shape, order)
-            self.sizes.add(math.prod(node.shape))
             self.keep.append(canon)
 
     def cached_parts(self, node: Node) -> dict[int, Node]:
@@ -108,7 +116,7 @@ class Scope:
         hit = self.lookup(key_node)
         if hit is not None:
             return hit
-        if self.entries:
+        if self.unkeyed:
             parts = self.cached_parts(node)
             if parts:
                 node = rebuild(node, parts, {})
