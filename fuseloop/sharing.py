@@ -184,8 +184,8 @@ def _axis_reads(node: Node) -> list[list[int]] | None:
             else:  # (keepdims: the non-unit axes correspond in order)
                 pairs = zip([d for d in kept if child.shape[d] != 1],
                             [k for k, n in enumerate(nd.shape) if n != 1])
-            for c, k in pairs:
-                cmap[c] = amap[k]
+            for ca, ka in pairs:
+                cmap[ca] = amap[ka]
             return walk(child, tuple(cmap))
         return False
 
