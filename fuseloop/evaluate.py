@@ -241,10 +241,8 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
     operand runs first instead (:func:`~fuseloop.splits.runs_child_first`).
     Except: when every reduction is a full one and the output and every reduced
     range are short (:func:`~fuseloop.splits.fits_one_row`), the kernel is one row and they all
-    stay (a short vector's softmax or ``x - x.mean()`` is one kernel).  Of reductions
-    kept that vary along different output axes, all but those of the most elements run
-    first (:func:`~fuseloop.sharing.recomputed`: the kernel would compute them again
-    for each step along the others' axes).
+    stay (a short vector's softmax or ``x - x.mean()`` is one kernel).  Kept ones the
+    kernel would compute again per step along others' axes run first (sharing.recomputed).
 
     Sparse products (their own recipes: a row loop only) stay in a kernel without
     reductions that has no more elements than they have rows, wherever they are
@@ -257,7 +255,7 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
     seen: set[tuple[int, frozenset]] = set()
     sparse: list[tuple[SparseProduct, bool]] = []
     keeps_reduce = [False]
-    kept: list[tuple[Node, frozenset[int]]] = []  # (reductions the kernel keeps, see below)
+    kept: list[tuple[Node, frozenset[int]]] = []  # (reductions the kernel keeps)
 
     def walk(node: Node, in_root_space: bool, inside_reduce: bool,
              forbidden: frozenset) -> None:
