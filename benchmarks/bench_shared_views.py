@@ -151,7 +151,12 @@ def main() -> None:
         fl.clear_caches()
         for pname, lib, conv, sync in _peers(gpu):
             ps = [conv(h) for h in hs]
-            t = _time(lambda fn=fn, lib=lib, ps=ps: fn(lib, *ps), sync, args.repeat, clock)[0]
+            try:
+                t = _time(lambda fn=fn, lib=lib, ps=ps: fn(lib, *ps), sync, args.repeat,
+                          clock)[0]
+            except Exception as exc:  # (a peer without one of the names: no column entry)
+                print(f"{pname} failed on {name}: {exc}", file=sys.stderr)
+                continue
             row[pname] = f"{t * 1e3:.3f}"
     cols = ["shared", "per view"] + [p[0] for p in _peers(gpu)]
     shapes = {k: [h.shape for h in v] for k, v in data.items()}
