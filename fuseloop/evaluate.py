@@ -26,6 +26,7 @@ import numpy as np
 from . import flags as _flags
 from . import host_path as _host
 from . import run_plans  # (it reads this module's functions at call time)
+from . import sharing as _sharing
 from . import stats as _stats
 from .errors import DeviceMemoryError, OutOfMemoryError
 from .expr import program as _prog
@@ -240,7 +241,8 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
     operand runs first instead (:func:`~fuseloop.splits.runs_child_first`).
     Except: when every reduction is a full one and the output and every reduced
     range are short (:func:`~fuseloop.splits.fits_one_row`), the kernel is one row and they all
-    stay (a short vector's softmax or ``x - x.mean()`` is one kernel).
+    stay (a short vector's softmax or ``x - x.mean()`` is one kernel).  Kept ones the
+    kernel would compute again per step along others' axes run first (sharing.recomputed).
 
     Sparse products (their own recipes: a row loop only) stay in a kernel without
     reductions that has no more elements than they have rows, wherever they are
@@ -253,6 +255,7 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
     seen: set[tuple[int, frozenset]] = set()
     sparse: list[tuple[SparseProduct, bool]] = []
     keeps_reduce = [False]
+    kept: list[tuple[Node, frozenset[int]]] = []  # (reductions the kernel keeps)
 
     def walk(node: Node, in_root_space: bool, inside_reduce: bool,
              forbidden: frozenset) -> None:
@@ -268,6 +271,8 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
                 found.append(node)
                 return
             keeps_reduce[0] = True
+            if not inside_reduce:
+                kept.append((node, _sharing.varying_axes(node, len(out_shape))))
             if _runs_child_first(node):
                 found.append(node.child)
                 return
@@ -296,6 +301,8 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
 
     for r in roots:
         walk(r, True, False, frozenset())
+    if len(kept) > 1 and not one_row:  # (one computed again per step along another's axes)
+        found.extend(r for r in _sharing.recomputed(kept) if r not in found)
     for node, inside in sparse:
         if (inside or keeps_reduce[0]) and node not in found:
             found.append(node)
@@ -303,40 +310,8 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
 
 
 def _materialise_pending(pending: Sequence[Node], device: Device) -> dict[int, Node]:
-    """Run each of ``pending`` (reductions, sparse products, a reduction's operand)
-    into a buffer; return their leaves by the node's id.
-
-    A pending reduction nested in another (softmax's maximum inside its sum)
-    runs first, and the outer one reads its result instead of computing it again.
-    """
-    by_id = {id(p): p for p in pending}
-    replace: dict[int, Node] = {}
-
-    def nested(node: Node, acc: list[Node], seen: set[int]) -> None:
-        if id(node) in seen or not node.fancy:
-            return
-        seen.add(id(node))
-        hit = by_id.get(id(node))  # (``node`` itself, as a pending reduction)
-        if hit is not None:
-            acc.append(hit)
-        for c in _children(node):
-            nested(c, acc, seen)
-
-    def run_one(p: Node) -> None:
-        if id(p) in replace:
-            return
-        inner: list[Node] = []
-        if not isinstance(p, SparseProduct):  # (a sparse product's operands are leaves)
-            for c in _children(p):
-                nested(c, inner, set())
-        for q in inner:
-            run_one(q)
-        node = _rebuild(p, replace, {}) if inner else p
-        replace[id(p)] = materialise(node, device)
-
-    for p in pending:
-        run_one(p)
-    return replace
+    """:func:`fuseloop.sharing.materialise_pending` (what replaces each pending node)."""
+    return _sharing.materialise_pending(pending, device, materialise, _rebuild)
 
 
 def reads_outside(node: Node, storage: Storage, written: View, itemsize: int) -> bool:
@@ -598,6 +573,9 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
 def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
                   targets: Sequence[Target | Storage | None] | None = None) -> list[Storage]:
     """:func:`run` deciding everything afresh (:mod:`fuseloop.run_plans` records it)."""
+    if _sharing.active() is None:  # (one scope per evaluation: the runs it nests share it)
+        with _sharing.scope():
+            return run_unplanned(roots, out_shape, device, targets)
     tgts: list[Target | None] = [
         Target(t, None, 0) if isinstance(t, Storage) else t
         for t in (targets if targets is not None else [None] * len(roots))]
