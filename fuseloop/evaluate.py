@@ -579,6 +579,26 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         one = run_plans.replay_one(roots[0], out_shape, device)
         if one is not None:
             return [one]
+    return _run_rest(roots, out_shape, device, targets)
+
+
+def eval_one(node: Node, shape: tuple[int, ...], device: Device) -> Storage:
+    """``run([node], shape, device)[0]``, the evaluation of one lazy array (``.eval()``):
+    the hot paths first (:func:`run_flat`; a remembered plan by signature), each tried
+    once, then what :func:`run` does after them."""
+    if node.fancy or len(shape) > 1:
+        one = run_plans.replay_one(node, shape, device)
+    else:
+        one = run_flat(node, shape, device)
+    if one is not None:
+        return one
+    return _run_rest([node], shape, device, None)[0]
+
+
+def _run_rest(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
+              targets: Sequence[Target | Storage | None] | None) -> list[Storage]:
+    """:func:`run` after its plan by signature: the host path, the flat hot path, the
+    general path."""
     done = _host.try_run(roots, out_shape, device, targets)  # (small work on a CPU: numpy)
     if done is not None:
         return done

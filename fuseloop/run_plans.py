@@ -62,6 +62,7 @@ from .launching import (
     plan_launch,
     recipe_kind,
 )
+from .plan_ready import Ready, ready_for
 from .recipe_state import current as _recipes_current
 from .recipe_state import recipe_for
 from .recipe_state import stamp as _recipe_stamp
@@ -145,7 +146,7 @@ class _Step:
 
 
 class _Plan:
-    __slots__ = ("allocs", "picks", "results", "signed", "steps")
+    __slots__ = ("allocs", "picks", "ready", "results", "signed", "steps")
 
     def __init__(self, allocs: list[int], steps: list[_Step], results: tuple) -> None:
         self.allocs = allocs
@@ -153,6 +154,9 @@ class _Plan:
         self.results = results
         self.picks: tuple[int, tuple[int, ...]] | None = None  # (see _Step.picks)
         self.signed = 0  # the signatures it was remembered under (see _remember_signed)
+        # its replays made ready, per view offsets (see fuseloop.plan_ready)
+        # (False: not to be made ready for those offsets)
+        self.ready: dict[tuple[int, ...], Ready | Literal[False]] | None = None
 
 
 class Recorder:
@@ -376,7 +380,7 @@ def _signed_replay(signed: tuple[tuple, tuple], device: Device) -> list[Storage]
     for s in storages:
         if s.nbytes > INT32_LIMIT:
             return None
-    return _replay(plan, storages, scalars, device, offsets)
+    return _replay_signed(plan, storages, scalars, device, offsets)
 
 
 def _remember_signed(signed: tuple[tuple, tuple] | None, plan: _Plan,
@@ -452,7 +456,36 @@ def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storag
     for s in storages:
         if s.nbytes > INT32_LIMIT:
             return None
-    return _flags.deferring(_replay, plan, storages, scalars, device, offsets)[0]
+    readies = plan.ready
+    if readies and (ready := readies.get(offsets)):
+        for s in storages:  # (the general replay reports a buffer on another device)
+            if s.device is not device:
+                return None
+        done = ready.run(storages, scalars, device)
+        if done is not None:
+            return done[0]
+    return _flags.deferring(_replay_signed, plan, storages, scalars, device, offsets,
+                            True)[0]
+
+
+def _replay_signed(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
+                   device: Device, offsets: tuple[int, ...], tried: bool = False
+                   ) -> list[Storage]:
+    """:func:`_replay` of a plan found by signature (with its fixed ``offsets``): made
+    ready (:mod:`fuseloop.plan_ready`) after its first general replay, replayed so from
+    then on (``tried``: the caller found that replay unable to run this call)."""
+    readies = plan.ready
+    if not tried and readies and (ready := readies.get(offsets)):
+        for s in storages:
+            if s.device is not device:
+                break
+        else:
+            done = ready.run(storages, scalars, device)
+            if done is not None:
+                return done
+    outs = _replay(plan, storages, scalars, device, offsets)
+    ready_for(plan, offsets, len(storages), device, _params)
+    return outs
 
 
 def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
