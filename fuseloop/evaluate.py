@@ -25,6 +25,7 @@ import numpy as np
 
 from . import flags as _flags
 from . import host_path as _host
+from . import launching as _launching
 from . import run_plans  # (it reads this module's functions at call time)
 from . import stats as _stats
 from .errors import DeviceMemoryError, OutOfMemoryError
@@ -458,12 +459,14 @@ def _leaf_strides(roots: Sequence[Node], out_shape: tuple[int, ...],
 
 
 def run_flat(node: Node, shape: tuple[int, ...], device: Device,
-             into: Storage | None = None) -> Storage | None:
+             into: Storage | None = None, now: bool = False) -> Storage | None:
     """:func:`run` of one flat elementwise ``node`` whose structure, kernel and launch
     are all cached, in one frame; None when anything else applies.
 
     ``into``: a buffer of exactly the result's bytes to write instead of a new one
     (``out[...] = e``), which ``node`` must not read (see :func:`run_into`).
+    ``now``: also a launch that is not deferred (a large result), enqueued at once;
+    without it only deferred launches are made here.
 
     This is the commonest evaluation (``(x*2 + y).eval()`` in a loop), and most of
     its cost is the host's: so it does in place what :func:`run`, :func:`allocate`,
@@ -497,13 +500,22 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device,
     # (LaunchPlan.valid through the plan's stamp: its recipe is still recipe_for's)
     if plan is None or plan.stamp is not _recipes_current[0] or not plan.compiled.in_cache:
         return None
-    nbytes = plan.small_bytes  # (0: not deferred; evaluate.run launches it)
+    nbytes = plan.small_bytes  # (0: not deferred, a large result: enqueued now)
     try:
         kernel, last = plan.threads.state
     except AttributeError:  # this thread's first launch of the structure
         return None
     if not nbytes:
-        return None
+        # (what run's hot path does with this plan: allocate with the room checked,
+        # then launch_cached's enqueue, without its look-ups made again)
+        size = shape[0] if shape else 1
+        if not now or not size:
+            return None
+        out = into if into is not None else allocate(size * node.dtype.itemsize, device)
+        _launching.enqueue_or_defer(plan.go, (out, storages, scalars, kernel, last), False,
+                                    device)
+        _tally_cached_launch()
+        return out
     rt = plan.runtime
     if into is None:
         # DeviceMemory.allocate, its common case written out (see DeviceMemory.reserve);
@@ -526,6 +538,9 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device,
     if len(deferred) >= DEFER_MAX:
         rt.flush()
     return out
+
+
+_run_flat = run_flat  # (eval_rest's: the one-frame path itself, wherever it is wrapped)
 
 
 def run_into(node: Node, shape: tuple[int, ...], device: Device, into: Storage) -> None:
@@ -582,14 +597,14 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     return _run_rest(roots, out_shape, device, targets)
 
 
-def eval_one(node: Node, shape: tuple[int, ...], device: Device) -> Storage:
-    """``run([node], shape, device)[0]``, the evaluation of one lazy array (``.eval()``):
-    the hot paths first (:func:`run_flat`; a remembered plan by signature), each tried
-    once, then what :func:`run` does after them."""
+def eval_rest(node: Node, shape: tuple[int, ...], device: Device) -> Storage:
+    """``run([node], shape, device)[0]`` after :func:`run_flat` found no deferred launch
+    (``.eval()``): a plan remembered by signature, a flat launch made now (a large
+    result), each tried once, then what :func:`run` does after them."""
     if node.fancy or len(shape) > 1:
         one = run_plans.replay_one(node, shape, device)
     else:
-        one = run_flat(node, shape, device)
+        one = _run_flat(node, shape, device, None, True)
     if one is not None:
         return one
     return _run_rest([node], shape, device, None)[0]

@@ -4,14 +4,13 @@ A run plan (:mod:`fuseloop.run_plans`) remembered under an expression's signatur
 replayed on every ``.eval()`` of that structure.  The general replay asks, per step and
 per call, what such a replay answers alike each time: where the step's buffers are in
 the pool, whether its kept launch plan is still valid (recipes token, device, index
-dtype, parameters), which thread kernel object it runs on, and it allocates each
-temporary through ``DeviceMemory.allocate``'s frame.  :class:`Ready` keeps those
-answers, made after a replay whose every step ran its kept launch plan; a later
+dtype, parameters) and which thread kernel object it runs on.  :class:`Ready` keeps
+those answers, made after a replay whose every step ran its kept launch plan; a later
 replay checks only what can change between calls: the recipes token, each kernel
-still in the memory cache, this thread's kernel objects, the caller's buffers (done by
-the caller: on the device, no larger than int32 indexes), and the memory credit of its
-temporaries (``DeviceMemory.reserve``).  Anything else returns None and the caller
-replays the general way (which is also what makes a new :class:`Ready`).
+still in the memory cache, this thread's kernel objects and the caller's buffers (done
+by the caller: on the device, no larger than int32 indexes).  Its temporaries come
+from ``run_plans._temporaries``, as the general replay's do.  Anything else returns
+None and the caller replays the general way (which also makes a new :class:`Ready`).
 
 Launches go through ``launching.enqueue_or_defer`` as the general replay's do, deferred
 by the same rule, and count as they do (one memory-cache hit and one launch each).
@@ -21,12 +20,13 @@ not made ready: those keep the general replay's flag handling.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
 from . import launching as _launching
-from .expr.nodes import Storage, recent_lazy, register_readers
+from .expr.nodes import Storage
 from .expr.program import INT32_LIMIT
 from .recipe_state import current as _recipes_current
 from .runtime.devices import Device
@@ -44,27 +44,25 @@ class Ready:
 
     ``steps``: per step (launch plan, input positions, output positions, scalar
     positions, deferred unless an input is large); positions are in the call's pool of
-    inputs then temporaries.  ``reserve``: the temporaries' memory credit together."""
+    inputs then temporaries."""
 
-    __slots__ = ("allocs", "big", "launch_plans", "memory", "n_inputs", "reserve",
-                 "results", "steps", "token")
+    __slots__ = ("allocs", "launch_plans", "n_inputs", "results", "steps", "temporaries",
+                 "token")
     allocs: list[int]
-    big: bool  # a temporary large enough to let go of recent lazy arrays first
     launch_plans: list[Any]
-    memory: Any  # the device's DeviceMemory
     n_inputs: int
-    reserve: int
     results: tuple[int, ...]
     steps: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[int, ...], bool]]
+    temporaries: Any  # run_plans._temporaries: new buffers of the plan's sizes
     token: object
 
     @classmethod
     def make(cls, plan: Any, offsets: Sequence[int], n_inputs: int, device: Device,
-             params_of: Any) -> Ready | None:
+             params_of: Any, temporaries: Any) -> Ready | None:
         """``plan`` made ready for ``offsets`` (``params_of(step, offsets)``: a step's
-        parameters), or None where a step is not: no kept launch plan for these
-        parameters on ``device`` under the current recipes, a checked gather's flag, a
-        write into a caller's buffer."""
+        parameters; ``temporaries(sizes, device)``: new buffers), or None where a step
+        is not: no kept launch plan for these parameters on ``device`` under the current
+        recipes, a checked gather's flag, a write into a caller's buffer."""
         self = cls.__new__(cls)
         limit = 4 * _launching.DEFER_MAX_ELEMENTS  # (run_plans._launch_step's bound)
         self.token = _recipes_current[0]
@@ -78,7 +76,7 @@ class Ready:
             params = params_of(step, offsets)
             ins = tuple(k if kind == "i" else n + k for kind, k in step.storage_refs)
             outs = tuple(k if kind == "i" else n + k for kind, k in step.out_refs)
-            biggest = max(max(params, default=0), _size(step.out_shape))
+            biggest = max(max(params, default=0), math.prod(step.out_shape))
             # (what index_dtype_for answers with the caller's buffers within int32)
             widest = max([biggest, *(allocs[k - n] for k in ins if k >= n)])
             index = _launching.INDEX_INT32 if widest <= INT32_LIMIT else \
@@ -91,10 +89,7 @@ class Ready:
         self.steps = steps
         self.launch_plans = [s[0] for s in steps]
         self.results = tuple(k if kind == "i" else n + k for kind, k in plan.results)
-        memory = device.allocator
-        self.memory = memory
-        self.reserve = sum(memory.reserve(b) for b in allocs)
-        self.big = bool(allocs) and max(allocs) >= _release_at()
+        self.temporaries = temporaries
         return self
 
     def run(self, storages: list[Storage], scalars: list[Any], device: Device
@@ -110,11 +105,7 @@ class Ready:
         for lp in self.launch_plans:
             if not lp.compiled.in_cache:
                 return None
-        allocs = self.allocs
-        if allocs:
-            pool = storages + self._temporaries(device)
-        else:
-            pool = storages
+        pool = storages + self.temporaries(self.allocs, device) if self.allocs else storages
         get = pool.__getitem__
         pick = scalars.__getitem__
         limit = 4 * _launching.DEFER_MAX_ELEMENTS
@@ -129,40 +120,9 @@ class Ready:
             _tally()
         return list(map(get, self.results))
 
-    def _temporaries(self, device: Device) -> list[Storage]:
-        """New buffers for the plan's temporaries, from the pool on the memory credit
-        (run_plans._temporaries, with its checks, when the credit is spent)."""
-        if self.big and recent_lazy:
-            register_readers()  # (as run_plans._temporaries: before a large buffer)
-        memory = self.memory
-        credit = memory.credit - self.reserve
-        if credit >= 0:  # (a blocked runtime's credit is far below 0: see DeviceMemory)
-            memory.credit = credit
-            pooled = memory.pooled
-            try:
-                return [Storage(pooled(b), b, device) for b in self.allocs]
-            except memory.refused:
-                pass
-        from .run_plans import _temporaries
-
-        return _temporaries(self.allocs, device)
-
-
-def _size(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def _release_at() -> int:
-    from .evaluate import RELEASE_RECENT_AT
-
-    return RELEASE_RECENT_AT
-
 
 def ready_for(plan: Any, offsets: tuple[int, ...], n_inputs: int, device: Device,
-              params_of: Any) -> Ready | None:
+              params_of: Any, temporaries: Any) -> Ready | None:
     """``plan``'s :class:`Ready` for ``offsets``, made now if its steps allow (after a
     general replay with these offsets, which left each step its launch plan)."""
     readies = plan.ready
@@ -172,7 +132,7 @@ def ready_for(plan: Any, offsets: tuple[int, ...], n_inputs: int, device: Device
         known = readies.get(offsets)
         if known is False or (known is None and len(readies) >= READY_PER_PLAN):
             return None  # (steps that stay on the general replay, or too many offsets)
-    made = Ready.make(plan, offsets, n_inputs, device, params_of)
+    made = Ready.make(plan, offsets, n_inputs, device, params_of, temporaries)
     # (False: not to be made again; what decides it does not change between calls)
     readies[offsets] = made if made is not None else False
     return made

@@ -484,7 +484,7 @@ def _replay_signed(plan: _Plan, storages: list[Storage], scalars: list[np.generi
             if done is not None:
                 return done
     outs = _replay(plan, storages, scalars, device, offsets)
-    ready_for(plan, offsets, len(storages), device, _params)
+    ready_for(plan, offsets, len(storages), device, _params, _temporaries)
     return outs
 
 
