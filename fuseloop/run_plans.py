@@ -327,8 +327,10 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
 
 # A plan found by the walk's key is also remembered under the roots' signatures (see
 # fuseloop.expr.nodes: reductions, gathers and remaps have them too) and the pattern of
-# repeated operands, for evaluations without targets: the next evaluation of that
-# structure finds it without a walk.  A signature holds the views' offsets (the walk's
+# repeated operands, and for an evaluation into targets (an assignment to a view, no
+# mask or scatter) each target's buffer, strides and offset: the next evaluation of that
+# structure (``s[1:-1] = 0.5 * (s[:-2] + s[2:])`` in a time loop) finds it without a
+# walk.  A signature holds the views' offsets (the walk's
 # key leaves them out), so such an entry keeps the offsets its plan is replayed with.
 # Equal signatures are equal computations of the operands, so a plan recorded for one
 # expression is right for every other of its signature (``t * t`` with ``t`` built
@@ -365,9 +367,44 @@ def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Devic
     return (device.index, tuple(sigs), out_shape, _prog.firsts(operands)), operands
 
 
-def _signed_replay(signed: tuple[tuple, tuple], device: Device) -> list[Storage] | None:
-    """The replay of the plan remembered under ``signed`` (:func:`_signed_key`), or
-    None (none remembered, or its buffers need the walk: see :func:`_key`)."""
+def _signed_key_targets(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
+                        targets: Sequence[Target | Storage | None]
+                        ) -> tuple[tuple, tuple, list[Storage]] | None:
+    """:func:`_signed_key` of an evaluation into ``targets`` (buffers, or views of them
+    without a mask or scatter; None: a new buffer): the key goes on with each target's
+    buffer (its place among the operands, or among the other targets' buffers), strides
+    and offset, which with the signature's views decide how it meets them (what the
+    walk's key says of a target); the third part is the target buffers that are not
+    operands, in order (the walk appends them to its buffers so)."""
+    signed = _signed_key(roots, out_shape, device)
+    if signed is None:
+        return None
+    key, operands = signed
+    where: list[Any] = []
+    extra: list[Storage] = []
+    for t in targets:
+        if t is None:
+            where.append(None)
+            continue
+        if isinstance(t, Storage):
+            t = Target(t, None, 0)
+        elif t.mask is not None or t.scatter is not None:
+            return None
+        buf = t.storage
+        at = next((k for k, o in enumerate(operands) if o is buf), None)
+        if at is None:  # (-1 - its place among the target buffers that are not operands)
+            at = next((-1 - k for k, o in enumerate(extra) if o is buf), None)
+            if at is None:
+                at = -1 - len(extra)
+                extra.append(buf)
+        where.append((at, t.strides, t.offset, t.atomic))
+    return (*key, tuple(where)), operands, extra
+
+
+def _signed_replay(signed: tuple, device: Device) -> list[Storage] | None:
+    """The replay of the plan remembered under ``signed`` (:func:`_signed_key`, or
+    :func:`_signed_key_targets`), or None (none remembered, or its buffers need the
+    walk: see :func:`_key`)."""
     hit = _signed.get(signed[0])
     if hit is None:
         return None
@@ -377,13 +414,15 @@ def _signed_replay(signed: tuple[tuple, tuple], device: Device) -> list[Storage]
     if picked is None or (known is not head and known != head):
         return None
     storages, scalars = picked
+    if len(signed) > 2 and signed[2]:
+        storages = storages + signed[2]  # (the targets' buffers the walk appends)
     for s in storages:
         if s.nbytes > INT32_LIMIT:
             return None
     return _replay_signed(plan, storages, scalars, device, offsets)
 
 
-def _remember_signed(signed: tuple[tuple, tuple] | None, plan: _Plan,
+def _remember_signed(signed: tuple | None, plan: _Plan,
                      storages: list[Storage], scalars: list[np.generic],
                      offsets: Sequence[int], device: Device) -> None:
     """Remember ``plan``, found or recorded by the walk, under its signed key (when the
@@ -391,9 +430,11 @@ def _remember_signed(signed: tuple[tuple, tuple] | None, plan: _Plan,
     if signed is None or plan.signed >= SIGNED_PER_PLAN:
         return
     plan.signed += 1
-    key, operands = signed
-    take = _prog.operand_picker(operands, key[-1])
+    key, operands = signed[:2]
+    take = _prog.operand_picker(operands, key[3])
     picked = take(operands)
+    if picked is not None and len(signed) > 2:
+        picked = (picked[0] + signed[2], picked[1])
     if picked is None or len(picked[0]) != len(storages) or len(picked[1]) != len(scalars) \
             or any(a is not b for a, b in zip(picked[0], storages)) \
             or any(a is not b for a, b in zip(picked[1], scalars)) \
@@ -404,7 +445,7 @@ def _remember_signed(signed: tuple[tuple, tuple] | None, plan: _Plan,
     _signed[key] = (plan, tuple(offsets), take, _key_head(device))
 
 
-def _check_signed(signed: tuple[tuple, tuple], storages: list[Storage],
+def _check_signed(signed: tuple, storages: list[Storage],
                   scalars: list[np.generic], offsets: Sequence[int]) -> None:
     """Checking (``CHECK_STRUCTURE_CACHE``): a plan remembered under ``signed`` would be
     replayed with the walk's buffers, scalars and view offsets."""
@@ -412,6 +453,8 @@ def _check_signed(signed: tuple[tuple, tuple], storages: list[Storage],
     if hit is None:
         return
     picked = hit[2](signed[1])
+    if picked is not None and len(signed) > 2:
+        picked = (picked[0] + signed[2], picked[1])
     assert picked is not None and len(picked[0]) == len(storages) \
         and len(picked[1]) == len(scalars) \
         and all(a is b for a, b in zip(picked[0], storages)) \
@@ -491,7 +534,8 @@ def _replay_signed(plan: _Plan, storages: list[Storage], scalars: list[np.generi
 def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         targets: Sequence[Target | Storage | None] | None) -> list[Storage]:
     """:func:`fuseloop.evaluate.run_unplanned`, replayed from a plan when one is known."""
-    signed = _signed_key(roots, out_shape, device) if targets is None else None
+    signed: tuple | None = _signed_key(roots, out_shape, device) if targets is None \
+        else _signed_key_targets(roots, out_shape, device, targets)
     if signed is not None and not _prog.CHECK_STRUCTURE_CACHE:
         done = _signed_replay(signed, device)
         if done is not None:

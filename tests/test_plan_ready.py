@@ -81,3 +81,36 @@ def test_checked_gathers_stay_on_the_general_replay(device, kernels_only):
     assert plan.ready[offsets] is False  # (its kernel reads an error flag)
     with pytest.raises(IndexError):
         fl.sum(x[fl.asarray(np.array([3, 1, 12], np.int64))]).eval()
+
+
+def test_a_repeated_statement_finds_its_plan_by_signature(device, kernels_only, monkeypatch):
+    """A statement into a view (``s[1:-1] = ...`` in a time loop) is replayed by its
+    signature and its target's place, strides and offset: no walk after the first."""
+    walks = []
+    real = run_plans._key
+
+    def counted(*args):
+        walks.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(run_plans, "_key", counted)
+    h = np.linspace(0, 1, 40)
+    s = fl.asarray(h)
+    a = fl.asarray(np.arange(24.0).reshape(4, 6))
+    ah = a.get()
+    for _ in range(4):
+        s[1:-1] = 0.5 * (s[:-2] + s[2:])  # (reads what it writes: through a temporary)
+        h[1:-1] = 0.5 * (h[:-2] + h[2:])
+        a[1] = a[1] * 2.0 + a[2]  # (in place)
+        ah[1] = ah[1] * 2.0 + ah[2]
+    np.testing.assert_allclose(s.get(), h, rtol=1e-12)
+    np.testing.assert_allclose(a.get(), ah, rtol=1e-12)
+    assert len(walks) == 2  # (each statement's first evaluation)
+    # another offset of the same statement: another signature, walked, the same plan
+    a[2] = a[2] * 2.0 + a[3]
+    ah[2] = ah[2] * 2.0 + ah[3]
+    # and a target that now overlaps what it reads at other positions
+    a[1, 1:] = a[1, :-1] * 2.0 + a[2, 1:]
+    ah[1, 1:] = ah[1, :-1] * 2.0 + ah[2, 1:]
+    np.testing.assert_allclose(a.get(), ah, rtol=1e-12)
+    assert len(walks) == 4
