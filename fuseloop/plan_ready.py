@@ -14,8 +14,9 @@ None and the caller replays the general way (which also makes a new :class:`Read
 
 Launches go through ``launching.enqueue_or_defer`` as the general replay's do, deferred
 by the same rule, and count as they do (one memory-cache hit and one launch each).
-Plans whose steps write a caller's buffer or read an error flag (a checked gather) are
-not made ready: those keep the general replay's flag handling.
+A step that writes a caller's buffer reads the pending flags of checked gathers first,
+as in the general replay; plans whose steps read an error flag themselves (a checked
+gather) are not made ready: those keep the general replay's flag handling.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 from . import launching as _launching
 from .expr.nodes import Storage
 from .expr.program import INT32_LIMIT
+from .flags import check_pending
 from .recipe_state import current as _recipes_current
 from .runtime.devices import Device
 from .stats import cached_launches
@@ -43,8 +45,8 @@ class Ready:
     """One plan's replay with fixed view offsets, its per-call questions answered.
 
     ``steps``: per step (launch plan, input positions, output positions, scalar
-    positions, deferred unless an input is large); positions are in the call's pool of
-    inputs then temporaries."""
+    positions, deferred unless an input is large, writes a caller's buffer); positions
+    are in the call's pool of inputs then temporaries."""
 
     __slots__ = ("allocs", "launch_plans", "n_inputs", "results", "steps", "temporaries",
                  "token")
@@ -52,7 +54,7 @@ class Ready:
     launch_plans: list[Any]
     n_inputs: int
     results: tuple[int, ...]
-    steps: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[int, ...], bool]]
+    steps: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[int, ...], bool, bool]]
     temporaries: Any  # run_plans._temporaries: new buffers of the plan's sizes
     token: object
 
@@ -62,7 +64,7 @@ class Ready:
         """``plan`` made ready for ``offsets`` (``params_of(step, offsets)``: a step's
         parameters; ``temporaries(sizes, device)``: new buffers), or None where a step
         is not: no kept launch plan for these parameters on ``device`` under the current
-        recipes, a checked gather's flag, a write into a caller's buffer."""
+        recipes, a checked gather's flag."""
         self = cls.__new__(cls)
         limit = 4 * _launching.DEFER_MAX_ELEMENTS  # (run_plans._launch_step's bound)
         self.token = _recipes_current[0]
@@ -82,10 +84,11 @@ class Ready:
             index = _launching.INDEX_INT32 if widest <= INT32_LIMIT else \
                 _launching.INDEX_INT64
             if lp is None or lp.stamp is not self.token or step.device is not device \
-                    or lp.error_arg is not None or step.writes_input \
+                    or lp.error_arg is not None \
                     or lp.index_dtype is not index or list(params) != list(step.plan_params):
                 return None
-            steps.append((lp, ins, outs, step.scalar_refs, biggest <= limit))
+            steps.append((lp, ins, outs, step.scalar_refs, biggest <= limit,
+                          step.writes_input))
         self.steps = steps
         self.launch_plans = [s[0] for s in steps]
         self.results = tuple(k if kind == "i" else n + k for kind, k in plan.results)
@@ -110,7 +113,9 @@ class Ready:
         pick = scalars.__getitem__
         limit = 4 * _launching.DEFER_MAX_ELEMENTS
         enqueue = _launching.enqueue_or_defer
-        for (lp, ins, outs, scal, small), (kernel, last) in zip(self.steps, states):
+        for (lp, ins, outs, scal, small, writes), (kernel, last) in zip(self.steps, states):
+            if writes:  # (it writes a caller's buffer: earlier gathers' flags first)
+                check_pending()
             st = list(map(get, ins))
             # (deferred as run_plans._launch_step decides: its sizes, and the inputs')
             if small and st:

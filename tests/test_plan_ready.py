@@ -94,6 +94,7 @@ def test_a_repeated_statement_finds_its_plan_by_signature(device, kernels_only, 
         return real(*args)
 
     monkeypatch.setattr(run_plans, "_key", counted)
+    run_plans.clear()  # (no plan of an earlier test's)
     h = np.linspace(0, 1, 40)
     s = fl.asarray(h)
     a = fl.asarray(np.arange(24.0).reshape(4, 6))
@@ -106,6 +107,10 @@ def test_a_repeated_statement_finds_its_plan_by_signature(device, kernels_only, 
     np.testing.assert_allclose(s.get(), h, rtol=1e-12)
     np.testing.assert_allclose(a.get(), ah, rtol=1e-12)
     assert len(walks) == 2  # (each statement's first evaluation)
+    # their plans, writing a caller's buffer, are made ready too
+    ready = [r for key, entry in run_plans._signed.items() if len(key) > 4
+             for r in (entry[0].ready or {}).values() if isinstance(r, plan_ready.Ready)]
+    assert len(ready) == 2
     # another offset of the same statement: another signature, walked, the same plan
     a[2] = a[2] * 2.0 + a[3]
     ah[2] = ah[2] * 2.0 + ah[3]
