@@ -337,6 +337,10 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
 # once or twice: at worst one kernel more or less than a fresh decision would take).
 # signed key (see _signed_key) -> (plan, view offsets, operand picker, key head)
 _signed: dict[tuple, tuple[_Plan, tuple[int, ...], Any, tuple]] = {}
+# signatures of the first roots of evaluations into targets met before: only those are
+# looked up by signature (most loops over rows meet each of their views once, a time
+# loop every step; the first meeting costs a set look-up, not the signed key)
+_seen_target_sigs: set[int] = set()
 # signatures one plan is remembered under, at most: a plan that the walk finds under ever
 # new signatures (a loop over rows, ``A[i] - A[i].mean()``: each row's offset is another
 # signature) is walked, as before, rather than remembered again for each one (which cost
@@ -391,12 +395,12 @@ def _signed_key_targets(roots: Sequence[Node], out_shape: tuple[int, ...], devic
         elif t.mask is not None or t.scatter is not None:
             return None
         buf = t.storage
-        at = next((k for k, o in enumerate(operands) if o is buf), None)
-        if at is None:  # (-1 - its place among the target buffers that are not operands)
-            at = next((-1 - k for k, o in enumerate(extra) if o is buf), None)
-            if at is None:
-                at = -1 - len(extra)
+        try:  # (buffers compare by identity)
+            at = operands.index(buf)
+        except ValueError:  # -1 - its place among the target buffers that are not operands
+            if buf not in extra:
                 extra.append(buf)
+            at = -1 - extra.index(buf)
         where.append((at, t.strides, t.offset, t.atomic))
     return (*key, tuple(where)), operands, extra
 
@@ -429,8 +433,8 @@ def _remember_signed(signed: tuple | None, plan: _Plan,
     operands pick the walk's buffers and scalars, as they always should)."""
     if signed is None or plan.signed >= SIGNED_PER_PLAN:
         return
-    plan.signed += 1
     key, operands = signed[:2]
+    plan.signed += 1
     take = _prog.operand_picker(operands, key[3])
     picked = take(operands)
     if picked is not None and len(signed) > 2:
@@ -534,8 +538,15 @@ def _replay_signed(plan: _Plan, storages: list[Storage], scalars: list[np.generi
 def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         targets: Sequence[Target | Storage | None] | None) -> list[Storage]:
     """:func:`fuseloop.evaluate.run_unplanned`, replayed from a plan when one is known."""
-    signed: tuple | None = _signed_key(roots, out_shape, device) if targets is None \
-        else _signed_key_targets(roots, out_shape, device, targets)
+    signed: tuple | None = None
+    if targets is None:
+        signed = _signed_key(roots, out_shape, device)
+    elif (sig := roots[0].sig or signature_of(roots[0])) in _seen_target_sigs:
+        signed = _signed_key_targets(roots, out_shape, device, targets)
+    elif sig:
+        if len(_seen_target_sigs) >= PLANS_MAX:
+            _seen_target_sigs.clear()
+        _seen_target_sigs.add(sig)
     if signed is not None and not _prog.CHECK_STRUCTURE_CACHE:
         done = _signed_replay(signed, device)
         if done is not None:
@@ -731,6 +742,7 @@ def clear() -> None:
     """Forget every plan (tests; plans hold no buffers)."""
     _plans.clear()
     _signed.clear()
+    _seen_target_sigs.clear()
 
 
 _caches.register("run_plans.plans", clear, lambda: len(_plans) + len(_signed), 2 * PLANS_MAX)
