@@ -337,10 +337,11 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
 # once or twice: at worst one kernel more or less than a fresh decision would take).
 # signed key (see _signed_key) -> (plan, view offsets, operand picker, key head)
 _signed: dict[tuple, tuple[_Plan, tuple[int, ...], Any, tuple]] = {}
-# signatures of the first roots of evaluations into targets met before: only those are
-# looked up by signature (most loops over rows meet each of their views once, a time
-# loop every step; the first meeting costs a set look-up, not the signed key)
-_seen_target_sigs: set[int] = set()
+# signatures of the first roots of evaluations into targets met before -> whether to
+# look them up by signature: only those met before are (most loops over rows meet each
+# of their views once, a time loop every step; the first meeting costs a dict look-up,
+# not the signed key), and not those whose plan holds its most signatures already
+_target_sigs: dict[int, bool] = {}
 # signatures one plan is remembered under, at most: a plan that the walk finds under ever
 # new signatures (a loop over rows, ``A[i] - A[i].mean()``: each row's offset is another
 # signature) is walked, as before, rather than remembered again for each one (which cost
@@ -431,9 +432,13 @@ def _remember_signed(signed: tuple | None, plan: _Plan,
                      offsets: Sequence[int], device: Device) -> None:
     """Remember ``plan``, found or recorded by the walk, under its signed key (when the
     operands pick the walk's buffers and scalars, as they always should)."""
-    if signed is None or plan.signed >= SIGNED_PER_PLAN:
+    if signed is None:
         return
     key, operands = signed[:2]
+    if plan.signed >= SIGNED_PER_PLAN:
+        if len(signed) > 2:  # (into targets: this first root's signature not looked up again)
+            _target_sigs[key[1] if type(key[1]) is int else key[1][0]] = False
+        return
     plan.signed += 1
     take = _prog.operand_picker(operands, key[3])
     picked = take(operands)
@@ -541,12 +546,12 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     signed: tuple | None = None
     if targets is None:
         signed = _signed_key(roots, out_shape, device)
-    elif (sig := roots[0].sig or signature_of(roots[0])) in _seen_target_sigs:
+    elif (look := _target_sigs.get(sig := roots[0].sig or signature_of(roots[0]))):
         signed = _signed_key_targets(roots, out_shape, device, targets)
-    elif sig:
-        if len(_seen_target_sigs) >= PLANS_MAX:
-            _seen_target_sigs.clear()
-        _seen_target_sigs.add(sig)
+    elif look is None and sig:
+        if len(_target_sigs) >= PLANS_MAX:
+            _target_sigs.clear()
+        _target_sigs[sig] = True  # (met once: looked up from the next time)
     if signed is not None and not _prog.CHECK_STRUCTURE_CACHE:
         done = _signed_replay(signed, device)
         if done is not None:
@@ -742,7 +747,7 @@ def clear() -> None:
     """Forget every plan (tests; plans hold no buffers)."""
     _plans.clear()
     _signed.clear()
-    _seen_target_sigs.clear()
+    _target_sigs.clear()
 
 
 _caches.register("run_plans.plans", clear, lambda: len(_plans) + len(_signed), 2 * PLANS_MAX)
