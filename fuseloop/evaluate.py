@@ -42,12 +42,10 @@ from .expr.nodes import (
     Remap,
     SparseProduct,
     Storage,
-    UserCall,
     c_strides,
     recent_lazy,
     register_readers,
 )
-from .expr.overlap import View, views_disjoint
 from .expr.program import (
     INT32_LIMIT,
     Bindings,
@@ -67,6 +65,12 @@ from .launching import (
     plan_launch,
     recipe_kind,
     rows_of,
+)
+from .node_walks import (  # noqa: F401  (assignment, masked and multi import them here)
+    _may_fail,
+    _reads_only_in_place,
+    _rebuild,
+    reads_outside,
 )
 from .recipe_state import current as _recipes_current
 from .recipe_state import recipe_for
@@ -185,48 +189,6 @@ def upload(host: np.ndarray, device: Device) -> Storage:
 # {{{ node rewriting
 
 
-def _rebuild(node: Node, replace: dict[int, Node], memo: dict[int, Node]) -> Node:
-    """``node`` with the nodes named in ``replace`` (by id) substituted."""
-    hit = replace.get(id(node))
-    if hit is not None:
-        return hit
-    done = memo.get(id(node))
-    if done is not None:
-        return done
-    # (the walks of the general path narrow with isinstance: UserCall is Apply's only
-    # subclass, the other node classes have none)
-    out: Node
-    if isinstance(node, Apply):
-        args = tuple(_rebuild(a, replace, memo) for a in node.args)
-        if all(a is b for a, b in zip(args, node.args)):
-            out = node
-        elif isinstance(node, UserCall):
-            out = UserCall(node.function, args, node.loop, node.shape)
-        else:
-            out = Apply(node.op, args, node.loop, node.shape)
-    elif isinstance(node, Reduce):
-        child = _rebuild(node.child, replace, memo)
-        out = node if child is node.child else Reduce(
-            node.op, child, node.axes, node.dtype, node.shape)
-    elif isinstance(node, Gather):
-        child = _rebuild(node.child, replace, memo)
-        index = _rebuild(node.index, replace, memo)
-        out = node if (child is node.child and index is node.index) else Gather(
-            child, index, node.axis, node.checked)
-    elif isinstance(node, Remap):
-        child = _rebuild(node.child, replace, memo)
-        out = node if child is node.child else Remap(
-            child, node.shape, node.offsets, node.coeffs)
-    elif isinstance(node, Concat):
-        pieces = tuple(_rebuild(p, replace, memo) for p in node.pieces)
-        same = all(a is b for a, b in zip(pieces, node.pieces))
-        out = node if same else Concat(pieces, node.axis)
-    else:
-        out = node
-    memo[id(node)] = out
-    return out
-
-
 def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
                             ) -> list[Node]:
     """Reductions that must run as kernels of their own before this one.
@@ -338,26 +300,6 @@ def _materialise_pending(pending: Sequence[Node], device: Device) -> dict[int, N
     for p in pending:
         run_one(p)
     return replace
-
-
-def reads_outside(node: Node, storage: Storage, written: View, itemsize: int) -> bool:
-    """True when ``node`` reads no element of ``storage`` that the view ``written``
-    (of elements of ``itemsize`` bytes) covers.  Every read of a buffer is through a
-    leaf whose view covers what its parents read, so checking the leaves suffices."""
-    seen: set[int] = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if id(n) in seen or storage not in n.storages:
-            continue
-        seen.add(id(n))
-        if type(n) is Leaf:
-            if n.dtype.itemsize != itemsize or not views_disjoint(
-                    written, (n.shape, n.view_strides(), n.offset)):
-                return False
-        else:
-            stack.extend(_children(n))
-    return True
 
 
 def materialise(node: Node, device: Device) -> Leaf:
@@ -699,32 +641,6 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     return outs
 
 
-def _may_fail(node: Node) -> bool:
-    """Whether ``node`` has a gather whose indices are checked (and may be out of range)."""
-    # (each node once: a DAG's shared subtrees, walked as a tree, cost 2^depth)
-    seen: set[int] = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, Gather):
-            if n.checked:
-                return True
-            kids: Any = (n.child, n.index)
-        elif isinstance(n, Remap | Reduce):
-            kids = (n.child,)
-        elif isinstance(n, Apply):
-            kids = n.args
-        elif isinstance(n, Concat):
-            kids = n.pieces
-        else:
-            continue
-        for k in kids:
-            if id(k) not in seen:
-                seen.add(id(k))
-                stack.append(k)
-    return False
-
-
 def _first_stage(split: TwoStage, roots: list[Node], out_shape: tuple[int, ...],
                  device: Device) -> list[Node]:
     """Run the first stage of ``split``; return ``roots`` combining the partial results.
@@ -756,38 +672,6 @@ def _first_stage(split: TwoStage, roots: list[Node], out_shape: tuple[int, ...],
         replace[id(t)] = Reduce(_SPLITTABLE[t.op], leaf, (axis,), t.dtype)
     memo: dict[int, Node] = {}
     return [_rebuild(r, replace, memo) for r in roots]
-
-
-def _reads_only_in_place(roots: Sequence[Node], target: Target,
-                         out_shape: tuple[int, ...], itemsize: int) -> bool:
-    """True when every read of the target's buffer is of the element being written,
-    or of elements that are not written at all (``A[i, j] += A[i, j - 1]``)."""
-    want = target.strides if target.strides is not None else c_strides(out_shape)
-    written = (out_shape, want, target.offset)
-    ok = [True]
-    seen: set[int] = set()
-
-    def walk(node: Node, top: bool) -> None:
-        if id(node) in seen or target.storage not in node.storages:
-            return
-        seen.add(id(node))
-        if isinstance(node, Leaf):
-            same = (top and node.shape == out_shape and node.view_strides() == want
-                    and node.offset == target.offset)
-            if not same and (node.dtype.itemsize != itemsize or not views_disjoint(
-                    written, (node.shape, node.view_strides(), node.offset))):
-                ok[0] = False
-        elif isinstance(node, Apply):
-            for a in node.args:
-                walk(a, top and a.shape == out_shape)
-        elif not reads_outside(node, target.storage, written, itemsize):
-            # a reduction, gather or remap may read any element of its operand at any
-            # time of the launch: safe only when none of them is written
-            ok[0] = False
-
-    for r in roots:
-        walk(r, r.shape == out_shape)
-    return ok[0]
 
 
 def launch_choice(program: Program, bindings: Bindings, device: Device,
