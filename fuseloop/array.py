@@ -16,7 +16,7 @@ from .array_protocol import ArrayProtocol
 from .array_shape import ShapeMethods
 from .dtypes import as_dtype, resolve_loop, scalar_kind, scalar_to
 from .errors import DeviceError, DTypeError
-from .evaluate import RELEASE_RECENT_AT, run, run_flat
+from .evaluate import RELEASE_RECENT_AT, eval_rest, run, run_flat
 from .expr import readers as _readers
 from .expr.nodes import (
     _EMPTY,
@@ -536,9 +536,9 @@ class Array(ArrayProtocol, ShapeMethods):
                 self._shape) * self.dtype.itemsize >= RELEASE_RECENT_AT and \
                 take_last_recent(self)
             try:
-                storage = run_flat(self._node, self.shape, self.device)
+                storage = run_flat(self._node, self._shape, self.device)
                 if storage is None:
-                    storage = run([self._node], self.shape, self.device)[0]
+                    storage = eval_rest(self._node, self._shape, self.device)
             except BaseException:
                 if taken:  # (still lazy: a reader of its buffers after all)
                     note_reader(self)

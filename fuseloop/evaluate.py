@@ -25,6 +25,7 @@ import numpy as np
 
 from . import flags as _flags
 from . import host_path as _host
+from . import launching as _launching
 from . import run_plans  # (it reads this module's functions at call time)
 from . import sharing as _sharing
 from . import stats as _stats
@@ -42,12 +43,10 @@ from .expr.nodes import (
     Remap,
     SparseProduct,
     Storage,
-    UserCall,
     c_strides,
     recent_lazy,
     register_readers,
 )
-from .expr.overlap import View, views_disjoint
 from .expr.program import (
     INT32_LIMIT,
     Bindings,
@@ -67,6 +66,12 @@ from .launching import (
     plan_launch,
     recipe_kind,
     rows_of,
+)
+from .node_walks import (  # noqa: F401  (assignment, masked and multi import them here)
+    _may_fail,
+    _reads_only_in_place,
+    _rebuild,
+    reads_outside,
 )
 from .recipe_state import current as _recipes_current
 from .recipe_state import recipe_for
@@ -185,48 +190,6 @@ def upload(host: np.ndarray, device: Device) -> Storage:
 # {{{ node rewriting
 
 
-def _rebuild(node: Node, replace: dict[int, Node], memo: dict[int, Node]) -> Node:
-    """``node`` with the nodes named in ``replace`` (by id) substituted."""
-    hit = replace.get(id(node))
-    if hit is not None:
-        return hit
-    done = memo.get(id(node))
-    if done is not None:
-        return done
-    # (the walks of the general path narrow with isinstance: UserCall is Apply's only
-    # subclass, the other node classes have none)
-    out: Node
-    if isinstance(node, Apply):
-        args = tuple(_rebuild(a, replace, memo) for a in node.args)
-        if all(a is b for a, b in zip(args, node.args)):
-            out = node
-        elif isinstance(node, UserCall):
-            out = UserCall(node.function, args, node.loop, node.shape)
-        else:
-            out = Apply(node.op, args, node.loop, node.shape)
-    elif isinstance(node, Reduce):
-        child = _rebuild(node.child, replace, memo)
-        out = node if child is node.child else Reduce(
-            node.op, child, node.axes, node.dtype, node.shape)
-    elif isinstance(node, Gather):
-        child = _rebuild(node.child, replace, memo)
-        index = _rebuild(node.index, replace, memo)
-        out = node if (child is node.child and index is node.index) else Gather(
-            child, index, node.axis, node.checked)
-    elif isinstance(node, Remap):
-        child = _rebuild(node.child, replace, memo)
-        out = node if child is node.child else Remap(
-            child, node.shape, node.offsets, node.coeffs)
-    elif isinstance(node, Concat):
-        pieces = tuple(_rebuild(p, replace, memo) for p in node.pieces)
-        same = all(a is b for a, b in zip(pieces, node.pieces))
-        out = node if same else Concat(pieces, node.axis)
-    else:
-        out = node
-    memo[id(node)] = out
-    return out
-
-
 def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
                             ) -> list[Node]:
     """Reductions that must run as kernels of their own before this one.
@@ -312,26 +275,6 @@ def _reduces_to_materialise(roots: Sequence[Node], out_shape: tuple[int, ...]
 def _materialise_pending(pending: Sequence[Node], device: Device) -> dict[int, Node]:
     """:func:`fuseloop.sharing.materialise_pending` (what replaces each pending node)."""
     return _sharing.materialise_pending(pending, device, materialise, _rebuild)
-
-
-def reads_outside(node: Node, storage: Storage, written: View, itemsize: int) -> bool:
-    """True when ``node`` reads no element of ``storage`` that the view ``written``
-    (of elements of ``itemsize`` bytes) covers.  Every read of a buffer is through a
-    leaf whose view covers what its parents read, so checking the leaves suffices."""
-    seen: set[int] = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if id(n) in seen or storage not in n.storages:
-            continue
-        seen.add(id(n))
-        if type(n) is Leaf:
-            if n.dtype.itemsize != itemsize or not views_disjoint(
-                    written, (n.shape, n.view_strides(), n.offset)):
-                return False
-        else:
-            stack.extend(_children(n))
-    return True
 
 
 def materialise(node: Node, device: Device) -> Leaf:
@@ -433,12 +376,14 @@ def _leaf_strides(roots: Sequence[Node], out_shape: tuple[int, ...],
 
 
 def run_flat(node: Node, shape: tuple[int, ...], device: Device,
-             into: Storage | None = None) -> Storage | None:
+             into: Storage | None = None, now: bool = False) -> Storage | None:
     """:func:`run` of one flat elementwise ``node`` whose structure, kernel and launch
     are all cached, in one frame; None when anything else applies.
 
     ``into``: a buffer of exactly the result's bytes to write instead of a new one
     (``out[...] = e``), which ``node`` must not read (see :func:`run_into`).
+    ``now``: also a launch that is not deferred (a large result), enqueued at once;
+    without it only deferred launches are made here.
 
     This is the commonest evaluation (``(x*2 + y).eval()`` in a loop), and most of
     its cost is the host's: so it does in place what :func:`run`, :func:`allocate`,
@@ -472,13 +417,22 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device,
     # (LaunchPlan.valid through the plan's stamp: its recipe is still recipe_for's)
     if plan is None or plan.stamp is not _recipes_current[0] or not plan.compiled.in_cache:
         return None
-    nbytes = plan.small_bytes  # (0: not deferred; evaluate.run launches it)
+    nbytes = plan.small_bytes  # (0: not deferred, a large result: enqueued now)
     try:
         kernel, last = plan.threads.state
     except AttributeError:  # this thread's first launch of the structure
         return None
     if not nbytes:
-        return None
+        # (what run's hot path does with this plan: allocate with the room checked,
+        # then launch_cached's enqueue, without its look-ups made again)
+        size = shape[0] if shape else 1
+        if not now or not size:
+            return None
+        out = into if into is not None else allocate(size * node.dtype.itemsize, device)
+        _launching.enqueue_or_defer(plan.go, (out, storages, scalars, kernel, last), False,
+                                    device)
+        _tally_cached_launch()
+        return out
     rt = plan.runtime
     if into is None:
         # DeviceMemory.allocate, its common case written out (see DeviceMemory.reserve);
@@ -501,6 +455,9 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device,
     if len(deferred) >= DEFER_MAX:
         rt.flush()
     return out
+
+
+_run_flat = run_flat  # (eval_rest's: the one-frame path itself, wherever it is wrapped)
 
 
 def run_into(node: Node, shape: tuple[int, ...], device: Device, into: Storage) -> None:
@@ -554,6 +511,26 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         one = run_plans.replay_one(roots[0], out_shape, device)
         if one is not None:
             return [one]
+    return _run_rest(roots, out_shape, device, targets)
+
+
+def eval_rest(node: Node, shape: tuple[int, ...], device: Device) -> Storage:
+    """``run([node], shape, device)[0]`` after :func:`run_flat` found no deferred launch
+    (``.eval()``): a plan remembered by signature, a flat launch made now (a large
+    result), each tried once, then what :func:`run` does after them."""
+    if node.fancy or len(shape) > 1:
+        one = run_plans.replay_one(node, shape, device)
+    else:
+        one = _run_flat(node, shape, device, None, True)
+    if one is not None:
+        return one
+    return _run_rest([node], shape, device, None)[0]
+
+
+def _run_rest(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
+              targets: Sequence[Target | Storage | None] | None) -> list[Storage]:
+    """:func:`run` after its plan by signature: the host path, the flat hot path, the
+    general path."""
     done = _host.try_run(roots, out_shape, device, targets)  # (small work on a CPU: numpy)
     if done is not None:
         return done
@@ -642,32 +619,6 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     return outs
 
 
-def _may_fail(node: Node) -> bool:
-    """Whether ``node`` has a gather whose indices are checked (and may be out of range)."""
-    # (each node once: a DAG's shared subtrees, walked as a tree, cost 2^depth)
-    seen: set[int] = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, Gather):
-            if n.checked:
-                return True
-            kids: Any = (n.child, n.index)
-        elif isinstance(n, Remap | Reduce):
-            kids = (n.child,)
-        elif isinstance(n, Apply):
-            kids = n.args
-        elif isinstance(n, Concat):
-            kids = n.pieces
-        else:
-            continue
-        for k in kids:
-            if id(k) not in seen:
-                seen.add(id(k))
-                stack.append(k)
-    return False
-
-
 def _first_stage(split: TwoStage, roots: list[Node], out_shape: tuple[int, ...],
                  device: Device) -> list[Node]:
     """Run the first stage of ``split``; return ``roots`` combining the partial results.
@@ -699,38 +650,6 @@ def _first_stage(split: TwoStage, roots: list[Node], out_shape: tuple[int, ...],
         replace[id(t)] = Reduce(_SPLITTABLE[t.op], leaf, (axis,), t.dtype)
     memo: dict[int, Node] = {}
     return [_rebuild(r, replace, memo) for r in roots]
-
-
-def _reads_only_in_place(roots: Sequence[Node], target: Target,
-                         out_shape: tuple[int, ...], itemsize: int) -> bool:
-    """True when every read of the target's buffer is of the element being written,
-    or of elements that are not written at all (``A[i, j] += A[i, j - 1]``)."""
-    want = target.strides if target.strides is not None else c_strides(out_shape)
-    written = (out_shape, want, target.offset)
-    ok = [True]
-    seen: set[int] = set()
-
-    def walk(node: Node, top: bool) -> None:
-        if id(node) in seen or target.storage not in node.storages:
-            return
-        seen.add(id(node))
-        if isinstance(node, Leaf):
-            same = (top and node.shape == out_shape and node.view_strides() == want
-                    and node.offset == target.offset)
-            if not same and (node.dtype.itemsize != itemsize or not views_disjoint(
-                    written, (node.shape, node.view_strides(), node.offset))):
-                ok[0] = False
-        elif isinstance(node, Apply):
-            for a in node.args:
-                walk(a, top and a.shape == out_shape)
-        elif not reads_outside(node, target.storage, written, itemsize):
-            # a reduction, gather or remap may read any element of its operand at any
-            # time of the launch: safe only when none of them is written
-            ok[0] = False
-
-    for r in roots:
-        walk(r, r.shape == out_shape)
-    return ok[0]
 
 
 def launch_choice(program: Program, bindings: Bindings, device: Device,

@@ -62,6 +62,7 @@ from .launching import (
     plan_launch,
     recipe_kind,
 )
+from .plan_ready import Ready, ready_for
 from .recipe_state import current as _recipes_current
 from .recipe_state import recipe_for
 from .recipe_state import stamp as _recipe_stamp
@@ -145,7 +146,7 @@ class _Step:
 
 
 class _Plan:
-    __slots__ = ("allocs", "picks", "results", "signed", "steps")
+    __slots__ = ("allocs", "picks", "ready", "results", "signed", "steps")
 
     def __init__(self, allocs: list[int], steps: list[_Step], results: tuple) -> None:
         self.allocs = allocs
@@ -153,6 +154,9 @@ class _Plan:
         self.results = results
         self.picks: tuple[int, tuple[int, ...]] | None = None  # (see _Step.picks)
         self.signed = 0  # the signatures it was remembered under (see _remember_signed)
+        # its replays made ready, per view offsets (see fuseloop.plan_ready)
+        # (False: not to be made ready for those offsets)
+        self.ready: dict[tuple[int, ...], Ready | Literal[False]] | None = None
 
 
 class Recorder:
@@ -323,14 +327,21 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
 
 # A plan found by the walk's key is also remembered under the roots' signatures (see
 # fuseloop.expr.nodes: reductions, gathers and remaps have them too) and the pattern of
-# repeated operands, for evaluations without targets: the next evaluation of that
-# structure finds it without a walk.  A signature holds the views' offsets (the walk's
+# repeated operands, and for an evaluation into targets (an assignment to a view, no
+# mask or scatter) each target's buffer, strides and offset: the next evaluation of that
+# structure (``s[1:-1] = 0.5 * (s[:-2] + s[2:])`` in a time loop) finds it without a
+# walk.  A signature holds the views' offsets (the walk's
 # key leaves them out), so such an entry keeps the offsets its plan is replayed with.
 # Equal signatures are equal computations of the operands, so a plan recorded for one
 # expression is right for every other of its signature (``t * t`` with ``t`` built
 # once or twice: at worst one kernel more or less than a fresh decision would take).
 # signed key (see _signed_key) -> (plan, view offsets, operand picker, key head)
 _signed: dict[tuple, tuple[_Plan, tuple[int, ...], Any, tuple]] = {}
+# signatures of the first roots of evaluations into targets met before -> whether to
+# look them up by signature: only those met before are (most loops over rows meet each
+# of their views once, a time loop every step; the first meeting costs a dict look-up,
+# not the signed key), and not those whose plan holds its most signatures already
+_target_sigs: dict[int, bool] = {}
 # signatures one plan is remembered under, at most: a plan that the walk finds under ever
 # new signatures (a loop over rows, ``A[i] - A[i].mean()``: each row's offset is another
 # signature) is walked, as before, rather than remembered again for each one (which cost
@@ -361,9 +372,44 @@ def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Devic
     return (device.index, tuple(sigs), out_shape, _prog.firsts(operands)), operands
 
 
-def _signed_replay(signed: tuple[tuple, tuple], device: Device) -> list[Storage] | None:
-    """The replay of the plan remembered under ``signed`` (:func:`_signed_key`), or
-    None (none remembered, or its buffers need the walk: see :func:`_key`)."""
+def _signed_key_targets(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
+                        targets: Sequence[Target | Storage | None]
+                        ) -> tuple[tuple, tuple, list[Storage]] | None:
+    """:func:`_signed_key` of an evaluation into ``targets`` (buffers, or views of them
+    without a mask or scatter; None: a new buffer): the key goes on with each target's
+    buffer (its place among the operands, or among the other targets' buffers), strides
+    and offset, which with the signature's views decide how it meets them (what the
+    walk's key says of a target); the third part is the target buffers that are not
+    operands, in order (the walk appends them to its buffers so)."""
+    signed = _signed_key(roots, out_shape, device)
+    if signed is None:
+        return None
+    key, operands = signed
+    where: list[Any] = []
+    extra: list[Storage] = []
+    for t in targets:
+        if t is None:
+            where.append(None)
+            continue
+        if isinstance(t, Storage):
+            t = Target(t, None, 0)
+        elif t.mask is not None or t.scatter is not None:
+            return None
+        buf = t.storage
+        try:  # (buffers compare by identity)
+            at = operands.index(buf)
+        except ValueError:  # -1 - its place among the target buffers that are not operands
+            if buf not in extra:
+                extra.append(buf)
+            at = -1 - extra.index(buf)
+        where.append((at, t.strides, t.offset, t.atomic))
+    return (*key, tuple(where)), operands, extra
+
+
+def _signed_replay(signed: tuple, device: Device) -> list[Storage] | None:
+    """The replay of the plan remembered under ``signed`` (:func:`_signed_key`, or
+    :func:`_signed_key_targets`), or None (none remembered, or its buffers need the
+    walk: see :func:`_key`)."""
     hit = _signed.get(signed[0])
     if hit is None:
         return None
@@ -373,23 +419,31 @@ def _signed_replay(signed: tuple[tuple, tuple], device: Device) -> list[Storage]
     if picked is None or (known is not head and known != head):
         return None
     storages, scalars = picked
+    if len(signed) > 2 and signed[2]:
+        storages = storages + signed[2]  # (the targets' buffers the walk appends)
     for s in storages:
         if s.nbytes > INT32_LIMIT:
             return None
-    return _replay(plan, storages, scalars, device, offsets)
+    return _replay_signed(plan, storages, scalars, device, offsets)
 
 
-def _remember_signed(signed: tuple[tuple, tuple] | None, plan: _Plan,
+def _remember_signed(signed: tuple | None, plan: _Plan,
                      storages: list[Storage], scalars: list[np.generic],
                      offsets: Sequence[int], device: Device) -> None:
     """Remember ``plan``, found or recorded by the walk, under its signed key (when the
     operands pick the walk's buffers and scalars, as they always should)."""
-    if signed is None or plan.signed >= SIGNED_PER_PLAN:
+    if signed is None:
+        return
+    key, operands = signed[:2]
+    if plan.signed >= SIGNED_PER_PLAN:
+        if len(signed) > 2:  # (into targets: this first root's signature not looked up again)
+            _target_sigs[key[1] if type(key[1]) is int else key[1][0]] = False
         return
     plan.signed += 1
-    key, operands = signed
-    take = _prog.operand_picker(operands, key[-1])
+    take = _prog.operand_picker(operands, key[3])
     picked = take(operands)
+    if picked is not None and len(signed) > 2:
+        picked = (picked[0] + signed[2], picked[1])
     if picked is None or len(picked[0]) != len(storages) or len(picked[1]) != len(scalars) \
             or any(a is not b for a, b in zip(picked[0], storages)) \
             or any(a is not b for a, b in zip(picked[1], scalars)) \
@@ -400,7 +454,7 @@ def _remember_signed(signed: tuple[tuple, tuple] | None, plan: _Plan,
     _signed[key] = (plan, tuple(offsets), take, _key_head(device))
 
 
-def _check_signed(signed: tuple[tuple, tuple], storages: list[Storage],
+def _check_signed(signed: tuple, storages: list[Storage],
                   scalars: list[np.generic], offsets: Sequence[int]) -> None:
     """Checking (``CHECK_STRUCTURE_CACHE``): a plan remembered under ``signed`` would be
     replayed with the walk's buffers, scalars and view offsets."""
@@ -408,6 +462,8 @@ def _check_signed(signed: tuple[tuple, tuple], storages: list[Storage],
     if hit is None:
         return
     picked = hit[2](signed[1])
+    if picked is not None and len(signed) > 2:
+        picked = (picked[0] + signed[2], picked[1])
     assert picked is not None and len(picked[0]) == len(storages) \
         and len(picked[1]) == len(scalars) \
         and all(a is b for a, b in zip(picked[0], storages)) \
@@ -452,13 +508,50 @@ def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storag
     for s in storages:
         if s.nbytes > INT32_LIMIT:
             return None
-    return _flags.deferring(_replay, plan, storages, scalars, device, offsets)[0]
+    readies = plan.ready
+    if readies and (ready := readies.get(offsets)):
+        for s in storages:  # (the general replay reports a buffer on another device)
+            if s.device is not device:
+                return None
+        done = ready.run(storages, scalars, device)
+        if done is not None:
+            return done[0]
+    return _flags.deferring(_replay_signed, plan, storages, scalars, device, offsets,
+                            True)[0]
+
+
+def _replay_signed(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
+                   device: Device, offsets: tuple[int, ...], tried: bool = False
+                   ) -> list[Storage]:
+    """:func:`_replay` of a plan found by signature (with its fixed ``offsets``): made
+    ready (:mod:`fuseloop.plan_ready`) after its first general replay, replayed so from
+    then on (``tried``: the caller found that replay unable to run this call)."""
+    readies = plan.ready
+    if not tried and readies and (ready := readies.get(offsets)):
+        for s in storages:
+            if s.device is not device:
+                break
+        else:
+            done = ready.run(storages, scalars, device)
+            if done is not None:
+                return done
+    outs = _replay(plan, storages, scalars, device, offsets)
+    ready_for(plan, offsets, len(storages), device, _params, _temporaries)
+    return outs
 
 
 def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         targets: Sequence[Target | Storage | None] | None) -> list[Storage]:
     """:func:`fuseloop.evaluate.run_unplanned`, replayed from a plan when one is known."""
-    signed = _signed_key(roots, out_shape, device) if targets is None else None
+    signed: tuple | None = None
+    if targets is None:
+        signed = _signed_key(roots, out_shape, device)
+    elif (look := _target_sigs.get(sig := roots[0].sig or signature_of(roots[0]))):
+        signed = _signed_key_targets(roots, out_shape, device, targets)
+    elif look is None and sig:
+        if len(_target_sigs) >= PLANS_MAX:
+            _target_sigs.clear()
+        _target_sigs[sig] = True  # (met once: looked up from the next time)
     if signed is not None and not _prog.CHECK_STRUCTURE_CACHE:
         done = _signed_replay(signed, device)
         if done is not None:
@@ -654,6 +747,7 @@ def clear() -> None:
     """Forget every plan (tests; plans hold no buffers)."""
     _plans.clear()
     _signed.clear()
+    _target_sigs.clear()
 
 
 _caches.register("run_plans.plans", clear, lambda: len(_plans) + len(_signed), 2 * PLANS_MAX)

@@ -1,5 +1,6 @@
 """Loops of small statements whose shapes change every iteration (NPBench's cholesky,
-durbin, covariance): kernels compiled, launches and host microseconds per statement.
+durbin, covariance), and a time loop of the same statements (``stencil-steps``):
+kernels compiled, launches and host microseconds per statement.
 
 A GPU recipe that specialises a kernel on a size compiles a kernel per iteration where
 a shape-generic one compiles once; this probe tells which patterns do.  Each pattern
@@ -74,9 +75,21 @@ def _patterns(n: int, fl=fl):  # (fl: another revision's package, see small_stat
         a.get()
         return m * (m - 1) + 2 * (m - 1)
 
+    grid = fl.asarray(rng.random(n))
+    plane = fl.asarray(rng.random((n, n)))
+
+    def stencil_steps() -> int:
+        # a time loop: the same statements on the same views every step (found by
+        # signature and target, issue 26), one through a temporary, one in place
+        for _ in range(n // 2):
+            grid[1:-1] = 0.5 * (grid[:-2] + grid[2:])
+            plane[1] = plane[1] * 0.5 + plane[2]
+        plane[1, 1].get()
+        return 2 * (n // 2)
+
     return {"dot-varying": dot_varying, "cholesky-row": cholesky_row,
             "durbin-like": durbin_like, "covariance": covariance_loop,
-            f"cholesky-{m}": cholesky}
+            f"cholesky-{m}": cholesky, "stencil-steps": stencil_steps}
 
 
 def main() -> None:

@@ -1,0 +1,143 @@
+"""Run plans made ready: a plan's replay for one set of view offsets, bound once.
+
+A run plan (:mod:`fuseloop.run_plans`) remembered under an expression's signature is
+replayed on every ``.eval()`` of that structure.  The general replay asks, per step and
+per call, what such a replay answers alike each time: where the step's buffers are in
+the pool, whether its kept launch plan is still valid (recipes token, device, index
+dtype, parameters) and which thread kernel object it runs on.  :class:`Ready` keeps
+those answers, made after a replay whose every step ran its kept launch plan; a later
+replay checks only what can change between calls: the recipes token, each kernel
+still in the memory cache, this thread's kernel objects and the caller's buffers (done
+by the caller: on the device, no larger than int32 indexes).  Its temporaries come
+from ``run_plans._temporaries``, as the general replay's do.  Anything else returns
+None and the caller replays the general way (which also makes a new :class:`Ready`).
+
+Launches go through ``launching.enqueue_or_defer`` as the general replay's do, deferred
+by the same rule, and count as they do (one memory-cache hit and one launch each).
+A step that writes a caller's buffer reads the pending flags of checked gathers first,
+as in the general replay; plans whose steps read an error flag themselves (a checked
+gather) are not made ready: those keep the general replay's flag handling.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Any
+
+from . import launching as _launching
+from .expr.nodes import Storage
+from .expr.program import INT32_LIMIT
+from .flags import check_pending
+from .recipe_state import current as _recipes_current
+from .runtime.devices import Device
+from .stats import cached_launches
+
+_tally = cached_launches.__next__  # one memory-cache hit and one launch
+_nbytes = attrgetter("nbytes")
+# a Ready per plan and offsets, at most (a loop over rows replays one plan with
+# ever new offsets: those stay on the general replay)
+READY_PER_PLAN = 8
+
+
+class Ready:
+    """One plan's replay with fixed view offsets, its per-call questions answered.
+
+    ``steps``: per step (launch plan, input positions, output positions, scalar
+    positions, deferred unless an input is large, writes a caller's buffer); positions
+    are in the call's pool of inputs then temporaries."""
+
+    __slots__ = ("allocs", "launch_plans", "n_inputs", "results", "steps", "temporaries",
+                 "token")
+    allocs: list[int]
+    launch_plans: list[Any]
+    n_inputs: int
+    results: tuple[int, ...]
+    steps: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[int, ...], bool, bool]]
+    temporaries: Any  # run_plans._temporaries: new buffers of the plan's sizes
+    token: object
+
+    @classmethod
+    def make(cls, plan: Any, offsets: Sequence[int], n_inputs: int, device: Device,
+             params_of: Any, temporaries: Any) -> Ready | None:
+        """``plan`` made ready for ``offsets`` (``params_of(step, offsets)``: a step's
+        parameters; ``temporaries(sizes, device)``: new buffers), or None where a step
+        is not: no kept launch plan for these parameters on ``device`` under the current
+        recipes, a checked gather's flag."""
+        self = cls.__new__(cls)
+        limit = 4 * _launching.DEFER_MAX_ELEMENTS  # (run_plans._launch_step's bound)
+        self.token = _recipes_current[0]
+        if self.token is None:  # (recipes in flux: a use() block is open)
+            return None
+        self.n_inputs = n = n_inputs
+        self.allocs = allocs = list(plan.allocs)
+        steps = []
+        for step in plan.steps:
+            lp = step.plan
+            params = params_of(step, offsets)
+            ins = tuple(k if kind == "i" else n + k for kind, k in step.storage_refs)
+            outs = tuple(k if kind == "i" else n + k for kind, k in step.out_refs)
+            biggest = max(max(params, default=0), math.prod(step.out_shape))
+            # (what index_dtype_for answers with the caller's buffers within int32)
+            widest = max([biggest, *(allocs[k - n] for k in ins if k >= n)])
+            index = _launching.INDEX_INT32 if widest <= INT32_LIMIT else \
+                _launching.INDEX_INT64
+            if lp is None or lp.stamp is not self.token or step.device is not device \
+                    or lp.error_arg is not None \
+                    or lp.index_dtype is not index or list(params) != list(step.plan_params):
+                return None
+            steps.append((lp, ins, outs, step.scalar_refs, biggest <= limit,
+                          step.writes_input))
+        self.steps = steps
+        self.launch_plans = [s[0] for s in steps]
+        self.results = tuple(k if kind == "i" else n + k for kind, k in plan.results)
+        self.temporaries = temporaries
+        return self
+
+    def run(self, storages: list[Storage], scalars: list[Any], device: Device
+            ) -> list[Storage] | None:
+        """The plan's results, its launches enqueued; None when the general replay must
+        run it (nothing was enqueued then)."""
+        if self.token is not _recipes_current[0] or len(storages) != self.n_inputs:
+            return None
+        try:
+            states = [lp.threads.state for lp in self.launch_plans]
+        except AttributeError:  # this thread's first launch of a kernel
+            return None
+        for lp in self.launch_plans:
+            if not lp.compiled.in_cache:
+                return None
+        pool = storages + self.temporaries(self.allocs, device) if self.allocs else storages
+        get = pool.__getitem__
+        pick = scalars.__getitem__
+        limit = 4 * _launching.DEFER_MAX_ELEMENTS
+        enqueue = _launching.enqueue_or_defer
+        for (lp, ins, outs, scal, small, writes), (kernel, last) in zip(self.steps, states):
+            if writes:  # (it writes a caller's buffer: earlier gathers' flags first)
+                check_pending()
+            st = list(map(get, ins))
+            # (deferred as run_plans._launch_step decides: its sizes, and the inputs')
+            if small and st:
+                small = max(map(_nbytes, st)) <= limit
+            enqueue(lp.go, (list(map(get, outs)), st, list(map(pick, scal)), kernel, last),
+                    small, device)
+            _tally()
+        return list(map(get, self.results))
+
+
+def ready_for(plan: Any, offsets: tuple[int, ...], n_inputs: int, device: Device,
+              params_of: Any, temporaries: Any) -> Ready | None:
+    """``plan``'s :class:`Ready` for ``offsets``, made now if its steps allow (after a
+    general replay with these offsets, which left each step its launch plan)."""
+    readies = plan.ready
+    if readies is None:
+        readies = plan.ready = {}
+    else:
+        known = readies.get(offsets)
+        if known is False or (known is None and len(readies) >= READY_PER_PLAN):
+            return None  # (steps that stay on the general replay, or too many offsets)
+    made = Ready.make(plan, offsets, n_inputs, device, params_of, temporaries)
+    # (False: not to be made again; what decides it does not change between calls)
+    readies[offsets] = made if made is not None else False
+    return made

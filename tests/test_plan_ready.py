@@ -1,0 +1,122 @@
+"""Run plans made ready (``fuseloop.plan_ready``): a plan remembered under a signature is
+replayed from bound steps after its first replay, with the general replay's results and
+counts, and by the general replay again where the bound steps no longer hold."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import evaluate, host_path, plan_ready, run_plans
+from fuseloop.expr import program as _prog
+from fuseloop.recipes.registry import forget_chosen
+
+
+@pytest.fixture
+def kernels_only(monkeypatch):
+    """Small work is not computed by numpy on the host (so plans are replayed)."""
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+
+
+def _entry(a: fl.Array) -> tuple:
+    """The run plan remembered under lazy ``a``'s signature, and its view offsets."""
+    node = a._node
+    key = (a.device.index, node.sig, a.shape, _prog.firsts(node.operands))
+    plan, offsets = run_plans._signed[key][:2]
+    return plan, offsets
+
+
+def test_a_replayed_plan_is_made_ready_and_counts_as_before(device, kernels_only,
+                                                           monkeypatch):
+    monkeypatch.setattr(evaluate, "ONE_ROW_MAX_LENGTH", 1)  # (the mean runs first)
+    rng = np.random.default_rng(0)
+
+    def fn(a):  # (a full reduction consumed by a larger result: two kernels, a temporary)
+        return a - a.mean()
+
+    x = fl.asarray(rng.random((8, 16), np.float32))
+    fn(x).eval()  # recorded
+    fn(x).eval()  # replayed the general way, then made ready
+    plan, offsets = _entry(fn(x))
+    ready = plan.ready[offsets]
+    assert isinstance(ready, plan_ready.Ready)
+    assert len(plan.steps) >= 2 and plan.allocs
+    before = fl.stats()
+    for _ in range(3):  # other buffers, the same structure
+        h = rng.random((8, 16), np.float32)
+        np.testing.assert_allclose(fn(fl.asarray(h)).eval().get(), h - h.mean(),
+                                   rtol=1e-5, atol=1e-6)
+    after = fl.stats()
+    steps = len(plan.steps)
+    assert after["kernels_launched"] - before["kernels_launched"] == 3 * steps
+    assert after["memory_cache_hits"] - before["memory_cache_hits"] == 3 * steps
+    assert after["kernels_compiled"] == before["kernels_compiled"]
+    assert plan.ready[offsets] is ready  # (still valid: not made again)
+
+
+def test_a_recipes_change_replays_the_general_way_then_readies_again(device, kernels_only):
+    h = np.arange(48, dtype=np.float32).reshape(6, 8)
+    x = fl.asarray(h)
+    for _ in range(2):
+        x.sum(axis=1).eval()
+    plan, offsets = _entry(x.sum(axis=1))
+    first = plan.ready[offsets]
+    assert isinstance(first, plan_ready.Ready)
+    forget_chosen()  # (what a recipe's registration does: a new recipes token)
+    assert first.run([x._storage], [], device) is None  # (no longer current: refused)
+    np.testing.assert_allclose(x.sum(axis=1).eval().get(), h.sum(axis=1))
+    again = plan.ready[offsets]
+    assert isinstance(again, plan_ready.Ready) and again is not first
+    np.testing.assert_allclose(x.sum(axis=1).eval().get(), h.sum(axis=1))
+
+
+def test_checked_gathers_stay_on_the_general_replay(device, kernels_only):
+    h = np.arange(10, dtype=np.float32)
+    x = fl.asarray(h)
+    idx = fl.asarray(np.array([3, 1, 9], np.int64))
+    for _ in range(3):
+        assert float(fl.sum(x[idx]).eval().get()) == float(h[[3, 1, 9]].sum())
+    plan, offsets = _entry(fl.sum(x[idx]))
+    assert plan.ready[offsets] is False  # (its kernel reads an error flag)
+    with pytest.raises(IndexError):
+        fl.sum(x[fl.asarray(np.array([3, 1, 12], np.int64))]).eval()
+
+
+def test_a_repeated_statement_finds_its_plan_by_signature(device, kernels_only, monkeypatch):
+    """A statement into a view (``s[1:-1] = ...`` in a time loop) is replayed by its
+    signature and its target's place, strides and offset: no walk after the second
+    (the first records its plan, the second remembers it under the signature)."""
+    walks = []
+    real = run_plans._key
+
+    def counted(*args):
+        walks.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(run_plans, "_key", counted)
+    run_plans.clear()  # (no plan of an earlier test's)
+    h = np.linspace(0, 1, 40)
+    s = fl.asarray(h)
+    a = fl.asarray(np.arange(24.0).reshape(4, 6))
+    ah = a.get()
+    for _ in range(4):
+        s[1:-1] = 0.5 * (s[:-2] + s[2:])  # (reads what it writes: through a temporary)
+        h[1:-1] = 0.5 * (h[:-2] + h[2:])
+        a[1] = a[1] * 2.0 + a[2]  # (in place)
+        ah[1] = ah[1] * 2.0 + ah[2]
+    np.testing.assert_allclose(s.get(), h, rtol=1e-12)
+    np.testing.assert_allclose(a.get(), ah, rtol=1e-12)
+    assert len(walks) == 4  # (each statement's first two evaluations)
+    # their plans, writing a caller's buffer, are made ready too
+    ready = [r for key, entry in run_plans._signed.items() if len(key) > 4
+             for r in (entry[0].ready or {}).values() if isinstance(r, plan_ready.Ready)]
+    assert len(ready) == 2
+    # another offset of the same statement: another signature, walked, the same plan
+    a[2] = a[2] * 2.0 + a[3]
+    ah[2] = ah[2] * 2.0 + ah[3]
+    # and a target that now overlaps what it reads at other positions
+    a[1, 1:] = a[1, :-1] * 2.0 + a[2, 1:]
+    ah[1, 1:] = ah[1, :-1] * 2.0 + ah[2, 1:]
+    np.testing.assert_allclose(a.get(), ah, rtol=1e-12)
+    assert len(walks) == 6
