@@ -86,7 +86,6 @@ from .splits import (
     column_params,
     two_stage_split,
 )
-from .splits import children as _children
 from .splits import fits_one_row as _fits_one_row
 from .splits import has_reduce as _has_reduce
 from .splits import nested_reduces as _nested_reduces

@@ -134,10 +134,6 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
             step = (_APPLY, cls, node.op, args, node.loop, node.loop_key, node.shape,
                     node.sig, node.fancy, refs(node, args),
                     node.function if cls is UserCall else None)
-        elif cls is Reduce:
-            child = enc(node.child)
-            step = (_REDUCE, child, node.op, node.axes, node.dtype, node.shape, node.sig,
-                    refs(node, (child,)))
         elif cls is Leaf:
             p = at.get(id(node.storage))
             if p is None:
@@ -148,16 +144,8 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
             step = (_SCALAR, node.value)
         elif cls is Literal or cls is Iota:
             step = (_SHARED, node)
-        elif cls is Remap:
-            child = enc(node.child)
-            step = (_REMAP, child, node.shape, node.offsets, node.coeffs, node.sig,
-                    refs(node, (child,)))
-        elif cls is Gather:
-            child, idx = enc(node.child), enc(node.index)
-            step = (_GATHER, child, idx, node.axis, node.checked, node.shape, node.sig,
-                    refs(node, (child, idx)))
         else:
-            raise _NotCopied
+            step = _step_over_children(node, enc, refs)
         if len(steps) >= MAX_STEPS:
             raise _NotCopied
         k = index[id(node)] = at[id(node)] = len(inops) + len(steps)
@@ -171,6 +159,26 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
     except (_NotCopied, RecursionError):
         return None
     return Template([step[:-1] for step in steps])
+
+
+def _step_over_children(node: Any, enc: Callable[[Any], int],
+                        refs: Callable[[Any, tuple[int, ...]], Any]) -> tuple:
+    """:func:`record`'s step of a reduction, remap or gather (children encoded by
+    ``enc``, operands by ``refs``); other kinds are not copied."""
+    cls = type(node)
+    if cls is Reduce:
+        child = enc(node.child)
+        return (_REDUCE, child, node.op, node.axes, node.dtype, node.shape, node.sig,
+                refs(node, (child,)))
+    if cls is Remap:
+        child = enc(node.child)
+        return (_REMAP, child, node.shape, node.offsets, node.coeffs, node.sig,
+                refs(node, (child,)))
+    if cls is Gather:
+        child, idx = enc(node.child), enc(node.index)
+        return (_GATHER, child, idx, node.axis, node.checked, node.shape, node.sig,
+                refs(node, (child, idx)))
+    raise _NotCopied
 
 
 def instantiate(template: Template, root: Node | tuple[Node, ...]) -> Node:
