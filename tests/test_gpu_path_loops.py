@@ -1,0 +1,37 @@
+"""Loops of statements on the device path (the host path off, as on a GPU): kernels built
+stay flat over the iterations, and a statement launches few kernels (issue 26)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+
+
+@pytest.fixture
+def device_path(device, monkeypatch):
+    """Every statement runs as kernels on ``device`` (no numpy shortcut on a CPU device)."""
+    from fuseloop import host_path
+
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    return device
+
+
+def test_repeated_mask_selection_builds_no_kernel_per_iteration(device_path):
+    # NPBench's mandelbrot2 shrinks its arrays by a mask every iteration (X = X[keep]);
+    # each X was a gather of the previous lazy gather: one kernel structure per iteration
+    rng = np.random.default_rng(1)
+    xh = rng.random(3000)
+    wh = rng.random(3000)
+    x, w = fl.asarray(xh), fl.asarray(wh)
+    lowered = []
+    for i in range(12):
+        fl.reset_stats()
+        keep = w > 0.1 * (i % 3) + 0.05
+        x, w = x[keep], w[keep]
+        keeph = wh > 0.1 * (i % 3) + 0.05
+        xh, wh = xh[keeph], wh[keeph]
+        np.testing.assert_array_equal((x * 2).get(), xh * 2)
+        lowered.append(fl.stats()["kernels_lowered"] + fl.stats()["memory_cache_misses"])
+    assert sum(lowered[6:]) == 0, lowered
