@@ -35,3 +35,22 @@ def test_repeated_mask_selection_builds_no_kernel_per_iteration(device_path):
         np.testing.assert_array_equal((x * 2).get(), xh * 2)
         lowered.append(fl.stats()["kernels_lowered"] + fl.stats()["memory_cache_misses"])
     assert sum(lowered[6:]) == 0, lowered
+
+
+def test_reading_an_element_or_row_launches_no_kernel(device_path, fresh_stats):
+    # float(A[i, j]) / A_row[i] as an index (NPBench's spmv, durbin): the element is read
+    # from its place in the buffer; a strided view is still gathered first
+    h = np.arange(60.0).reshape(6, 10)
+    a = fl.asarray(h)
+    ia = fl.asarray(np.arange(9, dtype=np.int64) * 3)
+    fl.synchronize()
+    fl.reset_stats()
+    got = [float(a[2, 7]), a[4, 1].item(), int(ia[5]), list(range(30))[ia[3]]]
+    row = a[3].get()
+    block = a[1:3].get()
+    assert fl.stats()["kernels_launched"] == 0
+    assert got == [h[2, 7], h[4, 1], 15, 9]
+    np.testing.assert_array_equal(row, h[3])
+    np.testing.assert_array_equal(block, h[1:3])
+    np.testing.assert_array_equal(a[:, 3].get(), h[:, 3])  # (strided: gathered)
+    np.testing.assert_array_equal(a[::2, ::3].get(), h[::2, ::3])
