@@ -29,6 +29,7 @@ from .expr.nodes import (
     Storage,
     _loop_key,
     broadcast_shapes,
+    c_strides,
     forget_recent,
     intern_sig,
     join_shared,
@@ -565,10 +566,17 @@ class Array(ArrayProtocol, ShapeMethods):
         host = np.empty(self.shape, self.dtype)
         if host.size:  # (read enqueues the deferred launches first)
             storage = self._storage
-            if not self.is_contiguous:
+            node = self._node
+            offset = 0
+            if type(node) is Leaf and (host.size == 1 or node.strides is None or
+                                       node.strides == c_strides(self._shape)):
+                # one block of the buffer (an element, a row): read in place, no
+                # gathering kernel (``float(A[i, j])`` on a GPU: a launch saved per read)
+                offset = node.offset * self.dtype.itemsize
+            elif not self.is_contiguous:
                 # a strided view: gather it into a contiguous buffer first
                 storage = run([self._node], self.shape, self.device)[0]
-            read(host, storage.buffer, self.device)  # type: ignore[union-attr]
+            read(host, storage.buffer, self.device, offset)  # type: ignore[union-attr]
         return host
 
     def _scalar(self) -> Any:

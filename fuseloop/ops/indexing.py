@@ -424,6 +424,15 @@ def _basic_getitem(arr: Array, key: Any, hashable: tuple) -> Array:
             _basic_maps.clear()
         _basic_maps[at] = hit
     return arr if hit is None else view(arr, *hit)
+def _settle_gathered(arr: Array) -> None:
+    """Evaluate ``arr`` when it is itself an unevaluated gather that is about to be
+    gathered again.  ``X = X[mask]`` in a loop (NPBench's mandelbrot2) otherwise nests one
+    gather deeper per iteration: a new kernel structure per iteration (built and
+    compiled each time) whose work grows with the depth, every use of ``X`` redoing it."""
+    if arr._storage is None and type(arr._node) is Gather and not trace_checks:
+        arr.eval()
+
+
 def _gather_1d(arr: Array, key: Any) -> Array | None:
     """``arr[idx]`` for a 1-D ``arr`` (of a nonzero length) and one non-empty integer
     array ``idx`` of its device: the gather the general path makes (checked, its
@@ -433,6 +442,7 @@ def _gather_1d(arr: Array, key: Any) -> Array | None:
             or key.device is not arr.device or key.dtype.kind not in "iu" \
             or not math.prod(key._shape) or trace_checks:
         return None
+    _settle_gathered(arr)
     return Array._lazy(Gather(arr._node, key._node, 0, checked=2), arr.device)
 
 
@@ -501,6 +511,8 @@ def getitem(arr: Array, key: Any) -> Array:
     if out is not None:
         return out
     split = _split(arr, key)
+    if split.arrays:
+        _settle_gathered(arr)
     out = _basic_view(arr, split.basic)
     if not split.arrays:
         return out

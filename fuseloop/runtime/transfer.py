@@ -61,16 +61,17 @@ def _wait(event: Any, rt: Any, poll: bool) -> None:
 before_read: list[Any] = []
 
 
-def read(host: np.ndarray, buffer: Any, device: Device) -> None:
-    """Copy ``buffer`` (its first ``host.nbytes`` bytes) into ``host``; waits."""
+def read(host: np.ndarray, buffer: Any, device: Device, offset: int = 0) -> None:
+    """Copy ``buffer`` (``host.nbytes`` bytes from byte ``offset``) into ``host``; waits."""
     if before_read:  # (raises the deferred error, if any, before the data is seen)
         before_read[0]()
     rt = _runtime(device)
     rt.flush()  # (deferred launches first: they may write the buffer; Device.queue's)
+    at = (offset,) if offset else ()
     if device.type == "cpu":
-        _wait(rt.enqueue_read(rt.queue, host, buffer, None, False), rt, True)
+        _wait(rt.enqueue_read(rt.queue, host, buffer, None, False, *at), rt, True)
     else:
-        rt.enqueue_read(rt.queue, host, buffer, None, True)
+        rt.enqueue_read(rt.queue, host, buffer, None, True, *at)
 
 
 def write(buffer: Any, host: np.ndarray, device: Device) -> None:

@@ -1,0 +1,100 @@
+"""Loops of statements on the device path (the host path off, as on a GPU): kernels built
+stay flat over the iterations, and a statement launches few kernels (issue 26)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+
+
+@pytest.fixture
+def device_path(device, monkeypatch):
+    """Every statement runs as kernels on ``device`` (no numpy shortcut on a CPU device)."""
+    from fuseloop import host_path
+
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    return device
+
+
+def test_repeated_mask_selection_builds_no_kernel_per_iteration(device_path):
+    # NPBench's mandelbrot2 shrinks its arrays by a mask every iteration (X = X[keep]);
+    # each X was a gather of the previous lazy gather: one kernel structure per iteration
+    rng = np.random.default_rng(1)
+    xh = rng.random(3000)
+    wh = rng.random(3000)
+    x, w = fl.asarray(xh), fl.asarray(wh)
+    lowered = []
+    for i in range(12):
+        fl.reset_stats()
+        keep = w > 0.1 * (i % 3) + 0.05
+        x, w = x[keep], w[keep]
+        keeph = wh > 0.1 * (i % 3) + 0.05
+        xh, wh = xh[keeph], wh[keeph]
+        np.testing.assert_array_equal((x * 2).get(), xh * 2)
+        lowered.append(fl.stats()["kernels_lowered"] + fl.stats()["memory_cache_misses"])
+    assert sum(lowered[6:]) == 0, lowered
+
+
+def test_reading_an_element_or_row_launches_no_kernel(device_path, fresh_stats):
+    # float(A[i, j]) / A_row[i] as an index (NPBench's spmv, durbin): the element is read
+    # from its place in the buffer; a strided view is still gathered first
+    h = np.arange(60.0).reshape(6, 10)
+    a = fl.asarray(h)
+    ia = fl.asarray(np.arange(9, dtype=np.int64) * 3)
+    fl.synchronize()
+    fl.reset_stats()
+    got = [float(a[2, 7]), a[4, 1].item(), int(ia[5]), list(range(30))[ia[3]]]
+    row = a[3].get()
+    block = a[1:3].get()
+    assert fl.stats()["kernels_launched"] == 0
+    assert got == [h[2, 7], h[4, 1], 15, 9]
+    np.testing.assert_array_equal(row, h[3])
+    np.testing.assert_array_equal(block, h[1:3])
+    np.testing.assert_array_equal(a[:, 3].get(), h[:, 3])  # (strided: gathered)
+    np.testing.assert_array_equal(a[::2, ::3].get(), h[::2, ::3])
+
+
+def _launches(statement) -> int:
+    fl.synchronize()
+    fl.reset_stats()
+    statement()
+    fl.synchronize()
+    return fl.stats()["kernels_launched"]
+
+
+def test_loop_statements_launch_once_and_build_few_kernels(device_path):
+    # NPBench's triangular loops (trisolv, cholesky, lu): one launch per statement, and
+    # kernels shared by every length (a kernel per length would build one per iteration)
+    n = 48
+    rng = np.random.default_rng(2)
+    lh = np.tril(rng.random((n, n))) + n * np.eye(n)
+    bh = rng.random(n)
+    L, b, x = fl.asarray(lh), fl.asarray(bh), fl.zeros(n)
+    xh = np.zeros(n)
+    fl.reset_stats()
+    built = 0
+    for i in range(n):
+        def solve_row(i: int = i) -> None:
+            x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
+        assert _launches(solve_row) == 1, i
+        built += fl.stats()["memory_cache_misses"]
+        xh[i] = (bh[i] - lh[i, :i] @ xh[:i]) / lh[i, i]
+    np.testing.assert_allclose(x.get(), xh, rtol=1e-12)
+    assert built <= 12, built
+
+    a = fl.asarray(lh.copy())
+    ah = lh.copy()
+
+    def cholesky_like() -> None:
+        a[30, 20] -= fl.dot(a[30, :20], a[20, :20])
+
+    def floyd_row() -> None:  # (reads element 5 of the row it writes: numpy's order)
+        a[7, :] = fl.minimum(a[7, :], a[7, 5] + a[5, :])
+
+    assert _launches(cholesky_like) == 1
+    ah[30, 20] -= ah[30, :20] @ ah[20, :20]
+    assert _launches(floyd_row) <= 2
+    ah[7, :] = np.minimum(ah[7, :], ah[7, 5] + ah[5, :])
+    np.testing.assert_allclose(a.get(), ah, rtol=1e-12)
