@@ -33,6 +33,7 @@ from ..errors import DTypeError, IndexOutOfBoundsError, InvalidIndexError, index
 from ..evaluate import run
 from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides
 from ..expr.program import Target
+from ..expr.templates import composite_of
 from ..expr.views import affine_view
 from ..host_masks import assign as host_masked_assign
 from ..host_masks import select as host_select
@@ -424,6 +425,8 @@ def _basic_getitem(arr: Array, key: Any, hashable: tuple) -> Array:
             _basic_maps.clear()
         _basic_maps[at] = hit
     return arr if hit is None else view(arr, *hit)
+
+
 def _settle_gathered(arr: Array) -> None:
     """Evaluate ``arr`` when it is itself an unevaluated gather that is about to be
     gathered again.  ``X = X[mask]`` in a loop (NPBench's mandelbrot2) otherwise nests one
@@ -510,6 +513,53 @@ def getitem(arr: Array, key: Any) -> Array:
     out = host_select(arr, key)  # (a small mask of its shape on a CPU device: numpy's)
     if out is not None:
         return out
+    copied = _fancy_statics(arr, key)
+    if copied is not None:
+        # (a key of device index arrays: its chain of views and gathers copied from the
+        # one built for the same structures before; copies only where nothing depends
+        # on the index values: composite_of records no subtree holding a new buffer)
+        _settle_gathered(arr)
+        statics, arrays = copied
+        return composite_of("getitem", (arr, *arrays), lambda: _fancy(arr, key), statics)
+    return _fancy(arr, key)
+
+
+# stands for a device index array in a key of :func:`_fancy_statics`
+_INDEX_ARRAY = "[]"
+
+
+def _fancy_statics(arr: Array, key: Any) -> tuple[tuple, list[Array]] | None:
+    """``key`` as a hashable tuple (each integer array of ``arr``'s device as
+    :data:`_INDEX_ARRAY`, slices as their fields, ints, None and Ellipsis as they are)
+    and its index arrays, in order, when it holds at least one such array and nothing
+    but these items (no host arrays, lists or masks: their values shape the result or
+    are checked on the host); else None."""
+    if trace_checks:  # (fl.fuse's trace watches what is built)
+        return None
+    out: list[Any] = []
+    arrays: list[Array] = []
+    for k in (key if type(key) is tuple else (key,)):
+        t = type(k)
+        if t is Array:
+            if k.dtype.kind not in "iu" or k.device is not arr.device:
+                return None
+            out.append(_INDEX_ARRAY)
+            arrays.append(k)
+        elif t is slice:
+            a, b, c = k.start, k.stop, k.step
+            if not ((a is None or type(a) is int) and (b is None or type(b) is int)
+                    and (c is None or type(c) is int)):
+                return None
+            out.append((a, b, c))
+        elif t is int or k is None or k is Ellipsis:
+            out.append(k)
+        else:
+            return None
+    return (tuple(out), arrays) if arrays else None
+
+
+def _fancy(arr: Array, key: Any) -> Array:
+    """``arr[key]`` by numpy's advanced-indexing rules (the general path)."""
     split = _split(arr, key)
     if split.arrays:
         _settle_gathered(arr)
