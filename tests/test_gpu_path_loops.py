@@ -29,9 +29,9 @@ def test_repeated_mask_selection_builds_no_kernel_per_iteration(device_path):
     for i in range(12):
         fl.reset_stats()
         keep = w > 0.1 * (i % 3) + 0.05
-        x, w = x[keep], w[keep]
+        x, w = x[keep], w[keep] * 1.0  # (also through an elementwise operation)
         keeph = wh > 0.1 * (i % 3) + 0.05
-        xh, wh = xh[keeph], wh[keeph]
+        xh, wh = xh[keeph], wh[keeph] * 1.0
         np.testing.assert_array_equal((x * 2).get(), xh * 2)
         lowered.append(fl.stats()["kernels_lowered"] + fl.stats()["memory_cache_misses"])
     assert sum(lowered[6:]) == 0, lowered

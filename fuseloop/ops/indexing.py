@@ -428,11 +428,12 @@ def _basic_getitem(arr: Array, key: Any, hashable: tuple) -> Array:
 
 
 def _settle_gathered(arr: Array) -> None:
-    """Evaluate ``arr`` when it is itself an unevaluated gather that is about to be
-    gathered again.  ``X = X[mask]`` in a loop (NPBench's mandelbrot2) otherwise nests one
-    gather deeper per iteration: a new kernel structure per iteration (built and
-    compiled each time) whose work grows with the depth, every use of ``X`` redoing it."""
-    if arr._storage is None and type(arr._node) is Gather and not trace_checks:
+    """Evaluate ``arr`` when it is unevaluated and reads through a gather (or another
+    non-elementwise node) and is about to be gathered again.  ``X = X[mask]`` (or
+    ``X = X[mask] * c``) in a loop (NPBench's mandelbrot2) otherwise nests one gather
+    deeper per iteration: a new kernel structure per iteration (built and compiled each
+    time) whose work grows with the depth, every use of ``X`` redoing it."""
+    if arr._storage is None and arr._node.fancy and not trace_checks:
         arr.eval()
 
 
