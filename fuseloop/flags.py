@@ -31,13 +31,16 @@ flagged launch reads its flag at once.
   scatter at device indices, or an array shared with CUDA libraries.  A result
   computed from an out-of-range index therefore never reaches the host or a user's
   array unreported, as CUDA reports a device-side assert at the next synchronisation.
+  One still unread when the interpreter exits is printed to stderr.
   On a CPU device the flag is read at the evaluation's end as before (numpy reads
   small arrays there without a read back, and a round trip costs little).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -115,10 +118,27 @@ def _take_unread(device: Device) -> Any:
 
 
 def _leave_unread(device: Device, buf: Any) -> None:
+    global _at_exit
     with _unread_lock:
         _unread.setdefault(device, []).append(buf)
         if read_unread not in before_read:
             before_read.append(read_unread)
+        if not _at_exit:
+            _at_exit = True
+            atexit.register(report_at_exit)
+
+
+_at_exit = False
+
+
+def report_at_exit() -> None:
+    """At the interpreter's exit, print (it cannot raise) the error of a flag still
+    unread: a result computed from an index out of range that nothing read back."""
+    try:
+        read_unread()
+    except Exception as e:  # (an index out of range, an fl.check, or a device gone)
+        print(f"fuseloop: a gather's error was never reported (no read back or "
+              f"fl.synchronize() after it): {type(e).__name__}: {e}", file=sys.stderr)
 
 
 def read_unread() -> None:

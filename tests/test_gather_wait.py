@@ -109,3 +109,14 @@ def test_cpu_devices_read_at_the_end_unless_asked(device, flag_reads, monkeypatc
         pytest.skip("a CPU device's evaluation reads its flag at its end")
     with pytest.raises(IndexError, match=MESSAGE):
         _ce(BAD).eval()
+
+
+def test_an_error_never_read_is_printed_at_exit(device, flag_reads, monkeypatch, capsys):
+    from fuseloop import flags
+
+    _defer(monkeypatch)
+    _ce(BAD).eval()
+    flags.report_at_exit()  # (what atexit calls: it cannot raise)
+    assert MESSAGE in capsys.readouterr().err
+    flags.report_at_exit()
+    assert capsys.readouterr().err == ""
