@@ -101,6 +101,14 @@ def test_out_of_range_raises_before_a_user_array_is_written(device, flag_reads, 
     with pytest.raises(IndexError, match=MESSAGE):
         out[...] = picked * 2
     np.testing.assert_array_equal(out.get(), np.zeros(40, np.float32))
+    picked = x[fl.asarray(np.arange(40)), fl.asarray(BAD)].eval()
+    with pytest.raises(IndexError, match=MESSAGE):
+        out += picked
+    np.testing.assert_array_equal(out.get(), np.zeros(40, np.float32))
+    picked = x[fl.asarray(np.arange(40)), fl.asarray(BAD)].eval()
+    with pytest.raises(IndexError, match=MESSAGE):
+        fl.multiply(picked, 2, out=out)
+    np.testing.assert_array_equal(out.get(), np.zeros(40, np.float32))
 
 
 def test_cpu_devices_read_at_the_end_unless_asked(device, flag_reads, monkeypatch):
