@@ -52,5 +52,6 @@ def synchronize() -> None:
             rt.submit(rt.queue)
     for rt in runtimes:
         finish(rt.device)
-    if _transfer.before_read:  # (a deferred scatter check's error surfaces here)
-        _transfer.before_read[0]()
+    # (a deferred scatter check's or gather flag's error surfaces here)
+    for hook in tuple(_transfer.before_read):
+        hook()

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from . import flags as _flags
 from . import host_path as _host
 from .array import Array, Constant, _coerce, _operand_node
 from .dtypes import scalar_to
@@ -111,6 +112,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
     written = None if scatter is not None else (
         leaf.shape, leaf.view_strides(), leaf.offset)  # type: ignore[attr-defined]
     node = _readers_first(node, storage, written, target.dtype.itemsize, value, held_array)
+    if _flags._unread:  # (a gather's flag left unread: reported before a user array is written)
+        _flags.read_unread()
     if held_array is not None:
         # the caller keeps the value: materialise it too, in the same kernel
         out = run([node, held_array._node], target.shape, target.device, [dest, None])

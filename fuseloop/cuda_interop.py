@@ -54,6 +54,9 @@ def _own_buffer(x: Array) -> Array:
     x.eval()
     if not x.is_contiguous:
         x = x.copy().eval()
+    from .flags import check_pending
+
+    check_pending()  # (a gather's unread range flag: reported before a consumer reads)
     return x
 
 

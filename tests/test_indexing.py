@@ -321,3 +321,45 @@ def test_arange_as_index(device):
     x[fl.arange(2)] = 7.0
     h[:2] = 7.0
     np.testing.assert_array_equal(x.get(), h)
+
+
+# (arrays of index values drawn afresh each call: i for axis 0, j for the last axis)
+COPIED_KEYS = {
+    "x[i, j]": lambda i, j: (i, j),
+    "x[i, :]": lambda i, j: (i, slice(None)),
+    "x[:, j]": lambda i, j: (slice(None), j),
+    "x[i[:, None], j]": lambda i, j: (i[:, None], j),
+    "x[i, 1:, j]": lambda i, j: (i, slice(1, None), j),  # (not adjacent: the gathered axes first)
+    "x[-1, i, None]": lambda i, j: (-1, i, None),
+}
+
+
+@pytest.mark.parametrize("name", list(COPIED_KEYS))
+def test_device_keys_copied_from_their_first_build(device, monkeypatch, name):
+    """A key of device index arrays is built twice, then copied (``composite_of``) for
+    arrays of the same structures: new index values, a new array of the same shape, a
+    lazy one; the copy checks its indices, naming the axis, as the build does."""
+    from fuseloop.ops import indexing
+
+    builds: list[int] = []
+    fancy = indexing._fancy
+    monkeypatch.setattr(indexing, "_fancy", lambda a, k: builds.append(1) or fancy(a, k))
+    rng = np.random.default_rng(7)
+    make = COPIED_KEYS[name]
+    h = rng.uniform(size=(4, 5, 6)).astype(np.float32)
+    if name.startswith(("x[i, j]", "x[i, :]", "x[:, j]", "x[i[")):
+        h = h[0]
+    for call in range(4):
+        h = h + 1
+        i, j = rng.integers(-h.shape[0], h.shape[0], 5), rng.integers(0, h.shape[-1], 5)
+        x = fl.asarray(h) * 2 if call == 3 else fl.asarray(h)
+        got = x[make(fl.asarray(i), fl.asarray(j))]
+        np.testing.assert_array_equal(got.get(), (h * 2 if call == 3 else h)[make(i, j)])
+    assert len(builds) == 3  # the first two calls and the lazy array's (another structure)
+    if "j" in name:  # (j indexes the last axis)
+        bad = j.copy()
+        bad[2] = h.shape[-1]
+        with pytest.raises(IndexError, match=f"index {h.shape[-1]} is out of bounds for "
+                           f"axis {h.ndim - 1} with size {h.shape[-1]}"):
+            fl.asarray(h)[make(fl.asarray(i), fl.asarray(bad))].get()
+        assert len(builds) == 3

@@ -19,7 +19,6 @@ checked by a small kernel of their own first (:func:`_positions`).
 from __future__ import annotations
 
 import math
-import operator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -29,10 +28,11 @@ from .. import host_path as _host_path
 from ..array import Array, _coerce, _new_array
 from ..assignment import assign
 from ..creation import asarray
-from ..errors import DTypeError, IndexOutOfBoundsError, InvalidIndexError, index_value_out_of_bounds
+from ..errors import InvalidIndexError, index_value_out_of_bounds
 from ..evaluate import run
 from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides
 from ..expr.program import Target
+from ..expr.templates import composite_of
 from ..expr.views import affine_view
 from ..host_masks import assign as host_masked_assign
 from ..host_masks import select as host_select
@@ -41,92 +41,22 @@ from ..host_statements import assign as host_assign
 from ..host_statements import scalar as host_scalar
 from ..trace_hooks import trace_checks
 from . import scatter_kernel
+from .index_keys import (
+    _basic_key,
+    _check_index_dtype,
+    _expand,
+    _fancy_statics,
+    _index_shape,
+    _is_identity,
+    _is_index_array,
+    _is_mask,
+    _zero_d_mask,
+    basic_map,
+)
 from .masks import masked_fill
 from .shape import broadcast_to, normalize_axis, ravel, transpose, view
 
 _new = object.__new__
-
-
-def _is_index_array(k: Any) -> bool:
-    return isinstance(k, Array | np.ndarray | list)
-
-
-def _is_mask(k: Any) -> bool:
-    return isinstance(k, Array | np.ndarray) and k.dtype.kind == "b"
-
-
-def _host_lists(key: Any) -> list[Any]:
-    """The key as a list, nested lists as numpy arrays (numpy: a list of bools is a mask)."""
-    items = list(key) if isinstance(key, tuple) else [key]
-    out = []
-    for k in items:
-        if isinstance(k, list):
-            k = np.asarray(k)
-            if k.size == 0 and k.dtype.kind == "f":
-                k = k.astype(np.int64)  # numpy's reading of ``x[[]]``
-        elif isinstance(k, bool | np.bool_):
-            raise InvalidIndexError(
-                f"a scalar boolean index (x[{bool(k)}]) is not supported; use a boolean "
-                "array or fl.where")
-        out.append(k)
-    return out
-
-
-def _expand(key: Any, ndim: int) -> list[Any]:
-    """The key as one item per dimension (Ellipsis expanded, None kept, a mask spanning
-    as many dimensions as it has)."""
-    key = _host_lists(key)
-    n_ellipsis = sum(k is Ellipsis for k in key)
-    if n_ellipsis > 1:
-        raise InvalidIndexError("an index can only have a single ellipsis ('...')")
-    used = sum(k.ndim if _is_mask(k) else 1 for k in key if not (k is None or k is Ellipsis))
-    if used > ndim:
-        raise InvalidIndexError(f"too many indices for array: array is {ndim}-dimensional, "
-                                f"but {used} were indexed")
-    if n_ellipsis:
-        i = next(p for p, k in enumerate(key) if k is Ellipsis)
-        key[i:i + 1] = [slice(None)] * (ndim - used)
-    else:
-        key += [slice(None)] * (ndim - used)
-    return key
-
-
-def basic_map(shape: tuple[int, ...], items: list[Any]) -> tuple[tuple[int, ...], list[int],
-                                                                  list[list[int]]]:
-    """Result shape and affine map of slices, integers and None over ``shape``."""
-    out_shape: list[int] = []
-    offs: list[int] = []
-    rows: list[tuple[int, int]] = []  # per source dim: (result dim or -1, step)
-    dim = 0
-    for k in items:
-        if k is None:
-            out_shape.append(1)
-            continue
-        n = shape[dim]
-        if isinstance(k, slice):
-            if k.step == 0:
-                raise ValueError("slice step cannot be zero")
-            start, stop, step = k.indices(n)
-            length = len(range(start, stop, step))
-            offs.append(start if length else 0)
-            rows.append((len(out_shape), step))
-            out_shape.append(length)
-        else:
-            try:
-                i = operator.index(k)
-            except TypeError:
-                raise InvalidIndexError(
-                    "only integers, slices (`:`), ellipsis (`...`), None, integer arrays "
-                    f"and boolean arrays are valid indices, got {type(k).__name__}") from None
-            if not -n <= i < n:
-                raise IndexOutOfBoundsError(
-                    f"index {i} is out of bounds for axis {dim} with size {n}")
-            offs.append(i % n)
-            rows.append((-1, 0))
-        dim += 1
-    m = len(out_shape)
-    coeffs = [[step if d == r else 0 for d in range(m)] for r, step in rows]
-    return tuple(out_shape), offs, coeffs
 
 
 def _index_node(idx: Any, device: Any) -> Node:
@@ -138,14 +68,6 @@ def _index_node(idx: Any, device: Any) -> Node:
         idx = asarray(idx, device=device)
     _check_index_dtype(idx.dtype)
     return idx._node
-
-
-def _check_index_dtype(dtype: np.dtype) -> None:
-    if dtype.kind == "b":
-        raise InvalidIndexError("a boolean array is a mask over the axes it indexes, not an "
-                                "index along one (fl.take); use fl.nonzero(mask) for positions")
-    if dtype.kind not in "iu":
-        raise DTypeError(f"arrays used as indices must be of integer type, got {dtype}")
 
 
 def _without_masks(arr: Array, items: list[Any]) -> tuple[list[Any], frozenset[int]]:
@@ -215,22 +137,6 @@ def _split(arr: Array, key: Any) -> _Split:
     return _Split(basic, arrays, adjacent, in_range)
 
 
-def _index_shape(nodes: list[Any]) -> tuple[int, ...]:
-    shapes = [n.shape for n in nodes]
-    try:
-        return tuple(np.broadcast_shapes(*shapes))
-    except ValueError:
-        shown = " ".join(str(tuple(s)) for s in shapes)
-        raise InvalidIndexError("shape mismatch: indexing arrays could not be broadcast "
-                                f"together with shapes {shown}") from None
-
-
-def _is_identity(old: tuple[int, ...], shape: tuple[int, ...], offs: list[int],
-                 coeffs: list[list[int]]) -> bool:
-    return shape == old and not any(offs) and all(
-        c == [1 if d == k else 0 for d in range(len(shape))] for k, c in enumerate(coeffs))
-
-
 def _basic_view(arr: Array, items: list[Any]) -> Array:
     shape, offs, coeffs = basic_map(arr.shape, items)
     if _is_identity(arr.shape, shape, offs, coeffs):
@@ -245,14 +151,6 @@ def _advanced_axes(base: Array, split: _Split) -> tuple[Array, int]:
         return base, vdims[0]  # only integers (no axes) can lie between them
     others = [d for d in range(base.ndim) if d not in vdims]
     return transpose(base, vdims + others), 0
-
-
-def _zero_d_mask(key: Any) -> bool | None:
-    """The value of ``key`` when it is one 0-d boolean array (read to the host: it
-    decides the result's shape), else None."""
-    if isinstance(key, Array | np.ndarray) and key.ndim == 0 and key.dtype == np.bool_:
-        return bool(key)
-    return None
 
 
 # shape -> its C-order strides: a loop's views are of a few shapes, and computing
@@ -391,25 +289,6 @@ _caches.register("ops.indexing.basic_maps", _basic_maps.clear, lambda: len(_basi
 _MISSING = object()
 
 
-def _basic_key(key: Any) -> tuple | None:
-    """``key`` as a hashable tuple when it holds only Python ints, slices of ints and
-    None, None and Ellipsis (a slice as its (start, stop, step)), else None."""
-    out = []
-    for k in (key if type(key) is tuple else (key,)):
-        t = type(k)
-        if t is slice:
-            a, b, c = k.start, k.stop, k.step
-            if (a is None or type(a) is int) and (b is None or type(b) is int) and (
-                    c is None or type(c) is int):
-                out.append((a, b, c))
-                continue
-            return None
-        if t is not int and k is not None and k is not Ellipsis:
-            return None
-        out.append(k)
-    return tuple(out)
-
-
 def _basic_getitem(arr: Array, key: Any, hashable: tuple) -> Array:
     """``arr[key]`` for a key of :func:`_basic_key`'s: its map found by the array's shape
     and the key, the view made by :func:`fuseloop.ops.shape.view`."""
@@ -424,6 +303,8 @@ def _basic_getitem(arr: Array, key: Any, hashable: tuple) -> Array:
             _basic_maps.clear()
         _basic_maps[at] = hit
     return arr if hit is None else view(arr, *hit)
+
+
 def _settle_gathered(arr: Array) -> None:
     """Evaluate ``arr`` when it is unevaluated and reads through a gather (or another
     non-elementwise node) and is about to be gathered again.  ``X = X[mask]`` (or
@@ -511,6 +392,19 @@ def getitem(arr: Array, key: Any) -> Array:
     out = host_select(arr, key)  # (a small mask of its shape on a CPU device: numpy's)
     if out is not None:
         return out
+    copied = _fancy_statics(arr, key)
+    if copied is not None:
+        # (a key of device index arrays: its chain of views and gathers copied from the
+        # one built for the same structures before; copies only where nothing depends
+        # on the index values: composite_of records no subtree holding a new buffer)
+        _settle_gathered(arr)
+        statics, arrays = copied
+        return composite_of("getitem", (arr, *arrays), lambda: _fancy(arr, key), statics)
+    return _fancy(arr, key)
+
+
+def _fancy(arr: Array, key: Any) -> Array:
+    """``arr[key]`` by numpy's advanced-indexing rules (the general path)."""
     split = _split(arr, key)
     if split.arrays:
         _settle_gathered(arr)

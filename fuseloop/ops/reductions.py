@@ -318,7 +318,7 @@ def _one_pass_arg(x: Array, axis: Any) -> bool:
         return True
     if not isinstance(axis, int | np.integer):
         return False
-    return -x.ndim <= axis < x.ndim  # (out of range: the two-pass path raises numpy's error)
+    return bool(-x.ndim <= axis < x.ndim)  # (out of range: the two-pass path raises numpy's error)
 
 
 def _arg_extreme_built(x: Array, axis: Any, keepdims: bool, largest: bool,

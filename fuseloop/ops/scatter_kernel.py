@@ -563,9 +563,11 @@ def span_shift(n: int, itemsize: int) -> tuple[int, int]:
 def scatter(a: Array, key: Array, values: Any, op: str | None) -> None:
     """``a[key] = values`` or ``fl.<op>.at(a, key, values)`` where :func:`takes` says so:
     the variant's launches and a read of the gate (see the module)."""
+    from ..flags import check_pending
     from .scatter_add import _readers_first
 
     _readers_first(a)
+    check_pending()  # (indices or values from a gather whose flag is unread: before a store)
     dev = a.device
     scalar = scalar_value(values, a.dtype)
     if scalar is not None:

@@ -57,14 +57,16 @@ def _wait(event: Any, rt: Any, poll: bool) -> None:
 
 
 #: checks to run before the next read back (a scatter's deferred range check: see
-#: ``fuseloop.ops.scatter_kernel``); each removes itself once done
+#: ``fuseloop.ops.scatter_kernel``; gathers' unread flags: ``fuseloop.flags``); each
+#: removes itself once done
 before_read: list[Any] = []
 
 
 def read(host: np.ndarray, buffer: Any, device: Device, offset: int = 0) -> None:
     """Copy ``buffer`` (``host.nbytes`` bytes from byte ``offset``) into ``host``; waits."""
     if before_read:  # (raises the deferred error, if any, before the data is seen)
-        before_read[0]()
+        for hook in tuple(before_read):
+            hook()
     rt = _runtime(device)
     rt.flush()  # (deferred launches first: they may write the buffer; Device.queue's)
     at = (offset,) if offset else ()
