@@ -5,9 +5,9 @@ more interleaved accumulators than a sum, addresses the rows with 64-bit loop
 indices (so the compiler makes vector loads of neighbouring accumulators'
 elements) and NaN tests are ``a != a`` rather than a call per element.  Results
 against numpy (first index of the extreme; NaN wins, the first NaN's index) at
-row lengths around the accumulator count, and the code PoCL gets: the accumulators'
-lanes a loop on 4-byte elements (one statement per lane on 8-byte ones), and rows a
-size class bounds several to a work-item.  A reduction
+row lengths around the accumulator count, and the code PoCL gets: a max/min's
+accumulator lanes a loop on 4-byte elements (one statement per lane on 8-byte ones),
+and rows a size class bounds several to a work-item.  A reduction
 over the trailing axis and others not next to it (axes ``(0, 2)``) reduces the
 trailing axis first.
 """
@@ -158,7 +158,7 @@ def test_nan_helpers_match_numpy(cpu):
 
 
 def test_lanes_are_a_loop_on_four_byte_rows(pocl):
-    # PoCL vectorised a loop over the accumulators' lanes better than the lanes
+    # PoCL vectorised a loop over a max/min's accumulator lanes better than the lanes
     # written out (float32/int32 argmax, int32 max), but not on doubles; an argmax's
     # index pass (j0; j1 is the max) has at most CPU_ACCUMULATORS accumulators
     for dtype in (np.float32, np.int32, np.float64):
@@ -170,6 +170,9 @@ def test_lanes_are_a_loop_on_four_byte_rows(pocl):
             assert not any(loop in code for loop in loops), dtype
         assert f"int acc_j0_outer[{CPU_ACCUMULATORS}];" in code, dtype
         assert f"acc_j1_outer[{CPU_SELECT_ACCUMULATORS}];" in code, dtype
+    # a sum's lanes stay written out (a lane loop gained nothing, and lost on long terms)
+    assert "for (long j0_inner" not in fl.show_code(
+        fl.asarray(np.zeros((4, 4096), np.float32)).sum(axis=1))
 
 
 def test_short_rows_share_a_work_item(cpu):

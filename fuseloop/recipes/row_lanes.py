@@ -36,15 +36,23 @@ def index_valued(knl: lp.LoopKernel, j: str) -> bool:
 
 
 def lane_tag(knl: lp.LoopKernel, insn: Any) -> str:
-    """How the accumulators' lanes are written: a loop over them (``ilp.seq``) where
-    the row's elements are 4 bytes wide, else one statement per lane (``ilp``).
+    """How the accumulators of a ``max`` or ``min`` are written: a loop over their
+    lanes (``ilp.seq``) where the row's elements are 4 bytes wide, else (and for
+    every other reduction) one statement per lane (``ilp``).
 
-    PoCL's compiler (LLVM 14) vectorised the lane loop of a float32 or int32 max, an
-    argmax's index pass and a ``sum(exp(x))`` better than the same steps written
-    out lane by lane (4096 rows of 1024, CPU time: argmax 1.79 -> 1.35 ms, int32
-    max 0.99 -> 0.69, log-sum-exp 4.36 -> 2.57; sums unchanged); on doubles the
-    written-out lanes were faster (max 1.43 against 1.68 ms, sum 1.21 against 1.57).
+    PoCL's compiler (LLVM 14) vectorised the lane loop of a float32 or int32 max and
+    of an argmax's index pass better than the same steps written out lane by lane
+    (4096 rows of 1024, CPU time: float32 argmax 1.79 -> 1.35 ms, int32 argmax
+    1.77 -> 1.05, int32 max 0.99 -> 0.69); on doubles the written-out lanes were
+    faster (max 1.43 against 1.68 ms).  Sums gained nothing (plain: 0.60 ms either
+    way) or lost: the n-body workload's pairwise sums (sqrt, where and products in
+    their terms) took 8.7 ms of CPU time instead of 6.2 with the loop.
     """
+    from ..lower.reductions import NanMaxReductionOperation, NanMinReductionOperation
+
+    if not isinstance(insn.expression.operation,
+                      NanMaxReductionOperation | NanMinReductionOperation):
+        return "ilp"
     # the reduction, and what its loop loads into temporaries (an argmax's index pass)
     (j,) = insn.expression.inames
     names = {n for i in knl.instructions if i.id == insn.id or j in i.within_inames

@@ -617,7 +617,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
             calls = vector_math and _reduction_calls(t_unit, j, fp64)
             count = accumulators if calls else _plain_count(knl, j, accumulators,
                                                             select_accumulators)
-            t_unit = _accumulators(t_unit, j, count)
+            t_unit = _accumulators(t_unit, j, count, calls)
             if calls:
                 t_unit = _vector_reduction(t_unit, j, fp64)
         return t_unit
@@ -629,7 +629,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
             calls = _reduction_calls(t_unit, j, fp64)
             count = accumulators if calls else _plain_count(knl, j, accumulators,
                                                             select_accumulators)
-            t_unit = _accumulators(t_unit, j, count)
+            t_unit = _accumulators(t_unit, j, count, calls)
             if calls:
                 t_unit = _vector_reduction(t_unit, j, fp64)
     if element is not None:
@@ -712,8 +712,10 @@ def _vector_reduction(t_unit: lp.TranslationUnit, j: str, fp64: bool) -> lp.Tran
                                      fp64)
 
 
-def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int) -> lp.TranslationUnit:
-    """Reduce over ``j`` into ``count`` interleaved accumulators, then combine them.
+def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int,
+                  vector_calls: bool = False) -> lp.TranslationUnit:
+    """Reduce over ``j`` into ``count`` interleaved accumulators, then combine them
+    (``vector_calls``: the terms' builtins will run on vectors, lanes written out).
 
     One accumulator makes each step wait for the previous one's result; on PoCL
     eight independent ones (element ``8m + k`` goes to accumulator ``k``) doubled
@@ -726,7 +728,7 @@ def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int) -> lp.Translat
             and insn.expression.inames == (j,) and insn.expression.operation.arg_count == 1]
     if bound is None or len(mine) != 1:
         return t_unit
-    lane_tag = row_lanes.lane_tag(knl, mine[0])
+    lane_tag = "ilp" if vector_calls else row_lanes.lane_tag(knl, mine[0])
     t_unit = lp.split_iname(t_unit, j, count, slabs=(0, 1))
     knl = t_unit.default_entrypoint
     outer, lane, combine = f"{j}_outer", f"{j}_inner", f"{j}_combine"
