@@ -6,8 +6,8 @@ indices (so the compiler makes vector loads of neighbouring accumulators'
 elements) and NaN tests are ``a != a`` rather than a call per element.  Results
 against numpy (first index of the extreme; NaN wins, the first NaN's index) at
 row lengths around the accumulator count, and the code PoCL gets: a max/min's
-accumulator lanes a loop on 4-byte elements (one statement per lane on 8-byte ones),
-and rows a size class bounds several to a work-item.  A reduction
+accumulator lanes a loop on 4-byte elements where they fill a vector of 8 (one
+statement per lane on 8-byte ones).  A reduction
 over the trailing axis and others not next to it (axes ``(0, 2)``) reduces the
 trailing axis first.
 """
@@ -23,7 +23,6 @@ import fuseloop as fl
 from fuseloop.ops.reductions import ROWS_FIRST_MIN
 from fuseloop.recipes.rows import (
     CPU_ACCUMULATORS,
-    CPU_ROWS_PER_ITEM,
     CPU_SELECT_ACCUMULATORS,
     CPU_SELECT_MIN,
     CPU_SELECT_STEPS,
@@ -170,27 +169,9 @@ def test_lanes_are_a_loop_on_four_byte_rows(pocl):
             assert not any(loop in code for loop in loops), dtype
         assert f"int acc_j0_outer[{CPU_ACCUMULATORS}];" in code, dtype
         assert f"acc_j1_outer[{CPU_SELECT_ACCUMULATORS}];" in code, dtype
-    # a sum's lanes stay written out (a lane loop gained nothing, and lost on long terms)
+    # a sum's lanes stay written out (a lane loop gained nothing, and lost on long
+    # terms), as do a short row's 4 max accumulators (fewer than a vector of 8)
     assert "for (long j0_inner" not in fl.show_code(
         fl.asarray(np.zeros((4, 4096), np.float32)).sum(axis=1))
-
-
-def test_short_rows_share_a_work_item(cpu):
-    # rows a size class bounds get CPU_ROWS_PER_ITEM to a work-item (a row count
-    # that leaves a partial last one); longer rows keep one each
-    rows = 3 * CPU_ROWS_PER_ITEM + 5
-    h = np.random.default_rng(5).standard_normal((rows, CPU_SHORT_ROWS[0] - 3))
-    h[4, 7] = np.nan
-    h[9, [3, 20]] = h[9].max() + 1  # a tie: the first index
-    for dtype in (np.float32, np.float64):
-        x = fl.asarray(h.astype(dtype))
-        if dtype is np.float32:
-            grid = fl.explain(x.sum(axis=1)).kernels[0].grid[0]
-            assert grid == (-(-rows // CPU_ROWS_PER_ITEM),)
-        np.testing.assert_allclose(x.sum(axis=1).get(), h.astype(dtype).sum(axis=1),
-                                   rtol=1e-5)
-        for op in ("max", "argmax", "argmin"):
-            np.testing.assert_array_equal(getattr(x, op)(axis=1).get(),
-                                          getattr(h.astype(dtype), op)(axis=1), err_msg=op)
-    long_rows = fl.asarray(np.zeros((3, CPU_SHORT_ROWS[-1] + 1), np.float32))
-    assert fl.explain(long_rows.sum(axis=1)).kernels[0].grid[0] == (3,)
+    short = fl.show_code(fl.asarray(np.zeros((64, CPU_SHORT_ROWS[0]), np.float32)).max(axis=1))
+    assert "float acc_j0_outer[4];" in short and "for (long j0_inner" not in short

@@ -560,13 +560,6 @@ def _cpu_size_class(program: Program, params: Sequence[int], n_rows: int,
     return " and ".join(conds)
 
 
-def _short_rows(knl: lp.LoopKernel) -> bool:
-    """Whether the size class bounds every reduced row by the longest of ``CPU_SHORT_ROWS``."""
-    bounds = [row_cache.row_bound(knl, j) for j in _reduction_inames(knl)]
-    return bool(bounds) and all(
-        b is not None and row_cache.implied(knl, f"{b} <= {CPU_SHORT_ROWS[-1]}") for b in bounds)
-
-
 def _short_row_count(knl: lp.LoopKernel, j: str, count: int) -> int:
     """``count`` max/min accumulators, fewer where the size class bounds the row."""
     bound = row_cache.row_bound(knl, j)
@@ -604,15 +597,8 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
     if contiguous:
         t_unit = _wide_addresses(t_unit)
     if contiguous and element is None:
-        if _short_rows(knl):
-            # rows the size class bounds: several per work-item, as a work-group per
-            # row of 64 cost more to start than to reduce (16384 float32 rows of 64,
-            # sum: 0.49 -> 0.40 ms of CPU time with the host's share; numpy 0.39)
-            t_unit = lp.split_iname(t_unit, row, rows_per_item,  # type: ignore[arg-type]
-                                    outer_tag="g.0")
-        else:
-            # long contiguous rows (or pieces): one each, so every core gets some
-            t_unit = lp.tag_inames(t_unit, {row: "g.0"})  # type: ignore[dict-item]
+        # long contiguous rows (or pieces): one each, so every core gets some
+        t_unit = lp.tag_inames(t_unit, {row: "g.0"})  # type: ignore[dict-item]
         for j in _reduction_inames(knl):
             calls = vector_math and _reduction_calls(t_unit, j, fp64)
             count = accumulators if calls else _plain_count(knl, j, accumulators,
@@ -728,7 +714,7 @@ def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int,
             and insn.expression.inames == (j,) and insn.expression.operation.arg_count == 1]
     if bound is None or len(mine) != 1:
         return t_unit
-    lane_tag = "ilp" if vector_calls else row_lanes.lane_tag(knl, mine[0])
+    lane_tag = "ilp" if vector_calls else row_lanes.lane_tag(knl, mine[0], count)
     t_unit = lp.split_iname(t_unit, j, count, slabs=(0, 1))
     knl = t_unit.default_entrypoint
     outer, lane, combine = f"{j}_outer", f"{j}_inner", f"{j}_combine"
