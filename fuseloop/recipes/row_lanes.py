@@ -53,8 +53,8 @@ def lane_tag(knl: lp.LoopKernel, insn: Any, count: int) -> str:
     """
     from ..lower.reductions import NanMaxReductionOperation, NanMinReductionOperation
 
-    if count < LANES or not isinstance(insn.expression.operation,
-                                       NanMaxReductionOperation | NanMinReductionOperation):
+    selects = NanMaxReductionOperation | NanMinReductionOperation
+    if count < LANES or not isinstance(insn.expression.operation, selects):
         return "ilp"
     # the reduction, and what its loop loads into temporaries (an argmax's index pass)
     (j,) = insn.expression.inames
