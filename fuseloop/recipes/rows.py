@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import LazyModule, isl, lp, prim
 from ..expr.program import Program
 from ..lower.kernel import ELEMENT_INAME, FLAT_INAME, contiguous_rows
-from . import row_layout, select, transforms
+from . import row_lanes, row_layout, select, transforms
 from .core import Derived, Param, Recipe, Space, int_range, powers_of_two
 from .cpu_vector import (
     LANES,
@@ -603,7 +603,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
             calls = vector_math and _reduction_calls(t_unit, j, fp64)
             count = accumulators if calls else _plain_count(knl, j, accumulators,
                                                             select_accumulators)
-            t_unit = _accumulators(t_unit, j, count)
+            t_unit = _accumulators(t_unit, j, count, calls)
             if calls:
                 t_unit = _vector_reduction(t_unit, j, fp64)
         return t_unit
@@ -615,7 +615,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
             calls = _reduction_calls(t_unit, j, fp64)
             count = accumulators if calls else _plain_count(knl, j, accumulators,
                                                             select_accumulators)
-            t_unit = _accumulators(t_unit, j, count)
+            t_unit = _accumulators(t_unit, j, count, calls)
             if calls:
                 t_unit = _vector_reduction(t_unit, j, fp64)
     if element is not None:
@@ -624,7 +624,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
 
 
 cpu_rows = Recipe(
-    "cpu-rows", _cpu_rows, kind="reduction", version="7",
+    "cpu-rows", _cpu_rows, kind="reduction", version="8",
     params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
                   "rows per work-item (short rows; long contiguous rows get one each)",
                   int_range(1, 1 << 16, (1, 2, 4, 8, 16, 32))),
@@ -673,7 +673,13 @@ def _plain_count(knl: lp.LoopKernel, j: str, accumulators: int, selects: int) ->
            and insn.expression.inames == (j,)]
     if ops and all(isinstance(op, NanMaxReductionOperation | NanMinReductionOperation)
                    for op in ops):
-        return _short_row_count(knl, j, selects)
+        count = _short_row_count(knl, j, selects)
+        # an arg-reduction's index pass (its terms use the index j as a value): the
+        # row is in cache from the first pass and each step builds an index too;
+        # more than ``accumulators`` of them cost more than the chain they break
+        # (4096 float32 rows of 1024 on PoCL, lanes a loop: 32 took 1.26x the CPU
+        # time of 8)
+        return min(count, accumulators) if row_lanes.index_valued(knl, j) else count
     return accumulators
 
 
@@ -692,8 +698,10 @@ def _vector_reduction(t_unit: lp.TranslationUnit, j: str, fp64: bool) -> lp.Tran
                                      fp64)
 
 
-def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int) -> lp.TranslationUnit:
-    """Reduce over ``j`` into ``count`` interleaved accumulators, then combine them.
+def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int,
+                  vector_calls: bool = False) -> lp.TranslationUnit:
+    """Reduce over ``j`` into ``count`` interleaved accumulators, then combine them
+    (``vector_calls``: the terms' builtins will run on vectors, lanes written out).
 
     One accumulator makes each step wait for the previous one's result; on PoCL
     eight independent ones (element ``8m + k`` goes to accumulator ``k``) doubled
@@ -706,6 +714,7 @@ def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int) -> lp.Translat
             and insn.expression.inames == (j,) and insn.expression.operation.arg_count == 1]
     if bound is None or len(mine) != 1:
         return t_unit
+    lane_tag = "ilp" if vector_calls else row_lanes.lane_tag(knl, mine[0], count)
     t_unit = lp.split_iname(t_unit, j, count, slabs=(0, 1))
     knl = t_unit.default_entrypoint
     outer, lane, combine = f"{j}_outer", f"{j}_inner", f"{j}_combine"
@@ -735,7 +744,7 @@ def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int) -> lp.Translat
     silenced = [*knl.silenced_warnings, "v1_scheduler_fallback"]
     knl = knl.copy(instructions=insns, temporary_variables=temps,
                    domains=[*knl.domains, domain], silenced_warnings=silenced)
-    return lp.tag_inames(t_unit.with_kernel(knl), {lane: "ilp", combine: "unr"})
+    return lp.tag_inames(t_unit.with_kernel(knl), {lane: lane_tag, combine: "unr"})
 
 
 from ..caches import register_function as _register_cache  # noqa: E402  (fuseloop/caches.py)
