@@ -477,3 +477,29 @@ def test_negative_and_absolute_of_views(host, monkeypatch):
     for g, r in zip(got, ref):
         assert g.dtype == r.dtype and g.shape == np.shape(r)
         np.testing.assert_array_equal(g.get(), r)
+
+
+def test_masks_of_complex_and_larger_arrays_move_here(host):
+    """mandelbrot's ``N[I] = n; Z[I] = Z[I]**2 + C[I]``: complex elements, and arrays
+    above the host path's limit, are selected and written by numpy once concrete (a lazy
+    mask or value computed by a kernel first); numpy's results, no compaction scan."""
+    n = host_path.HOST_MAX_WORK + 100
+    x, y = np.meshgrid(np.linspace(-1.8, 0.4, n // 100), np.linspace(-1.1, 1.1, 100))
+    c0 = (x + 1j * y).ravel()
+    zr, nr = np.zeros_like(c0), np.zeros(c0.shape, np.int64)
+    c = fl.asarray(c0)
+    z, k = fl.zeros(c0.shape, dtype=np.complex128), fl.zeros(c0.shape, dtype=np.int64)
+    fl.reset_stats()
+    for it in range(4):
+        m = abs(zr) < 2.0
+        nr[m] = it
+        zr[m] = zr[m] ** 2 + c0[m]
+        i = fl.less(abs(z), 2.0)
+        k[i] = it
+        z[i] = z[i] ** 2 + c[i]
+    nr[nr == 3] = 0
+    k[k == 3] = 0
+    assert fl.stats()["scans"] == 0
+    np.testing.assert_array_equal(z.get(), zr)
+    np.testing.assert_array_equal(k.get(), nr)
+    assert z.dtype == np.complex128 and k.dtype == np.int64
