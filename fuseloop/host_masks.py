@@ -12,8 +12,8 @@ general path does it (and raises its errors).
 
 Selecting and writing move elements without computing them, so arrays of up to
 :data:`MASK_MAX_ELEMENTS` elements (complex ones included) are taken once their
-elements and mask are in buffers (a lazy mask or value is computed first, by a kernel
-when it is large): mandelbrot's ``Z[I] = Z[I]**2 + C[I]`` on 15625 complex elements
+elements and mask are in buffers (a lazy array, mask or value is computed first, by a
+kernel): mandelbrot's ``Z[I] = Z[I]**2 + C[I]`` on 15625 complex elements
 took a compaction scan, a wait and a gather or scatter per selection.
 """
 
@@ -50,8 +50,8 @@ def _arrays(ta: type, tb: type) -> bool:
 def _taken(arr: Any, key: Any) -> Any:
     """The device's runtime when ``arr[key]`` is a small selection by a boolean array
     of ``arr``'s shape that numpy may do here now, else None.  Above
-    :data:`HOST_MAX_WORK` elements, or for complex elements, ``arr`` must be concrete;
-    a lazy ``key`` is then computed first."""
+    :data:`HOST_MAX_WORK` elements, or for complex elements, a lazy ``arr`` or ``key``
+    is computed first (by a kernel)."""
     shape = arr._shape
     if not _arrays(type(key), type(arr)) or key.dtype.kind != "b" or key._shape != shape \
             or not shape or trace_checks or key.device is not arr.device \
@@ -63,22 +63,21 @@ def _taken(arr: Any, key: Any) -> Any:
             or not _host.host_device(device) \
             or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
         return None
-    ran = False
-    if size > _host.HOST_MAX_WORK or arr.dtype.char not in _DTYPES:
-        if type(arr._node) is not Leaf:
-            return None
-        if type(key._node) is not Leaf:
-            key.eval()  # (one kernel; the compaction would read it all the same)
-            if type(key._node) is not Leaf:
-                return None
-            ran = True
+    moved = size > _host.HOST_MAX_WORK or arr.dtype.char not in _DTYPES
+    if moved:
+        for a in (arr, key):  # (mandelbrot2's ``Xi[I]`` of an mgrid, ``I = abs(Z) > h``)
+            if type(a._node) is not Leaf:
+                a.eval()  # (one kernel each; kept for the array's next selection)
+                if type(a._node) is not Leaf:
+                    return None
     elif not _host.small_reads((arr._node, key._node)):
         return None
     rt = _runtime(device)
     if rt.deferred:
-        if not ran:
+        if not moved:
             return None
-        rt.flush()  # (the mask's launch may be deferred: enqueued before the wait)
+        rt.flush()  # (launches writing them, deferred: enqueued before the wait; the
+        # compaction would wait on them all the same)
     return rt
 
 

@@ -503,3 +503,27 @@ def test_masks_of_complex_and_larger_arrays_move_here(host):
     np.testing.assert_array_equal(z.get(), zr)
     np.testing.assert_array_equal(k.get(), nr)
     assert z.dtype == np.complex128 and k.dtype == np.int64
+
+
+def test_masks_select_lazy_arrays_after_deferred_writes(host):
+    """mandelbrot2's ``np.add(Z, C, Z); I = abs(Z) > h; Z = Z[I]; Xi = Xi[I]``: a write
+    still deferred, a lazy mask and a lazy array (an arange) are computed first; the
+    selections are numpy's, no compaction scan."""
+    n = host_path.HOST_MAX_WORK + 100
+    c0 = np.linspace(-2.0, 0.5, n) + 0.3j
+    zr, xr = np.zeros_like(c0), np.arange(n)
+    c, z, xi = fl.asarray(c0), fl.zeros(n, dtype=np.complex128), fl.arange(n)
+    fl.reset_stats()
+    for _ in range(3):
+        np.multiply(zr, zr, zr)
+        np.add(zr, c0, zr)
+        keep = ~(abs(zr) > 2.0)
+        zr, xr, c0 = zr[keep], xr[keep], c0[keep]
+        fl.multiply(z, z, z)
+        fl.add(z, c, z)
+        i = fl.logical_not(abs(z) > 2.0)
+        z, xi, c = z[i], xi[i], c[i]
+    assert fl.stats()["scans"] == 0
+    np.testing.assert_array_equal(z.get(), zr)
+    np.testing.assert_array_equal(xi.get(), xr)
+    assert xi.dtype == xr.dtype
