@@ -527,3 +527,46 @@ def test_masks_select_lazy_arrays_after_deferred_writes(host):
     np.testing.assert_array_equal(z.get(), zr)
     np.testing.assert_array_equal(xi.get(), xr)
     assert xi.dtype == xr.dtype
+
+
+def test_masks_of_values_made_at_once_need_no_buffer(host):
+    """``r[r > 0] = r[r > 0] ** -1.5`` on a value made at once (nbody's ``inv_r3``):
+    numpy's selection and write on its own array, no buffer given to it, one write;
+    an int mask write casts a Python float as numpy's assignment does."""
+    pos = np.random.default_rng(3).random((6, 3))
+    ref = (pos[:, 0:1].T - pos[:, 0:1]) ** 2
+    ref[ref > 0] = ref[ref > 0] ** -1.5
+    p = fl.asarray(pos)
+    fl.reset_stats()
+    r = (p[:, 0:1].T - p[:, 0:1]) ** 2
+    r[r > 0] = r[r > 0] ** -1.5
+    assert type(r) is host_eager.HostArray and r._buf is None
+    assert fl.stats()["host_evaluations"] == 1 and fl.stats()["kernels_launched"] == 0
+    np.testing.assert_allclose(r.get(), ref, rtol=1e-14)  # (x ** -1.5 by products: fuseloop's)
+    k = fl.asarray(np.arange(8, dtype=np.int32))[0:8] * 3
+    k[k > 9] = 2.7
+    want = np.arange(8, dtype=np.int32) * 3
+    want[want > 9] = 2.7
+    assert k.dtype == np.int32
+    np.testing.assert_array_equal(k.get(), want)
+
+
+def test_hstack_of_values_made_at_once(host):
+    """nbody's ``np.hstack((ax, ay, az))`` of small products made at once: numpy's
+    copy, made now (later writes to the inputs do not show); mixed dtypes stay lazy
+    with fuseloop's promotion."""
+    rng = np.random.default_rng(4)
+    m0, p0 = rng.random((5, 5)), rng.random((5, 1))
+    m, p = fl.asarray(m0), fl.asarray(p0)
+    fl.reset_stats()
+    cols = [(m[:, 0:5] * k) @ p for k in (1.0, 2.0, 3.0)]
+    got = fl.hstack(cols)
+    assert fl.stats()["host_evaluations"] == 0 and fl.stats()["kernels_launched"] == 0
+    assert type(got) is host_eager.HostArray and got.dtype == np.float64
+    want = np.hstack([(m0 * k) @ p0 for k in (1.0, 2.0, 3.0)])
+    cols[0][0, 0] = -1.0
+    np.testing.assert_array_equal(got.get(), want)
+    i = fl.asarray(np.arange(4, dtype=np.int32))[0:4] * 2
+    mixed = fl.concatenate([i, fl.asarray(np.ones(3, np.float32))[0:3] * 1])
+    assert mixed.dtype == np.float64
+    np.testing.assert_array_equal(mixed.get(), np.concatenate([np.arange(4) * 2, np.ones(3)]))
