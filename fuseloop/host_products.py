@@ -307,6 +307,18 @@ def concatenate(arrays: list, axis: int, dtype: np.dtype) -> Array | None:
     return _result(out, device)
 
 
+def triangle(a: HostArray, k: Any, upper: bool) -> Array | None:
+    """``fl.triu(a, k)`` (``upper``) or ``fl.tril(a, k)`` of a HostArray of two or more
+    axes: numpy's, at once; None: the lazy ``where``."""
+    if _off() or type(k) is not int or len(a._shape) < 2 or not a.size:
+        return None
+    if a._buf is not None:
+        _sync(a.device)  # (kernels writing the buffer viewed: done)
+    out = np.triu(a._np, k) if upper else np.tril(a._np, k)
+    _count_operation()
+    return _result(out, a.device)
+
+
 def unary(op: str, x: HostArray) -> Array | None:
     """``op`` (a unary ufunc's name) of a HostArray now: host_eager.apply's steps for
     one operand written out (durbin's ``-r[0]``, ``-(r[k] + d)``); None: its path."""

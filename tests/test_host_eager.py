@@ -570,3 +570,22 @@ def test_hstack_of_values_made_at_once(host):
     mixed = fl.concatenate([i, fl.asarray(np.ones(3, np.float32))[0:3] * 1])
     assert mixed.dtype == np.float64
     np.testing.assert_array_equal(mixed.get(), np.concatenate([np.arange(4) * 2, np.ones(3)]))
+
+
+def test_triu_and_tril_of_values_made_at_once(host):
+    """``fl.triu(-(m * m.T) * r, 1)`` of small values made at once (nbody's energy):
+    numpy's, now, with the input's dtype; an int matrix view's too."""
+    rng = np.random.default_rng(5)
+    m0 = rng.random((6, 1))
+    m = fl.asarray(m0)
+    v = m[0:6, 0:1] * m[0:6, 0:1].T
+    fl.reset_stats()
+    up, low = fl.triu(-v, 1), fl.tril(v, -2)
+    assert fl.stats()["host_evaluations"] == 0 and fl.stats()["kernels_launched"] == 0
+    assert type(up) is host_eager.HostArray
+    np.testing.assert_array_equal(up.get(), np.triu(-(m0 * m0.T), 1))
+    np.testing.assert_array_equal(low.get(), np.tril(m0 * m0.T, -2))
+    i = fl.asarray(np.arange(12, dtype=np.int16).reshape(3, 4))
+    got = fl.triu(i[0:3, 0:4])
+    assert got.dtype == np.int16
+    np.testing.assert_array_equal(got.get(), np.triu(np.arange(12, dtype=np.int16).reshape(3, 4)))

@@ -30,6 +30,7 @@ from ..expr.views import (
 from ..host_eager import HostArray
 from ..host_eager import flip as host_flip
 from ..host_products import concatenate as host_concatenate
+from ..host_products import triangle as host_triangle
 
 
 def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
@@ -277,6 +278,8 @@ def _axis_index(shape: tuple[int, ...], axis: int) -> Node:
 def _tri(a: Any, k: int, upper: bool) -> Array:
     from ..ufuncs import where
 
+    if type(a) is HostArray and (got := host_triangle(a, k, upper)) is not None:
+        return got  # (a small value made at once on the CPU: numpy's, host_products)
     a = _coerce(a)
     if a.ndim < 2:
         raise ShapeError(f"triu/tril need at least two dimensions, got shape {a.shape}")
