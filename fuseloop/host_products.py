@@ -17,6 +17,7 @@ from .expr.nodes import Leaf
 from .host_eager import (
     _DTYPES,
     _QUIET,
+    _VIEW_DTYPES,
     EAGER_MAX_WORK,
     HostArray,
     _as,
@@ -248,9 +249,13 @@ def _lazy_operand(x: Array) -> tuple[Any, Any, bool] | None:
 def gather(arr: Array, index: HostArray) -> Array | None:
     """``arr[index]`` for an integer HostArray of at least one axis on a concrete
     array (or HostArray): numpy's advanced index, a copy; None: the general path
-    (an index out of range raises there)."""
-    if _off() or not index._shape or index.dtype.kind not in "iu" \
-            or index.device is not arr.device:
+    (an index out of range raises there).  A boolean HostArray of a HostArray's shape
+    selects (nbody's ``inv_r3[inv_r3 > 0]``: a copy, in C order, without a buffer)."""
+    if _off() or not index._shape or index.device is not arr.device:
+        return None
+    if index.dtype.kind == "b":
+        return _select(arr, index) if type(arr) is HostArray else None
+    if index.dtype.kind not in "iu":
         return None
     got = _base(arr)
     if got is None or not got[0].ndim:
@@ -265,6 +270,53 @@ def gather(arr: Array, index: HostArray) -> Array | None:
         return None
     _count_operation()
     return _result(out, arr.device)
+
+
+def _select(arr: HostArray, mask: HostArray) -> Array | None:
+    if mask._shape != arr._shape:
+        return None  # (the general path: a mask of leading axes, or numpy's error)
+    if arr._buf is not None or mask._buf is not None:
+        _sync(arr.device)  # (kernels writing the buffers viewed: done)
+    out = arr._np[mask._np]
+    if not out.size:
+        return None  # (an empty result: the general path's array)
+    _count_operation()
+    return _result(out, arr.device)
+
+
+def concatenate(arrays: list, axis: int, dtype: np.dtype) -> Array | None:
+    """``fl.concatenate`` (``hstack``, ``vstack``) of HostArrays of the result's dtype
+    (checked by the caller) on one device: numpy's copy, at once (nbody's
+    ``np.hstack((ax, ay, az))`` of products made here); None: the lazy Concat."""
+    if _off() or dtype.char not in _VIEW_DTYPES:
+        return None
+    device = arrays[0].device
+    n = 0
+    wait = False
+    for x in arrays:
+        if type(x) is not HostArray or x.device is not device or x.dtype != dtype:
+            return None
+        n += x.size
+        wait = wait or x._buf is not None
+    if not 0 < n <= EAGER_MAX_WORK:
+        return None
+    if wait:
+        _sync(device)  # (kernels writing the buffers viewed: done)
+    out = np.concatenate([x._np for x in arrays], axis=axis)
+    _count_operation()
+    return _result(out, device)
+
+
+def triangle(a: HostArray, k: Any, upper: bool) -> Array | None:
+    """``fl.triu(a, k)`` (``upper``) or ``fl.tril(a, k)`` of a HostArray of two or more
+    axes: numpy's, at once; None: the lazy ``where``."""
+    if _off() or type(k) is not int or len(a._shape) < 2 or not a.size:
+        return None
+    if a._buf is not None:
+        _sync(a.device)  # (kernels writing the buffer viewed: done)
+    out = np.triu(a._np, k) if upper else np.tril(a._np, k)
+    _count_operation()
+    return _result(out, a.device)
 
 
 def unary(op: str, x: HostArray) -> Array | None:

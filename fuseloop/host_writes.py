@@ -102,7 +102,8 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     else:
         items = _basic(key)
         if items is None:
-            return False
+            return type(arr) is HostArray and type(key) is HostArray \
+                and _masked_own(arr, key, value)
         if type(arr) is HostArray and arr._buf is None:
             return _write_own(arr, items, value)
         got = _base(arr)
@@ -131,6 +132,37 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
         _updated[0] = None
     else:
         _count_evaluation()
+    return True
+
+
+def _masked_own(arr: HostArray, key: HostArray, value: Any) -> bool:
+    """``arr[key] = value`` into a buffer-less HostArray (no lazy array reads it: one
+    that did would have given it a buffer) by a boolean HostArray of its shape (nbody's
+    ``inv_r3[inv_r3 > 0] = ...``), ``value`` a Python scalar or a HostArray of ``arr``'s
+    dtype, 0-d or of the selection's length: numpy's write; False: nothing done."""
+    if arr._buf is not None or key.dtype.kind != "b" or key._shape != arr._shape \
+            or not arr._shape or key.device is not arr.device:
+        return False
+    dtype = arr.dtype
+    tv = type(value)
+    if tv is float or tv is int:
+        got = _assigned(value, dtype, arr.device)
+        if got is None:
+            return False
+        v = got[0]
+    elif tv is HostArray and value.device is arr.device and value.dtype == dtype:
+        v = numpy_value(value)
+        if value._buf is not None:
+            _sync(arr.device)
+    else:
+        return False
+    if key._buf is not None:
+        _sync(arr.device)
+    mask = key._np
+    if np.shape(v) not in ((), (int(np.count_nonzero(mask)),)):
+        return False  # (the general path raises numpy's error, or broadcasts)
+    arr._np[mask] = v
+    _count_evaluation()
     return True
 
 

@@ -477,3 +477,115 @@ def test_negative_and_absolute_of_views(host, monkeypatch):
     for g, r in zip(got, ref):
         assert g.dtype == r.dtype and g.shape == np.shape(r)
         np.testing.assert_array_equal(g.get(), r)
+
+
+def test_masks_of_complex_and_larger_arrays_move_here(host):
+    """mandelbrot's ``N[I] = n; Z[I] = Z[I]**2 + C[I]``: complex elements, and arrays
+    above the host path's limit, are selected and written by numpy once concrete (a lazy
+    mask or value computed by a kernel first); numpy's results, no compaction scan."""
+    n = host_path.HOST_MAX_WORK + 100
+    x, y = np.meshgrid(np.linspace(-1.8, 0.4, n // 100), np.linspace(-1.1, 1.1, 100))
+    c0 = (x + 1j * y).ravel()
+    zr, nr = np.zeros_like(c0), np.zeros(c0.shape, np.int64)
+    c = fl.asarray(c0)
+    z, k = fl.zeros(c0.shape, dtype=np.complex128), fl.zeros(c0.shape, dtype=np.int64)
+    fl.reset_stats()
+    for it in range(4):
+        m = abs(zr) < 2.0
+        nr[m] = it
+        zr[m] = zr[m] ** 2 + c0[m]
+        i = fl.less(abs(z), 2.0)
+        k[i] = it
+        z[i] = z[i] ** 2 + c[i]
+    nr[nr == 3] = 0
+    k[k == 3] = 0
+    assert fl.stats()["scans"] == 0
+    np.testing.assert_array_equal(z.get(), zr)
+    np.testing.assert_array_equal(k.get(), nr)
+    assert z.dtype == np.complex128 and k.dtype == np.int64
+
+
+def test_masks_select_lazy_arrays_after_deferred_writes(host):
+    """mandelbrot2's ``np.add(Z, C, Z); I = abs(Z) > h; Z = Z[I]; Xi = Xi[I]``: a write
+    still deferred, a lazy mask and a lazy array (an arange) are computed first; the
+    selections are numpy's, no compaction scan."""
+    n = host_path.HOST_MAX_WORK + 100
+    c0 = np.linspace(-2.0, 0.5, n) + 0.3j
+    zr, xr = np.zeros_like(c0), np.arange(n)
+    c, z, xi = fl.asarray(c0), fl.zeros(n, dtype=np.complex128), fl.arange(n)
+    fl.reset_stats()
+    for _ in range(3):
+        np.multiply(zr, zr, zr)
+        np.add(zr, c0, zr)
+        keep = ~(abs(zr) > 2.0)
+        zr, xr, c0 = zr[keep], xr[keep], c0[keep]
+        fl.multiply(z, z, z)
+        fl.add(z, c, z)
+        i = fl.logical_not(abs(z) > 2.0)
+        z, xi, c = z[i], xi[i], c[i]
+    assert fl.stats()["scans"] == 0
+    np.testing.assert_array_equal(z.get(), zr)
+    np.testing.assert_array_equal(xi.get(), xr)
+    assert xi.dtype == xr.dtype
+
+
+def test_masks_of_values_made_at_once_need_no_buffer(host):
+    """``r[r > 0] = r[r > 0] ** -1.5`` on a value made at once (nbody's ``inv_r3``):
+    numpy's selection and write on its own array, no buffer given to it, one write;
+    an int mask write casts a Python float as numpy's assignment does."""
+    pos = np.random.default_rng(3).random((6, 3))
+    ref = (pos[:, 0:1].T - pos[:, 0:1]) ** 2
+    ref[ref > 0] = ref[ref > 0] ** -1.5
+    p = fl.asarray(pos)
+    fl.reset_stats()
+    r = (p[:, 0:1].T - p[:, 0:1]) ** 2
+    r[r > 0] = r[r > 0] ** -1.5
+    assert type(r) is host_eager.HostArray and r._buf is None
+    assert fl.stats()["host_evaluations"] == 1 and fl.stats()["kernels_launched"] == 0
+    np.testing.assert_allclose(r.get(), ref, rtol=1e-14)  # (x ** -1.5 by products: fuseloop's)
+    k = fl.asarray(np.arange(8, dtype=np.int32))[0:8] * 3
+    k[k > 9] = 2.7
+    want = np.arange(8, dtype=np.int32) * 3
+    want[want > 9] = 2.7
+    assert k.dtype == np.int32
+    np.testing.assert_array_equal(k.get(), want)
+
+
+def test_hstack_of_values_made_at_once(host):
+    """nbody's ``np.hstack((ax, ay, az))`` of small products made at once: numpy's
+    copy, made now (later writes to the inputs do not show); mixed dtypes stay lazy
+    with fuseloop's promotion."""
+    rng = np.random.default_rng(4)
+    m0, p0 = rng.random((5, 5)), rng.random((5, 1))
+    m, p = fl.asarray(m0), fl.asarray(p0)
+    fl.reset_stats()
+    cols = [(m[:, 0:5] * k) @ p for k in (1.0, 2.0, 3.0)]
+    got = fl.hstack(cols)
+    assert fl.stats()["host_evaluations"] == 0 and fl.stats()["kernels_launched"] == 0
+    assert type(got) is host_eager.HostArray and got.dtype == np.float64
+    want = np.hstack([(m0 * k) @ p0 for k in (1.0, 2.0, 3.0)])
+    cols[0][0, 0] = -1.0
+    np.testing.assert_array_equal(got.get(), want)
+    i = fl.asarray(np.arange(4, dtype=np.int32))[0:4] * 2
+    mixed = fl.concatenate([i, fl.asarray(np.ones(3, np.float32))[0:3] * 1])
+    assert mixed.dtype == np.float64
+    np.testing.assert_array_equal(mixed.get(), np.concatenate([np.arange(4) * 2, np.ones(3)]))
+
+
+def test_triu_and_tril_of_values_made_at_once(host):
+    """``fl.triu(-(m * m.T) * r, 1)`` of small values made at once (nbody's energy):
+    numpy's, now, with the input's dtype; an int matrix view's too."""
+    rng = np.random.default_rng(5)
+    m0 = rng.random((6, 1))
+    m = fl.asarray(m0)
+    v = m[0:6, 0:1] * m[0:6, 0:1].T
+    fl.reset_stats()
+    up, low = fl.triu(-v, 1), fl.tril(v, -2)
+    assert fl.stats()["host_evaluations"] == 0 and fl.stats()["kernels_launched"] == 0
+    assert type(up) is host_eager.HostArray
+    np.testing.assert_array_equal(up.get(), np.triu(-(m0 * m0.T), 1))
+    np.testing.assert_array_equal(low.get(), np.tril(m0 * m0.T, -2))
+    i = fl.asarray(np.arange(12, dtype=np.int16).reshape(3, 4))
+    got = fl.triu(i[0:3, 0:4])
+    assert got.dtype == np.int16
+    np.testing.assert_array_equal(got.get(), np.triu(np.arange(12, dtype=np.int16).reshape(3, 4)))

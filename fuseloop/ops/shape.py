@@ -29,6 +29,8 @@ from ..expr.views import (
 )
 from ..host_eager import HostArray
 from ..host_eager import flip as host_flip
+from ..host_products import concatenate as host_concatenate
+from ..host_products import triangle as host_triangle
 
 
 def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
@@ -276,6 +278,8 @@ def _axis_index(shape: tuple[int, ...], axis: int) -> Node:
 def _tri(a: Any, k: int, upper: bool) -> Array:
     from ..ufuncs import where
 
+    if type(a) is HostArray and (got := host_triangle(a, k, upper)) is not None:
+        return got  # (a small value made at once on the CPU: numpy's, host_products)
     a = _coerce(a)
     if a.ndim < 2:
         raise ShapeError(f"triu/tril need at least two dimensions, got shape {a.shape}")
@@ -442,6 +446,8 @@ def concatenate(arrays: Sequence[Any], axis: int | None = 0) -> Array:
                 "all the input array dimensions except for the concatenation axis must match "
                 f"exactly: {arrs[0].shape} and {x.shape} along axis {ax}")
     dt = result_type(*[x.dtype for x in arrs])
+    if type(arrs[0]) is HostArray and (got := host_concatenate(arrs, ax, dt)) is not None:
+        return got  # (small values made at once on the CPU: numpy's copy, host_products)
     # pieces of the result dtype: a cast is elementwise, so views still reach the leaves
     pieces = [x._node if x.dtype == dt else x.astype(dt)._node for x in arrs]
     node = concat_node(pieces, ax)
