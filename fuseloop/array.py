@@ -229,7 +229,10 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 loop, key, shape, sig = hit
                 if sig:  # (a subexpression or buffer both read: its operands once)
                     bo, ao = bn.operands, an.operands  # (bo begins as ao, or is one buffer)
-                    if (ao and len(bo) > 1 and ao[0] is bo[0]) or (
+                    # (shared_prefix's own first test, inline: a sum of products of one
+                    # array, ``x*c1*... + x*c2*...``, shares x but not the scalars after it)
+                    if (ao and len(bo) > 1 and ao[0] is bo[0] and (
+                            len(bo) == 2 or (len(ao) > 1 and ao[1] is bo[1]))) or (
                             len(bo) == 1 and bo[0] in an.storages):
                         sig, bo = join_shared(sig, ao, an.storages, bo)
                     operands = ao + bo
