@@ -112,6 +112,7 @@ def test_operators_test_shared_prefixes_as_apply_does(device):
         "x, then one scalar each": (x * 2.0, x * 3.0, True),
         "x alone, then x and more": (x, t * 3.0, False),
         "x and a scalar, then x and others": (x + 1.0, t * 3.0, False),
+        "then no operands (element indices)": (t, fl.arange(4, dtype=np.float32), False),
     }
     for name, (a, b, joined) in pairs.items():
         lean = (a + b)._node
