@@ -33,6 +33,8 @@ from .expr.nodes import (
     forget_recent,
     intern_sig,
     join_shared,
+    joined_at,
+    joined_at_table,
     note_reader,
     prune_recent,
     recent_lazy,
@@ -225,19 +227,20 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                     return _apply_general(op, (a, b))
                 bn = b._node
                 sb = bn.sig or (0 if type(bn) is Apply else signature_of(bn))
-                hit = _sig_loops.get((op, sa or (an.dtype, an.shape), sb or (
+                loop, key, shape, sig = _sig_loops.get((op, sa or (an.dtype, an.shape), sb or (
                     bn.dtype, bn.shape))) or _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
-                loop, key, shape, sig = hit
                 if sig:  # (a subexpression or buffer both read: its operands once)
                     bo, ao = bn.operands, an.operands  # (bo begins as ao, or is one buffer)
-                    if (ao and len(bo) > 1 and ao[0] is bo[0]) or (
-                            len(bo) == 1 and bo[0] in an.storages):
+                    if len(bo) == 1 and bo[0] in an.storages:  # (join_shared's first case)
+                        at = (sig, ao.index(bo[0]))  # (r * c + y: y's place among r's)
+                        sig, bo = joined_at_table.get(at) or joined_at(*at), ()
+                    elif len(bo) > 1 and ao and ao[0] is bo[0] and (  # (shared_prefix's
+                            len(bo) == 2 or (len(ao) > 1 and ao[1] is bo[1])):  # first test)
                         sig, bo = join_shared(sig, ao, an.storages, bo)
                     operands = ao + bo
             elif tb is float or tb is int:
-                hit = _sig_loops.get((op, sa or (an.dtype, an.shape), tb)) or \
+                loop, key, shape, sig = _sig_loops.get((op, sa or (an.dtype, an.shape), tb)) or \
                     _signed_loop(op, an, None, sa, tb, a.dtype, tb)
-                loop, key, shape, sig = hit
                 # _weak_scalar, its hit inline (0, -0.0, NaN never remembered; 0 is false)
                 v = (_weak_scalars.get((b, key[1])) if b and b == b else None) or \
                     _weak_scalar(b, loop[1])
@@ -252,9 +255,8 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             device = b.device
             bn = b._node
             sb = bn.sig or (0 if type(bn) is Apply else signature_of(bn))
-            hit = _sig_loops.get((op, ta, sb or (bn.dtype, bn.shape))) or \
+            loop, key, shape, sig = _sig_loops.get((op, ta, sb or (bn.dtype, bn.shape))) or \
                 _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
-            loop, key, shape, sig = hit
             v = (_weak_scalars.get((a, key[0])) if a and a == a else None) or \
                 _weak_scalar(a, loop[0])  # (as above)
             an = _new_node(Scalar)

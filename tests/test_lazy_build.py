@@ -100,6 +100,29 @@ def test_operators_and_apply_agree_on_shared_operands(device):
             (ref.sig, ref.operands, ref.dtype, ref.shape)
 
 
+def test_operators_test_shared_prefixes_as_apply_does(device):
+    """The lean operator's inline first test of a shared prefix (operands beginning with
+    the same buffer, then the same or another scalar) decides as Apply's constructor."""
+    h = np.arange(1, 5, dtype=np.float32)
+    x, y = fl.asarray(h), fl.asarray(h + 1)
+    t = x * 2.0
+    pairs = {
+        "x then other scalars": (x * 2.0 * y * 3.0, x * 4.0 * y * 5.0, False),
+        "x and t's scalar, then others": (t * 3.0, t * 4.0, True),
+        "x, then one scalar each": (x * 2.0, x * 3.0, True),
+        "x alone, then x and more": (x, t * 3.0, False),
+        "x and a scalar, then x and others": (x + 1.0, t * 3.0, False),
+        "then no operands (element indices)": (t, fl.arange(4, dtype=np.float32), False),
+    }
+    for name, (a, b, joined) in pairs.items():
+        lean = (a + b)._node
+        ref = Apply("add", lean.args, lean.loop, lean.shape)
+        assert (lean.sig, lean.operands) == (ref.sig, ref.operands), name
+        unjoined = len(a._node.operands) + len(b._node.operands)
+        assert (len(lean.operands) < unjoined) == joined, name
+        np.testing.assert_allclose((a + b).get(), a.get() + b.get(), rtol=1e-6, err_msg=name)
+
+
 def test_a_buffer_read_again_joins_by_its_position(device):
     """``r * b`` where ``r`` already reads the buffer ``b``: the lean operator's
     remembered join (expr.nodes.joined_at_table, used from the second time) gives

@@ -11,6 +11,7 @@ import sys
 import threading
 import weakref
 from itertools import compress, repeat
+from operator import gt as _gt
 from operator import is_not as _is_not
 from operator import or_ as _or
 from typing import TYPE_CHECKING, Any
@@ -121,8 +122,8 @@ def prune_recent() -> None:
         batch = recent_lazy[k:n]
         del recent_lazy[:n]
         # held as register_readers tells it; all looped over in C
-        held = compress(batch, map(
-            _or, map(_UNHELD.__lt__, _refcounts(batch)), map(_weak_count, batch)))
+        held = compress(batch, map(_or, map(
+            _gt, _refcounts(batch), repeat(_UNHELD)), map(_weak_count, batch)))
         refs = [*compress(refs, map(_is_not, map(_deref, refs), repeat(None))),
                 *map(_ref, held)]
         recent_lazy[:0] = refs  # (appends racing with this one stay after them)
@@ -147,7 +148,7 @@ def register_readers() -> None:
         # held: counted more than the batch's own reference, or weakly referenced (a
         # weak reference could hand an unheld array out again); looped over in C, as
         # most of a batch is temporaries
-        held = map(_or, map(_UNHELD.__lt__, _refcounts(batch)), map(_weak_count, batch))
+        held = map(_or, map(_gt, _refcounts(batch), repeat(_UNHELD)), map(_weak_count, batch))
         _enter_all(compress(batch, held))
         if refs:
             _enter_all(map(_deref, refs))
