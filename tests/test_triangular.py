@@ -43,9 +43,9 @@ def test_packed_transfers(device, lower, monkeypatch):
     moved: list[int] = []
     real_read, real_upload = fl_array.read, fl_creation.upload
 
-    def counting_read(host, buffer, device):
+    def counting_read(host, buffer, device, *at):  # (at: a byte offset, when given)
         moved.append(host.nbytes)
-        return real_read(host, buffer, device)
+        return real_read(host, buffer, device, *at)
 
     def counting_upload(host, device):
         moved.append(host.nbytes)
