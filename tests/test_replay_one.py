@@ -13,8 +13,10 @@ from fuseloop import evaluate, host_path, run_plans
 
 @pytest.fixture
 def kernels_only(monkeypatch):
-    """Small work is not computed by numpy on the host (so plans are replayed)."""
+    """Small work is not computed by numpy on the host (so plans are replayed), and no
+    plan is remembered from an earlier test (the counts below start from a recording)."""
     monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    run_plans.clear()
 
 
 def _counting(monkeypatch):
