@@ -97,3 +97,29 @@ def pocl(cpu):
     if cpu.platform != POCL_PLATFORM:
         pytest.skip(f"vector math is applied on PoCL only, not on {cpu.platform!r}")
     return cpu
+
+
+@pytest.fixture
+def three(device, monkeypatch):
+    """The device and two twins of it (queues and contexts of their own), for split
+    arrays on one machine (tests/test_multi_*.py)."""
+    import dataclasses
+
+    from fuseloop import caches
+    from fuseloop.runtime import devices
+    from fuseloop.runtime.transfer import finish
+
+    monkeypatch.setenv("FUSELOOP_COMPILE", "inline")  # (compile workers know no twins)
+    # (a context each, as OpenCL devices of other platforms have: on a host with several
+    # GPUs of one platform a twin would share the original's context, test_multi_context)
+    monkeypatch.setenv("FUSELOOP_OPENCL_SHARED_CONTEXT", "0")
+    twins = [dataclasses.replace(device, index=device.index + 987 + i) for i in range(2)]
+    try:
+        yield [device, *twins]
+    finally:
+        for t in twins:  # (not among fl.devices(): later code must not meet their runtimes)
+            if t.index in devices._runtimes:
+                finish(t)
+                devices._runtimes.pop(t.index, None)
+        # nor their kernels and plans (by device index: the next twins' contexts differ)
+        caches.clear()

@@ -3,8 +3,6 @@ are done (issue 29: ``opencl_staging.uploads_after``): the host waits for none."
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -12,29 +10,16 @@ import fuseloop as fl
 from fuseloop.backends import opencl_staging
 from fuseloop.multi import exchange
 from fuseloop.runtime import devices
-from fuseloop.runtime.transfer import finish
 
 LAPLACE = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
 
 
 @pytest.fixture
-def three(device, monkeypatch):
-    """The device and two twins of it (contexts of their own), halo uploads chained on
-    every OpenCL device (a CPU's included)."""
-    monkeypatch.setenv("FUSELOOP_COMPILE", "inline")
-    monkeypatch.setenv("FUSELOOP_OPENCL_SHARED_CONTEXT", "0")
+def three(three, monkeypatch):
+    """conftest's device and two twins, halo uploads chained on every OpenCL device (a
+    CPU's included)."""
     monkeypatch.setattr(opencl_staging, "HALO_EVENTS", "1")
-    twins = [dataclasses.replace(device, index=device.index + 987 + i) for i in range(2)]
-    try:
-        yield [device, *twins]
-    finally:
-        for t in twins:
-            if t.index in devices._runtimes:
-                finish(t)
-                devices._runtimes.pop(t.index, None)
-        from fuseloop import caches
-
-        caches.clear()
+    return three
 
 
 def _step_numpy(a: np.ndarray, boundary: str) -> np.ndarray:

@@ -5,38 +5,14 @@ with the launch count at each call."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
 import fuseloop as fl
 from fuseloop.runtime import devices
-from fuseloop.runtime.transfer import finish
 
 _CALLS = ("submit", "finish_queue", "wait_event", "event_status", "enqueue_read",
           "enqueue_write")
-
-
-@pytest.fixture
-def three(device, monkeypatch):
-    """The device and two twins of it (other indices: runtimes and queues of their own)."""
-    monkeypatch.setenv("FUSELOOP_COMPILE", "inline")  # (compile workers know no twins)
-    # (a context each, as OpenCL devices of other platforms have: on a host with several
-    # GPUs of one platform a twin would share the original's context, test_multi_context)
-    monkeypatch.setenv("FUSELOOP_OPENCL_SHARED_CONTEXT", "0")
-    twins = [dataclasses.replace(device, index=device.index + 977 + i) for i in range(2)]
-    try:
-        yield [device, *twins]
-    finally:
-        for t in twins:  # (not among fl.devices(): later code must not meet their runtimes)
-            if t.index in devices._runtimes:
-                finish(t)
-                devices._runtimes.pop(t.index, None)
-        # nor their kernels and plans (by device index: the next twins' contexts differ)
-        from fuseloop import caches
-
-        caches.clear()
 
 
 def record(devs, monkeypatch):

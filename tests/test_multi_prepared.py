@@ -3,36 +3,14 @@ one per part, the results numpy's, a new or written input seen."""
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 
 import numpy as np
-import pytest
 
 import fuseloop as fl
 from fuseloop.multi import replay as multi_replay
-from fuseloop.runtime import devices
-from fuseloop.runtime.transfer import finish
 
 LAPLACE = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
-
-
-@pytest.fixture
-def three(device, monkeypatch):
-    """The device and two twins of it (queues and contexts of their own)."""
-    monkeypatch.setenv("FUSELOOP_COMPILE", "inline")
-    monkeypatch.setenv("FUSELOOP_OPENCL_SHARED_CONTEXT", "0")
-    twins = [dataclasses.replace(device, index=device.index + 987 + i) for i in range(2)]
-    try:
-        yield [device, *twins]
-    finally:
-        for t in twins:
-            if t.index in devices._runtimes:
-                finish(t)
-                devices._runtimes.pop(t.index, None)
-        from fuseloop import caches
-
-        caches.clear()
 
 
 def _launches(monkeypatch):
