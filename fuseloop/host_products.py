@@ -63,14 +63,7 @@ def matmul(a: Any, b: Any) -> Array | None:
         return None  # (an empty sum: the kernels' zeros)
     if ga[2] or gb[2]:
         _sync(device)
-    token = _errors.set(_QUIET) if _QUIET is not None else None
-    try:
-        out = np.matmul(va, vb)
-    finally:
-        if token is not None:
-            _errors.reset(token)
-    _count_operation()
-    return _result(out, device)
+    return _quiet_matmul(va, vb, device)
 
 
 #: the least side of a matrix product computed by numpy's BLAS (a product by a vector
@@ -139,6 +132,12 @@ def _small_product(va: np.ndarray, vb: np.ndarray, device: Any) -> Array:
     data[:, i:M]``: a vector by a large matrix) as a HostArray of numpy's matmul, so
     that what follows (``/ (float_n - 1.0)``) is computed here too, not built."""
     _sync(device)
+    return _quiet_matmul(va, vb, device)
+
+
+def _quiet_matmul(va: np.ndarray, vb: np.ndarray, device: Any) -> Array:
+    """numpy's ``va @ vb`` without its floating-point warnings (as the kernels give
+    none), counted as an operation, as a HostArray."""
     token = _errors.set(_QUIET) if _QUIET is not None else None
     try:
         out = np.matmul(va, vb)
