@@ -410,20 +410,12 @@ def _signed_replay(signed: tuple, device: Device) -> list[Storage] | None:
     """The replay of the plan remembered under ``signed`` (:func:`_signed_key`, or
     :func:`_signed_key_targets`), or None (none remembered, or its buffers need the
     walk: see :func:`_key`)."""
-    hit = _signed.get(signed[0])
+    # (into targets: their buffers appended, as the walk appends them)
+    hit = signed_pick(_signed.get(signed[0]), signed[1], device,
+                      signed[2] if len(signed) > 2 else ())
     if hit is None:
         return None
-    plan, offsets, take, head = hit
-    picked = take(signed[1])
-    known = _key_head(device)
-    if picked is None or (known is not head and known != head):
-        return None
-    storages, scalars = picked
-    if len(signed) > 2 and signed[2]:
-        storages = storages + signed[2]  # (the targets' buffers the walk appends)
-    for s in storages:
-        if s.nbytes > INT32_LIMIT:
-            return None
+    plan, offsets, storages, scalars = hit
     return _replay_signed(plan, storages, scalars, device, offsets)
 
 
@@ -485,6 +477,29 @@ def replay_signed(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     return _signed_replay(signed, device)
 
 
+def signed_pick(entry: Any, operands: tuple, device: Device, extra: Sequence[Storage] = ()
+                ) -> tuple[_Plan, tuple[int, ...], list[Storage], list[np.generic]] | None:
+    """A plan remembered by signature (``entry`` of ``_signed``, or None) with this call's
+    buffers and scalars taken from ``operands`` (``extra`` buffers after them):
+    (plan, offsets, storages, scalars), or None where it does not apply (no entry,
+    operands it cannot take, another recipe state, a buffer past 32-bit indexing: the
+    walk decides those)."""
+    if entry is None:
+        return None
+    plan, offsets, take, head = entry
+    picked = take(operands)
+    known = _key_head(device)
+    if picked is None or (known is not head and known != head):
+        return None
+    storages, scalars = picked
+    if extra:
+        storages = storages + list(extra)
+    for s in storages:
+        if s.nbytes > INT32_LIMIT:
+            return None
+    return plan, offsets, storages, scalars
+
+
 def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storage | None:
     """``evaluate.run([root], out_shape, device)[0]`` of a root whose plan is remembered
     under its signature, in one frame (``.eval()`` of ``A @ x``, ``x - x.mean()`` in a
@@ -496,18 +511,11 @@ def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storag
     if not sig or operands is None or _ev.capturing_threads[0] or _ev.recording_threads[0] \
             or _prog.CHECK_STRUCTURE_CACHE or _host.eligible((root,), out_shape, device, None):
         return None
-    hit = _signed.get((device.index, sig, out_shape, _prog.firsts(operands)))
+    hit = signed_pick(_signed.get((device.index, sig, out_shape, _prog.firsts(operands))),
+                      operands, device)
     if hit is None:
         return None
-    plan, offsets, take, head = hit
-    picked = take(operands)
-    known = _key_head(device)
-    if picked is None or (known is not head and known != head):
-        return None
-    storages, scalars = picked
-    for s in storages:
-        if s.nbytes > INT32_LIMIT:
-            return None
+    plan, offsets, storages, scalars = hit
     readies = plan.ready
     if readies and (ready := readies.get(offsets)):
         for s in storages:  # (the general replay reports a buffer on another device)

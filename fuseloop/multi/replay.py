@@ -147,17 +147,10 @@ def _replay(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any
     if operands is None:
         return None
     entry = _rp._signed.get((device.index, sig, shape, _prog.firsts(operands)))
-    if entry is None:
+    hit = _rp.signed_pick(entry, operands, device)
+    if hit is None:
         return None
-    plan, offsets, take, head = entry
-    picked = take(operands)
-    known = _rp._key_head(device)
-    if picked is None or (known is not head and known != head):
-        return None
-    storages, scalars = picked
-    for s in storages:
-        if s.nbytes > INT32_LIMIT:
-            return None
+    plan, offsets, storages, scalars = hit
     if PREPARED:
         ready = _PREPARED.get(id(entry))
         if ready is None or ready.entry is not entry or ready.token is not token:
