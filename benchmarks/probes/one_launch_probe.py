@@ -40,13 +40,10 @@ _SOURCE = r"""
 #if defined(IS_DOUBLE) && __OPENCL_C_VERSION__ < 120
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
-// each group's sum of squares of its grid-stride share, left in sh[0]
-static T group_sum(__global const T *x, long n, __local T *sh)
+// the group's sum of each work-item's ``acc``, left in sh[0]
+static T tree_sum(T acc, __local T *sh)
 {
   int const lid = get_local_id(0);
-  T acc = 0;
-  for (long i = get_global_id(0); i < n; i += get_global_size(0))
-    acc += x[i] * x[i];
   sh[lid] = acc;
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int s = GROUP / 2; s > 0; s >>= 1) {
@@ -57,6 +54,16 @@ static T group_sum(__global const T *x, long n, __local T *sh)
   return sh[0];
 }
 
+// each group's sum of squares of its grid-stride share, left in sh[0]
+static T group_sum(__global const T *x, long n, __local T *sh)
+{
+  int const lid = get_local_id(0);
+  T acc = 0;
+  for (long i = get_global_id(0); i < n; i += get_global_size(0))
+    acc += x[i] * x[i];
+  return tree_sum(acc, sh);
+}
+
 // one group's sum of ``count`` partials, left in sh[0]
 static T combine(volatile __global const T *part, int count, __local T *sh)
 {
@@ -64,14 +71,7 @@ static T combine(volatile __global const T *part, int count, __local T *sh)
   T acc = 0;
   for (int i = lid; i < count; i += GROUP)
     acc += part[i];
-  sh[lid] = acc;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int s = GROUP / 2; s > 0; s >>= 1) {
-    if (lid < s)
-      sh[lid] += sh[lid + s];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  return sh[0];
+  return tree_sum(acc, sh);
 }
 
 __kernel void __attribute__((reqd_work_group_size(GROUP, 1, 1)))
