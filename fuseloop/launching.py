@@ -79,7 +79,15 @@ def _check_fp64(program_entries: tuple, device: Device) -> None:
 
 def size_class_of(recipe: Any, program: Program, params: Sequence[int], n_rows: int,
                   n_elem: int) -> str:
-    """The recipe's size class for this launch (see :mod:`fuseloop.recipes`)."""
+    """The recipe's size class for this launch (see :mod:`fuseloop.recipes`); for two
+    stages in one launch (``program.first``), both stages' as ``second|first``."""
+    first = program.first
+    if first is not None:
+        rows = first.n_params + first.first_params
+        return (size_class_of(recipe, program._replace(first=None), params[:first.n_params],
+                              n_rows, n_elem) + "|" +
+                size_class_of(recipe, first.program, params[first.n_params:rows],
+                              params[rows], params[rows + 1]))
     size_class = recipe.size_class
     sizes = "" if size_class is None else size_class(program, params, n_rows, n_elem)
     if type(sizes) is not str:
@@ -121,6 +129,8 @@ def kernel_for(program: Program, index_dtype: np.dtype, device: Device, recipe: 
             _stats.increment("memory_cache_hits")
     else:
         _check_fp64(program.entries, device)
+        if program.first is not None:
+            _check_fp64(program.first.program.entries, device)
         compiled = get_kernel(program, index_dtype, device, recipe, user_functions, sizes)
     return compiled
 
@@ -290,7 +300,7 @@ def arg_layout(compiled: CompiledKernel) -> ArgLayout:
             scals.append((i, idx, np.dtype(dtypes[i]).type))
         elif kind in (3, 4, 5):
             consts.append((i, kind, idx, np.dtype(dtypes[i]).type))
-        else:
+        elif kind == 6:
             error_arg = i
     layout = compiled.arg_layout = (tuple(outs), tuple(bufs), tuple(scals), tuple(consts),
                                     error_arg)
