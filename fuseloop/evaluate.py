@@ -56,7 +56,6 @@ from .expr.program import (
     linearize,
     structure_entry,
 )
-from .cache import _memory as _memory_cache
 from .expr.views import nocopy_reshape_strides, reshape_view
 from .launching import (
     DEFER_MAX,
@@ -89,8 +88,8 @@ from .splits import (
 )
 from .splits import fits_one_row as _fits_one_row
 from .splits import has_reduce as _has_reduce
-from .splits import one_launch as _one_launch
 from .splits import nested_reduces as _nested_reduces
+from .splits import one_launch as _one_launch
 from .splits import runs_child_first as _runs_child_first
 
 _plan_recorder = run_plans.recorder
@@ -710,7 +709,7 @@ def _build_ahead(program: Program, bindings: Bindings, device: Device) -> None:
     index_dtype, recipe, n_rows, n_elem = launch_choice(program, bindings, device, True)
     key = _launching.kernel_key(program, index_dtype, device, recipe, bindings.params,
                                 n_rows, n_elem)
-    if key not in _memory_cache:
+    if key not in _launching._memory:
         _launching.kernel_for(program, index_dtype, device, recipe, bindings.params, n_rows,
                               n_elem)
         _launching.prebuilt.add(key)

@@ -11,14 +11,14 @@ transformed by their recipes as two kernels would be, then joined into one Loopy
 kernel (:func:`join`):
 
 * the first stage's arguments are renumbered after the combining stage's (its
-  rows and row length become parameters), its partials are the combining stage's
-  inputs read through ``volatile`` pointers on OpenCL (no cached copy can be stale);
+  rows and row length become parameters); the combining stage reads its partials
+  from the first stage's output arguments (one pointer each, no alias);
 * the ticket is a ``CInstruction`` (Loopy has no construct for a fence and an
   atomic counter whose value decides a branch): the group's barrier, then one
   work-item's fence, ``atomic_inc`` and the broadcast of "last" through local memory;
 * every instruction of the combining stage is predicated on that flag and depends on
   the ticket; it must fit in one group of the first stage's grid (its own grid is
-  one group, no wider): otherwise :class:`~fuseloop.errors.OneLaunchRefused` and the caller launches twice.
+  one group, no wider): otherwise ``OneLaunchRefused`` and the caller launches twice.
 
 The counter (``fl_ticket``, one int32) belongs to the compiled kernel: set once on
 each of its kernel objects (``cache.CompiledKernel``), launches on the device's
@@ -115,7 +115,7 @@ def _combining(t2: Any, first: Any) -> Any:
     its partial inputs renamed to the first stage's outputs, its inames and group
     axes its own (a group axis of one group becomes a loop of one step)."""
     knl = t2.default_entrypoint
-    fixed = {a.name: 1 for a in knl.args if a.name in ("N", "NE")}
+    fixed: dict[str, Any] = {a.name: 1 for a in knl.args if a.name in ("N", "NE")}
     if fixed:
         t2 = lp.fix_parameters(t2, **fixed)
     for t, slot in enumerate(first.partial_inputs):
