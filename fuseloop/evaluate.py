@@ -28,7 +28,6 @@ from . import host_path as _host
 from . import launching as _launching
 from . import run_plans  # (it reads this module's functions at call time)
 from . import sharing as _sharing
-from . import stats as _stats
 from .errors import DeviceMemoryError, OneLaunchRefused, OutOfMemoryError
 from .expr import program as _prog
 from .expr.contraction import operand_producers as _operand_producers
@@ -91,10 +90,11 @@ from .splits import has_reduce as _has_reduce
 from .splits import nested_reduces as _nested_reduces
 from .splits import one_launch as _one_launch
 from .splits import runs_child_first as _runs_child_first
+from .stats import cached_launches as _cached_launches
 
 _plan_recorder = run_plans.recorder
 recording_threads = run_plans.recording_threads
-_tally_cached_launch = _stats.cached_launches.__next__
+_tally_cached_launch = _cached_launches.__next__
 # fl.show_code: while a thread captures, launch() records that thread's kernel sources
 # instead of running them; capturing_threads[0] counts the threads capturing now, so
 # the common answer ("none") needs no thread-local look-up

@@ -32,7 +32,6 @@ from weakref import WeakValueDictionary
 import numpy as np
 
 from . import flags as _flags
-from . import stats as _stats
 from .backends import Launcher, LaunchSpec
 from .backends.base import Consts
 from .cache import CompiledKernel, _memory, get_kernel
@@ -42,10 +41,11 @@ from .expr.program import INT32_LIMIT, Program, StructureEntry
 from .recipe_state import recipe_for
 from .recipe_state import stamp as _recipe_stamp
 from .runtime.devices import Device, _runtime
+from .stats import _lock as _stats_lock
+from .stats import counters as _counters
+from .stats import increment as _increment_stat
 from .tuning import tuned as _tuned
 
-_counters = _stats.counters
-_stats_lock = _stats._lock
 INDEX_INT32, INDEX_INT64 = np.dtype(np.int32), np.dtype(np.int64)
 # key -> UserFunction, filled by fuseloop.functions.  Weak: a function no longer
 # referenced is forgotten (its compiled kernels stay cached; only lowering a new
@@ -126,7 +126,7 @@ def kernel_for(program: Program, index_dtype: np.dtype, device: Device, recipe: 
         if prebuilt and key in prebuilt:
             prebuilt.discard(key)  # (its look-up was counted when it was built ahead)
         else:
-            _stats.increment("memory_cache_hits")
+            _increment_stat("memory_cache_hits")
     else:
         _check_fp64(program.entries, device)
         if program.first is not None:
@@ -378,7 +378,7 @@ def enqueue(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[
         else:
             flag = _enqueue_flagged(plan, outs, storages, scalars, kernel, last, device)
     except BaseException:
-        _stats.increment("memory_cache_hits", hit)
+        _increment_stat("memory_cache_hits", hit)
         raise
     with _stats_lock:  # both counters at once: one lock round trip
         _counters["memory_cache_hits"] += hit
