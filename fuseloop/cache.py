@@ -237,9 +237,11 @@ class CompiledKernel:
         "plan",
         "plan_threads",
         "program",
+        "ticket",
     )
 
-    def __init__(self, plan: KernelPlan, program: BuiltProgram, backend: Backend) -> None:
+    def __init__(self, plan: KernelPlan, program: BuiltProgram, backend: Backend,
+                 device: Device | None = None) -> None:
         #: True while the memory cache's ``_memory`` holds this kernel: a launch plan
         #: keeping it is valid only then (see ``_store``)
         self.in_cache = False
@@ -253,11 +255,16 @@ class CompiledKernel:
         self.gsize = _compile_sizes(plan.gsize)
         self.lsize = _compile_sizes(plan.lsize)
         # (kind, index): 0 output, 1 input buffer, 2 scalar, 3 integer parameter,
-        # 4 total size N, 5 row length NE, 6 gather error flag
+        # 4 total size N, 5 row length NE, 6 gather error flag, 7 the ticket counter of
+        # two stages in one launch (``lower.one_launch``: zero, set on each kernel object)
         arg_plan = []
+        self.ticket = None
         for a in plan.arg_names:
-            if a in ("N", "NE", "err"):
-                arg_plan.append(({"N": 4, "NE": 5, "err": 6}[a], 0))
+            if a in ("N", "NE", "err", "fl_ticket"):
+                arg_plan.append(({"N": 4, "NE": 5, "err": 6, "fl_ticket": 7}[a], 0))
+                if a == "fl_ticket":
+                    assert device is not None
+                    self.ticket = backend.buffer_from_host(device, np.zeros(1, np.int32))
             else:
                 kind = {"out": 0, "in": 1, "s": 2, "p": 3}[a.rstrip("0123456789")]
                 arg_plan.append((kind, int(a.lstrip("outinsp"))))
@@ -274,7 +281,11 @@ class CompiledKernel:
     def new_kernel(self, consts: Sequence[tuple[int, Any]] = ()) -> Any:
         """A new kernel object with ``consts`` set (under :data:`kernel_objects_lock`)."""
         with kernel_objects_lock:
-            return self.backend.kernel(self.program, self.plan.name, consts)
+            kernel = self.backend.kernel(self.program, self.plan.name, consts)
+            if self.ticket is not None:
+                self.backend.set_buffer_arg(kernel, self.plan.arg_names.index("fl_ticket"),
+                                            self.ticket)
+            return kernel
 
     @property
     def kernel(self) -> Any:
@@ -441,7 +452,7 @@ def _from_disk(entry: DiskEntry, path: Path, device: Device) -> CompiledKernel |
         if binary is not None or entry.binary is not None:
             # the binary the driver now produces, or none instead of a refused one
             _write_disk(path, entry.key, entry.plan, binary)
-    return CompiledKernel(entry.plan, program, backend_for(device))
+    return CompiledKernel(entry.plan, program, backend_for(device), device)
 
 
 def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
@@ -559,7 +570,7 @@ def _get_uncached(make_disk_key: Callable[[], str], make_plan: Callable[[], Kern
     with _progress(what, device):
         plan = make_plan()
         built = _build_source(plan, device)  # raises before anything is cached
-    compiled = CompiledKernel(plan, built, backend_for(device))
+    compiled = CompiledKernel(plan, built, backend_for(device), device)
     if path is not None and key is not None:
         _write_disk(path, key, plan, _binary_to_store(built, device))
     return compiled

@@ -169,3 +169,9 @@ class UnknownOpError(FuseloopError, ValueError):
 class MaskError(FuseloopError, TypeError):
     """A ``where=`` mask that is neither boolean nor declared packed words
     (``fl.bitmask``), or packed words of a type that cannot hold bits."""
+
+
+class OneLaunchRefused(FuseloopError, RuntimeError):
+    """Internal: a two-stage reduction's stages cannot share one launch on this device
+    (their grids or Loopy targets differ); caught by the evaluation, which launches them
+    one after the other (``fuseloop.lower.one_launch``)."""

@@ -28,8 +28,7 @@ from . import host_path as _host
 from . import launching as _launching
 from . import run_plans  # (it reads this module's functions at call time)
 from . import sharing as _sharing
-from . import stats as _stats
-from .errors import DeviceMemoryError, OutOfMemoryError
+from .errors import DeviceMemoryError, OneLaunchRefused, OutOfMemoryError
 from .expr import program as _prog
 from .expr.contraction import operand_producers as _operand_producers
 from .expr.nodes import (
@@ -89,11 +88,13 @@ from .splits import (
 from .splits import fits_one_row as _fits_one_row
 from .splits import has_reduce as _has_reduce
 from .splits import nested_reduces as _nested_reduces
+from .splits import one_launch as _one_launch
 from .splits import runs_child_first as _runs_child_first
+from .stats import cached_launches as _cached_launches
 
 _plan_recorder = run_plans.recorder
 recording_threads = run_plans.recording_threads
-_tally_cached_launch = _stats.cached_launches.__next__
+_tally_cached_launch = _cached_launches.__next__
 # fl.show_code: while a thread captures, launch() records that thread's kernel sources
 # instead of running them; capturing_threads[0] counts the threads capturing now, so
 # the common answer ("none") needs no thread-local look-up
@@ -601,8 +602,9 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
         memo = {}
         roots = [_rebuild(r, replace, memo) for r in roots]
         split = two_stage_split(roots, out_shape, device)
+    first = None
     if split is not None:
-        roots = _first_stage(split, roots, out_shape, device)
+        roots, first = _first_stage(split, roots, out_shape, device)
 
     work_roots, work_shape, work_targets = roots, out_shape, tgts
     if not fancy:
@@ -614,17 +616,22 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
                                   cache=_plan_recorder() is None)
     if any(t is not None for t in work_targets):
         _flags.check_pending()  # (a failed index check leaves user arrays untouched)
-    launch(program, bindings, [o for o in outs], device)
+    if first is not None:
+        _launch_joined(first, program, bindings, outs, device)
+    else:
+        launch(program, bindings, [o for o in outs], device)
     return outs
 
 
 def _first_stage(split: TwoStage, roots: list[Node], out_shape: tuple[int, ...],
-                 device: Device) -> list[Node]:
+                 device: Device) -> tuple[list[Node], FirstLaunch | None]:
     """Run the first stage of ``split``; return ``roots`` combining the partial results.
 
     The partial results have a last axis of pieces, or, for column-like
     reductions, a first one: the combining stage is then a column reduction too,
-    and its work-items read neighbouring partials.
+    and its work-items read neighbouring partials.  Where both stages are to share
+    a launch (``splits.one_launch``), the first stage is returned unlaunched, as a
+    :data:`FirstLaunch` for :func:`_launch_joined`.
     """
     tops, length = split.tops, split.length
     pieces = split.pieces
@@ -642,13 +649,70 @@ def _first_stage(split: TwoStage, roots: list[Node], out_shape: tuple[int, ...],
     program, bindings = linearize(tops, part_shape, None, chunks=(pieces, chunk, exact, axis))
     size = math.prod(part_shape)
     partials = [allocate(size * t.dtype.itemsize, device) for t in tops]
-    launch(program, bindings, partials, device)
+    first = None
+    if _one_launch(split, out_shape):
+        first = (program, bindings, partials)
+    else:
+        launch(program, bindings, partials, device)
     replace: dict[int, Node] = {}
     for t, part in zip(tops, partials):
         leaf = Leaf(part, t.dtype, part_shape)
         replace[id(t)] = Reduce(_SPLITTABLE[t.op], leaf, (axis,), t.dtype)
     memo: dict[int, Node] = {}
-    return [_rebuild(r, replace, memo) for r in roots]
+    return [_rebuild(r, replace, memo) for r in roots], first
+
+
+# a first stage not yet launched: its program, bindings and partial results
+FirstLaunch = tuple[Program, Bindings, list[Storage]]
+# (joined program, device index) whose stages could not share a launch
+_refused: set[tuple[Program, int]] = set()
+
+
+def _launch_joined(first: FirstLaunch, program: Program, bindings: Bindings,
+                   outs: list[Storage], device: Device) -> None:
+    """Launch the first stage and the combining ``program`` as one kernel (see
+    :mod:`fuseloop.lower.one_launch`), or one after the other where they cannot share
+    a launch on ``device``.  The joined launch's bindings are the combining stage's,
+    then the first stage's and its rows and row length; its outputs are ``outs``
+    then the partial results."""
+    program1, bindings1, partials = first
+    ins = bindings.storages
+    joined = program._replace(first=_prog.FirstStage(
+        program1, len(outs), len(ins), len(bindings.scalars), len(bindings.params),
+        len(bindings1.params),
+        tuple(next(k for k, s in enumerate(ins) if s is p) for p in partials)))
+    if (joined, device.index) not in _refused:
+        n_params = len(bindings.params)
+        nodes = None if bindings.scalar_nodes is None or bindings1.scalar_nodes is None \
+            else bindings.scalar_nodes + bindings1.scalar_nodes
+        slots = None if bindings.offset_slots is None or bindings1.offset_slots is None \
+            else bindings.offset_slots + tuple(n_params + k for k in bindings1.offset_slots)
+        both = Bindings(ins + bindings1.storages, bindings.scalars + bindings1.scalars,
+                        [*bindings.params, *bindings1.params,
+                         *rows_of(program1, bindings1.out_shape)],
+                        bindings.out_shape, nodes, slots)
+        try:
+            _build_ahead(joined, both, device)
+        except OneLaunchRefused:
+            _refused.add((joined, device.index))
+        else:
+            launch(joined, both, [*outs, *partials], device)
+            return
+    launch(program1, bindings1, partials, device)
+    launch(program, bindings, outs, device)
+
+
+def _build_ahead(program: Program, bindings: Bindings, device: Device) -> None:
+    """Build ``program``'s kernel for ``bindings`` now, if not built (a run plan's
+    replay looks it up; a build that refuses, :class:`OneLaunchRefused`, is known
+    before anything launched).  Its first look-up is then not counted again."""
+    index_dtype, recipe, n_rows, n_elem = launch_choice(program, bindings, device, True)
+    key = _launching.kernel_key(program, index_dtype, device, recipe, bindings.params,
+                                n_rows, n_elem)
+    if key not in _launching._memory:
+        _launching.kernel_for(program, index_dtype, device, recipe, bindings.params, n_rows,
+                              n_elem)
+        _launching.prebuilt.add(key)
 
 
 def launch_choice(program: Program, bindings: Bindings, device: Device,

@@ -32,7 +32,6 @@ from weakref import WeakValueDictionary
 import numpy as np
 
 from . import flags as _flags
-from . import stats as _stats
 from .backends import Launcher, LaunchSpec
 from .backends.base import Consts
 from .cache import CompiledKernel, _memory, get_kernel
@@ -42,10 +41,11 @@ from .expr.program import INT32_LIMIT, Program, StructureEntry
 from .recipe_state import recipe_for
 from .recipe_state import stamp as _recipe_stamp
 from .runtime.devices import Device, _runtime
+from .stats import _lock as _stats_lock
+from .stats import counters as _counters
+from .stats import increment as _increment_stat
 from .tuning import tuned as _tuned
 
-_counters = _stats.counters
-_stats_lock = _stats._lock
 INDEX_INT32, INDEX_INT64 = np.dtype(np.int32), np.dtype(np.int64)
 # key -> UserFunction, filled by fuseloop.functions.  Weak: a function no longer
 # referenced is forgotten (its compiled kernels stay cached; only lowering a new
@@ -79,7 +79,15 @@ def _check_fp64(program_entries: tuple, device: Device) -> None:
 
 def size_class_of(recipe: Any, program: Program, params: Sequence[int], n_rows: int,
                   n_elem: int) -> str:
-    """The recipe's size class for this launch (see :mod:`fuseloop.recipes`)."""
+    """The recipe's size class for this launch (see :mod:`fuseloop.recipes`); for two
+    stages in one launch (``program.first``), both stages' as ``second|first``."""
+    first = program.first
+    if first is not None:
+        rows = first.n_params + first.first_params
+        return (size_class_of(recipe, program._replace(first=None), params[:first.n_params],
+                              n_rows, n_elem) + "|" +
+                size_class_of(recipe, first.program, params[first.n_params:rows],
+                              params[rows], params[rows + 1]))
     size_class = recipe.size_class
     sizes = "" if size_class is None else size_class(program, params, n_rows, n_elem)
     if type(sizes) is not str:
@@ -118,9 +126,11 @@ def kernel_for(program: Program, index_dtype: np.dtype, device: Device, recipe: 
         if prebuilt and key in prebuilt:
             prebuilt.discard(key)  # (its look-up was counted when it was built ahead)
         else:
-            _stats.increment("memory_cache_hits")
+            _increment_stat("memory_cache_hits")
     else:
         _check_fp64(program.entries, device)
+        if program.first is not None:
+            _check_fp64(program.first.program.entries, device)
         compiled = get_kernel(program, index_dtype, device, recipe, user_functions, sizes)
     return compiled
 
@@ -290,7 +300,7 @@ def arg_layout(compiled: CompiledKernel) -> ArgLayout:
             scals.append((i, idx, np.dtype(dtypes[i]).type))
         elif kind in (3, 4, 5):
             consts.append((i, kind, idx, np.dtype(dtypes[i]).type))
-        else:
+        elif kind == 6:
             error_arg = i
     layout = compiled.arg_layout = (tuple(outs), tuple(bufs), tuple(scals), tuple(consts),
                                     error_arg)
@@ -368,7 +378,7 @@ def enqueue(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[
         else:
             flag = _enqueue_flagged(plan, outs, storages, scalars, kernel, last, device)
     except BaseException:
-        _stats.increment("memory_cache_hits", hit)
+        _increment_stat("memory_cache_hits", hit)
         raise
     with _stats_lock:  # both counters at once: one lock round trip
         _counters["memory_cache_hits"] += hit

@@ -255,7 +255,8 @@ def _key_head(device: Device) -> tuple:
     token = _recipes_current[0]
     known = _heads.get(device.index)
     # (the split thresholds as splits.py reads them: evaluate's names are copies)
-    fields = (_sp.TWO_STAGE_MIN_LENGTH, _sp.TWO_STAGE_MAX_ROWS, _ev.ONE_ROW_MAX_LENGTH)
+    fields = (_sp.TWO_STAGE_MIN_LENGTH, _sp.TWO_STAGE_MAX_ROWS, _ev.ONE_ROW_MAX_LENGTH,
+              _sp.ONE_LAUNCH)
     if known is not None and known[0] is token and token is not None \
             and known[1] is device and known[2] == fields:
         return known[3]

@@ -9,6 +9,7 @@ first stage is run by ``evaluate._first_stage``; this module decides.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -34,6 +35,10 @@ TWO_STAGE_MIN_LENGTH = 32768
 TWO_STAGE_MAX_ROWS = 64
 # the reductions that split (and the reduction combining their pieces)
 SPLITTABLE = {"sum": "sum", "prod": "prod", "max": "max", "min": "min"}
+# A split full reduction runs both stages in one launch (the last group to finish
+# combines: fuseloop.lower.one_launch); False (FUSELOOP_ONE_LAUNCH=0): two launches
+ONE_LAUNCH = os.environ.get("FUSELOOP_ONE_LAUNCH", "1").strip().lower() not in (
+    "0", "off", "false", "no")
 
 
 def children(node: Node) -> tuple[Node, ...]:
@@ -145,6 +150,12 @@ def two_stage_split(roots: Sequence[Node], out_shape: tuple[int, ...],
         pieces = piece_count(longest, device)
         return TwoStage(tops, longest, False, pieces) if pieces > 1 else None
     return None
+
+
+def one_launch(split: TwoStage, out_shape: tuple[int, ...]) -> bool:
+    """Whether ``split``'s two stages are to share one launch: a full reduction (one
+    value per top) along contiguous axes, while ``ONE_LAUNCH`` is on."""
+    return ONE_LAUNCH and not split.columns and math.prod(out_shape) == 1
 
 
 def piece_count(length: int, device: Device) -> int:

@@ -47,6 +47,7 @@ PRELUDE = r"""// fuseloop's CUDA prelude: the OpenCL C its helpers and hand-writ
 #define CLK_LOCAL_MEM_FENCE 1
 #define CLK_GLOBAL_MEM_FENCE 2
 #define barrier(fence) __syncthreads()
+#define mem_fence(fence) __threadfence()
 #define __ENDIAN_LITTLE__ 1
 #define FL_AXIS(v, d) ((long) ((d) == 0 ? v.x : (d) == 1 ? v.y : v.z))
 #define get_local_id(d) FL_AXIS(threadIdx, d)

@@ -107,6 +107,27 @@ class Program(NamedTuple):
     # the entry of a boolean mask (Target.mask) guarding the whole computation and the
     # stores of every output: elements where it is false are neither computed nor written
     mask: int | None = None
+    # a two-stage reduction's first stage run in this (its combining) kernel's launch
+    first: FirstStage | None = None
+
+
+class FirstStage(NamedTuple):
+    """The first stage of a two-stage reduction folded into the combining program's
+    launch (``Program.first``; see :mod:`fuseloop.lower.one_launch`).
+
+    The launch's bindings are the combining program's, then the first stage's, then the
+    first stage's rows and row length as two more parameters; its outputs are the
+    combining program's, then the partial results.  ``partial_inputs``: the combining
+    program's input slots that read each partial result.
+    """
+
+    program: Program
+    n_outputs: int  # the combining program's outputs, storages, scalars, parameters
+    n_storages: int
+    n_scalars: int
+    n_params: int
+    first_params: int  # the first stage's own parameters
+    partial_inputs: tuple[int, ...]
 
 
 class Bindings(NamedTuple):

@@ -279,6 +279,11 @@ def kernel_plan(program: Program, index_dtype: np.dtype, device: Any, recipe: An
                 user_functions: Any, sizes: str = "") -> KernelPlan:
     """All three steps: what the kernel cache builds on a miss."""
     with loopy_section(), _without_loopy_caches():
+        if program.first is not None:  # (two stages in one launch)
+            from . import one_launch
+
+            return one_launch.kernel_plan(program, index_dtype, device, recipe,
+                                          user_functions, sizes)
         t_unit = lower(program, index_dtype, recipe, user_functions, sizes, device=device)
         plan = generate(apply_recipe(t_unit, recipe, device), device)
     if len(program.outputs) > 1 and program.contraction is None:
