@@ -293,9 +293,10 @@ def _pieces_key(window: _ShiftedRows, shifts: range) -> tuple[tuple, list[Storag
         if type(node) is not Leaf:
             return None
         s = node.storage
-        i = next((j for j, t in enumerate(storages) if t is s), -1)
-        if i < 0:
-            i = len(storages)
+        i = 0
+        while i < len(storages) and storages[i] is not s:  # (a window has three pieces)
+            i += 1
+        if i == len(storages):
             storages.append(s)
         fields.append((first, node.leaf_token(), i, s.device.index))
     return (window.count, shifts.start, shifts.stop, tuple(fields)), storages
