@@ -258,6 +258,32 @@ def test_mixing_backends_in_one_expression_names_both_devices(cuda_device):
 
 
 @needs_cuda
+def test_split_arrays_of_two_backends_name_both_sets(cuda_device):
+    """Issue 29: a split array over CUDA devices and one over another backend's in one
+    expression raise DeviceError naming both device sets (each set's indices)."""
+    others = [d for d in fl.devices() if d.backend != "cuda" and d.usable]
+    if not others:
+        pytest.skip("no device of another backend")
+    with fl.device([cuda_device, cuda_device]):
+        x = fl.ones(8, dtype=np.float32)
+    with fl.device([others[0], others[0]]):
+        y = fl.ones(8, dtype=np.float32)
+    with pytest.raises(DeviceError, match="different device sets") as info:
+        x + y
+    assert f"[{cuda_device.index}]" in str(info.value) and f"[{others[0].index}]" in str(info.value)
+
+
+def test_a_split_over_cuda_without_a_driver_says_so():
+    """Issue 29: ``fl.device`` of a list naming CUDA devices where none is found (no
+    driver, or no CuPy) raises DeviceNotFoundError asking for the driver."""
+    if _cuda_devices():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(DeviceNotFoundError, match=r"no cuda device.*driver"), \
+            fl.device(["cuda:0", "cuda:1"]):
+        pass
+
+
+@needs_cuda
 def test_hand_written_and_library_kernels_on_cuda(cuda_device):
     """Boolean masks (the compaction kernels), sorting and scans (CuPy), random
     numbers (Random123) and the linalg kernels run on the CUDA device."""

@@ -91,3 +91,51 @@ def test_a_context_per_device_goes_through_the_host():
     got = _child("0")
     assert got["shared"] == "False" and int(got["host calls"]) > 0, got
     assert int(got["through_host"]) == 4, got  # (the halos; partials are read, not copied)
+
+
+_TOO_LARGE = textwrap.dedent('''
+    import dataclasses
+    import numpy as np
+    import fuseloop as fl
+    from fuseloop.errors import DeviceMemoryError
+    from fuseloop.runtime import devices
+
+    pocl = [d for d in fl.devices() if "Portable" in d.platform and d.type == "cpu"]
+    if len(pocl) < 2:
+        print("SKIP: PoCL did not list two CPU devices")
+        raise SystemExit(0)
+    d0, d1 = pocl[:2]
+    room = 5 << 20
+    for d in (d0, d1):  # (each device's memory as counted: what it holds now, plus 5 MiB)
+        memory = devices._runtime(d).pool
+        memory.device = dataclasses.replace(d, global_mem_size=memory.in_use + room)
+        memory.credit = -1  # (the next allocation checks the room)
+    n = 2 << 20  # 8 MiB of int32: more than either device has left, 4 MiB a part
+    try:
+        fl.arange(n, dtype=np.int32, device=d0).eval()
+    except DeviceMemoryError as exc:
+        print("one device:", str(exc).split(";")[0])
+    else:
+        raise AssertionError("8 MiB fitted in 5 MiB")
+    with fl.device([d0, d1]):
+        x = fl.arange(n, dtype=np.int32).eval()
+    assert [p.nbytes for p in x.parts] == [4 << 20, 4 << 20]
+    assert int(fl.sum(x)) == n * (n - 1) // 2
+    np.testing.assert_array_equal(x[n - 3:].get(), np.arange(n - 3, n, dtype=np.int32))
+    print("ok")
+''')
+
+
+def test_an_array_too_large_for_one_device_fits_the_set():
+    """Issue 29's bad-input list: an array larger than one device's memory (as counted,
+    each of two devices given 5 MiB of room) is refused there, and split over both (a
+    part each, within its room) it is made and computed."""
+    env = dict(os.environ, POCL_DEVICES="pthread pthread", FUSELOOP_HOST_PATH="0")
+    env.pop("FUSELOOP_DEVICE", None)
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", _TOO_LARGE], env=env, capture_output=True,
+                         text=True, timeout=600)
+    if run.stdout.startswith("SKIP"):
+        pytest.skip(run.stdout.strip())
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
+    assert "out of device memory: cannot allocate 8388608 bytes" in run.stdout, run.stdout

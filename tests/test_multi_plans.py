@@ -226,9 +226,9 @@ def test_split_stencil_steps_move_kept_templates_onto_buffers(three, monkeypatch
         one[u.bounds[1]] = np.float32(step + 2)
     kept = next(iter(exchange._PLANS.values()))
     assert kept.by_buffer
-    for holders, order in kept.by_buffer.values():
-        assert all(h.buffer is None for h in holders)
-        assert order[-1].storages <= set(holders)
+    for mover in kept.by_buffer.values():
+        assert all(h.buffer is None for h in mover.holders)
+        assert mover.root.storages <= set(mover.holders)
     monkeypatch.setattr(windows, "BY_BUFFER", False)
     got = fl.stencil(u, LAPLACE, boundary="clamp")
     assert exchange.LAST_MOVED == [0] and exchange.LAST_TEMPLATES == [0, 3]

@@ -117,22 +117,21 @@ class _Templates:
         self.built: dict[tuple, tuple[list[Node], Node, list[Node] | None]] = {}
         self.counts = [0, 0]  # (built, substituted: see LAST_TEMPLATES)
         self.kept = False  # (kept for later calls: holds placeholders only, takes no more)
-        #: kept only: by the pieces' leaves (:func:`_pieces_key`), (placeholder buffers,
-        #: the expression's nodes reading them children first, over the placeholders)
-        self.by_buffer: dict[tuple, tuple[list[Storage], list[Node]]] = {}
-        self.moved = 0  # (parts made by :func:`_moved` in this call: LAST_MOVED)
+        #: kept only: by the pieces' leaves (:func:`_pieces_key`), the expression over
+        #: placeholder buffers, ready to be moved onto a part's (:class:`_Mover`)
+        self.by_buffer: dict[tuple, _Mover] = {}
+        self.moved = 0  # (parts made by :meth:`_Mover.onto` in this call: LAST_MOVED)
 
     def part(self, apply: Callable[[Window, tuple[int, ...]], Array], window: _ShiftedRows,
              shifts: range, cen: tuple[int, ...], device: Any) -> Array:
         """``apply(window, cen)`` for a part on ``device``."""
         found = _pieces_key(window, shifts) if self.kept and BY_BUFFER else None
         if found is not None:
-            hit_ = self.by_buffer.get(found[0])
-            if hit_ is not None:  # (the kept expression moved onto this part's buffers)
-                holders, order = hit_
+            mover = self.by_buffer.get(found[0])
+            if mover is not None:  # (the kept expression moved onto this part's buffers)
                 self.counts[1] += 1
                 self.moved += 1
-                return Array._lazy(_moved(order, dict(zip(holders, found[1])))[-1], device)
+                return Array._lazy(mover.onto(found[1]), device)
         got = self._part(apply, window, shifts, cen, device)
         if found is not None and len(self.by_buffer) < BY_BUFFER_MAX:
             kept = _kept_by_buffer(got._node, found[1])
@@ -294,16 +293,16 @@ def _pieces_key(window: _ShiftedRows, shifts: range) -> tuple[tuple, list[Storag
         if type(node) is not Leaf:
             return None
         s = node.storage
-        i = next((j for j, t in enumerate(storages) if t is s), -1)
-        if i < 0:
-            i = len(storages)
+        i = 0
+        while i < len(storages) and storages[i] is not s:  # (a window has three pieces)
+            i += 1
+        if i == len(storages):
             storages.append(s)
         fields.append((first, node.leaf_token(), i, s.device.index))
     return (window.count, shifts.start, shifts.stop, tuple(fields)), storages
 
 
-def _kept_by_buffer(root: Node, storages: list[Storage]
-                    ) -> tuple[list[Storage], list[Node]] | None:
+def _kept_by_buffer(root: Node, storages: list[Storage]) -> _Mover | None:
     """``root`` (a part's expression over its pieces' ``storages``) moved onto
     placeholder buffers, for :meth:`_Templates.part`; None where it reads another buffer
     or a node of a kind :func:`_moved` does not copy."""
@@ -329,9 +328,89 @@ def _kept_by_buffer(root: Node, storages: list[Storage]
         return None
     holders = [Storage(None, 0, s.device, s.constant) for s in storages]
     try:
-        return holders, _moved(order, dict(zip(storages, holders)))
+        return _Mover(holders, _moved(order, dict(zip(storages, holders))))
     except AttributeError:  # (a slot its constructor left unset: not copied)
         return None
+
+
+class _Mover:
+    """A kept part expression over placeholder buffers (``holders``), with what moving
+    it onto a step's buffers needs worked out once (:meth:`onto`): per node, in order
+    (children first), where its children lie (a copy made before it, or a node reading
+    no buffer, shared), and which of the expression's few distinct buffer sets and
+    operand tuples it has, as holder positions.  A step then makes each distinct set and
+    tuple once and each node by its kind's copier, with no look-up by identity."""
+
+    __slots__ = ("holders", "operand_tuples", "root", "shared", "steps", "storage_sets")
+
+    def __init__(self, holders: list[Storage], order: list[Node]) -> None:
+        self.holders, self.root = holders, order[-1]
+        slot = {id(h): i for i, h in enumerate(holders)}
+        shared: list[Node] = []
+        kids_of = [_kids(n) or () for n in order]
+        copied = {id(n) for n in order}
+        for kids in kids_of:
+            for kid in kids:
+                if id(kid) not in copied and all(kid is not s for s in shared):
+                    shared.append(kid)
+        env = {id(n): i for i, n in enumerate(shared)}
+        env.update((id(n), len(shared) + i) for i, n in enumerate(order))
+        sets: dict[int, int] = {}
+        tuples: dict[int, int] = {}
+        self.storage_sets: list[tuple[int, ...]] = []
+        self.operand_tuples: list[tuple[tuple[int, Any], ...]] = []
+        steps: list[tuple[type, Callable[[Any, Any], None], Node, tuple[int, ...], int, int]]
+        steps = []
+        for node, kids in zip(order, kids_of):
+            t = type(node)
+            if t is Leaf:
+                leaf: Any = node
+                steps.append((t, _COPY[t], node, (slot[id(leaf.storage)],), 0, -1))
+                continue
+            si = sets.get(id(node.storages))
+            if si is None:
+                si = sets[id(node.storages)] = len(self.storage_sets)
+                self.storage_sets.append(tuple(slot[id(s)] for s in node.storages))
+            oi = -1
+            if node.operands:
+                oi = tuples.get(id(node.operands), -1)
+                if oi < 0:
+                    oi = tuples[id(node.operands)] = len(self.operand_tuples)
+                    self.operand_tuples.append(tuple((slot.get(id(o), -1), o)
+                                                     for o in node.operands))
+            steps.append((t, _COPY[t], node, tuple(env[id(k)] for k in kids), si, oi))
+        self.shared, self.steps = shared, steps
+
+    def onto(self, storages: list[Storage]) -> Node:
+        """The expression with ``storages`` (in the holders' order) for the holders:
+        its nodes copied (the same structure, so the same signatures), its root."""
+        sets = [frozenset(map(storages.__getitem__, s)) for s in self.storage_sets]
+        tuples = [tuple([storages[i] if i >= 0 else o for i, o in t])
+                  for t in self.operand_tuples]
+        leaves = [((s,), frozenset((s,))) for s in storages]
+        env: list[Any] = self.shared.copy()
+        at = env.__getitem__
+        new: Any = None
+        for t, copy, node, kids, si, oi in self.steps:
+            new = _new(t)
+            copy(node, new)
+            if t is Leaf:
+                new.storage = storages[kids[0]]
+                new.operands, new.storages = leaves[kids[0]]
+            else:
+                if t is Apply or t is UserCall:
+                    new.args = tuple(map(at, kids))
+                elif t is Concat:
+                    new.pieces = tuple(map(at, kids))
+                elif t is Gather:
+                    new.child, new.index = env[kids[0]], env[kids[1]]
+                else:
+                    new.child = env[kids[0]]
+                new.storages = sets[si]
+                if oi >= 0:
+                    new.operands = tuples[oi]
+            env.append(new)
+        return new
 
 
 # How :func:`_moved` copies a node of each kind: every slot assigned, written out per
