@@ -53,8 +53,9 @@ from .stats import counters as _counters
 
 #: whether fused functions use graphs on backends that have them
 ENABLED = os.environ.get("FUSELOOP_GRAPHS", "1").strip().lower() not in ("0", "no", "off")
-#: a record replays as a graph from this many launches
-MIN_LAUNCHES = 2
+#: a record replays as a graph from this many launches (one: a launch with temporaries,
+#: a split reduction's one launch among them, replays cheaper as a graph than launched)
+MIN_LAUNCHES = 1
 #: buffer sets (temporaries and results) a signature keeps for its graphs
 SETS = 2
 #: graphs captured per signature before it stops trying

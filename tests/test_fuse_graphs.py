@@ -148,3 +148,20 @@ def test_graph_calls_with_results_of_other_kinds(device, graphs):
         np.testing.assert_allclose(y.get(), _ref(xh, wh), rtol=1e-5, atol=1e-6)
         assert same is x and three == 3
     assert f.graph_calls >= 2
+
+
+def test_a_one_launch_reduction_replays_as_a_graph(device, graphs, monkeypatch):
+    """A split full reduction is one launch with temporaries (its partial results):
+    replayed as a graph like a record of several launches."""
+    from fuseloop import splits
+
+    monkeypatch.setattr(splits, "ONE_LAUNCH", True)
+    n = splits.TWO_STAGE_MIN_LENGTH * 4 + 3
+    xh = np.random.default_rng(7).random(n)
+    x = fl.asarray(xh)
+    f = fl.fuse(lambda x: fl.sum(x * x) ** 0.5)
+    for _ in range(5):
+        np.testing.assert_allclose(float(f(x)), np.sqrt((xh * xh).sum()), rtol=1e-12)
+    entry = next(iter(f._entries.values()))
+    assert len(entry.steps) == 1 and entry.temps
+    assert f.graph_calls >= 2 and graphs  # (captured per set of temporaries)
