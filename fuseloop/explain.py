@@ -358,6 +358,9 @@ def _describe(rec: _DryRecorder, outs: list[Any], device: Device) -> list[Kernel
     inputs: dict[int, str] = {}
     kernels = []
     for i, (prog, b, kouts, _) in enumerate(rec.launches):
+        if prog.first is not None:  # (both stages of a split reduction in this launch)
+            for s in kouts[prog.first.n_outputs:]:
+                written.setdefault(id(s), f"t{len(written)}")
         reads = []
         for s in b.storages:
             if id(s) in written:
@@ -369,15 +372,45 @@ def _describe(rec: _DryRecorder, outs: list[Any], device: Device) -> list[Kernel
                 reads.append(Buffer(name, "input", s.nbytes))
         later = rec.launches[i + 1:]
         writes = []
-        for s in kouts:
+        n_own = len(kouts) if prog.first is None else prog.first.n_outputs
+        for j, s in enumerate(kouts):
             if id(s) in results:
                 writes.append(Buffer(results[id(s)], "result", s.nbytes))
                 continue
             name = written.setdefault(id(s), f"t{len(written)}")
             n_later = sum(any(x is s for x in lb.storages) for _, lb, _, _ in later)
-            writes.append(Buffer(name, "temporary", s.nbytes, _why(prog, n_later)))
+            why = _why(prog._replace(first=None), n_later) if j < n_own else _JOINED_PARTIALS
+            writes.append(Buffer(name, "temporary", s.nbytes, why))
         kernels.append(_kernel_info(i, prog, b, reads, writes, device))
     return kernels
+
+
+_JOINED_PARTIALS = ("first stage of a two-stage reduction (partial results per chunk, "
+                    "combined in the same launch by the work-group that finishes last)")
+
+
+def _stages(prog: Program, b: Bindings, reads: list[Buffer], writes: list[Buffer],
+            n_rows: int) -> tuple[list[str], int, list[str]]:
+    """What a launch computes, its flops and their notes; for both stages of a split
+    reduction in one launch (``prog.first``), the first stage's lines (its outputs named
+    by their temporaries) before the combining stage's."""
+    names = {k: r.name for k, r in enumerate(reads)}
+    first = prog.first
+    if first is None:
+        flops, notes = _flops(prog, b.params, math.prod(b.out_shape), n_rows)
+        return _texts(prog, names, b.scalars), flops, notes
+    combining = prog._replace(first=None)
+    texts = _texts(combining, names, b.scalars[:first.n_scalars])
+    flops, notes = _flops(combining, b.params[:first.n_params], math.prod(b.out_shape), 1)
+    rows = first.n_params + first.first_params
+    params1 = b.params[first.n_params:rows]
+    names1 = {k - first.n_storages: n for k, n in names.items() if k >= first.n_storages}
+    lines1 = _texts(first.program, names1, b.scalars[first.n_scalars:])
+    partials = writes[first.n_outputs:]
+    lines1 = [f"{t.name} = {line.split(' = ', 1)[1]}" for t, line in zip(partials, lines1)]
+    pieces = b.params[rows]  # (the first stage's rows: one partial result each)
+    flops1, notes1 = _flops(first.program, params1, pieces, pieces)
+    return lines1 + texts, flops + flops1, notes1 + notes
 
 
 def _kernel_info(i: int, prog: Program, b: Bindings, reads: list[Buffer],
@@ -389,10 +422,9 @@ def _kernel_info(i: int, prog: Program, b: Bindings, reads: list[Buffer],
     local = tuple(kernel.lsize(n_rows, n_elem, b.params))
     groups = kernel.gsize(n_rows, n_elem, b.params)
     sizes = recipe.size_class(prog, b.params, n_rows, n_elem) if recipe.size_class else ""
-    names = {k: r.name for k, r in enumerate(reads)}
-    flops, notes = _flops(prog, b.params, math.prod(b.out_shape), n_rows)
+    computes, flops, notes = _stages(prog, b, reads, writes, n_rows)
     return KernelInfo(
-        index=i, name=kernel.plan.name, kind=recipe.kind, computes=_texts(prog, names, b.scalars),
+        index=i, name=kernel.plan.name, kind=recipe.kind, computes=computes,
         reads=reads, writes=writes, recipe=recipe.name,
         params=_recipe_params(recipe, device), size_class=sizes,
         grid=(tuple(g * w for g, w in zip(groups, local)), local),

@@ -9,6 +9,7 @@ import pytest
 
 import fuseloop as fl
 import fuseloop.launching as launching
+from fuseloop import splits
 from fuseloop.runtime import devices
 from fuseloop.runtime.devices import _runtime
 
@@ -89,7 +90,7 @@ def test_an_interrupted_flush_loses_no_launch(device):
     assert calls == [1, 1] and not rt.deferred
 
 
-def test_small_assignments_and_reductions_are_deferred(device):
+def test_small_assignments_and_reductions_are_deferred(device, monkeypatch):
     xh = rand(1000, 6)
     x = fl.asarray(xh)
     out = fl.empty_like(x)
@@ -108,8 +109,16 @@ def test_small_assignments_and_reductions_are_deferred(device):
     big = fl.asarray(rand(300_000, 7))
     fl.sum(big).eval()
     fl.synchronize()
-    # two stages: the first reads more than 4 * DEFER_MAX_ELEMENTS and is enqueued at
-    # once; the second, combining its partial sums, is small and deferred
+    # both stages in one launch, which reads more than 4 * DEFER_MAX_ELEMENTS: at once
+    t = fl.sum(big).eval()
+    if splits.ONE_LAUNCH:
+        assert not rt.deferred
+    np.testing.assert_allclose(float(t), float(np.sum(big.get(), dtype=np.float64)), rtol=1e-5)
+    monkeypatch.setattr(splits, "ONE_LAUNCH", False)
+    fl.sum(big).eval()
+    fl.synchronize()
+    # two launches: the first stage is enqueued at once; the second, combining its
+    # partial sums, is small and deferred
     t = fl.sum(big).eval()
     assert len(rt.deferred) == 1
     _go, (_outs, storages, *_rest) = rt.deferred[0]
