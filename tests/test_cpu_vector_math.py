@@ -336,6 +336,23 @@ def test_each_stage_of_a_chain_gets_a_lane_domain_of_its_own():
     assert code.count("exp(vload8(") + code.count("log(vload8(") == 16  # (one body)
 
 
+def test_a_calls_argument_waits_only_for_the_calls_it_reads(pocl):
+    """Per level of ``sin(r)*.5 + cos(r*k)*.25 + .1``, cos's argument ``r*k`` reads no
+    call's result: it joins the lane loop that makes ``r``, and both calls follow
+    that loop (one lane loop per level, not two: half of Loopy's and PoCL's work)."""
+    r = fl.asarray(np.linspace(0.1, 2.0, 100, dtype=np.float32))
+    for k in range(3):
+        r = fl.sin(r) * .5 + fl.cos(r * (k + 1.5)) * .25 + .1
+    code = fl.show_code(r)
+    assert code.count("for (int i_inner_inner") == 3 + 1, code
+    # an argument that reads a call's result still follows that call
+    x = fl.asarray(np.linspace(0.1, 2.0, 100, dtype=np.float32))
+    code = fl.show_code(fl.sin(fl.cos(x) * 2 + fl.exp(x)))
+    store = re.search(r"_fl_va\w+\[\w+\] =", code)
+    assert store is not None, code
+    assert code.index("exp(vload8(") < store.start() < code.index("sin(convert"), code
+
+
 def test_deep_chains_match_numpy(cpu):
     n = CPU_CHUNK + 13
     xh = np.random.default_rng(7).uniform(-2, 2, n).astype(np.float32)

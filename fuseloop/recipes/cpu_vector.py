@@ -227,9 +227,16 @@ class _Vectoriser:
             arg = f"{_ARG_PREFIX}{k}_{j}"
             self._array(arg, dtype)
             arg_id = f"_fl_varg{k}_{j}"
+            # after the calls whose results it reads, not every call hoisted before it:
+            # an argument that reads none joins the earliest lane loop (in a chain of
+            # sin(r) and cos(r * k) per level, both calls follow one lane loop, not two)
+            from loopy.symbolic import get_dependencies
+
+            after = {f"_fl_vcall{name[len(_RESULT_PREFIX):]}" for name in get_dependencies(p)
+                     if name.startswith(_RESULT_PREFIX)}
             self.insns.append(lp.Assignment(
                 prim.Subscript(prim.Variable(arg), lane_var), p, id=arg_id,
-                depends_on=frozenset(mapper.depends_on | mapper.call_ids),
+                depends_on=frozenset(mapper.depends_on | after),
                 within_inames=self.block_inames | {self.lane}))
             call_deps.add(arg_id)
             vector_args.append(arg)
