@@ -107,6 +107,33 @@ def test_the_pool_reuses_its_workers(device, process_mode, monkeypatch):
     pool.shutdown()
 
 
+def test_a_worker_readies_a_device_by_starting_its_compiler(device, monkeypatch):
+    """A request without source (the prestart at a cache miss) makes the context and
+    builds a one-line program, so the driver's compiler starts (PoCL reads its
+    builtin library) while the caller lowers; once per device."""
+    import pyopencl as cl
+
+    from fuseloop.backends import opencl_worker
+
+    built: list[str] = []
+    original = cl.Program.build
+
+    def spy(self, *args, **kwargs):
+        built.append(self.get_info(cl.program_info.SOURCE))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cl.Program, "build", spy)
+    state: dict = {}
+    address = compile_workers._device_address(device)
+    assert opencl_worker.build(state, address, None, (), ()) == ("ok", b"")
+    assert built == [opencl_worker._WARM_UP]
+    assert opencl_worker.build(state, address, None, (), ()) == ("ok", b"")
+    assert len(built) == 1
+    source = "__kernel void k(__global float *a) { a[0] = 1.5f; }"
+    assert opencl_worker.build(state, address, source, (), ("k",), binary=False) == ("ok", None)
+    assert built[1:] == [source]
+
+
 _CTRL_C_SCRIPT = textwrap.dedent("""
     import sys, time
     import numpy as np

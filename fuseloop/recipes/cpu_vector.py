@@ -9,10 +9,11 @@ are equal or a few representable values apart).  Loopy does not vectorise
 function calls, so this transform does it in the kernel:
 
 * the chunk loop is split into blocks of :data:`LANES` elements, each with a
-  loop over its lanes; every work-item but the last has a full chunk (a Loopy slab),
-  so only the last chunk checks its lanes against the size, and there only where
-  they read or write memory or call a function (its lane loops run all 8 lanes:
-  see ``_whole_blocks``);
+  loop over its lanes; every lane loop runs all 8 lanes (see ``_whole_blocks``),
+  and checks its lanes against the size only where they read or write memory or
+  call a function.  One body serves every chunk: a slab of full chunks without
+  those checks ran no faster and doubled the code that Loopy generates and the
+  OpenCL compiler compiles;
 * each builtin call's arguments are stored, lane by lane, into private arrays;
   one :class:`loopy.CInstruction` per block applies the builtin to them as
   vectors (``vstore8(exp(vload8(0, a)), 0, r)``), and the expression reads its
@@ -226,9 +227,16 @@ class _Vectoriser:
             arg = f"{_ARG_PREFIX}{k}_{j}"
             self._array(arg, dtype)
             arg_id = f"_fl_varg{k}_{j}"
+            # after the calls whose results it reads, not every call hoisted before it:
+            # an argument that reads none joins the earliest lane loop (in a chain of
+            # sin(r) and cos(r * k) per level, both calls follow one lane loop, not two)
+            from loopy.symbolic import get_dependencies
+
+            after = {f"_fl_vcall{name[len(_RESULT_PREFIX):]}" for name in get_dependencies(p)
+                     if name.startswith(_RESULT_PREFIX)}
             self.insns.append(lp.Assignment(
                 prim.Subscript(prim.Variable(arg), lane_var), p, id=arg_id,
-                depends_on=frozenset(mapper.depends_on | mapper.call_ids),
+                depends_on=frozenset(mapper.depends_on | after),
                 within_inames=self.block_inames | {self.lane}))
             call_deps.add(arg_id)
             vector_args.append(arg)
@@ -478,9 +486,9 @@ def vectorise_math_calls(t_unit: lp.TranslationUnit, iname: str, chunk: int,
         return lp.split_iname(t_unit, iname, chunk, outer_tag="g.0")
     inner = f"{iname}_inner"
     block, lane = f"{inner}_outer", f"{inner}_inner"
-    # every work-item but the last one has a full chunk (a slab); in the last chunk,
-    # the lanes that touch memory are tested against the size (_whole_blocks)
-    t_unit = lp.split_iname(t_unit, iname, chunk, outer_tag="g.0", slabs=(0, 1))
+    # the lanes that touch memory are tested against the size (_whole_blocks), in
+    # every chunk: no slab of full chunks, whose copy of the body doubled the build
+    t_unit = lp.split_iname(t_unit, iname, chunk, outer_tag="g.0")
     # (the lane loops stay loops of 8: the compiler unrolls them; Loopy's unrolling
     # gave the same speed and a longer compile)
     t_unit = lp.split_iname(t_unit, inner, LANES)
@@ -538,8 +546,8 @@ def _guard_lanes(t_unit: lp.TranslationUnit, lane: str, in_range: isl.BasicSet |
     The test is a domain, not a predicate: each lane loop ``L`` that has such
     instructions gets a loop ``L_in`` of one iteration in a domain of its own,
     nested in ``L``'s, that holds only where the lane is in range, and those
-    instructions run in it.  Loopy then tests it only where it does not know it
-    holds already: in the last chunk's code, not in the full chunks' (the slab).
+    instructions run in it.  Loopy tests it only where it does not know it holds
+    already (not in a slab of full blocks, see :func:`vectorise_loop_calls`).
     """
     if in_range is None:
         return t_unit

@@ -17,8 +17,9 @@ Messages are pickled tuples, each preceded by its length (8 bytes, little endian
   earlier devices of the same platform and name and ``binary`` says whether the
   answer brings the program's binary;
 * the answer is ``("ok", binary)`` (``("ok", None)`` when no binary was asked for)
-  or ``("error", log)``; a request whose source is None only makes the device's
-  context (ahead of the first build) and is answered ``("ok", b"")``.
+  or ``("error", log)``; a request whose source is None only readies the device
+  (its context, and the compiler's start: ahead of the first build) and is
+  answered ``("ok", b"")``.
 
 ``hook`` is for tests: ``None``, or ``(action, marker)``; when ``marker`` is in
 the source the worker calls ``os.abort()`` (action ``"abort"``) or sleeps
