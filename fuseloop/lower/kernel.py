@@ -792,7 +792,8 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
     # each loop's role, for recipes' within= matches (fuseloop.lower.roles)
     knl = tag_roles(knl, kernel_roles(program.has_reduce, program.has_reduce
                                       and contiguous_rows(program), low.red_inames,
-                                      len(split[2]) if split is not None else 0))
+                                      len(split[2]) if split is not None else 0,
+                                      program.row_dims is not None))
     for cname, clbl in low.callables.items():
         knl = lp.register_callable(knl, cname, clbl)
     return LoweredKernel(knl, arg_names)
