@@ -10,9 +10,9 @@ of the function (and of this package, whose helpers it calls) and the parameter
 values.  Editing a recipe's function therefore rebuilds its kernels without a
 version bump.
 
-Two parameters belong to the pipeline rather than the function, and every
-recipe has them: ``size_class`` (see :mod:`fuseloop.recipes`) and
-``concat_chunk`` (see :func:`~fuseloop.register_recipe`).
+Three parameters belong to the pipeline rather than the function, and every
+recipe has them: ``size_class`` (see :mod:`fuseloop.recipes`), ``concat_chunk`` and
+``row_loops`` (see :func:`~fuseloop.register_recipe`).
 """
 
 from __future__ import annotations

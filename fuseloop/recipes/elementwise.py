@@ -79,7 +79,7 @@ def _cpu_rows_chunked(t_unit: lp.TranslationUnit, device: Device, chunk: int,
     bound = next((b for b in CPU_ROW_CLASSES if implied(knl, f"NE <= {b}")), None)
     if bound is None:
         t_unit = lp.split_iname(t_unit, element, chunk, outer_tag="g.0")
-        t_unit = lp.tag_inames(t_unit, {row: "g.1"})  # type: ignore[dict-item]
+        t_unit = lp.tag_inames(t_unit, {row: "g.1"})
         inner, rows = f"{element}_inner", f"{element}_outer"
     else:
         t_unit = lp.split_iname(t_unit, row, max(1, chunk // bound), outer_tag="g.0")
