@@ -102,3 +102,21 @@ def test_flat_loop_without_row_loops(cpu, restore_recipes):
         got = (x.T * 2).get()
     assert "fl_idx_mod" in body and " e " not in body
     np.testing.assert_array_equal(got, h.T * 2)
+
+
+@pytest.mark.parametrize("cols, per_item", [(50, 64), (300, 8), (600, None)])
+def test_short_reduction_rows_share_a_work_item(cpu, cols, per_item):
+    """cpu-rows: rows a size class bounds (at most 512 long) are walked about 4096
+    elements per work-item, longer ones one each."""
+    h = RNG.random((200, cols)).astype(np.float32)
+    x = fl.asarray(h)
+    body = _body(fl.show_code(x.sum(axis=1)))
+    rows_loop = re.search(r"for \(\w+ i_inner = 0; [^\n]*?-(\d+) \* gid\(0\)", body)
+    if per_item is None:
+        assert rows_loop is None and "out0[gid(0)]" in body, body
+    else:
+        assert rows_loop is not None and int(rows_loop.group(1)) == per_item, body
+    np.testing.assert_allclose(x.sum(axis=1).get(), h.sum(axis=1), rtol=1e-5)
+    i = fl.asarray(h[:, :cols // 2].copy() * 100).astype(np.int32)
+    np.testing.assert_array_equal(i.max(axis=1).get(), (h[:, :cols // 2] * 100).astype(
+        np.int32).max(axis=1))
