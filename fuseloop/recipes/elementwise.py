@@ -107,8 +107,10 @@ cpu_chunked = Recipe(
             Param("vector_math", bool, False, "math builtins on vectors of 8 (PoCL)",
                   (False, True))),
     variants=((POCL, {"vector_math": True}),),
-    concat_chunk=Derived(lambda values: values["chunk"]), row_loops=True,
-    size_class=Derived(lambda values: _cpu_row_class))
+    # (defaults, as Derived values are: a value given here would be explicit, and
+    # explicit recipes take no tuned parameters)
+    concat_chunk=Derived(lambda values: values["chunk"]),
+    row_loops=Derived(lambda values: True), size_class=Derived(lambda values: _cpu_row_class))
 
 
 GPU_UNROLL_INAME = f"{FLAT_INAME}_inner_outer"
