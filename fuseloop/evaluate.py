@@ -726,7 +726,7 @@ def launch_choice(program: Program, bindings: Bindings, device: Device,
                                   max(max(bindings.params, default=0), math.prod(shape)),
                                   device if check_device else None)
     recipe = recipe_for(device, recipe_kind(program))
-    return (index_dtype, recipe, *rows_of(program, shape))
+    return (index_dtype, recipe, *rows_of(program, shape, recipe))
 
 
 def launch(program: Program, bindings: Bindings, outs: list[Storage], device: Device) -> None:

@@ -37,7 +37,7 @@ from .backends.base import Consts
 from .cache import CompiledKernel, _memory, get_kernel
 from .errors import DeviceError, DTypeError, RecipeError
 from .expr.nodes import Storage
-from .expr.program import INT32_LIMIT, Program, StructureEntry
+from .expr.program import INT32_LIMIT, Program, StructureEntry, with_row_loops
 from .recipe_state import recipe_for
 from .recipe_state import stamp as _recipe_stamp
 from .runtime.devices import Device, _runtime
@@ -164,8 +164,13 @@ def recipe_kind(program: Program) -> str:
             "sparse" if program.has_sparse else "elementwise")
 
 
-def rows_of(program: Program, out_shape: tuple[int, ...]) -> tuple[int, int]:
-    """(number of rows, elements per row) of a launch of ``program`` over ``out_shape``."""
+def rows_of(program: Program, out_shape: tuple[int, ...],
+            recipe: Any = None) -> tuple[int, int]:
+    """(number of rows, elements per row) of a launch of ``program`` over ``out_shape``
+    by ``recipe`` (one whose ``row_loops`` is set lowers elementwise programs of
+    several axes in rows: :func:`~fuseloop.expr.program.with_row_loops`)."""
+    if recipe is not None and recipe.row_loops:
+        program = with_row_loops(program)
     if program.row_dims is None:
         return math.prod(out_shape), 1
     n_rows = math.prod(out_shape[d] for d in program.row_dims)
@@ -229,7 +234,7 @@ def plan_launch(program: Program, params: Sequence[int], out_shape: tuple[int, .
     (counted as :func:`kernel_for` counts).  ``one_output``: ``go`` takes the output
     storage itself, not a list (None when the kernel has a second output or an
     error flag)."""
-    n_rows, n_elem = rows_of(program, out_shape)
+    n_rows, n_elem = rows_of(program, out_shape, recipe)
     compiled = kernel_for(program, index_dtype, device, recipe, params, n_rows, n_elem)
     plan = plan_for(compiled, params, n_rows, n_elem, device, one_output)
     if plan is None:

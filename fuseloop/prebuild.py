@@ -110,7 +110,7 @@ def _missing(launches: Sequence[tuple[Any, Sequence[int], tuple[int, ...], np.dt
     out = []
     for program, params, out_shape, index_dtype in launches:
         recipe = recipe_for(device, launching.recipe_kind(program))
-        n_rows, n_elem = launching.rows_of(program, out_shape)
+        n_rows, n_elem = launching.rows_of(program, out_shape, recipe)
         args = (program, index_dtype, device, recipe, params, n_rows, n_elem)
         key = launching.kernel_key(*args)
         if key not in seen and key not in _memory:

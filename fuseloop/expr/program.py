@@ -130,6 +130,28 @@ class FirstStage(NamedTuple):
     partial_inputs: tuple[int, ...]
 
 
+def with_row_loops(program: Program) -> Program:
+    """``program`` lowered as a loop over its output's rows (every non-unit axis but
+    the last) and one along the last axis, where it has several axes and no
+    reduction; else ``program`` itself.
+
+    An output whose axes do not merge (a gather of rows, a slice of a matrix, a
+    transpose) otherwise walks one flat loop and divides its position by the
+    extents in every element's address; here the divisions are per row, and the
+    inner loop steps along the last axis (vectorised on CPUs).  Masked programs,
+    atomic updates and concatenations (the CPU's piece loops need the flat loop)
+    keep it.  A recipe asks for this form with ``row_loops`` (see
+    :mod:`fuseloop.recipes`).
+    """
+    dims = [d for d, s in enumerate(program.root_sizes) if s != 1]
+    if (len(dims) < 2 or program.row_dims is not None or program.has_reduce
+            or program.chunked or program.contraction is not None or program.has_sparse
+            or program.mask is not None or any(len(s) == 4 for s in program.out_specs)
+            or any(e.kind == "concat" for e in program.entries)):
+        return program
+    return program._replace(row_dims=tuple(dims[:-1]))
+
+
 class Bindings(NamedTuple):
     """The run-time values a program is launched with.
 

@@ -35,7 +35,7 @@ import numpy as np
 from .._lazy import loopy_lock as loopy_lock  # (one Loopy step at a time, in the process)
 from ..cache_disk import KernelPlan, cache_dir
 from ..errors import RecipeError
-from ..expr.program import Program, collapse_groups
+from ..expr.program import Program, collapse_groups, with_row_loops
 from ..stats import increment as _increment  # (fl.stats, a function, shadows the module)
 
 # What unpickling an entry of Loopy's own disk caches (under ~/.cache/pytools) raises
@@ -123,6 +123,8 @@ def lower(program: Program, index_dtype: np.dtype, recipe: Any,
         target = native_target(target, device)
     if _has_complex(program):
         target = _complex_target(target, program, device)
+    if recipe.row_loops:
+        program = with_row_loops(program)
     lowered = kernel.lower_program(program, collapse_groups(program),  # type: ignore[func-returns-value]
                                    index_dtype,
                                    user_functions, piece_chunk=recipe.concat_chunk,

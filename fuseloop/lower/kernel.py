@@ -724,14 +724,13 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
     for the Loopy ``target`` (the device's backend's, ``Backend.loopy_target()``).
 
     With ``piece_chunk`` (a recipe's ``concat_chunk``, see
-    :func:`fuseloop.recipes.register_recipe`), an elementwise kernel reading a
-    concatenation whose pieces are consecutive ranges of the flat loop (see
-    :func:`piece_loops`) is lowered differently: ``i`` numbers chunks of
-    ``piece_chunk`` elements, and within a chunk piece ``p`` has a loop
-    ``i_k<p>`` of its own over the chunk's elements in the piece (Loopy turns
-    the piece's range into the loop's bounds), running the whole kernel with the
-    piece read directly: no per-element selection, so the loops vectorise.
-    """
+    :func:`fuseloop.recipes.register_recipe`), an elementwise kernel reading a concatenation
+    whose pieces are consecutive ranges of the flat loop (see :func:`piece_loops`) is
+    lowered differently: ``i`` numbers chunks of ``piece_chunk`` elements, and within a
+    chunk piece ``p`` has a loop ``i_k<p>`` of its own over the chunk's elements in the
+    piece (Loopy turns the piece's range into the loop's bounds), running the whole kernel
+    with the piece read directly: no per-element selection, so the loops vectorise.  An
+    elementwise ``program`` with ``row_dims`` (``with_row_loops``) has rows too."""
     if program.contraction is not None:
         from .contraction import lower_contraction
 
@@ -792,7 +791,8 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
     # each loop's role, for recipes' within= matches (fuseloop.lower.roles)
     knl = tag_roles(knl, kernel_roles(program.has_reduce, program.has_reduce
                                       and contiguous_rows(program), low.red_inames,
-                                      len(split[2]) if split is not None else 0))
+                                      len(split[2]) if split is not None else 0,
+                                      program.row_dims is not None))
     for cname, clbl in low.callables.items():
         knl = lp.register_callable(knl, cname, clbl)
     return LoweredKernel(knl, arg_names)

@@ -39,11 +39,14 @@ def tag_roles(t_unit: lp.TranslationUnit,
 
 
 def kernel_roles(reduction: bool, contiguous: bool, reduction_ids: Iterable[int],
-                 pieces: int) -> dict[str, list[str]]:
+                 pieces: int, rows: bool = False) -> dict[str, list[str]]:
     """The roles of the loops :func:`fuseloop.lower.kernel.lower_program` makes: ``i``
-    (flat or rows), ``e``, ``j<rid>`` for each reduction and ``i_k<p>`` per piece."""
+    (flat or rows), ``e``, ``j<rid>`` for each reduction and ``i_k<p>`` per piece
+    (``rows``: an elementwise kernel in rows, ``with_row_loops``)."""
+    # ("e": kernel.ELEMENT_INAME, not imported: kernel imports this module)
+    if not reduction and rows:
+        return {FLAT_INAME: [ROW], "e": [ROW_ELEMENT]}
     if not reduction:
         return {FLAT_INAME: [FLAT], **{f"{PIECE_INAME_PREFIX}{p}": [PIECE] for p in range(pieces)}}
-    # ("e": kernel.ELEMENT_INAME, not imported: kernel imports this module)
     return {FLAT_INAME: [ROW, ROW_CONTIGUOUS if contiguous else ROW_STRIDED], "e": [ROW_ELEMENT],
             **{f"j{rid}": [REDUCTION] for rid in reduction_ids}}

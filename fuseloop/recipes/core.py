@@ -10,9 +10,9 @@ of the function (and of this package, whose helpers it calls) and the parameter
 values.  Editing a recipe's function therefore rebuilds its kernels without a
 version bump.
 
-Two parameters belong to the pipeline rather than the function, and every
-recipe has them: ``size_class`` (see :mod:`fuseloop.recipes`) and
-``concat_chunk`` (see :func:`~fuseloop.register_recipe`).
+Three parameters belong to the pipeline rather than the function, and every
+recipe has them: ``size_class`` (see :mod:`fuseloop.recipes`), ``concat_chunk`` and
+``row_loops`` (see :func:`~fuseloop.register_recipe`).
 """
 
 from __future__ import annotations
@@ -135,6 +135,8 @@ _PIPELINE_PARAMS = (
     Param("size_class", Callable, None, "picks each launch's size class (Loopy assumptions)"),
     Param("concat_chunk", int, None, "elementwise: lower concatenations as one loop per "
                                      "piece in chunks of this many elements"),
+    Param("row_loops", bool, False, "elementwise: an output of several axes as a loop "
+                                    "over its rows and one along its last axis"),
 )
 _PIPELINE_NAMES = frozenset(p.name for p in _PIPELINE_PARAMS)
 
@@ -202,7 +204,8 @@ class Recipe:
                 values[n] = v.compute(plain)
             self.params[n].check(values[n], self.name)
         if self.kind != "elementwise":
-            values["concat_chunk"] = None  # it changes the lowering of elementwise kernels only
+            # they change the lowering of elementwise kernels only
+            values["concat_chunk"], values["row_loops"] = None, False
         return values
 
     def _copy(self, **changes: Any) -> Recipe:
@@ -266,6 +269,10 @@ class Recipe:
     @property
     def concat_chunk(self) -> int | None:
         return self.values["concat_chunk"]
+
+    @property
+    def row_loops(self) -> bool:
+        return self.values["row_loops"]
 
     @property
     def transform(self) -> _BoundTransform:

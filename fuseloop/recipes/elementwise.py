@@ -14,7 +14,12 @@ from .._lazy import lp, prim
 from ..lower.pieces import FLAT_INAME
 from . import select
 from .core import Derived, Param, Recipe, SizeClassFunction, Space, int_range, powers_of_two
-from .cpu_vector import POCL_PLATFORM, through_double_width, vectorise_math_calls
+from .cpu_vector import (
+    POCL_PLATFORM,
+    through_double_width,
+    vectorise_loop_calls,
+    vectorise_math_calls,
+)
 from .registry import DevicePredicate
 
 if TYPE_CHECKING:
@@ -24,6 +29,8 @@ if TYPE_CHECKING:
 POCL = DevicePredicate(type="cpu", platform=POCL_PLATFORM)
 
 CPU_CHUNK = 4096
+#: row lengths of an elementwise kernel in rows with a size class each (``NE <= b``)
+CPU_ROW_CLASSES = (16, 64, 256, 1024, 4096)
 GPU_GROUP_SIZE = 128
 GPU_ITEMS_PER_THREAD = 4
 #: the most operations (items x the loop body's operations) one work-item's unrolled body holds
@@ -42,6 +49,8 @@ def _cpu_chunked(t_unit: lp.TranslationUnit, device: Device, *, chunk: int,
     keep the scalar calls.  A concatenation's pieces get a loop each within the
     chunk (``concat_chunk``): ``i`` already numbers chunks.
     """
+    if select.has_iname(t_unit, f"tag:{select.ROW_ELEMENT}"):
+        return _cpu_rows_chunked(t_unit, device, chunk, vector_math)
     flat = select.iname(t_unit, f"tag:{select.FLAT}")
     if select.has_iname(t_unit, f"tag:{select.PIECE}"):
         return lp.tag_inames(t_unit, {flat: "g.0"})  # type: ignore[dict-item]
@@ -55,14 +64,53 @@ def _cpu_chunked(t_unit: lp.TranslationUnit, device: Device, *, chunk: int,
     return lp.split_iname(t_unit, flat, chunk, outer_tag="g.0")  # type: ignore[arg-type]
 
 
+def _cpu_rows_chunked(t_unit: lp.TranslationUnit, device: Device, chunk: int,
+                      vector_math: bool) -> lp.TranslationUnit:
+    """An output of several axes lowered in rows (``row_loops``): whole rows of at most
+    ``b`` elements (``b``, the size class's bound, ``CPU_ROW_CLASSES``), ``chunk // b``
+    of them per work-item, each walked along its contiguous last axis; longer rows in
+    chunks of ``chunk``, rows on the grid's second axis.  Per-row work (a gathered
+    row's index, a row's address) runs once per row."""
+    from .row_cache import implied
+
+    row = str(select.iname(t_unit, f"tag:{select.ROW}"))
+    element = str(select.iname(t_unit, f"tag:{select.ROW_ELEMENT}"))
+    knl = t_unit.default_entrypoint
+    bound = next((b for b in CPU_ROW_CLASSES if implied(knl, f"NE <= {b}")), None)
+    if bound is None:
+        t_unit = lp.split_iname(t_unit, element, chunk, outer_tag="g.0")
+        t_unit = lp.tag_inames(t_unit, {row: "g.1"})
+        inner, rows = f"{element}_inner", f"{element}_outer"
+    else:
+        t_unit = lp.split_iname(t_unit, row, max(1, chunk // bound), outer_tag="g.0")
+        inner, rows = element, f"{row}_inner"
+        # (rows outside, so each row is walked contiguously)
+        t_unit = lp.prioritize_loops(t_unit, f"{rows},{inner}")
+    if vector_math:
+        t_unit = vectorise_loop_calls(t_unit, inner, device.has_fp64,
+                                      through_double_width(device))
+    return t_unit
+
+
+def _cpu_row_class(program: Any, params: Any, n_rows: int, n_elem: int) -> str:
+    """``NE <= b``, ``b`` the least of ``CPU_ROW_CLASSES`` holding an output row of a
+    kernel in rows (no condition for a flat loop, ``n_elem`` 1, or longer rows)."""
+    if n_elem <= 1:
+        return ""
+    return next((f"NE <= {b}" for b in CPU_ROW_CLASSES if n_elem <= b), "")
+
+
 cpu_chunked = Recipe(
-    "cpu-chunked", _cpu_chunked, version="4",
+    "cpu-chunked", _cpu_chunked, version="5",
     params=(Param("chunk", int, CPU_CHUNK, "elements per work-item",
                   int_range(8, 1 << 24, (1024, 2048, 4096, 8192, 16384, 32768))),
             Param("vector_math", bool, False, "math builtins on vectors of 8 (PoCL)",
                   (False, True))),
     variants=((POCL, {"vector_math": True}),),
-    concat_chunk=Derived(lambda values: values["chunk"]))
+    # (defaults, as Derived values are: a value given here would be explicit, and
+    # explicit recipes take no tuned parameters)
+    concat_chunk=Derived(lambda values: values["chunk"]),
+    row_loops=Derived(lambda values: True), size_class=Derived(lambda values: _cpu_row_class))
 
 
 GPU_UNROLL_INAME = f"{FLAT_INAME}_inner_outer"

@@ -68,6 +68,8 @@ CPU_SELECT_ACCUMULATORS = 32
 # per CPU_SELECT_STEPS elements, at least CPU_SELECT_MIN.
 CPU_SHORT_ROWS = (64, 128, 256, 512)
 CPU_SELECT_STEPS = 32
+# a work-item's elements when short rows are grouped (as an elementwise chunk)
+CPU_ROW_ITEM_ELEMENTS = 4096
 CPU_SELECT_MIN = 4
 # Column-like reductions (see the module docstring).  CPU: 256 and 1024 outputs per
 # work-item took 0.3-0.5 of the time of 32 or 64 (unrolled) on 4096 x 4096 and
@@ -560,6 +562,20 @@ def _cpu_size_class(program: Program, params: Sequence[int], n_rows: int,
     return " and ".join(conds)
 
 
+def _short_rows_per_item(knl: lp.LoopKernel) -> int:
+    """Rows per work-item of a contiguous rows kernel without an element loop: about
+    ``CPU_ROW_ITEM_ELEMENTS`` elements where the size class bounds every reduction's
+    row, else 1 (the launch of a work-item costs PoCL more than a short row's walk)."""
+    bounds = []
+    for j in _reduction_inames(knl):
+        p = row_cache.row_bound(knl, j)
+        bounds.append(next((b for b in CPU_SHORT_ROWS if p is not None
+                            and row_cache.implied(knl, f"{p} <= {b}")), None))
+    if not bounds or None in bounds:
+        return 1
+    return max(1, CPU_ROW_ITEM_ELEMENTS // max(b for b in bounds if b is not None))
+
+
 def _short_row_count(knl: lp.LoopKernel, j: str, count: int) -> int:
     """``count`` max/min accumulators, fewer where the size class bounds the row."""
     bound = row_cache.row_bound(knl, j)
@@ -597,8 +613,11 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
     if contiguous:
         t_unit = _wide_addresses(t_unit)
     if contiguous and element is None:
-        # long contiguous rows (or pieces): one each, so every core gets some
-        t_unit = lp.tag_inames(t_unit, {row: "g.0"})  # type: ignore[dict-item]
+        # long contiguous rows (or pieces): one each, so every core gets some; short
+        # ones (a size class bounds them) a few together, as the elementwise chunks
+        per_item = _short_rows_per_item(knl)
+        t_unit = (lp.tag_inames(t_unit, {str(row): "g.0"}) if per_item == 1
+                  else lp.split_iname(t_unit, str(row), per_item, outer_tag="g.0"))
         for j in _reduction_inames(knl):
             calls = vector_math and _reduction_calls(t_unit, j, fp64)
             count = accumulators if calls else _plain_count(knl, j, accumulators,
@@ -624,7 +643,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
 
 
 cpu_rows = Recipe(
-    "cpu-rows", _cpu_rows, kind="reduction", version="8",
+    "cpu-rows", _cpu_rows, kind="reduction", version="9",
     params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
                   "rows per work-item (short rows; long contiguous rows get one each)",
                   int_range(1, 1 << 16, (1, 2, 4, 8, 16, 32))),
