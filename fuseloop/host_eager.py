@@ -305,7 +305,7 @@ def _sync(device: Any) -> Any:
         rt = _runtimes[device] = _runtime(device)
     if rt.deferred:
         rt.flush()
-    rt.finish_queue(rt.queue)
+    rt.finish()
     return rt
 
 
