@@ -13,7 +13,7 @@ import numpy as np
 from . import evaluate as _evaluate
 from . import host_path as _host
 from .array import Array
-from .expr.nodes import Leaf
+from .expr.nodes import Leaf, Scalar
 from .host_eager import (
     _DTYPES,
     _QUIET,
@@ -335,9 +335,19 @@ def triangle(a: HostArray, k: Any, upper: bool) -> Array | None:
     return _result(out, a.device)
 
 
-def unary(op: str, x: HostArray) -> Array | None:
-    """``op`` (a unary ufunc's name) of a HostArray now: host_eager.apply's steps for
-    one operand written out (durbin's ``-r[0]``, ``-(r[k] + d)``); None: its path."""
+def unary(op: str, x: Any) -> Array | None:
+    """``op`` (a unary ufunc's name) of a HostArray or of a value held here (a Scalar
+    node: cholesky's ``sqrt(A[i, i] - d)``) now: host_eager.apply's steps for one
+    operand written out (durbin's ``-r[0]``, ``-(r[k] + d)``); None: its path."""
+    tx = type(x)
+    if tx is HostArray:
+        v, reads = x._np, x._buf is not None
+        if not x._shape and type(v) is np.ndarray:
+            v = v[0]
+    elif tx is Array and type(x._node) is Scalar:
+        v, reads = x._node.value, False
+    else:
+        return None
     if _off():
         return None
     kind = x.dtype
@@ -347,10 +357,7 @@ def unary(op: str, x: HostArray) -> Array | None:
     if hit is False:
         return None
     loop, fn, sfn, quiet = hit
-    v = x._np
-    if not x._shape and type(v) is np.ndarray:
-        v = v[0]
-    if x._buf is not None:
+    if reads:
         _sync(x.device)
     if kind is not loop[0]:
         v = _as(v, kind, loop[0])

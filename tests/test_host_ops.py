@@ -312,3 +312,39 @@ def test_vector_products_of_views_are_numpys(host, monkeypatch, dtype):
     monkeypatch.setattr(host_path, "HOST_MAX_WORK", 4096)
     with pytest.raises(ValueError):
         a[0, :5] @ v[:6]
+
+
+def _unary_of_values(m, f32, i16, f64):
+    s = f32[1] * 2                         # float32, held here
+    k = i16[0] + i16[2]                    # int16, held here
+    d = f64[0] - 5.0                       # float64, held here (negative)
+    return [m.sqrt(s), -s, abs(d), m.exp(d), ~k, -k, m.sqrt(d), m.floor(s), m.sqrt(f32[0]),
+            m.sin(f64[1]), m.logical_not(k), m.negative(d)]
+
+
+def test_unary_functions_of_values_held_here(host, monkeypatch):
+    """A ufunc of one 0-d value made here or of an element (cholesky's ``sqrt(A[i, i])``):
+    numpy's value and dtype, the kernels' (a NaN of a negative's root too), computed
+    at once without a buffer or a kernel."""
+    f32n = np.array([2.25, 0.5], np.float32)
+    i16n = np.array([300, -7, 12], np.int16)
+    f64n = np.array([1.5, 0.75])
+    with np.errstate(invalid="ignore"):
+        ref = _unary_of_values(np, f32n, i16n, f64n)
+
+    def make():
+        f32, i16, f64 = fl.asarray(f32n), fl.asarray(i16n), fl.asarray(f64n)
+        fl.reset_stats()
+        out = _unary_of_values(fl, f32, i16, f64)
+        return out, fl.stats()
+
+    on, st = make()
+    assert st["kernels_launched"] == 0 and all(type(o._node) is Scalar for o in on)
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    off, st_off = make()
+    assert st_off["host_operations"] == 0
+    for g, k, r in zip(on, off, ref):
+        g, k, r = g.get(), k.get(), np.asarray(r)
+        assert g.dtype == k.dtype == r.dtype
+        np.testing.assert_array_equal(g, r)
+        np.testing.assert_allclose(g, k, rtol=1e-6)
