@@ -18,6 +18,7 @@ from .array import Array, _weak_scalar
 from .dtypes import scalar_to
 from .expr.nodes import Scalar, recent_lazy
 from .host_eager import (
+    _QUIET_SCALAR_OPS,
     EAGER_MAX_WORK,
     HostArray,
     _as,
@@ -294,7 +295,8 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
     if dtype is not da:
         va = va.astype(da) if type(va) is np.ndarray else da.type(va)
     arrays = type(va) is np.ndarray or type(vb) is np.ndarray
-    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or not arrays) else None
+    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or (not arrays and (
+        op not in _QUIET_SCALAR_OPS))) else None
     try:
         out = fn(va, vb) if arrays or sfn is None else sfn(va, vb)
     except (TypeError, ValueError, ArithmeticError):
