@@ -330,9 +330,11 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
     """
     def unary(x: Any, /) -> Any:
         if type(x) is not Array:
+            if type(x) is _HostArray and (got := _eager_unary(op, x)) is not None:
+                return got  # (a small view on the CPU: numpy's now, host_eager)
             return _apply_general(op, (x,))
         an = x._node
-        if type(an) is Scalar and (got := _eager_apply(op, (x,))) is not None:
+        if type(an) is Scalar and (got := _eager_unary(op, x)) is not None:
             return got  # (a value computed at once: so is this, host_eager)
         sa = an.sig or (0 if type(an) is Apply else signature_of(an))
         hit = _sig_loops.get((op, sa or x.dtype))
@@ -769,6 +771,7 @@ from .host_eager import HostArray as _HostArray  # noqa: E402
 from .host_eager import apply as _eager_apply  # noqa: E402
 from .host_eager import getitem as _eager_getitem  # noqa: E402
 from .host_eager import inplace_array as _eager_inplace  # noqa: E402
+from .host_products import unary as _eager_unary  # noqa: E402
 from .host_views import copy_concrete as _eager_copy  # noqa: E402
 from .host_writes import setitem as _eager_setitem  # noqa: E402
 from .ops.indexing import getitem as _getitem  # noqa: E402

@@ -127,9 +127,12 @@ class ArrayProtocol:
         """``np.sin(x)``, ``np.add.reduce(x)``, ...: fuseloop's equivalent (or an error)."""
         if method == "__call__" and not kwargs:
             f = DIRECT_UFUNCS.get(ufunc)
-            if f is not None and all(type(x) is type(self) or isinstance(x, _PLAIN_OPERANDS)
-                                     for x in inputs):
-                return f(*inputs)
+            if f is not None:
+                for x in inputs:  # (a loop, not all() of a generator: ``alpha * A[i, j]``)
+                    if type(x) is not type(self) and not isinstance(x, _PLAIN_OPERANDS):
+                        break
+                else:
+                    return f(*inputs)
         from .interop import array_ufunc
 
         return array_ufunc(self, ufunc, method, *inputs, **kwargs)  # type: ignore[arg-type]

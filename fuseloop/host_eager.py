@@ -45,6 +45,7 @@ from . import host_path as _host
 from . import trace_hooks as _trace
 from .array import Array, _ufunc_loop, _weak_scalar
 from .expr.nodes import _EMPTY, Leaf, Scalar
+from .host_ops import _NEVER_WARN0
 from .runtime.devices import _runtime
 from .stats import tallies as _tallies
 
@@ -305,7 +306,7 @@ def _sync(device: Any) -> Any:
         rt = _runtimes[device] = _runtime(device)
     if rt.deferred:
         rt.flush()
-    rt.finish_queue(rt.queue)
+    rt.finish()
     return rt
 
 
@@ -368,6 +369,10 @@ _NEVER_WARN = frozenset((
 # ... and those that set none on integer and bool arrays (they wrap around; their
 # division by zero and numpy scalars' overflow do warn)
 _NEVER_WARN_INT = frozenset(("add", "subtract", "multiply", "left_shift", "right_shift"))
+# ... and numpy scalars' operators that set none (fuseloop.host_ops's: bit operations,
+# shifts, comparisons): two elements compared (``max(T[i, j], T[i, k] + T[k, j])``)
+# need no switch of numpy's error state either
+_QUIET_SCALAR_OPS = _NEVER_WARN0
 
 
 def _quiet_needed(op: str, loop: tuple) -> bool:
@@ -549,7 +554,8 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
         return None
     if reads:
         _sync(device)
-    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or not arrays) else None
+    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or (not arrays and (
+        op not in _QUIET_SCALAR_OPS))) else None  # (numpy scalars' comparisons never warn)
     try:
         out = sfn(va, vb) if sfn is not None and not arrays else fn(va, vb)
     except (TypeError, ValueError, ArithmeticError):

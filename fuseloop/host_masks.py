@@ -96,7 +96,7 @@ def select(arr: Any, key: Any) -> Any:
         return None
     shape, dtype = arr._shape, arr.dtype
     with rt.launch_lock:
-        rt.finish_queue(rt.queue)
+        rt.finish()
         token = _host._errors.set(_host._QUIET) if _host._QUIET is not None else None
         try:
             out = _values(arr._node, shape, rt)[_values(key._node, shape, rt)]
@@ -156,7 +156,7 @@ def assign(arr: Any, key: Any, value: Any) -> bool:
     if rt.deferred:  # (launches of the values computed above: enqueued before the wait)
         rt.flush()
     with rt.launch_lock:
-        rt.finish_queue(rt.queue)
+        rt.finish()
         token = _host._errors.set(_host._QUIET) if _host._QUIET is not None else None
         try:
             mask = _values(key._node, shape, rt)

@@ -97,7 +97,7 @@ def matmul(a: Any, b: Any) -> Any:
     if rt.deferred:  # (small launches waiting to be enqueued: the kernels join them)
         return None
     with rt.launch_lock:
-        rt.finish_queue(rt.queue)
+        rt.finish()
         token = _host._errors.set(_host._QUIET) if _host._QUIET is not None else None
         try:
             value = np.matmul(_operand(a, rt), _operand(b, rt))
@@ -118,13 +118,15 @@ _loops0: dict[tuple, Any] = {}
 _Array: Any = None
 _ufunc_loop: Any = None
 _weak_scalar: Any = None
+_weak_scalars: Any = None
 
 
 def _bind() -> Any:
-    global _Array, _ufunc_loop, _weak_scalar
+    global _Array, _ufunc_loop, _weak_scalar, _weak_scalars
     from . import array
 
     _ufunc_loop, _weak_scalar = array._ufunc_loop, array._weak_scalar
+    _weak_scalars = array._weak_scalars
     _Array = array.Array
     return _Array
 
@@ -214,10 +216,25 @@ def binary0(op: str, a: Any, b: Any) -> Any:
         out = _read_and_apply(device, a, ta, b, tb, loop, fn)
         if out is None:
             return None
-    else:  # (values held here, or Python scalars: numpy's scalars at once)
+    else:  # (values held here, or Python scalars: numpy's scalars at once, inline)
+        da, db = loop[0], loop[1]
         token = _host._errors.set(_host._QUIET) if warns else None
         try:
-            out = fn(_element(a, ta, loop[0], None), _element(b, tb, loop[1], None))
+            if na is not None:
+                va = na.value
+                if va.dtype is not da:
+                    va = da.type(va)
+            else:  # (a Python scalar: _weak_scalar, its hit inline; 0 and NaN never kept)
+                va = (_weak_scalars.get((a, da.char)) if a and a == a else None) or \
+                    _weak_scalar(a, da)
+            if nb is not None:
+                vb = nb.value
+                if vb.dtype is not db:
+                    vb = db.type(vb)
+            else:
+                vb = (_weak_scalars.get((b, db.char)) if b and b == b else None) or \
+                    _weak_scalar(b, db)
+            out = fn(va, vb)
         except (TypeError, ValueError, OverflowError, ZeroDivisionError):
             return None
         finally:
@@ -244,7 +261,7 @@ def _read_and_apply(device: Any, a: Any, ta: type, b: Any, tb: type, loop: tuple
     if rt.deferred:
         return None
     with rt.launch_lock:
-        rt.finish_queue(rt.queue)
+        rt.finish()
         token = _host._errors.set(_host._QUIET)  # (set: scalar_fn gave an operator)
         try:
             return fn(_element(a, ta, loop[0], rt), _element(b, tb, loop[1], rt))

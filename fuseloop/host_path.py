@@ -690,7 +690,7 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     with rt.launch_lock:  # (no other thread's launch lands between the wait and the writes)
         if rt.deferred:
             rt.flush()
-        rt.finish_queue(rt.queue)
+        rt.finish()
         token = _errors.set(_QUIET) if _QUIET is not None else None
         try:
             ev = _State(rt, _uses(roots) if tracks_uses(roots, size) else None)

@@ -13,7 +13,7 @@ import numpy as np
 from . import evaluate as _evaluate
 from . import host_path as _host
 from .array import Array
-from .expr.nodes import Leaf
+from .expr.nodes import Leaf, Scalar
 from .host_eager import (
     _DTYPES,
     _QUIET,
@@ -41,6 +41,9 @@ _count_operation = _tallies["host_operations"].__next__  # (stats.tally, bound)
 def matmul(a: Any, b: Any) -> Array | None:
     """``a @ b`` (numpy's matmul of 1-D and 2-D operands, and its dot) of HostArrays or
     small concrete arrays on one device, of one real floating dtype, computed now."""
+    if type(a) is HostArray and type(b) is HostArray and len(a._shape) == 1 \
+            and len(b._shape) == 1:
+        return _vector_dot(a, b)
     if _off() or not isinstance(a, Array) or not isinstance(b, Array):
         return None
     device = a.device
@@ -135,12 +138,26 @@ def _small_product(va: np.ndarray, vb: np.ndarray, device: Any) -> Array:
     return _quiet_matmul(va, vb, device)
 
 
+def _vector_dot(a: HostArray, b: HostArray) -> Array | None:
+    """:func:`matmul` of two 1-D HostArrays (a loop's ``L[i, :i] @ x[:i]``), its steps
+    written out; None where :func:`matmul` gives None (the caller's general path)."""
+    device, dtype = a.device, a.dtype
+    n = a._shape[0]
+    if b.device is not device or b.dtype is not dtype or dtype.char not in "fdFD" \
+            or b._shape[0] != n or not n or n > _host.HOST_MAX_WORK or _off():
+        return None  # (numpy's error, an empty sum: the kernels'; a large one: theirs)
+    if a._buf is not None or b._buf is not None:
+        _sync(device)
+    return _quiet_matmul(a._np, b._np, device)
+
+
 def _quiet_matmul(va: np.ndarray, vb: np.ndarray, device: Any) -> Array:
     """numpy's ``va @ vb`` without its floating-point warnings (as the kernels give
-    none), counted as an operation, as a HostArray."""
+    none), counted as an operation, as a HostArray.  Two vectors: numpy's ``dot``,
+    whose value is matmul's (the same BLAS dot) at half its call's cost."""
     token = _errors.set(_QUIET) if _QUIET is not None else None
     try:
-        out = np.matmul(va, vb)
+        out = np.dot(va, vb) if va.ndim == 1 == vb.ndim else np.matmul(va, vb)
     finally:
         if token is not None:
             _errors.reset(token)
@@ -318,9 +335,19 @@ def triangle(a: HostArray, k: Any, upper: bool) -> Array | None:
     return _result(out, a.device)
 
 
-def unary(op: str, x: HostArray) -> Array | None:
-    """``op`` (a unary ufunc's name) of a HostArray now: host_eager.apply's steps for
-    one operand written out (durbin's ``-r[0]``, ``-(r[k] + d)``); None: its path."""
+def unary(op: str, x: Any) -> Array | None:
+    """``op`` (a unary ufunc's name) of a HostArray or of a value held here (a Scalar
+    node: cholesky's ``sqrt(A[i, i] - d)``) now: host_eager.apply's steps for one
+    operand written out (durbin's ``-r[0]``, ``-(r[k] + d)``); None: its path."""
+    tx = type(x)
+    if tx is HostArray:
+        v, reads = x._np, x._buf is not None
+        if not x._shape and type(v) is np.ndarray:
+            v = v[0]
+    elif tx is Array and type(x._node) is Scalar:
+        v, reads = x._node.value, False
+    else:
+        return None
     if _off():
         return None
     kind = x.dtype
@@ -330,10 +357,7 @@ def unary(op: str, x: HostArray) -> Array | None:
     if hit is False:
         return None
     loop, fn, sfn, quiet = hit
-    v = x._np
-    if not x._shape and type(v) is np.ndarray:
-        v = v[0]
-    if x._buf is not None:
+    if reads:
         _sync(x.device)
     if kind is not loop[0]:
         v = _as(v, kind, loop[0])

@@ -91,7 +91,7 @@ def write(target: Any, node: Node) -> bool:
         return False
     _flags.check_pending()  # (earlier checked gathers' errors before anything is written)
     with rt.launch_lock:
-        rt.finish_queue(rt.queue)
+        rt.finish()
         token = _errors.set(_QUIET) if _QUIET is not None else None
         try:
             value = _value(node, _State(rt, _uses([node]) if tracks_uses((node,), size) else None))
@@ -276,7 +276,7 @@ def inplace(target: Any, op: str, other: Any) -> bool:
         return False
     _flags.check_pending()
     with rt.launch_lock:
-        rt.finish_queue(rt.queue)
+        rt.finish()
         token = _errors.set(_QUIET) if _QUIET is not None else None
         try:
             if shape:
@@ -354,10 +354,10 @@ def scalar(array: Any) -> Any:
         return None
     if type(node) is Leaf:  # (an element of a buffer, spmv's ``A_row[i]`` bound: read)
         with rt.launch_lock:
-            rt.finish_queue(rt.queue)
+            rt.finish()
             return _typed_bytes(node.storage, rt, node.dtype)[node.offset].item()
     with rt.launch_lock:
-        rt.finish_queue(rt.queue)
+        rt.finish()
         token = _errors.set(_QUIET) if _QUIET is not None else None
         try:
             value = _value(node, _State(rt, None))
@@ -385,7 +385,7 @@ def read(leaf: Node, device: Device) -> np.ndarray | None:
     if rt.deferred:  # (kernels to wait for: the copy command's polled wait is cheaper)
         return None
     with rt.launch_lock:
-        rt.finish_queue(rt.queue)
+        rt.finish()
         return np.array(_value(leaf, _State(rt, None)))
 
 

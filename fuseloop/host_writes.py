@@ -18,10 +18,12 @@ from .array import Array, _weak_scalar
 from .dtypes import scalar_to
 from .expr.nodes import Scalar, recent_lazy
 from .host_eager import (
+    _QUIET_SCALAR_OPS,
     EAGER_MAX_WORK,
     HostArray,
     _as,
     _base,
+    _bases,
     _basic,
     _inplace_ops,
     _op_entry,
@@ -95,6 +97,10 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
             return True
         if not value._shape and value._key == key:  # (an element's key: ints)
             return True  # (nussinov's ``T[i, j] = max(T[i, j], e)``: itself)
+    tk = type(key)  # (an element's key, ``x[i]`` or ``A[i, j]``: its write written out)
+    if type(arr) is Array and (tk is int or (tk is tuple and len(key) == 2 and type(
+            key[1]) is int)) and (done := _element_write(arr, key, value)) is not None:
+        return done
     if type(arr) is Array and (got := _matrix_view(arr, key)) is not None:
         target, storage = got[0], arr._storage
         if target is False:
@@ -129,6 +135,54 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
         _sync(arr.device)
     target[...] = v  # (another thread's launch now reading it: a data race, as in numpy)
     if value is _updated[0]:  # (``A[k] op= v``'s write-back of what inplace wrote)
+        _updated[0] = None
+    else:
+        _count_evaluation()
+    return True
+
+
+def _element_write(arr: Array, key: Any, value: Any) -> bool | None:
+    """``A[i, j] = v``, ``x[i] = v`` of a concrete array viewed before and a 0-d value
+    (a Python float or int, an element, a value held here) written by numpy's scalar
+    assignment into the element, without its view (a loop's commonest write, at half
+    the cost); None: not such a statement, or one :func:`setitem` does in full (lazy
+    readers or checked gathers pending, an index error, a value numpy's cast refuses)."""
+    node = arr._node
+    got = _bases.get(id(node))
+    if got is None or got[0] is not node:
+        return None
+    base = got[1]
+    tk = type(key)
+    if tk is tuple:
+        if len(key) != 2 or base.ndim != 2 or type(key[0]) is not int \
+                or type(key[1]) is not int:
+            return None
+    elif tk is not int or base.ndim != 1:
+        return None
+    tv = type(value)
+    if tv is float or tv is int:
+        try:
+            v = scalar_to(value, arr.dtype)
+        except (OverflowError, TypeError, ValueError):
+            return None
+    elif tv is HostArray and not value._shape and value.device is arr.device:
+        v = value._np
+        if type(v) is np.ndarray:
+            v = v[0]
+    elif tv is Array and type(value._node) is Scalar and value.device is arr.device:
+        v = value._node.value
+    else:
+        return None
+    storage = got[2]
+    if recent_lazy or storage.readers or getattr(_flags._local, "pending", None) \
+            or (v.dtype.char not in _DTYPES and v.dtype != arr.dtype):
+        return None  # (a complex value into a real array: setitem's rules)
+    _sync(arr.device)
+    try:
+        base[key] = v
+    except (IndexError, TypeError, ValueError):
+        return None  # (nothing written: setitem's view raises the general path's error)
+    if value is _updated[0]:
         _updated[0] = None
     else:
         _count_evaluation()
@@ -241,7 +295,8 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
     if dtype is not da:
         va = va.astype(da) if type(va) is np.ndarray else da.type(va)
     arrays = type(va) is np.ndarray or type(vb) is np.ndarray
-    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or not arrays) else None
+    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or (not arrays and (
+        op not in _QUIET_SCALAR_OPS))) else None
     try:
         out = fn(va, vb) if arrays or sfn is None else sfn(va, vb)
     except (TypeError, ValueError, ArithmeticError):

@@ -589,3 +589,60 @@ def test_triu_and_tril_of_values_made_at_once(host):
     got = fl.triu(i[0:3, 0:4])
     assert got.dtype == np.int16
     np.testing.assert_array_equal(got.get(), np.triu(np.arange(12, dtype=np.int16).reshape(3, 4)))
+
+
+def _element_writes(m, i32, f64, c128, v16):
+    """``A[i, j] = v`` and ``x[i] = v`` of 0-d values of every kind, numpy's casts."""
+    i32[1, 2] = 7.9                      # a Python float into int32: truncated
+    i32[-1, -2] = -5
+    i32[0, 0] = f64[2] * 2.5             # a value held here (float64) into int32
+    i32[2, 1] = f64[1]                   # an element of another array and dtype
+    f64[0] = i32[1, 2]                   # int32 element into float64
+    f64[-1] = 1e300 * 10                 # a Python float: inf
+    c128[1] = f64[3]                     # real into complex
+    c128[0] = c128[2] * c128[1]          # complex into complex
+    v16[3] = 65535                       # the largest uint16
+    v16[0] = v16[3] + v16[3]             # uint16 overflow wraps (a value held here)
+    return [i32, f64, c128, v16]
+
+
+def test_element_writes_are_numpys(host, monkeypatch):
+    """An element written by a 0-d value (a Python scalar, an element, a value held
+    here): numpy's scalar assignment and casts, as the kernels'; out of range values
+    and indices are numpy's errors; a lazy array reading the element before the write
+    keeps the old value."""
+    ins = (np.arange(12, dtype=np.int32).reshape(3, 4), np.array([0.5, -3.75, 8.25, 2.0]),
+           np.array([1 + 2j, 3 - 1j, -0.5 + 0.25j]), np.array([1, 2, 3, 4], np.uint16))
+    with np.errstate(over="ignore"):
+        ref = _element_writes(np, *[x.copy() for x in ins])
+
+    def run():
+        arrs = [fl.asarray(x.copy()) for x in ins]
+        fl.synchronize()
+        fl.reset_stats()
+        out = _element_writes(fl, *arrs)
+        return [o.get() for o in out], fl.stats()
+
+    on, s_on = run()
+    assert s_on["kernels_launched"] == 0
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    off, _ = run()
+    for g, k, r in zip(on, off, ref):
+        assert g.dtype == k.dtype == r.dtype
+        np.testing.assert_array_equal(g, r)
+        np.testing.assert_array_equal(g, k)
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 4096)
+    x = fl.asarray(np.array([1, 2, 3], np.int8))
+    with pytest.raises(OverflowError):
+        x[0] = 300
+    with pytest.raises(IndexError):
+        x[3] = 1
+    with pytest.raises(ValueError):
+        x[1] = float("nan")
+    a = fl.asarray(np.arange(6.0).reshape(2, 3))
+    before = a * 2                       # lazy, reads a[1, 1] = 4.0
+    a[1, 1] = -1.0
+    a[0, 2] = a[1, 1]
+    np.testing.assert_array_equal(before.get(), np.arange(6.0).reshape(2, 3) * 2)
+    np.testing.assert_array_equal(a.get(), [[0.0, 1.0, -1.0], [3.0, -1.0, 5.0]])
+    np.testing.assert_array_equal(x.get(), [1, 2, 3])

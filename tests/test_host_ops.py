@@ -232,3 +232,119 @@ def test_0d_values_held_here_need_no_device_queue(host, monkeypatch):
     # (the truth of a held value is read from it, not through a Python scalar first)
     monkeypatch.setattr(fl.Array, "_scalar", lambda self: pytest.fail("_scalar"))
     assert bool(cur | 1) and not bool(cur & 0) and bool(data[0] * 1.0 != 0.0)
+
+
+def _with_python_scalars(m, v8, i32, f32):
+    """0-d values made here (a Scalar node) with Python scalars on either side: their
+    loops convert one side or both (numpy's weak scalars); zeros and NaN too."""
+    c = 0xFF & v8[1]                      # uint8, held here
+    x = i32[2] * 3                        # int32, held here
+    y = f32[0] + 0.5                      # float32, held here
+    return [c & 1, 1 ^ (c & 1), c >> 3, x * 1.5, 2.5 - x, x // 0,
+            y * 0, y + float("nan"), 0.0 - y, y / 4, x % 7, -1 - x, (c << 2) | 1]
+
+
+def test_0d_values_with_python_scalars(host, monkeypatch):
+    """An operator on a value held here and a Python int or float: numpy's scalars'
+    value and dtype (and the kernels'), a Python scalar out of the dtype's range is
+    numpy's OverflowError; no buffer, no kernel."""
+    v8n = np.array([3, 0xB7, 9], dtype=np.uint8)
+    i32n = np.array([4, -6, 11], dtype=np.int32)
+    f32n = np.array([1.25, -2.0], dtype=np.float32)
+    with np.errstate(all="ignore"):
+        ref = _with_python_scalars(np, v8n, i32n, f32n)
+
+    def make():
+        v8, i32, f32 = fl.asarray(v8n), fl.asarray(i32n), fl.asarray(f32n)
+        fl.reset_stats()
+        out = _with_python_scalars(fl, v8, i32, f32)
+        return out, fl.stats()
+
+    on, st = make()
+    assert st["kernels_launched"] == 0
+    assert all(type(o._node) is Scalar for o in on)
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    off, st_off = make()
+    assert st_off["host_operations"] == 0
+    for g, k, r in zip(on, off, ref):
+        g, k, r = g.get(), k.get(), np.asarray(r)
+        assert g.dtype == k.dtype == r.dtype, (g, k, r)
+        np.testing.assert_array_equal(g, r)
+        np.testing.assert_array_equal(g, k)
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 4096)
+    held = 0xFF & fl.asarray(v8n)[1]
+    assert type(held._node) is Scalar
+    with pytest.raises(OverflowError):
+        held + 300
+    with pytest.raises(OverflowError):
+        -1 & held
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64", "complex128"])
+def test_vector_products_of_views_are_numpys(host, monkeypatch, dtype):
+    """``x @ y`` and ``dot`` of two small 1-D views (a loop's ``L[i, :i] @ x[:i]``,
+    reversed and strided too): numpy's value exactly, computed now, one operation
+    each; the kernels' within rounding; lengths that disagree are numpy's error."""
+    rng = np.random.default_rng(11)
+    an = rng.standard_normal((9, 40)).astype(dtype)
+    vn = rng.standard_normal(80).astype(dtype)
+    if an.dtype.kind == "c":
+        an = an + 1j * an[::-1]
+        vn = vn * (0.5 - 2j)
+
+    def prods(m, a, v):
+        return [a[3, :17] @ v[:17], m.dot(a[2, ::-3], v[1:28:2]), a[:8, 5] @ v[::10],
+                m.dot(v[40:], a[4]), a[0, 1:2] @ v[7:8]]
+
+    ref = prods(np, an, vn)
+    a, v = fl.asarray(an), fl.asarray(vn)
+    fl.reset_stats()
+    got = prods(fl, a, v)
+    s = fl.stats()
+    assert s["kernels_launched"] == 0 and s["host_operations"] == len(ref)
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    kern = prods(fl, fl.asarray(an), fl.asarray(vn))
+    for g, k, r in zip(got, kern, ref):
+        g, k = g.get(), k.get()
+        assert g.dtype == k.dtype == np.asarray(r).dtype and g.shape == ()
+        assert g == r
+        np.testing.assert_allclose(g, k, rtol=2e-5 if an.dtype.itemsize <= 8 else 1e-12)
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 4096)
+    with pytest.raises(ValueError):
+        a[0, :5] @ v[:6]
+
+
+def _unary_of_values(m, f32, i16, f64):
+    s = f32[1] * 2                         # float32, held here
+    k = i16[0] + i16[2]                    # int16, held here
+    d = f64[0] - 5.0                       # float64, held here (negative)
+    return [m.sqrt(s), -s, abs(d), m.exp(d), ~k, -k, m.sqrt(d), m.floor(s), m.sqrt(f32[0]),
+            m.sin(f64[1]), m.logical_not(k), m.negative(d)]
+
+
+def test_unary_functions_of_values_held_here(host, monkeypatch):
+    """A ufunc of one 0-d value made here or of an element (cholesky's ``sqrt(A[i, i])``):
+    numpy's value and dtype, the kernels' (a NaN of a negative's root too), computed
+    at once without a buffer or a kernel."""
+    f32n = np.array([2.25, 0.5], np.float32)
+    i16n = np.array([300, -7, 12], np.int16)
+    f64n = np.array([1.5, 0.75])
+    with np.errstate(invalid="ignore"):
+        ref = _unary_of_values(np, f32n, i16n, f64n)
+
+    def make():
+        f32, i16, f64 = fl.asarray(f32n), fl.asarray(i16n), fl.asarray(f64n)
+        fl.reset_stats()
+        out = _unary_of_values(fl, f32, i16, f64)
+        return out, fl.stats()
+
+    on, st = make()
+    assert st["kernels_launched"] == 0 and all(type(o._node) is Scalar for o in on)
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    off, st_off = make()
+    assert st_off["host_operations"] == 0
+    for g, k, r in zip(on, off, ref):
+        g, k, r = g.get(), k.get(), np.asarray(r)
+        assert g.dtype == k.dtype == r.dtype
+        np.testing.assert_array_equal(g, r)
+        np.testing.assert_allclose(g, k, rtol=1e-6)

@@ -11,7 +11,7 @@ import pytest
 import fuseloop as fl
 from fuseloop.runtime import devices
 
-_CALLS = ("submit", "finish_queue", "wait_event", "event_status", "enqueue_read",
+_CALLS = ("submit", "finish_queue", "finish", "wait_event", "event_status", "enqueue_read",
           "enqueue_write")
 
 
@@ -39,7 +39,7 @@ def record(devs, monkeypatch):
 
 
 def _waits(log):
-    return [e for e in log if e[0] in ("finish_queue", "wait_event", "event_status")]
+    return [e for e in log if e[0] in ("finish_queue", "finish", "wait_event", "event_status")]
 
 
 def test_parts_launch_without_waiting(three, monkeypatch):
@@ -87,7 +87,7 @@ def test_synchronize_submits_every_device_first(three, monkeypatch):
     (x * 2).eval()
     log = record(three, monkeypatch)
     fl.synchronize()
-    mine = [e for e in log if e[0] in ("submit", "finish_queue", "event_status")]
+    mine = [e for e in log if e[0] in ("submit", "finish_queue", "finish", "event_status")]
     first_wait = next(i for i, e in enumerate(mine) if e[0] != "submit")
     assert {e[1] for e in mine[:first_wait]} == {0, 1, 2}, log
 

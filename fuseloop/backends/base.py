@@ -28,6 +28,7 @@ NVRTC) is one new module implementing these methods, registered in
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -211,6 +212,11 @@ class Backend(ABC):
     @abstractmethod
     def finish_queue(self, queue: Any) -> None:
         """Wait until everything enqueued on ``queue`` has finished."""
+
+    def finisher(self, queue: Any) -> Callable[[], None]:
+        """:meth:`finish_queue` of ``queue`` as a call of no argument (the driver's own
+        method where it has one: the CPU's eager path finishes the queue per statement)."""
+        return functools.partial(self.finish_queue, queue)
 
     @abstractmethod
     def event_status(self, event: Any) -> int:

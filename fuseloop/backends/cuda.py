@@ -377,6 +377,9 @@ class CudaBackend(Backend):
     def finish_queue(self, queue: Any) -> None:
         queue.synchronize()
 
+    def finisher(self, queue: Any) -> Callable[[], None]:
+        return queue.synchronize
+
     def event_status(self, event: Any) -> int:
         if event is None:
             return 0

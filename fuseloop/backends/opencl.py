@@ -239,6 +239,9 @@ class OpenCLBackend(Backend):
     def finish_queue(self, queue: Any) -> None:
         queue.finish()
 
+    def finisher(self, queue: Any) -> Callable[[], None]:
+        return queue.finish  # (pyopencl's method: no Python frame per finish)
+
     def event_status(self, event: Any) -> int:
         # (OpenCL's own numbering: CL_COMPLETE is 0, queued/submitted/running > 0,
         # a failed command's error code < 0)

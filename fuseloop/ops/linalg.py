@@ -27,7 +27,9 @@ from ..array import Array, _coerce
 from ..errors import ShapeError
 from ..expr.nodes import broadcast_shapes
 from ..expr.templates import composite_of
+from ..host_eager import HostArray
 from ..host_ops import matmul as host_matmul
+from ..host_products import matmul as eager_matmul
 from .reductions import _reduce, _sum_dtype
 from .reductions import max as _max
 from .reductions import min as _min
@@ -279,6 +281,8 @@ def _matmul_unbatched(a: Array, b: Array) -> Array:
 
 
 def dot(a: Any, b: Any) -> Array:
+    if type(a) is HostArray and type(b) is HostArray and (got := eager_matmul(a, b)) is not None:
+        return got  # (a loop's ``dot(A[i, :j], A[j, :j])``: numpy's at once, no detour)
     a, b = _coerce(a), _coerce(b)
     if isinstance(a, Array) and isinstance(b, Array) and (got := host_matmul(a, b)) is not None:
         return got  # (1-D and 2-D operands: numpy's dot is their matmul)

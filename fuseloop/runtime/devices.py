@@ -96,8 +96,9 @@ class _DeviceRuntime:
     """A device's context, queue and buffers (``pool``), and its deferred small launches.
 
     Opened through the device's backend, whose queue and event functions are bound
-    here once (``submit``, ``marker``, ``finish_queue``, ``event_status``,
-    ``wait_event``, ``hold``, ``enqueue_read``, ``enqueue_write``) so the runtime's
+    here once (``submit``, ``marker``, ``finish_queue`` and ``finish`` of its own
+    queue, ``event_status``, ``wait_event``, ``hold``, ``enqueue_read``,
+    ``enqueue_write``) so the runtime's
     callers do not look the backend up.
 
     Small elementwise launches are not enqueued at once but kept in ``deferred``
@@ -112,8 +113,8 @@ class _DeviceRuntime:
     """
 
     __slots__ = ("context", "deferred", "device", "enqueue_read", "enqueue_write",
-                 "event_status", "finish_queue", "flags", "gate_at", "hold", "launch_lock",
-                 "marker", "pool", "queue", "submit", "wait_event")
+                 "event_status", "finish", "finish_queue", "flags", "gate_at", "hold",
+                 "launch_lock", "marker", "pool", "queue", "submit", "wait_event")
 
     def __init__(self, device: Device) -> None:
         from ..backends import backend_for
@@ -127,6 +128,7 @@ class _DeviceRuntime:
         self.submit = backend.submit
         self.marker = backend.marker
         self.finish_queue = backend.finish_queue
+        self.finish = backend.finisher(self.queue)  # (finish_queue(queue), bound)
         self.event_status = backend.event_status
         self.wait_event = backend.wait_event
         self.hold = backend.hold
@@ -250,7 +252,7 @@ def _quiesce(rt: _DeviceRuntime) -> None:
     locked = rt.launch_lock.acquire(timeout=EXIT_LOCK_WAIT_S)
     try:
         rt.deferred.clear()  # (their results can no longer be read)
-        rt.finish_queue(rt.queue)
+        rt.finish()
     except Exception:  # (the driver's error for a failed command)
         pass  # nothing is left running either way
     finally:
