@@ -56,18 +56,15 @@ _nbytes = attrgetter("nbytes")
 
 
 def launch_step(step: Any, storages: list[Storage], outs: list[Storage],
-                 scalars: list[np.generic], device: Device,
-                 params: list[int] | None = None, out_shape: tuple[int, ...] | None = None
-                 ) -> None:
+                scalars: list[np.generic], device: Device,
+                params: list[int] | None = None) -> None:
     """Enqueue ``step`` with the launch plan of its last replay while still valid
-    (``params``: the step's own unless given, see ``run_plans._params``; ``out_shape``: its
-    output's at other lengths)."""
+    (``params``: the step's own unless given, see ``run_plans._params``)."""
     if params is None or params is step.params:
         params = step.params
         biggest = step.biggest
     else:
-        biggest = max(max(params, default=0),
-                      math.prod(step.out_shape if out_shape is None else out_shape))
+        biggest = max(max(params, default=0), math.prod(step.out_shape))
     index_dtype = index_dtype_for(storages, biggest, device)
     limit = 4 * DEFER_MAX_ELEMENTS
     small = biggest <= limit and max(map(_nbytes, storages), default=0) <= limit
@@ -96,11 +93,11 @@ def launch_step(step: Any, storages: list[Storage], outs: list[Storage],
         plan = step.plans.get(key) if step.plans is not None else None
         step.plan_params = params
     if plan is None or not plan.valid(recipe, index_dtype):
-        plan = plan_launch(program, params, step.out_shape if out_shape is None else
-                           out_shape, index_dtype, recipe, device)  # (counts the look-up)
+        plan = plan_launch(program, params, step.out_shape, index_dtype, recipe,
+                           device)  # (counts the look-up)
         assert plan is not None  # (only a one-output plan can be refused)
         hit = 0
-        if step.offsets or out_shape is not None:
+        if step.offsets:
             keep_plan(step, tuple(params) if key is None else key, plan)
     step.plan = plan
     step.device = device
@@ -112,7 +109,7 @@ def launch_step(step: Any, storages: list[Storage], outs: list[Storage],
     enqueue(plan, outs, storages, scalars, small, device, hit)
 
 
-#: launch plans a step with offsets or other lengths keeps (the oldest dropped beyond)
+#: launch plans a step with offsets keeps (the oldest dropped beyond)
 STEP_PLANS_MAX = 256
 
 

@@ -595,44 +595,59 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         return _ev.run_unplanned(roots, out_shape, device, targets)
     key, storages, scalars, _, offs = keyed
     plan: _Plan | str | Literal[False] | None = _get(key)
-    if plan == _EXACT:
-        key = (key, tuple(offs.values))
-        offs.values.clear()  # (the exact key holds them: nothing to substitute)
-        plan = _get(key)
     lengths = tuple(offs.lengths)
-    if plan == _EXACT_LENGTHS:
-        key = (key, lengths)
+    while plan == _EXACT or plan == _EXACT_LENGTHS:  # (the key goes on with their values)
+        if plan == _EXACT:
+            key = (key, tuple(offs.values))
+            offs.values.clear()  # (the exact key holds them: nothing to substitute)
+        else:
+            key = (key, lengths)
         plan = _get(key)
+    if isinstance(plan, _Plan) and plan.lengths != lengths:
+        # recorded for other lengths: its plan at these, made before or now where its
+        # forms are known, else recorded (which may learn the forms)
+        base = plan
+        plan = _get((key, lengths))
+        if plan is False:
+            plan = _at_lengths(base, lengths)
+            if plan is None:
+                return _record(roots, out_shape, device, targets, keyed, signed, key, base)
+            _put((key, lengths), plan)
     if plan is None or isinstance(plan, str):  # known not to record
         return _ev.run_unplanned(roots, out_shape, device, targets)
-    sizes = None
-    if plan is not False and plan.lengths != lengths:
-        # recorded for other lengths: replayed with its sizes at these, where known
-        forms = plan.forms
-        if forms is not None and _pl.fits(forms, lengths):
-            sizes = _pl.sized(forms, plan.steps, lengths)
-        if sizes is None:
-            return _record(roots, out_shape, device, targets, keyed, signed, key, plan)
     if signed is not None and _prog.CHECK_STRUCTURE_CACHE:
         _check_signed(signed, storages, scalars, offs.values)
     if plan is not False and not _prog.CHECK_STRUCTURE_CACHE:
-        if sizes is None:  # (a signature names these lengths: not a plan's other sizes)
-            _remember_signed(signed, plan, storages, scalars, offs.values, device)
-        return _replay(plan, storages, scalars, device, offs.values, sizes)
-    return _record(roots, out_shape, device, targets, keyed, signed, key, plan, sizes)
+        _remember_signed(signed, plan, storages, scalars, offs.values, device)
+        return _replay(plan, storages, scalars, device, offs.values)
+    return _record(roots, out_shape, device, targets, keyed, signed, key, plan)
+
+
+def _at_lengths(plan: _Plan, lengths: tuple[int, ...]) -> _Plan | None:
+    """``plan`` at other lengths of its key, where its forms say (else None): its steps
+    with their parameters and output shapes at ``lengths``, as a record there has them."""
+    forms = plan.forms
+    if forms is None or not _pl.fits(forms, lengths):
+        return None
+    sized = _pl.sized(forms, plan.steps, lengths)
+    if sized is None:
+        return None
+    allocs, at = sized
+    steps = [_Step(x.program, params, shape, x.storage_refs, x.out_refs, x.scalar_refs,
+                   x.offsets) for x, (params, shape) in zip(plan.steps, at)]
+    return _Plan(allocs, steps, plan.results, lengths)
 
 
 def _record(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             targets: Sequence[Target | Storage | None] | None, keyed: tuple,
-            signed: tuple | None, key: tuple, plan: _Plan | Literal[False],
-            sizes: Any = None) -> list[Storage]:
+            signed: tuple | None, key: tuple, plan: _Plan | Literal[False]) -> list[Storage]:
     """:func:`run` of an evaluation without a plan for its key and lengths: recorded,
-    remembered and replayed.  ``plan``: False (none), or the key's plan for other
-    lengths (learns their forms from this record, see :mod:`fuseloop.plan_lengths`),
-    or a plan to check (``CHECK_STRUCTURE_CACHE``; ``sizes`` at these lengths)."""
+    remembered and replayed.  ``plan``: False (none), the key's plan for other lengths
+    (learns how it follows them from this record, see :mod:`fuseloop.plan_lengths`), or
+    a plan to check (``CHECK_STRUCTURE_CACHE``)."""
     _, storages, scalars, slots, offs = keyed
     lengths = tuple(offs.lengths)
-    checking = plan is not False and (plan.lengths == lengths or sizes is not None)
+    checking = plan is not False and plan.lengths == lengths
     # a new structure is recorded dry (nothing enqueued), its new kernels are built
     # together (fuseloop.prebuild), and the record is replayed; a check of a cached
     # plan records for real
@@ -648,8 +663,8 @@ def _record(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         if rec.exact and fresh is not None:  # (stored without offset references)
             for step in fresh.steps:
                 step.offsets = ()
-        assert fresh is not None and _same(plan, fresh, offs.values, sizes), (
-            "run plan differs", key)
+        assert fresh is not None and _same(plan, fresh, offs.values), ("run plan differs",
+                                                                        key)
         return outs
     if plan is not False:  # the key's plan for other lengths
         forms = None
@@ -658,9 +673,9 @@ def _record(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         if forms is None:  # (one plan per lengths from now on)
             _put(key, _EXACT_LENGTHS)
             _put((key, plan.lengths), plan)
-            key = (key, lengths)
         else:
             plan.forms = forms
+        key = (key, lengths)
     if fresh is None:  # not replayable: evaluated for real, unplanned from now on
         _put(key, None)
         return _ev.run_unplanned(roots, out_shape, device, targets)
@@ -674,8 +689,7 @@ def _record(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     from .prebuild import build_steps_ahead, forget
 
     built = build_steps_ahead(fresh.steps, storages, fresh.allocs, offs.values, device)
-    if plan is False or plan.forms is None:
-        _put(key, fresh)
+    _put(key, fresh)
     _remember_signed(signed, fresh, storages, scalars, offs.values, device)
     try:
         return _replay(fresh, storages, scalars, device, offs.values)
@@ -683,45 +697,35 @@ def _record(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         forget(built)
 
 
-def _same(a: _Plan, b: _Plan, offsets: Sequence[int] = (), sizes: Any = None) -> bool:
-    """Whether ``a`` replays as ``b`` (``sizes``: ``a``'s at ``b``'s other lengths)."""
-    allocs = a.allocs if sizes is None else sizes[0]
-    if allocs != b.allocs or a.results != b.results or len(a.steps) != len(b.steps):
+def _same(a: _Plan, b: _Plan, offsets: Sequence[int] = ()) -> bool:
+    if a.allocs != b.allocs or a.results != b.results or len(a.steps) != len(b.steps):
         return False
-    steps = [(x, _params(x, offsets), x.out_shape) if sizes is None else
-             (x, _params(x, offsets, sized[0]), sized[1])
-             for x, sized in zip(a.steps, sizes[1] if sizes is not None else a.steps)]
-    return all(repr(x.program) == repr(y.program) and params == y.params
+    return all(repr(x.program) == repr(y.program) and _params(x, offsets) == y.params
                and x.offsets == y.offsets
-               and shape == y.out_shape and x.storage_refs == y.storage_refs
+               and x.out_shape == y.out_shape and x.storage_refs == y.storage_refs
                and x.out_refs == y.out_refs and x.scalar_refs == y.scalar_refs
-               for (x, params, shape), y in zip(steps, b.steps))
+               for x, y in zip(a.steps, b.steps))
 
 
-def _params(step: _Step, offsets: Sequence[int], params: list[int] | None = None
-            ) -> list[int]:
-    """The step's parameters (or ``params``, at other lengths: see
-    :func:`fuseloop.plan_lengths.sized`) with this evaluation's view offsets."""
+def _params(step: _Step, offsets: Sequence[int]) -> list[int]:
+    """The step's parameters with this evaluation's view offsets."""
     if not step.offsets:
-        return step.params if params is None else params
-    params = list(step.params if params is None else params)
+        return step.params
+    params = list(step.params)
     for j, k in step.offsets:
         params[j] = offsets[k]
     return params
 
 
 def _replay(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
-            device: Device, offsets: Sequence[int] = (), sizes: Any = None
-            ) -> list[Storage]:
-    """Enqueue ``plan``'s steps with these buffers, scalars, view offsets and (at
-    other lengths than its own) ``sizes`` (see :func:`fuseloop.plan_lengths.sized`)."""
+            device: Device, offsets: Sequence[int] = ()) -> list[Storage]:
     _tally_replay()
-    tmps = _steps.temporaries(plan.allocs if sizes is None else sizes[0], device)
+    tmps = _steps.temporaries(plan.allocs, device)
     n = len(storages)
     # (the refs as positions in one pool, worked out once per step: a replay picks each
     # step's buffers by map in C, not by a comprehension's frame and test per buffer)
     pick = [*storages, *tmps].__getitem__
-    for i, step in enumerate(plan.steps):
+    for step in plan.steps:
         if step.writes_input:
             check_pending()
         picks = step.picks
@@ -729,13 +733,8 @@ def _replay(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
             picks = step.picks = (n, _steps.pool_refs(step.storage_refs, n),
                                   _steps.pool_refs(step.out_refs, n))
         sc = list(map(scalars.__getitem__, step.scalar_refs)) if step.scalar_refs else []
-        if sizes is None:
-            _steps.launch_step(step, list(map(pick, picks[1])), list(map(pick, picks[2])), sc,
-                         device, _params(step, offsets))
-        else:
-            params, shape = sizes[1][i]
-            _steps.launch_step(step, list(map(pick, picks[1])), list(map(pick, picks[2])), sc,
-                         device, _params(step, offsets, params), shape)
+        _steps.launch_step(step, list(map(pick, picks[1])), list(map(pick, picks[2])), sc,
+                           device, _params(step, offsets))
     results = plan.picks
     if results is None or results[0] != n:
         results = plan.picks = (n, _steps.pool_refs(plan.results, n))

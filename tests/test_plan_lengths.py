@@ -96,6 +96,24 @@ def test_lengths_across_the_two_stage_threshold(device_path, monkeypatch):
     assert _counts()[0] <= 16
 
 
+def test_plans_at_other_lengths_equal_fresh_records(device_path, monkeypatch):
+    # checking mode compares each plan made from a key's forms with a fresh record
+    from fuseloop.expr import program
+
+    rng = np.random.default_rng(4)
+    ah = rng.random((30, 30))
+    a = fl.asarray(ah)
+    for i in range(2, 30):  # (forms learnt)
+        a[i, 0] = a[i, 1:i] @ a[1:i, i] + a[i - 1, 0]
+    monkeypatch.setattr(program, "CHECK_STRUCTURE_CACHE", True)
+    for i in range(2, 30):
+        a[i, 0] = a[i, 1:i] @ a[1:i, i] + a[i - 1, 0]
+    for _ in range(2):
+        for i in range(2, 30):
+            ah[i, 0] = ah[i, 1:i] @ ah[1:i, i] + ah[i - 1, 0]
+    np.testing.assert_allclose(a.get(), ah, rtol=1e-12)
+
+
 def test_two_dimensional_lengths_and_products(device_path):
     # a row block of changing height and width: C strides and sizes are products
     rng = np.random.default_rng(3)
