@@ -120,6 +120,18 @@ def _put(key: tuple, plan: _Plan | str | None) -> None:
         _plans.popitem(last=False)
 
 
+# (key, lengths) -> a key's plan at lengths other than its plan's own (see _at_lengths):
+# kept apart from _plans, so that a loop over more lengths than PLANS_MAX drops these,
+# not the plans they are made from
+_at: OrderedDict[tuple, _Plan] = OrderedDict()
+
+
+def _keep_at(key: tuple, plan: _Plan) -> None:
+    _at[key] = plan
+    if len(_at) > PLANS_MAX:
+        _at.popitem(last=False)
+
+
 class _Step:
     """One recorded launch; refs are ``("i", slot)`` inputs or ``("t", k)`` allocations.
 
@@ -607,12 +619,14 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         # recorded for other lengths: its plan at these, made before or now where its
         # forms are known, else recorded (which may learn the forms)
         base = plan
-        plan = _get((key, lengths))
-        if plan is False:
+        plan = _at.get((key, lengths))
+        if plan is None:
             plan = _at_lengths(base, lengths)
             if plan is None:
                 return _record(roots, out_shape, device, targets, keyed, signed, key, base)
-            _put((key, lengths), plan)
+            _keep_at((key, lengths), plan)
+        else:
+            _at.move_to_end((key, lengths))
     if plan is None or isinstance(plan, str):  # known not to record
         return _ev.run_unplanned(roots, out_shape, device, targets)
     if signed is not None and _prog.CHECK_STRUCTURE_CACHE:
@@ -670,11 +684,12 @@ def _record(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         forms = None
         if fresh is not None and not rec.exact and plan.forms is None:
             forms = _pl.infer(plan, fresh, plan.lengths, lengths)
-        if forms is None:  # (one plan per lengths from now on)
-            _put(key, _EXACT_LENGTHS)
-            _put((key, plan.lengths), plan)
-        else:
+        if forms is not None and fresh is not None:  # (its plan at these lengths: this record)
             plan.forms = forms
+            _keep_at((key, lengths), fresh)
+            return _replay_new(fresh, keyed, signed, device)
+        _put(key, _EXACT_LENGTHS)  # (one plan per lengths from now on)
+        _put((key, plan.lengths), plan)
         key = (key, lengths)
     if fresh is None:  # not replayable: evaluated for real, unplanned from now on
         _put(key, None)
@@ -686,10 +701,17 @@ def _record(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             step.offsets = ()
         key = (key, tuple(offs.values))
         offs.values.clear()
+    _put(key, fresh)
+    return _replay_new(fresh, keyed, signed, device)
+
+
+def _replay_new(fresh: _Plan, keyed: tuple, signed: tuple | None, device: Device
+                ) -> list[Storage]:
+    """The first replay of a plan just recorded (dry): its kernels built together."""
     from .prebuild import build_steps_ahead, forget
 
+    _, storages, scalars, _, offs = keyed
     built = build_steps_ahead(fresh.steps, storages, fresh.allocs, offs.values, device)
-    _put(key, fresh)
     _remember_signed(signed, fresh, storages, scalars, offs.values, device)
     try:
         return _replay(fresh, storages, scalars, device, offs.values)
@@ -744,8 +766,10 @@ def _replay(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
 def clear() -> None:
     """Forget every plan (tests; plans hold no buffers)."""
     _plans.clear()
+    _at.clear()
     _signed.clear()
     _target_sigs.clear()
 
 
-_caches.register("run_plans.plans", clear, lambda: len(_plans) + len(_signed), 2 * PLANS_MAX)
+_caches.register("run_plans.plans", clear, lambda: len(_plans) + len(_at) + len(_signed),
+                 3 * PLANS_MAX)

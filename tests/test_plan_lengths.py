@@ -50,6 +50,21 @@ def test_trisolv_over_100_lengths_records_few_plans(device_path):
         assert replayed >= n - recorded
 
 
+def test_more_lengths_than_plans_kept_record_nothing_again(device_path, monkeypatch):
+    # plans made at other lengths are dropped before the plans they are made from
+    monkeypatch.setattr(run_plans, "PLANS_MAX", 12)
+    xh = np.random.default_rng(5).random(200)
+    x = fl.asarray(xh)
+    for run in range(2):
+        fl.reset_stats()
+        got = [(x[:k] * 2.0 - x[1:k + 1]).sum().get() for k in range(2, 200)]
+        np.testing.assert_allclose(got, [(xh[:k] * 2 - xh[1:k + 1]).sum()
+                                         for k in range(2, 200)], rtol=1e-12)
+        recorded = _counts()[0]
+        assert recorded <= 14 if run == 0 else recorded == 0, recorded
+    assert len(run_plans._plans) <= 12 and len(run_plans._at) <= 12
+
+
 def test_cholesky_like_double_loop(device_path):
     n = 24
     rng = np.random.default_rng(1)
