@@ -256,7 +256,7 @@ def plan_for(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_ele
         # (one per kernel: a thread's kernel object is the kernel's, not a plan's)
         plan.threads = compiled.plan_threads
         if len(plans) >= PLANS_PER_KERNEL:
-            del plans[next(iter(plans))]
+            plans.pop(next(iter(plans), ()), None)  # (the oldest)
         plans[key] = plan
     return plan
 
@@ -329,7 +329,7 @@ def make_binder(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_
         spec = LaunchSpec(outs, bufs, scals, consts, grid[0], grid[1], one_output, error_arg)
         family = compiled.backend.launcher_family(spec)
         if len(compiled.launchers) >= LAUNCHERS_PER_KERNEL:
-            del compiled.launchers[next(iter(compiled.launchers))]
+            compiled.launchers.pop(next(iter(compiled.launchers), ()), None)  # (the oldest)
         compiled.launchers[grid] = family
     return family(consts), consts, error_arg
 

@@ -118,5 +118,8 @@ def keep_plan(step: Any, key: tuple[int, ...], plan: LaunchPlan) -> None:
     if plans is None:
         plans = step.plans = OrderedDict()
     elif len(plans) >= STEP_PLANS_MAX:
-        plans.popitem(last=False)
+        try:
+            plans.popitem(last=False)
+        except KeyError:  # (emptied by another thread)
+            pass
     plans[key] = plan

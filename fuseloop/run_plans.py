@@ -109,27 +109,37 @@ def _get(key: tuple) -> _Plan | str | Literal[False] | None:
     """The plan of ``key`` (False: none), now the most recently used."""
     plan: _Plan | str | Literal[False] | None = _plans.get(key, False)
     if plan is not False:
-        _plans.move_to_end(key)
+        _touch(_plans, key)
     return plan
 
 
+def _touch(table: OrderedDict, key: Any) -> None:
+    """``key`` is now the most recently used of ``table``."""
+    try:
+        table.move_to_end(key)
+    except KeyError:  # (another thread dropped it meanwhile)
+        pass
+
+
+def _keep(table: OrderedDict, key: Any, value: Any) -> None:
+    """``table[key] = value``, the least recently used dropped beyond PLANS_MAX."""
+    table[key] = value
+    _touch(table, key)
+    while len(table) > PLANS_MAX:
+        try:
+            table.popitem(last=False)
+        except KeyError:  # (emptied by another thread)
+            break
+
+
 def _put(key: tuple, plan: _Plan | str | None) -> None:
-    _plans[key] = plan
-    _plans.move_to_end(key)
-    if len(_plans) > PLANS_MAX:
-        _plans.popitem(last=False)
+    _keep(_plans, key, plan)
 
 
 # (key, lengths) -> a key's plan at lengths other than its plan's own (see _at_lengths):
 # kept apart from _plans, so that a loop over more lengths than PLANS_MAX drops these,
 # not the plans they are made from
 _at: OrderedDict[tuple, _Plan] = OrderedDict()
-
-
-def _keep_at(key: tuple, plan: _Plan) -> None:
-    _at[key] = plan
-    if len(_at) > PLANS_MAX:
-        _at.popitem(last=False)
 
 
 class _Step:
@@ -479,9 +489,7 @@ def _remember_signed(signed: tuple | None, plan: _Plan,
             or any(a is not b for a, b in zip(picked[1], scalars)) \
             or any(s.nbytes > INT32_LIMIT for s in storages):
         return
-    if len(_signed) >= PLANS_MAX:
-        _signed.popitem(last=False)
-    _signed[key] = (plan, tuple(offsets), take, _key_head(device))
+    _keep(_signed, key, (plan, tuple(offsets), take, _key_head(device)))
 
 
 def _check_signed(signed: tuple, storages: list[Storage],
@@ -595,9 +603,7 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     elif (look := _target_sigs.get(sig := roots[0].sig or signature_of(roots[0]))):
         signed = _signed_key_targets(roots, out_shape, device, targets)
     elif look is None and sig:
-        if len(_target_sigs) >= PLANS_MAX:
-            _target_sigs.popitem(last=False)
-        _target_sigs[sig] = True  # (met once: looked up from the next time)
+        _keep(_target_sigs, sig, True)  # (met once: looked up from the next time)
     if signed is not None and not _prog.CHECK_STRUCTURE_CACHE:
         done = _signed_replay(signed, device)
         if done is not None:
@@ -624,9 +630,9 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             plan = _at_lengths(base, lengths)
             if plan is None:
                 return _record(roots, out_shape, device, targets, keyed, signed, key, base)
-            _keep_at((key, lengths), plan)
+            _keep(_at, (key, lengths), plan)
         else:
-            _at.move_to_end((key, lengths))
+            _touch(_at, (key, lengths))
     if plan is None or isinstance(plan, str):  # known not to record
         return _ev.run_unplanned(roots, out_shape, device, targets)
     if signed is not None and _prog.CHECK_STRUCTURE_CACHE:
@@ -686,7 +692,7 @@ def _record(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             forms = _pl.infer(plan, fresh, plan.lengths, lengths)
         if forms is not None and fresh is not None:  # (its plan at these lengths: this record)
             plan.forms = forms
-            _keep_at((key, lengths), fresh)
+            _keep(_at, (key, lengths), fresh)
             return _replay_new(fresh, keyed, signed, device)
         _put(key, _EXACT_LENGTHS)  # (one plan per lengths from now on)
         _put((key, plan.lengths), plan)
