@@ -9,9 +9,10 @@ lengths it was recorded for.  Met with other lengths, the key's evaluation is re
 again and the two records are compared (:func:`infer`): when they have the same steps
 (programs, buffers, scalars, offsets) and each parameter, output length and temporary's
 size is, in both, the same number or ``c`` times a product of at most two of the lengths
-that changed, the plan keeps those :class:`Forms` and is replayed for any lengths of its
-key (the lengths that did not change pinned, :func:`fits`); otherwise the key keeps one
-plan per lengths (``run_plans`` marks it so).
+that changed, the plan keeps those :class:`Forms`, from which its plan at any other
+lengths of its key is made (:func:`sized`; the lengths that did not change pinned,
+:func:`fits`) as a record there would be; otherwise the key keeps one plan per lengths
+(``run_plans`` marks it so).
 
 Why two records suffice: a program's parameters are its output's and reductions'
 lengths and their products (C strides, reduced sizes), the strides of the caller's

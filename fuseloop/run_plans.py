@@ -687,13 +687,16 @@ def _record(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
                                                                         key)
         return outs
     if plan is not False:  # the key's plan for other lengths
-        forms = None
-        if fresh is not None and not rec.exact and plan.forms is None:
+        if fresh is not None and not rec.exact:
             forms = _pl.infer(plan, fresh, plan.lengths, lengths)
-        if forms is not None and fresh is not None:  # (its plan at these lengths: this record)
-            plan.forms = forms
-            _keep(_at, (key, lengths), fresh)
-            return _replay_new(fresh, keyed, signed, device)
+            # (forms that pin fewer lengths replace the plan's: a loop over two lengths
+            # pins the outer one until a record differs in both)
+            if forms is not None and (plan.forms is None
+                                      or len(forms.pins) < len(plan.forms.pins)):
+                plan.forms = forms
+            if plan.forms is not None:  # (its plan at these lengths: this record)
+                _keep(_at, (key, lengths), fresh)
+                return _replay_new(fresh, keyed, signed, device)
         _put(key, _EXACT_LENGTHS)  # (one plan per lengths from now on)
         _put((key, plan.lengths), plan)
         key = (key, lengths)
