@@ -60,6 +60,7 @@ the passes of :data:`fuseloop.passes.PASSES`:
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
@@ -372,7 +373,7 @@ class ViewOffsets:
     powers of two); ``lengths`` holds them, and ``bound`` the largest node's size
     times two per axis (what a length of the same class can grow it to)."""
 
-    __slots__ = ("bound", "index", "len_index", "lengths", "values", "views")
+    __slots__ = ("bound", "index", "len_index", "lengths", "shapes", "values", "views")
 
     def __init__(self) -> None:
         self.values: list[int] = []
@@ -380,14 +381,16 @@ class ViewOffsets:
         self.views: list[tuple[int, Leaf]] = []
         self.lengths: list[int] = []
         self.len_index: dict[int, tuple] = {}
+        self.shapes: dict[tuple[int, ...], tuple] = {}  # (shapes written so far)
         self.bound = 0
 
     def shape(self, shape: tuple[int, ...]) -> tuple:
         """``shape`` with each length above 1 as its symbol ``(k, class)``."""
-        size = 1
+        known = self.shapes.get(shape)
+        if known is not None:
+            return known
         out: list[Any] = []
         for n in shape:
-            size *= n
             if n <= 1:
                 out.append(n)
                 continue
@@ -396,9 +399,11 @@ class ViewOffsets:
                 sym = self.len_index[n] = (len(self.lengths), n.bit_length())
                 self.lengths.append(n)
             out.append(sym)
-        if size << len(shape) > self.bound:
-            self.bound = size << len(shape)
-        return tuple(out)
+        bound = math.prod(shape) << len(shape)
+        if bound > self.bound:
+            self.bound = bound
+        known = self.shapes[shape] = tuple(out)
+        return known
 
     def cls(self, off: int) -> int:
         """-1 for offset 0, else which of the distinct offsets ``off`` is."""
