@@ -18,7 +18,7 @@ elsewhere (constants, e.g. an array it closes over), and scalar slots
 
 A later call with the same signature computes the key, collects the
 arguments' buffers and scalars, allocates outputs and replays the steps
-through ``launching.plan_launch``/``enqueue`` (``run_plans._launch_step``):
+through ``launching.plan_launch``/``enqueue`` (``plan_steps.launch_step``):
 no Python function call, no expression building, no structure look-up.
 
 Values are unknown while tracing: reading one (``bool(x > 0)``, ``float(x)``,
@@ -45,6 +45,7 @@ from . import caches as _caches
 from . import evaluate as _ev
 from . import flags as _flags
 from . import fuse_graphs as _graphs
+from . import plan_steps as _steps
 from . import run_plans as _rp
 from .array import Array, _weak_scalar, _weak_scalars
 from .dtypes import scalar_to
@@ -84,7 +85,7 @@ class _Entry:
     scalar slots, small)``, positions into the call's pool of buffers
     (the arguments', then new temporaries, then constants).  The index dtype, the
     device and the sizes of a step are fixed by the signature, so a step's launch
-    plan (``step.plan``, made by ``run_plans._launch_step`` on its first replay) is
+    plan (``step.plan``, made by ``plan_steps.launch_step`` on its first replay) is
     used while its recipe and kernel are still current, as ``run_plans`` checks.
 
     ``run`` is the signature's prepared replay: for the commonest record (one small
@@ -205,7 +206,7 @@ class _Entry:
             plan = step.plan
             if plan is None or plan.stamp is not _recipes_current[0] \
                     or not plan.compiled.in_cache:
-                _rp._launch_step(step, st, os_, scalars, device)  # (plans; counts the look-up)
+                _steps.launch_step(step, st, os_, scalars, device)  # (plans; counts the look-up)
             else:
                 enqueue(plan, os_, st, scalars, small, device, 1)
 
@@ -667,7 +668,7 @@ def _record_steps(trace: Trace, temps: list[int], n_in: int,
     steps = []
     for st in trace.steps:
         ins = tuple(map(pos, st.storage_refs))
-        # (small as run_plans._launch_step has it: deferred like small cached launches)
+        # (small as plan_steps.launch_step has it: deferred like small cached launches)
         limit = 4 * DEFER_MAX_ELEMENTS
         biggest = max(max(st.params, default=0), math.prod(st.out_shape))
         small = biggest <= limit and max([nbytes[j] for j in ins], default=0) <= limit

@@ -223,7 +223,7 @@ class LaunchPlan:
                 and self.compiled.in_cache)
 
 
-# plans a compiled kernel keeps (per sizes and output form); all dropped when reached
+# plans a compiled kernel keeps (per sizes and output form); the oldest dropped beyond
 PLANS_PER_KERNEL = 16
 
 
@@ -271,7 +271,7 @@ def plan_for(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_ele
         # (one per kernel: a thread's kernel object is the kernel's, not a plan's)
         plan.threads = compiled.plan_threads
         if len(plans) >= PLANS_PER_KERNEL:
-            plans.clear()
+            plans.pop(next(iter(plans), ()), None)  # (the oldest)
         plans[key] = plan
     return plan
 
@@ -312,8 +312,8 @@ def arg_layout(compiled: CompiledKernel) -> ArgLayout:
     return layout
 
 
-# launcher families a compiled kernel keeps (per grid and output form); all dropped
-# when reached
+# launcher families a compiled kernel keeps (per grid and output form); the oldest
+# dropped beyond
 LAUNCHERS_PER_KERNEL = 16
 
 
@@ -344,7 +344,7 @@ def make_binder(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_
         spec = LaunchSpec(outs, bufs, scals, consts, grid[0], grid[1], one_output, error_arg)
         family = compiled.backend.launcher_family(spec)
         if len(compiled.launchers) >= LAUNCHERS_PER_KERNEL:
-            compiled.launchers.clear()
+            compiled.launchers.pop(next(iter(compiled.launchers), ()), None)  # (the oldest)
         compiled.launchers[grid] = family
     return family(consts), consts, error_arg
 

@@ -9,7 +9,7 @@ those answers, made after a replay whose every step ran its kept launch plan; a 
 replay checks only what can change between calls: the recipes token, each kernel
 still in the memory cache, this thread's kernel objects and the caller's buffers (done
 by the caller: on the device, no larger than int32 indexes).  Its temporaries come
-from ``run_plans._temporaries``, as the general replay's do.  Anything else returns
+from ``plan_steps.temporaries``, as the general replay's do.  Anything else returns
 None and the caller replays the general way (which also makes a new :class:`Ready`).
 
 Launches go through ``launching.enqueue_or_defer`` as the general replay's do, deferred
@@ -32,9 +32,10 @@ from .expr.program import INT32_LIMIT
 from .flags import check_pending
 from .recipe_state import current as _recipes_current
 from .runtime.devices import Device
-from .stats import cached_launches
+from .stats import cached_launches, tallies
 
 _tally = cached_launches.__next__  # one memory-cache hit and one launch
+_tally_replay = tallies["plans_replayed"].__next__
 _nbytes = attrgetter("nbytes")
 # a Ready per plan and offsets, at most (a loop over rows replays one plan with
 # ever new offsets: those stay on the general replay)
@@ -55,7 +56,7 @@ class Ready:
     n_inputs: int
     results: tuple[int, ...]
     steps: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[int, ...], bool, bool]]
-    temporaries: Any  # run_plans._temporaries: new buffers of the plan's sizes
+    temporaries: Any  # plan_steps.temporaries: new buffers of the plan's sizes
     token: object
 
     @classmethod
@@ -66,7 +67,7 @@ class Ready:
         is not: no kept launch plan for these parameters on ``device`` under the current
         recipes, a checked gather's flag."""
         self = cls.__new__(cls)
-        limit = 4 * _launching.DEFER_MAX_ELEMENTS  # (run_plans._launch_step's bound)
+        limit = 4 * _launching.DEFER_MAX_ELEMENTS  # (plan_steps.launch_step's bound)
         self.token = _recipes_current[0]
         if self.token is None:  # (recipes in flux: a use() block is open)
             return None
@@ -108,6 +109,7 @@ class Ready:
         for lp in self.launch_plans:
             if not lp.compiled.in_cache:
                 return None
+        _tally_replay()
         pool = storages + self.temporaries(self.allocs, device) if self.allocs else storages
         get = pool.__getitem__
         pick = scalars.__getitem__
@@ -117,7 +119,7 @@ class Ready:
             if writes:  # (it writes a caller's buffer: earlier gathers' flags first)
                 check_pending()
             st = list(map(get, ins))
-            # (deferred as run_plans._launch_step decides: its sizes, and the inputs')
+            # (deferred as plan_steps.launch_step decides: its sizes, and the inputs')
             if small and st:
                 small = max(map(_nbytes, st)) <= limit
             enqueue(lp.go, (list(map(get, outs)), st, list(map(pick, scal)), kernel, last),

@@ -15,7 +15,9 @@ kernel :func:`fuseloop.evaluate.launch` is asked for goes through the thread's
 Its buffers and scalars are noted as slots of the structure (an input, a
 target, or the n-th temporary: a buffer first seen as a launch's output).
 Later evaluations of the same structure *replay* the record: allocate the same
-sizes, enqueue the same programs with this call's buffers and scalars.  The
+sizes, enqueue the same programs with this call's buffers and scalars.  Views'
+offsets and the lengths of shapes are not in the key but run-time values of the
+plan (offsets substituted per call; lengths per :mod:`fuseloop.plan_lengths`).  The
 counters of ``fl.stats()`` move as they would without the plan.  Gathers of
 device indices are planned too: a replayed step's kernel reads its error flag as
 any launch does (:mod:`fuseloop.flags`: once at the end of the evaluation, and
@@ -28,8 +30,8 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from operator import attrgetter
 from typing import Any, Literal
 
 import numpy as np
@@ -38,8 +40,9 @@ from . import caches as _caches
 from . import evaluate as _ev
 from . import flags as _flags
 from . import host_path as _host
+from . import plan_lengths as _pl
+from . import plan_steps as _steps
 from . import splits as _sp
-from .errors import OutOfMemoryError
 from .expr import program as _prog
 from .expr.ir import INT32_LIMIT
 from .expr.nodes import (
@@ -47,28 +50,22 @@ from .expr.nodes import (
     Scalar,
     Storage,
     c_strides,
-    recent_lazy,
-    register_readers,
     signature_of,
 )
 from .expr.overlap import views_disjoint
 from .expr.program import Bindings, Target, ViewOffsets, walk_structure
 from .flags import check_pending
 from .launching import (
-    DEFER_MAX_ELEMENTS,
     LaunchPlan,
-    enqueue,
-    index_dtype_for,
-    plan_launch,
-    recipe_kind,
 )
 from .plan_ready import Ready, ready_for
 from .recipe_state import current as _recipes_current
-from .recipe_state import recipe_for
-from .recipe_state import stamp as _recipe_stamp
 from .runtime.devices import Device
+from .stats import tallies as _tallies
 
 _local = threading.local()
+_tally_record = _tallies["plans_recorded"].__next__
+_tally_replay = _tallies["plans_replayed"].__next__
 recording_threads = [0]  # threads recording now: the common answer, "none", without the local
 _lock = threading.Lock()
 
@@ -98,11 +95,51 @@ def recording(rec: Any) -> Iterator[Any]:
         yield rec
     finally:
         restore_recorder(saved)
-_plans: dict[tuple, _Plan | str | None] = {}
-PLANS_MAX = 1024  # plans kept (all are dropped when it is reached)
+_plans: OrderedDict[tuple, _Plan | str | None] = OrderedDict()
+PLANS_MAX = 1024  # plans kept (the least recently used is dropped beyond)
 # the value of a key whose plan depends on its offsets' values: looked up by the key
 # with the offsets appended (a launch read an offset the walk did not see)
 _EXACT = "exact"
+# the value of a key whose plans for two lengths did not follow one form (see
+# fuseloop.plan_lengths): looked up by the key with the lengths appended
+_EXACT_LENGTHS = "exact lengths"
+
+
+def _get(key: tuple) -> _Plan | str | Literal[False] | None:
+    """The plan of ``key`` (False: none), now the most recently used."""
+    plan: _Plan | str | Literal[False] | None = _plans.get(key, False)
+    if plan is not False:
+        _touch(_plans, key)
+    return plan
+
+
+def _touch(table: OrderedDict, key: Any) -> None:
+    """``key`` is now the most recently used of ``table``."""
+    try:
+        table.move_to_end(key)
+    except KeyError:  # (another thread dropped it meanwhile)
+        pass
+
+
+def _keep(table: OrderedDict, key: Any, value: Any) -> None:
+    """``table[key] = value``, the least recently used dropped beyond PLANS_MAX."""
+    table[key] = value
+    _touch(table, key)
+    while len(table) > PLANS_MAX:
+        try:
+            table.popitem(last=False)
+        except KeyError:  # (emptied by another thread)
+            break
+
+
+def _put(key: tuple, plan: _Plan | str | None) -> None:
+    _keep(_plans, key, plan)
+
+
+# (key, lengths) -> a key's plan at lengths other than its plan's own (see _at_lengths):
+# kept apart from _plans, so that a loop over more lengths than PLANS_MAX drops these,
+# not the plans they are made from
+_at: OrderedDict[tuple, _Plan] = OrderedDict()
 
 
 class _Step:
@@ -126,7 +163,7 @@ class _Step:
         self.plan_params = params  # the parameters ``plan`` was made for
         # a step with offsets: its launch plans per parameters (a loop over rows
         # replays it with each row's offsets), made on first use
-        self.plans: dict[tuple, LaunchPlan] | None = None
+        self.plans: OrderedDict[tuple, LaunchPlan] | None = None
         self.out_shape = out_shape
         self.storage_refs = storage_refs
         self.out_refs = out_refs
@@ -135,7 +172,7 @@ class _Step:
         self.writes_input = any(kind == "i" for kind, _ in out_refs)
         self.scalar_refs = scalar_refs
         # (inputs count, storage_refs and out_refs as positions in a replay's pool of
-        # inputs then allocations): made by the first replay, see _pool_refs
+        # inputs then allocations): made by the first replay, see _steps.pool_refs
         self.picks: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None
         # the launch plan of its last replay (see fuseloop.launching.LaunchPlan), and the
         # device it was confirmed for under the plan's recipes stamp
@@ -146,12 +183,18 @@ class _Step:
 
 
 class _Plan:
-    __slots__ = ("allocs", "picks", "ready", "results", "signed", "steps")
+    __slots__ = ("allocs", "forms", "lengths", "picks", "ready", "results", "signed",
+                 "steps")
 
-    def __init__(self, allocs: list[int], steps: list[_Step], results: tuple) -> None:
+    def __init__(self, allocs: list[int], steps: list[_Step], results: tuple,
+                 lengths: tuple[int, ...] = ()) -> None:
         self.allocs = allocs
         self.steps = steps
         self.results = results
+        # the walk's lengths it was recorded for, and how its sizes follow from other
+        # lengths of its key once known (see fuseloop.plan_lengths)
+        self.lengths = lengths
+        self.forms: _pl.Forms | None = None
         self.picks: tuple[int, tuple[int, ...]] | None = None  # (see _Step.picks)
         self.signed = 0  # the signatures it was remembered under (see _remember_signed)
         # its replays made ready, per view offsets (see fuseloop.plan_ready)
@@ -276,7 +319,9 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
     it has, and each target how it meets every view of its buffer (the same view,
     disjoint, overlapping: what decides temporaries), so ``A[i, 1:] += A[i, :-1]``
     has one key for every ``i``."""
-    head: list[Any] = ["run", device.index, out_shape, len(roots), *_key_head(device)]
+    offs = ViewOffsets()
+    head: list[Any] = ["run", device.index, offs.shape(out_shape), len(roots),
+                       *_key_head(device)]
     # a mask (Target.mask) is walked like a root: its buffers are the plan's inputs
     masks = list({id(t.mask): t.mask for t in targets or ()
                   if isinstance(t, Target) and t.mask is not None}.values())
@@ -287,7 +332,6 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
     index_nodes = [n for sc in scatters for n in sc[1]]
     head.append(len(masks))
     head.append(tuple((sc[0], len(sc[1]), tuple(sc[2]), tuple(sc[3])) for sc in scatters))
-    offs = ViewOffsets()
     walked = walk_structure([*roots, *masks, *index_nodes], head, offs)
     if walked is None:
         return None
@@ -314,13 +358,17 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
                                  else 2)  # (the same view, disjoint, overlapping)
             toks.append(("T", k, t.strides, offs.cls(t.offset), tuple(meets),
                          t.mask is not None, t.scatter is not None, t.atomic))
-    if offs.values:
+    if offs.values or offs.lengths:
         for s in storages:
             if s.nbytes > INT32_LIMIT:
-                # (an offset may then decide the index type: keep offsets in the key)
-                toks.append(("O", tuple(offs.values)))
+                # (an offset or length may then decide the index type: keep them in the key)
+                toks.append(("O", tuple(offs.values), tuple(offs.lengths)))
                 offs.values.clear()
+                offs.lengths.clear()
                 break
+    if offs.bound > INT32_LIMIT and offs.lengths:  # (likewise)
+        toks.append(("N", tuple(offs.lengths)))
+        offs.lengths.clear()
     return tuple(toks), storages, scalars, slots, offs
 
 
@@ -337,12 +385,12 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
 # expression is right for every other of its signature (``t * t`` with ``t`` built
 # once or twice: at worst one kernel more or less than a fresh decision would take).
 # signed key (see _signed_key) -> (plan, view offsets, operand picker, key head)
-_signed: dict[tuple, tuple[_Plan, tuple[int, ...], Any, tuple]] = {}
+_signed: OrderedDict[tuple, tuple[_Plan, tuple[int, ...], Any, tuple]] = OrderedDict()
 # signatures of the first roots of evaluations into targets met before -> whether to
 # look them up by signature: only those met before are (most loops over rows meet each
 # of their views once, a time loop every step; the first meeting costs a dict look-up,
 # not the signed key), and not those whose plan holds its most signatures already
-_target_sigs: dict[int, bool] = {}
+_target_sigs: OrderedDict[int, bool] = OrderedDict()
 # signatures one plan is remembered under, at most: a plan that the walk finds under ever
 # new signatures (a loop over rows, ``A[i] - A[i].mean()``: each row's offset is another
 # signature) is walked, as before, rather than remembered again for each one (which cost
@@ -442,9 +490,7 @@ def _remember_signed(signed: tuple | None, plan: _Plan,
             or any(a is not b for a, b in zip(picked[1], scalars)) \
             or any(s.nbytes > INT32_LIMIT for s in storages):
         return
-    if len(_signed) >= PLANS_MAX:
-        _signed.clear()
-    _signed[key] = (plan, tuple(offsets), take, _key_head(device))
+    _keep(_signed, key, (plan, tuple(offsets), take, _key_head(device)))
 
 
 def _check_signed(signed: tuple, storages: list[Storage],
@@ -545,7 +591,7 @@ def _replay_signed(plan: _Plan, storages: list[Storage], scalars: list[np.generi
             if done is not None:
                 return done
     outs = _replay(plan, storages, scalars, device, offsets)
-    ready_for(plan, offsets, len(storages), device, _params, _temporaries)
+    ready_for(plan, offsets, len(storages), device, _params, _steps.temporaries)
     return outs
 
 
@@ -558,9 +604,7 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     elif (look := _target_sigs.get(sig := roots[0].sig or signature_of(roots[0]))):
         signed = _signed_key_targets(roots, out_shape, device, targets)
     elif look is None and sig:
-        if len(_target_sigs) >= PLANS_MAX:
-            _target_sigs.clear()
-        _target_sigs[sig] = True  # (met once: looked up from the next time)
+        _keep(_target_sigs, sig, True)  # (met once: looked up from the next time)
     if signed is not None and not _prog.CHECK_STRUCTURE_CACHE:
         done = _signed_replay(signed, device)
         if done is not None:
@@ -568,12 +612,28 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     keyed = _key(roots, out_shape, targets, device)
     if keyed is None:
         return _ev.run_unplanned(roots, out_shape, device, targets)
-    key, storages, scalars, slots, offs = keyed
-    plan: _Plan | str | Literal[False] | None = _plans.get(key, False)
-    if plan == _EXACT:
-        key = (key, tuple(offs.values))
-        offs.values.clear()  # (the exact key holds them: nothing to substitute)
-        plan = _plans.get(key, False)
+    key, storages, scalars, _, offs = keyed
+    plan: _Plan | str | Literal[False] | None = _get(key)
+    lengths = tuple(offs.lengths)
+    while plan == _EXACT or plan == _EXACT_LENGTHS:  # (the key goes on with their values)
+        if plan == _EXACT:
+            key = (key, tuple(offs.values))
+            offs.values.clear()  # (the exact key holds them: nothing to substitute)
+        else:
+            key = (key, lengths)
+        plan = _get(key)
+    if isinstance(plan, _Plan) and plan.lengths != lengths:
+        # recorded for other lengths: its plan at these, made before or now where its
+        # forms are known, else recorded (which may learn the forms)
+        base = plan
+        plan = _at.get((key, lengths))
+        if plan is None:
+            plan = _at_lengths(base, lengths)
+            if plan is None:
+                return _record(roots, out_shape, device, targets, keyed, signed, key, base)
+            _keep(_at, (key, lengths), plan)
+        else:
+            _touch(_at, (key, lengths))
     if plan is None or isinstance(plan, str):  # known not to record
         return _ev.run_unplanned(roots, out_shape, device, targets)
     if signed is not None and _prog.CHECK_STRUCTURE_CACHE:
@@ -581,37 +641,87 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     if plan is not False and not _prog.CHECK_STRUCTURE_CACHE:
         _remember_signed(signed, plan, storages, scalars, offs.values, device)
         return _replay(plan, storages, scalars, device, offs.values)
+    return _record(roots, out_shape, device, targets, keyed, signed, key, plan)
+
+
+def _at_lengths(plan: _Plan, lengths: tuple[int, ...]) -> _Plan | None:
+    """``plan`` at other lengths of its key, where its forms say (else None): its steps
+    with their parameters and output shapes at ``lengths``, as a record there has them."""
+    forms = plan.forms
+    if forms is None or not _pl.fits(forms, lengths):
+        return None
+    sized = _pl.sized(forms, plan.steps, lengths)
+    if sized is None:
+        return None
+    allocs, at = sized
+    steps = [_Step(x.program, params, shape, x.storage_refs, x.out_refs, x.scalar_refs,
+                   x.offsets) for x, (params, shape) in zip(plan.steps, at)]
+    return _Plan(allocs, steps, plan.results, lengths)
+
+
+def _record(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
+            targets: Sequence[Target | Storage | None] | None, keyed: tuple,
+            signed: tuple | None, key: tuple, plan: _Plan | Literal[False]) -> list[Storage]:
+    """:func:`run` of an evaluation without a plan for its key and lengths: recorded,
+    remembered and replayed.  ``plan``: False (none), the key's plan for other lengths
+    (learns how it follows them from this record, see :mod:`fuseloop.plan_lengths`), or
+    a plan to check (``CHECK_STRUCTURE_CACHE``)."""
+    _, storages, scalars, slots, offs = keyed
+    lengths = tuple(offs.lengths)
+    checking = plan is not False and plan.lengths == lengths
     # a new structure is recorded dry (nothing enqueued), its new kernels are built
     # together (fuseloop.prebuild), and the record is replayed; a check of a cached
     # plan records for real
-    rec = Recorder(storages, scalars, slots, offs, dry=plan is False)
+    rec = Recorder(storages, scalars, slots, offs, dry=not checking)
     with recording(rec):
         outs = _ev.run_unplanned(roots, out_shape, device, targets)
+    _tally_record()
     result_refs = tuple(rec.ref(o) for o in outs)
     fresh = None if rec.failed or None in result_refs else _Plan(
-        rec.allocs, rec.steps, result_refs)
-    if plan is not False:  # checking a cached plan against a fresh record
+        rec.allocs, rec.steps, result_refs, lengths)
+    if checking:  # checking a cached plan against a fresh record
+        assert plan is not False
         if rec.exact and fresh is not None:  # (stored without offset references)
             for step in fresh.steps:
                 step.offsets = ()
-        assert fresh is not None and _same(plan, fresh, offs.values), ("run plan differs", key)
+        assert fresh is not None and _same(plan, fresh, offs.values), ("run plan differs",
+                                                                        key)
         return outs
-    if len(_plans) >= PLANS_MAX:
-        _plans.clear()
+    if plan is not False:  # the key's plan for other lengths
+        if fresh is not None and not rec.exact:
+            forms = _pl.infer(plan, fresh, plan.lengths, lengths)
+            # (forms that pin fewer lengths replace the plan's: a loop over two lengths
+            # pins the outer one until a record differs in both)
+            if forms is not None and (plan.forms is None
+                                      or len(forms.pins) < len(plan.forms.pins)):
+                plan.forms = forms
+            if plan.forms is not None:  # (its plan at these lengths: this record)
+                _keep(_at, (key, lengths), fresh)
+                return _replay_new(fresh, keyed, signed, device)
+        _put(key, _EXACT_LENGTHS)  # (one plan per lengths from now on)
+        _put((key, plan.lengths), plan)
+        key = (key, lengths)
     if fresh is None:  # not replayable: evaluated for real, unplanned from now on
-        _plans[key] = None
+        _put(key, None)
         return _ev.run_unplanned(roots, out_shape, device, targets)
     if rec.exact:
         # (this plan's parameters hold offsets that the walk did not see)
-        _plans[key] = _EXACT
+        _put(key, _EXACT)
         for step in fresh.steps:
             step.offsets = ()
         key = (key, tuple(offs.values))
         offs.values.clear()
+    _put(key, fresh)
+    return _replay_new(fresh, keyed, signed, device)
+
+
+def _replay_new(fresh: _Plan, keyed: tuple, signed: tuple | None, device: Device
+                ) -> list[Storage]:
+    """The first replay of a plan just recorded (dry): its kernels built together."""
     from .prebuild import build_steps_ahead, forget
 
+    _, storages, scalars, _, offs = keyed
     built = build_steps_ahead(fresh.steps, storages, fresh.allocs, offs.values, device)
-    _plans[key] = fresh
     _remember_signed(signed, fresh, storages, scalars, offs.values, device)
     try:
         return _replay(fresh, storages, scalars, device, offs.values)
@@ -639,32 +749,10 @@ def _params(step: _Step, offsets: Sequence[int]) -> list[int]:
     return params
 
 
-def _temporaries(allocs: list[int], device: Device) -> list[Storage]:
-    """New buffers of ``allocs`` bytes from the device's pool, as ``evaluate.allocate``
-    makes them but without its frames per buffer (fl.fuse's replay allocates so too):
-    the sizes were allocated when the plan was recorded, so only the pool's own checks
-    remain; unheld recent lazy arrays are let go once, before a large buffer (see
-    ``evaluate.RELEASE_RECENT_AT``), and ``evaluate.allocate`` takes over on a refusal."""
-    if not allocs:
-        return []
-    if recent_lazy and max(allocs) >= _ev.RELEASE_RECENT_AT:
-        register_readers()
-    allocate = device.allocator.allocate
-    try:
-        return [Storage(allocate(n), n, device) for n in allocs]
-    except OutOfMemoryError:
-        return [_ev.allocate(n, device) for n in allocs]
-
-
-def _pool_refs(refs: tuple, n: int) -> tuple[int, ...]:
-    """Refs ``("i", k)`` / ``("t", k)`` as positions in a pool of ``n`` inputs followed
-    by the plan's allocations."""
-    return tuple(k if kind == "i" else n + k for kind, k in refs)
-
-
 def _replay(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
             device: Device, offsets: Sequence[int] = ()) -> list[Storage]:
-    tmps = _temporaries(plan.allocs, device)
+    _tally_replay()
+    tmps = _steps.temporaries(plan.allocs, device)
     n = len(storages)
     # (the refs as positions in one pool, worked out once per step: a replay picks each
     # step's buffers by map in C, not by a comprehension's frame and test per buffer)
@@ -674,89 +762,24 @@ def _replay(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
             check_pending()
         picks = step.picks
         if picks is None or picks[0] != n:
-            picks = step.picks = (n, _pool_refs(step.storage_refs, n),
-                                  _pool_refs(step.out_refs, n))
+            picks = step.picks = (n, _steps.pool_refs(step.storage_refs, n),
+                                  _steps.pool_refs(step.out_refs, n))
         sc = list(map(scalars.__getitem__, step.scalar_refs)) if step.scalar_refs else []
-        _launch_step(step, list(map(pick, picks[1])), list(map(pick, picks[2])), sc, device,
-                     _params(step, offsets))
+        _steps.launch_step(step, list(map(pick, picks[1])), list(map(pick, picks[2])), sc,
+                           device, _params(step, offsets))
     results = plan.picks
     if results is None or results[0] != n:
-        results = plan.picks = (n, _pool_refs(plan.results, n))
+        results = plan.picks = (n, _steps.pool_refs(plan.results, n))
     return list(map(pick, results[1]))
-
-
-_nbytes = attrgetter("nbytes")
-
-
-def _launch_step(step: _Step, storages: list[Storage], outs: list[Storage],
-                 scalars: list[np.generic], device: Device,
-                 params: list[int] | None = None) -> None:
-    """Enqueue ``step`` with the launch plan of its last replay while still valid
-    (``params``: the step's own unless given, see :func:`_params`)."""
-    if params is None or params is step.params:
-        params = step.params
-        biggest = step.biggest
-    else:
-        biggest = max(max(params, default=0), math.prod(step.out_shape))
-    index_dtype = index_dtype_for(storages, biggest, device)
-    limit = 4 * DEFER_MAX_ELEMENTS
-    small = biggest <= limit and max(map(_nbytes, storages), default=0) <= limit
-    plan = step.plan
-    # the common replay: the plan kept for these parameters on this device, its recipe
-    # confirmed under the current recipes token (as fl.fuse's and run_flat's hot paths)
-    if plan is not None and plan.stamp is _recipes_current[0] and step.device is device \
-            and params is step.plan_params and plan.index_dtype is index_dtype \
-            and plan.compiled.in_cache:
-        enqueue(plan, outs, storages, scalars, small, device, 1)
-        return
-    program = step.program
-    token = _recipes_current[0]
-    if plan is not None and plan.stamp is token and token is not None \
-            and step.device is device:
-        # (new offsets, the recipes unchanged: recipe_for's answer is the one confirmed
-        # for the last plan under this token)
-        recipe = plan.recipe
-    else:
-        token = _recipe_stamp()
-        recipe = recipe_for(device, recipe_kind(program))
-    hit = 1
-    key = None
-    if params is not step.plan_params and params != step.plan_params:
-        key = tuple(params)
-        plan = step.plans.get(key) if step.plans is not None else None
-        step.plan_params = params
-    if plan is None or not plan.valid(recipe, index_dtype):
-        plan = plan_launch(program, params, step.out_shape, index_dtype, recipe,
-                           device)  # (counts the look-up)
-        assert plan is not None  # (only a one-output plan can be refused)
-        hit = 0
-        if step.offsets:
-            _keep_plan(step, tuple(params) if key is None else key, plan)
-    step.plan = plan
-    step.device = device
-    plan.stamp = token  # (fl.fuse's replay checks it: see LaunchPlan)
-    # small steps are deferred like small cached launches (``biggest`` counts bytes
-    # or elements), reductions too: a result read at once (``float(x.sum())``)
-    # enqueues it first anyway, and on PoCL a launch enqueued alone wakes its
-    # workers, which cost ~20 us per call in a loop of ``(x - x.mean()).eval()``
-    enqueue(plan, outs, storages, scalars, small, device, hit)
-
-
-#: launch plans a step with offsets keeps (all dropped when reached)
-STEP_PLANS_MAX = 256
-
-
-def _keep_plan(step: _Step, key: tuple[int, ...], plan: LaunchPlan) -> None:
-    if step.plans is None or len(step.plans) >= STEP_PLANS_MAX:
-        step.plans = {}
-    step.plans[key] = plan
 
 
 def clear() -> None:
     """Forget every plan (tests; plans hold no buffers)."""
     _plans.clear()
+    _at.clear()
     _signed.clear()
     _target_sigs.clear()
 
 
-_caches.register("run_plans.plans", clear, lambda: len(_plans) + len(_signed), 2 * PLANS_MAX)
+_caches.register("run_plans.plans", clear, lambda: len(_plans) + len(_at) + len(_signed),
+                 3 * PLANS_MAX)

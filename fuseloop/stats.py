@@ -17,6 +17,8 @@ COUNTER_NAMES = (
     "builds_overlapped",    # kernel builds started while another build of this process ran
     "host_evaluations",     # small evaluations numpy computed in host memory: host_path.py
     "host_operations",      # small operations numpy computed at once, no lazy tree: host_ops.py
+    "plans_recorded",       # evaluations recorded as run plans: run_plans.py
+    "plans_replayed",       # run plans replayed (not counting fl.fuse's or a split array's)
 )
 
 counters: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)
@@ -42,7 +44,8 @@ def _cached_launches() -> int:
 
 # the host path's counters, tallied the same way (every small statement on the CPU
 # device counts one): name -> its tally, and the calls that were not counts
-tallies = {"host_operations": itertools.count(), "host_evaluations": itertools.count()}
+tallies = {name: itertools.count() for name in (
+    "host_operations", "host_evaluations", "plans_recorded", "plans_replayed")}
 _not_counts = dict.fromkeys(tallies, 0)
 
 

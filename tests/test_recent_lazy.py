@@ -162,7 +162,7 @@ def test_an_evaluation_that_fails_leaves_the_array_a_reader(device, monkeypatch)
 
 
 def test_a_replayed_plan_with_a_large_buffer_frees_what_only_the_registry_held(device):
-    """A replayed plan takes its buffers from the pool directly (run_plans._temporaries),
+    """A replayed plan takes its buffers from the pool directly (plan_steps.temporaries),
     still letting go of unheld recent lazy arrays before a large one."""
     n = evaluate.RELEASE_RECENT_AT // 4
     x = fl.asarray(np.ones((2, n), np.float32))

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
-from fuseloop import evaluate, run_plans
+from fuseloop import evaluate, plan_steps, run_plans
 from fuseloop.expr import program as prog
 
 
@@ -360,7 +360,7 @@ def test_multi_kernel_replay_launches_what_an_unplanned_run_does(gpu_recipes, pl
     def noting(fn):
         return lambda *a: asked.append(a) or fn(*a)
 
-    monkeypatch.setattr(run_plans, "recipe_for", noting(run_plans.recipe_for))
+    monkeypatch.setattr(plan_steps, "recipe_for", noting(plan_steps.recipe_for))
     monkeypatch.setattr(evaluate, "column_params", noting(evaluate.column_params))
     for h, w in zip(hosts[1:], want[1:]):
         fl.reset_stats()

@@ -1,15 +1,18 @@
-"""Run plans per statement length: a loop whose statements have more distinct lengths than
-the plans kept (``run_plans.PLANS_MAX``) records every statement afresh (issue 26).
+"""Run plans per statement length: loops whose statements have a new length every
+iteration (issue 26): how many plans they record and what a statement costs.
 
-NPBench's trisolv (``x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]``), durbin, covariance and
-correlation loop over ``i`` with slices of length ``i``: the kernels are shape-generic, but a
-run plan's key holds the shapes, so each length is a structure of its own, and past
-``PLANS_MAX`` of them the plans are all dropped, so a repeated run finds none.  This probe
-times the trisolv loop (CPU time per statement, each run a fresh ``x``) for ``n`` below and
-above the cap, and with the cap raised, on the default device (use ``FUSELOOP_HOST_PATH=0``
-on a CPU to see the device path).  Reported, never asserted.
+NPBench's trisolv (``x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]``), cholesky
+(``A[i, j] -= A[i, :j] @ A[j, :j]``), lu (``A[i, j] -= A[i, :i] @ A[:i, j]``), durbin,
+covariance and correlation loop over ``i`` with slices of length ``i``.  The kernels are
+shape-generic; a run plan's key writes each length as a symbol with its class, and a plan
+follows the lengths of its key once two records agree (``fuseloop.plan_lengths``).  This
+probe times each loop (CPU time per statement, run by run, the first run recording plans:
+kernels are built before it) for ``n`` below and above ``run_plans.PLANS_MAX``, and prints
+``fl.stats()``'s ``plans_recorded`` per run (``-`` on revisions without the counter).  Run
+with ``FUSELOOP_HOST_PATH=0`` on a CPU to see the device path.  Reported, never asserted.
 
-    FUSELOOP_HOST_PATH=0 python benchmarks/probes/plans_per_length.py [--n 1000 2000] [--cap 8192]
+    FUSELOOP_HOST_PATH=0 python benchmarks/probes/plans_per_length.py [--n 1000 2000]
+        [--pattern trisolv cholesky lu] [--runs 3]
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -26,37 +30,87 @@ import fuseloop as fl
 from fuseloop import run_plans
 
 
-def _runs(n: int, runs: int) -> list[float]:
+def _trisolv(n: int) -> Callable[[], int]:
     rng = np.random.default_rng(0)
     lh = np.tril(rng.random((n, n))) + n * np.eye(n)
     bh = rng.random(n)
-    out = []
-    for _ in range(runs):
-        L, b, x = fl.asarray(lh), fl.asarray(bh), fl.zeros(n)
-        fl.synchronize()
-        t = time.process_time()
+    L, b = fl.asarray(lh), fl.asarray(bh)
+
+    def run() -> int:
+        x = fl.zeros(n)
         for i in range(n):
             x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
+        return n
+    return run
+
+
+def _cholesky(n: int) -> Callable[[], int]:
+    rng = np.random.default_rng(1)
+    m = rng.random((n, n))
+    spd = m @ m.T + n * np.eye(n)
+
+    def run() -> int:
+        a = fl.asarray(spd)
+        a[0, 0] = fl.sqrt(a[0, 0])
+        for i in range(1, n):
+            for j in range(i):
+                a[i, j] -= a[i, :j] @ a[j, :j]
+                a[i, j] /= a[j, j]
+            a[i, i] = fl.sqrt(a[i, i] - a[i, :i] @ a[i, :i])
+        return n * (n - 1) + n
+    return run
+
+
+def _lu(n: int) -> Callable[[], int]:
+    rng = np.random.default_rng(2)
+    start = rng.random((n, n)) + n * np.eye(n)
+
+    def run() -> int:
+        a = fl.asarray(start)
+        for i in range(n):
+            for j in range(i):
+                a[i, j] -= a[i, :j] @ a[:j, j]
+                a[i, j] /= a[j, j]
+            for j in range(i, n):
+                a[i, j] -= a[i, :i] @ a[:i, j]
+        return n * n + n * (n - 1) // 2
+    return run
+
+
+PATTERNS = {"trisolv": _trisolv, "cholesky": _cholesky, "lu": _lu}
+
+
+def _recorded() -> str:
+    return str(fl.stats().get("plans_recorded", "-"))
+
+
+def _runs(make: Callable[[int], Callable[[], int]], n: int, runs: int) -> list[str]:
+    run = make(n)
+    run()  # (kernels built; plans dropped below)
+    fl.synchronize()
+    run_plans.clear()
+    out = []
+    for _ in range(runs):
         fl.synchronize()
-        out.append((time.process_time() - t) / n * 1e6)
+        fl.reset_stats()
+        t = time.process_time()
+        count = run()
+        fl.synchronize()
+        out.append(f"{(time.process_time() - t) / count * 1e6:6.0f} ({_recorded()})")
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, nargs="+", default=[1000, 2000])
-    ap.add_argument("--cap", type=int, default=8192, help="the raised PLANS_MAX")
+    ap.add_argument("--pattern", nargs="+", default=["trisolv"], choices=sorted(PATTERNS))
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
-    default = run_plans.PLANS_MAX
-    print(f"device: {fl.get_device().name}; CPU us per statement, run by run")
-    for cap in (default, args.cap):
-        run_plans.PLANS_MAX = cap
+    print(f"device: {fl.get_device().name}; PLANS_MAX {run_plans.PLANS_MAX}; CPU us per "
+          "statement (plans recorded), run by run")
+    for name in args.pattern:
         for n in args.n:
-            fl.clear_caches()
-            times = " ".join(f"{t:7.0f}" for t in _runs(n, args.runs))
-            print(f"PLANS_MAX {cap:6}  n {n:6}: {times}")
-    run_plans.PLANS_MAX = default
+            print(f"{name:9} n {n:6}: " + "  ".join(_runs(PATTERNS[name], n, args.runs)))
 
 
 if __name__ == "__main__":

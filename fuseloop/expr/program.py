@@ -60,6 +60,7 @@ the passes of :data:`fuseloop.passes.PASSES`:
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
@@ -326,7 +327,7 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
         slots[node] = len(toks)
         toks.append(("U", node.function.key) if type(node) is UserCall else node.op)
         toks.append(node.loop_key)
-        toks.append(node.shape)
+        toks.append(node.shape if offs is None else offs.shape(node.shape))
         if len(toks) > MAX_TOKENS:
             raise _Uncacheable
         for a in node.args:
@@ -367,7 +368,8 @@ def _walk(node: Node, toks: list[Any], slots: dict[Any, int], storages: list[Sto
     elif type(node) is Iota:
         toks.append(("I", node.dtype.char, node.shape, node.strides, node.offset))
     elif general and type(node) is Reduce:
-        toks.append(("R", node.op, node.dtype.char, node.axes, node.shape))
+        toks.append(("R", node.op, node.dtype.char, node.axes,
+                     node.shape if offs is None else offs.shape(node.shape)))
         if len(toks) > MAX_TOKENS:
             raise _Uncacheable
         _walk(node.child, toks, slots, storages, scalars, True, offs)
@@ -403,17 +405,48 @@ def _walk_other(node: Node, toks: list[Any], slots: dict[Any, int], storages: li
 
 
 class ViewOffsets:
-    """The offsets of a walk's buffer views, kept out of its key (see
+    """The offsets and lengths of a walk's nodes, kept out of its key (see
     :func:`walk_structure`): a leaf's token says only whether its offset is 0 and,
     if not, which of the walk's distinct offsets it is (first appearance first);
-    ``values`` holds those offsets, ``views`` every leaf with its buffer's slot."""
+    ``values`` holds those offsets, ``views`` every leaf with its buffer's slot.
 
-    __slots__ = ("index", "values", "views")
+    Likewise every length above 1 of a shape (an operation's, a leaf's, a
+    reduction's; :meth:`shape`) is written as which of the walk's distinct lengths
+    it is, with its class (its bit length: the split and layout thresholds are
+    powers of two); ``lengths`` holds them, and ``bound`` the largest node's size
+    times two per axis (what a length of the same class can grow it to)."""
+
+    __slots__ = ("bound", "index", "len_index", "lengths", "shapes", "values", "views")
 
     def __init__(self) -> None:
         self.values: list[int] = []
         self.index: dict[int, int] = {}
         self.views: list[tuple[int, Leaf]] = []
+        self.lengths: list[int] = []
+        self.len_index: dict[int, tuple] = {}
+        self.shapes: dict[tuple[int, ...], tuple] = {}  # (shapes written so far)
+        self.bound = 0
+
+    def shape(self, shape: tuple[int, ...]) -> tuple:
+        """``shape`` with each length above 1 as its symbol ``(k, class)``."""
+        known = self.shapes.get(shape)
+        if known is not None:
+            return known
+        out: list[Any] = []
+        for n in shape:
+            if n <= 1:
+                out.append(n)
+                continue
+            sym = self.len_index.get(n)
+            if sym is None:
+                sym = self.len_index[n] = (len(self.lengths), n.bit_length())
+                self.lengths.append(n)
+            out.append(sym)
+        bound = math.prod(shape) << len(shape)
+        if bound > self.bound:
+            self.bound = bound
+        known = self.shapes[shape] = tuple(out)
+        return known
 
     def cls(self, off: int) -> int:
         """-1 for offset 0, else which of the distinct offsets ``off`` is."""
@@ -429,13 +462,14 @@ class ViewOffsets:
         """``leaf``'s token without its offset's value (its buffer's slot: ``slot``)."""
         self.views.append((slot, leaf))
         off = leaf.offset
+        shape = self.shape(leaf.shape)
         if off == 0:  # (cls, written out: once per leaf of every planned evaluation)
-            return ("L", leaf.dtype.char, leaf.shape, leaf.strides, -1)
+            return ("L", leaf.dtype.char, shape, leaf.strides, -1)
         k = self.index.get(off)
         if k is None:
             k = self.index[off] = len(self.values)
             self.values.append(off)
-        return ("L", leaf.dtype.char, leaf.shape, leaf.strides, k)
+        return ("L", leaf.dtype.char, shape, leaf.strides, k)
 
 
 def walk_structure(roots: Sequence[Node], head: list[Any], offs: ViewOffsets | None = None

@@ -32,6 +32,7 @@ from typing import Any
 from .. import caches as _caches
 from .. import flags as _flags
 from .. import host_path as _host
+from .. import plan_steps as _steps
 from .. import run_plans as _rp
 from ..array import Array
 from ..evaluate import capturing_threads, recording_threads
@@ -214,7 +215,7 @@ class _Prepared:
     def launch(self, storages: list[Any], scalars: list[Any]) -> Any:
         """The plan enqueued over ``storages`` and ``scalars`` and the queue submitted;
         the plan's result."""
-        pool = storages + _rp._temporaries(self.allocs, self.device)
+        pool = storages + _steps.temporaries(self.allocs, self.device)
         rt, queue = self.rt, self.queue
         with rt.launch_lock:
             if rt.deferred:
@@ -264,8 +265,8 @@ def _prepare(entry: Any, storages: list[Any], device: Any, token: Any) -> _Prepa
         if biggest <= 4 * DEFER_MAX_ELEMENTS:
             small += 1
         kernel, last = thread_kernel(lp)
-        steps.append((lp.go, kernel, last, _rp._pool_refs(step.out_refs, n),
-                      _rp._pool_refs(step.storage_refs, n), tuple(step.scalar_refs)))
+        steps.append((lp.go, kernel, last, _steps.pool_refs(step.out_refs, n),
+                      _steps.pool_refs(step.storage_refs, n), tuple(step.scalar_refs)))
         compiled.append(lp.compiled)
     if (rt.gate_at and small >= rt.gate_at) or any(a > INT32_LIMIT for a in plan.allocs):
         steps, compiled = [], []
@@ -297,13 +298,13 @@ def current(device: Any) -> Any:
 def _launch(plan: Any, storages: list[Any], scalars: list[Any], offsets: Sequence[int],
             device: Any, token: Any) -> Any:
     """``run_plans._replay`` of ``plan`` with its steps enqueued back to back under the
-    queue's lock (each launch checked as ``run_plans._launch_step`` checks its kept
+    queue's lock (each launch checked as ``plan_steps.launch_step`` checks its kept
     plan), then the queue submitted; the plan's result."""
-    tmps = _rp._temporaries(plan.allocs, device)
+    tmps = _steps.temporaries(plan.allocs, device)
     rt = _runtime(device)
     queue = rt.queue
     launched = 0
-    small_max = 4 * DEFER_MAX_ELEMENTS  # (run_plans._launch_step's bound)
+    small_max = 4 * DEFER_MAX_ELEMENTS  # (plan_steps.launch_step's bound)
     with rt.launch_lock:
         if rt.deferred:
             rt.flush()
@@ -333,7 +334,7 @@ def _launch(plan: Any, storages: list[Any], scalars: list[Any], offsets: Sequenc
                     lp.go(outs, st, sc, kernel, last, queue)
                 launched += 1
             else:  # (the general step launch: plans made or checked, flags, deferral)
-                _rp._launch_step(step, st, outs, sc, device, params)
+                _steps.launch_step(step, st, outs, sc, device, params)
         if launched:
             with _stats_lock:
                 _counters["memory_cache_hits"] += launched

@@ -1,0 +1,139 @@
+"""Run plans whose lengths are run-time values, as view offsets are.
+
+A loop over slices of changing length (``x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]``,
+``A[i, j] -= A[i, :j] @ A[j, :j]``) evaluates one structure at ever new lengths.  A run
+plan's key (``run_plans._key``) therefore writes each length above 1 as which of the
+walk's distinct lengths it is, with its class (its bit length: the split and layout
+thresholds are powers of two; see ``ViewOffsets.shape``), and the plan remembers the
+lengths it was recorded for.  Met with other lengths, the key's evaluation is recorded
+again and the two records are compared (:func:`infer`): when they have the same steps
+(programs, buffers, scalars, offsets) and each parameter, output length and temporary's
+size is, in both, the same number or ``c`` times a product of at most two of the lengths
+that changed, the plan keeps those :class:`Forms`, from which its plan at any other
+lengths of its key is made (:func:`sized`; the lengths that did not change pinned,
+:func:`fits`) as a record there would be; otherwise the key keeps one plan per lengths
+(``run_plans`` marks it so).
+
+Why two records suffice: a program's parameters are its output's and reductions'
+lengths and their products (C strides, reduced sizes), the strides of the caller's
+views (in the key) and offsets (substituted per call); the one kind of parameter
+that follows lengths by rounding, the pieces of a split reduction (two-stage,
+split-K), comes with a chunked first stage, and plans with one are never generalised.
+Decisions a length makes about the kernels (split or not, 1 or more, the index type)
+are in the key: the class of each length, and lengths kept exact where a node of
+the class could pass int32 (``ViewOffsets.bound``).  Launch plans (grids, size
+classes) are made per parameters as for new offsets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from itertools import combinations_with_replacement
+from typing import Any, NamedTuple
+
+from .expr.program import INT32_LIMIT
+
+#: ``(c, symbols)``: the value ``c * prod(lengths[k] for k in symbols)``
+Form = tuple[int, tuple[int, ...]]
+
+
+class Forms(NamedTuple):
+    """How a plan's sizes follow from its lengths (see the module docstring)."""
+
+    pins: tuple[tuple[int, int], ...]  # (symbol, length) of the lengths that must match
+    allocs: tuple[Form, ...]  # the temporaries' byte sizes
+    params: tuple[tuple[Form | None, ...], ...]  # per step (None: an offset's place)
+    shapes: tuple[tuple[Form, ...], ...]  # per step: its output's shape
+
+
+def value(form: Form, lengths: Sequence[int]) -> int:
+    c, ks = form
+    for k in ks:
+        c *= lengths[k]
+    return c
+
+
+def fits(forms: Forms, lengths: Sequence[int]) -> bool:
+    """Whether ``lengths`` (of the plan's key) have the pinned values."""
+    for k, n in forms.pins:
+        if lengths[k] != n:
+            return False
+    return True
+
+
+def _fit(va: int, vb: int, la: Sequence[int], lb: Sequence[int],
+         monomials: list[tuple[int, ...]]) -> Form | None:
+    """The one form giving ``va`` at lengths ``la`` and ``vb`` at ``lb``, or None."""
+    found: Form | None = (va, ()) if va == vb else None
+    for ks in monomials:
+        ma = math.prod(la[k] for k in ks)
+        if va % ma:
+            continue
+        c = va // ma
+        if c >= 1 and c * math.prod(lb[k] for k in ks) == vb:
+            if found is not None:
+                return None  # (two forms fit: which one holds is unknown)
+            found = (c, ks)
+    return found
+
+
+def infer(a: Any, b: Any, la: Sequence[int], lb: Sequence[int]) -> Forms | None:
+    """The forms of plan ``a`` (recorded at lengths ``la``) that also give plan ``b``
+    (recorded at ``lb``), or None where the two differ otherwise (see the module
+    docstring)."""
+    varying = [k for k in range(len(la)) if la[k] != lb[k]]
+    if not varying or len(a.steps) != len(b.steps) or a.results != b.results \
+            or len(a.allocs) != len(b.allocs):
+        return None
+    monomials = [ks for d in (1, 2) for ks in combinations_with_replacement(varying, d)]
+
+    def fit(va: int, vb: int) -> Form:
+        form = _fit(va, vb, la, lb, monomials)
+        if form is None:
+            raise _NoFit
+        return form
+
+    try:
+        allocs = tuple(fit(x, y) for x, y in zip(a.allocs, b.allocs))
+        params, shapes = [], []
+        for x, y in zip(a.steps, b.steps):
+            if x.program.chunked or not _same_step(x, y):
+                return None
+            offsets = {j for j, _ in x.offsets}
+            params.append(tuple(None if j in offsets else fit(p, q)
+                                for j, (p, q) in enumerate(zip(x.params, y.params))))
+            shapes.append(tuple(fit(p, q) for p, q in zip(x.out_shape, y.out_shape)))
+    except _NoFit:
+        return None
+    pins = tuple((k, la[k]) for k in range(len(la)) if k not in varying)
+    return Forms(pins, allocs, tuple(params), tuple(shapes))
+
+
+class _NoFit(Exception):
+    pass
+
+
+def _same_step(x: Any, y: Any) -> bool:
+    return (x.program == y.program and x.offsets == y.offsets
+            and x.storage_refs == y.storage_refs and x.out_refs == y.out_refs
+            and x.scalar_refs == y.scalar_refs and len(x.params) == len(y.params)
+            and len(x.out_shape) == len(y.out_shape))
+
+
+def sized(forms: Forms, steps: Sequence[Any], lengths: Sequence[int]
+          ) -> tuple[list[int], list[tuple[list[int], tuple[int, ...]]]] | None:
+    """The temporaries' sizes and each step's (parameters, output shape) at
+    ``lengths`` (offsets' places keep the recorded values), or None where a size
+    passes int32 (the walk's exact key then decides)."""
+    allocs = [value(f, lengths) for f in forms.allocs]
+    out = []
+    for step, pforms, sforms in zip(steps, forms.params, forms.shapes):
+        params = [p if f is None else value(f, lengths) for p, f in zip(step.params, pforms)]
+        shape = tuple(value(f, lengths) for f in sforms)
+        if max(params, default=0) > INT32_LIMIT or math.prod(shape) > INT32_LIMIT:
+            return None
+        out.append((params, shape))
+    if max(allocs, default=0) > INT32_LIMIT:
+        return None
+    return allocs, out

@@ -1,0 +1,125 @@
+"""Replaying a run plan's steps: each step's launch plan kept per parameters, and the
+temporaries of a replay (see :mod:`fuseloop.run_plans`; ``fl.fuse`` and split arrays
+replay their steps through these too)."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from . import evaluate as _ev
+from .errors import OutOfMemoryError
+from .expr.nodes import Storage, recent_lazy, register_readers
+from .launching import (
+    DEFER_MAX_ELEMENTS,
+    LaunchPlan,
+    enqueue,
+    index_dtype_for,
+    plan_launch,
+    recipe_kind,
+)
+from .recipe_state import current as _recipes_current
+from .recipe_state import recipe_for
+from .recipe_state import stamp as _recipe_stamp
+from .runtime.devices import Device
+
+
+def temporaries(allocs: list[int], device: Device) -> list[Storage]:
+    """New buffers of ``allocs`` bytes from the device's pool, as ``evaluate.allocate``
+    makes them but without its frames per buffer (fl.fuse's replay allocates so too):
+    the sizes were allocated when the plan was recorded, so only the pool's own checks
+    remain; unheld recent lazy arrays are let go once, before a large buffer (see
+    ``evaluate.RELEASE_RECENT_AT``), and ``evaluate.allocate`` takes over on a refusal."""
+    if not allocs:
+        return []
+    if recent_lazy and max(allocs) >= _ev.RELEASE_RECENT_AT:
+        register_readers()
+    allocate = device.allocator.allocate
+    try:
+        return [Storage(allocate(n), n, device) for n in allocs]
+    except OutOfMemoryError:
+        return [_ev.allocate(n, device) for n in allocs]
+
+
+def pool_refs(refs: tuple, n: int) -> tuple[int, ...]:
+    """Refs ``("i", k)`` / ``("t", k)`` as positions in a pool of ``n`` inputs followed
+    by the plan's allocations."""
+    return tuple(k if kind == "i" else n + k for kind, k in refs)
+
+
+
+_nbytes = attrgetter("nbytes")
+
+
+def launch_step(step: Any, storages: list[Storage], outs: list[Storage],
+                scalars: list[np.generic], device: Device,
+                params: list[int] | None = None) -> None:
+    """Enqueue ``step`` with the launch plan of its last replay while still valid
+    (``params``: the step's own unless given, see ``run_plans._params``)."""
+    if params is None or params is step.params:
+        params = step.params
+        biggest = step.biggest
+    else:
+        biggest = max(max(params, default=0), math.prod(step.out_shape))
+    index_dtype = index_dtype_for(storages, biggest, device)
+    limit = 4 * DEFER_MAX_ELEMENTS
+    small = biggest <= limit and max(map(_nbytes, storages), default=0) <= limit
+    plan = step.plan
+    # the common replay: the plan kept for these parameters on this device, its recipe
+    # confirmed under the current recipes token (as fl.fuse's and run_flat's hot paths)
+    if plan is not None and plan.stamp is _recipes_current[0] and step.device is device \
+            and params is step.plan_params and plan.index_dtype is index_dtype \
+            and plan.compiled.in_cache:
+        enqueue(plan, outs, storages, scalars, small, device, 1)
+        return
+    program = step.program
+    token = _recipes_current[0]
+    if plan is not None and plan.stamp is token and token is not None \
+            and step.device is device:
+        # (new offsets, the recipes unchanged: recipe_for's answer is the one confirmed
+        # for the last plan under this token)
+        recipe = plan.recipe
+    else:
+        token = _recipe_stamp()
+        recipe = recipe_for(device, recipe_kind(program))
+    hit = 1
+    key = None
+    if params is not step.plan_params and params != step.plan_params:
+        key = tuple(params)
+        plan = step.plans.get(key) if step.plans is not None else None
+        step.plan_params = params
+    if plan is None or not plan.valid(recipe, index_dtype):
+        plan = plan_launch(program, params, step.out_shape, index_dtype, recipe,
+                           device)  # (counts the look-up)
+        assert plan is not None  # (only a one-output plan can be refused)
+        hit = 0
+        if step.offsets:
+            keep_plan(step, tuple(params) if key is None else key, plan)
+    step.plan = plan
+    step.device = device
+    plan.stamp = token  # (fl.fuse's replay checks it: see LaunchPlan)
+    # small steps are deferred like small cached launches (``biggest`` counts bytes
+    # or elements), reductions too: a result read at once (``float(x.sum())``)
+    # enqueues it first anyway, and on PoCL a launch enqueued alone wakes its
+    # workers, which cost ~20 us per call in a loop of ``(x - x.mean()).eval()``
+    enqueue(plan, outs, storages, scalars, small, device, hit)
+
+
+#: launch plans a step with offsets keeps (the oldest dropped beyond)
+STEP_PLANS_MAX = 256
+
+
+def keep_plan(step: Any, key: tuple[int, ...], plan: LaunchPlan) -> None:
+    plans = step.plans
+    if plans is None:
+        plans = step.plans = OrderedDict()
+    elif len(plans) >= STEP_PLANS_MAX:
+        try:
+            plans.popitem(last=False)
+        except KeyError:  # (emptied by another thread)
+            pass
+    plans[key] = plan

@@ -1,0 +1,185 @@
+"""Run plans whose lengths are run-time values (fuseloop.plan_lengths, issue 26): a loop
+over slices of changing length records a bounded number of plans, and every result is
+numpy's, also where a length decides the kernels (two-stage reductions, int32)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import evaluate, plan_lengths, run_plans, splits
+
+
+@pytest.fixture
+def device_path(device, monkeypatch):
+    """Every statement runs as kernels on ``device`` (no numpy shortcut on a CPU device);
+    plans start empty."""
+    from fuseloop import host_path
+
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    run_plans.clear()
+    return device
+
+
+def _counts() -> tuple[int, int]:
+    s = fl.stats()
+    return s["plans_recorded"], s["plans_replayed"]
+
+
+def test_trisolv_over_100_lengths_records_few_plans(device_path):
+    n = 100
+    rng = np.random.default_rng(0)
+    lh = np.tril(rng.random((n, n))) + n * np.eye(n)
+    bh = rng.random(n)
+    L, b = fl.asarray(lh), fl.asarray(bh)
+    xh = np.zeros(n)
+    for i in range(n):
+        xh[i] = (bh[i] - lh[i, :i] @ xh[:i]) / lh[i, i]
+    for run in range(2):
+        x = fl.zeros(n)
+        fl.synchronize()
+        fl.reset_stats()
+        for i in range(n):
+            x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
+        np.testing.assert_allclose(x.get(), xh, rtol=1e-12)
+        recorded, replayed = _counts()
+        # lengths 0..99 fall in 8 classes (0, 1 and bit lengths 2..7): at most two
+        # records each, then the class's plan follows the lengths
+        assert recorded <= 16 if run == 0 else recorded == 0, recorded
+        assert replayed >= n - recorded
+
+
+def test_more_lengths_than_plans_kept_record_nothing_again(device_path, monkeypatch):
+    # plans made at other lengths are dropped before the plans they are made from
+    monkeypatch.setattr(run_plans, "PLANS_MAX", 12)
+    xh = np.random.default_rng(5).random(200)
+    x = fl.asarray(xh)
+    for run in range(2):
+        fl.reset_stats()
+        got = [(x[:k] * 2.0 - x[1:k + 1]).sum().get() for k in range(2, 200)]
+        np.testing.assert_allclose(got, [(xh[:k] * 2 - xh[1:k + 1]).sum()
+                                         for k in range(2, 200)], rtol=1e-12)
+        recorded = _counts()[0]
+        assert recorded <= 14 if run == 0 else recorded == 0, recorded
+    assert len(run_plans._plans) <= 12 and len(run_plans._at) <= 12
+
+
+def test_cholesky_like_double_loop(device_path):
+    n = 24
+    rng = np.random.default_rng(1)
+    m = rng.random((n, n))
+    ah = m @ m.T + n * np.eye(n)
+    want = ah.copy()
+    a = fl.asarray(ah)
+    fl.reset_stats()
+    for i in range(1, n):
+        for j in range(i):
+            want[i, j] -= want[i, :j] @ want[j, :j]
+            want[i, j] /= want[j, j]
+            a[i, j] -= a[i, :j] @ a[j, :j]
+            a[i, j] /= a[j, j]
+        want[i, i] = np.sqrt(want[i, i] - want[i, :i] @ want[i, :i])
+        a[i, i] = fl.sqrt(a[i, i] - a[i, :i] @ a[i, :i])
+    np.testing.assert_allclose(np.tril(a.get()), np.tril(want), rtol=1e-12)
+    recorded, replayed = _counts()
+    assert recorded <= 40, recorded  # (~300 statements; 24 lengths in 6 classes)
+    assert replayed >= 250
+
+
+def test_lengths_across_the_two_stage_threshold(device_path, monkeypatch):
+    # a sum long enough to run in two stages (pieces that follow its length by rounding,
+    # from 8192 elements on): such plans keep one plan per lengths; shorter ones follow
+    # their lengths
+    monkeypatch.setattr(splits, "TWO_STAGE_MIN_LENGTH", 64)
+    monkeypatch.setattr(evaluate, "ONE_ROW_MAX_LENGTH", 64)
+    n = 20000
+    rng = np.random.default_rng(2)
+    xh, yh = rng.random(n), rng.random(n)
+    x, y = fl.asarray(xh), fl.asarray(yh)
+    ks = list(range(5000, n, 611))
+    fl.reset_stats()
+    got = [fl.sum(x[:k] * y[:k]).get() for k in ks]
+    np.testing.assert_allclose(got, [xh[:k] @ yh[:k] for k in ks], rtol=1e-12)
+    split = [k for k in ks if splits.piece_count(k, device_path) > 1]
+    assert len(split) > 10
+    assert _counts()[0] >= len(split)  # (every split length recorded)
+    fl.reset_stats()
+    short = list(range(3, 4000, 97))  # (no split: they follow their lengths)
+    got = [fl.sum(x[:k] * y[:k]).get() for k in short]
+    np.testing.assert_allclose(got, [xh[:k] @ yh[:k] for k in short], rtol=1e-12)
+    assert _counts()[0] <= 16
+
+
+def test_plans_at_other_lengths_equal_fresh_records(device_path, monkeypatch):
+    # checking mode compares each plan made from a key's forms with a fresh record
+    from fuseloop.expr import program
+
+    rng = np.random.default_rng(4)
+    ah = rng.random((30, 30))
+    a = fl.asarray(ah)
+    for i in range(2, 30):  # (forms learnt)
+        a[i, 0] = a[i, 1:i] @ a[1:i, i] + a[i - 1, 0]
+    monkeypatch.setattr(program, "CHECK_STRUCTURE_CACHE", True)
+    for i in range(2, 30):
+        a[i, 0] = a[i, 1:i] @ a[1:i, i] + a[i - 1, 0]
+    for _ in range(2):
+        for i in range(2, 30):
+            ah[i, 0] = ah[i, 1:i] @ ah[1:i, i] + ah[i - 1, 0]
+    np.testing.assert_allclose(a.get(), ah, rtol=1e-12)
+
+
+def test_two_dimensional_lengths_and_products(device_path):
+    # a row block of changing height and width: C strides and sizes are products
+    rng = np.random.default_rng(3)
+    ah = rng.random((40, 50))
+    a = fl.asarray(ah)
+    fl.reset_stats()
+    for h, w in [(3, 5), (4, 7), (5, 6), (6, 9), (7, 7), (3, 4), (2, 2), (6, 5)]:
+        got = (a[:h, :w] * 2.0 - a[1:h + 1, :w]).sum(axis=1).get()
+        np.testing.assert_allclose(got, (ah[:h, :w] * 2 - ah[1:h + 1, :w]).sum(axis=1))
+        got = (a[:h, :w].T @ a[:h, :w]).get()
+        np.testing.assert_allclose(got, ah[:h, :w].T @ ah[:h, :w], rtol=1e-12)
+
+
+def test_int32_bound_keeps_lengths_exact(device):
+    # a node whose class could pass int32 indices keeps its lengths in the key
+    x = fl.ones(4, dtype=np.float32, device=device)
+    big = fl.broadcast_to(x[:, None, None], (4, 1 << 14, 1 << 14)).sum(axis=(1, 2))
+    small = fl.broadcast_to(x[:, None, None], (4, 8, 8)).sum(axis=(1, 2))
+    key_big = run_plans._key([big._node], (4,), None, device)
+    key_small = run_plans._key([small._node], (4,), None, device)
+    assert key_big is not None and key_small is not None
+    assert not key_big[4].lengths and key_big[0][-1][0] == "N"
+    assert key_small[4].lengths and not any(type(t) is tuple and t[:1] == ("N",)
+                                            for t in key_small[0])
+
+
+def test_forms_fit_only_one_way():
+    la, lb = (5, 9), (7, 9)
+    monomials = [(0,), (0, 0)]
+    assert plan_lengths._fit(10, 14, la, lb, monomials) == (2, (0,))
+    assert plan_lengths._fit(9, 9, la, lb, monomials) == (9, ())
+    assert plan_lengths._fit(25, 49, la, lb, monomials) == (1, (0, 0))
+    assert plan_lengths._fit(10, 15, la, lb, monomials) is None  # (no form)
+    assert plan_lengths._fit(16, 64, (4,), (8,), [(0,), (0, 0)]) == (1, (0, 0))
+    # 12 at lengths (2, 6) and (3, 4): a constant, or the product of both: unknown
+    both = [(0,), (1,), (0, 0), (0, 1), (1, 1)]
+    assert plan_lengths._fit(12, 12, (2, 6), (3, 4), both) is None
+    assert plan_lengths._fit(6, 9, (2, 6), (3, 4), both) == (3, (0,))
+
+
+def test_plans_are_dropped_least_recently_used(device_path, monkeypatch):
+    monkeypatch.setattr(run_plans, "PLANS_MAX", 4)
+    a = fl.asarray(np.arange(64.0).reshape(8, 8))
+    statements = [lambda: (a.sum(axis=0) + 1.0).get(), lambda: (a.sum(axis=1) * 2.0).get(),
+                  lambda: (a.max(axis=0) - 1.0).get(), lambda: (a.min(axis=1) / 2.0).get(),
+                  lambda: (a.T.sum(axis=0) - 3.0).get()]
+    for s in statements:
+        s()
+    statements[0]()  # (evicted by the fifth: recorded again)
+    fl.reset_stats()
+    statements[4]()
+    statements[0]()
+    assert len(run_plans._plans) <= 4
+    assert _counts()[0] == 0
