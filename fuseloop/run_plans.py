@@ -66,7 +66,7 @@ from .plan_ready import Ready, ready_for
 from .recipe_state import current as _recipes_current
 from .recipe_state import recipe_for
 from .recipe_state import stamp as _recipe_stamp
-from .runtime.devices import Device
+from .runtime.devices import Device, _runtime
 
 _local = threading.local()
 recording_threads = [0]  # threads recording now: the common answer, "none", without the local
@@ -508,8 +508,11 @@ def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storag
     no plan remembered, a walk needed, capturing, recording, checking)."""
     sig = root.sig or signature_of(root)
     operands = root.operands
+    # (the host path's test only where the result is small enough for it)
     if not sig or operands is None or _ev.capturing_threads[0] or _ev.recording_threads[0] \
-            or _prog.CHECK_STRUCTURE_CACHE or _host.eligible((root,), out_shape, device, None):
+            or _prog.CHECK_STRUCTURE_CACHE or (math.prod(out_shape) <= _host.HOST_MAX_WORK
+                                               and _host.eligible((root,), out_shape, device,
+                                                                  None)):
         return None
     hit = signed_pick(_signed.get((device.index, sig, out_shape, _prog.firsts(operands))),
                       operands, device)
@@ -648,8 +651,11 @@ def _temporaries(allocs: list[int], device: Device) -> list[Storage]:
         return []
     if recent_lazy and max(allocs) >= _ev.RELEASE_RECENT_AT:
         register_readers()
-    allocate = device.allocator.allocate
+    allocate = _runtime(device).pool.allocate  # (device.allocator, its frames saved)
     try:
+        if len(allocs) == 1:  # (most plans: no comprehension's frame)
+            n = allocs[0]
+            return [Storage(allocate(n), n, device)]
         return [Storage(allocate(n), n, device) for n in allocs]
     except OutOfMemoryError:
         return [_ev.allocate(n, device) for n in allocs]
