@@ -272,3 +272,27 @@ def test_a_deferred_root_reports_a_missing_field(device):
     with pytest.raises(AttributeError, match="no attribute 'index'"):
         node.index  # noqa: B018  (a Reduce has none: filled, still missing)
     assert node.later is None and node.child is not None
+
+
+def test_threads_reading_a_copy_see_one_set_of_children(device):
+    import threading
+
+    x = fl.asarray(np.ones((16, 9), np.float32))
+    for _ in range(2):
+        x.argmax(axis=1)
+    for _ in range(20):
+        node = x.argmax(axis=1)._node
+        assert node.later is not None
+        seen = []
+        barrier = threading.Barrier(4)
+
+        def read(node=node, seen=seen, barrier=barrier):
+            barrier.wait()
+            seen.append(node.args)
+
+        threads = [threading.Thread(target=read) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(seen) == 4 and all(s is seen[0] for s in seen)
