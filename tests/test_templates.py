@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
-from fuseloop import host_path
 from fuseloop.errors import DTypeError, IndexOutOfBoundsError, ShapeError
 from fuseloop.expr import program as prog
 from fuseloop.expr import templates
@@ -207,92 +206,3 @@ def test_a_binary_search_is_copied(device, checked, monkeypatch):
             for side in ("left", "right"):
                 got = fl.searchsorted(fl.asarray(table), fl.asarray(v), side=side)
                 np.testing.assert_array_equal(got.get(), np.searchsorted(table, v, side=side))
-
-
-def _walked(node):
-    """The subtree below ``node`` walked (its children read, as a linearisation does)."""
-    seen = 0
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        seen += 1
-        for name in ("child", "index"):
-            c = getattr(n, name, None)
-            if c is not None:
-                stack.append(c)
-        stack.extend(getattr(n, "args", ()))
-    return seen
-
-
-@pytest.mark.parametrize("form", [lambda a: a.argmax(axis=1), lambda a: a.mean(axis=0),
-                                  lambda a: a.std(), lambda a: a[:, ::2].sum(axis=1)])
-def test_a_copy_is_its_root_until_its_children_are_read(device, monkeypatch, form):
-    # a copy's root carries its fields, operands and buffers; its children are made
-    # when first read (a walk), and are what a fresh build makes (same structure key,
-    # the same scalar nodes as the root's operands)
-    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)  # (the kernels: no walk)
-    rng = np.random.default_rng(3)
-    h = rng.random((48, 70), dtype=np.float32)
-    x = fl.asarray(h)
-    fresh = form(x)
-    for _ in range(3):  # recorded, then its run plan remembered by signature
-        form(x).eval()
-    for k in range(3):
-        hk = h * (k + 2)
-        y = fl.asarray(hk)
-        copy = form(y)
-        node = copy._node
-        assert node.later is not None, "children made with the root"
-        assert node.sig == fresh._node.sig and node.shape == fresh._node.shape
-        assert node.storages == frozenset([y._storage])
-        assert prog.firsts(node.operands) == prog.firsts(fresh._node.operands)
-        copy.eval()  # (its plan replayed by signature: nothing below the root read)
-        assert node.later is not None
-        np.testing.assert_allclose(np.asarray(copy.get()), form(hk), rtol=1e-5)
-        assert _walked(node) == _walked(fresh._node)
-        assert node.later is None
-        assert fl.program(form(y)).key == fl.program(fresh).key
-        # (the scalars among the root's operands are the nodes its subtree holds)
-        held = set()
-        stack = [node]
-        while stack:
-            n = stack.pop()
-            held.add(id(n))
-            stack += [c for c in (getattr(n, "child", None), getattr(n, "index", None),
-                                  *getattr(n, "args", ())) if c is not None]
-        for o in node.operands:
-            if not isinstance(o, Storage):
-                assert id(o) in held
-
-
-def test_a_deferred_root_reports_a_missing_field(device):
-    x = fl.asarray(np.ones((8, 9), np.float32))
-    for _ in range(3):
-        node = x.sum(axis=0)._node
-    with pytest.raises(AttributeError, match="no attribute 'index'"):
-        node.index  # noqa: B018  (a Reduce has none: filled, still missing)
-    assert node.later is None and node.child is not None
-
-
-def test_threads_reading_a_copy_see_one_set_of_children(device):
-    import threading
-
-    x = fl.asarray(np.ones((16, 9), np.float32))
-    for _ in range(2):
-        x.argmax(axis=1)
-    for _ in range(20):
-        node = x.argmax(axis=1)._node
-        assert node.later is not None
-        seen = []
-        barrier = threading.Barrier(4)
-
-        def read(node=node, seen=seen, barrier=barrier):
-            barrier.wait()
-            seen.append(node.args)
-
-        threads = [threading.Thread(target=read) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert len(seen) == 4 and all(s is seen[0] for s in seen)

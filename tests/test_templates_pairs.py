@@ -117,7 +117,6 @@ def _same_tree(a, b, seen=None):
     seen[id(a)] = b
     names = {n for cls in type(a).__mro__ for n in getattr(cls, "__slots__", ())}
     names.discard("__weakref__")
-    names.discard("later")  # (a copy's pending children: made when its fields are read)
     for name in sorted(names):
         x, y = getattr(a, name, None), getattr(b, name, None)
         if name == "token":  # (made on first use)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +39,7 @@ _EMPTY: frozenset = frozenset()
 
 
 class Node:
-    __slots__ = ("dtype", "later", "shape", "storages")
+    __slots__ = ("dtype", "shape", "storages")
     dtype: np.dtype
     shape: tuple[int, ...]
     storages: frozenset
@@ -50,18 +50,6 @@ class Node:
     sig = 0
     # the buffers and scalar nodes in the order the structure key's walk meets them
     operands: tuple | None = None
-    # ``later``, set only on the root of a copied template whose children are not made
-    # yet (fuseloop.expr.templates): ``(fill, ...)``, ``fill(node, later)`` makes them
-
-    if not TYPE_CHECKING:  # (for mypy nodes keep their declared fields only)
-        def __getattr__(self, name: str) -> Any:
-            # (called only for a field not set: a deferred root's children, made now)
-            if name != "later":
-                later = getattr(self, "later", None)
-                if later is not None:
-                    later[0](self, later)
-                    return getattr(self, name)
-            raise AttributeError(f"{type(self).__name__!r} node has no attribute {name!r}")
 
 
 # {{{ structure signatures

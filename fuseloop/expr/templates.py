@@ -23,7 +23,6 @@ operand's (a copy evaluated on the way).
 from __future__ import annotations
 
 import sys
-import threading
 import types
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -76,13 +75,10 @@ class Template:
     fields and ``operands``: None, the pool index of a child whose ``operands`` tuple it
     shares, or the pool indexes of its buffers and scalars."""
 
-    __slots__ = ("head", "steps")
+    __slots__ = ("steps",)
 
-    def __init__(self, steps: list[tuple], head: tuple | None = None) -> None:
+    def __init__(self, steps: list[tuple]) -> None:
         self.steps = steps
-        # what the root needs without its children (see _deferred), or None: the whole
-        # subtree is copied at once
-        self.head = head
 
 
 def operand_pattern(operands: tuple | None) -> tuple[int, ...] | None:
@@ -162,44 +158,7 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
             return None  # (one of the operand's scalars itself: no step made it)
     except (_NotCopied, RecursionError):
         return None
-    kept = [step[:-1] for step in steps]
-    return Template(kept, _head(kept, out, roots, inops, at))
-
-
-def _head(steps: list[tuple], out: Node, roots: tuple[Node, ...], inops: tuple,
-          at: dict[int, int]) -> tuple | None:
-    """``Template.head`` of a recorded subtree: (the root's operands as positions in
-    the operand pool followed by the scalars the steps make among them, those scalars'
-    positions in the steps' pool and values, its dtype, its buffers as positions in
-    the operand pool,
-    or None where they are the one operand's own); None where the root is not an
-    operation, reduction, remap or gather, or an operand of it is made by a step
-    other than a scalar's."""
-    if steps[-1][0] not in (_APPLY, _REDUCE, _REMAP, _GATHER):
-        return None
-    n = len(inops)
-    values: list[Any] = []
-    compact: dict[int, int] = {}  # pool position of a step's scalar -> its place
-    ops_at: tuple[int, ...] | None = None
-    if out.operands is not None:
-        places = []
-        for o in out.operands:
-            p = at.get(id(o))
-            if p is None:
-                return None
-            if p >= n:  # (made by a step: a scalar's, made before the root)
-                if steps[p - n][0] != _SCALAR:
-                    return None
-                if p not in compact:
-                    compact[p] = n + len(values)
-                    values.append(steps[p - n][1])
-                p = compact[p]
-            places.append(p)
-        ops_at = tuple(places)
-    st_at = None
-    if len(roots) > 1 or out.storages != roots[0].storages:
-        st_at = tuple(k for k, o in enumerate(inops) if o in out.storages)
-    return (ops_at, tuple(compact), tuple(values), out.dtype, st_at)
+    return Template([step[:-1] for step in steps])
 
 
 def _step_over_children(node: Any, enc: Callable[[Any], int],
@@ -226,8 +185,8 @@ def instantiate(template: Template, root: Node | tuple[Node, ...]) -> Node:
     """``template``'s subtree built on ``root`` (of the recorded root's structure; a
     tuple: the recorded roots')."""
     if isinstance(root, tuple):
-        return _instance(template, _pooled(root), root)
-    return _instance(template, root.operands or (), (root,))
+        return _copy(template.steps, _pooled(root), root)
+    return _copy(template.steps, root.operands or (), (root,))
 
 
 def _pooled(roots: tuple[Node, ...]) -> tuple:
@@ -247,18 +206,10 @@ def _union(*parts: frozenset) -> frozenset:
     return storages
 
 
-def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...],
-          made: dict[int, Node] | None = None) -> Node:
+def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
     """The steps' nodes made on the pool ``ops`` (the operand's ``operands``): node
     allocations and field stores, no dtype resolution, shape arithmetic or view
-    pushing; the last node made.  ``made``: scalar nodes already made, by pool
-    position (a deferred root's operands, see :func:`_deferred`)."""
-    return _copied(steps, ops, roots, made)[-1]
-
-
-def _copied(steps: list[tuple], ops: tuple, roots: tuple[Node, ...],
-            made: dict[int, Node] | None) -> list[Any]:
-    """:func:`_copy`'s pool: ``ops`` followed by each step's node."""
+    pushing; the last node made."""
     pool: list[Any] = list(ops)
     # (pool positions are read by map in C, not by a comprehension's frame each)
     get = pool.__getitem__
@@ -301,13 +252,9 @@ def _copied(steps: list[tuple], ops: tuple, roots: tuple[Node, ...],
             node.dtype, node.shape, node.strides, node.offset = dtype, shape, strides, offset
             node.sig, node.token = sig, token
         elif kind == _SCALAR:
-            if made is not None and len(pool) in made:
-                node = made[len(pool)]
-            else:
-                value = step[1]
-                node = _new(Scalar)
-                node.value, node.dtype, node.shape = value, value.dtype, ()
-                node.storages = _EMPTY
+            value = step[1]
+            node = _new(Scalar)
+            node.value, node.dtype, node.shape, node.storages = value, value.dtype, (), _EMPTY
         elif kind == _SHARED:
             node = step[1]
         elif kind == _GATHER:
@@ -328,86 +275,7 @@ def _copied(steps: list[tuple], ops: tuple, roots: tuple[Node, ...],
             node.operands = None if refs is None else pool[refs].operands \
                 if type(refs) is int else tuple(map(get, refs))
         pool.append(node)
-    return pool
-
-
-def _instance(template: Template, ops: tuple, roots: tuple[Node, ...]) -> Node:
-    """``template``'s subtree on the operand pool ``ops``: its root alone where the
-    template has a head (:func:`_deferred`), else every node at once."""
-    head = template.head
-    if head is None:
-        return _copy(template.steps, ops, roots)
-    return _deferred(template.steps, head, ops, roots)
-
-
-def _deferred(steps: list[tuple], head: tuple, ops: tuple, roots: tuple[Node, ...]) -> Node:
-    """The root of the steps' subtree on ``ops``, with its fields, operands and
-    buffers but without its children: a copy is mostly evaluated through a run plan
-    found by its signature and operands, which reads nothing below the root, so the
-    children are made (:func:`_fill`) when something first reads them (a walk, an
-    expression built on them reads the root's fields only)."""
-    ops_at, positions, values, dtype, st_at = head
-    pool: tuple = ops
-    scalars: list[Node] = []
-    if values:  # (the scalars among its operands: made now, the same nodes later)
-        for value in values:
-            sc = _new(Scalar)
-            sc.value, sc.dtype, sc.shape, sc.storages = value, value.dtype, (), _EMPTY
-            scalars.append(sc)
-        pool = (*ops, *scalars)
-    step = steps[-1]
-    kind = step[0]
-    node: Any
-    if kind == _APPLY:
-        _, cls, op, _, loop, key, shape, sig, fancy, _, function = step
-        node = _new(cls)
-        node.op, node.loop, node.loop_key, node.dtype = op, loop, key, loop[-1]
-        node.shape, node.sig, node.fancy = shape, sig, fancy
-        if function is not None:
-            node.function = function
-    elif kind == _REDUCE:
-        _, _, op, axes, rdtype, shape, sig, _ = step
-        node = _new(Reduce)
-        node.op, node.axes, node.dtype, node.shape, node.sig = op, axes, rdtype, shape, sig
-    elif kind == _REMAP:
-        _, _, shape, offsets, coeffs, sig, _ = step
-        node = _new(Remap)
-        node.shape, node.offsets, node.coeffs, node.sig = shape, offsets, coeffs, sig
-        node.dtype = dtype
-    else:
-        _, _, _, axis, checked, shape, sig, _ = step
-        node = _new(Gather)
-        node.axis, node.checked, node.shape, node.sig = axis, checked, shape, sig
-        node.dtype = dtype
-    node.operands = None if ops_at is None else tuple(map(pool.__getitem__, ops_at))
-    node.storages = roots[0].storages if st_at is None else \
-        frozenset(map(ops.__getitem__, st_at))
-    node.later = (_fill, steps, ops, roots, positions, scalars)
-    return node
-
-
-# (two threads reading a deferred root's children at once: one makes them)
-_fill_lock = threading.RLock()
-
-
-def _fill(node: Any, later: tuple) -> None:
-    """Make the children of ``node``, a root from :func:`_deferred` (``later``: its
-    ``later`` field), as :func:`_copy` would have made them, its scalars reused."""
-    _, steps, ops, roots, positions, scalars = later
-    with _fill_lock:
-        if node.later is not later:
-            return  # (made meanwhile)
-        pool = _copied(steps[:-1], ops, roots,
-                       dict(zip(positions, scalars)) if scalars else None)
-        step = steps[-1]
-        kind = step[0]
-        if kind == _APPLY:
-            node.args = tuple(map(pool.__getitem__, step[3]))
-        elif kind == _GATHER:
-            node.child, node.index = pool[step[1]], pool[step[2]]
-        else:
-            node.child = pool[step[1]]
-        node.later = None
+    return pool[-1]
 
 
 _MISSING = object()
@@ -494,7 +362,7 @@ def composite_of(name: str, xs: tuple, build: Callable[[], Any], *statics: Any) 
     t = _templates.get(key, _MISSING)
     roots = tuple(x._node for x in xs)
     if type(t) is Template:
-        return (_lazy_array or _bind())(_instance(t, pool, roots), device)
+        return (_lazy_array or _bind())(_copy(t.steps, pool, roots), device)
     out = build()
     if t is not None:
         _remember(key, t, lambda: record(roots, out._node) if type(out) is type(a)

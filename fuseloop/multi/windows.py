@@ -397,10 +397,7 @@ _COPIERS: dict[type, tuple[Callable[[Any, Any], None], tuple[str, ...]]] = {
 
 
 def _slots(cls: type) -> set[str]:
-    # (``later`` is a copied template's deferred children: the copiers read the node's
-    # fields, which makes them, so a copy has none pending)
-    return {n for k in cls.__mro__ for n in getattr(k, "__slots__", ())
-            if n not in ("__weakref__", "later")}
+    return {n for k in cls.__mro__ for n in getattr(k, "__slots__", ()) if n != "__weakref__"}
 
 
 _COPY: dict[type, Callable[[Any, Any], None]] = {
