@@ -330,9 +330,8 @@ def composite(key: tuple | None, x: Any, build: Callable[[], Any]) -> Any:
         return build()
     if type(t) is Template:  # (instantiate's work, written out: one frame fewer)
         node = x._node
-        ops, roots, head = node.operands or (), (node,), t.head
-        return (_lazy_array or _bind())(_copy(t.steps, ops, roots) if head is None else
-                                        _deferred(t.steps, head, ops, roots), x.device)
+        return (_lazy_array or _bind())(_copy(t.steps, node.operands or (), (node,)),
+                                        x.device)
     out = build()
     if t is not None:
         # (a concrete result, or one on another device, is not a copy of nodes)
