@@ -1,6 +1,7 @@
 """argmin/argmax in one pass over (value, position) keys against the two passes.
 
-``FUSELOOP_ARG_ONE_PASS`` (read at each call): ``0`` the two passes (the extreme, then
+``fuseloop.ops.reductions.ARG_ONE_PASS`` (``FUSELOOP_ARG_ONE_PASS`` at import; set here
+per case): ``0`` the two passes (the extreme, then
 the first position holding it: four launches reading the array twice for a whole
 array), ``1`` one pass over packed uint64 keys (:mod:`fuseloop.lower.arg_keys`: two
 launches, one read) along any axis.  The default, ``auto``, is ``1`` on GPUs for the
@@ -27,6 +28,7 @@ import numpy as np
 sys.path.insert(0, os.getcwd())  # (the current checkout's fuseloop, not the installed one)
 import fuseloop as fl
 from fuseloop.bench.runner import median_time
+from fuseloop.ops import reductions as _reductions
 
 # name -> (dtype, shape kind, numpy's form; the peers' forms follow the same call)
 CASES: dict[str, tuple[type, str, Callable[[Any], Any]]] = {
@@ -72,7 +74,7 @@ def _data(dtype: type, kind: str, n: int, rows: int) -> np.ndarray:
 
 def _with_mode(mode: str, fn: Callable[[], Any]) -> Callable[[], Any]:
     def run() -> Any:
-        os.environ["FUSELOOP_ARG_ONE_PASS"] = mode
+        _reductions.ARG_ONE_PASS = mode
         return fn()
     return run
 
@@ -87,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows", type=int, default=4096, help="rows of the 2-D cases")
     ap.add_argument("--repeat", type=int, default=20)
     args = ap.parse_args(argv)
+    default_mode = _reductions.ARG_ONE_PASS
     n = 1 << args.log2
     dev = fl.get_device()
     gpu = dev.type != "cpu"
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         x = fl.asarray(h)
         times: dict[str, float] = {}
         for mode, label in (("0", "2-pass"), ("1", "1-pass")):
-            os.environ["FUSELOOP_ARG_ONE_PASS"] = mode
+            _reductions.ARG_ONE_PASS = mode
             assert np.array_equal(np.asarray(form(x).get()), want), (name, mode)
             fused = _fused(form)  # (a trace of its own per setting)
             assert np.array_equal(np.asarray(fused(x).get()), want), (name, mode, "fuse")
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
             times[f"lazy {label}"] = median_time(lazy, fl.synchronize, args.repeat)
             replay = _with_mode(mode, lambda f=fused, a=x: f(a))
             times[f"fuse {label}"] = median_time(replay, fl.synchronize, args.repeat)
-        os.environ.pop("FUSELOOP_ARG_ONE_PASS", None)
+        _reductions.ARG_ONE_PASS = default_mode
         for peer, (upload, sync) in peers.items():
             p = upload(h)
             got = form(p)

@@ -540,10 +540,18 @@ class Array(ArrayProtocol, ShapeMethods):
             taken = bool(recent_lazy) and recent_lazy[-1] is self and math.prod(
                 self._shape) * self.dtype.itemsize >= RELEASE_RECENT_AT and \
                 take_last_recent(self)
+            node, shape, device = self._node, self._shape, self.device
             try:
-                storage = run_flat(self._node, self._shape, self.device)
-                if storage is None:
-                    storage = eval_rest(self._node, self._shape, self.device)
+                if node.fancy or len(shape) > 1:
+                    # (a reduction or an n-d result: its plan by signature, replayed in
+                    # one frame; run_flat takes neither)
+                    storage = _replay_one(node, shape, device)
+                    if storage is None:
+                        storage = eval_rest(node, shape, device, True)
+                else:
+                    storage = run_flat(node, shape, device)
+                    if storage is None:
+                        storage = eval_rest(node, shape, device)
             except BaseException:
                 if taken:  # (still lazy: a reader of its buffers after all)
                     note_reader(self)
@@ -776,3 +784,4 @@ from .host_views import copy_concrete as _eager_copy  # noqa: E402
 from .host_writes import setitem as _eager_setitem  # noqa: E402
 from .ops.indexing import getitem as _getitem  # noqa: E402
 from .ops.indexing import setitem as _setitem  # noqa: E402
+from .run_plans import replay_one as _replay_one  # noqa: E402

@@ -37,6 +37,7 @@ from .stats import cached_launches, tallies
 _tally = cached_launches.__next__  # one memory-cache hit and one launch
 _tally_replay = tallies["plans_replayed"].__next__
 _nbytes = attrgetter("nbytes")
+_thread_state = attrgetter("threads.state")
 # a Ready per plan and offsets, at most (a loop over rows replays one plan with
 # ever new offsets: those stay on the general replay)
 READY_PER_PLAN = 8
@@ -102,8 +103,8 @@ class Ready:
         run it (nothing was enqueued then)."""
         if self.token is not _recipes_current[0] or len(storages) != self.n_inputs:
             return None
-        try:
-            states = [lp.threads.state for lp in self.launch_plans]
+        try:  # (attrgetter's map: no comprehension's frame)
+            states = list(map(_thread_state, self.launch_plans))
         except AttributeError:  # this thread's first launch of a kernel
             return None
         for lp in self.launch_plans:

@@ -25,7 +25,7 @@ from .launching import (
 from .recipe_state import current as _recipes_current
 from .recipe_state import recipe_for
 from .recipe_state import stamp as _recipe_stamp
-from .runtime.devices import Device
+from .runtime.devices import Device, _runtime
 
 
 def temporaries(allocs: list[int], device: Device) -> list[Storage]:
@@ -38,8 +38,11 @@ def temporaries(allocs: list[int], device: Device) -> list[Storage]:
         return []
     if recent_lazy and max(allocs) >= _ev.RELEASE_RECENT_AT:
         register_readers()
-    allocate = device.allocator.allocate
+    allocate = _runtime(device).pool.allocate  # (device.allocator, its frames saved)
     try:
+        if len(allocs) == 1:  # (most plans: no comprehension's frame)
+            n = allocs[0]
+            return [Storage(allocate(n), n, device)]
         return [Storage(allocate(n), n, device) for n in allocs]
     except OutOfMemoryError:
         return [_ev.allocate(n, device) for n in allocs]

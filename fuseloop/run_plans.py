@@ -555,8 +555,11 @@ def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storag
     no plan remembered, a walk needed, capturing, recording, checking)."""
     sig = root.sig or signature_of(root)
     operands = root.operands
+    # (the host path's test only where the result is small enough for it)
     if not sig or operands is None or _ev.capturing_threads[0] or _ev.recording_threads[0] \
-            or _prog.CHECK_STRUCTURE_CACHE or _host.eligible((root,), out_shape, device, None):
+            or _prog.CHECK_STRUCTURE_CACHE or (math.prod(out_shape) <= _host.HOST_MAX_WORK
+                                               and _host.eligible((root,), out_shape, device,
+                                                                  None)):
         return None
     hit = signed_pick(_signed.get((device.index, sig, out_shape, _prog.firsts(operands))),
                       operands, device)

@@ -16,6 +16,7 @@ import pytest
 
 import fuseloop as fl
 from fuseloop import splits
+from fuseloop.ops import reductions as _reductions
 from fuseloop.recipes.rows import make_gpu_rows
 
 GROUP = 64  # a few pieces per row at small lengths
@@ -89,7 +90,7 @@ def test_index_pass_carries_32_bit_positions(gpu_rows_on_cpu, fresh_stats):
 
 @pytest.fixture
 def one_pass(gpu_rows_on_cpu, monkeypatch):
-    monkeypatch.setenv("FUSELOOP_ARG_ONE_PASS", "1")
+    monkeypatch.setattr(_reductions, "ARG_ONE_PASS", "1")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int16])
@@ -133,7 +134,7 @@ def test_one_pass_whole_array_reads_once_in_two_launches(gpu_rows_on_cpu, monkey
     x = fl.asarray(h)
     launches = {}
     for mode in ("0", "1"):
-        monkeypatch.setenv("FUSELOOP_ARG_ONE_PASS", mode)
+        monkeypatch.setattr(_reductions, "ARG_ONE_PASS", mode)
         before = fresh_stats()["kernels_launched"]
         assert (int(x.argmax()), int(x.argmin())) == (3, 5)
         launches[mode] = fresh_stats()["kernels_launched"] - before
@@ -157,8 +158,8 @@ def test_one_pass_whole_array_reads_once_in_two_launches(gpu_rows_on_cpu, monkey
 
 
 def test_one_pass_auto_is_for_gpus(gpu_rows_on_cpu, monkeypatch):
-    # unset (auto): on a CPU device the two passes stay (their min vectorises there)
-    monkeypatch.delenv("FUSELOOP_ARG_ONE_PASS", raising=False)
+    # auto: on a CPU device the two passes stay (their min vectorises there)
+    monkeypatch.setattr(_reductions, "ARG_ONE_PASS", "auto")
     x = fl.asarray(np.arange(100, dtype=np.float32))
     assert "argmin_key" not in fl.show_code(x.argmin())
 
@@ -168,10 +169,11 @@ def test_one_pass_auto_rule(monkeypatch):
 
     from fuseloop.ops.reductions import _one_pass_arg
 
-    monkeypatch.delenv("FUSELOOP_ARG_ONE_PASS", raising=False)
+    monkeypatch.setattr(_reductions, "ARG_ONE_PASS", "auto")
 
     def arr(ndim, kind="gpu", dtype=np.float32):
-        return SimpleNamespace(ndim=ndim, size=100, dtype=np.dtype(dtype),
+        return SimpleNamespace(ndim=ndim, shape=(1,) * (ndim - 1) + (100,),
+                               dtype=np.dtype(dtype),
                                device=SimpleNamespace(type=kind))
 
     # on GPUs: every axis, and the whole array (an axis out of range: the two-pass
@@ -182,9 +184,28 @@ def test_one_pass_auto_rule(monkeypatch):
         assert _one_pass_arg(arr(ndim), axis) == want, (ndim, axis)
     assert not _one_pass_arg(arr(1, "cpu"), None)
     assert not _one_pass_arg(arr(1, dtype=np.float64), None)  # (no room for the position)
-    monkeypatch.setenv("FUSELOOP_ARG_ONE_PASS", "1")
+    monkeypatch.setattr(_reductions, "ARG_ONE_PASS", "1")
     assert _one_pass_arg(arr(2, "cpu"), 1)
-    monkeypatch.setenv("FUSELOOP_ARG_ONE_PASS", "0")
+    monkeypatch.setattr(_reductions, "ARG_ONE_PASS", "0")
     assert not _one_pass_arg(arr(1), None)
+
+
+def test_one_pass_setting_words():
+    # FUSELOOP_ARG_ONE_PASS is read once, at import, into ARG_ONE_PASS
+    words = {"1": "1", " On ": "1", "yes": "1", "TRUE": "1", "0": "0", "off": "0",
+             "no": "0", "false": "0", "auto": "auto", "": "auto", "maybe": "auto"}
+    for text, want in words.items():
+        assert _reductions.arg_one_pass_setting(text) == want, text
+
+
+def test_one_pass_setting_changes_what_is_built(gpu_rows_on_cpu, monkeypatch):
+    # the mode is in the composite's template key: set at run time, the next call (the
+    # same structure, recorded before) builds the other way, and back
+    x = fl.asarray(np.arange(100, dtype=np.float32)[::-1].copy())
+    for mode in ("0", "0", "1", "1", "0"):
+        monkeypatch.setattr(_reductions, "ARG_ONE_PASS", mode)
+        src = fl.show_code(x.argmin())
+        assert ("argmin_key" in src) == (mode == "1"), mode
+        assert int(x.argmin()) == 99
 
 # }}}

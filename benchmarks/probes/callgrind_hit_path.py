@@ -31,6 +31,11 @@ of ``bench_elementwise.py``):
 The last three are loops of small statements, which the CPU device's host path
 (``fuseloop.host_path``) computes with numpy: no kernel is launched.
 
+``lvf:CASE:lazy`` and ``lvf:CASE:fuse`` count one call of ``lazy_vs_fuse.py``'s case
+at its ``--big`` shapes (launches replaced by a no-op there, so only the host's work
+per call is left), lazy ``.eval()`` or ``fl.fuse``; run them with
+``FUSELOOP_HOST_PATH=0`` in the environment to count the device path.
+
 Counts are reported, never asserted.  Slow: a minute or two per revision.
 
     python benchmarks/probes/callgrind_hit_path.py REV [REV ...] [--calls N] [--cases A,B]
@@ -46,7 +51,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -104,8 +111,12 @@ def child(calls: int, case: str | None) -> None:
     from bench_lazy_build import chain as chain400  # (benchmarks/)
     from bench_lazy_build import tree as tree400
     loops.update(chain400=lambda i: chain400(fl, x, y), tree400=lambda i: tree400(fl, x, y))
+    if case is not None and case.startswith("lvf:"):
+        loops = {case: _lvf_loop(fl, case)}
+    # (the first run warms only the cases asked for)
+    wanted = os.environ["FL_CASES"].split(",") if case is None else [case]
     for name, loop in loops.items():
-        if case is not None and name != case:
+        if name not in wanted:
             continue
         for i in range(3 * 64):
             loop(i)
@@ -118,6 +129,21 @@ def child(calls: int, case: str | None) -> None:
             toggle()
             fl.synchronize()
         print(name, flush=True)
+    if case is None:  # (the first run, last: the lvf cases asked for, which change recipes)
+        for name in (c for c in wanted if c.startswith("lvf:")):
+            _lvf_loop(fl, name)
+            print(name, flush=True)
+
+
+def _lvf_loop(fl: Any, case: str) -> Callable[[int], None]:
+    """One call of ``lazy_vs_fuse.py``'s case ``lvf:NAME:lazy`` (or ``:fuse``), big."""
+    sys.path.insert(0, str(HERE))
+    from lazy_vs_fuse import prepare
+
+    _, name, which = case.split(":")
+    lazy, fuse = prepare(fl, name, big=True)
+    one = lazy if which == "lazy" else fuse
+    return lambda i: one(1)
 
 
 def main_thread_total(prefix: Path) -> int:
@@ -150,7 +176,8 @@ def main() -> None:
                    check=True)
     cache_root = Path(os.environ.get("FUSELOOP_CACHE_DIR", tmp / "cache"))
     print(f"instructions per call (main thread; {args.calls} calls after warm-up)")
-    cases = [c for c in CASES if c in args.cases.split(",")]
+    cases = [c for c in CASES if c in args.cases.split(",")] + [
+        c for c in args.cases.split(",") if c.startswith("lvf:")]
     print("| revision | " + " | ".join(cases) + " |")
     print("| --- |" + " ---: |" * len(cases), flush=True)
     for k, rev in enumerate(args.revs):
@@ -158,6 +185,7 @@ def main() -> None:
         home.mkdir()
         copy_package(rev, "fuseloop", home)
         env = dict(os.environ, PYTHONPATH=str(home), FL_CALLGRIND_HELPER=str(helper),
+                   FL_CASES=",".join(cases),
                    PYTHONHASHSEED="0",
                    FUSELOOP_DEVICE=args.device,
                    FUSELOOP_CACHE_DIR=str(cache_root.with_name(cache_root.name + f"-cg{k}")))

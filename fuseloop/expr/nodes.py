@@ -126,13 +126,25 @@ def join_shared(sig: int, ao: tuple, a_storages: frozenset, bo: tuple) -> tuple[
     """The signature of a two-argument operation of signature ``sig`` whose arguments
     have the operands ``ao`` (buffers ``a_storages``) and ``bo``, and the operands of
     ``bo`` to append (see :func:`shared_part`)."""
-    if len(bo) == 1 and type(bo[0]) is Storage and bo[0] in a_storages:  # (r * x)
-        return joined_at(sig, ao.index(bo[0])), ()
-    shared, rest = shared_part(ao, a_storages, bo)
-    return (joined_sig(sig, shared), rest) if shared else (sig, rest)
+    if len(bo) == 1:  # (shared_part's cases, written out: an operator's frames fewer)
+        o = bo[0]
+        if type(o) is Storage and o in a_storages:  # (r * x)
+            return joined_at(sig, ao.index(o)), ()
+        return sig, bo
+    k = shared_prefix(ao, bo)
+    if not k:
+        return sig, bo
+    joined = joined_at_table.get((sig, -k))
+    if joined is None:
+        joined = joined_sig(sig, k)
+        if len(joined_at_table) >= SIG_TABLE_MAX:
+            joined_at_table.clear()
+        joined_at_table[(sig, -k)] = joined
+    return joined, bo[k:]
 
 
-# (signature, position) -> joined_at's result (``r * x`` with r reading x: chains' join)
+# (signature, position) -> joined_at's result (``r * x`` with r reading x: chains' join);
+# (signature, -count) -> join_shared's for a shared prefix of ``count`` operands
 joined_at_table: dict[tuple[int, int], int] = {}
 
 

@@ -328,9 +328,10 @@ def composite(key: tuple | None, x: Any, build: Callable[[], Any]) -> Any:
         t = _templates.get(key, _MISSING)
     except TypeError:  # (a static argument that is not hashable: a list of axes)
         return build()
-    if type(t) is Template:
-        lazy = _lazy_array or _bind()
-        return lazy(instantiate(t, x._node), x.device)
+    if type(t) is Template:  # (instantiate's work, written out: one frame fewer)
+        node = x._node
+        return (_lazy_array or _bind())(_copy(t.steps, node.operands or (), (node,)),
+                                        x.device)
     out = build()
     if t is not None:
         # (a concrete result, or one on another device, is not a copy of nodes)

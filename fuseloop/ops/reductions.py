@@ -288,28 +288,38 @@ _KEYED = frozenset(np.dtype(t) for t in (np.float32, np.int8, np.int16, np.int32
 _UINT64 = np.dtype(np.uint64)
 
 
-def arg_one_pass_mode() -> str:
-    """``FUSELOOP_ARG_ONE_PASS``: ``auto`` (the default: on GPUs), ``1`` (every device)
-    or ``0`` (never); read at each call."""
-    value = os.environ.get("FUSELOOP_ARG_ONE_PASS", "auto").strip().lower()
+def arg_one_pass_setting(text: str) -> str:
+    """``FUSELOOP_ARG_ONE_PASS``'s value as :data:`ARG_ONE_PASS` holds it: ``"0"``
+    (``0``, ``off``, ``no``, ``false``), ``"1"`` (``1``, ``on``, ``yes``, ``true``) or
+    ``"auto"`` (anything else)."""
+    value = text.strip().lower()
     if value in ("0", "off", "no", "false"):
         return "0"
     return "1" if value in ("1", "on", "yes", "true") else "auto"
 
 
+#: which arg-reductions take (value, position) keys in one pass: ``"auto"`` (GPUs),
+#: ``"1"`` (every device) or ``"0"`` (never; see :func:`_one_pass_arg`).  Read from
+#: ``FUSELOOP_ARG_ONE_PASS`` at import; assign ``"auto"``, ``"1"`` or ``"0"`` to change
+#: it (the mode is part of a composite's template key, so nothing recorded goes stale;
+#: an ``fl.fuse`` function keeps what it traced)
+ARG_ONE_PASS = arg_one_pass_setting(os.environ.get("FUSELOOP_ARG_ONE_PASS", "auto"))
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
+
 def _one_pass_arg(x: Array, axis: Any) -> bool:
     """Whether argmin/argmax of ``x`` along ``axis`` reduce (value, position) keys in
     one pass (:mod:`fuseloop.lower.arg_keys`) rather than in two (the extreme, then
-    the first position holding it).  By :func:`arg_one_pass_mode`.  ``auto`` takes GPUs,
+    the first position holding it).  By :data:`ARG_ONE_PASS`.  ``auto`` takes GPUs,
     any axis: the two passes read the data twice (a whole array in four launches), and
     along the last axis, where the row kernel holds both passes in one launch over a
     cached row, the keys were still faster on an H100 (argmax over the rows of 4096 x
     4096 float32 under ``fl.fuse``: 0.046 against 0.052 ms).  On CPUs PoCL vectorises the
     float min and the int32 min of positions, where a CPU has no vector min of 64-bit
     keys before AVX-512 (2^22 float32 on PoCL: 2-5x slower)."""
-    if x.dtype not in _KEYED or x.size >= np.iinfo(np.int32).max:
+    if x.dtype not in _KEYED or math.prod(x.shape) >= _INT32_MAX:
         return False
-    mode = arg_one_pass_mode()
+    mode = ARG_ONE_PASS
     if mode != "auto":
         return mode == "1"
     if getattr(x.device, "type", None) == "cpu":
@@ -349,7 +359,7 @@ def _arg_extreme_built(x: Array, axis: Any, keepdims: bool, largest: bool,
     # The index pass carries 32-bit positions where they fit: a 64-bit one doubled the
     # local memory and compare-select work of the group combination on GPUs; the result
     # is widened to numpy's int64 in the same kernel.
-    idx = _INT32 if x.shape[ax] < np.iinfo(np.int32).max else _INT64
+    idx = _INT32 if x.shape[ax] < _INT32_MAX else _INT64
     position = Array._lazy(Iota(x.shape, idx, strides, 0), x.device)
     candidate = where(hit, position, idx.type(x.shape[ax]))
     out = _reduce("min", candidate, ax, keepdims, idx)

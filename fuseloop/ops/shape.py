@@ -45,6 +45,7 @@ def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
 # (``x.sum(axis=(0, 2))``) in a loop checks and sorts them once
 _axes_tuples: dict[tuple[tuple, int], tuple[int, ...]] = {}
 AXES_TUPLES_MAX = 1024
+_INT_TYPE = frozenset({int})
 _caches.register("ops.shape.axes_tuples", _axes_tuples.clear, lambda: len(_axes_tuples),
                  AXES_TUPLES_MAX)
 
@@ -56,7 +57,7 @@ def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
     if type(axis) is int and -ndim <= axis < ndim:  # the common case, quickly
         return (axis % ndim,)
     # (Python ints only: 1.0 and True hash as 1 but are not valid, or not the same, axes)
-    tupled = type(axis) is tuple and not [a for a in axis if type(a) is not int]
+    tupled = type(axis) is tuple and {*map(type, axis)} <= _INT_TYPE  # (no frame)
     if tupled and (hit := _axes_tuples.get((axis, ndim))) is not None:
         return hit
     axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
