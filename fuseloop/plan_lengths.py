@@ -18,7 +18,8 @@ Why two records suffice: a program's parameters are its output's and reductions'
 lengths and their products (C strides, reduced sizes), the strides of the caller's
 views (in the key) and offsets (substituted per call); the one kind of parameter
 that follows lengths by rounding, the pieces of a split reduction (two-stage,
-split-K), comes with a chunked first stage, and plans with one are never generalised.
+split-K), comes with a chunked first stage (launched alone or in its combining stage's
+launch, ``Program.first``), and plans with one are never generalised.
 Decisions a length makes about the kernels (split or not, 1 or more, the index type)
 are in the key: the class of each length, and lengths kept exact where a node of
 the class could pass int32 (``ViewOffsets.bound``).  Launch plans (grids, size
@@ -98,7 +99,7 @@ def infer(a: Any, b: Any, la: Sequence[int], lb: Sequence[int]) -> Forms | None:
         allocs = tuple(fit(x, y) for x, y in zip(a.allocs, b.allocs))
         params, shapes = [], []
         for x, y in zip(a.steps, b.steps):
-            if x.program.chunked or not _same_step(x, y):
+            if x.program.chunked or x.program.first is not None or not _same_step(x, y):
                 return None
             offsets = {j for j, _ in x.offsets}
             params.append(tuple(None if j in offsets else fit(p, q)
