@@ -452,15 +452,22 @@ def test_a_small_result_of_a_large_input_is_left_to_the_kernels(host, monkeypatc
     rt = _runtime(host)
     finished = []
     plain, plain_own = rt.finish_queue, rt.finish
-    monkeypatch.setattr(rt, "finish_queue", lambda q: (finished.append(1), plain(q)))
-    monkeypatch.setattr(rt, "finish", lambda: (finished.append(1), plain_own()))
+    # (each wait notes how many kernels had been launched by then)
+    monkeypatch.setattr(rt, "finish_queue", lambda q: (
+        finished.append(fl.stats()["kernels_launched"]), plain(q)))
+    monkeypatch.setattr(rt, "finish", lambda: (
+        finished.append(fl.stats()["kernels_launched"]), plain_own()))
     fl.reset_stats()
     rows = x.sum(axis=1).eval()                 # host_path.try_run
     small[:] = x.sum(axis=1)                    # host_statements.write
     small += x.max(axis=1)                      # host_statements.inplace
+    assert finished == []
+    before = fl.stats()["kernels_launched"]
     total = float(x.sum())                      # host_statements.scalar
     s = fl.stats()
-    assert finished == [] and s["host_evaluations"] == 0 and s["kernels_launched"] >= 4
+    assert s["host_evaluations"] == 0 and s["kernels_launched"] >= 4
+    # reading the sum waits for its kernels, never before they are launched
+    assert all(n > before for n in finished), (finished, before)
     np.testing.assert_array_equal(rows.get(), xs.sum(axis=1))
     np.testing.assert_array_equal(small.get(), xs.sum(axis=1) + xs.max(axis=1))
     assert total == xs.sum()
