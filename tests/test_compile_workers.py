@@ -206,9 +206,12 @@ def _builds_wait_for_company(device, monkeypatch) -> threading.Event:
 
 def test_an_evaluations_new_kernels_are_built_concurrently(device, process_mode, monkeypatch):
     # x - mean(x) over a long vector needs several kernels (the reduction's stages, the
-    # elementwise one); they are built ahead, in threads whose builds overlap
-    from fuseloop import prebuild
+    # elementwise one); they are built ahead, in threads whose builds overlap.  (With the
+    # stages in one launch, splits.ONE_LAUNCH, the joined kernel is built while the plan
+    # is recorded, to know whether the stages can share a launch: before the others.)
+    from fuseloop import prebuild, splits
 
+    monkeypatch.setattr(splits, "ONE_LAUNCH", False)
     monkeypatch.setenv("FUSELOOP_CACHE_DIR", "off")
     host = np.random.default_rng(3).random(1 << 16).astype(np.float32)
     x = fl.asarray(host)
