@@ -13,17 +13,21 @@ import textwrap
 
 import pytest
 
-_CHILD = textwrap.dedent('''
-    import numpy as np
-    import fuseloop as fl
-    from fuseloop.multi import EXCHANGED
-    from fuseloop.runtime import devices
-
+# (a child's first lines after its imports: two PoCL CPU devices, or a skip)
+_TWO_POCL = textwrap.dedent('''
     pocl = [d for d in fl.devices() if "Portable" in d.platform and d.type == "cpu"]
     if len(pocl) < 2:
         print("SKIP: PoCL did not list two CPU devices")
         raise SystemExit(0)
     d0, d1 = pocl[:2]
+''')
+
+_CHILD = textwrap.dedent('''
+    import numpy as np
+    import fuseloop as fl
+    from fuseloop.multi import EXCHANGED
+    from fuseloop.runtime import devices
+''') + _TWO_POCL + textwrap.dedent('''
     shared = d0.context is d1.context
     print("shared", shared)
     rng = np.random.default_rng(29)
@@ -99,12 +103,7 @@ _TOO_LARGE = textwrap.dedent('''
     import fuseloop as fl
     from fuseloop.errors import DeviceMemoryError
     from fuseloop.runtime import devices
-
-    pocl = [d for d in fl.devices() if "Portable" in d.platform and d.type == "cpu"]
-    if len(pocl) < 2:
-        print("SKIP: PoCL did not list two CPU devices")
-        raise SystemExit(0)
-    d0, d1 = pocl[:2]
+''') + _TWO_POCL + textwrap.dedent('''
     room = 5 << 20
     for d in (d0, d1):  # (each device's memory as counted: what it holds now, plus 5 MiB)
         memory = devices._runtime(d).pool
