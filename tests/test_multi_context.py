@@ -67,17 +67,24 @@ _CHILD = textwrap.dedent('''
 ''')
 
 
-def _child(shared: str) -> dict[str, str]:
-    env = dict(os.environ, POCL_DEVICES="pthread pthread",
-               FUSELOOP_OPENCL_SHARED_CONTEXT=shared, FUSELOOP_HOST_PATH="0")
+def _run_child(program: str, **settings: str) -> str:
+    """The stdout of ``program`` run on two PoCL CPU devices (skips where PoCL lists
+    fewer), which must end with ``ok``."""
+    env = dict(os.environ, POCL_DEVICES="pthread pthread", FUSELOOP_HOST_PATH="0",
+               **settings)
     env.pop("FUSELOOP_DEVICE", None)  # (it might name a device that is not listed now)
     env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+    run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
                          text=True, timeout=600)
     if run.stdout.startswith("SKIP"):
         pytest.skip(run.stdout.strip())
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
-    return dict(line.rsplit(" ", 1) for line in run.stdout.splitlines()[:-1])
+    return run.stdout
+
+
+def _child(shared: str) -> dict[str, str]:
+    out = _run_child(_CHILD, FUSELOOP_OPENCL_SHARED_CONTEXT=shared)
+    return dict(line.rsplit(" ", 1) for line in out.splitlines()[:-1])
 
 
 def test_one_context_combines_and_exchanges_on_the_devices():
@@ -129,12 +136,5 @@ def test_an_array_too_large_for_one_device_fits_the_set():
     """Issue 29's bad-input list: an array larger than one device's memory (as counted,
     each of two devices given 5 MiB of room) is refused there, and split over both (a
     part each, within its room) it is made and computed."""
-    env = dict(os.environ, POCL_DEVICES="pthread pthread", FUSELOOP_HOST_PATH="0")
-    env.pop("FUSELOOP_DEVICE", None)
-    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _TOO_LARGE], env=env, capture_output=True,
-                         text=True, timeout=600)
-    if run.stdout.startswith("SKIP"):
-        pytest.skip(run.stdout.strip())
-    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
-    assert "out of device memory: cannot allocate 8388608 bytes" in run.stdout, run.stdout
+    out = _run_child(_TOO_LARGE)
+    assert "out of device memory: cannot allocate 8388608 bytes" in out, out
