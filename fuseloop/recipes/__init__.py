@@ -30,6 +30,7 @@ contractions, ``gpu-sparse-rows`` and ``cpu-sparse-rows`` for sparse products.
 
 from __future__ import annotations
 
+from .. import recipe_state as _recipe_state
 from . import select
 from .contraction import cpu_blocked, gpu_tiled
 from .core import (
@@ -77,12 +78,18 @@ __all__ = [
 
 
 def _register_builtins() -> None:
+    # Loading the built-in recipes changes no answer of recipe_for (none was given
+    # before: the first one loads them), so the token stays: a launch plan stamped
+    # just before that first call (launching.launch_cached reads the token first)
+    # stays confirmed, and its next launch takes the flat path.
+    token = _recipe_state.current[0]
     for device_type, elementwise, reduction, contraction, sparse in (
             ("default", gpu_coalesced, gpu_rows, gpu_tiled, gpu_sparse_rows),
             ("gpu", gpu_coalesced, gpu_rows, gpu_tiled, gpu_sparse_rows),
             ("cpu", cpu_chunked, cpu_rows, cpu_blocked, cpu_sparse_rows)):
         for recipe in (elementwise, reduction, contraction, sparse):
             register_recipe(device_type, recipe)
+    _recipe_state.current[0] = token
 
 
 _register_builtins()
