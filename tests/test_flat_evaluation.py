@@ -181,7 +181,10 @@ def test_flat_launches_are_counted_exactly_under_threads(device, flat_calls):
                 t.join()
             s = fl.stats()
             assert s == fl.stats()  # reading does not count
-            assert s["kernels_launched"] == 1200
+            # (the message shows every counter and how the calls went: a shortfall
+            # here has been seen once under CI's load and not reproduced)
+            assert s["kernels_launched"] == 1200, (s, flat_calls.count(True),
+                                                   flat_calls.count(False))
             assert s["memory_cache_hits"] + s["memory_cache_misses"] >= 1200
     finally:
         sys.setswitchinterval(old)
