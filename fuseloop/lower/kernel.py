@@ -323,8 +323,7 @@ class _Lowering:
                     # the flag writes of several gathers need no order among themselves
                     no_sync_with=frozenset({("check*", "any")})))
             self.extra_deps.add(f"calc_{name}")
-        # an offending index (reported above) reads element 0: one unsigned compare and a
-        # select, where min(max()) of 64-bit values kept PoCL's loop from vectorising
+        # an offending index (reported) reads at 0: min(max()) of longs defeated PoCL's SIMD
         return prim.Variable("fl_idx_in")(prim.Variable(name), n)
 
     # }}}
@@ -337,8 +336,8 @@ class _Lowering:
                                                     self.index_dtype, src)
         # a gathered index counts from the end when negative (64 bits: see gather_index)
         i64 = np.dtype(np.int64)
-        for name, body in (("fl_idx_wrap", "a < 0 ? a + n : a"),
-                           ("fl_idx_in", "(ulong) a < (ulong) n ? a : 0")):
+        helpers = {"fl_idx_wrap": "a < 0 ? a + n : a", "fl_idx_in": "(ulong) a < n ? a : 0"}
+        for name, body in helpers.items():
             src = f"static inline long {name}(long a, long n) {{ return {body}; }}\n"
             self.callables[name] = _helper_callable(name, (i64, i64), i64, src)
 
