@@ -5,7 +5,8 @@ element at a time; the compiler vectorises such a loop when its body is arithmet
 but not when it calls a math builtin (``exp``, ``sin``, ``log``).  This probe times
 hand-written kernels of the same shape (one work-item per 4096 elements) that call
 the builtin on one float at a time and on a ``float8`` at a time, beside fuseloop's
-own ``out[...] = fl.exp(x)`` (and ``sin``, ``log``) and numpy, and checks every
+own ``out[...] = fl.exp(x)`` (and ``sin``, ``log``, ``sqrt``, ``floor``: PoCL 3.0 calls
+its library for these exact ones too) and numpy, and checks every
 result against numpy in float64 (largest error in float32 ulps).  It measures; it
 changes nothing.
 
@@ -53,8 +54,9 @@ __kernel void vector8_F(__global float *o, __global const float *x, int n)
         vstore8(F(ARG(vload8(0, x + first + i))), 0, o + first + i);
 }
 """
-FUNCTIONS = {"exp": ("x", np.exp), "sin": ("x", np.sin), "log": ("fabs(x)",
-                                                                   lambda v: np.log(np.abs(v)))}
+FUNCTIONS = {"exp": ("x", np.exp), "sin": ("x", np.sin),
+             "log": ("fabs(x)", lambda v: np.log(np.abs(v))),
+             "sqrt": ("fabs(x)", lambda v: np.sqrt(np.abs(v))), "floor": ("x", np.floor)}
 
 
 def ulps(got: np.ndarray, want: np.ndarray) -> float:
@@ -189,7 +191,8 @@ def main() -> int:
             rows.append({"function": name, "kind": f"OpenCL {kind}", "ms": t * 1e3,
                          "max_ulps": ulps(got, want)})
         fused_expr = {"exp": lambda: fl.exp(x), "sin": lambda: fl.sin(x),
-                      "log": lambda: fl.log(fl.abs(x))}[name]
+                      "log": lambda: fl.log(fl.abs(x)), "sqrt": lambda: fl.sqrt(fl.abs(x)),
+                      "floor": lambda: fl.floor(x)}[name]
 
         def fused(fused_expr: Any = fused_expr) -> None:
             out[...] = fused_expr()
@@ -199,7 +202,9 @@ def main() -> int:
         rows.append({"function": name, "kind": "fuseloop out[...] = fl." + name,
                      "ms": t * 1e3, "max_ulps": ulps(out.get(), want)})
         np_fn = {"exp": lambda: np.exp(h, out=host_out), "sin": lambda: np.sin(h, out=host_out),
-                 "log": lambda: np.log(np.abs(h), out=host_out)}[name]
+                 "log": lambda: np.log(np.abs(h), out=host_out),
+                 "sqrt": lambda: np.sqrt(np.abs(h), out=host_out),
+                 "floor": lambda: np.floor(h, out=host_out)}[name]
         t = median_time(np_fn, lambda: None, args.repeat)
         rows.append({"function": name, "kind": "numpy", "ms": t * 1e3,
                      "max_ulps": ulps(host_out, want)})

@@ -323,8 +323,8 @@ class _Lowering:
                     # the flag writes of several gathers need no order among themselves
                     no_sync_with=frozenset({("check*", "any")})))
             self.extra_deps.add(f"calc_{name}")
-        v = prim.Variable(name)
-        return prim.Variable("min")(prim.Variable("max")(v, 0), n - 1)
+        # an offending index (reported) reads at 0: min(max()) of longs defeated PoCL's SIMD
+        return prim.Variable("fl_idx_in")(prim.Variable(name), n)
 
     # }}}
 
@@ -335,9 +335,11 @@ class _Lowering:
             self.callables[name] = _helper_callable(name, (self.index_dtype, self.index_dtype),
                                                     self.index_dtype, src)
         # a gathered index counts from the end when negative (64 bits: see gather_index)
-        src = "static inline long fl_idx_wrap(long a, long n) { return a < 0 ? a + n : a; }\n"
         i64 = np.dtype(np.int64)
-        self.callables["fl_idx_wrap"] = _helper_callable("fl_idx_wrap", (i64, i64), i64, src)
+        helpers = {"fl_idx_wrap": "a < 0 ? a + n : a", "fl_idx_in": "(ulong) a < n ? a : 0"}
+        for name, body in helpers.items():
+            src = f"static inline long {name}(long a, long n) {{ return {body}; }}\n"
+            self.callables[name] = _helper_callable(name, (i64, i64), i64, src)
 
     def helper_call(self, op: str, loop: tuple[np.dtype, ...], args: list[Any]) -> Any:
         h = self.helpers.get(op + repr(loop))

@@ -53,15 +53,13 @@ _TYPES: dict[np.dtype, str] = {np.dtype(np.float32): "float", np.dtype(np.float6
 # the probe never measured their vector forms (speed nor the lane errors that float8
 # sin showed), and frexp/modf/ldexp take pointer or int-vector arguments.
 #
-# floor, ceil, trunc, rint, sqrt and copysign are compiler intrinsics that the
-# loop vectoriser already handles
-_VECTOR_OPS = {
-    **{op: fn for op, fn in FLOAT_UNARY.items()
-       if op not in ("floor", "ceil", "trunc", "rint", "sqrt")},
-    **{op: fn for op, fn in FLOAT_BINARY.items() if op != "copysign"},
-    "power": "pow",
-    "fmod": "fmod",
-}
+# sqrt, floor, ceil, trunc, rint, copysign, fabs, fmin and fmax are exact, but pip's
+# PoCL 3.0 calls its library for them too, one call per element, and a loop with a call
+# in it is not vectorised: its arithmetic runs one element at a time as well
+# (cpu_vector_math_probe.py times sqrt and floor both ways)
+_BINARY_OPS = frozenset({*FLOAT_BINARY, "power", "fmod", "fmin", "fmax"})
+_VECTOR_OPS = {**FLOAT_UNARY, **FLOAT_BINARY, "absolute": "fabs", "power": "pow",
+               "fmod": "fmod", "fmin": "fmin", "fmax": "fmax"}
 # PoCL's float8 sin, cos and tan are wrong in every lane of a vector in which one
 # lane is large (|x| >= about 1e6) or infinite: sin(0.5) came out 1e10 ulps off
 # (benchmarks/probes/cpu_vector_math_probe.py --lanes).  Their double8 forms agree with the
@@ -138,7 +136,7 @@ def vector_builtins(fp64: bool = True) -> dict[str, VectorCall]:
     and float64 helpers it applies to (``fp64``: whether the device has doubles)."""
     table = {}
     for op, builtin in _VECTOR_OPS.items():
-        arity = 2 if op in FLOAT_BINARY or op in ("power", "fmod") else 1
+        arity = 2 if op in _BINARY_OPS else 1
         for dt in _TYPES:
             through = op in _THROUGH_DOUBLE.get(dt, ())
             if not through or fp64:
