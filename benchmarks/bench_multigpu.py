@@ -45,7 +45,7 @@ devices of one platform).  Usage::
 selectable mechanisms off in turn, then all off (rows ``-plans``, ``-fast``, ``-prepared``,
 ``-templates``,
 ``-replay``, ``-arenas``, ``-async``, ``-pinned``, ``-hostscalar``, ``-bybuffer``,
-``-leanhalos``, ``-waitlast``, ``-all``;
+``-stepplans``, ``-leanhalos``, ``-waitlast``, ``-all``;
 see :data:`VARIANTS`), with one that is off by default on (``+chained``), then with all on again
 (``again``: the drift), in the same run, against the same one-device time.
 
@@ -174,6 +174,9 @@ VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
     "-hostscalar": [("fuseloop.multi.reduce", "HOST_SCALAR", False)],
     # kept stencil templates moved onto a step's buffers (windows built and substituted)
     "-bybuffer": [("fuseloop.multi.windows", "BY_BUFFER", False)],
+    # a stencil step of a known structure replayed from its kept step plan (halo reads
+    # and parts' templates decided once; the general walk instead)
+    "-stepplans": [("fuseloop.multi.steps", "STEP_PLANS", False)],
     # a halo lying in one part copied from its buffer at once (through the general walk)
     "-leanhalos": [("fuseloop.multi.exchange", "LEAN_HALOS", False)],
     # halo reads through the host waited for once per source device (per piece instead)
