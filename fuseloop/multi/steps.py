@@ -37,14 +37,21 @@ _caches.register("multi.step_plans", _STEPS.clear, lambda: len(_STEPS), STEPS_MA
 
 def layout(x: Any) -> tuple | None:
     """The buffer layout of ``x``'s parts (each a C-ordered buffer view on its device:
-    its leaf's fields), or None where a part is lazy or strided (no plan then)."""
+    its leaf's fields, and the first part viewing the same buffer), or None where a
+    part is lazy or strided (no plan then)."""
     out = []
+    seen: list[Any] = []
     for p, d in zip(x.parts, x.devices):
         node = p._node
         if type(node) is not Leaf or node.storage.device is not d or (
                 node.strides is not None and node.strides != c_strides(node.shape)):
             return None
-        out.append(node.leaf_token())
+        s = node.storage
+        j = 0
+        while j < len(seen) and seen[j] is not s:
+            j += 1
+        seen.append(s)
+        out.append((node.leaf_token(), j))
     return tuple(out)
 
 
