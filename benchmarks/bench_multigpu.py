@@ -45,7 +45,7 @@ devices of one platform).  Usage::
 selectable mechanisms off in turn, then all off (rows ``-plans``, ``-fast``, ``-prepared``,
 ``-templates``,
 ``-replay``, ``-arenas``, ``-async``, ``-pinned``, ``-hostscalar``, ``-bybuffer``,
-``-stepplans``, ``-leanhalos``, ``-waitlast``, ``-all``;
+``-stepplans``, ``-deferred``, ``-leanhalos``, ``-waitlast``, ``-all``;
 see :data:`VARIANTS`), with one that is off by default on (``+chained``), then with all on again
 (``again``: the drift), in the same run, against the same one-device time.
 
@@ -177,6 +177,9 @@ VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
     # a stencil step of a known structure replayed from its kept step plan (halo reads
     # and parts' templates decided once; the general walk instead)
     "-stepplans": [("fuseloop.multi.steps", "STEP_PLANS", False)],
+    # halo uploads left to each GPU's deferred work, the host's wait for their reads
+    # taken when the part launches (the host waits in the stencil call instead)
+    "-deferred": [("fuseloop.multi.uploads", "DEFERRED_UPLOADS", "0")],
     # a halo lying in one part copied from its buffer at once (through the general walk)
     "-leanhalos": [("fuseloop.multi.exchange", "LEAN_HALOS", False)],
     # halo reads through the host waited for once per source device (per piece instead)

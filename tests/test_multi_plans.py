@@ -302,3 +302,40 @@ def test_a_kept_step_plan_holds_no_step_buffers(three):
             assert role in ("x", "arena", "const")
             assert role != "const" or id(what) in kept_rows
     assert [r for pp in plan.parts for r, _ in pp.roles].count("const") == 2  # (the ends)
+
+
+def test_deferred_halo_uploads_wait_for_their_reads_at_the_parts_launch(three, monkeypatch):
+    """With halo uploads left to the destination devices' deferred work (GPUs' default,
+    here forced on), a split stencil returns without waiting for any halo read; each
+    part's upload (its reads waited for, its rows written) runs before anything else
+    uses its device's queue: the parts' launches, a read, fl.synchronize(); results as
+    one device's, a write between steps seen."""
+    from fuseloop.multi import uploads
+    from fuseloop.runtime.devices import _runtime
+
+    monkeypatch.setattr(uploads, "DEFERRED_UPLOADS", "1")
+    un = np.random.default_rng(8).standard_normal((19, 7)).astype(np.float32)
+    with fl.device(three):
+        u = fl.asarray(un)
+    one = fl.asarray(un, device=three[0])
+    waits = _counting(monkeypatch, uploads, "wait")
+    in_stencil = _counting(monkeypatch, exchange, "wait")
+    for step in range(4):
+        fl.synchronize()
+        waits.clear()
+        s = fl.stencil(u, LAPLACE, boundary="wrap")
+        assert waits == in_stencil == []  # (the stencil call waited for no read)
+        pending = [go for d in three for go, _ in _runtime(d).deferred]
+        assert len(pending) == 3 and all(type(go) is uploads.DeferredUpload for go in pending)
+        # (one per part: its two halos)
+        u = (u + np.float32(0.1) * s).eval()
+        assert len(waits) == 6 and all(not _runtime(d).deferred for d in three)
+        one = (one + np.float32(0.1) * fl.stencil(one, LAPLACE, boundary="wrap")).eval()
+        np.testing.assert_allclose(u.get(), one.get(), rtol=1e-5, atol=1e-5)
+        u.parts[2][0] = np.float32(step)  # (part 2's first row: part 1's lower halo)
+        one[u.bounds[2]] = np.float32(step)
+    s = fl.stencil(u, LAPLACE, boundary="wrap")
+    fl.synchronize()  # (runs every device's deferred upload)
+    assert all(not _runtime(d).deferred for d in three)
+    np.testing.assert_allclose(s.get(), fl.stencil(one, LAPLACE, boundary="wrap").get(),
+                               rtol=1e-5, atol=1e-5)

@@ -2,7 +2,8 @@
 over two and four PoCL CPU devices, a context each (halo rows through the host), in a
 child process (the device list is made once per process): every step's result equals
 one device's, bit for bit; once a step was made from kept templates, later steps
-replay its plan and copy the same halo rows."""
+replay its plan and copy the same halo rows; the same with the halo uploads left to
+the devices' deferred work."""
 
 from __future__ import annotations
 
@@ -51,10 +52,13 @@ _CHILD = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.parametrize("deferred", ["0", "1"])
 @pytest.mark.parametrize("count", [2, 4])
-def test_split_stencil_steps_replay_their_plans_on_pocl_devices(count):
+def test_split_stencil_steps_replay_their_plans_on_pocl_devices(count, deferred):
+    """(``deferred``: the halo uploads left to the devices' deferred work, as on GPUs)"""
     env = dict(os.environ, POCL_DEVICES=" ".join(["pthread"] * count),
-               FUSELOOP_HOST_PATH="0", FUSELOOP_OPENCL_SHARED_CONTEXT="0")
+               FUSELOOP_HOST_PATH="0", FUSELOOP_OPENCL_SHARED_CONTEXT="0",
+               FUSELOOP_MULTI_DEFERRED_UPLOADS=deferred)
     env.pop("FUSELOOP_DEVICE", None)  # (it might name a device that is not listed now)
     env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
     run = subprocess.run([sys.executable, "-c", _CHILD, str(count)], env=env,

@@ -15,7 +15,10 @@ Within one stencil or realignment the copies through the host are batched
 before the host waits for any, then each destination gets its upload: one wait per
 piece, all after every read was under way, rather than a blocking read and a
 blocking upload per piece in turn.  A stencil's part gets its halo rows in one buffer
-by one upload (:class:`_Arena`), enqueued without a wait on GPUs (:func:`_upload`).
+by one upload (:class:`_Arena`), enqueued without a wait on GPUs (:func:`_upload`); on
+GPUs the host's wait for the reads is itself left to the destination device's deferred
+work (:mod:`fuseloop.multi.uploads`), so it comes at the part's launch, not in the
+stencil.
 
 A stencil does not compute over an extended part and slice the result (the slice
 pushed through the whole lazy stencil cost more host time than the stencil itself):
@@ -53,6 +56,7 @@ from ..runtime.devices import _runtime
 from ..runtime.transfer import wait, write
 from . import steps as _steps
 from . import trace
+from . import uploads as _uploads
 from . import windows as _windows
 from .array import MultiArray, staging
 from .windows import Window, _row_view, _ShiftedRows, _Templates
@@ -154,8 +158,9 @@ class _HostBatch:
     """Copies through the host, waited for together (see :func:`batch`)."""
     def __init__(self) -> None:
         # (the read's event, its device, the storage read (kept until read), the host
-        # rows, what the read fills (they, or a staging slot's bytes), the slot or None)
-        self.pending: list[tuple[Any, Any, Any, np.ndarray, np.ndarray, Any]] = []
+        # rows, what the read fills (they, or a staging slot's bytes), the slot or None,
+        # the device the rows go to)
+        self.pending: list[tuple[Any, Any, Any, np.ndarray, np.ndarray, Any, Any]] = []
         self.uploads: list[tuple[np.ndarray, Any]] = []  # (host rows, their storage)
         self.arenas: list[_Arena] = []
         #: where the pieces added now go if they fit (see :meth:`arena`), else a buffer each
@@ -213,7 +218,7 @@ class _HostBatch:
         if slot is not None:
             slot.event = event
         rt.submit(rt.queue)
-        self.pending.append((event, source, storage, host, into, slot))
+        self.pending.append((event, source, storage, host, into, slot, device))
         return got
 
     def finish(self) -> None:
@@ -225,13 +230,17 @@ class _HostBatch:
         if self.pending and _chains(self):
             self._finish_chained()
             return
+        if self.pending and _uploads.defers(
+                [out.device for _, out in self.uploads] + [a.device for a in self.arenas]):
+            self._finish_deferred()
+            return
         if WAIT_LAST:
             # (a device's queue runs in order: its last read done, all its reads are)
             last = {id(source): (event, source) for event, source, *_ in self.pending
                     if event is not None}
             for event, source in last.values():
                 wait(event, source)
-        for event, source, _, host, into, slot in self.pending:
+        for event, source, _, host, into, slot, _ in self.pending:
             if event is not None and not WAIT_LAST:
                 wait(event, source)
             if into is not host:
@@ -261,7 +270,7 @@ class _HostBatch:
 
         _settle_uploads()  # (the last batch's that completed)
         reads = [(event, _copier(host, into, slot, storage, event))
-                 for event, _, storage, host, into, slot in self.pending]
+                 for event, _, storage, host, into, slot, _ in self.pending]
         ups = [(host, out.buffer, out.device, None) for host, out in self.uploads]
         for arena in self.arenas:
             if arena.host is not None and arena.used:
@@ -277,6 +286,36 @@ class _HostBatch:
             if slot is not None:
                 slot.event = done  # (not handed out again before the write completed)
             _in_flight().append((done, device, host, slot))
+
+
+    def _finish_deferred(self) -> None:
+        """Each destination's uploads left to its device's deferred work
+        (:class:`~fuseloop.multi.uploads.DeferredUpload`): done, its reads waited for,
+        when its queue is next used (the part's launch, a read, ``fl.synchronize()``),
+        not here."""
+        _settle_uploads()  # (the last batch's that completed)
+        by_device: dict[int, _uploads.DeferredUpload] = {}
+        in_flight = _in_flight()
+
+        def upload_for(device: Any) -> _uploads.DeferredUpload:
+            got = by_device.get(id(device))
+            if got is None:
+                got = by_device[id(device)] = _uploads.DeferredUpload(device, in_flight)
+            return got
+
+        for item in self.pending:
+            upload_for(item[6]).reads.append(item)
+        for host, out in self.uploads:
+            upload_for(out.device).writes.append((host, out.buffer, None))
+        for arena in self.arenas:
+            if arena.host is not None and arena.used:
+                upload_for(arena.device).writes.append(
+                    (arena.host[:arena.used], arena.storage.buffer, arena.slot))
+            elif arena.slot is not None:
+                arena.slot.release()
+        self._clear()
+        for up in by_device.values():
+            _runtime(up.device).deferred.append((up, ()))
 
 
 def _copier(host: np.ndarray, into: np.ndarray, slot: Any, storage: Any, event: Any
