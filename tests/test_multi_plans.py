@@ -305,8 +305,8 @@ def test_a_kept_step_plan_holds_no_step_buffers(three):
 
 
 def test_deferred_halo_uploads_wait_for_their_reads_at_the_parts_launch(three, monkeypatch):
-    """With halo uploads left to the destination devices' deferred work (GPUs' default,
-    here forced on), a split stencil returns without waiting for any halo read; each
+    """With halo uploads left to the destination devices' deferred work (forced on for
+    every device), a split stencil returns without waiting for any halo read; each
     part's upload (its reads waited for, its rows written) runs before anything else
     uses its device's queue: the parts' launches, a read, fl.synchronize(); results as
     one device's, a write between steps seen."""

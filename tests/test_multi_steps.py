@@ -55,7 +55,7 @@ _CHILD = textwrap.dedent('''
 @pytest.mark.parametrize("deferred", ["0", "1"])
 @pytest.mark.parametrize("count", [2, 4])
 def test_split_stencil_steps_replay_their_plans_on_pocl_devices(count, deferred):
-    """(``deferred``: the halo uploads left to the devices' deferred work, as on GPUs)"""
+    """(``deferred``: the halo uploads left to the devices' deferred work)"""
     env = dict(os.environ, POCL_DEVICES=" ".join(["pthread"] * count),
                FUSELOOP_HOST_PATH="0", FUSELOOP_OPENCL_SHARED_CONTEXT="0",
                FUSELOOP_MULTI_DEFERRED_UPLOADS=deferred)

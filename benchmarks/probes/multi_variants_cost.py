@@ -13,7 +13,7 @@ polling while the devices run.  Rows: ``all on`` (page-locked reads forced on, a
 the first device), ``-waitlast`` (a wait per halo piece), ``-bybuffer`` (kept stencil
 templates over windows, not moved onto buffers), ``-stepplans`` (every stencil step
 through the general walk, none replayed from a kept step plan), ``+deferred`` (halo
-uploads left to each device's deferred work, as on GPUs), ``-leanhalos`` (every halo through
+uploads left to each device's deferred work: off by default), ``-leanhalos`` (every halo through
 the general row walk), ``-fast`` (a sum's parts each through the plan-by-signature
 replay), ``-prepared`` (each part's steps checked at each launch, not prepared once per
 plan and device), ``-plans``, ``+chained`` (halo rows through the host uploaded by writes
@@ -46,7 +46,7 @@ ROWS: dict[str, list[tuple[str, str, Any]]] = {
     "-waitlast": [("fuseloop.multi.exchange", "WAIT_LAST", False)],
     "-bybuffer": [("fuseloop.multi.windows", "BY_BUFFER", False)],
     "-stepplans": [("fuseloop.multi.steps", "STEP_PLANS", False)],
-    # (GPUs only by default: on, for every device, this CPU's included)
+    # (off by default: on, for every device, this CPU's included)
     "+deferred": [("fuseloop.multi.uploads", "DEFERRED_UPLOADS", "1")],
     "-leanhalos": [("fuseloop.multi.exchange", "LEAN_HALOS", False)],
     "-fast": [("fuseloop.multi.replay", "FAST", False)],

@@ -15,10 +15,9 @@ Within one stencil or realignment the copies through the host are batched
 before the host waits for any, then each destination gets its upload: one wait per
 piece, all after every read was under way, rather than a blocking read and a
 blocking upload per piece in turn.  A stencil's part gets its halo rows in one buffer
-by one upload (:class:`_Arena`), enqueued without a wait on GPUs (:func:`_upload`); on
-GPUs the host's wait for the reads is itself left to the destination device's deferred
-work (:mod:`fuseloop.multi.uploads`), so it comes at the part's launch, not in the
-stencil.
+by one upload (:class:`_Arena`), enqueued without a wait on GPUs (:func:`_upload`); the
+host's wait for the reads may itself be left to the destination device's deferred work
+(:mod:`fuseloop.multi.uploads`), so it comes at the part's launch, not in the stencil.
 
 A stencil does not compute over an extended part and slice the result (the slice
 pushed through the whole lazy stencil cost more host time than the stencil itself):

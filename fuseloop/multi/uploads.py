@@ -25,10 +25,11 @@ from ..runtime.devices import _runtime
 from ..runtime.transfer import wait
 
 #: which destination devices' halo uploads through the host wait in their deferred work,
-#: with the host's wait for their reads: ``auto`` (default: GPUs), ``1`` (every device,
-#: PoCL's CPU too: tests), ``0`` (the host waits in the stencil call);
-#: ``FUSELOOP_MULTI_DEFERRED_UPLOADS`` (``bench_multigpu --variants`` row ``-deferred``)
-DEFERRED_UPLOADS = os.environ.get("FUSELOOP_MULTI_DEFERRED_UPLOADS", "auto").strip().lower()
+#: with the host's wait for their reads: ``0`` (default: none, the host waits in the
+#: stencil call; not yet timed on GPUs), ``auto`` (GPUs), ``1`` (every device, PoCL's
+#: CPU too: tests); ``FUSELOOP_MULTI_DEFERRED_UPLOADS`` (``bench_multigpu --variants``
+#: row ``+deferred``)
+DEFERRED_UPLOADS = os.environ.get("FUSELOOP_MULTI_DEFERRED_UPLOADS", "0").strip().lower()
 
 
 def defers(devices: Sequence[Any]) -> bool:
