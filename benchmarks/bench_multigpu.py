@@ -45,9 +45,9 @@ devices of one platform).  Usage::
 selectable mechanisms off in turn, then all off (rows ``-plans``, ``-fast``, ``-prepared``,
 ``-templates``,
 ``-replay``, ``-arenas``, ``-async``, ``-pinned``, ``-hostscalar``, ``-bybuffer``,
-``-leanhalos``, ``-waitlast``, ``-all``;
-see :data:`VARIANTS`), with one that is off by default on (``+chained``), then with all on again
-(``again``: the drift), in the same run, against the same one-device time.
+``-stepplans``, ``-leanhalos``, ``-waitlast``, ``-all``;
+see :data:`VARIANTS`), with those off by default on (``+chained``, ``+deferred``), then
+with all on again (``again``: the drift), in the same run, against the same one-device time.
 
 ``--trace`` then shows where a split call's time goes, per workload: the host time to
 build the expression and to enqueue every part, when each part was enqueued, when
@@ -174,6 +174,9 @@ VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
     "-hostscalar": [("fuseloop.multi.reduce", "HOST_SCALAR", False)],
     # kept stencil templates moved onto a step's buffers (windows built and substituted)
     "-bybuffer": [("fuseloop.multi.windows", "BY_BUFFER", False)],
+    # a stencil step of a known structure replayed from its kept step plan (halo reads
+    # and parts' templates decided once; the general walk instead)
+    "-stepplans": [("fuseloop.multi.steps", "STEP_PLANS", False)],
     # a halo lying in one part copied from its buffer at once (through the general walk)
     "-leanhalos": [("fuseloop.multi.exchange", "LEAN_HALOS", False)],
     # halo reads through the host waited for once per source device (per piece instead)
@@ -184,6 +187,9 @@ VARIANTS["-all"] = [item for items in list(VARIANTS.values()) for item in items]
 # halo rows through the host written by writes the GPUs hold back until the reads are
 # done (OpenCL, a context per device): the host waits for no halo read
 VARIANTS["+chained"] = [("fuseloop.backends.opencl_staging", "HALO_EVENTS", "auto")]
+# halo uploads through the host left to each GPU's deferred work: the host's wait for
+# their reads taken at each part's launch, not in the stencil call
+VARIANTS["+deferred"] = [("fuseloop.multi.uploads", "DEFERRED_UPLOADS", "auto")]
 VARIANTS["again"] = []  # (every mechanism on, timed last: the drift over the variants)
 
 

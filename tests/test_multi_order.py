@@ -94,8 +94,11 @@ def test_synchronize_submits_every_device_first(three, monkeypatch):
 
 def test_halo_exchange_through_the_host_waits_once_per_piece(three, monkeypatch):
     """Halos between devices without a direct way (OpenCL contexts): every halo's read
-    is enqueued and submitted before the host waits for any; uploads come after."""
-    from fuseloop.multi import EXCHANGED
+    is enqueued and submitted before the host waits for any; uploads come after (the
+    host waiting in the stencil call: not left to the devices' deferred work)."""
+    from fuseloop.multi import EXCHANGED, uploads
+
+    monkeypatch.setattr(uploads, "DEFERRED_UPLOADS", "0")
 
     if three[0].backend != "opencl":
         pytest.skip("only OpenCL devices exchange through the host")
@@ -287,8 +290,11 @@ def test_split_sum_result_goes_up_by_a_fill(three, monkeypatch):
 def test_stencil_halos_through_the_host_one_upload_per_part(three, monkeypatch):
     """Halo rows through the host (a context per device), the periodic ends' too: every
     part's rows share one buffer and go up by one write, without the host waiting for
-    it where uploads are asynchronous (GPUs); a second step waits for the first's."""
-    from fuseloop.multi import EXCHANGED, exchange
+    it where uploads are asynchronous (GPUs); a second step waits for the first's (the
+    host waiting in the stencil call: not left to the devices' deferred work)."""
+    from fuseloop.multi import EXCHANGED, exchange, uploads
+
+    monkeypatch.setattr(uploads, "DEFERRED_UPLOADS", "0")
 
     if three[0].backend != "opencl":
         pytest.skip("only OpenCL devices exchange through the host")

@@ -234,3 +234,108 @@ def test_split_stencil_steps_move_kept_templates_onto_buffers(three, monkeypatch
     assert exchange.LAST_MOVED == [0] and exchange.LAST_TEMPLATES == [0, 3]
     np.testing.assert_allclose(got.get(), fl.stencil(one, LAPLACE, boundary="clamp").get(),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("boundary", ["clamp", "wrap", "constant"])
+def test_split_stencil_steps_replay_a_kept_step_plan(three, monkeypatch, boundary):
+    """Steps over concrete parts: once a step made every part from kept templates, later
+    steps replay its plan (no halo walked, no window built: the same reads and parts),
+    with one device's results, a write to a halo row between steps seen; a lazy part (a
+    layout not planned) and FUSELOOP_MULTI_STEP_PLANS=0 take the general path."""
+    from fuseloop.multi import steps
+
+    un = np.random.default_rng(4).standard_normal((17, 6)).astype(np.float32)
+    with fl.device(three):
+        u = fl.asarray(un)
+    one = fl.asarray(un, device=three[0])
+    exchange._PLANS.clear()
+    steps._STEPS.clear()
+    halos = _counting(monkeypatch, exchange, "_halo")
+    hits = []
+    copied = -1
+    for step in range(5):
+        halos.clear()
+        copies = exchange.EXCHANGED["copies"]
+        u = (u + np.float32(0.1) * fl.stencil(u, LAPLACE, boundary=boundary, cval=0.5)).eval()
+        one = (one + np.float32(0.1) * fl.stencil(one, LAPLACE, boundary=boundary,
+                                                  cval=0.5)).eval()
+        hits.append(steps.LAST_STEP_PLAN[0])
+        if hits[-1]:
+            assert halos == [] and exchange.LAST_MOVED == [3]
+            assert exchange.EXCHANGED["copies"] - copies == copied
+        copied = exchange.EXCHANGED["copies"] - copies
+        np.testing.assert_array_equal(u.get(), one.get())
+        u.parts[1][0] = np.float32(step)  # (a halo row of part 0)
+        one[u.bounds[1]] = np.float32(step)
+    assert hits == [0, 0, 0, 1, 1] and len(steps._STEPS) == 1
+    lazy = u * np.float32(2)  # (lazy parts: no layout to plan)
+    got = fl.stencil(lazy, LAPLACE, boundary=boundary, cval=0.5)
+    assert steps.LAST_STEP_PLAN == [0]
+    np.testing.assert_array_equal(
+        got.get(), fl.stencil(one * np.float32(2), LAPLACE, boundary=boundary, cval=0.5).get())
+    monkeypatch.setattr(steps, "STEP_PLANS", False)
+    got = fl.stencil(u, LAPLACE, boundary=boundary, cval=0.5)
+    assert steps.LAST_STEP_PLAN == [0] and halos
+    np.testing.assert_array_equal(
+        got.get(), fl.stencil(one, LAPLACE, boundary=boundary, cval=0.5).get())
+
+
+def test_a_kept_step_plan_holds_no_step_buffers(three):
+    """A kept step plan holds templates over placeholders, where each buffer comes from
+    (a part, the part's halo buffer) and the constant boundary's kept rows only: no
+    part's or halo buffer of the step that made it."""
+    from fuseloop.multi import steps
+
+    un = np.random.default_rng(6).standard_normal((12, 5)).astype(np.float32)
+    steps._STEPS.clear()
+    with fl.device(three):
+        u = fl.asarray(un)
+    for _ in range(3):
+        u = fl.stencil(u, LAPLACE, boundary="constant").eval()
+    assert len(steps._STEPS) == 1
+    plan = next(iter(steps._STEPS.values()))
+    kept_rows = {id(a) for _, a in exchange._CONSTANT_ROWS.values()}
+    for pp in plan.parts:
+        assert all(h.buffer is None for h in pp.mover.holders)
+        assert pp.mover.root.storages <= set(pp.mover.holders)
+        for role, what in pp.roles:
+            assert role in ("x", "arena", "const")
+            assert role != "const" or id(what) in kept_rows
+    assert [r for pp in plan.parts for r, _ in pp.roles].count("const") == 2  # (the ends)
+
+
+def test_deferred_halo_uploads_wait_for_their_reads_at_the_parts_launch(three, monkeypatch):
+    """With halo uploads left to the destination devices' deferred work (forced on for
+    every device), a split stencil returns without waiting for any halo read; each
+    part's upload (its reads waited for, its rows written) runs before anything else
+    uses its device's queue: the parts' launches, a read, fl.synchronize(); results as
+    one device's, a write between steps seen."""
+    from fuseloop.multi import uploads
+    from fuseloop.runtime.devices import _runtime
+
+    monkeypatch.setattr(uploads, "DEFERRED_UPLOADS", "1")
+    un = np.random.default_rng(8).standard_normal((19, 7)).astype(np.float32)
+    with fl.device(three):
+        u = fl.asarray(un)
+    one = fl.asarray(un, device=three[0])
+    waits = _counting(monkeypatch, uploads, "wait")
+    in_stencil = _counting(monkeypatch, exchange, "wait")
+    for step in range(4):
+        fl.synchronize()
+        waits.clear()
+        s = fl.stencil(u, LAPLACE, boundary="wrap")
+        assert waits == in_stencil == []  # (the stencil call waited for no read)
+        pending = [go for d in three for go, _ in _runtime(d).deferred]
+        assert len(pending) == 3 and all(type(go) is uploads.DeferredUpload for go in pending)
+        # (one per part: its two halos)
+        u = (u + np.float32(0.1) * s).eval()
+        assert len(waits) == 6 and all(not _runtime(d).deferred for d in three)
+        one = (one + np.float32(0.1) * fl.stencil(one, LAPLACE, boundary="wrap")).eval()
+        np.testing.assert_allclose(u.get(), one.get(), rtol=1e-5, atol=1e-5)
+        u.parts[2][0] = np.float32(step)  # (part 2's first row: part 1's lower halo)
+        one[u.bounds[2]] = np.float32(step)
+    s = fl.stencil(u, LAPLACE, boundary="wrap")
+    fl.synchronize()  # (runs every device's deferred upload)
+    assert all(not _runtime(d).deferred for d in three)
+    np.testing.assert_allclose(s.get(), fl.stencil(one, LAPLACE, boundary="wrap").get(),
+                               rtol=1e-5, atol=1e-5)

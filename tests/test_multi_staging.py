@@ -124,7 +124,11 @@ def test_host_combined_sum_stays_on_the_host(three, monkeypatch):
 
 def test_halo_batch_waits_once_per_source_device(three, monkeypatch):
     """Halo rows through the host (a context per device): every read enqueued first,
-    then one wait per device read from (its queue runs in order), not one per piece."""
+    then one wait per device read from (its queue runs in order), not one per piece
+    (the host waiting in the stencil call: not left to the devices' deferred work)."""
+    from fuseloop.multi import uploads
+
+    monkeypatch.setattr(uploads, "DEFERRED_UPLOADS", "0")
     if three[0].backend != "opencl":
         pytest.skip("only OpenCL devices exchange through the host")
     un = np.random.default_rng(8).standard_normal((12, 5)).astype(np.float32)

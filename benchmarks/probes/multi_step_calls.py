@@ -8,6 +8,9 @@ bookkeeping, the replays).  With the phase stamps of ``fuseloop.multi.trace`` (w
 halo reads were enqueued, the parts built, the halos uploaded, each part launched), this
 says whether a step's host time is the driver's or fuseloop's own.  Medians over
 ``--repeat`` steps, wall clock (``time.perf_counter``: a wait counts as the host's time).
+``--sum-log2 N`` also times ``float(fl.sum(x*y))`` over 2^N float32 elements the same way
+(each part's launch, its partial's read enqueued, the read done: whether the host's
+launches or its waits separate the devices).
 
     python benchmarks/probes/multi_step_calls.py [--devices "cuda:0,cuda:1;opencl:0,opencl:1"]
         [--grid-log2 14] [--repeat 30]
@@ -130,16 +133,20 @@ def main() -> None:
     p.add_argument("--devices", default=None)
     p.add_argument("--grid-log2", type=int, default=14)
     p.add_argument("--repeat", type=int, default=30)
+    p.add_argument("--sum-log2", type=int, default=0,
+                   help="also time a split sum of 2^N float32 elements (0: not)")
     args = p.parse_args()
     for devs in _sets(args.devices):
         print(", ".join(str(d) for d in devs))
+        _instrument(devs)
         _one(devs, 1 << args.grid_log2, args.repeat)
+        if args.sum_log2:
+            _sum(devs, 1 << args.sum_log2, args.repeat)
 
 
 def _one(devs: list[Any], side: int, repeat: int) -> None:
     with fl.device(devs):
         u = fl.random.uniform((side, side), dtype=np.float32, key=3).eval()
-    _instrument(devs)
 
     def step(v: Any = u) -> Any:
         return (v + np.float32(0.1) * fl.stencil(v, LAPLACE)).eval()
@@ -153,6 +160,22 @@ def _one(devs: list[Any], side: int, repeat: int) -> None:
         ten()
     _report("one step", *_measure(step, repeat, 1))
     _report("a step of ten", *_measure(ten, max(3, repeat // 5), 10))
+    fl.synchronize()
+
+
+def _sum(devs: list[Any], n: int, repeat: int) -> None:
+    """The split sum read back (``float(fl.sum(x*y))``): per part its launch, its partial's
+    read enqueued and waited for, by driver call and phase."""
+    with fl.device(devs):
+        x = fl.random.uniform(n, dtype=np.float32, key=1).eval()
+        y = fl.random.uniform(n, dtype=np.float32, key=2).eval()
+
+    def total() -> float:
+        return float(fl.sum(x * y))
+
+    for _ in range(5):  # (kernels built, plans kept)
+        total()
+    _report(f"float(fl.sum(x*y)), {n} elements", *_measure(total, repeat, 1))
     fl.synchronize()
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ Within one stencil or realignment the copies through the host are batched
 before the host waits for any, then each destination gets its upload: one wait per
 piece, all after every read was under way, rather than a blocking read and a
 blocking upload per piece in turn.  A stencil's part gets its halo rows in one buffer
-by one upload (:class:`_Arena`), enqueued without a wait on GPUs (:func:`_upload`).
+by one upload (:class:`_Arena`), enqueued without a wait on GPUs (:func:`_upload`); the
+host's wait for the reads may itself be left to the destination device's deferred work
+(:mod:`fuseloop.multi.uploads`), so it comes at the part's launch, not in the stencil.
 
 A stencil does not compute over an extended part and slice the result (the slice
 pushed through the whole lazy stencil cost more host time than the stencil itself):
@@ -51,7 +53,10 @@ from ..ops.shape import broadcast_to, concatenate
 from ..ops.stencil import _check
 from ..runtime.devices import _runtime
 from ..runtime.transfer import wait, write
+from . import steps as _steps
 from . import trace
+from . import uploads as _uploads
+from . import windows as _windows
 from .array import MultiArray, staging
 from .windows import Window, _row_view, _ShiftedRows, _Templates
 
@@ -152,12 +157,15 @@ class _HostBatch:
     """Copies through the host, waited for together (see :func:`batch`)."""
     def __init__(self) -> None:
         # (the read's event, its device, the storage read (kept until read), the host
-        # rows, what the read fills (they, or a staging slot's bytes), the slot or None)
-        self.pending: list[tuple[Any, Any, Any, np.ndarray, np.ndarray, Any]] = []
+        # rows, what the read fills (they, or a staging slot's bytes), the slot or None,
+        # the device the rows go to)
+        self.pending: list[tuple[Any, Any, Any, np.ndarray, np.ndarray, Any, Any]] = []
         self.uploads: list[tuple[np.ndarray, Any]] = []  # (host rows, their storage)
         self.arenas: list[_Arena] = []
         #: where the pieces added now go if they fit (see :meth:`arena`), else a buffer each
         self.current: _Arena | None = None
+        #: notes each read for a step plan while a split stencil records one
+        self.recorder: _steps.Recorder | None = None
 
     def arena(self, device: Any, rows: int, row_shape: tuple[int, ...],
               dtype: np.dtype) -> None:
@@ -189,6 +197,8 @@ class _HostBatch:
         of ``storage`` on ``source``."""
         current = self.current
         placed = current.take(shape, dtype, device) if current is not None else None
+        if self.recorder is not None:
+            self.recorder.read(storage, offset, shape, placed is not None, source)
         if placed is None:
             host = np.empty(shape, dtype)
             out = allocate(host.nbytes, device)
@@ -207,7 +217,7 @@ class _HostBatch:
         if slot is not None:
             slot.event = event
         rt.submit(rt.queue)
-        self.pending.append((event, source, storage, host, into, slot))
+        self.pending.append((event, source, storage, host, into, slot, device))
         return got
 
     def finish(self) -> None:
@@ -219,13 +229,17 @@ class _HostBatch:
         if self.pending and _chains(self):
             self._finish_chained()
             return
+        if self.pending and _uploads.defers(
+                [out.device for _, out in self.uploads] + [a.device for a in self.arenas]):
+            self._finish_deferred()
+            return
         if WAIT_LAST:
             # (a device's queue runs in order: its last read done, all its reads are)
             last = {id(source): (event, source) for event, source, *_ in self.pending
                     if event is not None}
             for event, source in last.values():
                 wait(event, source)
-        for event, source, _, host, into, slot in self.pending:
+        for event, source, _, host, into, slot, _ in self.pending:
             if event is not None and not WAIT_LAST:
                 wait(event, source)
             if into is not host:
@@ -255,7 +269,7 @@ class _HostBatch:
 
         _settle_uploads()  # (the last batch's that completed)
         reads = [(event, _copier(host, into, slot, storage, event))
-                 for event, _, storage, host, into, slot in self.pending]
+                 for event, _, storage, host, into, slot, _ in self.pending]
         ups = [(host, out.buffer, out.device, None) for host, out in self.uploads]
         for arena in self.arenas:
             if arena.host is not None and arena.used:
@@ -271,6 +285,36 @@ class _HostBatch:
             if slot is not None:
                 slot.event = done  # (not handed out again before the write completed)
             _in_flight().append((done, device, host, slot))
+
+
+    def _finish_deferred(self) -> None:
+        """Each destination's uploads left to its device's deferred work
+        (:class:`~fuseloop.multi.uploads.DeferredUpload`): done, its reads waited for,
+        when its queue is next used (the part's launch, a read, ``fl.synchronize()``),
+        not here."""
+        _settle_uploads()  # (the last batch's that completed)
+        by_device: dict[int, _uploads.DeferredUpload] = {}
+        in_flight = _in_flight()
+
+        def upload_for(device: Any) -> _uploads.DeferredUpload:
+            got = by_device.get(id(device))
+            if got is None:
+                got = by_device[id(device)] = _uploads.DeferredUpload(device, in_flight)
+            return got
+
+        for item in self.pending:
+            upload_for(item[6]).reads.append(item)
+        for host, out in self.uploads:
+            upload_for(out.device).writes.append((host, out.buffer, None))
+        for arena in self.arenas:
+            if arena.host is not None and arena.used:
+                upload_for(arena.device).writes.append(
+                    (arena.host[:arena.used], arena.storage.buffer, arena.slot))
+            elif arena.slot is not None:
+                arena.slot.release()
+        self._clear()
+        for up in by_device.values():
+            _runtime(up.device).deferred.append((up, ()))
 
 
 def _copier(host: np.ndarray, into: np.ndarray, slot: Any, storage: Any, event: Any
@@ -638,29 +682,76 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
     <= dr <= after``; rows beyond the part copied from its neighbours, or made by the
     boundary rule at the ends).
     Every halo's copy is under way (through the host: one batch) before any part's
-    stencil is built, and the host builds the parts' stencils while the copies run."""
+    stencil is built, and the host builds the parts' stencils while the copies run.
+    A step of a structure a step made before is replayed from its kept plan
+    (:mod:`fuseloop.multi.steps`; its key holds everything :func:`_check` checks)."""
+    plan_key = _plan_key(apply, x, width, center, boundary, cval)
+    # (a step plan is made of kept templates moved onto buffers: not without them)
+    step, full = _steps.find(plan_key, x) if _windows.BY_BUFFER else (None, None)
+    _steps.LAST_STEP_PLAN[0] = int(step is not None)
+    if step is not None:
+        return _replayed_step(step, x)
+    return _general_step(apply, x, width, center, boundary, cval, what, plan_key, full)
+
+
+def _replayed_step(step: _steps.StepPlan, x: Any) -> Any:
+    """The stencil step ``step`` keeps, over ``x``'s buffers (see :func:`stencil`)."""
+    with batch():
+        arenas = step.enqueue_reads(x, _local.batch, EXCHANGED)
+        if trace.events is not None:
+            trace.note("halos enqueued", -1, x.devices[0])
+        out = step.make_parts(x, arenas)
+        if trace.events is not None:
+            trace.note("parts built", -1, x.devices[0])
+    if trace.events is not None:
+        trace.note("halos uploaded", -1, x.devices[0])
+    made = sum(o is not None for o in out)
+    LAST_TEMPLATES[:] = [0, made]
+    LAST_MOVED[0] = made
+    LAST_PLAN_HIT[0] = 1
+    return _split_result(out, x)
+
+
+def _general_step(apply: Callable[[Window, tuple[int, ...]], Array], x: Any,
+                  width: tuple[int, ...], center: Any, boundary: str, cval: Any, what: str,
+                  plan_key: tuple | None, full: tuple | None) -> Any:
+    """:func:`stencil` by walking the parts for each halo and window; where its parts
+    all come from kept templates, what it did is kept as a step plan under ``full``."""
     cen = _check(x, tuple(width), center, boundary, what)
     before, after = cen[0], width[0] - 1 - cen[0]
     # (a constant's rows must hold cval as the single-device stencil's where() does)
     dtype = np.result_type(x.dtype, cval) if boundary == "constant" else x.dtype
     spans = list(itertools.pairwise(x.bounds))
     out: list[Array | None] = []
-    plan_key = _plan_key(apply, x, width, center, boundary, cval)
     kept = _PLANS.get(plan_key) if plan_key is not None else None
     templates = kept if kept is not None else _Templates()
     templates.counts = [0, 0]
     templates.moved = 0
     with batch():
         host_batch: _HostBatch | None = _local.batch if ARENAS else None
+        rec = _steps.Recorder() if full is not None and kept is not None \
+            and host_batch is not None and host_batch.recorder is None else None
+        arenas: list[_Arena | None] = []
         halos: list[tuple[Array | None, Array | None]] = []
-        for k, (lo, hi) in enumerate(spans):
-            if hi == lo:
-                halos.append((None, None))
-                continue
-            if host_batch is not None:  # (rows through the host: one buffer per part)
-                host_batch.arena(x.devices[k], before + after, x.shape[1:], x.dtype)
-            halos.append((_halo(x, lo - before, lo, k, boundary, cval, dtype),
-                          _halo(x, hi, hi + after, k, boundary, cval, dtype)))
+        if rec is not None:
+            assert host_batch is not None
+            host_batch.recorder = rec
+        try:
+            for k, (lo, hi) in enumerate(spans):
+                if rec is not None:
+                    rec.halos(hi == lo)
+                if hi == lo:
+                    halos.append((None, None))
+                    arenas.append(None)
+                    continue
+                if host_batch is not None:  # (rows through the host: one buffer per part)
+                    host_batch.arena(x.devices[k], before + after, x.shape[1:], x.dtype)
+                arenas.append(host_batch.current if host_batch is not None else None)
+                halos.append((_halo(x, lo - before, lo, k, boundary, cval, dtype),
+                              _halo(x, hi, hi + after, k, boundary, cval, dtype)))
+        finally:
+            if rec is not None and host_batch is not None:
+                host_batch.recorder = None
         if host_batch is not None:
             host_batch.close_arena()
         if trace.events is not None:
@@ -677,6 +768,8 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
             window = _ShiftedRows(present, hi - lo, x.devices[k])
             out.append(templates.part(apply, window, range(-before, after + 1), cen,
                                       x.devices[k]))
+            if rec is not None:
+                rec.part(*templates.last_moved, arenas[k])
         if trace.events is not None:
             trace.note("parts built", -1, x.devices[0])
     if trace.events is not None:
@@ -690,6 +783,15 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
             if len(_PLANS) >= PLANS_MAX:
                 _PLANS.clear()
             _PLANS[plan_key] = detached
+    if rec is not None and full is not None:
+        step = rec.plan(x, _CONSTANT_ROWS)
+        if step is not None:
+            _steps.keep(full, step)
+    return _split_result(out, x)
+
+
+def _split_result(out: list[Array | None], x: Any) -> Any:
+    """The split result of a stencil's parts (None: an empty part)."""
     done = next(o for o in out if o is not None)
     parts = [o if o is not None else empty((0, *done.shape[1:]), done.dtype, device=d)
              for o, d in zip(out, x.devices)]

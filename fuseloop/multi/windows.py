@@ -121,16 +121,21 @@ class _Templates:
         #: placeholder buffers, ready to be moved onto a part's (:class:`_Mover`)
         self.by_buffer: dict[tuple, _Mover] = {}
         self.moved = 0  # (parts made by :meth:`_Mover.onto` in this call: LAST_MOVED)
+        #: the last part's (template, the buffers it was moved onto), or (None, None)
+        #: where it was not moved (what a step plan keeps: ``multi.steps``)
+        self.last_moved: tuple[_Mover | None, list[Storage] | None] = (None, None)
 
     def part(self, apply: Callable[[Window, tuple[int, ...]], Array], window: _ShiftedRows,
              shifts: range, cen: tuple[int, ...], device: Any) -> Array:
         """``apply(window, cen)`` for a part on ``device``."""
         found = _pieces_key(window, shifts) if self.kept and BY_BUFFER else None
+        self.last_moved = (None, None)
         if found is not None:
             mover = self.by_buffer.get(found[0])
             if mover is not None:  # (the kept expression moved onto this part's buffers)
                 self.counts[1] += 1
                 self.moved += 1
+                self.last_moved = (mover, found[1])
                 return Array._lazy(mover.onto(found[1]), device)
         got = self._part(apply, window, shifts, cen, device)
         if found is not None and len(self.by_buffer) < BY_BUFFER_MAX:

@@ -1,0 +1,80 @@
+"""Halo uploads left to the destination device's deferred work (issue 29).
+
+Halo rows between OpenCL devices of different contexts go through the host: read from
+the source device, then written to the destination's halo buffer.  The write needs
+the read done, so the host waits for the read, which on a source still running the
+last step waits for that step.  Where that wait is taken decides what overlaps it:
+in the stencil call, the host builds nothing while the devices finish; left to the
+destination device's runtime (``_DeviceRuntime.deferred``, whose entries run before
+anything else uses the device's queue, in order with its deferred small launches), the
+stencil returns at once, its consumer is built while the reads complete, and each
+part's launch waits only for its own halo rows, then writes them.  Nothing reads a
+halo buffer but through its device's queue (kernels, reads, ``fl.synchronize()``, the
+host path's evaluations all enqueue or wait on the deferred work first).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..runtime.devices import _runtime
+from ..runtime.transfer import wait
+
+#: which destination devices' halo uploads through the host wait in their deferred work,
+#: with the host's wait for their reads: ``0`` (default: none, the host waits in the
+#: stencil call; not yet timed on GPUs), ``auto`` (GPUs), ``1`` (every device, PoCL's
+#: CPU too: tests); ``FUSELOOP_MULTI_DEFERRED_UPLOADS`` (``bench_multigpu --variants``
+#: row ``+deferred``)
+DEFERRED_UPLOADS = os.environ.get("FUSELOOP_MULTI_DEFERRED_UPLOADS", "0").strip().lower()
+
+
+def defers(devices: Sequence[Any]) -> bool:
+    """Whether a batch's uploads to ``devices`` are left to their deferred work."""
+    mode = DEFERRED_UPLOADS
+    if mode in ("0", "off", "no", "false"):
+        return False
+    every = mode in ("1", "on", "yes", "true")
+    return all(every or d.type != "cpu" for d in devices)
+
+
+class DeferredUpload:
+    """A destination device's halo uploads of one batch, an entry of its runtime's
+    deferred work: called with the queue, it waits for the reads of its rows (on their
+    devices), copies staged rows out and enqueues the writes (their host rows and slots
+    noted in ``in_flight``, the batch's thread's list of writes under way, let go once
+    written).  Each read and write is done once: called again after an error (the
+    runtime puts it back), it goes on from where it stopped."""
+
+    __slots__ = ("device", "in_flight", "reads", "writes")
+
+    def __init__(self, device: Any, in_flight: list[Any]) -> None:
+        self.device, self.in_flight = device, in_flight
+        #: (the read's event, its device, the storage read, the host rows, what the read
+        #: fills, the staging slot or None, the destination): ``_HostBatch.pending``'s
+        self.reads: list[tuple] = []
+        self.writes: list[tuple[np.ndarray, Any, Any]] = []  # (host rows, buffer, slot)
+
+    def __call__(self, queue: Any) -> None:
+        reads = self.reads
+        while reads:
+            event, source, _, host, into, slot, _ = reads[0]
+            if event is not None:
+                wait(event, source)
+            if into is not host:
+                host.reshape(-1).view(np.uint8)[...] = into
+            if slot is not None:
+                slot.release()
+            reads.pop(0)
+        rt = _runtime(self.device)
+        writes = self.writes
+        while writes:
+            host, buffer, slot = writes[0]
+            event = rt.enqueue_write(queue, buffer, host, None, False)
+            if slot is not None:
+                slot.event = event  # (not handed out again before the write completed)
+            self.in_flight.append((event, self.device, host, slot))
+            writes.pop(0)
