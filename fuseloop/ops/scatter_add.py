@@ -46,9 +46,11 @@ def ufunc_at(op: str, a: Array, indices: Any, values: Any) -> None:
     from . import scatter_add_cpu
 
     if scatter_add_cpu.takes(op, a, indices, values):
-        _readers_first(a)
-        scatter_add_cpu.scatter_add(op, a, *scatter_add_cpu.computed(indices, values))
-        return
+        indices, values = scatter_add_cpu.computed(indices, values)
+        if indices.is_contiguous and values.is_contiguous:  # (computed: a buffer of its own)
+            _readers_first(a)
+            scatter_add_cpu.scatter_add(op, a, indices, values)
+            return
     setitem(a, indices, values, held=False, atomic=op)
 
 
