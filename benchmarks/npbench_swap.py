@@ -60,7 +60,11 @@ class _FuseloopAsCupy(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name == "cuda":  # `with cupy.cuda.Device(0):` in a few kernels: one device here
             return types.SimpleNamespace(Device=lambda index=0: contextlib.nullcontext())
-        return getattr(self._fl, name)
+        # kept as the module's own attribute: later look-ups are a dict's, as they are
+        # for a user's ``import fuseloop as cupy`` (this method cost each ``np.minimum``
+        # of a loop a Python call)
+        value = self.__dict__[name] = getattr(self._fl, name)
+        return value
 
 
 class _NumpyAsCupy(types.ModuleType):
@@ -74,9 +78,8 @@ class _NumpyAsCupy(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name == "cuda":
             return types.SimpleNamespace(Device=lambda index=0: contextlib.nullcontext())
-        if name == "asnumpy":
-            return np.asarray
-        return getattr(np, name)
+        value = self.__dict__[name] = np.asarray if name == "asnumpy" else getattr(np, name)
+        return value
 
 
 def _force(value: Any) -> None:

@@ -70,7 +70,7 @@ _DTYPES = _host._DTYPES
 #: the dtypes of the views taken here: the host path's and complex ones, whose adds,
 #: products and ``@`` are computed here (_COMPLEX_OPS; the rest: the kernels')
 _VIEW_DTYPES = _DTYPES | frozenset("FD")
-_COMPLEX_OPS = frozenset(("add", "subtract", "multiply", "negative", "conjugate"))
+_COMPLEX_OPS = frozenset(("add", "subtract", "multiply", "negative", "conjugate", "absolute"))
 _new = object.__new__
 # fl.stats()'s counters, their C calls bound (stats.tally without its frame)
 _count_operation = _tallies["host_operations"].__next__

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import host_linalg as _host_linalg
 from . import linalg_complex as _cplx
 from . import linalg_complex_eig as _cplx_eig
 from . import linalg_jacobi as _jacobi
@@ -343,6 +344,9 @@ def solve(a: Any, b: Any) -> Array:
     if bb.ndim < 2 or bb.shape[-2] != n:
         raise ValueError(f"fl.linalg.solve: b of shape {_coerce(b).shape} does not match a "
                          f"of shape {a.shape} (b needs {n} rows)")
+    got = _host_linalg.solve(a, bb, dt)  # (a small system on a CPU: numpy's LAPACK)
+    if got is not None:
+        return reshape(got, got.shape[:-1]) if vector else got
     if complex_:  # (the real LU of an embedding: linalg_complex)
         return _cplx.solve(a, bb, vector)
     batch = np.broadcast_shapes(a.shape[:-2], bb.shape[:-2])
@@ -374,6 +378,9 @@ def _inv2(a: Array) -> Array:
 def inv(x: Any) -> Array:
     """``numpy.linalg.inv`` (LU, then the solves against the identity)."""
     a = _matrices(x, "inv", complex_ok=True)
+    got = _host_linalg.inv(a)  # (a small matrix on a CPU: numpy's LAPACK)
+    if got is not None:
+        return got
     return _cplx.inv(a) if a.dtype.kind == "c" else _batched(_inv2, a)
 
 

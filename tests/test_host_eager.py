@@ -315,6 +315,7 @@ def _complex_cases(m, G, H, D, S):
         h = H[1 - k] * D[k, 0] - G[0, k]
         S[k] += g @ h
         out += [g, h, G[k, 0, 1] * G[k, 1, 0], H[k] / G[k, 0]]  # (the division: kernels)
+        out += [abs(G[k, 0, 1]), abs(H[k])]  # (hypot, numpy's and the kernels')
     return [*out, S]
 
 
@@ -331,7 +332,7 @@ def test_complex_views_products_and_updates(host, monkeypatch):
         return [o.get() for o in out], fl.stats()
 
     on, s_on = run()
-    assert s_on["host_operations"] == 10 and s_on["host_evaluations"] >= 2  # (S[k] +=)
+    assert s_on["host_operations"] == 14 and s_on["host_evaluations"] >= 2  # (S[k] +=)
     monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
     off, _ = run()
     for k, (a, b, r) in enumerate(zip(on, off, ref)):

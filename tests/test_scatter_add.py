@@ -200,3 +200,25 @@ def test_histogram_errors(device):
         fl.histogram(fl.asarray(np.array([0.0, np.inf])))
     with pytest.raises(ShapeError):
         fl.histogram(x, weights=np.ones(4))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_histogram_equal_bins_on_and_beside_edges(device, dtype):
+    # equal-width bins take the bin from the value's distance, moved by the edges'
+    # comparisons: every edge and its neighbours land where numpy puts them; on a CPU,
+    # 2^17 values into 37 bins take the partial sums (bins computed once: no check pass)
+    rng = np.random.default_rng(7)
+    e = np.histogram_bin_edges(np.array([-3, 7], dtype), 37).astype(dtype)
+    beside = np.concatenate([e, np.nextafter(e, -np.inf), np.nextafter(e, np.inf)]) \
+        if dtype != np.int64 else np.arange(-5, 10)
+    h = np.concatenate([beside.astype(dtype), (rng.random(1 << 17) * 12 - 4).astype(dtype)])
+    w = rng.random(h.size)
+    x = fl.asarray(h)
+    for kw in ({"bins": 37}, {"bins": 37, "range": (-3, 7)}, {"bins": 5, "range": (0, 1)}):
+        np.testing.assert_array_equal(fl.histogram(x, **kw)[0].get(), np.histogram(h, **kw)[0])
+        got = fl.histogram(x, weights=fl.asarray(w), **kw)[0].get()
+        np.testing.assert_allclose(got, np.histogram(h, weights=w, **kw)[0], rtol=1e-12)
+    if device.type == "cpu":
+        n = launches(lambda: fl.histogram(x, bins=37, range=(-3, 7))[0].get())
+        assert n == 3  # the bins and weights, the partial sums, their combine (37 zeroed
+        # counts are small work, written by the host path)

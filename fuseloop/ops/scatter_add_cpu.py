@@ -80,9 +80,9 @@ _caches.register("ops.scatter_add_cpu.kernels", _kernels.clear, lambda: len(_ker
 
 def takes(op: str, a: Array, indices: object, values: object) -> bool:
     """Whether :func:`scatter_add` does ``fl.<op>.at(a, indices, values)``: on a CPU,
-    an add or subtract into a 1-D contiguous ``a`` at a computed contiguous 1-D integer
-    device array, of computed contiguous values of ``a``'s dtype and the indices'
-    shape, many values into few enough bins."""
+    an add or subtract into a 1-D contiguous ``a`` at a 1-D integer device array, of
+    values of ``a``'s dtype and the indices' shape, each contiguous or lazy (computed
+    first, :func:`computed`), many values into few enough bins."""
     if op not in ("add", "subtract") or a.device.type != "cpu" or a.ndim != 1:
         return False
     if trace_checks:  # (fl.fuse replays launches; this path reads a flag in between)
@@ -92,10 +92,24 @@ def takes(op: str, a: Array, indices: object, values: object) -> bool:
     if indices.device != a.device or values.device != a.device:
         return False
     n = indices.size
-    return (a.is_contiguous and indices.is_contiguous and values.is_contiguous
+    return (a.is_contiguous and (indices.is_contiguous or indices.is_lazy)
+            and (values.is_contiguous or values.is_lazy)
             and indices.ndim == 1 and indices.dtype.kind in "iu"
             and values.shape == indices.shape and values.dtype == a.dtype
             and n >= MIN_VALUES and 2 * _groups(a, n) * a.size <= n // 2)
+
+
+def computed(indices: Array, values: Array) -> tuple[Array, Array]:
+    """Lazy ``indices`` and ``values`` computed (in one kernel where both are): the
+    partial sums read buffers.  A histogram's bins and weights, computed by the
+    atomic scatter instead, were computed twice (its index check, then its stores)
+    and stored by compare-and-swap."""
+    from ..assignment import compute
+
+    lazy = [x for x in (indices, values) if x.is_lazy]
+    if lazy:
+        compute(*lazy)
+    return indices, values
 
 
 def _groups(a: Array, n: int) -> int:
