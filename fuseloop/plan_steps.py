@@ -122,28 +122,28 @@ def _new_plan(step: Any, params: list[int], index_dtype: np.dtype, recipe: Any,
               device: Device) -> LaunchPlan:
     """A launch plan of ``step`` for ``params`` (``launching.plan_launch``'s), counted as
     a memory-cache look-up.  A loop over rows replays a step at more offsets than it
-    keeps plans for; where the kernel the step's last ``plan_launch`` found was for this
-    recipe, index type and device, and the tuned recipe and size class of ``params``
-    are those it was found for (the memory cache's key but the program, which is the
-    step's), that kernel serves them: its plan for these sizes is made without building
-    and looking up the key (which compares the whole program)."""
+    keeps plans for, and a loop over lengths a plan's steps at each length
+    (``run_plans._at_lengths``, which hands them their step's ``kernel``); where that
+    kernel was found for this recipe, index type and device, and the tuned recipe and
+    size class of these parameters and sizes are those it was found for (the memory
+    cache's key but the program, which is the step's), it serves them: its plan for
+    these sizes is made without building and looking up the key (which compares the
+    whole program)."""
     program = step.program
+    n_rows, n_elem = rows_of(program, step.out_shape, recipe)
     known = step.kernel
     if known is not None and known[0] is recipe and known[1] is index_dtype \
-            and known[2] is device and known[6].in_cache:
-        _, _, _, n_rows, n_elem, sizes, compiled = known
-        if sizes == _kernel_sizes(program, index_dtype, device, recipe, params, n_rows,
-                                  n_elem):
-            made = plan_for(compiled, params, n_rows, n_elem, device)
-            if made is not None:
-                _increment_stat("memory_cache_hits")  # (the look-up kernel_for counts)
-                made.recipe = recipe
-                made.index_dtype = index_dtype
-                return made
+            and known[2] is device and known[4].in_cache and known[3] == _kernel_sizes(
+                program, index_dtype, device, recipe, params, n_rows, n_elem):
+        made = plan_for(known[4], params, n_rows, n_elem, device)
+        if made is not None:
+            _increment_stat("memory_cache_hits")  # (the look-up kernel_for counts)
+            made.recipe = recipe
+            made.index_dtype = index_dtype
+            return made
     plan = plan_launch(program, params, step.out_shape, index_dtype, recipe, device)
     assert plan is not None  # (only a one-output plan can be refused)
-    n_rows, n_elem = rows_of(program, step.out_shape, recipe)
-    step.kernel = (recipe, index_dtype, device, n_rows, n_elem,
+    step.kernel = (recipe, index_dtype, device,
                    _kernel_sizes(program, index_dtype, device, recipe, params, n_rows, n_elem),
                    plan.compiled)
     return plan
