@@ -131,10 +131,10 @@ def _new_plan(step: Any, params: list[int], index_dtype: np.dtype, recipe: Any,
     whole program)."""
     program = step.program
     n_rows, n_elem = rows_of(program, step.out_shape, recipe)
+    sizes = _kernel_sizes(program, index_dtype, device, recipe, params, n_rows, n_elem)
     known = step.kernel
     if known is not None and known[0] is recipe and known[1] is index_dtype \
-            and known[2] is device and known[4].in_cache and known[3] == _kernel_sizes(
-                program, index_dtype, device, recipe, params, n_rows, n_elem):
+            and known[2] is device and known[4].in_cache and known[3] == sizes:
         made = plan_for(known[4], params, n_rows, n_elem, device)
         if made is not None:
             _increment_stat("memory_cache_hits")  # (the look-up kernel_for counts)
@@ -143,9 +143,7 @@ def _new_plan(step: Any, params: list[int], index_dtype: np.dtype, recipe: Any,
             return made
     plan = plan_launch(program, params, step.out_shape, index_dtype, recipe, device)
     assert plan is not None  # (only a one-output plan can be refused)
-    step.kernel = (recipe, index_dtype, device,
-                   _kernel_sizes(program, index_dtype, device, recipe, params, n_rows, n_elem),
-                   plan.compiled)
+    step.kernel = (recipe, index_dtype, device, sizes, plan.compiled)
     return plan
 
 
