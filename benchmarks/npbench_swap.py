@@ -234,7 +234,9 @@ def main() -> int:
     parser.add_argument("--preset", default="S", choices=["S", "M", "L", "paper"])
     parser.add_argument("--reference", default="numpy", choices=["numpy", "cupy"],
                         help="the framework whose time is divided by fuseloop's")
-    parser.add_argument("--only", nargs="*", default=None, help="benchmark short names")
+    parser.add_argument("--only", nargs="*", default=None,
+                        help="benchmarks by NPBench's module name (covariance), short name "
+                             "(covarian) or bench_info file name; commas or spaces between")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--budget", type=float, default=10.0,
                         help="seconds of timed calls per benchmark and framework")
@@ -251,13 +253,14 @@ def main() -> int:
     ns = parser.parse_args()
 
     bench_dir = ns.npbench / "npbench" / "benchmarks"
+    wanted = {w for arg in ns.only or () for w in arg.split(",") if w}
     rows = []
     for info_path in sorted((ns.npbench / "bench_info").glob("*.json")):
         info = json.loads(info_path.read_text())
         b = info["benchmark"]
         name = b["short_name"]
         folder = bench_dir / b["relative_path"]
-        if ns.only and name not in ns.only:
+        if wanted and not wanted & {name, b["module_name"], info_path.stem}:
             continue
         if not (folder / f"{b['module_name']}_cupy.py").exists():
             continue

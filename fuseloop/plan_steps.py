@@ -19,13 +19,17 @@ from .launching import (
     LaunchPlan,
     enqueue,
     index_dtype_for,
+    kernel_key,
+    plan_for,
     plan_launch,
     recipe_kind,
+    rows_of,
 )
 from .recipe_state import current as _recipes_current
 from .recipe_state import recipe_for
 from .recipe_state import stamp as _recipe_stamp
 from .runtime.devices import Device, _runtime
+from .stats import increment as _increment_stat
 
 
 def temporaries(allocs: list[int], device: Device) -> list[Storage]:
@@ -96,9 +100,7 @@ def launch_step(step: Any, storages: list[Storage], outs: list[Storage],
         plan = step.plans.get(key) if step.plans is not None else None
         step.plan_params = params
     if plan is None or not plan.valid(recipe, index_dtype):
-        plan = plan_launch(program, params, step.out_shape, index_dtype, recipe,
-                           device)  # (counts the look-up)
-        assert plan is not None  # (only a one-output plan can be refused)
+        plan = _new_plan(step, params, index_dtype, recipe, device)  # (counts the look-up)
         hit = 0
         if step.offsets:
             keep_plan(step, tuple(params) if key is None else key, plan)
@@ -114,6 +116,42 @@ def launch_step(step: Any, storages: list[Storage], outs: list[Storage],
 
 #: launch plans a step with offsets keeps (the oldest dropped beyond)
 STEP_PLANS_MAX = 256
+
+
+def _new_plan(step: Any, params: list[int], index_dtype: np.dtype, recipe: Any,
+              device: Device) -> LaunchPlan:
+    """A launch plan of ``step`` for ``params`` (``launching.plan_launch``'s), counted as
+    a memory-cache look-up.  A loop over rows replays a step at more offsets than it
+    keeps plans for, and a loop over lengths a plan's steps at each length
+    (``run_plans._at_lengths``, which hands them their step's ``kernel``); where that
+    kernel was found for this recipe, index type and device, and the tuned recipe and
+    size class of these parameters and sizes are those it was found for (the memory
+    cache's key but the program, which is the step's), it serves them: its plan for
+    these sizes is made without building and looking up the key (which compares the
+    whole program)."""
+    program = step.program
+    n_rows, n_elem = rows_of(program, step.out_shape, recipe)
+    sizes = _kernel_sizes(program, index_dtype, device, recipe, params, n_rows, n_elem)
+    known = step.kernel
+    if known is not None and known[0] is recipe and known[1] is index_dtype \
+            and known[2] is device and known[4].in_cache and known[3] == sizes:
+        made = plan_for(known[4], params, n_rows, n_elem, device)
+        if made is not None:
+            _increment_stat("memory_cache_hits")  # (the look-up kernel_for counts)
+            made.recipe = recipe
+            made.index_dtype = index_dtype
+            return made
+    plan = plan_launch(program, params, step.out_shape, index_dtype, recipe, device)
+    assert plan is not None  # (only a one-output plan can be refused)
+    step.kernel = (recipe, index_dtype, device, sizes, plan.compiled)
+    return plan
+
+
+def _kernel_sizes(program: Any, index_dtype: np.dtype, device: Device, recipe: Any,
+                  params: list[int], n_rows: int, n_elem: int) -> tuple:
+    """What of ``kernel_key`` follows from the parameters: the tuned recipe's cache id
+    and the size class."""
+    return kernel_key(program, index_dtype, device, recipe, params, n_rows, n_elem)[3:]
 
 
 def keep_plan(step: Any, key: tuple[int, ...], plan: LaunchPlan) -> None:

@@ -150,9 +150,9 @@ class _Step:
     replay takes from its own views.
     """
 
-    __slots__ = ("biggest", "device", "offsets", "out_refs", "out_shape", "params", "picks",
-                 "plan", "plan_params", "plans", "program", "scalar_refs", "storage_refs",
-                 "writes_input")
+    __slots__ = ("biggest", "device", "kernel", "offsets", "out_refs", "out_shape",
+                 "params", "picks", "plan", "plan_params", "plans", "program", "scalar_refs",
+                 "storage_refs", "writes_input")
 
     def __init__(self, program: Any, params: list[int], out_shape: tuple[int, ...],
                  storage_refs: tuple, out_refs: tuple, scalar_refs: tuple,
@@ -178,6 +178,9 @@ class _Step:
         # device it was confirmed for under the plan's recipes stamp
         self.plan: LaunchPlan | None = None
         self.device: Device | None = None
+        # (recipe, index dtype, device, tuned recipe and size class, kernel): the
+        # kernel its last plan_launch found (see plan_steps._new_plan)
+        self.kernel: tuple | None = None
         # the largest of its own parameters and output size (replays without offsets)
         self.biggest = max(max(params, default=0), math.prod(out_shape))
 
@@ -659,6 +662,8 @@ def _at_lengths(plan: _Plan, lengths: tuple[int, ...]) -> _Plan | None:
     allocs, at = sized
     steps = [_Step(x.program, params, shape, x.storage_refs, x.out_refs, x.scalar_refs,
                    x.offsets) for x, (params, shape) in zip(plan.steps, at)]
+    for step, x in zip(steps, plan.steps):
+        step.kernel = x.kernel  # (its kernel may serve these lengths: plan_steps._new_plan)
     return _Plan(allocs, steps, plan.results, lengths)
 
 

@@ -98,3 +98,74 @@ def test_loop_statements_launch_once_and_build_few_kernels(device_path):
     assert _launches(floyd_row) <= 2
     ah[7, :] = np.minimum(ah[7, :], ah[7, 5] + ah[5, :])
     np.testing.assert_allclose(a.get(), ah, rtol=1e-12)
+
+
+def test_rows_past_a_steps_kept_plans_reuse_its_kernel(device_path, monkeypatch):
+    # a loop over rows replays each step at more offsets than the step keeps launch plans
+    # for (NPBench's cholesky: one per element below the diagonal); a new offset's plan
+    # takes the kernel the step's last one found (same size class), counted as the
+    # memory-cache look-up it replaces
+    from fuseloop import launching, plan_steps
+
+    monkeypatch.setattr(plan_steps, "STEP_PLANS_MAX", 2)
+    made = []
+    plan_launch = launching.plan_launch
+    monkeypatch.setattr(plan_steps, "plan_launch",
+                        lambda *a, **k: made.append(1) or plan_launch(*a, **k))
+    n = 12
+    rng = np.random.default_rng(3)
+    spd = rng.random((n, n))
+    spd = spd @ spd.T + n * np.eye(n)
+    for rep in range(2):
+        a, ah = fl.asarray(spd), spd.copy()
+        fl.synchronize()
+        fl.reset_stats()
+        made.clear()
+        for i in range(1, n):
+            for j in range(i):
+                a[i, j] -= fl.dot(a[i, :j], a[j, :j])
+                a[i, j] /= a[j, j]
+                ah[i, j] -= ah[i, :j] @ ah[j, :j]
+                ah[i, j] /= ah[j, j]
+        np.testing.assert_allclose(a.get(), ah, rtol=1e-12)
+        stats = fl.stats()
+        statements = n * (n - 1)
+        assert stats["kernels_launched"] == statements
+        if rep:  # (every kernel and plan known: no kernel found the long way)
+            assert made == []
+            assert stats["memory_cache_misses"] == 0
+            assert stats["memory_cache_hits"] == statements
+
+
+def test_a_plan_at_new_lengths_reuses_its_steps_kernels(device_path, monkeypatch):
+    # a loop over lengths (NPBench's trisolv: a row of L and x[:i] per i) replays its plan
+    # at each length with new steps (run_plans._at_lengths, dropped beyond PLANS_MAX);
+    # they take the kernels their plan's steps found where the size class is the same
+    from fuseloop import launching, plan_steps, run_plans
+
+    made = []
+    plan_launch = launching.plan_launch
+    monkeypatch.setattr(plan_steps, "plan_launch",
+                        lambda *a, **k: made.append(1) or plan_launch(*a, **k))
+    n = 40
+    rng = np.random.default_rng(4)
+    lh = np.tril(rng.random((n, n))) + n * np.eye(n)
+    bh = rng.random(n)
+    for rep in range(2):
+        L, b, x = fl.asarray(lh), fl.asarray(bh), fl.zeros(n)
+        xh = np.zeros(n)
+        run_plans._at.clear()  # (every length's steps made anew, as past PLANS_MAX)
+        fl.synchronize()
+        fl.reset_stats()
+        made.clear()
+        for i in range(n):
+            x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
+            xh[i] = (bh[i] - lh[i, :i] @ xh[:i]) / lh[i, i]
+        np.testing.assert_allclose(x.get(), xh, rtol=1e-12)
+        stats = fl.stats()
+        assert stats["kernels_launched"] == n
+        if rep:
+            # (a size class per range of lengths: a kernel found the long way per class)
+            assert len(made) <= 6, len(made)
+            assert stats["memory_cache_misses"] == 0
+            assert stats["memory_cache_hits"] == n

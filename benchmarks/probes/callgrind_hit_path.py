@@ -24,6 +24,11 @@ of ``bench_elementwise.py``):
   ``j`` in turn (seidel_2d's inner loop: two statements per call);
 * ``stencil``: ``x[1:-1] = 0.5 * (x[:-2] + x[2:])`` on 200 float64;
 * ``trisolv``: ``x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]`` (n = 60), ``i`` in turn;
+* ``cholesky``: ``A[r, c] -= fl.dot(A[r, :c], A[c, :c]); A[r, c] /= A[c, c]`` on a 40 x 40
+  float64 array, ``(r, c)`` in turn over the 780 below the diagonal (cholesky's inner
+  loop: two statements per call);
+* ``durbin``: durbin's loop body on 200 float64 (a dot of a flipped view, ``y[:k] +=
+  alpha * flip(y[:k])``, ``y[k] = alpha``), ``k`` in turn;
 * ``chain400`` / ``tree400``: ``bench_lazy_build.py``'s 400-node builds (``r = r * 0.999
   + y`` 200 times; a pairwise sum of 200 products), built and dropped (not in the
   default cases: divide by 400 for a node; ``--calls 64`` is plenty).
@@ -63,7 +68,7 @@ HELPER = r"""
 void fl_collect(void) { CALLGRIND_TOGGLE_COLLECT; }
 """
 CASES = ("build", "eval", "fuse", "fuse-scalar", "seidel", "stencil", "trisolv", "chain400",
-         "tree400")
+         "tree400", "cholesky", "durbin")
 DEFAULT_CASES = CASES[:7]
 
 
@@ -107,7 +112,28 @@ def child(calls: int, case: str | None) -> None:
         k = i % 60
         xt[k] = (b[k] - low[k, :k] @ xt[:k]) / low[k, k]
 
-    loops.update(seidel=seidel, stencil=stencil, trisolv=trisolv)
+    spd = rng.random((40, 40))
+    ch = fl.asarray(spd @ spd.T + 40 * np.eye(40))
+    pairs = [(r, c) for r in range(1, 40) for c in range(r)]  # (780 offsets: more than a
+    # step keeps launch plans for)
+    rd, yd = fl.asarray(rng.random(200) / 200), fl.zeros(200, np.float64)
+    carried = [1.0, -0.5]  # durbin's beta and alpha
+
+    def cholesky(i: int) -> None:
+        r, c = pairs[i % len(pairs)]
+        ch[r, c] -= fl.dot(ch[r, :c], ch[c, :c])
+        ch[r, c] /= ch[c, c]
+
+    def durbin(i: int) -> None:
+        k = 1 + i % 199
+        beta = carried[0] * (1.0 - carried[1] * carried[1])
+        alpha = -(rd[k] + fl.dot(fl.flip(rd[:k]), yd[:k])) / beta
+        yd[:k] += alpha * fl.flip(yd[:k])
+        yd[k] = alpha
+        carried[:] = [beta, alpha]
+
+    loops.update(seidel=seidel, stencil=stencil, trisolv=trisolv, cholesky=cholesky,
+                 durbin=durbin)
     from bench_lazy_build import chain as chain400  # (benchmarks/)
     from bench_lazy_build import tree as tree400
     loops.update(chain400=lambda i: chain400(fl, x, y), tree400=lambda i: tree400(fl, x, y))

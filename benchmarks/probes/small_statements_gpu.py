@@ -75,6 +75,16 @@ def _patterns(n: int, fl=fl):  # (fl: another revision's package, see small_stat
         a.get()
         return m * (m - 1) + 2 * (m - 1)
 
+    low = fl.asarray(np.tril(rng.random((n, n))) + n * np.eye(n))
+    rhs, sol = fl.asarray(rng.random(n)), fl.zeros(n)
+
+    def trisolv() -> int:
+        # a length per row: the plan's steps at each length (run_plans._at_lengths)
+        for i in range(n):
+            sol[i] = (rhs[i] - low[i, :i] @ sol[:i]) / low[i, i]
+        sol.get()
+        return n
+
     grid = fl.asarray(rng.random(n))
     plane = fl.asarray(rng.random((n, n)))
 
@@ -89,7 +99,7 @@ def _patterns(n: int, fl=fl):  # (fl: another revision's package, see small_stat
 
     return {"dot-varying": dot_varying, "cholesky-row": cholesky_row,
             "durbin-like": durbin_like, "covariance": covariance_loop,
-            f"cholesky-{m}": cholesky, "stencil-steps": stencil_steps}
+            f"cholesky-{m}": cholesky, "trisolv": trisolv, "stencil-steps": stencil_steps}
 
 
 def main() -> None:
