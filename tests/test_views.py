@@ -255,3 +255,5 @@ def test_remembered_views_keep_numpy_errors_and_values(device):
     h[1:3] = [7.0, 8.0]
     np.testing.assert_array_equal(x[1:3].get(), h[1:3])
     np.testing.assert_array_equal(x[0:-1:3].get(), h[0:-1:3])
+    for _ in range(3):  # (views of views: each view leaf remembers its own)
+        np.testing.assert_array_equal(x[1:][::2][1:].get(), h[1:][::2][1:])

@@ -329,6 +329,7 @@ def _leaf_array(arr: Array, node: Any, shape: tuple[int, ...], strides: tuple[in
     leaf.sig, leaf.operands, leaf.storage = 0, node.operands, node.storage
     leaf.dtype, leaf.shape, leaf.strides = node.dtype, shape, strides
     leaf.offset, leaf.storages, leaf.token = offset, node.storages, None
+    leaf.views = None
     view = _new_array(Array)
     view._storage, view._node, view.device = node.storage, leaf, arr.device
     view.dtype, view._shape = leaf.dtype, shape
