@@ -548,10 +548,10 @@ class Array(ArrayProtocol, ShapeMethods):
                     storage = _replay_one(node, shape, device)
                     if storage is None:
                         storage = eval_rest(node, shape, device, True)
-                else:
-                    storage = run_flat(node, shape, device)
+                else:  # (a large result's launch made now: looked up once, not twice)
+                    storage = run_flat(node, shape, device, None, True)
                     if storage is None:
-                        storage = eval_rest(node, shape, device)
+                        storage = eval_rest(node, shape, device, True)
             except BaseException:
                 if taken:  # (still lazy: a reader of its buffers after all)
                     note_reader(self)

@@ -517,11 +517,13 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
 def eval_rest(node: Node, shape: tuple[int, ...], device: Device,
               tried: bool = False) -> Storage:
     """``run([node], shape, device)[0]`` after :func:`run_flat` found no deferred launch
-    (``.eval()``): a plan remembered by signature (``tried``: the caller found none), a
-    flat launch made now (a large result), each tried once, then what :func:`run` does
-    after them."""
-    if node.fancy or len(shape) > 1:
-        one = None if tried else run_plans.replay_one(node, shape, device)
+    (``.eval()``): a plan remembered by signature, a flat launch made now (a large
+    result), each tried once (``tried``: the caller tried it), then what :func:`run`
+    does after them."""
+    if tried:
+        one = None
+    elif node.fancy or len(shape) > 1:
+        one = run_plans.replay_one(node, shape, device)
     else:
         one = _run_flat(node, shape, device, None, True)
     if one is not None:

@@ -215,3 +215,45 @@ def test_einsum_and_tensordot(device):
         fl.einsum("ijk,jk->i", A, B)
     with pytest.raises(fl.errors.ShapeError, match="mismatch in the core dimension"):
         A @ A
+
+
+def test_a_view_made_again_is_the_same_leaf(device):
+    """From a leaf's second view on its views are remembered by key: the same key gives
+    the same leaf node (values and launches as before), another key its own."""
+    h = rand((6, 9), seed=3)
+    x = fl.asarray(h)
+    keys = [(slice(1, -1), slice(None, -2)), (None, slice(None)), 2, (slice(None), 3),
+            (slice(None, None, 2),), (slice(None), slice(None))]
+    first = [x[k] for k in keys]  # (the leaf's first view is not remembered)
+    again = [x[k] for k in keys]
+    assert x[keys[0]]._node is again[0]._node is not first[0]._node
+    for a, b in zip(first[1:], again[1:]):
+        assert b._node is a._node
+    assert again[-1] is x  # (a whole-array key: the array itself, as before)
+    assert len({id(v._node) for v in again}) == len(keys)
+    for k, v in zip(keys, again):
+        np.testing.assert_array_equal(v.get(), h[k])
+    fl.synchronize()
+    fl.reset_stats()
+    got = (x[1:-1, :-2] + x[1:-1, 2:]).get()
+    np.testing.assert_allclose(got, h[1:-1, :-2] + h[1:-1, 2:], rtol=1e-6)
+    assert fl.stats()["kernels_launched"] == 1
+
+
+def test_remembered_views_keep_numpy_errors_and_values(device):
+    h = rand(10, seed=4)
+    x = fl.asarray(h)
+    for _ in range(3):  # (remembered from the second)
+        x[1:3]
+        x[1]
+    with pytest.raises(TypeError):
+        x[1.0:3]
+    with pytest.raises((TypeError, IndexError)):
+        x[1.0]
+    np.testing.assert_array_equal(x[np.int64(1):3].get(), h[1:3])
+    x[1:3] = fl.asarray(np.array([7.0, 8.0], np.float32))  # (a write: the view reads it)
+    h[1:3] = [7.0, 8.0]
+    np.testing.assert_array_equal(x[1:3].get(), h[1:3])
+    np.testing.assert_array_equal(x[0:-1:3].get(), h[0:-1:3])
+    for _ in range(3):  # (views of views: each view leaf remembers its own)
+        np.testing.assert_array_equal(x[1:][::2][1:].get(), h[1:][::2][1:])

@@ -3,7 +3,9 @@
 
 Cases are the broad suite's single reductions, products with a short side (``matmul-*``,
 ``vecmat``, ``small-matvec``), ``fl.add.at`` and long element-wise chains at a small
-size (the host's work dominates; the driver's threads are not counted by
+size, and (``SUITE``) the suite's normalisations, stencils and pairwise workloads as the
+suite runs them (its functions and inputs, ``fl.compute`` of several results) at 4096
+elements or pairs (the host's work dominates; the driver's threads are not counted by
 ``time.thread_time``). The GPU recipes (reductions, contractions) are registered for the
 CPU device, as ``lazy_front_half.py`` does, so plans are the GPU's. Median us per call
 of interleaved rounds; reported, not asserted. ``--profile CASE`` prints a cProfile of
@@ -90,6 +92,33 @@ CASES: dict[str, tuple[tuple[int, ...], Case]] = {
     "chain-32": ((4096,), _chain),
     "horner-16": ((4096,), _horner),
 }
+# the broad suite's workloads run as the suite runs them (fuseloop.bench.broad: its
+# inputs and generic functions, through FuseloopOps of each revision's package)
+SUITE = ("stencil-1d-5", "stencil-2d", "stencil-3d", "kernel-sum", "distances", "nbody",
+         "layernorm", "logsumexp-rows", "batchnorm-stats", "cross-entropy")
+ALL = [*CASES, *SUITE]
+
+
+def _suite_loops(fl: Any, name: str, big: bool) -> tuple[Callable[[], Any], Callable[[], Any],
+                                                         Callable[[], Any]]:
+    """One call of suite workload ``name`` lazily and under ``fl.fuse``, and its
+    numpy reference (float64)."""
+    from fuseloop.bench import broad
+    from fuseloop.bench.peers import FuseloopOps
+    w = next(w for w in broad.BROAD if w.name == name)
+    assert w.peer is not None
+    inputs = w.make_inputs(1 << 24 if big else 4096, np.random.default_rng(0))
+    host = [inputs[k] for k in w.inputs]
+    arrays = [fl.asarray(a) for a in host]
+    ops = FuseloopOps(fl)
+    expr = w.peer
+
+    def lazy() -> Any:
+        res = expr(ops, *arrays)
+        return fl.compute(*res) if isinstance(res, tuple) else res.eval()
+
+    fused = fl.fuse(lambda *a: expr(ops, *a))
+    return lazy, lambda: fused(*arrays), lambda: w.reference(*host)
 
 
 def prepare(fl: Any, name: str, big: bool = False, device: str = "cpu"
@@ -104,6 +133,8 @@ def prepare(fl: Any, name: str, big: bool = False, device: str = "cpu"
         fl.register_recipe("cpu", contraction.gpu_tiled, name="lvf-gpu-tiled",
                            kind="contraction")
     fl.set_device(device)
+    if name in SUITE:
+        return _suite_prepare(fl, name, big)
     shape, fn = CASES[name]
     if big:
         shape = BIG.get(name, (4096, 4096))
@@ -151,12 +182,41 @@ def prepare(fl: Any, name: str, big: bool = False, device: str = "cpu"
     return lazy, fuse
 
 
+def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> Callable[[int], None]:
+    """A loop of ``calls`` calls, synchronised every 100 and at its end."""
+    def loop(calls: int) -> None:
+        for i in range(calls):
+            call()
+            if i % 100 == 99:
+                sync()
+        sync()
+    return loop
+
+
+def _suite_prepare(fl: Any, name: str, big: bool
+                   ) -> tuple[Callable[[int], None], Callable[[int], None]]:
+    lazy, fused, reference = _suite_loops(fl, name, big)
+    loops = _timed(lazy, fl.synchronize), _timed(fused, fl.synchronize)
+    for loop in loops:
+        loop(3)
+    if big:
+        launching = importlib.import_module(f"{fl.__name__}.launching")
+        launching.enqueue_or_defer = lambda go, args, small, device: None
+        return loops
+    want = reference()
+    for got in (lazy(), fused()):
+        got, want_t = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        for g, r in zip(got, want_t):
+            np.testing.assert_allclose(np.asarray(g.get()), r, rtol=1e-3, atol=1e-3)
+    return loops
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("revs", nargs="+", help="git revisions or folders (WT: the working tree)")
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--case", nargs="*", default=list(CASES))
+    ap.add_argument("--case", nargs="*", default=ALL)
     ap.add_argument("--big", action="store_true",
                     help="the suite's 2^24-element shapes, launches replaced by a no-op")
     ap.add_argument("--device", default="cpu",

@@ -271,11 +271,12 @@ class Leaf(Node):
     ``strides is None`` means the plain case: C-contiguous from offset 0.
     """
 
-    __slots__ = ("offset", "operands", "sig", "storage", "strides", "token")
+    __slots__ = ("offset", "operands", "sig", "storage", "strides", "token", "views")
 
     def __init__(self, storage: Storage, dtype: np.dtype, shape: tuple[int, ...],
                  strides: tuple[int, ...] | None = None, offset: int = 0) -> None:
         self.sig = 0  # see signature_of
+        self.views: dict | None = None  # see ops.indexing._plain_view
         self.operands = (storage,)
         self.storage = storage
         self.dtype = dtype
@@ -300,7 +301,7 @@ class Leaf(Node):
         self.strides = None
         self.offset = 0
         self.storages = frozenset((storage,))
-        self.token = None
+        self.token = self.views = None
         return self
 
     def leaf_token(self) -> tuple:

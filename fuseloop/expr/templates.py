@@ -250,7 +250,7 @@ def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
             node.operands = (pool[p],)
             node.storages = frozenset(node.operands)
             node.dtype, node.shape, node.strides, node.offset = dtype, shape, strides, offset
-            node.sig, node.token = sig, token
+            node.sig, node.token, node.views = sig, token, None
         elif kind == _SCALAR:
             value = step[1]
             node = _new(Scalar)

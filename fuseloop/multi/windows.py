@@ -427,6 +427,7 @@ class _Mover:
 def _copy_leaf(node: Any, new: Any) -> None:
     new.offset, new.operands, new.sig = node.offset, node.operands, node.sig
     new.storage, new.strides, new.token = node.storage, node.strides, node.token
+    new.views = None  # (a copy's own views: none yet)
     new.dtype, new.shape, new.storages = node.dtype, node.shape, node.storages
 
 
@@ -469,7 +470,7 @@ def _copy_concat(node: Any, new: Any) -> None:
 
 _SHARED = ("operands", "sig", "dtype", "shape", "storages")
 _COPIERS: dict[type, tuple[Callable[[Any, Any], None], tuple[str, ...]]] = {
-    Leaf: (_copy_leaf, ("offset", "storage", "strides", "token", *_SHARED)),
+    Leaf: (_copy_leaf, ("offset", "storage", "strides", "token", "views", *_SHARED)),
     Apply: (_copy_apply, ("args", "fancy", "loop", "loop_key", "op", *_SHARED)),
     UserCall: (_copy_user_call, ("function", "args", "fancy", "loop", "loop_key", "op",
                                  *_SHARED)),

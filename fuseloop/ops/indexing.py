@@ -168,15 +168,70 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return got
 
 
+# a leaf's views remembered (Leaf.views) at most; more clear them
+VIEWS_MAX = 32
+_SAME = object()  # (remembered for a key that views the whole array: the array itself)
+
+
 def _plain_view(arr: Array, key: Any) -> Array | None:
     """``arr[key]`` in one step for the commonest keys (an int, a slice, ``None``, a
     tuple of them) on a concrete array or a view of one, or None for any other key or
     array: what :func:`_basic_view` makes (the same strides and offset, so the same
     structure key) without its item lists and affine map; its leaf shares the buffer's
-    tuple and set of the array's leaf (a loop's statement makes 3-5 views)."""
+    tuple and set of the array's leaf (a loop's statement makes 3-5 views).
+
+    From a leaf's second view on, its views are remembered by key (``Leaf.views``):
+    the same key again (a stencil's slices, ``x[None, :]``, every call) gives the same
+    leaf node, nodes being immutable, so neither the view nor its signature is worked
+    out again."""
     node: Any = arr._node
     if arr._storage is None or type(node) is not Leaf:
         return None
+    views = node.views
+    if views is None:  # (most leaves are viewed once, if at all: nothing remembered)
+        node.views = {}
+        return _walk_view(arr, node, key)
+    hk = _view_key(key)
+    if hk is None:
+        return _walk_view(arr, node, key)
+    leaf = views.get(hk)
+    if leaf is None:
+        view = _walk_view(arr, node, key)
+        if view is not None:
+            if len(views) >= VIEWS_MAX:
+                views.clear()
+            views[hk] = _SAME if view is arr else view._node
+        return view
+    if leaf is _SAME:
+        return arr
+    view = _new_array(Array)
+    view._storage, view._node, view.device = node.storage, leaf, arr.device
+    view.dtype, view._shape = leaf.dtype, leaf.shape
+    return view
+
+
+def _view_key(key: Any) -> tuple | None:
+    """``key`` as a dict key, exactly: its ints, ``None`` and slices' (start, stop,
+    step) of ints and None; None for a key with anything else (a float equal to an
+    int must not find the int's view: numpy raises for it)."""
+    parts = []
+    for k in key if type(key) is tuple else (key,):
+        tk = type(k)
+        if tk is slice:
+            a, b, c = k.start, k.stop, k.step
+            if (a is None or type(a) is int) and (b is None or type(b) is int) and (
+                    c is None or type(c) is int):
+                parts.append((a, b, c))
+                continue
+            return None
+        if tk is not int and k is not None:
+            return None
+        parts.append(k)
+    return tuple(parts)
+
+
+def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
+    """:func:`_plain_view` worked out (``node``: the array's leaf)."""
     shape = node.shape
     items = key if type(key) is tuple else (key,)
     strides = node.strides
@@ -274,6 +329,7 @@ def _leaf_array(arr: Array, node: Any, shape: tuple[int, ...], strides: tuple[in
     leaf.sig, leaf.operands, leaf.storage = 0, node.operands, node.storage
     leaf.dtype, leaf.shape, leaf.strides = node.dtype, shape, strides
     leaf.offset, leaf.storages, leaf.token = offset, node.storages, None
+    leaf.views = None
     view = _new_array(Array)
     view._storage, view._node, view.device = node.storage, leaf, arr.device
     view.dtype, view._shape = leaf.dtype, shape
