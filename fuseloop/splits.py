@@ -239,6 +239,7 @@ def _column_pieces(outputs: int, length: int, device: Device, inner: int = 0) ->
     """
     if outputs * length < TWO_STAGE_MIN_LENGTH:
         return 1
+    # (imported here: the recipes package loads with the first kernel, not with fuseloop)
     from .recipes.row_layout import column_slices, narrow_width
 
     width, per_unit = column_params(device)

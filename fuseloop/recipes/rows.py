@@ -245,7 +245,8 @@ def _gpu_columns(t_unit: lp.TranslationUnit, group: int, wide: int, slices: int,
     by ``slices`` slices of the reduced axis (:func:`_columns_split_in_group`;
     ``slices`` 0: ``max(group, wide) / w``; at most ``most`` work-items), so a narrow
     reduction (batch-norm statistics: 64 outputs) has many work-items on each row's
-    range, and a split of it needs fewer pieces (fewer partials to combine).
+    range, and a split of it needs fewer pieces (fewer partials to combine); a
+    row's own reduction beside its elements' keeps ``w`` by ``group / w`` rows.
     Reductions over the same range that do not read each other's results walk it
     together (:func:`_walk_together`), reading each row once.
     """
@@ -255,13 +256,24 @@ def _gpu_columns(t_unit: lp.TranslationUnit, group: int, wide: int, slices: int,
     outputs, bound = (ELEMENT_INAME, "NE") if per_element else (FLAT_INAME, "N")
     width = next((w for w in (1 << k for k in range(5, 11))
                   if w < group and row_cache.implied(knl, f"{bound} <= {w}")), group)
-    if width < group:
+    if width < group and not (per_element and _row_reductions(knl)):
         across = row_layout.column_slices(width, max(group, wide), slices, most)
         return _columns_split_in_group(t_unit, width, across, outputs, bound)
     if not per_element:
         return lp.split_iname(t_unit, FLAT_INAME, group, outer_tag="g.0", inner_tag="l.0")
     t_unit = lp.split_iname(t_unit, ELEMENT_INAME, width, outer_tag="g.0", inner_tag="l.0")
-    return _per_row_on_each_item(lp.tag_inames(t_unit, {FLAT_INAME: "g.1"}))
+    if width == group:
+        return _per_row_on_each_item(lp.tag_inames(t_unit, {FLAT_INAME: "g.1"}))
+    # (a row's own reduction beside its elements': rows by group / w, not slices)
+    return _per_row_on_each_item(lp.split_iname(t_unit, FLAT_INAME, group // width,
+                                                outer_tag="g.1", inner_tag="l.1"))
+
+
+def _row_reductions(knl: lp.LoopKernel) -> bool:
+    """Whether a reduction runs once per row, outside the row's element loop (a
+    centred column's own mean beside the products of ``d.T @ d``)."""
+    return any(isinstance(insn, lp.Assignment) and isinstance(insn.expression, lp.Reduction)
+               and ELEMENT_INAME not in insn.within_inames for insn in knl.instructions)
 
 
 def _per_row_on_each_item(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
