@@ -7,8 +7,10 @@ Variants (both use the registry's ``gpu-rows`` but for the parameters named):
   ``w`` outputs by ``column_slices`` slices of the reduced axis (0: ``max(group,
   column_group) / w``), the split's pieces counted with those slices, and a column mean
   nested in a split column reduction runs its first stage only (``splits.COLUMN_FOLD``).
-* ``old``: ``column_slices=1`` (a work-item per output and piece: the old rule's pieces
-  and walk per work-item) and ``COLUMN_FOLD`` off (the nested mean's two stages first).
+* ``old``: ``column_slices=1`` (in a first stage or middle axis, a work-item per output
+  and piece: the old rule's piece count and walk per work-item, in groups of ``w``
+  where the old layout put ``column_group / w`` pieces in a group; combines as before)
+  and ``COLUMN_FOLD`` off (the nested mean's two stages first).
 * ``items=K`` (``--items``): the new rule with ``column_items=K`` work-items wanted per
   compute unit (more or fewer pieces).
 

@@ -243,7 +243,7 @@ def _gpu_columns(t_unit: lp.TranslationUnit, group: int, wide: int, slices: int,
     element loop: a split's first stage, a middle axis, whose rows are pieces or
     outer axes and whose elements are the outputs), a work-group is ``w`` outputs
     by ``slices`` slices of the reduced axis (:func:`_columns_split_in_group`;
-    ``slices`` 0: ``max(group, wide) / w``; at most ``most`` work-items), so a narrow
+    ``slices`` 0, or no element loop: ``max(group, wide) / w``; at most ``most``), so a narrow
     reduction (batch-norm statistics: 64 outputs) has many work-items on each row's
     range, and a split of it needs fewer pieces (fewer partials to combine); a
     row's own reduction beside its elements' keeps ``w`` by ``group / w`` rows.
@@ -257,7 +257,10 @@ def _gpu_columns(t_unit: lp.TranslationUnit, group: int, wide: int, slices: int,
     width = next((w for w in (1 << k for k in range(5, 11))
                   if w < group and row_cache.implied(knl, f"{bound} <= {w}")), group)
     if width < group and not (per_element and _row_reductions(knl)):
-        across = row_layout.column_slices(width, max(group, wide), slices, most)
+        # (``slices`` is for rows of outputs; a kernel of few outputs in all, a split's
+        # combine among them, takes the rule's)
+        across = row_layout.column_slices(width, max(group, wide),
+                                          slices if per_element else 0, most)
         return _columns_split_in_group(t_unit, width, across, outputs, bound)
     if not per_element:
         return lp.split_iname(t_unit, FLAT_INAME, group, outer_tag="g.0", inner_tag="l.0")
@@ -517,8 +520,9 @@ gpu_rows = Recipe(
             *_layout_params(),
             *_column_params(GPU_COL_GROUP, 1, GPU_COLUMN_ITEMS),
             Param("column_slices", int, 0, "work-items along the reduced axis per output "
-                  "of a column-like group with fewer outputs than column_group (0: as "
-                  "many as fill max(group, column_group))",
+                  "of a column-like group whose rows (a split's pieces, outer axes) have "
+                  "fewer outputs than column_group (0: as many as fill max(group, "
+                  "column_group))",
                   int_range(0, 64, (0, 2, 4, 8, 16)))),
     valid=lambda v, device: (max(v["group"], v["block"]) <= device.max_work_group_size
                              and v["lanes"] <= v["group"]),
