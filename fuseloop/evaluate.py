@@ -86,6 +86,7 @@ from .splits import (
     two_stage_split,
 )
 from .splits import fits_one_row as _fits_one_row
+from .splits import folds_into as _folds_into
 from .splits import has_reduce as _has_reduce
 from .splits import nested_reduces as _nested_reduces
 from .splits import one_launch as _one_launch
@@ -602,7 +603,7 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
         inner: list[Reduce] = []
         for top in split.tops:
             _nested_reduces(top.child, inner)
-        replace = _materialise_pending(inner, device)
+        replace = _before_split(inner, split, device)
         memo = {}
         roots = [_rebuild(r, replace, memo) for r in roots]
         split = two_stage_split(roots, out_shape, device)
@@ -625,6 +626,23 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     else:
         launch(program, bindings, [o for o in outs], device)
     return outs
+
+
+def _before_split(inner: list[Reduce], split: TwoStage, device: Device) -> dict[int, Node]:
+    """What replaces the reductions ``inner`` nested in ``split``'s tops: each run
+    first, but one whose own split's partials are few enough for every piece of
+    ``split`` to combine them (``splits.folds_into``: a column mean inside a column
+    variance) runs its first stage only, its combination left to those pieces."""
+    shared = _sharing.active()
+    folded: dict[int, Node] = {}
+    for r in inner:
+        own = None if _has_reduce(r.child) or (
+            shared is not None and shared.lookup(r) is not None) \
+            else two_stage_split([r], r.shape, device)
+        if own is not None and _folds_into(own, split):
+            folded[id(r)] = _first_stage(own, [r], r.shape, device)[0][0]
+    rest = [r for r in inner if id(r) not in folded]
+    return {**(_materialise_pending(rest, device) if rest else {}), **folded}
 
 
 def _first_stage(split: TwoStage, roots: list[Node], out_shape: tuple[int, ...],

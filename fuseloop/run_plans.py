@@ -302,13 +302,14 @@ def _key_head(device: Device) -> tuple:
     known = _heads.get(device.index)
     # (the split thresholds as splits.py reads them: evaluate's names are copies)
     fields = (_sp.TWO_STAGE_MIN_LENGTH, _sp.TWO_STAGE_MAX_ROWS, _ev.ONE_ROW_MAX_LENGTH,
-              _sp.ONE_LAUNCH)
+              _sp.ONE_LAUNCH, _sp.COLUMN_FOLD)
     if known is not None and known[0] is token and token is not None \
             and known[1] is device and known[2] == fields:
         return known[3]
     # (the reduction recipe decides column-like reductions' splits, the contraction
     # recipe split-K)
-    head = (*fields, _ev.column_params(device), _ev.split_param(device))
+    head = (*fields, _ev.column_params(device), _sp.column_narrow(device),
+            _ev.split_param(device))
     if token is not None:
         _heads[device.index] = (token, device, fields, head)
     return head

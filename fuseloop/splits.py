@@ -39,6 +39,11 @@ SPLITTABLE = {"sum": "sum", "prod": "prod", "max": "max", "min": "min"}
 # combines: fuseloop.lower.one_launch); False (FUSELOOP_ONE_LAUNCH=0): two launches
 ONE_LAUNCH = os.environ.get("FUSELOOP_ONE_LAUNCH", "1").strip().lower() not in (
     "0", "off", "false", "no")
+# A column reduction nested in a split column reduction runs its first stage only where
+# the pieces can combine its partials (``folds_into``); False (FUSELOOP_COLUMN_FOLD=0):
+# it runs both stages first
+COLUMN_FOLD = os.environ.get("FUSELOOP_COLUMN_FOLD", "1").strip().lower() not in (
+    "0", "off", "false", "no")
 
 
 def children(node: Node) -> tuple[Node, ...]:
@@ -143,13 +148,24 @@ def two_stage_split(roots: Sequence[Node], out_shape: tuple[int, ...],
         return None
     longest = max(math.prod(t.child.shape) // max(1, math.prod(t.shape)) for t in tops)
     if all(_column_like(t) for t in tops):
-        pieces = _column_pieces(math.prod(out_shape), longest, device)
+        inner = min(_kept_inner(t) for t in tops)
+        pieces = _column_pieces(math.prod(out_shape), longest, device, inner)
         return TwoStage(tops, longest, True, pieces) if pieces > 1 else None
     if math.prod(out_shape) < TWO_STAGE_MAX_ROWS and longest >= TWO_STAGE_MIN_LENGTH:
         # (a lower TWO_STAGE_MIN_LENGTH can ask for a split of one piece: no split)
         pieces = piece_count(longest, device)
         return TwoStage(tops, longest, False, pieces) if pieces > 1 else None
     return None
+
+
+def folds_into(inner: TwoStage, outer: TwoStage) -> bool:
+    """Whether the first stage of ``inner`` (a reduction nested in ``outer``'s tops)
+    may run alone, each piece of ``outer`` combining its partials: both split column
+    reductions, and combining them costs each piece at most half as many reads as
+    its own rows (``inner.pieces`` values, read again by every piece, against
+    ``outer.length / outer.pieces`` rows), so the combining launch is saved."""
+    return COLUMN_FOLD and inner.columns and outer.columns and len(inner.tops) == 1 \
+        and 2 * inner.pieces * outer.pieces <= outer.length
 
 
 def one_launch(split: TwoStage, out_shape: tuple[int, ...]) -> bool:
@@ -192,22 +208,51 @@ def column_params(device: Device) -> tuple[int, int]:
     return int(width), int(items)
 
 
-def _column_pieces(outputs: int, length: int, device: Device) -> int:
+def column_narrow(device: Device) -> tuple[int, int, int]:
+    """(``column_group``, the work-items of a narrow group, ``column_slices``) of the
+    reduction recipe on ``device``: what :func:`fuseloop.recipes.row_layout.column_slices`
+    needs (a recipe without them: 1, 1, 0, never narrow)."""
+    values = recipe_for(device, "reduction").values
+    group = int(values.get("column_group") or 1)
+    return group, max(group, int(values.get("group") or 1)), int(
+        values.get("column_slices") or 0)
+
+
+def _kept_inner(t: Reduce) -> int:
+    """The outputs of ``t`` after its last reduced axis: the work-items along a row of
+    its column-like kernel (all of them for a 2-D column reduction)."""
+    shape = t.child.shape
+    last = max((d for d in t.axes if shape[d] != 1), default=-1)
+    return math.prod(shape[last + 1:])
+
+
+def _column_pieces(outputs: int, length: int, device: Device, inner: int = 0) -> int:
     """Pieces to split a column-like reduction's reduced range into (1: none).
 
-    ``outputs / column_width`` work-items run without a split; with fewer than
-    ``column_items`` per compute unit, the rows are split so that there are about
-    that many, each piece at least ``COLUMN_MIN_PIECE`` rows.  Small reductions
+    ``outputs / column_width`` work-items run without a split, or, where a row has
+    fewer outputs (``inner``) than ``column_group``, a narrow group of work-items
+    per row's outputs, the reduced axis split over its ``slices`` (see
+    :func:`fuseloop.recipes.rows._gpu_columns`).  With fewer than ``column_items``
+    work-items per compute unit, the rows are split so that there are about that
+    many, each piece at least ``COLUMN_MIN_PIECE`` rows per slice.  Small reductions
     (below ``TWO_STAGE_MIN_LENGTH`` elements) are not worth a second launch.
     """
     if outputs * length < TWO_STAGE_MIN_LENGTH:
         return 1
+    # (imported here: the recipes package loads with the first kernel, not with fuseloop)
+    from .recipes.row_layout import column_slices, narrow_width
+
     width, per_unit = column_params(device)
     items = -(-outputs // width)
+    group, wide, chosen = column_narrow(device)
+    narrow = narrow_width(inner, group)
+    slices = column_slices(narrow, wide, chosen, device.max_work_group_size)
+    if narrow:  # (a group per row's outputs: their width, a power of two, by the slices)
+        items = -(-outputs // inner) * narrow * slices
     want = per_unit * max(1, device.compute_units)
     if items >= want:
         return 1
-    return max(1, min(-(-want // items), length // COLUMN_MIN_PIECE, 4096))
+    return max(1, min(-(-want // items), length // (COLUMN_MIN_PIECE * slices), 4096))
 
 
 def _column_like(t: Reduce) -> bool:

@@ -269,3 +269,67 @@ def test_scalar_epilogue_costs_no_launch(device, dtype):
     np.testing.assert_allclose((fl.sum((a - 2 * b) ** 2) ** 0.5).get(),
                                np.sum((ah - 2 * bh) ** 2) ** 0.5, **tol)
     np.testing.assert_allclose(fl.linalg.norm(a).get(), np.linalg.norm(ah), **tol)
+
+
+@pytest.fixture
+def gpu_rows_split(restore_recipes):
+    """The GPU recipes on the CPU device, asking for as many work-items as a large GPU
+    (4096 per compute unit of the CPU's few): column reductions big enough split."""
+    fl.register_recipe("cpu", gpu_coalesced, name="test-gpu-coalesced")
+    fl.register_recipe("cpu", make_gpu_rows().with_params(column_items=4096),
+                       name="test-gpu-rows-split", kind="reduction")
+    with fl.device("cpu") as dev:
+        yield dev
+
+
+# narrow outputs along a row (fewer than column_group) over long reduced axes, odd
+# lengths: 2-D columns, middle axes, several axes; and a row of 130 outputs (not narrow)
+NARROW = [((5001, 5), 0, False), ((3, 4001, 7), 1, False), ((20, 701, 33), (0, 1), True),
+          ((6001, 64), 0, False), ((2, 3001, 130), 1, False)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape,axis,keepdims", NARROW)
+def test_gpu_narrow_column_splits_match_numpy(gpu_rows_split, shape, axis, keepdims, dtype):
+    if dtype == np.float64 and not gpu_rows_split.has_fp64:
+        pytest.skip("no float64 on this device")
+    _check_all(shape, axis, keepdims, dtype)
+
+
+def test_gpu_narrow_split_counts_its_slices(gpu_rows_split):
+    """64 outputs: a group of 64 outputs by 8 slices of the reduced axis (the rule:
+    max(group, column_group) / 64), so the split needs 8x fewer pieces than a
+    work-item per output and piece would."""
+    dev = gpu_rows_split
+    x = fl.asarray(_data((1 << 16, 64), np.float32))
+    split = evaluate.two_stage_split([x.sum(axis=0)._node], (64,), dev)
+    assert split is not None and split.columns
+    want = 4096 * dev.compute_units
+    assert split.pieces == min(-(-want // (64 * 8)), (1 << 16) // (64 * 8))
+    src = _kernel_source(x.sum(axis=0))
+    first = src[:src.index("__kernel", src.index("__kernel") + 1)]
+    assert "reqd_work_group_size(64, 8, 1)" in first, first
+    # each slice walks every 8th row of its piece (the piece is the group's second axis)
+    assert re.search(r"in0\[p\d+ \* \(gid\(1\) \* p\d+ \+ lid\(1\) \+ j0_outer \* 8\) "
+                     r"\+ lid\(0\) \+ gid\(0\) \* 64\]", first), first
+
+
+@pytest.mark.parametrize("shape", [(3000, 40), (4096, 300)])
+def test_nested_column_mean_folds_into_the_split(gpu_rows_split, shape):
+    """The column mean inside a split column variance runs its first stage only; every
+    piece of the variance combines the mean's partials itself: 3 launches, not 4."""
+    h = _data(shape, np.float64)
+    x = fl.asarray(h)
+    inner = evaluate.two_stage_split([x.sum(axis=0)._node], (shape[1],), gpu_rows_split)
+    outer = evaluate.two_stage_split([((x - x.mean(axis=0)) ** 2).sum(axis=0)._node],
+                                     (shape[1],), gpu_rows_split)
+    assert splits.folds_into(inner, outer)
+    assert _launches(lambda: ((x - x.mean(axis=0)) ** 2).mean(axis=0)) == 3
+    np.testing.assert_allclose(((x - x.mean(axis=0)) ** 2).mean(axis=0).get(),
+                               h.var(axis=0), rtol=1e-10)
+    # batch-norm statistics: the mean, and the variance around it, in one evaluation
+    assert _launches(lambda: fl.compute(x.mean(axis=0),
+                                        ((x - x.mean(axis=0)) ** 2).mean(axis=0))[1]) == 3
+    m, v = fl.compute(x.mean(axis=0), ((x - x.mean(axis=0)) ** 2).mean(axis=0))
+    np.testing.assert_allclose(m.get(), h.mean(axis=0), rtol=1e-10)
+    np.testing.assert_allclose(v.get(), h.var(axis=0), rtol=1e-10)

@@ -383,14 +383,15 @@ def test_a_replay_after_the_recipes_changed_plans_its_launches_again(gpu_recipes
     kept = [s.plan for s in steps]
     assert len(steps) >= 3 and None not in kept
     # another reduction recipe: the kept launch plans are stale, whatever the key says
-    fl.register_recipe("cpu", make_gpu_rows(64), name="test-plans-gpu-rows-64",
+    # (the fixture's group, which sizes narrow column groups, kept: only the lanes differ)
+    fl.register_recipe("cpu", make_gpu_rows(256, lanes=16), name="test-plans-gpu-rows-lanes16",
                        kind="reduction")
     np.testing.assert_allclose(_colstat(x).get(), ((h - h.mean(0)) ** 2).mean(0),
                                rtol=1e-5)
     # (the column parameters are the same: the same key, its steps planned anew)
     assert [s for p in plans.values() if isinstance(p, run_plans._Plan)
             for s in p.steps] == steps
-    rows = fl.recipes.find("test-plans-gpu-rows-64", "reduction")
+    rows = fl.recipes.find("test-plans-gpu-rows-lanes16", "reduction")
     for step, old in zip(steps, kept):
         if step.program.has_reduce:
             assert step.plan is not old and step.plan.recipe.name == rows.name

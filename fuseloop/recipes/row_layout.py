@@ -129,16 +129,32 @@ def row_size_class(rule: RowRule, cache_items: int, slots: Sequence[int],
     return " and ".join([*conds, element_row] if element_row else conds)
 
 
+def narrow_width(outputs: int, group: int) -> int:
+    """The width of a narrow column-like group: the least power of two from 32
+    holding ``outputs`` (a row's outputs), or 0 where that is not below ``group``
+    (``column_group``: then a work-item per output, ``group`` to a group)."""
+    if not 0 < outputs < group:
+        return 0
+    width = next(w for w in (1 << k for k in range(5, 16)) if w >= outputs)
+    return width if width < group else 0
+
+
+def column_slices(width: int, wide: int, slices: int, most: int) -> int:
+    """Slices of the reduced axis in a narrow column-like group ``width`` outputs
+    wide: ``slices``, or by rule (0) as many as fill ``wide`` work-items; at most
+    ``most`` work-items in all (the device's limit).  1 where ``width`` is 0."""
+    if not width:
+        return 1
+    return max(1, min(slices or wide // width, most // width))
+
+
 def column_size_class(rule: RowRule, n_rows: int, n_elem: int, element_loop: bool) -> str:
     """The size class of a column-like kernel: ``NE <= w`` when its rows (pieces or
     outer axes, the outputs along them) have fewer elements than ``column_group``
-    (``w``: the least power of two from 32 holding them; see
-    :func:`fuseloop.recipes.rows._gpu_columns`)."""
+    (``w``: :func:`narrow_width`; see :func:`fuseloop.recipes.rows._gpu_columns`)."""
     outputs, name = (n_elem, "NE") if element_loop else (n_rows, "N")
-    if not 0 < outputs < rule.column_group:
-        return ""
-    width = next(w for w in (1 << k for k in range(5, 16)) if w >= outputs)
-    return f"{name} <= {width}" if width < rule.column_group else ""
+    width = narrow_width(outputs, rule.column_group)
+    return f"{name} <= {width}" if width else ""
 
 
 @dataclass(frozen=True)

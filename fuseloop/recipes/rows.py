@@ -207,12 +207,13 @@ def _gpu_rows(t_unit: lp.TranslationUnit, device: Device, *, group: int, cache_i
               lanes: int, layout: str, short_max: int, short_exact: int,
               short_outputs: int, slice_max: int,
               slice_rows: int, row_items: int, block: int, column_group: int,
-              column_width: int, column_items: int) -> lp.TranslationUnit:
+              column_width: int, column_items: int, column_slices: int
+              ) -> lp.TranslationUnit:
     """Contiguous rows laid out by the rule of :mod:`fuseloop.recipes.row_layout`
     (``short``: a work-item per row; ``slice``: a slice of a group per row;
     ``group``: a group of ``group`` per row); otherwise a work-item per output,
-    ``column_group`` to a group (``column_width`` and ``column_items`` are read by
-    evaluation).
+    ``column_group`` to a group, fewer outputs by ``column_slices`` slices of the
+    reduced axis (``column_width`` and ``column_items`` are read by evaluation).
 
     A row read by several passes is kept in registers, ``cache_items``
     elements per work-item (0: never; see :mod:`fuseloop.recipes.row_cache`).
@@ -221,7 +222,8 @@ def _gpu_rows(t_unit: lp.TranslationUnit, device: Device, *, group: int, cache_i
     """
     knl = t_unit.default_entrypoint
     if not _contiguous_rows(knl):
-        return _gpu_columns(t_unit, column_group, group)
+        return _gpu_columns(t_unit, column_group, group, column_slices,
+                            device.max_work_group_size)
     rule = RowRule(group, short_max, slice_max, slice_rows, row_items, layout,
                    short_exact=short_exact)
     bounds = [row_cache.row_bound(knl, j) for j in _reduction_inames(knl)]
@@ -231,38 +233,50 @@ def _gpu_rows(t_unit: lp.TranslationUnit, device: Device, *, group: int, cache_i
     return _gpu_contiguous_rows(t_unit, chosen.width, cache_items, lanes, chosen.rows)
 
 
-def _gpu_columns(t_unit: lp.TranslationUnit, group: int, wide: int) -> lp.TranslationUnit:
+def _gpu_columns(t_unit: lp.TranslationUnit, group: int, wide: int, slices: int,
+                 most: int) -> lp.TranslationUnit:
     """A work-item per output of a column-like reduction, neighbouring work-items on
     neighbouring outputs (coalesced reads), the reduced axis walked.
 
-    Where the reductions sit in a row's element loop (a split's first stage, a
-    middle axis: rows are pieces or outer axes, elements the outputs) and the
-    size class says a row has fewer than ``group`` elements (``NE <= w``), a
-    work-group is ``w`` elements by ``group / w`` rows, not ``group`` elements of
-    which most are past the row's end (batch-norm statistics: 64 outputs).
-    Where there are no more than ``w`` outputs in all (``N <= w``: the second
-    stage of a split, a column statistic of a narrow matrix), a work-group of
-    ``max(group, wide)`` work-items is ``w`` outputs by slices of the reduced axis
-    (:func:`_columns_split_in_group`) instead of ``w`` work-items each walking
-    the whole axis.  Reductions over the same range that do not read each
-    other's results walk it together (:func:`_walk_together`), reading each row
-    once.
+    Where there are fewer outputs than ``group`` along the group's axis (the size
+    class states ``N <= w``, or ``NE <= w`` where the reductions sit in a row's
+    element loop: a split's first stage, a middle axis, whose rows are pieces or
+    outer axes and whose elements are the outputs), a work-group is ``w`` outputs
+    by ``slices`` slices of the reduced axis (:func:`_columns_split_in_group`;
+    ``slices`` 0, or no element loop: ``max(group, wide) / w``; at most ``most``), so a narrow
+    reduction (batch-norm statistics: 64 outputs) has many work-items on each row's
+    range, and a split of it needs fewer pieces (fewer partials to combine); a
+    row's own reduction beside its elements' keeps ``w`` by ``group / w`` rows.
+    Reductions over the same range that do not read each other's results walk it
+    together (:func:`_walk_together`), reading each row once.
     """
     knl = t_unit.default_entrypoint
     t_unit = _walk_together(t_unit)
-    if not _reductions_per_element(knl):
-        width = next((w for w in (1 << k for k in range(5, 11))
-                      if w < group and row_cache.implied(knl, f"N <= {w}")), group)
-        if width < group:
-            return _columns_split_in_group(t_unit, width, max(group, wide) // width)
-        return lp.split_iname(t_unit, FLAT_INAME, group, outer_tag="g.0", inner_tag="l.0")
+    per_element = _reductions_per_element(knl)
+    outputs, bound = (ELEMENT_INAME, "NE") if per_element else (FLAT_INAME, "N")
     width = next((w for w in (1 << k for k in range(5, 11))
-                  if w < group and row_cache.implied(knl, f"NE <= {w}")), group)
+                  if w < group and row_cache.implied(knl, f"{bound} <= {w}")), group)
+    if width < group and not (per_element and _row_reductions(knl)):
+        # (``slices`` is for rows of outputs; a kernel of few outputs in all, a split's
+        # combine among them, takes the rule's)
+        across = row_layout.column_slices(width, max(group, wide),
+                                          slices if per_element else 0, most)
+        return _columns_split_in_group(t_unit, width, across, outputs, bound)
+    if not per_element:
+        return lp.split_iname(t_unit, FLAT_INAME, group, outer_tag="g.0", inner_tag="l.0")
     t_unit = lp.split_iname(t_unit, ELEMENT_INAME, width, outer_tag="g.0", inner_tag="l.0")
     if width == group:
         return _per_row_on_each_item(lp.tag_inames(t_unit, {FLAT_INAME: "g.1"}))
+    # (a row's own reduction beside its elements': rows by group / w, not slices)
     return _per_row_on_each_item(lp.split_iname(t_unit, FLAT_INAME, group // width,
                                                 outer_tag="g.1", inner_tag="l.1"))
+
+
+def _row_reductions(knl: lp.LoopKernel) -> bool:
+    """Whether a reduction runs once per row, outside the row's element loop (a
+    centred column's own mean beside the products of ``d.T @ d``)."""
+    return any(isinstance(insn, lp.Assignment) and isinstance(insn.expression, lp.Reduction)
+               and ELEMENT_INAME not in insn.within_inames for insn in knl.instructions)
 
 
 def _per_row_on_each_item(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
@@ -273,19 +287,24 @@ def _per_row_on_each_item(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
     return lp.add_inames_for_unused_hw_axes(t_unit)
 
 
-def _columns_split_in_group(t_unit: lp.TranslationUnit, width: int,
-                            slices: int) -> lp.TranslationUnit:
-    """Few outputs (``N <= width``): a work-group of ``width`` outputs by ``slices``
-    slices of the reduced axis (neighbouring rows on neighbouring slices), the
-    slices' partial results combined by Loopy's tree in local memory."""
+def _columns_split_in_group(t_unit: lp.TranslationUnit, width: int, slices: int,
+                            outputs: str = FLAT_INAME, bound: str = "N"
+                            ) -> lp.TranslationUnit:
+    """Few outputs (``bound <= width`` along the loop ``outputs``): a work-group of
+    ``width`` outputs by ``slices`` slices of the reduced axis (neighbouring rows on
+    neighbouring slices), the slices' partial results combined by Loopy's tree in
+    local memory.  With an element loop (``outputs`` is ``e``) each row (a piece of
+    a split, an outer axis) is a column of groups of its own."""
     knl = t_unit.default_entrypoint
-    # the bound on N did its job (it chose this layout); Loopy would size the local
-    # axis by N itself, which is not a constant, so the assumptions forget it
+    # the bound did its job (it chose this layout); Loopy would size the local axis
+    # by it, which is not a constant, so the assumptions forget it
     assumptions = knl.assumptions
-    n = assumptions.get_var_names(isl.dim_type.param).index("N")
+    n = assumptions.get_var_names(isl.dim_type.param).index(bound)
     knl = knl.copy(assumptions=assumptions.eliminate(isl.dim_type.param, n, 1))
     t_unit = t_unit.with_kernel(knl)
-    t_unit = lp.split_iname(t_unit, FLAT_INAME, width, outer_tag="g.0", inner_tag="l.0")
+    t_unit = lp.split_iname(t_unit, outputs, width, outer_tag="g.0", inner_tag="l.0")
+    if outputs == ELEMENT_INAME:
+        t_unit = lp.tag_inames(t_unit, {FLAT_INAME: "g.1"})
     js = _reduction_inames(knl)
     for j in js:
         t_unit = lp.split_iname(t_unit, j, slices, inner_tag="l.1")
@@ -301,7 +320,7 @@ def _columns_split_in_group(t_unit: lp.TranslationUnit, width: int,
     for name in results:
         t_unit = lp.set_temporary_address_space(t_unit, name, "local")
     t_unit = t_unit.with_kernel(lp.privatize_temporaries_with_inames(
-        t_unit.default_entrypoint, {f"{FLAT_INAME}_inner"}, only_var_names=set(results)))
+        t_unit.default_entrypoint, {f"{outputs}_inner"}, only_var_names=set(results)))
     return transforms.publish(t_unit, results)
 
 
@@ -487,7 +506,7 @@ def _gpu_size_class(v: Any) -> SizeClassFunction:
 
 
 gpu_rows = Recipe(
-    "gpu-rows", _gpu_rows, kind="reduction", version="12",
+    "gpu-rows", _gpu_rows, kind="reduction", version="13",
     params=(Param("group", int, GPU_ROW_GROUP, "work-items per contiguous row (the group "
                   "layout; the most in the slice layout)",
                   powers_of_two(1, 1024, (64, 128, 256, 512, 1024))),
@@ -499,7 +518,12 @@ gpu_rows = Recipe(
                   Space((0, 16, 32, 64), lambda v: v == 0 or v in powers_of_two(1, 1024),
                         "0 or a power of two up to 1024")),
             *_layout_params(),
-            *_column_params(GPU_COL_GROUP, 1, GPU_COLUMN_ITEMS)),
+            *_column_params(GPU_COL_GROUP, 1, GPU_COLUMN_ITEMS),
+            Param("column_slices", int, 0, "work-items along the reduced axis per output "
+                  "of a column-like group whose rows (a split's pieces, outer axes) have "
+                  "fewer outputs than column_group (0: as many as fill max(group, "
+                  "column_group))",
+                  int_range(0, 64, (0, 2, 4, 8, 16)))),
     valid=lambda v, device: (max(v["group"], v["block"]) <= device.max_work_group_size
                              and v["lanes"] <= v["group"]),
     size_class=Derived(_gpu_size_class))
