@@ -175,3 +175,35 @@ def test_lanes_are_a_loop_on_four_byte_rows(pocl):
         fl.asarray(np.zeros((4, 4096), np.float32)).sum(axis=1))
     short = fl.show_code(fl.asarray(np.zeros((64, CPU_SHORT_ROWS[0]), np.float32)).max(axis=1))
     assert "float acc_j0_outer[4];" in short and "for (long j0_inner" not in short
+
+
+@pytest.mark.parametrize("count", [3, 5, 32])
+def test_accumulators_combined_as_a_tree_match_numpy(cpu, count):
+    """A row's accumulators are combined in halvings (``row_lanes.tree_steps``): any
+    count, rows shorter than it (accumulators past the end never set), NaN rows, ties
+    and sums (added in another order: to rounding) as numpy."""
+    from fuseloop.recipes.row_lanes import tree_steps
+    from fuseloop.recipes.rows import cpu_rows
+
+    assert tree_steps(5) == [(2, 3), (1, 2), (1, 1)] and tree_steps(1) == []
+    recipe = cpu_rows.with_params(accumulators=min(count, 8), select_accumulators=count,
+                                  vector_math=False)
+    with fl.recipes.use(recipe):
+        for length in (1, 2, count - 1 or 1, count + 2, 1003):
+            h = _with_specials((5, length), np.float32, count + length)
+            x = fl.asarray(h)
+            for op in ("argmax", "argmin", "max", "min"):
+                np.testing.assert_array_equal(getattr(x, op)(axis=1).get(),
+                                              getattr(h, op)(axis=1),
+                                              err_msg=f"{op} {length}")
+            clean = np.nan_to_num(h)
+            np.testing.assert_allclose(fl.asarray(clean).sum(axis=1).get(),
+                                       clean.sum(axis=1), rtol=1e-6)
+
+
+def test_accumulators_are_combined_in_halvings(pocl):
+    x = fl.asarray(np.zeros((4, 4096), np.float32))
+    code = fl.show_code(x.max(axis=1))
+    half = CPU_SELECT_ACCUMULATORS // 2
+    assert f"part_j0[0] = ((part_j0[0] >= part_j0[{half}]" in code
+    assert "acc_j0_combine = ((acc_j0_combine >= part_j0[1]" not in code  # no chain

@@ -10,6 +10,8 @@ PoCL gets (read, on PoCL only); and the reductions the transform leaves alone.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -132,18 +134,19 @@ def test_code_of_softmax_and_row_sums(pocl):
     code = fl.show_code(e / e.sum(axis=-1, keepdims=True))
     # vector exps in the sum's loop and in the element loop, each in its full blocks
     # and in its last one; no scalar exp
-    assert code.count(f"exp(vload{LANES}(") == 4 and "fl_exp_f32(" not in code
+    assert code.count(f"exp((float{LANES})(") == 4 and "fl_exp_f32(" not in code
     full_blocks = code.split("bulk slab for 'j1_outer'")[1].split("final slab")[0]
     assert "if (" not in full_blocks and "?" not in full_blocks
     assert f"part_j1[{LANES - 1}] = part_j1[{LANES - 1}] + _fl_vr" in code  # accumulators
     # long rows are summed in pieces, one per work-item (here 2^16 = 8 pieces of 2^13)
     long_rows = fl.asarray(_rand((2, 2**16), np.float64, 61))
     code = fl.show_code(fl.exp(long_rows).sum(axis=-1))
-    assert "exp(vload4(0, " in code and "exp(vload4(1, " in code
+    assert re.search(r"exp\(\(double4\)\(\w+\[0\], ", code)
+    assert re.search(r"exp\(\(double4\)\(\w+\[4\], ", code)
     assert "fl_exp_f64(" not in code
     # a load used twice is a temporary per lane; where's arguments are all computed
     code = fl.show_code(fl.where(x > 0, fl.log(x), 0).sum(axis=-1))
-    assert f"log(vload{LANES}(" in code and "fl_log_f32(" not in code
+    assert f"log((float{LANES})(" in code and "fl_log_f32(" not in code
 
 
 def test_exact_builtins_of_terms_are_vector_calls(pocl):
@@ -153,7 +156,7 @@ def test_exact_builtins_of_terms_are_vector_calls(pocl):
     for expr, want in ((fl.sqrt(x * x + 1).sum(axis=-1), np.sqrt(h * h + 1.0).sum(axis=-1)),
                        (fl.abs(x).sum(axis=-1), np.abs(h).sum(axis=-1))):
         code = fl.show_code(expr)
-        assert f"(vload{LANES}(" in code, code
+        assert f"((float{LANES})(" in code, code
         np.testing.assert_allclose(expr.get(), want, **_tol(np.float32))
 
 
@@ -163,10 +166,10 @@ def test_reductions_left_alone(pocl):
     code = fl.show_code(x.sum(axis=-1))
     assert "vload" not in code and "_fl_v" not in code, code
     # a column sum reads down the columns: its calls stay scalar
-    assert "vload" not in fl.show_code(fl.exp(x).sum(axis=0))
+    assert "_fl_v" not in fl.show_code(fl.exp(x).sum(axis=0))
     # pieces of a row that end past it: the terms are selected by a condition
     ragged = fl.asarray(_rand((2, 70001), np.float32, 71))
-    assert "vload" not in fl.show_code(fl.exp(ragged).sum(axis=-1))
+    assert "_fl_v" not in fl.show_code(fl.exp(ragged).sum(axis=-1))
 
 
 def test_row_last_block_runs_whole_lane_loops(cpu):

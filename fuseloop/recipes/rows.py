@@ -667,7 +667,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
 
 
 cpu_rows = Recipe(
-    "cpu-rows", _cpu_rows, kind="reduction", version="9",
+    "cpu-rows", _cpu_rows, kind="reduction", version="10",
     params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
                   "rows per work-item (short rows; long contiguous rows get one each)",
                   int_range(1, 1 << 16, (1, 2, 4, 8, 16, 32))),
@@ -761,13 +761,13 @@ def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int,
     t_unit = lp.split_iname(t_unit, j, count, slabs=(0, 1))
     knl = t_unit.default_entrypoint
     outer, lane, combine = f"{j}_outer", f"{j}_inner", f"{j}_combine"
+    parts, tree_domains = f"part_{j}", list[Any]()
     insns, temps = [], dict(knl.temporary_variables)
     for insn in knl.instructions:
         red = insn.expression if insn.id == mine[0].id else None
         if red is None:
             insns.append(insn)
             continue
-        parts = f"part_{j}"
         temps[parts] = lp.TemporaryVariable(
             parts, temps[insn.assignee_var_names()[0]].dtype, shape=(count,),
             address_space=lp.AddressSpace.PRIVATE)
@@ -775,19 +775,28 @@ def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int,
             prim.Variable(parts)[prim.Variable(lane)],
             lp.Reduction(red.operation, (outer,), red.expr), id=f"calc_{parts}",
             within_inames=insn.within_inames | {lane}, depends_on=insn.depends_on))
-        # a row shorter than ``count`` leaves the accumulators past its end unset
+        dtype = temps[parts].dtype
+
+        def pair(a: Any, b: Any, op: Any = red.operation, dtype: Any = dtype) -> Any:
+            return op([dtype], a, b, t_unit.callables_table, t_unit.target)[0]
+
+        tree, tree_domains, last = row_lanes.combine_tree(
+            parts, bound, count, pair, insn.within_inames, f"calc_{parts}")
+        insns.extend(tree)
+        # the tree leaves the row's value in the first accumulator (none on an empty row)
         insns.append(insn.copy(
             expression=lp.Reduction(red.operation, (combine,),
                                     prim.Variable(parts)[prim.Variable(combine)]),
-            depends_on=insn.depends_on | {f"calc_{parts}"}))
-    domain = isl.BasicSet(f"[{bound}] -> {{ [{combine}] : 0 <= {combine} < {count} "
+            depends_on=insn.depends_on | {last}))
+    domain = isl.BasicSet(f"[{bound}] -> {{ [{combine}] : 0 <= {combine} < 1 "
                           f"and {combine} < {bound} }}")
     # Loopy schedules ilp loops with its older scheduler and warns every time: expected
     # here (design.md, the reduction recipe), so not shown to users
     silenced = [*knl.silenced_warnings, "v1_scheduler_fallback"]
     knl = knl.copy(instructions=insns, temporary_variables=temps,
-                   domains=[*knl.domains, domain], silenced_warnings=silenced)
-    return lp.tag_inames(t_unit.with_kernel(knl), {lane: lane_tag, combine: "unr"})
+                   domains=[*knl.domains, *tree_domains, domain], silenced_warnings=silenced)
+    steps = {f"{parts}_tree{level}": "unr" for level in range(len(tree_domains))}
+    return lp.tag_inames(t_unit.with_kernel(knl), {lane: lane_tag, combine: "unr", **steps})
 
 
 from ..caches import register_function as _register_cache  # noqa: E402  (fuseloop/caches.py)
