@@ -133,8 +133,9 @@ def test_group_rows_unchanged(restore_recipes):
 
 def test_few_columns_split(restore_recipes):
     """Batch-norm statistics over 40 columns, split across work-groups: the first
-    stage's work-groups are 64 columns by 2 pieces (not 128 columns, 88 past the
-    end), and the mean's and the variance's partial sums walk a piece together."""
+    stage's work-groups are 64 columns (not 128, 88 past the end) by slices of a piece,
+    the nested mean's partials are summed first (folded into the split), and the
+    mean's and the variance's partial sums walk the piece's rows together."""
     h = np.random.default_rng(4).standard_normal((3000, 40)).astype(np.float32)
     with fl.device("cpu"), fl.recipes.use(gpu_rows.with_params(column_items=4096)):
         x = fl.asarray(h)
@@ -147,8 +148,12 @@ def test_few_columns_split(restore_recipes):
     first = [k for k in kernels if "out1" in k and "NE" in k]
     assert len(first) == 1, src
     assert "lid(1)" in first[0] and "* 64" in first[0], first[0]
-    # one loop over the piece's rows, both sums in it
-    assert len(re.findall(r"for \(int j\d+ = 0", first[0])) == 1, first[0]
+    # one loop over the piece's rows (in0), both sums in it; the folded mean's partials
+    # (in1) in a loop of their own
+    loops = re.split(r"for \(int j\d+\w* = 0", first[0])[1:]
+    walking = [body for body in loops if "in0[" in body]
+    assert len(walking) == 1 and walking[0].count("in0[") == 2, first[0]
+    assert any("in1[" in body for body in loops), first[0]
 
 
 def test_few_outputs_split_in_group(restore_recipes):
