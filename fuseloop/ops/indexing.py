@@ -191,7 +191,8 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     if views is None:  # (most leaves are viewed once, if at all: nothing remembered)
         node.views = {}
         return _walk_view(arr, node, key)
-    hk = _view_key(key)
+    # (a key with Ellipsis is not a plain view: _walk_view refuses it, nothing is kept)
+    hk = _basic_key(key)
     if hk is None:
         return _walk_view(arr, node, key)
     leaf = views.get(hk)
@@ -208,26 +209,6 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     view._storage, view._node, view.device = node.storage, leaf, arr.device
     view.dtype, view._shape = leaf.dtype, leaf.shape
     return view
-
-
-def _view_key(key: Any) -> tuple | None:
-    """``key`` as a dict key, exactly: its ints, ``None`` and slices' (start, stop,
-    step) of ints and None; None for a key with anything else (a float equal to an
-    int must not find the int's view: numpy raises for it)."""
-    parts = []
-    for k in key if type(key) is tuple else (key,):
-        tk = type(k)
-        if tk is slice:
-            a, b, c = k.start, k.stop, k.step
-            if (a is None or type(a) is int) and (b is None or type(b) is int) and (
-                    c is None or type(c) is int):
-                parts.append((a, b, c))
-                continue
-            return None
-        if tk is not int and k is not None:
-            return None
-        parts.append(k)
-    return tuple(parts)
 
 
 def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
