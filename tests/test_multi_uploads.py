@@ -1,8 +1,9 @@
 """Halo uploads left to the devices' deferred work (issue 29, ``fuseloop.multi.uploads``)
 over two PoCL CPU devices, a context each (halo rows through the host), in a child
-process (the device list is made once per process): a halo read that fails is raised
-once, as HaloTransferError, at the next synchronisation or read back; the devices'
-queues are not blocked by it and later steps equal one device's again."""
+process (the device list is made once per process): a halo read that fails, or a halo
+write the driver refuses, is raised once, as HaloTransferError, at the next
+synchronisation or read back; the devices' queues are not blocked by it and later steps
+equal one device's again."""
 
 from __future__ import annotations
 
@@ -49,17 +50,31 @@ _CHILD = textwrap.dedent('''
         pending[0].reads[0] = (failed, source, *rest)
         return s
 
+    def refused_write(*args):
+        raise RuntimeError("write refused (test)")
+
+    def refusing_stencil(a):
+        """The stencil of ``a`` with device 1's halo write refused when it is enqueued."""
+        s = fl.stencil(a, w, boundary="wrap")
+        rt = _runtime(devs[1])
+        rt.enqueue_write = refused_write
+        return s
+
     for _ in range(3):  # (plans recorded and replayed)
         u, one = step(u), step(one)
     np.testing.assert_array_equal(u.get(), one.get())
-    for how in ("synchronize", "get"):
-        s = failing_stencil(u)
+    real_write = _runtime(devs[1]).enqueue_write
+    for how, make in (("synchronize", failing_stencil), ("get", failing_stencil),
+                      ("synchronize", refusing_stencil)):
+        s = make(u)
         bad = (u + np.float32(0.1) * s).eval()  # (the upload runs at the parts' launch)
+        _runtime(devs[1]).enqueue_write = real_write
         assert all(not _runtime(d).deferred for d in devs)  # (not put back: not blocked)
         try:
             fl.synchronize() if how == "synchronize" else bad.get()
         except HaloTransferError as e:
-            assert "could not be copied to device" in str(e) and devs[1].name in str(e), e
+            assert "could not be copied to device [" in str(e) and devs[1].name in str(e), e
+            assert e.__cause__ is not None
         else:
             raise AssertionError("the failed halo read was not raised")
         fl.synchronize()  # (raised once)
