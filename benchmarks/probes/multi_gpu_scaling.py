@@ -5,10 +5,14 @@ on 1 GPU (an ordinary array) and split over the first 2 and 4 GPUs of each backe
 (``--counts``), timed in the same run (``bench_multigpu``'s workloads, waits and checks).
 Per case: ms per call, GB/s, the ratio to one GPU (issue 29's targets: >= 1.8x on 2 GPUs
 and >= 3.4x on 4 for the elementwise and the sum) and, for a split call, when its parts
-were launched: the host microseconds from the call's start until part 0 was enqueued
-and each later part's enqueue after part 0's (``fuseloop.multi.trace``'s ``enqueued``
-events), and how long a staged part's own enqueues and submit took (``launch us``: from
-its ``enqueue begun``; what still separates two parts); medians over ``--traced`` calls.
+were launched (``fuseloop.multi.trace``'s events; for ten steps, the last step): the
+host microseconds from the call's start until its known parts began to be staged (the
+expression built, the reduction dispatched, a stencil's halos copied), staging them
+(plans found, buffers allocated, arguments listed), launching them (part 0's first
+enqueue to the last part's submit), each part's enqueue after part 0's, and one part's
+own enqueues and submit (what still separates two parts); medians over ``--traced``
+calls.  The last part starts after all three phases: they are the split call's host
+cost on top of one part's device time.
 A split stencil whose halo rows go through the host (OpenCL GPUs with a context each, the
 default) is timed again with the halo uploads left to the devices' deferred work (``+deferred``:
 ``FUSELOOP_MULTI_DEFERRED_UPLOADS=auto``).  Cases stop being started once ``--budget-s``
@@ -71,39 +75,47 @@ def workloads(n: int, g: int) -> list[bm.Workload]:
 
 
 def launch_offsets(w: bm.Workload, arrays: tuple, calls: int) -> dict[str, Any]:
-    """Medians over ``calls`` traced calls (each after the devices are idle): us from the
-    call's start until part 0 was enqueued, and each part's enqueue after part 0's."""
+    """Medians over ``calls`` traced calls (each after the devices are idle) of the last
+    split launch in the call (a ten-step stencil's last step): us from its start (the
+    call's, or the previous step's last enqueue) until its parts' staging began, the
+    staging, the launches (part 0's first enqueue to the last part's submit), each
+    part's enqueue after part 0's, and a part's own enqueues and submit."""
     sync = bm._sync_for(arrays)
-    firsts: list[float] = []
-    offsets: list[list[float]] = []
-    launches: list[float] = []  # (a staged part's enqueues and submit, us)
+    got: dict[str, list[Any]] = {k: [] for k in ("to_staging_us", "staging_us", "launches_us",
+                                                  "offsets_us", "launch_us")}
     for _ in range(calls):
         sync()
         with trace.tracing() as events:
             t0 = time.perf_counter()
             w.call(arrays)
-        # (a stencil step's parts are enqueued once per step: the last step's)
-        last: dict[int, float] = {}
+        stagings = [i for i, e in enumerate(events) if e[0] == "staging begun"]
+        at = stagings[-1] if stagings else 0
+        start = max([t for what, _, _, t in events[:at] if what == "enqueued"], default=t0)
         begun: dict[int, float] = {}
-        for what, part, _, t in events:
+        done: dict[int, float] = {}
+        for what, part, _, t in events[at:]:
             if what == "enqueue begun":
-                begun[part] = t
+                begun.setdefault(part, t)
             elif what == "enqueued" and part >= 0:
-                last[part] = t
-                if part in begun:
-                    launches.append((t - begun.pop(part)) * 1e6)
-        if 0 not in last:
+                done.setdefault(part, t)
+        if 0 not in done:
             continue
-        firsts.append((min(t for what, p, _, t in events if what == "enqueued" and p == 0)
-                       - t0) * 1e6)
-        offsets.append([(last[k] - last[0]) * 1e6 for k in sorted(last)])
+        us = 1e6
+        if stagings and 0 in begun:
+            staged_at = events[at][3]
+            got["to_staging_us"].append((staged_at - start) * us)
+            got["staging_us"].append((begun[0] - staged_at) * us)
+            got["launches_us"].append((max(done.values()) - begun[0]) * us)
+        got["offsets_us"].append([(done[k] - done[0]) * us for k in sorted(done)])
+        got["launch_us"] += [(done[k] - begun[k]) * us for k in begun if k in done]
     sync()
-    if not offsets:
-        return {}
-    width = min(len(o) for o in offsets)
-    return dict(first_us=statistics.median(firsts),
-                offsets_us=[statistics.median(o[k] for o in offsets) for k in range(width)],
-                launch_us=statistics.median(launches) if launches else None)
+    out: dict[str, Any] = {k: statistics.median(v) for k, v in got.items()
+                           if v and k != "offsets_us"}
+    if got["offsets_us"]:
+        width = min(len(o) for o in got["offsets_us"])
+        out["offsets_us"] = [statistics.median(o[k] for o in got["offsets_us"])
+                             for k in range(width)]
+    return out
 
 
 def through_host(devs: list[Any]) -> bool:
@@ -185,18 +197,19 @@ def main(argv: list[str] | None = None) -> int:
                           f"{row.get('ratio', float('nan')):.2f}", flush=True)
                     rows.append(row)
     print(f"\n{'backend':8s} {'workload':34s} {'gpus':>4s} {'ms':>9s} {'GB/s':>8s} "
-          f"{'ratio':>6s} {'target':>6s} {'first us':>9s} {'launch us':>9s}  "
-          f"{'part offsets us':22s} check")
+          f"{'ratio':>6s} {'target':>6s}  {'before/staging/launches us':>26s} "
+          f"{'a launch us':>11s}  {'part offsets us':22s} check")
     for r in rows:
         target = TARGETS.get((r["workload"], r["gpus"]))
         name = r["workload"] + (" +deferred" if r["deferred"] else "")
         offs = " ".join(f"{o:.0f}" for o in r.get("offsets_us", []))
-        first = f"{r['first_us']:.0f}" if "first_us" in r else "-"
-        launch = "-" if r.get("launch_us") is None else f"{r['launch_us']:.1f}"
+        phases = "-" if "staging_us" not in r else \
+            f"{r['to_staging_us']:.0f} / {r['staging_us']:.0f} / {r['launches_us']:.0f}"
+        launch = f"{r['launch_us']:.1f}" if "launch_us" in r else "-"
         check = "-" if "ok" not in r else "ok" if r["ok"] else "MISMATCH"
         print(f"{r['backend']:8s} {name:34s} {r['gpus']:4d} {r['ms']:9.3f} {r['gbs']:8.1f} "
               f"{r.get('ratio', float('nan')):6.2f} "
-              f"{'-' if target is None else f'{target:.1f}':>6s} {first:>9s} {launch:>9s}  "
+              f"{'-' if target is None else f'{target:.1f}':>6s}  {phases:>26s} {launch:>11s}  "
               f"{offs:22s} {check}")
     if skipped:
         print(f"\nnot run (past --budget-s {args.budget_s:.0f}): " + "; ".join(skipped))

@@ -95,6 +95,8 @@ def _partials(partials: dict, base: tuple, used: Sequence[Array], done: list[Arr
     hit: Any = None
     staged: list[_Staged] = []
     kinds: list[tuple[tuple[int, ...], Any]] = []
+    if trace.events is not None:
+        trace.note("staging begun", -1, used[0].device)
     for p in used:
         node = p._node
         if p._storage is not None:
@@ -138,6 +140,8 @@ def _lazy_parts(parts: Sequence[Array], out: list[bool]) -> None:
     token = _recipes_current[0]
     staged: list[_Staged] = []
     owners: list[Array] = []
+    if trace.events is not None:
+        trace.note("staging begun", -1, parts[0].device)
     for p in parts:
         if p._storage is not None:
             out.append(True)

@@ -22,6 +22,7 @@ def note(what: str, part: int, device: Any) -> None:
 @contextmanager
 def tracing() -> Iterator[list[tuple[str, int, int, float]]]:
     """Within it, split launches and reads append their events to the list it yields:
+    ``"staging begun"`` (part -1: a split call's known parts about to be staged),
     ``"enqueue begun"`` (a staged part's first enqueue about to be made), ``"enqueued"``
     (a part's kernels enqueued and its queue submitted), ``"read
     enqueued"``, ``"read done"``; a split stencil's phases (part -1): ``"halos
