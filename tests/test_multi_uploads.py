@@ -3,7 +3,7 @@ over two PoCL CPU devices, a context each (halo rows through the host), in a chi
 process (the device list is made once per process): a halo read that fails, or a halo
 write the driver refuses, is raised once, as HaloTransferError, at the next
 synchronisation or read back; the devices' queues are not blocked by it and later steps
-equal one device's again."""
+equal one device's again; an interruption leaves the upload to go on at the next use."""
 
 from __future__ import annotations
 
@@ -81,6 +81,31 @@ _CHILD = textwrap.dedent('''
         for _ in range(3):  # (the step computed again, and later steps: one device's)
             u, one = step(u), step(one)
             np.testing.assert_array_equal(u.get(), one.get())
+    # an interruption while an upload waits for a read: the upload stays in the device's
+    # deferred work and goes on from there at the next use of the queue
+    real_wait = uploads.wait
+    calls = []
+
+    def interrupted_wait(event, device):
+        calls.append(device)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        real_wait(event, device)
+
+    s, s_one = fl.stencil(u, w, boundary="wrap"), fl.stencil(one, w, boundary="wrap")
+    uploads.wait = interrupted_wait
+    try:
+        (u + np.float32(0.1) * s).eval()
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the interruption was not raised")
+    assert any(type(go) is uploads.DeferredUpload for d in devs for go, _ in _runtime(d).deferred)
+    fl.synchronize()  # (the rest of the upload, no error kept)
+    uploads.wait = real_wait
+    assert all(not _runtime(d).deferred for d in devs)
+    np.testing.assert_array_equal((u + np.float32(0.1) * s).get(),
+                                  (one + np.float32(0.1) * s_one).get())
     print("ok")
 ''')
 
