@@ -14,9 +14,10 @@ recording and checking modes, the flags' frame, the partial's signature).  It wo
 in two phases: first every part is staged (:class:`_Staged`: its plan looked up, its
 temporaries allocated, each step's argument lists made), then the staged parts are
 enqueued back to back (:func:`enqueue_all`): between two parts' enqueues there is only
-the queue's lock, the enqueue calls and the submit, so the last part starts a few
-microseconds after the first rather than a plan look-up and an allocation later per
-part.  A step whose kept launch plan is not valid for this launch (recipes changed,
+the queue's lock, the enqueue calls and the submit, so the parts start (and, of equal
+work, finish) within microseconds of each other.  The last part still starts after all
+of the call's host work (every part staged and enqueued): only less work per part makes
+it earlier.  A step whose kept launch plan is not valid for this launch (recipes changed,
 another index type, an error flag, a kernel not in the memory cache) goes through
 ``run_plans``' own step launch, so nothing is launched differently from the general
 path, only with fewer frames.  A flat elementwise part is staged from the cache
@@ -292,10 +293,10 @@ class _Prepared:
     (inputs, then the plan's new buffers).  A launch is then staged (:meth:`stage`:
     allocations and argument lists) and enqueued (:meth:`_Staged.launch`): no step's
     validity checked again but the kernel's presence in the memory cache (:meth:`valid`,
-    once per launch).  Made only for plans whose
-    steps all pass ``_launch``'s checks for a kept launch plan with an int32 index (the
-    inputs are checked below that size by :func:`_replay`); a step with view offsets
-    launches the launch plan its step keeps for the entry's offsets.  ``steps`` empty:
+    once per launch).  Made only for plans whose steps all pass ``_launch``'s checks for
+    a kept launch plan with an int32 index (the inputs are checked below that size by
+    ``run_plans.signed_pick``); a step with view offsets launches the launch plan its
+    step keeps for the entry's offsets.  ``steps`` empty:
     the plan cannot be prepared under this recipes token (:func:`_prepare`), its parts
     take ``_launch`` without asking again."""
 
