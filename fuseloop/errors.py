@@ -175,3 +175,9 @@ class OneLaunchRefused(FuseloopError, RuntimeError):
     """Internal: a two-stage reduction's stages cannot share one launch on this device
     (their grids or Loopy targets differ); caught by the evaluation, which launches them
     one after the other (``fuseloop.lower.one_launch``)."""
+
+
+class HaloTransferError(FuseloopError, RuntimeError):
+    """A copy of a split array's rows between two devices (a stencil's halo, through the
+    host) failed; raised at the next synchronisation or read back, once: what was
+    computed from those rows is invalid, the devices' queues work again."""

@@ -8,6 +8,7 @@ import threading
 import numpy as np
 
 import fuseloop as fl
+from fuseloop import host_path
 from fuseloop.multi import replay as multi_replay
 
 LAPLACE = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
@@ -16,13 +17,13 @@ LAPLACE = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
 def _launches(monkeypatch):
     """The devices of the parts launched from a prepared launch, in order."""
     seen: list = []
-    real = multi_replay._Prepared.launch
+    real = multi_replay._Prepared.stage
 
-    def launch(self, storages, scalars):
+    def stage(self, storages, scalars):
         seen.append(self.device)
         return real(self, storages, scalars)
 
-    monkeypatch.setattr(multi_replay._Prepared, "launch", launch)
+    monkeypatch.setattr(multi_replay._Prepared, "stage", stage)
     return seen
 
 
@@ -114,3 +115,47 @@ def test_kept_stencil_copies_cover_every_node_kind():
     from fuseloop.multi import windows
 
     assert set(windows._COPY) == set(windows._COPIERS)
+
+
+def test_split_parts_staged_before_the_first_enqueue(three, monkeypatch):
+    """A split call's known parts (an elementwise expression's, a sum's partials) are all
+    staged (plan looked up, output allocated, arguments listed) before the first part is
+    enqueued, then enqueued back to back: one kernel each, numpy's results."""
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)  # (the device path, as on a GPU)
+    order: list[str] = []
+    real_stage, real_flat, real_launch = (multi_replay._Prepared.stage,
+                                          multi_replay._stage_flat,
+                                          multi_replay._Staged.launch)
+
+    def stage(self, storages, scalars):
+        order.append("stage")
+        return real_stage(self, storages, scalars)
+
+    def stage_flat(*args):
+        got = real_flat(*args)
+        order.append("stage" if got is not None else "none")
+        return got
+
+    def launch(self):
+        order.append("launch")
+        return real_launch(self)
+
+    monkeypatch.setattr(multi_replay._Prepared, "stage", stage)
+    monkeypatch.setattr(multi_replay, "_stage_flat", stage_flat)
+    monkeypatch.setattr(multi_replay._Staged, "launch", launch)
+    rng = np.random.default_rng(6)
+    xn, yn = rng.random(3000, np.float32), rng.random(3000, np.float32)
+    with fl.device(three):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    for _ in range(2):  # (the first call builds and records, the second replays)
+        order.clear()
+        fl.reset_stats()
+        e = (2 * x - fl.sin(y) + x * y).eval()
+    assert order == ["stage"] * 3 + ["launch"] * 3
+    assert fl.stats()["kernels_launched"] == 3
+    np.testing.assert_allclose(e.get(), 2 * xn - np.sin(yn) + xn * yn, rtol=1e-5, atol=1e-6)
+    for _ in range(2):
+        order.clear()
+        total = float(fl.sum(x * y))
+    assert order == ["stage"] * 3 + ["launch"] * 3
+    np.testing.assert_allclose(total, np.dot(xn.astype(np.float64), yn), rtol=1e-5)

@@ -28,7 +28,7 @@ from ..evaluate import capturing_threads, recording_threads, run
 from ..host_path import read as host_read
 from ..run_plans import replay_signed
 from ..runtime.devices import _runtime
-from ..runtime.transfer import wait
+from ..runtime.transfer import before_read, wait
 from . import trace
 from .devset import DeviceSet, split_bounds
 from .replay import current, launched
@@ -366,7 +366,9 @@ def staging(device: Any, nbytes: int) -> tuple[Any, np.ndarray | None]:
 
 
 def finish_reads(pending: Sequence[_Pending]) -> None:
-    """Wait for each read :func:`start_read` enqueued, in turn, and copy staged ones out."""
+    """Wait for each read :func:`start_read` enqueued, in turn, and copy staged ones out;
+    then raise a deferred error (``transfer.before_read``: a failed halo upload's, a
+    gather's flag) before the caller sees the rows."""
     for item in pending:
         if item is None:
             continue
@@ -379,6 +381,9 @@ def finish_reads(pending: Sequence[_Pending]) -> None:
             slot.release()
         if trace.events is not None:
             trace.note("read done", k, device)
+    if before_read:
+        for hook in tuple(before_read):
+            hook()
 
 
 def is_multi(x: Any) -> bool:

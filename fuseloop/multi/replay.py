@@ -10,19 +10,24 @@ replay of the run plan its device holds (``run_plans``' plan by signature).  Thr
 the key's checks, the plan's replay, each step's launch checks, ``launching.enqueue``
 and its deferral, then the part's own queue look-up and submit.  :func:`replayed`
 makes those checks once per call where they are the same for every part (capture,
-recording and checking modes, the flags' frame, the partial's signature), and per part
-only what differs (its operands' buffers, its device's plan and queue), then enqueues
-each step's kernel with the step's kept launch plan under the queue's lock and submits
-the queue: what remains between two parts' enqueues is the plan look-up, the
-temporaries' allocation and the enqueue calls.  A step whose kept launch plan is not
-valid for this launch (recipes changed, another index type, an error flag, a kernel
-not in the memory cache) goes through ``run_plans``' own step launch, so nothing is
-launched differently from the general path, only with fewer frames.
+recording and checking modes, the flags' frame, the partial's signature).  It works
+in two phases: first every part is staged (:class:`_Staged`: its plan looked up, its
+temporaries allocated, each step's argument lists made), then the staged parts are
+enqueued back to back (:func:`enqueue_all`): between two parts' enqueues there is only
+the queue's lock, the enqueue calls and the submit, so the parts start (and, of equal
+work, finish) within microseconds of each other.  The last part still starts after all
+of the call's host work (every part staged and enqueued): only less work per part makes
+it earlier.  A step whose kept launch plan is not valid for this launch (recipes changed,
+another index type, an error flag, a kernel not in the memory cache) goes through
+``run_plans``' own step launch, so nothing is launched differently from the general
+path, only with fewer frames.  A flat elementwise part is staged from the cache
+``evaluate.run_flat`` reads (:func:`_stage_flat`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import threading
@@ -35,10 +40,11 @@ from .. import host_path as _host
 from .. import plan_steps as _steps
 from .. import run_plans as _rp
 from ..array import Array
-from ..evaluate import capturing_threads, recording_threads
+from ..evaluate import allocate, capturing_threads, recording_threads
 from ..expr import program as _prog
 from ..expr.ir import INT32_LIMIT
 from ..expr.nodes import signature_of
+from ..expr.program import flat_entries
 from ..launching import (
     DEFER_MAX_ELEMENTS,
     INDEX_INT32,
@@ -88,25 +94,34 @@ def _partials(partials: dict, base: tuple, used: Sequence[Array], done: list[Arr
     token = _recipes_current[0]
     last_sig: Any = None
     hit: Any = None
-    for k, p in enumerate(used):
+    staged: list[_Staged] = []
+    kinds: list[tuple[tuple[int, ...], Any]] = []
+    if trace.events is not None:
+        trace.note("staging begun", -1, used[0].device)
+    for p in used:
         node = p._node
         if p._storage is not None:
-            return
+            break
         sig = node.sig or signature_of(node)
         if not sig:
-            return
+            break
         if sig is not last_sig:
             hit = partials.get((base, sig))
             last_sig = sig
         if hit is None:
-            return
+            break
         rsig, shape, dtype = hit
-        out = _replay(node, rsig, shape, p.device, token)
-        if out is None:
-            return
-        done.append(Array._concrete(out, dtype, shape))
-        if trace.events is not None:
-            trace.note("enqueued", k, p.device)
+        ready = _stage(node, rsig, shape, p.device, token)
+        if ready is None:
+            break
+        staged.append(ready)
+        kinds.append((shape, dtype))
+    results: list[Any] = []
+    try:
+        enqueue_all(staged, results)
+    finally:  # (the parts enqueued before an error are the caller's to keep)
+        done.extend(Array._concrete(r, dtype, shape)
+                    for r, (shape, dtype) in zip(results, kinds))
 
 
 def launched(parts: Sequence[Array]) -> list[bool]:
@@ -124,26 +139,62 @@ def launched(parts: Sequence[Array]) -> list[bool]:
 
 def _lazy_parts(parts: Sequence[Array], out: list[bool]) -> None:
     token = _recipes_current[0]
-    for k, p in enumerate(parts):
+    staged: list[_Staged] = []
+    owners: list[Array] = []
+    if trace.events is not None:
+        trace.note("staging begun", -1, parts[0].device)
+    for p in parts:
         if p._storage is not None:
             out.append(True)
             continue
-        node = p._node
-        sig = node.sig or signature_of(node)
-        got = _replay(node, sig, p.shape, p.device, token) if sig else None
-        if got is None:
-            out.append(False)
-            continue
-        p._become(got)
-        out.append(True)
-        if trace.events is not None:
-            trace.note("enqueued", k, p.device)
+        node, shape = p._node, p.shape
+        ready = _stage_flat(node, shape, p.device, token) \
+            if not node.fancy and len(shape) == 1 else None
+        if ready is None:
+            sig = node.sig or signature_of(node)
+            ready = _stage(node, sig, shape, p.device, token) if sig else None
+        out.append(ready is not None)
+        if ready is not None:
+            staged.append(ready)
+            owners.append(p)
+    results: list[Any] = []
+    try:
+        enqueue_all(staged, results)
+    finally:
+        for p, r in zip(owners, results):
+            p._become(r)
+        if len(results) < len(owners):  # (an error: the rest are still lazy)
+            late = {id(p) for p in owners[len(results):]}
+            out[:] = [o and id(p) not in late for p, o in zip(parts, out)]
 
 
-def _replay(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any) -> Any:
-    """The result of the plan ``device`` holds for signature ``sig`` and ``shape`` over
-    ``node``'s operands, enqueued and submitted; None where none is held or its
-    buffers need ``run_plans``' walk (as ``run_plans._signed_replay`` decides)."""
+def enqueue_all(staged: Sequence[_Staged], results: list[Any]) -> None:
+    """Each of ``staged`` enqueued and its queue submitted, back to back (nothing else
+    between two parts: every look-up, allocation and argument list was made when they
+    were staged); their results appended to ``results`` as they are enqueued."""
+    events = trace.events
+    counted = 0
+    try:
+        for k, ready in enumerate(staged):
+            if events is not None:
+                trace.note("enqueue begun", k, ready.device)
+            results.append(ready.launch())
+            counted += ready.counted
+            if events is not None:
+                trace.note("enqueued", k, ready.device)
+    finally:
+        if counted:
+            with _stats_lock:
+                _counters["memory_cache_hits"] += counted
+                _counters["kernels_launched"] += counted
+
+
+def _stage(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any
+           ) -> _Staged | None:
+    """The launch of the plan ``device`` holds for signature ``sig`` and ``shape`` over
+    ``node``'s operands, made ready to enqueue (:class:`_Staged`); None where none is
+    held or its buffers need ``run_plans``' walk (as ``run_plans._signed_replay``
+    decides)."""
     operands = node.operands
     if operands is None:
         return None
@@ -157,10 +208,70 @@ def _replay(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any
         if ready is None or ready.entry is not entry or ready.token is not token:
             ready = _prepare(entry, storages, device, token)
         if ready is not None and ready.valid(token):
-            with current(device):
-                return ready.launch(storages, scalars)
+            return ready.stage(storages, scalars)
+    return _Staged(device, functools.partial(_launch, plan, storages, scalars, offsets,
+                                             device, token), (), None, 0)
+
+
+def _stage_flat(node: Any, shape: tuple[int, ...], device: Any, token: Any
+                ) -> _Staged | None:
+    """The launch ``evaluate.run_flat`` would make of the flat elementwise ``node`` (its
+    structure, kernel and launch plan all cached: the same look-ups and checks), made
+    ready to enqueue with its output allocated; None where run_flat would not take it
+    (the part then goes its own way)."""
+    operands = node.operands
+    entry = flat_entries.get((node.sig, shape)) if operands is not None else None
+    if entry is None:
+        return None
+    picked = entry.take(operands)
+    plans = entry.launches.get(device)
+    if picked is None or plans is None:
+        return None
+    plan = plans.get(INDEX_INT32)
+    storages, scalars = picked
+    if plan is None or plan.stamp is not token or token is None or not plan.compiled.in_cache:
+        return None
+    for s in storages:
+        if s.device is not device or s.nbytes > INT32_LIMIT:
+            return None
+    try:
+        kernel, last = plan.threads.state
+    except AttributeError:  # (this thread's first launch of the structure)
+        return None
     with current(device):
-        return _launch(plan, storages, scalars, offsets, device, token)
+        out = allocate(shape[0] * node.dtype.itemsize, device)
+    return _Staged(device, None, [(plan.go, kernel, last, out, storages, scalars)], out, 1)
+
+
+class _Staged:
+    """One part's launch with everything but the enqueues done: a prepared launch's
+    calls (launch function, kernel object, its argument record, outputs, inputs,
+    scalars: the temporaries allocated), or ``general``, the general step launch of
+    :func:`_launch` (which counts its own launches).  :meth:`launch` enqueues it and
+    submits its queue; ``counted``: the launches :func:`enqueue_all` counts for it."""
+
+    __slots__ = ("calls", "counted", "device", "general", "result")
+
+    def __init__(self, device: Any, general: Any, calls: Sequence[tuple], result: Any,
+                 counted: int) -> None:
+        self.device, self.general, self.calls = device, general, calls
+        self.result, self.counted = result, counted
+
+    def launch(self) -> Any:
+        """The part enqueued and its queue submitted; its result."""
+        device = self.device
+        with current(device):
+            if self.general is not None:
+                return self.general()
+            rt = _runtime(device)
+            queue = rt.queue
+            with rt.launch_lock:
+                if rt.deferred:
+                    rt.flush()
+                for go, kernel, last, outs, ins, scs in self.calls:
+                    go(outs, ins, scs, kernel, last, queue)
+                rt.submit(queue)
+        return self.result
 
 
 #: whether a known plan's launch on a device is prepared once (:class:`_Prepared`: its
@@ -179,12 +290,13 @@ class _Prepared:
     """One run plan's launch on one device with everything that does not depend on the
     buffers found once: per step its launch function, this thread's kernel object and
     argument record, and where its outputs, inputs and scalars lie in the replay's pool
-    (inputs, then the plan's new buffers).  A launch then allocates, enqueues each step
-    and submits the queue: no step's validity checked again but the kernel's presence
-    in the memory cache (:meth:`valid`, once per launch).  Made only for plans whose
-    steps all pass ``_launch``'s checks for a kept launch plan with an int32 index (the
-    inputs are checked below that size by :func:`_replay`); a step with view offsets
-    launches the launch plan its step keeps for the entry's offsets.  ``steps`` empty:
+    (inputs, then the plan's new buffers).  A launch is then staged (:meth:`stage`:
+    allocations and argument lists) and enqueued (:meth:`_Staged.launch`): no step's
+    validity checked again but the kernel's presence in the memory cache (:meth:`valid`,
+    once per launch).  Made only for plans whose steps all pass ``_launch``'s checks for
+    a kept launch plan with an int32 index (the inputs are checked below that size by
+    ``run_plans.signed_pick``); a step with view offsets launches the launch plan its
+    step keeps for the entry's offsets.  ``steps`` empty:
     the plan cannot be prepared under this recipes token (:func:`_prepare`), its parts
     take ``_launch`` without asking again."""
 
@@ -212,22 +324,16 @@ class _Prepared:
                 return False
         return True
 
-    def launch(self, storages: list[Any], scalars: list[Any]) -> Any:
-        """The plan enqueued over ``storages`` and ``scalars`` and the queue submitted;
-        the plan's result."""
-        pool = storages + _steps.temporaries(self.allocs, self.device)
-        rt, queue = self.rt, self.queue
-        with rt.launch_lock:
-            if rt.deferred:
-                rt.flush()
-            for go, kernel, last, outs, ins, scs in self.steps:
-                go([pool[i] for i in outs], [pool[i] for i in ins], [scalars[i] for i in scs],
-                   kernel, last, queue)
-            rt.submit(queue)
-        with _stats_lock:
-            _counters["memory_cache_hits"] += self.n_steps
-            _counters["kernels_launched"] += self.n_steps
-        return pool[self.result]
+    def stage(self, storages: list[Any], scalars: list[Any]) -> _Staged:
+        """The plan's launch over ``storages`` and ``scalars`` made ready (its
+        temporaries allocated, each step's arguments listed), not yet enqueued."""
+        pool = storages
+        if self.allocs:
+            with current(self.device):
+                pool = storages + _steps.temporaries(self.allocs, self.device)
+        calls = [(go, kernel, last, [pool[i] for i in outs], [pool[i] for i in ins],
+                  [scalars[i] for i in scs]) for go, kernel, last, outs, ins, scs in self.steps]
+        return _Staged(self.device, None, calls, pool[self.result], self.n_steps)
 
 
 def _prepare(entry: Any, storages: list[Any], device: Any, token: Any) -> _Prepared | None:

@@ -22,7 +22,9 @@ def note(what: str, part: int, device: Any) -> None:
 @contextmanager
 def tracing() -> Iterator[list[tuple[str, int, int, float]]]:
     """Within it, split launches and reads append their events to the list it yields:
-    ``"enqueued"`` (a part's kernels enqueued and its queue submitted), ``"read
+    ``"staging begun"`` (part -1: a split call's known parts about to be staged),
+    ``"enqueue begun"`` (a staged part's first enqueue about to be made), ``"enqueued"``
+    (a part's kernels enqueued and its queue submitted), ``"read
     enqueued"``, ``"read done"``; a split stencil's phases (part -1): ``"halos
     enqueued"`` (every halo's copy or read under way), ``"parts built"`` (every part's
     expression made), ``"halos uploaded"`` (the reads through the host waited for and

@@ -11,6 +11,15 @@ stencil returns at once, its consumer is built while the reads complete, and eac
 part's launch waits only for its own halo rows, then writes them.  Nothing reads a
 halo buffer but through its device's queue (kernels, reads, ``fl.synchronize()``, the
 host path's evaluations all enqueue or wait on the deferred work first).
+
+A read that fails (the driver's error at its wait) or a write that cannot be enqueued
+ends its upload there: the rest of its reads are waited for (their rows and slots let
+go), its writes dropped, and the error kept for the next synchronisation or read back
+(``transfer.before_read``: ``fl.synchronize()``, ``.get()``, a split array's reads),
+which raises it once as :class:`~fuseloop.errors.HaloTransferError`, as a gather's
+out-of-range flag is raised.  The upload leaves its device's deferred work either way,
+so the queue is not blocked by it: the parts launched meanwhile read rows never written
+(their results are invalid, which the error says), later steps copy their halos anew.
 """
 
 from __future__ import annotations
@@ -21,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import HaloTransferError
 from ..runtime.devices import _runtime
-from ..runtime.transfer import wait
+from ..runtime.transfer import before_read, wait
 
 #: which destination devices' halo uploads through the host wait in their deferred work,
 #: with the host's wait for their reads: ``0`` (default: none, the host waits in the
@@ -46,29 +56,47 @@ class DeferredUpload:
     deferred work: called with the queue, it waits for the reads of its rows (on their
     devices), copies staged rows out and enqueues the writes (their host rows and slots
     noted in ``in_flight``, the batch's thread's list of writes under way, let go once
-    written).  Each read and write is done once: called again after an error (the
-    runtime puts it back), it goes on from where it stopped."""
+    written).  Each read and write is done once: called again after an interruption
+    (the runtime puts it back), it goes on from where it stopped; a driver's error ends
+    it (:meth:`_abandon`)."""
 
-    __slots__ = ("device", "in_flight", "reads", "writes")
+    __slots__ = ("device", "failed_from", "in_flight", "reads", "writes")
 
     def __init__(self, device: Any, in_flight: list[Any]) -> None:
         self.device, self.in_flight = device, in_flight
+        self.failed_from: Any = None  # (the device of the read that failed)
         #: (the read's event, its device, the storage read, the host rows, what the read
         #: fills, the staging slot or None, the destination): ``_HostBatch.pending``'s
         self.reads: list[tuple] = []
         self.writes: list[tuple[np.ndarray, Any, Any]] = []  # (host rows, buffer, slot)
 
     def __call__(self, queue: Any) -> None:
+        try:
+            self._read()
+            self._write(queue)
+        except Exception as error:  # (the driver's: a failed read or a refused write)
+            self._abandon(error)
+
+    def _read(self) -> None:
         reads = self.reads
         while reads:
             event, source, _, host, into, slot, _ = reads[0]
             if event is not None:
-                wait(event, source)
+                try:
+                    wait(event, source)
+                except Exception:
+                    reads.pop(0)  # (done, failed)
+                    self.failed_from = source
+                    if slot is not None:
+                        slot.release()
+                    raise
             if into is not host:
                 host.reshape(-1).view(np.uint8)[...] = into
             if slot is not None:
                 slot.release()
             reads.pop(0)
+
+    def _write(self, queue: Any) -> None:
         rt = _runtime(self.device)
         writes = self.writes
         while writes:
@@ -78,3 +106,47 @@ class DeferredUpload:
                 slot.event = event  # (not handed out again before the write completed)
             self.in_flight.append((event, self.device, host, slot))
             writes.pop(0)
+
+    def _abandon(self, error: Exception) -> None:
+        """End this upload after ``error``: its other reads waited for (their failures
+        ignored: one error is reported) and their slots let go, its writes dropped, the
+        error kept for the next synchronisation or read back."""
+        for event, source, _, _, _, slot, _ in self.reads:
+            if event is not None:
+                try:
+                    wait(event, source)
+                except Exception:
+                    pass  # (the first error is the one reported)
+            if slot is not None:
+                slot.release()
+        for _, _, slot in self.writes:
+            if slot is not None:
+                slot.release()
+        self.reads.clear()
+        self.writes.clear()
+        source, device = self.failed_from, self.device
+        whence = "" if source is None else f" from device [{source.index}] {source.name}"
+        kept = HaloTransferError(
+            f"halo rows of a split array could not be copied to device [{device.index}] "
+            f"{device.name}{whence} ({type(error).__name__}: {error}); the parts launched "
+            "since read rows never written, so results computed from them are invalid: "
+            "compute them again (the devices' queues work again)")
+        kept.__cause__ = error
+        failed.append(kept)
+        if raise_failed not in before_read:
+            before_read.append(raise_failed)
+
+
+#: errors of abandoned uploads not yet raised (the first is raised by :func:`raise_failed`)
+failed: list[HaloTransferError] = []
+
+
+def raise_failed() -> None:
+    """Raise the first kept upload error, once (a ``transfer.before_read`` hook: the next
+    synchronisation or read back); the others with it are dropped."""
+    if raise_failed in before_read:
+        before_read.remove(raise_failed)
+    if failed:
+        error = failed[0]
+        failed.clear()
+        raise error
