@@ -80,6 +80,17 @@ def test_former_rule_is_a_parameter(device):
         b @ b, device, rc.gpu_tiled.with_params(wide_tiles=rc.GPU_TILES_WIDE_V4))
 
 
+def test_pair_component_by_index_where_the_device_compiler_unrolls(device):
+    """``reg_loops="device"``: the pair's component is a loop index (``fl_lvec2d_at``), a
+    literal once the device compiler unrolls the loop."""
+    a = fl.empty((256, 256), dtype=np.float64, device=device)
+    tiles = rc.GPU_TILES_WIDE._replace(reg_loops="device")
+    src = _source(a @ a, device, rc.gpu_tiled.with_params(wide_tiles=tiles))
+    assert "#define fl_lvec2d_at(x, c) ((c) == 0 ? fl_lvec2d_of(x).s0 : " \
+        "fl_lvec2d_of(x).s1)" in src
+    assert "fl_lvec2d_at(x_tile[" in src and "fl_lvec2d(" not in src
+
+
 def test_medium_side_keeps_whole_pairs(device):
     """A side of at most 64 outputs gets blocks of 64 (not 128) when the work-items still
     own whole groups of a vector's elements: pairs for float64."""

@@ -210,7 +210,7 @@ def _registers(case: Case, arrays: list[Any], swap: Callable, recipe: Any) -> st
     if case.inplace is not None:
         return "regs: n/a (in place)"
     tiles = getattr(recipe, "values", {}).get("wide_tiles")
-    return regs_of(case.run([fl.asarray(np.asarray(a.get())) for a in arrays], swap), tiles)
+    return regs_of(case.run(arrays, swap), tiles)
 
 
 def _print(case: Case, dtype: np.dtype, rows: list[tuple[str, float | None, str]]) -> None:

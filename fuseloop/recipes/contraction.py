@@ -27,7 +27,8 @@ and stored after them into a second copy of the tiles: one barrier per step.  Th
 index ranges are padded to whole tiles
 (:func:`~fuseloop.lower.contraction.pad_to_tiles`): no bounds checks in the loops,
 only clamped reads in the fill and predicated stores.  8-byte types use
-64 x 64 blocks in the strided layout (the best of the shapes measured).
+128 x 64 blocks (``GPU_TILES_WIDE``): a register tile of float32's bytes, in runs of
+two (a double2) where float32's are runs of four.
 
 Loopy's ``add_prefetch`` is ``precompute`` of a rule that reads one array; it
 is not used directly because an operand is an expression over flat addresses
