@@ -27,7 +27,8 @@ and stored after them into a second copy of the tiles: one barrier per step.  Th
 index ranges are padded to whole tiles
 (:func:`~fuseloop.lower.contraction.pad_to_tiles`): no bounds checks in the loops,
 only clamped reads in the fill and predicated stores.  8-byte types use
-64 x 64 blocks in the strided layout (the best of the shapes measured).
+128 x 64 blocks (``GPU_TILES_WIDE``): a register tile of float32's bytes, in runs of
+two (a double2) where float32's are runs of four.
 
 Loopy's ``add_prefetch`` is ``precompute`` of a rule that reads one array; it
 is not used directly because an operand is an expression over flat addresses
@@ -176,8 +177,17 @@ PREFETCH = ("none", "regs", "double")
 #: On an H100's OpenCL "vector" gave the same PTX as "loopy" and the same speed at half
 #: Loopy's code generation time: GPU_TILES takes it
 REG_LOOPS = ("loopy", "vector", "device")
-#: 8-byte types: half the registers per output
-GPU_TILES_WIDE = TileConfig(bm=64, bn=64, bk=8, tm=16, tn=16)
+#: 8-byte types: GPU_TILES' structure with a register tile of the same bytes, 8 x 4
+#: doubles (64 registers of accumulators, as float32's 8 x 8), read as double2 pairs,
+#: and local tiles of 25 KiB (two copies); the columns halved, not the rows: a warp's
+#: 32 work-items read 16 different columns of the tile but 2 different rows
+#: (broadcasts), so the column reads are the ones that cost local memory bandwidth
+GPU_TILES_WIDE = TileConfig(128, 64, 8, 16, 16, "blocked", vec=True, prefetch="double",
+                            reg_loops="vector")
+#: 8-byte types before recipe version 5 (4 x 4 strided outputs per work-item, scalar
+#: reads, one copy of the tiles): ``gpu_tiled.with_params(wide_tiles=GPU_TILES_WIDE_V4)``
+#: is the former rule (benchmarks/probes/matmul_dtype_probe.py times both)
+GPU_TILES_WIDE_V4 = TileConfig(bm=64, bn=64, bk=8, tm=16, tn=16)
 
 
 #: TileConfig.reg_loops: the Loopy tags of the register tile's inames and of the blocked
@@ -189,21 +199,24 @@ _REG_TAGS = {"loopy": ("unr", "unr"), "vector": ("unr_hint", "unr"),
 
 def _split_output(t_unit: lp.TranslationUnit, axis: str, block: int, threads: int,
                   layout: str, group_tag: str, local_tag: str, reg_tag: str = "ilp",
-                  lane_tag: str | None = None) -> tuple[lp.TranslationUnit, list[str]]:
+                  lane_tag: str | None = None, lanes: int = 4
+                  ) -> tuple[lp.TranslationUnit, list[str]]:
     """Split output axis ``axis``; returns the inames a fill sweeps (local and register).
-    ``lane_tag`` (default ``reg_tag``): the blocked layout's four consecutive outputs."""
+    ``lanes``: the blocked layout's consecutive outputs of a work-item (a 16-byte
+    vector's elements), ``lane_tag`` (default ``reg_tag``) their iname's tag."""
     t_unit = lp.split_iname(t_unit, axis, block, outer_tag=group_tag,
                             inner_iname=f"{axis}_in", outer_iname=f"{axis}_blk")
-    if layout == "strided" or block // threads < 4 or (block // threads) % 4:
+    per = block // threads
+    if layout == "strided" or lanes < 2 or per < lanes or per % lanes:
         # axis = blk*block + r*threads + l
         t_unit = lp.split_iname(t_unit, f"{axis}_in", threads, outer_tag=reg_tag,
                                 inner_tag=local_tag, outer_iname=f"{axis}_r",
                                 inner_iname=f"{axis}_l")
         return t_unit, [f"{axis}_l", f"{axis}_r"]
-    # axis = blk*block + r1*(4*threads) + l*4 + r0
-    t_unit = lp.split_iname(t_unit, f"{axis}_in", 4 * threads, outer_tag=reg_tag,
+    # axis = blk*block + r1*(lanes*threads) + l*lanes + r0
+    t_unit = lp.split_iname(t_unit, f"{axis}_in", lanes * threads, outer_tag=reg_tag,
                             outer_iname=f"{axis}_r1", inner_iname=f"{axis}_c")
-    t_unit = lp.split_iname(t_unit, f"{axis}_c", 4, outer_tag=local_tag,
+    t_unit = lp.split_iname(t_unit, f"{axis}_c", lanes, outer_tag=local_tag,
                             inner_tag=lane_tag or reg_tag,
                             outer_iname=f"{axis}_l", inner_iname=f"{axis}_r0")
     return t_unit, [f"{axis}_l", f"{axis}_r1", f"{axis}_r0"]
@@ -257,8 +270,7 @@ def _fill_tiles(t_unit: lp.TranslationUnit, cfg: TileConfig, sweep_x: list[str],
 
             knl2 = t_unit.default_entrypoint
             tv = knl2.temporary_variables[f"{name}_tile"]
-            pad = max(1, 32 // cfg.bk) if cfg.bk < 32 else 1
-            pad = -(-pad // 4) * 4 if cfg.layout == "blocked" else pad
+            pad = pipeline.row_pad(cfg)
             shape = tuple(tv.shape)  # type: ignore[arg-type]
             storage = (*shape[:-1], shape[-1] + pad)  # type: ignore[assignment]
             strides = [math.prod(storage[d + 1:]) for d in range(len(storage))]
@@ -283,16 +295,20 @@ def tiled(cfg: TileConfig):
 
 
 def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
+    from ..lower.contraction import operand_itemsize
+
     knl = t_unit.default_entrypoint
     t_unit = pad_to_tiles(t_unit, {ROW: cfg.bm, COL: cfg.bn, RED: cfg.bk})
     batch = BATCH in knl.all_inames()
     if batch:
         t_unit = lp.tag_inames(t_unit, {BATCH: "g.2"})
     reg_tag, lane_tag = _REG_TAGS[cfg.reg_loops]
+    # (a work-item's consecutive outputs: one 16-byte vector read of the tiles)
+    lanes = pipeline.vector_width(operand_itemsize(knl))
     t_unit, sweep_x = _split_output(t_unit, ROW, cfg.bm, cfg.tm, cfg.layout, "g.1", "l.1",
-                                    reg_tag, lane_tag)
+                                    reg_tag, lane_tag, lanes)
     t_unit, sweep_y = _split_output(t_unit, COL, cfg.bn, cfg.tn, cfg.layout, "g.0", "l.0",
-                                    reg_tag, lane_tag)
+                                    reg_tag, lane_tag, lanes)
     # (the step's loop is left for the device compiler to unroll: Loopy unrolling
     # it generated bk copies of the bm/tm x bn/tn updates, and its code generation
     # time grew with them, 4x for 8 x 8 outputs per work-item)
@@ -485,7 +501,7 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
                                         skinny_stage, k_fast, max(itemsize, 4))
             return split_lanes(t_unit, axis, extent, group, skinny_lanes, skinny_unroll,
                                stage)
-    cfg = _medium_tiles(cfg, knl, medium)
+    cfg = _medium_tiles(cfg, knl, medium, pipeline.vector_width(itemsize))
     cfg = skinny_tiles(cfg, short[0], short[1], skinny_group, skinny_bk, max(itemsize, 4))
     return _tile(t_unit, _for_backend(cfg, device))
 
@@ -500,13 +516,15 @@ def _for_backend(cfg: TileConfig, device: Device) -> TileConfig:
     return cfg
 
 
-def _medium_tiles(cfg: TileConfig, knl: lp.LoopKernel, medium: int) -> TileConfig:
+def _medium_tiles(cfg: TileConfig, knl: lp.LoopKernel, medium: int,
+                  lanes: int = 4) -> TileConfig:
     """A side of at most ``medium`` outputs (``64 x K @ K x N``) gets blocks of
     ``medium`` along it rather than padding to a larger tile (half of 128 x 128
-    computed for nothing), when the work-items still own whole groups of four."""
+    computed for nothing), when the work-items still own whole groups of ``lanes``
+    (the blocked layout's consecutive outputs)."""
     def fits(axis: str, size: int, threads: int) -> bool:
         hi = extent_range(knl, axis)[1]
-        return hi is not None and hi <= medium < size and medium % (4 * threads) == 0
+        return hi is not None and hi <= medium < size and medium % (lanes * threads) == 0
 
     if medium and fits(ROW, cfg.bm, cfg.tm):
         cfg = cfg._replace(bm=medium)
@@ -549,16 +567,16 @@ MIN_LOCAL_MEMORY = 32 * 1024
 
 
 def _tiles_fit(values: Mapping[str, Any], device: Device) -> bool:
-    """Whether both tile configurations fit the device's work-group size and (at 8
-    bytes an element, padding included) the minimum local memory."""
+    """Whether both tile configurations fit the device's work-group size and (at 4 and
+    8 bytes an element, padding included: ``contraction_pipeline.tile_bytes``) the
+    minimum local memory."""
     if max(values["skinny_group"], values["stream_group"]) > device.max_work_group_size \
             or values["skinny_lanes"] > values["skinny_group"]:
         return False
     for cfg, itemsize in ((values["tiles"], 4), (values["wide_tiles"], 8)):
         if cfg.tm * cfg.tn > device.max_work_group_size:
             return False
-        copies = 2 if cfg.prefetch == "double" else 1
-        if (cfg.bk + 8) * (cfg.bm + cfg.bn) * itemsize * copies > MIN_LOCAL_MEMORY:
+        if pipeline.tile_bytes(cfg, itemsize) > MIN_LOCAL_MEMORY:
             return False
     return True
 
@@ -569,7 +587,8 @@ _TILE_SEARCH = (GPU_TILES, GPU_TILES_PLAIN, GPU_TILES._replace(prefetch="regs"),
                 GPU_TILES._replace(vec=False), TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(128, 64, 8, 16, 16, "blocked"), TileConfig(128, 128, 8, 16, 16),
                 TileConfig(64, 64, 8, 8, 8, "blocked"))
-_WIDE_SEARCH = (GPU_TILES_WIDE, TileConfig(64, 64, 8, 16, 16, "blocked"),
+_WIDE_SEARCH = (GPU_TILES_WIDE, GPU_TILES_WIDE_V4, GPU_TILES_WIDE._replace(bm=64),
+                GPU_TILES_WIDE._replace(bn=128, bk=4), TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(32, 32, 8, 8, 8))
 _TILES_TEXT = ("a TileConfig with positive sizes, tm dividing bm, tn dividing bn, prefetch "
                "one of 'none', 'regs', 'double', unroll and max_registers >= 0, reg_loops "
@@ -586,7 +605,7 @@ GPU_MEDIUM = 64
 GPU_ALIGN = 128
 
 gpu_tiled = Recipe(
-    "gpu-tiled", _gpu_tiled, kind="contraction", version="4",
+    "gpu-tiled", _gpu_tiled, kind="contraction", version="5",
     params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types",
                   Space(_TILE_SEARCH, _tiles_ok, _TILES_TEXT)),
             Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types",
@@ -776,5 +795,5 @@ def untiled(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
     return lp.split_iname(t_unit, COL, 16, outer_tag="g.0", inner_tag="l.0")
 
 
-__all__ = ["CPU_BLOCKS", "GPU_TILES", "GPU_TILES_PLAIN", "GPU_TILES_WIDE", "CpuBlocks",
-           "TileConfig", "blocked", "cpu_blocked", "gpu_tiled", "tiled", "untiled"]
+__all__ = ["CPU_BLOCKS", "GPU_TILES", "GPU_TILES_PLAIN", "GPU_TILES_WIDE", "GPU_TILES_WIDE_V4",
+           "CpuBlocks", "TileConfig", "blocked", "cpu_blocked", "gpu_tiled", "tiled", "untiled"]

@@ -9,9 +9,9 @@ the loop domains of the tiled kernel restated for Loopy's code generation
 They follow the structure of the hand-written trailing update
 (:mod:`fuseloop.linalg_gemm`): per step of the reduced range a work-item reads its
 rows and columns of the local tiles as 16-byte vectors (float4: four vector loads for
-64 products at 8 x 8 outputs per work-item), and the global loads of step ``s + 1``
-are issued before the products of step ``s`` so that their latency is hidden behind
-the arithmetic rather than behind other work-groups alone.
+64 products at 8 x 8 outputs per work-item; double2 for 8-byte types), and the global
+loads of step ``s + 1`` are issued before the products of step ``s`` so that their
+latency is hidden behind the arithmetic rather than behind other work-groups alone.
 """
 
 from __future__ import annotations
@@ -23,40 +23,67 @@ import numpy as np
 from .._lazy import isl, lp, prim
 from ..lower.contraction import RED, REDUCTION_ID, contraction_sizes, operand_info
 
-#: elements of one vector read of a local tile (float4: 16-byte shared loads)
-VECTOR_WIDTH = 4
+#: bytes of one vector read of a local tile (float4, double2: 16-byte shared loads)
+VECTOR_BYTES = 16
+#: the vector type of a 16-byte read of each element type, by numpy type character
+VECTOR_TYPES = {"f": "float4", "d": "double2"}
 
 
-#: reads one component of the 16-byte vector at a tile element (an address of a
-#: float4-aligned element: the tile's storage is a float4 array, see vector_tile_reads);
-#: the device compiler merges the four components' loads of one address into one
-LOCAL_VECTOR_READ = "fl_lvec4"
-_LOCAL_VECTOR_SOURCE = (f"#define {LOCAL_VECTOR_READ}(x, c) "
-                        "((*(__local const float4 *) &(x)).s##c)")
-#: the same read with the component a loop's index (``TileConfig.reg_loops="device"``:
-#: a loop the device compiler unrolls, after which ``c`` is a constant and the
-#: selection folds to the literal component's read)
-LOCAL_VECTOR_PICK = "fl_lvec4_at"
-_LOCAL_VECTOR_PICK_SOURCE = (
-    "#define fl_lvec4_of(x) (*(__local const float4 *) &(x))\n"
-    f"#define {LOCAL_VECTOR_PICK}(x, c) ((c) == 0 ? fl_lvec4_of(x).s0 : (c) == 1 ? "
-    "fl_lvec4_of(x).s1 : (c) == 2 ? fl_lvec4_of(x).s2 : fl_lvec4_of(x).s3)")
+def vector_width(itemsize: int) -> int:
+    """Elements of one 16-byte vector read of elements of ``itemsize`` bytes (types of
+    fewer than 4 bytes are counted as 4, as the tiles' layout does), at least 1."""
+    return max(1, VECTOR_BYTES // max(4, itemsize))
+
+
+def _read_helpers(vtype: str, width: int) -> tuple[tuple[str, str], tuple[str, str]]:
+    """The names and sources of the two reads of one component of the ``vtype`` at a
+    tile element (an address of a vector-aligned element: the tile's storage is an
+    array of ``vtype``, see vector_tile_reads): with a literal component
+    (``fl_lvec4(x, 2)``), which the device compiler merges with the other components'
+    loads of one address into one load; and with the component a loop's index
+    (``TileConfig.reg_loops="device"``: a loop the device compiler unrolls, after which
+    the selection folds to the literal component's read)."""
+    read = f"fl_lvec{width}" + ("" if vtype == "float4" else vtype[0])
+    of = f"(*(__local const {vtype} *) &(x))"
+    literal = f"#define {read}(x, c) ({of}.s##c)"
+    picks = " : ".join(f"(c) == {c} ? {read}_of(x).s{c}" for c in range(width - 1))
+    pick = (f"#define {read}_of(x) {of}\n"
+            f"#define {read}_at(x, c) ({picks} : {read}_of(x).s{width - 1})")
+    return (read, literal), (f"{read}_at", pick)
+
+
+def row_pad(cfg: Any) -> int:
+    """Elements a local tile's rows are padded by where the fill stores down its columns:
+    neighbouring work-items on different banks (32 of 4 bytes), and in the blocked
+    layout rows that stay 16-byte aligned (a multiple of four elements)."""
+    pad = max(1, 32 // cfg.bk) if cfg.bk < 32 else 1
+    return -(-pad // 4) * 4 if cfg.layout == "blocked" else pad
+
+
+def tile_bytes(cfg: Any, itemsize: int) -> int:
+    """Local memory of ``cfg``'s tiles of ``itemsize``-byte elements (both tiles' rows
+    padded, as the fill pads those it stores down the columns of; two copies for
+    ``prefetch="double"``)."""
+    copies = 2 if cfg.prefetch == "double" else 1
+    return copies * cfg.bk * (cfg.bm + cfg.bn + 2 * row_pad(cfg)) * itemsize
 
 
 def vector_tile_reads(t_unit: lp.TranslationUnit,
                       tiles: list[tuple[str, list[str]]]) -> lp.TranslationUnit:
-    """The update's reads of each local tile as components of float4 reads.
+    """The update's reads of each local tile as components of 16-byte vector reads.
 
     ``tiles`` are ``(tile, sweep)``: the tile's name (``[..., k, o]``, ``o`` contiguous,
-    its rows a multiple of four elements long, padding included) and the inames of
-    its output side in the blocked layout (``[l, r1, r0]``: ``o = 4 l + 4 threads r1 +
-    r0``; other layouts are left as they are).  The tile's storage
-    becomes a float4 array (aligned to 16 bytes; the tile a scalar view of it,
-    Loopy's ``base_storage``), and the update reads ``tile[k, o - r0]`` as a float4 and
-    takes its component ``r0`` (unrolled: a literal), so the device compiler sees
-    one 16-byte load where it saw four scalar loads it had to prove aligned to merge.
-    Where ``r0`` is a loop the device compiler unrolls (``"unr_hint"``), the component
-    is selected by its index (``fl_lvec4_at``), a literal once unrolled.
+    its rows a multiple of ``V`` elements long, padding included, ``V`` the elements of
+    a 16-byte vector: :func:`vector_width`) and the inames of its output side in the
+    blocked layout (``[l, r1, r0]``: ``o = V l + V threads r1 + r0``, ``r0 < V``; other
+    layouts, and groups of another length, are left as they are).  The tile's storage
+    becomes an array of the vector type (float4, double2: aligned to 16 bytes; the
+    tile a scalar view of it, Loopy's ``base_storage``), and the update reads
+    ``tile[k, o - r0]`` as a vector and takes its component ``r0`` (unrolled: a
+    literal), so the device compiler sees one 16-byte load where it saw ``V`` scalar
+    loads it had to prove aligned to merge.  Where ``r0`` is a loop the device compiler
+    unrolls (``"unr_hint"``), the component is selected by its index
+    (``fl_lvec4_at``), a literal once unrolled.
 
     (Loopy's own vector axis on a view of the storage was declared as a pointer to
     the scalar type: its ``base_storage`` declarations ignore vector axes.)
@@ -72,32 +99,40 @@ def vector_tile_reads(t_unit: lp.TranslationUnit,
     for name, sweep in tiles:
         tv = temps[name]
         dtype = np.dtype(info.x_dtype if name.startswith("x") else info.y_dtype)
+        width = vector_width(dtype.itemsize)
         strides, storage = _strides_and_storage(tv)
-        if dtype != np.float32 or len(sweep) != 3 or strides[-1] != 1 \
-                or any(s % VECTOR_WIDTH for s in strides[:-1]):
-            continue  # (not the blocked layout, or rows that break the alignment)
-        size = strides[0] * storage[0] // VECTOR_WIDTH
+        if dtype.char not in VECTOR_TYPES or len(sweep) != 3 or strides[-1] != 1 \
+                or int(knl.get_constant_iname_length(sweep[2])) != width \
+                or any(s % width for s in strides[:-1]):
+            continue  # (not the blocked layout by vectors, or rows that break the alignment)
+        size = strides[0] * storage[0] // width
         temps[f"{name}_store"] = lp.TemporaryVariable(
-            f"{name}_store", dtype, shape=(size, VECTOR_WIDTH),
+            f"{name}_store", dtype, shape=(size, width),
             # (strides count scalars: Loopy divides them by the vector's width)
-            dim_tags=(FixedStrideArrayDimTag(VECTOR_WIDTH), VectorArrayDimTag()),
+            dim_tags=(FixedStrideArrayDimTag(width), VectorArrayDimTag()),
             address_space=lp.AddressSpace.LOCAL)
         temps[name] = tv.copy(dtype=lp.types.to_loopy_type(dtype), base_storage=f"{name}_store",
                               _base_storage_access_may_be_aliasing=True)
         swaps[name] = (sweep, dtype)
     if not swaps:
         return t_unit
-    # (a literal component where Loopy unrolls r0; the same for both tiles)
+    # (a literal component where Loopy unrolls r0, the same choice for both tiles)
     literal = all(unrolled(knl, sweep[2]) for sweep, _ in swaps.values())
-    name, source = ((LOCAL_VECTOR_READ, _LOCAL_VECTOR_SOURCE) if literal
-                    else (LOCAL_VECTOR_PICK, _LOCAL_VECTOR_PICK_SOURCE))
-    mapper = _tile_reads({k: v[0] for k, v in swaps.items()}, name)
+    reads: dict[str, tuple[list[str], str]] = {}
+    helpers: dict[str, tuple[np.dtype, str]] = {}
+    for name, (sweep, dtype) in swaps.items():
+        pair = _read_helpers(VECTOR_TYPES[dtype.char], vector_width(dtype.itemsize))
+        read, source = pair[0] if literal else pair[1]
+        reads[name] = (sweep, read)
+        helpers[read] = (dtype, source)
+    mapper = _tile_reads(reads)
     insns = [i.with_transformed_expressions(mapper) if i.id == f"{REDUCTION_ID}_update" else i
              for i in knl.instructions]
     t_unit = t_unit.with_kernel(knl.copy(instructions=insns, temporary_variables=temps))
-    f32 = np.dtype(np.float32)
-    return lp.register_callable(t_unit, name, HelperCallable(
-        name, (f32, np.dtype(np.int32)), f32, source))
+    for read, (dtype, source) in sorted(helpers.items()):
+        t_unit = lp.register_callable(t_unit, read, HelperCallable(
+            read, (dtype, np.dtype(np.int32)), dtype, source))
+    return t_unit
 
 
 def unrolled(knl: Any, iname: str) -> bool:
@@ -111,17 +146,18 @@ def _strides_and_storage(tv: Any) -> tuple[list[int], list[int]]:
             [int(n) for n in (tv.storage_shape or tv.shape)])
 
 
-def _tile_reads(sweeps: dict[str, list[str]], read: str) -> Any:
+def _tile_reads(reads: dict[str, tuple[list[str], str]]) -> Any:
     """A mapper replacing reads ``tile[..., k, o]`` by ``read(tile[..., k, o - r0], r0)``
-    for the tiles of ``sweeps`` (tile: its sweep ``[l, r1, r0]``)."""
+    for the tiles of ``reads`` (tile: its sweep ``[l, r1, r0]`` and its ``read``)."""
     from loopy.symbolic import IdentityMapper
 
     class TileReads(IdentityMapper):
         def map_subscript(self, expr: Any, *args: Any) -> Any:
             name = getattr(expr.aggregate, "name", None)
-            if name not in sweeps:
+            if name not in reads:
                 return super().map_subscript(expr, *args)
-            r0 = prim.Variable(sweeps[name][2])
+            sweep, read = reads[name]
+            r0 = prim.Variable(sweep[2])
             idx = expr.index if isinstance(expr.index, tuple) else (expr.index,)
             start = expr.aggregate[(*idx[:-1], idx[-1] - r0)]
             return prim.Variable(read)(start, r0)
