@@ -71,6 +71,15 @@ def as_dtype(dtype: object) -> np.dtype:
     return _CANONICAL[dt]
 
 
+_BOOL = np.dtype("bool")
+_UINT8 = np.dtype("uint8")
+
+
+def kernel_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype a value has inside a kernel (bool travels as uchar)."""
+    return _UINT8 if dtype == _BOOL else dtype
+
+
 def c_type_name(dtype: np.dtype) -> str:
     return C_TYPE_NAMES[dtype]
 

@@ -10,7 +10,7 @@ from constantdict import constantdict
 from loopy.kernel.function_interface import ScalarCallable
 from loopy.types import NumpyType
 
-from .kernel import kernel_dtype
+from ..dtypes import kernel_dtype
 
 
 @dataclass(frozen=True, init=False)

@@ -291,6 +291,6 @@ def kernel_plan(program: Program, index_dtype: np.dtype, device: Any, recipe: An
     if len(program.outputs) > 1 and program.contraction is None:
         # an output may be a buffer that another output's value reads (``fl.compute(
         # ..., out=(a, b))`` in place): its loads come before the stores (see
-        # kernel._values_before_stores), which ``restrict`` would let the compiler undo
+        # stores.values_before_stores), which ``restrict`` would let the compiler undo
         plan.source = re.sub(r"\*\s*__restrict__\s+", "*", plan.source)
     return plan

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._lazy import isl, lp, prim
+from ..dtypes import kernel_dtype
 from ..expr.ir import ELEMENTWISE_KINDS
 from ..expr.program import Program
 from .kernel import (
@@ -41,7 +42,6 @@ from .kernel import (
     LoweredKernel,
     _Lowering,
     _unflatten,
-    kernel_dtype,
 )
 
 if TYPE_CHECKING:

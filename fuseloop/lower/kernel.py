@@ -20,14 +20,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._lazy import lp, prim
+from ..dtypes import kernel_dtype
 from ..expr.ir import ELEMENTWISE_KINDS, LEAF_KINDS
 from ..expr.program import Program
 from ..passes.outputs import collect_root_dims, walks_columns
-from .masking import guard_with_mask
 from .pieces import FLAT_INAME, live_entries, lower_pieces, piece_loops
 from .roles import kernel_roles, tag_roles
 from .scalar_ops import Helper, is_direct, make_helper
 from .sparse import lower_sparse
+from .stores import emit_outputs
 from .user_calls import call_args, input_arg, user_call
 
 if TYPE_CHECKING:
@@ -38,8 +39,6 @@ ELEMENT_INAME = "e"
 # access was a sixth of Loopy's scheduling time for a 200-operation chain
 NO_BOUNDS_CHECK = "no_check"
 _MAX_INLINE_DEPTH = 24
-_BOOL = np.dtype("bool")
-_UINT8 = np.dtype("uint8")
 _INDEX_CHARS = "lq"  # gathered index values are computed in 64 bits
 
 
@@ -54,11 +53,6 @@ def _checks_a_gather(c: Any) -> bool:
     if c[0] == "a":
         return any(_checks_a_gather(sub) for _, sub in c[2])
     return False
-
-
-def kernel_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype a value has inside a kernel (bool travels as uchar)."""
-    return _UINT8 if dtype == _BOOL else dtype
 
 
 def _helper_callable(name: str, param_dtypes: tuple, result_dtype: np.dtype,
@@ -641,83 +635,6 @@ def contiguous_rows(program: Program) -> bool:
     return False
 
 
-def _values_before_stores(low: _Lowering, program: Program) -> tuple[list[Any], list[frozenset]]:
-    """Each output's value and what its store waits for.  With several outputs every
-    value is computed (into a temporary) before any store: an output may be written into
-    a buffer another output reads at the same element (``fl.compute(b * 2, a + 1,
-    out=(a, b))``), and Loopy does not know that the two arguments alias."""
-    outs = program.outputs
-    if len(outs) < 2:
-        return [low.exprs[r] for r in outs], [low.deps[r] for r in outs]
-    values: list[Any] = []
-    waits: frozenset = frozenset()
-    for k, ref in enumerate(outs):
-        value = low.exprs[ref]
-        waits |= low.deps[ref]
-        if not isinstance(value, prim.Variable | int | float | np.generic):
-            tmp = f"ov{k}{low.sfx}"
-            low.temporary(tmp, kernel_dtype(low.dtypes[ref]))
-            low.instructions.append(lp.Assignment(
-                prim.Variable(tmp), value, id=f"calc_{tmp}",
-                within_inames=low.inames[ref] | low.base, depends_on=low.deps[ref]))
-            value = prim.Variable(tmp)
-            waits |= {f"calc_{tmp}"}
-        values.append(value)
-    return values, [waits] * len(outs)
-
-
-def _atomic_store(low: _Lowering, k: int, addr: Any, value: Any, ref: int, op: str,
-                  names: frozenset, deps: frozenset) -> Any:
-    """``out<k>[addr] = op(out<k>[addr], value)`` as one atomic update: Loopy emits a
-    compare-and-swap loop on the element's bits (any 4- or 8-byte type), so repeated
-    positions each count (numpy's ``ufunc.at``)."""
-    dt = low.dtypes[ref]
-    place = prim.Variable(f"out{k}")[addr]
-    if op == "add":
-        new: Any = prim.Sum((place, value))
-    elif op == "subtract":
-        new = prim.Sum((place, prim.Product((-1, value))))
-    else:
-        new = low.helper_call(op, (dt, dt, dt), [place, value])
-    return lp.Assignment(place, new, id=f"store_out{k}{low.sfx}", within_inames=names,
-                         depends_on=deps, atomicity=(lp.AtomicUpdate(f"out{k}"),))
-
-
-def _emit_outputs(low: _Lowering, program: Program, index_dtype: np.dtype) -> None:
-    """The stores of the outputs (in the current pass's loop)."""
-    root_at = tuple(0 if s == 1 else ("r", d) for d, s in enumerate(program.root_sizes))
-    values, before = _values_before_stores(low, program)
-    for k, ref in enumerate(program.outputs):
-        spec = program.out_specs[k]
-        low.extra_deps = set()
-        if spec == ():
-            addr, names = low.contiguous_address(root_at)
-        else:
-            addr, names = low.address(*spec[:3])
-            names = names | {n for c in spec[0] if c != 0 for n in low._static_inames(c)}
-        names = names | low.inames[ref] | low.base
-        if not isinstance(addr, prim.Variable | int):
-            # Loopy resolves function calls on right-hand sides only
-            tmp = f"oaddr{k}{low.sfx}"
-            low.temporary(tmp, index_dtype)
-            low.instructions.append(lp.Assignment(
-                prim.Variable(tmp), addr, id=f"calc_{tmp}", within_inames=names,
-                depends_on=frozenset(low.extra_deps)))
-            low.extra_deps.add(f"calc_{tmp}")
-            addr = prim.Variable(tmp)
-        if len(spec) == 4:  # an atomic update (fl.add.at, Target.atomic)
-            low.instructions.append(_atomic_store(low, k, addr, values[k], ref, spec[3], names,
-                                                  before[k] | frozenset(low.extra_deps)))
-            continue
-        low.instructions.append(lp.Assignment(
-            prim.Variable(f"out{k}")[addr], values[k], id=f"store_out{k}{low.sfx}",
-            within_inames=names, depends_on=before[k] | frozenset(low.extra_deps),
-            # the pieces' loops write disjoint ranges
-            no_sync_with=frozenset({(f"store_out{k}_k*", "any")}) if low.sfx else frozenset()))
-    if program.mask is not None:  # (never in a piece's loop: see lower_program)
-        guard_with_mask(low, program)
-
-
 def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
                   user_functions: dict[str, Any],
                   name: str = "fuseloop_kernel", piece_chunk: int | None = None, *,
@@ -743,12 +660,12 @@ def lower_program(program: Program, groups: Any, index_dtype: np.dtype,
     low.index_helpers()
     split = piece_loops(program) if piece_chunk and program.mask is None else None
     if split is not None:
-        lower_pieces(low, program, index_dtype, piece_chunk, split, _emit_outputs)  # type: ignore[arg-type]
+        lower_pieces(low, program, index_dtype, piece_chunk, split, emit_outputs)  # type: ignore[arg-type]
     else:
         low.setup_root()
         low.prepare_reductions()
         low.run()
-        _emit_outputs(low, program, index_dtype)
+        emit_outputs(low, program, index_dtype)
     idx_t = index_dtype
 
     kernel_args: list[Any] = []

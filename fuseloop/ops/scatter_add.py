@@ -3,7 +3,7 @@
 
 ``fl.add.at(a, idx, v)`` is ``a[idx] = v`` (the scatter of :mod:`fuseloop.ops.indexing`,
 same index rules and checks) whose store is an atomic update of the element
-(``Target.atomic``, lowered by ``lower.kernel._atomic_store`` to a compare-and-swap
+(``Target.atomic``, lowered by ``lower.stores.atomic_store`` to a compare-and-swap
 loop): repeated indices each count, as in numpy, and the values' expression is
 computed in the scatter's kernel.
 """
