@@ -159,6 +159,10 @@ def inplace_lazy(target: Array, op: str, other: Any) -> bool:
         steps += 1
         if steps >= INPLACE_CHAIN_MAX:
             base = Array._lazy(node, target.device).eval()  # (the value so far, computed)
+            if to is Array:  # (``x += x * c``: its operand reads the value so far there)
+                read = _rebuild(other._node, {id(node): base._node}, {})
+                if read is not other._node:
+                    other = Array._lazy(read, target.device)
             break
         step = step.args[0]
     new = apply_op(op, base, other)._node

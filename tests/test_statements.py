@@ -135,3 +135,24 @@ def test_a_write_reading_a_copy_of_its_target_is_one_kernel_more(device_path):
     ph[1:-1, 1:-1] = ph[:-2, :-2] * 2.0
     ph[0, 0] = 7.0
     np.testing.assert_allclose(p.get(), ph, rtol=1e-13)
+
+
+def test_an_operand_reading_the_chain_reads_its_computed_value(device_path):
+    # x += x * c: the operand holds the chain too; cut, it reads the computed value,
+    # so the expression stays bounded however long the loop
+    h = np.linspace(-1.0, 1.0, 5)
+    x = fl.asarray(h) * 1.0
+    for _ in range(20 * assignment.INPLACE_CHAIN_MAX):
+        x += x * 0.001
+        h = h + h * 0.001
+        assert x.is_lazy
+    seen, stack = set(), [x._node]  # (the expression's nodes, each once)
+    while stack:
+        n = stack.pop()
+        if id(n) not in seen:
+            seen.add(id(n))
+            stack.extend(getattr(n, "args", ()))
+    assert len(seen) <= 4 * assignment.INPLACE_CHAIN_MAX, len(seen)
+    got, launched = _launched(lambda: x.get())
+    assert launched == 1
+    np.testing.assert_allclose(got, h, rtol=1e-12)
