@@ -704,6 +704,8 @@ class Array(ArrayProtocol, ShapeMethods):
         if host_inplace(self, op, other) or (type(other) is _HostArray and _eager_inplace(
                 self, op, other)):  # (small, on a CPU device: numpy, in place)
             return self
+        if self._storage is None and _inplace_lazy(self, op, other):
+            return self  # (no buffer to write: the expression takes the array's place)
         # the lean path: its temporary is let go at once (a held one is a lazy reader)
         node = apply_op(op, self, other)._node if type(other) in _LEAN_OTHER and \
             not _multi_hooks.TYPES else build_node(op, (self, other))[0]
@@ -775,6 +777,7 @@ _LEAN_OTHER = frozenset((Array, int, float))
 # (at the end: the assignment module reads this one's names at import)
 from . import powers as _powers  # noqa: E402
 from .assignment import NodeValue, assign  # noqa: E402
+from .assignment import inplace_lazy as _inplace_lazy  # noqa: E402
 from .host_eager import HostArray as _HostArray  # noqa: E402
 from .host_eager import apply as _eager_apply  # noqa: E402
 from .host_eager import getitem as _eager_getitem  # noqa: E402

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -10,12 +11,13 @@ import numpy as np
 
 from . import flags as _flags
 from . import host_path as _host
-from .array import Array, Constant, _coerce, _operand_node
+from .array import Array, Constant, _coerce, _operand_node, apply_op
 from .dtypes import scalar_to
 from .errors import DeviceError, DTypeError, ShapeError
 from .evaluate import _rebuild, cast_node, reads_outside, run, run_into
 from .expr.nodes import (
     SHARED_WITH_PYOPENCL,
+    Apply,
     Leaf,
     Literal,
     Node,
@@ -23,9 +25,10 @@ from .expr.nodes import (
     note_reader,
     register_readers,
 )
-from .expr.overlap import View, views_disjoint
+from .expr.overlap import View, _extent, views_disjoint
 from .expr.program import Target
 from .multi_hooks import any_split, is_split
+from .splits import children as _children
 from .trace_hooks import check_traced, trace_checks
 
 
@@ -126,6 +129,60 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         target.device.queue  # noqa: B018  (the property enqueues the deferred launches)
 
 
+# An in-place operator on a lazy array writes no buffer (the array has none, and a view of
+# a lazy array reads its expression, not its buffer): the new expression takes the
+# array's place, so ``trace += tanh(a[i, i])`` in a loop makes no kernel per statement.
+# A chain of such steps is cut every INPLACE_CHAIN_MAX steps: the value so far is
+# computed into a buffer the next step reads, which bounds the kernel's size and the
+# buffers the chain holds.  Only for results of at most INPLACE_LAZY_MAX elements,
+# where the statement's launch costs more than its work and the chain holds little.
+INPLACE_CHAIN_MAX = 16
+INPLACE_LAZY_MAX = 1 << 15
+
+
+def inplace_lazy(target: Array, op: str, other: Any) -> bool:
+    """``target op= other`` for a small lazy ``target`` and an array on its device or a
+    Python int or float: ``target`` becomes the expression (numpy's ``same_kind`` cast
+    to its dtype); False (nothing done) for anything else."""
+    node = target._node
+    shape = target._shape
+    to = type(other)
+    if target._storage is not None or type(target) is not Array or (
+            to is not int and to is not float and (
+                to is not Array or other.device is not target.device)) \
+            or math.prod(shape) > INPLACE_LAZY_MAX or node.fancy:
+        return False
+    base: Array = target
+    steps = 0
+    step = node
+    while type(step) is Apply:  # (the chain's length: its first arguments)
+        steps += 1
+        if steps >= INPLACE_CHAIN_MAX:
+            base = Array._lazy(node, target.device).eval()  # (the value so far, computed)
+            if to is Array:  # (``x += x * c``: its operand reads the value so far there)
+                read = _rebuild(other._node, {id(node): base._node}, {})
+                if read is not other._node:
+                    other = Array._lazy(read, target.device)
+            break
+        step = step.args[0]
+    new = apply_op(op, base, other)._node
+    if new.shape != shape or new.fancy:
+        return False  # (numpy's errors and the reductions' order: assign's)
+    if new.dtype is not target.dtype and not np.can_cast(new.dtype, target.dtype, "same_kind"):
+        raise DTypeError(
+            f"cannot cast ufunc {op!r} output from {new.dtype} to {target.dtype} "
+            "with casting rule 'same_kind' (numpy's rule for in-place operators)")
+    new = cast_node(new, target.dtype)
+    old = node.storages
+    target._node = new
+    now = new.storages
+    if now is not old and not now <= old:
+        note_reader(target)
+    for s in old - now if base is not target else ():
+        s.discard_reader(target)  # (the chain's earlier buffers, read no more)
+    return True
+
+
 def _readers_first(node: Node, storage: Any, written: View | None, itemsize: int,
                    value: Any, held_array: Array | None) -> Node:
     """Evaluate the lazy arrays still reading the old contents of ``storage`` before
@@ -140,10 +197,52 @@ def _readers_first(node: Node, storage: Any, written: View | None, itemsize: int
     if not pending:
         return node
     before = {id(r._node): r for r in pending}
+    copies = [r for r in pending if _whole_copy(r._node, storage)]
     compute(*pending)
     if held_array is not None:
         return node
-    return _rebuild(node, {k: r._node for k, r in before.items()}, {})
+    replace = {k: r._node for k, r in before.items()}
+    if copies:
+        _copied_reads(node, storage, copies, replace)
+    return _rebuild(node, replace, {})
+
+
+def _whole_copy(node: Node, storage: Any) -> bool:
+    """Whether ``node`` copies the elements of ``storage`` in place order (``p.copy()``
+    of an array filling its buffer from its start)."""
+    if type(node) is not Apply or node.op != "positive":
+        return False
+    leaf = node.args[0]
+    return type(leaf) is Leaf and leaf.storage is storage and leaf.strides is None \
+        and leaf.offset == 0 and leaf.dtype == node.dtype
+
+
+def _copied_reads(node: Node, storage: Any, copies: list[Array],
+                  replace: dict[int, Node]) -> None:
+    """Enter in ``replace`` a read of each computed copy's buffer for every copy of
+    elements of ``storage`` in ``node`` that the copy holds: the views of a lazy
+    ``pn = p.copy()`` read ``p`` itself (views are pushed to the leaves), so
+    ``p[1:-1] = pn[2:] + pn[:-2]`` would read what it writes, a temporary and a copy
+    more; read from ``pn``'s buffer, it is one kernel."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen or storage not in n.storages:
+            continue
+        seen.add(id(n))
+        if type(n) is Apply and n.op == "positive" and type(leaf := n.args[0]) is Leaf \
+                and leaf.storage is storage and leaf.dtype == n.dtype:
+            view = (leaf.shape, leaf.view_strides(), leaf.offset)
+            low, high = _extent(view) if 0 not in leaf.shape else (0, 0)
+            for c in copies:
+                held: Any = c._node  # (computed: a leaf of its buffer, in place order)
+                if c.dtype == leaf.dtype and 0 <= low and high < c.size:
+                    replace[id(n)] = Leaf(held.storage, leaf.dtype, leaf.shape,
+                                          leaf.strides, leaf.offset)
+                    break
+            continue
+        stack.extend(_children(n))
 
 
 def compute(*arrays: Array, out: Array | Sequence[Array] | None = None,

@@ -1,0 +1,158 @@
+"""Launches of a loop's statements on the device path (issue 26), values as numpy's.
+
+In-place operators on lazy arrays: the new expression takes the array's place (no
+kernel per statement), a chain is computed every ``INPLACE_CHAIN_MAX`` steps (NPBench's
+go_fast, ``trace += tanh(a[i, i])``).  A write whose value reads a copy of its target
+(``pn = p.copy(); p[1:-1] = pn[2:] + pn[:-2]``) reads the copy's buffer: one kernel for
+the copy, one for the write (cavity_flow, channel_flow)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import assignment
+
+
+@pytest.fixture
+def device_path(device, monkeypatch):
+    """Every statement runs as kernels on ``device`` (no numpy shortcut on a CPU device)."""
+    from fuseloop import host_path
+
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    return device
+
+
+def _launched(fn):
+    fl.synchronize()
+    fl.reset_stats()
+    out = fn()
+    fl.synchronize()
+    return out, fl.stats()["kernels_launched"]
+
+
+def test_accumulating_a_scalar_launches_once_per_chain(device_path):
+    h = np.random.default_rng(0).random((50, 50))
+    a = fl.asarray(h)
+    steps = assignment.INPLACE_CHAIN_MAX
+
+    def go_fast(n):
+        trace = 0.0
+        for i in range(n):
+            trace += fl.tanh(a[i, i])
+            assert trace.is_lazy  # (no statement computes anything)
+        return (a + trace).get()
+
+    go_fast(50)  # (kernels built)
+    got, launched = _launched(lambda: go_fast(50))
+    np.testing.assert_allclose(got, h + np.tanh(np.diag(h)).sum(), rtol=1e-12)
+    # one kernel per chain of INPLACE_CHAIN_MAX steps, then the result's
+    assert launched == (50 - 1) // steps + 1, launched
+    # before: the first statement computed trace and each later one wrote it in place
+    assert launched < 50 // 4
+
+
+def test_inplace_on_a_lazy_array_keeps_numpy_values_and_readers(device_path):
+    xh = np.arange(6.0)
+    x = fl.asarray(xh)
+    y = x * 2.0  # lazy, reads x's buffer
+    kept = y[1:]  # a view of a lazy array reads its expression: y's value now
+    y += 1.0
+    y *= x
+    assert y.is_lazy
+    x[...] = 100.0  # y reads x: computed before x is written
+    np.testing.assert_array_equal(y.get(), (xh * 2 + 1) * xh)
+    np.testing.assert_array_equal(kept.get(), (xh * 2)[1:])
+    np.testing.assert_array_equal(x.get(), np.full(6, 100.0))
+
+
+def test_a_long_chain_is_cut_and_reads_what_it_needs(device_path):
+    xh = np.linspace(0.0, 1.0, 7)
+    x = fl.asarray(xh)
+    t = x * 0.5
+    th = xh * 0.5
+    for k in range(3 * assignment.INPLACE_CHAIN_MAX + 5):
+        t += x * k if k % 2 else k
+        th += xh * k if k % 2 else k
+        t -= 0.25
+        th -= 0.25
+    assert t.is_lazy
+    x[...] = -1.0  # (the chain's last part still reads x: computed first)
+    np.testing.assert_allclose(t.get(), th, rtol=1e-13)
+
+
+def test_inplace_on_a_lazy_array_casts_and_refuses_as_numpy(device_path):
+    f = fl.asarray(np.arange(4, dtype=np.float32)) * 2  # float32, lazy
+    f += fl.asarray(np.full(4, 0.1))  # float64 operand: same_kind, cast back
+    assert f.dtype == np.float32 and f.is_lazy
+    np.testing.assert_allclose(f.get(), np.arange(4, dtype=np.float32) * 2 + np.float32(0.1))
+    i = fl.asarray(np.arange(4, dtype=np.int32)) + 1
+    with pytest.raises(fl.errors.DTypeError):
+        i += 0.5
+    i //= 2
+    np.testing.assert_array_equal(i.get(), (np.arange(4) + 1) // 2)
+    row = fl.asarray(np.ones(3)) * 2
+    with pytest.raises(ValueError):
+        row += fl.asarray(np.ones((2, 3)))  # numpy: a non-broadcastable output
+    np.testing.assert_array_equal(row.get(), np.full(3, 2.0))
+
+
+def test_large_and_concrete_targets_are_written_in_place(device_path, monkeypatch):
+    monkeypatch.setattr(assignment, "INPLACE_LAZY_MAX", 4)
+    x = fl.asarray(np.arange(8.0)) * 1.0  # lazy, larger than the limit
+    x += 1.0
+    assert not x.is_lazy  # (computed, then written in place: as before)
+    c = fl.asarray(np.arange(3.0))
+    view = c[1:]
+    c += 1.0  # a concrete target: its views see the write
+    np.testing.assert_array_equal(view.get(), [2.0, 3.0])
+
+
+def test_a_write_reading_a_copy_of_its_target_is_one_kernel_more(device_path):
+    rng = np.random.default_rng(3)
+    ph, bh = rng.random((9, 11)), rng.random((9, 11))
+    p, b = fl.asarray(ph), fl.asarray(bh)
+
+    def step(p, b, copy):
+        pn = copy(p)
+        p[1:-1, 1:-1] = 0.25 * (pn[1:-1, 2:] + pn[1:-1, :-2] + pn[2:, 1:-1] + pn[:-2, 1:-1]) \
+            - b[1:-1, 1:-1]
+        p[:, -1] = p[:, -2]
+        return pn
+
+    for _ in range(3):
+        step(p, b, lambda a: a.copy())
+        step(ph, bh, np.copy)
+    _, launched = _launched(lambda: step(p, b, lambda a: a.copy()))
+    step(ph, bh, np.copy)
+    assert launched == 3, launched  # the copy, the write (no temporary), the edge
+    np.testing.assert_allclose(p.get(), ph, rtol=1e-13)
+    pn = p.copy()
+    p[1:-1, 1:-1] = pn[:-2, :-2] * 2.0  # (a copy read at other offsets: still its buffer)
+    p[0, 0] = 7.0
+    np.testing.assert_allclose(pn.get(), ph, rtol=1e-13)  # (the copy keeps its values)
+    ph[1:-1, 1:-1] = ph[:-2, :-2] * 2.0
+    ph[0, 0] = 7.0
+    np.testing.assert_allclose(p.get(), ph, rtol=1e-13)
+
+
+def test_an_operand_reading_the_chain_reads_its_computed_value(device_path):
+    # x += x * c: the operand holds the chain too; cut, it reads the computed value,
+    # so the expression stays bounded however long the loop
+    h = np.linspace(-1.0, 1.0, 5)
+    x = fl.asarray(h) * 1.0
+    for _ in range(20 * assignment.INPLACE_CHAIN_MAX):
+        x += x * 0.001
+        h = h + h * 0.001
+        assert x.is_lazy
+    seen, stack = set(), [x._node]  # (the expression's nodes, each once)
+    while stack:
+        n = stack.pop()
+        if id(n) not in seen:
+            seen.add(id(n))
+            stack.extend(getattr(n, "args", ()))
+    assert len(seen) <= 4 * assignment.INPLACE_CHAIN_MAX, len(seen)
+    got, launched = _launched(lambda: x.get())
+    assert launched == 1
+    np.testing.assert_allclose(got, h, rtol=1e-12)
