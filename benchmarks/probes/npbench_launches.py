@@ -92,7 +92,7 @@ def main() -> None:
             fl.register_recipe("cpu", r, name=f"probe-{r.name}")
     _count_reads()
     print(f"{'benchmark':10} run {'lowered':>8} {'compiled':>8} {'launched':>9} {'stmts':>8} "
-          f"{'launch/st':>9} {'reads':>7} {'cpu s':>8}")
+          f"{'launch/st':>9} {'reads':>7} {'recorded':>8} {'cpu s':>8}")
     for name in args.names:
         kernel, b, values, source = _load(args.npbench, name, args.preset)
         lines = {"n": 0}
@@ -128,7 +128,8 @@ def main() -> None:
             st = max(1, lines["n"])
             print(f"{name:10} {run:3} {s['kernels_lowered']:8} {s['kernels_compiled']:8} "
                   f"{s['kernels_launched']:9} {lines['n']:8} "
-                  f"{s['kernels_launched'] / st:9.2f} {_READS['n']:7} {cpu:8.3f}", flush=True)
+                  f"{s['kernels_launched'] / st:9.2f} {_READS['n']:7} {s['plans_recorded']:8} "
+                  f"{cpu:8.3f}", flush=True)
 
 
 if __name__ == "__main__":
