@@ -9,7 +9,8 @@ and prints, per run: kernels lowered (new structures: a count that grows with th
 means something is baked into kernels per iteration), kernels launched, the lines of the
 kernel's own source executed (its statements; loop headers included), launches per
 statement, values read back to Python (``float(a)``, ``bool(a)``, ``int(a)``, ``.get()``),
-and the CPU time.  Reported, never asserted.  Use an empty ``FUSELOOP_CACHE_DIR`` to see
+run plans recorded (a count that grows with the size means plans per length) and the
+CPU time.  Reported, never asserted.  Use an empty ``FUSELOOP_CACHE_DIR`` to see
 cold counts; ``--gpu-recipes`` applies the GPU recipes on the CPU device (the kernels,
 size classes included, that a GPU run builds).
 
