@@ -85,6 +85,7 @@ from .splits import (
     column_params,
     two_stage_split,
 )
+from .splits import chunking as _chunking
 from .splits import fits_one_row as _fits_one_row
 from .splits import folds_into as _folds_into
 from .splits import has_reduce as _has_reduce
@@ -655,18 +656,8 @@ def _first_stage(split: TwoStage, roots: list[Node], out_shape: tuple[int, ...],
     a launch (``splits.one_launch``), the first stage is returned unlaunched, as a
     :data:`FirstLaunch` for :func:`_launch_joined`.
     """
-    tops, length = split.tops, split.length
-    pieces = split.pieces
-    # pieces that divide the length exactly need no bounds test per element
-    same = all(math.prod(t.child.shape) // max(1, math.prod(t.shape)) == length for t in tops)
-    if same:  # (down to half as many pieces, never to one)
-        for p in range(pieces, (max(2, pieces // 2) if pieces > 1 else 1) - 1, -1):
-            if length % p == 0:
-                pieces = p
-                break
-    exact = same and length % pieces == 0
-    chunk = -(-length // pieces)
-    axis = 0 if split.columns else len(out_shape)
+    tops = split.tops
+    pieces, chunk, exact, axis = _chunking(split, out_shape)
     part_shape = (*out_shape[:axis], pieces, *out_shape[axis:])
     program, bindings = linearize(tops, part_shape, None, chunks=(pieces, chunk, exact, axis))
     size = math.prod(part_shape)

@@ -19,7 +19,11 @@ lengths and their products (C strides, reduced sizes), the strides of the caller
 views (in the key) and offsets (substituted per call); the one kind of parameter
 that follows lengths by rounding, the pieces of a split reduction (two-stage,
 split-K), comes with a chunked first stage (launched alone or in its combining stage's
-launch, ``Program.first``), and plans with one are never generalised.
+launch, ``Program.first``).  A plan with one holds its split (:func:`split_of`: the
+pieces, their length, whether they divide the reduced length, the axis numbering them),
+and its forms are inferred only from two records of one split and used only at
+lengths where the evaluation splits so again (``covariance``'s ``d[:, i] @ d[:, i:]``:
+split-K over the fixed column length, a new output length every row).
 Decisions a length makes about the kernels (split or not, 1 or more, the index type)
 are in the key: the class of each length, and lengths kept exact where a node of
 the class could pass int32 (``ViewOffsets.bound``).  Launch plans (grids, size
@@ -33,7 +37,11 @@ from collections.abc import Sequence
 from itertools import combinations_with_replacement
 from typing import Any, NamedTuple
 
+from . import evaluate as _ev
+from . import splits as _sp
+from .expr.nodes import Node
 from .expr.program import INT32_LIMIT
+from .runtime.devices import Device
 
 #: ``(c, symbols)``: the value ``c * prod(lengths[k] for k in symbols)``
 Form = tuple[int, tuple[int, ...]]
@@ -79,13 +87,37 @@ def _fit(va: int, vb: int, la: Sequence[int], lb: Sequence[int],
     return found
 
 
+#: a plan's split (:func:`split_of`): (pieces, piece length, exact, axis, columns)
+Split = tuple[int, int, bool, int, bool]
+
+
+def split_of(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device
+             ) -> Split | None:
+    """How an evaluation of ``roots`` splits its reduction in two stages, as
+    ``evaluate.run_unplanned`` decides it where no reduction runs before it and none
+    nests in the split one (else None: not known without running it)."""
+    if not any(r.fancy for r in roots) or _ev._reduces_to_materialise(roots, out_shape):
+        return None
+    split = _sp.two_stage_split(roots, out_shape, device)
+    if split is None or any(_sp.has_reduce(top.child) for top in split.tops):
+        return None
+    return (*_sp.chunking(split, out_shape), split.columns)
+
+
+def splits(plan: Any) -> bool:
+    """Whether ``plan`` has a step of a split reduction's first stage."""
+    return any(s.program.chunked or s.program.first is not None for s in plan.steps)
+
+
 def infer(a: Any, b: Any, la: Sequence[int], lb: Sequence[int]) -> Forms | None:
     """The forms of plan ``a`` (recorded at lengths ``la``) that also give plan ``b``
     (recorded at ``lb``), or None where the two differ otherwise (see the module
-    docstring)."""
+    docstring; plans with a split: only records of one known split, ``Plan.split``)."""
     varying = [k for k in range(len(la)) if la[k] != lb[k]]
     if not varying or len(a.steps) != len(b.steps) or a.results != b.results \
             or len(a.allocs) != len(b.allocs):
+        return None
+    if splits(a) and (a.split is None or a.split != b.split):
         return None
     monomials = [ks for d in (1, 2) for ks in combinations_with_replacement(varying, d)]
 
@@ -99,7 +131,7 @@ def infer(a: Any, b: Any, la: Sequence[int], lb: Sequence[int]) -> Forms | None:
         allocs = tuple(fit(x, y) for x, y in zip(a.allocs, b.allocs))
         params, shapes = [], []
         for x, y in zip(a.steps, b.steps):
-            if x.program.chunked or x.program.first is not None or not _same_step(x, y):
+            if not _same_step(x, y):
                 return None
             offsets = {j for j, _ in x.offsets}
             params.append(tuple(None if j in offsets else fit(p, q)

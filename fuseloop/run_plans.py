@@ -55,9 +55,7 @@ from .expr.nodes import (
 from .expr.overlap import views_disjoint
 from .expr.program import Bindings, Target, ViewOffsets, walk_structure
 from .flags import check_pending
-from .launching import (
-    LaunchPlan,
-)
+from .launching import LaunchPlan
 from .plan_ready import Ready, ready_for
 from .recipe_state import current as _recipes_current
 from .runtime.devices import Device
@@ -187,10 +185,10 @@ class _Step:
 
 class _Plan:
     __slots__ = ("allocs", "forms", "lengths", "picks", "ready", "results", "signed",
-                 "steps")
+                 "split", "steps")
 
     def __init__(self, allocs: list[int], steps: list[_Step], results: tuple,
-                 lengths: tuple[int, ...] = ()) -> None:
+                 lengths: tuple[int, ...] = (), split: _pl.Split | None = None) -> None:
         self.allocs = allocs
         self.steps = steps
         self.results = results
@@ -198,6 +196,9 @@ class _Plan:
         # lengths of its key once known (see fuseloop.plan_lengths)
         self.lengths = lengths
         self.forms: _pl.Forms | None = None
+        # a plan with a split reduction: its split, which its forms hold for (None: not
+        # known; see plan_lengths.split_of)
+        self.split = split
         self.picks: tuple[int, tuple[int, ...]] | None = None  # (see _Step.picks)
         self.signed = 0  # the signatures it was remembered under (see _remember_signed)
         # its replays made ready, per view offsets (see fuseloop.plan_ready)
@@ -636,6 +637,9 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         plan = _at.get((key, lengths))
         if plan is None:
             plan = _at_lengths(base, lengths)
+            if plan is not None and plan.split is not None \
+                    and _pl.split_of(roots, out_shape, device) != plan.split:
+                plan = None  # (these lengths split otherwise: a record of their own)
             if plan is None:
                 return _record(roots, out_shape, device, targets, keyed, signed, key, base)
             _keep(_at, (key, lengths), plan)
@@ -665,7 +669,7 @@ def _at_lengths(plan: _Plan, lengths: tuple[int, ...]) -> _Plan | None:
                    x.offsets) for x, (params, shape) in zip(plan.steps, at)]
     for step, x in zip(steps, plan.steps):
         step.kernel = x.kernel  # (its kernel may serve these lengths: plan_steps._new_plan)
-    return _Plan(allocs, steps, plan.results, lengths)
+    return _Plan(allocs, steps, plan.results, lengths, plan.split)
 
 
 def _record(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
@@ -688,6 +692,8 @@ def _record(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     result_refs = tuple(rec.ref(o) for o in outs)
     fresh = None if rec.failed or None in result_refs else _Plan(
         rec.allocs, rec.steps, result_refs, lengths)
+    if fresh is not None and not checking and _pl.splits(fresh):
+        fresh.split = _pl.split_of(roots, out_shape, device)
     if checking:  # checking a cached plan against a fresh record
         assert plan is not False
         if rec.exact and fresh is not None:  # (stored without offset references)

@@ -158,6 +158,23 @@ def two_stage_split(roots: Sequence[Node], out_shape: tuple[int, ...],
     return None
 
 
+def chunking(split: TwoStage, out_shape: tuple[int, ...]) -> tuple[int, int, bool, int]:
+    """``(pieces, chunk, exact, axis)`` of ``split``'s first stage (``linearize``'s
+    ``chunks``): its pieces, each one's length, whether they divide the reduced length
+    exactly, and the axis numbering them."""
+    length, pieces = split.length, split.pieces
+    # pieces that divide the length exactly need no bounds test per element
+    same = all(math.prod(t.child.shape) // max(1, math.prod(t.shape)) == length
+               for t in split.tops)
+    if same:  # (down to half as many pieces, never to one)
+        for p in range(pieces, (max(2, pieces // 2) if pieces > 1 else 1) - 1, -1):
+            if length % p == 0:
+                pieces = p
+                break
+    exact = same and length % pieces == 0
+    return pieces, -(-length // pieces), exact, 0 if split.columns else len(out_shape)
+
+
 def folds_into(inner: TwoStage, outer: TwoStage) -> bool:
     """Whether the first stage of ``inner`` (a reduction nested in ``outer``'s tops)
     may run alone, each piece of ``outer`` combining its partials: both split column

@@ -111,6 +111,57 @@ def test_lengths_across_the_two_stage_threshold(device_path, monkeypatch):
     assert _counts()[0] <= 16
 
 
+@pytest.fixture
+def split_k(device_path, restore_recipes):
+    """The GPU contraction recipe on the CPU device: products whose output tiles do not
+    fill the device split their reduced range (split-K, a first stage and a sum)."""
+    from fuseloop.recipes import contraction
+
+    fl.register_recipe("cpu", contraction.gpu_tiled, name="test-lengths-gpu-tiled",
+                       kind="contraction")
+    return device_path
+
+
+def _covariance_rows(d, m: int):
+    cov = fl.zeros((m, m))
+    for i in range(m):
+        cov[i:m, i] = cov[i, i:m] = d[:, i] @ d[:, i:m]
+    return cov
+
+
+def test_split_k_plans_follow_the_lengths_of_one_split(split_k, monkeypatch):
+    # covariance's rows: split-K over the fixed column length, a new output length per
+    # row; a plan holds its split and follows the lengths where the rule splits so
+    # again, so a loop over more lengths than plans kept records few plans, every run
+    monkeypatch.setattr(run_plans, "PLANS_MAX", 16)
+    m, n = 64, 512
+    dh = np.random.default_rng(6).random((n, m))
+    d = fl.asarray(dh)
+    want = dh.T @ dh
+    for run in range(2):
+        fl.reset_stats()
+        np.testing.assert_allclose(_covariance_rows(d, m).get(), want, rtol=1e-12)
+        s = fl.stats()
+        split = s["kernels_launched"] - 2 * m  # (rows whose product ran in two launches)
+        assert split >= 16, split
+        assert s["kernels_compiled"] <= 12 if run == 0 else s["kernels_compiled"] == 0
+        # (one split's plan serves its lengths: records where the split changes)
+        assert s["plans_recorded"] <= 30 if run == 0 else s["plans_recorded"] <= 4, s
+
+
+def test_split_plans_at_other_lengths_equal_fresh_records(split_k, monkeypatch):
+    from fuseloop.expr import program
+
+    m, n = 48, 512
+    dh = np.random.default_rng(7).random((n, m))
+    d = fl.asarray(dh)
+    _covariance_rows(d, m)  # (forms learnt)
+    assert any(isinstance(p, run_plans._Plan) and p.forms is not None
+               and plan_lengths.splits(p) for p in run_plans._plans.values())
+    monkeypatch.setattr(program, "CHECK_STRUCTURE_CACHE", True)
+    np.testing.assert_allclose(_covariance_rows(d, m).get(), dh.T @ dh, rtol=1e-12)
+
+
 def test_plans_at_other_lengths_equal_fresh_records(device_path, monkeypatch):
     # checking mode compares each plan made from a key's forms with a fresh record
     from fuseloop.expr import program

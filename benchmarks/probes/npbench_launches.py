@@ -9,7 +9,8 @@ and prints, per run: kernels lowered (new structures: a count that grows with th
 means something is baked into kernels per iteration), kernels launched, the lines of the
 kernel's own source executed (its statements; loop headers included), launches per
 statement, values read back to Python (``float(a)``, ``bool(a)``, ``int(a)``, ``.get()``),
-and the CPU time.  Reported, never asserted.  Use an empty ``FUSELOOP_CACHE_DIR`` to see
+run plans recorded (a count that grows with the size means plans per length) and the
+CPU time.  Reported, never asserted.  Use an empty ``FUSELOOP_CACHE_DIR`` to see
 cold counts; ``--gpu-recipes`` applies the GPU recipes on the CPU device (the kernels,
 size classes included, that a GPU run builds).
 
@@ -92,7 +93,7 @@ def main() -> None:
             fl.register_recipe("cpu", r, name=f"probe-{r.name}")
     _count_reads()
     print(f"{'benchmark':10} run {'lowered':>8} {'compiled':>8} {'launched':>9} {'stmts':>8} "
-          f"{'launch/st':>9} {'reads':>7} {'cpu s':>8}")
+          f"{'launch/st':>9} {'reads':>7} {'recorded':>8} {'cpu s':>8}")
     for name in args.names:
         kernel, b, values, source = _load(args.npbench, name, args.preset)
         lines = {"n": 0}
@@ -128,7 +129,8 @@ def main() -> None:
             st = max(1, lines["n"])
             print(f"{name:10} {run:3} {s['kernels_lowered']:8} {s['kernels_compiled']:8} "
                   f"{s['kernels_launched']:9} {lines['n']:8} "
-                  f"{s['kernels_launched'] / st:9.2f} {_READS['n']:7} {cpu:8.3f}", flush=True)
+                  f"{s['kernels_launched'] / st:9.2f} {_READS['n']:7} {s['plans_recorded']:8} "
+                  f"{cpu:8.3f}", flush=True)
 
 
 if __name__ == "__main__":
