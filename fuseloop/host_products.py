@@ -22,6 +22,7 @@ from .host_eager import (
     HostArray,
     _as,
     _base,
+    _counted,
     _errors,
     _new,
     _off,
@@ -32,6 +33,7 @@ from .host_eager import (
     _sync,
     _value,
     apply,
+    compute,
 )
 from .stats import tallies as _tallies
 
@@ -356,25 +358,13 @@ def unary(op: str, x: Any) -> Array | None:
         hit = _ops[(op, kind)] = _op_entry(op, (kind,))
     if hit is False:
         return None
-    loop, fn, sfn, quiet = hit
+    loop = hit[0]
     if reads:
         _sync(x.device)
     if kind is not loop[0]:
         v = _as(v, kind, loop[0])
-    arrays = type(v) is np.ndarray
-    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or not arrays) else None
-    try:
-        out = sfn(v) if sfn is not None and not arrays else fn(v)
-    except (TypeError, ValueError, ArithmeticError):
-        return None
-    finally:
-        if token is not None:
-            _errors.reset(token)
-    dtype = loop[-1]
-    if out.dtype is not dtype and out.dtype != dtype:
-        out = out.astype(dtype) if type(out) is np.ndarray else dtype.type(out)
-    _count_operation()
-    return _result(out, x.device)
+    out = compute(op, hit, (v,), type(v) is np.ndarray)
+    return None if out is None else _counted(out, loop[-1], x.device)
 
 
 def _eager_unary(op: str, general: Any) -> Any:
