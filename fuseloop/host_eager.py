@@ -442,7 +442,7 @@ def compute(op: str, hit: tuple, values: Any, arrays: bool) -> Any:
     with its floating-point warnings off where the operation may set them (as in a
     kernel); numpy scalars' operator where no value is an array; None where numpy
     raises (the general path raises its error)."""
-    fn, sfn, quiet = hit[1], hit[2], hit[3]
+    _, fn, sfn, quiet = hit
     token = _errors.set(_QUIET) if _QUIET is not None and (quiet or (not arrays and (
         op not in _QUIET_SCALAR_OPS))) else None  # (numpy scalars' comparisons never warn)
     try:

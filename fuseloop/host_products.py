@@ -64,8 +64,8 @@ def matmul(a: Any, b: Any) -> Array | None:
     work = sa[-1] * (sa[0] if na == 2 else 1) * (sb[1] if nb == 2 else 1)
     if work > _host.HOST_MAX_WORK:
         return blas_matmul(a, b)
-    if not sa[-1]:
-        return None  # (an empty sum: the kernels' zeros)
+    if not work and (sa[0] if na == 2 else 1) * (sb[1] if nb == 2 else 1) > EAGER_MAX_WORK:
+        return None  # (a large empty sum: the kernels' zeros; a small one: numpy's, equal)
     if ga[2] or gb[2]:
         _sync(device)
     return _quiet_matmul(va, vb, device)
@@ -146,8 +146,10 @@ def _vector_dot(a: HostArray, b: HostArray) -> Array | None:
     device, dtype = a.device, a.dtype
     n = a._shape[0]
     if b.device is not device or b.dtype is not dtype or dtype.char not in "fdFD" \
-            or b._shape[0] != n or not n or n > _host.HOST_MAX_WORK or _off():
-        return None  # (numpy's error, an empty sum: the kernels'; a large one: theirs)
+            or b._shape[0] != n or n > _host.HOST_MAX_WORK or _off():
+        return None  # (numpy's error; a large one: the kernels')
+    # (an empty one, spmv's empty row: numpy's 0, the kernels' too; taken to the
+    # general path, its lazy gather and product cost 6x a row's statement)
     if a._buf is not None or b._buf is not None:
         _sync(device)
     return _quiet_matmul(a._np, b._np, device)
@@ -284,7 +286,7 @@ def gather(arr: Array, index: HostArray) -> Array | None:
         out = got[0][index._np]
     except (IndexError, TypeError, ValueError):
         return None
-    if not 0 < out.size <= EAGER_MAX_WORK:
+    if out.size > EAGER_MAX_WORK:  # (an empty index too: an empty copy)
         return None
     _count_operation()
     return _result(out, arr.device)

@@ -23,8 +23,9 @@ def element_or_view(arr: Array, key: Any) -> tuple[Any, bool, Any] | bool | None
     ``A[i, j]``, ``A[i, :j]``, ``A[:, k]``, ``A[1:-1, 2:]`` of a matrix and ``x[i]``,
     ``x[a:b]`` of a vector, its steps written out (read by :func:`quick_view`, written
     by host_writes.setitem): ``(numpy view, whether one element, the storage)``, an
-    element as a 1-element view; False for a view not taken here (too large, or an
-    index error, which the general path raises); None: not such a key or array."""
+    element as a 1-element view (a slice may be empty); False for a view not taken
+    here (too large, or an index error, which the general path raises); None: not such
+    a key or array."""
     node = arr._node
     got = _bases.get(id(node))
     if got is None or got[0] is not node:
@@ -55,8 +56,8 @@ def element_or_view(arr: Array, key: Any) -> tuple[Any, bool, Any] | bool | None
         v = base[key]
     except (IndexError, TypeError, ValueError):
         return False
-    n = v.size
-    if not 0 < n <= EAGER_MAX_WORK or n > _host.HOST_MAX_WORK:
+    n = v.size  # (an empty view too: ``A_col[A_row[i]:A_row[i + 1]]`` of an empty row)
+    if n > EAGER_MAX_WORK or n > _host.HOST_MAX_WORK:
         return False
     return v, False, got[2]
 

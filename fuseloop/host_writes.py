@@ -161,9 +161,11 @@ def _element_write(arr: Array, key: Any, value: Any) -> bool | None:
         return None
     tv = type(value)
     if tv is HostArray and not value._shape and value.device is arr.device:
-        v = value._np  # (an element: the commonest value, inline)
+        v = value._np  # (an element or a value held here: the commonest, inline)
         if type(v) is np.ndarray:
             v = v[0]
+    elif tv is Array and type(value._node) is Scalar and value.device is arr.device:
+        v = value._node.value
     elif (val := _assigned(value, arr.dtype, arr.device)) is not None \
             and type(val[0]) is not np.ndarray:
         v = val[0]

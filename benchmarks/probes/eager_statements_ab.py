@@ -1,8 +1,9 @@
 """Host time per statement of the small statements NPBench's worst CPU ratios run
 (preset S: floyd_warshall's row update, nussinov's element maximum, seidel_2d's element
-updates, crc16's bit tests), for several fuseloop revisions in one process, rounds
-interleaved (A, B, A, B, ...), on the CPU clock, with numpy running the same statement
-alongside (issue 26).  Each revision's package is imported under a name of its own
+updates, crc16's bit tests) and of two small lazy expressions the host path evaluates,
+for several fuseloop revisions in one process, rounds interleaved (A, B, A, B, ...), on
+the CPU clock, with numpy running the same statement alongside (issue 26).  Each
+revision's package is imported under a name of its own
 (``benchmarks/compare_host_overhead.py``).  Reported, never asserted.
 
     python benchmarks/probes/eager_statements_ab.py REV [REV ...] [--rounds 7]
@@ -66,8 +67,26 @@ def _patterns(m: Any, asarray: Any) -> dict[str, Any]:
                 cur >>= 1
         return 64 * 8
 
+    x, y = asarray(rng.random((64, 64))), asarray(rng.random((64, 64)))
+    v = asarray(rng.random(4096))
+
+    def lazy_sum() -> int:  # (lazy expressions evaluated by the host path)
+        for _ in range(20):
+            _done(m.sum(v * v))
+        return 20
+
+    def lazy_center() -> int:
+        for _ in range(20):
+            _done(x - x.mean(axis=1, keepdims=True) * y)
+        return 20
+
     return {"floyd-row": floyd_rows, "nussinov-max": nussinov_max,
-            "seidel-element": seidel_elements, "crc16-bits": crc16_bits}
+            "seidel-element": seidel_elements, "crc16-bits": crc16_bits,
+            "lazy-sum-4096": lazy_sum, "lazy-center-64x64": lazy_center}
+
+
+def _done(value: Any) -> Any:
+    return value.eval() if hasattr(value, "eval") else value
 
 
 def main() -> None:
