@@ -1,9 +1,9 @@
 """Host time per statement of the small statements NPBench's worst CPU ratios run
 (preset S: floyd_warshall's row update, nussinov's element maximum, seidel_2d's element
-updates, crc16's bit tests) and of two small lazy expressions the host path evaluates,
-for several fuseloop revisions in one process, rounds interleaved (A, B, A, B, ...), on
-the CPU clock, with numpy running the same statement alongside (issue 26).  Each
-revision's package is imported under a name of its own
+updates, crc16's bit tests, jacobi_1d's statement) and of two small lazy expressions the
+host path evaluates, for several fuseloop revisions in one process, rounds interleaved
+(A, B, A, B, ...), on the CPU clock, with numpy running the same statement alongside
+(issue 26).  Each revision's package is imported under a name of its own
 (``benchmarks/compare_host_overhead.py``).  Reported, never asserted.
 
     python benchmarks/probes/eager_statements_ab.py REV [REV ...] [--rounds 7]
@@ -67,6 +67,14 @@ def _patterns(m: Any, asarray: Any) -> dict[str, Any]:
                 cur >>= 1
         return 64 * 8
 
+    ja, jb = asarray(rng.random(3200)), asarray(rng.random(3200))
+
+    def jacobi_1d() -> int:
+        for _ in range(10):
+            jb[1:-1] = 0.33333 * (ja[:-2] + ja[1:-1] + ja[2:])
+            ja[1:-1] = 0.33333 * (jb[:-2] + jb[1:-1] + jb[2:])
+        return 20
+
     x, y = asarray(rng.random((64, 64))), asarray(rng.random((64, 64)))
     v = asarray(rng.random(4096))
 
@@ -82,7 +90,8 @@ def _patterns(m: Any, asarray: Any) -> dict[str, Any]:
 
     return {"floyd-row": floyd_rows, "nussinov-max": nussinov_max,
             "seidel-element": seidel_elements, "crc16-bits": crc16_bits,
-            "lazy-sum-4096": lazy_sum, "lazy-center-64x64": lazy_center}
+            "jacobi-1d-3200": jacobi_1d, "lazy-sum-4096": lazy_sum,
+            "lazy-center-64x64": lazy_center}
 
 
 def _done(value: Any) -> Any:
