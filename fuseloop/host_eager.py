@@ -437,8 +437,14 @@ def _fits(values: list) -> bool:
 # {{{ operations
 
 
-def _compute(fn: Any, sfn: Any, values: list, arrays: bool, quiet: bool) -> Any:
-    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or not arrays) else None
+def compute(op: str, hit: tuple, values: Any, arrays: bool) -> Any:
+    """``op`` (an ``_ops`` entry ``hit``) of ``values``, on its loop's dtypes, by numpy
+    with its floating-point warnings off where the operation may set them (as in a
+    kernel); numpy scalars' operator where no value is an array; None where numpy
+    raises (the general path raises its error)."""
+    _, fn, sfn, quiet = hit
+    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or (not arrays and (
+        op not in _QUIET_SCALAR_OPS))) else None  # (numpy scalars' comparisons never warn)
     try:
         return sfn(*values) if sfn is not None and not arrays else fn(*values)
     except (TypeError, ValueError, ArithmeticError):
@@ -476,7 +482,7 @@ def apply(op: str, operands: tuple) -> Array | None:
         hit = _ops[key] = _op_entry(op, key[1:])
     if hit is False:
         return None
-    loop, fn, sfn, quiet = hit
+    loop = hit[0]
     values = []
     arrays = []
     reads = False
@@ -490,60 +496,45 @@ def apply(op: str, operands: tuple) -> Array | None:
         return None
     if reads:
         _sync(device)
-    out = _compute(fn, sfn, values, bool(arrays), quiet)
-    if out is None:
-        return None
-    dtype = loop[-1]
-    if out.dtype is not dtype and out.dtype != dtype:
-        out = out.astype(dtype) if type(out) is np.ndarray else dtype.type(out)
-    _count_operation()
-    return _result(out, device)
+    out = compute(op, hit, values, bool(arrays))
+    return None if out is None else _counted(out, loop[-1], device)
 
 
 def binary(op: str, a: Any, b: Any) -> Array | None:
     """:func:`apply` of two operands, the first or second a HostArray (an operator):
-    the common cases written out (a HostArray with a HostArray, a Python float or
-    int, or a small concrete array)."""
+    a HostArray with a HostArray, a Python or numpy scalar or a small concrete array."""
     if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
             or _evaluate.recording_threads[0]:
         return None
     ta, tb = type(a), type(b)
     device = a.device if ta is HostArray else b.device
-    reads = False
-    if ta is HostArray:
-        ka, va = a.dtype, a._np
+    # (the commonest operands, a HostArray and a Python float or int, inline)
+    if ta is HostArray and a.device is device:
+        ka, va, ra = a.dtype, a._np, a._buf is not None
         if not a._shape and type(va) is np.ndarray:
             va = va[0]
-        reads = a._buf is not None
-    elif ta is float or ta is int:  # (a Python scalar: its kind is its type)
-        ka, va = ta, a
+    elif ta is float or ta is int:
+        ka, va, ra = ta, a, False
+    elif (ga := _operand(a, device)) is not None:
+        ka, va, ra = ga
     else:
-        ga = _operand(a, device)
-        if ga is None:
-            return None
-        ka, va, reads = ga
-    if tb is HostArray:
-        if b.device is not device:
-            return None
-        kb, vb = b.dtype, b._np
+        return None
+    if tb is HostArray and b.device is device:
+        kb, vb, rb = b.dtype, b._np, b._buf is not None
         if not b._shape and type(vb) is np.ndarray:
             vb = vb[0]
-        reads = reads or b._buf is not None
     elif tb is float or tb is int:
-        kb, vb = tb, b
+        kb, vb, rb = tb, b, False
+    elif (gb := _operand(b, device)) is not None:
+        kb, vb, rb = gb
     else:
-        gb = _operand(b, device)
-        if gb is None:
-            return None
-        kb, vb = gb[0], gb[1]
-        reads = reads or gb[2]
-    key = (op, ka, kb)
-    hit = _ops.get(key)
+        return None
+    hit = _ops.get((op, ka, kb))
     if hit is None:
-        hit = _ops[key] = _op_entry(op, (ka, kb))
+        hit = _ops[(op, ka, kb)] = _op_entry(op, (ka, kb))
     if hit is False:
         return None
-    loop, fn, sfn, quiet = hit
+    loop = hit[0]
     da, db = loop[0], loop[1]
     if ka is not da:  # (a Python scalar's kind is never a dtype)
         va = _weak_scalar(va, da) if ka is float or ka is int else _as(va, ka, da)
@@ -552,18 +543,16 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     arrays = type(va) is np.ndarray or type(vb) is np.ndarray
     if arrays and type(va) is type(vb) and va.shape != vb.shape and not _fits([va, vb]):
         return None
-    if reads:
+    if ra or rb:
         _sync(device)
-    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or (not arrays and (
-        op not in _QUIET_SCALAR_OPS))) else None  # (numpy scalars' comparisons never warn)
-    try:
-        out = sfn(va, vb) if sfn is not None and not arrays else fn(va, vb)
-    except (TypeError, ValueError, ArithmeticError):
-        return None
-    finally:
-        if token is not None:
-            _errors.reset(token)
-    dtype, out_dt = loop[-1], out.dtype
+    out = compute(op, hit, (va, vb), arrays)
+    return None if out is None else _counted(out, loop[-1], device)
+
+
+def _counted(out: Any, dtype: np.dtype, device: Any) -> Array:
+    """An operation's result computed here (counted), on its loop's output ``dtype``:
+    a buffer-less HostArray, or a 0-d value held as a Scalar node (_result's)."""
+    out_dt = out.dtype
     if out_dt is not dtype and out_dt != dtype:
         out = out.astype(dtype) if type(out) is np.ndarray else dtype.type(out)
     _count_operation()

@@ -29,6 +29,7 @@ everything runs as kernels, as the test suite does for the kernels' own tests).
 
 from __future__ import annotations
 
+import math
 import operator
 import os
 from collections.abc import Callable, Sequence
@@ -77,9 +78,10 @@ if _env:  # an integer (the limit; 0: off), or a word
 #: stencil's temporaries outgrew the cache and ran 4x slower than numpy's own
 TRACK_USES_AT = 1024
 #: ... and whose output elements times computed nodes reach this (the temporaries kept
-#: all at once): jacobi_1d's 4-operation statement on 3200 elements ran 15% slower
-#: counting its readers, which its few temporaries never needed
-TRACK_USES_WORK = 16 * 1024
+#: all at once, 512 KiB of float64: about half this CPU's L2): below it, counting the
+#: readers cost more than it saved (jacobi_1d's 4 operations on 3200 elements; a
+#: 64x64 centring and a 6-operation chain on 4096-16384 elements, on the CPU clock)
+TRACK_USES_WORK = 64 * 1024
 #: bytes of buffers kept mapped; all maps are dropped when reached
 MAPPED_MAX_BYTES = 256 << 20
 
@@ -122,6 +124,7 @@ _REDUCERS = {"sum": np.add.reduce, "prod": np.multiply.reduce, "max": np.maximum
              "min": np.minimum.reduce, "any": np.logical_or.reduce,
              "all": np.logical_and.reduce}
 _EMPTY_OK = frozenset(("sum", "prod", "any", "all"))  # (reductions with an identity)
+_count_evaluation = _stats.tallies["host_evaluations"].__next__  # (stats.tally, bound)
 # (flat structure's signature, shape) -> evaluations here (see FLAT_REPEATS_FOR_KERNEL)
 _flat_counts: dict[tuple, int] = {}
 # (op, loop key) -> the function computing it here, or False (see _loop_fn); the
@@ -186,11 +189,9 @@ def host_device(device: Device) -> bool:
     return ok
 
 
-def _size(shape: tuple[int, ...]) -> int:
-    n = 1
-    for k in shape:
-        n *= k
-    return n
+#: the number of elements of a shape (math's product: a Python loop cost every
+#: statement's checks, which ask it several times, ~0.2 us a call)
+_size: Callable[[tuple[int, ...]], int] = math.prod
 
 
 # }}}
@@ -500,19 +501,21 @@ def _reduce(node: Any, ev: _State) -> Any:
             n == 0 and node.op not in _EMPTY_OK):
         raise _Unsupported  # (large, or an empty max or argmax: the kernels' answer)
     v = _value(child, ev)
-    if v.dtype != node.dtype and node.op not in ("argmax", "argmin"):
-        v = v.astype(node.dtype)  # (the accumulator's dtype: numpy's ``dtype=``)
-    if np.shape(v) != child.shape:
+    op, axes, dtype = node.op, node.axes, node.dtype
+    vt = v.dtype
+    if vt is not dtype and vt != dtype and op not in ("argmax", "argmin"):
+        v = v.astype(dtype)  # (the accumulator's dtype: numpy's ``dtype=``)
+    if type(v) is not np.ndarray or v.shape != child.shape:
         v = np.broadcast_to(v, child.shape)
-    op, axes = node.op, node.axes
     if op in ("argmax", "argmin"):
         out = (np.argmax if op == "argmax" else np.argmin)(v, axis=axes[0])
-        out = out.astype(node.dtype)
+        out = out.astype(dtype)
     else:
         out = _REDUCERS[op](v, axis=axes)
-        if out.dtype != node.dtype:
-            out = out.astype(node.dtype)
-    return np.reshape(out, node.shape)
+        if out.dtype is not dtype and out.dtype != dtype:
+            out = out.astype(dtype)
+    # (a numpy scalar or an array: both reshape, ``np.reshape``'s detour costs ~1 us)
+    return out if out.shape == node.shape else out.reshape(node.shape)
 
 
 def _iota(node: Any) -> np.ndarray:
@@ -715,7 +718,7 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
                     t.storage if type(t) is Target else t  # type: ignore[assignment]
                 _store(s, rt, r.dtype, out_shape, None, 0, v)
             outs.append(s)
-    _stats.increment("host_evaluations")
+    _count_evaluation()
     return outs
 
 

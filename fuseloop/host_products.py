@@ -22,6 +22,7 @@ from .host_eager import (
     HostArray,
     _as,
     _base,
+    _counted,
     _errors,
     _new,
     _off,
@@ -32,6 +33,7 @@ from .host_eager import (
     _sync,
     _value,
     apply,
+    compute,
 )
 from .stats import tallies as _tallies
 
@@ -62,8 +64,8 @@ def matmul(a: Any, b: Any) -> Array | None:
     work = sa[-1] * (sa[0] if na == 2 else 1) * (sb[1] if nb == 2 else 1)
     if work > _host.HOST_MAX_WORK:
         return blas_matmul(a, b)
-    if not sa[-1]:
-        return None  # (an empty sum: the kernels' zeros)
+    if not work and (sa[0] if na == 2 else 1) * (sb[1] if nb == 2 else 1) > EAGER_MAX_WORK:
+        return None  # (a large empty sum: the kernels' zeros; a small one: numpy's, equal)
     if ga[2] or gb[2]:
         _sync(device)
     return _quiet_matmul(va, vb, device)
@@ -144,8 +146,10 @@ def _vector_dot(a: HostArray, b: HostArray) -> Array | None:
     device, dtype = a.device, a.dtype
     n = a._shape[0]
     if b.device is not device or b.dtype is not dtype or dtype.char not in "fdFD" \
-            or b._shape[0] != n or not n or n > _host.HOST_MAX_WORK or _off():
-        return None  # (numpy's error, an empty sum: the kernels'; a large one: theirs)
+            or b._shape[0] != n or n > _host.HOST_MAX_WORK or _off():
+        return None  # (numpy's error; a large one: the kernels')
+    # (an empty one, spmv's empty row: numpy's 0, the kernels' too; taken to the
+    # general path, its lazy gather and product cost 6x a row's statement)
     if a._buf is not None or b._buf is not None:
         _sync(device)
     return _quiet_matmul(a._np, b._np, device)
@@ -282,7 +286,7 @@ def gather(arr: Array, index: HostArray) -> Array | None:
         out = got[0][index._np]
     except (IndexError, TypeError, ValueError):
         return None
-    if not 0 < out.size <= EAGER_MAX_WORK:
+    if out.size > EAGER_MAX_WORK:  # (an empty index too: an empty copy)
         return None
     _count_operation()
     return _result(out, arr.device)
@@ -356,25 +360,13 @@ def unary(op: str, x: Any) -> Array | None:
         hit = _ops[(op, kind)] = _op_entry(op, (kind,))
     if hit is False:
         return None
-    loop, fn, sfn, quiet = hit
+    loop = hit[0]
     if reads:
         _sync(x.device)
     if kind is not loop[0]:
         v = _as(v, kind, loop[0])
-    arrays = type(v) is np.ndarray
-    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or not arrays) else None
-    try:
-        out = sfn(v) if sfn is not None and not arrays else fn(v)
-    except (TypeError, ValueError, ArithmeticError):
-        return None
-    finally:
-        if token is not None:
-            _errors.reset(token)
-    dtype = loop[-1]
-    if out.dtype is not dtype and out.dtype != dtype:
-        out = out.astype(dtype) if type(out) is np.ndarray else dtype.type(out)
-    _count_operation()
-    return _result(out, x.device)
+    out = compute(op, hit, (v,), type(v) is np.ndarray)
+    return None if out is None else _counted(out, loop[-1], x.device)
 
 
 def _eager_unary(op: str, general: Any) -> Any:

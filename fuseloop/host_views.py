@@ -18,49 +18,14 @@ from .stats import tallies as _tallies
 _count_operation = _tallies["host_operations"].__next__  # (stats.tally, bound)
 
 
-def _matrix_view(arr: Array, key: Any) -> tuple[Any, bool] | None:
-    """A loop's commonest target, ``A[i, j]``, ``A[i, :j]``, ``A[:, k]`` of a concrete
-    matrix or ``x[i]``, ``x[a:b]`` of a concrete vector, viewed before, its steps
-    written out (a third of a view's cost): ``(numpy view, whether one element)``,
-    ``(False, False)`` for a view not taken here (too large, or an index error, which
-    the general path raises), or None: not such a key (see :func:`quick_view`)."""
-    node = arr._node
-    got = _bases.get(id(node))
-    if got is None or got[0] is not node:
-        return None
-    base = got[1]
-    tk = type(key)
-    if tk is tuple:
-        if len(key) != 2 or base.ndim != 2:
-            return None
-        k0, k1 = key
-        t0, t1 = type(k0), type(k1)
-        element = t0 is int and t1 is int
-        if not element and not ((t0 is int and t1 is slice) or (t0 is slice and t1 is int)):
-            return None
-        try:
-            v = base[k0, k1:k1 + 1 if k1 != -1 else None] if element else base[key]
-        except IndexError:
-            return False, False
-    elif base.ndim != 1 or (tk is not int and tk is not slice):
-        return None
-    else:
-        element = tk is int
-        try:
-            v = base[key:key + 1 if key != -1 else None] if element else base[key]
-        except (TypeError, ValueError):
-            return False, False
-    n = v.size
-    if not 0 < n <= EAGER_MAX_WORK or n > _host.HOST_MAX_WORK or (element and n != 1):
-        return False, False
-    return v, element
-
-
-def quick_view(arr: Array, key: Any) -> Any:
-    """host_eager.getitem's commonest cases written out: ``A[i, j]``, ``A[i, :j]``,
-    ``A[:, k]``, ``A[1:-1, 2:]`` of a concrete matrix and ``x[i]``, ``x[a:b]`` of a concrete vector,
-    viewed before: a HostArray, False (not taken: too large, or an index error, which
-    the general path raises) or None (not such a key)."""
+def element_or_view(arr: Array, key: Any) -> tuple[Any, bool, Any] | bool | None:
+    """``arr[key]`` of a concrete array viewed before, for a loop's commonest keys,
+    ``A[i, j]``, ``A[i, :j]``, ``A[:, k]``, ``A[1:-1, 2:]`` of a matrix and ``x[i]``,
+    ``x[a:b]`` of a vector, its steps written out (read by :func:`quick_view`, written
+    by host_writes.setitem): ``(numpy view, whether one element, the storage)``, an
+    element as a 1-element view (a slice may be empty); False for a view not taken
+    here (too large, or an index error, which the general path raises); None: not such
+    a key or array."""
     node = arr._node
     got = _bases.get(id(node))
     if got is None or got[0] is not node:
@@ -77,39 +42,37 @@ def quick_view(arr: Array, key: Any) -> Any:
                 v = base[k0, k1:k1 + 1 if k1 != -1 else None]
             except IndexError:
                 return False
-            if v.size != 1:
-                return False
-            shape: tuple = ()
-        elif (t0 is slice or t0 is int) and (t1 is slice or t1 is int):
-            try:  # (a row, a column or a block: ``u[1:-1, 2:]``)
-                v = base[key]
-            except (IndexError, ValueError):
-                return False
-            shape = v.shape
-        else:
+            return (v, True, got[2]) if v.size == 1 else False
+        if (t0 is not slice and t0 is not int) or (t1 is not slice and t1 is not int):
             return None
     elif base.ndim != 1:
         return None
     elif tk is int:
         v = base[key:key + 1 if key != -1 else None]
-        if v.size != 1:
-            return False
-        shape = ()
-    elif tk is slice:
-        try:
-            v = base[key]
-        except (TypeError, ValueError):
-            return False
-        shape = v.shape
-    else:
+        return (v, True, got[2]) if v.size == 1 else False
+    elif tk is not slice:
         return None
-    if shape:
-        n = v.size
-        if not 0 < n <= EAGER_MAX_WORK or n > _host.HOST_MAX_WORK:
-            return False
+    try:  # (a row, a column or a block: ``u[1:-1, 2:]``)
+        v = base[key]
+    except (IndexError, TypeError, ValueError):
+        return False
+    n = v.size  # (an empty view too: ``A_col[A_row[i]:A_row[i + 1]]`` of an empty row)
+    if n > EAGER_MAX_WORK or n > _host.HOST_MAX_WORK:
+        return False
+    return v, False, got[2]
+
+
+def quick_view(arr: Array, key: Any) -> Any:
+    """host_eager.getitem's commonest cases (:func:`element_or_view`'s): a HostArray,
+    False (not taken: too large, or an index error, which the general path raises) or
+    None (not such a key)."""
+    got = element_or_view(arr, key)
+    if not got:
+        return got
+    v, element, storage = got  # type: ignore[misc]
     out = _new(HostArray)
     out._np, out.dtype, out.device, out._leaf = v, arr.dtype, arr.device, None
-    out._buf, out._shape, out._of, out._key = got[2], shape, arr, key
+    out._buf, out._shape, out._of, out._key = storage, () if element else v.shape, arr, key
     return out
 
 

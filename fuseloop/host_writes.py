@@ -18,7 +18,6 @@ from .array import Array, _weak_scalar
 from .dtypes import scalar_to
 from .expr.nodes import Scalar, recent_lazy
 from .host_eager import (
-    _QUIET_SCALAR_OPS,
     EAGER_MAX_WORK,
     HostArray,
     _as,
@@ -30,9 +29,10 @@ from .host_eager import (
     _operand,
     _sync,
     _view_of,
+    compute,
     numpy_value,
 )
-from .host_views import _matrix_view
+from .host_views import element_or_view
 from .stats import tallies as _tallies
 
 _DTYPES = _host._DTYPES
@@ -101,10 +101,10 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     if type(arr) is Array and (tk is int or (tk is tuple and len(key) == 2 and type(
             key[1]) is int)) and (done := _element_write(arr, key, value)) is not None:
         return done
-    if type(arr) is Array and (got := _matrix_view(arr, key)) is not None:
-        target, storage = got[0], arr._storage
-        if target is False:
+    if type(arr) is Array and (taken := element_or_view(arr, key)) is not None:
+        if taken is False:
             return False
+        target, storage = taken[0], taken[2]  # type: ignore[index]
     else:
         items = _basic(key)
         if items is None:
@@ -160,17 +160,15 @@ def _element_write(arr: Array, key: Any, value: Any) -> bool | None:
     elif tk is not int or base.ndim != 1:
         return None
     tv = type(value)
-    if tv is float or tv is int:
-        try:
-            v = scalar_to(value, arr.dtype)
-        except (OverflowError, TypeError, ValueError):
-            return None
-    elif tv is HostArray and not value._shape and value.device is arr.device:
-        v = value._np
+    if tv is HostArray and not value._shape and value.device is arr.device:
+        v = value._np  # (an element or a value held here: the commonest, inline)
         if type(v) is np.ndarray:
             v = v[0]
     elif tv is Array and type(value._node) is Scalar and value.device is arr.device:
         v = value._node.value
+    elif (val := _assigned(value, arr.dtype, arr.device)) is not None \
+            and type(val[0]) is not np.ndarray:
+        v = val[0]
     else:
         return None
     storage = got[2]
@@ -253,17 +251,16 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
         return False
     device = target.device
     to = type(other)
-    if to is HostArray and other.device is device:
+    if to is HostArray and other.device is device:  # (the commonest operands inline)
         kb, vb, reads = other.dtype, other._np, other._buf is not None
         if not other._shape and type(vb) is np.ndarray:
             vb = vb[0]
     elif to is float or to is int:  # (a Python scalar: its kind is its type)
         kb, vb, reads = to, other, False
-    else:
-        got = _operand(other, device)
-        if got is None:
-            return False
+    elif (got := _operand(other, device)) is not None:
         kb, vb, reads = got
+    else:
+        return False
     dtype = target.dtype
     key = (op, dtype, kb)
     hit: Any = _inplace_ops.get(key)
@@ -274,7 +271,7 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
         _inplace_ops[key] = hit
     if hit is False:
         return False
-    loop, fn, sfn, quiet = hit
+    loop = hit[0]
     da, db = loop[0], loop[1]
     if kb is not db:  # (a Python scalar's kind is never a dtype)
         vb = _weak_scalar(vb, db) if kb is float or kb is int else _as(vb, kb, db)
@@ -294,16 +291,9 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
         va = va[0]
     if dtype is not da:
         va = va.astype(da) if type(va) is np.ndarray else da.type(va)
-    arrays = type(va) is np.ndarray or type(vb) is np.ndarray
-    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or (not arrays and (
-        op not in _QUIET_SCALAR_OPS))) else None
-    try:
-        out = fn(va, vb) if arrays or sfn is None else sfn(va, vb)
-    except (TypeError, ValueError, ArithmeticError):
+    out = compute(op, hit, (va, vb), type(va) is np.ndarray or type(vb) is np.ndarray)
+    if out is None:
         return False
-    finally:
-        if token is not None:
-            _errors.reset(token)
     _count_evaluation()
     _updated[0] = target
     if shape:

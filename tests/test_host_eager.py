@@ -388,7 +388,7 @@ def test_vector_elements_and_slices_as_indices(host):
     rows[0]  # (the vector's view made once: the written-out steps from here on)
     for i in range(4):
         got = cols[rows[i]:rows[i + 1]]
-        assert (type(got) is host_eager.HostArray) == bool(got.size)  # (empty: the kernels')
+        assert type(got) is host_eager.HostArray  # (an empty one too: spmv's empty rows)
         np.testing.assert_array_equal(got.get(), cols_n[rows_n[i]:rows_n[i + 1]])
     assert [float(x[k]) for k in (0, -1, 5, -6)] == [0.0, 5.0, 5.0, 0.0]
     assert x[-1].shape == () and x[1:3].shape == (2,) and x[::-2].shape == (3,)
@@ -405,6 +405,35 @@ def test_vector_elements_and_slices_as_indices(host):
         x[::0]
     with pytest.raises(TypeError):
         operator.index(x[1])
+
+
+def test_empty_rows_of_a_sparse_product_are_computed_here(host, monkeypatch):
+    """spmv's ``y[i] = A_val[a:b] @ x[A_col[a:b]]`` with empty rows (``a == b``): an
+    empty view, its empty gather and their product (numpy's 0, the kernels' too) are
+    computed here, with no node built; numpy's values, with the host path on or off."""
+    rng = np.random.default_rng(7)
+    row_n = np.array([0, 2, 2, 2, 5, 5, 6], dtype=np.int32)
+    col_n = rng.integers(0, 9, 6).astype(np.int32)
+    val_n, x_n = rng.random(6), rng.random(9)
+    ref = np.array([val_n[row_n[i]:row_n[i + 1]] @ x_n[col_n[row_n[i]:row_n[i + 1]]]
+                    for i in range(6)])
+
+    def run():
+        row, col, val, x = (fl.asarray(a) for a in (row_n, col_n, val_n, x_n))
+        y = fl.empty(6, np.float64)
+        row[0], col[0:1], val[0:1]  # (each vector's view made once)
+        fl.reset_stats()
+        for i in range(6):
+            cols = col[row[i]:row[i + 1]]
+            y[i] = val[row[i]:row[i + 1]] @ x[cols]
+        return y.get(), fl.stats()
+
+    on, stats = run()
+    np.testing.assert_allclose(on, ref, rtol=1e-15)
+    assert stats["kernels_launched"] == 0 and stats["host_operations"] >= 12
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    off, _ = run()
+    np.testing.assert_allclose(off, ref, rtol=1e-15)
 
 
 def test_copy_of_a_small_concrete_array_is_made_now(host):

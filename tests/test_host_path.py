@@ -194,6 +194,7 @@ def test_larger_expressions_let_go_of_temporaries(host, monkeypatch):
         return out.get()
 
     assert 11 ** 3 >= host_path.TRACK_USES_AT
+    monkeypatch.setattr(host_path, "TRACK_USES_WORK", 0)  # (however few its temporaries)
     on, off, stats = _both(make, monkeypatch)
     ref = np.zeros_like(a)
     ref[1:-1, 1:-1, 1:-1] = expr(np, a)
@@ -542,11 +543,14 @@ def test_few_temporaries_are_not_tracked(host, monkeypatch):
     fl.reset_stats()
     b[1:-1] = 0.33333 * (a[:-2] + a[1:-1] + a[2:])
     assert counted == []
-    b[1:-1] = (a[:-2] * 2.0 + a[1:-1] * 3.0 - a[2:] * 4.0) / (a[1:-1] + 1.0) \
-        + fl.sin(a[2:]) * fl.cos(a[:-2]) - a[1:-1] * a[1:-1] + 0.5 * (a[2:] - a[:-2])
+    def larger(m, a):  # (more than TRACK_USES_WORK / 3198 operations)
+        return (a[:-2] * 2.0 + a[1:-1] * 3.0 - a[2:] * 4.0) / (a[1:-1] + 1.0) \
+            + m.sin(a[2:]) * m.cos(a[:-2]) - a[1:-1] * a[1:-1] + 0.5 * (a[2:] - a[:-2]) \
+            + m.exp(a[1:-1] * 0.5) * (a[2:] + 2.0) - m.sqrt(a[:-2] + 1.0) / (a[2:] + 3.0)
+
+    b[1:-1] = larger(fl, a)
     assert counted == [1]
-    ref = (a0[:-2] * 2.0 + a0[1:-1] * 3.0 - a0[2:] * 4.0) / (a0[1:-1] + 1.0) \
-        + np.sin(a0[2:]) * np.cos(a0[:-2]) - a0[1:-1] * a0[1:-1] + 0.5 * (a0[2:] - a0[:-2])
+    ref = larger(np, a0)
     np.testing.assert_allclose(b.get()[1:-1], ref, rtol=1e-14)
     assert fl.stats()["kernels_launched"] == 0
 
