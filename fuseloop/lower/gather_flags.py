@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import islpy as isl
 import loopy as lp
 import numpy as np
 import pymbolic.primitives as prim
@@ -66,21 +67,32 @@ def _foldable(knl: Any, name: str) -> bool:
     checks = [knl.id_to_insn.get(f"check{k}_{name}") for k in range(3)]
     if any(c is None for c in checks):
         return False
-    return not any(knl.iname_tags_of_type(i, (IlpBaseTag, VectorizeTag))
-                   for i in checks[0].within_inames)
+    within = checks[0].within_inames
+    if any(knl.iname_tags_of_type(i, (IlpBaseTag, VectorizeTag)) for i in within):
+        return False
+    # the flag is stored outside the loops: the work-item's axes must not be bounded by
+    # them, nor by a value computed in them
+    hw = _axes(knl, within)
+    if not hw:
+        return True
+    bounds = set(knl.get_inames_domain(hw).get_var_names(isl.dim_type.param))
+    writers = knl.writer_map()
+    return not any(b in within - hw or any(not knl.id_to_insn[w].within_inames <= hw
+                                           for w in writers.get(b, ()))
+                   for b in bounds)
 
 
-def _select(cond: Any, then: Any, other: Any) -> Any:
-    return prim.If(cond, then, other)
+def _axes(knl: Any, within: frozenset) -> frozenset:
+    """The inames of ``within`` that are the work-item's hardware axes (group, local)."""
+    return frozenset(i for i in within
+                     if knl.iname_tags_of_type(i, (GroupInameTag, LocalInameTag)))
 
 
 def _fold(knl: Any, name: str) -> tuple[list[Any], dict[str, Any]]:
     """The instructions and temporaries replacing the flag stores of gather ``name``."""
     code, raw, n = (knl.id_to_insn[f"check{k}_{name}"] for k in range(3))
     within = code.within_inames
-    # the work-item's own axes: every instruction must run on all of them (Loopy)
-    hw = frozenset(i for i in within
-                   if knl.iname_tags_of_type(i, (GroupInameTag, LocalInameTag)))
+    hw = _axes(knl, within)  # (every instruction must run on all of them: Loopy)
     lo, hi = prim.Variable(f"{name}_lo"), prim.Variable(f"{name}_hi")
     value, bound = raw.expression, n.expression
     temps = {v.name: lp.TemporaryVariable(v.name, _INT64, shape=(),
@@ -91,8 +103,11 @@ def _fold(knl: Any, name: str) -> tuple[list[Any], dict[str, Any]]:
             for v, start in ((lo, 0), (hi, -1))]
     writers = knl.writer_map()
     reads = frozenset().union(*(writers.get(v, ()) for v in get_dependencies(value)))
-    keep = [lp.Assignment(v, _select(prim.Comparison(value, op, v), value, v),
-                          id=f"checkkeep_{v.name}", within_inames=within,
+    # (a recipe's guards on the check, not its own condition on the index)
+    guards = frozenset(p for p in code.predicates if name not in get_dependencies(p))
+    # (selects, not OpenCL's min/max: PoCL calls those for longs, element by element)
+    keep = [lp.Assignment(v, prim.If(prim.Comparison(value, op, v), value, v),
+                          id=f"checkkeep_{v.name}", within_inames=within, predicates=guards,
                           depends_on=code.depends_on | reads | {f"checkinit_{v.name}"})
             for v, op in ((lo, "<"), (hi, ">"))]
     below = prim.Comparison(lo, "<", -bound)
@@ -102,5 +117,5 @@ def _fold(knl: Any, name: str) -> tuple[list[Any], dict[str, Any]]:
     store = [lp.Assignment(c.assignee, v, id=f"checkstore{k}_{name}", within_inames=hw,
                            predicates=frozenset({bad}), depends_on=keep_ids)
              for k, (c, v) in enumerate(((code, code.expression),
-                                         (raw, _select(below, lo, hi)), (n, bound)))]
+                                         (raw, prim.If(below, lo, hi)), (n, bound)))]
     return init + keep + store, temps
