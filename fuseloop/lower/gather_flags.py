@@ -15,8 +15,10 @@ value, code and axis length as before (the least or the greatest: any offender w
 already what racing writers left), so :mod:`fuseloop.flags` reads it unchanged.
 
 Not folded (the stores kept as they were) where the check sits in an ILP or vector
-loop: Loopy gives each lane of those its own copy of a private value, which a
-value kept across the lanes cannot be.  (Imports Loopy: the code generator only.)
+loop (Loopy gives each lane of those its own copy of a private value, which a value
+kept across the lanes cannot be), or where the work-item's axes are bounded by a
+loop around the check (the store after the loops would have no bounds).  (Imports
+Loopy: the code generator only.)
 """
 
 from __future__ import annotations
