@@ -21,10 +21,20 @@ def _body(source: str) -> str:
 
 
 def _inner_loop(body: str) -> str:
-    """The text from the loop along a row's elements (``e``) to the kernel's end."""
+    """The loop along a row's elements (``e``): from its ``for`` to its closing brace
+    (after it, the kernel's end stores a gather's error flag once per work-item)."""
     at = re.search(r"for \(\w+ e(_inner)? = ", body)
     assert at is not None, body
-    return body[at.start():]
+    depth, end = 0, len(body)
+    for k in range(at.start(), len(body)):
+        if body[k] == "{":
+            depth += 1
+        elif body[k] == "}":
+            depth -= 1
+            if depth == 0:
+                end = k + 1
+                break
+    return body[at.start():end]
 
 
 def test_gathered_rows_index_once_per_row(cpu):

@@ -190,8 +190,11 @@ def _complex_target(target: Any, program: Program, device: Any) -> Any:
 
 
 def apply_recipe(t_unit: Any, recipe: Any, device: Any) -> Any:
-    """``t_unit`` as ``recipe`` transforms it for ``device``."""
-    return recipe.transform(t_unit, device)
+    """``t_unit`` as ``recipe`` transforms it for ``device``, its gathers' index checks
+    then folded into one flag store per work-item (:mod:`.gather_flags`)."""
+    from .gather_flags import fold_index_checks
+
+    return fold_index_checks(recipe.transform(t_unit, device))
 
 
 def _generate_code(t_unit: Any) -> Any:
