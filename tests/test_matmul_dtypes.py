@@ -96,7 +96,8 @@ def test_medium_side_keeps_whole_pairs(device):
     own whole groups of a vector's elements: pairs for float64."""
     a = fl.empty((64, 512), dtype=np.float64, device=device)
     b = fl.empty((512, 512), dtype=np.float64, device=device)
-    src = _source(a @ b, device)
+    # (split_k=1: on a GPU with many units the rule would split this product in two kernels)
+    src = _source(a @ b, device, rc.gpu_tiled.with_params(split_k=1))
     assert "double acc_reg[2 * 2 * 2 * 2];" in src and "fl_lvec2d(" in src
 
 
