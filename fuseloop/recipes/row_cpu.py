@@ -35,6 +35,7 @@ from .row_kernels import (
 if TYPE_CHECKING:
     from ..runtime.devices import Device
     from . import row_cache
+    from .core import SizeClassFunction
 else:  # (row bounds read through Loopy's mappers, loaded on a cache miss only)
     row_cache = LazyModule(".row_cache", __package__)
 
@@ -92,18 +93,31 @@ def _cpu_columns(t_unit: lp.TranslationUnit, width: int) -> lp.TranslationUnit:
         *knl.silenced_warnings, "v1_scheduler_fallback"]))
 
 
-def _cpu_size_class(program: Program, params: Sequence[int], n_rows: int,
-                    n_elem: int) -> str:
-    """``p <= b`` for each row length ``p`` of a contiguous rows kernel, ``b`` the least
-    of ``CPU_SHORT_ROWS`` holding it (no condition for longer rows)."""
-    if column_kernel(program):
-        return ""
-    conds = []
-    for slot in row_length_params(program):
-        bound = next((b for b in CPU_SHORT_ROWS if 0 < params[slot] <= b), None)
-        if bound is not None:
-            conds.append(f"p{slot} <= {bound}")
-    return " and ".join(conds)
+def _cpu_size_class(floor: int) -> SizeClassFunction:
+    """Size classes of contiguous rows kernels: for each row length ``p``, ``p >= floor``
+    (the most accumulators a row's reduction takes) or ``p < floor``, and ``p <= b``, ``b``
+    the least of ``CPU_SHORT_ROWS`` holding it (no bound for longer rows).
+
+    Rows shorter than the accumulators leave some unset, so without the lower bound
+    every accumulator's set-up, copy and combining step is tested against the row's
+    length, and the tests keep the compiler from making vectors of them: on rows of 64
+    float32 the tested steps took longer than the walk.
+    """
+
+    def cpu_row_size_class(program: Program, params: Sequence[int], n_rows: int,
+                           n_elem: int) -> str:
+        if column_kernel(program):
+            return ""
+        conds = []
+        for slot in row_length_params(program):
+            p = params[slot]
+            conds.append(f"p{slot} >= {floor}" if p >= floor else f"p{slot} < {floor}")
+            bound = next((b for b in CPU_SHORT_ROWS if 0 < p <= b), None)
+            if bound is not None:
+                conds.append(f"p{slot} <= {bound}")
+        return " and ".join(conds)
+
+    return cpu_row_size_class
 
 
 def _short_rows_per_item(knl: lp.LoopKernel) -> int:
@@ -187,7 +201,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
 
 
 cpu_rows = Recipe(
-    "cpu-rows", _cpu_rows, kind="reduction", version="10",
+    "cpu-rows", _cpu_rows, kind="reduction", version="11",
     params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
                   "rows per work-item (short rows; long contiguous rows get one each)",
                   int_range(1, 1 << 16, (1, 2, 4, 8, 16, 32))),
@@ -204,7 +218,8 @@ cpu_rows = Recipe(
     # vector math blocks have LANES lanes: more accumulators index past them (fl.tune
     # found 16 giving wrong results, and crashing the process)
     valid=lambda v, device: not v["vector_math"] or v["accumulators"] <= LANES,
-    size_class=Derived(lambda v: _cpu_size_class))
+    size_class=Derived(lambda v: _cpu_size_class(
+        max(v["accumulators"], v["select_accumulators"]))))
 
 
 def _wide_addresses(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
