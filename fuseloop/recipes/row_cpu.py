@@ -93,15 +93,17 @@ def _cpu_columns(t_unit: lp.TranslationUnit, width: int) -> lp.TranslationUnit:
         *knl.silenced_warnings, "v1_scheduler_fallback"]))
 
 
-def _cpu_size_class(floor: int) -> SizeClassFunction:
-    """Size classes of contiguous rows kernels: for each row length ``p``, ``p >= floor``
-    (the most accumulators a row's reduction takes) or ``p < floor``, and ``p <= b``, ``b``
-    the least of ``CPU_SHORT_ROWS`` holding it (no bound for longer rows).
+def _cpu_size_class(floors: tuple[int, ...]) -> SizeClassFunction:
+    """Size classes of contiguous rows kernels: for each row length ``p``, ``p >= f`` for
+    the largest of ``floors`` (the recipe's accumulator counts) at most ``p`` (none below
+    the least), and ``p <= b``, ``b`` the least of ``CPU_SHORT_ROWS`` holding it (no bound
+    for longer rows).
 
-    Rows shorter than the accumulators leave some unset, so without the lower bound
-    every accumulator's set-up, copy and combining step is tested against the row's
-    length, and the tests keep the compiler from making vectors of them: on rows of 64
-    float32 the tested steps took longer than the walk.
+    Rows shorter than the accumulators leave some unset, so without a lower bound every
+    accumulator's set-up, copy and combining step is tested against the row's length,
+    and the tests keep the compiler from making vectors of them: on rows of 64 float32
+    the tested steps took longer than the walk.  (An upper bound below the accumulators,
+    ``p < f``, would leave the split's bulk slab empty, which Loopy refuses.)
     """
 
     def cpu_row_size_class(program: Program, params: Sequence[int], n_rows: int,
@@ -111,7 +113,9 @@ def _cpu_size_class(floor: int) -> SizeClassFunction:
         conds = []
         for slot in row_length_params(program):
             p = params[slot]
-            conds.append(f"p{slot} >= {floor}" if p >= floor else f"p{slot} < {floor}")
+            floor = max((f for f in floors if f <= p), default=None)
+            if floor is not None:
+                conds.append(f"p{slot} >= {floor}")
             bound = next((b for b in CPU_SHORT_ROWS if 0 < p <= b), None)
             if bound is not None:
                 conds.append(f"p{slot} <= {bound}")
@@ -219,7 +223,7 @@ cpu_rows = Recipe(
     # found 16 giving wrong results, and crashing the process)
     valid=lambda v, device: not v["vector_math"] or v["accumulators"] <= LANES,
     size_class=Derived(lambda v: _cpu_size_class(
-        max(v["accumulators"], v["select_accumulators"]))))
+        tuple(sorted({v["accumulators"], v["select_accumulators"]})))))
 
 
 def _wide_addresses(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
