@@ -249,7 +249,7 @@ def _column_pieces(outputs: int, length: int, device: Device, inner: int = 0) ->
     ``outputs / column_width`` work-items run without a split, or, where a row has
     fewer outputs (``inner``) than ``column_group``, a narrow group of work-items
     per row's outputs, the reduced axis split over its ``slices`` (see
-    :func:`fuseloop.recipes.rows._gpu_columns`).  With fewer than ``column_items``
+    :func:`fuseloop.recipes.row_gpu._gpu_columns`).  With fewer than ``column_items``
     work-items per compute unit, the rows are split so that there are about that
     many, each piece at least ``COLUMN_MIN_PIECE`` rows per slice.  Small reductions
     (below ``TWO_STAGE_MIN_LENGTH`` elements) are not worth a second launch.

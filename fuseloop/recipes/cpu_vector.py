@@ -738,7 +738,7 @@ def vectorise_reduction_calls(t_unit: lp.TranslationUnit, insn_id: str, block: s
     """Apply the math builtins inside reduction ``insn_id`` to vectors.
 
     The instruction must reduce over ``block`` within ``lane``, one accumulator
-    per lane, element ``LANES * block + lane`` (see ``rows._accumulators``): the
+    per lane, element ``LANES * block + lane`` (see ``row_cpu._accumulators``): the
     calls' arguments for a block are stored lane by lane before the update reads
     its lane of the result.  Instructions inside the loop that compute the terms
     (a load used twice) get one value per lane.

@@ -1,6 +1,6 @@
 """How the CPU rows recipe writes a row reduction's interleaved accumulators.
 
-``rows._accumulators`` splits a contiguous row's reduction over ``count``
+``row_cpu._accumulators`` splits a contiguous row's reduction over ``count``
 accumulators (element ``count * m + k`` goes to accumulator ``k``); here are the
 rules that choose how their lanes are written and how many an arg-reduction's
 index pass gets, and the tree that combines them.

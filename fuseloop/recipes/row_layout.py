@@ -151,7 +151,7 @@ def column_slices(width: int, wide: int, slices: int, most: int) -> int:
 def column_size_class(rule: RowRule, n_rows: int, n_elem: int, element_loop: bool) -> str:
     """The size class of a column-like kernel: ``NE <= w`` when its rows (pieces or
     outer axes, the outputs along them) have fewer elements than ``column_group``
-    (``w``: :func:`narrow_width`; see :func:`fuseloop.recipes.rows._gpu_columns`)."""
+    (``w``: :func:`narrow_width`; see :func:`fuseloop.recipes.row_gpu._gpu_columns`)."""
     outputs, name = (n_elem, "NE") if element_loop else (n_rows, "N")
     width = narrow_width(outputs, rule.column_group)
     return f"{name} <= {width}" if width else ""

@@ -44,7 +44,7 @@ def _cpu_sparse_rows(t_unit: lp.TranslationUnit, device: Device, *,
                             slabs=(0, 1))
     t_unit = lp.split_iname(t_unit, f"{flat}_inner", lanes, inner_tag="ilp.seq")
     # Loopy schedules ilp loops with its older scheduler and warns: expected (as in
-    # rows._accumulators), not shown to users
+    # row_cpu._accumulators), not shown to users
     knl = t_unit.default_entrypoint
     return t_unit.with_kernel(knl.copy(
         silenced_warnings=[*knl.silenced_warnings, "v1_scheduler_fallback"]))

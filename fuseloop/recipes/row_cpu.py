@@ -1,0 +1,338 @@
+"""The CPU reduction recipe ``cpu-rows``: whole contiguous rows per work-item, walked
+sequentially into interleaved accumulators (:mod:`.row_lanes`), math builtins on
+vectors on PoCL (:mod:`.cpu_vector`); column-like reductions a block of neighbouring
+outputs per work-item, walked together along the reduced axis.  The kernels'
+loops: :mod:`.rows`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._lazy import LazyModule, isl, lp, prim
+from ..expr.program import Program
+from ..lower.kernel import ELEMENT_INAME
+from . import row_lanes, select
+from .core import Derived, Param, Recipe, int_range
+from .cpu_vector import (
+    LANES,
+    reduction_vector_calls,
+    through_double_width,
+    vectorise_loop_calls,
+    vectorise_reduction_calls,
+)
+from .elementwise import POCL
+from .row_kernels import (
+    column_kernel,
+    column_params,
+    has_contiguous_rows,
+    per_row_on_each_item,
+    reduction_inames,
+    reductions_per_element,
+    row_length_params,
+)
+
+if TYPE_CHECKING:
+    from ..runtime.devices import Device
+    from . import row_cache
+    from .core import SizeClassFunction
+else:  # (row bounds read through Loopy's mappers, loaded on a cache miss only)
+    row_cache = LazyModule(".row_cache", __package__)
+
+CPU_ROWS_PER_ITEM = 8
+CPU_ACCUMULATORS = 8
+# max/min over contiguous rows (argmax's passes too): 4096 x 4096 float32 row max
+# took 1.6-2.0 ms with 32 accumulators, 2.2-3.1 with 16 and 6.7-7.3 with 8 (PoCL
+# 3.0, 2 cores; numpy 5 ms)
+CPU_SELECT_ACCUMULATORS = 32
+# ... but on short rows the accumulators' set-up and combination outweigh the walk:
+# 2^20 float32 as rows of 32 / 64 / 128 / 256 elements, argmax took 6.0 / 3.3 / 2.4 /
+# 1.2 ms of CPU time with 32, 1.6 / 1.4 / 1.2 / 1.0 with 4 or 8 (1024: a tie).  So rows
+# known (a size class) to be at most CPU_SHORT_ROWS[k] long get a max/min accumulator
+# per CPU_SELECT_STEPS elements, at least CPU_SELECT_MIN.
+CPU_SHORT_ROWS = (64, 128, 256, 512)
+CPU_SELECT_STEPS = 32
+# a work-item's elements when short rows are grouped (as an elementwise chunk)
+CPU_ROW_ITEM_ELEMENTS = 4096
+CPU_SELECT_MIN = 4
+# Column-like reductions (see the module docstring).  CPU: 256 and 1024 outputs per
+# work-item took 0.3-0.5 of the time of 32 or 64 (unrolled) on 4096 x 4096 and
+# 1024 x 16384 float32 sums and variances (PoCL 3.0, 2 cores)
+CPU_COLUMN_WIDTH = 256
+CPU_COLUMN_ITEMS = 2
+
+
+def _cpu_columns(t_unit: lp.TranslationUnit, width: int) -> lp.TranslationUnit:
+    """``width`` neighbouring outputs per work-item, their reductions walked together.
+
+    The block's loop is an ILP loop: Loopy gives each reduction (and each value
+    kept per output, like a column's mean) a private array over the block and
+    puts the block loop innermost, inside each reduction's loop, so every row is
+    read as a contiguous block (vectorised) instead of each output walking its
+    own strided column.  The last, partial block is a slab of its own.  Where
+    the reductions sit in a row's element loop (a split reduction's first stage,
+    rows: pieces of the reduced range; a middle axis, rows: the outer axes) the
+    blocks are of a row's elements, and the row is the grid's second axis; where
+    the rows are columns (``x - x.mean(axis=0)``) the blocks are of rows, and the
+    element loop (down the columns) runs inside each block, contiguous across it.
+    """
+    knl = t_unit.default_entrypoint
+    row = select.iname(knl, f"tag:{select.ROW}")
+    assert row is not None
+    per_element = reductions_per_element(knl)
+    if per_element:
+        t_unit = lp.tag_inames(t_unit, {row: "g.1"})
+        row = ELEMENT_INAME
+    t_unit = lp.split_iname(t_unit, row, width, outer_tag="g.0", inner_tag="ilp.seq",
+                            slabs=(0, 1))
+    if per_element:
+        t_unit = per_row_on_each_item(t_unit)
+    knl = t_unit.default_entrypoint
+    # (expected: the ILP loop needs Loopy's older scheduler, see _accumulators)
+    return t_unit.with_kernel(knl.copy(silenced_warnings=[
+        *knl.silenced_warnings, "v1_scheduler_fallback"]))
+
+
+def _cpu_size_class(floors: tuple[int, ...]) -> SizeClassFunction:
+    """Size classes of contiguous rows kernels: for each row length ``p``, ``p >= f`` for
+    the largest of ``floors`` (the recipe's accumulator counts) at most ``p`` (none below
+    the least), and ``p <= b``, ``b`` the least of ``CPU_SHORT_ROWS`` holding it (no bound
+    for longer rows).
+
+    Rows shorter than the accumulators leave some unset, so without a lower bound every
+    accumulator's set-up, copy and combining step is tested against the row's length,
+    and the tests keep the compiler from making vectors of them: on rows of 64 float32
+    the tested steps took longer than the walk.  (An upper bound below the accumulators,
+    ``p < f``, would leave the split's bulk slab empty, which Loopy refuses.)
+    """
+
+    def cpu_row_size_class(program: Program, params: Sequence[int], n_rows: int,
+                           n_elem: int) -> str:
+        if column_kernel(program):
+            return ""
+        conds = []
+        for slot in row_length_params(program):
+            p = params[slot]
+            floor = max((f for f in floors if f <= p), default=None)
+            if floor is not None:
+                conds.append(f"p{slot} >= {floor}")
+            bound = next((b for b in CPU_SHORT_ROWS if 0 < p <= b), None)
+            if bound is not None:
+                conds.append(f"p{slot} <= {bound}")
+        return " and ".join(conds)
+
+    return cpu_row_size_class
+
+
+def _short_rows_per_item(knl: lp.LoopKernel) -> int:
+    """Rows per work-item of a contiguous rows kernel without an element loop: about
+    ``CPU_ROW_ITEM_ELEMENTS`` elements where the size class bounds every reduction's
+    row, else 1 (the launch of a work-item costs PoCL more than a short row's walk)."""
+    bounds = []
+    for j in reduction_inames(knl):
+        p = row_cache.row_bound(knl, j)
+        bounds.append(next((b for b in CPU_SHORT_ROWS if p is not None
+                            and row_cache.implied(knl, f"{p} <= {b}")), None))
+    if not bounds or None in bounds:
+        return 1
+    return max(1, CPU_ROW_ITEM_ELEMENTS // max(b for b in bounds if b is not None))
+
+
+def _short_row_count(knl: lp.LoopKernel, j: str, count: int) -> int:
+    """``count`` max/min accumulators, fewer where the size class bounds the row."""
+    bound = row_cache.row_bound(knl, j)
+    short = next((b for b in CPU_SHORT_ROWS
+                  if bound is not None and row_cache.implied(knl, f"{bound} <= {b}")), None)
+    if short is None:
+        return count
+    return min(count, max(CPU_SELECT_MIN, short // CPU_SELECT_STEPS))
+
+
+def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
+              accumulators: int, select_accumulators: int, vector_math: bool,
+              column_group: int, column_width: int,
+              column_items: int) -> lp.TranslationUnit:
+    """A few whole rows per work-item; rows are looped through sequentially.
+
+    With ``vector_math`` (the PoCL variant), math builtins applied to a row's
+    elements run on vectors of :data:`~fuseloop.recipes.cpu_vector.LANES`
+    elements (as in the elementwise recipe): in a reduction over a contiguous
+    row (``sum(exp(x - m))``), whose lanes then get an accumulator each, and in
+    the loop over a row's elements (softmax's ``exp(x - m) / s``).
+
+    A ``max`` or ``min`` (an argmax's two passes among them) whose terms call no
+    vector builtin gets ``select_accumulators`` accumulators: each step of one is a
+    compare and a select that waits for the last, and the compiler makes vectors
+    of the accumulators, so 8 of them are a single chain (see :func:`_plain_count`).
+    """
+    knl = t_unit.default_entrypoint
+    fp64 = device.has_fp64
+    row = select.iname(knl, f"tag:{select.ROW}")
+    contiguous = has_contiguous_rows(knl)
+    element = select.iname(knl, f"tag:{select.ROW_ELEMENT}")
+    if not contiguous and column_width > 1:
+        return _cpu_columns(t_unit, column_width)
+    if contiguous:
+        t_unit = _wide_addresses(t_unit)
+    if contiguous and element is None:
+        # long contiguous rows (or pieces): one each, so every core gets some; short
+        # ones (a size class bounds them) a few together, as the elementwise chunks
+        per_item = _short_rows_per_item(knl)
+        t_unit = (lp.tag_inames(t_unit, {str(row): "g.0"}) if per_item == 1
+                  else lp.split_iname(t_unit, str(row), per_item, outer_tag="g.0"))
+        for j in reduction_inames(knl):
+            calls = vector_math and _reduction_calls(t_unit, j, fp64)
+            count = accumulators if calls else _plain_count(knl, j, accumulators,
+                                                            select_accumulators)
+            t_unit = _accumulators(t_unit, j, count, calls)
+            if calls:
+                t_unit = _vector_reduction(t_unit, j, fp64)
+        return t_unit
+    t_unit = lp.split_iname(t_unit, row, rows_per_item, outer_tag="g.0")  # type: ignore[arg-type]
+    if not vector_math:
+        return t_unit
+    if contiguous:
+        for j in reduction_inames(knl):
+            calls = _reduction_calls(t_unit, j, fp64)
+            count = accumulators if calls else _plain_count(knl, j, accumulators,
+                                                            select_accumulators)
+            t_unit = _accumulators(t_unit, j, count, calls)
+            if calls:
+                t_unit = _vector_reduction(t_unit, j, fp64)
+    if element is not None:
+        t_unit = vectorise_loop_calls(t_unit, element, fp64, through_double_width(device))
+    return t_unit
+
+
+cpu_rows = Recipe(
+    "cpu-rows", _cpu_rows, kind="reduction", version="11",
+    params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
+                  "rows per work-item (short rows; long contiguous rows get one each)",
+                  int_range(1, 1 << 16, (1, 2, 4, 8, 16, 32))),
+            Param("accumulators", int, CPU_ACCUMULATORS,
+                  "interleaved accumulators of a contiguous row's reduction",
+                  int_range(1, 64, (1, 2, 4, 8, 16))),
+            Param("select_accumulators", int, CPU_SELECT_ACCUMULATORS,
+                  "interleaved accumulators of a contiguous row's max or min (no "
+                  "vector builtin calls in its terms)", int_range(1, 64, (8, 16, 32, 64))),
+            Param("vector_math", bool, False, "math builtins on vectors (PoCL)",
+                  (False, True)),
+            *column_params(1, CPU_COLUMN_WIDTH, CPU_COLUMN_ITEMS)),
+    variants=((POCL, {"vector_math": True}),),
+    # vector math blocks have LANES lanes: more accumulators index past them (fl.tune
+    # found 16 giving wrong results, and crashing the process)
+    valid=lambda v, device: not v["vector_math"] or v["accumulators"] <= LANES,
+    size_class=Derived(lambda v: _cpu_size_class(
+        tuple(sorted({v["accumulators"], v["select_accumulators"]})))))
+
+
+def _wide_addresses(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
+    """Loops and group ids in 64-bit integers.
+
+    With 32-bit ones a row's element ``in0[p0 * gid(0) + k + 32 * j]`` is an int sum
+    widened to a pointer offset per access, and PoCL's compiler did not see that
+    neighbouring accumulators read neighbouring elements: it loaded them one at a
+    time.  In 64 bits they became vector loads: a 4096 x 4096 float32 row max took
+    2.0 ms instead of 6.3 (PoCL 3.0, 2 cores).
+    """
+    import numpy as np
+    from loopy.types import to_loopy_type
+
+    knl = t_unit.default_entrypoint
+    if knl.index_dtype.numpy_dtype.itemsize == 8:
+        return t_unit
+    return t_unit.with_kernel(knl.copy(index_dtype=to_loopy_type(np.dtype(np.int64))))
+
+
+def _plain_count(knl: lp.LoopKernel, j: str, accumulators: int, selects: int) -> int:
+    """Accumulators for the reduction over ``j`` when its terms call no vector
+    builtin: ``selects`` for a ``max`` or ``min`` (a compare and a select per step,
+    a longer chain than an add's), else ``accumulators``."""
+    from ..lower.reductions import NanMaxReductionOperation, NanMinReductionOperation
+
+    ops = [insn.expression.operation for insn in knl.instructions
+           if isinstance(insn, lp.Assignment) and isinstance(insn.expression, lp.Reduction)
+           and insn.expression.inames == (j,)]
+    if ops and all(isinstance(op, NanMaxReductionOperation | NanMinReductionOperation)
+                   for op in ops):
+        count = _short_row_count(knl, j, selects)
+        # an arg-reduction's index pass (its terms use the index j as a value): the
+        # row is in cache from the first pass and each step builds an index too;
+        # more than ``accumulators`` of them cost more than the chain they break
+        # (4096 float32 rows of 1024 on PoCL, lanes a loop: 32 took 1.26x the CPU
+        # time of 8)
+        return min(count, accumulators) if row_lanes.index_valued(knl, j) else count
+    return accumulators
+
+
+def _reduction_calls(t_unit: lp.TranslationUnit, j: str, fp64: bool) -> bool:
+    """Whether the reduction over ``j`` calls a builtin that pays on vectors."""
+    knl = t_unit.default_entrypoint
+    return any(isinstance(insn, lp.Assignment) and isinstance(insn.expression, lp.Reduction)
+               and insn.expression.inames == (j,)
+               and reduction_vector_calls(t_unit, insn.id, fp64)
+               for insn in knl.instructions)
+
+
+def _vector_reduction(t_unit: lp.TranslationUnit, j: str, fp64: bool) -> lp.TranslationUnit:
+    # (``_accumulators`` names the reduction over the blocks ``calc_part_<j>``)
+    return vectorise_reduction_calls(t_unit, f"calc_part_{j}", f"{j}_outer", f"{j}_inner",
+                                     fp64)
+
+
+def _accumulators(t_unit: lp.TranslationUnit, j: str, count: int,
+                  vector_calls: bool = False) -> lp.TranslationUnit:
+    """Reduce over ``j`` into ``count`` interleaved accumulators, then combine them
+    (``vector_calls``: the terms' builtins will run on vectors, lanes written out).
+
+    One accumulator makes each step wait for the previous one's result; on PoCL
+    eight independent ones (element ``8m + k`` goes to accumulator ``k``) doubled
+    the speed of a long sum.
+    """
+    knl = t_unit.default_entrypoint
+    bound = row_cache.row_bound(knl, j)
+    mine = [insn for insn in knl.instructions
+            if isinstance(insn, lp.Assignment) and isinstance(insn.expression, lp.Reduction)
+            and insn.expression.inames == (j,) and insn.expression.operation.arg_count == 1]
+    if bound is None or len(mine) != 1:
+        return t_unit
+    lane_tag = "ilp" if vector_calls else row_lanes.lane_tag(knl, mine[0], count)
+    t_unit = lp.split_iname(t_unit, j, count, slabs=(0, 1))
+    knl = t_unit.default_entrypoint
+    outer, lane, combine = f"{j}_outer", f"{j}_inner", f"{j}_combine"
+    parts, tree_domains = f"part_{j}", list[Any]()
+    insns, temps = [], dict(knl.temporary_variables)
+    for insn in knl.instructions:
+        red = insn.expression if insn.id == mine[0].id else None
+        if red is None:
+            insns.append(insn)
+            continue
+        temps[parts] = lp.TemporaryVariable(
+            parts, temps[insn.assignee_var_names()[0]].dtype, shape=(count,),
+            address_space=lp.AddressSpace.PRIVATE)
+        insns.append(lp.Assignment(
+            prim.Variable(parts)[prim.Variable(lane)],
+            lp.Reduction(red.operation, (outer,), red.expr), id=f"calc_{parts}",
+            within_inames=insn.within_inames | {lane}, depends_on=insn.depends_on))
+        dtype = temps[parts].dtype
+
+        def pair(a: Any, b: Any, op: Any = red.operation, dtype: Any = dtype) -> Any:
+            return op([dtype], a, b, t_unit.callables_table, t_unit.target)[0]
+
+        tree, tree_domains, last = row_lanes.combine_tree(
+            parts, bound, count, pair, insn.within_inames, f"calc_{parts}")
+        insns.extend(tree)
+        # the tree leaves the row's value in the first accumulator (none on an empty row)
+        insns.append(insn.copy(
+            expression=lp.Reduction(red.operation, (combine,),
+                                    prim.Variable(parts)[prim.Variable(combine)]),
+            depends_on=insn.depends_on | {last}))
+    domain = isl.BasicSet(f"[{bound}] -> {{ [{combine}] : 0 <= {combine} < 1 "
+                          f"and {combine} < {bound} }}")
+    # Loopy schedules ilp loops with its older scheduler and warns every time: expected
+    # here (design.md, the reduction recipe), so not shown to users
+    silenced = [*knl.silenced_warnings, "v1_scheduler_fallback"]
+    knl = knl.copy(instructions=insns, temporary_variables=temps,
+                   domains=[*knl.domains, *tree_domains, domain], silenced_warnings=silenced)
+    steps = {f"{parts}_tree{level}": "unr" for level in range(len(tree_domains))}
+    return lp.tag_inames(t_unit.with_kernel(knl), {lane: lane_tag, combine: "unr", **steps})
