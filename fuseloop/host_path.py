@@ -433,6 +433,12 @@ def _small_child(child: Node) -> None:
 
 def _apply(node: Any, ev: _State) -> Any:
     op = node.op
+    if op == "power" and type(node.args[1]) is Literal:  # (x ** e by products, as kernels)
+        from .powers import host_value
+
+        got = host_value(node, _value(node.args[0], ev))
+        if got is not None:
+            return got
     fn = _loop_fns.get((op, node.loop_key))
     if fn is None:
         fn = _loop_fns[(op, node.loop_key)] = _loop_fn(op, node.loop_key)

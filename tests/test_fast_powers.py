@@ -67,3 +67,52 @@ def test_small_powers_match_numpy(device, dtype):
         np.testing.assert_allclose(got, ref, rtol=rtol, err_msg=f"x ** {e}")
         finite = ~np.isnan(ref)
         np.testing.assert_array_equal(np.signbit(got)[finite], np.signbit(ref)[finite])
+
+
+def test_lazy_power_by_products_one_kernel_per_exponent(device):
+    """``d2 ** -1.5`` of a lazy expression: numpy's value within the products' rounding,
+    in the kernel of the expression; a new base of the same structure reuses the kernel,
+    another exponent is another kernel (the exponent is structure)."""
+    rng = np.random.default_rng(5)
+    hs = [rng.uniform(0.1, 4, 300).astype(np.float32) for _ in range(3)]
+    xs = [fl.asarray(h, device=device) for h in hs]
+    for e in (-1.5, 2.5, 3):
+        (xs[0] * xs[0] + 1e-3) ** e  # (built and dropped: nothing runs)
+        got = ((xs[0] * xs[0] + 1e-3) ** e).get()
+        fl.reset_stats()
+        for x, h in zip(xs[1:], hs[1:]):
+            with np.errstate(all="ignore"):
+                want = (h * h + np.float32(1e-3)) ** e
+            np.testing.assert_allclose(((x * x + 1e-3) ** e).get(), want, rtol=1e-6)
+        s = fl.stats()
+        assert s["kernels_launched"] == 2 and s["kernels_lowered"] == 0, (e, s)
+        assert got.dtype == np.float32
+
+
+def test_power_of_constant_exponent_equals_operator(device):
+    """``x ** fl.constant(e)`` is the operator's node: the same products, bit for bit."""
+    h = np.concatenate([np.array(SPECIAL, np.float32),
+                        np.random.default_rng(1).uniform(0.01, 50, 64).astype(np.float32)])
+    x = fl.asarray(h, device=device)
+    for e in (-1.5, 3, -2):
+        np.testing.assert_array_equal((x ** fl.constant(e)).get(), (x ** e).get())
+
+
+def test_host_path_powers_equal_kernels(host):
+    """Small work computed by numpy on the host gives the kernel's products, bit for bit."""
+    from fuseloop import host_path
+
+    h = np.concatenate([np.array(SPECIAL, np.float64),
+                        np.random.default_rng(2).uniform(0.01, 50, 64)])
+    x = fl.asarray(h, device=host)
+    for e in EXPONENTS:
+        fl.clear_caches()  # (4.0 after 4: the kernel's plan, kept by signature, would run)
+        before = fl.stats()["host_evaluations"]
+        on_host = ((x + 0.0) ** e).get()
+        assert fl.stats()["host_evaluations"] == before + 1, e
+        host_path.HOST_MAX_WORK = 0
+        try:
+            on_device = ((x + 0.0) ** e).get()
+        finally:
+            host_path.HOST_MAX_WORK = 1 << 14
+        np.testing.assert_array_equal(on_host, on_device, err_msg=f"x ** {e}")

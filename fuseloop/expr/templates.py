@@ -340,6 +340,52 @@ def composite(key: tuple | None, x: Any, build: Callable[[], Any]) -> Any:
     return out
 
 
+# A composite called again with the same arguments as written (``fl.sum(d, axis=1)``)
+# finds its template under a key of those arguments before they are normalised (axes,
+# dtypes): ``_templates`` holds it under that key too, after the composite's own key
+# (so that clearing the one clears the other).
+
+
+def call_key(name: str, x: Any, *args: Any) -> tuple | None:
+    """The key of a call of composite ``name`` on the array ``x`` with ``args`` as the
+    caller wrote them (hashable or not), or None where :func:`array_key` gives none."""
+    if type(x) is not (_array_type or _bind_array()) or not x._shape \
+            or _trace_hooks.trace_checks:
+        return None
+    node = x._node
+    sig = node.sig or signature_of(node)
+    if not sig:
+        return None
+    return (name, sig, operand_pattern(node.operands), x.device, args)
+
+
+def by_call(key: tuple | None, x: Any) -> Any:
+    """The lazy array of the call ``key`` (:func:`call_key`) on ``x``, copied from its
+    template, or None (not recorded yet, or ``key`` None or not hashable)."""
+    if key is None:
+        return None
+    try:
+        t = _templates.get(key)
+    except TypeError:  # (an argument that is not hashable: a list of axes)
+        return None
+    if type(t) is not Template:
+        return None
+    node = x._node
+    return (_lazy_array or _bind())(_copy(t.steps, node.operands or (), (node,)), x.device)
+
+
+def note_call(call: tuple | None, key: tuple | None) -> None:
+    """Enter the template recorded under the composite's ``key`` under ``call`` too."""
+    if call is None or key is None:
+        return
+    try:
+        t = _templates.get(key)
+        if type(t) is Template and len(_templates) < TEMPLATES_MAX:
+            _templates[call] = t
+    except TypeError:  # (not hashable: built each time)
+        pass
+
+
 def composite_of(name: str, xs: tuple, build: Callable[[], Any], *statics: Any) -> Any:
     """:func:`composite` of the arrays ``xs`` (one device), keyed by ``name``, their
     signatures, which of their operands repeat (within one and across them) and
@@ -370,16 +416,24 @@ def composite_of(name: str, xs: tuple, build: Callable[[], Any], *statics: Any) 
 
 
 _lazy_array: Any = None
+_array_type: Any = None
 
 
 def _bind() -> Any:
     """``fuseloop.array._lazy_array``, bound on first use (that module imports this
     one's importers)."""
-    global _lazy_array
+    global _lazy_array, _array_type
+    from ..array import Array
     from ..array import _lazy_array as lazy
 
-    _lazy_array = lazy
+    _lazy_array, _array_type = lazy, Array
     return lazy
+
+
+def _bind_array() -> Any:
+    """``fuseloop.array.Array``, bound on first use (see :func:`_bind`)."""
+    _bind()
+    return _array_type
 
 
 # module name -> its settings that change what a composite builds (see watch_settings)

@@ -19,7 +19,7 @@ from .. import caches as _caches
 from ..array import Array, _coerce
 from ..evaluate import cast_node
 from ..expr.nodes import Apply, Iota, Reduce
-from ..expr.templates import array_key, composite, watch_settings
+from ..expr.templates import array_key, by_call, call_key, composite, note_call, watch_settings
 from ..expr.views import reshape_view
 from ..host_eager import HostArray as _HostArray
 from ..host_products import reduce as _eager_reduce
@@ -72,13 +72,18 @@ def _rows_first(x: Array, child: Any, red: tuple[int, ...]) -> bool:
             and getattr(x.device, "type", None) == "cpu")
 
 
-def _reduce(op: str, x: Array, axis: Any, keepdims: bool, dtype: np.dtype) -> Array:
+def _reduce(op: str, x: Array, axis: Any, keepdims: bool, dtype: np.dtype,
+            call: tuple | None = None) -> Array:
+    """``op`` over ``axis`` (as the caller wrote it); ``call``: the caller's
+    :func:`call_key` of ``x``, under which the template is entered too."""
     if type(x) is _HostArray and (got := _eager_reduce(op, x, axis, keepdims, dtype)) \
             is not None:
         return got  # (small, on the CPU: numpy's now, fuseloop.host_products)
     axes = normalize_axes(axis, x.ndim)
-    return composite(array_key("reduce", x, op, axes, keepdims, dtype), x,
-                     lambda: _reduce_built(op, x, axes, keepdims, dtype))
+    key = array_key("reduce", x, op, axes, keepdims, dtype)
+    out = composite(key, x, lambda: _reduce_built(op, x, axes, keepdims, dtype))
+    note_call(call, key)
+    return out
 
 
 def _reduce_built(op: str, x: Array, axes: tuple[int, ...], keepdims: bool,
@@ -126,11 +131,23 @@ def _check_identity(x: Array, axes: tuple[int, ...], name: str) -> None:
                          f"identity (shape {x.shape})")
 
 
+def _call(name: str, x: Any, axis: Any, *rest: Any) -> tuple | None:
+    """:func:`call_key` of a reduction called so (its template, if recorded, is copied
+    at once); None for axes that are not Python ints (``1.0`` and ``True`` hash as 1)."""
+    t = type(axis)
+    if axis is None or t is int or (t is tuple and builtins.all(type(a) is int for a in axis)):
+        return call_key(name, x, axis, *rest)
+    return None
+
+
 @splits("reduce")
 def sum(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
     """Sum over ``axis`` (all by default), with numpy's result dtype."""
+    call = _call("sum", x, axis, dtype, keepdims)
+    if (got := by_call(call, x)) is not None:
+        return got
     x = _coerce(x)
-    return _reduce("sum", x, axis, keepdims, _sum_dtype(x.dtype, dtype))
+    return _reduce("sum", x, axis, keepdims, _sum_dtype(x.dtype, dtype), call)
 
 
 @splits("reduce")
@@ -143,21 +160,27 @@ def prod(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) ->
 @splits("reduce")
 def max(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
     """Largest element; NaN if any element is NaN (as ``numpy.max``)."""
+    call = _call("max", x, axis, keepdims)
+    if (got := by_call(call, x)) is not None:
+        return got
     x = _coerce(x)
     _check_identity(x, normalize_axes(axis, x.ndim), "maximum")
     if x.dtype == _BOOL:
         return _reduce("max", x.astype(_UINT8), axis, keepdims, _UINT8).astype(_BOOL)
-    return _reduce("max", x, axis, keepdims, x.dtype)
+    return _reduce("max", x, axis, keepdims, x.dtype, call)
 
 
 @splits("reduce")
 def min(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
     """Smallest element; NaN if any element is NaN (as ``numpy.min``)."""
+    call = _call("min", x, axis, keepdims)
+    if (got := by_call(call, x)) is not None:
+        return got
     x = _coerce(x)
     _check_identity(x, normalize_axes(axis, x.ndim), "minimum")
     if x.dtype == _BOOL:
         return _reduce("min", x.astype(_UINT8), axis, keepdims, _UINT8).astype(_BOOL)
-    return _reduce("min", x, axis, keepdims, x.dtype)
+    return _reduce("min", x, axis, keepdims, x.dtype, call)
 
 
 amax, amin = max, min
@@ -190,10 +213,15 @@ def _mean_dtypes(dtype: np.dtype, requested: Any) -> tuple[np.dtype, np.dtype]:
 @splits("reduce")
 def mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
     """Arithmetic mean; integers average in float64 (numpy's rule)."""
+    call = _call("mean", x, axis, dtype, keepdims)
+    if (got := by_call(call, x)) is not None:
+        return got
     x = _coerce(x)
     axes = normalize_axes(axis, x.ndim)
-    return composite(array_key("mean", x, axes, dtype, keepdims), x,
-                     lambda: _mean_built(x, axes, dtype, keepdims))
+    key = array_key("mean", x, axes, dtype, keepdims)
+    out = composite(key, x, lambda: _mean_built(x, axes, dtype, keepdims))
+    note_call(call, key)
+    return out
 
 
 def _mean_built(x: Array, axes: tuple[int, ...], dtype: Any, keepdims: bool) -> Array:

@@ -71,6 +71,7 @@ class _Emitter(Mapper):
         self.b = b
         self.memo: dict[Any, int] = {}  # (id(node), at) or a reduction's structure -> entry
         self.structure = _Structure()
+        self.kept: list[Node] = []  # nodes made while emitting (see map_apply)
 
     def root(self, r: Node) -> int:
         b = self.b
@@ -120,6 +121,13 @@ class _Emitter(Mapper):
         return tuple(refs)
 
     def map_apply(self, node: Apply, at: tuple) -> int:
+        if node.op == "power" and type(node.args[1]) is Literal:
+            from ..powers import expansion  # (x ** e of a small constant e: by products)
+
+            products = expansion(node)
+            if products is not None:
+                self.kept.append(products)  # (held: the memo's keys are ids)
+                return self.visit(products, at)
         return self.b.add(ir.Op(node.op, node.loop_key, self.args_at(node, at)))
 
     def map_user_call(self, node: Any, at: tuple) -> int:
