@@ -1,7 +1,8 @@
 """Composites built once per operand structure, then copied (``fuseloop.expr.templates``).
 
-``x.argmax(axis=1)``, ``x.std()``, ``x ** -1.5``, ``e[:, None]`` of an expression: the
-subtree is recorded the first time and copied with the new buffers and scalars later.
+``x.argmax(axis=1)``, ``x.std()``, ``e[:, None]`` of an expression: the subtree is
+recorded the first time and copied with the new buffers and scalars later (``x ** -1.5``
+has been one power node since the lazybuild merge; it is still checked here beside them).
 Every copy must be what a fresh build makes (values, dtypes, structure key), must not
 keep the first call's buffers alive, and errors must still be raised on every call.
 Benchmark: ``benchmarks/bench_lazy_build.py``, ``benchmarks/probes/lazy_front_half.py``.
