@@ -8,14 +8,13 @@ epilogue reading the output, mixed float32 and float64 operands.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import numpy as np
 import pytest
+from matmul_source import tiled_source
 
 import fuseloop as fl
-from fuseloop.lower import codegen
 from fuseloop.recipes import contraction as rc
 from fuseloop.recipes import contraction_pipeline as pipeline
 
@@ -25,19 +24,6 @@ SMALL_WIDE = rc.TileConfig(32, 16, 4, 8, 8, "blocked", vec=True, prefetch="doubl
                            reg_loops="vector")
 #: float32's tiles of the same recipe (its groups of four)
 SMALL = rc.TileConfig(32, 32, 4, 8, 8, "blocked", vec=True, prefetch="double")
-
-
-def _fake_h100(device):
-    return dataclasses.replace(device, index=9133, type="gpu", compute_units=132,
-                               name="NVIDIA H100 80GB HBM3", vendor="NVIDIA Corporation",
-                               platform="NVIDIA CUDA", max_work_group_size=1024)
-
-
-def _source(expr, device, recipe=rc.gpu_tiled) -> str:
-    with fl.recipes.use(recipe):
-        low = fl.program(expr).lower(_fake_h100(device))
-    with codegen.loopy_section():
-        return codegen.generate(low.t_unit, low.device).source
 
 
 def test_vector_width_is_sixteen_bytes():
@@ -50,7 +36,7 @@ def test_wide_default_reads_double2_pairs(device):
     next step read into registers and stored into the other copy of the tiles: one
     barrier per step."""
     a = fl.empty((256, 256), dtype=np.float64, device=device)
-    src = _source(a @ a, device)
+    src = tiled_source(a @ a, device)
     assert "reqd_work_group_size(16, 16, 1)" in src
     assert "double acc_reg[2 * 2 * 4 * 2];" in src
     # two copies of 8 rows: x's padded to 132, y's 64; 25 KiB of local memory
@@ -71,12 +57,12 @@ def test_former_rule_is_a_parameter(device):
     """``wide_tiles=GPU_TILES_WIDE_V4``: 4 x 4 outputs a work-item, 16 apart, scalar reads
     of one copy of the tiles (the rule before version 5, which the dtype probe times)."""
     a = fl.empty((256, 256), dtype=np.float64, device=device)
-    src = _source(a @ a, device, rc.gpu_tiled.with_params(wide_tiles=rc.GPU_TILES_WIDE_V4))
+    src = tiled_source(a @ a, device, rc.gpu_tiled.with_params(wide_tiles=rc.GPU_TILES_WIDE_V4))
     assert "double acc_reg[4 * 4];" in src and "double2" not in src
     assert "__local double x_tile[8 * 68];" in src
     # float32 is not affected by the wide tiles
     b = fl.empty((256, 256), dtype=np.float32, device=device)
-    assert _source(b @ b, device) == _source(
+    assert tiled_source(b @ b, device) == tiled_source(
         b @ b, device, rc.gpu_tiled.with_params(wide_tiles=rc.GPU_TILES_WIDE_V4))
 
 
@@ -85,7 +71,7 @@ def test_pair_component_by_index_where_the_device_compiler_unrolls(device):
     literal once the device compiler unrolls the loop."""
     a = fl.empty((256, 256), dtype=np.float64, device=device)
     tiles = rc.GPU_TILES_WIDE._replace(reg_loops="device")
-    src = _source(a @ a, device, rc.gpu_tiled.with_params(wide_tiles=tiles))
+    src = tiled_source(a @ a, device, rc.gpu_tiled.with_params(wide_tiles=tiles))
     assert "#define fl_lvec2d_at(x, c) ((c) == 0 ? fl_lvec2d_of(x).s0 : " \
         "fl_lvec2d_of(x).s1)" in src
     assert "fl_lvec2d_at(x_tile[" in src and "fl_lvec2d(" not in src
@@ -97,7 +83,7 @@ def test_medium_side_keeps_whole_pairs(device):
     a = fl.empty((64, 512), dtype=np.float64, device=device)
     b = fl.empty((512, 512), dtype=np.float64, device=device)
     # (split_k=1: on a GPU with many units the rule would split this product in two kernels)
-    src = _source(a @ b, device, rc.gpu_tiled.with_params(split_k=1))
+    src = tiled_source(a @ b, device, rc.gpu_tiled.with_params(split_k=1))
     assert "double acc_reg[2 * 2 * 2 * 2];" in src and "fl_lvec2d(" in src
 
 

@@ -13,27 +13,14 @@ import re
 
 import numpy as np
 import pytest
+from matmul_source import fake_h100, tiled_source
 
 import fuseloop as fl
 from fuseloop.errors import RecipeError
-from fuseloop.lower import codegen
 from fuseloop.recipes import contraction as rc
 
 #: small tiles with the default's pipeline: 4 x 4 outputs of a group of 8 x 8, steps of 4
 SMALL = rc.TileConfig(32, 32, 4, 8, 8, "blocked", vec=True, prefetch="double")
-
-
-def _fake_h100(device):
-    return dataclasses.replace(device, index=9133, type="gpu", compute_units=132,
-                               name="NVIDIA H100 80GB HBM3", vendor="NVIDIA Corporation",
-                               platform="NVIDIA CUDA", max_work_group_size=1024)
-
-
-def _source(expr, device, recipe=rc.gpu_tiled) -> str:
-    with fl.recipes.use(recipe):
-        low = fl.program(expr).lower(_fake_h100(device))
-    with codegen.loopy_section():
-        return codegen.generate(low.t_unit, low.device).source
 
 
 def _step_loop(src: str) -> str:
@@ -49,7 +36,7 @@ def test_default_tiles_are_the_hand_written_updates_structure(device):
     assert rc.GPU_TILES.reg_loops == "vector"
     a = fl.empty((256, 256), dtype=np.float32, device=device)
     tiles = rc.GPU_TILES._replace(reg_loops="loopy")
-    src = _source(a @ a, device, rc.gpu_tiled.with_params(tiles=tiles))
+    src = tiled_source(a @ a, device, rc.gpu_tiled.with_params(tiles=tiles))
     assert "reqd_work_group_size(16, 16, 1)" in src
     assert "float acc_reg[4 * 2 * 2 * 4];" in src
     # tiles stored as float4 (16-byte aligned), two copies of 8 rows (x's padded to 132)
@@ -73,7 +60,7 @@ def test_transposed_operands_are_read_along_their_strides(device, form):
     B.T's reduced range (k) are the fast index, as A's k and B's n are in A @ B."""
     a = fl.empty((256, 256), dtype=np.float32, device=device)
     expr = a.T @ a if form == "atb" else a @ a.T
-    step = _step_loop(_source(expr, device))
+    step = _step_loop(tiled_source(expr, device))
     x_load = re.search(r"x_reg\[0\] = in0\[(.*)\];", step).group(1)
     y_load = re.search(r"y_reg\[0\] = in0\[(.*)\];", step).group(1)
     # (128 neighbouring work-items along m or n, 8 along k; the other index times p0)
@@ -138,7 +125,7 @@ def test_register_loops_left_to_the_device_compiler(device, reg_loops):
     fill a loop too)."""
     a = fl.empty((256, 256), dtype=np.float32, device=device)
     tiles = rc.GPU_TILES._replace(reg_loops=reg_loops)
-    step = _step_loop(_source(a @ a, device, rc.gpu_tiled.with_params(tiles=tiles)))
+    step = _step_loop(tiled_source(a @ a, device, rc.gpu_tiled.with_params(tiles=tiles)))
     start = step.index("for (int k_in")
     products = step[start:step.index("if (8 * (k_blk + 1) < p0)", start)]
     if reg_loops == "vector":
@@ -159,7 +146,7 @@ def test_step_loop_unrolled_in_parts(device):
     """``TileConfig.unroll``: the step's loop unrolled that many at a time by the device
     compiler (Loopy's OpenCL C 2.0 attribute, written as the pragma every compiler reads)."""
     a = fl.empty((256, 256), dtype=np.float32, device=device)
-    src = _source(a @ a, device, rc.gpu_tiled.with_params(tiles=SMALL._replace(unroll=2)))
+    src = tiled_source(a @ a, device, rc.gpu_tiled.with_params(tiles=SMALL._replace(unroll=2)))
     assert re.search(r"#pragma unroll 2\s+for \(int k_in", src), src
     assert "unroll_hint" not in src
 
@@ -168,7 +155,7 @@ def test_register_limit_is_a_build_option_on_nvidia_opencl_only(device):
     a = fl.empty((256, 256), dtype=np.float32, device=device)
     recipe = rc.gpu_tiled.with_params(tiles=SMALL._replace(max_registers=128))
     with fl.recipes.use(recipe):
-        nvidia = fl.program(a @ a).lower(_fake_h100(device)).t_unit.default_entrypoint
+        nvidia = fl.program(a @ a).lower(fake_h100(device)).t_unit.default_entrypoint
         here = fl.program(a @ a).lower(device).t_unit.default_entrypoint
     assert "-cl-nv-maxrregcount=128" in nvidia.options.build_options
     assert not any("maxrreg" in o for o in here.options.build_options or [])
