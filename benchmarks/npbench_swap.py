@@ -142,6 +142,21 @@ def _compare(ref: Any, got: Any, rtol: float, norm_error: float = 0.0) -> str | 
     return None if np.array_equal(r, g) else "integer values differ"
 
 
+def bench_inputs(bench_dir: Path, b: dict, preset: str) -> dict[str, Any]:
+    """A benchmark's parameters at ``preset`` and the inputs its own ``initialize`` makes
+    of them (numpy arrays), by argument name."""
+    folder = bench_dir / b["relative_path"]
+    module = b["module_name"]
+    params = b["parameters"][preset]
+    values = dict(params)
+    if "init" in b:  # (a few benchmarks take their parameters only)
+        init = _load(folder / f"{module}.py", f"npb_{module}_init")
+        made = getattr(init, b["init"]["func_name"])(
+            *[params[a] for a in b["init"]["input_args"]])
+        values.update(zip(b["init"]["output_args"], made if isinstance(made, tuple) else (made,)))
+    return values
+
+
 def _run_one(bench_dir: Path, info: dict, preset: str, framework: str,
              repeats: int, budget_s: float, rtol: float, clock: str = "wall") -> dict:
     """Time one benchmark under one framework (in the current process).  ``clock``
@@ -152,14 +167,7 @@ def _run_one(bench_dir: Path, info: dict, preset: str, framework: str,
     b = info["benchmark"]
     folder = bench_dir / b["relative_path"]
     module = b["module_name"]
-    params = b["parameters"][preset]
-    values = dict(params)
-    if "init" in b:  # (a few benchmarks take their parameters only)
-        init = _load(folder / f"{module}.py", f"npb_{module}_init")
-        init_args = [params[a] for a in b["init"]["input_args"]]
-        made = getattr(init, b["init"]["func_name"])(*init_args)
-        made = made if isinstance(made, tuple) else (made,)
-        values.update(zip(b["init"]["output_args"], made))
+    values = bench_inputs(bench_dir, b, preset)
     if framework == "numpy-loops":  # (the CuPy kernel, run by numpy)
         sys.modules["cupy"] = _NumpyAsCupy()
         kernel_module = _load(folder / f"{module}_cupy.py", f"npb_{module}_numpy_loops")

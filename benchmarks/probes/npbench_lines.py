@@ -102,14 +102,7 @@ def _one(args: argparse.Namespace, name: str, clock: Any) -> None:
     b = _bench(args.npbench, name)
     folder = args.npbench / "npbench" / "benchmarks" / b["relative_path"]
     module = b["module_name"]
-    params = b["parameters"][args.preset]
-    values = dict(params)
-    if "init" in b:
-        init = swap._load(folder / f"{module}.py", f"npb_{module}_init")
-        made = getattr(init, b["init"]["func_name"])(
-            *[params[a] for a in b["init"]["input_args"]])
-        values.update(zip(b["init"]["output_args"],
-                          made if isinstance(made, tuple) else (made,)))
+    values = swap.bench_inputs(args.npbench / "npbench" / "benchmarks", b, args.preset)
     source = folder / f"{module}_cupy.py"
     kernel = getattr(swap._load(source, f"npb_{module}_fl"), b["func_name"])
     lines = source.read_text().splitlines()

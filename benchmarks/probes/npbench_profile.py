@@ -43,12 +43,7 @@ def main() -> None:
     b = info["benchmark"]
     folder = args.npbench / "npbench" / "benchmarks" / b["relative_path"]
     module = b["module_name"]
-    params = b["parameters"][args.preset]
-    values = dict(params)
-    if "init" in b:
-        init = swap._load(folder / f"{module}.py", f"npb_{module}_init")
-        made = getattr(init, b["init"]["func_name"])(*[params[a] for a in b["init"]["input_args"]])
-        values.update(zip(b["init"]["output_args"], made if isinstance(made, tuple) else (made,)))
+    values = swap.bench_inputs(args.npbench / "npbench" / "benchmarks", b, args.preset)
     sys.modules["cupy"] = swap._FuseloopAsCupy()
     kernel = getattr(swap._load(folder / f"{module}_cupy.py", f"npb_{module}_fl"), b["func_name"])
 
