@@ -668,12 +668,20 @@ class Array(ArrayProtocol, ShapeMethods):
         return apply_op("conjugate", self)
 
     def copy(self) -> Array:
-        """A new array with the same values (lazy: fuses with what follows)."""
+        """A new array with the same values: a copy of a concrete array is made now
+        (numpy's snapshot), of a lazy one lazily (it fuses with what follows)."""
         got = _eager_copy(self)  # (small and concrete on the CPU: numpy's copy, host_views)
         if got is not None:
             return got
-        return Array._lazy(Apply("positive", (self._node,), (self.dtype, self.dtype),
-                                 self.shape), self.device)
+        out = Array._lazy(Apply("positive", (self._node,), (self.dtype, self.dtype),
+                                self.shape), self.device)
+        if self._storage is not None and type(self) is Array and not trace_checks:
+            # (the statements after a copy of concrete data mostly write the original:
+            # ``pn = p.copy(); p[1:-1] = f(pn)``; a lazy copy would be computed there
+            # and every read of it in ``f`` re-pointed at its buffer. Under fl.fuse
+            # it stays lazy, so that it fuses.)
+            out.eval()
+        return out
 
     # }}}
 

@@ -25,10 +25,9 @@ from .expr.nodes import (
     note_reader,
     register_readers,
 )
-from .expr.overlap import View, _extent, views_disjoint
+from .expr.overlap import View, views_disjoint
 from .expr.program import Target
 from .multi_hooks import any_split, is_split
-from .splits import children as _children
 from .trace_hooks import check_traced, trace_checks
 
 
@@ -197,52 +196,11 @@ def _readers_first(node: Node, storage: Any, written: View | None, itemsize: int
     if not pending:
         return node
     before = {id(r._node): r for r in pending}
-    copies = [r for r in pending if _whole_copy(r._node, storage)]
     compute(*pending)
     if held_array is not None:
         return node
     replace = {k: r._node for k, r in before.items()}
-    if copies:
-        _copied_reads(node, storage, copies, replace)
     return _rebuild(node, replace, {})
-
-
-def _whole_copy(node: Node, storage: Any) -> bool:
-    """Whether ``node`` copies the elements of ``storage`` in place order (``p.copy()``
-    of an array filling its buffer from its start)."""
-    if type(node) is not Apply or node.op != "positive":
-        return False
-    leaf = node.args[0]
-    return type(leaf) is Leaf and leaf.storage is storage and leaf.strides is None \
-        and leaf.offset == 0 and leaf.dtype == node.dtype
-
-
-def _copied_reads(node: Node, storage: Any, copies: list[Array],
-                  replace: dict[int, Node]) -> None:
-    """Enter in ``replace`` a read of each computed copy's buffer for every copy of
-    elements of ``storage`` in ``node`` that the copy holds: the views of a lazy
-    ``pn = p.copy()`` read ``p`` itself (views are pushed to the leaves), so
-    ``p[1:-1] = pn[2:] + pn[:-2]`` would read what it writes, a temporary and a copy
-    more; read from ``pn``'s buffer, it is one kernel."""
-    seen: set[int] = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if id(n) in seen or storage not in n.storages:
-            continue
-        seen.add(id(n))
-        if type(n) is Apply and n.op == "positive" and type(leaf := n.args[0]) is Leaf \
-                and leaf.storage is storage and leaf.dtype == n.dtype:
-            view = (leaf.shape, leaf.view_strides(), leaf.offset)
-            low, high = _extent(view) if 0 not in leaf.shape else (0, 0)
-            for c in copies:
-                held: Any = c._node  # (computed: a leaf of its buffer, in place order)
-                if c.dtype == leaf.dtype and 0 <= low and high < c.size:
-                    replace[id(n)] = Leaf(held.storage, leaf.dtype, leaf.shape,
-                                          leaf.strides, leaf.offset)
-                    break
-            continue
-        stack.extend(_children(n))
 
 
 def compute(*arrays: Array, out: Array | Sequence[Array] | None = None,
