@@ -64,12 +64,7 @@ def _load(npbench: Path, name: str, preset: str) -> tuple[Any, dict, dict, str]:
     b = info["benchmark"]
     folder = npbench / "npbench" / "benchmarks" / b["relative_path"]
     module = b["module_name"]
-    params = b["parameters"][preset]
-    values = dict(params)
-    if "init" in b:
-        init = swap._load(folder / f"{module}.py", f"npb_{module}_init")
-        made = getattr(init, b["init"]["func_name"])(*[params[a] for a in b["init"]["input_args"]])
-        values.update(zip(b["init"]["output_args"], made if isinstance(made, tuple) else (made,)))
+    values = swap.bench_inputs(npbench / "npbench" / "benchmarks", b, preset)
     sys.modules["cupy"] = swap._FuseloopAsCupy()
     path = folder / f"{module}_cupy.py"
     kernel = getattr(swap._load(path, f"npb_{module}_fl"), b["func_name"])
