@@ -66,7 +66,7 @@ def _load(npbench: Path, name: str, preset: str) -> tuple[Any, dict, dict, str]:
     module = b["module_name"]
     values = swap.bench_inputs(npbench / "npbench" / "benchmarks", b, preset)
     sys.modules["cupy"] = swap._FuseloopAsCupy()
-    path = folder / f"{module}_cupy.py"
+    path = (folder / f"{module}_cupy.py").resolve()  # (code objects name it so)
     kernel = getattr(swap._load(path, f"npb_{module}_fl"), b["func_name"])
     return kernel, b, values, str(path)
 
