@@ -196,7 +196,6 @@ GPU_TILES_WIDE_V4 = TileConfig(bm=64, bn=64, bk=8, tm=16, tn=16)
 #: loop under ``#pragma unroll``, which the device compiler unrolls)
 _REG_TAGS = {"loopy": ("unr", "unr"), "vector": ("unr_hint", "unr"),
              "lanes": ("unr_hint", "unr"), "device": ("unr_hint", "unr_hint")}
-_FILL_LOOPS = ("lanes", "device")  # (fill copies as loops under #pragma unroll)
 
 
 def _split_output(t_unit: lp.TranslationUnit, axis: str, block: int, threads: int,
@@ -258,8 +257,8 @@ def _fill_tiles(t_unit: lp.TranslationUnit, cfg: TileConfig, sweep_x: list[str],
         if size > threads:
             # ("vector" keeps the fill's copies: as loops, their registers' addresses
             # took clang's NVPTX back end 228 more integer instructions, see REG_LOOPS)
-            t_unit = lp.split_iname(t_unit, f"{name}_f", threads,
-                                    outer_tag="unr_hint" if cfg.reg_loops in _FILL_LOOPS else "unr",
+            copies = "unr" if cfg.reg_loops in ("loopy", "vector") else "unr_hint"
+            t_unit = lp.split_iname(t_unit, f"{name}_f", threads, outer_tag=copies,
                                     outer_iname=f"{name}_fu", inner_iname=f"{name}_ft")
             fill = f"{name}_ft"
         else:
