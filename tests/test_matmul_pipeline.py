@@ -94,8 +94,10 @@ def _rand(shape, seed):
 
 @pytest.mark.parametrize("tiles", [SMALL, SMALL._replace(vec=False, prefetch="regs"),
                                    SMALL._replace(reg_loops="vector"),
+                                   SMALL._replace(reg_loops="lanes"),
                                    SMALL._replace(reg_loops="device")],
-                         ids=["vec+double", "regs", "vector-loops", "device-loops"])
+                         ids=["vec+double", "regs", "vector-loops", "lanes-loops",
+                              "device-loops"])
 def test_pipelined_products_match_numpy(device, tiles):
     """Sizes that are not multiples of the tiles (the last step's registers are not
     loaded: 130 = 32 steps of 4 and a half one), transposed operands, a batch."""
@@ -117,25 +119,27 @@ def test_pipelined_products_match_numpy(device, tiles):
                 in fl.show_code(A @ B)
 
 
-@pytest.mark.parametrize("reg_loops", ["vector", "device"])
+@pytest.mark.parametrize("reg_loops", ["vector", "lanes", "device"])
 def test_register_loops_left_to_the_device_compiler(device, reg_loops):
     """``TileConfig.reg_loops``: the register tile's products as loops under ``#pragma
     unroll`` rather than one statement per register: 16 product statements (a float4's
-    components, literals; the fill's copies kept) or one (the component an index; the
-    fill a loop too)."""
+    components, literals; the fill's copies kept, or, "lanes", a loop) or one (the
+    component an index; the fill a loop too)."""
     a = fl.empty((256, 256), dtype=np.float32, device=device)
     tiles = rc.GPU_TILES._replace(reg_loops=reg_loops)
     step = _step_loop(tiled_source(a @ a, device, rc.gpu_tiled.with_params(tiles=tiles)))
     start = step.index("for (int k_in")
     products = step[start:step.index("if (8 * (k_blk + 1) < p0)", start)]
-    if reg_loops == "vector":
+    if reg_loops != "device":
         assert products.count("fl_lvec4(x_tile[") == products.count("fl_lvec4(y_tile[") == 16
         assert re.search(r"#pragma unroll\s+for \(int m_r1 = 0; m_r1 <= 1", products)
+    if reg_loops == "vector":
         assert "x_reg[3] = in0[" in step and "x_fu" not in step
     else:
-        assert products.count("fl_lvec4_at(x_tile[") == 1, products
-        assert re.search(r"#pragma unroll\s+for \(int m_r0 = 0; m_r0 <= 3", products)
-        assert "fl_lvec4(" not in step
+        if reg_loops == "device":
+            assert products.count("fl_lvec4_at(x_tile[") == 1, products
+            assert re.search(r"#pragma unroll\s+for \(int m_r0 = 0; m_r0 <= 3", products)
+            assert "fl_lvec4(" not in step
         # the fill: one statement per operand in a loop, its registers indexed by it
         assert re.search(r"#pragma unroll\s+for \(int x_fu = 0; x_fu <= 3; \+\+x_fu\)\s+"
                          r"x_reg\[x_fu\] = in0\[", step), step

@@ -12,8 +12,8 @@ H100) is not in these figures.  Timings are reported, never asserted.
 Cases: ``demo`` (``2*x - sin(y) + x*y``), ``rep<R>`` (``r = sin(r)*0.5 + r*y``, R
 times; ``rep50`` is the 200-operation chain), ``D<L>`` (L levels of
 ``sin(r)*.5 + cos(r*k)*.25 + .1``), ``mm<N>`` (N x N float32 matmul: ``mm256``
-is the aligned size class, ``mm250`` the padded one; ``mm256:device`` with
-``TileConfig.reg_loops="device"``, likewise ``:vector`` and ``:loopy``).
+is the aligned size class, ``mm250`` the padded one, ``mm4096`` issue 26's; ``mm256:device``
+with ``TileConfig.reg_loops="device"``, likewise ``:vector``, ``:lanes`` and ``:loopy``).
 
 Usage::
 
@@ -119,8 +119,10 @@ def main() -> None:
                    check=True, stdout=subprocess.DEVNULL)
     for case in args.cases:
         with tempfile.TemporaryDirectory() as tmp:
+            # (the host path off: on it, a small product of this machine's CPU device ran
+            # on the host and the program lowered was its result's copy, not the product)
             env = dict(os.environ, FUSELOOP_CACHE_DIR=f"{tmp}/fl", XDG_CACHE_HOME=f"{tmp}/xdg",
-                       FUSELOOP_PROGRESS="0",
+                       FUSELOOP_PROGRESS="0", FUSELOOP_HOST_PATH="0",
                        PYTHONPATH=os.pathsep.join(
                            p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
             out = subprocess.run([sys.executable, "-c", _CHILD, case, str(args.profile), args.sort],

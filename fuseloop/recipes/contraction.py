@@ -156,8 +156,9 @@ class TileConfig(NamedTuple):
     max_registers: int = 0
     # who unrolls the register tile's loops: "loopy" (a statement per register: 64
     # products for 8 x 8), "vector" (Loopy a float4's four components, the device
-    # compiler the rest: 16), "device" (loops under #pragma unroll, the fill's too: one
-    # each); Loopy's code generation time grows with the statements (REG_LOOPS)
+    # compiler the rest: 16), "lanes" (as "vector", the fill's 24 copies as loops),
+    # "device" (loops under #pragma unroll, the fill's too: one each); Loopy's code
+    # generation time grows with the statements (REG_LOOPS)
     reg_loops: str = "loopy"
 
 
@@ -175,8 +176,8 @@ PREFETCH = ("none", "regs", "double")
 #: step (vector 4% fewer integer instructions); "device" stayed a loop (128 FMAs: the
 #: step's loop past LLVM's unroll threshold), so the device compiler may not unroll it.
 #: On an H100's OpenCL "vector" gave the same PTX as "loopy" and the same speed at half
-#: Loopy's code generation time: GPU_TILES takes it
-REG_LOOPS = ("loopy", "vector", "device")
+#: Loopy's code generation time: GPU_TILES takes it ("lanes": the fill's copies too)
+REG_LOOPS = ("loopy", "vector", "lanes", "device")
 #: 8-byte types: GPU_TILES' structure with a register tile of the same bytes, 8 x 4
 #: doubles (64 registers of accumulators, as float32's 8 x 8), read as double2 pairs,
 #: and local tiles of 25 KiB (two copies); the columns halved, not the rows: a warp's
@@ -194,7 +195,7 @@ GPU_TILES_WIDE_V4 = TileConfig(bm=64, bn=64, bk=8, tm=16, tn=16)
 #: layout's float4 components ("unr": copies of the statement in Loopy; "unr_hint": a
 #: loop under ``#pragma unroll``, which the device compiler unrolls)
 _REG_TAGS = {"loopy": ("unr", "unr"), "vector": ("unr_hint", "unr"),
-             "device": ("unr_hint", "unr_hint")}
+             "lanes": ("unr_hint", "unr"), "device": ("unr_hint", "unr_hint")}
 
 
 def _split_output(t_unit: lp.TranslationUnit, axis: str, block: int, threads: int,
@@ -256,8 +257,8 @@ def _fill_tiles(t_unit: lp.TranslationUnit, cfg: TileConfig, sweep_x: list[str],
         if size > threads:
             # ("vector" keeps the fill's copies: as loops, their registers' addresses
             # took clang's NVPTX back end 228 more integer instructions, see REG_LOOPS)
-            t_unit = lp.split_iname(t_unit, f"{name}_f", threads,
-                                    outer_tag="unr_hint" if cfg.reg_loops == "device" else "unr",
+            copies = "unr" if cfg.reg_loops in ("loopy", "vector") else "unr_hint"
+            t_unit = lp.split_iname(t_unit, f"{name}_f", threads, outer_tag=copies,
                                     outer_iname=f"{name}_fu", inner_iname=f"{name}_ft")
             fill = f"{name}_ft"
         else:
@@ -583,7 +584,7 @@ def _tiles_fit(values: Mapping[str, Any], device: Device) -> bool:
 
 _TILE_SEARCH = (GPU_TILES, GPU_TILES_PLAIN, GPU_TILES._replace(prefetch="regs"),
                 GPU_TILES._replace(unroll=4), GPU_TILES._replace(reg_loops="loopy"),
-                GPU_TILES._replace(reg_loops="device"),
+                GPU_TILES._replace(reg_loops="lanes"), GPU_TILES._replace(reg_loops="device"),
                 GPU_TILES._replace(vec=False), TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(128, 64, 8, 16, 16, "blocked"), TileConfig(128, 128, 8, 16, 16),
                 TileConfig(64, 64, 8, 8, 8, "blocked"))
@@ -592,7 +593,7 @@ _WIDE_SEARCH = (GPU_TILES_WIDE, GPU_TILES_WIDE_V4, GPU_TILES_WIDE._replace(bm=64
                 TileConfig(32, 32, 8, 8, 8))
 _TILES_TEXT = ("a TileConfig with positive sizes, tm dividing bm, tn dividing bn, prefetch "
                "one of 'none', 'regs', 'double', unroll and max_registers >= 0, reg_loops "
-               "one of 'loopy', 'vector', 'device'")
+               "one of 'loopy', 'vector', 'lanes', 'device'")
 
 #: a side of the output with at most this many elements is short (GPU)
 GPU_FEW = 32
