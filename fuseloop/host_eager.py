@@ -354,8 +354,9 @@ def _concrete_view(x: Array) -> Any:
 
 
 # (op, kinds...) -> (loop dtypes, function on arrays, function on numpy scalars or
-# None, whether the function on arrays needs numpy's errors set off), or False: an
-# operation computed here (finite: operations x kinds^2)
+# None, whether the function on arrays needs numpy's errors set off, whether the
+# function on numpy scalars does), or False: an operation computed here (finite:
+# operations x kinds^2)
 _ops: dict[tuple, Any] = {}
 
 # ufuncs whose loops set no floating-point error flag on any operand (a NaN
@@ -390,11 +391,12 @@ def _op_entry(op: str, kinds: tuple) -> Any:
     if any(c in "FD" for c in key):
         if op not in _COMPLEX_OPS or not all(c in _VIEW_DTYPES for c in key):
             return False
-        return loop, getattr(np, op), None, True  # (numpy's complex loops, as OpenCL's)
+        return loop, getattr(np, op), None, True, True  # (numpy's complex loops, as OpenCL's)
     fn = _host._loop_fn(op, key)
     if fn is False or op in ("cast", "positive", "where"):
-        return False if fn is False else (loop, fn, None, True)
-    return loop, fn, _host.scalar_fn(op, key), _quiet_needed(op, loop)
+        return False if fn is False else (loop, fn, None, True, True)
+    quiet = _quiet_needed(op, loop)
+    return loop, fn, _host.scalar_fn(op, key), quiet, quiet or op not in _QUIET_SCALAR_OPS
 
 
 def numpy_value(x: HostArray) -> Any:
@@ -442,9 +444,9 @@ def compute(op: str, hit: tuple, values: Any, arrays: bool) -> Any:
     with its floating-point warnings off where the operation may set them (as in a
     kernel); numpy scalars' operator where no value is an array; None where numpy
     raises (the general path raises its error)."""
-    _, fn, sfn, quiet = hit
-    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or (not arrays and (
-        op not in _QUIET_SCALAR_OPS))) else None  # (numpy scalars' comparisons never warn)
+    _, fn, sfn, quiet, quiet_scalars = hit
+    token = _errors.set(_QUIET) if _QUIET is not None and (
+        quiet if arrays else quiet_scalars) else None  # (numpy scalars' comparisons never warn)
     try:
         return sfn(*values) if sfn is not None and not arrays else fn(*values)
     except (TypeError, ValueError, ArithmeticError):
@@ -508,11 +510,10 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
         return None
     ta, tb = type(a), type(b)
     device = a.device if ta is HostArray else b.device
-    # (the commonest operands, a HostArray and a Python float or int, inline)
+    # (the commonest operands, a HostArray and a Python float or int, inline; a
+    # buffer's element is read once the kernels writing it are done, below)
     if ta is HostArray and a.device is device:
         ka, va, ra = a.dtype, a._np, a._buf is not None
-        if not a._shape and type(va) is np.ndarray:
-            va = va[0]
     elif ta is float or ta is int:
         ka, va, ra = ta, a, False
     elif (ga := _operand(a, device)) is not None:
@@ -521,8 +522,6 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
         return None
     if tb is HostArray and b.device is device:
         kb, vb, rb = b.dtype, b._np, b._buf is not None
-        if not b._shape and type(vb) is np.ndarray:
-            vb = vb[0]
     elif tb is float or tb is int:
         kb, vb, rb = tb, b, False
     elif (gb := _operand(b, device)) is not None:
@@ -535,18 +534,47 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     if hit is False:
         return None
     loop = hit[0]
+    if ra or rb:  # (_sync, its commonest case inline: nothing deferred)
+        rt = _runtimes.get(device)
+        if rt is None or rt.deferred:
+            _sync(device)
+        else:
+            rt.finish()
+    if ta is HostArray and not a._shape and type(va) is np.ndarray:
+        va = va[0]  # (a buffer's element: its value now)
+    if tb is HostArray and not b._shape and type(vb) is np.ndarray:
+        vb = vb[0]
     da, db = loop[0], loop[1]
     if ka is not da:  # (a Python scalar's kind is never a dtype)
         va = _weak_scalar(va, da) if ka is float or ka is int else _as(va, ka, da)
     if kb is not db:
         vb = _weak_scalar(vb, db) if kb is float or kb is int else _as(vb, kb, db)
-    arrays = type(va) is np.ndarray or type(vb) is np.ndarray
-    if arrays and type(va) is type(vb) and va.shape != vb.shape and not _fits([va, vb]):
+    if type(va) is np.ndarray or type(vb) is np.ndarray:
+        if type(va) is type(vb) and va.shape != vb.shape and not _fits([va, vb]):
+            return None
+        out = compute(op, hit, (va, vb), True)
+        return None if out is None else _counted(out, loop[-1], device)
+    sfn = hit[2]  # (two 0-d values, a loop's commonest: compute and _counted inline)
+    if sfn is None:  # (a complex value, or bool operands: numpy's ufunc)
+        out = compute(op, hit, (va, vb), False)
+        return None if out is None else _counted(out, loop[-1], device)
+    token = _errors.set(_QUIET) if hit[4] else None
+    try:
+        out = sfn(va, vb)
+    except (TypeError, ValueError, ArithmeticError):
         return None
-    if ra or rb:
-        _sync(device)
-    out = compute(op, hit, (va, vb), arrays)
-    return None if out is None else _counted(out, loop[-1], device)
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    dtype = loop[-1]
+    if out.dtype is not dtype:
+        out = dtype.type(out)
+    _count_operation()
+    node = _new(Scalar)
+    node.value, node.dtype, node.shape, node.storages = out, dtype, (), _EMPTY
+    held: Array = _new(Array)
+    held._storage, held._node, held._shape, held.device, held.dtype = None, node, (), device, dtype
+    return held
 
 
 def _counted(out: Any, dtype: np.dtype, device: Any) -> Array:

@@ -120,6 +120,29 @@ def test_kernels_and_numpy_see_each_others_writes(host, monkeypatch):
     assert fl.stats()["kernels_launched"] == 1 and host_eager.counts["materialised"] == made + 1
 
 
+def test_an_element_is_read_after_the_kernels_writing_it(host):
+    """A view of an element taken before a small (deferred) launch writes its array
+    reads the launch's value in operators, unary ones too, and writes."""
+    src = fl.asarray(np.arange(20000.0))  # above the host path's limit: a kernel
+
+    def element():
+        a = fl.asarray(np.zeros(20000))
+        e = a[3]
+        a[:] = src * 2 + 1                  # a launch, maybe not yet enqueued
+        assert type(e) is host_eager.HostArray
+        return e
+
+    assert float(element() + 0.5) == 7.5
+    assert float(0.5 * element()) == 3.5
+    assert float(-element()) == -7.0
+    assert float(abs(element())) == 7.0
+    assert bool(element() > 6.5)
+    target = fl.asarray(np.zeros(4))
+    target[1] = element()
+    target[2] += element()
+    np.testing.assert_array_equal(target.get(), [0.0, 7.0, 7.0, 0.0])
+
+
 def test_views_aliasing_and_evaluation_order(host):
     x = fl.asarray(np.arange(8.0))
     lazy = x * 2                        # lazy (a whole array), reads x[1]
