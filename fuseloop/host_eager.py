@@ -70,6 +70,9 @@ _DTYPES = _host._DTYPES
 #: the dtypes of the views taken here: the host path's and complex ones, whose adds,
 #: products and ``@`` are computed here (_COMPLEX_OPS; the rest: the kernels')
 _VIEW_DTYPES = _DTYPES | frozenset("FD")
+# numpy's binary ufuncs computed by binary (power: by its products, host_products)
+_BINARY_UFUNCS = {getattr(np, n): n for n in _host._UFUNCS
+                  if getattr(np, n).nin == 2 and n != "power"}
 _COMPLEX_OPS = frozenset(("add", "subtract", "multiply", "negative", "conjugate", "absolute"))
 _new = object.__new__
 # fl.stats()'s counters, their C calls bound (stats.tally without its frame)
@@ -185,6 +188,15 @@ class HostArray(Array):
             if got is not None:
                 return got
         return super().__array_function__(func, types, args, kwargs)
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """numpy's ufuncs: two operands (a numpy scalar's operator, ``alpha * A[i, k]``)
+        computed here at once, the rest as for any array."""
+        if method == "__call__" and len(inputs) == 2 and not kwargs \
+                and (op := _BINARY_UFUNCS.get(ufunc)) is not None \
+                and (got := binary(op, inputs[0], inputs[1])) is not None:
+            return got
+        return super().__array_ufunc__(ufunc, method, *inputs, **kwargs)
 
     def __pow__(self, other: Any) -> Any:
         got = power(self, other)
@@ -714,49 +726,6 @@ def getitem(arr: Array, key: Any) -> Array | None:
     return out
 
 
-def flip(arr: HostArray, axis: Any) -> HostArray | None:
-    """``np.flip(arr, axis)`` of a HostArray: a view of its memory, or None."""
-    if _off() or (axis is not None and type(axis) is not int):
-        return None
-    if arr._buf is None:
-        _materialise(arr)
-    try:
-        v = np.flip(arr._np, axis)
-    except (ValueError, TypeError, np.exceptions.AxisError):
-        return None
-    return _new_host(v, v.shape, arr.dtype, arr.device, arr._buf)
-
-
-def _copy_by_0d(arr: Array, key: Any) -> Any:
-    """``arr[key]`` for a key holding 0-d integer HostArrays (numpy takes each as its
-    integer, and the result as an advanced index's: a copy), or None.  Where the view
-    is not taken here (a complex ``arr``), the general path gets the key with plain
-    arrays in their place, which it reads as their values too."""
-    if type(key) is not tuple or not any(type(k) is HostArray for k in key):
-        return None
-    ints = []
-    for k in key:
-        if type(k) is HostArray:
-            if k._shape or k.dtype.kind not in "iu":
-                return None
-            k = int(k)
-        ints.append(k)
-    view = getitem(arr, tuple(ints))
-    if view is not None:
-        return view.copy()
-    from .ops.indexing import getitem as general
-
-    return general(arr, tuple([_plain(k) if type(k) is HostArray else k for k in key]))
-
-
-def _plain(x: HostArray) -> Array:
-    """A plain concrete array of the HostArray ``x``'s elements (its buffer's view)."""
-    out = _new(Array)
-    out._storage, out._node, out.device = x._storage, x._node, x.device
-    out.dtype, out._shape = x.dtype, x._shape
-    return out
-
-
 # }}}
 
 
@@ -782,7 +751,7 @@ for _name, _f in list(vars(Array).items()):
 
 
 from .host_products import gather, matmul, power  # noqa: E402  (they read this module's names)
-from .host_views import _viewed_again, quick_view  # noqa: E402
+from .host_views import _copy_by_0d, _viewed_again, flip, quick_view  # noqa: E402
 from .host_writes import inplace  # noqa: E402
 
 
