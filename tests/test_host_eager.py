@@ -22,6 +22,8 @@ def _cases(m, a8, f32, i32, f64):
         a8[1:4] + a8[0:3],                  # int8 overflow wraps
         f32[1:5] * 2.5,                     # a Python float keeps float32
         f32[0:3] * np.float64(1.5),         # a numpy float64 scalar promotes (NEP 50)
+        np.float64(1.5) * f32[0:3],         # ... on the left: numpy's ufunc hands it over
+        np.int8(3) - a8[1:4], np.float32(2) * f64[2:4],
         i32[0:4] // i32[4:8],               # integer division by zero: 0
         i32[0:4] % i32[4:8],
         f64[0:4] / f64[4:8],                # float division by zero: inf, nan
