@@ -70,6 +70,9 @@ _DTYPES = _host._DTYPES
 #: the dtypes of the views taken here: the host path's and complex ones, whose adds,
 #: products and ``@`` are computed here (_COMPLEX_OPS; the rest: the kernels')
 _VIEW_DTYPES = _DTYPES | frozenset("FD")
+# numpy's binary ufuncs computed by binary (power: by its products, host_products)
+_BINARY_UFUNCS = {getattr(np, n): n for n in _host._UFUNCS
+                  if getattr(np, n).nin == 2 and n != "power"}
 _COMPLEX_OPS = frozenset(("add", "subtract", "multiply", "negative", "conjugate", "absolute"))
 _new = object.__new__
 # fl.stats()'s counters, their C calls bound (stats.tally without its frame)
@@ -185,6 +188,15 @@ class HostArray(Array):
             if got is not None:
                 return got
         return super().__array_function__(func, types, args, kwargs)
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """numpy's ufuncs: two operands (a numpy scalar's operator, ``alpha * A[i, k]``)
+        computed here at once, the rest as for any array."""
+        if method == "__call__" and len(inputs) == 2 and not kwargs \
+                and (op := _BINARY_UFUNCS.get(ufunc)) is not None \
+                and (got := binary(op, inputs[0], inputs[1])) is not None:
+            return got
+        return super().__array_ufunc__(ufunc, method, *inputs, **kwargs)
 
     def __pow__(self, other: Any) -> Any:
         got = power(self, other)
@@ -354,8 +366,9 @@ def _concrete_view(x: Array) -> Any:
 
 
 # (op, kinds...) -> (loop dtypes, function on arrays, function on numpy scalars or
-# None, whether the function on arrays needs numpy's errors set off), or False: an
-# operation computed here (finite: operations x kinds^2)
+# None, whether the function on arrays needs numpy's errors set off, whether the
+# function on numpy scalars does), or False: an operation computed here (finite:
+# operations x kinds^2)
 _ops: dict[tuple, Any] = {}
 
 # ufuncs whose loops set no floating-point error flag on any operand (a NaN
@@ -390,11 +403,12 @@ def _op_entry(op: str, kinds: tuple) -> Any:
     if any(c in "FD" for c in key):
         if op not in _COMPLEX_OPS or not all(c in _VIEW_DTYPES for c in key):
             return False
-        return loop, getattr(np, op), None, True  # (numpy's complex loops, as OpenCL's)
+        return loop, getattr(np, op), None, True, True  # (numpy's complex loops, as OpenCL's)
     fn = _host._loop_fn(op, key)
     if fn is False or op in ("cast", "positive", "where"):
-        return False if fn is False else (loop, fn, None, True)
-    return loop, fn, _host.scalar_fn(op, key), _quiet_needed(op, loop)
+        return False if fn is False else (loop, fn, None, True, True)
+    quiet = _quiet_needed(op, loop)
+    return loop, fn, _host.scalar_fn(op, key), quiet, quiet or op not in _QUIET_SCALAR_OPS
 
 
 def numpy_value(x: HostArray) -> Any:
@@ -442,9 +456,9 @@ def compute(op: str, hit: tuple, values: Any, arrays: bool) -> Any:
     with its floating-point warnings off where the operation may set them (as in a
     kernel); numpy scalars' operator where no value is an array; None where numpy
     raises (the general path raises its error)."""
-    _, fn, sfn, quiet = hit
-    token = _errors.set(_QUIET) if _QUIET is not None and (quiet or (not arrays and (
-        op not in _QUIET_SCALAR_OPS))) else None  # (numpy scalars' comparisons never warn)
+    _, fn, sfn, quiet, quiet_scalars = hit
+    token = _errors.set(_QUIET) if _QUIET is not None and (
+        quiet if arrays else quiet_scalars) else None  # (numpy scalars' comparisons never warn)
     try:
         return sfn(*values) if sfn is not None and not arrays else fn(*values)
     except (TypeError, ValueError, ArithmeticError):
@@ -508,11 +522,10 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
         return None
     ta, tb = type(a), type(b)
     device = a.device if ta is HostArray else b.device
-    # (the commonest operands, a HostArray and a Python float or int, inline)
+    # (the commonest operands, a HostArray and a Python float or int, inline; a
+    # buffer's element is read once the kernels writing it are done, below)
     if ta is HostArray and a.device is device:
         ka, va, ra = a.dtype, a._np, a._buf is not None
-        if not a._shape and type(va) is np.ndarray:
-            va = va[0]
     elif ta is float or ta is int:
         ka, va, ra = ta, a, False
     elif (ga := _operand(a, device)) is not None:
@@ -521,8 +534,6 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
         return None
     if tb is HostArray and b.device is device:
         kb, vb, rb = b.dtype, b._np, b._buf is not None
-        if not b._shape and type(vb) is np.ndarray:
-            vb = vb[0]
     elif tb is float or tb is int:
         kb, vb, rb = tb, b, False
     elif (gb := _operand(b, device)) is not None:
@@ -535,18 +546,47 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     if hit is False:
         return None
     loop = hit[0]
+    if ra or rb:  # (_sync, its commonest case inline: nothing deferred)
+        rt = _runtimes.get(device)
+        if rt is None or rt.deferred:
+            _sync(device)
+        else:
+            rt.finish()
+    if ta is HostArray and not a._shape and type(va) is np.ndarray:
+        va = va[0]  # (a buffer's element: its value now)
+    if tb is HostArray and not b._shape and type(vb) is np.ndarray:
+        vb = vb[0]
     da, db = loop[0], loop[1]
     if ka is not da:  # (a Python scalar's kind is never a dtype)
         va = _weak_scalar(va, da) if ka is float or ka is int else _as(va, ka, da)
     if kb is not db:
         vb = _weak_scalar(vb, db) if kb is float or kb is int else _as(vb, kb, db)
-    arrays = type(va) is np.ndarray or type(vb) is np.ndarray
-    if arrays and type(va) is type(vb) and va.shape != vb.shape and not _fits([va, vb]):
+    if type(va) is np.ndarray or type(vb) is np.ndarray:
+        if type(va) is type(vb) and va.shape != vb.shape and not _fits([va, vb]):
+            return None
+        out = compute(op, hit, (va, vb), True)
+        return None if out is None else _counted(out, loop[-1], device)
+    sfn = hit[2]  # (two 0-d values, a loop's commonest: compute and _counted inline)
+    if sfn is None:  # (a complex value, or bool operands: numpy's ufunc)
+        out = compute(op, hit, (va, vb), False)
+        return None if out is None else _counted(out, loop[-1], device)
+    token = _errors.set(_QUIET) if hit[4] else None
+    try:
+        out = sfn(va, vb)
+    except (TypeError, ValueError, ArithmeticError):
         return None
-    if ra or rb:
-        _sync(device)
-    out = compute(op, hit, (va, vb), arrays)
-    return None if out is None else _counted(out, loop[-1], device)
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    dtype = loop[-1]
+    if out.dtype is not dtype:
+        out = dtype.type(out)
+    _count_operation()
+    node = _new(Scalar)
+    node.value, node.dtype, node.shape, node.storages = out, dtype, (), _EMPTY
+    held: Array = _new(Array)
+    held._storage, held._node, held._shape, held.device, held.dtype = None, node, (), device, dtype
+    return held
 
 
 def _counted(out: Any, dtype: np.dtype, device: Any) -> Array:
@@ -686,49 +726,6 @@ def getitem(arr: Array, key: Any) -> Array | None:
     return out
 
 
-def flip(arr: HostArray, axis: Any) -> HostArray | None:
-    """``np.flip(arr, axis)`` of a HostArray: a view of its memory, or None."""
-    if _off() or (axis is not None and type(axis) is not int):
-        return None
-    if arr._buf is None:
-        _materialise(arr)
-    try:
-        v = np.flip(arr._np, axis)
-    except (ValueError, TypeError, np.exceptions.AxisError):
-        return None
-    return _new_host(v, v.shape, arr.dtype, arr.device, arr._buf)
-
-
-def _copy_by_0d(arr: Array, key: Any) -> Any:
-    """``arr[key]`` for a key holding 0-d integer HostArrays (numpy takes each as its
-    integer, and the result as an advanced index's: a copy), or None.  Where the view
-    is not taken here (a complex ``arr``), the general path gets the key with plain
-    arrays in their place, which it reads as their values too."""
-    if type(key) is not tuple or not any(type(k) is HostArray for k in key):
-        return None
-    ints = []
-    for k in key:
-        if type(k) is HostArray:
-            if k._shape or k.dtype.kind not in "iu":
-                return None
-            k = int(k)
-        ints.append(k)
-    view = getitem(arr, tuple(ints))
-    if view is not None:
-        return view.copy()
-    from .ops.indexing import getitem as general
-
-    return general(arr, tuple([_plain(k) if type(k) is HostArray else k for k in key]))
-
-
-def _plain(x: HostArray) -> Array:
-    """A plain concrete array of the HostArray ``x``'s elements (its buffer's view)."""
-    out = _new(Array)
-    out._storage, out._node, out.device = x._storage, x._node, x.device
-    out.dtype, out._shape = x.dtype, x._shape
-    return out
-
-
 # }}}
 
 
@@ -754,7 +751,7 @@ for _name, _f in list(vars(Array).items()):
 
 
 from .host_products import gather, matmul, power  # noqa: E402  (they read this module's names)
-from .host_views import _viewed_again, quick_view  # noqa: E402
+from .host_views import _copy_by_0d, _viewed_again, flip, quick_view  # noqa: E402
 from .host_writes import inplace  # noqa: E402
 
 

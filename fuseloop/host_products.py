@@ -346,8 +346,6 @@ def unary(op: str, x: Any) -> Array | None:
     tx = type(x)
     if tx is HostArray:
         v, reads = x._np, x._buf is not None
-        if not x._shape and type(v) is np.ndarray:
-            v = v[0]
     elif tx is Array and type(x._node) is Scalar:
         v, reads = x._node.value, False
     else:
@@ -362,7 +360,9 @@ def unary(op: str, x: Any) -> Array | None:
         return None
     loop = hit[0]
     if reads:
-        _sync(x.device)
+        _sync(x.device)  # (then a buffer's element is read: kernels writing it are done)
+        if not x._shape:
+            v = v[0]
     if kind is not loop[0]:
         v = _as(v, kind, loop[0])
     out = compute(op, hit, (v,), type(v) is np.ndarray)

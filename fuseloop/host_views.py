@@ -12,7 +12,18 @@ import numpy as np
 from . import evaluate as _evaluate
 from . import host_path as _host
 from .array import Array
-from .host_eager import EAGER_MAX_WORK, HostArray, _base, _bases, _new, _off, _sync
+from .host_eager import (
+    EAGER_MAX_WORK,
+    HostArray,
+    _base,
+    _bases,
+    _materialise,
+    _new,
+    _new_host,
+    _off,
+    _sync,
+    getitem,
+)
 from .stats import tallies as _tallies
 
 _count_operation = _tallies["host_operations"].__next__  # (stats.tally, bound)
@@ -126,3 +137,46 @@ def copy_concrete(arr: Array) -> Array | None:
         _host._typed_bytes(storage, rt, dtype)[:n].reshape(shape)[...] = v
     _count_operation()
     return Array._concrete(storage, dtype, shape)
+
+
+def flip(arr: HostArray, axis: Any) -> HostArray | None:
+    """``np.flip(arr, axis)`` of a HostArray: a view of its memory, or None."""
+    if _off() or (axis is not None and type(axis) is not int):
+        return None
+    if arr._buf is None:
+        _materialise(arr)
+    try:
+        v = np.flip(arr._np, axis)
+    except (ValueError, TypeError, np.exceptions.AxisError):
+        return None
+    return _new_host(v, v.shape, arr.dtype, arr.device, arr._buf)
+
+
+def _copy_by_0d(arr: Array, key: Any) -> Any:
+    """``arr[key]`` for a key holding 0-d integer HostArrays (numpy takes each as its
+    integer, and the result as an advanced index's: a copy), or None.  Where the view
+    is not taken here (a complex ``arr``), the general path gets the key with plain
+    arrays in their place, which it reads as their values too."""
+    if type(key) is not tuple or not any(type(k) is HostArray for k in key):
+        return None
+    ints = []
+    for k in key:
+        if type(k) is HostArray:
+            if k._shape or k.dtype.kind not in "iu":
+                return None
+            k = int(k)
+        ints.append(k)
+    view = getitem(arr, tuple(ints))
+    if view is not None:
+        return view.copy()
+    from .ops.indexing import getitem as general
+
+    return general(arr, tuple([_plain(k) if type(k) is HostArray else k for k in key]))
+
+
+def _plain(x: HostArray) -> Array:
+    """A plain concrete array of the HostArray ``x``'s elements (its buffer's view)."""
+    out = _new(Array)
+    out._storage, out._node, out.device = x._storage, x._node, x.device
+    out.dtype, out._shape = x.dtype, x._shape
+    return out

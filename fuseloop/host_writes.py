@@ -133,6 +133,8 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
         _before_write(storage, target, arr.device)
     else:
         _sync(arr.device)
+    if tv is HostArray and not value._shape and value._buf is not None:
+        v = value._np[0]  # (a buffer's element: read now, the kernels writing it done)
     target[...] = v  # (another thread's launch now reading it: a data race, as in numpy)
     if value is _updated[0]:  # (``A[k] op= v``'s write-back of what inplace wrote)
         _updated[0] = None
@@ -162,8 +164,6 @@ def _element_write(arr: Array, key: Any, value: Any) -> bool | None:
     tv = type(value)
     if tv is HostArray and not value._shape and value.device is arr.device:
         v = value._np  # (an element or a value held here: the commonest, inline)
-        if type(v) is np.ndarray:
-            v = v[0]
     elif tv is Array and type(value._node) is Scalar and value.device is arr.device:
         v = value._node.value
     elif (val := _assigned(value, arr.dtype, arr.device)) is not None \
@@ -172,10 +172,13 @@ def _element_write(arr: Array, key: Any, value: Any) -> bool | None:
     else:
         return None
     storage = got[2]
+    dtype = v.dtype
     if recent_lazy or storage.readers or getattr(_flags._local, "pending", None) \
-            or (v.dtype.char not in _DTYPES and v.dtype != arr.dtype):
+            or (dtype.char not in _DTYPES and dtype != arr.dtype):
         return None  # (a complex value into a real array: setitem's rules)
     _sync(arr.device)
+    if type(v) is np.ndarray:
+        v = v[0]  # (a buffer's element: read once the kernels writing it are done)
     try:
         base[key] = v
     except (IndexError, TypeError, ValueError):
@@ -253,8 +256,6 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
     to = type(other)
     if to is HostArray and other.device is device:  # (the commonest operands inline)
         kb, vb, reads = other.dtype, other._np, other._buf is not None
-        if not other._shape and type(vb) is np.ndarray:
-            vb = vb[0]
     elif to is float or to is int:  # (a Python scalar: its kind is its type)
         kb, vb, reads = to, other, False
     elif (got := _operand(other, device)) is not None:
@@ -272,10 +273,10 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
     if hit is False:
         return False
     loop = hit[0]
-    da, db = loop[0], loop[1]
-    if kb is not db:  # (a Python scalar's kind is never a dtype)
-        vb = _weak_scalar(vb, db) if kb is float or kb is int else _as(vb, kb, db)
-    if type(vb) is np.ndarray and vb.shape != target._shape:
+    if to is HostArray and not other._shape and type(vb) is np.ndarray:
+        if vb.size != 1:
+            return False
+    elif type(vb) is np.ndarray and vb.shape != target._shape:
         return False
     buf = target._buf
     if buf is not None:
@@ -285,6 +286,11 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
             _sync(device)
     elif reads:
         _sync(device)
+    if to is HostArray and not other._shape and type(vb) is np.ndarray:
+        vb = vb[0]  # (a buffer's element, read once the kernels writing it are done)
+    da, db = loop[0], loop[1]
+    if kb is not db:  # (a Python scalar's kind is never a dtype)
+        vb = _weak_scalar(vb, db) if kb is float or kb is int else _as(vb, kb, db)
     shape = target._shape
     va = target._np
     if not shape and type(va) is np.ndarray:

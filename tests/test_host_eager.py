@@ -22,6 +22,8 @@ def _cases(m, a8, f32, i32, f64):
         a8[1:4] + a8[0:3],                  # int8 overflow wraps
         f32[1:5] * 2.5,                     # a Python float keeps float32
         f32[0:3] * np.float64(1.5),         # a numpy float64 scalar promotes (NEP 50)
+        np.float64(1.5) * f32[0:3],         # ... on the left: numpy's ufunc hands it over
+        np.int8(3) - a8[1:4], np.float32(2) * f64[2:4],
         i32[0:4] // i32[4:8],               # integer division by zero: 0
         i32[0:4] % i32[4:8],
         f64[0:4] / f64[4:8],                # float division by zero: inf, nan
@@ -118,6 +120,29 @@ def test_kernels_and_numpy_see_each_others_writes(host, monkeypatch):
     fl.reset_stats()
     np.testing.assert_array_equal((r + 1).get(), [3.0, 5.0, 7.0])  # a kernel reads it
     assert fl.stats()["kernels_launched"] == 1 and host_eager.counts["materialised"] == made + 1
+
+
+def test_an_element_is_read_after_the_kernels_writing_it(host):
+    """A view of an element taken before a small (deferred) launch writes its array
+    reads the launch's value in operators, unary ones too, and writes."""
+    src = fl.asarray(np.arange(20000.0))  # above the host path's limit: a kernel
+
+    def element():
+        a = fl.asarray(np.zeros(20000))
+        e = a[3]
+        a[:] = src * 2 + 1                  # a launch, maybe not yet enqueued
+        assert type(e) is host_eager.HostArray
+        return e
+
+    assert float(element() + 0.5) == 7.5
+    assert float(0.5 * element()) == 3.5
+    assert float(-element()) == -7.0
+    assert float(abs(element())) == 7.0
+    assert bool(element() > 6.5)
+    target = fl.asarray(np.zeros(4))
+    target[1] = element()
+    target[2] += element()
+    np.testing.assert_array_equal(target.get(), [0.0, 7.0, 7.0, 0.0])
 
 
 def test_views_aliasing_and_evaluation_order(host):
