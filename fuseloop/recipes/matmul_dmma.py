@@ -1,0 +1,329 @@
+"""Float64 products on NVIDIA's FP64 tensor cores (DMMA, compute capability >= 8.0).
+
+``gpu-tiled`` hands a float64 contraction to :func:`dmma_tiles` when
+:func:`use_dmma` says so: an NVIDIA device of compute capability 8.0 or more (the
+device's own, :func:`nvidia_capability`), both operands and the sum float64, neither
+side of the output short.  Elsewhere the FMA tiles of ``gpu-tiled`` stay.
+
+The warp's multiply-accumulate ``mma.sync.aligned.m8n8k4.row.col.f64`` (an 8 x 4 by
+4 x 8 product added to an 8 x 8 accumulator, spread over the 32 lanes of a warp) is a
+function Loopy calls, ``fl_dmma`` (:data:`DMMA_SOURCE`: inline PTX, which NVIDIA's
+OpenCL compiler and NVRTC both accept); everything else is Loopy instructions:
+
+- a work-group computes a ``bm x bn`` block with ``(bm / wm) * (bn / wn)`` warps
+  (``l.1``) of 32 lanes (``l.0``), each warp a ``wm x wn`` part of it, as
+  ``wm/8 x wn/8`` tiles of 8 x 8;
+- per step of ``bk`` of the reduced range the work-group fills local tiles
+  ``x_tile[bk][bm]`` and ``y_tile[bk][bn]`` (``fill_x``, ``fill_y``: the operand
+  rules, so an elementwise producer is applied while filling; neighbouring lanes on
+  the operand's contiguous axis), rows padded by :data:`PAD` elements so that the
+  fragment reads below hit different banks;
+- per ``k`` quarter of the step a lane reads its fragments (``frag_x``, ``frag_y``:
+  lane ``l`` holds ``A[l / 4][l % 4]`` of each 8 x 4 tile of ``A`` and ``B[l % 4][l /
+  4]`` of each 4 x 8 tile of ``B``) and the warp issues one ``fl_dmma`` per 8 x 8 tile
+  (``contract_update``), the lane's two accumulators of a tile being the outputs
+  ``(l / 4, 2 (l % 4) + i)``;
+- the epilogue and the stores run over the same lanes and tiles, each lane on its own
+  outputs.
+
+The fill is pipelined as ``gpu-tiled``'s (``prefetch_registers``, ``double_buffer`` of
+:mod:`~fuseloop.recipes.contraction_pipeline`): step ``s + 1`` read into registers
+before the products of step ``s``, two copies of the tiles, one barrier a step.
+DMMA is an IEEE float64 fused multiply-add, so results match numpy's to summation order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .._lazy import lp, prim
+from ..lower.contraction import (
+    ACC,
+    BATCH,
+    COL,
+    RED,
+    REDUCTION_ID,
+    ROW,
+    X_RULE,
+    Y_RULE,
+    contraction_layout,
+    contraction_sizes,
+    extent_range,
+    operand_info,
+    pad_to_tiles,
+)
+from . import contraction_pipeline as pipeline
+
+if TYPE_CHECKING:
+    from ..runtime.devices import Device
+
+#: a warp's lanes, and the DMMA tile (m x n x k = 8 x 8 x 4)
+WARP, TILE_M, TILE_N, TILE_K = 32, 8, 8, 4
+#: elements each local tile row is padded by: a fragment read (rows ``k .. k + 3``,
+#: eight neighbouring columns) then touches four different 32-byte runs of banks
+PAD = 4
+#: the least compute capability (major * 10 + minor) with float64 ``mma.sync``
+MIN_CAPABILITY = 80
+#: the static local memory of a work-group on NVIDIA's devices (both copies of the tiles)
+LOCAL_MEMORY = 48 * 1024
+
+#: the warp-level multiply-accumulate: ``d0, d1 = A . B + (c0, c1)`` for this lane's
+#: fragment values (OpenCL C and CUDA alike; a pointer for the second output is how
+#: Loopy passes a call's further assignees)
+DMMA_SOURCE = r"""// FP64 tensor cores: an 8x8x4 product of a warp (sm_80+)
+inline double fl_dmma(double a, double b, double c0, double c1, double *d1)
+{
+    double d0;
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 "
+                 "{%0, %1}, {%2}, {%3}, {%4, %5};"
+                 : "=d"(d0), "=d"(*d1) : "d"(a), "d"(b), "d"(c0), "d"(c1));
+    return d0;
+}
+"""
+
+
+class DmmaTiles(NamedTuple):
+    """A work-group computes ``bm x bn`` outputs in steps of ``bk``; each warp ``wm x
+    wn`` of them (multiples of 8; ``bk`` a multiple of 4)."""
+
+    bm: int = 64
+    bn: int = 64
+    bk: int = 16
+    wm: int = 32
+    wn: int = 32
+
+    @property
+    def warps(self) -> int:
+        return (self.bm // self.wm) * (self.bn // self.wn)
+
+    def local_bytes(self) -> int:
+        """Both copies of both tiles, float64, rows padded."""
+        return 2 * 8 * self.bk * (self.bm + self.bn + 2 * PAD)
+
+
+#: the default blocks (see recipes/contraction.py's gpu-tiled parameters)
+DMMA_TILES = DmmaTiles()
+#: what fl.tune tries
+DMMA_SEARCH = (DMMA_TILES, DmmaTiles(128, 64, 8, 32, 32), DmmaTiles(128, 128, 8, 32, 64),
+               DmmaTiles(64, 64, 16, 32, 16), DmmaTiles(128, 128, 8, 64, 32))
+DMMA_TEXT = ("a DmmaTiles whose warp tiles (multiples of 8) divide the block, bk a "
+             "multiple of 4, at most 1024 lanes, the tiles within 48 KiB")
+
+
+def tiles_ok(cfg: object) -> bool:
+    """A block the recipe can build."""
+    if not isinstance(cfg, DmmaTiles) or not all(isinstance(v, int) and v > 0 for v in cfg):
+        return False
+    return (cfg.wm % TILE_M == 0 and cfg.wn % TILE_N == 0 and cfg.bk % TILE_K == 0
+            and cfg.bm % cfg.wm == 0 and cfg.bn % cfg.wn == 0
+            and cfg.warps * WARP <= 1024 and cfg.local_bytes() <= LOCAL_MEMORY
+            and (cfg.bm * cfg.bk) % (cfg.warps * WARP) == 0
+            and (cfg.bn * cfg.bk) % (cfg.warps * WARP) == 0)
+
+
+# {{{ the rule
+
+def nvidia_capability(device: Device) -> int:
+    """The compute capability (major * 10 + minor) of an NVIDIA device, from its
+    backend (CUDA: the architecture it builds for; OpenCL: the
+    ``cl_nv_device_attribute_query`` extension); 0 when not NVIDIA or not known."""
+    if "nvidia" not in f"{device.vendor} {device.platform}".lower():
+        return 0
+    handle = device.cl_device
+    arch = getattr(handle, "arch", None)
+    if isinstance(arch, str) and arch.isdigit():
+        return int(arch)
+    try:
+        return 10 * int(handle.compute_capability_major_nv) + \
+            int(handle.compute_capability_minor_nv)
+    except Exception:  # (no such query)
+        return 0
+
+
+def use_dmma(knl: lp.LoopKernel, device: Device, medium: int) -> bool:
+    """Whether a contraction kernel ``knl`` runs on FP64 tensor cores: float64 operands
+    and sum on an NVIDIA device of compute capability >= 8.0, and both sides of the
+    output longer than ``medium`` (shorter sides: gpu-tiled's skinny and medium blocks)."""
+    info = operand_info(knl)
+    if (info.x_dtype, info.y_dtype) != ("d", "d") or \
+            knl.temporary_variables[ACC].dtype.numpy_dtype.char != "d":
+        return False
+    for axis in (ROW, COL):
+        hi = extent_range(knl, axis)[1]
+        if hi is not None and hi <= max(medium, TILE_M):
+            return False
+    return nvidia_capability(device) >= MIN_CAPABILITY
+
+# }}}
+
+
+# {{{ the kernel
+
+def dmma_tiles(t_unit: lp.TranslationUnit, cfg: DmmaTiles) -> lp.TranslationUnit:
+    """The contraction as warps of DMMA tiles (see the module)."""
+    knl = t_unit.default_entrypoint
+    t_unit = pad_to_tiles(t_unit, {ROW: cfg.bm, COL: cfg.bn, RED: cfg.bk})
+    knl = t_unit.default_entrypoint
+    batch = BATCH in knl.all_inames()
+    outer = [*([BATCH] if batch else []), f"{ROW}_blk", f"{COL}_blk"]
+    step = f"{RED}_blk"
+    v = prim.Variable
+    warp, lane = v("warp"), v("lane")
+    wrow, wcol = warp // (cfg.bn // cfg.wn), warp % (cfg.bn // cfg.wn)
+    group, quad = lane // 4, lane % 4
+    # the output element of accumulator (ti, tj, half) of a lane
+    row = v(f"{ROW}_blk") * cfg.bm + wrow * cfg.wm + v("ti_e") * TILE_M + group
+    col = v(f"{COL}_blk") * cfg.bn + wcol * cfg.wn + v("tj_e") * TILE_N + 2 * quad + v("half_e")
+    insns = _epilogue(knl, {ROW: row, COL: col}, frozenset(
+        [*outer, "warp", "lane", "ti_e", "tj_e", "half_e"]))
+    lanes = frozenset([*outer, "warp", "lane"])
+    acc: Any = v("acc_reg")
+    insns.append(lp.Assignment(acc[v("ti_z"), v("tj_z"), v("half_z")], 0.0,
+                               id=f"{REDUCTION_ID}_init",
+                               within_inames=lanes | {"ti_z", "tj_z", "half_z"}))
+    insns += _fills(knl, cfg, outer, step, batch)
+    k = v(f"{RED}_q") * TILE_K + quad
+    insns += [
+        lp.Assignment(v("a_frag")[v("ti_f")], v("x_tile")[k, wrow * cfg.wm
+                                                          + v("ti_f") * TILE_M + group],
+                      id="frag_x", within_inames=lanes | {step, f"{RED}_q", "ti_f"},
+                      depends_on=frozenset({"fill_x"})),
+        lp.Assignment(v("b_frag")[v("tj_f")], v("y_tile")[k, wcol * cfg.wn
+                                                          + v("tj_f") * TILE_N + group],
+                      id="frag_y", within_inames=lanes | {step, f"{RED}_q", "tj_f"},
+                      depends_on=frozenset({"fill_y"}))]
+    from loopy.symbolic import ResolvedFunction
+
+    out0, out1 = acc[v("ti"), v("tj"), 0], acc[v("ti"), v("tj"), 1]
+    insns.append(lp.CallInstruction(
+        (out0, out1), ResolvedFunction("fl_dmma")(v("a_frag")[v("ti")], v("b_frag")[v("tj")],
+                                                  out0, out1),
+        id=f"{REDUCTION_ID}_update", within_inames=lanes | {step, f"{RED}_q", "ti", "tj"},
+        # (on the fills too: prefetch_registers then issues the next step's global
+        # reads before the products)
+        depends_on=frozenset({"frag_x", "frag_y", "fill_x", "fill_y",
+                              f"{REDUCTION_ID}_init"})))
+    knl = knl.copy(instructions=insns, domains=_domains(knl, cfg, outer, step),
+                   temporary_variables=_temporaries(knl, cfg))
+    t_unit = t_unit.with_kernel(knl)
+    from ..lower.dmma_call import dmma_callable
+
+    t_unit = lp.register_callable(t_unit, "fl_dmma", dmma_callable(DMMA_SOURCE))
+    tags = {"warp": "l.1", "lane": "l.0", f"{ROW}_blk": "g.1", f"{COL}_blk": "g.0",
+            **({BATCH: "g.2"} if batch else {})}
+    for name in ("x", "y"):
+        tags |= {f"{name}_fw": "l.1", f"{name}_fl": "l.0", f"{name}_fu": "unr"}
+    for iname in ("ti", "tj", "ti_f", "tj_f", f"{RED}_q", "ti_z", "tj_z", "half_z", "ti_e", "tj_e", "half_e"):
+        tags[iname] = "unr_hint"
+    t_unit = lp.tag_inames(t_unit, tags)
+    t_unit = lp.prioritize_loops(t_unit, f"{step},{RED}_q,ti,tj")
+    t_unit = lp.prioritize_loops(t_unit, "ti_e,tj_e,half_e")
+    t_unit = lp.prioritize_loops(t_unit, "ti_z,tj_z,half_z")
+    t_unit = pipeline.prefetch_registers(t_unit, cfg.bk, [*outer, step])
+    t_unit = pipeline.double_buffer(t_unit, step)
+    return _reads_apart(t_unit)
+
+
+def _epilogue(knl: lp.LoopKernel, at: dict[str, Any], within: frozenset) -> list[Any]:
+    """The kernel's instructions after the sum (the copy out of the accumulator, the
+    epilogue, the stores) over a lane's accumulators: ``m`` and ``n`` replaced by the
+    expressions ``at``, their inames by ``within``."""
+    from loopy.symbolic import SubstitutionMapper
+    from pymbolic.mapper.substitutor import make_subst_func
+
+    mapper = SubstitutionMapper(make_subst_func(at))
+    out = []
+    for insn in knl.instructions:
+        if insn.id == REDUCTION_ID:
+            insn = insn.copy(expression=prim.Variable("acc_reg")[
+                prim.Variable("ti_e"), prim.Variable("tj_e"), prim.Variable("half_e")],
+                depends_on=insn.depends_on | {f"{REDUCTION_ID}_update"})
+        else:
+            insn = insn.with_transformed_expressions(mapper)
+        out.append(insn.copy(within_inames=(insn.within_inames - {ROW, COL}) | within))
+    return out
+
+
+def _fills(knl: lp.LoopKernel, cfg: DmmaTiles, outer: list[str], step: str,
+           batch: bool) -> list[Any]:
+    """The fills of the local tiles for step ``step``: element ``f`` of a tile is read by
+    lane ``f mod (warps * 32)`` of the work-group, the operand's contiguous axis fastest."""
+    v = prim.Variable
+    layout = contraction_layout(knl)
+    threads = cfg.warps * WARP
+    out = []
+    for name, rule, block, fast in (("x", X_RULE, cfg.bm, layout[0]),
+                                    ("y", Y_RULE, cfg.bn, layout[1])):
+        f = v(f"{name}_fu") * threads + v(f"{name}_fw") * WARP + v(f"{name}_fl")
+        fk, fo = (f % cfg.bk, f // cfg.bk) if fast == RED else (f // block, f % block)
+        side = ROW if name == "x" else COL
+        o = v(f"{side}_blk") * block + fo
+        kk = v(step) * cfg.bk + fk
+        args = (o, kk) if name == "x" else (kk, o)
+        call = v(rule)(*([v(BATCH)] if batch else []), *args)
+        out.append(lp.Assignment(
+            v(f"{name}_tile")[fk, fo], call, id=f"fill_{name}",
+            within_inames=frozenset([*outer, step, f"{name}_fu", f"{name}_fw", f"{name}_fl"])))
+    return out
+
+
+def _domains(knl: lp.LoopKernel, cfg: DmmaTiles, outer: list[str], step: str) -> list[Any]:
+    """One box domain per iname (as :func:`~fuseloop.recipes.contraction_pipeline.
+    split_boxes` leaves them)."""
+    from .._lazy import isl
+
+    sizes = contraction_sizes(knl)
+    params = sizes.params()
+    threads = cfg.warps * WARP
+    bounds = {f"{ROW}_blk": (ROW, cfg.bm), f"{COL}_blk": (COL, cfg.bn), step: (RED, cfg.bk)}
+    lengths = {"warp": cfg.warps, "lane": WARP, f"{RED}_q": cfg.bk // TILE_K,
+               "x_fw": cfg.warps, "x_fl": WARP, "x_fu": cfg.bm * cfg.bk // threads,
+               "y_fw": cfg.warps, "y_fl": WARP, "y_fu": cfg.bn * cfg.bk // threads}
+    for suffix in ("", "_f", "_z", "_e"):
+        lengths |= {f"ti{suffix}": cfg.wm // TILE_M, f"tj{suffix}": cfg.wn // TILE_N}
+    lengths |= {"half_z": 2, "half_e": 2}
+    text = {i: f"0 <= {i} and {blk} * {i} < {sizes.of(axis)}"
+            for i, (axis, blk) in bounds.items()}
+    if BATCH in outer:
+        text[BATCH] = f"0 <= {BATCH} < {sizes.of(BATCH)}"
+    text |= {i: f"0 <= {i} < {n}" for i, n in lengths.items()}
+    head = f"[{', '.join(params)}] -> " if params else ""
+    return [isl.BasicSet(f"{head}{{[{i}]: {c}}}") for i, c in text.items()]
+
+
+def _temporaries(knl: lp.LoopKernel, cfg: DmmaTiles) -> dict[str, Any]:
+    import numpy as np
+
+    temps = dict(knl.temporary_variables)
+    f64 = np.float64
+    local, private = lp.AddressSpace.LOCAL, lp.AddressSpace.PRIVATE
+    temps |= {
+        "x_tile": lp.TemporaryVariable("x_tile", f64, (cfg.bk, cfg.bm + PAD),
+                                       address_space=local),
+        "y_tile": lp.TemporaryVariable("y_tile", f64, (cfg.bk, cfg.bn + PAD),
+                                       address_space=local),
+        "a_frag": lp.TemporaryVariable("a_frag", f64, (cfg.wm // TILE_M,),
+                                       address_space=private),
+        "b_frag": lp.TemporaryVariable("b_frag", f64, (cfg.wn // TILE_N,),
+                                       address_space=private),
+        "acc_reg": lp.TemporaryVariable("acc_reg", f64, (cfg.wm // TILE_M,
+                                                         cfg.wn // TILE_N, 2),
+                                        address_space=private)}
+    return temps
+
+
+def _reads_apart(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
+    """The fragment reads and the stores of the next step touch different copies of the
+    tiles (``double_buffer`` told Loopy so for the products, which here read the
+    fragments instead)."""
+    knl = t_unit.default_entrypoint
+    apart = frozenset((f"frag_{n}", "local") for n in ("x", "y"))
+    insns = [i.copy(no_sync_with=i.no_sync_with | apart) if i.id in ("store_x", "store_y")
+             else i for i in knl.instructions]
+    return t_unit.with_kernel(knl.copy(instructions=insns))
+
+# }}}
+
+
+__all__ = ["DMMA_SOURCE", "DMMA_TILES", "DmmaTiles", "dmma_tiles", "nvidia_capability",
+           "tiles_ok", "use_dmma"]
