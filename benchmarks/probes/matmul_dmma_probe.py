@@ -31,7 +31,7 @@ from fuseloop.recipes import contraction as rc
 from fuseloop.recipes import matmul_dmma as dm
 
 sys.path.insert(0, str(Path(__file__).parent))
-from matmul_dtype_probe import Case, _fuseloop_row, _peers, _time  # noqa: E402
+from matmul_dtype_probe import Case, _fuseloop_row, _peers, _time
 
 KERNEL = dm.DMMA_SOURCE + r"""
 __kernel void one_warp(__global const double *a, __global const double *b,

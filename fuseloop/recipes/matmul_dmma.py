@@ -213,7 +213,8 @@ def dmma_tiles(t_unit: lp.TranslationUnit, cfg: DmmaTiles) -> lp.TranslationUnit
             **({BATCH: "g.2"} if batch else {})}
     for name in ("x", "y"):
         tags |= {f"{name}_fw": "l.1", f"{name}_fl": "l.0", f"{name}_fu": "unr"}
-    for iname in ("ti", "tj", "ti_f", "tj_f", f"{RED}_q", "ti_z", "tj_z", "half_z", "ti_e", "tj_e", "half_e"):
+    for iname in ("ti", "tj", "ti_f", "tj_f", f"{RED}_q", "ti_z", "tj_z", "half_z",
+                  "ti_e", "tj_e", "half_e"):
         tags[iname] = "unr_hint"
     t_unit = lp.tag_inames(t_unit, tags)
     t_unit = lp.prioritize_loops(t_unit, f"{step},{RED}_q,ti,tj")
