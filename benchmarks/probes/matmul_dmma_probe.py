@@ -13,7 +13,7 @@
 Usage (on an NVIDIA GPU of compute capability >= 8.0)::
 
     FUSELOOP_DEVICE=gpu PYTHONPATH=. python benchmarks/probes/matmul_dmma_probe.py
-        [--repeat 5] [--skip-check] [--configs all|default]
+        [--repeat 5] [--skip-check] [--configs all|default] [--npbench]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from fuseloop.recipes import contraction as rc
 from fuseloop.recipes import matmul_dmma as dm
 
 sys.path.insert(0, str(Path(__file__).parent))
-from matmul_dtype_probe import Case, _fuseloop_row, _peers, _time
+from matmul_dtype_probe import Case, _cases, _fuseloop_row, _host, _peers, _time
 
 KERNEL = dm.DMMA_SOURCE + r"""
 __kernel void one_warp(__global const double *a, __global const double *b,
@@ -133,23 +133,57 @@ def _exp(x: Any) -> Any:
     return fl.exp(x)
 
 
-def timings(repeat: int, configs: str) -> None:
+def _registers(expr: Any, recipe: Any) -> str:
+    """Registers and spills of ``expr``'s kernel (NVIDIA's OpenCL build log)."""
+    import re
+
+    import pyopencl as cl
+
+    try:
+        with fl.recipes.use(recipe):
+            src = fl.show_code(expr)
+        dev = fl.get_device()
+        prg = cl.Program(dev.context, src).build(options=["-cl-nv-verbose"])
+        log = prg.get_build_info(dev.cl_device, cl.program_build_info.LOG)
+    except Exception as exc:
+        return f"regs? {type(exc).__name__}"
+    regs = re.findall(r"Used (\d+) registers", log)
+    spill = re.findall(r"(\d+) bytes spill stores", log)
+    return f"{regs[-1] if regs else '?'} regs, {spill[-1] if spill else '?'} B spilled"
+
+
+def _row_cases() -> list[Case]:
+    shapes = {"4096^3": (4096, 4096, 4096), "gemm M": (2500, 3000, 2750)}
+    out = [Case(label, [(m, k), (k, n)], lambda x, swap: x[0] @ x[1], 2.0 * m * n * k)
+           for label, (m, k, n) in shapes.items()]
+    return out
+
+
+def timings(repeat: int, configs: str, npbench: bool) -> None:
     peers = _peers()
     cupy = {k: v for k, v in peers.items() if k == "cupy"}
-    shapes = {"4096^3": (4096, 4096, 4096), "gemm M": (2500, 3000, 2750)}
     tiles = dm.DMMA_SEARCH if configs == "all" else (dm.DMMA_TILES,)
     recipes = {"fma tiles (dmma=False)": rc.gpu_tiled.with_params(dmma=False)}
     recipes |= {f"dmma {tuple(t)}": rc.gpu_tiled.with_params(dmma_tiles=t) for t in tiles}
-    for label, (m, k, n) in shapes.items():
-        case = Case(label, [(m, k), (k, n)], lambda x, swap: x[0] @ x[1], 2.0 * m * n * k)
-        rng = np.random.default_rng(5)
-        host = [rng.random(s) - 0.5 for s in case.shapes]
-        ref = host[0] @ host[1]
+    cases = _row_cases()
+    if npbench:  # (NPBench's M presets as matmul_dtype_probe writes them)
+        cases += [c for c in _cases(Path(".npbench")) if c.name in ("gemm", "2mm", "syrk",
+                                                                    "atb", "abt")]
+    for case in cases:
+        label = case.name
+        host = _host(case, np.dtype(np.float64), seed=5)
+        ref = case.run([h.copy() for h in host], lambda v: np.swapaxes(v, -1, -2))
         rows = []
         for name, (_, asarray, swap, sync) in cupy.items():
             rows.append((name, _time(case, [asarray(h) for h in host], swap, sync, repeat), ""))
         for name, recipe in recipes.items():
+            if label not in ("4096^3", "gemm M") and name.startswith("dmma") \
+                    and recipe.values["dmma_tiles"] != dm.DMMA_TILES:
+                continue  # (NPBench's cases: the default blocks only)
             t, note = _fuseloop_row(case, host, ref, recipe, repeat, False)
+            if label == "4096^3" and name.startswith("dmma"):
+                note += ", " + _registers(case.run([fl.asarray(h) for h in host], None),
+                                          recipe)
             rows.append((name, t, note))
         base = rows[0][1] if rows and rows[0][0] == "cupy" else None
         for name, t, note in rows:
@@ -166,12 +200,13 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--skip-check", action="store_true")
     p.add_argument("--configs", default="all")
+    p.add_argument("--npbench", action="store_true", help="and NPBench's product cases")
     args = p.parse_args()
     start = time.perf_counter()
     if not args.skip_check:
         check_alone()
         check_results()
-    timings(args.repeat, args.configs)
+    timings(args.repeat, args.configs, args.npbench)
     print(f"probe time {time.perf_counter() - start:.0f} s")
     return 0
 

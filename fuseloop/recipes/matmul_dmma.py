@@ -84,28 +84,33 @@ inline double fl_dmma(double a, double b, double c0, double c1, double *d1)
 
 class DmmaTiles(NamedTuple):
     """A work-group computes ``bm x bn`` outputs in steps of ``bk``; each warp ``wm x
-    wn`` of them (multiples of 8; ``bk`` a multiple of 4)."""
+    wn`` of them (multiples of 8; ``bk`` a multiple of 4); ``copies`` of the local tiles
+    (2: the next step stored into the other copy, one barrier a step; 1: two barriers,
+    room for a longer step)."""
 
     bm: int = 64
     bn: int = 64
     bk: int = 16
     wm: int = 32
     wn: int = 32
+    copies: int = 2
 
     @property
     def warps(self) -> int:
         return (self.bm // self.wm) * (self.bn // self.wn)
 
     def local_bytes(self) -> int:
-        """Both copies of both tiles, float64, rows padded."""
-        return 2 * 8 * self.bk * (self.bm + self.bn + 2 * PAD)
+        """Both tiles (each copy), float64, rows padded."""
+        return self.copies * 8 * self.bk * (self.bm + self.bn + 2 * PAD)
 
 
 #: the default blocks (see recipes/contraction.py's gpu-tiled parameters)
 DMMA_TILES = DmmaTiles()
 #: what fl.tune tries
-DMMA_SEARCH = (DMMA_TILES, DmmaTiles(128, 64, 8, 32, 32), DmmaTiles(128, 128, 8, 32, 64),
-               DmmaTiles(64, 64, 16, 32, 16), DmmaTiles(128, 128, 8, 64, 32))
+DMMA_SEARCH = (DMMA_TILES, DmmaTiles(128, 128, 8, 64, 32), DmmaTiles(128, 128, 8, 32, 64),
+               DmmaTiles(128, 128, 8, 32, 32), DmmaTiles(128, 128, 16, 64, 32, 1),
+               DmmaTiles(128, 128, 16, 32, 32, 1), DmmaTiles(128, 64, 16, 32, 32, 1),
+               DmmaTiles(64, 64, 32, 32, 32, 1))
 DMMA_TEXT = ("a DmmaTiles whose warp tiles (multiples of 8) divide the block, bk a "
              "multiple of 4, at most 1024 lanes, the tiles within 48 KiB")
 
@@ -114,7 +119,8 @@ def tiles_ok(cfg: object) -> bool:
     """A block the recipe can build."""
     if not isinstance(cfg, DmmaTiles) or not all(isinstance(v, int) and v > 0 for v in cfg):
         return False
-    return (cfg.wm % TILE_M == 0 and cfg.wn % TILE_N == 0 and cfg.bk % TILE_K == 0
+    return (cfg.copies in (1, 2) and cfg.wm % TILE_M == 0 and cfg.wn % TILE_N == 0
+            and cfg.bk % TILE_K == 0
             and cfg.bm % cfg.wm == 0 and cfg.bn % cfg.wn == 0
             and cfg.warps * WARP <= 1024 and cfg.local_bytes() <= LOCAL_MEMORY
             and (cfg.bm * cfg.bk) % (cfg.warps * WARP) == 0
@@ -221,8 +227,9 @@ def dmma_tiles(t_unit: lp.TranslationUnit, cfg: DmmaTiles) -> lp.TranslationUnit
     t_unit = lp.prioritize_loops(t_unit, "ti_e,tj_e,half_e")
     t_unit = lp.prioritize_loops(t_unit, "ti_z,tj_z,half_z")
     t_unit = pipeline.prefetch_registers(t_unit, cfg.bk, [*outer, step])
-    t_unit = pipeline.double_buffer(t_unit, step)
-    return _reads_apart(t_unit)
+    if cfg.copies == 1:
+        return t_unit
+    return _reads_apart(pipeline.double_buffer(t_unit, step))
 
 
 def _epilogue(knl: lp.LoopKernel, at: dict[str, Any], within: frozenset) -> list[Any]:
