@@ -19,6 +19,7 @@ Usage (on an NVIDIA GPU of compute capability >= 8.0)::
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -33,55 +34,73 @@ from fuseloop.recipes import matmul_dmma as dm
 sys.path.insert(0, str(Path(__file__).parent))
 from matmul_dtype_probe import Case, _cases, _fuseloop_row, _host, _peers, _time
 
-KERNEL = dm.DMMA_SOURCE + r"""
+
+def _one_warp(name: str) -> str:
+    """A kernel of one warp: ``D = A @ B + C`` for one product of shape ``name``, each
+    lane's values placed as the recipe places them (dm.Shape.counts)."""
+    shape = dm.SHAPES[name]
+    na, nb, nc = shape.counts
+    h, k = shape.m // 8, shape.k
+    a = [f"a[(g + {8 * (i % h)}) * {k} + t + {4 * (i // h)}]" for i in range(na)]
+    b = [f"b[(t + {4 * i}) * 8 + g]" for i in range(nb)]
+    c = [f"(g + {8 * (i // 2)}) * 8 + 2 * t + {i % 2}" for i in range(nc)]
+    outs = [f"&d{i}" for i in range(1, nc)]
+    return dm.dmma_source(name) + f"""
 __kernel void one_warp(__global const double *a, __global const double *b,
                        __global const double *c, __global double *d)
-{
+{{
     int l = get_local_id(0), g = l / 4, t = l % 4;
-    double d1;
-    double d0 = fl_dmma(a[4 * g + t], b[8 * t + g], c[8 * g + 2 * t], c[8 * g + 2 * t + 1], &d1);
-    d[8 * g + 2 * t] = d0;
-    d[8 * g + 2 * t + 1] = d1;
-}
+    double {", ".join(f"d{i}" for i in range(1, nc))};
+    double d0 = fl_dmma_{name}({", ".join(a + b + [f"c[{x}]" for x in c] + outs)});
+    {" ".join(f"d[{x}] = d{i};" for i, x in enumerate(c))}
+}}
 """
 
 
 def check_alone() -> None:
-    rng = np.random.default_rng(1)
-    a, b, c = rng.random((8, 4)), rng.random((4, 8)), rng.random((8, 8))
-    want = a @ b + c
-    try:
-        import pyopencl as cl
+    """Each shape's ``fl_dmma`` through NVIDIA's OpenCL and cupy's NVRTC."""
+    for name, shape in dm.SHAPES.items():
+        rng = np.random.default_rng(1)
+        a, b = rng.random((shape.m, shape.k)), rng.random((shape.k, 8))
+        c = rng.random((shape.m, 8))
+        want = a @ b + c
+        src = _one_warp(name)
+        try:
+            import pyopencl as cl
 
-        dev = next(d for p in cl.get_platforms() for d in p.get_devices()
-                   if "nvidia" in p.name.lower())
-        ctx = cl.Context([dev])
-        q = cl.CommandQueue(ctx)
-        prg = cl.Program(ctx, KERNEL).build()
-        mf = cl.mem_flags
-        bufs = [cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x) for x in (a, b, c)]
-        out = np.empty((8, 8))
-        dbuf = cl.Buffer(ctx, mf.WRITE_ONLY, out.nbytes)
-        prg.one_warp(q, (32,), (32,), *bufs, dbuf)
-        cl.enqueue_copy(q, out, dbuf)
-        print(f"opencl fl_dmma on {dev.name} (cc {dev.compute_capability_major_nv}."
-              f"{dev.compute_capability_minor_nv}): max abs err "
-              f"{np.abs(out - want).max():.2e}", flush=True)
-    except Exception as exc:
-        print(f"opencl fl_dmma FAILED: {type(exc).__name__}: {str(exc)[:1500]}", flush=True)
-    try:
-        import cupy
+            dev = next(d for p in cl.get_platforms() for d in p.get_devices()
+                       if "nvidia" in p.name.lower())
+            ctx = cl.Context([dev])
+            q = cl.CommandQueue(ctx)
+            prg = cl.Program(ctx, src).build()
+            mf = cl.mem_flags
+            bufs = [cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
+                    for x in (a, b, c)]
+            out = np.empty((shape.m, 8))
+            dbuf = cl.Buffer(ctx, mf.WRITE_ONLY, out.nbytes)
+            prg.one_warp(q, (32,), (32,), *bufs, dbuf)
+            cl.enqueue_copy(q, out, dbuf)
+            print(f"opencl fl_dmma_{name} on {dev.name} (cc {dev.compute_capability_major_nv}"
+                  f".{dev.compute_capability_minor_nv}): max abs err "
+                  f"{np.abs(out - want).max():.2e}", flush=True)
+        except Exception as exc:
+            print(f"opencl fl_dmma_{name} FAILED: {type(exc).__name__}: {str(exc)[:1500]}",
+                  flush=True)
+        try:
+            import cupy
 
-        src = KERNEL.replace("__kernel", 'extern "C" __global__').replace("__global ", "") \
-            .replace("get_local_id(0)", "threadIdx.x").replace("inline double", "__device__ "
-                                                                "inline double")
-        fn = cupy.RawKernel(src, "one_warp")
-        ga, gb, gc = (cupy.asarray(x) for x in (a, b, c))
-        gd = cupy.empty((8, 8))
-        fn((1,), (32,), (ga, gb, gc, gd))
-        print(f"cuda fl_dmma: max abs err {float(abs(gd.get() - want).max()):.2e}", flush=True)
-    except Exception as exc:
-        print(f"cuda fl_dmma FAILED: {type(exc).__name__}: {str(exc)[:800]}", flush=True)
+            cu = src.replace("__kernel", 'extern "C" __global__').replace("__global ", "") \
+                .replace("get_local_id(0)", "threadIdx.x") \
+                .replace("inline double", "__device__ inline double")
+            fn = cupy.RawKernel(cu, "one_warp")
+            ga, gb, gc = (cupy.asarray(x) for x in (a, b, c))
+            gd = cupy.empty((shape.m, 8))
+            fn((1,), (32,), (ga, gb, gc, gd))
+            print(f"cuda fl_dmma_{name}: max abs err {float(abs(gd.get() - want).max()):.2e}",
+                  flush=True)
+        except Exception as exc:
+            print(f"cuda fl_dmma_{name} FAILED: {type(exc).__name__}: {str(exc)[:800]}",
+                  flush=True)
 
 
 def _source_has_dmma(expr: Any, recipe: Any) -> str:
@@ -92,7 +111,8 @@ def _source_has_dmma(expr: Any, recipe: Any) -> str:
             low = fl.program(expr).lower(fl.get_device())
         with codegen.loopy_section():
             src = codegen.generate(low.t_unit, low.device).source
-        return "dmma" if "fl_dmma(" in src else "fma tiles"
+        found = re.search(r"fl_dmma_(m\w+)\(", src)
+        return f"dmma {found.group(1)}" if found else "fma tiles"
     except Exception as exc:
         return f"source? {type(exc).__name__}: {str(exc)[:200]}"
 
@@ -135,8 +155,6 @@ def _exp(x: Any) -> Any:
 
 def _registers(expr: Any, recipe: Any) -> str:
     """Registers and spills of ``expr``'s kernel (NVIDIA's OpenCL build log)."""
-    import re
-
     import pyopencl as cl
 
     try:

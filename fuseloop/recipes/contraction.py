@@ -506,7 +506,7 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
             return split_lanes(t_unit, axis, extent, group, skinny_lanes, skinny_unroll,
                                stage)
     if dmma and dmma_mod.use_dmma(knl, device, medium):
-        return dmma_mod.dmma_tiles(t_unit, dmma_tiles)
+        return dmma_mod.dmma_tiles(t_unit, dmma_tiles, dmma_mod.nvidia_capability(device))
     cfg = _medium_tiles(cfg, knl, medium, pipeline.vector_width(itemsize))
     cfg = skinny_tiles(cfg, short[0], short[1], skinny_group, skinny_bk, max(itemsize, 4))
     return _tile(t_unit, _for_backend(cfg, device))

@@ -7,7 +7,7 @@ side of the output short.  Elsewhere the FMA tiles of ``gpu-tiled`` stay.
 
 The warp's multiply-accumulate ``mma.sync.aligned.m8n8k4.row.col.f64`` (an 8 x 4 by
 4 x 8 product added to an 8 x 8 accumulator, spread over the 32 lanes of a warp) is a
-function Loopy calls, ``fl_dmma`` (:data:`DMMA_SOURCE`: inline PTX, which NVIDIA's
+function Loopy calls, ``fl_dmma_<shape>`` (:func:`dmma_source`: inline PTX, which NVIDIA's
 OpenCL compiler and NVRTC both accept); everything else is Loopy instructions:
 
 - a work-group computes a ``bm x bn`` block with ``(bm / wm) * (bn / wn)`` warps
@@ -57,36 +57,73 @@ from . import contraction_pipeline as pipeline
 if TYPE_CHECKING:
     from ..runtime.devices import Device
 
-#: a warp's lanes, and the DMMA tile (m x n x k = 8 x 8 x 4)
-WARP, TILE_M, TILE_N, TILE_K = 32, 8, 8, 4
+#: a warp's lanes; an output tile's columns (every shape's n)
+WARP, TILE_N = 32, 8
 #: elements each local tile row is padded by: a fragment read (rows ``k .. k + 3``,
 #: eight neighbouring columns) then touches four different 32-byte runs of banks
 PAD = 4
-#: the least compute capability (major * 10 + minor) with float64 ``mma.sync``
-MIN_CAPABILITY = 80
-#: the static local memory of a work-group on NVIDIA's devices (both copies of the tiles)
+#: the static local memory of a work-group on NVIDIA's devices (every copy of the tiles)
 LOCAL_MEMORY = 48 * 1024
 
-#: the warp-level multiply-accumulate: ``d0, d1 = A . B + (c0, c1)`` for this lane's
-#: fragment values (OpenCL C and CUDA alike; a pointer for the second output is how
-#: Loopy passes a call's further assignees)
-DMMA_SOURCE = r"""// FP64 tensor cores: an 8x8x4 product of a warp (sm_80+)
-inline double fl_dmma(double a, double b, double c0, double c1, double *d1)
-{
-    double d0;
-    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 "
-                 "{%0, %1}, {%2}, {%3}, {%4, %5};"
-                 : "=d"(d0), "=d"(*d1) : "d"(a), "d"(b), "d"(c0), "d"(c1));
-    return d0;
-}
-"""
+
+class Shape(NamedTuple):
+    """A float64 ``mma.sync`` shape: ``m x 8`` outputs, ``k`` terms, from compute
+    capability ``least`` (major * 10 + minor) on."""
+
+    m: int
+    k: int
+    least: int
+
+    @property
+    def counts(self) -> tuple[int, int, int]:
+        """A lane's values of A, B and C (D): lane ``l`` holds ``A[l / 4 + 8 h][l % 4 + 4
+        q]`` as its value ``h + (m / 8) q``, ``B[l % 4 + 4 q][l / 4]`` as value ``q``, and
+        ``C[l / 4 + 8 (i / 2)][2 (l % 4) + i % 2]`` as value ``i`` (PTX ISA, the ``mma``
+        fragments of ``.f64``)."""
+        return (self.m // 8) * (self.k // 4), self.k // 4, self.m // 4
+
+
+#: the float64 shapes: m8n8k4 on sm_80 and later, the larger ones on sm_90 and later
+SHAPES = {"m8n8k4": Shape(8, 4, 80), "m16n8k4": Shape(16, 4, 90),
+          "m16n8k8": Shape(16, 8, 90), "m16n8k16": Shape(16, 16, 90)}
+#: the shape every device with float64 mma.sync has (where a configuration's is newer)
+BASE_SHAPE = "m8n8k4"
+#: the least compute capability with float64 ``mma.sync``
+MIN_CAPABILITY = SHAPES[BASE_SHAPE].least
+
+
+def dmma_source(name: str) -> str:
+    """The OpenCL C (and CUDA) function ``fl_dmma_<name>``: the warp's multiply-accumulate
+    of shape ``name`` by inline PTX, ``d0 = f(a.., b.., c.., &d1, ..)`` (a pointer for
+    each further output is how Loopy passes a call's further assignees)."""
+    na, nb, nc = SHAPES[name].counts
+    ins = [f"a{i}" for i in range(na)] + [f"b{i}" for i in range(nb)] + \
+        [f"c{i}" for i in range(nc)]
+    params = [f"double {x}" for x in ins] + [f"double *d{i}" for i in range(1, nc)]
+    groups, at = [], 0
+    for count in (nc, na, nb, nc):
+        groups.append("{" + ", ".join(f"%{at + i}" for i in range(count)) + "}")
+        at += count
+    outs = ["\"=d\"(d0)"] + [f"\"=d\"(*d{i})" for i in range(1, nc)]
+    reads = [f"\"d\"({x})" for x in ins]
+    return "\n".join([
+        f"// FP64 tensor cores: an {name} product of a warp",
+        f"inline double fl_dmma_{name}({', '.join(params)})",
+        "{",
+        "    double d0;",
+        f"    asm volatile(\"mma.sync.aligned.{name}.row.col.f64.f64.f64.f64 "
+        f"{', '.join(groups)};\"",
+        f"                 : {', '.join(outs)}",
+        f"                 : {', '.join(reads)});",
+        "    return d0;",
+        "}", ""])
 
 
 class DmmaTiles(NamedTuple):
     """A work-group computes ``bm x bn`` outputs in steps of ``bk``; each warp ``wm x
-    wn`` of them (multiples of 8; ``bk`` a multiple of 4); ``copies`` of the local tiles
-    (2: the next step stored into the other copy, one barrier a step; 1: two barriers,
-    room for a longer step)."""
+    wn`` of them, in ``mma`` products (:data:`SHAPES`; where the device lacks it,
+    :data:`BASE_SHAPE`); ``copies`` of the local tiles (2: the next step stored into the
+    other copy, one barrier a step; 1: two barriers, room for a longer step)."""
 
     bm: int = 64
     bn: int = 64
@@ -94,6 +131,7 @@ class DmmaTiles(NamedTuple):
     wm: int = 32
     wn: int = 32
     copies: int = 2
+    mma: str = "m16n8k8"
 
     @property
     def warps(self) -> int:
@@ -107,21 +145,26 @@ class DmmaTiles(NamedTuple):
 #: the default blocks (see recipes/contraction.py's gpu-tiled parameters)
 DMMA_TILES = DmmaTiles()
 #: what fl.tune tries
-DMMA_SEARCH = (DMMA_TILES, DmmaTiles(128, 128, 8, 64, 32), DmmaTiles(128, 128, 8, 32, 64),
-               DmmaTiles(128, 128, 8, 32, 32), DmmaTiles(128, 128, 16, 64, 32, 1),
-               DmmaTiles(128, 128, 16, 32, 32, 1), DmmaTiles(128, 64, 16, 32, 32, 1),
-               DmmaTiles(64, 64, 32, 32, 32, 1))
-DMMA_TEXT = ("a DmmaTiles whose warp tiles (multiples of 8) divide the block, bk a "
-             "multiple of 4, at most 1024 lanes, the tiles within 48 KiB")
+DMMA_SEARCH = (DMMA_TILES, DmmaTiles(128, 128, 8, 64, 32, 2, "m8n8k4"),
+               DmmaTiles(128, 128, 8, 64, 32), DmmaTiles(128, 128, 8, 32, 64),
+               DmmaTiles(128, 128, 8, 32, 32), DmmaTiles(128, 128, 16, 64, 32, 1, "m16n8k16"),
+               DmmaTiles(128, 128, 16, 32, 32, 1, "m16n8k16"),
+               DmmaTiles(128, 128, 8, 64, 32, 2, "m16n8k4"),
+               DmmaTiles(64, 64, 16, 32, 32, 2, "m16n8k16"),
+               DmmaTiles(128, 64, 16, 32, 32, 1, "m16n8k16"))
+DMMA_TEXT = ("a DmmaTiles whose warp tiles (multiples of the shape's m and of 8) divide "
+             "the block, bk a multiple of the shape's k, at most 1024 lanes, the tiles "
+             "within 48 KiB")
 
 
 def tiles_ok(cfg: object) -> bool:
     """A block the recipe can build."""
-    if not isinstance(cfg, DmmaTiles) or not all(isinstance(v, int) and v > 0 for v in cfg):
+    if not isinstance(cfg, DmmaTiles) or cfg.mma not in SHAPES \
+            or not all(isinstance(v, int) and v > 0 for v in cfg[:6]):
         return False
-    return (cfg.copies in (1, 2) and cfg.wm % TILE_M == 0 and cfg.wn % TILE_N == 0
-            and cfg.bk % TILE_K == 0
-            and cfg.bm % cfg.wm == 0 and cfg.bn % cfg.wn == 0
+    shape = SHAPES[cfg.mma]
+    return (cfg.copies in (1, 2) and cfg.wm % shape.m == 0 and cfg.wn % TILE_N == 0
+            and cfg.bk % shape.k == 0 and cfg.bm % cfg.wm == 0 and cfg.bn % cfg.wn == 0
             and cfg.warps * WARP <= 1024 and cfg.local_bytes() <= LOCAL_MEMORY
             and (cfg.bm * cfg.bk) % (cfg.warps * WARP) == 0
             and (cfg.bn * cfg.bk) % (cfg.warps * WARP) == 0)
@@ -156,7 +199,7 @@ def use_dmma(knl: lp.LoopKernel, device: Device, medium: int) -> bool:
         return False
     for axis in (ROW, COL):
         hi = extent_range(knl, axis)[1]
-        if hi is not None and hi <= max(medium, TILE_M):
+        if hi is not None and hi <= max(medium, TILE_N):
             return False
     return nvidia_capability(device) >= MIN_CAPABILITY
 
@@ -165,9 +208,13 @@ def use_dmma(knl: lp.LoopKernel, device: Device, medium: int) -> bool:
 
 # {{{ the kernel
 
-def dmma_tiles(t_unit: lp.TranslationUnit, cfg: DmmaTiles) -> lp.TranslationUnit:
-    """The contraction as warps of DMMA tiles (see the module)."""
-    knl = t_unit.default_entrypoint
+def dmma_tiles(t_unit: lp.TranslationUnit, cfg: DmmaTiles,
+               capability: int) -> lp.TranslationUnit:
+    """The contraction as warps of DMMA tiles (see the module), on a device of
+    ``capability``."""
+    name = cfg.mma if SHAPES[cfg.mma].least <= capability else BASE_SHAPE
+    shape = SHAPES[name]
+    na, nb, nc = shape.counts
     t_unit = pad_to_tiles(t_unit, {ROW: cfg.bm, COL: cfg.bn, RED: cfg.bk})
     knl = t_unit.default_entrypoint
     batch = BATCH in knl.all_inames()
@@ -177,55 +224,61 @@ def dmma_tiles(t_unit: lp.TranslationUnit, cfg: DmmaTiles) -> lp.TranslationUnit
     warp, lane = v("warp"), v("lane")
     wrow, wcol = warp // (cfg.bn // cfg.wn), warp % (cfg.bn // cfg.wn)
     group, quad = lane // 4, lane % 4
-    # the output element of accumulator (ti, tj, half) of a lane
-    row = v(f"{ROW}_blk") * cfg.bm + wrow * cfg.wm + v("ti_e") * TILE_M + group
-    col = v(f"{COL}_blk") * cfg.bn + wcol * cfg.wn + v("tj_e") * TILE_N + 2 * quad + v("half_e")
+    # the output element of accumulator (ti, tj, c) of a lane
+    row = v(f"{ROW}_blk") * cfg.bm + wrow * cfg.wm + v("ti_e") * shape.m + group \
+        + 8 * (v("c_e") // 2)
+    col = v(f"{COL}_blk") * cfg.bn + wcol * cfg.wn + v("tj_e") * TILE_N + 2 * quad \
+        + v("c_e") % 2
     insns = _epilogue(knl, {ROW: row, COL: col}, frozenset(
-        [*outer, "warp", "lane", "ti_e", "tj_e", "half_e"]))
+        [*outer, "warp", "lane", "ti_e", "tj_e", "c_e"]))
     lanes = frozenset([*outer, "warp", "lane"])
     acc: Any = v("acc_reg")
-    insns.append(lp.Assignment(acc[v("ti_z"), v("tj_z"), v("half_z")], 0.0,
+    insns.append(lp.Assignment(acc[v("ti_z"), v("tj_z"), v("c_z")], 0.0,
                                id=f"{REDUCTION_ID}_init",
-                               within_inames=lanes | {"ti_z", "tj_z", "half_z"}))
+                               within_inames=lanes | {"ti_z", "tj_z", "c_z"}))
     insns += _fills(knl, cfg, outer, step, batch)
-    k = v(f"{RED}_q") * TILE_K + quad
+    k0 = v(f"{RED}_q") * shape.k + quad
+    halves = shape.m // 8
+    a_at = (k0 + 4 * (v("ia") // halves),
+            wrow * cfg.wm + v("ti_f") * shape.m + group + 8 * (v("ia") % halves))
+    b_at = (k0 + 4 * v("ib"), wcol * cfg.wn + v("tj_f") * TILE_N + group)
+    frag = lanes | {step, f"{RED}_q"}
     insns += [
-        lp.Assignment(v("a_frag")[v("ti_f")], v("x_tile")[k, wrow * cfg.wm
-                                                          + v("ti_f") * TILE_M + group],
-                      id="frag_x", within_inames=lanes | {step, f"{RED}_q", "ti_f"},
-                      depends_on=frozenset({"fill_x"})),
-        lp.Assignment(v("b_frag")[v("tj_f")], v("y_tile")[k, wcol * cfg.wn
-                                                          + v("tj_f") * TILE_N + group],
-                      id="frag_y", within_inames=lanes | {step, f"{RED}_q", "tj_f"},
-                      depends_on=frozenset({"fill_y"}))]
+        lp.Assignment(v("a_frag")[v("ti_f"), v("ia")], v("x_tile")[a_at], id="frag_x",
+                      within_inames=frag | {"ti_f", "ia"}, depends_on=frozenset({"fill_x"})),
+        lp.Assignment(v("b_frag")[v("tj_f"), v("ib")], v("y_tile")[b_at], id="frag_y",
+                      within_inames=frag | {"tj_f", "ib"}, depends_on=frozenset({"fill_y"}))]
     from loopy.symbolic import ResolvedFunction
 
-    out0, out1 = acc[v("ti"), v("tj"), 0], acc[v("ti"), v("tj"), 1]
+    ti, tj = v("ti"), v("tj")
+    outs = tuple(acc[ti, tj, c] for c in range(nc))
+    args = [v("a_frag")[ti, i] for i in range(na)] + [v("b_frag")[tj, i] for i in range(nb)]
     insns.append(lp.CallInstruction(
-        (out0, out1), ResolvedFunction("fl_dmma")(v("a_frag")[v("ti")], v("b_frag")[v("tj")],
-                                                  out0, out1),
-        id=f"{REDUCTION_ID}_update", within_inames=lanes | {step, f"{RED}_q", "ti", "tj"},
+        outs, ResolvedFunction(f"fl_dmma_{name}")(*args, *outs),
+        id=f"{REDUCTION_ID}_update", within_inames=frag | {"ti", "tj"},
         # (on the fills too: prefetch_registers then issues the next step's global
         # reads before the products)
         depends_on=frozenset({"frag_x", "frag_y", "fill_x", "fill_y",
                               f"{REDUCTION_ID}_init"})))
-    knl = knl.copy(instructions=insns, domains=_domains(knl, cfg, outer, step),
-                   temporary_variables=_temporaries(knl, cfg))
+    knl = knl.copy(instructions=insns, domains=_domains(knl, cfg, shape, outer, step),
+                   temporary_variables=_temporaries(knl, cfg, shape))
     t_unit = t_unit.with_kernel(knl)
     from ..lower.dmma_call import dmma_callable
 
-    t_unit = lp.register_callable(t_unit, "fl_dmma", dmma_callable(DMMA_SOURCE))
+    t_unit = lp.register_callable(t_unit, f"fl_dmma_{name}",
+                                  dmma_callable(f"fl_dmma_{name}", shape.counts,
+                                                dmma_source(name)))
     tags = {"warp": "l.1", "lane": "l.0", f"{ROW}_blk": "g.1", f"{COL}_blk": "g.0",
             **({BATCH: "g.2"} if batch else {})}
-    for name in ("x", "y"):
-        tags |= {f"{name}_fw": "l.1", f"{name}_fl": "l.0", f"{name}_fu": "unr"}
-    for iname in ("ti", "tj", "ti_f", "tj_f", f"{RED}_q", "ti_z", "tj_z", "half_z",
-                  "ti_e", "tj_e", "half_e"):
+    for side in ("x", "y"):
+        tags |= {f"{side}_fw": "l.1", f"{side}_fl": "l.0", f"{side}_fu": "unr"}
+    for iname in ("ti", "tj", "ti_f", "tj_f", "ia", "ib", f"{RED}_q", "ti_z", "tj_z", "c_z",
+                  "ti_e", "tj_e", "c_e"):
         tags[iname] = "unr_hint"
     t_unit = lp.tag_inames(t_unit, tags)
-    t_unit = lp.prioritize_loops(t_unit, f"{step},{RED}_q,ti,tj")
-    t_unit = lp.prioritize_loops(t_unit, "ti_e,tj_e,half_e")
-    t_unit = lp.prioritize_loops(t_unit, "ti_z,tj_z,half_z")
+    for order in (f"{step},{RED}_q,ti,tj", "ti_f,ia", "tj_f,ib", "ti_e,tj_e,c_e",
+                  "ti_z,tj_z,c_z"):
+        t_unit = lp.prioritize_loops(t_unit, order)
     t_unit = pipeline.prefetch_registers(t_unit, cfg.bk, [*outer, step])
     if cfg.copies == 1:
         return t_unit
@@ -244,7 +297,7 @@ def _epilogue(knl: lp.LoopKernel, at: dict[str, Any], within: frozenset) -> list
     for insn in knl.instructions:
         if insn.id == REDUCTION_ID:
             insn = insn.copy(expression=prim.Variable("acc_reg")[
-                prim.Variable("ti_e"), prim.Variable("tj_e"), prim.Variable("half_e")],
+                prim.Variable("ti_e"), prim.Variable("tj_e"), prim.Variable("c_e")],
                 depends_on=insn.depends_on | {f"{REDUCTION_ID}_update"})
         else:
             insn = insn.with_transformed_expressions(mapper)
@@ -275,7 +328,8 @@ def _fills(knl: lp.LoopKernel, cfg: DmmaTiles, outer: list[str], step: str,
     return out
 
 
-def _domains(knl: lp.LoopKernel, cfg: DmmaTiles, outer: list[str], step: str) -> list[Any]:
+def _domains(knl: lp.LoopKernel, cfg: DmmaTiles, shape: Shape, outer: list[str],
+             step: str) -> list[Any]:
     """One box domain per iname (as :func:`~fuseloop.recipes.contraction_pipeline.
     split_boxes` leaves them)."""
     from .._lazy import isl
@@ -283,13 +337,14 @@ def _domains(knl: lp.LoopKernel, cfg: DmmaTiles, outer: list[str], step: str) ->
     sizes = contraction_sizes(knl)
     params = sizes.params()
     threads = cfg.warps * WARP
+    na, nb, nc = shape.counts
     bounds = {f"{ROW}_blk": (ROW, cfg.bm), f"{COL}_blk": (COL, cfg.bn), step: (RED, cfg.bk)}
-    lengths = {"warp": cfg.warps, "lane": WARP, f"{RED}_q": cfg.bk // TILE_K,
+    lengths = {"warp": cfg.warps, "lane": WARP, f"{RED}_q": cfg.bk // shape.k,
                "x_fw": cfg.warps, "x_fl": WARP, "x_fu": cfg.bm * cfg.bk // threads,
-               "y_fw": cfg.warps, "y_fl": WARP, "y_fu": cfg.bn * cfg.bk // threads}
+               "y_fw": cfg.warps, "y_fl": WARP, "y_fu": cfg.bn * cfg.bk // threads,
+               "ia": na, "ib": nb, "c_z": nc, "c_e": nc}
     for suffix in ("", "_f", "_z", "_e"):
-        lengths |= {f"ti{suffix}": cfg.wm // TILE_M, f"tj{suffix}": cfg.wn // TILE_N}
-    lengths |= {"half_z": 2, "half_e": 2}
+        lengths |= {f"ti{suffix}": cfg.wm // shape.m, f"tj{suffix}": cfg.wn // TILE_N}
     text = {i: f"0 <= {i} and {blk} * {i} < {sizes.of(axis)}"
             for i, (axis, blk) in bounds.items()}
     if BATCH in outer:
@@ -299,9 +354,10 @@ def _domains(knl: lp.LoopKernel, cfg: DmmaTiles, outer: list[str], step: str) ->
     return [isl.BasicSet(f"{head}{{[{i}]: {c}}}") for i, c in text.items()]
 
 
-def _temporaries(knl: lp.LoopKernel, cfg: DmmaTiles) -> dict[str, Any]:
+def _temporaries(knl: lp.LoopKernel, cfg: DmmaTiles, shape: Shape) -> dict[str, Any]:
     import numpy as np
 
+    na, nb, nc = shape.counts
     temps = dict(knl.temporary_variables)
     f64 = np.float64
     local, private = lp.AddressSpace.LOCAL, lp.AddressSpace.PRIVATE
@@ -310,12 +366,12 @@ def _temporaries(knl: lp.LoopKernel, cfg: DmmaTiles) -> dict[str, Any]:
                                        address_space=local),
         "y_tile": lp.TemporaryVariable("y_tile", f64, (cfg.bk, cfg.bn + PAD),
                                        address_space=local),
-        "a_frag": lp.TemporaryVariable("a_frag", f64, (cfg.wm // TILE_M,),
+        "a_frag": lp.TemporaryVariable("a_frag", f64, (cfg.wm // shape.m, na),
                                        address_space=private),
-        "b_frag": lp.TemporaryVariable("b_frag", f64, (cfg.wn // TILE_N,),
+        "b_frag": lp.TemporaryVariable("b_frag", f64, (cfg.wn // TILE_N, nb),
                                        address_space=private),
-        "acc_reg": lp.TemporaryVariable("acc_reg", f64, (cfg.wm // TILE_M,
-                                                         cfg.wn // TILE_N, 2),
+        "acc_reg": lp.TemporaryVariable("acc_reg", f64, (cfg.wm // shape.m,
+                                                         cfg.wn // TILE_N, nc),
                                         address_space=private)}
     return temps
 
@@ -333,5 +389,5 @@ def _reads_apart(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
 # }}}
 
 
-__all__ = ["DMMA_SOURCE", "DMMA_TILES", "DmmaTiles", "dmma_tiles", "nvidia_capability",
-           "tiles_ok", "use_dmma"]
+__all__ = ["DMMA_TILES", "SHAPES", "DmmaTiles", "dmma_source", "dmma_tiles",
+           "nvidia_capability", "tiles_ok", "use_dmma"]
