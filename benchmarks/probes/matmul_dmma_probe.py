@@ -13,7 +13,7 @@
 Usage (on an NVIDIA GPU of compute capability >= 8.0)::
 
     FUSELOOP_DEVICE=gpu PYTHONPATH=. python benchmarks/probes/matmul_dmma_probe.py
-        [--repeat 5] [--skip-check] [--configs all|default] [--npbench]
+        [--repeat 5] [--skip-check] [--configs all|final|default] [--npbench] [--parts]
 """
 
 from __future__ import annotations
@@ -170,20 +170,43 @@ def _registers(expr: Any, recipe: Any) -> str:
     return f"{regs[-1] if regs else '?'} regs, {spill[-1] if spill else '?'} B spilled"
 
 
-def _row_cases() -> list[Case]:
+#: --configs final: the candidates for the default blocks
+FINAL = (dm.DmmaTiles(128, 128, 8, 64, 32, 2, "m16n8k8"),
+         dm.DmmaTiles(128, 128, 8, 64, 32, 2, "m16n8k4"),
+         dm.DmmaTiles(128, 128, 8, 32, 32, 2, "m16n8k8"),
+         dm.DmmaTiles(128, 64, 8, 32, 32, 2, "m16n8k8"),
+         dm.DmmaTiles(64, 64, 16, 32, 32, 2, "m16n8k16"))
+
+
+def _row_cases(parts: bool) -> list[Case]:
+    """Bare products at 4096^3 and NPBench gemm's M sizes; with ``parts``, gemm's
+    statement piece by piece (the scaled operand, the epilogue, in place)."""
     shapes = {"4096^3": (4096, 4096, 4096), "gemm M": (2500, 3000, 2750)}
     out = [Case(label, [(m, k), (k, n)], lambda x, swap: x[0] @ x[1], 2.0 * m * n * k)
            for label, (m, k, n) in shapes.items()]
-    return out
+    if not parts:
+        return out
+    m, k, n = shapes["gemm M"]
+
+    def inplace(x: list[Any], swap: Any) -> Any:
+        x[2][:] = x[0] @ x[1] + x[2]
+        return x[2]
+
+    two = [(m, k), (k, n)]
+    return [*out,
+            Case("1.5 A@B", two, lambda x, swap: 1.5 * x[0] @ x[1], 2.0 * m * n * k),
+            Case("A@B + C", [*two, (m, n)], lambda x, swap: x[0] @ x[1] + x[2],
+                 2.0 * m * n * k),
+            Case("C=A@B+C", [*two, (m, n)], inplace, 2.0 * m * n * k, inplace=2)]
 
 
-def timings(repeat: int, configs: str, npbench: bool) -> None:
+def timings(repeat: int, configs: str, npbench: bool, parts: bool) -> None:
     peers = _peers()
     cupy = {k: v for k, v in peers.items() if k == "cupy"}
-    tiles = dm.DMMA_SEARCH if configs == "all" else (dm.DMMA_TILES,)
+    tiles = {"all": dm.DMMA_SEARCH, "final": FINAL}.get(configs, (dm.DMMA_TILES,))
     recipes = {"fma tiles (dmma=False)": rc.gpu_tiled.with_params(dmma=False)}
     recipes |= {f"dmma {tuple(t)}": rc.gpu_tiled.with_params(dmma_tiles=t) for t in tiles}
-    cases = _row_cases()
+    cases = _row_cases(parts)
     if npbench:  # (NPBench's M presets as matmul_dtype_probe writes them)
         cases += [c for c in _cases(Path(".npbench")) if c.name in ("gemm", "2mm", "syrk",
                                                                     "atb", "abt")]
@@ -195,12 +218,14 @@ def timings(repeat: int, configs: str, npbench: bool) -> None:
         for name, (_, asarray, swap, sync) in cupy.items():
             rows.append((name, _time(case, [asarray(h) for h in host], swap, sync, repeat), ""))
         for name, recipe in recipes.items():
-            if label not in ("4096^3", "gemm M") and name.startswith("dmma") \
-                    and recipe.values["dmma_tiles"] != dm.DMMA_TILES:
+            if configs == "all" and label not in ("4096^3", "gemm M") \
+                    and name.startswith("dmma") and recipe.values["dmma_tiles"] != dm.DMMA_TILES:
                 continue  # (NPBench's cases: the default blocks only)
             t, note = _fuseloop_row(case, host, ref, recipe, repeat, False)
-            if label == "4096^3" and name.startswith("dmma"):
-                note += ", " + _registers(case.run([fl.asarray(h) for h in host], None),
+            if name.startswith("dmma") and case.inplace is None and t is not None \
+                    and label != "2mm":
+                fswap = lambda v: fl.swapaxes(v, -1, -2)  # noqa: E731
+                note += ", " + _registers(case.run([fl.asarray(h) for h in host], fswap),
                                           recipe)
             rows.append((name, t, note))
         base = rows[0][1] if rows and rows[0][0] == "cupy" else None
@@ -219,12 +244,13 @@ def main() -> int:
     p.add_argument("--skip-check", action="store_true")
     p.add_argument("--configs", default="all")
     p.add_argument("--npbench", action="store_true", help="and NPBench's product cases")
+    p.add_argument("--parts", action="store_true", help="and gemm's statement in pieces")
     args = p.parse_args()
     start = time.perf_counter()
     if not args.skip_check:
         check_alone()
         check_results()
-    timings(args.repeat, args.configs, args.npbench)
+    timings(args.repeat, args.configs, args.npbench, args.parts)
     print(f"probe time {time.perf_counter() - start:.0f} s")
     return 0
 
