@@ -1,35 +1,34 @@
-"""Float64 products on NVIDIA's FP64 tensor cores (DMMA, compute capability >= 8.0).
+"""Float64 products on NVIDIA's FP64 tensor cores (``mma.sync``, compute capability >= 8.0).
 
-``gpu-tiled`` hands a float64 contraction to :func:`dmma_tiles` when
-:func:`use_dmma` says so: an NVIDIA device of compute capability 8.0 or more (the
-device's own, :func:`nvidia_capability`), both operands and the sum float64, neither
-side of the output short.  Elsewhere the FMA tiles of ``gpu-tiled`` stay.
+``gpu-tiled`` hands a float64 contraction to :func:`dmma_tiles` when :func:`use_dmma` says
+so: an NVIDIA device of compute capability 8.0 or more (the device's own,
+:func:`nvidia_capability`), both operands and the sum float64, neither side of the output
+in a short or medium size class.  Elsewhere (and with ``dmma=False``) the FMA tiles stay.
 
-The warp's multiply-accumulate ``mma.sync.aligned.m8n8k4.row.col.f64`` (an 8 x 4 by
-4 x 8 product added to an 8 x 8 accumulator, spread over the 32 lanes of a warp) is a
-function Loopy calls, ``fl_dmma_<shape>`` (:func:`dmma_source`: inline PTX, which NVIDIA's
-OpenCL compiler and NVRTC both accept); everything else is Loopy instructions:
+The warp's multiply-accumulate (:data:`SHAPES`: ``m8n8k4`` from sm_80, ``m16n8k4``,
+``m16n8k8`` and ``m16n8k16`` from sm_90, an ``m x k`` by ``k x 8`` product added to an ``m
+x 8`` accumulator, spread over the 32 lanes of a warp) is a function Loopy calls,
+``fl_dmma_<shape>`` (:func:`dmma_source`: inline PTX, which NVIDIA's OpenCL compiler and
+NVRTC both accept); everything else is Loopy instructions:
 
-- a work-group computes a ``bm x bn`` block with ``(bm / wm) * (bn / wn)`` warps
-  (``l.1``) of 32 lanes (``l.0``), each warp a ``wm x wn`` part of it, as
-  ``wm/8 x wn/8`` tiles of 8 x 8;
+- a work-group computes a ``bm x bn`` block with ``(bm / wm) * (bn / wn)`` warps (``l.1``)
+  of 32 lanes (``l.0``), each warp a ``wm x wn`` part of it, as ``wm/m x wn/8`` tiles;
 - per step of ``bk`` of the reduced range the work-group fills local tiles
-  ``x_tile[bk][bm]`` and ``y_tile[bk][bn]`` (``fill_x``, ``fill_y``: the operand
-  rules, so an elementwise producer is applied while filling; neighbouring lanes on
-  the operand's contiguous axis), rows padded by :data:`PAD` elements so that the
-  fragment reads below hit different banks;
-- per ``k`` quarter of the step a lane reads its fragments (``frag_x``, ``frag_y``:
-  lane ``l`` holds ``A[l / 4][l % 4]`` of each 8 x 4 tile of ``A`` and ``B[l % 4][l /
-  4]`` of each 4 x 8 tile of ``B``) and the warp issues one ``fl_dmma`` per 8 x 8 tile
-  (``contract_update``), the lane's two accumulators of a tile being the outputs
-  ``(l / 4, 2 (l % 4) + i)``;
+  ``x_tile[bk][bm]`` and ``y_tile[bk][bn]`` (``fill_x``, ``fill_y``: the operand rules, so
+  an elementwise producer is applied while filling; neighbouring lanes on the operand's
+  contiguous axis), rows padded by :data:`PAD` elements so that the fragment reads below
+  hit different banks;
+- per ``k`` terms of the step a lane reads its values of each tile of A and B (``frag_x``,
+  ``frag_y``, where :attr:`Shape.counts` places them) and the warp issues one product per
+  output tile (``contract_update``), a lane's accumulators being the outputs ``(l / 4 + 8
+  (i / 2), 2 (l % 4) + i % 2)``;
 - the epilogue and the stores run over the same lanes and tiles, each lane on its own
   outputs.
 
 The fill is pipelined as ``gpu-tiled``'s (``prefetch_registers``, ``double_buffer`` of
-:mod:`~fuseloop.recipes.contraction_pipeline`): step ``s + 1`` read into registers
-before the products of step ``s``, two copies of the tiles, one barrier a step.
-DMMA is an IEEE float64 fused multiply-add, so results match numpy's to summation order.
+:mod:`~fuseloop.recipes.contraction_pipeline`): step ``s + 1`` read into registers before
+the products of step ``s``, two copies of the tiles, one barrier a step.  The products are
+IEEE float64 fused multiply-adds: results match numpy's to summation order.
 """
 
 from __future__ import annotations
@@ -53,6 +52,7 @@ from ..lower.contraction import (
     pad_to_tiles,
 )
 from . import contraction_pipeline as pipeline
+from .core import Param, Space
 
 if TYPE_CHECKING:
     from ..runtime.devices import Device
@@ -125,9 +125,9 @@ class DmmaTiles(NamedTuple):
     :data:`BASE_SHAPE`); ``copies`` of the local tiles (2: the next step stored into the
     other copy, one barrier a step; 1: two barriers, room for a longer step)."""
 
-    bm: int = 64
-    bn: int = 64
-    bk: int = 16
+    bm: int = 128
+    bn: int = 128
+    bk: int = 8
     wm: int = 32
     wn: int = 32
     copies: int = 2
@@ -142,16 +142,16 @@ class DmmaTiles(NamedTuple):
         return self.copies * 8 * self.bk * (self.bm + self.bn + 2 * PAD)
 
 
-#: the default blocks (see recipes/contraction.py's gpu-tiled parameters)
-DMMA_TILES = DmmaTiles()
-#: what fl.tune tries
+#: the default blocks: 16 warps of 32 x 32 in m16n8k8 products (on an H200 the fastest of
+#: benchmarks/probes/matmul_dmma_probe.py's candidates at 4096^3 and on NPBench's gemm,
+#: 2mm and A.T @ B; 124 registers a lane, no spills)
+DMMA_TILES = DmmaTiles(128, 128, 8, 32, 32, 2, "m16n8k8")
+#: the probe's candidates (``--configs all``)
 DMMA_SEARCH = (DMMA_TILES, DmmaTiles(128, 128, 8, 64, 32, 2, "m8n8k4"),
-               DmmaTiles(128, 128, 8, 64, 32), DmmaTiles(128, 128, 8, 32, 64),
-               DmmaTiles(128, 128, 8, 32, 32), DmmaTiles(128, 128, 16, 64, 32, 1, "m16n8k16"),
-               DmmaTiles(128, 128, 16, 32, 32, 1, "m16n8k16"),
-               DmmaTiles(128, 128, 8, 64, 32, 2, "m16n8k4"),
-               DmmaTiles(64, 64, 16, 32, 32, 2, "m16n8k16"),
-               DmmaTiles(128, 64, 16, 32, 32, 1, "m16n8k16"))
+               DmmaTiles(128, 128, 8, 64, 32), DmmaTiles(128, 128, 8, 64, 32, 2, "m16n8k4"),
+               DmmaTiles(128, 128, 8, 32, 64), DmmaTiles(128, 64, 8, 32, 32),
+               DmmaTiles(128, 128, 16, 64, 32, 1, "m16n8k16"),
+               DmmaTiles(64, 64, 16, 32, 32, 2, "m16n8k16"), DmmaTiles(64, 64, 16, 32, 32))
 DMMA_TEXT = ("a DmmaTiles whose warp tiles (multiples of the shape's m and of 8) divide "
              "the block, bk a multiple of the shape's k, at most 1024 lanes, the tiles "
              "within 48 KiB")
@@ -168,6 +168,15 @@ def tiles_ok(cfg: object) -> bool:
             and cfg.warps * WARP <= 1024 and cfg.local_bytes() <= LOCAL_MEMORY
             and (cfg.bm * cfg.bk) % (cfg.warps * WARP) == 0
             and (cfg.bn * cfg.bk) % (cfg.warps * WARP) == 0)
+
+
+#: gpu-tiled's parameters of this path (fl.tune tries the defaults only: the blocks'
+#: candidates, DMMA_SEARCH, would multiply the search of every GPU product)
+PARAMS = (Param("dmma", bool, True, "float64 on FP64 tensor cores (NVIDIA, compute "
+                "capability >= 8.0: recipes/matmul_dmma.py); False: wide_tiles",
+                Space((True,), lambda v: isinstance(v, bool), "True or False")),
+          Param("dmma_tiles", DmmaTiles, DMMA_TILES, "the FP64 tensor cores' blocks",
+                Space((DMMA_TILES,), tiles_ok, DMMA_TEXT)))
 
 
 # {{{ the rule
@@ -194,8 +203,8 @@ def use_dmma(knl: lp.LoopKernel, device: Device, medium: int) -> bool:
     and sum on an NVIDIA device of compute capability >= 8.0, and both sides of the
     output longer than ``medium`` (shorter sides: gpu-tiled's skinny and medium blocks)."""
     info = operand_info(knl)
-    if (info.x_dtype, info.y_dtype) != ("d", "d") or \
-            knl.temporary_variables[ACC].dtype.numpy_dtype.char != "d":
+    acc: Any = knl.temporary_variables[ACC].dtype
+    if (info.x_dtype, info.y_dtype) != ("d", "d") or acc.numpy_dtype.char != "d":
         return False
     for axis in (ROW, COL):
         hi = extent_range(knl, axis)[1]
@@ -209,10 +218,9 @@ def use_dmma(knl: lp.LoopKernel, device: Device, medium: int) -> bool:
 # {{{ the kernel
 
 def dmma_tiles(t_unit: lp.TranslationUnit, cfg: DmmaTiles,
-               capability: int) -> lp.TranslationUnit:
-    """The contraction as warps of DMMA tiles (see the module), on a device of
-    ``capability``."""
-    name = cfg.mma if SHAPES[cfg.mma].least <= capability else BASE_SHAPE
+               device: Device) -> lp.TranslationUnit:
+    """The contraction as warps of DMMA tiles (see the module) for ``device``."""
+    name = cfg.mma if SHAPES[cfg.mma].least <= nvidia_capability(device) else BASE_SHAPE
     shape = SHAPES[name]
     na, nb, nc = shape.counts
     t_unit = pad_to_tiles(t_unit, {ROW: cfg.bm, COL: cfg.bn, RED: cfg.bk})
@@ -254,7 +262,7 @@ def dmma_tiles(t_unit: lp.TranslationUnit, cfg: DmmaTiles,
     outs = tuple(acc[ti, tj, c] for c in range(nc))
     args = [v("a_frag")[ti, i] for i in range(na)] + [v("b_frag")[tj, i] for i in range(nb)]
     insns.append(lp.CallInstruction(
-        outs, ResolvedFunction(f"fl_dmma_{name}")(*args, *outs),
+        outs, ResolvedFunction(v(f"fl_dmma_{name}"))(*args, *outs),
         id=f"{REDUCTION_ID}_update", within_inames=frag | {"ti", "tj"},
         # (on the fills too: prefetch_registers then issues the next step's global
         # reads before the products)
