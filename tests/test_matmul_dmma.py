@@ -79,13 +79,21 @@ def test_sm80_takes_the_shape_it_has(device):
 
 
 def test_padding_batch_and_epilogue(device):
-    """Sizes that are multiples of no block (clamped reads, guarded stores), a batch (the
-    third group axis) and an epilogue reading another array, all in one kernel."""
+    """Sizes that are multiples of no block (clamped reads, guarded stores), a scaled
+    operand, a batch (the third group axis) and an epilogue reading another array, all in
+    one kernel."""
     x, y, c = _f64(device, 300, 200), _f64(device, 200, 260), _f64(device, 300, 260)
     src = source(1.5 * x @ y + c, device, recipe=rc.gpu_tiled.with_params(split_k=1))
     assert "fl_dmma_m16n8k8(" in src and "min(" in src
     store = src[src.index("for (int ti_e"):]
     assert re.search(r"if \(.* < p\d+ && .* < p\d+\)", store) and "in2[" in store
+    # the next step's prefetch is the arrays' reads alone; the producer (1.5 *) and the
+    # zero past the sum are applied where the registers are stored, after the products
+    step = src[src.index("for (int k_blk"):]
+    assert re.search(r"x_in0\[0\] = in0\[[^?]*\];", step) and "? s0 * x_in0[0] : 0.0" in step
+    assert "y_in0[0] = in1[" in step and "x_reg" not in src
+    assert step.index("x_in0[0] = in0[") < step.index("fl_dmma_m16n8k8(") < \
+        step.index("? s0 * x_in0[0]")
     b = source(_f64(device, 3, 130, 70) @ _f64(device, 3, 70, 90), device,
                recipe=rc.gpu_tiled.with_params(split_k=1))
     assert "fl_dmma_m16n8k8(" in b and "gid(2)" in b

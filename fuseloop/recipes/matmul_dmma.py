@@ -27,8 +27,10 @@ NVRTC both accept); everything else is Loopy instructions:
 
 The fill is pipelined as ``gpu-tiled``'s (``prefetch_registers``, ``double_buffer`` of
 :mod:`~fuseloop.recipes.contraction_pipeline`): step ``s + 1`` read into registers before
-the products of step ``s``, two copies of the tiles, one barrier a step.  The products are
-IEEE float64 fused multiply-adds: results match numpy's to summation order.
+the products of step ``s``, two copies of the tiles, one barrier a step; the registers hold
+the arrays' elements, the operand's producer applied as they are stored
+(:func:`_loads_first`).  The products are IEEE float64 fused multiply-adds: results match
+numpy's to summation order.
 """
 
 from __future__ import annotations
@@ -287,7 +289,7 @@ def dmma_tiles(t_unit: lp.TranslationUnit, cfg: DmmaTiles,
     for order in (f"{step},{RED}_q,ti,tj", "ti_f,ia", "tj_f,ib", "ti_e,tj_e,c_e",
                   "ti_z,tj_z,c_z"):
         t_unit = lp.prioritize_loops(t_unit, order)
-    t_unit = pipeline.prefetch_registers(t_unit, cfg.bk, [*outer, step])
+    t_unit = _loads_first(pipeline.prefetch_registers(t_unit, cfg.bk, [*outer, step]))
     if cfg.copies == 1:
         return t_unit
     return _reads_apart(pipeline.double_buffer(t_unit, step))
@@ -382,6 +384,63 @@ def _temporaries(knl: lp.LoopKernel, cfg: DmmaTiles, shape: Shape) -> dict[str, 
                                                          cfg.wn // TILE_N, nc),
                                         address_space=private)}
     return temps
+
+
+def _loads_first(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
+    """The next step's prefetch (``load_x``, ``load_y``) as its reads of the operands'
+    arrays alone, the rest of the operand rule (an elementwise producer, ``1.5 * A``; the
+    zero past the reduced range) applied where the registers are stored into the tiles,
+    after the products: a value computed from a read at the read waits for it there, before
+    the products.  (Every read is at clamped, in-range indices: unconditional here.)"""
+    from loopy.symbolic import SubstitutionMapper
+    from pymbolic.mapper.substitutor import make_subst_func
+
+    # (the operand rules written out: their array reads are what is loaded)
+    knl = lp.expand_subst(t_unit, within="id:load_x or id:load_y").default_entrypoint
+    args = frozenset(knl.arg_dict)
+    insns = {i.id: i for i in knl.instructions}
+    temps = dict(knl.temporary_variables)
+    renamed: dict[str, frozenset[str]] = {}
+    for side in ("x", "y"):
+        load, store = insns.pop(f"load_{side}"), insns.pop(f"store_{side}")
+        at, to = load.assignee.index, store.expression.index
+        reads = _Reads(args, side, to)
+        # (the reads' registers indexed by the store's iname, the rest renamed to it)
+        value = SubstitutionMapper(make_subst_func({at.name: to}))(reads(load.expression))
+        regs = temps.pop(f"{side}_reg").shape
+        for expr, name in reads.found.items():
+            temps[name] = lp.TemporaryVariable(name, knl.arg_dict[expr.aggregate.name].dtype, regs,
+                                               address_space=lp.AddressSpace.PRIVATE)
+            insns[f"load_{name}"] = load.copy(id=f"load_{name}", assignee=prim.Variable(name)[at],
+                                              expression=expr)
+        renamed[load.id] = frozenset(f"load_{name}" for name in reads.found.values())
+        insns[store.id] = store.copy(expression=value,
+                                     depends_on=(store.depends_on - {load.id}) | renamed[load.id])
+    for iid, insn in list(insns.items()):
+        if insn.depends_on & renamed.keys():
+            deps = frozenset().union(*(renamed.get(d, {d}) for d in insn.depends_on))
+            insns[iid] = insn.copy(depends_on=deps)
+    return t_unit.with_kernel(knl.copy(instructions=list(insns.values()),
+                                       temporary_variables=temps))
+
+
+def _Reads(args: frozenset, side: str, at: Any) -> Any:
+    """A mapper replacing each read of an array of ``args`` (outermost: a gather's index
+    read stays inside it) by a register ``<side>_in<j>[at]``; ``found``: read -> name."""
+    from loopy.symbolic import IdentityMapper
+
+    class Reads(IdentityMapper):
+        def __init__(self) -> None:
+            super().__init__()
+            self.found: dict[Any, str] = {}
+
+        def map_subscript(self, expr: Any, *a: Any) -> Any:
+            if getattr(expr.aggregate, "name", None) not in args:
+                return super().map_subscript(expr, *a)
+            name = self.found.setdefault(expr, f"{side}_in{len(self.found)}")
+            return prim.Variable(name)[at]
+
+    return Reads()
 
 
 def _reads_apart(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
