@@ -77,6 +77,7 @@ from ..lower.contraction import (
     shifted_split,
 )
 from . import contraction_pipeline as pipeline
+from . import matmul_dmma as dmma_mod
 from . import skinny as skinny_mod
 from .core import Derived, Param, Recipe, SizeClassFunction, Space, int_range, powers_of_two
 
@@ -472,13 +473,12 @@ def split_lanes(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
 def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
                wide_tiles: TileConfig, few: int, skinny: str, skinny_group: int,
                skinny_lanes: int, skinny_bk: int, skinny_unroll: int, skinny_stage: bool,
-               stream: int,
-               stream_group: int, stream_per: int, stream_unroll: int, medium: int,
-               split_k: int) -> lp.TranslationUnit:
-    """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types.  A side
-    of at most ``stream`` outputs whose long operand is contiguous along the long
-    side: :func:`~fuseloop.recipes.skinny.stream_long`; else a side of at most
-    ``few`` outputs: :func:`split_lanes` (``skinny="lanes"``) or
+               stream: int, stream_group: int, stream_per: int, stream_unroll: int,
+               medium: int, split_k: int, dmma: bool, dmma_tiles: Any) -> lp.TranslationUnit:
+    """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types (float64 on
+    NVIDIA: FP64 tensor cores, ``dmma``).  A side of at most ``stream`` outputs whose long
+    operand is contiguous along the long side: :func:`~fuseloop.recipes.skinny.stream_long`;
+    else a side of at most ``few`` outputs: :func:`split_lanes` (``skinny="lanes"``) or
     :func:`skinny_tiles` (``"tiles"``).  ``split_k`` is read before lowering
     (:func:`fuseloop.split_k.contraction_pieces`): a split's pieces are a batch here."""
     from ..lower.contraction import operand_itemsize
@@ -502,6 +502,8 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
                                         skinny_stage, k_fast, max(itemsize, 4))
             return split_lanes(t_unit, axis, extent, group, skinny_lanes, skinny_unroll,
                                stage)
+    if dmma and dmma_mod.use_dmma(knl, device, medium):
+        return dmma_mod.dmma_tiles(t_unit, dmma_tiles, device)
     cfg = _medium_tiles(cfg, knl, medium, pipeline.vector_width(itemsize))
     cfg = skinny_tiles(cfg, short[0], short[1], skinny_group, skinny_bk, max(itemsize, 4))
     return _tile(t_unit, _for_backend(cfg, device))
@@ -606,7 +608,7 @@ GPU_MEDIUM = 64
 GPU_ALIGN = 128
 
 gpu_tiled = Recipe(
-    "gpu-tiled", _gpu_tiled, kind="contraction", version="5",
+    "gpu-tiled", _gpu_tiled, kind="contraction", version="6",
     params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types",
                   Space(_TILE_SEARCH, _tiles_ok, _TILES_TEXT)),
             Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types",
@@ -650,7 +652,7 @@ gpu_tiled = Recipe(
                   "work-groups, then summed (fuseloop.split_k; 0: by rule from the "
                   "device's compute units, 1: never; decided per evaluation, so "
                   "fl.tune, which times kernels, does not search it)",
-                  int_range(0, 64, (0,)))),
+                  int_range(0, 64, (0,))), *dmma_mod.PARAMS),
     valid=_tiles_fit,
     size_class=Derived(lambda v: make_size_class(v["few"], v["few"], GPU_ALIGN,
                                                  medium=v["medium"])))
