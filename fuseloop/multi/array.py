@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import flags as _flags
 from .. import host_path as _host
-from ..array import Array, _lean_binary, _lean_unary
+from ..array import Array
 from ..backends import backend_for
 from ..errors import DeviceError, ShapeError
 from ..evaluate import capturing_threads, recording_threads, run
@@ -212,21 +212,33 @@ class MultiArray:
     # }}}
 
 
+def _ufunc_named(name: str) -> Callable[..., Any]:
+    from ..ufuncs import FUNCTIONS
+
+    return FUNCTIONS[name]
+
+
 def _operator(name: str, reflected: bool = False) -> Callable[..., Any]:
-    lean = _lean_binary(name)  # (an array's own operator path, per part)
+    # (the ufunc's function, as numpy's operator calls it: a numpy scalar becomes a scalar
+    # array there, so parts keep the lean path and their signatures)
+    func: list[Callable[..., Any]] = []  # (fuseloop.ufuncs imports this module: bound late)
 
     def method(self: MultiArray, other: Any) -> Any:
-        return map_elementwise(lean, (other, self) if reflected else (self, other))
+        if not func:
+            func.append(_ufunc_named(name))
+        return map_elementwise(func[0], (other, self) if reflected else (self, other))
 
     method.__name__ = name
     return method
 
 
 def _unary(name: str) -> Callable[..., Any]:
-    lean = _lean_unary(name)
+    func: list[Callable[..., Any]] = []
 
     def method(self: MultiArray) -> Any:
-        return map_elementwise(lean, (self,))
+        if not func:
+            func.append(_ufunc_named(name))
+        return map_elementwise(func[0], (self,))
 
     method.__name__ = name
     return method
