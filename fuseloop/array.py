@@ -403,7 +403,7 @@ def _apply_general(op: str, operands: tuple) -> Any:
     if (got := _eager_apply(op, operands)) is not None:  # (small, on the CPU: numpy's now)
         return got
     if _multi_hooks.TYPES and _multi_hooks.any_split(operands):  # (split arrays: per part)
-        return _multi_hooks.dispatch("map", lambda *a: apply_op(op, *a), operands, {})
+        return _multi_hooks.dispatch("ufunc", lambda *a: apply_op(op, *a), operands, {})
     node, device = build_node(op, operands)
     if node is None:
         plain = [(o.value if o.dtype is None else o.dtype.type(o.value))

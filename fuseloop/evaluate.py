@@ -377,23 +377,13 @@ def _leaf_strides(roots: Sequence[Node], out_shape: tuple[int, ...],
     return all(walk(r, r.shape) for r in roots)
 
 
-def run_flat(node: Node, shape: tuple[int, ...], device: Device,
-             into: Storage | None = None, now: bool = False) -> Storage | None:
-    """:func:`run` of one flat elementwise ``node`` whose structure, kernel and launch
-    are all cached, in one frame; None when anything else applies.
-
-    ``into``: a buffer of exactly the result's bytes to write instead of a new one
-    (``out[...] = e``), which ``node`` must not read (see :func:`run_into`).
-    ``now``: also a launch that is not deferred (a large result), enqueued at once;
-    without it only deferred launches are made here.
-
-    This is the commonest evaluation (``(x*2 + y).eval()`` in a loop), and most of
-    its cost is the host's: so it does in place what :func:`run`, :func:`allocate`,
-    ``structure_entry`` and ``launch_cached`` do in turn, with what does not change
-    between calls decided per launch plan (``LaunchPlan.stamp``, ``small_bytes``,
-    ``reserve``).  On None the caller uses :func:`run`, which handles every other
-    case and reports every error.  ``fl.stats()`` counts as for :func:`run`.
-    """
+def flat_launch_ready(node: Node, shape: tuple[int, ...], device: Device
+                      ) -> tuple[Any, list[Storage], list[Any], Any, Any] | None:
+    """The launch of the flat elementwise ``node`` (rank 0 or 1) whose structure, kernel
+    and int32 launch plan are all cached and valid now: (the launch plan, its buffers,
+    its scalars, this thread's kernel object, its argument record); None where anything
+    else applies (the caller then takes :func:`run`, which handles every other case).
+    :func:`run_flat` and a split array's staged parts (``multi.replay``) both read it."""
     operands = node.operands
     if operands is None or len(shape) > 1 or capturing_threads[0] \
             or recording_threads[0] or _prog.CHECK_STRUCTURE_CACHE:
@@ -409,8 +399,8 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device,
         return None
     # the int32 plan exists only where the entry's sizes and parameters allow it
     # (launch_cached chose it with index_dtype_for, the rule): what is left to check
-    # is the buffers, written out here (one frame fewer); anything else goes to run,
-    # which reports a buffer on another device
+    # is the buffers; anything else goes to run, which reports a buffer on another
+    # device
     plan = plans.get(INDEX_INT32)
     storages, scalars = picked
     for s in storages:
@@ -419,11 +409,35 @@ def run_flat(node: Node, shape: tuple[int, ...], device: Device,
     # (LaunchPlan.valid through the plan's stamp: its recipe is still recipe_for's)
     if plan is None or plan.stamp is not _recipes_current[0] or not plan.compiled.in_cache:
         return None
-    nbytes = plan.small_bytes  # (0: not deferred, a large result: enqueued now)
     try:
         kernel, last = plan.threads.state
     except AttributeError:  # this thread's first launch of the structure
         return None
+    return plan, storages, scalars, kernel, last
+
+
+def run_flat(node: Node, shape: tuple[int, ...], device: Device,
+             into: Storage | None = None, now: bool = False) -> Storage | None:
+    """:func:`run` of one flat elementwise ``node`` whose structure, kernel and launch
+    are all cached (:func:`flat_launch_ready`); None when anything else applies.
+
+    ``into``: a buffer of exactly the result's bytes to write instead of a new one
+    (``out[...] = e``), which ``node`` must not read (see :func:`run_into`).
+    ``now``: also a launch that is not deferred (a large result), enqueued at once;
+    without it only deferred launches are made here.
+
+    This is the commonest evaluation (``(x*2 + y).eval()`` in a loop), and most of
+    its cost is the host's: so it does in place what :func:`run`, :func:`allocate`,
+    ``structure_entry`` and ``launch_cached`` do in turn, with what does not change
+    between calls decided per launch plan (``LaunchPlan.stamp``, ``small_bytes``,
+    ``reserve``).  On None the caller uses :func:`run`, which handles every other
+    case and reports every error.  ``fl.stats()`` counts as for :func:`run`.
+    """
+    ready = flat_launch_ready(node, shape, device)
+    if ready is None:
+        return None
+    plan, storages, scalars, kernel, last = ready
+    nbytes = plan.small_bytes  # (0: not deferred, a large result: enqueued now)
     if not nbytes:
         # (what run's hot path does with this plan: allocate with the room checked,
         # then launch_cached's enqueue, without its look-ups made again)

@@ -18,7 +18,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: the split array types (``(fuseloop.multi.MultiArray,)`` once it is imported)
 TYPES: tuple[type, ...] = ()
 #: ``handler(kind, func, args, kwargs)``: runs ``func`` over the parts of the split arrays
-#: among ``args`` (``kind``: ``"map"``, ``"reduce"``, ``"stencil"``)
+#: among ``args`` (``kind``: ``"map"``, ``"ufunc"`` (an elementwise ufunc of arrays),
+#: ``"reduce"``, ``"stencil"``)
 _handler: Callable[[str, Callable[..., Any], tuple, dict], Any] | None = None
 
 

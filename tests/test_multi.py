@@ -281,3 +281,30 @@ def test_stencil_step_parts_found_by_signature(device, monkeypatch):
     step.eval()
     assert walks == []
     np.testing.assert_allclose(step.get(), want, rtol=1e-6, atol=1e-6)
+
+
+def test_operators_over_aligned_parts_build_split_arrays_as_the_checked_constructor(device):
+    """Operators and ufuncs of split arrays split alike (with Python and numpy scalars,
+    reflected, unary, comparisons) take the aligned parts' own operator paths: each result
+    is what the checked constructor makes of its parts, equals numpy, and is one fused
+    kernel per part."""
+    xn = RNG.standard_normal(11).astype(np.float32)
+    yn = RNG.standard_normal(11).astype(np.float32)
+    with fl.device([device] * 3):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    cases = [(lambda a, b: 2 * a - fl.sin(b) + a * b, 2 * xn - np.sin(yn) + xn * yn),
+             (lambda a, b: np.float32(1.5) / (abs(a) + 1) ** 2, 1.5 / (np.abs(xn) + 1) ** 2),
+             (lambda a, b: -a + 3, -xn + 3), (lambda a, b: (a > b) | (b < -0.5),
+                                              (xn > yn) | (yn < -0.5)),
+             (lambda a, b: fl.maximum(a, b) * np.float64(2.0),
+              np.maximum(xn, yn) * np.float64(2.0))]
+    for fn, want in cases:
+        got = fn(x, y)
+        checked = MultiArray(got.parts, got.bounds, got.device_set)  # (asserts the parts)
+        assert (got.shape, got.dtype, got.bounds) == (checked.shape, checked.dtype,
+                                                      checked.bounds) == (
+            want.shape, want.dtype, x.bounds), (got, want.dtype)
+        fl.reset_stats()
+        got.eval()
+        assert fl.stats()["kernels_launched"] == 3
+        np.testing.assert_allclose(got.get(), want, rtol=1e-6)

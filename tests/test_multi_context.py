@@ -63,6 +63,16 @@ _CHILD = textwrap.dedent('''
     want = un + np.float32(0.1) * fl.stencil(fl.asarray(un, device=d0), w,
                                              boundary="wrap").get()
     np.testing.assert_allclose(step.get(), want, rtol=1e-5, atol=1e-6)
+    # every combination of partials, on the host or on the first device; one part empty
+    small = a[:1000]  # (no rows on the second device)
+    assert small.parts[1].shape[0] == 0
+    for got, want in ((fl.min(a), an.min()), (fl.max(small), an[:1000].max()),
+                      (fl.prod(a[:7] % 3 + 1), np.prod(an[:7] % 3 + 1)),
+                      (fl.any(a > 48), (an > 48).any()), (fl.all(a > -51), True),
+                      (fl.all(small > -49), (an[:1000] > -49).all()),
+                      (fl.sum(small, axis=0), an[:1000].sum(axis=0)),
+                      (fl.min(a, axis=0, keepdims=True), an.min(axis=0, keepdims=True))):
+        np.testing.assert_array_equal(np.asarray(got), want)
     print("ok")
 ''')
 

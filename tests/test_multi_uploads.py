@@ -3,7 +3,11 @@ over two PoCL CPU devices, a context each (halo rows through the host), in a chi
 process (the device list is made once per process): a halo read that fails, or a halo
 write the driver refuses, is raised once, as HaloTransferError, at the next
 synchronisation or read back; the devices' queues are not blocked by it and later steps
-equal one device's again; an interruption leaves the upload to go on at the next use."""
+equal one device's again; an interruption leaves the upload to go on at the next use.
+A write a deferred upload makes on another thread while the batch's thread settles its
+writes under way is kept; threads stepping split stencils at once over the same devices
+with deferred uploads on (each thread's uploads run by the others' launches) equal one
+device's."""
 
 from __future__ import annotations
 
@@ -11,8 +15,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
+import numpy as np
 import pytest
+
+import fuseloop as fl
+from fuseloop.multi import exchange, uploads
+from fuseloop.runtime.devices import _runtime
 
 _CHILD = textwrap.dedent('''
     import numpy as np
@@ -116,6 +126,101 @@ def test_failed_halo_read_raised_once_at_the_next_sync_on_pocl_devices():
     env.pop("FUSELOOP_DEVICE", None)  # (it might name a device that is not listed now)
     env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
     run = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                         text=True, timeout=600)
+    if run.stdout.startswith("SKIP"):
+        pytest.skip(run.stdout.strip())
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
+
+
+def test_a_write_appended_by_another_thread_while_settling_is_kept(device, monkeypatch):
+    """A DeferredUpload run by another thread's flush (its write noted in this thread's
+    in-flight writes) while this thread settles them, waiting for its oldest write over
+    the most it keeps: the other thread's write is still there after."""
+    exchange._settle_uploads()
+    in_flight = exchange._in_flight()
+    rt = _runtime(device)
+    host = np.arange(256, dtype=np.float32)
+    target = fl.empty(256, np.float32).eval()
+    pending = [fl.empty(256, np.float32).eval() for _ in range(2)]
+    fl.synchronize()
+    for p in pending:  # (two writes of this thread, seen as still running below)
+        in_flight.append((rt.enqueue_write(rt.queue, p._storage.buffer, host, None, False),
+                          device, host, None))
+    up = uploads.DeferredUpload(device, in_flight)
+    up.writes.append((host, target._storage.buffer, None))
+    real_wait = uploads.wait
+    ran = []
+
+    def wait_with_another_thread(event, dev):
+        if not ran:  # (while the oldest write is waited for, the other thread writes)
+            ran.append(True)
+            other = threading.Thread(target=up, args=(rt.queue,))
+            other.start()
+            other.join()
+        real_wait(event, dev)
+
+    monkeypatch.setattr(exchange, "IN_FLIGHT_MAX", 1)
+    monkeypatch.setattr(uploads, "wait", wait_with_another_thread)
+    monkeypatch.setattr(rt, "event_status", lambda event: 1)
+    exchange._settle_uploads()
+    monkeypatch.undo()
+    assert ran and not up.writes
+    assert len(in_flight) == 2  # (this thread's newer write and the other thread's)
+    fl.synchronize()
+    exchange._settle_uploads()
+    assert len(in_flight) == 0
+    np.testing.assert_array_equal(target.get(), host)
+
+
+_THREADS = textwrap.dedent('''
+    import threading
+    import numpy as np
+    import fuseloop as fl
+    from fuseloop.multi import exchange
+
+    pocl = [d for d in fl.devices() if "Portable" in d.platform and d.type == "cpu"]
+    if len(pocl) < 2:
+        print("SKIP: PoCL did not list 2 CPU devices")
+        raise SystemExit(0)
+    devs = pocl[:2]
+    w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+    errors, results = [], {}
+
+    def steps(k):
+        try:
+            un = np.random.default_rng(k).standard_normal((48, 16)).astype(np.float32)
+            with fl.device(devs):
+                u = fl.asarray(un)
+            one = fl.asarray(un, device=devs[0])
+            for _ in range(12):
+                u = (u + np.float32(0.1) * fl.stencil(u, w, boundary="wrap")).eval()
+                one = (one + np.float32(0.1) * fl.stencil(one, w, boundary="wrap")).eval()
+            results[k] = (u.get(), one.get())
+            fl.synchronize()
+            exchange._settle_uploads()
+            assert len(exchange._in_flight()) == 0, len(exchange._in_flight())
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=steps, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert sorted(results) == [0, 1, 2, 3]
+    for k, (split, one) in results.items():
+        np.testing.assert_array_equal(split, one)
+    print("ok")
+''')
+
+
+def test_threads_stepping_split_stencils_with_deferred_uploads_on_pocl_devices():
+    env = dict(os.environ, POCL_DEVICES="pthread pthread", FUSELOOP_HOST_PATH="0",
+               FUSELOOP_OPENCL_SHARED_CONTEXT="0", FUSELOOP_MULTI_DEFERRED_UPLOADS="1")
+    env.pop("FUSELOOP_DEVICE", None)
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", _THREADS], env=env, capture_output=True,
                          text=True, timeout=600)
     if run.stdout.startswith("SKIP"):
         pytest.skip(run.stdout.strip())

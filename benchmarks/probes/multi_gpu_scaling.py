@@ -14,8 +14,9 @@ own enqueues and submit (what still separates two parts); medians over ``--trace
 calls.  The last part starts after all three phases: they are the split call's host
 cost on top of one part's device time.
 A split stencil whose halo rows go through the host (OpenCL GPUs with a context each, the
-default) is timed again with the halo uploads left to the devices' deferred work (``+deferred``:
-``FUSELOOP_MULTI_DEFERRED_UPLOADS=auto``).  Cases stop being started once ``--budget-s``
+default) is timed again with the host waiting for the halo reads in the stencil call
+(``-deferred``: ``FUSELOOP_MULTI_DEFERRED_UPLOADS=0``; by default GPUs leave the uploads to
+their deferred work).  Cases stop being started once ``--budget-s``
 seconds have passed (the skipped ones are listed).  Usage::
 
     python benchmarks/probes/multi_gpu_scaling.py [--backends cuda,opencl] [--counts 1,2,4]
@@ -125,10 +126,10 @@ def through_host(devs: list[Any]) -> bool:
 
 
 def run_case(w: bm.Workload, devs: list[Any], repeat: int, traced: int,
-             deferred: bool) -> dict[str, Any]:
+             deferred: bool = True) -> dict[str, Any]:
     """One workload on ``devs`` (one device: an ordinary array; more: split), timed."""
     saved = uploads.DEFERRED_UPLOADS
-    uploads.DEFERRED_UPLOADS = "auto" if deferred else "0"
+    uploads.DEFERRED_UPLOADS = "auto" if deferred else "0"  # (auto: the default)
     try:
         if len(devs) == 1:
             arrays = w.inputs(devs[0])
@@ -176,11 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         for w in workloads(1 << args.log2n, 1 << args.grid_log2):
             one: dict[str, Any] | None = None
             for count in usable:
-                variants = [False]
+                variants = [True]
                 if count > 1 and "stencil" in w.name and through_host(devs[:count]):
-                    variants.append(True)
+                    variants.append(False)
                 for deferred in variants:
-                    label = f"{backend} {w.name} x{count}{' +deferred' if deferred else ''}"
+                    label = f"{backend} {w.name} x{count}{'' if deferred else ' -deferred'}"
                     if time.perf_counter() - start > args.budget_s:
                         skipped.append(label)
                         continue
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'a launch us':>11s}  {'part offsets us':22s} check")
     for r in rows:
         target = TARGETS.get((r["workload"], r["gpus"]))
-        name = r["workload"] + (" +deferred" if r["deferred"] else "")
+        name = r["workload"] + ("" if r["deferred"] else " -deferred")
         offs = " ".join(f"{o:.0f}" for o in r.get("offsets_us", []))
         phases = "-" if "staging_us" not in r else \
             f"{r['to_staging_us']:.0f} / {r['staging_us']:.0f} / {r['launches_us']:.0f}"

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import multi_hooks
-from .array import MultiArray, is_multi, map_parts
+from .array import MultiArray, is_multi, map_elementwise, map_parts
 from .create import create
 from .devset import DeviceSet
 from .exchange import EXCHANGED
@@ -25,6 +25,8 @@ def _handle(kind: str, func: Callable[..., Any], args: tuple, kwargs: dict) -> A
         from .reduce import reduce
 
         return reduce(func, args[0], args[1:], kwargs)
+    if kind == "ufunc":
+        return map_elementwise(func, args)
     if kind == "stencil":
         from .exchange import stencil
 

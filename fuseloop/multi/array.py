@@ -219,12 +219,14 @@ def _ufunc_named(name: str) -> Callable[..., Any]:
 
 
 def _operator(name: str, reflected: bool = False) -> Callable[..., Any]:
+    # (the ufunc's function, as numpy's operator calls it: a numpy scalar becomes a scalar
+    # array there, so parts keep the lean path and their signatures)
     func: list[Callable[..., Any]] = []  # (fuseloop.ufuncs imports this module: bound late)
 
     def method(self: MultiArray, other: Any) -> Any:
         if not func:
             func.append(_ufunc_named(name))
-        return map_parts(func[0], (other, self) if reflected else (self, other))
+        return map_elementwise(func[0], (other, self) if reflected else (self, other))
 
     method.__name__ = name
     return method
@@ -236,7 +238,7 @@ def _unary(name: str) -> Callable[..., Any]:
     def method(self: MultiArray) -> Any:
         if not func:
             func.append(_ufunc_named(name))
-        return map_parts(func[0], (self,))
+        return map_elementwise(func[0], (self,))
 
     method.__name__ = name
     return method
@@ -413,6 +415,25 @@ def map_parts(func: Callable[..., Any], args: Sequence[Any],
     return _wrap(results, bounds, dset)
 
 
+def map_elementwise(func: Callable[..., Any], args: Sequence[Any]) -> Any:
+    """``func``, an elementwise function of arrays (a ufunc's operator path), over the
+    parts: where every argument is a split array split alike or a scalar, its results are
+    the new split array's parts as they are (elementwise over parts of the same rows, on
+    their devices: nothing to check); anything else through :func:`map_parts`."""
+    columns = _aligned_columns(args)
+    if columns is None:
+        return map_parts(func, args)
+    ref, cols = columns
+    parts = list(map(func, *cols))
+    if not isinstance(parts[0], Array):
+        return _wrap(parts, ref.bounds, ref.device_set)
+    out = object.__new__(MultiArray)
+    out.parts, out.bounds, out.device_set = tuple(parts), ref.bounds, ref.device_set
+    out.dtype = parts[0].dtype
+    out.shape = (ref.shape[0], *parts[0].shape[1:])
+    return out
+
+
 _SCALARS = (int, float, bool, complex)
 
 
@@ -563,5 +584,5 @@ def _row_slices(row: slice, bounds: tuple[int, ...]) -> tuple[list[slice], tuple
 
 # }}}
 
-__all__ = ["MultiArray", "finish_reads", "is_multi", "launch_part", "launch_parts", "map_parts",
-           "prepare", "read_parts", "start_read"]
+__all__ = ["MultiArray", "finish_reads", "is_multi", "launch_part", "launch_parts",
+           "map_elementwise", "map_parts", "prepare", "read_parts", "start_read"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -82,6 +83,17 @@ class DeviceSet:
 
     def same(self, other: DeviceSet) -> bool:
         return self is other or self.key == other.key
+
+    @functools.cached_property
+    def copies_to_first(self) -> tuple[bool, ...]:
+        """Per part, whether its device copies to the first one without the host (the
+        first device's backend's ``copies_between``: one device, CUDA peers, OpenCL
+        devices of one context); asked once per set, not at every split reduction."""
+        from ..backends import backend_for
+
+        first = self.devices[0]
+        backend = backend_for(first)
+        return tuple(backend.copies_between(first, d) for d in self.devices)
 
     def split(self, n: int, what: str = "an array") -> tuple[int, ...]:
         """Row bounds of ``n`` rows over the parts, in proportion to the weights (each

@@ -395,10 +395,10 @@ def _upload(buffer: Any, host: np.ndarray, device: Any, slot: Any = None) -> Non
     _in_flight().append((event, device, host, slot))
 
 
-def _in_flight() -> list[tuple[Any, Any, np.ndarray, Any]]:
+def _in_flight() -> _uploads.InFlight:
     got = getattr(_local, "in_flight", None)
     if got is None:
-        got = _local.in_flight = []
+        got = _local.in_flight = _uploads.InFlight()
     return got
 
 
@@ -409,25 +409,8 @@ def _settle_uploads() -> None:
     reads behind the last step's kernels: the host does not wait for it), up to
     :data:`IN_FLIGHT_MAX`, beyond which the oldest are waited for."""
     pending = getattr(_local, "in_flight", None)
-    if not pending:
-        return
-    keep = []
-    for item in pending:
-        event, device, _, slot = item
-        if event is not None:
-            status = _runtime(device).event_status(event)
-            if status > 0:
-                keep.append(item)
-                continue
-            if status < 0:
-                wait(event, device)  # (raises the driver's error)
-        if slot is not None:
-            slot.release()
-    for event, device, _, slot in keep[:max(0, len(keep) - IN_FLIGHT_MAX)]:
-        wait(event, device)
-        if slot is not None:
-            slot.release()
-    pending[:] = keep[max(0, len(keep) - IN_FLIGHT_MAX):]
+    if pending:
+        pending.settle(IN_FLIGHT_MAX)
 
 
 #: asynchronous uploads whose host rows a thread keeps before it waits for the oldest

@@ -27,7 +27,6 @@ from .. import caches as _caches
 from .. import flags as _flags
 from .. import host_path as _host
 from ..array import Array
-from ..backends import backend_for
 from ..evaluate import _rebuild, capturing_threads, recording_threads
 from ..expr import program as _prog
 from ..expr.nodes import Scalar, signature_of
@@ -38,10 +37,11 @@ from . import replay as _replay
 from .array import MultiArray, finish_reads, launch_part, map_parts, start_read
 from .exchange import _transfer
 
-# how partial results combine; count_nonzero's partials are counts
-_COMBINE: dict[str, Callable[..., Any]] = {
-    "sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "any": np.any,
-    "all": np.all, "count_nonzero": np.sum}
+# how partial results combine (the ufunc reducing them in the partials' dtype: what
+# numpy's sum, prod, max, min, any and all call); count_nonzero's partials are counts
+_COMBINE: dict[str, np.ufunc] = {
+    "sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum,
+    "any": np.logical_or, "all": np.logical_and, "count_nonzero": np.add}
 
 
 def reduce(func: Callable[..., Any], x: Any, args: tuple, kwargs: dict) -> Any:
@@ -75,10 +75,11 @@ def _device_combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[in
     waits: the result is as asynchronous as one device's reduction), or None when a
     part's device cannot copy to the first one without the host."""
     first = x.devices[0]
-    backend = backend_for(first)
-    used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
-    if not all(backend.copies_between(first, p.device) for p in used):
+    direct = x.device_set.copies_to_first
+    nonempty = [k for k, p in enumerate(x.parts) if p.shape[0]] or [0]
+    if not all(direct[k] for k in nonempty):
         return None
+    used = [x.parts[k] for k in nonempty]
     # (without the reduced axes where asked: the pieces are combined elementwise)
     partials = _launched_partials(func, used, axes, keepdims, params)
     out = None
@@ -257,11 +258,13 @@ def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...]
     launched, then every small read enqueued, before the host waits for any."""
     used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
     partials = _launched_partials(func, used, axes, True, params)
-    hosts = [np.empty(q.shape, q.dtype) for q in partials]
-    finish_reads([start_read(k, q, h) for k, (q, h) in enumerate(zip(partials, hosts))])
-    host = np.concatenate(hosts, axis=0)
-    extra = {"dtype": host.dtype} if name in ("sum", "prod", "count_nonzero") else {}
-    out = _COMBINE[name](host, axis=0, keepdims=True, **extra)
+    # (each partial read into its rows of one host array: nothing to concatenate)
+    q0 = partials[0]
+    host = np.empty((sum(q.shape[0] for q in partials), *q0.shape[1:]), q0.dtype)
+    rows = np.cumsum([0] + [q.shape[0] for q in partials]).tolist()
+    finish_reads([start_read(k, q, host[lo:hi]) for k, (q, lo, hi)
+                  in enumerate(zip(partials, rows, rows[1:]))])
+    out = _COMBINE[name].reduce(host, axis=0, keepdims=True, dtype=host.dtype)
     if not keepdims:
         out = out.reshape(tuple(n for d, n in enumerate(out.shape) if d not in axes))
     return np.asarray(out, dtype=host.dtype)

@@ -20,8 +20,8 @@ of the call's host work (every part staged and enqueued): only less work per par
 it earlier.  A step whose kept launch plan is not valid for this launch (recipes changed,
 another index type, an error flag, a kernel not in the memory cache) goes through
 ``run_plans``' own step launch, so nothing is launched differently from the general
-path, only with fewer frames.  A flat elementwise part is staged from the cache
-``evaluate.run_flat`` reads (:func:`_stage_flat`).
+path, only with fewer frames.  A flat elementwise part is staged from the look-up
+``evaluate.run_flat`` makes (``evaluate.flat_launch_ready``; :func:`_stage_flat`).
 """
 
 from __future__ import annotations
@@ -40,11 +40,10 @@ from .. import host_path as _host
 from .. import plan_steps as _steps
 from .. import run_plans as _rp
 from ..array import Array
-from ..evaluate import allocate, capturing_threads, recording_threads
+from ..evaluate import allocate, capturing_threads, flat_launch_ready, recording_threads
 from ..expr import program as _prog
 from ..expr.ir import INT32_LIMIT
 from ..expr.nodes import signature_of
-from ..expr.program import flat_entries
 from ..launching import (
     DEFER_MAX_ELEMENTS,
     INDEX_INT32,
@@ -148,7 +147,7 @@ def _lazy_parts(parts: Sequence[Array], out: list[bool]) -> None:
             out.append(True)
             continue
         node, shape = p._node, p.shape
-        ready = _stage_flat(node, shape, p.device, token) \
+        ready = _stage_flat(node, shape, p.device) \
             if not node.fancy and len(shape) == 1 else None
         if ready is None:
             sig = node.sig or signature_of(node)
@@ -213,31 +212,15 @@ def _stage(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any
                                              device, token), (), None, 0)
 
 
-def _stage_flat(node: Any, shape: tuple[int, ...], device: Any, token: Any
-                ) -> _Staged | None:
-    """The launch ``evaluate.run_flat`` would make of the flat elementwise ``node`` (its
-    structure, kernel and launch plan all cached: the same look-ups and checks), made
-    ready to enqueue with its output allocated; None where run_flat would not take it
-    (the part then goes its own way)."""
-    operands = node.operands
-    entry = flat_entries.get((node.sig, shape)) if operands is not None else None
-    if entry is None:
+def _stage_flat(node: Any, shape: tuple[int, ...], device: Any) -> _Staged | None:
+    """The launch ``evaluate.run_flat`` would make of the flat elementwise ``node``
+    (``evaluate.flat_launch_ready``: the same look-ups and checks), made ready to enqueue
+    with its output allocated; None where run_flat would not take it (the part then goes
+    its own way)."""
+    ready = flat_launch_ready(node, shape, device)
+    if ready is None:
         return None
-    picked = entry.take(operands)
-    plans = entry.launches.get(device)
-    if picked is None or plans is None:
-        return None
-    plan = plans.get(INDEX_INT32)
-    storages, scalars = picked
-    if plan is None or plan.stamp is not token or token is None or not plan.compiled.in_cache:
-        return None
-    for s in storages:
-        if s.device is not device or s.nbytes > INT32_LIMIT:
-            return None
-    try:
-        kernel, last = plan.threads.state
-    except AttributeError:  # (this thread's first launch of the structure)
-        return None
+    plan, storages, scalars, kernel, last = ready
     with current(device):
         out = allocate(shape[0] * node.dtype.itemsize, device)
     return _Staged(device, None, [(plan.go, kernel, last, out, storages, scalars)], out, 1)

@@ -25,6 +25,7 @@ so the queue is not blocked by it: the parts launched meanwhile read rows never 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,11 +36,11 @@ from ..runtime.devices import _runtime
 from ..runtime.transfer import before_read, wait
 
 #: which destination devices' halo uploads through the host wait in their deferred work,
-#: with the host's wait for their reads: ``0`` (default: none, the host waits in the
-#: stencil call; not yet timed on GPUs), ``auto`` (GPUs), ``1`` (every device, PoCL's
-#: CPU too: tests); ``FUSELOOP_MULTI_DEFERRED_UPLOADS`` (``bench_multigpu --variants``
-#: row ``+deferred``)
-DEFERRED_UPLOADS = os.environ.get("FUSELOOP_MULTI_DEFERRED_UPLOADS", "0").strip().lower()
+#: with the host's wait for their reads: ``auto`` (default: GPUs; a CPU device's writes
+#: block the host anyway), ``0`` (none: the host waits in the stencil call), ``1`` (every
+#: device, PoCL's CPU too: tests); ``FUSELOOP_MULTI_DEFERRED_UPLOADS``
+#: (``bench_multigpu --variants`` row ``-deferred``)
+DEFERRED_UPLOADS = os.environ.get("FUSELOOP_MULTI_DEFERRED_UPLOADS", "auto").strip().lower()
 
 
 def defers(devices: Sequence[Any]) -> bool:
@@ -51,18 +52,78 @@ def defers(devices: Sequence[Any]) -> bool:
     return all(every or d.type != "cpu" for d in devices)
 
 
+class InFlight:
+    """A thread's halo writes under way: (the write's event, its device, the host rows it
+    reads, the staging slot they lie in or None), kept until written.  Its owner (the
+    thread whose batches made the writes) prunes it (:meth:`settle`); a
+    :class:`DeferredUpload` appends its writes from whichever thread runs its device's
+    deferred work, so the list is taken and put back under a lock (an append while the
+    owner prunes is kept, not overwritten)."""
+
+    __slots__ = ("_items", "_lock")
+
+    def __init__(self) -> None:
+        self._items: list[tuple[Any, Any, np.ndarray, Any]] = []
+        self._lock = threading.Lock()
+
+    def append(self, item: tuple[Any, Any, np.ndarray, Any]) -> None:
+        with self._lock:
+            self._items.append(item)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Any:
+        with self._lock:
+            return iter(list(self._items))
+
+    def settle(self, keep_max: int) -> None:
+        """Let the completed writes give their host rows and slots back; one that failed
+        is dropped (its slot let go) and raises its error here.  Those still running are
+        kept, up to ``keep_max``, beyond which the oldest are waited for."""
+        with self._lock:
+            items, self._items = self._items, []
+        keep: list[tuple[Any, Any, np.ndarray, Any]] = []
+        done = 0
+        try:
+            for item in items:
+                event, device, _, slot = item
+                done += 1
+                if event is not None:
+                    status = _runtime(device).event_status(event)
+                    if status > 0:
+                        keep.append(item)
+                        continue
+                    if status < 0:
+                        if slot is not None:
+                            slot.release()
+                        wait(event, device)  # (raises the driver's error)
+                if slot is not None:
+                    slot.release()
+            over = max(0, len(keep) - keep_max)
+            while over:
+                event, device, _, slot = keep.pop(0)
+                over -= 1
+                wait(event, device)
+                if slot is not None:
+                    slot.release()
+        finally:  # (an error: what was not looked at yet is kept, in order)
+            with self._lock:
+                self._items[:0] = keep + items[done:]
+
+
 class DeferredUpload:
     """A destination device's halo uploads of one batch, an entry of its runtime's
     deferred work: called with the queue, it waits for the reads of its rows (on their
     devices), copies staged rows out and enqueues the writes (their host rows and slots
-    noted in ``in_flight``, the batch's thread's list of writes under way, let go once
+    noted in ``in_flight``, the batch's thread's :class:`InFlight`, let go once
     written).  Each read and write is done once: called again after an interruption
     (the runtime puts it back), it goes on from where it stopped; a driver's error ends
     it (:meth:`_abandon`)."""
 
     __slots__ = ("device", "failed_from", "in_flight", "reads", "writes")
 
-    def __init__(self, device: Any, in_flight: list[Any]) -> None:
+    def __init__(self, device: Any, in_flight: InFlight) -> None:
         self.device, self.in_flight = device, in_flight
         self.failed_from: Any = None  # (the device of the read that failed)
         #: (the read's event, its device, the storage read, the host rows, what the read
