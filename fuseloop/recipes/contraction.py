@@ -155,11 +155,9 @@ class TileConfig(NamedTuple):
     # NVIDIA's OpenCL: registers per work-item the compiler may use (0: its choice;
     # 128 lets two groups of 256 share an SM); ignored on other platforms
     max_registers: int = 0
-    # who unrolls the register tile's loops: "loopy" (a statement per register: 64
-    # products for 8 x 8), "vector" (Loopy a float4's four components, the device
-    # compiler the rest: 16), "lanes" (as "vector", the fill's 24 copies as loops),
-    # "device" (loops under #pragma unroll, the fill's too: one each); Loopy's code
-    # generation time grows with the statements (REG_LOOPS)
+    # who unrolls the register tile's loops (REG_LOOPS): "loopy" (a statement per
+    # register), "vector" (Loopy a float4's components, the device compiler the rest),
+    # "lanes" ("vector", the fill's copies as loops), "device" (all as loops)
     reg_loops: str = "loopy"
 
 
