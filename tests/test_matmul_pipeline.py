@@ -162,5 +162,6 @@ def test_register_limit_is_a_build_option_on_nvidia_opencl_only(device):
         nvidia = fl.program(a @ a).lower(fake_h100(device)).t_unit.default_entrypoint
         here = fl.program(a @ a).lower(device).t_unit.default_entrypoint
     assert "-cl-nv-maxrregcount=128" in nvidia.options.build_options
-    assert not any("maxrreg" in o for o in here.options.build_options or [])
+    if "nvidia" not in device.platform.lower():  # (on NVIDIA's OpenCL it is one too)
+        assert not any("maxrreg" in o for o in here.options.build_options or [])
 
