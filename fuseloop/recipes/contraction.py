@@ -165,7 +165,7 @@ class TileConfig(NamedTuple):
 #: 8, float4 reads of the local tiles and two copies of them (the structure of the
 #: hand-written trailing update, fuseloop.linalg_gemm); fl_lvec4 is OpenCL C, so the
 #: rule drops ``vec`` on other backends
-GPU_TILES = TileConfig(layout="blocked", vec=True, prefetch="double", reg_loops="vector")
+GPU_TILES = TileConfig(layout="blocked", vec=True, prefetch="double", reg_loops="lanes")
 #: the blocks before the pipeline (one copy of the tiles, scalar reads): a probe variant
 GPU_TILES_PLAIN = TileConfig(layout="blocked")
 #: TileConfig.prefetch's values
@@ -174,8 +174,8 @@ PREFETCH = ("none", "regs", "double")
 #: --clang), "loopy" and "vector" gave the same 512 FMAs and 32 float4 shared loads per
 #: step (vector 4% fewer integer instructions); "device" stayed a loop (128 FMAs: the
 #: step's loop past LLVM's unroll threshold), so the device compiler may not unroll it.
-#: On an H100's OpenCL "vector" gave the same PTX as "loopy" and the same speed at half
-#: Loopy's code generation time: GPU_TILES takes it ("lanes": the fill's copies too)
+#: On an H100 "vector" gave "loopy"'s PTX and speed at half the code generation; on an
+#: H200 "lanes" "vector"'s PTX, no slower, a quarter less again: GPU_TILES takes it
 REG_LOOPS = ("loopy", "vector", "lanes", "device")
 #: 8-byte types: GPU_TILES' structure with a register tile of the same bytes, 8 x 4
 #: doubles (64 registers of accumulators, as float32's 8 x 8), read as double2 pairs,
@@ -606,7 +606,7 @@ GPU_MEDIUM = 64
 GPU_ALIGN = 128
 
 gpu_tiled = Recipe(
-    "gpu-tiled", _gpu_tiled, kind="contraction", version="6",
+    "gpu-tiled", _gpu_tiled, kind="contraction", version="7",
     params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types",
                   Space(_TILE_SEARCH, _tiles_ok, _TILES_TEXT)),
             Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types",
