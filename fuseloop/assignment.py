@@ -135,6 +135,11 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
 # computed into a buffer the next step reads, which bounds the kernel's size and the
 # buffers the chain holds.  Only for results of at most INPLACE_LAZY_MAX elements,
 # where the statement's launch costs more than its work and the chain holds little.
+# A chain of two or more steps is also cut before a step whose operand reads a buffer
+# the chain does not: a chain over ever new buffers (durbin's ``beta *= 1 - alpha *
+# alpha``, ``alpha`` computed anew each iteration) is another structure at every length
+# (one more buffer), compiled anew by each statement that reads it, for every length
+# class of that statement's slices.
 INPLACE_CHAIN_MAX = 16
 INPLACE_LAZY_MAX = 1 << 15
 
@@ -154,9 +159,12 @@ def inplace_lazy(target: Array, op: str, other: Any) -> bool:
     base: Array = target
     steps = 0
     step = node
+    # (at most INPLACE_CHAIN_MAX steps, and two where the operand reads a new buffer)
+    most = INPLACE_CHAIN_MAX if to is not Array or other._node.storages <= node.storages \
+        else 2
     while type(step) is Apply:  # (the chain's length: its first arguments)
         steps += 1
-        if steps >= INPLACE_CHAIN_MAX:
+        if steps >= most:
             base = Array._lazy(node, target.device).eval()  # (the value so far, computed)
             if to is Array:  # (``x += x * c``: its operand reads the value so far there)
                 read = _rebuild(other._node, {id(node): base._node}, {})

@@ -234,3 +234,27 @@ def test_plans_are_dropped_least_recently_used(device_path, monkeypatch):
     statements[0]()
     assert len(run_plans._plans) <= 4
     assert _counts()[0] == 0
+
+
+def test_rows_at_moving_offsets_and_lengths_compile_a_bounded_number(device_path):
+    # upper-triangular products row by row: each statement's views start elsewhere and
+    # are shorter (offset and length change every iteration); kernels and plans are
+    # per length class, and a second pass builds and records nothing
+    n = 50
+    rng = np.random.default_rng(6)
+    ah, xh = rng.random((n, n)), rng.random(n)
+    a, x = fl.asarray(ah), fl.asarray(xh)
+    want = np.array([ah[i, i:] @ xh[i:] - ah[i, i] for i in range(n)])
+    for run in range(2):
+        y = fl.zeros(n)
+        fl.synchronize()
+        fl.reset_stats()
+        for i in range(n):
+            y[i] = a[i, i:] @ x[i:] - a[i, i]
+        np.testing.assert_allclose(y.get(), want, rtol=1e-12)
+        s = fl.stats()
+        # lengths 1..50 fall in 7 classes (1 and bit lengths 2..6)
+        assert s["kernels_compiled"] <= 14 and s["plans_recorded"] <= 14, s
+        if run:
+            assert s["kernels_compiled"] == 0 and s["plans_recorded"] == 0, s
+        assert s["plans_replayed"] >= n - s["plans_recorded"], s

@@ -13,6 +13,7 @@ import pytest
 
 import fuseloop as fl
 from fuseloop import assignment
+from fuseloop.expr.nodes import Apply
 
 
 @pytest.fixture
@@ -156,3 +157,37 @@ def test_an_operand_reading_the_chain_reads_its_computed_value(device_path):
     got, launched = _launched(lambda: x.get())
     assert launched == 1
     np.testing.assert_allclose(got, h, rtol=1e-12)
+
+
+def test_a_chain_over_new_buffers_is_cut_every_second_step(device_path):
+    # durbin: beta *= 1 - alpha * alpha with alpha computed anew each iteration, read by
+    # a statement over slices of every length: as one chain of up to INPLACE_CHAIN_MAX
+    # steps, each of its lengths was another structure for every length class (139
+    # plans recorded here, 100 kernels compiled for 64 iterations)
+    from fuseloop import run_plans
+
+    run_plans.clear()
+    n = 64
+    rh = np.random.default_rng(4).random(n) / n
+
+    def durbin(r, flip, dot, empty_like):
+        y = empty_like(r)
+        alpha = -r[0]
+        beta = 1.0
+        y[0] = -r[0]
+        for k in range(1, n):
+            beta *= 1.0 - alpha * alpha
+            alpha = -(r[k] + dot(flip(r[:k]), y[:k])) / beta
+            y[:k] += alpha * flip(y[:k])
+            y[k] = alpha
+            if isinstance(beta, fl.ndarray):  # (the chain: at most two steps)
+                steps, step = 0, beta._node
+                while type(step) is Apply:
+                    steps, step = steps + 1, step.args[0]
+                assert steps <= 2, (k, steps)
+        return y
+
+    fl.reset_stats()
+    got = durbin(fl.asarray(rh), fl.flip, fl.dot, fl.empty_like).get()
+    np.testing.assert_allclose(got, durbin(rh, np.flip, np.dot, np.empty_like), rtol=1e-12)
+    assert fl.stats()["plans_recorded"] <= 64, fl.stats()["plans_recorded"]
