@@ -242,8 +242,8 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 loop, key, shape, sig = _sig_loops.get((op, sa or (an.dtype, an.shape), tb)) or \
                     _signed_loop(op, an, None, sa, tb, a.dtype, tb)
                 # _weak_scalar, its hit inline (0, -0.0, NaN never remembered; 0 is false)
-                v = (_weak_scalars.get((b, key[1])) if b and b == b else None) or \
-                    _weak_scalar(b, loop[1])
+                if (v := _weak_scalars.get((b, key[1])) if b and b == b else None) is None:
+                    v = _weak_scalar(b, loop[1])  # (not ``or``: a numpy scalar's truth costs)
                 bn = _new_node(Scalar)  # (at most three targets a line: no tuple built)
                 bn.value, bn.dtype, bn.shape = v, v.dtype, ()
                 bn.storages = _EMPTY
@@ -257,8 +257,8 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             sb = bn.sig or (0 if type(bn) is Apply else signature_of(bn))
             loop, key, shape, sig = _sig_loops.get((op, ta, sb or (bn.dtype, bn.shape))) or \
                 _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
-            v = (_weak_scalars.get((a, key[0])) if a and a == a else None) or \
-                _weak_scalar(a, loop[0])  # (as above)
+            if (v := _weak_scalars.get((a, key[0])) if a and a == a else None) is None:
+                v = _weak_scalar(a, loop[0])  # (as above)
             an = _new_node(Scalar)
             an.value, an.dtype, an.shape = v, v.dtype, ()
             an.storages = _EMPTY

@@ -95,7 +95,7 @@ CASES: dict[str, tuple[tuple[int, ...], Case]] = {
 # the broad suite's workloads run as the suite runs them (fuseloop.bench.broad: its
 # inputs and generic functions, through FuseloopOps of each revision's package)
 SUITE = ("stencil-1d-5", "stencil-2d", "stencil-3d", "kernel-sum", "distances", "nbody",
-         "layernorm", "logsumexp-rows", "batchnorm-stats", "cross-entropy")
+         "layernorm", "logsumexp-rows", "batchnorm-stats", "cross-entropy", "black-scholes")
 ALL = [*CASES, *SUITE]
 
 
