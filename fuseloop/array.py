@@ -248,7 +248,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 bn.value, bn.dtype, bn.shape = v, v.dtype, ()
                 bn.storages = _EMPTY
                 if sig:
-                    operands = (*an.operands, bn)
+                    operands = an.operands + (bn,)  # noqa: RUF005  (unpacking: a list made)
             else:
                 return _apply_general(op, (a, b))
         elif tb is Array and (ta is float or ta is int):
@@ -263,7 +263,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             an.value, an.dtype, an.shape = v, v.dtype, ()
             an.storages = _EMPTY
             if sig:
-                operands = (an, *bn.operands)
+                operands = (an,) + bn.operands  # noqa: RUF005  (as above)
         else:
             return _apply_general(op, (a, b))
         node = _new_node(Apply)
