@@ -242,13 +242,13 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 loop, key, shape, sig = _sig_loops.get((op, sa or (an.dtype, an.shape), tb)) or \
                     _signed_loop(op, an, None, sa, tb, a.dtype, tb)
                 # _weak_scalar, its hit inline (0, -0.0, NaN never remembered; 0 is false)
-                v = (_weak_scalars.get((b, key[1])) if b and b == b else None) or \
-                    _weak_scalar(b, loop[1])
+                if (v := _weak_scalars.get((b, key[1])) if b and b == b else None) is None:
+                    v = _weak_scalar(b, loop[1])  # (not ``or``: a numpy scalar's truth costs)
                 bn = _new_node(Scalar)  # (at most three targets a line: no tuple built)
                 bn.value, bn.dtype, bn.shape = v, v.dtype, ()
                 bn.storages = _EMPTY
                 if sig:
-                    operands = (*an.operands, bn)
+                    operands = an.operands + (bn,)  # noqa: RUF005  (unpacking: a list made)
             else:
                 return _apply_general(op, (a, b))
         elif tb is Array and (ta is float or ta is int):
@@ -257,13 +257,13 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             sb = bn.sig or (0 if type(bn) is Apply else signature_of(bn))
             loop, key, shape, sig = _sig_loops.get((op, ta, sb or (bn.dtype, bn.shape))) or \
                 _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
-            v = (_weak_scalars.get((a, key[0])) if a and a == a else None) or \
-                _weak_scalar(a, loop[0])  # (as above)
+            if (v := _weak_scalars.get((a, key[0])) if a and a == a else None) is None:
+                v = _weak_scalar(a, loop[0])  # (as above)
             an = _new_node(Scalar)
             an.value, an.dtype, an.shape = v, v.dtype, ()
             an.storages = _EMPTY
             if sig:
-                operands = (an, *bn.operands)
+                operands = (an,) + bn.operands  # noqa: RUF005  (as above)
         else:
             return _apply_general(op, (a, b))
         node = _new_node(Apply)
@@ -689,6 +689,8 @@ class Array(ArrayProtocol, ShapeMethods):
 
     def __getitem__(self, key: Any) -> Array:
         """Basic slicing gives a view (no copy); an integer-array index gathers."""
+        if self.device.type != "cpu":  # (no host path: host_eager's tests cost half a view)
+            return _getitem(self, key)
         got = _eager_getitem(self, key)  # (a small view on the CPU: numpy's, host_eager)
         return got if got is not None else _getitem(self, key)
 

@@ -61,6 +61,30 @@ def test_allocations_are_counted_against_global_memory(device):
     assert memory.direct == before
 
 
+def test_a_gpu_checks_its_room_once_per_room_not_per_large_buffer(device, monkeypatch):
+    # a GPU's memory is taken only by the buffers counted: a buffer larger than
+    # CHECK_EVERY allocated and dropped per call is checked when its room runs out
+    mib = 1 << 20
+    fake = dataclasses.replace(device, type="gpu", global_mem_size=256 * mib,
+                               max_alloc_size=128 * mib)
+    memory = DeviceMemory(fake, device.context, device.queue)
+    checks = []
+    check = DeviceMemory._check
+    monkeypatch.setattr(DeviceMemory, "_check",
+                        lambda self, size, n: (checks.append(n), check(self, size, n)))
+    # (68 MiB counted per buffer: a check leaves room for 2 more, and the pool's one
+    # block counts as in use at the next; under CHECK_EVERY, as on a CPU: 6 checks)
+    for _ in range(6):
+        buffer = memory.allocate(64 * mib)
+        del buffer
+    assert len(checks) == 3
+    held = []
+    with pytest.raises(DeviceMemoryError, match="global memory"):
+        for _ in range(5):
+            held.append(memory.allocate(64 * mib))
+    assert len(held) == 3 and memory.in_use <= 256 * mib
+
+
 def test_a_request_beyond_global_memory_raises_at_once(device):
     # a device may report a largest allocation beyond its global memory (PoCL did:
     # fl.empty of 20 GiB was accepted on a device of 9.3 GiB)

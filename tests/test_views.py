@@ -257,3 +257,23 @@ def test_remembered_views_keep_numpy_errors_and_values(device):
     np.testing.assert_array_equal(x[0:-1:3].get(), h[0:-1:3])
     for _ in range(3):  # (views of views: each view leaf remembers its own)
         np.testing.assert_array_equal(x[1:][::2][1:].get(), h[1:][::2][1:])
+
+
+def test_views_on_a_gpu_skip_the_host_paths_tests(device, monkeypatch):
+    # only a CPU device has a host path (numpy's small views, fuseloop.host_eager): a
+    # GPU array's view goes straight to the view of its buffer
+    import dataclasses
+
+    from fuseloop import array as array_module
+
+    h = rand((6, 7), seed=3)
+    x = fl.asarray(h)
+    asked = []
+    monkeypatch.setattr(array_module, "_eager_getitem",
+                        lambda a, key: asked.append(key))  # (None: not taken)
+    np.testing.assert_array_equal(x[1:-1, None, 2:].get(), h[1:-1, None, 2:])
+    assert len(asked) == 1  # (the CPU device: asked)
+    x.device = dataclasses.replace(device, index=9134, type="gpu")
+    v = x[1:-1, None, 2:]
+    assert len(asked) == 1 and v.shape == (4, 1, 5) and v.device is x.device
+    assert v._node.storage is x._storage and v._node.strides == (7, 0, 1)

@@ -238,7 +238,7 @@ def main() -> None:
             cells.append(f"{main_thread_total(prefix) / args.calls:,.0f}")
             if args.keep:
                 Path(args.keep).mkdir(parents=True, exist_ok=True)
-                shutil.copy(f"{prefix}-01", Path(args.keep) / f"{k}-{rev}.{case}")
+                shutil.copy(f"{prefix}-01", Path(args.keep) / f"{k}-{Path(rev).name}.{case}")
         print(f"| {rev} | " + " | ".join(cells) + " |", flush=True)
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -17,6 +17,7 @@ call at the sizes where the GPU figures were taken (allocations of large buffers
 included).
 
     FUSELOOP_HOST_PATH=0 python benchmarks/probes/lazy_vs_fuse.py /work/main WT [--big]
+    python benchmarks/probes/lazy_vs_fuse.py /work/main WT --big --device fake-gpu
     python benchmarks/probes/lazy_vs_fuse.py MAIN_REV WT --big --device gpu   (GPU host)
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import importlib
 import os
 import pstats
@@ -95,7 +97,7 @@ CASES: dict[str, tuple[tuple[int, ...], Case]] = {
 # the broad suite's workloads run as the suite runs them (fuseloop.bench.broad: its
 # inputs and generic functions, through FuseloopOps of each revision's package)
 SUITE = ("stencil-1d-5", "stencil-2d", "stencil-3d", "kernel-sum", "distances", "nbody",
-         "layernorm", "logsumexp-rows", "batchnorm-stats", "cross-entropy")
+         "layernorm", "logsumexp-rows", "batchnorm-stats", "cross-entropy", "black-scholes")
 ALL = [*CASES, *SUITE]
 
 
@@ -132,7 +134,12 @@ def prepare(fl: Any, name: str, big: bool = False, device: str = "cpu"
         contraction = importlib.import_module(f"{fl.__name__}.recipes.contraction")
         fl.register_recipe("cpu", contraction.gpu_tiled, name="lvf-gpu-tiled",
                            kind="contraction")
-    fl.set_device(device)
+    if device == "fake-gpu":  # (as lazy_fuse_parity.py's --fake-gpu; its builds inline)
+        os.environ["FUSELOOP_COMPILE"] = "inline"
+        fl.set_device(dataclasses.replace(fl.set_device("cpu"), index=9132, type="gpu",
+                                          compute_units=132, max_work_group_size=1024))
+    else:
+        fl.set_device(device)
     if name in SUITE:
         return _suite_prepare(fl, name, big)
     shape, fn = CASES[name]
@@ -221,7 +228,8 @@ def main() -> None:
                     help="the suite's 2^24-element shapes, launches replaced by a no-op")
     ap.add_argument("--device", default="cpu",
                     help="device spec (default cpu, with the GPU recipes registered for it; "
-                         "on a GPU host --device gpu)")
+                         "fake-gpu: the CPU device presented as a 132-unit GPU to every "
+                         "rule, run by PoCL; on a GPU host --device gpu)")
     ap.add_argument("--profile", help="cProfile the lazy loop of this case (first revision)")
     args = ap.parse_args()
     names = copy_packages(args.revs, "lvf")[1]

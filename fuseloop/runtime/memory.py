@@ -24,7 +24,8 @@ a request does not fit, the pool's unused blocks are given back to the driver an
 unheld lazy arrays let go first, and only then is it refused.  The full check
 reads the process's memory map, so it runs only when the bytes handed out since
 the last one exceed a quarter of the room that check found (the room cannot have
-shrunk more than that through fuseloop's own allocations) or ``CHECK_EVERY``.
+shrunk more than that through fuseloop's own allocations) or ``CHECK_EVERY``; on a
+device with memory of its own (a GPU) only when they exceed that room.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 
 try:
     import resource
+    _getrlimit, _AS, _DATA = resource.getrlimit, resource.RLIMIT_AS, resource.RLIMIT_DATA
+    _UNLIMITED = resource.RLIM_INFINITY
 except ImportError:  # (not on Windows: no process limits to respect there)
     resource = None  # type: ignore[assignment]
 
@@ -60,11 +63,10 @@ def _process_room() -> int | None:
     or unknown)."""
     if resource is None:
         return None
-    limits = [(resource.getrlimit(resource.RLIMIT_AS)[0], 0),
-              (resource.getrlimit(resource.RLIMIT_DATA)[0], 5)]  # (statm field)
-    limits = [(lim, f) for lim, f in limits if lim != resource.RLIM_INFINITY]
-    if not limits:
+    space, data = _getrlimit(_AS)[0], _getrlimit(_DATA)[0]
+    if space == _UNLIMITED and data == _UNLIMITED:  # (the common case: no /proc read)
         return None
+    limits = [(lim, f) for lim, f in ((space, 0), (data, 5)) if lim != _UNLIMITED]  # (statm)
     try:
         with open("/proc/self/statm") as f:
             pages = f.read().split()
@@ -203,8 +205,9 @@ class DeviceMemory:
 
     def _room(self) -> tuple[int, int | None]:
         """(bytes the device has left, bytes the process's limits leave or None)."""
-        device_room = self.device.global_mem_size - self.in_use
-        process = _process_room() if self.device.type == "cpu" else None
+        device = self.device
+        device_room = device.global_mem_size - self._pool.managed_bytes - self.direct
+        process = _process_room() if device.type == "cpu" else None
         return device_room, None if process is None else process - PROCESS_MARGIN
 
     def _too_large(self, nbytes: int) -> DeviceMemoryError:
@@ -241,4 +244,10 @@ class DeviceMemory:
                 f"{self.in_use} bytes are in use by fuseloop's arrays and its buffer pool "
                 f"and {limit}. Delete arrays you no longer need (del x), work on smaller "
                 "pieces, or choose a device with more memory (fl.set_device)")
-        self.credit = min((room - size) // 4, CHECK_EVERY)
+        if process_room is None and device.type != "cpu":
+            # memory of its own, which only the buffers counted here take: all of the
+            # room may be handed out before the next check (a large buffer allocated
+            # per call is not checked per call)
+            self.credit = room - size
+        else:
+            self.credit = min((room - size) // 4, CHECK_EVERY)
