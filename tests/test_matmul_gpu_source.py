@@ -37,7 +37,8 @@ def _source(device, reg_loops: str = "loopy") -> str:
 
     tiles = contraction.GPU_TILES._replace(reg_loops=reg_loops)
     a = fl.empty((256, 256), dtype=np.float32, device=device)
-    with fl.recipes.use(gpu_tiled.with_params(tiles=tiles)):
+    # (split_k=1: on a real GPU of many units the rule would split the sum)
+    with fl.recipes.use(gpu_tiled.with_params(tiles=tiles, split_k=1)):
         low = fl.program(a @ a).lower(_fake_h100(device))
     assert low.recipe.name == "gpu-tiled"
     with codegen.loopy_section():

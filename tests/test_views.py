@@ -272,8 +272,9 @@ def test_views_on_a_gpu_skip_the_host_paths_tests(device, monkeypatch):
     monkeypatch.setattr(array_module, "_eager_getitem",
                         lambda a, key: asked.append(key))  # (None: not taken)
     np.testing.assert_array_equal(x[1:-1, None, 2:].get(), h[1:-1, None, 2:])
-    assert len(asked) == 1  # (the CPU device: asked)
+    cpu = int(device.type == "cpu")
+    assert len(asked) == cpu  # (a CPU device: asked)
     x.device = dataclasses.replace(device, index=9134, type="gpu")
     v = x[1:-1, None, 2:]
-    assert len(asked) == 1 and v.shape == (4, 1, 5) and v.device is x.device
+    assert len(asked) == cpu and v.shape == (4, 1, 5) and v.device is x.device
     assert v._node.storage is x._storage and v._node.strides == (7, 0, 1)
