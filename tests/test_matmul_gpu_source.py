@@ -90,7 +90,9 @@ def _source_with_hash_seed(reg_loops: str) -> str:
              "sys.path.insert(0, 'tests')\n"
              "import test_matmul_gpu_source as t\n"
              f"print(t._source(fl.get_device(), {reg_loops!r}))\n")
-    env = dict(os.environ, PYTHONHASHSEED="4", PYTHONPATH=str(ROOT))
+    # (ROOT before the caller's own path, which may hold the installed dependencies)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONHASHSEED="4", PYTHONPATH=path)
     return subprocess.run([sys.executable, "-c", child], env=env, cwd=ROOT, text=True,
                           capture_output=True, check=True).stdout
 
