@@ -12,7 +12,7 @@ kernels are built before it) for ``n`` below and above ``run_plans.PLANS_MAX``, 
 with ``FUSELOOP_HOST_PATH=0`` on a CPU to see the device path.  Reported, never asserted.
 
     FUSELOOP_HOST_PATH=0 python benchmarks/probes/plans_per_length.py [--n 1000 2000]
-        [--pattern trisolv cholesky lu] [--runs 3]
+        [--pattern trisolv cholesky lu durbin] [--runs 3]
 """
 
 from __future__ import annotations
@@ -22,70 +22,23 @@ import os
 import sys
 import time
 from collections.abc import Callable
-
-import numpy as np
+from typing import Any
 
 sys.path.insert(0, os.getcwd())  # (the current checkout's fuseloop, not the installed one)
+sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
+from statement_layers import PATTERNS  # (the loops, shared with the per-layer probe)
+
 import fuseloop as fl
 from fuseloop import run_plans
-
-
-def _trisolv(n: int) -> Callable[[], int]:
-    rng = np.random.default_rng(0)
-    lh = np.tril(rng.random((n, n))) + n * np.eye(n)
-    bh = rng.random(n)
-    L, b = fl.asarray(lh), fl.asarray(bh)
-
-    def run() -> int:
-        x = fl.zeros(n)
-        for i in range(n):
-            x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
-        return n
-    return run
-
-
-def _cholesky(n: int) -> Callable[[], int]:
-    rng = np.random.default_rng(1)
-    m = rng.random((n, n))
-    spd = m @ m.T + n * np.eye(n)
-
-    def run() -> int:
-        a = fl.asarray(spd)
-        a[0, 0] = fl.sqrt(a[0, 0])
-        for i in range(1, n):
-            for j in range(i):
-                a[i, j] -= a[i, :j] @ a[j, :j]
-                a[i, j] /= a[j, j]
-            a[i, i] = fl.sqrt(a[i, i] - a[i, :i] @ a[i, :i])
-        return n * (n - 1) + n
-    return run
-
-
-def _lu(n: int) -> Callable[[], int]:
-    rng = np.random.default_rng(2)
-    start = rng.random((n, n)) + n * np.eye(n)
-
-    def run() -> int:
-        a = fl.asarray(start)
-        for i in range(n):
-            for j in range(i):
-                a[i, j] -= a[i, :j] @ a[:j, j]
-                a[i, j] /= a[j, j]
-            for j in range(i, n):
-                a[i, j] -= a[i, :i] @ a[:i, j]
-        return n * n + n * (n - 1) // 2
-    return run
-
-
-PATTERNS = {"trisolv": _trisolv, "cholesky": _cholesky, "lu": _lu}
 
 
 def _recorded() -> str:
     return str(fl.stats().get("plans_recorded", "-"))
 
 
-def _runs(make: Callable[[int], Callable[[], int]], n: int, runs: int) -> list[str]:
-    run = make(n)
+def _runs(make: Callable[[int], tuple[Callable[[], Any], int]], n: int,
+          runs: int) -> list[str]:
+    run, count = make(n)
     run()  # (kernels built; plans dropped below)
     fl.synchronize()
     run_plans.clear()
@@ -94,7 +47,7 @@ def _runs(make: Callable[[int], Callable[[], int]], n: int, runs: int) -> list[s
         fl.synchronize()
         fl.reset_stats()
         t = time.process_time()
-        count = run()
+        run()
         fl.synchronize()
         out.append(f"{(time.process_time() - t) / count * 1e6:6.0f} ({_recorded()})")
     return out
