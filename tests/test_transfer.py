@@ -115,6 +115,8 @@ def test_a_polled_wait_sleeps_when_the_work_is_long_and_raises_on_failure(device
     running = cl.command_execution_status.RUNNING
     complete = cl.command_execution_status.COMPLETE
     done_soon = _FakeEvent([running, running, complete])
+    # (a deadline no loaded machine reaches between three polls: each yields the CPU)
+    monkeypatch.setattr(transfer, "SPIN_S", 60.0)
     transfer.wait(done_soon, cpu)
     assert not done_soon.waited  # seen complete while polling
     monkeypatch.setattr(transfer, "SPIN_S", 1e-4)
