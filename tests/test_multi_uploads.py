@@ -24,7 +24,17 @@ import fuseloop as fl
 from fuseloop.multi import exchange, uploads
 from fuseloop.runtime.devices import _runtime
 
-_CHILD = textwrap.dedent('''
+# (both child scripts' opening: two PoCL CPU devices, or a skip)
+_POCL_PAIR = textwrap.dedent('''
+    import fuseloop as fl
+    pocl = [d for d in fl.devices() if "Portable" in d.platform and d.type == "cpu"]
+    if len(pocl) < 2:
+        print("SKIP: PoCL did not list 2 CPU devices")
+        raise SystemExit(0)
+    devs = pocl[:2]
+''')
+
+_CHILD = _POCL_PAIR + textwrap.dedent('''
     import numpy as np
     import pyopencl as cl
     import fuseloop as fl
@@ -32,11 +42,6 @@ _CHILD = textwrap.dedent('''
     from fuseloop.multi import uploads
     from fuseloop.runtime.devices import _runtime
 
-    pocl = [d for d in fl.devices() if "Portable" in d.platform and d.type == "cpu"]
-    if len(pocl) < 2:
-        print("SKIP: PoCL did not list 2 CPU devices")
-        raise SystemExit(0)
-    devs = pocl[:2]
     assert devs[0].context is not devs[1].context
     w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
     un = np.random.default_rng(13).standard_normal((40, 24)).astype(np.float32)
@@ -120,16 +125,22 @@ _CHILD = textwrap.dedent('''
 ''')
 
 
-def test_failed_halo_read_raised_once_at_the_next_sync_on_pocl_devices():
+def _run_on_two_pocl_devices(script: str) -> None:
+    """Run a child script over two PoCL CPU devices in separate contexts, deferred
+    uploads on; skip when PoCL lists fewer, else expect its last line to be ``ok``."""
     env = dict(os.environ, POCL_DEVICES="pthread pthread", FUSELOOP_HOST_PATH="0",
                FUSELOOP_OPENCL_SHARED_CONTEXT="0", FUSELOOP_MULTI_DEFERRED_UPLOADS="1")
     env.pop("FUSELOOP_DEVICE", None)  # (it might name a device that is not listed now)
     env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=600)
     if run.stdout.startswith("SKIP"):
         pytest.skip(run.stdout.strip())
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
+
+
+def test_failed_halo_read_raised_once_at_the_next_sync_on_pocl_devices():
+    _run_on_two_pocl_devices(_CHILD)
 
 
 def test_a_write_appended_by_another_thread_while_settling_is_kept(device, monkeypatch):
@@ -172,17 +183,12 @@ def test_a_write_appended_by_another_thread_while_settling_is_kept(device, monke
     np.testing.assert_array_equal(target.get(), host)
 
 
-_THREADS = textwrap.dedent('''
+_THREADS = _POCL_PAIR + textwrap.dedent('''
     import threading
     import numpy as np
     import fuseloop as fl
     from fuseloop.multi import exchange
 
-    pocl = [d for d in fl.devices() if "Portable" in d.platform and d.type == "cpu"]
-    if len(pocl) < 2:
-        print("SKIP: PoCL did not list 2 CPU devices")
-        raise SystemExit(0)
-    devs = pocl[:2]
     w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
     errors, results = [], {}
 
@@ -216,12 +222,4 @@ _THREADS = textwrap.dedent('''
 
 
 def test_threads_stepping_split_stencils_with_deferred_uploads_on_pocl_devices():
-    env = dict(os.environ, POCL_DEVICES="pthread pthread", FUSELOOP_HOST_PATH="0",
-               FUSELOOP_OPENCL_SHARED_CONTEXT="0", FUSELOOP_MULTI_DEFERRED_UPLOADS="1")
-    env.pop("FUSELOOP_DEVICE", None)
-    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _THREADS], env=env, capture_output=True,
-                         text=True, timeout=600)
-    if run.stdout.startswith("SKIP"):
-        pytest.skip(run.stdout.strip())
-    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
+    _run_on_two_pocl_devices(_THREADS)
