@@ -32,11 +32,13 @@ not search ``split_k`` (its search space is the rule alone); set it with
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._lazy import LazyModule
 from .expr.nodes import Apply, Reduce
+from .caches import register as _register_cache
 from .recipe_state import recipe_for
 from .runtime.devices import Device
 
@@ -116,6 +118,13 @@ def split_param(device: Device) -> int | None:
     return None if value is None else int(value)
 
 
+#: contraction_pieces' answers by (signature, shapes, device, recipe): a loop of one
+#: statement over moving slices asks again at each length, and the answer takes a
+#: linearisation of the product
+_PIECES: OrderedDict[tuple, int | None] = OrderedDict()
+PIECES_MAX = 4096
+
+
 def contraction_pieces(tops: Sequence[Reduce], out_shape: tuple[int, ...],
                        device: Device) -> int | None:
     """Pieces to split the reduced range of a contraction into (1: none), or None when
@@ -131,6 +140,27 @@ def contraction_pieces(tops: Sequence[Reduce], out_shape: tuple[int, ...],
     fixed = split_param(device)
     if fixed is None:
         return None
+    # (a signature stands for the structure, leaves' strides included; the shapes give
+    # the extents m, n and k)
+    sig = top.sig
+    key = (sig, child.shape, out_shape, device.index,
+           recipe_for(device, "contraction").cache_id)
+    known = _PIECES.get(key, False) if sig else False
+    if known is not False:
+        return known
+    pieces = _contraction_pieces(top, out_shape, device, fixed)
+    if sig:
+        _PIECES[key] = pieces
+        while len(_PIECES) > PIECES_MAX:  # (the oldest first)
+            try:
+                _PIECES.popitem(last=False)
+            except KeyError:  # (emptied by another thread)
+                break
+    return pieces
+
+
+def _contraction_pieces(top: Reduce, out_shape: tuple[int, ...], device: Device,
+                        fixed: int) -> int | None:
     values = recipe_for(device, "contraction").values
     from .expr.program import linearize
 
@@ -153,6 +183,9 @@ def contraction_pieces(tops: Sequence[Reduce], out_shape: tuple[int, ...],
     if short is not None and short <= values.get("stream", 0) and not k_fast:
         return split_rule(items, k, device.compute_units, min_piece=stream_min_piece(short))
     return split_rule(items, k, device.compute_units)
+
+
+_register_cache("split_k.pieces", _PIECES.clear, lambda: len(_PIECES), PIECES_MAX)
 
 
 def _itemsize(program: Any, c: Any) -> int:

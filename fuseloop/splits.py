@@ -237,9 +237,12 @@ def column_narrow(device: Device) -> tuple[int, int, int]:
 
 def _kept_inner(t: Reduce) -> int:
     """The outputs of ``t`` after its last reduced axis: the work-items along a row of
-    its column-like kernel (all of them for a 2-D column reduction)."""
+    its column-like kernel (all of them for a 2-D column reduction, and where the last
+    axis is reduced: a transposed operand's columns, :func:`_column_like`)."""
     shape = t.child.shape
     last = max((d for d in t.axes if shape[d] != 1), default=-1)
+    if last == len(shape) - 1:
+        return math.prod(t.shape)
     return math.prod(shape[last + 1:])
 
 
@@ -273,15 +276,22 @@ def _column_pieces(outputs: int, length: int, device: Device, inner: int = 0) ->
 
 
 def _column_like(t: Reduce) -> bool:
-    """Whether ``t`` walks its reduced axes across rows of memory: its child's last
-    axis is kept, and no input read through elementwise operations has stride
-    +-1 along a reduced axis (a transposed input's columns are rows).  Anything
-    else in the child (a gather, a view of a reduction, a concatenation): False."""
+    """Whether ``t`` walks its reduced axes across rows of memory: no input read
+    through elementwise operations has stride +-1 along a reduced axis (a transposed
+    input's columns are rows), and the child's last axis is kept or, where that axis
+    is reduced, an input has stride +-1 along a kept axis (``x @ A`` sums the last
+    axis of ``A.T``'s view: neighbouring outputs read neighbouring addresses).
+    Inputs that every output reads alike (``x`` there: broadcast along the kept
+    axes) do not decide it where others vary along them, as in
+    :func:`fuseloop.lower.kernel.contiguous_rows`.  Anything else in the child (a
+    gather, a view of a reduction, a concatenation): False."""
     child = t.child
     n = len(child.shape)
-    if n < 2 or (n - 1) in t.axes or child.shape[-1] == 1:
+    if n < 2 or child.shape[-1] == 1:
         return False
     reduced = [d for d in t.axes if child.shape[d] != 1]
+    kept = [d for d in range(n) if d not in t.axes and child.shape[d] != 1]
+    leaves: list[Node] = []
     ok = [True]
     seen: set[int] = set()
 
@@ -291,12 +301,7 @@ def _column_like(t: Reduce) -> bool:
         seen.add(id(node))
         cls = type(node)
         if cls is Leaf:  # (an Iota reads no memory: argmin's positions along columns)
-            st = node.view_strides()  # type: ignore[attr-defined]
-            r = len(node.shape)
-            for d in reduced:
-                k = d - (n - r)
-                if k >= 0 and node.shape[k] != 1 and abs(st[k]) == 1:
-                    ok[0] = False
+            leaves.append(node)
         elif cls is Apply or cls is UserCall:
             for a in node.args:  # type: ignore[attr-defined]
                 walk(a)
@@ -305,7 +310,18 @@ def _column_like(t: Reduce) -> bool:
             ok[0] = False  # (a nested reduction runs first: its result is a kept-axes value)
 
     walk(child)
-    return ok[0]
+    if not ok[0]:
+        return False
+
+    def strides_along(leaf: Node, dims: list[int]) -> list[int]:
+        st = leaf.view_strides()  # type: ignore[attr-defined]
+        r = len(leaf.shape)
+        return [abs(st[d - n + r]) for d in dims if d >= n - r and leaf.shape[d - n + r] != 1]
+
+    deciding = [x for x in leaves if any(strides_along(x, kept))] or leaves
+    if any(1 in strides_along(x, reduced) for x in deciding):
+        return False
+    return (n - 1) not in t.axes or any(1 in strides_along(x, kept) for x in deciding)
 
 
 def nested_reduces(node: Node, out: list[Reduce], seen: set[int] | None = None) -> None:
