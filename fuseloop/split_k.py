@@ -37,8 +37,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._lazy import LazyModule
-from .expr.nodes import Apply, Reduce
 from .caches import register as _register_cache
+from .expr.nodes import Apply, Reduce
 from .recipe_state import recipe_for
 from .runtime.devices import Device
 
