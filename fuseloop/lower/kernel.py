@@ -627,15 +627,11 @@ def contiguous_rows(program: Program) -> bool:
         if varying <= set(program.row_dims) and not (
                 program.row_dims and walks_columns(program.entries)):
             return True
-    # (loads every output reads alike, x of x @ A, do not decide where others vary along
-    # the outputs: the matrix's layout does; as in splits._column_like)
-    loads = [e for e in program.entries if e.kind == "load" and e.strides != "c"]
-    varying = [e for e in loads if any(c != 0 and c[0] != "j" and k != 0
-                                       for c, k in zip(e.at, e.strides))]
-    for e in varying or loads:
-        for c, k in zip(e.at, e.strides):
-            if c != 0 and c[0] == "j" and k == 1:
-                return True
+    for e in program.entries:
+        if e.kind == "load" and e.strides != "c":
+            for c, k in zip(e.at, e.strides):
+                if c != 0 and c[0] == "j" and k == 1:
+                    return True
     return False
 
 
