@@ -10,12 +10,12 @@ such values and Python scalars are numpy scalars' work on the host, on any devic
 (:func:`fuseloop.host_ops.binary0`), and their truth is read from the node.
 
 Coherence: a block holds what the array held when it was read.  A lazy copy of the
-block's elements (``_Block.watch``) is one of the buffer's readers, so anything that
-writes into those elements computes it first (:class:`fuseloop.expr.readers.Storage`);
-when it has been computed the rest of the block is read again, and numpy's next
-element shows the write.  A 0-d array raises numpy's TypeError; a larger one yields
-its views ``a[i]``, as do split arrays, traced functions and captured or recorded
-runs (no read back there).
+block's elements (the watch) is one of the buffer's readers, so anything that writes
+into those elements computes it first (:class:`fuseloop.expr.readers.Storage`); when
+it has been computed, the next ``FIRST_BLOCK`` elements are read one at a time, each
+just before its turn, then blocks again: numpy's next element shows the write.  A 0-d
+array raises numpy's TypeError; a larger one yields its views ``a[i]``, as do split
+arrays, traced functions and captured or recorded runs (no read back there).
 """
 
 from __future__ import annotations
@@ -51,8 +51,13 @@ def iterate(a: Array) -> Iterator[Any]:
 
 def _elements(a: Array, n: int) -> Iterator[Array]:
     device, dtype = a.device, a.dtype
-    start, block = 0, FIRST_BLOCK
+    start, block, single = 0, FIRST_BLOCK, 0
     while start < n:
+        if single:  # (after a write: each element read just before its turn, no watch)
+            single -= 1
+            yield _held(a[start].get()[()], dtype, device)
+            start += 1
+            continue
         stop = min(n, start + block)
         view = a[start:stop]
         # (the watch is entered among the buffer's readers before the read: a write
@@ -65,8 +70,11 @@ def _elements(a: Array, n: int) -> Iterator[Array]:
                 break
             yield _held(values[k - start], dtype, device)
             k += 1
+        # (a loop writing into the array as it goes would compute a watch at each
+        # write: the next FIRST_BLOCK elements are read one at a time instead)
+        single, block = (FIRST_BLOCK, FIRST_BLOCK) if k < stop else \
+            (0, min(2 * block, MOST_BLOCK))
         start = k
-        block = min(2 * block, MOST_BLOCK)
 
 
 def _held(value: np.generic, dtype: np.dtype, device: Any) -> Array:

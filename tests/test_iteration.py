@@ -123,3 +123,20 @@ def test_early_break_reads_one_block(cpu, monkeypatch):
         if i == 5:
             break
     assert reads == [(iteration.FIRST_BLOCK,)]
+
+
+def test_a_loop_writing_as_it_goes_copies_no_block_per_element(not_host, fresh_stats):
+    n = 1000
+    a = fl.asarray(np.arange(float(n)))
+    h = np.arange(float(n))
+    for i, v in enumerate(a):
+        a[i] = v * 2 + 1
+    for i, v in enumerate(h):
+        h[i] = v * 2 + 1
+    np.testing.assert_array_equal(a.get(), h)
+    fl.reset_stats()
+    for i, v in enumerate(a):
+        a[i] = v * 2 + 1
+    fl.synchronize()
+    # (one launch per write at most, and a watch computed once per FIRST_BLOCK elements)
+    assert fl.stats()["kernels_launched"] <= n + n // iteration.FIRST_BLOCK + 1
