@@ -55,7 +55,8 @@ def _elements(a: Array, n: int) -> Iterator[Array]:
     while start < n:
         if single:  # (after a write: each element read just before its turn, no watch)
             single -= 1
-            yield _held(a[start].get()[()], dtype, device)
+            value: Any = a[start].get()[()]
+            yield _held(value, dtype, device)
             start += 1
             continue
         stop = min(n, start + block)
