@@ -14,8 +14,9 @@ block's elements (the watch) is one of the buffer's readers, so anything that wr
 into those elements computes it first (:class:`fuseloop.expr.readers.Storage`); when
 it has been computed, the next ``FIRST_BLOCK`` elements are read one at a time, each
 just before its turn, then blocks again: numpy's next element shows the write.  A 0-d
-array raises numpy's TypeError; a larger one yields its views ``a[i]``, as do split
-arrays, traced functions and captured or recorded runs (no read back there).
+array raises numpy's TypeError; a larger one yields its views ``a[i]``, as do other
+array types (split arrays, HostArrays), traced functions and captured or recorded
+runs (no read back there).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from . import evaluate as _evaluate
-from . import multi_hooks as _multi_hooks
 from . import trace_hooks as _trace
 from .array import Array
 from .expr.nodes import _EMPTY, Scalar
@@ -42,9 +42,8 @@ def iterate(a: Array) -> Iterator[Any]:
     shape = a.shape
     if not shape:
         raise TypeError(f"iteration over a 0-d array (shape {shape}, dtype {a.dtype})")
-    if len(shape) > 1 or type(a) is not Array or _multi_hooks.TYPES \
-            or _trace.trace_checks or _evaluate.capturing_threads[0] \
-            or _evaluate.recording_threads[0]:
+    if len(shape) > 1 or type(a) is not Array or _trace.trace_checks \
+            or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
         return (a[i] for i in range(shape[0]))
     return _elements(a, shape[0])
 
