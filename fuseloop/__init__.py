@@ -8,6 +8,7 @@ from typing import Any as _Any
 import numpy as _np
 
 from . import errors
+from . import iteration as _iteration  # noqa: F401  (it sets Array.__iter__)
 from .api import show_code, synchronize
 from .array import Array, Constant
 from .assignment import compute

@@ -176,7 +176,8 @@ def _element(x: Any, tx: type, dtype: np.dtype, rt: Any) -> Any:
 
 def binary0(op: str, a: Any, b: Any) -> Any:
     """``a op b`` for 0-d operands (an array's element ``A[i, j]``, a value made here, a
-    Python float or int; at least one an array on a host device) as an array holding
+    Python float or int; at least one an array, and a buffer's element only on a host
+    device: values held here are folded on any device, a GPU's too) as an array holding
     the value, computed now by numpy scalars' operator on the operation's loop dtypes
     (:func:`fuseloop.host_path.scalar_fn`); None: the caller builds the node.
 
@@ -207,12 +208,13 @@ def binary0(op: str, a: Any, b: Any) -> Any:
     hit = _loops0.get((op, ka, kb))
     if hit is None:
         hit = _loops0[(op, ka, kb)] = _loop0(op, ka, kb)
-    if hit is False or not (_host._host_devices.get(device.index)
-                            or _host.host_device(device)) \
+    reads = type(na) is Leaf or type(nb) is Leaf  # (held values: any device, a GPU's)
+    if hit is False or (reads and not (_host._host_devices.get(device.index)
+                                       or _host.host_device(device))) \
             or _host._evaluate.capturing_threads[0] or _host._evaluate.recording_threads[0]:
         return None
     loop, fn, warns = hit
-    if type(na) is Leaf or type(nb) is Leaf:
+    if reads:
         out = _read_and_apply(device, a, ta, b, tb, loop, fn)
         if out is None:
             return None

@@ -2,7 +2,8 @@
 
 The GPU path's cost is launches per statement x host cost per launch, plus builds (a new
 kernel per loop iteration is a disaster): this probe measures those counts on any device.
-Run it with ``FUSELOOP_HOST_PATH=0`` on the CPU to see what a GPU run does.  For each
+Run it with ``FUSELOOP_HOST_PATH=0`` or ``--not-host`` on the CPU to see what a GPU run
+does.  For each
 benchmark (loaded as ``benchmarks/npbench_swap.py`` does; NPBench is not part of this
 repository: pass a checkout with ``--npbench``) it runs the kernel twice in this process
 and prints, per run: kernels lowered (new structures: a count that grows with the size
@@ -79,7 +80,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--gpu-recipes", action="store_true",
                     help="the GPU recipes on this (CPU) device: the kernels a GPU run builds")
+    ap.add_argument("--not-host", action="store_true",
+                    help="this (CPU) device's buffers taken as not host memory, as a GPU's: "
+                         "no element read in place, small work on the device (the host "
+                         "path's limits kept, unlike FUSELOOP_HOST_PATH=0)")
     args = ap.parse_args()
+    if args.not_host:
+        from fuseloop import host_path
+
+        host_path._host_devices[fl.asarray(np.zeros(1)).device.index] = False
     if args.gpu_recipes:
         from fuseloop import recipes
 
