@@ -53,7 +53,7 @@ from .expr.nodes import (
     signature_of,
 )
 from .expr.overlap import views_disjoint
-from .expr.program import Bindings, Target, ViewOffsets, walk_structure
+from .expr.program import Bindings, Target, ViewOffsets, target_nodes, walk_structure
 from .flags import check_pending
 from .launching import LaunchPlan
 from .plan_ready import Ready, ready_for
@@ -327,17 +327,13 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
     offs = ViewOffsets()
     head: list[Any] = ["run", device.index, offs.shape(out_shape), len(roots),
                        *_key_head(device)]
-    # a mask (Target.mask) is walked like a root: its buffers are the plan's inputs
-    masks = list({id(t.mask): t.mask for t in targets or ()
-                  if isinstance(t, Target) and t.mask is not None}.values())
-    # and so are a scatter's index nodes (their buffers are inputs; their structure,
-    # with the scatter's axis, lengths, checks and atomic operation, is the key's)
-    scatters = [t.scatter for t in targets or ()
-                if isinstance(t, Target) and t.scatter is not None]
-    index_nodes = [n for sc in scatters for n in sc[1]]
+    # masks (Target.mask) and scatters' index nodes are walked like roots (their buffers
+    # are inputs; a scatter's axis, lengths, checks and atomic operation are the key's)
+    masks, index_nodes, scattered = target_nodes(targets)
     head.append(len(masks))
-    head.append(tuple((sc[0], len(sc[1]), tuple(sc[2]), tuple(sc[3])) for sc in scatters))
-    walked = walk_structure([*roots, *masks, *index_nodes], head, offs)
+    head.append(scattered)
+    walked = walk_structure([*roots, *masks, *index_nodes] if masks or index_nodes else roots,
+                            head, offs)
     if walked is None:
         return None
     toks, slots, storages, scalars = walked
