@@ -24,6 +24,7 @@ written by hand (``fuseloop.ops.compaction``) take steps 3 and 4 with
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -204,13 +205,15 @@ class LaunchPlan:
     credit (``DeviceMemory.reserve``): the hot path's allocation, per plan.
     """
 
-    __slots__ = ("compiled", "consts", "error_arg", "go", "index_dtype", "recipe",
-                 "reserve", "runtime", "small_bytes", "stamp", "threads")
+    __slots__ = ("compiled", "consts", "error_arg", "family", "go", "index_dtype", "params",
+                 "recipe", "reserve", "runtime", "small_bytes", "stamp", "threads")
     compiled: CompiledKernel
     consts: Consts
     error_arg: int | None
+    family: Any  # the backend's launcher family of its grid: go is family(consts)
     go: Launcher
     index_dtype: np.dtype | None
+    params: tuple[int, ...]  # the parameters its constants were bound from
     recipe: Any
     reserve: int
     runtime: Any
@@ -260,7 +263,8 @@ def plan_for(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_ele
         if made is None:
             return None
         plan = LaunchPlan()
-        plan.go, plan.consts, plan.error_arg = made
+        plan.go, plan.consts, plan.error_arg, plan.family = made
+        plan.params = key[0]
         plan.compiled = compiled
         plan.index_dtype = None
         plan.recipe = None
@@ -319,8 +323,8 @@ LAUNCHERS_PER_KERNEL = 16
 
 def make_binder(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_elem: int,
                 global_size: tuple[int, ...], local_size: tuple[int, ...],
-                one_output: bool = False) -> tuple[Any, Consts, int | None] | None:
-    """``(go, consts, error_arg)`` for a kernel launched with these sizes, or None
+                one_output: bool = False) -> tuple[Any, Consts, int | None, Any] | None:
+    """``(go, consts, error_arg, family)`` for a kernel launched with these sizes, or None
     when ``one_output`` and the kernel has a second output or an error flag.
 
     Takes the kernel's sorted arguments (:func:`arg_layout`): outputs, input
@@ -346,7 +350,50 @@ def make_binder(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_
         if len(compiled.launchers) >= LAUNCHERS_PER_KERNEL:
             compiled.launchers.pop(next(iter(compiled.launchers), ()), None)  # (the oldest)
         compiled.launchers[grid] = family
-    return family(consts), consts, error_arg
+    return family(consts), consts, error_arg, family
+
+
+#: ``(index in a plan's consts, parameter position, numpy scalar type)`` per constant
+#: that holds a view offset (see :func:`offset_consts`)
+OffsetConsts = tuple[tuple[int, int, Any], ...]
+
+
+def offset_consts(compiled: CompiledKernel, sizes: str, positions: Sequence[int]
+                  ) -> OffsetConsts | None:
+    """Where a plan of ``compiled`` holds the parameters at ``positions`` (view offsets)
+    among its constants, or None where its grid or its size class ``sizes`` (Loopy
+    assumptions over the launch's parameters; not for two stages in one launch, whose
+    class numbers each program's own) names one of them: new offsets might then need
+    another grid or kernel.  Otherwise the kernel reads offsets only as arguments, and
+    a plan for new ones is a kept plan with them bound anew (:func:`rebound`)."""
+    named = {int(k) for e in (*compiled.plan.gsize, *compiled.plan.lsize)
+             for k in re.findall(r"\bp\[(\d+)\]", e)}
+    named.update(int(k) for k in re.findall(r"\bp(\d+)\b", sizes))
+    wanted = set(positions)
+    if named & wanted:
+        return None
+    const_args = arg_layout(compiled)[3]
+    return tuple((c, idx, T) for c, (_, kind, idx, T) in enumerate(const_args)
+                 if kind == 3 and idx in wanted)
+
+
+def rebound(plan: LaunchPlan, params: Sequence[int], table: OffsetConsts) -> LaunchPlan:
+    """``plan`` for ``params``, which differ from its own in the offsets ``table`` names
+    only (see :func:`offset_consts`): its grid, kernel and launcher family, with those
+    constants bound anew (what :func:`plan_for` would make, without the grid's and the
+    arguments' work)."""
+    consts = list(plan.consts)
+    for c, idx, T in table:
+        consts[c] = (consts[c][0], T(params[idx]))
+    new = LaunchPlan()
+    new.consts = bound = tuple(consts)
+    new.go = plan.family(bound)
+    new.family = plan.family
+    new.params = tuple(params)
+    new.compiled, new.error_arg, new.runtime = plan.compiled, plan.error_arg, plan.runtime
+    new.recipe, new.index_dtype, new.stamp = plan.recipe, plan.index_dtype, plan.stamp
+    new.small_bytes, new.reserve, new.threads = 0, NO_RESERVE, plan.threads
+    return new
 
 
 def thread_kernel(plan: LaunchPlan) -> tuple[Any, list[Any]]:

@@ -17,11 +17,14 @@ from .expr.nodes import Storage, recent_lazy, register_readers
 from .launching import (
     DEFER_MAX_ELEMENTS,
     LaunchPlan,
+    OffsetConsts,
     enqueue,
     index_dtype_for,
     kernel_key,
+    offset_consts,
     plan_for,
     plan_launch,
+    rebound,
     recipe_kind,
     rows_of,
 )
@@ -128,7 +131,16 @@ def _new_plan(step: Any, params: list[int], index_dtype: np.dtype, recipe: Any,
     size class of these parameters and sizes are those it was found for (the memory
     cache's key but the program, which is the step's), it serves them: its plan for
     these sizes is made without building and looking up the key (which compares the
-    whole program)."""
+    whole program).  A step whose parameters changed in its view offsets only takes its
+    last plan with the offsets bound anew (:func:`_rebound`)."""
+    prev = step.plan  # (its last replay's: launch_step sets the new one after)
+    if prev is not None and step.offsets and prev.recipe is recipe \
+            and prev.index_dtype is index_dtype and step.device is device \
+            and prev.compiled.in_cache:
+        made = _rebound(step, prev, params)
+        if made is not None:
+            _increment_stat("memory_cache_hits")  # (the look-up kernel_for counts)
+            return made
     program = step.program
     n_rows, n_elem = rows_of(program, step.out_shape, recipe)
     sizes = _kernel_sizes(program, index_dtype, device, recipe, params, n_rows, n_elem)
@@ -145,6 +157,33 @@ def _new_plan(step: Any, params: list[int], index_dtype: np.dtype, recipe: Any,
     assert plan is not None  # (only a one-output plan can be refused)
     step.kernel = (recipe, index_dtype, device, sizes, plan.compiled)
     return plan
+
+
+def _rebound(step: Any, prev: LaunchPlan, params: list[int]) -> LaunchPlan | None:
+    """``prev`` (the step's last launch plan) for ``params`` where they differ from its
+    own in view offsets only and its kernel reads offsets only as arguments
+    (``launching.offset_consts``, asked once per step and kernel), else None.  A loop
+    over rows (``A[i, j] /= A[j, j]``) thus makes no grid, size class or argument
+    layout per row: offsets are arguments, not part of the grid."""
+    positions = [j for j, _ in step.offsets]
+    mixed = list(prev.params)
+    if len(mixed) != len(params):
+        return None
+    for j in positions:
+        mixed[j] = params[j]
+    if mixed != params:  # (another length or stride: the full path)
+        return None
+    table: OffsetConsts | None
+    known = step.rebind
+    if known is not None and known[0] is prev.compiled:
+        table = known[1]
+    else:
+        kernel = step.kernel  # (the size class its kernel was found for)
+        if kernel is None or kernel[4] is not prev.compiled or step.program.first is not None:
+            return None
+        table = offset_consts(prev.compiled, kernel[3][-1], positions)
+        step.rebind = (prev.compiled, table)
+    return None if table is None else rebound(prev, params, table)
 
 
 def _kernel_sizes(program: Any, index_dtype: np.dtype, device: Device, recipe: Any,

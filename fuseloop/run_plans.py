@@ -53,7 +53,7 @@ from .expr.nodes import (
     signature_of,
 )
 from .expr.overlap import views_disjoint
-from .expr.program import Bindings, Target, ViewOffsets, walk_structure
+from .expr.program import Bindings, Target, ViewOffsets, target_nodes, walk_structure
 from .flags import check_pending
 from .launching import LaunchPlan
 from .plan_ready import Ready, ready_for
@@ -62,8 +62,8 @@ from .runtime.devices import Device
 from .stats import tallies as _tallies
 
 _local = threading.local()
-_tally_record = _tallies["plans_recorded"].__next__
-_tally_replay = _tallies["plans_replayed"].__next__
+_tally_record, _tally_replay, _tally_walk = (
+    _tallies[name].__next__ for name in ("plans_recorded", "plans_replayed", "plans_walked"))
 recording_threads = [0]  # threads recording now: the common answer, "none", without the local
 _lock = threading.Lock()
 
@@ -149,8 +149,8 @@ class _Step:
     """
 
     __slots__ = ("biggest", "device", "kernel", "offsets", "out_refs", "out_shape",
-                 "params", "picks", "plan", "plan_params", "plans", "program", "scalar_refs",
-                 "storage_refs", "writes_input")
+                 "params", "picks", "plan", "plan_params", "plans", "program", "rebind",
+                 "scalar_refs", "storage_refs", "writes_input")
 
     def __init__(self, program: Any, params: list[int], out_shape: tuple[int, ...],
                  storage_refs: tuple, out_refs: tuple, scalar_refs: tuple,
@@ -159,14 +159,12 @@ class _Step:
         self.params = params
         self.offsets = offsets
         self.plan_params = params  # the parameters ``plan`` was made for
-        # a step with offsets: its launch plans per parameters (a loop over rows
-        # replays it with each row's offsets), made on first use
+        # a step with offsets: its launch plans per parameters, made on first use
         self.plans: OrderedDict[tuple, LaunchPlan] | None = None
         self.out_shape = out_shape
         self.storage_refs = storage_refs
         self.out_refs = out_refs
-        # it writes a buffer of the caller's (a target): checked gathers' flags are
-        # read before it (see fuseloop.flags)
+        # it writes a caller's buffer: checked gathers' flags are read first (fuseloop.flags)
         self.writes_input = any(kind == "i" for kind, _ in out_refs)
         self.scalar_refs = scalar_refs
         # (inputs count, storage_refs and out_refs as positions in a replay's pool of
@@ -179,6 +177,7 @@ class _Step:
         # (recipe, index dtype, device, tuned recipe and size class, kernel): the
         # kernel its last plan_launch found (see plan_steps._new_plan)
         self.kernel: tuple | None = None
+        self.rebind: tuple | None = None  # (kernel, its offsets' places): plan_steps._rebound
         # the largest of its own parameters and output size (replays without offsets)
         self.biggest = max(max(params, default=0), math.prod(out_shape))
 
@@ -324,20 +323,17 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
     it has, and each target how it meets every view of its buffer (the same view,
     disjoint, overlapping: what decides temporaries), so ``A[i, 1:] += A[i, :-1]``
     has one key for every ``i``."""
+    _tally_walk()
     offs = ViewOffsets()
     head: list[Any] = ["run", device.index, offs.shape(out_shape), len(roots),
                        *_key_head(device)]
-    # a mask (Target.mask) is walked like a root: its buffers are the plan's inputs
-    masks = list({id(t.mask): t.mask for t in targets or ()
-                  if isinstance(t, Target) and t.mask is not None}.values())
-    # and so are a scatter's index nodes (their buffers are inputs; their structure,
-    # with the scatter's axis, lengths, checks and atomic operation, is the key's)
-    scatters = [t.scatter for t in targets or ()
-                if isinstance(t, Target) and t.scatter is not None]
-    index_nodes = [n for sc in scatters for n in sc[1]]
+    # masks (Target.mask) and scatters' index nodes are walked like roots (their buffers
+    # are inputs; a scatter's axis, lengths, checks and atomic operation are the key's)
+    masks, index_nodes, scattered = target_nodes(targets)
     head.append(len(masks))
-    head.append(tuple((sc[0], len(sc[1]), tuple(sc[2]), tuple(sc[3])) for sc in scatters))
-    walked = walk_structure([*roots, *masks, *index_nodes], head, offs)
+    head.append(scattered)
+    walked = walk_structure([*roots, *masks, *index_nodes] if masks or index_nodes else roots,
+                            head, offs)
     if walked is None:
         return None
     toks, slots, storages, scalars = walked

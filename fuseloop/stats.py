@@ -19,6 +19,7 @@ COUNTER_NAMES = (
     "host_operations",      # small operations numpy computed at once, no lazy tree: host_ops.py
     "plans_recorded",       # evaluations recorded as run plans: run_plans.py
     "plans_replayed",       # run plans replayed (not counting fl.fuse's or a split array's)
+    "plans_walked",         # structure walks for a run plan's key: run_plans._key
 )
 
 counters: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)
@@ -45,7 +46,8 @@ def _cached_launches() -> int:
 # the host path's counters, tallied the same way (every small statement on the CPU
 # device counts one): name -> its tally, and the calls that were not counts
 tallies = {name: itertools.count() for name in (
-    "host_operations", "host_evaluations", "plans_recorded", "plans_replayed")}
+    "host_operations", "host_evaluations", "plans_recorded", "plans_replayed",
+    "plans_walked")}
 _not_counts = dict.fromkeys(tallies, 0)
 
 

@@ -193,6 +193,25 @@ class Target(NamedTuple):
     mask: Node | None = None
 
 
+def target_nodes(targets: Sequence[Any] | None) -> tuple[list[Node], list[Node], tuple]:
+    """The masks (each once) and scatters' index nodes of ``targets`` (a run plan's walk
+    reads them as roots, after its roots), and each scatter's fields for the key: axis,
+    index count, lengths, checks.  A loop, not comprehensions: most
+    targets have neither, and this runs for every statement whose views move."""
+    masks: list[Node] = []
+    index_nodes: list[Node] = []
+    scattered: list[tuple] = []
+    for t in targets or ():
+        if isinstance(t, Target) and (t.mask is not None or t.scatter is not None):
+            if t.mask is not None and all(m is not t.mask for m in masks):
+                masks.append(t.mask)
+            if t.scatter is not None:
+                sc = t.scatter
+                index_nodes.extend(sc[1])
+                scattered.append((sc[0], len(sc[1]), tuple(sc[2]), tuple(sc[3])))
+    return masks, index_nodes, tuple(scattered)
+
+
 def linearize(roots: Sequence[Node], out_shape: tuple[int, ...],
               targets: Sequence[Target | None] | None = None,
               chunks: tuple[int, int, bool, int] | None = None,
