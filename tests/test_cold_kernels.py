@@ -94,3 +94,54 @@ def test_contour_warm_call_builds_nothing(device, fresh_stats):
     after = fl.stats()
     assert after["memory_cache_misses"] == before["memory_cache_misses"]
     assert after["kernels_compiled"] == before["kernels_compiled"]
+
+
+# {{{ gpu-coalesced: what no element index changes, computed once per work-item
+
+@pytest.fixture
+def gpu_coalesced_on_cpu(restore_recipes):
+    from fuseloop.recipes import gpu_coalesced
+
+    fl.register_recipe("cpu", gpu_coalesced, name="test-gpu-coalesced")
+    with fl.device("cpu") as dev:
+        yield dev
+
+
+@pytest.mark.parametrize("n", [1, 300, 4099])
+def test_invariant_operands_give_numpy_values(gpu_coalesced_on_cpu, n):
+    rng = np.random.default_rng(n)
+    ah, bh = rng.random(n) + 1j * rng.random(n), rng.random(n) + 1j * rng.random(n)
+    zh, sh = np.complex128(0.7 - 0.4j), np.float64(0.3)
+    xh = rng.standard_normal(n)
+    a, b, z, s, x = (fl.asarray(v) for v in (ah, bh, zh, sh, xh))
+    e = a + z ** 1.5 * b
+    assert "_fl_inv0 = fl_power_c128(" in fl.show_code(e)
+    np.testing.assert_allclose(e.get(), ah + zh ** 1.5 * bh, rtol=1e-12)
+    np.testing.assert_allclose((x * fl.sin(s) + s * s - x / (s + 1)).get(),
+                               xh * np.sin(sh) + sh * sh - xh / (sh + 1), rtol=1e-12)
+    # under a condition: computed where its element is selected, as before
+    np.testing.assert_allclose(fl.where(x > 0, fl.log(fl.abs(s - 0.5 + x)), x).get(),
+                               np.where(xh > 0, np.log(np.abs(sh - 0.5 + xh)), xh),
+                               rtol=1e-12)
+    a += z * b  # in place: the output is read per element
+    np.testing.assert_allclose(a.get(), ah + zh * bh, rtol=1e-12)
+
+
+def test_invariant_power_is_generated_once_per_slab(device):
+    """The unrolled elements (4 a work-item here) and the two slabs computed a 0-d
+    operand's power 8 times; now once in each slab, before the elements."""
+    from matmul_source import fake_h100
+
+    from fuseloop.lower import codegen
+
+    n = 40000
+    a = fl.asarray(np.ones(n, np.complex128))
+    z = fl.asarray(np.complex128(0.5 + 0.5j))
+    low = fl.program(a + z ** 1.5 * a).lower(fake_h100(device))
+    assert low.recipe.name == "gpu-coalesced"
+    with codegen.loopy_section():
+        src = codegen.generate(low.t_unit, low.device).source
+    body = src[src.index("__kernel"):]
+    assert body.count("fl_power_c128(") == 2, body
+
+# }}}
