@@ -170,6 +170,39 @@ def _separate_loads(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str], list[
     return knl, load_ids, load_vars
 
 
+def _hoist_invariants(knl: lp.LoopKernel) -> lp.LoopKernel:
+    """Compute once per work-item, before its elements, what no element index changes: a
+    0-d operand's value and the operations on it alone (``z ** 1.5`` of ``z ** 1.5 * a``
+    with ``z`` 0-d), which the unrolled elements and both slabs would each compute again
+    (the source, Loopy's code generation and the driver's build grow with every copy).
+    Only unconditional instructions of the plain element loop are read."""
+    from .mappers import InvariantExtractor
+
+    if any(not isinstance(insn, lp.Assignment) or insn.predicates
+           or insn.within_inames != frozenset({FLAT_INAME}) for insn in knl.instructions):
+        return knl
+    variant = frozenset(knl.all_inames()) | frozenset(knl.temporary_variables) | frozenset(
+        a.name for a in knl.args if isinstance(a, lp.ArrayArg) and a.is_output)
+    found: dict = {}
+    mapper = InvariantExtractor(variant, found)
+    insns = []
+    for insn in knl.instructions:
+        mapper.used = set()
+        expr = mapper(insn.expression)
+        insns.append(insn.copy(expression=expr, depends_on=insn.depends_on | frozenset(
+            f"inv{name}" for name in mapper.used)))
+    if not found:
+        return knl
+    temps = dict(knl.temporary_variables)
+    hoisted = []
+    for expr, name in found.items():
+        temps[name] = lp.TemporaryVariable(name, None, shape=(),
+                                           address_space=lp.AddressSpace.PRIVATE)
+        hoisted.append(lp.Assignment(prim.Variable(name), expr, id=f"inv{name}",
+                                     within_inames=frozenset()))
+    return knl.copy(instructions=hoisted + insns, temporary_variables=temps)
+
+
 def _operations(expr: object) -> int:
     """Operations in ``expr``: every node but variables, constants and subscripts (whose
     index arithmetic counts)."""
@@ -225,7 +258,7 @@ def _gpu_coalesced(t_unit: lp.TranslationUnit, device: Device, *, group: int,
                               else tile, tile_local)  # type: ignore[arg-type]
         if tiled is not None:
             return tiled
-    knl = t_unit.default_entrypoint
+    knl = _hoist_invariants(t_unit.default_entrypoint)
     if items is None:
         items = items_by_rule(body_operations(knl))
     knl, load_ids, load_vars = _separate_loads(knl)
@@ -242,6 +275,11 @@ def _gpu_coalesced(t_unit: lp.TranslationUnit, device: Device, *, group: int,
                                      within=" or ".join(f"id:{i}" for i in load_ids),
                                      new_inames=[GPU_LOAD_INAME])
         t_unit = lp.tag_inames(t_unit, {GPU_LOAD_INAME: "unr"})
+    from .mappers import INVARIANT_PREFIX
+
+    if any(n.startswith(INVARIANT_PREFIX) for n in knl.temporary_variables):
+        # (each work-item computes them, in the work-group axes the element loop has)
+        t_unit = lp.add_inames_for_unused_hw_axes(t_unit, within=f"id:inv{INVARIANT_PREFIX}*")
     return t_unit
 
 
@@ -267,7 +305,7 @@ def _valid_gpu_coalesced(values: Mapping[str, Any], device: Device) -> bool:
 
 
 gpu_coalesced = Recipe(
-    "gpu-coalesced", _gpu_coalesced, version="5",
+    "gpu-coalesced", _gpu_coalesced, version="6",
     params=(Param("group", int, GPU_GROUP_SIZE, "work-items per work-group",
                   powers_of_two(1, 1024, (32, 64, 128, 256, 512))),
             Param("items", int, None, "elements per work-item, group apart (None: by "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pymbolic.primitives as prim
 from loopy.symbolic import IdentityMapper, get_dependencies
 
@@ -100,3 +101,78 @@ def hoistable(expr: Any, inputs: frozenset[str], allowed: frozenset[str]) -> boo
     return (isinstance(expr, prim.Subscript) and isinstance(expr.aggregate, prim.Variable)
             and expr.aggregate.name in inputs
             and get_dependencies(expr.index) <= allowed)
+
+
+#: elementwise recipes: the temporaries holding values no element index changes
+INVARIANT_PREFIX = "_fl_inv"
+#: the expressions :class:`InvariantExtractor` takes out (a bare name or constant stays)
+_TAKEN = (prim.Call, prim.Subscript, prim.Sum, prim.Product, prim.Quotient, prim.Power)
+
+
+class InvariantExtractor(IdentityMapper):
+    """Replace the largest subexpressions that no loop index changes (reads of inputs at
+    fixed places, parameters, the operations on them) by scalar temporaries, one per
+    distinct subexpression.  Nothing under a conditional, a comparison or a reduction is
+    taken (a value computed where its condition is false may be invalid).
+    ``variant``: the names whose values change within the loops (inames, temporaries) or
+    may (outputs: another work-item may write them)."""
+
+    def __init__(self, variant: frozenset[str], found: dict) -> None:
+        super().__init__()
+        self.variant = variant
+        self.found = found  # subexpression -> temporary name
+        self.used: set[str] = set()  # temporaries referred to since the last reset
+        self._memo: dict[int, bool] = {}  # id(subexpression) -> invariant (each once)
+
+    def rec(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(expr, _TAKEN) and self.invariant(expr):
+            if expr not in self.found:
+                self.found[expr] = f"{INVARIANT_PREFIX}{len(self.found)}"
+            self.used.add(self.found[expr])
+            return prim.Variable(self.found[expr])
+        return super().rec(expr, *args, **kwargs)
+
+    __call__ = rec
+
+    def invariant(self, expr: Any) -> bool:
+        """Whether ``expr`` reads no variant name through operations alone."""
+        known = self._memo.get(id(expr))
+        if known is not None:
+            return known
+        if isinstance(expr, prim.Variable):
+            out = expr.name not in self.variant
+        elif isinstance(expr, int | float | complex | np.generic):
+            out = True
+        elif isinstance(expr, prim.Call):
+            out = POINTER_MARK not in getattr(expr.function, "name", "") and all(
+                self.invariant(p) for p in expr.parameters)
+        elif isinstance(expr, prim.Subscript):
+            out = self.invariant(expr.aggregate) and self.invariant(expr.index)
+        elif isinstance(expr, prim.Sum | prim.Product | tuple):
+            out = all(self.invariant(c) for c in (
+                expr if isinstance(expr, tuple) else expr.children))
+        elif isinstance(expr, prim.Quotient):
+            out = self.invariant(expr.numerator) and self.invariant(expr.denominator)
+        elif isinstance(expr, prim.Power):
+            out = self.invariant(expr.base) and self.invariant(expr.exponent)
+        else:  # (conditionals, comparisons, reductions, anything else: left in place)
+            out = False
+        self._memo[id(expr)] = out
+        return out
+
+    def map_call(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
+        if POINTER_MARK in getattr(expr.function, "name", ""):
+            return expr  # (see LoadExtractor.map_call)
+        return super().map_call(expr, *args, **kwargs)
+
+    def map_if(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
+        return expr
+
+    def map_logical_and(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
+        return expr
+
+    def map_logical_or(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
+        return expr
+
+    def map_reduction(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
+        return expr
