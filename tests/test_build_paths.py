@@ -171,3 +171,19 @@ def test_assigning_another_view_of_the_same_buffer_writes(device_path):
     want[2] = want[2, ::-1].copy()
     a[0, 1:3] = a[0, 1:3]  # (itself: nothing to write)
     np.testing.assert_array_equal(a.get(), want)
+
+
+def test_views_of_a_leaf_viewed_at_many_keys(device_path):
+    # (past VIEWS_MAX keys a leaf's views are walked, no longer remembered by key)
+    from fuseloop.ops import indexing
+
+    host = np.arange(80.0).reshape(8, 10)
+    a = fl.asarray(host, device=device_path)
+    keys = [(i, slice(None, j)) for i in range(8) for j in range(10)]
+    assert len(keys) > indexing.VIEWS_MAX
+    for _ in range(2):
+        for key in keys:
+            np.testing.assert_array_equal(a[key].get(), host[key])
+    with pytest.raises(IndexOutOfBoundsError, match="index 8 is out of bounds for axis 0"):
+        a[8, :3]
+    np.testing.assert_array_equal(a[None, 2, ::-3].get(), host[None, 2, ::-3])

@@ -168,9 +168,11 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return got
 
 
-# a leaf's views remembered (Leaf.views) at most; more clear them
+# a leaf's views remembered (Leaf.views) at most: a leaf viewed at more keys has moving
+# views (a loop's ``a[i, :j]``), whose keys cost more than they find (_MOVING)
 VIEWS_MAX = 32
 _SAME = object()  # (remembered for a key that views the whole array: the array itself)
+_MOVING = object()  # (Leaf.views of a leaf whose views are walked, not remembered)
 
 
 def _plain_view(arr: Array, key: Any) -> Array | None:
@@ -183,13 +185,16 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     From a leaf's second view on, its views are remembered by key (``Leaf.views``):
     the same key again (a stencil's slices, ``x[None, :]``, every call) gives the same
     leaf node, nodes being immutable, so neither the view nor its signature is worked
-    out again."""
+    out again; until :data:`VIEWS_MAX` keys are remembered: the leaf's views move (a
+    loop's ``a[i, :j]``), and a key costs almost half a walk, so they are walked."""
     node: Any = arr._node
     if arr._storage is None or type(node) is not Leaf:
         return None
     views = node.views
     if views is None:  # (most leaves are viewed once, if at all: nothing remembered)
         node.views = {}
+        return _walk_view(arr, node, key)
+    if views is _MOVING:
         return _walk_view(arr, node, key)
     hk = _view_key(key)
     if hk is None:
@@ -199,8 +204,9 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
         view = _walk_view(arr, node, key)
         if view is not None:
             if len(views) >= VIEWS_MAX:
-                views.clear()
-            views[hk] = _SAME if view is arr else view._node
+                node.views = _MOVING
+            else:
+                views[hk] = _SAME if view is arr else view._node
         return view
     if leaf is _SAME:
         return arr

@@ -298,6 +298,8 @@ def _matmul_unbatched(a: Array, b: Array) -> Array:
 
 
 def dot(a: Any, b: Any) -> Array:
+    if type(a) is Array and type(b) is Array and len(a._shape) == 1 and a._shape == b._shape:
+        return matmul(a, b)  # (numpy's dot of vectors is their matmul: its short path)
     if type(a) is HostArray and type(b) is HostArray and (got := eager_matmul(a, b)) is not None:
         return got  # (a loop's ``dot(A[i, :j], A[j, :j])``: numpy's at once, no detour)
     a, b = _coerce(a), _coerce(b)
@@ -308,8 +310,6 @@ def dot(a: Any, b: Any) -> Array:
     if a.ndim == 1 and b.ndim == 1:
         if a.shape != b.shape:
             raise ShapeError(f"dot: shapes {a.shape} and {b.shape} not aligned")
-        if type(a) is Array and type(b) is Array and a.device is b.device:
-            return _vector_dot(a, b)
         prod = a * b  # (numpy's dot keeps the operands' type: int32 . int32 is int32)
         return _sum(prod, dtype=None if prod.dtype == np.bool_ else prod.dtype)
     if b.ndim == 1:
