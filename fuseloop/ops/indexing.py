@@ -172,7 +172,7 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 # views (a loop's ``a[i, :j]``), whose keys cost more than they find (_MOVING)
 VIEWS_MAX = 32
 _SAME = object()  # (remembered for a key that views the whole array: the array itself)
-_MOVING = object()  # (Leaf.views of a leaf whose views are walked, not remembered)
+_MOVING: Any = object()  # (Leaf.views of a leaf whose views are walked, not remembered)
 
 
 def _plain_view(arr: Array, key: Any) -> Array | None:
