@@ -218,25 +218,22 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
 
 def _view_key(key: Any) -> tuple | None:
     """``key`` as a key of ``Leaf.views``: a tuple of its ints, Nones and slices (each
-    as its (start, stop, step), which hash), the key itself when it holds no slice;
-    None for any other item (:func:`_walk_view` refuses those: nothing is kept)."""
-    if type(key) is not tuple:
-        key = (key,)
-    out: Any = key
-    for p, k in enumerate(key):
+    as its (start, stop, step), which hash); None for any other item (:func:`_walk_view`
+    refuses those: nothing is kept)."""
+    out = []
+    for k in (key if type(key) is tuple else (key,)):
         t = type(k)
-        if t is int or k is None:
-            continue
-        if t is not slice:
+        if t is slice:
+            a, b, c = k.start, k.stop, k.step
+            if (a is not None and type(a) is not int) or (b is not None and type(b) is not int) \
+                    or (c is not None and type(c) is not int):
+                return None
+            out.append((a, b, c))
+        elif t is int or k is None:
+            out.append(k)
+        else:
             return None
-        a, b, c = k.start, k.stop, k.step
-        if (a is not None and type(a) is not int) or (b is not None and type(b) is not int) \
-                or (c is not None and type(c) is not int):
-            return None
-        if out is key:
-            out = list(key)
-        out[p] = (a, b, c)
-    return key if out is key else tuple(out)
+    return tuple(out)
 
 
 def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
