@@ -458,11 +458,8 @@ class Array(ArrayProtocol, ShapeMethods):
     @classmethod
     def _concrete(cls, storage: Storage, dtype: np.dtype, shape: tuple[int, ...]) -> Array:
         self = object.__new__(cls)
-        self._storage = storage
-        self._node = _plain_leaf(storage, dtype, shape)
-        self.device = storage.device
-        self.dtype = dtype
-        self._shape = shape
+        self._storage, self.device = storage, storage.device
+        self._node, self.dtype, self._shape = _plain_leaf(storage, dtype, shape), dtype, shape
         return self
 
     @classmethod
@@ -696,6 +693,8 @@ class Array(ArrayProtocol, ShapeMethods):
 
     def __setitem__(self, key: Any, value: Any) -> None:
         """Write through a view (``a[1:-1] = e``) or scatter (``a[idx] = v``)."""
+        if type(value) is Array and _written_in_place(self, key, value):
+            return  # (``a[k] += v``'s write back: the operator wrote that view already)
         if _eager_setitem(self, key, value):  # (small, on the CPU: numpy, at once)
             return
         held = False
@@ -719,7 +718,7 @@ class Array(ArrayProtocol, ShapeMethods):
         # the lean path: its temporary is let go at once (a held one is a lazy reader)
         node = apply_op(op, self, other)._node if type(other) in _LEAN_OTHER and \
             not _multi_hooks.TYPES else build_node(op, (self, other))[0]
-        if not np.can_cast(node.dtype, self.dtype, "same_kind"):
+        if node.dtype is not self.dtype and not np.can_cast(node.dtype, self.dtype, "same_kind"):
             raise DTypeError(
                 f"cannot cast ufunc {op!r} output from {node.dtype} to {self.dtype} "
                 "with casting rule 'same_kind' (numpy's rule for in-place operators)")
@@ -797,4 +796,5 @@ from .host_views import copy_concrete as _eager_copy  # noqa: E402
 from .host_writes import setitem as _eager_setitem  # noqa: E402
 from .ops.indexing import getitem as _getitem  # noqa: E402
 from .ops.indexing import setitem as _setitem  # noqa: E402
+from .ops.indexing import written_in_place as _written_in_place  # noqa: E402
 from .run_plans import replay_one as _replay_one  # noqa: E402

@@ -168,9 +168,11 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return got
 
 
-# a leaf's views remembered (Leaf.views) at most; more clear them
+# a leaf's views remembered (Leaf.views) at most: a leaf viewed at more keys has moving
+# views (a loop's ``a[i, :j]``), whose keys cost more than they find (_MOVING)
 VIEWS_MAX = 32
 _SAME = object()  # (remembered for a key that views the whole array: the array itself)
+_MOVING: Any = object()  # (Leaf.views of a leaf whose views are walked, not remembered)
 
 
 def _plain_view(arr: Array, key: Any) -> Array | None:
@@ -183,7 +185,8 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     From a leaf's second view on, its views are remembered by key (``Leaf.views``):
     the same key again (a stencil's slices, ``x[None, :]``, every call) gives the same
     leaf node, nodes being immutable, so neither the view nor its signature is worked
-    out again."""
+    out again; until :data:`VIEWS_MAX` keys are remembered: the leaf's views move (a
+    loop's ``a[i, :j]``), and a key costs almost half a walk, so they are walked."""
     node: Any = arr._node
     if arr._storage is None or type(node) is not Leaf:
         return None
@@ -191,8 +194,9 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     if views is None:  # (most leaves are viewed once, if at all: nothing remembered)
         node.views = {}
         return _walk_view(arr, node, key)
-    # (a key with Ellipsis is not a plain view: _walk_view refuses it, nothing is kept)
-    hk = _basic_key(key)
+    if views is _MOVING:
+        return _walk_view(arr, node, key)
+    hk = _view_key(key)
     if hk is None:
         return _walk_view(arr, node, key)
     leaf = views.get(hk)
@@ -200,8 +204,9 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
         view = _walk_view(arr, node, key)
         if view is not None:
             if len(views) >= VIEWS_MAX:
-                views.clear()
-            views[hk] = _SAME if view is arr else view._node
+                node.views = _MOVING
+            else:
+                views[hk] = _SAME if view is arr else view._node
         return view
     if leaf is _SAME:
         return arr
@@ -211,43 +216,57 @@ def _plain_view(arr: Array, key: Any) -> Array | None:
     return view
 
 
+def _view_key(key: Any) -> tuple | None:
+    """``key`` as a key of ``Leaf.views``: a tuple of its ints, Nones and slices (each
+    as its (start, stop, step), which hash); None for any other item (:func:`_walk_view`
+    refuses those: nothing is kept)."""
+    out = []
+    for k in (key if type(key) is tuple else (key,)):
+        t = type(k)
+        if t is slice:
+            a, b, c = k.start, k.stop, k.step
+            if (a is not None and type(a) is not int) or (b is not None and type(b) is not int) \
+                    or (c is not None and type(c) is not int):
+                return None
+            out.append((a, b, c))
+        elif t is int or k is None:
+            out.append(k)
+        else:
+            return None
+    return tuple(out)
+
+
 def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
-    """:func:`_plain_view` worked out (``node``: the array's leaf)."""
+    """:func:`_plain_view` worked out (``node``: the array's leaf) in one pass over the
+    key: an int moves the offset, a slice makes an axis, None a unit axis; None for
+    anything else or an int out of range (the general path raises numpy's error)."""
     shape = node.shape
-    items = key if type(key) is tuple else (key,)
     strides = node.strides
     if strides is None:
         strides = _c_strides(shape)
     offset = node.offset
     nd = len(shape)
-    if len(items) == nd:
-        # one element (``A[i, j]``, the commonest key of a loop): its offset alone
-        for k, n, st in zip(items, shape, strides):
-            if type(k) is not int:
-                break
-            if not -n <= k < n:
-                return None  # (the general path raises numpy's error)
-            offset += st * (k if k >= 0 else k + n)
-        else:
-            return _leaf_array(arr, node, (), () if offset else None, offset)
-        offset = node.offset
     new_shape: list[int] = []
     new_strides: list[int] = []
-    same = True
+    same = True  # (only whole axes so far: the view is the array)
     d = 0  # the next axis of ``arr``
-    for k in items:
-        if k is None:  # a new axis of length 1 (stride 0, as the general path makes it)
-            new_shape.append(1)
-            new_strides.append(0)
-            same = False
-            continue
-        if d == nd:
-            return None  # too many indices: the general path raises numpy's error
+    for k in (key if type(key) is tuple else (key,)):
         tk = type(k)
-        n = shape[d]
-        st = strides[d]
-        d += 1
-        if tk is slice:
+        if tk is int:
+            if d == nd:
+                return None  # too many indices
+            n = shape[d]
+            if not -n <= k < n:
+                return None
+            offset += strides[d] * (k if k >= 0 else k + n)
+            d += 1
+            same = False
+        elif tk is slice:
+            if d == nd:
+                return None
+            n = shape[d]
+            st = strides[d]
+            d += 1
             step = k.step
             if step is None:  # (the common slice: no range object to measure)
                 start, stop, _ = k.indices(n)
@@ -268,20 +287,31 @@ def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
                 st *= step
             new_shape.append(length)
             new_strides.append(st)
-        elif tk is int:
-            if not -n <= k < n:
-                return None  # (the general path raises numpy's error)
-            offset += st * (k if k >= 0 else k + n)
+        elif k is None:  # a new axis of length 1 (stride 0, as the general path makes it)
+            new_shape.append(1)
+            new_strides.append(0)
             same = False
         else:
             return None
     if same:
         return arr
-    shape_t = (*new_shape, *shape[d:])
-    strides_t: tuple[int, ...] | None = (*new_strides, *strides[d:])
+    if d < nd:
+        shape_t = (*new_shape, *shape[d:])
+        strides_t: tuple[int, ...] | None = (*new_strides, *strides[d:])
+    else:
+        shape_t, strides_t = tuple(new_shape), tuple(new_strides)
     if not offset and strides_t == _c_strides(shape_t):
         strides_t = None
-    return _leaf_array(arr, node, shape_t, strides_t, offset)
+    # (the leaf and array made here: no frame of their own)
+    leaf = _new(Leaf)
+    leaf.sig, leaf.operands, leaf.storage = 0, node.operands, node.storage
+    leaf.dtype, leaf.shape, leaf.strides = node.dtype, shape_t, strides_t
+    leaf.offset, leaf.storages, leaf.token = offset, node.storages, None
+    leaf.views = None
+    view = _new_array(Array)
+    view._storage, view._node, view.device = node.storage, leaf, arr.device
+    view.dtype, view._shape = leaf.dtype, shape_t
+    return view
 
 
 def _element_offset(arr: Array, key: Any) -> int | None:
@@ -300,21 +330,6 @@ def _element_offset(arr: Array, key: Any) -> int | None:
             return None
         offset += st * (k % n)
     return offset
-
-
-def _leaf_array(arr: Array, node: Any, shape: tuple[int, ...], strides: tuple[int, ...] | None,
-                offset: int) -> Array:
-    """A concrete array viewing ``node``'s buffer (``Leaf``'s fields set here, its
-    buffer tuple and set shared with ``node``: ``strides`` already normalised)."""
-    leaf = _new(Leaf)
-    leaf.sig, leaf.operands, leaf.storage = 0, node.operands, node.storage
-    leaf.dtype, leaf.shape, leaf.strides = node.dtype, shape, strides
-    leaf.offset, leaf.storages, leaf.token = offset, node.storages, None
-    leaf.views = None
-    view = _new_array(Array)
-    view._storage, view._node, view.device = node.storage, leaf, arr.device
-    view.dtype, view._shape = leaf.dtype, shape
-    return view
 
 
 # (array shape, basic key: see _basic_key) -> the view's (shape, offsets, coeffs), or
@@ -523,6 +538,19 @@ def _same_view(value: Any, target: Array) -> bool:
     a, b = value._node, target._node
     return (a.storage is b.storage and a.offset == b.offset  # type: ignore[attr-defined]
             and a.view_strides() == b.view_strides())  # type: ignore[attr-defined]
+
+
+def written_in_place(arr: Array, key: Any, value: Array) -> bool:
+    """Whether ``value`` is a concrete array of ``arr``'s buffer that is the view ``arr[key]``
+    itself (``a[k] op= v``'s write back, after the operator wrote through the view):
+    ``arr[key] = value`` then changes nothing."""
+    if value._storage is None or value._storage is not arr._storage \
+            or value.dtype is not arr.dtype:
+        return False
+    if not value._shape:  # (an element: its offset alone, the commonest write back)
+        return _element_offset(arr, key) == value._node.offset  # type: ignore[attr-defined]
+    plain = _plain_view(arr, key)
+    return plain is not None and _same_view(value, plain)
 
 
 def _assigned_without_scatter(arr: Array, key: Any, value: Any, held: bool) -> bool:

@@ -240,6 +240,8 @@ def flip(a: Any, axis: Any = None) -> Array:
         return a.copy()
     axes = set(normalize_axes(axis, a.ndim))
     n = a.ndim
+    if type(a) is Array:  # (numpy's definition, a basic index: indexing's one-pass view)
+        return a[tuple(slice(None, None, -1) if k in axes else slice(None) for k in range(n))]
     off = tuple(a.shape[k] - 1 if k in axes else 0 for k in range(n))
     coeffs = tuple(tuple((-1 if k in axes else 1) if d == k else 0 for d in range(n))
                    for k in range(n))
