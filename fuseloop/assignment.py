@@ -22,11 +22,14 @@ from .expr.nodes import (
     Literal,
     Node,
     broadcast_shapes,
+    forget_recent,
     note_reader,
+    recent_lazy,
     register_readers,
 )
 from .expr.overlap import View, views_disjoint
 from .expr.program import Target
+from .expr.readers import _EXACT_REFCOUNTS as EXACT_REFCOUNTS
 from .multi_hooks import any_split, is_split
 from .trace_hooks import check_traced, trace_checks
 
@@ -39,12 +42,55 @@ def _broadcasts_after(value_shape: tuple[int, ...], dest_shape: tuple[int, ...])
 
 
 class NodeValue:
-    """An expression node being assigned, not wrapped in an Array (no reader entry)."""
+    """An expression node being assigned, not wrapped in an Array (no reader entry);
+    ``operand``: the in-place operator's other operand (``Array._inplace``'s)."""
 
-    __slots__ = ("node",)
+    __slots__ = ("node", "operand")
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, operand: Any = None) -> None:
         self.node = node
+        self.operand = operand
+
+
+def _operand_refcount_probe() -> int:
+    """sys.getrefcount in :func:`_unheld_operand` of a temporary operand of an in-place
+    operator (``a[i] -= b @ c``), through the frames ``Array.__isub__`` and
+    ``Array._inplace`` make, measured on stand-ins of them."""
+    class Probe:
+        def __isub__(self, o: Any) -> Any:
+            return self._inplace("subtract", o)
+
+        def _inplace(self, op: str, other: Any) -> Any:
+            self.count = _count(NodeValue(None, other))  # type: ignore[arg-type]
+            return self
+
+    def _count(value: NodeValue) -> int:
+        return sys.getrefcount(value.operand)
+
+    p = Probe()
+    p -= object()
+    return p.count
+
+
+_OPERAND_REFCOUNT = _operand_refcount_probe()
+
+
+def _unheld_operand(value: Any) -> Any:
+    """The lazy operand of an in-place operator that nothing but the statement holds
+    (its value is needed by no one after the write), taken out of the recent lazy
+    arrays if it is among the last of them, so that it never becomes a reader of its
+    buffers (its entry would only cost the write's check a walk of it); None otherwise."""
+    count = sys.getrefcount(value.operand)  # (first: a local would hold it once more)
+    operand = value.operand
+    if type(operand) is not Array or operand._storage is not None or not EXACT_REFCOUNTS:
+        return None
+    # (the in-place result built after it is the last, or one of the last few)
+    listed = any(a is operand for a in recent_lazy[-4:])
+    if count > _OPERAND_REFCOUNT + listed:
+        return None
+    if listed:
+        forget_recent(operand)
+    return operand
 
 
 def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
@@ -61,8 +107,10 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         check_traced(target, "assignment")
     value = _coerce(value)
     held_array: Array | None = None
+    unheld = None
     if isinstance(value, NodeValue):
         node = value.node
+        unheld = _unheld_operand(value) if value.operand is not None else None
     elif isinstance(value, Array):
         if value.device is not target.device:
             raise DeviceError(
@@ -113,7 +161,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         dest = Target(storage, leaf.view_strides(), leaf.offset)
     written = None if scatter is not None else (
         leaf.shape, leaf.view_strides(), leaf.offset)  # type: ignore[attr-defined]
-    node = _readers_first(node, storage, written, target.dtype.itemsize, value, held_array)
+    node = _readers_first(node, storage, written, target.dtype.itemsize, value,
+                          held_array, unheld)
     if _flags._unread:  # (a gather's flag left unread: reported before a user array is written)
         _flags.read_unread()
     if held_array is not None:
@@ -191,15 +240,16 @@ def inplace_lazy(target: Array, op: str, other: Any) -> bool:
 
 
 def _readers_first(node: Node, storage: Any, written: View | None, itemsize: int,
-                   value: Any, held_array: Array | None) -> Node:
+                   value: Any, held_array: Array | None, unheld: Any = None) -> Node:
     """Evaluate the lazy arrays still reading the old contents of ``storage`` before
     the write (not those reading only elements it leaves alone); returns the value's
     ``node``, reading their results where it read them (unless ``held_array``, which
     is computed with it): ``A[i, 1:] += A[i, :-1] * c``'s product, computed first, is
     read from its buffer, so the value no longer reads the elements it writes (no
-    temporary and copy)."""
+    temporary and copy).  ``unheld``: an operand read by the value only, not computed
+    first (the value's own check decides whether it reads through a temporary)."""
     pending = [r for r in storage.live_readers() if r._storage is None and r is not held_array
-               and r is not value and (written is None or not reads_outside(
+               and r is not value and r is not unheld and (written is None or not reads_outside(
                    r._node, storage, written, itemsize))]
     if not pending:
         return node
