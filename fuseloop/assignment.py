@@ -93,6 +93,26 @@ def _unheld_operand(value: Any) -> Any:
     return operand
 
 
+def _fitted(node: Node, dest_shape: tuple[int, ...], inplace: bool, scatter: bool
+            ) -> Node | None:
+    """``node`` of another shape than ``dest_shape`` as written there: its leading unit
+    axes dropped (as numpy, not for an in-place operand), broadcast; None when nothing is
+    written (an empty scatter target, numpy's rule); ShapeError otherwise."""
+    extra = len(node.shape) - len(dest_shape)
+    if extra > 0 and not inplace and all(n == 1 for n in node.shape[:extra]):
+        from .expr.views import affine_view
+
+        node = affine_view(node, node.shape[extra:], (0,) * len(node.shape),
+                           [[int(d == k - extra) for d in range(len(dest_shape))]
+                            for k in range(len(node.shape))])
+    if node.shape != dest_shape and broadcast_shapes(node.shape, dest_shape) != dest_shape:
+        if scatter and 0 in dest_shape and _broadcasts_after(node.shape, dest_shape):
+            return None
+        raise ShapeError(
+            f"could not broadcast input array from shape {node.shape} into shape {dest_shape}")
+    return node
+
+
 def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
            scatter: tuple[Any, tuple[int, ...]] | None = None, also: Array | None = None) -> None:
     """Write ``value`` (Array, node or scalar) into all of ``target``, in one kernel.
@@ -125,20 +145,11 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         node = _operand_node(value, target.dtype) if not isinstance(value, Constant) else \
             Literal(scalar_to(value.value, value.dtype or target.dtype))
     dest_shape = target.shape if scatter is None else scatter[1]
-    extra = len(node.shape) - len(dest_shape)
-    if extra > 0 and not isinstance(value, NodeValue) and all(
-            n == 1 for n in node.shape[:extra]):
-        # as numpy, an assigned value may have leading unit axes (not an in-place operand)
-        from .expr.views import affine_view
-
-        node = affine_view(node, node.shape[extra:], (0,) * len(node.shape),
-                           [[int(d == k - extra) for d in range(len(dest_shape))]
-                            for k in range(len(node.shape))])
-    if node.shape != dest_shape and broadcast_shapes(node.shape, dest_shape) != dest_shape:
-        if scatter is not None and 0 in dest_shape and _broadcasts_after(node.shape, dest_shape):
+    if node.shape != dest_shape:
+        fitted = _fitted(node, dest_shape, isinstance(value, NodeValue), scatter is not None)
+        if fitted is None:
             return  # numpy: an empty fancy-indexed target takes a value with leading axes more
-        raise ShapeError(
-            f"could not broadcast input array from shape {node.shape} into shape {dest_shape}")
+        node = fitted
     node = cast_node(node, target.dtype)
     if target._storage is None:
         target.eval()
@@ -154,13 +165,12 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         if callable(dest):
             dest = dest()
         held_array = None
-    elif target.is_contiguous:
-        dest = storage
     else:
         assert isinstance(leaf, Leaf)  # (concrete: it has a buffer)
-        dest = Target(storage, leaf.view_strides(), leaf.offset)
+        strides = leaf.view_strides()
+        dest = storage if target.is_contiguous else Target(storage, strides, leaf.offset)
     written = None if scatter is not None else (
-        leaf.shape, leaf.view_strides(), leaf.offset)  # type: ignore[attr-defined]
+        leaf.shape, strides, leaf.offset)  # type: ignore[attr-defined]
     node = _readers_first(node, storage, written, target.dtype.itemsize, value,
                           held_array, unheld)
     if _flags._unread:  # (a gather's flag left unread: reported before a user array is written)
