@@ -56,11 +56,6 @@ _write_buffer = getattr(cl._cl, "_enqueue_write_buffer", None)
 SET_SCALAR_ARG = "_set_arg_buf" if hasattr(cl.Kernel, "_set_arg_buf") else "set_arg"
 _set_scalar = getattr(cl.Kernel, SET_SCALAR_ARG)
 _set_arg = cl.Kernel.set_arg
-# a plan's constants (index, numpy scalar) set in one call, from their bytes, where
-# pyopencl offers it (its invokers set declared scalars so): a loop over moving slices
-# sets 3-6 of them at almost every launch (the kernel object last ran other offsets)
-_set_scalars = getattr(cl.Kernel, "_set_arg_buf_multi", None) \
-    if SET_SCALAR_ARG == "_set_arg_buf" else None
 
 _TYPE_NAMES = {
     cl.device_type.GPU: "gpu",
@@ -554,12 +549,10 @@ def _one_output_short(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
 
     if not spec.scalars:
         def bind(consts: Consts) -> Launcher:
-            flat = _flat(consts)
-
             def go(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
                    queue: Any) -> None:
                 if last[-1] is not consts:
-                    _set_consts(k, last, consts, flat)
+                    _set_consts(k, last, consts)
                 set_arg(k, out_i, o.buffer)
                 x = s[j0]
                 r = last[i0]
@@ -580,12 +573,10 @@ def _one_output_short(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
     (p0, k0, t0), (p1, k1, t1) = (*spec.scalars, spec.scalars[0])[:2]
 
     def bind_scalars(consts: Consts) -> Launcher:
-        flat = _flat(consts)
-
         def go_scalars(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
                        queue: Any) -> None:
             if last[-1] is not consts:
-                _set_consts(k, last, consts, flat)
+                _set_consts(k, last, consts)
             set_arg(k, out_i, o.buffer)
             x = s[j0]
             r = last[i0]
@@ -614,24 +605,14 @@ def _one_output_short(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
     return bind_scalars
 
 
-def _flat(consts: Consts) -> tuple[Any, ...] | None:
-    """``consts`` as :data:`_set_scalars` takes them (index, value, index, ...)."""
-    return tuple(x for pair in consts for x in pair) if _set_scalars is not None else None
-
-
-def _set_consts(k: Any, last: list[Any], consts: Consts, flat: tuple[Any, ...] | None
-                ) -> None:
-    """Set a plan's constants (numpy scalars; ``flat``: :func:`_flat` of them) on a
-    kernel object that last ran another plan's, from their bytes: pyopencl's
-    ``set_arg`` takes about 25 us for a numpy scalar (it tries the argument as a memory
-    object first), which loops of small statements (one kernel object, other offsets
-    each statement) paid per constant."""
+def _set_consts(k: Any, last: list[Any], consts: Consts) -> None:
+    """Set a plan's constants (numpy scalars) on a kernel object that last ran another
+    plan's, from their bytes: pyopencl's ``set_arg`` takes about 25 us for a numpy
+    scalar (it tries the argument as a memory object first), which loops of small
+    statements (one kernel object, other offsets each statement) paid per constant."""
     last[-1] = None
-    if flat is not None:
-        _set_scalars(k, flat)  # type: ignore[misc]
-    else:
-        for i, v in consts:
-            _set_scalar(k, i, v)
+    for i, v in consts:
+        _set_scalar(k, i, v)
     last[-1] = consts
 
 
@@ -647,12 +628,10 @@ def _one_output(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
     # (the input loops are written out here and in _many_outputs: a shared helper
     # would cost every launch one more Python call)
     def bind(consts: Consts) -> Launcher:
-        flat = _flat(consts)
-
         def go(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
                queue: Any) -> None:
             if last[-1] is not consts:
-                _set_consts(k, last, consts, flat)
+                _set_consts(k, last, consts)
             set_arg(k, out_i, o.buffer)
             for i, j in buf_pos:
                 x = s[j]
@@ -682,12 +661,10 @@ def _many_outputs(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
     g, l = spec.global_size, spec.local_size  # noqa: E741
 
     def bind(consts: Consts) -> Launcher:
-        flat = _flat(consts)
-
         def go_many(o: Any, s: list[Any], c: list[Any], k: Any, last: list[Any],
                     queue: Any) -> None:
             if last[-1] is not consts:
-                _set_consts(k, last, consts, flat)
+                _set_consts(k, last, consts)
             for i, j in out_pos:
                 set_arg(k, i, o[j].buffer)
             for i, j in buf_pos:
