@@ -722,7 +722,7 @@ class Array(ArrayProtocol, ShapeMethods):
             raise DTypeError(
                 f"cannot cast ufunc {op!r} output from {node.dtype} to {self.dtype} "
                 "with casting rule 'same_kind' (numpy's rule for in-place operators)")
-        assign(self, NodeValue(node), cast="same_kind", value_is_held=False)
+        assign(self, NodeValue(node, other), cast="same_kind", value_is_held=False)
         return self
 
     def __iadd__(self, o: Any) -> Array: return self._inplace("add", o)

@@ -22,11 +22,14 @@ from .expr.nodes import (
     Literal,
     Node,
     broadcast_shapes,
+    forget_recent,
     note_reader,
+    recent_lazy,
     register_readers,
 )
 from .expr.overlap import View, views_disjoint
 from .expr.program import Target
+from .expr.readers import _EXACT_REFCOUNTS as EXACT_REFCOUNTS
 from .multi_hooks import any_split, is_split
 from .trace_hooks import check_traced, trace_checks
 
@@ -39,12 +42,75 @@ def _broadcasts_after(value_shape: tuple[int, ...], dest_shape: tuple[int, ...])
 
 
 class NodeValue:
-    """An expression node being assigned, not wrapped in an Array (no reader entry)."""
+    """An expression node being assigned, not wrapped in an Array (no reader entry);
+    ``operand``: the in-place operator's other operand (``Array._inplace``'s)."""
 
-    __slots__ = ("node",)
+    __slots__ = ("node", "operand")
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, operand: Any = None) -> None:
         self.node = node
+        self.operand = operand
+
+
+def _operand_refcount_probe() -> int:
+    """sys.getrefcount in :func:`_unheld_operand` of a temporary operand of an in-place
+    operator (``a[i] -= b @ c``), through the frames ``Array.__isub__`` and
+    ``Array._inplace`` make, measured on stand-ins of them."""
+    class Probe:
+        def __isub__(self, o: Any) -> Any:
+            return self._inplace("subtract", o)
+
+        def _inplace(self, op: str, other: Any) -> Any:
+            self.count = _count(NodeValue(None, other))  # type: ignore[arg-type]
+            return self
+
+    def _count(value: NodeValue) -> int:
+        return sys.getrefcount(value.operand)
+
+    p = Probe()
+    p -= object()
+    return p.count
+
+
+_OPERAND_REFCOUNT = _operand_refcount_probe()
+
+
+def _unheld_operand(value: Any) -> Any:
+    """The lazy operand of an in-place operator that nothing but the statement holds
+    (its value is needed by no one after the write), taken out of the recent lazy
+    arrays if it is among the last of them, so that it never becomes a reader of its
+    buffers (its entry would only cost the write's check a walk of it); None otherwise."""
+    count = sys.getrefcount(value.operand)  # (first: a local would hold it once more)
+    operand = value.operand
+    if type(operand) is not Array or operand._storage is not None or not EXACT_REFCOUNTS:
+        return None
+    # (the in-place result built after it is the last, or one of the last few)
+    listed = any(a is operand for a in recent_lazy[-4:])
+    if count > _OPERAND_REFCOUNT + listed:
+        return None
+    if listed:
+        forget_recent(operand)
+    return operand
+
+
+def _fitted(node: Node, dest_shape: tuple[int, ...], inplace: bool, scatter: bool
+            ) -> Node | None:
+    """``node`` of another shape than ``dest_shape`` as written there: its leading unit
+    axes dropped (as numpy, not for an in-place operand), broadcast; None when nothing is
+    written (an empty scatter target, numpy's rule); ShapeError otherwise."""
+    extra = len(node.shape) - len(dest_shape)
+    if extra > 0 and not inplace and all(n == 1 for n in node.shape[:extra]):
+        from .expr.views import affine_view
+
+        node = affine_view(node, node.shape[extra:], (0,) * len(node.shape),
+                           [[int(d == k - extra) for d in range(len(dest_shape))]
+                            for k in range(len(node.shape))])
+    if node.shape != dest_shape and broadcast_shapes(node.shape, dest_shape) != dest_shape:
+        if scatter and 0 in dest_shape and _broadcasts_after(node.shape, dest_shape):
+            return None
+        raise ShapeError(
+            f"could not broadcast input array from shape {node.shape} into shape {dest_shape}")
+    return node
 
 
 def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
@@ -61,8 +127,10 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         check_traced(target, "assignment")
     value = _coerce(value)
     held_array: Array | None = None
+    unheld = None
     if isinstance(value, NodeValue):
         node = value.node
+        unheld = _unheld_operand(value) if value.operand is not None else None
     elif isinstance(value, Array):
         if value.device is not target.device:
             raise DeviceError(
@@ -77,20 +145,11 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         node = _operand_node(value, target.dtype) if not isinstance(value, Constant) else \
             Literal(scalar_to(value.value, value.dtype or target.dtype))
     dest_shape = target.shape if scatter is None else scatter[1]
-    extra = len(node.shape) - len(dest_shape)
-    if extra > 0 and not isinstance(value, NodeValue) and all(
-            n == 1 for n in node.shape[:extra]):
-        # as numpy, an assigned value may have leading unit axes (not an in-place operand)
-        from .expr.views import affine_view
-
-        node = affine_view(node, node.shape[extra:], (0,) * len(node.shape),
-                           [[int(d == k - extra) for d in range(len(dest_shape))]
-                            for k in range(len(node.shape))])
-    if node.shape != dest_shape and broadcast_shapes(node.shape, dest_shape) != dest_shape:
-        if scatter is not None and 0 in dest_shape and _broadcasts_after(node.shape, dest_shape):
+    if node.shape != dest_shape:
+        fitted = _fitted(node, dest_shape, isinstance(value, NodeValue), scatter is not None)
+        if fitted is None:
             return  # numpy: an empty fancy-indexed target takes a value with leading axes more
-        raise ShapeError(
-            f"could not broadcast input array from shape {node.shape} into shape {dest_shape}")
+        node = fitted
     node = cast_node(node, target.dtype)
     if target._storage is None:
         target.eval()
@@ -106,14 +165,14 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         if callable(dest):
             dest = dest()
         held_array = None
-    elif target.is_contiguous:
-        dest = storage
     else:
         assert isinstance(leaf, Leaf)  # (concrete: it has a buffer)
-        dest = Target(storage, leaf.view_strides(), leaf.offset)
+        strides = leaf.view_strides()
+        dest = storage if target.is_contiguous else Target(storage, strides, leaf.offset)
     written = None if scatter is not None else (
-        leaf.shape, leaf.view_strides(), leaf.offset)  # type: ignore[attr-defined]
-    node = _readers_first(node, storage, written, target.dtype.itemsize, value, held_array)
+        leaf.shape, strides, leaf.offset)  # type: ignore[attr-defined]
+    node = _readers_first(node, storage, written, target.dtype.itemsize, value,
+                          held_array, unheld)
     if _flags._unread:  # (a gather's flag left unread: reported before a user array is written)
         _flags.read_unread()
     if held_array is not None:
@@ -191,15 +250,16 @@ def inplace_lazy(target: Array, op: str, other: Any) -> bool:
 
 
 def _readers_first(node: Node, storage: Any, written: View | None, itemsize: int,
-                   value: Any, held_array: Array | None) -> Node:
+                   value: Any, held_array: Array | None, unheld: Any = None) -> Node:
     """Evaluate the lazy arrays still reading the old contents of ``storage`` before
     the write (not those reading only elements it leaves alone); returns the value's
     ``node``, reading their results where it read them (unless ``held_array``, which
     is computed with it): ``A[i, 1:] += A[i, :-1] * c``'s product, computed first, is
     read from its buffer, so the value no longer reads the elements it writes (no
-    temporary and copy)."""
+    temporary and copy).  ``unheld``: an operand read by the value only, not computed
+    first (the value's own check decides whether it reads through a temporary)."""
     pending = [r for r in storage.live_readers() if r._storage is None and r is not held_array
-               and r is not value and (written is None or not reads_outside(
+               and r is not value and r is not unheld and (written is None or not reads_outside(
                    r._node, storage, written, itemsize))]
     if not pending:
         return node
