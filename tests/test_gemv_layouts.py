@@ -98,15 +98,16 @@ def _launches(make):
 
 def test_short_output_splits_its_reduced_range(gpu_on_cpu):
     """64 outputs of a strided column times a matrix over 20000 rows: two stages
-    (pieces, then their sum), as a column sum of that shape; 4000 outputs over 300
-    rows: one launch."""
+    (pieces, then their sum), as a column sum of that shape; 4000 outputs over 100
+    rows (shorter than two pieces of ``COLUMN_MIN_PIECE`` rows, on a device of any
+    size): one launch."""
     rng = np.random.default_rng(0)
     ah = rng.standard_normal((20000, 67))
     a = fl.asarray(ah)
     assert _launches(lambda: a[:, 2] @ a[:, 3:]) == 2
     np.testing.assert_allclose((a[:, 2] @ a[:, 3:]).get(), ah[:, 2] @ ah[:, 3:],
                                rtol=1e-10, atol=1e-9)
-    b = rng.standard_normal((300, 4001))
+    b = rng.standard_normal((100, 4001))
     bd = fl.asarray(b)
     assert _launches(lambda: bd[:, 0] @ bd[:, 1:]) == 1
 
