@@ -309,12 +309,15 @@ def main() -> int:
                     row["baseline_ratio"] = ref["time_s"] / base_run["time_s"]
         if "error" in base_run:
             row["baseline_status"] = base_run["error"]
+        if "error" in ref:  # (the peer's own failure: its time is missing, not ours)
+            row[f"{ns.reference}_status"] = ref["error"]
         rows.append(row)
         ratio = f"{row['ratio']:.3g}" if "ratio" in row else "-"
         before = f"{row['baseline_ratio']:.3g}" if "baseline_ratio" in row else "-"
         loop = f"{row['loops_ratio']:.3g}" if "loops_ratio" in row else "-"
         print(f"{name:28s} {ratio:>8s}  {before + '  ' if ns.baseline else ''}"
-              f"{loop + '  ' if ns.numpy_loops else ''}{row['status']}", flush=True)
+              f"{loop + '  ' if ns.numpy_loops else ''}{row['status']}"
+              f"{'; ' + ns.reference + ': ' + ref['error'] if 'error' in ref else ''}", flush=True)
     geomean = _geomean(rows, "ratio")
     print(f"{sum(1 for r in rows if r.get('status') == 'ok')} of {len(rows)} ran and matched; "
           f"geometric mean of {ns.reference} time / fuseloop time over them: {geomean:.3g}")
