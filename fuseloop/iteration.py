@@ -29,12 +29,11 @@ import numpy as np
 from . import evaluate as _evaluate
 from . import trace_hooks as _trace
 from .array import Array
-from .expr.nodes import _EMPTY, Scalar
+from .host_eager import _scalar_array
 
 FIRST_BLOCK = 128
 MOST_BLOCK = 1 << 16
 
-_new = object.__new__
 
 
 def iterate(a: Array) -> Iterator[Any]:
@@ -79,13 +78,7 @@ def _elements(a: Array, n: int) -> Iterator[Array]:
 
 def _held(value: np.generic, dtype: np.dtype, device: Any) -> Array:
     """A 0-d array holding ``value`` (host_ops' held values: a Scalar node)."""
-    node = _new(Scalar)
-    node.value, node.dtype, node.shape = value, dtype, ()
-    node.storages = _EMPTY
-    arr = _new(Array)
-    arr._storage, arr._node, arr._shape = None, node, ()
-    arr.device, arr.dtype = device, dtype
-    return arr
+    return _scalar_array(value, dtype, device)
 
 
 # (Array's method, set here as host_products sets HostArray's: this module is imported

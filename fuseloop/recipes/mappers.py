@@ -17,7 +17,25 @@ if TYPE_CHECKING:
 LOAD_PREFIX = "_fl_ld"
 
 
-class CallHoister(IdentityMapper):
+class KeepsGuarded:
+    """A mapper mixin: conditionals, logical operations and reductions are left as they
+    are (a value computed where its condition is false may be invalid; a reduction's
+    body runs per reduced index)."""
+
+    def map_if(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
+        return expr
+
+    def map_logical_and(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
+        return expr
+
+    def map_logical_or(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
+        return expr
+
+    def map_reduction(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
+        return expr
+
+
+class CallHoister(KeepsGuarded, IdentityMapper):
     """Replace vectorisable calls by reads of their lane in a result array,
     recording for each the instructions that compute it for the whole block."""
 
@@ -35,19 +53,6 @@ class CallHoister(IdentityMapper):
             return type(expr)(expr.function, params)
         return self.owner.hoist(name, call, params, self)  # type: ignore[arg-type]
 
-    # calls under a condition keep their place (their arguments may be invalid
-    # where the condition is false); so do reductions
-    def map_if(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
-
-    def map_logical_and(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
-
-    def map_logical_or(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
-
-    def map_reduction(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
 
 
 class ReductionFinder(IdentityMapper):
@@ -109,7 +114,7 @@ INVARIANT_PREFIX = "_fl_inv"
 _TAKEN = (prim.Call, prim.Subscript, prim.Sum, prim.Product, prim.Quotient, prim.Power)
 
 
-class InvariantExtractor(IdentityMapper):
+class InvariantExtractor(KeepsGuarded, IdentityMapper):
     """Replace the largest subexpressions that no loop index changes (reads of inputs at
     fixed places, parameters, the operations on them) by scalar temporaries, one per
     distinct subexpression.  Nothing under a conditional, a comparison or a reduction is
@@ -165,14 +170,3 @@ class InvariantExtractor(IdentityMapper):
             return expr  # (see LoadExtractor.map_call)
         return super().map_call(expr, *args, **kwargs)
 
-    def map_if(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
-
-    def map_logical_and(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
-
-    def map_logical_or(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
-
-    def map_reduction(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return expr
