@@ -78,6 +78,15 @@ def cpu():
 
 
 @pytest.fixture
+def device_path(device, monkeypatch):
+    """Every statement runs as kernels on ``device`` (no numpy shortcut on a CPU device)."""
+    from fuseloop import host_path
+
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    return device
+
+
+@pytest.fixture
 def host(cpu, monkeypatch):
     """The CPU device with the host path on (skips where its buffers are not host memory)."""
     from fuseloop import host_path

@@ -11,15 +11,6 @@ import pytest
 import fuseloop as fl
 from fuseloop.errors import IndexOutOfBoundsError, InvalidIndexError, ShapeError
 
-
-@pytest.fixture
-def device_path(device, monkeypatch):
-    from fuseloop import host_path
-
-    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
-    return device
-
-
 KEYS = [
     3, -1, -6, (2, 4), (-1, -9), (0, 0),
     slice(None, 3), slice(2, None), slice(None, None, -1), slice(5, 1, -2),

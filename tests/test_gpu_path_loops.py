@@ -4,18 +4,8 @@ stay flat over the iterations, and a statement launches few kernels (issue 26)."
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import fuseloop as fl
-
-
-@pytest.fixture
-def device_path(device, monkeypatch):
-    """Every statement runs as kernels on ``device`` (no numpy shortcut on a CPU device)."""
-    from fuseloop import host_path
-
-    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
-    return device
 
 
 def test_repeated_mask_selection_builds_no_kernel_per_iteration(device_path):

@@ -13,14 +13,11 @@ from fuseloop import launching, plan_steps, run_plans
 
 
 @pytest.fixture
-def device_path(device, monkeypatch):
-    """Every statement runs as kernels on ``device`` (no numpy shortcut on a CPU device);
-    plans start empty."""
-    from fuseloop import host_path
-
-    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+def device_path(device_path):
+    """conftest's ``device_path`` (kernels on ``device``, no numpy shortcut), with the
+    run plans starting empty."""
     run_plans.clear()
-    return device
+    return device_path
 
 
 @pytest.fixture

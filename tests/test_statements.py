@@ -16,15 +16,6 @@ from fuseloop import assignment
 from fuseloop.expr.nodes import Apply
 
 
-@pytest.fixture
-def device_path(device, monkeypatch):
-    """Every statement runs as kernels on ``device`` (no numpy shortcut on a CPU device)."""
-    from fuseloop import host_path
-
-    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
-    return device
-
-
 def _launched(fn):
     fl.synchronize()
     fl.reset_stats()
