@@ -534,7 +534,8 @@ class Array(ArrayProtocol, ShapeMethods):
         if self._storage is None:
             # (a large result's allocation lets go of the recent lazy arrays: this one,
             # about to be concrete, need not be entered as a reader there)
-            taken = bool(recent_lazy) and recent_lazy[-1] is self and math.prod(
+            # (a slice, not ``[-1]``: another thread may empty the list in between)
+            taken = any(a is self for a in recent_lazy[-1:]) and math.prod(
                 self._shape) * self.dtype.itemsize >= RELEASE_RECENT_AT and \
                 take_last_recent(self)
             node, shape, device = self._node, self._shape, self.device
