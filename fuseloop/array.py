@@ -533,8 +533,7 @@ class Array(ArrayProtocol, ShapeMethods):
         """Evaluate (if lazy) into a device buffer and return ``self``."""
         if self._storage is None:
             # (a large result's allocation lets go of the recent lazy arrays: this one,
-            # about to be concrete, need not be entered as a reader there)
-            # (a slice, not ``[-1]``: another thread may empty the list in between)
+            # about to be concrete, need not be a reader; a slice: threads share the list)
             taken = any(a is self for a in recent_lazy[-1:]) and math.prod(
                 self._shape) * self.dtype.itemsize >= RELEASE_RECENT_AT and \
                 take_last_recent(self)
