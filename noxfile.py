@@ -36,6 +36,13 @@ def tests_cuda(session: nox.Session) -> None:
 
 
 @nox.session
+def mpi(session: nox.Session) -> None:
+    """The MPI simulation (tests/test_mpi.py): three ranks on this machine's CPU."""
+    session.install(".[test,mpi]")
+    session.run("python", "-m", "pytest", "-q", "tests/test_mpi.py", *session.posargs)
+
+
+@nox.session
 def tests_all_devices(session: nox.Session) -> None:
     """Run the test suite parametrised over every OpenCL device present."""
     session.install(".[test]")
