@@ -1,15 +1,14 @@
 """The bounded tables of :mod:`fuseloop.run_plans`: how an entry is kept and dropped.
 
-Recorded plans (``run_plans._plans``) are kept least recently used: a miss there
-records again.  The tables whose entries a miss remakes without recording (a key's
-plans at other lengths, plans by signature and the signatures looked up) take a new
-entry, once full, as their least recently used, and one in ``MOST_RECENT_EVERY`` as
-their most recent (*bimodal insertion*).  A loop that cycles through more entries than
-a table holds (covariance's rows: two statements at each of 1400 lengths) would, under
-least-recently-used eviction, drop each entry just before its next use and remake every
-one on every pass; so the table keeps those it met first, the rest pass through one
-slot, and a new working set still takes the table over, one in ``MOST_RECENT_EVERY``
-misses at a time.
+A full table drops its least recently used entry.  Where a table's entries come in
+groups (a key's plans at other lengths: the key), a new entry whose group had entries
+dropped before, which a loop over more of them than the table holds does, enters as
+the least recently used, and one in ``MOST_RECENT_EVERY`` as the most recent (bimodal
+insertion): under plain least-recently-used eviction such a loop (covariance's rows:
+two statements at each of 1400 lengths) drops each entry just before its next use and
+remakes every one on every pass, while so it keeps those it met first and remakes
+only the rest.  A group with nothing dropped (a new loop) enters as the most recent,
+so a new working set takes the table over at once.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from collections import OrderedDict
 from typing import Any
 
 MOST_RECENT_EVERY = 32
-_inserted = [0]  # (new entries of full tables so far: every MOST_RECENT_EVERY-th is recent)
+_inserted = [0]  # (entries of dropped groups admitted so far: every 32nd as most recent)
 
 
 def touch(table: OrderedDict, key: Any) -> None:
@@ -29,7 +28,10 @@ def touch(table: OrderedDict, key: Any) -> None:
         pass
 
 
-def _drop_beyond(table: OrderedDict, bound: int) -> None:
+def keep(table: OrderedDict, key: Any, value: Any, bound: int) -> None:
+    """``table[key] = value``, the least recently used dropped beyond ``bound``."""
+    table[key] = value
+    touch(table, key)
     while len(table) > bound:
         try:
             table.popitem(last=False)
@@ -37,24 +39,22 @@ def _drop_beyond(table: OrderedDict, bound: int) -> None:
             break
 
 
-def keep(table: OrderedDict, key: Any, value: Any, bound: int) -> None:
-    """``table[key] = value``, the least recently used dropped beyond ``bound``."""
-    table[key] = value
-    touch(table, key)
-    _drop_beyond(table, bound)
-
-
-def admit(table: OrderedDict, key: Any, value: Any, bound: int) -> None:
-    """``table[key] = value`` by bimodal insertion (see the module docstring), at most
-    ``bound`` kept."""
-    if len(table) < bound or key in table:
-        table[key] = value
-        return
-    _drop_beyond(table, bound - 1)
-    table[key] = value
-    _inserted[0] += 1
-    if _inserted[0] % MOST_RECENT_EVERY:
+def admit(table: OrderedDict, key: tuple, value: Any, bound: int,
+          dropped: OrderedDict) -> None:
+    """``table[key] = value``, the group of each entry ``key[0]``, at most ``bound``
+    kept; ``dropped``: the groups (at most ``bound``) whose entries were dropped (see
+    the module docstring)."""
+    while len(table) >= bound and key not in table:
         try:
-            table.move_to_end(key, last=False)  # (the next to go)
-        except KeyError:  # (another thread dropped it meanwhile)
-            pass
+            gone = table.popitem(last=False)[0]
+        except KeyError:  # (emptied by another thread)
+            break
+        keep(dropped, gone[0], True, bound)
+    table[key] = value
+    if key[0] in dropped:
+        _inserted[0] += 1
+        if _inserted[0] % MOST_RECENT_EVERY:
+            try:
+                table.move_to_end(key, last=False)  # (the next to go)
+            except KeyError:  # (another thread dropped it meanwhile)
+                pass

@@ -120,6 +120,7 @@ def _put(key: tuple, plan: _Plan | str | None) -> None:
 # kept apart from _plans (and admitted as plan_tables says), so that a loop over more
 # lengths than PLANS_MAX drops these, not the plans they are made from
 _at: OrderedDict[tuple, _Plan] = OrderedDict()
+_at_dropped: OrderedDict[tuple, bool] = OrderedDict()  # (keys whose plans _at dropped)
 
 
 class _Step:
@@ -475,7 +476,7 @@ def _remember_signed(signed: tuple | None, plan: _Plan,
             or any(a is not b for a, b in zip(picked[1], scalars)) \
             or any(s.nbytes > INT32_LIMIT for s in storages):
         return
-    _tables.admit(_signed, key, (plan, tuple(offsets), take, _key_head(device)), PLANS_MAX)
+    _tables.keep(_signed, key, (plan, tuple(offsets), take, _key_head(device)), PLANS_MAX)
 
 
 def _check_signed(signed: tuple, storages: list[Storage],
@@ -592,8 +593,7 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     elif (look := _target_sigs.get(sig := roots[0].sig or signature_of(roots[0]))):
         signed = _signed_key_targets(roots, out_shape, device, targets)
     elif look is None and sig:
-        # (met once: looked up from the next time)
-        _tables.admit(_target_sigs, sig, True, PLANS_MAX)
+        _tables.keep(_target_sigs, sig, True, PLANS_MAX)  # (met once: looked up next time)
     if signed is not None and not _prog.CHECK_STRUCTURE_CACHE:
         done = _signed_replay(signed, device)
         if done is not None:
@@ -624,7 +624,7 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
                 else _at_lengths(owner, lengths)
             if plan is None:
                 return _record(roots, out_shape, device, targets, keyed, signed, key, base)
-            _tables.admit(_at, (key, lengths), plan, PLANS_MAX)
+            _tables.admit(_at, (key, lengths), plan, PLANS_MAX, _at_dropped)
         else:
             _tables.touch(_at, (key, lengths))
     if plan is None or isinstance(plan, str):  # known not to record
@@ -687,7 +687,7 @@ def _record(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     if plan is not False:  # the key's plan for other lengths
         if fresh is not None and not rec.exact and _pl.learn(plan, fresh):
             # (its plan at these lengths: this record)
-            _tables.admit(_at, (key, lengths), fresh, PLANS_MAX)
+            _tables.admit(_at, (key, lengths), fresh, PLANS_MAX, _at_dropped)
             return _replay_new(fresh, keyed, signed, device)
         _put(key, _EXACT_LENGTHS)  # (one plan per lengths from now on)
         _put((key, plan.lengths), plan)
@@ -768,6 +768,7 @@ def clear() -> None:
     """Forget every plan (tests; plans hold no buffers)."""
     _plans.clear()
     _at.clear()
+    _at_dropped.clear()
     _signed.clear()
     _target_sigs.clear()
 
