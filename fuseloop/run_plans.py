@@ -773,5 +773,6 @@ def clear() -> None:
     _target_sigs.clear()
 
 
-_caches.register("run_plans.plans", clear, lambda: len(_plans) + len(_at) + len(_signed),
-                 3 * PLANS_MAX)
+_caches.register("run_plans.plans", clear,
+                 lambda: len(_plans) + len(_at) + len(_at_dropped) + len(_signed)
+                 + len(_target_sigs), 5 * PLANS_MAX)
