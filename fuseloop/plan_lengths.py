@@ -154,6 +154,46 @@ def _same_step(x: Any, y: Any) -> bool:
             and len(x.out_shape) == len(y.out_shape))
 
 
+#: plans a key keeps for lengths that split otherwise than its first (see :func:`learn`)
+VARIANTS_MAX = 8
+
+
+def _variant(base: Any, split: Split | None) -> Any | None:
+    for plan in base.variants:
+        if plan.split == split:
+            return plan
+    return None
+
+
+def owner(base: Any, split: Split | None) -> Any | None:
+    """The plan of ``base``'s key for lengths that split as ``split`` (:func:`split_of`
+    at them): ``base`` or one of its variants, or None (none recorded yet)."""
+    return base if base.split == split else _variant(base, split)
+
+
+def learn(base: Any, fresh: Any) -> bool:
+    """Learn from ``fresh``, a record of ``base``'s key at other lengths, how the key's
+    plans follow its lengths; whether the key goes on following them (else it keeps a
+    plan per lengths).  A record that splits otherwise than ``base`` (split-K over fewer
+    output rows, no split at short lengths) is of another of the key's *variants*, which
+    learn their forms as ``base`` does: the first record of a split is its variant (up
+    to ``VARIANTS_MAX``), so that a loop over lengths crossing a split's threshold
+    records each split once or twice, not at each of its lengths again every pass."""
+    plan = base
+    if fresh.split != base.split and (fresh.split is not None or not splits(fresh)):
+        plan = _variant(base, fresh.split)
+        if plan is None:
+            if len(base.variants) < VARIANTS_MAX:
+                base.variants = (*base.variants, fresh)
+            return True
+    forms = infer(plan, fresh, plan.lengths, fresh.lengths)
+    # (forms that pin fewer lengths replace the plan's: a loop over two lengths pins the
+    # outer one until a record differs in both)
+    if forms is not None and (plan.forms is None or len(forms.pins) < len(plan.forms.pins)):
+        plan.forms = forms
+    return plan.forms is not None or plan is not base
+
+
 def sized(forms: Forms, steps: Sequence[Any], lengths: Sequence[int]
           ) -> tuple[list[int], list[tuple[list[int], tuple[int, ...]]]] | None:
     """The temporaries' sizes and each step's (parameters, output shape) at

@@ -42,6 +42,7 @@ from . import flags as _flags
 from . import host_path as _host
 from . import plan_lengths as _pl
 from . import plan_steps as _steps
+from . import plan_tables as _tables
 from . import splits as _sp
 from .expr import program as _prog
 from .expr.ir import INT32_LIMIT
@@ -94,7 +95,7 @@ def recording(rec: Any) -> Iterator[Any]:
     finally:
         restore_recorder(saved)
 _plans: OrderedDict[tuple, _Plan | str | None] = OrderedDict()
-PLANS_MAX = 1024  # plans kept (the least recently used is dropped beyond)
+PLANS_MAX = 1024  # entries each table of plans keeps (see fuseloop.plan_tables)
 # the value of a key whose plan depends on its offsets' values: looked up by the key
 # with the offsets appended (a launch read an offset the walk did not see)
 _EXACT = "exact"
@@ -107,37 +108,19 @@ def _get(key: tuple) -> _Plan | str | Literal[False] | None:
     """The plan of ``key`` (False: none), now the most recently used."""
     plan: _Plan | str | Literal[False] | None = _plans.get(key, False)
     if plan is not False:
-        _touch(_plans, key)
+        _tables.touch(_plans, key)
     return plan
 
 
-def _touch(table: OrderedDict, key: Any) -> None:
-    """``key`` is now the most recently used of ``table``."""
-    try:
-        table.move_to_end(key)
-    except KeyError:  # (another thread dropped it meanwhile)
-        pass
-
-
-def _keep(table: OrderedDict, key: Any, value: Any) -> None:
-    """``table[key] = value``, the least recently used dropped beyond PLANS_MAX."""
-    table[key] = value
-    _touch(table, key)
-    while len(table) > PLANS_MAX:
-        try:
-            table.popitem(last=False)
-        except KeyError:  # (emptied by another thread)
-            break
-
-
 def _put(key: tuple, plan: _Plan | str | None) -> None:
-    _keep(_plans, key, plan)
+    _tables.keep(_plans, key, plan, PLANS_MAX)
 
 
 # (key, lengths) -> a key's plan at lengths other than its plan's own (see _at_lengths):
-# kept apart from _plans, so that a loop over more lengths than PLANS_MAX drops these,
-# not the plans they are made from
+# kept apart from _plans (and admitted as plan_tables says), so that a loop over more
+# lengths than PLANS_MAX drops these, not the plans they are made from
 _at: OrderedDict[tuple, _Plan] = OrderedDict()
+_at_dropped: OrderedDict[tuple, bool] = OrderedDict()  # (keys whose plans _at dropped)
 
 
 class _Step:
@@ -184,7 +167,7 @@ class _Step:
 
 class _Plan:
     __slots__ = ("allocs", "forms", "lengths", "picks", "ready", "results", "signed",
-                 "split", "steps")
+                 "split", "steps", "variants")
 
     def __init__(self, allocs: list[int], steps: list[_Step], results: tuple,
                  lengths: tuple[int, ...] = (), split: _pl.Split | None = None) -> None:
@@ -198,6 +181,8 @@ class _Plan:
         # a plan with a split reduction: its split, which its forms hold for (None: not
         # known; see plan_lengths.split_of)
         self.split = split
+        # the key's plans for lengths that split otherwise (see plan_lengths.learn)
+        self.variants: tuple[_Plan, ...] = ()
         self.picks: tuple[int, tuple[int, ...]] | None = None  # (see _Step.picks)
         self.signed = 0  # the signatures it was remembered under (see _remember_signed)
         # its replays made ready, per view offsets (see fuseloop.plan_ready)
@@ -491,7 +476,7 @@ def _remember_signed(signed: tuple | None, plan: _Plan,
             or any(a is not b for a, b in zip(picked[1], scalars)) \
             or any(s.nbytes > INT32_LIMIT for s in storages):
         return
-    _keep(_signed, key, (plan, tuple(offsets), take, _key_head(device)))
+    _tables.keep(_signed, key, (plan, tuple(offsets), take, _key_head(device)), PLANS_MAX)
 
 
 def _check_signed(signed: tuple, storages: list[Storage],
@@ -608,7 +593,7 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     elif (look := _target_sigs.get(sig := roots[0].sig or signature_of(roots[0]))):
         signed = _signed_key_targets(roots, out_shape, device, targets)
     elif look is None and sig:
-        _keep(_target_sigs, sig, True)  # (met once: looked up from the next time)
+        _tables.keep(_target_sigs, sig, True, PLANS_MAX)  # (met once: looked up next time)
     if signed is not None and not _prog.CHECK_STRUCTURE_CACHE:
         done = _signed_replay(signed, device)
         if done is not None:
@@ -632,15 +617,16 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         base = plan
         plan = _at.get((key, lengths))
         if plan is None:
-            plan = _at_lengths(base, lengths)
-            if plan is not None and plan.split is not None \
-                    and _pl.split_of(roots, out_shape, device) != plan.split:
-                plan = None  # (these lengths split otherwise: a record of their own)
+            owner: _Plan | None = base  # (the key's plan that splits as these lengths do)
+            if base.split is not None or base.variants:
+                owner = _pl.owner(base, _pl.split_of(roots, out_shape, device))
+            plan = owner if owner is None or owner.lengths == lengths \
+                else _at_lengths(owner, lengths)
             if plan is None:
                 return _record(roots, out_shape, device, targets, keyed, signed, key, base)
-            _keep(_at, (key, lengths), plan)
+            _tables.admit(_at, (key, lengths), plan, PLANS_MAX, _at_dropped)
         else:
-            _touch(_at, (key, lengths))
+            _tables.touch(_at, (key, lengths))
     if plan is None or isinstance(plan, str):  # known not to record
         return _ev.run_unplanned(roots, out_shape, device, targets)
     if signed is not None and _prog.CHECK_STRUCTURE_CACHE:
@@ -699,16 +685,10 @@ def _record(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
                                                                         key)
         return outs
     if plan is not False:  # the key's plan for other lengths
-        if fresh is not None and not rec.exact:
-            forms = _pl.infer(plan, fresh, plan.lengths, lengths)
-            # (forms that pin fewer lengths replace the plan's: a loop over two lengths
-            # pins the outer one until a record differs in both)
-            if forms is not None and (plan.forms is None
-                                      or len(forms.pins) < len(plan.forms.pins)):
-                plan.forms = forms
-            if plan.forms is not None:  # (its plan at these lengths: this record)
-                _keep(_at, (key, lengths), fresh)
-                return _replay_new(fresh, keyed, signed, device)
+        if fresh is not None and not rec.exact and _pl.learn(plan, fresh):
+            # (its plan at these lengths: this record)
+            _tables.admit(_at, (key, lengths), fresh, PLANS_MAX, _at_dropped)
+            return _replay_new(fresh, keyed, signed, device)
         _put(key, _EXACT_LENGTHS)  # (one plan per lengths from now on)
         _put((key, plan.lengths), plan)
         key = (key, lengths)
@@ -788,9 +768,11 @@ def clear() -> None:
     """Forget every plan (tests; plans hold no buffers)."""
     _plans.clear()
     _at.clear()
+    _at_dropped.clear()
     _signed.clear()
     _target_sigs.clear()
 
 
-_caches.register("run_plans.plans", clear, lambda: len(_plans) + len(_at) + len(_signed),
-                 3 * PLANS_MAX)
+_caches.register("run_plans.plans", clear,
+                 lambda: len(_plans) + len(_at) + len(_at_dropped) + len(_signed)
+                 + len(_target_sigs), 5 * PLANS_MAX)
