@@ -81,3 +81,12 @@ def test_float64_and_many_rows_keep_two_passes(cpu):
     assert _arg_pieces(fl.asarray(np.zeros(N)), 0) == 1
     assert _arg_pieces(fl.asarray(np.zeros((64, TWO_STAGE_MIN_LENGTH), np.float32)), 1) == 1
     assert _arg_pieces(fl.asarray(np.zeros((N, 2), np.float32)), 0) == 1  # not the last axis
+
+
+def test_strided_rows_keep_two_passes(cpu):
+    h = np.random.default_rng(7).random(2 * N).astype(np.float32)
+    x = fl.asarray(h)
+    assert _arg_pieces(x[::2], 0) == 1 and _arg_pieces(x[::-1], 0) == 1
+    assert _arg_pieces(fl.exp(x[N:]), 0) > 1  # (an offset, an operation)
+    for view, want in ((x[::2], h[::2]), (x[::-1], h[::-1])):
+        assert int(fl.argmax(view)) == want.argmax()
