@@ -146,7 +146,7 @@ def test_columns_as_rows_kernel_is_contiguous_across_columns(cpu, restore_recipe
     x = fl.asarray(_data((500, 300), np.float32))
     src = _kernel_source(x - x.mean(axis=0))
     bulk = src[src.index("bulk slab"):src.index("final slab")]
-    assert bulk.index("for (int e") < bulk.index("for (int i_inner", bulk.index("for (int e"))
+    assert bulk.index("for (long e") < bulk.index("for (long i_inner", bulk.index("for (long e"))
     assert re.search(r"in0\[i_inner \+ gid\(0\) \* 64 \+ p\d+ \* e\]", bulk), bulk
 
 
@@ -216,7 +216,7 @@ def test_cpu_column_kernel_walks_rows_inside(cpu, restore_recipes):
     src = _kernel_source(x.sum(axis=0))
     bulk = src[src.index("bulk slab"):src.index("final slab")]
     # the reduction loop encloses the loop over the block of outputs
-    assert bulk.index("for (int j0") < bulk.index("for (int i_inner", bulk.index("for (int j0"))
+    assert bulk.index("for (long j0") < bulk.index("for (long i_inner", bulk.index("for (long j0"))
     # unit stride along the block, the row stride along the reduced axis
     assert re.search(r"in0\[p\d+ \* j0 \+ i_inner \+ gid\(0\) \* 64\]", bulk), bulk
     assert "acc_j0[64]" in src

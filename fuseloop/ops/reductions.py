@@ -18,7 +18,7 @@ import numpy as np
 from .. import caches as _caches
 from ..array import Array, _coerce
 from ..evaluate import cast_node
-from ..expr.nodes import Apply, Iota, Reduce
+from ..expr.nodes import Apply, Iota, Leaf, Reduce
 from ..expr.templates import array_key, by_call, call_key, composite, note_call, watch_settings
 from ..expr.views import reshape_view
 from ..host_eager import HostArray as _HostArray
@@ -361,8 +361,6 @@ def _one_pass_arg(x: Array, axis: Any) -> bool:
 
 def _arg_extreme_built(x: Array, axis: Any, keepdims: bool, largest: bool,
                        one_pass: bool) -> Array:
-    from ..ufuncs import FUNCTIONS, where
-
     name = "argmax" if largest else "argmin"
     if axis is None:
         flat = ravel(x)
@@ -375,6 +373,18 @@ def _arg_extreme_built(x: Array, axis: Any, keepdims: bool, largest: bool,
         return _complex_arg_extreme(x, ax, keepdims, largest)
     if one_pass:
         return _keyed_arg_extreme(x, ax, keepdims, largest)
+    pieces = _arg_pieces(x, ax)
+    if pieces > 1:
+        return _arg_extreme_by_pieces(x, pieces, keepdims, largest)
+    out = _first_extreme(x, ax, keepdims, largest)
+    return out if out.dtype == _INT64 else out.astype(_INT64)
+
+
+def _first_extreme(x: Array, ax: int, keepdims: bool, largest: bool) -> Array:
+    """The first position of the extreme along ``ax`` in two passes (the extreme, then
+    the least position holding it), int32 where the axis allows, else int64."""
+    from ..ufuncs import FUNCTIONS, where
+
     best = (max if largest else min)(x, axis=ax, keepdims=True)
     if x.dtype.kind == "f":
         # numpy returns the first NaN when there is one, and then best is NaN and no
@@ -390,8 +400,77 @@ def _arg_extreme_built(x: Array, axis: Any, keepdims: bool, largest: bool,
     idx = _INT32 if x.shape[ax] < _INT32_MAX else _INT64
     position = Array._lazy(Iota(x.shape, idx, strides, 0), x.device)
     candidate = where(hit, position, idx.type(x.shape[ax]))
-    out = _reduce("min", candidate, ax, keepdims, idx)
-    return out if idx == _INT64 else out.astype(_INT64)
+    return _reduce("min", candidate, ax, keepdims, idx)
+
+
+def _arg_pieces(x: Array, ax: int) -> int:
+    """Pieces to cut each row of a CPU arg-reduction along ``ax`` into (1: none).
+
+    Few long contiguous rows (the last axis, as many rows and as long as the two-stage
+    split of a sum wants: :func:`fuseloop.splits.two_stage_split`) of values a
+    (value, position) key holds: the two passes would each read the whole array from
+    memory (a launch each, the first split in pieces anyway).  The rows must be read
+    contiguously (:func:`_reads_rows_contiguously`).  Cut into pieces, both
+    passes run per piece in one rows kernel, the second over the piece just read (in
+    cache), and only the pieces' results are keyed (:mod:`fuseloop.lower.arg_keys`),
+    so no element pays for a 64-bit key.  The pieces are the split's count, or more
+    where its pieces would be long enough to be split again, up to twice as many,
+    dividing the row exactly (a reshape); else 1.
+    """
+    from ..splits import TWO_STAGE_MAX_ROWS, TWO_STAGE_MIN_LENGTH, piece_count
+
+    length = x.shape[ax]
+    if (getattr(x.device, "type", None) != "cpu" or ax != x.ndim - 1 or x.dtype not in _KEYED
+            or length < TWO_STAGE_MIN_LENGTH or length >= _INT32_MAX
+            or math.prod(x.shape) // length >= TWO_STAGE_MAX_ROWS
+            or not _reads_rows_contiguously(x._node)):
+        return 1
+    least = builtins.max(2, piece_count(length, x.device),
+                         -(-length // (TWO_STAGE_MIN_LENGTH - 1)))
+    return next((p for p in range(least, 2 * least + 1) if length % p == 0), 1)
+
+
+def _reads_rows_contiguously(node: Any) -> bool:
+    """Whether every array ``node`` reads through elementwise operations steps by +1
+    element along its last axis (or broadcasts along it).  Pieces of other rows
+    (``x[::2]``, ``x[::-1]``) took the rows kernel's strided layout: over twice the CPU
+    time of the two whole passes (PoCL, 2^20 float32)."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        cls = type(n)
+        if cls is Apply:
+            stack.extend(n.args)
+        elif cls is Leaf:
+            if n.shape and n.shape[-1] != 1 and n.view_strides()[-1] != 1:
+                return False
+        elif cls is not Iota:
+            return False
+    return True
+
+
+def _arg_extreme_by_pieces(x: Array, pieces: int, keepdims: bool, largest: bool) -> Array:
+    """argmax/argmin along the last axis of ``x`` (see :func:`_arg_pieces`): each piece's
+    extreme and first position in one rows pass, then the least of the pieces'
+    (value, position) keys; its position, read back as int64, is numpy's answer (the
+    first extreme; the first NaN where there is one: both keys order NaN first)."""
+    lead, length = x.shape[:-1], x.shape[-1]
+    chunk = length // pieces
+    rows = reshape(x, (*lead, pieces, chunk))
+    best = (max if largest else min)(rows, axis=-1)
+    first = _first_extreme(rows, rows.ndim - 1, False, largest)
+    strides = (*(0 for _ in lead), chunk)
+    position = first + Array._lazy(Iota(best.shape, _INT32, strides, 0), x.device)
+    op = "argmax_key" if largest else "argmin_key"
+    keys = Array._lazy(Apply(op, (best._node, position._node), (x.dtype, _INT32, _UINT64),
+                             best.shape), x.device)
+    low = _reduce("min", keys, (keys.ndim - 1,), keepdims, _UINT64)._node
+    return Array._lazy(Apply("arg_key_index", (low,), (_UINT64, _INT64), low.shape),
+                       x.device)
 
 
 def _keyed_arg_extreme(x: Array, ax: int, keepdims: bool, largest: bool) -> Array:
