@@ -30,7 +30,7 @@ from ..assignment import assign
 from ..creation import asarray
 from ..errors import InvalidIndexError, index_value_out_of_bounds
 from ..evaluate import run
-from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides
+from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides, fills
 from ..expr.program import Target
 from ..expr.templates import composite_of
 from ..expr.views import affine_view
@@ -300,8 +300,9 @@ def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
         strides_t: tuple[int, ...] | None = (*new_strides, *strides[d:])
     else:
         shape_t, strides_t = tuple(new_shape), tuple(new_strides)
-    if not offset and strides_t == _c_strides(shape_t):
-        strides_t = None
+    if not offset and strides_t == _c_strides(shape_t) and fills(node.storage, node.dtype,
+                                                                 shape_t):
+        strides_t = None  # (the whole buffer: see Leaf)
     # (the leaf and array made here: no frame of their own)
     leaf = _new(Leaf)
     leaf.sig, leaf.operands, leaf.storage = 0, node.operands, node.storage
