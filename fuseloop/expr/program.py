@@ -32,7 +32,7 @@ field, ``kind``, is the tag below; the other fields are named as here), made by
 the passes of :data:`fuseloop.passes.PASSES`:
 
 * ``("load", slot, dtype, at, strides, offset)``: ``strides[k]`` is 0, 1 or
-  ``("p", slot)``; ``offset`` is 0 or ``("p", slot)``.
+  ``("p", slot)``; ``offset`` is 0 (a whole buffer) or ``("p", slot)``.
 * ``("iota", dtype, at, strides, offset)``: the same address, as a value.
 * ``("arg", slot, dtype)`` / ``("lit", dtype, value)``: scalars.
 * ``("op", name, loop, refs)`` / ``("call", key, loop, refs)``: elementwise.
