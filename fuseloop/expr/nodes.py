@@ -265,12 +265,15 @@ def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def fills(storage: Storage, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
-    """Whether ``shape`` elements of ``dtype`` are all of ``storage``'s bytes: a
-    C-contiguous view at offset 0 is then the plain leaf (``strides`` None), else a
-    view whose offset moves (``a[i]`` at ``i == 0``), with the same structure as at
-    any other offset."""
-    return math.prod(shape) * dtype.itemsize == storage.nbytes
+def fills(storage: Storage, dtype: np.dtype, shape: tuple[int, ...],
+          strides: tuple[int, ...]) -> bool:
+    """Whether a view at offset 0 is all of ``storage`` in C order (a unit axis's stride
+    aside: ``x[None]``): it is then the plain leaf (``strides`` None); else a view whose
+    offset moves (``a[i]`` at ``i == 0``), with the same structure as at any other."""
+    if math.prod(shape) * dtype.itemsize != storage.nbytes:
+        return False
+    c = c_strides(shape)
+    return strides == c or all(n == 1 or s == k for n, s, k in zip(shape, strides, c))
 
 
 class Leaf(Node):
@@ -292,8 +295,7 @@ class Leaf(Node):
         self.storage = storage
         self.dtype = dtype
         self.shape = shape
-        if strides is not None and offset == 0 and strides == c_strides(shape) \
-                and fills(storage, dtype, shape):
+        if strides is not None and offset == 0 and fills(storage, dtype, shape, strides):
             strides = None
         self.strides = strides
         self.offset = offset

@@ -297,12 +297,12 @@ def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
         return arr
     if d < nd:
         shape_t = (*new_shape, *shape[d:])
-        strides_t: tuple[int, ...] | None = (*new_strides, *strides[d:])
+        strides_v = (*new_strides, *strides[d:])
     else:
-        shape_t, strides_t = tuple(new_shape), tuple(new_strides)
-    if not offset and strides_t == _c_strides(shape_t) and fills(node.storage, node.dtype,
-                                                                 shape_t):
-        strides_t = None  # (the whole buffer: see Leaf)
+        shape_t, strides_v = tuple(new_shape), tuple(new_strides)
+    # (the whole buffer: see Leaf)
+    strides_t = None if not offset and fills(node.storage, node.dtype, shape_t, strides_v) \
+        else strides_v
     # (the leaf and array made here: no frame of their own)
     leaf = _new(Leaf)
     leaf.sig, leaf.operands, leaf.storage = 0, node.operands, node.storage
