@@ -342,8 +342,10 @@ def _coalesced(roots: Sequence[Node], out_shape: tuple[int, ...],
         if t is None:
             new_targets.append(None)
             continue
-        st = t.strides if t.strides is not None else c_strides(out_shape)
-        ns = nocopy_reshape_strides(out_shape, st, new_shape)
+        if t.strides is None:  # (a whole buffer stays one: no offset parameter)
+            new_targets.append(t._replace(mask=new_mask))
+            continue
+        ns = nocopy_reshape_strides(out_shape, t.strides, new_shape)
         if ns is None:
             return None
         new_targets.append(Target(t.storage, ns, t.offset, mask=new_mask))

@@ -342,7 +342,7 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
                     view = (leaf.shape, leaf.view_strides(), leaf.offset)
                     meets.append(0 if view == written else 1 if views_disjoint(written, view)
                                  else 2)  # (the same view, disjoint, overlapping)
-            toks.append(("T", k, t.strides, offs.cls(t.offset), tuple(meets),
+            toks.append(("T", k, t.strides, offs.cls(t.offset, t.strides), tuple(meets),
                          t.mask is not None, t.scatter is not None, t.atomic))
     if offs.values or offs.lengths:
         for s in storages:

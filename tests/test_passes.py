@@ -89,7 +89,8 @@ def test_emit_entries_strided_leaf_uses_parameters():
     b = Build([x], (4, 3))
     emit_entries(b)
     (e,) = b.entries
-    assert e.strides == (1, ("p", 0)) and b.params == [4]
+    # (a view's offset is a parameter at 0 too: not a plain leaf)
+    assert e.strides == (1, ("p", 1)) and e.offset == ("p", 0) and b.params == [0, 4]
 
 
 def test_emit_entries_reduction_loop():

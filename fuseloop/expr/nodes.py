@@ -9,6 +9,7 @@ can stay cheap plain objects.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -264,11 +265,24 @@ def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def fills(storage: Storage, dtype: np.dtype, shape: tuple[int, ...],
+          strides: tuple[int, ...]) -> bool:
+    """Whether a view at offset 0 is all of ``storage`` in C order (a unit axis's stride
+    aside: ``x[None]``): it is then the plain leaf (``strides`` None); else a view whose
+    offset moves (``a[i]`` at ``i == 0``), with the same structure as at any other."""
+    if math.prod(shape) * dtype.itemsize != storage.nbytes:
+        return False
+    c = c_strides(shape)
+    return strides == c or all(n == 1 or s == k for n, s, k in zip(shape, strides, c))
+
+
 class Leaf(Node):
     """Elements of a device buffer, seen through a strided view.
 
     Element ``idx`` lives at ``offset + sum(strides[k] * idx[k])`` (in elements).
-    ``strides is None`` means the plain case: C-contiguous from offset 0.
+    ``strides is None`` means the plain case: the whole buffer, C-contiguous from
+    offset 0.  Any other view (``a[0]`` of a matrix included) keeps its strides, so
+    its offset is a kernel parameter whatever its value (see :func:`fills`).
     """
 
     __slots__ = ("offset", "operands", "sig", "storage", "strides", "token", "views")
@@ -281,7 +295,7 @@ class Leaf(Node):
         self.storage = storage
         self.dtype = dtype
         self.shape = shape
-        if strides is not None and offset == 0 and strides == c_strides(shape):
+        if strides is not None and offset == 0 and fills(storage, dtype, shape, strides):
             strides = None
         self.strides = strides
         self.offset = offset

@@ -32,7 +32,7 @@ field, ``kind``, is the tag below; the other fields are named as here), made by
 the passes of :data:`fuseloop.passes.PASSES`:
 
 * ``("load", slot, dtype, at, strides, offset)``: ``strides[k]`` is 0, 1 or
-  ``("p", slot)``; ``offset`` is 0 or ``("p", slot)``.
+  ``("p", slot)``; ``offset`` is 0 (a whole buffer) or ``("p", slot)``.
 * ``("iota", dtype, at, strides, offset)``: the same address, as a value.
 * ``("arg", slot, dtype)`` / ``("lit", dtype, value)``: scalars.
 * ``("op", name, loop, refs)`` / ``("call", key, loop, refs)``: elementwise.
@@ -425,8 +425,9 @@ def _walk_other(node: Node, toks: list[Any], slots: dict[Any, int], storages: li
 
 class ViewOffsets:
     """The offsets and lengths of a walk's nodes, kept out of its key (see
-    :func:`walk_structure`): a leaf's token says only whether its offset is 0 and,
-    if not, which of the walk's distinct offsets it is (first appearance first);
+    :func:`walk_structure`): a leaf's token says only whether it is plain (a whole
+    buffer, no offset) and, if not, which of the walk's distinct offsets it has
+    (first appearance first; 0 is one of them: ``a[i]`` has one key for every ``i``);
     ``values`` holds those offsets, ``views`` every leaf with its buffer's slot.
 
     Likewise every length above 1 of a shape (an operation's, a leaf's, a
@@ -467,9 +468,10 @@ class ViewOffsets:
         known = self.shapes[shape] = tuple(out)
         return known
 
-    def cls(self, off: int) -> int:
-        """-1 for offset 0, else which of the distinct offsets ``off`` is."""
-        if off == 0:
+    def cls(self, off: int, strides: tuple[int, ...] | None) -> int:
+        """-1 for a plain view or target (``strides`` None: a whole buffer, offset 0),
+        else which of the distinct offsets ``off`` is."""
+        if strides is None:
             return -1
         k = self.index.get(off)
         if k is None:
@@ -482,13 +484,14 @@ class ViewOffsets:
         self.views.append((slot, leaf))
         off = leaf.offset
         shape = self.shape(leaf.shape)
-        if off == 0:  # (cls, written out: once per leaf of every planned evaluation)
-            return ("L", leaf.dtype.char, shape, leaf.strides, -1)
+        strides = leaf.strides
+        if strides is None:  # (cls, written out: once per leaf of every planned evaluation)
+            return ("L", leaf.dtype.char, shape, None, -1)
         k = self.index.get(off)
         if k is None:
             k = self.index[off] = len(self.values)
             self.values.append(off)
-        return ("L", leaf.dtype.char, shape, leaf.strides, k)
+        return ("L", leaf.dtype.char, shape, strides, k)
 
 
 def walk_structure(roots: Sequence[Node], head: list[Any], offs: ViewOffsets | None = None

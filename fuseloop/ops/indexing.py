@@ -30,7 +30,7 @@ from ..assignment import assign
 from ..creation import asarray
 from ..errors import InvalidIndexError, index_value_out_of_bounds
 from ..evaluate import run
-from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides
+from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides, fills
 from ..expr.program import Target
 from ..expr.templates import composite_of
 from ..expr.views import affine_view
@@ -297,11 +297,12 @@ def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
         return arr
     if d < nd:
         shape_t = (*new_shape, *shape[d:])
-        strides_t: tuple[int, ...] | None = (*new_strides, *strides[d:])
+        strides_v = (*new_strides, *strides[d:])
     else:
-        shape_t, strides_t = tuple(new_shape), tuple(new_strides)
-    if not offset and strides_t == _c_strides(shape_t):
-        strides_t = None
+        shape_t, strides_v = tuple(new_shape), tuple(new_strides)
+    # (the whole buffer: see Leaf)
+    strides_t = None if not offset and fills(node.storage, node.dtype, shape_t, strides_v) \
+        else strides_v
     # (the leaf and array made here: no frame of their own)
     leaf = _new(Leaf)
     leaf.sig, leaf.operands, leaf.storage = 0, node.operands, node.storage

@@ -53,9 +53,10 @@ class Build:
         self.params: list[int] = []
         self.param_of: dict[int, tuple] = {}  # small ints are interned as parameters too
         # a buffer view's offset gets a parameter of its own (never shared with a size or
-        # stride of equal value), so the program does not depend on offsets' values and
-        # a run plan can replay it with other offsets (see fuseloop.run_plans)
-        self.offset_of: dict[int, tuple] = {}
+        # stride, nor with another view's offset of equal value), so the program does not
+        # depend on offsets' values and a run plan can replay it with other offsets (see
+        # fuseloop.run_plans)
+        self.offset_of: dict[tuple, tuple] = {}
         self.reductions = 0  # reductions numbered so far (their ``rid``)
         self.outputs: tuple[int, ...] = ()
         self.emitter: Any = None  # (see fuseloop.passes.emit.emitter)
@@ -68,12 +69,16 @@ class Build:
             self.params.append(int(value))
         return p
 
-    def offset_param(self, value: int) -> tuple:
-        """The parameter holding a (non-zero) offset of a buffer view or target:
-        one per distinct offset, apart from the other parameters."""
-        p = self.offset_of.get(value)
+    def offset_param(self, value: int, view: tuple) -> tuple:
+        """The parameter holding the offset ``value`` of a buffer view or target that is
+        not a whole buffer (0 too): one per distinct ``view`` (its buffer, shape and
+        strides) and offset, apart from the other parameters.  Views that only happen to
+        start at one place (``A[i, :j]`` and ``A[i, j]`` at ``j == 0``) have one each, so
+        the program is the same at every offset."""
+        key = (value, *view)
+        p = self.offset_of.get(key)
         if p is None:
-            p = self.offset_of[value] = ("p", len(self.params))
+            p = self.offset_of[key] = ("p", len(self.params))
             self.params.append(int(value))
         return p
 

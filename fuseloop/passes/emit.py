@@ -32,6 +32,15 @@ def iota_reach(node: Leaf | Iota) -> int:
                                   for n, s in zip(node.shape, strides) if n > 1)
 
 
+def view_offset(b: Build, leaf: Leaf) -> Any:
+    """The offset kind a buffer leaf is read with: 0 for a plain leaf (a whole buffer,
+    ``strides`` None), else a parameter of its own whatever its value, so a view that
+    moves (``a[i]``, ``x[i:i + 5]``) has one program at every offset, 0 included."""
+    if leaf.strides is None:
+        return 0
+    return b.offset_param(leaf.offset, (id(leaf.storage), leaf.shape, leaf.strides))
+
+
 def emit_entries(b: Build) -> None:
     """Linearise ``b.roots`` into ``b.entries``; set ``b.outputs``.
 
@@ -99,8 +108,9 @@ class _Emitter(Mapper):
             return "c", 0  # the common case: a whole array in the output's own order
         strides = node.view_strides()
         off = node.offset
-        # (a buffer's offset has a parameter of its own; an iota's is part of its key)
-        off_kind = 0 if off == 0 else b.offset_param(off) if type(node) is Leaf else \
+        # (a buffer view's offset has a parameter of its own, 0 too: ``a[i]`` is one
+        # kernel for every ``i``; an iota's offset is part of its key)
+        off_kind = view_offset(b, node) if type(node) is Leaf else 0 if off == 0 else \
             b.param(off)
         if at == b.root_at and all(c == 0 or s == cs for c, s, cs in zip(at, strides, b.out_c)):
             return "c", off_kind  # walks the output's own C order: the flat index
@@ -150,7 +160,8 @@ class _Emitter(Mapper):
 
     def map_pointer(self, node: Pointer, at: tuple) -> int:
         leaf = node.leaf
-        off = 0 if leaf.offset == 0 else self.b.param(leaf.offset)
+        # (a parameter by value, as a sparse product's x: walks write these offsets out)
+        off = 0 if leaf.strides is None else self.b.param(leaf.offset)
         return self.b.add(ir.Ptr(self.slot(leaf), leaf.dtype.char, off))
 
     def map_scalar(self, node: Any, at: tuple) -> int:
@@ -223,7 +234,8 @@ class _Emitter(Mapper):
         stride = x.view_strides()[0] if x.shape[0] > 1 else 1
         ell = node.fmt == "ell"
         return b.add(ir.Sparse(node.fmt, node.dtype.char, at, tuple(slots), chars,
-                               b.stride_kind(stride), 0 if x.offset == 0 else b.param(x.offset),
+                               b.stride_kind(stride),
+                               0 if x.strides is None else b.param(x.offset),
                                b.param(node.shape[0]) if ell else 0,
                                b.param(node.width) if ell else 0))
 

@@ -14,9 +14,9 @@ def place_outputs(b: Build) -> None:
     """Set ``b.out_specs``: per output ``()`` (a plain output), or ``(at, strides, offset)``.
 
     A strided target (a view written in place) is stored at the output's index
-    through its strides; a scatter target (``a[i, j] = v``) at gathered index
-    components, whose index values become entries here.  The targets' mask, if any,
-    becomes an entry too (``b.mask``).
+    through its strides and its offset's parameter; a scatter target (``a[i, j] = v``)
+    at gathered index components, whose index values become entries here.  The
+    targets' mask, if any, becomes an entry too (``b.mask``).
     """
     specs = b.out_specs = []
     for t in (b.targets or [None] * len(b.roots)):
@@ -41,7 +41,8 @@ def place_outputs(b: Build) -> None:
             abs(s) * (b.out_shape[c[1]] - 1 if c[0] == "r" else b.params[c[2][1]] - 1)
             for c, s in zip(at, t.strides) if c != 0))
         kinds = tuple(0 if c == 0 else b.stride_kind(s) for c, s in zip(at, t.strides))
-        spec = (at, kinds, 0 if t.offset == 0 else b.offset_param(t.offset))
+        # (not a whole buffer: its offset is a parameter, 0 too, as a view's; see emit)
+        spec = (at, kinds, b.offset_param(t.offset, (id(t.storage), b.out_shape, t.strides)))
         # (an atomic update names its operation: fl.add.at, see Target.atomic)
         specs.append(spec if t.atomic is None else (*spec, t.atomic))
     masks = {id(t.mask): t.mask for t in (b.targets or ()) if t is not None
