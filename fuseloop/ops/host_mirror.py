@@ -30,7 +30,7 @@ import numpy as np
 from .. import caches as _caches
 from .. import evaluate as _evaluate
 from .. import host_path as _host
-from ..expr.nodes import Leaf, Storage
+from ..expr.nodes import Apply, Leaf, Literal, Scalar, Storage
 from ..host_path import host_device
 from ..host_path import scalar as _host_scalar
 from ..runtime.transfer import read
@@ -41,23 +41,32 @@ BACKOFF_MAX = 10
 
 
 class _Mirror:
-    __slots__ = ("host", "watch")
+    __slots__ = ("host", "served", "watch")
 
     def __init__(self, host: np.ndarray, watch: Any) -> None:
         self.host = host  # the buffer's elements when read, 1-D
         self.watch = watch  # a lazy copy of the buffer: computed once it is written
+        self.served = 0  # reads served from it
 
 
 # id(storage) -> its mirror (insertion order: oldest first)
 _mirrors: dict[int, _Mirror] = {}
-# id(storage) -> [element reads since the last write seen, writes seen]; kept for
-# buffers not mirrored yet (dropped with the mirrors' table when it is cleared)
+# id(storage) -> [reads since the last write seen, reads that earn a mirror]; kept for
+# buffers not mirrored now (dropped when READS_MAX is reached)
 _reads: dict[int, list[int]] = {}
 READS_MAX = 4096
+# a mirror that served this many reads before a write is made again at the next read
+PAID_OFF = 4
 
 # references to a buffer that its mirror's watch makes (the leaf's storage, operands
 # and storages), the table's look-up and getrefcount's argument
 _OWN_REFS = 3 + 2
+
+# operations computed here on numpy scalars of their loop's dtypes (numpy's scalar
+# operators, as host_path's; integer ones that cannot raise or divide)
+_OPS = frozenset(("add", "subtract", "multiply", "bitwise_and", "bitwise_or", "bitwise_xor",
+                  "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
+                  "negative", "absolute", "invert"))
 
 
 def _usable(leaf: Any, device: Any) -> bool:
@@ -73,31 +82,32 @@ def _valid(storage: Storage) -> _Mirror | None:
     if m is None:
         return None
     if m.watch._storage is None:  # (then it holds the buffer: the id is this one's)
+        m.served += 1
         return m
-    del _mirrors[id(storage)]  # written: mirrored again after more reads
-    seen = _reads.setdefault(id(storage), [0, 0])
-    seen[0], seen[1] = 0, min(seen[1] + 1, BACKOFF_MAX)
+    del _mirrors[id(storage)]  # written: mirrored again at once if it paid off
+    _reads[id(storage)] = [0, 1 if m.served >= PAID_OFF else
+                           min(2 * _reads.get(id(storage), (0, 2))[1], 1 << BACKOFF_MAX)]
     return None
 
 
 def scalar(array: Any) -> Any:
-    """``host_path.scalar``'s value of the size-1 ``array``, else :func:`element`'s."""
+    """``host_path.scalar``'s value of the size-1 ``array``, else one from mirrors
+    (:func:`element`, :func:`expression`), else None."""
     got = _host_scalar(array)
-    return got if got is not None else element(array)
+    if got is not None:
+        return got
+    return element(array) if array._storage is not None else expression(array)
 
 
 def element(array: Any) -> Any:
     """The value of the size-1 concrete integer ``array`` as a Python scalar, from its
     buffer's mirror (made here on the read that earns one, see above), or None."""
     leaf = array._node
-    if array._storage is None or not _usable(leaf, array.device):
+    if not _usable(leaf, array.device):
         return None
-    storage = leaf.storage
-    m = _valid(storage)
-    if m is None:
-        m = _mirror_after_reads(leaf, array.device)
-        if m is None:
-            return None
+    m = _valid(leaf.storage) or _mirror_after_reads(leaf, array.device)
+    if m is None or m.host.dtype != leaf.dtype:
+        return None
     return m.host[leaf.offset].item()
 
 
@@ -110,7 +120,78 @@ def values(array: Any) -> np.ndarray | None:
         return None
     # (a gather of device indices reads its error flag back: counted as an element read)
     m = _valid(leaf.storage) or _mirror_after_reads(leaf, array.device)
-    return None if m is None else m.host[leaf.offset:leaf.offset + leaf.shape[0]]
+    if m is None or m.host.dtype != leaf.dtype:
+        return None
+    return m.host[leaf.offset:leaf.offset + leaf.shape[0]]
+
+
+def expression(array: Any) -> Any:
+    """The value of the lazy 0-d elementwise integer ``array`` whose leaves are elements
+    of mirrored buffers (``bool(t[i, k] + t[k + 1, j] > t[i, j])``, Python's ``max`` of
+    two elements in NPBench's nussinov), computed here; None when it is not (each
+    buffer's read then counts towards its mirror)."""
+    node = array._node
+    if type(node) is not Apply or node.shape or node.fancy or not node.storages \
+            or _host._QUIET is None:
+        return None
+    device = array.device
+    leaves: list[Leaf] = []
+    if not _leaves(node, leaves, set()):
+        return None
+    mirrors = {}
+    for leaf in leaves:
+        storage = leaf.storage
+        if id(storage) not in mirrors:
+            if not _usable(leaf, device):
+                return None
+            mirrors[id(storage)] = _valid(storage) or _mirror_after_reads(leaf, device)
+    if not all(mirrors.values()):
+        return None
+    token = _host._errors.set(_host._QUIET)  # (wrapping integers, as kernels do)
+    try:
+        return _value(node, mirrors).item()
+    except _Reinterpreted:
+        return None
+    finally:
+        _host._errors.reset(token)
+
+
+def _leaves(node: Any, out: list[Leaf], seen: set[int]) -> bool:
+    """Collect the 0-d leaves of the 0-d integer operations ``node``; False when it
+    holds anything else (a literal and a scalar argument are read as they are)."""
+    if id(node) in seen:
+        return True
+    seen.add(id(node))
+    cls = type(node)
+    if cls is Leaf:
+        out.append(node)
+        return not node.shape
+    if cls is Scalar or cls is Literal:
+        return True
+    return cls is Apply and node.op in _OPS and not node.shape and all(
+        c in "bBhHiIlLqQ?" for c in node.loop_key) and \
+        _host.scalar_fn(node.op, node.loop_key) is not None and all(
+            _leaves(a, out, seen) for a in node.args)
+
+
+def _value(node: Any, mirrors: dict[int, Any]) -> Any:
+    cls = type(node)
+    if cls is Leaf:
+        host = mirrors[id(node.storage)].host
+        if host.dtype != node.dtype:
+            raise _Reinterpreted
+        return host[node.offset]
+    if cls is not Apply:
+        return node.value
+    loop = node.loop
+    args = [v if (v := _value(a, mirrors)).dtype == dt else dt.type(v)
+            for a, dt in zip(node.args, loop)]
+    out = _host.scalar_fn(node.op, node.loop_key)(*args)
+    return out if out.dtype == loop[-1] else loop[-1].type(out)
+
+
+class _Reinterpreted(Exception):
+    """A leaf reads its buffer as another dtype than its mirror holds."""
 
 
 def _mirror_after_reads(leaf: Leaf, device: Any) -> _Mirror | None:
@@ -120,9 +201,9 @@ def _mirror_after_reads(leaf: Leaf, device: Any) -> _Mirror | None:
     if seen is None:
         if len(_reads) >= READS_MAX:
             _reads.clear()
-        seen = _reads[key] = [0, 0]
+        seen = _reads[key] = [0, 2]
     seen[0] += 1
-    if seen[0] < 2 << seen[1]:
+    if seen[0] < seen[1]:
         return None
     from ..array import Array
 
