@@ -4,17 +4,18 @@ A loop over CSR rows (``A_col[A_row[i]:A_row[i + 1]]``, NPBench's spmv) reads tw
 index elements to Python per slice: on a GPU each is a blocking read of 4 bytes, and
 the gather ``x[cols]`` reads its error flag back as well.  Rule: once the host has
 read two elements of a concrete integer buffer of at most ``MIRROR_MAX_BYTES``, the
-whole buffer is read once and kept here (a *mirror*); later element reads are served
-from it, and a gather whose indices are a contiguous view of it is checked here (its
+whole buffer is read once and kept here (a *mirror*); later element reads, and 0-d
+integer expressions of its elements (Python's ``max`` of two: NPBench's nussinov),
+are served from it, and a gather whose indices are a contiguous view of it is checked here (its
 values' range), so its kernel neither checks nor reads a flag back.
 
 Coherence is :mod:`fuseloop.iteration`'s: a lazy copy of the whole buffer (the
 watch) is one of the buffer's readers, so anything that writes into the buffer
-computes it first; a computed watch drops the mirror.  A buffer written after being
-mirrored must be read ``2 ** (k + 1)`` times (``k``: the writes seen so far, up to
-``BACKOFF_MAX``) before it is mirrored again, so a loop that writes and reads one
-array alternately does not copy it at every step.  The mirrors' watches hold their
-buffers: at most ``MIRRORS_MAX`` mirrors are kept, the least recently made dropped
+computes it first; a computed watch drops the mirror.  A mirror that served
+``PAID_OFF`` reads before the write is made again at the next read; otherwise the
+reads that earn one double (up to ``2 ** BACKOFF_MAX``), so a loop that writes and
+reads one array alternately does not copy it at every step.  The mirrors' watches
+hold their buffers: at most ``MIRRORS_MAX`` mirrors are kept, the least recently made dropped
 first, and a mirror whose buffer nothing else holds is dropped when another is made.
 Not used where the host path reads buffers in place (``host_path.scalar``), nor
 while tracing, capturing or recording.
@@ -59,7 +60,8 @@ READS_MAX = 4096
 PAID_OFF = 4
 
 # references to a buffer that its mirror's watch makes (the leaf's storage, operands
-# and storages), the table's look-up and getrefcount's argument
+# and storages) and _prune's look-up (getrefcount's argument and the attribute's value;
+# tests/test_host_mirror.py sees a dropped buffer's mirror go)
 _OWN_REFS = 3 + 2
 
 # operations computed here on numpy scalars of their loop's dtypes (numpy's scalar
@@ -84,7 +86,7 @@ def _valid(storage: Storage) -> _Mirror | None:
     if m.watch._storage is None:  # (then it holds the buffer: the id is this one's)
         m.served += 1
         return m
-    del _mirrors[id(storage)]  # written: mirrored again at once if it paid off
+    _mirrors.pop(id(storage), None)  # written: mirrored again at once if it paid off
     _reads[id(storage)] = [0, 1 if m.served >= PAID_OFF else
                            min(2 * _reads.get(id(storage), (0, 2))[1], 1 << BACKOFF_MAX)]
     return None
@@ -221,9 +223,9 @@ def _prune() -> None:
     """Drop the mirrors of buffers nothing else holds, then the oldest beyond the bound."""
     for key, m in list(_mirrors.items()):
         if sys.getrefcount(m.watch._node.storage) <= _OWN_REFS:
-            del _mirrors[key]
+            _mirrors.pop(key, None)  # (pop: another thread may have dropped it)
     while len(_mirrors) >= MIRRORS_MAX:
-        del _mirrors[next(iter(_mirrors))]
+        _mirrors.pop(next(iter(_mirrors)), None)
 
 
 def clear() -> None:
