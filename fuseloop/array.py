@@ -45,7 +45,7 @@ from .expr.nodes import (
 from .host_ops import binary0 as host_binary0
 from .host_path import inplace as host_inplace
 from .host_path import read as host_read
-from .host_path import scalar as host_scalar
+from .ops.host_mirror import scalar as host_scalar  # (host_path's, then index copies)
 from .runtime.devices import Device
 from .runtime.transfer import read
 from .trace_hooks import ScalarStandIn, check_traced, trace_checks
@@ -593,7 +593,7 @@ class Array(ArrayProtocol, ShapeMethods):
             check_traced(self, "a Python scalar")
         if self.size != 1:
             raise TypeError(f"only size-1 arrays convert to Python scalars (shape {self.shape})")
-        got = host_scalar(self)  # (small work on the CPU: numpy, no buffer)
+        got = host_scalar(self)  # (small work on the CPU: numpy; an index array's copy)
         return got if got is not None else self.get().reshape(()).item()
 
     def __float__(self) -> float:

@@ -71,7 +71,11 @@ def test_a_recipes_change_replays_the_general_way_then_readies_again(device, ker
     np.testing.assert_allclose(x.sum(axis=1).eval().get(), h.sum(axis=1))
 
 
-def test_checked_gathers_stay_on_the_general_replay(device, kernels_only):
+def test_checked_gathers_stay_on_the_general_replay(device, kernels_only, monkeypatch):
+    from fuseloop.ops import host_mirror
+
+    # (indices the host holds no copy of: else checked there, and the kernel is not)
+    monkeypatch.setattr(host_mirror, "MIRROR_MAX_BYTES", 0)
     h = np.arange(10, dtype=np.float32)
     x = fl.asarray(h)
     idx = fl.asarray(np.array([3, 1, 9], np.int64))

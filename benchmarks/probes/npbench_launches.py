@@ -9,7 +9,8 @@ repository: pass a checkout with ``--npbench``) it runs the kernel twice in this
 and prints, per run: kernels lowered (new structures: a count that grows with the size
 means something is baked into kernels per iteration), kernels launched, the lines of the
 kernel's own source executed (its statements; loop headers included), launches per
-statement, values read back to Python (``float(a)``, ``bool(a)``, ``int(a)``, ``.get()``),
+statement, values read back to Python (``float(a)``, ``bool(a)``, ``int(a)``, ``.get()``), the
+device-to-host copies made (``dev rd``: conversions served on the host make none),
 run plans recorded (a count that grows with the size means plans per length) and the
 CPU time.  Reported, never asserted.  Use an empty ``FUSELOOP_CACHE_DIR`` to see
 cold counts; ``--gpu-recipes`` applies the GPU recipes on the CPU device (the kernels,
@@ -37,7 +38,7 @@ import npbench_swap as swap
 
 import fuseloop as fl
 
-_READS = {"n": 0, "depth": 0}
+_READS = {"n": 0, "depth": 0, "device": 0}
 
 
 def _count_reads() -> None:
@@ -57,6 +58,20 @@ def _count_reads() -> None:
                 _READS["depth"] -= 1
 
         setattr(fl.Array, name, counted)
+
+
+def _count_device_reads() -> None:
+    """Count the device-to-host copies themselves (what a GPU waits for): conversions
+    served from a copy on the host make none (OpenCL backends only)."""
+    from fuseloop.backends.opencl import OpenCLBackend
+
+    original = OpenCLBackend.enqueue_read
+
+    def counted(self: Any, *a: Any, **k: Any) -> Any:
+        _READS["device"] += 1
+        return original(self, *a, **k)
+
+    OpenCLBackend.enqueue_read = counted  # type: ignore[method-assign]
 
 
 def _load(npbench: Path, name: str, preset: str) -> tuple[Any, dict, dict, str]:
@@ -96,8 +111,9 @@ def main() -> None:
                   recipes.gpu_sparse_rows):
             fl.register_recipe("cpu", r, name=f"probe-{r.name}")
     _count_reads()
+    _count_device_reads()
     print(f"{'benchmark':10} run {'lowered':>8} {'compiled':>8} {'launched':>9} {'stmts':>8} "
-          f"{'launch/st':>9} {'reads':>7} {'recorded':>8} {'cpu s':>8}")
+          f"{'launch/st':>9} {'reads':>7} {'dev rd':>7} {'recorded':>8} {'cpu s':>8}")
     for name in args.names:
         kernel, b, values, source = _load(args.npbench, name, args.preset)
         lines = {"n": 0}
@@ -120,7 +136,7 @@ def main() -> None:
             fl.synchronize()
             fl.reset_stats()
             lines["n"] = 0
-            _READS["n"] = 0
+            _READS["n"] = _READS["device"] = 0
             t = time.process_time()
             sys.settrace(tracer)
             try:
@@ -133,7 +149,8 @@ def main() -> None:
             st = max(1, lines["n"])
             print(f"{name:10} {run:3} {s['kernels_lowered']:8} {s['kernels_compiled']:8} "
                   f"{s['kernels_launched']:9} {lines['n']:8} "
-                  f"{s['kernels_launched'] / st:9.2f} {_READS['n']:7} {s['plans_recorded']:8} "
+                  f"{s['kernels_launched'] / st:9.2f} {_READS['n']:7} {_READS['device']:7} "
+                  f"{s['plans_recorded']:8} "
                   f"{cpu:8.3f}", flush=True)
 
 

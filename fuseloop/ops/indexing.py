@@ -40,6 +40,7 @@ from ..host_path import host_device
 from ..host_statements import assign as host_assign
 from ..host_statements import scalar as host_scalar
 from ..trace_hooks import trace_checks
+from . import host_mirror as _host_mirror
 from . import scatter_kernel
 from .index_keys import (
     _basic_key,
@@ -378,7 +379,12 @@ def _gather_1d(arr: Array, key: Any) -> Array | None:
             or not math.prod(key._shape) or trace_checks:
         return None
     _settle_gathered(arr)
-    return Array._lazy(Gather(arr._node, key._node, 0, checked=2), arr.device)
+    # (indices whose values a host copy holds (see ops.host_mirror) are checked here:
+    # a gather that neither checks nor reads its flag back)
+    held = _host_mirror.values(key)
+    checked = 2 if held is None or not held.size or held.min() < 0 \
+        or held.max() >= arr._shape[0] else False
+    return Array._lazy(Gather(arr._node, key._node, 0, checked=checked), arr.device)
 
 
 _PLAIN_ITEMS = frozenset((int, slice, type(None), Array))
@@ -478,8 +484,10 @@ def _fancy(arr: Array, key: Any) -> Array:
         # result: then no gather kernel runs, so device indices are checked at once)
         nodes, codes = _positions(keys, out.shape[pos:pos + m], srcs, split.in_range,
                                   arr.device, now=not math.prod(shape))
-    else:  # no index value is ever read (a kernel that ran would still check them)
-        nodes, codes = [_index_node(k, arr.device) for k in keys], tuple(s + 2 for s in srcs)
+    else:  # no index value is ever read (a kernel that ran would still check them; an
+        # empty index has none to check: no flag to read back, spmv's empty rows)
+        nodes = [_index_node(k, arr.device) for k in keys]
+        codes = tuple(s + 2 if math.prod(k.shape) else False for k, s in zip(keys, srcs))
     node = out._node
     ax = pos
     for n, code in zip(nodes, codes):
