@@ -622,10 +622,14 @@ def _counted(out: Any, dtype: np.dtype, device: Any) -> Array:
 _inplace_ops: dict[tuple, Any] = {}
 
 
-# id(leaf) -> (leaf, numpy view of its elements, its storage) for the concrete arrays
-# viewed last (a loop's statements view the same 1-3 arrays; a view costs ~0.5 us)
+# id(leaf) -> (leaf, numpy view of its elements, its storage, its elements' views by
+# key) for the concrete arrays viewed last (a loop's statements view the same 1-3
+# arrays, and read and write the same few elements statement after statement:
+# ``A[i, j] += A[i, j - 1]; A[i, j] /= 9.0``; a numpy view costs more than a look-up)
 _bases: dict[int, tuple] = {}
 BASES_MAX = 16
+#: the most element views kept per array in ``_bases`` (then they are dropped)
+ELEMENTS_MAX = 4096
 
 
 def _base_of(arr: Array) -> tuple | None:
@@ -644,7 +648,7 @@ def _base_of(arr: Array) -> tuple | None:
         v = v.reshape(())
     if len(_bases) >= BASES_MAX:
         _bases.clear()
-    got = _bases[id(node)] = (node, v, storage)
+    got = _bases[id(node)] = (node, v, storage, {})
     return got
 
 
@@ -705,8 +709,14 @@ def getitem(arr: Array, key: Any) -> Array | None:
     if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
             or _evaluate.recording_threads[0]:
         return None
-    if type(arr) is Array and (got := quick_view(arr, key)) is not None:
-        return got if got is not False else None
+    if type(arr) is Array and (taken := element_or_view(arr, key)) is not None:
+        if taken is False:  # (too large, or an index error, which the general path raises)
+            return None
+        v, element, storage = taken  # type: ignore[misc]
+        out = _new(HostArray)  # (a loop's commonest view: its fields set here)
+        out._np, out.dtype, out.device, out._leaf = v, arr.dtype, arr.device, None
+        out._buf, out._shape, out._of, out._key = storage, () if element else v.shape, arr, key
+        return out
     items = _basic(key)
     if items is None:
         return gather(arr, key) if type(key) is HostArray else _copy_by_0d(arr, key)
@@ -751,7 +761,7 @@ for _name, _f in list(vars(Array).items()):
 
 
 from .host_products import gather, matmul, power  # noqa: E402  (they read this module's names)
-from .host_views import _copy_by_0d, _viewed_again, flip, quick_view  # noqa: E402
+from .host_views import _copy_by_0d, _viewed_again, element_or_view, flip  # noqa: E402
 from .host_writes import inplace  # noqa: E402
 
 
