@@ -78,6 +78,8 @@ _new = object.__new__
 # fl.stats()'s counters, their C calls bound (stats.tally without its frame)
 _count_operation = _tallies["host_operations"].__next__
 _NUMPY_SCALARS = frozenset(np.dtype(c).type for c in "?bBhHiIlLqQfd")
+# a Python float operand of a float64 loop stays as it is (numpy converts it, exactly)
+_F64 = np.dtype(np.float64)
 
 
 def _off() -> bool:
@@ -174,7 +176,7 @@ class HostArray(Array):
     def _inplace(self, op: str, other: Any) -> Array:
         if inplace(self, op, other):
             return self
-        return super()._inplace(op, other)
+        return super()._inplace(op, other)  # (its operators: _eager_inplace's, below)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         """numpy's functions: ``np.dot``/``np.matmul`` and ``np.flip`` of small operands
@@ -557,9 +559,9 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     if tb is HostArray and not b._shape and type(vb) is np.ndarray:
         vb = vb[0]
     da, db = loop[0], loop[1]
-    if ka is not da:  # (a Python scalar's kind is never a dtype)
+    if ka is not da and (ka is not float or da is not _F64):  # (see _F64)
         va = _weak_scalar(va, da) if ka is float or ka is int else _as(va, ka, da)
-    if kb is not db:
+    if kb is not db and (kb is not float or db is not _F64):
         vb = _weak_scalar(vb, db) if kb is float or kb is int else _as(vb, kb, db)
     if type(va) is np.ndarray or type(vb) is np.ndarray:
         if type(va) is type(vb) and va.shape != vb.shape and not _fits([va, vb]):
@@ -623,13 +625,11 @@ _inplace_ops: dict[tuple, Any] = {}
 
 
 # id(leaf) -> (leaf, numpy view of its elements, its storage, its elements' views by
-# key) for the concrete arrays viewed last (a loop's statements view the same 1-3
-# arrays, and read and write the same few elements statement after statement:
-# ``A[i, j] += A[i, j - 1]; A[i, j] /= 9.0``; a numpy view costs more than a look-up)
+# key) for the arrays viewed last (a loop's statements view the same 1-3 arrays and
+# elements, ``A[i, j] += A[i, j - 1]; A[i, j] /= 9.0``: a view costs more than a look-up)
 _bases: dict[int, tuple] = {}
 BASES_MAX = 16
-#: the most element views kept per array in ``_bases`` (then they are dropped)
-ELEMENTS_MAX = 4096
+ELEMENTS_MAX = 4096  # (the most element views kept per array: then they are dropped)
 
 
 def _base_of(arr: Array) -> tuple | None:
