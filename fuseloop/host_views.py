@@ -47,20 +47,32 @@ def element_or_view(arr: Array, key: Any) -> tuple[Any, bool, Any] | bool | None
     if tk is tuple:
         if len(key) != 2 or base.ndim != 2:
             return None
-        k0, k1 = key
-        t0, t1 = type(k0), type(k1)
-        if t0 is int and t1 is int:
-            v = got[3].get(key)  # (ints only: a slice is not hashable before Python 3.12)
-            return (v, True, got[2]) if v is not None else _element(got, key)
-        if (t0 is not slice and t0 is not int) or (t1 is not slice and t1 is not int):
+        k0, last = key
+        t0, t1 = type(k0), type(last)
+        element = t0 is int and t1 is int
+        if not element and ((t0 is not slice and t0 is not int)
+                            or (t1 is not slice and t1 is not int)):
             return None
-    elif base.ndim != 1:
+    elif base.ndim != 1 or (tk is not int and tk is not slice):
         return None
-    elif tk is int:
-        v = got[3].get(key)
-        return (v, True, got[2]) if v is not None else _element(got, key)
-    elif tk is not slice:
-        return None
+    else:
+        element, last = tk is int, key
+    if element:  # (ints only: a slice is not hashable before Python 3.12)
+        elements = got[3]
+        v = elements.get(key)
+        if v is not None:
+            return v, True, got[2]
+        at = slice(last, last + 1 if last != -1 else None)
+        try:
+            v = base[k0, at] if tk is tuple else base[at]
+        except IndexError:
+            return False
+        if v.size != 1:
+            return False
+        if len(elements) >= ELEMENTS_MAX:
+            elements.clear()
+        elements[key] = v
+        return v, True, got[2]
     try:  # (a row, a column or a block: ``u[1:-1, 2:]``)
         v = base[key]
     except (IndexError, TypeError, ValueError):
@@ -69,24 +81,6 @@ def element_or_view(arr: Array, key: Any) -> tuple[Any, bool, Any] | bool | None
     if n > EAGER_MAX_WORK or n > _host.HOST_MAX_WORK:
         return False
     return v, False, got[2]
-
-
-def _element(got: tuple, key: Any) -> tuple[Any, bool, Any] | bool:
-    """:func:`element_or_view` of an element's key (ints) not kept yet in ``_bases``'
-    entry ``got``: its 1-element view, kept; False for an index error."""
-    base, elements = got[1], got[3]
-    last = key[-1] if type(key) is tuple else key
-    at = slice(last, last + 1 if last != -1 else None)
-    try:
-        v = base[key[0], at] if type(key) is tuple else base[at]
-    except IndexError:
-        return False
-    if v.size != 1:
-        return False
-    if len(elements) >= ELEMENTS_MAX:
-        elements.clear()
-    elements[key] = v
-    return v, True, got[2]
 
 
 #: the lazy array a small view was last taken of (a weak reference), see _viewed_again
