@@ -6,7 +6,10 @@ the other: on a shared machine its before/after figures drift with the load by m
 than a change of a few percent.  Here each revision's package is imported under a name
 of its own (``benchmarks/compare_host_overhead.py``) and every round runs each
 benchmark once per revision, so all see the same phases of the machine.  Outputs are
-not checked (``npbench_swap.py`` does).  Reported, never asserted.
+not checked (``npbench_swap.py`` does).  A module that imports ``fuseloop`` by name
+(numpy's dispatch of ``np.float64(a) * x``, ``fuseloop.interop``) reaches the current
+checkout's from any copy: a kernel that fails here, or takes that path, is timed
+with ``npbench_swap.py --baseline``.  Reported, never asserted.
 
     python benchmarks/probes/npbench_ab.py REV [REV ...] --npbench DIR [--only a b]
         [--preset S] [--rounds 5]
@@ -78,8 +81,12 @@ def main() -> None:
             sys.modules["cupy"] = _as_cupy(fl)
             kernels.append(getattr(swap._load(path, f"npb_{short}_{k}"), b["func_name"]))
 
-        for k in range(len(mods)):
-            _run(mods[k], kernels[k], b, values)  # (kernels built, plans recorded)
+        try:
+            for k in range(len(mods)):
+                _run(mods[k], kernels[k], b, values)  # (kernels built, plans recorded)
+        except Exception as e:  # (reported; the next benchmark runs)
+            print(f"| {short} | {type(e).__name__}: {str(e)[:60]} |", flush=True)
+            continue
         times: list[list[float]] = [[] for _ in mods]
         for _ in range(args.rounds):
             for k in range(len(mods)):
