@@ -78,6 +78,8 @@ _new = object.__new__
 # fl.stats()'s counters, their C calls bound (stats.tally without its frame)
 _count_operation = _tallies["host_operations"].__next__
 _NUMPY_SCALARS = frozenset(np.dtype(c).type for c in "?bBhHiIlLqQfd")
+# a Python float operand of a float64 loop stays as it is (numpy converts it, exactly)
+_F64 = np.dtype(np.float64)
 
 
 def _off() -> bool:
@@ -174,7 +176,7 @@ class HostArray(Array):
     def _inplace(self, op: str, other: Any) -> Array:
         if inplace(self, op, other):
             return self
-        return super()._inplace(op, other)
+        return super()._inplace(op, other)  # (its operators: _eager_inplace's, below)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         """numpy's functions: ``np.dot``/``np.matmul`` and ``np.flip`` of small operands
@@ -557,9 +559,9 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     if tb is HostArray and not b._shape and type(vb) is np.ndarray:
         vb = vb[0]
     da, db = loop[0], loop[1]
-    if ka is not da:  # (a Python scalar's kind is never a dtype)
+    if ka is not da and (ka is not float or da is not _F64):  # (see _F64)
         va = _weak_scalar(va, da) if ka is float or ka is int else _as(va, ka, da)
-    if kb is not db:
+    if kb is not db and (kb is not float or db is not _F64):
         vb = _weak_scalar(vb, db) if kb is float or kb is int else _as(vb, kb, db)
     if type(va) is np.ndarray or type(vb) is np.ndarray:
         if type(va) is type(vb) and va.shape != vb.shape and not _fits([va, vb]):
@@ -622,10 +624,12 @@ def _counted(out: Any, dtype: np.dtype, device: Any) -> Array:
 _inplace_ops: dict[tuple, Any] = {}
 
 
-# id(leaf) -> (leaf, numpy view of its elements, its storage) for the concrete arrays
-# viewed last (a loop's statements view the same 1-3 arrays; a view costs ~0.5 us)
+# id(leaf) -> (leaf, numpy view of its elements, its storage, its elements' views by
+# key) for the arrays viewed last (a loop's statements view the same 1-3 arrays and
+# elements, ``A[i, j] += A[i, j - 1]; A[i, j] /= 9.0``: a view costs more than a look-up)
 _bases: dict[int, tuple] = {}
 BASES_MAX = 16
+ELEMENTS_MAX = 4096  # (the most element views kept per array: then they are dropped)
 
 
 def _base_of(arr: Array) -> tuple | None:
@@ -644,7 +648,7 @@ def _base_of(arr: Array) -> tuple | None:
         v = v.reshape(())
     if len(_bases) >= BASES_MAX:
         _bases.clear()
-    got = _bases[id(node)] = (node, v, storage)
+    got = _bases[id(node)] = (node, v, storage, {})
     return got
 
 
@@ -705,8 +709,14 @@ def getitem(arr: Array, key: Any) -> Array | None:
     if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
             or _evaluate.recording_threads[0]:
         return None
-    if type(arr) is Array and (got := quick_view(arr, key)) is not None:
-        return got if got is not False else None
+    if type(arr) is Array and (taken := element_or_view(arr, key)) is not None:
+        if taken is False:  # (too large, or an index error, which the general path raises)
+            return None
+        v, element, storage = taken  # type: ignore[misc]
+        out = _new(HostArray)  # (a loop's commonest view: its fields set here)
+        out._np, out.dtype, out.device, out._leaf = v, arr.dtype, arr.device, None
+        out._buf, out._shape, out._of, out._key = storage, () if element else v.shape, arr, key
+        return out
     items = _basic(key)
     if items is None:
         return gather(arr, key) if type(key) is HostArray else _copy_by_0d(arr, key)
@@ -751,7 +761,7 @@ for _name, _f in list(vars(Array).items()):
 
 
 from .host_products import gather, matmul, power  # noqa: E402  (they read this module's names)
-from .host_views import _copy_by_0d, _viewed_again, flip, quick_view  # noqa: E402
+from .host_views import _copy_by_0d, _viewed_again, element_or_view, flip  # noqa: E402
 from .host_writes import inplace  # noqa: E402
 
 

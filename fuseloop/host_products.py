@@ -13,7 +13,7 @@ import numpy as np
 from . import evaluate as _evaluate
 from . import host_path as _host
 from .array import Array
-from .expr.nodes import Leaf, Scalar
+from .expr.nodes import _EMPTY, Leaf, Scalar
 from .host_eager import (
     _DTYPES,
     _QUIET,
@@ -152,7 +152,20 @@ def _vector_dot(a: HostArray, b: HostArray) -> Array | None:
     # general path, its lazy gather and product cost 6x a row's statement)
     if a._buf is not None or b._buf is not None:
         _sync(device)
-    return _quiet_matmul(a._np, b._np, device)
+    if dtype.kind == "c":
+        return _quiet_matmul(a._np, b._np, device)
+    token = _errors.set(_QUIET) if _QUIET is not None else None  # (_quiet_matmul's, inline)
+    try:
+        out = np.dot(a._np, b._np)
+    finally:
+        if token is not None:
+            _errors.reset(token)
+    _count_operation()
+    node = _new(Scalar)  # (a real value held as host_eager._scalar_array holds it)
+    node.value, node.dtype, node.shape, node.storages = out, dtype, (), _EMPTY
+    held = _new(Array)
+    held._storage, held._node, held._shape, held.device, held.dtype = None, node, (), device, dtype
+    return held
 
 
 def _quiet_matmul(va: np.ndarray, vb: np.ndarray, device: Any) -> Array:

@@ -14,6 +14,7 @@ from . import host_path as _host
 from .array import Array
 from .host_eager import (
     EAGER_MAX_WORK,
+    ELEMENTS_MAX,
     HostArray,
     _base,
     _bases,
@@ -32,11 +33,11 @@ _count_operation = _tallies["host_operations"].__next__  # (stats.tally, bound)
 def element_or_view(arr: Array, key: Any) -> tuple[Any, bool, Any] | bool | None:
     """``arr[key]`` of a concrete array viewed before, for a loop's commonest keys,
     ``A[i, j]``, ``A[i, :j]``, ``A[:, k]``, ``A[1:-1, 2:]`` of a matrix and ``x[i]``,
-    ``x[a:b]`` of a vector, its steps written out (read by :func:`quick_view`, written
+    ``x[a:b]`` of a vector, its steps written out (read by host_eager.getitem, written
     by host_writes.setitem): ``(numpy view, whether one element, the storage)``, an
-    element as a 1-element view (a slice may be empty); False for a view not taken
-    here (too large, or an index error, which the general path raises); None: not such
-    a key or array."""
+    element as a 1-element view kept for the next statements (a slice may be empty);
+    False for a view not taken here (too large, or an index error, which the general
+    path raises); None: not such a key or array."""
     node = arr._node
     got = _bases.get(id(node))
     if got is None or got[0] is not node:
@@ -46,23 +47,32 @@ def element_or_view(arr: Array, key: Any) -> tuple[Any, bool, Any] | bool | None
     if tk is tuple:
         if len(key) != 2 or base.ndim != 2:
             return None
-        k0, k1 = key
-        t0, t1 = type(k0), type(k1)
-        if t0 is int and t1 is int:
-            try:
-                v = base[k0, k1:k1 + 1 if k1 != -1 else None]
-            except IndexError:
-                return False
-            return (v, True, got[2]) if v.size == 1 else False
-        if (t0 is not slice and t0 is not int) or (t1 is not slice and t1 is not int):
+        k0, last = key
+        t0, t1 = type(k0), type(last)
+        element = t0 is int and t1 is int
+        if not element and ((t0 is not slice and t0 is not int)
+                            or (t1 is not slice and t1 is not int)):
             return None
-    elif base.ndim != 1:
+    elif base.ndim != 1 or (tk is not int and tk is not slice):
         return None
-    elif tk is int:
-        v = base[key:key + 1 if key != -1 else None]
-        return (v, True, got[2]) if v.size == 1 else False
-    elif tk is not slice:
-        return None
+    else:
+        element, last = tk is int, key
+    if element:  # (ints only: a slice is not hashable before Python 3.12)
+        elements = got[3]
+        v = elements.get(key)
+        if v is not None:
+            return v, True, got[2]
+        at = slice(last, last + 1 if last != -1 else None)
+        try:
+            v = base[k0, at] if tk is tuple else base[at]
+        except IndexError:
+            return False
+        if v.size != 1:
+            return False
+        if len(elements) >= ELEMENTS_MAX:
+            elements.clear()
+        elements[key] = v
+        return v, True, got[2]
     try:  # (a row, a column or a block: ``u[1:-1, 2:]``)
         v = base[key]
     except (IndexError, TypeError, ValueError):
@@ -71,20 +81,6 @@ def element_or_view(arr: Array, key: Any) -> tuple[Any, bool, Any] | bool | None
     if n > EAGER_MAX_WORK or n > _host.HOST_MAX_WORK:
         return False
     return v, False, got[2]
-
-
-def quick_view(arr: Array, key: Any) -> Any:
-    """host_eager.getitem's commonest cases (:func:`element_or_view`'s): a HostArray,
-    False (not taken: too large, or an index error, which the general path raises) or
-    None (not such a key)."""
-    got = element_or_view(arr, key)
-    if not got:
-        return got
-    v, element, storage = got  # type: ignore[misc]
-    out = _new(HostArray)
-    out._np, out.dtype, out.device, out._leaf = v, arr.dtype, arr.device, None
-    out._buf, out._shape, out._of, out._key = storage, () if element else v.shape, arr, key
-    return out
 
 
 #: the lazy array a small view was last taken of (a weak reference), see _viewed_again

@@ -18,6 +18,7 @@ from .array import Array, _weak_scalar
 from .dtypes import scalar_to
 from .expr.nodes import Scalar, recent_lazy
 from .host_eager import (
+    _F64,
     EAGER_MAX_WORK,
     HostArray,
     _as,
@@ -88,15 +89,15 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     if tv is not float and tv is not int and tv is not HostArray:
         if tv is not Array or (value._storage is None and type(value._node) is not Scalar):
             return False  # (a lazy value: the general path; a value made at once: here)
-    if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
-            or _evaluate.recording_threads[0]:
-        return False
-    if tv is HostArray and value._of is arr:
+    if tv is HostArray and value._of is arr:  # (written already, whatever the settings)
         if value is _updated[0] and value._key is key:
             _updated[0] = None  # (``A[k] op= v``: inplace wrote into this very view)
             return True
         if not value._shape and value._key == key:  # (an element's key: ints)
             return True  # (nussinov's ``T[i, j] = max(T[i, j], e)``: itself)
+    if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
+            or _evaluate.recording_threads[0]:
+        return False
     tk = type(key)  # (an element's key, ``x[i]`` or ``A[i, j]``: its write written out)
     if type(arr) is Array and (tk is int or (tk is tuple and len(key) == 2 and type(
             key[1]) is int)) and (done := _element_write(arr, key, value)) is not None:
@@ -289,7 +290,7 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
     if to is HostArray and not other._shape and type(vb) is np.ndarray:
         vb = vb[0]  # (a buffer's element, read once the kernels writing it are done)
     da, db = loop[0], loop[1]
-    if kb is not db:  # (a Python scalar's kind is never a dtype)
+    if kb is not db and (kb is not float or db is not _F64):  # (host_eager._F64)
         vb = _weak_scalar(vb, db) if kb is float or kb is int else _as(vb, kb, db)
     shape = target._shape
     va = target._np
@@ -297,9 +298,20 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
         va = va[0]
     if dtype is not da:
         va = va.astype(da) if type(va) is np.ndarray else da.type(va)
-    out = compute(op, hit, (va, vb), type(va) is np.ndarray or type(vb) is np.ndarray)
-    if out is None:
-        return False
+    arrays = type(va) is np.ndarray or type(vb) is np.ndarray
+    if arrays or hit[2] is None:
+        out = compute(op, hit, (va, vb), arrays)
+        if out is None:
+            return False
+    else:  # (two numpy scalars, a loop's commonest: compute's scalar case inline)
+        token = _errors.set(_QUIET) if hit[4] else None
+        try:
+            out = hit[2](va, vb)
+        except (TypeError, ValueError, ArithmeticError):
+            return False
+        finally:
+            if token is not None:
+                _errors.reset(token)
     _count_evaluation()
     _updated[0] = target
     if shape:
@@ -309,3 +321,23 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
     else:
         target._np = out if out.dtype is dtype else dtype.type(out)
     return True
+
+
+def _eager_inplace(op: str) -> Any:
+    """HostArray's in-place operator ``op`` (``A[i, j] -= v``): here, else Array's."""
+    def method(self: Any, other: Any) -> Any:
+        if inplace(self, op, other):
+            return self
+        return Array._inplace(self, op, other)
+    method.__name__ = method.__qualname__ = f"__i{op}__"
+    return method
+
+
+# Array's in-place operators, by the ufunc each applies (as fuseloop.array's methods)
+_INPLACE_OPS = {"__iadd__": "add", "__isub__": "subtract", "__imul__": "multiply",
+                "__itruediv__": "true_divide", "__ifloordiv__": "floor_divide",
+                "__imod__": "remainder", "__ipow__": "power", "__iand__": "bitwise_and",
+                "__ior__": "bitwise_or", "__ixor__": "bitwise_xor",
+                "__ilshift__": "left_shift", "__irshift__": "right_shift"}
+for _name, _op in _INPLACE_OPS.items():
+    setattr(HostArray, _name, _eager_inplace(_op))

@@ -701,3 +701,46 @@ def test_element_writes_are_numpys(host, monkeypatch):
     np.testing.assert_array_equal(before.get(), np.arange(6.0).reshape(2, 3) * 2)
     np.testing.assert_array_equal(a.get(), [[0.0, 1.0, -1.0], [3.0, -1.0, 5.0]])
     np.testing.assert_array_equal(x.get(), [1, 2, 3])
+
+
+def _element_loops(m, a, f, i):
+    """seidel's and cholesky's element statements, with Python floats, elements and
+    negative keys of the same elements."""
+    for j in range(1, 5):
+        a[2, j] += a[2, j - 1]
+        a[2, j] /= 9.0
+        a[-1, j] -= a[1, -j] * 0.5 + a[3, 4 - j]
+        f[1, j] *= 1.5
+        f[1, j] -= f[1, j - 1] / 3.0
+        i[j] += i[j - 1] * 3
+    a[1, 1] -= m.dot(a[1, :1], a[0, :1])
+    a[4, 4] = m.sqrt(a[4, 4])
+    x = a[0, 3] * 1.0
+    a[0, -2] = 1.0 / 7.0
+    return [a, f, i, x, a[0, 3] * 1.0]
+
+
+def test_kept_element_views_follow_writes(host, monkeypatch):
+    """Element views kept per array (host_views) are views: later statements, other
+    keys of the same element and held views see each write; results are numpy's."""
+    ins = (np.linspace(0.5, 3, 25).reshape(5, 5), np.linspace(-1, 2, 12, dtype=np.float32
+                                                             ).reshape(2, 6),
+           np.arange(6, dtype=np.int32))
+    ref = _element_loops(np, *[x.copy() for x in ins])
+    for kept in (host_eager.ELEMENTS_MAX, 3):   # (3: kept views dropped and made again)
+        monkeypatch.setattr(host_eager, "ELEMENTS_MAX", kept)
+        arrs = [fl.asarray(x.copy()) for x in ins]
+        fl.synchronize()
+        fl.reset_stats()
+        out = _element_loops(fl, *arrs)
+        assert fl.stats()["kernels_launched"] == 0
+        for g, r in zip(out, ref):
+            assert g.dtype == np.asarray(r).dtype
+            np.testing.assert_array_equal(g.get(), r)
+        held = arrs[0][0, 3]                    # a view, as CuPy's 0-d views are
+        arrs[0][0, -2] = 2.5
+        assert float(held) == 2.5
+        with pytest.raises(IndexError):
+            arrs[0][5, 0]
+        with pytest.raises(IndexError):
+            arrs[2][-7]
