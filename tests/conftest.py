@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 import pytest
 
-# an isolated kernel cache for the test session (set before fuseloop reads it)
-os.environ.setdefault("FUSELOOP_CACHE_DIR", tempfile.mkdtemp(prefix="fuseloop-test-cache-"))
+# An isolated kernel cache for the test session (set before fuseloop reads it), made by
+# the first process to import this file: pytest-xdist's workers inherit the variable
+# from the controller, so a kernel one worker built is a disk hit for the others.  The
+# process that made it removes it when the session ends (a run leaves ~40 MB of kernels).
+_SESSION_CACHE = None
+if "FUSELOOP_CACHE_DIR" not in os.environ:
+    _SESSION_CACHE = tempfile.mkdtemp(prefix="fuseloop-test-cache-")
+    os.environ["FUSELOOP_CACHE_DIR"] = _SESSION_CACHE
 # no "building a kernel ..." lines from slow builds (tests/test_cold_start.py turns them on)
 os.environ.setdefault("FUSELOOP_PROGRESS", "0")
 # the tests exercise kernels: small evaluations on the CPU would otherwise run through
 # numpy in host memory (fuseloop.host_path; tests/test_host_path.py turns it on)
 os.environ.setdefault("FUSELOOP_HOST_PATH", "0")
 
-import fuseloop as fl
+import fuseloop as fl  # noqa: E402  (after the settings above)
 
 
 def _device_params() -> list:
@@ -27,6 +34,11 @@ def _device_params() -> list:
     return [pytest.param(d, id=f"{d.type}{d.index}",
                          marks=() if d.usable else pytest.mark.skip(reason=d.problem))
             for d in found]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _SESSION_CACHE is not None:
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
