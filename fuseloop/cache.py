@@ -96,8 +96,9 @@ MakePlan = Callable[[Program, np.dtype, Device, "Recipe", Any, str], KernelPlan]
 #: (a built kernel costs about 1 MB of the process's memory on PoCL)
 DEFAULT_MEMORY_CACHE_SIZE = 512
 
-# the modules whose code decides what source a program becomes
-_CODEGEN_PATHS = ("lower", "recipes", "expr", "backends", "cache.py", "dtypes.py",
+# the modules whose code decides what source a program becomes (passes: lower/kernel.py
+# reads its output layout rules)
+_CODEGEN_PATHS = ("lower", "passes", "recipes", "expr", "backends", "cache.py", "dtypes.py",
                   "functions.py", "op_names.py")
 
 

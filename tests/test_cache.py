@@ -691,3 +691,25 @@ def test_a_fifo_at_an_entry_path_does_not_block(device, fresh_dir):
     assert path.is_file() and cache.read_entry(path) is not None
 
 # }}}
+
+
+def test_the_code_fingerprint_covers_what_code_generation_imports():
+    """A module the code generators import decides kernel source too: an edit to it must
+    change the disk key (``cache._CODEGEN_PATHS``), or an editable install serves stale
+    kernels.  Modules that hold no code-generation rules are named here."""
+    import re
+    from pathlib import Path
+
+    root = Path(cache.__file__).parent
+    covered = {p.removesuffix(".py") for p in cache._CODEGEN_PATHS}
+    # (errors, counters, caches' registry, lazy imports, tuning state read at run time,
+    # the runtime, the disk cache's files)
+    no_codegen = {"errors", "stats", "caches", "_lazy", "recipe_state", "runtime",
+                  "cache_disk"}
+    missing = set()
+    for package in ("lower", "recipes", "backends"):
+        for f in (root / package).rglob("*.py"):
+            for name in re.findall(r"^\s*from \.\.(\w+)", f.read_text(), re.M):
+                if name not in covered and name not in no_codegen:
+                    missing.add((f.relative_to(root).as_posix(), name))
+    assert not missing, sorted(missing)
