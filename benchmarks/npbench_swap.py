@@ -209,6 +209,19 @@ def _run_one(bench_dir: Path, info: dict, preset: str, framework: str,
             "outputs": _to_host(outputs), "result": _to_host(result), "calls": len(times)}
 
 
+def timed_call(fl: Any, kernel: Any, b: dict, values: dict) -> float:
+    """One call of ``kernel`` on new arrays of ``fl`` (a fuseloop module) holding
+    ``values``: the process's CPU time, in seconds (the probes' measure)."""
+    a = dict(values)
+    for name in b["array_args"]:
+        a[name] = fl.asarray(np.copy(values[name]))
+    fl.synchronize()
+    t = time.process_time()
+    _force(kernel(*[a[n] for n in b["input_args"]]))
+    fl.synchronize()
+    return time.process_time() - t
+
+
 def _worker(queue: Any, checkout: str | None, *job: Any) -> None:
     if checkout:  # (another checkout's fuseloop, with a kernel cache of its own)
         sys.path.insert(0, checkout)

@@ -22,12 +22,9 @@ import importlib
 import json
 import statistics
 import sys
-import time
 import types
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent)]
@@ -42,18 +39,6 @@ def _as_cupy(fl: Any) -> types.ModuleType:
     module = types.ModuleType("cupy")
     module.__getattr__ = lambda name: getattr(fl, name)  # type: ignore[method-assign]
     return module
-
-
-def _run(fl: Any, kernel: Any, b: dict, values: dict) -> float:
-    """One run of ``kernel`` on new arrays of ``values``: its CPU time, in seconds."""
-    a = dict(values)
-    for name in b["array_args"]:
-        a[name] = fl.asarray(np.copy(values[name]))
-    fl.synchronize()
-    t = time.process_time()
-    swap._force(kernel(*[a[n] for n in b["input_args"]]))
-    fl.synchronize()
-    return time.process_time() - t
 
 
 def main() -> None:
@@ -83,14 +68,14 @@ def main() -> None:
 
         try:
             for k in range(len(mods)):
-                _run(mods[k], kernels[k], b, values)  # (kernels built, plans recorded)
+                swap.timed_call(mods[k], kernels[k], b, values)  # (kernels built, plans recorded)
         except Exception as e:  # (reported; the next benchmark runs)
             print(f"| {short} | {type(e).__name__}: {str(e)[:60]} |", flush=True)
             continue
         times: list[list[float]] = [[] for _ in mods]
         for _ in range(args.rounds):
             for k in range(len(mods)):
-                times[k].append(_run(mods[k], kernels[k], b, values) * 1e3)
+                times[k].append(swap.timed_call(mods[k], kernels[k], b, values) * 1e3)
         print(f"| {short} | " + " | ".join(
             f"{statistics.median(t):.1f} ({min(t):.1f})" for t in times) + " |", flush=True)
 

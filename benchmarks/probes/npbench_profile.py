@@ -17,10 +17,7 @@ import json
 import os
 import pstats
 import sys
-import time
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, os.getcwd())  # (the current checkout's fuseloop, not the installed one)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -48,14 +45,7 @@ def main() -> None:
     kernel = getattr(swap._load(folder / f"{module}_cupy.py", f"npb_{module}_fl"), b["func_name"])
 
     def run() -> float:
-        a = dict(values)
-        for name in b["array_args"]:
-            a[name] = fl.asarray(np.copy(values[name]))
-        fl.synchronize()
-        t = time.process_time()
-        swap._force(kernel(*[a[n] for n in b["input_args"]]))
-        fl.synchronize()
-        return time.process_time() - t
+        return swap.timed_call(fl, kernel, b, values)
 
     run()  # (builds, plans)
     plain = min(run() for _ in range(args.repeats))
