@@ -713,9 +713,11 @@ def getitem(arr: Array, key: Any) -> Array | None:
         if taken is False:  # (too large, or an index error, which the general path raises)
             return None
         v, element, storage = taken  # type: ignore[misc]
-        out = _new(HostArray)  # (a loop's commonest view: its fields set here)
+        if element:  # (a loop's commonest view: the element's, kept)
+            return v
+        out = _new(HostArray)  # (its fields set here)
         out._np, out.dtype, out.device, out._leaf = v, arr.dtype, arr.device, None
-        out._buf, out._shape, out._of, out._key = storage, () if element else v.shape, arr, key
+        out._buf, out._shape, out._of, out._key = storage, v.shape, arr, key
         return out
     items = _basic(key)
     if items is None:

@@ -246,10 +246,11 @@ def inplace(target: Any, op: str, other: Any) -> bool:
     A loop's scalar statement (``A[i, j] /= A[j, j]``, ``A[i, j] += A[i, j - 1]``)
     costs about half as much host time this way: no node, lazy array or assignment
     is made, and the operands are read as numpy scalars."""
+    if type(target._node) is Scalar:  # (a value held here, crc16's ``cur >>= 1``: first)
+        return not trace_checks and _inplace_value(target, op, other)
     taken = None if trace_checks else _small_target(target)
     if taken is None:
-        return not trace_checks and type(target._node) is Scalar and _inplace_value(
-            target, op, other)
+        return False
     storage, leaf, _size_of = taken
     dtype = leaf.dtype
     okey = _operand_key(target, other)

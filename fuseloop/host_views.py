@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 
 from . import evaluate as _evaluate
+from . import host_eager as _eager
 from . import host_path as _host
 from .array import Array
 from .host_eager import (
     EAGER_MAX_WORK,
-    ELEMENTS_MAX,
     HostArray,
     _base,
     _bases,
@@ -35,7 +35,9 @@ def element_or_view(arr: Array, key: Any) -> tuple[Any, bool, Any] | bool | None
     ``A[i, j]``, ``A[i, :j]``, ``A[:, k]``, ``A[1:-1, 2:]`` of a matrix and ``x[i]``,
     ``x[a:b]`` of a vector, its steps written out (read by host_eager.getitem, written
     by host_writes.setitem): ``(numpy view, whether one element, the storage)``, an
-    element as a 1-element view kept for the next statements (a slice may be empty);
+    element as the HostArray of its 1-element view, kept from its second read for the
+    next statements (the same view each time: it holds no state of its own; a slice
+    may be empty);
     False for a view not taken here (too large, or an index error, which the general
     path raises); None: not such a key or array."""
     node = arr._node
@@ -58,21 +60,35 @@ def element_or_view(arr: Array, key: Any) -> tuple[Any, bool, Any] | bool | None
     else:
         element, last = tk is int, key
     if element:  # (ints only: a slice is not hashable before Python 3.12)
+        # (an element read once keeps its numpy view, one read again its HostArray:
+        # keys met once, floyd_warshall's ``path[i, k]``, leave no object for the
+        # garbage collector to walk)
         elements = got[3]
         v = elements.get(key)
-        if v is not None:
-            return v, True, got[2]
-        at = slice(last, last + 1 if last != -1 else None)
-        try:
-            v = base[k0, at] if tk is tuple else base[at]
-        except IndexError:
-            return False
-        if v.size != 1:
-            return False
-        if len(elements) >= ELEMENTS_MAX:
-            elements.clear()
-        elements[key] = v
-        return v, True, got[2]
+        if v is not None and type(v) is not np.ndarray:
+            if v._of is arr:  # (None: reshaped, or replaced)
+                return v, True, got[2]
+            v = None
+        if v is None:
+            at = slice(last, last + 1 if last != -1 else None)
+            try:
+                v = base[k0, at] if tk is tuple else base[at]
+            except IndexError:
+                return False
+            if v.size != 1:
+                return False
+            if len(elements) >= _eager.ELEMENTS_MAX:  # (read here: a test sets it)
+                elements.clear()
+            elements[key] = v
+            again = False
+        else:
+            again = True
+        held = _new(HostArray)  # (host_eager.getitem's view, its fields set here)
+        held._np, held.dtype, held.device, held._leaf = v, arr.dtype, arr.device, None
+        held._buf, held._shape, held._of, held._key = got[2], (), arr, key
+        if again:
+            elements[key] = held
+        return held, True, got[2]
     try:  # (a row, a column or a block: ``u[1:-1, 2:]``)
         v = base[key]
     except (IndexError, TypeError, ValueError):

@@ -105,7 +105,9 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     if type(arr) is Array and (taken := element_or_view(arr, key)) is not None:
         if taken is False:
             return False
-        target, storage = taken[0], taken[2]  # type: ignore[index]
+        target, element, storage = taken  # type: ignore[misc]
+        if element:  # (an element: its kept HostArray's view)
+            target = target._np
     else:
         items = _basic(key)
         if items is None:

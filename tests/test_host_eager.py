@@ -744,3 +744,25 @@ def test_kept_element_views_follow_writes(host, monkeypatch):
             arrs[0][5, 0]
         with pytest.raises(IndexError):
             arrs[2][-7]
+
+
+def test_an_element_view_is_kept_until_changed(host):
+    """An element read again has one HostArray kept per array and key (host_views),
+    handed out while it is unchanged; one reshaped in place is not, and each sees the
+    element's writes."""
+    an = np.arange(12.0).reshape(3, 4)
+    a = fl.asarray(an.copy())
+    a[0, 0]  # (the matrix's view made once: the written-out steps from here on)
+    first = a[1, 2]
+    x = a[1, 2]
+    assert x is not first and a[1, 2] is x
+    x.shape = (1,)
+    a[1, 2]
+    y = a[1, 2]
+    assert y is not x and y.shape == () and x.shape == (1,)
+    assert a[1, 2] is y
+    a[1, 2] += 1.0
+    y += 2.0
+    an[1, 2] += 3.0
+    np.testing.assert_array_equal(a.get(), an)
+    assert float(y) == float(first) == an[1, 2] and float(x[0]) == an[1, 2]
