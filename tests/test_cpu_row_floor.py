@@ -1,7 +1,8 @@
-"""cpu-rows: the size class states which of the recipe's accumulator counts a contiguous
-row is at least as long as (``p >= 32``, ``p >= 8``), so that the accumulators' set-up,
-copy and combining steps run without a test of the row's length; rows shorter than
-every count keep the tests, which leave accumulators past the row's end unread."""
+"""cpu-rows: the size class states which of the accumulator counts its reductions use a
+contiguous row is at least as long as (``p >= 32`` for a max's, ``p >= 8``), so that the
+accumulators' set-up, copy and combining steps run without a test of the row's length;
+rows shorter than every count keep the tests, which leave accumulators past the row's
+end unread."""
 
 from __future__ import annotations
 
@@ -44,9 +45,11 @@ def test_rows_either_side_of_the_floor_match_numpy(cpu, dtype):
 
 def test_rows_at_the_floor_have_no_length_tests(cpu):
     x = fl.asarray(np.ones((64, FLOOR + 32), np.float32))
-    for expr in (x.sum(axis=1), x.max(axis=1), x.argmax(axis=1)):
+    # a sum's floor is its own count: the select count is no fact its code reads
+    for expr, floor in ((x.sum(axis=1), CPU_ACCUMULATORS), (x.max(axis=1), FLOOR),
+                        (x.argmax(axis=1), FLOOR)):
         lowered = fl.program(expr).lower()
-        assert f"p0 >= {FLOOR}" in lowered.sizes
+        assert re.findall(r"p0 >= (\d+)", lowered.sizes) == [str(floor)], lowered.sizes
         assert not LENGTH_TEST.search(lowered.compile().source)
     # rows shorter than every count: no lower bound, the steps tested
     short = fl.asarray(np.ones((64, LEAST - 1), np.float32))
@@ -60,9 +63,14 @@ def test_row_lengths_share_a_kernel_per_side_of_the_floor(cpu):
     fl.reset_stats()
     for length in (FLOOR, FLOOR + 5, 64):  # one class: FLOOR <= p <= 64
         h = np.random.default_rng(length).random((40, length)).astype(np.float32)
-        np.testing.assert_allclose(fl.asarray(h).sum(axis=1).get(), h.sum(axis=1),
-                                   rtol=1e-5)
+        np.testing.assert_array_equal(fl.asarray(h).max(axis=1).get(), h.max(axis=1))
     assert fl.stats()["kernels_compiled"] == 1
     h = np.random.default_rng(0).random((40, FLOOR - 1)).astype(np.float32)  # p >= LEAST
-    np.testing.assert_allclose(fl.asarray(h).sum(axis=1).get(), h.sum(axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(fl.asarray(h).max(axis=1).get(), h.max(axis=1))
     assert fl.stats()["kernels_compiled"] == 2
+    # a sum's rows either side of the select count: one class (p >= LEAST)
+    for length in (FLOOR - 1, FLOOR + 5):
+        h = np.random.default_rng(length).random((40, length)).astype(np.float32)
+        np.testing.assert_allclose(fl.asarray(h).sum(axis=1).get(), h.sum(axis=1),
+                                   rtol=1e-5)
+    assert fl.stats()["kernels_compiled"] == 3

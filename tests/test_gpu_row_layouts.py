@@ -45,6 +45,7 @@ def test_the_rule():
     assert rule.kind([3, 32], 5) == "short"
     assert rule.kind([128], 131072) == "slice"
     assert rule.kind([128], 100) == "group"  # few rows: a group each
+    assert RowRule(512, 32, 1024, 1024, 4, short_rows=32).kind([3], 31) == "group"
     assert rule.kind([4096], 4096) == "group"
     assert rule.kind([], 4096) == "group"
     assert [rule.slice_width(p) for p in (33, 128, 129, 1024, 4096)] == [32, 32, 64, 256, 512]
@@ -55,21 +56,29 @@ def test_the_rule():
 
 def test_growing_rows_make_few_size_classes():
     """A loop over rows that grow by one element (a triangular solve's dot products)
-    meets a bounded number of size classes: one per very short length, one for the
-    other short rows, and two per power of two of pieces."""
-    rule = RowRule(group=512, short_max=32, slice_max=1024, slice_rows=1024, row_items=4)
-    classes = {row_size_class(rule, 16, [0], [p], 1, 0, False) for p in range(1, 20000)}
-    assert len(classes) <= 4 + 1 + 2 * 5 + 1, sorted(classes)
-    assert row_size_class(rule, 16, [0], [3], 1, 0, False) == "p0 = 3"  # unrolled walk
-    assert row_size_class(rule, 16, [0], [20], 1, 0, False) == "5 <= p0 <= 32"
+    meets a bounded number of size classes: with many rows one per very short length,
+    one for the other short rows, and two per power of two of pieces; with fewer rows
+    than ``short_rows`` (a dot product's one) the short lengths, 0 too, share the first
+    piece's class."""
+    rule = RowRule(group=512, short_max=32, slice_max=1024, slice_rows=1024, row_items=4,
+                   short_rows=32)
+    many = {row_size_class(rule, 16, [0], [p], 64, 0, False) for p in range(1, 20000)}
+    assert len(many) <= 4 + 1 + 2 * 5 + 1, sorted(many)
+    assert row_size_class(rule, 16, [0], [3], 64, 0, False) == "N >= 32 and p0 = 3"
+    assert row_size_class(rule, 16, [0], [20], 64, 0, False) == "N >= 32 and 5 <= p0 <= 32"
+    one = {row_size_class(rule, 16, [0], [p], 1, 0, False) for p in range(0, 20000)}
+    assert len(one) <= 2 * 5 + 1, sorted(one)
+    assert {row_size_class(rule, 16, [0], [p], 31, 0, False) for p in range(0, 512)} == {
+        "0 <= p0 <= 511"}
     # rows of a whole power of two of pieces: no bounds test in the class
     assert row_size_class(rule, 16, [0], [8192], 1, 0, False) == "p0 = 8192"
     assert row_size_class(rule, 16, [0], [3000], 1, 0, False) == "2049 <= p0 <= 4095"
     # every length is inside its class's range (the class may be chosen for it)
-    for p in (1, 5, 33, 511, 512, 513, 1023, 1024, 1025, 3000, 8191, 8192):
-        cls = row_size_class(rule, 16, [0], [p], 1, 0, False)
-        lo, _, hi = cls.partition(" <= p0 <= ")
-        assert (int(lo) <= p <= int(hi)) if hi else cls in ("", f"p0 = {p}"), (p, cls)
+    for p in (0, 1, 5, 33, 511, 512, 513, 1023, 1024, 1025, 3000, 8191, 8192):
+        for rows in (1, 64):
+            cls = row_size_class(rule, 16, [0], [p], rows, 0, False).replace("N >= 32 and ", "")
+            lo, _, hi = cls.partition(" <= p0 <= ")
+            assert (int(lo) <= p <= int(hi)) if hi else cls in ("", f"p0 = {p}"), (p, cls)
 
 
 def test_distances_short_rows(restore_recipes):

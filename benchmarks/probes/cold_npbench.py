@@ -67,8 +67,9 @@ _plan = codegen.kernel_plan
 def kernel_plan(program, *args, **kwargs):
     start = time.process_time()
     plan = _plan(program, *args, **kwargs)
+    sizes = args[4] if len(args) > 4 else kwargs.get("sizes", "")
     builds.append(("Loopy", time.process_time() - start,
-                   f"{plan.name} ({len(program.entries)} operations)"))
+                   f"{plan.name} ({len(program.entries)} operations) [{sizes}]"))
     return plan
 codegen.kernel_plan = kernel_plan
 timed(cache, "_build_source", "driver")

@@ -60,6 +60,11 @@ CPU_SELECT_MIN = 4
 # 1024 x 16384 float32 sums and variances (PoCL 3.0, 2 cores)
 CPU_COLUMN_WIDTH = 256
 CPU_COLUMN_ITEMS = 2
+# A launch of fewer rows states no facts about them (see _cpu_size_class): each fact
+# saves a fixed cost per row, which so few rows do not notice
+CPU_CLASS_ROWS = 8
+# the reductions whose accumulators are the select_accumulators (lower/reductions.py)
+SELECT_OPS = ("max", "min", "any", "all")
 
 
 def _cpu_columns(t_unit: lp.TranslationUnit, width: int) -> lp.TranslationUnit:
@@ -95,35 +100,53 @@ def _cpu_columns(t_unit: lp.TranslationUnit, width: int) -> lp.TranslationUnit:
         *knl.silenced_warnings, "v1_scheduler_fallback"]))
 
 
-def _cpu_size_class(floors: tuple[int, ...]) -> SizeClassFunction:
-    """Size classes of contiguous rows kernels: for each row length ``p``, ``p >= f`` for
-    the largest of ``floors`` (the recipe's accumulator counts) at most ``p`` (none below
-    the least), and ``p <= b``, ``b`` the least of ``CPU_SHORT_ROWS`` holding it (no bound
-    for longer rows).
+def _cpu_size_class(accumulators: int, selects: int) -> SizeClassFunction:
+    """Size classes of contiguous rows kernels: the facts about each row length ``p``
+    that the recipe's choices read, and no others (a loop over growing rows builds a
+    kernel per class it crosses).
 
-    Rows shorter than the accumulators leave some unset, so without a lower bound every
-    accumulator's set-up, copy and combining step is tested against the row's length,
-    and the tests keep the compiler from making vectors of them: on rows of 64 float32
-    the tested steps took longer than the walk.  (An upper bound below the accumulators,
-    ``p < f``, would leave the split's bulk slab empty, which Loopy refuses.)
+    * ``p >= f``: ``f`` the largest accumulator count the row's reductions use that is
+      at most ``p`` (``accumulators``; ``selects`` too where a ``max`` or ``min``
+      reduces over it): rows shorter than the accumulators leave some unset, so
+      without a lower bound every accumulator's set-up, copy and combining step is
+      tested against the row's length, and the tests keep the compiler from making
+      vectors of them (on rows of 64 float32 they took longer than the walk).  (An
+      upper bound below the accumulators, ``p < f``, would leave the split's bulk slab
+      empty, which Loopy refuses.)
+    * ``p <= b``, ``b`` the least of ``CPU_SHORT_ROWS`` holding it: the rows a
+      work-item takes (without an element loop) and a ``max`` or ``min``'s count.
+
+    Both save a fixed cost per row: a launch of fewer than ``CPU_CLASS_ROWS`` rows (a
+    dot product: one) states neither, and one kernel serves all its lengths.
     """
 
     def cpu_row_size_class(program: Program, params: Sequence[int], n_rows: int,
                            n_elem: int) -> str:
-        if column_kernel(program):
+        if column_kernel(program) or n_rows < CPU_CLASS_ROWS:
             return ""
         conds = []
-        for slot in row_length_params(program):
+        element_loop = program.row_dims is not None
+        for slot, picks in _row_reductions(program):
             p = params[slot]
-            floor = max((f for f in floors if f <= p), default=None)
+            counts = (accumulators, selects) if picks else (accumulators,)
+            floor = max((f for f in counts if f <= p), default=None)
             if floor is not None:
                 conds.append(f"p{slot} >= {floor}")
             bound = next((b for b in CPU_SHORT_ROWS if 0 < p <= b), None)
-            if bound is not None:
+            if bound is not None and (picks or not element_loop):
                 conds.append(f"p{slot} <= {bound}")
         return " and ".join(conds)
 
     return cpu_row_size_class
+
+
+def _row_reductions(program: Program) -> list[tuple[int, bool]]:
+    """Each row length's parameter slot (:func:`row_length_params`) and whether a
+    ``max`` or ``min`` (``any``, ``all``: the select accumulators) reduces over it."""
+    entries: tuple[Any, ...] = program.entries  # read by kind tag and position
+    selects = {e[7][1] for e in entries
+               if e[0] == "reduce" and e[8] is None and e[1] in SELECT_OPS}
+    return [(slot, slot in selects) for slot in row_length_params(program)]
 
 
 def _short_rows_per_item(knl: lp.LoopKernel) -> int:
@@ -207,7 +230,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
 
 
 cpu_rows = Recipe(
-    "cpu-rows", _cpu_rows, kind="reduction", version="11",
+    "cpu-rows", _cpu_rows, kind="reduction", version="12",
     params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
                   "rows per work-item (short rows; long contiguous rows get one each)",
                   int_range(1, 1 << 16, (1, 2, 4, 8, 16, 32))),
@@ -224,8 +247,8 @@ cpu_rows = Recipe(
     # vector math blocks have LANES lanes: more accumulators index past them (fl.tune
     # found 16 giving wrong results, and crashing the process)
     valid=lambda v, device: not v["vector_math"] or v["accumulators"] <= LANES,
-    size_class=Derived(lambda v: _cpu_size_class(
-        tuple(sorted({v["accumulators"], v["select_accumulators"]})))))
+    size_class=Derived(lambda v: _cpu_size_class(v["accumulators"],
+                                                 v["select_accumulators"])))
 
 
 def _wide_addresses(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:

@@ -42,6 +42,7 @@ GPU_REDUCTION_LANES = 32
 GPU_COLUMN_ITEMS = 1024
 # The contiguous-rows layout rule (see fuseloop.recipes.row_layout)
 GPU_SHORT_MAX = 32
+GPU_SHORT_ROWS = 32
 GPU_SLICE_MAX = 1024
 GPU_SLICE_ROWS = 1024
 GPU_ROW_ITEMS = 4
@@ -87,7 +88,7 @@ def make_gpu_rows(group: int = GPU_ROW_GROUP, cache_items: int = GPU_ROW_CACHE_I
 
 def _gpu_rows(t_unit: lp.TranslationUnit, device: Device, *, group: int, cache_items: int,
               lanes: int, layout: str, short_max: int, short_exact: int,
-              short_outputs: int, slice_max: int,
+              short_outputs: int, short_rows: int, slice_max: int,
               slice_rows: int, row_items: int, block: int, column_group: int,
               column_width: int, column_items: int, column_slices: int
               ) -> lp.TranslationUnit:
@@ -107,7 +108,7 @@ def _gpu_rows(t_unit: lp.TranslationUnit, device: Device, *, group: int, cache_i
         return _gpu_columns(t_unit, column_group, group, column_slices,
                             device.max_work_group_size)
     rule = RowRule(group, short_max, slice_max, slice_rows, row_items, layout,
-                   short_exact=short_exact)
+                   short_exact=short_exact, short_rows=short_rows)
     bounds = [row_cache.row_bound(knl, j) for j in reduction_inames(knl)]
     chosen = row_layout.choose(knl, rule, block, bounds, row_cache.implied)
     if chosen.kind == "short":
@@ -363,6 +364,8 @@ def _layout_params() -> tuple[Param, ...]:
                   int_range(0, 256, (0, 4, 8, 32))),
             Param("short_outputs", int, 1, "rows per work-item in the short layout",
                   int_range(1, 64, (1, 2, 4))),
+            Param("short_rows", int, GPU_SHORT_ROWS, "the rows the short layout needs "
+                  "(fewer: a group each)", int_range(1, 1 << 20, (1, 32, 256))),
             Param("slice_max", int, GPU_SLICE_MAX, "rows up to this long, when many, get a "
                   "slice of a group each", int_range(0, 1 << 16, (256, 512, 1024, 2048))),
             Param("slice_rows", int, GPU_SLICE_ROWS, "the rows the slice layout needs",
@@ -375,12 +378,13 @@ def _layout_params() -> tuple[Param, ...]:
 
 def _gpu_size_class(v: Any) -> SizeClassFunction:
     rule = RowRule(v["group"], v["short_max"], v["slice_max"], v["slice_rows"],
-                   v["row_items"], v["layout"], v["column_group"], v["short_exact"])
+                   v["row_items"], v["layout"], v["column_group"], v["short_exact"],
+                   v["short_rows"])
     return make_row_size_class(v["group"], max(v["cache_items"], 1), rule)
 
 
 gpu_rows = Recipe(
-    "gpu-rows", _gpu_rows, kind="reduction", version="13",
+    "gpu-rows", _gpu_rows, kind="reduction", version="14",
     params=(Param("group", int, GPU_ROW_GROUP, "work-items per contiguous row (the group "
                   "layout; the most in the slice layout)",
                   powers_of_two(1, 1024, (64, 128, 256, 512, 1024))),

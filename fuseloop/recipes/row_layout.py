@@ -6,11 +6,14 @@ chosen from those extents, which the recipe sees as Loopy assumptions: the
 launch's size class (:func:`row_size_class`) states the facts the rule needs,
 so each layout is its own cached kernel and the rule runs once per class.
 
-* ``short`` (every ``p <= short_max``): no work-group reduction at all.  One
-  work-item per row (``short_outputs`` neighbouring rows per work-item), the
-  row walked sequentially; the class states ``p`` exactly up to
-  ``short_exact``, so the walk is fully unrolled (pairwise distances of 3-D
-  points reduce over 3); longer short rows share one class.
+* ``short`` (every ``p <= short_max`` and ``N >= short_rows``): no work-group
+  reduction at all.  One work-item per row (``short_outputs`` neighbouring rows
+  per work-item), the row walked sequentially; the class states ``p`` exactly up
+  to ``short_exact``, so the walk is fully unrolled (pairwise distances of 3-D
+  points reduce over 3); longer short rows share one class.  Fewer rows take
+  the ``group`` layout: a group per row costs nothing while the groups do not
+  fill the device, and its walk is one element long, so a loop's dot products
+  (one row each) meet one class for all lengths up to ``group``.
 * ``slice`` (every ``p <= slice_max`` and ``N >= slice_rows``): a slice of
   ``width`` work-items per row, ``block / width`` rows per work-group; ``width``
   is the smallest power of two from 32 (a warp) up to ``group`` with
@@ -54,6 +57,8 @@ class RowRule:
     #: longer short rows share one class (a loop), so loops over growing rows
     #: do not build a kernel per length
     short_exact: int = 4
+    #: the rows the short layout needs (fewer: the group layout)
+    short_rows: int = 1
 
     def slice_width(self, longest: int) -> int:
         """Work-items per row in the ``slice`` layout for rows of at most ``longest``."""
@@ -69,7 +74,7 @@ class RowRule:
         if not lengths:
             return "group"
         longest = max(lengths)
-        if 0 < min(lengths) and longest <= self.short_max:
+        if 0 < min(lengths) and longest <= self.short_max and rows >= self.short_rows:
             return "short"
         if longest <= self.slice_max and rows >= self.slice_rows:
             return "slice"
@@ -78,17 +83,19 @@ class RowRule:
 
 def pieces_conditions(name: str, p: int, group: int) -> str:
     """``p`` in pieces of ``group``, the pieces rounded up to a power of two ``b``:
-    exact when ``p = b * group``, else the range ``(b/2) * group < p < b * group``.
+    exact when ``p = b * group``, else the range ``(b/2) * group < p < b * group``
+    (from 0 for one piece: an empty row is one piece's walk with no element).
 
     Two classes per power of two, so a loop whose rows grow by one element each
     step (a triangular solve's dot products) builds a handful of kernels, not one
     per piece count.
     """
-    pieces = -(-p // group)
+    pieces = max(1, -(-p // group))
     bucket = 1 << (pieces - 1).bit_length()
     if p == bucket * group:
         return f"{name} = {p}"
-    return f"{bucket // 2 * group + 1} <= {name} <= {bucket * group - 1}"
+    least = bucket // 2 * group + 1 if bucket > 1 else 0
+    return f"{least} <= {name} <= {bucket * group - 1}"
 
 
 def row_size_class(rule: RowRule, cache_items: int, slots: Sequence[int],
@@ -96,7 +103,8 @@ def row_size_class(rule: RowRule, cache_items: int, slots: Sequence[int],
                    element_loop: bool) -> str:
     """The size class (Loopy assumptions) of a rows kernel under ``rule``.
 
-    ``short``: every ``p`` exactly up to ``short_exact``, else ``p <= short_max``.
+    ``short``: every ``p`` exactly up to ``short_exact``, else ``p <= short_max``, and
+    ``N >= short_rows``.
     ``slice``: every ``p`` in pieces of the slice's width (:func:`pieces_conditions`),
     and ``N >= slice_rows``.  ``group``: every ``p`` up to ``group * cache_items`` in
     pieces of ``group`` (see
@@ -112,6 +120,8 @@ def row_size_class(rule: RowRule, cache_items: int, slots: Sequence[int],
         width = rule.slice_width(max(lengths, default=1))
         if rule.layout == "auto":
             conds.append(f"N >= {rule.slice_rows}")
+    elif kind == "short" and rule.layout == "auto" and rule.short_rows > 1:
+        conds.append(f"N >= {rule.short_rows}")
     element_row = ""
     for slot, p in zip(slots, lengths, strict=True):
         name = f"p{slot}"
@@ -120,7 +130,7 @@ def row_size_class(rule: RowRule, cache_items: int, slots: Sequence[int],
                 continue
             conds.append(f"{name} = {p}" if p <= rule.short_exact
                          else f"{rule.short_exact + 1} <= {name} <= {rule.short_max}")
-        elif 0 < p <= width * per_item:
+        elif p <= width * per_item:
             conds.append(pieces_conditions(name, p, width))
         else:
             continue
@@ -181,7 +191,8 @@ def choose(knl: lp.LoopKernel, rule: RowRule, block: int, bounds: Sequence[str |
     kind = rule.layout
     if kind == "auto":
         kind = "group"
-        if not general and all(implied(knl, f"1 <= {p} <= {rule.short_max}") for p in known):
+        if not general and all(implied(knl, f"1 <= {p} <= {rule.short_max}") for p in known) \
+                and (rule.short_rows <= 1 or implied(knl, f"N >= {rule.short_rows}")):
             kind = "short"
         elif (not general and implied(knl, f"N >= {rule.slice_rows}")
               and all(implied(knl, f"{p} <= {rule.slice_max}") for p in known)):
