@@ -73,7 +73,9 @@ from ..lower.contraction import (
     contraction_layout,
     explicit_accumulator,
     extent_range,
+    operand_itemsize,
     pad_to_tiles,
+    register_block,
     shifted_split,
 )
 from . import contraction_pipeline as pipeline
@@ -660,25 +662,35 @@ gpu_tiled = Recipe(
 
 class CpuBlocks(NamedTuple):
     """A work-item computes an ``rm x rn`` block of outputs; ``group`` of them share
-    a work-group (stacked along the rows, they share the column panel of ``Y``)."""
+    a work-group (stacked along the rows, they share the column panel of ``Y``); with
+    ``panel``, a work-item's ``rm`` rows span ``panel`` columns, walked ``rn`` at a
+    time for each ``step`` of the reduced range
+    (:func:`~fuseloop.lower.contraction.register_block`)."""
 
     rm: int = 6  # rows of the register block (unrolled)
     rn: int = 16  # columns: a loop inside the k loop that the compiler vectorises
     group: int = 1
+    panel: int = 0  # columns of a work-item when wider than rn (0: rn)
+    step: int = 32  # the reduced range's step when walking a panel
 
 
 CPU_BLOCKS = CpuBlocks()
-#: at most this many rows are one block (CPU)
-CPU_FEW_ROWS = 8
+#: at most this many rows are one panel of register blocks (CPU)
+CPU_FEW_ROWS = 32
+#: at most this many rows are one register block of a panel (cpu_shape)
+CPU_BLOCK_ROWS = 8
+#: bytes of a register block's accumulators (cpu_shape): 8 x 32 float32, 8 x 16 float64
+#: (8 x 2048 @ 2048 x 2048 on a 2-core AVX-512 Xeon: 512 or 2048 bytes were slower)
+CPU_REG_BYTES = 1024
 #: at most this many rows are one work-group of blocks (CPU; 0: never).  Off by default:
 #: it pays when Y outgrows the caches, which a size class cannot tell (64 x N @ N x N
 #: float32 on a 2-core PoCL machine: N = 4096 235 -> 122 ms, N = 2048 20 -> 37 ms)
 CPU_PANEL_ROWS = 0
 
 
-#: columns of a block when the rows are few (cpu_shape; 0: cfg.rn): a wide panel of
-#: each row of Y per work-item, so its loads stream (x @ A float32, 4096, 2-core PoCL:
-#: 16 columns 65-69 ms, 256 37-44 ms, 1024 32 ms; numpy 28-36 ms)
+#: columns of a work-item's panel when the rows are few (cpu_shape; 0: no panels): each
+#: row of Y is read a wide run at a time, so its loads stream (a register block's
+#: columns alone read a short run per row of Y, a new page every row)
 CPU_SHORT_COLS = 256
 
 
@@ -699,13 +711,14 @@ def _cpu_blocks(t_unit: lp.TranslationUnit, cfg: CpuBlocks,
     """``cfg``'s blocks; ``shift``: at least ``cfg.rn`` columns are known, so the last
     column block is shifted back into range (else the columns are padded)."""
     knl = t_unit.default_entrypoint
-    t_unit = pad_to_tiles(t_unit, {ROW: cfg.rm * cfg.group} | ({} if shift else {COL: cfg.rn}))
+    width = cfg.panel or cfg.rn
+    t_unit = pad_to_tiles(t_unit, {ROW: cfg.rm * cfg.group} | ({} if shift else {COL: width}))
     if shift:
         # whole column blocks, the last one shifted back into range: the loads of
         # a block's columns are contiguous with no clamping, so they vectorise
-        t_unit = shifted_split(t_unit, COL, cfg.rn, f"{COL}_blk", f"{COL}_in")
+        t_unit = shifted_split(t_unit, COL, width, f"{COL}_blk", f"{COL}_in")
     else:
-        t_unit = lp.split_iname(t_unit, COL, cfg.rn, outer_iname=f"{COL}_blk",
+        t_unit = lp.split_iname(t_unit, COL, width, outer_iname=f"{COL}_blk",
                                 inner_iname=f"{COL}_in")
     if BATCH in knl.all_inames():
         t_unit = lp.tag_inames(t_unit, {BATCH: "g.2"})
@@ -715,7 +728,7 @@ def _cpu_blocks(t_unit: lp.TranslationUnit, cfg: CpuBlocks,
         t_unit = lp.split_iname(t_unit, f"{ROW}_blk", cfg.group, outer_tag="g.1",
                                 inner_tag="l.0")
     t_unit = lp.tag_inames(t_unit, {f"{COL}_blk": "g.0"})
-    t_unit = explicit_accumulator(t_unit, [(f"{ROW}_in", cfg.rm), (f"{COL}_in", cfg.rn)])
+    t_unit = explicit_accumulator(t_unit, [(f"{ROW}_in", cfg.rm), (f"{COL}_in", width)])
     # zeroing the block and the epilogue get loops of their own, so that the
     # update can nest k outside the block's loops: for k, for column, rows unrolled
     inner = [f"{ROW}_in", f"{COL}_in"]
@@ -723,57 +736,68 @@ def _cpu_blocks(t_unit: lp.TranslationUnit, cfg: CpuBlocks,
                                  new_inames=[f"{ROW}_z", f"{COL}_z"], tags={f"{ROW}_in": "unr"})
     t_unit = lp.duplicate_inames(t_unit, inner, within=f"not id:{REDUCTION_ID}_update",
                                  new_inames=[f"{ROW}_e", f"{COL}_e"], tags={f"{ROW}_in": "unr"})
+    if cfg.panel:
+        return register_block(t_unit, (f"{ROW}_in", cfg.rm), (f"{COL}_in", width), cfg.rn,
+                              cfg.step)
     return lp.prioritize_loops(t_unit, f"{RED},{COL}_in,{ROW}_in")
 
 
 def cpu_shape(cfg: CpuBlocks, rows: tuple[int, int | None], cols: tuple[int, int | None],
-              few_rows: int, panel_rows: int = 0, short_cols: int = 0) -> CpuBlocks:
+              few_rows: int, panel_rows: int = 0, short_cols: int = 0, itemsize: int = 4,
+              reg_bytes: int = CPU_REG_BYTES) -> CpuBlocks:
     """The rule's blocks for the output's extents (``(least, greatest)`` along ``m`` and
-    ``n``, see :func:`~fuseloop.lower.contraction.extent_range`).
+    ``n``, see :func:`~fuseloop.lower.contraction.extent_range`) and the operands'
+    ``itemsize``.
 
-    At most ``few_rows`` rows are one block (no padded rows: ``x @ A`` has one); at
-    most ``panel_rows`` rows are one work-group of blocks, which shares each column
-    panel of ``Y`` (read once from memory, not once per block of rows); fewer
-    columns than ``cfg.rn`` get the largest power of two that fits, since the
-    column blocks must be whole (:func:`~fuseloop.lower.contraction.shifted_split`).
-    One block of few rows spans ``short_cols`` columns when there are that many:
-    such a product reads each row of ``Y`` once, and a row's wide run streams
-    where ``cfg.rn`` columns make one short read per row (a new page every row).
+    At most ``few_rows`` rows are split evenly into register blocks of at most
+    :data:`CPU_BLOCK_ROWS` rows (no padded rows: ``x @ A`` has one), each as many
+    columns wide as ``reg_bytes`` of accumulators hold (a power of two); with at least
+    ``short_cols`` columns, a work-item's block walks a panel of ``short_cols``
+    columns: each row of ``Y`` is read a wide run at a time (streamed) and stays
+    cached for the panel's blocks.  At most ``panel_rows`` rows are one work-group of
+    blocks, which shares each column panel of ``Y``.  Fewer columns than a block's
+    get the largest power of two that fits, since the column blocks must be whole
+    (:func:`~fuseloop.lower.contraction.shifted_split`).
     """
-    rm, rn, group = cfg
+    rm, rn, group, panel, step = cfg
     if rows[1] is not None and rows[1] <= few_rows:
-        rm, group = rows[1], 1
+        blocks = -(-rows[1] // CPU_BLOCK_ROWS)
+        rm, group = -(-rows[1] // blocks), 1
+        rn = 1 << (min(cols[0], max(4, reg_bytes // (rm * itemsize))).bit_length() - 1)
         if short_cols and cols[0] >= short_cols:
-            rn = short_cols
+            rn = min(rn, short_cols)
+            panel = short_cols if short_cols > rn else 0
     elif rows[1] is not None and rows[1] <= panel_rows:
         group = -(-rows[1] // rm)
     if cols[0] < rn and cols[1] is not None:
         rn = 1 << (cols[0].bit_length() - 1)
-    return CpuBlocks(rm, rn, group)
+    return CpuBlocks(rm, rn, group, panel, step)
 
 
 def _cpu_blocked(t_unit: lp.TranslationUnit, device: Device, *, blocks: CpuBlocks,
                  few_rows: int, panel_rows: int = 0, short_cols: int = 0) -> lp.TranslationUnit:
     knl = t_unit.default_entrypoint
     cols = extent_range(knl, COL)
-    cfg = cpu_shape(blocks, extent_range(knl, ROW), cols, few_rows, panel_rows, short_cols)
+    cfg = cpu_shape(blocks, extent_range(knl, ROW), cols, few_rows, panel_rows, short_cols,
+                    operand_itemsize(knl))
     if cfg.group > device.max_work_group_size:
         cfg = cfg._replace(group=blocks.group)
-    return _cpu_blocks(t_unit, cfg, shift=cols[0] >= cfg.rn)
+    return _cpu_blocks(t_unit, cfg, shift=cols[0] >= (cfg.panel or cfg.rn))
 
 
 def _blocks_ok(cfg: object) -> bool:
-    return isinstance(cfg, CpuBlocks) and all(isinstance(n, int) and n > 0 for n in cfg)
+    return isinstance(cfg, CpuBlocks) and all(isinstance(n, int) and n > 0 for n in cfg[:3]) \
+        and cfg.panel >= 0 and cfg.step > 0
 
 
 cpu_blocked = Recipe(
-    "cpu-blocked", _cpu_blocked, kind="contraction", version="4",
+    "cpu-blocked", _cpu_blocked, kind="contraction", version="5",
     params=(Param("blocks", CpuBlocks, CPU_BLOCKS, "the register block of a work-item",
                   Space((CPU_BLOCKS, CpuBlocks(4, 16), CpuBlocks(8, 8), CpuBlocks(4, 32),
                          CpuBlocks(8, 16), CpuBlocks(6, 16, 8), CpuBlocks(4, 8)),
-                        _blocks_ok, "a CpuBlocks of positive sizes")),
+                        _blocks_ok, "a CpuBlocks of positive sizes (panel >= 0)")),
             Param("few_rows", int, CPU_FEW_ROWS, "at most this many rows are one block (cpu_shape)",
-                  powers_of_two(1, 16, (4, 8, 16))),
+                  powers_of_two(1, 64, (8, 16, 32))),
             Param("panel_rows", int, CPU_PANEL_ROWS, "at most this many rows are one "
                   "work-group of blocks sharing Y's column panels (cpu_shape; 0: never)",
                   int_range(0, 256, (0, 32, 64, 128))),
