@@ -1,5 +1,5 @@
-"""Products with few rows on the CPU recipe (``cpu-blocked``): register blocks sized by
-the operands' shapes and itemsize walking a wide column panel
+"""Products with few rows (and wide ones) on the CPU recipe (``cpu-blocked``): register
+blocks sized by the operands' shapes and itemsize walking a wide column panel
 (:func:`fuseloop.lower.contraction.register_block`), their code and their results
 against numpy, transposed operands and in-place epilogues included."""
 
@@ -43,8 +43,10 @@ def test_rule_sizes_register_blocks_to_rows_and_itemsize():
     assert shape(32, 8) == rc.CpuBlocks(8, 16, 1, 256)
     # fewer columns than a panel: the register block alone, no wider than the columns
     assert rc.cpu_shape(big, (8, 8), (40, None), 32, 0, 256, 4) == rc.CpuBlocks(8, 32, 1, 0)
-    # more rows than few_rows: the default blocks
-    assert rc.cpu_shape(big, (33, None), wide, 32, 0, 256, 4) == big
+    # more rows than few_rows: blocks of 8 rows walking the panel, or with fewer columns
+    # than a panel the default blocks
+    assert rc.cpu_shape(big, (33, None), wide, 32, 0, 256, 8) == rc.CpuBlocks(8, 16, 1, 256)
+    assert rc.cpu_shape(big, (33, None), (200, None), 32, 0, 256, 4) == big
 
 
 @pytest.mark.parametrize("rows, cols, k, dtype", [
@@ -52,6 +54,7 @@ def test_rule_sizes_register_blocks_to_rows_and_itemsize():
     (4, 520, 33, f64),   # 8-byte accumulators, k not a multiple of the step
     (16, 257, 64, f32),  # two row blocks
     (12, 300, 45, f64),  # rows split evenly (two blocks of 6)
+    (41, 260, 40, f32),  # more rows than few_rows: blocks of 8, the last rows padded
 ])
 def test_few_rows_match_numpy(cpu_recipe, rows, cols, k, dtype):
     a, b = rand((rows, k), 1, dtype), rand((k, cols), 2, dtype)

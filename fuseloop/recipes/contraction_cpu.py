@@ -39,6 +39,7 @@ from ..lower.contraction import (
 )
 from .contraction import make_size_class
 from .core import Derived, Param, Recipe, Space, int_range, powers_of_two
+from .row_cpu import _wide_addresses
 
 if TYPE_CHECKING:
     from ..runtime.devices import Device
@@ -94,6 +95,10 @@ def _cpu_blocks(t_unit: lp.TranslationUnit, cfg: CpuBlocks,
                 shift: bool = True) -> lp.TranslationUnit:
     """``cfg``'s blocks; ``shift``: at least ``cfg.rn`` columns are known, so the last
     column block is shifted back into range (else the columns are padded)."""
+    # 64-bit loops (as the rows recipe's): with 32-bit ones an address ``p0 * row + k +
+    # p1`` (p1 a view's offset) is an int sum widened at each step, and the k loop of
+    # (2048, 2048) @ (2048, 8) took about twice the CPU time
+    t_unit = _wide_addresses(t_unit)
     knl = t_unit.default_entrypoint
     width = cfg.panel or cfg.rn
     t_unit = pad_to_tiles(t_unit, {ROW: cfg.rm * cfg.group} | ({} if shift else {COL: width}))
@@ -136,23 +141,28 @@ def cpu_shape(cfg: CpuBlocks, rows: tuple[int, int | None], cols: tuple[int, int
     At most ``few_rows`` rows are split evenly into register blocks of at most
     :data:`CPU_BLOCK_ROWS` rows (no padded rows: ``x @ A`` has one), each as many
     columns wide as ``reg_bytes`` of accumulators hold (a power of two); with at least
-    ``short_cols`` columns, a work-item's block walks a panel of ``short_cols``
-    columns: each row of ``Y`` is read a wide run at a time (streamed) and stays
-    cached for the panel's blocks.  At most ``panel_rows`` rows are one work-group of
-    blocks, which shares each column panel of ``Y``.  Fewer columns than a block's
+    ``short_cols`` columns, a work-item's block (of :data:`CPU_BLOCK_ROWS` rows where
+    the rows are more) walks a panel of ``short_cols`` columns: each row of ``Y`` is
+    read a wide run at a time (streamed) and stays cached for the panel's blocks.  At
+    most ``panel_rows`` rows are one work-group of blocks, which shares each column
+    panel of ``Y``.  Fewer columns than a block's
     get the largest power of two that fits, since the column blocks must be whole
     (:func:`~fuseloop.lower.contraction.shifted_split`).
     """
     rm, rn, group, panel, step = cfg
-    if rows[1] is not None and rows[1] <= few_rows:
-        blocks = -(-rows[1] // CPU_BLOCK_ROWS)
-        rm, group = -(-rows[1] // blocks), 1
-        rn = 1 << (min(cols[0], max(4, reg_bytes // (rm * itemsize))).bit_length() - 1)
-        if short_cols and cols[0] >= short_cols:
-            rn = min(rn, short_cols)
-            panel = short_cols if short_cols > rn else 0
+    few = rows[1] is not None and rows[1] <= few_rows
+    if few:
+        blocks = -(-rows[1] // CPU_BLOCK_ROWS)  # type: ignore[operator]
+        rm, group = -(-rows[1] // blocks), 1  # type: ignore[operator]
     elif rows[1] is not None and rows[1] <= panel_rows:
         group = -(-rows[1] // rm)
+    wide = bool(short_cols) and cols[0] >= short_cols and group == 1
+    if few or wide:
+        rm = rm if few else CPU_BLOCK_ROWS
+        rn = 1 << (min(cols[0], max(4, reg_bytes // (rm * itemsize))).bit_length() - 1)
+        if wide:
+            rn = min(rn, short_cols)
+            panel = short_cols if short_cols > rn else 0
     if cols[0] < rn and cols[1] is not None:
         rn = 1 << (cols[0].bit_length() - 1)
     return CpuBlocks(rm, rn, group, panel, step)
