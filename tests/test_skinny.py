@@ -138,12 +138,10 @@ def test_cpu_rule_gives_few_rows_wide_column_blocks():
     big = rc.CpuBlocks(6, 16, 1)
     # x @ A with at least short_cols columns: one row of a 256-column panel per step
     assert rc.cpu_shape(big, (1, 1), (256, None), 8, 0, 256) == rc.CpuBlocks(1, 256, 1)
-    # 8 rows: 8 x 32 float32 accumulators (1 KB) walk a 256-column panel
-    assert rc.cpu_shape(big, (8, 8), (300, None), 8, 0, 256) == rc.CpuBlocks(8, 32, 1, 256)
-    # fewer columns than that: a register block of them; more rows: blocks of 8 rows
+    assert rc.cpu_shape(big, (8, 8), (300, None), 8, 0, 256) == rc.CpuBlocks(8, 256, 1)
+    # fewer columns than that, or more rows: the blocks of the configuration
     assert rc.cpu_shape(big, (1, 1), (17, None), 8, 0, 256) == rc.CpuBlocks(1, 16, 1)
-    assert rc.cpu_shape(big, (9, None), (300, None), 8, 0, 256) == rc.CpuBlocks(8, 32, 1, 256)
-    assert rc.cpu_shape(big, (9, None), (200, None), 8, 0, 256) == big
+    assert rc.cpu_shape(big, (9, None), (300, None), 8, 0, 256) == big
 
 
 def test_cpu_wide_blocks_match_numpy(device, restore_recipes):

@@ -70,7 +70,7 @@ def test_value_outside_the_space_names_recipe_parameter_and_space():
                mode="c")
     # values inside the rule but not among the searched candidates stay allowed
     assert cpu_chunked.with_params(chunk=1000).values["chunk"] == 1000
-    assert cpu_blocked.with_params(blocks=CpuBlocks(5, 32)).values["blocks"] == CpuBlocks(5, 32, 1)
+    assert cpu_blocked.with_params(blocks=CpuBlocks(5, 32)).values["blocks"] == (5, 32, 1)
 
 
 def test_every_builtin_default_is_in_its_space_and_a_candidate():

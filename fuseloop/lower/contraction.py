@@ -521,63 +521,6 @@ def explicit_accumulator(t_unit: lp.TranslationUnit, axes: list[tuple[str, int]]
     return t_unit.with_kernel(knl.copy(instructions=insns, temporary_variables=temps))
 
 
-def register_block(t_unit: lp.TranslationUnit, rows: tuple[str, int], cols: tuple[str, int],
-                   block: int, step: int, tile: str = "acc_tile",
-                   name: str = "acc_reg") -> lp.TranslationUnit:
-    """Walk a wide accumulator :func:`explicit_accumulator` made in register blocks.
-
-    ``cols`` (an iname and its length) is split into blocks of ``block`` columns and
-    the reduced range into steps of ``step``: for each step and block, the block's
-    ``rows x block`` accumulators are read from the tile into a private array
-    ``name``, updated for the step's ``k``, and written back.  The tile (a panel of
-    a few rows of ``Y``, wider than the registers) stays in the first-level cache and
-    its panel's rows of ``Y`` are read for each block of a step while still cached;
-    the block is small enough for the compiler to keep in registers.  Returns the
-    kernel with inames ``k_out, <col>_s, k_in, <col>_c, <row>`` (outermost first)
-    around the update.
-    """
-    from loopy.symbolic import IdentityMapper
-
-    row, n_rows = rows
-    col, _ = cols
-    outer, inner = f"{col}_s", f"{col}_c"
-    t_unit = lp.split_iname(t_unit, col, block, outer_iname=outer, inner_iname=inner)
-    t_unit = lp.split_iname(t_unit, RED, step, outer_iname=f"{RED}_out",
-                            inner_iname=f"{RED}_in")
-    knl = t_unit.default_entrypoint
-    upd = knl.id_to_insn[f"{REDUCTION_ID}_update"]
-    in_tile: Any = upd.assignee  # (the tile's element as the split wrote it)
-    in_reg: Any = prim.Variable(name)[(prim.Variable(row), prim.Variable(inner))]
-
-    class _Swap(IdentityMapper):  # the tile's element, read by the update, is the block's
-        def map_subscript(self, expr: Any, *args: Any) -> Any:
-            return in_reg if expr == in_tile else super().map_subscript(expr, *args)
-
-    around = upd.within_inames - {f"{RED}_in"}
-    load = lp.Assignment(in_reg, in_tile, id=f"{REDUCTION_ID}_load", within_inames=around,
-                         depends_on=upd.depends_on)
-    update = upd.copy(assignee=in_reg, expression=_Swap()(upd.expression),
-                      depends_on=frozenset({load.id}))
-    store = lp.Assignment(in_tile, in_reg, id=f"{REDUCTION_ID}_store", within_inames=around,
-                          depends_on=frozenset({update.id}))
-    insns = [load, update, store]
-    for insn in knl.instructions:
-        if insn.id == upd.id:
-            continue
-        if upd.id in insn.depends_on:
-            insn = insn.copy(depends_on=(insn.depends_on - {upd.id}) | {store.id})
-        insns.append(insn)
-    temps = dict(knl.temporary_variables)
-    temps[name] = lp.TemporaryVariable(name, temps[tile].dtype, shape=(n_rows, block),
-                                       address_space=lp.AddressSpace.PRIVATE)
-    t_unit = t_unit.with_kernel(knl.copy(instructions=insns, temporary_variables=temps))
-    for insn_id, suffix in ((load.id, "l"), (store.id, "t")):
-        t_unit = lp.duplicate_inames(t_unit, [row, inner], within=f"id:{insn_id}",
-                                     new_inames=[f"{row}_{suffix}", f"{col}_{suffix}"],
-                                     tags={row: "unr"})
-    return lp.prioritize_loops(t_unit, f"{RED}_out,{outer},{RED}_in,{inner},{row}")
-
-
 def _rule_dtype(knl: lp.LoopKernel, rule_name: str) -> np.dtype:
     """The dtype of an operand rule's value (recorded when lowering)."""
     info = operand_info(knl)
