@@ -72,8 +72,12 @@ def matmul(a: Any, b: Any) -> Array | None:
 
 
 #: the least side of a matrix product computed by numpy's BLAS (a product by a vector
-#: of concrete operands is, whatever its sides; measured on NPBench S, CPU clock)
+#: of concrete operands is, whatever its sides; measured on NPBench S, CPU clock) ...
 BLAS_MIN_SIDE = 64
+#: ... unless its m * n * k is at most this: then a launch costs more than the product
+#: (8 x 1024 @ 1024 x 1024 float32, 2-core PoCL, CPU clock: the kernel 0.76 ms, numpy
+#: 0.53; 8 x 256 @ 256 x 256: 0.14 ms, numpy 0.01)
+BLAS_SKINNY_MAX_WORK = 1 << 24
 #: False: every product on a CPU device is fuseloop's kernel (``cpu-blocked``), as it is
 #: with the host path off (benchmarks comparing fuseloop's CPU kernels with numpy's)
 BLAS_PRODUCTS = True
@@ -87,7 +91,8 @@ def blas_matmul(a: Any, b: Any) -> Array | None:
     matrices is computed first, as numpy does; a product by a vector with a lazy
     operand is the kernels' (fused with it, it reads the matrix once: gesummv's
     ``alpha * A @ x`` took 8x longer computed first).  Matrices with a side below
-    BLAS_MIN_SIDE are the kernels' (all of them without BLAS_PRODUCTS)."""
+    BLAS_MIN_SIDE are the kernels' where their product's work exceeds
+    BLAS_SKINNY_MAX_WORK (all of them without BLAS_PRODUCTS)."""
     if not BLAS_PRODUCTS or _off() or not isinstance(a, Array) or not isinstance(b, Array):
         return None
     device, dtype = a.device, a.dtype
@@ -97,7 +102,8 @@ def blas_matmul(a: Any, b: Any) -> Array | None:
         return None
     sa, sb = a._shape, b._shape
     if len(sa) == 2 and len(sb) == 2:
-        if min(sa[0], sa[1], sb[-1]) < BLAS_MIN_SIDE:
+        if min(sa[0], sa[1], sb[-1]) < BLAS_MIN_SIDE \
+                and sa[0] * sa[1] * sb[-1] > BLAS_SKINNY_MAX_WORK:
             return None  # (mlp's 8 x 30000 @ 30000 x 2000: the kernel took less CPU)
         for x in (a, b):  # (a lazy operand, ``alpha * A``: computed first, as numpy does)
             if type(x) is Array and x._storage is None:

@@ -278,9 +278,22 @@ def test_large_products_of_concrete_arrays_by_numpy(host, monkeypatch):
         np.testing.assert_allclose((a @ b).get(), an @ bn, rtol=tol)
         assert fl.stats()["kernels_launched"] == 1
         monkeypatch.setattr(host_products, "BLAS_PRODUCTS", True)
+        monkeypatch.setattr(host_products, "BLAS_SKINNY_MAX_WORK", 40 * 64 * 66 - 1)
         fl.reset_stats()
         np.testing.assert_allclose((a[:40] @ b).get(), an[:40] @ bn, rtol=tol)
         assert fl.stats()["kernels_launched"] == 1
+
+
+def test_small_skinny_products_by_numpy(host, monkeypatch):
+    """A side below BLAS_MIN_SIDE with little work (BLAS_SKINNY_MAX_WORK): a launch
+    would cost more than numpy's product (more work: the kernel, tested above)."""
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 1 << 10)
+    rng = np.random.default_rng(4)
+    xn, bn = rng.random((8, 96)), rng.random((96, 80))
+    x, b = fl.asarray(xn), fl.asarray(bn)
+    fl.reset_stats()
+    np.testing.assert_allclose((x @ b).get(), xn @ bn, rtol=1e-12)
+    assert fl.stats()["kernels_launched"] == 0
 
 
 def _reductions(m, i8, b, f32, f64, i32):
