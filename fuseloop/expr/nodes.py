@@ -90,8 +90,75 @@ def intern_sig(fields: tuple) -> int:
         if len(_sig_table) >= SIG_TABLE_MAX:
             _sig_table.clear()
             joined_at_table.clear()
+            _sig_fields.clear()
+            _free.clear()
         sig = _sig_table.setdefault(fields, next(_next_sig))
+        _sig_fields[sig] = fields
     return sig
+
+
+# A view's offset is a kernel parameter (see fills), so two signatures that differ only
+# in their views' offsets (``A[i] - A[i].mean()`` for each row ``i``) have one run plan:
+# free_signature reads a signature's fields back (``_sig_fields``, intern_sig's
+# inverse) and interns them again with each view leaf's token written without its
+# offset; the offsets, with the views' shapes and strides in walk order, travel beside
+# it (fuseloop.run_plans binds them per call).  The nodes keep their own signatures,
+# offsets included: structure caches that bake offsets into what they keep (flat
+# kernels' parameters, templates' leaves) go on keying by them.
+_sig_fields: dict[int, tuple] = {}
+# signature -> (free signature, views) or None (a part free_signature does not read)
+_free: dict[int, tuple[int, tuple] | None] = {}
+# where the child signatures begin in the fields of the kinds with children
+_CHILDREN_AT = {"A": 4, "G": 4, "K": 4, "M": 4, "R": 5}
+# kinds without children and without views (a scalar argument, a literal, an iota)
+_NO_VIEWS = frozenset(("S", "C", "I"))
+
+
+def free_signature(sig: int) -> tuple[int, tuple] | None:
+    """``sig`` without its views' offsets, and those views in the structure walk's order
+    ((shape, strides, offset) per buffer leaf; strides None: a whole buffer); None
+    where a part's fields are not known (a kind of node signed elsewhere, a signature
+    made before the table was cleared, a very deep chain)."""
+    try:
+        return _free[sig]
+    except KeyError:
+        pass
+    try:
+        got = _free_of(_sig_fields.get(sig), sig)
+    except RecursionError:
+        got = None
+    if len(_free) >= SIG_TABLE_MAX:
+        _free.clear()
+    _free[sig] = got
+    return got
+
+
+def _free_of(fields: tuple | None, sig: int) -> tuple[int, tuple] | None:
+    if fields is None:
+        return None
+    kind = fields[0]
+    if kind == "L" or kind == "LC":
+        _, char, shape, strides, offset = fields
+        if strides is None:
+            return sig, ((shape, None, 0),)
+        return intern_sig(("V", kind, char, shape, strides)), ((shape, strides, offset),)
+    if kind in _NO_VIEWS:
+        return sig, ()
+    if kind == "J":
+        inner = free_signature(fields[1])
+        return None if inner is None else (joined_sig(inner[0], fields[2]), inner[1])
+    at = _CHILDREN_AT.get(kind)
+    if at is None:
+        return None
+    frees = list(fields[:at])
+    views: tuple = ()
+    for child in fields[at:]:
+        got = free_signature(child)
+        if got is None:
+            return None
+        frees.append(got[0])
+        views += got[1]
+    return intern_sig(tuple(frees)), views
 
 
 def shared_prefix(ao: tuple, bo: tuple) -> int:
@@ -238,6 +305,9 @@ _scalar_sigs: dict[str, int] = {}
 
 
 _caches.register("expr.nodes.sig_table", _sig_table.clear, lambda: len(_sig_table), SIG_TABLE_MAX)
+_caches.register("expr.nodes.sig_fields", _sig_fields.clear, lambda: len(_sig_fields),
+                 SIG_TABLE_MAX)
+_caches.register("expr.nodes.free_sigs", _free.clear, lambda: len(_free), SIG_TABLE_MAX)
 _caches.register("expr.nodes.joined_at", joined_at_table.clear, lambda: len(joined_at_table),
                  SIG_TABLE_MAX)
 _caches.register("expr.nodes.scalar_sigs", _scalar_sigs.clear, lambda: len(_scalar_sigs),

@@ -197,12 +197,15 @@ def _stage(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any
     operands = node.operands
     if operands is None:
         return None
-    entry = _rp._signed.get((device.index, sig, shape, _prog.firsts(operands)))
+    signed = _rp.signed_of(sig, operands, shape, device)
+    entry = None if signed is None else _rp._signed.get(signed[0])
     hit = _rp.signed_pick(entry, operands, device)
     if hit is None:
         return None
     plan, offsets, storages, scalars = hit
-    if PREPARED:
+    if offsets is None:  # (an entry for any offsets: this call's, launched the general way)
+        offsets = signed[3]
+    elif PREPARED:
         ready = _PREPARED.get(id(entry))
         if ready is None or ready.entry is not entry or ready.token is not token:
             ready = _prepare(entry, storages, device, token)
