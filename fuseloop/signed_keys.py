@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from . import caches as _caches
 from .expr import program as _prog
 from .expr.nodes import Node, Storage, _free, c_strides, free_signature, signature_of
 from .expr.overlap import views_disjoint
@@ -16,10 +17,11 @@ from .expr.program import Target
 from .runtime.devices import Device
 
 
-def _free_views(roots: Sequence[Node]) -> tuple[Any, tuple, tuple] | None:
-    """The free signature(s) of ``roots``, their views (``nodes.free_signature``) and
-    operands, or None (a root without a signature: a concatenation, a pointer, too many
-    operands; or one whose structure free_signature does not read)."""
+def _free_views(roots: Sequence[Node]) -> tuple[Any, tuple, tuple, tuple, tuple] | None:
+    """The free signature(s) of ``roots``, their views, offset pattern and distinct
+    offsets (``nodes.free_signature``) and operands, or None (a root without a
+    signature: a concatenation, a pointer, too many operands; or one whose structure
+    free_signature does not read)."""
     if len(roots) == 1:
         root = roots[0]
         sig = root.sig or signature_of(root)
@@ -27,7 +29,7 @@ def _free_views(roots: Sequence[Node]) -> tuple[Any, tuple, tuple] | None:
         if not sig or operands is None:
             return None
         free = _free.get(sig) or free_signature(sig)
-        return None if free is None else (free[0], free[1], operands)
+        return None if free is None else (*free, operands)
     sigs = []
     views: tuple = ()
     operands = ()
@@ -39,7 +41,9 @@ def _free_views(roots: Sequence[Node]) -> tuple[Any, tuple, tuple] | None:
         sigs.append(free[0])
         views += free[1]
         operands += more
-    return tuple(sigs), views, operands
+    index: dict[int, int] = {}
+    pattern = tuple([index.setdefault(o, len(index)) for _, st, o in views if st is not None])
+    return tuple(sigs), views, pattern, tuple(index), operands
 
 
 def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
@@ -57,12 +61,14 @@ def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Devic
     got = _free_views(roots)
     if got is None:
         return None
-    sig, views, operands = got
-    index: dict[int, int] = {}
-    key = _free_key(sig, views, operands, out_shape, device, index)
+    sig, views, pattern, offsets, operands = got
+    key: tuple = (device.index, sig, out_shape, _prog.firsts(operands))
+    if pattern:  # (none: the key of a plan without offsets, as multi.replay makes it)
+        key = (*key, pattern)
     extra: list[Storage] = []
     if targets is None:
-        return key, operands, extra, tuple(index), False
+        return key, operands, extra, offsets, False
+    index: dict[int, int] | None = None
     where: list[Any] = []
     for t in targets:
         if t is None:
@@ -80,24 +86,15 @@ def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Devic
                 extra.append(buf)
             at = -1 - extra.index(buf)
         off = t.offset
-        written = (out_shape, t.strides if t.strides is not None else c_strides(out_shape), off)
-        meets = tuple([_meets(written, v) for v in views])
-        where.append((at, t.strides, -1 if t.strides is None else
-                      index.setdefault(off, len(index)), meets, t.atomic))
-    return (*key, tuple(where)), operands, extra, tuple(index), True
-
-
-def _free_key(sig: Any, views: tuple, operands: tuple, out_shape: tuple[int, ...],
-              device: Device, index: dict[int, int]) -> tuple:
-    """The key of a free signature ``sig`` with ``views`` and ``operands``; ``index``
-    gets the views' distinct offsets (each one's place in the key's pattern)."""
-    key: tuple = (device.index, sig, out_shape, _prog.firsts(operands))
-    if views:
-        pattern = tuple([index.setdefault(o, len(index)) for _, st, o in views
-                         if st is not None])
-        if pattern:  # (none: the key of a plan without offsets, as multi.replay makes it)
-            key = (*key, pattern)
-    return key
+        k = -1
+        if t.strides is not None:  # (which of the offsets it is, a new one appended)
+            if index is None:
+                index = {o: j for j, o in enumerate(offsets)}
+            k = index.setdefault(off, len(index))
+        where.append((at, t.strides, k, _target_meets(sig, views, out_shape, t.strides, off),
+                      t.atomic))
+    return (*key, tuple(where)), operands, extra, offsets if index is None else tuple(index), \
+        True
 
 
 def signed_of(sig: int, operands: tuple, out_shape: tuple[int, ...], device: Device
@@ -107,14 +104,39 @@ def signed_of(sig: int, operands: tuple, out_shape: tuple[int, ...], device: Dev
     free = _free.get(sig) or free_signature(sig)
     if free is None:
         return None
-    index: dict[int, int] = {}
-    key = _free_key(free[0], free[1], operands, out_shape, device, index)
-    return key, operands, [], tuple(index), False
+    key: tuple = (device.index, free[0], out_shape, _prog.firsts(operands))
+    if free[2]:
+        key = (*key, free[2])
+    return key, operands, [], free[3], False
+
+
+# (free signature, target shape, strides, the views' offsets less the target's) ->
+# how a target meets each view: the same for every translation of them all (a time loop
+# meets one key, a loop over rows or elements one too)
+_meets_memo: dict[tuple, tuple[int, ...]] = {}
+MEETS_MAX = 4096
+
+
+def _target_meets(sig: Any, views: tuple, shape: tuple[int, ...],
+                  strides: tuple[int, ...] | None, off: int) -> tuple[int, ...]:
+    """How a target (``shape``, ``strides``, ``off``) meets each of the ``views`` of a
+    free signature ``sig`` (which fixes their shapes and strides): 0 the same view,
+    1 disjoint, 2 overlapping (as if of one buffer: the walk compares only those)."""
+    memo = (sig, shape, strides, tuple([v[2] - off for v in views]))
+    got = _meets_memo.get(memo)
+    if got is None:
+        written = (shape, c_strides(shape) if strides is None else strides, off)
+        got = tuple([_meets(written, v) for v in views])
+        if len(_meets_memo) >= MEETS_MAX:
+            _meets_memo.clear()
+        _meets_memo[memo] = got
+    return got
 
 
 def _meets(written: tuple, view: tuple) -> int:
-    """0: ``view`` (shape, strides or None, offset) is the view ``written``; 1: they are
-    disjoint; 2: they overlap (as if of one buffer)."""
     shape, strides, off = view
     view = (shape, c_strides(shape) if strides is None else strides, off)
     return 0 if view == written else 1 if views_disjoint(written, view) else 2
+
+
+_caches.register("signed_keys.meets", _meets_memo.clear, lambda: len(_meets_memo), MEETS_MAX)

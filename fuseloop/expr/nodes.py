@@ -106,27 +106,34 @@ def intern_sig(fields: tuple) -> int:
 # offsets included: structure caches that bake offsets into what they keep (flat
 # kernels' parameters, templates' leaves) go on keying by them.
 _sig_fields: dict[int, tuple] = {}
-# signature -> (free signature, views) or None (a part free_signature does not read)
-_free: dict[int, tuple[int, tuple] | None] = {}
+# signature -> free_signature's answer
+_free: dict[int, tuple[int, tuple, tuple, tuple] | None] = {}
 # where the child signatures begin in the fields of the kinds with children
 _CHILDREN_AT = {"A": 4, "G": 4, "K": 4, "M": 4, "R": 5}
 # kinds without children and without views (a scalar argument, a literal, an iota)
 _NO_VIEWS = frozenset(("S", "C", "I"))
 
 
-def free_signature(sig: int) -> tuple[int, tuple] | None:
-    """``sig`` without its views' offsets, and those views in the structure walk's order
-    ((shape, strides, offset) per buffer leaf; strides None: a whole buffer); None
-    where a part's fields are not known (a kind of node signed elsewhere, a signature
-    made before the table was cleared, a very deep chain)."""
+def free_signature(sig: int) -> tuple[int, tuple, tuple, tuple] | None:
+    """``sig`` without its views' offsets, those views in the structure walk's order
+    ((shape, strides, offset) per buffer leaf; strides None: a whole buffer), which of
+    their offsets are equal (each one's first place among the distinct ones) and the
+    distinct offsets, first met first; None where a part's fields are not known (a kind
+    of node signed elsewhere, a signature made before the table was cleared, a very
+    deep chain)."""
+    known = _free.get(sig, _free)
+    if known is not _free:
+        return known  # type: ignore[return-value]
     try:
-        return _free[sig]
-    except KeyError:
-        pass
-    try:
-        got = _free_of(_sig_fields.get(sig), sig)
+        part = _free_of(_sig_fields.get(sig), sig)
     except RecursionError:
-        got = None
+        part = None
+    got = None
+    if part is not None:  # (which offsets are equal, and the distinct ones: see run_plans)
+        index: dict[int, int] = {}
+        pattern = tuple([index.setdefault(o, len(index)) for _, st, o in part[1]
+                         if st is not None])
+        got = (*part, pattern, tuple(index))
     if len(_free) >= SIG_TABLE_MAX:
         _free.clear()
     _free[sig] = got
@@ -153,11 +160,12 @@ def _free_of(fields: tuple | None, sig: int) -> tuple[int, tuple] | None:
     frees = list(fields[:at])
     views: tuple = ()
     for child in fields[at:]:
-        got = free_signature(child)
+        got = _free.get(child) or free_signature(child)
         if got is None:
             return None
         frees.append(got[0])
-        views += got[1]
+        if got[1]:
+            views = views + got[1] if views else got[1]
     return intern_sig(tuple(frees)), views
 
 
