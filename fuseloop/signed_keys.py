@@ -63,7 +63,7 @@ def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Devic
         return None
     sig, views, pattern, offsets, operands = got
     key: tuple = (device.index, sig, out_shape, _prog.firsts(operands))
-    if pattern:  # (none: the key of a plan without offsets, as multi.replay makes it)
+    if pattern:
         key = (*key, pattern)
     extra: list[Storage] = []
     if targets is None:
