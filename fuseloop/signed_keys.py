@@ -110,27 +110,30 @@ def signed_of(sig: int, operands: tuple, out_shape: tuple[int, ...], device: Dev
     return key, operands, [], free[3], False
 
 
-# (free signature, target shape, strides, the views' offsets less the target's) ->
-# how a target meets each view: the same for every translation of them all (a time loop
-# meets one key, a loop over rows or elements one too)
-_meets_memo: dict[tuple, tuple[int, ...]] = {}
+# (view shape, strides, offset less the target's, target shape, strides) -> how the
+# target meets that view: the same for every translation of both (a time loop meets one
+# key per view, a loop over rows or elements a few)
+_meets_memo: dict[tuple, int] = {}
 MEETS_MAX = 4096
 
 
 def _target_meets(sig: Any, views: tuple, shape: tuple[int, ...],
                   strides: tuple[int, ...] | None, off: int) -> tuple[int, ...]:
     """How a target (``shape``, ``strides``, ``off``) meets each of the ``views`` of a
-    free signature ``sig`` (which fixes their shapes and strides): 0 the same view,
-    1 disjoint, 2 overlapping (as if of one buffer: the walk compares only those)."""
-    memo = (sig, shape, strides, tuple([v[2] - off for v in views]))
-    got = _meets_memo.get(memo)
-    if got is None:
-        written = (shape, c_strides(shape) if strides is None else strides, off)
-        got = tuple([_meets(written, v) for v in views])
-        if len(_meets_memo) >= MEETS_MAX:
-            _meets_memo.clear()
-        _meets_memo[memo] = got
-    return got
+    free signature ``sig``: 0 the same view, 1 disjoint, 2 overlapping (as if of one
+    buffer: the walk compares only those)."""
+    out = []
+    for v in views:
+        memo = (v[0], v[1], v[2] - off, shape, strides)
+        got = _meets_memo.get(memo)
+        if got is None:
+            written = (shape, c_strides(shape) if strides is None else strides, off)
+            got = _meets(written, v)
+            if len(_meets_memo) >= MEETS_MAX:
+                _meets_memo.clear()
+            _meets_memo[memo] = got
+        out.append(got)
+    return tuple(out)
 
 
 def _meets(written: tuple, view: tuple) -> int:
