@@ -60,6 +60,7 @@ from .launching import LaunchPlan
 from .plan_ready import Ready, ready_for
 from .recipe_state import current as _recipes_current
 from .runtime.devices import Device
+from .signed_keys import _free_views, _signed_key, signed_of
 from .stats import tallies as _tallies
 
 _local = threading.local()
@@ -363,94 +364,41 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
 # A plan found by the walk's key is also remembered under the roots' signatures (see
 # fuseloop.expr.nodes: reductions, gathers and remaps have them too) and the pattern of
 # repeated operands, and for an evaluation into targets (an assignment to a view, no
-# mask or scatter) each target's buffer, strides and offset: the next evaluation of that
-# structure (``s[1:-1] = 0.5 * (s[:-2] + s[2:])`` in a time loop) finds it without a
-# walk.  A signature holds the views' offsets (the walk's
-# key leaves them out), so such an entry keeps the offsets its plan is replayed with.
-# Equal signatures are equal computations of the operands, so a plan recorded for one
-# expression is right for every other of its signature (``t * t`` with ``t`` built
-# once or twice: at worst one kernel more or less than a fresh decision would take).
-# signed key (see _signed_key) -> (plan, view offsets, operand picker, key head)
-_signed: OrderedDict[tuple, tuple[_Plan, tuple[int, ...], Any, tuple]] = OrderedDict()
-# signatures of the first roots of evaluations into targets met before -> whether to
-# look them up by signature: only those met before are (most loops over rows meet each
-# of their views once, a time loop every step; the first meeting costs a dict look-up,
-# not the signed key), and not those whose plan holds its most signatures already
-_target_sigs: OrderedDict[int, bool] = OrderedDict()
-# signatures one plan is remembered under, at most: a plan that the walk finds under ever
-# new signatures (a loop over rows, ``A[i] - A[i].mean()``: each row's offset is another
-# signature) is walked, as before, rather than remembered again for each one (which cost
-# such a loop more than its walks: 136 us a row against 106, measured)
+# mask or scatter) each target's buffer, strides, offset and how it meets every view:
+# the next evaluation of that structure (``s[1:-1] = 0.5 * (s[:-2] + s[2:])`` in a time
+# loop) finds it without a walk.  The signatures are free of the views' offsets
+# (``nodes.free_signature``) with which offsets are equal (as the walk's key says), so
+# a loop over rows or elements (``A[i] -= A[i].mean()``, ``x[i] = d[i] - x[i-1]``)
+# finds its plan on its second statement, and the offsets are this call's, bound as
+# the walk's are.  Equal signatures are equal computations of the operands, so a plan
+# recorded for one expression is right for every other of its signature (``t * t``
+# with ``t`` built once or twice: at worst one kernel more or less than a fresh
+# decision would take).
+# signed key (see _signed_key) -> (plan, view offsets (None: the call's), operand
+# picker, key head)
+_signed: OrderedDict[tuple, tuple[_Plan, tuple[int, ...] | None, Any, tuple]] = OrderedDict()
+# free signatures of the first roots of evaluations into targets met before -> whether
+# to look them up by signature: only those met before are (the first meeting costs a
+# dict look-up, not the signed key), and not those whose plan holds its most
+# signatures already
+_target_sigs: OrderedDict[Any, bool] = OrderedDict()
+# signatures one plan is remembered under, at most: a plan that the walk finds under
+# ever new signatures is walked rather than remembered again for each one
 SIGNED_PER_PLAN = 8
 
 
-def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device
-                ) -> tuple[tuple, tuple] | None:
-    """The key of ``roots`` in ``_signed`` and their operands, or None (a root without
-    a signature: a concatenation, a pointer, too many operands)."""
-    if len(roots) == 1:
-        root = roots[0]
-        sig = root.sig or signature_of(root)
-        operands = root.operands
-        if not sig or operands is None:
-            return None
-        return (device.index, sig, out_shape, _prog.firsts(operands)), operands
-    sigs = []
-    operands = ()
-    for root in roots:
-        sig = root.sig or signature_of(root)
-        more = root.operands
-        if not sig or more is None:
-            return None
-        sigs.append(sig)
-        operands += more
-    return (device.index, tuple(sigs), out_shape, _prog.firsts(operands)), operands
-
-
-def _signed_key_targets(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
-                        targets: Sequence[Target | Storage | None]
-                        ) -> tuple[tuple, tuple, list[Storage]] | None:
-    """:func:`_signed_key` of an evaluation into ``targets`` (buffers, or views of them
-    without a mask or scatter; None: a new buffer): the key goes on with each target's
-    buffer (its place among the operands, or among the other targets' buffers), strides
-    and offset, which with the signature's views decide how it meets them (what the
-    walk's key says of a target); the third part is the target buffers that are not
-    operands, in order (the walk appends them to its buffers so)."""
-    signed = _signed_key(roots, out_shape, device)
-    if signed is None:
-        return None
-    key, operands = signed
-    where: list[Any] = []
-    extra: list[Storage] = []
-    for t in targets:
-        if t is None:
-            where.append(None)
-            continue
-        if isinstance(t, Storage):
-            t = Target(t, None, 0)
-        elif t.mask is not None or t.scatter is not None:
-            return None
-        buf = t.storage
-        try:  # (buffers compare by identity)
-            at = operands.index(buf)
-        except ValueError:  # -1 - its place among the target buffers that are not operands
-            if buf not in extra:
-                extra.append(buf)
-            at = -1 - extra.index(buf)
-        where.append((at, t.strides, t.offset, t.atomic))
-    return (*key, tuple(where)), operands, extra
-
-
 def _signed_replay(signed: tuple, device: Device) -> list[Storage] | None:
-    """The replay of the plan remembered under ``signed`` (:func:`_signed_key`, or
-    :func:`_signed_key_targets`), or None (none remembered, or its buffers need the
-    walk: see :func:`_key`)."""
+    """The replay of the plan remembered under ``signed`` (:func:`_signed_key`, or a
+    pair (key, operands) of a plan without offsets), or None (none remembered, or its
+    buffers need the walk: see :func:`_key`)."""
     # (into targets: their buffers appended, as the walk appends them)
     hit = signed_pick(_signed.get(signed[0]), signed[1], device,
                       signed[2] if len(signed) > 2 else ())
     if hit is None:
         return None
     plan, offsets, storages, scalars = hit
+    if offsets is None:
+        offsets = signed[3]
     return _replay_signed(plan, storages, scalars, device, offsets)
 
 
@@ -458,25 +406,28 @@ def _remember_signed(signed: tuple | None, plan: _Plan,
                      storages: list[Storage], scalars: list[np.generic],
                      offsets: Sequence[int], device: Device) -> None:
     """Remember ``plan``, found or recorded by the walk, under its signed key (when the
-    operands pick the walk's buffers and scalars, as they always should)."""
+    operands pick the walk's buffers and scalars, and the views' offsets are the walk's,
+    as they always should: a plan that holds its offsets' values (the walk's key then
+    holds them) is not remembered)."""
     if signed is None:
         return
-    key, operands = signed[:2]
+    key, operands, extra, bound, into = signed
     if plan.signed >= SIGNED_PER_PLAN:
-        if len(signed) > 2:  # (into targets: this first root's signature not looked up again)
+        if into:  # (this first root's signature not looked up again)
             _target_sigs[key[1] if type(key[1]) is int else key[1][0]] = False
         return
     plan.signed += 1
     take = _prog.operand_picker(operands, key[3])
     picked = take(operands)
-    if picked is not None and len(signed) > 2:
-        picked = (picked[0] + signed[2], picked[1])
+    if picked is not None and extra:
+        picked = (picked[0] + extra, picked[1])
     if picked is None or len(picked[0]) != len(storages) or len(picked[1]) != len(scalars) \
             or any(a is not b for a, b in zip(picked[0], storages)) \
             or any(a is not b for a, b in zip(picked[1], scalars)) \
-            or any(s.nbytes > INT32_LIMIT for s in storages):
+            or any(s.nbytes > INT32_LIMIT for s in storages) or bound != tuple(offsets):
         return
-    _tables.keep(_signed, key, (plan, tuple(offsets), take, _key_head(device)), PLANS_MAX)
+    _tables.keep(_signed, key, (plan, None if bound else (), take, _key_head(device)),
+                 PLANS_MAX)
 
 
 def _check_signed(signed: tuple, storages: list[Storage],
@@ -487,13 +438,14 @@ def _check_signed(signed: tuple, storages: list[Storage],
     if hit is None:
         return
     picked = hit[2](signed[1])
-    if picked is not None and len(signed) > 2:
+    if picked is not None and signed[2]:
         picked = (picked[0] + signed[2], picked[1])
     assert picked is not None and len(picked[0]) == len(storages) \
         and len(picked[1]) == len(scalars) \
         and all(a is b for a, b in zip(picked[0], storages)) \
         and all(a is b for a, b in zip(picked[1], scalars)) \
-        and hit[1] == tuple(offsets), ("plan by signature differs from the walk's", signed[0])
+        and (signed[3] if hit[1] is None else hit[1]) == tuple(offsets), (
+            "plan by signature differs from the walk's", signed[0])
 
 
 # }}}
@@ -547,11 +499,13 @@ def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storag
                                                and _host.eligible((root,), out_shape, device,
                                                                   None)):
         return None
-    hit = signed_pick(_signed.get((device.index, sig, out_shape, _prog.firsts(operands))),
-                      operands, device)
+    signed = signed_of(sig, operands, out_shape, device)
+    hit = None if signed is None else signed_pick(_signed.get(signed[0]), operands, device)
     if hit is None:
         return None
     plan, offsets, storages, scalars = hit
+    if offsets is None:
+        offsets = signed[3]
     readies = plan.ready
     if readies and (ready := readies.get(offsets)):
         for s in storages:  # (the general replay reports a buffer on another device)
@@ -588,13 +542,16 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         targets: Sequence[Target | Storage | None] | None) -> list[Storage]:
     """:func:`fuseloop.evaluate.run_unplanned`, replayed from a plan when one is known."""
     signed: tuple | None = None
+    look: bool | None = True
     if targets is None:
         signed = _signed_key(roots, out_shape, device)
-    elif (look := _target_sigs.get(sig := roots[0].sig or signature_of(roots[0]))):
-        signed = _signed_key_targets(roots, out_shape, device, targets)
-    elif look is None and sig:
-        _tables.keep(_target_sigs, sig, True, PLANS_MAX)  # (met once: looked up next time)
-    if signed is not None and not _prog.CHECK_STRUCTURE_CACHE:
+    elif (free := _free_views(roots[:1])) is not None:
+        look = _target_sigs.get(free[0])
+        if look is None:  # (met first: remembered after the walk, looked up from now on)
+            _tables.keep(_target_sigs, free[0], True, PLANS_MAX)
+        if look is not False:
+            signed = _signed_key(roots, out_shape, device, targets)
+    if signed is not None and look is not None and not _prog.CHECK_STRUCTURE_CACHE:
         done = _signed_replay(signed, device)
         if done is not None:
             return done

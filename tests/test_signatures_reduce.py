@@ -80,7 +80,6 @@ def test_keys_tell_apart_what_changes_the_kernels(device):
         "dtype": lambda: xd.sum(axis=0) * 2,
         "shape": lambda: x[:7].sum(axis=0) * 2,
         "strides": lambda: x[::2].sum(axis=0) * 2,
-        "offset": lambda: x[4:].sum(axis=0) * 2,
         "same_shape_other_view": lambda: x[:4].sum(axis=0) * 2,
         "literal": lambda: x.sum(axis=0) * fl.constant(2.0),
         "literal3": lambda: x.sum(axis=0) * fl.constant(3.0),
@@ -97,6 +96,10 @@ def test_keys_tell_apart_what_changes_the_kernels(device):
     u = fl.asarray(h * 3)
     assert _key(u.sum(axis=0) * 5) == keys["base"]
     assert _key(u.sum(axis=0) + x.sum(axis=0)) == keys["two_buffers"]
+    # nor a view's offset (a kernel parameter): which offsets are equal is
+    assert _key(x[4:].sum(axis=0) * 2) == keys["same_shape_other_view"]
+    assert _key(x[4:].sum(axis=0) + x[4:].sum(axis=0)) != \
+        _key(x[4:].sum(axis=0) + x[:4].sum(axis=0))
 
 
 @pytest.mark.parametrize("check", [False, True], ids=["replayed", "checked"])
@@ -114,6 +117,10 @@ def test_replays_of_similar_structures_compute_their_own(device, plans, monkeypa
         (lambda: x[:6].sum(axis=1) * 2, lambda: h[:6].sum(axis=1) * 2),
         (lambda: x.sum(axis=0, keepdims=True) - x, lambda: h.sum(axis=0, keepdims=True) - h),
         (lambda: x[4:].sum(axis=0) * 2, lambda: h[4:].sum(axis=0) * 2),
+        (lambda: x[:4].sum(axis=0) * 2, lambda: h[:4].sum(axis=0) * 2),
+        (lambda: x[4:].sum(axis=0) - x[:4].sum(axis=0),
+         lambda: h[4:].sum(axis=0) - h[:4].sum(axis=0)),
+        (lambda: x[4:].sum(axis=0) - x[4:].sum(axis=0), lambda: 0 * h[4:].sum(axis=0)),
         (lambda: x.sum(axis=0) + x.sum(axis=0), lambda: 2 * h.sum(axis=0)),
         (lambda: x.sum(axis=0) + y.sum(axis=0), lambda: h.sum(axis=0) + g.sum(axis=0)),
         (lambda: y.sum(axis=0) + x.sum(axis=0), lambda: g.sum(axis=0) + h.sum(axis=0)),
@@ -124,25 +131,27 @@ def test_replays_of_similar_structures_compute_their_own(device, plans, monkeypa
     for _ in range(2):
         for make, want in cases:
             np.testing.assert_allclose(make().get(), want(), rtol=1e-5, atol=1e-6)
-    # (one key fewer than cases: y.sum + x.sum is x.sum + y.sum with its buffers swapped)
-    assert check or len(plans._signed) == len(cases) - 1
+    # (two keys fewer than cases: y.sum + x.sum is x.sum + y.sum with its buffers swapped,
+    # x[:4] is x[4:] at another offset)
+    assert check or len(plans._signed) == len(cases) - 2
     out = fl.empty((6,), np.float32)  # a target: found by the walk, as before
     fl.compute(x.sum(axis=0) + y.sum(axis=0), out=out)
     np.testing.assert_allclose(out.get(), h.sum(axis=0) + g.sum(axis=0), rtol=1e-5)
 
 
-def test_rows_of_one_array_share_a_plan_with_their_own_offsets(device, plans):
-    """``A[i]``'s offset is in its signature: one plan (the walk's key leaves offsets
-    out), a signed entry per row up to SIGNED_PER_PLAN rows (the others walked), each
-    replayed with its row's offset."""
+def test_rows_of_one_array_share_a_plan_with_their_own_offsets(device, plans, fresh_stats):
+    """``A[i]``'s signature without its offset is every row's: one plan (the walk's key
+    leaves offsets out too) and one signed entry, found from the second row on (no walk),
+    each row replayed with its own offset."""
     rows = run_plans.SIGNED_PER_PLAN + 4
     h = np.random.default_rng(3).random((rows + 1, 50), dtype=np.float32)
     a = fl.asarray(h)
     for _ in range(2):
-        for i in range(1, rows + 1):  # (offset 0 is a key of its own: row 0 left out)
+        for i in range(rows + 1):
             np.testing.assert_allclose((a[i] - a[i].mean()).get(), h[i] - h[i].mean(),
                                        rtol=1e-5, atol=1e-6)
-    assert len(plans._plans) == 1 and len(plans._signed) == run_plans.SIGNED_PER_PLAN
+    assert len(plans._plans) == 1 and len(plans._signed) == 1
+    assert fl.stats()["plans_walked"] == 1
 
 
 def test_out_of_range_gather_is_reported_on_a_signed_replay(device, plans):

@@ -97,9 +97,27 @@ def _patterns(n: int, fl=fl):  # (fl: another revision's package, see small_stat
         plane[1, 1].get()
         return 2 * (n // 2)
 
+    rows = fl.asarray(rng.random((n, 64)))
+    sub, diag, rhs2, sweep = (fl.asarray(rng.random(n) + k) for k in (0, 2, 0, 0))
+
+    def row_centre() -> int:
+        # a moving view read and written: one plan for every row's offset
+        for i in range(n):
+            rows[i, :] -= rows[i, :].mean()
+        rows[0, 0].get()
+        return n
+
+    def tridiagonal() -> int:
+        # elements read at i and i - 1, written at i (disjoint from what it reads)
+        for i in range(1, n):
+            sweep[i] = (rhs2[i] - sub[i] * sweep[i - 1]) / diag[i]
+        sweep.get()
+        return n - 1
+
     return {"dot-varying": dot_varying, "cholesky-row": cholesky_row,
             "durbin-like": durbin_like, "covariance": covariance_loop,
-            f"cholesky-{m}": cholesky, "trisolv": trisolv, "stencil-steps": stencil_steps}
+            f"cholesky-{m}": cholesky, "trisolv": trisolv, "stencil-steps": stencil_steps,
+            "row-centre": row_centre, "tridiagonal": tridiagonal}
 
 
 def main() -> None:

@@ -90,8 +90,101 @@ def intern_sig(fields: tuple) -> int:
         if len(_sig_table) >= SIG_TABLE_MAX:
             _sig_table.clear()
             joined_at_table.clear()
+            # (the fields of the signatures made before stay readable one table longer:
+            # views kept on their leaves, ``ops.indexing``, keep theirs)
+            _fields_before[0] = _sig_fields.copy()
+            _sig_fields.clear()
         sig = _sig_table.setdefault(fields, next(_next_sig))
+        _sig_fields[sig] = fields
     return sig
+
+
+# A view's offset is a kernel parameter (see fills), so two signatures that differ only
+# in their views' offsets (``A[i] - A[i].mean()`` for each row ``i``) have one run plan:
+# free_signature reads a signature's fields back (``_sig_fields``, intern_sig's
+# inverse) and interns them again, in a table of their own, with each view leaf's token
+# written without its offset; the offsets, with the views' shapes and strides in walk
+# order, travel beside it (fuseloop.run_plans binds them per call).  The nodes keep
+# their own signatures, offsets included: structure caches that bake offsets into what
+# they keep (flat kernels' parameters, templates' leaves) go on keying by them.
+_sig_fields: dict[int, tuple] = {}
+_fields_before: list[dict[int, tuple]] = [{}]
+# signature -> free_signature's answer
+_free: dict[int, tuple[int, tuple, tuple, tuple] | None] = {}
+# free signatures are interned in a table of their own, cleared only when it is full,
+# so that a loop whose every statement makes new signatures (and clears their table
+# now and then) keeps finding its plans under the same free ones
+_free_sigs: dict[tuple, int] = {}
+FREE_SIGS_MAX = 1 << 14
+
+
+def _intern_free(fields: tuple) -> int:
+    sig = _free_sigs.get(fields)
+    if sig is None:
+        if len(_free_sigs) >= FREE_SIGS_MAX:
+            _free_sigs.clear()
+            _free.clear()
+        sig = _free_sigs.setdefault(fields, next(_next_sig))
+    return sig
+# where the child signatures begin in the fields of the kinds with children
+_CHILDREN_AT = {"A": 4, "G": 4, "K": 4, "M": 4, "R": 5}
+# kinds without children and without views (a scalar argument, a literal, an iota)
+_NO_VIEWS = frozenset(("S", "C", "I"))
+
+
+def free_signature(sig: int) -> tuple[int, tuple, tuple, tuple] | None:
+    """``sig`` without its views' offsets, those views in the structure walk's order
+    ((shape, strides, offset) per buffer leaf; strides None: a whole buffer), which of
+    their offsets are equal (each one's first place among the distinct ones) and the
+    distinct offsets, first met first; None where a part's fields are not known (a kind
+    of node signed elsewhere, a signature made before the table was cleared, a very
+    deep chain)."""
+    known = _free.get(sig, _free)
+    if known is not _free:
+        return known  # type: ignore[return-value]
+    try:
+        part = _free_of(_sig_fields.get(sig) or _fields_before[0].get(sig))
+    except RecursionError:
+        part = None
+    got = None
+    if part is not None:  # (which offsets are equal, and the distinct ones: see run_plans)
+        index: dict[int, int] = {}
+        pattern = tuple([index.setdefault(o, len(index)) for _, st, o in part[1]
+                         if st is not None])
+        got = (*part, pattern, tuple(index))
+    if len(_free) >= SIG_TABLE_MAX:
+        _free.clear()
+    _free[sig] = got
+    return got
+
+
+def _free_of(fields: tuple | None) -> tuple[int, tuple] | None:
+    if fields is None:
+        return None
+    kind = fields[0]
+    if kind == "L" or kind == "LC":
+        _, char, shape, strides, offset = fields
+        if strides is None:
+            return _intern_free(fields), ((shape, None, 0),)
+        return _intern_free(("V", kind, char, shape, strides)), ((shape, strides, offset),)
+    if kind in _NO_VIEWS:
+        return _intern_free(fields), ()
+    if kind == "J":
+        inner = free_signature(fields[1])
+        return None if inner is None else (_intern_free(("J", inner[0], fields[2])), inner[1])
+    at = _CHILDREN_AT.get(kind)
+    if at is None:
+        return None
+    frees = list(fields[:at])
+    views: tuple = ()
+    for child in fields[at:]:
+        got = _free.get(child) or free_signature(child)
+        if got is None:
+            return None
+        frees.append(got[0])
+        if got[1]:
+            views = views + got[1] if views else got[1]
+    return _intern_free(tuple(frees)), views
 
 
 def shared_prefix(ao: tuple, bo: tuple) -> int:
@@ -237,7 +330,22 @@ def signed_one(fields: tuple, child: Node) -> tuple[int, tuple | None]:
 _scalar_sigs: dict[str, int] = {}
 
 
+def _clear_fields() -> None:
+    _sig_fields.clear()
+    _fields_before[0] = {}
+
+
+def _clear_free_sigs() -> None:
+    _free_sigs.clear()
+    _free.clear()
+
+
 _caches.register("expr.nodes.sig_table", _sig_table.clear, lambda: len(_sig_table), SIG_TABLE_MAX)
+_caches.register("expr.nodes.sig_fields", _clear_fields,
+                 lambda: len(_sig_fields) + len(_fields_before[0]), 2 * SIG_TABLE_MAX)
+_caches.register("expr.nodes.free", _free.clear, lambda: len(_free), SIG_TABLE_MAX)
+_caches.register("expr.nodes.free_sigs", _clear_free_sigs, lambda: len(_free_sigs),
+                 FREE_SIGS_MAX)
 _caches.register("expr.nodes.joined_at", joined_at_table.clear, lambda: len(joined_at_table),
                  SIG_TABLE_MAX)
 _caches.register("expr.nodes.scalar_sigs", _scalar_sigs.clear, lambda: len(_scalar_sigs),

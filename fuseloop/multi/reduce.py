@@ -32,7 +32,7 @@ from ..expr import program as _prog
 from ..expr.nodes import Scalar, signature_of
 from ..ops.reductions import _ddof, _mean_dtypes
 from ..ops.shape import normalize_axes
-from ..run_plans import _signed_replay
+from ..run_plans import _signed_replay, signed_of
 from . import replay as _replay
 from .array import MultiArray, finish_reads, launch_part, map_parts, start_read
 from .exchange import _transfer
@@ -164,8 +164,8 @@ def _planned(base: tuple, p: Any) -> Array | None:
             and math.prod(p.shape) <= _host.HOST_MAX_WORK:
         return None
     rsig, shape, dtype = hit
-    key = (device.index, rsig, shape, _prog.firsts(operands))
-    done = _flags.deferring(_signed_replay, (key, operands), device)
+    signed = signed_of(rsig, operands, shape, device)
+    done = None if signed is None else _flags.deferring(_signed_replay, signed, device)
     return None if done is None else Array._concrete(done[0], dtype, shape)
 
 

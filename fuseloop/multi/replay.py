@@ -197,15 +197,18 @@ def _stage(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any
     operands = node.operands
     if operands is None:
         return None
-    entry = _rp._signed.get((device.index, sig, shape, _prog.firsts(operands)))
+    signed = _rp.signed_of(sig, operands, shape, device)
+    entry = None if signed is None else _rp._signed.get(signed[0])
     hit = _rp.signed_pick(entry, operands, device)
     if hit is None:
         return None
     plan, offsets, storages, scalars = hit
+    if offsets is None:  # (an entry for any views' offsets: this call's)
+        offsets = signed[3]
     if PREPARED:
-        ready = _PREPARED.get(id(entry))
+        ready = _PREPARED.get((id(entry), offsets))
         if ready is None or ready.entry is not entry or ready.token is not token:
-            ready = _prepare(entry, storages, device, token)
+            ready = _prepare(entry, offsets, storages, device, token)
         if ready is not None and ready.valid(token):
             return ready.stage(storages, scalars)
     return _Staged(device, functools.partial(_launch, plan, storages, scalars, offsets,
@@ -262,9 +265,10 @@ class _Staged:
 #: that plan launched from it (``FUSELOOP_MULTI_PREPARED=0``: each step checked at each
 #: launch, as ``_launch``; ``bench_multigpu --variants`` row ``-prepared``)
 PREPARED = os.environ.get("FUSELOOP_MULTI_PREPARED", "1").strip() != "0"
-#: ``id`` of a ``run_plans._signed`` entry -> its prepared launch (the entry is held by it,
-#: so the id is not reused while the item lives; a replaced entry is prepared again)
-_PREPARED: dict[int, _Prepared] = {}
+#: (``id`` of a ``run_plans._signed`` entry, view offsets) -> its prepared launch (the
+#: entry is held by it, so the id is not reused while the item lives; a replaced entry is
+#: prepared again)
+_PREPARED: dict[tuple[int, tuple[int, ...]], _Prepared] = {}
 PREPARED_MAX = 256
 _caches.register("multi.prepared", _PREPARED.clear, lambda: len(_PREPARED), PREPARED_MAX)
 
@@ -319,15 +323,16 @@ class _Prepared:
         return _Staged(self.device, None, calls, pool[self.result], self.n_steps)
 
 
-def _prepare(entry: Any, storages: list[Any], device: Any, token: Any) -> _Prepared | None:
+def _prepare(entry: Any, offsets: tuple[int, ...], storages: list[Any], device: Any,
+             token: Any) -> _Prepared | None:
     """The prepared launch of ``entry`` (a ``run_plans._signed`` entry) on ``device``, or
     None where a step needs ``_launch``'s per-launch path (no launch plan kept for its
     parameters, another device's, other recipes, an error flag, an input written, an
     int64 index, more small steps than the queue takes without holding them back: those
     that the next general launch does not change are remembered as a launch without
     steps).  A step taking view offsets gets the launch plan its step keeps for the
-    entry's offsets (an entry's offsets are fixed: they are part of its signature)."""
-    plan, offsets, _, _ = entry
+    call's ``offsets`` (kept per entry and offsets)."""
+    plan = entry[0]
     if token is None:
         return None
     n = len(storages)
@@ -350,7 +355,7 @@ def _prepare(entry: Any, storages: list[Any], device: Any, token: Any) -> _Prepa
             return None  # (the general launch makes or checks its plan: asked again)
         if lp.error_arg is not None or step.writes_input \
                 or lp.index_dtype is not INDEX_INT32 or biggest > INT32_LIMIT:
-            return _kept(_Prepared(entry, device, token, [], [], 0))
+            return _kept(_Prepared(entry, device, token, [], [], 0), offsets)
         if biggest <= 4 * DEFER_MAX_ELEMENTS:
             small += 1
         kernel, last = thread_kernel(lp)
@@ -360,13 +365,14 @@ def _prepare(entry: Any, storages: list[Any], device: Any, token: Any) -> _Prepa
     if (rt.gate_at and small >= rt.gate_at) or any(a > INT32_LIMIT for a in plan.allocs):
         steps, compiled = [], []
     kind, k = plan.results[0]
-    return _kept(_Prepared(entry, device, token, steps, compiled, k if kind == "i" else n + k))
+    return _kept(_Prepared(entry, device, token, steps, compiled, k if kind == "i" else n + k),
+                 offsets)
 
 
-def _kept(ready: _Prepared) -> _Prepared:
+def _kept(ready: _Prepared, offsets: tuple[int, ...]) -> _Prepared:
     if len(_PREPARED) >= PREPARED_MAX:
         _PREPARED.clear()
-    _PREPARED[id(ready.entry)] = ready
+    _PREPARED[(id(ready.entry), offsets)] = ready
     return ready
 
 
