@@ -370,8 +370,11 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
 # Equal signatures are equal computations of the operands, so a plan recorded for one
 # expression is right for every other of its signature (``t * t`` with ``t`` built
 # once or twice: at worst one kernel more or less than a fresh decision would take).
-# signed key (see _signed_key) -> (plan, view offsets, operand picker, key head)
-_signed: OrderedDict[tuple, tuple[_Plan, tuple[int, ...], Any, tuple]] = OrderedDict()
+# signed key (see _signed_key) -> (plan, view offsets, operand picker, key head, wide:
+# whether a buffer was past int32 byte indexing; an entry replays buffers of its own
+# class only, and a wide one never through the plan's int32 Ready: one array split over
+# two GPUs at 2**30 float32 has 2 GiB parts, and their every call walked)
+_signed: OrderedDict[tuple, tuple[_Plan, tuple[int, ...], Any, tuple, bool]] = OrderedDict()
 # signatures of the first roots of evaluations into targets met before -> whether to
 # look them up by signature: only those met before are (most loops over rows meet each
 # of their views once, a time loop every step; the first meeting costs a dict look-up,
@@ -446,12 +449,12 @@ def _signed_replay(signed: tuple, device: Device) -> list[Storage] | None:
     :func:`_signed_key_targets`), or None (none remembered, or its buffers need the
     walk: see :func:`_key`)."""
     # (into targets: their buffers appended, as the walk appends them)
-    hit = signed_pick(_signed.get(signed[0]), signed[1], device,
-                      signed[2] if len(signed) > 2 else ())
-    if hit is None:
+    entry = _signed.get(signed[0])
+    hit = signed_pick(entry, signed[1], device, signed[2] if len(signed) > 2 else ())
+    if hit is None or entry is None:
         return None
     plan, offsets, storages, scalars = hit
-    return _replay_signed(plan, storages, scalars, device, offsets)
+    return _replay_signed(plan, storages, scalars, device, offsets, entry[4])
 
 
 def _remember_signed(signed: tuple | None, plan: _Plan,
@@ -473,10 +476,18 @@ def _remember_signed(signed: tuple | None, plan: _Plan,
         picked = (picked[0] + signed[2], picked[1])
     if picked is None or len(picked[0]) != len(storages) or len(picked[1]) != len(scalars) \
             or any(a is not b for a, b in zip(picked[0], storages)) \
-            or any(a is not b for a, b in zip(picked[1], scalars)) \
-            or any(s.nbytes > INT32_LIMIT for s in storages):
+            or any(a is not b for a, b in zip(picked[1], scalars)):
         return
-    _tables.keep(_signed, key, (plan, tuple(offsets), take, _key_head(device)), PLANS_MAX)
+    _tables.keep(_signed, key, (plan, tuple(offsets), take, _key_head(device),
+                                _wide(storages)), PLANS_MAX)
+
+
+def _wide(storages: Sequence[Storage]) -> bool:
+    """Whether a buffer is past int32 byte indexing (its launches index in int64)."""
+    for s in storages:
+        if s.nbytes > INT32_LIMIT:
+            return True
+    return False
 
 
 def _check_signed(signed: tuple, storages: list[Storage],
@@ -515,11 +526,11 @@ def signed_pick(entry: Any, operands: tuple, device: Device, extra: Sequence[Sto
     """A plan remembered by signature (``entry`` of ``_signed``, or None) with this call's
     buffers and scalars taken from ``operands`` (``extra`` buffers after them):
     (plan, offsets, storages, scalars), or None where it does not apply (no entry,
-    operands it cannot take, another recipe state, a buffer past 32-bit indexing: the
-    walk decides those)."""
+    operands it cannot take, another recipe state, buffers past 32-bit indexing where
+    the entry's were not, or the reverse: the walk decides those)."""
     if entry is None:
         return None
-    plan, offsets, take, head = entry
+    plan, offsets, take, head, wide = entry
     picked = take(operands)
     known = _key_head(device)
     if picked is None or (known is not head and known != head):
@@ -527,9 +538,13 @@ def signed_pick(entry: Any, operands: tuple, device: Device, extra: Sequence[Sto
     storages, scalars = picked
     if extra:
         storages = storages + list(extra)
-    for s in storages:
+    big = False
+    for s in storages:  # (_wide, inline: every replay by signature asks)
         if s.nbytes > INT32_LIMIT:
-            return None
+            big = True
+            break
+    if big is not wide:
+        return None
     return plan, offsets, storages, scalars
 
 
@@ -547,13 +562,14 @@ def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storag
                                                and _host.eligible((root,), out_shape, device,
                                                                   None)):
         return None
-    hit = signed_pick(_signed.get((device.index, sig, out_shape, _prog.firsts(operands))),
-                      operands, device)
-    if hit is None:
+    entry = _signed.get((device.index, sig, out_shape, _prog.firsts(operands)))
+    hit = signed_pick(entry, operands, device)
+    if hit is None or entry is None:
         return None
     plan, offsets, storages, scalars = hit
     readies = plan.ready
-    if readies and (ready := readies.get(offsets)):
+    wide = entry[4]
+    if readies and not wide and (ready := readies.get(offsets)):
         for s in storages:  # (the general replay reports a buffer on another device)
             if s.device is not device:
                 return None
@@ -561,15 +577,18 @@ def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storag
         if done is not None:
             return done[0]
     return _flags.deferring(_replay_signed, plan, storages, scalars, device, offsets,
-                            True)[0]
+                            wide, True)[0]
 
 
 def _replay_signed(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
-                   device: Device, offsets: tuple[int, ...], tried: bool = False
-                   ) -> list[Storage]:
+                   device: Device, offsets: tuple[int, ...], wide: bool,
+                   tried: bool = False) -> list[Storage]:
     """:func:`_replay` of a plan found by signature (with its fixed ``offsets``): made
     ready (:mod:`fuseloop.plan_ready`) after its first general replay, replayed so from
-    then on (``tried``: the caller found that replay unable to run this call)."""
+    then on (``tried``: the caller found that replay unable to run this call), except
+    over ``wide`` buffers (past int32 byte indexing: a Ready's launches are int32)."""
+    if wide:
+        return _replay(plan, storages, scalars, device, offsets)
     readies = plan.ready
     if not tried and readies and (ready := readies.get(offsets)):
         for s in storages:

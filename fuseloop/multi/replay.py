@@ -327,7 +327,7 @@ def _prepare(entry: Any, storages: list[Any], device: Any, token: Any) -> _Prepa
     that the next general launch does not change are remembered as a launch without
     steps).  A step taking view offsets gets the launch plan its step keeps for the
     entry's offsets (an entry's offsets are fixed: they are part of its signature)."""
-    plan, offsets, _, _ = entry
+    plan, offsets = entry[:2]
     if token is None:
         return None
     n = len(storages)
