@@ -59,6 +59,7 @@ from .expr.views import nocopy_reshape_strides, reshape_view
 from .launching import (
     DEFER_MAX,
     INDEX_INT32,
+    INDEX_INT64,
     enqueue,
     index_dtype_for,
     launch_cached,
@@ -400,14 +401,18 @@ def flat_launch_ready(node: Node, shape: tuple[int, ...], device: Device
     if picked is None or plans is None:
         return None
     # the int32 plan exists only where the entry's sizes and parameters allow it
-    # (launch_cached chose it with index_dtype_for, the rule): what is left to check
+    # (launch_cached chose it with index_dtype_for, the rule), and a buffer past int32
+    # bytes makes that rule's answer int64 whatever they are: what is left to check
     # is the buffers; anything else goes to run, which reports a buffer on another
     # device
-    plan = plans.get(INDEX_INT32)
     storages, scalars = picked
+    wide = False
     for s in storages:
-        if s.device is not device or s.nbytes > INT32_LIMIT:
+        if s.device is not device:
             return None
+        if s.nbytes > INT32_LIMIT:
+            wide = True
+    plan = plans.get(INDEX_INT64 if wide else INDEX_INT32)
     # (LaunchPlan.valid through the plan's stamp: its recipe is still recipe_for's)
     if plan is None or plan.stamp is not _recipes_current[0] or not plan.compiled.in_cache:
         return None

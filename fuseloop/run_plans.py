@@ -375,8 +375,13 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
 # with ``t`` built once or twice: at worst one kernel more or less than a fresh
 # decision would take).
 # signed key (see _signed_key) -> (plan, view offsets (None: the call's), operand
-# picker, key head)
-_signed: OrderedDict[tuple, tuple[_Plan, tuple[int, ...] | None, Any, tuple]] = OrderedDict()
+# picker, key head, held: None, or where a buffer was past int32 byte indexing the view
+# offsets its plan holds (the walk's key keeps them then: they may decide the index
+# type); an entry replays buffers of its own class only, a wide one at its held offsets
+# only and never through the plan's int32 Ready: one array split over two GPUs at
+# 2**30 float32 has 2 GiB parts, and their every call walked)
+_signed: OrderedDict[tuple, tuple[_Plan, tuple[int, ...] | None, Any, tuple,
+                                  tuple[int, ...] | None]] = OrderedDict()
 # free signatures of the first roots of evaluations into targets met before -> whether
 # to look them up by signature: only those met before are (the first meeting costs a
 # dict look-up, not the signed key), and not those whose plan holds its most
@@ -392,14 +397,14 @@ def _signed_replay(signed: tuple, device: Device) -> list[Storage] | None:
     pair (key, operands) of a plan without offsets), or None (none remembered, or its
     buffers need the walk: see :func:`_key`)."""
     # (into targets: their buffers appended, as the walk appends them)
-    hit = signed_pick(_signed.get(signed[0]), signed[1], device,
-                      signed[2] if len(signed) > 2 else ())
-    if hit is None:
+    entry = _signed.get(signed[0])
+    hit = signed_pick(entry, signed[1], device, signed[2], signed[3])
+    if hit is None or entry is None:
         return None
     plan, offsets, storages, scalars = hit
     if offsets is None:
         offsets = signed[3]
-    return _replay_signed(plan, storages, scalars, device, offsets)
+    return _replay_signed(plan, storages, scalars, device, offsets, entry[4] is not None)
 
 
 def _remember_signed(signed: tuple | None, plan: _Plan,
@@ -421,13 +426,24 @@ def _remember_signed(signed: tuple | None, plan: _Plan,
     picked = take(operands)
     if picked is not None and extra:
         picked = (picked[0] + extra, picked[1])
+    wide = _wide(storages)
+    # (over a wide buffer the walk keeps the offsets in its key and gives none to bind:
+    # the plan holds them, and the entry serves those offsets only)
     if picked is None or len(picked[0]) != len(storages) or len(picked[1]) != len(scalars) \
             or any(a is not b for a, b in zip(picked[0], storages)) \
             or any(a is not b for a, b in zip(picked[1], scalars)) \
-            or any(s.nbytes > INT32_LIMIT for s in storages) or bound != tuple(offsets):
+            or (offsets if wide else bound != tuple(offsets)):
         return
-    _tables.keep(_signed, key, (plan, None if bound else (), take, _key_head(device)),
-                 PLANS_MAX)
+    _tables.keep(_signed, key, (plan, () if wide or not bound else None, take,
+                                _key_head(device), bound if wide else None), PLANS_MAX)
+
+
+def _wide(storages: Sequence[Storage]) -> bool:
+    """Whether a buffer is past int32 byte indexing (its launches index in int64)."""
+    for s in storages:
+        if s.nbytes > INT32_LIMIT:
+            return True
+    return False
 
 
 def _check_signed(signed: tuple, storages: list[Storage],
@@ -462,16 +478,18 @@ def replay_signed(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     return _signed_replay(signed, device)
 
 
-def signed_pick(entry: Any, operands: tuple, device: Device, extra: Sequence[Storage] = ()
+def signed_pick(entry: Any, operands: tuple, device: Device, extra: Sequence[Storage] = (),
+                offsets: tuple[int, ...] = ()
                 ) -> tuple[_Plan, tuple[int, ...], list[Storage], list[np.generic]] | None:
     """A plan remembered by signature (``entry`` of ``_signed``, or None) with this call's
     buffers and scalars taken from ``operands`` (``extra`` buffers after them):
     (plan, offsets, storages, scalars), or None where it does not apply (no entry,
-    operands it cannot take, another recipe state, a buffer past 32-bit indexing: the
-    walk decides those)."""
+    operands it cannot take, another recipe state, buffers past 32-bit indexing where
+    the entry's were not, or the reverse, or at view ``offsets`` other than those a wide
+    entry's plan holds: the walk decides those)."""
     if entry is None:
         return None
-    plan, offsets, take, head = entry
+    plan, bind, take, head, held = entry
     picked = take(operands)
     known = _key_head(device)
     if picked is None or (known is not head and known != head):
@@ -479,10 +497,14 @@ def signed_pick(entry: Any, operands: tuple, device: Device, extra: Sequence[Sto
     storages, scalars = picked
     if extra:
         storages = storages + list(extra)
-    for s in storages:
+    big = False
+    for s in storages:  # (_wide, inline: every replay by signature asks)
         if s.nbytes > INT32_LIMIT:
-            return None
-    return plan, offsets, storages, scalars
+            big = True
+            break
+    if big is not (held is not None) or (big and held != offsets):
+        return None
+    return plan, bind, storages, scalars
 
 
 def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storage | None:
@@ -500,14 +522,16 @@ def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storag
                                                                   None)):
         return None
     signed = signed_of(sig, operands, out_shape, device)
-    hit = None if signed is None else signed_pick(_signed.get(signed[0]), operands, device)
-    if hit is None:
+    entry = None if signed is None else _signed.get(signed[0])
+    hit = None if signed is None else signed_pick(entry, operands, device, (), signed[3])
+    if hit is None or signed is None or entry is None:
         return None
     plan, offsets, storages, scalars = hit
     if offsets is None:
         offsets = signed[3]
     readies = plan.ready
-    if readies and (ready := readies.get(offsets)):
+    wide = entry[4] is not None
+    if readies and not wide and (ready := readies.get(offsets)):
         for s in storages:  # (the general replay reports a buffer on another device)
             if s.device is not device:
                 return None
@@ -515,15 +539,18 @@ def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storag
         if done is not None:
             return done[0]
     return _flags.deferring(_replay_signed, plan, storages, scalars, device, offsets,
-                            True)[0]
+                            wide, True)[0]
 
 
 def _replay_signed(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
-                   device: Device, offsets: tuple[int, ...], tried: bool = False
-                   ) -> list[Storage]:
-    """:func:`_replay` of a plan found by signature (with its fixed ``offsets``): made
-    ready (:mod:`fuseloop.plan_ready`) after its first general replay, replayed so from
-    then on (``tried``: the caller found that replay unable to run this call)."""
+                   device: Device, offsets: tuple[int, ...], wide: bool,
+                   tried: bool = False) -> list[Storage]:
+    """:func:`_replay` of a plan found by signature (with its ``offsets``): made ready
+    (:mod:`fuseloop.plan_ready`) after its first general replay, replayed so from then on
+    (``tried``: the caller found that replay unable to run this call), except over
+    ``wide`` buffers (past int32 byte indexing: a Ready's launches are int32)."""
+    if wide:
+        return _replay(plan, storages, scalars, device, offsets)
     readies = plan.ready
     if not tried and readies and (ready := readies.get(offsets)):
         for s in storages:

@@ -14,6 +14,10 @@ one OpenCL platform can be had from PoCL on a CPU::
     # the same with a context per device (the host combines the partial sums):
     FUSELOOP_OPENCL_SHARED_CONTEXT=0 POCL_DEVICES="pthread pthread" FUSELOOP_HOST_PATH=0 \\
         python benchmarks/probes/multi_host_cost.py --devices 0,1
+    # a first part past 2 GiB (as each part of 2**30 float32 over two GPUs; ~7 GB of RAM):
+    POCL_DEVICES="pthread pthread" FUSELOOP_HOST_PATH=0 python \\
+        benchmarks/probes/multi_host_cost.py --devices 0,1 --elements 537919488 \\
+        --weights 1,0.001 --repeat 20 --cpu
 """
 
 from __future__ import annotations
@@ -33,6 +37,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--devices", default="0,0")
     p.add_argument("--log2n", type=int, default=12)
+    p.add_argument("--elements", type=int, default=None,
+                   help="elements of x and y (default 2**log2n)")
+    p.add_argument("--weights", default=None,
+                   help="comma-separated weights of the devices (fl.device's), e.g. "
+                        "'1,0.001' with --elements 537919488: a first part past 2 GiB, as "
+                        "each of two GPUs' parts at 2**30 float32")
     p.add_argument("--repeat", type=int, default=400)
     p.add_argument("--cpu", action="store_true",
                    help="time with the host thread's CPU clock (on a shared machine: what "
@@ -40,8 +50,9 @@ def main() -> None:
     args = p.parse_args()
     fuseloop.launching.DEFER_MAX_ELEMENTS = 0  # (every launch enqueued at once)
     spec = [int(s) for s in args.devices.split(",")]
-    n = 1 << args.log2n
-    with fl.device(spec):
+    n = args.elements or 1 << args.log2n
+    weights = None if args.weights is None else [float(w) for w in args.weights.split(",")]
+    with fl.device(spec, weights=weights):
         x = fl.random.uniform(n, dtype=np.float32, key=1).eval()
         y = fl.random.uniform(n, dtype=np.float32, key=2).eval()
         u = fl.random.uniform((64, 64), dtype=np.float32, key=3).eval()
@@ -56,16 +67,17 @@ def main() -> None:
             trace.events.append((what, part, device.index, clock()))
 
     print(f"devices {spec}, {n} elements; host microseconds (median of {args.repeat}; "
-          f"{'the host thread CPU clock' if args.cpu else 'wall clock'}): until the first "
-          "and the last part's launch was handed to its device, the mean gap between "
-          "two parts' launches, the whole call")
-    print(f"{'workload':22s} {'first launch':>13s} {'last launch':>12s} {'gap':>6s} "
-          f"{'call':>8s}")
+          f"{'the host thread CPU clock' if args.cpu else 'wall clock'}): until the known "
+          "parts' staging began (the expression built, the call dispatched; - where none "
+          "was staged), until the first and the last part's launch was handed to its "
+          "device, the mean gap between two parts' launches, the whole call")
+    print(f"{'workload':22s} {'staging':>8s} {'first launch':>13s} {'last launch':>12s} "
+          f"{'gap':>6s} {'call':>8s}")
     for name, fn in work.items():
         for _ in range(20):
             fn()
         fl.synchronize()
-        first, last, gap, call = [], [], [], []
+        staged, first, last, gap, call = [], [], [], [], []
         for _ in range(args.repeat):
             fl.synchronize()
             saved = trace.note
@@ -78,12 +90,15 @@ def main() -> None:
             finally:
                 trace.note = saved
             launches = [t for what, _, _, t in events if what == "enqueued"]
+            staged += [t - t0 for what, _, _, t in events if what == "staging begun"][:1]
             first.append(launches[0] - t0)
             last.append(launches[-1] - t0)
             gap.append((launches[-1] - launches[0]) / max(1, len(launches) - 1))
             call.append(t1 - t0)
-        print(f"{name:22s} {np.median(first) * 1e6:13.0f} {np.median(last) * 1e6:12.0f} "
-              f"{np.median(gap) * 1e6:6.0f} {np.median(call) * 1e6:8.0f}")
+        staging = f"{np.median(staged) * 1e6:8.0f}" if staged else f"{'-':>8s}"
+        print(f"{name:22s} {staging} {np.median(first) * 1e6:13.0f} "
+              f"{np.median(last) * 1e6:12.0f} {np.median(gap) * 1e6:6.0f} "
+              f"{np.median(call) * 1e6:8.0f}")
 
 
 if __name__ == "__main__":

@@ -198,8 +198,10 @@ def _stage(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any
     if operands is None:
         return None
     signed = _rp.signed_of(sig, operands, shape, device)
-    entry = None if signed is None else _rp._signed.get(signed[0])
-    hit = _rp.signed_pick(entry, operands, device)
+    if signed is None:
+        return None
+    entry = _rp._signed.get(signed[0])
+    hit = _rp.signed_pick(entry, operands, device, (), signed[3])
     if hit is None:
         return None
     plan, offsets, storages, scalars = hit
