@@ -59,6 +59,9 @@ def test_combine_in_group_two_barriers_for_matched_reductions_only():
     partial, lanes, result = (src.index("part_s[lid(0)] ="), src.index("lanes_s[lid(0)] ="),
                               src.index("s = acc_j_m"))
     assert partial < lanes < result
+    # both combining loops are left to the device compiler to unroll (Loopy writes one
+    # loop each, not one statement per step)
+    assert src.count("opencl_unroll_hint") == 2, src
     assert "barrier(CLK_LOCAL_MEM_FENCE)" in src[partial:lanes]
     assert "barrier(CLK_LOCAL_MEM_FENCE)" in src[lanes:result]
     # partials past the row's end read as the neutral value (p is not known >= GROUP)

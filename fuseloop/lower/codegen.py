@@ -43,6 +43,10 @@ from ..stats import increment as _increment  # (fl.stats, a function, shadows th
 # copy of a package, an older version).  Loopy lets it through.
 _UNREADABLE_CACHE_ENTRY = (ImportError, AttributeError, pickle.UnpicklingError, EOFError)
 _loopy_cache_off_lock = threading.Lock()
+# One Loopy target object per equal target (Loopy's equality: type and fields), for all
+# kernels: Loopy memoizes work on the target object (its table of C type names, with
+# OpenCL's vector types, took a few ms to build), which a new target per kernel redid.
+_TARGETS: dict[Any, Any] = {}
 _section_depth = 0  # (loopy_section's nesting, under loopy_lock)
 
 
@@ -123,6 +127,7 @@ def lower(program: Program, index_dtype: np.dtype, recipe: Any,
         target = native_target(target, device)
     if _has_complex(program):
         target = _complex_target(target, program, device)
+    target = _TARGETS.setdefault(target, target)
     if recipe.row_loops:
         program = with_row_loops(program)
     lowered = kernel.lower_program(program, collapse_groups(program),  # type: ignore[func-returns-value]
@@ -202,6 +207,9 @@ def _generate_code(t_unit: Any) -> Any:
     entries cannot be read (fuseloop keeps its own cache of what it generates)."""
     import loopy as lp
 
+    from .loopy_classes import install
+
+    install()
     try:
         return lp.generate_code_v2(t_unit)
     except _UNREADABLE_CACHE_ENTRY:

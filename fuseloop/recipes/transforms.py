@@ -50,7 +50,7 @@ def combine_in_group(t_unit: lp.TranslationUnit, bounds: Mapping[str, str], grou
     combine ``group / lanes`` of them (stride ``lanes``: neighbouring work-items read
     neighbouring words); then every work-item combines the ``lanes`` values itself
     (reading the same words: a broadcast) and keeps the result in a private variable.
-    Both combining loops have fixed trip counts and are unrolled (independent loads).
+    Both combining loops (fixed trip counts) are unrolled by the device compiler, not Loopy.
     Returns the new translation unit and the temporaries it handled (others: Loopy's tree).
     """
     lanes = min(lanes, group)
@@ -110,7 +110,7 @@ def combine_in_group(t_unit: lp.TranslationUnit, bounds: Mapping[str, str], grou
                                     prim.Variable(combined)[prim.Variable(m)]),
             within_inames=outer | {every},
             depends_on=insn.depends_on | {f"{insn.id}_lanes"}))
-        new_tags |= {lane: "l.0", every: "l.0", k: "unr", m: "unr"}
+        new_tags |= {lane: "l.0", every: "l.0", k: "unr_hint", m: "unr_hint"}
         done.add(target)
     if not done:
         return t_unit, done
