@@ -9,7 +9,6 @@ import pytest
 
 import fuseloop as fl
 from fuseloop import evaluate, plan_lengths, run_plans, splits
-from fuseloop import split_k as split_rules
 
 
 @pytest.fixture
@@ -263,26 +262,16 @@ def test_lengths_that_split_otherwise_are_a_variant_recorded_once(split_k, monke
     # covariance's rows at 1800 columns: split-K from 19 output rows on, none below, so
     # the key of lengths 16..23 meets two splits; each is one of the key's variants
     # with its own forms, so a second pass records nothing even where the plans made
-    # at other lengths were dropped (PLANS_MAX below the loop's lengths).  The split rule
-    # is asked as for 2 compute units whatever the device (where the split changes depends
-    # on the unit count; an H100's 132 split every length alike), and its memo is emptied
-    # around the test so no answer made under the real rule is met, or left behind
+    # at other lengths were dropped (PLANS_MAX below the loop's lengths)
     monkeypatch.setattr(run_plans, "PLANS_MAX", 16)
-    real_rule = split_rules.split_rule
-    monkeypatch.setattr(split_rules, "split_rule",
-                        lambda items, k, units, **kw: real_rule(items, k, 2, **kw))
     m, n = 24, 1800
     dh = np.random.default_rng(8).random((n, m))
     d = fl.asarray(dh)
-    split_rules._PIECES.clear()
-    try:
-        for run in range(2):
-            fl.reset_stats()
-            np.testing.assert_allclose(_covariance_rows(d, m).get(), dh.T @ dh, rtol=1e-12)
-            assert fl.stats()["plans_recorded"] <= 30 if run == 0 else \
-                fl.stats()["plans_recorded"] == 0, fl.stats()
-    finally:
-        split_rules._PIECES.clear()
+    for run in range(2):
+        fl.reset_stats()
+        np.testing.assert_allclose(_covariance_rows(d, m).get(), dh.T @ dh, rtol=1e-12)
+        assert fl.stats()["plans_recorded"] <= 30 if run == 0 else \
+            fl.stats()["plans_recorded"] == 0, fl.stats()
     plans = [p for p in run_plans._plans.values() if isinstance(p, run_plans._Plan)]
     assert any(p.variants for p in plans)
     for p in plans:
