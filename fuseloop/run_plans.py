@@ -522,9 +522,11 @@ def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storag
                                                                   None)):
         return None
     signed = signed_of(sig, operands, out_shape, device)
-    entry = None if signed is None else _signed.get(signed[0])
-    hit = None if signed is None else signed_pick(entry, operands, device, (), signed[3])
-    if hit is None or signed is None or entry is None:
+    if signed is None:
+        return None
+    entry = _signed.get(signed[0])
+    hit = signed_pick(entry, operands, device, (), signed[3])
+    if hit is None or entry is None:
         return None
     plan, offsets, storages, scalars = hit
     if offsets is None:
