@@ -9,7 +9,7 @@ row lengths around the accumulator count, and the code PoCL gets: a max/min's
 accumulator lanes a loop on 4-byte elements where they fill a vector of 8 (one
 statement per lane on 8-byte ones).  A reduction
 over the trailing axis and others not next to it (axes ``(0, 2)``) runs in two steps:
-the trailing axis first, or the others first where they shrink the array enough.
+the trailing axis first, or one other axis first where it shrinks the array enough.
 """
 
 from __future__ import annotations
@@ -149,11 +149,12 @@ def test_trailing_axis_is_reduced_first(cpu, fresh_stats):
 
 @pytest.mark.parametrize("shape, axes", [((24, 45, 64), (0, 2)), ((3, 20, 7, 160), (0, 1, 3)),
                                          ((20, 18, 2, 96), (1, 3))])
-def test_other_axes_first_where_they_shrink_the_array(cpu, fresh_stats, shape, axes):
-    # the reduced axes before the trailing one go first (a column walk keeping the
-    # trailing run), then the trailing axis of a result at least COLUMNS_FIRST_MIN
-    # times smaller; float64, int32 (int64 sums) and keepdims beside float32
+def test_other_axis_first_where_it_shrinks_the_array(cpu, fresh_stats, shape, axes):
+    # the one reduced axis before the trailing one (neighbours merged) goes first (a
+    # column walk keeping the trailing run), then the trailing axis of a result at least
+    # COLUMNS_FIRST_MIN times smaller; float64, int32 (int64 sums), keepdims
     assert np.prod(shape) >= ROWS_FIRST_MIN
+    assert np.prod([shape[d] for d in axes[:-1]]) >= COLUMNS_FIRST_MIN
     rng = np.random.default_rng(7)
     h = rng.standard_normal(shape)
     h.flat[1234] = np.nan
@@ -161,8 +162,7 @@ def test_other_axes_first_where_they_shrink_the_array(cpu, fresh_stats, shape, a
         x = fl.asarray(data)
         node = x.sum(axis=axes)._node
         assert type(node.child) is Reduce
-        lead = np.prod([shape[d] for d in axes[:-1]])
-        assert lead >= COLUMNS_FIRST_MIN and node.child.shape[-1] == shape[-1]
+        assert node.child.shape[-1] == shape[-1]
         fl.reset_stats()
         np.testing.assert_allclose(x.sum(axis=axes).get(), data.sum(axis=axes, dtype=None
                                    if data.dtype.kind == "i" else np.float64),
@@ -171,6 +171,19 @@ def test_other_axes_first_where_they_shrink_the_array(cpu, fresh_stats, shape, a
         np.testing.assert_array_equal(x.max(axis=axes, keepdims=True).get(),
                                       data.max(axis=axes, keepdims=True))
         np.testing.assert_array_equal(x.min(axis=axes).get(), data.min(axis=axes))
+
+
+def test_trailing_axis_first_beside_two_other_axes(cpu):
+    # two other reduced axes would be one loop dividing its index: the trailing rows
+    # go first, however much the other axes shrink the array
+    shape = (8, 3, 8, 6, 64)
+    assert np.prod(shape) >= ROWS_FIRST_MIN and 8 * 8 >= COLUMNS_FIRST_MIN
+    h = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    x = fl.asarray(h)
+    node = x.sum(axis=(0, 2, 4))._node
+    assert type(node.child) is Reduce and node.child.shape == shape[:-1]
+    np.testing.assert_allclose(x.sum(axis=(0, 2, 4)).get(),
+                               h.astype(np.float64).sum(axis=(0, 2, 4)), rtol=1e-5, atol=1e-4)
 
 
 def test_nan_helpers_match_numpy(cpu):

@@ -59,8 +59,8 @@ def _merged(node: Any, axes: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
 #: the fewest elements for which a CPU reduction over a trailing run and other axes is
 #: split in two steps (see _reduce): below, a second kernel's launch costs more
 ROWS_FIRST_MIN = 1 << 16
-#: the least product of the other reduced axes' extents for which a two-step CPU
-#: reduction reduces those first, keeping the trailing run (see :func:`_split_steps`)
+#: the least extent of the one other reduced axis for which a two-step CPU reduction
+#: reduces it first, keeping the trailing run (see :func:`_split_steps`)
 COLUMNS_FIRST_MIN = 16
 # (composites record what they built: a new value forgets those records)
 watch_settings(__name__, frozenset({"ROWS_FIRST_MIN", "COLUMNS_FIRST_MIN"}))
@@ -79,13 +79,14 @@ def _split_steps(op: str, child: Any, red: tuple[int, ...],
                  dtype: np.dtype) -> tuple[Any, tuple[int, ...]]:
     """The first step of a two-step reduction (:func:`_rows_first`) and the axes left
     for the second.  One loop over both took an integer division and modulo per
-    element.  Where the other reduced axes shrink the array :data:`COLUMNS_FIRST_MIN`
-    times or more, they go first: a column walk over the contiguous trailing run, whose
-    loads vectorise across neighbouring outputs, then short rows over a result that
-    many times smaller.  Else the trailing run goes first (a rows kernel), then the
-    rest: with few other rows to sum, the columns' result is nearly the input again."""
+    element.  Where one other axis is reduced and it shrinks the array
+    :data:`COLUMNS_FIRST_MIN` times or more, it goes first: a column walk over the
+    contiguous trailing run, whose loads vectorise across neighbouring outputs, then
+    short rows over a result that many times smaller.  Else the trailing run goes
+    first (a rows kernel), then the rest: with few other rows to sum, the columns'
+    result is nearly the input again, and several other axes would be one loop."""
     lead = red[:-1]
-    if math.prod(child.shape[d] for d in lead) >= COLUMNS_FIRST_MIN:
+    if len(lead) == 1 and child.shape[lead[0]] >= COLUMNS_FIRST_MIN:
         first = Reduce(op, child, lead, dtype)
         return first, (len(first.shape) - 1,)
     return Reduce(op, child, (red[-1],), dtype), lead
