@@ -8,8 +8,8 @@ against numpy (first index of the extreme; NaN wins, the first NaN's index) at
 row lengths around the accumulator count, and the code PoCL gets: a max/min's
 accumulator lanes a loop on 4-byte elements where they fill a vector of 8 (one
 statement per lane on 8-byte ones).  A reduction
-over the trailing axis and others not next to it (axes ``(0, 2)``) reduces the
-trailing axis first.
+over the trailing axis and others not next to it (axes ``(0, 2)``) runs in two steps:
+the trailing axis first, or one other axis first where it shrinks the array enough.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
-from fuseloop.ops.reductions import ROWS_FIRST_MIN
+from fuseloop.expr.nodes import Reduce
+from fuseloop.ops.reductions import COLUMNS_FIRST_MIN, ROWS_FIRST_MIN
 from fuseloop.recipes.rows import (
     CPU_ACCUMULATORS,
     CPU_SELECT_ACCUMULATORS,
@@ -144,6 +145,45 @@ def test_trailing_axis_is_reduced_first(cpu, fresh_stats):
                                   h.max(axis=(0, 2), keepdims=True))
     n = (h > 0).astype(np.int32)
     np.testing.assert_array_equal(fl.asarray(n).sum(axis=(0, 2)).get(), n.sum(axis=(0, 2)))
+
+
+@pytest.mark.parametrize("shape, axes", [((24, 45, 64), (0, 2)), ((3, 20, 7, 160), (0, 1, 3)),
+                                         ((20, 18, 2, 96), (1, 3))])
+def test_other_axis_first_where_it_shrinks_the_array(cpu, fresh_stats, shape, axes):
+    # the one reduced axis before the trailing one (neighbours merged) goes first (a
+    # column walk keeping the trailing run), then the trailing axis of a result at least
+    # COLUMNS_FIRST_MIN times smaller; float64, int32 (int64 sums), keepdims
+    assert np.prod(shape) >= ROWS_FIRST_MIN
+    assert np.prod([shape[d] for d in axes[:-1]]) >= COLUMNS_FIRST_MIN
+    rng = np.random.default_rng(7)
+    h = rng.standard_normal(shape)
+    h.flat[1234] = np.nan
+    for data in (h.astype(np.float32), h, rng.integers(-9, 9, shape, dtype=np.int32)):
+        x = fl.asarray(data)
+        node = x.sum(axis=axes)._node
+        assert type(node.child) is Reduce
+        assert node.child.shape[-1] == shape[-1]
+        fl.reset_stats()
+        np.testing.assert_allclose(x.sum(axis=axes).get(), data.sum(axis=axes, dtype=None
+                                   if data.dtype.kind == "i" else np.float64),
+                                   rtol=1e-5, atol=1e-3)
+        assert fresh_stats()["kernels_launched"] == 2
+        np.testing.assert_array_equal(x.max(axis=axes, keepdims=True).get(),
+                                      data.max(axis=axes, keepdims=True))
+        np.testing.assert_array_equal(x.min(axis=axes).get(), data.min(axis=axes))
+
+
+def test_trailing_axis_first_beside_two_other_axes(cpu):
+    # two other reduced axes would be one loop dividing its index: the trailing rows
+    # go first, however much the other axes shrink the array
+    shape = (8, 3, 8, 6, 64)
+    assert np.prod(shape) >= ROWS_FIRST_MIN and 8 * 8 >= COLUMNS_FIRST_MIN
+    h = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    x = fl.asarray(h)
+    node = x.sum(axis=(0, 2, 4))._node
+    assert type(node.child) is Reduce and node.child.shape == shape[:-1]
+    np.testing.assert_allclose(x.sum(axis=(0, 2, 4)).get(),
+                               h.astype(np.float64).sum(axis=(0, 2, 4)), rtol=1e-5, atol=1e-4)
 
 
 def test_nan_helpers_match_numpy(cpu):

@@ -59,17 +59,37 @@ def _merged(node: Any, axes: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
 #: the fewest elements for which a CPU reduction over a trailing run and other axes is
 #: split in two steps (see _reduce): below, a second kernel's launch costs more
 ROWS_FIRST_MIN = 1 << 16
+#: the least extent of the one other reduced axis for which a two-step CPU reduction
+#: reduces it first, keeping the trailing run (see :func:`_split_steps`)
+COLUMNS_FIRST_MIN = 16
 # (composites record what they built: a new value forgets those records)
-watch_settings(__name__, frozenset({"ROWS_FIRST_MIN"}))
+watch_settings(__name__, frozenset({"ROWS_FIRST_MIN", "COLUMNS_FIRST_MIN"}))
 
 
 def _rows_first(x: Array, child: Any, red: tuple[int, ...]) -> bool:
-    """Whether to reduce the trailing axis of ``child`` before its other reduced axes
-    ``red`` (not neighbours of it: :func:`_merged` joined those): on CPU devices, for
-    arrays of :data:`ROWS_FIRST_MIN` elements or more."""
+    """Whether to reduce ``child`` over ``red`` in two steps: the trailing axis and
+    other reduced axes ``red`` (not neighbours of it: :func:`_merged` joined those), on
+    CPU devices, for arrays of :data:`ROWS_FIRST_MIN` elements or more."""
     return (len(red) > 1 and red[-1] == len(child.shape) - 1 and child.shape[-1] > 1
             and math.prod(child.shape) >= ROWS_FIRST_MIN
             and getattr(x.device, "type", None) == "cpu")
+
+
+def _split_steps(op: str, child: Any, red: tuple[int, ...],
+                 dtype: np.dtype) -> tuple[Any, tuple[int, ...]]:
+    """The first step of a two-step reduction (:func:`_rows_first`) and the axes left
+    for the second.  One loop over both took an integer division and modulo per
+    element.  Where one other axis is reduced and it shrinks the array
+    :data:`COLUMNS_FIRST_MIN` times or more, it goes first: a column walk over the
+    contiguous trailing run, whose loads vectorise across neighbouring outputs, then
+    short rows over a result that many times smaller.  Else the trailing run goes
+    first (a rows kernel), then the rest: with few other rows to sum, the columns'
+    result is nearly the input again, and several other axes would be one loop."""
+    lead = red[:-1]
+    if len(lead) == 1 and child.shape[lead[0]] >= COLUMNS_FIRST_MIN:
+        first = Reduce(op, child, lead, dtype)
+        return first, (len(first.shape) - 1,)
+    return Reduce(op, child, (red[-1],), dtype), lead
 
 
 def _reduce(op: str, x: Array, axis: Any, keepdims: bool, dtype: np.dtype,
@@ -96,12 +116,7 @@ def _reduce_built(op: str, x: Array, axes: tuple[int, ...], keepdims: bool,
     kept_shape = tuple(n for d, n in enumerate(x.shape) if d not in axes)
     child, red = _merged(node, axes)
     if _rows_first(x, child, red):
-        # the contiguous trailing run is reduced on its own first (a rows kernel whose
-        # loads vectorise), then the rest over a result ``shape[-1]`` times smaller:
-        # one loop over both took an integer division and modulo per element
-        # (sum over axes (0, 2) of 64 x 1024 x 64 float32 on PoCL: 24.5 ms, in two
-        # steps 3.7 ms; numpy 2.0)
-        child, red = Reduce(op, child, (red[-1],), dtype), red[:-1]
+        child, red = _split_steps(op, child, red, dtype)
     if keepdims:
         full = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
         return Array._lazy(Reduce(op, child, red, dtype, full), x.device)
