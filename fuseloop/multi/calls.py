@@ -27,6 +27,7 @@ from ..array import Array
 from ..backends import backend_for
 from ..evaluate import allocate, flat_launch_ready
 from ..expr.ir import INT32_LIMIT
+from ..expr.nodes import signature_of
 from ..launching import _counters, _stats_lock
 from ..recipe_state import current as _recipes_current
 from ..run_plans import _key_head
@@ -38,22 +39,6 @@ CALLS_MAX = 128
 _caches.register("multi.calls", _CALLS.clear, lambda: len(_CALLS), CALLS_MAX)
 #: [calls found whole, calls kept] since start-up (tests: a second call is one hit)
 COUNTS = [0, 0]
-
-
-def call_key(tag: Any, nodes: Sequence[Any], shapes: Sequence[tuple[int, ...]],
-             devices: Sequence[Any]) -> tuple | None:
-    """The key of a split call over the parts' ``nodes`` (their ``shapes``, on
-    ``devices``): ``tag`` (what the call does with them) and each part's signature, shape
-    and device index; None where a part has no signature."""
-    from ..expr.nodes import signature_of
-
-    sigs = []
-    for node in nodes:
-        sig = node.sig or signature_of(node)
-        if not sig:
-            return None
-        sigs.append(sig)
-    return tag, tuple(sigs), tuple(shapes), tuple(d.index for d in devices)
 
 
 class _PartLaunch:
@@ -202,27 +187,39 @@ def combined(call: _Call, partials: Sequence[Array]) -> Array | None:
     return Array._concrete(out, comb.dtype, comb.shape)
 
 
-def staged_call(key: tuple | None, nodes: Sequence[Any], shapes: Sequence[tuple[int, ...]]
-                ) -> tuple[list[Any], _Call] | None:
-    """Every part of the call kept under ``key`` staged over ``nodes`` (the parts'
-    nodes, in order, of ``shapes``), with the call; None where none is kept or a part's
-    launch no longer applies (the call is dropped: the caller stages the parts one by
-    one)."""
-    if key is None:
-        return None
+def found(tag: Any, parts: Sequence[Array]) -> tuple[tuple | None, list[Any] | None,
+                                                    _Call | None]:
+    """The key of a split call over the lazy ``parts`` (``tag``: what the call does with
+    them; then each part's signature, shape and device index), and where a call is kept
+    under it, every part staged from it (``replay._Staged``) and the call.  The key is
+    None where a part is evaluated already or has no signature; the staged parts None
+    where no call is kept or a part's launch no longer applies (the call is dropped:
+    the caller stages the parts one by one, and may keep the call again)."""
+    sigs, shapes, devices = [], [], []
+    for p in parts:
+        if p._storage is not None:
+            return None, None, None
+        node = p._node
+        sig = node.sig or signature_of(node)
+        if not sig:
+            return None, None, None
+        sigs.append(sig)
+        shapes.append(p.shape)
+        devices.append(p.device.index)
+    key = (tag, tuple(sigs), tuple(shapes), tuple(devices))
     call = _CALLS.get(key)
-    if call is None or len(call.parts) != len(nodes):
-        return None
+    if call is None or len(call.parts) != len(parts):
+        return key, None, None
     token = _recipes_current[0]
     staged = []
-    for part, node, shape in zip(call.parts, nodes, shapes):
-        ready = part.stage(node, shape, token)
+    for part, p in zip(call.parts, parts):
+        ready = part.stage(p._node, p.shape, token)
         if ready is None:
             del _CALLS[key]
-            return None
+            return key, None, None
         staged.append(ready)
     COUNTS[0] += 1
-    return staged, call
+    return key, staged, call
 
 
 def keep(key: tuple | None, parts: Sequence[_PartLaunch | None],
@@ -239,4 +236,4 @@ def keep(key: tuple | None, parts: Sequence[_PartLaunch | None],
     return call
 
 
-__all__ = ["COUNTS", "call_key", "combined", "keep", "keep_combine", "staged_call"]
+__all__ = ["COUNTS", "combined", "found", "keep", "keep_combine"]

@@ -98,12 +98,8 @@ def _partials(partials: dict, base: tuple, used: Sequence[Array], done: list[Arr
     token = _recipes_current[0]
     if trace.events is not None:
         trace.note("staging begun", -1, used[0].device)
-    nodes = [p._node for p in used]
-    shapes = [p.shape for p in used]
-    key = _calls.call_key(base, nodes, shapes, [p.device for p in used])
-    whole = _calls.staged_call(key, nodes, shapes)
-    if whole is not None:
-        staged, call[0] = whole
+    key, staged, call[0] = _calls.found(base, used)
+    if staged is not None:
         kinds = call[0].results
     else:
         staged, kinds, launches = _stage_partials(partials, base, used, token)
@@ -165,18 +161,13 @@ def _lazy_parts(parts: Sequence[Array], out: list[bool]) -> None:
     token = _recipes_current[0]
     if trace.events is not None:
         trace.note("staging begun", -1, parts[0].device)
-    staged: list[_Staged] = []
+    key, staged, _ = _calls.found("eval", parts)
     owners: list[Array] = []
-    key = None
-    if all(p._storage is None for p in parts):
-        nodes = [p._node for p in parts]
-        shapes = [p.shape for p in parts]
-        key = _calls.call_key("eval", nodes, shapes, [p.device for p in parts])
-        whole = _calls.staged_call(key, nodes, shapes)
-        if whole is not None:
-            staged, owners = whole[0], list(parts)
-            out.extend([True] * len(parts))
-    if not owners:
+    if staged is not None:
+        owners = list(parts)
+        out.extend([True] * len(parts))
+    else:
+        staged = []
         launches: list[Any] = []
         for p in parts:
             if p._storage is not None:
