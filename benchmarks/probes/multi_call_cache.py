@@ -32,13 +32,12 @@ from fuseloop.multi import calls, trace
 
 
 def _without_calls() -> Callable[[], None]:
-    """Turn the kept calls off (no call found, none kept); returns the undo."""
-    saved = calls.staged_call, calls.keep
-    calls.staged_call = lambda *a, **k: None  # type: ignore[assignment]
-    calls.keep = lambda *a, **k: None  # type: ignore[assignment]
+    """Turn the kept calls off (no key: none found, none kept); returns the undo."""
+    saved = calls.found
+    calls.found = lambda tag, parts: (None, None, None)  # type: ignore[assignment]
 
     def undo() -> None:
-        calls.staged_call, calls.keep = saved
+        calls.found = saved
 
     return undo
 

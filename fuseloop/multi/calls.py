@@ -169,12 +169,12 @@ def combined(call: _Call, partials: Sequence[Array]) -> Array | None:
             if s is None:
                 return None
             if q.device is not first:
-                copy = allocate(s.nbytes, first)
-                if not comb.backend.copy_from(first, copy.buffer, q.device, s.buffer,
-                                              s.nbytes):
+                nbytes = q.nbytes
+                copy = allocate(nbytes, first)
+                if not comb.backend.copy_from(first, copy.buffer, q.device, s.buffer, nbytes):
                     return None
                 EXCHANGED["rows"] += q.shape[0] if q.ndim else 1
-                EXCHANGED["bytes"] += s.nbytes
+                EXCHANGED["bytes"] += nbytes
                 EXCHANGED["copies"] += 1
                 s = copy
             pool.append(s)
@@ -215,7 +215,7 @@ def found(tag: Any, parts: Sequence[Array]) -> tuple[tuple | None, list[Any] | N
     for part, p in zip(call.parts, parts):
         ready = part.stage(p._node, p.shape, token)
         if ready is None:
-            del _CALLS[key]
+            _CALLS.pop(key, None)  # (another thread may have dropped it too)
             return key, None, None
         staged.append(ready)
     COUNTS[0] += 1
