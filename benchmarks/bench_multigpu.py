@@ -43,7 +43,7 @@ devices of one platform).  Usage::
 
 ``--variants`` times each split workload again with each of the split path's
 selectable mechanisms off in turn, then all off (rows ``-plans``, ``-fast``, ``-prepared``,
-``-templates``,
+``-templates``, ``-calls``,
 ``-replay``, ``-arenas``, ``-async``, ``-pinned``, ``-hostscalar``, ``-bybuffer``,
 ``-stepplans``, ``-leanhalos``, ``-waitlast``, ``-deferred``, ``-all``;
 see :data:`VARIANTS`), with those off by default on (``+chained``), then
@@ -185,6 +185,9 @@ VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
     # left to each device's deferred work, the wait taken at each part's launch)
     "-deferred": [("fuseloop.multi.uploads", "DEFERRED_UPLOADS", "0")],
 }
+# a split call's parts staged from its kept call in one look-up, and a kept combine on
+# the first device (each part looked up on its own instead: no call found or kept)
+VARIANTS["-calls"] = [("fuseloop.multi.calls", "found", lambda tag, parts: (None, None, None))]
 VARIANTS["-all"] = [item for items in list(VARIANTS.values()) for item in items]
 # (a mechanism off by default, turned on: not part of -all)
 # halo rows through the host written by writes the GPUs hold back until the reads are

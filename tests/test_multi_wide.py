@@ -18,7 +18,7 @@ from fuseloop import plan_ready
 LIMIT = (1 << 16) - 1
 _MODULES = ("fuseloop.launching", "fuseloop.run_plans", "fuseloop.evaluate",
             "fuseloop.plan_ready", "fuseloop.plan_lengths", "fuseloop.prebuild",
-            "fuseloop.passes.build", "fuseloop.multi.replay")
+            "fuseloop.passes.build", "fuseloop.multi.replay", "fuseloop.multi.calls")
 
 
 @pytest.fixture
@@ -44,6 +44,7 @@ def _ready_runs(monkeypatch):
 def test_wide_split_parts_replay_without_walk(three, wide_limit, monkeypatch):
     """A split sum and elementwise expression over wide parts: from the second call on
     no part walks and every part is launched by the split replay."""
+    from fuseloop.multi import calls
     from fuseloop.multi import replay as multi_replay
 
     rng = np.random.default_rng(5)
@@ -56,10 +57,12 @@ def test_wide_split_parts_replay_without_walk(three, wide_limit, monkeypatch):
         (2 * x - fl.sin(y) + x * y).eval()
     for _ in range(2):
         fl.reset_stats()
+        found = calls.COUNTS[0]
         total = float(fl.sum(x * y))
         assert multi_replay.LAST_FAST[0] == 3
         e = (2 * x - fl.sin(y) + x * y).eval()
         assert multi_replay.LAST_FAST[0] == 3
+        assert calls.COUNTS[0] == found + 2  # (both calls kept whole)
         assert fl.stats()["plans_walked"] == 0
         assert fl.stats()["kernels_compiled"] == 0
         np.testing.assert_allclose(total, np.dot(xn.astype(np.float64), yn), rtol=1e-5)

@@ -33,6 +33,7 @@ from ..expr.nodes import Scalar, signature_of
 from ..ops.reductions import _ddof, _mean_dtypes
 from ..ops.shape import normalize_axes
 from ..run_plans import _signed_replay, signed_of
+from . import calls as _calls
 from . import replay as _replay
 from .array import MultiArray, finish_reads, launch_part, map_parts, start_read
 from .exchange import _transfer
@@ -81,14 +82,20 @@ def _device_combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[in
         return None
     used = [x.parts[k] for k in nonempty]
     # (without the reduced axes where asked: the pieces are combined elementwise)
-    partials = _launched_partials(func, used, axes, keepdims, params)
+    partials, call = _launched_partials(func, used, axes, keepdims, params)
+    if call is not None and call.combine is not None:
+        kept = _calls.combined(call, partials)
+        if kept is not None:
+            return kept
+    pieces = [q if q.device is first else _transfer(q, first) for q in partials]
     out = None
-    for q in partials:
-        piece = q if q.device is first else _transfer(q, first)
+    for piece in pieces:
         # (one elementwise kernel over the pieces: cheaper to launch than a reduction
         # of their concatenation; the same values, the partials being few)
         out = piece if out is None else _PAIRWISE[name](out, piece)
     assert out is not None
+    if call is not None and len(pieces) > 1:
+        return _calls.keep_combine(call, out, pieces)
     return out
 
 
@@ -170,20 +177,22 @@ def _planned(base: tuple, p: Any) -> Array | None:
 
 
 def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[int, ...],
-                       keepdims: bool, params: dict) -> list[Any]:
+                       keepdims: bool, params: dict) -> tuple[list[Any], Any]:
     """Each part's partial result, launched before the next part's is made (a device
     starts while the host prepares the next; copies and reads come after all).  A part
     whose reduction's structure a call built before is replayed from its device's plan
     (:func:`_planned`); else a part of a shape met before gets that part's reduction
     node with its own expression substituted: a walk of the few nodes the reduction
-    added, not the reduction's argument checks, dtype rules and node building again."""
-    partials = []
+    added, not the reduction's argument checks, dtype rules and node building again.
+    With them, the kept call (``calls._Call``) every partial was staged from, or None."""
+    partials: list[Any] = []
     templates: dict[tuple, tuple[Any, Any]] = {}
     counts = [0, 0]
     planned = 0
     base = _plan_base(func.__name__, axes, keepdims, params)
+    call: Any = None
     if base is not None:  # (the parts with known plans, back to back)
-        partials = _replay.replayed(_PARTIALS, base, used)
+        partials, call = _replay.replayed(_PARTIALS, base, used)
         planned = len(partials)
     for k, p in enumerate(used):
         if k < planned:
@@ -209,7 +218,7 @@ def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[in
         launch_part(k, q)
     LAST_PARTIALS[:] = counts
     LAST_PLANNED[0] = planned
-    return partials
+    return partials, call
 
 
 def _substituted(template: tuple[Any, Any], p: Any) -> Array | None:
@@ -257,7 +266,7 @@ def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...]
     """The partial results of the parts, combined on the host: every part's partial
     launched, then every small read enqueued, before the host waits for any."""
     used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
-    partials = _launched_partials(func, used, axes, True, params)
+    partials = _launched_partials(func, used, axes, True, params)[0]
     # (each partial read into its rows of one host array: nothing to concatenate)
     q0 = partials[0]
     host = np.empty((sum(q.shape[0] for q in partials), *q0.shape[1:]), q0.dtype)

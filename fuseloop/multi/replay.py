@@ -54,6 +54,7 @@ from ..launching import (
 )
 from ..recipe_state import current as _recipes_current
 from ..runtime.devices import _runtime
+from . import calls as _calls
 from . import trace
 
 #: whether a split call's parts whose plans are known are replayed here
@@ -75,28 +76,52 @@ def _ready(parts: Sequence[Array]) -> bool:
                 and min(math.prod(p.shape) for p in parts) <= _host.HOST_MAX_WORK)
 
 
-def replayed(partials: dict, base: tuple, used: Sequence[Array]) -> list[Array]:
+def replayed(partials: dict, base: tuple, used: Sequence[Array]
+             ) -> tuple[list[Array], Any]:
     """The partial results of the leading parts of ``used`` whose reduction (``base``:
-    see ``reduce._plan_base``) has a plan on their device, each enqueued and its queue
-    submitted before the next part is looked at; it stops at the first part without
-    one (the caller continues from there).  ``partials``: ``reduce._PARTIALS``."""
+    see ``reduce._plan_base``) has a plan on their device, all staged, then enqueued
+    back to back; it stops at the first part without one (the caller continues from
+    there).  With them, the kept call (``calls._Call``) they were staged from or kept
+    as, or None.  ``partials``: ``reduce._PARTIALS``."""
     LAST_FAST[0] = 0
     if not _ready(used):
-        return []
+        return [], None
     done: list[Array] = []
-    _flags.deferring(_partials, partials, base, used, done)
+    call: list[Any] = [None]
+    _flags.deferring(_partials, partials, base, used, done, call)
     LAST_FAST[0] = len(done)
-    return done
+    return done, call[0]
 
 
-def _partials(partials: dict, base: tuple, used: Sequence[Array], done: list[Array]) -> None:
+def _partials(partials: dict, base: tuple, used: Sequence[Array], done: list[Array],
+              call: list[Any]) -> None:
     token = _recipes_current[0]
+    if trace.events is not None:
+        trace.note("staging begun", -1, used[0].device)
+    key, staged, call[0] = _calls.found(base, used)
+    if staged is not None:
+        kinds = call[0].results
+    else:
+        staged, kinds, launches = _stage_partials(partials, base, used, token)
+        if len(staged) == len(used):
+            call[0] = _calls.keep(key, launches, kinds)
+    results: list[Any] = []
+    try:
+        enqueue_all(staged, results)
+    finally:  # (the parts enqueued before an error are the caller's to keep)
+        done.extend(Array._concrete(r, dtype, shape)
+                    for r, (shape, dtype) in zip(results, kinds))
+
+
+def _stage_partials(partials: dict, base: tuple, used: Sequence[Array], token: Any
+                    ) -> tuple[list[_Staged], list[tuple], list[Any]]:
+    """The leading parts of ``used`` whose reduction has a plan, staged one by one:
+    (their staged launches, their results' (shape, dtype), how each was staged)."""
     last_sig: Any = None
     hit: Any = None
     staged: list[_Staged] = []
     kinds: list[tuple[tuple[int, ...], Any]] = []
-    if trace.events is not None:
-        trace.note("staging begun", -1, used[0].device)
+    launches: list[Any] = []
     for p in used:
         node = p._node
         if p._storage is not None:
@@ -113,14 +138,10 @@ def _partials(partials: dict, base: tuple, used: Sequence[Array], done: list[Arr
         ready = _stage(node, rsig, shape, p.device, token)
         if ready is None:
             break
-        staged.append(ready)
+        staged.append(ready[0])
+        launches.append(ready[1])
         kinds.append((shape, dtype))
-    results: list[Any] = []
-    try:
-        enqueue_all(staged, results)
-    finally:  # (the parts enqueued before an error are the caller's to keep)
-        done.extend(Array._concrete(r, dtype, shape)
-                    for r, (shape, dtype) in zip(results, kinds))
+    return staged, kinds, launches
 
 
 def launched(parts: Sequence[Array]) -> list[bool]:
@@ -138,24 +159,33 @@ def launched(parts: Sequence[Array]) -> list[bool]:
 
 def _lazy_parts(parts: Sequence[Array], out: list[bool]) -> None:
     token = _recipes_current[0]
-    staged: list[_Staged] = []
-    owners: list[Array] = []
     if trace.events is not None:
         trace.note("staging begun", -1, parts[0].device)
-    for p in parts:
-        if p._storage is not None:
-            out.append(True)
-            continue
-        node, shape = p._node, p.shape
-        ready = _stage_flat(node, shape, p.device) \
-            if not node.fancy and len(shape) == 1 else None
-        if ready is None:
-            sig = node.sig or signature_of(node)
-            ready = _stage(node, sig, shape, p.device, token) if sig else None
-        out.append(ready is not None)
-        if ready is not None:
-            staged.append(ready)
-            owners.append(p)
+    key, staged, _ = _calls.found("eval", parts)
+    owners: list[Array] = []
+    if staged is not None:
+        owners = list(parts)
+        out.extend([True] * len(parts))
+    else:
+        staged = []
+        launches: list[Any] = []
+        for p in parts:
+            if p._storage is not None:
+                out.append(True)
+                launches.append(None)
+                continue
+            node, shape = p._node, p.shape
+            ready = _stage_flat(node, shape, p.device) \
+                if not node.fancy and len(shape) == 1 else None
+            if ready is None:
+                sig = node.sig or signature_of(node)
+                ready = _stage(node, sig, shape, p.device, token) if sig else None
+            out.append(ready is not None)
+            launches.append(None if ready is None else ready[1])
+            if ready is not None:
+                staged.append(ready[0])
+                owners.append(p)
+        _calls.keep(key, launches)
     results: list[Any] = []
     try:
         enqueue_all(staged, results)
@@ -189,10 +219,11 @@ def enqueue_all(staged: Sequence[_Staged], results: list[Any]) -> None:
 
 
 def _stage(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any
-           ) -> _Staged | None:
+           ) -> tuple[_Staged, Any] | None:
     """The launch of the plan ``device`` holds for signature ``sig`` and ``shape`` over
-    ``node``'s operands, made ready to enqueue (:class:`_Staged`); None where none is
-    held or its buffers need ``run_plans``' walk (as ``run_plans._signed_replay``
+    ``node``'s operands, made ready to enqueue (:class:`_Staged`), and how a later call
+    stages it again (``calls._PartLaunch``; None: not kept for later calls); None where
+    none is held or its buffers need ``run_plans``' walk (as ``run_plans._signed_replay``
     decides)."""
     operands = node.operands
     if operands is None:
@@ -202,33 +233,46 @@ def _stage(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any
         return None
     entry = _rp._signed.get(signed[0])
     hit = _rp.signed_pick(entry, operands, device, (), signed[3])
-    if hit is None:
+    if hit is None or entry is None:
         return None
     plan, offsets, storages, scalars = hit
     if offsets is None:  # (an entry for any views' offsets: this call's)
         offsets = signed[3]
+    take, head, wide = entry[2], entry[3], entry[4] is not None
     if PREPARED:
         ready = _PREPARED.get((id(entry), offsets))
         if ready is None or ready.entry is not entry or ready.token is not token:
             ready = _prepare(entry, offsets, storages, device, token)
         if ready is not None and ready.valid(token):
-            return ready.stage(storages, scalars)
+            return ready.stage(storages, scalars), \
+                _calls._PartLaunch(device, take, wide, head, prepared=ready)
+        # (a launch that may be prepared, not from this thread or with a kernel out of
+        # the memory cache: launched in general now, and not kept so)
+        keep = ready is None or not ready.steps
+    else:
+        keep = True
     return _Staged(device, functools.partial(_launch, plan, storages, scalars, offsets,
-                                             device, token), (), None, 0)
+                                             device, token), (), None, 0), \
+        _calls._PartLaunch(device, take, wide, head, general=(plan, offsets, token)) \
+        if keep else None
 
 
-def _stage_flat(node: Any, shape: tuple[int, ...], device: Any) -> _Staged | None:
+def _stage_flat(node: Any, shape: tuple[int, ...], device: Any
+                ) -> tuple[_Staged, Any] | None:
     """The launch ``evaluate.run_flat`` would make of the flat elementwise ``node``
     (``evaluate.flat_launch_ready``: the same look-ups and checks), made ready to enqueue
-    with its output allocated; None where run_flat would not take it (the part then goes
-    its own way)."""
+    with its output allocated, and how a later call stages it again; None where run_flat
+    would not take it (the part then goes its own way)."""
     ready = flat_launch_ready(node, shape, device)
     if ready is None:
         return None
     plan, storages, scalars, kernel, last = ready
     with current(device):
         out = allocate(shape[0] * node.dtype.itemsize, device)
-    return _Staged(device, None, [(plan.go, kernel, last, out, storages, scalars)], out, 1)
+    entry = _prog.flat_entries[(node.sig, shape)]
+    wide = any(s.nbytes > INT32_LIMIT for s in storages)
+    return _Staged(device, None, [(plan.go, kernel, last, out, storages, scalars)], out, 1), \
+        _calls._PartLaunch(device, entry.take, wide, flat=plan)
 
 
 class _Staged:
