@@ -261,8 +261,9 @@ def test_rows_at_moving_offsets_and_lengths_compile_a_bounded_number(device_path
 
 
 def _as_gpu(device):
-    """``device`` presented as a 132-unit GPU: the GPU recipes and split rules, run by it."""
-    return dataclasses.replace(device, index=9134, type="gpu", compute_units=132,
+    """``device`` presented as a 132-unit GPU: the GPU recipes and split rules, run by it
+    (an index of its own: runtimes and kernels are kept per device index)."""
+    return dataclasses.replace(device, index=9140 + device.index, type="gpu", compute_units=132,
                                max_work_group_size=1024)
 
 
