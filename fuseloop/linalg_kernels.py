@@ -353,7 +353,10 @@ void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_
 # A zero pivot of the final level sets flag[0] to its 1-based column (the first one;
 # the factorisation goes on, as LAPACK's getrf does).  CPR work-items share each row
 # of the copy (2 for groups of 4 NB); per column three barriers (pivot search in two
-# stages, swap, update).
+# stages, swap, update).  The final level's swaps come from the chosen rows by one
+# work-item, as in fuseloop_tslu_rows (fuseloop.linalg_panel), after the last barrier:
+# every level reaches the same barriers, none after a branch one level returns from
+# (PoCL 5.0's work-group compiler asserted on the barriers of a loop there).
 _TSLU = r"""
 #define TR (2 * NB)
 #define CPR (WG > TR ? WG / TR : 1)
@@ -371,7 +374,7 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
     __local FL_T part_v[16];
     __local int part_r[16];
     __local int rows_here;
-    __local int map_pos[TR], map_row[TR], found[2];
+    __local int rowat[TR], posof[TR];
     __local FL_T lcol[TR];
     const int lid = get_local_id(0), g = get_group_id(0), b = (int)b_;
     if (lid == 0) {
@@ -463,59 +466,41 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
         if (A(steps - 1, steps - 1) != (FL_T)0)
             A(r, steps - 1) = lcol[r];
     barrier(CLK_LOCAL_MEM_FENCE);
+    /* the last barrier: the levels part ways below without one or a return */
     if (final == 0) {
         for (int j = lid; j < b; j += WG)
             cand_out[(long)g * b + j] = j < steps ? idx[j] : -1;
-        return;
-    }
-    for (int e = lid; e < b * b; e += WG)
-        diag[e] = A(e / b, e % b);
-    /* the chosen rows idx[0..b) as swaps: a map of the positions whose row changed */
-    int entries = 0;
-    for (int j = 0; j < b; ++j) {
-        const int s = idx[j];
+    } else {
+        for (int e = lid; e < b * b; e += WG)
+            diag[e] = A(e / b, e % b);
         if (lid == 0) {
-            found[0] = -1;
-            found[1] = -1;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int t = lid; t < entries; t += WG) {
-            if (map_row[t] == s)
-                found[0] = t;  /* where row s is now */
-            if (map_pos[t] == j)
-                found[1] = t;  /* which row is at position j now */
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        const int es = found[0], ej = found[1];
-        const int pos = es >= 0 ? map_pos[es] : s;
-        const int rj = ej >= 0 ? map_row[ej] : j;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid == 0) {
-            piv[k + j] = k + pos;
-            if (ej >= 0)
-                map_row[ej] = s;
-            else {
-                map_pos[entries] = j;
-                map_row[entries] = s;
+            /* the chosen rows idx[0..b) as swaps, by one work-item: slot s < b is panel
+               position (and row) s, slot b + j the original position of chosen row
+               idx[j] when that is below the block; only these 2 b can move */
+            for (int s = 0; s < 2 * b; ++s) {
+                rowat[s] = s;
+                posof[s] = s;
             }
-            if (pos != j) {
-                if (es >= 0)
-                    map_row[es] = rj;
-                else {
-                    map_pos[entries + (ej < 0)] = pos;
-                    map_row[entries + (ej < 0)] = rj;
+            for (int j = 0; j < b; ++j) {
+                const int sl = idx[j] < b ? idx[j] : b + j, p = posof[sl], q = rowat[j];
+                piv[k + j] = k + (p < b ? p : idx[p - b]);
+                rowat[j] = sl;
+                rowat[p] = q;
+                posof[sl] = j;
+                posof[q] = p;
+            }
+            /* their net effect: row k + perm[1 + 2t] receives row k + perm[2 + 2t] */
+            int entries = 0;
+            for (int s = 0; s < 2 * b; ++s) {
+                const int w = rowat[s];
+                if (w != s && (s < b || idx[s - b] >= b)) {
+                    perm[1 + 2 * entries] = s < b ? s : idx[s - b];
+                    perm[2 + 2 * entries] = w < b ? w : idx[w - b];
+                    ++entries;
                 }
             }
+            perm[0] = entries;
         }
-        entries += (ej < 0) + (pos != j && es < 0);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    /* the swaps' net effect: row k + map_pos[t] receives row k + map_row[t] */
-    if (lid == 0)
-        perm[0] = entries;
-    for (int t = lid; t < entries; t += WG) {
-        perm[1 + 2 * t] = map_pos[t];
-        perm[2 + 2 * t] = map_row[t];
     }
 }
 #undef A
@@ -741,7 +726,7 @@ def tslu_group_size(device: Device, rows: int) -> int:
 
 def tslu_local_bytes(nb: int, dtype: np.dtype) -> int:
     """The local memory of a ``fuseloop_tslu`` work-group with a block of ``nb``."""
-    return 2 * nb * ((nb + 2) * dtype.itemsize + 4 * 3) + 16 * (dtype.itemsize + 4) + 12
+    return 2 * nb * ((nb + 2) * dtype.itemsize + 4 * 3) + 16 * (dtype.itemsize + 4) + 4
 
 
 def local_limit(device: Device) -> int:
