@@ -10,21 +10,29 @@ fuseloop kernels, ``fuseloop_tslu`` and ``fuseloop_rowperm`` enqueued since the 
 read.  Here each launch is enqueued at once (nothing deferred) and waited for before
 the next, its name printed (flushed) first, so the last name printed before an abort
 is the kernel's (Loopy's are all ``fuseloop_kernel``: ``POCL_DEBUG=all`` names the
-build PoCL was in).  ``POCL_KERNEL_CACHE=0`` makes PoCL build every kernel again, as
-on a fresh machine.  Nothing is timed.
+build PoCL was in).  With PoCL's kernel cache on (the default) that compile happens at
+the first launch, in this process (the compile worker asks no binary); with
+``POCL_KERNEL_CACHE=0`` the worker asks for the binary, which compiles the work-group
+functions there first, so a crash is a ``KernelBuildError``.  ``--as-gpu`` presents
+the device as a 132-unit GPU (the GPU's LU panel kernel and groups of many
+work-items, still run by PoCL).  Nothing is timed.
 
 Usage (``--device``: what ``fl.device`` takes, e.g. ``1`` or ``cpu``)::
 
     PYTHONUNBUFFERED=1 FUSELOOP_HOST_PATH=0 POCL_KERNEL_CACHE=0 POCL_DEBUG=all \\
-        python benchmarks/probes/pocl_abort_bisect.py --device 1 [--points 3] [--clear]
+        python benchmarks/probes/pocl_abort_bisect.py --device 1 [--points 3] [--clear] \\
+        [--as-gpu]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import faulthandler
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 import fuseloop as fl
 from fuseloop import launching, linalg_factor
 from fuseloop.runtime import transfer
+from fuseloop.runtime.devices import find_device
 
 
 def _name(args: tuple) -> str:
@@ -68,11 +77,19 @@ def main() -> None:
     ap.add_argument("--points", type=int, default=3, help="contour points (solves)")
     ap.add_argument("--clear", action="store_true",
                     help="fl.clear_caches() first, as the test does before each count")
+    ap.add_argument("--as-gpu", action="store_true",
+                    help="present the device as a 132-unit GPU (builds in this process)")
     opts = ap.parse_args()
     faulthandler.enable(all_threads=True)
     from test_cold_kernels import _contour, _inputs
 
-    spec = int(opts.device) if opts.device.isdigit() else opts.device
+    spec: Any = int(opts.device) if opts.device.isdigit() else opts.device
+    if opts.as_gpu:
+        # (a compile worker finds no device of that description: builds in this process)
+        os.environ["FUSELOOP_COMPILE"] = "inline"
+        base = find_device(spec)
+        spec = dataclasses.replace(base, index=9150 + base.index, type="gpu",
+                                   compute_units=132, max_work_group_size=1024)
     with fl.device(spec) as dev:
         print(f"device {dev.name} ({dev.platform}), {dev.compute_units} units, local "
               f"memory {getattr(dev.cl_device, 'local_mem_size', '?')} bytes", flush=True)
