@@ -36,10 +36,18 @@ from .linalg_qr_kernels import KERNELS as _QR_KERNELS
 from .runtime.devices import Device
 
 # FL_T: the element type; WG: work-items per group; NB: the largest block; VPG: see
-# fuseloop_trsm_blocks
-_PRELUDE = r"""
+# fuseloop_trsm_blocks.  A group of one work-item (a CPU's: group_size) has nothing to
+# wait for at a barrier, so there the kernels have none: PoCL 5.0's work-group compiler
+# asserted (region_entry_barrier) on fuseloop_tslu's barriers in its column loop, and
+# its compile runs at a kernel's first launch, in this process (compile_workers).
+# The linalg modules' hand-written kernels all start with this (WG defined by each).
+PRELUDE = r"""
 #if IS_DOUBLE
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+#if WG == 1
+#undef barrier
+#define barrier(flags) ((void)0)
 #endif
 """
 
@@ -575,7 +583,7 @@ def _kernel(name: str, dtype: np.dtype, wg: int, nb: int = 32, vpg: int = FEW_RH
         source, bufs, n_scalars, _ = _KERNELS[name]
         ctype = "double" if dtype == np.float64 else "float"
         plan = KernelPlan(
-            name=name, source=_PRELUDE + source,
+            name=name, source=PRELUDE + source,
             arg_names=[*bufs, *(f"s{i}" for i in range(n_scalars))],
             gsize=["p[0]"], lsize=[str(wg)],
             build_options=[f"-DFL_T={ctype}", f"-DWG={wg}", f"-DNB={nb}", f"-DVPG={vpg}",
@@ -774,6 +782,6 @@ def buffer(x: Array) -> Storage:
     return s
 
 
-__all__ = ["FEW_RHS", "GEMM_GROUP", "buffer", "contiguous_copy", "fit_block", "gemm_update",
-           "group_size", "launch", "local_limit", "panel_pivots", "potrf", "trsm_blocks",
-           "trsm_lanes", "trsv_step", "tslu_group_size", "vectors_per_group"]
+__all__ = ["FEW_RHS", "GEMM_GROUP", "PRELUDE", "buffer", "contiguous_copy", "fit_block",
+           "gemm_update", "group_size", "launch", "local_limit", "panel_pivots", "potrf",
+           "trsm_blocks", "trsm_lanes", "trsv_step", "tslu_group_size", "vectors_per_group"]
