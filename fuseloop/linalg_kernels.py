@@ -362,9 +362,7 @@ void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_
 # the factorisation goes on, as LAPACK's getrf does).  CPR work-items share each row
 # of the copy (2 for groups of 4 NB); per column three barriers (pivot search in two
 # stages, swap, update).  The final level's swaps come from the chosen rows by one
-# work-item, as in fuseloop_tslu_rows (fuseloop.linalg_panel), after the last barrier:
-# every level reaches the same barriers, none after a branch one level returns from
-# (PoCL 5.0's work-group compiler asserted on the barriers of a loop there).
+# work-item after the last barrier, as in fuseloop_tslu_rows (fuseloop.linalg_panel).
 _TSLU = r"""
 #define TR (2 * NB)
 #define CPR (WG > TR ? WG / TR : 1)
@@ -474,7 +472,6 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
         if (A(steps - 1, steps - 1) != (FL_T)0)
             A(r, steps - 1) = lcol[r];
     barrier(CLK_LOCAL_MEM_FENCE);
-    /* the last barrier: the levels part ways below without one or a return */
     if (final == 0) {
         for (int j = lid; j < b; j += WG)
             cand_out[(long)g * b + j] = j < steps ? idx[j] : -1;
