@@ -34,6 +34,7 @@ from . import launching
 from .array import Array
 from .cache import KernelPlan, SourceKernel
 from .creation import empty, zeros
+from .linalg_kernels import PRELUDE as _k_prelude
 from .linalg_kernels import buffer as _buf
 from .linalg_kernels import contiguous_copy as _copy
 from .mathfuncs import imag, real
@@ -128,11 +129,7 @@ def inv(a: Array) -> Array:
 
 # {{{ complex LU (determinants)
 
-_PRELUDE = r"""
-#if IS_DOUBLE
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#endif
-"""
+_PRELUDE = _k_prelude  # (the fp64 pragma; no barriers in groups of one)
 
 # One block column of a right-looking complex LU with partial pivoting, in place on
 # the row-major n x n a (as 2 n^2 reals RT, each entry's real then imaginary part:

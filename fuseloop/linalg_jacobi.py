@@ -42,6 +42,7 @@ from .array import Array
 from .cache import KernelPlan, SourceKernel
 from .creation import arange, empty
 from .evaluate import upload
+from .linalg_kernels import PRELUDE as _k_prelude
 from .linalg_kernels import buffer as _buf
 from .linalg_kernels import contiguous_copy as _copy
 from .ops import reductions as _r
@@ -533,11 +534,7 @@ void fuseloop_jacobi_local(__global FL_T *w, __global FL_T *v, __global long *fl
 #undef BOTH
 """
 
-_PRELUDE = r"""
-#if IS_DOUBLE
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#endif
-"""
+_PRELUDE = _k_prelude  # (the fp64 pragma; no barriers in groups of one)
 
 # name -> (source, buffer arguments (outputs first), number of int64 scalars)
 _KERNELS: dict[str, tuple[str, list[str], int]] = {

@@ -36,10 +36,18 @@ from .linalg_qr_kernels import KERNELS as _QR_KERNELS
 from .runtime.devices import Device
 
 # FL_T: the element type; WG: work-items per group; NB: the largest block; VPG: see
-# fuseloop_trsm_blocks
-_PRELUDE = r"""
+# fuseloop_trsm_blocks.  A group of one work-item (a CPU's: group_size) has nothing to
+# wait for at a barrier, so there the kernels have none: PoCL 5.0's work-group compiler
+# asserted (region_entry_barrier) on fuseloop_tslu's barriers in its column loop, and
+# its compile runs at a kernel's first launch, in this process (compile_workers).
+# The linalg modules' hand-written kernels all start with this (WG defined by each).
+PRELUDE = r"""
 #if IS_DOUBLE
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+#if WG == 1
+#undef barrier
+#define barrier(flags) ((void)0)
 #endif
 """
 
@@ -353,7 +361,8 @@ void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_
 # A zero pivot of the final level sets flag[0] to its 1-based column (the first one;
 # the factorisation goes on, as LAPACK's getrf does).  CPR work-items share each row
 # of the copy (2 for groups of 4 NB); per column three barriers (pivot search in two
-# stages, swap, update).
+# stages, swap, update).  The final level's swaps come from the chosen rows by one
+# work-item after the last barrier, as in fuseloop_tslu_rows (fuseloop.linalg_panel).
 _TSLU = r"""
 #define TR (2 * NB)
 #define CPR (WG > TR ? WG / TR : 1)
@@ -371,7 +380,7 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
     __local FL_T part_v[16];
     __local int part_r[16];
     __local int rows_here;
-    __local int map_pos[TR], map_row[TR], found[2];
+    __local int rowat[TR], posof[TR];
     __local FL_T lcol[TR];
     const int lid = get_local_id(0), g = get_group_id(0), b = (int)b_;
     if (lid == 0) {
@@ -466,56 +475,37 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
     if (final == 0) {
         for (int j = lid; j < b; j += WG)
             cand_out[(long)g * b + j] = j < steps ? idx[j] : -1;
-        return;
-    }
-    for (int e = lid; e < b * b; e += WG)
-        diag[e] = A(e / b, e % b);
-    /* the chosen rows idx[0..b) as swaps: a map of the positions whose row changed */
-    int entries = 0;
-    for (int j = 0; j < b; ++j) {
-        const int s = idx[j];
+    } else {
+        for (int e = lid; e < b * b; e += WG)
+            diag[e] = A(e / b, e % b);
         if (lid == 0) {
-            found[0] = -1;
-            found[1] = -1;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int t = lid; t < entries; t += WG) {
-            if (map_row[t] == s)
-                found[0] = t;  /* where row s is now */
-            if (map_pos[t] == j)
-                found[1] = t;  /* which row is at position j now */
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        const int es = found[0], ej = found[1];
-        const int pos = es >= 0 ? map_pos[es] : s;
-        const int rj = ej >= 0 ? map_row[ej] : j;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid == 0) {
-            piv[k + j] = k + pos;
-            if (ej >= 0)
-                map_row[ej] = s;
-            else {
-                map_pos[entries] = j;
-                map_row[entries] = s;
+            /* the chosen rows idx[0..b) as swaps, by one work-item: slot s < b is panel
+               position (and row) s, slot b + j the original position of chosen row
+               idx[j] when that is below the block; only these 2 b can move */
+            for (int s = 0; s < 2 * b; ++s) {
+                rowat[s] = s;
+                posof[s] = s;
             }
-            if (pos != j) {
-                if (es >= 0)
-                    map_row[es] = rj;
-                else {
-                    map_pos[entries + (ej < 0)] = pos;
-                    map_row[entries + (ej < 0)] = rj;
+            for (int j = 0; j < b; ++j) {
+                const int sl = idx[j] < b ? idx[j] : b + j, p = posof[sl], q = rowat[j];
+                piv[k + j] = k + (p < b ? p : idx[p - b]);
+                rowat[j] = sl;
+                rowat[p] = q;
+                posof[sl] = j;
+                posof[q] = p;
+            }
+            /* their net effect: row k + perm[1 + 2t] receives row k + perm[2 + 2t] */
+            int entries = 0;
+            for (int s = 0; s < 2 * b; ++s) {
+                const int w = rowat[s];
+                if (w != s && (s < b || idx[s - b] >= b)) {
+                    perm[1 + 2 * entries] = s < b ? s : idx[s - b];
+                    perm[2 + 2 * entries] = w < b ? w : idx[w - b];
+                    ++entries;
                 }
             }
+            perm[0] = entries;
         }
-        entries += (ej < 0) + (pos != j && es < 0);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    /* the swaps' net effect: row k + map_pos[t] receives row k + map_row[t] */
-    if (lid == 0)
-        perm[0] = entries;
-    for (int t = lid; t < entries; t += WG) {
-        perm[1 + 2 * t] = map_pos[t];
-        perm[2 + 2 * t] = map_row[t];
     }
 }
 #undef A
@@ -590,7 +580,7 @@ def _kernel(name: str, dtype: np.dtype, wg: int, nb: int = 32, vpg: int = FEW_RH
         source, bufs, n_scalars, _ = _KERNELS[name]
         ctype = "double" if dtype == np.float64 else "float"
         plan = KernelPlan(
-            name=name, source=_PRELUDE + source,
+            name=name, source=PRELUDE + source,
             arg_names=[*bufs, *(f"s{i}" for i in range(n_scalars))],
             gsize=["p[0]"], lsize=[str(wg)],
             build_options=[f"-DFL_T={ctype}", f"-DWG={wg}", f"-DNB={nb}", f"-DVPG={vpg}",
@@ -741,7 +731,7 @@ def tslu_group_size(device: Device, rows: int) -> int:
 
 def tslu_local_bytes(nb: int, dtype: np.dtype) -> int:
     """The local memory of a ``fuseloop_tslu`` work-group with a block of ``nb``."""
-    return 2 * nb * ((nb + 2) * dtype.itemsize + 4 * 3) + 16 * (dtype.itemsize + 4) + 12
+    return 2 * nb * ((nb + 2) * dtype.itemsize + 4 * 3) + 16 * (dtype.itemsize + 4) + 4
 
 
 def local_limit(device: Device) -> int:
@@ -789,6 +779,6 @@ def buffer(x: Array) -> Storage:
     return s
 
 
-__all__ = ["FEW_RHS", "GEMM_GROUP", "buffer", "contiguous_copy", "fit_block", "gemm_update",
-           "group_size", "launch", "local_limit", "panel_pivots", "potrf", "trsm_blocks",
-           "trsm_lanes", "trsv_step", "tslu_group_size", "vectors_per_group"]
+__all__ = ["FEW_RHS", "GEMM_GROUP", "PRELUDE", "buffer", "contiguous_copy", "fit_block",
+           "gemm_update", "group_size", "launch", "local_limit", "panel_pivots", "potrf",
+           "trsm_blocks", "trsm_lanes", "trsv_step", "tslu_group_size", "vectors_per_group"]

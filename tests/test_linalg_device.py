@@ -272,6 +272,31 @@ def test_pivots_chosen_across_row_slices(device, block16, group, monkeypatch):
     np.testing.assert_allclose(logdet.get(), np.linalg.slogdet(a)[1], rtol=1e-10)
 
 
+@pytest.mark.parametrize("group", [1, 4])
+def test_tournament_pivots_and_row_order(device, block16, group, monkeypatch):
+    # the final level's swaps (fuseloop_tslu, one work-item after the last barrier): a
+    # panel within one slice (32 rows) is partial pivoting, so LAPACK's pivots; with
+    # several levels the pivots (applied in turn) give the rows' net order, L U = A[rows]
+    import scipy.linalg
+
+    monkeypatch.setattr(linalg_kernels, "group_size", lambda device, parallel: group)
+    rng = np.random.default_rng(10)
+    a = rng.standard_normal((32, 32))
+    f = linalg_factor._lu(fl.asarray(a))
+    lu, piv = scipy.linalg.lu_factor(a)
+    np.testing.assert_array_equal(f.piv.get(), piv)
+    np.testing.assert_allclose(f.lu.get(), lu, rtol=1e-10, atol=1e-10)
+    n = 100  # (slices of 32 rows: up to 3 levels a panel; pivots from far below)
+    a = (rng.standard_normal((n, n)) + 4 * np.eye(n))[rng.permutation(n)]
+    f = linalg_factor._lu(fl.asarray(a))
+    order = np.arange(n)
+    for j, p in enumerate(f.piv.get()):
+        order[[j, p]] = order[[p, j]]
+    np.testing.assert_array_equal(f.rows.get(), order)
+    low = np.tril(f.lu.get(), -1) + np.eye(n)
+    np.testing.assert_allclose(low @ np.triu(f.lu.get()), a[order], atol=1e-10)
+
+
 def test_singular_in_a_later_block(device, block16):
     a = _general(70)
     a[:, 37] = 0  # an exactly zero pivot in the third block, after a tournament

@@ -4,6 +4,8 @@ numpy's, also where a length decides the kernels (two-stage reductions, int32)."
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -258,20 +260,53 @@ def test_rows_at_moving_offsets_and_lengths_compile_a_bounded_number(device_path
         assert s["plans_replayed"] >= n - s["plans_recorded"], s
 
 
-def test_lengths_that_split_otherwise_are_a_variant_recorded_once(split_k, monkeypatch):
-    # covariance's rows at 1800 columns: split-K from 19 output rows on, none below, so
-    # the key of lengths 16..23 meets two splits; each is one of the key's variants
-    # with its own forms, so a second pass records nothing even where the plans made
-    # at other lengths were dropped (PLANS_MAX below the loop's lengths)
+def _as_gpu(device):
+    """``device`` presented as a 132-unit GPU: the GPU recipes and split rules, run by it
+    (an index of its own: runtimes and kernels are kept per device index)."""
+    return dataclasses.replace(device, index=9140 + device.index, type="gpu", compute_units=132,
+                               max_work_group_size=1024)
+
+
+def _columns_splitting_two_ways(m: int, device) -> int:
+    """Columns ``n`` at which covariance's row products on ``device`` (``d[:, i] @ d[:,
+    i:m]``, ``d`` of shape ``(n, m)``) split two ways within one length class (a run
+    plan key's: the bit length of ``m - i``), as the device's split rule decides."""
+    for n in (1800, 2400, 3600, 5400, 8100, 12150):
+        d = fl.empty((n, m))  # (never read: the rule looks at shapes and strides)
+        by_class: dict[int, set] = {}
+        for i in range(m - 1):
+            e = d[:, i] @ d[:, i:m]
+            by_class.setdefault((m - i).bit_length(), set()).add(
+                plan_lengths.split_of([e._node], e.shape, device))
+        if any(len(found) > 1 for found in by_class.values()):
+            return n
+    raise AssertionError(f"no column count splits {m} rows two ways on {device.name}")
+
+
+@pytest.mark.parametrize("present", ["device", "gpu"])
+def test_lengths_that_split_otherwise_are_a_variant_recorded_once(split_k, present,
+                                                                  monkeypatch):
+    # covariance's rows at columns where the device's rule splits some output lengths of
+    # a class and not others (a CPU at 1800 columns: split from 19 output rows on), so
+    # the key of that class meets two splits; each is one of the key's variants with
+    # its own forms, so a second pass records nothing even where the plans made at
+    # other lengths were dropped (PLANS_MAX below the loop's lengths)
+    if present == "gpu":
+        if split_k.type != "cpu":
+            pytest.skip("presents the CPU device as a GPU")
+        # (a compile worker finds no device of that description: builds in this process)
+        monkeypatch.setenv("FUSELOOP_COMPILE", "inline")
     monkeypatch.setattr(run_plans, "PLANS_MAX", 16)
-    m, n = 24, 1800
-    dh = np.random.default_rng(8).random((n, m))
-    d = fl.asarray(dh)
-    for run in range(2):
-        fl.reset_stats()
-        np.testing.assert_allclose(_covariance_rows(d, m).get(), dh.T @ dh, rtol=1e-12)
-        assert fl.stats()["plans_recorded"] <= 30 if run == 0 else \
-            fl.stats()["plans_recorded"] == 0, fl.stats()
+    with fl.device(_as_gpu(split_k) if present == "gpu" else split_k) as dev:
+        m = 24
+        n = _columns_splitting_two_ways(m, dev)
+        dh = np.random.default_rng(8).random((n, m))
+        d = fl.asarray(dh)
+        for run in range(2):
+            fl.reset_stats()
+            np.testing.assert_allclose(_covariance_rows(d, m).get(), dh.T @ dh, rtol=1e-12)
+            assert fl.stats()["plans_recorded"] <= 30 if run == 0 else \
+                fl.stats()["plans_recorded"] == 0, fl.stats()
     plans = [p for p in run_plans._plans.values() if isinstance(p, run_plans._Plan)]
     assert any(p.variants for p in plans)
     for p in plans:

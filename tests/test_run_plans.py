@@ -397,14 +397,26 @@ def test_a_replay_after_the_recipes_changed_plans_its_launches_again(gpu_recipes
             assert step.plan is not old and step.plan.recipe.name == rows.name
 
 
+@pytest.mark.parametrize("route", ["general", "device"])
 @pytest.mark.parametrize("checking", [False, True])
-def test_scatters_are_planned(device, plans, monkeypatch, checking):
+def test_scatters_are_planned(device, plans, monkeypatch, checking, route):
     """``a[idx] = v``, ``fl.add.at`` and a scatter whose values read its own target are
     replayed with each call's buffers (they were linearised afresh at every call), and
-    every replay still checks its indices and writes nothing when one is out of range."""
-    from fuseloop.ops import index_check
+    every replay still checks its indices and writes nothing when one is out of range.
+
+    ``route``: ``general`` gives every scatter the general (Loopy) scatter
+    (``FUSELOOP_SCATTER=expr``); ``device`` the route the device takes, with a CPU
+    taking a GPU's: ``fl.add.at`` of computed 1-D arrays then runs the hand-written
+    kernels of :mod:`fuseloop.ops.scatter_kernel` where it asks for them (an OpenCL
+    GPU), which are launched as they are: no evaluation, nothing planned."""
+    from fuseloop.ops import index_check, scatter_kernel
 
     monkeypatch.setattr(prog, "CHECK_STRUCTURE_CACHE", checking)
+    if route == "general":
+        monkeypatch.setenv("FUSELOOP_SCATTER", "expr")
+    else:
+        monkeypatch.delenv("FUSELOOP_SCATTER", raising=False)
+        monkeypatch.setattr(scatter_kernel, "ON_CPU", True)
     monkeypatch.setattr(index_check, "GATE_ON_CPU", True)  # (a GPU's masked scatters)
     rng = np.random.default_rng(5)
     for _ in range(3):
@@ -416,7 +428,9 @@ def test_scatters_are_planned(device, plans, monkeypatch, checking):
         ks = rng.permutation(16)[:12] - 16 * rng.integers(0, 2, 12)
         x, a, b = fl.asarray(h), fl.asarray(h), fl.asarray(h)
         x[fl.asarray(ks)] = fl.asarray(v[:12]) * 2
-        fl.add.at(a, fl.asarray(k), fl.asarray(v))
+        ka, va = fl.asarray(k), fl.asarray(v)
+        hand = scatter_kernel.takes(a, ka, va, "add")
+        fl.add.at(a, ka, va)
         b[fl.asarray(ks[:8])] = b[fl.asarray(k[8:16])] + 1.0
         rx, ra, rb = h.copy(), h.copy(), h.copy()
         rx[ks] = v[:12] * 2
@@ -437,7 +451,9 @@ def test_scatters_are_planned(device, plans, monkeypatch, checking):
         return []
 
     found = {t for key, plan in plans.items() if plan for t in scatter_targets(key)}
-    assert found == {"set", "add"}
+    assert found == ({"set"} if hand else {"set", "add"}), (route, hand)
+    if route == "device" and getattr(device, "backend", "opencl") == "opencl":
+        assert hand  # (a CPU taking a GPU's way: the hand-written kernels)
 
 
 def _kernels_of_plans(plans) -> list:

@@ -11,6 +11,11 @@ the first build, kept for the next ones), which hands back the device binary; th
 calling process loads the binary.  For a driver that caches its builds itself
 (PoCL's kernel cache) the worker hands back no binary (making one costs PoCL a
 second compilation) and the caller builds the source again, a hit of that cache.
+What a worker does not cover there: PoCL's CPU device compiles each kernel's
+work-group function (its barriers, the machine code) when the kernel first runs,
+in the caller, so a crash of that part still ends it (asking the worker for the
+binary compiles a work-group function there too, but the launch compiles its own
+again, each more than the build itself).
 A worker that dies mid-build becomes a
 :class:`~fuseloop.errors.KernelBuildError` naming the device, the kernel and the
 signal, and the next build gets a new worker.  Ctrl-C during a build kills that
