@@ -90,3 +90,14 @@ def test_budget_decides(device_path, monkeypatch):
     assert launches == 2
     np.testing.assert_allclose(got, box(box(u, 3), 3), rtol=1e-5)
     np.testing.assert_allclose(again, got, rtol=1e-5)
+
+
+def test_fused_function_takes_the_same_kernels(device_path):
+    # under fl.fuse the inner box is evaluated while tracing: the replay launches both
+    u = np.random.default_rng(4).random((N2, N2)).astype(np.float32)
+    a = fl.asarray(u)
+    fused = fl.fuse(lambda x: box(box(x, 5), 5))
+    fused(a).eval()
+    launches, got = _launches(lambda: fused(a))
+    assert launches == 2
+    np.testing.assert_allclose(got, box(box(u, 5), 5), rtol=1e-5)

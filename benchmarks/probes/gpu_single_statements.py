@@ -16,11 +16,15 @@ NPBench makes them) of
 - ``launches``: fuseloop's kernels launched per lazy call.
 
 ``lazy`` near ``host`` and ``fuse`` near CuPy or below: the host is the cost, not the
-kernels.  The stencil-of-stencil cases (hdiff and two not taken from NPBench: a 2-D
-biharmonic of 5-point Laplacians and a 3-D 7-point Laplacian of a Laplacian) also run
+kernels.  The stencil-of-stencil cases (not taken from NPBench: a 2-D biharmonic of
+5-point Laplacians, a 3-D 7-point Laplacian of a Laplacian, a 5 x 5 box of a box) also run
 with the inner stencil evaluated first (``mat``: an ``.eval()`` of the inner value), so
 the fused kernel's recomputation of the inner stencil at each neighbour is timed against
-materialising it once.  Results are checked against the first framework's.
+materialising it once, and with the stencil-of-stencil rule off (``one``: one fused kernel;
+``fuseloop.passes.shifted_views``, which evaluates the inner value once its windows'
+recomputation passes a budget: it decides ``lazy`` for box5-of-box5, a 5 x 5 box sum of
+another, and leaves the two Laplacian cases fused).  Results are checked against the first
+framework's.
 
     python benchmarks/probes/gpu_single_statements.py [--device nvidia] [--npbench .npbench]
         [--repeat 20] [--only hdiff biharmonic-2d] [--small]
@@ -55,6 +59,21 @@ try:
     import cupy
 except ImportError:  # (a machine without CuPy: fuseloop's columns only)
     cupy = None
+try:
+    from fuseloop.passes import shifted_views
+except ImportError:  # (a revision without the rule: no ``one`` column)
+    shifted_views = None
+
+
+@contextlib.contextmanager
+def _rule_off() -> Any:
+    """The stencil-of-stencil rule off: every window recomputes (one fused kernel)."""
+    budget = shifted_views.RECOMPUTE_BUDGET
+    shifted_views.RECOMPUTE_BUDGET = 1 << 60
+    try:
+        yield
+    finally:
+        shifted_views.RECOMPUTE_BUDGET = budget
 
 
 class Case:
@@ -119,6 +138,23 @@ def _laplacian_squared_3d(xp: Any, mat: bool, n: int = 256) -> tuple[Callable, C
     def fn(u: Any, c: Any) -> Any:
         return c * lap7(_materialised(xp, lap7(u), mat))
     return fn, lambda: (u, c)
+
+
+def _box_of_box_2d(xp: Any, mat: bool, n: int = 4096, k: int = 5) -> tuple[Callable, Callable]:
+    # a k x k box sum of a k x k box sum: k * k windows of an inner value of k * k - 1 adds
+    u = xp.asarray(np.random.default_rng(3).random((n, n), dtype=np.float32))
+
+    def box(a: Any) -> Any:
+        m = a.shape[0] - (k - 1)
+        s = a[:m, :m]
+        for i, j in np.ndindex(k, k):
+            if i or j:
+                s = s + a[i:i + m, j:j + m]
+        return s
+
+    def fn(u: Any) -> Any:
+        return box(_materialised(xp, box(u), mat))
+    return fn, lambda: (u,)
 
 
 def _npbench_case(npbench: Path, short: str, preset: str) -> Callable:
@@ -186,13 +222,14 @@ def _launches(fn: Callable, fresh: Callable) -> int:
 def _row(case: Case, repeat: int) -> dict[str, Any]:
     row: dict[str, Any] = {"case": case.name}
     ref = None
-    runs = [("cupy", cupy, False), ("lazy", fl, False)] + ([("mat", fl, True)]
+    runs = [("cupy", cupy, False), ("lazy", fl, False)] + ([("mat", fl, True), ("one", fl, False)]
                                                           if case.inner else [])
     for label, xp, mat in runs:
-        if xp is None:
+        if xp is None or (label == "one" and shifted_views is None):
             continue
         fn, fresh = case.make(xp, mat)
-        whole, host, out = _timed(fn, fresh, xp, repeat)
+        with _rule_off() if label == "one" else contextlib.nullcontext():
+            whole, host, out = _timed(fn, fresh, xp, repeat)
         row[label] = whole * 1e3
         if label == "lazy":
             row["host"] = host * 1e3
@@ -224,6 +261,7 @@ def _cases(npbench: Path, preset: str, small: bool) -> list[Case]:
     cases.append(Case("biharmonic-2d", lambda xp, mat: _biharmonic_2d(xp, mat, n2), True))
     cases.append(Case("laplacian2-3d", lambda xp, mat: _laplacian_squared_3d(xp, mat, n3),
                       True))
+    cases.append(Case("box5-of-box5", lambda xp, mat: _box_of_box_2d(xp, mat, n2), True))
     return cases
 
 
@@ -242,14 +280,14 @@ def main() -> None:
     with fl.device(ns.device) if ns.device else contextlib.nullcontext():
         print(f"device: {fl.get_device()}; cupy: {'yes' if cupy is not None else 'no'}")
         print(f"{'case':15} {'cupy ms':>9} {'lazy ms':>9} {'host ms':>9} {'fuse ms':>9} "
-              f"{'mat ms':>9} {'launches':>8} {'ratio':>6}")
+              f"{'mat ms':>9} {'one ms':>9} {'launches':>8} {'ratio':>6}")
         for case in _cases(ns.npbench, "S" if ns.small else ns.preset, ns.small):
             if ns.only and case.name not in ns.only:
                 continue
             row = _row(case, ns.repeat)
             rows.append(row)
             cells = [f"{row[k]:9.3f}" if k in row else f"{'-':>9}"
-                     for k in ("cupy", "lazy", "host", "fuse", "mat")]
+                     for k in ("cupy", "lazy", "host", "fuse", "mat", "one")]
             ratio = f"{row['ratio']:6.3f}" if "ratio" in row else f"{'-':>6}"
             print(f"{case.name:15} {' '.join(cells)} {row['launches']:8d} {ratio}",
                   {k: v for k, v in row.items() if k.endswith(("error", "mismatch"))} or "",

@@ -32,7 +32,6 @@ from ..host_eager import flip as host_flip
 from ..host_products import concatenate as host_concatenate
 from ..host_products import triangle as host_triangle
 from ..passes.shifted_views import settle
-from ..trace_hooks import trace_checks
 
 
 def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
@@ -89,7 +88,7 @@ def _wrap(arr: Array, node: Node) -> Array:
 
 def view(arr: Array, shape: tuple[int, ...], offsets: Sequence[int],
          coeffs: Sequence[Sequence[int]]) -> Array:
-    if arr._storage is None and not trace_checks:
+    if arr._storage is None:
         # (a lazy array read through many overlapping windows may be computed first)
         settle(arr, shape, offsets, coeffs)
     return _wrap(arr, affine_view(arr._node, shape, offsets, coeffs))
