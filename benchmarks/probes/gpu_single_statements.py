@@ -23,8 +23,11 @@ the fused kernel's recomputation of the inner stencil at each neighbour is timed
 materialising it once, and with the stencil-of-stencil rule off (``one``: one fused kernel;
 ``fuseloop.passes.shifted_views``, which evaluates the inner value once its windows'
 recomputation passes a budget: it decides ``lazy`` for box5-of-box5, a 5 x 5 box sum of
-another, and leaves the two Laplacian cases fused).  Results are checked against the first
-framework's.
+another, and leaves the two Laplacian cases fused).  ``relu8@W`` is mlp's second layer
+(``relu(h + b) @ W``, 8 x 30000 @ 30000 x 10000 float32): ``mat`` evaluates the short
+operand's producer first, which the streamed skinny recipe otherwise applies in every
+work-item at every step (``one`` equals ``lazy`` there).  Results are checked against the
+first framework's.
 
     python benchmarks/probes/gpu_single_statements.py [--device nvidia] [--npbench .npbench]
         [--repeat 20] [--only hdiff biharmonic-2d] [--small]
@@ -157,6 +160,20 @@ def _box_of_box_2d(xp: Any, mat: bool, n: int = 4096, k: int = 5) -> tuple[Calla
     return fn, lambda: (u,)
 
 
+def _skinny_with_producer(xp: Any, mat: bool, k: int = 30000,
+                          n: int = 10000) -> tuple[Callable, Callable]:
+    # mlp's second layer: relu(8 x K) @ (K x N), the relu (and bias) a producer of the
+    # short operand, which the streamed recipe applies in every work-item at every step
+    rng = np.random.default_rng(4)
+    h = xp.asarray(rng.random((8, k), dtype=np.float32) - 0.5)
+    b = xp.asarray(rng.random(k, dtype=np.float32) - 0.5)
+    w = xp.asarray(rng.random((k, n), dtype=np.float32))
+
+    def fn(h: Any, b: Any, w: Any) -> Any:
+        return _materialised(xp, xp.maximum(h + b, 0), mat) @ w
+    return fn, lambda: (h, b, w)
+
+
 def _npbench_case(npbench: Path, short: str, preset: str) -> Callable:
     """An NPBench CuPy kernel run as ``benchmarks/npbench_swap.py`` runs it (new copies of
     the array arguments per call, made before the timer), with ``cupy`` bound to the
@@ -262,6 +279,8 @@ def _cases(npbench: Path, preset: str, small: bool) -> list[Case]:
     cases.append(Case("laplacian2-3d", lambda xp, mat: _laplacian_squared_3d(xp, mat, n3),
                       True))
     cases.append(Case("box5-of-box5", lambda xp, mat: _box_of_box_2d(xp, mat, n2), True))
+    k, n = (3000, 1000) if small else (30000, 10000)
+    cases.append(Case("relu8@W", lambda xp, mat: _skinny_with_producer(xp, mat, k, n), True))
     return cases
 
 
