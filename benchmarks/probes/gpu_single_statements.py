@@ -13,6 +13,8 @@ NPBench makes them) of
 - ``fuse``: the function under ``fl.fuse`` (no expression building: replayed kernels),
   the floor the kernels set (NPBench's kernels write into their arguments, which a fused
   function may not: they write into copies made inside it, one copy kernel each);
+- ``queued``: ``fuse``'s calls enqueued back to back, one synchronize after ``--repeat``
+  of them: per call, the kernels' time where the host keeps ahead of the device;
 - ``launches``: fuseloop's kernels launched per lazy call.
 
 ``lazy`` near ``host`` and ``fuse`` near CuPy or below: the host is the cost, not the
@@ -227,6 +229,20 @@ def _timed(fn: Callable, fresh: Callable, xp: Any, repeat: int) -> tuple[float, 
     return statistics.median(whole), statistics.median(host), out
 
 
+def _queued(fn: Callable, fresh: Callable, repeat: int) -> float:
+    """Seconds per call of ``repeat`` calls enqueued back to back, one synchronize at the
+    end (up to 4 sets of inputs made first, used in turn: a fused function writes none):
+    the kernels' time where the host enqueues faster than the device runs them."""
+    sets = [fresh() for _ in range(min(repeat, 4))]
+    outs = [fn(*sets[0])]  # (warm)
+    fl.synchronize()
+    t0 = time.perf_counter()
+    outs = [fn(*sets[k % len(sets)]) for k in range(repeat)]
+    fl.synchronize()
+    del outs
+    return (time.perf_counter() - t0) / repeat
+
+
 def _launches(fn: Callable, fresh: Callable) -> int:
     args = fresh()
     fl.synchronize()
@@ -254,6 +270,7 @@ def _row(case: Case, repeat: int) -> dict[str, Any]:
             try:
                 fused = fl.fuse(functools.partial(fn, copy=True) if case.npbench else fn)
                 row["fuse"] = _timed(fused, fresh, fl, repeat)[0] * 1e3
+                row["queued"] = _queued(fused, fresh, repeat) * 1e3
             except Exception as exc:  # (reported: a function fl.fuse cannot trace)
                 row["fuse_error"] = f"{type(exc).__name__}: {exc}"[:120]
         got = _as_numpy(out)
@@ -299,14 +316,14 @@ def main() -> None:
     with fl.device(ns.device) if ns.device else contextlib.nullcontext():
         print(f"device: {fl.get_device()}; cupy: {'yes' if cupy is not None else 'no'}")
         print(f"{'case':15} {'cupy ms':>9} {'lazy ms':>9} {'host ms':>9} {'fuse ms':>9} "
-              f"{'mat ms':>9} {'one ms':>9} {'launches':>8} {'ratio':>6}")
+              f"{'queued':>9} {'mat ms':>9} {'one ms':>9} {'launches':>8} {'ratio':>6}")
         for case in _cases(ns.npbench, "S" if ns.small else ns.preset, ns.small):
             if ns.only and case.name not in ns.only:
                 continue
             row = _row(case, ns.repeat)
             rows.append(row)
             cells = [f"{row[k]:9.3f}" if k in row else f"{'-':>9}"
-                     for k in ("cupy", "lazy", "host", "fuse", "mat", "one")]
+                     for k in ("cupy", "lazy", "host", "fuse", "queued", "mat", "one")]
             ratio = f"{row['ratio']:6.3f}" if "ratio" in row else f"{'-':>6}"
             print(f"{case.name:15} {' '.join(cells)} {row['launches']:8d} {ratio}",
                   {k: v for k, v in row.items() if k.endswith(("error", "mismatch"))} or "",
