@@ -13,7 +13,9 @@ casts) cost nothing measurable that way; an operand whose expression holds a
 transcendental function or a user function and whose elements are each used by
 at least ``MATERIALISE_REUSE`` outputs is evaluated into a buffer first (on an
 H200, ``sin(A) @ B`` at 4096^3 ran at 11.5 TFLOP/s fused against 23.7 with
-``sin(A)`` materialised; ``(A * 2) @ B`` fused ran as fast as ``A @ B``).
+``sin(A)`` materialised; ``(A * 2) @ B`` fused ran as fast as ``A @ B``).  So is a lazy
+short operand of a large product whatever its producer: the skinny recipes read it in
+every work-item, each applying the producer (mlp's ``relu(h + b) @ W``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ from .shape import broadcast_to, moveaxis, normalize_axis, ravel, reshape, view
 #: an expensive operand read by at least this many outputs per element is
 #: evaluated first (4 blocks of 128 outputs in the tiled GPU recipe)
 MATERIALISE_REUSE = 512
+#: a lazy operand of at most 1/SHORT_RATIO of the other operand's elements, that one of
+#: at least SHORT_OTHER_MIN, is evaluated first even when its producer is cheap (the
+#: skinny recipes apply it in every work-item; its own pass is small beside the product)
+SHORT_RATIO = 64
+SHORT_OTHER_MIN = 1 << 22
 # producers that cost about as much as the load they follow: always fused
 _CHEAP_OPS = frozenset({
     "add", "subtract", "multiply", "true_divide", "negative", "positive", "absolute",
@@ -72,11 +79,22 @@ def _expensive(node: Any) -> bool:
     return False
 
 
-def _materialise_costly(x: Array, reuse: int) -> Array:
-    """``x`` evaluated first when its producer is costly and widely reused."""
-    if reuse >= MATERIALISE_REUSE and x._storage is None and _expensive(x._node):
+def _materialise_costly(x: Array, reuse: int, other: int = 0) -> Array:
+    """``x`` evaluated first when its producer is widely reused and costly, or when ``x``
+    is the short operand of a large product (``other``: the other operand's elements)."""
+    if reuse >= MATERIALISE_REUSE and x._storage is None and (
+            _expensive(x._node) or _short_operand(x, other)):
         return x.eval()
     return x
+
+
+def _short_operand(x: Array, other: int) -> bool:
+    """Whether ``x`` is a short operand (at most 1/``SHORT_RATIO`` of the other's
+    elements) of a product whose other operand has at least ``SHORT_OTHER_MIN``: the
+    skinny recipes read it in every work-item at every step, applying even a cheap
+    producer (``relu(h + b) @ W``) once per work-item, where its own pass costs little
+    beside reading the long operand."""
+    return other >= SHORT_OTHER_MIN and math.prod(x._shape) * SHORT_RATIO <= other
 
 
 def _align(x: Array, letters: str, space: str, sizes: dict[str, int]) -> Array:
@@ -262,7 +280,8 @@ def _matmul(a: Array, b: Array) -> Array:
         raise ShapeError(f"matmul: mismatch in the core dimension: {a.shape} @ {b.shape} "
                          f"({k} != {k2})")
     # before broadcasting: a costly producer is evaluated at its own size
-    a2, b2 = _materialise_costly(a2, m), _materialise_costly(b2, n)
+    a2, b2 = (_materialise_costly(a2, m, math.prod(b2.shape)),
+              _materialise_costly(b2, n, math.prod(a2.shape)))
     batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     a3 = broadcast_to(a2, (*batch, n, k))
     b3 = broadcast_to(b2, (*batch, k, m))
@@ -293,7 +312,8 @@ def _matmul_unbatched(a: Array, b: Array) -> Array:
         sizes["i"] = n = a.shape[0]
     if b.ndim == 2:
         sizes["j"] = m = b.shape[1]
-    a, b = _materialise_costly(a, m), _materialise_costly(b, n)
+    a, b = (_materialise_costly(a, m, math.prod(b._shape)),
+            _materialise_costly(b, n, math.prod(a._shape)))
     return _contract([(a, la), (b, lb)], la[:-1] + lb[1:], sizes)
 
 

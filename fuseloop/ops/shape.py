@@ -31,6 +31,7 @@ from ..host_eager import HostArray
 from ..host_eager import flip as host_flip
 from ..host_products import concatenate as host_concatenate
 from ..host_products import triangle as host_triangle
+from ..passes.shifted_views import settle
 
 
 def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
@@ -87,6 +88,9 @@ def _wrap(arr: Array, node: Node) -> Array:
 
 def view(arr: Array, shape: tuple[int, ...], offsets: Sequence[int],
          coeffs: Sequence[Sequence[int]]) -> Array:
+    if arr._storage is None:
+        # (a lazy array read through many overlapping windows may be computed first)
+        settle(arr, shape, offsets, coeffs)
     return _wrap(arr, affine_view(arr._node, shape, offsets, coeffs))
 
 

@@ -1,0 +1,49 @@
+"""A lazy short operand of a large product is evaluated first, whatever its producer
+(``fuseloop.ops.linalg._short_operand``): the skinny recipes read it in every work-item,
+each applying the producer; a square product keeps a cheap producer fused."""
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.ops import linalg
+
+
+@pytest.fixture
+def small_threshold(monkeypatch):
+    # (the rule's size at test sizes: products of 2^18 elements, not 2^22)
+    monkeypatch.setattr(linalg, "SHORT_OTHER_MIN", 1 << 18)
+
+
+def _launches(make):
+    fl.synchronize()
+    before = fl.stats()["kernels_launched"]
+    out = make().eval()
+    fl.synchronize()
+    return fl.stats()["kernels_launched"] - before, out.get()
+
+
+def test_relu_of_short_operand_runs_first(device_path, small_threshold):
+    rng = np.random.default_rng(0)
+    h, b = rng.random((8, 512), dtype=np.float32) - 0.5, rng.random(512, dtype=np.float32)
+    w = rng.random((512, 512), dtype=np.float32)
+    fh, fb, fw = fl.asarray(h), fl.asarray(b), fl.asarray(w)
+    launches, got = _launches(lambda: fl.maximum(fh - fb, 0) @ fw)
+    assert launches == 2  # (the producer's pass, then the product)
+    np.testing.assert_allclose(got, np.maximum(h - b, 0) @ w, rtol=1e-5)
+    launches, got = _launches(lambda: fw.T @ (2 * fh[0]))  # (a vector on the right)
+    assert launches == 2
+    np.testing.assert_allclose(got, w.T @ (2 * h[0]), rtol=1e-5)
+
+
+def test_square_and_small_products_keep_a_cheap_producer(device_path, small_threshold):
+    rng = np.random.default_rng(1)
+    a, c = rng.random((512, 512), dtype=np.float32), rng.random((512, 512), dtype=np.float32)
+    fa, fc = fl.asarray(a), fl.asarray(c)
+    launches, got = _launches(lambda: (fa * 2) @ fc)  # (equal sizes: no short side)
+    assert launches == 1
+    np.testing.assert_allclose(got, (a * 2) @ c, rtol=1e-5)
+    small = fl.asarray(c[:256, :256])  # (a product under SHORT_OTHER_MIN)
+    launches, got = _launches(lambda: (2 * fa[0, :256]) @ small)
+    assert launches == 1
+    np.testing.assert_allclose(got, (2 * a[0, :256]) @ c[:256, :256], rtol=1e-5)
