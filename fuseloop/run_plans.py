@@ -582,7 +582,7 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         if look is None:  # (met first: remembered after the walk, looked up from now on)
             _tables.keep(_target_sigs, free[0], True, PLANS_MAX)
         if look is not False:
-            signed = _signed_key(roots, out_shape, device, targets)
+            signed = _signed_key(roots, out_shape, device, targets, free)
     if signed is not None and look is not None and not _prog.CHECK_STRUCTURE_CACHE:
         done = _signed_replay(signed, device)
         if done is not None:

@@ -127,7 +127,8 @@ def _free_views(roots: Sequence[Node]) -> tuple[Any, tuple, tuple, tuple] | None
 
 
 def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
-                targets: Sequence[Target | Storage | None] | None = None
+                targets: Sequence[Target | Storage | None] | None = None,
+                free: tuple | None = None
                 ) -> tuple[tuple, tuple, list[Storage], tuple[int, ...], bool] | None:
     """The key of ``roots`` in ``_signed`` (evaluated into ``targets``: buffers, or views
     of them without a mask or scatter; None: new buffers), or None (see
@@ -137,8 +138,8 @@ def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Devic
     Each target's buffer (its place among the operands or the other targets' buffers),
     strides, offset (which of the views' it is) and how it meets every view (the same,
     disjoint, overlapping) are in the key: they decide temporaries as the walk's key
-    says."""
-    got = _free_views(roots)
+    says.  ``free``: :func:`_free_views` of one root, known already."""
+    got = free if free is not None and len(roots) == 1 else _free_views(roots)
     if got is None:
         return None
     sig, views, offsets, operands = got
