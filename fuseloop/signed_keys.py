@@ -199,13 +199,14 @@ def _target_meets(views: tuple, offsets: tuple, shape: tuple[int, ...],
     ``nodes.sig_views``; their offsets ``offsets``): 0 the same view, 1 disjoint, 2
     overlapping (as if of one buffer: the walk compares only those)."""
     out = []
+    get = _meets_memo.get
     for shape_v, strides_v, k in views:
-        v = (shape_v, strides_v, 0 if k < 0 else offsets[k])
-        memo = (shape_v, strides_v, v[2] - off, shape, strides)
-        got = _meets_memo.get(memo)
+        at = 0 if k < 0 else offsets[k]
+        memo = (shape_v, strides_v, at - off, shape, strides)
+        got = get(memo)
         if got is None:
             written = (shape, c_strides(shape) if strides is None else strides, off)
-            got = _meets(written, v)
+            got = _meets(written, (shape_v, strides_v, at))
             if len(_meets_memo) >= MEETS_MAX:
                 _meets_memo.clear()
             _meets_memo[memo] = got

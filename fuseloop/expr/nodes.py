@@ -115,25 +115,30 @@ def intern_sig(fields: tuple) -> int:
 # (templates, shared subexpressions, the host path's counts) key by ``offs`` as well.
 _sig_fields: dict[int, tuple] = {}
 _fields_before: list[dict[int, tuple]] = [{}]
+# (offsets, offsets) -> merge_offs' answer, (signature, offsets, offsets) -> with_offs':
+# an expression built again (a stencil of many views, each step) merges them again
+_merged: dict[tuple, tuple] = {}
+MERGED_MAX = 4096
+
+
 def merge_offs(ao: tuple, bo: tuple) -> tuple[tuple, tuple | None]:
     """The distinct offsets ``ao`` then those of ``bo`` not among them, and where each
     of ``bo``'s lands (None: all appended in order, the commonest case)."""
     if not ao:
         return bo, None
-    for o in bo:
-        if o in ao:
-            break
-    else:
-        return ao + bo, None
-    out = list(ao)
-    where = []
-    for o in bo:
-        if o in out:
-            where.append(out.index(o))
-        else:
-            where.append(len(out))
-            out.append(o)
-    return tuple(out), tuple(where)
+    got = _merged.get((ao, bo))
+    if got is None:
+        index = dict(zip(ao, range(len(ao))))
+        where = tuple([index.setdefault(o, len(index)) for o in bo])
+        got = (ao + bo, None) if len(index) == len(ao) + len(bo) else (tuple(index), where)
+        _keep_merged((ao, bo), got)
+    return got
+
+
+def _keep_merged(key: tuple, got: tuple) -> None:
+    if len(_merged) >= MERGED_MAX:
+        _merged.clear()
+    _merged[key] = got
 
 
 # (signature, where per later child) -> offs_joined's result
@@ -143,8 +148,12 @@ offs_table: dict[tuple, int] = {}
 def with_offs(sig: int, ao: tuple, bo: tuple) -> tuple[int, tuple]:
     """The signature and ``offs`` of a two-argument operation of signature ``sig`` whose
     arguments' offsets are ``ao`` and ``bo`` (the operators' lean path)."""
-    offs, where = merge_offs(ao, bo)
-    return (sig if where is None else offs_joined(sig, (where,))), offs
+    got = _merged.get((sig, ao, bo))
+    if got is None:
+        offs, where = merge_offs(ao, bo)
+        got = (sig if where is None else offs_joined(sig, (where,))), offs
+        _keep_merged((sig, ao, bo), got)
+    return got
 
 
 def offs_joined(sig: int, wheres: tuple) -> int:
@@ -326,6 +335,7 @@ _caches.register("expr.nodes.sig_table", _sig_table.clear, lambda: len(_sig_tabl
 _caches.register("expr.nodes.sig_fields", _clear_fields,
                  lambda: len(_sig_fields) + len(_fields_before[0]), 2 * SIG_TABLE_MAX)
 _caches.register("expr.nodes.offs", offs_table.clear, lambda: len(offs_table), SIG_TABLE_MAX)
+_caches.register("expr.nodes.merged", _merged.clear, lambda: len(_merged), MERGED_MAX)
 _caches.register("expr.nodes.joined_at", joined_at_table.clear, lambda: len(joined_at_table),
                  SIG_TABLE_MAX)
 _caches.register("expr.nodes.scalar_sigs", _scalar_sigs.clear, lambda: len(_scalar_sigs),
