@@ -115,10 +115,13 @@ def intern_sig(fields: tuple) -> int:
 # (templates, shared subexpressions, the host path's counts) key by ``offs`` as well.
 _sig_fields: dict[int, tuple] = {}
 _fields_before: list[dict[int, tuple]] = [{}]
-# (offsets, offsets) -> merge_offs' answer, (signature, offsets, offsets) -> with_offs':
-# an expression built again (a stencil of many views, each step) merges them again
+# (offsets, offsets) -> merge_offs' answer, (signature, offsets, offsets) -> with_offs',
+# for merges of more than MERGED_SHORT offsets: an expression built again (a stencil of
+# many views, each step) merges them again; shorter ones (a loop over rows, new offsets
+# each statement) cost less than remembering them
 _merged: dict[tuple, tuple] = {}
 MERGED_MAX = 4096
+MERGED_SHORT = 4
 
 
 def merge_offs(ao: tuple, bo: tuple) -> tuple[tuple, tuple | None]:
@@ -126,12 +129,14 @@ def merge_offs(ao: tuple, bo: tuple) -> tuple[tuple, tuple | None]:
     of ``bo``'s lands (None: all appended in order, the commonest case)."""
     if not ao:
         return bo, None
-    got = _merged.get((ao, bo))
+    short = len(ao) + len(bo) <= MERGED_SHORT
+    got = None if short else _merged.get((ao, bo))
     if got is None:
         index = dict(zip(ao, range(len(ao))))
         where = tuple([index.setdefault(o, len(index)) for o in bo])
         got = (ao + bo, None) if len(index) == len(ao) + len(bo) else (tuple(index), where)
-        _keep_merged((ao, bo), got)
+        if not short:
+            _keep_merged((ao, bo), got)
     return got
 
 
@@ -148,6 +153,11 @@ offs_table: dict[tuple, int] = {}
 def with_offs(sig: int, ao: tuple, bo: tuple) -> tuple[int, tuple]:
     """The signature and ``offs`` of a two-argument operation of signature ``sig`` whose
     arguments' offsets are ``ao`` and ``bo`` (the operators' lean path)."""
+    if len(ao) + len(bo) <= MERGED_SHORT:
+        if len(bo) == 1 and bo[0] not in ao:  # (the commonest: a new view's offset)
+            return sig, ao + bo
+        offs, where = merge_offs(ao, bo)
+        return (sig if where is None else offs_joined(sig, (where,))), offs
     got = _merged.get((sig, ao, bo))
     if got is None:
         offs, where = merge_offs(ao, bo)
