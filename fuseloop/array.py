@@ -41,6 +41,7 @@ from .expr.nodes import (
     scalar_sig,
     signature_of,
     take_last_recent,
+    with_offs,
 )
 from .host_ops import binary0 as host_binary0
 from .host_path import inplace as host_inplace
@@ -201,13 +202,11 @@ def _signed_loop(op: str, an: Node, bn: Node | None, sa: int, sb: Any,
     return hit
 
 
-# The common cases of an operator (array with array, array with Python scalar) are
-# kept lean, as this runs for every operator: the scalar node, the operation node and
-# the array are built in place (``Scalar.__init__``, :class:`Apply` with its signature
-# and :func:`_lazy_array`, inline), in the method's own frame: a helper would cost
-# every operator a call.  One look-up by the operands' signatures (see expr.nodes)
-# gives the loop dtypes, the shape and the result's signature; 0-d operands on a CPU
-# device are computed at once (host_ops.binary0).  Three attributes set a line at most.
+# An operator's common cases (array with array, with a Python scalar) are lean: the scalar
+# node, the operation node and the array built in place, in the method's own frame (a
+# helper would cost every operator a call).  One look-up by the operands' signatures
+# (expr.nodes) gives the loop dtypes, shape and signature; 0-d operands on a CPU device
+# are computed at once (host_ops.binary0).  Three attributes set a line at most.
 def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
     """The operator method of the numpy ufunc ``op`` (``x + y``, ``2 * x``, ...); what
     is not an array with an array or a Python scalar goes to :func:`_apply_general`."""
@@ -229,7 +228,8 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 sb = bn.sig or (0 if type(bn) is Apply else signature_of(bn))
                 loop, key, shape, sig = _sig_loops.get((op, sa or (an.dtype, an.shape), sb or (
                     bn.dtype, bn.shape))) or _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
-                if sig:  # (a subexpression or buffer both read: its operands once)
+                if sig:  # (operands read by both once; views' offsets: nodes.with_offs)
+                    sig, offs = with_offs(sig, an.offs, bn.offs) if bn.offs else (sig, an.offs)
                     bo, ao = bn.operands, an.operands  # (bo begins as ao, or is one buffer)
                     if len(bo) == 1 and bo[0] in an.storages:  # (join_shared's first case)
                         at = (sig, ao.index(bo[0]))  # (r * c + y: y's place among r's)
@@ -248,7 +248,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 bn.value, bn.dtype, bn.shape = v, v.dtype, ()
                 bn.storages = _EMPTY
                 if sig:
-                    operands = an.operands + (bn,)  # noqa: RUF005  (unpacking: a list made)
+                    operands, offs = an.operands + (bn,), an.offs  # noqa: RUF005  (a list)
             else:
                 return _apply_general(op, (a, b))
         elif tb is Array and (ta is float or ta is int):
@@ -263,15 +263,14 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             an.value, an.dtype, an.shape = v, v.dtype, ()
             an.storages = _EMPTY
             if sig:
-                operands = (an,) + bn.operands  # noqa: RUF005  (as above)
+                operands, offs = (an,) + bn.operands, bn.offs  # noqa: RUF005  (as above)
         else:
             return _apply_general(op, (a, b))
         node = _new_node(Apply)
         node.op, node.args, node.loop = op, (an, bn), loop
         node.loop_key, node.dtype, node.shape = key, loop[-1], shape
-        if sig and len(operands) > MAX_OPERANDS:
-            sig = 0
-        node.sig, node.operands = sig, operands if sig else None
+        sig = sig if sig and len(operands) <= MAX_OPERANDS else 0
+        node.sig, node.operands, node.offs = (sig, operands, offs) if sig else (0, None, ())
         sa, sb = an.storages, bn.storages  # (two targets: no tuple built)
         # (the union only when neither holds the other: most operands share buffers)
         node.storages = storages = sa if sb is sa or not sb else sb if not sa or sa < sb \
@@ -349,7 +348,7 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         node.dtype = dtype = loop[-1]
         node.shape = shape = an.shape
         node.sig = sig
-        node.operands = an.operands if sig else None
+        node.operands, node.offs = an.operands if sig else None, an.offs
         node.storages = storages = an.storages or _EMPTY
         node.fancy = an.fancy
         # (_lazy_array, inline)

@@ -683,7 +683,7 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         # (a 0-d result is a condition or a scalar about to be read: after a kernel,
         # the read waits on its event, 30-60 us, where the host path's costs ~2 us;
         # NPBench's crc16 tests one bit per evaluation and read each through a wait)
-        key = (roots[0].sig, out_shape)
+        key = (roots[0].sig, roots[0].offs, out_shape)
         n = _flat_counts.get(key, 0) + 1
         if n > FLAT_REPEATS_FOR_KERNEL:
             return None  # (from now on its cached kernel: evaluate.run_flat)

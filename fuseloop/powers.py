@@ -113,6 +113,7 @@ def power_node(x: Array, e: float) -> Array:
     node.op, node.args, node.loop = "power", (an, lit), loop
     node.loop_key, node.dtype, node.shape = key, loop[-1], an.shape
     node.sig, node.operands = sig, an.operands if sig else None
+    node.offs = an.offs
     node.storages, node.fancy = an.storages, an.fancy
     return _lazy_array(node, x.device)
 

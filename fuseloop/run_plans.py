@@ -366,8 +366,8 @@ def _key(roots: Sequence[Node], out_shape: tuple[int, ...],
 # repeated operands, and for an evaluation into targets (an assignment to a view, no
 # mask or scatter) each target's buffer, strides, offset and how it meets every view:
 # the next evaluation of that structure (``s[1:-1] = 0.5 * (s[:-2] + s[2:])`` in a time
-# loop) finds it without a walk.  The signatures are free of the views' offsets
-# (``nodes.free_signature``) with which offsets are equal (as the walk's key says), so
+# loop) finds it without a walk.  Signatures are free of the views' offsets and say
+# which offsets are equal (as the walk's key does; ``expr.nodes``), so
 # a loop over rows or elements (``A[i] -= A[i].mean()``, ``x[i] = d[i] - x[i-1]``)
 # finds its plan on its second statement, and the offsets are this call's, bound as
 # the walk's are.  Equal signatures are equal computations of the operands, so a plan
@@ -419,7 +419,10 @@ def _remember_signed(signed: tuple | None, plan: _Plan,
     key, operands, extra, bound, into = signed
     if plan.signed >= SIGNED_PER_PLAN:
         if into:  # (this first root's signature not looked up again)
-            _target_sigs[key[1] if type(key[1]) is int else key[1][0]] = False
+            first = key[1]
+            while type(first) is tuple:  # (several roots: their signatures, in order)
+                first = first[0]
+            _target_sigs[first] = False
         return
     plan.signed += 1
     take = _prog.operand_picker(operands, key[3])
@@ -521,7 +524,7 @@ def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storag
                                                and _host.eligible((root,), out_shape, device,
                                                                   None)):
         return None
-    signed = signed_of(sig, operands, out_shape, device)
+    signed = signed_of(sig, operands, root.offs, out_shape, device)
     if signed is None:
         return None
     entry = _signed.get(signed[0])
@@ -579,7 +582,7 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         if look is None:  # (met first: remembered after the walk, looked up from now on)
             _tables.keep(_target_sigs, free[0], True, PLANS_MAX)
         if look is not False:
-            signed = _signed_key(roots, out_shape, device, targets)
+            signed = _signed_key(roots, out_shape, device, targets, free)
     if signed is not None and look is not None and not _prog.CHECK_STRUCTURE_CACHE:
         done = _signed_replay(signed, device)
         if done is not None:

@@ -218,7 +218,7 @@ def canonical(node: Node) -> tuple[tuple, tuple[int, ...], Node] | None:
             form = affine_view(node, tuple(shape[k] for k in order), (0,) * len(shape), coeffs)
     if not form.sig or form.operands is None:
         return None
-    return (tag, form.sig, form.shape, tuple(map(id, form.operands))), order, form
+    return (tag, form.sig, form.offs, form.shape, tuple(map(id, form.operands))), order, form
 
 
 def _to_canonical(leaf: Leaf, shape: tuple[int, ...], order: tuple[int, ...]) -> Leaf:

@@ -1,8 +1,8 @@
 """The keys of run plans remembered by signature (see ``run_plans``' plans by
-signature): an evaluation's roots' signatures without their views' offsets
-(``nodes.free_signature``), which of those offsets are equal, the pattern of repeated
-operands and, into targets, each target's place, strides, offset and how it meets
-every view; with the offsets to bind."""
+signature): an evaluation's roots' signatures (free of their views' offsets, which
+say which offsets are equal: ``expr.nodes``), the pattern of repeated operands and,
+into targets, each target's place, strides, offset and how it meets every view; with
+the offsets to bind (the roots' ``offs``)."""
 
 from __future__ import annotations
 
@@ -11,60 +11,139 @@ from typing import Any
 
 from . import caches as _caches
 from .expr import program as _prog
-from .expr.nodes import Node, Storage, _free, c_strides, free_signature, signature_of
+from .expr.nodes import (
+    SIG_TABLE_MAX,
+    Node,
+    Storage,
+    _fields_before,
+    _sig_fields,
+    c_strides,
+    merge_offs,
+    signature_of,
+)
 from .expr.overlap import views_disjoint
 from .expr.program import Target
 from .runtime.devices import Device
 
+# where the child signatures begin in the fields of the kinds with children
+_CHILDREN_AT = {"A": 4, "G": 4, "K": 4, "M": 4, "R": 5}
+# kinds without children and without views (a scalar argument, a literal, an iota)
+_NO_VIEWS = frozenset(("S", "C", "I"))
+# signature -> sig_views' answer
+_views: dict[int, tuple[tuple, int] | None] = {}
 
-def _free_views(roots: Sequence[Node]) -> tuple[Any, tuple, tuple, tuple, tuple] | None:
-    """The free signature(s) of ``roots``, their views, offset pattern and distinct
-    offsets (``nodes.free_signature``) and operands, or None (a root without a
-    signature: a concatenation, a pointer, too many operands; or one whose structure
-    free_signature does not read)."""
+
+def sig_views(sig: int) -> tuple[tuple, int] | None:
+    """The views ``sig`` reads in the walk's order, ((shape, strides, k), ...) per
+    buffer leaf (strides None: a whole buffer, ``k`` -1; else ``k``: which of the
+    node's ``offs`` it is at) and how many ``offs`` a node of it has; None where a
+    part's fields are not known (a kind signed elsewhere, a signature made before
+    the table was cleared, a very deep chain).  Once per signature."""
+    known = _views.get(sig, _views)
+    if known is not _views:
+        return known  # type: ignore[return-value]
+    try:
+        got = _views_of(_sig_fields.get(sig) or _fields_before[0].get(sig))
+    except RecursionError:
+        got = None
+    if len(_views) >= SIG_TABLE_MAX:
+        _views.clear()
+    _views[sig] = got
+    return got
+
+
+def _views_of(fields: tuple | None, wheres: tuple = ()) -> tuple[tuple, int] | None:
+    if fields is None:
+        return None
+    kind = fields[0]
+    if kind == "L" or kind == "LC":
+        return ((fields[2], None, -1),), 0
+    if kind == "V":
+        return ((fields[3], fields[4], 0),), 1
+    if kind in _NO_VIEWS:
+        return (), 0
+    if kind == "J":
+        return sig_views(fields[1])
+    if kind == "O":
+        return _views_of(_sig_fields.get(fields[1]) or _fields_before[0].get(fields[1]),
+                         fields[2])
+    at = _CHILDREN_AT.get(kind)
+    if at is None:
+        return None
+    views: list = []
+    n = 0
+    for j, child in enumerate(fields[at:]):
+        got = sig_views(child)
+        if got is None:
+            return None
+        where = wheres[j - 1] if 0 < j <= len(wheres) else None
+        if where is None:  # (appended in order)
+            views.extend([v if v[2] < 0 else (v[0], v[1], v[2] + n) for v in got[0]])
+            n += got[1]
+        else:
+            views.extend([v if v[2] < 0 else (v[0], v[1], where[v[2]]) for v in got[0]])
+            n = max(n, max(where, default=-1) + 1)
+    return tuple(views), n
+
+
+def _free_views(roots: Sequence[Node]) -> tuple[Any, tuple, tuple, tuple] | None:
+    """The signature(s) of ``roots`` (with where a later root's offsets land among the
+    earlier ones', where not appended), their views (``nodes.sig_views``), distinct view
+    offsets and operands; None for a root without a signature (a concatenation, a
+    pointer, too many operands) or whose views are not known."""
     if len(roots) == 1:
         root = roots[0]
         sig = root.sig or signature_of(root)
         operands = root.operands
         if not sig or operands is None:
             return None
-        free = _free.get(sig) or free_signature(sig)
-        return None if free is None else (*free, operands)
+        views = sig_views(sig)
+        offs = root.offs
+        if views is None or views[1] != len(offs):
+            return None
+        return sig, views[0], offs, operands
     sigs = []
-    views: tuple = ()
+    wheres: list[Any] = []
+    all_views: tuple = ()
+    offs = ()
     operands = ()
     for root in roots:
         sig = root.sig or signature_of(root)
         more = root.operands
-        if not sig or more is None or (free := free_signature(sig)) is None:
+        if not sig or more is None or (views := sig_views(sig)) is None \
+                or views[1] != len(root.offs):
             return None
-        sigs.append(free[0])
-        views += free[1]
+        sigs.append(sig)
+        n = len(offs)
+        offs, where = merge_offs(offs, root.offs)
+        wheres.append(where)
+        all_views += tuple([v if v[2] < 0 else (v[0], v[1], v[2] + n if where is None
+                                                 else where[v[2]]) for v in views[0]])
         operands += more
-    index: dict[int, int] = {}
-    pattern = tuple([index.setdefault(o, len(index)) for _, st, o in views if st is not None])
-    return tuple(sigs), views, pattern, tuple(index), operands
+    key: Any = tuple(sigs)
+    if any(w is not None for w in wheres):
+        key = (key, tuple(wheres))
+    return key, all_views, offs, operands
 
 
 def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
-                targets: Sequence[Target | Storage | None] | None = None
+                targets: Sequence[Target | Storage | None] | None = None,
+                free: tuple | None = None
                 ) -> tuple[tuple, tuple, list[Storage], tuple[int, ...], bool] | None:
     """The key of ``roots`` in ``_signed`` (evaluated into ``targets``: buffers, or views
     of them without a mask or scatter; None: new buffers), or None (see
     :func:`_free_views`), with the operands, the target buffers that are not operands
     (in order: the walk appends them so), the view offsets to bind (as the walk's
     ``ViewOffsets.values``: distinct, first met first) and whether there are targets.
-    The key holds which offsets are equal; each target's buffer (its place among the
-    operands or the other targets' buffers), strides, offset (which of the views' it
-    is) and how it meets every view (the same, disjoint, overlapping), which decide
-    temporaries as the walk's key says."""
-    got = _free_views(roots)
+    Each target's buffer (its place among the operands or the other targets' buffers),
+    strides, offset (which of the views' it is) and how it meets every view (the same,
+    disjoint, overlapping) are in the key: they decide temporaries as the walk's key
+    says.  ``free``: :func:`_free_views` of one root, known already."""
+    got = free if free is not None and len(roots) == 1 else _free_views(roots)
     if got is None:
         return None
-    sig, views, pattern, offsets, operands = got
+    sig, views, offsets, operands = got
     key: tuple = (device.index, sig, out_shape, _prog.firsts(operands))
-    if pattern:
-        key = (*key, pattern)
     extra: list[Storage] = []
     if targets is None:
         return key, operands, extra, offsets, False
@@ -91,23 +170,20 @@ def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Devic
             if index is None:
                 index = {o: j for j, o in enumerate(offsets)}
             k = index.setdefault(off, len(index))
-        where.append((at, t.strides, k, _target_meets(sig, views, out_shape, t.strides, off),
-                      t.atomic))
+        where.append((at, t.strides, k, _target_meets(views, offsets, out_shape, t.strides,
+                                                      off), t.atomic))
     return (*key, tuple(where)), operands, extra, offsets if index is None else tuple(index), \
         True
 
 
-def signed_of(sig: int, operands: tuple, out_shape: tuple[int, ...], device: Device
-              ) -> tuple | None:
-    """:func:`_signed_key` of one root of signature ``sig`` with ``operands`` (for
-    :func:`_signed_replay` and ``_signed.get(...[0])``), or None."""
-    free = _free.get(sig) or free_signature(sig)
-    if free is None:
+def signed_of(sig: int, operands: tuple, offs: tuple, out_shape: tuple[int, ...],
+              device: Device) -> tuple | None:
+    """:func:`_signed_key` of one root of signature ``sig`` with ``operands`` and view
+    offsets ``offs`` (for :func:`_signed_replay` and ``_signed.get(...[0])``), or None."""
+    views = sig_views(sig)
+    if views is None or views[1] != len(offs):
         return None
-    key: tuple = (device.index, free[0], out_shape, _prog.firsts(operands))
-    if free[2]:
-        key = (*key, free[2])
-    return key, operands, [], free[3], False
+    return (device.index, sig, out_shape, _prog.firsts(operands)), operands, [], offs, False
 
 
 # (view shape, strides, offset less the target's, target shape, strides) -> how the
@@ -117,18 +193,20 @@ _meets_memo: dict[tuple, int] = {}
 MEETS_MAX = 4096
 
 
-def _target_meets(sig: Any, views: tuple, shape: tuple[int, ...],
+def _target_meets(views: tuple, offsets: tuple, shape: tuple[int, ...],
                   strides: tuple[int, ...] | None, off: int) -> tuple[int, ...]:
-    """How a target (``shape``, ``strides``, ``off``) meets each of the ``views`` of a
-    free signature ``sig``: 0 the same view, 1 disjoint, 2 overlapping (as if of one
-    buffer: the walk compares only those)."""
+    """How a target (``shape``, ``strides``, ``off``) meets each of ``views`` (see
+    ``nodes.sig_views``; their offsets ``offsets``): 0 the same view, 1 disjoint, 2
+    overlapping (as if of one buffer: the walk compares only those)."""
     out = []
-    for v in views:
-        memo = (v[0], v[1], v[2] - off, shape, strides)
-        got = _meets_memo.get(memo)
+    get = _meets_memo.get
+    for shape_v, strides_v, k in views:
+        at = 0 if k < 0 else offsets[k]
+        memo = (shape_v, strides_v, at - off, shape, strides)
+        got = get(memo)
         if got is None:
             written = (shape, c_strides(shape) if strides is None else strides, off)
-            got = _meets(written, v)
+            got = _meets(written, (shape_v, strides_v, at))
             if len(_meets_memo) >= MEETS_MAX:
                 _meets_memo.clear()
             _meets_memo[memo] = got
@@ -142,4 +220,5 @@ def _meets(written: tuple, view: tuple) -> int:
     return 0 if view == written else 1 if views_disjoint(written, view) else 2
 
 
+_caches.register("signed_keys.views", _views.clear, lambda: len(_views), SIG_TABLE_MAX)
 _caches.register("signed_keys.meets", _meets_memo.clear, lambda: len(_meets_memo), MEETS_MAX)

@@ -1,4 +1,5 @@
-"""Run plans found by signatures without views' offsets (``nodes.free_signature``): a
+"""Run plans found by signatures without views' offsets (``expr.nodes``: offsets ride in
+``offs``): a
 loop over rows, slices or elements finds its plan by signature from its second
 statement (no walk), each statement bound to its own offsets; which offsets are equal
 and how a target meets what it reads still tell plans apart."""
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
-from fuseloop import run_plans
+from fuseloop import run_plans, signed_keys
 from fuseloop.expr import nodes
 from fuseloop.expr import program as prog
 
@@ -16,14 +17,20 @@ def _walks() -> int:
     return fl.stats()["plans_walked"]
 
 
-def test_free_signature_leaves_out_only_offsets(device):
+def test_signatures_leave_out_only_offsets(device):
     a = fl.asarray(np.arange(48.0).reshape(6, 8))
-    free = [nodes.free_signature(nodes.signature_of(a[i]._node)) for i in range(1, 4)]
-    assert free[0] is not None and len({f[0] for f in free}) == 1
-    assert [f[3] for f in free] == [(8,), (16,), (24,)]  # (each view's own offset)
-    assert nodes.free_signature(nodes.signature_of(a[:, 1]._node))[0] != free[0][0]
-    whole = nodes.free_signature(nodes.signature_of(a._node))
-    assert whole[1:] == ((((6, 8), None, 0),), (), ())  # (a whole buffer: no offset)
+    rows = [a[i]._node for i in range(1, 4)]
+    assert len({nodes.signature_of(r) for r in rows}) == 1
+    assert [r.offs for r in rows] == [(8,), (16,), (24,)]  # (each view's own offset)
+    assert nodes.signature_of(a[:, 1]._node) != nodes.signature_of(rows[0])
+    whole = a._node
+    assert signed_keys.sig_views(nodes.signature_of(whole)) == ((((6, 8), None, -1),), 0)
+    assert whole.offs == ()  # (a whole buffer: no offset)
+    # which offsets are equal is in the signature: a[i] + a[k] at i == k reads one view
+    same, other = (a[2] + a[2])._node, (a[2] + a[3])._node
+    assert same.sig != other.sig and same.offs == (16,) and other.offs == (16, 24)
+    assert (a[3] + a[3])._node.sig == same.sig
+    assert signed_keys.sig_views(same.sig)[0] == (((8,), (1,), 0), ((8,), (1,), 0))
 
 
 def test_row_loop_walks_once(device_path, fresh_stats):
@@ -99,3 +106,43 @@ def test_overlapping_targets_keep_their_own_plans(device_path, monkeypatch, chec
         a[i, 1:] = a[i + 1, :-1] * 2 + 1  # (disjoint: in place)
         m[i, 1:] = m[i + 1, :-1] * 2 + 1
     np.testing.assert_allclose(a.get(), m, rtol=1e-12)
+
+
+def test_moving_slice_flat_evaluation_hits_from_second(device_path, fresh_stats):
+    """``(x[i:i + 8] * 2 - x[i + 1:i + 9]).eval()`` over ``i``: one signature, so from
+    the second call the flat path's entry serves it at the call's offsets (no structure
+    linearised, no plan walked); the reads with equal offsets (``i == j``) have a
+    signature of their own."""
+    h = np.arange(64.0)
+    x = fl.asarray(h)
+    sigs = len(nodes._sig_table)
+    for i in range(12):
+        got = (x[i:i + 8] * 2 - x[i + 1:i + 9]).eval()
+        np.testing.assert_array_equal(got.get(), h[i:i + 8] * 2 - h[i + 1:i + 9])
+        if i == 0:
+            known, walked = len(prog.structures), _walks()
+            sigs = len(nodes._sig_table)
+    assert len(prog.structures) == known and _walks() == walked
+    assert len(nodes._sig_table) == sigs
+    for i in range(6):
+        for j in (i, i + 3):
+            got = (x[i:i + 8] - x[j:j + 8] * 3).eval()
+            np.testing.assert_array_equal(got.get(), h[i:i + 8] - h[j:j + 8] * 3)
+    assert len(prog.structures) <= known + 2
+
+
+def test_row_statements_keep_their_signatures(device_path, fresh_stats):
+    """floyd_warshall's statement over every row and pivot (its target row read at its
+    pivot element: an overlapping read, ``i == k`` too): results equal numpy's, and the
+    loop makes no signature after its first pivot."""
+    n = 9
+    h = np.random.default_rng(3).integers(1, 50, (n, n)).astype(np.int32)
+    path = fl.asarray(h)
+    for k in range(n):
+        for i in range(n):
+            path[i, :] = fl.minimum(path[i, :], path[i, k] + path[k, :])
+            h[i, :] = np.minimum(h[i, :], h[i, k] + h[k, :])
+        if k == 1:
+            sigs = len(nodes._sig_table)
+    assert len(nodes._sig_table) == sigs
+    np.testing.assert_array_equal(path.get(), h)

@@ -51,6 +51,8 @@ class Node:
     sig = 0
     # the buffers and scalar nodes in the order the structure key's walk meets them
     operands: tuple | None = None
+    # the distinct offsets of the views read, first met first (see sig_views)
+    offs: tuple = ()
 
 
 # {{{ structure signatures
@@ -90,6 +92,7 @@ def intern_sig(fields: tuple) -> int:
         if len(_sig_table) >= SIG_TABLE_MAX:
             _sig_table.clear()
             joined_at_table.clear()
+            offs_table.clear()
             # (the fields of the signatures made before stay readable one table longer:
             # views kept on their leaves, ``ops.indexing``, keep theirs)
             _fields_before[0] = _sig_fields.copy()
@@ -99,92 +102,81 @@ def intern_sig(fields: tuple) -> int:
     return sig
 
 
-# A view's offset is a kernel parameter (see fills), so two signatures that differ only
-# in their views' offsets (``A[i] - A[i].mean()`` for each row ``i``) have one run plan:
-# free_signature reads a signature's fields back (``_sig_fields``, intern_sig's
-# inverse) and interns them again, in a table of their own, with each view leaf's token
-# written without its offset; the offsets, with the views' shapes and strides in walk
-# order, travel beside it (fuseloop.run_plans binds them per call).  The nodes keep
-# their own signatures, offsets included: structure caches that bake offsets into what
-# they keep (flat kernels' parameters, templates' leaves) go on keying by them.
+# A view's offset is a kernel parameter (see fills), so signatures leave offsets out: a
+# view leaf's signature is its kind, dtype, shape and strides, and its offset rides
+# beside it in ``offs``.  A node's ``offs`` are the distinct offsets of the views it
+# reads, first met first in the walk's order (as ``expr.program.ViewOffsets.values``;
+# where each view's is: ``signed_keys.sig_views``); its signature says which of them
+# each view reads: a later child's offsets are appended unless some equal an earlier
+# one's, and then where each lands is interned into the signature ("O", offs_joined).
+# So ``A[i] - A[i].mean()`` has one signature for every ``i`` (no signature made per
+# statement of a loop over rows), and equal signatures with equal operands and equal
+# ``offs`` are equal expressions.  Caches that bake offsets into what they keep
+# (templates, shared subexpressions, the host path's counts) key by ``offs`` as well.
 _sig_fields: dict[int, tuple] = {}
 _fields_before: list[dict[int, tuple]] = [{}]
-# signature -> free_signature's answer
-_free: dict[int, tuple[int, tuple, tuple, tuple] | None] = {}
-# free signatures are interned in a table of their own, cleared only when it is full,
-# so that a loop whose every statement makes new signatures (and clears their table
-# now and then) keeps finding its plans under the same free ones
-_free_sigs: dict[tuple, int] = {}
-FREE_SIGS_MAX = 1 << 14
+# (offsets, offsets) -> merge_offs' answer, (signature, offsets, offsets) -> with_offs',
+# for merges of more than MERGED_SHORT offsets: an expression built again (a stencil of
+# many views, each step) merges them again; shorter ones (a loop over rows, new offsets
+# each statement) cost less than remembering them
+_merged: dict[tuple, tuple] = {}
+MERGED_MAX = 4096
+MERGED_SHORT = 4
 
 
-def _intern_free(fields: tuple) -> int:
-    sig = _free_sigs.get(fields)
-    if sig is None:
-        if len(_free_sigs) >= FREE_SIGS_MAX:
-            _free_sigs.clear()
-            _free.clear()
-        sig = _free_sigs.setdefault(fields, next(_next_sig))
-    return sig
-# where the child signatures begin in the fields of the kinds with children
-_CHILDREN_AT = {"A": 4, "G": 4, "K": 4, "M": 4, "R": 5}
-# kinds without children and without views (a scalar argument, a literal, an iota)
-_NO_VIEWS = frozenset(("S", "C", "I"))
-
-
-def free_signature(sig: int) -> tuple[int, tuple, tuple, tuple] | None:
-    """``sig`` without its views' offsets, those views in the structure walk's order
-    ((shape, strides, offset) per buffer leaf; strides None: a whole buffer), which of
-    their offsets are equal (each one's first place among the distinct ones) and the
-    distinct offsets, first met first; None where a part's fields are not known (a kind
-    of node signed elsewhere, a signature made before the table was cleared, a very
-    deep chain)."""
-    known = _free.get(sig, _free)
-    if known is not _free:
-        return known  # type: ignore[return-value]
-    try:
-        part = _free_of(_sig_fields.get(sig) or _fields_before[0].get(sig))
-    except RecursionError:
-        part = None
-    got = None
-    if part is not None:  # (which offsets are equal, and the distinct ones: see run_plans)
-        index: dict[int, int] = {}
-        pattern = tuple([index.setdefault(o, len(index)) for _, st, o in part[1]
-                         if st is not None])
-        got = (*part, pattern, tuple(index))
-    if len(_free) >= SIG_TABLE_MAX:
-        _free.clear()
-    _free[sig] = got
+def merge_offs(ao: tuple, bo: tuple) -> tuple[tuple, tuple | None]:
+    """The distinct offsets ``ao`` then those of ``bo`` not among them, and where each
+    of ``bo``'s lands (None: all appended in order, the commonest case)."""
+    if not ao:
+        return bo, None
+    short = len(ao) + len(bo) <= MERGED_SHORT
+    got = None if short else _merged.get((ao, bo))
+    if got is None:
+        index = dict(zip(ao, range(len(ao))))
+        where = tuple([index.setdefault(o, len(index)) for o in bo])
+        got = (ao + bo, None) if len(index) == len(ao) + len(bo) else (tuple(index), where)
+        if not short:
+            _keep_merged((ao, bo), got)
     return got
 
 
-def _free_of(fields: tuple | None) -> tuple[int, tuple] | None:
-    if fields is None:
-        return None
-    kind = fields[0]
-    if kind == "L" or kind == "LC":
-        _, char, shape, strides, offset = fields
-        if strides is None:
-            return _intern_free(fields), ((shape, None, 0),)
-        return _intern_free(("V", kind, char, shape, strides)), ((shape, strides, offset),)
-    if kind in _NO_VIEWS:
-        return _intern_free(fields), ()
-    if kind == "J":
-        inner = free_signature(fields[1])
-        return None if inner is None else (_intern_free(("J", inner[0], fields[2])), inner[1])
-    at = _CHILDREN_AT.get(kind)
-    if at is None:
-        return None
-    frees = list(fields[:at])
-    views: tuple = ()
-    for child in fields[at:]:
-        got = _free.get(child) or free_signature(child)
-        if got is None:
-            return None
-        frees.append(got[0])
-        if got[1]:
-            views = views + got[1] if views else got[1]
-    return _intern_free(tuple(frees)), views
+def _keep_merged(key: tuple, got: tuple) -> None:
+    if len(_merged) >= MERGED_MAX:
+        _merged.clear()
+    _merged[key] = got
+
+
+# (signature, where per later child) -> offs_joined's result
+offs_table: dict[tuple, int] = {}
+
+
+def with_offs(sig: int, ao: tuple, bo: tuple) -> tuple[int, tuple]:
+    """The signature and ``offs`` of a two-argument operation of signature ``sig`` whose
+    arguments' offsets are ``ao`` and ``bo`` (the operators' lean path)."""
+    if len(ao) + len(bo) <= MERGED_SHORT:
+        if len(bo) == 1 and bo[0] not in ao:  # (the commonest: a new view's offset)
+            return sig, ao + bo
+        offs, where = merge_offs(ao, bo)
+        return (sig if where is None else offs_joined(sig, (where,))), offs
+    got = _merged.get((sig, ao, bo))
+    if got is None:
+        offs, where = merge_offs(ao, bo)
+        got = (sig if where is None else offs_joined(sig, (where,))), offs
+        _keep_merged((sig, ao, bo), got)
+    return got
+
+
+def offs_joined(sig: int, wheres: tuple) -> int:
+    """The signature of an operation of signature ``sig`` whose later children's
+    offsets land at ``wheres`` (per later child: :func:`merge_offs`' answer)."""
+    key = (sig, wheres)
+    got = offs_table.get(key)
+    if got is None:
+        got = intern_sig(("O", sig, wheres))
+        if len(offs_table) >= SIG_TABLE_MAX:
+            offs_table.clear()
+        offs_table[key] = got
+    return got
 
 
 def shared_prefix(ao: tuple, bo: tuple) -> int:
@@ -269,7 +261,14 @@ def signature_of(node: Node) -> int:
         return sig
     cls = type(node)
     if cls is Leaf:
-        sig = intern_sig(node.leaf_token())  # type: ignore[attr-defined]
+        strides = node.strides  # type: ignore[attr-defined]
+        if strides is None:
+            sig = intern_sig(node.leaf_token())  # type: ignore[attr-defined]
+            node.offs = ()  # type: ignore[misc]
+        else:  # (a view: its offset beside the signature)
+            sig = intern_sig(("V", "LC" if node.storage.constant else "L",  # type: ignore[attr-defined]
+                              node.dtype.char, node.shape, strides))
+            node.offs = (node.offset,)  # type: ignore[attr-defined,misc]
     elif cls is Literal:
         sig = intern_sig(("C", node.dtype.char, node.value.tobytes()))  # type: ignore[attr-defined]
     elif cls is Iota:
@@ -281,50 +280,57 @@ def signature_of(node: Node) -> int:
 
 
 
-def signed(fields: list[Any], children: Sequence[Node]) -> tuple[int, tuple | None]:
-    """The signature and operands of a node whose own fields are ``fields`` and whose
-    children, in the structure key's walk order, are ``children``: (0, None) when a
-    child has no signature or the operands would be too many (see above)."""
+def signed(fields: list[Any], children: Sequence[Node]) -> tuple[int, tuple | None, tuple]:
+    """The signature, operands and view offsets (``offs``) of a node whose own fields
+    are ``fields`` and whose children, in the structure key's walk order, are
+    ``children``: (0, None, ()) when a child has no signature or the operands would be
+    too many (see above)."""
     if not children:
-        return intern_sig(tuple(fields)), ()
+        return intern_sig(tuple(fields)), (), ()
     a = children[0]
     sig = a.sig or signature_of(a)
     if not sig:
-        return 0, None
+        return 0, None, ()
     fields.append(sig)
     operands: tuple = a.operands or ()  # (never None with a signature)
+    offs = a.offs
     n = len(children)
     if n == 1:  # (a signed child's operands are within the bound)
-        return intern_sig(tuple(fields)), operands
+        return intern_sig(tuple(fields)), operands, offs
     earlier = a.storages  # the buffers of the children before
     joins: list[Any] = []  # per later child: its operands shared (shared_part)
+    wheres: list[Any] = []  # per later child: where its offsets land (merge_offs)
     for k in range(1, n):
         a = children[k]
         sig = a.sig or signature_of(a)
         if not sig:
-            return 0, None
+            return 0, None, ()
         fields.append(sig)
         shared, more = shared_part(operands, earlier, a.operands or ())
         joins.append(shared)
         operands += more
+        offs, where = merge_offs(offs, a.offs)
+        wheres.append(where)
         if k + 1 < n and a.storages:  # (the last child's are not needed)
             earlier = earlier | a.storages if earlier else a.storages
     if len(operands) > MAX_OPERANDS:
-        return 0, None
+        return 0, None, ()
     sig = intern_sig(tuple(fields))
+    if any(w is not None for w in wheres):
+        sig = offs_joined(sig, tuple(wheres))
     # (two children: the operators' lean path joins with the one part)
     if any(joins):
         sig = joined_sig(sig, joins[0] if n == 2 else tuple(joins))
-    return sig, operands
+    return sig, operands, offs
 
 
-def signed_one(fields: tuple, child: Node) -> tuple[int, tuple | None]:
+def signed_one(fields: tuple, child: Node) -> tuple[int, tuple | None, tuple]:
     """:func:`signed` of a node with one child (a reduction, a remap): ``fields`` then
     the child's signature."""
     sig = child.sig or signature_of(child)
     if not sig:
-        return 0, None
-    return intern_sig((*fields, sig)), child.operands
+        return 0, None, ()
+    return intern_sig((*fields, sig)), child.operands, child.offs
 
 
 _scalar_sigs: dict[str, int] = {}
@@ -335,17 +341,11 @@ def _clear_fields() -> None:
     _fields_before[0] = {}
 
 
-def _clear_free_sigs() -> None:
-    _free_sigs.clear()
-    _free.clear()
-
-
 _caches.register("expr.nodes.sig_table", _sig_table.clear, lambda: len(_sig_table), SIG_TABLE_MAX)
 _caches.register("expr.nodes.sig_fields", _clear_fields,
                  lambda: len(_sig_fields) + len(_fields_before[0]), 2 * SIG_TABLE_MAX)
-_caches.register("expr.nodes.free", _free.clear, lambda: len(_free), SIG_TABLE_MAX)
-_caches.register("expr.nodes.free_sigs", _clear_free_sigs, lambda: len(_free_sigs),
-                 FREE_SIGS_MAX)
+_caches.register("expr.nodes.offs", offs_table.clear, lambda: len(offs_table), SIG_TABLE_MAX)
+_caches.register("expr.nodes.merged", _merged.clear, lambda: len(_merged), MERGED_MAX)
 _caches.register("expr.nodes.joined_at", joined_at_table.clear, lambda: len(joined_at_table),
                  SIG_TABLE_MAX)
 _caches.register("expr.nodes.scalar_sigs", _scalar_sigs.clear, lambda: len(_scalar_sigs),
@@ -393,11 +393,12 @@ class Leaf(Node):
     its offset is a kernel parameter whatever its value (see :func:`fills`).
     """
 
-    __slots__ = ("offset", "operands", "sig", "storage", "strides", "token", "views")
+    __slots__ = ("offs", "offset", "operands", "sig", "storage", "strides", "token", "views")
 
     def __init__(self, storage: Storage, dtype: np.dtype, shape: tuple[int, ...],
                  strides: tuple[int, ...] | None = None, offset: int = 0) -> None:
-        self.sig = 0  # see signature_of
+        self.sig = 0  # see signature_of (which sets offs)
+        self.offs = ()
         self.views: dict | None = None  # see ops.indexing._plain_view
         self.operands = (storage,)
         self.storage = storage
@@ -416,6 +417,7 @@ class Leaf(Node):
         fewer steps (every evaluation's result becomes one)."""
         self = _new(cls)
         self.sig = 0
+        self.offs = ()
         self.operands = (storage,)
         self.storage = storage
         self.dtype = dtype
@@ -510,7 +512,7 @@ class Reduce(Node):
     (``keepdims``; a whole subtree rebuilt through a view would cost more).
     """
 
-    __slots__ = ("axes", "child", "op", "operands", "sig")
+    __slots__ = ("axes", "child", "offs", "op", "operands", "sig")
     fancy = True
 
     def __init__(self, op: str, child: Node, axes: tuple[int, ...], dtype: np.dtype,
@@ -527,7 +529,8 @@ class Reduce(Node):
         self.storages = child.storages
         # (the child's shape follows from its signature: the axes and result shape,
         # keepdims' unit axes included, are this node's fields)
-        self.sig, self.operands = signed_one(("R", op, dtype.char, axes, kept), child)
+        self.sig, self.operands, self.offs = signed_one(("R", op, dtype.char, axes, kept),
+                                                        child)
 
     def kept_index(self, at: Sequence[Any]) -> tuple[Any, ...]:
         """An index of this node's result (``at``) as one of the child's kept axes.
@@ -551,7 +554,7 @@ class Gather(Node):
     never reads outside the buffer).
     """
 
-    __slots__ = ("axis", "checked", "child", "index", "operands", "sig")
+    __slots__ = ("axis", "checked", "child", "index", "offs", "operands", "sig")
     fancy = True
 
     def __init__(self, child: Node, index: Node, axis: int, checked: bool | int = True) -> None:
@@ -569,7 +572,7 @@ class Gather(Node):
             storages = storages | index.storages if storages else index.storages
         self.storages = storages
         # (``checked`` as a code: True and 1 name the same check, as in the walk's key)
-        self.sig, self.operands = signed(["G", axis, self.shape, int(checked)],
+        self.sig, self.operands, self.offs = signed(["G", axis, self.shape, int(checked)],
                                          (child, index))
 
 
@@ -580,7 +583,7 @@ class Apply(Node):
     exactly as the numpy ufunc would.
     """
 
-    __slots__ = ("args", "fancy", "loop", "loop_key", "op", "operands", "sig")
+    __slots__ = ("args", "fancy", "loop", "loop_key", "offs", "op", "operands", "sig")
 
     def __init__(self, op: str, args: tuple[Node, ...], loop: tuple[np.dtype, ...],
                  shape: tuple[int, ...], loop_key: tuple[str, ...] | None = None) -> None:
@@ -604,7 +607,7 @@ class Apply(Node):
         self.storages = storages
         self.fancy = fancy
         # the signature: an operation's name (a user function's key), loop, shape, arguments
-        self.sig, self.operands = signed(
+        self.sig, self.operands, self.offs = signed(
             ["A", ("U", self.function.key) if type(self) is UserCall else op, key, shape], args)
 
 
@@ -681,7 +684,7 @@ class Remap(Node):
     everywhere else views become strides of the leaves.
     """
 
-    __slots__ = ("child", "coeffs", "offsets", "operands", "sig")
+    __slots__ = ("child", "coeffs", "offs", "offsets", "operands", "sig")
     fancy = True
 
     def __init__(self, child: Node, shape: tuple[int, ...], offsets: tuple[int, ...],
@@ -692,7 +695,7 @@ class Remap(Node):
         self.coeffs = coeffs
         self.dtype = child.dtype
         self.storages = child.storages
-        self.sig, self.operands = signed_one(("M", shape, offsets, coeffs), child)
+        self.sig, self.operands, self.offs = signed_one(("M", shape, offsets, coeffs), child)
 
 
 class Concat(Node):
@@ -704,7 +707,7 @@ class Concat(Node):
     empty unless it is the only one (build with :func:`fuseloop.expr.views.concat_node`).
     """
 
-    __slots__ = ("axis", "fancy", "operands", "pieces", "sig", "starts")
+    __slots__ = ("axis", "fancy", "offs", "operands", "pieces", "sig", "starts")
 
     def __init__(self, pieces: tuple[Node, ...], axis: int) -> None:
         first = pieces[0]
@@ -729,7 +732,7 @@ class Concat(Node):
         self.storages = storages
         self.fancy = fancy
         # (none by default; fuseloop.multi.exchange signs the row windows it makes)
-        self.sig, self.operands = 0, None
+        self.sig, self.operands, self.offs = 0, None, ()
 
 
 class SparseProduct(Node):

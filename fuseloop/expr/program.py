@@ -251,7 +251,8 @@ class StructureEntry:
     and device, how the compiled kernel is launched for this structure.
     """
 
-    __slots__ = ("launches", "max_param", "offset_slots", "params", "program", "take")
+    __slots__ = ("launches", "max_param", "moved", "offs", "offset_slots", "params",
+                 "program", "rebind", "take")
 
     def __init__(self, program: Program, params: list[int],
                  offset_slots: tuple[int, ...] = ()) -> None:
@@ -260,8 +261,13 @@ class StructureEntry:
         self.offset_slots = offset_slots
         self.max_param = max(params, default=0)
         self.launches: dict[Any, Any] = {}
-        # for an entry found by signature: operands -> (buffers, scalar values)
+        # for an entry found by signature: operands -> (buffers, scalar values), and the
+        # views' offsets its parameters hold (a root's ``offs``)
         self.take: Any = None
+        self.offs: tuple = ()
+        # its launch plans at other offsets, and how they are bound (fuseloop.flat_moves)
+        self.moved: dict | None = None
+        self.rebind: tuple | None = None
 
 
 class _Uncacheable(Exception):
@@ -281,7 +287,8 @@ _SCALAR_TOKENS = _ScalarTokens()
 structures: dict[tuple, StructureEntry] = {}
 # (signature, out_shape) -> the entry last found under a key that starts with them;
 # its program is right for any operands that repeat at least as its key says (an
-# elementwise kernel into a new buffer may read one buffer through two arguments)
+# elementwise kernel into a new buffer may read one buffer through two arguments), its
+# parameters for its own views' offsets (``entry.offs``)
 flat_entries: dict[tuple, StructureEntry] = {}
 STRUCTURES_MAX = 2048  # entries kept (all are dropped when it is reached)
 # larger expressions are linearised every time (a 400-operation expression writes
@@ -536,7 +543,8 @@ def structure_entry(roots: Sequence[Node], out_shape: tuple[int, ...]
         if sig and operands is not None and not root.fancy:
             # each operand's first place: which buffers and scalar nodes are the same
             # (by identity: neither defines ==)
-            key: tuple = (sig, out_shape, firsts(operands))
+            # (and the views' offsets: the entry's parameters hold them)
+            key: tuple = (sig, out_shape, firsts(operands), root.offs)
             entry = structures.get(key)
             if entry is not None and not CHECK_STRUCTURE_CACHE:
                 flat_entries[key[:2]] = entry
@@ -661,6 +669,8 @@ def _linearised(key: tuple, entry: StructureEntry | None, roots: Sequence[Node],
         return entry, storages, scalars
     fresh = StructureEntry(program, bindings.params, bindings.offset_slots or ())
     fresh.take = take
+    if take is not None:
+        fresh.offs = roots[0].offs
     if not same:  # never expected: the walks visit in the same order; do not cache
         return fresh, bindings.storages, bindings.scalars
     if len(key) > LARGE_TOKENS:  # (a long key and a large program: only so many kept)

@@ -1,18 +1,18 @@
 """Subtrees built once per operand structure, then re-instantiated on new operands.
 
-A composite operation (``x.argmax(axis=1)``, ``x.var()``, ``x ** -1.5`` by products,
-a view pushed into an expression) builds a subtree that depends only on its operand's
-structure (its signature, see :mod:`fuseloop.expr.nodes`), on which of the operand's
-buffers and scalars repeat, on static arguments and on the device: not on the buffers
-themselves nor the scalars' values.  Built the second time its key is met (a key met
-once, as in a loop over shapes or slices that change, costs one dictionary entry), the
-subtree is recorded as a :class:`Template` that names the operand's buffers and scalars
-by their position in its ``operands`` (never holding a buffer); later calls with an
-operand of the same structure copy the template's nodes with the new buffers and
-scalars in place (node fields, signatures and loops stored: no dtype resolution, shape
-arithmetic or view pushing), which costs a fraction of building them again.  The copy
-is the node tree a fresh build would have made, so the structure key and kernels are
-the same.
+A composite operation (``x.argmax(axis=1)``, ``x.var()``, ``x ** -1.5`` by products, a
+view pushed into an expression) builds a subtree that depends only on its operand's
+structure (its signature and views' offsets, see :mod:`fuseloop.expr.nodes`), on which
+of the operand's buffers and scalars repeat, on static arguments and on the device:
+not on the buffers themselves nor the scalars' values. Built the second time its key
+is met (a key met once, as in a loop over shapes or slices that change, costs one
+dictionary entry), the subtree is recorded as a :class:`Template` that names the
+operand's buffers and scalars by their position in its ``operands`` (never holding a
+buffer); later calls with an operand of the same structure copy the template's nodes
+with the new buffers and scalars in place (node fields, signatures, views' offsets and
+loops stored: no dtype resolution, shape arithmetic or view pushing), which costs a
+fraction of building them again. The copy is the node tree a fresh build would have
+made, so the structure key and kernels are the same.
 
 A subtree is not recorded (the key is remembered as such, and the composite built
 each time) when it holds a node kind this module does not copy (concatenations,
@@ -132,7 +132,7 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
         elif cls is Apply or cls is UserCall:
             args = tuple(enc(a) for a in node.args)
             step = (_APPLY, cls, node.op, args, node.loop, node.loop_key, node.shape,
-                    node.sig, node.fancy, refs(node, args),
+                    node.sig, node.offs, node.fancy, refs(node, args),
                     node.function if cls is UserCall else None)
         elif cls is Leaf:
             p = at.get(id(node.storage))
@@ -169,15 +169,15 @@ def _step_over_children(node: Any, enc: Callable[[Any], int],
     if cls is Reduce:
         child = enc(node.child)
         return (_REDUCE, child, node.op, node.axes, node.dtype, node.shape, node.sig,
-                refs(node, (child,)))
+                node.offs, refs(node, (child,)))
     if cls is Remap:
         child = enc(node.child)
-        return (_REMAP, child, node.shape, node.offsets, node.coeffs, node.sig,
+        return (_REMAP, child, node.shape, node.offsets, node.coeffs, node.sig, node.offs,
                 refs(node, (child,)))
     if cls is Gather:
         child, idx = enc(node.child), enc(node.index)
         return (_GATHER, child, idx, node.axis, node.checked, node.shape, node.sig,
-                refs(node, (child, idx)))
+                node.offs, refs(node, (child, idx)))
     raise _NotCopied
 
 
@@ -217,11 +217,12 @@ def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
         kind = step[0]
         node: Any
         if kind == _APPLY:
-            _, cls, op, args, loop, key, shape, sig, fancy, refs, function = step
+            _, cls, op, args, loop, key, shape, sig, offs, fancy, refs, function = step
             node = _new(cls)
             argv = tuple(map(get, args))
             node.op, node.loop, node.loop_key, node.dtype = op, loop, key, loop[-1]
             node.args, node.shape, node.sig, node.fancy = argv, shape, sig, fancy
+            node.offs = offs
             if len(argv) == 2:  # (_union of two, written out: most operations)
                 sa, sb = argv[0].storages or _EMPTY, argv[1].storages
                 node.storages = sa if not sb or sb is sa else sb if not sa \
@@ -234,11 +235,11 @@ def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
             if function is not None:
                 node.function = function
         elif kind == _REDUCE:
-            _, child, op, axes, dtype, shape, sig, refs = step
+            _, child, op, axes, dtype, shape, sig, offs, refs = step
             node = _new(Reduce)
             c = pool[child]
             node.op, node.child, node.axes, node.dtype = op, c, axes, dtype
-            node.shape, node.sig, node.storages = shape, sig, c.storages
+            node.shape, node.sig, node.storages, node.offs = shape, sig, c.storages, offs
             node.operands = None if refs is None else pool[refs].operands \
                 if type(refs) is int else tuple(map(get, refs))
         elif kind == _IN:
@@ -251,6 +252,7 @@ def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
             node.storages = frozenset(node.operands)
             node.dtype, node.shape, node.strides, node.offset = dtype, shape, strides, offset
             node.sig, node.token, node.views = sig, token, None
+            node.offs = () if strides is None else (offset,)
         elif kind == _SCALAR:
             value = step[1]
             node = _new(Scalar)
@@ -258,20 +260,20 @@ def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
         elif kind == _SHARED:
             node = step[1]
         elif kind == _GATHER:
-            _, child, idx, axis, checked, shape, sig, refs = step
+            _, child, idx, axis, checked, shape, sig, offs, refs = step
             node = _new(Gather)
             c, i = pool[child], pool[idx]
             node.child, node.index, node.axis, node.checked = c, i, axis, checked
-            node.dtype, node.shape, node.sig = c.dtype, shape, sig
+            node.dtype, node.shape, node.sig, node.offs = c.dtype, shape, sig, offs
             node.storages = _union(c.storages or _EMPTY, i.storages or _EMPTY)
             node.operands = None if refs is None else pool[refs].operands \
                 if type(refs) is int else tuple(map(get, refs))
         else:
-            _, child, shape, offsets, coeffs, sig, refs = step
+            _, child, shape, offsets, coeffs, sig, offs, refs = step
             node = _new(Remap)
             c = pool[child]
             node.child, node.shape, node.offsets, node.coeffs = c, shape, offsets, coeffs
-            node.dtype, node.storages, node.sig = c.dtype, c.storages, sig
+            node.dtype, node.storages, node.sig, node.offs = c.dtype, c.storages, sig, offs
             node.operands = None if refs is None else pool[refs].operands \
                 if type(refs) is int else tuple(map(get, refs))
         pool.append(node)
@@ -297,7 +299,8 @@ def _remember(key: tuple, t: Any, record_it: Callable[[], Template | None]) -> N
 def built(key: tuple, root: Node, build: Callable[[], _N]) -> _N:
     """``build()``, a subtree of ``root`` alone, by its template under ``key`` (which
     must hold everything but ``root``'s buffers and scalars that the subtree depends
-    on: ``root``'s signature and :func:`operand_pattern`, the static arguments)."""
+    on: ``root``'s signature, ``offs`` and :func:`operand_pattern`, the static
+    arguments)."""
     t = _templates.get(key, _MISSING)
     if type(t) is Template:
         return cast(_N, instantiate(t, root))  # (a node: what build made when recorded)
@@ -316,7 +319,7 @@ def array_key(name: str, x: Any, *statics: Any) -> tuple | None:
     sig = node.sig or signature_of(node)
     if not sig or not x._shape or _trace_hooks.trace_checks:
         return None
-    return (name, sig, operand_pattern(node.operands), x.device, statics)
+    return (name, sig, operand_pattern(node.operands), node.offs, x.device, statics)
 
 
 def composite(key: tuple | None, x: Any, build: Callable[[], Any]) -> Any:
@@ -356,7 +359,7 @@ def call_key(name: str, x: Any, *args: Any) -> tuple | None:
     sig = node.sig or signature_of(node)
     if not sig:
         return None
-    return (name, sig, operand_pattern(node.operands), x.device, args)
+    return (name, sig, operand_pattern(node.operands), node.offs, x.device, args)
 
 
 def by_call(key: tuple | None, x: Any) -> Any:
@@ -399,7 +402,7 @@ def composite_of(name: str, xs: tuple, build: Callable[[], Any], *statics: Any) 
         sig = node.sig or signature_of(node)
         if not sig or not x._shape or node.operands is None or x.device is not device:
             return build()
-        sigs.append(sig)
+        sigs.append((sig, node.offs))
         pool += node.operands
     if _trace_hooks.trace_checks:
         return build()

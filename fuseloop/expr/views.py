@@ -51,7 +51,7 @@ def affine_view(node: Node, shape: tuple[int, ...], offsets: Sequence[int],
         return _leaf_view(node, shape, offsets, coeffs)
     off, co = tuple(offsets), tuple(tuple(r) for r in coeffs)
     if node.sig:  # (an expression: pushed once per structure and map, then copied)
-        key = ("view", node.sig, operand_pattern(node.operands), shape, off, co)
+        key = ("view", node.sig, operand_pattern(node.operands), node.offs, shape, off, co)
         return built(key, node, lambda: _pushed(node, shape, off, co))
     return _pushed(node, shape, off, co)
 
@@ -308,7 +308,7 @@ def reshape_view(node: Node, new_shape: tuple[int, ...]) -> Node | None:
     if isinstance(node, Apply):
         if not node.sig:
             return _reshape_apply(node, new_shape)
-        key = ("reshape", node.sig, operand_pattern(node.operands), new_shape)
+        key = ("reshape", node.sig, operand_pattern(node.operands), node.offs, new_shape)
         return built(key, node, lambda: _reshape_apply(node, new_shape))
     if isinstance(node, Concat):
         v = _reshape_concat(node, new_shape)

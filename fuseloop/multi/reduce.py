@@ -171,7 +171,7 @@ def _planned(base: tuple, p: Any) -> Array | None:
             and math.prod(p.shape) <= _host.HOST_MAX_WORK:
         return None
     rsig, shape, dtype = hit
-    signed = signed_of(rsig, operands, shape, device)
+    signed = signed_of(rsig, operands, node.offs, shape, device)
     done = None if signed is None else _flags.deferring(_signed_replay, signed, device)
     return None if done is None else Array._concrete(done[0], dtype, shape)
 

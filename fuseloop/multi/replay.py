@@ -228,7 +228,7 @@ def _stage(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any
     operands = node.operands
     if operands is None:
         return None
-    signed = _rp.signed_of(sig, operands, shape, device)
+    signed = _rp.signed_of(sig, operands, node.offs, shape, device)
     if signed is None:
         return None
     entry = _rp._signed.get(signed[0])

@@ -56,7 +56,7 @@ def _signed(node: Node) -> Node:
     reading a window finds its run plan by signature (``run_plans._signed_key``), not
     by walking its whole expression on every step: the parts' launches cost half."""
     if type(node) is Concat and not node.sig:
-        node.sig, node.operands = signed(["K", node.axis, node.shape, node.starts],
+        node.sig, node.operands, node.offs = signed(["K", node.axis, node.shape, node.starts],
                                          list(node.pieces))
     return node
 
@@ -425,7 +425,8 @@ class _Mover:
 # copied (its parts are built from windows, as without ``BY_BUFFER``).
 
 def _copy_leaf(node: Any, new: Any) -> None:
-    new.offset, new.operands, new.sig = node.offset, node.operands, node.sig
+    new.offset, new.operands, new.sig, new.offs = node.offset, node.operands, node.sig, \
+        node.offs
     new.storage, new.strides, new.token = node.storage, node.strides, node.token
     new.views = None  # (a copy's own views: none yet)
     new.dtype, new.shape, new.storages = node.dtype, node.shape, node.storages
@@ -434,7 +435,7 @@ def _copy_leaf(node: Any, new: Any) -> None:
 def _copy_apply(node: Any, new: Any) -> None:
     new.args, new.fancy, new.loop, new.loop_key = node.args, node.fancy, node.loop, \
         node.loop_key
-    new.op, new.operands, new.sig = node.op, node.operands, node.sig
+    new.op, new.operands, new.sig, new.offs = node.op, node.operands, node.sig, node.offs
     new.dtype, new.shape, new.storages = node.dtype, node.shape, node.storages
 
 
@@ -445,30 +446,31 @@ def _copy_user_call(node: Any, new: Any) -> None:
 
 def _copy_reduce(node: Any, new: Any) -> None:
     new.axes, new.child, new.op = node.axes, node.child, node.op
-    new.operands, new.sig = node.operands, node.sig
+    new.operands, new.sig, new.offs = node.operands, node.sig, node.offs
     new.dtype, new.shape, new.storages = node.dtype, node.shape, node.storages
 
 
 def _copy_remap(node: Any, new: Any) -> None:
     new.child, new.coeffs, new.offsets = node.child, node.coeffs, node.offsets
-    new.operands, new.sig = node.operands, node.sig
+    new.operands, new.sig, new.offs = node.operands, node.sig, node.offs
     new.dtype, new.shape, new.storages = node.dtype, node.shape, node.storages
 
 
 def _copy_gather(node: Any, new: Any) -> None:
     new.axis, new.checked, new.child, new.index = node.axis, node.checked, node.child, \
         node.index
-    new.operands, new.sig = node.operands, node.sig
+    new.operands, new.sig, new.offs = node.operands, node.sig, node.offs
     new.dtype, new.shape, new.storages = node.dtype, node.shape, node.storages
 
 
 def _copy_concat(node: Any, new: Any) -> None:
     new.axis, new.fancy, new.operands = node.axis, node.fancy, node.operands
     new.pieces, new.sig, new.starts = node.pieces, node.sig, node.starts
+    new.offs = node.offs
     new.dtype, new.shape, new.storages = node.dtype, node.shape, node.storages
 
 
-_SHARED = ("operands", "sig", "dtype", "shape", "storages")
+_SHARED = ("offs", "operands", "sig", "dtype", "shape", "storages")
 _COPIERS: dict[type, tuple[Callable[[Any, Any], None], tuple[str, ...]]] = {
     Leaf: (_copy_leaf, ("offset", "storage", "strides", "token", "views", *_SHARED)),
     Apply: (_copy_apply, ("args", "fancy", "loop", "loop_key", "op", *_SHARED)),
