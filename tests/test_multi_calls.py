@@ -185,3 +185,19 @@ def test_kept_call_from_another_thread(split):
         found = calls.COUNTS[0]
         np.testing.assert_allclose((x * y + 1).get(), xn * yn + 1, rtol=1e-6)
         assert multi_replay.LAST_FAST[0] == 3 and calls.COUNTS[0] == found + hits
+
+
+def test_moving_views_are_not_replayed_at_stale_offsets(split):
+    """Column windows of arrays split by rows: every part is a view of the same shape at
+    a moving offset, and signatures leave offsets out, so a kept call serves only the
+    offsets it was kept under (the sum's and an evaluation's parts)."""
+    rng = np.random.default_rng(5)
+    xn, yn = rng.random((300, 200), np.float32), rng.random((300, 200), np.float32)
+    with fl.device(split):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    for s in (0, 0, 0, 7, 7, 7, 3, 0):
+        xs, ys = xn[:, s:s + 100], yn[:, s:s + 100]
+        got = float(fl.sum(x[:, s:s + 100] * y[:, s:s + 100]))
+        np.testing.assert_allclose(got, _dot(xs.ravel(), ys.ravel()), rtol=1e-5)
+        ev = (2 * x[:, s:s + 100] - y[:, s:s + 100]).get()
+        np.testing.assert_allclose(ev, 2 * xs - ys, rtol=1e-6)

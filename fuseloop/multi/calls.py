@@ -190,12 +190,13 @@ def combined(call: _Call, partials: Sequence[Array]) -> Array | None:
 def found(tag: Any, parts: Sequence[Array]) -> tuple[tuple | None, list[Any] | None,
                                                     _Call | None]:
     """The key of a split call over the lazy ``parts`` (``tag``: what the call does with
-    them; then each part's signature, shape and device index), and where a call is kept
-    under it, every part staged from it (``replay._Staged``) and the call.  The key is
-    None where a part is evaluated already or has no signature; the staged parts None
+    them; then each part's signature, view offsets, shape and device index), and where a
+    call is kept under it, every part staged from it (``replay._Staged``) and the call.
+    The key is None where a part is evaluated already or has no signature; the staged
+    parts None
     where no call is kept or a part's launch no longer applies (the call is dropped:
     the caller stages the parts one by one, and may keep the call again)."""
-    sigs, shapes, devices = [], [], []
+    sigs, offs, shapes, devices = [], [], [], []
     for p in parts:
         if p._storage is not None:
             return None, None, None
@@ -204,9 +205,10 @@ def found(tag: Any, parts: Sequence[Array]) -> tuple[tuple | None, list[Any] | N
         if not sig:
             return None, None, None
         sigs.append(sig)
+        offs.append(node.offs)  # (signatures leave views' offsets out: kept launches bake them)
         shapes.append(p.shape)
         devices.append(p.device.index)
-    key = (tag, tuple(sigs), tuple(shapes), tuple(devices))
+    key = (tag, tuple(sigs), tuple(offs), tuple(shapes), tuple(devices))
     call = _CALLS.get(key)
     if call is None or len(call.parts) != len(parts):
         return key, None, None
