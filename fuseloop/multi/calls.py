@@ -193,9 +193,8 @@ def found(tag: Any, parts: Sequence[Array]) -> tuple[tuple | None, list[Any] | N
     them; then each part's signature, view offsets, shape and device index), and where a
     call is kept under it, every part staged from it (``replay._Staged``) and the call.
     The key is None where a part is evaluated already or has no signature; the staged
-    parts None
-    where no call is kept or a part's launch no longer applies (the call is dropped:
-    the caller stages the parts one by one, and may keep the call again)."""
+    parts None where no call is kept or a part's launch no longer applies (the call is
+    dropped: the caller stages the parts one by one, and may keep the call again)."""
     sigs, offs, shapes, devices = [], [], [], []
     for p in parts:
         if p._storage is not None:
