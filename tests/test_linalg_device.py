@@ -6,13 +6,14 @@ of 16 (so that small matrices span several blocks, with partial last blocks).
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
 import pytest
 
 import fuseloop as fl
-from fuseloop import linalg_factor, linalg_gemm, linalg_kernels
+from fuseloop import linalg_factor, linalg_gemm, linalg_kernels, linalg_panel
 
 SIZES = [1, 5, 63, 64, 65, 200]
 
@@ -227,10 +228,25 @@ def _launches(fn):
     return fl.stats()["kernels_launched"]
 
 
-def test_launches_per_block(device, block16):
+@pytest.mark.parametrize("present", ["device", "gpu"])
+def test_launches_per_block(device, block16, present, monkeypatch):
     # O(n / block) launches: 3 per Cholesky block (diagonal block, panel, trailing
     # product), 2 per triangular-solve block (1 for up to FEW_RHS right-hand sides);
-    # the LU panel's tournament adds one launch per level of candidates
+    # the LU panel's tournament adds one launch per level of candidates.  "gpu": the
+    # CPU device presented as a GPU (the GPU's panel kernel, a row per work-item)
+    if present == "gpu":
+        if device.type != "cpu":
+            pytest.skip("presents the CPU device as a GPU")
+        monkeypatch.setenv("FUSELOOP_COMPILE", "inline")  # (workers know no such device)
+        device = dataclasses.replace(device, index=9133, type="gpu", compute_units=132,
+                                     max_work_group_size=1024)
+        with fl.device(device):
+            _launches_per_block(device, block16)
+    else:
+        _launches_per_block(device, block16)
+
+
+def _launches_per_block(device, block16):
     n = 100
     blocks = -(-n // block16)
     spd, gen = fl.asarray(_spd(n)), fl.asarray(_general(n))
@@ -243,9 +259,15 @@ def test_launches_per_block(device, block16):
     assert _launches(lambda: fl.linalg.solve_triangular(spd, many, lower=True).eval()) == \
         2 * blocks
     levels = 0
+    f8 = np.dtype(np.float64)
+    rows = linalg_panel.use_rows(device, block16, f8)  # (GPUs: a row per work-item)
     for k in range(0, n, block16):
-        slices = -(-(n - k) // (2 * block16))
-        levels += 1 + (slices - 1).bit_length()  # 1 + ceil(log2(slices))
+        if rows:  # (a launch per level of groups of rows)
+            wg = linalg_panel.rows_group_size(device, block16, f8)
+            levels += len(linalg_panel.rows_levels(n - k, min(block16, n - k), wg))
+        else:
+            slices = -(-(n - k) // (2 * block16))
+            levels += 1 + (slices - 1).bit_length()  # 1 + ceil(log2(slices))
     # the copy and the row order's start, the tournament, the row exchanges, the two
     # triangular solves (one launch) and the product
     lu = 2 + levels + blocks + 2 * (blocks - 1)
