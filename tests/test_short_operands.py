@@ -1,6 +1,6 @@
-"""A lazy short operand of a large product is evaluated first, whatever its producer
+"""A lazy short matrix operand of a large product is evaluated first, whatever its producer
 (``fuseloop.ops.linalg._short_operand``): the skinny recipes read it in every work-item,
-each applying the producer; a square product keeps a cheap producer fused."""
+each applying the producer; a vector and a square product keep a cheap producer fused."""
 
 import numpy as np
 import pytest
@@ -33,9 +33,14 @@ def test_relu_of_short_operand_runs_first(device_path, small_threshold):
     launches, got = _launches(lambda: fl.maximum(fh - fb, 0) @ fw)
     assert launches == 1 + product  # (the producer's pass, then the product)
     np.testing.assert_allclose(got, np.maximum(h - b, 0) @ w, rtol=1e-5)
-    product = _launches(lambda: fw.T @ fl.asarray(2 * h[0]))[0]
-    launches, got = _launches(lambda: fw.T @ (2 * fh[0]))  # (a vector on the right)
+    product = _launches(lambda: fw @ fl.asarray(np.maximum(h - b, 0).T))[0]
+    launches, got = _launches(lambda: fw @ fl.maximum(fh - fb, 0).T)  # (on the right)
     assert launches == 1 + product
+    np.testing.assert_allclose(got, w @ np.maximum(h - b, 0).T, rtol=1e-5)
+    # (a vector keeps its producer: one pass over it costs more than it saves)
+    product = _launches(lambda: fw.T @ fl.asarray(2 * h[0]))[0]
+    launches, got = _launches(lambda: fw.T @ (2 * fh[0]))
+    assert launches == product
     np.testing.assert_allclose(got, w.T @ (2 * h[0]), rtol=1e-5)
 
 

@@ -14,8 +14,8 @@ transcendental function or a user function and whose elements are each used by
 at least ``MATERIALISE_REUSE`` outputs is evaluated into a buffer first (on an
 H200, ``sin(A) @ B`` at 4096^3 ran at 11.5 TFLOP/s fused against 23.7 with
 ``sin(A)`` materialised; ``(A * 2) @ B`` fused ran as fast as ``A @ B``).  So is a lazy
-short operand of a large product whatever its producer: the skinny recipes read it in
-every work-item, each applying the producer (mlp's ``relu(h + b) @ W``).
+short matrix operand of a large product whatever its producer: the skinny recipes read it
+in every work-item, each applying the producer (mlp's ``relu(h + b) @ W``).
 """
 
 from __future__ import annotations
@@ -89,12 +89,15 @@ def _materialise_costly(x: Array, reuse: int, other: int = 0) -> Array:
 
 
 def _short_operand(x: Array, other: int) -> bool:
-    """Whether ``x`` is a short operand (at most 1/``SHORT_RATIO`` of the other's
-    elements) of a product whose other operand has at least ``SHORT_OTHER_MIN``: the
-    skinny recipes read it in every work-item at every step, applying even a cheap
-    producer (``relu(h + b) @ W``) once per work-item, where its own pass costs little
-    beside reading the long operand."""
-    return other >= SHORT_OTHER_MIN and math.prod(x._shape) * SHORT_RATIO <= other
+    """Whether ``x`` is a short matrix operand (at most 1/``SHORT_RATIO`` of the other's
+    elements, two or more rows and columns) of a product whose other operand has at least
+    ``SHORT_OTHER_MIN``: the skinny recipes read it in every work-item at every step,
+    applying even a cheap producer (``relu(h + b) @ W``) once per work-item, where its own
+    pass costs little beside reading the long operand.  A vector keeps its producer
+    (gemver's ``beta * y @ A`` on an H200 was slower with it evaluated first)."""
+    shape = x._shape
+    return other >= SHORT_OTHER_MIN and len(shape) >= 2 and min(shape[-2:]) > 1 \
+        and math.prod(shape) * SHORT_RATIO <= other
 
 
 def _align(x: Array, letters: str, space: str, sizes: dict[str, int]) -> Array:
