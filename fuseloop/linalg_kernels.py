@@ -49,6 +49,41 @@ PRELUDE = r"""
 #undef barrier
 #define barrier(flags) ((void)0)
 #endif
+/* how a pointer to local memory is declared as a parameter (a CUDA build: plainly) */
+#ifndef FL_LOCAL_ARG
+#define FL_LOCAL_ARG __local
+#endif
+/* An LU panel's chosen rows idx[0..b) as LAPACK's pivots piv[k..k+b) and their net
+   row moves (perm[0] of them: row k + perm[1 + 2t] receives row k + perm[2 + 2t]), by
+   one work-item.  Slot s < b is panel position (and row) s, slot b + j the original
+   position of chosen row idx[j] when that is below the block: only these 2 b move. */
+void fl_panel_swaps(__global long *piv, __global long *perm, FL_LOCAL_ARG const int *idx,
+                    FL_LOCAL_ARG int *rowat, FL_LOCAL_ARG int *posof, const long k,
+                    const int b)
+{
+    for (int s = 0; s < 2 * b; ++s) {
+        rowat[s] = s;
+        posof[s] = s;
+    }
+    for (int j = 0; j < b; ++j) {
+        const int sl = idx[j] < b ? idx[j] : b + j, p = posof[sl], q = rowat[j];
+        piv[k + j] = k + (p < b ? p : idx[p - b]);
+        rowat[j] = sl;
+        rowat[p] = q;
+        posof[sl] = j;
+        posof[q] = p;
+    }
+    int entries = 0;
+    for (int s = 0; s < 2 * b; ++s) {
+        const int w = rowat[s];
+        if (w != s && (s < b || idx[s - b] >= b)) {
+            perm[1 + 2 * entries] = s < b ? s : idx[s - b];
+            perm[2 + 2 * entries] = w < b ? w : idx[w - b];
+            ++entries;
+        }
+    }
+    perm[0] = entries;
+}
 """
 
 # Cholesky (lower) of the nb x nb diagonal block at a[off] (row stride ld, nb <= NB),
@@ -362,7 +397,7 @@ void fuseloop_trsv_blocks(__global FL_T *x, __global FL_T *y, __global const FL_
 # the factorisation goes on, as LAPACK's getrf does).  CPR work-items share each row
 # of the copy (2 for groups of 4 NB); per column three barriers (pivot search in two
 # stages, swap, update).  The final level's swaps come from the chosen rows by one
-# work-item after the last barrier, as in fuseloop_tslu_rows (fuseloop.linalg_panel).
+# work-item after the last barrier (fl_panel_swaps, shared with fuseloop_tslu_rows).
 _TSLU = r"""
 #define TR (2 * NB)
 #define CPR (WG > TR ? WG / TR : 1)
@@ -478,34 +513,8 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
     } else {
         for (int e = lid; e < b * b; e += WG)
             diag[e] = A(e / b, e % b);
-        if (lid == 0) {
-            /* the chosen rows idx[0..b) as swaps, by one work-item: slot s < b is panel
-               position (and row) s, slot b + j the original position of chosen row
-               idx[j] when that is below the block; only these 2 b can move */
-            for (int s = 0; s < 2 * b; ++s) {
-                rowat[s] = s;
-                posof[s] = s;
-            }
-            for (int j = 0; j < b; ++j) {
-                const int sl = idx[j] < b ? idx[j] : b + j, p = posof[sl], q = rowat[j];
-                piv[k + j] = k + (p < b ? p : idx[p - b]);
-                rowat[j] = sl;
-                rowat[p] = q;
-                posof[sl] = j;
-                posof[q] = p;
-            }
-            /* their net effect: row k + perm[1 + 2t] receives row k + perm[2 + 2t] */
-            int entries = 0;
-            for (int s = 0; s < 2 * b; ++s) {
-                const int w = rowat[s];
-                if (w != s && (s < b || idx[s - b] >= b)) {
-                    perm[1 + 2 * entries] = s < b ? s : idx[s - b];
-                    perm[2 + 2 * entries] = w < b ? w : idx[w - b];
-                    ++entries;
-                }
-            }
-            perm[0] = entries;
-        }
+        if (lid == 0)
+            fl_panel_swaps(piv, perm, idx, rowat, posof, k, b);
     }
 }
 #undef A

@@ -153,33 +153,8 @@ void fuseloop_tslu_rows(__global long *cand_out, __global long *piv, __global lo
             cand_out[(long)g * b + j] = j < steps ? idx[j] : -1;
         return;
     }
-    if (lid != 0)
-        return;
-    /* slot s < b: panel position (and row) s; slot b + j: the original position of
-       chosen row idx[j] when that is below the block */
-    for (int s = 0; s < 2 * b; ++s) {
-        rowat[s] = s;
-        posof[s] = s;
-    }
-    for (int j = 0; j < b; ++j) {
-        const int sl = idx[j] < b ? idx[j] : b + j, p = posof[sl], q = rowat[j];
-        piv[k + j] = k + (p < b ? p : idx[p - b]);
-        rowat[j] = sl;
-        rowat[p] = q;
-        posof[sl] = j;
-        posof[q] = p;
-    }
-    /* the swaps' net effect: row k + perm[1 + 2t] receives row k + perm[2 + 2t] */
-    int entries = 0;
-    for (int s = 0; s < 2 * b; ++s) {
-        const int w = rowat[s];
-        if (w != s && (s < b || idx[s - b] >= b)) {
-            perm[1 + 2 * entries] = s < b ? s : idx[s - b];
-            perm[2 + 2 * entries] = w < b ? w : idx[w - b];
-            ++entries;
-        }
-    }
-    perm[0] = entries;
+    if (lid == 0)
+        fl_panel_swaps(piv, perm, idx, rowat, posof, k, b);
 }
 #undef LANES
 #undef PER
