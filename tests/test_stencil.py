@@ -49,6 +49,18 @@ def test_2d_and_3d_off_centre(device, boundary):
     np.testing.assert_allclose(got, reference(h3, w3, (0, 0, 2), boundary), rtol=1e-12)
 
 
+@pytest.mark.parametrize("boundary", list(MODES))
+def test_rows_longer_than_a_chunk(device, boundary):
+    # (a CPU lowers rows longer than its chunk in pieces, rows on the grid's second
+    # axis: the clamped neighbour rows are per-row work each piece's group does)
+    h = np.random.default_rng(4).random((5, 9000)).astype(np.float32)
+    w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
+    x = fl.asarray(h)
+    got = (x + np.float32(0.1) * fl.stencil(x, w, boundary=boundary)).get()
+    np.testing.assert_allclose(got, h + np.float32(0.1) * reference(h, w, (1, 1), boundary),
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_stencil_of_expression_and_view(device):
     h = np.random.default_rng(3).random((6, 8))
     m = fl.asarray(h)

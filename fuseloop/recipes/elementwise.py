@@ -80,6 +80,9 @@ def _cpu_rows_chunked(t_unit: lp.TranslationUnit, device: Device, chunk: int,
     if bound is None:
         t_unit = lp.split_iname(t_unit, element, chunk, outer_tag="g.0")
         t_unit = lp.tag_inames(t_unit, {row: "g.1"})
+        # (per-row work, a stencil's clamped neighbour rows: each chunk's group does its
+        # own; Loopy refuses a statement outside a group axis of the kernel)
+        t_unit = lp.add_inames_for_unused_hw_axes(t_unit)
         inner, rows = f"{element}_inner", f"{element}_outer"
     else:
         t_unit = lp.split_iname(t_unit, row, max(1, chunk // bound), outer_tag="g.0")
