@@ -53,6 +53,7 @@ from .expr.nodes import (
     Scalar,
     SparseProduct,
     Storage,
+    per_signature,
 )
 from .expr.program import Target
 from .runtime.devices import Device, _runtime
@@ -378,7 +379,7 @@ def tracks_uses(roots: Sequence[Node], size: int) -> bool:
         return False
     n = 0
     for r in roots:
-        n += _per_signature(_computed, r, _count_computed)
+        n += per_signature(_computed, r, _count_computed, READS_MAX)
     return size * n >= TRACK_USES_WORK
 
 
@@ -624,20 +625,6 @@ def _largest_read(node: Node) -> int:
     return most
 
 
-def _per_signature(table: dict[int, int], root: Node, measure: Callable[[Node], int]) -> int:
-    """``measure(root)``, remembered in ``table`` by the root's signature (unsigned
-    roots are measured every time; the table is emptied at :data:`READS_MAX`)."""
-    sig = root.sig
-    got = table.get(sig) if sig else None
-    if got is None:
-        got = measure(root)
-        if sig:
-            if len(table) >= READS_MAX:
-                table.clear()
-            table[sig] = got
-    return got
-
-
 def small_reads(roots: Sequence[Node]) -> bool:
     """Whether no reduction, remap or gather in ``roots`` reads more than
     :data:`HOST_MAX_WORK` elements (what :func:`_value` computes; a small result of a
@@ -647,7 +634,7 @@ def small_reads(roots: Sequence[Node]) -> bool:
     for r in roots:
         if not r.fancy:
             continue
-        if _per_signature(_reads, r, _largest_read) > limit:
+        if per_signature(_reads, r, _largest_read, READS_MAX) > limit:
             return False
     return True
 

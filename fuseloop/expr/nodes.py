@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -252,6 +252,21 @@ def joined_sig(sig: int, shared: Any) -> int:
     count, or a tuple of them for more than two arguments) of the earlier ones'
     (see :func:`shared_prefix`), written once."""
     return intern_sig(("J", sig, shared))
+
+
+def per_signature(table: dict[int, int], root: Node, measure: Callable[[Node], int],
+                  most: int) -> int:
+    """``measure(root)``, remembered in ``table`` by the root's signature (unsigned roots
+    are measured every time; the table is emptied when it holds ``most``)."""
+    sig = root.sig
+    got = table.get(sig) if sig else None
+    if got is None:
+        got = measure(root)
+        if sig:
+            if len(table) >= most:
+                table.clear()
+            table[sig] = got
+    return got
 
 
 def signature_of(node: Node) -> int:

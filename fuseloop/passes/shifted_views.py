@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .. import caches as _caches
-from ..expr.nodes import Apply, Node
+from ..expr.nodes import Apply, Node, per_signature
 
 if TYPE_CHECKING:
     from ..array import Array
@@ -108,15 +108,7 @@ def _reach(shape: Sequence[int], offsets: Sequence[int],
 def _operations(node: Node) -> int:
     """:func:`_count`, kept per structure signature (a loop's statements make new arrays
     of the same structures)."""
-    sig = node.sig
-    count = _counted.get(sig) if sig else None
-    if count is None:
-        count = _count(node)
-        if sig:
-            if len(_counted) >= COUNTED_MAX:
-                _counted.clear()
-            _counted[sig] = count
-    return count
+    return per_signature(_counted, node, _count, COUNTED_MAX)
 
 
 def _count(node: Node) -> int:
