@@ -42,11 +42,9 @@ devices of one platform).  Usage::
     python benchmarks/bench_multigpu.py --devices "cuda:0,cuda:1;opencl:0,opencl:1"
 
 ``--variants`` times each split workload again with each of the split path's
-selectable mechanisms off in turn, then all off (rows ``-plans``, ``-fast``, ``-prepared``,
-``-templates``, ``-calls``,
-``-replay``, ``-arenas``, ``-async``, ``-pinned``, ``-hostscalar``, ``-bybuffer``,
-``-stepplans``, ``-leanhalos``, ``-waitlast``, ``-deferred``, ``-all``;
-see :data:`VARIANTS`), with those off by default on (``+chained``), then
+selectable mechanisms off in turn, then all off (rows ``-pinned``, ``-deferred``,
+``-calls``, ``-all``; see :data:`VARIANTS`), with those off by default on
+(``+chained``), then
 with all on again (``again``: the drift), in the same run, against the same one-device time.
 
 ``--trace`` then shows where a split call's time goes, per workload: the host time to
@@ -149,38 +147,9 @@ class Workload:
 #: the split path's selectable mechanisms (module, attribute: the value that turns it
 #: off), by the name of the ``--variants`` row that times the split call without it
 VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
-    # partials replayed from each device's plan by signature, no node built; a stencil's
-    # part templates kept per (stencil, partition) for later steps
-    "-plans": [("fuseloop.multi.reduce", "PLANS", False),
-               ("fuseloop.multi.exchange", "PLANS", False)],
-    # a sum's known parts replayed back to back in multi.replay (each through the
-    # plan-by-signature replay instead); CUDA: one device switch per part
-    "-fast": [("fuseloop.multi.replay", "FAST", False)],
-    # a known plan's launch on a device prepared once (kernel objects, argument places,
-    # the steps' checks) and later parts launched from it
-    "-prepared": [("fuseloop.multi.replay", "PREPARED", False)],
-    # later parts' partial sums substituted into the first part's reduction node
-    "-templates": [("fuseloop.multi.reduce", "TEMPLATES", False)],
-    # partial results replayed from their device's run plan, not through Array.eval
-    "-replay": [("fuseloop.multi.array", "REPLAY_DIRECT", False)],
-    # a stencil part's halo rows through the host in one buffer, one upload
-    "-arenas": [("fuseloop.multi.exchange", "ARENAS", False)],
-    # halo uploads to GPUs without the host waiting (blocking writes instead)
-    "-async": [("fuseloop.multi.exchange", "ASYNC_UPLOADS", False)],
     # OpenCL GPUs' partial sums and halo rows read into page-locked slots (into
     # ordinary memory instead: NVIDIA's driver may finish each read before returning)
     "-pinned": [("fuseloop.backends.opencl_staging", "PINNED_READS", "0")],
-    # a host-combined sum kept as the host's value (filled onto the first device instead)
-    "-hostscalar": [("fuseloop.multi.reduce", "HOST_SCALAR", False)],
-    # kept stencil templates moved onto a step's buffers (windows built and substituted)
-    "-bybuffer": [("fuseloop.multi.windows", "BY_BUFFER", False)],
-    # a stencil step of a known structure replayed from its kept step plan (halo reads
-    # and parts' templates decided once; the general walk instead)
-    "-stepplans": [("fuseloop.multi.steps", "STEP_PLANS", False)],
-    # a halo lying in one part copied from its buffer at once (through the general walk)
-    "-leanhalos": [("fuseloop.multi.exchange", "LEAN_HALOS", False)],
-    # halo reads through the host waited for once per source device (per piece instead)
-    "-waitlast": [("fuseloop.multi.exchange", "WAIT_LAST", False)],
     # halo uploads through the host waited for in the stencil call (on GPUs they are
     # left to each device's deferred work, the wait taken at each part's launch)
     "-deferred": [("fuseloop.multi.uploads", "DEFERRED_UPLOADS", "0")],

@@ -156,8 +156,6 @@ def test_stencil_parts_share_one_built_expression(device, boundary, monkeypatch)
     mode = {"clamp": "edge", "wrap": "wrap", "constant": "constant"}[boundary]
     pad = np.pad(un, 1, mode, **({"constant_values": 2} if mode == "constant" else {}))
     want = sum(w[i, j] * pad[i:i + 8, j:j + 5] for i in range(3) for j in range(3))
-    # (templates made within the call: kept ones substitute every part, test_multi_plans)
-    monkeypatch.setattr(exchange, "PLANS", False)
     with fl.device([device] * 4):  # two rows a part
         u = fl.asarray(un)
     fl.stencil(u, w, boundary=boundary, cval=2)  # (the constant's rows: filled here)
@@ -166,6 +164,8 @@ def test_stencil_parts_share_one_built_expression(device, boundary, monkeypatch)
     backend = type(backend_for(device))
     real_fill = backend.fill
     monkeypatch.setattr(backend, "fill", lambda self, *a: fills.append(a) or real_fill(self, *a))
+    # (templates made within the call: kept ones substitute every part, test_multi_plans)
+    exchange._PLANS.clear()
     got = fl.stencil(u, w, boundary=boundary, cval=2)
     assert exchange.LAST_TEMPLATES == [1, 3]
     before = fl.stats()

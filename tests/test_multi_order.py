@@ -237,16 +237,12 @@ def _counting(monkeypatch, module, name):
 
 
 def test_split_sum_parts_replay_their_plans(three, monkeypatch):
-    """A repeated fl.sum of a split array: the later parts' partials are the first
-    part's reduction node with their own expression substituted, every part's is
-    replayed from its device's run plan (no structure walk, every launch a cache hit,
-    not through ``evaluate.run``), and every partial is launched before the first read."""
+    """A repeated fl.sum of a split array: every part's partial is replayed from its
+    device's run plan, no node built (no structure walk, every launch a cache hit, not
+    through ``evaluate.run``), and every partial is launched before the first read."""
     from fuseloop import host_path, run_plans
     from fuseloop.multi import reduce as multi_reduce
 
-    # (the substituted nodes' path: with plans kept no node is built at all,
-    # test_multi_plans)
-    monkeypatch.setattr(multi_reduce, "PLANS", False)
     rng = np.random.default_rng(11)
     xn, yn = rng.random(24000, np.float32), rng.random(24000, np.float32)
     with fl.device(three):
@@ -261,30 +257,13 @@ def test_split_sum_parts_replay_their_plans(three, monkeypatch):
     log = record(three, monkeypatch)
     total = fl.sum(e)
     stats = fl.stats()
-    assert multi_reduce.LAST_PARTIALS == [1, 2]
-    assert walks == [] and len(replays) == 3 and general == []
+    assert multi_reduce.LAST_PARTIALS == [0, 0] and multi_reduce.LAST_PLANNED == [3]
+    assert walks == [] and replays == [] and general == []  # (staged back to back)
     assert stats["kernels_launched"] == stats["memory_cache_hits"] > 0
     assert stats["kernels_launched"] % 3 == 0 and stats["memory_cache_misses"] == 0
     first_read = next(i for i, e in enumerate(log) if e[0] == "enqueue_read")
     assert all(e[2] == stats["kernels_launched"] for e in log[first_read:]), log
     np.testing.assert_allclose(float(total), np.dot(xn.astype(np.float64), yn), rtol=1e-5)
-
-
-def test_split_sum_result_goes_up_by_a_fill(three, monkeypatch):
-    """The combined scalar of a host-combined split sum reaches the first device by a
-    fill (enqueued: no upload waited for; GPUs), with the value the host combined."""
-    from fuseloop.backends import backend_for
-    from fuseloop.multi import reduce as multi_reduce
-
-    monkeypatch.setattr(multi_reduce, "_fills", lambda device: True)
-    monkeypatch.setattr(multi_reduce, "HOST_SCALAR", False)  # (else: kept on the host)
-    xn = np.arange(3001, dtype=np.int32)
-    with fl.device(three):
-        x = fl.asarray(xn)
-    fills = _counting(monkeypatch, type(backend_for(three[0])), "fill")
-    total = fl.sum(x)
-    assert len(fills) == 1 and total.device is three[0] and total.dtype == xn.sum().dtype
-    assert int(total) == xn.sum()
 
 
 def test_stencil_halos_through_the_host_one_upload_per_part(three, monkeypatch):

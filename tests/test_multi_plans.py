@@ -32,9 +32,6 @@ def test_split_sum_replays_every_part_without_building(three, monkeypatch):
     from fuseloop import run_plans
     from fuseloop.ops import reductions
 
-    # (the parts through reduce's own replay, one at a time: what FUSELOOP_MULTI_FAST=0
-    # keeps; the back-to-back replay is the next test's)
-    monkeypatch.setattr(multi_replay, "FAST", False)
     rng = np.random.default_rng(3)
     xn, yn = rng.random(30000, np.float32), rng.random(30000, np.float32)
     with fl.device(three):
@@ -55,8 +52,8 @@ def test_split_sum_replays_every_part_without_building(three, monkeypatch):
     total = fl.sum(e)
     stats = fl.stats()
     assert multi_reduce.LAST_PLANNED == [3] and multi_reduce.LAST_PARTIALS == [0, 0]
-    assert reduces == substituted == walks == [] and len(replays) == 3
-    assert [r[1] for r in replays] == [d for d in three]  # (one per part, its device)
+    assert multi_replay.LAST_FAST == [3]  # (staged, then enqueued back to back)
+    assert reduces == substituted == walks == replays == []
     assert stats["kernels_launched"] == launched == stats["memory_cache_hits"]
     np.testing.assert_allclose(float(total), np.dot(xn.astype(np.float64), yn), rtol=1e-5)
     # another reduction, or other arguments, of the same parts: not this plan
@@ -106,18 +103,6 @@ def test_split_sum_parts_replayed_back_to_back(three, monkeypatch):
         + np.sum(xn[b[1]:b[2]].astype(np.float64) - yn[b[1]:b[2]]) \
         + np.dot(xn[b[2]:].astype(np.float64), yn[b[2]:])
     np.testing.assert_allclose(float(got), want, rtol=1e-5)
-
-
-def test_split_sum_plans_off_builds_as_before(three, monkeypatch):
-    """``PLANS`` off (``FUSELOOP_MULTI_PLANS=0``): the first part built, the others
-    substituted, on every call."""
-    monkeypatch.setattr(multi_reduce, "PLANS", False)
-    xn = np.arange(3000, dtype=np.float32)
-    with fl.device(three):
-        x = fl.asarray(xn)
-    for _ in range(2):
-        assert float(fl.sum(x * 2)) == 2 * xn.sum()
-        assert multi_reduce.LAST_PLANNED == [0] and multi_reduce.LAST_PARTIALS == [1, 2]
 
 
 def test_split_stencil_parts_of_known_plans_replayed(three, monkeypatch):
@@ -210,7 +195,6 @@ def test_split_stencil_steps_move_kept_templates_onto_buffers(three, monkeypatch
     """Steps over concrete parts: from the third on, every part is the kept expression
     moved onto its buffers (no window built), holding placeholders only; a write to a
     part after a step was built is not seen by it, one before the next step is."""
-    from fuseloop.multi import windows
 
     un = np.random.default_rng(9).standard_normal((13, 6)).astype(np.float32)
     with fl.device(three):
@@ -229,11 +213,6 @@ def test_split_stencil_steps_move_kept_templates_onto_buffers(three, monkeypatch
     for mover in kept.by_buffer.values():
         assert all(h.buffer is None for h in mover.holders)
         assert mover.root.storages <= set(mover.holders)
-    monkeypatch.setattr(windows, "BY_BUFFER", False)
-    got = fl.stencil(u, LAPLACE, boundary="clamp")
-    assert exchange.LAST_MOVED == [0] and exchange.LAST_TEMPLATES == [0, 3]
-    np.testing.assert_allclose(got.get(), fl.stencil(one, LAPLACE, boundary="clamp").get(),
-                               rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("boundary", ["clamp", "wrap", "constant"])
@@ -241,7 +220,7 @@ def test_split_stencil_steps_replay_a_kept_step_plan(three, monkeypatch, boundar
     """Steps over concrete parts: once a step made every part from kept templates, later
     steps replay its plan (no halo walked, no window built: the same reads and parts),
     with one device's results, a write to a halo row between steps seen; a lazy part (a
-    layout not planned) and FUSELOOP_MULTI_STEP_PLANS=0 take the general path."""
+    layout not planned) takes the general path."""
     from fuseloop.multi import steps
 
     un = np.random.default_rng(4).standard_normal((17, 6)).astype(np.float32)
@@ -273,11 +252,6 @@ def test_split_stencil_steps_replay_a_kept_step_plan(three, monkeypatch, boundar
     assert steps.LAST_STEP_PLAN == [0]
     np.testing.assert_array_equal(
         got.get(), fl.stencil(one * np.float32(2), LAPLACE, boundary=boundary, cval=0.5).get())
-    monkeypatch.setattr(steps, "STEP_PLANS", False)
-    got = fl.stencil(u, LAPLACE, boundary=boundary, cval=0.5)
-    assert steps.LAST_STEP_PLAN == [0] and halos
-    np.testing.assert_array_equal(
-        got.get(), fl.stencil(one, LAPLACE, boundary=boundary, cval=0.5).get())
 
 
 def test_a_kept_step_plan_holds_no_step_buffers(three):

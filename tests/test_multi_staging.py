@@ -11,7 +11,6 @@ import pytest
 import fuseloop as fl
 from fuseloop.backends import backend_for, opencl_staging
 from fuseloop.multi import exchange
-from fuseloop.multi import reduce as multi_reduce
 from fuseloop.runtime import devices
 
 LAPLACE = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
@@ -93,7 +92,7 @@ def test_split_reads_through_pinned_slots(three, pinned, monkeypatch):
 def test_host_combined_sum_stays_on_the_host(three, monkeypatch):
     """A split sum combined on the host is the host's value: reading it (``float``,
     ``.get()``) enqueues nothing; a kernel takes it as an argument; ``.eval()`` still
-    gives it a buffer.  Off (``HOST_SCALAR``): on the first device as before."""
+    gives it a buffer."""
     xn = np.arange(3001, dtype=np.int64)
     with fl.device(three):
         x = fl.asarray(xn)
@@ -116,10 +115,6 @@ def test_host_combined_sum_stays_on_the_host(three, monkeypatch):
     y = fl.arange(4, dtype=np.int64, device=three[0])
     np.testing.assert_array_equal((y * total).get(), np.arange(4) * xn.sum())
     assert not total.eval().is_lazy and total.get() == xn.sum()
-    monkeypatch.setattr(multi_reduce, "HOST_SCALAR", False)
-    kept = fl.sum(x)
-    assert kept.device is three[0] and int(kept) == xn.sum()
-    assert type(kept._node).__name__ != "Scalar"
 
 
 def test_halo_batch_waits_once_per_source_device(three, monkeypatch):
@@ -142,17 +137,11 @@ def test_halo_batch_waits_once_per_source_device(three, monkeypatch):
     got = fl.stencil(u, LAPLACE, boundary="wrap")
     assert len(waited) == 3 and {d.index for d in waited} == {d.index for d in three}
     np.testing.assert_allclose(got.get(), want, rtol=1e-6, atol=1e-6)
-    waited.clear()
-    monkeypatch.setattr(exchange, "WAIT_LAST", False)
-    again = fl.stencil(u, LAPLACE, boundary="wrap")
-    assert len(waited) == 6  # (a piece above and below each part)
-    np.testing.assert_allclose(again.get(), want, rtol=1e-6, atol=1e-6)
 
 
 def test_halos_in_one_part_copied_at_once(three, monkeypatch):
     """Halo rows lying in one part's buffer (the periodic ends' too) are copied from
-    there without the general row walk (``rows``); results as one device's, with it
-    and without (``LEAN_HALOS``)."""
+    there without the general row walk (``rows``); results as one device's."""
     un = np.random.default_rng(6).standard_normal((12, 9)).astype(np.float32)
     want = fl.stencil(fl.asarray(un, device=three[0]), LAPLACE, boundary="wrap").get()
     with fl.device(three):
@@ -165,7 +154,3 @@ def test_halos_in_one_part_copied_at_once(three, monkeypatch):
     assert walked == [] and exchange.EXCHANGED["copies"] - before["copies"] == 6
     assert exchange.EXCHANGED["rows"] - before["rows"] == 6
     np.testing.assert_allclose(got.get(), want, rtol=1e-6, atol=1e-6)
-    monkeypatch.setattr(exchange, "LEAN_HALOS", False)
-    again = fl.stencil(u, LAPLACE, boundary="wrap")
-    assert len(walked) == 6
-    np.testing.assert_allclose(again.get(), want, rtol=1e-6, atol=1e-6)

@@ -17,7 +17,8 @@ A split stencil whose halo rows go through the host (OpenCL GPUs with a context 
 default) is timed again with the host waiting for the halo reads in the stencil call
 (``-deferred``: ``FUSELOOP_MULTI_DEFERRED_UPLOADS=0``; by default GPUs leave the uploads to
 their deferred work).  Cases stop being started once ``--budget-s``
-seconds have passed (the skipped ones are listed).  Usage::
+seconds have passed (the skipped ones are listed); workloads are run in the order
+above, each on every backend, so the targets' two come first.  Usage::
 
     python benchmarks/probes/multi_gpu_scaling.py [--backends cuda,opencl] [--counts 1,2,4]
         [--log2n 30] [--grid-log2 15] [--repeat 10] [--traced 5] [--budget-s 180]
@@ -169,14 +170,18 @@ def main(argv: list[str] | None = None) -> int:
         by_backend = {b: by_backend.get(b, []) for b in args.backends.split(",")}
     rows: list[dict[str, Any]] = []
     skipped: list[str] = []
+    usable: dict[str, list[int]] = {}
     for backend, devs in by_backend.items():
         print(f"{backend}: " + "; ".join(str(d) for d in devs), flush=True)
-        usable = [c for c in counts if c <= len(devs)]
-        if len(usable) < len(counts):
-            print(f"{backend}: {len(devs)} devices, counts {usable} only")
-        for w in workloads(1 << args.log2n, 1 << args.grid_log2):
+        usable[backend] = [c for c in counts if c <= len(devs)]
+        if len(usable[backend]) < len(counts):
+            print(f"{backend}: {len(devs)} devices, counts {usable[backend]} only")
+    # (workload by workload, every backend's counts for each: the targets' workloads,
+    # first, are measured on every backend before the budget runs out)
+    for w in workloads(1 << args.log2n, 1 << args.grid_log2):
+        for backend, devs in by_backend.items():
             one: dict[str, Any] | None = None
-            for count in usable:
+            for count in usable[backend]:
                 variants = [True]
                 if count > 1 and "stencil" in w.name and through_host(devs[:count]):
                     variants.append(False)

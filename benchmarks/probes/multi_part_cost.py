@@ -4,8 +4,7 @@ launch each part (:func:`fuseloop.multi.array.launch_part`: the part's cached
 ``.eval()`` and its queue's submit), and for ``fl.sum(x*y)`` the time until each part's
 launch (``fuseloop.multi.trace``), at a large and a small size, each call after
 ``fl.synchronize()``; then the functions taking the most host time in the large size's
-part launches (cProfile), and the sum's host CPU time per call with the later parts'
-partials substituted and replayed from their run plans, and without. On the H100 hosts a
+part launches (cProfile). On the H100 hosts a
 part's launch took 60-70 us at 2**29 elements per part, against 29 us for a small cached
 ``.eval()``: this says whether the size, the backend or the submit makes the difference.
 Then a 5-point stencil step on a square of as many elements: the host microseconds to
@@ -92,34 +91,9 @@ def _one(devs: list[Any], log2n: int, repeat: int, profile: bool) -> None:
         for (file, line, name), v in top:
             print(f"    {v[2] * us / repeat:8.1f} own {v[3] * us / repeat:8.1f} with callees "
                   f"{file.rsplit('/', 2)[-1]}:{line} {name}")
-    _sum_variants(x, y, repeat)
     del x, y
     _stencil(devs, log2n, repeat)
     fl.synchronize()
-
-
-def _sum_variants(x: Any, y: Any, repeat: int) -> None:
-    """Host microseconds (CPU clock of this thread) of ``fl.sum(e)`` over the parts
-    (``e = x*y`` built before), with the later parts' partials substituted and replayed
-    from their plans (the default) and without, interleaved call by call."""
-    from fuseloop.multi import array as multi_array
-    from fuseloop.multi import reduce as multi_reduce
-
-    variants = {"built+eval": (False, False), "substituted+replayed": (True, True)}
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for i in range(repeat + 2):
-        for name, (templates, replay) in variants.items():
-            multi_reduce.TEMPLATES, multi_array.REPLAY_DIRECT = templates, replay
-            e = x * y
-            fl.synchronize()
-            t0 = time.thread_time()
-            fl.sum(e)
-            if i >= 2:
-                times[name].append(time.thread_time() - t0)
-    multi_reduce.TEMPLATES = multi_array.REPLAY_DIRECT = True
-    print("  sum(x*y) host CPU per call (x*y built before): " + ", ".join(
-        f"{k} {np.median(v) * 1e6:.0f} us" for k, v in times.items())
-        + f" (partials built, substituted: {multi_reduce.LAST_PARTIALS})")
 
 
 LAPLACE = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)

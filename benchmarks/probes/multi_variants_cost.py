@@ -9,16 +9,10 @@ spreads over all of them; the smallest and the median of the rounds' means (a lo
 machine adds to some rounds).  Waits sleep at once (``transfer.SPIN_S = 0``; ``--spin``:
 they poll first, as by default), so the host thread's time is its own work, not the
 polling while the devices run.  Rows: ``all on`` (page-locked reads forced on, as on GPUs),
-``-pinned`` (reads into ordinary memory), ``-hostscalar`` (the combined sum filled onto
-the first device), ``-waitlast`` (a wait per halo piece), ``-bybuffer`` (kept stencil
-templates over windows, not moved onto buffers), ``-stepplans`` (every stencil step
-through the general walk, none replayed from a kept step plan), ``+deferred`` (halo uploads
-left to each device's deferred work: on GPUs by default, here on the CPU too),
-``-leanhalos`` (every halo through the general row walk), ``-fast`` (a sum's parts each
-through the plan-by-signature replay), ``-prepared`` (each part's steps checked at each
-launch, not prepared once per plan and device), ``-plans``, ``+chained`` (halo rows through
-the host uploaded by writes the devices hold back until the reads are done: no host wait),
-``again`` (all on).  Four PoCL
+``-pinned`` (reads into ordinary memory), ``+deferred`` (halo uploads left to each
+device's deferred work: on GPUs by default, here on the CPU too), ``+chained`` (halo rows
+through the host uploaded by writes the devices hold back until the reads are done: no
+host wait), ``again`` (all on).  Four PoCL
 devices, a context each (the host combines and exchanges) or one shared context::
 
     POCL_DEVICES="pthread pthread pthread pthread" FUSELOOP_OPENCL_SHARED_CONTEXT=0 \\
@@ -43,17 +37,8 @@ import fuseloop as fl
 ROWS: dict[str, list[tuple[str, str, Any]]] = {
     "all on": [],
     "-pinned": [("fuseloop.backends.opencl_staging", "PINNED_READS", "0")],
-    "-hostscalar": [("fuseloop.multi.reduce", "HOST_SCALAR", False)],
-    "-waitlast": [("fuseloop.multi.exchange", "WAIT_LAST", False)],
-    "-bybuffer": [("fuseloop.multi.windows", "BY_BUFFER", False)],
-    "-stepplans": [("fuseloop.multi.steps", "STEP_PLANS", False)],
     # (on GPUs by default: on for every device, this CPU's included)
     "+deferred": [("fuseloop.multi.uploads", "DEFERRED_UPLOADS", "1")],
-    "-leanhalos": [("fuseloop.multi.exchange", "LEAN_HALOS", False)],
-    "-fast": [("fuseloop.multi.replay", "FAST", False)],
-    "-prepared": [("fuseloop.multi.replay", "PREPARED", False)],
-    "-plans": [("fuseloop.multi.reduce", "PLANS", False),
-               ("fuseloop.multi.exchange", "PLANS", False)],
     # (off by default: on, for every OpenCL device, this CPU's included)
     "+chained": [("fuseloop.backends.opencl_staging", "HALO_EVENTS", "1")],
     "again": [],  # (all on, last: the drift over a round)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -275,7 +274,7 @@ def launch_part(k: int, p: Array) -> None:
     (its deferred small launches too).  Nothing waits."""
     if p._storage is None:
         with current(p.device):  # (CUDA: its device current once for the part)
-            done = _replayed(p) if REPLAY_DIRECT and p._node.fancy else None
+            done = _replayed(p) if p._node.fancy else None
             if done is None:
                 p.eval()
             else:
@@ -286,12 +285,6 @@ def launch_part(k: int, p: Array) -> None:
     rt.submit(rt.queue)
     if trace.events is not None:
         trace.note("enqueued", k, p.device)
-
-
-#: whether a part whose structure has a run plan on its device is replayed from it
-#: directly (:func:`_replayed`) rather than through ``Array.eval``'s general path
-#: (``FUSELOOP_MULTI_REPLAY=0``: through eval; ``bench_multigpu --variants`` times both)
-REPLAY_DIRECT = os.environ.get("FUSELOOP_MULTI_REPLAY", "1").strip() != "0"
 
 
 def _replayed(p: Array) -> Any:

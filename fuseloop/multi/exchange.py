@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -56,7 +55,6 @@ from ..runtime.transfer import wait, write
 from . import steps as _steps
 from . import trace
 from . import uploads as _uploads
-from . import windows as _windows
 from .array import MultiArray, staging
 from .windows import Window, _row_view, _ShiftedRows, _Templates
 
@@ -221,8 +219,8 @@ class _HostBatch:
         return got
 
     def finish(self) -> None:
-        """Wait for the reads (all enqueued before the first wait: with
-        :data:`WAIT_LAST`, once per source device, for its last read), copy the staged
+        """Wait for the reads (all enqueued before the first wait; once per source
+        device, for its last read: its queue runs in order), copy the staged
         ones out, then upload: a write per arena and per piece outside one.  Where every
         destination's rows may go up by a write its device holds back until their reads
         are done (:func:`_chains`), nothing waits: see :meth:`_finish_chained`."""
@@ -233,15 +231,11 @@ class _HostBatch:
                 [out.device for _, out in self.uploads] + [a.device for a in self.arenas]):
             self._finish_deferred()
             return
-        if WAIT_LAST:
-            # (a device's queue runs in order: its last read done, all its reads are)
-            last = {id(source): (event, source) for event, source, *_ in self.pending
-                    if event is not None}
-            for event, source in last.values():
-                wait(event, source)
-        for event, source, _, host, into, slot, _ in self.pending:
-            if event is not None and not WAIT_LAST:
-                wait(event, source)
+        last = {id(source): (event, source) for event, source, *_ in self.pending
+                if event is not None}
+        for event, source in last.values():
+            wait(event, source)
+        for _, _, _, host, into, slot, _ in self.pending:
             if into is not host:
                 host.reshape(-1).view(np.uint8)[...] = into
             if slot is not None:
@@ -339,9 +333,8 @@ def _copier(host: np.ndarray, into: np.ndarray, slot: Any, storage: Any, event: 
 def _chains(batch: _HostBatch) -> bool:
     """Whether ``batch``'s uploads may wait for their reads on their devices: chaining
     on (``opencl_staging.chains_for`` of every destination), every read an OpenCL event
-    between OpenCL devices."""
-    if not CHAINED:
-        return False
+    between OpenCL devices (which devices chain: ``FUSELOOP_MULTI_HALO_EVENTS``, see
+    ``opencl_staging.HALO_EVENTS``)."""
     from ..backends.opencl_staging import chains_for
 
     for event, source, *_ in batch.pending:
@@ -351,35 +344,20 @@ def _chains(batch: _HostBatch) -> bool:
     return all(d.backend == "opencl" and chains_for(d) for d in devices)
 
 
-#: whether halo rows read through the host may go up by writes their devices hold back
-#: until the reads are done (``_HostBatch._finish_chained``; which devices:
-#: ``FUSELOOP_MULTI_HALO_EVENTS``, see ``opencl_staging.HALO_EVENTS``); ``False``: the
-#: host waits for the reads, then writes (``bench_multigpu --variants`` row ``-chained``)
-CHAINED = True
-
 
 _local = threading.local()  # (.batch: this thread's open batch; .in_flight: see _upload)
 
-#: whether a batch of copies through the host waits once per source device, for its
-#: last read, rather than for every piece's read in turn (``FUSELOOP_MULTI_WAIT_LAST=0``;
-#: ``bench_multigpu --variants``)
-WAIT_LAST = os.environ.get("FUSELOOP_MULTI_WAIT_LAST", "1").strip() != "0"
-
-#: whether halo rows go up to a GPU without the host waiting for the copy (a blocking
-#: write each otherwise; ``FUSELOOP_MULTI_ASYNC_UPLOADS=0``; ``bench_multigpu
-#: --variants``): the kernels reading them are enqueued after the write on the same
-#: queue; the host rows are kept until this thread's next batch, which waits for the
-#: writes (done long since) before letting them go.  CPU devices keep the blocking
-#: write (the host path writes pooled buffers through mapped memory, outside the queue)
-ASYNC_UPLOADS = os.environ.get("FUSELOOP_MULTI_ASYNC_UPLOADS", "1").strip() != "0"
-
-
 def _async_upload(device: Any) -> bool:
-    return ASYNC_UPLOADS and device.type != "cpu"
+    """Whether halo rows go up to ``device`` without the host waiting for the write
+    (GPUs: the kernels reading them are enqueued after it on the same queue; the host
+    rows are kept until this thread's next batch, which waits for the writes, done long
+    since, before letting them go); a CPU device's write blocks (the host path writes
+    pooled buffers through mapped memory, outside the queue)."""
+    return device.type != "cpu"
 
 
 def _upload(buffer: Any, host: np.ndarray, device: Any, slot: Any = None) -> None:
-    """``host`` written into ``buffer`` on ``device``'s queue (see :data:`ASYNC_UPLOADS`);
+    """``host`` written into ``buffer`` on ``device``'s queue (see :func:`_async_upload`);
     ``slot``, the staging slot ``host`` lies in, given back once it is written."""
     if not _async_upload(device):
         write(buffer, host, device)
@@ -403,7 +381,7 @@ def _in_flight() -> _uploads.InFlight:
 
 
 def _settle_uploads() -> None:
-    """Let this thread's earlier asynchronous uploads (see :data:`ASYNC_UPLOADS`) that
+    """Let this thread's earlier asynchronous uploads (see :func:`_async_upload`) that
     have completed give their host rows and slots back; one that failed raises its
     error here.  Those still running are kept (a chained write waits on its device for
     reads behind the last step's kernels: the host does not wait for it), up to
@@ -514,12 +492,6 @@ _caches.register("multi.constant_rows", _CONSTANT_ROWS.clear, lambda: len(_CONST
                  CONSTANT_ROWS_MAX)
 
 
-#: whether a halo lying in one part's buffer is copied from there at once
-#: (:func:`_one_part_rows`) rather than through :func:`rows`' general walk
-#: (``FUSELOOP_MULTI_LEAN_HALOS=0``; ``bench_multigpu --variants``)
-LEAN_HALOS = os.environ.get("FUSELOOP_MULTI_LEAN_HALOS", "1").strip() != "0"
-
-
 def _one_part_rows(x: Any, lo: int, hi: int, k: int, wrap: bool) -> Array | None:
     """Rows ``lo:hi`` of ``x`` (modulo its rows where ``wrap``) on part ``k``'s device
     where they lie in one part, a buffer in C order (a halo of a concrete array): as
@@ -578,7 +550,8 @@ def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
     if hi <= lo:
         return None
     n = x.shape[0]
-    ext = _one_part_rows(x, lo, hi, k, boundary == "wrap") if LEAN_HALOS else None
+    # (a halo lying in one part's buffer, a concrete array's: copied from there at once)
+    ext = _one_part_rows(x, lo, hi, k, boundary == "wrap")
     if ext is not None:
         pass
     elif boundary == "wrap":
@@ -597,21 +570,11 @@ def _halo(x: Any, lo: int, hi: int, k: int, boundary: str, cval: Any,
 
 
 
-#: whether a split stencil's part gets the halo rows it reads through the host in one
-#: buffer (one allocation, one upload: :class:`_Arena`) rather than a buffer and an
-#: upload per piece (``FUSELOOP_MULTI_ARENAS=0``; ``bench_multigpu --variants``)
-ARENAS = os.environ.get("FUSELOOP_MULTI_ARENAS", "1").strip() != "0"
-
 #: the last split stencil's parts built through ``apply`` and parts substituted
 LAST_TEMPLATES: list[int] = [0, 0]
 
-#: whether a split stencil's part expressions are kept per (stencil, partition) for later
-#: calls (:func:`_plan_key`): every part of a later step is substituted, none built
-#: through ``apply`` (``FUSELOOP_MULTI_PLANS=0``: each call builds its first part of
-#: each window structure; ``bench_multigpu --variants``)
-PLANS = os.environ.get("FUSELOOP_MULTI_PLANS", "1").strip() != "0"
-#: the last split stencil's parts moved onto their buffers from kept templates
-#: (``windows.BY_BUFFER``: no window built for them)
+#: the last split stencil's parts moved onto their buffers from kept templates (no
+#: window built for them)
 LAST_MOVED: list[int] = [0]
 #: the last split stencil's templates came from an earlier call (1) or not (0)
 LAST_PLAN_HIT: list[int] = [0]
@@ -640,9 +603,9 @@ def _plan_key(apply: Callable[..., Any], x: Any, width: tuple[int, ...], center:
     """The key of a split stencil's kept templates: ``apply``'s code and the values it
     closes over (``fl.stencil``'s weights, dtype, boundary; a function closing over
     anything else, ``fl.stencil_function``'s body, is not kept), the partition and the
-    rest of the call; None where it cannot be kept."""
-    if not PLANS:
-        return None
+    rest of the call; None where it cannot be kept.  A split stencil's part expressions
+    are kept so per (stencil, partition): every part of a later step is substituted,
+    none built through ``apply``."""
     code = getattr(apply, "__code__", None)
     if code is None or getattr(apply, "__defaults__", None) or \
             getattr(apply, "__kwdefaults__", None):
@@ -670,7 +633,7 @@ def stencil(apply: Callable[[Window, tuple[int, ...]], Array], x: Any, width: tu
     (:mod:`fuseloop.multi.steps`; its key holds everything :func:`_check` checks)."""
     plan_key = _plan_key(apply, x, width, center, boundary, cval)
     # (a step plan is made of kept templates moved onto buffers: not without them)
-    step, full = _steps.find(plan_key, x) if _windows.BY_BUFFER else (None, None)
+    step, full = _steps.find(plan_key, x)
     _steps.LAST_STEP_PLAN[0] = int(step is not None)
     if step is not None:
         return _replayed_step(step, x)
@@ -711,7 +674,7 @@ def _general_step(apply: Callable[[Window, tuple[int, ...]], Array], x: Any,
     templates.counts = [0, 0]
     templates.moved = 0
     with batch():
-        host_batch: _HostBatch | None = _local.batch if ARENAS else None
+        host_batch: _HostBatch | None = _local.batch
         rec = _steps.Recorder() if full is not None and kept is not None \
             and host_batch is not None and host_batch.recorder is None else None
         arenas: list[_Arena | None] = []

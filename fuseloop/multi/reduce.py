@@ -17,7 +17,6 @@ single-device ones do, combined on the host.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -99,16 +98,6 @@ def _device_combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[in
     return out
 
 
-#: whether a part's partial result may be the first part's of its shape with the part
-#: substituted (:func:`_substituted`) instead of built through the reduction again
-#: (``FUSELOOP_MULTI_TEMPLATES=0``: built for every part; ``bench_multigpu --variants``
-#: times both)
-TEMPLATES = os.environ.get("FUSELOOP_MULTI_TEMPLATES", "1").strip() != "0"
-#: whether a part's partial result is replayed from its device's run plan by signature
-#: alone, once a call has built the reduction of an expression of that structure
-#: (:func:`_planned`: no node is built for any part, the first one included)
-#: (``FUSELOOP_MULTI_PLANS=0``: built or substituted as above; ``bench_multigpu --variants``)
-PLANS = os.environ.get("FUSELOOP_MULTI_PLANS", "1").strip() != "0"
 #: the last split reduction's partial results: [built through the reduction, substituted]
 LAST_PARTIALS: list[int] = [0, 0]
 #: the last split reduction's partial results replayed from a plan (:func:`_planned`)
@@ -124,10 +113,8 @@ _caches.register("multi.partials", _PARTIALS.clear, lambda: len(_PARTIALS), PART
 
 def _plan_base(name: str, axes: tuple[int, ...], keepdims: bool, params: dict
                ) -> tuple | None:
-    """The part of :data:`_PARTIALS`' key a call's arguments give, or None (plans off, or
-    an argument that is not hashable)."""
-    if not PLANS:
-        return None
+    """The part of :data:`_PARTIALS`' key a call's arguments give, or None (an argument
+    that is not hashable)."""
     base = (name, axes, keepdims, tuple(sorted(params.items())))
     try:
         hash(base)
@@ -204,12 +191,12 @@ def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[in
             launch_part(k, q)
             continue
         key = (p.shape, p.dtype)
-        hit = templates.get(key) if TEMPLATES else None
+        hit = templates.get(key)
         q = _substituted(hit, p) if hit is not None else None
         if q is None:
             q = func(p, axis=axes, keepdims=keepdims, **params)
             counts[0] += 1
-            if TEMPLATES and hit is None and type(q) is Array and q.is_lazy:
+            if hit is None and type(q) is Array and q.is_lazy:
                 templates[key] = (p._node, q._node)
         else:
             counts[1] += 1
@@ -316,30 +303,15 @@ def _var(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any, ddof: Any) -
         return np.asarray(total / acc.type(max(n, 0)), dtype=acc).astype(res)
 
 
-def _fills(device: Any) -> bool:
-    """Whether a combined scalar goes to ``device`` by a fill command (GPUs: enqueued, no
-    wait, where an upload waits for its copy) rather than an upload (a CPU device's is a
-    buffer made from the host data: no command at all)."""
-    return device.type != "cpu"
-
-
-#: whether a 0-d result combined on the host stays the host's value (a scalar node on the
-#: first device: ``float()``, ``.item()`` and ``.get()`` of it read no device, a kernel
-#: using it takes it as an argument, ``.eval()`` writes it to a buffer) rather than being
-#: put on the first device by a fill or an upload (``FUSELOOP_MULTI_HOST_SCALAR=0``;
-#: ``bench_multigpu --variants``)
-HOST_SCALAR = os.environ.get("FUSELOOP_MULTI_HOST_SCALAR", "1").strip() != "0"
-
-
 def _on_first(host: np.ndarray, x: Any) -> Any:
-    from ..creation import asarray, full
+    """A result combined on the host, on the set's first device: a 0-d one stays the
+    host's value (a scalar node: ``float()``, ``.item()`` and ``.get()`` of it read no
+    device, a kernel using it takes it as an argument, ``.eval()`` writes it to a
+    buffer), others are uploaded."""
+    from ..creation import asarray
 
     host = np.asarray(host)
     first = x.devices[0]
-    if host.ndim == 0 and HOST_SCALAR:
+    if host.ndim == 0:
         return Array._lazy(Scalar(cast(np.generic, host[()])), first)
-    if host.ndim == 0 and _fills(first):
-        # (the host waited for the partials already; the user's read of the result
-        # then waits once, behind the fill, not behind an upload's wait too)
-        return full((), host[()], host.dtype, device=first)
     return asarray(host, device=first)

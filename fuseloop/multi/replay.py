@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -57,10 +56,6 @@ from ..runtime.devices import _runtime
 from . import calls as _calls
 from . import trace
 
-#: whether a split call's parts whose plans are known are replayed here
-#: (``FUSELOOP_MULTI_FAST=0``: each through ``run_plans``' replay or ``Array.eval``, as a
-#: single array's would be; ``bench_multigpu --variants`` times both)
-FAST = os.environ.get("FUSELOOP_MULTI_FAST", "1").strip() != "0"
 #: the parts the last split reduction or evaluation replayed here (or found evaluated)
 LAST_FAST: list[int] = [0]
 
@@ -69,8 +64,8 @@ def _ready(parts: Sequence[Array]) -> bool:
     """Whether parts may be replayed here at all: the checks that are the same for
     every part of a call (no capture, recording or plan checking; not the host path's
     small work on a CPU device)."""
-    if not FAST or capturing_threads[0] or recording_threads[0] \
-            or _prog.CHECK_STRUCTURE_CACHE or not parts:
+    if capturing_threads[0] or recording_threads[0] or _prog.CHECK_STRUCTURE_CACHE \
+            or not parts:
         return False
     return not (_host.HOST_MAX_WORK and _host.host_device(parts[0].device)
                 and min(math.prod(p.shape) for p in parts) <= _host.HOST_MAX_WORK)
@@ -239,18 +234,15 @@ def _stage(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any
     if offsets is None:  # (an entry for any views' offsets: this call's)
         offsets = signed[3]
     take, head, wide = entry[2], entry[3], entry[4] is not None
-    if PREPARED:
-        ready = _PREPARED.get((id(entry), offsets))
-        if ready is None or ready.entry is not entry or ready.token is not token:
-            ready = _prepare(entry, offsets, storages, device, token)
-        if ready is not None and ready.valid(token):
-            return ready.stage(storages, scalars), \
-                _calls._PartLaunch(device, take, wide, head, prepared=ready)
-        # (a launch that may be prepared, not from this thread or with a kernel out of
-        # the memory cache: launched in general now, and not kept so)
-        keep = ready is None or not ready.steps
-    else:
-        keep = True
+    ready = _PREPARED.get((id(entry), offsets))
+    if ready is None or ready.entry is not entry or ready.token is not token:
+        ready = _prepare(entry, offsets, storages, device, token)
+    if ready is not None and ready.valid(token):
+        return ready.stage(storages, scalars), \
+            _calls._PartLaunch(device, take, wide, head, prepared=ready)
+    # (a launch that may be prepared, not from this thread or with a kernel out of the
+    # memory cache: launched in general now, and not kept so)
+    keep = ready is None or not ready.steps
     return _Staged(device, functools.partial(_launch, plan, storages, scalars, offsets,
                                              device, token), (), None, 0), \
         _calls._PartLaunch(device, take, wide, head, general=(plan, offsets, token)) \
@@ -306,11 +298,9 @@ class _Staged:
         return self.result
 
 
-#: whether a known plan's launch on a device is prepared once (:class:`_Prepared`: its
-#: steps' checks made, kernel objects and argument positions found) and later parts of
-#: that plan launched from it (``FUSELOOP_MULTI_PREPARED=0``: each step checked at each
-#: launch, as ``_launch``; ``bench_multigpu --variants`` row ``-prepared``)
-PREPARED = os.environ.get("FUSELOOP_MULTI_PREPARED", "1").strip() != "0"
+#: a known plan's launch on a device is prepared once (:class:`_Prepared`: its steps'
+#: checks made, kernel objects and argument positions found) and later parts of that
+#: plan are launched from it.
 #: (``id`` of a ``run_plans._signed`` entry, view offsets) -> its prepared launch (the
 #: entry is held by it, so the id is not reused while the item lives; a replaced entry is
 #: prepared again)
@@ -487,4 +477,4 @@ def _launch(plan: Any, storages: list[Any], scalars: list[Any], offsets: Sequenc
     return storages[k] if kind == "i" else tmps[k]
 
 
-__all__ = ["FAST", "LAST_FAST", "current", "launched", "replayed"]
+__all__ = ["LAST_FAST", "current", "launched", "replayed"]

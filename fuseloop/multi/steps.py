@@ -16,17 +16,12 @@ no template look-up; the parts' launches then replay their run plans as before.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 from .. import caches as _caches
 from ..array import Array
 from ..expr.nodes import Leaf, c_strides
 
-#: whether a split stencil step whose structure a step made before is replayed from its
-#: kept plan (``FUSELOOP_MULTI_STEP_PLANS=0``: every step takes the general path;
-#: ``bench_multigpu --variants`` row ``-stepplans``)
-STEP_PLANS = os.environ.get("FUSELOOP_MULTI_STEP_PLANS", "1").strip() != "0"
 #: whether the last split stencil was replayed from a kept step plan (1) or not (0)
 LAST_STEP_PLAN: list[int] = [0]
 
@@ -58,7 +53,7 @@ def layout(x: Any) -> tuple | None:
 def find(key: tuple | None, x: Any) -> tuple[StepPlan | None, tuple | None]:
     """(the plan kept for ``key`` (the stencil's plan key) and ``x``'s layout, or None;
     the full key to keep a plan under, or None where none may be kept)."""
-    if key is None or not STEP_PLANS:
+    if key is None:
         return None, None
     lay = layout(x)
     if lay is None:

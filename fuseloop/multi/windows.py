@@ -11,7 +11,6 @@ expression onto the part's buffers (:func:`_moved`), without building its window
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -128,7 +127,7 @@ class _Templates:
     def part(self, apply: Callable[[Window, tuple[int, ...]], Array], window: _ShiftedRows,
              shifts: range, cen: tuple[int, ...], device: Any) -> Array:
         """``apply(window, cen)`` for a part on ``device``."""
-        found = _pieces_key(window, shifts) if self.kept and BY_BUFFER else None
+        found = _pieces_key(window, shifts) if self.kept else None
         self.last_moved = (None, None)
         if found is not None:
             mover = self.by_buffer.get(found[0])
@@ -279,12 +278,10 @@ def _rebuilt(root: Node, reading: list[Node], old: list[Node], new: list[Node]) 
     return made.get(id(root), root)
 
 
-#: whether kept stencil templates make a part whose pieces (halo rows, its own rows) are
-#: buffers by moving the kept expression onto them (:func:`_moved`: its nodes copied
-#: with the buffers swapped, signatures kept), without building the part's windows
-#: (``FUSELOOP_MULTI_BY_BUFFER=0``: windows built, then substituted; ``bench_multigpu
-#: --variants``)
-BY_BUFFER = os.environ.get("FUSELOOP_MULTI_BY_BUFFER", "1").strip() != "0"
+#: kept stencil templates make a part whose pieces (halo rows, its own rows) are buffers
+#: by moving the kept expression onto them (:func:`_moved`: its nodes copied with the
+#: buffers swapped, signatures kept), without building the part's windows; at most this
+#: many piece layouts per kept stencil
 BY_BUFFER_MAX = 16  # (per kept stencil: the partition fixes the few piece layouts)
 
 
@@ -422,7 +419,7 @@ class _Mover:
 # kind (a loop of ``setattr(new, n, getattr(node, n))`` over the names cost five times
 # as much; a kept stencil's part copies 14 nodes a step).  Each copier lists the slots it
 # copies: a kind whose slots differ from them (a slot added to the node class) is not
-# copied (its parts are built from windows, as without ``BY_BUFFER``).
+# copied (its parts are built from windows and substituted).
 
 def _copy_leaf(node: Any, new: Any) -> None:
     new.offset, new.operands, new.sig, new.offs = node.offset, node.operands, node.sig, \
