@@ -19,6 +19,7 @@ from .dtypes import scalar_to
 from .expr.nodes import Scalar, recent_lazy
 from .host_eager import (
     _F64,
+    _VIEW_DTYPES,
     EAGER_MAX_WORK,
     HostArray,
     _as,
@@ -220,6 +221,101 @@ def _masked_own(arr: HostArray, key: HostArray, value: Any) -> bool:
     if np.shape(v) not in ((), (int(np.count_nonzero(mask)),)):
         return False  # (the general path raises numpy's error, or broadcasts)
     arr._np[mask] = v
+    _count_evaluation()
+    return True
+
+
+#: the most positions a scatter by index arrays is written by numpy for (as
+#: host_masks.MASK_MAX_ELEMENTS: moving elements costs numpy ~1 ns each, the kernels'
+#: scatter an index check read back, a plan's walk and a launch)
+SCATTER_MAX_ELEMENTS = 1 << 16
+
+
+def _moved(x: Any, device: Any) -> Any:
+    """The numpy value of a concrete operand of :func:`scatter` (an index array, a
+    value) on ``device``: a view of its buffer, a HostArray's own array, a value held
+    as a Scalar node, a numpy array or scalar; None for anything else (lazy, another
+    device or dtype)."""
+    tx = type(x)
+    if tx is np.ndarray or isinstance(x, np.generic):  # (host data, as numpy's)
+        return x if x.dtype.char in _VIEW_DTYPES else None
+    if tx is HostArray:  # (a buffer's element as a 0-d view: read when written)
+        if x.device is not device:
+            return None
+        v = x._np
+        return v.reshape(()) if not x._shape and type(v) is np.ndarray else v
+    if tx is not Array or x.device is not device:
+        return None
+    node = x._node
+    if type(node) is Scalar:
+        return node.value
+    got = _base(x) if x._storage is not None else None  # (a leaf's view, or None)
+    return None if got is None else got[0]
+
+
+def scatter(arr: Array, key: Any, value: Any) -> bool:
+    """``arr[key] = value`` for a key of ints, slices and concrete integer index arrays
+    (fuseloop's or numpy's; at least one; at most SCATTER_MAX_ELEMENTS positions) on a
+    host device, ``value`` a Python scalar or a concrete array: written by numpy's fancy
+    assignment now (its rules: the advanced axes' place, broadcasting, the last of
+    repeated positions, negative indices wrapped); False: nothing done (the general
+    path's scatter, which raises the errors: an index out of range, shapes that do not
+    broadcast).  mandelbrot2's ``N_[Xi[I], Yi[I]] = i + 1`` took an index check read
+    back, a plan's walk and a scatter launch per statement."""
+    if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
+            or _evaluate.recording_threads[0] or not _host.host_device(arr.device):
+        return False
+    device = arr.device
+    items = key if type(key) is tuple else (key,)
+    index: list[Any] = []
+    shapes = []
+    for k in items:
+        tk = type(k)
+        if tk is int or tk is slice:
+            index.append(k)
+            continue
+        if (tk is not Array and tk is not HostArray and tk is not np.ndarray) \
+                or k.dtype.kind not in "iu" \
+                or (k.dtype.kind == "u" and k.dtype.itemsize == 8):
+            return False  # (a mask, a list, uint64 values past int64's: the general path)
+        v = _moved(k, device)
+        if v is None:
+            return False
+        index.append(v)
+        shapes.append(np.shape(v))
+    if not shapes:
+        return False
+    try:
+        n = _host._size(np.broadcast_shapes(*shapes))
+    except ValueError:
+        return False
+    tv = type(value)
+    if tv is float or tv is int:
+        got = _assigned(value, arr.dtype, device)
+        if got is None:
+            return False
+        v = got[0]
+    else:
+        v = _moved(value, device)
+        if v is None or (v.dtype.kind == "c" and arr.dtype.kind != "c") \
+                or np.size(v) > SCATTER_MAX_ELEMENTS:
+            return False  # (a complex value into a real array: the general path's rules)
+    if not 0 < n <= SCATTER_MAX_ELEMENTS or arr.dtype.char not in _VIEW_DTYPES:
+        return False
+    if arr._storage is None:
+        arr.eval()  # (a lazy target gets its buffer first, as on the general path)
+    target = _base(arr)
+    if target is None:
+        return False
+    base, storage = target
+    if recent_lazy or storage.readers or getattr(_flags._local, "pending", None):
+        _before_write(storage, base, device)
+    else:
+        _sync(device)
+    try:
+        base[tuple(index)] = v  # (numpy checks every index and shape before a write)
+    except (IndexError, TypeError, ValueError):
+        return False
     _count_evaluation()
     return True
 

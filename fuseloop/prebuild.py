@@ -156,6 +156,12 @@ def _needs_kernels(job: Job) -> bool:
     signed = _rp._signed_key(roots, out_shape, device) if targets is None else None
     if signed is not None and signed[0] in _rp._signed:
         return False
+    # one flat elementwise root whose kernel and launch are cached: run's hot path
+    # launches it without a run plan, so none is remembered by signature (nussinov's
+    # pending 0-d sums, computed before each element write, walked every statement)
+    if targets is None and len(roots) == 1 and len(out_shape) <= 1 and not roots[0].fancy \
+            and _ev.flat_launch_ready(roots[0], out_shape, device) is not None:
+        return False
     keyed = _rp._key(roots, out_shape, targets, device)
     if keyed is None:  # (not plannable: no key to remember it by)
         return True

@@ -159,3 +159,30 @@ def test_a_plan_at_new_lengths_reuses_its_steps_kernels(device_path, monkeypatch
             assert len(made) <= 6, len(made)
             assert stats["memory_cache_misses"] == 0
             assert stats["memory_cache_hits"] == n
+
+
+def test_pending_element_sums_are_not_walked_again(device_path):
+    """nussinov's ``T[i, j] = max(T[i, j], T[i, k] + T[k + 1, j])``: the lazy 0-d sum
+    read by ``max`` is computed before the element's write together with the other
+    pending readers; its flat kernel is cached, so the kernels built ahead look its
+    plan up no more (each statement walked its key: half of nussinov's launches)."""
+    n = 9
+    seq = np.random.default_rng(2).integers(0, 4, n)
+
+    def kernel(t, s):
+        for i in range(n - 1, -1, -1):
+            for j in range(i + 1, n):
+                t[i, j] = max(t[i, j], t[i, j - 1])
+                if i + 1 < n:
+                    t[i, j] = max(t[i, j], t[i + 1, j - 1] + (s[i] + s[j] == 3))
+                for k in range(i + 1, j):
+                    t[i, j] = max(t[i, j], t[i, k] + t[k + 1, j])
+        return t
+
+    want = kernel(np.zeros((n, n), np.int32), seq)
+    s = fl.asarray(seq)
+    for _ in range(2):  # (the second round: every structure met before)
+        fl.reset_stats()
+        got = kernel(fl.zeros((n, n), np.int32), s)
+        np.testing.assert_array_equal(got.get(), want)
+    assert fl.stats()["kernels_launched"] > 0 and fl.stats()["plans_walked"] == 0, fl.stats()

@@ -153,9 +153,13 @@ offs_table: dict[tuple, int] = {}
 def with_offs(sig: int, ao: tuple, bo: tuple) -> tuple[int, tuple]:
     """The signature and ``offs`` of a two-argument operation of signature ``sig`` whose
     arguments' offsets are ``ao`` and ``bo`` (the operators' lean path)."""
-    if len(ao) + len(bo) <= MERGED_SHORT:
-        if len(bo) == 1 and bo[0] not in ao:  # (the commonest: a new view's offset)
-            return sig, ao + bo
+    nb = len(bo)
+    if len(ao) + nb <= MERGED_SHORT:
+        if nb == 1:  # (the commonest: one view's offset, new or met already)
+            o = bo[0]
+            if o not in ao:
+                return sig, ao + bo
+            return offs_joined(sig, ((ao.index(o),),)), ao  # (merge_offs' answer, inline)
         offs, where = merge_offs(ao, bo)
         return (sig if where is None else offs_joined(sig, (where,))), offs
     got = _merged.get((sig, ao, bo))

@@ -39,6 +39,7 @@ from ..host_masks import select as host_select
 from ..host_path import host_device
 from ..host_statements import assign as host_assign
 from ..host_statements import scalar as host_scalar
+from ..host_writes import scatter as host_scatter
 from ..trace_hooks import trace_checks
 from . import host_mirror as _host_mirror
 from . import scatter_kernel
@@ -602,7 +603,8 @@ def setitem(arr: Array, key: Any, value: Any, held: bool, atomic: str | None = N
             assign(arr, value, cast="unsafe", value_is_held=held)
         return
     if atomic is None:
-        if _assigned_without_scatter(arr, key, value, held):
+        if _assigned_without_scatter(arr, key, value, held) \
+                or (arr.device.type == "cpu" and host_scatter(arr, key, value)):
             return
         split = _split(arr, key)
     if arr.is_lazy:
