@@ -263,8 +263,11 @@ def test_arg_reductions_of_concrete_arrays_are_numpys_now(host, fresh_stats, dty
                 want = getattr(h, op)(axis=axis, keepdims=keepdims)
                 assert got.shape == want.shape and got.dtype == np.int64, (op, axis)
                 np.testing.assert_array_equal(np.asarray(got.get()), want)
+    view = x[1:4]  # (a small view: a HostArray)
+    np.testing.assert_array_equal(view.argmax(axis=1).get(), h[1:4].argmax(axis=1))
+    assert int(x[1].argmin().get()) == h[1].argmin()
     assert fl.stats()["kernels_launched"] == 0
-    assert fl.stats()["host_operations"] == 16
+    assert fl.stats()["host_operations"] == 18
 
 
 def test_arg_reductions_past_the_limit_or_of_lazy_arrays_launch(host, fresh_stats,
