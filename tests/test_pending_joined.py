@@ -23,9 +23,11 @@ def joined(device_path, monkeypatch):
     fl.clear_caches()
 
 
-def _inputs(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def _inputs(seed: int = 0, shape: tuple[int, int] = (48, 300)
+            ) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return rng.uniform(-4, 4, (48, 300)).astype(np.float32), rng.integers(0, 300, 48)
+    return (rng.uniform(-4, 4, shape).astype(np.float32),
+            rng.integers(0, shape[1], shape[0]))
 
 
 def _cases(inputs):
@@ -72,15 +74,16 @@ def test_cpu_default_and_setting_off_keep_two_launches(joined, monkeypatch):
 
 def test_gpu_recipes_join_by_default(device_path, monkeypatch):
     """The CPU device presented as a GPU (the GPU recipes' kernels, run by PoCL): the
-    join is on for GPUs whatever CPU_MAX_VALUES says."""
+    join is on for GPUs whatever CPU_MAX_VALUES says, for many rows too."""
     if device_path.type != "cpu":
         pytest.skip("presents the CPU device as a GPU")
     # (a compile worker finds no device of that description: builds in this process)
     monkeypatch.setenv("FUSELOOP_COMPILE", "inline")
     gpu = dataclasses.replace(device_path, index=9134, type="gpu", compute_units=132,
                               max_work_group_size=1024)
+    # (1024 rows of 1024: the combining stage's group is narrowed to the row kernel's)
     with fl.device(gpu):
-        for make, want in _cases(_inputs(2)):
+        for make, want in [*_cases(_inputs(2)), *_cases(_inputs(3, (1024, 1024)))]:
             for _ in range(2):
                 fl.reset_stats()
                 np.testing.assert_allclose(float(make()), want, rtol=2e-5)
