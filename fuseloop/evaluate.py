@@ -26,6 +26,7 @@ import numpy as np
 from . import flags as _flags
 from . import host_path as _host
 from . import launching as _launching
+from . import pending_joined as _pending_joined
 from . import run_plans  # (it reads this module's functions at call time)
 from . import sharing as _sharing
 from .errors import DeviceMemoryError, OneLaunchRefused, OutOfMemoryError
@@ -590,8 +591,9 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     roots = list(roots)
 
     fancy = any(r.fancy for r in roots)
-    # reductions that cannot be fused here run first
     pending = _reduces_to_materialise(roots, out_shape) if fancy else None
+    if pending and (done := _pending_joined.run(pending, roots, out_shape, tgts, device)):
+        return done  # (reductions not fused here run first; a full one of one: joined)
     if pending:
         replace = _materialise_pending(pending, device)
         memo: dict[int, Node] = {}

@@ -221,6 +221,40 @@ def reduce(op: str, x: HostArray, axis: Any, keepdims: bool, dtype: np.dtype) ->
     return _result(out if type(out) is np.ndarray else np.asarray(out, dtype), x.device)
 
 
+#: the most elements an argmax or argmin of a concrete array (not a small view) reads
+#: when numpy computes it at once (:func:`arg_reduce`): numpy's one pass against the
+#: kernels' two and a launch, which on PoCL's CPU device took more CPU at every size up to
+#: 2^20 float32 (the rows of 1024 x 1024: 0.19 against 0.43 ms; all of 2^20: 0.17 against
+#: 0.44 ms; benchmarks/probes/host_reduce_threshold.py)
+ARG_NOW_MAX = 1 << 20
+
+
+def arg_reduce(x: Array, axis: Any, keepdims: bool, largest: bool) -> Array | None:
+    """argmax (``largest``) or argmin of a HostArray or a concrete array of at most
+    :data:`ARG_NOW_MAX` elements on a CPU device, computed now by numpy (its ties and
+    NaN rule are fuseloop's); None: the lazy arg-reduction (numpy's errors: its too)."""
+    if _off() or x.dtype.char not in _DTYPES or not x._shape:
+        return None
+    if type(x) is HostArray:
+        if x._buf is not None:
+            _sync(x.device)
+        v = x._np
+    elif type(x) is Array and x._storage is not None and 0 < x.size <= ARG_NOW_MAX:
+        got = _base(x)  # (the device's queue finished: kernels writing x are done)
+        if got is None:
+            return None
+        v = got[0]
+    else:
+        return None
+    try:
+        out = (np.argmax if largest else np.argmin)(v, axis=axis, keepdims=keepdims)
+    except (TypeError, ValueError, np.exceptions.AxisError):
+        return None
+    _count_operation()
+    out = np.asarray(out, dtype=np.int64)
+    return _result(out, x.device)
+
+
 _FAST_POWERS = {2: "square", 0.5: "sqrt", -1: "reciprocal"}  # (fuseloop.array's)
 
 

@@ -247,3 +247,44 @@ def test_accumulators_are_combined_in_halvings(pocl):
     half = CPU_SELECT_ACCUMULATORS // 2
     assert f"part_j0[0] = ((part_j0[0] >= part_j0[{half}]" in code
     assert "acc_j0_combine = ((acc_j0_combine >= part_j0[1]" not in code  # no chain
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16, np.uint32, np.bool_])
+def test_arg_reductions_of_concrete_arrays_are_numpys_now(host, fresh_stats, dtype):
+    """With the host path on, argmax/argmin of a concrete array on the CPU device (up to
+    ARG_NOW_MAX elements) are numpy's, computed at once: no kernel, numpy's first index
+    of ties and of the first NaN, int64 results of numpy's shapes."""
+    h = _with_specials((5, 37), dtype, 3)
+    x = fl.asarray(h)
+    for op in ("argmax", "argmin"):
+        for axis in (None, 0, 1, -1):
+            for keepdims in (False, True):
+                got = getattr(x, op)(axis=axis, keepdims=keepdims)
+                want = getattr(h, op)(axis=axis, keepdims=keepdims)
+                assert got.shape == want.shape and got.dtype == np.int64, (op, axis)
+                np.testing.assert_array_equal(np.asarray(got.get()), want)
+    view = x[1:4]  # (a small view: a HostArray)
+    np.testing.assert_array_equal(view.argmax(axis=1).get(), h[1:4].argmax(axis=1))
+    assert int(x[1].argmin().get()) == h[1].argmin()
+    assert fl.stats()["kernels_launched"] == 0
+    assert fl.stats()["host_operations"] == 18
+
+
+def test_arg_reductions_past_the_limit_or_of_lazy_arrays_launch(host, fresh_stats,
+                                                                   monkeypatch):
+    """A concrete array past ARG_NOW_MAX elements, or a lazy one (whose arg-reduction
+    fuses with its producer), takes the kernels; numpy's errors stay the lazy path's."""
+    from fuseloop import host_products
+
+    h = _with_specials((20, 1003), np.float32, 4)  # (past the host path's limit too)
+    x = fl.asarray(h)
+    monkeypatch.setattr(host_products, "ARG_NOW_MAX", h.size - 1)
+    np.testing.assert_array_equal(x.argmax(axis=1).get(), h.argmax(axis=1))
+    assert fl.stats()["kernels_launched"] == 1
+    monkeypatch.setattr(host_products, "ARG_NOW_MAX", h.size)
+    np.testing.assert_array_equal((x * 2).argmin(axis=1).get(), (h * 2).argmin(axis=1))
+    assert fl.stats()["kernels_launched"] == 2
+    with pytest.raises(fl.errors.AxisError):  # (the lazy path's error, not numpy's)
+        x.argmax(axis=2)
+    with pytest.raises(ValueError, match="empty"):
+        fl.asarray(np.zeros((3, 0), np.float32)).argmin(axis=1)

@@ -18,7 +18,8 @@ kernel (:func:`join`):
   work-item's fence, ``atomic_inc`` and the broadcast of "last" through local memory;
 * every instruction of the combining stage is predicated on that flag and depends on
   the ticket; it must fit in one group of the first stage's grid (its own grid is
-  one group, no wider): otherwise ``OneLaunchRefused`` and the caller launches twice.
+  one group, no wider; a wider group is narrowed through its recipe's ``group``):
+  otherwise ``OneLaunchRefused`` and the caller launches twice.
 
 The counter (``fl_ticket``, one int32) belongs to the compiled kernel: set once on
 each of its kernel objects (``cache.CompiledKernel``), launches on the device's
@@ -85,9 +86,26 @@ def kernel_plan(program: Program, index_dtype: np.dtype, device: Any, recipe: An
     # (the caller, codegen.kernel_plan, holds the Loopy section)
     t1 = apply_recipe(lower(first.program, index_dtype, recipe, user_functions, sizes1,
                             device=device), recipe, device)
-    t2 = apply_recipe(lower(program._replace(first=None), index_dtype, recipe,
-                            user_functions, sizes2, device=device), recipe, device)
+    second = lower(program._replace(first=None), index_dtype, recipe, user_functions,
+                   sizes2, device=device)
+    t2 = apply_recipe(second, recipe, device)
+    narrower = _within_group(t1, t2, recipe)
+    if narrower is not None:
+        t2 = apply_recipe(second, narrower, device)
     return generate(join(t1, t2, first, device), device)
+
+
+def _within_group(t1: Any, t2: Any, recipe: Any) -> Any:
+    """``recipe`` with its ``group`` (work-items per row) no wider than the first stage's
+    group, where the combining stage ``t2`` took a wider one (a full reduction of 1024
+    row values after a row kernel of 256-item groups: the join must fit it in one of
+    them); None where it fits, or the recipe has no such parameter."""
+    _, l1 = t1.default_entrypoint.get_grid_size_upper_bounds_as_exprs(t1.callables_table)
+    _, l2 = t2.default_entrypoint.get_grid_size_upper_bounds_as_exprs(t2.callables_table)
+    if not l1 or not l2 or "group" not in recipe.params \
+            or not all(isinstance(n, int | np.integer) for n in (*l1, *l2)) or l2[0] <= l1[0]:
+        return None
+    return recipe.with_params(group=int(l1[0]))
 
 
 def _renamed_first(t1: Any, first: Any) -> Any:

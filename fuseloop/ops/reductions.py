@@ -22,6 +22,7 @@ from ..expr.nodes import Apply, Iota, Leaf, Reduce
 from ..expr.templates import array_key, by_call, call_key, composite, note_call, watch_settings
 from ..expr.views import reshape_view
 from ..host_eager import HostArray as _HostArray
+from ..host_products import arg_reduce as _eager_arg
 from ..host_products import reduce as _eager_reduce
 from ..multi_hooks import splits
 from .shape import normalize_axes, normalize_axis, ravel, reshape, transpose
@@ -319,6 +320,8 @@ def _sqrt(x: Array) -> Array:
 
 def _arg_extreme(x: Any, axis: Any, keepdims: bool, largest: bool) -> Array:
     x = _coerce(x)
+    if (got := _eager_arg(x, axis, keepdims, largest)) is not None:
+        return got  # (a concrete array on the CPU: numpy's now, fuseloop.host_products)
     # (the mode is in the key: a changed setting builds afresh)
     one = _one_pass_arg(x, axis)
     return composite(array_key("argmax" if largest else "argmin", x, axis, keepdims, one), x,
