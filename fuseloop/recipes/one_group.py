@@ -50,7 +50,7 @@ def group_size(values: Any, device: Device) -> int:
 
 
 def limit(values: Any, device: Device) -> int:
-    """The most elements a write goes to one group for (``group x items``)."""
+    """A write of fewer elements than this (``group x items``) takes one group."""
     return group_size(values, device) * values["items"]
 
 
