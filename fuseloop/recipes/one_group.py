@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 GROUP = 1024
 #: elements per work-item, at most, of a write taking one group (:func:`limit`)
 ITEMS = 4
+#: elements per work-item up to which its loops are unrolled
+UNROLL_MAX = 16
 _VALUE = "fl_value"
 _BARRIER = "fl_loads_done"
 
@@ -161,7 +163,11 @@ def _one_group(t_unit: lp.TranslationUnit, device: Device, *, group: int,
     knl = knl.copy(instructions=[*knl.instructions, barrier])
     t_unit = t_unit.with_kernel(knl)
     within = " or ".join(f"id:{s}" for s in sorted(side))
-    return lp.duplicate_inames(t_unit, outer, within=within, new_inames=f"{flat}_store")
+    t_unit = lp.duplicate_inames(t_unit, outer, within=within, new_inames=f"{flat}_store")
+    if bound // size > UNROLL_MAX:  # (a run plan replayed past the limit)
+        return t_unit
+    # (unrolled: the private values stay in registers on GPUs)
+    return lp.tag_inames(t_unit, {outer: "unr", f"{flat}_store": "unr"})
 
 
 one_group_writes = Recipe(
