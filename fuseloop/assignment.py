@@ -256,8 +256,9 @@ def _readers_first(node: Node, storage: Any, written: View | None, itemsize: int
     ``node``, reading their results where it read them (unless ``held_array``, which
     is computed with it): ``p = A[i, :-1] * c; A[i, 1:] += p``'s ``p``, computed first,
     is read from its buffer, so the value no longer reads the elements it writes (no
-    temporary and copy, nor one work-group).  ``unheld``: an operand read by the value only, not computed
-    first (the value's own check decides whether it reads through a temporary)."""
+    temporary and copy, nor one work-group).  ``unheld``: an operand read by the value
+    only, not computed first (the value's own check decides whether it reads through a
+    temporary or takes one work-group)."""
     pending = [r for r in storage.live_readers() if r._storage is None and r is not held_array
                and r is not value and r is not unheld and (written is None or not reads_outside(
                    r._node, storage, written, itemsize))]
