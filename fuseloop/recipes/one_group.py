@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 #: work-items in the group, at most (the device's maximum if smaller)
 GROUP = 1024
 #: elements per work-item, at most, of a write taking one group (:func:`limit`)
-ITEMS = 4
+ITEMS = 8
 #: elements per work-item up to which its loops are unrolled
 UNROLL_MAX = 16
 _VALUE = "fl_value"
@@ -174,6 +174,7 @@ one_group_writes = Recipe(
     "one-group", _one_group, kind="one_group", version="1",
     params=(Param("group", int, GROUP, "work-items in the one work-group (at most the "
                   "device's maximum)", powers_of_two(32, 1024)),
+            # (not searched: it decides which writes take one group, not the code)
             Param("items", int, ITEMS, "elements per work-item, at most, of a write "
-                  "taking one group", powers_of_two(1, 16, (1, 2, 4, 8)))),
+                  "taking one group")),
     size_class=Derived(lambda values: _size_class(values["group"])))
