@@ -88,6 +88,27 @@ def test_loops_of_overlapping_statements_launch_once_each(device_path):
     np.testing.assert_array_equal(p.get(), ph)
 
 
+def test_complex_and_bool_targets(device_path):
+    h = np.arange(50, dtype=np.complex64) * (1 + 2j)
+    x = fl.asarray(h)
+
+    def shift():
+        x[1:] = x[:-1] * 2
+
+    assert _launches(shift)[0] == 1
+    h[1:] = h[:-1] * 2
+    np.testing.assert_array_equal(x.get(), h)
+    m = np.arange(50) % 3 == 0
+    b = fl.asarray(m)
+
+    def negate():
+        b[:-1] = ~b[1:]
+
+    assert _launches(negate)[0] == 1
+    m[:-1] = ~m[1:]
+    np.testing.assert_array_equal(b.get(), m)
+
+
 def test_two_dimensional_and_reversed_targets(device_path):
     for shape in ((30, 40), (60, 60)):  # (60 x 60: several elements per work-item)
         h = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
