@@ -5,10 +5,11 @@
 work-items read, and numpy's semantics say every value comes from the old elements.
 Across work-groups that takes two launches (the value into a temporary, then a copy);
 within one work-group a barrier suffices.  A program marked ``one_group``
-(``Program.one_group``, set by :mod:`fuseloop.evaluate` for such writes of at most
-:func:`limit` elements) is lowered as one loop over all elements (``i``), which this
-recipe splits into one work-group of ``group`` work-items (``i_inner``, local) and a
-sequential loop of ``N / group`` elements each (``i_outer``):
+(``Program.one_group``, set by :mod:`fuseloop.evaluate` for such writes of fewer than
+:func:`limit` elements: :func:`fuseloop.expr.overlap.one_group_fits`) is lowered as
+one loop over all elements (``i``), which this recipe splits into one work-group of
+``group`` work-items (``i_inner``, local) and a sequential loop of ``N / group``
+elements each (``i_outer``):
 
 1. each work-item computes its elements' values into a private array indexed by
    ``i_outer`` (the store's right-hand side, moved into its own instruction);
@@ -46,14 +47,14 @@ _VALUE = "fl_value"
 _BARRIER = "fl_loads_done"
 
 
-def group_size(values: Any, device: Device) -> int:
-    """The work-group size the recipe's ``values`` give on ``device``."""
-    return min(values["group"], device.max_work_group_size)
+def group_size(group: int, device: Device) -> int:
+    """The work-group size the parameter ``group`` gives on ``device``."""
+    return min(group, device.max_work_group_size)
 
 
 def limit(values: Any, device: Device) -> int:
     """A write of fewer elements than this (``group x items``) takes one group."""
-    return group_size(values, device) * values["items"]
+    return group_size(values["group"], device) * values["items"]
 
 
 def _bound(group: int, n: int) -> int:
@@ -109,7 +110,7 @@ def _one_group(t_unit: lp.TranslationUnit, device: Device, *, group: int,
 
     flat = str(select.iname(t_unit, f"tag:{select.FLAT}"))
     knl = t_unit.default_entrypoint
-    size = min(group, device.max_work_group_size)
+    size = group_size(group, device)
     bound = next((b for b in (_bound(size, 1 << k) for k in range(31))
                   if implied(knl, f"N <= {b}")), None)
     if bound is None:
