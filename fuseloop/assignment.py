@@ -254,10 +254,11 @@ def _readers_first(node: Node, storage: Any, written: View | None, itemsize: int
     """Evaluate the lazy arrays still reading the old contents of ``storage`` before
     the write (not those reading only elements it leaves alone); returns the value's
     ``node``, reading their results where it read them (unless ``held_array``, which
-    is computed with it): ``A[i, 1:] += A[i, :-1] * c``'s product, computed first, is
-    read from its buffer, so the value no longer reads the elements it writes (no
-    temporary and copy).  ``unheld``: an operand read by the value only, not computed
-    first (the value's own check decides whether it reads through a temporary)."""
+    is computed with it): ``p = A[i, :-1] * c; A[i, 1:] += p``'s ``p``, computed first,
+    is read from its buffer, so the value no longer reads the elements it writes (no
+    temporary and copy, nor one work-group).  ``unheld``: an operand read by the value
+    only, not computed first (the value's own check decides whether it reads through a
+    temporary or takes one work-group)."""
     pending = [r for r in storage.live_readers() if r._storage is None and r is not held_array
                and r is not value and r is not unheld and (written is None or not reads_outside(
                    r._node, storage, written, itemsize))]

@@ -47,6 +47,7 @@ from .expr.nodes import (
     recent_lazy,
     register_readers,
 )
+from .expr.overlap import one_group_fits as _one_group
 from .expr.program import (
     INT32_LIMIT,
     Bindings,
@@ -527,8 +528,8 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
 
     ``targets`` optionally names existing buffers (or strided views of them) to
     write into.  A target that the expression also reads through another index
-    is written through a temporary, so no element is read after it was
-    overwritten.
+    is written by one work-group loading every value first, or, past its limit,
+    through a temporary: no element is read after it was overwritten.
     """
     if targets is not None:
         if any(t is not None for t in targets):
@@ -599,8 +600,8 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
         memo: dict[int, Node] = {}
         roots = [_rebuild(r, replace, memo) for r in roots]
 
-    # reading a target through another index: compute into fresh buffers first
-    # (also when a gather may fail after writing: user buffers stay untouched)
+    # reading a target through another index: one work-group if it fits, else fresh
+    # buffers first (also when a gather may fail after writing: user buffers untouched)
     has_gather = fancy and any(_may_fail(r) for r in roots)
     # (a scatter writes elsewhere than it reads even where the strides agree)
     unsafe = [t is not None and (has_gather or (any(t.storage in r.storages for r in roots)
@@ -608,7 +609,7 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
                                       or not _reads_only_in_place(roots, t, out_shape,
                                                                   root.dtype.itemsize))))
               for t, root in zip(tgts, roots)]
-    if any(unsafe):
+    if any(unsafe) and (fancy or not _one_group(tgts, out_shape, device)):
         direct = [None if u else t for t, u in zip(tgts, unsafe)]
         outs = run(roots, out_shape, device, direct)
         for k, t in enumerate(tgts):
@@ -647,6 +648,7 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     # (while a run plan records, linearised afresh: its bindings name their scalar nodes)
     program, bindings = linearize(work_roots, work_shape, work_targets,
                                   cache=_plan_recorder() is None)
+    program = program._replace(one_group=True) if any(unsafe) else program  # (fits one)
     if any(t is not None for t in work_targets):
         _flags.check_pending()  # (a failed index check leaves user arrays untouched)
     if first is not None:

@@ -160,7 +160,8 @@ def index_dtype_for(storages: Sequence[Storage], biggest: int,
 
 def recipe_kind(program: Program) -> str:
     """Which recipe family launches ``program``."""
-    return ("contraction" if program.contraction is not None else
+    return ("one_group" if program.one_group else
+            "contraction" if program.contraction is not None else
             "reduction" if program.has_reduce else
             "sparse" if program.has_sparse else "elementwise")
 

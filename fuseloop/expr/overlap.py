@@ -11,8 +11,23 @@ writes cannot matter and no temporary is needed.  The answer may be a conservati
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 View = tuple[tuple[int, ...], tuple[int, ...], int]
+
+
+def one_group_fits(targets: Sequence[Any], out_shape: tuple[int, ...], device: Any) -> bool:
+    """Whether a write whose value reads elements of its targets that other elements'
+    work-items write runs as one launch of one work-group (every value loaded before
+    any store: ``recipes/one_group.py``) rather than into a temporary and a copy: no
+    scatter or mask, and fewer elements than the recipe's limit on ``device`` (a power of
+    two: a run plan's key classes lengths by bit length, so one class decides alike)."""
+    from ..recipe_state import recipe_for
+    from ..recipes.one_group import limit
+
+    return all(t is None or (t.scatter is None and t.mask is None) for t in targets) and \
+        math.prod(out_shape) < limit(recipe_for(device, "one_group").values, device)
 
 
 def _extent(view: View) -> tuple[int, int]:

@@ -110,6 +110,9 @@ class Program(NamedTuple):
     mask: int | None = None
     # a two-stage reduction's first stage run in this (its combining) kernel's launch
     first: FirstStage | None = None
+    # one work-group computes every value before any store (recipes/one_group.py): a
+    # small write reading its target's elements that other work-items write
+    one_group: bool = False
 
 
 class FirstStage(NamedTuple):

@@ -299,9 +299,10 @@ def kernel_plan(program: Program, index_dtype: np.dtype, device: Any, recipe: An
                                           user_functions, sizes)
         t_unit = lower(program, index_dtype, recipe, user_functions, sizes, device=device)
         plan = generate(apply_recipe(t_unit, recipe, device), device)
-    if len(program.outputs) > 1 and program.contraction is None:
+    if (len(program.outputs) > 1 and program.contraction is None) or program.one_group:
         # an output may be a buffer that another output's value reads (``fl.compute(
-        # ..., out=(a, b))`` in place): its loads come before the stores (see
-        # stores.values_before_stores), which ``restrict`` would let the compiler undo
+        # ..., out=(a, b))`` in place), or that its own value reads (``one_group``): its
+        # loads come before the stores (see stores.values_before_stores, recipes/
+        # one_group.py), which ``restrict`` would let the compiler undo
         plan.source = re.sub(r"\*\s*__restrict__\s+", "*", plan.source)
     return plan

@@ -52,6 +52,7 @@ from .elementwise import (
     cpu_chunked,
     gpu_coalesced,
 )
+from .one_group import one_group_writes
 from .registry import (
     _CHOSEN,
     _REGISTRY,
@@ -72,7 +73,7 @@ __all__ = [
     "_CHOSEN", "_REGISTRY", "Derived", "DevicePredicate", "Param", "Recipe", "RecipeFunction",
     "SizeClassFunction", "Space", "cpu_blocked", "cpu_chunked", "cpu_rows",
     "cpu_sparse_rows", "find", "gpu_coalesced", "gpu_rows", "gpu_sparse_rows", "gpu_tiled",
-    "int_range", "powers_of_two", "predicate",
+    "int_range", "one_group_writes", "powers_of_two", "predicate",
     "recipe_for", "register_recipe", "registered_recipes", "select", "use",
 ]
 
@@ -89,6 +90,7 @@ def _register_builtins() -> None:
             ("cpu", cpu_chunked, cpu_rows, cpu_blocked, cpu_sparse_rows)):
         for recipe in (elementwise, reduction, contraction, sparse):
             register_recipe(device_type, recipe)
+    register_recipe("default", one_group_writes)
     _recipe_state.current[0] = token
 
 

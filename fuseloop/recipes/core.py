@@ -40,7 +40,7 @@ RecipeFunction = Callable[..., "lp.TranslationUnit"]
 SizeClassFunction = Callable[[Any, Sequence[int], int, int], str]
 #: ``(values, device) -> bool``: a recipe's test of a combination of parameter values
 ValidFunction = Callable[[Mapping[str, Any], Any], bool]
-KINDS = ("elementwise", "reduction", "contraction", "sparse")
+KINDS = ("elementwise", "reduction", "contraction", "sparse", "one_group")
 
 
 @dataclass(frozen=True)
