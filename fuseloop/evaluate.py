@@ -1,9 +1,8 @@
 """Evaluation: turn lazy expressions into device buffers, fusing what can be fused.
 
-This is the hot path: linearise the DAG (the structural key), look the kernel up
-in memory, allocate outputs from the pool, enqueue.  Nothing here waits for the
-device, except to report an out-of-range gather index; reading results
-(``Array.get``) does.
+This is the hot path: linearise the DAG (the structural key), look the kernel up in
+memory, allocate outputs from the pool, enqueue.  Nothing here waits for the device,
+except to report an out-of-range gather index; reading results (``Array.get``) does.
 
 Fusion decisions (:func:`run`): a reduction is computed inside the kernel
 that consumes it when each of its results is needed by a whole row of that
@@ -526,10 +525,9 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         targets: Sequence[Target | Storage | None] | None = None) -> list[Storage]:
     """Compute ``roots`` (each broadcast to ``out_shape``); return their storages.
 
-    ``targets`` optionally names existing buffers (or strided views of them) to
-    write into.  A target that the expression also reads through another index
-    is written by one work-group loading every value first, or, past its limit,
-    through a temporary: no element is read after it was overwritten.
+    ``targets`` optionally names existing buffers (or strided views of them) to write
+    into.  A target the expression also reads through another index is written by one
+    work-group loading every value first, or through a temporary past its limit.
     """
     if targets is not None:
         if any(t is not None for t in targets):
@@ -600,8 +598,8 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
         memo: dict[int, Node] = {}
         roots = [_rebuild(r, replace, memo) for r in roots]
 
-    # reading a target through another index: one work-group if it fits, else fresh
-    # buffers first (also when a gather may fail after writing: user buffers untouched)
+    # reading a target through another index (or a gather may fail after writing: user
+    # buffers untouched): one work-group if it fits, else fresh buffers first
     has_gather = fancy and any(_may_fail(r) for r in roots)
     # (a scatter writes elsewhere than it reads even where the strides agree)
     unsafe = [t is not None and (has_gather or (any(t.storage in r.storages for r in roots)
