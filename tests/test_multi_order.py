@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
+from fuseloop import host_path
 from fuseloop.runtime import devices
 
 _CALLS = ("submit", "finish_queue", "finish", "wait_event", "event_status", "enqueue_read",
@@ -210,7 +211,11 @@ def test_small_reads_go_through_the_backends_staging(three, monkeypatch):
 def test_partials_combined_on_the_device_without_waiting(device, monkeypatch):
     """Where every part's device copies to the first without the host (here: one device
     listed three times; CUDA: peer copies), a reduction along the split axis neither reads
-    nor waits: the partials are combined by a kernel on the first device."""
+    nor waits: the partials are combined by a kernel on the first device (a full
+    reduction's too where ``HOST_COMBINE`` is off)."""
+    from fuseloop.multi import reduce as multi_reduce
+
+    monkeypatch.setattr(multi_reduce, "HOST_COMBINE", "0")
     rng = np.random.default_rng(7)
     an = rng.integers(-50, 50, (30, 4)).astype(np.int32)
     with fl.device([device] * 3):
@@ -226,6 +231,47 @@ def test_partials_combined_on_the_device_without_waiting(device, monkeypatch):
     assert int(total) == an.sum() and int(count) == np.count_nonzero(an > 0)
     np.testing.assert_array_equal(cols.get(), an.sum(axis=0))
     np.testing.assert_array_equal(hi.get(), an.max(axis=0, keepdims=True))
+
+
+@pytest.mark.parametrize("parts", [2, 4])
+def test_full_reductions_combined_on_the_host(device, monkeypatch, parts):
+    """A full reduction over parts that could combine on the first device (one device
+    listed 2 or 4 times) reads each partial behind its kernel instead: one read per part,
+    no copy, no combine kernel; a host value (reading it reads nothing), numpy's result
+    and dtype for float32, float64 and int sums, mean, max, min and a dot-like sum."""
+    from fuseloop.expr.nodes import Scalar
+    from fuseloop.multi import EXCHANGED
+
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    rng = np.random.default_rng(9)
+    xs = {np.float32: rng.random(30001).astype(np.float32),
+          np.float64: rng.standard_normal(30001),
+          np.int32: rng.integers(-1000, 1000, 30001).astype(np.int32)}
+    with fl.device([device] * parts):
+        split = {t: fl.asarray(v) for t, v in xs.items()}
+    cases = [(lambda a: fl.sum(a), np.sum), (lambda a: a.mean(), np.mean),
+             (lambda a: a.max(), np.max), (lambda a: fl.min(a), np.min),
+             (lambda a: fl.sum(a * a), lambda v: np.sum(v * v))]
+    for t, a in split.items():
+        for func, ref in cases:
+            fl.synchronize()
+            copies = EXCHANGED["copies"]
+            log = record([device], monkeypatch)
+            fl.reset_stats()
+            r = func(a)
+            reads = [e for e in log if e[0] == "enqueue_read"]
+            assert len(reads) == parts and not any(e[3] for e in reads), log
+            assert fl.stats()["kernels_launched"] == parts, fl.stats()
+            assert EXCHANGED["copies"] == copies and type(r._node) is Scalar
+            monkeypatch.undo()  # (the recording; HOST_MAX_WORK again below)
+            monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+            want = ref(xs[t])
+            assert r.dtype == want.dtype and r.device is device, (t, r.dtype, want.dtype)
+            if t is np.int32 or func is cases[2][0] or func is cases[3][0]:
+                assert r.get() == want, (t, r.get(), want)
+            else:
+                np.testing.assert_allclose(r.get(), want, rtol=1e-5 if t is np.float32
+                                           else 1e-12)
 
 
 def _counting(monkeypatch, module, name):
