@@ -12,7 +12,8 @@ expression built, the reduction dispatched, a stencil's halos copied), staging t
 enqueue to the last part's submit), each part's enqueue after part 0's, and one part's
 own enqueues and submit (what still separates two parts), and the phase after the last
 part's submit until the call returns (``after``: its kernel, a reduction's reads and
-combine; ``reads``: until the last partial was read); medians over ``--traced`` calls.
+combine; ``reads``: until the last partial was read; ``sync``: the wait on every device
+after the call, which the timed calls include); medians over ``--traced`` calls.
 The last part starts after the three phases before it: they are the split call's host
 cost on top of one part's device time; ``part 0 ms``, part 0's call alone on its own
 device (an ordinary array, the same workload), is what the split call would take
@@ -89,13 +90,15 @@ def launch_offsets(w: bm.Workload, arrays: tuple, calls: int) -> dict[str, Any]:
     sync = bm._sync_for(arrays)
     got: dict[str, list[Any]] = {k: [] for k in ("to_staging_us", "staging_us", "launches_us",
                                                   "offsets_us", "launch_us", "after_us",
-                                                  "reads_us")}
+                                                  "reads_us", "sync_us")}
     for _ in range(calls):
         sync()
         with trace.tracing() as events:
             t0 = time.perf_counter()
             w.call(arrays)
             t1 = time.perf_counter()
+        sync()
+        got["sync_us"].append((time.perf_counter() - t1) * 1e6)
         stagings = [i for i, e in enumerate(events) if e[0] == "staging begun"]
         at = stagings[-1] if stagings else 0
         start = max([t for what, _, _, t in events[:at] if what == "enqueued"], default=t0)
@@ -218,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(row)
     print(f"\n{'backend':8s} {'workload':34s} {'gpus':>4s} {'ms':>9s} {'GB/s':>8s} "
           f"{'ratio':>6s} {'target':>6s}  {'before/staging/launches us':>26s} "
-          f"{'a launch us':>11s}  {'part offsets us':22s} {'after/reads us':>14s} "
+          f"{'a launch us':>11s}  {'part offsets us':22s} {'after/reads/sync us':>19s} "
           f"{'part 0 ms':>9s} check")
     for r in rows:
         target = TARGETS.get((r["workload"], r["gpus"]))
@@ -228,13 +231,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['to_staging_us']:.0f} / {r['staging_us']:.0f} / {r['launches_us']:.0f}"
         launch = f"{r['launch_us']:.1f}" if "launch_us" in r else "-"
         check = "-" if "ok" not in r else "ok" if r["ok"] else "MISMATCH"
-        after = "-" if "after_us" not in r else f"{r['after_us']:.0f}" + \
-            ("" if "reads_us" not in r else f" / {r['reads_us']:.0f}")
+        after = "-" if "after_us" not in r else f"{r['after_us']:.0f} / " + \
+            ("-" if "reads_us" not in r else f"{r['reads_us']:.0f}") + f" / {r['sync_us']:.0f}"
         part = f"{r['part_ms']:.3f}" if "part_ms" in r else "-"
         print(f"{r['backend']:8s} {name:34s} {r['gpus']:4d} {r['ms']:9.3f} {r['gbs']:8.1f} "
               f"{r.get('ratio', float('nan')):6.2f} "
               f"{'-' if target is None else f'{target:.1f}':>6s}  {phases:>26s} {launch:>11s}  "
-              f"{offs:22s} {after:>14s} {part:>9s} {check}")
+              f"{offs:22s} {after:>19s} {part:>9s} {check}")
     if skipped:
         print(f"\nnot run (past --budget-s {args.budget_s:.0f}): " + "; ".join(skipped))
     print(f"\n{time.perf_counter() - start:.0f} s in all")
