@@ -238,7 +238,8 @@ def test_full_reductions_combined_on_the_host(device, monkeypatch, parts):
     """A full reduction over parts that could combine on the first device (one device
     listed 2 or 4 times) reads each partial behind its kernel instead: one read per part,
     no copy, no combine kernel; a host value (reading it reads nothing), numpy's result
-    and dtype for float32, float64 and int sums, mean, max, min and a dot-like sum."""
+    and dtype for float32, float64 and int sums, mean, max, min and a dot-like sum.
+    With ``keepdims`` the partials are combined on the device."""
     from fuseloop.expr.nodes import Scalar
     from fuseloop.multi import EXCHANGED
 
@@ -273,6 +274,12 @@ def test_full_reductions_combined_on_the_host(device, monkeypatch, parts):
             assert r.get() == want, (t, r.get(), want)
         else:
             np.testing.assert_allclose(r.get(), want, rtol=1e-5 if t is f32 else 1e-12)
+    # (kept dimensions: combined on the device, as a host result would be uploaded again)
+    fl.synchronize()
+    log = record([device], monkeypatch)
+    kept = fl.sum(split[i32], keepdims=True)
+    assert [e for e in log if e[0] != "submit"] == [] and kept.shape == (1,), log
+    np.testing.assert_array_equal(kept.get(), np.sum(xs[i32], keepdims=True))
 
 
 def _counting(monkeypatch, module, name):

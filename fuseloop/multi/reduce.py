@@ -57,12 +57,13 @@ _COMBINE: dict[str, np.ufunc] = {
 HOST_COMBINE = os.environ.get("FUSELOOP_MULTI_HOST_COMBINE", "auto").strip().lower()
 
 
-def host_combines(x: Any, axes: tuple[int, ...]) -> bool:
+def host_combines(x: Any, axes: tuple[int, ...], keepdims: bool) -> bool:
     """Whether the reduction of ``x`` over ``axes`` combines its partials on the host
-    even where every part's device copies to the first: a full reduction (its value
-    is what a read or a split consumer waits for anyway), unless
-    :data:`HOST_COMBINE` is off."""
-    return len(axes) == x.ndim and HOST_COMBINE not in ("0", "off", "no", "false")
+    even where every part's device copies to the first: a full reduction to a 0-d
+    result (its value is what a read or a split consumer waits for anyway; kept
+    dimensions would be uploaded again), unless :data:`HOST_COMBINE` is off."""
+    return len(axes) == x.ndim and not keepdims \
+        and HOST_COMBINE not in ("0", "off", "no", "false")
 
 
 def reduce(func: Callable[..., Any], x: Any, args: tuple, kwargs: dict) -> Any:
@@ -84,7 +85,7 @@ def reduce(func: Callable[..., Any], x: Any, args: tuple, kwargs: dict) -> Any:
     if name not in _COMBINE:
         raise NotImplementedError(f"fl.{name} of a split array along its split axis is not "
                                   "supported; gather it with .get() first")
-    if not host_combines(x, axes):
+    if not host_combines(x, axes, keepdims):
         on_device = _device_combined(func, name, x, axes, keepdims, params)
         if on_device is not None:
             return on_device
@@ -294,7 +295,7 @@ def _mean(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any) -> Any:
     from .. import sum as fl_sum
 
     acc, res = _mean_dtypes(x.dtype, dtype)
-    total = None if host_combines(x, axes) else \
+    total = None if host_combines(x, axes, keepdims) else \
         _device_combined(fl_sum, "sum", x, axes, keepdims, {"dtype": acc})
     if total is None:
         return _on_first(_mean_host(x, axes, keepdims, dtype, fl_sum), x)
