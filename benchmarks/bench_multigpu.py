@@ -153,6 +153,9 @@ VARIANTS: dict[str, list[tuple[str, str, Any]]] = {
     # halo uploads through the host waited for in the stencil call (on GPUs they are
     # left to each device's deferred work, the wait taken at each part's launch)
     "-deferred": [("fuseloop.multi.uploads", "DEFERRED_UPLOADS", "0")],
+    # a full reduction's partials copied to the first device and combined there by a
+    # kernel (where copies need no host: CUDA peers) instead of read behind each kernel
+    "-devicecombine": [("fuseloop.multi.reduce", "HOST_COMBINE", "0")],
 }
 # a split call's parts staged from its kept call in one look-up, and a kept combine on
 # the first device (each part looked up on its own instead: no call found or kept)

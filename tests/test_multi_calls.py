@@ -61,10 +61,8 @@ def test_split_sum_found_whole(split, monkeypatch):
     fl.reset_stats()
     total = float(fl.sum(x * y))
     assert calls.COUNTS[0] == found + 1 and lookups == []
-    # (the partials; and where every part copies to the first device without the host, a
-    # CUDA device's twins, the combine there: else the host combines them)
-    on_device = all(x.device_set.copies_to_first)
-    assert fl.stats()["kernels_launched"] == launched == 3 + on_device
+    # (the partials, combined on the host: a full reduction's are, see test_multi_order)
+    assert fl.stats()["kernels_launched"] == launched == 3
     np.testing.assert_allclose(total, _dot(xn, yn), rtol=1e-5)
     x[9990:10010] = 3.0  # (across the first two parts' boundary)
     xn[9990:10010] = 3.0
@@ -104,10 +102,12 @@ _COMBINED = textwrap.dedent('''
 
 def test_split_sum_combined_on_device_kept():
     """Partial sums combined on the first device (two PoCL devices of one context, in a
-    child process): from the third call the combine is kept too (the copy, then one
-    launch: the result evaluated at once), with the launches and copies of the general
-    combine (two partials, the combine's launch at the read), numpy's sums."""
-    out = _run_child(_COMBINED, FUSELOOP_OPENCL_SHARED_CONTEXT="1")
+    child process; a full reduction's with ``FUSELOOP_MULTI_HOST_COMBINE=0``): from the
+    third call the combine is kept too (the copy, then one launch: the result evaluated
+    at once), with the launches and copies of the general combine (two partials, the
+    combine's launch at the read), numpy's sums."""
+    out = _run_child(_COMBINED, FUSELOOP_OPENCL_SHARED_CONTEXT="1",
+                     FUSELOOP_MULTI_HOST_COMBINE="0")
     lines = [line.split()[2:] for line in out.splitlines() if line.startswith("call")]
     assert lines == [["True", "2", "1"]] * 2 + [["False", "3", "1"]] * 2, out
 

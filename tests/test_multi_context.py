@@ -92,20 +92,31 @@ def _run_child(program: str, **settings: str) -> str:
     return run.stdout
 
 
-def _child(shared: str) -> dict[str, str]:
-    out = _run_child(_CHILD, FUSELOOP_OPENCL_SHARED_CONTEXT=shared)
+def _child(shared: str, **settings: str) -> dict[str, str]:
+    out = _run_child(_CHILD, FUSELOOP_OPENCL_SHARED_CONTEXT=shared, **settings)
     return dict(line.rsplit(" ", 1) for line in out.splitlines()[:-1])
 
 
 def test_one_context_combines_and_exchanges_on_the_devices():
-    """Five reductions along the split axis and a stencil step: partials copied to the
-    first device and halos copied between the devices (none through the host), and not
-    one read or wait on either device's queue until the results are read."""
-    got = _child("1")
+    """Six reductions along the split axis and a stencil step, full reductions combined
+    on the device too (``FUSELOOP_MULTI_HOST_COMBINE=0``): partials copied to the first
+    device and halos copied between the devices (none through the host), and not one
+    read or wait on either device's queue until the results are read."""
+    got = _child("1", FUSELOOP_MULTI_HOST_COMBINE="0")
     assert got == {"shared": "True", "host calls": "0", "through_host": "0",
                    "copies": got["copies"]}, got
     assert int(got["copies"]) == 6 + 4  # (a partial per reduction but the first part's;
     # the stencil's four halo rows: two inner boundaries, two wrapped ends)
+
+
+def test_one_context_reads_full_reductions_partials():
+    """By default the three full reductions' partials are read (each behind its
+    kernel) and combined on the host; the other three's are still copied to the first
+    device, the halos between the devices."""
+    got = _child("1")
+    assert got["shared"] == "True" and got["through_host"] == "0", got
+    assert int(got["host calls"]) >= 3 * 2, got  # (a read per part, and the waits)
+    assert int(got["copies"]) == 3 + 4, got
 
 
 def test_a_context_per_device_goes_through_the_host():

@@ -78,8 +78,15 @@ def test_two_cuda_devices_exchange_peer_to_peer():
     assert EXCHANGED["copies"] > before["copies"]
     assert EXCHANGED["through_host"] == before["through_host"]
     # a reduction's partial results are copied peer to peer and combined on the first GPU
+    # (a full reduction's where the host's combine is off)
+    from fuseloop.multi import reduce as multi_reduce
+
     copies = EXCHANGED["copies"]
-    total = fl.sum(u)
+    saved, multi_reduce.HOST_COMBINE = multi_reduce.HOST_COMBINE, "0"
+    try:
+        total = fl.sum(u)
+    finally:
+        multi_reduce.HOST_COMBINE = saved
     assert total.device is cuda[0] and EXCHANGED["copies"] == copies + 1
     np.testing.assert_allclose(total.get(), un.sum(dtype=np.float64), rtol=1e-4)
     assert EXCHANGED["through_host"] == before["through_host"]

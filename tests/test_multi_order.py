@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import fuseloop as fl
+from fuseloop import host_path
 from fuseloop.runtime import devices
 
 _CALLS = ("submit", "finish_queue", "finish", "wait_event", "event_status", "enqueue_read",
@@ -210,7 +211,11 @@ def test_small_reads_go_through_the_backends_staging(three, monkeypatch):
 def test_partials_combined_on_the_device_without_waiting(device, monkeypatch):
     """Where every part's device copies to the first without the host (here: one device
     listed three times; CUDA: peer copies), a reduction along the split axis neither reads
-    nor waits: the partials are combined by a kernel on the first device."""
+    nor waits: the partials are combined by a kernel on the first device (a full
+    reduction's too where ``HOST_COMBINE`` is off)."""
+    from fuseloop.multi import reduce as multi_reduce
+
+    monkeypatch.setattr(multi_reduce, "HOST_COMBINE", "0")
     rng = np.random.default_rng(7)
     an = rng.integers(-50, 50, (30, 4)).astype(np.int32)
     with fl.device([device] * 3):
@@ -226,6 +231,55 @@ def test_partials_combined_on_the_device_without_waiting(device, monkeypatch):
     assert int(total) == an.sum() and int(count) == np.count_nonzero(an > 0)
     np.testing.assert_array_equal(cols.get(), an.sum(axis=0))
     np.testing.assert_array_equal(hi.get(), an.max(axis=0, keepdims=True))
+
+
+@pytest.mark.parametrize("parts", [2, 4])
+def test_full_reductions_combined_on_the_host(device, monkeypatch, parts):
+    """A full reduction over parts that could combine on the first device (one device
+    listed 2 or 4 times) reads each partial behind its kernel instead: one read per part,
+    no copy, no combine kernel; a host value (reading it reads nothing), numpy's result
+    and dtype for float32, float64 and int sums, mean, max, min and a dot-like sum.
+    With ``keepdims`` the partials are combined on the device."""
+    from fuseloop.expr.nodes import Scalar
+    from fuseloop.multi import EXCHANGED
+
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    rng = np.random.default_rng(9)
+    xs = {np.float32: rng.random(30001).astype(np.float32),
+          np.float64: rng.standard_normal(30001),
+          np.int32: rng.integers(-1000, 1000, 30001).astype(np.int32)}
+    with fl.device([device] * parts):
+        split = {t: fl.asarray(v) for t, v in xs.items()}
+    f32, f64, i32 = np.float32, np.float64, np.int32
+    cases = [(f32, lambda a: fl.sum(a), np.sum), (f32, lambda a: a.mean(), np.mean),
+             (f32, lambda a: fl.sum(a * a), lambda v: np.sum(v * v)),
+             (f64, lambda a: fl.sum(a), np.sum), (f64, lambda a: a.max(), np.max),
+             (i32, lambda a: fl.sum(a), np.sum), (i32, lambda a: a.mean(), np.mean),
+             (i32, lambda a: fl.min(a), np.min)]
+    for t, func, ref in cases:
+        fl.synchronize()
+        copies = EXCHANGED["copies"]
+        log = record([device], monkeypatch)
+        fl.reset_stats()
+        r = func(split[t])
+        reads = [e for e in log if e[0] == "enqueue_read"]
+        assert len(reads) == parts and not any(e[3] for e in reads), log
+        assert fl.stats()["kernels_launched"] == parts, fl.stats()
+        assert EXCHANGED["copies"] == copies and type(r._node) is Scalar
+        monkeypatch.undo()  # (the recording; HOST_MAX_WORK again below)
+        monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+        want = ref(xs[t])
+        assert r.dtype == want.dtype and r.device is device, (t, r.dtype, want.dtype)
+        if t is i32 or ref in (np.max, np.min):
+            assert r.get() == want, (t, r.get(), want)
+        else:
+            np.testing.assert_allclose(r.get(), want, rtol=1e-5 if t is f32 else 1e-12)
+    # (kept dimensions: combined on the device, as a host result would be uploaded again)
+    fl.synchronize()
+    log = record([device], monkeypatch)
+    kept = fl.sum(split[i32], keepdims=True)
+    assert [e for e in log if e[0] != "submit"] == [] and kept.shape == (1,), log
+    np.testing.assert_array_equal(kept.get(), np.sum(xs[i32], keepdims=True))
 
 
 def _counting(monkeypatch, module, name):

@@ -10,9 +10,14 @@ host microseconds from the call's start until its known parts began to be staged
 expression built, the reduction dispatched, a stencil's halos copied), staging them
 (plans found, buffers allocated, arguments listed), launching them (part 0's first
 enqueue to the last part's submit), each part's enqueue after part 0's, and one part's
-own enqueues and submit (what still separates two parts); medians over ``--traced``
-calls.  The last part starts after all three phases: they are the split call's host
-cost on top of one part's device time.
+own enqueues and submit (what still separates two parts), and the phase after the last
+part's submit until the call returns (``after``: its kernel, a reduction's reads and
+combine; ``reads``: until the last partial was read; ``sync``: the wait on every device
+after the call, which the timed calls include); medians over ``--traced`` calls.
+The last part starts after the three phases before it: they are the split call's host
+cost on top of one part's device time; ``part 0 ms``, part 0's call alone on its own
+device (an ordinary array, the same workload), is what the split call would take
+without them.
 A split stencil whose halo rows go through the host (OpenCL GPUs with a context each, the
 default) is timed again with the host waiting for the halo reads in the stencil call
 (``-deferred``: ``FUSELOOP_MULTI_DEFERRED_UPLOADS=0``; by default GPUs leave the uploads to
@@ -84,12 +89,16 @@ def launch_offsets(w: bm.Workload, arrays: tuple, calls: int) -> dict[str, Any]:
     part's enqueue after part 0's, and a part's own enqueues and submit."""
     sync = bm._sync_for(arrays)
     got: dict[str, list[Any]] = {k: [] for k in ("to_staging_us", "staging_us", "launches_us",
-                                                  "offsets_us", "launch_us")}
+                                                  "offsets_us", "launch_us", "after_us",
+                                                  "reads_us", "sync_us")}
     for _ in range(calls):
         sync()
         with trace.tracing() as events:
             t0 = time.perf_counter()
             w.call(arrays)
+            t1 = time.perf_counter()
+        sync()
+        got["sync_us"].append((time.perf_counter() - t1) * 1e6)
         stagings = [i for i, e in enumerate(events) if e[0] == "staging begun"]
         at = stagings[-1] if stagings else 0
         start = max([t for what, _, _, t in events[:at] if what == "enqueued"], default=t0)
@@ -109,6 +118,11 @@ def launch_offsets(w: bm.Workload, arrays: tuple, calls: int) -> dict[str, Any]:
             got["staging_us"].append((begun[0] - staged_at) * us)
             got["launches_us"].append((max(done.values()) - begun[0]) * us)
         got["offsets_us"].append([(done[k] - done[0]) * us for k in sorted(done)])
+        last = max(done.values())
+        got["after_us"].append((t1 - last) * us)
+        reads = [t for what, _, _, t in events[at:] if what == "read done"]
+        if reads:
+            got["reads_us"].append((max(reads) - last) * us)
         got["launch_us"] += [(done[k] - begun[k]) * us for k in begun if k in done]
     sync()
     out: dict[str, Any] = {k: statistics.median(v) for k, v in got.items()
@@ -141,6 +155,9 @@ def run_case(w: bm.Workload, devs: list[Any], repeat: int, traced: int,
         row: dict[str, Any] = dict(ms=t * 1e3, gbs=w.nbytes / t / 1e9)
         if len(devs) > 1:
             row.update(launch_offsets(w, arrays, traced))
+            # (part 0's call alone: the split call without its host phases and other parts)
+            alone = tuple(a.parts[0] for a in arrays)
+            row["part_ms"] = bm._time(lambda: w.call(alone), repeat, alone) * 1e3
         del arrays
         fl.synchronize()
         return row | {"sample": sample}
@@ -204,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(row)
     print(f"\n{'backend':8s} {'workload':34s} {'gpus':>4s} {'ms':>9s} {'GB/s':>8s} "
           f"{'ratio':>6s} {'target':>6s}  {'before/staging/launches us':>26s} "
-          f"{'a launch us':>11s}  {'part offsets us':22s} check")
+          f"{'a launch us':>11s}  {'part offsets us':22s} {'after/reads/sync us':>19s} "
+          f"{'part 0 ms':>9s} check")
     for r in rows:
         target = TARGETS.get((r["workload"], r["gpus"]))
         name = r["workload"] + ("" if r["deferred"] else " -deferred")
@@ -213,10 +231,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['to_staging_us']:.0f} / {r['staging_us']:.0f} / {r['launches_us']:.0f}"
         launch = f"{r['launch_us']:.1f}" if "launch_us" in r else "-"
         check = "-" if "ok" not in r else "ok" if r["ok"] else "MISMATCH"
+        after = "-" if "after_us" not in r else f"{r['after_us']:.0f} / " + \
+            ("-" if "reads_us" not in r else f"{r['reads_us']:.0f}") + f" / {r['sync_us']:.0f}"
+        part = f"{r['part_ms']:.3f}" if "part_ms" in r else "-"
         print(f"{r['backend']:8s} {name:34s} {r['gpus']:4d} {r['ms']:9.3f} {r['gbs']:8.1f} "
               f"{r.get('ratio', float('nan')):6.2f} "
               f"{'-' if target is None else f'{target:.1f}':>6s}  {phases:>26s} {launch:>11s}  "
-              f"{offs:22s} {check}")
+              f"{offs:22s} {after:>19s} {part:>9s} {check}")
     if skipped:
         print(f"\nnot run (past --budget-s {args.budget_s:.0f}): " + "; ".join(skipped))
     print(f"\n{time.perf_counter() - start:.0f} s in all")

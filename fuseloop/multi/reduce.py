@@ -5,10 +5,14 @@ split the same way).  Along the split axis, each part computes a partial result 
 its device (each launched before the next part's is built); where every part's device
 copies to the first device without the host (one device, CUDA peer copies, OpenCL
 devices of one context) the partials are copied there and combined by one elementwise
-kernel (``add``, ``maximum``, ...), so nothing waits; otherwise (all enqueued, then
-one small read per part, before the host waits for any) they are combined on the host
-with numpy (the same operation: sum of sums, max of maxima, ...).  The result is an
-array on the set's first device.
+kernel (``add``, ``maximum``, ...), so nothing waits; otherwise, and for a full
+reduction (a 0-d result: :func:`host_combines`), they are combined on the host with
+numpy (all enqueued, then one small read per part, before the host waits for any; the
+same operation: sum of sums, max of maxima, ...).  A full reduction's value is read
+back or, in split work, passed to every part as a value: either way the host waits for
+it, and the read of each partial behind its own kernel spares the copies to the first
+device, the combine's launch and the read after it.  The result is an array on the
+set's first device.
 ``mean`` is the combined sum over the count (on the device where the sum is);
 ``var``/``std`` take two passes (the mean, then the sum of squared deviations), as the
 single-device ones do, combined on the host.
@@ -17,6 +21,7 @@ single-device ones do, combined on the host.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -34,6 +39,7 @@ from ..ops.shape import normalize_axes
 from ..run_plans import _signed_replay, signed_of
 from . import calls as _calls
 from . import replay as _replay
+from . import trace
 from .array import MultiArray, finish_reads, launch_part, map_parts, start_read
 from .exchange import _transfer
 
@@ -42,6 +48,22 @@ from .exchange import _transfer
 _COMBINE: dict[str, np.ufunc] = {
     "sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum,
     "any": np.logical_or, "all": np.logical_and, "count_nonzero": np.add}
+
+
+#: where a full reduction's partial results are combined when copies allow either:
+#: ``auto`` (default) on the host, ``0`` on the first device (the result stays lazy:
+#: nothing waits until it is read); ``FUSELOOP_MULTI_HOST_COMBINE``
+#: (``bench_multigpu --variants`` row ``-devicecombine``)
+HOST_COMBINE = os.environ.get("FUSELOOP_MULTI_HOST_COMBINE", "auto").strip().lower()
+
+
+def host_combines(x: Any, axes: tuple[int, ...], keepdims: bool) -> bool:
+    """Whether the reduction of ``x`` over ``axes`` combines its partials on the host
+    even where every part's device copies to the first: a full reduction to a 0-d
+    result (its value is what a read or a split consumer waits for anyway; kept
+    dimensions would be uploaded again), unless :data:`HOST_COMBINE` is off."""
+    return len(axes) == x.ndim and not keepdims \
+        and HOST_COMBINE not in ("0", "off", "no", "false")
 
 
 def reduce(func: Callable[..., Any], x: Any, args: tuple, kwargs: dict) -> Any:
@@ -63,9 +85,10 @@ def reduce(func: Callable[..., Any], x: Any, args: tuple, kwargs: dict) -> Any:
     if name not in _COMBINE:
         raise NotImplementedError(f"fl.{name} of a split array along its split axis is not "
                                   "supported; gather it with .get() first")
-    on_device = _device_combined(func, name, x, axes, keepdims, params)
-    if on_device is not None:
-        return on_device
+    if not host_combines(x, axes, keepdims):
+        on_device = _device_combined(func, name, x, axes, keepdims, params)
+        if on_device is not None:
+            return on_device
     return _on_first(_combined(func, name, x, axes, keepdims, params), x)
 
 
@@ -261,6 +284,8 @@ def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...]
     finish_reads([start_read(k, q, host[lo:hi]) for k, (q, lo, hi)
                   in enumerate(zip(partials, rows, rows[1:]))])
     out = _COMBINE[name].reduce(host, axis=0, keepdims=True, dtype=host.dtype)
+    if trace.events is not None:
+        trace.note("combined", -1, x.devices[0])
     if not keepdims:
         out = out.reshape(tuple(n for d, n in enumerate(out.shape) if d not in axes))
     return np.asarray(out, dtype=host.dtype)
@@ -270,7 +295,8 @@ def _mean(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any) -> Any:
     from .. import sum as fl_sum
 
     acc, res = _mean_dtypes(x.dtype, dtype)
-    total = _device_combined(fl_sum, "sum", x, axes, keepdims, {"dtype": acc})
+    total = None if host_combines(x, axes, keepdims) else \
+        _device_combined(fl_sum, "sum", x, axes, keepdims, {"dtype": acc})
     if total is None:
         return _on_first(_mean_host(x, axes, keepdims, dtype, fl_sum), x)
     count = math.prod(x.shape[d] for d in axes)  # (as the host's: inf or nan when 0)

@@ -25,7 +25,8 @@ def tracing() -> Iterator[list[tuple[str, int, int, float]]]:
     ``"staging begun"`` (part -1: a split call's known parts about to be staged),
     ``"enqueue begun"`` (a staged part's first enqueue about to be made), ``"enqueued"``
     (a part's kernels enqueued and its queue submitted), ``"read
-    enqueued"``, ``"read done"``; a split stencil's phases (part -1): ``"halos
+    enqueued"``, ``"read done"``, ``"combined"`` (part -1: a reduction's partials
+    combined on the host); a split stencil's phases (part -1): ``"halos
     enqueued"`` (every halo's copy or read under way), ``"parts built"`` (every part's
     expression made), ``"halos uploaded"`` (the reads through the host waited for and
     uploaded)."""
