@@ -1,6 +1,7 @@
 """What fuseloop sets up in Loopy for its code generation: one class per definition in
-Loopy's loop-nest generator (fuseloop.lower.loopy_classes) and one Loopy target object
-per equal target (fuseloop.lower.codegen)."""
+Loopy's loop-nest generator and kernels copied by Loopy's renames only where a rename
+touches them (fuseloop.lower.loopy_classes), and one Loopy target object per equal
+target (fuseloop.lower.codegen)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,42 @@ def test_other_loopy_releases_left_alone(monkeypatch):
     monkeypatch.setattr(lp, "VERSION", (2099, 1))
     assert not loopy_classes.install()
     assert control.dataclass is dataclasses.dataclass
+
+
+def _calling_kernel() -> lp.TranslationUnit:
+    """A kernel calling a function (``sin``), resolved by type inference."""
+    knl = lp.make_kernel("{ [i] : 0 <= i < n }", "out[i] = sin(a[i])",
+                         [lp.GlobalArg("a", np.float32, shape=None),
+                          lp.GlobalArg("out", np.float32, shape=None, is_output=True),
+                          lp.ValueArg("n", np.int32)],
+                         target=lp.OpenCLTarget(), lang_version=(2018, 2))
+    return lp.infer_unknown_types(knl)
+
+
+def test_renames_copy_only_kernels_they_touch(monkeypatch):
+    from loopy import translation_unit
+    from loopy.codegen import control
+
+    loopy_rename = translation_unit.rename_resolved_functions_in_a_single_kernel
+    if loopy_rename is loopy_classes._rename_where_called:
+        loopy_rename = loopy_classes._loopy_rename[0]
+    monkeypatch.setattr(translation_unit, "rename_resolved_functions_in_a_single_kernel",
+                        loopy_rename)
+    monkeypatch.setattr(control, "dataclass", dataclasses.dataclass)
+    with lp.CacheMode(False):
+        plain = lp.generate_code_v2(_calling_kernel()).device_code()
+    assert loopy_classes.install()
+    rename = translation_unit.rename_resolved_functions_in_a_single_kernel
+    assert rename is loopy_classes._rename_where_called
+    with lp.CacheMode(False):
+        assert lp.generate_code_v2(_calling_kernel()).device_code() == plain
+    knl = _calling_kernel().default_entrypoint
+    (called,) = {i.expression.function.name for i in knl.instructions}
+    assert rename(knl, {}) is knl
+    assert rename(knl, {"other_kernel": "kernel"}) is knl
+    renamed = rename(knl, {called: "fl_renamed"})  # (a rename it touches: Loopy's own)
+    assert renamed is not knl
+    assert {i.expression.function.name for i in renamed.instructions} == {"fl_renamed"}
 
 
 def test_kernels_share_one_loopy_target():

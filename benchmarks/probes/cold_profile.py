@@ -68,11 +68,15 @@ STAGES = [
     ("  scheduling (linearize)", "loopy/schedule/__init__.py", "linearize"),
     ("    bounds check", "loopy/check.py", "check_bounds"),
     ("  code generation", "loopy/codegen/__init__.py", "generate_code_for_a_single_kernel"),
+    ("  kernel rewrites by renames", "loopy/translation_unit.py",
+     "rename_resolved_functions_in_a_single_kernel"),
+    ("  whole-kernel hashes", "loopy/kernel/__init__.py", "__hash__"),
     ("  Loopy cache store", "pytools/persistent_dict.py", "store_if_not_present"),
     ("  Loopy cache fetch", "pytools/persistent_dict.py", "__getitem__"),
     ("OpenCL build", "fuseloop/cache.py", "_build_source"),
     ("OpenCL binary (PoCL code gen)", "fuseloop/cache.py", "_binary_of"),
-    ("first launch and read", "fuseloop/runtime/transfer.py", "wait"),
+    # (PoCL compiles a kernel's work-group function at its first launch: most of this)
+    ("first read's wait", "fuseloop/runtime/transfer.py", "_wait"),
     ("whole first result", "fuseloop/array.py", "get"),
 ]
 
