@@ -191,6 +191,12 @@ def signed_of(sig: int, operands: tuple, offs: tuple, out_shape: tuple[int, ...]
 # key per view, a loop over rows or elements a few)
 _meets_memo: dict[tuple, int] = {}
 MEETS_MAX = 4096
+# (id of a sig_views tuple, offsets, target shape, strides, offset) -> (the tuple, how
+# the target meets each view): a statement made again (a stencil of many views, each
+# call) looks its answer up once, not view by view
+_all_meets: dict[tuple, tuple[tuple, tuple[int, ...]]] = {}
+ALL_MEETS_MAX = 1024
+ALL_MEETS_VIEWS = 8  # (fewer views: looked up one by one, as a loop's statements' are)
 
 
 def _target_meets(views: tuple, offsets: tuple, shape: tuple[int, ...],
@@ -198,6 +204,22 @@ def _target_meets(views: tuple, offsets: tuple, shape: tuple[int, ...],
     """How a target (``shape``, ``strides``, ``off``) meets each of ``views`` (see
     ``nodes.sig_views``; their offsets ``offsets``): 0 the same view, 1 disjoint, 2
     overlapping (as if of one buffer: the walk compares only those)."""
+    if len(views) < ALL_MEETS_VIEWS:
+        return _each_meets(views, offsets, shape, strides, off)
+    key = (id(views), offsets, shape, strides, off)
+    hit = _all_meets.get(key)
+    if hit is not None and hit[0] is views:
+        return hit[1]
+    got = _each_meets(views, offsets, shape, strides, off)
+    if len(_all_meets) >= ALL_MEETS_MAX:
+        _all_meets.clear()
+    _all_meets[key] = (views, got)
+    return got
+
+
+def _each_meets(views: tuple, offsets: tuple, shape: tuple[int, ...],
+                strides: tuple[int, ...] | None, off: int) -> tuple[int, ...]:
+    """:func:`_target_meets`, view by view."""
     out = []
     get = _meets_memo.get
     for shape_v, strides_v, k in views:
@@ -222,3 +244,5 @@ def _meets(written: tuple, view: tuple) -> int:
 
 _caches.register("signed_keys.views", _views.clear, lambda: len(_views), SIG_TABLE_MAX)
 _caches.register("signed_keys.meets", _meets_memo.clear, lambda: len(_meets_memo), MEETS_MAX)
+_caches.register("signed_keys.all_meets", _all_meets.clear, lambda: len(_all_meets),
+                 ALL_MEETS_MAX)
