@@ -104,7 +104,6 @@ def _free_views(roots: Sequence[Node]) -> tuple[Any, tuple, tuple, tuple] | None
         return sig, views[0], offs, operands
     sigs = []
     wheres: list[Any] = []
-    all_views: tuple = ()
     offs = ()
     operands = ()
     for root in roots:
@@ -114,16 +113,36 @@ def _free_views(roots: Sequence[Node]) -> tuple[Any, tuple, tuple, tuple] | None
                 or views[1] != len(root.offs):
             return None
         sigs.append(sig)
-        n = len(offs)
         offs, where = merge_offs(offs, root.offs)
         wheres.append(where)
-        all_views += tuple([v if v[2] < 0 else (v[0], v[1], v[2] + n if where is None
-                                                 else where[v[2]]) for v in views[0]])
         operands += more
     key: Any = tuple(sigs)
     if any(w is not None for w in wheres):
         key = (key, tuple(wheres))
+    all_views = _roots_views.get(key)
+    if all_views is None:
+        all_views = _joined_views(sigs, wheres)
+        if len(_roots_views) >= SIG_TABLE_MAX:
+            _roots_views.clear()
+        _roots_views[key] = all_views
     return key, all_views, offs, operands
+
+
+# (signatures of several roots, where each one's offsets land) -> their views, joined
+_roots_views: dict[Any, tuple] = {}
+
+
+def _joined_views(sigs: list[int], wheres: list[Any]) -> tuple:
+    """The views of roots of signatures ``sigs`` (known), each root's offsets landing
+    at ``wheres`` (None: appended) among the earlier roots'."""
+    out: tuple = ()
+    n = 0
+    for sig, where in zip(sigs, wheres):
+        views, count = sig_views(sig)  # type: ignore[misc]
+        out += tuple([v if v[2] < 0 else (v[0], v[1], v[2] + n if where is None
+                                          else where[v[2]]) for v in views])
+        n = n + count if where is None else max(n, max(where, default=-1) + 1)
+    return out
 
 
 def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
@@ -243,6 +262,8 @@ def _meets(written: tuple, view: tuple) -> int:
 
 
 _caches.register("signed_keys.views", _views.clear, lambda: len(_views), SIG_TABLE_MAX)
+_caches.register("signed_keys.roots_views", _roots_views.clear, lambda: len(_roots_views),
+                 SIG_TABLE_MAX)
 _caches.register("signed_keys.meets", _meets_memo.clear, lambda: len(_meets_memo), MEETS_MAX)
 _caches.register("signed_keys.all_meets", _all_meets.clear, lambda: len(_all_meets),
                  ALL_MEETS_MAX)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 import fuseloop as fl
+from fuseloop.expr.nodes import Leaf
 
 
 def _smooth(a, lo, hi):
@@ -33,3 +34,35 @@ def test_a_target_at_another_offset_meets_the_views_otherwise(device_path):
         # (overlapping: computed into a temporary, then copied; disjoint: in place)
         assert fl.stats()["kernels_launched"] - launched == (2 if k % 2 else 1)
         np.testing.assert_allclose(x.get(), want, rtol=1e-6)
+
+
+def _leaves(node):
+    if isinstance(node, Leaf):
+        return [node]
+    return [a for arg in getattr(node, "args", ()) for a in _leaves(arg)]
+
+
+def test_several_roots_sharing_views_at_new_offsets(device_path):
+    """Roots evaluated together whose views' offsets are partly the same (where a later
+    root's land among the earlier ones' is part of the key, with their joined views):
+    each row's statement reads its own rows, and later rows replay the plan without a
+    walk."""
+    from fuseloop import signed_keys
+
+    h, g = np.random.default_rng(4).random((2, 9, 16), dtype=np.float32)
+    x, y = fl.asarray(h), fl.asarray(g)
+    walked = []
+    for i in range(6):
+        roots = (x[i, ::2] * 2.0 - y[i + 1, :8], x[i + 1, 1::2] + x[i, ::2],
+                 x[i + 2, :8] - y[i + 1, :8])
+        # each joined view (shape, strides, which offset) is one of the roots' leaves
+        _, views, offs, _ = signed_keys._free_views([r._node for r in roots])
+        leaves = {(a.shape, a.strides, a.offset) for r in roots for a in _leaves(r._node)}
+        assert {(shape, strides, offs[k]) for shape, strides, k in views} == leaves
+        got = fl.compute(*roots)
+        want = (h[i, ::2] * 2 - g[i + 1, :8], h[i + 1, 1::2] + h[i, ::2],
+                h[i + 2, :8] - g[i + 1, :8])
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a.get(), b, rtol=1e-6)
+        walked.append(fl.stats()["plans_walked"])
+    assert walked[-1] == walked[1]
