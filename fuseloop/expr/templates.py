@@ -76,8 +76,8 @@ class Template:
     shares, or the pool indexes of its buffers and scalars.
 
     ``root``: for a subtree of at least :data:`LATER_MIN` steps whose root is an
-    operation, the pool indexes of the root's operands and of its buffers (the
-    scalars it makes are made at once): a copy makes the root alone, with its
+    operation, the pool indexes of the root's operands, of its buffers and of the
+    scalars among them that it makes (made at once): a copy makes the root alone, with its
     arguments made on first read (``Apply.later``), since a call whose run plan is
     found by the root's signature never reads them (a stencil's views of a lazy
     array, each a copy of the whole array's expression, are most of its host time)."""
@@ -176,9 +176,9 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
 
 def _root_refs(out: Node, steps: list[tuple], at: dict[int, int], n_in: int
                ) -> tuple | None:
-    """:class:`Template`'s ``root``: (operand indexes, buffer indexes), or None where
-    the copy makes the whole subtree (a small one, a root that is no operation, an
-    operand that is no input or scalar step)."""
+    """:class:`Template`'s ``root``: (operand indexes, buffer indexes, indexes of the
+    scalar steps among the operands), or None where the copy makes the whole subtree (a
+    small one, a root that is no operation, an operand that is no input or scalar)."""
     if len(steps) < LATER_MIN or steps[-1][0] != _APPLY or out.operands is None:
         return None
     operands = tuple(at.get(id(o), -1) for o in out.operands)
@@ -186,7 +186,7 @@ def _root_refs(out: Node, steps: list[tuple], at: dict[int, int], n_in: int
     if any(k < 0 or (k >= n_in and steps[k - n_in][0] != _SCALAR) for k in operands) or \
             any(k < 0 or k >= n_in for k in buffers):
         return None
-    return operands, buffers
+    return operands, buffers, tuple(sorted({k for k in operands if k >= n_in}))
 
 
 def _step_over_children(node: Any, enc: Callable[[Any], int],
@@ -242,20 +242,20 @@ def _made(t: Template, ops: tuple, roots: tuple[Node, ...]) -> Node:
     if root is None:
         return _fill(t.steps, ops, roots, None)[-1]
     steps = t.steps
-    operands_at, buffers_at = root
+    operands_at, buffers_at, scalars_at = root
     n = len(ops)
     made: dict[int, Node] = {}
-    for k in operands_at:
-        if k >= n and k not in made:
-            value = steps[k - n][1]
-            s = made[k] = _new(Scalar)
-            s.value, s.dtype, s.shape, s.storages = value, value.dtype, (), _EMPTY
+    for k in scalars_at:
+        value = steps[k - n][1]
+        s = made[k] = _new(Scalar)
+        s.value, s.dtype, s.shape, s.storages = value, value.dtype, (), _EMPTY
     _, cls, op, _args, loop, key, shape, sig, offs, fancy, _refs, function = steps[-1]
     node = _new(cls)
     node.op, node.loop, node.loop_key, node.dtype = op, loop, key, loop[-1]
     node.shape, node.sig, node.fancy, node.offs = shape, sig, fancy, offs
-    node.operands = tuple([ops[k] if k < n else made[k] for k in operands_at])
-    node.storages = frozenset([ops[k] for k in buffers_at]) if buffers_at else _EMPTY
+    node.operands = tuple(map(ops.__getitem__, operands_at)) if not made else \
+        tuple([ops[k] if k < n else made[k] for k in operands_at])
+    node.storages = frozenset(map(ops.__getitem__, buffers_at)) if buffers_at else _EMPTY
     if function is not None:
         node.function = function
     node.later = lambda: _later_args(steps, ops, roots, made)
