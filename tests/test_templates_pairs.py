@@ -119,8 +119,8 @@ def _same_tree(a, b, seen=None):
     names.discard("__weakref__")
     for name in sorted(names):
         x, y = getattr(a, name, None), getattr(b, name, None)
-        if name in ("token", "views", "later"):  # (made on first use; views: a leaf's
-            continue  # remembered; later: how a copy makes its arguments, read first)
+        if name in ("token", "views"):  # (made on first use; views: a leaf's remembered)
+            continue
         if isinstance(x, tuple | frozenset) and not isinstance(x, str):
             if type(x) is not type(y) or len(x) != len(y):
                 return False

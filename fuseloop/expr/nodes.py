@@ -294,6 +294,7 @@ def signature_of(node: Node) -> int:
     return sig
 
 
+
 def signed(fields: list[Any], children: Sequence[Node]) -> tuple[int, tuple | None, tuple]:
     """The signature, operands and view offsets (``offs``) of a node whose own fields
     are ``fields`` and whose children, in the structure key's walk order, are
@@ -597,15 +598,7 @@ class Apply(Node):
     exactly as the numpy ufunc would.
     """
 
-    # ``later``: set, ``args`` not, on a copy making them when read (templates.Template)
-    __slots__ = ("args", "fancy", "later", "loop", "loop_key", "offs", "op", "operands", "sig")
-
-    def __getattr__(self, name: str) -> Any:  # (a slot not set: a copy's ``args``)
-        later = getattr(self, "later", None) if name == "args" else None
-        if later is None:
-            raise AttributeError(name)
-        args = self.args = later()
-        return args
+    __slots__ = ("args", "fancy", "loop", "loop_key", "offs", "op", "operands", "sig")
 
     def __init__(self, op: str, args: tuple[Node, ...], loop: tuple[np.dtype, ...],
                  shape: tuple[int, ...], loop_key: tuple[str, ...] | None = None) -> None:
@@ -624,7 +617,8 @@ class Apply(Node):
                     storages = s
                 elif not s <= storages:
                     storages = storages | s
-            fancy = fancy or a.fancy
+            if a.fancy:
+                fancy = True
         self.storages = storages
         self.fancy = fancy
         # the signature: an operation's name (a user function's key), loop, shape, arguments
