@@ -102,6 +102,7 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
         at.setdefault(id(o), k)
     rooted = {id(r): k for k, r in enumerate(roots)}
     steps: list[tuple] = []
+    sets: dict[frozenset, int] = {}  # buffers of a node -> the first such node's index
     index: dict[int, int] = {}  # id of a node -> pool index
 
     def refs(node: Any, children: tuple[int, ...]) -> Any:
@@ -119,6 +120,18 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
             got.append(p)
         return tuple(got)
 
+    def buffers(node: Any) -> Any:
+        # the place of a node made before with the same buffers (its set shared by the
+        # copy, not made again), else the pool indexes of the buffers
+        mine = node.storages
+        k = sets.get(mine)
+        if k is not None:
+            return k
+        got = tuple(at.get(id(b), -1) for b in mine)
+        if -1 in got:
+            raise _NotCopied
+        return got
+
     def enc(node: Any) -> int:
         k = index.get(id(node))
         if k is None:
@@ -133,13 +146,13 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
             args = tuple(enc(a) for a in node.args)
             step = (_APPLY, cls, node.op, args, node.loop, node.loop_key, node.shape,
                     node.sig, node.offs, node.fancy, refs(node, args),
-                    node.function if cls is UserCall else None)
+                    node.function if cls is UserCall else None, buffers(node))
         elif cls is Leaf:
             p = at.get(id(node.storage))
             if p is None:
                 raise _NotCopied  # (a buffer made on the way)
             step = (_LEAF, p, node.dtype, node.shape, node.strides, node.offset,
-                    signature_of(node), node.leaf_token())
+                    signature_of(node), node.leaf_token(), buffers(node))
         elif cls is Scalar:
             step = (_SCALAR, node.value)
         elif cls is Literal or cls is Iota:
@@ -149,8 +162,10 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
         if len(steps) >= MAX_STEPS:
             raise _NotCopied
         k = index[id(node)] = at[id(node)] = len(inops) + len(steps)
-        # (the node itself rides along while recording, for refs' test of sharing)
+        # (the node's operands ride along while recording, for refs' test of sharing)
         steps.append((*step, node.operands))
+        if node.storages:
+            sets.setdefault(node.storages, k)
         return k
 
     try:
@@ -217,19 +232,15 @@ def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
         kind = step[0]
         node: Any
         if kind == _APPLY:
-            _, cls, op, args, loop, key, shape, sig, offs, fancy, refs, function = step
+            _, cls, op, args, loop, key, shape, sig, offs, fancy, refs, function, bufs = step
             node = _new(cls)
-            argv = tuple(map(get, args))
             node.op, node.loop, node.loop_key, node.dtype = op, loop, key, loop[-1]
-            node.args, node.shape, node.sig, node.fancy = argv, shape, sig, fancy
+            node.args, node.shape, node.sig, node.fancy = tuple(map(get, args)), shape, sig, \
+                fancy
             node.offs = offs
-            if len(argv) == 2:  # (_union of two, written out: most operations)
-                sa, sb = argv[0].storages or _EMPTY, argv[1].storages
-                node.storages = sa if not sb or sb is sa else sb if not sa \
-                    else sa if sb <= sa else sa | sb
-            else:
-                node.storages = (argv[0].storages or _EMPTY) if len(argv) == 1 \
-                    else _union(*[a.storages for a in argv])
+            # (an argument's set where it is the operation's, as mostly: no union made)
+            node.storages = pool[bufs].storages if type(bufs) is int else \
+                frozenset(map(get, bufs)) if bufs else _EMPTY
             node.operands = None if refs is None else pool[refs].operands \
                 if type(refs) is int else tuple(map(get, refs))
             if function is not None:
@@ -245,11 +256,12 @@ def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
         elif kind == _IN:
             node = roots[step[1]]
         elif kind == _LEAF:
-            _, p, dtype, shape, strides, offset, sig, token = step
+            _, p, dtype, shape, strides, offset, sig, token, bufs = step
             node = _new(Leaf)
             node.storage = pool[p]
             node.operands = (pool[p],)
-            node.storages = frozenset(node.operands)
+            node.storages = pool[bufs].storages if type(bufs) is int else \
+                frozenset(node.operands)
             node.dtype, node.shape, node.strides, node.offset = dtype, shape, strides, offset
             node.sig, node.token, node.views = sig, token, None
             node.offs = () if strides is None else (offset,)
