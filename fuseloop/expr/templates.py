@@ -120,18 +120,6 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
             got.append(p)
         return tuple(got)
 
-    def buffers(node: Any) -> Any:
-        # the place of a node made before with the same buffers (its set shared by the
-        # copy, not made again), else the pool indexes of the buffers
-        mine = node.storages
-        k = sets.get(mine)
-        if k is not None:
-            return k
-        got = tuple(at.get(id(b), -1) for b in mine)
-        if -1 in got:
-            raise _NotCopied
-        return got
-
     def enc(node: Any) -> int:
         k = index.get(id(node))
         if k is None:
@@ -146,13 +134,13 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
             args = tuple(enc(a) for a in node.args)
             step = (_APPLY, cls, node.op, args, node.loop, node.loop_key, node.shape,
                     node.sig, node.offs, node.fancy, refs(node, args),
-                    node.function if cls is UserCall else None, buffers(node))
+                    node.function if cls is UserCall else None, _buffers(node, sets, at))
         elif cls is Leaf:
             p = at.get(id(node.storage))
             if p is None:
                 raise _NotCopied  # (a buffer made on the way)
             step = (_LEAF, p, node.dtype, node.shape, node.strides, node.offset,
-                    signature_of(node), node.leaf_token(), buffers(node))
+                    signature_of(node), node.leaf_token(), _buffers(node, sets, at))
         elif cls is Scalar:
             step = (_SCALAR, node.value)
         elif cls is Literal or cls is Iota:
@@ -174,6 +162,18 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
     except (_NotCopied, RecursionError):
         return None
     return Template([step[:-1] for step in steps])
+
+
+def _buffers(node: Node, sets: dict[frozenset, int], at: dict[int, int]) -> Any:
+    """:func:`record`'s source of a step's buffer set: the pool index of a node made
+    before with the same buffers (the copy shares its set), else the buffers' indexes."""
+    k = sets.get(node.storages)
+    if k is not None:
+        return k
+    got = tuple(at.get(id(b), -1) for b in node.storages)
+    if -1 in got:
+        raise _NotCopied  # (a buffer made on the way)
+    return got
 
 
 def _step_over_children(node: Any, enc: Callable[[Any], int],
