@@ -267,7 +267,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
         else:
             return _apply_general(op, (a, b))
         node = _new_node(Apply)
-        node.op, node.args, node.loop = op, (an, bn), loop
+        node.op, node._args, node.loop = op, (an, bn), loop
         node.loop_key, node.dtype, node.shape = key, loop[-1], shape
         sig = sig if sig and len(operands) <= MAX_OPERANDS else 0
         node.sig, node.operands, node.offs = (sig, operands, offs) if sig else (0, None, ())
@@ -342,7 +342,7 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         loop, key, sig = hit
         node = _new_node(Apply)
         node.op = op
-        node.args = (an,)
+        node._args = (an,)
         node.loop = loop
         node.loop_key = key
         node.dtype = dtype = loop[-1]

@@ -110,7 +110,7 @@ def power_node(x: Array, e: float) -> Array:
     hit = _hits.get((sa or (an.dtype, an.shape), e)) or _hit(an, sa, e)
     lit, loop, key, sig = hit
     node = _new(Apply)
-    node.op, node.args, node.loop = "power", (an, lit), loop
+    node.op, node._args, node.loop = "power", (an, lit), loop
     node.loop_key, node.dtype, node.shape = key, loop[-1], an.shape
     node.sig, node.operands = sig, an.operands if sig else None
     node.offs = an.offs

@@ -104,7 +104,6 @@ def _free_views(roots: Sequence[Node]) -> tuple[Any, tuple, tuple, tuple] | None
         return sig, views[0], offs, operands
     sigs = []
     wheres: list[Any] = []
-    all_views: tuple = ()
     offs = ()
     operands = ()
     for root in roots:
@@ -114,16 +113,36 @@ def _free_views(roots: Sequence[Node]) -> tuple[Any, tuple, tuple, tuple] | None
                 or views[1] != len(root.offs):
             return None
         sigs.append(sig)
-        n = len(offs)
         offs, where = merge_offs(offs, root.offs)
         wheres.append(where)
-        all_views += tuple([v if v[2] < 0 else (v[0], v[1], v[2] + n if where is None
-                                                 else where[v[2]]) for v in views[0]])
         operands += more
     key: Any = tuple(sigs)
     if any(w is not None for w in wheres):
         key = (key, tuple(wheres))
+    all_views = _roots_views.get(key)
+    if all_views is None:
+        all_views = _joined_views(sigs, wheres)
+        if len(_roots_views) >= SIG_TABLE_MAX:
+            _roots_views.clear()
+        _roots_views[key] = all_views
     return key, all_views, offs, operands
+
+
+# (signatures of several roots, where each one's offsets land) -> their views, joined
+_roots_views: dict[Any, tuple] = {}
+
+
+def _joined_views(sigs: list[int], wheres: list[Any]) -> tuple:
+    """The views of roots of signatures ``sigs`` (known), each root's offsets landing
+    at ``wheres`` (None: appended) among the earlier roots'."""
+    out: tuple = ()
+    n = 0
+    for sig, where in zip(sigs, wheres):
+        views, count = sig_views(sig)  # type: ignore[misc]
+        out += tuple([v if v[2] < 0 else (v[0], v[1], v[2] + n if where is None
+                                          else where[v[2]]) for v in views])
+        n = n + count if where is None else max(n, max(where, default=-1) + 1)
+    return out
 
 
 def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
@@ -191,6 +210,12 @@ def signed_of(sig: int, operands: tuple, offs: tuple, out_shape: tuple[int, ...]
 # key per view, a loop over rows or elements a few)
 _meets_memo: dict[tuple, int] = {}
 MEETS_MAX = 4096
+# (id of a sig_views tuple, offsets, target shape, strides, offset) -> (the tuple, how
+# the target meets each view): a statement made again (a stencil of many views, each
+# call) looks its answer up once, not view by view
+_all_meets: dict[tuple, tuple[tuple, tuple[int, ...]]] = {}
+ALL_MEETS_MAX = 1024
+ALL_MEETS_VIEWS = 8  # (fewer views: looked up one by one, as a loop's statements' are)
 
 
 def _target_meets(views: tuple, offsets: tuple, shape: tuple[int, ...],
@@ -198,6 +223,22 @@ def _target_meets(views: tuple, offsets: tuple, shape: tuple[int, ...],
     """How a target (``shape``, ``strides``, ``off``) meets each of ``views`` (see
     ``nodes.sig_views``; their offsets ``offsets``): 0 the same view, 1 disjoint, 2
     overlapping (as if of one buffer: the walk compares only those)."""
+    if len(views) < ALL_MEETS_VIEWS:
+        return _each_meets(views, offsets, shape, strides, off)
+    key = (id(views), offsets, shape, strides, off)
+    hit = _all_meets.get(key)
+    if hit is not None and hit[0] is views:
+        return hit[1]
+    got = _each_meets(views, offsets, shape, strides, off)
+    if len(_all_meets) >= ALL_MEETS_MAX:
+        _all_meets.clear()
+    _all_meets[key] = (views, got)
+    return got
+
+
+def _each_meets(views: tuple, offsets: tuple, shape: tuple[int, ...],
+                strides: tuple[int, ...] | None, off: int) -> tuple[int, ...]:
+    """:func:`_target_meets`, view by view."""
     out = []
     get = _meets_memo.get
     for shape_v, strides_v, k in views:
@@ -221,4 +262,8 @@ def _meets(written: tuple, view: tuple) -> int:
 
 
 _caches.register("signed_keys.views", _views.clear, lambda: len(_views), SIG_TABLE_MAX)
+_caches.register("signed_keys.roots_views", _roots_views.clear, lambda: len(_roots_views),
+                 SIG_TABLE_MAX)
 _caches.register("signed_keys.meets", _meets_memo.clear, lambda: len(_meets_memo), MEETS_MAX)
+_caches.register("signed_keys.all_meets", _all_meets.clear, lambda: len(_all_meets),
+                 ALL_MEETS_MAX)

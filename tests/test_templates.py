@@ -207,3 +207,73 @@ def test_a_binary_search_is_copied(device, checked, monkeypatch):
             for side in ("left", "right"):
                 got = fl.searchsorted(fl.asarray(table), fl.asarray(v), side=side)
                 np.testing.assert_array_equal(got.get(), np.searchsorted(table, v, side=side))
+
+
+def _lap(a):
+    return a[:-2, 1:-1] + a[2:, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:] - 4.0 * a[1:-1, 1:-1]
+
+
+def _same_tree(a, b) -> None:
+    """``a`` and ``b`` are the same expression: kinds, fields, buffers, scalars' values."""
+    from fuseloop.expr.nodes import Apply, Scalar
+
+    assert type(a) is type(b)
+    assert (a.shape, a.dtype, a.storages) == (b.shape, b.dtype, b.storages)
+    if type(a) is Leaf:
+        assert (a.storage, a.strides, a.offset) == (b.storage, b.strides, b.offset)
+    elif isinstance(a, Apply):
+        assert (a.op, a.loop, a.sig, a.offs, a.fancy) == (b.op, b.loop, b.sig, b.offs, b.fancy)
+        assert len(a.operands) == len(b.operands)
+        assert len(a.args) == len(b.args)
+        for x, y in zip(a.args, b.args):
+            _same_tree(x, y)
+    elif type(a) is Scalar:
+        assert a.value == b.value
+    else:
+        assert a is b
+
+
+def test_a_large_copy_makes_its_arguments_when_read(device_path, monkeypatch):
+    """A view of a large lazy expression, copied from its template, makes only its root
+    until its arguments are read: a cached statement of such views (a stencil of a lazy
+    stencil) never reads them; once read they are the tree a fresh build makes."""
+    made = []
+    real = templates._later_args
+    monkeypatch.setattr(templates, "_later_args", lambda *a: made.append(1) or real(*a))
+    h = np.random.default_rng(7).random((12, 10), dtype=np.float32)
+    want = (lambda lap: lap[:-2, 1:-1] * 2.0 - lap[2:, 1:-1] + lap[1:-1, 2:])(_lap(h))
+    for k in range(4):  # built, recorded, copied (the first copy walked: a new plan)
+        x = fl.asarray(h * (k + 1))
+        lap = _lap(x)
+        windows = (lap[:-2, 1:-1], lap[2:, 1:-1], lap[1:-1, 2:])
+        made.clear()
+        got = (windows[0] * 2.0 - windows[1] + windows[2]).get()
+        np.testing.assert_allclose(got, want * (k + 1), rtol=1e-5, atol=1e-5)
+    assert made == [] and all(w._node.later for w in windows)
+    templates._templates.clear()
+    for w, fresh in zip(windows, (lap[:-2, 1:-1], lap[2:, 1:-1], lap[1:-1, 2:])):
+        _same_tree(w._node, fresh._node)
+    assert len(made) == 3
+
+
+def test_copies_differing_in_a_view_keep_their_own_results(device_path, checked):
+    """Windows of one lazy expression that differ only in their offsets, or a view of a
+    buffer beside them, each read their own elements (their copies share the template's
+    steps, not its offsets), in any order and into a view written before they are read."""
+    h, g = np.random.default_rng(8).random((2, 14, 12), dtype=np.float32)
+    ref = _lap(h - g * 0.5)
+    for k in range(4):
+        x = fl.asarray(h)
+        lap = _lap(x - fl.asarray(g) * 0.5)
+        pairs = [(lap[:-2, 1:-1] - lap[2:, 1:-1], ref[:-2, 1:-1] - ref[2:, 1:-1]),
+                 (lap[:-2, 1:-1] - lap[1:-1, 1:-1], ref[:-2, 1:-1] - ref[1:-1, 1:-1]),
+                 (lap[1:-1, 2:] - x[2:-2, 3:-1], ref[1:-1, 2:] - h[2:-2, 3:-1]),
+                 (lap[1:-1, 2:] - x[1:-3, 3:-1], ref[1:-1, 2:] - h[1:-3, 3:-1])]
+        for e, want in pairs[::-1] if k % 2 else pairs:
+            np.testing.assert_allclose(e.get(), want, rtol=1e-5, atol=1e-5)
+        out = fl.asarray(h[2:-2, 2:-2].copy())
+        win = lap[1:-1, :-2]  # (a copy whose buffers are then written: read first)
+        x[:] = 0.0
+        out[:, :] = win - out
+        np.testing.assert_allclose(out.get(), ref[1:-1, :-2] - h[2:-2, 2:-2], rtol=1e-5,
+                                   atol=1e-5)

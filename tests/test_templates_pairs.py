@@ -117,10 +117,12 @@ def _same_tree(a, b, seen=None):
     seen[id(a)] = b
     names = {n for cls in type(a).__mro__ for n in getattr(cls, "__slots__", ())}
     names.discard("__weakref__")
+    if "_args" in names:  # (read through ``args``: a copy may make it when first read)
+        names = (names - {"_args"}) | {"args"}
     for name in sorted(names):
         x, y = getattr(a, name, None), getattr(b, name, None)
-        if name in ("token", "views"):  # (made on first use; views: a leaf's remembered)
-            continue
+        if name in ("token", "views", "later"):  # (made on first use; views: a leaf's
+            continue  # remembered; later: how a copy makes its arguments)
         if isinstance(x, tuple | frozenset) and not isinstance(x, str):
             if type(x) is not type(y) or len(x) != len(y):
                 return False

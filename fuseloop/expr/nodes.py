@@ -1,9 +1,8 @@
 """Immutable expression nodes.
 
-Nodes describe *what* to compute for every element of their shape; they hold
-device storage only at the leaves.  Structure (what the cache key is built
-from) is read by :mod:`fuseloop.expr.program`, never by hashing nodes, so nodes
-can stay cheap plain objects.
+Nodes describe *what* to compute for every element of their shape; they hold device storage
+only at the leaves.  Structure (what the cache key is built from) is read by
+:mod:`fuseloop.expr.program`, never by hashing nodes, so nodes can stay cheap plain objects.
 """
 
 from __future__ import annotations
@@ -57,25 +56,24 @@ class Node:
 
 # {{{ structure signatures
 
-# A node carries ``sig``, a small integer standing for its whole structure (the part
-# of the structure key in fuseloop.expr.program that it contributes, without which
-# buffers are which), and ``operands``, its buffers and scalar nodes in walk order.
-# Elementwise operations have one, and so do reductions, gathers and remaps (their own
-# fields first: op, dtype, axes, shape; axis, shape, check; shape and map), so that an
-# expression with them (``x - x.mean()``, ``sum(x*y)**0.5``, a view of a reduction)
-# finds its run plan (fuseloop.run_plans) without a walk.  A signature says nothing
-# about being elementwise: ``fancy`` does.  Equal signatures mean equal structures:
-# signatures are interned by (kind, the node's own fields, its arguments'
-# signatures) and never reused, even after the table is cleared, so a
-# node built before a clear keeps a valid signature.  Evaluation then looks the
-# structure up with (sig, which operands repeat) instead of walking the tree.
+# A node carries ``sig``, a small integer standing for its whole structure (the part of the
+# structure key in fuseloop.expr.program that it contributes, without which buffers are which),
+# and ``operands``, its buffers and scalar nodes in walk order. Elementwise operations have one,
+# and so do reductions, gathers and remaps (their own fields first: op, dtype, axes, shape; axis,
+# shape, check; shape and map), so that an expression with them (``x - x.mean()``,
+# ``sum(x*y)**0.5``, a view of a reduction) finds its run plan (fuseloop.run_plans) without a
+# walk.  A signature says nothing about being elementwise: ``fancy`` does.  Equal signatures mean
+# equal structures: signatures are interned by (kind, the node's own fields, its arguments'
+# signatures) and never reused, even after the table is cleared, so a node built before a clear
+# keeps a valid signature.  Evaluation then looks the structure up with (sig, which operands
+# repeat) instead of walking the tree.
 #
-# A subexpression read by two arguments would repeat its operands, doubling them per
-# step of a chain reusing its previous step (``r = sin(r) * 0.5 + r * 0.25``): where
-# a later argument's operands begin with the earlier ones' (see shared_prefix), that
-# prefix is written once and the signature is interned again with its length
-# (joined_sig); so is a later argument that is one buffer the earlier ones read
-# (``r = r * c + y``: y once).  Which operands repeat elsewhere is read at evaluation.
+# A subexpression read by two arguments would repeat its operands, doubling them per step of a
+# chain reusing its previous step (``r = sin(r) * 0.5 + r * 0.25``): where a later argument's
+# operands begin with the earlier ones' (see shared_prefix), that prefix is written once and the
+# signature is interned again with its length (joined_sig); so is a later argument that is one
+# buffer the earlier ones read (``r = r * c + y``: y once).  Which operands repeat elsewhere is
+# read at evaluation.
 _sig_table: dict[tuple, int] = {}
 _next_sig = itertools.count(1)
 SIG_TABLE_MAX = 1 << 16
@@ -102,16 +100,15 @@ def intern_sig(fields: tuple) -> int:
     return sig
 
 
-# A view's offset is a kernel parameter (see fills), so signatures leave offsets out: a
-# view leaf's signature is its kind, dtype, shape and strides, and its offset rides
-# beside it in ``offs``.  A node's ``offs`` are the distinct offsets of the views it
-# reads, first met first in the walk's order (as ``expr.program.ViewOffsets.values``;
-# where each view's is: ``signed_keys.sig_views``); its signature says which of them
-# each view reads: a later child's offsets are appended unless some equal an earlier
-# one's, and then where each lands is interned into the signature ("O", offs_joined).
-# So ``A[i] - A[i].mean()`` has one signature for every ``i`` (no signature made per
-# statement of a loop over rows), and equal signatures with equal operands and equal
-# ``offs`` are equal expressions.  Caches that bake offsets into what they keep
+# A view's offset is a kernel parameter (see fills), so signatures leave offsets out: a view
+# leaf's signature is its kind, dtype, shape and strides, and its offset rides beside it in
+# ``offs``.  A node's ``offs`` are the distinct offsets of the views it reads, first met first in
+# the walk's order (as ``expr.program.ViewOffsets.values``; where each view's is:
+# ``signed_keys.sig_views``); its signature says which of them each view reads: a later child's
+# offsets are appended unless some equal an earlier one's, and then where each lands is interned
+# into the signature ("O", offs_joined). So ``A[i] - A[i].mean()`` has one signature for every
+# ``i`` (no signature made per statement of a loop over rows), and equal signatures with equal
+# operands and equal ``offs`` are equal expressions.  Caches that bake offsets into what they keep
 # (templates, shared subexpressions, the host path's counts) key by ``offs`` as well.
 _sig_fields: dict[int, tuple] = {}
 _fields_before: list[dict[int, tuple]] = [{}]
@@ -296,7 +293,6 @@ def signature_of(node: Node) -> int:
         return 0
     node.sig = sig  # type: ignore[misc]  # (Leaf, Literal and Iota have a sig slot)
     return sig
-
 
 
 def signed(fields: list[Any], children: Sequence[Node]) -> tuple[int, tuple | None, tuple]:
@@ -497,9 +493,8 @@ class Literal(Node):
 class Iota(Node):
     """``offset + sum(strides[k] * idx[k])`` for each element; allocates nothing.
 
-    With the default strides this is the C-order flat index within ``shape``
-    (VexCL's ``element_index``); views of it (slices, transposes) change the
-    strides and offset, as they would for a buffer.
+    With the default strides this is the C-order flat index within ``shape`` (VexCL's
+    ``element_index``); views of it (slices, transposes) change the strides and offset.
     """
 
     __slots__ = ("offset", "operands", "sig", "strides")
@@ -598,16 +593,28 @@ class Gather(Node):
 class Apply(Node):
     """An elementwise operation named ``op`` with numpy's loop dtypes ``loop``.
 
-    ``loop`` is ``(in_0, ..., in_k, out)``: operands are cast to ``in_j`` first,
-    exactly as the numpy ufunc would.
+    ``loop`` is ``(in_0, ..., in_k, out)``: operands are cast to ``in_j`` first, as numpy's.
     """
 
-    __slots__ = ("args", "fancy", "loop", "loop_key", "offs", "op", "operands", "sig")
+    # ``args`` reads ``_args``, which a template's copy makes when first read (``later``)
+    __slots__ = ("_args", "fancy", "later", "loop", "loop_key", "offs", "op", "operands", "sig")
+
+    @property
+    def args(self) -> tuple[Node, ...]:
+        try:
+            return self._args  # type: ignore[has-type]
+        except AttributeError:  # (a copy's, made now)
+            args = self._args = self.later()  # type: ignore[attr-defined]
+            return args
+
+    @args.setter
+    def args(self, value: tuple[Node, ...]) -> None:
+        self._args = value
 
     def __init__(self, op: str, args: tuple[Node, ...], loop: tuple[np.dtype, ...],
                  shape: tuple[int, ...], loop_key: tuple[str, ...] | None = None) -> None:
         self.op = op
-        self.args = args
+        self._args = args
         self.loop = loop
         self.loop_key = key = _loop_key(loop) if loop_key is None else loop_key
         self.dtype = loop[-1]
@@ -621,8 +628,7 @@ class Apply(Node):
                     storages = s
                 elif not s <= storages:
                     storages = storages | s
-            if a.fancy:
-                fancy = True
+            fancy = fancy or a.fancy
         self.storages = storages
         self.fancy = fancy
         # the signature: an operation's name (a user function's key), loop, shape, arguments

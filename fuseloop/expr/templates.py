@@ -73,12 +73,25 @@ class Template:
     leaf of a buffer, a new scalar of a value, a node shared as it is (literals, element
     indices: no buffer, never changed), or an operation, reduction or remap with its
     fields and ``operands``: None, the pool index of a child whose ``operands`` tuple it
-    shares, or the pool indexes of its buffers and scalars."""
+    shares, or the pool indexes of its buffers and scalars.
 
-    __slots__ = ("steps",)
+    ``root``: for a subtree of at least :data:`LATER_MIN` steps whose root is an
+    operation, the pool indexes of the root's operands, of its buffers and of the
+    scalars among them that it makes (made at once): a copy makes the root alone, with
+    its arguments made when first read (``Apply.later``), since a call whose run plan
+    is found by the root's signature never reads them (a stencil's views of a lazy
+    array, each a copy of the array's whole expression, are most of its host time)."""
 
-    def __init__(self, steps: list[tuple]) -> None:
+    __slots__ = ("root", "steps")
+
+    def __init__(self, steps: list[tuple], root: tuple | None = None) -> None:
         self.steps = steps
+        self.root = root
+
+
+#: the fewest steps of a template whose copies make their root's arguments when first
+#: read (a smaller subtree costs less to copy than to defer)
+LATER_MIN = 6
 
 
 def operand_pattern(operands: tuple | None) -> tuple[int, ...] | None:
@@ -102,6 +115,7 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
         at.setdefault(id(o), k)
     rooted = {id(r): k for k, r in enumerate(roots)}
     steps: list[tuple] = []
+    sets: dict[frozenset, int] = {}  # buffers of a node -> the first such node's index
     index: dict[int, int] = {}  # id of a node -> pool index
 
     def refs(node: Any, children: tuple[int, ...]) -> Any:
@@ -133,13 +147,13 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
             args = tuple(enc(a) for a in node.args)
             step = (_APPLY, cls, node.op, args, node.loop, node.loop_key, node.shape,
                     node.sig, node.offs, node.fancy, refs(node, args),
-                    node.function if cls is UserCall else None)
+                    node.function if cls is UserCall else None, _buffers(node, sets, at))
         elif cls is Leaf:
             p = at.get(id(node.storage))
             if p is None:
                 raise _NotCopied  # (a buffer made on the way)
             step = (_LEAF, p, node.dtype, node.shape, node.strides, node.offset,
-                    signature_of(node), node.leaf_token())
+                    signature_of(node), node.leaf_token(), _buffers(node, sets, at))
         elif cls is Scalar:
             step = (_SCALAR, node.value)
         elif cls is Literal or cls is Iota:
@@ -149,8 +163,10 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
         if len(steps) >= MAX_STEPS:
             raise _NotCopied
         k = index[id(node)] = at[id(node)] = len(inops) + len(steps)
-        # (the node itself rides along while recording, for refs' test of sharing)
+        # (the node's operands ride along while recording, for refs' test of sharing)
         steps.append((*step, node.operands))
+        if node.storages:
+            sets.setdefault(node.storages, k)
         return k
 
     try:
@@ -158,7 +174,34 @@ def record(root: Node | tuple[Node, ...], out: Node | None) -> Template | None:
             return None  # (one of the operand's scalars itself: no step made it)
     except (_NotCopied, RecursionError):
         return None
-    return Template([step[:-1] for step in steps])
+    return Template([step[:-1] for step in steps], _root_refs(out, steps, at, len(inops)))
+
+
+def _root_refs(out: Node, steps: list[tuple], at: dict[int, int], n_in: int
+               ) -> tuple | None:
+    """:class:`Template`'s ``root``: (operand indexes, buffer indexes, indexes of the
+    scalar steps among the operands), or None where the copy makes the whole subtree (a
+    small one, a root that is no operation, an operand that is no input or scalar)."""
+    if len(steps) < LATER_MIN or steps[-1][0] != _APPLY or out.operands is None:
+        return None
+    operands = tuple(at.get(id(o), -1) for o in out.operands)
+    buffers = tuple(at.get(id(b), -1) for b in out.storages)
+    if any(k < 0 or (k >= n_in and steps[k - n_in][0] != _SCALAR) for k in operands) or \
+            any(k < 0 or k >= n_in for k in buffers):
+        return None
+    return operands, buffers, tuple(sorted({k for k in operands if k >= n_in}))
+
+
+def _buffers(node: Node, sets: dict[frozenset, int], at: dict[int, int]) -> Any:
+    """:func:`record`'s source of a step's buffer set: the pool index of a node made
+    before with the same buffers (the copy shares its set), else the buffers' indexes."""
+    k = sets.get(node.storages)
+    if k is not None:
+        return k
+    got = tuple(at.get(id(b), -1) for b in node.storages)
+    if -1 in got:
+        raise _NotCopied  # (a buffer made on the way)
+    return got
 
 
 def _step_over_children(node: Any, enc: Callable[[Any], int],
@@ -185,8 +228,8 @@ def instantiate(template: Template, root: Node | tuple[Node, ...]) -> Node:
     """``template``'s subtree built on ``root`` (of the recorded root's structure; a
     tuple: the recorded roots')."""
     if isinstance(root, tuple):
-        return _copy(template.steps, _pooled(root), root)
-    return _copy(template.steps, root.operands or (), (root,))
+        return _made(template, _pooled(root), root)
+    return _made(template, root.operands or (), (root,))
 
 
 def _pooled(roots: tuple[Node, ...]) -> tuple:
@@ -206,10 +249,47 @@ def _union(*parts: frozenset) -> frozenset:
     return storages
 
 
-def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
-    """The steps' nodes made on the pool ``ops`` (the operand's ``operands``): node
-    allocations and field stores, no dtype resolution, shape arithmetic or view
-    pushing; the last node made."""
+def _made(t: Template, ops: tuple, roots: tuple[Node, ...]) -> Node:
+    """The root of ``t``'s copy on the pool ``ops``: the whole subtree, or (``t.root``)
+    the root alone, its fields and the scalars among its operands made now, its
+    arguments when first read (:func:`_later_args`)."""
+    root = t.root
+    if root is None:
+        return _fill(t.steps, ops, roots, None)[-1]
+    steps = t.steps
+    operands_at, buffers_at, scalars_at = root
+    n = len(ops)
+    made: dict[int, Node] = {}
+    for k in scalars_at:
+        value = steps[k - n][1]
+        s = made[k] = _new(Scalar)
+        s.value, s.dtype, s.shape, s.storages = value, value.dtype, (), _EMPTY
+    _, cls, op, _args, loop, key, shape, sig, offs, fancy, _refs, function, _b = steps[-1]
+    node = _new(cls)
+    node.op, node.loop, node.loop_key, node.dtype = op, loop, key, loop[-1]
+    node.shape, node.sig, node.fancy, node.offs = shape, sig, fancy, offs
+    node.operands = tuple(map(ops.__getitem__, operands_at)) if not made else \
+        tuple([ops[k] if k < n else made[k] for k in operands_at])
+    node.storages = frozenset(map(ops.__getitem__, buffers_at)) if buffers_at else _EMPTY
+    if function is not None:
+        node.function = function
+    node.later = lambda: _later_args(steps, ops, roots, made)
+    return node
+
+
+def _later_args(steps: list[tuple], ops: tuple, roots: tuple[Node, ...],
+                made: dict[int, Node]) -> tuple:
+    """The arguments of a root :func:`_made` without them: the steps before it copied
+    (with the scalars it made)."""
+    pool = _fill(steps[:-1], ops, roots, made)
+    return tuple([pool[k] for k in steps[-1][3]])
+
+
+def _fill(steps: list[tuple], ops: tuple, roots: tuple[Node, ...],
+          made: dict[int, Node] | None) -> list[Any]:
+    """The pool after the steps' nodes are made on ``ops`` (the operand's ``operands``):
+    node allocations and field stores, no dtype resolution, shape arithmetic or view
+    pushing (``made``: scalar nodes made already, by pool index)."""
     pool: list[Any] = list(ops)
     # (pool positions are read by map in C, not by a comprehension's frame each)
     get = pool.__getitem__
@@ -217,19 +297,15 @@ def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
         kind = step[0]
         node: Any
         if kind == _APPLY:
-            _, cls, op, args, loop, key, shape, sig, offs, fancy, refs, function = step
+            _, cls, op, args, loop, key, shape, sig, offs, fancy, refs, function, bufs = step
             node = _new(cls)
-            argv = tuple(map(get, args))
             node.op, node.loop, node.loop_key, node.dtype = op, loop, key, loop[-1]
-            node.args, node.shape, node.sig, node.fancy = argv, shape, sig, fancy
+            node._args, node.shape, node.sig, node.fancy = tuple(map(get, args)), shape, sig, \
+                fancy
             node.offs = offs
-            if len(argv) == 2:  # (_union of two, written out: most operations)
-                sa, sb = argv[0].storages or _EMPTY, argv[1].storages
-                node.storages = sa if not sb or sb is sa else sb if not sa \
-                    else sa if sb <= sa else sa | sb
-            else:
-                node.storages = (argv[0].storages or _EMPTY) if len(argv) == 1 \
-                    else _union(*[a.storages for a in argv])
+            # (an argument's set where it is the operation's, as mostly: no union made)
+            node.storages = pool[bufs].storages if type(bufs) is int else \
+                frozenset(map(get, bufs)) if bufs else _EMPTY
             node.operands = None if refs is None else pool[refs].operands \
                 if type(refs) is int else tuple(map(get, refs))
             if function is not None:
@@ -245,18 +321,23 @@ def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
         elif kind == _IN:
             node = roots[step[1]]
         elif kind == _LEAF:
-            _, p, dtype, shape, strides, offset, sig, token = step
+            _, p, dtype, shape, strides, offset, sig, token, bufs = step
             node = _new(Leaf)
             node.storage = pool[p]
             node.operands = (pool[p],)
-            node.storages = frozenset(node.operands)
+            node.storages = pool[bufs].storages if type(bufs) is int else \
+                frozenset(node.operands)
             node.dtype, node.shape, node.strides, node.offset = dtype, shape, strides, offset
             node.sig, node.token, node.views = sig, token, None
             node.offs = () if strides is None else (offset,)
         elif kind == _SCALAR:
-            value = step[1]
-            node = _new(Scalar)
-            node.value, node.dtype, node.shape, node.storages = value, value.dtype, (), _EMPTY
+            if made and len(pool) in made:
+                node = made[len(pool)]
+            else:
+                value = step[1]
+                node = _new(Scalar)
+                node.value, node.dtype, node.shape = value, value.dtype, ()
+                node.storages = _EMPTY
         elif kind == _SHARED:
             node = step[1]
         elif kind == _GATHER:
@@ -277,7 +358,7 @@ def _copy(steps: list[tuple], ops: tuple, roots: tuple[Node, ...]) -> Node:
             node.operands = None if refs is None else pool[refs].operands \
                 if type(refs) is int else tuple(map(get, refs))
         pool.append(node)
-    return pool[-1]
+    return pool
 
 
 _MISSING = object()
@@ -333,8 +414,7 @@ def composite(key: tuple | None, x: Any, build: Callable[[], Any]) -> Any:
         return build()
     if type(t) is Template:  # (instantiate's work, written out: one frame fewer)
         node = x._node
-        return (_lazy_array or _bind())(_copy(t.steps, node.operands or (), (node,)),
-                                        x.device)
+        return (_lazy_array or _bind())(_made(t, node.operands or (), (node,)), x.device)
     out = build()
     if t is not None:
         # (a concrete result, or one on another device, is not a copy of nodes)
@@ -374,7 +454,7 @@ def by_call(key: tuple | None, x: Any) -> Any:
     if type(t) is not Template:
         return None
     node = x._node
-    return (_lazy_array or _bind())(_copy(t.steps, node.operands or (), (node,)), x.device)
+    return (_lazy_array or _bind())(_made(t, node.operands or (), (node,)), x.device)
 
 
 def note_call(call: tuple | None, key: tuple | None) -> None:
@@ -410,7 +490,7 @@ def composite_of(name: str, xs: tuple, build: Callable[[], Any], *statics: Any) 
     t = _templates.get(key, _MISSING)
     roots = tuple(x._node for x in xs)
     if type(t) is Template:
-        return (_lazy_array or _bind())(_copy(t.steps, pool, roots), device)
+        return (_lazy_array or _bind())(_made(t, pool, roots), device)
     out = build()
     if t is not None:
         _remember(key, t, lambda: record(roots, out._node) if type(out) is type(a)

@@ -49,7 +49,7 @@ def affine_view(node: Node, shape: tuple[int, ...], offsets: Sequence[int],
     shape = tuple(shape)
     if type(node) is Leaf:  # the commonest case (a view of a buffer): new strides at once
         return _leaf_view(node, shape, offsets, coeffs)
-    off, co = tuple(offsets), tuple(tuple(r) for r in coeffs)
+    off, co = tuple(offsets), tuple(map(tuple, coeffs))  # (map: no generator frame)
     if node.sig:  # (an expression: pushed once per structure and map, then copied)
         key = ("view", node.sig, operand_pattern(node.operands), node.offs, shape, off, co)
         return built(key, node, lambda: _pushed(node, shape, off, co))

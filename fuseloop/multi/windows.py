@@ -470,9 +470,11 @@ def _copy_concat(node: Any, new: Any) -> None:
 _SHARED = ("offs", "operands", "sig", "dtype", "shape", "storages")
 _COPIERS: dict[type, tuple[Callable[[Any, Any], None], tuple[str, ...]]] = {
     Leaf: (_copy_leaf, ("offset", "storage", "strides", "token", "views", *_SHARED)),
-    Apply: (_copy_apply, ("args", "fancy", "loop", "loop_key", "op", *_SHARED)),
-    UserCall: (_copy_user_call, ("function", "args", "fancy", "loop", "loop_key", "op",
-                                 *_SHARED)),
+    # (``args`` is read whole and written to its slot ``_args``; ``later`` is only read
+    # while ``_args`` is unset, which a copy's is not)
+    Apply: (_copy_apply, ("_args", "later", "fancy", "loop", "loop_key", "op", *_SHARED)),
+    UserCall: (_copy_user_call, ("function", "_args", "later", "fancy", "loop", "loop_key",
+                                 "op", *_SHARED)),
     Reduce: (_copy_reduce, ("axes", "child", "op", *_SHARED)),
     Remap: (_copy_remap, ("child", "coeffs", "offsets", *_SHARED)),
     Gather: (_copy_gather, ("axis", "checked", "child", "index", *_SHARED)),
