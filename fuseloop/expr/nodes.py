@@ -54,8 +54,6 @@ class Node:
     offs: tuple = ()
 
 
-# {{{ structure signatures
-
 # A node carries ``sig``, a small integer standing for its whole structure (the part of the
 # structure key in fuseloop.expr.program that it contributes, without which buffers are which),
 # and ``operands``, its buffers and scalar nodes in walk order. Elementwise operations have one,
@@ -152,11 +150,9 @@ def with_offs(sig: int, ao: tuple, bo: tuple) -> tuple[int, tuple]:
     arguments' offsets are ``ao`` and ``bo`` (the operators' lean path)."""
     nb = len(bo)
     if len(ao) + nb <= MERGED_SHORT:
-        if nb == 1:  # (the commonest: one view's offset, new or met already)
+        if nb == 1:  # (the commonest: one view's offset, new or met already: merge_offs inline)
             o = bo[0]
-            if o not in ao:
-                return sig, ao + bo
-            return offs_joined(sig, ((ao.index(o),),)), ao  # (merge_offs' answer, inline)
+            return (sig, ao + bo) if o not in ao else (offs_joined(sig, ((ao.index(o),),)), ao)
         offs, where = merge_offs(ao, bo)
         return (sig if where is None else offs_joined(sig, (where,))), offs
     got = _merged.get((sig, ao, bo))
@@ -374,8 +370,6 @@ def scalar_sig(char: str) -> int:
         sig = _scalar_sigs[char] = intern_sig(("S", char))
     return sig
 
-# }}}
-
 
 @lru_cache(maxsize=1024)
 def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -493,8 +487,7 @@ class Literal(Node):
 class Iota(Node):
     """``offset + sum(strides[k] * idx[k])`` for each element; allocates nothing.
 
-    With the default strides this is the C-order flat index within ``shape`` (VexCL's
-    ``element_index``); views of it (slices, transposes) change the strides and offset.
+    The C-order flat index within ``shape`` with the default strides (VexCL's ``element_index``).
     """
 
     __slots__ = ("offset", "operands", "sig", "strides")
