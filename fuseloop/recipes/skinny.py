@@ -31,7 +31,7 @@ import math
 from typing import TYPE_CHECKING
 
 from .._lazy import lp
-from ..lower.contraction import BATCH, COL, RED, ROW, pad_to_tiles
+from ..lower.contraction import BATCH, COL, RED, ROW, bound_last_piece, pad_to_tiles
 
 if TYPE_CHECKING:
     pass
@@ -58,13 +58,17 @@ def stream_long(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
     ``unroll`` steps at a time (see the module docstring).
 
     Long index ``= block * group * per + r * group + l``: the ``r``-th loads of a
-    work-group are one contiguous run.  The index ranges are padded to whole
-    blocks (:func:`~fuseloop.lower.contraction.pad_to_tiles`: reads clamped, stores
-    predicated, padded reduced terms zero).
+    work-group are one contiguous run.  The short and long ranges are padded to
+    whole blocks (:func:`~fuseloop.lower.contraction.pad_to_tiles`: reads clamped
+    by a work-item's own column, stores predicated).  The reduced range is not
+    padded: Loopy peels it into a bulk loop of whole steps, with no test per term,
+    and one final step of the remaining terms (``slabs``); a split-K piece ends in
+    the loop domain (:func:`~fuseloop.lower.contraction.bound_last_piece`), not in
+    a select per operand read.
     """
     knl = t_unit.default_entrypoint
     long = COL if short == ROW else ROW
-    t_unit = pad_to_tiles(t_unit, {short: extent, long: group * per, RED: unroll})
+    t_unit = bound_last_piece(pad_to_tiles(t_unit, {short: extent, long: group * per}))
     if BATCH in knl.all_inames():
         t_unit = lp.tag_inames(t_unit, {BATCH: "g.1"})
     t_unit = lp.split_iname(t_unit, short, extent, inner_tag="ilp",
@@ -76,9 +80,10 @@ def stream_long(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
     # (unrolled by Loopy, not the device compiler: the loads of the unrolled steps
     # must be independent instructions for the memory to have them all in flight)
     t_unit = lp.split_iname(t_unit, RED, unroll, inner_tag="unr_hint",
-                            outer_iname=f"{RED}_step", inner_iname=f"{RED}_u")
+                            outer_iname=f"{RED}_step", inner_iname=f"{RED}_u", slabs=(0, 1))
     # (Loopy would otherwise nest the unrolled steps outside the loop over steps)
-    return lp.prioritize_loops(t_unit, f"{RED}_step,{RED}_u")
+    t_unit = lp.prioritize_loops(t_unit, f"{RED}_step,{RED}_u")
+    return lp.add_inames_for_unused_hw_axes(t_unit)
 
 
 __all__ = ["STREAM_ACCUMULATORS", "stream_long", "stream_per"]
