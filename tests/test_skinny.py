@@ -175,3 +175,69 @@ def test_medium_side_gets_blocks_of_its_length(device):
 
 def _tile_rows(src, name):
     return int(re.search(rf"__local float {name}_tile\[4 \* (\d+)\]", src).group(1))
+
+
+
+def _bulk_body(src):
+    """The body of the bulk loop over whole unrolled steps (Loopy's slab)."""
+    at = src.index("/* bulk slab for 'k_step' */")
+    return src[at:src.index("/* final slab for 'k_step' */", at)]
+
+
+@pytest.mark.parametrize("split", [1, 7], ids=["whole range", "seven pieces"])
+def test_stream_bulk_loop_has_no_bounds_tests(device, restore_recipes, split):
+    """A reduced range that no unroll divides (1009, prime): the bulk loop walks whole
+    steps with no select and no clamp on k (the clamp of a work-item's own column is
+    the same at every step); the remaining terms are one final step.  In 7 pieces (145
+    long, the last 139: 1009 is prime) the piece's end is a bound of the loop, not a
+    select per read (lower.contraction.bound_last_piece)."""
+    if device.type != "cpu":
+        pytest.skip("the GPU recipe presented on the CPU device")
+    a0, b0 = rand((8, 1009), 10), rand((1009, 999), 11)
+    a, b = fl.asarray(a0), fl.asarray(b0)
+    params = {"stream_group": 64, "stream_per": 2, "stream_unroll": 8, "split_k": split}
+    with fl.recipes.use(rc.gpu_tiled.with_params(**params)):
+        src = fl.show_code(a @ b)
+        got = (a @ b).get()
+    if split > 1:
+        assert "kernel 1 of 2" in src and "k_end = min(" in src
+        src = src[:src.index("kernel 2 of 2")]
+    body = _bulk_body(src)
+    assert "for (int k_u = 0; k_u <= 7;" in body
+    assert "?" not in body
+    for clamp in re.findall(r"min\(((?:\([^()]*\)|[^()])*)\)", body):
+        assert "k_" not in clamp, clamp
+    assert "/* final slab for 'k_step' */" in src
+    np.testing.assert_allclose(got, a0.astype(np.float64) @ b0, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows,dtype", [(1, np.float32), (5, np.float32), (16, np.float32),
+                                        (64, np.float32), (3, np.float64), (8, np.float64)])
+def test_short_sides_match_numpy(small_gpu_recipe, rows, dtype):
+    """Rows 1 to 64 times a matrix whose sum (211, prime) no unroll divides and whose
+    columns (129) no block does: streamed up to ``stream`` rows, 64 rows in the tiles
+    of a medium side.  (17 to 32 rows, the lanes kernel: test_lanes_unrolled_match_numpy;
+    its build takes over a minute on PoCL at 17 rows.)"""
+    if dtype == np.float64 and not small_gpu_recipe.has_fp64:
+        pytest.skip("float64")
+    a, b = rand((rows, 211), 12, dtype), rand((211, 129), 13, dtype)
+    got = (fl.asarray(a) @ fl.asarray(b)).get()
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=tol,
+                               atol=tol)
+
+
+@pytest.mark.parametrize("k,pieces", [(13, 6), (211, 5)], ids=["empty last piece", "short last"])
+def test_stream_split_pieces_match_numpy(small_gpu_recipe, k, pieces):
+    """Split-K pieces that do not tile the sum: 13 in 6 pieces of 3 (the last one empty:
+    its loop runs no step) and 211 in 5 of 43 (the last 39); float64, two steps
+    unrolled (a final step of one term in every piece of 43)."""
+    if not small_gpu_recipe.has_fp64:
+        pytest.skip("float64")
+    a, b = rand((8, k), 14, np.float64), rand((k, 129), 15, np.float64)
+    with fl.recipes.use(fl.recipe_for(small_gpu_recipe, "contraction").with_params(
+            split_k=pieces)):
+        fl.reset_stats()
+        got = (fl.asarray(a) @ fl.asarray(b)).get()
+        assert fl.stats()["kernels_launched"] == 2  # the pieces, then their sum
+    np.testing.assert_allclose(got, a @ b, rtol=1e-12, atol=1e-12)

@@ -430,9 +430,8 @@ def bound_last_piece(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
         assert isinstance(rule.expression, prim.If), rule.expression
         subs[rule_name] = rule.copy(expression=rule.expression.then)
     end, nk = "k_end", sizes.reduced
-    outer = knl.domains[0].project_out_except(
-        [i for i in knl.domains[0].get_var_names(isl.dim_type.set) if i != RED],
-        [isl.dim_type.set])  # type: ignore[list-item]
+    keep = [str(i) for i in knl.domains[0].get_var_names(isl.dim_type.set) if i != RED]
+    outer = knl.domains[0].project_out_except(keep, [isl.dim_type.set])
     # (one upper bound: Loopy's slabs need it)
     inner = isl.BasicSet(f"[{end}] -> {{[{RED}]: 0 <= {RED} < {end}}}")
     left = prim.Variable(str(total)) - prim.Variable(BATCH) * prim.Variable(nk)

@@ -32,19 +32,41 @@ from typing import TYPE_CHECKING
 
 from .._lazy import lp
 from ..lower.contraction import BATCH, COL, RED, ROW, bound_last_piece, pad_to_tiles
+from .core import Param, int_range, powers_of_two
 
 if TYPE_CHECKING:
     pass
 
 #: accumulators (per work-item) the rule aims for: ``extent * per`` at most this
 STREAM_ACCUMULATORS = 32
+#: a short side of at most this many outputs is streamed (GPU)
+GPU_STREAM = 16
+
+#: the streaming kernel's parameters in the ``gpu-tiled`` recipe; ``fl.tune`` searches the
+#: candidates of each (the split into pieces is decided per evaluation:
+#: :func:`fuseloop.split_k.stream_items_per_unit` follows these)
+PARAMS = (
+    Param("stream", int, GPU_STREAM, "a side of at most this many outputs whose long operand "
+          "is contiguous along the long side: skinny.stream_long (0: never)",
+          int_range(0, 64, (0, 16))),
+    Param("stream_group", int, 128, "stream_long: work-items of a group",
+          powers_of_two(32, 1024, (64, 128, 256))),
+    # (2 rather than 4 by default: more work-items in flight hide the long operand's latency)
+    Param("stream_per", int, 2, "stream_long: at most this many outputs of the long side per "
+          "work-item", powers_of_two(1, 8, (1, 2, 4))),
+    Param("stream_unroll", int, 8, "stream_long: reduced-range steps unrolled (loads in "
+          "flight)", powers_of_two(1, 32, (4, 8, 16))),
+    Param("stream_accumulators", int, STREAM_ACCUMULATORS, "stream_long: at most this many "
+          "accumulators per work-item (half that for 8-byte types)",
+          powers_of_two(8, 128, (32, 64))))
 
 
-def stream_per(extent: int, most: int, itemsize: int = 4) -> int:
+def stream_per(extent: int, most: int, itemsize: int = 4,
+               accumulators: int = STREAM_ACCUMULATORS) -> int:
     """Columns of the long side per work-item for ``extent`` outputs of the short side:
     the largest power of two up to ``most`` that keeps ``extent * per`` within
-    :data:`STREAM_ACCUMULATORS` (half that for 8-byte types), at least 1."""
-    budget = STREAM_ACCUMULATORS // (2 if itemsize > 4 else 1)
+    ``accumulators`` (half that for 8-byte types: registers are 4 bytes), at least 1."""
+    budget = accumulators // (2 if itemsize > 4 else 1)
     per = 1
     while per * 2 <= most and extent * per * 2 <= budget:
         per *= 2
@@ -86,7 +108,7 @@ def stream_long(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
     return lp.add_inames_for_unused_hw_axes(t_unit)
 
 
-__all__ = ["STREAM_ACCUMULATORS", "stream_long", "stream_per"]
+__all__ = ["GPU_STREAM", "PARAMS", "STREAM_ACCUMULATORS", "stream_long", "stream_per"]
 
 
 def stage_short_operand(t_unit: lp.TranslationUnit, short: str, lane: str, sweep: list[str],
