@@ -241,3 +241,17 @@ def test_stream_split_pieces_match_numpy(small_gpu_recipe, k, pieces):
         got = (fl.asarray(a) @ fl.asarray(b)).get()
         assert fl.stats()["kernels_launched"] == 2  # the pieces, then their sum
     np.testing.assert_allclose(got, a @ b, rtol=1e-12, atol=1e-12)
+
+
+def test_split_rule_follows_the_streaming_kernels_loads():
+    """Work-items per compute unit that split-K aims for with the streaming kernel: the
+    same bytes of loads in flight whatever its columns, unroll and element size."""
+    values = dict(rc.gpu_tiled.values)
+    per_unit = split_k.stream_items_per_unit
+    assert per_unit(values, 8, 4) == split_k.ITEMS_PER_UNIT  # 2 columns, 8 steps, float32
+    assert per_unit(values | {"stream_per": 1}, 8, 4) == 2 * split_k.ITEMS_PER_UNIT
+    assert per_unit(values | {"stream_unroll": 16}, 8, 4) == split_k.ITEMS_PER_UNIT // 2
+    assert per_unit(values, 8, 8) == split_k.ITEMS_PER_UNIT // 2  # float64: 8-byte loads
+    # 16 rows: two columns (32 accumulators); 32 rows: one, so twice the work-items
+    assert per_unit(values, 16, 4) == split_k.ITEMS_PER_UNIT
+    assert per_unit(values, 32, 4) == 2 * split_k.ITEMS_PER_UNIT
