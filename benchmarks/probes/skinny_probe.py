@@ -1,7 +1,8 @@
 """Products with a short side (issue 25): fuseloop against its peers, as a fraction of copy.
 
 ``--set npbench`` (the default): NPBench mlp's two large products at preset M
-(``8 x 30000 @ 30000 x 10000`` and ``8 x 10000 @ 10000 x 10000``, float32), 3mm's
+(``8 x 30000 @ 30000 x 10000`` and ``8 x 10000 @ 10000 x 10000``, float32; the
+first also as mlp's layer, ``relu(h @ W + b)``, with the defaults only), 3mm's
 three products at preset M (float64, square-ish: the tiled kernel, for reference),
 ``x @ A`` at 4096 and 16384, and 8, 16 and 64 rows times an 8192 x 8192 matrix.
 ``--set square``: 1, 8 and 64 rows times an ``--n`` x ``--n`` matrix, ``x @ A``,
@@ -69,6 +70,11 @@ def _matmul_bt(ops, a, b):
     return _matmul(ops, a, bt)
 
 
+def _layer(ops, a, w, b):
+    h = _matmul(ops, a, w) + b
+    return ops.where(h > 0, h, 0 * h)
+
+
 def _three(ops, a, b, c, d):
     return _matmul(ops, _matmul(ops, _matmul(ops, a, b), c), d)
 
@@ -91,6 +97,7 @@ def shapes(which: str, n: int, scale: int) -> list[tuple[str, list[tuple[int, ..
     ni, nj, nk, nl, nm = (s(v) for v in (2000, 2200, 2400, 2600, 2800))
     return [(f"mlp-{big}", [(8, big), (big, mid)], "f", _matmul),
             (f"mlp-{mid}", [(8, mid), (mid, mid)], "f", _matmul),
+            (f"relu-{big}", [(8, big), (big, mid), (mid,)], "f", _layer),
             ("3mm-AB", [(ni, nk), (nk, nj)], "d", _matmul),
             ("3mm-ABC", [(ni, nj), (nj, nm)], "d", _matmul),
             ("3mm-all", [(ni, nk), (nk, nj), (nj, nm), (nm, nl)], "d", _three),
@@ -102,7 +109,7 @@ def shapes(which: str, n: int, scale: int) -> list[tuple[str, list[tuple[int, ..
 
 
 def reference(body: Body, inputs: list[np.ndarray]) -> np.ndarray:
-    ops = types.SimpleNamespace(matmul=np.matmul, transpose=np.transpose)
+    ops = types.SimpleNamespace(matmul=np.matmul, transpose=np.transpose, where=np.where)
     return np.asarray(body(ops, *(v.astype(np.float64) for v in inputs)))
 
 
