@@ -211,6 +211,23 @@ def test_stream_bulk_loop_has_no_bounds_tests(device, restore_recipes, split):
     np.testing.assert_allclose(got, a0.astype(np.float64) @ b0, rtol=1e-4, atol=1e-4)
 
 
+def test_stream_whole_steps_are_not_peeled(device, restore_recipes):
+    """A reduced range that its size class makes whole unrolled steps (1024, a multiple
+    of 128, in 8-step unrolls): one loop of whole steps and no final step, the same
+    work per step as a peeled loop's bulk, and no copy of the body."""
+    if device.type != "cpu":
+        pytest.skip("the GPU recipe presented on the CPU device")
+    a0, b0 = rand((8, 1024), 16), rand((1024, 999), 17)
+    a, b = fl.asarray(a0), fl.asarray(b0)
+    params = {"stream_group": 64, "stream_per": 2, "stream_unroll": 8, "split_k": 1}
+    with fl.recipes.use(rc.gpu_tiled.with_params(**params)):
+        src = fl.show_code(a @ b)
+        got = (a @ b).get()
+    assert "slab" not in src and src.count("for (int k_u = 0; k_u <= 7;") == 1
+    assert "?" not in _loop_body(src)
+    np.testing.assert_allclose(got, a0.astype(np.float64) @ b0, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("rows,dtype", [(1, np.float32), (5, np.float32), (16, np.float32),
                                         (64, np.float32), (3, np.float64), (8, np.float64)])
 def test_short_sides_match_numpy(small_gpu_recipe, rows, dtype):

@@ -31,7 +31,7 @@ import math
 from typing import TYPE_CHECKING
 
 from .._lazy import lp
-from ..lower.contraction import BATCH, COL, RED, ROW, bound_last_piece, pad_to_tiles
+from ..lower.contraction import BATCH, COL, RED, ROW, bound_last_piece, divides, pad_to_tiles
 from .core import Param, int_range, powers_of_two
 
 if TYPE_CHECKING:
@@ -83,13 +83,17 @@ def stream_long(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
     work-group are one contiguous run.  The short and long ranges are padded to
     whole blocks (:func:`~fuseloop.lower.contraction.pad_to_tiles`: reads clamped
     by a work-item's own column, stores predicated).  The reduced range is not
-    padded: Loopy peels it into a bulk loop of whole steps, with no test per term,
-    and one final step of the remaining terms (``slabs``); a split-K piece ends in
+    padded: unless its size class makes it whole steps, Loopy peels it into a bulk
+    loop of whole steps, with no test per term, and one final step of the remaining
+    terms (``slabs``); a split-K piece ends in
     the loop domain (:func:`~fuseloop.lower.contraction.bound_last_piece`), not in
     a select per operand read.
     """
     knl = t_unit.default_entrypoint
     long = COL if short == ROW else ROW
+    # (a range its size class makes whole steps is not peeled: a final step would be
+    # a copy of the loop's body and a bulk loop one step shorter, for no test saved)
+    peel = 0 if divides(knl, RED, unroll) else 1
     t_unit = bound_last_piece(pad_to_tiles(t_unit, {short: extent, long: group * per}))
     if BATCH in knl.all_inames():
         t_unit = lp.tag_inames(t_unit, {BATCH: "g.1"})
@@ -102,7 +106,7 @@ def stream_long(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
     # (unrolled by Loopy, not the device compiler: the loads of the unrolled steps
     # must be independent instructions for the memory to have them all in flight)
     t_unit = lp.split_iname(t_unit, RED, unroll, inner_tag="unr_hint",
-                            outer_iname=f"{RED}_step", inner_iname=f"{RED}_u", slabs=(0, 1))
+                            outer_iname=f"{RED}_step", inner_iname=f"{RED}_u", slabs=(0, peel))
     # (Loopy would otherwise nest the unrolled steps outside the loop over steps)
     t_unit = lp.prioritize_loops(t_unit, f"{RED}_step,{RED}_u")
     return lp.add_inames_for_unused_hw_axes(t_unit)
