@@ -4,9 +4,9 @@ The kernels of an evaluation are found by a dry recording (as ``fl.explain``
 finds them); they are then run for real once, in order, with the registry's
 recipes (so temporaries hold their values).  For each kernel the candidates are
 combinations of the recipe's declared spaces (:attr:`Recipe.tunable`, filtered
-by its ``valid`` hook) over the parameters the kernel reads (:func:`_read_names`): the default first, the rest in a random order, until the
-kernel's share of ``budget_s`` is spent.  Each
-candidate is built, its output checked against the default's (the kernel's
+by its ``valid`` hook) over the parameters the kernel reads (:func:`_read_names`):
+the default first, the rest in a random order, until the kernel's share of
+``budget_s`` is spent.  Each candidate is built, its output checked against the default's (the kernel's
 outputs are restored before each check, since a kernel may read what it
 writes), then timed: the median of ``repeat`` synchronised launches after a
 warm-up; a candidate with one run over :data:`SLOW_CUTOFF` times the best so far
