@@ -279,6 +279,23 @@ def test_short_sides_match_numpy(small_gpu_recipe, rows, dtype):
                                atol=tol)
 
 
+@pytest.mark.parametrize("rows,dtype", [(1, np.float32), (16, np.float32), (16, np.float64)])
+def test_stream_rule_defaults_match_numpy(device, restore_recipes, rows, dtype):
+    """The recipe's defaults (columns and unroll by skinny.stream_shape: 1 row 2 x 16,
+    16 rows 4 x 4 with 64 accumulators, 16 float64 rows 2 x 2) on the sum of 211 terms
+    (a final step of 3 terms, or 1) and 129 columns."""
+    if device.type != "cpu":
+        pytest.skip("the GPU recipe presented on the CPU device")
+    if dtype == np.float64 and not device.has_fp64:
+        pytest.skip("float64")
+    a, b = rand((rows, 211), 18, dtype), rand((211, 129), 19, dtype)
+    with fl.recipes.use(rc.gpu_tiled):
+        got = (fl.asarray(a) @ fl.asarray(b)).get()
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=tol,
+                               atol=tol)
+
+
 @pytest.mark.parametrize("k,pieces", [(13, 6), (211, 5)], ids=["empty last piece", "short last"])
 def test_stream_split_pieces_match_numpy(small_gpu_recipe, k, pieces):
     """Split-K pieces that do not tile the sum: 13 in 6 pieces of 3 (the last one empty:
