@@ -21,8 +21,11 @@ kernel would have (:func:`gpu_work_items`) and splits until there are about
 :data:`MIN_PIECE` long; ``evaluate._first_stage`` then prefers a count down to
 half that divides the range (no bounds test).  The streaming kernel of a short
 side (:func:`fuseloop.recipes.skinny.stream_long`) has few work-items and needs
-more of them to keep the long operand's loads in flight: its pieces may be as
-short as :func:`stream_min_piece` (128 for up to 8 outputs on the short side).  A
+more of them to keep the long operand's loads in flight: the rule aims for
+:data:`STREAM_BYTES_PER_UNIT` of loads in flight per compute unit
+(:func:`stream_items_per_unit`: the work-items follow the kernel's columns and
+unroll) and its pieces may be as short as :func:`stream_min_piece` (128 for up to 8
+outputs on the short side).  A
 recipe without the parameter
 (the CPU recipe: its blocks fill a CPU's few cores) leaves contractions to the
 other two-stage rules.  ``fl.tune`` times kernels, not evaluations, so it does
@@ -54,6 +57,10 @@ STREAM_MIN_PIECE = 128
 MAX_PIECES = 32
 #: work-items per compute unit the rule aims for (``split_k_items``' default)
 ITEMS_PER_UNIT = 1024
+#: bytes of the long operand's loads in flight per compute unit that the rule aims for
+#: with the streaming kernel (stream_items_per_unit): its work-items have
+#: ``per * unroll`` loads each in flight
+STREAM_BYTES_PER_UNIT = 64 * 1024
 
 
 def _short_side(values: Mapping[str, Any], m: int, n: int) -> int | None:
@@ -73,7 +80,7 @@ def gpu_work_items(values: Mapping[str, Any], m: int, n: int, batch: int, itemsi
         long = n if short == m else m
         if short <= values.get("stream", 0) and not k_fast:
             # skinny.stream_long: work-groups along the long side only
-            per = _skinny.stream_per(short, values["stream_per"], itemsize)
+            per, _ = _skinny.stream_shape(short, itemsize, values)
             width = values["stream_group"] * per
             return batch * -(-long // width) * values["stream_group"]
         if values["skinny"] == "lanes":
@@ -109,6 +116,20 @@ def stream_min_piece(short: int) -> int:
     (a work-group covers ``stream_group * per`` columns), and only more pieces put
     more of the long operand's loads in flight."""
     return max(STREAM_MIN_PIECE, 16 * short)
+
+
+def stream_items_per_unit(values: Mapping[str, Any], short: int, itemsize: int) -> int:
+    """Work-items per compute unit the split rule aims for with
+    :func:`~fuseloop.recipes.skinny.stream_long`'s kernel: enough that their loads of
+    the long operand (``per * unroll`` of ``itemsize`` bytes each, in flight together)
+    come to :data:`STREAM_BYTES_PER_UNIT` per unit (the memory's bandwidth times its
+    latency, shared by a device's units, with a margin).  So a kernel of fewer loads
+    a work-item (``stream_per=1``, a smaller unroll) gets more pieces, and one of more
+    gets fewer (fewer partial products); at the defaults (2 columns, 8 steps, 4
+    bytes) it is :data:`ITEMS_PER_UNIT`."""
+    per, unroll = _skinny.stream_shape(short, itemsize, values)
+    loads = per * unroll * itemsize
+    return max(1, -(-STREAM_BYTES_PER_UNIT // loads))
 
 
 def split_param(device: Device) -> int | None:
@@ -181,7 +202,9 @@ def _contraction_pieces(top: Reduce, out_shape: tuple[int, ...], device: Device,
     items = gpu_work_items(values, m, n, 1, itemsize, k_fast)
     short = _short_side(values, m, n)
     if short is not None and short <= values.get("stream", 0) and not k_fast:
-        return split_rule(items, k, device.compute_units, min_piece=stream_min_piece(short))
+        return split_rule(items, k, device.compute_units,
+                          stream_items_per_unit(values, short, itemsize),
+                          stream_min_piece(short))
     return split_rule(items, k, device.compute_units)
 
 

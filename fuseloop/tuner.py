@@ -4,9 +4,9 @@ The kernels of an evaluation are found by a dry recording (as ``fl.explain``
 finds them); they are then run for real once, in order, with the registry's
 recipes (so temporaries hold their values).  For each kernel the candidates are
 combinations of the recipe's declared spaces (:attr:`Recipe.tunable`, filtered
-by its ``valid`` hook): the default first, the rest in a random order, until the
-kernel's share of ``budget_s`` is spent.  Each
-candidate is built, its output checked against the default's (the kernel's
+by its ``valid`` hook) over the parameters the kernel reads (:func:`_read_names`):
+the default first, the rest in a random order, until the kernel's share of
+``budget_s`` is spent.  Each candidate is built, its output checked against the default's (the kernel's
 outputs are restored before each check, since a kernel may read what it
 writes), then timed: the median of ``repeat`` synchronised launches after a
 warm-up; a candidate with one run over :data:`SLOW_CUTOFF` times the best so far
@@ -226,14 +226,55 @@ def _results(launch: Any, recipe: Any, saved: list[np.ndarray]) -> list[np.ndarr
 
 # -------------------------------------------------------------------------- candidates
 
-def _candidates(recipe: Any, device: Device, rng: random.Random) -> list[dict[str, Any]]:
-    """Combinations of the tunable parameters' candidates, valid on ``device``, the
+def _read_names(launch: Any, recipe: Any) -> set[str] | None:
+    """The tunable parameters of ``recipe`` that this launch's kernel reads: those one of
+    whose candidates, set alone, transforms the lowered kernel otherwise than the
+    default does (a recipe transform each, no code generation or build; the GPU
+    contraction recipe's streaming kernel reads 5 of its 18).  None: not found out (a
+    kernel of two stages, or a transform that fails: every parameter is searched)."""
+    program, bindings, _, device = launch
+    if program.first is not None:
+        return None
+    from .launching import size_class_of, user_functions
+    from .lower import codegen
+
+    index_dtype, _, n_rows, n_elem = _ev.launch_choice(program, bindings, device)
+    sizes = size_class_of(recipe, program, bindings.params, n_rows, n_elem)
+    try:
+        with codegen.loopy_section():
+            lowered = codegen.lower(program, index_dtype, recipe, user_functions, sizes,
+                                    device=device)
+            default = codegen.apply_recipe(lowered, recipe, device)
+            read = set()
+            for name, param in recipe.tunable.items():
+                for value in param.space.candidates:
+                    if value == recipe.values[name]:
+                        continue
+                    other = recipe.with_params(**{name: value})
+                    if not recipe.allows(other.values, device):
+                        continue
+                    try:
+                        changed = codegen.apply_recipe(lowered, other, device) != default
+                    except Exception:  # (a value the recipe refuses here: it reads it)
+                        changed = True
+                    if changed:
+                        read.add(name)
+                        break
+    except Exception:  # the default's own transform failed: search everything
+        return None
+    return read
+
+
+def _candidates(recipe: Any, device: Device, rng: random.Random,
+                read: set[str] | None = None) -> list[dict[str, Any]]:
+    """Combinations of the tunable parameters' candidates (of those in ``read`` only,
+    the others at their values: see :func:`_read_names`), valid on ``device``, the
     default's first, the rest in a random order (a search cut short by its budget is a
     random sample), at most :data:`MAX_CANDIDATES` of them.  A space of more than
     :data:`ENUMERATED_MAX` combinations (the GPU reduction recipe's holds ~10^8) is
     sampled, not enumerated."""
     space = recipe.tunable
-    names = sorted(space)
+    names = sorted(n for n in space if read is None or n in read)
     default = {n: recipe.values[n] for n in names}
     choices = [tuple(space[n].space.candidates) for n in names]
 
@@ -266,9 +307,9 @@ def _tune_kernel(index: int, launch: Any, budget_s: float, repeat: int, rng: ran
     index_dtype, _, n_rows, n_elem = _ev.launch_choice(program, bindings, device)
     size_bucket = tuning.bucket(bindings.params, n_rows, n_elem)
     info = KernelTuning(index, base.name, size_bucket)
-    combos = _candidates(base, device, rng)
+    combos = _candidates(base, device, rng, _read_names(launch, base))
     if len(combos) == 1:
-        info.note = "the recipe declares no parameter space"
+        info.note = "no parameter of the recipe's space changes this kernel"
         return info
     saved = _snapshot(outs, device)
     dtypes = [_out_dtype(program, k) for k in range(len(outs))]

@@ -72,9 +72,44 @@ def test_stream_reads_the_long_operand_once_per_step(device):
 
 
 def test_stream_rule_keeps_accumulators_in_registers():
-    assert skinny.stream_per(1, 4) == 4 and skinny.stream_per(8, 4) == 4
-    assert skinny.stream_per(16, 4) == 2 and skinny.stream_per(32, 4) == 1
-    assert skinny.stream_per(8, 4, itemsize=8) == 2  # 8-byte accumulators: half as many
+    assert skinny.stream_per(1, 4, accumulators=32) == 4
+    assert skinny.stream_per(8, 4, accumulators=32) == 4
+    assert skinny.stream_per(16, 4, accumulators=32) == 2
+    assert skinny.stream_per(32, 4, accumulators=32) == 1
+    assert skinny.stream_per(16, 8) == 4  # the default: 64 accumulators
+    assert skinny.stream_per(8, 4, 8, accumulators=32) == 2  # 8-byte: half as many
+
+
+@pytest.mark.parametrize("itemsize", [4, 8])
+def test_stream_shape_rule(itemsize):
+    """The streaming kernel's columns and unroll by rule (recipe defaults): accumulators
+    in registers, the short operand's loads at most SHORT_PER_LONG per long-operand
+    load unless the accumulators bound ``per``, and the most unrolled steps whose
+    loaded values fit STEP_REGISTERS (none would fit twice the steps)."""
+    values = dict(rc.gpu_tiled.values)
+    words = itemsize // 4
+    budget = skinny.STREAM_ACCUMULATORS // words
+    for rows in range(1, 17):
+        per, unroll = skinny.stream_shape(rows, itemsize, values)
+        assert per >= 1 and rows * per <= budget
+        assert rows <= skinny.SHORT_PER_LONG * per or rows * per * 2 > budget
+        assert per == 2 or rows > 2 * skinny.SHORT_PER_LONG  # no more columns than needed
+        loaded = (rows + per) * unroll * words
+        assert loaded <= skinny.STEP_REGISTERS
+        assert unroll == skinny.MAX_UNROLL or 2 * loaded > skinny.STEP_REGISTERS
+    if itemsize == 4:
+        # x @ A: 2 columns, 16 steps; 8 rows: 2 columns, 8 steps; 16 rows: 4 columns
+        # (the loads of A one per four of B), 4 steps (80 values loaded a step)
+        assert [skinny.stream_shape(r, 4, values) for r in (1, 8, 16)] == [
+            (2, 16), (2, 8), (4, 4)]
+    else:
+        assert [skinny.stream_shape(r, 8, values) for r in (1, 8, 16)] == [
+            (2, 16), (2, 4), (2, 2)]
+    # set values win (columns still bounded by the accumulators)
+    assert skinny.stream_shape(8, 4, values | {"stream_per": 4}) == (4, 8)
+    assert skinny.stream_shape(16, 4, values | {"stream_per": 8}) == (4, 4)
+    assert skinny.stream_shape(16, 4, values | {"stream_unroll": 8}) == (4, 8)
+    assert skinny.stream_shape(16, 4, values | {"stream_accumulators": 32}) == (2, 4)
 
 
 @pytest.mark.parametrize("sa,sb,dtype,form", [
@@ -175,3 +210,119 @@ def test_medium_side_gets_blocks_of_its_length(device):
 
 def _tile_rows(src, name):
     return int(re.search(rf"__local float {name}_tile\[4 \* (\d+)\]", src).group(1))
+
+
+
+def _bulk_body(src):
+    """The body of the bulk loop over whole unrolled steps (Loopy's slab)."""
+    at = src.index("/* bulk slab for 'k_step' */")
+    return src[at:src.index("/* final slab for 'k_step' */", at)]
+
+
+@pytest.mark.parametrize("split", [1, 7], ids=["whole range", "seven pieces"])
+def test_stream_bulk_loop_has_no_bounds_tests(device, restore_recipes, split):
+    """A reduced range that no unroll divides (1009, prime): the bulk loop walks whole
+    steps with no select and no clamp on k (the clamp of a work-item's own column is
+    the same at every step); the remaining terms are one final step.  In 7 pieces (145
+    long, the last 139: 1009 is prime) the piece's end is a bound of the loop, not a
+    select per read (lower.contraction.bound_last_piece)."""
+    if device.type != "cpu":
+        pytest.skip("the GPU recipe presented on the CPU device")
+    a0, b0 = rand((8, 1009), 10), rand((1009, 999), 11)
+    a, b = fl.asarray(a0), fl.asarray(b0)
+    params = {"stream_group": 64, "stream_per": 2, "stream_unroll": 8, "split_k": split}
+    with fl.recipes.use(rc.gpu_tiled.with_params(**params)):
+        src = fl.show_code(a @ b)
+        got = (a @ b).get()
+    if split > 1:
+        assert "kernel 1 of 2" in src and "k_end = min(" in src
+        src = src[:src.index("kernel 2 of 2")]
+    body = _bulk_body(src)
+    assert "for (int k_u = 0; k_u <= 7;" in body
+    assert "?" not in body
+    for clamp in re.findall(r"min\(((?:\([^()]*\)|[^()])*)\)", body):
+        assert "k_" not in clamp, clamp
+    assert "/* final slab for 'k_step' */" in src
+    np.testing.assert_allclose(got, a0.astype(np.float64) @ b0, rtol=1e-4, atol=1e-4)
+
+
+def test_stream_whole_steps_are_not_peeled(device, restore_recipes):
+    """A reduced range that its size class makes whole unrolled steps (1024, a multiple
+    of 128, in 8-step unrolls): one loop of whole steps and no final step, the same
+    work per step as a peeled loop's bulk, and no copy of the body."""
+    if device.type != "cpu":
+        pytest.skip("the GPU recipe presented on the CPU device")
+    a0, b0 = rand((8, 1024), 16), rand((1024, 999), 17)
+    a, b = fl.asarray(a0), fl.asarray(b0)
+    params = {"stream_group": 64, "stream_per": 2, "stream_unroll": 8, "split_k": 1}
+    with fl.recipes.use(rc.gpu_tiled.with_params(**params)):
+        src = fl.show_code(a @ b)
+        got = (a @ b).get()
+    assert "slab" not in src and src.count("for (int k_u = 0; k_u <= 7;") == 1
+    assert "?" not in _loop_body(src)
+    np.testing.assert_allclose(got, a0.astype(np.float64) @ b0, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows,dtype", [(1, np.float32), (5, np.float32), (16, np.float32),
+                                        (64, np.float32), (3, np.float64), (8, np.float64)])
+def test_short_sides_match_numpy(small_gpu_recipe, rows, dtype):
+    """Rows 1 to 64 times a matrix whose sum (211, prime) no unroll divides and whose
+    columns (129) no block does: streamed up to ``stream`` rows, 64 rows in the tiles
+    of a medium side.  (17 to 32 rows, the lanes kernel: test_lanes_unrolled_match_numpy;
+    its build takes over a minute on PoCL at 17 rows.)"""
+    if dtype == np.float64 and not small_gpu_recipe.has_fp64:
+        pytest.skip("float64")
+    a, b = rand((rows, 211), 12, dtype), rand((211, 129), 13, dtype)
+    got = (fl.asarray(a) @ fl.asarray(b)).get()
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=tol,
+                               atol=tol)
+
+
+@pytest.mark.parametrize("rows,dtype", [(1, np.float32), (16, np.float32), (16, np.float64)])
+def test_stream_rule_defaults_match_numpy(device, restore_recipes, rows, dtype):
+    """The recipe's defaults (columns and unroll by skinny.stream_shape: 1 row 2 x 16,
+    16 rows 4 x 4 with 64 accumulators, 16 float64 rows 2 x 2) on the sum of 211 terms
+    (a final step of 3 terms, or 1) and 129 columns."""
+    if device.type != "cpu":
+        pytest.skip("the GPU recipe presented on the CPU device")
+    if dtype == np.float64 and not device.has_fp64:
+        pytest.skip("float64")
+    a, b = rand((rows, 211), 18, dtype), rand((211, 129), 19, dtype)
+    with fl.recipes.use(rc.gpu_tiled):
+        got = (fl.asarray(a) @ fl.asarray(b)).get()
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=tol,
+                               atol=tol)
+
+
+@pytest.mark.parametrize("k,pieces", [(13, 6), (211, 5)], ids=["empty last piece", "short last"])
+def test_stream_split_pieces_match_numpy(small_gpu_recipe, k, pieces):
+    """Split-K pieces that do not tile the sum: 13 in 6 pieces of 3 (the last one empty:
+    its loop runs no step) and 211 in 5 of 43 (the last 39); float64, two steps
+    unrolled (a final step of one term in every piece of 43)."""
+    if not small_gpu_recipe.has_fp64:
+        pytest.skip("float64")
+    a, b = rand((8, k), 14, np.float64), rand((k, 129), 15, np.float64)
+    with fl.recipes.use(fl.recipe_for(small_gpu_recipe, "contraction").with_params(
+            split_k=pieces)):
+        fl.reset_stats()
+        got = (fl.asarray(a) @ fl.asarray(b)).get()
+        assert fl.stats()["kernels_launched"] == 2  # the pieces, then their sum
+    np.testing.assert_allclose(got, a @ b, rtol=1e-12, atol=1e-12)
+
+
+def test_split_rule_follows_the_streaming_kernels_loads():
+    """Work-items per compute unit that split-K aims for with the streaming kernel: the
+    same bytes of loads in flight whatever its columns, unroll and element size."""
+    values = dict(rc.gpu_tiled.values)
+    per_unit = split_k.stream_items_per_unit
+    assert per_unit(values, 8, 4) == split_k.ITEMS_PER_UNIT  # 2 columns, 8 steps, float32
+    assert per_unit(values | {"stream_per": 1}, 8, 4) == 2 * split_k.ITEMS_PER_UNIT
+    assert per_unit(values | {"stream_unroll": 16}, 8, 4) == split_k.ITEMS_PER_UNIT // 2
+    # float64: 8-byte loads, half the steps (the rule's register bound)
+    assert per_unit(values, 8, 8) == split_k.ITEMS_PER_UNIT
+    assert per_unit(values | {"stream_unroll": 8}, 8, 8) == split_k.ITEMS_PER_UNIT // 2
+    # 16 rows: four columns of four steps; x @ A: two columns of 16 steps
+    assert per_unit(values, 16, 4) == split_k.ITEMS_PER_UNIT
+    assert per_unit(values, 1, 4) == split_k.ITEMS_PER_UNIT // 2

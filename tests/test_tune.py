@@ -132,7 +132,7 @@ def test_tune_finds_a_winner_with_the_same_result_and_stores_it(cpu, tuning_dir,
         report = fl.tune(fl.exp(x) * 2 + x, budget_s=60, progress=False)
         k, = report.kernels
         assert k.candidates == 2 and k.failed == k.wrong == 0
-        assert k.best == {"chunk": 4096, "bad": False} and k.stored
+        assert k.best == {"chunk": 4096} and k.stored  # (bad: one value, not searched)
         assert k.best_s == 1e-3 and k.default_s == 2e-3 and k.speedup == 2
         assert "stored" in report.as_text()
         # the winner applies to the next evaluation, with the same result
@@ -307,16 +307,36 @@ def test_a_huge_space_is_sampled_not_enumerated(cpu):
         assert gpu_rows.allows({**gpu_rows.values, **c}, cpu)
 
 
-def test_a_candidate_generating_the_same_code_is_not_run_again(cpu, tuning_dir):
+def test_a_parameter_the_kernel_does_not_read_is_not_searched(cpu, tuning_dir):
+    """``unused`` changes nothing in this kernel (found by one recipe transform per
+    value, tuner._read_names): no candidate is built for it."""
     def chunks(t_unit, device, *, chunk, unused):
         return _chunks(t_unit, device, chunk=chunk, bad=False)
 
     recipe = Recipe("test-tune-unused", chunks, version="1",
-                    params=(Param("chunk", int, 8, "", (8,)),
+                    params=(Param("chunk", int, 8, "", (8, 4096)),
                             Param("unused", int, 1, "a parameter this kernel ignores",
                                   (1, 2, 3))))
     x = fl.asarray(np.arange(1 << 12, dtype=np.float32))
     with fl.recipes.use(recipe):
         k, = fl.tune(x * 2 + 1, budget_s=60, progress=False).kernels
-    assert k.candidates == 3 and k.same_code == 2 and not k.best
+    assert k.candidates == 2 and k.same_code == 0  # the default and chunk=4096
+    with fl.recipes.use(recipe.with_params(chunk=4096)):
+        k, = fl.tune(x * 2 + 1, budget_s=60, progress=False).kernels
+    assert k.candidates == 2
+
+
+def test_a_candidate_generating_the_same_code_is_not_run_again(cpu, tuning_dir):
+    """Each parameter alone changes the kernel (``max(a, b)`` elements a work-item), so
+    both are searched; of (64, 8), (8, 64) and (64, 64), all 64 a work-item, the first
+    tried is built and run, the other two generate its code again."""
+    def chunks(t_unit, device, *, a, b):
+        return _chunks(t_unit, device, chunk=max(a, b), bad=False)
+
+    recipe = Recipe("test-tune-same", chunks, version="1",
+                    params=(Param("a", int, 8, "", (8, 64)), Param("b", int, 8, "", (8, 64))))
+    x = fl.asarray(np.arange(1 << 12, dtype=np.float32))
+    with fl.recipes.use(recipe):
+        k, = fl.tune(x * 2 + 1, budget_s=60, progress=False).kernels
+    assert k.candidates == 4 and k.same_code == 2
     assert "2 same code" in k.as_text()

@@ -234,9 +234,11 @@ def lower_contraction(program: Program, index_dtype: np.dtype,
     entries = program.entries
     from .contraction_tags import ContractionSizes, OperandInfo
 
+    total = None if c.split is None or c.split[1] else low.size(c.split[0])
     knl = knl.with_kernel(knl.default_entrypoint.tagged(frozenset({
         ContractionSizes(str(names[BATCH]) if batch else None, names[ROW], names[COL],
-                         str(names[RED])),
+                         str(names[RED]), None if total is None else
+                         total if isinstance(total, int) else str(total)),
         OperandInfo(kernel_dtype(x_dt).char, kernel_dtype(y_dt).char,
                     _fast_axis(entries, c.x, c.m_dims, ROW, RED),
                     _fast_axis(entries, c.y, c.n_dims, COL, COL))})))
@@ -406,6 +408,43 @@ def _current_bounds(knl: lp.LoopKernel) -> dict[str, str]:
         text = str(proj)
         out[name] = text[text.index(":") + 1:text.rindex("}")].strip()  # type: ignore[index]
     return out
+
+
+def bound_last_piece(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
+    """A split-K first stage whose pieces do not tile the reduced range
+    (``ContractionSizes.split_total``) with the end of each piece in the loop domain
+    instead of zeros in the operand rules: ``k < min(NK, total - b * NK)``, the second
+    bound a value written per piece (Loopy nests the loop inside the instruction that
+    writes it; ``b * NK`` is not affine), so a recipe that splits ``k`` into slabs gets
+    a bulk loop without a test per term.  (Apply after :func:`pad_to_tiles`, which
+    rewrites a single domain.)"""
+    knl = t_unit.default_entrypoint
+    sizes = contraction_sizes(knl)
+    total = sizes.split_total
+    if total is None:
+        return t_unit
+    subs = dict(knl.substitutions)
+    for rule_name in (X_RULE, Y_RULE):
+        rule = subs[rule_name]
+        # (operand_rule's outermost node: If(piece start + k < total, value, 0))
+        assert isinstance(rule.expression, prim.If), rule.expression
+        subs[rule_name] = rule.copy(expression=rule.expression.then)
+    end, nk = "k_end", sizes.reduced
+    keep = [str(i) for i in knl.domains[0].get_var_names(isl.dim_type.set) if i != RED]
+    outer = knl.domains[0].project_out_except(keep, [isl.dim_type.set])
+    # (one upper bound: Loopy's slabs need it)
+    inner = isl.BasicSet(f"[{end}] -> {{[{RED}]: 0 <= {RED} < {end}}}")
+    left = prim.Variable(str(total)) - prim.Variable(BATCH) * prim.Variable(nk)
+    write = lp.Assignment(prim.Variable(end), prim.Variable("min")(prim.Variable(nk), left),
+                          id="piece_end", within_inames=frozenset({BATCH}))
+    insns = [i.copy(depends_on=i.depends_on | {"piece_end"}) if i.id == REDUCTION_ID else i
+             for i in knl.instructions]
+    temps = dict(knl.temporary_variables)
+    temps[end] = lp.TemporaryVariable(end, knl.index_dtype, shape=(),
+                                      address_space=lp.AddressSpace.PRIVATE)
+    knl = knl.copy(domains=[outer, inner], substitutions=subs, instructions=[write, *insns],
+                   temporary_variables=temps)
+    return t_unit.with_kernel(knl)
 
 
 def pad_to_tiles(t_unit: lp.TranslationUnit, tiles: dict[str, int]) -> lp.TranslationUnit:

@@ -19,12 +19,15 @@ from .contraction import BATCH, COL, RED, ROW
 @dataclass(frozen=True)
 class ContractionSizes(UniqueTag):
     """Kernel tag: the names of the kernel arguments bounding ``b``, ``m``, ``n``, ``k``
-    (the literal 1 for an empty group: the rows of a vector-matrix product)."""
+    (the literal 1 for an empty group: the rows of a vector-matrix product);
+    ``split_total``: a split-K first stage whose pieces do not tile the reduced range,
+    the whole range's length (its operands read zero past it)."""
 
     batch: str | None
     rows: str | int
     cols: str | int
     reduced: str
+    split_total: str | int | None = None
 
     def of(self, iname: str) -> str | int:
         size = {BATCH: self.batch, ROW: self.rows, COL: self.cols, RED: self.reduced}[iname]

@@ -472,7 +472,8 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
                wide_tiles: TileConfig, few: int, skinny: str, skinny_group: int,
                skinny_lanes: int, skinny_bk: int, skinny_unroll: int, skinny_stage: bool,
                stream: int, stream_group: int, stream_per: int, stream_unroll: int,
-               medium: int, split_k: int, dmma: bool, dmma_tiles: Any) -> lp.TranslationUnit:
+               stream_accumulators: int, medium: int, split_k: int, dmma: bool, dmma_tiles: Any
+               ) -> lp.TranslationUnit:
     """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types (float64 on
     NVIDIA: FP64 tensor cores, ``dmma``).  A side of at most ``stream`` outputs whose long
     operand is contiguous along the long side: :func:`~fuseloop.recipes.skinny.stream_long`;
@@ -492,9 +493,10 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
         assert extent is not None
         k_fast = long_k_fast(knl, axis)
         if extent <= stream and not k_fast:
-            per = skinny_mod.stream_per(extent, stream_per, itemsize)
-            return skinny_mod.stream_long(t_unit, axis, extent, stream_group, per,
-                                          stream_unroll)
+            per, unroll = skinny_mod.stream_shape(extent, itemsize, {
+                "stream_per": stream_per, "stream_unroll": stream_unroll,
+                "stream_accumulators": stream_accumulators})
+            return skinny_mod.stream_long(t_unit, axis, extent, stream_group, per, unroll)
         if skinny == "lanes":
             group, stage = _lanes_group(extent, skinny_group, skinny_lanes, skinny_unroll,
                                         skinny_stage, k_fast, max(itemsize, 4))
@@ -597,8 +599,6 @@ _TILES_TEXT = ("a TileConfig with positive sizes, tm dividing bm, tn dividing bn
 
 #: a side of the output with at most this many elements is short (GPU)
 GPU_FEW = 32
-#: a short side of at most this many outputs is streamed (skinny.stream_long; GPU)
-GPU_STREAM = 16
 #: a side of at most this many outputs gets blocks this long (GPU; _medium_tiles)
 GPU_MEDIUM = 64
 #: long sides and reduced ranges that are multiples of this are a size class (GPU):
@@ -606,7 +606,7 @@ GPU_MEDIUM = 64
 GPU_ALIGN = 128
 
 gpu_tiled = Recipe(
-    "gpu-tiled", _gpu_tiled, kind="contraction", version="7",
+    "gpu-tiled", _gpu_tiled, kind="contraction", version="9",
     params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types",
                   Space(_TILE_SEARCH, _tiles_ok, _TILES_TEXT)),
             Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types",
@@ -628,20 +628,7 @@ gpu_tiled = Recipe(
             Param("skinny_stage", bool, True, "split_lanes: the short operand staged in "
                   "local memory a step of lanes at a time (skinny.stage_short_operand)",
                   Space((True,), lambda v: isinstance(v, bool), "True or False")),
-            # (fl.tune searches the product of every parameter's candidates: the
-            # short sides' are few, the streaming kernel on/off, per and unroll; the
-            # rest of them are set by hand, as the probe's variants do)
-            Param("stream", int, GPU_STREAM, "a side of at most this many outputs whose long "
-                  "operand is contiguous along the long side: skinny.stream_long (0: never)",
-                  int_range(0, 64, (0, 16))),
-            Param("stream_group", int, 128, "stream_long: work-items of a group",
-                  powers_of_two(32, 1024, (128,))),
-            # (2: on an H100, 1-row products and vecmat ran 109 / 147 us at 2 and 148 / 169
-            # at 4; 8 rows the same at both: more work-items in flight hide B's latency)
-            Param("stream_per", int, 2, "stream_long: at most this many outputs of the long "
-                  "side per work-item", powers_of_two(1, 8, (2, 4))),
-            Param("stream_unroll", int, 8, "stream_long: reduced-range steps unrolled "
-                  "(loads in flight)", powers_of_two(1, 32, (4, 8))),
+            *skinny_mod.PARAMS,
             Param("medium", int, GPU_MEDIUM, "a side of more than few and at most this many "
                   "outputs: blocks of this many along it (0: the tiles as they are)",
                   Space((64,), lambda v: isinstance(v, int) and v >= 0

@@ -28,27 +28,87 @@ addresses of one row.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from .._lazy import lp
-from ..lower.contraction import BATCH, COL, RED, ROW, pad_to_tiles
+from ..lower.contraction import BATCH, COL, RED, ROW, bound_last_piece, divides, pad_to_tiles
+from .core import Param, Space, int_range, powers_of_two
 
 if TYPE_CHECKING:
     pass
 
-#: accumulators (per work-item) the rule aims for: ``extent * per`` at most this
-STREAM_ACCUMULATORS = 32
+#: accumulators (4-byte registers) per work-item: ``extent * per`` at most this
+STREAM_ACCUMULATORS = 64
+#: a short side of at most this many outputs is streamed (GPU)
+GPU_STREAM = 16
+#: loads of the short operand per load of the long one (``extent / per``) the rule allows:
+#: each is one more instruction per long-operand element, and at 16 rows and 2 columns a
+#: work-item issues so many that the memory waits on them
+SHORT_PER_LONG = 4
+#: 4-byte registers that the values a work-item loads in one unrolled step may take:
+#: ``(extent + per) * unroll`` values, all in flight together
+STEP_REGISTERS = 128
+#: the most reduced-range steps the rule unrolls
+MAX_UNROLL = 16
+
+def _rule_or_power_of_two(hi: int, search: tuple[int, ...]) -> Space:
+    """0 (by rule) or a power of two up to ``hi``; a search tries ``search``."""
+    allowed = (0, *powers_of_two(1, hi).candidates)
+    return Space(search, lambda v: type(v) is int and v in allowed,
+                 f"0 (by rule) or a power of two from 1 to {hi}")
 
 
-def stream_per(extent: int, most: int, itemsize: int = 4) -> int:
+#: the streaming kernel's parameters in the ``gpu-tiled`` recipe (``stream_per`` and
+#: ``stream_unroll``: 0, by :func:`stream_shape`'s rule); ``fl.tune`` searches the
+#: candidates of each (the split into pieces is decided per evaluation:
+#: :func:`fuseloop.split_k.stream_items_per_unit` follows these)
+PARAMS = (
+    Param("stream", int, GPU_STREAM, "a side of at most this many outputs whose long operand "
+          "is contiguous along the long side: skinny.stream_long (0: never)",
+          int_range(0, 64, (0, 16))),
+    Param("stream_group", int, 128, "stream_long: work-items of a group",
+          powers_of_two(32, 1024, (64, 128, 256))),
+    Param("stream_per", int, 0, "stream_long: outputs of the long side per work-item (0: by "
+          "rule, skinny.stream_shape; at most stream_accumulators / the short side)",
+          _rule_or_power_of_two(8, (0, 1, 2, 4))),
+    Param("stream_unroll", int, 0, "stream_long: reduced-range steps unrolled, loads in "
+          "flight (0: by rule, skinny.stream_shape)",
+          _rule_or_power_of_two(32, (0, 4, 8, 16))),
+    Param("stream_accumulators", int, STREAM_ACCUMULATORS, "stream_long: at most this many "
+          "accumulators per work-item (half that for 8-byte types)",
+          powers_of_two(8, 128, (32, 64))))
+
+
+def stream_per(extent: int, most: int, itemsize: int = 4,
+               accumulators: int = STREAM_ACCUMULATORS) -> int:
     """Columns of the long side per work-item for ``extent`` outputs of the short side:
     the largest power of two up to ``most`` that keeps ``extent * per`` within
-    :data:`STREAM_ACCUMULATORS` (half that for 8-byte types), at least 1."""
-    budget = STREAM_ACCUMULATORS // (2 if itemsize > 4 else 1)
+    ``accumulators`` (half that for 8-byte types: registers are 4 bytes), at least 1."""
+    budget = accumulators // (2 if itemsize > 4 else 1)
     per = 1
     while per * 2 <= most and extent * per * 2 <= budget:
         per *= 2
     return per
+
+
+def stream_shape(extent: int, itemsize: int, values: Mapping[str, Any]) -> tuple[int, int]:
+    """``(per, unroll)`` of :func:`stream_long` for ``extent`` outputs of the short side:
+    ``stream_per`` and ``stream_unroll`` where set, else by rule.  Columns: the fewest
+    (the most work-items) that keep the short operand's loads to :data:`SHORT_PER_LONG`
+    per long-operand load, at least 2 (:func:`stream_per`'s accumulator bound over it).
+    Unroll: the most steps, up to :data:`MAX_UNROLL`, whose ``(extent + per) * unroll``
+    loaded values fit :data:`STEP_REGISTERS` registers (two each for 8-byte types)."""
+    fewest = 1 << (-(-extent // SHORT_PER_LONG) - 1).bit_length()  # a power of two
+    want = values["stream_per"] or max(2, fewest)
+    per = stream_per(extent, want, itemsize, values["stream_accumulators"])
+    unroll = values["stream_unroll"]
+    if not unroll:
+        words = -(-itemsize // 4)
+        unroll = 1
+        while unroll < MAX_UNROLL and (extent + per) * unroll * 2 * words <= STEP_REGISTERS:
+            unroll *= 2
+    return per, unroll
 
 
 def stream_long(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
@@ -58,13 +118,21 @@ def stream_long(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
     ``unroll`` steps at a time (see the module docstring).
 
     Long index ``= block * group * per + r * group + l``: the ``r``-th loads of a
-    work-group are one contiguous run.  The index ranges are padded to whole
-    blocks (:func:`~fuseloop.lower.contraction.pad_to_tiles`: reads clamped, stores
-    predicated, padded reduced terms zero).
+    work-group are one contiguous run.  The short and long ranges are padded to
+    whole blocks (:func:`~fuseloop.lower.contraction.pad_to_tiles`: reads clamped
+    by a work-item's own column, stores predicated).  The reduced range is not
+    padded: unless its size class makes it whole steps, Loopy peels it into a bulk
+    loop of whole steps, with no test per term, and one final step of the remaining
+    terms (``slabs``); a split-K piece ends in
+    the loop domain (:func:`~fuseloop.lower.contraction.bound_last_piece`), not in
+    a select per operand read.
     """
     knl = t_unit.default_entrypoint
     long = COL if short == ROW else ROW
-    t_unit = pad_to_tiles(t_unit, {short: extent, long: group * per, RED: unroll})
+    # (a range its size class makes whole steps is not peeled: a final step would be
+    # a copy of the loop's body and a bulk loop one step shorter, for no test saved)
+    peel = 0 if divides(knl, RED, unroll) else 1
+    t_unit = bound_last_piece(pad_to_tiles(t_unit, {short: extent, long: group * per}))
     if BATCH in knl.all_inames():
         t_unit = lp.tag_inames(t_unit, {BATCH: "g.1"})
     t_unit = lp.split_iname(t_unit, short, extent, inner_tag="ilp",
@@ -76,12 +144,14 @@ def stream_long(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
     # (unrolled by Loopy, not the device compiler: the loads of the unrolled steps
     # must be independent instructions for the memory to have them all in flight)
     t_unit = lp.split_iname(t_unit, RED, unroll, inner_tag="unr_hint",
-                            outer_iname=f"{RED}_step", inner_iname=f"{RED}_u")
+                            outer_iname=f"{RED}_step", inner_iname=f"{RED}_u", slabs=(0, peel))
     # (Loopy would otherwise nest the unrolled steps outside the loop over steps)
-    return lp.prioritize_loops(t_unit, f"{RED}_step,{RED}_u")
+    t_unit = lp.prioritize_loops(t_unit, f"{RED}_step,{RED}_u")
+    return lp.add_inames_for_unused_hw_axes(t_unit)
 
 
-__all__ = ["STREAM_ACCUMULATORS", "stream_long", "stream_per"]
+__all__ = ["GPU_STREAM", "MAX_UNROLL", "PARAMS", "SHORT_PER_LONG", "STEP_REGISTERS",
+           "STREAM_ACCUMULATORS", "stream_long", "stream_per", "stream_shape"]
 
 
 def stage_short_operand(t_unit: lp.TranslationUnit, short: str, lane: str, sweep: list[str],
