@@ -6,9 +6,9 @@ recipes (so temporaries hold their values).  For each kernel the candidates are
 combinations of the recipe's declared spaces (:attr:`Recipe.tunable`, filtered
 by its ``valid`` hook) over the parameters the kernel reads (:func:`_read_names`):
 the default first, the rest in a random order, until the kernel's share of
-``budget_s`` is spent.  Each candidate is built, its output checked against the default's (the kernel's
-outputs are restored before each check, since a kernel may read what it
-writes), then timed: the median of ``repeat`` synchronised launches after a
+``budget_s`` is spent.  Each candidate is built, its output checked against the
+default's (the kernel's outputs are restored before each check, since a kernel
+may read what it writes), then timed: the median of ``repeat`` synchronised launches after a
 warm-up; a candidate with one run over :data:`SLOW_CUTOFF` times the best so far
 is not timed further (it cannot win, and a pathological one would spend the
 whole budget on its repeats).  Failures (build errors, wrong results) are
