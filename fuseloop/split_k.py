@@ -80,7 +80,8 @@ def gpu_work_items(values: Mapping[str, Any], m: int, n: int, batch: int, itemsi
         long = n if short == m else m
         if short <= values.get("stream", 0) and not k_fast:
             # skinny.stream_long: work-groups along the long side only
-            per, _ = _skinny.stream_shape(short, itemsize, values)
+            per = _skinny.stream_per(short, values["stream_per"], itemsize,
+                                     values["stream_accumulators"])
             width = values["stream_group"] * per
             return batch * -(-long // width) * values["stream_group"]
         if values["skinny"] == "lanes":
@@ -127,8 +128,8 @@ def stream_items_per_unit(values: Mapping[str, Any], short: int, itemsize: int) 
     a work-item (``stream_per=1``, a smaller unroll) gets more pieces, and one of more
     gets fewer (fewer partial products); at the defaults (2 columns, 8 steps, 4
     bytes) it is :data:`ITEMS_PER_UNIT`."""
-    per, unroll = _skinny.stream_shape(short, itemsize, values)
-    loads = per * unroll * itemsize
+    per = _skinny.stream_per(short, values["stream_per"], itemsize, values["stream_accumulators"])
+    loads = per * values["stream_unroll"] * itemsize
     return max(1, -(-STREAM_BYTES_PER_UNIT // loads))
 
 

@@ -72,44 +72,9 @@ def test_stream_reads_the_long_operand_once_per_step(device):
 
 
 def test_stream_rule_keeps_accumulators_in_registers():
-    assert skinny.stream_per(1, 4, accumulators=32) == 4
-    assert skinny.stream_per(8, 4, accumulators=32) == 4
-    assert skinny.stream_per(16, 4, accumulators=32) == 2
-    assert skinny.stream_per(32, 4, accumulators=32) == 1
-    assert skinny.stream_per(16, 8) == 4  # the default: 64 accumulators
-    assert skinny.stream_per(8, 4, 8, accumulators=32) == 2  # 8-byte: half as many
-
-
-@pytest.mark.parametrize("itemsize", [4, 8])
-def test_stream_shape_rule(itemsize):
-    """The streaming kernel's columns and unroll by rule (recipe defaults): accumulators
-    in registers, the short operand's loads at most SHORT_PER_LONG per long-operand
-    load unless the accumulators bound ``per``, and the most unrolled steps whose
-    loaded values fit STEP_REGISTERS (none would fit twice the steps)."""
-    values = dict(rc.gpu_tiled.values)
-    words = itemsize // 4
-    budget = skinny.STREAM_ACCUMULATORS // words
-    for rows in range(1, 17):
-        per, unroll = skinny.stream_shape(rows, itemsize, values)
-        assert per >= 1 and rows * per <= budget
-        assert rows <= skinny.SHORT_PER_LONG * per or rows * per * 2 > budget
-        assert per == 2 or rows > 2 * skinny.SHORT_PER_LONG  # no more columns than needed
-        loaded = (rows + per) * unroll * words
-        assert loaded <= skinny.STEP_REGISTERS
-        assert unroll == skinny.MAX_UNROLL or 2 * loaded > skinny.STEP_REGISTERS
-    if itemsize == 4:
-        # x @ A: 2 columns, 16 steps; 8 rows: 2 columns, 8 steps; 16 rows: 4 columns
-        # (the loads of A one per four of B), 4 steps (80 values loaded a step)
-        assert [skinny.stream_shape(r, 4, values) for r in (1, 8, 16)] == [
-            (2, 16), (2, 8), (4, 4)]
-    else:
-        assert [skinny.stream_shape(r, 8, values) for r in (1, 8, 16)] == [
-            (2, 16), (2, 4), (2, 2)]
-    # set values win (columns still bounded by the accumulators)
-    assert skinny.stream_shape(8, 4, values | {"stream_per": 4}) == (4, 8)
-    assert skinny.stream_shape(16, 4, values | {"stream_per": 8}) == (4, 4)
-    assert skinny.stream_shape(16, 4, values | {"stream_unroll": 8}) == (4, 8)
-    assert skinny.stream_shape(16, 4, values | {"stream_accumulators": 32}) == (2, 4)
+    assert skinny.stream_per(1, 4) == 4 and skinny.stream_per(8, 4) == 4
+    assert skinny.stream_per(16, 4) == 2 and skinny.stream_per(32, 4) == 1
+    assert skinny.stream_per(8, 4, itemsize=8) == 2  # 8-byte accumulators: half as many
 
 
 @pytest.mark.parametrize("sa,sb,dtype,form", [
@@ -320,9 +285,7 @@ def test_split_rule_follows_the_streaming_kernels_loads():
     assert per_unit(values, 8, 4) == split_k.ITEMS_PER_UNIT  # 2 columns, 8 steps, float32
     assert per_unit(values | {"stream_per": 1}, 8, 4) == 2 * split_k.ITEMS_PER_UNIT
     assert per_unit(values | {"stream_unroll": 16}, 8, 4) == split_k.ITEMS_PER_UNIT // 2
-    # float64: 8-byte loads, half the steps (the rule's register bound)
-    assert per_unit(values, 8, 8) == split_k.ITEMS_PER_UNIT
-    assert per_unit(values | {"stream_unroll": 8}, 8, 8) == split_k.ITEMS_PER_UNIT // 2
-    # 16 rows: four columns of four steps; x @ A: two columns of 16 steps
+    assert per_unit(values, 8, 8) == split_k.ITEMS_PER_UNIT // 2  # float64: 8-byte loads
+    # 16 rows: two columns (32 accumulators); 32 rows: one, so twice the work-items
     assert per_unit(values, 16, 4) == split_k.ITEMS_PER_UNIT
-    assert per_unit(values, 1, 4) == split_k.ITEMS_PER_UNIT // 2
+    assert per_unit(values, 32, 4) == 2 * split_k.ITEMS_PER_UNIT

@@ -493,10 +493,9 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
         assert extent is not None
         k_fast = long_k_fast(knl, axis)
         if extent <= stream and not k_fast:
-            per, unroll = skinny_mod.stream_shape(extent, itemsize, {
-                "stream_per": stream_per, "stream_unroll": stream_unroll,
-                "stream_accumulators": stream_accumulators})
-            return skinny_mod.stream_long(t_unit, axis, extent, stream_group, per, unroll)
+            per = skinny_mod.stream_per(extent, stream_per, itemsize, stream_accumulators)
+            return skinny_mod.stream_long(t_unit, axis, extent, stream_group, per,
+                                          stream_unroll)
         if skinny == "lanes":
             group, stage = _lanes_group(extent, skinny_group, skinny_lanes, skinny_unroll,
                                         skinny_stage, k_fast, max(itemsize, 4))
@@ -606,7 +605,7 @@ GPU_MEDIUM = 64
 GPU_ALIGN = 128
 
 gpu_tiled = Recipe(
-    "gpu-tiled", _gpu_tiled, kind="contraction", version="9",
+    "gpu-tiled", _gpu_tiled, kind="contraction", version="8",
     params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types",
                   Space(_TILE_SEARCH, _tiles_ok, _TILES_TEXT)),
             Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types",

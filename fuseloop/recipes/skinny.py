@@ -28,39 +28,21 @@ addresses of one row.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._lazy import lp
 from ..lower.contraction import BATCH, COL, RED, ROW, bound_last_piece, divides, pad_to_tiles
-from .core import Param, Space, int_range, powers_of_two
+from .core import Param, int_range, powers_of_two
 
 if TYPE_CHECKING:
     pass
 
-#: accumulators (4-byte registers) per work-item: ``extent * per`` at most this
-STREAM_ACCUMULATORS = 64
+#: accumulators (per work-item) the rule aims for: ``extent * per`` at most this
+STREAM_ACCUMULATORS = 32
 #: a short side of at most this many outputs is streamed (GPU)
 GPU_STREAM = 16
-#: loads of the short operand per load of the long one (``extent / per``) the rule allows:
-#: each is one more instruction per long-operand element, and at 16 rows and 2 columns a
-#: work-item issues so many that the memory waits on them
-SHORT_PER_LONG = 4
-#: 4-byte registers that the values a work-item loads in one unrolled step may take:
-#: ``(extent + per) * unroll`` values, all in flight together
-STEP_REGISTERS = 128
-#: the most reduced-range steps the rule unrolls
-MAX_UNROLL = 16
 
-def _rule_or_power_of_two(hi: int, search: tuple[int, ...]) -> Space:
-    """0 (by rule) or a power of two up to ``hi``; a search tries ``search``."""
-    allowed = (0, *powers_of_two(1, hi).candidates)
-    return Space(search, lambda v: type(v) is int and v in allowed,
-                 f"0 (by rule) or a power of two from 1 to {hi}")
-
-
-#: the streaming kernel's parameters in the ``gpu-tiled`` recipe (``stream_per`` and
-#: ``stream_unroll``: 0, by :func:`stream_shape`'s rule); ``fl.tune`` searches the
+#: the streaming kernel's parameters in the ``gpu-tiled`` recipe; ``fl.tune`` searches the
 #: candidates of each (the split into pieces is decided per evaluation:
 #: :func:`fuseloop.split_k.stream_items_per_unit` follows these)
 PARAMS = (
@@ -69,12 +51,11 @@ PARAMS = (
           int_range(0, 64, (0, 16))),
     Param("stream_group", int, 128, "stream_long: work-items of a group",
           powers_of_two(32, 1024, (64, 128, 256))),
-    Param("stream_per", int, 0, "stream_long: outputs of the long side per work-item (0: by "
-          "rule, skinny.stream_shape; at most stream_accumulators / the short side)",
-          _rule_or_power_of_two(8, (0, 1, 2, 4))),
-    Param("stream_unroll", int, 0, "stream_long: reduced-range steps unrolled, loads in "
-          "flight (0: by rule, skinny.stream_shape)",
-          _rule_or_power_of_two(32, (0, 4, 8, 16))),
+    # (2 rather than 4 by default: more work-items in flight hide the long operand's latency)
+    Param("stream_per", int, 2, "stream_long: at most this many outputs of the long side per "
+          "work-item", powers_of_two(1, 8, (1, 2, 4))),
+    Param("stream_unroll", int, 8, "stream_long: reduced-range steps unrolled (loads in "
+          "flight)", powers_of_two(1, 32, (4, 8, 16))),
     Param("stream_accumulators", int, STREAM_ACCUMULATORS, "stream_long: at most this many "
           "accumulators per work-item (half that for 8-byte types)",
           powers_of_two(8, 128, (32, 64))))
@@ -90,25 +71,6 @@ def stream_per(extent: int, most: int, itemsize: int = 4,
     while per * 2 <= most and extent * per * 2 <= budget:
         per *= 2
     return per
-
-
-def stream_shape(extent: int, itemsize: int, values: Mapping[str, Any]) -> tuple[int, int]:
-    """``(per, unroll)`` of :func:`stream_long` for ``extent`` outputs of the short side:
-    ``stream_per`` and ``stream_unroll`` where set, else by rule.  Columns: the fewest
-    (the most work-items) that keep the short operand's loads to :data:`SHORT_PER_LONG`
-    per long-operand load, at least 2 (:func:`stream_per`'s accumulator bound over it).
-    Unroll: the most steps, up to :data:`MAX_UNROLL`, whose ``(extent + per) * unroll``
-    loaded values fit :data:`STEP_REGISTERS` registers (two each for 8-byte types)."""
-    fewest = 1 << (-(-extent // SHORT_PER_LONG) - 1).bit_length()  # a power of two
-    want = values["stream_per"] or max(2, fewest)
-    per = stream_per(extent, want, itemsize, values["stream_accumulators"])
-    unroll = values["stream_unroll"]
-    if not unroll:
-        words = -(-itemsize // 4)
-        unroll = 1
-        while unroll < MAX_UNROLL and (extent + per) * unroll * 2 * words <= STEP_REGISTERS:
-            unroll *= 2
-    return per, unroll
 
 
 def stream_long(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
@@ -150,8 +112,7 @@ def stream_long(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
     return lp.add_inames_for_unused_hw_axes(t_unit)
 
 
-__all__ = ["GPU_STREAM", "MAX_UNROLL", "PARAMS", "SHORT_PER_LONG", "STEP_REGISTERS",
-           "STREAM_ACCUMULATORS", "stream_long", "stream_per", "stream_shape"]
+__all__ = ["GPU_STREAM", "PARAMS", "STREAM_ACCUMULATORS", "stream_long", "stream_per"]
 
 
 def stage_short_operand(t_unit: lp.TranslationUnit, short: str, lane: str, sweep: list[str],
