@@ -246,9 +246,8 @@ def test_short_sides_match_numpy(small_gpu_recipe, rows, dtype):
 
 @pytest.mark.parametrize("rows,dtype", [(1, np.float32), (16, np.float32), (16, np.float64)])
 def test_stream_rule_defaults_match_numpy(device, restore_recipes, rows, dtype):
-    """The recipe's defaults (columns and unroll by skinny.stream_shape: 1 row 2 x 16,
-    16 rows 4 x 4 with 64 accumulators, 16 float64 rows 2 x 2) on the sum of 211 terms
-    (a final step of 3 terms, or 1) and 129 columns."""
+    """The GPU recipe's defaults on the sum of 211 terms (not whole unrolled steps: a
+    final step) and 129 columns, for 1 and 16 rows."""
     if device.type != "cpu":
         pytest.skip("the GPU recipe presented on the CPU device")
     if dtype == np.float64 and not device.has_fp64:
