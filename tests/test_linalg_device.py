@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
+from device_quirks import asserts_on_group_barriers
 
 import fuseloop as fl
 from fuseloop import linalg_factor, linalg_gemm, linalg_kernels, linalg_panel
@@ -18,20 +19,10 @@ from fuseloop import linalg_factor, linalg_gemm, linalg_kernels, linalg_panel
 SIZES = [1, 5, 63, 64, 65, 200]
 
 
-def _asserts_on_group_barriers(device) -> bool:
-    # PoCL 5's work-group compiler aborts the process (region_entry_barrier) on the panel
-    # kernels' barriers; fuseloop gives a CPU groups of one work-item, which have none
-    runtime = device.runtime or ""
-    if device.type != "cpu" or not runtime.startswith("PoCL "):
-        return False
-    major = runtime.split()[1].split(".")[0]
-    return major.isdigit() and int(major) >= 5
-
-
 def _force_groups(monkeypatch, device, group: int) -> None:
     """Work-groups of ``group`` for the linalg kernels on ``device`` (skipped where its
     compiler would abort on their barriers)."""
-    if group > 1 and _asserts_on_group_barriers(device):
+    if group > 1 and asserts_on_group_barriers(device):
         pytest.skip(f"{device.runtime} aborts on the linalg kernels' barriers in groups of "
                     f"{group}; fuseloop gives this device groups of one")
     monkeypatch.setattr(linalg_kernels, "group_size", lambda device, parallel: group)
@@ -44,7 +35,7 @@ def block(request, monkeypatch):
         # work-groups of 4 (as on a GPU, where a group shares a block out) on any device
         # whose compiler takes them; elsewhere block 16 with the device's own groups
         device = request.getfixturevalue("device")
-        if not _asserts_on_group_barriers(device):
+        if not asserts_on_group_barriers(device):
             _force_groups(monkeypatch, device, 4)
     return request.param
 
