@@ -81,6 +81,7 @@ def test_setting_off_keeps_two_launches(device, device_path, monkeypatch):
     assert fl.stats()["kernels_launched"] == 2
 
 
+@pytest.mark.opencl_only  # (reads OpenCL source: a CUDA build's differs)
 def test_kernel_takes_a_ticket(device, device_path):
     x = fl.asarray(data(np.float32, 5))
     code = fl.show_code(fl.sum(x * x) ** 0.5)

@@ -49,6 +49,7 @@ def _loop_body(src):
     return src[at:src.index("\n    }\n", at)]
 
 
+@pytest.mark.opencl_only  # (reads OpenCL source: a CUDA build's differs)
 def test_stream_reads_the_long_operand_once_per_step(device):
     """8 rows of A times B (contiguous along its columns): each work-item keeps 8 x 4
     accumulators and reads 4 values of B per step, one contiguous run per
@@ -161,6 +162,7 @@ def test_cpu_wide_blocks_match_numpy(device, restore_recipes):
                                    atol=1e-5)
 
 
+@pytest.mark.opencl_only  # (reads OpenCL source: a CUDA build's differs)
 def test_medium_side_gets_blocks_of_its_length(device):
     """A side of more than `few` and at most `medium` outputs is not padded to the
     tile (64 rows of a 128-row tile: half computed for nothing): here 20 rows in
