@@ -80,6 +80,16 @@ def copy_packages(revs: list[str], stem: str) -> tuple[Path, list[str]]:
     return tmp, names
 
 
+def import_revisions(revs: list[str], stem: str, device: str | None = None) -> list[Any]:
+    """Each of ``revs`` copied (:func:`copy_packages`) and imported, in order; with
+    ``device``, each set to it."""
+    mods = [importlib.import_module(name) for name in copy_packages(revs, stem)[1]]
+    if device:
+        for fl in mods:
+            fl.set_device(device)
+    return mods
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("revs", nargs="+",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import importlib
 import json
 import pstats
 import statistics
@@ -36,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path[:0] = [str(HERE.parent), str(ROOT)]
 
-from benchmarks.compare_host_overhead import copy_packages  # noqa: E402
+from benchmarks.compare_host_overhead import import_revisions  # noqa: E402
 
 Made = tuple[Callable[..., Any], Callable[[], tuple]]
 
@@ -150,11 +149,7 @@ def main() -> None:
     ap.add_argument("--device", default=None)
     ap.add_argument("--profile", help="cProfile this case's calls (first revision)")
     args = ap.parse_args()
-    _, names = copy_packages(args.revs, "big")
-    mods = [importlib.import_module(name) for name in names]
-    if args.device:
-        for fl in mods:
-            fl.set_device(args.device)
+    mods = import_revisions(args.revs, "big", args.device)
     cases = _cases(args.npbench, args.preset)
     if args.profile:
         fn, fresh = cases[args.profile](mods[0])

@@ -17,7 +17,6 @@ kernels or the wait, not in the host's work.  Revisions side by side
 from __future__ import annotations
 
 import argparse
-import importlib
 import statistics
 import sys
 import time
@@ -27,7 +26,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from compare_host_overhead import copy_packages
+from compare_host_overhead import import_revisions
 
 # name: (shapes of the inputs for order n (2^24 elements at n = 4096), function)
 CASES: dict[str, tuple[Any, Any]] = {
@@ -81,11 +80,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("--case", nargs="*", default=list(CASES))
     args = ap.parse_args()
-    names = copy_packages(args.revs, "gap")[1]
-    pkgs = [importlib.import_module(name) for name in names]
-    for fl in pkgs:
-        if args.device:
-            fl.set_device(args.device)
+    pkgs = import_revisions(args.revs, "gap", args.device)
     print(f"us per call (median of {args.repeat}): wall of call + synchronize | wall until "
           "the call returns | thread CPU of the call | kernels per call; lazy then fuse")
     for case in args.case:

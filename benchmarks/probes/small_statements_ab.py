@@ -13,7 +13,6 @@ as a GPU runs it.  Timings are reported, never asserted.
 from __future__ import annotations
 
 import argparse
-import importlib
 import statistics
 import sys
 import time
@@ -24,7 +23,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent.parent)]
 
 from small_statements_gpu import _patterns  # noqa: E402
 
-from benchmarks.compare_host_overhead import copy_packages  # noqa: E402
+from benchmarks.compare_host_overhead import import_revisions  # noqa: E402
 
 
 def main() -> None:
@@ -34,11 +33,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--device", default=None)
     args = ap.parse_args()
-    _, names = copy_packages(args.revs, "stmt")
-    mods = [importlib.import_module(name) for name in names]
-    if args.device:
-        for fl in mods:
-            fl.set_device(args.device)
+    mods = import_revisions(args.revs, "stmt", args.device)
     pats = [_patterns(args.n, fl) for fl in mods]
     for p in pats:  # compile, record the plans, then one untimed repeat
         for fn in p.values():
