@@ -709,6 +709,13 @@ def getitem(arr: Array, key: Any) -> Array | None:
     if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
             or _evaluate.recording_threads[0]:
         return None
+    if type(arr) is Array:
+        tk = type(key)  # (an element read again, a loop's commonest view: its kept HostArray)
+        if (tk is int or (tk is tuple and len(key) == 2 and type(key[0]) is int
+                and type(key[1]) is int)) and (got := _bases.get(id(arr._node))) is not None \
+                and type(held := got[3].get(key)) is HostArray and held._of is arr \
+                and got[0] is arr._node:
+            return held
     if type(arr) is Array and (taken := element_or_view(arr, key)) is not None:
         if taken is False:  # (too large, or an index error, which the general path raises)
             return None

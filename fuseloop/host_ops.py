@@ -193,6 +193,16 @@ def binary0(op: str, a: Any, b: Any) -> Any:
     ta, tb = type(a), type(b)
     if ta is not Array and tb is not Array:
         return None  # (a subclass's operand: fuseloop.host_eager's, or the general path)
+    held = _held0(op, a, b, ta, tb, Array)
+    if held is not None:
+        if held is False:
+            return None
+        out, dtype, device = held
+        node = _new(Scalar)  # (Scalar.__init__, its fields set here)
+        node.value, node.dtype, node.shape, node.storages = out, dtype, (), _EMPTY
+        arr = _new(Array)
+        arr._storage, arr._node, arr._shape, arr.device, arr.dtype = None, node, (), device, dtype
+        return arr
     device = a.device if ta is Array else b.device
     na: Any = a._node if ta is Array else None
     nb: Any = b._node if tb is Array else None
@@ -255,6 +265,82 @@ def binary0(op: str, a: Any, b: Any) -> Any:
     return arr
 
 
+# (op, kind, kind) -> (the numpy scalars' operator, loop dtypes, whether it may set a
+# floating-point error flag, whether a Python scalar operand is taken as it is) or
+# False: _held0's table, one look-up per operation
+_held_ops: dict[tuple, Any] = {}
+
+
+def _held_entry(op: str, ka: Any, kb: Any) -> Any:
+    hit = _loops0.get((op, ka, kb))
+    if hit is None:
+        hit = _loops0[(op, ka, kb)] = _loop0(op, ka, kb)
+    if hit is False:
+        return False
+    loop, fn, warns = hit
+    # a Python int with an integer numpy scalar: numpy's operator takes the int as
+    # numpy's promotion does (NEP 50, numpy >= 2, which scalar_fn needs), raising
+    # OverflowError where the conversion would; a float or a bool operand is converted
+    raw = (ka is int and loop[1].kind in "iu" and loop[1] is kb) or \
+        (kb is int and loop[0].kind in "iu" and loop[0] is ka)
+    return fn, loop, warns, raw and loop[-1] is loop[0] and loop[0] is loop[1]
+
+
+def _held0(op: str, a: Any, b: Any, ta: type, tb: type, Array: type) -> Any:
+    """``(value, dtype, device)`` of ``a op b`` for values held here (Scalar nodes) and
+    Python scalars (crc16's ``cur & 1``, ``1 ^ (cur & 1)``: no buffer, so no queue),
+    computed by numpy scalars' operator; False: the general path; None: not such
+    operands (binary0's general case)."""
+    if ta is Array:
+        na = a._node
+        if type(na) is not Scalar or a._shape:
+            return None
+        va, ka, device = na.value, na.dtype, a.device
+        if tb is Array:
+            nb = b._node
+            if type(nb) is not Scalar or b._shape or b.device is not device:
+                return None
+            vb, kb = nb.value, nb.dtype
+        elif tb is int or tb is float:
+            vb, kb = b, tb
+        else:
+            return None
+    elif ta is int or ta is float:
+        nb = b._node
+        if type(nb) is not Scalar or b._shape:
+            return None
+        va, ka, vb, kb, device = a, ta, nb.value, nb.dtype, b.device
+    else:
+        return None
+    hit = _held_ops.get((op, ka, kb))
+    if hit is None:
+        hit = _held_ops[(op, ka, kb)] = _held_entry(op, ka, kb)
+    if hit is False:
+        return False
+    fn, loop, warns, raw = hit
+    if not raw:
+        da, db = loop[0], loop[1]
+        if ka is not da:
+            va = _weak_scalar(va, da) if ka is int or ka is float else da.type(va)
+        if kb is not db:
+            vb = _weak_scalar(vb, db) if kb is int or kb is float else db.type(vb)
+    if _host._evaluate.capturing_threads[0] or _host._evaluate.recording_threads[0]:
+        return False
+    token = _host._errors.set(_host._QUIET) if warns else None
+    try:
+        out = fn(va, vb)
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+        return False
+    finally:
+        if token is not None:
+            _host._errors.reset(token)
+    dtype = loop[-1]
+    if out.dtype is not dtype:
+        out = dtype.type(out)
+    _count_operation()
+    return out, dtype, device
+
+
 def _read_and_apply(device: Any, a: Any, ta: type, b: Any, tb: type, loop: tuple,
                     fn: Any) -> Any:
     """:func:`binary0`'s value where an operand is a buffer's element: read once the
@@ -288,5 +374,10 @@ def _result(value: Any, dtype: np.dtype, device: Any, rt: Any) -> Any:
     return Array._concrete(storage, dtype, shape)
 
 
-_caches.register("host_ops.loops0", _loops0.clear, lambda: len(_loops0),
+def _clear() -> None:
+    _loops0.clear()
+    _held_ops.clear()
+
+
+_caches.register("host_ops.loops0", _clear, lambda: len(_loops0) + len(_held_ops),
                  why="one per operation and kinds of operand")
