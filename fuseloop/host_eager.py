@@ -369,9 +369,15 @@ def _concrete_view(x: Array) -> Any:
 
 # (op, kinds...) -> (loop dtypes, function on arrays, function on numpy scalars or
 # None, whether the function on arrays needs numpy's errors set off, whether the
-# function on numpy scalars does), or False: an operation computed here (finite:
-# operations x kinds^2)
+# function on numpy scalars does, Python's float operator for a float64 loop or
+# None), or False: an operation computed here (finite: operations x kinds^2)
 _ops: dict[tuple, Any] = {}
+# float64 loops on two values computed by Python's float operators: IEEE double
+# arithmetic as numpy's loops, without switching numpy's error state (its set and
+# reset cost three times the operation); dividing by zero raises ZeroDivisionError,
+# where the caller leaves the operation to numpy
+_PY_FLOAT_OPS = {"add": float.__add__, "subtract": float.__sub__,
+                 "multiply": float.__mul__, "true_divide": float.__truediv__}
 
 # ufuncs whose loops set no floating-point error flag on any operand (a NaN
 # propagated or compared is no error): their arrays' loops run without switching
@@ -405,12 +411,14 @@ def _op_entry(op: str, kinds: tuple) -> Any:
     if any(c in "FD" for c in key):
         if op not in _COMPLEX_OPS or not all(c in _VIEW_DTYPES for c in key):
             return False
-        return loop, getattr(np, op), None, True, True  # (numpy's complex loops, as OpenCL's)
+        return loop, getattr(np, op), None, True, True, None  # (numpy's complex loops)
     fn = _host._loop_fn(op, key)
     if fn is False or op in ("cast", "positive", "where"):
-        return False if fn is False else (loop, fn, None, True, True)
+        return False if fn is False else (loop, fn, None, True, True, None)
     quiet = _quiet_needed(op, loop)
-    return loop, fn, _host.scalar_fn(op, key), quiet, quiet or op not in _QUIET_SCALAR_OPS
+    sfn = _host.scalar_fn(op, key)
+    return loop, fn, sfn, quiet, quiet or op not in _QUIET_SCALAR_OPS, \
+        _PY_FLOAT_OPS.get(op) if sfn is not None and key == ("d", "d", "d") else None
 
 
 def numpy_value(x: HostArray) -> Any:
@@ -458,7 +466,7 @@ def compute(op: str, hit: tuple, values: Any, arrays: bool) -> Any:
     with its floating-point warnings off where the operation may set them (as in a
     kernel); numpy scalars' operator where no value is an array; None where numpy
     raises (the general path raises its error)."""
-    _, fn, sfn, quiet, quiet_scalars = hit
+    fn, sfn, quiet, quiet_scalars = hit[1:5]
     token = _errors.set(_QUIET) if _QUIET is not None and (
         quiet if arrays else quiet_scalars) else None  # (numpy scalars' comparisons never warn)
     try:

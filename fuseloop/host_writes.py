@@ -29,6 +29,7 @@ from .host_eager import (
     _inplace_ops,
     _op_entry,
     _operand,
+    _runtimes,
     _sync,
     _view_of,
     compute,
@@ -353,6 +354,9 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
         return False
     device = target.device
     to = type(other)
+    if not target._shape and target._buf is not None \
+            and (done := _element_inplace(target, op, other, to, device)) is not None:
+        return done
     if to is HostArray and other.device is device:  # (the commonest operands inline)
         kb, vb, reads = other.dtype, other._np, other._buf is not None
     elif to is float or to is int:  # (a Python scalar: its kind is its type)
@@ -418,6 +422,62 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
         target._np[0] = out
     else:
         target._np = out if out.dtype is dtype else dtype.type(out)
+    return True
+
+
+def _element_inplace(target: HostArray, op: str, other: Any, to: type, device: Any) -> Any:
+    """:func:`inplace` for an element of a buffer and a 0-d operand (an element, a value
+    held here, a Python scalar) whose loop has a scalar operator: seidel_2d's ``A[i, j]
+    += A[i, j - 1]``, ``A[i, j] /= 9.0``, read, computed and written without a view or
+    a switch of numpy's error state where Python's float operator computes it
+    (host_eager._PY_FLOAT_OPS); None: :func:`inplace`'s general steps."""
+    if to is HostArray:
+        if other._shape or other.device is not device:
+            return None
+        kb, vb = other.dtype, other._np
+    elif to is float or to is int:
+        kb, vb = to, other
+    elif to is Array and type(node := other._node) is Scalar and other.device is device:
+        kb, vb = other.dtype, node.value
+    else:
+        return None
+    dtype = target.dtype
+    hit: Any = _inplace_ops.get((op, dtype, kb))
+    if hit is None or hit is False or hit[2] is None:
+        return None  # (first met, or not a scalar loop: inplace's steps, which keep it)
+    buf = target._buf
+    if recent_lazy or buf.readers or _flags._local.pending:
+        return None  # (lazy readers or checked gathers pending: inplace's steps)
+    rt = _runtimes.get(device)
+    if rt is None or rt.deferred:
+        return None
+    rt.finish()  # (the elements read once the kernels writing them are done)
+    loop = hit[0]
+    t = target._np
+    va = t[0]
+    if type(vb) is np.ndarray:
+        vb = vb[0]
+    da, db = loop[0], loop[1]
+    if dtype is not da:
+        va = da.type(va)
+    if kb is not db and (kb is not float or db is not _F64):
+        vb = _weak_scalar(vb, db) if kb is float or kb is int else db.type(vb)
+    pyfn = hit[5]
+    try:
+        if pyfn is not None:
+            out = pyfn(va, vb)  # (float64: Python's, exactly numpy's; no error state)
+        else:
+            token = _errors.set(_QUIET) if hit[4] else None
+            try:
+                out = hit[2](va, vb)
+            finally:
+                if token is not None:
+                    _errors.reset(token)
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+    _count_evaluation()
+    _updated[0] = target
+    t[0] = out
     return True
 
 
