@@ -45,7 +45,7 @@ from . import host_path as _host
 from . import trace_hooks as _trace
 from .array import Array, _ufunc_loop, _weak_scalar
 from .expr.nodes import _EMPTY, Leaf, Scalar
-from .host_ops import _NEVER_WARN0
+from .host_ops import _NEVER_WARN0, _PY_FLOAT_OPS
 from .runtime.devices import _runtime
 from .stats import tallies as _tallies
 
@@ -372,12 +372,6 @@ def _concrete_view(x: Array) -> Any:
 # function on numpy scalars does, Python's float operator for a float64 loop or
 # None), or False: an operation computed here (finite: operations x kinds^2)
 _ops: dict[tuple, Any] = {}
-# float64 loops on two values computed by Python's float operators: IEEE double
-# arithmetic as numpy's loops, without switching numpy's error state (its set and
-# reset cost three times the operation); dividing by zero raises ZeroDivisionError,
-# where the caller leaves the operation to numpy
-_PY_FLOAT_OPS = {"add": float.__add__, "subtract": float.__sub__,
-                 "multiply": float.__mul__, "true_divide": float.__truediv__}
 
 # ufuncs whose loops set no floating-point error flag on any operand (a NaN
 # propagated or compared is no error): their arrays' loops run without switching
@@ -580,16 +574,17 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     if sfn is None:  # (a complex value, or bool operands: numpy's ufunc)
         out = compute(op, hit, (va, vb), False)
         return None if out is None else _counted(out, loop[-1], device)
-    token = _errors.set(_QUIET) if hit[4] else None
+    pyfn = hit[5]
+    token = _errors.set(_QUIET) if hit[4] and pyfn is None else None
     try:
-        out = sfn(va, vb)
+        out = sfn(va, vb) if pyfn is None else pyfn(va, vb)  # (see _PY_FLOAT_OPS)
     except (TypeError, ValueError, ArithmeticError):
         return None
     finally:
         if token is not None:
             _errors.reset(token)
     dtype = loop[-1]
-    if out.dtype is not dtype:
+    if type(out) is not dtype.type:  # (a Python float, or numpy's scalar of another type)
         out = dtype.type(out)
     _count_operation()
     node = _new(Scalar)

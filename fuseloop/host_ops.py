@@ -34,6 +34,13 @@ from .runtime.devices import _runtime
 from .trace_hooks import trace_checks
 
 _FLOATS = frozenset("fd")
+_F64 = np.dtype(np.float64)
+# float64 loops on two values computed by Python's float operators: IEEE double
+# arithmetic as numpy's loops, without switching numpy's error state (its set and
+# reset cost three times the operation); dividing by zero raises ZeroDivisionError,
+# where the caller leaves the operation to numpy (host_eager and host_writes too)
+_PY_FLOAT_OPS = {"add": float.__add__, "subtract": float.__sub__,
+                 "multiply": float.__mul__, "true_divide": float.__truediv__}
 _new = object.__new__
 
 
@@ -283,6 +290,8 @@ def _held_entry(op: str, ka: Any, kb: Any) -> Any:
     # OverflowError where the conversion would; a float or a bool operand is converted
     raw = (ka is int and loop[1].kind in "iu" and loop[1] is kb) or \
         (kb is int and loop[0].kind in "iu" and loop[0] is ka)
+    if loop[0] is loop[1] is loop[2] is _F64 and op in _PY_FLOAT_OPS:
+        return _PY_FLOAT_OPS[op], loop, False, False  # (no error state: host_eager's)
     return fn, loop, warns, raw and loop[-1] is loop[0] and loop[0] is loop[1]
 
 
@@ -335,7 +344,7 @@ def _held0(op: str, a: Any, b: Any, ta: type, tb: type, Array: type) -> Any:
         if token is not None:
             _host._errors.reset(token)
     dtype = loop[-1]
-    if out.dtype is not dtype:
+    if type(out) is not dtype.type:  # (a Python float, or numpy's scalar of another type)
         out = dtype.type(out)
     _count_operation()
     return out, dtype, device
