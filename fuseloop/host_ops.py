@@ -327,16 +327,16 @@ def _held0(op: str, a: Any, b: Any, ta: type, tb: type, Array: type) -> Any:
     if hit is False:
         return False
     fn, loop, warns, raw = hit
-    if not raw:
-        da, db = loop[0], loop[1]
-        if ka is not da:
-            va = _weak_scalar(va, da) if ka is int or ka is float else da.type(va)
-        if kb is not db:
-            vb = _weak_scalar(vb, db) if kb is int or kb is float else db.type(vb)
     if _host._evaluate.capturing_threads[0] or _host._evaluate.recording_threads[0]:
         return False
     token = _host._errors.set(_host._QUIET) if warns else None
     try:
+        if not raw:  # (numpy's conversions, and their OverflowError: the general path's)
+            da, db = loop[0], loop[1]
+            if ka is not da:
+                va = _weak_scalar(va, da) if ka is int or ka is float else da.type(va)
+            if kb is not db:
+                vb = _weak_scalar(vb, db) if kb is int or kb is float else db.type(vb)
         out = fn(va, vb)
     except (TypeError, ValueError, OverflowError, ZeroDivisionError):
         return False
