@@ -712,14 +712,16 @@ def getitem(arr: Array, key: Any) -> Array | None:
     if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
             or _evaluate.recording_threads[0]:
         return None
-    if type(arr) is Array:
+    if type(arr) is Array and (got := _bases.get(id(node := arr._node))) is not None \
+            and got[0] is node:  # (viewed before: an element read again, a row, ...)
         tk = type(key)  # (an element read again, a loop's commonest view: its kept HostArray)
         if (tk is int or (tk is tuple and len(key) == 2 and type(key[0]) is int
-                and type(key[1]) is int)) and (got := _bases.get(id(arr._node))) is not None \
-                and type(held := got[3].get(key)) is HostArray and held._of is arr \
-                and got[0] is arr._node:
+                and type(key[1]) is int)) and type(held := got[3].get(key)) is HostArray \
+                and held._of is arr:
             return held
-    if type(arr) is Array and (taken := element_or_view(arr, key)) is not None:
+    else:
+        got = None
+    if got is not None and (taken := element_or_view(arr, key, got)) is not None:
         if taken is False:  # (too large, or an index error, which the general path raises)
             return None
         v, element, storage = taken  # type: ignore[misc]

@@ -300,6 +300,8 @@ def _held0(op: str, a: Any, b: Any, ta: type, tb: type, Array: type) -> Any:
     Python scalars (crc16's ``cur & 1``, ``1 ^ (cur & 1)``: no buffer, so no queue),
     computed by numpy scalars' operator; False: the general path; None: not such
     operands (binary0's general case)."""
+    ka: Any
+    kb: Any
     if ta is Array:
         na = a._node
         if type(na) is not Scalar or a._shape:

@@ -124,20 +124,24 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     if target is None or not 0 < target.size <= EAGER_MAX_WORK \
             or target.size > _host.HOST_MAX_WORK:
         return False
-    val = _assigned(value, arr.dtype, arr.device)
-    if val is None:
+    if tv is HostArray and value._shape and value.device is arr.device:
+        v = value._np  # (a row or block made here or viewed: the commonest, inline)
+    elif (val := _assigned(value, arr.dtype, arr.device)) is not None:
+        v = val[0]
+    else:
         return False
-    v = val[0]
     if type(v) is np.ndarray and v.shape != target.shape and (
             v.shape or target.size != 1):
         return False  # (the general path broadcasts, or raises its error)
     if tv is HostArray and value._buf is storage and target.size == 1 \
             and np.shares_memory(target, value._np):
         return True  # (``A[i, 0] = A[i, 0]``: nothing to write)
-    if recent_lazy or storage.readers or getattr(_flags._local, "pending", None):
+    if recent_lazy or storage.readers or _flags._local.pending:
         _before_write(storage, target, arr.device)
-    else:
+    elif (rt := _runtimes.get(arr.device)) is None or rt.deferred:
         _sync(arr.device)
+    else:
+        rt.finish()  # (_sync's commonest case inline: nothing deferred)
     if tv is HostArray and not value._shape and value._buf is not None:
         v = value._np[0]  # (a buffer's element: read now, the kernels writing it done)
     target[...] = v  # (another thread's launch now reading it: a data race, as in numpy)
@@ -178,7 +182,7 @@ def _element_write(arr: Array, key: Any, value: Any) -> bool | None:
         return None
     storage = got[2]
     dtype = v.dtype
-    if recent_lazy or storage.readers or getattr(_flags._local, "pending", None) \
+    if recent_lazy or storage.readers or _flags._local.pending \
             or (dtype.char not in _DTYPES and dtype != arr.dtype):
         return None  # (a complex value into a real array: setitem's rules)
     _sync(arr.device)
@@ -309,7 +313,7 @@ def scatter(arr: Array, key: Any, value: Any) -> bool:
     if target is None:
         return False
     base, storage = target
-    if recent_lazy or storage.readers or getattr(_flags._local, "pending", None):
+    if recent_lazy or storage.readers or _flags._local.pending:
         _before_write(storage, base, device)
     else:
         _sync(device)
@@ -383,7 +387,7 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
         return False
     buf = target._buf
     if buf is not None:
-        if recent_lazy or buf.readers or getattr(_flags._local, "pending", None):
+        if recent_lazy or buf.readers or _flags._local.pending:
             _before_write(buf, target._np, device)
         else:
             _sync(device)

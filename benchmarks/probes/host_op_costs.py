@@ -9,7 +9,7 @@ over ``--repeat`` loops of ``time.process_time`` is printed per revision (git re
 revisions' loops are interleaved, so all see the same phases of a shared machine.
 Reported, never asserted.
 
-    python benchmarks/probes/host_op_costs.py [REV ...] [--number 2000] [--repeat 7]
+    python benchmarks/probes/host_op_costs.py [REV ...] [--number 200] [--repeat 60]
         [--cases 'u8 & 1' ...]
 """
 
@@ -71,8 +71,8 @@ def _time(stmt: str, g: dict[str, Any], number: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("revs", nargs="*", default=["WT"])
-    ap.add_argument("--number", type=int, default=2000)
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--number", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=60)
     ap.add_argument("--cases", nargs="+", default=list(CASES))
     args = ap.parse_args()
     from benchmarks.compare_host_overhead import import_revisions
