@@ -201,75 +201,40 @@ def binary0(op: str, a: Any, b: Any) -> Any:
     if ta is not Array and tb is not Array:
         return None  # (a subclass's operand: fuseloop.host_eager's, or the general path)
     held = _held0(op, a, b, ta, tb, Array)
-    if held is not None:
-        if held is False:
-            return None
-        out, dtype, device = held
-        node = _new(Scalar)  # (Scalar.__init__, its fields set here)
-        node.value, node.dtype, node.shape, node.storages = out, dtype, (), _EMPTY
-        arr = _new(Array)
-        arr._storage, arr._node, arr._shape, arr.device, arr.dtype = None, node, (), device, dtype
-        return arr
+    if held is None:  # (an element of a buffer among the operands)
+        held = _element0(op, a, b, ta, tb, Array)
+    if held is None or held is False:
+        return None
+    out, dtype, device = held
+    node = _new(Scalar)  # (Scalar.__init__, its fields set here)
+    node.value, node.dtype, node.shape, node.storages = out, dtype, (), _EMPTY
+    arr = _new(Array)
+    arr._storage, arr._node, arr._shape, arr.device, arr.dtype = None, node, (), device, dtype
+    return arr
+
+
+def _element0(op: str, a: Any, b: Any, ta: type, tb: type, Array: type) -> Any:
+    """``(value, dtype, device)`` of :func:`binary0` where an operand is an element of
+    a buffer on a host device (read once the device's queue is finished), or None."""
     device = a.device if ta is Array else b.device
-    na: Any = a._node if ta is Array else None
-    nb: Any = b._node if tb is Array else None
-    # (a value held here with a Python scalar, crc16's ``cur & 1``: its kinds inline)
-    if type(na) is Scalar and not a._shape and (tb is int or tb is float):
-        ka, kb = a.dtype, tb
-    elif type(nb) is Scalar and not b._shape and (ta is int or ta is float):
-        ka, kb = ta, b.dtype
-    else:
-        ka, kb = _kind(a, ta, Array, device), _kind(b, tb, Array, device)
-        if ka is None or kb is None:
-            return None
+    ka, kb = _kind(a, ta, Array, device), _kind(b, tb, Array, device)
+    if ka is None or kb is None:
+        return None
     hit = _loops0.get((op, ka, kb))
     if hit is None:
         hit = _loops0[(op, ka, kb)] = _loop0(op, ka, kb)
-    reads = type(na) is Leaf or type(nb) is Leaf  # (held values: any device, a GPU's)
-    if hit is False or (reads and not (_host._host_devices.get(device.index)
-                                       or _host.host_device(device))) \
+    if hit is False or not (_host._host_devices.get(device.index) or _host.host_device(device)) \
             or _host._evaluate.capturing_threads[0] or _host._evaluate.recording_threads[0]:
         return None
-    loop, fn, warns = hit
-    if reads:
-        out = _read_and_apply(device, a, ta, b, tb, loop, fn)
-        if out is None:
-            return None
-    else:  # (values held here, or Python scalars: numpy's scalars at once, inline)
-        da, db = loop[0], loop[1]
-        token = _host._errors.set(_host._QUIET) if warns else None
-        try:
-            if na is not None:
-                va = na.value
-                if va.dtype is not da:
-                    va = da.type(va)
-            else:  # (a Python scalar: _weak_scalar, its hit inline; 0 and NaN never kept)
-                va = (_weak_scalars.get((a, da.char)) if a and a == a else None) or \
-                    _weak_scalar(a, da)
-            if nb is not None:
-                vb = nb.value
-                if vb.dtype is not db:
-                    vb = db.type(vb)
-            else:
-                vb = (_weak_scalars.get((b, db.char)) if b and b == b else None) or \
-                    _weak_scalar(b, db)
-            out = fn(va, vb)
-        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
-            return None
-        finally:
-            if token is not None:
-                _host._errors.reset(token)
+    loop, fn, _ = hit
+    out = _read_and_apply(device, a, ta, b, tb, loop, fn)
+    if out is None:
+        return None
     dtype = loop[-1]
     if out.dtype is not dtype:
         out = dtype.type(out)
     _count_operation()
-    node = _new(Scalar)  # (Scalar.__init__, its fields set here)
-    node.value, node.dtype, node.shape = out, dtype, ()
-    node.storages = _EMPTY
-    arr = _new(Array)
-    arr._storage, arr._node, arr._shape = None, node, ()
-    arr.device, arr.dtype = device, dtype
-    return arr
+    return out, dtype, device
 
 
 # (op, kind, kind) -> (the numpy scalars' operator, loop dtypes, whether it may set a
