@@ -45,7 +45,7 @@ from . import host_path as _host
 from . import trace_hooks as _trace
 from .array import Array, _ufunc_loop, _weak_scalar
 from .expr.nodes import _EMPTY, Leaf, Scalar
-from .host_ops import _NEVER_WARN0
+from .host_ops import _NEVER_WARN0, _PY_FLOAT_OPS
 from .runtime.devices import _runtime
 from .stats import tallies as _tallies
 
@@ -369,8 +369,8 @@ def _concrete_view(x: Array) -> Any:
 
 # (op, kinds...) -> (loop dtypes, function on arrays, function on numpy scalars or
 # None, whether the function on arrays needs numpy's errors set off, whether the
-# function on numpy scalars does), or False: an operation computed here (finite:
-# operations x kinds^2)
+# function on numpy scalars does, Python's float operator for a float64 loop or
+# None), or False: an operation computed here (finite: operations x kinds^2)
 _ops: dict[tuple, Any] = {}
 
 # ufuncs whose loops set no floating-point error flag on any operand (a NaN
@@ -405,12 +405,14 @@ def _op_entry(op: str, kinds: tuple) -> Any:
     if any(c in "FD" for c in key):
         if op not in _COMPLEX_OPS or not all(c in _VIEW_DTYPES for c in key):
             return False
-        return loop, getattr(np, op), None, True, True  # (numpy's complex loops, as OpenCL's)
+        return loop, getattr(np, op), None, True, True, None  # (numpy's complex loops)
     fn = _host._loop_fn(op, key)
     if fn is False or op in ("cast", "positive", "where"):
-        return False if fn is False else (loop, fn, None, True, True)
+        return False if fn is False else (loop, fn, None, True, True, None)
     quiet = _quiet_needed(op, loop)
-    return loop, fn, _host.scalar_fn(op, key), quiet, quiet or op not in _QUIET_SCALAR_OPS
+    sfn = _host.scalar_fn(op, key)
+    return loop, fn, sfn, quiet, quiet or op not in _QUIET_SCALAR_OPS, \
+        _PY_FLOAT_OPS.get(op) if sfn is not None and key == ("d", "d", "d") else None
 
 
 def numpy_value(x: HostArray) -> Any:
@@ -458,7 +460,7 @@ def compute(op: str, hit: tuple, values: Any, arrays: bool) -> Any:
     with its floating-point warnings off where the operation may set them (as in a
     kernel); numpy scalars' operator where no value is an array; None where numpy
     raises (the general path raises its error)."""
-    _, fn, sfn, quiet, quiet_scalars = hit
+    fn, sfn, quiet, quiet_scalars = hit[1:5]
     token = _errors.set(_QUIET) if _QUIET is not None and (
         quiet if arrays else quiet_scalars) else None  # (numpy scalars' comparisons never warn)
     try:
@@ -572,16 +574,17 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
     if sfn is None:  # (a complex value, or bool operands: numpy's ufunc)
         out = compute(op, hit, (va, vb), False)
         return None if out is None else _counted(out, loop[-1], device)
-    token = _errors.set(_QUIET) if hit[4] else None
+    pyfn = hit[5]
+    token = _errors.set(_QUIET) if hit[4] and pyfn is None else None
     try:
-        out = sfn(va, vb)
+        out = sfn(va, vb) if pyfn is None else pyfn(va, vb)  # (see _PY_FLOAT_OPS)
     except (TypeError, ValueError, ArithmeticError):
         return None
     finally:
         if token is not None:
             _errors.reset(token)
     dtype = loop[-1]
-    if out.dtype is not dtype:
+    if type(out) is not dtype.type:  # (a Python float, or numpy's scalar of another type)
         out = dtype.type(out)
     _count_operation()
     node = _new(Scalar)
@@ -709,7 +712,16 @@ def getitem(arr: Array, key: Any) -> Array | None:
     if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
             or _evaluate.recording_threads[0]:
         return None
-    if type(arr) is Array and (taken := element_or_view(arr, key)) is not None:
+    if type(arr) is Array and (got := _bases.get(id(node := arr._node))) is not None \
+            and got[0] is node:  # (viewed before: an element read again, a row, ...)
+        tk = type(key)  # (an element read again, a loop's commonest view: its kept HostArray)
+        if (tk is int or (tk is tuple and len(key) == 2 and type(key[0]) is int
+                and type(key[1]) is int)) and type(held := got[3].get(key)) is HostArray \
+                and held._of is arr:
+            return held
+    else:
+        got = None
+    if got is not None and (taken := element_or_view(arr, key, got)) is not None:
         if taken is False:  # (too large, or an index error, which the general path raises)
             return None
         v, element, storage = taken  # type: ignore[misc]

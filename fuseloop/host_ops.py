@@ -34,6 +34,13 @@ from .runtime.devices import _runtime
 from .trace_hooks import trace_checks
 
 _FLOATS = frozenset("fd")
+_F64 = np.dtype(np.float64)
+# float64 loops on two values computed by Python's float operators: IEEE double
+# arithmetic as numpy's loops, without switching numpy's error state (its set and
+# reset cost three times the operation); dividing by zero raises ZeroDivisionError,
+# where the caller leaves the operation to numpy (host_eager and host_writes too)
+_PY_FLOAT_OPS = {"add": float.__add__, "subtract": float.__sub__,
+                 "multiply": float.__mul__, "true_divide": float.__truediv__}
 _new = object.__new__
 
 
@@ -193,66 +200,121 @@ def binary0(op: str, a: Any, b: Any) -> Any:
     ta, tb = type(a), type(b)
     if ta is not Array and tb is not Array:
         return None  # (a subclass's operand: fuseloop.host_eager's, or the general path)
+    held = _held0(op, a, b, ta, tb, Array)
+    if held is None:  # (an element of a buffer among the operands)
+        held = _element0(op, a, b, ta, tb, Array)
+    if held is None or held is False:
+        return None
+    out, dtype, device = held
+    node = _new(Scalar)  # (Scalar.__init__, its fields set here)
+    node.value, node.dtype, node.shape, node.storages = out, dtype, (), _EMPTY
+    arr = _new(Array)
+    arr._storage, arr._node, arr._shape, arr.device, arr.dtype = None, node, (), device, dtype
+    return arr
+
+
+def _element0(op: str, a: Any, b: Any, ta: type, tb: type, Array: type) -> Any:
+    """``(value, dtype, device)`` of :func:`binary0` where an operand is an element of
+    a buffer on a host device (read once the device's queue is finished), or None."""
     device = a.device if ta is Array else b.device
-    na: Any = a._node if ta is Array else None
-    nb: Any = b._node if tb is Array else None
-    # (a value held here with a Python scalar, crc16's ``cur & 1``: its kinds inline)
-    if type(na) is Scalar and not a._shape and (tb is int or tb is float):
-        ka, kb = a.dtype, tb
-    elif type(nb) is Scalar and not b._shape and (ta is int or ta is float):
-        ka, kb = ta, b.dtype
-    else:
-        ka, kb = _kind(a, ta, Array, device), _kind(b, tb, Array, device)
-        if ka is None or kb is None:
-            return None
+    ka, kb = _kind(a, ta, Array, device), _kind(b, tb, Array, device)
+    if ka is None or kb is None:
+        return None
     hit = _loops0.get((op, ka, kb))
     if hit is None:
         hit = _loops0[(op, ka, kb)] = _loop0(op, ka, kb)
-    reads = type(na) is Leaf or type(nb) is Leaf  # (held values: any device, a GPU's)
-    if hit is False or (reads and not (_host._host_devices.get(device.index)
-                                       or _host.host_device(device))) \
+    if hit is False or not (_host._host_devices.get(device.index) or _host.host_device(device)) \
             or _host._evaluate.capturing_threads[0] or _host._evaluate.recording_threads[0]:
         return None
-    loop, fn, warns = hit
-    if reads:
-        out = _read_and_apply(device, a, ta, b, tb, loop, fn)
-        if out is None:
-            return None
-    else:  # (values held here, or Python scalars: numpy's scalars at once, inline)
-        da, db = loop[0], loop[1]
-        token = _host._errors.set(_host._QUIET) if warns else None
-        try:
-            if na is not None:
-                va = na.value
-                if va.dtype is not da:
-                    va = da.type(va)
-            else:  # (a Python scalar: _weak_scalar, its hit inline; 0 and NaN never kept)
-                va = (_weak_scalars.get((a, da.char)) if a and a == a else None) or \
-                    _weak_scalar(a, da)
-            if nb is not None:
-                vb = nb.value
-                if vb.dtype is not db:
-                    vb = db.type(vb)
-            else:
-                vb = (_weak_scalars.get((b, db.char)) if b and b == b else None) or \
-                    _weak_scalar(b, db)
-            out = fn(va, vb)
-        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
-            return None
-        finally:
-            if token is not None:
-                _host._errors.reset(token)
+    loop, fn, _ = hit
+    out = _read_and_apply(device, a, ta, b, tb, loop, fn)
+    if out is None:
+        return None
     dtype = loop[-1]
     if out.dtype is not dtype:
         out = dtype.type(out)
     _count_operation()
-    node = _new(Scalar)  # (Scalar.__init__, its fields set here)
-    node.value, node.dtype, node.shape = out, dtype, ()
-    node.storages = _EMPTY
-    arr = _new(Array)
-    arr._storage, arr._node, arr._shape = None, node, ()
-    arr.device, arr.dtype = device, dtype
-    return arr
+    return out, dtype, device
+
+
+# (op, kind, kind) -> (the numpy scalars' operator, loop dtypes, whether it may set a
+# floating-point error flag, whether a Python scalar operand is taken as it is) or
+# False: _held0's table, one look-up per operation
+_held_ops: dict[tuple, Any] = {}
+
+
+def _held_entry(op: str, ka: Any, kb: Any) -> Any:
+    hit = _loops0.get((op, ka, kb))
+    if hit is None:
+        hit = _loops0[(op, ka, kb)] = _loop0(op, ka, kb)
+    if hit is False:
+        return False
+    loop, fn, warns = hit
+    # a Python int with an integer numpy scalar: numpy's operator takes the int as
+    # numpy's promotion does (NEP 50, numpy >= 2, which scalar_fn needs), raising
+    # OverflowError where the conversion would; a float or a bool operand is converted
+    raw = (ka is int and loop[1].kind in "iu" and loop[1] is kb) or \
+        (kb is int and loop[0].kind in "iu" and loop[0] is ka)
+    if loop[0] is loop[1] is loop[2] is _F64 and op in _PY_FLOAT_OPS:
+        return _PY_FLOAT_OPS[op], loop, False, False  # (no error state: host_eager's)
+    return fn, loop, warns, raw and loop[-1] is loop[0] and loop[0] is loop[1]
+
+
+def _held0(op: str, a: Any, b: Any, ta: type, tb: type, Array: type) -> Any:
+    """``(value, dtype, device)`` of ``a op b`` for values held here (Scalar nodes) and
+    Python scalars (crc16's ``cur & 1``, ``1 ^ (cur & 1)``: no buffer, so no queue),
+    computed by numpy scalars' operator; False: the general path; None: not such
+    operands (binary0's general case)."""
+    ka: Any
+    kb: Any
+    if ta is Array:
+        na = a._node
+        if type(na) is not Scalar or a._shape:
+            return None
+        va, ka, device = na.value, na.dtype, a.device
+        if tb is Array:
+            nb = b._node
+            if type(nb) is not Scalar or b._shape or b.device is not device:
+                return None
+            vb, kb = nb.value, nb.dtype
+        elif tb is int or tb is float:
+            vb, kb = b, tb
+        else:
+            return None
+    elif ta is int or ta is float:
+        nb = b._node
+        if type(nb) is not Scalar or b._shape:
+            return None
+        va, ka, vb, kb, device = a, ta, nb.value, nb.dtype, b.device
+    else:
+        return None
+    hit = _held_ops.get((op, ka, kb))
+    if hit is None:
+        hit = _held_ops[(op, ka, kb)] = _held_entry(op, ka, kb)
+    if hit is False:
+        return False
+    fn, loop, warns, raw = hit
+    if _host._evaluate.capturing_threads[0] or _host._evaluate.recording_threads[0]:
+        return False
+    token = _host._errors.set(_host._QUIET) if warns else None
+    try:
+        if not raw:  # (numpy's conversions, and their OverflowError: the general path's)
+            da, db = loop[0], loop[1]
+            if ka is not da:
+                va = _weak_scalar(va, da) if ka is int or ka is float else da.type(va)
+            if kb is not db:
+                vb = _weak_scalar(vb, db) if kb is int or kb is float else db.type(vb)
+        out = fn(va, vb)
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+        return False
+    finally:
+        if token is not None:
+            _host._errors.reset(token)
+    dtype = loop[-1]
+    if type(out) is not dtype.type:  # (a Python float, or numpy's scalar of another type)
+        out = dtype.type(out)
+    _count_operation()
+    return out, dtype, device
 
 
 def _read_and_apply(device: Any, a: Any, ta: type, b: Any, tb: type, loop: tuple,
@@ -288,5 +350,10 @@ def _result(value: Any, dtype: np.dtype, device: Any, rt: Any) -> Any:
     return Array._concrete(storage, dtype, shape)
 
 
-_caches.register("host_ops.loops0", _loops0.clear, lambda: len(_loops0),
+def _clear() -> None:
+    _loops0.clear()
+    _held_ops.clear()
+
+
+_caches.register("host_ops.loops0", _clear, lambda: len(_loops0) + len(_held_ops),
                  why="one per operation and kinds of operand")

@@ -19,9 +19,20 @@ import numpy as np
 from . import caches as _caches
 from . import evaluate as _evaluate
 from . import flags as _flags
+from . import host_ops as _ops
 from . import host_path as _host
 from .dtypes import scalar_to
-from .expr.nodes import _EXACT_REFCOUNTS, Apply, Leaf, Node, Scalar, forget_recent, recent_lazy
+from .expr.nodes import (
+    _EMPTY,
+    _EXACT_REFCOUNTS,
+    Apply,
+    Leaf,
+    Node,
+    Scalar,
+    forget_recent,
+    recent_lazy,
+)
+from .host_ops import _held0
 from .host_ops import binary0 as host_binary0
 from .host_path import (
     _DTYPES,
@@ -45,6 +56,8 @@ from .host_path import (
 from .runtime.devices import Device, _runtime
 from .stats import increment as _count
 from .trace_hooks import trace_checks
+
+_new = object.__new__
 
 
 def _small_target(target: Any) -> tuple[Any, Any, int] | None:
@@ -322,16 +335,29 @@ def _inplace_value(target: Any, op: str, other: Any) -> bool:
     made by :func:`fuseloop.host_ops.binary0`: crc16's ``cur_byte >>= 1``) and a 0-d
     ``other``: the target holds the new value (as the general path, which gives it a
     buffer first: arrays made from its old node keep the old value); False: not taken."""
-    got = host_binary0(op, target, other)
-    if got is None:
+    if not _host.HOST_MAX_WORK:
         return False
+    to = type(other)  # (held values and Python scalars: the value alone, host_ops._held0)
+    Array = _ops._Array or _ops._bind()
+    got = _held0(op, target, other, Array, to, Array) if to is int or to is float \
+        or to is Array else None
+    if got is False:
+        return False
+    if got is None:
+        got = host_binary0(op, target, other)
+        if got is None:
+            return False
+        value, out_dtype = got._node.value, got.dtype
+    else:
+        value, out_dtype = got[0], got[1]
     dtype = target.dtype
-    if got.dtype is not dtype:
-        if not np.can_cast(got.dtype, dtype, "same_kind"):
+    if out_dtype is not dtype:
+        if not np.can_cast(out_dtype, dtype, "same_kind"):
             return False  # (the general path raises numpy's error)
-        target._node = Scalar(got._node.value.astype(dtype))
-    else:  # (the new node, which nothing else holds)
-        target._node = got._node
+        value = value.astype(dtype)
+    node = _new(Scalar)  # (a new node: arrays made from the old one keep its value)
+    node.value, node.dtype, node.shape, node.storages = value, dtype, (), _EMPTY
+    target._node = node
     return True
 
 

@@ -30,20 +30,23 @@ from .stats import tallies as _tallies
 _count_operation = _tallies["host_operations"].__next__  # (stats.tally, bound)
 
 
-def element_or_view(arr: Array, key: Any) -> tuple[Any, bool, Any] | bool | None:
+def element_or_view(arr: Array, key: Any, got: tuple | None = None
+                    ) -> tuple[Any, bool, Any] | bool | None:
     """``arr[key]`` of a concrete array viewed before, for a loop's commonest keys,
     ``A[i, j]``, ``A[i, :j]``, ``A[:, k]``, ``A[1:-1, 2:]`` of a matrix and ``x[i]``,
     ``x[a:b]`` of a vector, its steps written out (read by host_eager.getitem, written
-    by host_writes.setitem): ``(numpy view, whether one element, the storage)``, an
-    element as the HostArray of its 1-element view, kept from its second read for the
-    next statements (the same view each time: it holds no state of its own; a slice
-    may be empty);
+    by host_writes.setitem): ``(numpy view, whether a kept HostArray, the storage)``;
+    an element (as the HostArray of its 1-element view) or a row's slice ``A[i, a:b]``
+    as a HostArray kept from its second read for the next statements (the same view
+    each time: it holds no state of its own; a slice may be empty);
     False for a view not taken here (too large, or an index error, which the general
-    path raises); None: not such a key or array."""
-    node = arr._node
-    got = _bases.get(id(node))
-    if got is None or got[0] is not node:
-        return None
+    path raises); None: not such a key or array.  ``got``: ``arr``'s entry of
+    host_eager._bases where the caller has found it."""
+    if got is None:
+        node = arr._node
+        got = _bases.get(id(node))
+        if got is None or got[0] is not node:
+            return None
     base = got[1]
     tk = type(key)
     if tk is tuple:
@@ -60,35 +63,57 @@ def element_or_view(arr: Array, key: Any) -> tuple[Any, bool, Any] | bool | None
     else:
         element, last = tk is int, key
     if element:  # (ints only: a slice is not hashable before Python 3.12)
-        # (an element read once keeps its numpy view, one read again its HostArray:
-        # keys met once, floyd_warshall's ``path[i, k]``, leave no object for the
-        # garbage collector to walk)
+        kept: Any = key
+    elif tk is tuple and t0 is int:  # (a row, floyd_warshall's ``path[k, :]``: its parts)
+        kept = (0, k0, last.start, last.stop, last.step)  # (no element's key is 5 long)
+    else:
+        kept = None
+    if kept is not None:
+        # (an element or row read once keeps its numpy view, one read again its
+        # HostArray: keys met once, floyd_warshall's ``path[i, k]``, leave no object for
+        # the garbage collector to walk)
         elements = got[3]
-        v = elements.get(key)
+        try:
+            v = elements.get(kept)
+        except TypeError:  # (a slice's bound that is no number: not kept)
+            return _sliced(base, key, got)
         if v is not None and type(v) is not np.ndarray:
             if v._of is arr:  # (None: reshaped, or replaced)
+                v._key = key  # (this statement's: ``A[k] op= v`` assigns it back)
                 return v, True, got[2]
             v = None
         if v is None:
-            at = slice(last, last + 1 if last != -1 else None)
-            try:
-                v = base[k0, at] if tk is tuple else base[at]
-            except IndexError:
-                return False
-            if v.size != 1:
-                return False
+            if element:
+                at = slice(last, last + 1 if last != -1 else None)
+                try:
+                    v = base[k0, at] if tk is tuple else base[at]
+                except IndexError:
+                    return False
+                if v.size != 1:
+                    return False
+            else:
+                got_v = _sliced(base, key, got)
+                if type(got_v) is not tuple:
+                    return got_v
+                v = got_v[0]
             if len(elements) >= _eager.ELEMENTS_MAX:  # (read here: a test sets it)
                 elements.clear()
-            elements[key] = v
+            elements[kept] = v
             again = False
         else:
             again = True
         held = _new(HostArray)  # (host_eager.getitem's view, its fields set here)
         held._np, held.dtype, held.device, held._leaf = v, arr.dtype, arr.device, None
-        held._buf, held._shape, held._of, held._key = got[2], (), arr, key
+        held._buf, held._shape, held._of, held._key = got[2], () if element else v.shape, \
+            arr, key
         if again:
-            elements[key] = held
+            elements[kept] = held
         return held, True, got[2]
+    return _sliced(base, key, got)
+
+
+def _sliced(base: np.ndarray, key: Any, got: tuple) -> tuple[Any, bool, Any] | bool:
+    """:func:`element_or_view`'s view of a row, a column or a block (``u[1:-1, 2:]``)."""
     try:  # (a row, a column or a block: ``u[1:-1, 2:]``)
         v = base[key]
     except (IndexError, TypeError, ValueError):

@@ -29,6 +29,7 @@ from .host_eager import (
     _inplace_ops,
     _op_entry,
     _operand,
+    _runtimes,
     _sync,
     _view_of,
     compute,
@@ -123,20 +124,24 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     if target is None or not 0 < target.size <= EAGER_MAX_WORK \
             or target.size > _host.HOST_MAX_WORK:
         return False
-    val = _assigned(value, arr.dtype, arr.device)
-    if val is None:
+    if tv is HostArray and value._shape and value.device is arr.device:
+        v = value._np  # (a row or block made here or viewed: the commonest, inline)
+    elif (val := _assigned(value, arr.dtype, arr.device)) is not None:
+        v = val[0]
+    else:
         return False
-    v = val[0]
     if type(v) is np.ndarray and v.shape != target.shape and (
             v.shape or target.size != 1):
         return False  # (the general path broadcasts, or raises its error)
     if tv is HostArray and value._buf is storage and target.size == 1 \
             and np.shares_memory(target, value._np):
         return True  # (``A[i, 0] = A[i, 0]``: nothing to write)
-    if recent_lazy or storage.readers or getattr(_flags._local, "pending", None):
+    if recent_lazy or storage.readers or _flags._local.pending:
         _before_write(storage, target, arr.device)
-    else:
+    elif (rt := _runtimes.get(arr.device)) is None or rt.deferred:
         _sync(arr.device)
+    else:
+        rt.finish()  # (_sync's commonest case inline: nothing deferred)
     if tv is HostArray and not value._shape and value._buf is not None:
         v = value._np[0]  # (a buffer's element: read now, the kernels writing it done)
     target[...] = v  # (another thread's launch now reading it: a data race, as in numpy)
@@ -177,7 +182,7 @@ def _element_write(arr: Array, key: Any, value: Any) -> bool | None:
         return None
     storage = got[2]
     dtype = v.dtype
-    if recent_lazy or storage.readers or getattr(_flags._local, "pending", None) \
+    if recent_lazy or storage.readers or _flags._local.pending \
             or (dtype.char not in _DTYPES and dtype != arr.dtype):
         return None  # (a complex value into a real array: setitem's rules)
     _sync(arr.device)
@@ -308,7 +313,7 @@ def scatter(arr: Array, key: Any, value: Any) -> bool:
     if target is None:
         return False
     base, storage = target
-    if recent_lazy or storage.readers or getattr(_flags._local, "pending", None):
+    if recent_lazy or storage.readers or _flags._local.pending:
         _before_write(storage, base, device)
     else:
         _sync(device)
@@ -353,6 +358,9 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
         return False
     device = target.device
     to = type(other)
+    if not target._shape and target._buf is not None \
+            and (done := _element_inplace(target, op, other, to, device)) is not None:
+        return done
     if to is HostArray and other.device is device:  # (the commonest operands inline)
         kb, vb, reads = other.dtype, other._np, other._buf is not None
     elif to is float or to is int:  # (a Python scalar: its kind is its type)
@@ -379,7 +387,7 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
         return False
     buf = target._buf
     if buf is not None:
-        if recent_lazy or buf.readers or getattr(_flags._local, "pending", None):
+        if recent_lazy or buf.readers or _flags._local.pending:
             _before_write(buf, target._np, device)
         else:
             _sync(device)
@@ -418,6 +426,62 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
         target._np[0] = out
     else:
         target._np = out if out.dtype is dtype else dtype.type(out)
+    return True
+
+
+def _element_inplace(target: HostArray, op: str, other: Any, to: type, device: Any) -> Any:
+    """:func:`inplace` for an element of a buffer and a 0-d operand (an element, a value
+    held here, a Python scalar) whose loop has a scalar operator: seidel_2d's ``A[i, j]
+    += A[i, j - 1]``, ``A[i, j] /= 9.0``, read, computed and written without a view or
+    a switch of numpy's error state where Python's float operator computes it
+    (host_eager._PY_FLOAT_OPS); None: :func:`inplace`'s general steps."""
+    if to is HostArray:
+        if other._shape or other.device is not device:
+            return None
+        kb, vb = other.dtype, other._np
+    elif to is float or to is int:
+        kb, vb = to, other
+    elif to is Array and type(node := other._node) is Scalar and other.device is device:
+        kb, vb = other.dtype, node.value
+    else:
+        return None
+    dtype = target.dtype
+    hit: Any = _inplace_ops.get((op, dtype, kb))
+    if hit is None or hit is False or hit[2] is None:
+        return None  # (first met, or not a scalar loop: inplace's steps, which keep it)
+    buf = target._buf
+    if recent_lazy or buf.readers or _flags._local.pending:
+        return None  # (lazy readers or checked gathers pending: inplace's steps)
+    rt = _runtimes.get(device)
+    if rt is None or rt.deferred:
+        return None
+    rt.finish()  # (the elements read once the kernels writing them are done)
+    loop = hit[0]
+    t = target._np
+    va = t[0]
+    if type(vb) is np.ndarray:
+        vb = vb[0]
+    da, db = loop[0], loop[1]
+    if dtype is not da:
+        va = da.type(va)
+    if kb is not db and (kb is not float or db is not _F64):
+        vb = _weak_scalar(vb, db) if kb is float or kb is int else db.type(vb)
+    pyfn = hit[5]
+    try:
+        if pyfn is not None:
+            out = pyfn(va, vb)  # (float64: Python's, exactly numpy's; no error state)
+        else:
+            token = _errors.set(_QUIET) if hit[4] else None
+            try:
+                out = hit[2](va, vb)
+            finally:
+                if token is not None:
+                    _errors.reset(token)
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+    _count_evaluation()
+    _updated[0] = target
+    t[0] = out
     return True
 
 

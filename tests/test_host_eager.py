@@ -779,3 +779,115 @@ def test_an_element_view_is_kept_until_changed(host):
     an[1, 2] += 3.0
     np.testing.assert_array_equal(a.get(), an)
     assert float(y) == float(first) == an[1, 2] and float(x[0]) == an[1, 2]
+
+
+def _element_updates(m, a, f, i, s):
+    """seidel_2d's element statements and others like them: an element updated in
+    place by an element, a Python scalar or a value held here, every dtype's loop."""
+    n = a.shape[1]
+    for r in range(1, 3):
+        for j in range(1, n):
+            a[r, j] += a[r, j - 1]
+            a[r, j] /= 9.0
+            a[r - 1, j] -= a[r, j] * 2.0      # (a value held here)
+            f[r, j] *= f[r - 1, j]            # float32
+            f[r, j] += 0.5
+            i[j] += i[j - 1] * 3              # int32: wraps, as numpy's arrays
+            i[j] //= 2
+            i[j - 1] %= 7
+            s[j] += np.float64(0.25)          # a numpy scalar
+    a[0, 0] /= 0.0                            # numpy's inf, where Python's float raises
+    return [a, f, i, s]
+
+
+def test_element_updates_in_place_are_numpys(host, monkeypatch):
+    """``A[i, j] op= v`` of an element and a 0-d operand: numpy's values and dtypes,
+    no kernel and no view made per statement (host_writes._element_inplace); float64
+    loops computed without switching numpy's error state but the division by zero."""
+    from fuseloop import host_writes
+
+    rng = np.random.default_rng(5)
+    ins = (rng.random((3, 7)), rng.random((3, 7)).astype(np.float32),
+           np.array([1, 2 ** 30, -5, 7, 9, 11, 13], np.int32), rng.random(7))
+    with np.errstate(all="ignore"):
+        ref = _element_updates(np, *[x.copy() for x in ins])
+    arrs = [fl.asarray(x.copy()) for x in ins]
+    for x in arrs:
+        x[0]  # (each array's view made once)
+    fl.synchronize()
+    fl.reset_stats()
+    monkeypatch.setattr(host_eager, "_view_of", lambda *a: pytest.fail("a view per statement"))
+    out = _element_updates(fl, *arrs)
+    assert fl.stats()["kernels_launched"] == 0
+    for g, r in zip(out, ref):
+        assert g.dtype == r.dtype
+        np.testing.assert_array_equal(g.get(), r)
+    # float64's loops (their entries made above) switch no error state: Python's floats
+    monkeypatch.setattr(host_writes, "_errors", None)  # (any use of it raises)
+    a, an = arrs[0], out[0].get()
+    for j in range(1, 7):
+        a[1, j] += a[1, j - 1]
+        a[1, j] /= 9.0
+        an[1, j] += an[1, j - 1]
+        an[1, j] /= 9.0
+    np.testing.assert_array_equal(a.get(), an)
+
+
+def test_kept_element_of_a_reshaped_array(host):
+    """An element read again is handed out from its kept view at the top of a read
+    (host_eager.getitem) only while the array is the one viewed: reshaped in place, its
+    elements are read at their new places."""
+    an = np.arange(12.0).reshape(3, 4)
+    a = fl.asarray(an.copy())
+    a[0, 0]
+    a[1, 2]
+    kept = a[1, 2]
+    assert a[1, 2] is kept and float(kept) == an[1, 2]
+    a.shape = (4, 3)
+    assert a[1, 2] is not kept and float(a[1, 2]) == an.reshape(4, 3)[1, 2]
+    assert float(a[1, 2]) == an.reshape(4, 3)[1, 2]
+    b = a.reshape(2, 6)                   # (another array, of the same buffer)
+    assert float(b[1, 2]) == an.reshape(2, 6)[1, 2]
+    b[1, 2] += 0.5
+    assert float(a[2, 2]) == an.reshape(4, 3)[2, 2] + 0.5
+
+
+def _row_loops(m, p, x):
+    """floyd_warshall's row statements and others on a matrix's rows: read, written,
+    updated in place, through kept views."""
+    n = p.shape[0]
+    for k in range(n):
+        for i in range(n):
+            p[i, :] = m.minimum(p[i, :], p[i, k] + p[k, :])
+    for i in range(1, n):
+        p[i, 1:] += p[i - 1, :-1] * 2
+        x[1:3] -= x[i % 3:i % 3 + 2]
+    r = p[2, :]
+    p[2, :] = 7                                   # (seen by the view read before)
+    return [p, x, r * 1]
+
+
+def test_kept_row_views_are_numpys(host):
+    """A row's slice read again is one kept HostArray per array and key (host_views),
+    handed out while the array is unchanged; statements through it are numpy's and
+    launch nothing; reshaped, the array's rows are viewed anew."""
+    rng = np.random.default_rng(8)
+    pn = rng.integers(0, 50, (6, 6)).astype(np.int32)
+    xn = rng.random(5)
+    ref = _row_loops(np, pn.copy(), xn.copy())
+    p, x = fl.asarray(pn.copy()), fl.asarray(xn.copy())
+    p[0, 0], x[0]
+    fl.synchronize()
+    fl.reset_stats()
+    got = _row_loops(fl, p, x)
+    assert fl.stats()["kernels_launched"] == 0
+    for g, r in zip(got, ref):
+        assert g.dtype == r.dtype
+        np.testing.assert_array_equal(g.get(), r)
+    p[1, :]
+    row = p[1, :]
+    assert p[1, :] is row and p[1, 2:] is not row
+    p.shape = (3, 12)
+    assert p[1, :] is not row and p[1, :].shape == (12,)
+    np.testing.assert_array_equal(p[1, :].get(), ref[0].reshape(3, 12)[1])
+    np.testing.assert_array_equal(row.get(), ref[0][1])    # (still the old view)

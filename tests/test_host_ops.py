@@ -6,6 +6,8 @@ each result is compared with numpy's and with the kernels' (host path off).
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import pytest
 
@@ -348,3 +350,41 @@ def test_unary_functions_of_values_held_here(host, monkeypatch):
         assert g.dtype == k.dtype == r.dtype
         np.testing.assert_array_equal(g, r)
         np.testing.assert_allclose(g, k, rtol=1e-6)
+
+
+class _NoSwitch:
+    """numpy's error state as a context variable whose set fails the test."""
+
+    def set(self, value):
+        pytest.fail("numpy's error state switched")
+
+    def reset(self, token):
+        pytest.fail("numpy's error state switched")
+
+
+def test_float64_values_by_python_floats(host, monkeypatch):
+    """float64 ``+ - * /`` of held values, elements and Python scalars: Python's float
+    operators, so numpy's error state is not switched; each value is numpy's to the
+    bit (infinities, NaN, signed zeros, subnormals), with numpy's dtype, and a
+    division by zero is left to numpy (inf, nan)."""
+    from fuseloop import host_eager, host_writes
+
+    vals = np.array([1.5, -0.0, 1e308, 5e-324, np.inf, np.nan, -3.25, 0.1], np.float64)
+    v = fl.asarray(vals)
+    held = [v[k] * 1.0 for k in range(len(vals))]
+    elems = [v[k] for k in range(len(vals))] + [v[k] for k in range(len(vals))]
+    with monkeypatch.context() as m:
+        for mod in (host_path, host_eager, host_writes):
+            m.setattr(mod, "_errors", _NoSwitch())
+        for f in (operator.add, operator.sub, operator.mul, operator.truediv):
+            for i, j in np.ndindex(len(vals), len(vals)):
+                if f is operator.truediv and vals[j] == 0.0:
+                    continue
+                with np.errstate(all="ignore"):
+                    ref = f(vals[i], vals[j])
+                for got in (f(held[i], held[j]), f(elems[i], elems[j]),
+                            f(held[i], float(vals[j])), f(float(vals[i]), held[j])):
+                    assert got.dtype == np.float64 and type(got._node) is Scalar
+                    assert np.float64(got.get()).tobytes() == ref.tobytes(), (f, i, j)
+    with np.errstate(all="ignore"):
+        assert float(held[0] / held[1]) == -np.inf and np.isnan(float(held[1] / 0.0))
