@@ -1,13 +1,11 @@
-"""What one call does, counted through ``fl.stats()``: kernel launches, compiles, scans
-(shared by the tests that assert launch or compile counts)."""
+"""What one call does, counted: kernel launches, compiles, scans through ``fl.stats()``,
+and calls of one of fuseloop's functions (shared by the tests that assert such counts)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
-
-import numpy as np
 
 import fuseloop as fl
 
@@ -53,7 +51,27 @@ def launches(fn: Callable[[], Any], *, warm: bool = False) -> int:
     return counted(fn, warm=warm).launches
 
 
-def launches_and_result(make: Callable[[], Any]) -> tuple[int, np.ndarray]:
-    """Kernels launched evaluating the array ``make()`` returns, and its values."""
-    done = counted(lambda: make().eval())
-    return done.launches, done.value.get()
+def launches_and_result(make: Callable[[], Any]) -> tuple[int, Any]:
+    """Kernels launched computing and reading the array ``make()`` returns (or each of a
+    tuple of them), and its values (a tuple of values) in numpy arrays."""
+
+    def computed() -> Any:
+        got = make()
+        return tuple(g.get() for g in got) if isinstance(got, tuple) else got.get()
+
+    done = counted(computed)
+    return done.launches, done.value
+
+
+def calls_of(monkeypatch: Any, module: Any, name: str) -> list[tuple]:
+    """A list that gets an entry (the positional arguments) per call of ``module.name``,
+    which still runs, until ``monkeypatch`` undoes it."""
+    calls: list[tuple] = []
+    real = getattr(module, name)
+
+    def counted_call(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted_call)
+    return calls
