@@ -75,6 +75,15 @@ def checked(monkeypatch):
 
 
 @pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """An empty disk cache (its directory, returned) and an empty memory cache."""
+    directory = tmp_path / "kernels"
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", str(directory))
+    fl.clear_memory_cache()
+    return directory
+
+
+@pytest.fixture
 def restore_recipes():
     """Tests may register recipes; the registry (in its order) is as it was afterwards."""
     from fuseloop.recipes import _REGISTRY
