@@ -67,6 +67,23 @@ def fresh_stats():
 
 
 @pytest.fixture
+def checked(monkeypatch):
+    """Every structure-cache hit is compared with a fresh linearisation (asserts)."""
+    from fuseloop.expr import program
+
+    monkeypatch.setattr(program, "CHECK_STRUCTURE_CACHE", True)
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """An empty disk cache (its directory, returned) and an empty memory cache."""
+    directory = tmp_path / "kernels"
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", str(directory))
+    fl.clear_memory_cache()
+    return directory
+
+
+@pytest.fixture
 def restore_recipes():
     """Tests may register recipes; the registry (in its order) is as it was afterwards."""
     from fuseloop.recipes import _REGISTRY

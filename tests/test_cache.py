@@ -101,8 +101,8 @@ def test_memory_cache_across_sizes_and_shapes(device):
     assert s["memory_cache_misses"] == 1 and s["memory_cache_hits"] == 2
 
 
-def test_recipe_registry_is_extensible(device, fresh_dir):
-    # fresh_dir: a kernel of this recipe cached on disk by an earlier run would be used
+def test_recipe_registry_is_extensible(device, fresh_cache):
+    # fresh_cache: a kernel of this recipe cached on disk by an earlier run would be used
     import loopy as lp
 
     calls = []
@@ -124,7 +124,7 @@ def test_recipe_registry_is_extensible(device, fresh_dir):
         fl.register_recipe(kind, old.transform, name=old.name, version=old.version)
 
 
-def test_recipe_size_classes(device, fresh_dir, fresh_stats):
+def test_recipe_size_classes(device, fresh_cache, fresh_stats):
     import loopy as lp
 
     seen = []
@@ -150,13 +150,13 @@ def test_recipe_size_classes(device, fresh_dir, fresh_stats):
         assert fl.stats()["memory_cache_misses"] - before == 2
         # the recipe saw the class among the kernel's assumptions
         assert len(seen) == 2 and ["N = 1000" in str(a) for a in seen] == [True, False]
-        assert len(list(fresh_dir.rglob("*.json"))) == 2  # two disk entries
+        assert len(list(fresh_cache.rglob("*.json"))) == 2  # two disk entries
     finally:
         fl.register_recipe(kind, old.transform, name=old.name, version=old.version)
 
 
 @pytest.mark.parametrize("bad", ["p0 = = 3", None])
-def test_a_bad_size_class_is_a_clear_error(device, fresh_dir, bad):
+def test_a_bad_size_class_is_a_clear_error(device, fresh_cache, bad):
     import loopy as lp
 
     def recipe(t_unit, dev):
@@ -171,7 +171,7 @@ def test_a_bad_size_class_is_a_clear_error(device, fresh_dir, bad):
         with pytest.raises(fl.errors.RecipeError, match="test-bad-sizes") as info:
             (x * 7 - 1).get()
         assert repr(bad) in str(info.value)
-        assert not list(fresh_dir.rglob("*.json"))  # nothing cached
+        assert not list(fresh_cache.rglob("*.json"))  # nothing cached
     finally:
         fl.register_recipe(kind, old.transform, name=old.name, version=old.version)
     np.testing.assert_allclose((x * 7 - 1).get(), np.arange(100) * 7 - 1)
@@ -187,14 +187,6 @@ def _expect(xh):
     return np.arcsinh(xh) * 2 - np.log1p(xh)
 
 
-@pytest.fixture
-def fresh_dir(tmp_path, monkeypatch):
-    directory = tmp_path / "kernels"
-    monkeypatch.setenv("FUSELOOP_CACHE_DIR", str(directory))
-    fl.clear_memory_cache()
-    return directory
-
-
 def _evaluate_fresh(x, xh):
     """Evaluate in a fresh memory cache; return the counters of that evaluation."""
     fl.clear_memory_cache()
@@ -203,26 +195,26 @@ def _evaluate_fresh(x, xh):
     return fl.stats()
 
 
-def test_entry_for_another_device_is_not_used(device, fresh_dir, monkeypatch):
+def test_entry_for_another_device_is_not_used(device, fresh_cache, monkeypatch):
     xh = np.linspace(0, 2, 50, dtype=np.float32)
     x = fl.asarray(xh)
     other = ("Other Platform", "Other Vendor", device.name, "0.0")
     with monkeypatch.context() as m:  # an entry written by another device
         m.setattr(type(device), "identity", property(lambda self: other))
         assert _evaluate_fresh(x, xh)["kernels_lowered"] == 1
-    [foreign] = cache.disk_entries(fresh_dir)
+    [foreign] = cache.disk_entries(fresh_cache)
     s = _evaluate_fresh(x, xh)
     assert s["disk_cache_misses"] == 1 and s["kernels_lowered"] == 1
-    assert len(cache.disk_entries(fresh_dir)) == 2
+    assert len(cache.disk_entries(fresh_cache)) == 2
     # the foreign entry copied over this device's file name is refused, not launched
-    [own] = [p for p in cache.disk_entries(fresh_dir) if p != foreign]
+    [own] = [p for p in cache.disk_entries(fresh_cache) if p != foreign]
     own.write_bytes(foreign.read_bytes())
     s = _evaluate_fresh(x, xh)
     assert s["disk_cache_misses"] == 1 and s["kernels_lowered"] == 1
     assert cache.read_entry(own).key != cache.read_entry(foreign).key
 
 
-def test_entry_for_another_library_version_is_not_used(device, fresh_dir, monkeypatch):
+def test_entry_for_another_library_version_is_not_used(device, fresh_cache, monkeypatch):
     xh = np.linspace(0, 2, 50, dtype=np.float32)
     x = fl.asarray(xh)
     real = cache.library_versions()
@@ -237,7 +229,7 @@ def test_entry_for_another_library_version_is_not_used(device, fresh_dir, monkey
         assert _evaluate_fresh(x, xh)["kernels_lowered"] == 1
     s = _evaluate_fresh(x, xh)  # the entry of the current versions is found again
     assert s["disk_cache_hits"] == 1 and s["kernels_lowered"] == 0
-    assert len(cache.disk_entries(fresh_dir)) == 3
+    assert len(cache.disk_entries(fresh_cache)) == 3
 
 
 def test_cache_location_is_configurable(device, tmp_path, monkeypatch):
@@ -265,7 +257,7 @@ def test_every_disabling_value_disables_the_disk_cache(device, tmp_path, monkeyp
     assert list(tmp_path.rglob("*")) == []
 
 
-def test_stored_binary_is_used_and_a_refused_one_is_replaced(device, fresh_dir, monkeypatch):
+def test_stored_binary_is_used_and_a_refused_one_is_replaced(device, fresh_cache, monkeypatch):
     def no_source_build(*args):
         raise AssertionError("built from source although the entry has a binary")
 
@@ -275,7 +267,7 @@ def test_stored_binary_is_used_and_a_refused_one_is_replaced(device, fresh_dir, 
     xh = np.linspace(0, 2, 50, dtype=np.float32)
     x = fl.asarray(xh)
     _evaluate_fresh(x, xh)
-    [path] = cache.disk_entries(fresh_dir)
+    [path] = cache.disk_entries(fresh_cache)
     entry = cache.read_entry(path)
     assert entry is not None
     if not entry.binary:
@@ -297,12 +289,12 @@ def test_stored_binary_is_used_and_a_refused_one_is_replaced(device, fresh_dir, 
     assert s["disk_cache_hits"] == 1 and s["kernels_compiled"] == 1
 
 
-def test_read_entry_verifies_checksum_and_file_name(device, fresh_dir, monkeypatch):
+def test_read_entry_verifies_checksum_and_file_name(device, fresh_cache, monkeypatch):
     # (an entry with a binary, which PoCL's CPU device otherwise leaves out)
     monkeypatch.setattr(type(backend_for(device)), "stores_binaries", lambda self, d: True)
     xh = np.linspace(0, 2, 50, dtype=np.float32)
     _evaluate_fresh(fl.asarray(xh), xh)
-    [path] = cache.disk_entries(fresh_dir)
+    [path] = cache.disk_entries(fresh_cache)
     good = path.read_bytes()
     assert cache.read_entry(path) is not None
     renamed = path.with_name("0" * 40 + ".json")  # right content, wrong name
@@ -320,7 +312,7 @@ def test_read_entry_verifies_checksum_and_file_name(device, fresh_dir, monkeypat
 # }}}
 
 
-def test_lowering_keeps_no_lazy_array_alive(device, fresh_dir, restore_recipes):
+def test_lowering_keeps_no_lazy_array_alive(device, fresh_cache, restore_recipes):
     """Loopy keeps caught exceptions in reference cycles whose frames reach back into
     fuseloop's (seen in ``loopy.symbolic.with_aff_conversion_guard`` with the GPU
     recipe): until a garbage collection, a lazy array that the evaluation's frames held
@@ -433,7 +425,7 @@ def test_an_unreadable_loopy_cache_entry_is_not_fatal(device, monkeypatch):
         (fl.sqrt(x) * 9 + x).get()  # a new structure: generated afresh
 
 
-def test_loopy_caches_are_off_while_the_disk_cache_is_on(device, fresh_dir, monkeypatch):
+def test_loopy_caches_are_off_while_the_disk_cache_is_on(device, fresh_cache, monkeypatch):
     # a kernel fuseloop builds missed its disk cache, so Loopy's caches (keyed by the
     # translation unit made from the same program) would miss too: not looked up
     import loopy as lp
@@ -465,7 +457,7 @@ def _distinct(k, x, xh):
     np.testing.assert_allclose((f(x) * 3 - x).get(), g(xh) * 3 - xh, rtol=2e-5, atol=1e-6)
 
 
-def test_memory_cache_is_bounded_and_evicted_kernels_rebuild(device, fresh_dir, monkeypatch):
+def test_memory_cache_is_bounded_and_evicted_kernels_rebuild(device, fresh_cache, monkeypatch):
     monkeypatch.setenv("FUSELOOP_MEMORY_CACHE_SIZE", "4")
     xh = np.linspace(0.1, 2, 40, dtype=np.float32)
     x = fl.asarray(xh)
@@ -492,7 +484,7 @@ def test_memory_cache_is_bounded_and_evicted_kernels_rebuild(device, fresh_dir, 
     assert fl.stats()["kernels_lowered"] == 1
 
 
-def test_a_retired_kernel_asked_for_again_is_kept(device, fresh_dir, monkeypatch):
+def test_a_retired_kernel_asked_for_again_is_kept(device, fresh_cache, monkeypatch):
     # size 4: rounds of one kernel; the fourth kernel added retires the first
     monkeypatch.setenv("FUSELOOP_MEMORY_CACHE_SIZE", "4")
     xh = np.linspace(0.1, 2, 40, dtype=np.float32)
@@ -514,7 +506,7 @@ def test_a_retired_kernel_asked_for_again_is_kept(device, fresh_dir, monkeypatch
     assert fl.stats()["disk_cache_hits"] == 1
 
 
-def test_launch_plans_survive_eviction_rounds(device, fresh_dir, monkeypatch):
+def test_launch_plans_survive_eviction_rounds(device, fresh_cache, monkeypatch):
     # launch plans (structure cache, run plans) hold their kernel; every round makes
     # them look it up again, so each launch runs the kernel of its own structure
     monkeypatch.setenv("FUSELOOP_MEMORY_CACHE_SIZE", "3")
@@ -605,28 +597,28 @@ def test_trim_tolerates_files_vanishing(tmp_path, monkeypatch):
     assert cache.read_entry(paths[0]) is None
 
 
-def test_disk_cache_bound_is_kept_after_writes(device, fresh_dir, monkeypatch):
+def test_disk_cache_bound_is_kept_after_writes(device, fresh_cache, monkeypatch):
     xh = np.linspace(0.1, 2, 40, dtype=np.float32)
     x = fl.asarray(xh)
     fl.clear_memory_cache()
     _distinct(0, x, xh)
-    [first] = cache.disk_entries(fresh_dir)
+    [first] = cache.disk_entries(fresh_cache)
     size = first.stat().st_size
     # room for about two entries: a trim keeps 3/4 of it, so one or two stay
     monkeypatch.setattr(cache_disk, "_written_since_trim", {})
     monkeypatch.setenv("FUSELOOP_DISK_CACHE_MAX_BYTES", str(int(2.2 * size)))
     for k in range(1, 8):
         _distinct(k, x, xh)
-        held = cache.disk_entries(fresh_dir)
+        held = cache.disk_entries(fresh_cache)
         assert 1 <= len(held) and sum(p.stat().st_size for p in held) <= 3.5 * size
-    assert first not in cache.disk_entries(fresh_dir)
+    assert first not in cache.disk_entries(fresh_cache)
     fl.clear_memory_cache()  # the entry written last stayed
     fl.reset_stats()
     _distinct(7, x, xh)
     assert fl.stats()["disk_cache_hits"] == 1
 
 
-def test_disk_cache_is_not_scanned_on_every_write(device, fresh_dir, monkeypatch):
+def test_disk_cache_is_not_scanned_on_every_write(device, fresh_cache, monkeypatch):
     scans = []
     real_scan = cache_disk._scan
     monkeypatch.setattr(cache_disk, "_scan", lambda d: scans.append(d) or real_scan(d))
@@ -637,15 +629,15 @@ def test_disk_cache_is_not_scanned_on_every_write(device, fresh_dir, monkeypatch
     fl.clear_memory_cache()
     for k in range(5):
         _distinct(k, x, xh)
-    assert len(cache.disk_entries(fresh_dir)) == 5
-    assert scans == [fresh_dir]  # the process's first write only: 5 entries << 8 MiB
+    assert len(cache.disk_entries(fresh_cache)) == 5
+    assert scans == [fresh_cache]  # the process's first write only: 5 entries << 8 MiB
 
 
-def test_reading_an_entry_marks_it_recently_used(device, fresh_dir):
+def test_reading_an_entry_marks_it_recently_used(device, fresh_cache):
     xh = np.linspace(0.1, 2, 40, dtype=np.float32)
     x = fl.asarray(xh)
     _evaluate_fresh(x, xh)
-    [path] = cache.disk_entries(fresh_dir)
+    [path] = cache.disk_entries(fresh_cache)
     os.utime(path, (1_000_000, 1_000_000))
     assert cache.read_entry(path) is not None  # inspecting does not count as a use
     assert path.stat().st_mtime == 1_000_000
@@ -654,7 +646,7 @@ def test_reading_an_entry_marks_it_recently_used(device, fresh_dir):
     assert path.stat().st_mtime > 1_000_000
 
 
-def test_a_fifo_at_an_entry_path_does_not_block(device, fresh_dir):
+def test_a_fifo_at_an_entry_path_does_not_block(device, fresh_cache):
     import threading
 
     xh = np.linspace(0.1, 2, 40, dtype=np.float32)
@@ -664,12 +656,12 @@ def test_a_fifo_at_an_entry_path_does_not_block(device, fresh_dir):
     recipe = fl.recipes.recipe_for(device, "elementwise")
     sizes = recipe.size_class(program, list(bindings.params), x.size, 1) \
         if recipe.size_class is not None else ""
-    path = cache.entry_path(fresh_dir, cache.disk_key(program, np.dtype(np.int32), device,
+    path = cache.entry_path(fresh_cache, cache.disk_key(program, np.dtype(np.int32), device,
                                                       recipe, sizes))
-    assert cache.disk_entries(fresh_dir) == [path]
+    assert cache.disk_entries(fresh_cache) == [path]
     path.unlink()
     os.mkfifo(path)
-    assert cache.disk_entries(fresh_dir) == []  # not an entry
+    assert cache.disk_entries(fresh_cache) == []  # not an entry
     result = {}
 
     def evaluate():  # (in a thread: a blocked read must fail the test, not hang it)

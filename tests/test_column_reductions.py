@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 import pytest
+from launch_counts import launches
 
 import fuseloop as fl
 from fuseloop import evaluate, splits
@@ -150,26 +151,19 @@ def test_columns_as_rows_kernel_is_contiguous_across_columns(cpu, restore_recipe
     assert re.search(r"in0\[i_inner \+ gid\(0\) \* 64 \+ p\d+ \* e\]", bulk), bulk
 
 
-def _launches(make):
-    make().get()  # built and cached first
-    fl.reset_stats()
-    make().get()
-    return fl.stats()["kernels_launched"]
-
-
 def test_few_columns_split_in_two_stages(cpu):
     """Few outputs: the reduced axis is split across work-items, then combined."""
     h = _data((1 << 16, 8), np.float32)
     x = fl.asarray(h)
     assert evaluate.two_stage_split([x.sum(axis=0)._node], (8,), cpu).columns
-    assert _launches(lambda: x.sum(axis=0)) == 2
+    assert launches(lambda: x.sum(axis=0).get(), warm=True) == 2
     np.testing.assert_allclose(x.sum(axis=0).get(), h.sum(axis=0), rtol=1e-4)
     # enough outputs for the device's compute units: one kernel
     width, per_unit = column_params(cpu)
     n_out = max(4096, width * per_unit * cpu.compute_units)
     y = fl.asarray(_data((512, n_out), np.float32))
     assert evaluate.two_stage_split([y.sum(axis=0)._node], (n_out,), cpu) is None
-    assert _launches(lambda: y.sum(axis=0)) == 1
+    assert launches(lambda: y.sum(axis=0).get(), warm=True) == 1
     # a transposed input's reduced axis is contiguous: not column-like
     t = fl.asarray(_data((8, 1 << 16), np.float32)).T
     split = evaluate.two_stage_split([t.sum(axis=0)._node], (8,), cpu)
@@ -196,7 +190,7 @@ def test_nested_reduction_runs_once_before_a_split(split_everywhere):
     not once per piece."""
     h = _data((3000, 40), np.float64)
     x = fl.asarray(h)
-    assert _launches(lambda: ((x - x.mean(axis=0)) ** 2).mean(axis=0)) == 4
+    assert launches(lambda: ((x - x.mean(axis=0)) ** 2).mean(axis=0).get(), warm=True) == 4
     np.testing.assert_allclose(((x - x.mean(axis=0)) ** 2).mean(axis=0).get(), h.var(axis=0),
                                rtol=1e-10)
 
@@ -260,11 +254,11 @@ def test_scalar_epilogue_costs_no_launch(device, dtype):
     n = (1 << 20) + 3
     a, b = fl.asarray(_data(n, dtype, 1)), fl.asarray(_data(n, dtype, 2))
     ah, bh = a.get(), b.get()
-    plain = _launches(lambda: fl.sum(a * b))
+    plain = launches(lambda: fl.sum(a * b).get(), warm=True)
     assert plain == (1 if splits.ONE_LAUNCH else 2)  # two stages: in one launch, or two
     for make in (lambda: fl.sum(a * b) ** 0.5, lambda: fl.sqrt(fl.sum((a - 2 * b) ** 2)),
                  lambda: fl.mean(a), lambda: fl.linalg.norm(a), lambda: 2 * a.sum() + 1):
-        assert _launches(make) == plain
+        assert launches(lambda make=make: make().get(), warm=True) == plain
     tol = _tol(dtype) | dict(rtol=1e-4 if dtype == np.float32 else 1e-10)
     np.testing.assert_allclose((fl.sum((a - 2 * b) ** 2) ** 0.5).get(),
                                np.sum((ah - 2 * bh) ** 2) ** 0.5, **tol)
@@ -324,12 +318,13 @@ def test_nested_column_mean_folds_into_the_split(gpu_rows_split, shape):
     outer = evaluate.two_stage_split([((x - x.mean(axis=0)) ** 2).sum(axis=0)._node],
                                      (shape[1],), gpu_rows_split)
     assert splits.folds_into(inner, outer)
-    assert _launches(lambda: ((x - x.mean(axis=0)) ** 2).mean(axis=0)) == 3
+    assert launches(lambda: ((x - x.mean(axis=0)) ** 2).mean(axis=0).get(), warm=True) == 3
     np.testing.assert_allclose(((x - x.mean(axis=0)) ** 2).mean(axis=0).get(),
                                h.var(axis=0), rtol=1e-10)
     # batch-norm statistics: the mean, and the variance around it, in one evaluation
-    assert _launches(lambda: fl.compute(x.mean(axis=0),
-                                        ((x - x.mean(axis=0)) ** 2).mean(axis=0))[1]) == 3
+    assert launches(lambda: fl.compute(x.mean(axis=0),
+                                       ((x - x.mean(axis=0)) ** 2).mean(axis=0))[1].get(),
+                    warm=True) == 3
     m, v = fl.compute(x.mean(axis=0), ((x - x.mean(axis=0)) ** 2).mean(axis=0))
     np.testing.assert_allclose(m.get(), h.mean(axis=0), rtol=1e-10)
     np.testing.assert_allclose(v.get(), h.var(axis=0), rtol=1e-10)

@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from device_quirks import skip_without_fp64
 
 import fuseloop as fl
 from fuseloop.errors import DTypeError
@@ -19,11 +20,6 @@ def _data(dtype, n=37, seed=0, scale=2.0):
     rng = np.random.default_rng(seed)
     z = rng.uniform(-scale, scale, n) + 1j * rng.uniform(-scale, scale, n)
     return z.astype(dtype)
-
-
-def _skip_no_fp64(device, dtype):
-    if np.dtype(dtype) == np.complex128 and not device.has_fp64:
-        pytest.skip(f"{device.name} has no float64")
 
 
 def _close(got, want, dtype, rtol=None):
@@ -45,7 +41,7 @@ def test_transfer_and_repr(device):
 @pytest.mark.parametrize("dtype", CDTYPES)
 @pytest.mark.parametrize("op", ["add", "subtract", "multiply", "true_divide", "power"])
 def test_binary(device, dtype, op):
-    _skip_no_fp64(device, dtype)
+    skip_without_fp64(device, dtype)
     a, b = _data(dtype, seed=1), _data(dtype, seed=2)
     x, y = fl.asarray(a), fl.asarray(b)
     f = getattr(fl, op)
@@ -59,7 +55,7 @@ def test_binary(device, dtype, op):
                                 "sqrt", "sin", "cos", "tan", "sinh", "cosh", "tanh",
                                 "absolute", "sign", "reciprocal"])
 def test_unary(device, dtype, op):
-    _skip_no_fp64(device, dtype)
+    skip_without_fp64(device, dtype)
     a = _data(dtype, seed=3)
     want = getattr(np, op)(a)
     _close(getattr(fl, op)(fl.asarray(a)).get(), want, dtype)
@@ -69,7 +65,7 @@ def test_unary(device, dtype, op):
 def test_rounding_extrema_and_logic_follow_numpy(device, dtype):
     # numpy has complex loops of these; fuseloop's kernels had none (array-api-tests'
     # test_round found rint).  Extrema: lexicographic, NaN parts as numpy passes them
-    _skip_no_fp64(device, dtype)
+    skip_without_fp64(device, dtype)
     a, b = _data(dtype, n=12, seed=4), _data(dtype, n=12, seed=5)
     a[:6] = [1.5 + 2.5j, -0.5 - 1.5j, 0, 2 + 1j, complex(np.nan, 1), 1 + 1j]
     b[:6] = [1.5 + 2.5j, 0, 0, 2 + 3j, 1 + 1j, complex(1, np.nan)]
@@ -87,7 +83,7 @@ def test_rounding_extrema_and_logic_follow_numpy(device, dtype):
 
 @pytest.mark.parametrize("dtype", CDTYPES)
 def test_parts_and_angle(device, dtype):
-    _skip_no_fp64(device, dtype)
+    skip_without_fp64(device, dtype)
     a = _data(dtype, seed=4)
     x = fl.asarray(a)
     for got, want in [(fl.real(x), a.real), (fl.imag(x), a.imag), (x.real, a.real),
@@ -154,7 +150,7 @@ def test_where_with_complex_branches(device):
 @pytest.mark.parametrize("dtype", CDTYPES)
 @pytest.mark.parametrize("n", [37, 1 << 17])  # the second: a two-stage reduction
 def test_reductions(device, dtype, n):
-    _skip_no_fp64(device, dtype)
+    skip_without_fp64(device, dtype)
     a = _data(dtype, n=n, seed=6, scale=1.0)
     x = fl.asarray(a)
     rtol = RTOL[np.dtype(dtype).type] * (30 if n > 100 else 1)
@@ -174,7 +170,7 @@ def test_row_reductions(device):
 
 @pytest.mark.parametrize("dtype", CDTYPES)
 def test_matmul(device, dtype):
-    _skip_no_fp64(device, dtype)
+    skip_without_fp64(device, dtype)
     a = _data(dtype, n=12 * 9, seed=8).reshape(12, 9)
     b = _data(dtype, n=9 * 5, seed=9).reshape(9, 5)
     _close((fl.asarray(a) @ fl.asarray(b)).get(), a @ b, dtype)
@@ -222,7 +218,7 @@ _INVERSE_OPS = ["arccos", "arcsin", "arctan", "arccosh", "arcsinh", "arctanh", "
 
 @pytest.mark.parametrize("dtype", CDTYPES)
 def test_inverse_and_log_functions(device, dtype):
-    _skip_no_fp64(device, dtype)
+    skip_without_fp64(device, dtype)
     # both sides of the branch cuts, near zero (the series), past overflow of z^2
     a = np.concatenate([_data(dtype, seed=5, scale=3.0),
                         np.array([2 + 0j, 2 - 0j, -3 + 0j, -3 - 0j, 0.5j, 1e-9 + 2e-9j,
@@ -311,7 +307,7 @@ def test_gpu_recipes_on_cpu(device, restore_recipes):
 
 @pytest.mark.parametrize("dtype", CDTYPES)
 def test_power_follows_numpy_at_zero_and_whole_exponents(device, dtype):
-    _skip_no_fp64(device, dtype)
+    skip_without_fp64(device, dtype)
     z = np.array([0, -0.0, 1 + 1j, -2 + 0.5j, 3 - 4j, 1j, -1, -4, np.inf], dtype=dtype)
     x = fl.asarray(z)
     for e in (0, 1, 2, 3, 4, 7, 99, -1, -2, -3, 2.5, -0.5, 1 / 3, 2 + 1j, 1j, -1 + 1j):

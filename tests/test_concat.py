@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pytest
+from launch_counts import launches, launches_and_result
 
 import fuseloop as fl
 from fuseloop.errors import ShapeError
@@ -24,13 +25,6 @@ def _check_caches(monkeypatch):
 def rand(shape, dtype=np.float32, seed=0):
     r = np.random.default_rng(seed).random(shape) * 10
     return r.astype(dtype)
-
-
-def launches(fn):
-    """``fn()`` and the number of kernels it launched."""
-    before = fl.stats()["kernels_launched"]
-    out = fn()
-    return out, fl.stats()["kernels_launched"] - before
 
 
 CASES = [  # piece shapes, axis
@@ -88,7 +82,7 @@ def test_many_pieces(device):
     got = fl.concatenate([fl.asarray(h) for h in hs])
     assert type(got._node) is Concat and len(got._node.pieces) == 37
     ref = np.concatenate(hs)
-    (val, n) = launches(lambda: (got * 3).get())
+    n, val = launches_and_result(lambda: got * 3)
     np.testing.assert_allclose(val, ref * 3, rtol=1e-6)
     assert n == 1
     np.testing.assert_allclose(fl.sum(got, axis=0).get(), ref.sum(axis=0), rtol=1e-5)
@@ -100,16 +94,16 @@ def test_many_pieces(device):
 def test_consumers_fuse_into_one_kernel(device):
     a, b = rand(1000, seed=1), rand(700, seed=2)
     x, y = fl.asarray(a), fl.asarray(b)
-    val, n = launches(lambda: fl.sum(fl.concatenate([x, y]) * 2).get())
+    n, val = launches_and_result(lambda: fl.sum(fl.concatenate([x, y]) * 2))
     assert n == 1
     np.testing.assert_allclose(val, np.sum(np.concatenate([a, b]) * 2), rtol=1e-5)
     x2, y2 = fl.asarray(rand((4, 5), seed=3)), fl.asarray(rand((4, 5), seed=4))
-    val, n = launches(lambda: (fl.stack([x2, y2]) + 1).get())
+    n, val = launches_and_result(lambda: fl.stack([x2, y2]) + 1)
     assert n == 1
     np.testing.assert_allclose(val, np.stack([x2.get(), y2.get()]) + 1)
     # a large sum runs in two stages, as without the concatenation
     big = [rand(40000, seed=5), rand(30001, seed=6)]
-    val, n = launches(lambda: fl.concatenate([fl.asarray(h) for h in big]).sum().get())
+    n, val = launches_and_result(lambda: fl.concatenate([fl.asarray(h) for h in big]).sum())
     np.testing.assert_allclose(val, np.concatenate(big).sum(), rtol=1e-4)
 
 
@@ -123,7 +117,7 @@ def test_pieces_are_expressions_and_views(device):
                   np.sin(h[::2]), np.arange(4).reshape(1, 4)]
     got = fl.concatenate(pieces)
     ref = np.concatenate(ref_pieces).astype(np.float32)
-    val, n = launches(lambda: (got + 1).get())
+    n, val = launches_and_result(lambda: got + 1)
     assert n == 1
     np.testing.assert_allclose(val, ref + 1, rtol=1e-6)
     # pieces that hold reductions and gathers
@@ -150,7 +144,7 @@ def test_views_of_a_concatenation(device):
     }
     for name, f in views.items():
         got = f(c)
-        val, n = launches(lambda got=got: (got * 1).get())
+        n, val = launches_and_result(lambda got=got: got * 1)
         np.testing.assert_array_equal(val, f(r), err_msg=name)
         assert n == (1 if val.size else 0), name
 
@@ -161,7 +155,7 @@ def test_reshape_of_a_concatenation(device):
     r = np.concatenate([a, b])
     for shape in [(36,), (6, 3, 2), (12, 3), (3, 12), (1, 36, 1), (2, 3, 6)]:
         got = c.reshape(shape)
-        val, n = launches(lambda got=got: (got + 0).get())
+        n, val = launches_and_result(lambda got=got: got + 0)
         np.testing.assert_array_equal(val, r.reshape(shape), err_msg=str(shape))
         if shape in [(36,), (12, 3), (1, 36, 1)]:
             assert n == 1, shape  # the joined axis stays whole: no copy
@@ -177,7 +171,7 @@ def test_reductions_of_a_concatenation(device, axis):
     for op in ("sum", "max", "argmin"):
         if op == "argmin" and isinstance(axis, tuple):
             continue
-        val, n = launches(lambda op=op: getattr(fl, op)(c, axis=axis).get())
+        n, val = launches_and_result(lambda op=op: getattr(fl, op)(c, axis=axis))
         np.testing.assert_allclose(val, getattr(np, op)(r, axis=axis), rtol=1e-5)
         if op != "argmin":
             assert n == 1, op
@@ -202,7 +196,7 @@ def test_nested_concatenations(device):
     x, y, z = (fl.asarray(h) for h in (a, b, c))
     got = fl.concatenate([fl.concatenate([x, y])[1:], z, fl.concatenate([z, x])[::-1]])
     ref = np.concatenate([np.concatenate([a, b])[1:], c, np.concatenate([c, a])[::-1]])
-    val, n = launches(lambda: got.get())
+    n, val = launches_and_result(lambda: got)
     np.testing.assert_array_equal(val, ref)
     assert n == 1
 
@@ -223,7 +217,7 @@ def test_assignment_of_a_concatenation(device):
     a, b = rand(4, seed=25), rand(6, seed=26)
     x, y = fl.asarray(a), fl.asarray(b)
     out = fl.zeros(12, dtype=np.float32)
-    _, n = launches(lambda: out.__setitem__(slice(1, 11), fl.concatenate([x, y])))
+    n = launches(lambda: out.__setitem__(slice(1, 11), fl.concatenate([x, y])))
     assert n == 1
     np.testing.assert_array_equal(out.get(), np.concatenate([[0], a, b, [0]]))
     out2 = fl.zeros((2, 10), dtype=np.float64)
@@ -466,7 +460,7 @@ def test_piece_loops_match_numpy(device, lengths):
     expr = fl.concatenate(xs) * 2 + 1
     if _per_piece(device):
         _check_piece_loops(fl.show_code(expr), expr, lengths, [{k} for k in range(len(lengths))])
-    val, n = launches(lambda: expr.get())
+    n, val = launches_and_result(lambda: expr)
     assert n == 1
     np.testing.assert_allclose(val, ref * 2 + 1, rtol=1e-6)
     # into part of a larger buffer (an offset target), and into a strided one

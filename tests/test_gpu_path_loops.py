@@ -4,6 +4,7 @@ stay flat over the iterations, and a statement launches few kernels (issue 26)."
 from __future__ import annotations
 
 import numpy as np
+from launch_counts import counted, launches
 
 import fuseloop as fl
 
@@ -46,14 +47,6 @@ def test_reading_an_element_or_row_launches_no_kernel(device_path, fresh_stats):
     np.testing.assert_array_equal(a[::2, ::3].get(), h[::2, ::3])
 
 
-def _launches(statement) -> int:
-    fl.synchronize()
-    fl.reset_stats()
-    statement()
-    fl.synchronize()
-    return fl.stats()["kernels_launched"]
-
-
 def test_loop_statements_launch_once_and_build_few_kernels(device_path):
     # NPBench's triangular loops (trisolv, cholesky, lu): one launch per statement, and
     # kernels shared by every length (a kernel per length would build one per iteration)
@@ -68,8 +61,9 @@ def test_loop_statements_launch_once_and_build_few_kernels(device_path):
     for i in range(n):
         def solve_row(i: int = i) -> None:
             x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
-        assert _launches(solve_row) == 1, i
-        built += fl.stats()["memory_cache_misses"]
+        done = counted(solve_row)
+        assert done.launches == 1, i
+        built += done["memory_cache_misses"]
         xh[i] = (bh[i] - lh[i, :i] @ xh[:i]) / lh[i, i]
     np.testing.assert_allclose(x.get(), xh, rtol=1e-12)
     assert built <= 12, built
@@ -83,9 +77,9 @@ def test_loop_statements_launch_once_and_build_few_kernels(device_path):
     def floyd_row() -> None:  # (reads element 5 of the row it writes: numpy's order)
         a[7, :] = fl.minimum(a[7, :], a[7, 5] + a[5, :])
 
-    assert _launches(cholesky_like) == 1
+    assert launches(cholesky_like) == 1
     ah[30, 20] -= ah[30, :20] @ ah[20, :20]
-    assert _launches(floyd_row) <= 2
+    assert launches(floyd_row) <= 2
     ah[7, :] = np.minimum(ah[7, :], ah[7, 5] + ah[5, :])
     np.testing.assert_allclose(a.get(), ah, rtol=1e-12)
 

@@ -19,12 +19,6 @@ from fuseloop.expr.program import structure_entry
 
 
 @pytest.fixture
-def checked(monkeypatch):
-    """Every structure-cache hit is compared with a fresh linearisation (asserts)."""
-    monkeypatch.setattr(prog, "CHECK_STRUCTURE_CACHE", True)
-
-
-@pytest.fixture
 def passes(monkeypatch):
     """The number of linearisations (runs of the passes) so far."""
     calls = []

@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
-from device_quirks import asserts_on_group_barriers
+from device_quirks import asserts_on_group_barriers, skip_without_fp64
 
 import fuseloop as fl
 from fuseloop import linalg_complex, linalg_qr_complex
@@ -34,11 +34,6 @@ def _small_blocks_no_host(request, monkeypatch):
         yield
 
 
-def _skip_fp64(device, dtype):
-    if np.dtype(dtype) == np.complex128 and not device.has_fp64:
-        pytest.skip(f"{device.name} has no float64")
-
-
 def _general(shape, dtype, seed=1):
     rng = np.random.default_rng(seed)
     n = shape[-1]
@@ -59,7 +54,7 @@ def _close(got, want, dtype):
 
 @pytest.mark.parametrize("dtype", CDTYPES)
 def test_solve_and_inv(device, dtype):
-    _skip_fp64(device, dtype)
+    skip_without_fp64(device, dtype)
     a = _general((2, N, N), dtype)
     rng = np.random.default_rng(3)
     b = (rng.standard_normal((2, N, 3)) + 1j * rng.standard_normal((2, N, 3))).astype(dtype)
@@ -73,7 +68,7 @@ def test_solve_and_inv(device, dtype):
 
 @pytest.mark.parametrize("dtype", CDTYPES)
 def test_det_and_slogdet(device, dtype):
-    _skip_fp64(device, dtype)
+    skip_without_fp64(device, dtype)
     a = _general((2, N, N), dtype)
     a[1] = a[1][::-1]  # (pivots that swap rows)
     want = np.linalg.det(a)
@@ -101,7 +96,7 @@ def test_singular(device, dtype):
 
 @pytest.mark.parametrize("dtype", CDTYPES)
 def test_cholesky(device, dtype):
-    _skip_fp64(device, dtype)
+    skip_without_fp64(device, dtype)
     a = _hermitian_pd((2, N, N), dtype)
     _close(fl.linalg.cholesky(a).get(), np.linalg.cholesky(a), dtype)
     _close(fl.linalg.cholesky(a, upper=True).get(), np.linalg.cholesky(a, upper=True), dtype)
@@ -121,7 +116,7 @@ def _orthonormal(q, dtype, rows=False):
 
 @pytest.mark.parametrize("dtype", CDTYPES)
 def test_eigh(device, dtype):
-    _skip_fp64(device, dtype)
+    skip_without_fp64(device, dtype)
     n = N
     h = _hermitian_pd((2, n, n), dtype) - 2 * np.eye(n, dtype=dtype)
     w, v = fl.linalg.eigh(h)
@@ -152,7 +147,7 @@ def test_eigh_repeated_eigenvalues(device):
 
 @pytest.mark.parametrize("dtype", CDTYPES)
 def test_svd(device, dtype):
-    _skip_fp64(device, dtype)
+    skip_without_fp64(device, dtype)
     a = _general((N, N), dtype)[:, :8].copy()  # tall (stacks: as eigh's, _batched)
     want = np.linalg.svd(a, compute_uv=False)
     scale = want.max()
@@ -194,7 +189,7 @@ def test_svd_rank_deficient_and_what_builds_on_it(device):
 @pytest.mark.parametrize("dtype", CDTYPES)
 def test_qr(device, dtype, monkeypatch):
     # numpy's (LAPACK's) reflectors: Q and R themselves, R's diagonal real
-    _skip_fp64(device, dtype)
+    skip_without_fp64(device, dtype)
     monkeypatch.setattr(linalg_qr_complex, "CQR_BLOCK", 4)
     # (work-groups of 8: 4 columns by 2 row lanes, where the device's compiler takes them)
     if not asserts_on_group_barriers(device):

@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import pytest
 from device_quirks import asserts_on_group_barriers
+from launch_counts import launches
 
 import fuseloop as fl
 from fuseloop import linalg_factor, linalg_gemm, linalg_kernels, linalg_panel
@@ -234,13 +235,6 @@ def block16(device, monkeypatch):
     return 16
 
 
-def _launches(fn):
-    fn()  # (builds)
-    fl.reset_stats()
-    fn()
-    return fl.stats()["kernels_launched"]
-
-
 @pytest.mark.parametrize("present", ["device", "gpu"])
 def test_launches_per_block(device, block16, present, monkeypatch):
     # O(n / block) launches: 3 per Cholesky block (diagonal block, panel, trailing
@@ -265,12 +259,12 @@ def _launches_per_block(device, block16):
     spd, gen = fl.asarray(_spd(n)), fl.asarray(_general(n))
     few = fl.asarray(np.ones((n, linalg_kernels.FEW_RHS)))
     many = fl.asarray(np.ones((n, linalg_kernels.FEW_RHS + 1)))
-    assert _launches(lambda: fl.linalg.cholesky(spd).eval()) == 3 * blocks
+    assert launches(lambda: fl.linalg.cholesky(spd).eval(), warm=True) == 3 * blocks
     # (the right-hand side's copy, then the blocks)
-    assert _launches(lambda: fl.linalg.solve_triangular(spd, few, lower=True).eval()) == \
-        1 + blocks
-    assert _launches(lambda: fl.linalg.solve_triangular(spd, many, lower=True).eval()) == \
-        2 * blocks
+    assert launches(lambda: fl.linalg.solve_triangular(spd, few, lower=True).eval(),
+                    warm=True) == 1 + blocks
+    assert launches(lambda: fl.linalg.solve_triangular(spd, many, lower=True).eval(),
+                    warm=True) == 2 * blocks
     levels = 0
     f8 = np.dtype(np.float64)
     rows = linalg_panel.use_rows(device, block16, f8)  # (GPUs: a row per work-item)
@@ -284,9 +278,9 @@ def _launches_per_block(device, block16):
     # the copy and the row order's start, the tournament, the row exchanges, the two
     # triangular solves (one launch) and the product
     lu = 2 + levels + blocks + 2 * (blocks - 1)
-    assert _launches(lambda: linalg_factor._lu(gen)) == lu
+    assert launches(lambda: linalg_factor._lu(gen), warm=True) == lu
     # solve: the LU, the right-hand side's rows gathered, a launch per block and direction
-    assert _launches(lambda: fl.linalg.solve(gen, few).eval()) == lu + 1 + 2 * blocks
+    assert launches(lambda: fl.linalg.solve(gen, few).eval(), warm=True) == lu + 1 + 2 * blocks
 
 
 @pytest.mark.parametrize("group", [4, 64])
@@ -409,7 +403,7 @@ def test_factorisations_with_the_update_kernel(device, gemm_updates, dtype):
     # a launch per block for each update, as the contraction's (the copy, the factor's
     # tril, then per block the diagonal block, the panel and the update)
     da = fl.asarray(a)
-    assert _launches(lambda: fl.linalg.cholesky(da).eval()) == 3 * -(-n // 16)
+    assert launches(lambda: fl.linalg.cholesky(da).eval(), warm=True) == 3 * -(-n // 16)
     for rhs in (b1, bk):
         np.testing.assert_allclose(fl.linalg.solve(fl.asarray(g), fl.asarray(rhs)).get(),
                                    np.linalg.solve(g64, rhs), rtol=tol, atol=tol)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from launch_counts import calls_of
 
 import fuseloop as fl
 from fuseloop import host_path
@@ -282,14 +283,6 @@ def test_full_reductions_combined_on_the_host(device, monkeypatch, parts):
     np.testing.assert_array_equal(kept.get(), np.sum(xs[i32], keepdims=True))
 
 
-def _counting(monkeypatch, module, name):
-    """A list that gets an entry per call of ``module.name`` (which still runs)."""
-    calls: list = []
-    real = getattr(module, name)
-    monkeypatch.setattr(module, name, lambda *a, **k: calls.append(a) or real(*a, **k))
-    return calls
-
-
 def test_split_sum_parts_replay_their_plans(three, monkeypatch):
     """A repeated fl.sum of a split array: every part's partial is replayed from its
     device's run plan, no node built (no structure walk, every launch a cache hit, not
@@ -304,9 +297,9 @@ def test_split_sum_parts_replay_their_plans(three, monkeypatch):
     float(fl.sum(x * y))  # (each device's plan recorded)
     e = x * y
     fl.synchronize()
-    walks = _counting(monkeypatch, run_plans, "_key")
-    replays = _counting(monkeypatch, run_plans, "_signed_replay")
-    general = _counting(monkeypatch, host_path, "try_run")  # (evaluate.run's first step)
+    walks = calls_of(monkeypatch, run_plans, "_key")
+    replays = calls_of(monkeypatch, run_plans, "_signed_replay")
+    general = calls_of(monkeypatch, host_path, "try_run")  # (evaluate.run's first step)
     fl.reset_stats()
     log = record(three, monkeypatch)
     total = fl.sum(e)
@@ -362,7 +355,7 @@ def test_copy_through_the_host_allocates_once(three, monkeypatch):
         pytest.skip("only OpenCL devices exchange through the host")
     xn = np.arange(12, dtype=np.float32).reshape(6, 2)
     x = fl.asarray(xn, device=three[0])
-    allocated = _counting(monkeypatch, exchange, "allocate")
+    allocated = calls_of(monkeypatch, exchange, "allocate")
     got = exchange._transfer(x[2:4], three[1])
     assert len(allocated) == 1 and got.device is three[1]
     np.testing.assert_array_equal(got.get(), xn[2:4])

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from launch_counts import launches
 
 import fuseloop as fl
 from fuseloop.errors import DeviceError, DTypeError, ShapeError
@@ -15,13 +16,6 @@ DTYPES = [np.float32, np.float64, np.int32]
 
 def data(n, dtype, seed):
     return (np.random.default_rng(seed).random(n) * 100).astype(dtype)
-
-
-def launches(fn):
-    fl.reset_stats()
-    fn()
-    fl.synchronize()
-    return fl.stats()["kernels_launched"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from launch_counts import calls_of
 
 import fuseloop as fl
 from fuseloop.multi import array as multi_array
@@ -15,13 +16,6 @@ from fuseloop.multi import reduce as multi_reduce
 from fuseloop.multi import replay as multi_replay
 
 LAPLACE = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
-
-
-def _counting(monkeypatch, module, name):
-    calls: list = []
-    real = getattr(module, name)
-    monkeypatch.setattr(module, name, lambda *a, **k: calls.append(a) or real(*a, **k))
-    return calls
 
 
 def test_split_sum_replays_every_part_without_building(three, monkeypatch):
@@ -44,10 +38,10 @@ def test_split_sum_replays_every_part_without_building(three, monkeypatch):
     x[9990:10010] = 2.0  # (across the first two parts' boundary)
     xn[9990:10010] = 2.0
     e = x * y
-    reduces = _counting(monkeypatch, reductions, "Reduce")  # (what fl.sum builds)
-    substituted = _counting(monkeypatch, multi_reduce, "_substituted")
-    replays = _counting(monkeypatch, multi_reduce, "_signed_replay")
-    walks = _counting(monkeypatch, run_plans, "_key")
+    reduces = calls_of(monkeypatch, reductions, "Reduce")  # (what fl.sum builds)
+    substituted = calls_of(monkeypatch, multi_reduce, "_substituted")
+    replays = calls_of(monkeypatch, multi_reduce, "_signed_replay")
+    walks = calls_of(monkeypatch, run_plans, "_key")
     fl.reset_stats()
     total = fl.sum(e)
     stats = fl.stats()
@@ -81,9 +75,9 @@ def test_split_sum_parts_replayed_back_to_back(three, monkeypatch):
     x[19990:20010] = 3.0  # (across the last two parts' boundary)
     xn[19990:20010] = 3.0
     e = x * y
-    reduces = _counting(monkeypatch, reductions, "Reduce")
-    replays = _counting(monkeypatch, multi_reduce, "_signed_replay")
-    walks = _counting(monkeypatch, run_plans, "_key")
+    reduces = calls_of(monkeypatch, reductions, "Reduce")
+    replays = calls_of(monkeypatch, multi_reduce, "_signed_replay")
+    walks = calls_of(monkeypatch, run_plans, "_key")
     fl.reset_stats()
     with trace.tracing() as events:
         total = fl.sum(e)
@@ -125,7 +119,7 @@ def test_split_stencil_parts_of_known_plans_replayed(three, monkeypatch):
     u[45:55] = 2.0  # (across the first two parts' boundary)
     un[45:55] = 2.0
     step = u + np.float32(0.1) * fl.stencil(u, LAPLACE, boundary="wrap")
-    evals = _counting(monkeypatch, multi_array, "launch_part")
+    evals = calls_of(monkeypatch, multi_array, "launch_part")
     fl.reset_stats()
     step.eval()
     stats = fl.stats()
@@ -229,7 +223,7 @@ def test_split_stencil_steps_replay_a_kept_step_plan(three, monkeypatch, boundar
     one = fl.asarray(un, device=three[0])
     exchange._PLANS.clear()
     steps._STEPS.clear()
-    halos = _counting(monkeypatch, exchange, "_halo")
+    halos = calls_of(monkeypatch, exchange, "_halo")
     hits = []
     copied = -1
     for step in range(5):
@@ -292,8 +286,8 @@ def test_deferred_halo_uploads_wait_for_their_reads_at_the_parts_launch(three, m
     with fl.device(three):
         u = fl.asarray(un)
     one = fl.asarray(un, device=three[0])
-    waits = _counting(monkeypatch, uploads, "wait")
-    in_stencil = _counting(monkeypatch, exchange, "wait")
+    waits = calls_of(monkeypatch, uploads, "wait")
+    in_stencil = calls_of(monkeypatch, exchange, "wait")
     for step in range(4):
         fl.synchronize()
         waits.clear()

@@ -9,21 +9,12 @@ import re
 
 import numpy as np
 import pytest
+from launch_counts import counted, launches
 
 import fuseloop as fl
 from fuseloop.lower import codegen
 from fuseloop.recipe_state import recipe_for
 from fuseloop.recipes.one_group import limit
-
-
-def _launches(statement) -> tuple[int, int]:
-    """(kernels launched, kernels looked up and missed) by ``statement``."""
-    fl.synchronize()
-    fl.reset_stats()
-    statement()
-    fl.synchronize()
-    s = fl.stats()
-    return s["kernels_launched"], s["memory_cache_misses"]
 
 
 def _limit(device) -> int:
@@ -42,7 +33,7 @@ def test_shifts_launch_once_up_to_the_limit(device_path, dtype):
         def shift(x=x):
             x[1:] = x[:-1] * 2
 
-        launched, _ = _launches(shift)
+        launched = launches(shift)
         h[1:] = h[:-1] * 2
         np.testing.assert_array_equal(x.get(), h)
         assert launched == (1 if n - 1 < top else 2), (n, launched)
@@ -60,9 +51,9 @@ def test_loops_of_overlapping_statements_launch_once_each(device_path):
     for k in range(1, n):
         def durbin(k=k):
             y[:k] += (0.5 / k) * fl.flip(y[:k])
-        launched, missed = _launches(durbin)
-        assert launched == 1, k
-        misses += missed
+        done = counted(durbin)
+        assert done.launches == 1, k
+        misses += done["memory_cache_misses"]
         yh[:k] += (0.5 / k) * np.flip(yh[:k])
     np.testing.assert_allclose(y.get(), yh, rtol=1e-13)
     assert misses <= 3, misses
@@ -72,7 +63,7 @@ def test_loops_of_overlapping_statements_launch_once_each(device_path):
     for i in range(6):
         def row_shift(i=i):
             a[i, 1:] += a[i, :-1]
-        assert _launches(row_shift)[0] == 1
+        assert launches(row_shift) == 1
         ah[i, 1:] += ah[i, :-1]
     np.testing.assert_allclose(a.get(), ah, rtol=1e-14)
 
@@ -83,7 +74,7 @@ def test_loops_of_overlapping_statements_launch_once_each(device_path):
         for i in range(m):
             def floyd(i=i, k=k):
                 p[i, :] = fl.minimum(p[i, :], p[i, k] + p[k, :])
-            assert _launches(floyd)[0] == 1, (i, k)
+            assert launches(floyd) == 1, (i, k)
             ph[i, :] = np.minimum(ph[i, :], ph[i, k] + ph[k, :])
     np.testing.assert_array_equal(p.get(), ph)
 
@@ -95,7 +86,7 @@ def test_complex_and_bool_targets(device_path):
     def shift():
         x[1:] = x[:-1] * 2
 
-    assert _launches(shift)[0] == 1
+    assert launches(shift) == 1
     h[1:] = h[:-1] * 2
     np.testing.assert_array_equal(x.get(), h)
     m = np.arange(50) % 3 == 0
@@ -104,7 +95,7 @@ def test_complex_and_bool_targets(device_path):
     def negate():
         b[:-1] = ~b[1:]
 
-    assert _launches(negate)[0] == 1
+    assert launches(negate) == 1
     m[:-1] = ~m[1:]
     np.testing.assert_array_equal(b.get(), m)
 
@@ -124,7 +115,7 @@ def test_two_dimensional_and_reversed_targets(device_path):
             a.T[1:] = a.T[:-1] + a.T[1:]
 
         for statement in (diagonal_shift, reversed_rows, transposed):
-            assert _launches(statement)[0] == 1, statement.__name__
+            assert launches(statement) == 1, statement.__name__
         h[1:, 1:] = h[:-1, :-1] * 2 + h[1:, 1:]
         h[::-1, 2:] = h[:, :-2] - 1
         h.T[1:] = h.T[:-1] + h.T[1:]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from launch_counts import launches_and_result
 
 import fuseloop as fl
 from fuseloop import splits
@@ -17,15 +18,6 @@ from fuseloop.evaluate import ONE_ROW_MAX_LENGTH
 
 def rand(shape, seed: int, dtype=np.float32) -> np.ndarray:
     return np.random.default_rng(seed).random(shape).astype(dtype)
-
-
-def launches(fn):
-    """``fn()``'s value(s) as numpy arrays and the kernels its evaluation launched."""
-    fl.synchronize()
-    before = fl.stats()["kernels_launched"]
-    got = fn()
-    got = [g.get() for g in got] if isinstance(got, tuple) else got.get()
-    return got, fl.stats()["kernels_launched"] - before
 
 
 def softmax(x, axis=-1):
@@ -42,7 +34,7 @@ def np_softmax(h, axis=-1):
                                    (1, 4101)])
 def test_short_softmax_is_one_kernel(device, shape):
     h = rand(shape, seed=1) * 20
-    got, n = launches(lambda: softmax(fl.asarray(h)))
+    n, got = launches_and_result(lambda: softmax(fl.asarray(h)))
     assert n == 1
     np.testing.assert_allclose(got, np_softmax(h.astype(np.float64)), rtol=2e-5, atol=1e-9)
 
@@ -50,7 +42,7 @@ def test_short_softmax_is_one_kernel(device, shape):
 @pytest.mark.parametrize("length", [ONE_ROW_MAX_LENGTH, 100_000])
 def test_long_softmax_computes_its_maximum_once(device, length):
     h = rand((1, length), seed=2) * 20
-    got, n = launches(lambda: softmax(fl.asarray(h)))
+    n, got = launches_and_result(lambda: softmax(fl.asarray(h)))
     # the maximum (two stages), the sum of exponentials (two stages), the quotient:
     # the maximum is not computed again inside the sum's kernels
     assert n == (3 if splits.ONE_LAUNCH else 5)  # (a split's two stages in one launch)
@@ -61,13 +53,13 @@ def test_standardise_and_normalise(device):
     h = rand(3000, seed=3) * 10 + 100
     x = fl.asarray(h)
     h64 = h.astype(np.float64)
-    got, n = launches(lambda: (x - x.mean()) / x.std())
+    n, got = launches_and_result(lambda: (x - x.mean()) / x.std())
     assert n == 1
     np.testing.assert_allclose(got, (h64 - h64.mean()) / h64.std(), atol=2e-4)
-    got, n = launches(lambda: x / fl.linalg.norm(x))
+    n, got = launches_and_result(lambda: x / fl.linalg.norm(x))
     assert n == 1
     np.testing.assert_allclose(got, h64 / np.linalg.norm(h64), rtol=1e-5)
-    got, n = launches(lambda: x.var() + x)
+    n, got = launches_and_result(lambda: x.var() + x)
     assert n == 1
     np.testing.assert_allclose(got, h64.var() + h64, rtol=1e-5)
 
@@ -91,7 +83,7 @@ def test_every_reduction_kind_in_one_row(device):
         (lambda: x * fl.dot(x, x), h.astype(np.float64) * np.dot(h.astype(np.float64), h)),
     ]
     for fn, want in cases:
-        got, launched = launches(fn)
+        launched, got = launches_and_result(fn)
         assert launched == 1
         assert got.dtype == want.dtype or want.dtype == np.float64
         np.testing.assert_allclose(got, want, rtol=2e-5)
@@ -100,11 +92,11 @@ def test_every_reduction_kind_in_one_row(device):
 def test_reduced_range_other_than_the_output(device):
     yh, zh, bh = rand(5, seed=5), rand(100, seed=6), rand(50_000, seed=7)
     y, z, big = fl.asarray(yh), fl.asarray(zh), fl.asarray(bh)
-    got, n = launches(lambda: y + fl.sum(z))
+    n, got = launches_and_result(lambda: y + fl.sum(z))
     assert n == 1
     np.testing.assert_allclose(got, yh + zh.astype(np.float64).sum(), rtol=1e-6)
     # a long reduced range runs first (in two stages), however short the output
-    got, n = launches(lambda: y + fl.sum(big))
+    n, got = launches_and_result(lambda: y + fl.sum(big))
     assert n == (2 if splits.ONE_LAUNCH else 3)  # (a split's two stages in one launch)
     np.testing.assert_allclose(got, yh + bh.astype(np.float64).sum(), rtol=1e-5)
 
@@ -113,7 +105,7 @@ def test_full_reduction_beside_row_reductions_runs_first(device):
     h = rand((30, 40), seed=8)
     x = fl.asarray(h)
     # the full maximum would be recomputed for every row: it runs as a kernel of its own
-    got, n = launches(lambda: x - x.max() - x.max(axis=1, keepdims=True))
+    n, got = launches_and_result(lambda: x - x.max() - x.max(axis=1, keepdims=True))
     assert n == 2
     np.testing.assert_allclose(got, h - h.max() - h.max(axis=1, keepdims=True), rtol=1e-6)
 
@@ -121,7 +113,7 @@ def test_full_reduction_beside_row_reductions_runs_first(device):
 def test_several_results_share_the_row(device):
     h = rand(2000, seed=9)
     x = fl.asarray(h)
-    (a, b), n = launches(lambda: fl.compute(x - x.mean(), x * x.max()))
+    n, (a, b) = launches_and_result(lambda: fl.compute(x - x.mean(), x * x.max()))
     assert n == 1
     np.testing.assert_allclose(a, h - h.astype(np.float64).mean(), atol=1e-6)
     np.testing.assert_allclose(b, h * h.max(), rtol=1e-6)

@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+from launch_counts import launches
 
 import fuseloop as fl
 from fuseloop.expr.overlap import views_disjoint
@@ -54,14 +55,6 @@ def test_disjoint_cases(a, b, disjoint):
     assert views_disjoint(a, b) is disjoint
 
 
-def _launches(fn) -> int:
-    fl.synchronize()
-    before = fl.stats()["kernels_launched"]
-    fn()
-    fl.synchronize()
-    return fl.stats()["kernels_launched"] - before
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.int32])
 def test_element_statement_is_one_launch(device, dtype):
     host = np.arange(36, dtype=dtype).reshape(6, 6)
@@ -71,7 +64,7 @@ def test_element_statement_is_one_launch(device, dtype):
 
     for i, j in [(1, 2), (2, 3), (4, 1)]:
         host[i, j] += host[i, j - 1] * 2
-        assert _launches(lambda i=i, j=j: statement(i, j)) == 1
+        assert launches(lambda i=i, j=j: statement(i, j)) == 1
     np.testing.assert_array_equal(a.get(), host)
 
 
@@ -81,14 +74,14 @@ def test_interleaved_and_separate_views_write_directly(device):
 
     def interleaved():
         a[::2] = a[1::2] * 3
-    assert _launches(interleaved) == 1
+    assert launches(interleaved) == 1
     host[::2] = host[1::2] * 3
     m = fl.asarray(np.arange(24.0).reshape(6, 4), device=device)
     mh = np.arange(24.0).reshape(6, 4)
 
     def halves():
         m[3:] = m[:3] + 1
-    assert _launches(halves) == 1
+    assert launches(halves) == 1
     mh[3:] = mh[:3] + 1
     np.testing.assert_array_equal(a.get(), host)
     np.testing.assert_array_equal(m.get(), mh)
@@ -106,11 +99,11 @@ def test_reduction_statements_write_directly(device):
 
     for i, j in [(3, 2), (5, 4), (7, 3)]:
         host[i, j] -= host[i, :j] @ host[j, :j]
-        assert _launches(lambda i=i, j=j: statement(i, j)) == 1
+        assert launches(lambda i=i, j=j: statement(i, j)) == 1
 
     def column_from_the_rest():
         a[:, 1] = a[:, 2:].sum(axis=1)
-    assert _launches(column_from_the_rest) == 1
+    assert launches(column_from_the_rest) == 1
     host[:, 1] = host[:, 2:].sum(axis=1)
     a[:, 0] += a.sum(axis=1)  # (each row's sum reads the element it writes)
     host[:, 0] += host.sum(axis=1)
@@ -143,7 +136,7 @@ def test_lazy_readers_keep_the_values_they_read(device):
 
     def write():
         a[5:] = 7.0
-    assert _launches(write) == 2  # `across` first, then the write
+    assert launches(write) == 2  # `across` first, then the write
     np.testing.assert_array_equal(apart.get(), host[:3] * 2)
     np.testing.assert_array_equal(across.get(), host[4:7] * 2)
     host[5:] = 7.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from launch_counts import launches
 
 import fuseloop as fl
 from fuseloop.ops import radix_sort
@@ -78,31 +79,24 @@ def test_along_axes(device):
                                   np.sort(f[:, 1:4], axis=1))
 
 
-def _launches(fn) -> int:
-    fl.synchronize()
-    fl.reset_stats()
-    fn().eval()
-    return fl.stats()["kernels_launched"]
-
-
 def test_launches_and_skipped_passes(device):
     rng = np.random.default_rng(6)
     x = fl.asarray(rng.standard_normal(3000).astype(np.float32))
     # keys (with their OR and AND), 4 passes of count, scan and scatter (the last
     # writing values)
-    assert _launches(lambda: fl.sort(x)) == 1 + 4 * 3
+    assert launches(lambda: fl.sort(x).eval()) == 1 + 4 * 3
     # ... argsort: positions with the keys, then int64 positions
-    assert _launches(lambda: fl.argsort(x)) == 1 + 4 * 3 + 1
+    assert launches(lambda: fl.argsort(x).eval()) == 1 + 4 * 3 + 1
     # int32 in [0, 1000): the two high bytes are the same in every key: 2 passes
     small = rng.integers(0, 1000, 3000).astype(np.int32)
-    assert _launches(lambda: fl.sort(fl.asarray(small))) == 1 + 2 * 3
+    assert launches(lambda: fl.sort(fl.asarray(small)).eval()) == 1 + 2 * 3
     np.testing.assert_array_equal(fl.sort(fl.asarray(small)).get(), np.sort(small))
     # all equal: no pass at all, the values from the keys
-    assert _launches(lambda: fl.sort(fl.asarray(np.full(3000, 7, np.int64)))) == 2
+    assert launches(lambda: fl.sort(fl.asarray(np.full(3000, 7, np.int64))).eval()) == 2
     # 4 rows: value passes (one for int8), one pass over the row's digit, then the
     # values (narrower than their 32-bit keys) from the keys
     rows = rng.integers(-100, 100, (4, 700)).astype(np.int8)
-    assert _launches(lambda: fl.sort(fl.asarray(rows), axis=1)) == 1 + 2 * 3 + 1
+    assert launches(lambda: fl.sort(fl.asarray(rows), axis=1).eval()) == 1 + 2 * 3 + 1
     np.testing.assert_array_equal(fl.sort(fl.asarray(rows), axis=1).get(), np.sort(rows))
 
 
@@ -287,7 +281,7 @@ def test_onesweep(device, monkeypatch, variant):
     # (keys unless fused), the histograms and their starts, then a kernel a pass (the
     # last writing the values)
     x = fl.asarray(cases[0])
-    assert _launches(lambda: fl.sort(x)) == (variant == "onesweep") + 2 + 4
+    assert launches(lambda: fl.sort(x).eval()) == (variant == "onesweep") + 2 + 4
     # all keys equal (fused: the histograms, then the key kernel): no pass
     x = fl.asarray(np.full(5000, -2.5, np.float32))
     np.testing.assert_array_equal(fl.argsort(x).get(), np.arange(5000))
@@ -420,16 +414,16 @@ def test_speculative_first_pass(device, monkeypatch, mode):
                                       err_msg=name)
     if mode == "all":  # (the histograms, the starts, a pass a byte: the last values)
         for a in (cases["float32"], cases["all equal"], shifted):
-            assert _launches(lambda a=a: fl.sort(fl.asarray(a))) == 2 + 4
+            assert launches(lambda a=a: fl.sort(fl.asarray(a)).eval()) == 2 + 4
     if mode != "early":
         return
     # the histograms, the starts, byte 0's pass and the passes that vary (the last
     # writing the values); all equal: byte 0's pass (a copy), then the values
-    assert _launches(lambda: fl.sort(fl.asarray(cases["float32"]))) == 2 + 4
+    assert launches(lambda: fl.sort(fl.asarray(cases["float32"])).eval()) == 2 + 4
     small = (256 * rng.integers(0, 40, n)).astype(np.int32)  # (bytes 0, 2 and 3 constant)
-    assert _launches(lambda: fl.sort(fl.asarray(small))) == 2 + 1 + 1
+    assert launches(lambda: fl.sort(fl.asarray(small)).eval()) == 2 + 1 + 1
     np.testing.assert_array_equal(fl.sort(fl.asarray(small)).get(), np.sort(small))
-    assert _launches(lambda: fl.sort(fl.asarray(cases["all equal"]))) == 2 + 1 + 1
+    assert launches(lambda: fl.sort(fl.asarray(cases["all equal"])).eval()) == 2 + 1 + 1
 
 
 def test_speculative_pass_copies_constant_digit(device, monkeypatch):

@@ -27,15 +27,6 @@ from fuseloop.runtime import devices as devmod
 
 
 @pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    """An empty disk cache and an empty memory cache."""
-    directory = tmp_path / "kernels"
-    monkeypatch.setenv("FUSELOOP_CACHE_DIR", str(directory))
-    fl.clear_memory_cache()
-    return directory
-
-
-@pytest.fixture
 def switch_often():
     """Let threads interleave after very few bytecodes, to provoke races."""
     old = sys.getswitchinterval()

@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from launch_counts import launches
 
 import fuseloop as fl
 from fuseloop import splits
 from fuseloop.errors import DTypeError, IndexOutOfBoundsError, ShapeError
 
 DTYPES = [np.float32, np.float64, np.int32, np.int64]
-
-
-def launches(fn):
-    fl.reset_stats()
-    fn()
-    fl.synchronize()
-    return fl.stats()["kernels_launched"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

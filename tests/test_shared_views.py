@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pytest
+from launch_counts import launches_and_result
 
 import fuseloop as fl
 from fuseloop import sharing
@@ -19,13 +20,7 @@ def _softmax(m, s):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def _launches(fresh_stats, expr):
-    fl.reset_stats()
-    got = expr.get()
-    return got, fresh_stats()["kernels_launched"]
-
-
-def test_attention_computes_scores_once(device, fresh_stats):
+def test_attention_computes_scores_once(device):
     """``softmax(Q @ K.T / s) @ V``: the scores, their row maxima and sums each run once
     (Q @ K.T ran three times: for the product, inside the maxima, inside the sums)."""
     rng = np.random.default_rng(0)
@@ -34,27 +29,27 @@ def test_attention_computes_scores_once(device, fresh_stats):
     expr = _softmax(fl, q @ k.T / 4.0) @ v
     names = _names(expr)
     assert names.count("fuseloop_contract") == 2 and len(names) == 4, names
-    got, launches = _launches(fresh_stats, expr)
+    launches, got = launches_and_result(lambda: expr)
     assert launches == 4
     want = _softmax(np, qh @ kh.T / 4.0) @ vh
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     # replayed from its run plan: the same kernels, the same values
-    got, launches = _launches(fresh_stats, _softmax(fl, q @ k.T / 4.0) @ v)
+    launches, got = launches_and_result(lambda: _softmax(fl, q @ k.T / 4.0) @ v)
     assert launches == 4
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
-def test_row_centred_product_means_once(device, fresh_stats):
+def test_row_centred_product_means_once(device):
     """``d @ d.T`` with row-centred ``d``: the row means run once for both operands."""
     xh = np.random.default_rng(1).standard_normal((64, 200))
     x = fl.asarray(xh)
     d, dh = x - x.mean(axis=1, keepdims=True), xh - xh.mean(axis=1, keepdims=True)
-    got, launches = _launches(fresh_stats, d @ d.T)
+    launches, got = launches_and_result(lambda: d @ d.T)
     assert launches == 2
     np.testing.assert_allclose(got, dh @ dh.T, rtol=1e-12, atol=1e-12)
 
 
-def test_broadcast_sums_run_first(device, fresh_stats):
+def test_broadcast_sums_run_first(device):
     """``x.T @ x + x.sum(0)``: the column sums were computed inside the product's kernel
     once per output row (one reduction kernel, no tiled contraction); they run first
     and the product keeps the contraction recipe.  ``m[:, None] * m[None, :]`` of the
@@ -66,7 +61,7 @@ def test_broadcast_sums_run_first(device, fresh_stats):
     np.testing.assert_allclose((x.T @ x + x.sum(0)).get(), xh.T @ xh + xh.sum(0),
                                rtol=1e-12, atol=1e-12)
     m, mh = x.mean(0), xh.mean(0)
-    got, launches = _launches(fresh_stats, m[:, None] * m[None, :])
+    launches, got = launches_and_result(lambda: m[:, None] * m[None, :])
     assert launches == 2
     np.testing.assert_allclose(got, mh[:, None] * mh[None, :], rtol=1e-12, atol=1e-12)
 
@@ -99,7 +94,7 @@ def test_centred_product_written_into_its_input(device):
     np.testing.assert_allclose(x.get(), dh.T @ dh, rtol=1e-12, atol=1e-12)
 
 
-def test_switched_off_computes_each_view(device, fresh_stats, monkeypatch):
+def test_switched_off_computes_each_view(device, monkeypatch):
     """``fuseloop.sharing.SHARE_VIEWS = False`` (caches cleared) computes each view's
     means on its own again, with the same values."""
     xh = np.random.default_rng(5).standard_normal((200, 64))
@@ -109,7 +104,7 @@ def test_switched_off_computes_each_view(device, fresh_stats, monkeypatch):
     fl.clear_caches()
     try:
         d = x - x.mean(axis=0)
-        got, launches = _launches(fresh_stats, d.T @ d)
+        launches, got = launches_and_result(lambda: d.T @ d)
         assert launches == 3
         np.testing.assert_allclose(got, dh.T @ dh, rtol=1e-12, atol=1e-12)
     finally:

@@ -4,6 +4,7 @@ stencil of a small one (hdiff's Laplacian, a Laplacian of a Laplacian) stays one
 
 import numpy as np
 import pytest
+from launch_counts import launches_and_result
 
 import fuseloop as fl
 from fuseloop.passes import shifted_views
@@ -31,21 +32,13 @@ def laplacian(a):
     return out
 
 
-def _launches(make):
-    fl.synchronize()
-    before = fl.stats()["kernels_launched"]
-    out = make().eval()
-    fl.synchronize()
-    return fl.stats()["kernels_launched"] - before, out.get()
-
-
 @pytest.mark.parametrize("shape, k", [((N2, N2), 5), ((N3, N3, N3), 3)])
 def test_box_of_box_computes_the_inner_box_once(device_path, shape, k):
     # 25 (27) operations recomputed at every window: evaluated once the recomputation
     # passes the budget, so two kernels, not one of 600+ operations an element
     u = np.random.default_rng(0).random(shape).astype(np.float32)
     a = fl.asarray(u)
-    launches, got = _launches(lambda: box(box(a, k), k))
+    launches, got = launches_and_result(lambda: box(box(a, k), k))
     assert launches == 2
     np.testing.assert_allclose(got, box(box(u, k), k), rtol=1e-5)
 
@@ -55,7 +48,7 @@ def test_laplacian_of_laplacian_stays_one_kernel(device_path, shape):
     # 5 (7) operations at 5 (7) windows: recomputing costs less than a pass
     u = np.random.default_rng(1).random(shape)
     a = fl.asarray(u)
-    launches, got = _launches(lambda: laplacian(laplacian(a)))
+    launches, got = launches_and_result(lambda: laplacian(laplacian(a)))
     assert launches == 1
     np.testing.assert_allclose(got, laplacian(laplacian(u)), rtol=1e-12, atol=1e-12)
 
@@ -68,12 +61,12 @@ def test_disjoint_windows_and_small_windows_are_not_counted(device_path):
         y = box(a, 5)
         return y[:98] + y[98:]
 
-    launches, got = _launches(halves)
+    launches, got = launches_and_result(halves)
     assert launches == 1
     y = box(u, 5)
     np.testing.assert_allclose(got, y[:98] + y[98:], rtol=1e-5)
     small = fl.asarray(u[:20, :20])  # (windows of 256 elements: bound by the host)
-    launches, got = _launches(lambda: box(box(small, 3), 3))
+    launches, got = launches_and_result(lambda: box(box(small, 3), 3))
     assert launches == 1
     np.testing.assert_allclose(got, box(box(u[:20, :20], 3), 3), rtol=1e-5)
 
@@ -83,10 +76,10 @@ def test_budget_decides(device_path, monkeypatch):
     u = np.random.default_rng(3).random((N2, N2)).astype(np.float32)
     a = fl.asarray(u)
     monkeypatch.setattr(shifted_views, "RECOMPUTE_BUDGET", 1 << 30)
-    launches, got = _launches(lambda: box(box(a, 3), 3))
+    launches, got = launches_and_result(lambda: box(box(a, 3), 3))
     assert launches == 1
     monkeypatch.setattr(shifted_views, "RECOMPUTE_BUDGET", 8)
-    launches, again = _launches(lambda: box(box(a, 3), 3))
+    launches, again = launches_and_result(lambda: box(box(a, 3), 3))
     assert launches == 2
     np.testing.assert_allclose(got, box(box(u, 3), 3), rtol=1e-5)
     np.testing.assert_allclose(again, got, rtol=1e-5)
@@ -98,6 +91,6 @@ def test_fused_function_takes_the_same_kernels(device_path):
     a = fl.asarray(u)
     fused = fl.fuse(lambda x: box(box(x, 5), 5))
     fused(a).eval()
-    launches, got = _launches(lambda: fused(a))
+    launches, got = launches_and_result(lambda: fused(a))
     assert launches == 2
     np.testing.assert_allclose(got, box(box(u, 5), 5), rtol=1e-5)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import kernel_source
 import numpy as np
 import pytest
 
@@ -49,24 +50,27 @@ def _loop_body(src):
     return src[at:src.index("\n    }\n", at)]
 
 
-@pytest.mark.opencl_only  # (reads OpenCL source: a CUDA build's differs)
 def test_stream_reads_the_long_operand_once_per_step(device):
     """8 rows of A times B (contiguous along its columns): each work-item keeps 8 x 4
     accumulators and reads 4 values of B per step, one contiguous run per
     work-group (lid(0) + r * group); A's values are the same for the whole group."""
     a, b = fl.asarray(rand((8, 300))), fl.asarray(rand((300, 1000)))
     src = _code(a @ b, stream_group=64, stream_per=4, stream_unroll=4)
-    assert "__local" not in src and "barrier" not in src
-    assert "reqd_work_group_size(64, 1, 1)" in src
+    c = kernel_source.dialect(src)  # (OpenCL or CUDA C)
+    assert c.local_memory not in src and c.barrier not in src
+    # groups of 64 work-items along axis 0: no work-item id along another axis
+    assert kernel_source.group_threads(src) == 64
+    assert c.local_id(1) not in src and c.local_id(2) not in src
     # (Loopy orders the privatised accumulator's axes as it likes)
     assert re.search(r"acc_k_step_k_u\[(8 \* 4|4 \* 8)\]", src)
     body = _loop_body(src)
     b_reads = set(re.findall(r"in1\[[^]]*\]", body))
     a_reads = set(re.findall(r"in0\[[^]]*\]", body))
     assert len(b_reads) == 4 and len(a_reads) == 8  # per step: 4 + 8 loads, 32 FMAs
-    assert all("lid(0)" in r for r in b_reads) and not any("lid(" in r for r in a_reads)
+    assert all(c.local_id(0) in r for r in b_reads)
+    assert not any(c.reads_local_id(r) for r in a_reads)
     assert len(re.findall(r"acc_k_step_k_u\[\d+\] = ", body)) == 32
-    assert "opencl_unroll_hint" in body  # the device compiler unrolls the steps
+    assert kernel_source.unroll_hinted(body)  # the device compiler unrolls the steps
     # a vector times a matrix: one accumulator per column, stream_per columns
     src = _code(fl.asarray(rand(300)) @ b, stream_group=64, stream_per=4, stream_unroll=4)
     assert len(set(re.findall(r"in1\[[^]]*\]", _loop_body(src)))) == 4
@@ -162,7 +166,6 @@ def test_cpu_wide_blocks_match_numpy(device, restore_recipes):
                                    atol=1e-5)
 
 
-@pytest.mark.opencl_only  # (reads OpenCL source: a CUDA build's differs)
 def test_medium_side_gets_blocks_of_its_length(device):
     """A side of more than `few` and at most `medium` outputs is not padded to the
     tile (64 rows of a 128-row tile: half computed for nothing): here 20 rows in
@@ -176,7 +179,8 @@ def test_medium_side_gets_blocks_of_its_length(device):
 
 
 def _tile_rows(src, name):
-    return int(re.search(rf"__local float {name}_tile\[4 \* (\d+)\]", src).group(1))
+    shared = re.escape(kernel_source.dialect(src).local_memory)
+    return int(re.search(rf"{shared} float {name}_tile\[4 \* (\d+)\]", src).group(1))
 
 
 

@@ -21,12 +21,6 @@ from fuseloop.expr.nodes import Leaf
 from fuseloop.expr.program import structure_entry
 from fuseloop.ops import indexing
 
-
-@pytest.fixture
-def checked(monkeypatch):
-    monkeypatch.setattr(prog, "CHECK_STRUCTURE_CACHE", True)
-
-
 KEYS = [
     0, -1, 2, slice(None), slice(1, None), slice(None, -1), slice(None, None, 2),
     slice(None, None, -1), slice(4, 1, -2), slice(5, 5), slice(-100, 100),

@@ -10,18 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from launch_counts import counted, launches, launches_and_result
 
 import fuseloop as fl
 from fuseloop import assignment
 from fuseloop.expr.nodes import Apply
-
-
-def _launched(fn):
-    fl.synchronize()
-    fl.reset_stats()
-    out = fn()
-    fl.synchronize()
-    return out, fl.stats()["kernels_launched"]
 
 
 def test_accumulating_a_scalar_launches_once_per_chain(device_path):
@@ -37,7 +30,8 @@ def test_accumulating_a_scalar_launches_once_per_chain(device_path):
         return (a + trace).get()
 
     go_fast(50)  # (kernels built)
-    got, launched = _launched(lambda: go_fast(50))
+    done = counted(lambda: go_fast(50))
+    got, launched = done.value, done.launches
     np.testing.assert_allclose(got, h + np.tanh(np.diag(h)).sum(), rtol=1e-12)
     # one kernel per chain of INPLACE_CHAIN_MAX steps, then the result's
     assert launched == (50 - 1) // steps + 1, launched
@@ -116,7 +110,7 @@ def test_a_write_reading_a_copy_of_its_target_is_one_kernel_more(device_path):
     for _ in range(3):
         step(p, b, lambda a: a.copy())
         step(ph, bh, np.copy)
-    _, launched = _launched(lambda: step(p, b, lambda a: a.copy()))
+    launched = launches(lambda: step(p, b, lambda a: a.copy()))
     step(ph, bh, np.copy)
     assert launched == 3, launched  # the copy, the write (no temporary), the edge
     np.testing.assert_allclose(p.get(), ph, rtol=1e-13)
@@ -145,7 +139,7 @@ def test_an_operand_reading_the_chain_reads_its_computed_value(device_path):
             seen.add(id(n))
             stack.extend(getattr(n, "args", ()))
     assert len(seen) <= 4 * assignment.INPLACE_CHAIN_MAX, len(seen)
-    got, launched = _launched(lambda: x.get())
+    launched, got = launches_and_result(lambda: x)
     assert launched == 1
     np.testing.assert_allclose(got, h, rtol=1e-12)
 

@@ -24,12 +24,6 @@ from fuseloop.expr.program import linearize, structure_entry
 from fuseloop.recipes.registry import forget_chosen
 
 
-@pytest.fixture
-def checked(monkeypatch):
-    """Every structure-cache hit is compared with a fresh linearisation (asserts)."""
-    monkeypatch.setattr(prog, "CHECK_STRUCTURE_CACHE", True)
-
-
 def _entry(arr):
     hit = structure_entry([arr._node], arr.shape)
     assert hit is not None

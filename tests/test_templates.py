@@ -18,16 +18,9 @@ import pytest
 
 import fuseloop as fl
 from fuseloop.errors import DTypeError, IndexOutOfBoundsError, ShapeError
-from fuseloop.expr import program as prog
 from fuseloop.expr import templates
 from fuseloop.expr.nodes import Leaf, Storage
 from fuseloop.ops import reductions
-
-
-@pytest.fixture
-def checked(monkeypatch):
-    """Every structure-cache hit is compared with a fresh linearisation (asserts)."""
-    monkeypatch.setattr(prog, "CHECK_STRUCTURE_CACHE", True)
 
 
 def test_a_composite_is_copied_not_built(device, checked, monkeypatch):
