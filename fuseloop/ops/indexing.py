@@ -30,7 +30,7 @@ from ..assignment import assign
 from ..creation import asarray
 from ..errors import InvalidIndexError, index_value_out_of_bounds
 from ..evaluate import run
-from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides, fills
+from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides, fills, intern_sig
 from ..expr.program import Target
 from ..expr.templates import composite_of
 from ..expr.views import affine_view
@@ -239,19 +239,76 @@ def _view_key(key: Any) -> tuple | None:
 
 
 def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
-    """:func:`_plain_view` worked out (``node``: the array's leaf) in one pass over the
-    key: an int moves the offset, a slice makes an axis, None a unit axis; None for
-    anything else or an int out of range (the general path raises numpy's error)."""
+    """:func:`_plain_view` worked out (``node``: the array's leaf): the view's place
+    (:func:`_row_place`, else :func:`_walk_place`), its leaf and array made here; None
+    for a key those refuse (the general path raises numpy's error)."""
     shape = node.shape
     strides = node.strides
     if strides is None:
         strides = _c_strides(shape)
-    offset = node.offset
+    got = _row_place(shape, strides, node.offset, key) \
+        if type(key) is tuple and len(key) == 2 and len(shape) == 2 else None
+    if got is None:
+        got = _walk_place(shape, strides, node.offset, key)
+        if got is None:
+            return None
+        if got is _SAME:
+            return arr
+    offset, shape_t, strides_v = got
+    storage = node.storage
+    dtype = node.dtype
+    # (the leaf and array made here: no frame of their own)
+    leaf = _new(Leaf)
+    if not offset and fills(storage, dtype, shape_t, strides_v):  # (the whole buffer: Leaf)
+        leaf.sig, leaf.strides = 0, None
+    else:  # (its signature now, as nodes.signature_of makes it: every operator asks for it)
+        leaf.sig = intern_sig(("V", "LC" if storage.constant else "L", dtype.char, shape_t,
+                               strides_v))
+        leaf.strides, leaf.offs = strides_v, (offset,)
+    leaf.operands, leaf.storage, leaf.dtype, leaf.shape = node.operands, storage, dtype, shape_t
+    leaf.offset, leaf.storages, leaf.token, leaf.views = offset, node.storages, None, None
+    view = _new_array(Array)
+    view._storage, view._node, view.device = storage, leaf, arr.device
+    view.dtype, view._shape = dtype, shape_t
+    return view
+
+
+Place = tuple[int, tuple[int, ...], tuple[int, ...]]  # a view's (offset, shape, strides)
+
+
+def _row_place(shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
+               key: tuple) -> Place | None:
+    """The place of ``a[i, j]`` or ``a[i, start:stop]`` (a loop's row statement) in a
+    matrix of ``shape``, ``strides`` at ``offset``, without :func:`_walk_place`'s loop;
+    None for any other pair (or an index out of range): the loop decides those."""
+    i, k = key
+    n = shape[0]
+    if type(i) is not int or not -n <= i < n:
+        return None
+    offset += strides[0] * (i if i >= 0 else i + n)
+    m = shape[1]
+    if type(k) is int:
+        if not -m <= k < m:
+            return None
+        return offset + strides[1] * (k if k >= 0 else k + m), (), ()
+    if type(k) is not slice or k.step is not None:
+        return None
+    start, stop, _ = k.indices(m)
+    if stop <= start:
+        return offset, (0,), (strides[1],)
+    return offset + strides[1] * start, (stop - start,), (strides[1],)
+
+
+def _walk_place(shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
+                key: Any) -> Place | Any:
+    """The place of a view of ``key`` in one pass over it: an int moves the offset, a
+    slice makes an axis, None a unit axis; :data:`_SAME` for a key of whole axes only
+    (the array itself); None for anything else or an int out of range."""
     nd = len(shape)
     new_shape: list[int] = []
     new_strides: list[int] = []
     same = True  # (only whole axes so far: the view is the array)
-    d = 0  # the next axis of ``arr``
+    d = 0  # the next axis
     for k in (key if type(key) is tuple else (key,)):
         tk = type(k)
         if tk is int:
@@ -296,25 +353,10 @@ def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
         else:
             return None
     if same:
-        return arr
+        return _SAME
     if d < nd:
-        shape_t = (*new_shape, *shape[d:])
-        strides_v = (*new_strides, *strides[d:])
-    else:
-        shape_t, strides_v = tuple(new_shape), tuple(new_strides)
-    # (the whole buffer: see Leaf)
-    strides_t = None if not offset and fills(node.storage, node.dtype, shape_t, strides_v) \
-        else strides_v
-    # (the leaf and array made here: no frame of their own)
-    leaf = _new(Leaf)
-    leaf.sig, leaf.operands, leaf.storage = 0, node.operands, node.storage
-    leaf.dtype, leaf.shape, leaf.strides = node.dtype, shape_t, strides_t
-    leaf.offset, leaf.storages, leaf.token = offset, node.storages, None
-    leaf.views = None
-    view = _new_array(Array)
-    view._storage, view._node, view.device = node.storage, leaf, arr.device
-    view.dtype, view._shape = leaf.dtype, shape_t
-    return view
+        return offset, (*new_shape, *shape[d:]), (*new_strides, *strides[d:])
+    return offset, tuple(new_shape), tuple(new_strides)
 
 
 def _element_offset(arr: Array, key: Any) -> int | None:
