@@ -423,12 +423,13 @@ def moving_plan(plan: LaunchPlan, table: OffsetConsts, first: int) -> LaunchPlan
     return new
 
 
-def offset_args(table: OffsetConsts, params: Sequence[int]) -> list[Any]:
-    """The offsets of ``params`` that a :func:`moving_plan` of ``table`` takes per launch,
-    as new numpy scalars: a launcher sets a scalar unless it is the very object it set
-    last, and another plan of the kernel may have set that argument since (the new
-    object is always set)."""
-    return [T(params[idx]) for _, idx, T in table]
+def offset_args(table: OffsetConsts, params: Sequence[int]) -> list[int]:
+    """The offsets of ``params`` that a :func:`moving_plan` of ``table`` takes per launch.
+    A launcher sets a scalar argument unless it is the very object it set last there;
+    a plan setting its constants forgets what was set where it sets them (the
+    backends' launchers), so an offset another plan of the kernel overwrote is set
+    again."""
+    return [params[idx] for _, idx, _ in table]
 
 
 def thread_kernel(plan: LaunchPlan) -> tuple[Any, list[Any]]:
@@ -457,6 +458,20 @@ def enqueue(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[
     out-of-range gather index: see :mod:`fuseloop.flags`).  Counts ``launched``
     launches (0: the mask compaction's, counted as scans) and ``hit`` memory-cache
     hits in ``fl.stats()``."""
+    if small and plan.error_arg is None:  # (the commonest: enqueue_or_defer's deferral)
+        try:
+            kernel, last = plan.threads.state
+        except AttributeError:
+            kernel, last = thread_kernel(plan)
+        rt = _runtime(device)
+        deferred = rt.deferred
+        deferred.append((plan.go, (outs, storages, scalars, kernel, last)))
+        with _stats_lock:
+            _counters["memory_cache_hits"] += hit
+            _counters["kernels_launched"] += launched
+        if len(deferred) >= DEFER_MAX:
+            rt.flush()
+        return
     flag = None
     try:
         kernel, last = thread_kernel(plan)

@@ -207,7 +207,7 @@ def test_moving_and_fixed_offsets_share_a_kernel(device_path):
                                  (-3, slice(None, -2)), (4, slice(6, 2)), (2, slice(None)),
                                  (1, slice(-30, 30)), (7, slice(1, None, 2))])
 def test_row_views_match_numpy_and_are_signed(device_path, key):
-    # ops.indexing._row_place (a[i, j], a[i, start:stop] of a matrix) and the walk's
+    # ops.indexing._walk_view's rows (a[i, j], a[i, start:stop] of a matrix) and the walk's
     # signature, made with the view, equal the general path's and signature_of's
     from fuseloop.expr.nodes import signature_of
 
@@ -228,3 +228,16 @@ def test_row_views_match_numpy_and_are_signed(device_path, key):
         fl.asarray(ah)[8, 1]
     with pytest.raises(IndexError):
         fl.asarray(ah)[1, -11]
+
+
+@pytest.mark.parametrize("key", [slice(2, 5), slice(None, -1), slice(1, None), slice(5, 2),
+                                 slice(None), slice(-100, 100), slice(0, 0)])
+def test_vector_slices_match_numpy_and_are_signed(device_path, key):
+    # ops.indexing._walk_view's ``x[a:b]`` of a vector (a view, or the vector itself)
+    xh = np.arange(12, dtype=np.float32)
+    for base, ref in ((fl.asarray(xh), xh), (fl.asarray(xh)[::-1].copy()[1:], xh[::-1][1:])):
+        v = base[key]
+        assert v is base or v._node.sig or v._node.strides is None
+        assert (v is base) == (len(ref[key]) == len(ref))
+        np.testing.assert_array_equal(v.get(), ref[key])
+        np.testing.assert_array_equal((base[key] + 1).get(), ref[key] + 1)

@@ -238,16 +238,40 @@ def _view_key(key: Any) -> tuple | None:
     return tuple(out)
 
 
+Place = tuple[int, tuple[int, ...], tuple[int, ...]]  # a view's (offset, shape, strides)
+
+
 def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
     """:func:`_plain_view` worked out (``node``: the array's leaf): the view's place
-    (:func:`_row_place`, else :func:`_walk_place`), its leaf and array made here; None
-    for a key those refuse (the general path raises numpy's error)."""
+    (a matrix's ``a[i, j]`` and ``a[i, start:stop]`` here, any other key by
+    :func:`_walk_place`), its leaf and array made here; None for a key refused there
+    (the general path raises numpy's error)."""
     shape = node.shape
     strides = node.strides
     if strides is None:
         strides = _c_strides(shape)
-    got = _row_place(shape, strides, node.offset, key) \
-        if type(key) is tuple and len(key) == 2 and len(shape) == 2 else None
+    got: Place | None = None
+    if type(key) is tuple and len(key) == 2 and len(shape) == 2:
+        # ``a[i, j]``, ``a[i, start:stop]``: a loop's row statement, without the walk's loop
+        i, k = key
+        n = shape[0]
+        if type(i) is int and -n <= i < n:
+            at = node.offset + strides[0] * (i if i >= 0 else i + n)
+            m = shape[1]
+            if type(k) is int:
+                if -m <= k < m:
+                    got = at + strides[1] * (k if k >= 0 else k + m), (), ()
+            elif type(k) is slice and k.step is None:
+                start, stop, _ = k.indices(m)
+                got = (at, (0,), (strides[1],)) if stop <= start else \
+                    (at + strides[1] * start, (stop - start,), (strides[1],))
+    elif type(key) is slice and len(shape) == 1 and key.step is None:  # (``x[a:b]``)
+        n = shape[0]
+        start, stop, _ = key.indices(n)
+        if stop - start >= n:
+            return arr  # (all of it: the array itself, as the walk finds)
+        got = (node.offset, (0,), strides) if stop <= start else \
+            (node.offset + strides[0] * start, (stop - start,), strides)
     if got is None:
         got = _walk_place(shape, strides, node.offset, key)
         if got is None:
@@ -271,32 +295,6 @@ def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
     view._storage, view._node, view.device = storage, leaf, arr.device
     view.dtype, view._shape = dtype, shape_t
     return view
-
-
-Place = tuple[int, tuple[int, ...], tuple[int, ...]]  # a view's (offset, shape, strides)
-
-
-def _row_place(shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
-               key: tuple) -> Place | None:
-    """The place of ``a[i, j]`` or ``a[i, start:stop]`` (a loop's row statement) in a
-    matrix of ``shape``, ``strides`` at ``offset``, without :func:`_walk_place`'s loop;
-    None for any other pair (or an index out of range): the loop decides those."""
-    i, k = key
-    n = shape[0]
-    if type(i) is not int or not -n <= i < n:
-        return None
-    offset += strides[0] * (i if i >= 0 else i + n)
-    m = shape[1]
-    if type(k) is int:
-        if not -m <= k < m:
-            return None
-        return offset + strides[1] * (k if k >= 0 else k + m), (), ()
-    if type(k) is not slice or k.step is not None:
-        return None
-    start, stop, _ = k.indices(m)
-    if stop <= start:
-        return offset, (0,), (strides[1],)
-    return offset + strides[1] * start, (stop - start,), (strides[1],)
 
 
 def _walk_place(shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
@@ -471,9 +469,12 @@ def _element_indices(arr: Array, key: Any) -> Array | None:
 
 
 def getitem(arr: Array, key: Any) -> Array:
-    out = _plain_view(arr, key)
-    if out is not None:
-        return out
+    node: Any = arr._node
+    if type(node) is Leaf and arr._storage is not None:
+        # (a loop's moving views walked at once: _plain_view's first test)
+        out = _walk_view(arr, node, key) if node.views is _MOVING else _plain_view(arr, key)
+        if out is not None:
+            return out
     hashable = _basic_key(key)
     if hashable is not None:
         return _basic_getitem(arr, key, hashable)
