@@ -222,6 +222,12 @@ def _view_key(key: Any) -> tuple | None:
     """``key`` as a key of ``Leaf.views``: a tuple of its ints, Nones and slices (each
     as its (start, stop, step), which hash); None for any other item (:func:`_walk_view`
     refuses those: nothing is kept)."""
+    if type(key) is slice:  # (``x[a:b]``, the commonest: no loop)
+        a, b, c = key.start, key.stop, key.step
+        if (a is None or type(a) is int) and (b is None or type(b) is int) \
+                and (c is None or type(c) is int):
+            return ((a, b, c),)
+        return None
     out = []
     for k in (key if type(key) is tuple else (key,)):
         t = type(k)
