@@ -125,7 +125,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
     """
     if trace_checks:  # (fl.fuse refuses writes into a traced function's arguments)
         check_traced(target, "assignment")
-    value = _coerce(value)
+    if type(value) is not Array:
+        value = _coerce(value)
     held_array: Array | None = None
     unheld = None
     if isinstance(value, NodeValue):
@@ -150,7 +151,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         if fitted is None:
             return  # numpy: an empty fancy-indexed target takes a value with leading axes more
         node = fitted
-    node = cast_node(node, target.dtype)
+    if node.dtype != target.dtype:  # (cast_node's test, its frame saved: most values fit)
+        node = cast_node(node, target.dtype)
     if target._storage is None:
         target.eval()
     storage = target._storage
@@ -168,7 +170,9 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
     else:
         assert isinstance(leaf, Leaf)  # (concrete: it has a buffer)
         strides = leaf.view_strides()
-        dest = storage if target.is_contiguous else Target(storage, strides, leaf.offset)
+        # (target.is_contiguous, inline)
+        dest = storage if leaf.strides is None and leaf.offset == 0 else Target(
+            storage, strides, leaf.offset)
     written = None if scatter is not None else (
         leaf.shape, strides, leaf.offset)  # type: ignore[attr-defined]
     node = _readers_first(node, storage, written, target.dtype.itemsize, value,
@@ -259,7 +263,10 @@ def _readers_first(node: Node, storage: Any, written: View | None, itemsize: int
     temporary and copy, nor one work-group).  ``unheld``: an operand read by the value
     only, not computed first (the value's own check decides whether it reads through a
     temporary or takes one work-group)."""
-    pending = [r for r in storage.live_readers() if r._storage is None and r is not held_array
+    readers = storage.live_readers()
+    if not readers:  # (the commonest: no lazy array reads the buffer written)
+        return node
+    pending = [r for r in readers if r._storage is None and r is not held_array
                and r is not value and r is not unheld and (written is None or not reads_outside(
                    r._node, storage, written, itemsize))]
     if not pending:

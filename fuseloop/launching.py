@@ -206,13 +206,14 @@ class LaunchPlan:
     credit (``DeviceMemory.reserve``): the hot path's allocation, per plan.
     """
 
-    __slots__ = ("compiled", "consts", "error_arg", "family", "go", "index_dtype", "params",
-                 "recipe", "reserve", "runtime", "small_bytes", "stamp", "threads")
+    __slots__ = ("compiled", "consts", "error_arg", "family", "go", "grid", "index_dtype",
+                 "params", "recipe", "reserve", "runtime", "small_bytes", "stamp", "threads")
     compiled: CompiledKernel
     consts: Consts
     error_arg: int | None
     family: Any  # the backend's launcher family of its grid: go is family(consts)
     go: Launcher
+    grid: tuple  # (global size, local size, one output): its family's key on the kernel
     index_dtype: np.dtype | None
     params: tuple[int, ...]  # the parameters its constants were bound from
     recipe: Any
@@ -265,6 +266,7 @@ def plan_for(compiled: CompiledKernel, params: Sequence[int], n_rows: int, n_ele
             return None
         plan = LaunchPlan()
         plan.go, plan.consts, plan.error_arg, plan.family = made
+        plan.grid = (tuple(global_size), tuple(local), one_output)
         plan.params = key[0]
         plan.compiled = compiled
         plan.index_dtype = None
@@ -389,12 +391,45 @@ def rebound(plan: LaunchPlan, params: Sequence[int], table: OffsetConsts) -> Lau
     new = LaunchPlan()
     new.consts = bound = tuple(consts)
     new.go = plan.family(bound)
-    new.family = plan.family
+    new.family, new.grid = plan.family, plan.grid
     new.params = tuple(params)
     new.compiled, new.error_arg, new.runtime = plan.compiled, plan.error_arg, plan.runtime
     new.recipe, new.index_dtype, new.stamp = plan.recipe, plan.index_dtype, plan.stamp
     new.small_bytes, new.reserve, new.threads = 0, NO_RESERVE, plan.threads
     return new
+
+
+def moving_plan(plan: LaunchPlan, table: OffsetConsts, first: int) -> LaunchPlan:
+    """``plan`` with the offsets ``table`` names (see :func:`offset_consts`) taken as
+    arguments of each launch, not constants: the ``t``-th is the launch's scalar
+    ``first + t`` (after the launch's own ``first`` scalars: :func:`offset_args`).  One
+    such plan serves every offset of a loop over rows (``path[i, :] = ...``), where a
+    plan per offsets (:func:`rebound`) made a plan and a launcher per statement, and each
+    launch set all of that plan's constants again."""
+    outs, bufs, scals, _, error_arg = arg_layout(plan.compiled)
+    moved = {c: t for t, (c, _, _) in enumerate(table)}
+    consts = tuple([a for c, a in enumerate(plan.consts) if c not in moved])
+    scalars = scals + tuple((plan.consts[c][0], first + t, T)
+                            for t, (c, _, T) in enumerate(table))
+    global_size, local_size, one_output = plan.grid
+    spec = LaunchSpec(outs, bufs, scalars, consts, global_size, local_size, one_output,
+                      error_arg)
+    new = LaunchPlan()
+    new.family = plan.compiled.backend.launcher_family(spec)
+    new.go, new.consts, new.grid, new.params = new.family(consts), consts, plan.grid, ()
+    new.compiled, new.error_arg, new.runtime = plan.compiled, error_arg, plan.runtime
+    new.recipe, new.index_dtype, new.stamp = plan.recipe, plan.index_dtype, plan.stamp
+    new.small_bytes, new.reserve, new.threads = 0, NO_RESERVE, plan.threads
+    return new
+
+
+def offset_args(table: OffsetConsts, params: Sequence[int]) -> list[int]:
+    """The offsets of ``params`` that a :func:`moving_plan` of ``table`` takes per launch.
+    A launcher sets a scalar argument unless it is the very object it set last there;
+    a plan setting its constants forgets what was set where it sets them (the
+    backends' launchers), so an offset another plan of the kernel overwrote is set
+    again."""
+    return [params[idx] for _, idx, _ in table]
 
 
 def thread_kernel(plan: LaunchPlan) -> tuple[Any, list[Any]]:
@@ -423,6 +458,20 @@ def enqueue(plan: LaunchPlan, outs: Any, storages: list[Storage], scalars: list[
     out-of-range gather index: see :mod:`fuseloop.flags`).  Counts ``launched``
     launches (0: the mask compaction's, counted as scans) and ``hit`` memory-cache
     hits in ``fl.stats()``."""
+    if small and plan.error_arg is None:  # (the commonest: enqueue_or_defer's deferral)
+        try:
+            kernel, last = plan.threads.state
+        except AttributeError:
+            kernel, last = thread_kernel(plan)
+        rt = _runtime(device)
+        deferred = rt.deferred
+        deferred.append((plan.go, (outs, storages, scalars, kernel, last)))
+        with _stats_lock:
+            _counters["memory_cache_hits"] += hit
+            _counters["kernels_launched"] += launched
+        if len(deferred) >= DEFER_MAX:
+            rt.flush()
+        return
     flag = None
     try:
         kernel, last = thread_kernel(plan)

@@ -21,6 +21,8 @@ from .launching import (
     enqueue,
     index_dtype_for,
     kernel_key,
+    moving_plan,
+    offset_args,
     offset_consts,
     plan_for,
     plan_launch,
@@ -86,6 +88,15 @@ def launch_step(step: Any, storages: list[Storage], outs: list[Storage],
             and plan.compiled.in_cache:
         enqueue(plan, outs, storages, scalars, small, device, 1)
         return
+    if step.moving is not None and params is not step.params:
+        # (other offsets, as every statement of a loop over rows: the one plan taking
+        # them as arguments; params differ from the step's in its offsets only)
+        moving, table = step.moving
+        if moving.stamp is _recipes_current[0] and step.device is device \
+                and moving.index_dtype is index_dtype and moving.compiled.in_cache:
+            enqueue(moving, outs, storages, scalars + offset_args(table, params), small,
+                    device, 1)
+            return
     program = step.program
     token = _recipes_current[0]
     if plan is not None and plan.stamp is token and token is not None \
@@ -107,6 +118,11 @@ def launch_step(step: Any, storages: list[Storage], outs: list[Storage],
         hit = 0
         if step.offsets:
             keep_plan(step, tuple(params) if key is None else key, plan)
+            rebind = step.rebind  # (its kernel reads the offsets as arguments: one plan)
+            if rebind is not None and rebind[0] is plan.compiled and rebind[1] is not None:
+                moving = moving_plan(plan, rebind[1], len(step.scalar_refs))
+                moving.stamp = token
+                step.moving = (moving, rebind[1])
     step.plan = plan
     step.device = device
     plan.stamp = token  # (fl.fuse's replay checks it: see LaunchPlan)

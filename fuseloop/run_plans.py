@@ -132,7 +132,7 @@ class _Step:
     replay takes from its own views.
     """
 
-    __slots__ = ("biggest", "device", "kernel", "offsets", "out_refs", "out_shape",
+    __slots__ = ("biggest", "device", "kernel", "moving", "offsets", "out_refs", "out_shape",
                  "params", "picks", "plan", "plan_params", "plans", "program", "rebind",
                  "scalar_refs", "storage_refs", "writes_input")
 
@@ -162,6 +162,9 @@ class _Step:
         # kernel its last plan_launch found (see plan_steps._new_plan)
         self.kernel: tuple | None = None
         self.rebind: tuple | None = None  # (kernel, its offsets' places): plan_steps._rebound
+        # (its launch plan taking the offsets as launch arguments, and their places:
+        # plan_steps.launch_step)
+        self.moving: tuple[LaunchPlan, Any] | None = None
         # the largest of its own parameters and output size (replays without offsets)
         self.biggest = max(max(params, default=0), math.prod(out_shape))
 

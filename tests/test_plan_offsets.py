@@ -162,3 +162,82 @@ def test_offsets_in_grid_or_size_class_are_not_rebound(device_path):
     assert launching.offset_consts(Kernel(), "p4 >= 1", [4]) is None  # type: ignore[arg-type]
     assert launching.offset_consts(Kernel(), "p3 >= 1", [4]) == (  # type: ignore[arg-type]
         (1, 4, np.int32),)
+
+
+def test_row_loop_launches_one_plan_for_every_offset(device_path, monkeypatch):
+    # floyd_warshall's row statement: new offsets (i, k) every statement; after the
+    # second row the step launches its one plan taking the offsets as launch arguments
+    # (launching.moving_plan): no plan bound anew (launching.rebound) per statement
+    made = [0]
+    original = plan_steps.rebound
+
+    def counted(*args):
+        made[0] += 1
+        return original(*args)
+
+    monkeypatch.setattr(plan_steps, "rebound", counted)
+    ph = np.random.default_rng(6).integers(1, 100, (20, 20)).astype(np.int32)
+    path = fl.asarray(ph)
+    want = ph.copy()
+    for k in range(20):
+        for i in range(20):
+            path[i, :] = fl.minimum(path[i, :], path[i, k] + path[k, :])
+            want[i, :] = np.minimum(want[i, :], want[i, k] + want[k, :])
+    np.testing.assert_array_equal(path.get(), want)
+    # (a few: the first rows of each structure, offsets 0 and not 0 being two)
+    assert made[0] <= 8, made[0]
+
+
+def test_moving_and_fixed_offsets_share_a_kernel(device_path):
+    # one structure at a fixed row (its plan's constants hold the offsets) and at moving
+    # rows (the offsets as launch arguments) in turn, on one kernel object: each launch
+    # sets the offsets it reads, whichever ran before
+    ah = np.random.default_rng(7).random((16, 24))
+    a = fl.asarray(ah)
+    want = ah.copy()
+    for _ in range(3):
+        for i in range(2, 16):
+            for r in (1, i, 1, i - 1):
+                a[r, 1:] -= a[r, :-1] * 0.125
+                want[r, 1:] -= want[r, :-1] * 0.125
+    np.testing.assert_allclose(a.get(), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("key", [(3, 4), (-1, -2), (0, 0), (5, slice(2, 7)),
+                                 (-3, slice(None, -2)), (4, slice(6, 2)), (2, slice(None)),
+                                 (1, slice(-30, 30)), (7, slice(1, None, 2))])
+def test_row_views_match_numpy_and_are_signed(device_path, key):
+    # ops.indexing._walk_view's rows (a[i, j], a[i, start:stop] of a matrix) and the walk's
+    # signature, made with the view, equal the general path's and signature_of's
+    from fuseloop.expr.nodes import signature_of
+
+    ah = np.arange(8 * 10, dtype=np.float64).reshape(8, 10)
+    for base, ref in ((fl.asarray(ah), ah), (fl.asarray(ah).T[1:9], ah.T[1:9])):
+        base = base.copy() if base.is_lazy else base
+        fresh = base[key]._node  # (a leaf's first view: walked, signed as it is made)
+        assert fresh.sig or fresh.strides is None
+        for _ in range(2):  # (later views of the leaf: remembered)
+            v = base[key]
+            np.testing.assert_array_equal(v.get(), ref[key])
+            node = v._node
+            if node.sig:
+                sig, node.sig = node.sig, 0
+                assert signature_of(node) == sig
+        np.testing.assert_array_equal((base[key] * 2).get(), ref[key] * 2)
+    with pytest.raises(IndexError):
+        fl.asarray(ah)[8, 1]
+    with pytest.raises(IndexError):
+        fl.asarray(ah)[1, -11]
+
+
+@pytest.mark.parametrize("key", [slice(2, 5), slice(None, -1), slice(1, None), slice(5, 2),
+                                 slice(None), slice(-100, 100), slice(0, 0)])
+def test_vector_slices_match_numpy_and_are_signed(device_path, key):
+    # ops.indexing._walk_view's ``x[a:b]`` of a vector (a view, or the vector itself)
+    xh = np.arange(12, dtype=np.float32)
+    for base, ref in ((fl.asarray(xh), xh), (fl.asarray(xh)[::-1].copy()[1:], xh[::-1][1:])):
+        v = base[key]
+        assert v is base or v._node.sig or v._node.strides is None
+        assert (v is base) == (len(ref[key]) == len(ref))
+        np.testing.assert_array_equal(v.get(), ref[key])
+        np.testing.assert_array_equal((base[key] + 1).get(), ref[key] + 1)

@@ -463,9 +463,10 @@ def _kernels_of_plans(plans) -> list:
 
 def test_new_offsets_reuse_the_kernels_argument_layout_and_launcher(device, plans,
                                                                     monkeypatch):
-    # a statement on new offsets of the same kernel and grid (a row loop) binds its
-    # constants into the launcher family of the first row: no argument sorting, no new
-    # LaunchSpec per row; at most PLANS_PER_KERNEL plans kept on the kernel
+    # a statement on new offsets of the same kernel and grid (a row loop) launches the
+    # one plan of its step that takes the offsets as launch arguments
+    # (launching.moving_plan, whose spec is made once, on the second row): no argument
+    # sorting, no LaunchSpec per row; at most PLANS_PER_KERNEL plans kept on the kernel
     from fuseloop import launching
 
     rng = np.random.default_rng(11)
@@ -484,7 +485,7 @@ def test_new_offsets_reuse_the_kernels_argument_layout_and_launcher(device, plan
         a[i, 1:] -= a[i, :-1] * 0.25
         host[i, 1:] -= host[i, :-1] * np.float32(0.25)
     np.testing.assert_allclose(a.get(), host, rtol=1e-6)
-    assert specs == []
+    assert len(specs) <= len(kernels), specs
     for compiled, layout in layouts.items():
         assert compiled.arg_layout is layout
         assert 1 <= len(compiled.launch_plans) <= launching.PLANS_PER_KERNEL

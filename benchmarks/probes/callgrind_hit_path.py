@@ -36,7 +36,9 @@ of ``bench_elementwise.py``):
 The last three are loops of small statements, which the CPU device's host path
 (``fuseloop.host_path``) computes with numpy: no kernel is launched.
 
-``lvf:CASE:lazy`` and ``lvf:CASE:fuse`` count one call of ``lazy_vs_fuse.py``'s case
+``stmt:NAME`` counts one statement of ``statement_host_ab.py``'s pattern NAME (n = 64;
+``FUSELOOP_HOST_PATH=0`` for the device path).  ``lvf:CASE:lazy`` and ``lvf:CASE:fuse``
+count one call of ``lazy_vs_fuse.py``'s case
 at its ``--big`` shapes (launches replaced by a no-op there, so only the host's work
 per call is left), lazy ``.eval()`` or ``fl.fuse``; run them with
 ``FUSELOOP_HOST_PATH=0`` in the environment to count the device path.
@@ -139,6 +141,8 @@ def child(calls: int, case: str | None) -> None:
     loops.update(chain400=lambda i: chain400(fl, x, y), tree400=lambda i: tree400(fl, x, y))
     if case is not None and case.startswith("lvf:"):
         loops = {case: _lvf_loop(fl, case)}
+    if case is not None and case.startswith("stmt:"):
+        loops = {case: _stmt_loop(fl, case)}
     # (the first run warms only the cases asked for)
     wanted = os.environ["FL_CASES"].split(",") if case is None else [case]
     for name, loop in loops.items():
@@ -159,6 +163,12 @@ def child(calls: int, case: str | None) -> None:
         for name in (c for c in wanted if c.startswith("lvf:")):
             _lvf_loop(fl, name)
             print(name, flush=True)
+        for name in (c for c in wanted if c.startswith("stmt:")):
+            step = _stmt_loop(fl, name)
+            for i in range(3 * 64):
+                step(i)
+            fl.synchronize()
+            print(name, flush=True)
 
 
 def _lvf_loop(fl: Any, case: str) -> Callable[[int], None]:
@@ -170,6 +180,14 @@ def _lvf_loop(fl: Any, case: str) -> Callable[[int], None]:
     lazy, fuse = prepare(fl, name, big=True)
     one = lazy if which == "lazy" else fuse
     return lambda i: one(1)
+
+
+def _stmt_loop(fl: Any, case: str) -> Callable[[int], None]:
+    """The statement of ``statement_host_ab.py``'s pattern ``stmt:NAME`` (n = 64)."""
+    sys.path.insert(0, str(HERE))
+    from statement_host_ab import statements
+
+    return statements(fl, 64)[case.split(":")[1]][0]
 
 
 def main_thread_total(prefix: Path) -> int:
@@ -203,7 +221,7 @@ def main() -> None:
     cache_root = Path(os.environ.get("FUSELOOP_CACHE_DIR", tmp / "cache"))
     print(f"instructions per call (main thread; {args.calls} calls after warm-up)")
     cases = [c for c in CASES if c in args.cases.split(",")] + [
-        c for c in args.cases.split(",") if c.startswith("lvf:")]
+        c for c in args.cases.split(",") if c.startswith(("lvf:", "stmt:"))]
     print("| revision | " + " | ".join(cases) + " |")
     print("| --- |" + " ---: |" * len(cases), flush=True)
     for k, rev in enumerate(args.revs):

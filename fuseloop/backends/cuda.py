@@ -648,6 +648,7 @@ def make_launcher(spec: LaunchSpec) -> Launcher:
             last[-1] = None
             for i, v in consts:
                 args[i] = v
+                last[i] = None  # (a plan taking this argument per launch sets it again)
             last[-1] = consts
         if one_output:
             args[out1] = address(o.buffer.ptr)

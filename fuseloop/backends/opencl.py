@@ -613,6 +613,7 @@ def _set_consts(k: Any, last: list[Any], consts: Consts) -> None:
     last[-1] = None
     for i, v in consts:
         _set_scalar(k, i, v)
+        last[i] = None  # (a plan taking this argument per launch sets it again)
     last[-1] = consts
 
 

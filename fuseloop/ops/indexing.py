@@ -30,7 +30,7 @@ from ..assignment import assign
 from ..creation import asarray
 from ..errors import InvalidIndexError, index_value_out_of_bounds
 from ..evaluate import run
-from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides, fills
+from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides, fills, intern_sig
 from ..expr.program import Target
 from ..expr.templates import composite_of
 from ..expr.views import affine_view
@@ -222,6 +222,12 @@ def _view_key(key: Any) -> tuple | None:
     """``key`` as a key of ``Leaf.views``: a tuple of its ints, Nones and slices (each
     as its (start, stop, step), which hash); None for any other item (:func:`_walk_view`
     refuses those: nothing is kept)."""
+    if type(key) is slice:  # (``x[a:b]``, the commonest: no loop)
+        a, b, c = key.start, key.stop, key.step
+        if (a is None or type(a) is int) and (b is None or type(b) is int) \
+                and (c is None or type(c) is int):
+            return ((a, b, c),)
+        return None
     out = []
     for k in (key if type(key) is tuple else (key,)):
         t = type(k)
@@ -238,20 +244,75 @@ def _view_key(key: Any) -> tuple | None:
     return tuple(out)
 
 
+Place = tuple[int, tuple[int, ...], tuple[int, ...]]  # a view's (offset, shape, strides)
+
+
 def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
-    """:func:`_plain_view` worked out (``node``: the array's leaf) in one pass over the
-    key: an int moves the offset, a slice makes an axis, None a unit axis; None for
-    anything else or an int out of range (the general path raises numpy's error)."""
+    """:func:`_plain_view` worked out (``node``: the array's leaf): the view's place
+    (a matrix's ``a[i, j]`` and ``a[i, start:stop]`` here, any other key by
+    :func:`_walk_place`), its leaf and array made here; None for a key refused there
+    (the general path raises numpy's error)."""
     shape = node.shape
     strides = node.strides
     if strides is None:
         strides = _c_strides(shape)
-    offset = node.offset
+    got: Place | None = None
+    if type(key) is tuple and len(key) == 2 and len(shape) == 2:
+        # ``a[i, j]``, ``a[i, start:stop]``: a loop's row statement, without the walk's loop
+        i, k = key
+        n = shape[0]
+        if type(i) is int and -n <= i < n:
+            at = node.offset + strides[0] * (i if i >= 0 else i + n)
+            m = shape[1]
+            if type(k) is int:
+                if -m <= k < m:
+                    got = at + strides[1] * (k if k >= 0 else k + m), (), ()
+            elif type(k) is slice and k.step is None:
+                start, stop, _ = k.indices(m)
+                got = (at, (0,), (strides[1],)) if stop <= start else \
+                    (at + strides[1] * start, (stop - start,), (strides[1],))
+    elif type(key) is slice and len(shape) == 1 and key.step is None:  # (``x[a:b]``)
+        n = shape[0]
+        start, stop, _ = key.indices(n)
+        if stop - start >= n:
+            return arr  # (all of it: the array itself, as the walk finds)
+        got = (node.offset, (0,), strides) if stop <= start else \
+            (node.offset + strides[0] * start, (stop - start,), strides)
+    if got is None:
+        got = _walk_place(shape, strides, node.offset, key)
+        if got is None:
+            return None
+        if got is _SAME:
+            return arr
+    offset, shape_t, strides_v = got
+    storage = node.storage
+    dtype = node.dtype
+    # (the leaf and array made here: no frame of their own)
+    leaf = _new(Leaf)
+    if not offset and fills(storage, dtype, shape_t, strides_v):  # (the whole buffer: Leaf)
+        leaf.sig, leaf.strides = 0, None
+    else:  # (its signature now, as nodes.signature_of makes it: every operator asks for it)
+        leaf.sig = intern_sig(("V", "LC" if storage.constant else "L", dtype.char, shape_t,
+                               strides_v))
+        leaf.strides, leaf.offs = strides_v, (offset,)
+    leaf.operands, leaf.storage, leaf.dtype, leaf.shape = node.operands, storage, dtype, shape_t
+    leaf.offset, leaf.storages, leaf.token, leaf.views = offset, node.storages, None, None
+    view = _new_array(Array)
+    view._storage, view._node, view.device = storage, leaf, arr.device
+    view.dtype, view._shape = dtype, shape_t
+    return view
+
+
+def _walk_place(shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
+                key: Any) -> Place | Any:
+    """The place of a view of ``key`` in one pass over it: an int moves the offset, a
+    slice makes an axis, None a unit axis; :data:`_SAME` for a key of whole axes only
+    (the array itself); None for anything else or an int out of range."""
     nd = len(shape)
     new_shape: list[int] = []
     new_strides: list[int] = []
     same = True  # (only whole axes so far: the view is the array)
-    d = 0  # the next axis of ``arr``
+    d = 0  # the next axis
     for k in (key if type(key) is tuple else (key,)):
         tk = type(k)
         if tk is int:
@@ -296,25 +357,10 @@ def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
         else:
             return None
     if same:
-        return arr
+        return _SAME
     if d < nd:
-        shape_t = (*new_shape, *shape[d:])
-        strides_v = (*new_strides, *strides[d:])
-    else:
-        shape_t, strides_v = tuple(new_shape), tuple(new_strides)
-    # (the whole buffer: see Leaf)
-    strides_t = None if not offset and fills(node.storage, node.dtype, shape_t, strides_v) \
-        else strides_v
-    # (the leaf and array made here: no frame of their own)
-    leaf = _new(Leaf)
-    leaf.sig, leaf.operands, leaf.storage = 0, node.operands, node.storage
-    leaf.dtype, leaf.shape, leaf.strides = node.dtype, shape_t, strides_t
-    leaf.offset, leaf.storages, leaf.token = offset, node.storages, None
-    leaf.views = None
-    view = _new_array(Array)
-    view._storage, view._node, view.device = node.storage, leaf, arr.device
-    view.dtype, view._shape = leaf.dtype, shape_t
-    return view
+        return offset, (*new_shape, *shape[d:]), (*new_strides, *strides[d:])
+    return offset, tuple(new_shape), tuple(new_strides)
 
 
 def _element_offset(arr: Array, key: Any) -> int | None:
@@ -429,9 +475,12 @@ def _element_indices(arr: Array, key: Any) -> Array | None:
 
 
 def getitem(arr: Array, key: Any) -> Array:
-    out = _plain_view(arr, key)
-    if out is not None:
-        return out
+    node: Any = arr._node
+    if type(node) is Leaf and arr._storage is not None:
+        # (a loop's moving views walked at once: _plain_view's first test)
+        out = _walk_view(arr, node, key) if node.views is _MOVING else _plain_view(arr, key)
+        if out is not None:
+            return out
     hashable = _basic_key(key)
     if hashable is not None:
         return _basic_getitem(arr, key, hashable)
