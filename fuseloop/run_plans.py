@@ -40,6 +40,7 @@ from . import caches as _caches
 from . import evaluate as _ev
 from . import flags as _flags
 from . import host_path as _host
+from . import plan_free as _free_sigs
 from . import plan_lengths as _pl
 from . import plan_steps as _steps
 from . import plan_tables as _tables
@@ -467,6 +468,90 @@ def _check_signed(signed: tuple, storages: list[Storage],
             "plan by signature differs from the walk's", signed[0])
 
 
+# free key (the signed key with its lengths as symbols, plan_free) -> (the walk's key,
+# where each of its lengths is among the free key's, operand picker, key head)
+_free: OrderedDict[tuple, tuple[tuple, tuple[int, ...], Any, tuple]] = OrderedDict()
+
+
+def _free_key(signed: tuple, out_shape: tuple[int, ...]
+              ) -> tuple[tuple, tuple[int, ...]] | None:
+    """The free key of ``signed`` (:func:`_signed_key`'s answer) and its lengths, or
+    None (fields not known; past int32, where the walk keeps the lengths)."""
+    key = signed[0]
+    sigs, joins = key[1], None
+    if type(sigs) is int:
+        sigs = (sigs,)
+    elif type(sigs[0]) is tuple:  # (several roots, where their offsets land)
+        sigs, joins = sigs
+    free = _free_sigs.free_of(sigs, out_shape)
+    if free is None or free[2] > INT32_LIMIT:
+        return None
+    return (key[0], free[0], joins, *key[3:]), free[1]
+
+
+def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...],
+                 device: Device) -> list[Storage] | None:
+    """The replay of the plan of the walk's key that ``signed`` has at any lengths (see
+    :mod:`fuseloop.plan_free`), at this call's lengths; None where there is none (no
+    free key known, a plan to record, buffers past int32 indexing: the walk decides)."""
+    got = _free_key(signed, out_shape)
+    entry = None if got is None else _free.get(got[0])
+    if entry is None or got is None:
+        return None
+    key, where, take, head = entry
+    known = _key_head(device)
+    picked = take(signed[1])
+    if picked is None or (known is not head and known != head):
+        return None
+    storages, scalars = picked
+    if signed[2]:
+        storages = storages + signed[2]
+    if _wide(storages):
+        return None
+    lengths = tuple(map(got[1].__getitem__, where))
+    plan = _get(key)
+    if plan == _EXACT_LENGTHS:
+        key = (key, lengths)
+        plan = _get(key)
+    if not isinstance(plan, _Plan):
+        return None
+    if plan.lengths != lengths:
+        plan = _plan_at(key, plan, lengths, roots, out_shape, device)
+        if plan is None:
+            return None
+    return _replay_signed(plan, storages, scalars, device, signed[3], False)
+
+
+def _remember_free(signed: tuple, out_shape: tuple[int, ...], key: tuple,
+                   lengths: tuple[int, ...], storages: list[Storage],
+                   scalars: list[np.generic], offsets: Sequence[int], device: Device) -> None:
+    """Remember the walk's ``key`` under ``signed``'s free key (see :func:`_free_replay`)
+    where its operands pick the walk's buffers and scalars and its offsets are the
+    walk's (as :func:`_remember_signed` asks)."""
+    got = _free_key(signed, out_shape)
+    if got is None:
+        return
+    fkey, lens = got
+    known = _free.get(fkey)
+    if known is not None:
+        # (equal free keys are one walk key: checking, the tests say so)
+        assert not _prog.CHECK_STRUCTURE_CACHE or (
+            known[0] == key and tuple(lens[p] for p in known[1]) == lengths), (
+            "free key differs from the walk's", fkey)
+        return
+    where = _free_sigs.places(lengths, lens)
+    take = _prog.operand_picker(signed[1], signed[0][3])
+    picked = take(signed[1])
+    if where is None or picked is None or signed[3] != tuple(offsets) or _wide(storages):
+        return
+    mine = picked[0] + signed[2] if signed[2] else picked[0]
+    if len(mine) != len(storages) or len(picked[1]) != len(scalars) \
+            or any(a is not b for a, b in zip(mine, storages)) \
+            or any(a is not b for a, b in zip(picked[1], scalars)):
+        return
+    _tables.keep(_free, fkey, (key, where, take, _key_head(device)), PLANS_MAX)
+
+
 # }}}
 
 
@@ -583,8 +668,10 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             _tables.keep(_target_sigs, free[0], True, PLANS_MAX)
         if look is not False:
             signed = _signed_key(roots, out_shape, device, targets, free)
-    if signed is not None and look is not None and not _prog.CHECK_STRUCTURE_CACHE:
-        done = _signed_replay(signed, device)
+    if signed is not None and not _prog.CHECK_STRUCTURE_CACHE:
+        done = _signed_replay(signed, device) if look is not None else None
+        if done is None:  # (at lengths of its own: by the signature with them as symbols)
+            done = _free_replay(roots, signed, out_shape, device)
         if done is not None:
             return done
     keyed = _key(roots, out_shape, targets, device)
@@ -593,6 +680,9 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     key, storages, scalars, _, offs = keyed
     plan: _Plan | str | Literal[False] | None = _get(key)
     lengths = tuple(offs.lengths)
+    if signed is not None and lengths:
+        _remember_free(signed, out_shape, key, lengths, storages, scalars, offs.values,
+                       device)
     while plan == _EXACT or plan == _EXACT_LENGTHS:  # (the key goes on with their values)
         if plan == _EXACT:
             key = (key, tuple(offs.values))
@@ -604,18 +694,9 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         # recorded for other lengths: its plan at these, made before or now where its
         # forms are known, else recorded (which may learn the forms)
         base = plan
-        plan = _at.get((key, lengths))
+        plan = _plan_at(key, base, lengths, roots, out_shape, device)
         if plan is None:
-            owner: _Plan | None = base  # (the key's plan that splits as these lengths do)
-            if base.split is not None or base.variants:
-                owner = _pl.owner(base, _pl.split_of(roots, out_shape, device))
-            plan = owner if owner is None or owner.lengths == lengths \
-                else _at_lengths(owner, lengths)
-            if plan is None:
-                return _record(roots, out_shape, device, targets, keyed, signed, key, base)
-            _tables.admit(_at, (key, lengths), plan, PLANS_MAX, _at_dropped)
-        else:
-            _tables.touch(_at, (key, lengths))
+            return _record(roots, out_shape, device, targets, keyed, signed, key, base)
     if plan is None or isinstance(plan, str):  # known not to record
         return _ev.run_unplanned(roots, out_shape, device, targets)
     if signed is not None and _prog.CHECK_STRUCTURE_CACHE:
@@ -624,6 +705,24 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         _remember_signed(signed, plan, storages, scalars, offs.values, device)
         return _replay(plan, storages, scalars, device, offs.values)
     return _record(roots, out_shape, device, targets, keyed, signed, key, plan)
+
+
+def _plan_at(key: tuple, base: _Plan, lengths: tuple[int, ...], roots: Sequence[Node],
+             out_shape: tuple[int, ...], device: Device) -> _Plan | None:
+    """The plan of ``key`` (whose plan ``base`` has other lengths) at ``lengths``: made
+    before, or now where the forms of the plan that splits as these lengths do are
+    known; None where a record is needed."""
+    plan = _at.get((key, lengths))
+    if plan is not None:
+        _tables.touch(_at, (key, lengths))
+        return plan
+    owner: _Plan | None = base  # (the key's plan that splits as these lengths do)
+    if base.split is not None or base.variants:
+        owner = _pl.owner(base, _pl.split_of(roots, out_shape, device))
+    plan = owner if owner is None or owner.lengths == lengths else _at_lengths(owner, lengths)
+    if plan is not None:
+        _tables.admit(_at, (key, lengths), plan, PLANS_MAX, _at_dropped)
+    return plan
 
 
 def _at_lengths(plan: _Plan, lengths: tuple[int, ...]) -> _Plan | None:
@@ -760,8 +859,9 @@ def clear() -> None:
     _at_dropped.clear()
     _signed.clear()
     _target_sigs.clear()
+    _free.clear()
 
 
 _caches.register("run_plans.plans", clear,
                  lambda: len(_plans) + len(_at) + len(_at_dropped) + len(_signed)
-                 + len(_target_sigs), 5 * PLANS_MAX)
+                 + len(_target_sigs) + len(_free), 6 * PLANS_MAX)
