@@ -373,6 +373,9 @@ def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...
         plan = _plan_at(key, plan, lengths, roots, out_shape, device)
         if plan is None:
             return None
+    # (and under the signature with these lengths, as _remember_signed would: a loop
+    # over them again finds it there, and keeps it while the plans at lengths go)
+    _tables.keep(_signed, signed[0], (plan, None, take, head, None), PLANS_MAX)
     return _replay_signed(plan, storages, scalars, device, signed[3], False)
 
 
