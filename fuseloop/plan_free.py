@@ -48,19 +48,21 @@ class _Walk:
 
     def shape(self, shape: tuple[int, ...]) -> tuple:
         out: list[Any] = []
-        for n in shape:
-            if n <= 1:
-                out.append(n)
-                continue
-            sym = self.index.get(n)
-            if sym is None:
-                sym = self.index[n] = (len(self.lens), n.bit_length())
-                self.lens.append(n)
-            out.append(sym)
+        index = self.index
         size = 1
         for n in shape:
             size *= n
-        self.bound = max(self.bound, size << len(shape))
+            if n <= 1:
+                out.append(n)
+                continue
+            sym = index.get(n)
+            if sym is None:
+                sym = index[n] = (len(self.lens), n.bit_length())
+                self.lens.append(n)
+            out.append(sym)
+        bound = size << len(shape)
+        if bound > self.bound:
+            self.bound = bound
         return tuple(out)
 
     def sig(self, sig: int) -> bool:
@@ -108,7 +110,11 @@ def free_of(sigs: Sequence[int], out_shape: tuple[int, ...]
         return got  # type: ignore[return-value]
     walk = _Walk()
     try:
-        ok = all(walk.sig(s) for s in sigs)
+        ok = True
+        for s in sigs:
+            if not walk.sig(s):
+                ok = False
+                break
     except RecursionError:
         ok = False
     if ok:

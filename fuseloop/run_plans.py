@@ -374,9 +374,10 @@ def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...
         if plan is None:
             return None
     # (and under the signature with these lengths, as _remember_signed would: a loop
-    # over them again finds it there, and keeps it while the plans at lengths go)
+    # over them again finds it there, and keeps it while the plans at lengths go; made
+    # ready there, as after a walk, not for lengths met once)
     _tables.keep(_signed, signed[0], (plan, None, take, head, None), PLANS_MAX)
-    return _replay_signed(plan, storages, scalars, device, signed[3], False)
+    return _replay(plan, storages, scalars, device, signed[3])
 
 
 def _remember_free(signed: tuple, out_shape: tuple[int, ...], key: tuple,
