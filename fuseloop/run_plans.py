@@ -40,6 +40,7 @@ from . import caches as _caches
 from . import evaluate as _ev
 from . import flags as _flags
 from . import host_path as _host
+from . import plan_free as _free_sigs
 from . import plan_lengths as _pl
 from . import plan_steps as _steps
 from . import plan_tables as _tables
@@ -48,16 +49,15 @@ from .expr import program as _prog
 from .expr.ir import INT32_LIMIT
 from .expr.nodes import (
     Node,
-    Scalar,
     Storage,
     c_strides,
     signature_of,
 )
 from .expr.overlap import views_disjoint
-from .expr.program import Bindings, Target, ViewOffsets, target_nodes, walk_structure
+from .expr.program import Target, ViewOffsets, target_nodes, walk_structure
 from .flags import check_pending
-from .launching import LaunchPlan
-from .plan_ready import Ready, ready_for
+from .plan_ready import ready_for
+from .plan_records import Recorder, _Plan, _Step
 from .recipe_state import current as _recipes_current
 from .runtime.devices import Device
 from .signed_keys import _free_views, _signed_key, signed_of
@@ -66,7 +66,8 @@ from .stats import tallies as _tallies
 _local = threading.local()
 _tally_record, _tally_replay, _tally_walk = (
     _tallies[name].__next__ for name in ("plans_recorded", "plans_replayed", "plans_walked"))
-recording_threads = [0]  # threads recording now: the common answer, "none", without the local
+# threads recording now: the common answer, "none", without the local
+recording_threads: list[int] = [0]
 _lock = threading.Lock()
 
 
@@ -122,155 +123,6 @@ def _put(key: tuple, plan: _Plan | str | None) -> None:
 # lengths than PLANS_MAX drops these, not the plans they are made from
 _at: OrderedDict[tuple, _Plan] = OrderedDict()
 _at_dropped: OrderedDict[tuple, bool] = OrderedDict()  # (keys whose plans _at dropped)
-
-
-class _Step:
-    """One recorded launch; refs are ``("i", slot)`` inputs or ``("t", k)`` allocations.
-
-    ``offsets``: ``(position in params, k)`` for each parameter holding the k-th of the
-    walk's distinct view offsets (:class:`~fuseloop.expr.program.ViewOffsets`), which a
-    replay takes from its own views.
-    """
-
-    __slots__ = ("biggest", "device", "kernel", "moving", "offsets", "out_refs", "out_shape",
-                 "params", "picks", "plan", "plan_params", "plans", "program", "rebind",
-                 "scalar_refs", "storage_refs", "writes_input")
-
-    def __init__(self, program: Any, params: list[int], out_shape: tuple[int, ...],
-                 storage_refs: tuple, out_refs: tuple, scalar_refs: tuple,
-                 offsets: tuple[tuple[int, int], ...] = ()) -> None:
-        self.program = program
-        self.params = params
-        self.offsets = offsets
-        self.plan_params = params  # the parameters ``plan`` was made for
-        # a step with offsets: its launch plans per parameters, made on first use
-        self.plans: OrderedDict[tuple, LaunchPlan] | None = None
-        self.out_shape = out_shape
-        self.storage_refs = storage_refs
-        self.out_refs = out_refs
-        # it writes a caller's buffer: checked gathers' flags are read first (fuseloop.flags)
-        self.writes_input = any(kind == "i" for kind, _ in out_refs)
-        self.scalar_refs = scalar_refs
-        # (inputs count, storage_refs and out_refs as positions in a replay's pool of
-        # inputs then allocations): made by the first replay, see _steps.pool_refs
-        self.picks: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None
-        # the launch plan of its last replay (see fuseloop.launching.LaunchPlan), and the
-        # device it was confirmed for under the plan's recipes stamp
-        self.plan: LaunchPlan | None = None
-        self.device: Device | None = None
-        # (recipe, index dtype, device, tuned recipe and size class, kernel): the
-        # kernel its last plan_launch found (see plan_steps._new_plan)
-        self.kernel: tuple | None = None
-        self.rebind: tuple | None = None  # (kernel, its offsets' places): plan_steps._rebound
-        # (its launch plan taking the offsets as launch arguments, and their places:
-        # plan_steps.launch_step)
-        self.moving: tuple[LaunchPlan, Any] | None = None
-        # the largest of its own parameters and output size (replays without offsets)
-        self.biggest = max(max(params, default=0), math.prod(out_shape))
-
-
-class _Plan:
-    __slots__ = ("allocs", "forms", "lengths", "picks", "ready", "results", "signed",
-                 "split", "steps", "variants")
-
-    def __init__(self, allocs: list[int], steps: list[_Step], results: tuple,
-                 lengths: tuple[int, ...] = (), split: _pl.Split | None = None) -> None:
-        self.allocs = allocs
-        self.steps = steps
-        self.results = results
-        # the walk's lengths it was recorded for, and how its sizes follow from other
-        # lengths of its key once known (see fuseloop.plan_lengths)
-        self.lengths = lengths
-        self.forms: _pl.Forms | None = None
-        # a plan with a split reduction: its split, which its forms hold for (None: not
-        # known; see plan_lengths.split_of)
-        self.split = split
-        # the key's plans for lengths that split otherwise (see plan_lengths.learn)
-        self.variants: tuple[_Plan, ...] = ()
-        self.picks: tuple[int, tuple[int, ...]] | None = None  # (see _Step.picks)
-        self.signed = 0  # the signatures it was remembered under (see _remember_signed)
-        # its replays made ready, per view offsets (see fuseloop.plan_ready)
-        # (False: not to be made ready for those offsets)
-        self.ready: dict[tuple[int, ...], Ready | Literal[False]] | None = None
-
-
-class Recorder:
-    """Collects the launches of one evaluation, and the temporaries they write (see the
-    module docstring): :func:`fuseloop.evaluate.launch` hands this thread's recorder
-    each launch (:meth:`launch`)."""
-
-    def __init__(self, storages: list[Storage], scalars: list[np.generic],
-                 slots: dict[Any, int], offsets: ViewOffsets | None = None,
-                 dry: bool = False) -> None:
-        self.refs: dict[int, tuple] = {id(s): ("i", k) for k, s in enumerate(storages)}
-        # a launch's scalars by the node they came from (Bindings.scalar_nodes), else
-        # by value object: -1 where two scalar nodes hold one object (``x*2 + y*2``:
-        # Python's 2 converts to one numpy scalar), which a launch could not tell apart
-        self.node_slots = {id(n): k for n, k in slots.items() if type(n) is Scalar}
-        self.scalar_slots: dict[int, int] = {}
-        for k, v in enumerate(scalars):
-            self.scalar_slots[id(v)] = -1 if id(v) in self.scalar_slots else k
-        self.keep: list[Any] = [storages, scalars, slots]  # ids stay unique while recording
-        self.allocs: list[int] = []
-        self.steps: list[_Step] = []
-        self.failed = False
-        self.offsets = offsets
-        self.dry = dry  # note launches without enqueuing them
-        # a launch read an offset that is not one of the walk's views' (or could not
-        # say which parameters are offsets): the plan holds for these offsets only
-        self.exact = False
-
-    def launch(self, program: Any, bindings: Bindings, outs: Sequence[Storage],
-               device: Device) -> None:
-        """Launch (``evaluate.launch_now``, unless dry), then note the launch as a step."""
-        if not self.dry:
-            _ev.launch_now(program, bindings, outs, device)
-        if not self.failed:
-            self._note(program, bindings, outs)
-
-    def _note(self, program: Any, bindings: Bindings, outs: Sequence[Storage]) -> None:
-        refs = self.refs
-        for s in outs:  # a buffer first seen as an output is a temporary of the evaluation
-            if id(s) not in refs:
-                refs[id(s)] = ("t", len(self.allocs))
-                self.allocs.append(s.nbytes)
-                self.keep.append(s)
-        try:
-            storage_refs = tuple(refs[id(s)] for s in bindings.storages)
-            out_refs = tuple(refs[id(s)] for s in outs)
-            if bindings.scalar_nodes is not None:
-                scalar_refs = tuple(self.node_slots[id(n)] for n in bindings.scalar_nodes)
-            else:
-                scalar_refs = tuple(self.scalar_slots[id(v)] for v in bindings.scalars)
-        except KeyError:  # a buffer neither an input nor written by a kernel here
-            self.failed = True
-            return
-        if -1 in scalar_refs:
-            self.failed = True
-            return
-        self.steps.append(_Step(program, list(bindings.params), bindings.out_shape,
-                                storage_refs, out_refs, scalar_refs,
-                                self._offset_refs(bindings)))
-
-    def _offset_refs(self, bindings: Bindings) -> tuple[tuple[int, int], ...]:
-        offs = self.offsets
-        if offs is None or not offs.values:
-            return ()
-        slots = bindings.offset_slots
-        if slots is None:
-            self.exact = True
-            return ()
-        refs = []
-        for j in slots:
-            k = offs.index.get(bindings.params[j])
-            if k is None:
-                self.exact = True
-                return ()
-            refs.append((j, k))
-        return tuple(refs)
-
-    def ref(self, storage: Storage) -> tuple | None:
-        return self.refs.get(id(storage))
 
 
 def recorder() -> Recorder | None:
@@ -470,6 +322,94 @@ def _check_signed(signed: tuple, storages: list[Storage],
             "plan by signature differs from the walk's", signed[0])
 
 
+# free key (the signed key with its lengths as symbols, plan_free) -> (the walk's key,
+# where each of its lengths is among the free key's, operand picker, key head)
+_free: OrderedDict[tuple, tuple[tuple, tuple[int, ...], Any, tuple]] = OrderedDict()
+
+
+def _free_key(signed: tuple, out_shape: tuple[int, ...]
+              ) -> tuple[tuple, tuple[int, ...]] | None:
+    """The free key of ``signed`` (:func:`_signed_key`'s answer) and its lengths, or
+    None (fields not known; past int32, where the walk keeps the lengths)."""
+    key = signed[0]
+    sigs, joins = key[1], None
+    if type(sigs) is int:
+        sigs = (sigs,)
+    elif type(sigs[0]) is tuple:  # (several roots, where their offsets land)
+        sigs, joins = sigs
+    free = _free_sigs.free_of(sigs, out_shape)
+    if free is None or free[2] > INT32_LIMIT:
+        return None
+    return (key[0], free[0], joins, *key[3:]), free[1]
+
+
+def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...],
+                 device: Device) -> list[Storage] | None:
+    """The replay of the plan of the walk's key that ``signed`` has at any lengths (see
+    :mod:`fuseloop.plan_free`), at this call's lengths; None where there is none (no
+    free key known, a plan to record, buffers past int32 indexing: the walk decides)."""
+    got = _free_key(signed, out_shape)
+    entry = None if got is None else _free.get(got[0])
+    if entry is None or got is None:
+        return None
+    key, where, take, head = entry
+    known = _key_head(device)
+    picked = take(signed[1])
+    if picked is None or (known is not head and known != head):
+        return None
+    storages, scalars = picked
+    if signed[2]:
+        storages = storages + signed[2]
+    if _wide(storages):
+        return None
+    lengths = tuple(map(got[1].__getitem__, where))
+    plan = _get(key)
+    if plan == _EXACT_LENGTHS:
+        key = (key, lengths)
+        plan = _get(key)
+    if not isinstance(plan, _Plan):
+        return None
+    if plan.lengths != lengths:
+        plan = _plan_at(key, plan, lengths, roots, out_shape, device)
+        if plan is None:
+            return None
+    # (and under the signature with these lengths, as _remember_signed would: a loop
+    # over them again finds it there, and keeps it while the plans at lengths go; made
+    # ready there, as after a walk, not for lengths met once)
+    _tables.keep(_signed, signed[0], (plan, None, take, head, None), PLANS_MAX)
+    return _replay(plan, storages, scalars, device, signed[3])
+
+
+def _remember_free(signed: tuple, out_shape: tuple[int, ...], key: tuple,
+                   lengths: tuple[int, ...], storages: list[Storage],
+                   scalars: list[np.generic], offsets: Sequence[int], device: Device) -> None:
+    """Remember the walk's ``key`` under ``signed``'s free key (see :func:`_free_replay`)
+    where its operands pick the walk's buffers and scalars and its offsets are the
+    walk's (as :func:`_remember_signed` asks)."""
+    got = _free_key(signed, out_shape)
+    if got is None:
+        return
+    fkey, lens = got
+    known = _free.get(fkey)
+    if known is not None:
+        # (equal free keys are one walk key: checking, the tests say so)
+        assert not _prog.CHECK_STRUCTURE_CACHE or (
+            known[0] == key and tuple(lens[p] for p in known[1]) == lengths), (
+            "free key differs from the walk's", fkey)
+        return
+    where = _free_sigs.places(lengths, lens)
+    take = _prog.operand_picker(signed[1], signed[0][3])
+    picked = take(signed[1])
+    if where is None or picked is None or signed[3] != tuple(offsets) or _wide(storages):
+        return
+    mine = picked[0] + signed[2] if signed[2] else picked[0]
+    if len(mine) != len(storages) or len(picked[1]) != len(scalars) \
+            or any(a is not b for a, b in zip(mine, storages)) \
+            or any(a is not b for a, b in zip(picked[1], scalars)):
+        return
+    _tables.keep(_free, fkey, (key, where, take, _key_head(device)), PLANS_MAX)
+
+
 # }}}
 
 
@@ -586,8 +526,10 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             _tables.keep(_target_sigs, free[0], True, PLANS_MAX)
         if look is not False:
             signed = _signed_key(roots, out_shape, device, targets, free)
-    if signed is not None and look is not None and not _prog.CHECK_STRUCTURE_CACHE:
-        done = _signed_replay(signed, device)
+    if signed is not None and not _prog.CHECK_STRUCTURE_CACHE:
+        done = _signed_replay(signed, device) if look is not None else None
+        if done is None:  # (at lengths of its own: by the signature with them as symbols)
+            done = _free_replay(roots, signed, out_shape, device)
         if done is not None:
             return done
     keyed = _key(roots, out_shape, targets, device)
@@ -596,6 +538,9 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     key, storages, scalars, _, offs = keyed
     plan: _Plan | str | Literal[False] | None = _get(key)
     lengths = tuple(offs.lengths)
+    if signed is not None and lengths:
+        _remember_free(signed, out_shape, key, lengths, storages, scalars, offs.values,
+                       device)
     while plan == _EXACT or plan == _EXACT_LENGTHS:  # (the key goes on with their values)
         if plan == _EXACT:
             key = (key, tuple(offs.values))
@@ -607,18 +552,9 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         # recorded for other lengths: its plan at these, made before or now where its
         # forms are known, else recorded (which may learn the forms)
         base = plan
-        plan = _at.get((key, lengths))
+        plan = _plan_at(key, base, lengths, roots, out_shape, device)
         if plan is None:
-            owner: _Plan | None = base  # (the key's plan that splits as these lengths do)
-            if base.split is not None or base.variants:
-                owner = _pl.owner(base, _pl.split_of(roots, out_shape, device))
-            plan = owner if owner is None or owner.lengths == lengths \
-                else _at_lengths(owner, lengths)
-            if plan is None:
-                return _record(roots, out_shape, device, targets, keyed, signed, key, base)
-            _tables.admit(_at, (key, lengths), plan, PLANS_MAX, _at_dropped)
-        else:
-            _tables.touch(_at, (key, lengths))
+            return _record(roots, out_shape, device, targets, keyed, signed, key, base)
     if plan is None or isinstance(plan, str):  # known not to record
         return _ev.run_unplanned(roots, out_shape, device, targets)
     if signed is not None and _prog.CHECK_STRUCTURE_CACHE:
@@ -627,6 +563,24 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         _remember_signed(signed, plan, storages, scalars, offs.values, device)
         return _replay(plan, storages, scalars, device, offs.values)
     return _record(roots, out_shape, device, targets, keyed, signed, key, plan)
+
+
+def _plan_at(key: tuple, base: _Plan, lengths: tuple[int, ...], roots: Sequence[Node],
+             out_shape: tuple[int, ...], device: Device) -> _Plan | None:
+    """The plan of ``key`` (whose plan ``base`` has other lengths) at ``lengths``: made
+    before, or now where the forms of the plan that splits as these lengths do are
+    known; None where a record is needed."""
+    plan = _at.get((key, lengths))
+    if plan is not None:
+        _tables.touch(_at, (key, lengths))
+        return plan
+    owner: _Plan | None = base  # (the key's plan that splits as these lengths do)
+    if base.split is not None or base.variants:
+        owner = _pl.owner(base, _pl.split_of(roots, out_shape, device))
+    plan = owner if owner is None or owner.lengths == lengths else _at_lengths(owner, lengths)
+    if plan is not None:
+        _tables.admit(_at, (key, lengths), plan, PLANS_MAX, _at_dropped)
+    return plan
 
 
 def _at_lengths(plan: _Plan, lengths: tuple[int, ...]) -> _Plan | None:
@@ -763,8 +717,9 @@ def clear() -> None:
     _at_dropped.clear()
     _signed.clear()
     _target_sigs.clear()
+    _free.clear()
 
 
 _caches.register("run_plans.plans", clear,
                  lambda: len(_plans) + len(_at) + len(_at_dropped) + len(_signed)
-                 + len(_target_sigs), 5 * PLANS_MAX)
+                 + len(_target_sigs) + len(_free), 6 * PLANS_MAX)

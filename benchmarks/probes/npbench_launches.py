@@ -11,8 +11,9 @@ means something is baked into kernels per iteration), kernels launched, the line
 kernel's own source executed (its statements; loop headers included), launches per
 statement, values read back to Python (``float(a)``, ``bool(a)``, ``int(a)``, ``.get()``), the
 device-to-host copies made (``dev rd``: conversions served on the host make none),
-run plans recorded (a count that grows with the size means plans per length) and the
-CPU time.  Reported, never asserted.  Use an empty ``FUSELOOP_CACHE_DIR`` to see
+run plans recorded (a count that grows with the size means plans per length), walked
+(statements whose plan was not found by signature) and the CPU time.  Reported, never
+asserted.  Use an empty ``FUSELOOP_CACHE_DIR`` to see
 cold counts; ``--gpu-recipes`` applies the GPU recipes on the CPU device (the kernels,
 size classes included, that a GPU run builds).
 
@@ -150,7 +151,7 @@ def main() -> None:
             print(f"{name:10} {run:3} {s['kernels_lowered']:8} {s['kernels_compiled']:8} "
                   f"{s['kernels_launched']:9} {lines['n']:8} "
                   f"{s['kernels_launched'] / st:9.2f} {_READS['n']:7} {_READS['device']:7} "
-                  f"{s['plans_recorded']:8} "
+                  f"{s['plans_recorded']:8} {s['plans_walked']:7} "
                   f"{cpu:8.3f}", flush=True)
 
 

@@ -8,7 +8,8 @@ kernel's frame the main thread is on (every ``--every`` seconds, the interpreter
 switch interval shortened to match): a line's share of the samples times the runs'
 time, divided by the times the line ran, is its time per run.  A line tracer (its own
 cost in no figure) counts the runs of each line and ``fl.stats()``'s launches and
-plans per line in one more run.  ``--clock cpu`` (the default) takes
+plans (recorded, walked) and kernels lowered per line in one more run
+(``--count-first``: in the first, cold, run instead).  ``--clock cpu`` (the default) takes
 ``time.process_time`` for the runs' time; ``wall`` is ``time.perf_counter`` with the
 device synchronised at the end of each run (on a GPU the host time per statement, as
 cupy's loop would see it).  Reported, never asserted.
@@ -46,6 +47,9 @@ def _bench(npbench: Path, name: str) -> dict[str, Any]:
     raise SystemExit(f"no NPBench benchmark named {name!r}")
 
 
+_COUNTED = ("kernels_launched", "plans_recorded", "plans_walked", "kernels_lowered")
+
+
 class _Counter:
     """A line tracer of the kernel's frame: each line's runs and ``fl.stats()`` deltas."""
 
@@ -60,7 +64,7 @@ class _Counter:
         if self.line:
             self.runs[self.line] += 1
             after = fl.stats()
-            for k in ("kernels_launched", "plans_recorded"):
+            for k in _COUNTED:
                 self.counts[self.line][k] += after[k] - self.stats[k]
         self.stats = fl.stats()
 
@@ -122,19 +126,23 @@ def _one(args: argparse.Namespace, name: str, clock: Any) -> None:
         fl.synchronize()
         return clock() - t
 
-    run()  # (builds, plans)
+    counted = _Counter(kernel.__code__)
+    if args.count_first:  # (the first run counted: its walks, records, builds per line)
+        run(counted)
+    else:
+        run()  # (builds, plans)
     sampler = _Sampler(kernel.__code__, args.every)
     sampler.start()
     times = [run() for _ in range(args.repeats)]
     sampler.done.set()
     sampler.join()
-    counted = _Counter(kernel.__code__)
-    run(counted)
+    if not args.count_first:
+        run(counted)
     per_run = sum(times) / len(times)
     print(f"\n{module}: {per_run * 1e3:.1f} ms per run (min {min(times) * 1e3:.1f}), "
           f"{sum(sampler.samples.values())} samples")
     print(f"  {'line':>4} {'runs':>6} {'us/run':>8} {'share':>6} {'launch/run':>10} "
-          f"{'rec':>4}  source")
+          f"{'rec':>4} {'walk/run':>8} {'lowered':>7}  source")
     total = sum(sampler.samples.values()) or 1
     for ln in sorted(sampler.samples, key=sampler.samples.__getitem__,
                      reverse=True)[:args.top]:
@@ -143,6 +151,7 @@ def _one(args: argparse.Namespace, name: str, clock: Any) -> None:
         c = counted.counts.get(ln, {})
         print(f"  {ln:4d} {n:6d} {share * per_run / n * 1e6:8.1f} {share:6.1%} "
               f"{c.get('kernels_launched', 0) / n:10.2f} {c.get('plans_recorded', 0):4d}"
+              f" {c.get('plans_walked', 0) / n:8.2f} {c.get('kernels_lowered', 0):7d}"
               f"  {lines[ln - 1].strip()}")
 
 
@@ -155,6 +164,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--every", type=float, default=0.0005)
     ap.add_argument("--top", type=int, default=8)
+    ap.add_argument("--count-first", action="store_true",
+                    help="count launches, records, walks and kernels lowered per line in "
+                         "the first run (cold) rather than after the timed ones")
     args = ap.parse_args()
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     sys.modules["cupy"] = swap._FuseloopAsCupy()
