@@ -155,7 +155,7 @@ def main() -> int:
     backends = sorted({d.backend for d in mods[0].devices(type=args.type)})
     if args.backends:
         backends = [b for b in args.backends.split(",") if b in backends]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for backend in backends:
         # (per revision: its devices, and per count its inputs, made once)
         sets = []
