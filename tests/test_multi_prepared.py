@@ -159,3 +159,72 @@ def test_split_parts_staged_before_the_first_enqueue(three, monkeypatch):
         total = float(fl.sum(x * y))
     assert order == ["stage"] * 3 + ["launch"] * 3
     np.testing.assert_allclose(total, np.dot(xn.astype(np.float64), yn), rtol=1e-5)
+
+
+def test_split_outputs_allocated_without_the_recent_walk(three, monkeypatch):
+    """A split call's part outputs and temporaries come from the pool without first
+    letting go of the recent lazy arrays (``evaluate.RELEASE_RECENT_AT``, here every
+    buffer): that walk would register the expression's own parts as readers before the
+    first part launched.  Results are numpy's, and a write after the call is seen."""
+    from fuseloop import evaluate, plan_steps
+
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)  # (the device path, as on a GPU)
+    monkeypatch.setattr(evaluate, "RELEASE_RECENT_AT", 1)
+    walks: list[int] = []
+    real = evaluate.register_readers
+
+    def walk():
+        walks.append(1)
+        real()
+
+    monkeypatch.setattr(evaluate, "register_readers", walk)
+    monkeypatch.setattr(plan_steps, "register_readers", walk)
+    rng = np.random.default_rng(8)
+    xn, yn = rng.random(3000, np.float32), rng.random(3000, np.float32)
+    with fl.device(three):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    for _ in range(3):  # (the first call builds and records; the others replay)
+        walks.clear()
+        e = (2 * x - fl.sin(y) + x * y).eval()
+        total = float(fl.sum(x * y))
+    assert walks == []
+    np.testing.assert_allclose(e.get(), 2 * xn - np.sin(yn) + xn * yn, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(total, np.dot(xn.astype(np.float64), yn), rtol=1e-5)
+    x[2990:3000] = 3.0  # (the last part's rows)
+    xn[2990:3000] = 3.0
+    np.testing.assert_allclose((x * y).get(), xn * yn, rtol=1e-6)
+    np.testing.assert_allclose(float(fl.sum(x * y)), np.dot(xn.astype(np.float64), yn),
+                               rtol=1e-5)
+
+
+def test_split_output_refused_by_the_pool(three, monkeypatch):
+    """A part output the pool refuses is allocated by ``evaluate.allocate`` (which lets
+    go of the recent lazy arrays and tries again): the call's results are numpy's."""
+    from fuseloop.errors import OutOfMemoryError
+    from fuseloop.runtime.devices import _runtime
+
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    rng = np.random.default_rng(9)
+    xn, yn = rng.random(3000, np.float32), rng.random(3000, np.float32)
+    with fl.device(three):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    for _ in range(2):
+        (x * y + 1).eval()
+        float(fl.sum(x * y))
+    pool = _runtime(three[1]).pool
+    real = type(pool).allocate
+    refused: list[int] = []
+
+    def refuse(self, nbytes):
+        if self is pool and not refused:
+            refused.append(nbytes)
+            raise OutOfMemoryError("refused once (test)")
+        return real(self, nbytes)
+
+    monkeypatch.setattr(type(pool), "allocate", refuse)
+    np.testing.assert_allclose((x * y + 1).get(), xn * yn + 1, rtol=1e-6)
+    assert refused
+    refused.clear()
+    np.testing.assert_allclose(float(fl.sum(x * y)), np.dot(xn.astype(np.float64), yn),
+                               rtol=1e-5)
+    assert refused

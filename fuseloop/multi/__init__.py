@@ -19,12 +19,16 @@ from .create import create
 from .devset import DeviceSet
 from .exchange import EXCHANGED
 
+_reduce: list[Callable[..., Any]] = []  # (multi.reduce.reduce, imported at first use)
+
 
 def _handle(kind: str, func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     if kind == "reduce":
-        from .reduce import reduce
+        if not _reduce:  # (an import statement per call costs a split sum a microsecond)
+            from .reduce import reduce
 
-        return reduce(func, args[0], args[1:], kwargs)
+            _reduce.append(reduce)
+        return _reduce[0](func, args[0], args[1:], kwargs)
     if kind == "ufunc":
         return map_elementwise(func, args)
     if kind == "stencil":

@@ -98,7 +98,7 @@ class _PartLaunch:
         except AttributeError:  # (another thread: its first launch goes the general way)
             return None
         with _replay.current(device):
-            out = allocate(math.prod(shape) * node.dtype.itemsize, device)
+            out = _replay.output(math.prod(shape) * node.dtype.itemsize, device)
         return _replay._Staged(device, None, [(plan.go, kernel, last, out, storages, scalars)],
                                out, 1)
 

@@ -69,10 +69,13 @@ def host_combines(x: Any, axes: tuple[int, ...], keepdims: bool) -> bool:
 def reduce(func: Callable[..., Any], x: Any, args: tuple, kwargs: dict) -> Any:
     """``func`` (a fuseloop reduction, by name) of the split array ``x``."""
     name = func.__name__
-    params = dict(zip(_POSITIONAL.get(name, ("axis",)), args))
-    params.update(kwargs)
-    axes = normalize_axes(params.pop("axis", None), x.ndim)
-    keepdims = bool(params.pop("keepdims", False))
+    if args or kwargs:
+        params = dict(zip(_POSITIONAL.get(name, ("axis",)), args))
+        params.update(kwargs)
+        axes = normalize_axes(params.pop("axis", None), x.ndim)
+        keepdims = bool(params.pop("keepdims", False))
+    else:  # (fl.sum(x): every axis, as normalize_axes(None) gives)
+        params, axes, keepdims = {}, tuple(range(len(x.shape))), False
     if 0 not in axes:  # each part reduces its own rows: still split
         parts = [func(p, axis=axes, keepdims=keepdims, **params) for p in x.parts]
         return MultiArray(parts, x.bounds, x.device_set)
@@ -138,6 +141,8 @@ def _plan_base(name: str, axes: tuple[int, ...], keepdims: bool, params: dict
                ) -> tuple | None:
     """The part of :data:`_PARTIALS`' key a call's arguments give, or None (an argument
     that is not hashable)."""
+    if not params:
+        return (name, axes, keepdims, ())
     base = (name, axes, keepdims, tuple(sorted(params.items())))
     try:
         hash(base)

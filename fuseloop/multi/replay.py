@@ -39,10 +39,11 @@ from .. import host_path as _host
 from .. import plan_steps as _steps
 from .. import run_plans as _rp
 from ..array import Array
+from ..errors import OutOfMemoryError
 from ..evaluate import allocate, capturing_threads, flat_launch_ready, recording_threads
 from ..expr import program as _prog
 from ..expr.ir import INT32_LIMIT
-from ..expr.nodes import signature_of
+from ..expr.nodes import Storage, signature_of
 from ..launching import (
     DEFER_MAX_ELEMENTS,
     INDEX_INT32,
@@ -260,7 +261,7 @@ def _stage_flat(node: Any, shape: tuple[int, ...], device: Any
         return None
     plan, storages, scalars, kernel, last = ready
     with current(device):
-        out = allocate(shape[0] * node.dtype.itemsize, device)
+        out = output(shape[0] * node.dtype.itemsize, device)
     entry = _prog.flat_entries[(node.sig, shape)]
     wide = any(s.nbytes > INT32_LIMIT for s in storages)
     return _Staged(device, None, [(plan.go, kernel, last, out, storages, scalars)], out, 1), \
@@ -296,6 +297,33 @@ class _Staged:
                     go(outs, ins, scs, kernel, last, queue)
                 rt.submit(queue)
         return self.result
+
+
+def output(nbytes: int, device: Any) -> Storage:
+    """A split part's output buffer of ``nbytes`` from ``device``'s pool, as
+    ``evaluate.allocate`` makes it but without letting go of the recent lazy arrays
+    first (``evaluate.RELEASE_RECENT_AT``): before a large part's output that walk
+    registered the split expression's own parts as readers (every part of every
+    operation, tens of microseconds before the first part launched) only for them to
+    be evaluated at once.  The pool's own check still lets them go where the device is
+    short of room, and a refusal goes to ``evaluate.allocate``, which does."""
+    if nbytes > device.max_alloc_size:
+        return allocate(nbytes, device)  # (its error)
+    try:
+        return Storage(_runtime(device).pool.allocate(max(nbytes, 1)), nbytes, device)
+    except OutOfMemoryError:
+        return allocate(nbytes, device)
+
+
+def temporaries(allocs: list[int], device: Any) -> list[Storage]:
+    """``plan_steps.temporaries`` for a split part, without its letting go of the recent
+    lazy arrays first (see :func:`output`; the sizes were allocated when the plan was
+    recorded)."""
+    allocate_pooled = _runtime(device).pool.allocate
+    try:
+        return [Storage(allocate_pooled(n), n, device) for n in allocs]
+    except OutOfMemoryError:
+        return [allocate(n, device) for n in allocs]
 
 
 #: a known plan's launch on a device is prepared once (:class:`_Prepared`: its steps'
@@ -353,7 +381,7 @@ class _Prepared:
         pool = storages
         if self.allocs:
             with current(self.device):
-                pool = storages + _steps.temporaries(self.allocs, self.device)
+                pool = storages + temporaries(self.allocs, self.device)
         calls = [(go, kernel, last, [pool[i] for i in outs], [pool[i] for i in ins],
                   [scalars[i] for i in scs]) for go, kernel, last, outs, ins, scs in self.steps]
         return _Staged(self.device, None, calls, pool[self.result], self.n_steps)
@@ -431,7 +459,7 @@ def _launch(plan: Any, storages: list[Any], scalars: list[Any], offsets: Sequenc
     """``run_plans._replay`` of ``plan`` with its steps enqueued back to back under the
     queue's lock (each launch checked as ``plan_steps.launch_step`` checks its kept
     plan), then the queue submitted; the plan's result."""
-    tmps = _steps.temporaries(plan.allocs, device)
+    tmps = temporaries(plan.allocs, device)
     rt = _runtime(device)
     queue = rt.queue
     launched = 0
