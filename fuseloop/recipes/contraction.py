@@ -472,14 +472,15 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
                wide_tiles: TileConfig, few: int, skinny: str, skinny_group: int,
                skinny_lanes: int, skinny_bk: int, skinny_unroll: int, skinny_stage: bool,
                stream: int, stream_group: int, stream_per: int, stream_unroll: int,
-               stream_accumulators: int, medium: int, split_k: int, dmma: bool, dmma_tiles: Any
-               ) -> lp.TranslationUnit:
+               stream_accumulators: int, stream_bytes: int, stream_pieces: int, medium: int,
+               split_k: int, dmma: bool, dmma_tiles: Any) -> lp.TranslationUnit:
     """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types (float64 on
     NVIDIA: FP64 tensor cores, ``dmma``).  A side of at most ``stream`` outputs whose long
     operand is contiguous along the long side: :func:`~fuseloop.recipes.skinny.stream_long`;
     else a side of at most ``few`` outputs: :func:`split_lanes` (``skinny="lanes"``) or
-    :func:`skinny_tiles` (``"tiles"``).  ``split_k`` is read before lowering
-    (:func:`fuseloop.split_k.contraction_pieces`): a split's pieces are a batch here."""
+    :func:`skinny_tiles` (``"tiles"``).  ``split_k``, ``stream_bytes`` and ``stream_pieces``
+    are read before lowering (:func:`fuseloop.split_k.contraction_pieces`): a split's
+    pieces are a batch here."""
     from ..lower.contraction import operand_itemsize
 
     knl = t_unit.default_entrypoint

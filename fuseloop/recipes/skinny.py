@@ -58,7 +58,13 @@ PARAMS = (
           "flight)", powers_of_two(1, 32, (4, 8, 16))),
     Param("stream_accumulators", int, STREAM_ACCUMULATORS, "stream_long: at most this many "
           "accumulators per work-item (half that for 8-byte types)",
-          powers_of_two(8, 128, (32, 64))))
+          powers_of_two(8, 128, (32, 64))),
+    # (split-K is decided per evaluation, so fl.tune, which times kernels, tries one value)
+    Param("stream_bytes", int, 64 * 1024, "stream_long's split-K: bytes of the long "
+          "operand's loads in flight per compute unit that the pieces aim for "
+          "(split_k.stream_items_per_unit)", powers_of_two(1024, 1 << 22, (64 * 1024,))),
+    Param("stream_pieces", int, 32, "stream_long's split-K: at most this many pieces",
+          int_range(1, 1024, (32,))))
 
 
 def stream_per(extent: int, most: int, itemsize: int = 4,

@@ -1,0 +1,243 @@
+"""Few-row products on a GPU (issue 25): device time, wall time and host time per call,
+over a grid of shapes x the streaming kernel's parameters, a base revision and the peers.
+
+Cases: ``x @ A`` at 4096, 8192, 16384 (float32) and 8192 (float64); ``R x 8192 @ 8192 x
+8192`` for R = 1, 2, 4, 8, 16, 32, 64; NPBench mlp's ``8 x 30000 @ 30000 x 10000`` and
+``8 x 10000 @ 10000 x 10000``.  Configurations: ``base`` (``--base``: a git revision or a
+folder holding ``fuseloop/``, imported as its own package in this process, defaults only),
+``rule`` (this tree's defaults) and the parameter sets of ``--variants`` (this tree, streamed
+cases only).  For each configuration three figures per call, in microseconds:
+
+* ``dev``: device time: ``--held`` evaluations enqueued behind a held queue (OpenCL: a
+  marker waiting on a user event), then released; the time from the release to the
+  queue's finish over the count (the host's work is not in it).  ``-`` on a backend that
+  cannot hold its queue (CUDA: then read ``wall``);
+* ``wall``: the median of batches of ``--batch`` evaluations and one synchronize (what a
+  loop of calls sees: the larger of host and device time);
+* ``host``: the host CPU time per evaluation in those batches (``time.process_time``).
+
+The first table prints all three for ``base`` and ``rule``, the peers' wall times (torch,
+cupy) and the kernels and split-K pieces per evaluation; the second the device time of each
+variant (``*``: the fastest of the row).  Every result is checked against numpy (float64):
+a wrong one prints ``NO`` at the row's end.  Variants stop after ``--budget`` seconds.
+
+    python benchmarks/probes/skinny_grid.py [--base bdc485f] [--only xA-4096,8-row]
+        [--variants "p1:stream_per=1;u16:stream_unroll=16"] [--budget 150]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import fuseloop as fl
+from fuseloop.bench.peers import make_peers
+
+#: the variants timed by default (name: recipe parameters)
+VARIANTS = ("p1:stream_per=1; p4:stream_per=4,stream_accumulators=64; "
+            "p8:stream_per=8,stream_accumulators=64; u4:stream_unroll=4; u16:stream_unroll=16; "
+            "g256:stream_group=256; b32k:stream_bytes=32768; b256k:stream_bytes=262144; "
+            "pc64:stream_pieces=64,stream_bytes=262144; s64:stream=64,stream_accumulators=64; "
+            "lanes:stream=0")
+
+
+def cases(scale: int = 1) -> list[tuple[str, tuple[int, ...], tuple[int, ...], str]]:
+    """``(name, shape of the left operand, of the right one, dtype)``; long extents
+    divided by ``scale`` (a CPU's run of the same shapes, smaller)."""
+    def s(v: int) -> int:
+        return max(64, v // scale)
+
+    n8 = s(8192)
+    out = [(f"xA-{n}", (s(n),), (s(n), s(n)), "f") for n in (4096, 8192, 16384)]
+    out.append(("xA-8192-f64", (n8,), (n8, n8), "d"))
+    out += [(f"{r}-row", (r, n8), (n8, n8), "f") for r in (1, 2, 4, 8, 16, 32, 64)]
+    out += [("mlp-30000", (8, s(30000)), (s(30000), s(10000)), "f"),
+            ("mlp-10000", (8, s(10000)), (s(10000), s(10000)), "f")]
+    return out
+
+
+def parse_variants(text: str) -> list[tuple[str, dict[str, int]]]:
+    out = []
+    for item in filter(None, (t.strip() for t in text.split(";"))):
+        name, _, body = item.partition(":")
+        params = {k.strip(): int(v) for k, v in (kv.split("=") for kv in body.split(","))}
+        out.append((name.strip(), params))
+    return out
+
+
+def held_time(pkg, run, count: int) -> float | None:
+    """Device seconds per call of ``run``: ``count`` calls enqueued behind a held queue,
+    then released (None: the backend cannot hold its queue)."""
+    from importlib import import_module
+
+    devices = import_module(f"{pkg.__name__}.runtime.devices")
+    rt = devices._runtime(pkg.get_device())
+    release = rt.hold(rt.context, rt.queue)
+    if release is None:
+        return None
+    try:
+        outs = [run() for _ in range(count)]
+        rt.flush()
+    finally:
+        t0 = time.perf_counter()
+        release()
+    rt.finish()
+    t = (time.perf_counter() - t0) / count
+    del outs
+    return t
+
+
+def measure(pkg, run, batch: int, repeat: int, held: int) -> tuple[float | None, float, float]:
+    """(device, wall, host) seconds per call."""
+    for _ in range(2):
+        run()
+        pkg.synchronize()
+    walls, hosts = [], []
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(batch):
+            run()
+        c1 = time.process_time()
+        pkg.synchronize()
+        walls.append((time.perf_counter() - t0) / batch)
+        hosts.append((c1 - c0) / batch)
+    devs = [held_time(pkg, run, held) for _ in range(3)]
+    dev = None if devs[0] is None else min(d for d in devs if d is not None)
+    return dev, statistics.median(walls), statistics.median(hosts)
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> bool:
+    scale = max(1.0, float(np.abs(want).max()))
+    return bool(np.allclose(got, want, rtol=1e-4, atol=1e-4 * scale))
+
+
+def time_config(pkg, inputs, want, params, args) -> tuple[tuple, int, str, bool]:
+    """((dev, wall, host), kernels per call, pieces, correct) of one configuration."""
+    from importlib import import_module
+
+    base = pkg.recipes.recipe_for(pkg.get_device(), "contraction")
+    recipe = base.with_params(**params) if params else base
+    a, b = (pkg.asarray(v) for v in inputs)
+    with pkg.recipes.use(recipe):
+        def run():
+            return (a @ b).eval()
+
+        ok = _close(np.asarray(run().get(), np.float64), want)
+        pkg.reset_stats()
+        run()
+        pkg.synchronize()
+        kernels = pkg.stats()["kernels_launched"]
+        e = a @ b
+        splits = import_module(f"{pkg.__name__}.splits")
+        split = splits.two_stage_split([e._node], e.shape, pkg.get_device())
+        pieces = str(split.pieces if split is not None else 1)
+        del e
+        times = measure(pkg, run, args.batch, args.repeat, args.held)
+    return times, kernels, pieces, ok
+
+
+def time_peers(peers, name, inputs, want, repeat, batch) -> tuple[list[float | str], bool]:
+    from fuseloop.bench.runner import median_time
+
+    out: list[float | str] = []
+    ok = True
+    for p in peers:
+        wl = types.SimpleNamespace(name=name, inputs=list(inputs),
+                                   peer=lambda ops, x, y: ops.matmul(x, y))
+        try:
+            run = p.prepare(wl, {f"x{k}": v for k, v in enumerate(inputs)})
+            ok &= _close(np.asarray(p.to_numpy(run()), np.float64), want)
+            out.append(median_time(run, lambda p=p: p.sync(None), repeat, batch=batch))
+        except Exception as exc:  # a peer without this form: say so, go on
+            out.append(type(exc).__name__[:10])
+        p.release()
+    return out, ok
+
+
+def _us(t: float | str | None) -> str:
+    if isinstance(t, str):
+        return f"{t:>10s}"
+    return f"{t * 1e6:10.1f}" if t is not None else f"{'-':>10s}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", default="bdc485f", help="git revision or folder ('' : none)")
+    ap.add_argument("--only", default="", help="comma-separated case names")
+    ap.add_argument("--variants", default=VARIANTS)
+    ap.add_argument("--batch", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--held", type=int, default=10, help="calls per held-queue timing")
+    ap.add_argument("--budget", type=float, default=150.0)
+    ap.add_argument("--peers", default="torch,cupy")
+    ap.add_argument("--scale", type=int, default=1, help="divide long extents by this")
+    args = ap.parse_args()
+    start = time.perf_counter()
+    pkgs = [("rule", fl)]
+    if args.base:
+        from compare_host_overhead import import_revisions
+
+        pkgs.insert(0, ("base", import_revisions([args.base], "grid")[0]))
+    variants = parse_variants(args.variants)
+    device = fl.get_device()
+    peers, _ = make_peers(device.type)
+    peers = [p for p in peers if p.name in set(args.peers.split(","))]
+    print(f"device: {device.name} ({device.type}, {device.compute_units} units, "
+          f"{device.platform}); us per call: dev (held queue) / wall (batches of "
+          f"{args.batch}) / host CPU")
+    head = "".join(f" {n + ' ' + c:>10s}" for n, _ in pkgs for c in ("dev", "wall", "host"))
+    print(f"{'case':12s} {'pieces':>11s} {'kern':>5s}{head}"
+          + "".join(f" {p.name:>10s}" for p in peers) + "  ok")
+    rng = np.random.default_rng(0)
+    only = set(filter(None, args.only.split(",")))
+    grid: list[tuple[str, list[float | None]]] = []
+    for name, sa, sb, char in cases(args.scale):
+        if only and name not in only:
+            continue
+        dt = np.dtype(char)
+        inputs = [(rng.random(s, dtype=dt) - 0.5) for s in (sa, sb)]
+        want = np.asarray(inputs[0].astype(np.float64) @ inputs[1].astype(np.float64))
+        cells, pieces, kerns, all_ok = [], [], [], True
+        for _, pkg in pkgs:
+            times, k, p, ok = time_config(pkg, inputs, want, {}, args)
+            cells += list(times)
+            pieces.append(p)
+            kerns.append(str(k))
+            all_ok &= ok
+        peer_times, ok = time_peers(peers, name, inputs, want, args.repeat, args.batch)
+        all_ok &= ok
+        print(f"{name:12s} {'/'.join(pieces):>11s} {'/'.join(kerns):>5s}"
+              + "".join(_us(c) for c in cells) + "".join(_us(t) for t in peer_times)
+              + f"  {'yes' if all_ok else 'NO'}", flush=True)
+        row: list[float | None] = [cells[-3] if cells[-3] is not None else cells[-2]]
+        for vname, params in variants:
+            if time.perf_counter() - start > args.budget:
+                row.append(None)
+                continue
+            times, _, p, ok = time_config(fl, inputs, want, params, args)
+            if not ok:
+                print(f"  {name} {vname}: WRONG RESULT", flush=True)
+            row.append(times[0] if times[0] is not None else times[1])
+        grid.append((name, row))
+    names = ["rule"] + [v for v, _ in variants]
+    print("\ndevice us per call (wall where the queue cannot be held); *: fastest")
+    print(f"{'case':12s}" + "".join(f" {n:>9s}" for n in names))
+    for name, row in grid:
+        best = min((t for t in row if t is not None), default=None)
+        print(f"{name:12s}" + "".join(
+            f" {'-':>9s}" if t is None else f" {t * 1e6:8.1f}{'*' if t == best else ' '}"
+            for t in row))
+    print(f"total {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
