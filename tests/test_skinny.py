@@ -133,6 +133,13 @@ def test_split_rule_for_streamed_products(device, restore_recipes):
     assert pieces(fl.empty((8, 4096), dtype=f32) @ B) == 4096 // split_k.stream_min_piece(8)
     # 16 rows: pieces of at least 256 (their partial products are 16 rows each)
     assert pieces(fl.empty((16, 4096), dtype=f32) @ B) == 4096 // 256
+    # the recipe's cap on pieces, and its aim in bytes in flight per unit
+    x8192 = fl.empty(8192, dtype=f32) @ fl.empty((8192, 8192), dtype=f32)
+    assert pieces(x8192) == split_k.MAX_PIECES
+    with fl.recipes.use(rc.gpu_tiled.with_params(stream_pieces=64, stream_bytes=1 << 18)):
+        assert pieces(x8192) == 64
+    with fl.recipes.use(rc.gpu_tiled.with_params(stream_bytes=1 << 14)):
+        assert pieces(x8192) == 8  # a quarter of the loads in flight: 8 pieces, not 32
 
 
 def test_cpu_rule_gives_few_rows_wide_column_blocks():
@@ -290,3 +297,5 @@ def test_split_rule_follows_the_streaming_kernels_loads():
     # 16 rows: two columns (32 accumulators); 32 rows: one, so twice the work-items
     assert per_unit(values, 16, 4) == split_k.ITEMS_PER_UNIT
     assert per_unit(values, 32, 4) == 2 * split_k.ITEMS_PER_UNIT
+    # the aim is the recipe's stream_bytes
+    assert per_unit(values | {"stream_bytes": 1 << 15}, 8, 4) == split_k.ITEMS_PER_UNIT // 2
