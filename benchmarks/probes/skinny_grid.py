@@ -3,8 +3,9 @@ over a grid of shapes x the streaming kernel's parameters, a base revision and t
 
 Cases: ``x @ A`` at 4096, 8192, 16384 (float32) and 8192 (float64); ``R x 8192 @ 8192 x
 8192`` for R = 1, 2, 4, 8, 16, 32, 64; NPBench mlp's ``8 x 30000 @ 30000 x 10000`` and
-``8 x 10000 @ 10000 x 10000``.  Configurations: ``base`` (``--base``: a git revision or a
-folder holding ``fuseloop/``, imported as its own package in this process, defaults only),
+``8 x 10000 @ 10000 x 10000``; ``A @ X`` with X of 8 columns at 4096 and 8192.
+Configurations: the bases (``--base``: git revisions or folders holding ``fuseloop/``,
+each imported as its own package in this process, defaults only, labelled by name),
 ``rule`` (this tree's defaults) and the parameter sets of ``--variants`` (this tree, streamed
 cases only).  For each configuration three figures per call, in microseconds:
 
@@ -16,12 +17,12 @@ cases only).  For each configuration three figures per call, in microseconds:
   loop of calls sees: the larger of host and device time);
 * ``host``: the host CPU time per evaluation in those batches (``time.process_time``).
 
-The first table prints all three for ``base`` and ``rule``, the peers' wall times (torch,
+The first table prints all three for the bases and ``rule``, the peers' wall times (torch,
 cupy) and the kernels and split-K pieces per evaluation; the second the device time of each
 variant (``*``: the fastest of the row).  Every result is checked against numpy (float64):
 a wrong one prints ``NO`` at the row's end.  Variants stop after ``--budget`` seconds.
 
-    python benchmarks/probes/skinny_grid.py [--base bdc485f] [--only xA-4096,8-row]
+    python benchmarks/probes/skinny_grid.py [--base bdc485f,.b13] [--only xA-4096,8-row]
         [--variants "p1:stream_per=1;u16:stream_unroll=16"] [--budget 150]
 """
 
@@ -47,7 +48,13 @@ VARIANTS = ("p1:stream_per=1; p4:stream_per=4,stream_accumulators=64; "
             "p8:stream_per=8,stream_accumulators=64; u4:stream_unroll=4; u16:stream_unroll=16; "
             "g256:stream_group=256; b32k:stream_bytes=32768; b256k:stream_bytes=262144; "
             "pc64:stream_pieces=64,stream_bytes=262144; s64:stream=64,stream_accumulators=64; "
-            "lanes:stream=0")
+            "lanes:stream=0; "
+            "L1k:stream=0,skinny_group=1024,skinny_lanes=32,skinny_unroll=8,skinny_stage=0,"
+            "split_k=1; "
+            "L1k4:stream=0,skinny_group=1024,skinny_lanes=32,skinny_unroll=4,skinny_stage=0,"
+            "split_k=1; "
+            "L512:stream=0,skinny_group=512,skinny_lanes=16,skinny_unroll=8,skinny_stage=0,"
+            "split_k=1")
 
 
 def cases(scale: int = 1) -> list[tuple[str, tuple[int, ...], tuple[int, ...], str]]:
@@ -57,21 +64,47 @@ def cases(scale: int = 1) -> list[tuple[str, tuple[int, ...], tuple[int, ...], s
         return max(64, v // scale)
 
     n8 = s(8192)
-    out = [(f"xA-{n}", (s(n),), (s(n), s(n)), "f") for n in (4096, 8192, 16384)]
-    out.append(("xA-8192-f64", (n8,), (n8, n8), "d"))
-    out += [(f"{r}-row", (r, n8), (n8, n8), "f") for r in (1, 2, 4, 8, 16, 32, 64)]
-    out += [("mlp-30000", (8, s(30000)), (s(30000), s(10000)), "f"),
-            ("mlp-10000", (8, s(10000)), (s(10000), s(10000)), "f")]
-    return out
+
+    def rows(r: int) -> tuple[str, tuple[int, ...], tuple[int, ...], str]:
+        return (f"{r}-row", (r, n8), (n8, n8), "f")
+
+    # (the cases that decide the rule first: a run cut short by --budget has them)
+    return [(f"xA-{s(4096)}", (s(4096),), (s(4096), s(4096)), "f"), rows(8), rows(16),
+            (f"mlp-{s(30000)}", (8, s(30000)), (s(30000), s(10000)), "f"),
+            (f"xA-{s(16384)}", (s(16384),), (s(16384), s(16384)), "f"), rows(1), rows(2),
+            rows(4), (f"xA-{n8}", (n8,), (n8, n8), "f"),
+            (f"mlp-{s(10000)}", (8, s(10000)), (s(10000), s(10000)), "f"), rows(32),
+            rows(64), (f"xA-{n8}-f64", (n8,), (n8, n8), "d"),
+            (f"8-col-{s(4096)}", (s(4096), s(4096)), (s(4096), 8), "f"),
+            ("8-col", (n8, n8), (n8, 8), "f")]
+
+
+def _value(name: str, text: str) -> int | bool:
+    return bool(int(text)) if name == "skinny_stage" else int(text)
 
 
 def parse_variants(text: str) -> list[tuple[str, dict[str, int]]]:
     out = []
     for item in filter(None, (t.strip() for t in text.split(";"))):
         name, _, body = item.partition(":")
-        params = {k.strip(): int(v) for k, v in (kv.split("=") for kv in body.split(","))}
+        params = {k.strip(): _value(k.strip(), v) for k, v in
+                  (kv.split("=") for kv in body.split(","))}
         out.append((name.strip(), params))
     return out
+
+
+def applies(params: dict[str, int | bool], sa: tuple[int, ...], sb: tuple[int, ...]) -> bool:
+    """Whether a variant can change the kernel of ``sa @ sb`` (C order): for few rows,
+    the streaming kernel's parameters up to 16 rows (``stream``'s default), a larger
+    ``stream`` above, the lanes kernel (``stream=0``) up to 4 rows; for few columns
+    (the lanes kernel: the long operand is contiguous along the sum) the lanes kernel's."""
+    stream = params.get("stream", 16)
+    if len(sa) == 2 and sa[0] > 64:
+        return stream == 0
+    rows = 1 if len(sa) == 1 else sa[0]
+    if stream == 0:
+        return rows <= 4
+    return rows > 16 if stream > 16 else rows <= 16
 
 
 def held_time(pkg, run, count: int) -> float | None:
@@ -171,22 +204,25 @@ def _us(t: float | str | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base", default="bdc485f", help="git revision or folder ('' : none)")
+    ap.add_argument("--base", default="bdc485f", help="comma-separated git revisions or "
+                    "folders holding fuseloop/, each timed with its defaults ('': none)")
     ap.add_argument("--only", default="", help="comma-separated case names")
     ap.add_argument("--variants", default=VARIANTS)
     ap.add_argument("--batch", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--held", type=int, default=10, help="calls per held-queue timing")
-    ap.add_argument("--budget", type=float, default=150.0)
+    ap.add_argument("--budget", type=float, default=200.0)
     ap.add_argument("--peers", default="torch,cupy")
     ap.add_argument("--scale", type=int, default=1, help="divide long extents by this")
     args = ap.parse_args()
     start = time.perf_counter()
     pkgs = [("rule", fl)]
-    if args.base:
+    bases = [b for b in args.base.split(",") if b]
+    if bases:
         from compare_host_overhead import import_revisions
 
-        pkgs.insert(0, ("base", import_revisions([args.base], "grid")[0]))
+        labels = [Path(b).name.lstrip(".")[:7] or b for b in bases]
+        pkgs[:0] = list(zip(labels, import_revisions(bases, "grid")))
     variants = parse_variants(args.variants)
     device = fl.get_device()
     peers, _ = make_peers(device.type)
@@ -220,6 +256,9 @@ def main() -> None:
               + f"  {'yes' if all_ok else 'NO'}", flush=True)
         row: list[float | None] = [cells[-3] if cells[-3] is not None else cells[-2]]
         for vname, params in variants:
+            if not applies(params, sa, sb):
+                row.append(None)
+                continue
             if time.perf_counter() - start > args.budget:
                 row.append(None)
                 continue

@@ -617,7 +617,7 @@ gpu_tiled = Recipe(
                   "reduced range split in a work-group) or 'tiles' (skinny_tiles)",
                   ("lanes", "tiles")),
             Param("skinny_group", int, 256, "work-items of a group when a side is short",
-                  powers_of_two(16, 256, (64, 128, 256))),
+                  powers_of_two(16, 1024, (64, 128, 256))),
             Param("skinny_lanes", int, 8, "split_lanes: lanes of the reduced range (when "
                   "the long operand is contiguous along the long side)",
                   powers_of_two(1, 64, (4, 8, 16, 32))),
