@@ -204,6 +204,8 @@ def _contraction_pieces(top: Reduce, out_shape: tuple[int, ...], device: Device,
     items = gpu_work_items(values, m, n, 1, itemsize, k_fast)
     short = _short_side(values, m, n)
     if short is not None and short <= values.get("stream", 0) and not k_fast:
+        if _skinny.lanes_fill(values, short, n if short == m else m, device.compute_units):
+            return 1
         return split_rule(items, k, device.compute_units,
                           stream_items_per_unit(values, short, itemsize),
                           stream_min_piece(short), values.get("stream_pieces", MAX_PIECES))

@@ -48,12 +48,9 @@ VARIANTS = ("p1:stream_per=1; p4:stream_per=4,stream_accumulators=64; "
             "p8:stream_per=8,stream_accumulators=64; u4:stream_unroll=4; u16:stream_unroll=16; "
             "g256:stream_group=256; b32k:stream_bytes=32768; b256k:stream_bytes=262144; "
             "pc64:stream_pieces=64,stream_bytes=262144; s64:stream=64,stream_accumulators=64; "
-            "lanes:stream=0; "
-            "L1k:stream=0,skinny_group=1024,skinny_lanes=32,skinny_unroll=8,skinny_stage=0,"
-            "split_k=1; "
-            "L1k4:stream=0,skinny_group=1024,skinny_lanes=32,skinny_unroll=4,skinny_stage=0,"
-            "split_k=1; "
-            "L512:stream=0,skinny_group=512,skinny_lanes=16,skinny_unroll=8,skinny_stage=0,"
+            "one:stream_lanes=4; one4:stream_lanes=4,stream_unroll=4; "
+            "one512:stream_lanes=4,stream_lanes_group=512; lanes:stream=0; "
+            "L1k:stream=0,skinny_group=1024,skinny_lanes=32,skinny_unroll=4,skinny_stage=0,"
             "split_k=1")
 
 
@@ -96,13 +93,13 @@ def parse_variants(text: str) -> list[tuple[str, dict[str, int]]]:
 def applies(params: dict[str, int | bool], sa: tuple[int, ...], sb: tuple[int, ...]) -> bool:
     """Whether a variant can change the kernel of ``sa @ sb`` (C order): for few rows,
     the streaming kernel's parameters up to 16 rows (``stream``'s default), a larger
-    ``stream`` above, the lanes kernel (``stream=0``) up to 4 rows; for few columns
-    (the lanes kernel: the long operand is contiguous along the sum) the lanes kernel's."""
+    ``stream`` above, the lanes kernel (``stream=0``, ``stream_lanes``) up to 4 rows; for few
+    columns (the long operand contiguous along the sum) the lanes kernel's (``stream=0``)."""
     stream = params.get("stream", 16)
     if len(sa) == 2 and sa[0] > 64:
         return stream == 0
     rows = 1 if len(sa) == 1 else sa[0]
-    if stream == 0:
+    if stream == 0 or "stream_lanes" in params:
         return rows <= 4
     return rows > 16 if stream > 16 else rows <= 16
 
