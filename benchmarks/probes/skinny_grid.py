@@ -65,14 +65,15 @@ def cases(scale: int = 1) -> list[tuple[str, tuple[int, ...], tuple[int, ...], s
     def rows(r: int) -> tuple[str, tuple[int, ...], tuple[int, ...], str]:
         return (f"{r}-row", (r, n8), (n8, n8), "f")
 
-    # (the cases that decide the rule first: a run cut short by --budget has them)
-    return [(f"xA-{s(4096)}", (s(4096),), (s(4096), s(4096)), "f"), rows(8), rows(16),
-            (f"mlp-{s(30000)}", (8, s(30000)), (s(30000), s(10000)), "f"),
-            (f"xA-{s(16384)}", (s(16384),), (s(16384), s(16384)), "f"), rows(1), rows(2),
-            rows(4), (f"xA-{n8}", (n8,), (n8, n8), "f"),
-            (f"mlp-{s(10000)}", (8, s(10000)), (s(10000), s(10000)), "f"), rows(32),
-            rows(64), (f"xA-{n8}-f64", (n8,), (n8, n8), "d"),
-            (f"8-col-{s(4096)}", (s(4096), s(4096)), (s(4096), 8), "f"),
+    # (the cases that decide the rule first: a run cut short by --budget has them; names
+    # are the unscaled shapes')
+    return [("xA-4096", (s(4096),), (s(4096), s(4096)), "f"), rows(8), rows(16),
+            ("mlp-30000", (8, s(30000)), (s(30000), s(10000)), "f"),
+            ("xA-16384", (s(16384),), (s(16384), s(16384)), "f"), rows(1), rows(2),
+            rows(4), ("xA-8192", (n8,), (n8, n8), "f"),
+            ("mlp-10000", (8, s(10000)), (s(10000), s(10000)), "f"), rows(32),
+            rows(64), ("xA-8192-f64", (n8,), (n8, n8), "d"),
+            ("8-col-4096", (s(4096), s(4096)), (s(4096), 8), "f"),
             ("8-col", (n8, n8), (n8, 8), "f")]
 
 
@@ -199,6 +200,17 @@ def _us(t: float | str | None) -> str:
     return f"{t * 1e6:10.1f}" if t is not None else f"{'-':>10s}"
 
 
+_OUT: list = []
+
+
+def say(line: str) -> None:
+    """Print ``line`` and append it to ``--out`` (when given) at once."""
+    print(line, flush=True)
+    for f in _OUT:
+        f.write(line + "\n")
+        f.flush()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="bdc485f", help="comma-separated git revisions or "
@@ -211,7 +223,10 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=200.0)
     ap.add_argument("--peers", default="torch,cupy")
     ap.add_argument("--scale", type=int, default=1, help="divide long extents by this")
+    ap.add_argument("--out", help="also write the tables to this file")
     args = ap.parse_args()
+    if args.out:
+        _OUT.append(open(args.out, "w"))
     start = time.perf_counter()
     pkgs = [("rule", fl)]
     bases = [b for b in args.base.split(",") if b]
@@ -224,14 +239,17 @@ def main() -> None:
     device = fl.get_device()
     peers, _ = make_peers(device.type)
     peers = [p for p in peers if p.name in set(args.peers.split(","))]
-    print(f"device: {device.name} ({device.type}, {device.compute_units} units, "
-          f"{device.platform}); us per call: dev (held queue) / wall (batches of "
-          f"{args.batch}) / host CPU")
+    say(f"device: {device.name} ({device.type}, {device.compute_units} units, "
+        f"{device.platform}); us per call: dev (held queue) / wall (batches of "
+        f"{args.batch}) / host CPU; --scale {args.scale}")
     head = "".join(f" {n + ' ' + c:>10s}" for n, _ in pkgs for c in ("dev", "wall", "host"))
-    print(f"{'case':12s} {'pieces':>11s} {'kern':>5s}{head}"
-          + "".join(f" {p.name:>10s}" for p in peers) + "  ok")
+    say(f"{'case':12s} {'pieces':>11s} {'kern':>5s}{head}"
+        + "".join(f" {p.name:>10s}" for p in peers) + "  ok")
     rng = np.random.default_rng(0)
     only = set(filter(None, args.only.split(",")))
+    known = [c[0] for c in cases(args.scale)]
+    if only - set(known):
+        say(f"no case named {sorted(only - set(known))}; the cases: {', '.join(known)}")
     grid: list[tuple[str, list[float | None]]] = []
     for name, sa, sb, char in cases(args.scale):
         if only and name not in only:
@@ -248,9 +266,9 @@ def main() -> None:
             all_ok &= ok
         peer_times, ok = time_peers(peers, name, inputs, want, args.repeat, args.batch)
         all_ok &= ok
-        print(f"{name:12s} {'/'.join(pieces):>11s} {'/'.join(kerns):>5s}"
+        say(f"{name:12s} {'/'.join(pieces):>11s} {'/'.join(kerns):>5s}"
               + "".join(_us(c) for c in cells) + "".join(_us(t) for t in peer_times)
-              + f"  {'yes' if all_ok else 'NO'}", flush=True)
+              + f"  {'yes' if all_ok else 'NO'}")
         row: list[float | None] = [cells[-3] if cells[-3] is not None else cells[-2]]
         for vname, params in variants:
             if not applies(params, sa, sb):
@@ -261,18 +279,18 @@ def main() -> None:
                 continue
             times, _, p, ok = time_config(fl, inputs, want, params, args)
             if not ok:
-                print(f"  {name} {vname}: WRONG RESULT", flush=True)
+                say(f"  {name} {vname}: WRONG RESULT")
             row.append(times[0] if times[0] is not None else times[1])
         grid.append((name, row))
     names = ["rule"] + [v for v, _ in variants]
-    print("\ndevice us per call (wall where the queue cannot be held); *: fastest")
-    print(f"{'case':12s}" + "".join(f" {n:>9s}" for n in names))
+    say("\ndevice us per call (wall where the queue cannot be held); *: fastest")
+    say(f"{'case':12s}" + "".join(f" {n:>9s}" for n in names))
     for name, row in grid:
         best = min((t for t in row if t is not None), default=None)
-        print(f"{name:12s}" + "".join(
+        say(f"{name:12s}" + "".join(
             f" {'-':>9s}" if t is None else f" {t * 1e6:8.1f}{'*' if t == best else ' '}"
             for t in row))
-    print(f"total {time.perf_counter() - start:.0f} s")
+    say(f"total {time.perf_counter() - start:.0f} s")
 
 
 if __name__ == "__main__":
