@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -105,26 +106,41 @@ def applies(params: dict[str, int | bool], sa: tuple[int, ...], sb: tuple[int, .
     return rows > 16 if stream > 16 else rows <= 16
 
 
-def held_time(pkg, run, count: int) -> float | None:
+def held_time(pkg, run, count: int, patience: float = 20.0) -> float | None:
     """Device seconds per call of ``run``: ``count`` calls enqueued behind a held queue,
-    then released (None: the backend cannot hold its queue)."""
+    then released (None: the backend cannot hold its queue, or a call waited on the
+    queue, e.g. a host path reading a buffer back: a watchdog releases it after
+    ``patience`` seconds)."""
     from importlib import import_module
 
     devices = import_module(f"{pkg.__name__}.runtime.devices")
     rt = devices._runtime(pkg.get_device())
-    release = rt.hold(rt.context, rt.queue)
-    if release is None:
+    gate = rt.hold(rt.context, rt.queue)
+    if gate is None:
         return None
+    lock, done, stuck = threading.Lock(), threading.Event(), []
+
+    def release(by_watchdog: bool = False) -> None:
+        with lock:
+            if not done.is_set():
+                done.set()
+                stuck.extend([True] if by_watchdog else [])
+                gate()
+
+    watchdog = threading.Timer(patience, release, (True,))
+    watchdog.daemon = True
+    watchdog.start()
     try:
         outs = [run() for _ in range(count)]
         rt.flush()
     finally:
         t0 = time.perf_counter()
         release()
+        watchdog.cancel()
     rt.finish()
     t = (time.perf_counter() - t0) / count
     del outs
-    return t
+    return None if stuck else t
 
 
 def measure(pkg, run, batch: int, repeat: int, held: int) -> tuple[float | None, float, float]:
@@ -141,8 +157,8 @@ def measure(pkg, run, batch: int, repeat: int, held: int) -> tuple[float | None,
         pkg.synchronize()
         walls.append((time.perf_counter() - t0) / batch)
         hosts.append((c1 - c0) / batch)
-    devs = [held_time(pkg, run, held) for _ in range(3)]
-    dev = None if devs[0] is None else min(d for d in devs if d is not None)
+    devs = [d for d in (held_time(pkg, run, held) for _ in range(3)) if d is not None]
+    dev = min(devs) if devs else None
     return dev, statistics.median(walls), statistics.median(hosts)
 
 
