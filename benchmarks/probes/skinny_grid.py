@@ -7,7 +7,7 @@ Cases: ``x @ A`` at 4096, 8192, 16384 (float32) and 8192 (float64); ``R x 8192 @
 Configurations: the bases (``--base``: git revisions or folders holding ``fuseloop/``,
 each imported as its own package in this process, defaults only, labelled by name),
 ``rule`` (this tree's defaults) and the parameter sets of ``--variants`` (this tree, streamed
-cases only).  For each configuration three figures per call, in microseconds:
+cases only).  For each configuration four figures per call, in microseconds:
 
 * ``dev``: device time: ``--held`` evaluations enqueued behind a held queue (OpenCL: a
   marker waiting on a user event), then released; the time from the release to the
@@ -15,9 +15,10 @@ cases only).  For each configuration three figures per call, in microseconds:
   cannot hold its queue (CUDA: then read ``wall``);
 * ``wall``: the median of batches of ``--batch`` evaluations and one synchronize (what a
   loop of calls sees: the larger of host and device time);
-* ``host``: the host CPU time per evaluation in those batches (``time.process_time``).
+* ``host``: the host CPU time per evaluation in those batches (``time.process_time``);
+* ``lat``: one evaluation and a synchronize, median (how the broad suite times a call).
 
-The first table prints all three for the bases and ``rule``, the peers' wall times (torch,
+The first table prints all four for the bases and ``rule``, the peers' wall times (torch,
 cupy) and the kernels and split-K pieces per evaluation; the second the device time of each
 variant (``*``: the fastest of the row).  Every result is checked against numpy (float64):
 a wrong one prints ``NO`` at the row's end.  Variants stop after ``--budget`` seconds.
@@ -143,11 +144,15 @@ def held_time(pkg, run, count: int, patience: float = 20.0) -> float | None:
     return None if stuck else t
 
 
-def measure(pkg, run, batch: int, repeat: int, held: int) -> tuple[float | None, float, float]:
-    """(device, wall, host) seconds per call."""
-    for _ in range(2):
+def measure(pkg, run, batch: int, repeat: int, held: int) -> tuple:
+    """(device, wall, host, latency) seconds per call; latency: one call and a synchronize
+    (as the broad suite times a call)."""
+    lats = []
+    for _ in range(2 + repeat):
+        t0 = time.perf_counter()
         run()
         pkg.synchronize()
+        lats.append(time.perf_counter() - t0)
     walls, hosts = [], []
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
@@ -159,7 +164,7 @@ def measure(pkg, run, batch: int, repeat: int, held: int) -> tuple[float | None,
         hosts.append((c1 - c0) / batch)
     devs = [d for d in (held_time(pkg, run, held) for _ in range(3)) if d is not None]
     dev = min(devs) if devs else None
-    return dev, statistics.median(walls), statistics.median(hosts)
+    return dev, statistics.median(walls), statistics.median(hosts), statistics.median(lats[2:])
 
 
 def _close(got: np.ndarray, want: np.ndarray) -> bool:
@@ -258,7 +263,8 @@ def main() -> None:
     say(f"device: {device.name} ({device.type}, {device.compute_units} units, "
         f"{device.platform}); us per call: dev (held queue) / wall (batches of "
         f"{args.batch}) / host CPU; --scale {args.scale}")
-    head = "".join(f" {n + ' ' + c:>10s}" for n, _ in pkgs for c in ("dev", "wall", "host"))
+    head = "".join(f" {n + ' ' + c:>10s}" for n, _ in pkgs
+                   for c in ("dev", "wall", "host", "lat"))
     say(f"{'case':12s} {'pieces':>11s} {'kern':>5s}{head}"
         + "".join(f" {p.name:>10s}" for p in peers) + "  ok")
     rng = np.random.default_rng(0)
@@ -285,7 +291,7 @@ def main() -> None:
         say(f"{name:12s} {'/'.join(pieces):>11s} {'/'.join(kerns):>5s}"
               + "".join(_us(c) for c in cells) + "".join(_us(t) for t in peer_times)
               + f"  {'yes' if all_ok else 'NO'}")
-        row: list[float | None] = [cells[-3] if cells[-3] is not None else cells[-2]]
+        row: list[float | None] = [cells[-4] if cells[-4] is not None else cells[-3]]
         for vname, params in variants:
             if not applies(params, sa, sb):
                 row.append(None)
