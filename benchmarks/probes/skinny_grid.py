@@ -30,8 +30,11 @@ a wrong one prints ``NO`` at the row's end.  Variants stop after ``--budget`` se
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -41,9 +44,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import fuseloop as fl
-from fuseloop.bench.peers import make_peers
 
 #: the variants timed by default (name: recipe parameters)
 VARIANTS = ("p1:stream_per=1; p4:stream_per=4,stream_accumulators=64; "
@@ -232,6 +232,79 @@ def say(line: str) -> None:
         f.flush()
 
 
+def inputs_of(index: int, sa: tuple[int, ...], sb: tuple[int, ...], char: str):
+    """The case's operands (the same in every worker: seeded by the case's index) and
+    numpy's float64 product."""
+    rng = np.random.default_rng(index)
+    dt = np.dtype(char)
+    inputs = [(rng.random(s, dtype=dt) - 0.5) for s in (sa, sb)]
+    return inputs, np.asarray(inputs[0].astype(np.float64) @ inputs[1].astype(np.float64))
+
+
+def worker(args, emit) -> None:
+    """One configuration source in this process: ``args.worker`` is ``WT`` (this tree:
+    its defaults, then the variants), ``peers`` (torch, cupy) or a base (a revision or
+    folder, imported as its own package: defaults only).  ``emit`` gets a record a
+    measurement."""
+    start = time.perf_counter()
+    only = set(filter(None, args.only.split(",")))
+    spec = args.worker
+    if spec == "peers":
+        import fuseloop as fl
+        from fuseloop.bench.peers import make_peers
+
+        peers, _ = make_peers(fl.get_device().type)
+        peers = [p for p in peers if p.name in set(args.peers.split(","))]
+    elif spec == "WT":
+        import fuseloop as pkg
+    else:
+        from compare_host_overhead import import_revisions
+
+        pkg = import_revisions([spec], "grid")[0]
+    variants = parse_variants(args.variants) if spec == "WT" else []
+    if spec != "peers":
+        d = pkg.get_device()
+        emit({"device": f"{d.name} ({d.type}, {d.compute_units} units, {d.platform})"})
+    for index, (name, sa, sb, char) in enumerate(cases(args.scale)):
+        if only and name not in only:
+            continue
+        inputs, want = inputs_of(index, sa, sb, char)
+        if spec == "peers":
+            times, ok = time_peers(peers, name, inputs, want, args.repeat, args.batch)
+            for p, t in zip(peers, times):
+                emit({"case": name, "config": p.name, "wall": t, "ok": ok})
+            continue
+        for vname, params in [("default", {}), *variants]:
+            if params and (not applies(params, sa, sb)
+                           or time.perf_counter() - start > args.budget):
+                continue
+            times, kernels, pieces, ok = time_config(pkg, inputs, want, params, args)
+            emit({"case": name, "config": vname, "times": times, "kernels": kernels,
+                  "pieces": pieces, "ok": ok})
+
+
+def run_workers(args, specs: list[str]) -> tuple[list[dict], list[str]]:
+    """Each of ``specs`` in a process of its own (fuseloop copies side by side in one
+    process crashed NVIDIA's OpenCL driver): their records, and a line per worker that
+    failed."""
+    records, failed = [], []
+    passed = ["--only", args.only, "--variants", args.variants, "--batch", str(args.batch),
+              "--repeat", str(args.repeat), "--held", str(args.held), "--budget",
+              str(args.budget), "--peers", args.peers, "--scale", str(args.scale)]
+    for spec in specs:
+        with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as f:
+            cmd = [sys.executable, __file__, "--worker", spec, "--json", f.name, *passed]
+            try:
+                done = subprocess.run(cmd, timeout=args.worker_timeout)
+                code: int | str = done.returncode
+            except subprocess.TimeoutExpired:
+                code = "timed out"
+            records += [json.loads(line) | {"source": spec} for line in f if line.strip()]
+        if code != 0:
+            failed.append(f"{spec}: exit {code}")
+    return records, failed
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="bdc485f", help="comma-separated git revisions or "
@@ -241,78 +314,76 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--held", type=int, default=10, help="calls per held-queue timing")
-    ap.add_argument("--budget", type=float, default=200.0)
-    ap.add_argument("--peers", default="torch,cupy")
+    ap.add_argument("--budget", type=float, default=200.0,
+                    help="seconds of this tree's worker after which variants are skipped")
+    ap.add_argument("--peers", default="torch,cupy", help="'' : none")
     ap.add_argument("--scale", type=int, default=1, help="divide long extents by this")
     ap.add_argument("--out", help="also write the tables to this file")
+    ap.add_argument("--worker-timeout", type=float, default=420.0)
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--json", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.worker:
+        with open(args.json, "w") as f:
+            def emit(record: dict) -> None:
+                f.write(json.dumps(record) + "\n")
+                f.flush()
+            worker(args, emit)
+        return
     if args.out:
         _OUT.append(open(args.out, "w"))
     start = time.perf_counter()
-    pkgs = [("rule", fl)]
-    bases = [b for b in args.base.split(",") if b]
-    if bases:
-        from compare_host_overhead import import_revisions
-
-        labels = [Path(b).name.lstrip(".")[:7] or b for b in bases]
-        pkgs[:0] = list(zip(labels, import_revisions(bases, "grid")))
-    variants = parse_variants(args.variants)
-    device = fl.get_device()
-    peers, _ = make_peers(device.type)
-    peers = [p for p in peers if p.name in set(args.peers.split(","))]
-    say(f"device: {device.name} ({device.type}, {device.compute_units} units, "
-        f"{device.platform}); us per call: dev (held queue) / wall (batches of "
-        f"{args.batch}) / host CPU; --scale {args.scale}")
-    head = "".join(f" {n + ' ' + c:>10s}" for n, _ in pkgs
-                   for c in ("dev", "wall", "host", "lat"))
-    say(f"{'case':12s} {'pieces':>11s} {'kern':>5s}{head}"
-        + "".join(f" {p.name:>10s}" for p in peers) + "  ok")
-    rng = np.random.default_rng(0)
-    only = set(filter(None, args.only.split(",")))
     known = [c[0] for c in cases(args.scale)]
+    only = set(filter(None, args.only.split(",")))
     if only - set(known):
         say(f"no case named {sorted(only - set(known))}; the cases: {', '.join(known)}")
-    grid: list[tuple[str, list[float | None]]] = []
-    for name, sa, sb, char in cases(args.scale):
-        if only and name not in only:
-            continue
-        dt = np.dtype(char)
-        inputs = [(rng.random(s, dtype=dt) - 0.5) for s in (sa, sb)]
-        want = np.asarray(inputs[0].astype(np.float64) @ inputs[1].astype(np.float64))
-        cells, pieces, kerns, all_ok = [], [], [], True
-        for _, pkg in pkgs:
-            times, k, p, ok = time_config(pkg, inputs, want, {}, args)
-            cells += list(times)
-            pieces.append(p)
-            kerns.append(str(k))
-            all_ok &= ok
-        peer_times, ok = time_peers(peers, name, inputs, want, args.repeat, args.batch)
-        all_ok &= ok
-        say(f"{name:12s} {'/'.join(pieces):>11s} {'/'.join(kerns):>5s}"
-              + "".join(_us(c) for c in cells) + "".join(_us(t) for t in peer_times)
-              + f"  {'yes' if all_ok else 'NO'}")
-        row: list[float | None] = [cells[-4] if cells[-4] is not None else cells[-3]]
-        for vname, params in variants:
-            if not applies(params, sa, sb):
-                row.append(None)
-                continue
-            if time.perf_counter() - start > args.budget:
-                row.append(None)
-                continue
-            times, _, p, ok = time_config(fl, inputs, want, params, args)
-            if not ok:
-                say(f"  {name} {vname}: WRONG RESULT")
-            row.append(times[0] if times[0] is not None else times[1])
-        grid.append((name, row))
-    names = ["rule"] + [v for v, _ in variants]
-    say("\ndevice us per call (wall where the queue cannot be held); *: fastest")
-    say(f"{'case':12s}" + "".join(f" {n:>9s}" for n in names))
-    for name, row in grid:
+    bases = [b for b in args.base.split(",") if b]
+    specs = [*bases, "WT"] + (["peers"] if args.peers else [])
+    records, failed = run_workers(args, specs)
+    report(records, bases, [n for n, _ in parse_variants(args.variants)],
+           [p for p in args.peers.split(",") if p], [c for c in known if not only or c in only])
+    for line in failed:
+        say(f"worker {line} (its records so far are above)")
+    say(f"total {time.perf_counter() - start:.0f} s")
+
+
+def report(records: list[dict], bases: list[str], variants: list[str], peers: list[str],
+           names: list[str]) -> None:
+    """The two tables (see the module docstring) from the workers' records."""
+    device = next((r["device"] for r in records if "device" in r), "?")
+    say(f"device: {device}; us per call: dev (held queue) / wall (batches) / host CPU / "
+        "lat (one call and a synchronize)")
+    labels = [(b, Path(b).name.lstrip(".")[:7] or b) for b in bases] + [("WT", "rule")]
+    by = {(r["source"], r["case"], r.get("config")): r for r in records if r.get("case")}
+    head = "".join(f" {lab + ' ' + c:>10s}" for _, lab in labels
+                   for c in ("dev", "wall", "host", "lat"))
+    say(f"{'case':12s} {'pieces':>11s} {'kern':>5s}{head}"
+        + "".join(f" {p:>10s}" for p in peers) + "  ok")
+    for name in names:
+        rows = [by.get((src, name, "default")) for src, _ in labels]
+        cells = [t for r in rows for t in (r["times"] if r else [None] * 4)]
+        peer = [by.get(("peers", name, p)) for p in peers]
+        ok = all(r["ok"] for r in rows + peer if r)
+        say(f"{name:12s} {'/'.join(r['pieces'] if r else '?' for r in rows):>11s} "
+            f"{'/'.join(str(r['kernels']) if r else '?' for r in rows):>5s}"
+            + "".join(_us(c) for c in cells)
+            + "".join(_us(r["wall"] if r else None) for r in peer) + f"  {'yes' if ok else 'NO'}")
+    say("\ndevice us per call of this tree's variants (wall where the queue cannot be held); "
+        "*: fastest")
+    say(f"{'case':12s}" + "".join(f" {n:>9s}" for n in ["rule", *variants]))
+    for name in names:
+        row = []
+        for v in ["default", *variants]:
+            r = by.get(("WT", name, v))
+            t = None if r is None else (r["times"][0] if r["times"][0] is not None
+                                        else r["times"][1])
+            row.append(t)
+            if r is not None and not r["ok"]:
+                say(f"  {name} {v}: WRONG RESULT")
         best = min((t for t in row if t is not None), default=None)
         say(f"{name:12s}" + "".join(
             f" {'-':>9s}" if t is None else f" {t * 1e6:8.1f}{'*' if t == best else ' '}"
             for t in row))
-    say(f"total {time.perf_counter() - start:.0f} s")
 
 
 if __name__ == "__main__":
