@@ -97,14 +97,15 @@ def gpu_work_items(values: Mapping[str, Any], m: int, n: int, batch: int, itemsi
 
 
 def split_rule(items: int, k: int, compute_units: int,
-               items_per_unit: int = ITEMS_PER_UNIT, min_piece: int = MIN_PIECE) -> int:
+               items_per_unit: int = ITEMS_PER_UNIT, min_piece: int = MIN_PIECE,
+               most: int = MAX_PIECES) -> int:
     """Pieces of a reduced range of ``k`` for a kernel of ``items`` work-items: about
-    enough that ``compute_units`` get ``items_per_unit`` each, at most
-    :data:`MAX_PIECES`, each at least ``min_piece`` long (1: no split)."""
+    enough that ``compute_units`` get ``items_per_unit`` each, at most ``most``, each at
+    least ``min_piece`` long (1: no split)."""
     want = items_per_unit * max(1, compute_units)
     # (to the nearest whole number: a kernel just short of the aim is not split in two)
     pieces = (want + items // 2) // max(1, items)
-    return max(1, min(pieces, k // min_piece, MAX_PIECES))
+    return max(1, min(pieces, k // min_piece, most))
 
 
 def stream_min_piece(short: int) -> int:
@@ -123,14 +124,14 @@ def stream_items_per_unit(values: Mapping[str, Any], short: int, itemsize: int) 
     """Work-items per compute unit the split rule aims for with
     :func:`~fuseloop.recipes.skinny.stream_long`'s kernel: enough that their loads of
     the long operand (``per * unroll`` of ``itemsize`` bytes each, in flight together)
-    come to :data:`STREAM_BYTES_PER_UNIT` per unit (the memory's bandwidth times its
-    latency, shared by a device's units, with a margin).  So a kernel of fewer loads
-    a work-item (``stream_per=1``, a smaller unroll) gets more pieces, and one of more
-    gets fewer (fewer partial products); at the defaults (2 columns, 8 steps, 4
-    bytes) it is :data:`ITEMS_PER_UNIT`."""
+    come to the recipe's ``stream_bytes`` (:data:`STREAM_BYTES_PER_UNIT` by default) per
+    unit (the memory's bandwidth times its latency, shared by a device's units, with a
+    margin).  So a kernel of fewer loads a work-item (``stream_per=1``, a smaller unroll)
+    gets more pieces, and one of more gets fewer (fewer partial products); at the
+    defaults (2 columns, 8 steps, 4 bytes) it is :data:`ITEMS_PER_UNIT`."""
     per = _skinny.stream_per(short, values["stream_per"], itemsize, values["stream_accumulators"])
     loads = per * values["stream_unroll"] * itemsize
-    return max(1, -(-STREAM_BYTES_PER_UNIT // loads))
+    return max(1, -(-values.get("stream_bytes", STREAM_BYTES_PER_UNIT) // loads))
 
 
 def split_param(device: Device) -> int | None:
@@ -203,9 +204,11 @@ def _contraction_pieces(top: Reduce, out_shape: tuple[int, ...], device: Device,
     items = gpu_work_items(values, m, n, 1, itemsize, k_fast)
     short = _short_side(values, m, n)
     if short is not None and short <= values.get("stream", 0) and not k_fast:
+        if _skinny.lanes_fill(values, short, n if short == m else m, device.compute_units):
+            return 1
         return split_rule(items, k, device.compute_units,
                           stream_items_per_unit(values, short, itemsize),
-                          stream_min_piece(short))
+                          stream_min_piece(short), values.get("stream_pieces", MAX_PIECES))
     return split_rule(items, k, device.compute_units)
 
 

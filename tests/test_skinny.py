@@ -137,6 +137,13 @@ def test_split_rule_for_streamed_products(device, restore_recipes):
     assert pieces(fl.empty((8, 4096), dtype=f32) @ B) == 4096 // split_k.stream_min_piece(8)
     # 16 rows: pieces of at least 256 (their partial products are 16 rows each)
     assert pieces(fl.empty((16, 4096), dtype=f32) @ B) == 4096 // 256
+    # the recipe's cap on pieces, and its aim in bytes in flight per unit
+    x8192 = fl.empty(8192, dtype=f32) @ fl.empty((8192, 8192), dtype=f32)
+    assert pieces(x8192) == split_k.MAX_PIECES
+    with fl.recipes.use(rc.gpu_tiled.with_params(stream_pieces=64, stream_bytes=1 << 18)):
+        assert pieces(x8192) == 64
+    with fl.recipes.use(rc.gpu_tiled.with_params(stream_bytes=1 << 14)):
+        assert pieces(x8192) == 8  # a quarter of the loads in flight: 8 pieces, not 32
 
 
 def test_cpu_rule_gives_few_rows_wide_column_blocks():
@@ -294,3 +301,43 @@ def test_split_rule_follows_the_streaming_kernels_loads():
     # 16 rows: two columns (32 accumulators); 32 rows: one, so twice the work-items
     assert per_unit(values, 16, 4) == split_k.ITEMS_PER_UNIT
     assert per_unit(values, 32, 4) == 2 * split_k.ITEMS_PER_UNIT
+    # the aim is the recipe's stream_bytes
+    assert per_unit(values | {"stream_bytes": 1 << 15}, 8, 4) == split_k.ITEMS_PER_UNIT // 2
+
+
+@pytest.mark.parametrize("rows,dtype", [(1, np.float32), (4, np.float64), (5, np.float32)])
+def test_few_rows_in_one_launch_match_numpy(device, restore_recipes, rows, dtype):
+    """``stream_lanes``: up to that many rows, where the long side alone gives the device's
+    units a group each (skinny.lanes_fill), the lanes kernel in one launch (32 lanes of
+    the sum combined in local memory, no split-K); more rows: the streaming kernel.  Sums
+    of 211 and 1024 terms, 129 columns."""
+    if device.type != "cpu":
+        pytest.skip("the GPU recipe presented on the CPU device")
+    if dtype == np.float64 and not device.has_fp64:
+        pytest.skip("float64")
+    params = {"stream_lanes": 4, "stream_lanes_group": 64, "split_k": 0}
+    for k in (211, 1024):
+        a, b = rand((rows, k), 20, dtype), rand((k, 129), 21, dtype)
+        A, B = fl.asarray(a), fl.asarray(b)
+        with fl.recipes.use(rc.gpu_tiled.with_params(**params)):
+            src = fl.show_code(A @ B)
+            fl.reset_stats()
+            got = (A @ B).get()
+            launches = fl.stats()["kernels_launched"]
+        # (more rows: the streaming kernel, split as the CPU's 2 units make it)
+        assert (launches == 1 and "k_lane" in src) if rows <= 4 else "k_lane" not in src
+        tol = 1e-12 if dtype == np.float64 else 1e-5
+        np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64),
+                                   rtol=tol, atol=tol)
+
+
+def test_lanes_fill_rule():
+    """One launch where the long side gives 3/4 of the units a group (32 outputs a group
+    of 1024): x @ A at 4096 on 132 units (128 groups), not at 2048, nor above
+    ``stream_lanes`` rows, nor batched."""
+    values = dict(rc.gpu_tiled.values) | {"stream_lanes": 4}
+    assert skinny.lanes_fill(values, 1, 4096, 132)
+    assert not skinny.lanes_fill(values, 1, 2048, 132)
+    assert not skinny.lanes_fill(values, 8, 4096, 132)
+    assert not skinny.lanes_fill(values, 1, 4096, 132, batched=True)
+    assert not skinny.lanes_fill(values | {"stream_lanes": 0}, 1, 4096, 132)

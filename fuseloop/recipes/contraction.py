@@ -472,13 +472,16 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
                wide_tiles: TileConfig, few: int, skinny: str, skinny_group: int,
                skinny_lanes: int, skinny_bk: int, skinny_unroll: int, skinny_stage: bool,
                stream: int, stream_group: int, stream_per: int, stream_unroll: int,
-               stream_accumulators: int, medium: int, split_k: int, dmma: bool, dmma_tiles: Any
-               ) -> lp.TranslationUnit:
+               stream_accumulators: int, stream_bytes: int, stream_pieces: int,
+               stream_lanes: int, stream_lanes_group: int, medium: int, split_k: int,
+               dmma: bool, dmma_tiles: Any) -> lp.TranslationUnit:
     """Local-memory tiles and register tiles; ``wide_tiles`` for 8-byte types (float64 on
     NVIDIA: FP64 tensor cores, ``dmma``).  A side of at most ``stream`` outputs whose long
     operand is contiguous along the long side: :func:`~fuseloop.recipes.skinny.stream_long`;
     else a side of at most ``few`` outputs: :func:`split_lanes` (``skinny="lanes"``) or
-    :func:`skinny_tiles` (``"tiles"``).  ``split_k`` is read before lowering
+    :func:`skinny_tiles` (``"tiles"``); up to ``stream_lanes`` outputs unsplit (no batch:
+    :func:`~fuseloop.recipes.skinny.lanes_fill`), ``split_lanes`` in one launch.
+    ``split_k``, ``stream_bytes`` and ``stream_pieces`` are read before lowering
     (:func:`fuseloop.split_k.contraction_pieces`): a split's pieces are a batch here."""
     from ..lower.contraction import operand_itemsize
 
@@ -493,6 +496,10 @@ def _gpu_tiled(t_unit: lp.TranslationUnit, device: Device, *, tiles: TileConfig,
         assert extent is not None
         k_fast = long_k_fast(knl, axis)
         if extent <= stream and not k_fast:
+            if extent <= stream_lanes and BATCH not in knl.all_inames():  # (lanes_fill)
+                group, _ = _lanes_group(extent, stream_lanes_group, skinny_mod.LANES,
+                                        stream_unroll, False, False, max(itemsize, 4))
+                return split_lanes(t_unit, axis, extent, group, skinny_mod.LANES, stream_unroll)
             per = skinny_mod.stream_per(extent, stream_per, itemsize, stream_accumulators)
             return skinny_mod.stream_long(t_unit, axis, extent, stream_group, per,
                                           stream_unroll)
@@ -572,7 +579,8 @@ def _tiles_fit(values: Mapping[str, Any], device: Device) -> bool:
     """Whether both tile configurations fit the device's work-group size and (at 4 and
     8 bytes an element, padding included: ``contraction_pipeline.tile_bytes``) the
     minimum local memory."""
-    if max(values["skinny_group"], values["stream_group"]) > device.max_work_group_size \
+    groups = (values["skinny_group"], values["stream_group"], values["stream_lanes_group"])
+    if max(groups) > device.max_work_group_size \
             or values["skinny_lanes"] > values["skinny_group"]:
         return False
     for cfg, itemsize in ((values["tiles"], 4), (values["wide_tiles"], 8)):
@@ -616,7 +624,7 @@ gpu_tiled = Recipe(
                   "reduced range split in a work-group) or 'tiles' (skinny_tiles)",
                   ("lanes", "tiles")),
             Param("skinny_group", int, 256, "work-items of a group when a side is short",
-                  powers_of_two(16, 256, (64, 128, 256))),
+                  powers_of_two(16, 1024, (64, 128, 256))),
             Param("skinny_lanes", int, 8, "split_lanes: lanes of the reduced range (when "
                   "the long operand is contiguous along the long side)",
                   powers_of_two(1, 64, (4, 8, 16, 32))),

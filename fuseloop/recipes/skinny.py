@@ -28,7 +28,8 @@ addresses of one row.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from .._lazy import lp
 from ..lower.contraction import BATCH, COL, RED, ROW, bound_last_piece, divides, pad_to_tiles
@@ -58,7 +59,38 @@ PARAMS = (
           "flight)", powers_of_two(1, 32, (4, 8, 16))),
     Param("stream_accumulators", int, STREAM_ACCUMULATORS, "stream_long: at most this many "
           "accumulators per work-item (half that for 8-byte types)",
-          powers_of_two(8, 128, (32, 64))))
+          powers_of_two(8, 128, (32, 64))),
+    # (split-K is decided per evaluation, so fl.tune, which times kernels, tries one value)
+    Param("stream_bytes", int, 64 * 1024, "stream_long's split-K: bytes of the long "
+          "operand's loads in flight per compute unit that the pieces aim for "
+          "(split_k.stream_items_per_unit)", powers_of_two(1024, 1 << 22, (64 * 1024,))),
+    Param("stream_pieces", int, 32, "stream_long's split-K: at most this many pieces",
+          int_range(1, 1024, (32,))),
+    Param("stream_lanes", int, 0, "a short side of at most this many outputs (of those "
+          "stream_long would take) runs in one launch where the long side alone fills the "
+          "device: split_lanes with groups of stream_lanes_group, LANES lanes of the sum "
+          "(skinny.lanes_fill; 0: never)", int_range(0, 16, (0,))),
+    Param("stream_lanes_group", int, 1024, "stream_lanes: work-items of a group",
+          powers_of_two(64, 1024, (512, 1024))))
+
+#: lanes of the reduced range in a group of :func:`lanes_fill`'s kernel: a warp's worth of
+#: partial sums per output, so a group of 1024 covers 32 outputs of the long side
+LANES = 32
+
+
+def lanes_fill(values: Mapping[str, Any], short: int, long: int, compute_units: int,
+               batched: bool = False) -> bool:
+    """Whether a product with ``short`` outputs on its short side and ``long`` on its long
+    one runs :func:`~fuseloop.recipes.contraction.split_lanes` in one launch rather than
+    :func:`stream_long` split into pieces: at most ``stream_lanes`` outputs and groups for
+    at least 3/4 of the compute units along the long side alone (``stream_lanes_group /
+    LANES`` outputs a group: x @ A at 4096 makes 128 groups of 1024), not batched.  One
+    launch saves the partial products' write and read and the second launch's cost; in a
+    group, ``LANES`` lanes sum every ``LANES``-th term of the reduced range and combine in
+    local memory."""
+    width = max(1, values.get("stream_lanes_group", 1024) // LANES)
+    return (not batched and short <= values.get("stream_lanes", 0)
+            and 4 * -(-long // width) >= 3 * compute_units)
 
 
 def stream_per(extent: int, most: int, itemsize: int = 4,
@@ -112,7 +144,8 @@ def stream_long(t_unit: lp.TranslationUnit, short: str, extent: int, group: int,
     return lp.add_inames_for_unused_hw_axes(t_unit)
 
 
-__all__ = ["GPU_STREAM", "PARAMS", "STREAM_ACCUMULATORS", "stream_long", "stream_per"]
+__all__ = ["GPU_STREAM", "LANES", "PARAMS", "STREAM_ACCUMULATORS", "lanes_fill", "stream_long",
+           "stream_per"]
 
 
 def stage_short_operand(t_unit: lp.TranslationUnit, short: str, lane: str, sweep: list[str],
