@@ -1,0 +1,156 @@
+"""Kernels built together: the new kernels of one evaluation as one program per preamble.
+
+A driver's build of a program has a large part that does not depend on its kernels
+(PoCL 3.0 on a 2-core VM: eight small kernels built as eight programs took 2.2-2.5 CPU s,
+as one program 0.4; ``benchmarks/probes/build_batch_cost.py``), so the kernels that an
+evaluation's run plan (or one ``fl.compute``) misses are built as few programs as can
+hold them (:func:`build_together`, called by :mod:`fuseloop.prebuild`).
+
+Which kernels share a program: those whose sources have the same *preamble* (the text
+before the kernel's declaration: Loopy's macros, fuseloop's helper functions) and the
+same build options.  Their program is that preamble once, then each kernel's function
+under a name of its own (:func:`combine`; kernel names are unique in a program).  Kernels
+with other preambles get programs of their own: telling which definitions of two
+preambles clash would take a C parser, and an identical preamble cannot clash with itself.
+
+Each kernel's plan then holds the program's source and its own name in it, so its disk
+entry alone builds the program again in a later process (PoCL: a hit of its own kernel
+cache, the source being the same); kernels of one program found in one process share one
+build (``cache._shared``).  Entries stay one per kernel, each written atomically.
+
+A program that fails to build is built again kernel by kernel, so that a failing kernel
+does not keep the others from the cache; the evaluation's own launch of the failing one
+builds it once more and raises its :class:`~fuseloop.errors.KernelBuildError`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from . import cache as _cache
+from .cache import Request
+from .cache_disk import KernelPlan
+from .errors import KernelBuildError
+from .runtime.devices import Device
+
+#: most kernels one program holds (a program's disk entries each hold its whole
+#: source, and a binary of it where the driver keeps one)
+MAX_KERNELS = 16
+# a line of the kernel's body other than code: only pragmas (``#pragma unroll``) may
+# stay there, a macro defined in one kernel's body would reach the next kernel's
+_BODY_DIRECTIVE = re.compile(r"^[ \t]*#(?![ \t]*pragma\b)", re.M)
+
+
+def split(plan: KernelPlan) -> tuple[str, str] | None:
+    """``(preamble, body)`` of ``plan``'s source, split where the line declaring its
+    kernel starts; None when the source does not have that shape (the kernel's name
+    not exactly once, preprocessor lines in the body): built alone."""
+    found = list(re.finditer(rf"\b{re.escape(plan.name)}\b", plan.source))
+    if len(found) != 1:
+        return None
+    start = plan.source.rfind("\n", 0, found[0].start()) + 1
+    preamble, body = plan.source[:start], plan.source[start:]
+    if _BODY_DIRECTIVE.search(body):
+        return None
+    return preamble, body
+
+
+def group(plans: Sequence[KernelPlan]) -> list[list[int]]:
+    """The positions of ``plans`` in groups that may share a program (same preamble,
+    same build options, at most :data:`MAX_KERNELS`), in order of first appearance;
+    a plan that cannot share is a group of its own."""
+    by_preamble: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    alone: list[list[int]] = []
+    for k, plan in enumerate(plans):
+        parts = split(plan)
+        if parts is None:
+            alone.append([k])
+        else:
+            by_preamble.setdefault((parts[0], tuple(plan.build_options)), []).append(k)
+    return [members[i:i + MAX_KERNELS] for members in by_preamble.values()
+            for i in range(0, len(members), MAX_KERNELS)] + alone
+
+
+def combine(plans: Sequence[KernelPlan]) -> list[KernelPlan]:
+    """The plans of one program holding ``plans``' kernels (one :func:`group`): the
+    shared preamble once, then each kernel renamed ``<name>_b<k>``; each plan keeps
+    its arguments and grid and gets the program's source and its kernel's new name."""
+    preamble = ""
+    bodies, names = [], []
+    for k, plan in enumerate(plans):
+        parts = split(plan)
+        assert parts is not None
+        preamble = parts[0]
+        name = f"{plan.name}_b{k}"
+        bodies.append(re.sub(rf"\b{re.escape(plan.name)}\b", name, parts[1]))
+        names.append(name)
+    source = preamble + "\n\n".join(body.rstrip("\n") + "\n" for body in bodies)
+    return [replace(plan, name=name, source=source) for plan, name in zip(plans, names)]
+
+
+def _build_group(plans: list[KernelPlan], device: Device) -> list[Any]:
+    """The built kernels of one group's plans: one program, or (one kernel, or the
+    program refused) one program each; a kernel that fails is None in its place."""
+    if len(plans) > 1:
+        shared = combine(plans)
+        try:
+            return _cache.compile_plans(shared, device)
+        except KernelBuildError:
+            pass  # (one of them, or their sum: each alone tells which)
+    out: list[Any] = []
+    for plan in plans:
+        try:
+            out.extend(_cache.compile_plans([plan], device))
+        except KernelBuildError:
+            out.append(None)
+    return out
+
+
+def build_together(requests: Sequence[Request], device: Device, threads: bool) -> list[tuple]:
+    """Build the kernels of ``requests`` the memory cache lacks: each from its disk
+    entry where one is found, the others as :func:`group` puts them, one program a
+    group (with ``threads``, each group in a thread of its own, so that the compile
+    workers build several at once).  Returns the memory-cache keys now cached;
+    kernels that another thread is building, or that fail, are left out (a failing
+    one raises when its evaluation builds it)."""
+    claimed = _cache.claim([r.mem_key for r in requests])
+    try:
+        todo = [r for r in requests if r.mem_key in claimed]
+        done, fresh = _cache.from_disk_or_memory(todo, device)
+        plans: list[KernelPlan] = []
+        planned: list[tuple[Request, str | None]] = []
+        for request, disk_key in fresh:
+            try:
+                plans.append(request.plan())
+            except Exception:
+                continue  # (its evaluation lowers it again and reports what is wrong)
+            planned.append((request, disk_key))
+        groups = group(plans)
+        results: list[list[Any]] = [[] for _ in groups]
+
+        def build(g: int) -> None:
+            results[g] = _build_group([plans[k] for k in groups[g]], device)
+
+        if threads and len(groups) > 1:
+            workers = [threading.Thread(target=build, args=(g,), daemon=True,
+                                        name="fuseloop-build") for g in range(len(groups))]
+            for t in workers:
+                t.start()
+            for t in workers:
+                t.join()
+        else:
+            for g in range(len(groups)):
+                build(g)
+        for members, built in zip(groups, results):
+            for k, compiled in zip(members, built):
+                if compiled is not None:
+                    request, disk_key = planned[k]
+                    _cache.keep(request.mem_key, compiled, disk_key, device)
+                    done.append(request.mem_key)
+        return done
+    finally:
+        _cache.release(claimed)
