@@ -43,6 +43,7 @@ MAX_KERNELS = 16
 # a line of the kernel's body other than code: only pragmas (``#pragma unroll``) may
 # stay there, a macro defined in one kernel's body would reach the next kernel's
 _BODY_DIRECTIVE = re.compile(r"^[ \t]*#(?![ \t]*pragma\b)", re.M)
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)", re.M)
 
 
 def split(plan: KernelPlan) -> tuple[str, str] | None:
@@ -59,36 +60,83 @@ def split(plan: KernelPlan) -> tuple[str, str] | None:
     return preamble, body
 
 
-def group(plans: Sequence[KernelPlan]) -> list[list[int]]:
-    """The positions of ``plans`` in groups that may share a program (same preamble,
-    same build options, at most :data:`MAX_KERNELS`), in order of first appearance;
-    a plan that cannot share is a group of its own."""
+def _macros_only(preamble: str) -> bool:
+    """Whether ``preamble`` holds preprocessor lines only (and their continuations): it
+    defines no function, type or variable that another kernel's could clash with."""
+    continued = False
+    for line in preamble.splitlines():
+        text = line.strip()
+        if text and not continued and not text.startswith("#"):
+            return False
+        continued = text.endswith("\\")
+    return True
+
+
+def _segments(plans: Sequence[KernelPlan], members: Sequence[int]) -> list[list[int]]:
+    """``members`` (positions in ``plans``) by preamble and build options, in order of
+    first appearance."""
     by_preamble: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    for k in members:
+        key = (_parts(plans[k])[0], tuple(plans[k].build_options))
+        by_preamble.setdefault(key, []).append(k)
+    return list(by_preamble.values())
+
+
+def _parts(plan: KernelPlan) -> tuple[str, str]:
+    parts = split(plan)
+    assert parts is not None  # (a plan of a group)
+    return parts
+
+
+def group(plans: Sequence[KernelPlan]) -> list[list[int]]:
+    """The positions of ``plans`` in groups that may share a program: same build
+    options, at most one preamble that defines more than macros (two such could both
+    define one function), at most :data:`MAX_KERNELS`; a plan :func:`split` refuses is
+    a group of its own."""
     alone: list[list[int]] = []
+    splittable = []
     for k, plan in enumerate(plans):
-        parts = split(plan)
-        if parts is None:
+        if split(plan) is None:
             alone.append([k])
         else:
-            by_preamble.setdefault((parts[0], tuple(plan.build_options)), []).append(k)
-    return [members[i:i + MAX_KERNELS] for members in by_preamble.values()
-            for i in range(0, len(members), MAX_KERNELS)] + alone
+            splittable.append(k)
+    programs: list[tuple[tuple[str, ...], list[bool], list[int]]] = []
+    for segment in _segments(plans, splittable):
+        options = tuple(plans[segment[0]].build_options)
+        functions = not _macros_only(_parts(plans[segment[0]])[0])
+        for i in range(0, len(segment), MAX_KERNELS):
+            chunk = segment[i:i + MAX_KERNELS]
+            into = next((p for p in programs if p[0] == options
+                         and not (functions and p[1][0])
+                         and len(p[2]) + len(chunk) <= MAX_KERNELS), None)
+            if into is None:
+                programs.append((options, [functions], list(chunk)))
+            else:
+                into[1][0] |= functions
+                into[2].extend(chunk)
+    return [sorted(members) for _, _, members in programs] + alone
 
 
 def combine(plans: Sequence[KernelPlan]) -> list[KernelPlan]:
-    """The plans of one program holding ``plans``' kernels (one :func:`group`): the
-    shared preamble once, then each kernel renamed ``<name>_b<k>``; each plan keeps
-    its arguments and grid and gets the program's source and its kernel's new name."""
-    preamble = ""
-    bodies, names = [], []
-    for k, plan in enumerate(plans):
-        parts = split(plan)
-        assert parts is not None
-        preamble = parts[0]
-        name = f"{plan.name}_b{k}"
-        bodies.append(re.sub(rf"\b{re.escape(plan.name)}\b", name, parts[1]))
-        names.append(name)
-    source = preamble + "\n\n".join(body.rstrip("\n") + "\n" for body in bodies)
+    """The plans of one program holding ``plans``' kernels (one :func:`group`), each
+    kernel renamed ``<name>_b<k>``; each plan keeps its arguments and grid and gets the
+    program's source and its kernel's new name.  The source: per preamble (the one
+    defining functions first), the preamble, its kernels, and an ``#undef`` of every
+    macro it defined, so that each kernel sees its own preamble's macros and no
+    other's (the functions of the first stay declared: names no later kernel uses)."""
+    names = [f"{plan.name}_b{k}" for k, plan in enumerate(plans)]
+    segments = sorted(_segments(plans, range(len(plans))),
+                      key=lambda seg: _macros_only(_parts(plans[seg[0]])[0]))
+    text = []
+    for segment in segments:
+        preamble = _parts(plans[segment[0]])[0]
+        text.append(preamble)
+        for k in segment:
+            body = _parts(plans[k])[1]
+            text.append(re.sub(rf"\b{re.escape(plans[k].name)}\b", names[k], body)
+                        .rstrip("\n") + "\n\n")
+        text.extend(f"#undef {m}\n" for m in dict.fromkeys(_DEFINE.findall(preamble)))
+    source = "".join(text)
     return [replace(plan, name=name, source=source) for plan, name in zip(plans, names)]
 
 

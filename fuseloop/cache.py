@@ -490,15 +490,26 @@ class Request:
     what: str = "a kernel"
 
 
+# Plans made before their kernels' build, by memory key (see plan_ahead); taken by the
+# kernel's build, dropped all at once past PLANNED_MAX (a recording that stopped early)
+_planned: dict[tuple, KernelPlan] = {}
+PLANNED_MAX = 64
+
+
 def kernel_request(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
                    user_functions: Mapping[str, Any], sizes: str = "",
                    make_plan: MakePlan | None = None) -> Request:
     """What :func:`get_kernel` builds on a miss (see there)."""
+    mem_key = (program, index_dtype.char, device.index, recipe.cache_id, sizes)
+
     def make() -> KernelPlan:
+        planned = _planned.pop(mem_key, None)
+        if planned is not None:
+            return planned
         return (make_plan or codegen.kernel_plan)(program, index_dtype, device, recipe,
                                                   user_functions, sizes)
 
-    return Request((program, index_dtype.char, device.index, recipe.cache_id, sizes),
+    return Request(mem_key,
                    lambda: disk_key(program, index_dtype, device, recipe, sizes), make,
                    f"a kernel of {len(program.entries)} operations")
 
@@ -709,6 +720,25 @@ def compile_plans(plans: Sequence[KernelPlan], device: Device) -> list[CompiledK
     return [CompiledKernel(plan, built, backend, device) for plan in plans]
 
 
+def plan_ahead(request: Request) -> None:
+    """Make ``request``'s plan now, raising what making it raises, and keep it for the
+    kernel's build; nothing when the kernel is cached in memory or has a disk entry.
+    (A two-stage reduction's joined kernel: whether its stages can share a launch is
+    known from its plan, while a run plan records; the replay then builds it with the
+    plan's other kernels.)"""
+    mem_key = request.mem_key
+    if mem_key in _memory or mem_key in _planned:
+        return
+    directory = cache_dir()
+    if directory is not None and entry_path(directory, request.disk_key()).is_file():
+        return
+    plan = request.plan()
+    with _memory_lock:
+        if len(_planned) >= PLANNED_MAX:
+            _planned.clear()
+        _planned[mem_key] = plan
+
+
 def keep(mem_key: tuple, compiled: CompiledKernel, disk_key: str | None,
          device: Device) -> None:
     """Cache a kernel :func:`compile_plans` built, in memory and (``disk_key``) on disk."""
@@ -773,6 +803,7 @@ def clear_memory_cache() -> None:
             compiled.in_cache = False
         _memory.clear()
         _retired.clear()
+        _planned.clear()
         memory_generation[0] += 1
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from . import cache as _cache
 from . import caches as _caches
 from . import evaluate as _ev
 from . import host_path as _host
@@ -80,6 +81,15 @@ def _request(args: tuple) -> Request:
         launching._check_fp64(program.first.program.entries, device)
     return kernel_request(program, index_dtype, device, recipe, launching.user_functions,
                           sizes)
+
+
+def plan_ahead(program: Any, index_dtype: np.dtype, device: Device, recipe: Any,
+               params: Sequence[int], n_rows: int, n_elem: int) -> None:
+    """Make the plan of the kernel :func:`fuseloop.launching.kernel_for` with these
+    arguments would build, and keep it for the build of a run plan's kernels together
+    (:func:`fuseloop.cache.plan_ahead`)."""
+    _cache.plan_ahead(_request((program, index_dtype, device, recipe, params, n_rows,
+                                n_elem)))
 
 
 def _build_all(missing: list[tuple[tuple, tuple]]) -> list[tuple]:

@@ -161,25 +161,50 @@ BODY = "__kernel void {name}(__global float *out0, int const N)\n{{\n  out0[0] =
 
 
 def test_kernels_group_by_preamble_and_options():
+    macros = "#define lid(N) ((long) get_local_id(N))\n#ifndef FL_Q\n#define FL_Q 1\n#endif\n"
     plans = [_plan("k", PRE + BODY.format(name="k", v=1)),
              _plan("k", PRE + BODY.format(name="k", v=2)),
-             _plan("k", "#define lid(N) ((long) get_local_id(N))\n" + BODY.format(name="k", v=3)),
+             _plan("k", macros + BODY.format(name="k", v=3)),
              _plan("k", PRE + BODY.format(name="k", v=4), ("-cl-fast-relaxed-math",)),
              # a macro in the body would reach the kernels after it: alone
              _plan("k", PRE + BODY.format(name="k", v=5).replace("{\n", "{\n#define Q 1\n")),
-             _plan("k", PRE + BODY.format(name="k", v=6))]
-    assert batch_build.group(plans) == [[0, 1, 5], [2], [3], [4]]
-    shared = batch_build.combine([plans[0], plans[1], plans[5]])
-    assert [p.name for p in shared] == ["k_b0", "k_b1", "k_b2"]
+             _plan("k", PRE + BODY.format(name="k", v=6)),
+             # another preamble defining functions (two might define one name): apart
+             _plan("k", PRE.replace("fl_h", "fl_g") + BODY.format(name="k", v=7))]
+    assert batch_build.group(plans) == [[0, 1, 2, 5], [3], [6], [4]]
+    shared = batch_build.combine([plans[2], plans[0], plans[1], plans[5]])
+    assert [p.name for p in shared] == ["k_b0", "k_b1", "k_b2", "k_b3"]
     source = shared[0].source
     assert all(p.source == source for p in shared)
+    # the preamble defining functions first, with its kernels; each preamble's macros
+    # undefined after its kernels, so the next preamble's kernels see their own only
     assert source.count("fl_h(float a)") == 1 and source.startswith(PRE)
-    for k, v in enumerate((1, 2, 6)):
-        assert BODY.format(name=f"k_b{k}", v=v) in source
-    assert shared[1].arg_names == plans[1].arg_names and shared[1].gsize == plans[1].gsize
+    first = "".join(BODY.format(name=f"k_b{k}", v=v) + "\n" for k, v in ((1, 1), (2, 2), (3, 6)))
+    second = BODY.format(name="k_b0", v=3) + "\n"
+    assert source == (PRE + first + "#undef lid\n" + macros + second
+                      + "#undef lid\n#undef FL_Q\n")
+    assert shared[1].arg_names == plans[0].arg_names and shared[1].gsize == plans[0].gsize
 
 
 def test_a_group_holds_at_most_max_kernels(monkeypatch):
     monkeypatch.setattr(batch_build, "MAX_KERNELS", 2)
     plans = [_plan("k", PRE + BODY.format(name="k", v=v)) for v in range(5)]
     assert batch_build.group(plans) == [[0, 1], [2, 3], [4]]
+
+
+def test_a_reduction_and_its_elementwise_kernel_share_a_program(device, monkeypatch):
+    # x * 3 - mean(x): the reduction's kernel (index macros of int64, Loopy's helper
+    # functions) and the elementwise one (index macros of int32) have other preambles;
+    # one program holds both, each kernel seeing its own macros
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", "off")
+    host = np.random.default_rng(5).random(1 << 16).astype(np.float32)
+    x = fl.asarray(host)
+    fl.clear_caches()
+    fl.reset_stats()
+    got = (x * 3 - fl.mean(x)).get()
+    s = fl.stats()
+    assert s["kernels_compiled"] >= 2 and s["programs_built"] < s["kernels_compiled"]
+    if device.type == "cpu":
+        assert s["programs_built"] == 1  # (at the session start: 2)
+    np.testing.assert_allclose(got, host * 3 - host.mean(dtype=np.float64), rtol=1e-5,
+                               atol=1e-5)
