@@ -36,6 +36,7 @@ from .cache import Request
 from .cache_disk import KernelPlan
 from .errors import KernelBuildError
 from .runtime.devices import Device
+from .stats import increment
 
 #: most kernels one program holds (a program's disk entries each hold its whole
 #: source, and a binary of it where the driver keeps one)
@@ -158,6 +159,30 @@ def _build_group(plans: list[KernelPlan], device: Device) -> list[Any]:
     return out
 
 
+def _from_cache(requests: Sequence[Request], device: Device
+                ) -> tuple[list[tuple], list[tuple[Request, str | None]]]:
+    """For claimed ``requests``: the memory keys found in memory or on disk (now in
+    memory: the steps of ``cache.get_kernel``'s miss), and the others with their disk
+    keys (None: the disk cache is off), to be built."""
+    found: list[tuple] = []
+    missing: list[tuple[Request, str | None]] = []
+    on_disk = _cache.cache_dir() is not None
+    for request in requests:
+        if _cache._cached(request.mem_key) is not None:
+            continue  # (built by another thread since: not built here)
+        increment("memory_cache_misses")
+        key = request.disk_key() if on_disk else None
+        compiled = None if key is None else _cache._disk_hit(key, device)
+        if compiled is not None:
+            _cache._store(request.mem_key, compiled)
+            found.append(request.mem_key)
+        else:
+            missing.append((request, key))
+    if missing:
+        _cache._workers.prestart(device)  # (a worker starts while Loopy works)
+    return found, missing
+
+
 def build_together(requests: Sequence[Request], device: Device, threads: bool) -> list[tuple]:
     """Build the kernels of ``requests`` the memory cache lacks: each from its disk
     entry where one is found, the others as :func:`group` puts them, one program a
@@ -168,7 +193,7 @@ def build_together(requests: Sequence[Request], device: Device, threads: bool) -
     claimed = _cache.claim([r.mem_key for r in requests])
     try:
         todo = [r for r in requests if r.mem_key in claimed]
-        done, fresh = _cache.from_disk_or_memory(todo, device)
+        done, fresh = _from_cache(todo, device)
         plans: list[KernelPlan] = []
         planned: list[tuple[Request, str | None]] = []
         for request, disk_key in fresh:
@@ -197,7 +222,8 @@ def build_together(requests: Sequence[Request], device: Device, threads: bool) -
             for k, compiled in zip(members, built):
                 if compiled is not None:
                     request, disk_key = planned[k]
-                    _cache.keep(request.mem_key, compiled, disk_key, device)
+                    _cache._store(request.mem_key, compiled)
+                    _cache._write_entry(disk_key, compiled, device)
                     done.append(request.mem_key)
         return done
     finally:

@@ -684,30 +684,6 @@ def release(claimed: dict[tuple, _KeyLock]) -> None:
         _leave(mem_key, key_lock)
 
 
-def from_disk_or_memory(requests: Sequence[Any], device: Device
-                        ) -> tuple[list[tuple], list[tuple[Any, str | None]]]:
-    """For claimed ``requests`` (:class:`fuseloop.batch_build.Request`): the memory
-    keys found in memory or on disk (now in memory), and the others with their disk
-    keys (None: the disk cache is off), to be built."""
-    found: list[tuple] = []
-    missing: list[tuple[Any, str | None]] = []
-    on_disk = cache_dir() is not None
-    for request in requests:
-        if _cached(request.mem_key) is not None:
-            continue  # (built by another thread since: not built here)
-        _increment("memory_cache_misses")
-        key = request.disk_key() if on_disk else None
-        compiled = None if key is None else _disk_hit(key, device)
-        if compiled is not None:
-            _store(request.mem_key, compiled)
-            found.append(request.mem_key)
-        else:
-            missing.append((request, key))
-    if missing:
-        _workers.prestart(device)  # (as a single build does: see _get_uncached)
-    return found, missing
-
-
 def compile_plans(plans: Sequence[KernelPlan], device: Device) -> list[CompiledKernel]:
     """The kernels of ``plans``, which share one source and its build options, from one
     build of that source; raises :class:`KernelBuildError`."""
@@ -737,13 +713,6 @@ def plan_ahead(request: Request) -> None:
         if len(_planned) >= PLANNED_MAX:
             _planned.clear()
         _planned[mem_key] = plan
-
-
-def keep(mem_key: tuple, compiled: CompiledKernel, disk_key: str | None,
-         device: Device) -> None:
-    """Cache a kernel :func:`compile_plans` built, in memory and (``disk_key``) on disk."""
-    _store(mem_key, compiled)
-    _write_entry(disk_key, compiled, device)
 
 
 # }}}
@@ -804,6 +773,7 @@ def clear_memory_cache() -> None:
         _memory.clear()
         _retired.clear()
         _planned.clear()
+        _shared.clear()
         memory_generation[0] += 1
 
 

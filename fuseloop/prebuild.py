@@ -83,13 +83,18 @@ def _request(args: tuple) -> Request:
                           sizes)
 
 
-def plan_ahead(program: Any, index_dtype: np.dtype, device: Device, recipe: Any,
-               params: Sequence[int], n_rows: int, n_elem: int) -> None:
-    """Make the plan of the kernel :func:`fuseloop.launching.kernel_for` with these
-    arguments would build, and keep it for the build of a run plan's kernels together
-    (:func:`fuseloop.cache.plan_ahead`)."""
-    _cache.plan_ahead(_request((program, index_dtype, device, recipe, params, n_rows,
-                                n_elem)))
+def ahead(key: tuple, args: tuple) -> None:
+    """Make the kernel :func:`fuseloop.launching.kernel_for` with ``args`` finds (under
+    memory-cache ``key``, missing) ready before its launch: while a run plan records,
+    only its plan (:func:`fuseloop.cache.plan_ahead`: the replay builds it with the
+    plan's other kernels), else built now, its first look-up then not counted again
+    (a two-stage reduction's joined kernel: whether its stages share a launch is known
+    from its plan)."""
+    if _rp.recorder() is not None:
+        _cache.plan_ahead(_request(args))
+        return
+    launching.kernel_for(*args)
+    launching.prebuilt.add(key)
 
 
 def _build_all(missing: list[tuple[tuple, tuple]]) -> list[tuple]:
