@@ -1,17 +1,21 @@
-"""Kernels built together: the new kernels of one evaluation as one program per preamble.
+"""Kernels built together: the new kernels of one evaluation as few programs.
 
-A driver's build of a program has a large part that does not depend on its kernels
-(PoCL 3.0 on a 2-core VM: eight small kernels built as eight programs took 2.2-2.5 CPU s,
-as one program 0.4; ``benchmarks/probes/build_batch_cost.py``), so the kernels that an
-evaluation's run plan (or one ``fl.compute``) misses are built as few programs as can
-hold them (:func:`build_together`, called by :mod:`fuseloop.prebuild`).
+A driver's build of a program may have a large part that does not depend on its kernels
+(PoCL 3.0 on a 2-core VM: eight small kernels built as eight programs took 2.1 CPU s, as
+one program 0.47; ``benchmarks/probes/build_batch_cost.py``), so the kernels that an
+evaluation's run plan (or one ``fl.compute``) misses are built together
+(:func:`build_together`, called by :mod:`fuseloop.prebuild`): as few programs as can
+hold them where the device's backend says so (``Backend.joins_kernels``), else one
+program each, built in parallel (NVIDIA's compiler costs per kernel: one program of
+eight took longer than eight programs in two compile workers).
 
-Which kernels share a program: those whose sources have the same *preamble* (the text
-before the kernel's declaration: Loopy's macros, fuseloop's helper functions) and the
-same build options.  Their program is that preamble once, then each kernel's function
-under a name of its own (:func:`combine`; kernel names are unique in a program).  Kernels
-with other preambles get programs of their own: telling which definitions of two
-preambles clash would take a C parser, and an identical preamble cannot clash with itself.
+Which kernels share a program: those of the same build options whose sources split
+into a *preamble* (the text before the kernel's declaration: Loopy's macros, fuseloop's
+helper functions) and a body holding the kernel alone (:func:`split`), at most one of
+those preambles defining more than macros: two such could define one function.  The
+program is, per preamble, the preamble, its kernels renamed (kernel names are unique in
+a program) and an ``#undef`` of the macros it defined, so each kernel sees its own
+preamble's macros only (:func:`combine`).
 
 Each kernel's plan then holds the program's source and its own name in it, so its disk
 entry alone builds the program again in a later process (PoCL: a hit of its own kernel
@@ -89,11 +93,11 @@ def _parts(plan: KernelPlan) -> tuple[str, str]:
     return parts
 
 
-def group(plans: Sequence[KernelPlan]) -> list[list[int]]:
+def group(plans: Sequence[KernelPlan], most: int = MAX_KERNELS) -> list[list[int]]:
     """The positions of ``plans`` in groups that may share a program: same build
     options, at most one preamble that defines more than macros (two such could both
-    define one function), at most :data:`MAX_KERNELS`; a plan :func:`split` refuses is
-    a group of its own."""
+    define one function), at most ``most`` kernels; a plan :func:`split` refuses is a
+    group of its own."""
     alone: list[list[int]] = []
     splittable = []
     for k, plan in enumerate(plans):
@@ -105,11 +109,11 @@ def group(plans: Sequence[KernelPlan]) -> list[list[int]]:
     for segment in _segments(plans, splittable):
         options = tuple(plans[segment[0]].build_options)
         functions = not _macros_only(_parts(plans[segment[0]])[0])
-        for i in range(0, len(segment), MAX_KERNELS):
-            chunk = segment[i:i + MAX_KERNELS]
+        for i in range(0, len(segment), most):
+            chunk = segment[i:i + most]
             into = next((p for p in programs if p[0] == options
                          and not (functions and p[1][0])
-                         and len(p[2]) + len(chunk) <= MAX_KERNELS), None)
+                         and len(p[2]) + len(chunk) <= most), None)
             if into is None:
                 programs.append((options, [functions], list(chunk)))
             else:
@@ -202,7 +206,10 @@ def build_together(requests: Sequence[Request], device: Device, threads: bool) -
             except Exception:
                 continue  # (its evaluation lowers it again and reports what is wrong)
             planned.append((request, disk_key))
-        groups = group(plans)
+        # (one program a group where the driver's build has a large fixed part, else
+        # one a kernel: see Backend.joins_kernels)
+        groups = group(plans, MAX_KERNELS if _cache.backend_for(device).joins_kernels(device)
+                       else 1)
         results: list[list[Any]] = [[] for _ in groups]
 
         def build(g: int) -> None:

@@ -186,10 +186,11 @@ def test_kernels_group_by_preamble_and_options():
     assert shared[1].arg_names == plans[0].arg_names and shared[1].gsize == plans[0].gsize
 
 
-def test_a_group_holds_at_most_max_kernels(monkeypatch):
-    monkeypatch.setattr(batch_build, "MAX_KERNELS", 2)
+def test_a_group_holds_at_most_so_many_kernels():
     plans = [_plan("k", PRE + BODY.format(name="k", v=v)) for v in range(5)]
-    assert batch_build.group(plans) == [[0, 1], [2, 3], [4]]
+    assert batch_build.group(plans, 2) == [[0, 1], [2, 3], [4]]
+    assert batch_build.group(plans, 1) == [[0], [1], [2], [3], [4]]
+    assert batch_build.group(plans) == [[0, 1, 2, 3, 4]]
 
 
 def test_a_reduction_and_its_elementwise_kernel_share_a_program(device, monkeypatch):
@@ -208,3 +209,34 @@ def test_a_reduction_and_its_elementwise_kernel_share_a_program(device, monkeypa
         assert s["programs_built"] == 1  # (at the session start: 2)
     np.testing.assert_allclose(got, host * 3 - host.mean(dtype=np.float64), rtol=1e-5,
                                atol=1e-5)
+
+
+def test_a_driver_whose_cost_is_per_kernel_gets_a_program_each(device, monkeypatch):
+    # (NVIDIA's compiler: one program of eight kernels took longer than eight programs
+    # in two compile workers; Backend.joins_kernels says which way a device goes)
+    from fuseloop.backends import backend_for
+
+    backend = backend_for(device)
+    monkeypatch.setattr(type(backend), "joins_kernels", lambda self, d: False)
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", "off")
+    hosts = _inputs()
+    xs = [fl.asarray(h) for h in hosts]
+    fl.clear_caches()
+    fl.reset_stats()
+    results = fl.compute(*_exprs(xs))
+    s = fl.stats()
+    assert s["programs_built"] == 4 and s["kernels_compiled"] == 4
+    for got, want in zip(results, _expected(hosts)):
+        np.testing.assert_allclose(got.get(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.opencl_only
+def test_pocls_cpu_device_joins_kernels_a_gpu_does_not(device):
+    import dataclasses
+
+    from fuseloop.backends import backend_for
+
+    backend = backend_for(device)
+    if device.type == "cpu" and device.runtime.startswith("PoCL"):
+        assert backend.joins_kernels(device)
+    assert not backend.joins_kernels(dataclasses.replace(device, type="gpu"))
