@@ -189,44 +189,49 @@ def _from_cache(requests: Sequence[Request], device: Device
 
 def build_together(requests: Sequence[Request], device: Device, threads: bool) -> list[tuple]:
     """Build the kernels of ``requests`` the memory cache lacks: each from its disk
-    entry where one is found, the others as :func:`group` puts them, one program a
-    group (with ``threads``, each group in a thread of its own, so that the compile
-    workers build several at once).  Returns the memory-cache keys now cached;
+    entry where one is found, the others one program a :func:`group` (with
+    ``threads``, each program in a thread of its own, so that the compile workers
+    build several at once; a program of one kernel starts as soon as its plan is
+    made, while Loopy makes the next).  Returns the memory-cache keys now cached;
     kernels that another thread is building, or that fail, are left out (a failing
     one raises when its evaluation builds it)."""
     claimed = _cache.claim([r.mem_key for r in requests])
     try:
         todo = [r for r in requests if r.mem_key in claimed]
         done, fresh = _from_cache(todo, device)
+        # (one program a group where the driver's build has a large fixed part, else
+        # one a kernel: see Backend.joins_kernels)
+        joins = _cache.backend_for(device).joins_kernels(device)
         plans: list[KernelPlan] = []
         planned: list[tuple[Request, str | None]] = []
+        built: list[tuple[list[int], list[Any]]] = []  # (a group, its built kernels)
+        running: list[threading.Thread] = []
+
+        def build(members: list[int]) -> None:
+            built.append((members, _build_group([plans[k] for k in members], device)))
+
+        def start(members: list[int]) -> None:
+            if not threads:
+                build(members)
+                return
+            running.append(threading.Thread(target=build, args=(members,), daemon=True,
+                                            name="fuseloop-build"))
+            running[-1].start()
+
         for request, disk_key in fresh:
             try:
                 plans.append(request.plan())
             except Exception:
                 continue  # (its evaluation lowers it again and reports what is wrong)
             planned.append((request, disk_key))
-        # (one program a group where the driver's build has a large fixed part, else
-        # one a kernel: see Backend.joins_kernels)
-        groups = group(plans, MAX_KERNELS if _cache.backend_for(device).joins_kernels(device)
-                       else 1)
-        results: list[list[Any]] = [[] for _ in groups]
-
-        def build(g: int) -> None:
-            results[g] = _build_group([plans[k] for k in groups[g]], device)
-
-        if threads and len(groups) > 1:
-            workers = [threading.Thread(target=build, args=(g,), daemon=True,
-                                        name="fuseloop-build") for g in range(len(groups))]
-            for t in workers:
-                t.start()
-            for t in workers:
-                t.join()
-        else:
-            for g in range(len(groups)):
-                build(g)
-        for members, built in zip(groups, results):
-            for k, compiled in zip(members, built):
+            if not joins:
+                start([len(plans) - 1])
+        for members in group(plans) if joins else ():
+            start(members)
+        for t in running:
+            t.join()
+        for members, kernels in built:
+            for k, compiled in zip(members, kernels):
                 if compiled is not None:
                     request, disk_key = planned[k]
                     _cache._store(request.mem_key, compiled)
