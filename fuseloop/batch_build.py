@@ -163,6 +163,16 @@ def _build_group(plans: list[KernelPlan], device: Device) -> list[Any]:
     return out
 
 
+def _shown_alone(compiled: Any, own: KernelPlan) -> None:
+    """A kernel built with others holds its own source (renamed), not its program's:
+    ``fl.show_code`` and the stages show one kernel (a kernel found on disk in a later
+    process holds its program's source)."""
+    name = compiled.plan.name
+    if name != own.name:
+        compiled.plan = replace(compiled.plan, source=re.sub(
+            rf"\b{re.escape(own.name)}\b", name, own.source))
+
+
 def _from_cache(requests: Sequence[Request], device: Device
                 ) -> tuple[list[tuple], list[tuple[Request, str | None]]]:
     """For claimed ``requests``: the memory keys found in memory or on disk (now in
@@ -234,8 +244,9 @@ def build_together(requests: Sequence[Request], device: Device, threads: bool) -
             for k, compiled in zip(members, kernels):
                 if compiled is not None:
                     request, disk_key = planned[k]
+                    _cache._write_entry(disk_key, compiled, device)  # (the program's source)
+                    _shown_alone(compiled, plans[k])
                     _cache._store(request.mem_key, compiled)
-                    _cache._write_entry(disk_key, compiled, device)
                     done.append(request.mem_key)
         return done
     finally:
