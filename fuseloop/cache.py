@@ -45,8 +45,10 @@ import operator
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -390,7 +392,11 @@ _builds_running = [0]
 _builds_lock = threading.Lock()
 
 
-def _build_source(plan: KernelPlan, device: Device, built_before: bool = False) -> BuiltProgram:
+def _build_source(plan: KernelPlan, device: Device, built_before: bool = False,
+                  kernel_names: Sequence[str] | None = None) -> BuiltProgram:
+    """``plan``'s source built for ``device``; ``kernel_names``: the kernels it holds
+    (default: ``plan``'s own), each checked."""
+    names = (plan.name,) if kernel_names is None else tuple(kernel_names)
     with _builds_lock:
         _builds_running[0] += 1
         overlapped = _builds_running[0] > 1
@@ -398,7 +404,7 @@ def _build_source(plan: KernelPlan, device: Device, built_before: bool = False) 
         _increment("builds_overlapped")
     try:
         program = backend_for(device).build_source(device, plan.source, plan.build_options,
-                                                   (plan.name,), built_before=built_before)
+                                                   names, built_before=built_before)
     except KernelBuildError as exc:
         if device.problem:
             exc.args = (f"{exc.args[0]}: {device.problem}",)
@@ -407,6 +413,7 @@ def _build_source(plan: KernelPlan, device: Device, built_before: bool = False) 
         with _builds_lock:
             _builds_running[0] -= 1
     _increment("kernels_compiled")
+    _increment("programs_built")
     return program
 
 
@@ -439,9 +446,24 @@ def _binary_to_store(program: BuiltProgram, device: Device) -> bytes | None:
 # }}}
 
 
+# Programs built from a disk entry's source or binary, by (device, digest of the source,
+# build options): the kernels of one program built together (fuseloop.batch_build) each
+# have an entry holding the whole program; the first one found builds it, the others
+# share it while it lives
+_shared: weakref.WeakValueDictionary[tuple, BuiltProgram] = weakref.WeakValueDictionary()
+
+
+def _shared_key(plan: KernelPlan, device: Device) -> tuple:
+    return (device.index, hashlib.sha256(plan.source.encode()).digest(),
+            tuple(plan.build_options))
+
+
 def _from_disk(entry: DiskEntry, path: Path, device: Device) -> CompiledKernel | None:
     """The kernel of a verified disk entry, or None if it no longer builds."""
-    program = None
+    shared_key = _shared_key(entry.plan, device)
+    program = _shared.get(shared_key)
+    if program is not None:
+        return CompiledKernel(entry.plan, program, backend_for(device), device)
     if entry.binary is not None:
         program = _build_binary(entry.plan, entry.binary, device)
     if program is None:
@@ -453,7 +475,43 @@ def _from_disk(entry: DiskEntry, path: Path, device: Device) -> CompiledKernel |
         if binary is not None or entry.binary is not None:
             # the binary the driver now produces, or none instead of a refused one
             _write_disk(path, entry.key, entry.plan, binary)
+    _shared[shared_key] = program
     return CompiledKernel(entry.plan, program, backend_for(device), device)
+
+
+@dataclass(frozen=True)
+class Request:
+    """A kernel to build: its memory-cache key, its disk key and its plan (both made on
+    demand: the plan is Loopy's work) and how a slow build names it."""
+
+    mem_key: tuple
+    disk_key: Callable[[], str]
+    plan: Callable[[], KernelPlan]
+    what: str = "a kernel"
+
+
+# Plans made before their kernels' build, by memory key (see plan_ahead); taken by the
+# kernel's build, dropped all at once past PLANNED_MAX (a recording that stopped early)
+_planned: dict[tuple, KernelPlan] = {}
+PLANNED_MAX = 64
+
+
+def kernel_request(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
+                   user_functions: Mapping[str, Any], sizes: str = "",
+                   make_plan: MakePlan | None = None) -> Request:
+    """What :func:`get_kernel` builds on a miss (see there)."""
+    mem_key = (program, index_dtype.char, device.index, recipe.cache_id, sizes)
+
+    def make() -> KernelPlan:
+        planned = _planned.pop(mem_key, None)
+        if planned is not None:
+            return planned
+        return (make_plan or codegen.kernel_plan)(program, index_dtype, device, recipe,
+                                                  user_functions, sizes)
+
+    return Request(mem_key,
+                   lambda: disk_key(program, index_dtype, device, recipe, sizes), make,
+                   f"a kernel of {len(program.entries)} operations")
 
 
 def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: Recipe,
@@ -471,18 +529,14 @@ def get_kernel(program: Program, index_dtype: np.dtype, device: Device, recipe: 
     interruption (``KeyboardInterrupt``) leaves neither a memory entry nor a
     disk entry behind, and releases the key's lock.
     """
-    mem_key = (program, index_dtype.char, device.index, recipe.cache_id, sizes)
-    hit = _memory.get(mem_key)
+    hit = _memory.get((program, index_dtype.char, device.index, recipe.cache_id, sizes))
     if hit is not None:
         _increment("memory_cache_hits")
         return hit
-
-    def make() -> KernelPlan:
-        return (make_plan or codegen.kernel_plan)(program, index_dtype, device, recipe,
-                                                  user_functions, sizes)
-
-    return _get_or_build(mem_key, lambda: disk_key(program, index_dtype, device, recipe, sizes),
-                         make, device, f"a kernel of {len(program.entries)} operations")
+    request = kernel_request(program, index_dtype, device, recipe, user_functions, sizes,
+                             make_plan)
+    return _get_or_build(request.mem_key, request.disk_key, request.plan, device,
+                         request.what)
 
 
 def source_disk_key(plan: KernelPlan, device: Device) -> str:
@@ -522,59 +576,146 @@ class SourceKernel:
                              device)
 
 
+def _enter(mem_key: tuple) -> _KeyLock:
+    """The lock of ``mem_key``, counted as used until :func:`_leave`."""
+    with _global_lock:
+        key_lock = _build_locks.get(mem_key)
+        if key_lock is None:
+            key_lock = _build_locks[mem_key] = _KeyLock()
+        key_lock.users += 1
+    return key_lock
+
+
+def _leave(mem_key: tuple, key_lock: _KeyLock) -> None:
+    with _global_lock:
+        key_lock.users -= 1
+        if key_lock.users == 0:
+            del _build_locks[mem_key]
+
+
+def _cached(mem_key: tuple) -> CompiledKernel | None:
+    """The memory cache's kernel of ``mem_key`` (brought back if retired; counted as a
+    hit), or None; the caller holds the key's lock."""
+    hit = _memory.get(mem_key)
+    if hit is None:
+        hit = _retired.get(mem_key)
+        if hit is not None:  # asked for again before its round ended: keep it
+            _store(mem_key, hit)
+    if hit is not None:
+        _increment("memory_cache_hits")
+    return hit
+
+
 def _get_or_build(mem_key: tuple, make_disk_key: Callable[[], str],
                   make_plan: Callable[[], KernelPlan], device: Device,
                   what: str = "a kernel") -> CompiledKernel:
     """The kernel of ``mem_key`` after a memory-cache miss: built once however many
     threads ask (one lock per key), from the disk cache or ``make_plan()``; ``what``
     names it in the line a slow build prints."""
-    with _global_lock:
-        key_lock = _build_locks.get(mem_key)
-        if key_lock is None:
-            key_lock = _build_locks[mem_key] = _KeyLock()
-        key_lock.users += 1
+    key_lock = _enter(mem_key)
     try:
         with key_lock.lock:  # two threads asking for one kernel build it once
-            hit = _memory.get(mem_key)
-            if hit is None:
-                hit = _retired.get(mem_key)
-                if hit is not None:  # asked for again before its round ended: keep it
-                    _store(mem_key, hit)
+            hit = _cached(mem_key)
             if hit is not None:
-                _increment("memory_cache_hits")
                 return hit
             compiled = _get_uncached(make_disk_key, make_plan, device, what)
             _store(mem_key, compiled)
             return compiled
     finally:
-        with _global_lock:
-            key_lock.users -= 1
-            if key_lock.users == 0:
-                del _build_locks[mem_key]
+        _leave(mem_key, key_lock)
+
+
+def _disk_hit(key: str, device: Device) -> CompiledKernel | None:
+    """The kernel of disk key ``key`` from the disk cache (counted as a hit or miss)."""
+    directory = cache_dir()
+    if directory is None:
+        return None
+    path = entry_path(directory, key)
+    entry = _read_disk(path, key)
+    _increment("disk_cache_misses" if entry is None else "disk_cache_hits")
+    return None if entry is None else _from_disk(entry, path, device)
 
 
 def _get_uncached(make_disk_key: Callable[[], str], make_plan: Callable[[], KernelPlan],
                   device: Device, what: str) -> CompiledKernel:
     _increment("memory_cache_misses")
-    directory = cache_dir()
-    key = path = None
-    if directory is not None:
-        key = make_disk_key()
-        path = entry_path(directory, key)
-        entry = _read_disk(path, key)
-        _increment("disk_cache_misses" if entry is None else "disk_cache_hits")
-        if entry is not None:
-            compiled = _from_disk(entry, path, device)
-            if compiled is not None:
-                return compiled
+    key = make_disk_key() if cache_dir() is not None else None
+    if key is not None:
+        compiled = _disk_hit(key, device)
+        if compiled is not None:
+            return compiled
     _workers.prestart(device)  # a compile worker starts while Loopy loads and lowers
     with _progress(what, device):
         plan = make_plan()
         built = _build_source(plan, device)  # raises before anything is cached
     compiled = CompiledKernel(plan, built, backend_for(device), device)
-    if path is not None and key is not None:
-        _write_disk(path, key, plan, _binary_to_store(built, device))
+    _write_entry(key, compiled, device)
     return compiled
+
+
+def _write_entry(key: str | None, compiled: CompiledKernel, device: Device) -> None:
+    directory = cache_dir()
+    if key is not None and directory is not None:
+        _write_disk(entry_path(directory, key), key, compiled.plan,
+                    _binary_to_store(compiled.program, device))
+
+
+# {{{ kernels built together (fuseloop.batch_build)
+
+def claim(mem_keys: Sequence[tuple]) -> dict[tuple, _KeyLock]:
+    """The locks of those of ``mem_keys`` that no other thread is building now, held
+    (never waited for: two batches claiming in other orders cannot deadlock); release
+    them with :func:`release`."""
+    claimed: dict[tuple, _KeyLock] = {}
+    for mem_key in mem_keys:
+        if mem_key in claimed:
+            continue
+        key_lock = _enter(mem_key)
+        if key_lock.lock.acquire(blocking=False):
+            claimed[mem_key] = key_lock
+        else:
+            _leave(mem_key, key_lock)
+    return claimed
+
+
+def release(claimed: dict[tuple, _KeyLock]) -> None:
+    for mem_key, key_lock in claimed.items():
+        key_lock.lock.release()
+        _leave(mem_key, key_lock)
+
+
+def compile_plans(plans: Sequence[KernelPlan], device: Device) -> list[CompiledKernel]:
+    """The kernels of ``plans``, which share one source and its build options, from one
+    build of that source; raises :class:`KernelBuildError`."""
+    names = tuple(plan.name for plan in plans)
+    built = _build_source(plans[0], device, kernel_names=names)
+    if len(plans) > 1:
+        _increment("kernels_compiled", len(plans) - 1)
+        _shared[_shared_key(plans[0], device)] = built
+    backend = backend_for(device)
+    return [CompiledKernel(plan, built, backend, device) for plan in plans]
+
+
+def plan_ahead(request: Request) -> None:
+    """Make ``request``'s plan now, raising what making it raises, and keep it for the
+    kernel's build; nothing when the kernel is cached in memory or has a disk entry.
+    (A two-stage reduction's joined kernel: whether its stages can share a launch is
+    known from its plan, while a run plan records; the replay then builds it with the
+    plan's other kernels.)"""
+    mem_key = request.mem_key
+    if mem_key in _memory or mem_key in _planned:
+        return
+    directory = cache_dir()
+    if directory is not None and entry_path(directory, request.disk_key()).is_file():
+        return
+    plan = request.plan()
+    with _memory_lock:
+        if len(_planned) >= PLANNED_MAX:
+            _planned.clear()
+        _planned[mem_key] = plan
+
+
+# }}}
 
 
 def memory_cache_size() -> int:
@@ -631,6 +772,8 @@ def clear_memory_cache() -> None:
             compiled.in_cache = False
         _memory.clear()
         _retired.clear()
+        _planned.clear()
+        _shared.clear()
         memory_generation[0] += 1
 
 

@@ -744,15 +744,14 @@ def _launch_joined(first: FirstLaunch, program: Program, bindings: Bindings,
 
 def _build_ahead(program: Program, bindings: Bindings, device: Device) -> None:
     """Build ``program``'s kernel for ``bindings`` now, if not built (a run plan's
-    replay looks it up; a build that refuses, :class:`OneLaunchRefused`, is known
-    before anything launched).  Its first look-up is then not counted again."""
+    replay looks it up; a refusal, :class:`OneLaunchRefused`, is known before anything
+    launched; while a plan records, only the kernel's plan is made: prebuild.ahead)."""
     index_dtype, recipe, n_rows, n_elem = launch_choice(program, bindings, device, True)
     key = _launching.kernel_key(program, index_dtype, device, recipe, bindings.params,
                                 n_rows, n_elem)
     if key not in _launching._memory:
-        _launching.kernel_for(program, index_dtype, device, recipe, bindings.params, n_rows,
-                              n_elem)
-        _launching.prebuilt.add(key)
+        from .prebuild import ahead
+        ahead(key, (program, index_dtype, device, recipe, bindings.params, n_rows, n_elem))
 
 
 def launch_choice(program: Program, bindings: Bindings, device: Device,

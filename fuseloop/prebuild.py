@@ -1,39 +1,39 @@
-"""The kernels of one evaluation built concurrently, ahead of its launches.
+"""The kernels of one evaluation built together, ahead of its launches.
 
 An evaluation that needs several new kernels (a reduction run first, a two-stage
 reduction's stages, a temporary's copy, ``fl.compute`` over several shapes) would
 build them one after the other, each when its launch comes.  A new structure's run
 plan (:mod:`fuseloop.run_plans`) is recorded dry (nothing is enqueued: the recorder
 only notes each launch) and then replayed; in between, the kernels its steps need
-that the memory cache does not hold are built by one thread each
-(:func:`build_steps_ahead`).  ``fl.compute`` over several shapes records each group
-dry first (:func:`build_ahead`).  Loopy's steps stay one at a time
-(:data:`fuseloop.lower.codegen.loopy_lock`) while the OpenCL compiler runs in the
-compile workers, so one kernel's build overlaps the next one's lowering and the
-builds of two kernels overlap each other.
-
-Only with compile workers (the default): building inline, pyopencl would make kernel
-objects in several threads at once, which once crashed a driver (see
-:data:`fuseloop.cache.kernel_objects_lock`).  A build that fails here is not
-reported: nothing is cached for it, and the evaluation's own launch builds it again
-and raises.
+that the memory cache does not hold are built together (:func:`build_steps_ahead`).
+``fl.compute`` over several shapes records each group dry first (:func:`build_ahead`).
+Together: Loopy generates each (one at a time, :data:`fuseloop.lower.codegen.loopy_lock`),
+then kernels of one preamble are built as one program, which pays the driver's fixed
+cost of a build once (:mod:`fuseloop.batch_build`).  With compile workers (the default)
+each program is built in a thread of its own, so that two workers build two at once;
+building inline, programs are built one after the other in the calling thread (in
+several threads pyopencl would make kernel objects at once, which once crashed a
+driver: see :data:`fuseloop.cache.kernel_objects_lock`).  A build that fails here is
+not reported: nothing is cached for it, and the evaluation's own launch builds it
+again and raises.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from . import cache as _cache
 from . import caches as _caches
 from . import evaluate as _ev
 from . import host_path as _host
 from . import launching
 from . import run_plans as _rp
-from .cache import _memory
+from .batch_build import build_together
+from .cache import Request, _memory, kernel_request
 from .expr.ir import INT32_LIMIT
 from .expr.nodes import Node, Storage
 from .expr.program import Bindings, Target
@@ -71,27 +71,49 @@ def _dry_launches(jobs: Sequence[Job]) -> list[tuple[Any, Bindings, Device]]:
     return rec.launches
 
 
+def _request(args: tuple) -> Request:
+    """What :func:`fuseloop.launching.kernel_for` with ``args`` would build on a miss."""
+    program, index_dtype, device, recipe, params, n_rows, n_elem = args
+    recipe = launching._tuned(recipe, program, index_dtype, device, params, n_rows, n_elem)
+    sizes = launching.size_class_of(recipe, program, params, n_rows, n_elem)
+    launching._check_fp64(program.entries, device)
+    if program.first is not None:
+        launching._check_fp64(program.first.program.entries, device)
+    return kernel_request(program, index_dtype, device, recipe, launching.user_functions,
+                          sizes)
+
+
+def ahead(key: tuple, args: tuple) -> None:
+    """Make the kernel :func:`fuseloop.launching.kernel_for` with ``args`` finds (under
+    memory-cache ``key``, missing) ready before its launch: while a run plan records,
+    only its plan (:func:`fuseloop.cache.plan_ahead`: the replay builds it with the
+    plan's other kernels), else built now, its first look-up then not counted again
+    (a two-stage reduction's joined kernel: whether its stages share a launch is known
+    from its plan)."""
+    if _rp.recorder() is not None:
+        _cache.plan_ahead(_request(args))
+        return
+    launching.kernel_for(*args)
+    launching.prebuilt.add(key)
+
+
 def _build_all(missing: list[tuple[tuple, tuple]]) -> list[tuple]:
-    """Build each missing kernel (``(key, kernel_for's arguments)``) in a thread of
-    its own, when there are at least :data:`MIN_KERNELS`; returns the keys built (the
+    """Build the missing kernels (``(key, kernel_for's arguments)``), when there are at
+    least :data:`MIN_KERNELS`, together (:mod:`fuseloop.batch_build`: few programs,
+    built in threads of their own with compile workers); returns the keys built (the
     caller forgets those its evaluation did not look up: see :func:`forget`)."""
-    if len(missing) < MIN_KERNELS or compile_workers.mode() != "process":
+    if len(missing) < MIN_KERNELS:
         return []
-    built: list[tuple] = []
-
-    def build(key: tuple, args: tuple) -> None:
+    requests = []
+    for _, args in missing:
         try:
-            launching.kernel_for(*args)
+            requests.append(_request(args))
         except Exception:
-            return  # nothing cached: the evaluation builds it again and raises
-        built.append(key)
-
-    threads = [threading.Thread(target=build, args=job, daemon=True,
-                                name="fuseloop-build") for job in missing]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+            continue  # (the evaluation reports what is wrong)
+    if not requests:
+        return []
+    built = build_together(requests, missing[0][1][2],
+                           threads=compile_workers.mode() == "process")
     launching.prebuilt.update(built)
     return built
 
@@ -125,7 +147,7 @@ def build_steps_ahead(steps: Sequence[Any], storages: Sequence[Storage],
     """Build the kernels a new run plan's ``steps`` need (see the module docstring),
     for a replay with these input ``storages``, temporaries of ``allocs`` bytes and
     view ``offsets``; returns the keys built."""
-    if compile_workers.mode() != "process" or len(steps) < MIN_KERNELS:
+    if len(steps) < MIN_KERNELS:
         return []
     launches = []
     for step in steps:
@@ -178,8 +200,6 @@ def build_ahead(jobs: Sequence[Job]) -> list[tuple]:
     """Build the kernels that evaluating ``jobs`` would build, concurrently (a dry
     recording of each finds them); returns the keys built.  Jobs that need no kernel,
     or whose structure was built ahead before, are left out (see :func:`_needs_kernels`)."""
-    if compile_workers.mode() != "process":
-        return []
     try:
         jobs = [job for job in jobs if _needs_kernels(job)]
         if not jobs:

@@ -19,7 +19,9 @@ Cases: ``demo`` (``2*x + x*y - 3*y``), ``sin`` (``2*x - sin(y) + x*y``), ``rep<R
 (``r = sin(r)*0.5 + r*y``, R times: 4 operations each), ``D<L>`` (L levels of
 ``sin(r)*.5 + cos(r*k)*.25 + .1``), ``matmul`` (256 x 256 float32; ``matmul<N>``:
 N x N), ``mean`` (``x*3 - fl.mean(x)`` over 2^20 elements: three kernels, built
-concurrently in compile workers, see ``fuseloop/prebuild.py``).
+concurrently in compile workers, see ``fuseloop/prebuild.py``), ``sum`` (``fl.sum(x*y)``),
+``softmax`` (row softmax of 256 x 256 float32), ``compute<K>`` (``fl.compute`` of K
+results of other lengths and depths: K new kernels of one call).
 
 Usage::
 
@@ -50,7 +52,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = ["demo", "sin", "matmul", "mean", "rep12", "rep50", "D10", "D14", "D40"]
+CASES = ["demo", "sin", "sum", "softmax", "matmul", "mean", "rep12", "rep50", "D10", "D14",
+         "D40"]
 
 _CHILD = """
 import os, sys, time
@@ -111,6 +114,23 @@ elif case.startswith("matmul"):
 elif case == "mean":
     x = fl.asarray(rng.random(1 << 20, dtype=np.float32))
     e = x * 3 - fl.mean(x)
+elif case == "sum":
+    e = fl.sum(x * y)
+elif case == "softmax":
+    m = fl.asarray(rng.random((256, 256), dtype=np.float32))
+    z = fl.exp(m - fl.max(m, axis=1, keepdims=True))
+    e = z / fl.sum(z, axis=1, keepdims=True)
+elif case.startswith("compute"):  # (K results of other lengths: K kernels, one evaluation)
+    parts = []
+    for k in range(int(case[7:])):
+        r = x[:(1 << 16) - 64 * k]
+        for _ in range(k + 1):
+            r = fl.sin(r) * 0.5 + r
+        parts.append(r)
+    class _All:
+        def get(self):
+            return [p.get() for p in fl.compute(*parts)]
+    e = _All()
 elif case.startswith("rep"):
     e = x
     for _ in range(int(case[3:])):
@@ -123,7 +143,9 @@ c2, t2 = os.times(), time.perf_counter()
 e.get()
 c3, t3 = os.times(), time.perf_counter()
 cpu = lambda a, b: b.user + b.system - a.user - a.system
-print(f"{case}: {fl.stats()['kernels_compiled']} kernels, "
+built = fl.stats()
+print(f"{case}: {built['kernels_compiled']} kernels "
+      f"({built.get('programs_built', built['kernels_compiled'])} programs), "
       f"import {t1 - t0:.2f} s ({cpu(c0, c1):.2f} CPU), arrays {t2 - t1:.2f} s "
       f"({cpu(c1, c2):.2f} CPU), first result {t3 - t2:.2f} s ({cpu(c2, c3):.2f} CPU); "
       "steps of both (CPU s): " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items())

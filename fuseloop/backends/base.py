@@ -346,6 +346,14 @@ class Backend(ABC):
         and a later process builds it again (a hit of the driver's cache)."""
         return True
 
+    def joins_kernels(self, device: Any) -> bool:
+        """Whether kernels built together (:mod:`fuseloop.batch_build`) go into one
+        program: where the driver's build has a large part that does not depend on the
+        kernels.  False (the default): one program each, built in parallel, for a
+        driver whose cost is per kernel (NVIDIA's OpenCL on an H200: eight small kernels
+        as one program took longer than as eight programs in two compile workers)."""
+        return False
+
     # }}}
 
     # {{{ kernels, launches, events
