@@ -192,20 +192,28 @@ _REDUCERS: dict[str, Any] = {"sum": np.add.reduce, "prod": np.multiply.reduce,
                               "max": np.maximum.reduce, "min": np.minimum.reduce}
 
 
-def reduce(op: str, x: HostArray, axis: Any, keepdims: bool, dtype: np.dtype) -> Any:
+def reduce(op: str, x: Array, axis: Any, keepdims: bool, dtype: np.dtype) -> Any:
     """A reduction (``op``: sum, prod, max, min, with its result dtype ``dtype``) of
-    a HostArray of at least one axis, computed now by numpy's ufunc's reduce on that
-    dtype (the kernels' accumulator; a sum's rounding may differ in its order); None:
-    the lazy reduction (an empty one's identity, an axis numpy refuses)."""
+    a HostArray, or of a concrete array on a CPU device (the caller's size limit:
+    ``ops.reductions.REDUCE_NOW_MAX``), of at least one axis, computed now by numpy's
+    ufunc's reduce on that dtype (the kernels' accumulator; a sum's rounding may differ
+    in its order); None: the lazy reduction (an empty one's identity, an axis numpy
+    refuses)."""
     fn = _REDUCERS.get(op)
     if fn is None or _off() or not x._shape or dtype.char not in _DTYPES \
             or x.dtype.char not in _DTYPES:
         return None
     if type(axis) is list:
         axis = tuple(axis)
-    if x._buf is not None:
-        _sync(x.device)
-    v = x._np
+    if type(x) is HostArray:
+        if x._buf is not None:
+            _sync(x.device)
+        v = x._np
+    else:  # (a concrete array: the device's queue finished, kernels writing x done)
+        got = _base(x)
+        if got is None:
+            return None
+        v = got[0]
     if not v.size:
         return None
     token = _errors.set(_QUIET) if _QUIET is not None else None
