@@ -97,8 +97,11 @@ def _split_steps(op: str, child: Any, red: tuple[int, ...],
 #: the most elements a reduction called on a concrete array (``x.sum(axis=0)``, not
 #: one inside a composite or of an expression) on a CPU device reads when numpy computes
 #: it at once (:func:`fuseloop.host_products.reduce`): numpy's one single-threaded pass
-#: against a launch, which on PoCL's CPU device cost more CPU time up to this size
-#: (benchmarks/probes/reduce_now_crossover.py)
+#: against a launch.  On a 2-core EPYC (PoCL 3.0; benchmarks/probes/reduce_now_crossover.py)
+#: numpy took 0.15-0.45 of the kernels' CPU time at 2^18 float32 or int32 (sums and maxima
+#: of rows, columns, all, two axes), so less wall time even with both cores the kernels';
+#: at 2^20 0.4-0.9 of it (a sum over axes 0 and 2: 1.3), about their wall time, at 2^22
+#: 0.6-0.9 (columns 0.3-0.4), more wall time: the crossover
 REDUCE_NOW_MAX = 1 << 20
 
 
