@@ -109,8 +109,11 @@ def _now(op: str, x: Any, axis: Any, keepdims: bool, dtype: Any) -> Array | None
     """``x.sum`` (``op`` ``"sum"``, ``dtype`` as requested), ``x.max`` or ``x.min``
     of the concrete array ``x`` computed now by numpy (:data:`REDUCE_NOW_MAX`), or
     None.  Called first by the public functions only: a composite building on a
-    reduction (a mean, a variance) keeps it lazy, fused where it is used."""
-    if type(x) is not Array or x._storage is None \
+    reduction (a mean, a variance) keeps it lazy, fused where it is used; so does a
+    ``keepdims`` one, made to broadcast against its input (``x - x.max(axis=1,
+    keepdims=True)``: fused, it costs its consumer's kernel nothing; computed now, numpy's
+    pass and a buffer for it: a row softmax and logsumexp of 2^16 took 1.5x the time)."""
+    if keepdims or type(x) is not Array or x._storage is None \
             or not 0 < math.prod(x._shape) <= REDUCE_NOW_MAX or not _host_device(x.device):
         return None
     acc = _sum_dtype(x.dtype, dtype) if op == "sum" else x.dtype
