@@ -52,7 +52,7 @@ def _modules(revs: str) -> list[Any]:
     if not revs:
         import fuseloop
         return [fuseloop]
-    import fuseloop.bench.broad  # noqa: F401  (this checkout's, imported first)
+    import fuseloop.bench.broad  # (this checkout's, imported first)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from compare_host_overhead import import_revisions
     mods = import_revisions(revs.split(","), "clock", device="cpu")
