@@ -192,20 +192,28 @@ _REDUCERS: dict[str, Any] = {"sum": np.add.reduce, "prod": np.multiply.reduce,
                               "max": np.maximum.reduce, "min": np.minimum.reduce}
 
 
-def reduce(op: str, x: HostArray, axis: Any, keepdims: bool, dtype: np.dtype) -> Any:
+def reduce(op: str, x: Array, axis: Any, keepdims: bool, dtype: np.dtype) -> Any:
     """A reduction (``op``: sum, prod, max, min, with its result dtype ``dtype``) of
-    a HostArray of at least one axis, computed now by numpy's ufunc's reduce on that
-    dtype (the kernels' accumulator; a sum's rounding may differ in its order); None:
-    the lazy reduction (an empty one's identity, an axis numpy refuses)."""
+    a HostArray, or of a concrete array on a CPU device (the caller's size limit:
+    ``ops.reductions.REDUCE_NOW_MAX``), of at least one axis, computed now by numpy's
+    ufunc's reduce on that dtype (the kernels' accumulator; a sum's rounding may differ
+    in its order); None: the lazy reduction (an empty one's identity, an axis numpy
+    refuses)."""
     fn = _REDUCERS.get(op)
     if fn is None or _off() or not x._shape or dtype.char not in _DTYPES \
             or x.dtype.char not in _DTYPES:
         return None
     if type(axis) is list:
         axis = tuple(axis)
-    if x._buf is not None:
-        _sync(x.device)
-    v = x._np
+    if type(x) is HostArray:
+        if x._buf is not None:
+            _sync(x.device)
+        v = x._np
+    else:  # (a concrete array: the device's queue finished, kernels writing x done)
+        got = _base(x)
+        if got is None:
+            return None
+        v = got[0]
     if not v.size:
         return None
     token = _errors.set(_QUIET) if _QUIET is not None else None
@@ -224,9 +232,12 @@ def reduce(op: str, x: HostArray, axis: Any, keepdims: bool, dtype: np.dtype) ->
 #: the most elements an argmax or argmin of a concrete array (not a small view) reads
 #: when numpy computes it at once (:func:`arg_reduce`): numpy's one pass against the
 #: kernels' two and a launch, which on PoCL's CPU device took more CPU at every size up to
-#: 2^20 float32 (the rows of 1024 x 1024: 0.19 against 0.43 ms; all of 2^20: 0.17 against
-#: 0.44 ms; benchmarks/probes/host_reduce_threshold.py)
-ARG_NOW_MAX = 1 << 20
+#: 2^20 float32 on a 2-core Xeon (the rows of 1024 x 1024: 0.19 against 0.43 ms; all of
+#: 2^20: 0.17 against 0.44 ms; benchmarks/probes/host_reduce_threshold.py), and on a
+#: 2-core EPYC (AVX2) less than half the kernels' CPU time up to 2^22 (all of 2^22: 1.15-1.36
+#: against 3.0-3.5 ms; rows of 2048: 1.15-1.47 against 2.8-4.1), so less wall time too
+#: with both cores theirs; at 2^24 about half (probes/reduce_now_crossover.py)
+ARG_NOW_MAX = 1 << 22
 
 
 def arg_reduce(x: Array, axis: Any, keepdims: bool, largest: bool) -> Array | None:

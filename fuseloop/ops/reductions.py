@@ -22,6 +22,7 @@ from ..expr.nodes import Apply, Iota, Leaf, Reduce
 from ..expr.templates import array_key, by_call, call_key, composite, note_call, watch_settings
 from ..expr.views import reshape_view
 from ..host_eager import HostArray as _HostArray
+from ..host_path import host_device as _host_device
 from ..host_products import arg_reduce as _eager_arg
 from ..host_products import reduce as _eager_reduce
 from ..multi_hooks import splits
@@ -93,6 +94,32 @@ def _split_steps(op: str, child: Any, red: tuple[int, ...],
     return Reduce(op, child, (red[-1],), dtype), lead
 
 
+#: the most elements a reduction called on a concrete array (``x.sum(axis=0)``, not
+#: one inside a composite or of an expression) on a CPU device reads when numpy computes
+#: it at once (:func:`fuseloop.host_products.reduce`): numpy's one single-threaded pass
+#: against a launch.  On a 2-core EPYC (PoCL 3.0; benchmarks/probes/reduce_now_crossover.py)
+#: numpy took 0.15-0.45 of the kernels' CPU time at 2^18 float32 or int32 (sums and maxima
+#: of rows, columns, all, two axes), so less wall time even with both cores the kernels';
+#: at 2^20 0.4-0.9 of it (a sum over axes 0 and 2: 1.3), about their wall time, at 2^22
+#: 0.6-0.9 (columns 0.3-0.4), more wall time: the crossover
+REDUCE_NOW_MAX = 1 << 20
+
+
+def _now(op: str, x: Any, axis: Any, keepdims: bool, dtype: Any) -> Array | None:
+    """``x.sum`` (``op`` ``"sum"``, ``dtype`` as requested), ``x.max`` or ``x.min``
+    of the concrete array ``x`` computed now by numpy (:data:`REDUCE_NOW_MAX`), or
+    None.  Called first by the public functions only: a composite building on a
+    reduction (a mean, a variance) keeps it lazy, fused where it is used; so does a
+    ``keepdims`` one, made to broadcast against its input (``x - x.max(axis=1,
+    keepdims=True)``: fused, it costs its consumer's kernel nothing; computed now, numpy's
+    pass and a buffer for it: a row softmax and logsumexp of 2^16 took 1.5x the time)."""
+    if keepdims or type(x) is not Array or x._storage is None \
+            or not 0 < math.prod(x._shape) <= REDUCE_NOW_MAX or not _host_device(x.device):
+        return None
+    acc = _sum_dtype(x.dtype, dtype) if op == "sum" else x.dtype
+    return _eager_reduce(op, x, axis, keepdims, acc)
+
+
 def _reduce(op: str, x: Array, axis: Any, keepdims: bool, dtype: np.dtype,
             call: tuple | None = None) -> Array:
     """``op`` over ``axis`` (as the caller wrote it); ``call``: the caller's
@@ -159,6 +186,8 @@ def _call(name: str, x: Any, axis: Any, *rest: Any) -> tuple | None:
 @splits("reduce")
 def sum(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
     """Sum over ``axis`` (all by default), with numpy's result dtype."""
+    if (got := _now("sum", x, axis, keepdims, dtype)) is not None:
+        return got
     call = _call("sum", x, axis, dtype, keepdims)
     if (got := by_call(call, x)) is not None:
         return got
@@ -176,6 +205,8 @@ def prod(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) ->
 @splits("reduce")
 def max(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
     """Largest element; NaN if any element is NaN (as ``numpy.max``)."""
+    if (got := _now("max", x, axis, keepdims, None)) is not None:
+        return got
     call = _call("max", x, axis, keepdims)
     if (got := by_call(call, x)) is not None:
         return got
@@ -189,6 +220,8 @@ def max(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
 @splits("reduce")
 def min(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
     """Smallest element; NaN if any element is NaN (as ``numpy.min``)."""
+    if (got := _now("min", x, axis, keepdims, None)) is not None:
+        return got
     call = _call("min", x, axis, keepdims)
     if (got := by_call(call, x)) is not None:
         return got
