@@ -49,6 +49,17 @@ def _expected(hosts: list[np.ndarray]) -> list[np.ndarray]:
     return out
 
 
+def _fresh_compute() -> tuple[list[np.ndarray], list, list, dict]:
+    """The four kernels' ``fl.compute`` with empty caches: inputs on the host and on the
+    device, the results, and the stats of that call."""
+    hosts = _inputs()
+    xs = [fl.asarray(h) for h in hosts]
+    fl.clear_caches()
+    fl.reset_stats()
+    results = fl.compute(*_exprs(xs))
+    return hosts, xs, results, fl.stats()
+
+
 @pytest.fixture
 def joined(device, monkeypatch):
     """The device's backend joins a call's new kernels into one program (by default
@@ -69,12 +80,7 @@ def compile_mode(request, monkeypatch):
 def test_a_calls_new_kernels_are_one_program(joined, compile_mode, monkeypatch,
                                              tmp_path):
     monkeypatch.setenv("FUSELOOP_CACHE_DIR", str(tmp_path))
-    hosts = _inputs()
-    xs = [fl.asarray(h) for h in hosts]
-    fl.clear_caches()
-    fl.reset_stats()
-    results = fl.compute(*_exprs(xs))
-    s = fl.stats()
+    hosts, xs, results, s = _fresh_compute()
     assert s["kernels_lowered"] == 4 and s["kernels_compiled"] == 4
     assert s["programs_built"] == 1  # (at the session start: 4)
     assert s["memory_cache_misses"] == 4 and s["memory_cache_hits"] == 0
@@ -233,12 +239,7 @@ def test_a_driver_whose_cost_is_per_kernel_gets_a_program_each(device, monkeypat
     backend = backend_for(device)
     monkeypatch.setattr(type(backend), "joins_kernels", lambda self, d: False)
     monkeypatch.setenv("FUSELOOP_CACHE_DIR", "off")
-    hosts = _inputs()
-    xs = [fl.asarray(h) for h in hosts]
-    fl.clear_caches()
-    fl.reset_stats()
-    results = fl.compute(*_exprs(xs))
-    s = fl.stats()
+    hosts, _, results, s = _fresh_compute()
     assert s["programs_built"] == 4 and s["kernels_compiled"] == 4
     for got, want in zip(results, _expected(hosts)):
         np.testing.assert_allclose(got.get(), want, rtol=1e-5, atol=1e-6)
