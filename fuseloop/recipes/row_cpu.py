@@ -57,15 +57,8 @@ CPU_ROW_ITEM_ELEMENTS = 4096
 CPU_SELECT_MIN = 4
 # Column-like reductions (see the module docstring).  CPU: 256 and 1024 outputs per
 # work-item took 0.3-0.5 of the time of 32 or 64 (unrolled) on 4096 x 4096 and
-# 1024 x 16384 float32 sums and variances (PoCL 3.0, 2-core Xeon).  Wider still is
-# better where rows are long: each work-item's step down the rows then reads a longer
-# contiguous run (fewer pages and prefetch streams a row), and with fewer work-items
-# than CPU_COLUMN_ITEMS per unit the rows are split in pieces instead (two stages).
-# On a 2-core EPYC (probes/cpu_column_width.py, CPU time) 4096 against 256: 2048^2
-# float32 column sum and int32 column max 0.6-0.65 of the time, 4096^2 0.45-0.5,
-# a column variance 0.6-0.85; at 1024^2 and below no difference.  4096 float32
-# accumulators fill half a 32 KiB L1 data cache
-CPU_COLUMN_WIDTH = 4096
+# 1024 x 16384 float32 sums and variances (PoCL 3.0, 2 cores)
+CPU_COLUMN_WIDTH = 256
 CPU_COLUMN_ITEMS = 2
 # A launch of fewer rows states no facts about them (see _cpu_size_class): each fact
 # saves a fixed cost per row, which so few rows do not notice
