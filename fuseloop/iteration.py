@@ -29,7 +29,7 @@ import numpy as np
 from . import evaluate as _evaluate
 from . import trace_hooks as _trace
 from .array import Array
-from .host_eager import _scalar_array
+from .host_held import held
 
 FIRST_BLOCK = 128
 MOST_BLOCK = 1 << 16
@@ -77,8 +77,9 @@ def _elements(a: Array, n: int) -> Iterator[Array]:
 
 
 def _held(value: np.generic, dtype: np.dtype, device: Any) -> Array:
-    """A 0-d array holding ``value`` (host_ops' held values: a Scalar node)."""
-    return _scalar_array(value, dtype, device)
+    """A 0-d array holding ``value`` (:class:`fuseloop.host_held.Held`: its operators
+    with Python scalars and other such values are numpy scalars' at once)."""
+    return held(value, dtype, device)
 
 
 # (Array's method, set here as host_products sets HostArray's: this module is imported

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 # name -> (numpy's statement, fuseloop's statement); ``P``/``F`` an int32 200 x 200
 # matrix, ``Q``/``G`` a float64 one, ``rn``/``rf`` an int32 row held, ``b``/``bf`` a
-# uint8 0-d value, ``x``/``xf`` a float64 one
+# uint8 0-d value (``hb``: one of ``for b in data``, as crc16's), ``x``/``xf`` a float64 one
 CASES = {
     "A[i, k]": ("P[3, 5]", "F[3, 5]"),
     "A[i, :]": ("P[3, :]", "F[3, :]"),
@@ -41,6 +41,10 @@ CASES = {
     "if u8": ("1 if b else 0", "1 if bf else 0"),
     "u8 >>= 1": ("c = b; c >>= 1", "c = bf; c >>= 1"),
     "f8 * f8": ("x * x", "xf * xf"),
+    "iterated u8 & 1": ("b & 1", "hb & 1"),
+    "1 ^ iterated u8": ("1 ^ b", "1 ^ hb"),
+    "if iterated u8": ("1 if b else 0", "1 if hb else 0"),
+    "iterated u8 >>= 1": ("c = b; c >>= 1", "c = hb; c >>= 1"),
     "A[i, j] += A[i, j - 1]": ("Q[3, 5] += Q[3, 4]", "G[3, 5] += G[3, 4]"),
     "A[i, j] /= 9.0": ("Q[3, 5] /= 9.0", "G[3, 5] /= 9.0"),
     "max(A[i, j], A[i, k] + A[k, j])": ("max(P[3, 5], P[3, 4] + P[5, 5])",
@@ -58,6 +62,7 @@ def _globals(fl: Any) -> dict[str, Any]:
     g["rf"] = g["F"][4, :] + 0
     g["bf"] = 0xFF & fl.asarray(np.array([200], np.uint8))[0]
     g["xf"] = fl.asarray(np.array([0.5]))[0] * 1.0
+    g["hb"] = 0xFF & next(iter(fl.asarray(np.array([200], np.uint8))))  # (crc16's bytes)
     return g
 
 

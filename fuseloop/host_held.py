@@ -1,0 +1,181 @@
+"""Values held on the host as light 0-d arrays: a loop's bytes of ``for b in data``.
+
+:mod:`fuseloop.iteration` yields a 1-D array's elements as 0-d arrays holding their
+values (no buffer).  As plain arrays, each operator on them (crc16's ``cur & 1``,
+``crc ^ (cur & 1)``, ``cur >>= 1``) went through the array's operator, the 0-d
+checks of :func:`fuseloop.host_ops.binary0` and made a Scalar node and an array: more
+than ten times numpy scalars' cost.  A :class:`Held` is a fuseloop array whose value
+is a numpy scalar of its dtype (``_v``); its operators with a Python int or float or
+another Held compute the value at once with numpy scalars' operators on the loop
+dtypes fuseloop's promotion gives (host_ops' table, ``_held_ops``: the same values as
+the plain arrays'), and give a new Held; its truth is its value's.
+
+Everything else sees an ordinary 0-d array: ``_node`` is a Scalar node made when
+asked (a kernel takes the value as an argument), and an operator with any other
+operand, or while tracing, capturing or recording, is the plain array's (the value
+as a Scalar node).  An in-place operator changes the value held (a node made before
+keeps the old one, as with the plain arrays); a node other than a Scalar given to it
+(the general path's assignment) makes it an ordinary array from then on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import evaluate as _evaluate
+from . import host_ops as _ops
+from . import host_path as _host
+from .array import Array
+from .expr.nodes import _EMPTY, Scalar
+from .host_eager import _scalar_array
+from .stats import tallies as _tallies
+from .trace_hooks import trace_checks
+
+_new = object.__new__
+_count_operation = _tallies["host_operations"].__next__  # (stats.tally, bound)
+_capturing, _recording = _evaluate.capturing_threads, _evaluate.recording_threads
+_ops._bind()  # (host_ops' names of fuseloop.array, which its table's entries use)
+
+
+class Held(Array):
+    """A 0-d array holding its value on the host (see the module)."""
+
+    # _v: the value (a numpy scalar of dtype), or None once the array is an ordinary
+    # one (given a node other than a Scalar); _n: its node, once asked
+    __slots__ = ("_n", "_v")
+    _v: Any
+    _n: Any
+
+    @property
+    def _node(self) -> Any:
+        n = self._n
+        if n is None:
+            n = self._n = _new(Scalar)  # (Scalar.__init__, its fields set here)
+            n.value, n.dtype, n.shape, n.storages = self._v, self.dtype, (), _EMPTY
+        return n
+
+    @_node.setter
+    def _node(self, node: Any) -> None:
+        self._n = node
+        self._v = node.value if type(node) is Scalar and not node.shape \
+            and node.dtype == self.dtype else None
+
+    def __bool__(self) -> bool:
+        v = self._v
+        return bool(v) if v is not None and not trace_checks else super().__bool__()
+
+    def _plain(self) -> Array:
+        """The same value as a plain array (a Scalar node): the general path's operand."""
+        v = self._v
+        return self if v is None else _scalar_array(v, self.dtype, self.device)
+
+    def _inplace(self, op: str, other: Any) -> Array:
+        got = _value_of(op, self, other, False)
+        if got is not None:
+            value, dtype = got
+            if dtype is not self.dtype:
+                if not np.can_cast(dtype, self.dtype, "same_kind"):
+                    return super()._inplace(op, other)  # (numpy's error)
+                value = self.dtype.type(value)
+            self._v, self._n = value, None  # (a node made before keeps the old value)
+            return self
+        return super()._inplace(op, other)
+
+
+def held(value: Any, dtype: np.dtype, device: Any) -> Array:
+    """A Held of ``value`` (a numpy scalar of ``dtype``) on ``device``; a plain array
+    holding it (a Scalar node) for a dtype not in native byte order (see ``_table``)."""
+    if not dtype.isnative:
+        return _scalar_array(value, dtype, device)
+    out = _new(Held)
+    out._v, out._n, out._storage, out._shape = value, None, None, ()
+    out.device, out.dtype = device, dtype
+    return out
+
+
+# (op, type of the left value, type of the right) -> host_ops' entry (its numpy
+# scalars' operator, loop dtypes, whether it may set an error flag, whether a Python
+# int is taken as it is) or False: keyed by the values' types, whose hash is their
+# identity (a dtype's hash costs a third of an operation); a Held's value is always a
+# numpy scalar of its (native) dtype's type, so its type names its dtype
+_table: dict[tuple, Any] = {}
+
+
+def _entry(op: str, ta: type, tb: type) -> Any:
+    ka = ta if ta is int or ta is float else np.dtype(ta)
+    kb = tb if tb is int or tb is float else np.dtype(tb)
+    return _ops._held_ops.get((op, ka, kb)) or _ops._held_entry(op, ka, kb)
+
+
+def _value_of(op: str, x: Held, other: Any, reflected: bool) -> tuple[Any, Any] | None:
+    """``(value, dtype)`` of ``x op other`` (``other op x`` when reflected) for a Held
+    ``x`` and a Python int or float or another Held on its device, computed by host_ops'
+    numpy scalars' operator (:func:`fuseloop.host_ops.held_value`); None: the plain
+    array's path."""
+    v = x._v
+    to = type(other)
+    if to is Held:
+        vo = other._v if other.device is x.device else None
+        to = type(vo)
+    else:
+        vo = other if to is int or to is float else None
+    if v is None or vo is None or not _host.HOST_MAX_WORK or trace_checks or _capturing[0] \
+            or _recording[0]:
+        return None
+    if reflected:
+        v, vo, ta, tb = vo, v, to, type(v)
+    else:
+        ta, tb = type(v), to
+    hit = _table.get((op, ta, tb))
+    if hit is None:
+        hit = _table[(op, ta, tb)] = _entry(op, ta, tb)
+    if hit is False:
+        return None
+    fn, loop, warns, raw = hit  # (host_ops.held_value's steps, by the values' types)
+    token = _host._errors.set(_host._QUIET) if warns else None
+    try:
+        if not raw:  # (numpy's conversions, and their OverflowError: the general path's)
+            da, db = loop[0], loop[1]
+            if ta is not da.type:
+                v = _ops._weak_scalar(v, da) if ta is int or ta is float else da.type(v)
+            if tb is not db.type:
+                vo = _ops._weak_scalar(vo, db) if tb is int or tb is float else db.type(vo)
+        out = fn(v, vo)
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+        return None
+    finally:
+        if token is not None:
+            _host._errors.reset(token)
+    dtype = loop[-1]
+    if type(out) is not dtype.type:  # (a Python float, or numpy's scalar of another type)
+        out = dtype.type(out)
+    _count_operation()
+    return out, dtype
+
+
+def _held_binary(op: str, reflected: bool, general: Any) -> Any:
+    """Held's operator ``op``: computed here, else the plain array's (``general``)."""
+    def method(self: Any, other: Any) -> Any:
+        got = _value_of(op, self, other, reflected)
+        if got is None:
+            return general(self._plain(), other._plain() if type(other) is Held else other)
+        out = _new(Held)  # (held(), inline)
+        out._v, out._n, out._storage, out._shape = got[0], None, None, ()
+        out.device, out.dtype = self.device, got[1]
+        return out
+    method.__name__ = method.__qualname__ = general.__name__
+    return method
+
+
+# (Array's operators made by fuseloop.array._lean_binary, named by their ufunc: as
+# host_eager sets HostArray's; ``__pow__`` rewrites small powers first: the plain one)
+for _name, _f in list(vars(Array).items()):
+    _op = getattr(_f, "__name__", "")  # (``add``, or ``radd`` reflected)
+    if not _name.startswith("__") or _name == "__pow__" or not callable(_f):
+        continue
+    if _op in _host._UFUNCS:
+        setattr(Held, _name, _held_binary(_op, False, _f))
+    elif _op[:1] == "r" and _op[1:] in _host._UFUNCS:
+        setattr(Held, _name, _held_binary(_op[1:], True, _f))
