@@ -72,6 +72,22 @@ class Held(Array):
         return self if v is None else _scalar_array(v, self.dtype, self.device)
 
     def _inplace(self, op: str, other: Any) -> Array:
+        v = self._v
+        to = type(other)
+        if (to is int or to is float) and v is not None and _host.HOST_MAX_WORK \
+                and not (trace_checks or _capturing[0] or _recording[0]):
+            # (crc16's ``cur >>= 1``: a shift of the value's own type, written out)
+            hit = _exact_inplace.get((op, ta := type(v), to))
+            if hit is None:
+                hit = _exact_inplace[(op, ta, to)] = _exact(op, ta, to)
+            if hit is not False and hit[1] is self.dtype:
+                try:
+                    out = hit[0](v, other)
+                except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+                    return super()._inplace(op, other)  # (numpy's error)
+                _count_operation()
+                self._v, self._n = out if type(out) is hit[2] else hit[2](out), None
+                return self
         got = _value_of(op, self, other, False)
         if got is not None:
             value, dtype = got
@@ -101,6 +117,8 @@ def held(value: Any, dtype: np.dtype, device: Any) -> Array:
 # identity (a dtype's hash costs a third of an operation); a Held's value is always a
 # numpy scalar of its (native) dtype's type, so its type names its dtype
 _table: dict[tuple, Any] = {}
+# (op, the value's type, a Python scalar's) -> _exact's: in-place operators
+_exact_inplace: dict[tuple, Any] = {}
 
 
 def _entry(op: str, ta: type, tb: type) -> Any:
@@ -155,16 +173,52 @@ def _value_of(op: str, x: Held, other: Any, reflected: bool) -> tuple[Any, Any] 
     return out, dtype
 
 
+def _exact(op: str, ta: type, tb: type) -> Any:
+    """``(operator, output dtype, its scalar type)`` where numpy scalars' operator takes
+    values of the types ``ta`` and ``tb`` as they are and sets no error flag (an
+    integer's bit operation or shift with a Python int: crc16's), else False."""
+    hit = _table.get((op, ta, tb))
+    if hit is None:
+        hit = _table[(op, ta, tb)] = _entry(op, ta, tb)
+    if hit is False or not hit[3] or hit[2]:
+        return False
+    dtype = hit[1][-1]
+    return hit[0], dtype, dtype.type
+
+
 def _held_binary(op: str, reflected: bool, general: Any) -> Any:
     """Held's operator ``op``: computed here, else the plain array's (``general``)."""
+    exact: dict[tuple, Any] = {}  # (the value's type, a Python scalar's) -> _exact's
+
     def method(self: Any, other: Any) -> Any:
+        v = self._v
+        to = type(other)
+        if (to is int or to is float) and v is not None and _host.HOST_MAX_WORK \
+                and not (trace_checks or _capturing[0] or _recording[0]):
+            # (the commonest case, with a Python scalar, its steps written out)
+            hit = exact.get((ta := type(v), to))
+            if hit is None:
+                hit = exact[(ta, to)] = _exact(op, to, ta) if reflected else _exact(op, ta, to)
+            if hit is not False:
+                try:
+                    out = hit[0](other, v) if reflected else hit[0](v, other)
+                except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+                    out = None  # (the general path raises numpy's error)
+                if out is not None:
+                    if type(out) is not hit[2]:
+                        out = hit[2](out)
+                    _count_operation()
+                    res = _new(Held)  # (held(), inline)
+                    res._v, res._n, res._storage, res._shape = out, None, None, ()
+                    res.device, res.dtype = self.device, hit[1]
+                    return res
         got = _value_of(op, self, other, reflected)
         if got is None:
             return general(self._plain(), other._plain() if type(other) is Held else other)
-        out = _new(Held)  # (held(), inline)
-        out._v, out._n, out._storage, out._shape = got[0], None, None, ()
-        out.device, out.dtype = self.device, got[1]
-        return out
+        res = _new(Held)
+        res._v, res._n, res._storage, res._shape = got[0], None, None, ()
+        res.device, res.dtype = self.device, got[1]
+        return res
     method.__name__ = method.__qualname__ = general.__name__
     return method
 
