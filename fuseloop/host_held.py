@@ -27,6 +27,7 @@ import numpy as np
 from . import evaluate as _evaluate
 from . import host_ops as _ops
 from . import host_path as _host
+from . import host_writes as _writes
 from .array import Array
 from .expr.nodes import _EMPTY, Scalar
 from .host_eager import _scalar_array
@@ -222,6 +223,8 @@ def _held_binary(op: str, reflected: bool, general: Any) -> Any:
     method.__name__ = method.__qualname__ = general.__name__
     return method
 
+
+_writes.held_type[0] = Held  # (``x[i] = b``: host_writes' element write)
 
 # (Array's operators made by fuseloop.array._lean_binary, named by their ufunc: as
 # host_eager sets HostArray's; ``__pow__`` rewrites small powers first: the plain one)

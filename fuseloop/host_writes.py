@@ -55,6 +55,8 @@ def _assigned(value: Any, dtype: np.dtype, device: Any) -> tuple[Any, bool] | No
         if value.device is not device:
             return None
         return numpy_value(value), value._buf is not None
+    if tv is held_type[0] and value._v is not None:  # (fuseloop.host_held's value)
+        return (value._v, False) if value.device is device else None
     if tv is Array:
         got = _operand(value, device)
         return None if got is None or got[0].char not in _DTYPES else (got[1], got[2])
@@ -88,7 +90,7 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     tv = type(value)
     target: Any
     storage: Any
-    if tv is not float and tv is not int and tv is not HostArray:
+    if tv is not float and tv is not int and tv is not HostArray and tv is not held_type[0]:
         if tv is not Array or (value._storage is None and type(value._node) is not Scalar):
             return False  # (a lazy value: the general path; a value made at once: here)
     if tv is HostArray and value._of is arr:  # (written already, whatever the settings)
@@ -175,6 +177,8 @@ def _element_write(arr: Array, key: Any, value: Any) -> bool | None:
         v = value._np  # (an element or a value held here: the commonest, inline)
     elif tv is Array and type(value._node) is Scalar and value.device is arr.device:
         v = value._node.value
+    elif tv is held_type[0] and value._v is not None and value.device is arr.device:
+        v = value._v  # (an element of ``for b in data``, fuseloop.host_held)
     elif (val := _assigned(value, arr.dtype, arr.device)) is not None \
             and type(val[0]) is not np.ndarray:
         v = val[0]
@@ -344,6 +348,9 @@ def _write_own(arr: HostArray, items: tuple, value: Any) -> bool:
     return True
 
 
+#: fuseloop.host_held.Held, set there (it imports this module's users): a value held
+#: there is written as its numpy scalar (``x[i] = b``)
+held_type: list[Any] = [None]
 # the HostArray an in-place operator wrote last (Python assigns it back to its key)
 _updated: list[Any] = [None]
 

@@ -147,3 +147,27 @@ def test_host_path_off_gives_the_same_values(cpu):
         np.testing.assert_equal(got.get(), f(e))
     v >>= 2
     assert v.get() == 50 and v.dtype == np.uint8
+
+
+def test_writes_of_held_values_are_numpys(host, fresh_stats, monkeypatch):
+    from fuseloop import array
+
+    def general(*args):
+        raise AssertionError("the general path's assignment")
+
+    monkeypatch.setattr(array, "_setitem", general)  # (every write here: numpy's, at once)
+    h = np.arange(10, dtype=np.int32)
+    a = fl.asarray(h)
+    lazy = a * 2  # (a lazy reader of the elements written: computed before the write)
+    vals = np.array([7.9, -3.5, 2.25])
+    for i, v in enumerate(fl.asarray(vals)):
+        assert type(v) is Held
+        a[i] = v  # (an element: numpy's unsafe cast, as assignments cast)
+        h[i] = vals[i]
+        a[-1 - i] = v * 2
+        h[-1 - i] = vals[i] * 2
+    a[4:6] = v  # (a slice: broadcast)
+    h[4:6] = vals[-1]
+    np.testing.assert_array_equal(a.get(), h)
+    np.testing.assert_array_equal(lazy.get(), np.arange(10, dtype=np.int32) * 2)
+    assert fl.stats()["kernels_launched"] <= 1
