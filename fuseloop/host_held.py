@@ -131,7 +131,7 @@ def _entry(op: str, ta: type, tb: type) -> Any:
 def _value_of(op: str, x: Held, other: Any, reflected: bool) -> tuple[Any, Any] | None:
     """``(value, dtype)`` of ``x op other`` (``other op x`` when reflected) for a Held
     ``x`` and a Python int or float or another Held on its device, computed by host_ops'
-    numpy scalars' operator (:func:`fuseloop.host_ops.held_value`); None: the plain
+    numpy scalars' operator (as :func:`fuseloop.host_ops._held0` computes it); None: the plain
     array's path."""
     v = x._v
     to = type(other)
@@ -152,7 +152,7 @@ def _value_of(op: str, x: Held, other: Any, reflected: bool) -> tuple[Any, Any] 
         hit = _table[(op, ta, tb)] = _entry(op, ta, tb)
     if hit is False:
         return None
-    fn, loop, warns, raw = hit  # (host_ops.held_value's steps, by the values' types)
+    fn, loop, warns, raw = hit  # (host_ops._held0's steps, by the values' types)
     token = _host._errors.set(_host._QUIET) if warns else None
     try:
         if not raw:  # (numpy's conversions, and their OverflowError: the general path's)

@@ -288,23 +288,14 @@ def _held0(op: str, a: Any, b: Any, ta: type, tb: type, Array: type) -> Any:
         va, ka, vb, kb, device = a, ta, nb.value, nb.dtype, b.device
     else:
         return None
-    if _host._evaluate.capturing_threads[0] or _host._evaluate.recording_threads[0]:
-        return False
-    got = held_value(op, va, ka, vb, kb)
-    return False if got is False else (got[0], got[1], device)
-
-
-def held_value(op: str, va: Any, ka: Any, vb: Any, kb: Any) -> Any:
-    """``(value, dtype)`` of ``va op vb`` for values held here (numpy scalars of the
-    dtypes ``ka``, ``kb``) or Python scalars (``ka``: ``int`` or ``float``), computed by
-    numpy scalars' operator on the operation's loop dtypes; False: the general path
-    (:func:`_held0`'s, and :class:`fuseloop.host_held.Held`'s operators)."""
     hit = _held_ops.get((op, ka, kb))
     if hit is None:
         hit = _held_ops[(op, ka, kb)] = _held_entry(op, ka, kb)
     if hit is False:
         return False
     fn, loop, warns, raw = hit
+    if _host._evaluate.capturing_threads[0] or _host._evaluate.recording_threads[0]:
+        return False
     token = _host._errors.set(_host._QUIET) if warns else None
     try:
         if not raw:  # (numpy's conversions, and their OverflowError: the general path's)
@@ -323,7 +314,7 @@ def held_value(op: str, va: Any, ka: Any, vb: Any, kb: Any) -> Any:
     if type(out) is not dtype.type:  # (a Python float, or numpy's scalar of another type)
         out = dtype.type(out)
     _count_operation()
-    return out, dtype
+    return out, dtype, device
 
 
 def _read_and_apply(device: Any, a: Any, ta: type, b: Any, tb: type, loop: tuple,
