@@ -97,3 +97,22 @@ def test_indexing_module_loads_at_the_first_index(tmp_path):
                           stand_in is not indexing.getitem]))
     """, tmp_path)
     assert out == [False, [3.0, 4.0], True, True]
+
+
+def test_loopy_imports_with_the_collector_off(tmp_path):
+    # the first Loopy section imports Loopy: no collection runs while its modules load
+    # (they stay for the process and are frozen next), and the collector is on after
+    out = _run("""
+        import gc, json, sys
+        from fuseloop.lower import codegen
+        during = []
+        def note(phase, info):  # (loopy in sys.modules without its last names: importing)
+            loopy = sys.modules.get("loopy")
+            if phase == "start" and loopy is not None and not hasattr(loopy, "CacheMode"):
+                during.append(info["generation"])
+        gc.callbacks.append(note)
+        with codegen.loopy_section():
+            pass
+        print(json.dumps([len(during), gc.isenabled(), "loopy" in sys.modules]))
+    """, tmp_path)
+    assert out == [0, True, True]
