@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys as _sys
+from types import ModuleType as _ModuleType
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
@@ -9,7 +11,6 @@ import numpy as _np
 
 from . import errors
 from . import iteration as _iteration  # noqa: F401  (it sets Array.__iter__)
-from .api import show_code, synchronize
 from .array import Array, Constant
 from .assignment import compute
 from .cache import cache_dir, clear_memory_cache
@@ -32,11 +33,7 @@ from .creation import (
     zeros_like,
 )
 from .errors import HostFallbackWarning as HostFallbackWarning  # (fl.linalg's host fallbacks warn)
-from .explain import Explanation, explain
-from .fuse import fuse as fuse  # (re-exported: in __all__ below the list)
 from .mathfuncs import MATH_FUNCTIONS as _MATH_FUNCTIONS
-from .ops.indexing import take
-from .ops.masks import argwhere, flatnonzero, nonzero
 from .ops.scatter_add import attach as _attach_at
 from .ops.shape import (
     broadcast_to,
@@ -75,11 +72,14 @@ _attach_at(_FUNCTIONS)  # fl.add.at, fl.subtract.at, fl.maximum.at, fl.minimum.a
 # kernel cache (see fuseloop/recipe_state.py and fuseloop/_lazy.py).
 
 _LAZY_MODULES: dict[str, tuple[str, ...]] = {
+    ".api": ("show_code", "synchronize"),
     ".array_api_info": ("__array_namespace_info__",),
     ".checks": ("check", "check_bounded", "check_finite", "check_nonnegative",
                 "check_positive"),
     ".constant_memory": ("constant",),
     ".dtype_api": ("can_cast", "finfo", "iinfo", "isdtype", "result_type"),
+    ".explain": ("Explanation", "explain"),
+    ".fuse": ("fuse",),
     ".functions": ("TracedFunction", "UserFunction", "function", "index"),
     ".grids": ("mgrid", "ndarray", "ogrid"),
     ".interop": ("from_dlpack", "from_pyopencl", "to_pyopencl"),
@@ -121,6 +121,8 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
                      "shape", "size", "split", "tri", "tril_indices", "tril_indices_from",
                      "triu_indices", "triu_indices_from", "unravel_index", "vander",
                      "vsplit"),
+    ".ops.indexing": ("take",),
+    ".ops.masks": ("argwhere", "flatnonzero", "nonzero"),
     ".ops.linalg": ("dot", "einsum", "inner", "matmul", "outer", "tensordot", "trace",
                     "vdot"),
     ".ops.manipulation": ("atleast_1d", "atleast_2d", "atleast_3d", "broadcast_arrays",
@@ -160,6 +162,8 @@ if _TYPE_CHECKING:  # (what type checkers see: the names as if imported here)
     from . import random as random
     from . import recipes as recipes
     from . import sparse as sparse
+    from .api import show_code as show_code
+    from .api import synchronize as synchronize
     from .array_api_info import (
         __array_namespace_info__ as __array_namespace_info__,
     )
@@ -196,6 +200,8 @@ if _TYPE_CHECKING:  # (what type checkers see: the names as if imported here)
     from .dtype_api import (
         result_type as result_type,
     )
+    from .explain import Explanation as Explanation
+    from .explain import explain as explain
     from .functions import (
         TracedFunction as TracedFunction,
     )
@@ -208,6 +214,7 @@ if _TYPE_CHECKING:  # (what type checkers see: the names as if imported here)
     from .functions import (
         index as index,
     )
+    from .fuse import fuse as fuse
     from .grids import (
         mgrid as mgrid,
     )
@@ -232,6 +239,7 @@ if _TYPE_CHECKING:  # (what type checkers see: the names as if imported here)
     from .multi import (
         MultiArray as MultiArray,
     )
+    from .ops.indexing import take as take
     from .ops.linalg import _LinalgNamespace
     from .ops.linalg import (
         dot as dot,
@@ -314,6 +322,9 @@ if _TYPE_CHECKING:  # (what type checkers see: the names as if imported here)
     from .ops.masked import (
         packbits as packbits,
     )
+    from .ops.masks import argwhere as argwhere
+    from .ops.masks import flatnonzero as flatnonzero
+    from .ops.masks import nonzero as nonzero
     from .ops.reductions import (
         all as all,
     )
@@ -543,3 +554,23 @@ def __getattr__(name: str) -> _Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_ON_FIRST_USE})
+
+
+#: public functions named as the module that holds them (``fl.explain``, ``fl.fuse``)
+_SHADOWED = frozenset(name for name, (module, attr) in _ON_FIRST_USE.items()
+                      if module == f".{name}" and attr is not None)
+
+
+class _Package(_ModuleType):
+    """fuseloop's module: the import system binds a submodule, when first imported, as
+    an attribute of its package; for the names of :data:`_SHADOWED` the function stays
+    what ``fl.<name>`` gives (read through :func:`__getattr__`), whoever imports the
+    module first (``fuseloop.tuner`` imports ``fuseloop.explain``)."""
+
+    def __setattr__(self, name: str, value: _Any) -> None:
+        if name in _SHADOWED and isinstance(value, _ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package

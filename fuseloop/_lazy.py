@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import importlib
 import threading
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["LazyModule", "isl", "loopy_lock", "lp", "prim"]
+__all__ = ["LazyModule", "first_call", "isl", "loopy_lock", "lp", "prim"]
 
 #: one Loopy step at a time, in the whole process (Loopy, islpy and pymbolic keep
 #: process-wide caches; see :mod:`fuseloop.lower.codegen`); here, so that the kernel
@@ -45,6 +46,27 @@ class LazyModule:
     def __repr__(self) -> str:
         state = "loaded" if self._module is not None else "not loaded yet"
         return f"<lazy module {self._name!r}, {state}>"
+
+
+def first_call(namespace: dict[str, Any], name: str, module: str,
+               attr: str) -> Callable[..., Any]:
+    """A stand-in for the function ``attr`` of ``module`` (relative to ``namespace``'s
+    package when it starts with a dot), bound as ``name`` in ``namespace`` (a module's
+    globals): its first call imports the module and binds ``name`` to the function
+    itself, so later calls through that global cost nothing more.  For a module whose
+    functions run only when a feature is used (``x[i]``: :mod:`fuseloop.ops.indexing`
+    and what it imports), so that ``import fuseloop`` does not load it."""
+    found: list[Callable[..., Any]] = []
+
+    def stand_in(*args: Any, **kwargs: Any) -> Any:
+        if not found:  # (a caller holding the stand-in itself finds the function here)
+            real = getattr(importlib.import_module(module, namespace["__package__"]), attr)
+            found.append(real)
+            namespace[name] = real
+        return found[0](*args, **kwargs)
+
+    stand_in.__name__ = stand_in.__qualname__ = name
+    return stand_in
 
 
 if TYPE_CHECKING:

@@ -781,9 +781,9 @@ class Array(ArrayProtocol, ShapeMethods):
 # in-place operands taken by the lean operator path (anything else: build_node)
 _LEAN_OTHER = frozenset((Array, int, float))
 
-
 # (at the end: the assignment module reads this one's names at import)
 from . import powers as _powers  # noqa: E402
+from ._lazy import first_call  # noqa: E402  (ops.indexing loads at the first index)
 from .assignment import NodeValue, assign  # noqa: E402
 from .assignment import inplace_lazy as _inplace_lazy  # noqa: E402
 from .host_eager import HostArray as _HostArray  # noqa: E402
@@ -793,7 +793,8 @@ from .host_eager import inplace_array as _eager_inplace  # noqa: E402
 from .host_products import unary as _eager_unary  # noqa: E402
 from .host_views import copy_concrete as _eager_copy  # noqa: E402
 from .host_writes import setitem as _eager_setitem  # noqa: E402
-from .ops.indexing import getitem as _getitem  # noqa: E402
-from .ops.indexing import setitem as _setitem  # noqa: E402
-from .ops.indexing import written_in_place as _written_in_place  # noqa: E402
 from .run_plans import replay_one as _replay_one  # noqa: E402
+
+_getitem = first_call(globals(), "_getitem", ".ops.indexing", "getitem")
+_setitem = first_call(globals(), "_setitem", ".ops.indexing", "setitem")
+_written_in_place = first_call(globals(), "_written_in_place", ".ops.indexing", "written_in_place")

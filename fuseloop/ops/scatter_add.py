@@ -18,7 +18,6 @@ import numpy as np
 from ..array import Array
 from ..errors import DTypeError, ShapeError
 from ..expr.nodes import Gather, Node
-from .indexing import setitem
 
 # the binary operations that have an ``.at`` (numpy's names)
 AT_OPS = ("add", "subtract", "maximum", "minimum")
@@ -44,6 +43,7 @@ def ufunc_at(op: str, a: Array, indices: Any, values: Any) -> None:
     if a.is_lazy:
         a.eval()
     from . import scatter_add_cpu
+    from .indexing import setitem  # (not at import: fl.add.at is made with the ufuncs)
 
     if scatter_add_cpu.takes(op, a, indices, values):
         indices, values = scatter_add_cpu.computed(indices, values)
