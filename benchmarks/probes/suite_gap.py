@@ -1,8 +1,8 @@
 """Issue 25's broad-suite cases below torch.compile: fuseloop (``fl.fuse`` and lazy), a base
 checkout, this tree's variants and the peers, in one table.
 
-Cases: the broad suite's ``scatter-add``, ``horner-16``, ``chain-32``, ``gather`` (element
-counts ``--sizes``, default 2^22, 2^24, 2^26), ``vecmat`` (``x @ A``, orders 2048, 4096,
+Cases: the broad suite's ``scatter-add``, ``horner-16``, ``chain-32``, ``black-scholes``,
+``gather`` (element counts ``--sizes``, default 2^22, 2^24, 2^26), ``vecmat`` (``x @ A``, orders 2048, 4096,
 8192) and ``einsum-attn`` (q = k = 1024, 2048, 4096), the inputs the suite makes.  Each
 source runs in a process of its own (two fuseloop copies in one process crashed NVIDIA's
 OpenCL driver): ``--base`` (folders holding ``fuseloop/``, or git revisions archived into a
@@ -44,7 +44,7 @@ VARIANTS = {
                    "lazy/i1:FUSELOOP_SCATTER_ITEMS=1; lazy/i16:FUSELOOP_SCATTER_ITEMS=16; "
                    "lazy/defer:FUSELOOP_SCATTER_WAIT=defer; "
                    "lazy/bdefer:FUSELOOP_SCATTER=backup,FUSELOOP_SCATTER_WAIT=defer",
-    "horner-16": _EW, "chain-32": _EW,
+    "horner-16": _EW, "chain-32": _EW, "black-scholes": _EW,
     "gather": "fuse/i1:elementwise.items=1; fuse/i2:elementwise.items=2; "
               "fuse/i8:elementwise.items=8",
     "vecmat": "fuse/lanes4:contraction.stream_lanes=4; "
