@@ -169,3 +169,13 @@ def test_update_bodies():
     assert "atomic_cmpxchg" in scatter_kernel._update("add", f32, cpu)
     assert "atom_add" in scatter_kernel._update("add", np.dtype(np.int64), nv)
     assert scatter_kernel._update(None, f32, nv) == "*p = v;"
+
+
+def test_store_reads_its_gate_with_its_loads():
+    """The store kernel loads its indices and values before it tests the check's gate:
+    a test first would hold every load behind one more trip to memory."""
+    src = scatter_kernel._STORE
+    body = src[src.index("fuseloop_scatter_store"):src.index("fuseloop_scatter_copy")]
+    gate, loads, test = (body.index(s) for s in ("= in2[0];", "k[j] = in0[i];",
+                                                 "if (gate != 0)"))
+    assert gate < loads < test

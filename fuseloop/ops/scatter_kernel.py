@@ -287,14 +287,15 @@ __kernel void fuseloop_scatter_store(__global VT *out0, __global const PT *in0,
   /* out0[wrap(in0[i])] = (or +=) in1[i] for the s0 values, axis of length s1; nothing
      when the check set the gate in2[0].  CHECKED: no check ran; each index is checked
      here, one out of range is skipped and sets the gate (the target is restored) */
-#ifndef CHECKED
-  if (in2[0] != 0)
-    return;
-#endif
   int const lsize = get_local_size(0);
   long const base = (long) get_group_id(0) * (lsize * ITEMS) + get_local_id(0);
   PT k[ITEMS];
   VT v[ITEMS];
+  /* (the gate is read with the indices and values, not before them: a test first would
+     hold every load behind one more trip to memory) */
+#ifndef CHECKED
+  int const gate = in2[0];
+#endif
   #pragma unroll
   for (int j = 0; j < ITEMS; ++j) {
     long const i = base + (long) j * lsize;
@@ -303,6 +304,10 @@ __kernel void fuseloop_scatter_store(__global VT *out0, __global const PT *in0,
       v[j] = VALUE(i);
     }
   }
+#ifndef CHECKED
+  if (gate != 0)
+    return;
+#endif
 #ifdef CHECKED
   int bad = 0;
 #endif
