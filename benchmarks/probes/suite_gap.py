@@ -2,8 +2,9 @@
 checkout, this tree's variants and the peers, in one table.
 
 Cases: the broad suite's ``scatter-add``, ``horner-16``, ``chain-32``, ``black-scholes``,
-``gather`` (element counts ``--sizes``, default 2^22, 2^24, 2^26), ``vecmat`` (``x @ A``, orders 2048, 4096,
-8192) and ``einsum-attn`` (q = k = 1024, 2048, 4096), the inputs the suite makes.  Each
+``gather`` (element counts ``--sizes``, default 2^22, 2^24, 2^26), ``vecmat`` (``x @ A``,
+orders 2048, 4096, 8192) and ``einsum-attn`` (q = k = 1024, 2048, 4096), the inputs the
+suite makes.  Each
 source runs in a process of its own (two fuseloop copies in one process crashed NVIDIA's
 OpenCL driver): ``--base`` (folders holding ``fuseloop/``, or git revisions archived into a
 temporary folder: defaults only), this tree (its defaults and :data:`VARIANTS`), and the
