@@ -56,3 +56,33 @@ def test_rule_counts_every_expression_kind(restore_recipes):
         normal = fl.random.normal((300,), key=1).get()
     np.testing.assert_array_equal(got, np.where(h > 0, h * 2, (h < -1).astype(np.float32)))
     assert normal.shape == (300,) and np.isfinite(normal).all()
+
+
+def _horner(x, steps):
+    r = x * 0 + 0.5
+    for k in range(steps):
+        r = r * x + 0.1 * (k + 1)
+    return r
+
+
+def test_arithmetic_counts_a_quarter(restore_recipes):
+    # a degree-16 polynomial (34 arithmetic nodes, no call) is memory-bound: 4 elements a
+    # work-item, their 4 loads first, as a 3-operation body gets
+    fl.register_recipe("cpu", gpu_coalesced, name="test-gpu-items-horner")
+    h = np.random.default_rng(4).random(1000, dtype=np.float32)
+    with fl.device("cpu"):
+        x = fl.asarray(h)
+        src = fl.program(_horner(x, 16)).compile().source
+        got = _horner(x, 16).get()
+    bulk = src.split("__kernel")[-1].split("final slab")[0]
+    assert len(re.findall(r"= in0\[", bulk)) == 4
+    np.testing.assert_allclose(got, _horner(h.astype(np.float64), 16), rtol=1e-5)
+
+
+def test_calls_count_whole():
+    # a call costs what an arithmetic node does four times over: 20 steps of a sin and
+    # 3 arithmetic nodes keep one element, 16 polynomial steps (34 nodes) take four
+    from fuseloop.recipes.elementwise import CHEAP_OPERATION
+
+    assert items_by_rule(20 * (1 + 3 * CHEAP_OPERATION)) == 1
+    assert items_by_rule(34 * CHEAP_OPERATION) == 4

@@ -169,3 +169,40 @@ def test_update_bodies():
     assert "atomic_cmpxchg" in scatter_kernel._update("add", f32, cpu)
     assert "atom_add" in scatter_kernel._update("add", np.dtype(np.int64), nv)
     assert scatter_kernel._update(None, f32, nv) == "*p = v;"
+
+
+def test_store_reads_its_gate_with_its_loads():
+    """The store kernel loads its indices and values before it tests the check's gate:
+    a test first would hold every load behind one more trip to memory."""
+    src = scatter_kernel._STORE
+    body = src[src.index("fuseloop_scatter_store"):src.index("fuseloop_scatter_copy")]
+    gate, loads, test = (body.index(s) for s in ("= in2[0];", "k[j] = in0[i];",
+                                                 "if (gate != 0)"))
+    assert gate < loads < test
+
+
+def test_auto_takes_backup_for_many_indices(device, hand, monkeypatch):
+    """``auto``: ``backup`` (no pass over the indices) where they are many beside the
+    target (:func:`scatter_kernel.backup_pays`, its floor lowered here), ``gate`` for
+    fewer; numpy's sums either way, and an index out of range leaves the target as it
+    was."""
+    monkeypatch.delenv("FUSELOOP_SCATTER", raising=False)
+    monkeypatch.setattr(scatter_kernel, "BACKUP_MIN_BYTES", 4096)
+    assert scatter_kernel.backup_pays(64, 4096) and not scatter_kernel.backup_pays(512, 4096)
+    assert not scatter_kernel.backup_pays(8, 4095)
+    rng = np.random.default_rng(8)
+    h = rng.standard_normal(16)
+    k = rng.integers(-16, 16, 600)  # 4800 bytes of indices into 128 bytes
+    v = rng.standard_normal(600)
+    x = fl.asarray(h)
+    fl.add.at(x, fl.asarray(k), fl.asarray(v))
+    fl.add.at(x, fl.asarray(k[:100]), fl.asarray(v[:100]))  # (800 bytes: gate)
+    ref = h.copy()
+    np.add.at(ref, k, v)
+    np.add.at(ref, k[:100], v[:100])
+    np.testing.assert_allclose(x.get(), ref, rtol=1e-12, atol=1e-12)
+    bad = np.r_[k, 16]
+    with pytest.raises(fl.errors.IndexOutOfBoundsError, match=_message(16, 16)):
+        fl.add.at(x, fl.asarray(bad), fl.asarray(np.ones(bad.size)))
+    np.testing.assert_allclose(x.get(), ref, rtol=1e-12, atol=1e-12)
+    assert hand == ["backup", "gate", "backup"]

@@ -71,8 +71,10 @@ def test_stream_reads_the_long_operand_once_per_step(device):
     assert not any(c.reads_local_id(r) for r in a_reads)
     assert len(re.findall(r"acc_k_step_k_u\[\d+\] = ", body)) == 32
     assert kernel_source.unroll_hinted(body)  # the device compiler unrolls the steps
-    # a vector times a matrix: one accumulator per column, stream_per columns
-    src = _code(fl.asarray(rand(300)) @ b, stream_group=64, stream_per=4, stream_unroll=4)
+    # a vector times a matrix: one accumulator per column, stream_per columns (the
+    # streaming kernel: not the lanes kernel, which the CPU's 2 units would take)
+    src = _code(fl.asarray(rand(300)) @ b, stream_group=64, stream_per=4, stream_unroll=4,
+                stream_lanes=0)
     assert len(set(re.findall(r"in1\[[^]]*\]", _loop_body(src)))) == 4
 
 
@@ -133,16 +135,23 @@ def test_split_rule_for_streamed_products(device, restore_recipes):
         split = two_stage_split([expr._node], expr.shape, gpu)
         return 1 if split is None else split.pieces
 
-    assert pieces(fl.empty(4096, dtype=f32) @ B) == split_k.MAX_PIECES
+    # (a vector whose long side fills the device takes the lanes kernel, unsplit, by
+    # default: the streaming kernel's split with stream_lanes=0)
+    x4096 = fl.empty(4096, dtype=f32) @ B
+    assert pieces(x4096) == 1
+    with fl.recipes.use(rc.gpu_tiled.with_params(stream_lanes=0)):
+        assert pieces(x4096) == split_k.MAX_PIECES
     assert pieces(fl.empty((8, 4096), dtype=f32) @ B) == 4096 // split_k.stream_min_piece(8)
     # 16 rows: pieces of at least 256 (their partial products are 16 rows each)
     assert pieces(fl.empty((16, 4096), dtype=f32) @ B) == 4096 // 256
     # the recipe's cap on pieces, and its aim in bytes in flight per unit
     x8192 = fl.empty(8192, dtype=f32) @ fl.empty((8192, 8192), dtype=f32)
-    assert pieces(x8192) == split_k.MAX_PIECES
-    with fl.recipes.use(rc.gpu_tiled.with_params(stream_pieces=64, stream_bytes=1 << 18)):
+    with fl.recipes.use(rc.gpu_tiled.with_params(stream_lanes=0)):
+        assert pieces(x8192) == split_k.MAX_PIECES
+    with fl.recipes.use(rc.gpu_tiled.with_params(stream_pieces=64, stream_bytes=1 << 18,
+                                                 stream_lanes=0)):
         assert pieces(x8192) == 64
-    with fl.recipes.use(rc.gpu_tiled.with_params(stream_bytes=1 << 14)):
+    with fl.recipes.use(rc.gpu_tiled.with_params(stream_bytes=1 << 14, stream_lanes=0)):
         assert pieces(x8192) == 8  # a quarter of the loads in flight: 8 pieces, not 32
 
 
@@ -341,3 +350,11 @@ def test_lanes_fill_rule():
     assert not skinny.lanes_fill(values, 8, 4096, 132)
     assert not skinny.lanes_fill(values, 1, 4096, 132, batched=True)
     assert not skinny.lanes_fill(values | {"stream_lanes": 0}, 1, 4096, 132)
+
+
+def test_vector_takes_one_launch_by_default():
+    """The recipe's default ``stream_lanes`` (1): ``x @ A`` whose long side fills the
+    device runs the lanes kernel in one launch; two rows and more keep split-K's two."""
+    values = dict(rc.gpu_tiled.values)
+    assert skinny.lanes_fill(values, 1, 4096, 132)
+    assert not skinny.lanes_fill(values, 2, 4096, 132)

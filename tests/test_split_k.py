@@ -40,7 +40,10 @@ def test_rule_splits_few_tiles_on_a_large_gpu(device, restore_recipes):
     eight = _pieces(fl.empty((8, 4096), dtype=f32) @ B, gpu)
     assert eight > 1
     assert _pieces(fl.empty((64, 4096), dtype=f32) @ B, gpu) > 1
-    assert _pieces(fl.empty(4096, dtype=f32) @ B, gpu) > 1  # x @ A
+    # x @ A: split where its 2048 outputs leave units idle; 4096 fill the device, so
+    # the lanes kernel (skinny.lanes_fill) takes it in one launch
+    assert _pieces(fl.empty(4096, dtype=f32) @ fl.empty((4096, 2048), dtype=f32), gpu) > 1
+    assert _pieces(fl.empty(4096, dtype=f32) @ B, gpu) == 1
     # enough tiles for every compute unit: one stage
     assert _pieces(fl.empty((4096, 4096), dtype=f32) @ B, gpu) == 1
     # an epilogue reading another array is applied when the pieces are combined

@@ -203,7 +203,7 @@ def time_peers(peers, name, inputs, want, repeat, batch) -> tuple[list[float | s
     out: list[float | str] = []
     ok = True
     for p in peers:
-        wl = types.SimpleNamespace(name=name, inputs=list(inputs),
+        wl = types.SimpleNamespace(name=name, inputs=[f"x{k}" for k in range(len(inputs))],
                                    peer=lambda ops, x, y: ops.matmul(x, y))
         try:
             run = p.prepare(wl, {f"x{k}": v for k, v in enumerate(inputs)})

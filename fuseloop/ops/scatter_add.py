@@ -51,6 +51,11 @@ def ufunc_at(op: str, a: Array, indices: Any, values: Any) -> None:
             _readers_first(a)
             scatter_add_cpu.scatter_add(op, a, indices, values)
             return
+    from . import scatter_kernel
+
+    if scatter_kernel.takes(a, indices, values, op):  # (what setitem would find, sooner)
+        scatter_kernel.scatter(a, indices, values, op)
+        return
     setitem(a, indices, values, held=False, atomic=op)
 
 

@@ -35,7 +35,9 @@ the same work is written as a hand-written kernel would be, in variants chosen b
   two spans of the target, which stay in L2.  Three launches; 8 + 12 + 8 bytes
   read and 8 written per element besides the stores.
 * ``auto`` (the default): ``partition`` for a target of more than two buckets (where
-  ordering the stores by bucket can keep them in the cache), else ``gate``.  Measured
+  ordering the stores by bucket can keep them in the cache); ``backup`` for indices of
+  at least :data:`BACKUP_MIN_BYTES` and :data:`BACKUP_RATIO` times the target's bytes
+  (:func:`backup_pays`); else ``gate``.  Measured
   on an H100 (50 MB L2; ``benchmarks/probes/scatter_probe.py --variants``, 2^24
   float32, int64 indices, two runs): ``out[perm] = v`` into 64 MB by ``partition``
   0.76-0.90 ms with 16 MiB buckets (8 MiB 0.94, 32 MiB 1.02, 4 and 2 MiB 1.00), ``gate``
@@ -97,6 +99,11 @@ COPY_GROUPS = 1024
 SPAN_BYTES = 16 << 20
 #: ``partition``: the most buckets (the rest of a larger target widens them)
 MAX_BUCKETS = 256
+#: ``auto`` takes ``backup`` for index arrays of at least this many bytes (and
+#: :data:`BACKUP_RATIO` times the target's): on an H200 ``fl.add.at`` of 2^26 values into
+#: 2^22 bins ran faster so than with ``gate``, of 2^24 as fast, of 2^22 slower
+BACKUP_MIN_BYTES = 256 << 20
+BACKUP_RATIO = 16
 #: take the hand-written kernels on a CPU device too (tests; a GPU's way there)
 ON_CPU = False
 _DTYPES = frozenset(np.dtype(t) for t in (np.int32, np.int64, np.float32, np.float64))
@@ -287,14 +294,15 @@ __kernel void fuseloop_scatter_store(__global VT *out0, __global const PT *in0,
   /* out0[wrap(in0[i])] = (or +=) in1[i] for the s0 values, axis of length s1; nothing
      when the check set the gate in2[0].  CHECKED: no check ran; each index is checked
      here, one out of range is skipped and sets the gate (the target is restored) */
-#ifndef CHECKED
-  if (in2[0] != 0)
-    return;
-#endif
   int const lsize = get_local_size(0);
   long const base = (long) get_group_id(0) * (lsize * ITEMS) + get_local_id(0);
   PT k[ITEMS];
   VT v[ITEMS];
+  /* (the gate is read with the indices and values, not before them: a test first would
+     hold every load behind one more trip to memory) */
+#ifndef CHECKED
+  int const gate = in2[0];
+#endif
   #pragma unroll
   for (int j = 0; j < ITEMS; ++j) {
     long const i = base + (long) j * lsize;
@@ -303,6 +311,10 @@ __kernel void fuseloop_scatter_store(__global VT *out0, __global const PT *in0,
       v[j] = VALUE(i);
     }
   }
+#ifndef CHECKED
+  if (gate != 0)
+    return;
+#endif
 #ifdef CHECKED
   int bad = 0;
 #endif
@@ -543,11 +555,23 @@ def _launch(kernel: SourceKernel, groups: int, group: int, outs: list[Any],
 
 def mode_for(a: Array, key: Array) -> str:
     """The variant to run (``auto``: ``partition`` for a target of more than two
-    buckets, else ``gate``)."""
+    buckets; ``backup`` where the check's read of the indices costs more than a launch
+    and the target's two copies together (:func:`backup_pays`); else ``gate``)."""
     mode = variant()
     if mode == "auto":
-        return "partition" if a.nbytes > 2 * span_bytes() else "gate"
+        if a.nbytes > 2 * span_bytes():
+            return "partition"
+        return "backup" if backup_pays(a.nbytes, key.nbytes) else "gate"
     return mode
+
+
+def backup_pays(target_bytes: int, index_bytes: int) -> bool:
+    """Whether ``backup`` (two copies of the target, one launch more, no pass over the
+    indices) moves less than ``gate`` (a pass reading the indices): indices of at least
+    :data:`BACKUP_MIN_BYTES` (below, the read costs less than the launch it saves) and
+    at least :data:`BACKUP_RATIO` times the target (copied out and back: 4 times its
+    bytes moved)."""
+    return index_bytes >= BACKUP_MIN_BYTES and index_bytes >= BACKUP_RATIO * target_bytes
 
 
 def span_shift(n: int, itemsize: int) -> tuple[int, int]:

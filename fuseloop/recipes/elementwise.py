@@ -33,7 +33,8 @@ CPU_CHUNK = 4096
 CPU_ROW_CLASSES = (16, 64, 256, 1024, 4096)
 GPU_GROUP_SIZE = 128
 GPU_ITEMS_PER_THREAD = 4
-#: the most operations (items x the loop body's operations) one work-item's unrolled body holds
+#: the most operations (items x the loop body's weighted operations, see
+#: :data:`CHEAP_OPERATION`) one work-item's unrolled body holds
 GPU_UNROLLED_OPERATIONS = 64
 
 
@@ -206,28 +207,41 @@ def _hoist_invariants(knl: lp.LoopKernel) -> lp.LoopKernel:
     return knl.copy(instructions=hoisted + insns, temporary_variables=temps)
 
 
-def _operations(expr: object) -> int:
-    """Operations in ``expr``: every node but variables, constants and subscripts (whose
-    index arithmetic counts)."""
+#: what one arithmetic node (sum, product, comparison, selection, cast, bit operation)
+#: counts toward :data:`GPU_UNROLLED_OPERATIONS`, against 1 for a call (``sin``, ``exp``,
+#: ``sqrt``, ...), a division, a remainder or a power: one instruction (an FMA fuses two)
+#: beside tens, so a polynomial of 16 steps is not compute-bound as 16 ``sin`` steps are
+CHEAP_OPERATION = 0.25
+_COSTLY = (prim.Call, prim.Quotient, prim.FloorDiv, prim.Remainder, prim.Power)
+
+
+def _operations(expr: object) -> float:
+    """The weighted operations in ``expr`` (see :data:`CHEAP_OPERATION`): every node but
+    variables, constants and subscripts (whose index arithmetic counts)."""
     if isinstance(expr, tuple):
         return sum(_operations(e) for e in expr)
     if not isinstance(expr, prim.Expression):
         return 0
-    own = 0 if isinstance(expr, prim.Variable | prim.Subscript | prim.Lookup) else 1
+    own = 0.0 if isinstance(expr, prim.Variable | prim.Subscript | prim.Lookup) else \
+        1.0 if isinstance(expr, _COSTLY) else CHEAP_OPERATION
     return own + sum(_operations(getattr(expr, name)) for name in expr.init_arg_names)
 
 
-def body_operations(knl: lp.LoopKernel) -> int:
-    """Operations (arithmetic, calls, comparisons, selections) in the kernel's instructions."""
+def body_operations(knl: lp.LoopKernel) -> float:
+    """Weighted operations (:func:`_operations`) in the kernel's instructions."""
     return sum(_operations(insn.expression) for insn in knl.instructions
                if isinstance(insn, lp.Assignment))
 
 
-def items_by_rule(operations: int) -> int:
+def items_by_rule(operations: float) -> int:
     """Elements per work-item: the most of 4, 2, 1 whose unrolled body stays within
-    :data:`GPU_UNROLLED_OPERATIONS`.  Short, memory-bound bodies gain from several loads in
-    flight; long ones are compute-bound, run as fast or faster with one element, and the
-    driver's build time grows with the unrolled body (a chain of 200 ``sin`` steps)."""
+    :data:`GPU_UNROLLED_OPERATIONS` (weighted: :data:`CHEAP_OPERATION`).  Several
+    elements keep several loads in flight per work-item: with one 4-byte load each, the
+    work-items an SM holds keep too few bytes in flight for the memory's bandwidth (a
+    degree-16 polynomial of one float32 array, 34 arithmetic nodes, ran at a third of
+    it with one element).  Bodies of many calls are compute-bound, run as fast or faster
+    with one element, and the driver's build time grows with the unrolled body (a chain
+    of 200 ``sin`` steps)."""
     for items in (GPU_ITEMS_PER_THREAD, 2):
         if items * operations <= GPU_UNROLLED_OPERATIONS:
             return items
@@ -308,7 +322,7 @@ def _valid_gpu_coalesced(values: Mapping[str, Any], device: Device) -> bool:
 
 
 gpu_coalesced = Recipe(
-    "gpu-coalesced", _gpu_coalesced, version="6",
+    "gpu-coalesced", _gpu_coalesced, version="7",
     params=(Param("group", int, GPU_GROUP_SIZE, "work-items per work-group",
                   powers_of_two(1, 1024, (32, 64, 128, 256, 512))),
             Param("items", int, None, "elements per work-item, group apart (None: by "

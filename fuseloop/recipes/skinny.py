@@ -66,10 +66,12 @@ PARAMS = (
           "(split_k.stream_items_per_unit)", powers_of_two(1024, 1 << 22, (64 * 1024,))),
     Param("stream_pieces", int, 32, "stream_long's split-K: at most this many pieces",
           int_range(1, 1024, (32,))),
-    Param("stream_lanes", int, 0, "a short side of at most this many outputs (of those "
+    # (1: a vector's product, x @ A, where the lanes kernel applies ran faster on an H200
+    # in its one launch than split-K's two, or as fast; products of 2-4 rows unmeasured)
+    Param("stream_lanes", int, 1, "a short side of at most this many outputs (of those "
           "stream_long would take) runs in one launch where the long side alone fills the "
           "device: split_lanes with groups of stream_lanes_group, LANES lanes of the sum "
-          "(skinny.lanes_fill; 0: never)", int_range(0, 16, (0,))),
+          "(skinny.lanes_fill; 0: never)", int_range(0, 16, (0, 1))),
     Param("stream_lanes_group", int, 1024, "stream_lanes: work-items of a group",
           powers_of_two(64, 1024, (512, 1024))))
 
