@@ -27,18 +27,15 @@ from .expr.nodes import (
     Node,
     Scalar,
     Storage,
-    _loop_key,
     broadcast_shapes,
     c_strides,
     forget_recent,
-    intern_sig,
     join_shared,
     joined_at,
     joined_at_table,
     note_reader,
     prune_recent,
     recent_lazy,
-    scalar_sig,
     signature_of,
     take_last_recent,
     with_offs,
@@ -46,6 +43,17 @@ from .expr.nodes import (
 from .host_ops import binary0 as host_binary0
 from .host_path import inplace as host_inplace
 from .host_path import read as host_read
+from .operator_loops import (  # noqa: F401  (re-exported: tests read the tables here)
+    SIG_LOOPS_MAX,
+    WEAK_SCALARS_MAX,
+    _loops,
+    _sig_loops,
+    _signed_loop,
+    _ufunc_loop,
+    _unary_hit,
+    _weak_scalar,
+    _weak_scalars,
+)
 from .ops.host_mirror import scalar as host_scalar  # (host_path's, then index copies)
 from .runtime.devices import Device
 from .runtime.transfer import read
@@ -122,40 +130,6 @@ def build_node(op: str, operands: tuple[Any, ...],
 
 _new_array = _new_node = object.__new__
 _plain_leaf = Leaf.plain  # (bound once: every result array makes one)
-# (op, operand kinds...) -> (loop dtypes, their key); finite: ops x kinds^2
-_loops: dict[tuple, tuple[tuple[np.dtype, ...], tuple[str, ...]]] = {}
-# (Python int or float, dtype char) -> the numpy scalar it converts to
-_weak_scalars: dict[tuple[Any, str], np.generic] = {}
-WEAK_SCALARS_MAX = 4096
-_caches.register("array.loops", _loops.clear, lambda: len(_loops),
-                 why="one per operation and kinds of operand (dtypes, Python scalar types)")
-_caches.register("array.weak_scalars", _weak_scalars.clear, lambda: len(_weak_scalars),
-                 WEAK_SCALARS_MAX)
-
-
-def _ufunc_loop(op: str, *kinds: Any) -> tuple[tuple[np.dtype, ...], tuple[str, ...]]:
-    """numpy's loop dtypes of ``op`` for operands of ``kinds``, and their key (remembered)."""
-    hit = _loops.get((op, *kinds))
-    if hit is None:
-        loop = resolve_loop(op, kinds)  # (raises numpy's error for kinds without a loop)
-        hit = _loops[(op, *kinds)] = (loop, _loop_key(loop))
-    return hit
-
-
-def _weak_scalar(value: Any, dtype: np.dtype) -> np.generic:
-    """``scalar_to`` for a Python int or float, remembering recent conversions."""
-    if value == 0 or value != value:  # -0.0 == 0.0 and NaN != NaN: not dictionary keys
-        return scalar_to(value, dtype)
-    key = (value, dtype.char)
-    hit = _weak_scalars.get(key)
-    if hit is None:
-        hit = scalar_to(value, dtype)  # equal keys: equal numbers, so equal conversions
-        if len(_weak_scalars) >= WEAK_SCALARS_MAX:
-            _weak_scalars.clear()
-        _weak_scalars[key] = hit
-    return hit
-
-
 def _lazy_array(node: Node, device: Device) -> Array:
     self = _new_array(Array)
     self._storage = None
@@ -168,38 +142,6 @@ def _lazy_array(node: Node, device: Device) -> Array:
         if len(recent_lazy) >= _readers.recent_limit:
             prune_recent()
     return self
-
-
-# (op, left operand, right operand) -> (loop dtypes, their key, shape, the result's
-# signature), an operand being a signature, a Python scalar type or, for a node
-# without a signature (a concatenation), its (dtype, shape): one look-up gives
-# all an operator needs (a signature fixes its node's dtype and shape)
-_sig_loops: dict[tuple, tuple] = {}
-SIG_LOOPS_MAX = 8192
-_caches.register("array.sig_loops", _sig_loops.clear, lambda: len(_sig_loops), SIG_LOOPS_MAX)
-
-
-def _signed_loop(op: str, an: Node, bn: Node | None, sa: int, sb: Any,
-                 kind_a: Any, kind_b: Any) -> tuple:
-    """``_sig_loops``'s entry for these operands (``bn`` None: a Python scalar)."""
-    loop, key = _ufunc_loop(op, kind_a, kind_b)
-    if bn is None:  # array with a scalar of type sb
-        shape = an.shape
-        fields = ("A", op, key, shape, sa, scalar_sig(loop[1].char))
-    elif an is None:  # a scalar of type sa with array bn
-        shape = bn.shape
-        fields = ("A", op, key, shape, scalar_sig(loop[0].char), sb)
-    else:
-        shape = an.shape
-        if shape != bn.shape:
-            shape = broadcast_shapes(shape, bn.shape)
-        fields = ("A", op, key, shape, sa, sb)
-    hit = (loop, key, shape, intern_sig(fields) if sa and sb else 0)
-    if len(_sig_loops) >= SIG_LOOPS_MAX:
-        _sig_loops.clear()
-    # (an is None only for a scalar's type, bn for a scalar's: both truthy)
-    _sig_loops[(op, sa or (an.dtype, an.shape), sb or (bn.dtype, bn.shape))] = hit  # type: ignore[union-attr]
-    return hit
 
 
 # An operator's common cases (array with array, with a Python scalar) are lean: the scalar
@@ -306,17 +248,6 @@ def _with_numpy_fast_powers(lean: Callable[[Any, Any], Any]) -> Callable[[Any, A
         return lean(a, b)
     power.__name__ = power.__qualname__ = "power"
     return power
-
-
-def _unary_hit(op: str, an: Node, sa: int, dtype: np.dtype) -> tuple:
-    """``_sig_loops``' entry for the unary ``op`` of ``an`` (``sa``: its signature, or 0
-    for a node without one: then the entry is kept under its dtype)."""
-    loop, key = _ufunc_loop(op, dtype)
-    entry = (loop, key, intern_sig(("A", op, key, an.shape, sa)) if sa else 0)
-    if len(_sig_loops) >= SIG_LOOPS_MAX:
-        _sig_loops.clear()
-    _sig_loops[(op, sa or dtype)] = entry
-    return entry
 
 
 def _lean_unary(op: str) -> Callable[[Any], Any]:
