@@ -148,10 +148,12 @@ def _lazy_array(node: Node, device: Device) -> Array:
 # node, the operation node and the array built in place, in the method's own frame (a
 # helper would cost every operator a call).  One look-up by the operands' signatures
 # (expr.nodes) gives the loop dtypes, shape and signature; 0-d operands on a CPU device
-# are computed at once (host_ops.binary0).  Three attributes set a line at most.
+# are computed at once (host_ops.binary0).  Three attributes set a line at most.  A
+# Python scalar's conversion is _weak_scalar's, its hit inline (0, -0.0 and NaN are never
+# remembered; 0 is false).  Buffers: the union only when neither operand's set holds the
+# other's (most operands share buffers).
 def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
-    """The operator method of the numpy ufunc ``op`` (``x + y``, ``2 * x``, ...); what
-    is not an array with an array or a Python scalar goes to :func:`_apply_general`."""
+    """The operator method of numpy ufunc ``op`` (other operands: :func:`_apply_general`)."""
     def binary(a: Any, b: Any) -> Any:
         if reflected:
             a, b = b, a
@@ -161,15 +163,14 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             return got
         if ta is Array:
             device = a.device
-            an = a._node
-            sa = an.sig or (0 if type(an) is Apply else signature_of(an))
-            if tb is Array:
-                if b.device is not device:
-                    return _apply_general(op, (a, b))
+            an = a._node  # (its key: its signature, else its dtype's char and shape)
+            ka = an.sig or (type(an) is not Apply and signature_of(an)) or (an.dtype.char, an.shape)
+            if tb is Array and b.device is device:
                 bn = b._node
-                sb = bn.sig or (0 if type(bn) is Apply else signature_of(bn))
-                loop, key, shape, sig = _sig_loops.get((op, sa or (an.dtype, an.shape), sb or (
-                    bn.dtype, bn.shape))) or _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
+                kb = bn.sig or (type(bn) is not Apply and signature_of(bn)) or (
+                    bn.dtype.char, bn.shape)
+                loop, key, dtype, shape, sig = _sig_loops.get((op, ka, kb)) or _signed_loop(
+                    op, an, bn, ka, kb, a.dtype, b.dtype)
                 if sig:  # (operands read by both once; views' offsets: nodes.with_offs)
                     sig, offs = with_offs(sig, an.offs, bn.offs) if bn.offs else (sig, an.offs)
                     bo, ao = bn.operands, an.operands  # (bo begins as ao, or is one buffer)
@@ -180,53 +181,54 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                             len(bo) == 2 or (len(ao) > 1 and ao[1] is bo[1])):  # first test)
                         sig, bo = join_shared(sig, ao, an.storages, bo)
                     operands = ao + bo
+                sa, sb = an.storages, bn.storages  # (two targets: no tuple built)
+                storages = sa if sb is sa or not sb else sb if not sa or sa < sb \
+                    else sa if sb <= sa else sa | sb
+                fancy = an.fancy or bn.fancy  # (reductions have signatures too)
             elif tb is float or tb is int:
-                loop, key, shape, sig = _sig_loops.get((op, sa or (an.dtype, an.shape), tb)) or \
-                    _signed_loop(op, an, None, sa, tb, a.dtype, tb)
-                # _weak_scalar, its hit inline (0, -0.0, NaN never remembered; 0 is false)
+                loop, key, dtype, shape, sig = _sig_loops.get((op, ka, tb)) or _signed_loop(
+                    op, an, None, ka, tb, a.dtype, tb)
                 if (v := _weak_scalars.get((b, key[1])) if b and b == b else None) is None:
                     v = _weak_scalar(b, loop[1])  # (not ``or``: a numpy scalar's truth costs)
                 bn = _new_node(Scalar)  # (at most three targets a line: no tuple built)
-                bn.value, bn.dtype, bn.shape = v, v.dtype, ()
+                bn.value, bn.dtype, bn.shape = v, loop[1], ()  # (v's: a numpy getter costs)
                 bn.storages = _EMPTY
                 if sig:
                     operands, offs = an.operands + (bn,), an.offs  # noqa: RUF005  (a list)
+                storages, fancy = an.storages, an.fancy  # (a scalar's: none, False)
             else:
                 return _apply_general(op, (a, b))
         elif tb is Array and (ta is float or ta is int):
             device = b.device
             bn = b._node
-            sb = bn.sig or (0 if type(bn) is Apply else signature_of(bn))
-            loop, key, shape, sig = _sig_loops.get((op, ta, sb or (bn.dtype, bn.shape))) or \
-                _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
+            kb = bn.sig or (type(bn) is not Apply and signature_of(bn)) or (bn.dtype.char, bn.shape)
+            loop, key, dtype, shape, sig = _sig_loops.get((op, ta, kb)) or _signed_loop(
+                op, None, bn, ta, kb, ta, b.dtype)
             if (v := _weak_scalars.get((a, key[0])) if a and a == a else None) is None:
                 v = _weak_scalar(a, loop[0])  # (as above)
             an = _new_node(Scalar)
-            an.value, an.dtype, an.shape = v, v.dtype, ()
+            an.value, an.dtype, an.shape = v, loop[0], ()
             an.storages = _EMPTY
             if sig:
                 operands, offs = (an,) + bn.operands, bn.offs  # noqa: RUF005  (as above)
+            storages, fancy = bn.storages, bn.fancy
         else:
             return _apply_general(op, (a, b))
         node = _new_node(Apply)
         node.op, node._args, node.loop = op, (an, bn), loop
-        node.loop_key, node.dtype, node.shape = key, loop[-1], shape
-        sig = sig if sig and len(operands) <= MAX_OPERANDS else 0
-        node.sig, node.operands, node.offs = (sig, operands, offs) if sig else (0, None, ())
-        sa, sb = an.storages, bn.storages  # (two targets: no tuple built)
-        # (the union only when neither holds the other: most operands share buffers)
-        node.storages = storages = sa if sb is sa or not sb else sb if not sa or sa < sb \
-            else sa if sb <= sa else sa | sb
-        node.fancy = an.fancy or bn.fancy  # (reductions have signatures too)
+        node.loop_key, node.dtype, node.shape = key, dtype, shape
+        if not sig or len(operands) > MAX_OPERANDS:
+            sig, operands, offs = 0, None, ()
+        node.sig, node.operands, node.offs = sig, operands, offs
+        node.storages, node.fancy = storages, fancy
         self = _new_node(Array)
         self._storage, self._node, self.device = None, node, device
-        self.dtype, self._shape = node.dtype, shape
+        self.dtype, self._shape = dtype, shape
         if storages:
             recent_lazy.append(self)
             if len(recent_lazy) >= _readers.recent_limit:
                 prune_recent()
         return self
-
     binary.__name__ = binary.__qualname__ = f"{'r' if reflected else ''}{op}"
     return binary
 
@@ -266,17 +268,17 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         an = x._node
         if type(an) is Scalar and (got := _eager_unary(op, x)) is not None:
             return got  # (a value computed at once: so is this, host_eager)
-        sa = an.sig or (0 if type(an) is Apply else signature_of(an))
-        hit = _sig_loops.get((op, sa or x.dtype))
+        ka = an.sig or (type(an) is not Apply and signature_of(an)) or x.dtype.char
+        hit = _sig_loops.get((op, ka))
         if hit is None:
-            hit = _unary_hit(op, an, sa, x.dtype)
-        loop, key, sig = hit
+            hit = _unary_hit(op, an, ka, x.dtype)
+        loop, key, dtype, sig = hit
         node = _new_node(Apply)
         node.op = op
         node._args = (an,)
         node.loop = loop
         node.loop_key = key
-        node.dtype = dtype = loop[-1]
+        node.dtype = dtype
         node.shape = shape = an.shape
         node.sig = sig
         node.operands, node.offs = an.operands if sig else None, an.offs

@@ -50,44 +50,51 @@ def _weak_scalar(value: Any, dtype: np.dtype) -> np.generic:
     return hit
 
 
-# (op, left operand, right operand) -> (loop dtypes, their key, shape, the result's
-# signature), an operand being a signature, a Python scalar type or, for a node
-# without a signature (a concatenation), its (dtype, shape): one look-up gives
-# all an operator needs (a signature fixes its node's dtype and shape)
+# (op, left operand, right operand) -> (loop dtypes, their key, result dtype, shape, the
+# result's signature), an operand being a signature, a Python scalar type or, for a node
+# without a signature (a concatenation, a long chain), its (dtype char, shape): one look-up
+# gives all an operator needs (a signature fixes its node's dtype and shape).  A dtype is
+# named by its char, as in signatures and loop keys (dtypes.as_dtype's canonical dtypes
+# have distinct chars): hashing a numpy dtype builds a tuple each time
 _sig_loops: dict[tuple, tuple] = {}
 SIG_LOOPS_MAX = 8192
 _caches.register("array.sig_loops", _sig_loops.clear, lambda: len(_sig_loops), SIG_LOOPS_MAX)
 
 
-def _signed_loop(op: str, an: Node, bn: Node | None, sa: int, sb: Any,
+def _signed_loop(op: str, an: Node | None, bn: Node | None, ka: Any, kb: Any,
                  kind_a: Any, kind_b: Any) -> tuple:
-    """``_sig_loops``'s entry for these operands (``bn`` None: a Python scalar)."""
+    """``_sig_loops``'s entry for operands keyed ``ka`` and ``kb`` (a signature, a Python
+    scalar's type, or an unsigned node's dtype char and shape) of kinds ``kind_a`` and
+    ``kind_b``, kept under ``(op, ka, kb)`` (``an`` or ``bn`` None: a Python scalar)."""
     loop, key = _ufunc_loop(op, kind_a, kind_b)
-    if bn is None:  # array with a scalar of type sb
-        shape = an.shape
-        fields = ("A", op, key, shape, sa, scalar_sig(loop[1].char))
-    elif an is None:  # a scalar of type sa with array bn
+    if bn is None:  # array with a scalar of type kb
+        shape = an.shape  # type: ignore[union-attr]
+        fields = ("A", op, key, shape, ka, scalar_sig(loop[1].char))
+        signed = type(ka) is int
+    elif an is None:  # a scalar of type ka with array bn
         shape = bn.shape
-        fields = ("A", op, key, shape, scalar_sig(loop[0].char), sb)
+        fields = ("A", op, key, shape, scalar_sig(loop[0].char), kb)
+        signed = type(kb) is int
     else:
         shape = an.shape
         if shape != bn.shape:
             shape = broadcast_shapes(shape, bn.shape)
-        fields = ("A", op, key, shape, sa, sb)
-    hit = (loop, key, shape, intern_sig(fields) if sa and sb else 0)
+        fields = ("A", op, key, shape, ka, kb)
+        signed = type(ka) is int and type(kb) is int
+    hit = (loop, key, loop[-1], shape, intern_sig(fields) if signed else 0)
     if len(_sig_loops) >= SIG_LOOPS_MAX:
         _sig_loops.clear()
-    # (an is None only for a scalar's type, bn for a scalar's: both truthy)
-    _sig_loops[(op, sa or (an.dtype, an.shape), sb or (bn.dtype, bn.shape))] = hit  # type: ignore[union-attr]
+    _sig_loops[(op, ka, kb)] = hit
     return hit
 
 
-def _unary_hit(op: str, an: Node, sa: int, dtype: np.dtype) -> tuple:
-    """``_sig_loops``' entry for the unary ``op`` of ``an`` (``sa``: its signature, or 0
-    for a node without one: then the entry is kept under its dtype)."""
+def _unary_hit(op: str, an: Node, ka: Any, dtype: np.dtype) -> tuple:
+    """``_sig_loops``' entry for the unary ``op`` of ``an`` of ``dtype``, kept under
+    ``(op, ka)``: ``ka`` is its signature or, for a node without one, its dtype's char."""
     loop, key = _ufunc_loop(op, dtype)
-    entry = (loop, key, intern_sig(("A", op, key, an.shape, sa)) if sa else 0)
+    signed = type(ka) is int
+    entry = (loop, key, loop[-1], intern_sig(("A", op, key, an.shape, ka)) if signed else 0)
     if len(_sig_loops) >= SIG_LOOPS_MAX:
         _sig_loops.clear()
-    _sig_loops[(op, sa or dtype)] = entry
+    _sig_loops[(op, ka)] = entry
     return entry
