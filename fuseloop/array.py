@@ -129,6 +129,11 @@ def build_node(op: str, operands: tuple[Any, ...],
 
 
 _new_array = _new_node = object.__new__
+# Methods of tables imported from other modules, bound once: Python 3.11 compiles
+# ``imported_name.method(...)`` as an attribute load (it takes the name for a module),
+# which makes a bound method on every call.  (The tables are cleared, never replaced.)
+_sig_loops_get, _weak_scalars_get = _sig_loops.get, _weak_scalars.get
+_joined_at_get, _note_recent = joined_at_table.get, recent_lazy.append
 _plain_leaf = Leaf.plain  # (bound once: every result array makes one)
 def _lazy_array(node: Node, device: Device) -> Array:
     self = _new_array(Array)
@@ -138,7 +143,7 @@ def _lazy_array(node: Node, device: Device) -> Array:
     self.dtype = node.dtype
     self._shape = node.shape
     if node.storages:  # expr.nodes.note_reader, inline
-        recent_lazy.append(self)
+        _note_recent(self)
         if len(recent_lazy) >= _readers.recent_limit:
             prune_recent()
     return self
@@ -169,14 +174,14 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 bn = b._node
                 kb = bn.sig or (type(bn) is not Apply and signature_of(bn)) or (
                     bn.dtype.char, bn.shape)
-                loop, key, dtype, shape, sig = _sig_loops.get((op, ka, kb)) or _signed_loop(
+                loop, key, dtype, shape, sig = _sig_loops_get((op, ka, kb)) or _signed_loop(
                     op, an, bn, ka, kb, a.dtype, b.dtype)
                 if sig:  # (operands read by both once; views' offsets: nodes.with_offs)
                     sig, offs = with_offs(sig, an.offs, bn.offs) if bn.offs else (sig, an.offs)
                     bo, ao = bn.operands, an.operands  # (bo begins as ao, or is one buffer)
                     if len(bo) == 1 and bo[0] in an.storages:  # (join_shared's first case)
                         at = (sig, ao.index(bo[0]))  # (r * c + y: y's place among r's)
-                        sig, bo = joined_at_table.get(at) or joined_at(*at), ()
+                        sig, bo = _joined_at_get(at) or joined_at(*at), ()
                     elif len(bo) > 1 and ao and ao[0] is bo[0] and (  # (shared_prefix's
                             len(bo) == 2 or (len(ao) > 1 and ao[1] is bo[1])):  # first test)
                         sig, bo = join_shared(sig, ao, an.storages, bo)
@@ -186,9 +191,9 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                     else sa if sb <= sa else sa | sb
                 fancy = an.fancy or bn.fancy  # (reductions have signatures too)
             elif tb is float or tb is int:
-                loop, key, dtype, shape, sig = _sig_loops.get((op, ka, tb)) or _signed_loop(
+                loop, key, dtype, shape, sig = _sig_loops_get((op, ka, tb)) or _signed_loop(
                     op, an, None, ka, tb, a.dtype, tb)
-                if (v := _weak_scalars.get((b, key[1])) if b and b == b else None) is None:
+                if (v := _weak_scalars_get((b, key[1])) if b and b == b else None) is None:
                     v = _weak_scalar(b, loop[1])  # (not ``or``: a numpy scalar's truth costs)
                 bn = _new_node(Scalar)  # (at most three targets a line: no tuple built)
                 bn.value, bn.dtype, bn.shape = v, loop[1], ()  # (v's: a numpy getter costs)
@@ -202,9 +207,9 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             device = b.device
             bn = b._node
             kb = bn.sig or (type(bn) is not Apply and signature_of(bn)) or (bn.dtype.char, bn.shape)
-            loop, key, dtype, shape, sig = _sig_loops.get((op, ta, kb)) or _signed_loop(
+            loop, key, dtype, shape, sig = _sig_loops_get((op, ta, kb)) or _signed_loop(
                 op, None, bn, ta, kb, ta, b.dtype)
-            if (v := _weak_scalars.get((a, key[0])) if a and a == a else None) is None:
+            if (v := _weak_scalars_get((a, key[0])) if a and a == a else None) is None:
                 v = _weak_scalar(a, loop[0])  # (as above)
             an = _new_node(Scalar)
             an.value, an.dtype, an.shape = v, loop[0], ()
@@ -225,7 +230,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
         self._storage, self._node, self.device = None, node, device
         self.dtype, self._shape = dtype, shape
         if storages:
-            recent_lazy.append(self)
+            _note_recent(self)
             if len(recent_lazy) >= _readers.recent_limit:
                 prune_recent()
         return self
@@ -269,7 +274,7 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         if type(an) is Scalar and (got := _eager_unary(op, x)) is not None:
             return got  # (a value computed at once: so is this, host_eager)
         ka = an.sig or (type(an) is not Apply and signature_of(an)) or x.dtype.char
-        hit = _sig_loops.get((op, ka))
+        hit = _sig_loops_get((op, ka))
         if hit is None:
             hit = _unary_hit(op, an, ka, x.dtype)
         loop, key, dtype, sig = hit
@@ -292,7 +297,7 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         self.dtype = dtype
         self._shape = shape
         if storages:
-            recent_lazy.append(self)
+            _note_recent(self)
             if len(recent_lazy) >= _readers.recent_limit:
                 prune_recent()
         return self
