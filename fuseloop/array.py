@@ -27,18 +27,15 @@ from .expr.nodes import (
     Node,
     Scalar,
     Storage,
-    _loop_key,
     broadcast_shapes,
     c_strides,
     forget_recent,
-    intern_sig,
     join_shared,
     joined_at,
     joined_at_table,
     note_reader,
     prune_recent,
     recent_lazy,
-    scalar_sig,
     signature_of,
     take_last_recent,
     with_offs,
@@ -46,6 +43,17 @@ from .expr.nodes import (
 from .host_ops import binary0 as host_binary0
 from .host_path import inplace as host_inplace
 from .host_path import read as host_read
+from .operator_loops import (  # noqa: F401  (re-exported: tests read the tables here)
+    SIG_LOOPS_MAX,
+    WEAK_SCALARS_MAX,
+    _loops,
+    _sig_loops,
+    _signed_loop,
+    _ufunc_loop,
+    _unary_hit,
+    _weak_scalar,
+    _weak_scalars,
+)
 from .ops.host_mirror import scalar as host_scalar  # (host_path's, then index copies)
 from .runtime.devices import Device
 from .runtime.transfer import read
@@ -121,41 +129,12 @@ def build_node(op: str, operands: tuple[Any, ...],
 
 
 _new_array = _new_node = object.__new__
+# Methods of tables imported from other modules, bound once: Python 3.11 compiles
+# ``imported_name.method(...)`` as an attribute load (it takes the name for a module),
+# which makes a bound method on every call.  (The tables are cleared, never replaced.)
+_sig_loops_get, _weak_scalars_get = _sig_loops.get, _weak_scalars.get
+_joined_at_get, _note_recent = joined_at_table.get, recent_lazy.append
 _plain_leaf = Leaf.plain  # (bound once: every result array makes one)
-# (op, operand kinds...) -> (loop dtypes, their key); finite: ops x kinds^2
-_loops: dict[tuple, tuple[tuple[np.dtype, ...], tuple[str, ...]]] = {}
-# (Python int or float, dtype char) -> the numpy scalar it converts to
-_weak_scalars: dict[tuple[Any, str], np.generic] = {}
-WEAK_SCALARS_MAX = 4096
-_caches.register("array.loops", _loops.clear, lambda: len(_loops),
-                 why="one per operation and kinds of operand (dtypes, Python scalar types)")
-_caches.register("array.weak_scalars", _weak_scalars.clear, lambda: len(_weak_scalars),
-                 WEAK_SCALARS_MAX)
-
-
-def _ufunc_loop(op: str, *kinds: Any) -> tuple[tuple[np.dtype, ...], tuple[str, ...]]:
-    """numpy's loop dtypes of ``op`` for operands of ``kinds``, and their key (remembered)."""
-    hit = _loops.get((op, *kinds))
-    if hit is None:
-        loop = resolve_loop(op, kinds)  # (raises numpy's error for kinds without a loop)
-        hit = _loops[(op, *kinds)] = (loop, _loop_key(loop))
-    return hit
-
-
-def _weak_scalar(value: Any, dtype: np.dtype) -> np.generic:
-    """``scalar_to`` for a Python int or float, remembering recent conversions."""
-    if value == 0 or value != value:  # -0.0 == 0.0 and NaN != NaN: not dictionary keys
-        return scalar_to(value, dtype)
-    key = (value, dtype.char)
-    hit = _weak_scalars.get(key)
-    if hit is None:
-        hit = scalar_to(value, dtype)  # equal keys: equal numbers, so equal conversions
-        if len(_weak_scalars) >= WEAK_SCALARS_MAX:
-            _weak_scalars.clear()
-        _weak_scalars[key] = hit
-    return hit
-
-
 def _lazy_array(node: Node, device: Device) -> Array:
     self = _new_array(Array)
     self._storage = None
@@ -164,52 +143,22 @@ def _lazy_array(node: Node, device: Device) -> Array:
     self.dtype = node.dtype
     self._shape = node.shape
     if node.storages:  # expr.nodes.note_reader, inline
-        recent_lazy.append(self)
+        _note_recent(self)
         if len(recent_lazy) >= _readers.recent_limit:
             prune_recent()
     return self
-
-
-# (op, left operand, right operand) -> (loop dtypes, their key, shape, the result's
-# signature), an operand being a signature, a Python scalar type or, for a node
-# without a signature (a concatenation), its (dtype, shape): one look-up gives
-# all an operator needs (a signature fixes its node's dtype and shape)
-_sig_loops: dict[tuple, tuple] = {}
-SIG_LOOPS_MAX = 8192
-_caches.register("array.sig_loops", _sig_loops.clear, lambda: len(_sig_loops), SIG_LOOPS_MAX)
-
-
-def _signed_loop(op: str, an: Node, bn: Node | None, sa: int, sb: Any,
-                 kind_a: Any, kind_b: Any) -> tuple:
-    """``_sig_loops``'s entry for these operands (``bn`` None: a Python scalar)."""
-    loop, key = _ufunc_loop(op, kind_a, kind_b)
-    if bn is None:  # array with a scalar of type sb
-        shape = an.shape
-        fields = ("A", op, key, shape, sa, scalar_sig(loop[1].char))
-    elif an is None:  # a scalar of type sa with array bn
-        shape = bn.shape
-        fields = ("A", op, key, shape, scalar_sig(loop[0].char), sb)
-    else:
-        shape = an.shape
-        if shape != bn.shape:
-            shape = broadcast_shapes(shape, bn.shape)
-        fields = ("A", op, key, shape, sa, sb)
-    hit = (loop, key, shape, intern_sig(fields) if sa and sb else 0)
-    if len(_sig_loops) >= SIG_LOOPS_MAX:
-        _sig_loops.clear()
-    # (an is None only for a scalar's type, bn for a scalar's: both truthy)
-    _sig_loops[(op, sa or (an.dtype, an.shape), sb or (bn.dtype, bn.shape))] = hit  # type: ignore[union-attr]
-    return hit
 
 
 # An operator's common cases (array with array, with a Python scalar) are lean: the scalar
 # node, the operation node and the array built in place, in the method's own frame (a
 # helper would cost every operator a call).  One look-up by the operands' signatures
 # (expr.nodes) gives the loop dtypes, shape and signature; 0-d operands on a CPU device
-# are computed at once (host_ops.binary0).  Three attributes set a line at most.
+# are computed at once (host_ops.binary0).  Three attributes set a line at most.  A
+# Python scalar's conversion is _weak_scalar's, its hit inline (0, -0.0 and NaN are never
+# remembered; 0 is false).  Buffers: the union only when neither operand's set holds the
+# other's (most operands share buffers).
 def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
-    """The operator method of the numpy ufunc ``op`` (``x + y``, ``2 * x``, ...); what
-    is not an array with an array or a Python scalar goes to :func:`_apply_general`."""
+    """The operator method of numpy ufunc ``op`` (other operands: :func:`_apply_general`)."""
     def binary(a: Any, b: Any) -> Any:
         if reflected:
             a, b = b, a
@@ -219,72 +168,72 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             return got
         if ta is Array:
             device = a.device
-            an = a._node
-            sa = an.sig or (0 if type(an) is Apply else signature_of(an))
-            if tb is Array:
-                if b.device is not device:
-                    return _apply_general(op, (a, b))
+            an = a._node  # (its key: its signature, else its dtype's char and shape)
+            ka = an.sig or (type(an) is not Apply and signature_of(an)) or (an.dtype.char, an.shape)
+            if tb is Array and b.device is device:
                 bn = b._node
-                sb = bn.sig or (0 if type(bn) is Apply else signature_of(bn))
-                loop, key, shape, sig = _sig_loops.get((op, sa or (an.dtype, an.shape), sb or (
-                    bn.dtype, bn.shape))) or _signed_loop(op, an, bn, sa, sb, a.dtype, b.dtype)
+                kb = bn.sig or (type(bn) is not Apply and signature_of(bn)) or (
+                    bn.dtype.char, bn.shape)
+                loop, key, dtype, shape, sig = _sig_loops_get((op, ka, kb)) or _signed_loop(
+                    op, an, bn, ka, kb, a.dtype, b.dtype)
                 if sig:  # (operands read by both once; views' offsets: nodes.with_offs)
                     sig, offs = with_offs(sig, an.offs, bn.offs) if bn.offs else (sig, an.offs)
                     bo, ao = bn.operands, an.operands  # (bo begins as ao, or is one buffer)
                     if len(bo) == 1 and bo[0] in an.storages:  # (join_shared's first case)
                         at = (sig, ao.index(bo[0]))  # (r * c + y: y's place among r's)
-                        sig, bo = joined_at_table.get(at) or joined_at(*at), ()
+                        sig, bo = _joined_at_get(at) or joined_at(*at), ()
                     elif len(bo) > 1 and ao and ao[0] is bo[0] and (  # (shared_prefix's
                             len(bo) == 2 or (len(ao) > 1 and ao[1] is bo[1])):  # first test)
                         sig, bo = join_shared(sig, ao, an.storages, bo)
                     operands = ao + bo
+                sa, sb = an.storages, bn.storages  # (two targets: no tuple built)
+                storages = sa if sb is sa or not sb else sb if not sa or sa < sb \
+                    else sa if sb <= sa else sa | sb
+                fancy = an.fancy or bn.fancy  # (reductions have signatures too)
             elif tb is float or tb is int:
-                loop, key, shape, sig = _sig_loops.get((op, sa or (an.dtype, an.shape), tb)) or \
-                    _signed_loop(op, an, None, sa, tb, a.dtype, tb)
-                # _weak_scalar, its hit inline (0, -0.0, NaN never remembered; 0 is false)
-                if (v := _weak_scalars.get((b, key[1])) if b and b == b else None) is None:
+                loop, key, dtype, shape, sig = _sig_loops_get((op, ka, tb)) or _signed_loop(
+                    op, an, None, ka, tb, a.dtype, tb)
+                if (v := _weak_scalars_get((b, key[1])) if b and b == b else None) is None:
                     v = _weak_scalar(b, loop[1])  # (not ``or``: a numpy scalar's truth costs)
                 bn = _new_node(Scalar)  # (at most three targets a line: no tuple built)
-                bn.value, bn.dtype, bn.shape = v, v.dtype, ()
+                bn.value, bn.dtype, bn.shape = v, loop[1], ()  # (v's: a numpy getter costs)
                 bn.storages = _EMPTY
                 if sig:
                     operands, offs = an.operands + (bn,), an.offs  # noqa: RUF005  (a list)
+                storages, fancy = an.storages, an.fancy  # (a scalar's: none, False)
             else:
                 return _apply_general(op, (a, b))
         elif tb is Array and (ta is float or ta is int):
             device = b.device
             bn = b._node
-            sb = bn.sig or (0 if type(bn) is Apply else signature_of(bn))
-            loop, key, shape, sig = _sig_loops.get((op, ta, sb or (bn.dtype, bn.shape))) or \
-                _signed_loop(op, None, bn, ta, sb, ta, b.dtype)  # type: ignore[arg-type]
-            if (v := _weak_scalars.get((a, key[0])) if a and a == a else None) is None:
+            kb = bn.sig or (type(bn) is not Apply and signature_of(bn)) or (bn.dtype.char, bn.shape)
+            loop, key, dtype, shape, sig = _sig_loops_get((op, ta, kb)) or _signed_loop(
+                op, None, bn, ta, kb, ta, b.dtype)
+            if (v := _weak_scalars_get((a, key[0])) if a and a == a else None) is None:
                 v = _weak_scalar(a, loop[0])  # (as above)
             an = _new_node(Scalar)
-            an.value, an.dtype, an.shape = v, v.dtype, ()
+            an.value, an.dtype, an.shape = v, loop[0], ()
             an.storages = _EMPTY
             if sig:
                 operands, offs = (an,) + bn.operands, bn.offs  # noqa: RUF005  (as above)
+            storages, fancy = bn.storages, bn.fancy
         else:
             return _apply_general(op, (a, b))
         node = _new_node(Apply)
         node.op, node._args, node.loop = op, (an, bn), loop
-        node.loop_key, node.dtype, node.shape = key, loop[-1], shape
-        sig = sig if sig and len(operands) <= MAX_OPERANDS else 0
-        node.sig, node.operands, node.offs = (sig, operands, offs) if sig else (0, None, ())
-        sa, sb = an.storages, bn.storages  # (two targets: no tuple built)
-        # (the union only when neither holds the other: most operands share buffers)
-        node.storages = storages = sa if sb is sa or not sb else sb if not sa or sa < sb \
-            else sa if sb <= sa else sa | sb
-        node.fancy = an.fancy or bn.fancy  # (reductions have signatures too)
+        node.loop_key, node.dtype, node.shape = key, dtype, shape
+        if not sig or len(operands) > MAX_OPERANDS:
+            sig, operands, offs = 0, None, ()
+        node.sig, node.operands, node.offs = sig, operands, offs
+        node.storages, node.fancy = storages, fancy
         self = _new_node(Array)
         self._storage, self._node, self.device = None, node, device
-        self.dtype, self._shape = node.dtype, shape
+        self.dtype, self._shape = dtype, shape
         if storages:
-            recent_lazy.append(self)
+            _note_recent(self)
             if len(recent_lazy) >= _readers.recent_limit:
                 prune_recent()
         return self
-
     binary.__name__ = binary.__qualname__ = f"{'r' if reflected else ''}{op}"
     return binary
 
@@ -308,17 +257,6 @@ def _with_numpy_fast_powers(lean: Callable[[Any, Any], Any]) -> Callable[[Any, A
     return power
 
 
-def _unary_hit(op: str, an: Node, sa: int, dtype: np.dtype) -> tuple:
-    """``_sig_loops``' entry for the unary ``op`` of ``an`` (``sa``: its signature, or 0
-    for a node without one: then the entry is kept under its dtype)."""
-    loop, key = _ufunc_loop(op, dtype)
-    entry = (loop, key, intern_sig(("A", op, key, an.shape, sa)) if sa else 0)
-    if len(_sig_loops) >= SIG_LOOPS_MAX:
-        _sig_loops.clear()
-    _sig_loops[(op, sa or dtype)] = entry
-    return entry
-
-
 def _lean_unary(op: str) -> Callable[[Any], Any]:
     """The function of the unary numpy ufunc ``op`` (``fl.sqrt(x)``, ``-x``).
 
@@ -335,17 +273,17 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         an = x._node
         if type(an) is Scalar and (got := _eager_unary(op, x)) is not None:
             return got  # (a value computed at once: so is this, host_eager)
-        sa = an.sig or (0 if type(an) is Apply else signature_of(an))
-        hit = _sig_loops.get((op, sa or x.dtype))
+        ka = an.sig or (type(an) is not Apply and signature_of(an)) or x.dtype.char
+        hit = _sig_loops_get((op, ka))
         if hit is None:
-            hit = _unary_hit(op, an, sa, x.dtype)
-        loop, key, sig = hit
+            hit = _unary_hit(op, an, ka, x.dtype)
+        loop, key, dtype, sig = hit
         node = _new_node(Apply)
         node.op = op
         node._args = (an,)
         node.loop = loop
         node.loop_key = key
-        node.dtype = dtype = loop[-1]
+        node.dtype = dtype
         node.shape = shape = an.shape
         node.sig = sig
         node.operands, node.offs = an.operands if sig else None, an.offs
@@ -359,7 +297,7 @@ def _lean_unary(op: str) -> Callable[[Any], Any]:
         self.dtype = dtype
         self._shape = shape
         if storages:
-            recent_lazy.append(self)
+            _note_recent(self)
             if len(recent_lazy) >= _readers.recent_limit:
                 prune_recent()
         return self
