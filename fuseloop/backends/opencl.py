@@ -113,8 +113,8 @@ class OpenCLBufferPool(BufferPool):
         self.pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(queue))
         self.allocate = self.pool.allocate
         self.huge_from = huge_from
-        self._cl_device = queue.device
-        self._advising: Any = None  # (the queue that maps buffers to advise: see _mapped)
+        self._queue = queue
+        self._advising: Any = None  # (the queue that maps buffers to advise: see _advised)
 
     @property
     def managed_bytes(self) -> int:
@@ -142,13 +142,13 @@ class OpenCLBufferPool(BufferPool):
     def _advised(self, buffer: Any, host: np.ndarray | None) -> None:
         """Advise huge pages under a new ``buffer`` (all of its block), then copy ``host``'s
         bytes in when given.  Its memory is found by mapping it on a queue of its own: a new
-        buffer has no command to wait for there, while the device's queue may be busy; that
-        queue is finished before the buffer is handed out, so the device's queue sees it."""
+        buffer has no command to wait for there, while the device's queue may be busy; the
+        device's queue waits for the unmap before its next command (a barrier: no wait here)."""
         from ..runtime import huge_pages
 
         queue = self._advising
         if queue is None:
-            queue = self._advising = cl.CommandQueue(self.context, self._cl_device)
+            queue = self._advising = cl.CommandQueue(self.context, self._queue.device)
         size = buffer.get_info(cl.mem_info.SIZE)
         flags = cl.map_flags.WRITE_INVALIDATE_REGION
         mapped, _ = cl.enqueue_map_buffer(queue, buffer, flags, 0, (size,), np.dtype(np.uint8))
@@ -157,8 +157,9 @@ class OpenCLBufferPool(BufferPool):
             if host is not None:
                 mapped[:host.nbytes] = host.ravel(order="K").view(np.uint8)
         finally:
-            mapped.base.release(queue)
-            queue.finish()
+            unmapped = mapped.base.release(queue)
+            queue.flush()
+        cl.enqueue_barrier(self._queue, wait_for=[unmapped])
 
 
 def _rejected(device: Any, what: str, kernel_names: Sequence[str], source: str,
