@@ -83,9 +83,14 @@ def advise(address: int, nbytes: int, page: int) -> int:
     if end <= start:
         return 0
     if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    failed = _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start),
-                           _MADV_HUGEPAGE)
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        except (OSError, TypeError):  # (no C library to load by that name: not Linux)
+            return 0
+    madvise = getattr(_libc, "madvise", None)
+    if madvise is None:
+        return 0
+    failed = madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_HUGEPAGE)
     return 0 if failed else end - start
 
 
