@@ -150,7 +150,7 @@ def _key_head(device: Device) -> tuple:
     # (the reduction recipe decides column-like reductions' splits, the contraction
     # recipe split-K)
     head = (*fields, _ev.column_params(device), _sp.column_narrow(device),
-            _ev.split_param(device))
+            _sp.column_wide(device), _ev.split_param(device))
     if token is not None:
         _heads[device.index] = (token, device, fields, head)
     return head

@@ -225,6 +225,15 @@ def column_params(device: Device) -> tuple[int, int]:
     return int(width), int(items)
 
 
+def column_wide(device: Device) -> tuple[int, int]:
+    """(outputs per work-item, the least rows per piece) of a split column-like
+    reduction's first stage with long pieces (``column_wide``, ``column_wide_rows`` of
+    the reduction recipe, see :mod:`fuseloop.recipes.rows`; a recipe without them: 0, 0,
+    never)."""
+    values = recipe_for(device, "reduction").values
+    return int(values.get("column_wide") or 0), int(values.get("column_wide_rows") or 0)
+
+
 def column_narrow(device: Device) -> tuple[int, int, int]:
     """(``column_group``, the work-items of a narrow group, ``column_slices``) of the
     reduction recipe on ``device``: what :func:`fuseloop.recipes.row_layout.column_slices`
@@ -270,6 +279,16 @@ def _column_pieces(outputs: int, length: int, device: Device, inner: int = 0) ->
     if narrow:  # (a group per row's outputs: their width, a power of two, by the slices)
         items = -(-outputs // inner) * narrow * slices
     want = per_unit * max(1, device.compute_units)
+    wide, rows = column_wide(device)
+    if not narrow and wide > width and inner >= max(width + 1, wide // 4) \
+            and -(-length // 2) >= rows:
+        # rows that fill a quarter of a ``wide`` block, long enough for pieces of ``rows``:
+        # blocks of ``wide`` outputs, the rows split for work-items (the first stage's
+        # size class states it: row_cpu._column_block; a narrow split below leaves pieces
+        # shorter than ``rows``, or none: ``width`` blocks)
+        wide_items = -(-outputs // wide)
+        if wide_items < want:
+            return max(2, min(-(-want // wide_items), length // rows, 4096))
     if items >= want:
         return 1
     return max(1, min(-(-want // items), length // (COLUMN_MIN_PIECE * slices), 4096))

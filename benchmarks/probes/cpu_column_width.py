@@ -1,6 +1,9 @@
 """CPU time of column-like reductions on the CPU device by the ``cpu-rows`` recipe's
 ``column_width`` (outputs per work-item; fewer work-items than ``column_items`` per
 compute unit split the reduced axis in two stages), widths interleaved in one process.
+``rule``: the recipe's defaults (``column_wide`` outputs per work-item in a split's first
+stage with pieces of at least ``column_wide_rows`` rows, see ``splits._column_pieces``);
+each width ``w``: ``column_width=w`` everywhere (``column_wide`` off).
 
 Each case is fetched to the host (``.get()``); reductions of concrete arrays run as
 kernels here (``ops.reductions.REDUCE_NOW_MAX`` = 0).  Printed: median CPU ms (every
@@ -20,6 +23,7 @@ import numpy as np
 
 import fuseloop as fl
 from fuseloop.ops import reductions
+from fuseloop.recipes.rows import CPU_COLUMN_WIDE, CPU_COLUMN_WIDTH
 
 
 def _cases(m: object, x: object, k: object, b: object) -> dict[str, Callable[[], object]]:
@@ -47,7 +51,7 @@ def main() -> None:
     reductions.REDUCE_NOW_MAX = 0
     widths = [int(w) for w in args.widths.split(",")]
     rng = np.random.default_rng(0)
-    print(f"{fl.get_device()}: CPU ms, median of {args.repeats}; column_width " +
+    print(f"{fl.get_device()}: CPU ms, median of {args.repeats}; rule, column_width " +
           " ".join(map(str, widths)) + ", numpy")
     for n in (2 ** int(s[2:]) for s in args.sizes):
         side = round(n ** 0.5)
@@ -58,9 +62,12 @@ def main() -> None:
         ref = _cases(np, xs, ks, bs)
         for name, fn in dev.items():
             runs: list[Callable[[], object]] = []
-            for w in widths:
-                def run(fn: Callable[[], object] = fn, w: int = w) -> object:
-                    with fl.recipes.use("cpu-rows", "reduction", column_width=w):
+            # (each under a recipe of its own: a ``use`` block costs the same to each)
+            for w, wide in [(CPU_COLUMN_WIDTH, CPU_COLUMN_WIDE), *((w, w) for w in widths)]:
+                def run(fn: Callable[[], object] = fn, w: int = w, wide: int = wide
+                        ) -> object:
+                    with fl.recipes.use("cpu-rows", "reduction", column_width=w,
+                                        column_wide=wide):
                         return fn()
                 runs.append(run)
             runs.append(ref[name])

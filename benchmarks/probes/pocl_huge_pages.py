@@ -14,7 +14,12 @@ get huge pages too (``copy`` then times as the others).
 The kernels: a column sum of a float32 square, 256 or 4096 columns per work-item (the
 ``cpu-rows`` recipe's ``column_width`` before and after session 20), and a contiguous sum.
 
-    python benchmarks/probes/pocl_huge_pages.py [--side 4096] [--repeats 11]
+``--fuseloop``: fuseloop's own evaluations instead, on the default device, with the device's
+buffer pool swapped between one that advises huge pages (``fuseloop.runtime.huge_pages``)
+and one that does not, inputs uploaded through each: median CPU ms per case of ``.eval()``
+then ``fl.synchronize()`` (the previous result alive meanwhile, as in ``fuseloop bench``).
+
+    python benchmarks/probes/pocl_huge_pages.py [--side 4096] [--repeats 11] [--fuseloop]
 """
 
 from __future__ import annotations
@@ -59,12 +64,54 @@ def _madvised(ctx: cl.Context, queue: cl.CommandQueue, h: np.ndarray) -> cl.Buff
     return buf
 
 
+def _fuseloop(n: int, repeats: int) -> None:
+    import fuseloop as fl
+    from fuseloop.backends.opencl import OpenCLBufferPool
+    from fuseloop.runtime.devices import _runtime
+    from fuseloop.runtime.huge_pages import page_size
+
+    device = fl.get_device()
+    memory = _runtime(device).pool
+    pools = {"4 KiB": OpenCLBufferPool(device.context, device.queue),
+             "advised": OpenCLBufferPool(device.context, device.queue, page_size())}
+    rng = np.random.default_rng(0)
+    h, g = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+    cases = {"column sum": lambda x, y: x.sum(axis=0), "row sum": lambda x, y: x.sum(axis=1),
+             "sum": lambda x, y: x.sum(), "2x + y": lambda x, y: 2 * x + y,
+             "column var": lambda x, y: ((x - x.mean(axis=0)) ** 2).mean(axis=0)}
+    inputs = {}
+    for name, pool in pools.items():
+        memory.pool = pool
+        inputs[name] = (fl.asarray(h), fl.asarray(g))
+    print(f"{device}, {n}x{n} float32: CPU ms, median of {repeats}")
+    for case, fn in cases.items():
+        times: dict[str, list[float]] = {k: [] for k in [*pools, "numpy"]}
+        kept = {}
+        for r in range(repeats + 2):
+            for name, pool in pools.items():
+                memory.pool = pool
+                c0 = time.process_time()
+                kept[name] = fn(*inputs[name]).eval()
+                fl.synchronize()
+                if r > 1:
+                    times[name].append(time.process_time() - c0)
+            c0 = time.process_time()
+            fn(h, g)
+            if r > 1:
+                times["numpy"].append(time.process_time() - c0)
+        cols = "  ".join(f"{k} {statistics.median(v) * 1e3:7.3f}" for k, v in times.items())
+        print(f"{case:12} {cols}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--side", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=11)
+    ap.add_argument("--fuseloop", action="store_true")
     args = ap.parse_args()
     n = args.side
+    if args.fuseloop:
+        return _fuseloop(n, args.repeats)
     ctx = cl.Context([d for p in cl.get_platforms() if "Portable" in p.name
                       for d in p.get_devices()][:1])
     queue = cl.CommandQueue(ctx)

@@ -129,6 +129,14 @@ class BufferPool(ABC):
     allocate: Callable[[int], Any]
     #: the driver's exceptions for a refused allocation
     refused: tuple[type[BaseException], ...] = ()
+    #: the least size (bytes) of a pooled buffer that :meth:`advise` should see when it is
+    #: new from the driver (None: never; see :mod:`fuseloop.runtime.huge_pages`)
+    huge_from: int | None = None
+
+    def advise(self, buffer: Any) -> None:
+        """Ask for huge pages under ``buffer``, a block new from the driver that nothing
+        has written yet (only where :attr:`huge_from` is set)."""
+        return None
 
     @property
     @abstractmethod

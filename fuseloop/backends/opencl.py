@@ -100,15 +100,21 @@ class _Buffer(cl.Buffer):
 
 
 class OpenCLBufferPool(BufferPool):
-    """pyopencl's ``MemoryPool`` over an immediate allocator, and ``cl.Buffer``s outside it."""
+    """pyopencl's ``MemoryPool`` over an immediate allocator, and ``cl.Buffer``s outside it.
+
+    ``huge_from``: see :attr:`BufferPool.huge_from`; buffers made outside the pool from that
+    size get their huge pages advised here too (:mod:`fuseloop.runtime.huge_pages`)."""
 
     refused = (cl.MemoryError,)
 
-    def __init__(self, context: Any, queue: Any) -> None:
+    def __init__(self, context: Any, queue: Any, huge_from: int | None = None) -> None:
         self.context = context
         # pooled buffers make the per-evaluation output allocation nearly free
         self.pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(queue))
         self.allocate = self.pool.allocate
+        self.huge_from = huge_from
+        self._queue = queue
+        self._advising: Any = None  # (the queue that maps buffers to advise: see _advised)
 
     @property
     def managed_bytes(self) -> int:
@@ -119,13 +125,41 @@ class OpenCLBufferPool(BufferPool):
 
     def buffer(self, nbytes: int, host: np.ndarray | None,
                on_release: Callable[[int], None]) -> Any:
-        if host is None:
+        huge = self.huge_from is not None and nbytes >= self.huge_from
+        if host is None or huge:
             made = _Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+            if huge:  # (COPY_HOST_PTR would write the driver's pages before any advice)
+                self._advised(made, host)
         else:
             made = _Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
                            0, hostbuf=host)
         made._on_release = on_release
         return made
+
+    def advise(self, buffer: Any) -> None:
+        self._advised(buffer, None)
+
+    def _advised(self, buffer: Any, host: np.ndarray | None) -> None:
+        """Advise huge pages under a new ``buffer`` (all of its block), then copy ``host``'s
+        bytes in when given.  Its memory is found by mapping it on a queue of its own: a new
+        buffer has no command to wait for there, while the device's queue may be busy; the
+        device's queue waits for the unmap before its next command (a barrier: no wait here)."""
+        from ..runtime import huge_pages
+
+        queue = self._advising
+        if queue is None:
+            queue = self._advising = cl.CommandQueue(self.context, self._queue.device)
+        size = buffer.get_info(cl.mem_info.SIZE)
+        flags = cl.map_flags.WRITE_INVALIDATE_REGION
+        mapped, _ = cl.enqueue_map_buffer(queue, buffer, flags, 0, (size,), np.dtype(np.uint8))
+        try:
+            huge_pages.advise(mapped.ctypes.data, size, self.huge_from or size)
+            if host is not None:
+                mapped[:host.nbytes] = host.ravel(order="K").view(np.uint8)
+        finally:
+            unmapped = mapped.base.release(queue)
+            queue.flush()
+        cl.enqueue_barrier(self._queue, wait_for=[unmapped])
 
 
 def _rejected(device: Any, what: str, kernel_names: Sequence[str], source: str,
@@ -210,7 +244,9 @@ class OpenCLBackend(Backend):
                                    and device.context is other.context)
 
     def buffer_pool(self, device: Any, context: Any, queue: Any) -> BufferPool:
-        return OpenCLBufferPool(context, queue)
+        from ..runtime.huge_pages import advise_from
+
+        return OpenCLBufferPool(context, queue, advise_from(device.type))
 
     def loopy_target(self) -> Any:
         import loopy as lp

@@ -60,6 +60,13 @@ CPU_SELECT_MIN = 4
 # 1024 x 16384 float32 sums and variances (PoCL 3.0, 2 cores)
 CPU_COLUMN_WIDTH = 256
 CPU_COLUMN_ITEMS = 2
+# ... and where the reduced axis is long, a split's first stage takes this many: each
+# work-item's step down the rows then reads a longer contiguous run (fewer pages and
+# prefetch streams a row), the rows split into pieces of at least CPU_COLUMN_WIDE_ROWS
+# for enough work-items (splits._column_pieces); shorter reductions keep one stage
+# (probes/cpu_column_width.py).  4096 float32 accumulators fill half a 32 KiB L1 cache
+CPU_COLUMN_WIDE = 4096
+CPU_COLUMN_WIDE_ROWS = 512
 # A launch of fewer rows states no facts about them (see _cpu_size_class): each fact
 # saves a fixed cost per row, which so few rows do not notice
 CPU_CLASS_ROWS = 8
@@ -67,8 +74,10 @@ CPU_CLASS_ROWS = 8
 SELECT_OPS = ("max", "min", "any", "all")
 
 
-def _cpu_columns(t_unit: lp.TranslationUnit, width: int) -> lp.TranslationUnit:
-    """``width`` neighbouring outputs per work-item, their reductions walked together.
+def _cpu_columns(t_unit: lp.TranslationUnit, width: int, wide: int,
+                 wide_rows: int) -> lp.TranslationUnit:
+    """``width`` neighbouring outputs per work-item (``wide`` where the size class says
+    so: :func:`_column_block`), their reductions walked together.
 
     The block's loop is an ILP loop: Loopy gives each reduction (and each value
     kept per output, like a column's mean) a private array over the block and
@@ -87,6 +96,7 @@ def _cpu_columns(t_unit: lp.TranslationUnit, width: int) -> lp.TranslationUnit:
     row = select.iname(knl, f"tag:{select.ROW}")
     assert row is not None
     per_element = reductions_per_element(knl)
+    width = _column_block(knl, per_element, width, wide, wide_rows)
     if per_element:
         t_unit = lp.tag_inames(t_unit, {row: "g.1"})
         row = ELEMENT_INAME
@@ -100,10 +110,11 @@ def _cpu_columns(t_unit: lp.TranslationUnit, width: int) -> lp.TranslationUnit:
         *knl.silenced_warnings, "v1_scheduler_fallback"]))
 
 
-def _cpu_size_class(accumulators: int, selects: int) -> SizeClassFunction:
+def _cpu_size_class(accumulators: int, selects: int, width: int, wide: int,
+                    wide_rows: int) -> SizeClassFunction:
     """Size classes of contiguous rows kernels: the facts about each row length ``p``
     that the recipe's choices read, and no others (a loop over growing rows builds a
-    kernel per class it crosses).
+    kernel per class it crosses).  Column-like kernels: :func:`_wide_columns_class`.
 
     * ``p >= f``: ``f`` the largest accumulator count the row's reductions use that is
       at most ``p`` (``accumulators``; ``selects`` too where a ``max`` or ``min``
@@ -122,7 +133,9 @@ def _cpu_size_class(accumulators: int, selects: int) -> SizeClassFunction:
 
     def cpu_row_size_class(program: Program, params: Sequence[int], n_rows: int,
                            n_elem: int) -> str:
-        if column_kernel(program) or n_rows < CPU_CLASS_ROWS:
+        if column_kernel(program):
+            return _wide_columns_class(program, params, n_elem, width, wide, wide_rows)
+        if n_rows < CPU_CLASS_ROWS:
             return ""
         conds = []
         element_loop = program.row_dims is not None
@@ -138,6 +151,41 @@ def _cpu_size_class(accumulators: int, selects: int) -> SizeClassFunction:
         return " and ".join(conds)
 
     return cpu_row_size_class
+
+
+def _wide_columns_class(program: Program, params: Sequence[int], n_elem: int, width: int,
+                        wide: int, wide_rows: int) -> str:
+    """The size class of a column-like kernel: the facts that make its blocks ``wide``
+    outputs (:func:`_column_block`), stated where they hold: it is a split's first stage
+    (``program.chunked``) whose rows fill at least a quarter of a ``wide`` block (``NE``
+    outputs, more than ``width``) and whose pieces are at least ``wide_rows`` rows
+    (``p``, each reduction's piece length).  Else none: one kernel for other sizes."""
+    least = max(width + 1, wide // 4)
+    if wide <= width or not program.chunked or n_elem < least:
+        return ""
+    entries: tuple[Any, ...] = program.entries  # read by kind tag and position
+    chunks = [e[8][0][1] for e in entries if e[0] == "reduce" and e[8] is not None]
+    if not chunks or any(params[slot] < wide_rows for slot in chunks):
+        return ""
+    return " and ".join([f"NE >= {least}",
+                         *(f"p{slot} >= {wide_rows}" for slot in sorted(set(chunks)))])
+
+
+def _column_block(knl: lp.LoopKernel, per_element: bool, width: int, wide: int,
+                  wide_rows: int) -> int:
+    """Outputs per work-item of a column-like kernel: ``wide`` where the size class
+    states its facts (:func:`_wide_columns_class`: the rule ``splits._column_pieces``
+    splits by), else ``width``."""
+    least = max(width + 1, wide // 4)
+    if wide <= width or not per_element or not row_cache.implied(knl, f"NE >= {least}"):
+        return width
+    # (the pieces' reductions: others beside them, a folded nested reduction's combine
+    # over its pieces, are short)
+    bounds = [row_cache.row_bound(knl, j) for j in reduction_inames(knl)]
+    if not any(b is not None and row_cache.implied(knl, f"{b} >= {wide_rows}")
+               for b in bounds):
+        return width
+    return wide
 
 
 def _row_reductions(program: Program) -> list[tuple[int, bool]]:
@@ -175,8 +223,8 @@ def _short_row_count(knl: lp.LoopKernel, j: str, count: int) -> int:
 
 def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
               accumulators: int, select_accumulators: int, vector_math: bool,
-              column_group: int, column_width: int,
-              column_items: int) -> lp.TranslationUnit:
+              column_group: int, column_width: int, column_items: int,
+              column_wide: int, column_wide_rows: int) -> lp.TranslationUnit:
     """A few whole rows per work-item; rows are looped through sequentially.
 
     With ``vector_math`` (the PoCL variant), math builtins applied to a row's
@@ -196,7 +244,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
     contiguous = has_contiguous_rows(knl)
     element = select.iname(knl, f"tag:{select.ROW_ELEMENT}")
     if not contiguous and column_width > 1:
-        return _cpu_columns(t_unit, column_width)
+        return _cpu_columns(t_unit, column_width, column_wide, column_wide_rows)
     if contiguous:
         t_unit = _wide_addresses(t_unit)
     if contiguous and element is None:
@@ -230,7 +278,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
 
 
 cpu_rows = Recipe(
-    "cpu-rows", _cpu_rows, kind="reduction", version="12",
+    "cpu-rows", _cpu_rows, kind="reduction", version="13",
     params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
                   "rows per work-item (short rows; long contiguous rows get one each)",
                   int_range(1, 1 << 16, (1, 2, 4, 8, 16, 32))),
@@ -242,13 +290,20 @@ cpu_rows = Recipe(
                   "vector builtin calls in its terms)", int_range(1, 64, (8, 16, 32, 64))),
             Param("vector_math", bool, False, "math builtins on vectors (PoCL)",
                   (False, True)),
-            *column_params(1, CPU_COLUMN_WIDTH, CPU_COLUMN_ITEMS)),
+            *column_params(1, CPU_COLUMN_WIDTH, CPU_COLUMN_ITEMS),
+            Param("column_wide", int, CPU_COLUMN_WIDE, "outputs per work-item of a split "
+                  "column-like reduction's first stage with long pieces (at most "
+                  "column_width: never)", int_range(1, 4096, (256, 1024, 4096))),
+            Param("column_wide_rows", int, CPU_COLUMN_WIDE_ROWS, "the least rows a piece "
+                  "of a column_wide first stage reduces",
+                  int_range(1, 1 << 20, (256, 512, 1024)))),
     variants=((POCL, {"vector_math": True}),),
     # vector math blocks have LANES lanes: more accumulators index past them (fl.tune
     # found 16 giving wrong results, and crashing the process)
     valid=lambda v, device: not v["vector_math"] or v["accumulators"] <= LANES,
-    size_class=Derived(lambda v: _cpu_size_class(v["accumulators"],
-                                                 v["select_accumulators"])))
+    size_class=Derived(lambda v: _cpu_size_class(
+        v["accumulators"], v["select_accumulators"], v["column_width"], v["column_wide"],
+        v["column_wide_rows"])))
 
 
 def _wide_addresses(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:

@@ -15,7 +15,8 @@ loop with the access pattern it found (and names the kernel after it):
   work-items take neighbouring outputs (on GPUs one output each, so their reads
   coalesce; on CPUs a block of ``column_width`` outputs, whose reductions walk
   the reduced axis together, a contiguous block of each row at a time, so the
-  loop over the block vectorises).  When there are too few outputs to give
+  loop over the block vectorises; ``column_wide`` of them in a split's first stage
+  whose pieces are at least ``column_wide_rows`` long).  When there are too few outputs to give
   every compute unit ``column_items`` work-items, evaluation splits the reduced
   axis across work-groups: a first stage of partial results over pieces of the
   rows, then a column reduction over the pieces (``splits.two_stage_split``).
@@ -26,6 +27,8 @@ On CPUs a work-item takes whole contiguous rows and loops through them sequentia
 from .row_cpu import (
     CPU_ACCUMULATORS,
     CPU_COLUMN_ITEMS,
+    CPU_COLUMN_WIDE,
+    CPU_COLUMN_WIDE_ROWS,
     CPU_COLUMN_WIDTH,
     CPU_ROW_ITEM_ELEMENTS,
     CPU_ROWS_PER_ITEM,
@@ -52,7 +55,8 @@ from .row_gpu import (
 )
 
 __all__ = [
-    "CPU_ACCUMULATORS", "CPU_COLUMN_ITEMS", "CPU_COLUMN_WIDTH", "CPU_ROWS_PER_ITEM",
+    "CPU_ACCUMULATORS", "CPU_COLUMN_ITEMS", "CPU_COLUMN_WIDE", "CPU_COLUMN_WIDE_ROWS",
+    "CPU_COLUMN_WIDTH", "CPU_ROWS_PER_ITEM",
     "CPU_ROW_ITEM_ELEMENTS", "CPU_SELECT_ACCUMULATORS", "CPU_SELECT_MIN",
     "CPU_SELECT_STEPS", "CPU_SHORT_ROWS", "GPU_BLOCK", "GPU_COLUMN_ITEMS", "GPU_COL_GROUP",
     "GPU_REDUCTION_LANES", "GPU_ROW_CACHE_ITEMS", "GPU_ROW_GROUP", "GPU_ROW_ITEMS",

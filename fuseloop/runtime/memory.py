@@ -26,6 +26,11 @@ reads the process's memory map, so it runs only when the bytes handed out since
 the last one exceed a quarter of the room that check found (the room cannot have
 shrunk more than that through fuseloop's own allocations) or ``CHECK_EVERY``; on a
 device with memory of its own (a GPU) only when they exceed that room.
+
+Buffers of at least the pool's ``huge_from`` bytes (a CPU device's, where the kernel gives
+huge pages only on request: :mod:`fuseloop.runtime.huge_pages`) are taken from the pool by
+:meth:`DeviceMemory.allocate` alone, which has a block new from the driver advised before
+its first use; the hot paths' own allocation (:meth:`DeviceMemory.reserve`) leaves them to it.
 """
 
 from __future__ import annotations
@@ -83,8 +88,9 @@ class DeviceMemory:
     opened device (``context``, ``queue``).
     """
 
-    __slots__ = ("OutOfMemory", "_blocked", "_lock", "_max_alloc", "_pool", "_release",
-                 "context", "credit", "device", "direct", "pooled", "refused")
+    __slots__ = ("OutOfMemory", "_blocked", "_huge_from", "_lock", "_max_alloc", "_plain_max",
+                 "_pool", "_release", "context", "credit", "device", "direct", "pooled",
+                 "refused")
 
     def __init__(self, device: Device, context: Any, queue: Any) -> None:
         from ..backends import backend_for
@@ -118,6 +124,11 @@ class DeviceMemory:
     def pool(self, pool: BufferPool) -> None:
         self._pool = pool
         self.pooled = pool.allocate
+        # from this size allocate takes the pool's block by _large: its huge pages are
+        # advised when it is new (huge_pages); a stand-in pool may lack the attribute
+        huge_from = getattr(pool, "huge_from", None)
+        self._huge_from = 1 << 62 if huge_from is None else huge_from
+        self._plain_max = min(self._max_alloc, self._huge_from - 1)
 
     @property
     def blocked(self) -> str | None:
@@ -148,7 +159,7 @@ class DeviceMemory:
         # at least what the pool allocates: it rounds up to its bin's size, which
         # keeps the leading 4 bits of the size
         size = nbytes + (nbytes >> 4) + 1
-        return size if nbytes >= 1 and size <= self._max_alloc else 1 << 62
+        return size if nbytes >= 1 and size <= self._plain_max else 1 << 62
 
     def allocate(self, nbytes: int) -> Any:
         """A buffer of at least ``nbytes`` (at least 1), pooled where the pool can."""
@@ -157,9 +168,8 @@ class DeviceMemory:
         if nbytes < 1:
             nbytes = 1
         size = nbytes + (nbytes >> 4) + 1  # (see reserve)
-        if size > self._max_alloc:
-            # the pool's rounding could exceed the largest allocation: exact size instead
-            return self._direct(nbytes)
+        if size > self._plain_max:
+            return self._large(nbytes, size)
         credit = self.credit - size
         if credit < 0:
             self._check(size, nbytes)
@@ -171,6 +181,26 @@ class DeviceMemory:
             raise self._refusal(nbytes, exc) from None
 
     __call__ = allocate
+
+    def _large(self, nbytes: int, size: int) -> Any:
+        """:meth:`allocate` of a buffer that the pool's rounding could make larger than
+        the largest allocation, or of at least the pool's ``huge_from`` bytes."""
+        if size > self._max_alloc:  # (exact size instead)
+            return self._direct(nbytes)
+        credit = self.credit - size
+        if credit < 0:
+            self._check(size, nbytes)
+        else:
+            self.credit = credit
+        pool = self._pool
+        held = pool.managed_bytes
+        try:
+            buffer = self.pooled(nbytes)
+        except self.refused as exc:
+            raise self._refusal(nbytes, exc) from None
+        if nbytes >= self._huge_from and pool.managed_bytes > held:  # (new from the driver)
+            pool.advise(buffer)
+        return buffer
 
     def host_buffer(self, host: np.ndarray) -> Any:
         """A new buffer holding a copy of ``host``'s bytes (no queue command)."""
