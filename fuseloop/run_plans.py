@@ -56,6 +56,7 @@ from .expr.nodes import (
 from .expr.overlap import views_disjoint
 from .expr.program import Target, ViewOffsets, target_nodes, walk_structure
 from .flags import check_pending
+from .plan_moving import Moving, moving_for
 from .plan_ready import ready_for
 from .plan_records import Recorder, _Plan, _Step
 from .recipe_state import current as _recipes_current
@@ -496,20 +497,29 @@ def _replay_signed(plan: _Plan, storages: list[Storage], scalars: list[np.generi
     """:func:`_replay` of a plan found by signature (with its ``offsets``): made ready
     (:mod:`fuseloop.plan_ready`) after its first general replay, replayed so from then on
     (``tried``: the caller found that replay unable to run this call), except over
-    ``wide`` buffers (past int32 byte indexing: a Ready's launches are int32)."""
+    ``wide`` buffers (past int32 byte indexing: a Ready's launches are int32); at offsets
+    without a Ready of their own, by its :class:`~fuseloop.plan_moving.Moving`."""
     if wide:
         return _replay(plan, storages, scalars, device, offsets)
-    readies = plan.ready
-    if not tried and readies and (ready := readies.get(offsets)):
-        for s in storages:
+    if not tried:
+        for s in storages:  # (the general replay reports a buffer on another device)
             if s.device is not device:
                 break
         else:
-            done = ready.run(storages, scalars, device)
+            readies = plan.ready
+            ready = readies.get(offsets) if readies else None
+            if ready:
+                done = ready.run(storages, scalars, device)
+            elif type(moving := plan.moving) is Moving:  # (a loop over rows or elements)
+                done = moving.run(storages, scalars, device, offsets)
+            else:
+                done = None
             if done is not None:
                 return done
     outs = _replay(plan, storages, scalars, device, offsets)
-    ready_for(plan, offsets, len(storages), device, _params, _steps.temporaries)
+    # (a Ready for its first offsets; at others, a Moving for all, where it can be made)
+    if not plan.ready or moving_for(plan, len(storages), device, _steps.temporaries) is None:
+        ready_for(plan, offsets, len(storages), device, _params, _steps.temporaries)
     return outs
 
 
