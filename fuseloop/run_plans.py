@@ -251,16 +251,45 @@ SIGNED_PER_PLAN = 8
 def _signed_replay(signed: tuple, device: Device) -> list[Storage] | None:
     """The replay of the plan remembered under ``signed`` (:func:`_signed_key`, or a
     pair (key, operands) of a plan without offsets), or None (none remembered, or its
-    buffers need the walk: see :func:`_key`)."""
+    buffers need the walk: see :func:`_key`).  The common call (buffers on ``device``,
+    none past int32 indexing) in this frame: its Ready or Moving, else the general
+    replay; anything else as :func:`signed_pick` says."""
     # (into targets: their buffers appended, as the walk appends them)
     entry = _signed.get(signed[0])
+    if entry is None:
+        return None
+    plan, bind, take, head, held = entry
+    if held is None:
+        picked = take(signed[1])
+        known = _key_head(device)
+        if picked is None or (known is not head and known != head):
+            return None
+        storages, scalars = picked
+        if signed[2]:
+            storages = storages + signed[2]
+        for s in storages:
+            if s.nbytes > INT32_LIMIT or s.device is not device:
+                break
+        else:
+            offsets = signed[3] if bind is None else bind
+            readies = plan.ready
+            ready = readies.get(offsets) if readies else None
+            if ready:
+                done = ready.run(storages, scalars, device)
+            elif type(moving := plan.moving) is Moving:  # (a loop over rows or elements)
+                done = moving.run(storages, scalars, device, offsets)
+            else:
+                done = None
+            if done is not None:
+                return done
+            return _replay_signed(plan, storages, scalars, device, offsets, False, True)
     hit = signed_pick(entry, signed[1], device, signed[2], signed[3])
-    if hit is None or entry is None:
+    if hit is None:
         return None
     plan, offsets, storages, scalars = hit
     if offsets is None:
         offsets = signed[3]
-    return _replay_signed(plan, storages, scalars, device, offsets, entry[4] is not None)
+    return _replay_signed(plan, storages, scalars, device, offsets, held is not None)
 
 
 def _remember_signed(signed: tuple | None, plan: _Plan,

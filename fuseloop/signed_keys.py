@@ -166,7 +166,7 @@ def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Devic
     extra: list[Storage] = []
     if targets is None:
         return key, operands, extra, offsets, False
-    index: dict[int, int] | None = None
+    bound = offsets  # (the offsets to bind: a target's own appended where new)
     where: list[Any] = []
     for t in targets:
         if t is None:
@@ -186,13 +186,14 @@ def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Devic
         off = t.offset
         k = -1
         if t.strides is not None:  # (which of the offsets it is, a new one appended)
-            if index is None:
-                index = {o: j for j, o in enumerate(offsets)}
-            k = index.setdefault(off, len(index))
+            if off in bound:
+                k = bound.index(off)
+            else:
+                k = len(bound)
+                bound += (off,)
         where.append((at, t.strides, k, _target_meets(views, offsets, out_shape, t.strides,
                                                       off), t.atomic))
-    return (*key, tuple(where)), operands, extra, offsets if index is None else tuple(index), \
-        True
+    return (*key, tuple(where)), operands, extra, bound, True
 
 
 def signed_of(sig: int, operands: tuple, offs: tuple, out_shape: tuple[int, ...],
