@@ -553,11 +553,14 @@ def _replay_signed(plan: _Plan, storages: list[Storage], scalars: list[np.generi
 
 
 def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
-        targets: Sequence[Target | Storage | None] | None) -> list[Storage]:
-    """:func:`fuseloop.evaluate.run_unplanned`, replayed from a plan when one is known."""
-    signed: tuple | None = None
+        targets: Sequence[Target | Storage | None] | None,
+        signed: tuple | None = None) -> list[Storage]:
+    """:func:`fuseloop.evaluate.run_unplanned`, replayed from a plan when one is known
+    (``signed``: the signed key, made by the caller: ``plan_into``)."""
     look: bool | None = True
-    if targets is None:
+    if signed is not None:
+        pass
+    elif targets is None:
         signed = _signed_key(roots, out_shape, device)
     elif (free := _free_views(roots[:1])) is not None:
         look = _target_sigs.get(free[0])
