@@ -259,7 +259,24 @@ def _each_meets(views: tuple, offsets: tuple, shape: tuple[int, ...],
 def _meets(written: tuple, view: tuple) -> int:
     shape, strides, off = view
     view = (shape, c_strides(shape) if strides is None else strides, off)
-    return 0 if view == written else 1 if views_disjoint(written, view) else 2
+    if view == written:
+        return 0
+    if len(shape) <= 1 and len(written[0]) <= 1:
+        # (0-d and 1-D views, a growing loop's, each length a new memo key: by their
+        # extents)
+        n, step = (shape[0], view[1][0]) if shape else (1, 0)
+        m, wstep = (written[0][0], written[1][0]) if written[0] else (1, 0)
+        at = written[2]
+        if not n or not m:
+            return 1
+        low, high = (off, off + (n - 1) * step) if step >= 0 else (off + (n - 1) * step, off)
+        wlow, whigh = (at, at + (m - 1) * wstep) if wstep >= 0 else \
+            (at + (m - 1) * wstep, at)
+        if high < wlow or whigh < low:
+            return 1
+        if -1 <= step <= 1 and -1 <= wstep <= 1:
+            return 2  # (each holds every element of its extent: they share one)
+    return 1 if views_disjoint(written, view) else 2
 
 
 _caches.register("signed_keys.views", _views.clear, lambda: len(_views), SIG_TABLE_MAX)
