@@ -210,7 +210,7 @@ def signed_of(sig: int, operands: tuple, offs: tuple, out_shape: tuple[int, ...]
 # target meets that view: the same for every translation of both (a time loop meets one
 # key per view, a loop over rows or elements a few)
 _meets_memo: dict[tuple, int] = {}
-MEETS_MAX = 4096
+MEETS_MAX = 1 << 14  # (a growing loop: a key per view and length; see plan_free.FREE_MAX)
 # (id of a sig_views tuple, offsets, target shape, strides, offset) -> (the tuple, how
 # the target meets each view): a statement made again (a stencil of many views, each
 # call) looks its answer up once, not view by view
