@@ -31,6 +31,7 @@ from .expr.overlap import View, views_disjoint
 from .expr.program import Target
 from .expr.readers import _EXACT_REFCOUNTS as EXACT_REFCOUNTS
 from .multi_hooks import any_split, is_split
+from .plan_into import replay_into
 from .trace_hooks import check_traced, trace_checks
 
 
@@ -185,8 +186,8 @@ def assign(target: Array, value: Any, *, cast: str, value_is_held: bool,
         held_array._become(out[1])
     elif dest is storage:
         run_into(node, dest_shape, target.device, storage)
-    else:
-        run([node], dest_shape, target.device, [dest])
+    elif scatter is not None or not replay_into(node, dest_shape, target.device, dest):
+        run([node], dest_shape, target.device, [dest])  # (a view: a loop's statement first)
     if SHARED_WITH_PYOPENCL and storage in SHARED_WITH_PYOPENCL:
         target.device.queue  # noqa: B018  (the property enqueues the deferred launches)
 

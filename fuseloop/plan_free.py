@@ -30,7 +30,9 @@ _EXACT_KINDS = frozenset(("S", "C", "I"))
 _SHAPED = {"A": (3, 4), "R": (4, 5)}
 # kinds whose shape the walk writes out (gathers, remaps, a split array's windows)
 _CHILDREN_ONLY = {"G": 4, "M": 4, "K": 4}
-FREE_MAX = 4096
+# (NPBench M's growing loops meet 5000-6000 lengths a pass, a signature each: a memo
+# cleared every 4096 of them missed at every statement, a walk each)
+FREE_MAX = 1 << 14
 # (signatures, output shape) -> free_of's answer
 _memo: dict[tuple, tuple[tuple, tuple[int, ...], int] | None] = {}
 

@@ -66,8 +66,8 @@ class _Step:
 
 
 class _Plan:
-    __slots__ = ("allocs", "forms", "lengths", "picks", "ready", "results", "signed",
-                 "split", "steps", "variants")
+    __slots__ = ("allocs", "forms", "lengths", "moving", "picks", "ready", "results",
+                 "signed", "split", "steps", "variants")
 
     def __init__(self, allocs: list[int], steps: list[_Step], results: tuple,
                  lengths: tuple[int, ...] = (), split: _pl.Split | None = None) -> None:
@@ -88,6 +88,9 @@ class _Plan:
         # its replays made ready, per view offsets (see fuseloop.plan_ready)
         # (False: not to be made ready for those offsets)
         self.ready: dict[tuple[int, ...], Ready | Literal[False]] | None = None
+        # its replay at any view offsets (fuseloop.plan_moving), or the general replays
+        # that could not make one
+        self.moving: Any = None
 
 
 class Recorder:

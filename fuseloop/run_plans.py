@@ -56,6 +56,7 @@ from .expr.nodes import (
 from .expr.overlap import views_disjoint
 from .expr.program import Target, ViewOffsets, target_nodes, walk_structure
 from .flags import check_pending
+from .plan_moving import Moving, moving_for
 from .plan_ready import ready_for
 from .plan_records import Recorder, _Plan, _Step
 from .recipe_state import current as _recipes_current
@@ -250,16 +251,45 @@ SIGNED_PER_PLAN = 8
 def _signed_replay(signed: tuple, device: Device) -> list[Storage] | None:
     """The replay of the plan remembered under ``signed`` (:func:`_signed_key`, or a
     pair (key, operands) of a plan without offsets), or None (none remembered, or its
-    buffers need the walk: see :func:`_key`)."""
+    buffers need the walk: see :func:`_key`).  The common call (buffers on ``device``,
+    none past int32 indexing) in this frame: its Ready or Moving, else the general
+    replay; anything else as :func:`signed_pick` says."""
     # (into targets: their buffers appended, as the walk appends them)
     entry = _signed.get(signed[0])
+    if entry is None:
+        return None
+    plan, bind, take, head, held = entry
+    if held is None:
+        picked = take(signed[1])
+        known = _key_head(device)
+        if picked is None or (known is not head and known != head):
+            return None
+        storages, scalars = picked
+        if signed[2]:
+            storages = storages + signed[2]
+        for s in storages:
+            if s.nbytes > INT32_LIMIT or s.device is not device:
+                break
+        else:
+            offsets = signed[3] if bind is None else bind
+            readies = plan.ready
+            ready = readies.get(offsets) if readies else None
+            if ready:
+                done = ready.run(storages, scalars, device)
+            elif type(moving := plan.moving) is Moving:  # (a loop over rows or elements)
+                done = moving.run(storages, scalars, device, offsets)
+            else:
+                done = None
+            if done is not None:
+                return done
+            return _replay_signed(plan, storages, scalars, device, offsets, False, True)
     hit = signed_pick(entry, signed[1], device, signed[2], signed[3])
-    if hit is None or entry is None:
+    if hit is None:
         return None
     plan, offsets, storages, scalars = hit
     if offsets is None:
         offsets = signed[3]
-    return _replay_signed(plan, storages, scalars, device, offsets, entry[4] is not None)
+    return _replay_signed(plan, storages, scalars, device, offsets, held is not None)
 
 
 def _remember_signed(signed: tuple | None, plan: _Plan,
@@ -496,29 +526,41 @@ def _replay_signed(plan: _Plan, storages: list[Storage], scalars: list[np.generi
     """:func:`_replay` of a plan found by signature (with its ``offsets``): made ready
     (:mod:`fuseloop.plan_ready`) after its first general replay, replayed so from then on
     (``tried``: the caller found that replay unable to run this call), except over
-    ``wide`` buffers (past int32 byte indexing: a Ready's launches are int32)."""
+    ``wide`` buffers (past int32 byte indexing: a Ready's launches are int32); at offsets
+    without a Ready of their own, by its :class:`~fuseloop.plan_moving.Moving`."""
     if wide:
         return _replay(plan, storages, scalars, device, offsets)
-    readies = plan.ready
-    if not tried and readies and (ready := readies.get(offsets)):
-        for s in storages:
+    if not tried:
+        for s in storages:  # (the general replay reports a buffer on another device)
             if s.device is not device:
                 break
         else:
-            done = ready.run(storages, scalars, device)
+            readies = plan.ready
+            ready = readies.get(offsets) if readies else None
+            if ready:
+                done = ready.run(storages, scalars, device)
+            elif type(moving := plan.moving) is Moving:  # (a loop over rows or elements)
+                done = moving.run(storages, scalars, device, offsets)
+            else:
+                done = None
             if done is not None:
                 return done
     outs = _replay(plan, storages, scalars, device, offsets)
-    ready_for(plan, offsets, len(storages), device, _params, _steps.temporaries)
+    # (a Ready for its first offsets; at others, a Moving for all, where it can be made)
+    if not plan.ready or moving_for(plan, len(storages), device, _steps.temporaries) is None:
+        ready_for(plan, offsets, len(storages), device, _params, _steps.temporaries)
     return outs
 
 
 def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
-        targets: Sequence[Target | Storage | None] | None) -> list[Storage]:
-    """:func:`fuseloop.evaluate.run_unplanned`, replayed from a plan when one is known."""
-    signed: tuple | None = None
+        targets: Sequence[Target | Storage | None] | None,
+        signed: tuple | None = None) -> list[Storage]:
+    """:func:`fuseloop.evaluate.run_unplanned`, replayed from a plan when one is known
+    (``signed``: the signed key, made by the caller: ``plan_into``)."""
     look: bool | None = True
-    if targets is None:
+    if signed is not None:
+        pass
+    elif targets is None:
         signed = _signed_key(roots, out_shape, device)
     elif (free := _free_views(roots[:1])) is not None:
         look = _target_sigs.get(free[0])

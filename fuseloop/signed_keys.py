@@ -166,7 +166,7 @@ def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Devic
     extra: list[Storage] = []
     if targets is None:
         return key, operands, extra, offsets, False
-    index: dict[int, int] | None = None
+    bound = offsets  # (the offsets to bind: a target's own appended where new)
     where: list[Any] = []
     for t in targets:
         if t is None:
@@ -186,13 +186,14 @@ def _signed_key(roots: Sequence[Node], out_shape: tuple[int, ...], device: Devic
         off = t.offset
         k = -1
         if t.strides is not None:  # (which of the offsets it is, a new one appended)
-            if index is None:
-                index = {o: j for j, o in enumerate(offsets)}
-            k = index.setdefault(off, len(index))
+            if off in bound:
+                k = bound.index(off)
+            else:
+                k = len(bound)
+                bound += (off,)
         where.append((at, t.strides, k, _target_meets(views, offsets, out_shape, t.strides,
                                                       off), t.atomic))
-    return (*key, tuple(where)), operands, extra, offsets if index is None else tuple(index), \
-        True
+    return (*key, tuple(where)), operands, extra, bound, True
 
 
 def signed_of(sig: int, operands: tuple, offs: tuple, out_shape: tuple[int, ...],
@@ -209,7 +210,7 @@ def signed_of(sig: int, operands: tuple, offs: tuple, out_shape: tuple[int, ...]
 # target meets that view: the same for every translation of both (a time loop meets one
 # key per view, a loop over rows or elements a few)
 _meets_memo: dict[tuple, int] = {}
-MEETS_MAX = 4096
+MEETS_MAX = 1 << 14  # (a growing loop: a key per view and length; see plan_free.FREE_MAX)
 # (id of a sig_views tuple, offsets, target shape, strides, offset) -> (the tuple, how
 # the target meets each view): a statement made again (a stencil of many views, each
 # call) looks its answer up once, not view by view
@@ -258,7 +259,24 @@ def _each_meets(views: tuple, offsets: tuple, shape: tuple[int, ...],
 def _meets(written: tuple, view: tuple) -> int:
     shape, strides, off = view
     view = (shape, c_strides(shape) if strides is None else strides, off)
-    return 0 if view == written else 1 if views_disjoint(written, view) else 2
+    if view == written:
+        return 0
+    if len(shape) <= 1 and len(written[0]) <= 1:
+        # (0-d and 1-D views, a growing loop's, each length a new memo key: by their
+        # extents)
+        n, step = (shape[0], view[1][0]) if shape else (1, 0)
+        m, wstep = (written[0][0], written[1][0]) if written[0] else (1, 0)
+        at = written[2]
+        if not n or not m:
+            return 1
+        low, high = (off, off + (n - 1) * step) if step >= 0 else (off + (n - 1) * step, off)
+        wlow, whigh = (at, at + (m - 1) * wstep) if wstep >= 0 else \
+            (at + (m - 1) * wstep, at)
+        if high < wlow or whigh < low:
+            return 1
+        if -1 <= step <= 1 and -1 <= wstep <= 1:
+            return 2  # (each holds every element of its extent: they share one)
+    return 1 if views_disjoint(written, view) else 2
 
 
 _caches.register("signed_keys.views", _views.clear, lambda: len(_views), SIG_TABLE_MAX)

@@ -146,3 +146,37 @@ def test_row_statements_keep_their_signatures(device_path, fresh_stats):
             sigs = len(nodes._sig_table)
     assert len(nodes._sig_table) == sigs
     np.testing.assert_array_equal(path.get(), h)
+
+
+def test_how_a_target_meets_a_flat_view_follows_their_extents():
+    """``signed_keys._meets`` of 0-d and 1-D views (a growing loop meets a new pair at
+    every length) answers by the views' extents where they say it, as the general
+    test (``overlap.views_disjoint``) answers."""
+    from fuseloop.expr.overlap import views_disjoint
+
+    rng = np.random.default_rng(7)
+
+    def view() -> tuple:
+        if rng.random() < 0.2:
+            return (), (), int(rng.integers(0, 40))
+        n = int(rng.integers(0, 12))
+        step = int(rng.choice([-3, -2, -1, 0, 1, 1, 2, 3]))
+        low = max(0, -(n - 1) * step) if n else 0
+        return (n,), (step,), low + int(rng.integers(0, 20))
+
+    for _ in range(4000):
+        written, read = view(), view()
+        expected = 0 if read == written else 1 if views_disjoint(written, read) else 2
+        assert signed_keys._meets(written, read) == expected, (written, read)
+
+
+def test_contiguous_flat_views_meet_without_the_general_test(monkeypatch):
+    """Two 1-D views of steps -1, 0 or 1 (``y[:k]`` and ``y[k-1::-1]``) meet as their
+    extents say: the lattice test is not asked."""
+    asked = []
+    monkeypatch.setattr(signed_keys, "views_disjoint", lambda *a: asked.append(a))
+    for k in range(1, 30):
+        assert signed_keys._meets(((k,), (1,), 0), ((k,), (-1,), k - 1)) == 2
+        assert signed_keys._meets(((k,), (1,), 0), ((), None, k + 3)) == 1
+        assert signed_keys._meets(((), (), k), ((k + 1,), (1,), 0)) == 2
+    assert not asked

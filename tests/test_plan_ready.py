@@ -4,6 +4,7 @@ counts, and by the general replay again where the bound steps no longer hold."""
 
 from __future__ import annotations
 
+import launch_counts
 import numpy as np
 import pytest
 
@@ -124,3 +125,49 @@ def test_a_repeated_statement_finds_its_plan_by_signature(device, kernels_only, 
     ah[1, 1:] = ah[1, :-1] * 2.0 + ah[2, 1:]
     np.testing.assert_allclose(a.get(), ah, rtol=1e-12)
     assert len(walks) == 3
+
+
+def test_a_loop_over_rows_replays_its_plan_at_any_offsets(device, kernels_only, monkeypatch):
+    """A statement whose views move every iteration (floyd_warshall's row, seidel_2d's
+    element) meets new offsets at every statement: past its first few (a Ready each)
+    it is replayed by the plan's Moving (``fuseloop.plan_moving``), its offsets appended
+    to each launch's arguments: no general replay, one launch per statement, numpy's
+    results."""
+    from fuseloop import plan_moving
+
+    replays = []
+    real = run_plans._replay
+
+    def general(*args):
+        replays.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(run_plans, "_replay", general)
+    run_plans.clear()
+    rng = np.random.default_rng(3)
+    n = 24
+    ph = rng.integers(1, 50, (n, n)).astype(np.int32)
+    gh = rng.random((n, n))
+    path, grid = fl.asarray(ph), fl.asarray(gh)
+
+    def sweep(k: int) -> None:
+        for i in range(1, n):  # (i == k: the target is read elsewhere, another structure)
+            if i != k:
+                path[i, :] = fl.minimum(path[i, :], path[i, k] + path[k, :])
+                ph[i, :] = np.minimum(ph[i, :], ph[i, k] + ph[k, :])
+        for j in range(1, n):  # (an element of a row: A[i, j] += A[i, j - 1])
+            grid[k, j] += grid[k, j - 1]
+            gh[k, j] += gh[k, j - 1]
+
+    sweep(1)  # (recorded, a Ready for the first offsets, then a Moving for all others)
+    movings = [e[0].moving for e in run_plans._signed.values()]
+    assert sum(type(m) is plan_moving.Moving for m in movings) == 2
+    assert len(replays) == 2 * 3  # (each plan: its record, the next two offsets)
+    del replays[:]
+    counted = launch_counts.counted(lambda: [sweep(k) for k in range(2, 5)])
+    assert not replays  # (every statement by the Moving)
+    assert counted.launches == 3 * (n - 2 + n - 1)
+    assert counted["kernels_compiled"] == 0 and counted["plans_walked"] == 0
+    assert counted["plans_replayed"] == counted.launches
+    np.testing.assert_array_equal(path.get(), ph)
+    np.testing.assert_allclose(grid.get(), gh, rtol=1e-12)

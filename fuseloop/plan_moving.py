@@ -1,0 +1,171 @@
+"""A run plan's replay at any view offsets, bound once (issue 26: statements whose views
+move every iteration).
+
+:class:`fuseloop.plan_ready.Ready` serves one set of view offsets: a loop over rows or
+elements (``path[i, :] = minimum(path[i, :], path[i, k] + path[k, :])``,
+``A[i, j] += A[i, j - 1]``) meets new offsets at every statement, so each of its
+statements took the general replay (``run_plans._replay``: the step's parameters copied
+with the offsets, the launch plan's validity asked again, ``plan_steps.launch_step``'s
+frames) although every step's kernel takes those offsets as launch arguments already
+(``plan_steps``: a step's ``moving`` launch plan, made once its offsets changed and its
+kernel reads them only as arguments).
+
+:class:`Moving` keeps what those answers are, made after a general replay whose every
+step ran a kept launch plan: a step without offsets its plan, a step with offsets its
+moving plan and, per offset argument, which of the statement's distinct view offsets it
+is.  A replay then checks what can change between calls (as ``Ready.run``: the recipes
+token, the kernels still in the memory cache, this thread's kernel objects; the caller
+checks the buffers: on the device, within int32 indexing, where every offset is too)
+and enqueues each step with this call's offsets appended to its scalars.  A launch is
+deferred by ``plan_steps.launch_step``'s rule, its offsets counted among its sizes.
+Counted as the general replay counts (a replay, and per launch a memory-cache hit and a
+launch).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Any
+
+from . import launching as _launching
+from .expr.nodes import Storage
+from .expr.program import INT32_LIMIT
+from .flags import check_pending
+from .recipe_state import current as _recipes_current
+from .runtime.devices import Device
+from .stats import cached_launches, tallies
+
+_tally = cached_launches.__next__  # one memory-cache hit and one launch
+_tally_replay = tallies["plans_replayed"].__next__
+_nbytes = attrgetter("nbytes")
+_thread_state = attrgetter("threads.state")
+# general replays of a plan after which no Moving is tried again (a step whose kernel
+# reads an offset in its grid never has a moving plan)
+MOVING_TRIES = 4
+
+
+class Moving:
+    """One plan's replay at any view offsets.  ``steps``: per step (launch plan, input
+    positions, output positions, scalar positions, the offsets it appends (their places
+    among the statement's distinct offsets), deferred unless a size or an input is
+    large, writes a caller's buffer); positions in the pool of inputs then temporaries."""
+
+    __slots__ = ("allocs", "launch_plans", "n_inputs", "results", "steps", "temporaries",
+                 "token")
+    allocs: list[int]
+    launch_plans: list[Any]
+    n_inputs: int
+    results: tuple[int, ...]
+    steps: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[int, ...],
+                      tuple[int, ...], bool, bool]]
+    temporaries: Any
+    token: object
+
+    @classmethod
+    def make(cls, plan: Any, n_inputs: int, device: Device, temporaries: Any
+             ) -> Moving | None:
+        """``plan`` (just replayed in full on ``device``) made a :class:`Moving`, or None
+        where a step is not ready: no kept launch plan under the current recipes, a step
+        with offsets without its moving plan, an error flag, int64 indexing."""
+        self = cls.__new__(cls)
+        self.token = token = _recipes_current[0]
+        if token is None or not any(step.offsets for step in plan.steps):
+            return None
+        self.n_inputs = n = n_inputs
+        self.allocs = allocs = list(plan.allocs)
+        limit = 4 * _launching.DEFER_MAX_ELEMENTS  # (plan_steps.launch_step's bound)
+        steps = []
+        for step in plan.steps:
+            ins = tuple(k if kind == "i" else n + k for kind, k in step.storage_refs)
+            outs = tuple(k if kind == "i" else n + k for kind, k in step.out_refs)
+            made = _step_plan(step, device, token)
+            if made is None:
+                return None
+            lp, appended = made
+            at = dict(step.offsets)
+            fixed = [p for j, p in enumerate(step.params) if j not in at]
+            biggest = max(max(fixed, default=0), math.prod(step.out_shape))
+            widest = max([biggest, *(allocs[k - n] for k in ins if k >= n)])
+            if widest > INT32_LIMIT or lp.index_dtype is not _launching.INDEX_INT32:
+                return None
+            steps.append((lp, ins, outs, step.scalar_refs, appended, biggest <= limit,
+                          step.writes_input))
+        self.steps = steps
+        self.launch_plans = [s[0] for s in steps]
+        self.results = tuple(k if kind == "i" else n + k for kind, k in plan.results)
+        self.temporaries = temporaries
+        return self
+
+    def run(self, storages: list[Storage], scalars: list[Any], device: Device,
+            offsets: Sequence[int]) -> list[Storage] | None:
+        """The plan's results at view ``offsets``, its launches enqueued; None when the
+        general replay must run it (nothing was enqueued then)."""
+        if self.token is not _recipes_current[0] or len(storages) != self.n_inputs:
+            return None
+        try:
+            states = list(map(_thread_state, self.launch_plans))
+        except AttributeError:  # this thread's first launch of a kernel
+            return None
+        for lp in self.launch_plans:
+            if not lp.compiled.in_cache:
+                return None
+        _tally_replay()
+        pool = storages + self.temporaries(self.allocs, device) if self.allocs else storages
+        get = pool.__getitem__
+        pick = scalars.__getitem__
+        limit = 4 * _launching.DEFER_MAX_ELEMENTS
+        enqueue = _launching.enqueue_or_defer
+        for (lp, ins, outs, scal, appended, small, writes), (kernel, last) in zip(
+                self.steps, states):
+            if writes:  # (it writes a caller's buffer: earlier gathers' flags first)
+                check_pending()
+            st = list(map(get, ins))
+            sc = list(map(pick, scal)) if scal else []
+            if appended:
+                moved = list(map(offsets.__getitem__, appended))
+                sc += moved
+                small = small and max(moved) <= limit
+            if small and st:
+                small = max(map(_nbytes, st)) <= limit
+            enqueue(lp.go, (list(map(get, outs)), st, sc, kernel, last), small, device)
+            _tally()
+        return list(map(get, self.results))
+
+
+def _step_plan(step: Any, device: Device, token: object) -> tuple[Any, tuple[int, ...]] | None:
+    """The launch plan a :class:`Moving` keeps for ``step`` and the places (among the
+    distinct offsets) of the offsets it appends to the step's scalars, or None."""
+    if step.device is not device:
+        return None
+    if not step.offsets:
+        lp = step.plan
+        if lp is None or (step.plan_params is not step.params and \
+                list(step.plan_params) != list(step.params)):
+            return None
+        appended: tuple[int, ...] = ()
+    else:
+        if step.moving is None:
+            return None
+        lp, table = step.moving
+        at = dict(step.offsets)
+        appended = tuple(at[idx] for _, idx, _ in table)
+    if lp.stamp is not token or lp.error_arg is not None:
+        return None
+    return lp, appended
+
+
+def moving_for(plan: Any, n_inputs: int, device: Device, temporaries: Any) -> Moving | None:
+    """``plan``'s :class:`Moving`, made now if its steps allow (after a general replay);
+    after ``MOVING_TRIES`` replays that could not make one, none is tried again
+    (``plan.moving``: the Moving, or the replays that tried)."""
+    known = plan.moving
+    if type(known) is Moving:
+        return known
+    tries = known or 0
+    if tries >= MOVING_TRIES:
+        return None
+    made = Moving.make(plan, n_inputs, device, temporaries)
+    plan.moving = made if made is not None else tries + 1
+    return made
