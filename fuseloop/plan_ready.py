@@ -26,13 +26,18 @@ from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
+from . import evaluate as _ev
 from . import launching as _launching
-from .expr.nodes import Storage
+from .errors import OutOfMemoryError
+from .expr.nodes import Storage, recent_lazy
 from .expr.program import INT32_LIMIT
 from .flags import check_pending
 from .recipe_state import current as _recipes_current
-from .runtime.devices import Device
+from .runtime import devices as _devices
+from .runtime.devices import Device, _runtime
 from .stats import cached_launches, tallies
+
+DEFER_MAX = _launching.DEFER_MAX
 
 _tally = cached_launches.__next__  # one memory-cache hit and one launch
 _tally_replay = tallies["plans_replayed"].__next__
@@ -50,12 +55,14 @@ class Ready:
     positions, deferred unless an input is large, writes a caller's buffer); positions
     are in the call's pool of inputs then temporaries."""
 
-    __slots__ = ("allocs", "launch_plans", "n_inputs", "results", "steps", "temporaries",
-                 "token")
+    __slots__ = ("allocs", "biggest", "launch_plans", "n_inputs", "results",
+                 "runtime", "steps", "temporaries", "token")
     allocs: list[int]
+    biggest: int  # the largest temporary's bytes
     launch_plans: list[Any]
     n_inputs: int
     results: tuple[int, ...]
+    runtime: Any  # the device's runtime (devices._runtime)
     steps: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[int, ...], bool, bool]]
     temporaries: Any  # plan_steps.temporaries: new buffers of the plan's sizes
     token: object
@@ -95,27 +102,44 @@ class Ready:
         self.launch_plans = [s[0] for s in steps]
         self.results = tuple(k if kind == "i" else n + k for kind, k in plan.results)
         self.temporaries = temporaries
+        self.runtime = _runtime(device)
+        self.biggest = max(allocs, default=0)
         return self
 
     def run(self, storages: list[Storage], scalars: list[Any], device: Device
             ) -> list[Storage] | None:
         """The plan's results, its launches enqueued; None when the general replay must
-        run it (nothing was enqueued then)."""
-        if self.token is not _recipes_current[0] or len(storages) != self.n_inputs:
+        run it (nothing was enqueued then).
+
+        What ``plan_steps.temporaries`` and ``launching.enqueue_or_defer`` do per call is
+        written out here with the runtime found when the plan was made ready: the
+        temporaries' allocation is ``DeviceMemory.allocate``'s common case (the credit
+        for all of them taken at once, ``DeviceMemory.reserve``; out of credit or
+        refused, ``temporaries`` allocates and checks the room), each launch deferred or
+        enqueued as ``enqueue_or_defer`` would, without a frame or a runtime look-up per
+        buffer and per launch."""
+        if self.token is not _recipes_current[0] or len(storages) != self.n_inputs \
+                or _devices._blocked is not None:  # (the general replay reports it)
             return None
+        launch_plans = self.launch_plans
         try:  # (attrgetter's map: no comprehension's frame)
-            states = list(map(_thread_state, self.launch_plans))
+            states = list(map(_thread_state, launch_plans))
         except AttributeError:  # this thread's first launch of a kernel
             return None
-        for lp in self.launch_plans:
+        for lp in launch_plans:
             if not lp.compiled.in_cache:
                 return None
         _tally_replay()
-        pool = storages + self.temporaries(self.allocs, device) if self.allocs else storages
+        rt = self.runtime
+        allocs = self.allocs
+        if allocs:
+            pool = storages + self._allocate(rt.pool, allocs, device)
+        else:
+            pool = storages
         get = pool.__getitem__
         pick = scalars.__getitem__
         limit = 4 * _launching.DEFER_MAX_ELEMENTS
-        enqueue = _launching.enqueue_or_defer
+        deferred = rt.deferred
         for (lp, ins, outs, scal, small, writes), (kernel, last) in zip(self.steps, states):
             if writes:  # (it writes a caller's buffer: earlier gathers' flags first)
                 check_pending()
@@ -123,10 +147,32 @@ class Ready:
             # (deferred as plan_steps.launch_step decides: its sizes, and the inputs')
             if small and st:
                 small = max(map(_nbytes, st)) <= limit
-            enqueue(lp.go, (list(map(get, outs)), st, list(map(pick, scal)), kernel, last),
-                    small, device)
+            args = (list(map(get, outs)), st, list(map(pick, scal)), kernel, last)
+            if small:
+                deferred.append((lp.go, args))
+                if len(deferred) >= DEFER_MAX:
+                    rt.flush()
+            else:
+                with rt.launch_lock:  # (after the deferred ones, amid no other flush)
+                    if deferred:
+                        rt.flush()
+                    lp.go(*args, rt.queue)
             _tally()
         return list(map(get, self.results))
+
+    def _allocate(self, mem: Any, allocs: list[int], device: Device) -> list[Storage]:
+        """The temporaries' new buffers, as ``plan_steps.temporaries`` makes them (see
+        :meth:`run`)."""
+        if recent_lazy and self.biggest >= _ev.RELEASE_RECENT_AT:
+            return self.temporaries(allocs, device)  # (it lets go of recent arrays first)
+        allocate = mem.allocate
+        made = []
+        try:
+            for n in allocs:
+                made.append(Storage(allocate(n), n, device))
+        except OutOfMemoryError:
+            return [_ev.allocate(n, device) for n in allocs]
+        return made
 
 
 def ready_for(plan: Any, offsets: tuple[int, ...], n_inputs: int, device: Device,
