@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from . import evaluate as _ev
@@ -48,22 +48,28 @@ _thread_state = attrgetter("threads.state")
 READY_PER_PLAN = 8
 
 
+#: a ready step: (launch plan, getters of its inputs, outputs (in the call's pool) and
+#: scalars (None: none), the positions of the caller's buffers among its inputs,
+#: deferred unless one of those is large, writes a caller's buffer)
+Step = tuple[Any, Any, Any, Any, tuple[int, ...], bool, bool]
+
+
 class Ready:
     """One plan's replay with fixed view offsets, its per-call questions answered.
 
-    ``steps``: per step (launch plan, input positions, output positions, scalar
-    positions, deferred unless an input is large, writes a caller's buffer); positions
-    are in the call's pool of inputs then temporaries."""
+    ``steps``: per step a :data:`Step`; positions are in the call's pool of inputs
+    then temporaries."""
 
-    __slots__ = ("allocs", "biggest", "launch_plans", "n_inputs", "results",
+    __slots__ = ("allocs", "biggest", "launch_plans", "n_inputs", "result", "results",
                  "runtime", "steps", "temporaries", "token")
     allocs: list[int]
     biggest: int  # the largest temporary's bytes
     launch_plans: list[Any]
     n_inputs: int
+    result: int  # the one result's position (-1: several)
     results: tuple[int, ...]
     runtime: Any  # the device's runtime (devices._runtime)
-    steps: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[int, ...], bool, bool]]
+    steps: list[Step]
     temporaries: Any  # plan_steps.temporaries: new buffers of the plan's sizes
     token: object
 
@@ -96,11 +102,14 @@ class Ready:
                     or lp.error_arg is not None \
                     or lp.index_dtype is not index or list(params) != list(step.plan_params):
                 return None
-            steps.append((lp, ins, outs, step.scalar_refs, biggest <= limit,
+            scal = tuple(step.scalar_refs)
+            steps.append((lp, _getter(ins), _getter(outs), _getter(scal),
+                          tuple(k for k in ins if k < n), biggest <= limit,
                           step.writes_input))
         self.steps = steps
         self.launch_plans = [s[0] for s in steps]
         self.results = tuple(k if kind == "i" else n + k for kind, k in plan.results)
+        self.result = self.results[0] if len(self.results) == 1 else -1
         self.temporaries = temporaries
         self.runtime = _runtime(device)
         self.biggest = max(allocs, default=0)
@@ -112,18 +121,17 @@ class Ready:
         run it (nothing was enqueued then).
 
         What ``plan_steps.temporaries`` and ``launching.enqueue_or_defer`` do per call is
-        written out here with the runtime found when the plan was made ready: the
-        temporaries' allocation is ``DeviceMemory.allocate``'s common case (the credit
-        for all of them taken at once, ``DeviceMemory.reserve``; out of credit or
-        refused, ``temporaries`` allocates and checks the room), each launch deferred or
-        enqueued as ``enqueue_or_defer`` would, without a frame or a runtime look-up per
-        buffer and per launch."""
+        written out here, with the runtime found when the plan was made ready: each
+        launch deferred or enqueued as ``enqueue_or_defer`` would, without its frame and
+        a runtime look-up per launch; a step's buffers and scalars picked by getters made
+        once (:func:`_getter`), not a ``map`` and a list each."""
         if self.token is not _recipes_current[0] or len(storages) != self.n_inputs \
                 or _devices._blocked is not None:  # (the general replay reports it)
             return None
         launch_plans = self.launch_plans
         try:  # (attrgetter's map: no comprehension's frame)
-            states = list(map(_thread_state, launch_plans))
+            states = list(map(_thread_state, launch_plans)) if len(launch_plans) > 1 \
+                else [launch_plans[0].threads.state]
         except AttributeError:  # this thread's first launch of a kernel
             return None
         for lp in launch_plans:
@@ -132,22 +140,20 @@ class Ready:
         _tally_replay()
         rt = self.runtime
         allocs = self.allocs
-        if allocs:
-            pool = storages + self._allocate(rt.pool, allocs, device)
-        else:
-            pool = storages
-        get = pool.__getitem__
-        pick = scalars.__getitem__
+        pool = storages + self._allocate(rt.pool, allocs, device) if allocs else storages
         limit = 4 * _launching.DEFER_MAX_ELEMENTS
         deferred = rt.deferred
-        for (lp, ins, outs, scal, small, writes), (kernel, last) in zip(self.steps, states):
+        for (lp, g_in, g_out, g_sc, callers, small, writes), (kernel, last) in \
+                zip(self.steps, states):
             if writes:  # (it writes a caller's buffer: earlier gathers' flags first)
                 check_pending()
-            st = list(map(get, ins))
             # (deferred as plan_steps.launch_step decides: its sizes, and the inputs')
-            if small and st:
-                small = max(map(_nbytes, st)) <= limit
-            args = (list(map(get, outs)), st, list(map(pick, scal)), kernel, last)
+            for k in callers if small else ():
+                if pool[k].nbytes > limit:
+                    small = False
+                    break
+            args = (g_out(pool), g_in(pool) if g_in else (),
+                    g_sc(scalars) if g_sc else (), kernel, last)
             if small:
                 deferred.append((lp.go, args))
                 if len(deferred) >= DEFER_MAX:
@@ -158,7 +164,9 @@ class Ready:
                         rt.flush()
                     lp.go(*args, rt.queue)
             _tally()
-        return list(map(get, self.results))
+        if self.result >= 0:
+            return [pool[self.result]]
+        return [pool[k] for k in self.results]
 
     def _allocate(self, mem: Any, allocs: list[int], device: Device) -> list[Storage]:
         """The temporaries' new buffers, as ``plan_steps.temporaries`` makes them (see
@@ -173,6 +181,13 @@ class Ready:
         except OutOfMemoryError:
             return [_ev.allocate(n, device) for n in allocs]
         return made
+
+
+def _getter(refs: tuple[int, ...]) -> Any:
+    """``refs``' items of a sequence as a tuple, in one C call (None for no refs): the
+    first is picked twice more at the end, so one ref still gives a tuple; launchers
+    read their arguments by position (``LaunchSpec``), never the length."""
+    return itemgetter(*refs, refs[0]) if refs else None
 
 
 def ready_for(plan: Any, offsets: tuple[int, ...], n_inputs: int, device: Device,
