@@ -8,15 +8,19 @@ dtype, parameters) and which thread kernel object it runs on.  :class:`Ready` ke
 those answers, made after a replay whose every step ran its kept launch plan; a later
 replay checks only what can change between calls: the recipes token, each kernel
 still in the memory cache, this thread's kernel objects and the caller's buffers (done
-by the caller: on the device, no larger than int32 indexes).  Its temporaries come
-from ``plan_steps.temporaries``, as the general replay's do.  Anything else returns
-None and the caller replays the general way (which also makes a new :class:`Ready`).
+by the caller: on the device, no larger than int32 indexes).  Its temporaries are
+allocated as ``plan_steps.temporaries`` allocates the general replay's.  Anything else
+returns None and the caller replays the general way (which also makes a new
+:class:`Ready`).
 
-Launches go through ``launching.enqueue_or_defer`` as the general replay's do, deferred
-by the same rule, and count as they do (one memory-cache hit and one launch each).
+Launches are deferred or enqueued by ``launching.enqueue_or_defer``'s rule, as the
+general replay's are, and count as they do (one memory-cache hit and one launch each).
 A step that writes a caller's buffer reads the pending flags of checked gathers first,
-as in the general replay; plans whose steps read an error flag themselves (a checked
-gather) are not made ready: those keep the general replay's flag handling.
+as in the general replay.  A plan with checked gathers (``x[rows, labels]``: a kernel
+that writes an error flag) runs as the general replay does, within
+``flags.deferring``: each such launch enqueued at once with the evaluation's flag
+(``launching._enqueue_flagged``), the flag read at the end (or left unread:
+``FUSELOOP_GATHER_WAIT=defer``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 from . import evaluate as _ev
+from . import flags as _flags
 from . import launching as _launching
 from .errors import OutOfMemoryError
 from .expr.nodes import Storage, recent_lazy
@@ -50,8 +55,8 @@ READY_PER_PLAN = 8
 
 #: a ready step: (launch plan, getters of its inputs, outputs (in the call's pool) and
 #: scalars (None: none), the positions of the caller's buffers among its inputs,
-#: deferred unless one of those is large, writes a caller's buffer)
-Step = tuple[Any, Any, Any, Any, tuple[int, ...], bool, bool]
+#: deferred unless one of those is large, writes a caller's buffer, writes an error flag)
+Step = tuple[Any, Any, Any, Any, tuple[int, ...], bool, bool, bool]
 
 
 class Ready:
@@ -60,10 +65,11 @@ class Ready:
     ``steps``: per step a :data:`Step`; positions are in the call's pool of inputs
     then temporaries."""
 
-    __slots__ = ("allocs", "biggest", "launch_plans", "n_inputs", "result", "results",
+    __slots__ = ("allocs", "biggest", "flagged", "launch_plans", "n_inputs", "result", "results",
                  "runtime", "steps", "temporaries", "token")
     allocs: list[int]
     biggest: int  # the largest temporary's bytes
+    flagged: bool  # a step writes a checked gather's error flag
     launch_plans: list[Any]
     n_inputs: int
     result: int  # the one result's position (-1: several)
@@ -79,7 +85,7 @@ class Ready:
         """``plan`` made ready for ``offsets`` (``params_of(step, offsets)``: a step's
         parameters; ``temporaries(sizes, device)``: new buffers), or None where a step
         is not: no kept launch plan for these parameters on ``device`` under the current
-        recipes, a checked gather's flag."""
+        recipes."""
         self = cls.__new__(cls)
         limit = 4 * _launching.DEFER_MAX_ELEMENTS  # (plan_steps.launch_step's bound)
         self.token = _recipes_current[0]
@@ -99,14 +105,15 @@ class Ready:
             index = _launching.INDEX_INT32 if widest <= INT32_LIMIT else \
                 _launching.INDEX_INT64
             if lp is None or lp.stamp is not self.token or step.device is not device \
-                    or lp.error_arg is not None \
                     or lp.index_dtype is not index or list(params) != list(step.plan_params):
                 return None
             scal = tuple(step.scalar_refs)
+            flag = lp.error_arg is not None
             steps.append((lp, _getter(ins), _getter(outs), _getter(scal),
-                          tuple(k for k in ins if k < n), biggest <= limit,
-                          step.writes_input))
+                          tuple(k for k in ins if k < n), biggest <= limit and not flag,
+                          step.writes_input, flag))
         self.steps = steps
+        self.flagged = any(s[7] for s in steps)
         self.launch_plans = [s[0] for s in steps]
         self.results = tuple(k if kind == "i" else n + k for kind, k in plan.results)
         self.result = self.results[0] if len(self.results) == 1 else -1
@@ -128,6 +135,8 @@ class Ready:
         if self.token is not _recipes_current[0] or len(storages) != self.n_inputs \
                 or _devices._blocked is not None:  # (the general replay reports it)
             return None
+        if self.flagged and _flags._local.pending is None:  # (as the general replay)
+            return _flags.deferring(self.run, storages, scalars, device)
         launch_plans = self.launch_plans
         try:  # (attrgetter's map: no comprehension's frame)
             states = list(map(_thread_state, launch_plans)) if len(launch_plans) > 1 \
@@ -143,7 +152,7 @@ class Ready:
         pool = storages + self._allocate(rt.pool, allocs, device) if allocs else storages
         limit = 4 * _launching.DEFER_MAX_ELEMENTS
         deferred = rt.deferred
-        for (lp, g_in, g_out, g_sc, callers, small, writes), (kernel, last) in \
+        for (lp, g_in, g_out, g_sc, callers, small, writes, flag), (kernel, last) in \
                 zip(self.steps, states):
             if writes:  # (it writes a caller's buffer: earlier gathers' flags first)
                 check_pending()
@@ -152,12 +161,15 @@ class Ready:
                 if pool[k].nbytes > limit:
                     small = False
                     break
-            args = (g_out(pool), g_in(pool) if g_in else (),
-                    g_sc(scalars) if g_sc else (), kernel, last)
+            args: tuple[Any, ...] = (g_out(pool), g_in(pool) if g_in else (),
+                                     g_sc(scalars) if g_sc else (), kernel, last)
             if small:
                 deferred.append((lp.go, args))
                 if len(deferred) >= DEFER_MAX:
                     rt.flush()
+            elif flag:  # (now, with this evaluation's flag: read by deferring at its end)
+                o, st, sc = args[:3]
+                _launching._enqueue_flagged(lp, o, st, sc, kernel, last, device)
             else:
                 with rt.launch_lock:  # (after the deferred ones, amid no other flush)
                     if deferred:
