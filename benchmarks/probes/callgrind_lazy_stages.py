@@ -156,7 +156,8 @@ def main() -> None:
     rows: dict[str, list[str]] = {c: [] for c in cases}
     for k, rev in enumerate(args.revs):
         home = _package(rev, tmp)
-        env = dict(os.environ, PYTHONPATH=str(home), FL_STAGES_HELPER=str(helper),
+        path = os.pathsep.join([str(home), *filter(None, [os.environ.get("PYTHONPATH")])])
+        env = dict(os.environ, PYTHONPATH=path, FL_STAGES_HELPER=str(helper),
                    PYTHONHASHSEED="0", FUSELOOP_HOST_PATH="0",
                    FUSELOOP_CACHE_DIR=str(Path(args.cache) / rev if args.cache
                                           else tmp / f"cache{k}"))

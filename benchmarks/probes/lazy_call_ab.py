@@ -237,7 +237,9 @@ def main() -> None:
     for device in args.devices.split(","):
         rows: dict[str, dict[str, dict]] = {name: {} for name in names}
         for rev, home in zip(args.revs, homes):
-            env = dict(os.environ, PYTHONPATH=str(home))
+            # (prepended: the environment's own path may hold the dependencies)
+            path = os.pathsep.join([str(home), *filter(None, [os.environ.get("PYTHONPATH")])])
+            env = dict(os.environ, PYTHONPATH=path)
             out = subprocess.run(
                 [sys.executable, __file__, "--child", device, "--cases", args.cases,
                  "--n", str(args.n), "--repeat", str(args.repeat), "--batch",
