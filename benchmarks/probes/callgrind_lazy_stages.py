@@ -138,8 +138,9 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=32)
     ap.add_argument("--kernels", action="store_true",
                     help="print kernels per call at --n and at 2^24, no valgrind")
-    ap.add_argument("--cache", help="keep each revision's kernels in DIR/<revision> (a "
-                    "later run loads them: building under valgrind takes minutes)")
+    ap.add_argument("--cache", help="the revisions' disk cache of kernels (shared: kernels "
+                    "of one source are one entry); a later run loads them, where building "
+                    "under valgrind takes minutes")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     cases = args.cases.split(",")
@@ -159,8 +160,7 @@ def main() -> None:
         path = os.pathsep.join([str(home), *filter(None, [os.environ.get("PYTHONPATH")])])
         env = dict(os.environ, PYTHONPATH=path, FL_STAGES_HELPER=str(helper),
                    PYTHONHASHSEED="0", FUSELOOP_HOST_PATH="0",
-                   FUSELOOP_CACHE_DIR=str(Path(args.cache) / rev if args.cache
-                                          else tmp / f"cache{k}"))
+                   FUSELOOP_CACHE_DIR=str(args.cache or tmp / f"cache{k}"))
         me = [sys.executable, str(Path(__file__).resolve()), "--child", "--cases",
               args.cases, "--calls", str(args.calls), "--n"]
         if args.kernels:
