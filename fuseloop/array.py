@@ -471,7 +471,8 @@ class Array(ArrayProtocol, ShapeMethods):
         if self._storage is None:
             # (a large result's allocation lets go of the recent lazy arrays: this one,
             # about to be concrete, need not be a reader; a slice: threads share the list)
-            taken = any(a is self for a in recent_lazy[-1:]) and math.prod(
+            last = recent_lazy[-1:]
+            taken = bool(last) and last[0] is self and math.prod(
                 self._shape) * self.dtype.itemsize >= RELEASE_RECENT_AT and \
                 take_last_recent(self)
             node, shape, device = self._node, self._shape, self.device

@@ -70,7 +70,10 @@ def test_a_recipes_change_replays_the_general_way_then_readies_again(device, ker
     np.testing.assert_allclose(x.sum(axis=1).eval().get(), h.sum(axis=1))
 
 
-def test_checked_gathers_stay_on_the_general_replay(device, kernels_only, monkeypatch):
+def test_checked_gathers_are_made_ready_and_still_report(device, kernels_only, monkeypatch):
+    """A plan whose kernel writes a checked gather's error flag is made ready too; its
+    ready replay reads the flag as the general replay does (an index out of range
+    raises at the evaluation), and a later call's flag is a zeroed one."""
     from fuseloop.ops import host_mirror
 
     # (indices the host holds no copy of: else checked there, and the kernel is not)
@@ -81,9 +84,26 @@ def test_checked_gathers_stay_on_the_general_replay(device, kernels_only, monkey
     for _ in range(3):
         assert float(fl.sum(x[idx]).eval().get()) == float(h[[3, 1, 9]].sum())
     plan, offsets = _entry(fl.sum(x[idx]))
-    assert plan.ready[offsets] is False  # (its kernel reads an error flag)
+    ready = plan.ready[offsets]
+    assert isinstance(ready, plan_ready.Ready) and ready.flagged
+    ran = []
+    real = plan_ready.Ready.run
+
+    def counted(self, *args):
+        done = real(self, *args)
+        ran.append(done is not None)
+        return done
+
+    monkeypatch.setattr(plan_ready.Ready, "run", counted)
     with pytest.raises(IndexError):
         fl.sum(x[fl.asarray(np.array([3, 1, 12], np.int64))]).eval()
+    assert ran and all(ran)  # (raised by the ready replay's flag read)
+    ran.clear()
+    before = fl.stats()
+    other = fl.asarray(np.array([0, 2, 4], np.int64))
+    assert float(fl.sum(x[other]).eval().get()) == float(h[[0, 2, 4]].sum())
+    assert ran and all(ran)
+    assert fl.stats()["kernels_launched"] - before["kernels_launched"] == len(plan.steps)
 
 
 def test_a_repeated_statement_finds_its_plan_by_signature(device, kernels_only, monkeypatch):
