@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 import fuseloop as fl
 from fuseloop import cache
@@ -38,8 +39,8 @@ EVALUATE = textwrap.dedent("""
 """).replace("GENERATOR", repr(GENERATOR))
 
 
-def _child(script: str, cache_dir: str) -> dict:
-    env = dict(os.environ, FUSELOOP_CACHE_DIR=cache_dir, FUSELOOP_PROGRESS="0")
+def _child(script: str, cache_dir: str, **env_vars: str) -> dict:
+    env = dict(os.environ, FUSELOOP_CACHE_DIR=cache_dir, FUSELOOP_PROGRESS="0", **env_vars)
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -87,11 +88,14 @@ def test_names_load_on_first_use(tmp_path):
     assert out == {"later": [], "ok": True}
 
 
-def test_disk_cache_hit_loads_no_code_generator(tmp_path):
-    first = _child(EVALUATE, str(tmp_path))
+@pytest.mark.parametrize("host_path", ["1", "0"])
+def test_disk_cache_hit_loads_no_code_generator(tmp_path, host_path):
+    # (with the host path off a CPU device launches kernels as a GPU does, so the recipes
+    # the kernels name are loaded: they must not import the code generator either)
+    first = _child(EVALUATE, str(tmp_path), FUSELOOP_HOST_PATH=host_path)
     assert first["ok"] and first["lowered"] >= 3
     assert "loopy" in first["loaded"]  # a miss generates code
-    second = _child(EVALUATE, str(tmp_path))
+    second = _child(EVALUATE, str(tmp_path), FUSELOOP_HOST_PATH=host_path)
     assert second["ok"] and second["lowered"] == 0
     assert second["loaded"] == []
     # nor the code generator's steps (lowering, recipe, Loopy: fuseloop.lower.codegen),

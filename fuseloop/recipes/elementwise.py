@@ -212,7 +212,12 @@ def _hoist_invariants(knl: lp.LoopKernel) -> lp.LoopKernel:
 #: ``sqrt``, ...), a division, a remainder or a power: one instruction (an FMA fuses two)
 #: beside tens, so a polynomial of 16 steps is not compute-bound as 16 ``sin`` steps are
 CHEAP_OPERATION = 0.25
-_COSTLY = (prim.Call, prim.Quotient, prim.FloorDiv, prim.Remainder, prim.Power)
+
+
+def _costly() -> tuple[type, ...]:
+    """The node types that count a whole operation (a function: ``prim`` is imported at
+    the first lowering, not when a disk-warm process loads the recipes)."""
+    return (prim.Call, prim.Quotient, prim.FloorDiv, prim.Remainder, prim.Power)
 
 
 def _operations(expr: object) -> float:
@@ -223,7 +228,7 @@ def _operations(expr: object) -> float:
     if not isinstance(expr, prim.Expression):
         return 0
     own = 0.0 if isinstance(expr, prim.Variable | prim.Subscript | prim.Lookup) else \
-        1.0 if isinstance(expr, _COSTLY) else CHEAP_OPERATION
+        1.0 if isinstance(expr, _costly()) else CHEAP_OPERATION
     return own + sum(_operations(getattr(expr, name)) for name in expr.init_arg_names)
 
 
