@@ -23,7 +23,6 @@ from .expr import program as _prog
 from .expr.ir import INT32_LIMIT
 from .expr.nodes import Node
 from .expr.program import Target
-from .plan_moving import Moving
 from .runtime.devices import Device
 from .signed_keys import _free_views, _signed_key
 
@@ -58,16 +57,10 @@ def replay_into(root: Node, out_shape: tuple[int, ...], device: Device, target: 
                     break
             else:
                 offsets = signed[3] if bind is None else bind
-                readies = plan.ready
-                ready = readies.get(offsets) if readies else None
                 # (their launches read no error flag; a step writing the target reads
                 # the pending ones first)
-                if ready:
-                    if ready.run(storages, scalars, device) is not None:
-                        return True
-                elif type(moving := plan.moving) is Moving:
-                    if moving.run(storages, scalars, device, offsets) is not None:
-                        return True
+                if _rp.run_prepared(plan, storages, scalars, device, offsets) is not None:
+                    return True
                 _flags.check_pending()  # (evaluate.run's, before a target is written)
                 # (the general replay, which makes its Ready or Moving)
                 _flags.deferring(_rp._replay_signed, plan, storages, scalars, device, offsets,

@@ -272,14 +272,7 @@ def _signed_replay(signed: tuple, device: Device) -> list[Storage] | None:
                 break
         else:
             offsets = signed[3] if bind is None else bind
-            readies = plan.ready
-            ready = readies.get(offsets) if readies else None
-            if ready:
-                done = ready.run(storages, scalars, device)
-            elif type(moving := plan.moving) is Moving:  # (a loop over rows or elements)
-                done = moving.run(storages, scalars, device, offsets)
-            else:
-                done = None
+            done = run_prepared(plan, storages, scalars, device, offsets)
             if done is not None:
                 return done
             return _replay_signed(plan, storages, scalars, device, offsets, False, True)
@@ -520,6 +513,21 @@ def replay_one(root: Node, out_shape: tuple[int, ...], device: Device) -> Storag
                             wide, True)[0]
 
 
+def run_prepared(plan: _Plan, storages: list[Storage], scalars: list[np.generic], device: Any,
+                 offsets: Any) -> Any:
+    """Runs ``plan`` by what it prepared: its Ready for these view offsets, else its
+    :class:`~fuseloop.plan_moving.Moving` (a loop over rows or elements); the result, or
+    None where neither applies or runs (the caller replays in general)."""
+    readies = plan.ready
+    ready = readies.get(offsets) if readies else None
+    if ready:
+        return ready.run(storages, scalars, device)
+    moving = plan.moving
+    if type(moving) is Moving:
+        return moving.run(storages, scalars, device, offsets)
+    return None
+
+
 def _replay_signed(plan: _Plan, storages: list[Storage], scalars: list[np.generic],
                    device: Device, offsets: tuple[int, ...], wide: bool,
                    tried: bool = False) -> list[Storage]:
@@ -535,14 +543,7 @@ def _replay_signed(plan: _Plan, storages: list[Storage], scalars: list[np.generi
             if s.device is not device:
                 break
         else:
-            readies = plan.ready
-            ready = readies.get(offsets) if readies else None
-            if ready:
-                done = ready.run(storages, scalars, device)
-            elif type(moving := plan.moving) is Moving:  # (a loop over rows or elements)
-                done = moving.run(storages, scalars, device, offsets)
-            else:
-                done = None
+            done = run_prepared(plan, storages, scalars, device, offsets)
             if done is not None:
                 return done
     outs = _replay(plan, storages, scalars, device, offsets)
