@@ -20,7 +20,6 @@ from . import flags as _flags
 from . import host_path as _host
 from . import run_plans as _rp
 from .expr import program as _prog
-from .expr.ir import INT32_LIMIT
 from .expr.nodes import Node
 from .expr.program import Target
 from .runtime.devices import Device
@@ -45,27 +44,18 @@ def replay_into(root: Node, out_shape: tuple[int, ...], device: Device, target: 
         return False
     entry = _rp._signed.get(signed[0])
     if entry is not None and entry[4] is None and not _flags._unread:
-        plan, bind, take, head, _ = entry
-        picked = take(signed[1])
-        known = _rp._key_head(device)
-        if picked is not None and (known is head or known == head):
-            storages, scalars = picked
-            if signed[2]:
-                storages = storages + signed[2]
-            for s in storages:
-                if s.nbytes > INT32_LIMIT or s.device is not device:
-                    break
-            else:
-                offsets = signed[3] if bind is None else bind
-                # (their launches read no error flag; a step writing the target reads
-                # the pending ones first)
-                if _rp.run_prepared(plan, storages, scalars, device, offsets) is not None:
-                    return True
-                _flags.check_pending()  # (evaluate.run's, before a target is written)
-                # (the general replay, which makes its Ready or Moving)
-                _flags.deferring(_rp._replay_signed, plan, storages, scalars, device, offsets,
-                                 False, True)
+        common = _rp.pick_common(entry, signed, device)
+        if common:
+            plan, storages, scalars, offsets = common
+            # (their launches read no error flag; a step writing the target reads the
+            # pending ones first)
+            if _rp.run_prepared(plan, storages, scalars, device, offsets) is not None:
                 return True
+            _flags.check_pending()  # (evaluate.run's, before a target is written)
+            # (the general replay, which makes its Ready or Moving)
+            _flags.deferring(_rp._replay_signed, plan, storages, scalars, device, offsets,
+                             False, True)
+            return True
     _flags.check_pending()
     _flags.deferring(_rp.run, [root], out_shape, device, [target], signed)
     return True

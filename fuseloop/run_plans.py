@@ -248,30 +248,41 @@ _target_sigs: OrderedDict[Any, bool] = OrderedDict()
 SIGNED_PER_PLAN = 8
 
 
+def pick_common(entry: tuple, signed: tuple, device: Device) -> Any:
+    """The operands of a plan remembered by signature (``entry``, not held) in the common
+    case: ``(plan, storages, scalars, offsets)`` with every buffer on ``device`` and within
+    int32 indexing; None where the operands or the recipes no longer match the entry;
+    False where a buffer is elsewhere or wide (:func:`signed_pick` decides)."""
+    plan, bind, take, head, _ = entry
+    picked = take(signed[1])
+    known = _key_head(device)
+    if picked is None or (known is not head and known != head):
+        return None
+    storages, scalars = picked
+    if signed[2]:  # (into targets: their buffers appended, as the walk appends them)
+        storages = storages + signed[2]
+    for s in storages:
+        if s.nbytes > INT32_LIMIT or s.device is not device:
+            return False
+    return plan, storages, scalars, signed[3] if bind is None else bind
+
+
 def _signed_replay(signed: tuple, device: Device) -> list[Storage] | None:
     """The replay of the plan remembered under ``signed`` (:func:`_signed_key`, or a
     pair (key, operands) of a plan without offsets), or None (none remembered, or its
     buffers need the walk: see :func:`_key`).  The common call (buffers on ``device``,
-    none past int32 indexing) in this frame: its Ready or Moving, else the general
+    none past int32 indexing, :func:`pick_common`): its Ready or Moving, else the general
     replay; anything else as :func:`signed_pick` says."""
-    # (into targets: their buffers appended, as the walk appends them)
     entry = _signed.get(signed[0])
     if entry is None:
         return None
-    plan, bind, take, head, held = entry
+    held = entry[4]
     if held is None:
-        picked = take(signed[1])
-        known = _key_head(device)
-        if picked is None or (known is not head and known != head):
+        common = pick_common(entry, signed, device)
+        if common is None:
             return None
-        storages, scalars = picked
-        if signed[2]:
-            storages = storages + signed[2]
-        for s in storages:
-            if s.nbytes > INT32_LIMIT or s.device is not device:
-                break
-        else:
-            offsets = signed[3] if bind is None else bind
+        if common:
+            plan, storages, scalars, offsets = common
             done = run_prepared(plan, storages, scalars, device, offsets)
             if done is not None:
                 return done
