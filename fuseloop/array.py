@@ -52,7 +52,9 @@ from .operator_loops import (  # noqa: F401  (re-exported: tests read the tables
     _ufunc_loop,
     _unary_hit,
     _weak_scalar,
+    _weak_scalar_in_range,
     _weak_scalars,
+    out_of_range_comparison,
 )
 from .ops.host_mirror import scalar as host_scalar  # (host_path's, then index copies)
 from .runtime.devices import Device
@@ -155,8 +157,9 @@ def _lazy_array(node: Node, device: Device) -> Array:
 # (expr.nodes) gives the loop dtypes, shape and signature; 0-d operands on a CPU device
 # are computed at once (host_ops.binary0).  Three attributes set a line at most.  A
 # Python scalar's conversion is _weak_scalar's, its hit inline (0, -0.0 and NaN are never
-# remembered; 0 is false).  Buffers: the union only when neither operand's set holds the
-# other's (most operands share buffers).
+# remembered; 0 is false); an int out of the dtype's range takes the general path (numpy's
+# OverflowError, or a comparison's answer).  Buffers: the union only when neither operand's
+# set holds the other's (most operands share buffers).
 def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
     """The operator method of numpy ufunc ``op`` (other operands: :func:`_apply_general`)."""
     def binary(a: Any, b: Any) -> Any:
@@ -167,8 +170,7 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
                 and (got := host_binary0(op, a, b)) is not None:
             return got
         if ta is Array:
-            device = a.device
-            an = a._node  # (its key: its signature, else its dtype's char and shape)
+            device, an = a.device, a._node  # (an's key: its signature, else dtype char, shape)
             ka = an.sig or (type(an) is not Apply and signature_of(an)) or (an.dtype.char, an.shape)
             if tb is Array and b.device is device:
                 bn = b._node
@@ -193,8 +195,9 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             elif tb is float or tb is int:
                 loop, key, dtype, shape, sig = _sig_loops_get((op, ka, tb)) or _signed_loop(
                     op, an, None, ka, tb, a.dtype, tb)
-                if (v := _weak_scalars_get((b, key[1])) if b and b == b else None) is None:
-                    v = _weak_scalar(b, loop[1])  # (not ``or``: a numpy scalar's truth costs)
+                if (v := _weak_scalars_get((b, key[1])) if b and b == b else None) is None \
+                        and (v := _weak_scalar_in_range(b, loop[1])) is None:  # (not ``or``:
+                    return _apply_general(op, (a, b))  # a numpy scalar's truth costs)
                 bn = _new_node(Scalar)  # (at most three targets a line: no tuple built)
                 bn.value, bn.dtype, bn.shape = v, loop[1], ()  # (v's: a numpy getter costs)
                 bn.storages = _EMPTY
@@ -204,13 +207,13 @@ def _lean_binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
             else:
                 return _apply_general(op, (a, b))
         elif tb is Array and (ta is float or ta is int):
-            device = b.device
-            bn = b._node
+            device, bn = b.device, b._node
             kb = bn.sig or (type(bn) is not Apply and signature_of(bn)) or (bn.dtype.char, bn.shape)
             loop, key, dtype, shape, sig = _sig_loops_get((op, ta, kb)) or _signed_loop(
                 op, None, bn, ta, kb, ta, b.dtype)
-            if (v := _weak_scalars_get((a, key[0])) if a and a == a else None) is None:
-                v = _weak_scalar(a, loop[0])  # (as above)
+            if (v := _weak_scalars_get((a, key[0])) if a and a == a else None) is None \
+                    and (v := _weak_scalar_in_range(a, loop[0])) is None:  # (as above)
+                return _apply_general(op, (a, b))
             an = _new_node(Scalar)
             an.value, an.dtype, an.shape = v, loop[0], ()
             an.storages = _EMPTY
@@ -341,7 +344,12 @@ def _apply_general(op: str, operands: tuple) -> Any:
         return got
     if _multi_hooks.TYPES and _multi_hooks.any_split(operands):  # (split arrays: per part)
         return _multi_hooks.dispatch("ufunc", lambda *a: apply_op(op, *a), operands, {})
-    node, device = build_node(op, operands)
+    try:
+        node, device = build_node(op, operands)
+    except OverflowError:
+        if len(operands) != 2 or (got := out_of_range_comparison(op, *operands)) is None:
+            raise
+        return got
     if node is None:
         plain = [(o.value if o.dtype is None else o.dtype.type(o.value))
                  if isinstance(o, Constant) else o for o in operands]

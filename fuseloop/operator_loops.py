@@ -36,6 +36,37 @@ def _ufunc_loop(op: str, *kinds: Any) -> tuple[tuple[np.dtype, ...], tuple[str, 
     return hit
 
 
+# a comparison of integers with a Python int outside their dtype's range: numpy compares the
+# numbers, so every element gives one answer: per operation, the answer for an int below the
+# range and for one above it; and each comparison with its operands swapped
+_OUT_OF_RANGE = {"less": (False, True), "less_equal": (False, True),
+                 "greater": (True, False), "greater_equal": (True, False),
+                 "equal": (False, False), "not_equal": (True, True)}
+_SWAPPED = {"less": "greater", "less_equal": "greater_equal", "greater": "less",
+            "greater_equal": "less_equal", "equal": "equal", "not_equal": "not_equal"}
+
+
+def out_of_range_comparison(op: str, a: Any, b: Any) -> Any:
+    """numpy's result of comparison ``op`` between an integer array and a Python int that
+    its dtype cannot hold (``uint8_array < -1``: all False), a boolean array of the array's
+    shape; None for another operation (whose conversion error stands)."""
+    if op not in _OUT_OF_RANGE:
+        return None
+    if type(a) is int:  # (the int on the left: the mirrored comparison)
+        a, b, op = b, a, _SWAPPED[op]
+    answer = _OUT_OF_RANGE[op][0 if b < 0 else 1]  # (out of range and negative: below it)
+    from .creation import full  # (creation imports the array module)
+    return full(a.shape, answer, dtype=np.bool_, device=a.device)
+
+
+def _weak_scalar_in_range(value: Any, dtype: np.dtype) -> np.generic | None:
+    """``_weak_scalar``, or None for an int that ``dtype`` cannot hold."""
+    try:
+        return _weak_scalar(value, dtype)
+    except OverflowError:
+        return None
+
+
 def _weak_scalar(value: Any, dtype: np.dtype) -> np.generic:
     """``scalar_to`` for a Python int or float, remembering recent conversions."""
     if value == 0 or value != value:  # -0.0 == 0.0 and NaN != NaN: not dictionary keys
