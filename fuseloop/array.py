@@ -340,16 +340,21 @@ def apply_op(op: str, *operands: Any) -> Any:
 
 def _apply_general(op: str, operands: tuple) -> Any:
     """:func:`apply_op` by :func:`build_node`: every case the lean path does not take."""
+    try:
+        return _apply_built(op, operands)
+    except OverflowError:  # (a Python int that the loop's integer dtype cannot hold)
+        if len(operands) != 2 or (got := out_of_range_comparison(op, *operands)) is None:
+            raise
+        return got
+
+
+def _apply_built(op: str, operands: tuple) -> Any:
+    """:func:`_apply_general`'s work: numpy's now for small CPU work, else a lazy node."""
     if (got := _eager_apply(op, operands)) is not None:  # (small, on the CPU: numpy's now)
         return got
     if _multi_hooks.TYPES and _multi_hooks.any_split(operands):  # (split arrays: per part)
         return _multi_hooks.dispatch("ufunc", lambda *a: apply_op(op, *a), operands, {})
-    try:
-        node, device = build_node(op, operands)
-    except OverflowError:
-        if len(operands) != 2 or (got := out_of_range_comparison(op, *operands)) is None:
-            raise
-        return got
+    node, device = build_node(op, operands)
     if node is None:
         plain = [(o.value if o.dtype is None else o.dtype.type(o.value))
                  if isinstance(o, Constant) else o for o in operands]

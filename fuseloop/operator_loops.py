@@ -54,6 +54,8 @@ def out_of_range_comparison(op: str, a: Any, b: Any) -> Any:
         return None
     if type(a) is int:  # (the int on the left: the mirrored comparison)
         a, b, op = b, a, _SWAPPED[op]
+    if type(b) is not int or not hasattr(a, "device"):  # (an array and an int only)
+        return None
     answer = _OUT_OF_RANGE[op][0 if b < 0 else 1]  # (out of range and negative: below it)
     from .creation import full  # (creation imports the array module)
     return full(a.shape, answer, dtype=np.bool_, device=a.device)

@@ -43,3 +43,11 @@ def test_arithmetic_still_raises(device):
         x + -1
     with pytest.raises(OverflowError, match="300"):
         fl.multiply(300, x)
+
+
+def test_values_from_iteration_match_numpy(device):
+    host = np.arange(3, dtype=np.uint8)
+    for got, want in zip(fl.asarray(host, device=device), host, strict=True):
+        assert bool(got < -1) == bool(want < -1)
+        assert bool(got != 300) == bool(want != 300)
+        assert bool(-5 <= got) == bool(-5 <= want)
