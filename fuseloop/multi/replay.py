@@ -11,11 +11,11 @@ the key's checks, the plan's replay, each step's launch checks, ``launching.enqu
 and its deferral, then the part's own queue look-up and submit.  :func:`replayed`
 makes those checks once per call where they are the same for every part (capture,
 recording and checking modes, the flags' frame, the partial's signature).  It works
-in two phases: first every part is staged (:class:`_Staged`: its plan looked up, its
-temporaries allocated, each step's argument lists made), then the staged parts are
-enqueued back to back (:func:`enqueue_all`): between two parts' enqueues there is only
-the queue's lock, the enqueue calls and the submit, so the parts start (and, of equal
-work, finish) within microseconds of each other.  The last part still starts after all
+in two phases: first every part is staged (:class:`_Staged`: its plan looked up and its
+launch checked), then the staged parts are enqueued back to back (:func:`enqueue_all`):
+between two parts' enqueues there is only what needs the part's device current (CUDA:
+one switch per part), its temporaries allocated and argument lists made, the queue's
+lock, the enqueue calls and the submit.  The last part still starts after all
 of the call's host work (every part staged and enqueued): only less work per part makes
 it earlier.  A step whose kept launch plan is not valid for this launch (recipes changed,
 another index type, an error flag, a kernel not in the memory cache) goes through
@@ -244,8 +244,8 @@ def _stage(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any
     # (a launch that may be prepared, not from this thread or with a kernel out of the
     # memory cache: launched in general now, and not kept so)
     keep = ready is None or not ready.steps
-    return _Staged(device, functools.partial(_launch, plan, storages, scalars, offsets,
-                                             device, token), (), None, 0), \
+    return _Staged(device, 0, functools.partial(_launch, plan, storages, scalars, offsets,
+                                                device, token)), \
         _calls._PartLaunch(device, take, wide, head, general=(plan, offsets, token)) \
         if keep else None
 
@@ -260,43 +260,62 @@ def _stage_flat(node: Any, shape: tuple[int, ...], device: Any
     if ready is None:
         return None
     plan, storages, scalars, kernel, last = ready
-    with current(device):
-        out = output(shape[0] * node.dtype.itemsize, device)
     entry = _prog.flat_entries[(node.sig, shape)]
     wide = any(s.nbytes > INT32_LIMIT for s in storages)
-    return _Staged(device, None, [(plan.go, kernel, last, out, storages, scalars)], out, 1), \
+    return _Staged(device, 1, flat=(plan.go, kernel, last, shape[0] * node.dtype.itemsize),
+                   storages=storages, scalars=scalars), \
         _calls._PartLaunch(device, entry.take, wide, flat=plan)
 
 
 class _Staged:
-    """One part's launch with everything but the enqueues done: a prepared launch's
-    calls (launch function, kernel object, its argument record, outputs, inputs,
-    scalars: the temporaries allocated), or ``general``, the general step launch of
-    :func:`_launch` (which counts its own launches).  :meth:`launch` enqueues it and
-    submits its queue; ``counted``: the launches :func:`enqueue_all` counts for it."""
+    """One part's launch with every look-up and check made: what is left needs its device
+    current (CUDA: switched once per part, in :meth:`launch`): its buffers allocated, its
+    steps' argument lists made, its kernels enqueued and its queue submitted.  A prepared
+    launch (``prepared``: a :class:`_Prepared` over ``storages`` and ``scalars``), a flat
+    elementwise one (``flat``: (launch function, kernel object, its argument record, the
+    output's bytes)) or ``general``, the general step launch of :func:`_launch` (which
+    counts its own launches); ``counted``: the launches :func:`enqueue_all` counts."""
 
-    __slots__ = ("calls", "counted", "device", "general", "result")
+    __slots__ = ("counted", "device", "flat", "general", "prepared", "scalars", "storages")
 
-    def __init__(self, device: Any, general: Any, calls: Sequence[tuple], result: Any,
-                 counted: int) -> None:
-        self.device, self.general, self.calls = device, general, calls
-        self.result, self.counted = result, counted
+    def __init__(self, device: Any, counted: int, general: Any = None, prepared: Any = None,
+                 flat: tuple | None = None, storages: Sequence[Any] = (),
+                 scalars: Sequence[Any] = ()) -> None:
+        self.device, self.counted, self.general = device, counted, general
+        self.prepared, self.flat = prepared, flat
+        self.storages, self.scalars = storages, scalars
 
     def launch(self) -> Any:
-        """The part enqueued and its queue submitted; its result."""
+        """The part's buffers allocated, its kernels enqueued and its queue submitted; its
+        result."""
         device = self.device
         with current(device):
             if self.general is not None:
                 return self.general()
+            storages, scalars = self.storages, self.scalars
+            prepared = self.prepared
+            if prepared is not None:
+                pool = storages
+                if prepared.allocs:
+                    pool = [*storages, *temporaries(prepared.allocs, device)]
+                calls = [(go, kernel, last, [pool[i] for i in outs], [pool[i] for i in ins],
+                          [scalars[i] for i in scs])
+                         for go, kernel, last, outs, ins, scs in prepared.steps]
+                result = pool[prepared.result]
+            else:
+                assert self.flat is not None
+                go, kernel, last, nbytes = self.flat
+                result = output(nbytes, device)
+                calls = [(go, kernel, last, result, storages, scalars)]
             rt = _runtime(device)
             queue = rt.queue
             with rt.launch_lock:
                 if rt.deferred:
                     rt.flush()
-                for go, kernel, last, outs, ins, scs in self.calls:
+                for go, kernel, last, outs, ins, scs in calls:
                     go(outs, ins, scs, kernel, last, queue)
                 rt.submit(queue)
-        return self.result
+        return result
 
 
 def output(nbytes: int, device: Any) -> Storage:
@@ -341,8 +360,8 @@ class _Prepared:
     """One run plan's launch on one device with everything that does not depend on the
     buffers found once: per step its launch function, this thread's kernel object and
     argument record, and where its outputs, inputs and scalars lie in the replay's pool
-    (inputs, then the plan's new buffers).  A launch is then staged (:meth:`stage`:
-    allocations and argument lists) and enqueued (:meth:`_Staged.launch`): no step's
+    (inputs, then the plan's new buffers).  A launch is then staged (:meth:`stage`) and
+    enqueued (:meth:`_Staged.launch`: allocations, argument lists, enqueues): no step's
     validity checked again but the kernel's presence in the memory cache (:meth:`valid`,
     once per launch).  Made only for plans whose steps all pass ``_launch``'s checks for
     a kept launch plan with an int32 index (the inputs are checked below that size by
@@ -376,15 +395,9 @@ class _Prepared:
         return True
 
     def stage(self, storages: list[Any], scalars: list[Any]) -> _Staged:
-        """The plan's launch over ``storages`` and ``scalars`` made ready (its
-        temporaries allocated, each step's arguments listed), not yet enqueued."""
-        pool = storages
-        if self.allocs:
-            with current(self.device):
-                pool = storages + temporaries(self.allocs, self.device)
-        calls = [(go, kernel, last, [pool[i] for i in outs], [pool[i] for i in ins],
-                  [scalars[i] for i in scs]) for go, kernel, last, outs, ins, scs in self.steps]
-        return _Staged(self.device, None, calls, pool[self.result], self.n_steps)
+        """The plan's launch over ``storages`` and ``scalars``, to be enqueued."""
+        return _Staged(self.device, self.n_steps, prepared=self, storages=storages,
+                       scalars=scalars)
 
 
 def _prepare(entry: Any, offsets: tuple[int, ...], storages: list[Any], device: Any,
@@ -443,15 +456,22 @@ def _kept(ready: _Prepared, offsets: tuple[int, ...]) -> _Prepared:
 _NO_SWITCH = contextlib.nullcontext()
 
 
+#: ``backends.cuda.current_device``, bound at the first CUDA part (CuPy is imported only
+#: where a CUDA device is; an import statement per call cost each part microseconds)
+_CUDA_SWITCH: list[Any] = []
+
+
 def current(device: Any) -> Any:
     """A context making ``device`` the current one for its part's allocations and
     launches (CUDA: switched once per part, not at each launch and allocation; the
     device current before is current again after), a null context elsewhere."""
     if device.backend != "cuda":
         return _NO_SWITCH
-    from ..backends.cuda import current_device  # (CuPy only where a CUDA device is)
+    if not _CUDA_SWITCH:
+        from ..backends.cuda import current_device
 
-    return current_device(device)
+        _CUDA_SWITCH.append(current_device)
+    return _CUDA_SWITCH[0](device)
 
 
 def _launch(plan: Any, storages: list[Any], scalars: list[Any], offsets: Sequence[int],
