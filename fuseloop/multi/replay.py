@@ -288,33 +288,41 @@ class _Staged:
     def launch(self) -> Any:
         """The part's buffers allocated, its kernels enqueued and its queue submitted; its
         result."""
-        device = self.device
-        with current(device):
-            if self.general is not None:
-                return self.general()
-            storages, scalars = self.storages, self.scalars
-            prepared = self.prepared
-            if prepared is not None:
-                pool = storages
-                if prepared.allocs:
-                    pool = [*storages, *temporaries(prepared.allocs, device)]
-                calls = [(go, kernel, last, [pool[i] for i in outs], [pool[i] for i in ins],
-                          [scalars[i] for i in scs])
-                         for go, kernel, last, outs, ins, scs in prepared.steps]
-                result = pool[prepared.result]
-            else:
-                assert self.flat is not None
-                go, kernel, last, nbytes = self.flat
-                result = output(nbytes, device)
-                calls = [(go, kernel, last, result, storages, scalars)]
-            rt = _runtime(device)
-            queue = rt.queue
-            with rt.launch_lock:
-                if rt.deferred:
-                    rt.flush()
-                for go, kernel, last, outs, ins, scs in calls:
-                    go(outs, ins, scs, kernel, last, queue)
-                rt.submit(queue)
+        if self.device.backend == "cuda":  # (elsewhere no context: frames per part)
+            with current(self.device):
+                return self._launch()
+        return self._launch()
+
+    def _launch(self) -> Any:
+        if self.general is not None:
+            return self.general()
+        device, storages, scalars = self.device, self.storages, self.scalars
+        rt = _runtime(device)
+        prepared = self.prepared
+        calls: list[tuple[Any, ...]]
+        if prepared is not None:
+            pool = storages
+            if prepared.allocs:
+                pool = [*storages, *temporaries(prepared.allocs, device, rt)]
+            # (a step's inputs that are the part's in order are passed as they are, no
+            # scalars as an empty list: no list made per argument kind)
+            calls = [(go, kernel, last, [pool[i] for i in outs],
+                      storages if ins is None else [pool[i] for i in ins],
+                      [scalars[i] for i in scs] if scs else [])
+                     for go, kernel, last, outs, ins, scs in prepared.steps]
+            result = pool[prepared.result]
+        else:
+            assert self.flat is not None
+            go, kernel, last, nbytes = self.flat
+            result = output(nbytes, device)
+            calls = [(go, kernel, last, result, storages, scalars)]
+        queue = rt.queue
+        with rt.launch_lock:
+            if rt.deferred:
+                rt.flush()
+            for go, kernel, last, outs, ins, scs in calls:
+                go(outs, ins, scs, kernel, last, queue)
+            rt.submit(queue)
         return result
 
 
@@ -334,11 +342,11 @@ def output(nbytes: int, device: Any) -> Storage:
         return allocate(nbytes, device)
 
 
-def temporaries(allocs: list[int], device: Any) -> list[Storage]:
+def temporaries(allocs: list[int], device: Any, rt: Any = None) -> list[Storage]:
     """``plan_steps.temporaries`` for a split part, without its letting go of the recent
     lazy arrays first (see :func:`output`; the sizes were allocated when the plan was
-    recorded)."""
-    allocate_pooled = _runtime(device).pool.allocate
+    recorded); ``rt``: the device's runtime, where the caller has it."""
+    allocate_pooled = (rt or _runtime(device)).pool.allocate
     try:
         return [Storage(allocate_pooled(n), n, device) for n in allocs]
     except OutOfMemoryError:
@@ -359,16 +367,16 @@ _caches.register("multi.prepared", _PREPARED.clear, lambda: len(_PREPARED), PREP
 class _Prepared:
     """One run plan's launch on one device with everything that does not depend on the
     buffers found once: per step its launch function, this thread's kernel object and
-    argument record, and where its outputs, inputs and scalars lie in the replay's pool
-    (inputs, then the plan's new buffers).  A launch is then staged (:meth:`stage`) and
-    enqueued (:meth:`_Staged.launch`: allocations, argument lists, enqueues): no step's
-    validity checked again but the kernel's presence in the memory cache (:meth:`valid`,
-    once per launch).  Made only for plans whose steps all pass ``_launch``'s checks for
-    a kept launch plan with an int32 index (the inputs are checked below that size by
-    ``run_plans.signed_pick``); a step with view offsets launches the launch plan its
-    step keeps for the entry's offsets.  ``steps`` empty:
-    the plan cannot be prepared under this recipes token (:func:`_prepare`), its parts
-    take ``_launch`` without asking again."""
+    argument record, and where its outputs, inputs (None: the part's inputs in order)
+    and scalars lie in the replay's pool (inputs, then the plan's new buffers).  A launch
+    is then staged (:meth:`stage`) and enqueued (:meth:`_Staged.launch`: allocations,
+    argument lists, enqueues): no step's validity checked again but the kernel's
+    presence in the memory cache (:meth:`valid`, once per launch).  Made only for plans
+    whose steps all pass ``_launch``'s checks for a kept launch plan with an int32
+    index (the inputs are checked below that size by ``run_plans.signed_pick``); a step
+    with view offsets launches the launch plan its step keeps for the entry's offsets.
+    ``steps`` empty: the plan cannot be prepared under this recipes token
+    (:func:`_prepare`), its parts take ``_launch`` without asking again."""
 
     __slots__ = ("allocs", "compiled", "device", "entry", "n_steps", "queue", "result", "rt",
                  "steps", "thread", "token")
@@ -436,8 +444,9 @@ def _prepare(entry: Any, offsets: tuple[int, ...], storages: list[Any], device: 
         if biggest <= 4 * DEFER_MAX_ELEMENTS:
             small += 1
         kernel, last = thread_kernel(lp)
+        ins = _steps.pool_refs(step.storage_refs, n)
         steps.append((lp.go, kernel, last, _steps.pool_refs(step.out_refs, n),
-                      _steps.pool_refs(step.storage_refs, n), tuple(step.scalar_refs)))
+                      None if ins == tuple(range(n)) else ins, tuple(step.scalar_refs)))
         compiled.append(lp.compiled)
     if (rt.gate_at and small >= rt.gate_at) or any(a > INT32_LIMIT for a in plan.allocs):
         steps, compiled = [], []
