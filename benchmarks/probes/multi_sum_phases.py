@@ -7,17 +7,22 @@ device but the first waits before its part starts), ``reads`` (until the last pa
 was read), ``tail`` (until the float is in Python: the combine and the result) and
 ``call``.  Each is the median over ``--calls`` calls, each after a wait for the devices,
 on the host thread's CPU clock (what other processes take is not counted), with tiny
-parts whose launches are not deferred.  Four PoCL devices on a CPU::
+parts whose launches are not deferred.  ``--profile N``: then the N functions taking the
+most own time (us per call, cProfile on the same clock) in the last revision's calls.
+Four PoCL devices on a CPU::
 
     POCL_DEVICES="pthread pthread pthread pthread" FUSELOOP_HOST_PATH=0 \\
         python benchmarks/probes/multi_sum_phases.py 9c3dcfa WT [--devices 0,1,2,3]
     # on a GPU host (wall clock, the GPUs' own parts):
-    python benchmarks/probes/multi_sum_phases.py ../base WT --devices cuda:0,cuda:1 --wall
+    python benchmarks/probes/multi_sum_phases.py ../base WT --devices cuda:0,cuda:1 --wall \
+        --log2n 30 --calls 50 --profile 12
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import statistics
 import sys
 import time
@@ -82,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log2n", type=int, default=12)
     p.add_argument("--calls", type=int, default=300)
     p.add_argument("--wall", action="store_true", help="wall clock, not the thread's CPU")
+    p.add_argument("--profile", type=int, default=0, help="functions to list (0: none)")
     args = p.parse_args(argv)
     clock = time.perf_counter if args.wall else time.thread_time
     spec = [int(s) if s.isdigit() else s for s in args.devices.split(",")]
@@ -101,7 +107,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{rev[-24:]:24s} " + " ".join(
             f"{statistics.median(r[ph] for r in rows):7.1f}" for ph in PHASES))
     print("values:", sorted(values))
+    if args.profile:
+        _profile(mods[-1], *ready[-1], clock, args.calls, args.profile)
     return 0 if len(values) == 1 else 1
+
+
+def _profile(fl: Any, x: Any, y: Any, trace: Any, clock: Any, calls: int, top: int) -> None:
+    """The ``top`` functions by own time in ``calls`` calls (each after a wait)."""
+    prof = cProfile.Profile(clock)
+    for _ in range(calls):
+        fl.synchronize()
+        prof.enable()
+        float(fl.sum(x * y))
+        prof.disable()
+    stats: dict[Any, Any] = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    print(f"most own time in {fl.__name__}'s calls (us per call: own, with callees; calls):")
+    for (file, line, name), v in sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]:
+        print(f"  {v[2] * 1e6 / calls:7.1f} {v[3] * 1e6 / calls:7.1f} {v[1] / calls:4.0f} "
+              f"{file.rsplit('/', 2)[-1][:28]}:{line} {name[:30]}")
 
 
 if __name__ == "__main__":
