@@ -47,6 +47,7 @@ from ..expr.nodes import Storage, signature_of
 from ..launching import (
     DEFER_MAX_ELEMENTS,
     INDEX_INT32,
+    INDEX_INT64,
     _counters,
     _stats_lock,
     index_dtype_for,
@@ -372,8 +373,9 @@ class _Prepared:
     is then staged (:meth:`stage`) and enqueued (:meth:`_Staged.launch`: allocations,
     argument lists, enqueues): no step's validity checked again but the kernel's
     presence in the memory cache (:meth:`valid`, once per launch).  Made only for plans
-    whose steps all pass ``_launch``'s checks for a kept launch plan with an int32
-    index (the inputs are checked below that size by ``run_plans.signed_pick``); a step
+    whose steps all pass ``_launch``'s checks for a kept launch plan with the index type
+    every admitted launch takes (:func:`_index_of`; the inputs' side of int32 is checked
+    by ``run_plans.signed_pick`` and ``calls._PartLaunch``); a step
     with view offsets launches the launch plan its step keeps for the entry's offsets.
     ``steps`` empty: the plan cannot be prepared under this recipes token
     (:func:`_prepare`), its parts take ``_launch`` without asking again."""
@@ -413,10 +415,11 @@ def _prepare(entry: Any, offsets: tuple[int, ...], storages: list[Any], device: 
     """The prepared launch of ``entry`` (a ``run_plans._signed`` entry) on ``device``, or
     None where a step needs ``_launch``'s per-launch path (no launch plan kept for its
     parameters, another device's, other recipes, an error flag, an input written, an
-    int64 index, more small steps than the queue takes without holding them back: those
-    that the next general launch does not change are remembered as a launch without
-    steps).  A step taking view offsets gets the launch plan its step keeps for the
-    call's ``offsets`` (kept per entry and offsets)."""
+    index type that the launch's buffers decide (:func:`_index_of`), more small steps
+    than the queue takes without holding them back: those that the next general launch
+    does not change are remembered as a launch without steps).  A step taking view
+    offsets gets the launch plan its step keeps for the call's ``offsets`` (kept per
+    entry and offsets)."""
     plan = entry[0]
     if token is None:
         return None
@@ -439,7 +442,7 @@ def _prepare(entry: Any, offsets: tuple[int, ...], storages: list[Any], device: 
                 or not lp.compiled.in_cache:
             return None  # (the general launch makes or checks its plan: asked again)
         if lp.error_arg is not None or step.writes_input \
-                or lp.index_dtype is not INDEX_INT32 or biggest > INT32_LIMIT:
+                or lp.index_dtype is not _index_of(step, biggest, n, entry[4] is not None):
             return _kept(_Prepared(entry, device, token, [], [], 0), offsets)
         if biggest <= 4 * DEFER_MAX_ELEMENTS:
             small += 1
@@ -453,6 +456,23 @@ def _prepare(entry: Any, offsets: tuple[int, ...], storages: list[Any], device: 
     kind, k = plan.results[0]
     return _kept(_Prepared(entry, device, token, steps, compiled, k if kind == "i" else n + k),
                  offsets)
+
+
+def _index_of(step: Any, biggest: int, n: int, wide: bool) -> Any:
+    """The index type (``launching.index_dtype_for``'s rule) of every launch of ``step``
+    (largest size ``biggest``) that a kept part of its plan admits (``n`` inputs; a
+    ``wide`` entry's launches have an input past int32 bytes, a narrow one's none, and
+    the plan's new buffers are within int32): int64 where its sizes pass int32 or it
+    reads every input of a wide entry; int32 where it reads no input of a wide entry or
+    any of a narrow one's; None where it reads some of a wide entry's inputs (their
+    sizes at each launch decide: ``_launch`` checks them).  At 2**30 float32 over two
+    GPUs each part is a wide buffer: its sum's steps are prepared too."""
+    if biggest > INT32_LIMIT:
+        return INDEX_INT64
+    reads = {k for kind, k in step.storage_refs if kind == "i"}
+    if not wide or not reads:
+        return INDEX_INT32
+    return INDEX_INT64 if len(reads) == n else None
 
 
 def _kept(ready: _Prepared, offsets: tuple[int, ...]) -> _Prepared:
