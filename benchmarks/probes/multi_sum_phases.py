@@ -9,6 +9,8 @@ was read), ``tail`` (until the float is in Python: the combine and the result) a
 on the host thread's CPU clock (what other processes take is not counted), with tiny
 parts whose launches are not deferred.  ``--profile N``: then the N functions taking the
 most own time (us per call, cProfile on the same clock) in the last revision's calls.
+``--wide-limit B``: buffers past ``B`` bytes count as past int32 (as the tests lower
+it): small parts take the path of 2 GiB ones (2**30 float32 over two GPUs).
 Four PoCL devices on a CPU::
 
     POCL_DEVICES="pthread pthread pthread pthread" FUSELOOP_HOST_PATH=0 \\
@@ -36,11 +38,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from compare_host_overhead import import_revisions
 
 PHASES = ("build", "stage", "launch", "last", "reads", "tail", "call")
+#: the modules holding their own ``INT32_LIMIT`` (``tests/test_multi_wide.py``'s list)
+WIDE_MODULES = ("launching", "run_plans", "evaluate", "plan_ready", "plan_lengths",
+                "prebuild", "passes.build", "multi.replay", "multi.calls")
 
 
-def _setup(fl: Any, spec: list[Any], n: int, clock: Any) -> tuple[Any, Any, Any]:
+def _setup(fl: Any, spec: list[Any], n: int, clock: Any, wide: int | None
+           ) -> tuple[Any, Any, Any]:
     """(x, y, the trace module with its stamps on ``clock``) for revision ``fl``."""
     import_module(fl.__name__ + ".launching").DEFER_MAX_ELEMENTS = 0
+    for name in WIDE_MODULES if wide else ():
+        module = import_module(f"{fl.__name__}.{name}")
+        if hasattr(module, "INT32_LIMIT"):
+            module.INT32_LIMIT = wide
     trace = import_module(fl.__name__ + ".multi.trace")
 
     def noted(what: str, part: int, device: Any) -> None:
@@ -88,11 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=300)
     p.add_argument("--wall", action="store_true", help="wall clock, not the thread's CPU")
     p.add_argument("--profile", type=int, default=0, help="functions to list (0: none)")
+    p.add_argument("--wide-limit", type=int, default=None,
+                   help="bytes past which a buffer counts as past int32 (default: int32's)")
     args = p.parse_args(argv)
     clock = time.perf_counter if args.wall else time.thread_time
     spec = [int(s) if s.isdigit() else s for s in args.devices.split(",")]
     mods = import_revisions(args.revs, "msum")
-    ready = [_setup(fl, spec, 1 << args.log2n, clock) for fl in mods]
+    ready = [_setup(fl, spec, 1 << args.log2n, clock, args.wide_limit) for fl in mods]
     got: list[list[dict[str, float]]] = [[] for _ in mods]
     values = set()
     for _ in range(args.calls):  # (interleaved: each call of each revision in turn)
