@@ -5,8 +5,8 @@ prepared run plan, :class:`~fuseloop.multi.replay._Prepared`, or a flat elementw
 launch plan) is kept as a :class:`_Call` under the call's key: the kind of call (a
 reduction's arguments, or an evaluation), and each part's signature, shape and device.
 The next call of that key stages every part from its :class:`_PartLaunch` (the
-part's operands picked into buffers and scalars, its temporaries allocated, each
-step's argument lists made) without any per-part look-up: no signed key, no plan or
+part's operands picked into buffers and scalars and checked; its temporaries are
+allocated as it is enqueued) without any per-part look-up: no signed key, no plan or
 prepared-launch look-up, no flat structure look-up.  Nothing about buffers is kept:
 each call picks them from its own parts' operands, so new arrays, a write or another
 split (other shapes: another key) never meet a stale buffer.  A part whose launch is
@@ -37,6 +37,8 @@ from . import replay as _replay  # (which imports this module first: bound at us
 _CALLS: dict[tuple, _Call] = {}
 CALLS_MAX = 128
 _caches.register("multi.calls", _CALLS.clear, lambda: len(_CALLS), CALLS_MAX)
+#: ``exchange.EXCHANGED``, bound at the first kept combine (not an import per call)
+_EXCHANGED: list[dict[str, int]] = []
 #: [calls found whole, calls kept] since start-up (tests: a second call is one hit)
 COUNTS = [0, 0]
 
@@ -89,7 +91,7 @@ class _PartLaunch:
                 return None
             go = functools.partial(_replay._launch, plan, storages, scalars, offsets, device,
                                    token)
-            return _replay._Staged(device, go, (), None, 0)
+            return _replay._Staged(device, 0, go)
         plan = self.flat
         if plan.stamp is not token or not plan.compiled.in_cache:
             return None
@@ -97,10 +99,9 @@ class _PartLaunch:
             kernel, last = plan.threads.state
         except AttributeError:  # (another thread: its first launch goes the general way)
             return None
-        with _replay.current(device):
-            out = _replay.output(math.prod(shape) * node.dtype.itemsize, device)
-        return _replay._Staged(device, None, [(plan.go, kernel, last, out, storages, scalars)],
-                               out, 1)
+        return _replay._Staged(device, 1, flat=(plan.go, kernel, last,
+                                                math.prod(shape) * node.dtype.itemsize),
+                               storages=storages, scalars=scalars)
 
 
 class _Call:
@@ -160,8 +161,11 @@ def combined(call: _Call, partials: Sequence[Array]) -> Array | None:
         kernel, last = plan.threads.state
     except AttributeError:  # (another thread's first launch of it goes the general way)
         return None
-    from .exchange import EXCHANGED  # (exchange imports array, which imports this module)
+    if not _EXCHANGED:  # (exchange imports array, which imports this module)
+        from .exchange import EXCHANGED
 
+        _EXCHANGED.append(EXCHANGED)
+    counts = _EXCHANGED[0]
     pool = []
     with _replay.current(first):
         for q in partials:
@@ -173,14 +177,15 @@ def combined(call: _Call, partials: Sequence[Array]) -> Array | None:
                 copy = allocate(nbytes, first)
                 if not comb.backend.copy_from(first, copy.buffer, q.device, s.buffer, nbytes):
                     return None
-                EXCHANGED["rows"] += q.shape[0] if q.ndim else 1
-                EXCHANGED["bytes"] += nbytes
-                EXCHANGED["copies"] += 1
+                counts["rows"] += q.shape[0] if q.ndim else 1
+                counts["bytes"] += nbytes
+                counts["copies"] += 1
                 s = copy
             pool.append(s)
-        out = allocate(math.prod(comb.shape) * comb.dtype.itemsize, first)
     storages = [pool[k] for k in comb.order]
-    _replay._Staged(first, None, [(plan.go, kernel, last, out, storages, [])], out, 1).launch()
+    out = _replay._Staged(first, 1, flat=(plan.go, kernel, last,
+                                          math.prod(comb.shape) * comb.dtype.itemsize),
+                          storages=storages).launch()
     with _stats_lock:
         _counters["memory_cache_hits"] += 1
         _counters["kernels_launched"] += 1

@@ -31,6 +31,7 @@ from .. import caches as _caches
 from .. import flags as _flags
 from .. import host_path as _host
 from ..array import Array
+from ..creation import asarray  # (module level: an import per call cost microseconds)
 from ..evaluate import _rebuild, capturing_threads, recording_threads
 from ..expr import program as _prog
 from ..expr.nodes import Scalar, signature_of
@@ -339,8 +340,6 @@ def _on_first(host: np.ndarray, x: Any) -> Any:
     host's value (a scalar node: ``float()``, ``.item()`` and ``.get()`` of it read no
     device, a kernel using it takes it as an argument, ``.eval()`` writes it to a
     buffer), others are uploaded."""
-    from ..creation import asarray
-
     host = np.asarray(host)
     first = x.devices[0]
     if host.ndim == 0:

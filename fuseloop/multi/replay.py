@@ -11,11 +11,11 @@ the key's checks, the plan's replay, each step's launch checks, ``launching.enqu
 and its deferral, then the part's own queue look-up and submit.  :func:`replayed`
 makes those checks once per call where they are the same for every part (capture,
 recording and checking modes, the flags' frame, the partial's signature).  It works
-in two phases: first every part is staged (:class:`_Staged`: its plan looked up, its
-temporaries allocated, each step's argument lists made), then the staged parts are
-enqueued back to back (:func:`enqueue_all`): between two parts' enqueues there is only
-the queue's lock, the enqueue calls and the submit, so the parts start (and, of equal
-work, finish) within microseconds of each other.  The last part still starts after all
+in two phases: first every part is staged (:class:`_Staged`: its plan looked up and its
+launch checked), then the staged parts are enqueued back to back (:func:`enqueue_all`):
+between two parts' enqueues there is only what needs the part's device current (CUDA:
+one switch per part), its temporaries allocated and argument lists made, the queue's
+lock, the enqueue calls and the submit.  The last part still starts after all
 of the call's host work (every part staged and enqueued): only less work per part makes
 it earlier.  A step whose kept launch plan is not valid for this launch (recipes changed,
 another index type, an error flag, a kernel not in the memory cache) goes through
@@ -47,6 +47,7 @@ from ..expr.nodes import Storage, signature_of
 from ..launching import (
     DEFER_MAX_ELEMENTS,
     INDEX_INT32,
+    INDEX_INT64,
     _counters,
     _stats_lock,
     index_dtype_for,
@@ -244,8 +245,8 @@ def _stage(node: Any, sig: Any, shape: tuple[int, ...], device: Any, token: Any
     # (a launch that may be prepared, not from this thread or with a kernel out of the
     # memory cache: launched in general now, and not kept so)
     keep = ready is None or not ready.steps
-    return _Staged(device, functools.partial(_launch, plan, storages, scalars, offsets,
-                                             device, token), (), None, 0), \
+    return _Staged(device, 0, functools.partial(_launch, plan, storages, scalars, offsets,
+                                                device, token)), \
         _calls._PartLaunch(device, take, wide, head, general=(plan, offsets, token)) \
         if keep else None
 
@@ -260,43 +261,70 @@ def _stage_flat(node: Any, shape: tuple[int, ...], device: Any
     if ready is None:
         return None
     plan, storages, scalars, kernel, last = ready
-    with current(device):
-        out = output(shape[0] * node.dtype.itemsize, device)
     entry = _prog.flat_entries[(node.sig, shape)]
     wide = any(s.nbytes > INT32_LIMIT for s in storages)
-    return _Staged(device, None, [(plan.go, kernel, last, out, storages, scalars)], out, 1), \
+    return _Staged(device, 1, flat=(plan.go, kernel, last, shape[0] * node.dtype.itemsize),
+                   storages=storages, scalars=scalars), \
         _calls._PartLaunch(device, entry.take, wide, flat=plan)
 
 
 class _Staged:
-    """One part's launch with everything but the enqueues done: a prepared launch's
-    calls (launch function, kernel object, its argument record, outputs, inputs,
-    scalars: the temporaries allocated), or ``general``, the general step launch of
-    :func:`_launch` (which counts its own launches).  :meth:`launch` enqueues it and
-    submits its queue; ``counted``: the launches :func:`enqueue_all` counts for it."""
+    """One part's launch with every look-up and check made: what is left needs its device
+    current (CUDA: switched once per part, in :meth:`launch`): its buffers allocated, its
+    steps' argument lists made, its kernels enqueued and its queue submitted.  A prepared
+    launch (``prepared``: a :class:`_Prepared` over ``storages`` and ``scalars``), a flat
+    elementwise one (``flat``: (launch function, kernel object, its argument record, the
+    output's bytes)) or ``general``, the general step launch of :func:`_launch` (which
+    counts its own launches); ``counted``: the launches :func:`enqueue_all` counts."""
 
-    __slots__ = ("calls", "counted", "device", "general", "result")
+    __slots__ = ("counted", "device", "flat", "general", "prepared", "scalars", "storages")
 
-    def __init__(self, device: Any, general: Any, calls: Sequence[tuple], result: Any,
-                 counted: int) -> None:
-        self.device, self.general, self.calls = device, general, calls
-        self.result, self.counted = result, counted
+    def __init__(self, device: Any, counted: int, general: Any = None, prepared: Any = None,
+                 flat: tuple | None = None, storages: Sequence[Any] = (),
+                 scalars: Sequence[Any] = ()) -> None:
+        self.device, self.counted, self.general = device, counted, general
+        self.prepared, self.flat = prepared, flat
+        self.storages, self.scalars = storages, scalars
 
     def launch(self) -> Any:
-        """The part enqueued and its queue submitted; its result."""
-        device = self.device
-        with current(device):
-            if self.general is not None:
-                return self.general()
-            rt = _runtime(device)
-            queue = rt.queue
-            with rt.launch_lock:
-                if rt.deferred:
-                    rt.flush()
-                for go, kernel, last, outs, ins, scs in self.calls:
-                    go(outs, ins, scs, kernel, last, queue)
-                rt.submit(queue)
-        return self.result
+        """The part's buffers allocated, its kernels enqueued and its queue submitted; its
+        result."""
+        if self.device.backend == "cuda":  # (elsewhere no context: frames per part)
+            with current(self.device):
+                return self._launch()
+        return self._launch()
+
+    def _launch(self) -> Any:
+        if self.general is not None:
+            return self.general()
+        device, storages, scalars = self.device, self.storages, self.scalars
+        rt = _runtime(device)
+        prepared = self.prepared
+        calls: list[tuple[Any, ...]]
+        if prepared is not None:
+            pool = storages
+            if prepared.allocs:
+                pool = [*storages, *temporaries(prepared.allocs, device, rt)]
+            # (a step's inputs that are the part's in order are passed as they are, no
+            # scalars as an empty list: no list made per argument kind)
+            calls = [(go, kernel, last, [pool[i] for i in outs],
+                      storages if ins is None else [pool[i] for i in ins],
+                      [scalars[i] for i in scs] if scs else [])
+                     for go, kernel, last, outs, ins, scs in prepared.steps]
+            result = pool[prepared.result]
+        else:
+            assert self.flat is not None
+            go, kernel, last, nbytes = self.flat
+            result = output(nbytes, device)
+            calls = [(go, kernel, last, result, storages, scalars)]
+        queue = rt.queue
+        with rt.launch_lock:
+            if rt.deferred:
+                rt.flush()
+            for go, kernel, last, outs, ins, scs in calls:
+                go(outs, ins, scs, kernel, last, queue)
+            rt.submit(queue)
+        return result
 
 
 def output(nbytes: int, device: Any) -> Storage:
@@ -315,11 +343,11 @@ def output(nbytes: int, device: Any) -> Storage:
         return allocate(nbytes, device)
 
 
-def temporaries(allocs: list[int], device: Any) -> list[Storage]:
+def temporaries(allocs: list[int], device: Any, rt: Any = None) -> list[Storage]:
     """``plan_steps.temporaries`` for a split part, without its letting go of the recent
     lazy arrays first (see :func:`output`; the sizes were allocated when the plan was
-    recorded)."""
-    allocate_pooled = _runtime(device).pool.allocate
+    recorded); ``rt``: the device's runtime, where the caller has it."""
+    allocate_pooled = (rt or _runtime(device)).pool.allocate
     try:
         return [Storage(allocate_pooled(n), n, device) for n in allocs]
     except OutOfMemoryError:
@@ -340,16 +368,17 @@ _caches.register("multi.prepared", _PREPARED.clear, lambda: len(_PREPARED), PREP
 class _Prepared:
     """One run plan's launch on one device with everything that does not depend on the
     buffers found once: per step its launch function, this thread's kernel object and
-    argument record, and where its outputs, inputs and scalars lie in the replay's pool
-    (inputs, then the plan's new buffers).  A launch is then staged (:meth:`stage`:
-    allocations and argument lists) and enqueued (:meth:`_Staged.launch`): no step's
-    validity checked again but the kernel's presence in the memory cache (:meth:`valid`,
-    once per launch).  Made only for plans whose steps all pass ``_launch``'s checks for
-    a kept launch plan with an int32 index (the inputs are checked below that size by
-    ``run_plans.signed_pick``); a step with view offsets launches the launch plan its
-    step keeps for the entry's offsets.  ``steps`` empty:
-    the plan cannot be prepared under this recipes token (:func:`_prepare`), its parts
-    take ``_launch`` without asking again."""
+    argument record, and where its outputs, inputs (None: the part's inputs in order)
+    and scalars lie in the replay's pool (inputs, then the plan's new buffers).  A launch
+    is then staged (:meth:`stage`) and enqueued (:meth:`_Staged.launch`: allocations,
+    argument lists, enqueues): no step's validity checked again but the kernel's
+    presence in the memory cache (:meth:`valid`, once per launch).  Made only for plans
+    whose steps all pass ``_launch``'s checks for a kept launch plan with the index type
+    every admitted launch takes (:func:`_index_of`; the inputs' side of int32 is checked
+    by ``run_plans.signed_pick`` and ``calls._PartLaunch``); a step
+    with view offsets launches the launch plan its step keeps for the entry's offsets.
+    ``steps`` empty: the plan cannot be prepared under this recipes token
+    (:func:`_prepare`), its parts take ``_launch`` without asking again."""
 
     __slots__ = ("allocs", "compiled", "device", "entry", "n_steps", "queue", "result", "rt",
                  "steps", "thread", "token")
@@ -376,15 +405,9 @@ class _Prepared:
         return True
 
     def stage(self, storages: list[Any], scalars: list[Any]) -> _Staged:
-        """The plan's launch over ``storages`` and ``scalars`` made ready (its
-        temporaries allocated, each step's arguments listed), not yet enqueued."""
-        pool = storages
-        if self.allocs:
-            with current(self.device):
-                pool = storages + temporaries(self.allocs, self.device)
-        calls = [(go, kernel, last, [pool[i] for i in outs], [pool[i] for i in ins],
-                  [scalars[i] for i in scs]) for go, kernel, last, outs, ins, scs in self.steps]
-        return _Staged(self.device, None, calls, pool[self.result], self.n_steps)
+        """The plan's launch over ``storages`` and ``scalars``, to be enqueued."""
+        return _Staged(self.device, self.n_steps, prepared=self, storages=storages,
+                       scalars=scalars)
 
 
 def _prepare(entry: Any, offsets: tuple[int, ...], storages: list[Any], device: Any,
@@ -392,10 +415,11 @@ def _prepare(entry: Any, offsets: tuple[int, ...], storages: list[Any], device: 
     """The prepared launch of ``entry`` (a ``run_plans._signed`` entry) on ``device``, or
     None where a step needs ``_launch``'s per-launch path (no launch plan kept for its
     parameters, another device's, other recipes, an error flag, an input written, an
-    int64 index, more small steps than the queue takes without holding them back: those
-    that the next general launch does not change are remembered as a launch without
-    steps).  A step taking view offsets gets the launch plan its step keeps for the
-    call's ``offsets`` (kept per entry and offsets)."""
+    index type that the launch's buffers decide (:func:`_index_of`), more small steps
+    than the queue takes without holding them back: those that the next general launch
+    does not change are remembered as a launch without steps).  A step taking view
+    offsets gets the launch plan its step keeps for the call's ``offsets`` (kept per
+    entry and offsets)."""
     plan = entry[0]
     if token is None:
         return None
@@ -418,19 +442,37 @@ def _prepare(entry: Any, offsets: tuple[int, ...], storages: list[Any], device: 
                 or not lp.compiled.in_cache:
             return None  # (the general launch makes or checks its plan: asked again)
         if lp.error_arg is not None or step.writes_input \
-                or lp.index_dtype is not INDEX_INT32 or biggest > INT32_LIMIT:
+                or lp.index_dtype is not _index_of(step, biggest, n, entry[4] is not None):
             return _kept(_Prepared(entry, device, token, [], [], 0), offsets)
         if biggest <= 4 * DEFER_MAX_ELEMENTS:
             small += 1
         kernel, last = thread_kernel(lp)
+        ins = _steps.pool_refs(step.storage_refs, n)
         steps.append((lp.go, kernel, last, _steps.pool_refs(step.out_refs, n),
-                      _steps.pool_refs(step.storage_refs, n), tuple(step.scalar_refs)))
+                      None if ins == tuple(range(n)) else ins, tuple(step.scalar_refs)))
         compiled.append(lp.compiled)
     if (rt.gate_at and small >= rt.gate_at) or any(a > INT32_LIMIT for a in plan.allocs):
         steps, compiled = [], []
     kind, k = plan.results[0]
     return _kept(_Prepared(entry, device, token, steps, compiled, k if kind == "i" else n + k),
                  offsets)
+
+
+def _index_of(step: Any, biggest: int, n: int, wide: bool) -> Any:
+    """The index type (``launching.index_dtype_for``'s rule) of every launch of ``step``
+    (largest size ``biggest``) that a kept part of its plan admits (``n`` inputs; a
+    ``wide`` entry's launches have an input past int32 bytes, a narrow one's none, and
+    the plan's new buffers are within int32): int64 where its sizes pass int32 or it
+    reads every input of a wide entry; int32 where it reads no input of a wide entry or
+    any of a narrow one's; None where it reads some of a wide entry's inputs (their
+    sizes at each launch decide: ``_launch`` checks them).  At 2**30 float32 over two
+    GPUs each part is a wide buffer: its sum's steps are prepared too."""
+    if biggest > INT32_LIMIT:
+        return INDEX_INT64
+    reads = {k for kind, k in step.storage_refs if kind == "i"}
+    if not wide or not reads:
+        return INDEX_INT32
+    return INDEX_INT64 if len(reads) == n else None
 
 
 def _kept(ready: _Prepared, offsets: tuple[int, ...]) -> _Prepared:
@@ -443,15 +485,22 @@ def _kept(ready: _Prepared, offsets: tuple[int, ...]) -> _Prepared:
 _NO_SWITCH = contextlib.nullcontext()
 
 
+#: ``backends.cuda.current_device``, bound at the first CUDA part (CuPy is imported only
+#: where a CUDA device is; an import statement per call cost each part microseconds)
+_CUDA_SWITCH: list[Any] = []
+
+
 def current(device: Any) -> Any:
     """A context making ``device`` the current one for its part's allocations and
     launches (CUDA: switched once per part, not at each launch and allocation; the
     device current before is current again after), a null context elsewhere."""
     if device.backend != "cuda":
         return _NO_SWITCH
-    from ..backends.cuda import current_device  # (CuPy only where a CUDA device is)
+    if not _CUDA_SWITCH:
+        from ..backends.cuda import current_device
 
-    return current_device(device)
+        _CUDA_SWITCH.append(current_device)
+    return _CUDA_SWITCH[0](device)
 
 
 def _launch(plan: Any, storages: list[Any], scalars: list[Any], offsets: Sequence[int],
