@@ -47,13 +47,10 @@ from .expr.nodes import (
     Leaf,
     Literal,
     Node,
-    Pointer,
     Reduce,
     Remap,
     Scalar,
-    SparseProduct,
     Storage,
-    per_signature,
 )
 from .expr.program import Target
 from .runtime.devices import Device, _runtime
@@ -345,44 +342,6 @@ def _uses(roots: Sequence[Node]) -> dict[int, int]:
     return uses
 
 
-# structure signature -> how many computed nodes it has (see tracks_uses)
-_computed: dict[int, int] = {}
-
-
-def _count_computed(root: Node) -> int:
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        node: Any = stack.pop()
-        cls = type(node)
-        if cls is Leaf or cls is Scalar or cls is Literal or id(node) in seen:
-            continue
-        seen.add(id(node))
-        if cls is Apply:
-            stack.extend(node.args)
-        elif cls is Reduce or cls is Remap:
-            stack.append(node.child)
-        elif cls is Gather:
-            stack.append(node.child)
-            stack.append(node.index)
-        elif cls is Concat:
-            stack.extend(node.pieces)
-    return len(seen)
-
-
-def tracks_uses(roots: Sequence[Node], size: int) -> bool:
-    """Whether an evaluation of ``size`` output elements lets go of (or computes into)
-    each value once read (see :data:`TRACK_USES_AT`): only where its temporaries
-    together are many elements (:data:`TRACK_USES_WORK`); counting the readers costs
-    more than a few small temporaries do.  Node counts kept per signature."""
-    if size < TRACK_USES_AT:
-        return False
-    n = 0
-    for r in roots:
-        n += per_signature(_computed, r, _count_computed, READS_MAX)
-    return size * n >= TRACK_USES_WORK
-
-
 def _value(node: Node, ev: _State) -> Any:
     """``node``'s value: an array broadcastable to its shape, or a numpy scalar.
     Raises _Unsupported for what is not computed here (checked as it goes: the
@@ -585,60 +544,6 @@ def _gather(node: Any, ev: _State) -> np.ndarray:
 # }}}
 
 
-# structure signature -> the most elements one reduction, remap or gather of it reads
-# (see _largest_read): a signature fixes every node's shape, so this is its answer
-_reads: dict[int, int] = {}
-READS_MAX = 4096
-_FOREIGN = (Pointer, SparseProduct)
-
-
-def _largest_read(node: Node) -> int:
-    """The most elements an input of a reduction (or a computed input of a remap or
-    gather) in ``node``'s tree has; 0 for an elementwise tree, whose every node is no
-    larger than its root.  A node never computed here counts as too large."""
-    most = 0
-    stack = [node]
-    seen: set[int] = set()  # (a shared subtree once: as a tree, a DAG costs 2^depth)
-    while stack:
-        n: Any = stack.pop()
-        cls = type(n)
-        if cls is Reduce:
-            kids: Sequence[Node] = (n.child,)
-            most = max(most, _size(n.child.shape))
-        elif cls is Remap or cls is Gather:
-            kids = (n.child,) if cls is Remap else (n.child, n.index)
-            for k in kids:
-                if type(k) is not Leaf:
-                    most = max(most, _size(k.shape))
-        elif cls is Apply:
-            kids = n.args
-        elif cls is Concat:
-            kids = n.pieces
-        elif isinstance(n, _FOREIGN):
-            return 1 << 62
-        else:
-            continue
-        for k in kids:
-            if k.fancy and id(k) not in seen:  # (elementwise subtrees: no larger)
-                seen.add(id(k))
-                stack.append(k)
-    return most
-
-
-def small_reads(roots: Sequence[Node]) -> bool:
-    """Whether no reduction, remap or gather in ``roots`` reads more than
-    :data:`HOST_MAX_WORK` elements (what :func:`_value` computes; a small result of a
-    large input, ``X.sum(axis=1)``, is the kernels' work).  Asked before the device's
-    queue is finished: the answer is known from the tree, once per signature."""
-    limit = HOST_MAX_WORK
-    for r in roots:
-        if not r.fancy:
-            continue
-        if per_signature(_reads, r, _largest_read, READS_MAX) > limit:
-            return False
-    return True
-
-
 def eligible(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
              targets: Sequence[Target | Storage | None] | None) -> bool:
     """Whether an evaluation passes :func:`try_run`'s first checks (small work on a host
@@ -716,6 +621,7 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
 
 
 from . import evaluate as _evaluate  # noqa: E402  (it imports this module first)
+from .host_reads import READS_MAX, small_reads, tracks_uses  # noqa: E402, F401  (its users')
 from .host_statements import inplace, read, scalar, write  # noqa: E402, F401  (its users' names)
 
 
@@ -726,8 +632,6 @@ def _clear_loops() -> None:
 
 _caches.register("host_path.loops", _clear_loops, lambda: len(_loop_fns),
                  why="one per operation and loop dtypes")
-_caches.register("host_path.reads", _reads.clear, lambda: len(_reads), READS_MAX)
-_caches.register("host_path.computed", _computed.clear, lambda: len(_computed), READS_MAX)
 _caches.register("host_path.flat_counts", _flat_counts.clear, lambda: len(_flat_counts),
                  FLAT_COUNTS_MAX)
 _caches.register("host_path.mapped", clear, lambda: len(_mapped),
