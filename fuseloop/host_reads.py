@@ -1,6 +1,7 @@
 """What the host path's evaluations read, measured on an expression's tree and kept per
 structure signature (:mod:`fuseloop.host_path` asks before it takes an evaluation):
-the most elements a reduction, remap or gather reads, and how many nodes it computes.
+the most elements a reduction, remap or gather reads, how many nodes it computes, and
+whether it reads a complex value.
 """
 
 from __future__ import annotations
@@ -121,7 +122,44 @@ def tracks_uses(roots: Sequence[Node], size: int) -> bool:
     return size * n >= _host.TRACK_USES_WORK
 
 
+# structure signature -> whether it reads or computes a complex value (see reads_complex)
+_complexes: dict[int, int] = {}
+
+
+def _has_complex(node: Node) -> int:
+    stack = [node]
+    seen: set[int] = set()
+    while stack:
+        n: Any = stack.pop()
+        if n.dtype.kind == "c":
+            return 1
+        cls = type(n)
+        if id(n) in seen or cls is Leaf or cls is Scalar or cls is Literal:
+            continue
+        seen.add(id(n))
+        if cls is Apply:
+            stack.extend(n.args)
+        elif cls is Reduce or cls is Remap:
+            stack.append(n.child)
+        elif cls is Gather:
+            stack.extend((n.child, n.index))
+        elif cls is Concat:
+            stack.extend(n.pieces)
+    return 0
+
+
+def reads_complex(roots: Sequence[Node]) -> bool:
+    """Whether ``roots`` read or compute a complex value (the host path's limit is
+    then its ``COMPLEX_MAX_WORK``); kept per signature."""
+    for r in roots:
+        if per_signature(_complexes, r, _has_complex, READS_MAX):
+            return True
+    return False
+
+
 from . import host_path as _host  # noqa: E402  (it imports this module first)
 
 _caches.register("host_path.reads", _reads.clear, lambda: len(_reads), READS_MAX)
+_caches.register("host_path.complexes", _complexes.clear, lambda: len(_complexes),
+                 READS_MAX)
 _caches.register("host_path.computed", _computed.clear, lambda: len(_computed), READS_MAX)
