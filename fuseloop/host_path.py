@@ -586,8 +586,7 @@ def eligible(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
     if not size or not host_device(device) \
             or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
         return False  # (fl.show_code and run plans need the kernels)
-    if size > HOST_MAX_WORK and (size > COMPLEX_MAX_WORK or not HOST_MAX_WORK
-                                 or not reads_complex(roots)):
+    if size > HOST_MAX_WORK and not within_limit(size, roots):
         return False
     if targets is not None:
         for t in targets:
@@ -597,6 +596,14 @@ def eligible(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         if r.dtype.char not in _HOST_DTYPES:
             return False
     return small_reads(roots)
+
+
+def within_limit(size: int, roots: Sequence[Node]) -> bool:
+    """Whether an evaluation of ``size`` output elements reading ``roots`` is small enough
+    for the host path (:func:`eligible`'s limits alone: callers choosing whether to
+    try it before a kernel's plan)."""
+    return size <= HOST_MAX_WORK or (
+        size <= COMPLEX_MAX_WORK and HOST_MAX_WORK > 0 and reads_complex(roots))
 
 
 def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,

@@ -97,3 +97,17 @@ def test_real_work_of_the_same_size_stays_kernels(complex_host):
     fl.reset_stats()
     np.testing.assert_array_equal((r * 2 + 1).get(), z.real * 2 + 1)
     assert fl.stats()["host_evaluations"] == 0 and fl.stats()["kernels_launched"] == 1
+
+
+def test_complex_statements_into_whole_arrays(complex_host):
+    """``W[...] = e`` and ``ufunc(..., out=W)`` of complex values: the host path's too."""
+    z, c = _values(7)
+    x, y = fl.asarray(z), fl.asarray(c)
+    w = fl.empty(N, dtype=np.complex128)
+    fl.synchronize()
+    fl.reset_stats()
+    w[...] = x * y + x
+    np.testing.assert_allclose(w.get(), z * c + z, rtol=1e-15)
+    fl.multiply(x, y, out=w)
+    np.testing.assert_allclose(w.get(), z * c, rtol=1e-15)
+    assert fl.stats()["kernels_launched"] == 0 and fl.stats()["host_evaluations"] == 2
