@@ -498,8 +498,8 @@ def run_into(node: Node, shape: tuple[int, ...], device: Device, into: Storage) 
     """
     if node.fancy or len(shape) > 1 or node.shape != shape or into in node.storages \
             or into.nbytes != (shape[0] if shape else 1) * node.dtype.itemsize \
-            or ((shape[0] if shape else 1) <= _host.HOST_MAX_WORK
-                and _host.host_device(device)):  # (run tries the host path first)
+            or (_host.host_device(device)  # (run tries the host path first)
+                and _host.within_limit(shape[0] if shape else 1, (node,))):
         run([node], shape, device, [into])
         return
     if into.nbytes and run_flat(node, shape, device, into) is None:

@@ -73,22 +73,8 @@ class Held(Array):
         return self if v is None else _scalar_array(v, self.dtype, self.device)
 
     def _inplace(self, op: str, other: Any) -> Array:
-        v = self._v
-        to = type(other)
-        if (to is int or to is float) and v is not None and _host.HOST_MAX_WORK \
-                and not (trace_checks or _capturing[0] or _recording[0]):
-            # (crc16's ``cur >>= 1``: a shift of the value's own type, written out)
-            hit = _exact_inplace.get((op, ta := type(v), to))
-            if hit is None:
-                hit = _exact_inplace[(op, ta, to)] = _exact(op, ta, to)
-            if hit is not False and hit[1] is self.dtype:
-                try:
-                    out = hit[0](v, other)
-                except (TypeError, ValueError, OverflowError, ZeroDivisionError):
-                    return super()._inplace(op, other)  # (numpy's error)
-                _count_operation()
-                self._v, self._n = out if type(out) is hit[2] else hit[2](out), None
-                return self
+        """``self op= other`` (the operators' path where _held_inplace's case is not
+        met): the value computed here, else the plain array's in-place operator."""
         got = _value_of(op, self, other, False)
         if got is not None:
             value, dtype = got
@@ -118,8 +104,6 @@ def held(value: Any, dtype: np.dtype, device: Any) -> Array:
 # identity (a dtype's hash costs a third of an operation); a Held's value is always a
 # numpy scalar of its (native) dtype's type, so its type names its dtype
 _table: dict[tuple, Any] = {}
-# (op, the value's type, a Python scalar's) -> _exact's: in-place operators
-_exact_inplace: dict[tuple, Any] = {}
 
 
 def _entry(op: str, ta: type, tb: type) -> Any:
@@ -223,6 +207,41 @@ def _held_binary(op: str, reflected: bool, general: Any) -> Any:
     method.__name__ = method.__qualname__ = general.__name__
     return method
 
+
+def _held_inplace(op: str) -> Any:
+    """Held's in-place operator ``op`` with a Python scalar taken as it is (crc16's
+    ``cur >>= 1``), written out in the operator's own frame; else :meth:`Held._inplace`
+    (Array's operator calls it through a second frame)."""
+    exact: dict[tuple, Any] = {}  # (the value's type, a Python scalar's) -> _exact's
+
+    def method(self: Any, other: Any) -> Any:
+        v = self._v
+        to = type(other)
+        if (to is int or to is float) and v is not None and _host.HOST_MAX_WORK \
+                and not (trace_checks or _capturing[0] or _recording[0]):
+            hit = exact.get((ta := type(v), to))
+            if hit is None:
+                hit = exact[(ta, to)] = _exact(op, ta, to)
+            if hit is not False and hit[1] is self.dtype:
+                try:
+                    out = hit[0](v, other)
+                except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+                    return self._inplace(op, other)  # (numpy's error, from the general path)
+                _count_operation()
+                self._v, self._n = out if type(out) is hit[2] else hit[2](out), None
+                return self
+        return self._inplace(op, other)
+    method.__name__ = method.__qualname__ = f"i{op}"
+    return method
+
+
+_INPLACE = {"__iadd__": "add", "__isub__": "subtract", "__imul__": "multiply",
+            "__itruediv__": "true_divide", "__ifloordiv__": "floor_divide",
+            "__imod__": "remainder", "__iand__": "bitwise_and", "__ior__": "bitwise_or",
+            "__ixor__": "bitwise_xor", "__ilshift__": "left_shift",
+            "__irshift__": "right_shift"}
+for _name, _op in _INPLACE.items():
+    setattr(Held, _name, _held_inplace(_op))
 
 _writes.held_type[0] = Held  # (``x[i] = b``: host_writes' element write)
 

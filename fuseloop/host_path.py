@@ -13,14 +13,18 @@ written to the target view or a new pooled buffer.  Nothing is built or enqueued
 
 What runs here is exactly what the kernels compute, up to float rounding where
 numpy and OpenCL's math library legitimately differ (transcendental functions, the
-order of a sum).  Anything else goes to the kernels: complex and float16 dtypes,
-user functions, sparse products, masks and scatters, operations whose integer
-semantics numpy defines differently (integer ``power``), a checked gather with an
-index out of range (the kernel path reports it), and every evaluation while
-``fl.show_code`` captures or a run plan records.  Before touching host memory the
-device's deferred launches are enqueued and its queue finished (``clFinish`` on an
-idle queue costs 0.1 us); all values are computed before anything is written, so a
-target read through another view sees its old elements, as with the kernels.
+order of a sum).  Complex values take the operations whose numpy loops are the
+kernels' helpers' formulas (``+ - *``, squares, ``abs``, parts, conjugates, ``==``,
+casts to complex: ``_COMPLEX_FNS``), and an evaluation reading one may have up to
+:data:`COMPLEX_MAX_WORK` elements.  Anything else goes to the kernels: float16,
+complex division, powers and functions, user functions, sparse products, masks and
+scatters, operations whose integer semantics numpy defines differently (integer
+``power``), a checked gather with an index out of range (the kernel path reports it),
+and every evaluation while ``fl.show_code`` captures or a run plan records.  Before
+touching host memory the device's deferred launches are enqueued and its queue
+finished (``clFinish`` on an idle queue costs 0.1 us); all values are computed before
+anything is written, so a target read through another view sees its old elements, as
+with the kernels.
 
 ``fl.stats()["host_evaluations"]`` counts the evaluations done here.  The
 environment variable ``FUSELOOP_HOST_PATH`` sets :data:`HOST_MAX_WORK` (``0``:
@@ -47,13 +51,10 @@ from .expr.nodes import (
     Leaf,
     Literal,
     Node,
-    Pointer,
     Reduce,
     Remap,
     Scalar,
-    SparseProduct,
     Storage,
-    per_signature,
 )
 from .expr.program import Target
 from .runtime.devices import Device, _runtime
@@ -74,6 +75,12 @@ _env = os.environ.get("FUSELOOP_HOST_PATH", "").strip().lower()
 if _env:  # an integer (the limit; 0: off), or a word
     HOST_MAX_WORK = int(_env) if _env.isdigit() else \
         0 if _env in ("off", "no", "false") else HOST_MAX_WORK
+#: the most output elements of an evaluation that reads a complex value (and whose
+#: reductions, remaps and gathers read at most HOST_MAX_WORK): PoCL's kernels on
+#: complex values cost as much CPU as numpy's loops or more at every size (mandelbrot's
+#: ``abs(Z) < 2`` on 15625 elements: 600 us against numpy's 26 us; ``Z * Z + C``: on
+#: par), and a launch's host cost comes on top
+COMPLEX_MAX_WORK = 1 << 16
 #: from this many output elements on, an evaluation lets go of each intermediate value
 #: once read (and computes into it where it can): kept all at once, a 16-operation
 #: stencil's temporaries outgrew the cache and ran 4x slower than numpy's own
@@ -89,6 +96,8 @@ MAPPED_MAX_BYTES = 256 << 20
 # dtypes computed here: numpy's and the kernels' arithmetic agree on them
 _DTYPES = frozenset("?bBhHiIlLqQfd")
 _FLOAT = frozenset("fd")
+_COMPLEX = frozenset("FD")
+_HOST_DTYPES = _DTYPES | _COMPLEX  # (of leaves and scalars read here)
 _INT = frozenset("bBhHiIlLqQ")
 
 # operation name -> (numpy ufunc, which loops it may take here: "any" (bool, integer
@@ -112,6 +121,15 @@ for _name in ("true_divide", "power", "sin", "cos", "tan", "arcsin", "arccos", "
               "fabs", "reciprocal"):  # (the last two: x ** e by products, fuseloop.powers)
     _UFUNCS[_name] = (getattr(np, _name), "float")
 _NUMERIC = _INT | _FLOAT
+# complex operations computed here: numpy's loops are the formulas of the kernels'
+# helpers (fuseloop.lower.complex_ops) up to rounding (``abs``: a scaled square root
+# against hypot); division, powers and functions differ at special values
+_COMPLEX_FNS: dict[str, Any] = {
+    name: getattr(np, name) for name in (
+        "add", "subtract", "multiply", "negative", "square", "absolute", "conjugate",
+        "equal", "not_equal", "isnan", "isinf", "isfinite", "logical_not", "where")}
+_COMPLEX_FNS["real_part"] = lambda z: z.real.copy() if type(z) is np.ndarray else z.real
+_COMPLEX_FNS["imag_part"] = lambda z: z.imag.copy() if type(z) is np.ndarray else z.imag
 _SCALAR_OPS: dict[str, Any] = {
     "add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
     "true_divide": operator.truediv, "floor_divide": operator.floordiv,
@@ -345,44 +363,6 @@ def _uses(roots: Sequence[Node]) -> dict[int, int]:
     return uses
 
 
-# structure signature -> how many computed nodes it has (see tracks_uses)
-_computed: dict[int, int] = {}
-
-
-def _count_computed(root: Node) -> int:
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        node: Any = stack.pop()
-        cls = type(node)
-        if cls is Leaf or cls is Scalar or cls is Literal or id(node) in seen:
-            continue
-        seen.add(id(node))
-        if cls is Apply:
-            stack.extend(node.args)
-        elif cls is Reduce or cls is Remap:
-            stack.append(node.child)
-        elif cls is Gather:
-            stack.append(node.child)
-            stack.append(node.index)
-        elif cls is Concat:
-            stack.extend(node.pieces)
-    return len(seen)
-
-
-def tracks_uses(roots: Sequence[Node], size: int) -> bool:
-    """Whether an evaluation of ``size`` output elements lets go of (or computes into)
-    each value once read (see :data:`TRACK_USES_AT`): only where its temporaries
-    together are many elements (:data:`TRACK_USES_WORK`); counting the readers costs
-    more than a few small temporaries do.  Node counts kept per signature."""
-    if size < TRACK_USES_AT:
-        return False
-    n = 0
-    for r in roots:
-        n += per_signature(_computed, r, _count_computed, READS_MAX)
-    return size * n >= TRACK_USES_WORK
-
-
 def _value(node: Node, ev: _State) -> Any:
     """``node``'s value: an array broadcastable to its shape, or a numpy scalar.
     Raises _Unsupported for what is not computed here (checked as it goes: the
@@ -391,11 +371,11 @@ def _value(node: Node, ev: _State) -> Any:
     if cls is Leaf:
         leaf: Any = node
         dtype = leaf.dtype
-        if dtype.char not in _DTYPES:
+        if dtype.char not in _HOST_DTYPES:
             raise _Unsupported
         return _view(leaf.storage, ev.rt, dtype, leaf.shape, leaf.strides, leaf.offset)
     if cls is Scalar or cls is Literal:
-        if node.dtype.char not in _DTYPES:
+        if node.dtype.char not in _HOST_DTYPES:
             raise _Unsupported
         return node.value  # type: ignore[attr-defined]
     key = id(node)
@@ -494,11 +474,21 @@ def scalar_fn(op: str, chars: tuple[str, ...]) -> Any:
 def _loop_fn(op: str, chars: tuple[str, ...]) -> Any:
     """The function computing ``op`` on operands of its loop's dtypes, or False."""
     if not _check_loop(op, chars):
-        return False
+        return _complex_fn(op, chars)
     if op == "cast" or op == "positive":  # (positive: also the broadcast of a view)
         out = np.dtype(chars[-1])
         return lambda a: np.array(a, dtype=out)  # (a copy: never the buffer itself)
     return np.where if op == "where" else _UFUNCS[op][0]
+
+
+def _complex_fn(op: str, chars: tuple[str, ...]) -> Any:
+    """The function computing ``op`` on a loop with a complex dtype, or False."""
+    if not any(c in _COMPLEX for c in chars) or not all(c in _HOST_DTYPES for c in chars):
+        return False
+    if op == "cast" or op == "positive":  # (to complex only: numpy warns dropping parts)
+        out = np.dtype(chars[-1])
+        return (lambda a: np.array(a, dtype=out)) if chars[-1] in _COMPLEX else False
+    return _COMPLEX_FNS.get(op, False)
 
 
 def _reduce(node: Any, ev: _State) -> Any:
@@ -510,6 +500,8 @@ def _reduce(node: Any, ev: _State) -> Any:
     v = _value(child, ev)
     op, axes, dtype = node.op, node.axes, node.dtype
     vt = v.dtype
+    if vt.kind == "c":
+        raise _Unsupported  # (complex orders and sums: the kernels' rules)
     if vt is not dtype and vt != dtype and op not in ("argmax", "argmin"):
         v = v.astype(dtype)  # (the accumulator's dtype: numpy's ``dtype=``)
     if type(v) is not np.ndarray or v.shape != child.shape:
@@ -585,77 +577,33 @@ def _gather(node: Any, ev: _State) -> np.ndarray:
 # }}}
 
 
-# structure signature -> the most elements one reduction, remap or gather of it reads
-# (see _largest_read): a signature fixes every node's shape, so this is its answer
-_reads: dict[int, int] = {}
-READS_MAX = 4096
-_FOREIGN = (Pointer, SparseProduct)
-
-
-def _largest_read(node: Node) -> int:
-    """The most elements an input of a reduction (or a computed input of a remap or
-    gather) in ``node``'s tree has; 0 for an elementwise tree, whose every node is no
-    larger than its root.  A node never computed here counts as too large."""
-    most = 0
-    stack = [node]
-    seen: set[int] = set()  # (a shared subtree once: as a tree, a DAG costs 2^depth)
-    while stack:
-        n: Any = stack.pop()
-        cls = type(n)
-        if cls is Reduce:
-            kids: Sequence[Node] = (n.child,)
-            most = max(most, _size(n.child.shape))
-        elif cls is Remap or cls is Gather:
-            kids = (n.child,) if cls is Remap else (n.child, n.index)
-            for k in kids:
-                if type(k) is not Leaf:
-                    most = max(most, _size(k.shape))
-        elif cls is Apply:
-            kids = n.args
-        elif cls is Concat:
-            kids = n.pieces
-        elif isinstance(n, _FOREIGN):
-            return 1 << 62
-        else:
-            continue
-        for k in kids:
-            if k.fancy and id(k) not in seen:  # (elementwise subtrees: no larger)
-                seen.add(id(k))
-                stack.append(k)
-    return most
-
-
-def small_reads(roots: Sequence[Node]) -> bool:
-    """Whether no reduction, remap or gather in ``roots`` reads more than
-    :data:`HOST_MAX_WORK` elements (what :func:`_value` computes; a small result of a
-    large input, ``X.sum(axis=1)``, is the kernels' work).  Asked before the device's
-    queue is finished: the answer is known from the tree, once per signature."""
-    limit = HOST_MAX_WORK
-    for r in roots:
-        if not r.fancy:
-            continue
-        if per_signature(_reads, r, _largest_read, READS_MAX) > limit:
-            return False
-    return True
-
-
 def eligible(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
              targets: Sequence[Target | Storage | None] | None) -> bool:
     """Whether an evaluation passes :func:`try_run`'s first checks (small work on a host
     device, dtypes and targets computed here); it may still go to the kernels (an
     operation not computed here, a flat structure evaluated often)."""
     size = _size(out_shape)
-    if not size or size > HOST_MAX_WORK or not host_device(device) \
+    if not size or not host_device(device) \
             or _evaluate.capturing_threads[0] or _evaluate.recording_threads[0]:
         return False  # (fl.show_code and run plans need the kernels)
+    if size > HOST_MAX_WORK and not within_limit(size, roots):
+        return False
     if targets is not None:
         for t in targets:
             if type(t) is Target and (t.scatter is not None or t.mask is not None):
                 return False
     for r in roots:
-        if r.dtype.char not in _DTYPES:
+        if r.dtype.char not in _HOST_DTYPES:
             return False
     return small_reads(roots)
+
+
+def within_limit(size: int, roots: Sequence[Node]) -> bool:
+    """Whether an evaluation of ``size`` output elements reading ``roots`` is small enough
+    for the host path (:func:`eligible`'s limits alone: callers choosing whether to
+    try it before a kernel's plan)."""
+    return size <= HOST_MAX_WORK or (
+        size <= COMPLEX_MAX_WORK and HOST_MAX_WORK > 0 and reads_complex(roots))
 
 
 def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
@@ -666,7 +614,8 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         return None
     size = _size(out_shape)
     if targets is None and len(out_shape) == 1 and len(roots) == 1 and roots[0].sig \
-            and not roots[0].fancy:  # (reductions have signatures too)
+            and not roots[0].fancy and size <= HOST_MAX_WORK:  # (reductions have signatures
+        # too; a larger one reads complex values, whose kernels are not cheaper)
         # (a 0-d result is a condition or a scalar about to be read: after a kernel,
         # the read waits on its event, 30-60 us, where the host path's costs ~2 us;
         # NPBench's crc16 tests one bit per evaluation and read each through a wait)
@@ -716,6 +665,12 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
 
 
 from . import evaluate as _evaluate  # noqa: E402  (it imports this module first)
+from .host_reads import (  # noqa: E402, F401  (its users' names)
+    READS_MAX,
+    reads_complex,
+    small_reads,
+    tracks_uses,
+)
 from .host_statements import inplace, read, scalar, write  # noqa: E402, F401  (its users' names)
 
 
@@ -726,8 +681,6 @@ def _clear_loops() -> None:
 
 _caches.register("host_path.loops", _clear_loops, lambda: len(_loop_fns),
                  why="one per operation and loop dtypes")
-_caches.register("host_path.reads", _reads.clear, lambda: len(_reads), READS_MAX)
-_caches.register("host_path.computed", _computed.clear, lambda: len(_computed), READS_MAX)
 _caches.register("host_path.flat_counts", _flat_counts.clear, lambda: len(_flat_counts),
                  FLAT_COUNTS_MAX)
 _caches.register("host_path.mapped", clear, lambda: len(_mapped),

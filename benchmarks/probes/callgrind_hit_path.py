@@ -29,6 +29,9 @@ of ``bench_elementwise.py``):
   loop: two statements per call);
 * ``durbin``: durbin's loop body on 200 float64 (a dot of a flipped view, ``y[:k] +=
   alpha * flip(y[:k])``, ``y[k] = alpha``), ``k`` in turn;
+* ``held``: crc16's step on one byte of a ``for b in data`` loop (the elements held on
+  the host, ``fuseloop.host_held``): ``cur = 0xFF & b``, then 8 times a test of
+  ``(crc & 1) ^ (cur & 1)`` and shifts of ``crc`` (a Python int) and ``cur >>= 1``;
 * ``chain400`` / ``tree400``: ``bench_lazy_build.py``'s 400-node builds (``r = r * 0.999
   + y`` 200 times; a pairwise sum of 200 products), built and dropped (not in the
   default cases: divide by 400 for a node; ``--calls 64`` is plenty).
@@ -70,7 +73,7 @@ HELPER = r"""
 void fl_collect(void) { CALLGRIND_TOGGLE_COLLECT; }
 """
 CASES = ("build", "eval", "fuse", "fuse-scalar", "seidel", "stencil", "trisolv", "chain400",
-         "tree400", "cholesky", "durbin")
+         "tree400", "cholesky", "durbin", "held")
 DEFAULT_CASES = CASES[:7]
 
 
@@ -134,8 +137,16 @@ def child(calls: int, case: str | None) -> None:
         yd[k] = alpha
         carried[:] = [beta, alpha]
 
+    data = list(fl.asarray(rng.integers(0, 256, 64).astype(np.uint8)))
+
+    def held(i: int) -> None:
+        cur, crc = 0xFF & data[i % 64], 0xFFFF
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x8408 if (crc & 1) ^ (cur & 1) else crc >> 1
+            cur >>= 1
+
     loops.update(seidel=seidel, stencil=stencil, trisolv=trisolv, cholesky=cholesky,
-                 durbin=durbin)
+                 durbin=durbin, held=held)
     from bench_lazy_build import chain as chain400  # (benchmarks/)
     from bench_lazy_build import tree as tree400
     loops.update(chain400=lambda i: chain400(fl, x, y), tree400=lambda i: tree400(fl, x, y))
