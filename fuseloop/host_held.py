@@ -104,6 +104,8 @@ def held(value: Any, dtype: np.dtype, device: Any) -> Array:
 # identity (a dtype's hash costs a third of an operation); a Held's value is always a
 # numpy scalar of its (native) dtype's type, so its type names its dtype
 _table: dict[tuple, Any] = {}
+_COMPARISONS = frozenset(("less", "less_equal", "greater", "greater_equal", "equal",
+                          "not_equal"))
 
 
 def _entry(op: str, ta: type, tb: type) -> Any:
@@ -146,7 +148,11 @@ def _value_of(op: str, x: Held, other: Any, reflected: bool) -> tuple[Any, Any] 
             if tb is not db.type:
                 vo = _ops._weak_scalar(vo, db) if tb is int or tb is float else db.type(vo)
         out = fn(v, vo)
-    except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+    except OverflowError:  # (an int beyond the dtype's range: a comparison's answer is numpy's)
+        if op not in _COMPARISONS:
+            return None
+        out = fn(v, vo)
+    except (TypeError, ValueError, ZeroDivisionError):
         return None
     finally:
         if token is not None:

@@ -47,14 +47,7 @@ def test_operators_with_python_scalars_and_held_values_are_numpys(host, dtype, o
                 want, rwant = op(e, other), op(other, e)
             except (TypeError, OverflowError):
                 continue
-        plain = _scalar_array(e, np.dtype(dtype), v.device)
-        try:
-            op(plain, other)
-        except OverflowError:  # (-2 beside a uint8 in a comparison: the plain path's error)
-            with pytest.raises(OverflowError):
-                op(v, other)
-            continue
-        _same(op(v, other), want)
+        _same(op(v, other), want)  # (-2 beside a uint8 in a comparison too: numpy's answer)
         _same(op(other, v), rwant)
     if ints or op not in (operator.rshift, operator.lshift, operator.and_, operator.or_,
                           operator.xor):
