@@ -38,21 +38,31 @@ from typing import IO, Any
 _HEADER = struct.Struct("<Q")
 
 
+def _read_exactly(stream: IO[bytes], size: int) -> bytes:
+    """``size`` bytes of ``stream`` (an unbuffered pipe may return fewer at a time);
+    EOFError when it ends first."""
+    data = stream.read(size)
+    if not data:
+        raise EOFError
+    while len(data) < size:
+        more = stream.read(size - len(data))
+        if not more:
+            raise EOFError
+        data += more
+    return data
+
+
 def read_message(stream: IO[bytes]) -> Any:
     """The next message on ``stream``; EOFError when the other side has gone."""
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        raise EOFError
-    (size,) = _HEADER.unpack(header)
-    body = stream.read(size)
-    if len(body) < size:
-        raise EOFError
-    return pickle.loads(body)
+    (size,) = _HEADER.unpack(_read_exactly(stream, _HEADER.size))
+    return pickle.loads(_read_exactly(stream, size))
 
 
 def write_message(stream: IO[bytes], message: Any) -> None:
     body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(body)) + body)
+    data = memoryview(_HEADER.pack(len(body)) + body)
+    while data:  # (an unbuffered pipe may take part of it at a time)
+        data = data[stream.write(data) or 0:]
     stream.flush()
 
 
