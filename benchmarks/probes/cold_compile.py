@@ -25,8 +25,8 @@ results of other lengths and depths: K new kernels of one call).
 
 Usage::
 
-    python benchmarks/probes/cold_compile.py [--workers] [--source] [--rounds R] [--root DIR ...]
-                                             [CASE ...]
+    python benchmarks/probes/cold_compile.py [--workers] [--source] [--warm] [--phases]
+        [--summary] [--rounds R] [--root DIR ...] [--setup CODE ...] [CASE ... | worker]
 
 ``--root`` names a checkout to import fuseloop from (default: this one); with two
 (e.g. an export of the base commit and this one) the cases run alternately, ``--rounds``
@@ -41,6 +41,19 @@ OpenCL compiler's CPU time is then the workers', not in the printed CPU seconds.
 ``--warm`` runs each case a second time on the caches the first run left (fuseloop's
 disk cache, PoCL's kernel cache): a later process's first result, printed as
 ``warm <case>``.
+``--phases`` prints each run's wall-clock timeline instead: ``step start+length`` in
+seconds from the process's first line (import, arrays, device discovery, device open,
+the compile worker's start and each request to it (its build, or the wait for its
+start), Loopy's import, lowering, recipe, code generation, the build, the first
+read's wait), then how long Python took to start and the whole, from the process's
+spawn to the first result.  With ``--rounds`` above 1 the medians of the arrays, the
+first result and the whole come after each case (``--summary``: those alone).
+``--setup CODE`` (repeatable) runs each variant alternately, as ``--root`` does
+(e.g. ``--setup pass --setup "import threading; threading.Thread(target=__import__,
+args=('loopy',)).start()"``: Loopy imported on a thread while the arrays are made).
+The case ``worker`` times a compile worker's own steps in a process whose device is
+discovered: its start (Python, the builder's driver import), readying the device (the
+driver's discovery, a context, the warm-up build), two small builds, and its CPU.
 """
 
 from __future__ import annotations
@@ -218,7 +231,8 @@ print(f"worker on {device.name} (wall s): " + ", ".join(steps)
 
 def main() -> None:
     args = sys.argv[1:]
-    flags = {flag: flag in args for flag in ("--workers", "--warm", "--source", "--phases")}
+    flags = {flag: flag in args
+             for flag in ("--workers", "--warm", "--source", "--phases", "--summary")}
     args = [a for a in args if a not in flags]
     mode = "process" if flags["--workers"] else "inline"
     roots: list[str] = []
@@ -256,9 +270,9 @@ def main() -> None:
                 label += f"[setup {setups.index(setup)}] " if len(setups) > 1 else ""
                 for prefix, out in _run(case, root, mode, flags["--warm"], setup, both=True):
                     first, _, phases = out.partition("\n")
-                    print(label + prefix + first, flush=True)
-                    if flags["--phases"] and phases:
-                        print(label + prefix + phases, flush=True)
+                    line = phases if flags["--phases"] and phases else first
+                    if not flags["--summary"] or not phases:  # (a failure: always)
+                        print(label + prefix + line, flush=True)
                     got = _walls(out)
                     if got:
                         figures.setdefault((label, prefix), []).append(got)
