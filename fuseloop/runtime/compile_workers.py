@@ -6,11 +6,15 @@ file (``Backend.worker_builder``) that the worker loads, and calls
 
 OpenCL CPU runtimes (PoCL, Intel's) run LLVM inside the calling process; when it
 aborts (``LLVM ERROR: ...``) or segfaults, the user's interpreter dies with it.  So
-every program is built from source by a worker process (a small pool, started on
-the first build, kept for the next ones), which hands back the device binary; the
-calling process loads the binary.  For a driver that caches its builds itself
-(PoCL's kernel cache) the worker hands back no binary (making one costs PoCL a
-second compilation) and the caller builds the source again, a hit of that cache.
+every program is built from source by a worker process (a small pool, kept for the
+next builds), which hands back the device binary; the calling process loads the
+binary.  The first worker starts with device discovery where the disk cache never saw
+the device opened (else at the first cache miss), and readies the device (a context,
+the compiler's start) while the caller opens it, copies and lowers; until a worker is
+ready, a GPU's builds run in the calling process (:func:`build_here`).  For a driver
+that caches its builds itself (PoCL's kernel cache) the worker hands back no binary
+(making one costs PoCL a second compilation) and the caller builds the source again,
+a hit of that cache.
 What a worker does not cover there: PoCL's CPU device compiles each kernel's
 work-group function (its barriers, the machine code) when the kernel first runs,
 in the caller, so a crash of that part still ends it (asking the worker for the
