@@ -292,22 +292,20 @@ def _start_worker_early(device: Device | None) -> None:
     and the lowering (``device``: the worker readies it; the device is marked as seen).
     A process whose kernels are on disk starts none (the first miss does, as before)."""
     from .. import cache_disk
+
+    if cache_disk.opened_before(None if device is None else device.identity):
+        return  # (a warm process: one stat, compile_workers not even imported)
     from . import compile_workers
 
-    if compile_workers.mode() != "process":
-        return
-    if device is None:
-        from ..backends import BACKENDS
-
-        spec = os.environ.get("FUSELOOP_DEVICE", "").strip().lower()
-        if spec.partition(":")[0] in list(BACKENDS)[1:]:
-            return  # (a later backend's device: the first backend's worker is not its)
-        if not cache_disk.opened_before():
-            compile_workers.prestart()
-        return
-    if not cache_disk.opened_before(device.identity):
+    if device is not None:
         compile_workers.prestart(device)
         cache_disk.note_opened(device.identity)
+        return
+    from ..backends import BACKENDS
+
+    spec = os.environ.get("FUSELOOP_DEVICE", "").strip().lower()
+    if spec.partition(":")[0] not in list(BACKENDS)[1:]:  # (not a later backend's device)
+        compile_workers.prestart()
 
 
 def _discover(names: list[str], start: int) -> list[Device]:
