@@ -44,12 +44,16 @@ def _read_exactly(stream: IO[bytes], size: int) -> bytes:
     data = stream.read(size)
     if not data:
         raise EOFError
-    while len(data) < size:
-        more = stream.read(size - len(data))
+    if len(data) == size:
+        return data
+    parts, got = [data], len(data)  # (a binary: a pipe's buffer at a time)
+    while got < size:
+        more = stream.read(size - got)
         if not more:
             raise EOFError
-        data += more
-    return data
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
 
 
 def read_message(stream: IO[bytes]) -> Any:
