@@ -171,6 +171,10 @@ else:
     for k in range(int(case[1:])):
         e = fl.sin(e) * .5 + fl.cos(e * (k + 1.5)) * .25 + .1
 c2, t2 = os.times(), time.perf_counter()
+# (whether fuseloop's first code generation will import Loopy with the collector off and
+# freeze what lives before it: not where objects are frozen already, or Loopy loaded)
+before = (f"{gc.get_freeze_count()} objects frozen, Loopy "
+          + ("loaded" if "loopy" in sys.modules else "not loaded"))
 e.get()
 c3, t3 = os.times(), time.perf_counter()
 cpu = lambda a, b: b.user + b.system - a.user - a.system
@@ -185,7 +189,7 @@ spans += [("import", t0, t1 - t0), ("arrays", t1, t2 - t1), ("first result", t2,
 print("phases (wall s from this process's first line, start+length): " + ", ".join(
     f"{label} {start - t0:.2f}+{length:.2f}" for label, start, length in sorted(
         spans, key=lambda span: span[1])) + f"; python start {w0 - float(sys.argv[3]):.2f}, "
-      f"spawn to first result {w0 - float(sys.argv[3]) + t3 - t0:.2f}")
+      f"spawn to first result {w0 - float(sys.argv[3]) + t3 - t0:.2f}; before it: {before}")
 """
 
 # --worker: a compile worker's own steps, one after the other (what the caller waits for
