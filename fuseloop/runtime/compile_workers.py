@@ -141,7 +141,9 @@ class _Worker:
         assert stdout is not None
         while not self.ready or self.unread:
             try:
-                if not select.select([stdout], [], [], 0)[0]:
+                waiting = select.poll()  # (not select(): no limit on the descriptor)
+                waiting.register(stdout, select.POLLIN)
+                if not waiting.poll(0):
                     return False
                 read_message(stdout)  # (a whole message: each is one small write)
             except (EOFError, OSError, ValueError):
