@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import sys
 import tempfile
@@ -331,6 +332,51 @@ def trim_disk_cache(directory: Path | None = None, max_bytes: int | None = None,
     return removed, freed
 
 
+# {{{ devices opened with this cache: whether a process's first kernels are likely on disk
+
+#: folder of a schema's folder holding one empty file per device identity that a process
+#: opened with this cache directory (named by a hash of the identity)
+_OPENED = "opened"
+
+
+def _opened_marker(directory: Path, identity: tuple[str, ...]) -> Path:
+    digest = hashlib.sha1(repr(tuple(identity)).encode()).hexdigest()
+    return directory / f"v{SCHEMA_VERSION}" / _OPENED / digest
+
+
+def opened_before(identity: tuple[str, ...] | None = None) -> bool:
+    """Whether a process opened a device of ``identity`` (``Device.identity``; None: any
+    device) with this disk cache before, so that its kernels are likely on disk: a
+    process that did not will build kernels (so a compile worker is worth starting with
+    the device, see ``fuseloop.runtime.devices``).  False with the disk cache off (every
+    process builds); a marker, never an entry, answers: a stat, or a folder's listing."""
+    directory = cache_dir()
+    if directory is None:
+        return False
+    try:
+        if identity is None:
+            return any(True for _ in os.scandir(directory / f"v{SCHEMA_VERSION}" / _OPENED))
+        return _opened_marker(directory, identity).exists()
+    except OSError:
+        return False
+
+
+def note_opened(identity: tuple[str, ...]) -> None:
+    """Record that this process opened a device of ``identity`` (see :func:`opened_before`);
+    a cache folder that cannot be written is left alone."""
+    directory = cache_dir()
+    if directory is None:
+        return
+    marker = _opened_marker(directory, identity)
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError:
+        pass
+
+# }}}
+
+
 def disk_entries(directory: Path | None = None) -> list[Path]:
     """fuseloop's entry files in the cache directory (every schema version)."""
     directory = cache_dir() if directory is None else directory
@@ -373,7 +419,8 @@ def clear_disk_cache(directory: Path | None = None) -> tuple[int, int]:
     """Delete fuseloop's entries (and leftover temporary files) from the disk cache.
 
     Only files fuseloop writes are removed: ``v<schema>/<hash>.json`` and
-    ``v<schema>/.tmp-*``; schema folders left empty are removed too.  Returns
+    ``v<schema>/.tmp-*`` (and the markers of devices opened, ``v<schema>/opened/``);
+    schema folders left empty are removed too.  Returns
     (entries removed, bytes freed); (0, 0) when there is no cache directory.
     """
     directory = cache_dir() if directory is None else directory
@@ -383,6 +430,8 @@ def clear_disk_cache(directory: Path | None = None) -> tuple[int, int]:
     for sub in directory.iterdir():
         if not (_SCHEMA_DIR.match(sub.name) and sub.is_dir()):
             continue
+        # (the devices' markers go too: an emptied cache is cold for every device)
+        shutil.rmtree(sub / _OPENED, ignore_errors=True)
         for f in sub.iterdir():
             is_entry = _ENTRY_NAME.match(f.name) is not None
             if not (is_entry or f.name.startswith(_TEMP_PREFIX)) or not f.is_file():

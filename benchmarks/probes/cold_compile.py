@@ -25,8 +25,8 @@ results of other lengths and depths: K new kernels of one call).
 
 Usage::
 
-    python benchmarks/probes/cold_compile.py [--workers] [--source] [--rounds R] [--root DIR ...]
-                                             [CASE ...]
+    python benchmarks/probes/cold_compile.py [--workers] [--source] [--warm] [--phases]
+        [--summary] [--rounds R] [--root DIR ...] [--setup CODE ...] [CASE ... | worker]
 
 ``--root`` names a checkout to import fuseloop from (default: this one); with two
 (e.g. an export of the base commit and this one) the cases run alternately, ``--rounds``
@@ -41,15 +41,32 @@ OpenCL compiler's CPU time is then the workers', not in the printed CPU seconds.
 ``--warm`` runs each case a second time on the caches the first run left (fuseloop's
 disk cache, PoCL's kernel cache): a later process's first result, printed as
 ``warm <case>``.
+``--phases`` prints each run's wall-clock timeline instead: ``step start+length`` in
+seconds from the process's first line (import, arrays, device discovery, device open,
+the compile worker's start and each request to it (its build, or the wait for its
+start), Loopy's import, lowering, recipe, code generation, the build, the first
+read's wait), then how long Python took to start and the whole, from the process's
+spawn to the first result.  With ``--rounds`` above 1 the medians of the arrays, the
+first result and the whole come after each case (``--summary``: those alone).
+``--setup CODE`` (repeatable) runs each variant alternately, as ``--root`` does
+(e.g. ``--setup pass --setup "import threading; threading.Thread(target=__import__,
+args=('loopy',)).start()"``: Loopy imported on a thread while the arrays are made).
+The case ``worker`` times a compile worker's own steps in a process whose device is
+discovered: its start (Python, the builder's driver import), readying the device (the
+driver's discovery, a context, the warm-up build), two small builds, and its CPU.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ["demo", "sin", "sum", "softmax", "matmul", "mean", "rep12", "rep50", "D10", "D14",
@@ -57,32 +74,46 @@ CASES = ["demo", "sin", "sum", "softmax", "matmul", "mean", "rep12", "rep50", "D
 
 _CHILD = """
 import os, sys, time
-c0, t0 = os.times(), time.perf_counter()
+c0, t0, w0 = os.times(), time.perf_counter(), time.time()
 import numpy as np
 import fuseloop as fl
 from fuseloop import cache
 from fuseloop.lower import codegen
 c1, t1 = os.times(), time.perf_counter()
 steps = {}
+spans = []  # (label, wall start, wall seconds): the timeline of --phases
 def timed(module, name, label):
     inner = getattr(module, name)
     def wrapper(*args, **kwargs):
-        start = time.process_time()
+        start, wall = time.process_time(), time.perf_counter()
         try:
             return inner(*args, **kwargs)
         finally:
             steps[label] = steps.get(label, 0.0) + time.process_time() - start
+            spans.append((label, wall, time.perf_counter() - wall))
     setattr(module, name, wrapper)
-from fuseloop.runtime import devices
+from fuseloop.runtime import devices, compile_workers
 timed(devices, "_discover", "device discovery")
-_plan = codegen.kernel_plan
-def plan_after_loopy(*args, **kwargs):  # (the first kernel_plan imports Loopy)
-    if "loopy" not in sys.modules:
-        start = time.process_time()
-        import loopy  # noqa: F401
-        steps["Loopy import"] = time.process_time() - start
-    return _plan(*args, **kwargs)
-codegen.kernel_plan = plan_after_loopy
+_open = devices._DeviceRuntime.__init__
+def _opened(self, device):  # (the device's context, queue and buffer pool)
+    wall = time.perf_counter()
+    _open(self, device)
+    spans.append(("device open", wall, time.perf_counter() - wall))
+devices._DeviceRuntime.__init__ = _opened
+for _name, _label in (("__init__", "worker start"), ("request", "worker request")):
+    def _wrap(inner, label):
+        def wrapper(*args, **kwargs):
+            wall = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spans.append((label, wall, time.perf_counter() - wall))
+        return wrapper
+    setattr(compile_workers._Worker, _name, _wrap(getattr(compile_workers._Worker, _name),
+                                                  _label))
+# (Loopy's import at the first code generation, as fuseloop does it: with the collector
+# off; importing it here before kernel_plan, as this probe did, added the collections)
+timed(codegen, "_import_loopy", "Loopy import")
 timed(codegen, "lower", "lower"); timed(codegen, "apply_recipe", "recipe")
 timed(codegen, "_generate_code", "Loopy codegen"); timed(cache, "_build_source", "OpenCL build")
 timed(cache, "_binary_of", "OpenCL binary")
@@ -140,6 +171,10 @@ else:
     for k in range(int(case[1:])):
         e = fl.sin(e) * .5 + fl.cos(e * (k + 1.5)) * .25 + .1
 c2, t2 = os.times(), time.perf_counter()
+# (whether fuseloop's first code generation will import Loopy with the collector off and
+# freeze what lives before it: not where objects are frozen already, or Loopy loaded)
+before = (f"{gc.get_freeze_count()} objects frozen, Loopy "
+          + ("loaded" if "loopy" in sys.modules else "not loaded"))
 e.get()
 c3, t3 = os.times(), time.perf_counter()
 cpu = lambda a, b: b.user + b.system - a.user - a.system
@@ -150,49 +185,120 @@ print(f"{case}: {built['kernels_compiled']} kernels "
       f"({cpu(c1, c2):.2f} CPU), first result {t3 - t2:.2f} s ({cpu(c2, c3):.2f} CPU); "
       "steps of both (CPU s): " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items())
       + f", other {cpu(c1, c3) - sum(steps.values()):.2f}; garbage collection {gc_s[0]:.3f}")
+spans += [("import", t0, t1 - t0), ("arrays", t1, t2 - t1), ("first result", t2, t3 - t2)]
+print("phases (wall s from this process's first line, start+length): " + ", ".join(
+    f"{label} {start - t0:.2f}+{length:.2f}" for label, start, length in sorted(
+        spans, key=lambda span: span[1])) + f"; python start {w0 - float(sys.argv[3]):.2f}, "
+      f"spawn to first result {w0 - float(sys.argv[3]) + t3 - t0:.2f}; before it: {before}")
+"""
+
+# --worker: a compile worker's own steps, one after the other (what the caller waits for
+# when its first build comes before the worker is warm): its start (Python, the builder
+# file's pyopencl import, the driver's load), readying the device (its discovery, a
+# context, the warm-up build) and two builds of small programs
+_WORKER_CHILD = """
+import os, time
+import fuseloop as fl
+from fuseloop.runtime import compile_workers
+from fuseloop.backends import backend_for
+device = fl.get_device()
+builder = backend_for(device).worker_builder
+address = compile_workers._device_address(device)
+source = ("__kernel void k{}(__global float *o, __global const float *x, "
+          "__global const float *y) {{ int i = get_global_id(0); "
+          "o[i] = 2 * x[i] - sin(y[i]) + x[i] * y[i] + {}; }}")
+t0 = time.perf_counter()
+worker = compile_workers._Worker()
+steps = []
+def step(label, message):
+    start = time.perf_counter()
+    worker.request(message) if message else compile_workers.read_message(worker.process.stdout)
+    steps.append(f"{label} {time.perf_counter() - start:.2f}")
+step("start (until ready)", None)
+worker.ready = True
+step("ready the device", (builder, *address, None, (), (), None, False))
+for k in range(2):
+    step(f"build {k + 1}", (builder, *address, source.format(k, k), (), (f"k{k}",), None, True))
+total = time.perf_counter() - t0
+worker.process.stdin.close()  # (it ends: its CPU time is then known)
+_, _, usage = os.wait4(worker.process.pid, 0)
+print(f"worker on {device.name} (wall s): " + ", ".join(steps)
+      + f"; total {total:.2f} s, {usage.ru_utime + usage.ru_stime:.2f} CPU s")
 """
 
 
 def main() -> None:
     args = sys.argv[1:]
-    mode = "inline"
-    if "--workers" in args:
-        args.remove("--workers")
-        mode = "process"
+    flags = {flag: flag in args
+             for flag in ("--workers", "--warm", "--source", "--phases", "--summary")}
+    args = [a for a in args if a not in flags]
+    mode = "process" if flags["--workers"] else "inline"
     roots: list[str] = []
     rounds = 1
     while "--root" in args:
         at = args.index("--root")
         roots.append(str(Path(args[at + 1]).resolve()))
         del args[at:at + 2]
-    warm = "--warm" in args
-    if warm:
-        args.remove("--warm")
-    source = "--source" in args
-    if source:
-        args.remove("--source")
     if "--rounds" in args:
         at = args.index("--rounds")
         rounds = int(args[at + 1])
         del args[at:at + 2]
-    if not source:
+    setups = [""]  # (--setup CODE, repeatable: variants run alternately, as roots are)
+    while "--setup" in args:
+        at = args.index("--setup")
+        setups = [s for s in setups if s] + [args[at + 1]]
+        del args[at:at + 2]
+    if not flags["--source"]:
         for root in roots or [str(ROOT)]:
             env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
             subprocess.run([sys.executable, "-m", "compileall", "-q", f"{root}/fuseloop"],
                            env=env, check=True, stdout=subprocess.DEVNULL)
-    for case in args or CASES:
+    if args == ["worker"]:  # (--worker: no case)
         for _ in range(rounds):
             for root in roots or [str(ROOT)]:
                 label = f"[{Path(root).name}] " if roots else ""
-                for line in _run(case, root, mode, warm):
-                    print(label + line, flush=True)
+                print(label + _run("", root, mode, False, child=_WORKER_CHILD)[0], flush=True)
+        return
+    for case in args or CASES:
+        # (root, warm or cold): the wall seconds of each run, for the medians
+        figures: dict[tuple[str, str], list[tuple[float, ...]]] = {}
+        for _ in range(rounds):
+            for root, setup in [(r, s) for r in roots or [str(ROOT)] for s in setups]:
+                label = f"[{Path(root).name}] " if roots else ""
+                label += f"[setup {setups.index(setup)}] " if len(setups) > 1 else ""
+                for prefix, out in _run(case, root, mode, flags["--warm"], setup, both=True):
+                    first, _, phases = out.partition("\n")
+                    line = phases if flags["--phases"] and phases else first
+                    if not flags["--summary"] or not phases:  # (a failure: always)
+                        print(label + prefix + line, flush=True)
+                    got = _walls(out)
+                    if got:
+                        figures.setdefault((label, prefix), []).append(got)
+        if rounds > 1:
+            for (label, prefix), runs in figures.items():
+                med = [statistics.median(run[k] for run in runs) for k in range(3)]
+                print(f"{label}{prefix}{case}: median of {len(runs)}: arrays {med[0]:.2f} s, "
+                      f"first result {med[1]:.2f} s, spawn to first result {med[2]:.2f} s",
+                      flush=True)
 
 
-def _run(case: str, root: str, mode: str, warm: bool, setup: str = "") -> list[str]:
+def _walls(out: str) -> tuple[float, ...] | None:
+    """(arrays, first result, spawn to first result) wall seconds of a run's output."""
+    arrays = re.search(r"arrays ([\d.]+) s", out)
+    first = re.search(r"first result ([\d.]+) s", out)
+    total = re.search(r"spawn to first result ([\d.]+)", out)
+    if not (arrays and first and total):
+        return None
+    return float(arrays.group(1)), float(first.group(1)), float(total.group(1))
+
+
+def _run(case: str, root: str, mode: str, warm: bool, setup: str = "", both: bool = False,
+         child: str = _CHILD) -> list[Any]:
     """Lines of ``case`` run in new processes on empty caches (and again warm); ``setup``:
     Python run in the process after ``import fuseloop as fl`` and before the case (a
     recipe variant: ``u = fl.recipes.use(...); u.__enter__()``; its time is in the
-    arrays' figure)."""
+    arrays' figure).  With ``both``: (prefix, output) pairs, the output's second line
+    being the run's phases."""
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, FUSELOOP_CACHE_DIR=f"{tmp}/fl", XDG_CACHE_HOME=f"{tmp}/xdg",
                    POCL_CACHE_DIR=f"{tmp}/pocl", CUDA_CACHE_PATH=f"{tmp}/nv",
@@ -202,12 +308,12 @@ def _run(case: str, root: str, mode: str, warm: bool, setup: str = "") -> list[s
                    # machine without installed packages keeps them)
                    PYTHONPATH=os.pathsep.join(
                        p for p in (root, os.environ.get("PYTHONPATH")) if p))
-        lines = []
+        lines: list[Any] = []
         for prefix in ("", "warm ")[:1 + warm]:
-            out = subprocess.run([sys.executable, "-c", _CHILD, case, setup], env=env, text=True,
-                                 capture_output=True, cwd=root)
-            lines.append(prefix + (out.stdout.strip()
-                                   or f"{case}: failed\n{out.stderr[-2000:]}"))
+            out = subprocess.run([sys.executable, "-c", child, case, setup, repr(time.time())],
+                                 env=env, text=True, capture_output=True, cwd=root)
+            text = out.stdout.strip() or f"{case}: failed\n{out.stderr[-2000:]}"
+            lines.append((prefix, text) if both else prefix + text.partition("\n")[0])
         return lines
 
 

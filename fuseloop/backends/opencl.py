@@ -361,13 +361,15 @@ class OpenCLBackend(Backend):
     def build_source(self, device: Any, source: str, options: Sequence[str],
                      kernel_names: Sequence[str], built_before: bool = False) -> BuiltProgram:
         """In a compile worker, which hands back the binary, loaded here; in this
-        process with ``FUSELOOP_COMPILE=inline``.  For a device whose driver caches
+        process with ``FUSELOOP_COMPILE=inline``, and a GPU's builds before a worker is
+        ready for it (see ``compile_workers.build_here``).  For a device whose driver caches
         its builds (:meth:`stores_binaries` False) the worker hands back no binary
         and the program is built here again, from that cache; a source that was
         ``built_before`` (a disk-cache entry's) is built here at once."""
         keep = self.stores_binaries(device)
-        if compile_workers.mode() == "inline":
-            return self._build_here(device, source, options, kernel_names, check=True)
+        with compile_workers.build_here(device) as here:  # (inline; a GPU's first build)
+            if here:
+                return self._build_here(device, source, options, kernel_names, check=True)
         if built_before and not keep:
             return self._build_here(device, source, options, kernel_names)
         binary = compile_workers.compile_binary(device, _BUILDER, source, options,

@@ -38,21 +38,35 @@ from typing import IO, Any
 _HEADER = struct.Struct("<Q")
 
 
+def _read_exactly(stream: IO[bytes], size: int) -> bytes:
+    """``size`` bytes of ``stream`` (an unbuffered pipe may return fewer at a time);
+    EOFError when it ends first."""
+    data = stream.read(size)
+    if not data:
+        raise EOFError
+    if len(data) == size:
+        return data
+    parts, got = [data], len(data)  # (a binary: a pipe's buffer at a time)
+    while got < size:
+        more = stream.read(size - got)
+        if not more:
+            raise EOFError
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
 def read_message(stream: IO[bytes]) -> Any:
     """The next message on ``stream``; EOFError when the other side has gone."""
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        raise EOFError
-    (size,) = _HEADER.unpack(header)
-    body = stream.read(size)
-    if len(body) < size:
-        raise EOFError
-    return pickle.loads(body)
+    (size,) = _HEADER.unpack(_read_exactly(stream, _HEADER.size))
+    return pickle.loads(_read_exactly(stream, size))
 
 
 def write_message(stream: IO[bytes], message: Any) -> None:
     body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(body)) + body)
+    data = memoryview(_HEADER.pack(len(body)) + body)
+    while data:  # (an unbuffered pipe may take part of it at a time)
+        data = data[stream.write(data) or 0:]
     stream.flush()
 
 

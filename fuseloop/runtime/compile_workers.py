@@ -6,11 +6,15 @@ file (``Backend.worker_builder``) that the worker loads, and calls
 
 OpenCL CPU runtimes (PoCL, Intel's) run LLVM inside the calling process; when it
 aborts (``LLVM ERROR: ...``) or segfaults, the user's interpreter dies with it.  So
-every program is built from source by a worker process (a small pool, started on
-the first build, kept for the next ones), which hands back the device binary; the
-calling process loads the binary.  For a driver that caches its builds itself
-(PoCL's kernel cache) the worker hands back no binary (making one costs PoCL a
-second compilation) and the caller builds the source again, a hit of that cache.
+every program is built from source by a worker process (a small pool, kept for the
+next builds), which hands back the device binary; the calling process loads the
+binary.  The first worker starts with device discovery where the disk cache never saw
+the device opened (else at the first cache miss), and readies the device (a context,
+the compiler's start) while the caller opens it, copies and lowers; until a worker is
+ready, a GPU's builds run in the calling process (:func:`build_here`).  For a driver
+that caches its builds itself (PoCL's kernel cache) the worker hands back no binary
+(making one costs PoCL a second compilation) and the caller builds the source again,
+a hit of that cache.
 What a worker does not cover there: PoCL's CPU device compiles each kernel's
 work-group function (its barriers, the machine code) when the kernel first runs,
 in the caller, so a crash of that part still ends it (asking the worker for the
@@ -29,13 +33,15 @@ pool's size (default 2).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -90,9 +96,11 @@ class _Worker:
 
         self.stderr: IO[bytes] = tempfile.TemporaryFile()
         try:
+            # (unbuffered: no answer waits in a buffer where select cannot see it,
+            # see caught_up)
             self.process = subprocess.Popen(
                 [sys.executable, _WORKER_SCRIPT, *worker_builders()], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=self.stderr, close_fds=True,
+                stdout=subprocess.PIPE, stderr=self.stderr, close_fds=True, bufsize=0,
                 # the terminal's Ctrl-C goes to the caller, which kills the worker
                 # it waits for; other workers finish their builds
                 start_new_session=True)
@@ -124,6 +132,27 @@ class _Worker:
         except (BrokenPipeError, OSError, ValueError):
             return  # the next request finds the worker gone
         self.unread += 1
+
+    def caught_up(self) -> bool:
+        """Whether the worker has sent every answer it owes (its ready message, the
+        answers to requests sent without waiting), reading those that came, never
+        waiting: an idle worker that is caught up builds at once."""
+        stdout = self.process.stdout
+        assert stdout is not None
+        while not self.ready or self.unread:
+            try:
+                waiting = select.poll()  # (not select(): no limit on the descriptor)
+                waiting.register(stdout, select.POLLIN)
+                if not waiting.poll(0):
+                    return False
+                read_message(stdout)  # (a whole message: each is one small write)
+            except (EOFError, OSError, ValueError):
+                return False  # (gone: the next request says how)
+            if self.ready:
+                self.unread -= 1
+            else:
+                self.ready = True
+        return True
 
     def request(self, message: tuple) -> Any:
         """Send ``message``, return the answer; WorkerDied if the process ended."""
@@ -168,6 +197,9 @@ class _Pool:
         self.idle: list[_Worker] = []
         self.started = 0
         self.condition = threading.Condition()
+        # devices (addresses) an idle worker was found ready for (see build_here)
+        self.ready_for: set[tuple[str, str, str, int]] = set()
+        self.building_here = False  # a build of build_here runs in this process
 
     def acquire(self) -> _Worker:
         with self.condition:
@@ -222,6 +254,23 @@ class _Pool:
             worker.send((*address, None, (), (), None, False))
         self.release(worker)
 
+    def claim_here(self, address: tuple[str, str, str, int]) -> bool:
+        """Whether this process builds for ``address`` now (then ``building_here`` is
+        set: release it with :meth:`release_here`): no worker was ready for it yet,
+        none is now, and no other build runs here."""
+        with self.condition:
+            if address in self.ready_for or self.building_here:
+                return False
+            if any(address in w.warmed and w.caught_up() for w in self.idle):
+                self.ready_for.add(address)
+                return False
+            self.building_here = True
+            return True
+
+    def release_here(self) -> None:
+        with self.condition:
+            self.building_here = False
+
     def shutdown(self) -> None:
         with self.condition:
             workers, self.idle = self.idle, []
@@ -252,11 +301,43 @@ def prestart(device: Any = None) -> None:
         if device is None:
             _pool.prestart(None)
             return
-        from ..backends import backend_for
-
-        builder = backend_for(device).worker_builder
+        builder = _builder_of(device)
         if builder is not None:
             _pool.prestart((builder, *_device_address(device)))
+
+
+@contextlib.contextmanager
+def build_here(device: Any) -> Iterator[bool]:
+    """Whether the build made in this block runs in this process (True) or in a compile
+    worker (False): in this process with ``FUSELOOP_COMPILE=inline``, and for a device
+    whose compiler is not one of the CPU runtimes' LLVMs (their aborts are why workers
+    build: a GPU driver's compiler) while no worker has readied it yet, one build at a
+    time: a first build then does not wait for the worker's start (Python, the driver,
+    a context), longer than a small kernel's build.  The worker goes on readying the
+    device for the builds after."""
+    if mode() == "inline":
+        yield True
+        return
+    builder = _builder_of(device)
+    if device.type == "cpu" or builder is None:
+        yield False
+        return
+    address = (builder, *_device_address(device))
+    here = _pool.claim_here(address)
+    if not here:
+        yield False
+        return
+    try:
+        _pool.prestart(address)  # (a worker readies the device meanwhile)
+        yield True
+    finally:
+        _pool.release_here()
+
+
+def _builder_of(device: Any) -> str | None:
+    from ..backends import backend_for
+
+    return backend_for(device).worker_builder
 
 
 def _device_address(device: Any) -> tuple[str, str, int]:
@@ -293,6 +374,7 @@ def compile_binary(device: Any, builder: str, source: str, options: Sequence[str
     except BaseException:  # Ctrl-C: do not wait for the build
         _pool.discard(worker)
         raise
+    _pool.ready_for.add(request[:4])  # (it built there: builds go to workers now)
     _pool.release(worker)
     status, payload = answer
     if status != "ok":

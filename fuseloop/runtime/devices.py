@@ -121,6 +121,7 @@ class _DeviceRuntime:
 
         self.device = device
         backend = backend_for(device)
+        _start_worker_early(device)  # (its context and compiler start overlap this one's)
         self.context, self.queue = backend.open(device)
         self.pool = DeviceMemory(device, self.context, self.queue)
         # zeroed error-flag buffers of checked gathers (see fuseloop.flags)
@@ -139,9 +140,6 @@ class _DeviceRuntime:
         # held while enqueueing deferred launches or a launch that must follow them
         self.launch_lock = threading.RLock()
         self.gate_at = GATE_AT if device.type == "cpu" else 0
-        # (no compile worker starts here: a process whose kernels are all in the disk
-        # cache needs none; the first miss starts one, which starts while Loopy loads
-        # and lowers, see fuseloop.cache)
 
     def flush(self) -> None:
         """Enqueue the deferred launches, oldest first."""
@@ -285,6 +283,31 @@ if hasattr(os, "register_at_fork"):
 # }}}
 
 
+def _start_worker_early(device: Device | None) -> None:
+    """Start a compile worker now, where this disk cache never saw ``device`` (None:
+    any device) opened: the process will build kernels, and its first build would
+    otherwise wait at the first miss for the worker's start (Python, the driver, a
+    context, the compiler's first build), which now overlaps device discovery
+    (``device`` None: a worker process starts) and the device's opening, the copies
+    and the lowering (``device``: the worker readies it; the device is marked as seen).
+    A process whose kernels are on disk starts none (the first miss does, as before)."""
+    from .. import cache_disk
+
+    if cache_disk.opened_before(None if device is None else device.identity):
+        return  # (a warm process: one stat, compile_workers not even imported)
+    from . import compile_workers
+
+    if device is not None:
+        compile_workers.prestart(device)
+        cache_disk.note_opened(device.identity)
+        return
+    from ..backends import BACKENDS
+
+    spec = os.environ.get("FUSELOOP_DEVICE", "").strip().lower()
+    if spec.partition(":")[0] not in list(BACKENDS)[1:]:  # (not a later backend's device)
+        compile_workers.prestart()
+
+
 def _discover(names: list[str], start: int) -> list[Device]:
     """The devices of backends ``names``, indexed from ``start``."""
     from ..backends import get_backend
@@ -292,7 +315,10 @@ def _discover(names: list[str], start: int) -> list[Device]:
     found: list[Device] = []
     for name in names:
         try:
-            infos = get_backend(name).discover()
+            backend = get_backend(name)
+            if start == 0 and not found and backend.worker_builder is not None:
+                _start_worker_early(None)  # (it loads the backend's builder meanwhile)
+            infos = backend.discover()
         except ImportError:  # (a backend whose driver is not installed)
             continue
         for info in infos:
