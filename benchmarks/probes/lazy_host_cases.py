@@ -16,18 +16,28 @@ Reported, never asserted.  One fuseloop per process, the one ``import fuseloop``
 (compare revisions by ``PYTHONPATH``); ``--fake-gpu`` presents the CPU device as a
 132-unit GPU (with ``FUSELOOP_HOST_PATH=0``: the device path a GPU's host takes).
 
+``--ab REV ...`` instead compares revisions (git revisions, folders holding ``fuseloop/``,
+``WT``) in one process (``compare_host_overhead.import_revisions``), rounds interleaved:
+per case, the thread's CPU microseconds per call of the build, the ``.eval()`` and the
+``synchronize()`` (the least over ``--rounds`` rounds of ``--batch`` calls) and the kernels.
+
     PYTHONPATH=$PWD python benchmarks/probes/lazy_host_cases.py --device cuda:0
     FUSELOOP_HOST_PATH=0 python benchmarks/probes/lazy_host_cases.py --fake-gpu --size 65536
+    FUSELOOP_HOST_PATH=0 python benchmarks/probes/lazy_host_cases.py --fake-gpu --size 65536 \
+        --ab 9c3dcfa WT
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -102,6 +112,61 @@ def case(fl: Any, wl: Any, size: int, repeat: int, batch: int) -> dict[str, Any]
         "replayed": st["plans_replayed"], "walked": st["plans_walked"]}
 
 
+def stages(fls: list[Any], wl: Any, size: int, rounds: int, batch: int) -> list[list[float]]:
+    """Per revision (``fls``: their packages): CPU us per call of build, eval and sync
+    (the least over the rounds, interleaved), then the kernels per call."""
+    inputs = wl.make_inputs(size, np.random.default_rng(0))
+    runs = []
+    for fl in fls:
+        ops = importlib.import_module(f"{fl.__name__}.bench.peers").FuseloopOps(fl)
+        args = [fl.asarray(inputs[k]) for k in wl.inputs]
+        for _ in range(5):
+            wl.peer(ops, *args).eval()
+            fl.synchronize()
+        fl.reset_stats()
+        wl.peer(ops, *args).eval()
+        fl.synchronize()
+        runs.append((fl, ops, args, fl.stats()["kernels_launched"]))
+    best = [[float("inf")] * 3 for _ in fls]
+    clock = time.thread_time
+    for _ in range(rounds):
+        for k, (fl, ops, args, _n) in enumerate(runs):
+            spent = [0.0, 0.0, 0.0]
+            for _ in range(batch):
+                t0 = clock()
+                x = wl.peer(ops, *args)
+                t1 = clock()
+                r = x.eval()
+                t2 = clock()
+                fl.synchronize()
+                t3 = clock()
+                spent[0] += t1 - t0
+                spent[1] += t2 - t1
+                spent[2] += t3 - t2
+                del x, r
+            best[k] = [min(b, v / batch * 1e6) for b, v in zip(best[k], spent)]
+    return [[*b, run[3]] for b, run in zip(best, runs)]
+
+
+def ab(revs: list[str], names: list[str], size: int, rounds: int, batch: int,
+       fake: bool) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from compare_host_overhead import import_revisions
+
+    fls = import_revisions(revs, "lh")
+    for fl in fls:
+        if fake:
+            fake_gpu(fl)
+    broad = {wl.name: wl for wl in importlib.import_module(f"{fls[0].__name__}.bench.broad").BROAD}
+    print("CPU us per call: build / eval / sync [kernels], per revision: " + " | ".join(revs))
+    for name in names:
+        wl = broad[name]
+        for size_ in (round(size ** 0.5),) if wl.kind == "matmul" else wl.sizes or (size,):
+            got = stages(fls, wl, size_, rounds, batch)
+            print(f"{name:<17} {size_:>9} " + " | ".join(
+                f"{b:6.1f} / {e:6.1f} / {s:6.1f} [{n:g}]" for b, e, s, n in got), flush=True)
+
+
 def fake_gpu(fl: Any) -> None:
     """The CPU device as a 132-unit GPU (a compile worker would find no such device)."""
     os.environ["FUSELOOP_COMPILE"] = "inline"
@@ -119,9 +184,14 @@ def main() -> None:
                     help="elements (matrix order: its square root) of the large cases")
     ap.add_argument("--repeat", type=int, default=100)
     ap.add_argument("--batch", type=int, default=50)
+    ap.add_argument("--ab", nargs="+", help="revisions to compare in one process")
+    ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
     if args.fake_gpu:
         os.environ["FUSELOOP_COMPILE"] = "inline"
+    if args.ab:
+        ab(args.ab, args.cases.split(","), args.size, args.rounds, args.batch, args.fake_gpu)
+        return
     import fuseloop as fl
     from fuseloop.bench.broad import BROAD
 
@@ -135,7 +205,7 @@ def main() -> None:
     for name in args.cases.split(","):
         wl = by_name[name]
         if wl.kind == "matmul":
-            sizes: tuple[int, ...] = (int(round(args.size ** 0.5)),)
+            sizes: tuple[int, ...] = (round(args.size ** 0.5),)
         else:
             sizes = wl.sizes or (args.size,)
         for size in sizes:
