@@ -14,7 +14,9 @@ and per call the kernels launched, the run plans replayed and the plans walked
 (``fl.stats()``).  Each result is checked once against numpy (``NO`` where it differs).
 Reported, never asserted.  One fuseloop per process, the one ``import fuseloop`` finds
 (compare revisions by ``PYTHONPATH``); ``--fake-gpu`` presents the CPU device as a
-132-unit GPU (with ``FUSELOOP_HOST_PATH=0``: the device path a GPU's host takes).
+132-unit GPU (with ``FUSELOOP_HOST_PATH=0``: the device path a GPU's host takes);
+``--defer-max 0`` enqueues every launch at once (small ones are otherwise deferred to the
+next synchronize: does a lone call's kernel gain by starting before the host's tail?).
 
 ``--ab REV ...`` instead compares revisions (git revisions, folders holding ``fuseloop/``,
 ``WT``) in one process (``compare_host_overhead.import_revisions``), rounds interleaved:
@@ -149,12 +151,14 @@ def stages(fls: list[Any], wl: Any, size: int, rounds: int, batch: int) -> list[
 
 
 def ab(revs: list[str], names: list[str], size: int, rounds: int, batch: int,
-       fake: bool) -> None:
+       fake: bool, defer_max: int | None) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from compare_host_overhead import import_revisions
 
     fls = import_revisions(revs, "lh")
     for fl in fls:
+        if defer_max is not None:
+            set_defer_max(fl, defer_max)
         if fake:
             fake_gpu(fl)
     broad = {wl.name: wl for wl in importlib.import_module(f"{fls[0].__name__}.bench.broad").BROAD}
@@ -165,6 +169,15 @@ def ab(revs: list[str], names: list[str], size: int, rounds: int, batch: int,
             got = stages(fls, wl, size_, rounds, batch)
             print(f"{name:<17} {size_:>9} " + " | ".join(
                 f"{b:6.1f} / {e:6.1f} / {s:6.1f} [{n:g}]" for b, e, s, n in got), flush=True)
+
+
+def set_defer_max(fl: Any, elements: int) -> None:
+    """Small launches deferred up to ``elements`` (``launching.DEFER_MAX_ELEMENTS``; 0:
+    every launch enqueued at once), in every module holding a copy; before any call."""
+    for name in ("launching", "plan_steps", "fuse"):
+        mod = importlib.import_module(f"{fl.__name__}.{name}")
+        if hasattr(mod, "DEFER_MAX_ELEMENTS"):
+            mod.DEFER_MAX_ELEMENTS = elements
 
 
 def fake_gpu(fl: Any) -> None:
@@ -186,15 +199,20 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=50)
     ap.add_argument("--ab", nargs="+", help="revisions to compare in one process")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--defer-max", type=int, default=None,
+                    help="launching.DEFER_MAX_ELEMENTS (0: no launch deferred)")
     args = ap.parse_args()
     if args.fake_gpu:
         os.environ["FUSELOOP_COMPILE"] = "inline"
     if args.ab:
-        ab(args.ab, args.cases.split(","), args.size, args.rounds, args.batch, args.fake_gpu)
+        ab(args.ab, args.cases.split(","), args.size, args.rounds, args.batch, args.fake_gpu,
+           args.defer_max)
         return
     import fuseloop as fl
     from fuseloop.bench.broad import BROAD
 
+    if args.defer_max is not None:
+        set_defer_max(fl, args.defer_max)
     if args.fake_gpu:
         fake_gpu(fl)
     elif args.device:
