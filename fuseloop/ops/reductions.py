@@ -375,7 +375,8 @@ def _arg_by_call(name: str, x: Any, axis: Any, keepdims: bool) -> tuple[Any, tup
     or None; the call's key): the lazy call's build in a look-up, as for ``fl.sum``.  Not
     where numpy may compute it now (a concrete array on a host device: its answer wins)."""
     call = _call(name, x, axis, keepdims, ARG_ONE_PASS)  # (the mode decides the build)
-    if call is None or (x._storage is not None and _host_device(x.device)):
+    if call is None or (x._storage is not None and x.device.type == "cpu"
+                        and _host_device(x.device)):
         return None, call
     return by_call(call, x), call
 
