@@ -25,6 +25,7 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any, TypeVar, cast
 
 from .. import caches as _caches
@@ -45,6 +46,7 @@ from .nodes import (
 )
 
 _new = object.__new__
+_node_of = attrgetter("_node")
 _N = TypeVar("_N", bound=Node | None)
 
 # step kinds (see Template); operations first, as most steps are
@@ -488,7 +490,7 @@ def composite_of(name: str, xs: tuple, build: Callable[[], Any], *statics: Any) 
         return build()
     key = (name, tuple(sigs), operand_pattern(pool), device, statics)
     t = _templates.get(key, _MISSING)
-    roots = tuple(x._node for x in xs)
+    roots = tuple(map(_node_of, xs))  # (in C: a generator's frame resumed per array)
     if type(t) is Template:
         return (_lazy_array or _bind())(_made(t, pool, roots), device)
     out = build()

@@ -178,9 +178,13 @@ def _call(name: str, x: Any, axis: Any, *rest: Any) -> tuple | None:
     """:func:`call_key` of a reduction called so (its template, if recorded, is copied
     at once); None for axes that are not Python ints (``1.0`` and ``True`` hash as 1)."""
     t = type(axis)
-    if axis is None or t is int or (t is tuple and builtins.all(type(a) is int for a in axis)):
+    # (a tuple's items checked in C: a generator's frame resumed per axis cost more)
+    if axis is None or t is int or (t is tuple and _INT_ONLY.issuperset(map(type, axis))):
         return call_key(name, x, axis, *rest)
     return None
+
+
+_INT_ONLY = frozenset((int,))
 
 
 @splits("reduce")
@@ -351,14 +355,30 @@ def _sqrt(x: Array) -> Array:
     return FUNCTIONS["sqrt"](x)
 
 
-def _arg_extreme(x: Any, axis: Any, keepdims: bool, largest: bool) -> Array:
+def _arg_extreme(x: Any, axis: Any, keepdims: bool, largest: bool,
+                 call: tuple | None = None) -> Array:
+    """argmax (``largest``) or argmin; ``call``: the caller's :func:`call_key` of ``x``,
+    under which the template is entered too."""
     x = _coerce(x)
     if (got := _eager_arg(x, axis, keepdims, largest)) is not None:
         return got  # (a concrete array on the CPU: numpy's now, fuseloop.host_products)
     # (the mode is in the key: a changed setting builds afresh)
     one = _one_pass_arg(x, axis)
-    return composite(array_key("argmax" if largest else "argmin", x, axis, keepdims, one), x,
-                     lambda: _arg_extreme_built(x, axis, keepdims, largest, one))
+    key = array_key("argmax" if largest else "argmin", x, axis, keepdims, one)
+    out = composite(key, x, lambda: _arg_extreme_built(x, axis, keepdims, largest, one))
+    note_call(call, key)
+    return out
+
+
+def _arg_by_call(name: str, x: Any, axis: Any, keepdims: bool) -> tuple[Any, tuple | None]:
+    """(the lazy arg-reduction copied from the template of an earlier call written so,
+    or None; the call's key): the lazy call's build in a look-up, as for ``fl.sum``.  Not
+    where numpy may compute it now (a concrete array on a host device: its answer wins)."""
+    call = _call(name, x, axis, keepdims, ARG_ONE_PASS)  # (the mode decides the build)
+    if call is None or (x._storage is not None and x.device.type == "cpu"
+                        and _host_device(x.device)):
+        return None, call
+    return by_call(call, x), call
 
 
 #: values of these dtypes fit the high half of a 64-bit (value, position) key
@@ -579,12 +599,14 @@ def _complex_extreme(x: Array, axes: tuple[int, ...], keepdims: bool,
 
 def argmax(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
     """Index of the first largest element (the first NaN, if any)."""
-    return _arg_extreme(x, axis, keepdims, True)
+    got, call = _arg_by_call("argmax", x, axis, keepdims)
+    return got if got is not None else _arg_extreme(x, axis, keepdims, True, call)
 
 
 def argmin(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
     """Index of the first smallest element (the first NaN, if any)."""
-    return _arg_extreme(x, axis, keepdims, False)
+    got, call = _arg_by_call("argmin", x, axis, keepdims)
+    return got if got is not None else _arg_extreme(x, axis, keepdims, False, call)
 
 
 @splits("reduce")
