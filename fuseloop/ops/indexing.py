@@ -622,7 +622,8 @@ def _assigned_without_scatter(arr: Array, key: Any, value: Any, held: bool) -> b
     plain = _plain_view(arr, key)
     if plain is not None:
         # (small, on a CPU device: written by numpy without assign's checks)
-        if not _same_view(value, plain) and not host_assign(plain, value, held):
+        if not _same_view(value, plain) and not (
+                plain.device.type == "cpu" and host_assign(plain, value, held)):
             assign(plain, value, cast="unsafe", value_is_held=held)
         return True
     flag = _zero_d_mask(key)
