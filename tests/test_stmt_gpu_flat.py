@@ -90,3 +90,28 @@ def test_a_moving_launch_sets_only_the_offset_that_changed(device_path, monkeypa
     for i, g in enumerate(got, 3):
         assert g.get() == xh[i] + yh[45]
     assert len(set_scalars) <= 17 + 2, set_scalars
+
+
+def test_vector_elements_are_placed_without_the_general_walk(device_path, monkeypatch):
+    # ``b[i]``, ``x[-i]``: a vector's element placed at once (ops.indexing._walk_view),
+    # out-of-range ones left to the general walk (which gives numpy's IndexError)
+    from fuseloop.ops import indexing
+
+    walked = [0]
+    real = indexing._walk_place
+
+    def counted(*args):
+        walked[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(indexing, "_walk_place", counted)
+    xh = np.arange(50.0) * 3
+    x = fl.asarray(xh)
+    got = [x[i] for i in range(-50, 50)]
+    assert walked[0] == 0
+    for i, g in zip(range(-50, 50), got):
+        assert g.shape == () and float(g) == xh[i]
+    for bad in (50, -51):
+        with pytest.raises(IndexError):
+            x[bad]
+    assert walked[0] == 2

@@ -271,6 +271,10 @@ def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
                 start, stop, _ = k.indices(m)
                 got = (at, (0,), (strides[1],)) if stop <= start else \
                     (at + strides[1] * start, (stop - start,), (strides[1],))
+    elif type(key) is int and len(shape) == 1:  # (``x[i]``: a vector's element)
+        n = shape[0]
+        if -n <= key < n:
+            got = node.offset + strides[0] * (key if key >= 0 else key + n), (), ()
     elif type(key) is slice and len(shape) == 1 and key.step is None:  # (``x[a:b]``)
         n = shape[0]
         start, stop, _ = key.indices(n)
