@@ -646,8 +646,8 @@ class Array(ArrayProtocol, ShapeMethods):
         """Write through a view (``a[1:-1] = e``) or scatter (``a[idx] = v``)."""
         if type(value) is Array and _written_in_place(self, key, value):
             return  # (``a[k] += v``'s write back: the operator wrote that view already)
-        if _eager_setitem(self, key, value):  # (small, on the CPU: numpy, at once)
-            return
+        if self.device.type == "cpu" and _eager_setitem(self, key, value):
+            return  # (small, on the CPU: numpy, at once; elsewhere its tests find nothing)
         held = False
         if isinstance(value, Array):
             count = sys.getrefcount(value)

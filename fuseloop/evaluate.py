@@ -57,7 +57,7 @@ from .expr.program import (
     structure_entry,
 )
 from .expr.views import nocopy_reshape_strides, reshape_view
-from .flat_moves import moved_plan
+from .flat_moves import moved_launch
 from .launching import (
     DEFER_MAX,
     INDEX_INT32,
@@ -418,9 +418,10 @@ def flat_launch_ready(node: Node, shape: tuple[int, ...], device: Device
     # (LaunchPlan.valid through the plan's stamp: its recipe is still recipe_for's)
     if plan is None or plan.stamp is not _recipes_current[0] or not plan.compiled.in_cache:
         return None
-    if entry.offs != node.offs:  # (its views elsewhere: the plan at their offsets)
-        if wide or (plan := moved_plan(entry, plan, node.offs, shape, device)) is None:
+    if entry.offs != node.offs:  # (its views elsewhere: the offsets as launch arguments)
+        if wide or (moved := moved_launch(entry, plan, node.offs, scalars, shape, device)) is None:
             return None
+        plan, scalars = moved
     try:
         kernel, last = plan.threads.state
     except AttributeError:  # this thread's first launch of the structure

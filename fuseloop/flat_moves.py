@@ -1,53 +1,53 @@
-"""The flat hot path's launch plans at other view offsets.
+"""The flat hot path's launches at other view offsets.
 
 ``evaluate.run_flat`` finds a flat elementwise expression's structure entry by its
 signature and shape alone (``expr.program.flat_entries``).  Signatures leave views'
-offsets out (``expr.nodes``), so ``(x[i:i + 4] * 2).eval()`` in a loop finds the entry
-made for another ``i``; its launch plan holds that call's offsets.  Where the kernel
-reads offsets only as arguments (``launching.offset_consts``: not in its grid or size
-class), the plan at this call's offsets is the entry's with those arguments bound anew
-(``launching.rebound``), kept for the last few offsets met (a time loop's few)."""
+offsets out (``expr.nodes``), so ``(x[i:i + 4] * 2).eval()`` or ``s = s + x[i]`` in a
+loop finds the entry made for another ``i``; its launch plan holds that call's offsets.
+Where the kernel reads offsets only as arguments (``launching.offset_consts``: not in
+its grid or size class), one *moving* plan of the entry's (``launching.moving_plan``,
+as a run plan's step has) takes them as launch arguments after the launch's scalars:
+every offset of a loop is then the same plan and launcher, and a launch sets only the
+offsets that changed (a plan per offsets, bound anew, made a plan and a launcher per
+statement of a loop, and each launch set all of its constants again)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from .expr.program import StructureEntry
-from .launching import LaunchPlan, kernel_key, offset_consts, rebound, rows_of
+from .launching import LaunchPlan, kernel_key, moving_plan, offset_consts, rows_of
 from .runtime.devices import Device
 
-# plans at other offsets an entry keeps (the oldest dropped beyond)
-MOVED_MAX = 8
 
-
-def moved_plan(entry: StructureEntry, plan: LaunchPlan, offs: tuple, shape: tuple[int, ...],
-               device: Device) -> LaunchPlan | None:
+def moved_launch(entry: StructureEntry, plan: LaunchPlan, offs: tuple, scalars: list[Any],
+                 shape: tuple[int, ...], device: Device) -> tuple[LaunchPlan, list[Any]] | None:
     """``plan`` (``entry``'s launch plan, made at ``entry.offs``) at the view offsets
     ``offs`` (a node of ``entry``'s signature: the same views, offsets equal where
-    ``entry.offs`` are), or None where the kernel's grid or size class names an offset
-    or the entry's offsets are not known."""
-    moved = entry.moved
-    if moved is not None:
-        got = moved.get(offs)
-        if got is not None and got[0] is plan:
-            return got[1]
+    ``entry.offs`` are): the entry's moving plan of ``plan`` and its launch's scalars,
+    ``scalars`` then the offsets; None where the kernel's grid or size class names an
+    offset or the entry's offsets are not known."""
     known = entry.rebind
-    if known is None or known[0] is not plan.compiled:
-        known = entry.rebind = (plan.compiled, *_offset_table(entry, plan, shape, device))
-    _, table, at = known
-    if table is None:
+    if known is None or known[0] is not plan or known[2] != len(scalars):
+        known = entry.rebind = (plan, *_moving(entry, plan, len(scalars), shape, device))
+    moving = known[1]
+    if moving is None:
         return None
-    params = list(entry.params)
-    for slot, k in at:
-        params[slot] = offs[k]
-    made = rebound(plan, params, table)
-    made.small_bytes, made.reserve = plan.small_bytes, plan.reserve
-    if moved is None:
-        moved = entry.moved = {}
-    elif len(moved) >= MOVED_MAX:
-        moved.pop(next(iter(moved)))
-    moved[offs] = (plan, made)
-    return made
+    return moving, scalars + list(map(offs.__getitem__, known[3]))
+
+
+def _moving(entry: StructureEntry, plan: LaunchPlan, n_scalars: int, shape: tuple[int, ...],
+            device: Device) -> tuple[LaunchPlan | None, int, tuple[int, ...]]:
+    """``plan``'s moving plan for ``entry`` (None: its grid or size class names an offset),
+    the scalars it follows and per offset it takes, that offset's place among a node's
+    ``offs``."""
+    table, at = _offset_table(entry, plan, shape, device)
+    if table is None:
+        return None, n_scalars, ()
+    place = dict(at)  # (parameter slot -> place among the offsets)
+    moving = moving_plan(plan, table, n_scalars)
+    moving.small_bytes, moving.reserve = plan.small_bytes, plan.reserve
+    return moving, n_scalars, tuple(place[idx] for _, idx, _ in table)
 
 
 def _offset_table(entry: StructureEntry, plan: LaunchPlan, shape: tuple[int, ...],

@@ -217,14 +217,16 @@ def _element0(op: str, a: Any, b: Any, ta: type, tb: type, Array: type) -> Any:
     """``(value, dtype, device)`` of :func:`binary0` where an operand is an element of
     a buffer on a host device (read once the device's queue is finished), or None."""
     device = a.device if ta is Array else b.device
+    if not (_host._host_devices.get(device.index) or _host.host_device(device)):
+        return None  # (first: a GPU's every 0-d operation asks)
     ka, kb = _kind(a, ta, Array, device), _kind(b, tb, Array, device)
     if ka is None or kb is None:
         return None
     hit = _loops0.get((op, ka, kb))
     if hit is None:
         hit = _loops0[(op, ka, kb)] = _loop0(op, ka, kb)
-    if hit is False or not (_host._host_devices.get(device.index) or _host.host_device(device)) \
-            or _host._evaluate.capturing_threads[0] or _host._evaluate.recording_threads[0]:
+    if hit is False or _host._evaluate.capturing_threads[0] \
+            or _host._evaluate.recording_threads[0]:
         return None
     loop, fn, _ = hit
     out = _read_and_apply(device, a, ta, b, tb, loop, fn)

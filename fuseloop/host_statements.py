@@ -65,7 +65,9 @@ def _small_target(target: Any) -> tuple[Any, Any, int] | None:
     CPU device, while no thread captures or records launches; None otherwise."""
     storage = target._storage
     leaf: Any = target._node
-    if storage is None or type(leaf) is not Leaf or not _host.HOST_MAX_WORK:
+    # (a GPU's statements ask first: host_device needs a CPU device)
+    if storage is None or type(leaf) is not Leaf or not _host.HOST_MAX_WORK \
+            or target.device.type != "cpu":
         return None
     size = _size(leaf.shape)
     if not size or size > _host.HOST_MAX_WORK or not host_device(target.device) \

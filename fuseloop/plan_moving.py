@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from . import launching as _launching
@@ -34,9 +34,11 @@ from .expr.nodes import Storage
 from .expr.program import INT32_LIMIT
 from .flags import check_pending
 from .recipe_state import current as _recipes_current
-from .runtime.devices import Device
+from .runtime import devices as _devices
+from .runtime.devices import Device, _runtime
 from .stats import cached_launches, tallies
 
+DEFER_MAX = _launching.DEFER_MAX
 _tally = cached_launches.__next__  # one memory-cache hit and one launch
 _tally_replay = tallies["plans_replayed"].__next__
 _nbytes = attrgetter("nbytes")
@@ -47,19 +49,20 @@ MOVING_TRIES = 4
 
 
 class Moving:
-    """One plan's replay at any view offsets.  ``steps``: per step (launch plan, input
-    positions, output positions, scalar positions, the offsets it appends (their places
-    among the statement's distinct offsets), deferred unless a size or an input is
-    large, writes a caller's buffer); positions in the pool of inputs then temporaries."""
+    """One plan's replay at any view offsets.  ``steps``: per step (launch plan, getters
+    of its inputs, outputs, scalars and appended offsets (:func:`_exact`; None: none),
+    deferred unless a size or an input is large, writes a caller's buffer); positions in
+    the pool of inputs then temporaries."""
 
-    __slots__ = ("allocs", "launch_plans", "n_inputs", "results", "steps", "temporaries",
-                 "token")
+    __slots__ = ("allocs", "device", "launch_plans", "n_inputs", "results", "runtime", "steps",
+                 "temporaries", "token")
     allocs: list[int]
+    device: Device
     launch_plans: list[Any]
     n_inputs: int
-    results: tuple[int, ...]
-    steps: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[int, ...],
-                      tuple[int, ...], bool, bool]]
+    results: Any  # the results' getter (a list of them, as the general replay returns)
+    runtime: Any  # the device's runtime (devices._runtime)
+    steps: list[tuple[Any, Any, Any, Any, Any, bool, bool]]
     temporaries: Any
     token: object
 
@@ -90,48 +93,75 @@ class Moving:
             widest = max([biggest, *(allocs[k - n] for k in ins if k >= n)])
             if widest > INT32_LIMIT or lp.index_dtype is not _launching.INDEX_INT32:
                 return None
-            steps.append((lp, ins, outs, step.scalar_refs, appended, biggest <= limit,
-                          step.writes_input))
+            steps.append((lp, _exact(ins), _exact(outs), _exact(tuple(step.scalar_refs)),
+                          _exact(appended), biggest <= limit, step.writes_input))
         self.steps = steps
         self.launch_plans = [s[0] for s in steps]
-        self.results = tuple(k if kind == "i" else n + k for kind, k in plan.results)
+        results = [k if kind == "i" else n + k for kind, k in plan.results]
+        self.results = _exact(tuple(results))
         self.temporaries = temporaries
+        self.device = device
+        self.runtime = _runtime(device)
         return self
 
     def run(self, storages: list[Storage], scalars: list[Any], device: Device,
             offsets: Sequence[int]) -> list[Storage] | None:
-        """The plan's results at view ``offsets``, its launches enqueued; None when the
-        general replay must run it (nothing was enqueued then)."""
-        if self.token is not _recipes_current[0] or len(storages) != self.n_inputs:
-            return None
+        """The plan's results at view ``offsets``, its launches enqueued (each deferred or
+        enqueued as ``launching.enqueue_or_defer`` would, with the runtime found when
+        the Moving was made); None when the general replay must run it (nothing was
+        enqueued then)."""
+        if self.token is not _recipes_current[0] or len(storages) != self.n_inputs \
+                or device is not self.device or _devices._blocked is not None:
+            return None  # (the general replay reports a closed runtime)
+        launch_plans = self.launch_plans
         try:
-            states = list(map(_thread_state, self.launch_plans))
+            states = list(map(_thread_state, launch_plans)) if len(launch_plans) > 1 \
+                else [launch_plans[0].threads.state]
         except AttributeError:  # this thread's first launch of a kernel
             return None
-        for lp in self.launch_plans:
+        for lp in launch_plans:
             if not lp.compiled.in_cache:
                 return None
         _tally_replay()
         pool = storages + self.temporaries(self.allocs, device) if self.allocs else storages
-        get = pool.__getitem__
-        pick = scalars.__getitem__
         limit = 4 * _launching.DEFER_MAX_ELEMENTS
-        enqueue = _launching.enqueue_or_defer
-        for (lp, ins, outs, scal, appended, small, writes), (kernel, last) in zip(
+        rt = self.runtime
+        deferred = rt.deferred
+        for (lp, g_in, g_out, g_sc, g_off, small, writes), (kernel, last) in zip(
                 self.steps, states):
             if writes:  # (it writes a caller's buffer: earlier gathers' flags first)
                 check_pending()
-            st = list(map(get, ins))
-            sc = list(map(pick, scal)) if scal else []
-            if appended:
-                moved = list(map(offsets.__getitem__, appended))
-                sc += moved
-                small = small and max(moved) <= limit
+            st = g_in(pool) if g_in else ()
+            if g_off:
+                moved = g_off(offsets)
+                sc: Any = (*g_sc(scalars), *moved) if g_sc else moved
+                if small:
+                    small = max(moved) <= limit
+            else:
+                sc = g_sc(scalars) if g_sc else ()
             if small and st:
                 small = max(map(_nbytes, st)) <= limit
-            enqueue(lp.go, (list(map(get, outs)), st, sc, kernel, last), small, device)
+            args = (g_out(pool), st, sc, kernel, last)
+            if small:
+                deferred.append((lp.go, args))
+                if len(deferred) >= DEFER_MAX:
+                    rt.flush()
+            else:
+                with rt.launch_lock:  # (after the deferred ones, amid no other flush)
+                    if deferred:
+                        rt.flush()
+                    lp.go(*args, rt.queue)
             _tally()
-        return list(map(get, self.results))
+        return list(self.results(pool))
+
+
+def _exact(refs: tuple[int, ...]) -> Any:
+    """``refs``' items of a sequence, exactly those, in one C call (None for no refs):
+    a launcher reads its scalars by position, the moved offsets following the step's
+    own (one ref: a slice of the sequence, a list or tuple as the sequence is)."""
+    if not refs:
+        return None
+    return itemgetter(*refs) if len(refs) > 1 else itemgetter(slice(refs[0], refs[0] + 1))
 
 
 def _step_plan(step: Any, device: Device, token: object) -> tuple[Any, tuple[int, ...]] | None:

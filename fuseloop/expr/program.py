@@ -254,8 +254,8 @@ class StructureEntry:
     and device, how the compiled kernel is launched for this structure.
     """
 
-    __slots__ = ("launches", "max_param", "moved", "offs", "offset_slots", "params",
-                 "program", "rebind", "take")
+    __slots__ = ("launches", "max_param", "offs", "offset_slots", "params", "program",
+                 "rebind", "take")
 
     def __init__(self, program: Program, params: list[int],
                  offset_slots: tuple[int, ...] = ()) -> None:
@@ -268,8 +268,7 @@ class StructureEntry:
         # views' offsets its parameters hold (a root's ``offs``)
         self.take: Any = None
         self.offs: tuple = ()
-        # its launch plans at other offsets, and how they are bound (fuseloop.flat_moves)
-        self.moved: dict | None = None
+        # its launch plan's moving plan (the offsets as arguments: fuseloop.flat_moves)
         self.rebind: tuple | None = None
 
 

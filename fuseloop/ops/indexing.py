@@ -271,6 +271,10 @@ def _walk_view(arr: Array, node: Leaf, key: Any) -> Array | None:
                 start, stop, _ = k.indices(m)
                 got = (at, (0,), (strides[1],)) if stop <= start else \
                     (at + strides[1] * start, (stop - start,), (strides[1],))
+    elif type(key) is int and len(shape) == 1:  # (``x[i]``: a vector's element)
+        n = shape[0]
+        if -n <= key < n:
+            got = node.offset + strides[0] * (key if key >= 0 else key + n), (), ()
     elif type(key) is slice and len(shape) == 1 and key.step is None:  # (``x[a:b]``)
         n = shape[0]
         start, stop, _ = key.indices(n)
@@ -622,7 +626,8 @@ def _assigned_without_scatter(arr: Array, key: Any, value: Any, held: bool) -> b
     plain = _plain_view(arr, key)
     if plain is not None:
         # (small, on a CPU device: written by numpy without assign's checks)
-        if not _same_view(value, plain) and not host_assign(plain, value, held):
+        if not _same_view(value, plain) and not (
+                plain.device.type == "cpu" and host_assign(plain, value, held)):
             assign(plain, value, cast="unsafe", value_is_held=held)
         return True
     flag = _zero_d_mask(key)
