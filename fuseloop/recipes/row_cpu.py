@@ -108,9 +108,11 @@ def _cpu_columns(t_unit: lp.TranslationUnit, width: int, wide: int,
         t_unit = lp.tag_inames(t_unit, {row: "g.1"}) if rows_per_item == 1 else \
             lp.split_iname(t_unit, row, rows_per_item, outer_tag="g.1",
                            inner_tag="ilp.seq", slabs=(0, 1))
-        row = ELEMENT_INAME
+        rows_loop, row = f"{row}_inner", ELEMENT_INAME
     t_unit = lp.split_iname(t_unit, row, width, outer_tag="g.0", inner_tag="ilp.seq",
                             slabs=(0, 1))
+    if per_element and rows_per_item > 1:  # (a row's elements innermost: contiguous)
+        t_unit = lp.prioritize_loops(t_unit, f"{rows_loop},{row}_inner")
     if per_element:
         t_unit = per_row_on_each_item(t_unit)
     knl = t_unit.default_entrypoint
@@ -176,7 +178,11 @@ def _wide_columns_class(program: Program, params: Sequence[int], n_rows: int, n_
     if wide <= width:
         return ""
     least = max(width + 1, wide // 4)
-    if not program.chunked and program.row_dims is not None and 0 < n_elem < width:
+    dims = program.row_dims
+    if not program.chunked and dims and dims == tuple(range(len(dims))) \
+            and 0 < n_elem < width:
+        # (rows of leading axes, reduced per element: a middle axis; where rows are
+        # columns, x - x.mean(axis=0), the rows are later axes, each reduced once)
         return _short_rows_class(n_rows, n_elem)
     if not program.chunked or n_elem < least:
         name, outputs = ("N", n_rows) if program.row_dims is None else ("NE", n_elem)
@@ -218,8 +224,14 @@ def _plenty(knl: lp.LoopKernel, outputs: str, width: int, wide: int, blocks: int
     ``blocks``."""
     stated = per * max((t // per for t in CPU_COLUMN_PLENTY if t // per
                         and row_cache.implied(knl, f"{outputs} >= {t // per}")), default=0)
+    return plenty_block(stated, width, wide, blocks)
+
+
+def plenty_block(outputs: int, width: int, wide: int, blocks: int) -> int:
+    """The widest power of two from ``width`` to ``wide`` of which ``outputs`` make
+    ``blocks`` blocks (``width`` where none does)."""
     block = width
-    while 2 * block <= wide and stated // (2 * block) >= blocks:
+    while 2 * block <= wide and outputs // (2 * block) >= blocks:
         block *= 2
     return block
 
@@ -344,7 +356,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
 
 
 cpu_rows = Recipe(
-    "cpu-rows", _cpu_rows, kind="reduction", version="14",
+    "cpu-rows", _cpu_rows, kind="reduction", version="15",
     params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
                   "rows per work-item (short rows; long contiguous rows get one each)",
                   int_range(1, 1 << 16, (1, 2, 4, 8, 16, 32))),
