@@ -102,17 +102,12 @@ def _cpu_columns(t_unit: lp.TranslationUnit, width: int, wide: int,
     row = select.iname(knl, f"tag:{select.ROW}")
     assert row is not None
     per_element = reductions_per_element(knl)
-    rows_per_item, short = _short_row_block(knl, per_element, width, wide, blocks)
-    width = short or _column_block(knl, per_element, width, wide, wide_rows, blocks)
+    width = _column_block(knl, per_element, width, wide, wide_rows, blocks)
     if per_element:
-        t_unit = lp.tag_inames(t_unit, {row: "g.1"}) if rows_per_item == 1 else \
-            lp.split_iname(t_unit, row, rows_per_item, outer_tag="g.1",
-                           inner_tag="ilp.seq", slabs=(0, 1))
-        rows_loop, row = f"{row}_inner", ELEMENT_INAME
+        t_unit = lp.tag_inames(t_unit, {row: "g.1"})
+        row = ELEMENT_INAME
     t_unit = lp.split_iname(t_unit, row, width, outer_tag="g.0", inner_tag="ilp.seq",
                             slabs=(0, 1))
-    if per_element and rows_per_item > 1:  # (a row's elements innermost: contiguous)
-        t_unit = lp.prioritize_loops(t_unit, f"{rows_loop},{row}_inner")
     if per_element:
         t_unit = per_row_on_each_item(t_unit)
     knl = t_unit.default_entrypoint
@@ -178,12 +173,6 @@ def _wide_columns_class(program: Program, params: Sequence[int], n_rows: int, n_
     if wide <= width:
         return ""
     least = max(width + 1, wide // 4)
-    dims = program.row_dims
-    if not program.chunked and dims and dims == tuple(range(len(dims))) \
-            and 0 < n_elem < width:
-        # (rows of leading axes, reduced per element: a middle axis; where rows are
-        # columns, x - x.mean(axis=0), the rows are later axes, each reduced once)
-        return _short_rows_class(n_rows, n_elem)
     if not program.chunked or n_elem < least:
         name, outputs = ("N", n_rows) if program.row_dims is None else ("NE", n_elem)
         plenty = max((t for t in CPU_COLUMN_PLENTY if t <= outputs), default=0)
@@ -217,13 +206,11 @@ def _column_block(knl: lp.LoopKernel, per_element: bool, width: int, wide: int,
     return wide
 
 
-def _plenty(knl: lp.LoopKernel, outputs: str, width: int, wide: int, blocks: int,
-            per: int = 1) -> int:
+def _plenty(knl: lp.LoopKernel, outputs: str, width: int, wide: int, blocks: int) -> int:
     """The widest block, a power of two from ``width`` to ``wide``, of which the
-    outputs the size class states (``outputs``, a parameter, times ``per``) make
-    ``blocks``."""
-    stated = per * max((t // per for t in CPU_COLUMN_PLENTY if t // per
-                        and row_cache.implied(knl, f"{outputs} >= {t // per}")), default=0)
+    outputs the size class states (the parameter ``outputs``) make ``blocks``."""
+    stated = max((t for t in CPU_COLUMN_PLENTY
+                  if row_cache.implied(knl, f"{outputs} >= {t}")), default=0)
     return plenty_block(stated, width, wide, blocks)
 
 
@@ -234,35 +221,6 @@ def plenty_block(outputs: int, width: int, wide: int, blocks: int) -> int:
     while 2 * block <= wide and outputs // (2 * block) >= blocks:
         block *= 2
     return block
-
-
-def _short_row_block(knl: lp.LoopKernel, per_element: bool, width: int, wide: int,
-                     blocks: int) -> tuple[int, int]:
-    """(rows per work-item, their elements) of a column-like kernel whose rows (outer
-    axes) have fewer elements than ``width`` (the size class fixes them: ``NE = n``,
-    :func:`_short_rows_class`): several rows, so that a block walks as many outputs as
-    a long row's would (a middle axis of 64 float32 elements is read in runs of 256
-    bytes otherwise).  (1, 0): one row each, blocks as :func:`_column_block` sizes them."""
-    if not per_element:
-        return 1, 0
-    names = knl.assumptions.get_var_names(isl.dim_type.param)
-    if "NE" not in names:
-        return 1, 0
-    fixed = knl.assumptions.to_set().plain_get_val_if_fixed(isl.dim_type.param,
-                                                            names.index("NE"))
-    n = 0 if fixed.is_nan() else fixed.to_python()
-    if not 0 < n < width:
-        return 1, 0
-    block = _plenty(knl, "N", width, wide, blocks, per=n)
-    return max(1, block // n), n
-
-
-def _short_rows_class(n_rows: int, n_elem: int) -> str:
-    """The size class of an unsplit column-like kernel whose rows have fewer elements
-    than a block: ``NE = n`` (a kernel per length: its blocks are arrays of that many),
-    and ``N >= r``, ``r * n`` the largest of ``CPU_COLUMN_PLENTY`` its outputs reach."""
-    rows = max((t // n_elem for t in CPU_COLUMN_PLENTY if t // n_elem <= n_rows), default=0)
-    return f"NE = {n_elem}" + (f" and N >= {rows}" if rows else "")
 
 
 def _row_reductions(program: Program) -> list[tuple[int, bool]]:
@@ -356,7 +314,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
 
 
 cpu_rows = Recipe(
-    "cpu-rows", _cpu_rows, kind="reduction", version="15",
+    "cpu-rows", _cpu_rows, kind="reduction", version="17",
     params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
                   "rows per work-item (short rows; long contiguous rows get one each)",
                   int_range(1, 1 << 16, (1, 2, 4, 8, 16, 32))),
