@@ -21,7 +21,7 @@ def _blocks(code: str, dtype: str = "float") -> list[str]:
 
 
 def _widest(outputs: int, device: fl.Device) -> int:
-    """The rule's block for ``outputs``: the least CPU_COLUMN_PLENTY they reach, in blocks
+    """The rule's block for ``outputs``: the largest CPU_COLUMN_PLENTY they reach, in blocks
     of column_items a compute unit."""
     stated = max((t for t in CPU_COLUMN_PLENTY if t <= outputs), default=0)
     return plenty_block(stated, CPU_COLUMN_WIDTH, CPU_COLUMN_WIDE,

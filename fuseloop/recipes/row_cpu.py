@@ -68,10 +68,12 @@ CPU_COLUMN_ITEMS = 2
 CPU_COLUMN_WIDE = 4096
 CPU_COLUMN_WIDE_ROWS = 512
 # ... and an unsplit one as wide as its outputs allow while every compute unit keeps
-# ``column_items`` blocks (row runs of 1 KiB, 256 float32 outputs, took 1.4-1.9x the CPU
-# time of 16 KiB ones on a 2-core EPYC: probes/cpu_column_blocks.py).  The size class
-# states the least of these its outputs reach (a kernel per class crossed, so few)
-CPU_COLUMN_PLENTY = (4096, 16384, 65536)
+# ``column_items`` blocks: rows read in runs of 1 KiB (256 float32 outputs a block) took
+# 1.3-1.6x the CPU time of 4-16 KiB ones (a column sum of (256, 16384) float32 2.3 ms
+# against 1.4, of (64, 65536) 2.0 against 1.4; numpy 1.1; 2-core EPYC, PoCL 3.0:
+# probes/cpu_column_blocks.py).  The size class states the largest of these its outputs
+# reach (a kernel per class crossed, so few)
+CPU_COLUMN_PLENTY = (4096, 8192, 16384, 32768, 65536)
 # A launch of fewer rows states no facts about them (see _cpu_size_class): each fact
 # saves a fixed cost per row, which so few rows do not notice
 CPU_CLASS_ROWS = 8
@@ -314,7 +316,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
 
 
 cpu_rows = Recipe(
-    "cpu-rows", _cpu_rows, kind="reduction", version="17",
+    "cpu-rows", _cpu_rows, kind="reduction", version="18",
     params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
                   "rows per work-item (short rows; long contiguous rows get one each)",
                   int_range(1, 1 << 16, (1, 2, 4, 8, 16, 32))),
