@@ -11,7 +11,13 @@ import numpy as np
 from launch_counts import launches
 
 import fuseloop as fl
-from fuseloop.recipes.rows import CPU_COLUMN_WIDE, CPU_COLUMN_WIDE_ROWS, CPU_COLUMN_WIDTH
+from fuseloop.recipes.row_cpu import plenty_block
+from fuseloop.recipes.rows import (
+    CPU_COLUMN_ITEMS,
+    CPU_COLUMN_WIDE,
+    CPU_COLUMN_WIDE_ROWS,
+    CPU_COLUMN_WIDTH,
+)
 
 
 def _blocks(code: str) -> list[int]:
@@ -29,7 +35,11 @@ def test_long_column_reductions_take_wide_blocks_in_two_stages(cpu):
     x = fl.asarray(h)
     code = fl.show_code(x.sum(axis=0))
     assert code.count("__kernel") == 2
-    assert _blocks(code) == [CPU_COLUMN_WIDE, CPU_COLUMN_WIDTH]  # (pieces, then combined)
+    # (pieces, then combined: an unsplit reduction of CPU_COLUMN_WIDE outputs, whose
+    # blocks leave each compute unit column_items of them, row_cpu.plenty_block)
+    combine = plenty_block(CPU_COLUMN_WIDE, CPU_COLUMN_WIDTH, CPU_COLUMN_WIDE,
+                           CPU_COLUMN_ITEMS * max(1, cpu.compute_units))
+    assert _blocks(code) == [CPU_COLUMN_WIDE, combine]
     assert launches(lambda: x.sum(axis=0).get(), warm=True) == 2
     np.testing.assert_allclose(x.sum(axis=0).get(), h.sum(axis=0, dtype=np.float64),
                                rtol=1e-5)
@@ -40,10 +50,13 @@ def test_long_column_reductions_take_wide_blocks_in_two_stages(cpu):
 
 
 def test_short_column_reductions_keep_narrow_blocks(cpu):
-    # pieces would be shorter than column_wide_rows: column_width blocks, split or not
+    # pieces would be shorter than column_wide_rows: one stage, whose blocks leave each
+    # compute unit column_items of them (row_cpu.plenty_block; test_cpu_reduce_blocks.py)
     h = _data((CPU_COLUMN_WIDE_ROWS, CPU_COLUMN_WIDE))
     x = fl.asarray(h)
-    assert set(_blocks(fl.show_code(x.sum(axis=0)))) == {CPU_COLUMN_WIDTH}
+    assert set(_blocks(fl.show_code(x.sum(axis=0)))) == {plenty_block(
+        CPU_COLUMN_WIDE, CPU_COLUMN_WIDTH, CPU_COLUMN_WIDE,
+        CPU_COLUMN_ITEMS * max(1, cpu.compute_units))}
     np.testing.assert_allclose(x.sum(axis=0).get(), h.sum(axis=0, dtype=np.float64),
                                rtol=1e-5)
     # rows that fill less than a quarter of a wide block: narrow, however long

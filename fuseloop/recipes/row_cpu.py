@@ -67,6 +67,13 @@ CPU_COLUMN_ITEMS = 2
 # (probes/cpu_column_width.py).  4096 float32 accumulators fill half a 32 KiB L1 cache
 CPU_COLUMN_WIDE = 4096
 CPU_COLUMN_WIDE_ROWS = 512
+# ... and an unsplit one as wide as its outputs allow while every compute unit keeps
+# ``column_items`` blocks: rows read in runs of 1 KiB (256 float32 outputs a block) took
+# 1.3-1.6x the CPU time of 4-16 KiB ones (a column sum of (256, 16384) float32 2.3 ms
+# against 1.4, of (64, 65536) 2.0 against 1.4; numpy 1.1; 2-core EPYC, PoCL 3.0:
+# probes/cpu_column_blocks.py).  The size class states the largest of these its outputs
+# reach (a kernel per class crossed, so few)
+CPU_COLUMN_PLENTY = (4096, 8192, 16384, 32768, 65536)
 # A launch of fewer rows states no facts about them (see _cpu_size_class): each fact
 # saves a fixed cost per row, which so few rows do not notice
 CPU_CLASS_ROWS = 8
@@ -75,9 +82,10 @@ SELECT_OPS = ("max", "min", "any", "all")
 
 
 def _cpu_columns(t_unit: lp.TranslationUnit, width: int, wide: int,
-                 wide_rows: int) -> lp.TranslationUnit:
-    """``width`` neighbouring outputs per work-item (``wide`` where the size class says
-    so: :func:`_column_block`), their reductions walked together.
+                 wide_rows: int, blocks: int) -> lp.TranslationUnit:
+    """``width`` neighbouring outputs per work-item (more where the size class says so:
+    :func:`_column_block`, ``blocks`` the work-items wanted), their reductions walked
+    together.
 
     The block's loop is an ILP loop: Loopy gives each reduction (and each value
     kept per output, like a column's mean) a private array over the block and
@@ -96,7 +104,7 @@ def _cpu_columns(t_unit: lp.TranslationUnit, width: int, wide: int,
     row = select.iname(knl, f"tag:{select.ROW}")
     assert row is not None
     per_element = reductions_per_element(knl)
-    width = _column_block(knl, per_element, width, wide, wide_rows)
+    width = _column_block(knl, per_element, width, wide, wide_rows, blocks)
     if per_element:
         t_unit = lp.tag_inames(t_unit, {row: "g.1"})
         row = ELEMENT_INAME
@@ -134,7 +142,8 @@ def _cpu_size_class(accumulators: int, selects: int, width: int, wide: int,
     def cpu_row_size_class(program: Program, params: Sequence[int], n_rows: int,
                            n_elem: int) -> str:
         if column_kernel(program):
-            return _wide_columns_class(program, params, n_elem, width, wide, wide_rows)
+            return _wide_columns_class(program, params, n_rows, n_elem, width, wide,
+                                       wide_rows)
         if n_rows < CPU_CLASS_ROWS:
             return ""
         conds = []
@@ -153,16 +162,23 @@ def _cpu_size_class(accumulators: int, selects: int, width: int, wide: int,
     return cpu_row_size_class
 
 
-def _wide_columns_class(program: Program, params: Sequence[int], n_elem: int, width: int,
-                        wide: int, wide_rows: int) -> str:
-    """The size class of a column-like kernel: the facts that make its blocks ``wide``
-    outputs (:func:`_column_block`), stated where they hold: it is a split's first stage
-    (``program.chunked``) whose rows fill at least a quarter of a ``wide`` block (``NE``
-    outputs, more than ``width``) and whose pieces are at least ``wide_rows`` rows
-    (``p``, each reduction's piece length).  Else none: one kernel for other sizes."""
-    least = max(width + 1, wide // 4)
-    if wide <= width or not program.chunked or n_elem < least:
+def _wide_columns_class(program: Program, params: Sequence[int], n_rows: int, n_elem: int,
+                        width: int, wide: int, wide_rows: int) -> str:
+    """The size class of a column-like kernel: the facts that make its blocks wider
+    than ``width`` (:func:`_column_block`), stated where they hold.  A split's first
+    stage (``program.chunked``) whose rows fill at least a quarter of a ``wide`` block
+    (``NE`` outputs, more than ``width``) and whose pieces are at least ``wide_rows``
+    rows (``p``, each reduction's piece length): ``wide`` blocks.  Any other: the
+    largest of ``CPU_COLUMN_PLENTY`` that its outputs reach (``N``, or a row's ``NE``
+    where it has an element loop), from which the recipe sizes blocks for the device.
+    Else none: one kernel for other sizes."""
+    if wide <= width:
         return ""
+    least = max(width + 1, wide // 4)
+    if not program.chunked or n_elem < least:
+        name, outputs = ("N", n_rows) if program.row_dims is None else ("NE", n_elem)
+        plenty = max((t for t in CPU_COLUMN_PLENTY if t <= outputs), default=0)
+        return f"{name} >= {plenty}" if plenty and not program.chunked else ""
     entries: tuple[Any, ...] = program.entries  # read by kind tag and position
     chunks = [e[8][0][1] for e in entries if e[0] == "reduce" and e[8] is not None]
     if not chunks or any(params[slot] < wide_rows for slot in chunks):
@@ -172,20 +188,41 @@ def _wide_columns_class(program: Program, params: Sequence[int], n_elem: int, wi
 
 
 def _column_block(knl: lp.LoopKernel, per_element: bool, width: int, wide: int,
-                  wide_rows: int) -> int:
+                  wide_rows: int, blocks: int) -> int:
     """Outputs per work-item of a column-like kernel: ``wide`` where the size class
-    states its facts (:func:`_wide_columns_class`: the rule ``splits._column_pieces``
-    splits by), else ``width``."""
+    states a split's facts (:func:`_wide_columns_class`: the rule
+    ``splits._column_pieces`` splits by), else the widest power of two up to ``wide``
+    that leaves the outputs the size class states (:func:`_plenty`) ``blocks`` blocks,
+    at least ``width``."""
     least = max(width + 1, wide // 4)
-    if wide <= width or not per_element or not row_cache.implied(knl, f"NE >= {least}"):
+    if wide <= width:
         return width
+    if not per_element or not row_cache.implied(knl, f"NE >= {least}"):
+        return _plenty(knl, "NE" if per_element else "N", width, wide, blocks)
     # (the pieces' reductions: others beside them, a folded nested reduction's combine
     # over its pieces, are short)
     bounds = [row_cache.row_bound(knl, j) for j in reduction_inames(knl)]
     if not any(b is not None and row_cache.implied(knl, f"{b} >= {wide_rows}")
                for b in bounds):
-        return width
+        return _plenty(knl, "NE", width, wide, blocks)
     return wide
+
+
+def _plenty(knl: lp.LoopKernel, outputs: str, width: int, wide: int, blocks: int) -> int:
+    """The widest block, a power of two from ``width`` to ``wide``, of which the
+    outputs the size class states (the parameter ``outputs``) make ``blocks``."""
+    stated = max((t for t in CPU_COLUMN_PLENTY
+                  if row_cache.implied(knl, f"{outputs} >= {t}")), default=0)
+    return plenty_block(stated, width, wide, blocks)
+
+
+def plenty_block(outputs: int, width: int, wide: int, blocks: int) -> int:
+    """The widest power of two from ``width`` to ``wide`` of which ``outputs`` make
+    ``blocks`` blocks (``width`` where none does)."""
+    block = width
+    while 2 * block <= wide and outputs // (2 * block) >= blocks:
+        block *= 2
+    return block
 
 
 def _row_reductions(program: Program) -> list[tuple[int, bool]]:
@@ -244,7 +281,8 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
     contiguous = has_contiguous_rows(knl)
     element = select.iname(knl, f"tag:{select.ROW_ELEMENT}")
     if not contiguous and column_width > 1:
-        return _cpu_columns(t_unit, column_width, column_wide, column_wide_rows)
+        return _cpu_columns(t_unit, column_width, column_wide, column_wide_rows,
+                            column_items * max(1, device.compute_units))
     if contiguous:
         t_unit = _wide_addresses(t_unit)
     if contiguous and element is None:
@@ -278,7 +316,7 @@ def _cpu_rows(t_unit: lp.TranslationUnit, device: Device, *, rows_per_item: int,
 
 
 cpu_rows = Recipe(
-    "cpu-rows", _cpu_rows, kind="reduction", version="13",
+    "cpu-rows", _cpu_rows, kind="reduction", version="18",
     params=(Param("rows_per_item", int, CPU_ROWS_PER_ITEM,
                   "rows per work-item (short rows; long contiguous rows get one each)",
                   int_range(1, 1 << 16, (1, 2, 4, 8, 16, 32))),
