@@ -48,7 +48,7 @@ from .errors import TracingError
 from .expr.nodes import Leaf, Storage
 from .fuse_entry import Entry, arg_at, make_entry
 from .runtime.devices import Device, get_device
-from .tracing import KindChanged, Trace, TracedScalar, install, uninstall
+from .tracing import Trace, TracedScalar, Unreplayable, install, uninstall
 
 # threads recording a run plan (or a trace) and capturing show_code sources now
 _recording, _capturing = _rp.recording_threads, _ev.capturing_threads
@@ -170,7 +170,7 @@ class Fused:
             return self._call_eager(args, names)
         try:
             return entry.run(storages, values, args)
-        except KindChanged:  # (raised before anything is launched)
+        except Unreplayable:  # (raised before anything is launched)
             return self._call_eager(args, names)
 
     def _static_key(self, args: tuple, names: tuple, key: list[Any], storages: list[Storage],
@@ -269,6 +269,7 @@ class Fused:
         n_arrays = len(trace.placeholder_list)
         device = devices[0] if devices else None
         device = device or get_device()
+        _readers_first(args)
         saved = install(trace, device)
         try:
             result = self.fn(*call_args[:npos], **dict(zip(names, call_args[npos:])))
@@ -276,6 +277,7 @@ class Fused:
             computed = _evaluate_outputs(outs, device)
         finally:
             uninstall(trace, saved)
+        trace.finish(computed)
         self.traces += 1
         entry = make_entry(trace, device, structure, outs, computed, stand_ins, n_arrays)
         trace.born.clear()  # (the buffers allocated while tracing: no longer needed)
@@ -325,6 +327,22 @@ def _other_array(a: Array, key: list[Any]) -> Storage:
     else:
         key += (n.leaf_token(), s.nbytes, n.dtype, s.device)
     return s
+
+
+def _readers_first(args: Any) -> None:
+    """Compute the lazy arrays reading the array arguments' buffers (as a write into
+    them would first: the function may write into one, and a replay does what the
+    trace recorded)."""
+    pending = []
+    for a in args:
+        if isinstance(a, Array) and type(a._node) is Leaf:
+            pending += [r for r in a._node.storage.live_readers() if r._storage is None]
+        elif type(a) is tuple or type(a) is list:
+            _readers_first(a)
+    if pending:
+        from .assignment import compute
+
+        compute(*pending)
 
 
 def _hashable(a: Any) -> bool:

@@ -31,7 +31,7 @@ from .recipe_state import recipe_for
 from .recipe_state import stamp as _recipe_stamp
 from .runtime.devices import Device, _runtime
 from .stats import cached_launches
-from .tracing import Trace, TracedScalar
+from .tracing import Remake, Trace, TracedScalar, Unreplayable
 
 _tally_cached_launch = cached_launches.__next__  # (see fuseloop.stats)
 
@@ -48,11 +48,15 @@ class Entry:
     ``run`` is the signature's prepared replay: for the commonest record (one small
     launch into one new buffer, which is the result) a closure that does only what
     changes per call (:func:`_prepared_single`, with the one-output launch plan
-    ``plan1``), falling back to :meth:`replay`, which ``run`` is otherwise.
+    ``plan1``), falling back to :meth:`replay`, which ``run`` is otherwise; for a
+    record that writes into arguments (``written``), :meth:`replay_writing`.
     """
 
-    __slots__ = ("consts", "device", "eager", "fixed_scalars", "plan1", "pool", "result1",
-                 "results", "run", "single", "slots", "steps", "structure", "temps")
+    __slots__ = ("aliases", "consts", "device", "eager", "fixed_scalars", "plan1", "pool",
+                 "result1", "results", "run", "single", "slots", "steps", "structure",
+                 "temps", "written")
+
+    aliases: tuple[int, ...]  # per array argument the first one sharing its buffer
 
     consts: list[Storage]
     device: Device
@@ -68,6 +72,7 @@ class Entry:
     steps: list[tuple]
     structure: Any  # tuple, list or None (one result)
     temps: list[int]
+    written: tuple[int, ...]  # the array arguments the steps write into
 
     def scalars(self, values: list[Any]) -> list[Any]:
         """The call's kernel scalars, per slot, from its scalar arguments ``values``."""
@@ -98,6 +103,21 @@ class Entry:
             if done is not None:
                 return done[0]
         return self._replay(storages, values, args, sc)
+
+    def replay_writing(self, storages: list[Storage], values: list[Any], args: tuple) -> Any:
+        """A call of a record that writes into arguments: as eagerly, the lazy arrays
+        still reading their old contents are computed first; arguments sharing buffers
+        otherwise than when traced raise :class:`Unreplayable` (the steps would read
+        what they write)."""
+        if len(storages) > 1 and _aliases(storages) != self.aliases:
+            raise Unreplayable
+        for k in self.written:
+            pending = [r for r in storages[k].live_readers() if r._storage is None]
+            if pending:
+                from .assignment import compute
+
+                compute(*pending)
+        return self.replay(storages, values, args)
 
     def _plan_single(self, storages: list[Storage]) -> None:
         """Make (or confirm) ``plan1``, the one-output plan :func:`_prepared_single` uses."""
@@ -160,6 +180,11 @@ class Entry:
     def _launch_steps(self, pool: list[Storage], storages: list[Storage], sc: list[Any],
                       device: Device) -> None:
         for step, st, os_, scalars, small in self.bound(pool, storages, sc):
+            if type(step) is Remake:
+                step.run(os_[0])
+                continue
+            if step.writes_input:  # (a user's array: checked gathers' flags read first)
+                _flags.check_pending()
             plan = step.plan
             if plan is None or plan.stamp is not _recipes_current[0] \
                     or not plan.compiled.in_cache:
@@ -265,6 +290,12 @@ def _allocate(palloc: Callable[[int], Any], nbytes: int, device: Device) -> Stor
         return _ev.allocate(nbytes, device)
 
 
+def _aliases(storages: list[Storage]) -> tuple[int, ...]:
+    """Per buffer of ``storages``, the position of the first one with the same buffer."""
+    buffers = [s.buffer for s in storages]
+    return tuple(next(j for j, b in enumerate(buffers) if b is x) for x in buffers)
+
+
 def arg_at(args: tuple, path: tuple[int, ...]) -> Any:
     """The argument at ``path`` (a position, then items of tuples or lists)."""
     a = args[path[0]]
@@ -295,6 +326,10 @@ def make_entry(trace: Trace, device: Device, structure: Any, outs: list,
     entry.slots = slots = _record_slots(trace)
     entry.fixed_scalars = [a for _, a, _ in slots] if all(k == 0 for k, _, _ in slots) else None
     entry.results = _record_results(entry, trace, outs, computed, stand_ins, pos)
+    entry.written = tuple(sorted({k for st in trace.steps for kind, k in st.out_refs
+                                  if kind == "i"}))
+    phs = trace.placeholder_list
+    entry.aliases = tuple(next(j for j, q in enumerate(phs) if q is p) for p in phs)
     _choose_replay(entry, n_in)
     return entry
 
@@ -378,8 +413,12 @@ def _choose_replay(entry: Entry, n_in: int) -> None:
                 entry.result1 = entry.results[0][2:]
     prepared = entry.result1 is not None and len(entry.temps) == 1 and \
         all(kind != 2 for kind, _, _ in entry.slots)
-    if prepared:
+    if entry.written:
+        entry.run = entry.replay_writing
+    elif prepared:
         entry.run = _prepared_single(entry)
+    elif any(type(st) is Remake for st, *_ in entry.steps):
+        entry.run = entry.replay
     elif _graphs.suits(entry, [st.program for st, *_ in entry.steps]):
         entry.run = _graphs.GraphReplay(entry, n_in)
     else:

@@ -24,11 +24,13 @@ import numpy as np
 from . import evaluate as _ev
 from . import run_plans as _rp
 from .array import Array
+from .backends import backend_for
 from .dtypes import as_dtype, scalar_to
 from .errors import TracingError
 from .expr.nodes import Leaf, Node, Scalar, Storage
 from .runtime.devices import Device
-from .trace_hooks import ScalarStandIn, constant_buffers, trace_checks
+from .runtime.transfer import write
+from .trace_hooks import Contents, ScalarStandIn, constant_buffers, trace_checks
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 SCALAR_TYPES = (bool, int, float)
@@ -47,9 +49,13 @@ def _in_package(filename: str) -> bool:
     return folder == _PACKAGE_DIR or folder.startswith(_PACKAGE_DIR + os.sep)
 
 
-class KindChanged(Exception):
-    """A host expression of scalar arguments has another type than when it was traced
-    (``fl.fuse`` then runs that call as plain Python)."""
+class Unreplayable(Exception):
+    """A call that its signature's record cannot replay (``fl.fuse`` then runs it as
+    plain Python); raised before anything is launched."""
+
+
+class KindChanged(Unreplayable):
+    """A host expression of scalar arguments has another type than when it was traced."""
 
 
 def _kind_of(value: Any) -> Any:
@@ -196,7 +202,12 @@ class Trace:
     The record maps buffers to pool slots: ``("i", k)`` the k-th array argument,
     ``("t", k)`` the k-th temporary (a buffer first seen as a launch's output),
     ``("c", k)`` the k-th constant (read, but neither an argument nor written);
-    launches' scalars to scalar slots (see :meth:`_slot`).
+    launches' scalars to scalar slots (see :meth:`_slot`).  A buffer the function made
+    with known contents (``fl.zeros``, ``fl.full``, ``fl.asarray`` of host data,
+    ``fl.empty``: :class:`~fuseloop.trace_hooks.Contents`) is ``("m", k)`` until the
+    trace ends (:meth:`finish`): a temporary whose contents a :class:`Remake` step makes
+    again before its first use where the function writes into it or returns it, else a
+    constant.
     """
 
     def __init__(self, name: str) -> None:
@@ -220,20 +231,34 @@ class Trace:
         # or uploaded (constant)
         self.thread = threading.get_ident()
         self.born: dict[int, Any] = {}
+        # id(buffer) -> (buffer, its Contents) of the new buffers with known contents
+        self.contents: dict[int, tuple[Any, Contents]] = {}
+        # per ("m", k) ref: [storage, contents, the step of its first use, written]
+        self.made: list[list[Any]] = []
+        self.writes_arguments = False
 
     def made_here(self, storage: Storage) -> bool:
         """Whether ``storage``'s buffer was allocated while this trace ran (and not
         declared constant: :meth:`constant`)."""
         return id(storage.buffer) in self.born
 
-    def constant(self, buffer: Any) -> None:
-        """``buffer``'s contents are constants of the function (a fill, an upload)."""
+    def constant(self, buffer: Any, contents: Contents | None = None) -> None:
+        """``buffer``'s contents are constants of the function (a fill, an upload), made
+        as ``contents`` says (None: unknown, the function may not write into it)."""
         if threading.get_ident() == self.thread:
             self.born.pop(id(buffer), None)
+            if contents is not None:
+                self.contents[id(buffer)] = (buffer, contents)
 
     # stand-ins
 
     def placeholder(self, storage: Storage, name: str, k: int) -> Storage:
+        """The stand-in of the k-th array argument's buffer: one per buffer (arguments
+        sharing one share it, so that writes and reads of them are ordered as eagerly)."""
+        ph = next((p for p in self.placeholder_list if p.buffer is storage.buffer), None)
+        if ph is not None:
+            self.placeholder_list.append(ph)
+            return ph
         ph = Storage(storage.buffer, storage.nbytes, storage.device, storage.constant)
         self.placeholders[id(ph)] = name
         self.placeholder_list.append(ph)
@@ -254,16 +279,14 @@ class Trace:
             if type(node) is not Leaf or _rp.recorder() is not self:
                 return  # (a lazy target is computed into a temporary first)
             s = node.storage
-            if id(s) in self.placeholders:
-                raise self.error(
-                    "an assignment", f"argument {self.placeholders[id(s)]}",
-                    "fl.fuse does not write into arguments; return the new value instead "
-                    "(x = x + 1, fl.where(mask, v, x))")
             ref = self.refs.get(id(s))
-            if ref is None or ref[0] != "t":
-                # a buffer no recorded launch made (fl.zeros, fl.empty, an array the
-                # function closes over): its contents before the write are not replayed
-                self.failed = "it writes into an array that no kernel of it computed"
+            if (ref is None and id(s.buffer) not in self.contents) or \
+                    (ref is not None and ref[0] == "c"):
+                # a buffer neither an argument nor made by the function (an array it
+                # closes over, a sort's result): its contents before the write are not
+                # replayed
+                self.failed = ("it writes into an array that is neither an argument nor "
+                               "made by it (fl.zeros, fl.empty, ...) or computed by a kernel")
             return
         if self.traced.isdisjoint(node.storages):
             return  # (not computed from the arguments: a constant, its value is known)
@@ -301,16 +324,20 @@ class Trace:
     def _note(self, program: Any, bindings: Any, outs: list[Storage]) -> None:
         refs = self.refs
         for s in outs:
-            ref = refs.get(id(s))
+            ref = refs.get(id(s)) or self._made_ref(s)
             if ref is None:  # first seen as an output: a temporary of the call
                 refs[id(s)] = ("t", len(self.temps))
                 self.temps.append(s)
+            elif ref[0] == "m":
+                self.made[ref[1]][3] = True
+            elif ref[0] == "i":
+                self.writes_arguments = True
             elif ref[0] != "t":
-                self.failed = "it writes into a buffer it did not compute"
+                self.failed = "it writes into an array it neither made nor was passed"
                 return
         storage_refs = []
         for s in bindings.storages:
-            ref = refs.get(id(s))
+            ref = refs.get(id(s)) or self._made_ref(s)
             if ref is None:
                 if self.made_here(s):
                     # (a replay would read this call's contents again: stale results)
@@ -336,6 +363,49 @@ class Trace:
                                     tuple(storage_refs), tuple(refs[id(s)] for s in outs),
                                     tuple(scalar_refs)))
 
+    def _made_ref(self, s: Storage) -> tuple[str, int] | None:
+        """``("m", k)`` for a buffer made with known contents, first seen now; else None."""
+        found = self.contents.get(id(s.buffer))
+        if found is None or not s.nbytes:
+            return None
+        ref = self.refs[id(s)] = ("m", len(self.made))
+        self.made.append([s, found[1], len(self.steps), False])
+        return ref
+
+    def finish(self, results: Iterable[Storage | None]) -> None:
+        """Resolve the ``("m", k)`` refs once the function returned: a buffer written or
+        returned (``results``: the results' buffers) becomes a temporary, its contents
+        made again by a :class:`Remake` step before its first use (a new array per call,
+        as eagerly); one only read, a constant."""
+        for s in results:
+            if s is not None:
+                ref = self.refs.get(id(s)) or self._made_ref(s)
+                if ref is not None and ref[0] == "m":
+                    self.made[ref[1]][3] = True
+        if not self.made:
+            return
+        resolved: dict[tuple[str, int], tuple[str, int]] = {}
+        remakes: dict[int, list[Remake]] = {}  # step position -> the steps before it
+        for k, (s, contents, first, written) in enumerate(self.made):
+            if written:
+                ref = ("t", len(self.temps))
+                self.temps.append(s)
+                if contents.pattern is not None or contents.host is not None:
+                    remakes.setdefault(first, []).append(Remake(contents, ref, s.device))
+            else:
+                ref = ("c", len(self.consts))
+                self.consts.append(s)
+            resolved[("m", k)] = self.refs[id(s)] = ref
+        steps: list[Any] = []
+        for j, st in enumerate(self.steps):
+            steps += remakes.pop(j, ())
+            st.storage_refs = tuple(resolved.get(r, r) for r in st.storage_refs)
+            st.out_refs = tuple(resolved.get(r, r) for r in st.out_refs)
+            steps.append(st)
+        for later in remakes.values():  # (a result no launch touched)
+            steps += later
+        self.steps = steps
+
     def _slot(self, key: int, hit: tuple[TracedScalar, np.dtype] | None, value: Any) -> int:
         if hit is None:  # a constant of the function's body (``2 * x``)
             self.slots.append(("const", value))
@@ -345,6 +415,33 @@ class Trace:
             slot = self.slot_of[key] = len(self.slots)
             self.slots.append(hit)
         return slot
+
+
+class Remake:
+    """A step of a record that makes a new buffer's contents again in a call's own
+    buffer (what ``fl.full`` or ``fl.asarray`` did while tracing), before the function's
+    first launch that reads or writes it."""
+
+    __slots__ = ("contents", "device", "out_refs")
+    # (the interface of a recorded launch that fuse_entry's record reads)
+    storage_refs: tuple = ()
+    scalar_refs: tuple = ()
+    params: tuple = ()
+    out_shape: tuple = ()
+    writes_input = False
+
+    def __init__(self, contents: Contents, ref: tuple[str, int], device: Device) -> None:
+        self.contents = contents
+        self.out_refs = (ref,)
+        self.device = device
+
+    def run(self, out: Storage) -> None:
+        """Make the contents in ``out``."""
+        pattern, host = self.contents
+        if pattern is not None:
+            backend_for(self.device).fill(self.device, out.buffer, pattern, out.nbytes)
+        elif host is not None and host.nbytes:
+            write(out.buffer, host, self.device)
 
 
 _local = threading.local()
