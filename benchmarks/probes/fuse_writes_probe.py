@@ -1,0 +1,168 @@
+"""``fl.fuse`` of functions that make an array and write into it, beside the same
+function untraced and its peers: per form the median time of one call with a wait
+(microseconds), kernels launched per call, and whether the fused function was traced
+(``traced``) or runs as Python on each call (``eager``: a tree without traced writes).
+
+Forms (float32, int64 device indices): ``scatter-add`` (the broad suite's: ``out =
+zeros(n // 16); add.at(out, idx, v)``), ``histogram`` (``add.at`` of weights into 256
+bins of ``x`` in [0, 1)), ``masked`` (``out = zeros_like(x); out[x > 0.5] = 3.0``).
+Peers: numpy on a CPU device; torch eager and ``torch.compile`` (``index_add_``,
+masked assignment) where torch has the device (CUDA).
+
+    PYTHONPATH=<tree> python benchmarks/probes/fuse_writes_probe.py [--log2 24]
+        [--forms scatter-add,histogram,masked] [--repeat 30] [--no-compile]
+
+Run once per tree (``PYTHONPATH=../base`` is the session start's) to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import fuseloop as fl
+
+BINS = 256
+
+
+def fl_forms() -> dict[str, Callable[..., Any]]:
+    def scatter_add(v: Any, idx: Any) -> Any:
+        out = fl.zeros(v.shape[0] // 16, dtype=v.dtype)
+        fl.add.at(out, idx, v)
+        return out
+
+    def histogram(x: Any, w: Any) -> Any:
+        k = fl.minimum((x * BINS).astype(np.int64), BINS - 1)
+        h = fl.zeros(BINS, dtype=w.dtype)
+        fl.add.at(h, k, w)
+        return h
+
+    def masked(x: Any) -> Any:
+        out = fl.zeros_like(x)
+        out[x > 0.5] = 3.0
+        return out
+
+    return {"scatter-add": scatter_add, "histogram": histogram, "masked": masked}
+
+
+def torch_forms(torch: Any) -> dict[str, Callable[..., Any]]:
+    def scatter_add(v: Any, idx: Any) -> Any:
+        return torch.zeros(v.shape[0] // 16, dtype=v.dtype, device=v.device).index_add_(
+            0, idx, v)
+
+    def histogram(x: Any, w: Any) -> Any:
+        k = torch.clamp((x * BINS).to(torch.int64), max=BINS - 1)
+        return torch.zeros(BINS, dtype=w.dtype, device=w.device).index_add_(0, k, w)
+
+    def masked(x: Any) -> Any:
+        out = torch.zeros_like(x)
+        out[x > 0.5] = 3.0
+        return out
+
+    return {"scatter-add": scatter_add, "histogram": histogram, "masked": masked}
+
+
+def inputs(form: str, n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(1)
+    x = rng.random(n, dtype=np.float32)
+    if form == "scatter-add":
+        return [x, rng.integers(0, n // 16, n)]
+    if form == "histogram":
+        return [x, rng.random(n, dtype=np.float32)]
+    return [x]
+
+
+def reference(form: str, a: list[np.ndarray]) -> np.ndarray:
+    if form == "scatter-add":
+        out = np.zeros(a[0].shape[0] // 16, np.float64)
+        np.add.at(out, a[1], a[0])
+        return out
+    if form == "histogram":
+        out = np.zeros(BINS, np.float64)
+        np.add.at(out, np.minimum((a[0] * BINS).astype(np.int64), BINS - 1), a[1])
+        return out
+    out = np.zeros_like(a[0])
+    out[a[0] > 0.5] = 3.0
+    return out
+
+
+def median_us(run: Callable[[], Any], sync: Callable[[Any], Any], repeat: int) -> float:
+    for _ in range(3):
+        sync(run())
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        sync(run())
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--log2", type=int, default=24)
+    ap.add_argument("--forms", default="scatter-add,histogram,masked")
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--no-compile", action="store_true", help="no torch.compile")
+    args = ap.parse_args()
+    n = 1 << args.log2
+    dev = fl.get_device()
+    torch = None
+    if dev.type != "cpu":
+        try:
+            import torch  # type: ignore[no-redef]
+        except ImportError:
+            pass
+    print(f"device: {dev.name} ({dev.type}); 2^{args.log2} float32; fuseloop "
+          f"{fl.__file__.rsplit('/fuseloop/', 1)[0]}")
+    print(f"{'form':12s} {'fl.fuse':>10s} {'untraced':>10s} {'kernels':>8s} {'how':>7s} "
+          f"{'peer':>14s} {'peer us':>10s}  ok")
+    forms = fl_forms()
+    for form in args.forms.split(","):
+        host = inputs(form, n)
+        want = reference(form, host)
+        arrays = [fl.asarray(h) for h in host]
+        fn = forms[form]
+        fused = fl.fuse(fn)
+        ok = True
+        for f in (fused, fn):
+            got = np.asarray(f(*arrays).get(), np.float64)
+            ok &= bool(np.allclose(got, want, rtol=1e-3, atol=1e-2))
+        t_fused = median_us(lambda: fused(*arrays), lambda r: r.get(), args.repeat)
+        t_plain = median_us(lambda: fn(*arrays), lambda r: r.get(), args.repeat)
+        fl.reset_stats()
+        fused(*arrays).get()
+        kernels = fl.stats()["kernels_launched"]
+        how = "eager" if fused.eager_signatures else "traced"
+        peers: list[tuple[str, Callable[[], Any], Callable[[Any], Any]]] = []
+        if torch is not None:
+            tf = torch_forms(torch)[form]
+            ta = [torch.as_tensor(h, device="cuda") for h in host]
+            peers.append(("torch", lambda: tf(*ta), lambda r: torch.cuda.synchronize()))
+            if not args.no_compile:
+                tc = torch.compile(tf)
+                peers.append(("torch.compile", lambda: tc(*ta),
+                              lambda r: torch.cuda.synchronize()))
+        elif dev.type == "cpu":
+            def np_form(*a: np.ndarray, form: str = form) -> np.ndarray:
+                return reference(form, list(a))
+            peers.append(("numpy(f64)", lambda: np_form(*host), lambda r: r))
+        for k, (name, run, sync) in enumerate(peers):
+            got = run()
+            if torch is not None:
+                got = got.cpu().numpy()
+            pok = bool(np.allclose(np.asarray(got, np.float64), want, rtol=1e-3, atol=1e-2))
+            t_peer = median_us(run, sync, args.repeat)
+            head = (f"{form:12s} {t_fused:10.1f} {t_plain:10.1f} {kernels:8d} {how:>7s}"
+                    if k == 0 else " " * 50)
+            print(f"{head} {name:>14s} {t_peer:10.1f}  {ok and pok}")
+        if not peers:
+            print(f"{form:12s} {t_fused:10.1f} {t_plain:10.1f} {kernels:8d} {how:>7s}  {ok}")
+
+
+if __name__ == "__main__":
+    main()
