@@ -31,7 +31,7 @@ from .recipe_state import recipe_for
 from .recipe_state import stamp as _recipe_stamp
 from .runtime.devices import Device, _runtime
 from .stats import cached_launches
-from .tracing import Remake, Trace, TracedScalar, Unreplayable
+from .tracing import HostStep, Trace, TracedScalar, Unreplayable
 
 _tally_cached_launch = cached_launches.__next__  # (see fuseloop.stats)
 
@@ -180,8 +180,8 @@ class Entry:
     def _launch_steps(self, pool: list[Storage], storages: list[Storage], sc: list[Any],
                       device: Device) -> None:
         for step, st, os_, scalars, small in self.bound(pool, storages, sc):
-            if type(step) is Remake:
-                step.run(os_[0])
+            if type(step) is HostStep:
+                step.action(st, os_)
                 continue
             if step.writes_input:  # (a user's array: checked gathers' flags read first)
                 _flags.check_pending()
@@ -417,7 +417,7 @@ def _choose_replay(entry: Entry, n_in: int) -> None:
         entry.run = entry.replay_writing
     elif prepared:
         entry.run = _prepared_single(entry)
-    elif any(type(st) is Remake for st, *_ in entry.steps):
+    elif any(type(st) is HostStep for st, *_ in entry.steps):
         entry.run = entry.replay
     elif _graphs.suits(entry, [st.program for st, *_ in entry.steps]):
         entry.run = _graphs.GraphReplay(entry, n_in)

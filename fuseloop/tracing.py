@@ -205,7 +205,7 @@ class Trace:
     launches' scalars to scalar slots (see :meth:`_slot`).  A buffer the function made
     with known contents (``fl.zeros``, ``fl.full``, ``fl.asarray`` of host data,
     ``fl.empty``: :class:`~fuseloop.trace_hooks.Contents`) is ``("m", k)`` until the
-    trace ends (:meth:`finish`): a temporary whose contents a :class:`Remake` step makes
+    trace ends (:meth:`finish`): a temporary whose contents a :class:`HostStep` makes
     again before its first use where the function writes into it or returns it, else a
     constant.
     """
@@ -222,7 +222,7 @@ class Trace:
         self.scalar_values: dict[int, tuple[TracedScalar, np.dtype]] = {}
         self.slots: list[tuple] = []  # (stand-in, dtype) or ("const", value)
         self.slot_of: dict[int, int] = {}
-        self.steps: list[_rp._Step] = []
+        self.steps: list[Any] = []  # (run_plans._Step, HostStep)
         self.failed: str | None = None
         self.keep: list[Any] = []  # (ids of these are keys above: kept alive)
         # buffers allocated on this thread while the trace is installed (see _watch), by
@@ -235,7 +235,6 @@ class Trace:
         self.contents: dict[int, tuple[Any, Contents]] = {}
         # per ("m", k) ref: [storage, contents, the step of its first use, written]
         self.made: list[list[Any]] = []
-        self.writes_arguments = False
 
     def made_here(self, storage: Storage) -> bool:
         """Whether ``storage``'s buffer was allocated while this trace ran (and not
@@ -322,31 +321,9 @@ class Trace:
             self._note(program, bindings, outs)
 
     def _note(self, program: Any, bindings: Any, outs: list[Storage]) -> None:
-        refs = self.refs
-        for s in outs:
-            ref = refs.get(id(s)) or self._made_ref(s)
-            if ref is None:  # first seen as an output: a temporary of the call
-                refs[id(s)] = ("t", len(self.temps))
-                self.temps.append(s)
-            elif ref[0] == "m":
-                self.made[ref[1]][3] = True
-            elif ref[0] == "i":
-                self.writes_arguments = True
-            elif ref[0] != "t":
-                self.failed = "it writes into an array it neither made nor was passed"
-                return
-        storage_refs = []
-        for s in bindings.storages:
-            ref = refs.get(id(s)) or self._made_ref(s)
-            if ref is None:
-                if self.made_here(s):
-                    # (a replay would read this call's contents again: stale results)
-                    self.failed = ("it reads an array made by work the record does not "
-                                   "hold (a sort, a scan, an FFT)")
-                    return
-                ref = refs[id(s)] = ("c", len(self.consts))
-                self.consts.append(s)
-            storage_refs.append(ref)
+        refs = self._refs(bindings.storages, outs)
+        if refs is None:
+            return
         scalar_refs = []
         nodes = bindings.scalar_nodes
         for k, v in enumerate(bindings.scalars):
@@ -360,8 +337,47 @@ class Trace:
                     return
             scalar_refs.append(self._slot(key, hit, v))
         self.steps.append(_rp._Step(program, list(bindings.params), bindings.out_shape,
-                                    tuple(storage_refs), tuple(refs[id(s)] for s in outs),
-                                    tuple(scalar_refs)))
+                                    refs[0], refs[1], tuple(scalar_refs)))
+
+    def host_step(self, action: Callable[[list[Storage], list[Storage]], Any],
+                  ins: list[Storage], outs: list[Storage]) -> None:
+        """Run ``action(ins, outs)`` (host code on device buffers: a hand-written kernel's
+        launch, a read of its error flag) and record it as a :class:`HostStep`."""
+        action(ins, outs)
+        self.traced.update(outs)
+        if self.failed is None:
+            refs = self._refs(ins, outs)
+            if refs is not None:
+                self.steps.append(HostStep(action, *refs))
+
+    def _refs(self, ins: Iterable[Storage], outs: list[Storage]
+              ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] | None:
+        """A step's refs to the buffers it reads and writes; None where the trace
+        cannot be replayed (``failed`` says why)."""
+        refs = self.refs
+        for s in outs:
+            ref = refs.get(id(s)) or self._made_ref(s)
+            if ref is None:  # first seen as an output: a temporary of the call
+                refs[id(s)] = ("t", len(self.temps))
+                self.temps.append(s)
+            elif ref[0] == "m":
+                self.made[ref[1]][3] = True
+            elif ref[0] == "c":
+                self.failed = "it writes into an array it neither made nor was passed"
+                return None
+        storage_refs = []
+        for s in ins:
+            ref = refs.get(id(s)) or self._made_ref(s)
+            if ref is None:
+                if self.made_here(s):
+                    # (a replay would read this call's contents again: stale results)
+                    self.failed = ("it reads an array made by work the record does not "
+                                   "hold (a sort, a scan, an FFT)")
+                    return None
+                ref = refs[id(s)] = ("c", len(self.consts))
+                self.consts.append(s)
+            storage_refs.append(ref)
+        return tuple(storage_refs), tuple(refs[id(s)] for s in outs)
 
     def _made_ref(self, s: Storage) -> tuple[str, int] | None:
         """``("m", k)`` for a buffer made with known contents, first seen now; else None."""
@@ -375,7 +391,7 @@ class Trace:
     def finish(self, results: Iterable[Storage | None]) -> None:
         """Resolve the ``("m", k)`` refs once the function returned: a buffer written or
         returned (``results``: the results' buffers) becomes a temporary, its contents
-        made again by a :class:`Remake` step before its first use (a new array per call,
+        made again by a :class:`HostStep` before its first use (a new array per call,
         as eagerly); one only read, a constant."""
         for s in results:
             if s is not None:
@@ -385,13 +401,14 @@ class Trace:
         if not self.made:
             return
         resolved: dict[tuple[str, int], tuple[str, int]] = {}
-        remakes: dict[int, list[Remake]] = {}  # step position -> the steps before it
+        remakes: dict[int, list[HostStep]] = {}  # step position -> the steps before it
         for k, (s, contents, first, written) in enumerate(self.made):
             if written:
                 ref = ("t", len(self.temps))
                 self.temps.append(s)
                 if contents.pattern is not None or contents.host is not None:
-                    remakes.setdefault(first, []).append(Remake(contents, ref, s.device))
+                    remakes.setdefault(first, []).append(
+                        HostStep(_remake(contents, s.device), (), (ref,)))
             else:
                 ref = ("c", len(self.consts))
                 self.consts.append(s)
@@ -417,31 +434,54 @@ class Trace:
         return slot
 
 
-class Remake:
-    """A step of a record that makes a new buffer's contents again in a call's own
-    buffer (what ``fl.full`` or ``fl.asarray`` did while tracing), before the function's
-    first launch that reads or writes it."""
+class HostStep:
+    """A step of a record that the host runs on the call's buffers, not a recorded
+    launch: ``action(inputs, outputs)`` (a hand-written kernel's launch, a read of its
+    error flag, a new buffer's contents made again: :func:`_remake`)."""
 
-    __slots__ = ("contents", "device", "out_refs")
+    __slots__ = ("action", "out_refs", "storage_refs")
     # (the interface of a recorded launch that fuse_entry's record reads)
-    storage_refs: tuple = ()
     scalar_refs: tuple = ()
     params: tuple = ()
     out_shape: tuple = ()
-    writes_input = False
+    writes_input = False  # (the action reads pending flags itself where it must)
 
-    def __init__(self, contents: Contents, ref: tuple[str, int], device: Device) -> None:
-        self.contents = contents
-        self.out_refs = (ref,)
-        self.device = device
+    def __init__(self, action: Callable[[list[Storage], list[Storage]], Any],
+                 storage_refs: tuple, out_refs: tuple) -> None:
+        self.action = action
+        self.storage_refs = storage_refs
+        self.out_refs = out_refs
 
-    def run(self, out: Storage) -> None:
-        """Make the contents in ``out``."""
-        pattern, host = self.contents
+
+def _remake(contents: Contents, device: Device) -> Callable[[list[Storage], list[Storage]],
+                                                             None]:
+    """The action making ``contents`` (what ``fl.full`` or ``fl.asarray`` did while
+    tracing) in a call's own buffer."""
+    pattern, host = contents
+
+    def remake(ins: list[Storage], outs: list[Storage]) -> None:
+        out = outs[0]
         if pattern is not None:
-            backend_for(self.device).fill(self.device, out.buffer, pattern, out.nbytes)
+            backend_for(device).fill(device, out.buffer, pattern, out.nbytes)
         elif host is not None and host.nbytes:
-            write(out.buffer, host, self.device)
+            write(out.buffer, host, device)
+    return remake
+
+
+def host_step(action: Callable[[list[Storage], list[Storage]], Any], ins: list[Storage],
+              outs: list[Storage]) -> None:
+    """``action(ins, outs)``: host code on device buffers (a hand-written kernel's launch,
+    a read of its flag), recorded as a step while ``fl.fuse`` traces on this thread."""
+    rec = _rp.recorder()
+    if type(rec) is Trace:
+        rec.host_step(action, ins, outs)
+    else:
+        action(ins, outs)
+
+
+def tracing() -> bool:
+    """Whether ``fl.fuse`` traces on this thread."""
+    return type(_rp.recorder()) is Trace
 
 
 _local = threading.local()
