@@ -48,7 +48,7 @@ from .errors import TracingError
 from .expr.nodes import Leaf, Storage
 from .fuse_entry import Entry, arg_at, make_entry
 from .runtime.devices import Device, get_device
-from .tracing import Trace, TracedScalar, Unreplayable, install, uninstall
+from .tracing import Aliased, Trace, TracedScalar, Unreplayable, install, uninstall
 
 # threads recording a run plan (or a trace) and capturing show_code sources now
 _recording, _capturing = _rp.recording_threads, _ev.capturing_threads
@@ -170,7 +170,23 @@ class Fused:
             return self._call_eager(args, names)
         try:
             return entry.run(storages, values, args)
+        except Aliased as e:  # (a record per way the arguments share buffers)
+            return self._call_aliased((*key, e.aliases), storages, values, args, names)
         except Unreplayable:  # (raised before anything is launched)
+            return self._call_eager(args, names)
+
+    def _call_aliased(self, key: tuple, storages: list[Storage], values: list[Any],
+                      args: tuple, names: tuple) -> Any:
+        """A call of a function writing into arguments that share buffers otherwise than
+        when it was traced: the record of this way of sharing them (traced now if new)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return self._trace(key, args, names)
+        if entry.eager:
+            return self._call_eager(args, names)
+        try:
+            return entry.run(storages, values, args)
+        except Unreplayable:
             return self._call_eager(args, names)
 
     def _static_key(self, args: tuple, names: tuple, key: list[Any], storages: list[Storage],

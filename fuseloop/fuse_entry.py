@@ -31,7 +31,7 @@ from .recipe_state import recipe_for
 from .recipe_state import stamp as _recipe_stamp
 from .runtime.devices import Device, _runtime
 from .stats import cached_launches
-from .tracing import HostStep, Trace, TracedScalar, Unreplayable
+from .tracing import Aliased, HostStep, Trace, TracedScalar
 
 _tally_cached_launch = cached_launches.__next__  # (see fuseloop.stats)
 
@@ -107,10 +107,12 @@ class Entry:
     def replay_writing(self, storages: list[Storage], values: list[Any], args: tuple) -> Any:
         """A call of a record that writes into arguments: as eagerly, the lazy arrays
         still reading their old contents are computed first; arguments sharing buffers
-        otherwise than when traced raise :class:`Unreplayable` (the steps would read
-        what they write)."""
-        if len(storages) > 1 and _aliases(storages) != self.aliases:
-            raise Unreplayable
+        otherwise than when traced raise :class:`Aliased` (a record of its own: the steps
+        would read what they write)."""
+        if len(storages) > 1:
+            aliases = _aliases(storages)
+            if aliases != self.aliases:
+                raise Aliased(aliases)
         for k in self.written:
             pending = [r for r in storages[k].live_readers() if r._storage is None]
             if pending:
@@ -404,7 +406,8 @@ def _choose_replay(entry: Entry, n_in: int) -> None:
     if len(entry.steps) == 1 and not entry.eager:
         st, ins1, outs1, scal, small1 = entry.steps[0]
         temps = entry.temps
-        if small1 and ins1 is None and scal == tuple(range(len(entry.slots))) and \
+        if type(st) is not HostStep and small1 and ins1 is None and \
+                scal == tuple(range(len(entry.slots))) and \
                 outs1 == tuple(range(n_in, n_in + len(temps))) and temps and \
                 _error_free(st.program):
             entry.single = (st, recipe_kind(st.program), temps,

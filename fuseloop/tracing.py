@@ -54,6 +54,15 @@ class Unreplayable(Exception):
     plain Python); raised before anything is launched."""
 
 
+class Aliased(Unreplayable):
+    """Array arguments share buffers otherwise than when traced, in a function that
+    writes into arguments (``aliases``: per argument the first sharing its buffer)."""
+
+    def __init__(self, aliases: tuple[int, ...]) -> None:
+        super().__init__(aliases)
+        self.aliases = aliases
+
+
 class KindChanged(Unreplayable):
     """A host expression of scalar arguments has another type than when it was traced."""
 

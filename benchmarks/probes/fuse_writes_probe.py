@@ -91,15 +91,65 @@ def reference(form: str, a: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-def median_us(run: Callable[[], Any], sync: Callable[[Any], Any], repeat: int) -> float:
-    for _ in range(3):
-        sync(run())
-    times = []
+def median_us(runs: list[Callable[[], Any]], sync: Callable[[Any], Any],
+              repeat: int) -> list[float]:
+    """Per function of ``runs`` the median time of a call and its wait (us), the
+    functions called in turn (interleaved: a busy machine slows them alike)."""
+    for run in runs:
+        for _ in range(3):
+            sync(run())
+    times: list[list[float]] = [[] for _ in runs]
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        sync(run())
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
+        for run, acc in zip(runs, times):
+            t0 = time.perf_counter()
+            sync(run())
+            acc.append(time.perf_counter() - t0)
+    return [statistics.median(t) * 1e6 for t in times]
+
+
+def peers_of(form: str, host: list[np.ndarray], torch: Any, compiled: bool
+             ) -> list[tuple[str, Callable[[], Any], Callable[[Any], Any]]]:
+    """(name, call, wait) of the peers: torch eager and torch.compile on CUDA, else numpy."""
+    if torch is None:
+        return [("numpy(f64)", lambda: reference(form, host), lambda r: r)]
+    tf = torch_forms(torch)[form]
+    ta = [torch.as_tensor(h, device="cuda") for h in host]
+
+    def wait(r: Any) -> None:
+        torch.cuda.synchronize()
+    peers = [("torch", lambda: tf(*ta), wait)]
+    if compiled:
+        tc = torch.compile(tf)
+        peers.append(("torch.compile", lambda: tc(*ta), wait))
+    return peers
+
+
+def measure(form: str, n: int, repeat: int, torch: Any, compiled: bool) -> None:
+    """One form's rows (one per peer)."""
+    host = inputs(form, n)
+    want = reference(form, host)
+    arrays = [fl.asarray(h) for h in host]
+    fn = fl_forms()[form]
+    fused = fl.fuse(fn)
+    ok = True
+    for f in (fused, fn):
+        got = np.asarray(f(*arrays).get(), np.float64)
+        ok &= bool(np.allclose(got, want, rtol=1e-3, atol=1e-2))
+    t_fused, t_plain = median_us([lambda: fused(*arrays), lambda: fn(*arrays)],
+                                 lambda r: r.get(), repeat)
+    fl.reset_stats()
+    fused(*arrays).get()
+    kernels = fl.stats()["kernels_launched"]
+    how = "eager" if fused.eager_signatures else "traced"
+    head = f"{form:12s} {t_fused:10.1f} {t_plain:10.1f} {kernels:8d} {how:>7s}"
+    for name, run, sync in peers_of(form, host, torch, compiled):
+        got = run()
+        if torch is not None:
+            got = got.cpu().numpy()
+        pok = bool(np.allclose(np.asarray(got, np.float64), want, rtol=1e-3, atol=1e-2))
+        t_peer = median_us([run], sync, repeat)[0]
+        print(f"{head} {name:>14s} {t_peer:10.1f}  {ok and pok}")
+        head = " " * len(head)
 
 
 def main() -> None:
@@ -109,7 +159,6 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--no-compile", action="store_true", help="no torch.compile")
     args = ap.parse_args()
-    n = 1 << args.log2
     dev = fl.get_device()
     torch = None
     if dev.type != "cpu":
@@ -121,47 +170,8 @@ def main() -> None:
           f"{fl.__file__.rsplit('/fuseloop/', 1)[0]}")
     print(f"{'form':12s} {'fl.fuse':>10s} {'untraced':>10s} {'kernels':>8s} {'how':>7s} "
           f"{'peer':>14s} {'peer us':>10s}  ok")
-    forms = fl_forms()
     for form in args.forms.split(","):
-        host = inputs(form, n)
-        want = reference(form, host)
-        arrays = [fl.asarray(h) for h in host]
-        fn = forms[form]
-        fused = fl.fuse(fn)
-        ok = True
-        for f in (fused, fn):
-            got = np.asarray(f(*arrays).get(), np.float64)
-            ok &= bool(np.allclose(got, want, rtol=1e-3, atol=1e-2))
-        t_fused = median_us(lambda: fused(*arrays), lambda r: r.get(), args.repeat)
-        t_plain = median_us(lambda: fn(*arrays), lambda r: r.get(), args.repeat)
-        fl.reset_stats()
-        fused(*arrays).get()
-        kernels = fl.stats()["kernels_launched"]
-        how = "eager" if fused.eager_signatures else "traced"
-        peers: list[tuple[str, Callable[[], Any], Callable[[Any], Any]]] = []
-        if torch is not None:
-            tf = torch_forms(torch)[form]
-            ta = [torch.as_tensor(h, device="cuda") for h in host]
-            peers.append(("torch", lambda: tf(*ta), lambda r: torch.cuda.synchronize()))
-            if not args.no_compile:
-                tc = torch.compile(tf)
-                peers.append(("torch.compile", lambda: tc(*ta),
-                              lambda r: torch.cuda.synchronize()))
-        elif dev.type == "cpu":
-            def np_form(*a: np.ndarray, form: str = form) -> np.ndarray:
-                return reference(form, list(a))
-            peers.append(("numpy(f64)", lambda: np_form(*host), lambda r: r))
-        for k, (name, run, sync) in enumerate(peers):
-            got = run()
-            if torch is not None:
-                got = got.cpu().numpy()
-            pok = bool(np.allclose(np.asarray(got, np.float64), want, rtol=1e-3, atol=1e-2))
-            t_peer = median_us(run, sync, args.repeat)
-            head = (f"{form:12s} {t_fused:10.1f} {t_plain:10.1f} {kernels:8d} {how:>7s}"
-                    if k == 0 else " " * 50)
-            print(f"{head} {name:>14s} {t_peer:10.1f}  {ok and pok}")
-        if not peers:
-            print(f"{form:12s} {t_fused:10.1f} {t_plain:10.1f} {kernels:8d} {how:>7s}  {ok}")
+        measure(form, 1 << args.log2, args.repeat, torch, not args.no_compile)
 
 
 if __name__ == "__main__":
