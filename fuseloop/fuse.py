@@ -24,9 +24,16 @@ no Python function call, no expression building, no structure look-up.
 Values are unknown while tracing: reading one (``bool(x > 0)``, ``float(x)``,
 ``x.get()``, a boolean mask, ``if dt > 0:`` on a scalar argument) raises
 :class:`~fuseloop.errors.TracingError` naming the function, the operation and
-the arguments the value depends on.  A function the recorder cannot replay
-(it writes into a buffer it did not make, e.g. ``z = fl.zeros(n); z[1:] = x``)
-runs as plain Python on every call instead (``Fused.eager_signatures``).
+the arguments the value depends on.
+
+Writes are recorded (see :class:`fuseloop.tracing.Trace`): into arrays the function
+makes (a fill or an upload is made again per call by a host step of the record where
+the array is written or returned), into temporaries, and into arguments (the record
+is then replayed by :meth:`fuseloop.fuse_entry.Entry.replay_writing`: the caller's
+lazy readers first, a record of its own per way the arguments share buffers).  A
+function the recorder cannot replay (it writes into an array it closes over, or reads
+a buffer written by work it does not see: a sort) runs as plain Python on every call
+instead (``Fused.eager_signatures``).
 """
 
 from __future__ import annotations

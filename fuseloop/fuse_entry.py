@@ -40,7 +40,8 @@ class Entry:
 
     ``steps``: per recorded launch ``(step, input positions, output positions,
     scalar slots, small)``, positions into the call's pool of buffers
-    (the arguments', then new temporaries, then constants).  The index dtype, the
+    (the arguments', then new temporaries, then constants); a step may be a
+    :class:`~fuseloop.tracing.HostStep` (host code on those buffers) instead.  The index dtype, the
     device and the sizes of a step are fixed by the signature, so a step's launch
     plan (``step.plan``, made by ``plan_steps.launch_step`` on its first replay) is
     used while its recipe and kernel are still current, as ``run_plans`` checks.
