@@ -73,7 +73,9 @@ class Entry:
     steps: list[tuple]
     structure: Any  # tuple, list or None (one result)
     temps: list[int]
-    written: tuple[int, ...]  # the array arguments the steps write into
+    # the array arguments the steps write into; None where no step writes one and none
+    # is a host step (the plain replay, :meth:`_launch_steps`)
+    written: tuple[int, ...] | None
 
     def scalars(self, values: list[Any]) -> list[Any]:
         """The call's kernel scalars, per slot, from its scalar arguments ``values``."""
@@ -114,7 +116,7 @@ class Entry:
             aliases = _aliases(storages)
             if aliases != self.aliases:
                 raise Aliased(aliases)
-        for k in self.written:
+        for k in self.written or ():
             pending = [r for r in storages[k].live_readers() if r._storage is None]
             if pending:
                 from .assignment import compute
@@ -177,11 +179,23 @@ class Entry:
         pool = self.pool_of(storages, temps)
         # (the steps write the call's own buffers only: checked gathers' error flags are
         # read once, after the last launch, as in an evaluation; see fuseloop.flags)
-        _flags.deferring(self._launch_steps, pool, storages, sc, device)
+        _flags.deferring(self._launch_steps if self.written is None else self._launch_mixed,
+                         pool, storages, sc, device)
         return self._results(pool, values, args)
 
     def _launch_steps(self, pool: list[Storage], storages: list[Storage], sc: list[Any],
                       device: Device) -> None:
+        for step, st, os_, scalars, small in self.bound(pool, storages, sc):
+            plan = step.plan
+            if plan is None or plan.stamp is not _recipes_current[0] \
+                    or not plan.compiled.in_cache:
+                _steps.launch_step(step, st, os_, scalars, device)  # (plans; counts the look-up)
+            else:
+                enqueue(plan, os_, st, scalars, small, device, 1)
+
+    def _launch_mixed(self, pool: list[Storage], storages: list[Storage], sc: list[Any],
+                      device: Device) -> None:
+        """:meth:`_launch_steps` of a record with host steps or writes into arguments."""
         for step, st, os_, scalars, small in self.bound(pool, storages, sc):
             if type(step) is HostStep:
                 step.action(st, os_)
@@ -329,8 +343,9 @@ def make_entry(trace: Trace, device: Device, structure: Any, outs: list,
     entry.slots = slots = _record_slots(trace)
     entry.fixed_scalars = [a for _, a, _ in slots] if all(k == 0 for k, _, _ in slots) else None
     entry.results = _record_results(entry, trace, outs, computed, stand_ins, pos)
-    entry.written = tuple(sorted({k for st in trace.steps for kind, k in st.out_refs
-                                  if kind == "i"}))
+    written = tuple(sorted({k for st in trace.steps for kind, k in st.out_refs if kind == "i"}))
+    mixed = written or any(type(st) is HostStep for st in trace.steps)
+    entry.written = written if mixed else None
     phs = trace.placeholder_list
     entry.aliases = tuple(next(j for j, q in enumerate(phs) if q is p) for p in phs)
     _choose_replay(entry, n_in)
@@ -421,7 +436,7 @@ def _choose_replay(entry: Entry, n_in: int) -> None:
         entry.run = entry.replay_writing
     elif prepared:
         entry.run = _prepared_single(entry)
-    elif any(type(st) is HostStep for st, *_ in entry.steps):
+    elif entry.written is not None:  # (host steps: no graphs)
         entry.run = entry.replay
     elif _graphs.suits(entry, [st.program for st, *_ in entry.steps]):
         entry.run = _graphs.GraphReplay(entry, n_in)
