@@ -540,8 +540,16 @@ def _read_gate(gate: Storage, key: Storage, key_dtype: np.dtype, n: int) -> None
 
 
 def host_copy(storage: Storage, dtype: np.dtype) -> np.ndarray:
-    """``storage``'s contents as a numpy vector of ``dtype`` (waits for the device)."""
-    host = np.empty(storage.nbytes // dtype.itemsize, dtype)
+    """``storage``'s contents as a numpy vector of ``dtype`` (waits for the device; small
+    ones on a CPU read as ``Array.get`` reads them, without a copy command)."""
+    from ..expr.nodes import Leaf
+    from ..host_path import read as host_read
+
+    n = storage.nbytes // dtype.itemsize
+    small = host_read(Leaf(storage, dtype, (n,)), storage.device)
+    if small is not None:
+        return small
+    host = np.empty(n, dtype)
     read(host, storage.buffer, storage.device)
     return host
 
