@@ -29,7 +29,7 @@ the arguments the value depends on.
 Writes are recorded (see :class:`fuseloop.tracing.Trace`): into arrays the function
 makes (a fill or an upload is made again per call by a host step of the record where
 the array is written or returned), into temporaries, and into arguments (the record
-is then replayed by :meth:`fuseloop.fuse_entry.Entry.replay_writing`: the caller's
+is then replayed by :meth:`fuseloop.fuse_entry.Entry.replay_guarded`: the caller's
 lazy readers first, a record of its own per way the arguments share buffers).  A
 function the recorder cannot replay (it writes into an array it closes over, or reads
 a buffer written by work it does not see: a sort) runs as plain Python on every call

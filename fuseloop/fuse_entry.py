@@ -50,7 +50,8 @@ class Entry:
     launch into one new buffer, which is the result) a closure that does only what
     changes per call (:func:`_prepared_single`, with the one-output launch plan
     ``plan1``), falling back to :meth:`replay`, which ``run`` is otherwise; for a
-    record that writes into arguments (``written``), :meth:`replay_writing`.
+    record that writes into arguments (``written``) or was traced with arguments sharing
+    a buffer (``aliases``), :meth:`replay_guarded`.
     """
 
     __slots__ = ("aliases", "consts", "device", "eager", "fixed_scalars", "plan1", "pool",
@@ -107,11 +108,12 @@ class Entry:
                 return done[0]
         return self._replay(storages, values, args, sc)
 
-    def replay_writing(self, storages: list[Storage], values: list[Any], args: tuple) -> Any:
-        """A call of a record that writes into arguments: as eagerly, the lazy arrays
-        still reading their old contents are computed first; arguments sharing buffers
+    def replay_guarded(self, storages: list[Storage], values: list[Any], args: tuple) -> Any:
+        """A call of a record that writes into arguments, or was traced with arguments
+        sharing a buffer (its steps read one for both): arguments sharing buffers
         otherwise than when traced raise :class:`Aliased` (a record of its own: the steps
-        would read what they write)."""
+        would read what they write, or one argument for another); as eagerly, the lazy
+        arrays still reading the old contents of those written are computed first."""
         if len(storages) > 1:
             aliases = _aliases(storages)
             if aliases != self.aliases:
@@ -432,8 +434,8 @@ def _choose_replay(entry: Entry, n_in: int) -> None:
                 entry.result1 = entry.results[0][2:]
     prepared = entry.result1 is not None and len(entry.temps) == 1 and \
         all(kind != 2 for kind, _, _ in entry.slots)
-    if entry.written:
-        entry.run = entry.replay_writing
+    if entry.written or entry.aliases != tuple(range(n_in)):
+        entry.run = entry.replay_guarded
     elif prepared:
         entry.run = _prepared_single(entry)
     elif entry.written is not None:  # (host steps: no graphs)

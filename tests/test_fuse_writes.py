@@ -265,3 +265,17 @@ def test_what_cannot_be_traced(device):
 
     with pytest.raises(TracingError, match=r"argument 'x'.*boolean mask"):
         compacts(fl.asarray(RNG.random(8)))
+
+
+def test_a_record_traced_with_shared_buffers_reads_each_argument(device):
+    @fl.fuse
+    def diff(a, b):  # (reads only)
+        return a - b
+
+    xh = np.arange(6, dtype=np.float32)
+    x = fl.asarray(xh)
+    np.testing.assert_array_equal(diff(x, x).get(), np.zeros(6, np.float32))
+    y = fl.asarray(xh * 3)
+    np.testing.assert_array_equal(diff(y, x).get(), xh * 2)
+    np.testing.assert_array_equal(diff(x, x).get(), np.zeros(6, np.float32))
+    assert diff.traces == 2 and diff.eager_signatures == 0
