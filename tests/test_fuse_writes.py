@@ -279,3 +279,22 @@ def test_a_record_traced_with_shared_buffers_reads_each_argument(device):
     np.testing.assert_array_equal(diff(y, x).get(), xh * 2)
     np.testing.assert_array_equal(diff(x, x).get(), np.zeros(6, np.float32))
     assert diff.traces == 2 and diff.eager_signatures == 0
+
+
+def test_out_arguments(device):
+    closed = fl.zeros(5, dtype=np.float32)
+
+    @fl.fuse
+    def into(x, y):
+        fl.multiply(x, 2.0, out=y)  # (into an argument: recorded)
+        fl.add(x, 1.0, out=closed)  # (into an array it closes over: Python per call)
+        return y + closed
+
+    for k in range(3):
+        xh = np.full(5, float(k), np.float32)
+        y = fl.asarray(np.zeros(5, np.float32))
+        got = into(fl.asarray(xh), y).get()
+        np.testing.assert_array_equal(y.get(), xh * 2)
+        np.testing.assert_array_equal(closed.get(), xh + 1)
+        np.testing.assert_array_equal(got, xh * 3 + 1)
+    assert into.traces == 1 and into.eager_signatures == 1
