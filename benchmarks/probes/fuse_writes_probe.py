@@ -10,7 +10,10 @@ Peers: numpy on a CPU device; torch eager and ``torch.compile`` (``index_add_``,
 masked assignment) where torch has the device (CUDA).
 
     PYTHONPATH=<tree> python benchmarks/probes/fuse_writes_probe.py [--log2 24]
-        [--forms scatter-add,histogram,masked] [--repeat 30] [--no-compile]
+        [--forms scatter-add,histogram,masked] [--repeat 30] [--no-compile] [--clock thread]
+
+``--clock thread``: the calling thread's CPU time instead of wall time (the host's cost of
+a call, robust on a busy machine; the device's work and waits are left out).
 
 Run once per tree (``PYTHONPATH=../base`` is the session start's) to compare.
 """
@@ -91,6 +94,9 @@ def reference(form: str, a: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+CLOCK = [time.perf_counter]
+
+
 def median_us(runs: list[Callable[[], Any]], sync: Callable[[Any], Any],
               repeat: int) -> list[float]:
     """Per function of ``runs`` the median time of a call and its wait (us), the
@@ -101,9 +107,9 @@ def median_us(runs: list[Callable[[], Any]], sync: Callable[[Any], Any],
     times: list[list[float]] = [[] for _ in runs]
     for _ in range(repeat):
         for run, acc in zip(runs, times):
-            t0 = time.perf_counter()
+            t0 = CLOCK[0]()
             sync(run())
-            acc.append(time.perf_counter() - t0)
+            acc.append(CLOCK[0]() - t0)
     return [statistics.median(t) * 1e6 for t in times]
 
 
@@ -158,7 +164,10 @@ def main() -> None:
     ap.add_argument("--forms", default="scatter-add,histogram,masked")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--no-compile", action="store_true", help="no torch.compile")
+    ap.add_argument("--clock", choices=("wall", "thread"), default="wall")
     args = ap.parse_args()
+    if args.clock == "thread":
+        CLOCK[0] = time.thread_time
     dev = fl.get_device()
     torch = None
     if dev.type != "cpu":
@@ -166,7 +175,7 @@ def main() -> None:
             import torch  # type: ignore[no-redef]
         except ImportError:
             pass
-    print(f"device: {dev.name} ({dev.type}); 2^{args.log2} float32; fuseloop "
+    print(f"device: {dev.name} ({dev.type}); 2^{args.log2} float32; {args.clock} clock; fuseloop "
           f"{fl.__file__.rsplit('/fuseloop/', 1)[0]}")
     print(f"{'form':12s} {'fl.fuse':>10s} {'untraced':>10s} {'kernels':>8s} {'how':>7s} "
           f"{'peer':>14s} {'peer us':>10s}  ok")
