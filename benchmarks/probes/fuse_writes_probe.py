@@ -1,7 +1,8 @@
 """``fl.fuse`` of functions that make an array and write into it, beside the same
 function untraced and its peers: per form the median time of one call with a wait
-(microseconds), kernels launched per call, and whether the fused function was traced
-(``traced``) or runs as Python on each call (``eager``: a tree without traced writes).
+(``fl.synchronize()``, ``torch.cuda.synchronize()``: the result stays on the device; us),
+kernels launched per call, and whether the fused function was traced (``traced``) or
+runs as Python on each call (``eager``: a tree without traced writes).
 
 Forms (float32, int64 device indices): ``scatter-add`` (the broad suite's: ``out =
 zeros(n // 16); add.at(out, idx, v)``), ``histogram`` (``add.at`` of weights into 256
@@ -141,8 +142,9 @@ def measure(form: str, n: int, repeat: int, torch: Any, compiled: bool) -> None:
     for f in (fused, fn):
         got = np.asarray(f(*arrays).get(), np.float64)
         ok &= bool(np.allclose(got, want, rtol=1e-3, atol=1e-2))
+    # (the wait is fl.synchronize(), as torch's: no copy of the result to the host)
     t_fused, t_plain = median_us([lambda: fused(*arrays), lambda: fn(*arrays)],
-                                 lambda r: r.get(), repeat)
+                                 lambda r: fl.synchronize(), repeat)
     fl.reset_stats()
     fused(*arrays).get()
     kernels = fl.stats()["kernels_launched"]
