@@ -279,8 +279,11 @@ class Fused:
             ph = trace.placeholder(n.storage, name, len(trace.placeholder_list))
             if n.strides is None and n.offset == 0:
                 stand = Array._concrete(ph, n.dtype, n.shape)
-            else:
-                stand = Array._lazy(Leaf(ph, n.dtype, n.shape, n.strides, n.offset), a.device)
+            else:  # (a concrete view, as the argument is: writes into it reach the buffer)
+                stand = object.__new__(Array)
+                stand._storage, stand.device = ph, a.device
+                stand._node = Leaf(ph, n.dtype, n.shape, n.strides, n.offset)
+                stand.dtype, stand._shape = n.dtype, n.shape
             stand_ins[id(stand)] = path
             trace.keep.append(stand)
             devices.append(a.device)

@@ -298,3 +298,20 @@ def test_out_arguments(device):
         np.testing.assert_array_equal(closed.get(), xh + 1)
         np.testing.assert_array_equal(got, xh * 3 + 1)
     assert into.traces == 1 and into.eager_signatures == 1
+
+
+def test_writes_into_a_view_argument_reach_its_base(device):
+    @fl.fuse
+    def f(v, w):
+        v[1:3] = w[:2] * 2
+        v += 1
+
+    for k in range(3):
+        xh = np.arange(12, dtype=np.float32)
+        x = fl.asarray(xh)
+        f(x[2:10:2], fl.asarray(np.full(4, 5.0 + k, np.float32)))
+        view = xh[2:10:2]
+        view[1:3] = 10.0 + 2 * k
+        view += 1
+        np.testing.assert_array_equal(x.get(), xh)
+    assert f.traces == 1 and f.eager_signatures == 0
