@@ -20,7 +20,7 @@ from .expr.nodes import Apply, Iota, Scalar
 from .multi_hooks import splits
 from .runtime.devices import Device, device_set, find_device, get_device
 from .runtime.transfer import wait
-from .trace_hooks import constant_buffers, constant_contents
+from .trace_hooks import Contents, by_traced_code, constant_buffers, constant_contents
 
 ShapeLike = int | tuple[int, ...] | list[int]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -81,7 +81,10 @@ def empty(shape: ShapeLike, dtype: Any = None, device: Any = None) -> Array:
     dev, shp = _device(device), _shape(shape)
     dt = as_dtype(_default_float(dtype, dev))
     _check_device_dtype(dt, dev)
-    return Array._concrete(allocate(math.prod(shp) * dt.itemsize, dev), dt, shp)
+    out = Array._concrete(allocate(math.prod(shp) * dt.itemsize, dev), dt, shp)
+    if constant_buffers and by_traced_code():  # (fl.fuse tracing: the function's new array)
+        constant_contents(out._storage.buffer, Contents())  # type: ignore[union-attr]
+    return out
 
 
 def _fill_dtype(fill_value: Any) -> Any:
@@ -123,7 +126,7 @@ def full(shape: ShapeLike, fill_value: Any, dtype: Any = None, device: Any = Non
         backend_for(out.device).fill(out.device, out._storage.buffer,  # type: ignore[union-attr]
                                      pattern, out.nbytes)
         if constant_buffers:  # (fl.fuse tracing: a constant of the function)
-            constant_contents(out._storage.buffer)  # type: ignore[union-attr]
+            constant_contents(out._storage.buffer, Contents(pattern))  # type: ignore[union-attr]
     return out
 
 
@@ -223,7 +226,7 @@ def asarray(obj: Any, dtype: Any = None, device: Any = None, *,
     host = np.asarray(host, order="C")  # (np.ascontiguousarray makes 0-d arrays 1-d)
     storage = upload(host, dev)
     if constant_buffers:  # (fl.fuse tracing: host data, a constant of the function)
-        constant_contents(storage.buffer)
+        constant_contents(storage.buffer, Contents(host=host.copy()))
     return Array._concrete(storage, dt, host.shape)
 
 

@@ -1,6 +1,6 @@
 """``fl.fuse`` replayed as graphs (CUDA graphs) where the backend has them.
 
-A traced signature's record (:class:`fuseloop.fuse._Entry`) of several launches
+A traced signature's record (:class:`fuseloop.fuse_entry.Entry`) of several launches
 costs the host one launch each per call.  On a backend with graphs
 (``Backend.graphs``: CUDA) :class:`GraphReplay` captures the record's launches once
 and replays them as one graph launch (``cudaGraphLaunch``).
@@ -209,7 +209,7 @@ class GraphReplay:
             # enqueues them first anyway)
             rt.flush()
             return next((s for s in self.sets if s.free()), None)
-        from .fuse import _allocate
+        from .fuse_entry import _allocate
 
         entry = self.entry
         made = [_allocate(entry.pool.allocate, n, entry.device) for n in entry.temps]

@@ -24,11 +24,13 @@ import numpy as np
 from . import evaluate as _ev
 from . import run_plans as _rp
 from .array import Array
+from .backends import backend_for
 from .dtypes import as_dtype, scalar_to
 from .errors import TracingError
 from .expr.nodes import Leaf, Node, Scalar, Storage
 from .runtime.devices import Device
-from .trace_hooks import ScalarStandIn, constant_buffers, trace_checks
+from .runtime.transfer import write
+from .trace_hooks import Contents, ScalarStandIn, constant_buffers, trace_checks
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 SCALAR_TYPES = (bool, int, float)
@@ -47,9 +49,22 @@ def _in_package(filename: str) -> bool:
     return folder == _PACKAGE_DIR or folder.startswith(_PACKAGE_DIR + os.sep)
 
 
-class KindChanged(Exception):
-    """A host expression of scalar arguments has another type than when it was traced
-    (``fl.fuse`` then runs that call as plain Python)."""
+class Unreplayable(Exception):
+    """A call that its signature's record cannot replay (``fl.fuse`` then runs it as
+    plain Python); raised before anything is launched."""
+
+
+class Aliased(Unreplayable):
+    """Array arguments share buffers otherwise than when traced, in a function that
+    writes into arguments (``aliases``: per argument the first sharing its buffer)."""
+
+    def __init__(self, aliases: tuple[int, ...]) -> None:
+        super().__init__(aliases)
+        self.aliases = aliases
+
+
+class KindChanged(Unreplayable):
+    """A host expression of scalar arguments has another type than when it was traced."""
 
 
 def _kind_of(value: Any) -> Any:
@@ -196,7 +211,12 @@ class Trace:
     The record maps buffers to pool slots: ``("i", k)`` the k-th array argument,
     ``("t", k)`` the k-th temporary (a buffer first seen as a launch's output),
     ``("c", k)`` the k-th constant (read, but neither an argument nor written);
-    launches' scalars to scalar slots (see :meth:`_slot`).
+    launches' scalars to scalar slots (see :meth:`_slot`).  A buffer the function made
+    with known contents (``fl.zeros``, ``fl.full``, ``fl.asarray`` of host data,
+    ``fl.empty``: :class:`~fuseloop.trace_hooks.Contents`) is ``("m", k)`` until the
+    trace ends (:meth:`finish`): a temporary whose contents a :class:`HostStep` makes
+    again before its first use where the function writes into it or returns it, else a
+    constant.
     """
 
     def __init__(self, name: str) -> None:
@@ -211,7 +231,7 @@ class Trace:
         self.scalar_values: dict[int, tuple[TracedScalar, np.dtype]] = {}
         self.slots: list[tuple] = []  # (stand-in, dtype) or ("const", value)
         self.slot_of: dict[int, int] = {}
-        self.steps: list[_rp._Step] = []
+        self.steps: list[Any] = []  # (run_plans._Step, HostStep)
         self.failed: str | None = None
         self.keep: list[Any] = []  # (ids of these are keys above: kept alive)
         # buffers allocated on this thread while the trace is installed (see _watch), by
@@ -220,20 +240,33 @@ class Trace:
         # or uploaded (constant)
         self.thread = threading.get_ident()
         self.born: dict[int, Any] = {}
+        # id(buffer) -> (buffer, its Contents) of the new buffers with known contents
+        self.contents: dict[int, tuple[Any, Contents]] = {}
+        # per ("m", k) ref: [storage, contents, the step of its first use, written]
+        self.made: list[list[Any]] = []
 
     def made_here(self, storage: Storage) -> bool:
         """Whether ``storage``'s buffer was allocated while this trace ran (and not
         declared constant: :meth:`constant`)."""
         return id(storage.buffer) in self.born
 
-    def constant(self, buffer: Any) -> None:
-        """``buffer``'s contents are constants of the function (a fill, an upload)."""
+    def constant(self, buffer: Any, contents: Contents | None = None) -> None:
+        """``buffer``'s contents are constants of the function (a fill, an upload), made
+        as ``contents`` says (None: unknown, the function may not write into it)."""
         if threading.get_ident() == self.thread:
             self.born.pop(id(buffer), None)
+            if contents is not None:
+                self.contents[id(buffer)] = (buffer, contents)
 
     # stand-ins
 
     def placeholder(self, storage: Storage, name: str, k: int) -> Storage:
+        """The stand-in of the k-th array argument's buffer: one per buffer (arguments
+        sharing one share it, so that writes and reads of them are ordered as eagerly)."""
+        ph = next((p for p in self.placeholder_list if p.buffer is storage.buffer), None)
+        if ph is not None:
+            self.placeholder_list.append(ph)
+            return ph
         ph = Storage(storage.buffer, storage.nbytes, storage.device, storage.constant)
         self.placeholders[id(ph)] = name
         self.placeholder_list.append(ph)
@@ -254,16 +287,14 @@ class Trace:
             if type(node) is not Leaf or _rp.recorder() is not self:
                 return  # (a lazy target is computed into a temporary first)
             s = node.storage
-            if id(s) in self.placeholders:
-                raise self.error(
-                    "an assignment", f"argument {self.placeholders[id(s)]}",
-                    "fl.fuse does not write into arguments; return the new value instead "
-                    "(x = x + 1, fl.where(mask, v, x))")
             ref = self.refs.get(id(s))
-            if ref is None or ref[0] != "t":
-                # a buffer no recorded launch made (fl.zeros, fl.empty, an array the
-                # function closes over): its contents before the write are not replayed
-                self.failed = "it writes into an array that no kernel of it computed"
+            if (ref is None and id(s.buffer) not in self.contents) or \
+                    (ref is not None and ref[0] == "c"):
+                # a buffer neither an argument nor made by the function (an array it
+                # closes over, a sort's result): its contents before the write are not
+                # replayed
+                self.failed = ("it writes into an array that is neither an argument nor "
+                               "made by it (fl.zeros, fl.empty, ...) or computed by a kernel")
             return
         if self.traced.isdisjoint(node.storages):
             return  # (not computed from the arguments: a constant, its value is known)
@@ -299,27 +330,9 @@ class Trace:
             self._note(program, bindings, outs)
 
     def _note(self, program: Any, bindings: Any, outs: list[Storage]) -> None:
-        refs = self.refs
-        for s in outs:
-            ref = refs.get(id(s))
-            if ref is None:  # first seen as an output: a temporary of the call
-                refs[id(s)] = ("t", len(self.temps))
-                self.temps.append(s)
-            elif ref[0] != "t":
-                self.failed = "it writes into a buffer it did not compute"
-                return
-        storage_refs = []
-        for s in bindings.storages:
-            ref = refs.get(id(s))
-            if ref is None:
-                if self.made_here(s):
-                    # (a replay would read this call's contents again: stale results)
-                    self.failed = ("it reads an array made by work the record does not "
-                                   "hold (a sort, a scan, an FFT)")
-                    return
-                ref = refs[id(s)] = ("c", len(self.consts))
-                self.consts.append(s)
-            storage_refs.append(ref)
+        refs = self._refs(bindings.storages, outs)
+        if refs is None:
+            return
         scalar_refs = []
         nodes = bindings.scalar_nodes
         for k, v in enumerate(bindings.scalars):
@@ -333,8 +346,91 @@ class Trace:
                     return
             scalar_refs.append(self._slot(key, hit, v))
         self.steps.append(_rp._Step(program, list(bindings.params), bindings.out_shape,
-                                    tuple(storage_refs), tuple(refs[id(s)] for s in outs),
-                                    tuple(scalar_refs)))
+                                    refs[0], refs[1], tuple(scalar_refs)))
+
+    def host_step(self, action: Callable[[list[Storage], list[Storage]], Any],
+                  ins: list[Storage], outs: list[Storage]) -> None:
+        """Run ``action(ins, outs)`` (host code on device buffers: a hand-written kernel's
+        launch, a read of its error flag) and record it as a :class:`HostStep`."""
+        action(ins, outs)
+        self.traced.update(outs)
+        if self.failed is None:
+            refs = self._refs(ins, outs)
+            if refs is not None:
+                self.steps.append(HostStep(action, *refs))
+
+    def _refs(self, ins: Iterable[Storage], outs: list[Storage]
+              ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] | None:
+        """A step's refs to the buffers it reads and writes; None where the trace
+        cannot be replayed (``failed`` says why)."""
+        refs = self.refs
+        for s in outs:
+            ref = refs.get(id(s)) or self._made_ref(s)
+            if ref is None:  # first seen as an output: a temporary of the call
+                refs[id(s)] = ("t", len(self.temps))
+                self.temps.append(s)
+            elif ref[0] == "m":
+                self.made[ref[1]][3] = True
+            elif ref[0] == "c":
+                self.failed = "it writes into an array it neither made nor was passed"
+                return None
+        storage_refs = []
+        for s in ins:
+            ref = refs.get(id(s)) or self._made_ref(s)
+            if ref is None:
+                if self.made_here(s):
+                    # (a replay would read this call's contents again: stale results)
+                    self.failed = ("it reads an array made by work the record does not "
+                                   "hold (a sort, a scan, an FFT)")
+                    return None
+                ref = refs[id(s)] = ("c", len(self.consts))
+                self.consts.append(s)
+            storage_refs.append(ref)
+        return tuple(storage_refs), tuple(refs[id(s)] for s in outs)
+
+    def _made_ref(self, s: Storage) -> tuple[str, int] | None:
+        """``("m", k)`` for a buffer made with known contents, first seen now; else None."""
+        found = self.contents.get(id(s.buffer))
+        if found is None or not s.nbytes:
+            return None
+        ref = self.refs[id(s)] = ("m", len(self.made))
+        self.made.append([s, found[1], len(self.steps), False])
+        return ref
+
+    def finish(self, results: Iterable[Storage | None]) -> None:
+        """Resolve the ``("m", k)`` refs once the function returned: a buffer written or
+        returned (``results``: the results' buffers) becomes a temporary, its contents
+        made again by a :class:`HostStep` before its first use (a new array per call,
+        as eagerly); one only read, a constant."""
+        for s in results:
+            if s is not None:
+                ref = self.refs.get(id(s)) or self._made_ref(s)
+                if ref is not None and ref[0] == "m":
+                    self.made[ref[1]][3] = True
+        if not self.made:
+            return
+        resolved: dict[tuple[str, int], tuple[str, int]] = {}
+        remakes: dict[int, list[HostStep]] = {}  # step position -> the steps before it
+        for k, (s, contents, first, written) in enumerate(self.made):
+            if written:
+                ref = ("t", len(self.temps))
+                self.temps.append(s)
+                if contents.pattern is not None or contents.host is not None:
+                    remakes.setdefault(first, []).append(
+                        HostStep(_remake(contents, s.device), (), (ref,)))
+            else:
+                ref = ("c", len(self.consts))
+                self.consts.append(s)
+            resolved[("m", k)] = self.refs[id(s)] = ref
+        steps: list[Any] = []
+        for j, st in enumerate(self.steps):
+            steps += remakes.pop(j, ())
+            st.storage_refs = tuple(resolved.get(r, r) for r in st.storage_refs)
+            st.out_refs = tuple(resolved.get(r, r) for r in st.out_refs)
+            steps.append(st)
+        for later in remakes.values():  # (a result no launch touched)
+            steps += later
+        self.steps = steps
 
     def _slot(self, key: int, hit: tuple[TracedScalar, np.dtype] | None, value: Any) -> int:
         if hit is None:  # a constant of the function's body (``2 * x``)
@@ -345,6 +441,56 @@ class Trace:
             slot = self.slot_of[key] = len(self.slots)
             self.slots.append(hit)
         return slot
+
+
+class HostStep:
+    """A step of a record that the host runs on the call's buffers, not a recorded
+    launch: ``action(inputs, outputs)`` (a hand-written kernel's launch, a read of its
+    error flag, a new buffer's contents made again: :func:`_remake`)."""
+
+    __slots__ = ("action", "out_refs", "storage_refs")
+    # (the interface of a recorded launch that fuse_entry's record reads)
+    scalar_refs: tuple = ()
+    params: tuple = ()
+    out_shape: tuple = ()
+    writes_input = False  # (the action reads pending flags itself where it must)
+
+    def __init__(self, action: Callable[[list[Storage], list[Storage]], Any],
+                 storage_refs: tuple, out_refs: tuple) -> None:
+        self.action = action
+        self.storage_refs = storage_refs
+        self.out_refs = out_refs
+
+
+def _remake(contents: Contents, device: Device) -> Callable[[list[Storage], list[Storage]],
+                                                             None]:
+    """The action making ``contents`` (what ``fl.full`` or ``fl.asarray`` did while
+    tracing) in a call's own buffer."""
+    pattern, host = contents
+
+    def remake(ins: list[Storage], outs: list[Storage]) -> None:
+        out = outs[0]
+        if pattern is not None:
+            backend_for(device).fill(device, out.buffer, pattern, out.nbytes)
+        elif host is not None and host.nbytes:
+            write(out.buffer, host, device)
+    return remake
+
+
+def host_step(action: Callable[[list[Storage], list[Storage]], Any], ins: list[Storage],
+              outs: list[Storage]) -> None:
+    """``action(ins, outs)``: host code on device buffers (a hand-written kernel's launch,
+    a read of its flag), recorded as a step while ``fl.fuse`` traces on this thread."""
+    rec = _rp.recorder()
+    if type(rec) is Trace:
+        rec.host_step(action, ins, outs)
+    else:
+        action(ins, outs)
+
+
+def tracing() -> bool:
+    """Whether ``fl.fuse`` traces on this thread."""
+    return type(_rp.recorder()) is Trace
 
 
 _local = threading.local()

@@ -21,6 +21,8 @@ atomics): equal up to rounding.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +31,8 @@ from .. import launching
 from ..array import Array
 from ..cache import KernelPlan, SourceKernel
 from ..dtypes import c_type_name
-from ..trace_hooks import trace_checks
+from ..expr.nodes import Storage
+from ..tracing import host_step
 
 #: fewer values than this take the one-kernel scatter (two launches cost more)
 MIN_VALUES = 1 << 16
@@ -85,8 +88,6 @@ def takes(op: str, a: Array, indices: object, values: object) -> bool:
     first, :func:`computed`), many values into few enough bins."""
     if op not in ("add", "subtract") or a.device.type != "cpu" or a.ndim != 1:
         return False
-    if trace_checks:  # (fl.fuse replays launches; this path reads a flag in between)
-        return False
     if not (isinstance(indices, Array) and isinstance(values, Array)):
         return False
     if indices.device != a.device or values.device != a.device:
@@ -138,24 +139,41 @@ def scatter_add(op: str, a: Array, indices: Array, values: Array) -> None:
     back, then the combine into ``a``; numpy's ``IndexError`` for an index out of
     range leaves ``a`` untouched."""
     from ..creation import empty, zeros
-    from .indexing import _host_wrapped
 
     n, bins, dev = indices.size, a.size, a.device
     groups = _groups(a, n)
     part = empty(groups * bins, dtype=a.dtype, device=dev).eval()
     flag = zeros(1, dtype=np.int32, device=dev).eval()
-    assert a._storage is not None and part._storage is not None
+    assert a._storage is not None and part._storage is not None and flag._storage is not None
     assert indices._storage is not None and values._storage is not None
-    first = _kernel("fuseloop_scatter_partials", indices.dtype, a.dtype, op)
-    plan = launching.plan_for(first.get(dev), (groups,), 0, 0, dev)
+    _launch(_kernel("fuseloop_scatter_partials", indices.dtype, a.dtype, op), groups,
+            [part._storage, flag._storage], [indices._storage, values._storage],
+            [np.int64(n), np.int64(bins), np.int64(-(-n // groups))], dev)
+    host_step(_flag_read(indices.dtype, bins), [flag._storage, indices._storage], [])
+    _launch(_kernel("fuseloop_scatter_combine", indices.dtype, a.dtype, op),
+            -(-bins // COMBINE_CHUNK), [a._storage], [part._storage],
+            [np.int64(bins), np.int64(groups), np.int64(COMBINE_CHUNK)], dev)
+
+
+def _launch(kernel: SourceKernel, groups: int, outs: list[Storage], ins: list[Storage],
+            scalars: list[Any], dev: Any) -> None:
+    """Launch ``kernel`` (a step of the record while ``fl.fuse`` traces)."""
+    plan = launching.plan_for(kernel.get(dev), (groups,), 0, 0, dev)
     assert plan is not None  # (None only with one_output=True)
-    launching.enqueue(plan, [part._storage, flag._storage],
-                      [indices._storage, values._storage],
-                      [np.int64(n), np.int64(bins), np.int64(-(-n // groups))], False, dev)
-    if flag.get()[0]:
-        _host_wrapped(indices.get(), bins, 0)  # (raises, naming the first)
-    second = _kernel("fuseloop_scatter_combine", indices.dtype, a.dtype, op)
-    plan = launching.plan_for(second.get(dev), (-(-bins // COMBINE_CHUNK),), 0, 0, dev)
-    assert plan is not None
-    launching.enqueue(plan, [a._storage], [part._storage],
-                      [np.int64(bins), np.int64(groups), np.int64(COMBINE_CHUNK)], False, dev)
+
+    def go(ins: list[Storage], outs: list[Storage]) -> None:
+        launching.enqueue(plan, outs, ins, scalars, False, dev)
+    host_step(go, ins, outs)
+
+
+def _flag_read(index_dtype: np.dtype, bins: int) -> Callable[[list[Storage], list[Storage]],
+                                                             None]:
+    """The action reading the partial sums' flag (inputs: the flag, the indices): numpy's
+    IndexError, naming the first index out of range, before the combine."""
+    def flag_read(ins: list[Storage], outs: list[Storage]) -> None:
+        from .indexing import _host_wrapped
+        from .scatter_kernel import host_copy
+
+        if host_copy(ins[0], np.dtype(np.int32))[0]:
+            _host_wrapped(host_copy(ins[1], index_dtype), bins, 0)  # (raises)
+    return flag_read

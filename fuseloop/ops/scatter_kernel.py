@@ -64,7 +64,8 @@ for a contiguous 1-D target of int32/int64/float32/float64 of fewer than 2^31
 elements, a contiguous computed 1-D integer index array and contiguous computed
 values of the target's dtype and the indices' shape (or one scalar value that numpy
 would store as it: :func:`scalar_value`), none sharing the target's buffer, outside
-``fl.fuse``'s tracing and ``fl.show_code``'s capture.  Additions use the device's
+``fl.show_code``'s capture.  While ``fl.fuse`` traces, each launch and the gate's read
+are steps of its record (a new gate per call, zeroed by a step too).  Additions use the device's
 native atomic add (:mod:`fuseloop.lower.atomics`: PTX ``red.global.add`` for floats
 on NVIDIA, ``atomic_add``/``atom_add`` for integers), else a compare-and-swap loop.
 """
@@ -73,6 +74,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -83,9 +85,11 @@ from .. import launching
 from ..array import Array
 from ..cache import KernelPlan, SourceKernel
 from ..dtypes import c_type_name
+from ..expr.nodes import Storage
+from ..flags import check_pending
 from ..runtime.devices import Device
-from ..runtime.transfer import before_read
-from ..trace_hooks import trace_checks
+from ..runtime.transfer import before_read, read
+from ..tracing import host_step, tracing
 
 VARIANTS = ("expr", "gate", "narrow", "backup", "partition", "auto")
 #: elements per work-item when ``FUSELOOP_SCATTER_ITEMS`` does not say
@@ -123,8 +127,9 @@ _caches.register("ops.scatter_kernel.scalars", _scalars.clear, lambda: len(_scal
                  why="one-element arrays of recent scalar values (at most 32)")
 # zeroed one-word gate arrays per device (a gate read back as zero is still zero)
 _gates: dict[Device, list[Array]] = {}
-# scatters whose gate is not read yet (FUSELOOP_SCATTER_WAIT=defer)
-_pending: list[tuple[Array, Array, int]] = []
+# scatters whose gate is not read yet (FUSELOOP_SCATTER_WAIT=defer): the gate's buffer,
+# the indices' and their dtype, the axis' length
+_pending: list[tuple[Storage, Storage, np.dtype, int]] = []
 #: the most scatters left pending: the oldest is read when one more comes
 PENDING_MAX = 64
 
@@ -167,7 +172,7 @@ def _plain(x: Any, device: Device) -> bool:
 def takes(a: Array, key: Any, values: Any, op: str | None) -> bool:
     """Whether :func:`scatter` does ``a[key] = values`` (``op`` None) or
     ``fl.<op>.at(a, key, values)`` (``op`` ``add``/``subtract``); see the module."""
-    if op not in (None, "add", "subtract") or trace_checks or variant() == "expr":
+    if op not in (None, "add", "subtract") or variant() == "expr":
         return False
     if _evaluate.capturing_threads[0]:  # (fl.show_code records sources, runs nothing)
         return False
@@ -510,7 +515,8 @@ def _partition_kernel(name: str, idx: np.dtype, val: np.dtype, k: int,
 
 def _gate(device: Device) -> Array:
     try:
-        return _gates[device].pop()
+        if not tracing():  # (fl.fuse: a new one, zeroed by a step of the record per call)
+            return _gates[device].pop()
     except (KeyError, IndexError):  # (none kept, or another thread took the last)
         pass
     from ..creation import zeros
@@ -518,18 +524,56 @@ def _gate(device: Device) -> Array:
     return zeros(1, dtype=np.int32, device=device).eval()
 
 
-def _read_gate(gate: Array, key: Array, n: int) -> None:
+def _read_gate(gate: Storage, key: Storage, key_dtype: np.dtype, n: int) -> None:
     """Read ``gate`` back (waits for the scatter); raise numpy's error naming the first
-    index out of range when it is set, else keep it for the next scatter."""
+    index out of range when it is set, else keep it for the next scatter.  (Buffers, read
+    as they are: an ``fl.fuse`` trace reads them too, as its record's step.)"""
     from .indexing import _host_wrapped
 
-    if gate.get()[0]:
-        _host_wrapped(key.get(), n, 0)  # (raises, naming the first)
+    if host_copy(gate, np.dtype(np.int32))[0]:
+        _host_wrapped(host_copy(key, key_dtype), n, 0)  # (raises, naming the first)
         raise AssertionError("the scatter's check found an index out of range that the "
                              "host does not")  # pragma: no cover
     pool = _gates.setdefault(gate.device, [])
     if len(pool) < 8:
-        pool.append(gate)
+        pool.append(Array._concrete(gate, np.dtype(np.int32), (1,)))
+
+
+def host_copy(storage: Storage, dtype: np.dtype) -> np.ndarray:
+    """``storage``'s contents as a numpy vector of ``dtype`` (waits for the device; small
+    ones on a CPU read as ``Array.get`` reads them, without a copy command)."""
+    from ..expr.nodes import Leaf
+    from ..host_path import read as host_read
+
+    n = storage.nbytes // dtype.itemsize
+    small = host_read(Leaf(storage, dtype, (n,)), storage.device)
+    if small is not None:
+        return small
+    host = np.empty(n, dtype)
+    read(host, storage.buffer, storage.device)
+    return host
+
+
+def _confirm(key_dtype: np.dtype, n: int) -> Callable[[list[Storage], list[Storage]], None]:
+    """The action reading a scatter's gate (inputs: the gate, the indices), or with
+    ``FUSELOOP_SCATTER_WAIT=defer`` leaving it pending."""
+    def confirm(ins: list[Storage], outs: list[Storage]) -> None:
+        gate, key = ins
+        if deferred():
+            _pending.append((gate, key, key_dtype, n))
+            if confirm_pending not in before_read:
+                before_read.append(confirm_pending)
+            if len(_pending) > PENDING_MAX:  # (the oldest: long done, most likely)
+                _read_gate(*_pending.pop(0))
+        else:
+            _read_gate(gate, key, key_dtype, n)
+    return confirm
+
+
+def _reads_pending(ins: list[Storage], outs: list[Storage]) -> None:
+    """The action reading the flags of gathers not read yet (the indices' or values'),
+    before a store."""
+    check_pending()
 
 
 def confirm_pending() -> None:
@@ -539,18 +583,23 @@ def confirm_pending() -> None:
         before_read.remove(confirm_pending)
     try:
         while _pending:
-            gate, key, n = _pending.pop(0)
-            _read_gate(gate, key, n)
+            _read_gate(*_pending.pop(0))
     finally:
         if _pending:
             before_read.append(confirm_pending)
 
 
 def _launch(kernel: SourceKernel, groups: int, group: int, outs: list[Any],
-            ins: list[Any], scalars: list[Any], device: Device) -> None:
+            ins: list[Any], scalars: list[Any], device: Device, writes: int = 0) -> None:
+    """Launch ``kernel`` (a step of the record while ``fl.fuse`` traces); ``writes``: the
+    last inputs it writes too (the backup store's gate), outputs of the step."""
     plan = launching.plan_for(kernel.get(device), (groups, group), 0, 0, device)
     assert plan is not None  # (None only with one_output=True)
-    launching.enqueue(plan, outs, ins, scalars, False, device)
+    n_out = len(outs)
+
+    def go(ins: list[Storage], outs: list[Storage]) -> None:
+        launching.enqueue(plan, outs[:n_out], ins + outs[n_out:], scalars, False, device)
+    host_step(go, ins[:len(ins) - writes], outs + ins[len(ins) - writes:])
 
 
 def mode_for(a: Array, key: Array) -> str:
@@ -586,12 +635,13 @@ def span_shift(n: int, itemsize: int) -> tuple[int, int]:
 
 def scatter(a: Array, key: Array, values: Any, op: str | None) -> None:
     """``a[key] = values`` or ``fl.<op>.at(a, key, values)`` where :func:`takes` says so:
-    the variant's launches and a read of the gate (see the module)."""
-    from ..flags import check_pending
+    the variant's launches and a read of the gate (see the module).  While ``fl.fuse``
+    traces, each launch and read is a step of its record (:func:`~fuseloop.tracing.host_step`)."""
     from .scatter_add import _readers_first
 
     _readers_first(a)
-    check_pending()  # (indices or values from a gather whose flag is unread: before a store)
+    # (indices or values from a gather whose flag is unread: read before a store)
+    host_step(_reads_pending, [], [])
     dev = a.device
     scalar = scalar_value(values, a.dtype)
     if scalar is not None:
@@ -605,16 +655,7 @@ def scatter(a: Array, key: Array, values: Any, op: str | None) -> None:
     run = _run_backup if mode == "backup" else _run_partition if mode == "partition" \
         else _run_checked
     run(mode, a, key, values, gate, update, (k, group, scalar is not None))
-    n = a.size
-    if deferred():
-        _pending.append((gate, key, n))
-        if confirm_pending not in before_read:
-            before_read.append(confirm_pending)
-        if len(_pending) > PENDING_MAX:  # (the oldest: long done, most likely)
-            gate, key, n = _pending.pop(0)
-            _read_gate(gate, key, n)
-    else:
-        _read_gate(gate, key, n)
+    host_step(_confirm(key.dtype, a.size), [gate._storage, key._storage], [])
 
 
 def _run_checked(mode: str, a: Array, key: Array, values: Array, gate: Array, update: str,
@@ -652,7 +693,8 @@ def _run_backup(mode: str, a: Array, key: Array, values: Array, gate: Array, upd
             [np.int64(n), np.int32(0)], dev)
     store = _kernel("fuseloop_scatter_store", mode, key.dtype, a.dtype, update, k, scalar)
     _launch(store, -(-m // (group * k)), group, [a._storage],
-            [key._storage, values._storage, gate._storage], [np.int64(m), np.int32(n)], dev)
+            [key._storage, values._storage, gate._storage], [np.int64(m), np.int32(n)], dev,
+            writes=1)
     _launch(copy, copy_groups, group, [a._storage], [saved._storage, gate._storage],
             [np.int64(n), np.int32(1)], dev)
 
