@@ -35,42 +35,16 @@ import argparse
 import dataclasses
 import importlib
 import os
-import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from lazy_call_ab import _times as times  # (its sibling's timing: lat, host, loop)
 
 CASES = ("small-matvec,vecmat,matmul-8rows,matmul-64rows,matmul-8cols,argmin-all,"
          "sum-all-keepdims,argmax-rows,int-max-cols,small-softmax,sum-middle,sum-axes02")
-
-
-def times(call: Callable[[], Any], sync: Callable[[], None], repeat: int,
-          batch: int) -> tuple[float, float, float]:
-    """(lat, host, loop) in microseconds per call (see the module's docstring)."""
-    for _ in range(5):
-        call()
-        sync()
-    lat, host = [], []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        r = call()
-        t1 = time.perf_counter()
-        sync()
-        lat.append(time.perf_counter() - t0)
-        host.append(t1 - t0)
-        del r
-    loops = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(batch):
-            call()
-        sync()
-        loops.append((time.perf_counter() - t0) / batch)
-    return statistics.median(lat) * 1e6, statistics.median(host) * 1e6, min(loops) * 1e6
 
 
 def _torch(wl: Any, inputs: dict[str, np.ndarray], repeat: int, batch: int) -> float | None:
