@@ -544,6 +544,17 @@ class _Watching:
 _watched: dict[int, tuple[Any, _Watching]] = {}  # id(device memory): (it, its watcher)
 
 
+def note_born(buffer: Any) -> None:
+    """``buffer`` was made outside the device pools (CuPy's sorts and scans on a CUDA
+    device): noted in this thread's traces as a pool's watcher notes its own."""
+    me = threading.get_ident()
+    with _watch_lock:
+        for _memory, watching in _watched.values():
+            for t in watching.traces:
+                if t.thread == me:
+                    t.born[id(buffer)] = buffer
+
+
 def _watch(trace: Trace, device: Device | None) -> None:
     from .runtime.devices import _runtime, _runtimes
 

@@ -22,9 +22,15 @@ def _view(x: Array, shape: tuple[int, ...]) -> Any:
 
 
 def _wrap(values: Any, device: Any) -> Array:
+    """CuPy's result as a fuseloop array; a trace running (``fl.fuse``) learns that its
+    memory was made by work the record does not hold (so its contents are no constant)."""
+    from .. import tracing
     from ..cuda_interop import from_cuda
 
-    return from_cuda(values, device)
+    out = from_cuda(values, device)
+    if tracing._watched and out._storage is not None:
+        tracing.note_born(out._storage.buffer)
+    return out
 
 
 def _keys(v: Any, descending: bool) -> Any:
