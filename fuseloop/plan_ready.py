@@ -139,8 +139,8 @@ class Ready:
             return _flags.deferring(self.run, storages, scalars, device)
         launch_plans = self.launch_plans
         try:  # (attrgetter's map: no comprehension's frame)
-            states = list(map(_thread_state, launch_plans)) if len(launch_plans) > 1 \
-                else [launch_plans[0].threads.state]
+            states = list(map(_thread_state, launch_plans)) if len(launch_plans) != 1 \
+                else [launch_plans[0].threads.state]  # (none: an empty statement's plan)
         except AttributeError:  # this thread's first launch of a kernel
             return None
         for lp in launch_plans:
