@@ -88,11 +88,17 @@ def small_reads(roots: Sequence[Node]) -> bool:
 _computed: dict[int, int] = {}
 
 
-def _count_computed(root: Node) -> int:
+def _walk(root: Node, stop_kinds: str = "") -> int:
+    """How many computed nodes ``root``'s tree has (a shared one counted once); -1 as
+    soon as a node reached (a leaf, scalar or literal too) has a dtype of a kind in
+    ``stop_kinds``.  The walk of :func:`tracks_uses` (its node count) and :func:`_has_complex` (the
+    rule is a string, not a function: no call per node)."""
     seen: set[int] = set()
     stack = [root]
     while stack:
         node: Any = stack.pop()
+        if stop_kinds and node.dtype.kind in stop_kinds:
+            return -1
         cls = type(node)
         if cls is Leaf or cls is Scalar or cls is Literal or id(node) in seen:
             continue
@@ -118,7 +124,7 @@ def tracks_uses(roots: Sequence[Node], size: int) -> bool:
         return False
     n = 0
     for r in roots:
-        n += per_signature(_computed, r, _count_computed, READS_MAX)
+        n += per_signature(_computed, r, _walk, READS_MAX)
     return size * n >= _host.TRACK_USES_WORK
 
 
@@ -127,25 +133,7 @@ _complexes: dict[int, int] = {}
 
 
 def _has_complex(node: Node) -> int:
-    stack = [node]
-    seen: set[int] = set()
-    while stack:
-        n: Any = stack.pop()
-        if n.dtype.kind == "c":
-            return 1
-        cls = type(n)
-        if id(n) in seen or cls is Leaf or cls is Scalar or cls is Literal:
-            continue
-        seen.add(id(n))
-        if cls is Apply:
-            stack.extend(n.args)
-        elif cls is Reduce or cls is Remap:
-            stack.append(n.child)
-        elif cls is Gather:
-            stack.extend((n.child, n.index))
-        elif cls is Concat:
-            stack.extend(n.pieces)
-    return 0
+    return 1 if _walk(node, "c") < 0 else 0
 
 
 def reads_complex(roots: Sequence[Node]) -> bool:
