@@ -81,6 +81,12 @@ if _env:  # an integer (the limit; 0: off), or a word
 #: ``abs(Z) < 2`` on 15625 elements: 600 us against numpy's 26 us; ``Z * Z + C``: on
 #: par), and a launch's host cost comes on top
 COMPLEX_MAX_WORK = 1 << 16
+#: the most bytes (leaves read and results written) of an evaluation beyond
+#: HOST_MAX_WORK elements done here where its operations are cheap ones (host_reads.
+#: CHEAP_OPS: memory-bound, a single pass): a logical not of 64k booleans costs numpy
+#: ~5 us and a kernel's launch more than the host path's whole statement
+#: (probes/npbench_cheap_work.py: 108 against 192 us; float sums at 16k on par)
+CHEAP_MAX_BYTES = 128 << 10
 #: from this many output elements on, an evaluation lets go of each intermediate value
 #: once read (and computes into it where it can): kept all at once, a 16-operation
 #: stencil's temporaries outgrew the cache and ran 4x slower than numpy's own
@@ -602,8 +608,10 @@ def within_limit(size: int, roots: Sequence[Node]) -> bool:
     """Whether an evaluation of ``size`` output elements reading ``roots`` is small enough
     for the host path (:func:`eligible`'s limits alone: callers choosing whether to
     try it before a kernel's plan)."""
-    return size <= HOST_MAX_WORK or (
-        size <= COMPLEX_MAX_WORK and HOST_MAX_WORK > 0 and reads_complex(roots))
+    if size <= HOST_MAX_WORK:
+        return True
+    return HOST_MAX_WORK > 0 and ((size <= COMPLEX_MAX_WORK and reads_complex(roots))
+                                  or (size <= CHEAP_MAX_BYTES and cheap_work(roots)))
 
 
 def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
@@ -667,6 +675,7 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
 from . import evaluate as _evaluate  # noqa: E402  (it imports this module first)
 from .host_reads import (  # noqa: E402, F401  (its users' names)
     READS_MAX,
+    cheap_work,
     reads_complex,
     small_reads,
     tracks_uses,

@@ -145,9 +145,59 @@ def reads_complex(roots: Sequence[Node]) -> bool:
     return False
 
 
+# structure signature -> the bytes its cheap elementwise work moves (see cheap_work)
+_moved: dict[int, int] = {}
+#: operations whose numpy loops move memory more than they compute (one pass over
+#: their operands, no division, no function): their cost is the bytes they touch
+CHEAP_OPS = frozenset((
+    "add", "subtract", "multiply", "negative", "positive", "absolute", "square", "cast",
+    "minimum", "maximum", "fmin", "fmax", "where", "equal", "not_equal", "less",
+    "less_equal", "greater", "greater_equal", "logical_and", "logical_or", "logical_xor",
+    "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "invert"))
+_COSTLY = 1 << 62
+
+
+def _bytes_moved(root: Node) -> int:
+    """The bytes ``root``'s elementwise tree reads and writes: each leaf's elements
+    and each operation's result (a shared node once); a node that is not a cheap
+    operation of its operands (a reduction, a remap, a division, a function) counts
+    as too costly."""
+    total = 0
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node: Any = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        cls = type(node)
+        total += _size(node.shape) * node.dtype.itemsize
+        if cls is Apply and node.op in CHEAP_OPS:
+            stack.extend(node.args)
+        elif cls is not Leaf and cls is not Scalar and cls is not Literal:
+            return _COSTLY
+    return total
+
+
+def cheap_work(roots: Sequence[Node]) -> bool:
+    """Whether ``roots`` are cheap elementwise work (:data:`CHEAP_OPS` only) touching at
+    most the host path's ``CHEAP_MAX_BYTES`` bytes, counted per signature: numpy's
+    single pass over them costs less than a kernel's launch even beyond
+    ``HOST_MAX_WORK`` elements (mandelbrot2's ``np.logical_not(I, I)`` on 40000
+    booleans: a kernel each iteration)."""
+    limit = _host.CHEAP_MAX_BYTES
+    total = 0
+    for r in roots:
+        total += per_signature(_moved, r, _bytes_moved, READS_MAX)
+        if total > limit:
+            return False
+    return True
+
+
 from . import host_path as _host  # noqa: E402  (it imports this module first)
 
 _caches.register("host_path.reads", _reads.clear, lambda: len(_reads), READS_MAX)
 _caches.register("host_path.complexes", _complexes.clear, lambda: len(_complexes),
                  READS_MAX)
+_caches.register("host_path.moved", _moved.clear, lambda: len(_moved), READS_MAX)
 _caches.register("host_path.computed", _computed.clear, lambda: len(_computed), READS_MAX)

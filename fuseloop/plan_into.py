@@ -33,7 +33,7 @@ def replay_into(root: Node, out_shape: tuple[int, ...], device: Device, target: 
     anything else applies: the caller runs it."""
     # (the host path's test on a CPU device only: host_path.host_device needs one)
     if _ev.capturing_threads[0] or _ev.recording_threads[0] or _prog.CHECK_STRUCTURE_CACHE \
-            or (device.type == "cpu" and math.prod(out_shape) <= _host.HOST_MAX_WORK
+            or (device.type == "cpu" and _host.within_limit(math.prod(out_shape), (root,))
                 and _host.eligible((root,), out_shape, device, (target,))):
         return False
     free = _free_views((root,))
