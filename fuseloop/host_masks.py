@@ -28,7 +28,7 @@ from . import flags as _flags
 from . import host_path as _host
 from .dtypes import scalar_to
 from .expr.nodes import Leaf, Scalar, recent_lazy
-from .host_path import _DTYPES, _State, _store, _Unsupported, _value, _view
+from .host_path import _DTYPES, _State, _Unsupported, _value, _view
 from .runtime.devices import _runtime
 from .stats import increment as _count
 from .trace_hooks import trace_checks
@@ -82,10 +82,14 @@ def _taken(arr: Any, key: Any) -> Any:
 
 
 def _values(node: Any, shape: tuple[int, ...], rt: Any) -> np.ndarray:
+    """``node``'s elements (computed here unless a leaf) as an array of ``shape`` (a
+    broadcast view only where its own shape is another: numpy's broadcast_to is a
+    Python function, a tenth of a small selection's cost)."""
     if type(node) is Leaf and node.dtype.char in _MOVED:  # (complex too: only moved)
-        return np.broadcast_to(_view(node.storage, rt, node.dtype, node.shape,
-                                     node.strides, node.offset), shape)
-    return np.broadcast_to(_value(node, _State(rt, None)), shape)
+        v = _view(node.storage, rt, node.dtype, node.shape, node.strides, node.offset)
+    else:
+        v = _value(node, _State(rt, None))
+    return v if node.shape == shape and type(v) is np.ndarray else np.broadcast_to(v, shape)
 
 
 def select(arr: Any, key: Any) -> Any:
@@ -99,16 +103,20 @@ def select(arr: Any, key: Any) -> Any:
         rt.finish()
         token = _host._errors.set(_host._QUIET) if _host._QUIET is not None else None
         try:
-            out = _values(arr._node, shape, rt)[_values(key._node, shape, rt)]
+            values = _values(arr._node, shape, rt)
+            mask = _values(key._node, shape, rt)
         except (_Unsupported, RecursionError, TypeError, ValueError):
             return None
         finally:
             if token is not None:
                 _host._errors.reset(token)
-        storage = _evaluate.allocate(out.nbytes, arr.device)
-        _store(storage, rt, dtype, out.shape, None, 0, out)
+        n = int(np.count_nonzero(mask))
+        storage = _evaluate.allocate(n * dtype.itemsize, arr.device)
+        if n:  # (selected straight into the new buffer: no temporary copied over)
+            out = _view(storage, rt, dtype, (n,), None, 0)
+            np.compress(mask.reshape(-1), values.reshape(-1), out=out)
     _count("host_evaluations")
-    return type(arr)._concrete(storage, dtype, out.shape)
+    return type(arr)._concrete(storage, dtype, (n,))
 
 
 def assign(arr: Any, key: Any, value: Any) -> bool:
