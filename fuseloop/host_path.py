@@ -418,7 +418,9 @@ def _small_child(child: Node) -> None:
         raise _Unsupported
 
 
-def _apply(node: Any, ev: _State) -> Any:
+def _apply(node: Any, ev: _State, into: np.ndarray | None = None) -> Any:
+    """``node``'s value (an operation of its arguments' values); ``into``: an array of
+    its shape and dtype its ufunc writes (then returned), where it is one."""
     op = node.op
     if op == "power" and type(node.args[1]) is Literal:  # (x ** e by products, as kernels)
         from .powers import host_value
@@ -455,6 +457,8 @@ def _apply(node: Any, ev: _State) -> Any:
                 v = v.astype(dt)
         args.append(v)
     out_dt = loop[-1]
+    if into is not None and type(fn) is np.ufunc and into.dtype is out_dt:
+        return fn(*args, out=into)  # (numpy reads overlapping operands before writing)
     if ev.uses is not None and type(fn) is np.ufunc:
         # an argument computed here, read by this node only, of the result's shape and
         # dtype holds the result (numpy's own operators elide such temporaries)
@@ -645,9 +649,16 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             rt.flush()
         rt.finish()
         token = _errors.set(_QUIET) if _QUIET is not None else None
+        into = None
         try:
             ev = _State(rt, _uses(roots) if tracks_uses(roots, size) else None)
-            values = [_value(r, ev) for r in roots]
+            if len(roots) == 1 and type(roots[0]) is Apply and roots[0].shape == out_shape \
+                    and out_shape:
+                # (the operation computed into its output: no temporary copied over)
+                into, out_storage = _output(roots[0].dtype, out_shape, device, rt, targets)
+                values = [_apply(roots[0], ev, into)]
+            else:
+                values = [_value(r, ev) for r in roots]
         except (_Unsupported, RecursionError, TypeError, ValueError):
             return None  # (nothing written yet: the kernels compute it, or report it)
         finally:
@@ -657,6 +668,11 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             # a root read straight from a buffer that an earlier root's target writes
             # must keep its old elements: take them before any write
             values = [np.array(v) if type(r) is Leaf else v for v, r in zip(values, roots)]
+        if into is not None:
+            if values[0] is not into:  # (not a ufunc's, or on another dtype)
+                into[...] = values[0]
+            _count_evaluation()
+            return [out_storage]
         outs: list[Storage] = []
         for k, (r, v) in enumerate(zip(roots, values)):
             t = targets[k] if targets is not None else None
@@ -670,6 +686,19 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
             outs.append(s)
     _count_evaluation()
     return outs
+
+
+def _output(dtype: np.dtype, out_shape: tuple[int, ...], device: Device, rt: Any,
+            targets: Sequence[Target | Storage | None] | None) -> tuple[Any, Storage]:
+    """The one (n-d) result's elements in host memory, where :func:`try_run` writes them
+    (its target's view, or a new buffer's), and their storage."""
+    t = targets[0] if targets is not None else None
+    if type(t) is Target and (t.strides is not None or t.offset):
+        s = t.storage
+        return _view(s, rt, dtype, out_shape, t.strides, t.offset), s
+    s = _evaluate.allocate(_size(out_shape) * dtype.itemsize, device) if t is None else \
+        t.storage if type(t) is Target else t  # type: ignore[assignment]
+    return _view(s, rt, dtype, out_shape, None, 0), s
 
 
 from . import evaluate as _evaluate  # noqa: E402  (it imports this module first)
