@@ -5,7 +5,8 @@ waking the driver's worker threads), where numpy does a statement on a few hundr
 elements in 1-5 us; a Python loop of small statements (``A[i, j] -= A[i, :j] @
 A[:j, j]``) was 50-200x slower than numpy.  The device's buffers are host memory, so
 an evaluation whose work is small (:data:`HOST_MAX_WORK` elements, measured by
-``benchmarks/host_path_threshold.py``) runs here instead: each buffer is mapped once
+``benchmarks/host_path_threshold.py``; or cheap elementwise operations moving at most
+:data:`CHEAP_MAX_BYTES` bytes) runs here instead: each buffer is mapped once
 (a persistent, zero-copy map kept per OpenCL buffer, see :func:`host_bytes`), leaves
 become numpy views of it, and the expression is computed with numpy ufuncs on the
 operation's own loop dtypes (numpy's promotion is what fuseloop's loops follow), then
@@ -652,8 +653,8 @@ def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         into = None
         try:
             ev = _State(rt, _uses(roots) if tracks_uses(roots, size) else None)
-            if len(roots) == 1 and type(roots[0]) is Apply and roots[0].shape == out_shape \
-                    and out_shape:
+            if out_shape and len(roots) == 1 and type(roots[0]) is Apply \
+                    and roots[0].shape == out_shape:
                 # (the operation computed into its output: no temporary copied over)
                 into, out_storage = _output(roots[0].dtype, out_shape, device, rt, targets)
                 values = [_apply(roots[0], ev, into)]

@@ -47,7 +47,7 @@ def main() -> None:
         kernel = getattr(swap._load(bench_dir / b["relative_path"] / f"{b['module_name']}_cupy.py",
                                     f"npb_{b['module_name']}_ops"), b["func_name"])
         swap.timed_call(fl, kernel, b, values)  # (kernels built, views kept)
-        ops, py, c = count(lambda i: swap.timed_call(fl, kernel, b, values), 1)
+        ops, py, c = count(lambda i, k=kernel, b=b, v=values: swap.timed_call(fl, k, b, v), 1)
         print(f"{name}: {sum(ops.values()):,} bytecodes, {py:,} Python calls, {c:,} C calls")
         for fn, k in ops.most_common(args.top):
             print(f"  {k:10,}  {fn}")
