@@ -30,9 +30,11 @@ def main() -> None:
     ap.add_argument("--preset", default="S")
     ap.add_argument("--top", type=int, default=0)
     args = ap.parse_args()
-    sys.path[:0] = [args.root, str(HERE), str(HERE.parent)]
-    import npbench_swap as swap
+    sys.path[:0] = [str(HERE), str(HERE.parent)]
+    import npbench_swap as swap  # (it puts the current directory first: root goes before it)
     from statement_opcodes import count
+
+    sys.path.insert(0, args.root)
 
     import fuseloop as fl
 
