@@ -615,8 +615,10 @@ def within_limit(size: int, roots: Sequence[Node]) -> bool:
     try it before a kernel's plan)."""
     if size <= HOST_MAX_WORK:
         return True
-    return HOST_MAX_WORK > 0 and ((size <= COMPLEX_MAX_WORK and reads_complex(roots))
-                                  or (size <= CHEAP_MAX_BYTES and cheap_work(roots)))
+    # (the result's own bytes bound what cheap work moves: most larger statements are
+    # told without a look-up)
+    return HOST_MAX_WORK > 0 and ((size <= COMPLEX_MAX_WORK and reads_complex(roots)) or (
+        size * roots[0].dtype.itemsize <= CHEAP_MAX_BYTES and cheap_work(roots)))
 
 
 def try_run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
