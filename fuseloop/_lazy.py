@@ -8,23 +8,87 @@ first time it is read.  Classes that derive from Loopy's own live in modules
 that only code running on a miss imports (``lower/callables.py``,
 ``recipes/mappers.py``, ``lower/reductions.py``, ``recipes/row_cache.py``).
 
+A process that will generate code (its disk cache never saw the device: see
+:func:`fuseloop.runtime.devices._start_worker_early`) imports Loopy on a thread from
+device discovery on (:func:`preload_loopy`): the driver's start and the device's
+context are made with the GIL released (:mod:`fuseloop.runtime.icd`), so the import
+runs beside them instead of at the first cache miss.
+
 Type checkers see the real modules.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["LazyModule", "first_call", "isl", "loopy_lock", "lp", "prim"]
+__all__ = ["LazyModule", "await_preload", "first_call", "isl", "loopy_lock", "lp",
+           "preload_loopy", "prim"]
 
 #: one Loopy step at a time, in the whole process (Loopy, islpy and pymbolic keep
 #: process-wide caches; see :mod:`fuseloop.lower.codegen`); here, so that the kernel
 #: cache holds it without importing the lowering
 loopy_lock = threading.RLock()
+
+
+#: what a first kernel's code generation and launch import (for its first code generation
+#: Loopy imports modules of its own; pyopencl's invoker comes with the first kernel object),
+#: all third-party; a name missing here is skipped
+PRELOADED = ("loopy", "loopy.check", "loopy.codegen.bounds", "loopy.codegen.control",
+             "loopy.codegen.instruction", "loopy.codegen.loop", "loopy.codegen.tools",
+             "loopy.isl_helpers", "loopy.library.function", "loopy.schedule.device_mapping",
+             "loopy.target.c.compyte.dtypes", "colorama", "pyopencl.characterize",
+             "pyopencl.invoker")
+#: the thread importing Loopy ahead of the first cache miss (see preload_loopy), or None
+_preload: threading.Thread | None = None
+_preload_lock = threading.Lock()
+
+
+def preload_loopy() -> None:
+    """Import Loopy (with islpy, pymbolic, pytools) and :data:`PRELOADED` on a daemon
+    thread, once per process, unless Loopy is loaded: for a process that will generate
+    code, called when its devices are being discovered, so that the imports run while
+    the driver starts and the device opens (with the GIL released) rather than at the
+    first cache miss.  None of fuseloop's modules: the thread never waits for an import
+    lock that this process's main thread could hold while waiting for one of the
+    thread's."""
+    global _preload
+    with _preload_lock:
+        if _preload is not None or "loopy" in sys.modules:
+            return
+        _preload = threading.Thread(target=_import_loopy_quietly, name="fuseloop-loopy-import",
+                                    daemon=True)
+        _preload.start()
+
+
+def _import_loopy_quietly() -> None:
+    for name in PRELOADED:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass  # (the first miss imports it again and says what failed)
+
+
+def await_preload() -> None:
+    """Wait for :func:`preload_loopy`'s import, if one runs (the first Loopy section
+    freezes the objects alive before it, Loopy's among them: see
+    :func:`fuseloop.lower.codegen.loopy_section`)."""
+    thread = _preload
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()
+
+
+def _forget_preload() -> None:
+    global _preload, _preload_lock
+    _preload, _preload_lock = None, threading.Lock()  # (no thread of the parent's here)
+
+
+os.register_at_fork(after_in_child=_forget_preload)
 
 
 class LazyModule:

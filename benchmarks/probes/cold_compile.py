@@ -44,9 +44,11 @@ disk cache, PoCL's kernel cache): a later process's first result, printed as
 ``--phases`` prints each run's wall-clock timeline instead: ``step start+length`` in
 seconds from the process's first line (import, arrays, device discovery, device open,
 the compile worker's start and each request to it (its build, or the wait for its
-start), Loopy's import, lowering, recipe, code generation, the build, the first
-read's wait), then how long Python took to start and the whole, from the process's
-spawn to the first result.  With ``--rounds`` above 1 the medians of the arrays, the
+start), the driver's start and the device's context where they are made without the
+GIL, Loopy's import (on a thread from device discovery on where the cache is cold, and
+the first Loopy section's wait for it), lowering, recipe, code generation, the build,
+the first read's wait), then how long Python took to start and the whole, from the
+process's spawn to the first result.  With ``--rounds`` above 1 the medians of the arrays, the
 first result and the whole come after each case (``--summary``: those alone).
 ``--setup CODE`` (repeatable) runs each variant alternately, as ``--root`` does
 (e.g. ``--setup pass --setup "import threading; threading.Thread(target=__import__,
@@ -111,6 +113,17 @@ for _name, _label in (("__init__", "worker start"), ("request", "worker request"
         return wrapper
     setattr(compile_workers._Worker, _name, _wrap(getattr(compile_workers._Worker, _name),
                                                   _label))
+# (wall spans only: the driver's start and the context where fuseloop makes them without
+# the GIL, Loopy's import on a thread and the first Loopy section's wait for it; where
+# the checkout has them)
+from fuseloop import _lazy
+from fuseloop.runtime import icd
+for _module, _name, _label in ((icd, "start_drivers", "driver start"),
+                               (icd, "new_context", "context"),
+                               (_lazy, "_import_loopy_quietly", "Loopy import (thread)"),
+                               (codegen, "await_preload", "Loopy import wait")):
+    if hasattr(_module, _name):
+        setattr(_module, _name, _wrap(getattr(_module, _name), _label))
 # (Loopy's import at the first code generation, as fuseloop does it: with the collector
 # off; importing it here before kernel_plan, as this probe did, added the collections)
 timed(codegen, "_import_loopy", "Loopy import")

@@ -121,8 +121,9 @@ class _DeviceRuntime:
 
         self.device = device
         backend = backend_for(device)
-        _start_worker_early(device)  # (its context and compiler start overlap this one's)
         self.context, self.queue = backend.open(device)
+        # (after this process's context: a driver making two at once made each slower)
+        _start_worker_early(device)
         self.pool = DeviceMemory(device, self.context, self.queue)
         # zeroed error-flag buffers of checked gathers (see fuseloop.flags)
         self.flags: list[Any] = []
@@ -288,14 +289,18 @@ def _start_worker_early(device: Device | None) -> None:
     any device) opened: the process will build kernels, and its first build would
     otherwise wait at the first miss for the worker's start (Python, the driver, a
     context, the compiler's first build), which now overlaps device discovery
-    (``device`` None: a worker process starts) and the device's opening, the copies
-    and the lowering (``device``: the worker readies it; the device is marked as seen).
+    (``device`` None: a worker process starts, and Loopy's import begins on a thread,
+    see :func:`fuseloop._lazy.preload_loopy`) and the copies and the lowering
+    (``device``, just opened: the worker readies it; the device is marked as seen).
     A process whose kernels are on disk starts none (the first miss does, as before)."""
     from .. import cache_disk
 
     if cache_disk.opened_before(None if device is None else device.identity):
         return  # (a warm process: one stat, compile_workers not even imported)
+    from .. import _lazy
     from . import compile_workers
+
+    _lazy.preload_loopy()  # (any backend's code generation: before the worker's checks)
 
     if device is not None:
         compile_workers.prestart(device)
