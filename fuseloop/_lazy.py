@@ -19,6 +19,7 @@ Type checkers see the real modules.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
@@ -67,11 +68,21 @@ def preload_loopy() -> None:
 
 
 def _import_loopy_quietly() -> None:
-    for name in PRELOADED:
-        try:
-            importlib.import_module(name)
-        except Exception:
-            pass  # (the first miss imports it again and says what failed)
+    # with the collector off, as the first miss's import (fuseloop.lower.codegen): what
+    # the import makes stays for the process, so collecting during it frees nothing and
+    # holds the GIL.  (For the import's length the main thread's collections wait too:
+    # it is discovering and opening a device meanwhile.)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for name in PRELOADED:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                pass  # (the first miss imports it again and says what failed)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def await_preload() -> None:
