@@ -49,7 +49,8 @@ GIL, Loopy's import (on a thread from device discovery on where the cache is col
 the first Loopy section's wait for it), lowering, recipe, code generation, the build,
 the first read's wait), then how long Python took to start and the whole, from the
 process's spawn to the first result.  With ``--rounds`` above 1 the medians of the arrays, the
-first result and the whole come after each case (``--summary``: those alone).
+first result and the whole come after each case (``--summary``: those alone, and
+each step's median length, where 5 ms or more).
 ``--setup CODE`` (repeatable) runs each variant alternately, as ``--root`` does
 (e.g. ``--setup pass --setup "import threading; threading.Thread(target=__import__,
 args=('loopy',)).start()"``: Loopy imported on a thread while the arrays are made).
@@ -275,6 +276,7 @@ def main() -> None:
     for case in args or CASES:
         # (root, warm or cold): the wall seconds of each run, for the medians
         figures: dict[tuple[str, str], list[tuple[float, ...]]] = {}
+        spans: dict[tuple[str, str], list[dict[str, float]]] = {}  # (each run's span lengths)
         for _ in range(rounds):
             for root, setup in [(r, s) for r in roots or [str(ROOT)] for s in setups]:
                 label = f"[{Path(root).name}] " if roots else ""
@@ -287,12 +289,46 @@ def main() -> None:
                     got = _walls(out)
                     if got:
                         figures.setdefault((label, prefix), []).append(got)
+                        spans.setdefault((label, prefix), []).append(_span_lengths(phases))
         if rounds > 1:
             for (label, prefix), runs in figures.items():
                 med = [statistics.median(run[k] for run in runs) for k in range(3)]
                 print(f"{label}{prefix}{case}: median of {len(runs)}: arrays {med[0]:.2f} s, "
                       f"first result {med[1]:.2f} s, spawn to first result {med[2]:.2f} s",
                       flush=True)
+                if flags["--summary"]:  # (and the median length of each step over 5 ms)
+                    runs_spans = spans[(label, prefix)]
+                    medians = {n: statistics.median(r.get(n, 0.0) for r in runs_spans)
+                               for n in runs_spans[0] if n not in _WHOLE}
+                    print(f"{label}{prefix}{case}: median s of " + ", ".join(
+                        f"{n} {m:.2f}" for n, m in medians.items() if m >= 0.005), flush=True)
+
+
+_WHOLE = ("import", "arrays", "first result")
+
+
+def _span_lengths(phases: str) -> dict[str, float]:
+    """Each step's wall seconds in a run's phases line (summed where it recurs), in
+    the order they started; "before lowering": from the first result's start to the
+    first of lowering or Loopy's wait (what precedes the code generator); "codegen to
+    build" and "after the build" (the launch, the read) the gaps after those steps."""
+    found: dict[str, float] = {}
+    starts: dict[str, float] = {}
+    for name, start, length in re.findall(r"([A-Za-z' ()]+?) ([\d.]+)\+([\d.]+)",
+                                          phases.partition(": ")[2]):
+        name = name.strip(", ")
+        found[name] = found.get(name, 0.0) + float(length)
+        starts.setdefault(name, float(start))
+    lowering = min((starts[n] for n in ("lower", "Loopy import wait", "Loopy import")
+                    if n in starts), default=None)
+    if lowering is not None and "first result" in starts:
+        found["before lowering"] = lowering - starts["first result"]
+    ends = {n: starts[n] + found[n] for n in starts}  # (of a step's last occurrence: one)
+    if "Loopy codegen" in ends and "OpenCL build" in starts:
+        found["codegen to build"] = starts["OpenCL build"] - ends["Loopy codegen"]
+    if "OpenCL build" in ends and "first result" in ends:
+        found["after the build"] = ends["first result"] - ends["OpenCL build"]
+    return found
 
 
 def _walls(out: str) -> tuple[float, ...] | None:
