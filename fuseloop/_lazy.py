@@ -95,8 +95,12 @@ def await_preload() -> None:
 
 
 def _forget_preload() -> None:
+    # (no thread of the parent's here.  A child forked mid-import holds Loopy's modules half
+    # made, their import locks owned by that thread: fuseloop refuses the OpenCL runtime
+    # in such a child before any Loopy work, see fuseloop.runtime.devices; waiting for the
+    # import before a fork deadlocked on logging's lock, which its fork hook holds)
     global _preload, _preload_lock
-    _preload, _preload_lock = None, threading.Lock()  # (no thread of the parent's here)
+    _preload, _preload_lock = None, threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_preload)
