@@ -8,11 +8,11 @@ first time it is read.  Classes that derive from Loopy's own live in modules
 that only code running on a miss imports (``lower/callables.py``,
 ``recipes/mappers.py``, ``lower/reductions.py``, ``recipes/row_cache.py``).
 
-A process that will generate code (its disk cache never saw the device: see
-:func:`fuseloop.runtime.devices._start_worker_early`) imports Loopy on a thread from
-device discovery on (:func:`preload_loopy`): the driver's start and the device's
-context are made with the GIL released (:mod:`fuseloop.runtime.icd`), so the import
-runs beside them instead of at the first cache miss.
+A process that will generate code for a GPU (its disk cache never saw a device opened
+and a GPU's driver is listed, or it opens a GPU: see :mod:`fuseloop.runtime.devices`)
+imports Loopy on a thread from then on (:func:`preload_loopy`): the driver's start and
+the device's context are made with the GIL released (:mod:`fuseloop.runtime.icd`), so
+the import runs beside them instead of at the first cache miss.
 
 Type checkers see the real modules.
 """

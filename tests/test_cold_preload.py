@@ -29,7 +29,9 @@ FIRST = textwrap.dedent("""
     import fuseloop as fl
     from fuseloop import _lazy
     from fuseloop.backends import opencl
-    from fuseloop.runtime import compile_workers
+    from fuseloop.runtime import compile_workers, icd
+    if sys.argv[1] == "gpu":  # (as where a GPU's driver is listed)
+        icd.lists_other_runtimes = lambda: True
     readied_at_open = []  # (devices a worker was asked to ready when this one opened)
     opened = opencl.OpenCLBackend.open
     def opening(self, device):
@@ -53,10 +55,10 @@ FIRST = textwrap.dedent("""
 """).replace("WATCHED", repr(WATCHED))
 
 
-def _first(cache_dir: str) -> dict:
+def _first(cache_dir: str, listed: str = "gpu") -> dict:
     env = {**os.environ, "FUSELOOP_CACHE_DIR": cache_dir, "FUSELOOP_COMPILE": "process",
            "FUSELOOP_PROGRESS": "0"}
-    out = subprocess.run([sys.executable, "-c", FIRST], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", FIRST, listed], env=env, capture_output=True,
                          text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -75,6 +77,26 @@ def test_a_cold_process_imports_loopy_before_its_first_miss(tmp_path):
     # a process whose cache saw the device (its kernels on disk) imports nothing early
     warm = _first(str(tmp_path))
     assert warm["ok"] and not warm["thread"] and warm["readied_at_open"] == [0]
+
+
+def test_a_cpu_runtimes_cold_process_imports_loopy_at_its_first_miss(tmp_path, device):
+    # (little GIL-free time to put the import beside; small arrays may never need Loopy)
+    if device.type != "cpu" or icd.lists_other_runtimes():
+        pytest.skip("a machine whose OpenCL loader lists the CPU runtimes only")
+    cold = _first(str(tmp_path), listed="as is")
+    assert cold["ok"] and not cold["thread"] and "loopy" in cold["imported"]
+
+
+def test_other_runtimes_are_told_from_the_vendor_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("OCL_ICD_VENDORS", str(tmp_path))
+    (tmp_path / "pocl.icd").write_text("/opt/lib/libpocl.so.2\n")
+    (tmp_path / "intel-cpu.icd").write_text("libintelocl.so\n")
+    assert not icd.lists_other_runtimes()
+    (tmp_path / "nvidia.icd").write_text("libnvidia-opencl.so.1\n")
+    assert icd.lists_other_runtimes()
+    # one ICD named alone: not told, so taken as possibly a GPU's
+    monkeypatch.setenv("OCL_ICD_VENDORS", str(tmp_path / "pocl.icd"))
+    assert icd.lists_other_runtimes()
 
 
 def test_contexts_made_without_the_gil_are_the_devices(device):

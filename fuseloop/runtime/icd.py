@@ -234,6 +234,29 @@ def check_discovered(platform_names: list[str]) -> None:
         "shows the loader's reasons)")
 
 
+#: the libraries of the CPU runtimes' ICDs (an ICD naming another is a GPU's driver, or
+#: another accelerator's)
+CPU_RUNTIME_LIBRARIES = ("libpocl", INTEL_LIBRARY.removesuffix(".so"))
+
+
+def lists_other_runtimes() -> bool:
+    """Whether the loader will read an ICD other than the CPU runtimes' (NVIDIA's, AMD's,
+    Intel's GPU driver): a GPU is likely among the devices, before any driver starts.
+    True where that cannot be told (``OCL_ICD_VENDORS`` naming one ICD), False where
+    only PoCL and Intel's CPU runtime are listed.  (Some files read and listed.)"""
+    files = _vendor_files([])
+    if files is None:
+        return True
+    for icd_file in files:
+        try:
+            library = Path(icd_file.read_text().strip()).name
+        except (OSError, UnicodeDecodeError):
+            continue
+        if library and not library.startswith(CPU_RUNTIME_LIBRARIES):
+            return True
+    return False
+
+
 def runtime_label(platform_name: str, platform_version: str, driver_version: str) -> str:
     """A short name and version of the OpenCL runtime: 'PoCL 3.0 (LLVM 14.0.6)'."""
     pocl = re.search(r"PoCL (\S+)", platform_version)
