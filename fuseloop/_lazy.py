@@ -39,12 +39,13 @@ loopy_lock = threading.RLock()
 
 #: what a first kernel's code generation and launch import (for its first code generation
 #: Loopy imports modules of its own; pyopencl's invoker comes with the first kernel object),
-#: all third-party; a name missing here is skipped
+#: and fuseloop's recipes (with the lowering they import: their parameters are part of
+#: the keys, so the first evaluation loads them); a name missing here is skipped
 PRELOADED = ("loopy", "loopy.check", "loopy.codegen.bounds", "loopy.codegen.control",
              "loopy.codegen.instruction", "loopy.codegen.loop", "loopy.codegen.tools",
              "loopy.isl_helpers", "loopy.library.function", "loopy.schedule.device_mapping",
              "loopy.target.c.compyte.dtypes", "colorama", "pyopencl.characterize",
-             "pyopencl.invoker")
+             "pyopencl.invoker", "fuseloop.recipes")
 #: the thread importing Loopy ahead of the first cache miss (see preload_loopy), or None
 _preload: threading.Thread | None = None
 _preload_lock = threading.Lock()
@@ -55,9 +56,10 @@ def preload_loopy() -> None:
     thread, once per process, unless Loopy is loaded: for a process that will generate
     code, called when its devices are being discovered, so that the imports run while
     the driver starts and the device opens (with the GIL released) rather than at the
-    first cache miss.  None of fuseloop's modules: the thread never waits for an import
-    lock that this process's main thread could hold while waiting for one of the
-    thread's."""
+    first evaluation.  Of fuseloop's modules only the recipes and the lowering (all the
+    others they import are loaded with fuseloop); fuseloop's own first imports of those
+    (:func:`fuseloop.recipe_state.recipe_for`, a :class:`LazyModule`) wait for the thread
+    first, so two threads never import them at once (which could deadlock)."""
     global _preload
     with _preload_lock:
         if _preload is not None or "loopy" in sys.modules:
@@ -119,6 +121,7 @@ class LazyModule:
         # only reached for names not set in __init__: everything of the module's
         module = self._module
         if module is None:
+            await_preload()  # (a module the thread may be importing: see preload_loopy)
             module = self._module = importlib.import_module(self._name, self._package)
         return getattr(module, attr)
 

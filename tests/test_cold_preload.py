@@ -43,11 +43,13 @@ FIRST = textwrap.dedent("""
     thread = _lazy._preload is not None
     _lazy.await_preload()
     before = set(sys.modules)
+    recipes = "fuseloop.recipes" in before
     got = (2 * x - fl.sin(y) + x * y).get()
     xh, yh = x.get(), y.get()
     watched = WATCHED
     print(json.dumps({
         "thread": thread, "ok": bool(np.allclose(got, 2 * xh - np.sin(yh) + xh * yh)),
+        "recipes": recipes,
         "imported": sorted(m for m in set(sys.modules) - before
                            if m.partition(".")[0] in watched),
         "readied_at_open": readied_at_open,
@@ -71,6 +73,7 @@ def test_a_cold_process_imports_loopy_before_its_first_miss(tmp_path):
     # thread: the first result imported none of them
     assert cold["ok"] and cold["thread"]
     assert cold["imported"] == []
+    assert cold["recipes"]  # (fuseloop's recipes and lowering too)
     # this process's context was made before a worker was asked to ready the device
     # (a driver making two at once made each slower); it was asked after
     assert cold["readied_at_open"] == [0] and cold["readied"] == 1
@@ -85,6 +88,7 @@ def test_a_cpu_runtimes_cold_process_imports_loopy_at_its_first_miss(tmp_path, d
         pytest.skip("a machine whose OpenCL loader lists the CPU runtimes only")
     cold = _first(str(tmp_path), listed="as is")
     assert cold["ok"] and not cold["thread"] and "loopy" in cold["imported"]
+    assert not cold["recipes"]
 
 
 def test_other_runtimes_are_told_from_the_vendor_files(tmp_path, monkeypatch):

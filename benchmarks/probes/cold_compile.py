@@ -115,14 +115,14 @@ for _name, _label in (("__init__", "worker start"), ("request", "worker request"
     setattr(compile_workers._Worker, _name, _wrap(getattr(compile_workers._Worker, _name),
                                                   _label))
 # (wall spans only: the driver's start and the context where fuseloop makes them without
-# the GIL, Loopy's import on a thread and the first Loopy section's wait for it; where
+# the GIL, Loopy's import on a thread and the waits for it (the recipes', Loopy's); where
 # the checkout has them)
 from fuseloop import _lazy
 from fuseloop.runtime import icd
 for _module, _name, _label in ((icd, "start_drivers", "driver start"),
                                (icd, "new_context", "context"),
                                (_lazy, "_import_loopy_quietly", "Loopy import (thread)"),
-                               (codegen, "await_preload", "Loopy import wait")):
+                               (_lazy, "await_preload", "Loopy import wait")):
     if hasattr(_module, _name):
         setattr(_module, _name, _wrap(getattr(_module, _name), _label))
 # (Loopy's import at the first code generation, as fuseloop does it: with the collector
@@ -310,7 +310,7 @@ _WHOLE = ("import", "arrays", "first result")
 def _span_lengths(phases: str) -> dict[str, float]:
     """Each step's wall seconds in a run's phases line (summed where it recurs), in
     the order they started; "before lowering": from the first result's start to the
-    first of lowering or Loopy's wait (what precedes the code generator); "codegen to
+    lowering's (what precedes the code generator, the waits for Loopy too); "codegen to
     build" and "after the build" (the launch, the read) the gaps after those steps."""
     found: dict[str, float] = {}
     starts: dict[str, float] = {}
@@ -319,8 +319,7 @@ def _span_lengths(phases: str) -> dict[str, float]:
         name = name.strip(", ")
         found[name] = found.get(name, 0.0) + float(length)
         starts.setdefault(name, float(start))
-    lowering = min((starts[n] for n in ("lower", "Loopy import wait", "Loopy import")
-                    if n in starts), default=None)
+    lowering = starts.get("lower")
     if lowering is not None and "first result" in starts:
         found["before lowering"] = lowering - starts["first result"]
     ends = {n: starts[n] + found[n] for n in starts}  # (of a step's last occurrence: one)
