@@ -36,6 +36,9 @@ def stamp() -> object:
 
 def _load_and_ask(device: Device, kind: str) -> Recipe:
     # the first call: load the recipes (registering the built-in ones), then ask
+    from ._lazy import await_preload
+
+    await_preload()  # (a GPU's cold process imports them on a thread: fuseloop._lazy)
     from .recipes import registry
 
     global _ask

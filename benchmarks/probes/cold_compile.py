@@ -44,10 +44,13 @@ disk cache, PoCL's kernel cache): a later process's first result, printed as
 ``--phases`` prints each run's wall-clock timeline instead: ``step start+length`` in
 seconds from the process's first line (import, arrays, device discovery, device open,
 the compile worker's start and each request to it (its build, or the wait for its
-start), Loopy's import, lowering, recipe, code generation, the build, the first
-read's wait), then how long Python took to start and the whole, from the process's
-spawn to the first result.  With ``--rounds`` above 1 the medians of the arrays, the
-first result and the whole come after each case (``--summary``: those alone).
+start), the driver's start and the device's context where they are made without the
+GIL, Loopy's import (on a thread from device discovery on where the cache is cold, and
+the first Loopy section's wait for it), lowering, recipe, code generation, the build,
+the first read's wait), then how long Python took to start and the whole, from the
+process's spawn to the first result.  With ``--rounds`` above 1 the medians of the arrays, the
+first result and the whole come after each case (``--summary``: those alone, and
+each step's median length, where 5 ms or more).
 ``--setup CODE`` (repeatable) runs each variant alternately, as ``--root`` does
 (e.g. ``--setup pass --setup "import threading; threading.Thread(target=__import__,
 args=('loopy',)).start()"``: Loopy imported on a thread while the arrays are made).
@@ -111,6 +114,17 @@ for _name, _label in (("__init__", "worker start"), ("request", "worker request"
         return wrapper
     setattr(compile_workers._Worker, _name, _wrap(getattr(compile_workers._Worker, _name),
                                                   _label))
+# (wall spans only: the driver's start and the context where fuseloop makes them without
+# the GIL, Loopy's import on a thread and the waits for it (the recipes', Loopy's); where
+# the checkout has them)
+from fuseloop import _lazy
+from fuseloop.runtime import icd
+for _module, _name, _label in ((icd, "start_drivers", "driver start"),
+                               (icd, "new_context", "context"),
+                               (_lazy, "_import_loopy_quietly", "Loopy import (thread)"),
+                               (_lazy, "await_preload", "Loopy import wait")):
+    if hasattr(_module, _name):
+        setattr(_module, _name, _wrap(getattr(_module, _name), _label))
 # (Loopy's import at the first code generation, as fuseloop does it: with the collector
 # off; importing it here before kernel_plan, as this probe did, added the collections)
 timed(codegen, "_import_loopy", "Loopy import")
@@ -262,6 +276,7 @@ def main() -> None:
     for case in args or CASES:
         # (root, warm or cold): the wall seconds of each run, for the medians
         figures: dict[tuple[str, str], list[tuple[float, ...]]] = {}
+        spans: dict[tuple[str, str], list[dict[str, float]]] = {}  # (each run's span lengths)
         for _ in range(rounds):
             for root, setup in [(r, s) for r in roots or [str(ROOT)] for s in setups]:
                 label = f"[{Path(root).name}] " if roots else ""
@@ -274,12 +289,45 @@ def main() -> None:
                     got = _walls(out)
                     if got:
                         figures.setdefault((label, prefix), []).append(got)
+                        spans.setdefault((label, prefix), []).append(_span_lengths(phases))
         if rounds > 1:
             for (label, prefix), runs in figures.items():
                 med = [statistics.median(run[k] for run in runs) for k in range(3)]
                 print(f"{label}{prefix}{case}: median of {len(runs)}: arrays {med[0]:.2f} s, "
                       f"first result {med[1]:.2f} s, spawn to first result {med[2]:.2f} s",
                       flush=True)
+                if flags["--summary"]:  # (and the median length of each step over 5 ms)
+                    runs_spans = spans[(label, prefix)]
+                    medians = {n: statistics.median(r.get(n, 0.0) for r in runs_spans)
+                               for n in runs_spans[0] if n not in _WHOLE}
+                    print(f"{label}{prefix}{case}: median s of " + ", ".join(
+                        f"{n} {m:.2f}" for n, m in medians.items() if m >= 0.005), flush=True)
+
+
+_WHOLE = ("import", "arrays", "first result")
+
+
+def _span_lengths(phases: str) -> dict[str, float]:
+    """Each step's wall seconds in a run's phases line (summed where it recurs), in
+    the order they started; "before lowering": from the first result's start to the
+    lowering's (what precedes the code generator, the waits for Loopy too); "codegen to
+    build" and "after the build" (the launch, the read) the gaps after those steps."""
+    found: dict[str, float] = {}
+    starts: dict[str, float] = {}
+    for name, start, length in re.findall(r"([A-Za-z' ()]+?) ([\d.]+)\+([\d.]+)",
+                                          phases.partition(": ")[2]):
+        name = name.strip(", ")
+        found[name] = found.get(name, 0.0) + float(length)
+        starts.setdefault(name, float(start))
+    lowering = starts.get("lower")
+    if lowering is not None and "first result" in starts:
+        found["before lowering"] = lowering - starts["first result"]
+    ends = {n: starts[n] + found[n] for n in starts}  # (of a step's last occurrence: one)
+    if "Loopy codegen" in ends and "OpenCL build" in starts:
+        found["codegen to build"] = starts["OpenCL build"] - ends["Loopy codegen"]
+    if "OpenCL build" in ends and "first result" in ends:
+        found["after the build"] = ends["first result"] - ends["OpenCL build"]
+    return found
 
 
 def _walls(out: str) -> tuple[float, ...] | None:

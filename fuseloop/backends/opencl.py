@@ -183,6 +183,7 @@ class OpenCLBackend(Backend):
         from ..runtime import icd
 
         found: list[DeviceInfo] = []
+        icd.start_drivers()  # (without the GIL: a thread may be importing Loopy)
         try:
             platforms = cl.get_platforms()
         except cl.Error:
@@ -223,20 +224,22 @@ class OpenCLBackend(Backend):
         other's events, so split arrays combine partial results and exchange halos
         without the host (:meth:`copy_from`); each device still has its own queue and
         buffer pool, and programs are built for it alone."""
+        from ..runtime.icd import new_context  # (without the GIL, as discovery's call)
+
         if not shared_contexts():
-            return cl.Context([cl_device])
+            return new_context([cl_device])
         try:
             siblings = [d for d in cl_device.platform.get_devices()
                         if d.type == cl_device.type]
         except cl.Error:
             siblings = []
         if len(siblings) < 2 or cl_device not in siblings:
-            return cl.Context([cl_device])
+            return new_context([cl_device])
         key = (cl_device.platform.int_ptr, int(cl_device.type))
         with _shared_lock:
             context = _shared.get(key)
             if context is None:
-                context = _shared[key] = cl.Context(siblings)
+                context = _shared[key] = new_context(siblings)
         return context
 
     def copies_between(self, device: Any, other: Any) -> bool:

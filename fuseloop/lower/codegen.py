@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .._lazy import await_preload
 from .._lazy import loopy_lock as loopy_lock  # (one Loopy step at a time, in the process)
 from ..cache_disk import KernelPlan, cache_dir
 from ..errors import RecipeError
@@ -68,6 +69,7 @@ def loopy_section() -> Iterator[None]:
     """
     global _section_depth
     with loopy_lock:
+        await_preload()  # (Loopy imported on a thread: whole before anything is frozen)
         freeze = _section_depth == 0 and gc.get_freeze_count() == 0
         _section_depth += 1
         try:

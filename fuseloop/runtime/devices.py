@@ -121,8 +121,12 @@ class _DeviceRuntime:
 
         self.device = device
         backend = backend_for(device)
-        _start_worker_early(device)  # (its context and compiler start overlap this one's)
+        cold = _cold(device)
+        if cold and device.type != "cpu":
+            _preload_loopy()  # (where discovery did not: beside the context's making)
         self.context, self.queue = backend.open(device)
+        if cold:  # (after this process's context: a driver making two at once made each slower)
+            _ready_worker(device)
         self.pool = DeviceMemory(device, self.context, self.queue)
         # zeroed error-flag buffers of checked gathers (see fuseloop.flags)
         self.flags: list[Any] = []
@@ -283,29 +287,52 @@ if hasattr(os, "register_at_fork"):
 # }}}
 
 
-def _start_worker_early(device: Device | None) -> None:
-    """Start a compile worker now, where this disk cache never saw ``device`` (None:
-    any device) opened: the process will build kernels, and its first build would
-    otherwise wait at the first miss for the worker's start (Python, the driver, a
-    context, the compiler's first build), which now overlaps device discovery
-    (``device`` None: a worker process starts) and the device's opening, the copies
-    and the lowering (``device``: the worker readies it; the device is marked as seen).
-    A process whose kernels are on disk starts none (the first miss does, as before)."""
+def _cold(device: Device | None) -> bool:
+    """Whether this disk cache never saw ``device`` (None: any device) opened: the process
+    will build kernels (a marker: one stat, or a folder's listing)."""
     from .. import cache_disk
 
-    if cache_disk.opened_before(None if device is None else device.identity):
-        return  # (a warm process: one stat, compile_workers not even imported)
-    from . import compile_workers
+    return not cache_disk.opened_before(None if device is None else device.identity)
 
-    if device is not None:
-        compile_workers.prestart(device)
-        cache_disk.note_opened(device.identity)
-        return
+
+def _preload_loopy() -> None:
+    from .. import _lazy
+
+    _lazy.preload_loopy()
+
+
+def _start_early() -> None:
+    """At the start of device discovery, where the disk cache never saw a device opened:
+    start a compile worker (the process will build kernels, and its first build would
+    otherwise wait at the first miss for the worker's start: Python, the driver), and
+    where a GPU's driver is listed, import Loopy on a thread beside the driver's start
+    and the context (see :func:`fuseloop._lazy.preload_loopy`).  A process whose kernels
+    are on disk does neither (the first miss starts a worker and imports Loopy)."""
+    if not _cold(None):
+        return  # (a warm process: one listing, compile_workers not even imported)
     from ..backends import BACKENDS
 
     spec = os.environ.get("FUSELOOP_DEVICE", "").strip().lower()
-    if spec.partition(":")[0] not in list(BACKENDS)[1:]:  # (not a later backend's device)
+    later = spec.partition(":")[0] in list(BACKENDS)[1:]  # (a later backend's device)
+    if later or (spec != "cpu" and icd.lists_other_runtimes()):
+        # (a CPU runtime's process has little GIL-free time to put the import beside, and
+        # its small arrays' first results may never need Loopy: numpy computes them)
+        _preload_loopy()
+    if not later:
+        from . import compile_workers
+
         compile_workers.prestart()
+
+
+def _ready_worker(device: Device) -> None:
+    """Have a compile worker ready ``device`` (its driver, a context, the compiler's first
+    build) while this process copies and lowers, where the disk cache never saw it
+    opened; the device is marked as seen."""
+    from .. import cache_disk
+    from . import compile_workers
+
+    compile_workers.prestart(device)
+    cache_disk.note_opened(device.identity)
 
 
 def _discover(names: list[str], start: int) -> list[Device]:
@@ -317,7 +344,7 @@ def _discover(names: list[str], start: int) -> list[Device]:
         try:
             backend = get_backend(name)
             if start == 0 and not found and backend.worker_builder is not None:
-                _start_worker_early(None)  # (it loads the backend's builder meanwhile)
+                _start_early()  # (the worker loads the backend's builder meanwhile)
             infos = backend.discover()
         except ImportError:  # (a backend whose driver is not installed)
             continue

@@ -35,6 +35,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import _dists
 
@@ -233,6 +234,29 @@ def check_discovered(platform_names: list[str]) -> None:
         "shows the loader's reasons)")
 
 
+#: the libraries of the CPU runtimes' ICDs (an ICD naming another is a GPU's driver, or
+#: another accelerator's)
+CPU_RUNTIME_LIBRARIES = ("libpocl", INTEL_LIBRARY.removesuffix(".so"))
+
+
+def lists_other_runtimes() -> bool:
+    """Whether the loader will read an ICD other than the CPU runtimes' (NVIDIA's, AMD's,
+    Intel's GPU driver): a GPU is likely among the devices, before any driver starts.
+    True where that cannot be told (``OCL_ICD_VENDORS`` naming one ICD), False where
+    only PoCL and Intel's CPU runtime are listed.  (Some files read and listed.)"""
+    files = _vendor_files([])
+    if files is None:
+        return True
+    for icd_file in files:
+        try:
+            library = Path(icd_file.read_text().strip()).name
+        except (OSError, UnicodeDecodeError):
+            continue
+        if library and not library.startswith(CPU_RUNTIME_LIBRARIES):
+            return True
+    return False
+
+
 def runtime_label(platform_name: str, platform_version: str, driver_version: str) -> str:
     """A short name and version of the OpenCL runtime: 'PoCL 3.0 (LLVM 14.0.6)'."""
     pocl = re.search(r"PoCL (\S+)", platform_version)
@@ -252,6 +276,71 @@ def preference(runtime: str) -> int:
     """Rank of a runtime label in :data:`CPU_RUNTIME_PREFERENCE` (lower first)."""
     return next((i for i, prefix in enumerate(CPU_RUNTIME_PREFERENCE)
                  if runtime.startswith(prefix)), len(CPU_RUNTIME_PREFERENCE))
+
+
+# {{{ the drivers' long calls with the GIL released
+
+# pyopencl holds the GIL through clGetPlatformIDs (the loader's first call starts every
+# vendor's driver) and clCreateContext: tenths of a second on a GPU host, during which no
+# other thread of the process ran, not even Loopy's import on a thread (see
+# fuseloop._lazy.preload_loopy).  ctypes releases the GIL for the calls it makes, so
+# these two are made through ctypes, on the loader pyopencl's module uses.
+
+#: the loader's functions (a ctypes library), False where it was not found
+_loader: Any = None
+
+
+def _opencl_loader() -> Any:
+    """The OpenCL ICD loader pyopencl loaded (by its path among this process's mapped
+    files: the same instance, so what it starts pyopencl's calls find started), or None
+    (no ``/proc``, or no loader found: the callers then use pyopencl's calls)."""
+    global _loader
+    if _loader is None:
+        _loader = False
+        try:
+            with open("/proc/self/maps") as maps:
+                paths = {line.split(None, 5)[-1].strip() for line in maps if "libOpenCL" in line}
+            path = next(p for p in sorted(paths) if p.startswith("/"))
+            lib = ctypes.CDLL(path)
+            lib.clGetPlatformIDs.argtypes = [ctypes.c_uint32, ctypes.c_void_p,
+                                             ctypes.POINTER(ctypes.c_uint32)]
+            lib.clGetPlatformIDs.restype = ctypes.c_int32
+            lib.clCreateContext.argtypes = [
+                ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p),
+                ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32)]
+            lib.clCreateContext.restype = ctypes.c_void_p
+            _loader = lib
+        except (OSError, StopIteration, AttributeError):
+            pass
+    return _loader or None
+
+
+def start_drivers() -> None:
+    """Have the loader start its vendors' drivers now, without the GIL (its first
+    clGetPlatformIDs; later ones, pyopencl's, only list the platforms).  Call after
+    pyopencl's import, before its first call."""
+    lib = _opencl_loader()
+    if lib is not None:
+        count = ctypes.c_uint32(0)
+        lib.clGetPlatformIDs(0, None, ctypes.byref(count))  # (pyopencl's call reports errors)
+
+
+def new_context(cl_devices: list[Any]) -> Any:
+    """``pyopencl.Context(cl_devices)``, made by the driver without the GIL; pyopencl's
+    own call where that fails (it then raises the driver's error)."""
+    import pyopencl as cl
+
+    lib = _opencl_loader()
+    if lib is not None:
+        ids = (ctypes.c_void_p * len(cl_devices))(*(d.int_ptr for d in cl_devices))
+        status = ctypes.c_int32(0)
+        handle = lib.clCreateContext(None, len(cl_devices), ids, None, None,
+                                     ctypes.byref(status))
+        if handle and status.value == 0:
+            return cl.Context.from_int_ptr(handle, retain=False)  # (pyopencl releases it)
+    return cl.Context(cl_devices)
+
+# }}}
 
 
 @contextlib.contextmanager
