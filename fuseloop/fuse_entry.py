@@ -17,6 +17,7 @@ from .array import Array, _weak_scalar, _weak_scalars
 from .dtypes import scalar_to
 from .errors import OutOfMemoryError
 from .expr.nodes import Storage
+from .fuse_prune import prune, ref_sizes
 from .launching import (
     DEFER_MAX,
     DEFER_MAX_ELEMENTS,
@@ -341,6 +342,8 @@ def make_entry(trace: Trace, device: Device, structure: Any, outs: list,
     entry.temps = [s.nbytes for s in trace.temps]
     entry.consts = list(trace.consts)
     entry.pool = _runtime(device).pool
+    trace.steps = prune(trace.steps, ref_sizes(trace.placeholder_list, trace.temps,
+                                               trace.consts))
     entry.steps = _record_steps(trace, entry.temps, n_in, pos)
     entry.slots = slots = _record_slots(trace)
     entry.fixed_scalars = [a for _, a, _ in slots] if all(k == 0 for k, _, _ in slots) else None

@@ -417,7 +417,7 @@ class Trace:
                 self.temps.append(s)
                 if contents.pattern is not None or contents.host is not None:
                     remakes.setdefault(first, []).append(
-                        HostStep(_remake(contents, s.device), (), (ref,)))
+                        HostStep(_remake(contents, s.device), (), (ref,), contents))
             else:
                 ref = ("c", len(self.consts))
                 self.consts.append(s)
@@ -448,7 +448,7 @@ class HostStep:
     launch: ``action(inputs, outputs)`` (a hand-written kernel's launch, a read of its
     error flag, a new buffer's contents made again: :func:`_remake`)."""
 
-    __slots__ = ("action", "out_refs", "storage_refs")
+    __slots__ = ("action", "contents", "out_refs", "storage_refs")
     # (the interface of a recorded launch that fuse_entry's record reads)
     scalar_refs: tuple = ()
     params: tuple = ()
@@ -456,10 +456,14 @@ class HostStep:
     writes_input = False  # (the action reads pending flags itself where it must)
 
     def __init__(self, action: Callable[[list[Storage], list[Storage]], Any],
-                 storage_refs: tuple, out_refs: tuple) -> None:
+                 storage_refs: tuple, out_refs: tuple, contents: Contents | None = None
+                 ) -> None:
         self.action = action
         self.storage_refs = storage_refs
         self.out_refs = out_refs
+        # a remade array's contents (its one output, as fl.full or fl.asarray made it):
+        # the record's pruning (fuseloop.fuse_prune) may fold or drop the step
+        self.contents = contents
 
 
 def _remake(contents: Contents, device: Device) -> Callable[[list[Storage], list[Storage]],
