@@ -1,0 +1,173 @@
+"""The minimal record of a traced function that writes (:mod:`fuseloop.fuse_prune`):
+fills folded into the kernels reading them, writes no result needs dropped.
+
+Each function is compared with numpy over several calls (the first is the trace's own
+run, later ones replay the pruned record); ``_commands`` counts what one replayed call
+enqueues: kernel launches and fills.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop.backends import backend_for
+
+RNG = np.random.default_rng(5)
+
+
+@pytest.fixture
+def fills(device, monkeypatch):
+    """A counter of the fills enqueued on ``device`` (``count[0]``)."""
+    backend = backend_for(device)
+    count = [0]
+    fill = backend.fill
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return fill(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "fill", counted)
+    return count
+
+
+def _commands(fills, f, *args):
+    """(kernel launches, fills) of one call of ``f``, its result read back."""
+    f(*args)  # (the trace, or a replay whose plans are made)
+    fl.reset_stats()
+    before = fills[0]
+    r = f(*args)
+    for x in r if isinstance(r, tuple) else (r,):
+        x.get()
+    return fl.stats()["kernels_launched"], fills[0] - before
+
+
+def _check(f, want, *args, calls=3):
+    for _ in range(calls):
+        got = f(*args)
+        got = got if isinstance(got, tuple) else (got,)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g.get(), w)
+    assert f.traces == 1 and f.eager_signatures == 0
+
+
+def test_masked_write_into_zeros_like_is_one_kernel(device, fills):
+    @fl.fuse
+    def masked(x, t):
+        out = fl.zeros_like(x)
+        out[x > t] = 3.0
+        return out
+
+    xh = RNG.random(1000).astype(np.float32)
+    x = fl.asarray(xh)
+    _check(masked, [np.where(xh > 0.5, np.float32(3), np.float32(0))], x, 0.5)
+    # (traced: a fill, then a kernel reading the zeros where the mask is false)
+    assert _commands(fills, masked, x, 0.5) == (1, 0)
+    _check(masked, [np.where(xh > 0.25, np.float32(3), np.float32(0))], x, 0.25)
+
+
+def test_a_fill_then_a_whole_write_is_one_kernel(device, fills):
+    @fl.fuse
+    def overwrite(x):
+        out = fl.zeros_like(x)
+        out[:] = x * 2
+        return out
+
+    @fl.fuse
+    def twice(x):  # (a kernel's whole write that a later one overwrites: dropped too)
+        out = fl.empty(x.shape, dtype=x.dtype)
+        out[:] = 1.0
+        out[:] = x * 2
+        return out
+
+    xh = RNG.random((20, 30))
+    x = fl.asarray(xh)
+    for f in (overwrite, twice):
+        _check(f, [xh * 2], x)
+        assert _commands(fills, f, x) == (1, 0)
+
+
+def test_what_reads_the_fill_first_takes_its_value(device, fills):
+    @fl.fuse
+    def f(x):
+        out = fl.full(x.shape, 2.5, dtype=x.dtype)
+        before = out * 4  # (reads the fill: 10 everywhere)
+        out[:] = out + x  # (reads it in place, then writes it whole)
+        return out, before
+
+    xh = RNG.random(64).astype(np.float32)
+    _check(f, [xh + np.float32(2.5), np.full(64, 10, np.float32)], fl.asarray(xh))
+    assert _commands(fills, f, fl.asarray(xh)) == (2, 0)
+
+
+def test_fills_still_needed_are_kept(device, fills):
+    @fl.fuse
+    def partly(x):  # (a part written: the rest keeps the fill)
+        out = fl.full(x.shape, -1.0, dtype=x.dtype)
+        out[2:5] = x[:3]
+        return out
+
+    @fl.fuse
+    def not_finite(x):  # (no literal for NaN: the fill stays, the kernel reads it)
+        out = fl.full(x.shape, np.nan, dtype=x.dtype)
+        out[x > 0.5] = 1.0
+        return out
+
+    @fl.fuse
+    def written_later(x):  # (no whole write after the reads)
+        out = fl.zeros_like(x)
+        y = out + x
+        out[1] = 5.0
+        return out, y
+
+    xh = RNG.random(16)
+    x = fl.asarray(xh)
+    want = np.full(16, -1.0)
+    want[2:5] = xh[:3]
+    _check(partly, [want], x)
+    assert _commands(fills, partly, x) == (1, 1)
+    want = np.where(xh > 0.5, 1.0, np.nan)
+    for _ in range(3):
+        np.testing.assert_array_equal(not_finite(x).get(), want)
+    assert _commands(fills, not_finite, x) == (1, 1)
+    want = np.zeros(16)
+    want[1] = 5.0
+    _check(written_later, [want, xh], x)
+    assert _commands(fills, written_later, x) == (2, 1)
+
+
+def test_boolean_and_integer_fills_fold(device, fills):
+    @fl.fuse
+    def flags(x, t):
+        out = fl.zeros(x.shape, dtype=np.bool_)
+        out[x > t] = True
+        return out
+
+    @fl.fuse
+    def labels(x):
+        out = fl.full(x.shape, 7, dtype=np.int32)
+        out[x < 0.5] = -3
+        return out
+
+    xh = RNG.random(200)
+    x = fl.asarray(xh)
+    _check(flags, [xh > 0.3], x, 0.3)
+    _check(labels, [np.where(xh < 0.5, -3, 7).astype(np.int32)], x)
+    assert _commands(fills, flags, x, 0.3) == (1, 0)
+    assert _commands(fills, labels, x) == (1, 0)
+
+
+def test_writes_into_arguments_are_pruned_alike(device, fills):
+    @fl.fuse
+    def reset(a, x):  # (the argument's first whole write is dead: the second wins)
+        a[:] = 0.0
+        a[:] = x + 1
+        return a
+
+    xh = RNG.random(32)
+    a, x = fl.asarray(np.ones(32)), fl.asarray(xh)
+    for _ in range(3):
+        assert reset(a, x) is a
+        np.testing.assert_array_equal(a.get(), xh + 1)
+    assert _commands(fills, reset, a, x) == (1, 0)
