@@ -17,7 +17,7 @@ from .array import Array, _weak_scalar, _weak_scalars
 from .dtypes import scalar_to
 from .errors import OutOfMemoryError
 from .expr.nodes import Storage
-from .fuse_prune import prune, ref_sizes
+from .fuse_prune import prune_trace
 from .launching import (
     DEFER_MAX,
     DEFER_MAX_ELEMENTS,
@@ -333,6 +333,7 @@ def make_entry(trace: Trace, device: Device, structure: Any, outs: list,
     entry.device = device
     entry.structure = structure
     entry.eager = trace.failed is not None
+    prune_trace(trace, computed)  # (before the slots are counted: temporaries may go)
     n_in, n_t = n_arrays, len(trace.temps)
     base = {"i": 0, "t": n_in, "c": n_in + n_t}
 
@@ -342,8 +343,6 @@ def make_entry(trace: Trace, device: Device, structure: Any, outs: list,
     entry.temps = [s.nbytes for s in trace.temps]
     entry.consts = list(trace.consts)
     entry.pool = _runtime(device).pool
-    trace.steps = prune(trace.steps, ref_sizes(trace.placeholder_list, trace.temps,
-                                               trace.consts))
     entry.steps = _record_steps(trace, entry.temps, n_in, pos)
     entry.slots = slots = _record_slots(trace)
     entry.fixed_scalars = [a for _, a, _ in slots] if all(k == 0 for k, _, _ in slots) else None

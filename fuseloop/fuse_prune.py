@@ -32,7 +32,7 @@ import numpy as np
 from . import run_plans as _rp
 from .expr.ir import Lit
 from .expr.nodes import Storage
-from .tracing import HostStep
+from .tracing import HostStep, Trace
 
 Ref = tuple[str, int]
 # entry kinds naming input buffers otherwise than by a plain load (their programs are
@@ -40,11 +40,24 @@ Ref = tuple[str, int]
 _OTHER_SLOT_KINDS = frozenset(("ptr", "cmem", "sparse"))
 
 
-def prune(steps: list[Any], nbytes: dict[Ref, int]) -> list[Any]:
+def prune_trace(trace: Trace, results: Sequence[Storage | None]) -> None:
+    """Make ``trace``'s finished record minimal (see the module): its steps, and its
+    temporaries no step uses any more (``results``: the buffers the function returns)."""
+    nbytes = ref_sizes(trace.placeholder_list, trace.temps, trace.consts)
+    refs = trace.refs
+    returned = {refs[id(s)] for s in results if s is not None and id(s) in refs}
+    dead = {("t", k) for k in range(len(trace.temps))} - returned
+    trace.steps = prune(trace.steps, nbytes, dead)
+    _drop_unused_temps(trace, returned)
+
+
+def prune(steps: list[Any], nbytes: dict[Ref, int], dead: set[Ref] | None = None
+          ) -> list[Any]:
     """``steps`` with fills folded into their readers and dead writes dropped (see the
-    module); ``nbytes``: each ref's buffer size."""
+    module); ``nbytes``: each ref's buffer size; ``dead``: the refs no one reads after
+    the last step (the temporaries not returned)."""
     steps = _fold_fills(steps, nbytes)
-    return _drop_dead(steps, nbytes)
+    return _drop_dead(steps, nbytes, set(dead or ()))
 
 
 def entry_dtype(entries: Sequence[Any], ref: int) -> str:
@@ -101,20 +114,59 @@ def _droppable(step: Any) -> bool:
         all(len(spec) < 3 for spec in program.out_specs)
 
 
-def _drop_dead(steps: list[Any], nbytes: dict[Ref, int]) -> list[Any]:
-    """Backwards: a ref is dead where a later step writes it whole before any read."""
-    dead: set[Ref] = set()
+def _drop_dead(steps: list[Any], nbytes: dict[Ref, int], dead: set[Ref]) -> list[Any]:
+    """Backwards: a ref is dead where a later step writes it whole before any read (or
+    none reads it after: ``dead`` at the end).  A kernel's dead outputs are dropped from
+    it; a step all of whose outputs are dead, with them."""
     kept: list[Any] = []
     for step in reversed(steps):
         outs = set(step.out_refs)
         if outs and outs <= dead and _droppable(step):
             continue
+        if outs & dead and type(step) is not HostStep:
+            step = _without_outputs(step, dead)
         reads = _reads(step)
         dead -= reads
         dead |= covered(step, nbytes) - reads
         kept.append(step)
     kept.reverse()
     return kept
+
+
+def _without_outputs(step: Any, dead: set[Ref]) -> Any:
+    """``step`` without its plain outputs in ``dead`` (a value computed beside the one
+    the function uses: a mask the evaluation kept)."""
+    program = step.program
+    if program.chunked or program.first is not None or program.contraction is not None:
+        return step
+    keep = [k for k, (ref, spec) in enumerate(zip(step.out_refs, program.out_specs))
+            if ref not in dead or len(spec) >= 3]
+    if len(keep) == len(step.out_refs):
+        return step
+    program = program._replace(outputs=tuple(program.outputs[k] for k in keep),
+                               out_specs=tuple(program.out_specs[k] for k in keep))
+    return _rp._Step(program, step.params, step.out_shape, step.storage_refs,
+                     tuple(step.out_refs[k] for k in keep), step.scalar_refs)
+
+
+def _drop_unused_temps(trace: Trace, returned: set[Ref]) -> None:
+    """Renumber ``trace``'s temporaries to those its steps still name or it returns."""
+    used = {r for st in trace.steps for r in (*st.storage_refs, *st.out_refs) if r[0] == "t"}
+    used |= {r for r in returned if r[0] == "t"}
+    if len(used) == len(trace.temps):
+        return
+    order = sorted(k for _, k in used)
+    new = {("t", k): ("t", j) for j, k in enumerate(order)}
+    trace.temps = [trace.temps[k] for k in order]
+    for key, ref in list(trace.refs.items()):
+        if ref[0] == "t":
+            if ref in new:
+                trace.refs[key] = new[ref]
+            else:
+                del trace.refs[key]
+    for st in trace.steps:
+        st.storage_refs = tuple(new.get(r, r) for r in st.storage_refs)
+        st.out_refs = tuple(new.get(r, r) for r in st.out_refs)
 
 
 def _fold_fills(steps: list[Any], nbytes: dict[Ref, int]) -> list[Any]:
