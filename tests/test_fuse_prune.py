@@ -171,3 +171,41 @@ def test_writes_into_arguments_are_pruned_alike(device, fills):
         assert reset(a, x) is a
         np.testing.assert_array_equal(a.get(), xh + 1)
     assert _commands(fills, reset, a, x) == (1, 0)
+
+
+def _record(f):
+    (entry,) = f._entries.values()
+    return entry
+
+
+def test_outputs_no_one_reads_are_not_written(device, fills):
+    @fl.fuse
+    def first_of_two(x):
+        a, _ = fl.compute(x * 2, x + 1)  # (one kernel, two outputs; the second unused)
+        return a
+
+    xh = RNG.random(50)
+    _check(first_of_two, [xh * 2], fl.asarray(xh))
+    entry = _record(first_of_two)
+    (step, *_), = entry.steps
+    assert len(step.program.outputs) == 1 and len(entry.temps) == 1
+
+
+def test_a_gpus_masked_write_is_one_kernel_of_one_output(device, fills):
+    import dataclasses
+
+    gpu = dataclasses.replace(device, type="gpu", max_work_group_size=256)
+    with fl.device(gpu):
+        @fl.fuse
+        def masked(x, t):  # (a GPU's evaluation also stores the mask, kept meanwhile)
+            out = fl.zeros_like(x)
+            out[x > t] = 3.0
+            return out
+
+        xh = RNG.random(4096).astype(np.float32)
+        x = fl.asarray(xh)
+        _check(masked, [np.where(xh > 0.5, np.float32(3), np.float32(0))], x, 0.5)
+        assert _commands(fills, masked, x, 0.5) == (1, 0)
+        entry = _record(masked)
+        (step, *_), = entry.steps
+        assert len(step.program.outputs) == 1 and len(entry.temps) == 1
