@@ -34,7 +34,9 @@ def fills(device, monkeypatch):
 
 def _commands(fills, f, *args):
     """(kernel launches, fills) of one call of ``f``, its result read back."""
-    f(*args)  # (the trace, or a replay whose plans are made)
+    r = f(*args)  # (the trace, or a replay whose plans are made; read back, which
+    for x in r if isinstance(r, tuple) else (r,):  # reads a deferred scatter's gate)
+        x.get()
     fl.reset_stats()
     before = fills[0]
     r = f(*args)
@@ -209,3 +211,42 @@ def test_a_gpus_masked_write_is_one_kernel_of_one_output(device, fills):
         entry = _record(masked)
         (step, *_), = entry.steps
         assert len(step.program.outputs) == 1 and len(entry.temps) == 1
+
+
+@pytest.mark.parametrize("variant,commands", [
+    ("gate", (2, 0)), ("narrow", (2, 0)),  # (the target's fill in the check kernel)
+    ("backup", (3, 1)), ("partition", (3, 2))])  # (their fills: the target, the counters)
+@pytest.mark.parametrize("wait", ["", "defer"])
+def test_a_traced_scatter_add_takes_no_gate_fill(device, fills, monkeypatch, variant,
+                                                 commands, wait):
+    from fuseloop.ops import scatter_kernel
+
+    if getattr(device, "backend", "opencl") != "opencl":
+        pytest.skip(f"OpenCL's scatter kernels; {device.name} runs on the {device.backend} backend")
+    monkeypatch.setattr(scatter_kernel, "ON_CPU", True)
+    monkeypatch.setenv("FUSELOOP_SCATTER", variant)
+    monkeypatch.setenv("FUSELOOP_SCATTER_WAIT", wait)
+
+    @fl.fuse
+    def scatter_add(v, idx):
+        out = fl.full(v.shape[0] // 16, 0.5, dtype=v.dtype)
+        fl.add.at(out, idx, v)
+        return out
+
+    n = 1 << 12
+    vh = RNG.random(n, dtype=np.float32)
+    ih = RNG.integers(-(n // 16), n // 16, n)
+    want = np.full(n // 16, 0.5, np.float32)
+    np.add.at(want, ih, vh)
+    v, idx = fl.asarray(vh), fl.asarray(ih)
+    for _ in range(3):
+        np.testing.assert_allclose(scatter_add(v, idx).get(), want, rtol=1e-5)
+    assert scatter_add.traces == 1 and scatter_add.eager_signatures == 0
+    assert _commands(fills, scatter_add, v, idx) == commands
+    bad = ih.copy()
+    bad[7] = n  # (out of range: numpy's IndexError; the next calls are right again)
+    with pytest.raises(IndexError, match="out of bounds"):
+        scatter_add(v, fl.asarray(bad)).get()
+        fl.synchronize()
+    for _ in range(2):
+        np.testing.assert_allclose(scatter_add(v, idx).get(), want, rtol=1e-5)

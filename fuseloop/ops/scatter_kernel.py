@@ -73,6 +73,7 @@ on NVIDIA, ``atomic_add``/``atom_add`` for integers), else a compare-and-swap lo
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -89,7 +90,7 @@ from ..expr.nodes import Storage
 from ..flags import check_pending
 from ..runtime.devices import Device
 from ..runtime.transfer import before_read, read
-from ..tracing import host_step, tracing
+from ..tracing import fresh_fill, host_step, supply, tracing
 
 VARIANTS = ("expr", "gate", "narrow", "backup", "partition", "auto")
 #: elements per work-item when ``FUSELOOP_SCATTER_ITEMS`` does not say
@@ -258,10 +259,16 @@ def _update_text(op: str | None, dtype: np.dtype, device: Device) -> str:
 
 _CHECK = r"""
 __kernel void fuseloop_scatter_check(__global const IT *in0, __global int *out0, POS_ARG
-                                     long const s0, long const s1)
+                                     FILL_ARG long const s0, long const s1)
 {
   /* s0 indices, s1 the axis' length: out0[0] = 1 where an index is outside [-s1, s1);
-     with NARROW, out1[i] = the index wrapped into [0, s1) */
+     with NARROW, out1[i] = the index wrapped into [0, s1); with FILL, the target's s1
+     elements set to FILL (its fill, folded in here: the store runs after this kernel) */
+#ifdef FILL
+  long const step = (long) get_global_size(0);
+  for (long i = get_global_id(0); i < s1; i += step)
+    FILL_OUT[i] = FILL;
+#endif
   int const lsize = get_local_size(0);
   long const base = (long) get_group_id(0) * (lsize * ITEMS) + get_local_id(0);
   int bad = 0;
@@ -363,19 +370,25 @@ __kernel void fuseloop_scatter_copy(__global VT *out0, __global const VT *in0,
 
 
 def _kernel(name: str, mode: str, idx: np.dtype, val: np.dtype, update: str,
-            k: int, scalar: bool = False) -> SourceKernel:
+            k: int, scalar: bool = False, fill: str = "") -> SourceKernel:
     """The kernel ``name`` for variant ``mode`` (``gate``, ``narrow``, ``backup``);
-    ``scalar``: one value for all (its one-element buffer)."""
-    key = (name, mode, idx, val, update, k, scalar)
+    ``scalar``: one value for all (its one-element buffer); ``fill``: the check also
+    fills the target (its last output) with this literal (:func:`_fill_literal`)."""
+    key = (name, mode, idx, val, update, k, scalar, fill)
     found = _kernels.get(key)
     if found is None:
         options = [f"-DITEMS={k}", f"-DIT={c_type_name(idx)}"] + (["-DSCALAR"] if scalar else [])
         narrow = mode == "narrow"
         if name == "fuseloop_scatter_check":
-            args = ["in0", "out0"] + (["out1"] if narrow else []) + ["s0", "s1"]
+            outs = ["out0"] + (["out1"] if narrow else [])
+            fill_out = f"out{len(outs)}" if fill else ""
+            args = ["in0", *outs] + ([fill_out] if fill else []) + ["s0", "s1"]
             dtypes: list[str | None] = [None] * (len(args) - 2) + ["int64", "int64"]
             pos_arg = "__global int *out1," if narrow else ""
-            source = "#define POS_ARG " + pos_arg + "\n" + _CHECK
+            fill_arg = f"__global {c_type_name(val)} *{fill_out}," if fill else ""
+            source = f"#define POS_ARG {pos_arg}\n#define FILL_ARG {fill_arg}\n" + _CHECK
+            if fill:
+                options += [f"-DFILL={fill}", f"-DFILL_OUT={fill_out}"]
         else:
             args = ["out0", "in0", "in1", "in2", "s0", "s1"] if name.endswith("store") \
                 else ["out0", "in0", "in1", "s0", "s1"]
@@ -514,14 +527,25 @@ def _partition_kernel(name: str, idx: np.dtype, val: np.dtype, k: int,
 
 
 def _gate(device: Device) -> Array:
+    """A zeroed gate: one kept (:func:`_read_gate` keeps those it read as zero), else a
+    new one.  While ``fl.fuse`` traces, the record's gate is a temporary each call takes
+    so (:func:`~fuseloop.tracing.supply`): no fill per call."""
     try:
-        if not tracing():  # (fl.fuse: a new one, zeroed by a step of the record per call)
-            return _gates[device].pop()
+        gate = _gates[device].pop()
     except (KeyError, IndexError):  # (none kept, or another thread took the last)
-        pass
-    from ..creation import zeros
+        from ..creation import zeros
 
-    return zeros(1, dtype=np.int32, device=device).eval()
+        gate = zeros(1, dtype=np.int32, device=device).eval()
+    if tracing():
+        assert gate._storage is not None
+        supply(gate._storage, _take_gate)
+    return gate
+
+
+def _take_gate(device: Device) -> Storage:
+    gate = _gate(device)._storage
+    assert gate is not None
+    return gate
 
 
 def _read_gate(gate: Storage, key: Storage, key_dtype: np.dtype, n: int) -> None:
@@ -590,16 +614,30 @@ def confirm_pending() -> None:
 
 
 def _launch(kernel: SourceKernel, groups: int, group: int, outs: list[Any],
-            ins: list[Any], scalars: list[Any], device: Device, writes: int = 0) -> None:
+            ins: list[Any], scalars: list[Any], device: Device, writes: int = 0,
+            covers: int = 0) -> None:
     """Launch ``kernel`` (a step of the record while ``fl.fuse`` traces); ``writes``: the
-    last inputs it writes too (the backup store's gate), outputs of the step."""
+    last inputs it writes too (the backup store's gate), outputs of the step; ``covers``:
+    its last outputs, which it writes whole before reading (a fill folded in)."""
     plan = launching.plan_for(kernel.get(device), (groups, group), 0, 0, device)
     assert plan is not None  # (None only with one_output=True)
     n_out = len(outs)
 
     def go(ins: list[Storage], outs: list[Storage]) -> None:
         launching.enqueue(plan, outs[:n_out], ins + outs[n_out:], scalars, False, device)
-    host_step(go, ins[:len(ins) - writes], outs + ins[len(ins) - writes:])
+    host_step(go, ins[:len(ins) - writes], outs + ins[len(ins) - writes:],
+              covers=outs[len(outs) - covers:] if covers else ())
+
+
+def _fill_literal(pattern: np.ndarray, dtype: np.dtype) -> str:
+    """An OpenCL literal of ``dtype`` with ``pattern``'s bytes (one element), exact for
+    any value (NaN too): ``as_float((uint) 0x...)``; "" where the sizes differ."""
+    raw = pattern.tobytes()
+    if len(raw) != dtype.itemsize or dtype.itemsize not in (4, 8):
+        return ""
+    bits = int.from_bytes(raw, sys.byteorder)  # (the host's order: the device's too)
+    unsigned, suffix = ("uint", "u") if dtype.itemsize == 4 else ("ulong", "ul")
+    return f"as_{c_type_name(dtype)}(({unsigned})0x{bits:x}{suffix})"
 
 
 def mode_for(a: Array, key: Array) -> str:
@@ -671,8 +709,15 @@ def _run_checked(mode: str, a: Array, key: Array, values: Array, gate: Array, up
         positions = empty(m, dtype=np.int32, device=dev).eval()
         pos = positions._storage
         outs.append(pos)
-    check = _kernel("fuseloop_scatter_check", mode, key.dtype, a.dtype, "", k)
-    _launch(check, groups, group, outs, [key._storage], [np.int64(m), np.int64(n)], dev)
+    # (a target filled by the traced function and not used since: the check fills it,
+    # and the record drops the fill; only where the check's grid is no smaller than it)
+    pattern = fresh_fill(a._storage) if n <= m else None
+    fill = "" if pattern is None else _fill_literal(pattern, a.dtype)
+    if fill:
+        outs.append(a._storage)
+    check = _kernel("fuseloop_scatter_check", mode, key.dtype, a.dtype, "", k, fill=fill)
+    _launch(check, groups, group, outs, [key._storage], [np.int64(m), np.int64(n)], dev,
+            covers=1 if fill else 0)
     store = _kernel("fuseloop_scatter_store", mode, key.dtype, a.dtype, update, k, scalar)
     _launch(store, groups, group, [a._storage], [pos, values._storage, gate._storage],
             [np.int64(m), np.int32(n)], dev)
