@@ -711,6 +711,7 @@ def _run_checked(mode: str, a: Array, key: Array, values: Array, gate: Array, up
         outs.append(pos)
     # (a target filled by the traced function and not used since: the check fills it,
     # and the record drops the fill; only where the check's grid is no smaller than it)
+    assert a._storage is not None
     pattern = fresh_fill(a._storage) if n <= m else None
     fill = "" if pattern is None else _fill_literal(pattern, a.dtype)
     if fill:
