@@ -14,8 +14,10 @@ masked assignment) where torch has the device (CUDA).
 
     PYTHONPATH=<tree> python benchmarks/probes/fuse_writes_probe.py [--log2 24]
         [--forms scatter-add,histogram,masked,overwrite] [--repeat 30] [--no-compile]
-        [--clock thread]
+        [--clock thread] [--as-gpu]
 
+``--as-gpu``: the CPU device presented as a GPU (the hand-written scatter kernels, a
+GPU's rules), to count what a GPU's host does on this machine.
 ``--clock thread``: the calling thread's CPU time instead of wall time (the host's cost of
 a call, robust on a busy machine; the device's work and waits are left out).
 
@@ -203,12 +205,21 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--no-compile", action="store_true", help="no torch.compile")
     ap.add_argument("--clock", choices=("wall", "thread"), default="wall")
+    ap.add_argument("--as-gpu", action="store_true",
+                    help="present the CPU device as a GPU (its scatter kernels, its rules)")
     args = ap.parse_args()
     if args.clock == "thread":
         CLOCK[0] = time.thread_time
     dev = fl.get_device()
+    if args.as_gpu:  # (a GPU's paths on this CPU: the hand-written scatter kernels)
+        import dataclasses
+
+        from fuseloop.ops import scatter_kernel
+
+        scatter_kernel.ON_CPU = True
+        dev = dataclasses.replace(dev, type="gpu", max_work_group_size=256)
     torch = None
-    if dev.type != "cpu":
+    if dev.type != "cpu" and not args.as_gpu:
         try:
             import torch  # type: ignore[no-redef]
         except ImportError:
@@ -218,8 +229,9 @@ def main() -> None:
     print(f"{'form':12s} {'fl.fuse':>10s} {'untraced':>10s} {'kernels':>8s} {'fills':>6s} "
           f"{'how':>7s} "
           f"{'peer':>14s} {'peer us':>10s}  ok")
-    for form in args.forms.split(","):
-        measure(form, 1 << args.log2, args.repeat, torch, not args.no_compile)
+    with fl.device(dev):
+        for form in args.forms.split(","):
+            measure(form, 1 << args.log2, args.repeat, torch, not args.no_compile)
 
 
 if __name__ == "__main__":
