@@ -86,7 +86,7 @@ from .. import launching
 from ..array import Array
 from ..cache import KernelPlan, SourceKernel
 from ..dtypes import c_type_name
-from ..expr.nodes import Storage
+from ..expr.nodes import Leaf, Storage
 from ..flags import check_pending
 from ..runtime.devices import Device
 from ..runtime.transfer import before_read, read
@@ -113,6 +113,7 @@ BACKUP_RATIO = 16
 ON_CPU = False
 _DTYPES = frozenset(np.dtype(t) for t in (np.int32, np.int64, np.float32, np.float64))
 _INT32_LIMIT = 1 << 31
+_INT32 = np.dtype(np.int32)
 
 _kernels: dict[tuple, SourceKernel] = {}
 # fl_update bodies by (operation, dtype, device, FUSELOOP_PTX_ATOMICS)
@@ -126,8 +127,8 @@ _caches.register("ops.scatter_kernel.updates", _updates.clear, lambda: len(_upda
                  why="one per (operation, dtype, device, FUSELOOP_PTX_ATOMICS)")
 _caches.register("ops.scatter_kernel.scalars", _scalars.clear, lambda: len(_scalars),
                  why="one-element arrays of recent scalar values (at most 32)")
-# zeroed one-word gate arrays per device (a gate read back as zero is still zero)
-_gates: dict[Device, list[Array]] = {}
+# zeroed one-word gate buffers per device (a gate read back as zero is still zero)
+_gates: dict[Device, list[Storage]] = {}
 # scatters whose gate is not read yet (FUSELOOP_SCATTER_WAIT=defer): the gate's buffer,
 # the indices' and their dtype, the axis' length
 _pending: list[tuple[Storage, Storage, np.dtype, int]] = []
@@ -527,52 +528,53 @@ def _partition_kernel(name: str, idx: np.dtype, val: np.dtype, k: int,
 
 
 def _gate(device: Device) -> Array:
-    """A zeroed gate: one kept (:func:`_read_gate` keeps those it read as zero), else a
-    new one.  While ``fl.fuse`` traces, the record's gate is a temporary each call takes
-    so (:func:`~fuseloop.tracing.supply`): no fill per call."""
-    try:
-        gate = _gates[device].pop()
-    except (KeyError, IndexError):  # (none kept, or another thread took the last)
-        from ..creation import zeros
-
-        gate = zeros(1, dtype=np.int32, device=device).eval()
+    """A zeroed gate (see :func:`_take_gate`).  While ``fl.fuse`` traces, the record's
+    gate is a temporary that each call takes so (:func:`~fuseloop.tracing.supply`): no
+    fill per call."""
+    gate = _take_gate(device)
     if tracing():
-        assert gate._storage is not None
-        supply(gate._storage, _take_gate)
-    return gate
+        supply(gate, _take_gate)
+    return Array._concrete(gate, np.dtype(np.int32), (1,))
 
 
 def _take_gate(device: Device) -> Storage:
-    gate = _gate(device)._storage
-    assert gate is not None
-    return gate
+    """A zeroed gate buffer: one kept (:func:`_read_gate` keeps those it read as zero),
+    else a new one."""
+    try:
+        return _gates[device].pop()
+    except (KeyError, IndexError):  # (none kept, or another thread took the last)
+        from ..creation import zeros
+
+        gate = zeros(1, dtype=np.int32, device=device).eval()._storage
+        assert gate is not None
+        return gate
 
 
 def _read_gate(gate: Storage, key: Storage, key_dtype: np.dtype, n: int) -> None:
     """Read ``gate`` back (waits for the scatter); raise numpy's error naming the first
     index out of range when it is set, else keep it for the next scatter.  (Buffers, read
     as they are: an ``fl.fuse`` trace reads them too, as its record's step.)"""
-    from .indexing import _host_wrapped
+    if host_copy(gate, _INT32)[0]:
+        from .indexing import _host_wrapped
 
-    if host_copy(gate, np.dtype(np.int32))[0]:
         _host_wrapped(host_copy(key, key_dtype), n, 0)  # (raises, naming the first)
         raise AssertionError("the scatter's check found an index out of range that the "
                              "host does not")  # pragma: no cover
     pool = _gates.setdefault(gate.device, [])
     if len(pool) < 8:
-        pool.append(Array._concrete(gate, np.dtype(np.int32), (1,)))
+        pool.append(gate)
 
 
 def host_copy(storage: Storage, dtype: np.dtype) -> np.ndarray:
     """``storage``'s contents as a numpy vector of ``dtype`` (waits for the device; small
     ones on a CPU read as ``Array.get`` reads them, without a copy command)."""
-    from ..expr.nodes import Leaf
-    from ..host_path import read as host_read
-
     n = storage.nbytes // dtype.itemsize
-    small = host_read(Leaf(storage, dtype, (n,)), storage.device)
-    if small is not None:
-        return small
+    if storage.device.type == "cpu":
+        from ..host_path import read as host_read
+
+        small = host_read(Leaf(storage, dtype, (n,)), storage.device)
+        if small is not None:
+            return small
     host = np.empty(n, dtype)
     read(host, storage.buffer, storage.device)
     return host
