@@ -10,8 +10,9 @@ needs, once, when the trace ends (:func:`prune`):
   everywhere until something writes it.  Every kernel reading it before then reads that
   element, wherever it reads: its loads of the buffer become a literal
   (``out = zeros_like(x); out[x > t] = 3`` is ``where(x > t, 3, out)`` over the whole
-  array: ``where(x > t, 3, 0)``).  Done only where it lets the fill go (the next rule):
-  each fold is a kernel of its own to compile.
+  array: ``where(x > t, 3, 0)``); a masked write into it (``fl.compute(v, out=out,
+  where=m)``) becomes ``where(m, v, 0)`` over the whole array.  Done only where it lets
+  the fill go (the next rule): each fold is a kernel of its own to compile.
 * **Dropping dead writes.**  A step whose every output a later step overwrites whole
   before any step reads it (a fill, or a kernel without error flags or atomic updates)
   is dropped: ``out = zeros(n); out[:] = x * 2`` is one launch.  Host steps (hand-written
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from . import run_plans as _rp
-from .expr.ir import Lit
+from .expr.ir import Lit, Op
 from .expr.nodes import Storage
 from .tracing import HostStep, Trace
 
@@ -175,36 +176,70 @@ def _drop_unused_temps(trace: Trace, returned: set[Ref]) -> None:
 
 
 def _fold_fills(steps: list[Any], nbytes: dict[Ref, int]) -> list[Any]:
-    """Each fill's readers up to the first step writing its buffer whole take the fill's
-    element as a literal, where all of them can (kernels reading it by plain loads)."""
+    """Each fill's readers up to the first step writing its buffer take the fill's
+    element as a literal, where all of them can (kernels reading it by plain loads) and
+    that step writes it whole (or can: a masked write whose mask's else is the fill)."""
     steps = list(steps)
     for k, fill in enumerate(steps):
         if type(fill) is not HostStep or fill.contents is None or \
                 fill.contents.pattern is None:
             continue
-        ref = fill.out_refs[0]
-        pattern = fill.contents.pattern
-        readers: list[int] = []
-        end = None
-        for j in range(k + 1, len(steps)):
-            st = steps[j]
-            touches = ref in st.storage_refs or ref in st.out_refs
-            if not touches:
-                continue
-            if type(st) is HostStep or ref in _reads(st) - set(st.storage_refs):
-                break
-            if ref in st.storage_refs:
-                readers.append(j)
-            if ref in st.out_refs:
-                end = j if ref in covered(st, nbytes) else None
-                break
-        if end is None or not readers:
+        ref, pattern = fill.out_refs[0], fill.contents.pattern
+        end, readers = _first_write(steps, k, ref)
+        if end is None:
             continue
-        folded = [_folded(steps[j], ref, pattern) for j in readers]
-        if all(f is not None for f in folded):
-            for j, f in zip(readers, folded):
+        changed = {j: steps[j] for j in (*readers, end)}
+        if ref not in covered(steps[end], nbytes):
+            changed[end] = _unmasked(steps[end], ref, pattern)
+            if changed[end] is None or ref not in covered(changed[end], nbytes):
+                continue
+        for j in readers:
+            changed[j] = _folded(changed[j], ref, pattern)
+        if all(f is not None for f in changed.values()):
+            for j, f in changed.items():
                 steps[j] = f
     return steps
+
+
+def _first_write(steps: list[Any], k: int, ref: Ref) -> tuple[int | None, list[int]]:
+    """(the first kernel step after step ``k`` writing ``ref``, the kernel steps reading
+    it up to that one, that one too where it reads it); (None, []) where a host step or
+    an atomic update touches it first, or nothing writes it."""
+    readers: list[int] = []
+    for j in range(k + 1, len(steps)):
+        st = steps[j]
+        if ref not in st.storage_refs and ref not in st.out_refs:
+            continue
+        if type(st) is HostStep or ref in _reads(st) - set(st.storage_refs):
+            return None, []
+        if ref in st.storage_refs:
+            readers.append(j)
+        if ref in st.out_refs:
+            return j, readers
+    return None, []
+
+
+def _unmasked(step: Any, ref: Ref, pattern: np.ndarray) -> Any:
+    """A masked kernel writing ``ref`` alone (``fl.compute(..., out=, where=)``), as one
+    writing it whole: ``where(mask, value, fill)``; None where it cannot (several
+    outputs, checked gathers, which the mask guards, or reductions)."""
+    program = step.program
+    if program.mask is None or step.out_refs != (ref,) or program.out_specs != ((),) or \
+            program.has_reduce or program.row_dims is not None or \
+            any(e.kind == "gather" for e in program.entries):
+        return None
+    entries = list(program.entries)
+    char = entry_dtype(entries, program.outputs[0])
+    value = _literal(pattern, char)
+    if value is None:
+        return None
+    entries.append(Lit(char, value))
+    entries.append(Op("where", ("?", char, char, char),
+                      (program.mask, program.outputs[0], len(entries) - 1)))
+    program = program._replace(entries=tuple(entries), outputs=(len(entries) - 1,),
+                               mask=None)
+    return _rp._Step(program, step.params, step.out_shape, step.storage_refs,
+                     step.out_refs, step.scalar_refs)
 
 
 def _folded(step: Any, ref: Ref, pattern: np.ndarray) -> Any:

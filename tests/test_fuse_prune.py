@@ -103,6 +103,19 @@ def test_what_reads_the_fill_first_takes_its_value(device, fills):
     assert _commands(fills, f, fl.asarray(xh)) == (2, 0)
 
 
+def test_a_masked_compute_into_a_fill_is_one_kernel(device, fills):
+    @fl.fuse
+    def masked(x, t):  # (the mask guards the store: the rest keeps the fill)
+        out = fl.full(x.shape, -2.0, dtype=x.dtype)
+        fl.compute(fl.sqrt(x) * 2, out=out, where=x > t)
+        return out
+
+    xh = RNG.random(300)
+    x = fl.asarray(xh)
+    _check(masked, [np.where(xh > 0.4, np.sqrt(xh) * 2, -2.0)], x, 0.4)
+    assert _commands(fills, masked, x, 0.4) == (1, 0)
+
+
 def test_fills_still_needed_are_kept(device, fills):
     @fl.fuse
     def partly(x):  # (a part written: the rest keeps the fill)
@@ -215,7 +228,8 @@ def test_a_gpus_masked_write_is_one_kernel_of_one_output(device, fills):
 
 @pytest.mark.parametrize("variant,commands", [
     ("gate", (2, 0)), ("narrow", (2, 0)),  # (the target's fill in the check kernel)
-    ("backup", (3, 1)), ("partition", (3, 2))])  # (their fills: the target, the counters)
+    ("backup", (3, 1)), ("partition", (3, 2)),  # (their fills: the target, the counters)
+    ("auto", (1, 1))])  # (the fill, the checked store; deferred: gate's)
 @pytest.mark.parametrize("wait", ["", "defer"])
 def test_a_traced_scatter_add_takes_no_gate_fill(device, fills, monkeypatch, variant,
                                                  commands, wait):
@@ -242,6 +256,8 @@ def test_a_traced_scatter_add_takes_no_gate_fill(device, fills, monkeypatch, var
     for _ in range(3):
         np.testing.assert_allclose(scatter_add(v, idx).get(), want, rtol=1e-5)
     assert scatter_add.traces == 1 and scatter_add.eager_signatures == 0
+    if variant == "auto" and wait == "defer":
+        commands = (2, 0)
     assert _commands(fills, scatter_add, v, idx) == commands
     bad = ih.copy()
     bad[7] = n  # (out of range: numpy's IndexError; the next calls are right again)
