@@ -1,6 +1,7 @@
 """What one replayed ``fl.fuse`` call of ``fuse_writes_probe``'s forms does on the host,
 counted (robust on a busy machine, unlike a clock): Python function calls (cProfile's
-count: fuseloop's, pyopencl's Python layer, C functions of the standard library), the
+count: fuseloop's, pyopencl's Python layer, C functions of the standard library; not the
+calls of a read's polled wait, which depend on how long the device takes), the
 OpenCL backend's driver calls (``set_arg``, scalar arguments, kernel enqueues: counted
 by wrappers installed before any launcher is made, their own calls left out), pyopencl's
 fills and reads, kernels launched and fills enqueued.
@@ -28,6 +29,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fuse_writes_probe import commands, fl_forms, inputs
 
 PYOPENCL = ("enqueue_fill_buffer", "enqueue_copy")
+# the functions a polled wait calls per turn (runtime.transfer._wait): left out
+SPIN = ("event_status", "result", "<built-in method time.perf_counter>",
+        "<built-in method posix.sched_yield>")
 WRAPPED = {"_set_arg": "set_arg", "_set_scalar": "set_scalar",
            "_enqueue_nd_range": "enqueue_kernel"}
 tally: dict[str, int] = dict.fromkeys(WRAPPED.values(), 0)
@@ -60,7 +64,8 @@ def counts(fused: object, arrays: list, calls: int) -> tuple[float, dict[str, fl
         for d in PYOPENCL:
             if name == d:
                 driver[d] = driver.get(d, 0) + s[1] / calls
-    total = sum(s[1] for s in stats.values()) / calls - sum(tally.values()) / calls
+    total = sum(s[1] for (_, _, name), s in stats.items() if name not in SPIN) / calls \
+        - sum(tally.values()) / calls
     return total, driver
 
 
