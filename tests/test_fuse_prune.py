@@ -266,3 +266,22 @@ def test_a_traced_scatter_add_takes_no_gate_fill(device, fills, monkeypatch, var
         fl.synchronize()
     for _ in range(2):
         np.testing.assert_allclose(scatter_add(v, idx).get(), want, rtol=1e-5)
+
+
+def test_a_histograms_fill_stays(device, fills):
+    bins = 64
+
+    @fl.fuse
+    def histogram(x, w):  # (an atomic update reads its target: the zeros are needed)
+        k = fl.minimum((x * bins).astype(np.int64), bins - 1)
+        h = fl.zeros(bins, dtype=w.dtype)
+        fl.add.at(h, k, w)
+        return h
+
+    xh, wh = RNG.random(5000), RNG.random(5000)
+    want = np.zeros(bins)
+    np.add.at(want, np.minimum((xh * bins).astype(np.int64), bins - 1), wh)
+    x, w = fl.asarray(xh), fl.asarray(wh)
+    for _ in range(3):
+        np.testing.assert_allclose(histogram(x, w).get(), want, rtol=1e-10)
+    assert _commands(fills, histogram, x, w) == (2, 1)
