@@ -139,9 +139,11 @@ def _drop_dead(steps: list[Any], nbytes: dict[Ref, int], dead: set[Ref]) -> list
 
 def _without_outputs(step: Any, dead: set[Ref]) -> Any:
     """``step`` without its plain outputs in ``dead`` (a value computed beside the one
-    the function uses: a mask the evaluation kept)."""
+    the function uses: a mask the evaluation kept); as it is where it checks indices (a
+    dropped output's gather must still report)."""
     program = step.program
-    if program.chunked or program.first is not None or program.contraction is not None:
+    if program.chunked or program.first is not None or program.contraction is not None \
+            or any(e.kind == "gather" for e in program.entries):
         return step
     keep = [k for k, (ref, spec) in enumerate(zip(step.out_refs, program.out_specs))
             if ref not in dead or len(spec) >= 3]

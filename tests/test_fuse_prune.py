@@ -285,3 +285,18 @@ def test_a_histograms_fill_stays(device, fills):
     for _ in range(3):
         np.testing.assert_allclose(histogram(x, w).get(), want, rtol=1e-10)
     assert _commands(fills, histogram, x, w) == (2, 1)
+
+
+def test_an_unused_output_still_checks_its_indices(device):
+    @fl.fuse
+    def first(x, y, idx):
+        a, _ = fl.compute(x * 2, y[idx])  # (the gather's check stays)
+        return a
+
+    xh, yh = RNG.random(40), RNG.random(10)
+    x, y = fl.asarray(xh), fl.asarray(yh)
+    for _ in range(3):
+        np.testing.assert_array_equal(first(x, y, fl.asarray(np.arange(40) % 10)).get(),
+                                      xh * 2)
+    with pytest.raises(IndexError):
+        first(x, y, fl.asarray(np.arange(40))).get()
