@@ -67,7 +67,9 @@ elements, a contiguous computed 1-D integer index array and contiguous computed
 values of the target's dtype and the indices' shape (or one scalar value that numpy
 would store as it: :func:`scalar_value`), none sharing the target's buffer, outside
 ``fl.show_code``'s capture.  While ``fl.fuse`` traces, each launch and the gate's read
-are steps of its record (a new gate per call, zeroed by a step too).  Additions use the device's
+are steps of its record (the gate a temporary each call takes zeroed from the kept ones,
+no fill; a target the function has just filled is filled by the check kernel, ``FILL``,
+and its fill step dropped: :mod:`fuseloop.fuse_prune`).  Additions use the device's
 native atomic add (:mod:`fuseloop.lower.atomics`: PTX ``red.global.add`` for floats
 on NVIDIA, ``atomic_add``/``atom_add`` for integers), else a compare-and-swap loop.
 """
