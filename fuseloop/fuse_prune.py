@@ -16,9 +16,7 @@ needs, once, when the trace ends (:func:`prune`):
 * **Dropping dead writes.**  A step whose every output a later step overwrites whole
   before any step reads it (a fill, or a kernel without error flags or atomic updates)
   is dropped: ``out = zeros(n); out[:] = x * 2`` is one launch.  Host steps (hand-written
-  kernels, flag reads) are taken to read everything they touch, but what they say they
-  write whole (``HostStep.covers``: a scatter's check kernel filling a target the
-  function just filled, :mod:`fuseloop.ops.scatter_kernel`).
+  kernels, flag reads) are taken to read everything they touch.
 
 What a step writes whole: a kernel's plain (contiguous, unmasked) output of as many bytes
 as the buffer holds.
@@ -79,10 +77,9 @@ def entry_dtype(entries: Sequence[Any], ref: int) -> str:
 
 
 def covered(step: Any, nbytes: dict[Ref, int]) -> set[Ref]:
-    """The refs a step writes whole (a host step's ``covers``: a fill folded into a
-    hand-written kernel)."""
+    """The refs a step writes whole (none for a host step)."""
     if type(step) is HostStep:
-        return set(step.covers)
+        return set()
     program = step.program
     if program.mask is not None or program.chunked or program.first is not None:
         return set()
@@ -101,7 +98,7 @@ def _reads(step: Any) -> set[Ref]:
     reads = set(step.storage_refs)
     if type(step) is HostStep:
         if step.contents is None:
-            reads.update(set(step.out_refs) - set(step.covers))
+            reads.update(step.out_refs)
     else:
         reads.update(r for r, spec in zip(step.out_refs, step.program.out_specs)
                      if len(spec) == 4)
@@ -173,8 +170,6 @@ def _drop_unused_temps(trace: Trace, returned: set[Ref]) -> None:
     for st in trace.steps:
         st.storage_refs = tuple(new.get(r, r) for r in st.storage_refs)
         st.out_refs = tuple(new.get(r, r) for r in st.out_refs)
-        if type(st) is HostStep:
-            st.covers = tuple(new.get(r, r) for r in st.covers)
 
 
 def _fold_fills(steps: list[Any], nbytes: dict[Ref, int]) -> list[Any]:

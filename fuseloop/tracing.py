@@ -351,19 +351,15 @@ class Trace:
                                     refs[0], refs[1], tuple(scalar_refs)))
 
     def host_step(self, action: Callable[[list[Storage], list[Storage]], Any],
-                  ins: list[Storage], outs: list[Storage], covers: Iterable[Storage] = ()
-                  ) -> None:
+                  ins: list[Storage], outs: list[Storage]) -> None:
         """Run ``action(ins, outs)`` (host code on device buffers: a hand-written kernel's
-        launch, a read of its error flag) and record it as a :class:`HostStep`
-        (``covers``: the outputs it writes whole before reading them)."""
+        launch, a read of its error flag) and record it as a :class:`HostStep`."""
         action(ins, outs)
         self.traced.update(outs)
         if self.failed is None:
             refs = self._refs(ins, outs)
             if refs is not None:
-                step = HostStep(action, *refs)
-                step.covers = tuple(self.refs[id(s)] for s in covers)
-                self.steps.append(step)
+                self.steps.append(HostStep(action, *refs))
 
     def supply(self, storage: Storage, take: Callable[[Device], Storage]) -> None:
         """``storage`` is a temporary that each call takes from ``take(device)`` (with
@@ -375,15 +371,6 @@ class Trace:
         if id(storage) not in self.refs:  # (a temporary even where first read: a gate)
             self.refs[id(storage)] = ("t", len(self.temps))
             self.temps.append(storage)
-
-    def fresh_fill(self, storage: Storage) -> np.ndarray | None:
-        """The fill pattern of ``storage``'s buffer where the function made it by a fill
-        and no step has used it yet (a later step's whole write makes the fill dead)."""
-        found = self.contents.get(id(storage.buffer))
-        if found is None or found[1].pattern is None or id(storage) in self.refs or \
-                any(m[0].buffer is storage.buffer for m in self.made):
-            return None
-        return found[1].pattern
 
     def _refs(self, ins: Iterable[Storage], outs: list[Storage]
               ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] | None:
@@ -453,8 +440,6 @@ class Trace:
             steps += remakes.pop(j, ())
             st.storage_refs = tuple(resolved.get(r, r) for r in st.storage_refs)
             st.out_refs = tuple(resolved.get(r, r) for r in st.out_refs)
-            if type(st) is HostStep:
-                st.covers = tuple(resolved.get(r, r) for r in st.covers)
             steps.append(st)
         for later in remakes.values():  # (a result no launch touched)
             steps += later
@@ -476,7 +461,7 @@ class HostStep:
     launch: ``action(inputs, outputs)`` (a hand-written kernel's launch, a read of its
     error flag, a new buffer's contents made again: :func:`_remake`)."""
 
-    __slots__ = ("action", "contents", "covers", "out_refs", "storage_refs")
+    __slots__ = ("action", "contents", "out_refs", "storage_refs")
     # (the interface of a recorded launch that fuse_entry's record reads)
     scalar_refs: tuple = ()
     params: tuple = ()
@@ -492,7 +477,6 @@ class HostStep:
         # a remade array's contents (its one output, as fl.full or fl.asarray made it):
         # the record's pruning (fuseloop.fuse_prune) may fold or drop the step
         self.contents = contents
-        self.covers: tuple = ()  # the outputs it writes whole before reading them
 
 
 def _remake(contents: Contents, device: Device) -> Callable[[list[Storage], list[Storage]],
@@ -511,13 +495,12 @@ def _remake(contents: Contents, device: Device) -> Callable[[list[Storage], list
 
 
 def host_step(action: Callable[[list[Storage], list[Storage]], Any], ins: list[Storage],
-              outs: list[Storage], covers: Iterable[Storage] = ()) -> None:
+              outs: list[Storage]) -> None:
     """``action(ins, outs)``: host code on device buffers (a hand-written kernel's launch,
-    a read of its flag), recorded as a step while ``fl.fuse`` traces on this thread
-    (``covers``: the outputs it writes whole before reading them)."""
+    a read of its flag), recorded as a step while ``fl.fuse`` traces on this thread."""
     rec = _rp.recorder()
     if type(rec) is Trace:
-        rec.host_step(action, ins, outs, covers)
+        rec.host_step(action, ins, outs)
     else:
         action(ins, outs)
 
@@ -527,12 +510,6 @@ def supply(storage: Storage, take: Callable[[Device], Storage]) -> None:
     rec = _rp.recorder()
     if type(rec) is Trace:
         rec.supply(storage, take)
-
-
-def fresh_fill(storage: Storage) -> np.ndarray | None:
-    """While ``fl.fuse`` traces on this thread, :meth:`Trace.fresh_fill`; else None."""
-    rec = _rp.recorder()
-    return rec.fresh_fill(storage) if type(rec) is Trace else None
 
 
 def tracing() -> bool:

@@ -227,9 +227,8 @@ def test_a_gpus_masked_write_is_one_kernel_of_one_output(device, fills):
 
 
 @pytest.mark.parametrize("variant,commands", [
-    ("gate", (2, 0)), ("narrow", (2, 0)),  # (the target's fill in the check kernel)
-    ("backup", (3, 1)), ("partition", (3, 2)),  # (their fills: the target, the counters)
-    ("auto", (1, 1))])  # (the fill, the checked store; deferred: gate's)
+    ("gate", (2, 1)), ("narrow", (2, 1)), ("auto", (2, 1)),  # (the target's fill alone)
+    ("backup", (3, 1)), ("partition", (3, 2))])  # (partition's: the counters' too)
 @pytest.mark.parametrize("wait", ["", "defer"])
 def test_a_traced_scatter_add_takes_no_gate_fill(device, fills, monkeypatch, variant,
                                                  commands, wait):
@@ -256,8 +255,6 @@ def test_a_traced_scatter_add_takes_no_gate_fill(device, fills, monkeypatch, var
     for _ in range(3):
         np.testing.assert_allclose(scatter_add(v, idx).get(), want, rtol=1e-5)
     assert scatter_add.traces == 1 and scatter_add.eager_signatures == 0
-    if variant == "auto" and wait == "defer":
-        commands = (2, 0)
     assert _commands(fills, scatter_add, v, idx) == commands
     bad = ih.copy()
     bad[7] = n  # (out of range: numpy's IndexError; the next calls are right again)

@@ -37,9 +37,7 @@ the same work is written as a hand-written kernel would be, in variants chosen b
 * ``auto`` (the default): ``partition`` for a target of more than two buckets (where
   ordering the stores by bucket can keep them in the cache); ``backup`` for indices of
   at least :data:`BACKUP_MIN_BYTES` and :data:`BACKUP_RATIO` times the target's bytes
-  (:func:`backup_pays`); else ``gate``, but for a target that a function ``fl.fuse``
-  traces has just filled (``fl.zeros``), the checked store alone, the fill made again
-  where an index was out of range (:func:`_refill_pattern`).  Measured
+  (:func:`backup_pays`); else ``gate``.  Measured
   on an H100 (50 MB L2; ``benchmarks/probes/scatter_probe.py --variants``, 2^24
   float32, int64 indices, two runs): ``out[perm] = v`` into 64 MB by ``partition``
   0.76-0.90 ms with 16 MiB buckets (8 MiB 0.94, 32 MiB 1.02, 4 and 2 MiB 1.00), ``gate``
@@ -68,8 +66,7 @@ values of the target's dtype and the indices' shape (or one scalar value that nu
 would store as it: :func:`scalar_value`), none sharing the target's buffer, outside
 ``fl.show_code``'s capture.  While ``fl.fuse`` traces, each launch and the gate's read
 are steps of its record (the gate a temporary each call takes zeroed from the kept ones,
-no fill; a target the function has just filled is filled by the check kernel, ``FILL``,
-and its fill step dropped: :mod:`fuseloop.fuse_prune`).  Additions use the device's
+no fill).  Additions use the device's
 native atomic add (:mod:`fuseloop.lower.atomics`: PTX ``red.global.add`` for floats
 on NVIDIA, ``atomic_add``/``atom_add`` for integers), else a compare-and-swap loop.
 """
@@ -77,7 +74,6 @@ on NVIDIA, ``atomic_add``/``atom_add`` for integers), else a compare-and-swap lo
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -88,14 +84,13 @@ from .. import caches as _caches
 from .. import evaluate as _evaluate
 from .. import launching
 from ..array import Array
-from ..backends import backend_for
 from ..cache import KernelPlan, SourceKernel
 from ..dtypes import c_type_name
 from ..expr.nodes import Leaf, Storage
 from ..flags import check_pending
 from ..runtime.devices import Device
 from ..runtime.transfer import before_read, read
-from ..tracing import fresh_fill, host_step, supply, tracing
+from ..tracing import host_step, supply, tracing
 
 VARIANTS = ("expr", "gate", "narrow", "backup", "partition", "auto")
 #: elements per work-item when ``FUSELOOP_SCATTER_ITEMS`` does not say
@@ -265,16 +260,10 @@ def _update_text(op: str | None, dtype: np.dtype, device: Device) -> str:
 
 _CHECK = r"""
 __kernel void fuseloop_scatter_check(__global const IT *in0, __global int *out0, POS_ARG
-                                     FILL_ARG long const s0, long const s1)
+                                     long const s0, long const s1)
 {
   /* s0 indices, s1 the axis' length: out0[0] = 1 where an index is outside [-s1, s1);
-     with NARROW, out1[i] = the index wrapped into [0, s1); with FILL, the target's s1
-     elements set to FILL (its fill, folded in here: the store runs after this kernel) */
-#ifdef FILL
-  long const step = (long) get_global_size(0);
-  for (long i = get_global_id(0); i < s1; i += step)
-    FILL_OUT[i] = FILL;
-#endif
+     with NARROW, out1[i] = the index wrapped into [0, s1) */
   int const lsize = get_local_size(0);
   long const base = (long) get_group_id(0) * (lsize * ITEMS) + get_local_id(0);
   int bad = 0;
@@ -376,25 +365,19 @@ __kernel void fuseloop_scatter_copy(__global VT *out0, __global const VT *in0,
 
 
 def _kernel(name: str, mode: str, idx: np.dtype, val: np.dtype, update: str,
-            k: int, scalar: bool = False, fill: str = "") -> SourceKernel:
+            k: int, scalar: bool = False) -> SourceKernel:
     """The kernel ``name`` for variant ``mode`` (``gate``, ``narrow``, ``backup``);
-    ``scalar``: one value for all (its one-element buffer); ``fill``: the check also
-    fills the target (its last output) with this literal (:func:`_fill_literal`)."""
-    key = (name, mode, idx, val, update, k, scalar, fill)
+    ``scalar``: one value for all (its one-element buffer)."""
+    key = (name, mode, idx, val, update, k, scalar)
     found = _kernels.get(key)
     if found is None:
         options = [f"-DITEMS={k}", f"-DIT={c_type_name(idx)}"] + (["-DSCALAR"] if scalar else [])
         narrow = mode == "narrow"
         if name == "fuseloop_scatter_check":
-            outs = ["out0"] + (["out1"] if narrow else [])
-            fill_out = f"out{len(outs)}" if fill else ""
-            args = ["in0", *outs] + ([fill_out] if fill else []) + ["s0", "s1"]
+            args = ["in0", "out0"] + (["out1"] if narrow else []) + ["s0", "s1"]
             dtypes: list[str | None] = [None] * (len(args) - 2) + ["int64", "int64"]
             pos_arg = "__global int *out1," if narrow else ""
-            fill_arg = f"__global {c_type_name(val)} *{fill_out}," if fill else ""
-            source = f"#define POS_ARG {pos_arg}\n#define FILL_ARG {fill_arg}\n" + _CHECK
-            if fill:
-                options += [f"-DFILL={fill}", f"-DFILL_OUT={fill_out}"]
+            source = "#define POS_ARG " + pos_arg + "\n" + _CHECK
         else:
             args = ["out0", "in0", "in1", "in2", "s0", "s1"] if name.endswith("store") \
                 else ["out0", "in0", "in1", "s0", "s1"]
@@ -468,23 +451,12 @@ def host_copy(storage: Storage, dtype: np.dtype) -> np.ndarray:
     return host
 
 
-def _confirm(key_dtype: np.dtype, n: int, refill: np.ndarray | None = None
-             ) -> Callable[[list[Storage], list[Storage]], None]:
+def _confirm(key_dtype: np.dtype, n: int) -> Callable[[list[Storage], list[Storage]], None]:
     """The action reading a scatter's gate (inputs: the gate, the indices), or with
-    ``FUSELOOP_SCATTER_WAIT=defer`` leaving it pending; with ``refill`` (a fill pattern:
-    :func:`_refill_pattern`), read now, and where set the target (a third input) filled
-    again before the error is raised."""
+    ``FUSELOOP_SCATTER_WAIT=defer`` leaving it pending."""
     def confirm(ins: list[Storage], outs: list[Storage]) -> None:
-        gate, key = ins[0], ins[1]
-        if refill is not None:
-            try:
-                _read_gate(gate, key, key_dtype, n)
-            except IndexError:
-                target = ins[2]
-                backend_for(target.device).fill(target.device, target.buffer, refill,
-                                                target.nbytes)
-                raise
-        elif deferred():
+        gate, key = ins
+        if deferred():
             _pending.append((gate, key, key_dtype, n))
             if confirm_pending not in before_read:
                 before_read.append(confirm_pending)
@@ -515,30 +487,16 @@ def confirm_pending() -> None:
 
 
 def _launch(kernel: SourceKernel, groups: int, group: int, outs: list[Any],
-            ins: list[Any], scalars: list[Any], device: Device, writes: int = 0,
-            covers: int = 0) -> None:
+            ins: list[Any], scalars: list[Any], device: Device, writes: int = 0) -> None:
     """Launch ``kernel`` (a step of the record while ``fl.fuse`` traces); ``writes``: the
-    last inputs it writes too (the backup store's gate), outputs of the step; ``covers``:
-    its last outputs, which it writes whole before reading (a fill folded in)."""
+    last inputs it writes too (the backup store's gate), outputs of the step."""
     plan = launching.plan_for(kernel.get(device), (groups, group), 0, 0, device)
     assert plan is not None  # (None only with one_output=True)
     n_out = len(outs)
 
     def go(ins: list[Storage], outs: list[Storage]) -> None:
         launching.enqueue(plan, outs[:n_out], ins + outs[n_out:], scalars, False, device)
-    host_step(go, ins[:len(ins) - writes], outs + ins[len(ins) - writes:],
-              covers=outs[len(outs) - covers:] if covers else ())
-
-
-def _fill_literal(pattern: np.ndarray, dtype: np.dtype) -> str:
-    """An OpenCL literal of ``dtype`` with ``pattern``'s bytes (one element), exact for
-    any value (NaN too): ``as_float((uint) 0x...)``; "" where the sizes differ."""
-    raw = pattern.tobytes()
-    if len(raw) != dtype.itemsize or dtype.itemsize not in (4, 8):
-        return ""
-    bits = int.from_bytes(raw, sys.byteorder)  # (the host's order: the device's too)
-    unsigned, suffix = ("uint", "u") if dtype.itemsize == 4 else ("ulong", "ul")
-    return f"as_{c_type_name(dtype)}(({unsigned})0x{bits:x}{suffix})"
+    host_step(go, ins[:len(ins) - writes], outs + ins[len(ins) - writes:])
 
 
 def mode_for(a: Array, key: Array) -> str:
@@ -592,42 +550,12 @@ def scatter(a: Array, key: Array, values: Any, op: str | None) -> None:
     assert a._storage is not None and values._storage is not None
     update = _update(op, a.dtype, dev)
     grid = (k, group, scalar is not None)
-    pattern = _refill_pattern(a, mode)
-    if pattern is not None:
-        _run_refill(a, key, values, gate, update, grid)
-        host_step(_confirm(key.dtype, a.size, pattern),
-                  [gate._storage, key._storage, a._storage], [])
-        return
     if mode == "partition":
         from .scatter_partition import _run_partition as run
     else:
         run = _run_backup if mode == "backup" else _run_checked
     run(mode, a, key, values, gate, update, grid)
     host_step(_confirm(key.dtype, a.size), [gate._storage, key._storage], [])
-
-
-def _refill_pattern(a: Array, mode: str) -> np.ndarray | None:
-    """``auto``'s choice for a target that the function ``fl.fuse`` traces has just
-    filled (``out = fl.zeros(m); fl.add.at(out, idx, v)``), where it would take
-    ``gate``: the fill's pattern; else None.  No pass over the indices first: the
-    checked store skips an index out of range and sets the gate, and the gate's read
-    (a wait, whatever ``FUSELOOP_SCATTER_WAIT`` says) fills the target again before
-    raising, so it is untouched as with the others."""
-    if mode != "gate" or variant() != "auto" or deferred():
-        return None
-    assert a._storage is not None
-    return fresh_fill(a._storage)
-
-
-def _run_refill(a: Array, key: Array, values: Array, gate: Array, update: str,
-                grid: tuple[int, int, bool]) -> None:
-    """The checked store alone (see :func:`_refill_pattern`)."""
-    k, group, scalar = grid
-    m = key.size
-    store = _kernel("fuseloop_scatter_store", "backup", key.dtype, a.dtype, update, k, scalar)
-    _launch(store, -(-m // (group * k)), group, [a._storage],
-            [key._storage, values._storage, gate._storage], [np.int64(m), np.int32(a.size)],
-            a.device, writes=1)
 
 
 def _run_checked(mode: str, a: Array, key: Array, values: Array, gate: Array, update: str,
@@ -643,16 +571,8 @@ def _run_checked(mode: str, a: Array, key: Array, values: Array, gate: Array, up
         positions = empty(m, dtype=np.int32, device=dev).eval()
         pos = positions._storage
         outs.append(pos)
-    # (a target filled by the traced function and not used since: the check fills it,
-    # and the record drops the fill; only where the check's grid is no smaller than it)
-    assert a._storage is not None
-    pattern = fresh_fill(a._storage) if n <= m else None
-    fill = "" if pattern is None else _fill_literal(pattern, a.dtype)
-    if fill:
-        outs.append(a._storage)
-    check = _kernel("fuseloop_scatter_check", mode, key.dtype, a.dtype, "", k, fill=fill)
-    _launch(check, groups, group, outs, [key._storage], [np.int64(m), np.int64(n)], dev,
-            covers=1 if fill else 0)
+    check = _kernel("fuseloop_scatter_check", mode, key.dtype, a.dtype, "", k)
+    _launch(check, groups, group, outs, [key._storage], [np.int64(m), np.int64(n)], dev)
     store = _kernel("fuseloop_scatter_store", mode, key.dtype, a.dtype, update, k, scalar)
     _launch(store, groups, group, [a._storage], [pos, values._storage, gate._storage],
             [np.int64(m), np.int32(n)], dev)
