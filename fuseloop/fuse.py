@@ -33,7 +33,9 @@ is then replayed by :meth:`fuseloop.fuse_entry.Entry.replay_guarded`: the caller
 lazy readers first, a record of its own per way the arguments share buffers).  A
 function the recorder cannot replay (it writes into an array it closes over, or reads
 a buffer written by work it does not see: a sort) runs as plain Python on every call
-instead (``Fused.eager_signatures``).
+instead (``Fused.eager_signatures``).  A finished record is made minimal once
+(:mod:`fuseloop.fuse_prune`): fills fold into the kernels reading them, and writes no
+later step or result reads are dropped.
 """
 
 from __future__ import annotations

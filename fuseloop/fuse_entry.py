@@ -17,6 +17,7 @@ from .array import Array, _weak_scalar, _weak_scalars
 from .dtypes import scalar_to
 from .errors import OutOfMemoryError
 from .expr.nodes import Storage
+from .fuse_prune import prune_trace
 from .launching import (
     DEFER_MAX,
     DEFER_MAX_ELEMENTS,
@@ -56,7 +57,7 @@ class Entry:
 
     __slots__ = ("aliases", "consts", "device", "eager", "fixed_scalars", "plan1", "pool",
                  "result1", "results", "run", "single", "slots", "steps", "structure",
-                 "temps", "written")
+                 "supplied", "temps", "written")
 
     aliases: tuple[int, ...]  # per array argument the first one sharing its buffer
 
@@ -73,6 +74,8 @@ class Entry:
     slots: list[tuple]  # per scalar slot (kind, constant/argument/function, dtype)
     steps: list[tuple]
     structure: Any  # tuple, list or None (one result)
+    # per temporary taken, not allocated (tracing.Trace.supply): its position, how
+    supplied: tuple[tuple[int, Callable[[Device], Storage]], ...]
     temps: list[int]
     # the array arguments the steps write into; None where no step writes one and none
     # is a host step (the plain replay, :meth:`_launch_steps`)
@@ -177,13 +180,20 @@ class Entry:
         device = self.device
         if temps is None and self.temps:
             palloc = self.pool.allocate
-            temps = [_allocate(palloc, n, device) for n in self.temps]
+            temps = [_allocate(palloc, n, device) for n in self.temps] \
+                if not self.supplied else self._taken(palloc, device)
         pool = self.pool_of(storages, temps)
         # (the steps write the call's own buffers only: checked gathers' error flags are
         # read once, after the last launch, as in an evaluation; see fuseloop.flags)
         _flags.deferring(self._launch_steps if self.written is None else self._launch_mixed,
                          pool, storages, sc, device)
         return self._results(pool, values, args)
+
+    def _taken(self, palloc: Callable[[int], Any], device: Device) -> list[Storage]:
+        """The call's temporaries, those :attr:`supplied` taken as they say."""
+        takes = dict(self.supplied)
+        return [_allocate(palloc, n, device) if k not in takes else takes[k](device)
+                for k, n in enumerate(self.temps)]
 
     def _launch_steps(self, pool: list[Storage], storages: list[Storage], sc: list[Any],
                       device: Device) -> None:
@@ -332,6 +342,7 @@ def make_entry(trace: Trace, device: Device, structure: Any, outs: list,
     entry.device = device
     entry.structure = structure
     entry.eager = trace.failed is not None
+    prune_trace(trace, computed)  # (before the slots are counted: temporaries may go)
     n_in, n_t = n_arrays, len(trace.temps)
     base = {"i": 0, "t": n_in, "c": n_in + n_t}
 
@@ -339,6 +350,8 @@ def make_entry(trace: Trace, device: Device, structure: Any, outs: list,
         return base[ref[0]] + ref[1]
 
     entry.temps = [s.nbytes for s in trace.temps]
+    entry.supplied = tuple((k, trace.supplied[id(s)]) for k, s in enumerate(trace.temps)
+                           if id(s) in trace.supplied)
     entry.consts = list(trace.consts)
     entry.pool = _runtime(device).pool
     entry.steps = _record_steps(trace, entry.temps, n_in, pos)

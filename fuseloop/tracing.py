@@ -244,6 +244,8 @@ class Trace:
         self.contents: dict[int, tuple[Any, Contents]] = {}
         # per ("m", k) ref: [storage, contents, the step of its first use, written]
         self.made: list[list[Any]] = []
+        # id(storage) -> how a call takes its buffer (see supply)
+        self.supplied: dict[int, Callable[[Device], Storage]] = {}
 
     def made_here(self, storage: Storage) -> bool:
         """Whether ``storage``'s buffer was allocated while this trace ran (and not
@@ -359,6 +361,17 @@ class Trace:
             if refs is not None:
                 self.steps.append(HostStep(action, *refs))
 
+    def supply(self, storage: Storage, take: Callable[[Device], Storage]) -> None:
+        """``storage`` is a temporary that each call takes from ``take(device)`` (with
+        the contents it has now: a zeroed gate kept by the scatter), not a new buffer
+        made again (:attr:`supplied`, by id)."""
+        self.contents.pop(id(storage.buffer), None)
+        self.supplied[id(storage)] = take
+        self.keep.append(storage)
+        if id(storage) not in self.refs:  # (a temporary even where first read: a gate)
+            self.refs[id(storage)] = ("t", len(self.temps))
+            self.temps.append(storage)
+
     def _refs(self, ins: Iterable[Storage], outs: list[Storage]
               ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] | None:
         """A step's refs to the buffers it reads and writes; None where the trace
@@ -417,7 +430,7 @@ class Trace:
                 self.temps.append(s)
                 if contents.pattern is not None or contents.host is not None:
                     remakes.setdefault(first, []).append(
-                        HostStep(_remake(contents, s.device), (), (ref,)))
+                        HostStep(_remake(contents, s.device), (), (ref,), contents))
             else:
                 ref = ("c", len(self.consts))
                 self.consts.append(s)
@@ -448,7 +461,7 @@ class HostStep:
     launch: ``action(inputs, outputs)`` (a hand-written kernel's launch, a read of its
     error flag, a new buffer's contents made again: :func:`_remake`)."""
 
-    __slots__ = ("action", "out_refs", "storage_refs")
+    __slots__ = ("action", "contents", "out_refs", "storage_refs")
     # (the interface of a recorded launch that fuse_entry's record reads)
     scalar_refs: tuple = ()
     params: tuple = ()
@@ -456,10 +469,14 @@ class HostStep:
     writes_input = False  # (the action reads pending flags itself where it must)
 
     def __init__(self, action: Callable[[list[Storage], list[Storage]], Any],
-                 storage_refs: tuple, out_refs: tuple) -> None:
+                 storage_refs: tuple, out_refs: tuple, contents: Contents | None = None
+                 ) -> None:
         self.action = action
         self.storage_refs = storage_refs
         self.out_refs = out_refs
+        # a remade array's contents (its one output, as fl.full or fl.asarray made it):
+        # the record's pruning (fuseloop.fuse_prune) may fold or drop the step
+        self.contents = contents
 
 
 def _remake(contents: Contents, device: Device) -> Callable[[list[Storage], list[Storage]],
@@ -486,6 +503,13 @@ def host_step(action: Callable[[list[Storage], list[Storage]], Any], ins: list[S
         rec.host_step(action, ins, outs)
     else:
         action(ins, outs)
+
+
+def supply(storage: Storage, take: Callable[[Device], Storage]) -> None:
+    """While ``fl.fuse`` traces on this thread: see :meth:`Trace.supply`."""
+    rec = _rp.recorder()
+    if type(rec) is Trace:
+        rec.supply(storage, take)
 
 
 def tracing() -> bool:

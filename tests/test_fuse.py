@@ -639,9 +639,14 @@ def test_a_recipe_in_use_reaches_kept_plans(device, fresh_stats):
     assert s["memory_cache_misses"] == 0 and s["kernels_launched"] == 2
 
 
-def test_cross_entropy_replay_reads_its_flag_once(device, monkeypatch):
+@pytest.mark.parametrize("as_gpu", [False, True])
+def test_cross_entropy_replay_reads_its_flag_once(device, monkeypatch, as_gpu):
     """A replayed call with a device-index gather reads the gather's error flag once,
-    after both of its kernels were launched; an index out of range still raises."""
+    after all of its kernels were launched (two on a CPU; one on a GPU, whose combining
+    kernel runs the rows' stage in its launch: lower/one_launch); an index out of range
+    still raises."""
+    import dataclasses
+
     from fuseloop import flags
     from fuseloop.bench.broad import cross_entropy
 
@@ -653,18 +658,23 @@ def test_cross_entropy_replay_reads_its_flag_once(device, monkeypatch):
         check(buf, dev)
 
     monkeypatch.setattr(flags, "check", counted)
-    f = fl.fuse(lambda x, rows, labels: cross_entropy(fl, x, rows, labels))
-    h = RNG.uniform(-4, 4, (40, 300)).astype(np.float32)
-    labels = RNG.integers(0, 300, 40)
-    x, rows = fl.asarray(h), fl.asarray(np.arange(40))
-    m = h.astype(np.float64).max(axis=1)
-    lse = m + np.log(np.exp(h - m[:, None]).sum(axis=1))
-    want = (lse - h[np.arange(40), labels]).mean()
-    for _ in range(3):
-        fl.reset_stats()
-        reads.clear()
-        _close(float(f(x, rows, fl.asarray(labels))), want)
-    assert f.traces == 1 and reads == [2], reads
-    labels[3] = 300
-    with pytest.raises(IndexError):
-        f(x, rows, fl.asarray(labels))
+    dev = dataclasses.replace(device, type="gpu", max_work_group_size=256) if as_gpu \
+        else device
+    with fl.device(dev):
+        f = fl.fuse(lambda x, rows, labels: cross_entropy(fl, x, rows, labels))
+        h = RNG.uniform(-4, 4, (40, 300)).astype(np.float32)
+        labels = RNG.integers(0, 300, 40)
+        x, rows = fl.asarray(h), fl.asarray(np.arange(40))
+        m = h.astype(np.float64).max(axis=1)
+        lse = m + np.log(np.exp(h - m[:, None]).sum(axis=1))
+        want = (lse - h[np.arange(40), labels]).mean()
+        for _ in range(3):
+            fl.reset_stats()
+            reads.clear()
+            _close(float(f(x, rows, fl.asarray(labels))), want)
+            launched = fl.stats()["kernels_launched"]
+            assert launched >= 1 and reads == [launched], (reads, launched)
+        assert f.traces == 1
+        labels[3] = 300
+        with pytest.raises(IndexError):
+            f(x, rows, fl.asarray(labels))

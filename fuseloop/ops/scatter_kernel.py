@@ -65,7 +65,8 @@ elements, a contiguous computed 1-D integer index array and contiguous computed
 values of the target's dtype and the indices' shape (or one scalar value that numpy
 would store as it: :func:`scalar_value`), none sharing the target's buffer, outside
 ``fl.show_code``'s capture.  While ``fl.fuse`` traces, each launch and the gate's read
-are steps of its record (a new gate per call, zeroed by a step too).  Additions use the device's
+are steps of its record (the gate a temporary each call takes zeroed from the kept ones,
+no fill).  Additions use the device's
 native atomic add (:mod:`fuseloop.lower.atomics`: PTX ``red.global.add`` for floats
 on NVIDIA, ``atomic_add``/``atom_add`` for integers), else a compare-and-swap loop.
 """
@@ -85,11 +86,11 @@ from .. import launching
 from ..array import Array
 from ..cache import KernelPlan, SourceKernel
 from ..dtypes import c_type_name
-from ..expr.nodes import Storage
+from ..expr.nodes import Leaf, Storage
 from ..flags import check_pending
 from ..runtime.devices import Device
 from ..runtime.transfer import before_read, read
-from ..tracing import host_step, tracing
+from ..tracing import host_step, supply, tracing
 
 VARIANTS = ("expr", "gate", "narrow", "backup", "partition", "auto")
 #: elements per work-item when ``FUSELOOP_SCATTER_ITEMS`` does not say
@@ -112,6 +113,7 @@ BACKUP_RATIO = 16
 ON_CPU = False
 _DTYPES = frozenset(np.dtype(t) for t in (np.int32, np.int64, np.float32, np.float64))
 _INT32_LIMIT = 1 << 31
+_INT32 = np.dtype(np.int32)
 
 _kernels: dict[tuple, SourceKernel] = {}
 # fl_update bodies by (operation, dtype, device, FUSELOOP_PTX_ATOMICS)
@@ -125,8 +127,8 @@ _caches.register("ops.scatter_kernel.updates", _updates.clear, lambda: len(_upda
                  why="one per (operation, dtype, device, FUSELOOP_PTX_ATOMICS)")
 _caches.register("ops.scatter_kernel.scalars", _scalars.clear, lambda: len(_scalars),
                  why="one-element arrays of recent scalar values (at most 32)")
-# zeroed one-word gate arrays per device (a gate read back as zero is still zero)
-_gates: dict[Device, list[Array]] = {}
+# zeroed one-word gate buffers per device (a gate read back as zero is still zero)
+_gates: dict[Device, list[Storage]] = {}
 # scatters whose gate is not read yet (FUSELOOP_SCATTER_WAIT=defer): the gate's buffer,
 # the indices' and their dtype, the axis' length
 _pending: list[tuple[Storage, Storage, np.dtype, int]] = []
@@ -396,159 +398,54 @@ def _kernel(name: str, mode: str, idx: np.dtype, val: np.dtype, update: str,
     return found
 
 
-_PARTITION = r"""
-#ifdef SCALAR
-#define VALUE(i) in1[0]
-#else
-#define VALUE(i) in1[i]
-#endif
-__kernel void fuseloop_scatter_count(__global const IT *in0, __global int *out0,
-                                     __global int *out1, long const s0, long const s1,
-                                     int const s2, int const s3)
-{
-  /* s0 indices into an axis of length s1: out0[0] = 1 where one is out of range; the
-     count of each bucket (position >> s2, s3 buckets) added into out1[0..s3) */
-  __local int hist[MAX_BUCKETS];
-  int const lid = get_local_id(0), lsize = get_local_size(0);
-  for (int b = lid; b < s3; b += lsize)
-    hist[b] = 0;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  long const base = (long) get_group_id(0) * (lsize * ITEMS) + lid;
-  int bad = 0;
-  #pragma unroll
-  for (int j = 0; j < ITEMS; ++j) {
-    long const i = base + (long) j * lsize;
-    if (i < s0) {
-      long k = (long) in0[i];
-      if (k < -s1 || k >= s1) {
-        bad = 1;
-      } else {
-        k += k < 0 ? s1 : 0;
-        atomic_inc(&hist[(int) (k >> s2)]);
-      }
-    }
-  }
-  if (bad)
-    out0[0] = 1;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int b = lid; b < s3; b += lsize)
-    if (hist[b] != 0)
-      atomic_add(&out1[b], hist[b]);
-}
-
-__kernel void fuseloop_scatter_partition(__global int *out0, __global VT *out1,
-                                         __global const IT *in0, __global const VT *in1,
-                                         __global int *in2, __global const int *in3,
-                                         long const s0, long const s1, int const s2,
-                                         int const s3)
-{
-  /* each index wrapped (out0) and its value (out1) moved to its bucket's part of the
-     scratch arrays: bucket b starts at the sum of the counts in2[0..b), and in2[s3 + b]
-     hands out its places to the work-groups; nothing when the gate in3[0] is set */
-  if (in3[0] != 0)
-    return;
-  __local int hist[MAX_BUCKETS];
-  __local int start[MAX_BUCKETS];
-  int const lid = get_local_id(0), lsize = get_local_size(0);
-  for (int b = lid; b < s3; b += lsize)
-    hist[b] = 0;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  long const base = (long) get_group_id(0) * (lsize * ITEMS) + lid;
-  int q[ITEMS], rank[ITEMS];
-  VT v[ITEMS];
-  #pragma unroll
-  for (int j = 0; j < ITEMS; ++j) {
-    long const i = base + (long) j * lsize;
-    if (i < s0) {
-      long k = (long) in0[i];
-      k += k < 0 ? s1 : 0;
-      q[j] = (int) k;
-      v[j] = VALUE(i);
-      rank[j] = atomic_inc(&hist[q[j] >> s2]);
-    }
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int b = lid; b < s3; b += lsize) {
-    if (hist[b] != 0) {
-      int first = 0;
-      for (int c = 0; c < b; ++c)
-        first += in2[c];
-      start[b] = first + atomic_add(&in2[s3 + b], hist[b]);
-    }
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
-  #pragma unroll
-  for (int j = 0; j < ITEMS; ++j) {
-    if (base + (long) j * lsize < s0) {
-      int const d = start[q[j] >> s2] + rank[j];
-      out0[d] = q[j];
-#ifndef SCALAR
-      out1[d] = v[j];  /* (one value for all: the store reads it itself) */
-#endif
-    }
-  }
-}
-"""
-
-
-def _partition_kernel(name: str, idx: np.dtype, val: np.dtype, k: int,
-                      scalar: bool = False) -> SourceKernel:
-    """The count or partition kernel of the ``partition`` variant."""
-    key = (name, "partition", idx, val, "", k, scalar)
-    found = _kernels.get(key)
-    if found is None:
-        if name == "fuseloop_scatter_count":
-            args = ["in0", "out0", "out1", "s0", "s1", "s2", "s3"]
-        else:
-            args = ["out0", "out1", "in0", "in1", "in2", "in3", "s0", "s1", "s2", "s3"]
-        dtypes: list[str | None] = [None] * (len(args) - 4) + ["int64", "int64", "int32",
-                                                                "int32"]
-        plan = KernelPlan(name=name, source=f"#define VT {c_type_name(val)}\n" + _PARTITION,
-                          arg_names=args, gsize=["p[0]"], lsize=["p[1]"], arg_dtypes=dtypes,
-                          build_options=[f"-DITEMS={k}", f"-DIT={c_type_name(idx)}",
-                                         f"-DMAX_BUCKETS={MAX_BUCKETS}"]
-                          + (["-DSCALAR"] if scalar else []))
-        with _lock:
-            found = _kernels.setdefault(key, SourceKernel(plan))
-    return found
-
-
 def _gate(device: Device) -> Array:
-    try:
-        if not tracing():  # (fl.fuse: a new one, zeroed by a step of the record per call)
-            return _gates[device].pop()
-    except (KeyError, IndexError):  # (none kept, or another thread took the last)
-        pass
-    from ..creation import zeros
+    """A zeroed gate (see :func:`_take_gate`).  While ``fl.fuse`` traces, the record's
+    gate is a temporary that each call takes so (:func:`~fuseloop.tracing.supply`): no
+    fill per call."""
+    gate = _take_gate(device)
+    if tracing():
+        supply(gate, _take_gate)
+    return Array._concrete(gate, np.dtype(np.int32), (1,))
 
-    return zeros(1, dtype=np.int32, device=device).eval()
+
+def _take_gate(device: Device) -> Storage:
+    """A zeroed gate buffer: one kept (:func:`_read_gate` keeps those it read as zero),
+    else a new one."""
+    try:
+        return _gates[device].pop()
+    except (KeyError, IndexError):  # (none kept, or another thread took the last)
+        from ..creation import zeros
+
+        gate = zeros(1, dtype=np.int32, device=device).eval()._storage
+        assert gate is not None
+        return gate
 
 
 def _read_gate(gate: Storage, key: Storage, key_dtype: np.dtype, n: int) -> None:
     """Read ``gate`` back (waits for the scatter); raise numpy's error naming the first
     index out of range when it is set, else keep it for the next scatter.  (Buffers, read
     as they are: an ``fl.fuse`` trace reads them too, as its record's step.)"""
-    from .indexing import _host_wrapped
+    if host_copy(gate, _INT32)[0]:
+        from .indexing import _host_wrapped
 
-    if host_copy(gate, np.dtype(np.int32))[0]:
         _host_wrapped(host_copy(key, key_dtype), n, 0)  # (raises, naming the first)
         raise AssertionError("the scatter's check found an index out of range that the "
                              "host does not")  # pragma: no cover
     pool = _gates.setdefault(gate.device, [])
     if len(pool) < 8:
-        pool.append(Array._concrete(gate, np.dtype(np.int32), (1,)))
+        pool.append(gate)
 
 
 def host_copy(storage: Storage, dtype: np.dtype) -> np.ndarray:
     """``storage``'s contents as a numpy vector of ``dtype`` (waits for the device; small
     ones on a CPU read as ``Array.get`` reads them, without a copy command)."""
-    from ..expr.nodes import Leaf
-    from ..host_path import read as host_read
-
     n = storage.nbytes // dtype.itemsize
-    small = host_read(Leaf(storage, dtype, (n,)), storage.device)
-    if small is not None:
-        return small
+    if storage.device.type == "cpu":
+        from ..host_path import read as host_read
+
+        small = host_read(Leaf(storage, dtype, (n,)), storage.device)
+        if small is not None:
+            return small
     host = np.empty(n, dtype)
     read(host, storage.buffer, storage.device)
     return host
@@ -652,9 +549,12 @@ def scatter(a: Array, key: Array, values: Any, op: str | None) -> None:
     assert gate._storage is not None and key._storage is not None
     assert a._storage is not None and values._storage is not None
     update = _update(op, a.dtype, dev)
-    run = _run_backup if mode == "backup" else _run_partition if mode == "partition" \
-        else _run_checked
-    run(mode, a, key, values, gate, update, (k, group, scalar is not None))
+    grid = (k, group, scalar is not None)
+    if mode == "partition":
+        from .scatter_partition import _run_partition as run
+    else:
+        run = _run_backup if mode == "backup" else _run_checked
+    run(mode, a, key, values, gate, update, grid)
     host_step(_confirm(key.dtype, a.size), [gate._storage, key._storage], [])
 
 
@@ -697,30 +597,3 @@ def _run_backup(mode: str, a: Array, key: Array, values: Array, gate: Array, upd
             writes=1)
     _launch(copy, copy_groups, group, [a._storage], [saved._storage, gate._storage],
             [np.int64(n), np.int32(1)], dev)
-
-
-def _run_partition(mode: str, a: Array, key: Array, values: Array, gate: Array,
-                   update: str, grid: tuple[int, int, bool]) -> None:
-    """``partition``: the check counting each bucket's indices, the indices (wrapped,
-    32-bit) and values moved to their buckets' parts of scratch arrays, then the store
-    reading those in order: the stores of a bucket land in one span of the target."""
-    k, group, scalar = grid
-    from ..creation import empty, zeros
-
-    dev, n, m = a.device, a.size, key.size
-    shift, buckets = span_shift(n, a.dtype.itemsize)
-    groups = -(-m // (group * k))
-    counters = zeros(2 * buckets, dtype=np.int32, device=dev).eval()
-    positions = empty(m, dtype=np.int32, device=dev).eval()
-    moved = values if scalar else empty(m, dtype=a.dtype, device=dev).eval()
-    sizes = [np.int64(m), np.int64(n), np.int32(shift), np.int32(buckets)]
-    count = _partition_kernel("fuseloop_scatter_count", key.dtype, a.dtype, k)
-    _launch(count, groups, group, [gate._storage, counters._storage], [key._storage], sizes,
-            dev)
-    part = _partition_kernel("fuseloop_scatter_partition", key.dtype, a.dtype, k, scalar)
-    _launch(part, groups, group, [positions._storage, moved._storage],
-            [key._storage, values._storage, counters._storage, gate._storage], sizes, dev)
-    store = _kernel("fuseloop_scatter_store", "narrow", key.dtype, a.dtype, update, k, scalar)
-    _launch(store, groups, group, [a._storage],
-            [positions._storage, moved._storage, gate._storage], [np.int64(m), np.int32(n)],
-            dev)
