@@ -66,8 +66,8 @@ class _Step:
 
 
 class _Plan:
-    __slots__ = ("allocs", "forms", "lengths", "moving", "picks", "ready", "results",
-                 "signed", "split", "steps", "variants")
+    __slots__ = ("allocs", "forms", "growing", "lengths", "moving", "picks", "ready",
+                 "results", "signed", "split", "steps", "variants")
 
     def __init__(self, allocs: list[int], steps: list[_Step], results: tuple,
                  lengths: tuple[int, ...] = (), split: _pl.Split | None = None) -> None:
@@ -91,6 +91,9 @@ class _Plan:
         # its replay at any view offsets (fuseloop.plan_moving), or the general replays
         # that could not make one
         self.moving: Any = None
+        # its replay at any lengths its forms hold for (fuseloop.plan_growing), or the
+        # general replays that could not make one
+        self.growing: Any = None
 
 
 class Recorder:

@@ -56,6 +56,7 @@ from .expr.nodes import (
 from .expr.overlap import views_disjoint
 from .expr.program import Target, ViewOffsets, target_nodes, walk_structure
 from .flags import check_pending
+from .plan_growing import Growing, growing_for, run_grown
 from .plan_moving import Moving, moving_for
 from .plan_ready import ready_for
 from .plan_records import Recorder, _Plan, _Step
@@ -403,15 +404,30 @@ def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...
         plan = _get(key)
     if not isinstance(plan, _Plan):
         return None
+    owner = _pl.owner_at(plan, roots, out_shape, device)
+    done = run_grown(owner, storages, scalars, device, signed[3], lengths)
+    if done is not None:  # (its replay at any lengths: nothing made or kept per length)
+        return done
     if plan.lengths != lengths:
-        plan = _plan_at(key, plan, lengths, roots, out_shape, device)
+        plan = _plan_at(key, plan, lengths, owner)
         if plan is None:
             return None
-    # (and under the signature with these lengths, as _remember_signed would: a loop
-    # over them again finds it there, and keeps it while the plans at lengths go; made
-    # ready there, as after a walk, not for lengths met once)
-    _tables.keep(_signed, signed[0], (plan, None, take, head, None), PLANS_MAX)
-    return _replay(plan, storages, scalars, device, signed[3])
+    if owner is None or type(owner.growing) is not Growing:
+        # (and under the signature with these lengths, as _remember_signed would: a loop
+        # over them again finds it there, and keeps it while the plans at lengths go;
+        # made ready there, as after a walk, not for lengths met once)
+        _tables.keep(_signed, signed[0], (plan, None, take, head, None), PLANS_MAX)
+    return _replay_sized(plan, owner, storages, scalars, device, signed[3])
+
+
+def _replay_sized(plan: _Plan, owner: _Plan | None, storages: list[Storage],
+                  scalars: list[np.generic], device: Device, offsets: Sequence[int]
+                  ) -> list[Storage]:
+    """:func:`_replay` of ``plan``, then ``owner``'s Growing made or taught by it."""
+    outs = _replay(plan, storages, scalars, device, offsets)
+    if owner is not None and plan is not owner and owner.forms is not None:
+        growing_for(owner, plan, len(storages), device, _steps.temporaries)
+    return outs
 
 
 def _remember_free(signed: tuple, out_shape: tuple[int, ...], key: tuple,
@@ -602,11 +618,17 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         else:
             key = (key, lengths)
         plan = _get(key)
+    owner = None
     if isinstance(plan, _Plan) and plan.lengths != lengths:
-        # recorded for other lengths: its plan at these, made before or now where its
-        # forms are known, else recorded (which may learn the forms)
-        base = plan
-        plan = _plan_at(key, base, lengths, roots, out_shape, device)
+        # recorded for other lengths: its replay at any lengths, else its plan at these,
+        # made before or now where its forms are known, else recorded (which may learn
+        # the forms)
+        base, owner = plan, _pl.owner_at(plan, roots, out_shape, device)
+        done = None if _prog.CHECK_STRUCTURE_CACHE else run_grown(
+            owner, storages, scalars, device, offs.values, lengths)
+        if done is not None:
+            return done
+        plan = _plan_at(key, base, lengths, owner)
         if plan is None:
             return _record(roots, out_shape, device, targets, keyed, signed, key, base)
     if plan is None or isinstance(plan, str):  # known not to record
@@ -615,22 +637,19 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         _check_signed(signed, storages, scalars, offs.values)
     if plan is not False and not _prog.CHECK_STRUCTURE_CACHE:
         _remember_signed(signed, plan, storages, scalars, offs.values, device)
-        return _replay(plan, storages, scalars, device, offs.values)
+        return _replay_sized(plan, owner, storages, scalars, device, offs.values)
     return _record(roots, out_shape, device, targets, keyed, signed, key, plan)
 
 
-def _plan_at(key: tuple, base: _Plan, lengths: tuple[int, ...], roots: Sequence[Node],
-             out_shape: tuple[int, ...], device: Device) -> _Plan | None:
+def _plan_at(key: tuple, base: _Plan, lengths: tuple[int, ...], owner: _Plan | None
+             ) -> _Plan | None:
     """The plan of ``key`` (whose plan ``base`` has other lengths) at ``lengths``: made
-    before, or now where the forms of the plan that splits as these lengths do are
-    known; None where a record is needed."""
+    before, or now where the forms of ``owner`` (the key's plan that splits as these
+    lengths do: ``plan_lengths.owner_at``) are known; None where a record is needed."""
     plan = _at.get((key, lengths))
     if plan is not None:
         _tables.touch(_at, (key, lengths))
         return plan
-    owner: _Plan | None = base  # (the key's plan that splits as these lengths do)
-    if base.split is not None or base.variants:
-        owner = _pl.owner(base, _pl.split_of(roots, out_shape, device))
     plan = owner if owner is None or owner.lengths == lengths else _at_lengths(owner, lengths)
     if plan is not None:
         _tables.admit(_at, (key, lengths), plan, PLANS_MAX, _at_dropped)
