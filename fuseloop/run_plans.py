@@ -423,9 +423,10 @@ def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...
 def _replay_sized(plan: _Plan, owner: _Plan | None, storages: list[Storage],
                   scalars: list[np.generic], device: Device, offsets: Sequence[int]
                   ) -> list[Storage]:
-    """:func:`_replay` of ``plan``, then ``owner``'s Growing made or taught by it."""
+    """:func:`_replay` of ``plan`` (``owner``'s, or its key's at other lengths), then
+    ``owner``'s Growing made or taught by it."""
     outs = _replay(plan, storages, scalars, device, offsets)
-    if owner is not None and plan is not owner and owner.forms is not None:
+    if owner is not None and owner.forms is not None:
         growing_for(owner, plan, len(storages), device, _steps.temporaries)
     return outs
 
