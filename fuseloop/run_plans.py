@@ -27,11 +27,9 @@ nodes walked like roots); nothing is while ``show_code`` captures sources.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -59,45 +57,18 @@ from .flags import check_pending
 from .plan_growing import Growing, growing_for, run_grown
 from .plan_moving import Moving, moving_for
 from .plan_ready import ready_for
-from .plan_records import Recorder, _Plan, _Step
+from .plan_records import Recorder, _Plan, _Step, recording
+from .plan_records import install_recorder as install_recorder  # (the callers' names)
+from .plan_records import recorder as recorder
+from .plan_records import recording_threads as recording_threads
+from .plan_records import restore_recorder as restore_recorder
 from .recipe_state import current as _recipes_current
 from .runtime.devices import Device
 from .signed_keys import _free_views, _signed_key, signed_of
 from .stats import tallies as _tallies
 
-_local = threading.local()
 _tally_record, _tally_replay, _tally_walk = (
     _tallies[name].__next__ for name in ("plans_recorded", "plans_replayed", "plans_walked"))
-# threads recording now: the common answer, "none", without the local
-recording_threads: list[int] = [0]
-_lock = threading.Lock()
-
-
-def install_recorder(rec: Any) -> Any:
-    """Make ``rec`` this thread's recorder (every launch and allocation is reported to it,
-    see :class:`Recorder`); returns the one it replaces, for :func:`restore_recorder`."""
-    saved = getattr(_local, "recorder", None)
-    with _lock:
-        recording_threads[0] += 1
-    _local.recorder = rec
-    return saved
-
-
-def restore_recorder(saved: Any) -> None:
-    """Undo :func:`install_recorder`."""
-    _local.recorder = saved
-    with _lock:
-        recording_threads[0] -= 1
-
-
-@contextlib.contextmanager
-def recording(rec: Any) -> Iterator[Any]:
-    """``with recording(rec):`` the block's launches are reported to ``rec``."""
-    saved = install_recorder(rec)
-    try:
-        yield rec
-    finally:
-        restore_recorder(saved)
 _plans: OrderedDict[tuple, _Plan | str | None] = OrderedDict()
 PLANS_MAX = 1024  # entries each table of plans keeps (see fuseloop.plan_tables)
 # the value of a key whose plan depends on its offsets' values: looked up by the key
@@ -125,13 +96,6 @@ def _put(key: tuple, plan: _Plan | str | None) -> None:
 # lengths than PLANS_MAX drops these, not the plans they are made from
 _at: OrderedDict[tuple, _Plan] = OrderedDict()
 _at_dropped: OrderedDict[tuple, bool] = OrderedDict()  # (keys whose plans _at dropped)
-
-
-def recorder() -> Recorder | None:
-    """The recorder of this thread's evaluation in progress, if any."""
-    if not recording_threads[0]:
-        return None
-    return getattr(_local, "recorder", None)
 
 
 # per device: (recipes token, device, the thresholds read, the key's head fields)
