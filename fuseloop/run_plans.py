@@ -27,6 +27,7 @@ nodes walked like roots); nothing is while ``show_code`` captures sources.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -322,8 +323,32 @@ def _check_signed(signed: tuple, storages: list[Storage],
 
 
 # free key (the signed key with its lengths as symbols, plan_free) -> (the walk's key,
-# where each of its lengths is among the free key's, operand picker, key head)
-_free: OrderedDict[tuple, tuple[tuple, tuple[int, ...], Any, tuple]] = OrderedDict()
+# where each of its lengths is among the free key's, operand picker, key head, the
+# key's plan where it has a Growing and no split: replayed without the key's look-up)
+_free: OrderedDict[tuple, tuple[tuple, tuple[int, ...], Any, tuple, _Plan | None]] = \
+    OrderedDict()
+# free_of's tokens (one object per signatures while its memo keeps them), by id -> (them,
+# their number); tokens -> number: a free key holds the number, so its look-up hashes a
+# few numbers, not the structure's tokens (a loop over lengths looks one up every
+# statement)
+_toks_ids: dict[int, tuple[tuple, int]] = {}
+_numbers: dict[tuple, int] = {}
+_counted = itertools.count()
+
+
+def _number(toks: tuple) -> int:
+    known = _toks_ids.get(id(toks))
+    if known is not None and known[0] is toks:
+        return known[1]
+    if len(_toks_ids) >= _free_sigs.FREE_MAX:
+        _toks_ids.clear()
+        if len(_numbers) >= _free_sigs.FREE_MAX:
+            _numbers.clear()  # (numbers are never reused: old free keys just miss)
+    n = _numbers.get(toks)
+    if n is None:
+        n = _numbers[toks] = next(_counted)
+    _toks_ids[id(toks)] = (toks, n)
+    return n
 
 
 def _free_key(signed: tuple, out_shape: tuple[int, ...]
@@ -339,7 +364,7 @@ def _free_key(signed: tuple, out_shape: tuple[int, ...]
     free = _free_sigs.free_of(sigs, out_shape)
     if free is None or free[2] > INT32_LIMIT:
         return None
-    return (key[0], free[0], joins, *key[3:]), free[1]
+    return (key[0], _number(free[0]), joins, *key[3:]), free[1]
 
 
 def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...],
@@ -351,7 +376,7 @@ def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...
     entry = None if got is None else _free.get(got[0])
     if entry is None or got is None:
         return None
-    key, where, take, head = entry
+    key, where, take, head, grown = entry
     known = _key_head(device)
     picked = take(signed[1])
     if picked is None or (known is not head and known != head):
@@ -362,6 +387,10 @@ def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...
     if _wide(storages):
         return None
     lengths = tuple(map(got[1].__getitem__, where))
+    if grown is not None and not grown.variants:
+        done = run_grown(grown, storages, scalars, device, signed[3], lengths)
+        if done is not None:
+            return done
     plan = _get(key)
     if plan == _EXACT_LENGTHS:
         key = (key, lengths)
@@ -371,6 +400,8 @@ def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...
     owner = _pl.owner_at(plan, roots, out_shape, device)
     done = run_grown(owner, storages, scalars, device, signed[3], lengths)
     if done is not None:  # (its replay at any lengths: nothing made or kept per length)
+        if owner is not None and owner is plan and owner.split is None and grown is not owner:
+            _free[got[0]] = (*entry[:4], owner)
         return done
     if plan.lengths != lengths:
         plan = _plan_at(key, plan, lengths, owner)
@@ -422,7 +453,7 @@ def _remember_free(signed: tuple, out_shape: tuple[int, ...], key: tuple,
             or any(a is not b for a, b in zip(mine, storages)) \
             or any(a is not b for a, b in zip(picked[1], scalars)):
         return
-    _tables.keep(_free, fkey, (key, where, take, _key_head(device)), PLANS_MAX)
+    _tables.keep(_free, fkey, (key, where, take, _key_head(device), None), PLANS_MAX)
 
 
 # }}}
@@ -756,6 +787,8 @@ def clear() -> None:
     _signed.clear()
     _target_sigs.clear()
     _free.clear()
+    _toks_ids.clear()
+    _numbers.clear()
 
 
 _caches.register("run_plans.plans", clear,
