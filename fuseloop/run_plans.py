@@ -27,7 +27,6 @@ nodes walked like roots); nothing is while ``show_code`` captures sources.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -40,6 +39,7 @@ from . import evaluate as _ev
 from . import flags as _flags
 from . import host_path as _host
 from . import plan_free as _free_sigs
+from . import plan_free_keys as _free_keys
 from . import plan_lengths as _pl
 from . import plan_steps as _steps
 from . import plan_tables as _tables
@@ -55,6 +55,7 @@ from .expr.nodes import (
 from .expr.overlap import views_disjoint
 from .expr.program import Target, ViewOffsets, target_nodes, walk_structure
 from .flags import check_pending
+from .plan_free_keys import free_key
 from .plan_growing import Growing, growing_for, run_grown
 from .plan_moving import Moving, moving_for
 from .plan_ready import ready_for
@@ -327,58 +328,15 @@ def _check_signed(signed: tuple, storages: list[Storage],
 # key's plan where it has a Growing and no split: replayed without the key's look-up)
 _free: OrderedDict[tuple, tuple[tuple, tuple[int, ...], Any, tuple, _Plan | None]] = \
     OrderedDict()
-# free_of's tokens (one object per signatures while its memo keeps them), by id -> (them,
-# their number); tokens -> number: a free key holds the number, so its look-up hashes a
-# few numbers, not the structure's tokens (a loop over lengths looks one up every
-# statement)
-_toks_ids: dict[int, tuple[tuple, int]] = {}
-_numbers: dict[tuple, int] = {}
-_counted = itertools.count()
-
-
-def _number(toks: tuple) -> int:
-    known = _toks_ids.get(id(toks))
-    if known is not None and known[0] is toks:
-        return known[1]
-    if len(_toks_ids) >= _free_sigs.FREE_MAX:
-        _toks_ids.clear()
-        if len(_numbers) >= _free_sigs.FREE_MAX:
-            _numbers.clear()  # (numbers are never reused: old free keys just miss)
-    n = _numbers.get(toks)
-    if n is None:
-        n = _numbers[toks] = next(_counted)
-    _toks_ids[id(toks)] = (toks, n)
-    return n
-
-
-def _free_key(signed: tuple, out_shape: tuple[int, ...]
-              ) -> tuple[tuple, tuple[int, ...]] | None:
-    """The free key of ``signed`` (:func:`_signed_key`'s answer) and its lengths, or
-    None (fields not known; past int32, where the walk keeps the lengths)."""
-    key = signed[0]
-    sigs, joins = key[1], None
-    if type(sigs) is int:
-        sigs = (sigs,)
-    elif type(sigs[0]) is tuple:  # (several roots, where their offsets land)
-        sigs, joins = sigs
-    free = _free_sigs.free_of(sigs, out_shape)
-    if free is None or free[2] > INT32_LIMIT:
-        return None
-    return (key[0], _number(free[0]), joins, *key[3:]), free[1]
-
-
-def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...],
-                 device: Device) -> list[Storage] | None:
-    """The replay of the plan of the walk's key that ``signed`` has at any lengths (see
-    :mod:`fuseloop.plan_free`), at this call's lengths; None where there is none (no
-    free key known, a plan to record, buffers past int32 indexing: the walk decides)."""
-    got = _free_key(signed, out_shape)
+def _free_pick(signed: tuple, out_shape: tuple[int, ...], device: Device) -> Any:
+    """(free key and lengths, its entry, storages, scalars, the walk's lengths) of
+    ``signed`` where a free entry takes its operands, else None."""
+    got = free_key(signed, out_shape)
     entry = None if got is None else _free.get(got[0])
     if entry is None or got is None:
         return None
-    key, where, take, head, grown = entry
-    known = _key_head(device)
-    picked = take(signed[1])
+    picked = entry[2](signed[1])
+    known, head = _key_head(device), entry[3]
     if picked is None or (known is not head and known != head):
         return None
     storages, scalars = picked
@@ -386,9 +344,33 @@ def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...
         storages = storages + signed[2]
     if _wide(storages):
         return None
-    lengths = tuple(map(got[1].__getitem__, where))
+    return got, entry, storages, scalars, tuple(map(got[1].__getitem__, entry[1]))
+
+
+def replay_grown(signed: tuple, out_shape: tuple[int, ...], device: Device
+                 ) -> list[Storage] | None:
+    """The replay of ``signed`` by the Growing its free entry keeps (see
+    :func:`_free_replay`), or None (``plan_into``'s statement into a view: no flags'
+    scope, the Growing's kernels read no flag)."""
+    found = _free_pick(signed, out_shape, device)
+    grown = None if found is None else found[1][4]
+    if grown is None or grown.variants:
+        return None
+    return grown.growing.run(found[2], found[3], device, signed[3], found[4])
+
+
+def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...],
+                 device: Device) -> list[Storage] | None:
+    """The replay of the plan of the walk's key that ``signed`` has at any lengths (see
+    :mod:`fuseloop.plan_free`), at this call's lengths; None where there is none (no
+    free key known, a plan to record, buffers past int32 indexing: the walk decides)."""
+    found = _free_pick(signed, out_shape, device)
+    if found is None:
+        return None
+    got, entry, storages, scalars, lengths = found
+    key, _, take, head, grown = entry
     if grown is not None and not grown.variants:
-        done = run_grown(grown, storages, scalars, device, signed[3], lengths)
+        done = grown.growing.run(storages, scalars, device, signed[3], lengths)
         if done is not None:
             return done
     plan = _get(key)
@@ -432,7 +414,7 @@ def _remember_free(signed: tuple, out_shape: tuple[int, ...], key: tuple,
     """Remember the walk's ``key`` under ``signed``'s free key (see :func:`_free_replay`)
     where its operands pick the walk's buffers and scalars and its offsets are the
     walk's (as :func:`_remember_signed` asks)."""
-    got = _free_key(signed, out_shape)
+    got = free_key(signed, out_shape)
     if got is None:
         return
     fkey, lens = got
@@ -787,8 +769,7 @@ def clear() -> None:
     _signed.clear()
     _target_sigs.clear()
     _free.clear()
-    _toks_ids.clear()
-    _numbers.clear()
+    _free_keys.clear()
 
 
 _caches.register("run_plans.plans", clear,

@@ -1,0 +1,59 @@
+"""Free keys: a run plan's signed key with its lengths as symbols (``plan_free``), as
+``run_plans`` looks its plans up at any lengths (issue 26).
+
+A free key holds a number standing for ``plan_free.free_of``'s tokens, not the tokens:
+its look-up, at every statement of a loop over lengths, then hashes a few numbers, not
+the structure's tokens (1.4 us a statement on this CPU).  The number is found by the
+tokens' identity while ``free_of``'s memo keeps them (one object per signatures), by
+their value otherwise; numbers are never reused (old free keys just miss)."""
+
+from __future__ import annotations
+
+import itertools
+
+from . import plan_free as _free_sigs
+from .expr.ir import INT32_LIMIT
+
+# free_of's tokens (one object per signatures while its memo keeps them), by id -> (them,
+# their number); tokens -> number: a free key holds the number, so its look-up hashes a
+# few numbers, not the structure's tokens (a loop over lengths looks one up every
+# statement)
+_toks_ids: dict[int, tuple[tuple, int]] = {}
+_numbers: dict[tuple, int] = {}
+_counted = itertools.count()
+
+
+def _number(toks: tuple) -> int:
+    known = _toks_ids.get(id(toks))
+    if known is not None and known[0] is toks:
+        return known[1]
+    if len(_toks_ids) >= _free_sigs.FREE_MAX:
+        _toks_ids.clear()
+        if len(_numbers) >= _free_sigs.FREE_MAX:
+            _numbers.clear()  # (numbers are never reused: old free keys just miss)
+    n = _numbers.get(toks)
+    if n is None:
+        n = _numbers[toks] = next(_counted)
+    _toks_ids[id(toks)] = (toks, n)
+    return n
+
+
+def free_key(signed: tuple, out_shape: tuple[int, ...]
+              ) -> tuple[tuple, tuple[int, ...]] | None:
+    """The free key of ``signed`` (:func:`_signed_key`'s answer) and its lengths, or
+    None (fields not known; past int32, where the walk keeps the lengths)."""
+    key = signed[0]
+    sigs, joins = key[1], None
+    if type(sigs) is int:
+        sigs = (sigs,)
+    elif type(sigs[0]) is tuple:  # (several roots, where their offsets land)
+        sigs, joins = sigs
+    free = _free_sigs.free_of(sigs, out_shape)
+    if free is None or free[2] > INT32_LIMIT:
+        return None
+    return (key[0], _number(free[0]), joins, *key[3:]), free[1]
+
+
+def clear() -> None:
+    _toks_ids.clear()
+    _numbers.clear()
