@@ -38,22 +38,34 @@ def _number(toks: tuple) -> int:
     return n
 
 
+# (signed key, output shape) -> free_key's answer: a loop over lengths meets each
+# signed key again every pass (bounded as plan_free's memo is)
+_memo: dict[tuple, tuple[tuple, tuple[int, ...]] | None] = {}
+
+
 def free_key(signed: tuple, out_shape: tuple[int, ...]
-              ) -> tuple[tuple, tuple[int, ...]] | None:
-    """The free key of ``signed`` (:func:`_signed_key`'s answer) and its lengths, or
-    None (fields not known; past int32, where the walk keeps the lengths)."""
+             ) -> tuple[tuple, tuple[int, ...]] | None:
+    """The free key of ``signed`` (``signed_keys._signed_key``'s answer) and its lengths,
+    or None (fields not known; past int32, where the walk keeps the lengths)."""
     key = signed[0]
+    got = _memo.get((key, out_shape), _memo)
+    if got is not _memo:
+        return got  # type: ignore[return-value]
     sigs, joins = key[1], None
     if type(sigs) is int:
         sigs = (sigs,)
     elif type(sigs[0]) is tuple:  # (several roots, where their offsets land)
         sigs, joins = sigs
     free = _free_sigs.free_of(sigs, out_shape)
-    if free is None or free[2] > INT32_LIMIT:
-        return None
-    return (key[0], _number(free[0]), joins, *key[3:]), free[1]
+    answer = None if free is None or free[2] > INT32_LIMIT else (
+        (key[0], _number(free[0]), joins, *key[3:]), free[1])
+    if len(_memo) >= _free_sigs.FREE_MAX:
+        _memo.clear()
+    _memo[(key, out_shape)] = answer
+    return answer
 
 
 def clear() -> None:
+    _memo.clear()
     _toks_ids.clear()
     _numbers.clear()

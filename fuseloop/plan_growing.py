@@ -97,7 +97,7 @@ class _GStep:
     getters, its kernels by size class (``fixed``: the recipe has no size class)."""
 
     __slots__ = ("fixed", "g_in", "g_out", "g_sc", "kernels", "moved", "n_scalars", "offs",
-                 "program", "recipe", "rowless", "rows", "size", "template", "writes")
+                 "program", "recipe", "rows", "size", "template", "writes")
     fixed: bool
     g_in: Any
     g_out: Any
@@ -108,8 +108,7 @@ class _GStep:
     offs: tuple[tuple[int, int], ...]
     program: Any
     recipe: Any
-    rowless: bool  # (no row axes: one row per element, NE 1, as launching.rows_of says)
-    rows: Flat
+    rows: Flat | None  # (None: no row axes, one row per element, as launching.rows_of says)
     size: Flat
     template: list[int]
     writes: bool
@@ -193,11 +192,15 @@ class Growing:
                 params[j] = c * L[a] * L[b]
             for j, k in gs.offs:
                 params[j] = offsets[k]
-            c, a, b = gs.rows
-            n_rows = c * L[a] * L[b]
             c, a, b = gs.size
             size = c * L[a] * L[b]
-            n_elem = 1 if gs.rowless else size // n_rows if n_rows > 1 else size
+            rows = gs.rows
+            if rows is None:  # (no row axes: launching.rows_of's one row per element)
+                n_rows, n_elem = size, 1
+            else:
+                c, a, b = rows
+                n_rows = c * L[a] * L[b]
+                n_elem = size // n_rows if n_rows > 1 else size
             biggest = max(size, *params) if params else size
             if biggest > INT32_LIMIT:
                 return None
@@ -293,7 +296,8 @@ def _step_of(step: Any, at: Any, pforms: tuple, sforms: tuple, n: int, device: D
     flat_rows, flat_size = _flat(rows), _flat(size)
     if flat_rows is None or flat_size is None:
         return None
-    gs.template, gs.rows, gs.size, gs.rowless = template, flat_rows, flat_size, row_dims is None
+    gs.template, gs.size = template, flat_size
+    gs.rows = None if row_dims is None else flat_rows
     gs.offs = tuple(step.offsets)
     gs.moved = frozenset([j for j, *_ in varying] + list(at_offsets))
     ins = tuple(k if kind == "i" else n + k for kind, k in step.storage_refs)
@@ -319,7 +323,8 @@ def _untuned(recipe: Any, program: Any, device: Device) -> bool:
 
 def _moves(gs: _GStep) -> tuple[bool, bool]:
     """Whether the rows (N) and the row length (NE) of ``gs`` follow the lengths."""
-    rows, size = gs.rows, gs.size
+    size = gs.size
+    rows = size if gs.rows is None else gs.rows  # (no row axes: NE is 1)
     rows_ks = sorted(k for k in rows[1:] if k >= 0)
     size_ks = sorted(k for k in size[1:] if k >= 0)
     return bool(rows_ks), rows_ks != size_ks
