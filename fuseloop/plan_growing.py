@@ -402,7 +402,9 @@ def growing_for(plan: Any, sized: Any, n_inputs: int, device: Device, temporarie
     or the replays that tried)."""
     known = plan.growing
     if type(known) is Growing:
-        if known.learn(sized):
+        # (one that cannot learn from ``sized`` is made again only where the recipes
+        # changed: a plan replayed on two devices keeps the first one's)
+        if known.learn(sized) or known.token is _recipes_current[0]:
             return known
         known = None
     tries = known or 0

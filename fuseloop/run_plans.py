@@ -356,7 +356,7 @@ def replay_grown(signed: tuple, out_shape: tuple[int, ...], device: Device
     grown = None if found is None else found[1][4]
     if grown is None or grown.variants:
         return None
-    return grown.growing.run(found[2], found[3], device, signed[3], found[4])
+    return run_grown(grown, found[2], found[3], device, signed[3], found[4])
 
 
 def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...],
@@ -370,7 +370,7 @@ def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...
     got, entry, storages, scalars, lengths = found
     key, _, take, head, grown = entry
     if grown is not None and not grown.variants:
-        done = grown.growing.run(storages, scalars, device, signed[3], lengths)
+        done = run_grown(grown, storages, scalars, device, signed[3], lengths)
         if done is not None:
             return done
     plan = _get(key)
