@@ -165,3 +165,21 @@ def test_several_outputs_are_set_once_and_one_output_forgets(monkeypatch):
     one(other, [inp], [], None, last, None)
     many([out], [inp], [], None, last, None)
     assert calls[2:] == [(0, "other"), (0, "out")]
+
+
+def test_a_plan_whose_growing_is_gone_replays_in_general(device_path):
+    """A free entry keeps the plan whose Growing replayed there; where that Growing is
+    gone (not remade: tries counted instead), the statement replays the general way."""
+    n = 90
+    yh = np.random.default_rng(9).random(n)
+    y, want = fl.asarray(yh), yh.copy()
+    _update(y, want, n)
+    owners = [p for p in run_plans._plans.values()
+              if isinstance(p, _Plan) and type(p.growing) is Growing]
+    assert owners
+    for p in owners:
+        p.growing = plan_growing.GROWING_TRIES  # (no Growing, none tried again)
+    y, want = fl.asarray(yh), yh.copy()
+    _update(y, want, n)
+    np.testing.assert_allclose(y.get(), want, rtol=1e-12)
+    assert all(p.growing == plan_growing.GROWING_TRIES for p in owners)
