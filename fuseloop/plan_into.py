@@ -57,6 +57,9 @@ def replay_into(root: Node, out_shape: tuple[int, ...], device: Device, target: 
             _flags.deferring(_rp._replay_signed, plan, storages, scalars, device, offsets,
                              False, True)
             return True
+    elif entry is None and not _flags._unread \
+            and _rp.replay_grown(signed, out_shape, device) is not None:
+        return True  # (at lengths of its own: plan_growing)
     _flags.check_pending()
     _flags.deferring(_rp.run, [root], out_shape, device, [target], signed)
     return True

@@ -171,6 +171,15 @@ def owner(base: Any, split: Split | None) -> Any | None:
     return base if base.split == split else _variant(base, split)
 
 
+def owner_at(base: Any, roots: Sequence[Node], out_shape: tuple[int, ...], device: Device
+             ) -> Any | None:
+    """:func:`owner` of ``base`` for the lengths of ``roots`` (their split asked only
+    where ``base`` splits or has variants)."""
+    if base.split is None and not base.variants:
+        return base
+    return owner(base, split_of(roots, out_shape, device))
+
+
 def learn(base: Any, fresh: Any) -> bool:
     """Learn from ``fresh``, a record of ``base``'s key at other lengths, how the key's
     plans follow its lengths; whether the key goes on following them (else it keeps a

@@ -1,12 +1,14 @@
 """The records of :mod:`fuseloop.run_plans`: a run plan (:class:`_Plan`), its steps (one
 recorded launch each, :class:`_Step`) and the :class:`Recorder` that notes them while an
-evaluation runs (see ``run_plans``' docstring)."""
+evaluation runs, installed per thread (:func:`recording`; see ``run_plans``' docstring)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -66,8 +68,8 @@ class _Step:
 
 
 class _Plan:
-    __slots__ = ("allocs", "forms", "lengths", "moving", "picks", "ready", "results",
-                 "signed", "split", "steps", "variants")
+    __slots__ = ("allocs", "forms", "growing", "lengths", "moving", "picks", "ready",
+                 "results", "signed", "split", "steps", "variants")
 
     def __init__(self, allocs: list[int], steps: list[_Step], results: tuple,
                  lengths: tuple[int, ...] = (), split: _pl.Split | None = None) -> None:
@@ -91,6 +93,9 @@ class _Plan:
         # its replay at any view offsets (fuseloop.plan_moving), or the general replays
         # that could not make one
         self.moving: Any = None
+        # its replay at any lengths its forms hold for (fuseloop.plan_growing), or the
+        # general replays that could not make one
+        self.growing: Any = None
 
 
 class Recorder:
@@ -170,3 +175,43 @@ class Recorder:
 
     def ref(self, storage: Storage) -> tuple | None:
         return self.refs.get(id(storage))
+
+
+_local = threading.local()
+# threads recording now: the common answer, "none", without the local
+recording_threads: list[int] = [0]
+_lock = threading.Lock()
+
+
+def install_recorder(rec: Any) -> Any:
+    """Make ``rec`` this thread's recorder (every launch and allocation is reported to it,
+    see :class:`Recorder`); returns the one it replaces, for :func:`restore_recorder`."""
+    saved = getattr(_local, "recorder", None)
+    with _lock:
+        recording_threads[0] += 1
+    _local.recorder = rec
+    return saved
+
+
+def restore_recorder(saved: Any) -> None:
+    """Undo :func:`install_recorder`."""
+    _local.recorder = saved
+    with _lock:
+        recording_threads[0] -= 1
+
+
+@contextlib.contextmanager
+def recording(rec: Any) -> Iterator[Any]:
+    """``with recording(rec):`` the block's launches are reported to ``rec``."""
+    saved = install_recorder(rec)
+    try:
+        yield rec
+    finally:
+        restore_recorder(saved)
+
+
+def recorder() -> Recorder | None:
+    """The recorder of this thread's evaluation in progress, if any."""
+    if not recording_threads[0]:
+        return None
+    return getattr(_local, "recorder", None)

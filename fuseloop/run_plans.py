@@ -27,11 +27,9 @@ nodes walked like roots); nothing is while ``show_code`` captures sources.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -41,6 +39,7 @@ from . import evaluate as _ev
 from . import flags as _flags
 from . import host_path as _host
 from . import plan_free as _free_sigs
+from . import plan_free_keys as _free_keys
 from . import plan_lengths as _pl
 from . import plan_steps as _steps
 from . import plan_tables as _tables
@@ -56,47 +55,22 @@ from .expr.nodes import (
 from .expr.overlap import views_disjoint
 from .expr.program import Target, ViewOffsets, target_nodes, walk_structure
 from .flags import check_pending
+from .plan_free_keys import free_key
+from .plan_growing import Growing, growing_for, run_grown
 from .plan_moving import Moving, moving_for
 from .plan_ready import ready_for
-from .plan_records import Recorder, _Plan, _Step
+from .plan_records import Recorder, _Plan, _Step, recording
+from .plan_records import install_recorder as install_recorder  # (the callers' names)
+from .plan_records import recorder as recorder
+from .plan_records import recording_threads as recording_threads
+from .plan_records import restore_recorder as restore_recorder
 from .recipe_state import current as _recipes_current
 from .runtime.devices import Device
 from .signed_keys import _free_views, _signed_key, signed_of
 from .stats import tallies as _tallies
 
-_local = threading.local()
 _tally_record, _tally_replay, _tally_walk = (
     _tallies[name].__next__ for name in ("plans_recorded", "plans_replayed", "plans_walked"))
-# threads recording now: the common answer, "none", without the local
-recording_threads: list[int] = [0]
-_lock = threading.Lock()
-
-
-def install_recorder(rec: Any) -> Any:
-    """Make ``rec`` this thread's recorder (every launch and allocation is reported to it,
-    see :class:`Recorder`); returns the one it replaces, for :func:`restore_recorder`."""
-    saved = getattr(_local, "recorder", None)
-    with _lock:
-        recording_threads[0] += 1
-    _local.recorder = rec
-    return saved
-
-
-def restore_recorder(saved: Any) -> None:
-    """Undo :func:`install_recorder`."""
-    _local.recorder = saved
-    with _lock:
-        recording_threads[0] -= 1
-
-
-@contextlib.contextmanager
-def recording(rec: Any) -> Iterator[Any]:
-    """``with recording(rec):`` the block's launches are reported to ``rec``."""
-    saved = install_recorder(rec)
-    try:
-        yield rec
-    finally:
-        restore_recorder(saved)
 _plans: OrderedDict[tuple, _Plan | str | None] = OrderedDict()
 PLANS_MAX = 1024  # entries each table of plans keeps (see fuseloop.plan_tables)
 # the value of a key whose plan depends on its offsets' values: looked up by the key
@@ -124,13 +98,6 @@ def _put(key: tuple, plan: _Plan | str | None) -> None:
 # lengths than PLANS_MAX drops these, not the plans they are made from
 _at: OrderedDict[tuple, _Plan] = OrderedDict()
 _at_dropped: OrderedDict[tuple, bool] = OrderedDict()  # (keys whose plans _at dropped)
-
-
-def recorder() -> Recorder | None:
-    """The recorder of this thread's evaluation in progress, if any."""
-    if not recording_threads[0]:
-        return None
-    return getattr(_local, "recorder", None)
 
 
 # per device: (recipes token, device, the thresholds read, the key's head fields)
@@ -357,38 +324,19 @@ def _check_signed(signed: tuple, storages: list[Storage],
 
 
 # free key (the signed key with its lengths as symbols, plan_free) -> (the walk's key,
-# where each of its lengths is among the free key's, operand picker, key head)
-_free: OrderedDict[tuple, tuple[tuple, tuple[int, ...], Any, tuple]] = OrderedDict()
-
-
-def _free_key(signed: tuple, out_shape: tuple[int, ...]
-              ) -> tuple[tuple, tuple[int, ...]] | None:
-    """The free key of ``signed`` (:func:`_signed_key`'s answer) and its lengths, or
-    None (fields not known; past int32, where the walk keeps the lengths)."""
-    key = signed[0]
-    sigs, joins = key[1], None
-    if type(sigs) is int:
-        sigs = (sigs,)
-    elif type(sigs[0]) is tuple:  # (several roots, where their offsets land)
-        sigs, joins = sigs
-    free = _free_sigs.free_of(sigs, out_shape)
-    if free is None or free[2] > INT32_LIMIT:
-        return None
-    return (key[0], free[0], joins, *key[3:]), free[1]
-
-
-def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...],
-                 device: Device) -> list[Storage] | None:
-    """The replay of the plan of the walk's key that ``signed`` has at any lengths (see
-    :mod:`fuseloop.plan_free`), at this call's lengths; None where there is none (no
-    free key known, a plan to record, buffers past int32 indexing: the walk decides)."""
-    got = _free_key(signed, out_shape)
+# where each of its lengths is among the free key's, operand picker, key head, the
+# key's plan where it has a Growing and no split: replayed without the key's look-up)
+_free: OrderedDict[tuple, tuple[tuple, tuple[int, ...], Any, tuple, _Plan | None]] = \
+    OrderedDict()
+def _free_pick(signed: tuple, out_shape: tuple[int, ...], device: Device) -> Any:
+    """(free key and lengths, its entry, storages, scalars, the walk's lengths) of
+    ``signed`` where a free entry takes its operands, else None."""
+    got = free_key(signed, out_shape)
     entry = None if got is None else _free.get(got[0])
     if entry is None or got is None:
         return None
-    key, where, take, head = entry
-    known = _key_head(device)
-    picked = take(signed[1])
+    picked = entry[2](signed[1])
+    known, head = _key_head(device), entry[3]
     if picked is None or (known is not head and known != head):
         return None
     storages, scalars = picked
@@ -396,22 +344,68 @@ def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...
         storages = storages + signed[2]
     if _wide(storages):
         return None
-    lengths = tuple(map(got[1].__getitem__, where))
+    return got, entry, storages, scalars, tuple(map(got[1].__getitem__, entry[1]))
+
+
+def replay_grown(signed: tuple, out_shape: tuple[int, ...], device: Device
+                 ) -> list[Storage] | None:
+    """The replay of ``signed`` by the Growing its free entry keeps (see
+    :func:`_free_replay`), or None (``plan_into``'s statement into a view: no flags'
+    scope, the Growing's kernels read no flag)."""
+    found = _free_pick(signed, out_shape, device)
+    grown = None if found is None else found[1][4]
+    if grown is None or grown.variants:
+        return None
+    return run_grown(grown, found[2], found[3], device, signed[3], found[4])
+
+
+def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...],
+                 device: Device) -> list[Storage] | None:
+    """The replay of the plan of the walk's key that ``signed`` has at any lengths (see
+    :mod:`fuseloop.plan_free`), at this call's lengths; None where there is none (no
+    free key known, a plan to record, buffers past int32 indexing: the walk decides)."""
+    found = _free_pick(signed, out_shape, device)
+    if found is None:
+        return None
+    got, entry, storages, scalars, lengths = found
+    key, _, take, head, grown = entry
+    if grown is not None and not grown.variants:
+        done = run_grown(grown, storages, scalars, device, signed[3], lengths)
+        if done is not None:
+            return done
     plan = _get(key)
     if plan == _EXACT_LENGTHS:
         key = (key, lengths)
         plan = _get(key)
     if not isinstance(plan, _Plan):
         return None
+    owner = _pl.owner_at(plan, roots, out_shape, device)
+    done = run_grown(owner, storages, scalars, device, signed[3], lengths)
+    if done is not None:  # (its replay at any lengths: nothing made or kept per length)
+        if owner is not None and owner is plan and owner.split is None and grown is not owner:
+            _free[got[0]] = (*entry[:4], owner)
+        return done
     if plan.lengths != lengths:
-        plan = _plan_at(key, plan, lengths, roots, out_shape, device)
+        plan = _plan_at(key, plan, lengths, owner)
         if plan is None:
             return None
-    # (and under the signature with these lengths, as _remember_signed would: a loop
-    # over them again finds it there, and keeps it while the plans at lengths go; made
-    # ready there, as after a walk, not for lengths met once)
-    _tables.keep(_signed, signed[0], (plan, None, take, head, None), PLANS_MAX)
-    return _replay(plan, storages, scalars, device, signed[3])
+    if owner is None or type(owner.growing) is not Growing:
+        # (and under the signature with these lengths, as _remember_signed would: a loop
+        # over them again finds it there, and keeps it while the plans at lengths go;
+        # made ready there, as after a walk, not for lengths met once)
+        _tables.keep(_signed, signed[0], (plan, None, take, head, None), PLANS_MAX)
+    return _replay_sized(plan, owner, storages, scalars, device, signed[3])
+
+
+def _replay_sized(plan: _Plan, owner: _Plan | None, storages: list[Storage],
+                  scalars: list[np.generic], device: Device, offsets: Sequence[int]
+                  ) -> list[Storage]:
+    """:func:`_replay` of ``plan`` (``owner``'s, or its key's at other lengths), then
+    ``owner``'s Growing made or taught by it."""
+    outs = _replay(plan, storages, scalars, device, offsets)
+    if owner is not None and owner.forms is not None:
+        growing_for(owner, plan, len(storages), device, _steps.temporaries)
+    return outs
 
 
 def _remember_free(signed: tuple, out_shape: tuple[int, ...], key: tuple,
@@ -420,7 +414,7 @@ def _remember_free(signed: tuple, out_shape: tuple[int, ...], key: tuple,
     """Remember the walk's ``key`` under ``signed``'s free key (see :func:`_free_replay`)
     where its operands pick the walk's buffers and scalars and its offsets are the
     walk's (as :func:`_remember_signed` asks)."""
-    got = _free_key(signed, out_shape)
+    got = free_key(signed, out_shape)
     if got is None:
         return
     fkey, lens = got
@@ -441,7 +435,7 @@ def _remember_free(signed: tuple, out_shape: tuple[int, ...], key: tuple,
             or any(a is not b for a, b in zip(mine, storages)) \
             or any(a is not b for a, b in zip(picked[1], scalars)):
         return
-    _tables.keep(_free, fkey, (key, where, take, _key_head(device)), PLANS_MAX)
+    _tables.keep(_free, fkey, (key, where, take, _key_head(device), None), PLANS_MAX)
 
 
 # }}}
@@ -602,11 +596,17 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         else:
             key = (key, lengths)
         plan = _get(key)
+    owner = None
     if isinstance(plan, _Plan) and plan.lengths != lengths:
-        # recorded for other lengths: its plan at these, made before or now where its
-        # forms are known, else recorded (which may learn the forms)
-        base = plan
-        plan = _plan_at(key, base, lengths, roots, out_shape, device)
+        # recorded for other lengths: its replay at any lengths, else its plan at these,
+        # made before or now where its forms are known, else recorded (which may learn
+        # the forms)
+        base, owner = plan, _pl.owner_at(plan, roots, out_shape, device)
+        done = None if _prog.CHECK_STRUCTURE_CACHE else run_grown(
+            owner, storages, scalars, device, offs.values, lengths)
+        if done is not None:
+            return done
+        plan = _plan_at(key, base, lengths, owner)
         if plan is None:
             return _record(roots, out_shape, device, targets, keyed, signed, key, base)
     if plan is None or isinstance(plan, str):  # known not to record
@@ -615,22 +615,19 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         _check_signed(signed, storages, scalars, offs.values)
     if plan is not False and not _prog.CHECK_STRUCTURE_CACHE:
         _remember_signed(signed, plan, storages, scalars, offs.values, device)
-        return _replay(plan, storages, scalars, device, offs.values)
+        return _replay_sized(plan, owner, storages, scalars, device, offs.values)
     return _record(roots, out_shape, device, targets, keyed, signed, key, plan)
 
 
-def _plan_at(key: tuple, base: _Plan, lengths: tuple[int, ...], roots: Sequence[Node],
-             out_shape: tuple[int, ...], device: Device) -> _Plan | None:
+def _plan_at(key: tuple, base: _Plan, lengths: tuple[int, ...], owner: _Plan | None
+             ) -> _Plan | None:
     """The plan of ``key`` (whose plan ``base`` has other lengths) at ``lengths``: made
-    before, or now where the forms of the plan that splits as these lengths do are
-    known; None where a record is needed."""
+    before, or now where the forms of ``owner`` (the key's plan that splits as these
+    lengths do: ``plan_lengths.owner_at``) are known; None where a record is needed."""
     plan = _at.get((key, lengths))
     if plan is not None:
         _tables.touch(_at, (key, lengths))
         return plan
-    owner: _Plan | None = base  # (the key's plan that splits as these lengths do)
-    if base.split is not None or base.variants:
-        owner = _pl.owner(base, _pl.split_of(roots, out_shape, device))
     plan = owner if owner is None or owner.lengths == lengths else _at_lengths(owner, lengths)
     if plan is not None:
         _tables.admit(_at, (key, lengths), plan, PLANS_MAX, _at_dropped)
@@ -772,6 +769,7 @@ def clear() -> None:
     _signed.clear()
     _target_sigs.clear()
     _free.clear()
+    _free_keys.clear()
 
 
 _caches.register("run_plans.plans", clear,

@@ -652,9 +652,15 @@ def make_launcher(spec: LaunchSpec) -> Launcher:
             last[-1] = consts
         if one_output:
             args[out1] = address(o.buffer.ptr)
+            last[out1] = None  # (several outputs are kept by record)
         else:
-            for i, j in out_pos:
-                args[i] = address(o[j].buffer.ptr)
+            for i, j in out_pos:  # (a target, as a loop's statement writes, is set once)
+                x = o[j]
+                r = last[i]
+                if r is None or r() is not x:
+                    last[i] = None
+                    args[i] = address(x.buffer.ptr)
+                    last[i] = wr(x)
         for i, j in buf_pos:
             x = s[j]
             r = last[i]

@@ -600,6 +600,7 @@ def _one_output_short(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
                 if last[-1] is not consts:
                     _set_consts(k, last, consts)
                 set_arg(k, out_i, o.buffer)
+                last[out_i] = None  # (_many_outputs keeps its outputs by record)
                 x = s[j0]
                 r = last[i0]
                 if r is None or r() is not x:
@@ -624,6 +625,7 @@ def _one_output_short(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
             if last[-1] is not consts:
                 _set_consts(k, last, consts)
             set_arg(k, out_i, o.buffer)
+            last[out_i] = None  # (_many_outputs keeps its outputs by record)
             x = s[j0]
             r = last[i0]
             if r is None or r() is not x:
@@ -680,6 +682,7 @@ def _one_output(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
             if last[-1] is not consts:
                 _set_consts(k, last, consts)
             set_arg(k, out_i, o.buffer)
+            last[out_i] = None  # (_many_outputs keeps its outputs by record)
             for i, j in buf_pos:
                 x = s[j]
                 r = last[i]
@@ -712,8 +715,13 @@ def _many_outputs(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
                     queue: Any) -> None:
             if last[-1] is not consts:
                 _set_consts(k, last, consts)
-            for i, j in out_pos:
-                set_arg(k, i, o[j].buffer)
+            for i, j in out_pos:  # (a target, as a loop's statement writes, is set once)
+                x = o[j]
+                r = last[i]
+                if r is None or r() is not x:
+                    last[i] = None
+                    set_arg(k, i, x.buffer)
+                    last[i] = wr(x)
             for i, j in buf_pos:
                 x = s[j]
                 r = last[i]

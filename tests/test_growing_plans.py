@@ -1,0 +1,185 @@
+"""Run plans replayed at any lengths, bound once (fuseloop.plan_growing, issue 26): a loop
+over slices that grow every statement makes no plan per length once its key's forms are
+known, its results are numpy's, its kernels follow the size classes, and launchers keep
+several outputs by record."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import cache, plan_growing, run_plans
+from fuseloop.plan_growing import Growing
+from fuseloop.plan_records import _Plan
+
+
+@pytest.fixture
+def device_path(device_path, monkeypatch):
+    """conftest's ``device_path`` with the run plans starting empty and their tables
+    smaller than the loops' lengths (as NPBench M's 5000-6000 lengths are past 1024)."""
+    run_plans.clear()
+    monkeypatch.setattr(run_plans, "PLANS_MAX", 16)
+    return device_path
+
+
+@pytest.fixture
+def sized_plans(monkeypatch):
+    """Counts the plans made at other lengths of a key (``run_plans._at_lengths``)."""
+    made = [0]
+    at_lengths = run_plans._at_lengths
+
+    def counting(plan, lengths):
+        made[0] += 1
+        return at_lengths(plan, lengths)
+
+    monkeypatch.setattr(run_plans, "_at_lengths", counting)
+    return made
+
+
+def _growings() -> list[Growing]:
+    return [p.growing for p in run_plans._plans.values()
+            if isinstance(p, _Plan) and type(p.growing) is Growing]
+
+
+def _update(y, want, n):
+    for k in range(1, n):
+        y[:k] += 1e-3 * fl.flip(y[:k])
+        want[:k] += 1e-3 * want[:k][::-1]
+
+
+def test_growing_update_makes_no_plan_per_length(device_path, sized_plans):
+    n = 150
+    yh = np.random.default_rng(4).random(n)
+    for run in range(2):
+        y, want = fl.asarray(yh), yh.copy()
+        sized_plans[0] = 0
+        fl.reset_stats()
+        _update(y, want, n)
+        np.testing.assert_allclose(y.get(), want, rtol=1e-12)
+        s = fl.stats()
+        assert s["kernels_launched"] == n - 1
+        if run == 1:  # (every length by its key's Growing: no plan made, none recorded)
+            assert sized_plans[0] == 0 and s["plans_recorded"] == 0, (sized_plans, s)
+            assert s["plans_replayed"] == n - 1 and s["memory_cache_hits"] == n - 1
+    assert _growings()
+
+
+def test_trisolv_lengths_and_offsets_move_together(device_path, sized_plans):
+    n = 120
+    rng = np.random.default_rng(0)
+    lh = np.tril(rng.random((n, n))) + n * np.eye(n)
+    bh = rng.random(n)
+    want = np.zeros(n)
+    for i in range(n):
+        want[i] = (bh[i] - lh[i, :i] @ want[:i]) / lh[i, i]
+    L, b = fl.asarray(lh), fl.asarray(bh)
+    for run in range(2):
+        x = fl.zeros(n)
+        sized_plans[0] = 0
+        fl.reset_stats()
+        for i in range(n):
+            x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
+        np.testing.assert_allclose(x.get(), want, rtol=1e-12)
+        if run == 1:
+            assert sized_plans[0] == 0 and fl.stats()["plans_recorded"] == 0
+    # (the row's offset, the element's and the length are the moved arguments)
+    assert any(gs.offs and any(v for v in g.varying) for g in _growings() for gs in g.steps)
+
+
+def test_a_size_class_met_later_is_learnt(device_path, sized_plans, restore_recipes):
+    """The small-output recipe with a size class that splits one length class (64 ..
+    127) in two: the key's Growing keeps a kernel for each, and the second pass makes
+    no plan and lowers no kernel."""
+    old = fl.recipe_for(device_path, "one_group")
+    base = old.size_class
+
+    def size_class(program, params, n_rows, n_elem):
+        cls = base(program, params, n_rows, n_elem)
+        return cls + " and N >= 65" if n_rows * n_elem > 64 else cls
+
+    fl.register_recipe(device_path.type, old, name="test-growing-classes", version="1",
+                       kind="one_group", size_class=size_class)
+    n = 110
+    yh = np.random.default_rng(6).random(n)
+    for run in range(2):
+        y, want = fl.asarray(yh), yh.copy()
+        sized_plans[0] = 0
+        fl.reset_stats()
+        _update(y, want, n)
+        np.testing.assert_allclose(y.get(), want, rtol=1e-12)
+        if run == 1:
+            assert sized_plans[0] == 0 and fl.stats()["kernels_lowered"] == 0
+    assert max(len(gs.kernels) for g in _growings() for gs in g.steps) == 2
+
+
+def test_kernels_dropped_from_the_memory_cache_are_learnt_again(device_path, sized_plans):
+    n = 100
+    yh = np.random.default_rng(7).random(n)
+    for run in range(3):
+        if run == 1:
+            cache.clear_memory_cache()  # (every kept kernel's in_cache is False now)
+        y, want = fl.asarray(yh), yh.copy()
+        sized_plans[0] = 0
+        _update(y, want, n)
+        np.testing.assert_allclose(y.get(), want, rtol=1e-12)
+    assert sized_plans[0] == 0
+    for g in _growings():
+        assert all(k.compiled.in_cache for gs in g.steps for k in gs.kernels.values())
+
+
+def test_no_growing_where_a_tuned_entry_may_choose_per_size(device_path, monkeypatch):
+    monkeypatch.setattr(plan_growing, "_untuned", lambda recipe, program, device: False)
+    n = 80
+    yh = np.random.default_rng(8).random(n)
+    y, want = fl.asarray(yh), yh.copy()
+    _update(y, want, n)
+    np.testing.assert_allclose(y.get(), want, rtol=1e-12)
+    assert not _growings()
+
+
+class _Buf:
+    __slots__ = ("__weakref__", "buffer")
+
+    def __init__(self, name: str) -> None:
+        self.buffer = name
+
+
+def test_several_outputs_are_set_once_and_one_output_forgets(monkeypatch):
+    """A launcher of several outputs sets a target it set last time on this kernel object
+    no more; a one-output launch of the same kernel object sets that place, so the next
+    launch of several outputs sets its output again."""
+    from fuseloop.backends import LaunchSpec, opencl
+
+    calls: list[tuple[int, str]] = []
+    monkeypatch.setattr(opencl, "_set_arg", lambda k, i, b: calls.append((i, b)))
+    monkeypatch.setattr(opencl, "_enqueue_nd_range", lambda *a: None)
+    many = opencl.launcher_family(LaunchSpec(((0, 0),), ((1, 0),), (), (), (1,), (1,)))(())
+    one = opencl.launcher_family(
+        LaunchSpec(((0, 0),), ((1, 0),), (), (), (1,), (1,), True))(())
+    out, other, inp = _Buf("out"), _Buf("other"), _Buf("in")
+    last: list = [None] * 3
+    many([out], [inp], [], None, last, None)
+    many([out], [inp], [], None, last, None)
+    assert calls == [(0, "out"), (1, "in")]
+    one(other, [inp], [], None, last, None)
+    many([out], [inp], [], None, last, None)
+    assert calls[2:] == [(0, "other"), (0, "out")]
+
+
+def test_a_plan_whose_growing_is_gone_replays_in_general(device_path):
+    """A free entry keeps the plan whose Growing replayed there; where that Growing is
+    gone (not remade: tries counted instead), the statement replays the general way."""
+    n = 90
+    yh = np.random.default_rng(9).random(n)
+    y, want = fl.asarray(yh), yh.copy()
+    _update(y, want, n)
+    owners = [p for p in run_plans._plans.values()
+              if isinstance(p, _Plan) and type(p.growing) is Growing]
+    assert owners
+    for p in owners:
+        p.growing = plan_growing.GROWING_TRIES  # (no Growing, none tried again)
+    y, want = fl.asarray(yh), yh.copy()
+    _update(y, want, n)
+    np.testing.assert_allclose(y.get(), want, rtol=1e-12)
+    assert all(p.growing == plan_growing.GROWING_TRIES for p in owners)
