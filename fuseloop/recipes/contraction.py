@@ -89,13 +89,15 @@ if TYPE_CHECKING:
 # {{{ the shape rule: size classes
 
 def make_size_class(rows: int, cols: int, align: int = 0, wide: int = 0,
-                    medium: int = 0) -> SizeClassFunction:
+                    medium: int = 0, step: int = 0) -> SizeClassFunction:
     """Size classes for contraction kernels: a side of the output (``m``: rows, ``n``:
     columns) of at most ``rows`` (``cols``) elements is a class of its own, its exact
     extent; a longer side is the class "longer than that", and with ``align``, a
     long side or the reduced range that is a multiple of ``align`` says so, and with
     ``wide``, a long side of at least ``wide`` elements says so; with ``medium``, a
-    long side of at most ``medium`` elements.
+    long side of at most ``medium`` elements; with ``step``, a reduced range that is a
+    multiple of ``step`` (the tiles' step along it) and not of ``align`` says so
+    (``einsum('bqd,bkd->bqk')`` with d = 64: whole steps, no clamped reads).
 
     So a recipe reads from the kernel's assumptions
     (:func:`~fuseloop.lower.contraction.extent_range`) whether a side is short and how
@@ -125,6 +127,8 @@ def make_size_class(rows: int, cols: int, align: int = 0, wide: int = 0,
         k = c.k_size
         if align and isinstance(k, tuple) and params[k[1]] % align == 0:
             conds.add(f"p{k[1]} mod {align} = 0")
+        elif step and isinstance(k, tuple) and params[k[1]] % step == 0:
+            conds.add(f"p{k[1]} mod {step} = 0")
         return " and ".join(sorted(conds))
 
     return contraction_size_class
@@ -646,8 +650,9 @@ gpu_tiled = Recipe(
                   "fl.tune, which times kernels, does not search it)",
                   int_range(0, 64, (0,))), *dmma_mod.PARAMS),
     valid=_tiles_fit,
-    size_class=Derived(lambda v: make_size_class(v["few"], v["few"], GPU_ALIGN,
-                                                 medium=v["medium"])))
+    size_class=Derived(lambda v: make_size_class(
+        v["few"], v["few"], GPU_ALIGN, medium=v["medium"],
+        step=math.lcm(v["tiles"].bk, v["wide_tiles"].bk))))
 
 
 # {{{ CPU
