@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# (after PYTHONPATH: PYTHONPATH=<another tree> times that tree's fuseloop)
+sys.path.append(str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("FUSELOOP_PROGRESS", "0")  # (no build notices in the output)
 
 import fuseloop as fl
@@ -197,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     if dev.type == "cpu":
         _register_on_cpu(dev)
     torch = _torch() if dev.type != "cpu" else None
-    print(f"{dev.name}; gpu-tiled v{rc.gpu_tiled.version}; n={args.n}; us per call: thr "
+    tree = Path(fl.__file__).resolve().parents[1].name
+    print(f"{dev.name}; {tree} gpu-tiled v{rc.gpu_tiled.version}; n={args.n}; us per call: thr "
           f"(queued {args.batch}), lat (one + wait); t/x = torch thr / ours", flush=True)
     print(f"{'case':7s} {'impl':17s} {'thr us':>9s} {'lat us':>8s} {'TFLOP/s':>7s} {'t/x':>5s}")
     all_cases = cases(args.n)
