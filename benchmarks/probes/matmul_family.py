@@ -75,6 +75,26 @@ SKINNY: dict[str, dict[str, Any]] = {
     "medium0": {"medium": 0},
     "skinny g128": {"skinny_group": 128},
     "skinny lanes16": {"skinny_lanes": 16},
+    # the streaming kernel (a short side whose long operand is contiguous along the long
+    # side) and the lanes kernel of x @ A: loads in flight, columns per work-item
+    "unroll4": {"stream_unroll": 4},
+    "unroll16": {"stream_unroll": 16},
+    "per4": {"stream_per": 4},
+    "per1": {"stream_per": 1},
+    "per4-unroll16": {"stream_per": 4, "stream_unroll": 16},
+    "sgroup256": {"stream_group": 256},
+    "bytes128k": {"stream_bytes": 128 * 1024},
+    "lgroup256": {"stream_lanes_group": 256},
+    # the lanes kernel of a short side whose long operand is contiguous along the sum
+    "sk-unroll8": {"skinny_unroll": 8},
+    "sk-unroll16": {"skinny_unroll": 16},
+    "sk-nostage": {"skinny_stage": False},
+    "sk-nostage-u8": {"skinny_stage": False, "skinny_unroll": 8},
+    "sk-g512": {"skinny_group": 512},
+    # tiles of a medium side in split-K pieces
+    "split4": {"split_k": 4},
+    "split8-onecopy": {"split_k": 8, "tiles": D._replace(prefetch="regs")},
+    "split8-128x64": {"split_k": 8, "tiles": D._replace(bn=64)},
 }
 
 Body = Callable[[Any, Any, Any], Any]
