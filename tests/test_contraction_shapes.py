@@ -188,6 +188,20 @@ def test_gpu_sums_of_whole_steps_need_no_clamps(device):
     assert "min(" in src  # (60: the last step padded, its reads clamped)
 
 
+def test_gpu_lanes_steps_that_divide_the_sum_need_no_clamps(device):
+    """x @ A: 32 lanes of the sum, 8 terms each unrolled (a step of 256); a sum of 512
+    states its factor 512 (not GPU_ALIGN's 128), so no read is clamped or tested."""
+    x, a = rand(512), rand((512, 512))
+    expr = fl.asarray(x) @ fl.asarray(a)
+    src, knl = _gpu_code(expr, device, stream_lanes=1, split_k=1)
+    assert "k_lane" in knl.all_inames()  # (the lanes kernel)
+    body = src[src.index("{"):]
+    assert "min(" not in body and "?" not in body
+    with fl.recipes.use(rc.gpu_tiled.with_params(stream_lanes=1, split_k=1)):
+        got = expr.get()
+    np.testing.assert_allclose(got, x @ a, rtol=1e-5, atol=1e-5)
+
+
 def test_gpu_tile_step_is_unrolled_by_the_device_compiler(device, fresh_stats):
     """The tile step's k loop is left to the device compiler (``#pragma unroll``, which
     every OpenCL C version reads; Loopy spells it as OpenCL C 2.0's attribute): Loopy
