@@ -1,0 +1,87 @@
+"""The matmul family's layouts by rule (issue 25), read from the code generated for a fake
+H100 (not run): each shape of the broad suite's matmul family gets its kernel from its
+dimensions and strides, not from a case of its own (benchmarks/probes/matmul_family.py
+times them against cuBLAS)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from matmul_source import tiled_source
+
+import fuseloop as fl
+from fuseloop.recipes import contraction as rc
+
+#: one launch (split-K is decided per evaluation, outside the kernel)
+ONE = rc.gpu_tiled.with_params(split_k=1)
+
+
+def _e(device, *shape):
+    return fl.empty(shape, dtype=np.float32, device=device)
+
+
+def _update(src: str) -> list[str]:
+    """The products of a step, with the tiles' row strides (padded or not) named alike."""
+    body = src[src.index("for (int k_in"):]
+    lines = [ln.strip() for ln in body.splitlines() if "acc_reg[" in ln and "fl_lvec4" in ln]
+    return [re.sub(r"\b(1056|1024)\b", "COPY", re.sub(r"\b(132|128) \* k_in", "ROW * k_in", ln))
+            for ln in lines]
+
+
+def test_transposed_and_batched_products_share_the_tiles_and_update(device):
+    """A.T @ B, A @ B.T and a batch get A @ B's blocks, work-items and products; only the
+    fill differs (the operand's contiguous axis fastest, a tile stored across that order
+    padded: x_tile of 132-float rows), and a batch is the grid's third axis."""
+    n = 256
+    a, b = _e(device, n, n), _e(device, n, n)
+    srcs = {"ab": tiled_source(a @ b, device, ONE), "atb": tiled_source(a.T @ b, device, ONE),
+            "abt": tiled_source(a @ b.T, device, ONE),
+            "batch": tiled_source(_e(device, 8, n, n) @ _e(device, 8, n, n), device, ONE)}
+    update = _update(srcs["ab"])
+    assert len(update) == 16  # (a float4's components written out, the rest loops)
+    tiles = {"ab": (528, 512), "atb": (512, 512), "abt": (528, 528), "batch": (528, 512)}
+    for form, src in srcs.items():
+        assert "reqd_work_group_size(16, 16, 1)" in src, form
+        assert _update(src) == update, form
+        x, y = tiles[form]
+        assert f"__local float4 x_tile_store[{x}];" in src, form
+        assert f"__local float4 y_tile_store[{y}];" in src, form
+        assert ("gid(2)" in src) == (form == "batch"), form
+        assert "min(" not in src and "?" not in src, form
+
+
+def test_attention_scores_read_whole_steps(device):
+    """einsum('bqd,bkd->bqk') with d = 64: A @ B.T's tiles over a batch, the sum of 64 in
+    whole steps (its size class states it), no clamped or tested reads."""
+    q, k = _e(device, 4, 256, 64), _e(device, 4, 256, 64)
+    src = tiled_source(fl.einsum("bqd,bkd->bqk", q, k), device, ONE)
+    assert "__local float4 x_tile_store[528];" in src and "gid(2)" in src
+    assert "__local float4 y_tile_store[528];" in src
+    assert "min(" not in src and "?" not in src
+
+
+@pytest.mark.parametrize("case", ["rows64", "rows8", "cols8", "vecmat"])
+def test_short_sides_get_their_kernels_by_rule(device, case):
+    """64 rows: blocks of 64 rows (the tiles' float4 rows kept); 8 rows of a product whose
+    long operand is contiguous along the long side: streamed (no local tiles), each
+    work-item 8 rows x 2 columns; 8 columns of a matrix contiguous along the sum: 32
+    lanes of the sum (the fast axis) by 8 rows, the short operand staged; x @ A: 32
+    columns by 32 lanes of the sum in one launch, whole steps (no clamps)."""
+    n = 4096 if case == "vecmat" else 512  # (x @ A: 4096 columns fill the H100's units)
+    b = _e(device, n, n)
+    expr = {"rows64": lambda: _e(device, 64, n) @ b, "rows8": lambda: _e(device, 8, n) @ b,
+            "cols8": lambda: b @ _e(device, n, 8), "vecmat": lambda: _e(device, n) @ b}[case]()
+    src = tiled_source(expr, device, ONE)
+    if case == "rows64":
+        assert "__local float4 x_tile_store[272];" in src  # (2 copies x 8 x (64 + 4) / 4)
+        assert "reqd_work_group_size(16, 16, 1)" in src
+    elif case == "rows8":
+        assert "__local" not in src and "reqd_work_group_size(128, 1, 1)" in src
+        assert "float acc_k_step_k_u[8 * 2];" in src
+    elif case == "cols8":
+        assert "reqd_work_group_size(32, 8, 1)" in src and "s_tile[" in src
+    else:
+        assert "reqd_work_group_size(32, 32, 1)" in src
+        assert "min(" not in src and "?" not in src
