@@ -94,18 +94,18 @@ def make_size_class(rows: int, cols: int, align: int = 0, wide: int = 0,
     extent; a longer side is the class "longer than that", and with ``align``, a
     long side or the reduced range that is a multiple of ``align`` says so, and with
     ``wide``, a long side of at least ``wide`` elements says so; with ``medium``, a
-    long side of at most ``medium`` elements.  A reduced range that is a multiple of
-    ``step`` (the tiles' step along it; else ``align``) states the largest power of two
-    up to ``k_most`` (at least ``align``) that it is a multiple of: whole tiles' steps
-    (``einsum('bqd,bkd->bqk')`` with d = 64) and whole steps of a kernel splitting the
-    sum over lanes (x @ A: 32 lanes of 8 terms), with no clamped or tested reads.
+    long side of at most ``medium`` elements.  The reduced range states the largest of
+    ``step`` (the tiles' step along it), ``align`` and ``k_most`` that it is a multiple
+    of: whole tiles' steps (``einsum('bqd,bkd->bqk')`` with d = 64) and whole steps of
+    a kernel splitting the sum over lanes (x @ A: 32 lanes of 8 terms, K = 4096), with
+    no clamped or tested reads.
 
     So a recipe reads from the kernel's assumptions
     (:func:`~fuseloop.lower.contraction.extent_range`) whether a side is short and how
     short, and sizes its blocks to it, and ranges that tiles divide are not padded
     (:func:`~fuseloop.lower.contraction.divides`: no clamped reads, no tests).  A
-    structure has at most ``2 * (rows + cols + 2)`` classes of its sides, times those of
-    the reduced range (one per power of two from ``step`` to ``k_most``, and one).
+    structure has at most ``2 * (rows + cols + 2)`` classes of its sides, times four of
+    the reduced range.
     """
 
     def contraction_size_class(program: Program, params: Any, n_rows: int,
@@ -126,11 +126,11 @@ def make_size_class(rows: int, cols: int, align: int = 0, wide: int = 0,
                 conds.add(f"p{slot} >= {wide}")
             if medium and limit < value <= medium:
                 conds.add(f"p{slot} <= {medium}")
-        k, unit = c.k_size, step or align
-        if unit and isinstance(k, tuple) and params[k[1]] % unit == 0:
-            while unit < max(align, k_most) and params[k[1]] % (2 * unit) == 0:
-                unit *= 2
-            conds.add(f"p{k[1]} mod {unit} = 0")
+        k = c.k_size
+        fits = [f for f in sorted({step, align, k_most} - {0})
+                if isinstance(k, tuple) and params[k[1]] % f == 0]
+        if fits:
+            conds.add(f"p{k[1]} mod {fits[-1]} = 0")
         return " and ".join(sorted(conds))
 
     return contraction_size_class
@@ -617,8 +617,8 @@ GPU_MEDIUM = 64
 #: long sides and reduced ranges that are multiples of this are a size class (GPU):
 #: the tiles of every built-in configuration divide them, so nothing is padded
 GPU_ALIGN = 128
-#: a reduced range's size class states its largest power-of-two factor up to this (GPU):
-#: a step of the lanes kernels (skinny.LANES lanes times skinny.stream_unroll) divides it
+#: reduced ranges that are multiples of this are a size class (GPU): the lanes kernels'
+#: steps (skinny.LANES lanes times stream_unroll, 32 x 8) divide it
 GPU_K_MOST = 512
 
 gpu_tiled = Recipe(
