@@ -9,10 +9,12 @@ import re
 
 import numpy as np
 import pytest
-from matmul_source import tiled_source
+from matmul_source import fake_h100, tiled_source
 
 import fuseloop as fl
+from fuseloop import split_k
 from fuseloop.recipes import contraction as rc
+from fuseloop.splits import two_stage_split
 
 #: one launch (split-K is decided per evaluation, outside the kernel)
 ONE = rc.gpu_tiled.with_params(split_k=1)
@@ -82,6 +84,24 @@ def test_short_sides_get_their_kernels_by_rule(device, case):
         assert "float acc_k_step_k_u[8 * 2];" in src
     elif case == "cols8":
         assert "reqd_work_group_size(32, 8, 1)" in src and "s_tile[" in src
+        # (8 terms of each lane unrolled: 8 loads in flight; whole steps of 256)
+        assert "for (int k_su = 0; k_su <= 7; ++k_su)" in src and "min(" not in src
     else:
         assert "reqd_work_group_size(32, 32, 1)" in src
         assert "min(" not in src and "?" not in src
+
+
+def test_split_k_pieces_by_rule(device):
+    """On the H100's 132 units at 4096: 64 rows in pieces of MIN_PIECE (8), 8 rows streamed
+    in pieces of 128 (32), 8 columns and x @ A in one launch, the square product whole."""
+    gpu, n = fake_h100(device), 4096
+    b = _e(device, n, n)
+
+    def pieces(expr):
+        split = two_stage_split([expr._node], expr.shape, gpu)
+        return 1 if split is None else split.pieces
+
+    assert pieces(_e(device, 64, n) @ b) == n // split_k.MIN_PIECE == 8
+    assert pieces(_e(device, 8, n) @ b) == 32
+    assert pieces(b @ _e(device, n, 8)) == pieces(_e(device, n) @ b) == 1
+    assert pieces(b @ b) == 1

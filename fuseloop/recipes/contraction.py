@@ -622,7 +622,7 @@ GPU_ALIGN = 128
 GPU_K_MOST = 512
 
 gpu_tiled = Recipe(
-    "gpu-tiled", _gpu_tiled, kind="contraction", version="8",
+    "gpu-tiled", _gpu_tiled, kind="contraction", version="9",
     params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types",
                   Space(_TILE_SEARCH, _tiles_ok, _TILES_TEXT)),
             Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types",
@@ -639,8 +639,10 @@ gpu_tiled = Recipe(
                   powers_of_two(1, 64, (4, 8, 16, 32))),
             Param("skinny_bk", int, 16, "skinny_tiles: reduced-range step",
                   powers_of_two(4, 64, (8, 16, 32))),
-            Param("skinny_unroll", int, 4, "split_lanes: a lane's terms unrolled (loads "
-                  "in flight)", powers_of_two(1, 16, (4,))),
+            # (8: a warp's lanes along a sum contiguous in memory, 8 x 4096 columns on an
+            # H200, kept too few loads in flight with 4; probes/matmul_family.py)
+            Param("skinny_unroll", int, 8, "split_lanes: a lane's terms unrolled (loads "
+                  "in flight)", powers_of_two(1, 16, (4, 8, 16))),
             Param("skinny_stage", bool, True, "split_lanes: the short operand staged in "
                   "local memory a step of lanes at a time (skinny.stage_short_operand)",
                   Space((True,), lambda v: isinstance(v, bool), "True or False")),
