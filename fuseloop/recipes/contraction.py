@@ -153,7 +153,8 @@ class TileConfig(NamedTuple):
     # "blocked" only: the update reads the local tiles as float4 (contraction_pipeline)
     vec: bool = False
     # "regs": step s + 1's operands read into registers while step s computes;
-    # "double": and stored into a second copy of the tiles (contraction_pipeline)
+    # "double": and stored into a second copy of the tiles (contraction_pipeline);
+    # "layout": "double" where both operands are read along the sum, else "regs"
     prefetch: str = "none"
     # the step's loop unrolled by the device compiler this many at a time (0: whole;
     # linalg_gemm's update unrolls 4 of its 8: whole took ptxas 143 registers)
@@ -169,13 +170,14 @@ class TileConfig(NamedTuple):
 
 #: float32 (and smaller) on GPUs: 128x128 blocks, 8x8 outputs per work-item, steps of
 #: 8, float4 reads of the local tiles and two copies of them (the structure of the
-#: hand-written trailing update, fuseloop.linalg_gemm); fl_lvec4 is OpenCL C, so the
-#: rule drops ``vec`` on other backends
-GPU_TILES = TileConfig(layout="blocked", vec=True, prefetch="double", reg_loops="lanes")
+#: hand-written trailing update, fuseloop.linalg_gemm) where both operands are read along
+#: the sum, else one copy and two barriers a step (_prefetch_for_layout); fl_lvec4 is
+#: OpenCL C, so the rule drops ``vec`` on other backends
+GPU_TILES = TileConfig(layout="blocked", vec=True, prefetch="layout", reg_loops="lanes")
 #: the blocks before the pipeline (one copy of the tiles, scalar reads): a probe variant
 GPU_TILES_PLAIN = TileConfig(layout="blocked")
 #: TileConfig.prefetch's values
-PREFETCH = ("none", "regs", "double")
+PREFETCH = ("none", "regs", "double", "layout")
 #: TileConfig.reg_loops' values.  Through clang 15's NVPTX back end (-O3; matmul_unroll.py
 #: --clang), "loopy" and "vector" gave the same 512 FMAs and 32 float4 shared loads per
 #: step (vector 4% fewer integer instructions); "device" stayed a loop (128 FMAs: the
@@ -300,10 +302,24 @@ def tiled(cfg: TileConfig):
     return recipe
 
 
+def _prefetch_for_layout(cfg: TileConfig, knl: lp.LoopKernel) -> TileConfig:
+    """``prefetch="layout"``: two copies of the tiles (one barrier a step) where both
+    operands are contiguous along the sum (``A @ B.T``: both fills store down the
+    tiles' columns), else one copy (two barriers a step).  On an H200 (float32, 4096,
+    probes/matmul_family.py) one copy ran faster for ``A @ B``, a batch of them and 64
+    rows in split-K pieces, as fast for ``A.T @ B``, and slower for ``A @ B.T`` and
+    attention scores, in both mid-session runs."""
+    if cfg.prefetch != "layout":
+        return cfg
+    both = contraction_layout(knl) == (RED, RED)
+    return cfg._replace(prefetch="double" if both else "regs")
+
+
 def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
     from ..lower.contraction import operand_itemsize
 
     knl = t_unit.default_entrypoint
+    cfg = _prefetch_for_layout(cfg, knl)
     t_unit = pad_to_tiles(t_unit, {ROW: cfg.bm, COL: cfg.bn, RED: cfg.bk})
     batch = BATCH in knl.all_inames()
     if batch:
@@ -607,8 +623,8 @@ _WIDE_SEARCH = (GPU_TILES_WIDE, GPU_TILES_WIDE_V4, GPU_TILES_WIDE._replace(bm=64
                 GPU_TILES_WIDE._replace(bn=128, bk=4), TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(32, 32, 8, 8, 8))
 _TILES_TEXT = ("a TileConfig with positive sizes, tm dividing bm, tn dividing bn, prefetch "
-               "one of 'none', 'regs', 'double', unroll and max_registers >= 0, reg_loops "
-               "one of 'loopy', 'vector', 'lanes', 'device'")
+               "one of 'none', 'regs', 'double', 'layout', unroll and max_registers >= 0, "
+               "reg_loops one of 'loopy', 'vector', 'lanes', 'device'")
 
 #: a side of the output with at most this many elements is short (GPU)
 GPU_FEW = 32
