@@ -145,6 +145,34 @@ def combine(plans: Sequence[KernelPlan]) -> list[KernelPlan]:
     return [replace(plan, name=name, source=source) for plan, name in zip(plans, names)]
 
 
+_KERNEL_LINE = re.compile(r"^__kernel\b", re.M)
+_UNDEF_LINE = re.compile(r"^#undef\b[^\n]*\n", re.M)
+
+
+def shown_alone(plan: KernelPlan) -> KernelPlan:
+    """``plan`` with its own kernel's source where it holds a program of several
+    (:func:`combine`'s, as a disk entry does): its preamble (the text after the
+    ``#undef`` lines before it, up to the first kernel there) and its body (to its
+    closing brace), so that ``fl.show_code`` and the stages show one kernel; other
+    plans as they are."""
+    src = plan.source
+    found = re.search(rf"\b{re.escape(plan.name)}\b", src)
+    if found is None or len(_KERNEL_LINE.findall(src)) < 2:
+        return plan
+    start = src.rfind("\n", 0, found.start()) + 1
+    depth, end = 0, src.find("{", found.end())
+    while 0 <= end < len(src):
+        depth += {"{": 1, "}": -1}.get(src[end], 0)
+        end += 1
+        if depth == 0:
+            break
+    begin = max((m.end() for m in _UNDEF_LINE.finditer(src, 0, start)), default=0)
+    first = _KERNEL_LINE.search(src, begin)
+    if depth or first is None:
+        return plan
+    return replace(plan, source=src[begin:first.start()] + src[start:end] + "\n")
+
+
 def _build_group(plans: list[KernelPlan], device: Device) -> list[Any]:
     """The built kernels of one group's plans: one program, or (one kernel, or the
     program refused) one program each; a kernel that fails is None in its place."""
@@ -165,8 +193,8 @@ def _build_group(plans: list[KernelPlan], device: Device) -> list[Any]:
 
 def _shown_alone(compiled: Any, own: KernelPlan) -> None:
     """A kernel built with others holds its own source (renamed), not its program's:
-    ``fl.show_code`` and the stages show one kernel (a kernel found on disk in a later
-    process holds its program's source)."""
+    ``fl.show_code`` and the stages show one kernel (a kernel found on disk: its
+    program's source cut to it, :func:`shown_alone`)."""
     name = compiled.plan.name
     if name != own.name:
         compiled.plan = replace(compiled.plan, source=re.sub(

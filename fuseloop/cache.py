@@ -90,6 +90,7 @@ if TYPE_CHECKING:
 # lowering, the recipe and code generation; compile workers: imported on the first miss
 codegen = LazyModule(".lower.codegen", __package__)
 _workers = LazyModule(".runtime.compile_workers", __package__)
+_batch = LazyModule(".batch_build", __package__)
 
 # (program, index dtype, device, recipe, user functions, size class) -> the kernel's plan
 MakePlan = Callable[[Program, np.dtype, Device, "Recipe", Any, str], KernelPlan]
@@ -462,8 +463,10 @@ def _from_disk(entry: DiskEntry, path: Path, device: Device) -> CompiledKernel |
     """The kernel of a verified disk entry, or None if it no longer builds."""
     shared_key = _shared_key(entry.plan, device)
     program = _shared.get(shared_key)
+    # (a kernel built with others: its entry holds their program, shown as its own kernel)
+    shown = _batch.shown_alone(entry.plan)
     if program is not None:
-        return CompiledKernel(entry.plan, program, backend_for(device), device)
+        return CompiledKernel(shown, program, backend_for(device), device)
     if entry.binary is not None:
         program = _build_binary(entry.plan, entry.binary, device)
     if program is None:
@@ -476,7 +479,7 @@ def _from_disk(entry: DiskEntry, path: Path, device: Device) -> CompiledKernel |
             # the binary the driver now produces, or none instead of a refused one
             _write_disk(path, entry.key, entry.plan, binary)
     _shared[shared_key] = program
-    return CompiledKernel(entry.plan, program, backend_for(device), device)
+    return CompiledKernel(shown, program, backend_for(device), device)
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,30 @@ def test_kernels_group_by_preamble_and_options():
     assert shared[1].arg_names == plans[0].arg_names and shared[1].gsize == plans[0].gsize
 
 
+def test_a_kernel_of_a_program_is_shown_alone():
+    """A disk entry holds its program's source: the kernel it names is shown with its own
+    preamble and body (fl.show_code after a disk hit showed the program's other kernels)."""
+    macros = "#define lid(N) ((long) get_local_id(N))\n"
+    plans = [_plan("k", macros + BODY.format(name="k", v=3)),
+             _plan("k", PRE + BODY.format(name="k", v=1)),
+             _plan("k", PRE + BODY.format(name="k", v=2))]
+    shared = batch_build.combine(plans)
+    assert [batch_build.shown_alone(p).source for p in shared] == [
+        macros + BODY.format(name="k_b0", v=3), PRE + BODY.format(name="k_b1", v=1),
+        PRE + BODY.format(name="k_b2", v=2)]
+    assert batch_build.shown_alone(plans[0]) is plans[0]  # (one kernel: as it is)
+
+
+def test_a_kernel_found_on_disk_shows_its_own_source(joined, monkeypatch, tmp_path):
+    monkeypatch.setenv("FUSELOOP_CACHE_DIR", str(tmp_path))
+    _, xs, _, _ = _fresh_compute()
+    fl.clear_caches()  # (the memory cache: the kernels are found on disk)
+    fl.reset_stats()
+    src = fl.show_code(_exprs(xs)[2])
+    assert fl.stats()["disk_cache_hits"] == 1
+    assert src.count("__kernel") == 1, src
+
+
 def test_a_group_holds_at_most_so_many_kernels():
     plans = [_plan("k", PRE + BODY.format(name="k", v=v)) for v in range(5)]
     assert batch_build.group(plans, 2) == [[0, 1], [2, 3], [4]]

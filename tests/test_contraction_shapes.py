@@ -170,6 +170,38 @@ def test_gpu_tiles_that_divide_the_sizes_need_no_clamps(device):
     assert "min(" in src  # 200 rows: padded to whole tiles, reads clamped
 
 
+def test_gpu_sums_of_whole_steps_need_no_clamps(device):
+    """A reduced range that is a multiple of the tiles' step and not of GPU_ALIGN
+    (``einsum('bqd,bkd->bqk')`` with d = 64) is a size class: whole steps, no clamped
+    or tested reads; a range of no whole steps is padded."""
+    small = {"tiles": rc.TileConfig(32, 32, 8, 8, 8, "blocked")}  # (quick to generate)
+    q, k = rand((2, 128, 64)), rand((2, 128, 64))
+    attn = fl.einsum("bqd,bkd->bqk", fl.asarray(q), fl.asarray(k))
+    src, _ = _gpu_code(attn, device, **small)
+    body = src[src.index("{"):]
+    assert "min(" not in body and "?" not in body and "if (" not in body
+    with fl.recipes.use(rc.gpu_tiled.with_params(**small)):
+        got = attn.get()
+    np.testing.assert_allclose(got, np.einsum("bqd,bkd->bqk", q, k), rtol=1e-5, atol=1e-5)
+    src, _ = _gpu_code(fl.asarray(rand((128, 60))) @ fl.asarray(rand((60, 128))), device,
+                       **small)
+    assert "min(" in src  # (60: the last step padded, its reads clamped)
+
+
+def test_gpu_lanes_steps_that_divide_the_sum_need_no_clamps(device):
+    """x @ A: 32 lanes of the sum, 8 terms each unrolled (a step of 256); a sum of 512
+    states its factor 512 (not GPU_ALIGN's 128), so no read is clamped or tested."""
+    x, a = rand(512), rand((512, 512))
+    expr = fl.asarray(x) @ fl.asarray(a)
+    src, knl = _gpu_code(expr, device, stream_lanes=1, split_k=1)
+    assert "k_lane" in knl.all_inames()  # (the lanes kernel)
+    body = src[src.index("{"):]
+    assert "min(" not in body and "?" not in body
+    with fl.recipes.use(rc.gpu_tiled.with_params(stream_lanes=1, split_k=1)):
+        got = expr.get()
+    np.testing.assert_allclose(got, x @ a, rtol=1e-5, atol=1e-5)
+
+
 def test_gpu_tile_step_is_unrolled_by_the_device_compiler(device, fresh_stats):
     """The tile step's k loop is left to the device compiler (``#pragma unroll``, which
     every OpenCL C version reads; Loopy spells it as OpenCL C 2.0's attribute): Loopy

@@ -35,7 +35,8 @@ def _source(device, reg_loops: str = "loopy") -> str:
     register's statement written: what this file reads), or as ``reg_loops`` says."""
     from fuseloop.recipes import contraction, gpu_tiled
 
-    tiles = contraction.GPU_TILES._replace(reg_loops=reg_loops)
+    # (two copies of the tiles: the update this file reads; A @ A takes one by default)
+    tiles = contraction.GPU_TILES._replace(reg_loops=reg_loops, prefetch="double")
     a = fl.empty((256, 256), dtype=np.float32, device=device)
     # (split_k=1: on a real GPU of many units the rule would split the sum)
     with fl.recipes.use(gpu_tiled.with_params(tiles=tiles, split_k=1)):

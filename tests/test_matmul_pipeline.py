@@ -32,15 +32,18 @@ def test_default_tiles_are_the_hand_written_updates_structure(device):
     read as float4, the next step read into registers before the products and stored
     into the other copy of the tiles after them, one barrier per step (with every
     register's statement written by Loopy: the default leaves all but a float4's
-    components to the device compiler, see the next test)."""
-    assert rc.GPU_TILES.reg_loops == "lanes"
+    components to the device compiler, see the next test); two copies of the tiles
+    where both operands are read along the sum (A @ B.T), else one (A @ B)."""
+    assert rc.GPU_TILES.reg_loops == "lanes" and rc.GPU_TILES.prefetch == "layout"
     a = fl.empty((256, 256), dtype=np.float32, device=device)
     tiles = rc.GPU_TILES._replace(reg_loops="loopy")
-    src = tiled_source(a @ a, device, rc.gpu_tiled.with_params(tiles=tiles))
+    one = _step_loop(tiled_source(a @ a, device, rc.gpu_tiled.with_params(tiles=tiles)))
+    assert one.count("barrier(") == 2 and "k_blk / 2" not in one
+    src = tiled_source(a @ a.T, device, rc.gpu_tiled.with_params(tiles=tiles))
     assert "reqd_work_group_size(16, 16, 1)" in src
     assert "float acc_reg[4 * 2 * 2 * 4];" in src
-    # tiles stored as float4 (16-byte aligned), two copies of 8 rows (x's padded to 132)
-    assert "__local float4 x_tile_store[528];" in src and "__local float4 y_tile_store[512];" in src
+    # tiles stored as float4 (16-byte aligned), two copies of 8 rows (padded to 132)
+    assert "__local float4 x_tile_store[528];" in src and "__local float4 y_tile_store[528];" in src
     assert src.count("fl_lvec4(x_tile[") == src.count("fl_lvec4(y_tile[") == 64
     step = _step_loop(src)
     loads = step.index("x_reg[0] = in0[")
@@ -67,7 +70,8 @@ def test_transposed_operands_are_read_along_their_strides(device, form):
     # (128 neighbouring work-items along m or n, 8 along k; the other index times p0)
     fast = {"atb": ("% 128", "% 128"), "abt": ("% 8", "% 8")}[form]
     assert fast[0] in x_load and fast[1] in y_load, (x_load, y_load)
-    assert "fl_lvec4(x_tile[" in step and step.count("barrier(") == 1
+    # (two copies of the tiles where both are read along the sum: one barrier a step)
+    assert "fl_lvec4(x_tile[" in step and step.count("barrier(") == (1 if form == "abt" else 2)
 
 
 def test_other_backends_get_no_float4_reads(device):
@@ -127,7 +131,8 @@ def test_register_loops_left_to_the_device_compiler(device, reg_loops):
     components, literals; the fill's copies kept, or, "lanes", a loop) or one (the
     component an index; the fill a loop too)."""
     a = fl.empty((256, 256), dtype=np.float32, device=device)
-    tiles = rc.GPU_TILES._replace(reg_loops=reg_loops)
+    # (two copies of the tiles, as A @ B.T takes them: one barrier a step)
+    tiles = rc.GPU_TILES._replace(reg_loops=reg_loops, prefetch="double")
     step = _step_loop(tiled_source(a @ a, device, rc.gpu_tiled.with_params(tiles=tiles)))
     start = step.index("for (int k_in")
     products = step[start:step.index("if (8 * (k_blk + 1) < p0)", start)]

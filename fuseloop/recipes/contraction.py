@@ -74,7 +74,6 @@ from ..lower.contraction import (
     explicit_accumulator,
     extent_range,
     pad_to_tiles,
-    shifted_split,
 )
 from . import contraction_pipeline as pipeline
 from . import matmul_dmma as dmma_mod
@@ -89,19 +88,24 @@ if TYPE_CHECKING:
 # {{{ the shape rule: size classes
 
 def make_size_class(rows: int, cols: int, align: int = 0, wide: int = 0,
-                    medium: int = 0) -> SizeClassFunction:
+                    medium: int = 0, step: int = 0, k_most: int = 0) -> SizeClassFunction:
     """Size classes for contraction kernels: a side of the output (``m``: rows, ``n``:
     columns) of at most ``rows`` (``cols``) elements is a class of its own, its exact
     extent; a longer side is the class "longer than that", and with ``align``, a
     long side or the reduced range that is a multiple of ``align`` says so, and with
     ``wide``, a long side of at least ``wide`` elements says so; with ``medium``, a
-    long side of at most ``medium`` elements.
+    long side of at most ``medium`` elements.  The reduced range states the largest of
+    ``step`` (the tiles' step along it), ``align`` and ``k_most`` that it is a multiple
+    of: whole tiles' steps (``einsum('bqd,bkd->bqk')`` with d = 64) and whole steps of
+    a kernel splitting the sum over lanes (x @ A: 32 lanes of 8 terms, K = 4096), with
+    no clamped or tested reads.
 
     So a recipe reads from the kernel's assumptions
     (:func:`~fuseloop.lower.contraction.extent_range`) whether a side is short and how
     short, and sizes its blocks to it, and ranges that tiles divide are not padded
     (:func:`~fuseloop.lower.contraction.divides`: no clamped reads, no tests).  A
-    structure has at most ``2 * (rows + cols + 2)`` classes.
+    structure has at most ``2 * (rows + cols + 2)`` classes of its sides, times four of
+    the reduced range.
     """
 
     def contraction_size_class(program: Program, params: Any, n_rows: int,
@@ -123,8 +127,10 @@ def make_size_class(rows: int, cols: int, align: int = 0, wide: int = 0,
             if medium and limit < value <= medium:
                 conds.add(f"p{slot} <= {medium}")
         k = c.k_size
-        if align and isinstance(k, tuple) and params[k[1]] % align == 0:
-            conds.add(f"p{k[1]} mod {align} = 0")
+        fits = [f for f in sorted({step, align, k_most} - {0})
+                if isinstance(k, tuple) and params[k[1]] % f == 0]
+        if fits:
+            conds.add(f"p{k[1]} mod {fits[-1]} = 0")
         return " and ".join(sorted(conds))
 
     return contraction_size_class
@@ -147,7 +153,8 @@ class TileConfig(NamedTuple):
     # "blocked" only: the update reads the local tiles as float4 (contraction_pipeline)
     vec: bool = False
     # "regs": step s + 1's operands read into registers while step s computes;
-    # "double": and stored into a second copy of the tiles (contraction_pipeline)
+    # "double": and stored into a second copy of the tiles (contraction_pipeline);
+    # "layout": "double" where both operands are read along the sum, else "regs"
     prefetch: str = "none"
     # the step's loop unrolled by the device compiler this many at a time (0: whole;
     # linalg_gemm's update unrolls 4 of its 8: whole took ptxas 143 registers)
@@ -163,13 +170,14 @@ class TileConfig(NamedTuple):
 
 #: float32 (and smaller) on GPUs: 128x128 blocks, 8x8 outputs per work-item, steps of
 #: 8, float4 reads of the local tiles and two copies of them (the structure of the
-#: hand-written trailing update, fuseloop.linalg_gemm); fl_lvec4 is OpenCL C, so the
-#: rule drops ``vec`` on other backends
-GPU_TILES = TileConfig(layout="blocked", vec=True, prefetch="double", reg_loops="lanes")
+#: hand-written trailing update, fuseloop.linalg_gemm) where both operands are read along
+#: the sum, else one copy and two barriers a step (_prefetch_for_layout); fl_lvec4 is
+#: OpenCL C, so the rule drops ``vec`` on other backends
+GPU_TILES = TileConfig(layout="blocked", vec=True, prefetch="layout", reg_loops="lanes")
 #: the blocks before the pipeline (one copy of the tiles, scalar reads): a probe variant
 GPU_TILES_PLAIN = TileConfig(layout="blocked")
 #: TileConfig.prefetch's values
-PREFETCH = ("none", "regs", "double")
+PREFETCH = ("none", "regs", "double", "layout")
 #: TileConfig.reg_loops' values.  Through clang 15's NVPTX back end (-O3; matmul_unroll.py
 #: --clang), "loopy" and "vector" gave the same 512 FMAs and 32 float4 shared loads per
 #: step (vector 4% fewer integer instructions); "device" stayed a loop (128 FMAs: the
@@ -294,10 +302,24 @@ def tiled(cfg: TileConfig):
     return recipe
 
 
+def _prefetch_for_layout(cfg: TileConfig, knl: lp.LoopKernel) -> TileConfig:
+    """``prefetch="layout"``: two copies of the tiles (one barrier a step) where both
+    operands are contiguous along the sum (``A @ B.T``: both fills store down the
+    tiles' columns), else one copy (two barriers a step).  On an H200 (float32, 4096,
+    probes/matmul_family.py) one copy ran faster for ``A @ B``, a batch of them and 64
+    rows in split-K pieces, as fast for ``A.T @ B``, and slower for ``A @ B.T`` and
+    attention scores, in both mid-session runs."""
+    if cfg.prefetch != "layout":
+        return cfg
+    both = contraction_layout(knl) == (RED, RED)
+    return cfg._replace(prefetch="double" if both else "regs")
+
+
 def _tile(t_unit: lp.TranslationUnit, cfg: TileConfig) -> lp.TranslationUnit:
     from ..lower.contraction import operand_itemsize
 
     knl = t_unit.default_entrypoint
+    cfg = _prefetch_for_layout(cfg, knl)
     t_unit = pad_to_tiles(t_unit, {ROW: cfg.bm, COL: cfg.bn, RED: cfg.bk})
     batch = BATCH in knl.all_inames()
     if batch:
@@ -601,8 +623,8 @@ _WIDE_SEARCH = (GPU_TILES_WIDE, GPU_TILES_WIDE_V4, GPU_TILES_WIDE._replace(bm=64
                 GPU_TILES_WIDE._replace(bn=128, bk=4), TileConfig(64, 64, 8, 16, 16, "blocked"),
                 TileConfig(32, 32, 8, 8, 8))
 _TILES_TEXT = ("a TileConfig with positive sizes, tm dividing bm, tn dividing bn, prefetch "
-               "one of 'none', 'regs', 'double', unroll and max_registers >= 0, reg_loops "
-               "one of 'loopy', 'vector', 'lanes', 'device'")
+               "one of 'none', 'regs', 'double', 'layout', unroll and max_registers >= 0, "
+               "reg_loops one of 'loopy', 'vector', 'lanes', 'device'")
 
 #: a side of the output with at most this many elements is short (GPU)
 GPU_FEW = 32
@@ -611,9 +633,12 @@ GPU_MEDIUM = 64
 #: long sides and reduced ranges that are multiples of this are a size class (GPU):
 #: the tiles of every built-in configuration divide them, so nothing is padded
 GPU_ALIGN = 128
+#: reduced ranges that are multiples of this are a size class (GPU): the lanes kernels'
+#: steps (skinny.LANES lanes times stream_unroll, 32 x 8) divide it
+GPU_K_MOST = 512
 
 gpu_tiled = Recipe(
-    "gpu-tiled", _gpu_tiled, kind="contraction", version="8",
+    "gpu-tiled", _gpu_tiled, kind="contraction", version="9",
     params=(Param("tiles", TileConfig, GPU_TILES, "blocks for 4-byte (and smaller) types",
                   Space(_TILE_SEARCH, _tiles_ok, _TILES_TEXT)),
             Param("wide_tiles", TileConfig, GPU_TILES_WIDE, "blocks for 8-byte types",
@@ -630,8 +655,10 @@ gpu_tiled = Recipe(
                   powers_of_two(1, 64, (4, 8, 16, 32))),
             Param("skinny_bk", int, 16, "skinny_tiles: reduced-range step",
                   powers_of_two(4, 64, (8, 16, 32))),
-            Param("skinny_unroll", int, 4, "split_lanes: a lane's terms unrolled (loads "
-                  "in flight)", powers_of_two(1, 16, (4,))),
+            # (8: a warp's lanes along a sum contiguous in memory, 8 x 4096 columns on an
+            # H200, kept too few loads in flight with 4; probes/matmul_family.py)
+            Param("skinny_unroll", int, 8, "split_lanes: a lane's terms unrolled (loads "
+                  "in flight)", powers_of_two(1, 16, (4, 8, 16))),
             Param("skinny_stage", bool, True, "split_lanes: the short operand staged in "
                   "local memory a step of lanes at a time (skinny.stage_short_operand)",
                   Space((True,), lambda v: isinstance(v, bool), "True or False")),
@@ -646,139 +673,24 @@ gpu_tiled = Recipe(
                   "fl.tune, which times kernels, does not search it)",
                   int_range(0, 64, (0,))), *dmma_mod.PARAMS),
     valid=_tiles_fit,
-    size_class=Derived(lambda v: make_size_class(v["few"], v["few"], GPU_ALIGN,
-                                                 medium=v["medium"])))
+    size_class=Derived(lambda v: make_size_class(
+        v["few"], v["few"], GPU_ALIGN, medium=v["medium"],
+        step=math.lcm(v["tiles"].bk, v["wide_tiles"].bk), k_most=GPU_K_MOST)))
 
 
-# {{{ CPU
-
-class CpuBlocks(NamedTuple):
-    """A work-item computes an ``rm x rn`` block of outputs; ``group`` of them share
-    a work-group (stacked along the rows, they share the column panel of ``Y``)."""
-
-    rm: int = 6  # rows of the register block (unrolled)
-    rn: int = 16  # columns: a loop inside the k loop that the compiler vectorises
-    group: int = 1
 
 
-CPU_BLOCKS = CpuBlocks()
-#: at most this many rows are one block (CPU)
-CPU_FEW_ROWS = 8
-#: at most this many rows are one work-group of blocks (CPU; 0: never).  Off by default:
-#: it pays when Y outgrows the caches, which a size class cannot tell (64 x N @ N x N
-#: float32 on a 2-core PoCL machine: N = 4096 235 -> 122 ms, N = 2048 20 -> 37 ms)
-CPU_PANEL_ROWS = 0
-
-
-#: columns of a block when the rows are few (cpu_shape; 0: cfg.rn): a wide panel of
-#: each row of Y per work-item, so its loads stream (x @ A float32, 4096, 2-core PoCL:
-#: 16 columns 65-69 ms, 256 37-44 ms, 1024 32 ms; numpy 28-36 ms)
-CPU_SHORT_COLS = 256
-
-
-def blocked(cfg: CpuBlocks):
-    """The CPU recipe with block configuration ``cfg``, as a function (as
-    ``cpu_blocked.with_params(blocks=cfg)``, but without its size classes: the
-    extents are unknown, so column blocks are padded rather than shifted)."""
-
-    def recipe(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
-        return _cpu_blocked(t_unit, device, blocks=cfg, few_rows=CPU_FEW_ROWS)
-
-    recipe.__name__ = f"cpu_blocked_{cfg.rm}x{cfg.rn}_g{cfg.group}"
-    return recipe
-
-
-def _cpu_blocks(t_unit: lp.TranslationUnit, cfg: CpuBlocks,
-                shift: bool = True) -> lp.TranslationUnit:
-    """``cfg``'s blocks; ``shift``: at least ``cfg.rn`` columns are known, so the last
-    column block is shifted back into range (else the columns are padded)."""
-    knl = t_unit.default_entrypoint
-    t_unit = pad_to_tiles(t_unit, {ROW: cfg.rm * cfg.group} | ({} if shift else {COL: cfg.rn}))
-    if shift:
-        # whole column blocks, the last one shifted back into range: the loads of
-        # a block's columns are contiguous with no clamping, so they vectorise
-        t_unit = shifted_split(t_unit, COL, cfg.rn, f"{COL}_blk", f"{COL}_in")
-    else:
-        t_unit = lp.split_iname(t_unit, COL, cfg.rn, outer_iname=f"{COL}_blk",
-                                inner_iname=f"{COL}_in")
-    if BATCH in knl.all_inames():
-        t_unit = lp.tag_inames(t_unit, {BATCH: "g.2"})
-    t_unit = lp.split_iname(t_unit, ROW, cfg.rm, outer_tag="g.1" if cfg.group == 1 else None,
-                            inner_tag="unr", outer_iname=f"{ROW}_blk", inner_iname=f"{ROW}_in")
-    if cfg.group > 1:
-        t_unit = lp.split_iname(t_unit, f"{ROW}_blk", cfg.group, outer_tag="g.1",
-                                inner_tag="l.0")
-    t_unit = lp.tag_inames(t_unit, {f"{COL}_blk": "g.0"})
-    t_unit = explicit_accumulator(t_unit, [(f"{ROW}_in", cfg.rm), (f"{COL}_in", cfg.rn)])
-    # zeroing the block and the epilogue get loops of their own, so that the
-    # update can nest k outside the block's loops: for k, for column, rows unrolled
-    inner = [f"{ROW}_in", f"{COL}_in"]
-    t_unit = lp.duplicate_inames(t_unit, inner, within=f"id:{REDUCTION_ID}_init",
-                                 new_inames=[f"{ROW}_z", f"{COL}_z"], tags={f"{ROW}_in": "unr"})
-    t_unit = lp.duplicate_inames(t_unit, inner, within=f"not id:{REDUCTION_ID}_update",
-                                 new_inames=[f"{ROW}_e", f"{COL}_e"], tags={f"{ROW}_in": "unr"})
-    return lp.prioritize_loops(t_unit, f"{RED},{COL}_in,{ROW}_in")
-
-
-def cpu_shape(cfg: CpuBlocks, rows: tuple[int, int | None], cols: tuple[int, int | None],
-              few_rows: int, panel_rows: int = 0, short_cols: int = 0) -> CpuBlocks:
-    """The rule's blocks for the output's extents (``(least, greatest)`` along ``m`` and
-    ``n``, see :func:`~fuseloop.lower.contraction.extent_range`).
-
-    At most ``few_rows`` rows are one block (no padded rows: ``x @ A`` has one); at
-    most ``panel_rows`` rows are one work-group of blocks, which shares each column
-    panel of ``Y`` (read once from memory, not once per block of rows); fewer
-    columns than ``cfg.rn`` get the largest power of two that fits, since the
-    column blocks must be whole (:func:`~fuseloop.lower.contraction.shifted_split`).
-    One block of few rows spans ``short_cols`` columns when there are that many:
-    such a product reads each row of ``Y`` once, and a row's wide run streams
-    where ``cfg.rn`` columns make one short read per row (a new page every row).
-    """
-    rm, rn, group = cfg
-    if rows[1] is not None and rows[1] <= few_rows:
-        rm, group = rows[1], 1
-        if short_cols and cols[0] >= short_cols:
-            rn = short_cols
-    elif rows[1] is not None and rows[1] <= panel_rows:
-        group = -(-rows[1] // rm)
-    if cols[0] < rn and cols[1] is not None:
-        rn = 1 << (cols[0].bit_length() - 1)
-    return CpuBlocks(rm, rn, group)
-
-
-def _cpu_blocked(t_unit: lp.TranslationUnit, device: Device, *, blocks: CpuBlocks,
-                 few_rows: int, panel_rows: int = 0, short_cols: int = 0) -> lp.TranslationUnit:
-    knl = t_unit.default_entrypoint
-    cols = extent_range(knl, COL)
-    cfg = cpu_shape(blocks, extent_range(knl, ROW), cols, few_rows, panel_rows, short_cols)
-    if cfg.group > device.max_work_group_size:
-        cfg = cfg._replace(group=blocks.group)
-    return _cpu_blocks(t_unit, cfg, shift=cols[0] >= cfg.rn)
-
-
-def _blocks_ok(cfg: object) -> bool:
-    return isinstance(cfg, CpuBlocks) and all(isinstance(n, int) and n > 0 for n in cfg)
-
-
-cpu_blocked = Recipe(
-    "cpu-blocked", _cpu_blocked, kind="contraction", version="4",
-    params=(Param("blocks", CpuBlocks, CPU_BLOCKS, "the register block of a work-item",
-                  Space((CPU_BLOCKS, CpuBlocks(4, 16), CpuBlocks(8, 8), CpuBlocks(4, 32),
-                         CpuBlocks(8, 16), CpuBlocks(6, 16, 8), CpuBlocks(4, 8)),
-                        _blocks_ok, "a CpuBlocks of positive sizes")),
-            Param("few_rows", int, CPU_FEW_ROWS, "at most this many rows are one block (cpu_shape)",
-                  powers_of_two(1, 16, (4, 8, 16))),
-            Param("panel_rows", int, CPU_PANEL_ROWS, "at most this many rows are one "
-                  "work-group of blocks sharing Y's column panels (cpu_shape; 0: never)",
-                  int_range(0, 256, (0, 32, 64, 128))),
-            Param("short_cols", int, CPU_SHORT_COLS, "columns of a block of at most few_rows "
-                  "rows, where there are that many (cpu_shape; 0: blocks.rn)",
-                  int_range(0, 4096, (0, 64, 256, 1024)))),
-    valid=lambda v, device: v["blocks"].group <= device.max_work_group_size,
-    size_class=Derived(lambda v: make_size_class(max(v["few_rows"], v["panel_rows"]),
-                                                 v["blocks"].rn - 1, wide=v["short_cols"])))
-
-# }}}
+# (the CPU recipe: its own module, names kept here)
+from .contraction_cpu import (  # noqa: E402
+    CPU_BLOCKS,
+    CPU_FEW_ROWS,
+    CPU_PANEL_ROWS,
+    CPU_SHORT_COLS,
+    CpuBlocks,
+    blocked,
+    cpu_blocked,
+    cpu_shape,
+)
 
 
 def untiled(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
@@ -790,5 +702,6 @@ def untiled(t_unit: lp.TranslationUnit, device: Device) -> lp.TranslationUnit:
     return lp.split_iname(t_unit, COL, 16, outer_tag="g.0", inner_tag="l.0")
 
 
-__all__ = ["CPU_BLOCKS", "GPU_TILES", "GPU_TILES_PLAIN", "GPU_TILES_WIDE", "GPU_TILES_WIDE_V4",
-           "CpuBlocks", "TileConfig", "blocked", "cpu_blocked", "gpu_tiled", "tiled", "untiled"]
+__all__ = ["CPU_BLOCKS", "CPU_FEW_ROWS", "CPU_PANEL_ROWS", "CPU_SHORT_COLS", "GPU_TILES",
+           "GPU_TILES_PLAIN", "GPU_TILES_WIDE", "GPU_TILES_WIDE_V4", "CpuBlocks", "TileConfig",
+           "blocked", "cpu_blocked", "cpu_shape", "gpu_tiled", "tiled", "untiled"]

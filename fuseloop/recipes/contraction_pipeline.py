@@ -64,7 +64,7 @@ def tile_bytes(cfg: Any, itemsize: int) -> int:
     """Local memory of ``cfg``'s tiles of ``itemsize``-byte elements (both tiles' rows
     padded, as the fill pads those it stores down the columns of; two copies for
     ``prefetch="double"``)."""
-    copies = 2 if cfg.prefetch == "double" else 1
+    copies = 2 if cfg.prefetch in ("double", "layout") else 1
     return copies * cfg.bk * (cfg.bm + cfg.bn + 2 * row_pad(cfg)) * itemsize
 
 
