@@ -624,7 +624,7 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     if size == 0:
         return outs
 
-    if fancy and (co := _merged_reductions(roots, out_shape, tgts)) is not None:
+    if fancy and (co := _merged_reductions(roots, out_shape, tgts, device)) is not None:
         roots, out_shape = co[0], co[1]  # (neighbouring axes of one role as one)
     # two stages for large reductions to few values
     split = two_stage_split(roots, out_shape, device) if fancy else None

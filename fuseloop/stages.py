@@ -67,7 +67,8 @@ def program(*exprs: Array) -> Linearized:
                                 "them runs no kernel")
     fancy = any(r.fancy for r in roots)
     # (over fewer, longer dimensions, as evaluation has them)
-    co = (merged_reductions if fancy else _ev._coalesced)(roots, shape, [None] * len(roots))
+    co = merged_reductions(roots, shape, [None] * len(roots), device) if fancy \
+        else _ev._coalesced(roots, shape, [None] * len(roots))
     work_roots, work_shape = (co[0], co[1]) if co is not None else (roots, shape)
     if fancy and (_ev._reduces_to_materialise(work_roots, work_shape)
                   or _ev.two_stage_split(work_roots, work_shape, device) is not None):
