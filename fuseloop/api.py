@@ -49,7 +49,7 @@ def synchronize() -> None:
         # wait (an OpenCL driver need not submit a queue until it is flushed)
         for rt in runtimes:
             rt.flush()
-            rt.submit(rt.queue)
+            rt.submit(rt.bare_queue)
     for rt in runtimes:
         finish(rt.device)
     # (a deferred scatter check's or gather flag's error surfaces here)

@@ -69,6 +69,7 @@ from .launching import (
     recipe_kind,
     rows_of,
 )
+from .lower.axis_merge import merged_reductions as _merged_reductions
 from .node_walks import (  # noqa: F401  (assignment, masked and multi import them here)
     _may_fail,
     _reads_only_in_place,
@@ -296,9 +297,8 @@ def _coalesced(roots: Sequence[Node], out_shape: tuple[int, ...],
                                                            list[Target | None]] | None:
     """Elementwise work over fewer, longer dimensions where every operand allows it.
 
-    Dimensions of length 1 drop out and neighbours that every leaf (and output)
-    strides through alike merge, so that e.g. (7, 9) and (63,) arrays share a
-    kernel and the common case is one flat loop.
+    Dimensions of length 1 drop out and neighbours that every leaf (and output) strides
+    through alike merge: (7, 9) and (63,) share a kernel, most are one flat loop.
     """
     if any(t is not None and t.scatter is not None for t in targets):
         return None  # a scatter's index addresses one axis of the output: keep the axes
@@ -624,6 +624,8 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     if size == 0:
         return outs
 
+    if fancy and (co := _merged_reductions(roots, out_shape, tgts, device)) is not None:
+        roots, out_shape = co[0], co[1]  # (neighbouring axes of one role as one)
     # two stages for large reductions to few values
     split = two_stage_split(roots, out_shape, device) if fancy else None
     if split is not None and any(_has_reduce(top.child) for top in split.tops):
@@ -639,11 +641,8 @@ def run_unplanned(roots: Sequence[Node], out_shape: tuple[int, ...], device: Dev
     if split is not None:
         roots, first = _first_stage(split, roots, out_shape, device)
 
-    work_roots, work_shape, work_targets = roots, out_shape, tgts
-    if not fancy:
-        co = _coalesced(roots, out_shape, tgts)
-        if co is not None:
-            work_roots, work_shape, work_targets = co
+    co = None if fancy else _coalesced(roots, out_shape, tgts)
+    work_roots, work_shape, work_targets = co or (roots, out_shape, tgts)
     # (while a run plan records, linearised afresh: its bindings name their scalar nodes)
     program, bindings = linearize(work_roots, work_shape, work_targets,
                                   cache=_plan_recorder() is None)

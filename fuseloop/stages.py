@@ -35,6 +35,7 @@ from .errors import NotOneKernelError, ShapeError
 from .expr.program import Bindings, Program, linearize
 from .launching import _check_fp64, kernel_for, size_class_of, user_functions
 from .lower import codegen
+from .lower.axis_merge import merged_reductions
 from .runtime.devices import Device, find_device
 from .tuning import tuned
 
@@ -65,17 +66,16 @@ def program(*exprs: Array) -> Linearized:
         raise NotOneKernelError(f"arrays of shape {shape} have no elements: evaluating "
                                 "them runs no kernel")
     fancy = any(r.fancy for r in roots)
-    if fancy and (_ev._reduces_to_materialise(roots, shape)
-                  or _ev.two_stage_split(roots, shape, device) is not None):
+    # (over fewer, longer dimensions, as evaluation has them)
+    co = merged_reductions(roots, shape, [None] * len(roots), device) if fancy \
+        else _ev._coalesced(roots, shape, [None] * len(roots))
+    work_roots, work_shape = (co[0], co[1]) if co is not None else (roots, shape)
+    if fancy and (_ev._reduces_to_materialise(work_roots, work_shape)
+                  or _ev.two_stage_split(work_roots, work_shape, device) is not None):
         raise NotOneKernelError(
             f"evaluating these expressions (shape {shape}) runs more than one kernel "
             "(a reduction runs first, or in two stages); fl.show_code shows them all, "
             "and fl.program of each part gives its stages")
-    work_roots, work_shape = roots, shape
-    if not fancy:  # elementwise work over fewer, longer dimensions, as evaluation does
-        co = _ev._coalesced(roots, shape, [None] * len(roots))
-        if co is not None:
-            work_roots, work_shape = co[0], co[1]
     prog, bindings = linearize(work_roots, work_shape, cache=False)
     return Linearized(prog, bindings, device, shape, tuple(e.dtype for e in exprs))
 

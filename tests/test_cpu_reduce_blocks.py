@@ -78,11 +78,12 @@ def test_a_middle_axis_with_long_rows_takes_wide_blocks(cpu):
     np.testing.assert_allclose(centred.get(), want, rtol=1e-4, atol=1e-6)
 
 
-def test_a_middle_axis_with_short_rows_is_unchanged(cpu):
-    # rows of 48 elements: one row's block each (fewer outputs than column_width)
+def test_a_middle_axis_with_short_rows_merges_them(cpu):
+    # rows of 48 elements, 300 of them one after the other, are one run of 14400 outputs
+    # (fuseloop.lower.axis_merge): the blocks of that many columns
     h = _data((37, 300, 48), seed=7)
     x = fl.asarray(h)
-    assert _blocks(fl.show_code(x.max(axis=0))) == [str(CPU_COLUMN_WIDTH)]
+    assert _blocks(fl.show_code(x.max(axis=0))) == [str(_widest(300 * 48, cpu))]
     np.testing.assert_array_equal(x.max(axis=0).get(), h.max(axis=0))
     np.testing.assert_allclose(x.sum(axis=(0, 2)).get(), h.sum(axis=(0, 2), dtype=np.float64),
                                rtol=1e-5)

@@ -110,11 +110,16 @@ class _DeviceRuntime:
     worker threads are woken for every kernel and compete with it for the CPUs).
     On a CPU device a batch of at least ``gate_at`` launches is also held behind
     a user event until all of it is enqueued, so the workers wake once for it.
+
+    fuseloop's commands reach the queue through :attr:`queue`, which marks the
+    runtime ``enqueued``; a completed wait clears the mark, and a wait finds the
+    queue idle by it (see :func:`fuseloop.runtime.transfer.finish`).  ``bare_queue``
+    is the same queue for waits, which leave the mark alone.
     """
 
-    __slots__ = ("context", "deferred", "device", "enqueue_read", "enqueue_write",
-                 "event_status", "finish", "finish_queue", "flags", "gate_at", "hold",
-                 "launch_lock", "marker", "pool", "queue", "submit", "wait_event")
+    __slots__ = ("bare_queue", "context", "deferred", "device", "enqueue_read", "enqueue_write",
+                 "enqueued", "event_status", "finish", "finish_queue", "flags", "gate_at",
+                 "hold", "launch_lock", "marker", "pool", "submit", "wait_event")
 
     def __init__(self, device: Device) -> None:
         from ..backends import backend_for
@@ -124,16 +129,17 @@ class _DeviceRuntime:
         cold = _cold(device)
         if cold and device.type != "cpu":
             _preload_loopy()  # (where discovery did not: beside the context's making)
-        self.context, self.queue = backend.open(device)
+        self.context, self.bare_queue = backend.open(device)
+        self.enqueued = False
         if cold:  # (after this process's context: a driver making two at once made each slower)
             _ready_worker(device)
-        self.pool = DeviceMemory(device, self.context, self.queue)
+        self.pool = DeviceMemory(device, self.context, self.bare_queue)
         # zeroed error-flag buffers of checked gathers (see fuseloop.flags)
         self.flags: list[Any] = []
         self.submit = backend.submit
         self.marker = backend.marker
         self.finish_queue = backend.finish_queue
-        self.finish = backend.finisher(self.queue)  # (finish_queue(queue), bound)
+        self.finish = backend.finisher(self.bare_queue)  # (finish_queue(queue), bound)
         self.event_status = backend.event_status
         self.wait_event = backend.wait_event
         self.hold = backend.hold
@@ -144,6 +150,17 @@ class _DeviceRuntime:
         # held while enqueueing deferred launches or a launch that must follow them
         self.launch_lock = threading.RLock()
         self.gate_at = GATE_AT if device.type == "cpu" else 0
+
+    @property
+    def queue(self) -> Any:
+        """The queue, to enqueue on: the runtime is marked as holding work since its last
+        completed wait (the mark is set on the way to every enqueue, by this property)."""
+        self.enqueued = True
+        return self.bare_queue
+
+    @queue.setter
+    def queue(self, queue: Any) -> None:  # (fl.cuda.stream's, for its block)
+        self.bare_queue = queue
 
     def flush(self) -> None:
         """Enqueue the deferred launches, oldest first."""
@@ -164,10 +181,13 @@ class _DeviceRuntime:
 
     def _enqueue_deferred(self) -> None:
         deferred = self.deferred
+        if not deferred:
+            return
+        queue = self.queue
         while deferred:
             go, args = deferred.popleft()  # taken first: a re-entrant flush skips it
             try:
-                go(*args, self.queue)
+                go(*args, queue)
             except BaseException:
                 # Interrupted or refused: put it back so no result is silently
                 # missing (an elementwise launch into its own new buffer can run
