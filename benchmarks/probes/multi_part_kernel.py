@@ -36,6 +36,13 @@ from fuseloop.runtime.devices import _runtime
 from fuseloop.runtime.transfer import finish
 
 
+def _fixed(count: int) -> Any:
+    """A ``splits.piece_count`` giving ``count`` pieces to every split."""
+    def pieces(length: int, device: Any) -> int:
+        return count
+    return pieces
+
+
 def _sync(devices: list[Any]) -> None:
     for d in devices:
         rt = _runtime(d)
@@ -146,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'size':>6s} {'pieces':>6s} {'ms':>8s} {'scale':>6s} {'GB/s':>7s} kernels  rel.diff")
     try:
         for c in counts:
-            splits.piece_count = rule if c == 0 else (lambda length, device, c=c: c)
+            splits.piece_count = rule if c == 0 else _fixed(c)
             caches.clear()
             for m, (x, y) in inputs.items():
                 value = float(fl.sum(x * y))  # (built; its plan recorded)
@@ -157,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                 t = _per_call([(x, y)], args.repeat)
                 if c == 0:
                     base[m] = (t, value)
-                ref_t, ref_v = base.get(m, (t, value))
+                ref_v = base.get(m, (t, value))[1]
                 one = base.get(n, (t, value))[0] * m / n  # (one GPU's time per element)
                 print(f"2^{m.bit_length() - 1:<4d} {c or rule(m, devices[0]):6d} "
                       f"{t * 1e3:8.3f} {t / one:6.2f} {8 * m / t / 1e9:7.1f} {kernels:7d} "
