@@ -19,9 +19,9 @@ def _launches(monkeypatch):
     seen: list = []
     real = multi_replay._Prepared.stage
 
-    def stage(self, storages, scalars):
+    def stage(self, storages, scalars, *held):
         seen.append(self.device)
-        return real(self, storages, scalars)
+        return real(self, storages, scalars, *held)
 
     monkeypatch.setattr(multi_replay._Prepared, "stage", stage)
     return seen
