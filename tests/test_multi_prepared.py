@@ -59,6 +59,49 @@ def test_split_sum_parts_launched_prepared(three, monkeypatch):
     assert len(seen) == 3
 
 
+def test_split_sum_parts_write_held_buffers(three, monkeypatch):
+    """A kept split sum combined on the host launches its parts onto the buffers the kept
+    call holds (``replay._Held``): from its second kept call on no part allocates its
+    temporaries, and its argument lists are made again only for other inputs; writes,
+    new arrays and two structures in turn give numpy's sums."""
+    rng = np.random.default_rng(6)
+    xn, yn = rng.random(30000, np.float32), rng.random(30000, np.float32)
+    with fl.device(three):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    made: list[int] = []
+    real = multi_replay.temporaries
+
+    def temporaries(allocs, *args):
+        made.append(len(allocs))
+        return real(allocs, *args)
+
+    def dot(a, b):
+        return np.dot(a.astype(np.float64), b)
+
+    for _ in range(3):  # (built, kept, held)
+        float(fl.sum(x * y))
+        float(fl.sum(x * x))
+    monkeypatch.setattr(multi_replay, "temporaries", temporaries)
+    steps = multi_replay._step_calls
+    lists: list[int] = []
+    monkeypatch.setattr(multi_replay, "_step_calls", lambda *a: lists.append(1) or steps(*a))
+    for _ in range(2):
+        np.testing.assert_allclose(float(fl.sum(x * y)), dot(xn, yn), rtol=1e-5)
+        np.testing.assert_allclose(float(fl.sum(x * x)), dot(xn, xn), rtol=1e-5)
+    assert made == [] and lists == []
+    x[9990:10010] = 3.0  # (across the first two parts' boundary: the same buffers)
+    xn[9990:10010] = 3.0
+    np.testing.assert_allclose(float(fl.sum(x * y)), dot(xn, yn), rtol=1e-5)
+    assert made == [] and lists == []
+    zn = rng.random(30000, np.float32)
+    with fl.device(three):
+        z = fl.asarray(zn)
+    for _ in range(2):  # (new inputs: the argument lists made again once, nothing allocated)
+        np.testing.assert_allclose(float(fl.sum(z * y)), dot(zn, yn), rtol=1e-5)
+    assert made == [] and len(lists) == 3
+    np.testing.assert_allclose(float(fl.sum(x * x)), dot(xn, xn), rtol=1e-5)
+
+
 def test_split_stencil_parts_launched_prepared(three, monkeypatch):
     """A stencil step's parts are prepared launches once their plans are known; a new
     grid of the same shape gives its own step, rows across the boundaries included."""
@@ -127,9 +170,9 @@ def test_split_parts_staged_before_the_first_enqueue(three, monkeypatch):
                                           multi_replay._stage_flat,
                                           multi_replay._Staged.launch)
 
-    def stage(self, storages, scalars):
+    def stage(self, storages, scalars, *held):
         order.append("stage")
-        return real_stage(self, storages, scalars)
+        return real_stage(self, storages, scalars, *held)
 
     def stage_flat(*args):
         got = real_flat(*args)
