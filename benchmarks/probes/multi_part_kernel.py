@@ -6,11 +6,14 @@ in-memory caches cleared between counts; ``0``: the rule's own count).
 
 Per size and count: ms per call on GPU 0, the fraction of the one-GPU time per element
 (``scale``: the part's time over ``1/parts`` of one GPU's at the rule's count; 1.00: a
-part runs at one GPU's speed), GB/s, kernels per call and the value's relative
-difference from the rule's count's.  Then, at the rule's counts, every part on its own
-GPU at once (``together``: each GPU's ``--repeat`` calls issued round-robin, the time
-until all are done, per call), which says whether the GPUs slow each other down; and the
-peer (``torch.dot``, else CuPy's ``(x*y).sum()``) at both sizes, alone and together.
+part runs at one GPU's speed), GB/s, ``get ms`` (one ``fl.sum(x*y).get()`` after a wait,
+the devices waited for after it: what ``multi_scaling_ab``'s ``part 0 ms`` times; its
+excess over ``ms`` is the call's fixed cost: host work, read back, waits), kernels per
+call and the value's relative difference from the rule's count's.  Then, at the rule's
+counts, every part on its own GPU at once (``together``: each GPU's ``--repeat`` calls
+issued round-robin, the time until all are done, per call), which says whether the GPUs
+slow each other down; and the peer (``torch.dot``, else CuPy's ``(x*y).sum()``) at both
+sizes, alone and together.
 Usage (on a host of several GPUs)::
 
     python benchmarks/probes/multi_part_kernel.py [--backend cuda] [--log2n 30] [--parts 4]
@@ -65,6 +68,18 @@ def _per_call(pairs: list[tuple[Any, Any]], repeat: int, rounds: int = 3) -> flo
                 fl.sum(x * y).eval()
         _sync(devices)
         out.append((time.perf_counter() - t0) / repeat)
+    return statistics.median(out)
+
+
+def _get_call(x: Any, y: Any, repeat: int) -> float:
+    """Median seconds of one ``fl.sum(x*y).get()`` between waits for the device."""
+    out = []
+    for _ in range(repeat):
+        _sync([x.device])
+        t0 = time.perf_counter()
+        fl.sum(x * y).get()
+        _sync([x.device])
+        out.append(time.perf_counter() - t0)
     return statistics.median(out)
 
 
@@ -150,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                          fl.random.uniform(m, dtype=np.float32, key=2).eval())
     counts = [int(c) for c in args.pieces.split(",")]
     base: dict[int, tuple[float, float]] = {}
-    print(f"{'size':>6s} {'pieces':>6s} {'ms':>8s} {'scale':>6s} {'GB/s':>7s} kernels  rel.diff")
+    print(f"{'size':>6s} {'pieces':>6s} {'ms':>8s} {'scale':>6s} {'GB/s':>7s} {'get ms':>8s} "
+          "kernels  rel.diff")
     try:
         for c in counts:
             splits.piece_count = rule if c == 0 else _fixed(c)
@@ -162,12 +178,14 @@ def main(argv: list[str] | None = None) -> int:
                 fl.sum(x * y).eval()
                 kernels = fl.stats()["kernels_launched"]
                 t = _per_call([(x, y)], args.repeat)
+                got = _get_call(x, y, args.repeat)
                 if c == 0:
                     base[m] = (t, value)
                 ref_v = base.get(m, (t, value))[1]
                 one = base.get(n, (t, value))[0] * m / n  # (one GPU's time per element)
                 print(f"2^{m.bit_length() - 1:<4d} {c or rule(m, devices[0]):6d} "
-                      f"{t * 1e3:8.3f} {t / one:6.2f} {8 * m / t / 1e9:7.1f} {kernels:7d} "
+                      f"{t * 1e3:8.3f} {t / one:6.2f} {8 * m / t / 1e9:7.1f} {got * 1e3:8.3f} "
+                      f"{kernels:7d} "
                       f" {abs(value - ref_v) / abs(ref_v):.1e}", flush=True)
     finally:
         splits.piece_count = rule
