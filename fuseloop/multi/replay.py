@@ -305,12 +305,12 @@ class _Staged:
         rt = _runtime(device)
         prepared = self.prepared
         calls: list[tuple[Any, ...]]
-        held = self.held
-        if held is not None:
-            calls, result = held.calls_for(storages, scalars, rt)
-        elif prepared is not None:
+        if prepared is not None:
+            held = self.held
             pool = storages
-            if prepared.allocs:
+            if held is not None:
+                pool = held.pool(storages, rt)
+            elif prepared.allocs:
                 pool = [*storages, *temporaries(prepared.allocs, device, rt)]
             calls = _step_calls(prepared.steps, pool, storages, scalars)
             result = pool[prepared.result]
@@ -342,47 +342,35 @@ def _step_calls(steps: list[tuple], pool: Sequence[Any], storages: Sequence[Any]
 
 
 #: a kept part's new buffers (temporaries and result) are held by it (:class:`_Held`)
-#: up to this many bytes in all (a reduction's partials and its partial result)
+#: up to this many bytes in all (a reduction's partials and its partial result: a few
+#: kB on a GPU)
 HELD_MAX_BYTES = 1 << 16
 
 
 class _Held:
-    """A kept call's part launched onto buffers it holds (issue 29: a split full
+    """A kept call's part launched onto new buffers it holds (issue 29: a split full
     reduction combined on the host reads every partial result before the call returns,
     and a device's queue runs its launches in order, so the next such call may write the
-    same buffers): the plan's new buffers are allocated once, and its steps' argument
-    lists are made again only when the part's inputs or scalars are other objects than
-    the last call's, so a launch finds its kernel's arguments set (only the driver's
-    launch is left per part).  One per ``calls._PartLaunch`` and its prepared launch
-    (``prepared``), used by the thread that prepared it only (``_Prepared.valid``)."""
+    same buffers): the plan's temporaries and result are allocated once, not per call,
+    and its launches find those arguments as they left them.  Only they are held (the
+    part's inputs are the call's: a kept call keeps no array's buffer alive).  One per
+    ``calls._PartLaunch`` and its prepared launch (``prepared``), used by the thread
+    that prepared it only (``_Prepared.valid``)."""
 
-    __slots__ = ("calls", "ins", "prepared", "result", "scalars", "temps")
+    __slots__ = ("prepared", "temps")
 
     def __init__(self, prepared: _Prepared) -> None:
         self.prepared = prepared
         self.temps: list[Storage] | None = None
-        self.calls: list[tuple[Any, ...]] = []
-        self.ins: Sequence[Any] = ()
-        self.scalars: Sequence[Any] = ()
-        self.result: Any = None
 
-    def calls_for(self, storages: Sequence[Any], scalars: Sequence[Any], rt: Any
-                  ) -> tuple[list[tuple[Any, ...]], Any]:
-        """The steps' argument lists over ``storages`` and ``scalars`` (the last call's
-        where they are the same objects), and the result's buffer."""
-        last = self.ins
-        if self.temps is not None and len(last) == len(storages) \
-                and all(a is b for a, b in zip(last, storages)) \
-                and len(self.scalars) == len(scalars) \
-                and all(a is b for a, b in zip(self.scalars, scalars)):
-            return self.calls, self.result
-        prepared = self.prepared
-        if self.temps is None:
-            self.temps = temporaries(prepared.allocs, prepared.device, rt)
-        pool = [*storages, *self.temps]
-        self.calls = _step_calls(prepared.steps, pool, storages, scalars)
-        self.ins, self.scalars, self.result = storages, scalars, pool[prepared.result]
-        return self.calls, self.result
+    def pool(self, storages: Sequence[Any], rt: Any) -> list[Any]:
+        """The launch's pool: the part's ``storages``, then the held new buffers
+        (allocated at the first launch, its device current)."""
+        temps = self.temps
+        if temps is None:
+            prepared = self.prepared
+            temps = self.temps = temporaries(prepared.allocs, prepared.device, rt)
+        return [*storages, *temps]
 
 
 def output(nbytes: int, device: Any) -> Storage:
