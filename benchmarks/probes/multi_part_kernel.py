@@ -9,11 +9,11 @@ Per size and count: ms per call on GPU 0, the fraction of the one-GPU time per e
 part runs at one GPU's speed), GB/s, ``get ms`` (one ``fl.sum(x*y).get()`` after a wait,
 the devices waited for after it: what ``multi_scaling_ab``'s ``part 0 ms`` times; its
 excess over ``ms`` is the call's fixed cost: host work, read back, waits), kernels per
-call and the value's relative difference from the rule's count's.  Then, at the rule's
-counts, every part on its own GPU at once (``together``: each GPU's ``--repeat`` calls
-issued round-robin, the time until all are done, per call), which says whether the GPUs
-slow each other down; and the peer (``torch.dot``, else CuPy's ``(x*y).sum()``) at both
-sizes, alone and together.
+call and the value's relative difference from the rule's count's. Then, at the rule's
+counts, a part alone on each GPU (a split call waits for its slowest) and every part on
+its own GPU at once (``together``: each GPU's ``--repeat`` calls issued round-robin, the
+time until all are done, per call), which says whether the GPUs slow each other down; and
+the peer (``torch.dot``, else CuPy's ``(x*y).sum()``) at both sizes, alone and together.
 Usage (on a host of several GPUs)::
 
     python benchmarks/probes/multi_part_kernel.py [--backend cuda] [--log2n 30] [--parts 4]
@@ -198,10 +198,10 @@ def main(argv: list[str] | None = None) -> int:
                 pairs.append((fl.random.uniform(n // parts, dtype=np.float32, key=1).eval(),
                               fl.random.uniform(n // parts, dtype=np.float32, key=2).eval()))
             float(fl.sum(pairs[-1][0] * pairs[-1][1]))
+        each = " ".join(f"{_per_call([pair], args.repeat) * 1e3:.3f}" for pair in pairs)
         t = _per_call(pairs, args.repeat)
-        alone = base[n // parts][0]
-        print(f"{parts} parts together, each on its GPU: {t * 1e3:.3f} ms per call "
-              f"(a part alone {alone * 1e3:.3f} ms, one GPU's 2^{args.log2n} / {parts} "
+        print(f"a part alone on each GPU: {each} ms; {parts} parts together, each on its "
+              f"GPU: {t * 1e3:.3f} ms per call (one GPU's 2^{args.log2n} / {parts} "
               f"{base[n][0] / parts * 1e3:.3f} ms)")
     if args.type == "gpu":
         print(_peer(devices, n, parts, args.repeat))
