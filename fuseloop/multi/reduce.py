@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any, cast
 
 import numpy as np
@@ -289,7 +290,7 @@ def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...]
     # (each partial read into its rows of one host array: nothing to concatenate)
     q0 = partials[0]
     host = np.empty((sum(q.shape[0] for q in partials), *q0.shape[1:]), q0.dtype)
-    rows = np.cumsum([0] + [q.shape[0] for q in partials]).tolist()
+    rows = list(accumulate([q.shape[0] for q in partials], initial=0))  # (few: not numpy)
     finish_reads([start_read(k, q, host[lo:hi]) for k, (q, lo, hi)
                   in enumerate(zip(partials, rows, rows[1:]))])
     out = _COMBINE[name].reduce(host, axis=0, keepdims=True, dtype=host.dtype)
