@@ -8,16 +8,19 @@ Per size and count: ms per call on GPU 0, the fraction of the one-GPU time per e
 (``scale``: the part's time over ``1/parts`` of one GPU's at the rule's count; 1.00: a
 part runs at one GPU's speed), GB/s, ``get ms`` (one ``fl.sum(x*y).get()`` after a wait,
 the devices waited for after it: what ``multi_scaling_ab``'s ``part 0 ms`` times; its
-excess over ``ms`` is the call's fixed cost: host work, read back, waits), kernels per
-call and the value's relative difference from the rule's count's. Then, at the rule's
-counts, a part alone on each GPU (a split call waits for its slowest) and every part on
-its own GPU at once (``together``: each GPU's ``--repeat`` calls issued round-robin, the
-time until all are done, per call), which says whether the GPUs slow each other down; and
-the peer (``torch.dot``, else CuPy's ``(x*y).sum()``) at both sizes, alone and together.
+excess over ``ms`` is the call's fixed cost: host work, read back, waits), ``dev ms``
+(CUDA: between events around one call's launches, the kernel's time where the host is
+slower than it), kernels per call and the value's relative difference from the rule's
+count's; the pieces are those ``splits.chunking`` makes (the largest count down to half
+that divides the length). Then, at the rule's counts, a part alone on each GPU (a split
+call waits for its slowest) and every part on its own GPU at once (``together``: each
+GPU's ``--repeat`` calls issued round-robin, the time until all are done, per call), which
+says whether the GPUs slow each other down; and the peer (``torch.dot``, else CuPy's
+``(x*y).sum()``) at both sizes, alone and together.
 Usage (on a host of several GPUs)::
 
     python benchmarks/probes/multi_part_kernel.py [--backend cuda] [--log2n 30] [--parts 4]
-        [--pieces 0,528,1056,1584,2112,4096,4224,8448] [--repeat 20]
+        [--pieces 0,1024,4096,8192,16384] [--repeat 20]
     # the machinery on a CPU (PoCL devices presented as GPUs; the times say nothing):
     POCL_DEVICES="pthread pthread" python benchmarks/probes/multi_part_kernel.py \\
         --backend opencl --type cpu --log2n 20 --parts 2 --pieces 0,64 --repeat 3
@@ -69,6 +72,36 @@ def _per_call(pairs: list[tuple[Any, Any]], repeat: int, rounds: int = 3) -> flo
         _sync(devices)
         out.append((time.perf_counter() - t0) / repeat)
     return statistics.median(out)
+
+
+def _device_ms(x: Any, y: Any, repeat: int) -> float:
+    """CUDA only: the median device ms of one ``fl.sum(x*y).eval()``'s launches, between
+    events recorded on its stream around them (kernel time even where the host issues
+    calls slower than they run: small sizes); NaN elsewhere."""
+    if x.device.backend != "cuda":
+        return float("nan")
+    import cupy
+
+    rt = _runtime(x.device)
+    pairs = []
+    with cupy.cuda.Device(x.device.cl_device.ordinal):
+        for _ in range(repeat):
+            before, after = cupy.cuda.Event(), cupy.cuda.Event()
+            rt.flush()
+            before.record(rt.queue)
+            fl.sum(x * y).eval()
+            rt.flush()
+            after.record(rt.queue)
+            pairs.append((before, after))
+        pairs[-1][1].synchronize()
+        return statistics.median(cupy.cuda.get_elapsed_time(a, b) for a, b in pairs)
+
+
+def _effective(length: int, count: int) -> int:
+    """The pieces ``splits.chunking`` makes of ``count``: the largest count down to half
+    of it that divides ``length`` (else ``count``)."""
+    return next((p for p in range(count, max(2, count // 2) - 1, -1) if length % p == 0),
+                count)
 
 
 def _get_call(x: Any, y: Any, repeat: int) -> float:
@@ -145,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--type", default="gpu")
     p.add_argument("--log2n", type=int, default=30)
     p.add_argument("--parts", type=int, default=4)
-    p.add_argument("--pieces", default="0,528,1056,1584,2112,4096,4224,8448")
+    p.add_argument("--pieces", default="0,1024,4096,8192,16384")
     p.add_argument("--repeat", type=int, default=20)
     args = p.parse_args(argv)
     host_path.HOST_MAX_WORK = 0  # (a CPU run takes the device path, as a GPU's does)
@@ -166,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = [int(c) for c in args.pieces.split(",")]
     base: dict[int, tuple[float, float]] = {}
     print(f"{'size':>6s} {'pieces':>6s} {'ms':>8s} {'scale':>6s} {'GB/s':>7s} {'get ms':>8s} "
-          "kernels  rel.diff")
+          f"{'dev ms':>8s} kernels  rel.diff")
     try:
         for c in counts:
             splits.piece_count = rule if c == 0 else _fixed(c)
@@ -179,13 +212,18 @@ def main(argv: list[str] | None = None) -> int:
                 kernels = fl.stats()["kernels_launched"]
                 t = _per_call([(x, y)], args.repeat)
                 got = _get_call(x, y, args.repeat)
+                try:
+                    dev = _device_ms(x, y, args.repeat)
+                except Exception as exc:  # (a probe: the other columns still count)
+                    print(f"device timing failed: {exc!r}")
+                    dev = float("nan")
                 if c == 0:
                     base[m] = (t, value)
                 ref_v = base.get(m, (t, value))[1]
                 one = base.get(n, (t, value))[0] * m / n  # (one GPU's time per element)
-                print(f"2^{m.bit_length() - 1:<4d} {c or rule(m, devices[0]):6d} "
+                print(f"2^{m.bit_length() - 1:<4d} {_effective(m, c or rule(m, devices[0])):6d} "
                       f"{t * 1e3:8.3f} {t / one:6.2f} {8 * m / t / 1e9:7.1f} {got * 1e3:8.3f} "
-                      f"{kernels:7d} "
+                      f"{dev:8.3f} {kernels:7d} "
                       f" {abs(value - ref_v) / abs(ref_v):.1e}", flush=True)
     finally:
         splits.piece_count = rule
