@@ -342,9 +342,10 @@ def _step_calls(steps: list[tuple], pool: Sequence[Any], storages: Sequence[Any]
 
 
 #: a kept part's new buffers (temporaries and result) are held by it (:class:`_Held`)
-#: up to this many bytes in all (a reduction's partials and its partial result: a few
-#: kB on a GPU)
-HELD_MAX_BYTES = 1 << 16
+#: up to this many bytes in all (a full reduction's first-stage partials and its
+#: partial result: 32 kB at 8192 float32 pieces; kept calls are at most
+#: ``calls.CALLS_MAX``)
+HELD_MAX_BYTES = 1 << 18
 
 
 class _Held:
