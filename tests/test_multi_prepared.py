@@ -98,6 +98,25 @@ def test_split_sum_parts_write_held_buffers(three, monkeypatch):
     assert made == []
 
 
+def test_split_sum_parts_hold_few_bytes(three, monkeypatch):
+    """A part whose new buffers pass ``replay.HELD_MAX_BYTES`` holds none: each call
+    allocates them again (the kept call does not keep large buffers alive)."""
+    monkeypatch.setattr(multi_replay, "HELD_MAX_BYTES", 0)
+    rng = np.random.default_rng(7)
+    xn, yn = rng.random(30000, np.float32), rng.random(30000, np.float32)
+    with fl.device(three):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    for _ in range(3):
+        float(fl.sum(x * y))
+    made: list[int] = []
+    real = multi_replay.temporaries
+    monkeypatch.setattr(multi_replay, "temporaries",
+                        lambda allocs, *a: made.append(len(allocs)) or real(allocs, *a))
+    np.testing.assert_allclose(float(fl.sum(x * y)), np.dot(xn.astype(np.float64), yn),
+                               rtol=1e-5)
+    assert len(made) == 3
+
+
 def test_split_stencil_parts_launched_prepared(three, monkeypatch):
     """A stencil step's parts are prepared launches once their plans are known; a new
     grid of the same shape gives its own step, rows across the boundaries included."""
