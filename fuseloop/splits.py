@@ -199,7 +199,17 @@ def piece_count(length: int, device: Device) -> int:
         # sequentially: short pieces keep float error small), several per core
         return max(1, min(16 * max(1, device.compute_units), length // 4096),
                    min(4096, length // 65536))
-    return max(1, min(2048, length // 4096))
+    # (up to 2048 pieces of at least 4096 elements; past 2**26 elements, more pieces of
+    # at least GPU_LONG_PIECE, up to GPU_MAX_PIECES: an H200's sum of 2**30 ran fastest
+    # at 16384-32768 pieces and of 2**28 at 8192, where 2**26 and less wanted 2048 or
+    # fewer: benchmarks/probes/multi_part_kernel.py)
+    return max(1, min(2048, length // 4096), min(GPU_MAX_PIECES, length // GPU_LONG_PIECE))
+
+
+# a long contiguous split on a GPU: pieces of at least this many elements past 2048 of
+# them, and at most this many pieces (see piece_count)
+GPU_LONG_PIECE = 32768
+GPU_MAX_PIECES = 16384
 
 
 def _epilogue_reduces(node: Node, out: list[Reduce]) -> bool:

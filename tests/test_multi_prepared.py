@@ -19,9 +19,9 @@ def _launches(monkeypatch):
     seen: list = []
     real = multi_replay._Prepared.stage
 
-    def stage(self, storages, scalars):
+    def stage(self, storages, scalars, *held):
         seen.append(self.device)
-        return real(self, storages, scalars)
+        return real(self, storages, scalars, *held)
 
     monkeypatch.setattr(multi_replay._Prepared, "stage", stage)
     return seen
@@ -57,6 +57,64 @@ def test_split_sum_parts_launched_prepared(three, monkeypatch):
     np.testing.assert_allclose(float(fl.sum(z * y)), np.dot(zn.astype(np.float64), yn),
                                rtol=1e-5)
     assert len(seen) == 3
+
+
+def test_split_sum_parts_write_held_buffers(three, monkeypatch):
+    """A kept split sum combined on the host launches its parts onto the buffers the kept
+    call holds (``replay._Held``): from its second kept call on no part allocates its
+    temporaries and result; writes, new arrays and two structures in turn give numpy's
+    sums."""
+    rng = np.random.default_rng(6)
+    xn, yn = rng.random(30000, np.float32), rng.random(30000, np.float32)
+    with fl.device(three):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    made: list[int] = []
+    real = multi_replay.temporaries
+
+    def temporaries(allocs, *args):
+        made.append(len(allocs))
+        return real(allocs, *args)
+
+    def dot(a, b):
+        return np.dot(a.astype(np.float64), b)
+
+    for _ in range(3):  # (built, kept, held)
+        float(fl.sum(x * y))
+        float(fl.sum(x * x))
+    monkeypatch.setattr(multi_replay, "temporaries", temporaries)
+    for _ in range(2):
+        np.testing.assert_allclose(float(fl.sum(x * y)), dot(xn, yn), rtol=1e-5)
+        np.testing.assert_allclose(float(fl.sum(x * x)), dot(xn, xn), rtol=1e-5)
+    assert made == []
+    x[9990:10010] = 3.0  # (across the first two parts' boundary: the same buffers)
+    xn[9990:10010] = 3.0
+    np.testing.assert_allclose(float(fl.sum(x * y)), dot(xn, yn), rtol=1e-5)
+    zn = rng.random(30000, np.float32)
+    with fl.device(three):
+        z = fl.asarray(zn)
+    for _ in range(2):
+        np.testing.assert_allclose(float(fl.sum(z * y)), dot(zn, yn), rtol=1e-5)
+    np.testing.assert_allclose(float(fl.sum(x * x)), dot(xn, xn), rtol=1e-5)
+    assert made == []
+
+
+def test_split_sum_parts_hold_few_bytes(three, monkeypatch):
+    """A part whose new buffers pass ``replay.HELD_MAX_BYTES`` holds none: each call
+    allocates them again (the kept call does not keep large buffers alive)."""
+    monkeypatch.setattr(multi_replay, "HELD_MAX_BYTES", 0)
+    rng = np.random.default_rng(7)
+    xn, yn = rng.random(30000, np.float32), rng.random(30000, np.float32)
+    with fl.device(three):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    for _ in range(3):
+        float(fl.sum(x * y))
+    made: list[int] = []
+    real = multi_replay.temporaries
+    monkeypatch.setattr(multi_replay, "temporaries",
+                        lambda allocs, *a: made.append(len(allocs)) or real(allocs, *a))
+    np.testing.assert_allclose(float(fl.sum(x * y)), np.dot(xn.astype(np.float64), yn),
+                               rtol=1e-5)
+    assert len(made) == 3
 
 
 def test_split_stencil_parts_launched_prepared(three, monkeypatch):
@@ -127,9 +185,9 @@ def test_split_parts_staged_before_the_first_enqueue(three, monkeypatch):
                                           multi_replay._stage_flat,
                                           multi_replay._Staged.launch)
 
-    def stage(self, storages, scalars):
+    def stage(self, storages, scalars, *held):
         order.append("stage")
-        return real_stage(self, storages, scalars)
+        return real_stage(self, storages, scalars, *held)
 
     def stage_flat(*args):
         got = real_flat(*args)

@@ -149,3 +149,31 @@ def test_index_of_rule():
     assert index_of(temps, 10, 2, True) == np.int32
     assert index_of(one, 10, 2, False) == np.int32
     assert index_of(temps, big, 2, False) == np.int64
+
+
+def test_long_gpu_sums_split_into_more_pieces(three, monkeypatch):
+    """A long contiguous sum on a GPU takes more first-stage pieces than 2048 past 2**26
+    elements (pieces of ``GPU_LONG_PIECE`` elements, up to ``GPU_MAX_PIECES``: the
+    counts an H200 ran a 2**28-element part and a 2**30 sum fastest at), shorter ones
+    as before; a split's parts of that many pieces each still run in one launch and
+    give numpy's sum."""
+    from fuseloop import splits
+
+    gpu = dataclasses.replace(three[1], type="gpu")
+    assert [splits.piece_count(1 << k, gpu) for k in (20, 22, 24, 26, 27, 28, 30)] == [
+        256, 1024, 2048, 2048, 4096, 8192, 16384]
+    monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)
+    monkeypatch.setattr(splits, "GPU_LONG_PIECE", 16)  # (the long rule at a test's size)
+    gpus = [dataclasses.replace(d, type="gpu", compute_units=132, max_work_group_size=1024)
+            for d in three[1:]]
+    assert splits.piece_count(1 << 16, gpus[0]) == 4096
+    rng = np.random.default_rng(8)
+    xn, yn = rng.random(1 << 17, np.float32), rng.random(1 << 17, np.float32)
+    with fl.device(gpus):
+        x, y = fl.asarray(xn), fl.asarray(yn)
+    for _ in range(2):
+        float(fl.sum(x * y))
+    fl.reset_stats()
+    total = float(fl.sum(x * y))
+    assert fl.stats()["kernels_launched"] == 2
+    np.testing.assert_allclose(total, np.dot(xn.astype(np.float64), yn), rtol=1e-5)

@@ -14,7 +14,7 @@ it): small parts take the path of 2 GiB ones (2**30 float32 over two GPUs).
 Four PoCL devices on a CPU::
 
     POCL_DEVICES="pthread pthread pthread pthread" FUSELOOP_HOST_PATH=0 \\
-        python benchmarks/probes/multi_sum_phases.py 9c3dcfa WT [--devices 0,1,2,3]
+        python benchmarks/probes/multi_sum_phases.py 9c3dcfa WT [--devices 0,1,2,3] [--as-gpu]
     # on a GPU host (wall clock, the GPUs' own parts):
     python benchmarks/probes/multi_sum_phases.py ../base WT --devices cuda:0,cuda:1 --wall \
         --log2n 30 --calls 50 --profile 12
@@ -43,9 +43,15 @@ WIDE_MODULES = ("launching", "run_plans", "evaluate", "plan_ready", "plan_length
                 "prebuild", "passes.build", "multi.replay", "multi.calls")
 
 
-def _setup(fl: Any, spec: list[Any], n: int, clock: Any, wide: int | None
-           ) -> tuple[Any, Any, Any]:
-    """(x, y, the trace module with its stamps on ``clock``) for revision ``fl``."""
+def _setup(fl: Any, spec: list[Any], n: int, clock: Any, wide: int | None,
+           as_gpu: bool = False) -> tuple[Any, Any, Any]:
+    """(x, y, the trace module with its stamps on ``clock``) for revision ``fl``
+    (``as_gpu``: its devices presented as GPUs, so the parts take the GPU recipes)."""
+    if as_gpu:
+        import dataclasses
+
+        found = fl.devices()  # (indices only: a CPU's PoCL devices)
+        spec = [dataclasses.replace(found[int(s)], type="gpu") for s in spec]
     import_module(fl.__name__ + ".launching").DEFER_MAX_ELEMENTS = 0
     for name in WIDE_MODULES if wide else ():
         module = import_module(f"{fl.__name__}.{name}")
@@ -98,13 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=300)
     p.add_argument("--wall", action="store_true", help="wall clock, not the thread's CPU")
     p.add_argument("--profile", type=int, default=0, help="functions to list (0: none)")
+    p.add_argument("--as-gpu", action="store_true",
+                   help="CPU devices presented as GPUs (the GPU recipes: a first stage of "
+                   "pieces and its partials, as a GPU part's)")
     p.add_argument("--wide-limit", type=int, default=None,
                    help="bytes past which a buffer counts as past int32 (default: int32's)")
     args = p.parse_args(argv)
     clock = time.perf_counter if args.wall else time.thread_time
     spec = [int(s) if s.isdigit() else s for s in args.devices.split(",")]
     mods = import_revisions(args.revs, "msum")
-    ready = [_setup(fl, spec, 1 << args.log2n, clock, args.wide_limit) for fl in mods]
+    ready = [_setup(fl, spec, 1 << args.log2n, clock, args.wide_limit, args.as_gpu)
+             for fl in mods]
     got: list[list[dict[str, float]]] = [[] for _ in mods]
     values = set()
     for _ in range(args.calls):  # (interleaved: each call of each revision in turn)

@@ -54,17 +54,22 @@ class _PartLaunch:
     thresholds it was found under); ``wide``: whether its buffers were past int32 bytes
     (its launches' index type follows)."""
 
-    __slots__ = ("device", "flat", "general", "head", "prepared", "take", "wide")
+    __slots__ = ("device", "flat", "general", "head", "held", "prepared", "take", "wide")
 
     def __init__(self, device: Any, take: Any, wide: bool, head: Any = None,
                  prepared: Any = None, general: Any = None, flat: Any = None) -> None:
         self.device, self.take, self.wide, self.head = device, take, wide, head
         self.prepared, self.general, self.flat = prepared, general, flat
+        #: the buffers a prepared launch writes when the caller reads its result before
+        #: the next call (``replay._Held``; made at the first such call)
+        self.held: Any = None
 
-    def stage(self, node: Any, shape: tuple[int, ...], token: Any) -> Any:
+    def stage(self, node: Any, shape: tuple[int, ...], token: Any, hold: bool = False
+              ) -> Any:
         """This part's launch over ``node``'s operands made ready (``replay._Staged``;
         ``shape``: the part's, a flat launch's result's), or None where the kept launch
-        no longer applies."""
+        no longer applies; ``hold``: onto the buffers this part holds (see
+        ``replay._Held``: the caller has read the last call's result)."""
         picked = self.take(node.operands)
         if picked is None:
             return None
@@ -84,7 +89,14 @@ class _PartLaunch:
                 return None
         prepared = self.prepared
         if prepared is not None:
-            return prepared.stage(storages, scalars) if prepared.valid(token) else None
+            if not prepared.valid(token):
+                return None
+            if not hold or not prepared.holdable:
+                return prepared.stage(storages, scalars)
+            held = self.held
+            if held is None:
+                held = self.held = _replay._Held(prepared)
+            return prepared.stage(storages, scalars, held)
         if self.general is not None:
             plan, offsets, made = self.general
             if made is not token:  # (other recipes: a prepared launch may apply now)
@@ -192,14 +204,15 @@ def combined(call: _Call, partials: Sequence[Array]) -> Array | None:
     return Array._concrete(out, comb.dtype, comb.shape)
 
 
-def found(tag: Any, parts: Sequence[Array]) -> tuple[tuple | None, list[Any] | None,
-                                                    _Call | None]:
+def found(tag: Any, parts: Sequence[Array], hold: bool = False
+          ) -> tuple[tuple | None, list[Any] | None, _Call | None]:
     """The key of a split call over the lazy ``parts`` (``tag``: what the call does with
     them; then each part's signature, view offsets, shape and device index), and where a
     call is kept under it, every part staged from it (``replay._Staged``) and the call.
     The key is None where a part is evaluated already or has no signature; the staged
     parts None where no call is kept or a part's launch no longer applies (the call is
-    dropped: the caller stages the parts one by one, and may keep the call again)."""
+    dropped: the caller stages the parts one by one, and may keep the call again);
+    ``hold``: see :meth:`_PartLaunch.stage`."""
     sigs, offs, shapes, devices = [], [], [], []
     for p in parts:
         if p._storage is not None:
@@ -219,7 +232,7 @@ def found(tag: Any, parts: Sequence[Array]) -> tuple[tuple | None, list[Any] | N
     token = _recipes_current[0]
     staged = []
     for part, p in zip(call.parts, parts):
-        ready = part.stage(p._node, p.shape, token)
+        ready = part.stage(p._node, p.shape, token, hold)
         if ready is None:
             _CALLS.pop(key, None)  # (another thread may have dropped it too)
             return key, None, None

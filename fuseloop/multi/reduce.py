@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any, cast
 
 import numpy as np
@@ -193,14 +194,16 @@ def _planned(base: tuple, p: Any) -> Array | None:
 
 
 def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[int, ...],
-                       keepdims: bool, params: dict) -> tuple[list[Any], Any]:
+                       keepdims: bool, params: dict, hold: bool = False
+                       ) -> tuple[list[Any], Any]:
     """Each part's partial result, launched before the next part's is made (a device
     starts while the host prepares the next; copies and reads come after all).  A part
     whose reduction's structure a call built before is replayed from its device's plan
     (:func:`_planned`); else a part of a shape met before gets that part's reduction
     node with its own expression substituted: a walk of the few nodes the reduction
     added, not the reduction's argument checks, dtype rules and node building again.
-    With them, the kept call (``calls._Call``) every partial was staged from, or None."""
+    With them, the kept call (``calls._Call``) every partial was staged from, or None.
+    ``hold``: the caller reads every partial before it returns (``replay.replayed``)."""
     partials: list[Any] = []
     templates: dict[tuple, tuple[Any, Any]] = {}
     counts = [0, 0]
@@ -208,7 +211,7 @@ def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[in
     base = _plan_base(func.__name__, axes, keepdims, params)
     call: Any = None
     if base is not None:  # (the parts with known plans, back to back)
-        partials, call = _replay.replayed(_PARTIALS, base, used)
+        partials, call = _replay.replayed(_PARTIALS, base, used, hold)
         planned = len(partials)
     for k, p in enumerate(used):
         if k < planned:
@@ -282,11 +285,12 @@ def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...]
     """The partial results of the parts, combined on the host: every part's partial
     launched, then every small read enqueued, before the host waits for any."""
     used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
-    partials = _launched_partials(func, used, axes, True, params)[0]
+    # (held: each partial is read below, before the next call may write its buffer)
+    partials = _launched_partials(func, used, axes, True, params, hold=True)[0]
     # (each partial read into its rows of one host array: nothing to concatenate)
     q0 = partials[0]
     host = np.empty((sum(q.shape[0] for q in partials), *q0.shape[1:]), q0.dtype)
-    rows = np.cumsum([0] + [q.shape[0] for q in partials]).tolist()
+    rows = list(accumulate([q.shape[0] for q in partials], initial=0))  # (few: not numpy)
     finish_reads([start_read(k, q, host[lo:hi]) for k, (q, lo, hi)
                   in enumerate(zip(partials, rows, rows[1:]))])
     out = _COMBINE[name].reduce(host, axis=0, keepdims=True, dtype=host.dtype)

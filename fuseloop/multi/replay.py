@@ -73,29 +73,31 @@ def _ready(parts: Sequence[Array]) -> bool:
                 and min(math.prod(p.shape) for p in parts) <= _host.HOST_MAX_WORK)
 
 
-def replayed(partials: dict, base: tuple, used: Sequence[Array]
+def replayed(partials: dict, base: tuple, used: Sequence[Array], hold: bool = False
              ) -> tuple[list[Array], Any]:
     """The partial results of the leading parts of ``used`` whose reduction (``base``:
     see ``reduce._plan_base``) has a plan on their device, all staged, then enqueued
     back to back; it stops at the first part without one (the caller continues from
     there).  With them, the kept call (``calls._Call``) they were staged from or kept
-    as, or None.  ``partials``: ``reduce._PARTIALS``."""
+    as, or None.  ``partials``: ``reduce._PARTIALS``; ``hold``: the caller reads every
+    partial before it returns, so a kept call's parts may write the buffers the kept
+    call holds (:class:`_Held`)."""
     LAST_FAST[0] = 0
     if not _ready(used):
         return [], None
     done: list[Array] = []
     call: list[Any] = [None]
-    _flags.deferring(_partials, partials, base, used, done, call)
+    _flags.deferring(_partials, partials, base, used, done, call, hold)
     LAST_FAST[0] = len(done)
     return done, call[0]
 
 
 def _partials(partials: dict, base: tuple, used: Sequence[Array], done: list[Array],
-              call: list[Any]) -> None:
+              call: list[Any], hold: bool) -> None:
     token = _recipes_current[0]
     if trace.events is not None:
         trace.note("staging begun", -1, used[0].device)
-    key, staged, call[0] = _calls.found(base, used)
+    key, staged, call[0] = _calls.found(base, used, hold)
     if staged is not None:
         kinds = call[0].results
     else:
@@ -275,15 +277,17 @@ class _Staged:
     launch (``prepared``: a :class:`_Prepared` over ``storages`` and ``scalars``), a flat
     elementwise one (``flat``: (launch function, kernel object, its argument record, the
     output's bytes)) or ``general``, the general step launch of :func:`_launch` (which
-    counts its own launches); ``counted``: the launches :func:`enqueue_all` counts."""
+    counts its own launches); ``held``: a prepared launch onto the buffers a kept call
+    holds (:class:`_Held`); ``counted``: the launches :func:`enqueue_all` counts."""
 
-    __slots__ = ("counted", "device", "flat", "general", "prepared", "scalars", "storages")
+    __slots__ = ("counted", "device", "flat", "general", "held", "prepared", "scalars",
+                 "storages")
 
     def __init__(self, device: Any, counted: int, general: Any = None, prepared: Any = None,
                  flat: tuple | None = None, storages: Sequence[Any] = (),
-                 scalars: Sequence[Any] = ()) -> None:
+                 scalars: Sequence[Any] = (), held: _Held | None = None) -> None:
         self.device, self.counted, self.general = device, counted, general
-        self.prepared, self.flat = prepared, flat
+        self.prepared, self.flat, self.held = prepared, flat, held
         self.storages, self.scalars = storages, scalars
 
     def launch(self) -> Any:
@@ -302,15 +306,13 @@ class _Staged:
         prepared = self.prepared
         calls: list[tuple[Any, ...]]
         if prepared is not None:
+            held = self.held
             pool = storages
-            if prepared.allocs:
+            if held is not None:
+                pool = held.pool(storages, rt)
+            elif prepared.allocs:
                 pool = [*storages, *temporaries(prepared.allocs, device, rt)]
-            # (a step's inputs that are the part's in order are passed as they are, no
-            # scalars as an empty list: no list made per argument kind)
-            calls = [(go, kernel, last, [pool[i] for i in outs],
-                      storages if ins is None else [pool[i] for i in ins],
-                      [scalars[i] for i in scs] if scs else [])
-                     for go, kernel, last, outs, ins, scs in prepared.steps]
+            calls = _step_calls(prepared.steps, pool, storages, scalars)
             result = pool[prepared.result]
         else:
             assert self.flat is not None
@@ -325,6 +327,51 @@ class _Staged:
                 go(outs, ins, scs, kernel, last, queue)
             rt.submit(queue)
         return result
+
+
+def _step_calls(steps: list[tuple], pool: Sequence[Any], storages: Sequence[Any],
+                scalars: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """A prepared launch's steps' argument lists over ``pool`` (the part's ``storages``,
+    then the plan's new buffers): what each step's launch function is called with."""
+    # (a step's inputs that are the part's in order are passed as they are, no scalars
+    # as an empty list: no list made per argument kind)
+    return [(go, kernel, last, [pool[i] for i in outs],
+             storages if ins is None else [pool[i] for i in ins],
+             [scalars[i] for i in scs] if scs else [])
+            for go, kernel, last, outs, ins, scs in steps]
+
+
+#: a kept part's new buffers (temporaries and result) are held by it (:class:`_Held`)
+#: up to this many bytes in all (a full reduction's first-stage partials and its
+#: partial result: 32 kB at 8192 float32 pieces; kept calls are at most
+#: ``calls.CALLS_MAX``)
+HELD_MAX_BYTES = 1 << 18
+
+
+class _Held:
+    """A kept call's part launched onto new buffers it holds (issue 29: a split full
+    reduction combined on the host reads every partial result before the call returns,
+    and a device's queue runs its launches in order, so the next such call may write the
+    same buffers): the plan's temporaries and result are allocated once, not per call,
+    and its launches find those arguments as they left them.  Only they are held (the
+    part's inputs are the call's: a kept call keeps no array's buffer alive).  One per
+    ``calls._PartLaunch`` and its prepared launch (``prepared``), used by the thread
+    that prepared it only (``_Prepared.valid``)."""
+
+    __slots__ = ("prepared", "temps")
+
+    def __init__(self, prepared: _Prepared) -> None:
+        self.prepared = prepared
+        self.temps: list[Storage] | None = None
+
+    def pool(self, storages: Sequence[Any], rt: Any) -> list[Any]:
+        """The launch's pool: the part's ``storages``, then the held new buffers
+        (allocated at the first launch, its device current)."""
+        temps = self.temps
+        if temps is None:
+            prepared = self.prepared
+            temps = self.temps = temporaries(prepared.allocs, prepared.device, rt)
+        return [*storages, *temps]
 
 
 def output(nbytes: int, device: Any) -> Storage:
@@ -380,13 +427,15 @@ class _Prepared:
     ``steps`` empty: the plan cannot be prepared under this recipes token
     (:func:`_prepare`), its parts take ``_launch`` without asking again."""
 
-    __slots__ = ("allocs", "compiled", "device", "entry", "n_steps", "queue", "result", "rt",
-                 "steps", "thread", "token")
+    __slots__ = ("allocs", "compiled", "device", "entry", "holdable", "n_steps", "queue",
+                 "result", "rt", "steps", "thread", "token")
 
     def __init__(self, entry: Any, device: Any, token: Any, steps: list[tuple],
                  compiled: list[Any], result: int) -> None:
         self.entry, self.device, self.token = entry, device, token
         self.allocs = entry[0].allocs
+        #: whether a kept part may hold its new buffers (:class:`_Held`): few bytes
+        self.holdable = bool(steps) and sum(self.allocs) <= HELD_MAX_BYTES
         self.steps, self.compiled, self.result = steps, compiled, result
         self.n_steps = len(steps)
         self.thread = threading.get_ident()
@@ -404,10 +453,12 @@ class _Prepared:
                 return False
         return True
 
-    def stage(self, storages: list[Any], scalars: list[Any]) -> _Staged:
-        """The plan's launch over ``storages`` and ``scalars``, to be enqueued."""
+    def stage(self, storages: list[Any], scalars: list[Any], held: _Held | None = None
+              ) -> _Staged:
+        """The plan's launch over ``storages`` and ``scalars``, to be enqueued (onto the
+        buffers of ``held``, one of this launch's, where given)."""
         return _Staged(self.device, self.n_steps, prepared=self, storages=storages,
-                       scalars=scalars)
+                       scalars=scalars, held=held)
 
 
 def _prepare(entry: Any, offsets: tuple[int, ...], storages: list[Any], device: Any,
