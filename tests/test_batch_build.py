@@ -220,6 +220,7 @@ def test_a_kernel_of_a_program_is_shown_alone():
     assert batch_build.shown_alone(plans[0]) is plans[0]  # (one kernel: as it is)
 
 
+@pytest.mark.opencl_only  # (counts OpenCL kernels in the source)
 def test_a_kernel_found_on_disk_shows_its_own_source(joined, monkeypatch, tmp_path):
     monkeypatch.setenv("FUSELOOP_CACHE_DIR", str(tmp_path))
     _, xs, _, _ = _fresh_compute()

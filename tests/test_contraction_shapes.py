@@ -139,6 +139,7 @@ def _gpu_code(expr, device, **params):
     return lp.generate_code_v2(t_unit).device_code(), t_unit.default_entrypoint
 
 
+@pytest.mark.opencl_only  # (reads OpenCL source)
 def test_gpu_rule_splits_the_sum_for_a_short_side(device):
     A, B = fl.asarray(rand((8, 37))), fl.asarray(rand((37, 300)))
     # (B contiguous along its columns is streamed by default: skinny.stream_long)
@@ -159,6 +160,7 @@ def test_gpu_rule_splits_the_sum_for_a_short_side(device):
     assert re.search(r"__local float x_tile\[16 \* \d+\]", src) is not None
 
 
+@pytest.mark.opencl_only  # (reads OpenCL source)
 def test_gpu_tiles_that_divide_the_sizes_need_no_clamps(device):
     """Sides and sums that are multiples of GPU_ALIGN are a size class: no padding."""
     small = {"tiles": rc.TileConfig(32, 32, 4, 8, 8, "blocked")}  # (quick to generate)
@@ -170,6 +172,7 @@ def test_gpu_tiles_that_divide_the_sizes_need_no_clamps(device):
     assert "min(" in src  # 200 rows: padded to whole tiles, reads clamped
 
 
+@pytest.mark.opencl_only  # (reads OpenCL source)
 def test_gpu_sums_of_whole_steps_need_no_clamps(device):
     """A reduced range that is a multiple of the tiles' step and not of GPU_ALIGN
     (``einsum('bqd,bkd->bqk')`` with d = 64) is a size class: whole steps, no clamped
@@ -219,6 +222,7 @@ def test_gpu_tile_step_is_unrolled_by_the_device_compiler(device, fresh_stats):
     assert fresh_stats()["kernels_compiled"] == 1
 
 
+@pytest.mark.opencl_only  # (reads OpenCL source)
 def test_gpu_lanes_partial_sums_fit_local_memory(device):
     """32 rows of float64 in 256 work-items would need 64 KiB: the group shrinks."""
     if not device.has_fp64:
