@@ -69,13 +69,13 @@ from .launching import (
     recipe_kind,
     rows_of,
 )
-from .lower.axis_merge import merged_reductions as _merged_reductions
 from .node_walks import (  # noqa: F401  (assignment, masked and multi import them here)
     _may_fail,
     _reads_only_in_place,
     _rebuild,
     reads_outside,
 )
+from .passes.axis_merge import merged_reductions as _merged_reductions
 from .recipe_state import current as _recipes_current
 from .recipe_state import recipe_for
 from .runtime.devices import Device

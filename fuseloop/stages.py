@@ -35,7 +35,7 @@ from .errors import NotOneKernelError, ShapeError
 from .expr.program import Bindings, Program, linearize
 from .launching import _check_fp64, kernel_for, size_class_of, user_functions
 from .lower import codegen
-from .lower.axis_merge import merged_reductions
+from .passes.axis_merge import merged_reductions
 from .runtime.devices import Device, find_device
 from .tuning import tuned
 

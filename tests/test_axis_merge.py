@@ -1,5 +1,5 @@
 """Reductions over neighbouring axes of one role, merged before lowering on CPU devices
-(``fuseloop.lower.axis_merge``): the kernel of a reduction is the one of the array with
+(``fuseloop.passes.axis_merge``): the kernel of a reduction is the one of the array with
 those axes joined, and its results are numpy's."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from matmul_source import fake_h100
 
 import fuseloop as fl
-from fuseloop.lower.axis_merge import merged_reductions
 from fuseloop.ops import reductions
+from fuseloop.passes.axis_merge import merged_reductions
 
 
 def _rand(shape, dtype=np.float32, seed=0):
@@ -105,7 +105,7 @@ def test_the_two_step_cpu_sum_over_axes_0_and_2(device):
 
 def test_gpus_keep_their_column_layout(device):
     """Not on a GPU: there the column recipe's layout of the unmerged axes won one shape
-    and lost another (see ``fuseloop.lower.axis_merge``)."""
+    and lost another (see ``fuseloop.passes.axis_merge``)."""
     x = fl.asarray(_rand((64, 32, 48), seed=5))
     node = x.sum(axis=0)._node
     gpu, cpu = fake_h100(device), dataclasses.replace(device, type="cpu")

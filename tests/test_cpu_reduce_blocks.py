@@ -80,7 +80,7 @@ def test_a_middle_axis_with_long_rows_takes_wide_blocks(cpu):
 
 def test_a_middle_axis_with_short_rows_merges_them(cpu):
     # rows of 48 elements, 300 of them one after the other, are one run of 14400 outputs
-    # (fuseloop.lower.axis_merge): the blocks of that many columns
+    # (fuseloop.passes.axis_merge): the blocks of that many columns
     h = _data((37, 300, 48), seed=7)
     x = fl.asarray(h)
     assert _blocks(fl.show_code(x.max(axis=0))) == [str(_widest(300 * 48, cpu))]

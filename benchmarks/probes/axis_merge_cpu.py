@@ -1,4 +1,4 @@
-"""Reductions on the CPU device with the axis merge (``fuseloop.lower.axis_merge``) on and
+"""Reductions on the CPU device with the axis merge (``fuseloop.passes.axis_merge``) on and
 off, one checkout, the two in alternating processes.
 
 Per case (a float32 array's shape and the axes summed): the least CPU time

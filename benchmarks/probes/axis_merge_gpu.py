@@ -1,4 +1,4 @@
-"""Reductions whose neighbouring kept axes merge (``fuseloop.lower.axis_merge``), timed
+"""Reductions whose neighbouring kept axes merge (``fuseloop.passes.axis_merge``), timed
 on one device against torch (or numpy on a CPU device) in the same process.
 
 For each case (a float32 array of about 2^24 elements, or ``--elements``): the median
