@@ -54,18 +54,29 @@ def _check(f, want, *args, calls=3):
     assert f.traces == 1 and f.eager_signatures == 0
 
 
-def test_masked_write_into_zeros_like_is_one_kernel(device, fills):
+def _masked_into_zeros():
     @fl.fuse
     def masked(x, t):
         out = fl.zeros_like(x)
         out[x > t] = 3.0
         return out
 
-    xh = RNG.random(1000).astype(np.float32)
+    return masked
+
+
+def _run_masked_once_kernel(masked, fills, n):
+    """Check ``masked`` against numpy and that a call is one kernel and no fill."""
+    xh = RNG.random(n).astype(np.float32)
     x = fl.asarray(xh)
     _check(masked, [np.where(xh > 0.5, np.float32(3), np.float32(0))], x, 0.5)
-    # (traced: a fill, then a kernel reading the zeros where the mask is false)
     assert _commands(fills, masked, x, 0.5) == (1, 0)
+    return xh, x
+
+
+def test_masked_write_into_zeros_like_is_one_kernel(device, fills):
+    masked = _masked_into_zeros()
+    # (traced: a fill, then a kernel reading the zeros where the mask is false)
+    xh, x = _run_masked_once_kernel(masked, fills, 1000)
     _check(masked, [np.where(xh > 0.25, np.float32(3), np.float32(0))], x, 0.25)
 
 
@@ -211,16 +222,8 @@ def test_a_gpus_masked_write_is_one_kernel_of_one_output(device, fills):
 
     gpu = dataclasses.replace(device, type="gpu", max_work_group_size=256)
     with fl.device(gpu):
-        @fl.fuse
-        def masked(x, t):  # (a GPU's evaluation also stores the mask, kept meanwhile)
-            out = fl.zeros_like(x)
-            out[x > t] = 3.0
-            return out
-
-        xh = RNG.random(4096).astype(np.float32)
-        x = fl.asarray(xh)
-        _check(masked, [np.where(xh > 0.5, np.float32(3), np.float32(0))], x, 0.5)
-        assert _commands(fills, masked, x, 0.5) == (1, 0)
+        masked = _masked_into_zeros()  # (a GPU's evaluation also stores the mask, kept meanwhile)
+        _run_masked_once_kernel(masked, fills, 4096)
         entry = _record(masked)
         (step, *_), = entry.steps
         assert len(step.program.outputs) == 1 and len(entry.temps) == 1
