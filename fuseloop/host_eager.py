@@ -525,6 +525,9 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
             or _evaluate.recording_threads[0]:
         return None
     ta, tb = type(a), type(b)
+    if not (a._shape if ta is HostArray else b._shape) \
+            and (got := _binary0(op, a, b, ta, tb)) is not None:
+        return got  # (two 0-d values, a loop's elements: fuseloop.host_element_ops)
     device = a.device if ta is HostArray else b.device
     # (the commonest operands, a HostArray and a Python float or int, inline; a
     # buffer's element is read once the kernels writing it are done, below)
@@ -570,28 +573,8 @@ def binary(op: str, a: Any, b: Any) -> Array | None:
             return None
         out = compute(op, hit, (va, vb), True)
         return None if out is None else _counted(out, loop[-1], device)
-    sfn = hit[2]  # (two 0-d values, a loop's commonest: compute and _counted inline)
-    if sfn is None:  # (a complex value, or bool operands: numpy's ufunc)
-        out = compute(op, hit, (va, vb), False)
-        return None if out is None else _counted(out, loop[-1], device)
-    pyfn = hit[5]
-    token = _errors.set(_QUIET) if hit[4] and pyfn is None else None
-    try:
-        out = sfn(va, vb) if pyfn is None else pyfn(va, vb)  # (see _PY_FLOAT_OPS)
-    except (TypeError, ValueError, ArithmeticError):
-        return None
-    finally:
-        if token is not None:
-            _errors.reset(token)
-    dtype = loop[-1]
-    if type(out) is not dtype.type:  # (a Python float, or numpy's scalar of another type)
-        out = dtype.type(out)
-    _count_operation()
-    node = _new(Scalar)
-    node.value, node.dtype, node.shape, node.storages = out, dtype, (), _EMPTY
-    held: Array = _new(Array)
-    held._storage, held._node, held._shape, held.device, held.dtype = None, node, (), device, dtype
-    return held
+    out = compute(op, hit, (va, vb), False)  # (0-d values host_element_ops left: bool, ...)
+    return None if out is None else _counted(out, loop[-1], device)
 
 
 def _counted(out: Any, dtype: np.dtype, device: Any) -> Array:
@@ -774,6 +757,7 @@ for _name, _f in list(vars(Array).items()):
         setattr(HostArray, _name, _eager_binary(_op[1:], True, _f))
 
 
+from .host_element_ops import binary0 as _binary0  # noqa: E402
 from .host_products import gather, matmul, power  # noqa: E402  (they read this module's names)
 from .host_views import _copy_by_0d, _viewed_again, element_or_view, flip  # noqa: E402
 from .host_writes import inplace  # noqa: E402

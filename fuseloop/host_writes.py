@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from . import caches as _caches
 from . import evaluate as _evaluate
 from . import flags as _flags
 from . import host_path as _host
@@ -87,25 +88,25 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
     device, a small target and a value that is a Python float or int, a HostArray or a
     small concrete array (of the target's shape, or 0-d), written by numpy now (with
     numpy's unsafe cast, as assignments cast); False: nothing done."""
+    if value is _updated[0] and value._of is arr and (value._key is key or value._key == key):
+        _updated[0] = _NOTHING  # (``A[k] op= v``: inplace wrote into this very view; an
+        return True  # element's kept view holds an equal key; first: a loop's commonest)
     tv = type(value)
     target: Any
     storage: Any
-    if tv is not float and tv is not int and tv is not HostArray and tv is not held_type[0]:
-        if tv is not Array or (value._storage is None and type(value._node) is not Scalar):
-            return False  # (a lazy value: the general path; a value made at once: here)
     if tv is HostArray and value._of is arr:  # (written already, whatever the settings)
-        if value is _updated[0] and value._key is key:
-            _updated[0] = None  # (``A[k] op= v``: inplace wrote into this very view)
-            return True
         if not value._shape and value._key == key:  # (an element's key: ints)
             return True  # (nussinov's ``T[i, j] = max(T[i, j], e)``: itself)
     if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
             or _evaluate.recording_threads[0]:
         return False
     tk = type(key)  # (an element's key, ``x[i]`` or ``A[i, j]``: its write written out)
-    if type(arr) is Array and (tk is int or (tk is tuple and len(key) == 2 and type(
-            key[1]) is int)) and (done := _element_write(arr, key, value)) is not None:
+    if (tk is tuple or tk is int) and type(arr) is Array \
+            and (done := _element_write(arr, key, value, tk, tv)) is not None:
         return done
+    if tv is not float and tv is not int and tv is not HostArray and tv is not held_type[0]:
+        if tv is not Array or (value._storage is None and type(value._node) is not Scalar):
+            return False  # (a lazy value: the general path; a value made at once: here)
     if type(arr) is Array and (taken := element_or_view(arr, key)) is not None:
         if taken is False:
             return False
@@ -148,38 +149,40 @@ def setitem(arr: Array, key: Any, value: Any) -> bool:
         v = value._np[0]  # (a buffer's element: read now, the kernels writing it done)
     target[...] = v  # (another thread's launch now reading it: a data race, as in numpy)
     if value is _updated[0]:  # (``A[k] op= v``'s write-back of what inplace wrote)
-        _updated[0] = None
+        _updated[0] = _NOTHING
     else:
         _count_evaluation()
     return True
 
 
-def _element_write(arr: Array, key: Any, value: Any) -> bool | None:
+def _element_write(arr: Array, key: Any, value: Any, tk: type, tv: type) -> bool | None:
     """``A[i, j] = v``, ``x[i] = v`` of a concrete array viewed before and a 0-d value
     (a Python float or int, an element, a value held here) written by numpy's scalar
     assignment into the element, without its view (a loop's commonest write, at half
     the cost); None: not such a statement, or one :func:`setitem` does in full (lazy
-    readers or checked gathers pending, an index error, a value numpy's cast refuses)."""
+    readers or checked gathers pending, an index error, a value numpy's cast refuses).
+    ``tk``, ``tv``: the types of ``key`` (a tuple or an int) and ``value``."""
     node = arr._node
     got = _bases.get(id(node))
     if got is None or got[0] is not node:
         return None
     base = got[1]
-    tk = type(key)
     if tk is tuple:
         if len(key) != 2 or base.ndim != 2 or type(key[0]) is not int \
                 or type(key[1]) is not int:
             return None
-    elif tk is not int or base.ndim != 1:
+    elif base.ndim != 1:
         return None
-    tv = type(value)
-    if tv is HostArray and not value._shape and value.device is arr.device:
-        v = value._np  # (an element or a value held here: the commonest, inline)
-    elif tv is Array and type(value._node) is Scalar and value.device is arr.device:
+    device = arr.device
+    if tv is HostArray:  # (an element or a value held here: the commonest, inline)
+        if value._shape or value.device is not device:
+            return None
+        v = value._np
+    elif tv is Array and type(value._node) is Scalar and value.device is device:
         v = value._node.value
-    elif tv is held_type[0] and value._v is not None and value.device is arr.device:
+    elif tv is held_type[0] and value._v is not None and value.device is device:
         v = value._v  # (an element of ``for b in data``, fuseloop.host_held)
-    elif (val := _assigned(value, arr.dtype, arr.device)) is not None \
+    elif (val := _assigned(value, arr.dtype, device)) is not None \
             and type(val[0]) is not np.ndarray:
         v = val[0]
     else:
@@ -189,7 +192,11 @@ def _element_write(arr: Array, key: Any, value: Any) -> bool | None:
     if recent_lazy or storage.readers or _flags._local.pending \
             or (dtype.char not in _DTYPES and dtype != arr.dtype):
         return None  # (a complex value into a real array: setitem's rules)
-    _sync(arr.device)
+    rt = _runtimes.get(device)  # (_sync, its commonest case inline: nothing deferred)
+    if rt is None or rt.deferred:
+        _sync(device)
+    else:
+        rt.finish()
     if type(v) is np.ndarray:
         v = v[0]  # (a buffer's element: read once the kernels writing it are done)
     try:
@@ -197,7 +204,7 @@ def _element_write(arr: Array, key: Any, value: Any) -> bool | None:
     except (IndexError, TypeError, ValueError):
         return None  # (nothing written: setitem's view raises the general path's error)
     if value is _updated[0]:
-        _updated[0] = None
+        _updated[0] = _NOTHING
     else:
         _count_evaluation()
     return True
@@ -351,8 +358,10 @@ def _write_own(arr: HostArray, items: tuple, value: Any) -> bool:
 #: fuseloop.host_held.Held, set there (it imports this module's users): a value held
 #: there is written as its numpy scalar (``x[i] = b``)
 held_type: list[Any] = [None]
-# the HostArray an in-place operator wrote last (Python assigns it back to its key)
-_updated: list[Any] = [None]
+# the HostArray an in-place operator wrote last (Python assigns it back to its key), or
+# _NOTHING (no value assigned is: ``A[k] = None`` is not taken for a write-back)
+_NOTHING = object()
+_updated: list[Any] = [_NOTHING]
 
 
 def inplace(target: HostArray, op: str, other: Any) -> bool:
@@ -363,11 +372,17 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
     if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
             or _evaluate.recording_threads[0]:
         return False
+    if not target._shape and target._buf is not None \
+            and _element_inplace(target, op, other) is not None:
+        return True
+    return _inplace_steps(target, op, other)
+
+
+def _inplace_steps(target: HostArray, op: str, other: Any) -> bool:
+    """:func:`inplace` but for an element's scalar loop (:func:`_element_inplace`): its
+    views, operands of other kinds, loops met first (the entry kept here)."""
     device = target.device
     to = type(other)
-    if not target._shape and target._buf is not None \
-            and (done := _element_inplace(target, op, other, to, device)) is not None:
-        return done
     if to is HostArray and other.device is device:  # (the commonest operands inline)
         kb, vb, reads = other.dtype, other._np, other._buf is not None
     elif to is float or to is int:  # (a Python scalar: its kind is its type)
@@ -436,12 +451,47 @@ def inplace(target: HostArray, op: str, other: Any) -> bool:
     return True
 
 
-def _element_inplace(target: HostArray, op: str, other: Any, to: type, device: Any) -> Any:
+# (op, target dtype, operand kind) -> (the scalar loop's function, the conversion of the
+# target's element to the loop's dtype or None, the operand's or None, whether numpy's
+# error state is switched off around it), or False: an element's in-place operator as
+# :func:`_element_inplace` computes it, made from its :data:`_inplace_ops` entry
+_element_ops: dict[tuple, Any] = {}
+
+
+def _element_entry(key: tuple) -> Any:
+    """:data:`_element_ops`' entry for ``key``, made from its ``_inplace_ops`` entry; None
+    where that is not made yet (inplace's steps make it)."""
+    hit = _inplace_ops.get(key)
+    if hit is None:
+        return None
+    entry: Any = False
+    if hit is not False and hit[2] is not None:
+        _, dtype, kb = key
+        da, db = hit[0][0], hit[0][1]
+        if kb is db or (kb is float and db is _F64):  # (host_eager._F64's rule)
+            to_b = None
+        elif kb is float or kb is int:
+            def to_b(v: Any, db: Any = db) -> Any:
+                return _weak_scalar(v, db)
+        else:
+            to_b = db.type
+        pyfn = hit[5]  # (float64: Python's operator, exactly numpy's; no error state)
+        entry = (hit[2] if pyfn is None else pyfn, None if dtype is da else da.type, to_b,
+                 bool(hit[4]) and pyfn is None)
+    _element_ops[key] = entry
+    return entry
+
+
+def _element_inplace(target: HostArray, op: str, other: Any) -> Any:
     """:func:`inplace` for an element of a buffer and a 0-d operand (an element, a value
     held here, a Python scalar) whose loop has a scalar operator: seidel_2d's ``A[i, j]
     += A[i, j - 1]``, ``A[i, j] /= 9.0``, read, computed and written without a view or
     a switch of numpy's error state where Python's float operator computes it
-    (host_eager._PY_FLOAT_OPS); None: :func:`inplace`'s general steps."""
+    (host_eager._PY_FLOAT_OPS), by an entry of :data:`_element_ops` that holds the
+    conversions the loop needs; None: :func:`inplace`'s general steps.  The caller has
+    checked the host path's settings."""
+    to = type(other)
+    device = target.device
     if to is HostArray:
         if other._shape or other.device is not device:
             return None
@@ -452,38 +502,36 @@ def _element_inplace(target: HostArray, op: str, other: Any, to: type, device: A
         kb, vb = other.dtype, node.value
     else:
         return None
-    dtype = target.dtype
-    hit: Any = _inplace_ops.get((op, dtype, kb))
-    if hit is None or hit is False or hit[2] is None:
+    key = (op, target.dtype, kb)
+    entry = _element_ops.get(key)
+    if entry is None:
+        entry = _element_entry(key)
+    if not entry:
         return None  # (first met, or not a scalar loop: inplace's steps, which keep it)
-    buf = target._buf
-    if recent_lazy or buf.readers or _flags._local.pending:
+    if recent_lazy or target._buf.readers or _flags._local.pending:
         return None  # (lazy readers or checked gathers pending: inplace's steps)
     rt = _runtimes.get(device)
     if rt is None or rt.deferred:
         return None
     rt.finish()  # (the elements read once the kernels writing them are done)
-    loop = hit[0]
+    fn, to_a, to_b, quiet = entry
     t = target._np
     va = t[0]
     if type(vb) is np.ndarray:
         vb = vb[0]
-    da, db = loop[0], loop[1]
-    if dtype is not da:
-        va = da.type(va)
-    if kb is not db and (kb is not float or db is not _F64):
-        vb = _weak_scalar(vb, db) if kb is float or kb is int else db.type(vb)
-    pyfn = hit[5]
+    if to_a is not None:
+        va = to_a(va)
+    if to_b is not None:
+        vb = to_b(vb)
     try:
-        if pyfn is not None:
-            out = pyfn(va, vb)  # (float64: Python's, exactly numpy's; no error state)
-        else:
-            token = _errors.set(_QUIET) if hit[4] else None
+        if quiet:
+            token = _errors.set(_QUIET)
             try:
-                out = hit[2](va, vb)
+                out = fn(va, vb)
             finally:
-                if token is not None:
-                    _errors.reset(token)
+                _errors.reset(token)
+        else:
+            out = fn(va, vb)
     except (TypeError, ValueError, ArithmeticError):
         return None
     _count_evaluation()
@@ -495,7 +543,13 @@ def _element_inplace(target: HostArray, op: str, other: Any, to: type, device: A
 def _eager_inplace(op: str) -> Any:
     """HostArray's in-place operator ``op`` (``A[i, j] -= v``): here, else Array's."""
     def method(self: Any, other: Any) -> Any:
-        if inplace(self, op, other):
+        # (an element of a buffer, a loop's commonest target: its scalar loop first)
+        if not _host.HOST_MAX_WORK or _trace.trace_checks or _evaluate.capturing_threads[0] \
+                or _evaluate.recording_threads[0]:
+            return Array._inplace(self, op, other)
+        if (not self._shape and self._buf is not None
+                and _element_inplace(self, op, other) is not None) \
+                or _inplace_steps(self, op, other):
             return self
         return Array._inplace(self, op, other)
     method.__name__ = method.__qualname__ = f"__i{op}__"
@@ -510,3 +564,6 @@ _INPLACE_OPS = {"__iadd__": "add", "__isub__": "subtract", "__imul__": "multiply
                 "__ilshift__": "left_shift", "__irshift__": "right_shift"}
 for _name, _op in _INPLACE_OPS.items():
     setattr(HostArray, _name, _eager_inplace(_op))
+
+_caches.register("host_writes.element_ops", _element_ops.clear, lambda: len(_element_ops),
+                 why="one per operation, target dtype and kind of operand")

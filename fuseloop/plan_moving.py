@@ -104,6 +104,17 @@ class Moving:
         self.runtime = _runtime(device)
         return self
 
+    def current(self) -> bool:
+        """Whether it can still run: made under the current recipes, its kernels in the
+        memory cache (``fl.clear_memory_cache()`` drops them: the general replay then
+        finds them again, and a Moving made from it launches those)."""
+        if self.token is not _recipes_current[0]:
+            return False
+        for lp in self.launch_plans:
+            if not lp.compiled.in_cache:
+                return False
+        return True
+
     def run(self, storages: list[Storage], scalars: list[Any], device: Device,
             offsets: Sequence[int]) -> list[Storage] | None:
         """The plan's results at view ``offsets``, its launches enqueued (each deferred or
@@ -181,18 +192,21 @@ def _step_plan(step: Any, device: Device, token: object) -> tuple[Any, tuple[int
         lp, table = step.moving
         at = dict(step.offsets)
         appended = tuple(at[idx] for _, idx, _ in table)
-    if lp.stamp is not token or lp.error_arg is not None:
-        return None
+    if lp.stamp is not token or lp.error_arg is not None or not lp.compiled.in_cache:
+        return None  # (a kernel dropped from the memory cache: made once replayed again)
     return lp, appended
 
 
 def moving_for(plan: Any, n_inputs: int, device: Device, temporaries: Any) -> Moving | None:
     """``plan``'s :class:`Moving`, made now if its steps allow (after a general replay);
     after ``MOVING_TRIES`` replays that could not make one, none is tried again
-    (``plan.moving``: the Moving, or the replays that tried)."""
+    (``plan.moving``: the Moving, or the replays that tried); one whose kernels left
+    the memory cache, or made under other recipes, is made again."""
     known = plan.moving
     if type(known) is Moving:
-        return known
+        if known.current():
+            return known
+        known = None  # (its kernels left the memory cache: made again from this replay)
     tries = known or 0
     if tries >= MOVING_TRIES:
         return None

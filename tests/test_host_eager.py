@@ -796,6 +796,8 @@ def _element_updates(m, a, f, i, s):
             i[j] //= 2
             i[j - 1] %= 7
             s[j] += np.float64(0.25)          # a numpy scalar
+            f[r - 1, j] += a[r, j]            # float32 by float64: the loop's, cast back
+            f[r - 1, j - 1] -= 3              # float32 by a Python int
     a[0, 0] /= 0.0                            # numpy's inf, where Python's float raises
     return [a, f, i, s]
 
@@ -831,6 +833,18 @@ def test_element_updates_in_place_are_numpys(host, monkeypatch):
         an[1, j] += an[1, j - 1]
         an[1, j] /= 9.0
     np.testing.assert_array_equal(a.get(), an)
+
+
+def test_none_assigned_after_an_element_update_is_numpys(host):
+    """An in-place operator's write-back is recognised by the view it wrote (first in
+    host_writes.setitem); ``a[k] = None`` next is no write-back: numpy's NaN."""
+    want = np.arange(6.0)
+    a = fl.asarray(want.copy())
+    for x in (a, want):
+        x[1] += x[0]
+        x[2] = x[1]
+        x[3] = None
+    np.testing.assert_array_equal(a.get(), want)
 
 
 def test_kept_element_of_a_reshaped_array(host):

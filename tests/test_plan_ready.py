@@ -191,3 +191,46 @@ def test_a_loop_over_rows_replays_its_plan_at_any_offsets(device, kernels_only, 
     assert counted["plans_replayed"] == counted.launches
     np.testing.assert_array_equal(path.get(), ph)
     np.testing.assert_allclose(grid.get(), gh, rtol=1e-12)
+
+
+def test_a_moving_replay_is_made_again_after_the_memory_cache_is_cleared(
+        device, kernels_only, monkeypatch):
+    """``fl.clear_memory_cache()`` drops the kernels a plan's Moving launches: the next
+    statement takes the general replay (which finds its kernels again) and the plan's
+    Moving is made anew from it, so the statements after it are replayed by the Moving
+    again, not each by the general replay."""
+    from fuseloop import plan_moving
+
+    replays = []
+    real = run_plans._replay
+
+    def general(*args):
+        replays.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(run_plans, "_replay", general)
+    run_plans.clear()
+    n = 24
+    gh = np.random.default_rng(4).random((n, n))
+    grid = fl.asarray(gh)
+
+    def sweep(k: int) -> None:  # (an element of a row: A[i, j] += A[i, j - 1])
+        for j in range(1, n):
+            grid[k, j] += grid[k, j - 1]
+            gh[k, j] += gh[k, j - 1]
+
+    sweep(1)
+    old = [e[0].moving for e in run_plans._signed.values()]
+    assert sum(type(m) is plan_moving.Moving for m in old) == 1
+    fl.clear_memory_cache()
+    del replays[:]
+    sweep(2)
+    # (the first statement finds its kernel again, the second its plan at moving
+    # offsets: plan_steps makes it where the offsets change; cleared before: 23)
+    assert len(replays) == 2
+    now = [e[0].moving for e in run_plans._signed.values()]
+    assert sum(type(m) is plan_moving.Moving and m not in old for m in now) == 1
+    del replays[:]
+    sweep(3)
+    assert not replays
+    np.testing.assert_allclose(grid.get(), gh, rtol=1e-12)

@@ -10,6 +10,9 @@ iteration), as NPBench's loop kernels run them:
 * ``durbin``: ``y[:k] += a * y[k-1::-1]`` (``a`` a 0-d array, ``k`` up to ``4 n``);
 * ``seidel-row``: seidel_2d's row update ``A[i, 1:-1] += (7 neighbour views)``;
 * ``seidel-elem``: ``A[i, j] += A[i, j - 1]``;
+* ``nussinov``: ``T[r, 0] = max(T[r, 0], T[r, k] + T[k + 1, 0])`` (int32 elements);
+* ``trisolv``: ``x[k] = (b[k] - L[k, :k] @ x[:k]) / L[k, k]``;
+* ``cholesky``: ``A[r, j] -= dot(A[r, :j], A[j, :j]); A[r, j] /= A[j, j]``;
 * ``zero-d``: ``s = s + x[i]`` (a 0-d array updated, evaluated every statement).
 
 Run with ``FUSELOOP_HOST_PATH=0`` on the CPU to time what a GPU's host pays; each
@@ -79,6 +82,22 @@ def statements(xp: Any, n: int) -> dict[str, tuple[Callable[[int], None], int]]:
         r, j = 1 + (c // (n - 2)) % (n - 2), 1 + c % (n - 2)
         grid[r, j] += grid[r, j - 1]
 
+    def nussinov(i: int) -> None:  # (an element, two elements' sum, Python's max)
+        c = moved()
+        r, k = 1 + (c // (n - 2)) % (n - 2), 1 + c % (n - 2)
+        path[r, 0] = max(path[r, 0], path[r, k] + path[k + 1, 0])
+
+    def trisolv(i: int) -> None:  # (a growing dot, an element's update)
+        k = moved() % n
+        vec[k] = (vec[n + k] - grid[k, :k] @ vec[:k]) / grid[k, k]
+
+    def cholesky(i: int) -> None:  # (a dot of two rows into an element, a division)
+        c = moved()
+        r = 1 + (c // (n - 1)) % (n - 1)
+        j = c % r
+        grid[r, j] -= xp.dot(grid[r, :j], grid[j, :j])
+        grid[r, j] /= grid[j, j]
+
     def zero_d(i: int) -> None:
         s[0] = s[0] + vec[i % n]
         if hasattr(s[0], "eval"):  # (fuseloop's lazy 0-d array: computed every statement)
@@ -86,6 +105,7 @@ def statements(xp: Any, n: int) -> dict[str, tuple[Callable[[int], None], int]]:
 
     return {"floyd-row": (floyd_row, 2 * n), "shift": (shift, n), "durbin": (durbin, 2 * n),
             "seidel-row": (seidel_row, n - 2), "seidel-elem": (seidel_elem, n),
+            "nussinov": (nussinov, n), "trisolv": (trisolv, n), "cholesky": (cholesky, n),
             "zero-d": (zero_d, n)}
 
 
