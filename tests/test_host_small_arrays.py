@@ -1,0 +1,87 @@
+"""Whole small concrete arrays on the CPU device taken by fuseloop.host_eager as its
+small views are (issue 26, NPBench's nbody on preset S): ``m.T`` of a concrete array
+is a HostArray viewing its memory (operators on it are computed at once, not built
+into a lazy tree for the host path to evaluate), and ``a += v`` of a value made at
+once is numpy's in-place operation with no buffer given to ``v``.
+
+As in tests/test_host_eager.py the host path is on here (the session turns it off).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuseloop as fl
+from fuseloop import host_eager
+
+
+def test_transpose_of_a_small_concrete_array_is_a_view_made_here(host):
+    """nbody's ``mass * mass.T`` and ``x.T - x``: HostArrays computed at once, no lazy
+    node; the transposed view shares its base's memory both ways."""
+    rng = np.random.default_rng(7)
+    m0, p0 = rng.random((6, 1)), rng.random((6, 3))
+    m, p = fl.asarray(m0), fl.asarray(p0)
+    fl.reset_stats()
+    mt = m.T
+    assert type(mt) is host_eager.HostArray and mt.shape == (1, 6)
+    mm = m * mt
+    x = p[:, 0:1]
+    dx = x.T - x
+    assert type(mm) is host_eager.HostArray and type(dx) is host_eager.HostArray
+    assert fl.stats()["host_evaluations"] == 0 and fl.stats()["kernels_launched"] == 0
+    np.testing.assert_array_equal(mm.get(), m0 * m0.T)
+    np.testing.assert_array_equal(dx.get(), p0[:, 0:1].T - p0[:, 0:1])
+    mt[0, 2] = -3.0  # (a write through the view reaches the base, and back)
+    m0.T[0, 2] = -3.0
+    np.testing.assert_array_equal(m.get(), m0)
+    m[4, 0] = 9.0
+    m0[4, 0] = 9.0
+    np.testing.assert_array_equal(mt.get(), m0.T)
+
+
+def test_transpose_of_a_value_made_here_shares_its_memory(host):
+    """``v.T`` of a value made at once (no buffer yet): a view of the same elements
+    (it is given its buffer first, so later writes to either show in both)."""
+    a0 = np.arange(12, dtype=np.float32).reshape(3, 4)
+    v = fl.asarray(a0)[0:3, 0:4] * 2
+    vt = v.T
+    assert type(vt) is host_eager.HostArray and vt.dtype == np.float32
+    want = a0 * 2
+    np.testing.assert_array_equal(vt.get(), want.T)
+    v[1, 1] = 100.0
+    want[1, 1] = 100.0
+    np.testing.assert_array_equal(vt.get(), want.T)
+    vt[3, 0] = -1.0
+    want[0, 3] = -1.0
+    np.testing.assert_array_equal(v.get(), want)
+
+
+def test_large_or_lazy_transposes_stay_views_of_leaves(host):
+    """Beyond the eager limit, or of a lazy array: the general path's transpose."""
+    big = fl.asarray(np.ones((100, 100)))
+    assert type(big.T) is fl.Array
+    lazy = fl.asarray(np.ones((3, 2))) + 1
+    assert type(lazy.T) is fl.Array and lazy.T.shape == (2, 3)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32])
+def test_inplace_update_by_a_value_made_here_needs_no_buffer(host, dtype):
+    """nbody's ``vel += acc * dt / 2.0``: numpy's in-place operation, the value made at
+    once given no buffer; an int target with a float value is numpy's casting error."""
+    rng = np.random.default_rng(8)
+    v0 = (rng.random((5, 3)) * 10).astype(dtype)
+    a0 = (rng.random((5, 3)) * 10).astype(dtype)
+    vel, acc = fl.asarray(v0), fl.asarray(a0)
+    step = acc[:, :] * 2
+    assert type(step) is host_eager.HostArray and step._buf is None
+    before = host_eager.counts["materialised"]
+    fl.reset_stats()
+    vel += step
+    assert host_eager.counts["materialised"] == before and step._buf is None
+    assert fl.stats()["kernels_launched"] == 0
+    np.testing.assert_array_equal(vel.get(), v0 + a0 * 2)
+    if dtype == np.int32:
+        with pytest.raises(Exception, match="same_kind"):
+            vel += acc[:, :] * 0.5
+        np.testing.assert_array_equal(vel.get(), v0 + a0 * 2)
