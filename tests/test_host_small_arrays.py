@@ -1,8 +1,9 @@
-"""Whole small concrete arrays on the CPU device taken by fuseloop.host_eager as its
-small views are (issue 26, NPBench's nbody on preset S): ``m.T`` of a concrete array
-is a HostArray viewing its memory (operators on it are computed at once, not built
-into a lazy tree for the host path to evaluate), and ``a += v`` of a value made at
-once is numpy's in-place operation with no buffer given to ``v``.
+"""Small values on the CPU device computed at once by numpy (issue 26, NPBench's nbody
+and contour_integral on preset S): ``m.T`` of a small concrete array is a HostArray
+viewing its memory (operators on it are computed at once, not built into a lazy tree
+for the host path to evaluate); ``a += v`` of a value made at once is numpy's in-place
+operation with no buffer given to ``v``; the complex elements of ``for z in pts`` are
+raised to powers, multiplied and measured (``abs``) at once, as numpy computes them.
 
 As in tests/test_host_eager.py the host path is on here (the session turns it off).
 """
@@ -14,6 +15,7 @@ import pytest
 
 import fuseloop as fl
 from fuseloop import host_eager
+from fuseloop.expr.nodes import Scalar
 
 
 def test_transpose_of_a_small_concrete_array_is_a_view_made_here(host):
@@ -85,3 +87,31 @@ def test_inplace_update_by_a_value_made_here_needs_no_buffer(host, dtype):
         with pytest.raises(Exception, match="same_kind"):
             vel += acc[:, :] * 0.5
         np.testing.assert_array_equal(vel.get(), v0 + a0 * 2)
+
+
+def test_complex_elements_power_and_abs_are_numpys_at_once(host):
+    """contour_integral's ``zz = np.power(z, e)``, ``Tz += zz * Ham[n]`` and
+    ``abs(z) < 1.0`` for the complex elements ``z`` of ``for z in pts``: numpy's
+    values, computed at once (no lazy node, nothing launched), numpy's dtypes."""
+    pts0 = np.array([1 + 2j, 0.5 - 0.25j, -0.3 + 0.1j])
+    ham0 = np.arange(2 * 3 * 3).reshape(2, 3, 3) * (0.5 - 1j)
+    pts, ham = fl.asarray(pts0), fl.asarray(ham0)
+    tz = fl.zeros((3, 3), dtype=np.complex128)
+    want = np.zeros((3, 3), dtype=np.complex128)
+    fl.reset_stats()
+    for z, z0 in zip(pts, pts0):
+        for n, e in enumerate((1.5, -0.5)):
+            zz = fl.power(z, e)
+            assert type(zz._node) is Scalar and zz.dtype == np.complex128
+            tz += zz * ham[n]
+            want += np.power(z0, e) * ham0[n]
+            assert zz.get() == np.power(z0, e)
+        a = abs(z)
+        assert type(a._node) is Scalar and a.dtype == np.float64 and a.get() == abs(z0)
+        assert bool(a < 1.0) == bool(abs(z0) < 1.0)
+        assert (-z).get() == -z0
+        q = z / (z * 2.0 - 1.0)
+        assert q.get() == z0 / (z0 * 2.0 - 1.0) and q.dtype == np.complex128
+    # (one evaluation per ``tz +=``: the write; nothing else evaluated, nothing launched)
+    assert fl.stats()["kernels_launched"] == 0 and fl.stats()["host_evaluations"] == 6
+    np.testing.assert_array_equal(tz.get(), want)
