@@ -412,7 +412,8 @@ def transposed(x: Array) -> HostArray | None:
     array is (host_eager.getitem), so the operators on it are computed here (nbody's
     ``x.T - x``, ``mass * mass.T``: a lazy tree per step evaluated by the host path);
     None: the general path (a leaf view, lazy for a lazy ``x``)."""
-    if not (_host._host_devices.get(x.device.index) or _host.host_device(x.device)) or _off():
+    on_host = _host._host_devices.get(x.device.index)  # (a GPU's: False, once asked)
+    if not (on_host or (on_host is None and _host.host_device(x.device))) or _off():
         return None
     if type(x) is not HostArray:
         if x._storage is None or x._shape == () or type(v := getitem(x, ())) is not HostArray:

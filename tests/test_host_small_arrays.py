@@ -115,3 +115,20 @@ def test_complex_elements_power_and_abs_are_numpys_at_once(host):
     # (one evaluation per ``tz +=``: the write; nothing else evaluated, nothing launched)
     assert fl.stats()["kernels_launched"] == 0 and fl.stats()["host_evaluations"] == 6
     np.testing.assert_array_equal(tz.get(), want)
+
+
+def test_broadcasts_of_small_views_are_numpys_or_the_general_paths(host):
+    """``x.T - x`` broadcast by numpy here; shapes that do not broadcast raise the
+    general path's error; a broadcast beyond ``BROADCAST_MAX`` is left lazy."""
+    p0 = np.random.default_rng(9).random((200, 3))
+    p = fl.asarray(p0)
+    x, w = p[0:20, 0:1], p[0:20, 0:2]
+    got = x.T - x
+    assert type(got) is host_eager.HostArray
+    np.testing.assert_array_equal(got.get(), p0[0:20, 0:1].T - p0[0:20, 0:1])
+    with pytest.raises(Exception, match="broadcast"):
+        (w.T - w).get()
+    col, row = p[0:200, 0:1], p[0:200, 1:2].T  # (40000 elements: more than BROADCAST_MAX)
+    big = col * row
+    assert type(big) is not host_eager.HostArray
+    np.testing.assert_array_equal(big.get(), p0[:, 0:1] * p0[:, 1:2].T)
