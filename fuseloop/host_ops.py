@@ -209,14 +209,12 @@ def binary0(op: str, a: Any, b: Any) -> Any:
         return None
     Array = _Array or _bind()
     ta, tb = type(a), type(b)
-    if ta is _Held or tb is _Held:  # (a ufunc's Held operand, ``np.power(z, e)``: its
-        if ta is _Held:  # value as a plain array's, a Scalar node)
-            a = a._plain()
-            ta = type(a)
-        if tb is _Held:
-            b = b._plain()
-            tb = type(b)
     if ta is not Array and tb is not Array:
+        if ta is _Held or tb is _Held:  # (a ufunc function's Held operand, ``np.power(z,
+            # e)`` of an element of ``for z in pts``: its value as a plain array's)
+            pa, pb = a._plain() if ta is _Held else a, b._plain() if tb is _Held else b
+            if type(pa) is Array or type(pb) is Array:  # (a Held no longer holding one: not)
+                return binary0(op, pa, pb)
         return None  # (a subclass's operand: fuseloop.host_eager's, or the general path)
     held = _held0(op, a, b, ta, tb, Array)
     if held is None:  # (an element of a buffer among the operands)

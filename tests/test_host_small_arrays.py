@@ -132,3 +132,15 @@ def test_broadcasts_of_small_views_are_numpys_or_the_general_paths(host):
     big = col * row
     assert type(big) is not host_eager.HostArray
     np.testing.assert_array_equal(big.get(), p0[:, 0:1] * p0[:, 1:2].T)
+
+
+def test_ufunc_functions_of_held_elements_are_numpys_at_once(host):
+    """``np.power(z, e)``, ``np.power(e, z)`` and ``np.multiply(z, w)`` of held complex
+    elements: numpy scalars' values, computed at once."""
+    for vals in (np.array([1 + 2j, 0.5 - 1j]), np.array([0.5j, 3 - 1j], np.complex64)):
+        z, w = iter(fl.asarray(vals))
+        for got, want in ((fl.power(z, 2.5), np.power(vals[0], 2.5)),
+                          (fl.power(2.0, w), np.power(2.0, vals[1])),
+                          (fl.multiply(z, w), vals[0] * vals[1])):
+            assert type(got._node) is Scalar and got.dtype == want.dtype
+            assert got.get() == want
