@@ -279,8 +279,9 @@ def power(x: HostArray, e: Any) -> Array | None:
     if (type(e) is not int and type(e) is not float) or x.dtype.kind != "f" or _off():
         return None
     fast = _FAST_POWERS.get(e)
-    if fast is not None:
-        return apply(fast, (x,))
+    if fast is not None:  # (unary's steps for one operand, else apply's general ones)
+        got = unary(fast, x)
+        return got if got is not None else apply(fast, (x,))
     if not math.isfinite(e) or e in (0, 1) or (2 * e) % 1 or abs(2 * e) > 8:
         return None  # (pow: the operator's path, which comes back to apply)
     if x._buf is not None:
