@@ -661,8 +661,11 @@ class Array(ArrayProtocol, ShapeMethods):
         _setitem(self, key, value, held)
 
     def _inplace(self, op: str, other: Any) -> Array:
-        if host_inplace(self, op, other) or (type(other) is _HostArray and _eager_inplace(
-                self, op, other)):  # (small, on a CPU device: numpy, in place)
+        # (small, on a CPU device: numpy, in place; a value made here, nbody's
+        # ``vel += acc * dt``, by numpy first: host_inplace reads operands' buffers)
+        made = type(other) is _HostArray and other._buf is None
+        if (made and _eager_inplace(self, op, other)) or host_inplace(self, op, other) or (
+                type(other) is _HostArray and not made and _eager_inplace(self, op, other)):
             return self
         if self._storage is None and _inplace_lazy(self, op, other):
             return self  # (no buffer to write: the expression takes the array's place)

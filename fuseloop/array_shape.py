@@ -37,6 +37,17 @@ def _ops() -> type[_Ops]:
     return _Ops
 
 
+# fuseloop.host_products.transposed, bound on first use (as _ops)
+_host_transposed: list[Any] = [None]
+
+
+def _bind_host() -> Any:
+    from .host_products import transposed
+
+    _host_transposed[0] = transposed
+    return transposed
+
+
 class ShapeMethods:
     """Views, reshapes and contractions (see :mod:`fuseloop.ops.shape`)."""
 
@@ -72,6 +83,9 @@ class ShapeMethods:
         node = self._node
         if type(node) is not Leaf:
             return self.transpose()
+        if self._storage is not None and (
+                got := (_host_transposed[0] or _bind_host())(self)) is not None:
+            return got  # (small, on a CPU device: a HostArray, as its small views are)
         # (affine_view's leaf view of the reversing map: the strides reversed)
         strides = node.strides
         return _leaf_transposed(self, node, node.shape[::-1],

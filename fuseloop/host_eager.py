@@ -436,16 +436,10 @@ def _as(value: Any, kind: Any, dtype: np.dtype) -> Any:
 def _fits(values: list) -> bool:
     """Whether the broadcast of ``values`` is small enough for numpy here: at most
     ``BROADCAST_MAX`` elements (and 4 x the host path's limit)."""
-    shapes = [np.shape(v) for v in values]
-    shape = shapes[0]
-    for s in shapes[1:]:
-        if s != shape:
-            try:
-                shape = np.broadcast_shapes(*shapes)
-            except ValueError:
-                return False  # (the general path raises its error)
-            break
-    n = _host._size(shape)
+    try:  # (numpy's broadcast object: its size, no Python-level shape walk)
+        n = np.broadcast(*values).size
+    except ValueError:
+        return False  # (the general path raises its error)
     return 0 < n <= BROADCAST_MAX and n <= 4 * _host.HOST_MAX_WORK
 
 

@@ -31,6 +31,7 @@ from . import host_writes as _writes
 from .array import Array
 from .expr.nodes import _EMPTY, Scalar
 from .host_eager import _scalar_array
+from .host_products import unary as _unary
 from .stats import tallies as _tallies
 from .trace_hooks import trace_checks
 
@@ -250,6 +251,22 @@ for _name, _op in _INPLACE.items():
     setattr(Held, _name, _held_inplace(_op))
 
 _writes.held_type[0] = Held  # (``x[i] = b``: host_writes' element write)
+_ops._Held = Held  # (a ufunc function's operand: host_ops.binary0)
+
+
+def _held_unary(op: str, general: Any) -> Any:
+    """Held's unary operator ``op`` (contour_integral's ``abs(z)`` of a complex
+    element): the value as a plain array's computed at once by
+    :func:`fuseloop.host_products.unary`, else the plain array's operator."""
+    def method(self: Any) -> Any:
+        got = _unary(op, self._plain()) if self._v is not None else None
+        return got if got is not None else general(self._plain())
+    method.__name__ = method.__qualname__ = general.__name__
+    return method
+
+
+for _name, _op in (("__neg__", "negative"), ("__abs__", "absolute")):
+    setattr(Held, _name, _held_unary(_op, getattr(Array, _name)))
 
 # (Array's operators made by fuseloop.array._lean_binary, named by their ufunc: as
 # host_eager sets HostArray's; ``__pow__`` rewrites small powers first: the plain one)

@@ -123,6 +123,7 @@ _ELEMENTS = (Leaf, Scalar)
 _loops0: dict[tuple, Any] = {}
 # fuseloop.array's names, bound at the first call (array.py imports this module)
 _Array: Any = None
+_Held: Any = None  # (fuseloop.host_held.Held, set there)
 _ufunc_loop: Any = None
 _weak_scalar: Any = None
 _weak_scalars: Any = None
@@ -158,7 +159,17 @@ def _loop0(op: str, ka: Any, kb: Any) -> Any:
     except (TypeError, ValueError):
         return False  # (the general path raises numpy's error)
     fn = _host.scalar_fn(op, key)
+    if fn is None and op in _COMPLEX_HELD and key[-1] in _host._COMPLEX \
+            and all(c in _host._HOST_DTYPES for c in key):
+        return loop, _COMPLEX_HELD[op], True  # (numpy's ufunc on the two scalars)
     return False if fn is None else (loop, fn, op not in _NEVER_WARN0)
+
+
+# complex values held here (contour_integral's ``np.power(z, e)``, ``zz * w`` of the
+# elements ``z`` of a complex array): numpy's ufunc on the two numpy scalars, the loop
+# numpy's own arrays and scalars take (numpy scalars' complex operators are that loop too)
+_COMPLEX_HELD = {op: getattr(np, op) for op in (
+    "add", "subtract", "multiply", "true_divide", "power")}
 
 
 # numpy scalars' operators that set no floating-point error flag for any operand (a
@@ -199,6 +210,11 @@ def binary0(op: str, a: Any, b: Any) -> Any:
     Array = _Array or _bind()
     ta, tb = type(a), type(b)
     if ta is not Array and tb is not Array:
+        if ta is _Held or tb is _Held:  # (a ufunc function's Held operand, ``np.power(z,
+            # e)`` of an element of ``for z in pts``: its value as a plain array's)
+            pa, pb = a._plain() if ta is _Held else a, b._plain() if tb is _Held else b
+            if type(pa) is Array or type(pb) is Array:  # (a Held no longer holding one: not)
+                return binary0(op, pa, pb)
         return None  # (a subclass's operand: fuseloop.host_eager's, or the general path)
     held = _held0(op, a, b, ta, tb, Array)
     if held is None:  # (an element of a buffer among the operands)

@@ -24,7 +24,9 @@ from .host_eager import (
     _base,
     _counted,
     _errors,
+    _materialise,
     _new,
+    _new_host,
     _off,
     _op_entry,
     _operand,
@@ -34,6 +36,7 @@ from .host_eager import (
     _value,
     apply,
     compute,
+    getitem,
 )
 from .stats import tallies as _tallies
 
@@ -276,8 +279,9 @@ def power(x: HostArray, e: Any) -> Array | None:
     if (type(e) is not int and type(e) is not float) or x.dtype.kind != "f" or _off():
         return None
     fast = _FAST_POWERS.get(e)
-    if fast is not None:
-        return apply(fast, (x,))
+    if fast is not None:  # (unary's steps for one operand, else apply's general ones)
+        got = unary(fast, x)
+        return got if got is not None else apply(fast, (x,))
     if not math.isfinite(e) or e in (0, 1) or (2 * e) % 1 or abs(2 * e) > 8:
         return None  # (pow: the operator's path, which comes back to apply)
     if x._buf is not None:
@@ -401,6 +405,35 @@ def triangle(a: HostArray, k: Any, upper: bool) -> Array | None:
     out = np.triu(a._np, k) if upper else np.tril(a._np, k)
     _count_operation()
     return _result(out, a.device)
+
+
+def transposed(x: Array) -> HostArray | None:
+    """``x.T`` of a small concrete array or HostArray of a host device: a HostArray
+    viewing the same memory (numpy's reversed strides), as a small view of a concrete
+    array is (host_eager.getitem), so the operators on it are computed here (nbody's
+    ``x.T - x``, ``mass * mass.T``: a lazy tree per step evaluated by the host path);
+    None: the general path (a leaf view, lazy for a lazy ``x``)."""
+    on_host = _host._host_devices.get(x.device.index)  # (a GPU's: False, once asked)
+    if not (on_host or (on_host is None and _host.host_device(x.device))) or _off():
+        return None
+    if type(x) is not HostArray:
+        if x._storage is None or x._shape == () or type(v := getitem(x, ())) is not HostArray:
+            return None
+        x = v
+    elif x._buf is None:
+        _materialise(x)  # (the view must share its base's memory: the buffer's, as _base)
+    out = _new_host(x._np.T, x._shape[::-1], x.dtype, x.device, x._buf)
+    out._key = None
+    return out
+
+
+def _host_t(self: HostArray) -> Array:
+    got = transposed(self)
+    return got if got is not None else _array_t(self)
+
+
+_array_t = Array.T.fget  # type: ignore[attr-defined]
+HostArray.T = property(_host_t)  # type: ignore[assignment]
 
 
 def unary(op: str, x: Any) -> Array | None:
