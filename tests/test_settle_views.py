@@ -1,0 +1,83 @@
+"""A lazy array holding a node that runs as a kernel of its own (a reduction broadcast
+back) is evaluated at its second view (fuseloop.ops.settle): a loop of statements that
+each read a view of it launches one kernel per statement, not the reductions again."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import fuseloop as fl
+from fuseloop.ops import settle
+from launch_counts import counted
+
+
+def _normalised(h: np.ndarray) -> tuple[fl.Array, np.ndarray]:
+    """A batch normalisation as NPBench's resnet writes it (means and deviations over
+    axis 0, broadcast back), lazy, and numpy's value."""
+    x = fl.asarray(h)
+    lazy = fl.maximum((x - fl.mean(x, axis=0, keepdims=True))
+                      / fl.sqrt(fl.std(x, axis=0, keepdims=True) + 1e-5), 0)
+    want = np.maximum((h - h.mean(axis=0, keepdims=True))
+                      / np.sqrt(h.std(axis=0, keepdims=True) + 1e-5), 0)
+    return lazy, want
+
+
+def _windows(x: fl.Array, n: int) -> fl.Array:
+    """A 3 x 3 window sum per position of a row, one statement each (a convolution's
+    loop)."""
+    out = fl.empty((x.shape[0], n, x.shape[3]), dtype=x.dtype)
+    for j in range(n):
+        out[:, j, :] = fl.sum(x[:, 0:3, j:j + 3, :], axis=(1, 2))
+    return out
+
+
+def test_views_of_a_normalised_array_launch_once_each(device_path):
+    rng = np.random.default_rng(3)
+    h = rng.random((4, 6, 12, 5))
+    # (a first structure warms the kernels: the counted loop launches, builds nothing)
+    warm, _ = _normalised(h)
+    _windows(warm, 10).get()
+    lazy, want = _normalised(h)
+    done = counted(lambda: _windows(lazy, 10).get())
+    # the array once (its reductions and itself: two or three kernels), then one a view
+    assert done.launches <= 10 + 3
+    assert not lazy.is_lazy
+    expect = np.stack([want[:, 0:3, j:j + 3, :].sum(axis=(1, 2)) for j in range(10)], axis=1)
+    np.testing.assert_allclose(done.value, expect, rtol=1e-12)
+
+
+def test_one_view_stays_a_pushed_down_read(device_path):
+    rng = np.random.default_rng(4)
+    h = rng.random((5, 40))
+    x = fl.asarray(h)
+    lazy = x - fl.mean(x, axis=0)
+    part = lazy[:, :3]
+    assert lazy.is_lazy  # (one view: the array's other columns are never computed)
+    np.testing.assert_allclose(part.get(), (h - h.mean(axis=0))[:, :3], rtol=1e-12)
+
+
+def test_elementwise_arrays_are_not_settled(device_path):
+    x = fl.asarray(np.arange(12.0))
+    lazy = x * 2 + 1
+    for i in range(3):
+        np.testing.assert_array_equal(lazy[i:i + 2].get(), (np.arange(12.0) * 2 + 1)[i:i + 2])
+    assert lazy.is_lazy  # (a view of an elementwise expression is its own fused read)
+
+
+def test_a_reused_id_is_not_taken_for_the_array_viewed_before(device_path):
+    x = fl.asarray(np.arange(20.0).reshape(4, 5))
+    first = x - fl.mean(x, axis=0)
+    first[0]
+    key = id(first)
+    del first
+    second = x - fl.max(x, axis=0)
+    second[1]
+    assert second.is_lazy or id(second) != key
+
+
+def test_views_of_a_reduction_stay_lazy(device_path):
+    h = np.arange(60.0).reshape(3, 4, 5)
+    s = fl.asarray(h).sum(axis=0)
+    np.testing.assert_array_equal(s[0].get(), h.sum(axis=0)[0])
+    np.testing.assert_array_equal(s[1:].get(), h.sum(axis=0)[1:])
+    assert s.is_lazy  # (each view is one kernel computing its own part)
