@@ -24,9 +24,12 @@ Neither applies while an ``fl.fuse`` trace runs (a traced value has no value yet
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..trace_hooks import trace_checks
+
+if TYPE_CHECKING:
+    from ..array import Array
 
 #: the lazy arrays viewed once, by id (their weak references tell a reused id apart);
 #: emptied when it reaches :data:`VIEWED_MAX` entries (a loop views the same few)
@@ -34,14 +37,14 @@ _viewed: dict[int, weakref.ref] = {}
 VIEWED_MAX = 64
 
 
-def settle_viewed(arr: Any) -> None:
+def settle_viewed(arr: Array) -> None:
     """Evaluate the lazy ``arr`` (an :class:`~fuseloop.array.Array` whose elementwise
     node holds a ``fancy`` one) if it was viewed before; otherwise remember that it was."""
     if trace_checks:
         return
     key = id(arr)
     ref = _viewed.get(key)
-    if ref is not None and ref() is arr:
+    if ref is not None and ref() is arr:  # (a dead array's id, reused: not this one)
         del _viewed[key]
         arr.eval()
         return
@@ -50,7 +53,7 @@ def settle_viewed(arr: Any) -> None:
     _viewed[key] = weakref.ref(arr)
 
 
-def settle_gathered(arr: Any) -> None:
+def settle_gathered(arr: Array) -> None:
     """Evaluate ``arr`` when it is unevaluated and reads through a gather (or another
     non-elementwise node) and is about to be gathered again (see the module)."""
     if arr._storage is None and arr._node.fancy and not trace_checks:
