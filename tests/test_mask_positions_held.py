@@ -58,3 +58,14 @@ def test_a_written_mask_is_compacted_again(device_path):
     m2 = fl.asarray(c.real > 0)
     m[...] = m2  # (copied from another array)
     np.testing.assert_array_equal(x[m].get(), z.real[c.real > 0])
+
+
+def test_positions_go_with_their_mask(device_path):
+    from fuseloop.ops import masks
+
+    x = fl.asarray(np.arange(50.0))
+    m = x > 20
+    x[m].get()
+    assert any(h.owner() is m for h in masks._held)
+    del m
+    assert not any(h.owner() is None for h in masks._held)

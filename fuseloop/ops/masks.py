@@ -20,6 +20,7 @@ read evaluated, and the positions are made afresh.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -64,14 +65,21 @@ class _Held(NamedTuple):
 
     mask: Storage  # (the mask's buffer, filled in C order)
     size: int
+    owner: weakref.ref  # (the array applied: once it is gone, so are the positions)
     watch: Array  # a lazy read of the whole buffer: evaluated once anything writes it
     positions: Storage
     found: int  # (how many)
 
 
-#: the masks applied last, newest last (each keeps its buffer and positions alive)
+#: the masks applied last, newest last (each keeps its buffer and positions alive while
+#: its array lives)
 _held: list[_Held] = []
 HELD_MAX = 4
+
+
+def _forget(owner: weakref.ref) -> None:
+    """Drop the positions of a mask array that is gone (its weak reference's callback)."""
+    _held[:] = [h for h in _held if h.owner is not owner]
 
 
 def _held_positions(mask: Array) -> Array:
@@ -92,7 +100,8 @@ def _held_positions(mask: Array) -> Array:
                               mask.shape), mask.device)
     if len(_held) >= HELD_MAX:
         del _held[0]
-    _held.append(_Held(storage, size, watch, positions, count))  # type: ignore[arg-type]
+    assert storage is not None  # (evaluated above)
+    _held.append(_Held(storage, size, weakref.ref(mask, _forget), watch, positions, count))
     return Array._concrete(positions, np.dtype(np.int64), (count,))
 
 
