@@ -58,12 +58,28 @@ def test_one_view_stays_a_pushed_down_read(device_path):
     np.testing.assert_allclose(part.get(), (h - h.mean(axis=0))[:, :3], rtol=1e-12)
 
 
-def test_elementwise_arrays_are_not_settled(device_path):
-    x = fl.asarray(np.arange(12.0))
+def test_a_stencil_of_an_elementwise_temporary_stays_one_kernel(device_path):
+    h = np.arange(40.0)
+    x = fl.asarray(h)
     lazy = x * 2 + 1
-    for i in range(3):
-        np.testing.assert_array_equal(lazy[i:i + 2].get(), (np.arange(12.0) * 2 + 1)[i:i + 2])
-    assert lazy.is_lazy  # (a view of an elementwise expression is its own fused read)
+    done = counted(lambda: (lazy[:-4] + lazy[1:-3] + lazy[2:-2] + lazy[3:-1]
+                            + lazy[4:]).get(), warm=False)
+    assert lazy.is_lazy and done.launches == 1
+    t = h * 2 + 1
+    np.testing.assert_array_equal(done.value, t[:-4] + t[1:-3] + t[2:-2] + t[3:-1] + t[4:])
+
+
+def test_a_loop_of_windows_of_an_elementwise_array_reads_its_buffer(device_path):
+    h = np.random.default_rng(5).random((3, 20, 4))
+    x = fl.asarray(h)
+    lazy = fl.maximum(x - 0.5, 0)
+    out = fl.empty((3, 10, 4), dtype=x.dtype)
+    for j in range(10):
+        out[:, j, :] = fl.max(lazy[:, 2 * j:2 * j + 2, :], axis=1)
+        # (views before the ninth are pushed down; from it on, the buffer is read)
+        assert lazy.is_lazy == (j < settle.PLAIN_VIEWS - 1)
+    t = np.maximum(h - 0.5, 0)
+    np.testing.assert_array_equal(out.get(), t.reshape(3, 10, 2, 4).max(axis=2))
 
 
 def test_a_reused_id_is_not_taken_for_the_array_viewed_before(device_path):
@@ -71,7 +87,7 @@ def test_a_reused_id_is_not_taken_for_the_array_viewed_before(device_path):
     first = x - fl.mean(x, axis=0)
     second = x - fl.max(x, axis=0)
     # (a dead array's entry under the id the new one has: its weak reference is dead)
-    settle._viewed[id(second)] = weakref.ref(first)
+    settle._viewed[id(second)] = (weakref.ref(first), 1)
     del first
     second[1]
     assert second.is_lazy

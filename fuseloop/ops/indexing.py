@@ -478,8 +478,8 @@ def getitem(arr: Array, key: Any) -> Array:
             return out
     hashable = _basic_key(key)
     if hashable is not None:
-        if arr._storage is None and node.fancy and isinstance(node, Apply):
-            settle_viewed(arr)  # (a second view: evaluated once, not per view)
+        if arr._storage is None and isinstance(node, Apply):
+            settle_viewed(arr, node.fancy)  # (viewed again: evaluated once, not per view)
         return _basic_getitem(arr, key, hashable)
     out = _gather_1d(arr, key)
     if out is not None:

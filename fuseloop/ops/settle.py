@@ -13,7 +13,8 @@ three kernels per statement instead of one.
 * :func:`settle_viewed`: the second basic view of the same lazy elementwise array with
   such a node below it evaluates it first (the first view alone keeps the pushed-down
   read: a single ``(x - x.mean(0))[:5]`` computes five rows, not all of them; a view of
-  a reduction itself is one kernel computing that part, nothing computed twice);
+  a reduction itself is one kernel computing that part, nothing computed twice); one
+  without, at its ninth view (a loop reading windows of it: see :data:`PLAIN_VIEWS`);
 * :func:`settle_gathered`: an array read through a gather is evaluated before it is
   gathered again (``X = X[mask]`` in a loop would otherwise nest one gather deeper per
   iteration: a new kernel structure each time, every use redoing the chain).
@@ -31,26 +32,39 @@ from ..trace_hooks import trace_checks
 if TYPE_CHECKING:
     from ..array import Array
 
-#: the lazy arrays viewed once, by id (their weak references tell a reused id apart);
-#: emptied when it reaches :data:`VIEWED_MAX` entries (a loop views the same few)
-_viewed: dict[int, weakref.ref] = {}
+#: the lazy arrays viewed, by id: (weak reference, views so far); the reference tells a
+#: reused id apart.  Emptied when it reaches :data:`VIEWED_MAX` entries (a loop views
+#: the same few)
+_viewed: dict[int, tuple[weakref.ref, int]] = {}
 VIEWED_MAX = 64
+#: the view of a lazy array holding a ``fancy`` node that evaluates it: the second
+FANCY_VIEWS = 2
+#: the view of a lazy elementwise array that evaluates it (each view pushed down to its
+#: leaves costs the host more than a view of a buffer does: a loop's statements
+#: reading windows of ``relu(conv + bias)``, NPBench's lenet); later than a stencil's
+#: views of one lazy temporary within one expression, which stay one fused kernel
+PLAIN_VIEWS = 9
 
 
-def settle_viewed(arr: Array) -> None:
-    """Evaluate the lazy ``arr`` (an :class:`~fuseloop.array.Array` whose elementwise
-    node holds a ``fancy`` one) if it was viewed before; otherwise remember that it was."""
+def settle_viewed(arr: Array, fancy: bool) -> None:
+    """Evaluate the lazy ``arr`` (an :class:`~fuseloop.array.Array` of an elementwise
+    node, holding a ``fancy`` one or not) at its :data:`FANCY_VIEWS`-th or
+    :data:`PLAIN_VIEWS`-th view; count this one."""
     if trace_checks:
         return
     key = id(arr)
-    ref = _viewed.get(key)
-    if ref is not None and ref() is arr:  # (a dead array's id, reused: not this one)
-        del _viewed[key]
-        arr.eval()
-        return
-    if len(_viewed) >= VIEWED_MAX:
-        _viewed.clear()
-    _viewed[key] = weakref.ref(arr)
+    entry = _viewed.get(key)
+    if entry is not None and entry[0]() is arr:  # (a dead array's id, reused: not this one)
+        ref, seen = entry[0], entry[1] + 1
+        if seen >= (FANCY_VIEWS if fancy else PLAIN_VIEWS):
+            del _viewed[key]
+            arr.eval()
+            return
+    else:
+        if len(_viewed) >= VIEWED_MAX:
+            _viewed.clear()
+        ref, seen = weakref.ref(arr), 1
+    _viewed[key] = (ref, seen)
 
 
 def settle_gathered(arr: Array) -> None:
