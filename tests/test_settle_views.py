@@ -76,7 +76,7 @@ def test_a_loop_of_windows_of_an_elementwise_array_reads_its_buffer(device_path)
     out = fl.empty((3, 10, 4), dtype=x.dtype)
     for j in range(10):
         out[:, j, :] = fl.max(lazy[:, 2 * j:2 * j + 2, :], axis=1)
-        # (views before the ninth are pushed down; from it on, the buffer is read)
+        # (views up to the ninth are pushed down; after it, the buffer is read)
         assert lazy.is_lazy == (j < settle.PLAIN_VIEWS - 1)
     t = np.maximum(h - 0.5, 0)
     np.testing.assert_array_equal(out.get(), t.reshape(3, 10, 2, 4).max(axis=2))

@@ -56,7 +56,7 @@ from .index_keys import (
     basic_map,
 )
 from .masks import masked_fill
-from .settle import settle_gathered, settle_viewed
+from .settle import settle_gathered, settled_view
 from .shape import broadcast_to, normalize_axis, ravel, transpose, view
 
 _new = object.__new__
@@ -478,8 +478,8 @@ def getitem(arr: Array, key: Any) -> Array:
             return out
     hashable = _basic_key(key)
     if hashable is not None:
-        if arr._storage is None and isinstance(node, Apply):
-            settle_viewed(arr, node.fancy)  # (viewed again: evaluated once, not per view)
+        if arr._storage is None and isinstance(node, Apply):  # (evaluated once, if viewed again)
+            return settled_view(arr, lambda: _basic_getitem(arr, key, hashable))
         return _basic_getitem(arr, key, hashable)
     out = _gather_1d(arr, key)
     if out is not None:

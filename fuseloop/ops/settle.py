@@ -14,7 +14,8 @@ three kernels per statement instead of one.
   such a node below it evaluates it first (the first view alone keeps the pushed-down
   read: a single ``(x - x.mean(0))[:5]`` computes five rows, not all of them; a view of
   a reduction itself is one kernel computing that part, nothing computed twice); one
-  without, at its ninth view (a loop reading windows of it: see :data:`PLAIN_VIEWS`);
+  without, after its ninth small view (a loop reading windows of it: see
+  :data:`PLAIN_VIEWS`);
 * :func:`settle_gathered`: an array read through a gather is evaluated before it is
   gathered again (``X = X[mask]`` in a loop would otherwise nest one gather deeper per
   iteration: a new kernel structure each time, every use redoing the chain).
@@ -24,7 +25,9 @@ Neither applies while an ``fl.fuse`` trace runs (a traced value has no value yet
 
 from __future__ import annotations
 
+import math
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..trace_hooks import trace_checks
@@ -39,11 +42,26 @@ _viewed: dict[int, tuple[weakref.ref, int]] = {}
 VIEWED_MAX = 64
 #: the view of a lazy array holding a ``fancy`` node that evaluates it: the second
 FANCY_VIEWS = 2
-#: the view of a lazy elementwise array that evaluates it (each view pushed down to its
-#: leaves costs the host more than a view of a buffer does: a loop's statements
-#: reading windows of ``relu(conv + bias)``, NPBench's lenet); later than a stencil's
-#: views of one lazy temporary within one expression, which stay one fused kernel
+#: the small view of a lazy elementwise array that evaluates it (each view pushed down
+#: to its leaves costs the host more than a view of a buffer does: a loop's statements
+#: reading windows of ``relu(conv + bias)``, NPBench's lenet).  Only views of at most
+#: 1 / SMALL_VIEW of the array count: a stencil's shifted windows of one lazy temporary
+#: are nearly as large as it, and fuseloop.passes.shifted_views decides about them
 PLAIN_VIEWS = 9
+SMALL_VIEW = 8
+
+
+def settled_view(arr: Array, make: Callable[[], Array]) -> Array:
+    """``make()``, a basic view of the lazy elementwise ``arr``, with ``arr`` evaluated
+    first at its :data:`FANCY_VIEWS`-th view where it holds a ``fancy`` node, or after
+    its :data:`PLAIN_VIEWS`-th small one (see the module)."""
+    if arr._node.fancy:
+        settle_viewed(arr, True)
+        return make()
+    out = make()
+    if math.prod(out._shape) * SMALL_VIEW <= math.prod(arr._shape):
+        settle_viewed(arr, False)
+    return out
 
 
 def settle_viewed(arr: Array, fancy: bool) -> None:
