@@ -30,7 +30,7 @@ from ..assignment import assign
 from ..creation import asarray
 from ..errors import InvalidIndexError, index_value_out_of_bounds
 from ..evaluate import run
-from ..expr.nodes import Gather, Iota, Leaf, Node, c_strides, fills, intern_sig
+from ..expr.nodes import Apply, Gather, Iota, Leaf, Node, c_strides, fills, intern_sig
 from ..expr.program import Target
 from ..expr.templates import composite_of
 from ..expr.views import affine_view
@@ -56,6 +56,7 @@ from .index_keys import (
     basic_map,
 )
 from .masks import masked_fill
+from .settle import settle_gathered, settled_view
 from .shape import broadcast_to, normalize_axis, ravel, transpose, view
 
 _new = object.__new__
@@ -410,16 +411,6 @@ def _basic_getitem(arr: Array, key: Any, hashable: tuple) -> Array:
     return arr if hit is None else view(arr, *hit)
 
 
-def _settle_gathered(arr: Array) -> None:
-    """Evaluate ``arr`` when it is unevaluated and reads through a gather (or another
-    non-elementwise node) and is about to be gathered again.  ``X = X[mask]`` (or
-    ``X = X[mask] * c``) in a loop (NPBench's mandelbrot2) otherwise nests one gather
-    deeper per iteration: a new kernel structure per iteration (built and compiled each
-    time) whose work grows with the depth, every use of ``X`` redoing it."""
-    if arr._storage is None and arr._node.fancy and not trace_checks:
-        arr.eval()
-
-
 def _gather_1d(arr: Array, key: Any) -> Array | None:
     """``arr[idx]`` for a 1-D ``arr`` (of a nonzero length) and one non-empty integer
     array ``idx`` of its device: the gather the general path makes (checked, its
@@ -429,7 +420,7 @@ def _gather_1d(arr: Array, key: Any) -> Array | None:
             or key.device is not arr.device or key.dtype.kind not in "iu" \
             or not math.prod(key._shape) or trace_checks:
         return None
-    _settle_gathered(arr)
+    settle_gathered(arr)
     # (indices whose values a host copy holds (see ops.host_mirror) are checked here:
     # a gather that neither checks nor reads its flag back)
     held = _host_mirror.values(key)
@@ -487,6 +478,8 @@ def getitem(arr: Array, key: Any) -> Array:
             return out
     hashable = _basic_key(key)
     if hashable is not None:
+        if arr._storage is None and isinstance(node, Apply):  # (evaluated once, if viewed again)
+            return settled_view(arr, lambda: _basic_getitem(arr, key, hashable))
         return _basic_getitem(arr, key, hashable)
     out = _gather_1d(arr, key)
     if out is not None:
@@ -510,7 +503,7 @@ def getitem(arr: Array, key: Any) -> Array:
         # (a key of device index arrays: its chain of views and gathers copied from the
         # one built for the same structures before; copies only where nothing depends
         # on the index values: composite_of records no subtree holding a new buffer)
-        _settle_gathered(arr)
+        settle_gathered(arr)
         statics, arrays = copied
         return composite_of("getitem", (arr, *arrays), lambda: _fancy(arr, key), statics)
     return _fancy(arr, key)
@@ -520,7 +513,7 @@ def _fancy(arr: Array, key: Any) -> Array:
     """``arr[key]`` by numpy's advanced-indexing rules (the general path)."""
     split = _split(arr, key)
     if split.arrays:
-        _settle_gathered(arr)
+        settle_gathered(arr)
     out = _basic_view(arr, split.basic)
     if not split.arrays:
         return out

@@ -7,12 +7,21 @@ of its true elements and their count, and the count is read back.  Everything
 after that is an ordinary lazy gather or scatter.  ``x[mask] = v`` with a value
 that does not depend on the selection's length needs no positions at all: it is
 ``where(mask, v, x)``, written in place in one kernel.
+
+A mask applied again before its buffer is written (``Z[I] = Z[I] ** 2 + C[I]``: three
+times) reuses the positions its first application computed (:func:`mask_positions`):
+each compaction reads its count back, a wait for the device.  A lazy read of the whole
+mask, held with the positions, tells whether the buffer was written since: anything
+about to write a buffer evaluates the lazy arrays reading it first
+(:mod:`fuseloop.expr.readers`), so a write by any path, through any view, leaves that
+read evaluated, and the positions are made afresh.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+import weakref
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -20,7 +29,9 @@ from ..array import Array, Constant, _coerce
 from ..assignment import assign, compute
 from ..dtypes import scalar_to
 from ..evaluate import allocate
+from ..expr.nodes import Apply, Storage
 from ..runtime.devices import Device
+from ..trace_hooks import trace_checks
 from .compaction import compact
 
 
@@ -49,6 +60,51 @@ def _unravel(flat: Array, shape: tuple[int, ...]) -> list[Array]:
     return comps
 
 
+class _Held(NamedTuple):
+    """The positions of a boolean mask's true elements, kept for its next application."""
+
+    mask: Storage  # (the mask's buffer, filled in C order)
+    size: int
+    owner: weakref.ref  # (the array applied: once it is gone, so are the positions)
+    watch: Array  # a lazy read of the whole buffer: evaluated once anything writes it
+    positions: Storage
+    found: int  # (how many)
+
+
+#: the masks applied last, newest last (each keeps its buffer and positions alive while
+#: its array lives)
+_held: list[_Held] = []
+HELD_MAX = 4
+
+
+def _forget(owner: weakref.ref) -> None:
+    """Drop the positions of a mask array that is gone (its weak reference's callback)."""
+    _held[:] = [h for h in _held if h.owner is not owner]
+
+
+def _held_positions(mask: Array) -> Array:
+    """:func:`flat_positions` of the boolean ``mask``, found among the held ones where
+    its buffer was not written since they were made (see the module)."""
+    if trace_checks:  # (a traced mask: flat_positions raises the trace's error)
+        return flat_positions(mask)
+    mask.eval()
+    storage, size = mask._storage, mask.size
+    if not size or not mask.is_contiguous:
+        return flat_positions(mask)
+    _held[:] = [h for h in _held if h.watch._storage is None]  # (written since: dropped)
+    for h in _held:
+        if h.mask is storage and h.size == size:
+            return Array._concrete(h.positions, np.dtype(np.int64), (h.found,))
+    positions, count = compact(mask.data, size, mask.device)
+    watch = Array._lazy(Apply("positive", (mask._node,), (mask.dtype, mask.dtype),
+                              mask.shape), mask.device)
+    if len(_held) >= HELD_MAX:
+        del _held[0]
+    assert storage is not None  # (evaluated above)
+    _held.append(_Held(storage, size, weakref.ref(mask, _forget), watch, positions, count))
+    return Array._concrete(positions, np.dtype(np.int64), (count,))
+
+
 def mask_positions(mask: Any, device: Device) -> list[Array]:
     """The integer index arrays equivalent to ``mask`` (lazy per-axis parts of one
     computed position array: they fuse into the gather or scatter using them)."""
@@ -56,7 +112,8 @@ def mask_positions(mask: Any, device: Device) -> list[Array]:
         from ..creation import asarray
 
         mask = asarray(mask, device=device)
-    return _unravel(flat_positions(mask), mask.shape)
+    flat = _held_positions(mask) if mask.dtype.kind == "b" else flat_positions(mask)
+    return _unravel(flat, mask.shape)
 
 
 def nonzero(a: Any) -> tuple[Array, ...]:
