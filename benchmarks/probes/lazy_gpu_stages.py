@@ -33,8 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_host_overhead import import_revisions  # noqa: E402
-from lazy_host_cases import fake_gpu  # noqa: E402
+from compare_host_overhead import import_revisions
+from lazy_host_cases import fake_gpu
 
 CASES = ("small-matvec,vecmat,matmul-8rows,int-max-cols,sum-all-keepdims,argmin-all,"
          "sum-axes02,cross-entropy,logsumexp-rows,chain-32,small-softmax")
