@@ -14,6 +14,9 @@ to the wait's (median, min over ``--repeat`` calls, the waits interleaved):
   queue's finish (which then has nothing to wait for);
 
 then torch's ``torch.cuda.synchronize()`` after a small op, where torch sees CUDA.
+``--torch-first`` makes torch's CUDA context (a tensor on the GPU, one op) before the
+waits are timed: NVIDIA's OpenCL has a context of its own, and two contexts on one GPU
+share it by time slices (the broad suite runs its peers in fuseloop's process).
 Reported, never asserted.
 
     PYTHONPATH=$PWD python benchmarks/probes/lazy_wait_latency.py --device nvidia
@@ -91,13 +94,18 @@ def main() -> None:
     ap.add_argument("--device", default=None)
     ap.add_argument("--n", type=int, default=1024)
     ap.add_argument("--repeat", type=int, default=200)
+    ap.add_argument("--torch-first", action="store_true")
     args = ap.parse_args()
+    if args.torch_first:
+        import torch
+
+        (torch.ones(16, device="cuda") * 2).sum().item()
     if args.device:
         fl.set_device(args.device)
     device = fl.get_device()
     waits = _waits(device)
-    print(f"{device.name} ({device.backend}): us from the call's return to the wait's, "
-          f"median / min of {args.repeat}")
+    print(f"{device.name} ({device.backend}; torch's context first: {args.torch_first}): us "
+          f"from the call's return to the wait's, median / min of {args.repeat}")
     for case in ("elementwise", "matvec"):
         call = _case(case, args.n)
         for _ in range(10):
