@@ -13,7 +13,10 @@ matrix order its square root) and revision, wall microseconds per call, the medi
 * ``lat``: the four together (what the broad suite times), and the kernels per call;
 
 then torch eager's ``lat`` (its call, then ``torch.cuda.synchronize()``) and its host
-part (until the call returns), where torch sees a CUDA device.  Reported, never asserted.
+part (until the call returns), where torch sees a CUDA device.  ``--profile``: instead,
+``cProfile`` of ``--repeat`` calls of each case (the first revision), the functions
+taking the most time themselves (C functions too: a driver's launch, a pool's malloc).
+Reported, never asserted.
 
     PYTHONPATH=$PWD python benchmarks/probes/lazy_gpu_stages.py ../base WT --device nvidia
     FUSELOOP_HOST_PATH=0 python benchmarks/probes/lazy_gpu_stages.py WT --fake-gpu --size 65536
@@ -107,6 +110,25 @@ def _torch(wl: Any, inputs: dict[str, np.ndarray], repeat: int) -> tuple[float, 
     return statistics.median(lat) * 1e6, statistics.median(host) * 1e6
 
 
+def profile(fl: Any, wl: Any, inputs: dict[str, np.ndarray], repeat: int) -> None:
+    """cProfile of ``repeat`` lazy calls (build, evaluation, synchronize) of ``wl``."""
+    import cProfile
+    import io
+    import pstats
+
+    ops, args, _ = _setup(fl, wl, inputs)
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(repeat):
+        _eval(fl, _call(wl, ops, args))
+        fl.synchronize()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(14)
+    text = out.getvalue()
+    print(f"## {wl.name}: {repeat} calls\n" + text[text.index("ncalls"):], flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("revs", nargs="+", help="folders holding fuseloop/, git revisions, WT")
@@ -115,6 +137,7 @@ def main() -> None:
     ap.add_argument("--cases", default=CASES)
     ap.add_argument("--size", type=int, default=1 << 24)
     ap.add_argument("--repeat", type=int, default=60)
+    ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     fls = import_revisions(args.revs, "gs", args.device)
     if args.fake_gpu:
@@ -129,6 +152,9 @@ def main() -> None:
         sizes = (round(args.size ** 0.5),) if wl.kind == "matmul" else wl.sizes or (args.size,)
         for size in sizes:
             inputs = wl.make_inputs(size, np.random.default_rng(0))
+            if args.profile:
+                profile(fls[0], wl, inputs, args.repeat)
+                continue
             runs = []
             for fl in fls:
                 ops, fargs, kernels = _setup(fl, wl, inputs)
