@@ -1,8 +1,6 @@
 """How long ``fl.synchronize()`` takes to see one small kernel finish on a GPU, by the
-way it waits (issue 25: the lazy call's ``wait`` stage).  Session 24 on one H200: 22-26
-us after a small lazy call on NVIDIA's OpenCL, the queue's finish alone 17-20 us (the rest
-is fuseloop's bookkeeping before it), a polled marker no faster; 137-180 us only while
-another process used the same GPU.
+way it waits (issue 25: the lazy call's ``wait`` stage): the driver's finish against a
+polled marker, and fuseloop's bookkeeping before the finish.
 
 Per device and wait, after a lazy call whose one launch is small (``(x * 2 + 1).eval()``
 on ``--n`` float32, or ``A @ v`` at 64 x 64), wall microseconds from the call's return
