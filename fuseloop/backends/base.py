@@ -32,6 +32,7 @@ import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import Any, ClassVar
 
 import numpy as np
@@ -80,6 +81,26 @@ class BuiltProgram:
     backend: str
     handle: Any = field(repr=False)
     kernel_names: tuple[str, ...] = ()
+
+
+#: a launch with at least this many scalar arguments picks those that changed in one C
+#: pass (:func:`scalars_at_once`) rather than checking each in Python
+SCALARS_AT_ONCE = 4
+
+
+def scalars_at_once(scalars: Sequence[tuple[int, int, type]]
+                    ) -> tuple[Callable[[Any], Any], Callable[[Any], Any]] | None:
+    """For a launcher of ``scalars`` (``LaunchSpec.scalars``): getters of this launch's
+    scalar values (from its scalars) and of the kernel object's records of them (from
+    its ``last`` list), in the same order, so that
+    ``compress(scalars, map(is_not, new(c), old(last)))`` is, in C, the scalars whose
+    value object changed; None for fewer than :data:`SCALARS_AT_ONCE`.  A long
+    expression's constants (a Horner polynomial's 17 coefficients) are the same
+    objects every call (``operator_loops``' weak scalars): a Python check of each per
+    launch cost more than the rest of the launch's argument handling."""
+    if len(scalars) < SCALARS_AT_ONCE:
+        return None
+    return itemgetter(*(j for _, j, _ in scalars)), itemgetter(*(i for i, _, _ in scalars))
 
 
 @dataclass(frozen=True)
@@ -426,5 +447,5 @@ class Backend(ABC):
     # }}}
 
 
-__all__ = ["Backend", "BufferPool", "BuiltProgram", "Consts", "DeviceInfo", "LaunchSpec",
-           "Launcher"]
+__all__ = ["SCALARS_AT_ONCE", "Backend", "BufferPool", "BuiltProgram", "Consts", "DeviceInfo",
+           "LaunchSpec", "Launcher", "scalars_at_once"]

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from itertools import compress
+from operator import is_not
 from typing import Any
 from weakref import ref as _weakref
 
@@ -33,7 +35,15 @@ from cupy.cuda import nvrtc as _nvrtc
 from cupy.cuda import runtime as _rt
 
 from ..errors import KernelBuildError, OutOfMemoryError
-from .base import Backend, BufferPool, BuiltProgram, DeviceInfo, Launcher, LaunchSpec
+from .base import (
+    Backend,
+    BufferPool,
+    BuiltProgram,
+    DeviceInfo,
+    Launcher,
+    LaunchSpec,
+    scalars_at_once,
+)
 
 #: what a generated kernel source starts with on CUDA (see the module docstring)
 PRELUDE = r"""// fuseloop's CUDA prelude: the OpenCL C its helpers and hand-written kernels use
@@ -632,6 +642,7 @@ def make_launcher(spec: LaunchSpec) -> Launcher:
     out_pos = spec.outputs
     buf_pos = spec.inputs
     scalar_pos = spec.scalars
+    at_once = scalars_at_once(scalar_pos)  # (many scalars: all compared in one C pass)
     consts = [(i, by_value(v)) for i, v in spec.consts]
     n_args = spec.n_args
     one_output = spec.one_output
@@ -668,7 +679,8 @@ def make_launcher(spec: LaunchSpec) -> Launcher:
                 last[i] = None
                 args[i] = address(x.buffer.ptr)
                 last[i] = wr(x)
-        for i, j, T in scalar_pos:
+        for i, j, T in scalar_pos if at_once is None else compress(
+                scalar_pos, map(is_not, at_once[0](c), at_once[1](last))):
             v = c[j]
             if v is not last[i]:
                 last[i] = None

@@ -16,6 +16,8 @@ import os
 import platform
 import threading
 from collections.abc import Callable, Sequence
+from itertools import compress
+from operator import is_not
 from pathlib import Path
 from typing import Any
 from weakref import ref as _weakref
@@ -35,6 +37,7 @@ from .base import (
     DeviceInfo,
     Launcher,
     LaunchSpec,
+    scalars_at_once,
 )
 
 # pyopencl's public enqueue (in pyopencl 2026.1 the same function object as the
@@ -670,6 +673,7 @@ def _one_output(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
     ((out_i, _),) = spec.outputs
     buf_pos = spec.inputs
     scalar_pos = spec.scalars
+    at_once = scalars_at_once(scalar_pos)  # (many scalars: all compared in one C pass)
     set_arg, set_scalar, wr = _set_arg, _set_scalar, _weakref
     enqueue: Any = _enqueue_nd_range
     g, l = spec.global_size, spec.local_size  # noqa: E741
@@ -690,7 +694,8 @@ def _one_output(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
                     last[i] = None
                     set_arg(k, i, x.buffer)
                     last[i] = wr(x)
-            for i, j, T in scalar_pos:
+            for i, j, T in scalar_pos if at_once is None else compress(
+                    scalar_pos, map(is_not, at_once[0](c), at_once[1](last))):
                 v = c[j]
                 if v is not last[i]:
                     last[i] = None
@@ -706,6 +711,7 @@ def _many_outputs(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
     out_pos = spec.outputs
     buf_pos = spec.inputs
     scalar_pos = spec.scalars
+    at_once = scalars_at_once(scalar_pos)  # (many scalars: all compared in one C pass)
     set_arg, set_scalar, wr = _set_arg, _set_scalar, _weakref
     enqueue: Any = _enqueue_nd_range
     g, l = spec.global_size, spec.local_size  # noqa: E741
@@ -729,7 +735,8 @@ def _many_outputs(spec: LaunchSpec) -> Callable[[Consts], Launcher]:
                     last[i] = None
                     set_arg(k, i, x.buffer)
                     last[i] = wr(x)
-            for i, j, T in scalar_pos:
+            for i, j, T in scalar_pos if at_once is None else compress(
+                    scalar_pos, map(is_not, at_once[0](c), at_once[1](last))):
                 v = c[j]
                 if v is not last[i]:
                     last[i] = None
