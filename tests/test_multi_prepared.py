@@ -62,8 +62,8 @@ def test_split_sum_parts_launched_prepared(three, monkeypatch):
 def test_split_sum_parts_write_held_buffers(three, monkeypatch):
     """A kept split sum combined on the host launches its parts onto the buffers the kept
     call holds (``replay._Held``): from its second kept call on no part allocates its
-    temporaries and result; writes, new arrays and two structures in turn give numpy's
-    sums."""
+    temporaries and result, nor (a part of one launch, ``_Held.one``) makes its pool and
+    argument lists; writes, new arrays and two structures in turn give numpy's sums."""
     rng = np.random.default_rng(6)
     xn, yn = rng.random(30000, np.float32), rng.random(30000, np.float32)
     with fl.device(three):
@@ -82,10 +82,15 @@ def test_split_sum_parts_write_held_buffers(three, monkeypatch):
         float(fl.sum(x * y))
         float(fl.sum(x * x))
     monkeypatch.setattr(multi_replay, "temporaries", temporaries)
+    listed: list[int] = []
+    real_calls = multi_replay._step_calls
+    monkeypatch.setattr(multi_replay, "_step_calls",
+                        lambda steps, *a: listed.append(len(steps)) or real_calls(steps, *a))
     for _ in range(2):
         np.testing.assert_allclose(float(fl.sum(x * y)), dot(xn, yn), rtol=1e-5)
         np.testing.assert_allclose(float(fl.sum(x * x)), dot(xn, xn), rtol=1e-5)
     assert made == []
+    assert listed == []  # (each part one launch onto held buffers: _Held.one)
     x[9990:10010] = 3.0  # (across the first two parts' boundary: the same buffers)
     xn[9990:10010] = 3.0
     np.testing.assert_allclose(float(fl.sum(x * y)), dot(xn, yn), rtol=1e-5)

@@ -309,6 +309,17 @@ class _Staged:
             held = self.held
             pool = storages
             if held is not None:
+                one = held.one
+                if one is not None:  # (its arguments but the inputs made at its first)
+                    go, kernel, last, outs, scs, result = one
+                    queue = prepared.queue
+                    with rt.launch_lock:
+                        if rt.deferred:
+                            rt.flush()
+                        go(outs, storages, [scalars[i] for i in scs] if scs else [], kernel,
+                           last, queue)
+                        rt.submit(queue)
+                    return result
                 pool = held.pool(storages, rt)
             elif prepared.allocs:
                 pool = [*storages, *temporaries(prepared.allocs, device, rt)]
@@ -358,11 +369,16 @@ class _Held:
     ``calls._PartLaunch`` and its prepared launch (``prepared``), used by the thread
     that prepared it only (``_Prepared.valid``)."""
 
-    __slots__ = ("prepared", "temps")
+    __slots__ = ("one", "prepared", "temps")
 
     def __init__(self, prepared: _Prepared) -> None:
         self.prepared = prepared
         self.temps: list[Storage] | None = None
+        #: a plan of one step that reads the part's inputs in order and writes held
+        #: buffers (a split sum's part: one launch): (launch function, kernel object, its
+        #: argument record, the outputs' list, scalar positions, the result), made with
+        #: the buffers, so a launch builds no pool and no argument lists
+        self.one: tuple | None = None
 
     def pool(self, storages: Sequence[Any], rt: Any) -> list[Any]:
         """The launch's pool: the part's ``storages``, then the held new buffers
@@ -371,6 +387,12 @@ class _Held:
         if temps is None:
             prepared = self.prepared
             temps = self.temps = temporaries(prepared.allocs, prepared.device, rt)
+            n = len(storages)
+            if prepared.n_steps == 1 and prepared.result >= n:
+                go, kernel, last, outs, ins, scs = prepared.steps[0]
+                if ins is None and min(outs, default=n) >= n:
+                    self.one = (go, kernel, last, [temps[i - n] for i in outs], scs,
+                                temps[prepared.result - n])
         return [*storages, *temps]
 
 
