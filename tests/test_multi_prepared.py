@@ -17,13 +17,14 @@ LAPLACE = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
 def _launches(monkeypatch):
     """The devices of the parts launched from a prepared launch, in order."""
     seen: list = []
-    real = multi_replay._Prepared.stage
+    real = multi_replay._Staged.__init__
 
-    def stage(self, storages, scalars, *held):
-        seen.append(self.device)
-        return real(self, storages, scalars, *held)
+    def staged(self, device, counted, general=None, prepared=None, *args, **kwargs):
+        if prepared is not None:  # (a launch staged from a prepared one)
+            seen.append(device)
+        real(self, device, counted, general, prepared, *args, **kwargs)
 
-    monkeypatch.setattr(multi_replay._Prepared, "stage", stage)
+    monkeypatch.setattr(multi_replay._Staged, "__init__", staged)
     return seen
 
 
@@ -186,13 +187,14 @@ def test_split_parts_staged_before_the_first_enqueue(three, monkeypatch):
     enqueued, then enqueued back to back: one kernel each, numpy's results."""
     monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)  # (the device path, as on a GPU)
     order: list[str] = []
-    real_stage, real_flat, real_launch = (multi_replay._Prepared.stage,
+    real_stage, real_flat, real_launch = (multi_replay._Staged.__init__,
                                           multi_replay._stage_flat,
-                                          multi_replay._Staged.launch)
+                                          multi_replay._Staged._launch)
 
-    def stage(self, storages, scalars, *held):
-        order.append("stage")
-        return real_stage(self, storages, scalars, *held)
+    def stage(self, device, counted, general=None, prepared=None, *args, **kwargs):
+        if prepared is not None:  # (a launch staged from a prepared one)
+            order.append("stage")
+        real_stage(self, device, counted, general, prepared, *args, **kwargs)
 
     def stage_flat(*args):
         got = real_flat(*args)
@@ -203,9 +205,9 @@ def test_split_parts_staged_before_the_first_enqueue(three, monkeypatch):
         order.append("launch")
         return real_launch(self)
 
-    monkeypatch.setattr(multi_replay._Prepared, "stage", stage)
+    monkeypatch.setattr(multi_replay._Staged, "__init__", stage)
     monkeypatch.setattr(multi_replay, "_stage_flat", stage_flat)
-    monkeypatch.setattr(multi_replay._Staged, "launch", launch)
+    monkeypatch.setattr(multi_replay._Staged, "_launch", launch)
     rng = np.random.default_rng(6)
     xn, yn = rng.random(3000, np.float32), rng.random(3000, np.float32)
     with fl.device(three):

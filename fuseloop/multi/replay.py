@@ -206,7 +206,9 @@ def enqueue_all(staged: Sequence[_Staged], results: list[Any]) -> None:
         for k, ready in enumerate(staged):
             if events is not None:
                 trace.note("enqueue begun", k, ready.device)
-            results.append(ready.launch())
+            # (off CUDA no device to make current: _launch itself, a frame less)
+            results.append(ready.launch() if ready.device.backend == "cuda"
+                           else ready._launch())
             counted += ready.counted
             if events is not None:
                 trace.note("enqueued", k, ready.device)
@@ -312,7 +314,8 @@ class _Staged:
                 one = held.one
                 if one is not None:  # (its arguments but the inputs made at its first)
                     go, kernel, last, outs, scs, result = one
-                    queue = prepared.queue
+                    rt.enqueued = True  # (what the runtime's ``queue`` marks; valid()
+                    queue = prepared.queue  # checked it is the runtime's queue)
                     with rt.launch_lock:
                         if rt.deferred:
                             rt.flush()
@@ -462,13 +465,13 @@ class _Prepared:
         self.n_steps = len(steps)
         self.thread = threading.get_ident()
         self.rt = _runtime(device)
-        self.queue = self.rt.queue
+        self.queue = self.rt.bare_queue
 
     def valid(self, token: Any) -> bool:
         """Whether this launch may run now: the same recipes, thread and queue, its
         kernels still in the memory cache."""
         if not self.steps or token is not self.token or threading.get_ident() != self.thread \
-                or self.rt.queue is not self.queue:
+                or self.rt.bare_queue is not self.queue:
             return False
         for c in self.compiled:
             if not c.in_cache:
