@@ -16,7 +16,7 @@ favouring the parts launched first (part ``k`` of ``p``: ``1 + s * ((p - 1) / 2 
 so with ``s`` = the launch delay between two parts over one part's run they would end
 together), one row per skew.  Usage (a 4-GPU host)::
 
-    python benchmarks/probes/multi_part_starts.py ../base WT --count 4 --log2n 30
+    python benchmarks/probes/multi_part_starts.py ../base WT --log2n 30
     python benchmarks/probes/multi_part_starts.py WT --skews 0,0.02,0.035,0.05
 """
 
@@ -39,9 +39,11 @@ from compare_host_overhead import import_revisions
 def _setup(fl: Any, count: int, n: int, backend: str, skew: float
            ) -> tuple[Any, Any, Any, Any]:
     """(x, y, the revision's trace module, its runtime look-up) over ``count`` GPUs."""
-    devs = [d for d in fl.devices() if d.backend == backend][:count]
-    if len(devs) < count:
-        raise SystemExit(f"{len(devs)} {backend} devices, {count} asked for")
+    devs = [d for d in fl.devices() if d.backend == backend]
+    devs = devs[:count] if count else devs
+    if len(devs) < max(count, 2):
+        raise SystemExit(f"{len(devs)} {backend} devices, {count or 2} asked for")
+    count = len(devs)
     weights = [1 + skew * ((count - 1) / 2 - k) for k in range(count)]
     with fl.device(devs, weights=weights):
         x = fl.random.uniform(n, dtype=np.float32, key=1).eval()
@@ -105,7 +107,7 @@ def one_call(fl: Any, x: Any, y: Any, trace: Any, runtime: Any) -> dict[str, Any
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("revs", nargs="+", help="git revisions (WT: the working tree) or folders")
-    p.add_argument("--count", type=int, default=4)
+    p.add_argument("--count", type=int, default=0, help="GPUs (0: every one found)")
     p.add_argument("--log2n", type=int, default=30)
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--skews", default="0")
@@ -120,8 +122,8 @@ def main() -> int:
     for _ in range(args.calls):
         for k, ((_, fl, _), setup) in enumerate(zip(cases, ready)):
             got[k].append(one_call(fl, *setup))
-    print(f"float(fl.sum(x*y)) over {args.count} {args.backend} GPUs, 2^{args.log2n} float32; "
-          f"us after the call's start, medians of {args.calls} calls")
+    print(f"float(fl.sum(x*y)) over {len(ready[0][0].parts)} {args.backend} GPUs, "
+          f"2^{args.log2n} float32; us after the call's start, medians of {args.calls} calls")
     for (rev, _, skew), rows in zip(cases, got):
         rows = [r for r in rows if r["start"]]
         parts = min(len(r["start"]) for r in rows)

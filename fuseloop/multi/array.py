@@ -386,22 +386,26 @@ def staging(device: Any, nbytes: int) -> tuple[Any, np.ndarray | None]:
     return None, backend.read_staging(nbytes)
 
 
-def finish_reads(pending: Sequence[_Pending]) -> None:
-    """Wait for each read :func:`start_read` enqueued, in turn, and copy staged ones out;
-    then raise a deferred error (``transfer.before_read``: a failed halo upload's, a
-    gather's flag) before the caller sees the rows."""
-    for item in pending:
-        if item is None:
-            continue
-        k, event, device, _, host, into, slot = item
-        if event is not None:
-            wait(event, device)
-        if into is not host:
-            host[...] = into
-        if slot is not None:
-            slot.release()
-        if trace.events is not None:
-            trace.note("read done", k, device)
+def finish_reads(pending: Sequence[_Pending], each: Callable[[int], None] | None = None
+                 ) -> None:
+    """Wait for each read :func:`start_read` enqueued, in turn, and copy staged ones out
+    (``each(i)``, where given, once the ``i``-th's rows are in place: the caller's work
+    on them is done while later reads are still under way); then raise a deferred
+    error (``transfer.before_read``: a failed halo upload's, a gather's flag) before the
+    caller sees the rows."""
+    for i, item in enumerate(pending):
+        if item is not None:
+            k, event, device, _, host, into, slot = item
+            if event is not None:
+                wait(event, device)
+            if into is not host:
+                host[...] = into
+            if slot is not None:
+                slot.release()
+            if trace.events is not None:
+                trace.note("read done", k, device)
+        if each is not None:
+            each(i)
     if before_read:
         for hook in tuple(before_read):
             hook()

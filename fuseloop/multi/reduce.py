@@ -64,7 +64,7 @@ def host_combines(x: Any, axes: tuple[int, ...], keepdims: bool) -> bool:
     even where every part's device copies to the first: a full reduction to a 0-d
     result (its value is what a read or a split consumer waits for anyway; kept
     dimensions would be uploaded again), unless :data:`HOST_COMBINE` is off."""
-    return len(axes) == x.ndim and not keepdims \
+    return len(axes) == len(x.shape) and not keepdims \
         and HOST_COMBINE not in ("0", "off", "no", "false")
 
 
@@ -208,7 +208,8 @@ def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[in
     templates: dict[tuple, tuple[Any, Any]] = {}
     counts = [0, 0]
     planned = 0
-    base = _plan_base(func.__name__, axes, keepdims, params)
+    base = (func.__name__, axes, keepdims, ()) if not params else \
+        _plan_base(func.__name__, axes, keepdims, params)
     call: Any = None
     if base is not None:  # (the parts with known plans, back to back)
         partials, call = _replay.replayed(_PARTIALS, base, used, hold)
@@ -284,16 +285,33 @@ def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...]
               keepdims: bool, params: dict) -> np.ndarray:
     """The partial results of the parts, combined on the host: every part's partial
     launched, then every small read enqueued, before the host waits for any."""
-    used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
+    bounds = x.bounds
+    # (no part empty, as bounds that never repeat say: the parts as they are, no frame)
+    used = list(x.parts) if len(set(bounds)) == len(bounds) else \
+        [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
     # (held: each partial is read below, before the next call may write its buffer)
     partials = _launched_partials(func, used, axes, True, params, hold=True)[0]
     # (each partial read into its rows of one host array: nothing to concatenate)
     q0 = partials[0]
     host = np.empty((sum(q.shape[0] for q in partials), *q0.shape[1:]), q0.dtype)
     rows = list(accumulate([q.shape[0] for q in partials], initial=0))  # (few: not numpy)
-    finish_reads([start_read(k, q, host[lo:hi]) for k, (q, lo, hi)
-                  in enumerate(zip(partials, rows, rows[1:]))])
-    out = _COMBINE[name].reduce(host, axis=0, keepdims=True, dtype=host.dtype)
+    pending = [start_read(k, q, host[lo:hi]) for k, (q, lo, hi)
+               in enumerate(zip(partials, rows, rows[1:]))]
+    ufunc = _COMBINE[name]
+    if rows[-1] != len(partials):  # (a partial of several rows: reduced at once)
+        finish_reads(pending)
+        out = ufunc.reduce(host, axis=0, keepdims=True, dtype=host.dtype)
+    else:
+        # each partial (one row) folded into the first as its read is done, in part
+        # order: after the last part's read only its own fold is left (the host comes
+        # out of that wait with cold caches: a reduction over every row then cost more
+        # than the rest of the call's end)
+        out = host[:1]
+
+        def fold(i: int) -> None:
+            if i:
+                ufunc(out, host[i:i + 1], out=out)
+        finish_reads(pending, fold)
     if trace.events is not None:
         trace.note("combined", -1, x.devices[0])
     if not keepdims:
