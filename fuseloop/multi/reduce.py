@@ -314,9 +314,10 @@ def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...]
         finish_reads(pending, fold)
     if trace.events is not None:
         trace.note("combined", -1, x.devices[0])
-    if not keepdims:
-        out = out.reshape(tuple(n for d, n in enumerate(out.shape) if d not in axes))
-    return np.asarray(out, dtype=host.dtype)
+    if not keepdims:  # (a full reduction: 0-d, without a generator's frame)
+        out = out.reshape(()) if len(axes) == out.ndim else \
+            out.reshape(tuple(n for d, n in enumerate(out.shape) if d not in axes))
+    return out if out.dtype == host.dtype else np.asarray(out, dtype=host.dtype)
 
 
 def _mean(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any) -> Any:
@@ -363,7 +364,7 @@ def _on_first(host: np.ndarray, x: Any) -> Any:
     device, a kernel using it takes it as an argument, ``.eval()`` writes it to a
     buffer), others are uploaded."""
     host = np.asarray(host)
-    first = x.devices[0]
+    first = x.device_set.devices[0]
     if host.ndim == 0:
         return Array._lazy(Scalar(cast(np.generic, host[()])), first)
     return asarray(host, device=first)
