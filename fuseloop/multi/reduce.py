@@ -8,7 +8,8 @@ devices of one context) the partials are copied there and combined by one elemen
 kernel (``add``, ``maximum``, ...), so nothing waits; otherwise, and for a full
 reduction (a 0-d result: :func:`host_combines`), they are combined on the host with
 numpy (all enqueued, then one small read per part, before the host waits for any; the
-same operation: sum of sums, max of maxima, ...).  A full reduction's value is read
+same operation: sum of sums, max of maxima, ..., each part's folded into the first, in
+part order, as its read is done).  A full reduction's value is read
 back or, in split work, passed to every part as a value: either way the host waits for
 it, and the read of each partial behind its own kernel spares the copies to the first
 device, the combine's launch and the read after it.  The result is an array on the
