@@ -17,13 +17,14 @@ LAPLACE = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)
 def _launches(monkeypatch):
     """The devices of the parts launched from a prepared launch, in order."""
     seen: list = []
-    real = multi_replay._Prepared.stage
+    real = multi_replay._Staged.__init__
 
-    def stage(self, storages, scalars, *held):
-        seen.append(self.device)
-        return real(self, storages, scalars, *held)
+    def staged(self, device, counted, general=None, prepared=None, *args, **kwargs):
+        if prepared is not None:  # (a launch staged from a prepared one)
+            seen.append(device)
+        real(self, device, counted, general, prepared, *args, **kwargs)
 
-    monkeypatch.setattr(multi_replay._Prepared, "stage", stage)
+    monkeypatch.setattr(multi_replay._Staged, "__init__", staged)
     return seen
 
 
@@ -62,8 +63,8 @@ def test_split_sum_parts_launched_prepared(three, monkeypatch):
 def test_split_sum_parts_write_held_buffers(three, monkeypatch):
     """A kept split sum combined on the host launches its parts onto the buffers the kept
     call holds (``replay._Held``): from its second kept call on no part allocates its
-    temporaries and result; writes, new arrays and two structures in turn give numpy's
-    sums."""
+    temporaries and result, nor (a part of one launch, ``_Held.one``) makes its pool and
+    argument lists; writes, new arrays and two structures in turn give numpy's sums."""
     rng = np.random.default_rng(6)
     xn, yn = rng.random(30000, np.float32), rng.random(30000, np.float32)
     with fl.device(three):
@@ -82,10 +83,15 @@ def test_split_sum_parts_write_held_buffers(three, monkeypatch):
         float(fl.sum(x * y))
         float(fl.sum(x * x))
     monkeypatch.setattr(multi_replay, "temporaries", temporaries)
+    listed: list[int] = []
+    real_calls = multi_replay._step_calls
+    monkeypatch.setattr(multi_replay, "_step_calls",
+                        lambda steps, *a: listed.append(len(steps)) or real_calls(steps, *a))
     for _ in range(2):
         np.testing.assert_allclose(float(fl.sum(x * y)), dot(xn, yn), rtol=1e-5)
         np.testing.assert_allclose(float(fl.sum(x * x)), dot(xn, xn), rtol=1e-5)
     assert made == []
+    assert listed == []  # (each part one launch onto held buffers: _Held.one)
     x[9990:10010] = 3.0  # (across the first two parts' boundary: the same buffers)
     xn[9990:10010] = 3.0
     np.testing.assert_allclose(float(fl.sum(x * y)), dot(xn, yn), rtol=1e-5)
@@ -181,13 +187,14 @@ def test_split_parts_staged_before_the_first_enqueue(three, monkeypatch):
     enqueued, then enqueued back to back: one kernel each, numpy's results."""
     monkeypatch.setattr(host_path, "HOST_MAX_WORK", 0)  # (the device path, as on a GPU)
     order: list[str] = []
-    real_stage, real_flat, real_launch = (multi_replay._Prepared.stage,
+    real_stage, real_flat, real_launch = (multi_replay._Staged.__init__,
                                           multi_replay._stage_flat,
-                                          multi_replay._Staged.launch)
+                                          multi_replay._Staged._launch)
 
-    def stage(self, storages, scalars, *held):
-        order.append("stage")
-        return real_stage(self, storages, scalars, *held)
+    def stage(self, device, counted, general=None, prepared=None, *args, **kwargs):
+        if prepared is not None:  # (a launch staged from a prepared one)
+            order.append("stage")
+        real_stage(self, device, counted, general, prepared, *args, **kwargs)
 
     def stage_flat(*args):
         got = real_flat(*args)
@@ -198,9 +205,9 @@ def test_split_parts_staged_before_the_first_enqueue(three, monkeypatch):
         order.append("launch")
         return real_launch(self)
 
-    monkeypatch.setattr(multi_replay._Prepared, "stage", stage)
+    monkeypatch.setattr(multi_replay._Staged, "__init__", stage)
     monkeypatch.setattr(multi_replay, "_stage_flat", stage_flat)
-    monkeypatch.setattr(multi_replay._Staged, "launch", launch)
+    monkeypatch.setattr(multi_replay._Staged, "_launch", launch)
     rng = np.random.default_rng(6)
     xn, yn = rng.random(3000, np.float32), rng.random(3000, np.float32)
     with fl.device(three):

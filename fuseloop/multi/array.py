@@ -14,6 +14,7 @@ import itertools
 import math
 import operator
 from collections.abc import Callable, Sequence
+from operator import is_ as _is
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,8 @@ from ..array import Array
 from ..backends import backend_for
 from ..errors import DeviceError, ShapeError
 from ..evaluate import capturing_threads, recording_threads, run
+from ..expr import readers as _readers
+from ..expr.readers import _readers_lock, recent_lazy
 from ..host_path import read as host_read
 from ..run_plans import replay_signed
 from ..runtime.devices import _runtime
@@ -267,6 +270,29 @@ def launch_parts(parts: Sequence[Array]) -> None:
     for k, p in enumerate(parts):
         if not done[k]:
             launch_part(k, p)
+    if recent_lazy:
+        _not_recent(parts)
+
+
+def _not_recent(parts: Sequence[Array]) -> None:
+    """Take ``parts``, just evaluated (they read nothing now), out of the recent lazy
+    arrays (``expr.readers``), as ``Array.eval`` takes its own array: held there, a
+    dropped split result's part buffers lived on until the next prune (up to 64 lazy
+    arrays later), and a split part's allocation does not prune the list first
+    (``replay.output``), so large dead parts held their devices' memory.  The parts
+    were made last, so they are looked for among the list's last entries only (the
+    weak references at its head, ``readers.pending_count``, hold nothing)."""
+    n = len(parts)
+    with _readers_lock:
+        lo = max(_readers.pending_count, len(recent_lazy) - 2 * n - 4)
+        tail = recent_lazy[-n:]
+        if len(recent_lazy) - n >= lo and all(map(_is, tail, parts)):
+            del recent_lazy[-n:]  # (the common case: the parts, last and in order)
+            return
+        ids = {id(p) for p in parts}
+        for k in range(len(recent_lazy) - 1, lo - 1, -1):
+            if id(recent_lazy[k]) in ids:
+                del recent_lazy[k]
 
 
 def launch_part(k: int, p: Array) -> None:
@@ -360,22 +386,26 @@ def staging(device: Any, nbytes: int) -> tuple[Any, np.ndarray | None]:
     return None, backend.read_staging(nbytes)
 
 
-def finish_reads(pending: Sequence[_Pending]) -> None:
-    """Wait for each read :func:`start_read` enqueued, in turn, and copy staged ones out;
-    then raise a deferred error (``transfer.before_read``: a failed halo upload's, a
-    gather's flag) before the caller sees the rows."""
-    for item in pending:
-        if item is None:
-            continue
-        k, event, device, _, host, into, slot = item
-        if event is not None:
-            wait(event, device)
-        if into is not host:
-            host[...] = into
-        if slot is not None:
-            slot.release()
-        if trace.events is not None:
-            trace.note("read done", k, device)
+def finish_reads(pending: Sequence[_Pending], each: Callable[[int], None] | None = None
+                 ) -> None:
+    """Wait for each read :func:`start_read` enqueued, in turn, and copy staged ones out
+    (``each(i)``, where given, once the ``i``-th's rows are in place: the caller's work
+    on them is done while later reads are still under way); then raise a deferred
+    error (``transfer.before_read``: a failed halo upload's, a gather's flag) before the
+    caller sees the rows."""
+    for i, item in enumerate(pending):
+        if item is not None:
+            k, event, device, _, host, into, slot = item
+            if event is not None:
+                wait(event, device)
+            if into is not host:
+                host[...] = into
+            if slot is not None:
+                slot.release()
+            if trace.events is not None:
+                trace.note("read done", k, device)
+        if each is not None:
+            each(i)
     if before_read:
         for hook in tuple(before_read):
             hook()

@@ -91,12 +91,14 @@ class _PartLaunch:
         if prepared is not None:
             if not prepared.valid(token):
                 return None
-            if not hold or not prepared.holdable:
-                return prepared.stage(storages, scalars)
-            held = self.held
-            if held is None:
-                held = self.held = _replay._Held(prepared)
-            return prepared.stage(storages, scalars, held)
+            held = None
+            if hold and prepared.holdable:
+                held = self.held
+                if held is None:
+                    held = self.held = _replay._Held(prepared)
+            # (prepared.stage's launch, made here: a frame less per part)
+            return _replay._Staged(device, prepared.n_steps, None, prepared, None, storages,
+                                   scalars, held)
         if self.general is not None:
             plan, offsets, made = self.general
             if made is not token:  # (other recipes: a prepared launch may apply now)

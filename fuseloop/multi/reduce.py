@@ -8,7 +8,8 @@ devices of one context) the partials are copied there and combined by one elemen
 kernel (``add``, ``maximum``, ...), so nothing waits; otherwise, and for a full
 reduction (a 0-d result: :func:`host_combines`), they are combined on the host with
 numpy (all enqueued, then one small read per part, before the host waits for any; the
-same operation: sum of sums, max of maxima, ...).  A full reduction's value is read
+same operation: sum of sums, max of maxima, ..., each part's folded into the first, in
+part order, as its read is done).  A full reduction's value is read
 back or, in split work, passed to every part as a value: either way the host waits for
 it, and the read of each partial behind its own kernel spares the copies to the first
 device, the combine's launch and the read after it.  The result is an array on the
@@ -64,7 +65,7 @@ def host_combines(x: Any, axes: tuple[int, ...], keepdims: bool) -> bool:
     even where every part's device copies to the first: a full reduction to a 0-d
     result (its value is what a read or a split consumer waits for anyway; kept
     dimensions would be uploaded again), unless :data:`HOST_COMBINE` is off."""
-    return len(axes) == x.ndim and not keepdims \
+    return len(axes) == len(x.shape) and not keepdims \
         and HOST_COMBINE not in ("0", "off", "no", "false")
 
 
@@ -208,7 +209,8 @@ def _launched_partials(func: Callable[..., Any], used: list[Any], axes: tuple[in
     templates: dict[tuple, tuple[Any, Any]] = {}
     counts = [0, 0]
     planned = 0
-    base = _plan_base(func.__name__, axes, keepdims, params)
+    base = (func.__name__, axes, keepdims, ()) if not params else \
+        _plan_base(func.__name__, axes, keepdims, params)
     call: Any = None
     if base is not None:  # (the parts with known plans, back to back)
         partials, call = _replay.replayed(_PARTIALS, base, used, hold)
@@ -284,21 +286,39 @@ def _combined(func: Callable[..., Any], name: str, x: Any, axes: tuple[int, ...]
               keepdims: bool, params: dict) -> np.ndarray:
     """The partial results of the parts, combined on the host: every part's partial
     launched, then every small read enqueued, before the host waits for any."""
-    used = [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
+    bounds = x.bounds
+    # (no part empty, as bounds that never repeat say: the parts as they are, no frame)
+    used = list(x.parts) if len(set(bounds)) == len(bounds) else \
+        [p for p in x.parts if p.shape[0]] or list(x.parts[:1])
     # (held: each partial is read below, before the next call may write its buffer)
     partials = _launched_partials(func, used, axes, True, params, hold=True)[0]
     # (each partial read into its rows of one host array: nothing to concatenate)
     q0 = partials[0]
     host = np.empty((sum(q.shape[0] for q in partials), *q0.shape[1:]), q0.dtype)
     rows = list(accumulate([q.shape[0] for q in partials], initial=0))  # (few: not numpy)
-    finish_reads([start_read(k, q, host[lo:hi]) for k, (q, lo, hi)
-                  in enumerate(zip(partials, rows, rows[1:]))])
-    out = _COMBINE[name].reduce(host, axis=0, keepdims=True, dtype=host.dtype)
+    pending = [start_read(k, q, host[lo:hi]) for k, (q, lo, hi)
+               in enumerate(zip(partials, rows, rows[1:]))]
+    ufunc = _COMBINE[name]
+    if rows[-1] != len(partials):  # (a partial of several rows: reduced at once)
+        finish_reads(pending)
+        out = ufunc.reduce(host, axis=0, keepdims=True, dtype=host.dtype)
+    else:
+        # each partial (one row) folded into the first as its read is done, in part
+        # order: after the last part's read only its own fold is left (the host comes
+        # out of that wait with cold caches: a reduction over every row then cost more
+        # than the rest of the call's end)
+        out = host[:1]
+
+        def fold(i: int) -> None:
+            if i:
+                ufunc(out, host[i:i + 1], out=out)
+        finish_reads(pending, fold)
     if trace.events is not None:
         trace.note("combined", -1, x.devices[0])
-    if not keepdims:
-        out = out.reshape(tuple(n for d, n in enumerate(out.shape) if d not in axes))
-    return np.asarray(out, dtype=host.dtype)
+    if not keepdims:  # (a full reduction: 0-d, without a generator's frame)
+        out = out.reshape(()) if len(axes) == out.ndim else \
+            out.reshape(tuple(n for d, n in enumerate(out.shape) if d not in axes))
+    return out if out.dtype == host.dtype else np.asarray(out, dtype=host.dtype)
 
 
 def _mean(x: Any, axes: tuple[int, ...], keepdims: bool, dtype: Any) -> Any:
@@ -345,7 +365,7 @@ def _on_first(host: np.ndarray, x: Any) -> Any:
     device, a kernel using it takes it as an argument, ``.eval()`` writes it to a
     buffer), others are uploaded."""
     host = np.asarray(host)
-    first = x.devices[0]
+    first = x.device_set.devices[0]
     if host.ndim == 0:
         return Array._lazy(Scalar(cast(np.generic, host[()])), first)
     return asarray(host, device=first)

@@ -206,7 +206,9 @@ def enqueue_all(staged: Sequence[_Staged], results: list[Any]) -> None:
         for k, ready in enumerate(staged):
             if events is not None:
                 trace.note("enqueue begun", k, ready.device)
-            results.append(ready.launch())
+            # (off CUDA no device to make current: _launch itself, a frame less)
+            results.append(ready.launch() if ready.device.backend == "cuda"
+                           else ready._launch())
             counted += ready.counted
             if events is not None:
                 trace.note("enqueued", k, ready.device)
@@ -309,6 +311,18 @@ class _Staged:
             held = self.held
             pool = storages
             if held is not None:
+                one = held.one
+                if one is not None:  # (its arguments but the inputs made at its first)
+                    go, kernel, last, outs, scs, result = one
+                    rt.enqueued = True  # (what the runtime's ``queue`` marks; valid()
+                    queue = prepared.queue  # checked it is the runtime's queue)
+                    with rt.launch_lock:
+                        if rt.deferred:
+                            rt.flush()
+                        go(outs, storages, [scalars[i] for i in scs] if scs else [], kernel,
+                           last, queue)
+                        rt.submit(queue)
+                    return result
                 pool = held.pool(storages, rt)
             elif prepared.allocs:
                 pool = [*storages, *temporaries(prepared.allocs, device, rt)]
@@ -358,11 +372,16 @@ class _Held:
     ``calls._PartLaunch`` and its prepared launch (``prepared``), used by the thread
     that prepared it only (``_Prepared.valid``)."""
 
-    __slots__ = ("prepared", "temps")
+    __slots__ = ("one", "prepared", "temps")
 
     def __init__(self, prepared: _Prepared) -> None:
         self.prepared = prepared
         self.temps: list[Storage] | None = None
+        #: a plan of one step that reads the part's inputs in order and writes held
+        #: buffers (a split sum's part: one launch): (launch function, kernel object, its
+        #: argument record, the outputs' list, scalar positions, the result), made with
+        #: the buffers, so a launch builds no pool and no argument lists
+        self.one: tuple | None = None
 
     def pool(self, storages: Sequence[Any], rt: Any) -> list[Any]:
         """The launch's pool: the part's ``storages``, then the held new buffers
@@ -371,6 +390,12 @@ class _Held:
         if temps is None:
             prepared = self.prepared
             temps = self.temps = temporaries(prepared.allocs, prepared.device, rt)
+            n = len(storages)
+            if prepared.n_steps == 1 and prepared.result >= n:
+                go, kernel, last, outs, ins, scs = prepared.steps[0]
+                if ins is None and min(outs, default=n) >= n:
+                    self.one = (go, kernel, last, [temps[i - n] for i in outs], scs,
+                                temps[prepared.result - n])
         return [*storages, *temps]
 
 
@@ -440,13 +465,13 @@ class _Prepared:
         self.n_steps = len(steps)
         self.thread = threading.get_ident()
         self.rt = _runtime(device)
-        self.queue = self.rt.queue
+        self.queue = self.rt.bare_queue
 
     def valid(self, token: Any) -> bool:
         """Whether this launch may run now: the same recipes, thread and queue, its
         kernels still in the memory cache."""
         if not self.steps or token is not self.token or threading.get_ident() != self.thread \
-                or self.rt.queue is not self.queue:
+                or self.rt.bare_queue is not self.queue:
             return False
         for c in self.compiled:
             if not c.in_cache:
