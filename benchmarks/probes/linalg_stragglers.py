@@ -1,0 +1,200 @@
+"""Where the time of NPBench's linear-algebra stragglers goes on a GPU (issue 26, preset M).
+
+Three parts, each beside CuPy when it is importable (float64 throughout):
+
+* ``cholesky``: ``fl.linalg.cholesky`` of an SPD ``n x n`` matrix (NPBench's cholesky2,
+  ``n = 2200``) at several block widths (``linalg_factor.block_size`` replaced): wall time
+  per call (median of ``--reps``), launches, and per stage (diagonal block ``potrf``,
+  panel solve ``trsm``, trailing update ``gemm``, the rest) the wall time with the device
+  synchronised around every launch of the stage (so the sum exceeds the call's time by
+  the launches' latency), next to ``cupy.linalg.cholesky``.
+* ``gemver``: NPBench's gemver at ``n = 3000``, statement by statement: wall time and
+  host CPU time per statement, launches, CuPy's time for the same statement; then
+  ``fl.explain(run=True)`` of the two products (each kernel timed alone).
+* ``syrk``: NPBench's syrk inner statement ``C[i, :i+1] += alpha * A[i, k] * A[:i+1, k]``
+  (``A`` 200 x 150): wall and host CPU per statement over whole ``k`` loops.
+
+Reported, never asserted.
+
+    python benchmarks/probes/linalg_stragglers.py [cholesky gemver syrk] [--n 2200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import fuseloop as fl
+from fuseloop import linalg_factor as _lf
+from fuseloop import linalg_kernels as _lk
+
+try:
+    import cupy
+except ImportError:  # (no GPU peer on this host)
+    cupy = None
+
+
+def _cupy_sync() -> None:
+    cupy.cuda.get_current_stream().synchronize()
+
+
+def _median(fn: Callable[[], Any], sync: Callable[[], None], reps: int,
+            inner: int = 1) -> tuple[float, float]:
+    """(wall s, host CPU s) per call of ``fn``: medians over ``reps`` batches of ``inner``."""
+    fn()
+    sync()
+    walls, cpus = [], []
+    for _ in range(reps):
+        sync()
+        w, c = time.perf_counter(), time.process_time()
+        for _ in range(inner):
+            fn()
+        c = time.process_time() - c
+        sync()
+        walls.append((time.perf_counter() - w) / inner)
+        cpus.append(c / inner)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def cholesky(n: int, reps: int) -> None:
+    rng = np.random.default_rng(0)
+    m = rng.random((n, n))
+    spd = m @ m.T + n * np.eye(n)
+    a = fl.asarray(spd)
+    ref = np.linalg.cholesky(spd)
+    if cupy is not None:
+        ca = cupy.asarray(spd)
+        cw, _ = _median(lambda: cupy.linalg.cholesky(ca), _cupy_sync, reps)
+        print(f"cholesky n={n}: cupy {cw * 1e6:.0f} us")
+    stages: dict[str, float] = defaultdict(float)
+    wrapped = {}
+    for name in ("potrf", "trsm_blocks", "gemm_update"):
+        original = getattr(_lk, name)
+
+        def timed(*args: Any, _f: Any = original, _n: str = name, **kw: Any) -> Any:
+            fl.synchronize()
+            t = time.perf_counter()
+            out = _f(*args, **kw)
+            fl.synchronize()
+            stages[_n] += time.perf_counter() - t
+            return out
+        wrapped[name] = (original, timed)
+    base_block = _lf.block_size
+    for nb in (16, 32, 64, 128):
+        _lf.block_size = lambda device, nb=nb: nb  # type: ignore[assignment]
+        try:
+            got = fl.linalg.cholesky(a).get()
+            err = float(np.abs(got - ref).max() / np.abs(ref).max())
+            fl.reset_stats()
+            fl.linalg.cholesky(a).eval()
+            fl.synchronize()
+            launches = fl.stats()["kernels_launched"]
+            wall, cpu = _median(lambda: fl.linalg.cholesky(a).eval(), fl.synchronize, reps)
+            for name, (_, timed) in wrapped.items():
+                setattr(_lk, name, timed)
+            stages.clear()
+            fl.synchronize()
+            t = time.perf_counter()
+            fl.linalg.cholesky(a).eval()
+            fl.synchronize()
+            total = time.perf_counter() - t
+        finally:
+            for name, (original, _) in wrapped.items():
+                setattr(_lk, name, original)
+            _lf.block_size = base_block  # type: ignore[assignment]
+        parts = ", ".join(f"{k} {v * 1e6:.0f}" for k, v in stages.items())
+        print(f"  block {nb:3} (fit {_lk.fit_block(a.device, nb, a.dtype)}): {wall * 1e6:.0f} us"
+              f" wall, {cpu * 1e6:.0f} us host CPU, {launches} launches, err {err:.1e}; synced"
+              f" stages us: {parts}, rest {(total - sum(stages.values())) * 1e6:.0f}",
+              flush=True)
+
+
+def _gemver_inputs(n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1)
+    names = ("u1", "v1", "u2", "v2", "w", "x", "y", "z")
+    vals = {k: rng.random(n) for k in names}
+    vals["A"] = rng.random((n, n))
+    return vals
+
+
+def gemver(n: int, reps: int) -> None:
+    alpha, beta = 1.5, 1.2
+    vals = _gemver_inputs(n)
+    statements: list[tuple[str, Callable[[Any, dict], Any]]] = [
+        ("A += outer(u1,v1)+outer(u2,v2)",
+         lambda xp, v: v["A"].__iadd__(xp.outer(v["u1"], v["v1"]) + xp.outer(v["u2"], v["v2"]))),
+        ("x += beta * y @ A + z",
+         lambda xp, v: v["x"].__iadd__(beta * v["y"] @ v["A"] + v["z"])),
+        ("w += alpha * A @ x", lambda xp, v: v["w"].__iadd__(alpha * v["A"] @ v["x"])),
+    ]
+    fv = {k: fl.asarray(a) for k, a in vals.items()}
+    cv = {k: cupy.asarray(a) for k, a in vals.items()} if cupy is not None else None
+    print(f"gemver n={n}: statement, fuseloop wall us, host us, launches, cupy us")
+    for name, st in statements:
+        def run(st: Any = st) -> None:
+            st(fl, fv)
+            fl.synchronize()  # (as NPBench's timer: the device waited for)
+        fl.reset_stats()
+        run()
+        launches = fl.stats()["kernels_launched"]
+        wall, cpu = _median(run, fl.synchronize, reps, 10)
+        line = f"  {name:32} {wall * 1e6:8.1f} {cpu * 1e6:8.1f} {launches:3}"
+        if cv is not None:
+            cw, _ = _median(lambda st=st: st(cupy, cv), _cupy_sync, reps, 10)
+            line += f" {cw * 1e6:8.1f}"
+        print(line, flush=True)
+    print(fl.explain(beta * fv["y"] @ fv["A"] + fv["z"], run=True).as_text())
+    print(fl.explain(alpha * fv["A"] @ fv["x"], run=True).as_text())
+
+
+def syrk(reps: int) -> None:
+    rng = np.random.default_rng(2)
+    n, m = 200, 150
+    ah, ch = rng.random((n, m)), rng.random((n, n))
+    alpha = 1.5
+
+    def loop(xp: Any, a: Any, c: Any, i: int) -> None:
+        for k in range(m):
+            c[i, :i + 1] += alpha * a[i, k] * a[:i + 1, k]
+
+    fa, fc = fl.asarray(ah), fl.asarray(ch)
+    ca, cc = (cupy.asarray(ah), cupy.asarray(ch)) if cupy is not None else (None, None)
+    for i in (10, 100, 199):
+        wall, cpu = _median(lambda i=i: loop(fl, fa, fc, i), fl.synchronize, reps)
+        fl.reset_stats()
+        loop(fl, fa, fc, i)
+        fl.synchronize()
+        s = fl.stats()
+        line = (f"syrk row {i}: fuseloop {wall * 1e6 / m:.1f} us wall, {cpu * 1e6 / m:.1f} us"
+                f" host CPU a statement, {s['kernels_launched'] / m:.2f} launches")
+        if cupy is not None:
+            cw, ccpu = _median(lambda i=i: loop(cupy, ca, cc, i), _cupy_sync, reps)
+            line += f"; cupy {cw * 1e6 / m:.1f} us wall, {ccpu * 1e6 / m:.1f} host"
+        print(line, flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("parts", nargs="*", default=["cholesky", "gemver", "syrk"])
+    ap.add_argument("--n", type=int, default=2200, help="cholesky's n")
+    ap.add_argument("--gemver-n", type=int, default=3000)
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    print(f"device: {fl.get_device()}")
+    for part in args.parts:
+        if part == "cholesky":
+            cholesky(args.n, args.reps)
+        elif part == "gemver":
+            gemver(args.gemver_n, args.reps)
+        elif part == "syrk":
+            syrk(args.reps)
+
+
+if __name__ == "__main__":
+    main()
