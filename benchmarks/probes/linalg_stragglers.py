@@ -14,9 +14,12 @@ Three parts, each beside CuPy when it is importable (float64 throughout):
 * ``syrk``: NPBench's syrk inner statement ``C[i, :i+1] += alpha * A[i, k] * A[:i+1, k]``
   (``A`` 200 x 150): wall and host CPU per statement over whole ``k`` loops.
 
+* ``products``: atax's and bicg's products (``A`` 10000 x 12500) alone, and
+  ``fl.explain(run=True)`` of ``r @ A``.
+
 Reported, never asserted.
 
-    python benchmarks/probes/linalg_stragglers.py [cholesky gemver syrk] [--n 2200]
+    python benchmarks/probes/linalg_stragglers.py [cholesky gemver syrk products] [--n 2200]
 """
 
 from __future__ import annotations
@@ -160,6 +163,34 @@ def gemver(n: int, reps: int) -> None:
     print(fl.explain(alpha * fv["A"] @ fv["x"], run=True).as_text())
 
 
+def products(reps: int) -> None:
+    """atax's and bicg's products (A 10000 x 12500), each alone, beside cupy; explained."""
+    rng = np.random.default_rng(3)
+    ah, xh, rh = rng.random((10000, 12500)), rng.random(12500), rng.random(10000)
+    cases: list[tuple[str, Callable[[Any, Any, Any, Any], Any]]] = [
+        ("A @ x", lambda xp, a, x, r: a @ x),
+        ("r @ A", lambda xp, a, x, r: r @ a),
+        ("(A @ x) @ A", lambda xp, a, x, r: (a @ x) @ a),
+    ]
+    fa, fx, fr = fl.asarray(ah), fl.asarray(xh), fl.asarray(rh)
+    cs = [cupy.asarray(v) for v in (ah, xh, rh)] if cupy is not None else []
+    print("products (A 10000 x 12500): fuseloop wall us, host us, launches, cupy us")
+    for name, fn in cases:
+        def run(fn: Any = fn) -> None:
+            fn(fl, fa, fx, fr).eval()
+        fl.reset_stats()
+        run()
+        fl.synchronize()
+        launches = fl.stats()["kernels_launched"]
+        wall, cpu = _median(run, fl.synchronize, reps, 5)
+        line = f"  {name:14} {wall * 1e6:8.1f} {cpu * 1e6:8.1f} {launches:3}"
+        if cs:
+            cw, _ = _median(lambda fn=fn: fn(cupy, *cs), _cupy_sync, reps, 5)
+            line += f" {cw * 1e6:8.1f}"
+        print(line, flush=True)
+    print(fl.explain(fr @ fa, run=True).as_text())
+
+
 def syrk(reps: int) -> None:
     rng = np.random.default_rng(2)
     n, m = 200, 150
@@ -188,7 +219,7 @@ def syrk(reps: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("parts", nargs="*", default=["cholesky", "gemver", "syrk"])
+    ap.add_argument("parts", nargs="*", default=["cholesky", "gemver", "syrk", "products"])
     ap.add_argument("--n", type=int, default=2200, help="cholesky's n")
     ap.add_argument("--gemver-n", type=int, default=3000)
     ap.add_argument("--reps", type=int, default=5)
@@ -199,6 +230,8 @@ def main() -> None:
             cholesky(args.n, args.reps)
         elif part == "gemver":
             gemver(args.gemver_n, args.reps)
+        elif part == "products":
+            products(args.reps)
         elif part == "syrk":
             syrk(args.reps)
 
