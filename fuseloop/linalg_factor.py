@@ -60,6 +60,23 @@ def block_size(device: Any) -> int:
     return 128 if device.type == "cpu" else 64
 
 
+#: Cholesky's block width instead of :func:`cholesky_block`'s rule (0: the rule);
+#: FUSELOOP_CHOLESKY_BLOCK, for tuning on a GPU
+CHOLESKY_BLOCK = int(os.environ.get("FUSELOOP_CHOLESKY_BLOCK", "0") or 0)
+
+
+def cholesky_block(device: Any, dtype: np.dtype) -> int:
+    """Cholesky's block width: :func:`block_size`, halved until its largest work-group's
+    local memory (the diagonal block's, ``nb x (nb + 1)``) fits the device's.  Not
+    ``fit_block``'s rule: that one fits the LU's pivot tournament, twice the size, and
+    halves float64 blocks on GPUs to 32, doubling the launches a factorisation takes."""
+    nb = CHOLESKY_BLOCK or block_size(device)
+    limit = _k.local_limit(device)
+    while nb > 8 and nb * (nb + 1) * dtype.itemsize > limit:
+        nb //= 2
+    return nb
+
+
 #: the trailing updates' kernel: "auto" (:func:`update_kernel`'s rule), "kernel" (the
 #: hand-written ``C -= A B``) or "contraction" (fuseloop's); FUSELOOP_LINALG_UPDATE
 UPDATE = os.environ.get("FUSELOOP_LINALG_UPDATE", "auto").strip().lower()
@@ -161,7 +178,7 @@ def _cholesky2(a: Array) -> Array:
     w = _copy(a)
     s = _buf(w)
     flag = _flag(dev)
-    nb = _k.fit_block(dev, block_size(dev), a.dtype)
+    nb = cholesky_block(dev, a.dtype)
     # the solved panel, also written here: the trailing update reads it from a
     # buffer other than the one it writes, so that it is one fused kernel
     panel_buf = empty((max(n - nb, 0) * nb,), a.dtype, dev) if n > nb else None

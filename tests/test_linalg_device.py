@@ -353,6 +353,23 @@ def test_gpu_blocks_fit_local_memory():
     assert vpg < 64 and 64 * (65 + vpg + 1) * 8 <= linalg_kernels.GPU_LOCAL_BYTES
 
 
+def test_cholesky_block_fits_its_own_kernels():
+    # Cholesky's widest work-group holds the diagonal block only: float64 blocks of 64
+    # fit a GPU's local memory there, though the LU's tournament (fit_block) halves them
+    from types import SimpleNamespace
+
+    gpu = SimpleNamespace(type="gpu", max_work_group_size=1024)
+    f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
+    assert linalg_factor.cholesky_block(gpu, f64) == 64 > linalg_kernels.fit_block(gpu, 64, f64)
+    assert linalg_factor.cholesky_block(gpu, f32) == 64
+    assert 64 * 65 * 8 <= linalg_kernels.GPU_LOCAL_BYTES
+    # a device with less: halved until the block fits what its driver reports (less 8 KiB)
+    small = SimpleNamespace(type="gpu", max_work_group_size=1024,
+                            cl_device=SimpleNamespace(local_mem_size=24 * 1024))
+    nb = linalg_factor.cholesky_block(small, f64)
+    assert nb == 32 and nb * (nb + 1) * 8 <= 16 * 1024 < 2 * nb * (2 * nb + 1) * 8
+
+
 def test_gemm_update_kernel_against_numpy(device):
     # C -= A B through strides (A transposed in its buffer), partial 64 x 64 tiles
     # and an inner size that is not a multiple of the kernel's 16; with lower=True

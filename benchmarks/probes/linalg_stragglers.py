@@ -89,10 +89,15 @@ def cholesky(n: int, reps: int) -> None:
             return out
         wrapped[name] = (original, timed)
     base_block, base_fit = _lf.block_size, _lk.fit_block
+    base_env = getattr(_lf, "CHOLESKY_BLOCK", 0)
     for nb in (0, 16, 32, 48, 64, 128):
         if nb:  # (0: the default; else this width, unfitted: a build error says too wide)
             _lf.block_size = lambda device, nb=nb: nb  # type: ignore[assignment]
+            _lf.CHOLESKY_BLOCK = 0  # type: ignore[attr-defined]
             _lk.fit_block = lambda device, nb, dtype: nb  # type: ignore[assignment]
+        rule = getattr(_lf, "cholesky_block", None)  # (this tree's rule, else the LU's)
+        used = (rule(a.device, a.dtype) if rule is not None
+                else _lk.fit_block(a.device, _lf.block_size(a.device), a.dtype))
         try:
             got = fl.linalg.cholesky(a).get()
             err = float(np.abs(got - ref).max() / np.abs(ref).max())
@@ -116,9 +121,9 @@ def cholesky(n: int, reps: int) -> None:
             for name, (original, _) in wrapped.items():
                 setattr(_lk, name, original)
             _lf.block_size = base_block  # type: ignore[assignment]
+            _lf.CHOLESKY_BLOCK = base_env  # type: ignore[attr-defined]
             _lk.fit_block = base_fit  # type: ignore[assignment]
         parts = ", ".join(f"{k} {v * 1e6:.0f}" for k, v in stages.items())
-        used = _lk.fit_block(a.device, _lf.block_size(a.device), a.dtype) if nb == 0 else nb
         print(f"  block {nb:3} (used {used}): {wall * 1e6:.0f} us"
               f" wall, {cpu * 1e6:.0f} us host CPU, {launches} launches, err {err:.1e}; synced"
               f" stages us: {parts}, rest {(total - sum(stages.values())) * 1e6:.0f}",
