@@ -88,11 +88,13 @@ void fl_panel_swaps(__global long *piv, __global long *perm, FL_LOCAL_ARG const 
 
 # Cholesky (lower) of the nb x nb diagonal block at a[off] (row stride ld, nb <= NB),
 # by one work-group of WG work-items in local memory: the block's lower triangle is
-# read once, factored right-looking (per column: the column scaled, then the rank-1
-# update of the trailing triangle shared out over the group) and written back.
-# flag[0] is set to the (1-based) global column of the first pivot that is not
-# positive (or NaN); the factorisation stops there, and a later block's kernel with
-# the flag set returns at once.
+# read once, factored right-looking and written back.  Column j's rank-1 update of
+# the trailing triangle uses the column as it stands (a_ij a_cj / d2, d2 = a_jj: the
+# product of the scaled entries), so no step writes what another work-item reads in
+# it and a column costs one barrier; the columns are scaled (and the diagonal's
+# square roots taken) as the block is written back.  flag[0] is set to the (1-based)
+# global column of the first pivot that is not positive (or NaN); the factorisation
+# stops there, and a later block's kernel with the flag set returns at once.
 _POTRF = r"""
 #define T(i, j) t[(i) * (NB + 1) + (j)]
 #define CL (WG < 16 ? WG : 16)
@@ -118,15 +120,10 @@ void fuseloop_potrf(__global FL_T *a, __global long *flag, const long off,
             bad = j + 1;
             break;
         }
-        const FL_T d = sqrt(d2);
-        for (int i = j + 1 + lid; i < nb; i += WG)
-            T(i, j) /= d;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid == 0)
-            T(j, j) = d;
-        /* the trailing triangle: CL work-items per row, a column each (no division) */
+        const FL_T r = (FL_T)1 / d2;
+        /* the trailing triangle: CL work-items per row, a column each */
         for (int i = j + 1 + lid / CL; i < nb; i += WG / CL) {
-            const FL_T lij = T(i, j);
+            const FL_T lij = T(i, j) * r;
             for (int c = j + 1 + lid % CL; c <= i; c += CL)
                 T(i, c) -= lij * T(c, j);
         }
@@ -134,8 +131,10 @@ void fuseloop_potrf(__global FL_T *a, __global long *flag, const long off,
     }
     for (int e = lid; e < nb * nb; e += WG) {
         const int i = e / nb, j = e % nb;
-        if (j <= i)
-            a[off + i * ld + j] = T(i, j);
+        if (j < i)
+            a[off + i * ld + j] = T(i, j) / sqrt(T(j, j));
+        else if (j == i)
+            a[off + i * ld + j] = sqrt(T(i, i));
     }
     if (bad != 0 && lid == 0)
         flag[0] = col0 + bad;
