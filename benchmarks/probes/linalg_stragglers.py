@@ -16,6 +16,8 @@ Three parts, each beside CuPy when it is importable (float64 throughout):
 
 * ``products``: atax's and bicg's products (``A`` 10000 x 12500) alone, and
   ``fl.explain(run=True)`` of ``r @ A``.
+* ``split``: ``x @ A`` at covariance's and other shapes under the split-K rule and with
+  ``split_k=1`` (no split): per evaluation wall and host time, launches.
 
 Reported, never asserted.
 
@@ -196,6 +198,34 @@ def products(reps: int) -> None:
     print(fl.explain(fr @ fa, run=True).as_text())
 
 
+def split(reps: int) -> None:
+    """Vector-matrix products with the split-K rule and without (``split_k=1``): wall and
+    host CPU per evaluation in batches of 20, launches; which one a small product in a
+    host-bound loop should take."""
+    from fuseloop.recipes import contraction as rc
+
+    rng = np.random.default_rng(4)
+    shapes = [(1800, 1400), (1800, 700), (1800, 100), (3000, 3000), (10000, 1000),
+              (10000, 12500)]
+    print("x @ A[:, :n]: default (split rule) vs split_k=1; wall us, host us, launches")
+    for k, n in shapes:
+        ah, xh = rng.random((k, n)), rng.random(k)
+        fa, fx = fl.asarray(ah), fl.asarray(xh)
+        line = f"  {k:6} x {n:6}"
+        for name, recipe in (("rule", rc.gpu_tiled), ("no split", rc.gpu_tiled.with_params(
+                split_k=1))):
+            with fl.recipes.use(recipe):
+                err = float(np.abs((fx @ fa).get() - xh @ ah).max() / (xh @ ah).max())
+                fl.reset_stats()
+                (fx @ fa).eval()
+                fl.synchronize()
+                launches = fl.stats()["kernels_launched"]
+                wall, cpu = _median(lambda fx=fx, fa=fa: (fx @ fa).eval(), fl.synchronize,
+                                    reps, 20)
+            line += f" | {name} {wall * 1e6:7.1f} {cpu * 1e6:7.1f} {launches} ({err:.0e})"
+        print(line, flush=True)
+
+
 def syrk(reps: int) -> None:
     rng = np.random.default_rng(2)
     n, m = 200, 150
@@ -224,7 +254,7 @@ def syrk(reps: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("parts", nargs="*", default=["cholesky", "gemver", "syrk", "products"])
+    ap.add_argument("parts", nargs="*", default=["cholesky", "gemver", "syrk", "products", "split"])
     ap.add_argument("--n", type=int, default=2200, help="cholesky's n")
     ap.add_argument("--gemver-n", type=int, default=3000)
     ap.add_argument("--reps", type=int, default=5)
@@ -235,6 +265,8 @@ def main() -> None:
             cholesky(args.n, args.reps)
         elif part == "gemver":
             gemver(args.gemver_n, args.reps)
+        elif part == "split":
+            split(args.reps)
         elif part == "products":
             products(args.reps)
         elif part == "syrk":
