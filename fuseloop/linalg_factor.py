@@ -173,7 +173,10 @@ def _empty_batch(fn: Callable[[Array], Any], a: Array) -> Any:
 
 def _cholesky2(a: Array) -> Array:
     """Right-looking blocked Cholesky: per block column three launches (the diagonal
-    block, the panel's triangular solve, the trailing update as a matrix product)."""
+    block, the panel's triangular solve, the trailing update as a matrix product).
+    Where the update is the hand-written kernel (GPUs), the diagonal block's kernel
+    also inverts its factor and the panel is solved as a product with the inverse: a
+    substitution's ``nb`` steps one after another were most of the launch's time."""
     n, dev = a.shape[0], a.device
     w = _copy(a)
     s = _buf(w)
@@ -183,16 +186,23 @@ def _cholesky2(a: Array) -> Array:
     # buffer other than the one it writes, so that it is one fused kernel
     panel_buf = empty((max(n - nb, 0) * nb,), a.dtype, dev) if n > nb else None
     hand = update_kernel(dev)
+    inv_held = empty((nb * nb,), a.dtype, dev) if hand and n > nb else None
+    inv = None if inv_held is None else _buf(inv_held)
     for k in range(0, n, nb):
         b = min(nb, n - k)
         k2 = k + b
-        _k.potrf(s, _buf(flag), k * n + k, n, b, k, nb, a.dtype, dev)
+        _k.potrf(s, _buf(flag), k * n + k, n, b, k, nb, a.dtype, dev,
+                 inv if k2 < n else None)
         if k2 < n:
             assert panel_buf is not None
             m = n - k2
             # L21 = A21 L11^-T: each row of the panel solved against L11
-            _k.trsm_blocks(s, s, b, m, (k * n + k, n, 1), (k2 * n + k, 1, n), True, False,
-                           nb, a.dtype, dev, copy=(_buf(panel_buf), 0, 1, b))
+            if inv is not None:
+                _k.trmm_inverse(s, _buf(panel_buf), inv, b, m, (k2 * n + k, 1, n), (0, 1, b),
+                                nb, a.dtype, dev)
+            else:
+                _k.trsm_blocks(s, s, b, m, (k * n + k, n, 1), (k2 * n + k, 1, n), True,
+                               False, nb, a.dtype, dev, copy=(_buf(panel_buf), 0, 1, b))
             if hand:  # (its lower half: the rest is not read)
                 _k.gemm_update(s, _buf(panel_buf), _buf(panel_buf), m, m, b, (k2 * n + k2, n, 1),
                                (0, b, 1), (0, 1, b), True, a.dtype, dev)

@@ -28,6 +28,7 @@ from . import linalg_gemm as _gemm
 from .cache import KernelPlan, SourceKernel
 from .expr.nodes import Storage
 from .linalg_cholesky_kernels import POTRF as _POTRF
+from .linalg_cholesky_kernels import TRMM_INV as _TRMM_INV
 
 if TYPE_CHECKING:
     from .array import Array
@@ -472,7 +473,8 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
 _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     **_PANEL_KERNELS,
     **_QR_KERNELS,
-    "fuseloop_potrf": (_POTRF, ["out0", "out1"], 4, False),
+    "fuseloop_potrf": (_POTRF, ["out0", "out1", "out2"], 5, False),
+    "fuseloop_trmm_inv": (_TRMM_INV, ["out0", "out1", "in0"], 8, True),
     "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 26, True),
     "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"], 6, False),
     "fuseloop_trsv_blocks": (_TRSV_BLOCKS, ["out0", "out1", "in0"], 10, True),
@@ -564,10 +566,25 @@ def launch(name: str, dtype: np.dtype, outs: list[Storage], ins: list[Storage],
 
 
 def potrf(a: Storage, flag: Storage, off: int, ld: int, n: int, col0: int, nb: int,
-          dtype: np.dtype, device: Device) -> None:
+          dtype: np.dtype, device: Device, inv: Storage | None = None) -> None:
     """Cholesky factor of the n x n block at ``a[off]`` (row stride ``ld``) in place,
-    by one work-group in local memory (``n <= nb``)."""
-    launch("fuseloop_potrf", dtype, [a, flag], [], [off, ld, n, col0], device, nb=nb)
+    by one work-group in local memory (``n <= nb``); with ``inv``, also the factor's
+    inverse into it (row stride ``n``), for :func:`trmm_inverse`."""
+    launch("fuseloop_potrf", dtype, [a, flag, a if inv is None else inv], [],
+           [off, ld, n, col0, int(inv is not None)], device, nb=nb)
+
+
+def trmm_inverse(b: Storage, c: Storage, inv: Storage, n: int, nvec: int,
+                 b_at: tuple[int, int, int], c_at: tuple[int, int, int], nb: int,
+                 dtype: np.dtype, device: Device) -> None:
+    """``x = X b`` in place for ``nvec`` vectors of ``n <= nb`` elements, ``X`` the lower
+    ``n x n`` matrix in ``inv`` (:func:`potrf`'s inverse), vector ``v``'s element ``i`` at
+    ``b[off + i * s0 + v * s1]`` for ``b_at = (off, s0, s1)``, also written to ``c`` at
+    ``c_at``: a triangular solve against a factored block as one product."""
+    wg = group_size(device, True)
+    vpg = vectors_per_group(device, nb, dtype, wg)
+    launch("fuseloop_trmm_inv", dtype, [b, c], [inv], [n, nvec, *b_at, *c_at], device,
+           groups=max(1, -(-nvec // vpg)), nb=nb, vpg=vpg, wg=wg)
 
 
 #: ``fuseloop_trsm_blocks``'s split when it solves one system (one object: a kernel
@@ -733,4 +750,5 @@ def buffer(x: Array) -> Storage:
 
 __all__ = ["FEW_RHS", "GEMM_GROUP", "PRELUDE", "buffer", "contiguous_copy", "fit_block",
            "gemm_update", "group_size", "launch", "local_limit", "panel_pivots", "potrf",
-           "trsm_blocks", "trsm_lanes", "trsv_step", "tslu_group_size", "vectors_per_group"]
+           "trmm_inverse", "trsm_blocks", "trsm_lanes", "trsv_step", "tslu_group_size",
+           "vectors_per_group"]

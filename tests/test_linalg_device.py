@@ -434,6 +434,45 @@ def test_factorisations_with_the_update_kernel(device, gemm_updates, dtype):
     np.testing.assert_allclose(fl.linalg.det(g).get(), np.linalg.det(g64), rtol=tol * 10)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cholesky_panels_by_the_blocks_inverse(device, gemm_updates, dtype, monkeypatch):
+    # with the update kernel (GPUs) the diagonal block's kernel also writes its factor's
+    # inverse, and each panel is that inverse's product (no substitution launches)
+    n = 83  # five blocks of 16 with a panel below, and a partial last one
+    used = {"trmm_inverse": 0, "trsm_blocks": 0}
+
+    def counting(name):
+        original = getattr(linalg_kernels, name)
+
+        def counted(*args, **kw):
+            used[name] += 1
+            return original(*args, **kw)
+        return counted
+
+    for name in used:
+        monkeypatch.setattr(linalg_kernels, name, counting(name))
+    tol = 1e-10 if dtype == np.float64 else 2e-4
+    # ill-conditioned (1e8): the product with the inverse keeps L L^T = A to rounding
+    q, _ = np.linalg.qr(np.random.default_rng(9).standard_normal((n, n)))
+    a64 = (q * np.geomspace(1, 1e-8 if dtype == np.float64 else 1e-3, n)) @ q.T
+    a = ((a64 + a64.T) / 2).astype(dtype)
+    got = fl.linalg.cholesky(fl.asarray(a)).get().astype(np.float64)
+    assert used == {"trmm_inverse": 5, "trsm_blocks": 0}
+    np.testing.assert_allclose(got @ got.T, a.astype(np.float64), rtol=0, atol=tol)
+    np.testing.assert_allclose(got, np.linalg.cholesky(a.astype(np.float64)),
+                               rtol=0, atol=1e-6 if dtype == np.float64 else 5e-2)
+    # the block kernel's inverse itself
+    blk = _spd(16, dtype)
+    w, inv = linalg_factor._copy(fl.asarray(blk)), fl.zeros(256, dtype)
+    flag = linalg_factor._flag(w.device)
+    buf = linalg_factor._buf
+    linalg_kernels.potrf(buf(w), buf(flag), 0, 16, 16, 0, 16, w.dtype, w.device, buf(inv))
+    lo = np.linalg.cholesky(blk.astype(np.float64))
+    np.testing.assert_allclose(np.tril(w.get()), lo, rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.tril(inv.get().reshape(16, 16)), np.linalg.inv(lo),
+                               rtol=tol, atol=tol)
+
+
 def test_update_kernel_rule():
     from types import SimpleNamespace
 
