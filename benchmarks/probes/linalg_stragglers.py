@@ -16,8 +16,9 @@ Three parts, each beside CuPy when it is importable (float64 throughout):
 
 * ``products``: atax's and bicg's products (``A`` 10000 x 12500) alone, and
   ``fl.explain(run=True)`` of ``r @ A``.
-* ``split``: ``x @ A`` at covariance's and other shapes under the split-K rule and with
-  ``split_k=1`` (no split): per evaluation wall and host time, launches.
+* ``split``: ``x @ A`` at covariance's and other shapes by the rule, by the lanes kernel
+  (``split_k=1``) and by split-K (``stream_lanes=0``): per evaluation wall and host
+  time, launches.
 
 Reported, never asserted.
 
@@ -67,7 +68,7 @@ def _median(fn: Callable[[], Any], sync: Callable[[], None], reps: int,
     return statistics.median(walls), statistics.median(cpus)
 
 
-def cholesky(n: int, reps: int) -> None:
+def cholesky(n: int, reps: int, blocks: tuple[int, ...] = (0, 16, 32, 48, 64, 128)) -> None:
     rng = np.random.default_rng(0)
     m = rng.random((n, n))
     spd = m @ m.T + n * np.eye(n)
@@ -94,7 +95,7 @@ def cholesky(n: int, reps: int) -> None:
         wrapped[name] = (original, timed)
     base_block, base_fit = _lf.block_size, _lk.fit_block
     base_env = getattr(_lf, "CHOLESKY_BLOCK", 0)
-    for nb in (0, 16, 32, 48, 64, 128):
+    for nb in blocks:
         if nb:  # (0: the default; else this width, unfitted: a build error says too wide)
             _lf.block_size = lambda device, nb=nb: nb  # type: ignore[assignment]
             _lf.CHOLESKY_BLOCK = 0  # type: ignore[attr-defined]
@@ -201,21 +202,23 @@ def products(reps: int) -> None:
 
 
 def split(reps: int) -> None:
-    """Vector-matrix products with the split-K rule and without (``split_k=1``): wall and
-    host CPU per evaluation in batches of 20, launches; which one a small product in a
-    host-bound loop should take."""
+    """Vector-matrix products by the rule, by the lanes kernel in one launch (``split_k=1``)
+    and by split-K's streaming kernel (``stream_lanes=0``): wall and host CPU per
+    evaluation in batches of 20, launches."""
     from fuseloop.recipes import contraction as rc
 
     rng = np.random.default_rng(4)
     shapes = [(1800, 1400), (1800, 700), (1800, 100), (3000, 3000), (10000, 1000),
               (10000, 12500)]
-    print("x @ A[:, :n]: default (split rule) vs split_k=1; wall us, host us, launches")
+    print("x @ A (k x n): the rule, lanes (split_k=1), split-K (stream_lanes=0); wall us,"
+          " host us, launches (error)")
     for k, n in shapes:
         ah, xh = rng.random((k, n)), rng.random(k)
         fa, fx = fl.asarray(ah), fl.asarray(xh)
         line = f"  {k:6} x {n:6}"
-        for name, recipe in (("rule", rc.gpu_tiled), ("no split", rc.gpu_tiled.with_params(
-                split_k=1))):
+        for name, recipe in (("rule", rc.gpu_tiled),
+                             ("lanes", rc.gpu_tiled.with_params(split_k=1)),
+                             ("split", rc.gpu_tiled.with_params(stream_lanes=0))):
             with fl.recipes.use(recipe):
                 err = float(np.abs((fx @ fa).get() - xh @ ah).max() / (xh @ ah).max())
                 fl.reset_stats()
@@ -260,11 +263,13 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2200, help="cholesky's n")
     ap.add_argument("--gemver-n", type=int, default=3000)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--blocks", default="0,16,32,48,64,128",
+                    help="cholesky's block widths (0: the default rule's)")
     args = ap.parse_args()
     print(f"device: {fl.get_device()}")
     for part in args.parts:
         if part == "cholesky":
-            cholesky(args.n, args.reps)
+            cholesky(args.n, args.reps, tuple(int(b) for b in args.blocks.split(",")))
         elif part == "gemver":
             gemver(args.gemver_n, args.reps)
         elif part == "split":
