@@ -60,6 +60,23 @@ def block_size(device: Any) -> int:
     return 128 if device.type == "cpu" else 64
 
 
+#: Cholesky's block width instead of :func:`cholesky_block`'s rule (0: the rule);
+#: FUSELOOP_CHOLESKY_BLOCK, for tuning on a GPU
+CHOLESKY_BLOCK = int(os.environ.get("FUSELOOP_CHOLESKY_BLOCK", "0") or 0)
+
+
+def cholesky_block(device: Any, dtype: np.dtype) -> int:
+    """Cholesky's block width: :func:`block_size`, halved until its largest work-group's
+    local memory (the diagonal block's, ``nb x (nb + 1)``) fits the device's.  Not
+    ``fit_block``'s rule: that one fits the LU's pivot tournament, twice the size, and
+    halves float64 blocks on GPUs to 32, doubling the launches a factorisation takes."""
+    nb = CHOLESKY_BLOCK or block_size(device)
+    limit = _k.local_limit(device)
+    while nb > 8 and nb * (nb + 1) * dtype.itemsize > limit:
+        nb //= 2
+    return nb
+
+
 #: the trailing updates' kernel: "auto" (:func:`update_kernel`'s rule), "kernel" (the
 #: hand-written ``C -= A B``) or "contraction" (fuseloop's); FUSELOOP_LINALG_UPDATE
 UPDATE = os.environ.get("FUSELOOP_LINALG_UPDATE", "auto").strip().lower()
@@ -156,26 +173,36 @@ def _empty_batch(fn: Callable[[Array], Any], a: Array) -> Any:
 
 def _cholesky2(a: Array) -> Array:
     """Right-looking blocked Cholesky: per block column three launches (the diagonal
-    block, the panel's triangular solve, the trailing update as a matrix product)."""
+    block, the panel's triangular solve, the trailing update as a matrix product).
+    Where the update is the hand-written kernel (GPUs), the diagonal block's kernel
+    also inverts its factor and the panel is solved as a product with the inverse: a
+    substitution's ``nb`` steps one after another were most of the launch's time."""
     n, dev = a.shape[0], a.device
     w = _copy(a)
     s = _buf(w)
     flag = _flag(dev)
-    nb = _k.fit_block(dev, block_size(dev), a.dtype)
+    nb = cholesky_block(dev, a.dtype)
     # the solved panel, also written here: the trailing update reads it from a
     # buffer other than the one it writes, so that it is one fused kernel
     panel_buf = empty((max(n - nb, 0) * nb,), a.dtype, dev) if n > nb else None
     hand = update_kernel(dev)
+    inv_held = empty((nb * nb,), a.dtype, dev) if hand and n > nb else None
+    inv = None if inv_held is None else _buf(inv_held)
     for k in range(0, n, nb):
         b = min(nb, n - k)
         k2 = k + b
-        _k.potrf(s, _buf(flag), k * n + k, n, b, k, nb, a.dtype, dev)
+        _k.potrf(s, _buf(flag), k * n + k, n, b, k, nb, a.dtype, dev,
+                 inv if k2 < n else None)
         if k2 < n:
             assert panel_buf is not None
             m = n - k2
             # L21 = A21 L11^-T: each row of the panel solved against L11
-            _k.trsm_blocks(s, s, b, m, (k * n + k, n, 1), (k2 * n + k, 1, n), True, False,
-                           nb, a.dtype, dev, copy=(_buf(panel_buf), 0, 1, b))
+            if inv is not None:
+                _k.trmm_inverse(s, _buf(panel_buf), inv, b, m, (k2 * n + k, 1, n), (0, 1, b),
+                                nb, a.dtype, dev)
+            else:
+                _k.trsm_blocks(s, s, b, m, (k * n + k, n, 1), (k2 * n + k, 1, n), True,
+                               False, nb, a.dtype, dev, copy=(_buf(panel_buf), 0, 1, b))
             if hand:  # (its lower half: the rest is not read)
                 _k.gemm_update(s, _buf(panel_buf), _buf(panel_buf), m, m, b, (k2 * n + k2, n, 1),
                                (0, b, 1), (0, 1, b), True, a.dtype, dev)

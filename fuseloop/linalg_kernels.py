@@ -27,6 +27,8 @@ from . import launching
 from . import linalg_gemm as _gemm
 from .cache import KernelPlan, SourceKernel
 from .expr.nodes import Storage
+from .linalg_cholesky_kernels import POTRF as _POTRF
+from .linalg_cholesky_kernels import TRMM_INV as _TRMM_INV
 
 if TYPE_CHECKING:
     from .array import Array
@@ -84,64 +86,6 @@ void fl_panel_swaps(__global long *piv, __global long *perm, FL_LOCAL_ARG const 
     }
     perm[0] = entries;
 }
-"""
-
-# Cholesky (lower) of the nb x nb diagonal block at a[off] (row stride ld, nb <= NB),
-# by one work-group of WG work-items in local memory: the block's lower triangle is
-# read once, factored right-looking (per column: the column scaled, then the rank-1
-# update of the trailing triangle shared out over the group) and written back.
-# flag[0] is set to the (1-based) global column of the first pivot that is not
-# positive (or NaN); the factorisation stops there, and a later block's kernel with
-# the flag set returns at once.
-_POTRF = r"""
-#define T(i, j) t[(i) * (NB + 1) + (j)]
-#define CL (WG < 16 ? WG : 16)
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void fuseloop_potrf(__global FL_T *a, __global long *flag, const long off,
-                    const long ld, const long nb_, const long col0)
-{
-    __local FL_T t[NB * (NB + 1)];
-    const int lid = get_local_id(0), nb = (int)nb_;
-    /* no work-item of this group writes the flag before the end: all see one value */
-    if (flag[0] != 0)
-        return;
-    for (int e = lid; e < nb * nb; e += WG) {
-        const int i = e / nb, j = e % nb;
-        if (j <= i)
-            T(i, j) = a[off + i * ld + j];
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    int bad = 0;
-    for (int j = 0; j < nb; ++j) {
-        const FL_T d2 = T(j, j);  /* (the same value for the whole group) */
-        if (!(d2 > (FL_T)0)) {
-            bad = j + 1;
-            break;
-        }
-        const FL_T d = sqrt(d2);
-        for (int i = j + 1 + lid; i < nb; i += WG)
-            T(i, j) /= d;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid == 0)
-            T(j, j) = d;
-        /* the trailing triangle: CL work-items per row, a column each (no division) */
-        for (int i = j + 1 + lid / CL; i < nb; i += WG / CL) {
-            const FL_T lij = T(i, j);
-            for (int c = j + 1 + lid % CL; c <= i; c += CL)
-                T(i, c) -= lij * T(c, j);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    for (int e = lid; e < nb * nb; e += WG) {
-        const int i = e / nb, j = e % nb;
-        if (j <= i)
-            a[off + i * ld + j] = T(i, j);
-    }
-    if (bad != 0 && lid == 0)
-        flag[0] = col0 + bad;
-}
-#undef T
-#undef CL
 """
 
 # Triangular solves T x = b for nvec vectors at once, in place: T is n x n (n <= NB),
@@ -529,7 +473,8 @@ void fuseloop_tslu(__global long *cand_out, __global long *piv, __global long *f
 _KERNELS: dict[str, tuple[str, list[str], int, bool]] = {
     **_PANEL_KERNELS,
     **_QR_KERNELS,
-    "fuseloop_potrf": (_POTRF, ["out0", "out1"], 4, False),
+    "fuseloop_potrf": (_POTRF, ["out0", "out1", "out2"], 5, False),
+    "fuseloop_trmm_inv": (_TRMM_INV, ["out0", "out1", "in0"], 8, True),
     "fuseloop_trsm_blocks": (_TRSM_BLOCKS, ["out0", "out1", "in0"], 26, True),
     "fuseloop_tslu": (_TSLU, ["out0", "out1", "out2", "out3", "out4", "in0", "in1"], 6, False),
     "fuseloop_trsv_blocks": (_TRSV_BLOCKS, ["out0", "out1", "in0"], 10, True),
@@ -621,10 +566,25 @@ def launch(name: str, dtype: np.dtype, outs: list[Storage], ins: list[Storage],
 
 
 def potrf(a: Storage, flag: Storage, off: int, ld: int, n: int, col0: int, nb: int,
-          dtype: np.dtype, device: Device) -> None:
+          dtype: np.dtype, device: Device, inv: Storage | None = None) -> None:
     """Cholesky factor of the n x n block at ``a[off]`` (row stride ``ld``) in place,
-    by one work-group in local memory (``n <= nb``)."""
-    launch("fuseloop_potrf", dtype, [a, flag], [], [off, ld, n, col0], device, nb=nb)
+    by one work-group in local memory (``n <= nb``); with ``inv``, also the factor's
+    inverse into it (row stride ``n``), for :func:`trmm_inverse`."""
+    launch("fuseloop_potrf", dtype, [a, flag, a if inv is None else inv], [],
+           [off, ld, n, col0, int(inv is not None)], device, nb=nb)
+
+
+def trmm_inverse(b: Storage, c: Storage, inv: Storage, n: int, nvec: int,
+                 b_at: tuple[int, int, int], c_at: tuple[int, int, int], nb: int,
+                 dtype: np.dtype, device: Device) -> None:
+    """``x = X b`` in place for ``nvec`` vectors of ``n <= nb`` elements, ``X`` the lower
+    ``n x n`` matrix in ``inv`` (:func:`potrf`'s inverse), vector ``v``'s element ``i`` at
+    ``b[off + i * s0 + v * s1]`` for ``b_at = (off, s0, s1)``, also written to ``c`` at
+    ``c_at``: a triangular solve against a factored block as one product."""
+    wg = group_size(device, True)
+    vpg = vectors_per_group(device, nb, dtype, wg)
+    launch("fuseloop_trmm_inv", dtype, [b, c], [inv], [n, nvec, *b_at, *c_at], device,
+           groups=max(1, -(-nvec // vpg)), nb=nb, vpg=vpg, wg=wg)
 
 
 #: ``fuseloop_trsm_blocks``'s split when it solves one system (one object: a kernel
@@ -790,4 +750,5 @@ def buffer(x: Array) -> Storage:
 
 __all__ = ["FEW_RHS", "GEMM_GROUP", "PRELUDE", "buffer", "contiguous_copy", "fit_block",
            "gemm_update", "group_size", "launch", "local_limit", "panel_pivots", "potrf",
-           "trsm_blocks", "trsm_lanes", "trsv_step", "tslu_group_size", "vectors_per_group"]
+           "trmm_inverse", "trsm_blocks", "trsm_lanes", "trsv_step", "tslu_group_size",
+           "vectors_per_group"]

@@ -171,13 +171,29 @@ def owner(base: Any, split: Split | None) -> Any | None:
     return base if base.split == split else _variant(base, split)
 
 
-def owner_at(base: Any, roots: Sequence[Node], out_shape: tuple[int, ...], device: Device
-             ) -> Any | None:
+#: splits a plan remembers by its key's lengths (:func:`owner_at`), at most
+SPLITS_AT_MAX = 4096
+
+
+def owner_at(base: Any, roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
+             lengths: tuple[int, ...] | None = None) -> Any | None:
     """:func:`owner` of ``base`` for the lengths of ``roots`` (their split asked only
-    where ``base`` splits or has variants)."""
+    where ``base`` splits or has variants).  Given the key's ``lengths``, which decide
+    the split (the key holds the structure, strides and recipes), ``base`` remembers
+    it: a loop over moving lengths asks each once, not at every replay."""
     if base.split is None and not base.variants:
         return base
-    return owner(base, split_of(roots, out_shape, device))
+    if lengths is None:
+        return owner(base, split_of(roots, out_shape, device))
+    known = base.splits_at
+    if known is None:
+        known = base.splits_at = {}
+    split = known.get(lengths, False)
+    if split is False:
+        if len(known) >= SPLITS_AT_MAX:
+            known.clear()
+        split = known[lengths] = split_of(roots, out_shape, device)
+    return owner(base, split)
 
 
 def learn(base: Any, fresh: Any) -> bool:

@@ -69,7 +69,7 @@ class _Step:
 
 class _Plan:
     __slots__ = ("allocs", "forms", "growing", "lengths", "moving", "picks", "ready",
-                 "results", "signed", "split", "steps", "variants")
+                 "results", "signed", "split", "splits_at", "steps", "variants")
 
     def __init__(self, allocs: list[int], steps: list[_Step], results: tuple,
                  lengths: tuple[int, ...] = (), split: _pl.Split | None = None) -> None:
@@ -83,6 +83,9 @@ class _Plan:
         # a plan with a split reduction: its split, which its forms hold for (None: not
         # known; see plan_lengths.split_of)
         self.split = split
+        # its key's lengths -> their split, where it has a split or variants (see
+        # plan_lengths.owner_at)
+        self.splits_at: dict[tuple[int, ...], Any] | None = None
         # the key's plans for lengths that split otherwise (see plan_lengths.learn)
         self.variants: tuple[_Plan, ...] = ()
         self.picks: tuple[int, tuple[int, ...]] | None = None  # (see _Step.picks)

@@ -379,7 +379,7 @@ def _free_replay(roots: Sequence[Node], signed: tuple, out_shape: tuple[int, ...
         plan = _get(key)
     if not isinstance(plan, _Plan):
         return None
-    owner = _pl.owner_at(plan, roots, out_shape, device)
+    owner = _pl.owner_at(plan, roots, out_shape, device, lengths)
     done = run_grown(owner, storages, scalars, device, signed[3], lengths)
     if done is not None:  # (its replay at any lengths: nothing made or kept per length)
         if owner is not None and owner is plan and owner.split is None and grown is not owner:
@@ -601,7 +601,7 @@ def run(roots: Sequence[Node], out_shape: tuple[int, ...], device: Device,
         # recorded for other lengths: its replay at any lengths, else its plan at these,
         # made before or now where its forms are known, else recorded (which may learn
         # the forms)
-        base, owner = plan, _pl.owner_at(plan, roots, out_shape, device)
+        base, owner = plan, _pl.owner_at(plan, roots, out_shape, device, lengths)
         done = None if _prog.CHECK_STRUCTURE_CACHE else run_grown(
             owner, storages, scalars, device, offs.values, lengths)
         if done is not None:

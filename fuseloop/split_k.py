@@ -205,7 +205,9 @@ def _contraction_pieces(top: Reduce, out_shape: tuple[int, ...], device: Device,
     items = gpu_work_items(values, m, n, 1, itemsize, k_fast)
     short = _short_side(values, m, n)
     if short is not None and short <= values.get("stream", 0) and not k_fast:
-        if _skinny.lanes_fill(values, short, n if short == m else m, device.compute_units):
+        long = n if short == m else m
+        if _skinny.lanes_fill(values, short, long, device.compute_units,
+                              nbytes=long * k * itemsize):
             return 1
         return split_rule(items, k, device.compute_units,
                           stream_items_per_unit(values, short, itemsize),

@@ -353,6 +353,23 @@ def test_gpu_blocks_fit_local_memory():
     assert vpg < 64 and 64 * (65 + vpg + 1) * 8 <= linalg_kernels.GPU_LOCAL_BYTES
 
 
+def test_cholesky_block_fits_its_own_kernels():
+    # Cholesky's widest work-group holds the diagonal block only: float64 blocks of 64
+    # fit a GPU's local memory there, though the LU's tournament (fit_block) halves them
+    from types import SimpleNamespace
+
+    gpu = SimpleNamespace(type="gpu", max_work_group_size=1024)
+    f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
+    assert linalg_factor.cholesky_block(gpu, f64) == 64 > linalg_kernels.fit_block(gpu, 64, f64)
+    assert linalg_factor.cholesky_block(gpu, f32) == 64
+    assert 64 * 65 * 8 <= linalg_kernels.GPU_LOCAL_BYTES
+    # a device with less: halved until the block fits what its driver reports (less 8 KiB)
+    small = SimpleNamespace(type="gpu", max_work_group_size=1024,
+                            cl_device=SimpleNamespace(local_mem_size=24 * 1024))
+    nb = linalg_factor.cholesky_block(small, f64)
+    assert nb == 32 and nb * (nb + 1) * 8 <= 16 * 1024 < 2 * nb * (2 * nb + 1) * 8
+
+
 def test_gemm_update_kernel_against_numpy(device):
     # C -= A B through strides (A transposed in its buffer), partial 64 x 64 tiles
     # and an inner size that is not a multiple of the kernel's 16; with lower=True
@@ -415,6 +432,45 @@ def test_factorisations_with_the_update_kernel(device, gemm_updates, dtype):
             scipy.linalg.solve_triangular(t.astype(np.float64), bk, lower=lower,
                                           trans=trans), rtol=tol, atol=tol)
     np.testing.assert_allclose(fl.linalg.det(g).get(), np.linalg.det(g64), rtol=tol * 10)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cholesky_panels_by_the_blocks_inverse(device, gemm_updates, dtype, monkeypatch):
+    # with the update kernel (GPUs) the diagonal block's kernel also writes its factor's
+    # inverse, and each panel is that inverse's product (no substitution launches)
+    n = 83  # five blocks of 16 with a panel below, and a partial last one
+    used = {"trmm_inverse": 0, "trsm_blocks": 0}
+
+    def counting(name):
+        original = getattr(linalg_kernels, name)
+
+        def counted(*args, **kw):
+            used[name] += 1
+            return original(*args, **kw)
+        return counted
+
+    for name in used:
+        monkeypatch.setattr(linalg_kernels, name, counting(name))
+    tol = 1e-10 if dtype == np.float64 else 2e-4
+    # ill-conditioned (1e8): the product with the inverse keeps L L^T = A to rounding
+    q, _ = np.linalg.qr(np.random.default_rng(9).standard_normal((n, n)))
+    a64 = (q * np.geomspace(1, 1e-8 if dtype == np.float64 else 1e-3, n)) @ q.T
+    a = ((a64 + a64.T) / 2).astype(dtype)
+    got = fl.linalg.cholesky(fl.asarray(a)).get().astype(np.float64)
+    assert used == {"trmm_inverse": 5, "trsm_blocks": 0}
+    np.testing.assert_allclose(got @ got.T, a.astype(np.float64), rtol=0, atol=tol)
+    np.testing.assert_allclose(got, np.linalg.cholesky(a.astype(np.float64)),
+                               rtol=0, atol=1e-6 if dtype == np.float64 else 5e-2)
+    # the block kernel's inverse itself
+    blk = _spd(16, dtype)
+    w, inv = linalg_factor._copy(fl.asarray(blk)), fl.zeros(256, dtype)
+    flag = linalg_factor._flag(w.device)
+    buf = linalg_factor._buf
+    linalg_kernels.potrf(buf(w), buf(flag), 0, 16, 16, 0, 16, w.dtype, w.device, buf(inv))
+    lo = np.linalg.cholesky(blk.astype(np.float64))
+    np.testing.assert_allclose(np.tril(w.get()), lo, rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.tril(inv.get().reshape(16, 16)), np.linalg.inv(lo),
+                               rtol=tol, atol=tol)
 
 
 def test_update_kernel_rule():

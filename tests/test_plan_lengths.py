@@ -151,6 +151,29 @@ def test_split_k_plans_follow_the_lengths_of_one_split(split_k, monkeypatch):
         assert s["plans_recorded"] <= 30 if run == 0 else s["plans_recorded"] == 0, s
 
 
+def test_split_plans_ask_each_lengths_split_once(split_k, monkeypatch):
+    # covariance's rows again: the split of a replay at moving lengths (which plan of the
+    # key runs) is decided once per lengths and remembered by the key's plan, so a second
+    # pass decides none (the decision walks the expression: most of a row's host cost)
+    m, n = 64, 512
+    dh = np.random.default_rng(6).random((n, m))
+    d = fl.asarray(dh)
+    asked = []
+    split_of = plan_lengths.split_of
+
+    def counted(*args):
+        asked.append(1)
+        return split_of(*args)
+
+    monkeypatch.setattr(plan_lengths, "split_of", counted)
+    for run in range(2):
+        asked.clear()
+        fl.reset_stats()
+        np.testing.assert_allclose(_covariance_rows(d, m).get(), dh.T @ dh, rtol=1e-12)
+        assert fl.stats()["kernels_launched"] - 2 * m >= 16  # (rows split in two launches)
+        assert len(asked) <= m if run == 0 else not asked, len(asked)
+
+
 def test_split_plans_at_other_lengths_equal_fresh_records(split_k, monkeypatch):
     from fuseloop.expr import program
 

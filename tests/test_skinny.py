@@ -341,12 +341,17 @@ def test_few_rows_in_one_launch_match_numpy(device, restore_recipes, rows, dtype
 
 
 def test_lanes_fill_rule():
-    """One launch where the long side gives 3/4 of the units a group (32 outputs a group
-    of 1024): x @ A at 4096 on 132 units (128 groups), not at 2048, nor above
-    ``stream_lanes`` rows, nor batched."""
+    """One launch where the long side gives half the units a group (32 outputs a group
+    of 1024): x @ A at 4096 on 132 units (128 groups) and at 3000 (94: gemver's), not at
+    2048 (64), nor above ``stream_lanes`` rows, nor batched; and with fewer groups where
+    the long operand is small (covariance's rows: 1800 x 1400 float64, 20 MB)."""
     values = dict(rc.gpu_tiled.values) | {"stream_lanes": 4}
     assert skinny.lanes_fill(values, 1, 4096, 132)
+    assert skinny.lanes_fill(values, 1, 3000, 132)
     assert not skinny.lanes_fill(values, 1, 2048, 132)
+    assert not skinny.lanes_fill(values, 1, 2048, 132, nbytes=2048 * 4096 * 8)
+    assert skinny.lanes_fill(values, 1, 1400, 132, nbytes=1400 * 1800 * 8)
+    assert not skinny.lanes_fill(values, 1, 1400, 132, batched=True, nbytes=8)
     assert not skinny.lanes_fill(values, 8, 4096, 132)
     assert not skinny.lanes_fill(values, 1, 4096, 132, batched=True)
     assert not skinny.lanes_fill(values | {"stream_lanes": 0}, 1, 4096, 132)

@@ -80,19 +80,28 @@ PARAMS = (
 LANES = 32
 
 
+#: :func:`lanes_fill` takes the lanes kernel with groups for fewer than half the compute
+#: units where the long operand has at most this many bytes: such a product is over on
+#: the device within a launch's host cost, so a second launch (and its plan's split)
+#: costs more than the idle units
+LANES_SMALL_BYTES = 24 << 20
+
+
 def lanes_fill(values: Mapping[str, Any], short: int, long: int, compute_units: int,
-               batched: bool = False) -> bool:
+               batched: bool = False, nbytes: int | None = None) -> bool:
     """Whether a product with ``short`` outputs on its short side and ``long`` on its long
     one runs :func:`~fuseloop.recipes.contraction.split_lanes` in one launch rather than
-    :func:`stream_long` split into pieces: at most ``stream_lanes`` outputs and groups for
-    at least 3/4 of the compute units along the long side alone (``stream_lanes_group /
-    LANES`` outputs a group: x @ A at 4096 makes 128 groups of 1024), not batched.  One
-    launch saves the partial products' write and read and the second launch's cost; in a
-    group, ``LANES`` lanes sum every ``LANES``-th term of the reduced range and combine in
-    local memory."""
+    :func:`stream_long` split into pieces: at most ``stream_lanes`` outputs, not batched,
+    and groups for at least half the compute units along the long side alone
+    (``stream_lanes_group / LANES`` outputs a group: x @ A at 4096 makes 128 groups of
+    1024), or a long operand of at most :data:`LANES_SMALL_BYTES` (``nbytes``, where
+    known).  One launch saves the partial products' write and read and the second
+    launch's cost; in a group, ``LANES`` lanes sum every ``LANES``-th term of the reduced
+    range and combine in local memory."""
     width = max(1, values.get("stream_lanes_group", 1024) // LANES)
     return (not batched and short <= values.get("stream_lanes", 0)
-            and 4 * -(-long // width) >= 3 * compute_units)
+            and (2 * -(-long // width) >= compute_units
+                 or (nbytes is not None and nbytes <= LANES_SMALL_BYTES)))
 
 
 def stream_per(extent: int, most: int, itemsize: int = 4,
