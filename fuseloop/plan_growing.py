@@ -122,24 +122,36 @@ class _GStep:
     writes: bool
 
 
+#: a step's launch at some lengths: its kernel, grid and moved values, and what a
+#: replay needs of the step (whether it writes a caller's buffer, its getters)
+_Launch = tuple[bool, Any, Any, Any, Any, Any, Any, bool]
+
+
 class _Prepared:
-    """A Growing's launches at some lengths and view offsets, per step ``(step, kernel,
-    launcher, moved values, biggest size or parameter)``; ``bases``: per step, its
-    kernel and biggest but for the offsets (for patching other offsets in)."""
+    """A Growing's launches at some lengths and view offsets (``launches``: per step
+    ``(writes, inputs' getter, outputs', scalars', compiled kernel, launcher, moved
+    values, whether its sizes and parameters are small enough to defer)``; ``bases``:
+    per step, itself, its kernel and its biggest size or parameter but the offsets)."""
 
     __slots__ = ("allocs", "bases", "compiled", "launches", "offsets", "patchable")
 
-    def __init__(self, offsets: tuple[int, ...], launches: list[tuple],
-                 bases: list[tuple[_Kernel, int]], allocs: list[int]) -> None:
+    def __init__(self, offsets: tuple[int, ...], launches: list[_Launch],
+                 bases: list[tuple[_GStep, _Kernel, int]], allocs: list[int]) -> None:
         self.offsets, self.launches, self.bases, self.allocs = offsets, launches, bases, allocs
-        self.compiled = tuple({k.compiled: None for k, _ in bases})
-        self.patchable = all(k.patches is not None for k, _ in bases)
+        self.compiled = tuple({k.compiled: None for _, k, _ in bases})
+        self.patchable = all(k.patches is not None for _, k, _ in bases)
+
+
+def _launch(gs: _GStep, kern: _Kernel, go: Any, moved: tuple, biggest: int) -> _Launch:
+    return (gs.writes, gs.g_in, gs.g_out, gs.g_sc, kern.compiled, go, moved,
+            biggest <= _SMALL)
 
 
 def _patched(known: _Prepared, offsets: tuple[int, ...]) -> _Prepared | None:
     """``known`` at other view offsets: its kernels read them only as arguments."""
     launches = []
-    for (gs, compiled, go, moved, _), (kern, base) in zip(known.launches, known.bases):
+    for launch, (gs, kern, base) in zip(known.launches, known.bases):
+        moved = launch[6]
         if kern.patches:
             values = list(moved)
             for t, k in kern.patches:
@@ -148,7 +160,7 @@ def _patched(known: _Prepared, offsets: tuple[int, ...]) -> _Prepared | None:
         biggest = max(base, *[offsets[k] for _, k in gs.offs]) if gs.offs else base
         if biggest > INT32_LIMIT:
             return None
-        launches.append((gs, compiled, go, moved, biggest))
+        launches.append(_launch(gs, kern, launch[5], moved, biggest))
     return _Prepared(offsets, launches, known.bases, known.allocs)
 
 
@@ -235,20 +247,18 @@ class Growing:
         pool = storages + self.temporaries(allocs, device) if allocs else storages
         rt = self.runtime
         deferred = rt.deferred
-        for gs, compiled, go, moved, biggest in prep.launches:
-            if gs.writes:  # (it writes a caller's buffer: earlier gathers' flags first)
+        for writes, g_in, g_out, g_sc, compiled, go, moved, small in prep.launches:
+            if writes:  # (it writes a caller's buffer: earlier gathers' flags first)
                 check_pending()
             try:
                 kernel, last = compiled.plan_threads.state
             except AttributeError:  # (this thread's first launch of the kernel)
                 compiled.plan_threads.state = kernel, last = compiled.thread_state()
-            st = gs.g_in(pool) if gs.g_in else ()
-            g_sc = gs.g_sc
+            st = g_in(pool) if g_in else ()
             sc = (*g_sc(scalars), *moved) if g_sc else moved
-            small = biggest <= _SMALL
             if small and st:
                 small = max(map(_nbytes, st)) <= _SMALL
-            args = (gs.g_out(pool), st, sc, kernel, last)
+            args = (g_out(pool), st, sc, kernel, last)
             if small:
                 deferred.append((go, args))
                 if len(deferred) >= DEFER_MAX:
@@ -286,7 +296,7 @@ class Growing:
             if lengths[k] != n:
                 return None
         L = (*lengths, 1)
-        launches, bases = [], list[tuple[_Kernel, int]]()
+        launches, bases = list[_Launch](), list[tuple[_GStep, _Kernel, int]]()
         for gs, varying in zip(self.steps, self.varying):
             params = gs.template.copy()
             for j, c, a, b in varying:
@@ -317,8 +327,8 @@ class Growing:
             pick = kern.pick
             moved = pick((*params, n_rows, n_elem)) if pick is not None else ()
             base = max([size] + [p for j, p in enumerate(params) if j not in gs.offset_at])
-            launches.append((gs, compiled, go, moved, biggest))
-            bases.append((kern, base))
+            launches.append(_launch(gs, kern, go, moved, biggest))
+            bases.append((gs, kern, base))
         allocs = []
         for c, a, b in self.allocs:
             nbytes = c * L[a] * L[b]
