@@ -14,9 +14,12 @@ that no length or offset moves, the forms of the others and of the output's rows
 size, the inputs', outputs' and scalars' getters, and per kernel (the size class a
 length may choose) the constants it sets once per kernel object and the positions of
 the values each launch appends to its scalars (the moved lengths, view offsets, rows
-and row length), with a launcher per grid.  A replay computes the moved values from
-this call's lengths and offsets, the grid where it follows them, the size class where
-the recipe has one, and enqueues: the launcher sets only the arguments that changed.
+and row length), with a launcher per grid.  A replay at new lengths computes the moved
+values from this call's lengths and offsets, the grid where it follows them, the size
+class where the recipe has one, and keeps them by lengths (:class:`_Prepared`, up to
+``PREPARED_MAX``): a loop meeting those lengths again (the next pass, another row of a
+loop over rows) takes them with its offsets patched in, where no kernel's grid or size
+class names an offset, and enqueues: the launcher sets only the arguments that changed.
 It is made after a general replay of the plan at other lengths (whose launch plans
 confirm each step's kernel under the current recipes) and learns a size class's kernel
 the same way (a replay meeting an unknown class returns None: the general replay runs
