@@ -137,12 +137,19 @@ class _Prepared:
     per step, itself, its kernel and its biggest size or parameter but the offsets)."""
 
     __slots__ = ("allocs", "bases", "compiled", "launches", "offsets", "patchable")
+    compiled: tuple[Any, ...]  # (each kernel once: all checked before the first launch)
+    patchable: bool  # (no kernel's grid or size class names an offset)
 
     def __init__(self, offsets: tuple[int, ...], launches: list[_Launch],
-                 bases: list[tuple[_GStep, _Kernel, int]], allocs: list[int]) -> None:
+                 bases: list[tuple[_GStep, _Kernel, int]], allocs: list[int],
+                 known: _Prepared | None = None) -> None:
+        """(``known``: these launches' at other offsets, whose kernels they share)"""
         self.offsets, self.launches, self.bases, self.allocs = offsets, launches, bases, allocs
-        self.compiled = tuple({k.compiled: None for _, k, _ in bases})
-        self.patchable = all(k.patches is not None for _, k, _ in bases)
+        if known is not None:
+            self.compiled, self.patchable = known.compiled, known.patchable
+        else:
+            self.compiled = tuple({k.compiled: None for _, k, _ in bases})
+            self.patchable = all(k.patches is not None for _, k, _ in bases)
 
 
 def _launch(gs: _GStep, kern: _Kernel, go: Any, moved: tuple, biggest: int) -> _Launch:
@@ -164,7 +171,7 @@ def _patched(known: _Prepared, offsets: tuple[int, ...]) -> _Prepared | None:
         if biggest > INT32_LIMIT:
             return None
         launches.append(_launch(gs, kern, launch[5], moved, biggest))
-    return _Prepared(offsets, launches, known.bases, known.allocs)
+    return _Prepared(offsets, launches, known.bases, known.allocs, known)
 
 
 class Growing:
