@@ -254,3 +254,27 @@ def test_other_offsets_at_known_lengths_are_patched_in(device_path, made_launche
         assert again >= (rows - 1) * (m - 10), (made_first, again)
     else:
         assert again == 0, (made_first, again)
+
+
+def test_a_threads_first_launch_takes_the_growing(device_path, sized_plans, made_launches):
+    """Another thread's first launch of a kept kernel makes its kernel object there and
+    replays by the Growing, as the general replay would (no plan made at its lengths)."""
+    import threading
+
+    for _ in _update_passes(80, 13, passes=4):
+        pass
+    sized_plans[0] = made_launches[0] = 0
+    failed: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            for _ in _update_passes(80, 13, passes=1):
+                pass
+        except BaseException as e:  # (reported by the main thread)
+            failed.append(e)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert not failed, failed
+    assert sized_plans[0] == 0 and made_launches[0] == 0, (sized_plans, made_launches)
