@@ -14,9 +14,12 @@ that no length or offset moves, the forms of the others and of the output's rows
 size, the inputs', outputs' and scalars' getters, and per kernel (the size class a
 length may choose) the constants it sets once per kernel object and the positions of
 the values each launch appends to its scalars (the moved lengths, view offsets, rows
-and row length), with a launcher per grid.  A replay computes the moved values from
-this call's lengths and offsets, the grid where it follows them, the size class where
-the recipe has one, and enqueues: the launcher sets only the arguments that changed.
+and row length), with a launcher per grid.  A replay at new lengths computes the moved
+values from this call's lengths and offsets, the grid where it follows them, the size
+class where the recipe has one, and keeps them by lengths (:class:`_Prepared`, up to
+``PREPARED_MAX``): a loop meeting those lengths again (the next pass, another row of a
+loop over rows) takes them with its offsets patched in, where no kernel's grid or size
+class names an offset, and enqueues: the launcher sets only the arguments that changed.
 It is made after a general replay of the plan at other lengths (whose launch plans
 confirm each step's kernel under the current recipes) and learns a size class's kernel
 the same way (a replay meeting an unknown class returns None: the general replay runs
@@ -55,6 +58,9 @@ _nbytes = attrgetter("nbytes")
 GROWING_TRIES = 4
 # launchers a kernel keeps per grid (the oldest dropped beyond)
 GRIDS_MAX = 64
+# lengths a Growing keeps its launches prepared for (none kept beyond: see _prepare)
+PREPARED_MAX = 1024
+_SMALL = 4 * _launching.DEFER_MAX_ELEMENTS  # (plan_steps.launch_step's bound)
 
 #: a form with at most two symbols, ``c * L[a] * L[b]`` with ``L`` the lengths and a
 #: last 1 (``a`` or ``b`` -1 for no symbol): one expression, no loop
@@ -81,12 +87,16 @@ class _Kernel:
     """One kernel of a step (one size class): its fixed constants, the positions of
     the moved values among ``(*params, rows, row length)``, and a launcher per grid."""
 
-    __slots__ = ("compiled", "consts", "families", "go", "grid_moves", "pick", "spec")
+    __slots__ = ("compiled", "consts", "families", "go", "grid_moves", "patches", "pick",
+                 "spec")
     compiled: Any
     consts: Any  # (position, value) of the constants no length or offset moves
     families: dict[tuple, Any]  # (group counts, local size) -> launcher
     go: Any  # the launcher where the grid does not move (else None)
     grid_moves: bool
+    # (moved value's position, offset's index) per view offset among the moved values;
+    # None where the grid or the size class names an offset (new ones may need another)
+    patches: tuple[tuple[int, int], ...] | None
     pick: Any  # itemgetter of the moved values (None: none)
     spec: LaunchSpec  # the launch spec but its grid
 
@@ -97,7 +107,7 @@ class _GStep:
     getters, its kernels by size class (``fixed``: the recipe has no size class)."""
 
     __slots__ = ("fixed", "g_in", "g_out", "g_sc", "kernels", "moved", "n_scalars", "offs",
-                 "program", "recipe", "rows", "size", "template", "writes")
+                 "offset_at", "program", "recipe", "rows", "size", "template", "writes")
     fixed: bool
     g_in: Any
     g_out: Any
@@ -106,6 +116,7 @@ class _GStep:
     moved: frozenset[int]  # the places of moved parameters (lengths' and offsets')
     n_scalars: int
     offs: tuple[tuple[int, int], ...]
+    offset_at: dict[int, int]  # offset's place -> its index among the view offsets
     program: Any
     recipe: Any
     rows: Flat | None  # (None: no row axes, one row per element, as launching.rows_of says)
@@ -114,16 +125,67 @@ class _GStep:
     writes: bool
 
 
+#: a step's launch at some lengths: its kernel, grid and moved values, and what a
+#: replay needs of the step (whether it writes a caller's buffer, its getters)
+_Launch = tuple[bool, Any, Any, Any, Any, Any, Any, bool]
+
+
+class _Prepared:
+    """A Growing's launches at some lengths and view offsets (``launches``: per step
+    ``(writes, inputs' getter, outputs', scalars', compiled kernel, launcher, moved
+    values, whether its sizes and parameters are small enough to defer)``; ``bases``:
+    per step, itself, its kernel and its biggest size or parameter but the offsets)."""
+
+    __slots__ = ("allocs", "bases", "compiled", "launches", "offsets", "patchable")
+    compiled: tuple[Any, ...]  # (each kernel once: all checked before the first launch)
+    patchable: bool  # (no kernel's grid or size class names an offset)
+
+    def __init__(self, offsets: tuple[int, ...], launches: list[_Launch],
+                 bases: list[tuple[_GStep, _Kernel, int]], allocs: list[int],
+                 known: _Prepared | None = None) -> None:
+        """(``known``: these launches' at other offsets, whose kernels they share)"""
+        self.offsets, self.launches, self.bases, self.allocs = offsets, launches, bases, allocs
+        if known is not None:
+            self.compiled, self.patchable = known.compiled, known.patchable
+        else:
+            self.compiled = tuple({k.compiled: None for _, k, _ in bases})
+            self.patchable = all(k.patches is not None for _, k, _ in bases)
+
+
+def _launch(gs: _GStep, kern: _Kernel, go: Any, moved: tuple, biggest: int) -> _Launch:
+    return (gs.writes, gs.g_in, gs.g_out, gs.g_sc, kern.compiled, go, moved,
+            biggest <= _SMALL)
+
+
+def _patched(known: _Prepared, offsets: tuple[int, ...]) -> _Prepared | None:
+    """``known`` at other view offsets: its kernels read them only as arguments."""
+    launches = []
+    for launch, (gs, kern, base) in zip(known.launches, known.bases):
+        moved = launch[6]
+        if kern.patches:
+            values = list(moved)
+            for t, k in kern.patches:
+                values[t] = offsets[k]
+            moved = tuple(values)
+        biggest = max(base, *[offsets[k] for _, k in gs.offs]) if gs.offs else base
+        if biggest > INT32_LIMIT:
+            return None
+        launches.append(_launch(gs, kern, launch[5], moved, biggest))
+    return _Prepared(offsets, launches, known.bases, known.allocs, known)
+
+
 class Growing:
     """One plan's replay at any lengths its forms hold for, and any view offsets."""
 
-    __slots__ = ("allocs", "device", "forms", "n_inputs", "pins", "results", "runtime",
-                 "steps", "temporaries", "token", "varying")
+    __slots__ = ("allocs", "device", "forms", "n_inputs", "pins", "prepared", "results",
+                 "runtime", "steps", "temporaries", "token", "varying")
     allocs: list[Flat]
     device: Device
     forms: Any
     n_inputs: int
     pins: tuple[tuple[int, int], ...]
+    # lengths -> their launches, made once, at the offsets of the last call there
+    prepared: dict[tuple[int, ...], _Prepared]
     results: Any
     runtime: Any
     steps: list[_GStep]
@@ -147,7 +209,7 @@ class Growing:
             return None
         self.allocs = allocs  # type: ignore[assignment]
         self.forms, self.pins, self.n_inputs = forms, forms.pins, n_inputs
-        self.steps, self.varying = [], []
+        self.steps, self.varying, self.prepared = [], [], {}
         for k, (step, at) in enumerate(zip(plan.steps, sized.steps)):
             made = _step_of(step, at, forms.params[k], forms.shapes[k], n_inputs, device,
                             token)
@@ -165,6 +227,7 @@ class Growing:
         classes; False where one cannot serve (the caller makes a new Growing)."""
         if self.token is not _recipes_current[0]:
             return False
+        self.prepared.clear()  # (they may hold a kernel a size class now replaces)
         for gs, at in zip(self.steps, sized.steps):
             lp = at.plan
             if lp is None or lp.stamp is not self.token or lp.recipe is not gs.recipe \
@@ -175,17 +238,75 @@ class Growing:
         return True
 
     def run(self, storages: list[Storage], scalars: list[Any], device: Device,
-            offsets: Sequence[int], lengths: Sequence[int]) -> list[Storage] | None:
+            offsets: Sequence[int], lengths: tuple[int, ...]) -> list[Storage] | None:
         """The plan's results at ``lengths`` and view ``offsets``, its launches enqueued;
         None when the general replay must run it (nothing was enqueued then)."""
         if self.token is not _recipes_current[0] or len(storages) != self.n_inputs \
                 or device is not self.device or _devices._blocked is not None:
             return None
+        prep = self.prepared.get(lengths)
+        if prep is None or prep.offsets != offsets:
+            prep = self._prepare(prep, offsets, lengths)
+            if prep is None:
+                return None
+        for compiled in prep.compiled:  # (all before the first enqueue)
+            if not compiled.in_cache:
+                return None
+        _tally_replay()
+        allocs = prep.allocs
+        pool = storages + self.temporaries(allocs, device) if allocs else storages
+        rt = self.runtime
+        deferred = rt.deferred
+        for writes, g_in, g_out, g_sc, compiled, go, moved, small in prep.launches:
+            if writes:  # (it writes a caller's buffer: earlier gathers' flags first)
+                check_pending()
+            try:
+                kernel, last = compiled.plan_threads.state
+            except AttributeError:  # (this thread's first launch of the kernel)
+                compiled.plan_threads.state = kernel, last = compiled.thread_state()
+            st = g_in(pool) if g_in else ()
+            sc = (*g_sc(scalars), *moved) if g_sc else moved
+            if small and st:
+                small = max(map(_nbytes, st)) <= _SMALL
+            args = (g_out(pool), st, sc, kernel, last)
+            if small:
+                deferred.append((go, args))
+                if len(deferred) >= DEFER_MAX:
+                    rt.flush()
+            else:
+                with rt.launch_lock:  # (after the deferred ones, amid no other flush)
+                    if deferred:
+                        rt.flush()
+                    go(*args, rt.queue)
+            _tally()
+        return list(self.results(pool))
+
+    def _prepare(self, known: _Prepared | None, offsets: Sequence[int],
+                 lengths: tuple[int, ...]) -> _Prepared | None:
+        """The launches at ``lengths`` and ``offsets``: ``known`` (made at these lengths
+        and other offsets) with the offsets patched in where its kernels read offsets
+        only as arguments, else made from the forms; kept while the table has room."""
+        offsets = tuple(offsets)
+        if known is not None and known.offsets == offsets:
+            return known
+        if known is not None and known.patchable:
+            prep = _patched(known, offsets)
+        else:
+            prep = self._made(offsets, lengths)
+        if prep is not None and (known is not None or len(self.prepared) < PREPARED_MAX):
+            # (the table full, new lengths are not kept: a loop over more lengths than
+            # it holds would drop each before its next pass, keeping none it meets again)
+            self.prepared[lengths] = prep
+        return prep
+
+    def _made(self, offsets: tuple[int, ...], lengths: tuple[int, ...]) -> _Prepared | None:
+        """The launches at ``lengths`` and ``offsets`` from the forms: parameters, size
+        classes' kernels, grids and moved values (None: the general replay runs it)."""
         for k, n in self.pins:
             if lengths[k] != n:
                 return None
         L = (*lengths, 1)
-        launches = []
+        launches, bases = list[_Launch](), list[tuple[_GStep, _Kernel, int]]()
         for gs, varying in zip(self.steps, self.varying):
             params = gs.template.copy()
             for j, c, a, b in varying:
@@ -209,51 +330,22 @@ class Growing:
             if kern is None:
                 return None  # (a size class not met yet: the general replay learns it)
             compiled = kern.compiled
-            if not compiled.in_cache:
-                return None
             go = kern.go
             if go is None:
                 go = _launcher(kern, compiled.gsize(n_rows, n_elem, params),
                                compiled.lsize(n_rows, n_elem, params))
-            try:
-                state = compiled.plan_threads.state
-            except AttributeError:  # this thread's first launch of the kernel
-                return None
             pick = kern.pick
             moved = pick((*params, n_rows, n_elem)) if pick is not None else ()
-            launches.append((gs, go, state, moved, biggest))
+            base = max([size] + [p for j, p in enumerate(params) if j not in gs.offset_at])
+            launches.append(_launch(gs, kern, go, moved, biggest))
+            bases.append((gs, kern, base))
         allocs = []
         for c, a, b in self.allocs:
             nbytes = c * L[a] * L[b]
             if nbytes > INT32_LIMIT:
                 return None
             allocs.append(nbytes)
-        _tally_replay()
-        pool = storages + self.temporaries(allocs, device) if allocs else storages
-        limit = 4 * _launching.DEFER_MAX_ELEMENTS  # (plan_steps.launch_step's bound)
-        rt = self.runtime
-        deferred = rt.deferred
-        for gs, go, (kernel, last), moved, biggest in launches:
-            if gs.writes:  # (it writes a caller's buffer: earlier gathers' flags first)
-                check_pending()
-            st = gs.g_in(pool) if gs.g_in else ()
-            g_sc = gs.g_sc
-            sc = (*g_sc(scalars), *moved) if g_sc else moved
-            small = biggest <= limit
-            if small and st:
-                small = max(map(_nbytes, st)) <= limit
-            args = (gs.g_out(pool), st, sc, kernel, last)
-            if small:
-                deferred.append((go, args))
-                if len(deferred) >= DEFER_MAX:
-                    rt.flush()
-            else:
-                with rt.launch_lock:  # (after the deferred ones, amid no other flush)
-                    if deferred:
-                        rt.flush()
-                    go(*args, rt.queue)
-            _tally()
-        return list(self.results(pool))
+        return _Prepared(offsets, launches, bases, allocs)
 
 
 def _getter(refs: tuple[int, ...]) -> Any:
@@ -299,6 +391,7 @@ def _step_of(step: Any, at: Any, pforms: tuple, sforms: tuple, n: int, device: D
     gs.template, gs.size = template, flat_size
     gs.rows = None if row_dims is None else flat_rows
     gs.offs = tuple(step.offsets)
+    gs.offset_at = dict(gs.offs)
     gs.moved = frozenset([j for j, *_ in varying] + list(at_offsets))
     ins = tuple(k if kind == "i" else n + k for kind, k in step.storage_refs)
     outs = tuple(k if kind == "i" else n + k for kind, k in step.out_refs)
@@ -363,6 +456,10 @@ def _learn_kernel(gs: _GStep, lp: Any, out_shape: tuple[int, ...]) -> None:
                            kern.consts, (), (), False, error_arg)
     kern.families = {}
     kern.grid_moves = _names_moved(compiled, gs.moved, rows_move, elem_moves)
+    kern.patches = None
+    offset_picks = [(t, gs.offset_at[j]) for t, j in enumerate(picks) if j in gs.offset_at]
+    if not _names_offsets(compiled, sizes, gs):
+        kern.patches = tuple(offset_picks)
     kern.go = None
     if not kern.grid_moves:
         kern.go = _launcher(kern, compiled.gsize(n_rows, n_elem, params),
@@ -378,6 +475,19 @@ def _names_moved(compiled: Any, moved: frozenset[int], rows: bool, elem: bool) -
         if (rows and re.search(r"\bN\b", e)) or (elem and re.search(r"\bNE\b", e)):
             return True
     return False
+
+
+def _names_offsets(compiled: Any, sizes: str, gs: _GStep) -> bool:
+    """Whether the kernel's grid or size class names a view offset's place (as
+    ``launching.offset_consts`` asks; two stages' class numbers each one's own)."""
+    if not gs.offs:
+        return False
+    if gs.program.first is not None:
+        return True
+    named = {int(k) for e in (*compiled.plan.gsize, *compiled.plan.lsize)
+             for k in re.findall(r"\bp\[(\d+)\]", e)}
+    named.update(int(k) for k in re.findall(r"\bp(\d+)\b", sizes))
+    return any(j in named for j in gs.offset_at)
 
 
 def _launcher(kern: _Kernel, groups: tuple[int, ...], local: tuple[int, ...]) -> Any:
@@ -416,7 +526,7 @@ def growing_for(plan: Any, sized: Any, n_inputs: int, device: Device, temporarie
 
 
 def run_grown(plan: Any, storages: list[Storage], scalars: list[Any], device: Device,
-              offsets: Sequence[int], lengths: Sequence[int]) -> list[Storage] | None:
+              offsets: Sequence[int], lengths: tuple[int, ...]) -> list[Storage] | None:
     """``plan``'s (None: none) :meth:`Growing.run` where it has one, else None."""
     grow = plan.growing if plan is not None else None
     if type(grow) is Growing:

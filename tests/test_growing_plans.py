@@ -48,15 +48,24 @@ def _update(y, want, n):
         want[:k] += 1e-3 * want[:k][::-1]
 
 
-def test_growing_update_makes_no_plan_per_length(device_path, sized_plans):
-    n = 150
-    yh = np.random.default_rng(4).random(n)
-    for run in range(2):
+def _update_passes(n, seed, sized_plans=None, passes=2):
+    """Passes of :func:`_update` over ``n`` lengths, each from the same data with the
+    stats (and ``sized_plans``' count) reset and its result checked against numpy;
+    yields each pass's number after its check."""
+    yh = np.random.default_rng(seed).random(n)
+    for run in range(passes):
         y, want = fl.asarray(yh), yh.copy()
-        sized_plans[0] = 0
+        if sized_plans is not None:
+            sized_plans[0] = 0
         fl.reset_stats()
         _update(y, want, n)
         np.testing.assert_allclose(y.get(), want, rtol=1e-12)
+        yield run
+
+
+def test_growing_update_makes_no_plan_per_length(device_path, sized_plans):
+    n = 150
+    for run in _update_passes(n, 4, sized_plans):
         s = fl.stats()
         assert s["kernels_launched"] == n - 1
         if run == 1:  # (every length by its key's Growing: no plan made, none recorded)
@@ -100,29 +109,16 @@ def test_a_size_class_met_later_is_learnt(device_path, sized_plans, restore_reci
 
     fl.register_recipe(device_path.type, old, name="test-growing-classes", version="1",
                        kind="one_group", size_class=size_class)
-    n = 110
-    yh = np.random.default_rng(6).random(n)
-    for run in range(2):
-        y, want = fl.asarray(yh), yh.copy()
-        sized_plans[0] = 0
-        fl.reset_stats()
-        _update(y, want, n)
-        np.testing.assert_allclose(y.get(), want, rtol=1e-12)
+    for run in _update_passes(110, 6, sized_plans):
         if run == 1:
             assert sized_plans[0] == 0 and fl.stats()["kernels_lowered"] == 0
     assert max(len(gs.kernels) for g in _growings() for gs in g.steps) == 2
 
 
 def test_kernels_dropped_from_the_memory_cache_are_learnt_again(device_path, sized_plans):
-    n = 100
-    yh = np.random.default_rng(7).random(n)
-    for run in range(3):
-        if run == 1:
+    for run in _update_passes(100, 7, sized_plans, passes=3):
+        if run == 0:
             cache.clear_memory_cache()  # (every kept kernel's in_cache is False now)
-        y, want = fl.asarray(yh), yh.copy()
-        sized_plans[0] = 0
-        _update(y, want, n)
-        np.testing.assert_allclose(y.get(), want, rtol=1e-12)
     assert sized_plans[0] == 0
     for g in _growings():
         assert all(k.compiled.in_cache for gs in g.steps for k in gs.kernels.values())
@@ -183,3 +179,102 @@ def test_a_plan_whose_growing_is_gone_replays_in_general(device_path):
     _update(y, want, n)
     np.testing.assert_allclose(y.get(), want, rtol=1e-12)
     assert all(p.growing == plan_growing.GROWING_TRIES for p in owners)
+
+
+@pytest.fixture
+def made_launches(monkeypatch):
+    """Counts the launches a Growing makes from its forms (``Growing._made``)."""
+    made = [0]
+    from_forms = Growing._made
+
+    def counting(self, offsets, lengths):
+        made[0] += 1
+        return from_forms(self, offsets, lengths)
+
+    monkeypatch.setattr(Growing, "_made", counting)
+    return made
+
+
+def test_known_lengths_replay_their_prepared_launches(device_path, sized_plans,
+                                                      made_launches):
+    """A pass over lengths met by their key's Growing before makes no launches from the
+    forms: each length's are kept on it (the last of four: a size class's first
+    lengths run before its key has a Growing, which may serve them a pass later)."""
+    for run in _update_passes(120, 10, sized_plans, passes=4):
+        if run == 2:
+            made_launches[0] = 0
+    assert made_launches[0] == 0 and sized_plans[0] == 0
+    assert any(g.prepared for g in _growings())
+
+
+def test_prepared_lengths_are_bounded(device_path, made_launches, monkeypatch):
+    """Past ``PREPARED_MAX`` lengths, new ones are not kept (made from the forms every
+    pass) while the first ones kept still serve."""
+    monkeypatch.setattr(plan_growing, "PREPARED_MAX", 8)
+    passes = list(_update_passes(100, 11, passes=3))
+    assert passes == [0, 1, 2]
+    growings = _growings()
+    assert growings and all(len(g.prepared) <= 8 for g in growings)
+    assert any(len(g.prepared) == 8 for g in growings)
+    kept = [list(g.prepared) for g in growings]
+    made_launches[0] = 0
+    for _ in _update_passes(100, 11, passes=1):
+        pass
+    assert made_launches[0] > 0  # (the lengths not kept)
+    assert [list(g.prepared) for g in growings] == kept
+
+
+def _row_updates(x, want, rows, m):
+    """Each row's growing update: the same lengths in every row, at other offsets."""
+    for i in range(rows):
+        for k in range(1, m):
+            x[i, :k] += 1e-3 * fl.flip(x[i, :k])
+            want[i, :k] += 1e-3 * want[i, :k][::-1]
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_other_offsets_at_known_lengths_are_patched_in(device_path, made_launches,
+                                                       monkeypatch, named):
+    """Rows after the first meet the first row's lengths at other view offsets: their
+    launches are the kept ones with the offsets patched in, made from the forms again
+    only where a kernel's grid or size class names an offset (``named``)."""
+    if named:
+        monkeypatch.setattr(plan_growing, "_names_offsets", lambda *a: True)
+    rows, m = 4, 60
+    xh = np.random.default_rng(12).random((rows, m))
+    x, want = fl.asarray(xh), xh.copy()
+    for _ in range(3):  # (each length met by its key's Growing: see the test above)
+        _row_updates(x, want, 1, m)
+    made_first = made_launches[0]
+    _row_updates(x[1:], want[1:], rows - 1, m)
+    np.testing.assert_allclose(x.get(), want, rtol=1e-12)
+    again = made_launches[0] - made_first
+    assert made_first > 0
+    if named:
+        assert again >= (rows - 1) * (m - 10), (made_first, again)
+    else:
+        assert again == 0, (made_first, again)
+
+
+def test_a_threads_first_launch_takes_the_growing(device_path, sized_plans, made_launches):
+    """Another thread's first launch of a kept kernel makes its kernel object there and
+    replays by the Growing, as the general replay would (no plan made at its lengths)."""
+    import threading
+
+    for _ in _update_passes(80, 13, passes=4):
+        pass
+    sized_plans[0] = made_launches[0] = 0
+    failed: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            for _ in _update_passes(80, 13, passes=1):
+                pass
+        except BaseException as e:  # (reported by the main thread)
+            failed.append(e)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert not failed, failed
+    assert sized_plans[0] == 0 and made_launches[0] == 0, (sized_plans, made_launches)
