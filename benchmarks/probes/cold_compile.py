@@ -46,7 +46,8 @@ seconds from the process's first line (import, arrays, device discovery, device 
 the compile worker's start and each request to it (its build, or the wait for its
 start), the driver's start and the device's context where they are made without the
 GIL, Loopy's import (on a thread from device discovery on where the cache is cold, and
-the first Loopy section's wait for it), lowering, recipe, code generation, the build,
+the first Loopy section's wait for it), a GPU compiler's warm-up build on a thread,
+lowering, recipe, code generation, the build,
 the first read's wait), then how long Python took to start and the whole, from the
 process's spawn to the first result.  With ``--rounds`` above 1 the medians of the arrays, the
 first result and the whole come after each case (``--summary``: those alone, and
@@ -78,6 +79,16 @@ CASES = ["demo", "sin", "sum", "softmax", "matmul", "mean", "rep12", "rep50", "D
 _CHILD = """
 import os, sys, time
 c0, t0, w0 = os.times(), time.perf_counter(), time.time()
+import gc, traceback
+_freezers = []  # (the first caller of gc.freeze: who froze objects before the first result)
+_frozen_at_start = gc.get_freeze_count()  # (frozen before this line: a sitecustomize?)
+_gc_freeze = gc.freeze
+def _freeze():
+    if not _freezers:
+        _freezers.append(" < ".join(f"{f.name}@{os.path.basename(f.filename)}:{f.lineno}"
+                                    for f in traceback.extract_stack()[-5:-1][::-1]))
+    _gc_freeze()
+gc.freeze = _freeze
 import numpy as np
 import fuseloop as fl
 from fuseloop import cache
@@ -122,7 +133,9 @@ from fuseloop.runtime import icd
 for _module, _name, _label in ((icd, "start_drivers", "driver start"),
                                (icd, "new_context", "context"),
                                (_lazy, "_import_loopy_quietly", "Loopy import (thread)"),
-                               (_lazy, "await_preload", "Loopy import wait")):
+                               (_lazy, "await_preload", "Loopy import wait"),
+                               # (the driver's compiler started on a thread: a class)
+                               (getattr(icd, "WarmUp", None), "run", "compiler warm-up")):
     if hasattr(_module, _name):
         setattr(_module, _name, _wrap(getattr(_module, _name), _label))
 # (Loopy's import at the first code generation, as fuseloop does it: with the collector
@@ -188,7 +201,9 @@ c2, t2 = os.times(), time.perf_counter()
 # (whether fuseloop's first code generation will import Loopy with the collector off and
 # freeze what lives before it: not where objects are frozen already, or Loopy loaded)
 before = (f"{gc.get_freeze_count()} objects frozen, Loopy "
-          + ("loaded" if "loopy" in sys.modules else "not loaded"))
+          + ("loaded" if "loopy" in sys.modules else "not loaded")
+          + (f", first frozen by {_freezers[0]}" if gc.get_freeze_count() and _freezers else "")
+          + (f", {_frozen_at_start} frozen at the start" if _frozen_at_start else ""))
 e.get()
 c3, t3 = os.times(), time.perf_counter()
 cpu = lambda a, b: b.user + b.system - a.user - a.system
