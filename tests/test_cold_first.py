@@ -203,3 +203,43 @@ def test_a_gpu_opened_on_a_cold_cache_starts_its_compiler(device, monkeypatch, t
     monkeypatch.setattr(devices, "WARM_COMPILER", False)
     devices._DeviceRuntime(dataclasses.replace(gpu, index=9136, name="warm-up test GPU 2"))
     assert len(started) == 1
+
+
+FINGERPRINT = textwrap.dedent("""
+    from fuseloop.recipes.core import Recipe
+    def transform(t_unit, device):
+        kinds = {"op", "call", "load", "reduce"}  # (a frozenset constant of strings)
+        pick = lambda name: name in kinds  # (a nested code object)
+        return t_unit if pick("op") else None
+    print(Recipe("t", transform).fingerprint)
+""")
+
+
+def test_a_recipes_fingerprint_is_the_same_in_every_process():
+    # (string hashes, which order a frozenset's elements, are seeded per process)
+    found = {subprocess.run([sys.executable, "-c", FINGERPRINT], capture_output=True, text=True,
+                            check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+             for seed in ("1", "2", "3")}
+    assert len(found) == 1
+
+
+def test_a_recipes_fingerprint_reads_no_source(monkeypatch):
+    # (inspect.getsource searched every loaded module, in each process's first evaluation,
+    # a disk-cache hit's too)
+    import inspect
+
+    from fuseloop.recipes.core import Recipe
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the source was read")
+
+    monkeypatch.setattr(inspect, "getsource", refuse)
+    monkeypatch.setattr(inspect, "getsourcelines", refuse)
+
+    def transform(t_unit, device):
+        return t_unit
+
+    def other(t_unit, device):
+        return None
+
+    assert Recipe("t", transform).fingerprint != Recipe("t", other).fingerprint
