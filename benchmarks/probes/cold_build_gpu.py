@@ -17,8 +17,9 @@ Steps of a sequence (comma-separated):
 * ``nosin``: fuseloop's source of ``2*x + x*y - 3*y`` (no ``sin``);
 * ``hand``: a hand-written one-element kernel of the demo's arithmetic;
 * ``bare``: ``demo`` without fuseloop's build options;
-* ``thread``: a tiny build on a thread, started right after the context (GIL released
-  by pyopencl), while this thread generates the code; must come first.
+* ``thread``: fuseloop's warm-up build (``icd.warm_compiler``: a one-line program built on a
+  thread without the GIL), started right after the context, while this thread generates
+  the code; must come first.
 
 Usage::
 
@@ -44,12 +45,14 @@ SEQUENCES = ["demo", "demo,demo", "tiny,demo", "thread,demo", "tiny,demo1", "tin
              "tiny,hand", "tiny,bare"]
 
 _CHILD = r"""
-import os, sys, threading, time, uuid
+import os, sys, time, uuid
 import numpy as np
 import pyopencl as cl
 import fuseloop as fl
 from fuseloop.lower import codegen
 from fuseloop.recipes import elementwise
+from fuseloop.runtime import devices
+devices.WARM_COMPILER = False  # (fuseloop's own warm-up build: the steps here say what to build)
 steps = sys.argv[1].split(",")
 device = fl.get_device()
 t_ctx = time.perf_counter()
@@ -69,8 +72,14 @@ def build(source, options=()):
         options=list(options), devices=[device.cl_device])
     return time.perf_counter() - start, program
 done = {}
-if steps[0] == "thread":
-    worker = threading.Thread(target=lambda: done.setdefault("thread", build(TINY)[0]))
+if steps[0] == "thread":  # (fuseloop's warm-up build: the loader's calls, without the GIL)
+    from fuseloop.runtime import icd
+    class Timed(icd.WarmUp):
+        def run(self):
+            start = time.perf_counter()
+            super().run()
+            done["thread"] = time.perf_counter() - start
+    worker = Timed(ctx, device.cl_device, icd._opencl_loader())
     worker.start()
     steps = steps[1:]
 rng = np.random.default_rng(0)
