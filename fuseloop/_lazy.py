@@ -31,6 +31,11 @@ from typing import TYPE_CHECKING, Any
 __all__ = ["LazyModule", "await_preload", "first_call", "isl", "loopy_lock", "lp",
            "preload_loopy", "prim"]
 
+#: objects frozen (``gc.freeze``) before fuseloop was imported: the interpreter's or its
+#: site's own (375 on the H200 host's Python at start), not a freeze that code running
+#: with fuseloop made (see :func:`fuseloop.lower.codegen.loopy_section`)
+FROZEN_AT_IMPORT = gc.get_freeze_count()
+
 #: one Loopy step at a time, in the whole process (Loopy, islpy and pymbolic keep
 #: process-wide caches; see :mod:`fuseloop.lower.codegen`); here, so that the kernel
 #: cache holds it without importing the lowering

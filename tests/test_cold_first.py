@@ -243,3 +243,31 @@ def test_a_recipes_fingerprint_reads_no_source(monkeypatch):
         return None
 
     assert Recipe("t", transform).fingerprint != Recipe("t", other).fingerprint
+
+
+def test_objects_frozen_before_fuseloops_import_do_not_stop_the_sections_freeze(monkeypatch):
+    # (the H200 host's Python starts with objects frozen: had the sections left them alone
+    # and frozen nothing, each one's collection would traverse every object)
+    import gc
+
+    from fuseloop.lower import codegen
+
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        gc.freeze()  # (as if before the import)
+        monkeypatch.setattr(codegen, "FROZEN_AT_IMPORT", gc.get_freeze_count())
+        before = gc.get_freeze_count()
+        alive = [[] for _ in range(10)]  # (made since: the section freezes them too)
+        with codegen.loopy_section():
+            assert gc.get_freeze_count() >= before + len(alive)
+        assert gc.get_freeze_count() == 0  # (and unfroze all of it)
+        gc.freeze()  # a freeze made later, by code running with fuseloop, is left alone
+        frozen = gc.get_freeze_count()
+        with codegen.loopy_section():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+        if gc_was_enabled:
+            gc.enable()
