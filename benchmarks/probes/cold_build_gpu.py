@@ -17,9 +17,11 @@ Steps of a sequence (comma-separated):
 * ``nosin``: fuseloop's source of ``2*x + x*y - 3*y`` (no ``sin``);
 * ``hand``: a hand-written one-element kernel of the demo's arithmetic;
 * ``bare``: ``demo`` without fuseloop's build options;
-* ``thread``: fuseloop's warm-up build (``icd.warm_compiler``: a one-line program built on a
-  thread without the GIL), started right after the context, while this thread generates
-  the code; must come first.
+* ``thread``: a tiny build on a thread, started right after the context, while this
+  thread generates the code; must come first.
+
+On the CUDA backend (``FUSELOOP_DEVICE=cuda:0``) each build is NVRTC's compilation, as
+the backend makes it (its prelude first).
 
 Usage::
 
@@ -52,7 +54,7 @@ import fuseloop as fl
 from fuseloop.lower import codegen
 from fuseloop.recipes import elementwise
 from fuseloop.runtime import devices
-devices.WARM_COMPILER = False  # (fuseloop's own warm-up build: the steps here say what to build)
+devices.WARM_COMPILER = False  # (the backend's own warm-up: the steps here say what is built)
 steps = sys.argv[1].split(",")
 device = fl.get_device()
 t_ctx = time.perf_counter()
@@ -62,24 +64,23 @@ TINY = "__kernel void tiny(__global float *o) { o[get_global_id(0)] = 1.0f; }"
 HAND = ("__kernel void hand(__global float *o, __global const float *x, __global const "
         "float *y, int n) { int i = get_global_id(0); if (i < n) o[i] = 2.0f * x[i] - "
         "sin(y[i]) + x[i] * y[i]; }")
+from fuseloop.backends import backend_for
 def build(source, options=()):
     start = time.perf_counter()
     # (a kernel of its own makes the source unique: a comment is preprocessed away before
     # a driver's cache key, PoCL's at least)
     nonce = (f"\n__kernel void n{uuid.uuid4().hex}(__global int *p) "
              f"{{ p[0] = {time.perf_counter_ns() % 1000}; }}\n")
+    if device.backend == "cuda":  # (NVRTC, as the CUDA backend compiles)
+        backend_for(device)._compile(device, source + nonce, tuple(options), ())
+        return time.perf_counter() - start, None
     program = cl.Program(ctx, source + nonce).build(
         options=list(options), devices=[device.cl_device])
     return time.perf_counter() - start, program
 done = {}
-if steps[0] == "thread":  # (fuseloop's warm-up build: the loader's calls, without the GIL)
-    from fuseloop.runtime import icd
-    class Timed(icd.WarmUp):
-        def run(self):
-            start = time.perf_counter()
-            super().run()
-            done["thread"] = time.perf_counter() - start
-    worker = Timed(ctx, device.cl_device, icd._opencl_loader())
+if steps[0] == "thread":  # (pyopencl's build or CuPy's NVRTC call: without the GIL?)
+    import threading
+    worker = threading.Thread(target=lambda: done.setdefault("thread", build(TINY)[0]))
     worker.start()
     steps = steps[1:]
 rng = np.random.default_rng(0)

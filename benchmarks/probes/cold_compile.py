@@ -46,8 +46,7 @@ seconds from the process's first line (import, arrays, device discovery, device 
 the compile worker's start and each request to it (its build, or the wait for its
 start), the driver's start and the device's context where they are made without the
 GIL, Loopy's import (on a thread from device discovery on where the cache is cold, and
-the first Loopy section's wait for it), a GPU compiler's warm-up build on a thread,
-lowering, recipe, code generation, the build,
+the first Loopy section's wait for it), lowering, recipe, code generation, the build,
 the first read's wait), then how long Python took to start and the whole, from the
 process's spawn to the first result.  With ``--rounds`` above 1 the medians of the arrays, the
 first result and the whole come after each case (``--summary``: those alone, and
@@ -133,9 +132,7 @@ from fuseloop.runtime import icd
 for _module, _name, _label in ((icd, "start_drivers", "driver start"),
                                (icd, "new_context", "context"),
                                (_lazy, "_import_loopy_quietly", "Loopy import (thread)"),
-                               (_lazy, "await_preload", "Loopy import wait"),
-                               # (the driver's compiler started on a thread: a class)
-                               (getattr(icd, "WarmUp", None), "run", "compiler warm-up")):
+                               (_lazy, "await_preload", "Loopy import wait")):
     if hasattr(_module, _name):
         setattr(_module, _name, _wrap(getattr(_module, _name), _label))
 # (Loopy's import at the first code generation, as fuseloop does it: with the collector

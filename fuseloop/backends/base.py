@@ -196,7 +196,9 @@ class Backend(ABC):
         """Start ``device``'s compiler in this process on a thread, so that what its first
         build pays once (loading the compiler) runs beside the caller's work: the thread,
         or None (the default: nothing to start).  Called when a GPU is opened on a cold
-        disk cache, where its first kernel is built in this process."""
+        disk cache, where its first kernel is built in this process.  (NVIDIA's OpenCL
+        driver builds a process's first program no slower than later ones: nothing to
+        start there.)"""
         return None
 
     @abstractmethod

@@ -217,11 +217,6 @@ class OpenCLBackend(Backend):
         context = self._context_for(cl_device)
         return context, cl.CommandQueue(context, cl_device)
 
-    def warm_compiler(self, device: Any, context: Any) -> Any:
-        from ..runtime.icd import warm_compiler  # (the loader's calls: without the GIL)
-
-        return warm_compiler(context, device.cl_device)
-
     def _context_for(self, cl_device: Any) -> Any:
         """One context for every device of ``cl_device``'s platform and type (made when
         the first of them is opened; :func:`shared_contexts`), else its own.  In one

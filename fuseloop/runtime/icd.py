@@ -33,7 +33,6 @@ import re
 import shutil
 import sys
 import tempfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -310,16 +309,6 @@ def _opencl_loader() -> Any:
                 ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p),
                 ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32)]
             lib.clCreateContext.restype = ctypes.c_void_p
-            lib.clCreateProgramWithSource.argtypes = [
-                ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_char_p),
-                ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32)]
-            lib.clCreateProgramWithSource.restype = ctypes.c_void_p
-            lib.clBuildProgram.argtypes = [ctypes.c_void_p, ctypes.c_uint32,
-                                           ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
-                                           ctypes.c_void_p, ctypes.c_void_p]
-            lib.clBuildProgram.restype = ctypes.c_int32
-            lib.clReleaseProgram.argtypes = [ctypes.c_void_p]
-            lib.clReleaseProgram.restype = ctypes.c_int32
             _loader = lib
         except (OSError, StopIteration, AttributeError):
             pass
@@ -350,49 +339,6 @@ def new_context(cl_devices: list[Any]) -> Any:
         if handle and status.value == 0:
             return cl.Context.from_int_ptr(handle, retain=False)  # (pyopencl releases it)
     return cl.Context(cl_devices)
-
-
-#: what :func:`warm_compiler` builds: one line, no call a compiler could spend time on
-WARM_UP_SOURCE = b"__kernel void fuseloop_warm_up(__global int *o) { o[0] = 1; }"
-
-
-class WarmUp(threading.Thread):
-    """The thread of :func:`warm_compiler`; ``status``: the driver's answer to the build
-    (0: built), None until it answers or where the program could not be made."""
-
-    def __init__(self, context: Any, cl_device: Any, lib: Any) -> None:
-        super().__init__(name="fuseloop-compiler-warm-up", daemon=True)
-        self.context, self.cl_device, self.lib = context, cl_device, lib
-        self.status: int | None = None
-
-    def run(self) -> None:
-        lib, made = self.lib, ctypes.c_int32(0)
-        source = (ctypes.c_char_p * 1)(WARM_UP_SOURCE)
-        program = lib.clCreateProgramWithSource(self.context.int_ptr, 1, source, None,
-                                                ctypes.byref(made))
-        if not program or made.value != 0:
-            return
-        try:
-            ids = (ctypes.c_void_p * 1)(self.cl_device.int_ptr)
-            self.status = lib.clBuildProgram(program, 1, ids, b"", None, None)
-        finally:
-            lib.clReleaseProgram(program)
-
-
-def warm_compiler(context: Any, cl_device: Any) -> WarmUp | None:
-    """Start ``cl_device``'s compiler now: a daemon thread builds a one-line program in
-    ``context`` (a pyopencl context, kept alive by the thread) and drops it, without the
-    GIL (the loader's calls through ctypes), so that what a driver does at a process's
-    first build (loading and starting its compiler) runs beside this thread's work (the
-    first kernel's code generation) instead of in that kernel's build.  The started
-    thread, or None where the loader's functions were not found.  A failure is left
-    alone: a real build reports it."""
-    lib = _opencl_loader()
-    if lib is None:
-        return None
-    thread = WarmUp(context, cl_device, lib)
-    thread.start()
-    return thread
 
 # }}}
 
