@@ -15,7 +15,8 @@ Steps of a sequence (comma-separated):
   per work-item, a bulk and a final slab), with fuseloop's build options;
 * ``demo1``: the same recipe with one element per work-item (no slabs);
 * ``nosin``: fuseloop's source of ``2*x + x*y - 3*y`` (no ``sin``);
-* ``hand``: a hand-written one-element kernel of the demo's arithmetic;
+* ``hand``: a hand-written one-element kernel of the demo's arithmetic (``hand<K>``: with
+  K calls of ``sin`` instead of one: what each inlined copy costs the build);
 * ``bare``: ``demo`` without fuseloop's build options;
 * ``thread``: a tiny build on a thread, started right after the context, while this
   thread generates the code; must come first.
@@ -61,9 +62,11 @@ t_ctx = time.perf_counter()
 ctx = device.context
 t0 = time.perf_counter()
 TINY = "__kernel void tiny(__global float *o) { o[get_global_id(0)] = 1.0f; }"
-HAND = ("__kernel void hand(__global float *o, __global const float *x, __global const "
-        "float *y, int n) { int i = get_global_id(0); if (i < n) o[i] = 2.0f * x[i] - "
-        "sin(y[i]) + x[i] * y[i]; }")
+def hand(calls):  # (the demo's arithmetic, one element per work-item, `calls` sines)
+    sines = " - ".join(f"sin(y[i] + {k}.0f)" for k in range(calls))
+    return ("__kernel void hand(__global float *o, __global const float *x, __global const "
+            "float *y, int n) { int i = get_global_id(0); if (i < n) o[i] = 2.0f * x[i] - "
+            f"{sines} + x[i] * y[i]; }}")
 from fuseloop.backends import backend_for
 def build(source, options=()):
     start = time.perf_counter()
@@ -110,8 +113,8 @@ for step in steps:
     if step == "tiny":
         seconds, _ = build(TINY)
         lines = 1
-    elif step == "hand":
-        seconds, _ = build(HAND)
+    elif step.startswith("hand"):
+        seconds, _ = build(hand(int(step[4:] or 1)))
         lines = 1
     else:
         plan = sources["demo" if step == "bare" else step]
