@@ -172,38 +172,6 @@ def test_messages_survive_short_reads_and_writes():
         compile_worker_main.read_message(_Trickle(sink.getvalue()[:20]))
 
 
-def test_a_gpu_opened_on_a_cold_cache_starts_its_compiler(device, monkeypatch, tmp_path):
-    import threading
-
-    from fuseloop.runtime import devices
-
-    monkeypatch.setenv("FUSELOOP_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("FUSELOOP_COMPILE", "inline")  # (no worker to ready the device)
-    started: list = []
-    monkeypatch.setattr(devices, "_warm_ups", started)
-    asked: list = []
-
-    def warm_compiler(self, device, context):  # (the backend's: CUDA compiles a line)
-        asked.append((device.name, context))
-        thread = threading.Thread(target=lambda: None)
-        thread.start()
-        return thread
-
-    monkeypatch.setattr(opencl.OpenCLBackend, "warm_compiler", warm_compiler)
-    gpu = dataclasses.replace(device, index=9134, type="gpu", name="warm-up test GPU")
-    opened = devices._DeviceRuntime(gpu)
-    # its first kernel is built in this process: the backend starts its compiler, with
-    # the context just made, while the first kernel's code is generated
-    assert asked == [("warm-up test GPU", opened.context)] and len(started) == 1
-    # a cache that saw the device opened (its kernels on disk) starts nothing, nor does a
-    # CPU (its builds run in compile workers), nor the switch off
-    devices._DeviceRuntime(gpu)
-    devices._DeviceRuntime(dataclasses.replace(device, index=9135, name="warm-up test CPU"))
-    monkeypatch.setattr(devices, "WARM_COMPILER", False)
-    devices._DeviceRuntime(dataclasses.replace(gpu, index=9136, name="warm-up test GPU 2"))
-    assert len(asked) == 1
-
-
 FINGERPRINT = textwrap.dedent("""
     from fuseloop.recipes.core import Recipe
     def transform(t_unit, device):

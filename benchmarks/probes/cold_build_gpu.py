@@ -54,8 +54,6 @@ import pyopencl as cl
 import fuseloop as fl
 from fuseloop.lower import codegen
 from fuseloop.recipes import elementwise
-from fuseloop.runtime import devices
-devices.WARM_COMPILER = False  # (the backend's own warm-up: the steps here say what is built)
 steps = sys.argv[1].split(",")
 device = fl.get_device()
 t_ctx = time.perf_counter()

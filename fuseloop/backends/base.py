@@ -29,7 +29,6 @@ NVRTC) is one new module implementing these methods, registered in
 from __future__ import annotations
 
 import functools
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -191,15 +190,6 @@ class Backend(ABC):
         """A new ``(context, queue)`` for ``device`` (its ``handle`` from discovery is
         ``device.cl_device``): the queue in order, launches and copies run in the order
         they are enqueued.  Called once per device and process."""
-
-    def warm_compiler(self, device: Any, context: Any) -> threading.Thread | None:
-        """Start ``device``'s compiler in this process on a thread, so that what its first
-        build pays once (loading the compiler) runs beside the caller's work: the thread,
-        or None (the default: nothing to start).  Called when a GPU is opened on a cold
-        disk cache, where its first kernel is built in this process.  (NVIDIA's OpenCL
-        driver builds a process's first program no slower than later ones: nothing to
-        start there.)"""
-        return None
 
     @abstractmethod
     def buffer_pool(self, device: Any, context: Any, queue: Any) -> BufferPool:

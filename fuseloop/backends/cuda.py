@@ -22,7 +22,6 @@ hand-written kernel serves both backends.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 from weakref import ref as _weakref
@@ -35,9 +34,6 @@ from cupy.cuda import runtime as _rt
 
 from ..errors import KernelBuildError, OutOfMemoryError
 from .base import Backend, BufferPool, BuiltProgram, DeviceInfo, Launcher, LaunchSpec
-
-#: what warm_compiler compiles: one line, in the dialect of PRELUDE
-WARM_UP_SOURCE = "__kernel void fuseloop_warm_up(__global int *o) { o[0] = 1; }"
 
 #: what a generated kernel source starts with on CUDA (see the module docstring)
 PRELUDE = r"""// fuseloop's CUDA prelude: the OpenCL C its helpers and hand-written kernels use
@@ -358,17 +354,6 @@ class CudaBackend(Backend):
             stream = cupy.cuda.Stream(non_blocking=True)
         STREAM_DEVICES[stream.ptr] = handle.ordinal
         return handle, stream
-
-    def warm_compiler(self, device: Any, context: Any) -> Any:
-        # (NVRTC starts at a process's first compile; CuPy's call releases the GIL)
-        def compile_one() -> None:
-            with contextlib.suppress(Exception):  # (a real build reports a failure)
-                self._compile(device, WARM_UP_SOURCE, (), ("fuseloop_warm_up",))
-
-        thread = threading.Thread(target=compile_one, name="fuseloop-compiler-warm-up",
-                                  daemon=True)
-        thread.start()
-        return thread
 
     def buffer_pool(self, device: Any, context: Any, queue: Any) -> BufferPool:
         return CudaBufferPool(context.ordinal)

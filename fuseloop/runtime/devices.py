@@ -131,10 +131,6 @@ class _DeviceRuntime:
             _preload_loopy()  # (where discovery did not: beside the context's making)
         self.context, self.bare_queue = backend.open(device)
         self.enqueued = False
-        if cold and device.type != "cpu" and WARM_COMPILER:
-            # (its first build runs here, see compile_workers.build_here: the driver's
-            # compiler starts while the first kernel's code is generated)
-            _warm_ups.append(backend.warm_compiler(device, self.context))
         if cold:  # (after this process's context: a driver making two at once made each slower)
             _ready_worker(device)
         self.pool = DeviceMemory(device, self.context, self.bare_queue)
@@ -200,12 +196,6 @@ class _DeviceRuntime:
                 raise
 
 GATE_AT = 8
-#: whether a GPU opened on a cold disk cache starts its compiler on a thread
-#: (:meth:`~fuseloop.backends.base.Backend.warm_compiler`)
-WARM_COMPILER = True
-# the threads warm_compiler started (joined at exit: a build running while the driver
-# is torn down)
-_warm_ups: list[threading.Thread | None] = []
 
 _lock = threading.Lock()
 _devices: list[Device] | None = None  # every backend's devices, once discovered
@@ -299,9 +289,6 @@ def _shutdown_at_exit() -> None:
     if _blocked is not None:
         return  # (a forked child: its inherited runtimes must not be waited on)
     _block(EXIT_MESSAGE)
-    for thread in _warm_ups:
-        if thread is not None:
-            thread.join(EXIT_LOCK_WAIT_S)
     runtimes = list(_runtimes.values())
     for rt in runtimes:
         _quiesce(rt)
