@@ -31,6 +31,11 @@ from typing import TYPE_CHECKING, Any
 __all__ = ["LazyModule", "await_preload", "first_call", "isl", "loopy_lock", "lp",
            "preload_loopy", "prim"]
 
+#: objects frozen (``gc.freeze``) before fuseloop was imported: the interpreter's or its
+#: site's own (375 on the H200 host's Python at start), not a freeze that code running
+#: with fuseloop made (see :func:`fuseloop.lower.codegen.loopy_section`)
+FROZEN_AT_IMPORT = gc.get_freeze_count()
+
 #: one Loopy step at a time, in the whole process (Loopy, islpy and pymbolic keep
 #: process-wide caches; see :mod:`fuseloop.lower.codegen`); here, so that the kernel
 #: cache holds it without importing the lowering
@@ -40,12 +45,16 @@ loopy_lock = threading.RLock()
 #: what a first kernel's code generation and launch import (for its first code generation
 #: Loopy imports modules of its own; pyopencl's invoker comes with the first kernel object),
 #: and fuseloop's recipes (with the lowering they import: their parameters are part of
-#: the keys, so the first evaluation loads them); a name missing here is skipped
+#: the keys, so the first evaluation loads them) and the modules of the first code
+#: generation (each imported, beyond those, by code that waits for the thread first: the
+#: kernel cache's ``codegen``, a Loopy section); a name missing here is skipped
 PRELOADED = ("loopy", "loopy.check", "loopy.codegen.bounds", "loopy.codegen.control",
              "loopy.codegen.instruction", "loopy.codegen.loop", "loopy.codegen.tools",
              "loopy.isl_helpers", "loopy.library.function", "loopy.schedule.device_mapping",
              "loopy.target.c.compyte.dtypes", "colorama", "pyopencl.characterize",
-             "pyopencl.invoker", "fuseloop.recipes")
+             "pyopencl.invoker", "fuseloop.recipes", "fuseloop.lower.codegen",
+             "fuseloop.lower.loopy_classes", "fuseloop.lower.gather_flags",
+             "fuseloop.lower.callables", "fuseloop.recipes.mappers")
 #: the thread importing Loopy ahead of the first cache miss (see preload_loopy), or None
 _preload: threading.Thread | None = None
 _preload_lock = threading.Lock()

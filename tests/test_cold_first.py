@@ -170,3 +170,71 @@ def test_messages_survive_short_reads_and_writes():
     assert compile_worker_main.read_message(stream) == ("ok", b"\x00" * 5000)
     with pytest.raises(EOFError):
         compile_worker_main.read_message(_Trickle(sink.getvalue()[:20]))
+
+
+FINGERPRINT = textwrap.dedent("""
+    from fuseloop.recipes.core import Recipe
+    def transform(t_unit, device):
+        kinds = {"op", "call", "load", "reduce"}  # (a frozenset constant of strings)
+        pick = lambda name: name in kinds  # (a nested code object)
+        return t_unit if pick("op") else None
+    print(Recipe("t", transform).fingerprint)
+""")
+
+
+def test_a_recipes_fingerprint_is_the_same_in_every_process():
+    # (string hashes, which order a frozenset's elements, are seeded per process)
+    found = {subprocess.run([sys.executable, "-c", FINGERPRINT], capture_output=True, text=True,
+                            check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+             for seed in ("1", "2", "3")}
+    assert len(found) == 1
+
+
+def test_a_recipes_fingerprint_reads_no_source(monkeypatch):
+    # (inspect.getsource searched every loaded module, in each process's first evaluation,
+    # a disk-cache hit's too)
+    import inspect
+
+    from fuseloop.recipes.core import Recipe
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the source was read")
+
+    monkeypatch.setattr(inspect, "getsource", refuse)
+    monkeypatch.setattr(inspect, "getsourcelines", refuse)
+
+    def transform(t_unit, device):
+        return t_unit
+
+    def other(t_unit, device):
+        return None
+
+    assert Recipe("t", transform).fingerprint != Recipe("t", other).fingerprint
+
+
+def test_objects_frozen_before_fuseloops_import_do_not_stop_the_sections_freeze(monkeypatch):
+    # (the H200 host's Python starts with objects frozen: had the sections left them alone
+    # and frozen nothing, each one's collection would traverse every object)
+    import gc
+
+    from fuseloop.lower import codegen
+
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        gc.freeze()  # (as if before the import)
+        monkeypatch.setattr(codegen, "FROZEN_AT_IMPORT", gc.get_freeze_count())
+        before = gc.get_freeze_count()
+        alive = [[] for _ in range(10)]  # (made since: the section freezes them too)
+        with codegen.loopy_section():
+            assert gc.get_freeze_count() >= before + len(alive)
+        assert gc.get_freeze_count() == 0  # (and unfroze all of it)
+        gc.freeze()  # a freeze made later, by code running with fuseloop, is left alone
+        frozen = gc.get_freeze_count()
+        with codegen.loopy_section():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+        if gc_was_enabled:
+            gc.enable()

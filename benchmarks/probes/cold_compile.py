@@ -78,6 +78,16 @@ CASES = ["demo", "sin", "sum", "softmax", "matmul", "mean", "rep12", "rep50", "D
 _CHILD = """
 import os, sys, time
 c0, t0, w0 = os.times(), time.perf_counter(), time.time()
+import gc, traceback
+_freezers = []  # (the first caller of gc.freeze: who froze objects before the first result)
+_frozen_at_start = gc.get_freeze_count()  # (frozen before this line: a sitecustomize?)
+_gc_freeze = gc.freeze
+def _freeze():
+    if not _freezers:
+        _freezers.append(" < ".join(f"{f.name}@{os.path.basename(f.filename)}:{f.lineno}"
+                                    for f in traceback.extract_stack()[-5:-1][::-1]))
+    _gc_freeze()
+gc.freeze = _freeze
 import numpy as np
 import fuseloop as fl
 from fuseloop import cache
@@ -188,7 +198,9 @@ c2, t2 = os.times(), time.perf_counter()
 # (whether fuseloop's first code generation will import Loopy with the collector off and
 # freeze what lives before it: not where objects are frozen already, or Loopy loaded)
 before = (f"{gc.get_freeze_count()} objects frozen, Loopy "
-          + ("loaded" if "loopy" in sys.modules else "not loaded"))
+          + ("loaded" if "loopy" in sys.modules else "not loaded")
+          + (f", first frozen by {_freezers[0]}" if gc.get_freeze_count() and _freezers else "")
+          + (f", {_frozen_at_start} frozen at the start" if _frozen_at_start else ""))
 e.get()
 c3, t3 = os.times(), time.perf_counter()
 cpu = lambda a, b: b.user + b.system - a.user - a.system

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .._lazy import await_preload
+from .._lazy import FROZEN_AT_IMPORT, await_preload
 from .._lazy import loopy_lock as loopy_lock  # (one Loopy step at a time, in the process)
 from ..cache_disk import KernelPlan, cache_dir
 from ..errors import RecipeError
@@ -65,12 +65,16 @@ def loopy_section() -> Iterator[None]:
     length (:func:`gc.freeze`), and the collections traverse the section's own
     objects: a full collection of everything cost 25-40 ms, and the collector
     ran one more during a small kernel's code generation (a quarter of the
-    demo's Loopy time).  Where other code froze objects, nothing is frozen here.
+    demo's Loopy time).  Where code running with fuseloop froze objects, nothing is
+    frozen here; objects frozen before fuseloop's import (an interpreter's or site's own,
+    :data:`~fuseloop._lazy.FROZEN_AT_IMPORT`) are unfrozen with the section's: had they
+    kept the section from freezing, every section's collection would traverse all objects
+    (Loopy's modules among them), and the collector's own runs in it the old ones too.
     """
     global _section_depth
     with loopy_lock:
         await_preload()  # (Loopy imported on a thread: whole before anything is frozen)
-        freeze = _section_depth == 0 and gc.get_freeze_count() == 0
+        freeze = _section_depth == 0 and gc.get_freeze_count() <= FROZEN_AT_IMPORT
         _section_depth += 1
         try:
             if freeze:

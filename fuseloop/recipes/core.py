@@ -18,7 +18,7 @@ recipe has them: ``size_class`` (see :mod:`fuseloop.recipes`), ``concat_chunk`` 
 from __future__ import annotations
 
 import hashlib
-import inspect
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache, lru_cache
@@ -364,14 +364,32 @@ def _package_digest() -> str:
 
 
 def _source(func: Any) -> str:
+    """What ``func`` does, as stable text: its code object's (:func:`_code_text`), else
+    its repr (a builtin).  Not its source: ``inspect.getsource`` searched every loaded
+    module (Loopy's too) for the function's, in every process's first evaluation, a
+    disk-cache hit's too; an edit that changes what a recipe does changes its bytecode or
+    constants."""
     code = getattr(func, "__code__", None)
-    try:
-        return inspect.getsource(func)
-    except (OSError, TypeError):
-        # defined where no source is kept (an interactive session, exec): the bytecode
-        if code is None:
-            return repr(func)
-        return repr((code.co_code, code.co_consts, code.co_names, code.co_varnames))
+    return repr(func) if code is None else _code_text(code)
+
+
+def _code_text(code: types.CodeType) -> str:
+    """A code object's bytecode, names and constants, the same in every process of one
+    Python version (not its line numbers)."""
+    return repr((code.co_code, tuple(_const_text(c) for c in code.co_consts), code.co_names,
+                 code.co_varnames, code.co_freevars, code.co_cellvars))
+
+
+def _const_text(value: Any) -> str:
+    # (a nested function's or lambda's code by its own text: its repr holds an address;
+    # a frozenset's elements sorted: their order follows string hashes, seeded per process)
+    if isinstance(value, types.CodeType):
+        return _code_text(value)
+    if isinstance(value, tuple):
+        return repr(tuple(_const_text(v) for v in value))
+    if isinstance(value, frozenset):
+        return repr(sorted(_const_text(v) for v in value))
+    return repr(value)
 
 
 def _fingerprint(func: Any, depth: int = 1) -> str:
