@@ -112,13 +112,14 @@ def test_lengths_across_the_two_stage_threshold(device_path, monkeypatch):
 
 @pytest.fixture
 def split_k(device_path, restore_recipes):
-    """The GPU contraction recipe on the CPU device: products whose output tiles do not
-    fill the device split their reduced range (split-K, a first stage and a sum).  A
-    vector's product would take the one-launch lanes kernel by default (``stream_lanes``),
-    so the streaming kernel's split is asked for."""
+    """The GPU contraction recipe on ``device`` (the CPU device too): products whose output
+    tiles do not fill the device split their reduced range (split-K, a first stage and a
+    sum).  A vector's product would take the one-launch lanes kernel by default
+    (``stream_lanes``), so the streaming kernel's split is asked for; registered for the
+    device's own type, so a GPU run asks for it too."""
     from fuseloop.recipes import contraction
 
-    fl.register_recipe("cpu", contraction.gpu_tiled.with_params(stream_lanes=0),
+    fl.register_recipe(device_path.type, contraction.gpu_tiled.with_params(stream_lanes=0),
                        name="test-lengths-gpu-tiled", kind="contraction")
     return device_path
 
