@@ -20,7 +20,7 @@ from . import caches as _caches
 from .array import Array, _weak_scalar
 from .expr.nodes import _EMPTY, Scalar
 from .host_eager import _F64, _NUMPY_SCALARS, HostArray, _op_entry, _ops, _runtimes, _sync
-from .host_path import _QUIET, _errors
+from .host_path import scalar_apply
 from .stats import tallies as _tallies
 
 _new = object.__new__
@@ -107,20 +107,8 @@ def binary0(op: str, a: Any, b: Any, ta: type, tb: type) -> Array | None:
             va = va[0]  # (read once the kernels writing it are done)
         if type(vb) is np.ndarray:
             vb = vb[0]
-    if to_a is not None:
-        va = to_a(va)
-    if to_b is not None:
-        vb = to_b(vb)
-    try:
-        if quiet:
-            token = _errors.set(_QUIET)
-            try:
-                out = fn(va, vb)
-            finally:
-                _errors.reset(token)
-        else:
-            out = fn(va, vb)
-    except (TypeError, ValueError, ArithmeticError):
+    out = scalar_apply(fn, to_a, to_b, quiet, va, vb)
+    if out is None:
         return None  # (the general steps compute it, or raise numpy's error)
     if type(out) is not dtype.type:  # (a Python float, or numpy's scalar of another type)
         out = dtype.type(out)

@@ -482,6 +482,27 @@ def scalar_fn(op: str, chars: tuple[str, ...]) -> Any:
     return _SCALAR_OPS.get(op)
 
 
+def scalar_apply(fn: Callable[[Any, Any], Any], to_a: Any, to_b: Any, quiet: bool,
+                 va: Any, vb: Any) -> Any:
+    """``fn(va, vb)`` after each operand's conversion (``None``: none), with numpy's error
+    state quiet where ``quiet``; ``None`` where it raises (the caller's general steps then
+    compute it, or raise numpy's error)."""
+    if to_a is not None:
+        va = to_a(va)
+    if to_b is not None:
+        vb = to_b(vb)
+    try:
+        if not quiet:
+            return fn(va, vb)
+        token = _errors.set(_QUIET)
+        try:
+            return fn(va, vb)
+        finally:
+            _errors.reset(token)
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+
+
 def _loop_fn(op: str, chars: tuple[str, ...]) -> Any:
     """The function computing ``op`` on operands of its loop's dtypes, or False."""
     if not _check_loop(op, chars):

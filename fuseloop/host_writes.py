@@ -519,20 +519,8 @@ def _element_inplace(target: HostArray, op: str, other: Any) -> Any:
     va = t[0]
     if type(vb) is np.ndarray:
         vb = vb[0]
-    if to_a is not None:
-        va = to_a(va)
-    if to_b is not None:
-        vb = to_b(vb)
-    try:
-        if quiet:
-            token = _errors.set(_QUIET)
-            try:
-                out = fn(va, vb)
-            finally:
-                _errors.reset(token)
-        else:
-            out = fn(va, vb)
-    except (TypeError, ValueError, ArithmeticError):
+    out = _host.scalar_apply(fn, to_a, to_b, quiet, va, vb)
+    if out is None:
         return None
     _count_evaluation()
     _updated[0] = target
