@@ -147,15 +147,9 @@ def test_a_repeated_statement_finds_its_plan_by_signature(device, kernels_only, 
     assert len(walks) == 3
 
 
-def test_a_loop_over_rows_replays_its_plan_at_any_offsets(device, kernels_only, monkeypatch):
-    """A statement whose views move every iteration (floyd_warshall's row, seidel_2d's
-    element) meets new offsets at every statement: past its first few (a Ready each)
-    it is replayed by the plan's Moving (``fuseloop.plan_moving``), its offsets appended
-    to each launch's arguments: no general replay, one launch per statement, numpy's
-    results."""
-    from fuseloop import plan_moving
-
-    replays = []
+def _count_general_replays(monkeypatch) -> list[int]:
+    """Empty run plans, and a list that gains an item at each general replay."""
+    replays: list[int] = []
     real = run_plans._replay
 
     def general(*args):
@@ -164,6 +158,18 @@ def test_a_loop_over_rows_replays_its_plan_at_any_offsets(device, kernels_only, 
 
     monkeypatch.setattr(run_plans, "_replay", general)
     run_plans.clear()
+    return replays
+
+
+def test_a_loop_over_rows_replays_its_plan_at_any_offsets(device, kernels_only, monkeypatch):
+    """A statement whose views move every iteration (floyd_warshall's row, seidel_2d's
+    element) meets new offsets at every statement: past its first few (a Ready each)
+    it is replayed by the plan's Moving (``fuseloop.plan_moving``), its offsets appended
+    to each launch's arguments: no general replay, one launch per statement, numpy's
+    results."""
+    from fuseloop import plan_moving
+
+    replays = _count_general_replays(monkeypatch)
     rng = np.random.default_rng(3)
     n = 24
     ph = rng.integers(1, 50, (n, n)).astype(np.int32)
@@ -201,15 +207,7 @@ def test_a_moving_replay_is_made_again_after_the_memory_cache_is_cleared(
     again, not each by the general replay."""
     from fuseloop import plan_moving
 
-    replays = []
-    real = run_plans._replay
-
-    def general(*args):
-        replays.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(run_plans, "_replay", general)
-    run_plans.clear()
+    replays = _count_general_replays(monkeypatch)
     n = 24
     gh = np.random.default_rng(4).random((n, n))
     grid = fl.asarray(gh)
